@@ -1,0 +1,8 @@
+//! proxsync: keeps Proxmox VE clusters holding exactly the VMs described by YAML specs in git.
+//!
+//! The binary (`src/main.rs`) only parses arguments and calls [`cli::run`]. See ARCHITECTURE.md
+//! for the modules and the invariants between them.
+
+pub mod cli;
+pub mod config;
+pub mod spec;

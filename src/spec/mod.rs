@@ -1,0 +1,1 @@
+//! The spec format (stub; being written).
