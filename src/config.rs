@@ -1,1 +1,726 @@
-//! config (stub)
+//! The daemon's TOML configuration (PRODUCT.md §2) and the secrets it points at.
+//!
+//! Parsing is strict: unknown keys are errors, and every error names the key and says what
+//! would be valid. Secrets are only ever read from files (or systemd credentials) and are
+//! wrapped in [`Secret`], whose `Debug` and `Display` never show the value.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Where the config lives when `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/proxsync/proxsync.toml";
+
+/// A config file larger than this is refused rather than read (a config is a few KiB).
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// A secret value. Never printed by `Debug`/`Display`, never serialised.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The secret itself; call only where it is put on the wire.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// An error in the configuration: the file, and a message naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read the config: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("site {site:?}: {message}")]
+    Secret { site: String, message: String },
+}
+
+/// The whole configuration, with defaults applied and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Which proxsync instance owns a VM: VMs carry the tag `proxsync.<install_id>`.
+    pub install_id: String,
+    pub state_dir: PathBuf,
+    pub status_dir: PathBuf,
+    pub source: SourceConfig,
+    pub sites: Vec<SiteConfig>,
+    pub reconcile: ReconcileConfig,
+    /// The file this was read from, for messages and for resolving relative paths.
+    pub path: PathBuf,
+}
+
+/// Where the specs come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceConfig {
+    pub location: SourceLocation,
+    pub branch: String,
+    /// Directory of the repository holding the specs, relative to its root.
+    pub dir: PathBuf,
+    /// How often a remote is fetched.
+    pub interval: Duration,
+}
+
+/// A local repository (bare or not) or a remote URL fetched into a mirror.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceLocation {
+    Path(PathBuf),
+    Url {
+        url: String,
+        /// An ssh private key for `ssh://` remotes.
+        ssh_key_file: Option<PathBuf>,
+        /// A file holding an https access token.
+        token_file: Option<PathBuf>,
+    },
+}
+
+/// One Proxmox VE cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteConfig {
+    pub name: String,
+    /// `https://host:8006`, without the `/api2/json` suffix.
+    pub endpoint: String,
+    /// `user@realm!tokenid`.
+    pub token_id: String,
+    /// Explicit secret file; when absent the secret is the systemd credential `<name>.token`.
+    pub token_secret_file: Option<PathBuf>,
+    pub trust: Trust,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    /// An HTTP(S) proxy to use; the environment's proxy variables are never used.
+    pub proxy: Option<String>,
+}
+
+/// How the site's TLS certificate is trusted. Verification is never switched off.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Trust {
+    /// The system's root certificates (a site with a publicly trusted certificate).
+    SystemRoots,
+    /// A CA file, such as PVE's `/etc/pve/pve-root-ca.pem`.
+    CaFile(PathBuf),
+    /// The SHA-256 fingerprint of the server's certificate (as `pvenode cert info` shows it).
+    Fingerprint([u8; 32]),
+}
+
+/// What to do with VMs that carry this install's ownership tag but match no spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrphanPolicy {
+    /// Delete stopped orphans after `orphan_grace`; report running ones.
+    DeleteStopped,
+    /// Only report orphans.
+    Report,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcileConfig {
+    pub resync_interval: Duration,
+    pub max_parallel_per_node: u32,
+    pub orphans: OrphanPolicy,
+    pub orphan_grace: Duration,
+    /// Refuse a commit that would delete more than this share of the managed VMs.
+    pub max_delete_fraction: f64,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            resync_interval: Duration::from_secs(300),
+            max_parallel_per_node: 2,
+            orphans: OrphanPolicy::DeleteStopped,
+            orphan_grace: Duration::from_secs(600),
+            max_delete_fraction: 0.5,
+        }
+    }
+}
+
+// ---- the file as written -------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    install_id: Option<String>,
+    state_dir: Option<PathBuf>,
+    status_dir: Option<PathBuf>,
+    source: Option<RawSource>,
+    #[serde(default)]
+    site: Vec<RawSite>,
+    #[serde(default)]
+    reconcile: RawReconcile,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    path: Option<PathBuf>,
+    url: Option<String>,
+    branch: Option<String>,
+    dir: Option<PathBuf>,
+    interval: Option<String>,
+    ssh_key_file: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSite {
+    name: String,
+    endpoint: String,
+    token_id: String,
+    token_secret_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    fingerprint: Option<String>,
+    connect_timeout: Option<String>,
+    request_timeout: Option<String>,
+    proxy: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    resync_interval: Option<String>,
+    max_parallel_per_node: Option<i64>,
+    orphans: Option<OrphanPolicy>,
+    orphan_grace: Option<String>,
+    max_delete_fraction: Option<f64>,
+}
+
+impl Config {
+    /// Reads and validates the config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let read_err = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(read_err)?.len();
+        if len > MAX_CONFIG_BYTES {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: format!("the file is {len} bytes; a config may be at most {MAX_CONFIG_BYTES} bytes"),
+            });
+        }
+        let bytes = std::fs::read(path).map_err(read_err)?;
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: format!(
+                "the file is not UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parses config text; `path` is used for messages and to resolve relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(describe_toml_error(&e)))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        build(raw, base, path).map_err(invalid)
+    }
+
+    /// The site with this name.
+    pub fn site(&self, name: &str) -> Option<&SiteConfig> {
+        self.sites.iter().find(|s| s.name == name)
+    }
+
+    /// The PVE tag that marks a VM as owned by this install.
+    pub fn ownership_tag(&self) -> String {
+        format!("proxsync.{}", self.install_id)
+    }
+}
+
+impl SiteConfig {
+    /// Reads the API token secret: `token_secret_file` if set, else the systemd credential
+    /// `$CREDENTIALS_DIRECTORY/<site>.token`. Surrounding whitespace is trimmed.
+    pub fn load_token_secret(&self) -> Result<Secret, ConfigError> {
+        let fail = |message: String| ConfigError::Secret {
+            site: self.name.clone(),
+            message,
+        };
+        let path = match &self.token_secret_file {
+            Some(p) => p.clone(),
+            None => match std::env::var_os("CREDENTIALS_DIRECTORY") {
+                Some(dir) => Path::new(&dir).join(format!("{}.token", self.name)),
+                None => {
+                    return Err(fail(format!(
+                        "no token secret: set `token_secret_file` in this [[site]], or pass the \
+                         systemd credential `{}.token` (LoadCredential=)",
+                        self.name
+                    )));
+                }
+            },
+        };
+        let len = std::fs::metadata(&path)
+            .map_err(|e| fail(format!("token secret file {}: {e}", path.display())))?
+            .len();
+        if len > 4096 {
+            return Err(fail(format!(
+                "token secret file {} is {len} bytes; an API token secret is a 36-character UUID",
+                path.display()
+            )));
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| fail(format!("token secret file {}: {e}", path.display())))?;
+        let secret = text.trim();
+        if secret.is_empty() {
+            return Err(fail(format!("token secret file {} is empty", path.display())));
+        }
+        if secret.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            // Said without echoing the content: it is a secret even when it is wrong.
+            return Err(fail(format!(
+                "token secret file {} holds more than one line or contains whitespace; it must \
+                 hold only the secret",
+                path.display()
+            )));
+        }
+        Ok(Secret::new(secret))
+    }
+}
+
+fn describe_toml_error(e: &toml::de::Error) -> String {
+    // toml's message already quotes the line and names the key; keep it on one logical block.
+    e.to_string().trim_end().to_string()
+}
+
+fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
+    let install_id = raw.install_id.unwrap_or_else(|| "main".to_string());
+    if !is_install_id(&install_id) {
+        return Err(format!(
+            "install_id = {install_id:?}: must be 1-32 characters of a-z, 0-9, '_' or '-', \
+             starting with a letter or digit (it becomes the PVE tag `proxsync.<install_id>`)"
+        ));
+    }
+    let state_dir = resolve(base, raw.state_dir.unwrap_or_else(|| "/var/lib/proxsync".into()));
+    let status_dir = match raw.status_dir {
+        Some(p) => resolve(base, p),
+        None => state_dir.join("status"),
+    };
+
+    let source = match raw.source {
+        None => return Err("[source] is missing: set `path` (a local repository) or `url` (a remote)".into()),
+        Some(s) => build_source(s, base)?,
+    };
+
+    if raw.site.is_empty() {
+        return Err("no [[site]]: add at least one [[site]] with name, endpoint and token_id".into());
+    }
+    let mut sites: Vec<SiteConfig> = Vec::new();
+    for (i, s) in raw.site.into_iter().enumerate() {
+        let site = build_site(s, base).map_err(|m| format!("[[site]] #{}: {m}", i + 1))?;
+        if sites.iter().any(|other| other.name == site.name) {
+            return Err(format!(
+                "[[site]] #{}: name = {:?} is used by an earlier [[site]]; site names must be unique",
+                i + 1,
+                site.name
+            ));
+        }
+        sites.push(site);
+    }
+
+    let defaults = ReconcileConfig::default();
+    let r = raw.reconcile;
+    let max_parallel_per_node = match r.max_parallel_per_node {
+        None => defaults.max_parallel_per_node,
+        Some(n) if (1..=64).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(format!(
+                "[reconcile] max_parallel_per_node = {n}: must be between 1 and 64"
+            ));
+        }
+    };
+    let max_delete_fraction = match r.max_delete_fraction {
+        None => defaults.max_delete_fraction,
+        Some(f) if f > 0.0 && f <= 1.0 => f,
+        Some(f) => {
+            return Err(format!(
+                "[reconcile] max_delete_fraction = {f}: must be greater than 0 and at most 1 \
+                 (0.5 refuses a commit that deletes more than half of the managed VMs)"
+            ));
+        }
+    };
+    let reconcile = ReconcileConfig {
+        resync_interval: opt_duration("[reconcile] resync_interval", r.resync_interval, defaults.resync_interval)?,
+        max_parallel_per_node,
+        orphans: r.orphans.unwrap_or(defaults.orphans),
+        orphan_grace: opt_duration("[reconcile] orphan_grace", r.orphan_grace, defaults.orphan_grace)?,
+        max_delete_fraction,
+    };
+    if reconcile.resync_interval < Duration::from_secs(10) {
+        return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());
+    }
+
+    Ok(Config {
+        install_id,
+        state_dir,
+        status_dir,
+        source,
+        sites,
+        reconcile,
+        path: path.to_path_buf(),
+    })
+}
+
+fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
+    let location = match (s.path, s.url) {
+        (Some(_), Some(_)) => {
+            return Err("[source] has both `path` and `url`: set one (a local repository or a remote)".into());
+        }
+        (None, None) => return Err("[source]: set `path` (a local repository) or `url` (a remote)".into()),
+        (Some(p), None) => {
+            if s.ssh_key_file.is_some() || s.token_file.is_some() {
+                return Err("[source] ssh_key_file and token_file apply to a remote `url`, not to a local `path`".into());
+            }
+            SourceLocation::Path(resolve(base, p))
+        }
+        (None, Some(url)) => {
+            let known = ["ssh://", "https://", "http://", "file://", "git://"];
+            let scp_like = url.contains('@') && url.contains(':') && !url.contains("://");
+            if !known.iter().any(|k| url.starts_with(k)) && !scp_like {
+                return Err(format!(
+                    "[source] url = {url:?}: expected ssh://, https://, file:// or user@host:path"
+                ));
+            }
+            SourceLocation::Url {
+                url,
+                ssh_key_file: s.ssh_key_file.map(|p| resolve(base, p)),
+                token_file: s.token_file.map(|p| resolve(base, p)),
+            }
+        }
+    };
+    let branch = s.branch.unwrap_or_else(|| "main".into());
+    if branch.is_empty() || branch.starts_with('-') || branch.contains("..") || branch.chars().any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c)) {
+        return Err(format!("[source] branch = {branch:?}: not a valid git branch name"));
+    }
+    let dir = s.dir.unwrap_or_else(|| ".".into());
+    if dir.is_absolute() || dir.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!(
+            "[source] dir = {:?}: must be a relative path inside the repository, without '..'",
+            dir.display()
+        ));
+    }
+    Ok(SourceConfig {
+        location,
+        branch,
+        dir,
+        interval: opt_duration("[source] interval", s.interval, Duration::from_secs(60))?,
+    })
+}
+
+fn build_site(s: RawSite, base: &Path) -> Result<SiteConfig, String> {
+    if !is_site_name(&s.name) {
+        return Err(format!(
+            "name = {:?}: must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
+            s.name
+        ));
+    }
+    let ctx = |m: String| format!("(name = {:?}) {m}", s.name);
+    let endpoint = s.endpoint.trim_end_matches('/').to_string();
+    if !endpoint.starts_with("https://") || endpoint.len() <= "https://".len() {
+        return Err(ctx(format!(
+            "endpoint = {:?}: must be an https:// URL such as \"https://pve1.example:8006\" \
+             (plain http is refused: the token would cross the network in clear)",
+            s.endpoint
+        )));
+    }
+    if endpoint.contains("/api2") {
+        return Err(ctx(format!(
+            "endpoint = {:?}: give the server only, without the /api2/json path",
+            s.endpoint
+        )));
+    }
+    if !is_token_id(&s.token_id) {
+        return Err(ctx(format!(
+            "token_id = {:?}: must be USER@REALM!TOKENID, for example \"proxsync@pve!gitops\"",
+            s.token_id
+        )));
+    }
+    let trust = match (s.ca_file, s.fingerprint) {
+        (Some(_), Some(_)) => {
+            return Err(ctx("set either ca_file or fingerprint, not both".into()));
+        }
+        (Some(ca), None) => Trust::CaFile(resolve(base, ca)),
+        (None, Some(fp)) => Trust::Fingerprint(parse_fingerprint(&fp).map_err(|m| ctx(format!("fingerprint = {fp:?}: {m}")))?),
+        (None, None) => Trust::SystemRoots,
+    };
+    if let Some(proxy) = &s.proxy {
+        if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
+            return Err(ctx(format!("proxy = {proxy:?}: must be an http:// or https:// URL")));
+        }
+    }
+    Ok(SiteConfig {
+        name: s.name.clone(),
+        endpoint,
+        token_id: s.token_id,
+        token_secret_file: s.token_secret_file.map(|p| resolve(base, p)),
+        trust,
+        connect_timeout: opt_duration("connect_timeout", s.connect_timeout, Duration::from_secs(10)).map_err(ctx)?,
+        request_timeout: opt_duration("request_timeout", s.request_timeout, Duration::from_secs(60)).map_err(ctx)?,
+        proxy: s.proxy,
+    })
+}
+
+fn resolve(base: &Path, p: PathBuf) -> PathBuf {
+    if p.is_absolute() { p } else { base.join(p) }
+}
+
+fn opt_duration(key: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_duration(&v).map_err(|m| format!("{key} = {v:?}: {m}")),
+    }
+}
+
+/// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\" or \"1h30m\"";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("empty duration; {VALID}"));
+    }
+    let mut total: u64 = 0;
+    let mut digits = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit: u64 = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return Err(format!("unexpected {c:?}; {VALID}")),
+        };
+        if digits.is_empty() {
+            return Err(format!("a unit without a number; {VALID}"));
+        }
+        let n: u64 = digits.parse().map_err(|_| format!("number too large; {VALID}"))?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|s| total.checked_add(s))
+            .filter(|t| *t <= 365 * 86400)
+            .ok_or_else(|| "longer than a year".to_string())?;
+        digits.clear();
+    }
+    if !digits.is_empty() {
+        return Err(format!("a number without a unit; {VALID}"));
+    }
+    if total == 0 {
+        return Err(format!("must be longer than zero; {VALID}"));
+    }
+    Ok(Duration::from_secs(total))
+}
+
+/// Parses `AB:CD:...` (32 bytes, colons optional, any case) as `pvenode cert info` prints it.
+pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
+    let hex: String = text.chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err("must be a SHA-256 fingerprint: 32 hex byte pairs separated by ':' \
+                    (see `pvenode cert info` on the node)"
+            .into());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+fn is_install_id(s: &str) -> bool {
+    (1..=32).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+fn is_site_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// `user@realm!tokenid` with PVE's character sets (no separators that could break a header).
+fn is_token_id(s: &str) -> bool {
+    let Some((user, token)) = s.split_once('!') else { return false };
+    let Some((name, realm)) = user.rsplit_once('@') else { return false };
+    let name_ok = !name.is_empty()
+        && name.len() <= 60
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace() || c == ':' || c == '/' || c == '!' || c == '=');
+    let realm_ok = !realm.is_empty()
+        && realm.len() <= 32
+        && realm.starts_with(|c: char| c.is_ascii_alphabetic())
+        && realm.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+    let token_ok = !token.is_empty()
+        && token.len() <= 64
+        && token.starts_with(|c: char| c.is_ascii_alphabetic())
+        && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+    name_ok && realm_ok && token_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[source]
+path = "/srv/git/vms.git"
+
+[[site]]
+name = "us-sfvalley"
+endpoint = "https://pve1.example:8006"
+token_id = "proxsync@pve!gitops"
+"#;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(Path::new("/etc/proxsync/proxsync.toml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.install_id, "main");
+        assert_eq!(c.ownership_tag(), "proxsync.main");
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/proxsync"));
+        assert_eq!(c.status_dir, PathBuf::from("/var/lib/proxsync/status"));
+        assert_eq!(c.source.branch, "main");
+        assert_eq!(c.source.dir, PathBuf::from("."));
+        assert_eq!(c.source.interval, Duration::from_secs(60));
+        assert_eq!(c.reconcile, ReconcileConfig::default());
+        assert_eq!(c.sites[0].trust, Trust::SystemRoots);
+        assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = r#"
+install_id = "main"
+state_dir  = "/var/lib/proxsync"
+status_dir = "/var/lib/proxsync/status"
+
+[source]
+path   = "/srv/git/vms.git"
+branch = "main"
+dir    = "."
+interval = "60s"
+
+[[site]]
+name     = "us-sfvalley"
+endpoint = "https://pve1.example:8006"
+token_id = "proxsync@pve!gitops"
+token_secret_file = "/etc/proxsync/us-sfvalley.token"
+ca_file  = "/etc/proxsync/us-sfvalley-ca.pem"
+
+[reconcile]
+resync_interval = "5m"
+max_parallel_per_node = 2
+orphans = "delete-stopped"
+orphan_grace = "10m"
+max_delete_fraction = 0.5
+"#;
+        let c = parse(text).unwrap();
+        assert_eq!(c.sites[0].trust, Trust::CaFile("/etc/proxsync/us-sfvalley-ca.pem".into()));
+        assert_eq!(c.reconcile.orphans, OrphanPolicy::DeleteStopped);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (MINIMAL.replace("[source]", "bogus = 1\n[source]"), "bogus"),
+            (MINIMAL.replace("branch", "x") + "\n[reconcile]\nresync_interval = \"5 minutes\"\n", "resync_interval"),
+            (MINIMAL.to_string() + "\n[reconcile]\nmax_delete_fraction = 1.5\n", "max_delete_fraction"),
+            (MINIMAL.to_string() + "\n[reconcile]\norphans = \"nuke\"\n", "orphans"),
+            (MINIMAL.replace("https://pve1", "http://pve1"), "endpoint"),
+            (MINIMAL.replace("proxsync@pve!gitops", "proxsync@pve"), "token_id"),
+            (MINIMAL.replace("path =", "url = \"https://git.example/vms.git\"\npath ="), "both `path` and `url`"),
+            (MINIMAL.replace("name = \"us-sfvalley\"", "name = \"US Valley\""), "name = \"US Valley\""),
+            (MINIMAL.to_string() + "fingerprint = \"AB:CD\"\n", "fingerprint"),
+            (format!("install_id = \"Main Install\"\n{MINIMAL}"), "install_id"),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(key), "error {err:?} should name {key:?}");
+        }
+    }
+
+    #[test]
+    fn duplicate_site_names_are_refused() {
+        let text = MINIMAL.to_string() + &MINIMAL[MINIMAL.find("[[site]]").unwrap()..];
+        assert!(parse(&text).unwrap_err().contains("unique"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "5", "m", "5 m", "-5s", "0s", "99999999999999999999s", "400d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn fingerprints() {
+        let fp = "AB:".repeat(31) + "CD";
+        let bytes = parse_fingerprint(&fp).unwrap();
+        assert_eq!(bytes[0], 0xab);
+        assert_eq!(bytes[31], 0xcd);
+        assert!(parse_fingerprint("AB:CD").is_err());
+        assert!(parse_fingerprint(&"ZZ".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        let s = Secret::new("0b3c1f2e-aaaa-bbbb-cccc-123456789abc");
+        assert!(!format!("{s:?}").contains("aaaa"));
+        assert!(!format!("{s}").contains("aaaa"));
+    }
+
+    #[test]
+    fn token_secret_from_file_trimmed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.token");
+        std::fs::write(&file, "0b3c1f2e-aaaa-bbbb-cccc-123456789abc\n").unwrap();
+        let mut c = parse(MINIMAL).unwrap();
+        c.sites[0].token_secret_file = Some(file.clone());
+        assert_eq!(c.sites[0].load_token_secret().unwrap().expose(), "0b3c1f2e-aaaa-bbbb-cccc-123456789abc");
+
+        std::fs::write(&file, "line one\nline two\n").unwrap();
+        let err = c.sites[0].load_token_secret().unwrap_err().to_string();
+        assert!(err.contains("more than one line"), "{err}");
+        assert!(!err.contains("line one"), "the content must not be echoed: {err}");
+
+        c.sites[0].token_secret_file = Some(dir.path().join("missing"));
+        assert!(c.sites[0].load_token_secret().unwrap_err().to_string().contains("missing"));
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_config_file() {
+        let text = MINIMAL.replace("/srv/git/vms.git", "repo") + "token_secret_file = \"t.token\"\n";
+        let c = Config::parse(Path::new("/etc/px/proxsync.toml"), &text).unwrap();
+        assert_eq!(c.source.location, SourceLocation::Path("/etc/px/repo".into()));
+        assert_eq!(c.sites[0].token_secret_file, Some(PathBuf::from("/etc/px/t.token")));
+    }
+}

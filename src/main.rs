@@ -1,1 +1,7 @@
-fn main() {}
+//! The `proxsync` binary: parses arguments and hands them to the library.
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    proxsync::cli::run(proxsync::cli::Cli::parse())
+}
