@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""A fakepve (fake Proxmox VE API) server for proxsync's Rust integration tests, driven by JSON lines.
+
+    python fakepve_harness.py < commands          # the scenario is the first line of stdin
+    python fakepve_harness.py --scenario FILE      # or a JSON file
+
+It makes a self-signed certificate in a private temp dir, serves a FakePve over TLS on
+127.0.0.1 (or the scenario's host) with a free port (or the scenario's port), and prints
+
+    {"ready": true, "url": "https://127.0.0.1:PORT", "host": ..., "port": ..., "ca_file": ...}
+
+(or {"ready": false, "error": "..."} and exit status 2). Then every stdin line is a command
+
+    {"id": N, "cmd": "fail", "args": {...}}  ->  {"id": N, "ok": true, "result": ...}
+                                              or  {"id": N, "ok": false, "error": "..."}
+
+answered in order. On stdin EOF, {"cmd": "stop"}, SIGTERM or SIGINT it stops the server, removes
+its temp dir and exits, so a crashed test never leaves it behind. stdout carries only protocol
+lines; anything else (logs, warnings) goes to stderr. See COMMANDS below for the commands.
+"""
+
+import argparse
+import asyncio
+import inspect
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from fakepve import FakePve, TaskError, __version__, settle
+from fakepve.certs import make_cert
+from fakepve.model import PveError
+from fakepve.server import SECRET_FORM
+
+# stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
+PROTOCOL = sys.stdout
+sys.stdout = sys.stderr
+
+SCENARIO_KEYS = ('host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
+                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name')
+# FakeVm attributes set_vm (and add_vm) may change.
+VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
+            'qmpstatus', 'ha_state', 'stats')
+# Model settings set_model may change.
+MODEL_ATTRS = ('time_scale', 'lock_wait', 'ticket_ttl', 'shutdown_default_timeout', 'ha_delay', 'tfa', 'version',
+               'release_version', 'quorate', 'max_requests', 'body_timeout', 'cluster_name')
+DEFAULT_BRIDGES = ('vmbr0',)
+STOP_TIMEOUT = 3.0
+
+
+class BadArgs(Exception):
+    """A command's arguments are wrong."""
+
+
+def jsonable(value):
+    """Whatever the model holds, as something json.dumps takes."""
+    if isinstance(value, dict):
+        return dict((str(k), jsonable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(jsonable(v) for v in value)
+    if isinstance(value, bytes):
+        return value.decode('utf-8', 'replace')
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class HarnessPve(FakePve):
+    """FakePve plus what the harness needs: configurable bridges and a request log with query strings."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # node -> bridge names GET /nodes/{node}/network lists (nodes not listed get DEFAULT_BRIDGES).
+        self.bridges = {}
+        self.default_bridges = list(DEFAULT_BRIDGES)
+        # Parallel to self.requests: (sequence number, query string, redacted).
+        self.request_meta = []
+        self.request_seq = 0
+
+    def _record(self, request, body):
+        super()._record(request, body)
+        query = SECRET_FORM.sub(rb'\g<1>***', request.query_string.encode()).decode('utf-8', 'replace')
+        self.request_meta.append((self.request_seq, query))
+        self.request_seq += 1
+        excess = len(self.request_meta) - len(self.requests)
+        if excess > 0:
+            del self.request_meta[:excess]
+
+    # fakepve registers every _routes_* table in front of its catch-all route (see fakepve/routing.py);
+    # fakepve itself answers /nodes/{node}/network with a fixed vmbr0 and eno1.
+    def _routes_harness(self):
+        return [('GET', '/nodes/{node}/network', self._harness_network)]
+
+    def bridges_of(self, node):
+        return self.bridges.get(node, self.default_bridges)
+
+    async def _harness_network(self, values, user):
+        node = values['node']
+        kind = values.get('type')
+        out = []
+        if kind in (None, 'bridge', 'any_bridge', 'any_local_bridge'):
+            for idx, name in enumerate(self.bridges_of(node)):
+                item = {'iface': name, 'type': 'bridge', 'method': 'manual', 'method6': 'manual',
+                        'families': ['inet'], 'priority': 3 + idx, 'active': 1, 'autostart': 1, 'exists': 1,
+                        'bridge_ports': 'eno1' if idx == 0 else '', 'bridge_stp': 'off', 'bridge_fd': '0'}
+                if idx == 0:
+                    item.update(method='static', address='192.0.2.11', netmask='255.255.255.0',
+                                cidr='192.0.2.11/24', gateway='192.0.2.1')
+                out.append(item)
+        if kind in (None, 'eth'):
+            out.append({'iface': 'eno1', 'type': 'eth', 'method': 'manual', 'method6': 'manual',
+                        'families': ['inet'], 'priority': 2, 'active': 1, 'exists': 1})
+        return out
+
+
+# ------------------------------------------------------------------ scenario
+
+
+def _node_list(value):
+    if not isinstance(value, list):
+        raise BadArgs('nodes: expected a list of {name, online}')
+    out = []
+    for item in value:
+        if isinstance(item, str):
+            item = {'name': item}
+        if not isinstance(item, dict) or 'name' not in item:
+            raise BadArgs('nodes: each entry needs a name: {0!r}'.format(item))
+        out.append((str(item['name']), bool(item.get('online', True))))
+    return out
+
+
+def set_storage(pve, name, options):
+    """Merge options into the storage `name` (made if new) with the keys fakepve's state needs."""
+    if not isinstance(options, dict):
+        raise BadArgs('storage {0}: expected an object of options'.format(name))
+    store = pve.storages.setdefault(name, {'active': 1, 'files': set()})
+    for key, val in options.items():
+        if key == 'files':
+            val = set(val)
+        elif key == 'content' and isinstance(val, list):
+            val = ','.join(val)
+        store[key] = val
+    store.setdefault('type', 'dir')
+    store.setdefault('files', set())
+    store.setdefault('active', 1)
+    if store['type'] in ('dir', 'btrfs') and 'path' not in store:
+        store['path'] = '/mnt/pve/' + name
+    if store['type'] == 'lvmthin':
+        store.setdefault('vgname', 'pve')
+        store.setdefault('thinpool', 'data')
+    if store['type'] == 'lvm':
+        store.setdefault('vgname', 'pve')
+    if store['type'] == 'zfspool':
+        store.setdefault('pool', 'rpool/data')
+    return store
+
+
+def add_vm(pve, vmid, name=None, node='pve1', status='stopped', template=False, config=None, tags=None, lock=None,
+           pool=None, pending=None, qmpstatus=None, **attrs):
+    """Add a VM; attrs are the VM_ATTRS."""
+    vmid = int(vmid)
+    if pve.guest(vmid) is not None:
+        raise BadArgs('VM {0} already exists'.format(vmid))
+    config = dict(config or {})
+    if name is None:
+        name = config.get('name') or 'VM {0}'.format(vmid)
+    if tags is not None:
+        config['tags'] = ';'.join(tags) if isinstance(tags, list) else str(tags)
+    if template:
+        config.setdefault('template', 1)
+    if lock:
+        config['lock'] = lock
+    vm = pve.add_vm(vmid, name, node=node, status=status, qmpstatus=qmpstatus, config=config, pending=pending,
+                    template=bool(template), lock=lock, pool=pool)
+    set_vm_attrs(vm, attrs)
+    return vm
+
+
+def set_vm_attrs(vm, attrs):
+    unknown = sorted(set(attrs) - set(VM_ATTRS))
+    if unknown:
+        raise BadArgs('unknown VM attributes {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(VM_ATTRS)))
+    for key, val in attrs.items():
+        if key == 'status':
+            if val not in ('running', 'stopped'):
+                raise BadArgs("status must be 'running' or 'stopped'")
+            vm.status = vm.qmpstatus = val
+            vm.started_at = time.time() if val == 'running' else None
+        elif key == 'stats':
+            vm.stats = dict(val or {})
+        else:
+            setattr(vm, key, val)
+
+
+def set_bridges(pve, bridges, node=None):
+    if isinstance(bridges, dict):
+        if node is not None:
+            raise BadArgs('give bridges as a list when node is given')
+        for name, names in bridges.items():
+            set_bridges(pve, names, name)
+        return
+    if not isinstance(bridges, list) or not all(isinstance(b, str) for b in bridges):
+        raise BadArgs('bridges: expected a list of names, or {node: [names]}')
+    if node is None:
+        pve.default_bridges = list(bridges)
+        pve.bridges = {}
+    else:
+        pve.bridges[node] = list(bridges)
+
+
+def apply_scenario(pve, sc):
+    unknown = sorted(set(sc) - set(SCENARIO_KEYS))
+    if unknown:
+        raise BadArgs('unknown scenario keys {0}; known: {1}'.format(', '.join(unknown), ', '.join(SCENARIO_KEYS)))
+    if 'nodes' in sc:
+        pve.nodes = {}
+        for name, online in _node_list(sc['nodes']):
+            pve.add_node(name, online)
+    for name, options in (sc.get('storages') or {}).items():
+        set_storage(pve, name, options)
+    for vm in sc.get('vms') or []:
+        if not isinstance(vm, dict) or 'vmid' not in vm:
+            raise BadArgs('vms: each entry needs a vmid: {0!r}'.format(vm))
+        add_vm(pve, **vm)
+    for f in sc.get('files') or []:
+        pve.store_file(f['storage'], f['name'], int(f.get('size', 0)), f.get('content', 'iso'))
+    for tok in sc.get('tokens') or []:
+        pve.apitokens[tok['id']] = tok['secret']
+    pve.users.update(sc.get('users') or {})
+    for g in sc.get('grants') or []:
+        pve.grant(g['user'], g['path'], *g['privs'])
+    if 'version' in sc:
+        pve.version = str(sc['version'])
+        pve.release_version = '.'.join(pve.version.split('.')[:2])
+    if 'time_scale' in sc:
+        pve.time_scale = float(sc['time_scale'])
+    if 'quorate' in sc:
+        pve.quorate = bool(sc['quorate'])
+    if 'cluster_name' in sc:
+        pve.cluster_name = str(sc['cluster_name'])
+    if 'bridges' in sc:
+        set_bridges(pve, sc['bridges'])
+
+
+# ------------------------------------------------------------------ commands
+
+
+def vm_of(pve, vmid):
+    vm = pve.vm(int(vmid))
+    if vm is None:
+        raise BadArgs('no VM {0}'.format(vmid))
+    return vm
+
+
+def dump_vm(vm):
+    return jsonable({
+        'vmid': vm.vmid, 'name': vm.name, 'node': vm.node, 'status': vm.status, 'qmpstatus': vm.qmpstatus,
+        'template': bool(vm.template), 'lock': vm.lock, 'pool': vm.pool, 'config': vm.config,
+        'pending': vm.pending, 'snapshots': sorted(vm.snapshots), 'ha_state': vm.ha_state,
+        'config_lock_held': vm.lock_holder is not None,
+        'attrs': dict((k, getattr(vm, k)) for k in VM_ATTRS if k not in ('status', 'qmpstatus', 'ha_state')),
+    })
+
+
+class Commands(object):
+    """One method per command; its keyword parameters are the command's args."""
+
+    def __init__(self, pve, stop):
+        self.pve = pve
+        self.stop_event = stop
+
+    def ping(self):
+        return {'pong': True, 'fakepve': __version__}
+
+    def stop(self):
+        self.stop_event.set()
+        return None
+
+    # faults
+    def fail(self, method, suffix=None, path=None, status=None, message=None, error=None, html=False, times=None):
+        """Answer METHOD requests whose path ends with suffix (or matches a schema template) with an error."""
+        suffix = suffix or path
+        if not suffix:
+            raise BadArgs('fail needs suffix (or path)')
+        self.pve.fail(method.upper(), suffix, status=status, message=message, html=html, error=error, times=times)
+        return None
+
+    def clear_failures(self, method=None, suffix=None, path=None):
+        suffix = suffix or path
+        if method is None and suffix is None:
+            self.pve.failures.clear()
+        else:
+            for key in [k for k in self.pve.failures
+                        if (method is None or k[0] == method.upper()) and (suffix is None or k[1] == suffix)]:
+                del self.pve.failures[key]
+        return None
+
+    def failures(self):
+        return [dict(rule, method=m, suffix=s) for (m, s), rule in self.pve.failures.items()]
+
+    def errors_for(self, method, path, params=None):
+        return jsonable(self.pve.errors_for(method.upper(), path, params))
+
+    def flaky_network(self, drop_rate=0.0, hang_rate=0.0, hang_secs=120, seed=None):
+        self.pve.flaky_network(float(drop_rate), float(hang_rate), hang_secs, seed)
+        if seed is not None:
+            self.pve._random.seed(seed)
+        return None
+
+    def slow_network(self, latency, jitter=0.0, node=None):
+        self.pve.slow_network(float(latency), float(jitter), node)
+        return None
+
+    def set_node_offline(self, node, offline=True):
+        if node not in self.pve.nodes:
+            raise BadArgs('no node {0!r}; nodes: {1}'.format(node, ', '.join(sorted(self.pve.nodes))))
+        self.pve.set_node_offline(node, bool(offline))
+        return None
+
+    def lose_quorum(self):
+        self.pve.lose_quorum()
+
+    def regain_quorum(self):
+        self.pve.regain_quorum()
+
+    async def hold_config_lock(self, vmid, secs=None):
+        """Hold the VM's config lock for secs PVE seconds (None: until release_config_lock)."""
+        vm = vm_of(self.pve, vmid)
+        try:
+            await self.pve.hold_config_lock(vm.vmid, secs)
+        except TaskError as e:
+            raise BadArgs('config lock of VM {0} is already held: {1}'.format(vm.vmid, e)) from None
+        return None
+
+    def release_config_lock(self, vmid):
+        self.pve.release_config_lock(vm_of(self.pve, vmid).vmid)
+
+    def snapshot_lock(self, vmid, lock='snapshot'):
+        self.pve.snapshot_lock(vm_of(self.pve, vmid).vmid, lock)
+
+    def unlock(self, vmid):
+        self.pve.unlock(vm_of(self.pve, vmid).vmid)
+
+    def time_scale(self, value):
+        self.pve.time_scale = float(value)
+
+    def revoke_tickets(self):
+        self.pve.revoke_tickets()
+
+    async def backup(self, vmid, secs=30):
+        return await self.pve.backup(vm_of(self.pve, vmid).vmid, secs)
+
+    async def migrate(self, vmid, target, secs=20):
+        return await self.pve.migrate(vm_of(self.pve, vmid).vmid, target, secs)
+
+    def set_model(self, **settings):
+        unknown = sorted(set(settings) - set(MODEL_ATTRS))
+        if unknown:
+            raise BadArgs('unknown settings {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(MODEL_ATTRS)))
+        for key, val in settings.items():
+            setattr(self.pve, key, val)
+
+    # state
+    def set_vm(self, vmid, **attrs):
+        set_vm_attrs(vm_of(self.pve, vmid), attrs)
+        return dump_vm(vm_of(self.pve, vmid))
+
+    def add_vm(self, vmid, **kwargs):
+        return dump_vm(add_vm(self.pve, vmid, **kwargs))
+
+    def add_node(self, name, online=True):
+        self.pve.add_node(name, bool(online))
+
+    def set_bridges(self, bridges, node=None):
+        set_bridges(self.pve, bridges, node)
+
+    def set_storage(self, name, **options):
+        return jsonable(set_storage(self.pve, name, options))
+
+    def store_file(self, storage, name, size=0, content='iso'):
+        if storage not in self.pve.storages:
+            raise BadArgs('no storage {0!r}'.format(storage))
+        self.pve.store_file(storage, name, int(size), content)
+
+    def add_token(self, id, secret):  # noqa: A002 - the protocol's name
+        if '!' not in id or '@' not in id:
+            raise BadArgs("token id must look like 'user@realm!tokenid'")
+        self.pve.apitokens[id] = secret
+
+    def remove_token(self, id):  # noqa: A002
+        self.pve.apitokens.pop(id, None)
+
+    def add_user(self, userid, password):
+        self.pve.users[userid] = password
+
+    def grant(self, user, path, privs):
+        """Give user (or token) privs on path. The first grant turns permission checks on for all but root@pam."""
+        if isinstance(privs, str):
+            privs = [privs]
+        self.pve.grant(user, path, *privs)
+
+    def revoke_all(self):
+        """Forget every grant: everyone may do anything again."""
+        self.pve.acl = None
+
+    def vm(self, vmid):
+        return dump_vm(vm_of(self.pve, vmid))
+
+    def vms(self):
+        return [dump_vm(vm) for vm in self.pve.vms]
+
+    def nodes(self):
+        return jsonable(self.pve.nodes)
+
+    def storages(self):
+        return jsonable(self.pve.storages)
+
+    def requests(self, since=0):
+        """The request log: [{seq, method, path, query, body}] with seq >= since; secrets are redacted."""
+        out = []
+        for (method, path, body), (seq, query) in zip(self.pve.requests, self.pve.request_meta, strict=True):
+            if seq >= since:
+                out.append({'seq': seq, 'method': method, 'path': path, 'query': query,
+                            'body': body.decode('utf-8', 'replace')})
+        return out
+
+    def clear_requests(self):
+        """Empty the log; sequence numbers keep counting."""
+        self.pve.requests.clear()
+        self.pve.request_meta.clear()
+
+    def tasks(self, since=0):
+        return jsonable(self.pve.tasklog[since:])
+
+
+def answer_id(msg):
+    return msg.get('id') if isinstance(msg, dict) else None
+
+
+async def run_command(commands, line):
+    try:
+        msg = json.loads(line)
+    except ValueError as e:
+        return {'id': None, 'ok': False, 'error': 'not JSON: {0}'.format(e)}
+    rid = answer_id(msg)
+    if not isinstance(msg, dict) or not isinstance(msg.get('cmd'), str):
+        return {'id': rid, 'ok': False, 'error': 'expected {"id": N, "cmd": "...", "args": {...}}'}
+    name, args = msg['cmd'], msg.get('args') or {}
+    fn = getattr(commands, name, None) if not name.startswith('_') else None
+    if fn is None or not callable(fn):
+        known = sorted(n for n in dir(commands) if not n.startswith('_') and callable(getattr(commands, n)))
+        return {'id': rid, 'ok': False, 'error': 'unknown command {0!r}; known: {1}'.format(name, ', '.join(known))}
+    if not isinstance(args, dict):
+        return {'id': rid, 'ok': False, 'error': 'args must be an object'}
+    try:
+        inspect.signature(fn).bind(**args)
+    except TypeError as e:
+        return {'id': rid, 'ok': False, 'error': 'bad args for {0}: {1}'.format(name, e)}
+    try:
+        result = fn(**args)
+        if inspect.isawaitable(result):
+            result = await result
+        return {'id': rid, 'ok': True, 'result': jsonable(result)}
+    except BadArgs as e:
+        return {'id': rid, 'ok': False, 'error': '{0}: {1}'.format(name, e)}
+    except PveError as e:
+        return {'id': rid, 'ok': False, 'error': '{0}: {1} {2}'.format(name, e.status, e.message)}
+    except Exception as e:  # noqa: BLE001 - a bad command must never end the harness
+        traceback.print_exc(file=sys.stderr)
+        return {'id': rid, 'ok': False, 'error': '{0}: {1}: {2}'.format(name, type(e).__name__, e)}
+
+
+def emit(obj):
+    PROTOCOL.write(json.dumps(obj, default=str) + '\n')
+    PROTOCOL.flush()
+
+
+def start_reader(loop, queue):
+    """Feed stdin lines to the loop from a daemon thread; None at EOF."""
+    def read():
+        try:
+            for raw in sys.stdin.buffer:
+                line = raw.decode('utf-8', 'replace').strip()
+                if line:
+                    asyncio.run_coroutine_threadsafe(queue.put(line), loop)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            try:
+                asyncio.run_coroutine_threadsafe(queue.put(None), loop)
+            except RuntimeError:  # the loop is already closed
+                pass
+    thread = threading.Thread(target=read, name='stdin', daemon=True)
+    thread.start()
+
+
+async def main_async(scenario, tmp):
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sc = dict(scenario)
+    host = str(sc.get('host') or '127.0.0.1')
+    port = int(sc.get('port') or 0)
+    pve = HarnessPve(user=sc.get('user', 'root@pam'), password=sc.get('password', 'secret'), host=host, port=port)
+    try:
+        apply_scenario(pve, sc)
+        certfile, keyfile, _der = make_cert(tmp, hosts=(host,))
+        await pve.start(certfile, keyfile)
+        os.unlink(keyfile)  # loaded; nobody else needs it
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        emit({'ready': False, 'error': '{0}: {1}'.format(type(e).__name__, e)})
+        await pve.stop()
+        return 2
+    emit({'ready': True, 'url': pve.url, 'host': pve.host, 'port': pve.port, 'ca_file': certfile,
+          'fakepve': __version__, 'pid': os.getpid()})
+    queue = asyncio.Queue()
+    start_reader(loop, queue)
+    commands = Commands(pve, stop)
+    try:
+        while not stop.is_set():
+            getter = asyncio.ensure_future(queue.get())
+            stopper = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait((getter, stopper), return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                break
+            stopper.cancel()
+            line = getter.result()
+            if line is None:
+                break
+            emit(await run_command(commands, line))
+    finally:
+        try:
+            await asyncio.wait_for(settle(), STOP_TIMEOUT)
+            # aiohttp waits for open requests (a hung one, with flaky_network) up to its own timeout.
+            await asyncio.wait_for(pve.stop(), STOP_TIMEOUT)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+            pass
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--scenario', help='JSON scenario file (default: the first line of stdin)')
+    args = parser.parse_args()
+    try:
+        if args.scenario:
+            with open(args.scenario, encoding='utf-8') as fh:
+                scenario = json.load(fh)
+        else:
+            line = sys.stdin.buffer.readline()
+            if not line.strip():
+                raise ValueError('expected the scenario as one JSON line on stdin')
+            scenario = json.loads(line)
+        if not isinstance(scenario, dict):
+            raise ValueError('the scenario must be a JSON object')
+    except (OSError, ValueError) as e:
+        emit({'ready': False, 'error': 'bad scenario: {0}'.format(e)})
+        return 2
+    tmp = tempfile.mkdtemp(prefix='proxsync-fakepve-')
+    try:
+        return asyncio.run(main_async(scenario, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    code = main()
+    sys.stderr.flush()
+    PROTOCOL.flush()
+    # The stdin reader thread may still be blocked in read(); don't wait for it.
+    os._exit(code)
