@@ -1,1 +1,282 @@
-//! The spec format (stub; being written).
+//! The spec format: typed `ProxmoxVM` specs, their validation, and the JSON Schema.
+//!
+//! A spec file holds one or more YAML documents (`---` separated), each a `ProxmoxVM`:
+//!
+//! ```yaml
+//! apiVersion: proxsync.io/v1            # or proxmox.sankofa.nexus/v1alpha1 (the seed's)
+//! kind: ProxmoxVM
+//! metadata:
+//!   name: web-01                        # identity, unique in the repository
+//!   labels: {tenant-id: customer-123}   # or tenant.sankofa.nexus/id -> tag tenant_customer-123
+//! spec:
+//!   forProvider:
+//!     site: us-sfvalley                 # required
+//!     node: pve1                        # required
+//!     image: "9000"                     # required
+//!     cpu: 4
+//!     memory: 8Gi
+//!     disk: 100Gi
+//!   deletionPolicy: Delete
+//! ```
+//!
+//! [`parse_file`] is pure (bytes in, specs and diagnostics out); [`load_paths`] reads files and
+//! directories. Every problem is a [`Diagnostic`] with file, line and column; all problems of a
+//! run are reported, not only the first. Anything that goes into a Proxmox property string is
+//! checked so it cannot add options (`vmbr0,firewall=0`).
+//!
+//! Rules the reconcile engine relies on: a document with any error yields no [`Spec`]; its
+//! errors carry the spec's name in [`Diagnostic::spec`] when the name could be read, so its VM
+//! is left alone (not treated as removed); an error without a name means the run's set of specs
+//! is incomplete ([`SpecSet::is_complete`]).
+
+mod diag;
+mod image;
+mod load;
+mod names;
+mod schema;
+mod units;
+mod validate;
+mod yaml;
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+pub use diag::{Diagnostic, Pos, Severity};
+pub use image::{MAX_VMID, MIN_VMID};
+pub use load::{check_duplicates, check_sites, load_paths};
+pub use schema::json_schema;
+pub use units::{GIB, KIB, MIB, TIB};
+
+/// The largest spec file read, in bytes (1 MiB). Larger files are refused before being read.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// The largest `userData`, in bytes (64 KiB: what fits comfortably in a cloud-init snippet).
+pub const MAX_USER_DATA_BYTES: usize = 64 * 1024;
+
+/// The accepted `apiVersion`s: proxsync's own, and the seed Crossplane provider's.
+pub const API_VERSIONS: [&str; 2] = ["proxsync.io/v1", "proxmox.sankofa.nexus/v1alpha1"];
+/// The only accepted `kind`.
+pub const KIND: &str = "ProxmoxVM";
+/// Label keys that set the tenant (the seed accepted both).
+pub const TENANT_LABELS: [&str; 2] = ["tenant-id", "tenant.sankofa.nexus/id"];
+
+/// Default `cpu` when absent: 2 cores (the seed's documented default).
+pub const DEFAULT_CPU: u32 = 2;
+/// Largest `cpu`.
+pub const MAX_CPU: u32 = 1024;
+/// Default `memory` when absent: 2 GiB.
+pub const DEFAULT_MEMORY_MIB: u64 = 2048;
+/// Smallest `memory`: 128 MiB.
+pub const MIN_MEMORY_BYTES: u64 = 128 * MIB;
+/// Largest `memory`: 2 TiB.
+pub const MAX_MEMORY_BYTES: u64 = 2 * TIB;
+/// Default `disk` when absent: 32 GiB.
+pub const DEFAULT_DISK_BYTES: u64 = 32 * GIB;
+/// Smallest `disk`: 1 GiB.
+pub const MIN_DISK_BYTES: u64 = GIB;
+/// Largest `disk`: 100 TiB.
+pub const MAX_DISK_BYTES: u64 = 100 * TIB;
+/// Default `storage` for the VM's disk.
+pub const DEFAULT_STORAGE: &str = "local-lvm";
+/// Default `network` bridge.
+pub const DEFAULT_NETWORK: &str = "vmbr0";
+
+/// One validated `ProxmoxVM` spec: the desired state of one VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    /// `metadata.name`: the identity of the spec, unique in the repository; a lowercase DNS
+    /// label (1-63 of `a-z0-9-`), so it is always a safe status file stem.
+    pub name: String,
+    /// The file the spec came from.
+    pub file: String,
+    /// Where `metadata.name` is (the document start if it was missing).
+    pub pos: Pos,
+    /// The `apiVersion` as written (one of [`API_VERSIONS`]).
+    pub api_version: String,
+    /// The tenant, from label `tenant-id` or `tenant.sankofa.nexus/id`.
+    pub tenant: Option<String>,
+    /// The site (a `[[site]]` of the config; checked by [`check_sites`]).
+    pub site: String,
+    /// Where `site` is written.
+    pub site_pos: Pos,
+    /// The Proxmox node to place the VM on.
+    pub node: String,
+    /// Where `node` is written.
+    pub node_pos: Pos,
+    /// The VM name in Proxmox: `forProvider.name`, else `metadata.name`. A DNS name.
+    pub vm_name: String,
+    /// CPU cores, 1..=1024; default [`DEFAULT_CPU`].
+    pub cpu: u32,
+    /// Memory in MiB (sizes not a whole MiB are rounded down), 128 MiB ..= 2 TiB; default
+    /// [`DEFAULT_MEMORY_MIB`].
+    pub memory_mib: u64,
+    /// Size of the main disk in bytes, exactly as written, 1 GiB ..= 100 TiB; default
+    /// [`DEFAULT_DISK_BYTES`]. Disks only grow.
+    pub disk_bytes: u64,
+    /// The storage for the VM's disk; default `local-lvm`.
+    pub storage: String,
+    /// The bridge of `net0`; default `vmbr0`.
+    pub network: String,
+    /// What the VM is created from.
+    pub image: Image,
+    /// Where `image` is written.
+    pub image_pos: Pos,
+    /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`].
+    pub user_data: Option<String>,
+    /// Desired power state; default running.
+    pub power_state: PowerState,
+    /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
+    /// Never contains the ownership tag `proxsync.*` (refused in specs).
+    pub tags: Vec<String>,
+    /// What happens to the VM when the spec is removed; default delete.
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// What a VM is created from (`forProvider.image`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Image {
+    /// A template VMID (100..=999999999), cloned.
+    Template {
+        /// The template's VMID.
+        vmid: u32,
+    },
+    /// A volume ID `storage:volname`.
+    Volume {
+        /// The storage part of the volume ID.
+        storage: String,
+        /// The full volume ID, e.g. `local:import/debian-12-genericcloud-amd64.qcow2`.
+        volume: String,
+        /// Its content type, which decides how it is used.
+        kind: VolumeKind,
+    },
+    /// A template name, or else the file stem of a volume on the node's storages.
+    Name(String),
+}
+
+/// The content type of an image volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeKind {
+    /// `images` content (e.g. `local-lvm:vm-9000-disk-0`): imported with `import-from=`.
+    Images,
+    /// `import` content (`storage:import/X.qcow2|raw|vmdk`): imported with `import-from=`
+    /// (needs a PVE version with `import` content).
+    Import,
+    /// `iso` content (`storage:iso/X.iso`): attached as an installer CD-ROM next to an empty disk.
+    Iso,
+}
+
+/// Desired power state (`forProvider.powerState`: `running` | `stopped`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerState {
+    /// Started and kept running (the default).
+    #[default]
+    Running,
+    /// Kept stopped.
+    Stopped,
+}
+
+/// What removing the spec does (`spec.deletionPolicy`: `Delete` | `Orphan`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum DeletionPolicy {
+    /// Delete the VM (the default).
+    #[default]
+    Delete,
+    /// Leave the VM and drop ownership.
+    Orphan,
+}
+
+/// The result of loading a set of spec files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecSet {
+    /// Every valid spec. A name that is defined twice is in none of them (see
+    /// [`check_duplicates`]).
+    pub specs: Vec<Spec>,
+    /// Every error and warning, in file order then position order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl SpecSet {
+    /// True if any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The errors.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+
+    /// The warnings.
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| !d.is_error())
+    }
+
+    /// Names of specs that exist but are invalid: their VMs must be left as they are.
+    pub fn invalid_names(&self) -> BTreeSet<&str> {
+        self.errors().filter_map(|d| d.spec.as_deref()).collect()
+    }
+
+    /// False if some error could not be tied to a spec name (unreadable file, YAML syntax
+    /// error, missing name): then an absent spec may just be unreadable, so nothing should be
+    /// treated as removed.
+    pub fn is_complete(&self) -> bool {
+        self.errors().all(|d| d.spec.is_some())
+    }
+}
+
+/// Parses and validates one file's bytes. Pure: no I/O. `file` is used in diagnostics.
+///
+/// Returns the valid specs of every document and all diagnostics (sorted by position).
+pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
+    if bytes.len() > MAX_FILE_BYTES {
+        let d = Diagnostic::error(
+            file,
+            Pos::START,
+            format!(
+                "file is {} bytes, larger than the {MAX_FILE_BYTES} byte (1 MiB) limit for a spec file; split it",
+                bytes.len()
+            ),
+        );
+        return (Vec::new(), vec![d]);
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => return (Vec::new(), vec![not_utf8(file, bytes, e.valid_up_to())]),
+    };
+    // A UTF-8 byte order mark is harmless; drop it so it is not taken as content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+
+    let (docs, mut diags) = yaml::parse_documents(file, text);
+    let mut ctx = validate::Ctx::new(file);
+    let specs: Vec<Spec> = docs
+        .iter()
+        .filter_map(|doc| validate::validate_document(&mut ctx, doc))
+        .collect();
+    diags.extend(ctx.diags);
+    diags.sort_by_key(|d| d.pos);
+    (specs, diags)
+}
+
+/// The error for invalid UTF-8 at byte `offset`, positioned by line and column.
+fn not_utf8(file: &str, bytes: &[u8], offset: usize) -> Diagnostic {
+    let valid = bytes.get(..offset).unwrap_or_default();
+    // The prefix is valid UTF-8 by construction; count characters, not bytes, for the column.
+    let prefix = String::from_utf8_lossy(valid);
+    let line = prefix.matches('\n').count() + 1;
+    let column = prefix.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let byte = bytes.get(offset).copied().unwrap_or_default();
+    Diagnostic::error(
+        file,
+        Pos::new(line, column),
+        format!(
+            "invalid UTF-8 (byte 0x{byte:02X} at offset {offset}); spec files must be UTF-8 text"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests;

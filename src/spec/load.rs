@@ -1,0 +1,229 @@
+//! Reading spec files from the filesystem, and the checks that span several specs.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, parse_file};
+
+/// Loads spec files and directories. A directory is walked recursively in sorted order for
+/// `*.yaml` and `*.yml` files, skipping hidden entries (names starting with `.`, e.g. `.git`);
+/// a symlink inside it may point anywhere inside the directory but not outside it. A file
+/// named directly is read whatever its extension. Every file is parsed, then names are checked
+/// for duplicates; specs whose name is duplicated are left out of [`SpecSet::specs`].
+pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
+    let mut files = Vec::new();
+    let mut diags = Vec::new();
+    for path in paths {
+        let shown = path.display().to_string();
+        match fs::metadata(path) {
+            Err(e) => diags.push(Diagnostic::error(
+                &shown,
+                Pos::START,
+                format!("cannot read {shown}: {e}"),
+            )),
+            Ok(meta) if meta.is_dir() => match fs::canonicalize(path) {
+                Ok(root) => {
+                    let mut visited = HashSet::new();
+                    walk(&root, path, &mut visited, &mut files, &mut diags);
+                }
+                Err(e) => diags.push(Diagnostic::error(
+                    &shown,
+                    Pos::START,
+                    format!("cannot read {shown}: {e}"),
+                )),
+            },
+            Ok(_) => files.push(path.clone()),
+        }
+    }
+
+    let mut set = SpecSet::default();
+    for file in &files {
+        let (specs, file_diags) = load_file(file);
+        set.specs.extend(specs);
+        diags.extend(file_diags);
+    }
+
+    let duplicates = check_duplicates(&set.specs);
+    let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
+    set.specs.retain(|s| !dup_names.contains(&s.name));
+    diags.extend(duplicates);
+
+    // Report in walk order, then by position, so output follows the files.
+    let order: HashMap<String, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.display().to_string(), i))
+        .collect();
+    diags.sort_by_key(|d| (order.get(&d.file).copied().unwrap_or(0), d.pos));
+    set.diagnostics = diags;
+    set
+}
+
+/// True for `*.yaml` and `*.yml`.
+fn is_spec_file(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+/// Collects spec files under `dir` (shown as the user named it), refusing symlinks that
+/// resolve outside `root` (canonical). `visited` stops symlink loops.
+fn walk(
+    root: &Path,
+    dir: &Path,
+    visited: &mut HashSet<PathBuf>,
+    files: &mut Vec<PathBuf>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let shown = dir.display().to_string();
+    let error = |diags: &mut Vec<Diagnostic>, shown: &str, msg: String| {
+        diags.push(Diagnostic::error(shown, Pos::START, msg))
+    };
+    match fs::canonicalize(dir) {
+        Ok(canonical) if !visited.insert(canonical.clone()) => return,
+        Ok(_) => {}
+        Err(e) => return error(diags, &shown, format!("cannot read directory {shown}: {e}")),
+    }
+    let mut entries = match fs::read_dir(dir) {
+        Ok(rd) => rd.filter_map(Result::ok).collect::<Vec<_>>(),
+        Err(e) => return error(diags, &shown, format!("cannot read directory {shown}: {e}")),
+    };
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = dir.join(entry.file_name());
+        let shown = path.display().to_string();
+        let Ok(ftype) = entry.file_type() else {
+            continue;
+        };
+        if ftype.is_symlink() {
+            let target = match fs::canonicalize(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    if is_spec_file(&name) {
+                        error(
+                            diags,
+                            &shown,
+                            format!("broken symlink {shown}: {e}; fix or remove it"),
+                        );
+                    }
+                    continue;
+                }
+            };
+            if !target.starts_with(root) {
+                error(
+                    diags,
+                    &shown,
+                    format!(
+                        "symlink {shown} points to {}, outside {}; only symlinks within the spec directory are followed",
+                        target.display(),
+                        root.display()
+                    ),
+                );
+                continue;
+            }
+        }
+        // Follows the (checked) symlink.
+        let Ok(meta) = fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(root, &path, visited, files, diags);
+        } else if is_spec_file(&name) {
+            if meta.is_file() {
+                files.push(path);
+            } else {
+                error(
+                    diags,
+                    &shown,
+                    format!(
+                        "{shown} is not a regular file (a pipe or device?); spec files must be plain files"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Reads and parses one file, refusing oversized and non-regular files before reading them.
+fn load_file(path: &Path) -> (Vec<Spec>, Vec<Diagnostic>) {
+    let shown = path.display().to_string();
+    let fail = |msg: String| (Vec::new(), vec![Diagnostic::error(&shown, Pos::START, msg)]);
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return fail(format!("cannot read {shown}: {e}")),
+    };
+    if !meta.is_file() {
+        return fail(format!(
+            "{shown} is not a regular file; spec files must be plain files"
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES as u64 {
+        return fail(format!(
+            "file is {} bytes, larger than the {MAX_FILE_BYTES} byte (1 MiB) limit for a spec file; split it",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    // Bounded even if the file grows after the size check.
+    let read = fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes));
+    if let Err(e) = read {
+        return fail(format!("cannot read {shown}: {e}"));
+    }
+    parse_file(&shown, &bytes)
+}
+
+/// Reports every spec whose `metadata.name` was already used by an earlier spec (in another
+/// file or another document), at the later one, naming where the first is.
+pub fn check_duplicates(specs: &[Spec]) -> Vec<Diagnostic> {
+    let mut first: HashMap<&str, &Spec> = HashMap::new();
+    let mut diags = Vec::new();
+    for spec in specs {
+        match first.get(spec.name.as_str()) {
+            Some(f) => diags.push(
+                Diagnostic::error(
+                    &spec.file,
+                    spec.pos,
+                    format!(
+                        "duplicate metadata.name {:?}: first defined at {}:{}:{}; every spec needs a unique name",
+                        spec.name, f.file, f.pos.line, f.pos.column
+                    ),
+                )
+                .for_spec(Some(&spec.name)),
+            ),
+            None => {
+                first.insert(&spec.name, spec);
+            }
+        }
+    }
+    diags
+}
+
+/// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
+/// at the `site` field, listing the valid names.
+pub fn check_sites(specs: &[Spec], sites: &[&str]) -> Vec<Diagnostic> {
+    let valid = if sites.is_empty() {
+        "the config defines no [[site]]".to_string()
+    } else {
+        format!("valid sites are: {}", sites.join(", "))
+    };
+    specs
+        .iter()
+        .filter(|s| !sites.contains(&s.site.as_str()))
+        .map(|s| {
+            Diagnostic::error(
+                &s.file,
+                s.site_pos,
+                format!(
+                    "site {:?} is not a [[site]] of the proxsync config; {valid}",
+                    s.site
+                ),
+            )
+            .for_spec(Some(&s.name))
+        })
+        .collect()
+}

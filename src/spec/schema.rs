@@ -1,0 +1,138 @@
+//! JSON Schema (draft 2020-12) of a spec document, for editors' YAML plugins.
+//!
+//! It mirrors the validator closely enough to catch typos while typing; the validator stays the
+//! authority (some rules, such as the image forms or size ranges, are only partly expressible).
+
+use serde_json::{Value, json};
+
+use super::{API_VERSIONS, KIND, MAX_CPU, MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID};
+
+/// `spec.forProvider` (split out: one `json!` of the whole schema exceeds the macro recursion limit).
+fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["site", "node", "image"],
+        "properties": {
+            "site": {"description": "A [[site]] of the proxsync config.", "type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "node": {"description": "The Proxmox node.", "type": "string", "pattern": "^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"},
+            "name": {
+                "description": "VM name (a DNS name); defaults to metadata.name.",
+                "type": "string",
+                "maxLength": 253,
+                "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)*[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"
+            },
+            "cpu": {
+                "description": "CPU cores (default 2).",
+                "oneOf": [
+                    {"type": "integer", "minimum": 1, "maximum": MAX_CPU},
+                    {"type": "string", "pattern": "^[0-9]+$"}
+                ]
+            },
+            "memory": size("MiB", "8Gi; range 128Mi..2Ti, default 2Gi"),
+            "disk": size("GiB", "100Gi; range 1Gi..100Ti, default 32Gi; disks only grow"),
+            "storage": {"description": "Storage for the disk (default local-lvm).", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
+            "network": {"description": "Bridge for net0 (default vmbr0).", "type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
+            "image": {
+                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), or a template/image name.",
+                "oneOf": [
+                    {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
+                    {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:[a-zA-Z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
+                ]
+            },
+            "userData": {"description": "cloud-init user-data.", "type": "string", "maxLength": MAX_USER_DATA_BYTES},
+            "powerState": {"enum": ["running", "stopped"]},
+            "tags": {
+                "description": "Extra Proxmox tags (lower case). proxsync.* and tenant_* are reserved.",
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[a-z0-9_][a-z0-9_+.-]*$"}
+            }
+        }
+    })
+}
+
+/// The JSON Schema of one spec document (a `ProxmoxVM`).
+pub fn json_schema() -> Value {
+    let size = |plain: &str, example: &str| {
+        json!({
+            "description": format!("Ki/Mi/Gi/Ti (binary) or K/M/G/T (decimal), case-insensitive; a plain number is {plain}. Example: {example}"),
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": "^[0-9]+([KkMmGgTt][Ii]?)?$"}
+            ]
+        })
+    };
+    let for_provider = for_provider_schema(size);
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://proxsync.io/schemas/proxmoxvm.json",
+        "title": "ProxmoxVM",
+        "description": "A VM that proxsync keeps in a Proxmox VE cluster.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"enum": API_VERSIONS},
+            "kind": {"const": KIND},
+            "metadata": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name"],
+                "properties": {
+                    "name": {
+                        "description": "Identity of the spec, unique in the repository; also the status file name.",
+                        "type": "string",
+                        "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+                    },
+                    "labels": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "properties": {
+                            "tenant-id": {"$ref": "#/$defs/tenant"},
+                            "tenant.sankofa.nexus/id": {"$ref": "#/$defs/tenant"}
+                        }
+                    },
+                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}}
+                }
+            },
+            "spec": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["forProvider"],
+                "properties": {
+                    "deletionPolicy": {
+                        "description": "Delete (default): delete the VM when the spec is removed. Orphan: leave it.",
+                        "enum": ["Delete", "Orphan"]
+                    },
+                    "providerConfigRef": {
+                        "description": "Accepted for compatibility with the Crossplane provider; ignored with a warning.",
+                        "type": "object"
+                    },
+                    "forProvider": for_provider
+                }
+            }
+        },
+        "$defs": {
+            "tenant": {
+                "description": "Tenant id; becomes the Proxmox tag tenant_<id>.",
+                "type": "string",
+                "pattern": "^[a-z0-9_+.-]{1,63}$"
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_is_an_object_with_the_fields() {
+        let s = json_schema();
+        assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        let fp = &s["properties"]["spec"]["properties"]["forProvider"];
+        assert_eq!(fp["additionalProperties"], false);
+        assert_eq!(fp["required"], json!(["site", "node", "image"]));
+        assert!(fp["properties"]["userData"].is_object());
+    }
+}

@@ -1,0 +1,242 @@
+//! Whole-document validation tests.
+
+use super::*;
+
+fn parse(text: &str) -> (Vec<Spec>, Vec<String>) {
+    let (specs, diags) = parse_file("t.yaml", text.as_bytes());
+    (specs, diags.iter().map(ToString::to_string).collect())
+}
+
+const MINIMAL: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxVM
+metadata:
+  name: web-01
+spec:
+  forProvider:
+    site: us-sfvalley
+    node: pve1
+    image: 9000
+";
+
+#[test]
+fn minimal_spec_gets_the_defaults() {
+    let (specs, diags) = parse(MINIMAL);
+    assert!(diags.is_empty(), "{diags:?}");
+    let s = &specs[0];
+    assert_eq!(s.name, "web-01");
+    assert_eq!(s.vm_name, "web-01");
+    assert_eq!(s.pos, Pos::new(4, 9));
+    assert_eq!(s.site_pos, Pos::new(7, 11));
+    assert_eq!(s.cpu, DEFAULT_CPU);
+    assert_eq!(s.memory_mib, DEFAULT_MEMORY_MIB);
+    assert_eq!(s.disk_bytes, DEFAULT_DISK_BYTES);
+    assert_eq!(s.storage, "local-lvm");
+    assert_eq!(s.network, "vmbr0");
+    assert_eq!(s.image, Image::Template { vmid: 9000 });
+    assert_eq!(s.power_state, PowerState::Running);
+    assert_eq!(s.deletion_policy, DeletionPolicy::Delete);
+    assert!(s.tags.is_empty() && s.tenant.is_none() && s.user_data.is_none());
+}
+
+#[test]
+fn full_legacy_spec() {
+    let text = "apiVersion: proxmox.sankofa.nexus/v1alpha1
+kind: ProxmoxVM
+metadata:
+  name: web-02
+  labels:
+    tenant.sankofa.nexus/id: customer-123
+    app: web
+spec:
+  forProvider:
+    site: us-sfvalley
+    node: pve1
+    name: web-02.example.com
+    cpu: \"4\"
+    memory: 8gi
+    disk: 100
+    storage: ceph.pool_1
+    network: vmbr1
+    image: local:import/debian-12-genericcloud-amd64.qcow2
+    userData: |
+      #cloud-config
+    powerState: stopped
+    tags: [web, db, web]
+  deletionPolicy: Orphan
+  providerConfigRef:
+    name: default
+";
+    let (specs, diags) = parse(text);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert!(
+        diags[0].starts_with("t.yaml:25:5: warning: spec.providerConfigRef is ignored"),
+        "{diags:?}"
+    );
+    let s = &specs[0];
+    assert_eq!(s.tenant.as_deref(), Some("customer-123"));
+    assert_eq!(s.tags, ["db", "tenant_customer-123", "web"]);
+    assert_eq!(s.cpu, 4);
+    assert_eq!(s.memory_mib, 8192);
+    assert_eq!(s.disk_bytes, 100 * GIB);
+    assert_eq!(s.vm_name, "web-02.example.com");
+    assert_eq!(s.power_state, PowerState::Stopped);
+    assert_eq!(s.deletion_policy, DeletionPolicy::Orphan);
+    assert_eq!(s.user_data.as_deref(), Some("#cloud-config\n"));
+    assert!(
+        matches!(&s.image, Image::Volume { kind: VolumeKind::Import, storage, .. } if storage == "local")
+    );
+}
+
+#[test]
+fn every_bad_field_is_reported() {
+    let text = "apiVersion: proxsync.io/v1
+kind: ProxmoxVM
+metadata:
+  name: web-03
+  labels: {tenant-id: Customer}
+spec:
+  forProvider:
+    site: us-sfvalley
+    node: pve1
+    name: my vm
+    cpu: four
+    memory: 64Mi
+    disk: 1.5Gi
+    network: vmbr0,firewall=0
+    storage: local lvm
+    image: local:iso/ubuntu-22.04-cloud.img
+    powerState: Stopped
+    tags: web
+    colour: blue
+  deletionPolicy: delete
+";
+    let (specs, diags) = parse(text);
+    assert!(specs.is_empty());
+    let expect = [
+        "5:23: error: tenant id \"Customer\"",
+        "10:11: error: VM name \"my vm\"",
+        "11:10: error: spec.forProvider.cpu must be a whole number",
+        "12:13: error: spec.forProvider.memory is 64Mi, outside the allowed range 128Mi .. 2Ti",
+        "13:11: error: spec.forProvider.disk: \"1.5Gi\": only whole numbers",
+        "14:14: error: network \"vmbr0,firewall=0\" contains a comma ',' at character 6",
+        "15:14: error: storage \"local lvm\" contains a space",
+        "16:12: error: image \"local:iso/ubuntu-22.04-cloud.img\" is a disk image kept in `iso` content",
+        "17:17: error: spec.forProvider.powerState \"Stopped\" is not valid (did you mean \"stopped\"?)",
+        "18:11: error: spec.forProvider.tags must be a list of tags",
+        "19:5: error: unknown field \"colour\" in spec.forProvider",
+        "20:19: error: spec.deletionPolicy \"delete\" is not valid (did you mean \"Delete\"?)",
+    ];
+    for e in expect {
+        assert!(
+            diags.iter().any(|d| d.contains(e)),
+            "missing {e:?} in {diags:#?}"
+        );
+    }
+    assert_eq!(diags.len(), expect.len(), "{diags:#?}");
+}
+
+#[test]
+fn errors_are_attributed_to_the_spec_name() {
+    let text = MINIMAL.replace("image: 9000", "image: 5");
+    let (_, diags) = parse_file("t.yaml", text.as_bytes());
+    assert_eq!(diags[0].spec.as_deref(), Some("web-01"));
+    let text = MINIMAL.replace("name: web-01", "name: Web_01");
+    let (_, diags) = parse_file("t.yaml", text.as_bytes());
+    assert_eq!(diags[0].spec, None);
+}
+
+#[test]
+fn missing_fields_and_wrong_kind() {
+    let (_, diags) = parse("apiVersion: v1\nkind: Pod\nmetadata: {}\nspec:\n  forProvider: {}\n");
+    for e in [
+        "1:13: error: apiVersion \"v1\" is not supported",
+        "2:7: error: kind \"Pod\" is not supported",
+        "3:11: error: missing required field metadata.name",
+        "5:16: error: missing required field spec.forProvider.site",
+        "5:16: error: missing required field spec.forProvider.node",
+        "5:16: error: missing required field spec.forProvider.image",
+    ] {
+        assert!(
+            diags.iter().any(|d| d.contains(e)),
+            "missing {e:?} in {diags:#?}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_keys_and_reserved_tags() {
+    let text = MINIMAL.replace(
+        "    image: 9000\n",
+        "    image: 9000\n    node: pve2\n    tags: [proxsync.main, tenant_x, Web]\n",
+    );
+    let (_, diags) = parse(&text);
+    for e in [
+        "10:5: error: duplicate key \"node\" in spec.forProvider (first at line 8, column 5)",
+        "11:12: error: tag \"proxsync.main\" is reserved",
+        "11:27: error: tag \"tenant_x\" is reserved",
+        "11:37: error: tag \"Web\" has upper-case letters",
+    ] {
+        assert!(
+            diags.iter().any(|d| d.contains(e)),
+            "missing {e:?} in {diags:#?}"
+        );
+    }
+}
+
+#[test]
+fn multiple_documents_each_reported() {
+    let text = format!(
+        "{MINIMAL}---\n{}---\n{}",
+        MINIMAL.replace("web-01", "web-02"),
+        MINIMAL.replace("9000", "nine thousand")
+    );
+    let (specs, diags) = parse(&text);
+    assert_eq!(specs.len(), 2);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert!(
+        diags[0].starts_with("t.yaml:29:12: error: image \"nine thousand\""),
+        "{diags:?}"
+    );
+}
+
+#[test]
+fn not_utf8_and_too_big() {
+    let mut bytes = b"a: 1\nb: x".to_vec();
+    bytes.push(0xff);
+    let (_, diags) = parse_file("t.yaml", &bytes);
+    assert_eq!(diags[0].pos, Pos::new(2, 5));
+    assert!(diags[0].message.contains("invalid UTF-8"));
+    let big = vec![b'#'; MAX_FILE_BYTES + 1];
+    let (_, diags) = parse_file("t.yaml", &big);
+    assert!(diags[0].message.contains("1 MiB"));
+}
+
+#[test]
+fn user_data_cap() {
+    let big = "x".repeat(MAX_USER_DATA_BYTES + 1);
+    let text = format!("{MINIMAL}    userData: {big}\n");
+    let (specs, diags) = parse(&text);
+    assert!(specs.is_empty());
+    assert!(diags[0].contains("the limit is 65536 bytes"), "{diags:?}");
+}
+
+#[test]
+fn overflowing_numbers_are_errors() {
+    for (field, value) in [
+        ("cpu", "99999999999999999999999999999"),
+        ("memory", "99999999999999999999999999999"),
+        ("memory", "18446744073709551615"),
+        ("disk", "\"99999999999999999999Ti\""),
+        ("cpu", "-1"),
+        ("memory", "-5"),
+        ("image", "99999999999999999999999999999"),
+    ] {
+        let text = format!("{MINIMAL}    {field}: {value}\n")
+            .replace("    image: 9000\n    image", "    image");
+        let (specs, diags) = parse(&text);
+        assert!(
+            specs.is_empty() && !diags.is_empty(),
+            "{field}: {value}: {diags:?}"
+        );
+    }
+}

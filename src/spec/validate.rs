@@ -1,0 +1,644 @@
+//! From a located YAML tree to a typed [`Spec`], collecting every problem on the way.
+
+use super::diag::{Diagnostic, Pos};
+use super::image::{image_from_int, parse_image};
+use super::names::{
+    check_bridge, check_node, check_site, check_spec_name, check_storage, check_tag, check_tenant,
+    check_vm_name,
+};
+use super::units::{GIB, MIB, format_bytes, parse_size, plain_number};
+use super::yaml::{Node, Value};
+use super::{
+    API_VERSIONS, DEFAULT_CPU, DEFAULT_DISK_BYTES, DEFAULT_MEMORY_MIB, DEFAULT_NETWORK,
+    DEFAULT_STORAGE, DeletionPolicy, KIND, MAX_CPU, MAX_DISK_BYTES, MAX_MEMORY_BYTES,
+    MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec, TENANT_LABELS,
+};
+
+/// Collects the diagnostics of one file.
+pub struct Ctx<'a> {
+    file: &'a str,
+    /// Everything found so far, in the order found.
+    pub diags: Vec<Diagnostic>,
+    errors: usize,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context for `file`.
+    pub fn new(file: &'a str) -> Self {
+        Ctx {
+            file,
+            diags: Vec::new(),
+            errors: 0,
+        }
+    }
+
+    fn error(&mut self, pos: Pos, message: impl Into<String>) {
+        self.errors += 1;
+        self.diags.push(Diagnostic::error(self.file, pos, message));
+    }
+
+    fn warning(&mut self, pos: Pos, message: impl Into<String>) {
+        self.diags
+            .push(Diagnostic::warning(self.file, pos, message));
+    }
+
+    /// Records `Err` as an error at `pos`; passes `Ok` through.
+    fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
+        result.map_err(|e| self.error(pos, e)).ok()
+    }
+}
+
+const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+const METADATA_FIELDS: &[&str] = &["name", "labels", "annotations"];
+const SPEC_FIELDS: &[&str] = &["forProvider", "deletionPolicy", "providerConfigRef"];
+const FOR_PROVIDER_FIELDS: &[&str] = &[
+    "site",
+    "node",
+    "name",
+    "cpu",
+    "memory",
+    "disk",
+    "storage",
+    "network",
+    "image",
+    "userData",
+    "powerState",
+    "tags",
+];
+
+/// The fields of one mapping, after duplicate and unknown keys were reported.
+struct Obj<'n> {
+    path: String,
+    pos: Pos,
+    entries: Vec<(&'n str, &'n Node)>,
+}
+
+impl<'n> Obj<'n> {
+    /// The value of `key`, unless absent or null (YAML `key:` with nothing means "not set").
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .filter(|v| v.value != Value::Null)
+    }
+
+    fn path(&self, key: &str) -> String {
+        format!("{}.{key}", self.path)
+    }
+
+    /// The value of a required `key`; reports it missing (at the mapping) otherwise.
+    fn required(&self, ctx: &mut Ctx, key: &str, what: &str) -> Option<&'n Node> {
+        let node = self.get(key);
+        if node.is_none() {
+            ctx.error(
+                self.pos,
+                format!("missing required field {}: {what}", self.path(key)),
+            );
+        }
+        node
+    }
+}
+
+/// Reads a mapping. `allowed: None` accepts any (string) key, as for labels.
+fn object<'n>(
+    ctx: &mut Ctx,
+    node: &'n Node,
+    path: &str,
+    allowed: Option<&[&str]>,
+) -> Option<Obj<'n>> {
+    let Value::Map(map) = &node.value else {
+        let fields = allowed.map_or(String::new(), |a| {
+            format!(" with the fields {}", a.join(", "))
+        });
+        ctx.error(
+            node.pos,
+            format!(
+                "{path} must be a mapping{fields}; found {}",
+                node.value.describe()
+            ),
+        );
+        return None;
+    };
+    let mut obj = Obj {
+        path: path.to_string(),
+        pos: node.pos,
+        entries: Vec::new(),
+    };
+    let mut seen: Vec<(&str, Pos)> = Vec::new();
+    for (key, value) in map {
+        let Value::Str(k) = &key.value else {
+            ctx.error(
+                key.pos,
+                format!(
+                    "keys in {path} must be strings; found {}",
+                    key.value.describe()
+                ),
+            );
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(s, _)| s == k) {
+            ctx.error(
+                key.pos,
+                format!("duplicate key {k:?} in {path} (first at line {}, column {}); each key may appear once", first.line, first.column),
+            );
+            continue;
+        }
+        seen.push((k, key.pos));
+        if let Some(allowed) = allowed
+            && !allowed.contains(&k.as_str())
+        {
+            let hint = allowed
+                .iter()
+                .find(|a| {
+                    a.eq_ignore_ascii_case(k)
+                        || a.to_lowercase() == k.replace(['-', '_'], "").to_lowercase()
+                })
+                .map_or(String::new(), |a| format!(" (did you mean {a:?}?)"));
+            ctx.error(
+                key.pos,
+                format!(
+                    "unknown field {k:?} in {path}{hint}; valid fields are: {}",
+                    allowed.join(", ")
+                ),
+            );
+            continue;
+        }
+        obj.entries.push((k, value));
+    }
+    Some(obj)
+}
+
+/// A string value, or an error naming what was found instead.
+fn string<'n>(ctx: &mut Ctx, node: &'n Node, path: &str, example: &str) -> Option<&'n str> {
+    match &node.value {
+        Value::Str(s) => Some(s),
+        Value::Int(i) => {
+            ctx.error(
+                node.pos,
+                format!(
+                    "{path} must be a string; found the integer {i} (write it quoted: \"{i}\")"
+                ),
+            );
+            None
+        }
+        other => {
+            ctx.error(
+                node.pos,
+                format!(
+                    "{path} must be a string (e.g. {example}); found {}",
+                    other.describe()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Validates one document. Returns the spec if the document has no error; diagnostics go to
+/// `ctx` (attributed to the spec's name when it is known).
+pub fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
+    let first_diag = ctx.diags.len();
+    let errors_before = ctx.errors;
+    let (spec, name) = document(ctx, root);
+    for d in &mut ctx.diags[first_diag..] {
+        d.spec = name.clone();
+    }
+    if ctx.errors > errors_before {
+        None
+    } else {
+        spec
+    }
+}
+
+/// The document's checks; returns the spec when all parts were readable, and the spec's name
+/// when it is known (to attribute diagnostics).
+fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
+    if !matches!(root.value, Value::Map(_)) {
+        ctx.error(
+            root.pos,
+            format!(
+                "a spec document must be a mapping with apiVersion, kind, metadata and spec; found {}",
+                root.value.describe()
+            ),
+        );
+        return (None, None);
+    }
+    let Some(top) = object(ctx, root, "the document", Some(TOP_FIELDS)) else {
+        return (None, None);
+    };
+
+    let api_version = top
+        .required(
+            ctx,
+            "apiVersion",
+            &format!("one of {}", API_VERSIONS.join(", ")),
+        )
+        .and_then(|n| {
+            let s = string(ctx, n, "apiVersion", API_VERSIONS[0])?;
+            if API_VERSIONS.contains(&s) {
+                Some(s.to_string())
+            } else {
+                ctx.error(
+                    n.pos,
+                    format!(
+                        "apiVersion {s:?} is not supported; use {}",
+                        API_VERSIONS.join(" or ")
+                    ),
+                );
+                None
+            }
+        });
+    if let Some(n) = top.required(ctx, "kind", KIND)
+        && let Some(s) = string(ctx, n, "kind", KIND)
+        && s != KIND
+    {
+        ctx.error(
+            n.pos,
+            format!("kind {s:?} is not supported; the only kind is {KIND}"),
+        );
+    }
+
+    let mut name = None;
+    let mut name_pos = root.pos;
+    let mut tenant = None;
+    let meta = top.required(ctx, "metadata", "a mapping with name (and optional labels)");
+    if let Some(meta) = meta.and_then(|n| object(ctx, n, "metadata", Some(METADATA_FIELDS))) {
+        if let Some(n) = meta.required(ctx, "name", "the spec's unique name, e.g. web-01")
+            && let Some(s) = string(ctx, n, "metadata.name", "web-01")
+        {
+            name_pos = n.pos;
+            name = ctx.check(n.pos, check_spec_name(s).map(|()| s.to_string()));
+        }
+        if let Some(labels) = meta.get("labels") {
+            tenant = labels_tenant(ctx, labels);
+        }
+        if let Some(annotations) = meta.get("annotations")
+            && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
+        {
+            for (k, v) in &obj.entries {
+                string(ctx, v, &obj.path(k), "\"text\"");
+            }
+        }
+    }
+
+    let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
+    let Some(spec) = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS))) else {
+        return (None, name);
+    };
+    if let Some(n) = spec.get("providerConfigRef") {
+        ctx.warning(
+            n.pos,
+            "spec.providerConfigRef is ignored: proxsync takes the Proxmox endpoint and credentials \
+             from the [[site]] named by spec.forProvider.site in its own config; remove this field",
+        );
+    }
+    let deletion_policy = match spec.get("deletionPolicy") {
+        None => Some(DeletionPolicy::Delete),
+        Some(n) => enum_field(
+            ctx,
+            n,
+            "spec.deletionPolicy",
+            &[
+                ("Delete", DeletionPolicy::Delete),
+                ("Orphan", DeletionPolicy::Orphan),
+            ],
+        ),
+    };
+    let fp = spec.required(
+        ctx,
+        "forProvider",
+        "a mapping with at least site, node and image",
+    );
+    let Some(fp) = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)))
+    else {
+        return (None, name);
+    };
+
+    let site = fp.required(
+        ctx,
+        "site",
+        "the name of a [[site]] in the proxsync config, e.g. us-sfvalley",
+    );
+    let site = site.and_then(|n| {
+        let s = string(ctx, n, "spec.forProvider.site", "us-sfvalley")?;
+        ctx.check(n.pos, check_site(s))
+            .map(|()| (s.to_string(), n.pos))
+    });
+    let node = fp.required(
+        ctx,
+        "node",
+        "the Proxmox node to place the VM on, e.g. pve1",
+    );
+    let node = node.and_then(|n| {
+        let s = string(ctx, n, "spec.forProvider.node", "pve1")?;
+        ctx.check(n.pos, check_node(s))
+            .map(|()| (s.to_string(), n.pos))
+    });
+    let vm_name = match fp.get("name") {
+        Some(n) => string(ctx, n, "spec.forProvider.name", "web-01")
+            .and_then(|s| ctx.check(n.pos, check_vm_name(s)).map(|()| s.to_string())),
+        None => name.clone(),
+    };
+    let cpu = match fp.get("cpu") {
+        None => Some(DEFAULT_CPU),
+        Some(n) => cpu_field(ctx, n),
+    };
+    let memory_mib = match fp.get("memory") {
+        None => Some(DEFAULT_MEMORY_MIB),
+        Some(n) => size_field(
+            ctx,
+            n,
+            "spec.forProvider.memory",
+            MIB,
+            "MiB",
+            MIN_MEMORY_BYTES,
+            MAX_MEMORY_BYTES,
+        )
+        .map(|bytes| bytes / MIB),
+    };
+    let disk_bytes = match fp.get("disk") {
+        None => Some(DEFAULT_DISK_BYTES),
+        Some(n) => size_field(
+            ctx,
+            n,
+            "spec.forProvider.disk",
+            GIB,
+            "GiB",
+            MIN_DISK_BYTES,
+            MAX_DISK_BYTES,
+        ),
+    };
+    let storage = match fp.get("storage") {
+        None => Some(DEFAULT_STORAGE.to_string()),
+        Some(n) => string(ctx, n, "spec.forProvider.storage", DEFAULT_STORAGE)
+            .and_then(|s| ctx.check(n.pos, check_storage(s)).map(|()| s.to_string())),
+    };
+    let network = match fp.get("network") {
+        None => Some(DEFAULT_NETWORK.to_string()),
+        Some(n) => string(ctx, n, "spec.forProvider.network", DEFAULT_NETWORK)
+            .and_then(|s| ctx.check(n.pos, check_bridge(s)).map(|()| s.to_string())),
+    };
+    let image = fp
+        .required(ctx, "image", "a template VMID, a volume ID or an image name")
+        .and_then(|n| {
+            let image = match &n.value {
+                Value::Int(i) => image_from_int(*i),
+                Value::Str(s) => parse_image(s),
+                other => Err(format!(
+                    "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID or a name; found {}",
+                    other.describe()
+                )),
+            };
+            ctx.check(n.pos, image).map(|i| (i, n.pos))
+        });
+    let user_data = match fp.get("userData") {
+        None => Some(None),
+        Some(n) => user_data_field(ctx, n).map(Some),
+    };
+    let power_state = match fp.get("powerState") {
+        None => Some(PowerState::Running),
+        Some(n) => enum_field(
+            ctx,
+            n,
+            "spec.forProvider.powerState",
+            &[
+                ("running", PowerState::Running),
+                ("stopped", PowerState::Stopped),
+            ],
+        ),
+    };
+    let user_tags = match fp.get("tags") {
+        None => Some(Vec::new()),
+        Some(n) => tags_field(ctx, n),
+    };
+
+    let (Some(api_version), Some(spec_name), Some((site, site_pos)), Some((node, node_pos))) =
+        (api_version, name.clone(), site, node)
+    else {
+        return (None, name);
+    };
+    let (
+        Some(vm_name),
+        Some(cpu),
+        Some(memory_mib),
+        Some(disk_bytes),
+        Some(storage),
+        Some(network),
+    ) = (vm_name, cpu, memory_mib, disk_bytes, storage, network)
+    else {
+        return (None, name);
+    };
+    let (
+        Some((image, image_pos)),
+        Some(user_data),
+        Some(power_state),
+        Some(mut tags),
+        Some(deletion_policy),
+    ) = (image, user_data, power_state, user_tags, deletion_policy)
+    else {
+        return (None, name);
+    };
+    if let Some(t) = &tenant {
+        tags.push(format!("tenant_{t}"));
+    }
+    tags.sort();
+    tags.dedup();
+    let spec = Spec {
+        name: spec_name,
+        file: ctx.file.to_string(),
+        pos: name_pos,
+        api_version,
+        tenant,
+        site,
+        site_pos,
+        node,
+        node_pos,
+        vm_name,
+        cpu,
+        memory_mib,
+        disk_bytes,
+        storage,
+        network,
+        image,
+        image_pos,
+        user_data,
+        power_state,
+        tags,
+        deletion_policy,
+    };
+    (Some(spec), name)
+}
+
+/// The tenant from `metadata.labels` (either key), checked to make a valid tag.
+fn labels_tenant(ctx: &mut Ctx, labels: &Node) -> Option<String> {
+    let obj = object(ctx, labels, "metadata.labels", None)?;
+    let mut tenant: Option<(String, &str)> = None;
+    for (key, value) in &obj.entries {
+        let Some(v) = string(ctx, value, &obj.path(key), "\"customer-123\"") else {
+            continue;
+        };
+        if !TENANT_LABELS.contains(key) {
+            continue; // other labels are the user's business
+        }
+        if ctx.check(value.pos, check_tenant(v)).is_none() {
+            continue;
+        }
+        match &tenant {
+            Some((first, first_key)) if first != v => ctx.error(
+                value.pos,
+                format!("label {key} = {v:?} disagrees with {first_key} = {first:?}; set one tenant label (or both to the same value)"),
+            ),
+            Some(_) => {}
+            None => tenant = Some((v.to_string(), key)),
+        }
+    }
+    tenant.map(|(t, _)| t)
+}
+
+fn cpu_field(ctx: &mut Ctx, n: &Node) -> Option<u32> {
+    let path = "spec.forProvider.cpu";
+    let value = match &n.value {
+        Value::Int(i) => Some(*i),
+        // "4" is unambiguous; accept it as Kubernetes tooling often quotes numbers.
+        Value::Str(s) if !s.is_empty() && s.len() < 20 && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        _ => None,
+    };
+    match value.and_then(|v| u32::try_from(v).ok()) {
+        Some(v) if (1..=MAX_CPU).contains(&v) => Some(v),
+        _ => {
+            ctx.error(
+                n.pos,
+                format!(
+                    "{path} must be a whole number of CPU cores from 1 to {MAX_CPU}; found {}",
+                    n.value.describe()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// A size in bytes within `[min, max]`.
+fn size_field(
+    ctx: &mut Ctx,
+    n: &Node,
+    path: &str,
+    unit: u64,
+    unit_name: &str,
+    min: u64,
+    max: u64,
+) -> Option<u64> {
+    let bytes = match &n.value {
+        Value::Int(i) => plain_number(*i, unit, unit_name),
+        Value::Str(s) => parse_size(s, unit, unit_name),
+        Value::Float(f) => Err(format!(
+            "{f} is not a whole number; write a whole number with a unit, e.g. 1536Mi rather than 1.5Gi"
+        )),
+        other => Err(format!(
+            "expected a size such as 8Gi or a number of {unit_name}; found {}",
+            other.describe()
+        )),
+    };
+    let bytes = ctx.check(n.pos, bytes.map_err(|e| format!("{path}: {e}")))?;
+    if !(min..=max).contains(&bytes) {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} is {}, outside the allowed range {} .. {}",
+                format_bytes(bytes),
+                format_bytes(min),
+                format_bytes(max)
+            ),
+        );
+        return None;
+    }
+    Some(bytes)
+}
+
+fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
+    let s = string(ctx, n, "spec.forProvider.userData", "a #cloud-config block")?;
+    if s.len() > MAX_USER_DATA_BYTES {
+        ctx.error(
+            n.pos,
+            format!("spec.forProvider.userData is {} bytes; the limit is {MAX_USER_DATA_BYTES} bytes (64 KiB)", s.len()),
+        );
+        return None;
+    }
+    if s.contains('\0') {
+        ctx.error(
+            n.pos,
+            "spec.forProvider.userData contains a NUL character; cloud-init user-data is text",
+        );
+        return None;
+    }
+    Some(s.to_string())
+}
+
+fn enum_field<T: Copy>(ctx: &mut Ctx, n: &Node, path: &str, choices: &[(&str, T)]) -> Option<T> {
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let s = string(ctx, n, path, names.first().copied().unwrap_or_default())?;
+    if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
+        return Some(*v);
+    }
+    let hint = choices
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(s))
+        .map_or(String::new(), |(name, _)| {
+            format!(" (did you mean {name:?}?)")
+        });
+    ctx.error(
+        n.pos,
+        format!(
+            "{path} {s:?} is not valid{hint}; valid values are: {}",
+            names.join(", ")
+        ),
+    );
+    None
+}
+
+fn tags_field(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
+    let path = "spec.forProvider.tags";
+    let Value::Seq(items) = &n.value else {
+        let hint = match &n.value {
+            Value::Str(s) => format!(" (write [{s}])"),
+            _ => String::new(),
+        };
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list of tags, e.g. [web, db]; found {}{hint}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    let mut tags = Vec::new();
+    let mut ok = true;
+    for item in items {
+        let Some(tag) = string(ctx, item, "a tag", "web") else {
+            ok = false;
+            continue;
+        };
+        let reserved = if tag == "proxsync" || tag.starts_with("proxsync.") {
+            Some("proxsync.* tags mark the VMs proxsync owns and are set by proxsync itself")
+        } else if tag.starts_with("tenant_") {
+            Some(
+                "tenant_* tags come from the tenant-id label: set metadata.labels.tenant-id instead",
+            )
+        } else {
+            None
+        };
+        let checked = match reserved {
+            Some(why) => Err(format!("tag {tag:?} is reserved: {why}")),
+            None => check_tag(tag),
+        };
+        match ctx.check(item.pos, checked) {
+            Some(()) => tags.push(tag.to_string()),
+            None => ok = false,
+        }
+    }
+    ok.then_some(tags)
+}

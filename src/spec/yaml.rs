@@ -1,0 +1,419 @@
+//! Reading YAML into a small located tree, safely.
+//!
+//! serde-saphyr parses each document into [`Node`]s that carry their line and column, with
+//! budgets that bound nesting, node counts and alias expansion (billion laughs). Validation then
+//! walks the tree, so it can report every bad field of a document rather than stopping at the
+//! first one, and so unknown fields, duplicate keys and wrong types all get a position.
+//!
+//! serde-saphyr silently skips empty documents (a stray `---`), which a spec repository should
+//! hear about; a cheap event-level pre-pass with its parser finds them.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
+use serde_saphyr::{DuplicateKeyPolicy, Spanned};
+
+use super::diag::{Diagnostic, Pos};
+
+/// Deepest nesting accepted; a spec needs five levels.
+pub const MAX_DEPTH: usize = 32;
+/// Most YAML nodes per document after alias expansion.
+pub const MAX_NODES: usize = 100_000;
+/// Most events replayed through aliases per document (bounds alias bombs).
+pub const MAX_ALIAS_REPLAY: usize = 10_000;
+/// Most documents per file.
+pub const MAX_DOCUMENTS: usize = 1_000;
+
+/// A YAML node and where it starts (for an alias: where the alias is used).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Position of the node.
+    pub pos: Pos,
+    /// The value.
+    pub value: Value,
+}
+
+/// A YAML value. Mappings keep every entry in order, duplicates included, so that validation
+/// can report duplicate keys with both positions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `~`, `null` or nothing.
+    Null,
+    /// `true` / `false` (YAML 1.2 core schema only: `yes`/`no` stay strings).
+    Bool(bool),
+    /// An integer.
+    Int(i128),
+    /// A floating point number (also what very large integers become).
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in source order.
+    Map(Vec<(Node, Node)>),
+}
+
+impl Value {
+    /// What kind of value this is, with the value for scalars, for "found ..." messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Null => "nothing (null)".to_string(),
+            Value::Bool(b) => format!("the boolean {b}"),
+            Value::Int(i) => format!("the integer {i}"),
+            Value::Float(f) => format!("the number {f}"),
+            Value::Str(s) => format!("the string {s:?}"),
+            Value::Seq(_) => "a list".to_string(),
+            Value::Map(_) => "a mapping".to_string(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Spanned::<Value>::deserialize(d)?;
+        let pos = Pos::new(
+            to_usize(s.referenced.line()),
+            to_usize(s.referenced.column()),
+        );
+        Ok(Node {
+            pos,
+            value: s.value,
+        })
+    }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Value::deserialize(d)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Int(n.into()))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Int(n.into()))
+    }
+    fn visit_i128<E>(self, n: i128) -> Result<Value, E> {
+        Ok(Value::Int(n))
+    }
+    fn visit_u128<E: de::Error>(self, n: u128) -> Result<Value, E> {
+        // Beyond i128 an integer is only "too large" for every field; keep it as a float.
+        Ok(i128::try_from(n).map_or(Value::Float(n as f64), Value::Int))
+    }
+    fn visit_f64<E>(self, f: f64) -> Result<Value, E> {
+        Ok(Value::Float(f))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::Str(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::Str(s))
+    }
+    fn visit_bytes<E>(self, b: &[u8]) -> Result<Value, E> {
+        Ok(Value::Str(String::from_utf8_lossy(b).into_owned()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Value::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Node>()? {
+            let value = map.next_value::<Node>()?;
+            entries.push((key, value));
+        }
+        Ok(Value::Map(entries))
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValueVisitor)
+    }
+}
+
+/// serde-saphyr options: strict booleans (`no` is a string, the "Norway problem"), duplicate
+/// keys passed through to us (reported with both positions), and tight budgets.
+fn options() -> serde_saphyr::Options {
+    let mut opts = serde_saphyr::options! {
+        duplicate_keys: DuplicateKeyPolicy::PassThrough,
+        strict_booleans: true,
+        with_snippet: false,
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_DEPTH,
+            max_nodes: MAX_NODES,
+            max_events: 4 * MAX_NODES,
+            max_documents: MAX_DOCUMENTS,
+            max_aliases: 1_000,
+            max_anchors: 1_000,
+            max_reader_input_bytes: Some(super::MAX_FILE_BYTES + 1),
+        },
+    };
+    opts.alias_limits.max_total_replayed_events = MAX_ALIAS_REPLAY;
+    opts.alias_limits.max_replay_stack_depth = MAX_DEPTH;
+    opts.alias_limits.max_alias_expansions_per_anchor = 1_000;
+    opts
+}
+
+/// Turns a serde-saphyr error into a diagnostic with a plain message (its own text repeats the
+/// position, which the diagnostic already carries).
+fn yaml_error(file: &str, err: &serde_saphyr::Error) -> Diagnostic {
+    let pos = err
+        .location()
+        .filter(|l| l.line() > 0)
+        .map_or(Pos::START, |l| {
+            Pos::new(to_usize(l.line()), to_usize(l.column().max(1)))
+        });
+    let text = err.to_string();
+    let text = text
+        .split(" at line ")
+        .next()
+        .unwrap_or(&text)
+        .trim()
+        .to_string();
+    let message = if text.contains("alias replay") || text.contains("Alias") {
+        format!(
+            "YAML aliases expand to too much data ({text}); at most {MAX_ALIAS_REPLAY} nodes may \
+             be produced through aliases: write the values out instead"
+        )
+    } else if text.contains("Depth") || text.contains("recursion limit") {
+        format!("YAML nested too deeply ({text}); a spec needs at most {MAX_DEPTH} levels")
+    } else if text.contains("budget breached") {
+        format!("YAML document too large or complex ({text}); a spec is a few dozen lines")
+    } else {
+        format!("invalid YAML: {text}")
+    };
+    Diagnostic::error(file, pos, message)
+}
+
+/// Parses all documents of a file. Returns the non-empty documents' root nodes and the
+/// diagnostics found (syntax errors, limits, empty documents).
+pub fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
+    let mut diags = Vec::new();
+    let prepass = scan_documents(text);
+    for pos in &prepass.empty {
+        diags.push(Diagnostic::error(
+            file,
+            *pos,
+            "empty YAML document (a stray `---` or a document of only comments); every document \
+             must be a ProxmoxVM spec: remove the extra `---`",
+        ));
+    }
+    if prepass.count == 0 && prepass.ok {
+        diags.push(Diagnostic::error(
+            file,
+            Pos::START,
+            "the file holds no YAML document (it is empty or only comments); a spec file holds \
+             one or more ProxmoxVM documents separated by `---`",
+        ));
+        return (Vec::new(), diags);
+    }
+
+    let mut docs = Vec::new();
+    let mut cursor = std::io::Cursor::new(text.as_bytes());
+    for result in serde_saphyr::read_with_options::<_, Node>(&mut cursor, options()) {
+        match result {
+            Ok(node) => docs.push(node),
+            Err(err) => diags.push(yaml_error(file, &err)),
+        }
+    }
+    (docs, diags)
+}
+
+/// What the event pre-pass learned.
+struct Prepass {
+    /// Number of documents seen before the end or the first syntax error.
+    count: usize,
+    /// Where each empty (or null) document starts.
+    empty: Vec<Pos>,
+    /// False when a syntax error stopped the scan (serde-saphyr reports it).
+    ok: bool,
+}
+
+/// Walks parser events (no alias expansion, no tree) to count documents and find empty ones.
+fn scan_documents(text: &str) -> Prepass {
+    let mut out = Prepass {
+        count: 0,
+        empty: Vec::new(),
+        ok: true,
+    };
+    let mut parser = Parser::new_from_str(text);
+    // Start of the current document, while its root node has not been seen yet.
+    let mut pending: Option<Pos> = None;
+    let mut depth = 0usize;
+    while let Some(item) = parser.next_event() {
+        let Ok((event, span)) = item else {
+            out.ok = false;
+            break;
+        };
+        let at = Pos::new(span.start.line(), span.start.col() + 1);
+        match event {
+            Event::DocumentStart(explicit, _) => {
+                out.count += 1;
+                if out.count > MAX_DOCUMENTS {
+                    break; // serde-saphyr reports the limit
+                }
+                pending = Some(if explicit { at } else { Pos::START });
+                depth = 0;
+            }
+            Event::Scalar(ref value, style, _, ref tag) if depth == 0 => {
+                if let Some(start) = pending.take() {
+                    let nullish = matches!(value.as_ref(), "" | "~" | "null" | "Null" | "NULL");
+                    if style == ScalarStyle::Plain && tag.is_none() && nullish {
+                        out.empty.push(if start == Pos::START { at } else { start });
+                    }
+                }
+            }
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                pending = None;
+                depth += 1;
+            }
+            Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
+            Event::Alias(_) => pending = None,
+            Event::DocumentEnd => {
+                if let Some(start) = pending.take() {
+                    out.empty.push(start);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (Vec<Node>, Vec<String>) {
+        let (docs, diags) = parse_documents("t.yaml", text);
+        (docs, diags.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn located_tree() {
+        let (docs, diags) = parse("a: 1\nb:\n  - x\n  - 'y'\n");
+        assert!(diags.is_empty(), "{diags:?}");
+        let Some(Node {
+            value: Value::Map(entries),
+            pos,
+        }) = docs.first()
+        else {
+            panic!("expected a map: {docs:?}")
+        };
+        assert_eq!(*pos, Pos::new(1, 1));
+        assert_eq!(
+            entries[0].1,
+            Node {
+                pos: Pos::new(1, 4),
+                value: Value::Int(1)
+            }
+        );
+        let Value::Seq(items) = &entries[1].1.value else {
+            panic!()
+        };
+        assert_eq!(
+            items[1],
+            Node {
+                pos: Pos::new(4, 5),
+                value: Value::Str("y".into())
+            }
+        );
+    }
+
+    #[test]
+    fn empty_documents_are_reported() {
+        let (docs, diags) = parse("a: 1\n---\n---\n# only a comment\n---\nb: 2\n");
+        assert_eq!(docs.len(), 2);
+        assert_eq!(diags.len(), 2, "{diags:?}");
+        assert!(
+            diags[0].starts_with("t.yaml:2:1: error: empty YAML document"),
+            "{diags:?}"
+        );
+        assert!(
+            diags[1].starts_with("t.yaml:3:1: error: empty YAML document"),
+            "{diags:?}"
+        );
+        let (_, diags) = parse("# nothing here\n");
+        assert!(diags[0].contains("no YAML document"), "{diags:?}");
+        let (_, diags) = parse("");
+        assert!(diags[0].contains("no YAML document"), "{diags:?}");
+        let (_, diags) = parse("a: 1\n--- ~\n");
+        assert!(
+            diags[0].starts_with("t.yaml:2:1: error: empty"),
+            "{diags:?}"
+        );
+    }
+
+    #[test]
+    fn norway_stays_a_string() {
+        let (docs, _) = parse("a: no\n");
+        let Some(Node {
+            value: Value::Map(e),
+            ..
+        }) = docs.first()
+        else {
+            panic!()
+        };
+        assert_eq!(e[0].1.value, Value::Str("no".into()));
+    }
+
+    #[test]
+    fn alias_bomb_is_bounded() {
+        let mut text = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["b", "c", "d", "e", "f", "g", "h", "i", "j"])
+        {
+            text.push_str(&format!("{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        let start = std::time::Instant::now();
+        let (_, diags) = parse(&text);
+        assert!(start.elapsed().as_secs() < 5);
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(diags[0].contains("aliases expand"), "{diags:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded() {
+        let text = format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let (_, diags) = parse(&text);
+        assert!(
+            diags.iter().any(|d| d.contains("nested too deeply")),
+            "{diags:?}"
+        );
+        let mut text = String::new();
+        for i in 0..200 {
+            text.push_str(&" ".repeat(i));
+            text.push_str("k:\n");
+        }
+        let (_, diags) = parse(&text);
+        assert!(
+            diags.iter().any(|d| d.contains("nested too deeply")),
+            "{diags:?}"
+        );
+    }
+}
