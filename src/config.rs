@@ -217,7 +217,9 @@ impl Config {
         if len > MAX_CONFIG_BYTES {
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
-                message: format!("the file is {len} bytes; a config may be at most {MAX_CONFIG_BYTES} bytes"),
+                message: format!(
+                    "the file is {len} bytes; a config may be at most {MAX_CONFIG_BYTES} bytes"
+                ),
             });
         }
         let bytes = std::fs::read(path).map_err(read_err)?;
@@ -287,7 +289,10 @@ impl SiteConfig {
             .map_err(|e| fail(format!("token secret file {}: {e}", path.display())))?;
         let secret = text.trim();
         if secret.is_empty() {
-            return Err(fail(format!("token secret file {} is empty", path.display())));
+            return Err(fail(format!(
+                "token secret file {} is empty",
+                path.display()
+            )));
         }
         if secret.chars().any(|c| c.is_control() || c.is_whitespace()) {
             // Said without echoing the content: it is a secret even when it is wrong.
@@ -314,19 +319,28 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
              starting with a letter or digit (it becomes the PVE tag `proxsync.<install_id>`)"
         ));
     }
-    let state_dir = resolve(base, raw.state_dir.unwrap_or_else(|| "/var/lib/proxsync".into()));
+    let state_dir = resolve(
+        base,
+        raw.state_dir.unwrap_or_else(|| "/var/lib/proxsync".into()),
+    );
     let status_dir = match raw.status_dir {
         Some(p) => resolve(base, p),
         None => state_dir.join("status"),
     };
 
     let source = match raw.source {
-        None => return Err("[source] is missing: set `path` (a local repository) or `url` (a remote)".into()),
+        None => {
+            return Err(
+                "[source] is missing: set `path` (a local repository) or `url` (a remote)".into(),
+            );
+        }
         Some(s) => build_source(s, base)?,
     };
 
     if raw.site.is_empty() {
-        return Err("no [[site]]: add at least one [[site]] with name, endpoint and token_id".into());
+        return Err(
+            "no [[site]]: add at least one [[site]] with name, endpoint and token_id".into(),
+        );
     }
     let mut sites: Vec<SiteConfig> = Vec::new();
     for (i, s) in raw.site.into_iter().enumerate() {
@@ -363,10 +377,18 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         }
     };
     let reconcile = ReconcileConfig {
-        resync_interval: opt_duration("[reconcile] resync_interval", r.resync_interval, defaults.resync_interval)?,
+        resync_interval: opt_duration(
+            "[reconcile] resync_interval",
+            r.resync_interval,
+            defaults.resync_interval,
+        )?,
         max_parallel_per_node,
         orphans: r.orphans.unwrap_or(defaults.orphans),
-        orphan_grace: opt_duration("[reconcile] orphan_grace", r.orphan_grace, defaults.orphan_grace)?,
+        orphan_grace: opt_duration(
+            "[reconcile] orphan_grace",
+            r.orphan_grace,
+            defaults.orphan_grace,
+        )?,
         max_delete_fraction,
     };
     if reconcile.resync_interval < Duration::from_secs(10) {
@@ -387,9 +409,14 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
 fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
     let location = match (s.path, s.url) {
         (Some(_), Some(_)) => {
-            return Err("[source] has both `path` and `url`: set one (a local repository or a remote)".into());
+            return Err(
+                "[source] has both `path` and `url`: set one (a local repository or a remote)"
+                    .into(),
+            );
         }
-        (None, None) => return Err("[source]: set `path` (a local repository) or `url` (a remote)".into()),
+        (None, None) => {
+            return Err("[source]: set `path` (a local repository) or `url` (a remote)".into());
+        }
         (Some(p), None) => {
             if s.ssh_key_file.is_some() || s.token_file.is_some() {
                 return Err("[source] ssh_key_file and token_file apply to a remote `url`, not to a local `path`".into());
@@ -412,11 +439,23 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
         }
     };
     let branch = s.branch.unwrap_or_else(|| "main".into());
-    if branch.is_empty() || branch.starts_with('-') || branch.contains("..") || branch.chars().any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c)) {
-        return Err(format!("[source] branch = {branch:?}: not a valid git branch name"));
+    if branch.is_empty()
+        || branch.starts_with('-')
+        || branch.contains("..")
+        || branch
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c))
+    {
+        return Err(format!(
+            "[source] branch = {branch:?}: not a valid git branch name"
+        ));
     }
     let dir = s.dir.unwrap_or_else(|| ".".into());
-    if dir.is_absolute() || dir.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+    if dir.is_absolute()
+        || dir
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
         return Err(format!(
             "[source] dir = {:?}: must be a relative path inside the repository, without '..'",
             dir.display()
@@ -463,12 +502,16 @@ fn build_site(s: RawSite, base: &Path) -> Result<SiteConfig, String> {
             return Err(ctx("set either ca_file or fingerprint, not both".into()));
         }
         (Some(ca), None) => Trust::CaFile(resolve(base, ca)),
-        (None, Some(fp)) => Trust::Fingerprint(parse_fingerprint(&fp).map_err(|m| ctx(format!("fingerprint = {fp:?}: {m}")))?),
+        (None, Some(fp)) => Trust::Fingerprint(
+            parse_fingerprint(&fp).map_err(|m| ctx(format!("fingerprint = {fp:?}: {m}")))?,
+        ),
         (None, None) => Trust::SystemRoots,
     };
     if let Some(proxy) = &s.proxy {
         if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
-            return Err(ctx(format!("proxy = {proxy:?}: must be an http:// or https:// URL")));
+            return Err(ctx(format!(
+                "proxy = {proxy:?}: must be an http:// or https:// URL"
+            )));
         }
     }
     Ok(SiteConfig {
@@ -477,8 +520,18 @@ fn build_site(s: RawSite, base: &Path) -> Result<SiteConfig, String> {
         token_id: s.token_id,
         token_secret_file: s.token_secret_file.map(|p| resolve(base, p)),
         trust,
-        connect_timeout: opt_duration("connect_timeout", s.connect_timeout, Duration::from_secs(10)).map_err(ctx)?,
-        request_timeout: opt_duration("request_timeout", s.request_timeout, Duration::from_secs(60)).map_err(ctx)?,
+        connect_timeout: opt_duration(
+            "connect_timeout",
+            s.connect_timeout,
+            Duration::from_secs(10),
+        )
+        .map_err(ctx)?,
+        request_timeout: opt_duration(
+            "request_timeout",
+            s.request_timeout,
+            Duration::from_secs(60),
+        )
+        .map_err(ctx)?,
         proxy: s.proxy,
     })
 }
@@ -496,7 +549,8 @@ fn opt_duration(key: &str, value: Option<String>, default: Duration) -> Result<D
 
 /// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\" or \"1h30m\"";
+    const VALID: &str =
+        "write a number with a unit s, m, h or d, for example \"30s\", \"5m\" or \"1h30m\"";
     let text = text.trim();
     if text.is_empty() {
         return Err(format!("empty duration; {VALID}"));
@@ -518,7 +572,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if digits.is_empty() {
             return Err(format!("a unit without a number; {VALID}"));
         }
-        let n: u64 = digits.parse().map_err(|_| format!("number too large; {VALID}"))?;
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("number too large; {VALID}"))?;
         total = n
             .checked_mul(unit)
             .and_then(|s| total.checked_add(s))
@@ -539,9 +595,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
     let hex: String = text.chars().filter(|c| *c != ':').collect();
     if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err("must be a SHA-256 fingerprint: 32 hex byte pairs separated by ':' \
+        return Err(
+            "must be a SHA-256 fingerprint: 32 hex byte pairs separated by ':' \
                     (see `pvenode cert info` on the node)"
-            .into());
+                .into(),
+        );
     }
     let mut out = [0u8; 32];
     for (i, byte) in out.iter_mut().enumerate() {
@@ -553,30 +611,42 @@ pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
 fn is_install_id(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
 fn is_site_name(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// `user@realm!tokenid` with PVE's character sets (no separators that could break a header).
 fn is_token_id(s: &str) -> bool {
-    let Some((user, token)) = s.split_once('!') else { return false };
-    let Some((name, realm)) = user.rsplit_once('@') else { return false };
+    let Some((user, token)) = s.split_once('!') else {
+        return false;
+    };
+    let Some((name, realm)) = user.rsplit_once('@') else {
+        return false;
+    };
     let name_ok = !name.is_empty()
         && name.len() <= 60
-        && !name.chars().any(|c| c.is_control() || c.is_whitespace() || c == ':' || c == '/' || c == '!' || c == '=');
+        && !name.chars().any(|c| {
+            c.is_control() || c.is_whitespace() || c == ':' || c == '/' || c == '!' || c == '='
+        });
     let realm_ok = !realm.is_empty()
         && realm.len() <= 32
         && realm.starts_with(|c: char| c.is_ascii_alphabetic())
-        && realm.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+        && realm
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
     let token_ok = !token.is_empty()
         && token.len() <= 64
         && token.starts_with(|c: char| c.is_ascii_alphabetic())
-        && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+        && token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
     name_ok && realm_ok && token_ok
 }
 
@@ -641,7 +711,10 @@ orphan_grace = "10m"
 max_delete_fraction = 0.5
 "#;
         let c = parse(text).unwrap();
-        assert_eq!(c.sites[0].trust, Trust::CaFile("/etc/proxsync/us-sfvalley-ca.pem".into()));
+        assert_eq!(
+            c.sites[0].trust,
+            Trust::CaFile("/etc/proxsync/us-sfvalley-ca.pem".into())
+        );
         assert_eq!(c.reconcile.orphans, OrphanPolicy::DeleteStopped);
     }
 
@@ -649,15 +722,39 @@ max_delete_fraction = 0.5
     fn errors_name_the_key() {
         let cases = [
             (MINIMAL.replace("[source]", "bogus = 1\n[source]"), "bogus"),
-            (MINIMAL.replace("branch", "x") + "\n[reconcile]\nresync_interval = \"5 minutes\"\n", "resync_interval"),
-            (MINIMAL.to_string() + "\n[reconcile]\nmax_delete_fraction = 1.5\n", "max_delete_fraction"),
-            (MINIMAL.to_string() + "\n[reconcile]\norphans = \"nuke\"\n", "orphans"),
+            (
+                MINIMAL.replace("branch", "x") + "\n[reconcile]\nresync_interval = \"5 minutes\"\n",
+                "resync_interval",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\nmax_delete_fraction = 1.5\n",
+                "max_delete_fraction",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\norphans = \"nuke\"\n",
+                "orphans",
+            ),
             (MINIMAL.replace("https://pve1", "http://pve1"), "endpoint"),
-            (MINIMAL.replace("proxsync@pve!gitops", "proxsync@pve"), "token_id"),
-            (MINIMAL.replace("path =", "url = \"https://git.example/vms.git\"\npath ="), "both `path` and `url`"),
-            (MINIMAL.replace("name = \"us-sfvalley\"", "name = \"US Valley\""), "name = \"US Valley\""),
-            (MINIMAL.to_string() + "fingerprint = \"AB:CD\"\n", "fingerprint"),
-            (format!("install_id = \"Main Install\"\n{MINIMAL}"), "install_id"),
+            (
+                MINIMAL.replace("proxsync@pve!gitops", "proxsync@pve"),
+                "token_id",
+            ),
+            (
+                MINIMAL.replace("path =", "url = \"https://git.example/vms.git\"\npath ="),
+                "both `path` and `url`",
+            ),
+            (
+                MINIMAL.replace("name = \"us-sfvalley\"", "name = \"US Valley\""),
+                "name = \"US Valley\"",
+            ),
+            (
+                MINIMAL.to_string() + "fingerprint = \"AB:CD\"\n",
+                "fingerprint",
+            ),
+            (
+                format!("install_id = \"Main Install\"\n{MINIMAL}"),
+                "install_id",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(&text).unwrap_err();
@@ -676,7 +773,16 @@ max_delete_fraction = 0.5
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        for bad in ["", "5", "m", "5 m", "-5s", "0s", "99999999999999999999s", "400d"] {
+        for bad in [
+            "",
+            "5",
+            "m",
+            "5 m",
+            "-5s",
+            "0s",
+            "99999999999999999999s",
+            "400d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -705,22 +811,41 @@ max_delete_fraction = 0.5
         std::fs::write(&file, "0b3c1f2e-aaaa-bbbb-cccc-123456789abc\n").unwrap();
         let mut c = parse(MINIMAL).unwrap();
         c.sites[0].token_secret_file = Some(file.clone());
-        assert_eq!(c.sites[0].load_token_secret().unwrap().expose(), "0b3c1f2e-aaaa-bbbb-cccc-123456789abc");
+        assert_eq!(
+            c.sites[0].load_token_secret().unwrap().expose(),
+            "0b3c1f2e-aaaa-bbbb-cccc-123456789abc"
+        );
 
         std::fs::write(&file, "line one\nline two\n").unwrap();
         let err = c.sites[0].load_token_secret().unwrap_err().to_string();
         assert!(err.contains("more than one line"), "{err}");
-        assert!(!err.contains("line one"), "the content must not be echoed: {err}");
+        assert!(
+            !err.contains("line one"),
+            "the content must not be echoed: {err}"
+        );
 
         c.sites[0].token_secret_file = Some(dir.path().join("missing"));
-        assert!(c.sites[0].load_token_secret().unwrap_err().to_string().contains("missing"));
+        assert!(
+            c.sites[0]
+                .load_token_secret()
+                .unwrap_err()
+                .to_string()
+                .contains("missing")
+        );
     }
 
     #[test]
     fn relative_paths_resolve_against_the_config_file() {
-        let text = MINIMAL.replace("/srv/git/vms.git", "repo") + "token_secret_file = \"t.token\"\n";
+        let text =
+            MINIMAL.replace("/srv/git/vms.git", "repo") + "token_secret_file = \"t.token\"\n";
         let c = Config::parse(Path::new("/etc/px/proxsync.toml"), &text).unwrap();
-        assert_eq!(c.source.location, SourceLocation::Path("/etc/px/repo".into()));
-        assert_eq!(c.sites[0].token_secret_file, Some(PathBuf::from("/etc/px/t.token")));
+        assert_eq!(
+            c.source.location,
+            SourceLocation::Path("/etc/px/repo".into())
+        );
+        assert_eq!(
+            c.sites[0].token_secret_file,
+            Some(PathBuf::from("/etc/px/t.token"))
+        );
     }
 }

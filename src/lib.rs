@@ -3,6 +3,8 @@
 //! The binary (`src/main.rs`) only parses arguments and calls [`cli::run`]. See ARCHITECTURE.md
 //! for the modules and the invariants between them.
 
+pub mod category;
 pub mod cli;
 pub mod config;
+pub mod pve;
 pub mod spec;

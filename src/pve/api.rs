@@ -1,0 +1,622 @@
+//! The typed calls proxsync makes. See the table in [`crate::pve`] for which answer at once
+//! and which start a task.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::client::Client;
+use super::error::Error;
+use super::task::{TaskOutcome, Upid, classify_exit};
+use super::types::*;
+
+/// Parameters of a create, clone or config change: PVE property name -> value.
+///
+/// Values that end up inside PVE property strings are built by the helpers below from
+/// validated parts, and every part is checked again here, so nothing can smuggle an extra
+/// `,key=value` option into a drive or NIC definition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VmParams {
+    values: BTreeMap<String, String>,
+}
+
+/// A part of a property string (`bridge=X`, `S:0,import-from=V`) may not hold these.
+fn check_part(what: &str, value: &str) -> Result<(), Error> {
+    if value.is_empty()
+        || value
+            .chars()
+            .any(|c| matches!(c, ',' | '=' | ';') || c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::Setup(format!(
+            "{what} {value:?} is empty or holds ',', '=', ';', whitespace or a control character, \
+             which would change the PVE property string"
+        )));
+    }
+    Ok(())
+}
+
+impl VmParams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a plain property (`name`, `cores`, `memory`, `description`, `tags`, ...).
+    pub fn set(mut self, key: &str, value: impl ToString) -> Self {
+        self.values.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Tags, `;`-separated as PVE stores them.
+    pub fn tags<S: AsRef<str>>(self, tags: &[S]) -> Result<Self, Error> {
+        for t in tags {
+            check_part("tag", t.as_ref())?;
+        }
+        let joined = tags
+            .iter()
+            .map(|t| t.as_ref())
+            .collect::<Vec<_>>()
+            .join(";");
+        Ok(self.set("tags", joined))
+    }
+
+    /// A virtio NIC on a bridge: `net0=virtio,bridge=vmbr0`.
+    pub fn nic(self, slot: &str, bridge: &str) -> Result<Self, Error> {
+        check_part("bridge", bridge)?;
+        Ok(self.set(slot, format!("virtio,bridge={bridge}")))
+    }
+
+    /// A new empty disk: `scsi0=local-lvm:32` (size in GiB).
+    pub fn new_disk(self, slot: &str, storage: &str, size_gib: u64) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        Ok(self.set(slot, format!("{storage}:{size_gib}")))
+    }
+
+    /// A disk imported from an existing volume: `scsi0=local-lvm:0,import-from=local:import/x.qcow2`.
+    pub fn import_disk(self, slot: &str, storage: &str, volume: &str) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        check_part("volume", volume)?;
+        Ok(self.set(slot, format!("{storage}:0,import-from={volume}")))
+    }
+
+    /// An ISO as a CD-ROM: `ide2=local:iso/debian.iso,media=cdrom`.
+    pub fn cdrom(self, slot: &str, volume: &str) -> Result<Self, Error> {
+        check_part("volume", volume)?;
+        Ok(self.set(slot, format!("{volume},media=cdrom")))
+    }
+
+    /// A cloud-init drive: `ide2=local-lvm:cloudinit`.
+    pub fn cloudinit_drive(self, slot: &str, storage: &str) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        Ok(self.set(slot, format!("{storage}:cloudinit")))
+    }
+
+    /// SSH public keys for cloud-init, encoded as PVE requires: the `sshkeys` value is
+    /// URL-encoded (PVE's `urlencoded` format, decoded with uri_unescape), spaces as `%20`.
+    pub fn sshkeys<S: AsRef<str>>(self, keys: &[S]) -> Self {
+        let joined = keys
+            .iter()
+            .map(|k| k.as_ref().trim())
+            .collect::<Vec<_>>()
+            .join("\n");
+        self.set("sshkeys", percent_encode(&joined))
+    }
+
+    /// Removes properties (the `delete` parameter of a config change).
+    pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
+        let joined = keys
+            .iter()
+            .map(|k| k.as_ref())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.set("delete", joined)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    fn form(&self) -> Vec<(&str, String)> {
+        self.values
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect()
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A clone of a template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloneRequest {
+    pub newid: u32,
+    pub name: String,
+    pub description: String,
+    /// A full copy (default) rather than a linked clone.
+    pub full: bool,
+    /// Target storage for a full clone.
+    pub storage: Option<String>,
+    /// Target node, when it differs from the template's (needs shared storage).
+    pub target: Option<String>,
+    pub pool: Option<String>,
+}
+
+fn seg(s: &str) -> Result<&str, Error> {
+    // Path segments come from validated specs and PVE listings; refuse anything that could
+    // change the path rather than percent-encode it.
+    if s.is_empty()
+        || s.contains(['/', '?', '#', '%'])
+        || s.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::Setup(format!(
+            "{s:?} is not a valid node or storage name"
+        )));
+    }
+    Ok(s)
+}
+
+fn flag(b: bool) -> String {
+    if b { "1" } else { "0" }.to_string()
+}
+
+fn upid_from(method: &str, path: &str, value: String) -> Result<Upid, Error> {
+    value.parse().map_err(|e: String| Error::Decode {
+        method: method.into(),
+        path: path.into(),
+        message: e,
+    })
+}
+
+impl Client {
+    /// `GET /version`: at once.
+    pub async fn version(&self) -> Result<Version, Error> {
+        self.get("/version", &[]).await
+    }
+
+    /// `GET /cluster/status`: at once; quorum and which nodes are online.
+    pub async fn cluster_status(&self) -> Result<Vec<ClusterStatusEntry>, Error> {
+        self.get("/cluster/status", &[]).await
+    }
+
+    /// Quorum and node health from one `GET /cluster/status`.
+    pub async fn cluster_health(&self) -> Result<ClusterHealth, Error> {
+        Ok(ClusterHealth::from_entries(&self.cluster_status().await?))
+    }
+
+    /// `GET /cluster/resources?type=vm`: at once; every guest of the cluster (QEMU and LXC).
+    pub async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
+        self.get("/cluster/resources", &[("type", "vm".into())])
+            .await
+    }
+
+    /// `GET /cluster/nextid`: at once; the lowest free VMID (PVE sends it as a string).
+    pub async fn next_id(&self) -> Result<u32, Error> {
+        let v: serde_json::Value = self.get("/cluster/nextid", &[]).await?;
+        lenient_vmid("/cluster/nextid", v)
+    }
+
+    /// `GET /cluster/nextid?vmid=N`: whether N is free. PVE answers 400 `VM N already exists`
+    /// when it is taken.
+    pub async fn vmid_is_free(&self, vmid: u32) -> Result<bool, Error> {
+        match self
+            .get::<serde_json::Value>("/cluster/nextid", &[("vmid", vmid.to_string())])
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(Error::Api {
+                status: 400,
+                errors,
+                message,
+                ..
+            }) if errors.values().any(|m| m.contains("already exists"))
+                || message.contains("already exists") =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /nodes/{node}/storage`: at once; optionally only those with a content type.
+    pub async fn node_storages(
+        &self,
+        node: &str,
+        content: Option<&str>,
+    ) -> Result<Vec<NodeStorage>, Error> {
+        let path = format!("/nodes/{}/storage", seg(node)?);
+        let query: Vec<(&str, String)> = content
+            .map(|c| ("content", c.to_string()))
+            .into_iter()
+            .collect();
+        self.get(&path, &query).await
+    }
+
+    /// `GET /nodes/{node}/storage/{storage}/content`: at once; the volumes of a storage.
+    pub async fn storage_content(
+        &self,
+        node: &str,
+        storage: &str,
+        content: Option<&str>,
+    ) -> Result<Vec<StorageVolume>, Error> {
+        let path = format!("/nodes/{}/storage/{}/content", seg(node)?, seg(storage)?);
+        let query: Vec<(&str, String)> = content
+            .map(|c| ("content", c.to_string()))
+            .into_iter()
+            .collect();
+        self.get(&path, &query).await
+    }
+
+    /// `GET /nodes/{node}/network?type=any_bridge`: at once; the node's bridges.
+    pub async fn node_bridges(&self, node: &str) -> Result<Vec<NetworkInterface>, Error> {
+        let path = format!("/nodes/{}/network", seg(node)?);
+        self.get(&path, &[("type", "any_bridge".into())]).await
+    }
+
+    /// `GET /nodes/{node}/qemu/{vmid}/config`: at once; includes `digest` and `lock`.
+    /// Fails with NotFound (`Configuration file ... does not exist`) for a VM that is gone.
+    pub async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
+        self.get(&path, &[]).await
+    }
+
+    /// `PUT /nodes/{node}/qemu/{vmid}/config`: synchronous; with `digest`, refused when the
+    /// config changed since it was read (Conflict). Locked VMs fail with LockError.
+    pub async fn set_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> Result<(), Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
+        let mut form = params.form();
+        if let Some(d) = digest {
+            form.push(("digest", d.to_string()));
+        }
+        let _: serde_json::Value = self.put(&path, &form).await?;
+        Ok(())
+    }
+
+    /// `POST /nodes/{node}/qemu/{vmid}/config`: asynchronous; a task when PVE needs one (for
+    /// example a disk import), else done at once (`None`).
+    pub async fn set_config_async(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> Result<Option<Upid>, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
+        let mut form = params.form();
+        if let Some(d) = digest {
+            form.push(("digest", d.to_string()));
+        }
+        let v: Option<String> = self.post(&path, &form).await?;
+        v.filter(|s| !s.is_empty())
+            .map(|s| upid_from("POST", &path, s))
+            .transpose()
+    }
+
+    /// `POST /nodes/{node}/qemu`: a `qmcreate` task. `vmid` must be set in `params` by the
+    /// caller's allocator; `already exists` (AlreadyExists) means take another id.
+    pub async fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/qemu", seg(node)?);
+        let mut form = params.form();
+        form.push(("vmid", vmid.to_string()));
+        let upid: String = self.post(&path, &form).await?;
+        upid_from("POST", &path, upid)
+    }
+
+    /// `POST /nodes/{node}/qemu/{template}/clone`: a `qmclone` task. A clone cannot set tags;
+    /// set them with a config change after the task.
+    pub async fn clone_vm(
+        &self,
+        node: &str,
+        template: u32,
+        req: &CloneRequest,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/qemu/{template}/clone", seg(node)?);
+        let mut form = vec![
+            ("newid", req.newid.to_string()),
+            ("name", req.name.clone()),
+            ("description", req.description.clone()),
+            ("full", flag(req.full)),
+        ];
+        if let Some(s) = &req.storage {
+            form.push(("storage", seg(s)?.to_string()));
+        }
+        if let Some(t) = &req.target {
+            form.push(("target", seg(t)?.to_string()));
+        }
+        if let Some(p) = &req.pool {
+            form.push(("pool", seg(p)?.to_string()));
+        }
+        let upid: String = self.post(&path, &form).await?;
+        upid_from("POST", &path, upid)
+    }
+
+    /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `qmresize` task on PVE 8+ (`Some`), done at
+    /// once on PVE 7 (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
+    /// to shrink.
+    pub async fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+        digest: Option<&str>,
+    ) -> Result<Option<Upid>, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/resize", seg(node)?);
+        let mut form = vec![("disk", disk.to_string()), ("size", size.to_string())];
+        if let Some(d) = digest {
+            form.push(("digest", d.to_string()));
+        }
+        let v: Option<String> = self.put(&path, &form).await?;
+        v.filter(|s| !s.is_empty())
+            .map(|s| upid_from("PUT", &path, s))
+            .transpose()
+    }
+
+    /// `POST .../status/start`: a `qmstart` task.
+    pub async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
+        self.power(node, vmid, "start", &[]).await
+    }
+
+    /// `POST .../status/shutdown`: a `qmshutdown` task (ACPI); `timeout` seconds, and with
+    /// `force_stop` PVE stops the VM when the guest does not power off in time.
+    pub async fn shutdown_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        timeout_secs: u32,
+        force_stop: bool,
+    ) -> Result<Upid, Error> {
+        self.power(
+            node,
+            vmid,
+            "shutdown",
+            &[
+                ("timeout", timeout_secs.to_string()),
+                ("forceStop", flag(force_stop)),
+            ],
+        )
+        .await
+    }
+
+    /// `POST .../status/stop`: a `qmstop` task (hard stop).
+    pub async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
+        self.power(node, vmid, "stop", &[]).await
+    }
+
+    async fn power(
+        &self,
+        node: &str,
+        vmid: u32,
+        action: &str,
+        form: &[(&str, String)],
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/status/{action}", seg(node)?);
+        let upid: String = self.post(&path, form).await?;
+        upid_from("POST", &path, upid)
+    }
+
+    /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task. `purge` removes the VMID from
+    /// backup jobs, replication and HA; `destroy_unreferenced` also removes disks not in the
+    /// config. PVE refuses a running VM and a protected one.
+    pub async fn delete_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        purge: bool,
+        destroy_unreferenced: bool,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}", seg(node)?);
+        let query = [
+            ("purge", flag(purge)),
+            ("destroy-unreferenced-disks", flag(destroy_unreferenced)),
+        ];
+        let upid: String = self.delete(&path, &query).await?;
+        upid_from("DELETE", &path, upid)
+    }
+
+    /// `GET /nodes/{node}/tasks?vmid=N&source=active`: at once; the running tasks of a VM
+    /// (who holds its lock).
+    pub async fn active_vm_tasks(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<Vec<TaskListEntry>, Error> {
+        let path = format!("/nodes/{}/tasks", seg(node)?);
+        let tasks: Vec<TaskListEntry> = self
+            .get(
+                &path,
+                &[("vmid", vmid.to_string()), ("source", "active".into())],
+            )
+            .await?;
+        // Older releases ignore `source`; a finished task carries its exit status.
+        Ok(tasks
+            .into_iter()
+            .filter(|t| t.status.is_none() || t.status.as_deref() == Some("running"))
+            .collect())
+    }
+
+    /// `GET .../agent/network-get-interfaces`: at once; fails (500, `QEMU guest agent is not
+    /// running`) when there is no agent.
+    pub async fn agent_interfaces(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<Vec<AgentInterface>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            result: Vec<AgentInterface>,
+        }
+        let path = format!(
+            "/nodes/{}/qemu/{vmid}/agent/network-get-interfaces",
+            seg(node)?
+        );
+        let a: Answer = self.get(&path, &[]).await?;
+        Ok(a.result)
+    }
+
+    /// `GET /access/permissions`: at once; the caller's (the token's) effective privileges.
+    pub async fn permissions(&self, path: Option<&str>) -> Result<Permissions, Error> {
+        let query: Vec<(&str, String)> =
+            path.map(|p| ("path", p.to_string())).into_iter().collect();
+        self.get("/access/permissions", &query).await
+    }
+
+    /// `GET /nodes/{node}/tasks/{upid}/status`: at once.
+    pub async fn task_status(&self, upid: &Upid) -> Result<TaskStatus, Error> {
+        let path = format!(
+            "/nodes/{}/tasks/{}/status",
+            seg(&upid.node)?,
+            percent_encode(upid.as_str())
+        );
+        self.get(&path, &[]).await
+    }
+
+    /// The last `lines` lines of a task's log.
+    pub async fn task_log_tail(&self, upid: &Upid, lines: usize) -> Result<Vec<String>, Error> {
+        let path = format!(
+            "/nodes/{}/tasks/{}/log",
+            seg(&upid.node)?,
+            percent_encode(upid.as_str())
+        );
+        let log: Vec<TaskLogLine> = self
+            .get(&path, &[("start", "0".into()), ("limit", "5000".into())])
+            .await?;
+        let skip = log.len().saturating_sub(lines);
+        Ok(log.into_iter().skip(skip).map(|l| l.t).collect())
+    }
+
+    /// Polls a task until it stops or `timeout` passes. `OK` and `WARNINGS: n` succeed; any
+    /// other exit status is [`Error::TaskFailed`] with the log's last lines. Running out of
+    /// time is [`TaskOutcome::StillRunning`], never a failure. A failed poll (network) is an
+    /// error of the poll, not of the task.
+    pub async fn wait_task(&self, upid: &Upid, timeout: Duration) -> Result<TaskOutcome, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let status = self.task_status(upid).await?;
+            if status.status != "running" {
+                let exit = status
+                    .exitstatus
+                    .unwrap_or_else(|| "(no exit status)".into());
+                return match classify_exit(&exit) {
+                    Ok(outcome) => Ok(outcome),
+                    Err(text) => {
+                        let log_tail = self.task_log_tail(upid, 10).await.unwrap_or_default();
+                        Err(Error::TaskFailed {
+                            upid: upid.to_string(),
+                            exitstatus: text,
+                            log_tail,
+                        })
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(TaskOutcome::StillRunning);
+            }
+            tokio::time::sleep(delay.min(deadline - now)).await;
+            delay = (delay * 2).min(self.task_poll_max);
+        }
+    }
+}
+
+fn lenient_vmid(path: &str, v: serde_json::Value) -> Result<u32, Error> {
+    let n = match &v {
+        serde_json::Value::String(s) => s.trim().parse::<u32>().ok(),
+        serde_json::Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        _ => None,
+    };
+    n.ok_or_else(|| Error::Decode {
+        method: "GET".into(),
+        path: path.into(),
+        message: format!("expected a VMID, got {v}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn property_strings_cannot_be_smuggled_into() {
+        assert!(VmParams::new().nic("net0", "vmbr0").is_ok());
+        for bad in [
+            "vmbr0,firewall=1",
+            "vmbr0=x",
+            "vmbr0;",
+            "vmbr0\nx",
+            "vm br0",
+            "",
+        ] {
+            assert!(VmParams::new().nic("net0", bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            VmParams::new()
+                .import_disk("scsi0", "local-lvm", "local:import/x.qcow2,size=1")
+                .is_err()
+        );
+        let p = VmParams::new()
+            .import_disk("scsi0", "local-lvm", "local:import/debian.qcow2")
+            .unwrap();
+        assert_eq!(
+            p.get("scsi0"),
+            Some("local-lvm:0,import-from=local:import/debian.qcow2")
+        );
+        let p = VmParams::new()
+            .cdrom("ide2", "local:iso/debian.iso")
+            .unwrap();
+        assert_eq!(p.get("ide2"), Some("local:iso/debian.iso,media=cdrom"));
+    }
+
+    #[test]
+    fn sshkeys_are_url_encoded_as_pve_wants() {
+        let p = VmParams::new().sshkeys(&["ssh-ed25519 AAAAC3Nz+a/b= me@host", "ssh-rsa AAAB x"]);
+        assert_eq!(
+            p.get("sshkeys"),
+            Some("ssh-ed25519%20AAAAC3Nz%2Ba%2Fb%3D%20me%40host%0Assh-rsa%20AAAB%20x")
+        );
+    }
+
+    #[test]
+    fn tags_are_joined_with_semicolons() {
+        let p = VmParams::new().tags(&["proxsync.main", "web"]).unwrap();
+        assert_eq!(p.get("tags"), Some("proxsync.main;web"));
+        assert!(VmParams::new().tags(&["a;b"]).is_err());
+    }
+
+    #[test]
+    fn nextid_arrives_as_a_string() {
+        assert_eq!(
+            lenient_vmid("/cluster/nextid", serde_json::json!("100")).unwrap(),
+            100
+        );
+        assert_eq!(
+            lenient_vmid("/cluster/nextid", serde_json::json!(101)).unwrap(),
+            101
+        );
+        assert!(lenient_vmid("/cluster/nextid", serde_json::json!("x")).is_err());
+    }
+
+    #[test]
+    fn path_segments_are_checked() {
+        assert!(seg("pve1").is_ok());
+        for bad in ["", "pve1/../x", "a?b", "a b", "a%2f"] {
+            assert!(seg(bad).is_err(), "{bad:?}");
+        }
+    }
+}

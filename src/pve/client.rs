@@ -1,0 +1,589 @@
+//! The HTTP transport: TLS trust, authentication, the `{"data": ...}` envelope, PVE's errors,
+//! bounded retries for reads, and a debug log line per request (never with a secret).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::error::{Error, TransportKind};
+use crate::config::{Secret, SiteConfig, Trust};
+
+/// Largest response body accepted (a `/cluster/resources` of 10,000 VMs is a few MiB).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// How a client proves who it is.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// An API token: `user@realm!tokenid` and its secret (the primary way).
+    Token { id: String, secret: Secret },
+    /// A user and password, for a ticket and CSRF token (the fallback).
+    Password { user: String, password: Secret },
+}
+
+/// Everything needed to talk to one PVE cluster.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// `https://host:8006`.
+    pub endpoint: String,
+    pub trust: Trust,
+    pub credentials: Credentials,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Used only when configured; the environment's proxy variables are ignored.
+    pub proxy: Option<String>,
+    /// Attempts for an idempotent read (GET) that fails in transport; writes get one.
+    pub read_attempts: u32,
+}
+
+impl ClientOptions {
+    /// Options for a configured site; reads its token secret.
+    pub fn for_site(site: &SiteConfig) -> Result<ClientOptions, Error> {
+        let secret = site
+            .load_token_secret()
+            .map_err(|e| Error::Setup(e.to_string()))?;
+        Ok(ClientOptions {
+            endpoint: site.endpoint.clone(),
+            trust: site.trust.clone(),
+            credentials: Credentials::Token {
+                id: site.token_id.clone(),
+                secret,
+            },
+            connect_timeout: site.connect_timeout,
+            request_timeout: site.request_timeout,
+            proxy: site.proxy.clone(),
+            read_attempts: 3,
+        })
+    }
+}
+
+enum Auth {
+    /// The prepared `Authorization` header (marked sensitive).
+    Token(HeaderValue),
+    Ticket {
+        user: String,
+        password: Secret,
+        session: tokio::sync::Mutex<Option<Session>>,
+    },
+}
+
+#[derive(Clone)]
+struct Session {
+    cookie: HeaderValue,
+    csrf: HeaderValue,
+    obtained: Instant,
+}
+
+/// PVE tickets live two hours; renew well before.
+const TICKET_RENEW_AFTER: Duration = Duration::from_secs(3600);
+
+/// A client for one PVE cluster. Cheap to share behind an `Arc`; calls may run concurrently.
+pub struct Client {
+    http: reqwest::Client,
+    api_base: String,
+    auth: Auth,
+    read_attempts: u32,
+    /// How often [`Client::wait_task`](super::Client::wait_task) polls at most.
+    pub(crate) task_poll_max: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Builds a client. Fails on an unusable CA file or endpoint; makes no request.
+    pub fn new(opts: ClientOptions) -> Result<Client, Error> {
+        let tls = super::tls::client_config(&opts.trust).map_err(Error::Setup)?;
+        let mut builder = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(opts.connect_timeout)
+            .timeout(opts.request_timeout)
+            // PVE never redirects; following one could carry the token elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("proxsync/", env!("CARGO_PKG_VERSION")));
+        builder = match &opts.proxy {
+            Some(url) => builder.proxy(
+                reqwest::Proxy::all(url)
+                    .map_err(|e| Error::Setup(format!("proxy {url:?}: {e}")))?,
+            ),
+            None => builder.no_proxy(),
+        };
+        let http = builder
+            .build()
+            .map_err(|e| Error::Setup(format!("HTTP client: {e}")))?;
+        let auth = match opts.credentials {
+            Credentials::Token { id, secret } => {
+                let mut value =
+                    HeaderValue::from_str(&format!("PVEAPIToken={id}={}", secret.expose()))
+                        .map_err(|_| {
+                            Error::Setup(format!(
+                                "token {id:?}: the id or secret holds characters not allowed in an HTTP header"
+                            ))
+                        })?;
+                value.set_sensitive(true);
+                Auth::Token(value)
+            }
+            Credentials::Password { user, password } => Auth::Ticket {
+                user,
+                password,
+                session: tokio::sync::Mutex::new(None),
+            },
+        };
+        Ok(Client {
+            http,
+            api_base: format!("{}/api2/json", opts.endpoint.trim_end_matches('/')),
+            auth,
+            read_attempts: opts.read_attempts.max(1),
+            task_poll_max: Duration::from_secs(2),
+        })
+    }
+
+    /// GET; retried on transport failures and gateway errors (a read is idempotent).
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, Error> {
+        decode(
+            Method::GET,
+            path,
+            self.call(Method::GET, path, query).await?,
+        )
+    }
+
+    /// POST form parameters. Never retried: a create or clone must not be sent twice blindly.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+    ) -> Result<T, Error> {
+        decode(
+            Method::POST,
+            path,
+            self.call(Method::POST, path, form).await?,
+        )
+    }
+
+    /// PUT form parameters. Never retried.
+    pub async fn put<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+    ) -> Result<T, Error> {
+        decode(Method::PUT, path, self.call(Method::PUT, path, form).await?)
+    }
+
+    /// DELETE with query parameters. Never retried.
+    pub async fn delete<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, Error> {
+        decode(
+            Method::DELETE,
+            path,
+            self.call(Method::DELETE, path, query).await?,
+        )
+    }
+
+    /// Sends one call and returns its `data`, with retries for reads and one re-login when a
+    /// ticket expired.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<serde_json::Value, Error> {
+        let attempts = if method == Method::GET {
+            self.read_attempts
+        } else {
+            1
+        };
+        let mut relogged = false;
+        let mut attempt = 1;
+        loop {
+            match self.send_once(&method, path, params).await {
+                Err(Error::Api { status: 401, .. }) if !relogged && self.uses_ticket() => {
+                    // 401 means the request was not executed: safe to log in again and resend.
+                    relogged = true;
+                    self.drop_session().await;
+                }
+                Err(e) if attempt < attempts && retryable_read(&e) => {
+                    tracing::debug!(%method, path, attempt, error = %e, "retrying read");
+                    tokio::time::sleep(Duration::from_millis(200 * 4u64.pow(attempt - 1))).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn uses_ticket(&self) -> bool {
+        matches!(self.auth, Auth::Ticket { .. })
+    }
+
+    async fn drop_session(&self) {
+        if let Auth::Ticket { session, .. } = &self.auth {
+            *session.lock().await = None;
+        }
+    }
+
+    async fn auth_headers(&self, method: &Method) -> Result<HeaderMap, Error> {
+        let mut headers = HeaderMap::new();
+        match &self.auth {
+            Auth::Token(value) => {
+                headers.insert(reqwest::header::AUTHORIZATION, value.clone());
+            }
+            Auth::Ticket {
+                user,
+                password,
+                session,
+            } => {
+                let mut guard = session.lock().await;
+                let fresh = guard
+                    .as_ref()
+                    .is_some_and(|s| s.obtained.elapsed() < TICKET_RENEW_AFTER);
+                if !fresh {
+                    *guard = Some(self.login(user, password).await?);
+                }
+                if let Some(s) = guard.as_ref() {
+                    headers.insert(reqwest::header::COOKIE, s.cookie.clone());
+                    if method != Method::GET {
+                        headers.insert("CSRFPreventionToken", s.csrf.clone());
+                    }
+                }
+            }
+        }
+        Ok(headers)
+    }
+
+    async fn login(&self, user: &str, password: &Secret) -> Result<Session, Error> {
+        #[derive(serde::Deserialize)]
+        struct Ticket {
+            ticket: String,
+            #[serde(rename = "CSRFPreventionToken")]
+            csrf: String,
+        }
+        let path = "/access/ticket";
+        let form = [
+            ("username", user.to_string()),
+            ("password", password.expose().to_string()),
+        ];
+        let response = self
+            .exchange(&Method::POST, path, &form, HeaderMap::new())
+            .await?;
+        let t: Ticket = decode(Method::POST, path, response)?;
+        let bad = |_| Error::Decode {
+            method: "POST".into(),
+            path: path.into(),
+            message: "the ticket holds characters not allowed in a header".into(),
+        };
+        let mut cookie =
+            HeaderValue::from_str(&format!("PVEAuthCookie={}", t.ticket)).map_err(bad)?;
+        cookie.set_sensitive(true);
+        let mut csrf = HeaderValue::from_str(&t.csrf).map_err(bad)?;
+        csrf.set_sensitive(true);
+        Ok(Session {
+            cookie,
+            csrf,
+            obtained: Instant::now(),
+        })
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<serde_json::Value, Error> {
+        let headers = self.auth_headers(method).await?;
+        self.exchange(method, path, params, headers).await
+    }
+
+    /// One HTTP exchange: request, status, envelope.
+    async fn exchange(
+        &self,
+        method: &Method,
+        path: &str,
+        params: &[(&str, String)],
+        headers: HeaderMap,
+    ) -> Result<serde_json::Value, Error> {
+        let url = format!("{}{}", self.api_base, path);
+        let mut request = self.http.request(method.clone(), &url).headers(headers);
+        request = if *method == Method::GET || *method == Method::DELETE {
+            request.query(params)
+        } else {
+            request.form(params)
+        };
+        let started = Instant::now();
+        let result = request.send().await;
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let err = transport_error(method, path, &e);
+                tracing::debug!(%method, path, elapsed_ms, error = %err, "PVE request failed");
+                return Err(err);
+            }
+        };
+        let status = response.status();
+        tracing::debug!(%method, path, status = status.as_u16(), elapsed_ms, "PVE request");
+        let reason = response
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .and_then(|r| std::str::from_utf8(r.as_bytes()).ok())
+            .map(str::to_string);
+        let body = read_body(method, path, response).await?;
+        envelope(method, path, status, reason, &body)
+    }
+}
+
+fn retryable_read(e: &Error) -> bool {
+    match e {
+        Error::Transport { kind, .. } => *kind != TransportKind::Tls,
+        Error::Api { status, .. } => matches!(status, 502..=504),
+        _ => false,
+    }
+}
+
+async fn read_body(
+    method: &Method,
+    path: &str,
+    mut response: reqwest::Response,
+) -> Result<Vec<u8>, Error> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Err(Error::Decode {
+                        method: method.to_string(),
+                        path: path.to_string(),
+                        message: format!("the answer is larger than {MAX_BODY_BYTES} bytes"),
+                    });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(transport_error(method, path, &e)),
+        }
+    }
+}
+
+/// Unwraps PVE's envelope: `data` on success; `message` (else the status line's reason
+/// phrase, as older PVE sends no body) and per-parameter `errors` on failure.
+pub(crate) fn envelope(
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+    reason: Option<String>,
+    body: &[u8],
+) -> Result<serde_json::Value, Error> {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    if status.is_success() {
+        return match parsed {
+            Some(serde_json::Value::Object(mut map)) => {
+                Ok(map.remove("data").unwrap_or(serde_json::Value::Null))
+            }
+            _ => Err(Error::Decode {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: format!(
+                    "HTTP {} without a JSON object body: {:?}",
+                    status.as_u16(),
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ),
+            }),
+        };
+    }
+    let object = parsed.as_ref().and_then(|v| v.as_object());
+    let message = object
+        .and_then(|o| o.get("message"))
+        .and_then(|m| m.as_str())
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .or_else(|| {
+            reason
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+        })
+        .or_else(|| status.canonical_reason().map(str::to_string))
+        .unwrap_or_else(|| "(no message)".to_string());
+    let errors: BTreeMap<String, String> = object
+        .and_then(|o| o.get("errors"))
+        .and_then(|e| e.as_object())
+        .map(|e| {
+            e.iter()
+                .map(|(k, v)| {
+                    let text = v
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string());
+                    (k.clone(), text.trim_end().to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Err(Error::Api {
+        method: method.to_string(),
+        path: path.to_string(),
+        status: status.as_u16(),
+        message,
+        errors,
+    })
+}
+
+fn decode<T: DeserializeOwned>(
+    method: Method,
+    path: &str,
+    data: serde_json::Value,
+) -> Result<T, Error> {
+    serde_json::from_value(data).map_err(|e| Error::Decode {
+        method: method.to_string(),
+        path: path.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Classifies a reqwest failure, keeping the whole cause chain as text.
+fn transport_error(method: &Method, path: &str, e: &reqwest::Error) -> Error {
+    let mut text = e.to_string();
+    let mut tls = false;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if s.downcast_ref::<rustls::Error>().is_some()
+            || s_text.contains("certificate")
+            || s_text.contains("InvalidCertificate")
+            || s_text.contains("handshake")
+        {
+            tls = true;
+        }
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    let kind = if e.is_timeout() {
+        TransportKind::Timeout
+    } else if tls {
+        TransportKind::Tls
+    } else {
+        TransportKind::Connect
+    };
+    if kind == TransportKind::Tls {
+        text.push_str(
+            " (TLS: the server's certificate is not trusted; set the site's ca_file to PVE's \
+             pve-root-ca.pem or pin its fingerprint)",
+        );
+    }
+    Error::Transport {
+        method: method.to_string(),
+        path: path.to_string(),
+        kind,
+        message: text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn success_unwraps_data() {
+        let v = envelope(
+            &Method::GET,
+            "/cluster/nextid",
+            StatusCode::OK,
+            None,
+            br#"{"data":"100"}"#,
+        )
+        .unwrap();
+        assert_eq!(v, serde_json::json!("100"));
+        let v = envelope(
+            &Method::PUT,
+            "/x",
+            StatusCode::OK,
+            None,
+            br#"{"data":null}"#,
+        )
+        .unwrap();
+        assert!(v.is_null());
+    }
+
+    #[test]
+    fn errors_keep_pves_words() {
+        // PVE 8: message in the body and per-parameter errors.
+        let e = envelope(
+            &Method::POST,
+            "/nodes/pve1/qemu",
+            StatusCode::BAD_REQUEST,
+            Some("Parameter verification failed.".into()),
+            br#"{"data":null,"message":"Parameter verification failed.\n","errors":{"name":"invalid format - value does not look like a valid DNS name\n"}}"#,
+        )
+        .unwrap_err();
+        match &e {
+            Error::Api {
+                status,
+                message,
+                errors,
+                ..
+            } => {
+                assert_eq!(*status, 400);
+                assert_eq!(message, "Parameter verification failed.");
+                assert_eq!(
+                    errors["name"],
+                    "invalid format - value does not look like a valid DNS name"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Older PVE: no body at all, the text only in the status line.
+        let e = envelope(
+            &Method::POST,
+            "/nodes/pve1/qemu/100/status/start",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Some("VM is locked (clone)".into()),
+            b"",
+        )
+        .unwrap_err();
+        assert_eq!(e.pve_message(), "VM is locked (clone)");
+        assert!(e.is_lock());
+        // A 401 without a body or a useful reason.
+        let e = envelope(
+            &Method::GET,
+            "/version",
+            StatusCode::UNAUTHORIZED,
+            None,
+            b"",
+        )
+        .unwrap_err();
+        assert_eq!(e.pve_message(), "Unauthorized");
+        assert_eq!(e.category(), crate::category::Category::AuthenticationError);
+        // A proxy's HTML page on 596.
+        let e = envelope(
+            &Method::GET,
+            "/nodes/pve2/qemu/100/config",
+            StatusCode::from_u16(596).unwrap(),
+            Some("Connection timed out".into()),
+            b"<html>timeout</html>",
+        )
+        .unwrap_err();
+        assert_eq!(e.category(), crate::category::Category::NodeUnhealthy);
+        assert_eq!(e.pve_message(), "Connection timed out");
+    }
+
+    #[test]
+    fn a_success_without_json_is_a_decode_error() {
+        let e = envelope(&Method::GET, "/version", StatusCode::OK, None, b"<html>").unwrap_err();
+        assert!(matches!(e, Error::Decode { .. }));
+    }
+}

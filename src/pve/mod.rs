@@ -1,0 +1,61 @@
+//! A typed async client for the parts of the Proxmox VE API proxsync needs.
+//!
+//! Truth is PVE's own API schema (`shared/pve-api/apidata.json`, PVE 9.1; 8.4 beside it) and
+//! PVE's wording, not what other tools claim. In particular there is no `importdisk` HTTP
+//! endpoint (it is a `qm` command): disks are imported with the `import-from=` drive option.
+//!
+//! **Authentication.** An API token (`Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`)
+//! is the primary way; a user and password for a ticket plus `CSRFPreventionToken` is the
+//! fallback. With a token the effective user is `user@realm!tokenid`, not `root@pam`, so
+//! root-only options (`skiplock`, absolute `import-from` paths) are never used.
+//!
+//! **TLS.** A site trusts the system roots, a CA file or a pinned SHA-256 fingerprint
+//! ([`tls`]); verification cannot be switched off. Connect and request timeouts are explicit;
+//! the environment's proxy variables are ignored unless a proxy is configured.
+//!
+//! **Retries.** Only reads (GET) are retried, on transport failures and 502-504. A create,
+//! clone, config change or delete is sent once: when its outcome is unknown
+//! ([`Error::outcome_unknown`]) the caller must look, not resend.
+//!
+//! **Logging.** Each request is logged at debug level with method, path, status and duration.
+//! The token travels only in a header marked sensitive; no secret is ever logged.
+//!
+//! # Calls
+//!
+//! | call | PVE endpoint | answers | what can fail (category) |
+//! |---|---|---|---|
+//! | [`Client::version`] | `GET /version` | at once | Authentication, Network |
+//! | [`Client::cluster_status`], [`Client::cluster_health`] | `GET /cluster/status` | at once | Network |
+//! | [`Client::vm_resources`] | `GET /cluster/resources?type=vm` | at once | Network; VMs of offline nodes show `unknown` |
+//! | [`Client::next_id`], [`Client::vmid_is_free`] | `GET /cluster/nextid[?vmid=N]` | at once | 400 `VM N already exists` (taken) |
+//! | [`Client::node_storages`] | `GET /nodes/{node}/storage` | at once | 595 NodeUnhealthy (node offline) |
+//! | [`Client::storage_content`] | `GET /nodes/{node}/storage/{storage}/content` | at once | 500 storage missing/inactive |
+//! | [`Client::node_bridges`] | `GET /nodes/{node}/network?type=any_bridge` | at once | 595 NodeUnhealthy |
+//! | [`Client::vm_config`] | `GET /nodes/{node}/qemu/{vmid}/config` | at once | 500 `Configuration file ... does not exist` (NotFound) |
+//! | [`Client::set_config`] | `PUT .../config` (+`digest`) | at once | Lock, Conflict (`digest` mismatch), 400 Configuration |
+//! | [`Client::set_config_async`] | `POST .../config` (+`digest`) | a task when needed, else at once | as above; TaskFailed |
+//! | [`Client::create_vm`] | `POST /nodes/{node}/qemu` | task `qmcreate` | AlreadyExists (VMID taken), 400, Quota, ImageNotFound, TaskFailed |
+//! | [`Client::clone_vm`] | `POST .../qemu/{template}/clone` | task `qmclone` | Lock (template busy), AlreadyExists, Quota, TaskFailed |
+//! | [`Client::resize_disk`] | `PUT .../resize` | task `qmresize` (PVE 8+), at once before | 500 shrinking refused, Lock |
+//! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
+//! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1` | task `qmdestroy` | Lock, running VM refused, TaskFailed |
+//! | [`Client::active_vm_tasks`] | `GET /nodes/{node}/tasks?vmid=N&source=active` | at once | who holds a VM's lock |
+//! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
+//! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |
+//! | [`Client::task_status`], [`Client::task_log_tail`] | `GET /nodes/{node}/tasks/{upid}/{status,log}` | at once | Network |
+//! | [`Client::wait_task`] | polls the status | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
+//!
+//! Every failure keeps PVE's text verbatim ([`Error::pve_message`]) and maps to a
+//! [`crate::category::Category`] ([`Error::category`]).
+
+mod api;
+mod client;
+mod error;
+pub mod task;
+pub mod tls;
+pub mod types;
+
+pub use api::{CloneRequest, VmParams, percent_encode};
+pub use client::{Client, ClientOptions, Credentials};
+pub use error::{Error, Summary, TransportKind};
+pub use task::{TaskOutcome, Upid};

@@ -1,0 +1,485 @@
+//! Response shapes of the calls proxsync makes, read leniently the way PVE writes them:
+//! integers that arrive as strings (`/cluster/nextid` gives `"100"`), booleans as `0`/`1`,
+//! and fields that are simply absent (a VM created seconds ago shows in `/cluster/resources`
+//! with no name, no tags and status `unknown`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+
+/// `GET /version`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Version {
+    /// `9.1.2`, `8.4.1`, ...
+    pub version: String,
+    #[serde(default)]
+    pub release: Option<String>,
+    #[serde(default)]
+    pub repoid: Option<String>,
+}
+
+impl Version {
+    /// (major, minor, patch); missing parts are 0, garbage is 0.
+    pub fn triple(&self) -> (u32, u32, u32) {
+        let mut parts = self
+            .version
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse().unwrap_or(0));
+        (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        )
+    }
+
+    /// What this release can do that proxsync relies on.
+    pub fn features(&self) -> Features {
+        let v = self.triple();
+        Features {
+            // The `import-from` disk option arrived in qemu-server with PVE 7.2.
+            import_from: v >= (7, 2, 0),
+            // The `import` storage content type (OVA, disk images) arrived with PVE 8.2.
+            import_content: v >= (8, 2, 0),
+            // `PUT .../resize` answers with a task UPID since PVE 8.0 (null before).
+            resize_is_task: v >= (8, 0, 0),
+        }
+    }
+}
+
+/// Features implied by a PVE version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    pub import_from: bool,
+    pub import_content: bool,
+    pub resize_is_task: bool,
+}
+
+/// One entry of `GET /cluster/status`: the cluster itself or a node.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ClusterStatusEntry {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub quorate: Option<bool>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub online: Option<bool>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub nodes: Option<u64>,
+}
+
+/// The health of a cluster, derived from `GET /cluster/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterHealth {
+    /// A standalone node (no `cluster` entry) is quorate by definition.
+    pub quorate: bool,
+    /// Node name -> online.
+    pub nodes: BTreeMap<String, bool>,
+}
+
+impl ClusterHealth {
+    pub fn from_entries(entries: &[ClusterStatusEntry]) -> ClusterHealth {
+        let quorate = entries
+            .iter()
+            .find(|e| e.kind == "cluster")
+            .map(|e| e.quorate.unwrap_or(false))
+            .unwrap_or(true);
+        let nodes = entries
+            .iter()
+            .filter(|e| e.kind == "node")
+            .filter_map(|e| Some((e.name.clone()?, e.online.unwrap_or(false))))
+            .collect();
+        ClusterHealth { quorate, nodes }
+    }
+
+    /// True if the node exists, is online, and the cluster is quorate.
+    pub fn node_healthy(&self, node: &str) -> bool {
+        self.quorate && self.nodes.get(node).copied().unwrap_or(false)
+    }
+}
+
+/// One VM of `GET /cluster/resources?type=vm`. Everything but id/vmid/node may be missing.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct VmResource {
+    /// `qemu/100` or `lxc/101`.
+    pub id: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(deserialize_with = "u32_lenient")]
+    pub vmid: u32,
+    pub node: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `running`, `stopped`, or `unknown` (node offline, or the VM just appeared).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// `;`-separated as PVE stores them (older releases also used `,` or spaces).
+    #[serde(default)]
+    pub tags: Option<String>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub template: Option<bool>,
+    #[serde(default)]
+    pub lock: Option<String>,
+    #[serde(default)]
+    pub pool: Option<String>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub maxcpu: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub maxmem: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub maxdisk: Option<u64>,
+}
+
+impl VmResource {
+    /// True for QEMU VMs (the listing also holds containers).
+    pub fn is_qemu(&self) -> bool {
+        self.kind.as_deref() == Some("qemu") || self.id.starts_with("qemu/")
+    }
+
+    /// Tags as a list, lower-cased as PVE compares them.
+    pub fn tag_list(&self) -> Vec<String> {
+        split_tags(self.tags.as_deref().unwrap_or(""))
+    }
+}
+
+/// Splits a PVE tag string (`;`, `,` or whitespace separated) into lower-cased tags.
+pub fn split_tags(tags: &str) -> Vec<String> {
+    tags.split([';', ',', ' '])
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// One storage of `GET /nodes/{node}/storage`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeStorage {
+    pub storage: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    /// Comma-separated content types: `images,rootdir`, `iso,import,vztmpl`, ...
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub active: Option<bool>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub enabled: Option<bool>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub shared: Option<bool>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub avail: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub total: Option<u64>,
+}
+
+impl NodeStorage {
+    pub fn has_content(&self, content: &str) -> bool {
+        self.content
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .any(|c| c.trim() == content)
+    }
+}
+
+/// One volume of `GET /nodes/{node}/storage/{storage}/content`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct StorageVolume {
+    /// `local:iso/debian.iso`, `local-lvm:base-9000-disk-0`, ...
+    pub volid: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub format: Option<String>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub size: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u32")]
+    pub vmid: Option<u32>,
+}
+
+/// One interface of `GET /nodes/{node}/network`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NetworkInterface {
+    pub iface: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub active: Option<bool>,
+}
+
+/// A VM config as `GET .../config` returns it: property name -> value. Values keep PVE's
+/// string form; numbers and booleans are turned into strings so comparisons are uniform.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VmConfig {
+    pub values: BTreeMap<String, String>,
+}
+
+impl VmConfig {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+    /// The config digest to pass back on a change, so a concurrent change is detected.
+    pub fn digest(&self) -> Option<&str> {
+        self.get("digest")
+    }
+    /// The VM's lock, if any (`clone`, `backup`, `migrate`, ...).
+    pub fn lock(&self) -> Option<&str> {
+        self.get("lock")
+    }
+    pub fn description(&self) -> Option<&str> {
+        self.get("description")
+    }
+    pub fn tags(&self) -> Vec<String> {
+        split_tags(self.get("tags").unwrap_or(""))
+    }
+}
+
+impl<'de> Deserialize<'de> for VmConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw: BTreeMap<String, serde_json::Value> = BTreeMap::deserialize(d)?;
+        let values = raw
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let s = match v {
+                    serde_json::Value::String(s) => s,
+                    serde_json::Value::Number(n) => n.to_string(),
+                    serde_json::Value::Bool(b) => if b { "1" } else { "0" }.to_string(),
+                    serde_json::Value::Null => return None,
+                    other => other.to_string(),
+                };
+                Some((k, s))
+            })
+            .collect();
+        Ok(VmConfig { values })
+    }
+}
+
+/// `GET /nodes/{node}/tasks/{upid}/status`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TaskStatus {
+    /// `running` or `stopped`.
+    pub status: String,
+    /// Set once stopped: `OK`, `WARNINGS: 2`, or the error text.
+    #[serde(default)]
+    pub exitstatus: Option<String>,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// One line of `GET /nodes/{node}/tasks/{upid}/log`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TaskLogLine {
+    #[serde(deserialize_with = "u64_lenient")]
+    pub n: u64,
+    #[serde(default)]
+    pub t: String,
+}
+
+/// One task of `GET /nodes/{node}/tasks`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TaskListEntry {
+    pub upid: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Absent while running; the exit status once stopped.
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub starttime: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub endtime: Option<u64>,
+}
+
+/// A guest agent interface (`network-get-interfaces`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct AgentInterface {
+    pub name: String,
+    #[serde(rename = "hardware-address", default)]
+    pub hardware_address: Option<String>,
+    #[serde(rename = "ip-addresses", default)]
+    pub ip_addresses: Vec<AgentIpAddress>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct AgentIpAddress {
+    #[serde(rename = "ip-address")]
+    pub ip_address: String,
+    #[serde(rename = "ip-address-type", default)]
+    pub ip_address_type: Option<String>,
+    #[serde(default, deserialize_with = "opt_u32")]
+    pub prefix: Option<u32>,
+}
+
+/// `GET /access/permissions`: path -> privilege -> propagate.
+pub type Permissions = BTreeMap<String, BTreeMap<String, serde_json::Value>>;
+
+// ---- lenient scalar readers -----------------------------------------------------------------
+
+fn value_to_u64(v: &serde_json::Value) -> Option<u64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < u64::MAX as f64)
+                .map(|f| f as u64)
+        }),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        serde_json::Value::Bool(b) => Some(u64::from(*b)),
+        _ => None,
+    }
+}
+
+fn value_to_bool(v: &serde_json::Value) -> Option<bool> {
+    match v {
+        serde_json::Value::Bool(b) => Some(*b),
+        serde_json::Value::Number(n) => n.as_f64().map(|f| f != 0.0),
+        serde_json::Value::String(s) => match s.trim() {
+            "1" | "true" | "yes" | "on" => Some(true),
+            "0" | "false" | "no" | "off" | "" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A u64 written as a number or a string.
+pub fn u64_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    value_to_u64(&v)
+        .ok_or_else(|| serde::de::Error::custom(format!("expected an integer, got {v}")))
+}
+
+/// A u32 written as a number or a string.
+pub fn u32_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u64_lenient(d)?;
+    u32::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is out of range")))
+}
+
+fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.as_ref().and_then(value_to_u64))
+}
+
+fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Ok(opt_u64(d)?.and_then(|n| u32::try_from(n).ok()))
+}
+
+fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.as_ref().and_then(value_to_bool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_as_pve_sends_them() {
+        // A real PVE 8 listing: a running VM, a template, a VM created seconds ago (no name,
+        // no tags, status unknown) and a container.
+        let json = r#"[
+          {"id":"qemu/100","type":"qemu","vmid":100,"node":"pve1","name":"web-01","status":"running",
+           "tags":"proxsync.main;web","template":0,"maxcpu":4,"maxmem":8589934592,"maxdisk":107374182400,
+           "cpu":0.01,"mem":1234,"uptime":55,"netin":1,"netout":2,"diskread":0,"diskwrite":0,"disk":0},
+          {"id":"qemu/9000","type":"qemu","vmid":"9000","node":"pve1","name":"debian-12-template",
+           "status":"stopped","template":1},
+          {"id":"qemu/101","type":"qemu","vmid":101,"node":"pve2","status":"unknown"},
+          {"id":"lxc/200","type":"lxc","vmid":200,"node":"pve1","name":"ct","status":"running"}
+        ]"#;
+        let vms: Vec<VmResource> = serde_json::from_str(json).unwrap();
+        assert_eq!(vms[0].tag_list(), vec!["proxsync.main", "web"]);
+        assert_eq!(vms[0].maxmem, Some(8 << 30));
+        assert_eq!(vms[1].vmid, 9000);
+        assert_eq!(vms[1].template, Some(true));
+        assert_eq!(vms[2].name, None);
+        assert_eq!(vms[2].status.as_deref(), Some("unknown"));
+        assert!(vms[2].tag_list().is_empty());
+        assert!(!vms[3].is_qemu());
+    }
+
+    #[test]
+    fn cluster_status_standalone_and_clustered() {
+        let clustered: Vec<ClusterStatusEntry> = serde_json::from_str(
+            r#"[{"type":"cluster","id":"cluster","name":"c","nodes":2,"quorate":1,"version":3},
+                {"type":"node","id":"node/pve1","name":"pve1","online":1,"local":1,"nodeid":1,"ip":"10.0.0.1","level":""},
+                {"type":"node","id":"node/pve2","name":"pve2","online":0,"nodeid":2,"ip":"10.0.0.2","level":""}]"#,
+        )
+        .unwrap();
+        let h = ClusterHealth::from_entries(&clustered);
+        assert!(h.quorate);
+        assert!(h.node_healthy("pve1"));
+        assert!(!h.node_healthy("pve2"));
+        assert!(!h.node_healthy("pve9"));
+
+        let lost: Vec<ClusterStatusEntry> = serde_json::from_str(
+            r#"[{"type":"cluster","quorate":0},{"type":"node","name":"pve1","online":1}]"#,
+        )
+        .unwrap();
+        assert!(!ClusterHealth::from_entries(&lost).node_healthy("pve1"));
+
+        // A standalone node has no cluster entry.
+        let single: Vec<ClusterStatusEntry> =
+            serde_json::from_str(r#"[{"type":"node","name":"pve","online":1,"local":1}]"#).unwrap();
+        assert!(ClusterHealth::from_entries(&single).node_healthy("pve"));
+    }
+
+    #[test]
+    fn config_values_become_strings() {
+        let cfg: VmConfig = serde_json::from_str(
+            r#"{"cores":4,"memory":"8192","name":"web-01","agent":true,"balloon":null,
+                "digest":"abc123","tags":"proxsync.main;Web","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0"}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.get("cores"), Some("4"));
+        assert_eq!(cfg.get("memory"), Some("8192"));
+        assert_eq!(cfg.get("agent"), Some("1"));
+        assert_eq!(cfg.get("balloon"), None);
+        assert_eq!(cfg.digest(), Some("abc123"));
+        assert_eq!(cfg.tags(), vec!["proxsync.main", "web"]);
+    }
+
+    #[test]
+    fn versions_and_features() {
+        let v = |s: &str| Version {
+            version: s.into(),
+            release: None,
+            repoid: None,
+        };
+        assert_eq!(v("9.1.2").triple(), (9, 1, 2));
+        assert_eq!(v("8.4").triple(), (8, 4, 0));
+        let f = v("7.1.10").features();
+        assert!(!f.import_from && !f.import_content && !f.resize_is_task);
+        let f = v("8.1.4").features();
+        assert!(f.import_from && !f.import_content && f.resize_is_task);
+        assert!(v("8.2.2").features().import_content);
+        assert_eq!(v("garbage").triple(), (0, 0, 0));
+    }
+
+    #[test]
+    fn storages_and_tasks() {
+        let s: Vec<NodeStorage> = serde_json::from_str(
+            r#"[{"storage":"local","type":"dir","content":"iso,import,vztmpl","active":1,"enabled":1,"shared":0,"avail":"1000","total":2000}]"#,
+        )
+        .unwrap();
+        assert!(s[0].has_content("import"));
+        assert!(!s[0].has_content("images"));
+        assert_eq!(s[0].avail, Some(1000));
+        let t: TaskStatus = serde_json::from_str(
+            r#"{"status":"stopped","exitstatus":"WARNINGS: 2","type":"qmclone","id":"9000","user":"proxsync@pve!gitops","pid":5,"pstart":6,"starttime":7,"upid":"u","node":"pve1"}"#,
+        )
+        .unwrap();
+        assert_eq!(t.exitstatus.as_deref(), Some("WARNINGS: 2"));
+        let log: Vec<TaskLogLine> =
+            serde_json::from_str(r#"[{"n":1,"t":"create full clone"},{"n":"2","t":"TASK OK"}]"#)
+                .unwrap();
+        assert_eq!(log[1].n, 2);
+    }
+}
