@@ -50,13 +50,8 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
     set.specs.retain(|s| !dup_names.contains(&s.name));
     diags.extend(duplicates);
 
-    // Report in walk order, then by position, so output follows the files.
-    let order: HashMap<String, usize> = files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.display().to_string(), i))
-        .collect();
-    diags.sort_by_key(|d| (order.get(&d.file).copied().unwrap_or(0), d.pos));
+    // Report by file, then by position, so output reads like the files.
+    diags.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
     set.diagnostics = diags;
     set
 }

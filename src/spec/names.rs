@@ -76,7 +76,7 @@ pub fn check_spec_name(name: &str) -> Result<(), String> {
     if !is_label(name, false) {
         let hint = if is_label(name, true) {
             format!(" (write {:?})", name.to_ascii_lowercase())
-        } else if name.contains('_') {
+        } else if name.contains('_') && is_label(&name.replace('_', "-"), false) {
             format!(" (write {:?})", name.replace('_', "-"))
         } else {
             String::new()
@@ -220,6 +220,13 @@ pub fn check_tenant(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_TENANT {
         return Err(format!(
             "tenant id {id:?} must be 1-63 characters of a-z, 0-9, '_', '-', '+' or '.' (e.g. customer-123)"
+        ));
+    }
+    let lower = id.to_ascii_lowercase();
+    if lower != id && check_tag(&format!("tenant_{lower}")).is_ok() {
+        return Err(format!(
+            "tenant id {id:?} has upper-case letters; it becomes the Proxmox tag tenant_<id> and \
+             Proxmox stores tags in lower case: write {lower:?}"
         ));
     }
     check_tag(&format!("tenant_{id}"))

@@ -69,7 +69,7 @@ spec:
     let (specs, diags) = parse(text);
     assert_eq!(diags.len(), 1, "{diags:?}");
     assert!(
-        diags[0].starts_with("t.yaml:25:5: warning: spec.providerConfigRef is ignored"),
+        diags[0].starts_with("t.yaml:24:3: warning: spec.providerConfigRef is ignored"),
         "{diags:?}"
     );
     let s = &specs[0];

@@ -48,6 +48,8 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// How the document's top-level mapping is named in messages.
+const TOP: &str = "the document";
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
 const METADATA_FIELDS: &[&str] = &["name", "labels", "annotations"];
 const SPEC_FIELDS: &[&str] = &["forProvider", "deletionPolicy", "providerConfigRef"];
@@ -70,7 +72,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
 struct Obj<'n> {
     path: String,
     pos: Pos,
-    entries: Vec<(&'n str, &'n Node)>,
+    entries: Vec<(&'n str, Pos, &'n Node)>,
 }
 
 impl<'n> Obj<'n> {
@@ -78,13 +80,25 @@ impl<'n> Obj<'n> {
     fn get(&self, key: &str) -> Option<&'n Node> {
         self.entries
             .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, _, v)| *v)
             .filter(|v| v.value != Value::Null)
     }
 
     fn path(&self, key: &str) -> String {
-        format!("{}.{key}", self.path)
+        if self.path == TOP {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// Where `key` is written, if present (even with a null value).
+    fn key_pos(&self, key: &str) -> Option<Pos> {
+        self.entries
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, p, _)| *p)
     }
 
     /// The value of a required `key`; reports it missing (at the mapping) otherwise.
@@ -164,7 +178,7 @@ fn object<'n>(
             );
             continue;
         }
-        obj.entries.push((k, value));
+        obj.entries.push((k, key.pos, value));
     }
     Some(obj)
 }
@@ -224,7 +238,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         );
         return (None, None);
     }
-    let Some(top) = object(ctx, root, "the document", Some(TOP_FIELDS)) else {
+    let Some(top) = object(ctx, root, TOP, Some(TOP_FIELDS)) else {
         return (None, None);
     };
 
@@ -276,7 +290,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         if let Some(annotations) = meta.get("annotations")
             && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
         {
-            for (k, v) in &obj.entries {
+            for (k, _, v) in &obj.entries {
                 string(ctx, v, &obj.path(k), "\"text\"");
             }
         }
@@ -286,9 +300,9 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some(spec) = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS))) else {
         return (None, name);
     };
-    if let Some(n) = spec.get("providerConfigRef") {
+    if let Some(at) = spec.key_pos("providerConfigRef") {
         ctx.warning(
-            n.pos,
+            at,
             "spec.providerConfigRef is ignored: proxsync takes the Proxmox endpoint and credentials \
              from the [[site]] named by spec.forProvider.site in its own config; remove this field",
         );
@@ -474,7 +488,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
 fn labels_tenant(ctx: &mut Ctx, labels: &Node) -> Option<String> {
     let obj = object(ctx, labels, "metadata.labels", None)?;
     let mut tenant: Option<(String, &str)> = None;
-    for (key, value) in &obj.entries {
+    for (key, _, value) in &obj.entries {
         let Some(v) = string(ctx, value, &obj.path(key), "\"customer-123\"") else {
             continue;
         };
