@@ -14,6 +14,8 @@ Examples:
   proxsync validate specs/                     check every *.yaml/*.yml under specs/
   proxsync validate --config /etc/proxsync/proxsync.toml specs/
                                                ... and check each spec's site exists
+  proxsync doctor --config /etc/proxsync/proxsync.toml --specs specs/
+                                               check sites, token privileges, storages, bridges
   proxsync schema > proxsync.schema.json       JSON Schema for editors' YAML plugins";
 
 /// Keeps Proxmox VE clusters holding exactly the VMs described by YAML specs in git.
@@ -43,6 +45,18 @@ In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- 
         /// Files or directories (searched recursively for *.yaml and *.yml); default: `.`.
         paths: Vec<PathBuf>,
     },
+    /// Check the config, each site (DNS, TCP, TLS, token, privileges, version, quorum, nodes)
+    /// and what the specs need (storages, bridges, images); exit 1 on any failure.
+    #[command(after_help = "\
+Examples:
+  proxsync doctor --config /etc/proxsync/proxsync.toml
+  proxsync doctor --config proxsync.toml --specs specs/   also check the storages, bridges
+                                                          and images these specs name")]
+    Doctor {
+        /// Spec files or directories whose storages, bridges and images to check.
+        #[arg(long, value_name = "PATH")]
+        specs: Vec<PathBuf>,
+    },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
@@ -56,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
     init_logging();
     match cli.command {
         Command::Validate { paths } => validate(cli.config, paths),
+        Command::Doctor { specs } => doctor(cli.config, specs),
         Command::Schema => schema(),
     }
 }
@@ -71,7 +86,11 @@ fn init_logging() {
 }
 
 fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
-    let paths = if paths.is_empty() { vec![PathBuf::from(".")] } else { paths };
+    let paths = if paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        paths
+    };
     let config = match config_path.as_deref().map(Config::load).transpose() {
         Ok(c) => c,
         Err(e) => {
@@ -82,15 +101,21 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     let mut set = spec::load_paths(&paths);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-        set.diagnostics.extend(spec::check_sites(&set.specs, &sites));
+        set.diagnostics
+            .extend(spec::check_sites(&set.specs, &sites));
     }
     let mut err = std::io::stderr().lock();
     for d in &set.diagnostics {
         let _ = writeln!(err, "{d}");
     }
-    let errors = set.diagnostics.iter().filter(|d| d.severity == spec::Severity::Error).count();
+    let errors = set
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == spec::Severity::Error)
+        .count();
     let warnings = set.diagnostics.len() - errors;
-    let files: std::collections::BTreeSet<&str> = set.specs.iter().map(|s| s.file.as_str()).collect();
+    let files: std::collections::BTreeSet<&str> =
+        set.specs.iter().map(|s| s.file.as_str()).collect();
     if errors > 0 {
         let _ = writeln!(
             err,
@@ -104,9 +129,70 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         "ok: {} spec(s) in {} file(s) valid{}",
         set.specs.len(),
         files.len(),
-        if warnings > 0 { format!(", {warnings} warning(s)") } else { String::new() }
+        if warnings > 0 {
+            format!(", {warnings} warning(s)")
+        } else {
+            String::new()
+        }
     );
     ExitCode::SUCCESS
+}
+
+fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("FAIL config: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut specs = Vec::new();
+    let mut spec_checks = Vec::new();
+    if !spec_paths.is_empty() {
+        let set = spec::load_paths(&spec_paths);
+        spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
+            level: crate::doctor::Level::Fail,
+            subject: "spec".into(),
+            message: d.to_string(),
+            fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
+        }));
+        specs = set.specs;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut checks = runtime.block_on(crate::doctor::run(&config, &specs));
+    checks.extend(spec_checks);
+    let mut out = std::io::stdout().lock();
+    for c in &checks {
+        let _ = writeln!(out, "{c}");
+    }
+    let fails = checks
+        .iter()
+        .filter(|c| c.level == crate::doctor::Level::Fail)
+        .count();
+    let warns = checks
+        .iter()
+        .filter(|c| c.level == crate::doctor::Level::Warn)
+        .count();
+    let _ = writeln!(
+        out,
+        "{} check(s): {fails} failed, {warns} warning(s)",
+        checks.len()
+    );
+    if crate::doctor::failed(&checks) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn schema() -> ExitCode {

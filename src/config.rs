@@ -507,12 +507,12 @@ fn build_site(s: RawSite, base: &Path) -> Result<SiteConfig, String> {
         ),
         (None, None) => Trust::SystemRoots,
     };
-    if let Some(proxy) = &s.proxy {
-        if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
-            return Err(ctx(format!(
-                "proxy = {proxy:?}: must be an http:// or https:// URL"
-            )));
-        }
+    if let Some(proxy) = &s.proxy
+        && !(proxy.starts_with("http://") || proxy.starts_with("https://"))
+    {
+        return Err(ctx(format!(
+            "proxy = {proxy:?}: must be an http:// or https:// URL"
+        )));
     }
     Ok(SiteConfig {
         name: s.name.clone(),

@@ -6,5 +6,6 @@
 pub mod category;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod pve;
 pub mod spec;

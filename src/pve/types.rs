@@ -198,6 +198,15 @@ pub struct StorageVolume {
     pub vmid: Option<u32>,
 }
 
+/// The file stem of a volume ID: `local:iso/debian-12.iso` -> `debian-12`,
+/// `local-lvm:vm-100-disk-0` -> `vm-100-disk-0`.
+pub fn volume_stem(volid: &str) -> Option<&str> {
+    let (_, volname) = volid.split_once(':')?;
+    let file = volname.rsplit('/').next()?;
+    let stem = file.rsplit_once('.').map_or(file, |(stem, _)| stem);
+    (!stem.is_empty()).then_some(stem)
+}
+
 /// One interface of `GET /nodes/{node}/network`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct NetworkInterface {
@@ -461,6 +470,24 @@ mod tests {
         assert!(f.import_from && !f.import_content && f.resize_is_task);
         assert!(v("8.2.2").features().import_content);
         assert_eq!(v("garbage").triple(), (0, 0, 0));
+    }
+
+    #[test]
+    fn volume_stems() {
+        assert_eq!(
+            volume_stem("local:iso/debian-12.7.0-amd64-netinst.iso"),
+            Some("debian-12.7.0-amd64-netinst")
+        );
+        assert_eq!(volume_stem("local:import/noble.qcow2"), Some("noble"));
+        assert_eq!(
+            volume_stem("local-lvm:vm-100-disk-0"),
+            Some("vm-100-disk-0")
+        );
+        assert_eq!(
+            volume_stem("local:100/vm-100-disk-0.qcow2"),
+            Some("vm-100-disk-0")
+        );
+        assert_eq!(volume_stem("nocolon"), None);
     }
 
     #[test]

@@ -1,0 +1,236 @@
+//! `proxsync doctor` against a healthy fakepve (passes) and against broken ones (names each
+//! problem, exits 1).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, default_scenario};
+
+fn site_block(name: &str, endpoint: &str, ca_file: &Path, secret_file: &Path) -> String {
+    format!(
+        "[[site]]\nname = \"{name}\"\nendpoint = \"{endpoint}\"\ntoken_id = \"{TOKEN_ID}\"\n\
+         token_secret_file = \"{}\"\nca_file = \"{}\"\nrequest_timeout = \"10s\"\nconnect_timeout = \"3s\"\n\n",
+        secret_file.display(),
+        ca_file.display()
+    )
+}
+
+fn write_config(dir: &Path, sites: &str) -> std::path::PathBuf {
+    let path = dir.join("proxsync.toml");
+    let text = format!(
+        "state_dir = \"{}\"\n\n[source]\npath = \"{}\"\n\n{sites}",
+        dir.join("state").display(),
+        dir.join("repo").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn spec(name: &str, site: &str, node: &str, image: &str, storage: &str, network: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    \
+         site: {site}\n    node: {node}\n    image: \"{image}\"\n    storage: {storage}\n    network: {network}\n"
+    )
+}
+
+fn doctor(config: &Path, specs: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["doctor", "--config"])
+        .arg(config)
+        .arg("--specs")
+        .arg(specs)
+        .output()
+        .expect("run proxsync");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_healthy_site_passes_every_check() {
+    let pve = FakePve::start(default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, format!("{TOKEN_SECRET}\n")).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    for (i, (image, network)) in [
+        ("9000", "vmbr0"),
+        ("local:import/debian-12-genericcloud-amd64.qcow2", "vmbr1"),
+        ("local:iso/debian-12.7.0-amd64-netinst.iso", "vmbr0"),
+        ("debian-12-template", "vmbr0"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let text = spec(
+            &format!("vm-{i}"),
+            "lab",
+            "pve1",
+            image,
+            "local-lvm",
+            network,
+        );
+        std::fs::write(specs.join(format!("vm-{i}.yaml")), text).unwrap();
+    }
+
+    let (ok, out) = doctor(&config, &specs);
+    assert!(ok, "doctor should pass:\n{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    for expected in [
+        "ok   config",
+        "ok   lab dns",
+        "ok   lab tcp",
+        "ok   lab tls: certificate verified",
+        "ok   lab auth",
+        "ok   lab version",
+        "ok   lab privileges",
+        "ok   lab quorum",
+        "ok   lab node pve1: online",
+        "ok   lab storage pve1/local-lvm",
+        "ok   lab bridge pve1/vmbr1",
+        "ok   lab image of vm-0: template 9000",
+        "ok   lab image of vm-1: local:import/debian-12-genericcloud-amd64.qcow2 exists",
+        "ok   lab image of vm-3: template debian-12-template is VMID 9000",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn a_broken_setup_names_each_problem() {
+    // A cluster with a node down, a token without the privileges, and specs naming things
+    // that do not exist.
+    let mut broken = Scenario::default()
+        .grant(TOKEN_ID, "/", &["Sys.Audit", "VM.Audit", "Datastore.Audit"])
+        .start();
+    broken.set_node_offline("pve2", true);
+    // A second fake whose certificate the config does not trust, and one whose token is wrong.
+    let untrusted = FakePve::start(default_scenario());
+    let wrong_token = FakePve::start(default_scenario());
+
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("good.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let bad_secret = dir.path().join("bad.token");
+    std::fs::write(&bad_secret, "00000000-0000-0000-0000-000000000000").unwrap();
+    // A port nothing listens on: bind one, note it, close it.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sites = [
+        site_block("broken", broken.url(), broken.ca_file(), &secret),
+        // Trusts the broken fake's certificate, talks to another fake: untrusted.
+        site_block("badtls", untrusted.url(), broken.ca_file(), &secret),
+        site_block(
+            "badtoken",
+            wrong_token.url(),
+            wrong_token.ca_file(),
+            &bad_secret,
+        ),
+        site_block(
+            "down",
+            &format!("https://127.0.0.1:{closed}"),
+            broken.ca_file(),
+            &secret,
+        ),
+    ]
+    .concat();
+    let config = write_config(dir.path(), &sites);
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let files = [
+        spec(
+            "no-template",
+            "broken",
+            "pve1",
+            "9999",
+            "local-lvm",
+            "vmbr0",
+        ),
+        spec("no-bridge", "broken", "pve1", "9000", "local-lvm", "vmbr9"),
+        spec("no-storage", "broken", "pve1", "9000", "fast-ssd", "vmbr0"),
+        spec("wrong-content", "broken", "pve1", "9000", "local", "vmbr0"),
+        spec(
+            "no-iso",
+            "broken",
+            "pve1",
+            "local:iso/missing.iso",
+            "local-lvm",
+            "vmbr0",
+        ),
+        spec(
+            "on-offline-node",
+            "broken",
+            "pve2",
+            "9000",
+            "local-lvm",
+            "vmbr0",
+        ),
+        spec(
+            "no-such-site",
+            "elsewhere",
+            "pve1",
+            "9000",
+            "local-lvm",
+            "vmbr0",
+        ),
+    ];
+    for (i, text) in files.iter().enumerate() {
+        std::fs::write(specs.join(format!("{i}.yaml")), text).unwrap();
+    }
+
+    let (ok, out) = doctor(&config, &specs);
+    assert!(!ok, "doctor must fail:\n{out}");
+    for expected in [
+        "FAIL broken privileges: token proxsync@pve!gitops lacks VM.Allocate on /vms",
+        "pveum role add",
+        "FAIL broken node pve2: offline",
+        "FAIL broken image of no-template: no template with VMID 9999",
+        "FAIL broken bridge pve1/vmbr9: no such bridge",
+        "FAIL broken storage pve1/fast-ssd: no such storage",
+        "FAIL broken storage pve1/local: holds content",
+        "FAIL broken image of no-iso: local:iso/missing.iso not found",
+        "FAIL spec no-such-site",
+        "FAIL badtls tls",
+        "ca_file",
+        "FAIL badtoken auth: token proxsync@pve!gitops refused",
+        "FAIL down tcp: cannot connect",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(!out.contains(TOKEN_SECRET), "no secret in the report");
+    assert!(!out.contains("00000000-0000"), "no secret in the report");
+}
+
+#[test]
+fn lost_quorum_fails() {
+    let mut pve = FakePve::start(default_scenario());
+    pve.lose_quorum();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let (ok, out) = doctor(&config, &specs);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab quorum: the cluster has no quorum"),
+        "{out}"
+    );
+    assert!(out.contains("pvecm status"), "{out}");
+}
