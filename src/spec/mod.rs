@@ -53,6 +53,9 @@ pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// The largest `userData`, in bytes (64 KiB: what fits comfortably in a cloud-init snippet).
 pub const MAX_USER_DATA_BYTES: usize = 64 * 1024;
 
+/// At most this many diagnostics are reported per file; the rest are counted in one last line.
+pub const MAX_DIAGNOSTICS_PER_FILE: usize = 200;
+
 /// The accepted `apiVersion`s: proxsync's own, and the seed Crossplane provider's.
 pub const API_VERSIONS: [&str; 2] = ["proxsync.io/v1", "proxmox.sankofa.nexus/v1alpha1"];
 /// The only accepted `kind`.
@@ -258,6 +261,18 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
         .collect();
     diags.extend(ctx.diags);
     diags.sort_by_key(|d| d.pos);
+    if diags.len() > MAX_DIAGNOSTICS_PER_FILE {
+        // A machine-generated or hostile file could produce one error per line; the first ones
+        // locate the problem, the rest would only flood the terminal.
+        let more = diags.len() - MAX_DIAGNOSTICS_PER_FILE;
+        diags.truncate(MAX_DIAGNOSTICS_PER_FILE);
+        let last = diags.last().map_or(Pos::START, |d| d.pos);
+        diags.push(Diagnostic::error(
+            file,
+            last,
+            format!("{more} more problems in this file not shown"),
+        ));
+    }
     (specs, diags)
 }
 

@@ -240,3 +240,47 @@ fn overflowing_numbers_are_errors() {
         );
     }
 }
+
+#[test]
+fn pathological_inputs_stay_fast() {
+    let near_cap = MAX_FILE_BYTES - 16;
+    let cases: Vec<(&str, String)> = vec![
+        ("flow", "[".repeat(near_cap)),
+        ("flow-map", "{a: ".repeat(near_cap / 4)),
+        ("block-seq", "- ".repeat(near_cap / 2)),
+        (
+            "indent",
+            (0..1000)
+                .map(|i| format!("{}k:\n", " ".repeat(i)))
+                .collect(),
+        ),
+        ("documents", "---\n".repeat(near_cap / 4)),
+        (
+            "anchors",
+            (0..50_000).map(|i| format!("k{i}: &a{i} v\n")).collect(),
+        ),
+        ("long-key", format!("{}: 1\n", "k".repeat(near_cap - 8))),
+        (
+            "quotes",
+            format!("a: \"{}", "\\\"".repeat(near_cap / 2 - 8)),
+        ),
+        ("keys", (0..60_000).map(|i| format!("k{i}: v\n")).collect()),
+        (
+            "unknown-keys",
+            (0..40_000).map(|i| format!("k{i}: v\n")).collect(),
+        ),
+    ];
+    for (name, text) in cases {
+        let start = std::time::Instant::now();
+        let (specs, diags) = parse_file("t.yaml", text.as_bytes());
+        let took = start.elapsed();
+        assert!(specs.is_empty(), "{name}");
+        assert!(!diags.is_empty(), "{name}");
+        assert!(
+            diags.iter().all(|d| d.pos.line >= 1 && d.pos.column >= 1),
+            "{name}"
+        );
+        assert!(took.as_secs() < 5, "{name} took {took:?}");
+        assert!(diags.len() <= MAX_DIAGNOSTICS_PER_FILE + 1, "{name}");
+    }
+}

@@ -1,5 +1,7 @@
 //! From a located YAML tree to a typed [`Spec`], collecting every problem on the way.
 
+use std::collections::HashMap;
+
 use super::diag::{Diagnostic, Pos};
 use super::image::{image_from_int, parse_image};
 use super::names::{
@@ -139,7 +141,7 @@ fn object<'n>(
         pos: node.pos,
         entries: Vec::new(),
     };
-    let mut seen: Vec<(&str, Pos)> = Vec::new();
+    let mut seen: HashMap<&str, Pos> = HashMap::new();
     for (key, value) in map {
         let Value::Str(k) = &key.value else {
             ctx.error(
@@ -151,14 +153,14 @@ fn object<'n>(
             );
             continue;
         };
-        if let Some((_, first)) = seen.iter().find(|(s, _)| s == k) {
+        if let Some(first) = seen.get(k.as_str()) {
             ctx.error(
                 key.pos,
                 format!("duplicate key {k:?} in {path} (first at line {}, column {}); each key may appear once", first.line, first.column),
             );
             continue;
         }
-        seen.push((k, key.pos));
+        seen.insert(k, key.pos);
         if let Some(allowed) = allowed
             && !allowed.contains(&k.as_str())
         {

@@ -214,6 +214,14 @@ fn yaml_error(file: &str, err: &serde_saphyr::Error) -> Diagnostic {
 pub fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let prepass = scan_documents(text);
+    if let Some(pos) = prepass.too_many {
+        let d = Diagnostic::error(
+            file,
+            pos,
+            format!("more than {MAX_DOCUMENTS} YAML documents in one file; split the file"),
+        );
+        return (Vec::new(), vec![d]);
+    }
     for pos in &prepass.empty {
         diags.push(Diagnostic::error(
             file,
@@ -251,6 +259,8 @@ struct Prepass {
     empty: Vec<Pos>,
     /// False when a syntax error stopped the scan (serde-saphyr reports it).
     ok: bool,
+    /// Where the document past [`MAX_DOCUMENTS`] starts, if there is one.
+    too_many: Option<Pos>,
 }
 
 /// Walks parser events (no alias expansion, no tree) to count documents and find empty ones.
@@ -259,6 +269,7 @@ fn scan_documents(text: &str) -> Prepass {
         count: 0,
         empty: Vec::new(),
         ok: true,
+        too_many: None,
     };
     let mut parser = Parser::new_from_str(text);
     // Start of the current document, while its root node has not been seen yet.
@@ -274,7 +285,8 @@ fn scan_documents(text: &str) -> Prepass {
             Event::DocumentStart(explicit, _) => {
                 out.count += 1;
                 if out.count > MAX_DOCUMENTS {
-                    break; // serde-saphyr reports the limit
+                    out.too_many = Some(at);
+                    break;
                 }
                 pending = Some(if explicit { at } else { Pos::START });
                 depth = 0;
