@@ -9,3 +9,4 @@ pub mod config;
 pub mod doctor;
 pub mod pve;
 pub mod spec;
+pub mod state;
