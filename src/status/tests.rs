@@ -1,0 +1,1107 @@
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+fn t(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+const T0: u64 = 1_740_830_400; // 2025-03-01T12:00:00Z
+
+fn cond(kind: &'static str, status: ConditionStatus, reason: &'static str) -> ConditionInput {
+    ConditionInput::new(kind, status, reason, format!("{kind} is {reason}"))
+}
+
+fn spec(name: &str) -> SpecStatus {
+    SpecStatus {
+        name: name.to_string(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vm_id: Some(101),
+        vm_name: "web-01".into(),
+        state: "running".into(),
+        ip_addresses: vec!["10.0.0.5".into()],
+        commit: Some("0123456".into()),
+        spec_file: Some("vms/web-01.yaml".into()),
+        provisioned: true,
+        conditions: vec![
+            cond(kinds::READY, ConditionStatus::True, reasons::AVAILABLE),
+            cond(
+                kinds::RECONCILING,
+                ConditionStatus::False,
+                reasons::UP_TO_DATE,
+            ),
+            cond(kinds::STALLED, ConditionStatus::False, reasons::NOT_STALLED),
+            cond(
+                kinds::NODE_HEALTHY,
+                ConditionStatus::True,
+                reasons::NODE_ONLINE,
+            ),
+            cond(kinds::PROVISIONED, ConditionStatus::True, reasons::CREATED),
+        ],
+        last_task: None,
+        backoff: None,
+        history: vec![],
+        observed_generation: Some("sha256:abc".into()),
+    }
+}
+
+fn set(s: &mut SpecStatus, kind: &'static str, status: ConditionStatus, reason: &'static str) {
+    s.conditions.retain(|c| c.kind != kind);
+    s.conditions.push(cond(kind, status, reason));
+}
+
+fn get<'a>(f: &'a SpecFile, kind: &str) -> &'a Condition {
+    f.condition(kind).expect("condition present")
+}
+
+fn tmpdir() -> (tempfile::TempDir, StatusDir) {
+    let d = tempfile::tempdir().unwrap();
+    let sd = StatusDir::open(&d.path().join("status")).unwrap();
+    (d, sd)
+}
+
+// ---- timestamps ----
+
+#[test]
+fn rfc3339_known_values() {
+    assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(t(T0)), "2025-03-01T12:00:00Z");
+    assert_eq!(rfc3339(t(951_782_400)), "2000-02-29T00:00:00Z");
+    assert_eq!(rfc3339(t(1_735_689_599)), "2024-12-31T23:59:59Z");
+    assert_eq!(
+        rfc3339(t(T0) + Duration::from_millis(999)),
+        "2025-03-01T12:00:00Z"
+    );
+    assert_eq!(
+        rfc3339(UNIX_EPOCH - Duration::from_secs(1)),
+        "1969-12-31T23:59:59Z"
+    );
+    assert_eq!(
+        rfc3339(UNIX_EPOCH - Duration::from_millis(500)),
+        "1969-12-31T23:59:59Z"
+    );
+    assert_eq!(
+        rfc3339(UNIX_EPOCH - Duration::from_secs(86_400 * 365)),
+        "1969-01-01T00:00:00Z"
+    );
+    // clamped, never a 5-digit year
+    assert_eq!(
+        rfc3339(t(MAX_UNIX as u64 + 10_000_000)),
+        "9999-12-31T23:59:59Z"
+    );
+    assert_eq!(rfc3339(t(MAX_UNIX as u64)), "9999-12-31T23:59:59Z");
+    assert_eq!(
+        rfc3339(UNIX_EPOCH - Duration::from_secs(MIN_UNIX.unsigned_abs())),
+        "0000-01-01T00:00:00Z"
+    );
+}
+
+#[test]
+fn rfc3339_round_trips() {
+    let mut s = MIN_UNIX;
+    while s <= MAX_UNIX {
+        let time = if s >= 0 {
+            UNIX_EPOCH + Duration::from_secs(s as u64)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
+        };
+        let text = rfc3339(time);
+        assert_eq!(parse_rfc3339(&text), Some(time), "{text}");
+        s += 86_400 * 13 + 3_607; // walks every month and leap day over the whole range
+    }
+    for s in (0..400 * 366 * 86_400u64).step_by(86_400) {
+        let text = rfc3339(t(s));
+        assert_eq!(parse_rfc3339(&text), Some(t(s)), "{text}");
+    }
+}
+
+#[test]
+fn parse_rfc3339_accepts_offsets_and_fractions() {
+    assert_eq!(parse_rfc3339("2025-03-01T12:00:00Z"), Some(t(T0)));
+    assert_eq!(parse_rfc3339("2025-03-01t12:00:00z"), Some(t(T0)));
+    assert_eq!(parse_rfc3339("2025-03-01T14:30:00+02:30"), Some(t(T0)));
+    assert_eq!(parse_rfc3339("2025-03-01T07:00:00-05:00"), Some(t(T0)));
+    assert_eq!(
+        parse_rfc3339("2025-03-01T12:00:00.25Z"),
+        Some(t(T0) + Duration::from_millis(250))
+    );
+    assert_eq!(
+        parse_rfc3339("2025-03-01T12:00:00.123456789123Z"),
+        Some(t(T0) + Duration::from_nanos(123_456_789))
+    );
+    assert_eq!(
+        parse_rfc3339("2024-02-29T00:00:00Z"),
+        Some(t(1_709_164_800))
+    );
+    assert_eq!(
+        parse_rfc3339("2016-12-31T23:59:60Z"),
+        Some(t(1_483_228_800))
+    );
+}
+
+#[test]
+fn parse_rfc3339_rejects_garbage() {
+    for bad in [
+        "",
+        "2025",
+        "2025-03-01",
+        "2025-03-01 12:00:00Z",
+        "2025-03-01T12:00:00",
+        "2025-03-01T12:00:00ZZ",
+        "2025-03-01T12:00:00.Z",
+        "2025-02-29T00:00:00Z",
+        "2100-02-29T00:00:00Z",
+        "2025-13-01T00:00:00Z",
+        "2025-00-01T00:00:00Z",
+        "2025-04-31T00:00:00Z",
+        "2025-03-00T00:00:00Z",
+        "2025-03-01T24:00:00Z",
+        "2025-03-01T12:60:00Z",
+        "2025-03-01T12:00:61Z",
+        "2025-03-01T12:00:00+24:00",
+        "2025-03-01T12:00:00+0200",
+        "2025-03-01T12:00:00+02:00x",
+        "+025-03-01T12:00:00Z",
+        "2025-03-01T1é:00:00Z",
+        "２０２５-03-01T12:00:00Z",
+        "2025-03-01T12:00:00.\u{1F600}Z",
+        "not a date at all, really",
+    ] {
+        assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+    }
+}
+
+// ---- names ----
+
+#[test]
+fn refuses_names_that_are_not_dns_labels() {
+    let (_d, mut sd) = tmpdir();
+    let long = "a".repeat(64);
+    for bad in [
+        "", "_summary", "_orphans", "../etc", "a/b", ".hidden", "Web", "web_01", "-web", "web-",
+        "web.01", "web 01", "wéb", "a\0b", &long,
+    ] {
+        let mut s = spec("x");
+        s.name = bad.to_string();
+        assert!(
+            matches!(sd.write_spec(&s, t(T0)), Err(StatusError::InvalidName(_))),
+            "{bad:?}"
+        );
+        assert!(matches!(
+            sd.remove_spec(bad),
+            Err(StatusError::InvalidName(_))
+        ));
+        assert!(matches!(
+            sd.read_spec(bad),
+            Err(StatusError::InvalidName(_))
+        ));
+    }
+    assert!(
+        fs::read_dir(sd.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+    for good in ["a", "0", "web-01", "a--b", &"a".repeat(63)] {
+        let mut s = spec("x");
+        s.name = good.to_string();
+        assert!(sd.write_spec(&s, t(T0)).unwrap(), "{good:?}");
+    }
+}
+
+#[test]
+fn invalid_name_error_is_bounded() {
+    let err = check_name(&"X".repeat(100_000)).unwrap_err().to_string();
+    assert!(err.len() < 400, "{}", err.len());
+}
+
+// ---- conditions ----
+
+#[test]
+fn first_visit_writes_every_standard_condition_in_order() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    s.provisioned = false;
+    s.conditions = vec![
+        ConditionInput::new("Zeta", ConditionStatus::True, "Custom", ""),
+        cond(
+            kinds::REBOOT_PENDING,
+            ConditionStatus::False,
+            reasons::NO_PENDING_CHANGES,
+        ),
+        ConditionInput::new("Alpha", ConditionStatus::False, "Custom", ""),
+        cond(kinds::RECONCILING, ConditionStatus::True, reasons::CREATING),
+    ];
+    assert!(sd.write_spec(&s, t(T0)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    let order: Vec<&str> = f.conditions.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "Ready",
+            "Reconciling",
+            "Stalled",
+            "NodeHealthy",
+            "Provisioned",
+            "RebootPending",
+            "Alpha",
+            "Zeta"
+        ]
+    );
+    for k in [
+        kinds::READY,
+        kinds::STALLED,
+        kinds::NODE_HEALTHY,
+        kinds::PROVISIONED,
+    ] {
+        let c = get(&f, k);
+        assert_eq!(c.status, ConditionStatus::Unknown, "{k}");
+        assert_eq!(c.reason, reasons::NOT_YET_OBSERVED, "{k}");
+    }
+    assert_eq!(get(&f, kinds::RECONCILING).reason, "Creating");
+    for c in &f.conditions {
+        assert_eq!(c.last_transition_time, "2025-03-01T12:00:00Z");
+        assert!(!c.reason.is_empty());
+    }
+    assert!(!f.initialization.provisioned);
+}
+
+#[test]
+fn status_is_quoted_so_yaml_readers_do_not_see_booleans() {
+    let (_d, mut sd) = tmpdir();
+    sd.write_spec(&spec("web-01"), t(T0)).unwrap();
+    let text = fs::read_to_string(sd.path().join("web-01.yaml")).unwrap();
+    assert!(text.starts_with("# Written by proxsync"), "{text}");
+    assert!(!text.contains("status: True"), "{text}");
+    assert!(!text.contains("status: False"), "{text}");
+    assert!(
+        text.contains("status: \"True\"") || text.contains("status: 'True'"),
+        "{text}"
+    );
+    assert!(text.contains("type: Ready"), "{text}");
+    assert!(text.contains("lastTransitionTime:"), "{text}");
+    assert!(text.contains("vmId: 101"), "{text}");
+    assert!(text.contains("provisioned: true"), "{text}");
+    // the commit looks like a number: it must stay a string
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(f.commit.as_deref(), Some("0123456"));
+}
+
+#[test]
+fn unchanged_content_is_not_rewritten() {
+    let (_d, mut sd) = tmpdir();
+    let s = spec("web-01");
+    assert!(sd.write_spec(&s, t(T0)).unwrap());
+    let path = sd.path().join("web-01.yaml");
+    let before = fs::read(&path).unwrap();
+    for i in 1..5 {
+        assert!(!sd.write_spec(&s, t(T0 + i * 30)).unwrap());
+    }
+    assert_eq!(fs::read(&path).unwrap(), before);
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(f.updated_at.as_deref(), Some("2025-03-01T12:00:00Z"));
+}
+
+#[test]
+fn transition_time_moves_only_when_status_changes() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    set(
+        &mut s,
+        kinds::READY,
+        ConditionStatus::False,
+        reasons::CREATING,
+    );
+    set(
+        &mut s,
+        kinds::RECONCILING,
+        ConditionStatus::True,
+        reasons::CREATING,
+    );
+    sd.write_spec(&s, t(T0)).unwrap();
+
+    // reason and message change, status does not: time stays, file changes
+    set(
+        &mut s,
+        kinds::READY,
+        ConditionStatus::False,
+        reasons::WAITING_FOR_TASK,
+    );
+    set(
+        &mut s,
+        kinds::RECONCILING,
+        ConditionStatus::True,
+        reasons::WAITING_FOR_TASK,
+    );
+    assert!(sd.write_spec(&s, t(T0 + 60)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(get(&f, kinds::READY).reason, "WaitingForTask");
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+    assert_eq!(f.updated_at.as_deref(), Some("2025-03-01T12:01:00Z"));
+
+    // status changes: that condition's time moves, the others keep theirs
+    set(
+        &mut s,
+        kinds::READY,
+        ConditionStatus::True,
+        reasons::AVAILABLE,
+    );
+    assert!(sd.write_spec(&s, t(T0 + 120)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:02:00Z"
+    );
+    assert_eq!(
+        get(&f, kinds::RECONCILING).last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+    assert_eq!(
+        get(&f, kinds::STALLED).last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+
+    // the engine omits a standard condition: Unknown / NotYetObserved, time moves
+    s.conditions.retain(|c| c.kind != kinds::NODE_HEALTHY);
+    assert!(sd.write_spec(&s, t(T0 + 180)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    let nh = get(&f, kinds::NODE_HEALTHY);
+    assert_eq!(
+        (nh.status, nh.reason.as_str()),
+        (ConditionStatus::Unknown, "NotYetObserved")
+    );
+    assert_eq!(nh.last_transition_time, "2025-03-01T12:03:00Z");
+}
+
+#[test]
+fn restarted_writer_keeps_times_and_does_not_rewrite() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = spec("web-01");
+    {
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        assert!(sd.write_spec(&s, t(T0)).unwrap());
+    }
+    let path = d.path().join("web-01.yaml");
+    let before = fs::read(&path).unwrap();
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    assert!(!sd.write_spec(&s, t(T0 + 3600)).unwrap());
+    assert_eq!(fs::read(&path).unwrap(), before);
+
+    set(
+        &mut s,
+        kinds::STALLED,
+        ConditionStatus::True,
+        reasons::PERMISSION_DENIED,
+    );
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    assert!(sd.write_spec(&s, t(T0 + 7200)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(
+        get(&f, kinds::STALLED).last_transition_time,
+        "2025-03-01T14:00:00Z"
+    );
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+}
+
+#[test]
+fn provisioned_never_reverts() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    s.provisioned = false;
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::False,
+        reasons::NOT_CREATED,
+    );
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert!(!f.initialization.provisioned);
+
+    s.provisioned = true;
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::True,
+        reasons::CREATED,
+    );
+    sd.write_spec(&s, t(T0 + 60)).unwrap();
+
+    // the engine forgets (VM vanished, state db lost...): the file does not
+    s.provisioned = false;
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::False,
+        reasons::NOT_CREATED,
+    );
+    sd.write_spec(&s, t(T0 + 120)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert!(f.initialization.provisioned);
+    let p = get(&f, kinds::PROVISIONED);
+    assert_eq!(
+        (p.status, p.reason.as_str()),
+        (ConditionStatus::True, "Created")
+    );
+    assert_eq!(p.last_transition_time, "2025-03-01T12:01:00Z");
+
+    // omitted entirely, and after a restart
+    s.conditions.retain(|c| c.kind != kinds::PROVISIONED);
+    let mut sd = StatusDir::open(sd.path()).unwrap();
+    sd.write_spec(&s, t(T0 + 180)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert!(f.initialization.provisioned);
+    assert_eq!(get(&f, kinds::PROVISIONED).status, ConditionStatus::True);
+    assert_eq!(
+        get(&f, kinds::PROVISIONED).last_transition_time,
+        "2025-03-01T12:01:00Z"
+    );
+}
+
+#[test]
+fn provisioned_flag_and_condition_agree() {
+    let (_d, mut sd) = tmpdir();
+    // condition True, flag false: the flag follows
+    let mut s = spec("a");
+    s.provisioned = false;
+    sd.write_spec(&s, t(T0)).unwrap();
+    assert!(
+        sd.read_spec("a")
+            .unwrap()
+            .unwrap()
+            .initialization
+            .provisioned
+    );
+    // flag true, condition Unknown on the first visit: the condition follows
+    let mut s = spec("b");
+    s.conditions.retain(|c| c.kind != kinds::PROVISIONED);
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("b").unwrap().unwrap();
+    assert_eq!(get(&f, kinds::PROVISIONED).status, ConditionStatus::True);
+    assert_eq!(get(&f, kinds::PROVISIONED).reason, "Created");
+    // Adopted replaces Created without moving the time (status unchanged)
+    let mut s = spec("b");
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::True,
+        reasons::ADOPTED,
+    );
+    sd.write_spec(&s, t(T0 + 60)).unwrap();
+    let f = sd.read_spec("b").unwrap().unwrap();
+    assert_eq!(get(&f, kinds::PROVISIONED).reason, "Adopted");
+    assert_eq!(
+        get(&f, kinds::PROVISIONED).last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+}
+
+#[test]
+fn duplicate_and_reasonless_conditions() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    s.conditions = vec![
+        cond(kinds::READY, ConditionStatus::False, reasons::FAILED),
+        cond(kinds::READY, ConditionStatus::True, reasons::AVAILABLE),
+        ConditionInput::new(kinds::STALLED, ConditionStatus::False, "", "x"),
+        ConditionInput::new("", ConditionStatus::True, "X", "dropped"),
+    ];
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(f.conditions.len(), 5);
+    assert_eq!(get(&f, kinds::READY).reason, "Failed");
+    assert_eq!(get(&f, kinds::STALLED).reason, "Unspecified");
+}
+
+#[test]
+fn custom_conditions_are_dropped_when_no_longer_reported() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    set(
+        &mut s,
+        kinds::REBOOT_PENDING,
+        ConditionStatus::True,
+        reasons::PENDING_CHANGES,
+    );
+    sd.write_spec(&s, t(T0)).unwrap();
+    assert!(
+        sd.read_spec("web-01")
+            .unwrap()
+            .unwrap()
+            .condition("RebootPending")
+            .is_some()
+    );
+    s.conditions.retain(|c| c.kind != kinds::REBOOT_PENDING);
+    assert!(sd.write_spec(&s, t(T0 + 60)).unwrap());
+    assert!(
+        sd.read_spec("web-01")
+            .unwrap()
+            .unwrap()
+            .condition("RebootPending")
+            .is_none()
+    );
+}
+
+// ---- other fields ----
+
+#[test]
+fn history_is_capped_most_recent_first() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    // given oldest first on purpose
+    s.history = (0..25)
+        .map(|i| AttemptSummary {
+            at: t(T0 + i * 60),
+            action: format!("attempt {i}"),
+            outcome: "TaskFailed".into(),
+        })
+        .collect();
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(f.history.len(), MAX_HISTORY);
+    assert_eq!(f.history[0].action, "attempt 24");
+    assert_eq!(f.history[9].action, "attempt 15");
+    assert_eq!(f.history[0].at, "2025-03-01T12:24:00Z");
+}
+
+#[test]
+fn task_backoff_and_fields_round_trip() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    s.last_task = Some(TaskSummary {
+        upid: "UPID:pve1:000A1B2C:0B3C4D5E:67C2F000:qmclone:101:root@pam!proxsync:".into(),
+        kind: "qmclone".into(),
+        status: "WARNINGS: 2".into(),
+        at: t(T0),
+    });
+    s.backoff = Some(BackoffSummary {
+        attempts: 3,
+        next_attempt: t(T0 + 240),
+        category: "NetworkError".into(),
+        message: "connect timed out".into(),
+    });
+    s.vm_id = None;
+    s.commit = None;
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    let task = f.last_task.as_ref().unwrap();
+    assert_eq!(task.kind, "qmclone");
+    assert_eq!(task.status, "WARNINGS: 2");
+    assert_eq!(task.at, "2025-03-01T12:00:00Z");
+    let b = f.backoff.as_ref().unwrap();
+    assert_eq!(
+        (b.attempts, b.next_attempt.as_str()),
+        (3, "2025-03-01T12:04:00Z")
+    );
+    assert_eq!(f.vm_id, None);
+    assert_eq!(f.commit, None);
+    assert_eq!(f.observed_generation.as_deref(), Some("sha256:abc"));
+    assert_eq!(f.spec_file.as_deref(), Some("vms/web-01.yaml"));
+    assert_eq!(f.ip_addresses, ["10.0.0.5"]);
+    let text = fs::read_to_string(sd.path().join("web-01.yaml")).unwrap();
+    assert!(!text.contains("vmId"), "{text}");
+    assert!(text.contains("nextAttempt:"), "{text}");
+}
+
+#[test]
+fn long_messages_are_truncated_on_a_char_boundary() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    let long = "é".repeat(3000); // 2 bytes each
+    s.conditions.push(ConditionInput::new(
+        kinds::REBOOT_PENDING,
+        ConditionStatus::True,
+        reasons::PENDING_CHANGES,
+        long.clone(),
+    ));
+    s.backoff = Some(BackoffSummary {
+        attempts: 1,
+        next_attempt: t(T0),
+        category: "ProxmoxError".into(),
+        message: "x".repeat(5000),
+    });
+    sd.write_spec(&s, t(T0)).unwrap();
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    let m = &get(&f, kinds::REBOOT_PENDING).message;
+    assert!(m.len() <= MAX_MESSAGE_BYTES, "{}", m.len());
+    assert!(m.ends_with('…'));
+    assert!(m.starts_with("éé"));
+    let b = &f.backoff.unwrap().message;
+    assert!(b.len() <= MAX_MESSAGE_BYTES && b.ends_with('…'));
+    assert_eq!(clip("short"), "short");
+    assert_eq!(clip(&"a".repeat(1024)), "a".repeat(1024));
+    assert_eq!(clip(&"a".repeat(1025)).len(), 1024);
+}
+
+#[test]
+fn hostile_strings_round_trip() {
+    let (_d, mut sd) = tmpdir();
+    let nasty = [
+        "True",
+        "false",
+        "null",
+        "~",
+        "yes",
+        "No",
+        "on",
+        "0x1F",
+        "1e3",
+        "0123",
+        "12:30:00",
+        "2025-03-01",
+        "- item",
+        "key: value",
+        "# comment",
+        "&anchor",
+        "*alias",
+        "!tag",
+        "|",
+        ">",
+        "'single'",
+        "\"double\"",
+        "back\\slash",
+        "line1\nline2\n",
+        "tab\there",
+        "  leading and trailing  ",
+        "",
+        "\u{0}\u{1}\u{7f}\u{85}\u{2028}\u{feff}",
+        "---",
+        "...",
+        "{a: 1}",
+        "[1, 2]",
+        "% directive",
+        "@at",
+        "`tick`",
+        "ünïcödé ✓ 😀",
+        "\r\n",
+        "a: b # c",
+        "? q",
+        "=",
+        "<<",
+    ];
+    for (i, v) in nasty.iter().enumerate() {
+        let mut s = spec("web-01");
+        s.vm_name = v.to_string();
+        s.node = v.to_string();
+        s.state = v.to_string();
+        s.ip_addresses = vec![v.to_string(), "::1".into()];
+        s.commit = Some(v.to_string());
+        s.conditions.push(ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            ConditionStatus::True,
+            reasons::PENDING_CHANGES,
+            v.to_string(),
+        ));
+        s.history = vec![AttemptSummary {
+            at: t(T0),
+            action: v.to_string(),
+            outcome: v.to_string(),
+        }];
+        sd.write_spec(&s, t(T0 + i as u64)).unwrap();
+        let f = sd
+            .read_spec("web-01")
+            .unwrap()
+            .unwrap_or_else(|| panic!("{v:?} did not parse back"));
+        assert_eq!(f.vm_name, *v);
+        assert_eq!(f.node, *v);
+        assert_eq!(f.state, *v);
+        assert_eq!(f.ip_addresses[0], *v);
+        assert_eq!(f.commit.as_deref(), Some(*v));
+        assert_eq!(get(&f, kinds::REBOOT_PENDING).message, *v);
+        assert_eq!(f.history[0].action, *v);
+        // and the writer sees its own file as unchanged
+        let mut fresh = StatusDir::open(sd.path()).unwrap();
+        assert!(
+            !fresh.write_spec(&s, t(T0 + 1000)).unwrap(),
+            "{v:?} rewritten after reload"
+        );
+    }
+}
+
+#[test]
+fn corrupt_file_is_replaced() {
+    let d = tempfile::tempdir().unwrap();
+    for junk in [
+        &b"{{{{ not yaml"[..],
+        b"\xff\xfe\x00garbage",
+        b"name: [1, 2",
+        b"- a list\n- not a map\n",
+        b"conditions: 7\n",
+        b"&a [*a, *a]",
+        b"",
+    ] {
+        fs::write(d.path().join("web-01.yaml"), junk).unwrap();
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        assert!(sd.write_spec(&spec("web-01"), t(T0)).unwrap(), "{junk:?}");
+        let f = sd.read_spec("web-01").unwrap().unwrap();
+        assert_eq!(f.name, "web-01");
+        assert_eq!(
+            get(&f, kinds::READY).last_transition_time,
+            "2025-03-01T12:00:00Z"
+        );
+    }
+    // a file that belongs to another name, or carries a bad timestamp
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    let text = fs::read_to_string(d.path().join("web-01.yaml")).unwrap();
+    fs::write(d.path().join("web-02.yaml"), &text).unwrap();
+    assert!(sd.write_spec(&spec("web-02"), t(T0 + 60)).unwrap());
+    let f = sd.read_spec("web-02").unwrap().unwrap();
+    assert_eq!(f.name, "web-02");
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:01:00Z"
+    );
+
+    fs::write(
+        d.path().join("web-01.yaml"),
+        text.replace("2025-03-01T12:00:00Z", "yesterday"),
+    )
+    .unwrap();
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    assert!(sd.write_spec(&spec("web-01"), t(T0 + 120)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:02:00Z"
+    );
+}
+
+#[test]
+fn oversized_file_is_treated_as_absent() {
+    let (_d, mut sd) = tmpdir();
+    let big = format!("name: web-01\nvmName: {}\n", "a".repeat(2 * 1024 * 1024));
+    fs::write(sd.path().join("web-01.yaml"), big).unwrap();
+    assert!(sd.read_spec("web-01").unwrap().is_none());
+    assert!(sd.write_spec(&spec("web-01"), t(T0)).unwrap());
+    assert!(sd.read_spec("web-01").unwrap().is_some());
+}
+
+#[test]
+fn a_file_deleted_behind_our_back_is_rewritten() {
+    let (_d, mut sd) = tmpdir();
+    let s = spec("web-01");
+    sd.write_spec(&s, t(T0)).unwrap();
+    fs::remove_file(sd.path().join("web-01.yaml")).unwrap();
+    assert!(sd.write_spec(&s, t(T0 + 60)).unwrap());
+    assert!(sd.read_spec("web-01").unwrap().is_some());
+}
+
+#[test]
+fn files_are_0644_and_no_temp_files_remain() {
+    let (_d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    for i in 0..3 {
+        s.state = format!("state-{i}");
+        sd.write_spec(&s, t(T0 + i)).unwrap();
+    }
+    sd.write_summary(&summary()).unwrap();
+    sd.write_orphans(&[orphan(1, 900)], t(T0)).unwrap();
+    let mode = fs::metadata(sd.path().join("web-01.yaml"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+    let mut names: Vec<String> = fs::read_dir(sd.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["_orphans.yaml", "_summary.yaml", "web-01.yaml"]);
+}
+
+#[test]
+fn open_creates_the_directory_and_cleans_old_temps() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("a/b/status");
+    let sd = StatusDir::open(&dir).unwrap();
+    assert!(dir.is_dir());
+    drop(sd);
+    let stale = dir.join(".web-01.yaml.tmp-1");
+    fs::write(&stale, "x").unwrap();
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let fresh = dir.join(".web-02.yaml.tmp-2");
+    fs::write(&fresh, "x").unwrap();
+    let other = dir.join("notes.txt");
+    fs::write(&other, "x").unwrap();
+    StatusDir::open(&dir).unwrap();
+    assert!(!stale.exists());
+    assert!(fresh.exists(), "another process may be writing it");
+    assert!(other.exists());
+    // a file where the directory should be
+    assert!(StatusDir::open(&other).is_err());
+}
+
+#[test]
+fn spec_names_and_remove() {
+    let (_d, mut sd) = tmpdir();
+    for n in ["web-02", "db", "web-01"] {
+        sd.write_spec(&spec(n), t(T0)).unwrap();
+    }
+    sd.write_summary(&summary()).unwrap();
+    sd.write_orphans(&[], t(T0)).unwrap();
+    for junk in [
+        ".web-03.yaml.tmp-9",
+        "README",
+        "Upper.yaml",
+        "x.yml",
+        "x.yaml.bak",
+    ] {
+        fs::write(sd.path().join(junk), "x").unwrap();
+    }
+    fs::create_dir(sd.path().join("dir.yaml")).unwrap();
+    assert_eq!(sd.spec_names().unwrap(), ["db", "web-01", "web-02"]);
+    sd.remove_spec("web-01").unwrap();
+    sd.remove_spec("web-01").unwrap(); // already gone: fine
+    sd.remove_spec("never").unwrap();
+    assert_eq!(sd.spec_names().unwrap(), ["db", "web-02"]);
+    assert!(sd.read_spec("web-01").unwrap().is_none());
+    // a spec added again starts afresh
+    let mut s = spec("web-01");
+    s.provisioned = false;
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::False,
+        reasons::NOT_CREATED,
+    );
+    assert!(sd.write_spec(&s, t(T0 + 600)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert!(!f.initialization.provisioned);
+    assert_eq!(
+        get(&f, kinds::READY).last_transition_time,
+        "2025-03-01T12:10:00Z"
+    );
+}
+
+// ---- summary and orphans ----
+
+fn summary() -> SummaryStatus {
+    SummaryStatus {
+        commit: Some("abc123".into()),
+        source_error: None,
+        specs: 3,
+        ready: 2,
+        stalled: 1,
+        backing_off: 0,
+        invalid: 0,
+        sites: vec![SiteSummary {
+            name: "lab".into(),
+            reachable: true,
+            quorate: true,
+            nodes_online: vec!["pve1".into(), "pve2".into()],
+            nodes_offline: vec!["pve3".into()],
+            error: None,
+        }],
+        last_cycle: t(T0),
+        cycle_ms: 420,
+        refused: vec!["refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)".into()],
+    }
+}
+
+#[test]
+fn summary_round_trips_and_skips_identical_writes() {
+    let (_d, mut sd) = tmpdir();
+    let s = summary();
+    assert!(sd.write_summary(&s).unwrap());
+    assert!(!sd.write_summary(&s).unwrap());
+    let f = sd.read_summary().unwrap().unwrap();
+    assert_eq!(f.commit.as_deref(), Some("abc123"));
+    assert_eq!((f.specs, f.ready, f.stalled), (3, 2, 1));
+    assert_eq!(f.sites[0].nodes_offline, ["pve3"]);
+    assert_eq!(f.last_cycle, "2025-03-01T12:00:00Z");
+    assert_eq!(f.cycle_ms, 420);
+    assert!(f.refused[0].starts_with("refused to delete 7 of 10"));
+    let text = fs::read_to_string(sd.path().join(SUMMARY_FILE)).unwrap();
+    assert!(
+        text.contains("backingOff: 0") && text.contains("nodesOnline:"),
+        "{text}"
+    );
+
+    let mut sd = StatusDir::open(sd.path()).unwrap();
+    assert!(!sd.write_summary(&s).unwrap(), "identical after restart");
+    let mut s2 = s.clone();
+    s2.last_cycle = t(T0 + 30);
+    s2.source_error = Some("git fetch failed: connection refused".into());
+    assert!(sd.write_summary(&s2).unwrap());
+    assert_eq!(
+        sd.read_summary().unwrap().unwrap().source_error.as_deref(),
+        Some("git fetch failed: connection refused")
+    );
+}
+
+fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
+    OrphanEntry {
+        site: "lab".into(),
+        vm_id,
+        node: "pve1".into(),
+        name: Some(format!("old-{vm_id}")),
+        state: "stopped".into(),
+        first_seen: t(T0 - age),
+        action: "reported".into(),
+    }
+}
+
+#[test]
+fn orphans_are_sorted_and_written_only_on_change() {
+    let (_d, mut sd) = tmpdir();
+    let list = [orphan(120, 60), orphan(105, 3600)];
+    assert!(sd.write_orphans(&list, t(T0)).unwrap());
+    assert!(!sd.write_orphans(&list, t(T0 + 30)).unwrap());
+    let rev = [orphan(105, 3600), orphan(120, 60)];
+    assert!(
+        !sd.write_orphans(&rev, t(T0 + 60)).unwrap(),
+        "order does not matter"
+    );
+    let f = sd.read_orphans().unwrap().unwrap();
+    assert_eq!(
+        f.orphans.iter().map(|o| o.vm_id).collect::<Vec<_>>(),
+        [105, 120]
+    );
+    assert_eq!(f.orphans[0].first_seen, "2025-03-01T11:00:00Z");
+    assert_eq!(f.updated_at.as_deref(), Some("2025-03-01T12:00:00Z"));
+
+    let mut sd = StatusDir::open(sd.path()).unwrap();
+    assert!(
+        !sd.write_orphans(&list, t(T0 + 90)).unwrap(),
+        "identical after restart"
+    );
+    assert!(sd.write_orphans(&[], t(T0 + 120)).unwrap());
+    let f = sd.read_orphans().unwrap().unwrap();
+    assert!(f.orphans.is_empty());
+    assert_eq!(f.updated_at.as_deref(), Some("2025-03-01T12:02:00Z"));
+    let text = fs::read_to_string(sd.path().join(ORPHANS_FILE)).unwrap();
+    assert!(text.contains("orphans: []"), "{text}");
+}
+
+// ---- reasons and docs ----
+
+#[test]
+fn stalled_reasons_name_the_categories() {
+    use crate::category::Category::*;
+    for c in [
+        ApiNotSupported,
+        ConfigurationError,
+        AuthenticationError,
+        PermissionDenied,
+        QuotaExceeded,
+        NodeUnhealthy,
+        ImageNotFound,
+        LockError,
+        NetworkError,
+        TaskFailed,
+        ValidationFailed,
+        NotFound,
+        AlreadyExists,
+        Conflict,
+        ProxmoxError,
+    ] {
+        assert_eq!(reasons::stalled_for(c), c.as_str());
+        assert!(reasons::STALLED.contains(&c.as_str()));
+    }
+}
+
+#[test]
+fn docs_cover_every_kind_and_reason() {
+    let doc = include_str!("../../docs/status.md");
+    let all = [
+        reasons::READY,
+        reasons::RECONCILING,
+        reasons::STALLED,
+        reasons::NODE_HEALTHY,
+        reasons::PROVISIONED,
+        reasons::REBOOT_PENDING,
+    ];
+    for r in all
+        .iter()
+        .flat_map(|l| l.iter())
+        .chain([&reasons::UNSPECIFIED])
+    {
+        assert!(
+            doc.contains(&format!("`{r}`")),
+            "docs/status.md lacks reason `{r}`"
+        );
+    }
+    for k in kinds::ORDER {
+        assert!(
+            doc.contains(&format!("`{k}`")),
+            "docs/status.md lacks condition `{k}`"
+        );
+    }
+    // each Stalled reason has its own operator entry ("### `Reason`")
+    for r in reasons::STALLED {
+        if *r != reasons::NOT_STALLED && *r != reasons::NOT_YET_OBSERVED {
+            assert!(
+                doc.contains(&format!("#### `{r}`")),
+                "no operator entry for `{r}`"
+            );
+        }
+    }
+    for field in [
+        "name",
+        "site",
+        "node",
+        "vmId",
+        "vmName",
+        "state",
+        "ipAddresses",
+        "commit",
+        "specFile",
+        "observedGeneration",
+        "initialization.provisioned",
+        "conditions",
+        "lastTask",
+        "backoff",
+        "history",
+        "updatedAt",
+        "lastTransitionTime",
+        "sourceError",
+        "backingOff",
+        "lastCycle",
+        "cycleMs",
+        "refused",
+        "nodesOnline",
+        "nodesOffline",
+        "firstSeen",
+        "quorate",
+        "reachable",
+    ] {
+        assert!(
+            doc.contains(&format!("`{field}`")),
+            "docs/status.md lacks field `{field}`"
+        );
+    }
+}
+
+#[test]
+fn parse_rfc3339_never_panics_on_mutations() {
+    let good = "2025-03-01T12:00:00.123+02:00";
+    let subs = ['0', '9', 'Z', 'T', '-', ':', '.', '+', ' ', 'é', '\0', '😀'];
+    for cut in 0..=good.len() {
+        let _ = parse_rfc3339(&good[..cut]);
+        let _ = parse_rfc3339(&good[cut..]);
+    }
+    for (i, _) in good.char_indices() {
+        for c in subs {
+            let mut s = String::new();
+            s.push_str(&good[..i]);
+            s.push(c);
+            s.push_str(&good[i + 1..]);
+            let _ = parse_rfc3339(&s);
+            let mut ins = good.to_string();
+            ins.insert(i, c);
+            let _ = parse_rfc3339(&ins);
+        }
+    }
+    assert!(parse_rfc3339("9999-12-31T23:59:59-23:59").is_some());
+    assert!(parse_rfc3339("0000-01-01T00:00:00+23:59").is_some());
+}
