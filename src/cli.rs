@@ -57,6 +57,31 @@ Examples:
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
+    /// Reconcile: with --once, one full cycle (observe, act, wait for the tasks it started,
+    /// write status), exit 0 when every spec is Ready, 1 otherwise.
+    #[command(after_help = "\
+Examples:
+  proxsync run --once --config /etc/proxsync/proxsync.toml
+  proxsync run --once --config proxsync.toml --specs specs/   specs from a directory instead of git")]
+    Run {
+        /// One cycle, then exit.
+        #[arg(long)]
+        once: bool,
+        /// Read specs from these files or directories instead of the configured git source.
+        #[arg(long, value_name = "PATH")]
+        specs: Vec<PathBuf>,
+    },
+    /// Show what a reconcile would do now against the live clusters, without doing it;
+    /// exit 0 no changes, 2 changes, 1 error.
+    #[command(after_help = "\
+Examples:
+  proxsync plan --config /etc/proxsync/proxsync.toml
+  proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do")]
+    Plan {
+        /// Read specs from these files or directories instead of the configured git source.
+        #[arg(long, value_name = "PATH")]
+        specs: Vec<PathBuf>,
+    },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
@@ -71,6 +96,8 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Validate { paths } => validate(cli.config, paths),
         Command::Doctor { specs } => doctor(cli.config, specs),
+        Command::Run { once, specs } => run_cmd(cli.config, once, specs),
+        Command::Plan { specs } => plan_cmd(cli.config, specs),
         Command::Schema => schema(),
     }
 }
@@ -192,6 +219,169 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+/// Loads the config and the specs (from `--specs`, else the configured source).
+fn load_inputs(
+    config_path: Option<PathBuf>,
+    spec_paths: &[PathBuf],
+) -> Result<(Config, spec::SpecSet, Option<String>), ExitCode> {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = Config::load(&path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })?;
+    let (mut set, commit) = if spec_paths.is_empty() {
+        match crate::source::read_configured(&config) {
+            Ok(read) => (read.specs, Some(read.commit)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::FAILURE);
+            }
+        }
+    } else {
+        (spec::load_paths(spec_paths), None)
+    };
+    let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
+    set.diagnostics
+        .extend(spec::check_sites(&set.specs, &sites));
+    // A spec naming an unknown site is invalid: take it out of the desired set.
+    let unknown: std::collections::BTreeSet<String> = set
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .filter_map(|d| d.spec.clone())
+        .collect();
+    set.specs.retain(|s| !unknown.contains(&s.name));
+    for d in &set.diagnostics {
+        eprintln!("{d}");
+    }
+    Ok((config, set, commit))
+}
+
+fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {
+    if !once {
+        eprintln!(
+            "error: the daemon loop (`proxsync run` without --once) is not built yet; use `proxsync run --once`"
+        );
+        return ExitCode::from(2);
+    }
+    let (config, specs, commit) = match load_inputs(config_path, &spec_paths) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async {
+        let mut engine = match crate::engine::Engine::new(config) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let report = match engine.reconcile(&specs, commit.as_deref()).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for r in &report.results {
+            let outcome = match &r.outcome {
+                crate::execute::Outcome::Done => "done".to_string(),
+                crate::execute::Outcome::StillRunning { upid } => {
+                    format!("task {upid} still running")
+                }
+                crate::execute::Outcome::Waiting { reason } => format!("waiting: {reason}"),
+                crate::execute::Outcome::Failed(e) => {
+                    format!("FAILED {}: {}", e.category, e.message)
+                }
+            };
+            println!(
+                "{}  -> {outcome}",
+                crate::engine::describe(&r.action, &specs)
+            );
+        }
+        for refusal in &report.plan.refused {
+            println!("refused: {refusal}");
+        }
+        println!(
+            "{} of {} spec(s) Ready, {} stalled; {} action(s) in {} ms; status in {}",
+            report.ready,
+            report.specs,
+            report.stalled,
+            report.results.len(),
+            report.cycle_ms,
+            engine.config().status_dir.display()
+        );
+        if report.all_ready() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
+    let (config, specs, _commit) = match load_inputs(config_path, &spec_paths) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let plan = match rt.block_on(crate::engine::plan_only(&config, &specs)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for action in &plan.actions {
+        println!("{}", crate::engine::describe(action, &specs));
+    }
+    for (name, verdict) in &plan.verdicts {
+        if !matches!(
+            verdict,
+            crate::plan::Verdict::UpToDate { .. } | crate::plan::Verdict::Acting
+        ) {
+            println!(
+                "! {name}: {}",
+                serde_json::to_string(verdict).unwrap_or_default()
+            );
+        }
+    }
+    for o in &plan.orphans {
+        println!(
+            "! orphan VM {} on {}/{} ({}): {}",
+            o.vmid, o.site, o.node, o.power, o.disposition
+        );
+    }
+    for refusal in &plan.refused {
+        println!("refused: {refusal}");
+    }
+    if plan.actions.is_empty() {
+        println!("no changes");
+        ExitCode::SUCCESS
+    } else {
+        println!("{} change(s)", plan.actions.len());
+        ExitCode::from(2)
     }
 }
 

@@ -3,10 +3,18 @@
 //! The binary (`src/main.rs`) only parses arguments and calls [`cli::run`]. See ARCHITECTURE.md
 //! for the modules and the invariants between them.
 
+pub mod backoff;
 pub mod category;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod engine;
+pub mod execute;
+pub mod observe;
+pub mod ownership;
+pub mod plan;
 pub mod pve;
+pub mod source;
 pub mod spec;
 pub mod state;
+pub mod status;

@@ -101,6 +101,8 @@ pub struct SpecRecord {
     pub last_error: Option<ErrorRecord>,
     /// Set once the VM was created (or adopted); never cleared while the spec exists.
     pub provisioned: bool,
+    /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone.
+    pub orphan_on_delete: bool,
     pub last_task: Option<TaskRecord>,
     pub history: Vec<HistoryEntry>,
 }
@@ -138,7 +140,8 @@ impl Store {
             path: path.clone(),
             message,
         };
-        std::fs::create_dir_all(state_dir).map_err(|e| fail(format!("cannot create the directory: {e}")))?;
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
         let db = redb::Database::create(&path).map_err(|e| fail(e.to_string()))?;
         let store = Store { db, path };
         // Create the tables so reads never meet a missing one.
@@ -158,7 +161,10 @@ impl Store {
         }
     }
 
-    fn write(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>) -> Result<(), StateError> {
+    fn write(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StateError> {
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         f(&tx).map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))
@@ -177,7 +183,9 @@ impl Store {
                 }
                 // A record we cannot read is dropped: the database is a cache, and the VM is
                 // found again by its marker.
-                Err(e) => tracing::warn!(spec = k.value(), error = %e, "unreadable state record ignored"),
+                Err(e) => {
+                    tracing::warn!(spec = k.value(), error = %e, "unreadable state record ignored")
+                }
             }
         }
         Ok(out)
@@ -202,11 +210,18 @@ impl Store {
 
     /// Records the intent to create: the record (phase `Creating` with the VMID) and the VMID
     /// reservation, in one durable transaction. Call BEFORE sending the create request.
-    pub fn begin_create(&self, name: &str, rec: &SpecRecord, site: &str, vmid: u32) -> Result<(), StateError> {
+    pub fn begin_create(
+        &self,
+        name: &str,
+        rec: &SpecRecord,
+        site: &str,
+        vmid: u32,
+    ) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
         self.write(|tx| {
             tx.open_table(SPECS)?.insert(name, bytes.as_slice())?;
-            tx.open_table(ALLOCATIONS)?.insert(key(site, vmid).as_str(), name)?;
+            tx.open_table(ALLOCATIONS)?
+                .insert(key(site, vmid).as_str(), name)?;
             Ok(())
         })
     }
@@ -214,7 +229,8 @@ impl Store {
     /// Drops a VMID reservation (the VM now shows in the listing, or the attempt is abandoned).
     pub fn release_vmid(&self, site: &str, vmid: u32) -> Result<(), StateError> {
         self.write(|tx| {
-            tx.open_table(ALLOCATIONS)?.remove(key(site, vmid).as_str())?;
+            tx.open_table(ALLOCATIONS)?
+                .remove(key(site, vmid).as_str())?;
             Ok(())
         })
     }
@@ -309,12 +325,22 @@ mod tests {
                 ..Default::default()
             };
             store.begin_create("web-01", &rec, "lab", 101).unwrap();
-            assert_eq!(store.allocations("lab").unwrap().get(&101).map(String::as_str), Some("web-01"));
+            assert_eq!(
+                store
+                    .allocations("lab")
+                    .unwrap()
+                    .get(&101)
+                    .map(String::as_str),
+                Some("web-01")
+            );
             assert!(store.allocations("other").unwrap().is_empty());
         }
         let store = Store::open(dir.path()).unwrap();
         let specs = store.specs().unwrap();
-        assert!(matches!(specs["web-01"].phase, Phase::Creating { vmid: 101, .. }));
+        assert!(matches!(
+            specs["web-01"].phase,
+            Phase::Creating { vmid: 101, .. }
+        ));
         store.release_vmid("lab", 101).unwrap();
         assert!(store.allocations("lab").unwrap().is_empty());
         store.remove("web-01").unwrap();
@@ -326,7 +352,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         store.put("a", &SpecRecord::default()).unwrap();
-        assert!(Store::open(dir.path()).is_err(), "redb holds an exclusive lock");
+        assert!(
+            Store::open(dir.path()).is_err(),
+            "redb holds an exclusive lock"
+        );
         drop(store);
         let snap = read_specs_snapshot(dir.path()).unwrap();
         assert!(snap.contains_key("a"));

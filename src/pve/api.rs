@@ -268,6 +268,13 @@ impl Client {
         self.get(&path, &[]).await
     }
 
+    /// `GET /nodes/{node}/qemu/{vmid}/pending`: at once; each config key with its current
+    /// value and the value that waits for a reboot (`pending`), or a pending `delete`.
+    pub async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Vec<PendingEntry>, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/pending", seg(node)?);
+        self.get(&path, &[]).await
+    }
+
     /// `PUT /nodes/{node}/qemu/{vmid}/config`: synchronous; with `digest`, refused when the
     /// config changed since it was read (Conflict). Locked VMs fail with LockError.
     pub async fn set_config(

@@ -264,6 +264,26 @@ impl<'de> Deserialize<'de> for VmConfig {
     }
 }
 
+/// One key of `GET /nodes/{node}/qemu/{vmid}/pending`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PendingEntry {
+    pub key: String,
+    #[serde(default)]
+    pub value: Option<serde_json::Value>,
+    /// The value that applies at the next start, when it differs.
+    #[serde(default)]
+    pub pending: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub delete: Option<bool>,
+}
+
+impl PendingEntry {
+    /// True when this key changes at the next reboot.
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some() || self.delete == Some(true)
+    }
+}
+
 /// `GET /nodes/{node}/tasks/{upid}/status`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TaskStatus {

@@ -38,22 +38,30 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
         }
     }
 
-    let mut set = SpecSet::default();
+    let mut specs = Vec::new();
     for file in &files {
-        let (specs, file_diags) = load_file(file);
-        set.specs.extend(specs);
+        let (file_specs, file_diags) = load_file(file);
+        specs.extend(file_specs);
         diags.extend(file_diags);
     }
+    assemble(specs, diags)
+}
 
-    let duplicates = check_duplicates(&set.specs);
+/// Makes a [`SpecSet`] from every file's specs and diagnostics: checks for duplicate names
+/// across files (duplicated specs are left out) and sorts the diagnostics. Shared by the
+/// filesystem loader and the git source.
+pub fn assemble(mut specs: Vec<Spec>, mut diags: Vec<Diagnostic>) -> SpecSet {
+    let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
-    set.specs.retain(|s| !dup_names.contains(&s.name));
+    specs.retain(|s| !dup_names.contains(&s.name));
     diags.extend(duplicates);
 
     // Report by file, then by position, so output reads like the files.
     diags.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
-    set.diagnostics = diags;
-    set
+    SpecSet {
+        specs,
+        diagnostics: diags,
+    }
 }
 
 /// True for `*.yaml` and `*.yml`.

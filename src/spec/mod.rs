@@ -44,7 +44,7 @@ use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
 pub use image::{MAX_VMID, MIN_VMID};
-pub use load::{check_duplicates, check_sites, load_paths};
+pub use load::{assemble, check_duplicates, check_sites, load_paths};
 pub use schema::json_schema;
 pub use units::{GIB, KIB, MIB, TIB};
 

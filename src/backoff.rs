@@ -1,0 +1,90 @@
+//! The retry schedule of a failing spec (PRODUCT.md §4): 30s, 1m, 2m, 5m, then every 10m,
+//! each with up to ±10% jitter so specs failing together spread out. Errors that need a human
+//! wait the full cap at once. Nothing is terminal: the cap is retried for ever, and a change of
+//! the spec or the config resets the count.
+//!
+//! The jitter is derived from the spec name and the attempt number, not from a clock or a
+//! random source, so planning stays a pure function.
+
+use std::time::Duration;
+
+use crate::category::Category;
+
+/// The schedule, by number of consecutive failures.
+pub const SCHEDULE: [Duration; 5] = [
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+    Duration::from_secs(120),
+    Duration::from_secs(300),
+    Duration::from_secs(600),
+];
+
+/// The longest wait.
+pub const CAP: Duration = SCHEDULE[4];
+
+/// The delay before the next attempt after `attempts` consecutive failures (1 = first).
+pub fn delay(spec: &str, attempts: u32, category: Category) -> Duration {
+    let base = if category.needs_human() {
+        CAP
+    } else {
+        let i = attempts.saturating_sub(1).min(SCHEDULE.len() as u32 - 1) as usize;
+        SCHEDULE[i]
+    };
+    jitter(base, spec, attempts)
+}
+
+/// ±10% of `base`, from a hash of the name and attempt.
+fn jitter(base: Duration, spec: &str, attempts: u32) -> Duration {
+    // FNV-1a: tiny, stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in spec.bytes().chain(attempts.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let permille = (h % 201) as i64 - 100; // -100..=100 -> ±10.0%
+    let ms = base.as_millis() as i64;
+    Duration::from_millis((ms + ms * permille / 1000).max(1) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follows_the_schedule_within_jitter() {
+        for (attempt, want) in [
+            (1, 30),
+            (2, 60),
+            (3, 120),
+            (4, 300),
+            (5, 600),
+            (6, 600),
+            (50, 600),
+        ] {
+            let d = delay("web-01", attempt, Category::NetworkError).as_secs_f64();
+            let want = want as f64;
+            assert!(
+                d >= want * 0.9 && d <= want * 1.1,
+                "attempt {attempt}: {d} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn human_errors_wait_the_cap() {
+        let d = delay("web-01", 1, Category::ImageNotFound).as_secs_f64();
+        assert!(d >= 540.0, "{d}");
+    }
+
+    #[test]
+    fn jitter_is_deterministic_and_spreads() {
+        assert_eq!(
+            delay("a", 1, Category::TaskFailed),
+            delay("a", 1, Category::TaskFailed)
+        );
+        let distinct: std::collections::BTreeSet<_> = (0..20)
+            .map(|i| delay(&format!("spec-{i}"), 1, Category::TaskFailed))
+            .collect();
+        assert!(distinct.len() > 10, "{distinct:?}");
+    }
+}

@@ -1,0 +1,902 @@
+//! One reconcile cycle: observe every site, plan, act, and write status. `run --once`,
+//! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::category::Category;
+use crate::config::Config;
+use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
+use crate::observe::{SiteView, needs_marker, observe_site, read_marker};
+use crate::ownership::Marker;
+use crate::plan::{Action, Plan, PlanInput, Verdict, fnv_hex, plan, record_vmid};
+use crate::pve::{Client, ClientOptions};
+use crate::spec::{Spec, SpecSet};
+use crate::state::{Phase, SpecRecord, Store};
+use crate::status::{
+    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, OrphanEntry, SiteSummary,
+    SpecStatus, StatusDir, SummaryStatus, TaskSummary, kinds, reasons,
+};
+
+/// How long one cycle waits for a task before leaving it running (a slow task is not failed:
+/// the next cycle waits again).
+pub const TASK_WAIT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    State(#[from] crate::state::StateError),
+    #[error("site {site}: {message}")]
+    Site { site: String, message: String },
+    #[error("status directory {path}: {message}")]
+    Status { path: String, message: String },
+}
+
+/// What one cycle did.
+#[derive(Debug, Clone)]
+pub struct CycleReport {
+    /// The plan that was executed.
+    pub plan: Plan,
+    pub results: Vec<ActionResult>,
+    /// The plan after the actions (empty when everything converged).
+    pub after: Plan,
+    pub ready: usize,
+    pub specs: usize,
+    pub stalled: usize,
+    pub cycle_ms: u64,
+}
+
+impl CycleReport {
+    /// True when every valid spec is Ready and there is no invalid spec.
+    pub fn all_ready(&self) -> bool {
+        self.ready == self.specs
+    }
+}
+
+/// Builds the per-site clients (reads the token secrets).
+pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
+    config
+        .sites
+        .iter()
+        .map(|site| {
+            let client = ClientOptions::for_site(site)
+                .and_then(Client::new)
+                .map_err(|e| EngineError::Site {
+                    site: site.name.clone(),
+                    message: e.to_string(),
+                })?;
+            Ok((
+                site.name.clone(),
+                Arc::new(SiteCtx::new(&site.name, client)),
+            ))
+        })
+        .collect()
+}
+
+/// A hash of the config parts a spec's outcome depends on: a change resets backoff.
+pub fn config_hash(config: &Config) -> String {
+    let sites: Vec<String> = config
+        .sites
+        .iter()
+        .map(|s| format!("{}|{}|{}|{:?}", s.name, s.endpoint, s.token_id, s.trust))
+        .collect();
+    fnv_hex(format!("{}|{}", config.install_id, sites.join(";")).as_bytes())
+}
+
+/// The long-lived engine: clients, state, status writer, marker cache.
+pub struct Engine {
+    config: Config,
+    store: Arc<Store>,
+    sites: BTreeMap<String, Arc<SiteCtx>>,
+    status: StatusDir,
+    /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
+    markers: HashMap<(String, u32), Option<Marker>>,
+    pub task_wait: Duration,
+}
+
+impl Engine {
+    pub fn new(config: Config) -> Result<Engine, EngineError> {
+        let store = Arc::new(Store::open(&config.state_dir)?);
+        let sites = site_clients(&config)?;
+        let status = StatusDir::open(&config.status_dir).map_err(|e| EngineError::Status {
+            path: config.status_dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Engine {
+            config,
+            store,
+            sites,
+            status,
+            markers: HashMap::new(),
+            task_wait: TASK_WAIT,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
+    /// and write status. `commit` is the source commit the specs come from.
+    pub async fn reconcile(
+        &mut self,
+        specs: &SpecSet,
+        commit: Option<&str>,
+    ) -> Result<CycleReport, EngineError> {
+        let started = Instant::now();
+        let records = self.store.specs()?;
+        let orphans_seen = self.store.orphans()?;
+        let views = observe_all(
+            &self.sites,
+            &self.config,
+            specs,
+            &records,
+            &mut self.markers,
+        )
+        .await;
+        let invalid: BTreeSet<String> = specs
+            .invalid_names()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let chash = config_hash(&self.config);
+        let input = PlanInput {
+            install_id: &self.config.install_id,
+            desired: &specs.specs,
+            invalid: &invalid,
+            complete: specs.is_complete(),
+            sites: &views,
+            records: &records,
+            orphans_seen: &orphans_seen,
+            reconcile: &self.config.reconcile,
+            config_hash: &chash,
+            now_ms: now_ms(),
+        };
+        let first = plan(&input);
+        self.store.set_orphans(&first.orphans_seen)?;
+        for action in &first.actions {
+            tracing::info!(action = ?action, "planned");
+        }
+
+        let mut results = Vec::new();
+        let (after, views, records) = if first.actions.is_empty() {
+            (first.clone(), views.clone(), records.clone())
+        } else {
+            let ctx = Arc::new(ExecCtx {
+                store: self.store.clone(),
+                install_id: self.config.install_id.clone(),
+                sites: self.sites.clone(),
+                specs: specs
+                    .specs
+                    .iter()
+                    .map(|s| (s.name.clone(), s.clone()))
+                    .collect(),
+                views: views.clone(),
+                config_hash: chash.clone(),
+                task_wait: self.task_wait,
+                max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
+            });
+            results = execute(ctx, first.actions.clone(), &records).await;
+            // Look again, so status says what is true now.
+            let records = self.store.specs()?;
+            let orphans_seen = self.store.orphans()?;
+            let views = observe_all(
+                &self.sites,
+                &self.config,
+                specs,
+                &records,
+                &mut self.markers,
+            )
+            .await;
+            let input = PlanInput {
+                sites: &views,
+                records: &records,
+                orphans_seen: &orphans_seen,
+                now_ms: now_ms(),
+                ..input
+            };
+            (plan(&input), views, records)
+        };
+
+        let cycle_ms = started.elapsed().as_millis() as u64;
+        let report = self.write_status(
+            specs,
+            commit,
+            &views,
+            &records,
+            &after,
+            &results,
+            &first.refused,
+            cycle_ms,
+        )?;
+        Ok(CycleReport {
+            plan: first,
+            results,
+            after,
+            cycle_ms,
+            ..report
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_status(
+        &mut self,
+        specs: &SpecSet,
+        commit: Option<&str>,
+        views: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        after: &Plan,
+        results: &[ActionResult],
+        refused: &[String],
+        cycle_ms: u64,
+    ) -> Result<CycleReport, EngineError> {
+        let now = SystemTime::now();
+        let status_err = |e: crate::status::StatusError| EngineError::Status {
+            path: self.config.status_dir.display().to_string(),
+            message: e.to_string(),
+        };
+        let mut ready = 0;
+        let mut stalled = 0;
+        let mut backing_off = 0;
+        let outcomes: BTreeMap<&str, &Outcome> = results
+            .iter()
+            .filter_map(|r| Some((r.action.spec()?, &r.outcome)))
+            .collect();
+        let mut written: BTreeSet<String> = BTreeSet::new();
+        for spec in &specs.specs {
+            let st = spec_status(
+                spec,
+                records.get(&spec.name),
+                views.get(&spec.site),
+                after.verdicts.get(&spec.name),
+                outcomes.get(spec.name.as_str()).copied(),
+                commit,
+            );
+            if is(&st, kinds::READY, S::True) {
+                ready += 1;
+            }
+            if is(&st, kinds::STALLED, S::True) {
+                stalled += 1;
+            }
+            if st.backoff.is_some() {
+                backing_off += 1;
+            }
+            self.status.write_spec(&st, now).map_err(status_err)?;
+            written.insert(spec.name.clone());
+        }
+        let mut invalid = 0;
+        for name in specs.invalid_names() {
+            invalid += 1;
+            stalled += 1;
+            let messages: Vec<String> = specs
+                .errors()
+                .filter(|d| d.spec.as_deref() == Some(name))
+                .map(|d| d.to_string())
+                .collect();
+            let st = invalid_status(name, records.get(name), &messages, commit);
+            self.status.write_spec(&st, now).map_err(status_err)?;
+            written.insert(name.to_string());
+        }
+        // Status files of specs that are gone with their VM.
+        for name in self.status.spec_names().map_err(status_err)? {
+            if !written.contains(&name) && !records.contains_key(&name) {
+                self.status.remove_spec(&name).map_err(status_err)?;
+            }
+        }
+        let orphans: Vec<OrphanEntry> = after
+            .orphans
+            .iter()
+            .map(|o| OrphanEntry {
+                site: o.site.clone(),
+                vm_id: o.vmid,
+                node: o.node.clone(),
+                name: o.name.clone(),
+                state: o.power.clone(),
+                first_seen: UNIX_EPOCH + Duration::from_millis(o.first_seen_ms),
+                action: match o.disposition.strip_prefix("delete after ") {
+                    Some(ms) => format!(
+                        "will delete after {}",
+                        crate::status::rfc3339(
+                            UNIX_EPOCH + Duration::from_millis(ms.parse().unwrap_or(0))
+                        )
+                    ),
+                    None => o.disposition.clone(),
+                },
+            })
+            .collect();
+        self.status
+            .write_orphans(&orphans, now)
+            .map_err(status_err)?;
+        let summary = SummaryStatus {
+            commit: commit.map(str::to_string),
+            source_error: None,
+            specs: specs.specs.len() + invalid,
+            ready,
+            stalled,
+            backing_off,
+            invalid,
+            sites: views.values().map(site_summary).collect(),
+            last_cycle: now,
+            cycle_ms,
+            refused: refused.to_vec(),
+        };
+        self.status.write_summary(&summary).map_err(status_err)?;
+        Ok(CycleReport {
+            plan: Plan::default(),
+            results: Vec::new(),
+            after: Plan::default(),
+            ready,
+            specs: specs.specs.len() + invalid,
+            stalled,
+            cycle_ms,
+        })
+    }
+}
+
+fn is(st: &SpecStatus, kind: &str, status: S) -> bool {
+    st.conditions
+        .iter()
+        .any(|c| c.kind == kind && c.status == status)
+}
+
+fn site_summary(v: &SiteView) -> SiteSummary {
+    SiteSummary {
+        name: v.name.clone(),
+        reachable: v.reachable(),
+        quorate: v.health.quorate,
+        nodes_online: v
+            .health
+            .nodes
+            .iter()
+            .filter(|(_, on)| **on)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        nodes_offline: v
+            .health
+            .nodes
+            .iter()
+            .filter(|(_, on)| !**on)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        error: v.error.clone(),
+    }
+}
+
+/// Observes every site in parallel and reads the markers the planner needs.
+async fn observe_all(
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+    config: &Config,
+    specs: &SpecSet,
+    records: &BTreeMap<String, SpecRecord>,
+    cache: &mut HashMap<(String, u32), Option<Marker>>,
+) -> BTreeMap<String, SiteView> {
+    let mut set = tokio::task::JoinSet::new();
+    for (name, site) in sites {
+        let (name, site) = (name.clone(), site.clone());
+        set.spawn(async move { observe_site(&name, &site.client).await });
+    }
+    let mut views = BTreeMap::new();
+    while let Some(joined) = set.join_next().await {
+        if let Ok(view) = joined {
+            views.insert(view.name.clone(), view);
+        }
+    }
+    for (name, view) in views.iter_mut() {
+        let Some(site) = sites.get(name) else {
+            continue;
+        };
+        let known: BTreeSet<u32> = records
+            .values()
+            .filter(|r| &r.site == name)
+            .filter_map(record_vmid)
+            .collect();
+        let unmapped: BTreeSet<&str> = specs
+            .specs
+            .iter()
+            .filter(|s| &s.site == name && records.get(&s.name).and_then(record_vmid).is_none())
+            .map(|s| s.vm_name.as_str())
+            .collect();
+        // Forget cached markers of VMs that are gone (a VMID may be reused).
+        cache.retain(|(site_name, vmid), _| site_name != name || view.vms.contains_key(vmid));
+        for vmid in needs_marker(view, &config.install_id, &known, &unmapped) {
+            let key = (name.clone(), vmid);
+            let marker = match cache.get(&key) {
+                Some(m) => m.clone(),
+                None => {
+                    let node = view
+                        .vms
+                        .get(&vmid)
+                        .map(|vm| vm.node.clone())
+                        .unwrap_or_default();
+                    match read_marker(&site.client, &node, vmid).await {
+                        Ok(m) => {
+                            cache.insert(key, m.clone());
+                            m
+                        }
+                        // Unread: not known to be ours, so not touched this cycle.
+                        Err(e) => {
+                            tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Some(vm) = view.vms.get_mut(&vmid) {
+                vm.marker = marker;
+                vm.marker_read = true;
+            }
+        }
+        // Known VMs: their marker was verified when created or adopted; the tag shows in the
+        // listing, and execute re-reads the config before any change.
+        for vmid in &known {
+            if let Some(vm) = view.vms.get_mut(vmid)
+                && let Some(Some(m)) = cache.get(&(name.clone(), *vmid))
+            {
+                vm.marker = Some(m.clone());
+                vm.marker_read = true;
+            }
+        }
+        // Known VMs whose marker was never read this process: mark from the record.
+        for (spec_name, rec) in records.iter().filter(|(_, r)| &r.site == name) {
+            if let Some(vmid) = rec.vmid
+                && let Some(vm) = view.vms.get_mut(&vmid)
+                && !vm.marker_read
+                && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
+            {
+                vm.marker = Some(Marker {
+                    install: config.install_id.clone(),
+                    spec: spec_name.to_string(),
+                    uid: rec.uid.clone(),
+                });
+            }
+        }
+    }
+    views
+}
+
+/// Plans without acting (for `proxsync plan`): reads the state database if it can (the
+/// daemon may hold it) and writes nothing.
+pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
+    let sites = site_clients(config)?;
+    let records = crate::state::read_specs_snapshot(&config.state_dir).unwrap_or_default();
+    let mut cache = HashMap::new();
+    let views = observe_all(&sites, config, specs, &records, &mut cache).await;
+    let invalid: BTreeSet<String> = specs
+        .invalid_names()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let chash = config_hash(config);
+    let orphans_seen = BTreeMap::new();
+    Ok(plan(&PlanInput {
+        install_id: &config.install_id,
+        desired: &specs.specs,
+        invalid: &invalid,
+        complete: specs.is_complete(),
+        sites: &views,
+        records: &records,
+        orphans_seen: &orphans_seen,
+        reconcile: &config.reconcile,
+        config_hash: &chash,
+        now_ms: now_ms(),
+    }))
+}
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
+    let Some(rec) = rec else { return };
+    status.provisioned = rec.provisioned;
+    status.last_task = rec.last_task.as_ref().map(|t| TaskSummary {
+        upid: t.upid.clone(),
+        kind: t.kind.clone(),
+        status: t.status.clone(),
+        at: at(t.at_ms),
+    });
+    status.backoff = match (&rec.last_error, rec.next_attempt_ms) {
+        (Some(e), Some(next)) => Some(BackoffSummary {
+            attempts: rec.attempts,
+            next_attempt: at(next),
+            category: e.category.clone(),
+            message: e.message.clone(),
+        }),
+        _ => None,
+    };
+    status.history = rec
+        .history
+        .iter()
+        .map(|h| AttemptSummary {
+            at: at(h.at_ms),
+            action: h.action.clone(),
+            outcome: h.outcome.clone(),
+        })
+        .collect();
+}
+
+/// The status of a valid spec, from the plan made after this cycle's actions.
+fn spec_status(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    view: Option<&SiteView>,
+    verdict: Option<&Verdict>,
+    outcome: Option<&Outcome>,
+    commit: Option<&str>,
+) -> SpecStatus {
+    let vmid = rec.and_then(|r| r.vmid);
+    let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
+    let mut st = SpecStatus {
+        name: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm
+            .map(|v| v.node.clone())
+            .unwrap_or_else(|| spec.node.clone()),
+        vm_id: vmid,
+        vm_name: spec.vm_name.clone(),
+        state: match (rec.map(|r| &r.phase), vm) {
+            (Some(Phase::Creating { .. }), _) => "creating".into(),
+            (Some(Phase::Deleting { .. }), _) => "deleting".into(),
+            (_, Some(vm)) => vm.power.as_str().into(),
+            _ => "absent".into(),
+        },
+        commit: commit.map(str::to_string),
+        spec_file: Some(spec.file.clone()),
+        observed_generation: rec.and_then(|r| r.applied_hash.clone()),
+        ..Default::default()
+    };
+    common(rec, &mut st);
+    let mut c = Vec::new();
+
+    // NodeHealthy: the VM's node, or the spec's node before there is a VM.
+    let node = st.node.clone();
+    c.push(match view {
+        None => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::NOT_YET_OBSERVED,
+            "site not observed",
+        ),
+        Some(v) if !v.reachable() => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::SITE_UNREACHABLE,
+            format!(
+                "site {} unreachable: {}",
+                v.name,
+                v.error.clone().unwrap_or_default()
+            ),
+        ),
+        Some(v) if !v.health.quorate => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NO_QUORUM,
+            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
+        ),
+        Some(v) if v.health.node_healthy(&node) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::True,
+            reasons::NODE_ONLINE,
+            format!("node {node} online"),
+        ),
+        Some(_) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NODE_OFFLINE,
+            format!(
+                "node {node} is offline or unknown: nothing is created, changed or deleted there"
+            ),
+        ),
+    });
+
+    c.push(if rec.is_some_and(|r| r.provisioned) {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            reasons::CREATED,
+            format!("VM {}", vmid.unwrap_or(0)),
+        )
+    } else {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::False,
+            reasons::NOT_CREATED,
+            "no VM yet",
+        )
+    });
+
+    let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
+    c.push(if pending.is_empty() {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::False,
+            reasons::NO_PENDING_CHANGES,
+            "",
+        )
+    } else {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::True,
+            reasons::PENDING_CHANGES,
+            format!(
+                "{} change at the next reboot of the VM (proxsync does not reboot it)",
+                pending.join(", ")
+            ),
+        )
+    });
+
+    let error = rec.and_then(|r| r.last_error.as_ref());
+    let category = error.and_then(|e| category_named(&e.category));
+    let stalled = category.is_some_and(|c| c.needs_human())
+        || error.is_some_and(|e| e.message.contains("qm unlock"));
+    let (ready, reconciling) = match verdict {
+        Some(Verdict::UpToDate { vmid }) => {
+            let mut message = format!("VM {vmid} matches the spec");
+            if let Some(vm) = vm
+                && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
+            {
+                message.push_str(&format!(
+                    "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
+                    vm.disk_bytes.unwrap_or(0),
+                    spec.disk_bytes
+                ));
+            }
+            (
+                ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
+                ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
+            )
+        }
+        Some(Verdict::BackingOff { until_ms }) => {
+            let msg = error
+                .map(|e| format!("{}: {}", e.category, e.message))
+                .unwrap_or_default();
+            (
+                ConditionInput::new(kinds::READY, S::False, reasons::FAILED, msg.clone()),
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::True,
+                    reasons::BACKING_OFF,
+                    format!("next attempt at {}", crate::status::rfc3339(at(*until_ms))),
+                ),
+            )
+        }
+        Some(Verdict::NodeUnhealthy { node, .. }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::False,
+                reasons::NODE_UNHEALTHY,
+                format!("waiting for node {node}"),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NODE_UNHEALTHY,
+                format!("waiting for node {node}"),
+            ),
+        ),
+        Some(Verdict::SiteUnreachable { error }) => (
+            ConditionInput::new(kinds::READY, S::Unknown, reasons::NOT_READY, error.clone()),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NOT_READY,
+                "waiting for the site",
+            ),
+        ),
+        Some(Verdict::Unknown { vmid }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::Unknown,
+                reasons::NOT_READY,
+                format!("VM {vmid} is listed with an unknown state"),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NOT_READY,
+                "waiting for the VM's state",
+            ),
+        ),
+        Some(Verdict::Locked { vmid, lock }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::False,
+                reasons::WAITING_FOR_LOCK,
+                format!("VM {vmid} is locked ({lock})"),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::WAITING_FOR_LOCK,
+                format!("VM {vmid} is locked ({lock})"),
+            ),
+        ),
+        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
+            let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
+                (Some(Outcome::StillRunning { upid }), _) => (
+                    reasons::WAITING_FOR_TASK,
+                    format!("task {upid} still running"),
+                ),
+                (Some(Outcome::Waiting { reason }), _) => {
+                    (reasons::WAITING_FOR_LOCK, reason.clone())
+                }
+                (Some(Outcome::Failed(e)), _) => {
+                    (reasons::FAILED, format!("{}: {}", e.category, e.message))
+                }
+                (_, Some(Phase::Creating { .. })) => {
+                    (reasons::CREATING, "creating the VM".to_string())
+                }
+                (_, Some(Phase::Deleting { .. })) => {
+                    (reasons::DELETING, "deleting the VM".to_string())
+                }
+                _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
+                _ => (reasons::UPDATING, "the VM will be updated".to_string()),
+            };
+            (
+                ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
+                ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
+            )
+        }
+    };
+    c.push(ready);
+    c.push(reconciling);
+    c.push(match (stalled, error, category) {
+        (true, Some(e), Some(cat)) => {
+            let reason = if e.message.contains("qm unlock") {
+                reasons::STALE_LOCK
+            } else {
+                reasons::stalled_for(cat)
+            };
+            ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
+        }
+        _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
+    });
+    st.conditions = c;
+    st
+}
+
+fn category_named(name: &str) -> Option<Category> {
+    use Category::*;
+    [
+        ApiNotSupported,
+        ConfigurationError,
+        AuthenticationError,
+        PermissionDenied,
+        QuotaExceeded,
+        NodeUnhealthy,
+        ImageNotFound,
+        LockError,
+        NetworkError,
+        TaskFailed,
+        ValidationFailed,
+        NotFound,
+        AlreadyExists,
+        Conflict,
+        ProxmoxError,
+    ]
+    .into_iter()
+    .find(|c| c.as_str() == name)
+}
+
+/// The status of a spec that failed validation: its VM (if any) is left as it is.
+fn invalid_status(
+    name: &str,
+    rec: Option<&SpecRecord>,
+    messages: &[String],
+    commit: Option<&str>,
+) -> SpecStatus {
+    let mut st = SpecStatus {
+        name: name.to_string(),
+        site: rec.map(|r| r.site.clone()).unwrap_or_default(),
+        node: rec.map(|r| r.node.clone()).unwrap_or_default(),
+        vm_id: rec.and_then(|r| r.vmid),
+        state: if rec.and_then(|r| r.vmid).is_some() {
+            "unknown".into()
+        } else {
+            "absent".into()
+        },
+        commit: commit.map(str::to_string),
+        ..Default::default()
+    };
+    common(rec, &mut st);
+    let message = format!(
+        "the spec is invalid; its VM (if any) is left exactly as it is until the spec is fixed: {}",
+        messages.join("; ")
+    );
+    st.conditions = vec![
+        ConditionInput::new(
+            kinds::READY,
+            S::False,
+            reasons::INVALID_SPEC,
+            message.clone(),
+        ),
+        ConditionInput::new(kinds::RECONCILING, S::False, reasons::INVALID_SPEC, ""),
+        ConditionInput::new(kinds::STALLED, S::True, reasons::VALIDATION_FAILED, message),
+    ];
+    if rec.is_some_and(|r| r.provisioned) {
+        st.conditions.push(ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            reasons::CREATED,
+            "",
+        ));
+    }
+    st
+}
+
+/// A short line per action, for `proxsync plan` and logs.
+pub fn describe(action: &Action, specs: &SpecSet) -> String {
+    let spec = |name: &str| specs.specs.iter().find(|s| s.name == name);
+    match action {
+        Action::Create {
+            spec: name,
+            site,
+            node,
+        } => {
+            let from = spec(name)
+                .map(|s| format!(" from {}", image_text(&s.image)))
+                .unwrap_or_default();
+            format!("+ create  {name}: new VM on {site}/{node}{from}")
+        }
+        Action::ResumeCreate {
+            spec,
+            site,
+            node,
+            vmid,
+            upid,
+        } => format!(
+            "~ resume  {spec}: finish the create of VM {vmid} on {site}/{node}{}",
+            upid.as_ref()
+                .map(|u| format!(" (task {u})"))
+                .unwrap_or_default()
+        ),
+        Action::Adopt { spec, site, vmid } => {
+            format!("~ adopt   {spec}: VM {vmid} on {site} carries its marker")
+        }
+        Action::Converge {
+            spec,
+            site,
+            node,
+            vmid,
+            why,
+        } => {
+            format!(
+                "~ update  {spec}: VM {vmid} on {site}/{node}: {}",
+                why.join(", ")
+            )
+        }
+        Action::Remove {
+            spec,
+            site,
+            node,
+            vmid,
+            release: false,
+        } => {
+            format!("- delete  {spec}: VM {vmid} on {site}/{node} (spec removed)")
+        }
+        Action::Remove {
+            spec,
+            site,
+            vmid,
+            release: true,
+            ..
+        } => {
+            format!(
+                "- release {spec}: VM {vmid} on {site} stays, no longer managed (deletionPolicy: Orphan)"
+            )
+        }
+        Action::Forget { spec } => format!("- forget  {spec}: spec removed and its VM is gone"),
+        Action::DeleteOrphan { site, node, vmid } => {
+            format!("- delete  orphan VM {vmid} on {site}/{node} (stopped, past its grace period)")
+        }
+    }
+}
+
+fn image_text(image: &crate::spec::Image) -> String {
+    match image {
+        crate::spec::Image::Template { vmid } => format!("template {vmid}"),
+        crate::spec::Image::Volume { volume, .. } => volume.clone(),
+        crate::spec::Image::Name(n) => n.clone(),
+    }
+}

@@ -1,0 +1,1442 @@
+//! Running the plan's actions against Proxmox VE, with at most `max_parallel_per_node` at once
+//! per node, and keeping the state database true at every step.
+//!
+//! Invariants (see ARCHITECTURE.md):
+//! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
+//!   the state database; the task's UPID is made durable right after PVE answers.
+//! - VMIDs are allocated by one allocator per site (a mutex held from `nextid` until the UPID
+//!   is recorded); `already exists` means take the next id, never retry the same.
+//! - Before any change, shutdown, stop or delete, the VM's identity is re-verified from a
+//!   fresh config read: this install's marker and the spec's name.
+//! - Pre-flight checks (node, storage, bridge, image, PVE version) run before any create, so
+//!   a create that cannot succeed is never started.
+//! - A task that outlives our wait is still running, not failed: its UPID stays recorded and
+//!   the next cycle waits for it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Mutex, OnceCell, Semaphore};
+
+use crate::backoff;
+use crate::category::Category;
+use crate::observe::SiteView;
+use crate::ownership::{Marker, new_uid, ownership_tag};
+use crate::plan::{Action, inputs_hash, merge_tags, spec_hash};
+use crate::pve::types::{NodeStorage, Version, VmConfig};
+use crate::pve::{Client, CloneRequest, Error as PveError, TaskOutcome, Upid, VmParams};
+use crate::spec::{Image, PowerState, Spec, VolumeKind};
+use crate::state::{ErrorRecord, Phase, SpecRecord, Store, TaskRecord};
+
+/// A failure of one action, with its category.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionError {
+    pub category: Category,
+    pub message: String,
+}
+
+impl From<PveError> for ActionError {
+    fn from(e: PveError) -> Self {
+        let mut message = e.to_string();
+        if let PveError::TaskFailed { log_tail, .. } = &e
+            && !log_tail.is_empty()
+        {
+            message.push_str(" | task log: ");
+            message.push_str(&log_tail.join(" / "));
+        }
+        ActionError {
+            category: e.category(),
+            message,
+        }
+    }
+}
+
+impl From<crate::state::StateError> for ActionError {
+    fn from(e: crate::state::StateError) -> Self {
+        ActionError {
+            category: Category::ConfigurationError,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn fail(category: Category, message: impl Into<String>) -> ActionError {
+    ActionError {
+        category,
+        message: message.into(),
+    }
+}
+
+/// How an action ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// A task outlived our wait; its UPID is recorded and will be waited for again.
+    StillRunning {
+        upid: String,
+    },
+    /// Blocked by something that resolves by itself (a lock held by a running task).
+    Waiting {
+        reason: String,
+    },
+    Failed(ActionError),
+}
+
+#[derive(Debug, Clone)]
+pub struct ActionResult {
+    pub action: Action,
+    pub outcome: Outcome,
+}
+
+/// One site's client and allocator, long-lived across cycles.
+pub struct SiteCtx {
+    pub name: String,
+    pub client: Client,
+    /// One VMID allocation at a time per site.
+    allocator: Mutex<()>,
+    version: OnceCell<Version>,
+}
+
+impl SiteCtx {
+    pub fn new(name: &str, client: Client) -> SiteCtx {
+        SiteCtx {
+            name: name.to_string(),
+            client,
+            allocator: Mutex::new(()),
+            version: OnceCell::new(),
+        }
+    }
+
+    async fn version(&self) -> Result<&Version, PveError> {
+        self.version.get_or_try_init(|| self.client.version()).await
+    }
+}
+
+/// What every action needs.
+pub struct ExecCtx {
+    pub store: Arc<Store>,
+    pub install_id: String,
+    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    pub specs: BTreeMap<String, Spec>,
+    pub views: BTreeMap<String, SiteView>,
+    pub config_hash: String,
+    /// How long one action waits for a task before leaving it running.
+    pub task_wait: Duration,
+    pub max_parallel_per_node: u32,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs the actions: in parallel, at most `max_parallel_per_node` per node.
+pub async fn execute(
+    ctx: Arc<ExecCtx>,
+    actions: Vec<Action>,
+    records: &BTreeMap<String, SpecRecord>,
+) -> Vec<ActionResult> {
+    let mut limits: HashMap<(String, String), Arc<Semaphore>> = HashMap::new();
+    let mut set = tokio::task::JoinSet::new();
+    for action in actions {
+        let permit_source = action.node().map(|(site, node)| {
+            limits
+                .entry((site.to_string(), node.to_string()))
+                .or_insert_with(|| {
+                    Arc::new(Semaphore::new(ctx.max_parallel_per_node.max(1) as usize))
+                })
+                .clone()
+        });
+        let rec = action.spec().and_then(|s| records.get(s)).cloned();
+        let ctx = ctx.clone();
+        set.spawn(async move {
+            let _permit = match &permit_source {
+                Some(sem) => sem.acquire().await.ok(),
+                None => None,
+            };
+            let outcome = run_action(&ctx, &action, rec).await;
+            ActionResult { action, outcome }
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(r) => results.push(r),
+            Err(e) => tracing::error!(error = %e, "an action panicked or was cancelled"),
+        }
+    }
+    results.sort_by(|a, b| a.action.cmp(&b.action));
+    results
+}
+
+async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> Outcome {
+    let mut rec = rec.unwrap_or_default();
+    let result = match action {
+        Action::Create { spec, site, .. } => {
+            with_spec(ctx, spec, |s| create(ctx, site, s, &mut rec)).await
+        }
+        Action::ResumeCreate {
+            spec,
+            site,
+            vmid,
+            upid,
+            node,
+        } => {
+            with_spec(ctx, spec, |s| {
+                resume_create(ctx, site, s, &mut rec, *vmid, node, upid.clone())
+            })
+            .await
+        }
+        Action::Adopt { spec, site, vmid } => {
+            with_spec(ctx, spec, |s| adopt(ctx, site, s, &mut rec, *vmid)).await
+        }
+        Action::Converge {
+            spec,
+            site,
+            node,
+            vmid,
+            ..
+        } => with_spec(ctx, spec, |s| converge(ctx, site, s, &mut rec, node, *vmid)).await,
+        Action::Remove {
+            spec,
+            site,
+            node,
+            vmid,
+            release,
+        } => remove(ctx, site, spec, &mut rec, node, *vmid, *release).await,
+        Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::DeleteOrphan { site, node, vmid } => delete_orphan(ctx, site, node, *vmid).await,
+    };
+    let Some(spec_name) = action.spec() else {
+        return result;
+    };
+    // Record the outcome for backoff and status. Removed specs have no record any more.
+    if matches!(action, Action::Forget { .. })
+        || matches!(action, Action::Remove { .. }) && result == Outcome::Done
+    {
+        return result;
+    }
+    let now = now_ms();
+    match &result {
+        Outcome::Failed(e) => {
+            rec.attempts = rec.attempts.saturating_add(1);
+            let delay = backoff::delay(spec_name, rec.attempts, e.category);
+            rec.next_attempt_ms = Some(now + delay.as_millis() as u64);
+            let inputs = ctx
+                .specs
+                .get(spec_name)
+                .map(|s| inputs_hash(s, &ctx.config_hash))
+                .unwrap_or_default();
+            rec.last_error = Some(ErrorRecord {
+                category: e.category.as_str().to_string(),
+                message: e.message.clone(),
+                at_ms: now,
+                inputs,
+            });
+            rec.note(
+                now,
+                action_name(action),
+                &format!("{}: {}", e.category, e.message),
+            );
+            tracing::warn!(spec = spec_name, category = %e.category, error = %e.message, attempts = rec.attempts, "action failed");
+        }
+        Outcome::Done => {
+            rec.attempts = 0;
+            rec.next_attempt_ms = None;
+            rec.last_error = None;
+            rec.note(now, action_name(action), "ok");
+        }
+        Outcome::StillRunning { upid } => rec.note(
+            now,
+            action_name(action),
+            &format!("task {upid} still running"),
+        ),
+        Outcome::Waiting { reason } => rec.note(now, action_name(action), reason),
+    }
+    if let Err(e) = ctx.store.put(spec_name, &rec) {
+        tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
+    }
+    result
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Create { .. } => "create",
+        Action::ResumeCreate { .. } => "resume-create",
+        Action::Adopt { .. } => "adopt",
+        Action::Converge { .. } => "converge",
+        Action::Remove { release: true, .. } => "release",
+        Action::Remove { .. } => "delete",
+        Action::Forget { .. } => "forget",
+        Action::DeleteOrphan { .. } => "delete-orphan",
+    }
+}
+
+async fn with_spec<'a, F, Fut>(ctx: &'a ExecCtx, name: &str, f: F) -> Outcome
+where
+    F: FnOnce(&'a Spec) -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, ActionError>>,
+{
+    match ctx.specs.get(name) {
+        Some(spec) => f(spec).await.unwrap_or_else(Outcome::Failed),
+        None => Outcome::Failed(fail(
+            Category::ValidationFailed,
+            format!("spec {name} is not loaded"),
+        )),
+    }
+}
+
+fn site<'a>(ctx: &'a ExecCtx, name: &str) -> Result<&'a SiteCtx, ActionError> {
+    ctx.sites.get(name).map(|s| s.as_ref()).ok_or_else(|| {
+        fail(
+            Category::ConfigurationError,
+            format!("site {name:?} is not configured"),
+        )
+    })
+}
+
+fn task_record(upid: &Upid, status: &str) -> TaskRecord {
+    TaskRecord {
+        upid: upid.to_string(),
+        kind: upid.kind.clone(),
+        status: status.to_string(),
+        at_ms: now_ms(),
+    }
+}
+
+/// Waits for a task; records how it ended in `rec.last_task`.
+async fn wait(
+    ctx: &ExecCtx,
+    client: &Client,
+    upid: &Upid,
+    rec: &mut SpecRecord,
+) -> Result<TaskOutcome, ActionError> {
+    match client.wait_task(upid, ctx.task_wait).await {
+        Ok(outcome) => {
+            let status = match &outcome {
+                TaskOutcome::Ok => "OK".to_string(),
+                TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
+                TaskOutcome::StillRunning => "running".to_string(),
+            };
+            rec.last_task = Some(task_record(upid, &status));
+            Ok(outcome)
+        }
+        Err(e) => {
+            rec.last_task = Some(task_record(upid, e.pve_message()));
+            Err(e.into())
+        }
+    }
+}
+
+// ---- create ------------------------------------------------------------------------------
+
+/// What a create starts from, once resolved and checked.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    Clone {
+        template: u32,
+        template_node: String,
+    },
+    Import {
+        volume: String,
+    },
+    Iso {
+        volume: String,
+    },
+}
+
+/// Checks everything a create needs before anything is created.
+async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source, ActionError> {
+    let view = ctx.views.get(&site.name).ok_or_else(|| {
+        fail(
+            Category::NetworkError,
+            format!("site {} was not observed", site.name),
+        )
+    })?;
+    if !view.node_healthy(&spec.node) {
+        return Err(fail(
+            Category::NodeUnhealthy,
+            format!(
+                "node {} is offline, unknown, or the cluster has no quorum",
+                spec.node
+            ),
+        ));
+    }
+    let client = &site.client;
+    let storages = client.node_storages(&spec.node, None).await?;
+    check_storage(&storages, &spec.storage, "images", &spec.node)?;
+    let bridges = client.node_bridges(&spec.node).await?;
+    if !bridges.iter().any(|b| b.iface == spec.network) {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "bridge {} does not exist on node {} (it has: {}); create it or change spec.forProvider.network",
+                spec.network,
+                spec.node,
+                bridges
+                    .iter()
+                    .map(|b| b.iface.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let version = site.version().await?;
+    let features = version.features();
+    let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
+    match &spec.image {
+        Image::Template { vmid } => match template_in_view(*vmid) {
+            Some(t) => Ok(Source::Clone {
+                template: *vmid,
+                template_node: t.node.clone(),
+            }),
+            None => Err(fail(
+                Category::ImageNotFound,
+                format!(
+                    "template {vmid} does not exist on site {} (or is not a template); create it or \
+                     name an existing template in spec.forProvider.image",
+                    site.name
+                ),
+            )),
+        },
+        Image::Volume {
+            storage,
+            volume,
+            kind,
+        } => {
+            check_volume(
+                client, &storages, &spec.node, storage, volume, *kind, version,
+            )
+            .await
+        }
+        Image::Name(name) => {
+            let templates: Vec<_> = view
+                .vms
+                .values()
+                .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
+                .collect();
+            match templates.as_slice() {
+                [t] => {
+                    return Ok(Source::Clone {
+                        template: t.vmid,
+                        template_node: t.node.clone(),
+                    });
+                }
+                [] => {}
+                many => {
+                    return Err(fail(
+                        Category::ConfigurationError,
+                        format!(
+                            "image {name:?} is ambiguous: templates {} share that name; use the VMID",
+                            many.iter()
+                                .map(|t| t.vmid.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+            let mut found = Vec::new();
+            for s in &storages {
+                for (content, kind) in [
+                    ("import", VolumeKind::Import),
+                    ("iso", VolumeKind::Iso),
+                    ("images", VolumeKind::Images),
+                ] {
+                    if !s.has_content(content)
+                        || (kind == VolumeKind::Import && !features.import_content)
+                    {
+                        continue;
+                    }
+                    for v in client
+                        .storage_content(&spec.node, &s.storage, Some(content))
+                        .await?
+                    {
+                        if crate::pve::types::volume_stem(&v.volid) == Some(name.as_str())
+                            && v.vmid.is_none()
+                        {
+                            found.push((v.volid, kind));
+                        }
+                    }
+                }
+            }
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            found.dedup_by(|a, b| a.0 == b.0);
+            match found.as_slice() {
+                [(volume, VolumeKind::Iso)] => Ok(Source::Iso {
+                    volume: volume.clone(),
+                }),
+                [(volume, _)] => {
+                    if !features.import_from {
+                        return Err(too_old(version, "the import-from disk option", "7.2"));
+                    }
+                    Ok(Source::Import {
+                        volume: volume.clone(),
+                    })
+                }
+                [] => Err(fail(
+                    Category::ImageNotFound,
+                    format!(
+                        "image {name:?}: no template of that name on site {} and no volume with that file \
+                         stem on node {}'s storages; upload it (e.g. to local:import/{name}.qcow2) or fix the spec",
+                        site.name, spec.node
+                    ),
+                )),
+                many => Err(fail(
+                    Category::ConfigurationError,
+                    format!(
+                        "image {name:?} is ambiguous: {}; use the full volume ID",
+                        many.iter()
+                            .map(|(v, _)| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+fn too_old(version: &Version, what: &str, needed: &str) -> ActionError {
+    fail(
+        Category::ApiNotSupported,
+        format!(
+            "Proxmox VE {} lacks {what} (needs {needed} or later); upgrade the cluster or use a template \
+             image (a VMID) instead",
+            version.version
+        ),
+    )
+}
+
+fn check_storage(
+    storages: &[NodeStorage],
+    storage: &str,
+    content: &str,
+    node: &str,
+) -> Result<(), ActionError> {
+    match storages.iter().find(|s| s.storage == storage) {
+        None => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "storage {storage} does not exist on node {node} (it has: {})",
+                storages
+                    .iter()
+                    .map(|s| s.storage.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        Some(s) if !s.has_content(content) => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "storage {storage} on node {node} does not hold {content} content (it holds {}); add \
+                 {content} to its content types or use another storage",
+                s.content.as_deref().unwrap_or("nothing")
+            ),
+        )),
+        Some(s) if s.active == Some(false) => Err(fail(
+            Category::ConfigurationError,
+            format!("storage {storage} on node {node} is not active; check it with `pvesm status`"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+async fn check_volume(
+    client: &Client,
+    storages: &[NodeStorage],
+    node: &str,
+    storage: &str,
+    volume: &str,
+    kind: VolumeKind,
+    version: &Version,
+) -> Result<Source, ActionError> {
+    let features = version.features();
+    let content = match kind {
+        VolumeKind::Import => {
+            if !features.import_content {
+                return Err(too_old(version, "the `import` storage content type", "8.2"));
+            }
+            "import"
+        }
+        VolumeKind::Images => "images",
+        VolumeKind::Iso => "iso",
+    };
+    if kind != VolumeKind::Iso && !features.import_from {
+        return Err(too_old(version, "the import-from disk option", "7.2"));
+    }
+    check_storage(storages, storage, content, node).map_err(|e| ActionError {
+        category: Category::ImageNotFound,
+        message: e.message,
+    })?;
+    let volumes = client.storage_content(node, storage, Some(content)).await?;
+    if !volumes.iter().any(|v| v.volid == volume) {
+        return Err(fail(
+            Category::ImageNotFound,
+            format!(
+                "{volume} does not exist on node {node}; upload it to {storage} ({content} content) or fix the spec"
+            ),
+        ));
+    }
+    Ok(match kind {
+        VolumeKind::Iso => Source::Iso {
+            volume: volume.to_string(),
+        },
+        _ => Source::Import {
+            volume: volume.to_string(),
+        },
+    })
+}
+
+/// The description marker of a spec's VM.
+fn marker(ctx: &ExecCtx, spec: &Spec, rec: &SpecRecord) -> Marker {
+    Marker {
+        install: ctx.install_id.clone(),
+        spec: spec.name.clone(),
+        uid: rec.uid.clone(),
+    }
+}
+
+fn desired_tags(ctx: &ExecCtx, spec: &Spec) -> Vec<String> {
+    let mut tags = spec.tags.clone();
+    tags.push(ownership_tag(&ctx.install_id));
+    tags.sort();
+    tags.dedup();
+    tags
+}
+
+async fn create(
+    ctx: &ExecCtx,
+    site_name: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let site = site(ctx, site_name)?;
+    let source = preflight(ctx, site, spec).await?;
+    if rec.uid.is_empty() {
+        rec.uid = new_uid();
+    }
+    rec.site = site_name.to_string();
+    rec.node = spec.node.clone();
+    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+
+    let upid = {
+        let _allocating = site.allocator.lock().await;
+        let mut skip: Vec<u32> = ctx.store.allocations(site_name)?.into_keys().collect();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let vmid = next_free_vmid(&site.client, &skip).await?;
+            // The intent is durable before the request leaves.
+            rec.phase = Phase::Creating {
+                vmid,
+                node: spec.node.clone(),
+                upid: None,
+            };
+            rec.vmid = None;
+            ctx.store.begin_create(&spec.name, rec, site_name, vmid)?;
+            tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
+            match send_create(ctx, site, spec, rec, vmid, &source).await {
+                Ok(upid) => {
+                    rec.phase = Phase::Creating {
+                        vmid,
+                        node: spec.node.clone(),
+                        upid: Some(upid.to_string()),
+                    };
+                    rec.last_task = Some(task_record(&upid, "running"));
+                    ctx.store.put(&spec.name, rec)?;
+                    tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
+                    break upid;
+                }
+                Err(e) if e.is_already_exists() && attempt < 5 => {
+                    // Someone took the id between nextid and our request: take the next one.
+                    ctx.store.release_vmid(site_name, vmid)?;
+                    skip.push(vmid);
+                }
+                Err(e) if e.outcome_unknown() => {
+                    // The request may have reached PVE: keep the intent; the next cycle looks
+                    // for the VM before doing anything else.
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    // PVE refused it: nothing was created.
+                    ctx.store.release_vmid(site_name, vmid)?;
+                    rec.phase = Phase::Pending;
+                    ctx.store.put(&spec.name, rec)?;
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    let vmid = upid_vmid(&rec.phase);
+    finish_create(ctx, site, spec, rec, vmid, &upid).await
+}
+
+fn upid_vmid(phase: &Phase) -> u32 {
+    match phase {
+        Phase::Creating { vmid, .. } => *vmid,
+        _ => 0,
+    }
+}
+
+/// The lowest id PVE calls free that we have not reserved ourselves.
+async fn next_free_vmid(client: &Client, skip: &[u32]) -> Result<u32, ActionError> {
+    let mut id = client.next_id().await?;
+    for _ in 0..1000 {
+        if !skip.contains(&id) && client.vmid_is_free(id).await? {
+            return Ok(id);
+        }
+        id = id.saturating_add(1);
+    }
+    Err(fail(
+        Category::QuotaExceeded,
+        "no free VMID found near /cluster/nextid",
+    ))
+}
+
+async fn send_create(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+    rec: &SpecRecord,
+    vmid: u32,
+    source: &Source,
+) -> Result<Upid, PveError> {
+    let description = marker(ctx, spec, rec).description();
+    match source {
+        Source::Clone {
+            template,
+            template_node,
+        } => {
+            let req = CloneRequest {
+                newid: vmid,
+                name: spec.vm_name.clone(),
+                description,
+                full: true,
+                storage: Some(spec.storage.clone()),
+                target: (template_node != &spec.node).then(|| spec.node.clone()),
+                pool: None,
+            };
+            site.client.clone_vm(template_node, *template, &req).await
+        }
+        Source::Import { volume } | Source::Iso { volume } => {
+            let mut params = VmParams::new()
+                .set("name", &spec.vm_name)
+                .set("description", description)
+                .tags(&desired_tags(ctx, spec))?
+                .set("cores", spec.cpu)
+                .set("memory", spec.memory_mib)
+                .set("scsihw", "virtio-scsi-single")
+                .set("ostype", "l26")
+                .set("agent", "1")
+                .nic("net0", &spec.network)?;
+            params = match source {
+                Source::Iso { .. } => params
+                    .new_disk("scsi0", &spec.storage, spec.disk_bytes.div_ceil(1 << 30))?
+                    .cdrom("ide2", volume)?
+                    .set("boot", "order=scsi0;ide2"),
+                _ => params
+                    .import_disk("scsi0", &spec.storage, volume)?
+                    .set("boot", "order=scsi0")
+                    .set("serial0", "socket"),
+            };
+            site.client.create_vm(&spec.node, vmid, &params).await
+        }
+    }
+}
+
+/// After the create task: wait, record the VM, configure it.
+async fn finish_create(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+    upid: &Upid,
+) -> Result<Outcome, ActionError> {
+    match wait(ctx, &site.client, upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => Ok(Outcome::StillRunning {
+            upid: upid.to_string(),
+        }),
+        Ok(_) => {
+            created(ctx, site, spec, rec, vmid)?;
+            converge(ctx, &site.name, spec, rec, &spec.node, vmid).await
+        }
+        Err(e) => {
+            // Did the failed task leave a VM behind? If so it is ours (our marker): keep it and
+            // converge it next time; otherwise go back to Pending.
+            match site.client.vm_config(&spec.node, vmid).await {
+                Ok(cfg) if is_ours(ctx, spec, &cfg) => created(ctx, site, spec, rec, vmid)?,
+                _ => {
+                    ctx.store.release_vmid(&site.name, vmid)?;
+                    rec.phase = Phase::Pending;
+                    ctx.store.put(&spec.name, rec)?;
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn created(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+) -> Result<(), ActionError> {
+    rec.vmid = Some(vmid);
+    rec.phase = Phase::Exists;
+    rec.provisioned = true;
+    ctx.store.put(&spec.name, rec)?;
+    ctx.store.release_vmid(&site.name, vmid)?;
+    Ok(())
+}
+
+fn is_ours(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig) -> bool {
+    cfg.description()
+        .and_then(Marker::parse)
+        .is_some_and(|m| m.install == ctx.install_id && m.spec == spec.name)
+}
+
+async fn resume_create(
+    ctx: &ExecCtx,
+    site_name: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+    node: &str,
+    upid: Option<String>,
+) -> Result<Outcome, ActionError> {
+    let site = site(ctx, site_name)?;
+    if let Some(upid) = upid {
+        let upid: Upid = upid.parse().map_err(|e: String| {
+            fail(
+                Category::ProxmoxError,
+                format!("recorded task id unreadable: {e}"),
+            )
+        })?;
+        tracing::info!(spec = %spec.name, vmid, upid = %upid, "resuming the wait for a create task");
+        return finish_create(ctx, site, spec, rec, vmid, &upid).await;
+    }
+    // The intent was recorded but not the answer: the request may or may not have reached
+    // PVE. Look before doing anything.
+    match site.client.vm_config(node, vmid).await {
+        Ok(cfg) if is_ours(ctx, spec, &cfg) => {
+            tracing::info!(spec = %spec.name, vmid, "found the VM of an interrupted create");
+            if cfg.lock().is_some() {
+                // The create task still runs (it holds the lock): wait for it.
+                if let Some(task) = site
+                    .client
+                    .active_vm_tasks(node, vmid)
+                    .await?
+                    .into_iter()
+                    .next()
+                    && let Ok(upid) = task.upid.parse::<Upid>()
+                {
+                    rec.phase = Phase::Creating {
+                        vmid,
+                        node: node.to_string(),
+                        upid: Some(upid.to_string()),
+                    };
+                    ctx.store.put(&spec.name, rec)?;
+                    return finish_create(ctx, site, spec, rec, vmid, &upid).await;
+                }
+            }
+            created(ctx, site, spec, rec, vmid)?;
+            converge(ctx, site_name, spec, rec, node, vmid).await
+        }
+        Ok(_) => {
+            // Another VM holds that id: ours was never created.
+            tracing::info!(spec = %spec.name, vmid, "VMID taken by another VM; creating anew");
+            abandon(ctx, site_name, spec, rec, vmid)?;
+            create(ctx, site_name, spec, rec).await
+        }
+        Err(e) if e.is_not_found() => {
+            // Not there. A create whose worker has not written the config yet would show as
+            // an active task for the id: wait for it rather than create a second VM.
+            let active = site.client.active_vm_tasks(node, vmid).await?;
+            if let Some(task) = active.into_iter().next()
+                && let Ok(upid) = task.upid.parse::<Upid>()
+            {
+                rec.phase = Phase::Creating {
+                    vmid,
+                    node: node.to_string(),
+                    upid: Some(upid.to_string()),
+                };
+                ctx.store.put(&spec.name, rec)?;
+                return finish_create(ctx, site, spec, rec, vmid, &upid).await;
+            }
+            abandon(ctx, site_name, spec, rec, vmid)?;
+            create(ctx, site_name, spec, rec).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn abandon(
+    ctx: &ExecCtx,
+    site: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+) -> Result<(), ActionError> {
+    ctx.store.release_vmid(site, vmid)?;
+    rec.phase = Phase::Pending;
+    rec.vmid = None;
+    ctx.store.put(&spec.name, rec)?;
+    Ok(())
+}
+
+async fn adopt(
+    ctx: &ExecCtx,
+    site_name: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+) -> Result<Outcome, ActionError> {
+    let site = site(ctx, site_name)?;
+    let node = ctx
+        .views
+        .get(site_name)
+        .and_then(|v| v.vms.get(&vmid))
+        .map(|vm| vm.node.clone())
+        .unwrap_or_else(|| spec.node.clone());
+    let cfg = site.client.vm_config(&node, vmid).await?;
+    let Some(m) = cfg
+        .description()
+        .and_then(Marker::parse)
+        .filter(|m| m.install == ctx.install_id && m.spec == spec.name)
+    else {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {vmid} no longer carries the marker of spec {}",
+                spec.name
+            ),
+        ));
+    };
+    tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
+    rec.uid = m.uid;
+    rec.site = site_name.to_string();
+    rec.node = node.clone();
+    rec.vmid = Some(vmid);
+    rec.phase = Phase::Exists;
+    rec.provisioned = true;
+    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    ctx.store.put(&spec.name, rec)?;
+    converge(ctx, site_name, spec, rec, &node, vmid).await
+}
+
+// ---- converge ----------------------------------------------------------------------------
+
+/// The boot disk's key and size in bytes, from the config.
+fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
+    let order = cfg
+        .get("boot")
+        .and_then(|b| b.strip_prefix("order="))
+        .map(|o| o.split(';').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let candidates = order
+        .into_iter()
+        .chain(["scsi0", "virtio0", "sata0", "ide0"].map(String::from));
+    for key in candidates {
+        if let Some(v) = cfg.get(&key)
+            && !v.contains("media=cdrom")
+            && !v.contains("cloudinit")
+        {
+            let size = v
+                .split(',')
+                .find_map(|p| p.strip_prefix("size="))
+                .and_then(parse_pve_size);
+            return Some((key, size.unwrap_or(0)));
+        }
+    }
+    None
+}
+
+/// PVE's disk sizes: `32G`, `512M`, `2T`, `1024K`, bytes without a unit (binary units).
+pub fn parse_pve_size(s: &str) -> Option<u64> {
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        'T' | 't' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult);
+    }
+    num.parse::<f64>()
+        .ok()
+        .filter(|f| *f >= 0.0)
+        .map(|f| (f * mult as f64) as u64)
+}
+
+/// A size in PVE's notation, exact: the largest binary unit that divides it.
+fn pve_size(bytes: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{}K", bytes.div_ceil(1024))
+}
+
+/// `net0` with its bridge replaced, keeping model, MAC and other options.
+fn with_bridge(net: &str, bridge: &str) -> String {
+    let mut parts: Vec<String> = net
+        .split(',')
+        .filter(|p| !p.starts_with("bridge="))
+        .map(str::to_string)
+        .collect();
+    parts.insert(1.min(parts.len()), format!("bridge={bridge}"));
+    parts.join(",")
+}
+
+fn current_bridge(net: &str) -> Option<&str> {
+    net.split(',').find_map(|p| p.strip_prefix("bridge="))
+}
+
+async fn check_lock(
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+    cfg: &VmConfig,
+) -> Result<Option<Outcome>, ActionError> {
+    let Some(lock) = cfg.lock() else {
+        return Ok(None);
+    };
+    let tasks = site.client.active_vm_tasks(node, vmid).await?;
+    if let Some(t) = tasks.first() {
+        return Ok(Some(Outcome::Waiting {
+            reason: format!(
+                "VM {vmid} is locked ({lock}) by task {}; waiting for it",
+                t.upid
+            ),
+        }));
+    }
+    Err(fail(
+        Category::LockError,
+        format!(
+            "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
+             interrupted operation). After checking that nothing is running on it, clear it on the \
+             node with: qm unlock {vmid}"
+        ),
+    ))
+}
+
+async fn converge(
+    ctx: &ExecCtx,
+    site_name: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    node: &str,
+    vmid: u32,
+) -> Result<Outcome, ActionError> {
+    let site = site(ctx, site_name)?;
+    let client = &site.client;
+    let cfg = match client.vm_config(node, vmid).await {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            rec.vmid = None;
+            rec.phase = Phase::Pending;
+            ctx.store.put(&spec.name, rec)?;
+            return Err(fail(
+                Category::NotFound,
+                format!("VM {vmid} is gone; it will be created again"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Identity, from a fresh read, before any change.
+    if !is_ours(ctx, spec, &cfg) {
+        rec.vmid = None;
+        rec.phase = Phase::Pending;
+        ctx.store.put(&spec.name, rec)?;
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {vmid} does not carry the marker of spec {}: not touching it",
+                spec.name
+            ),
+        ));
+    }
+    if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let running = ctx
+        .views
+        .get(site_name)
+        .and_then(|v| v.vms.get(&vmid))
+        .is_some_and(|vm| vm.power == crate::observe::Power::Running);
+
+    // Declared fields only, compared with PVE's normalised values.
+    let mut params = VmParams::new();
+    let mut changed: Vec<&str> = Vec::new();
+    if cfg.get("name") != Some(spec.vm_name.as_str()) {
+        params = params.set("name", &spec.vm_name);
+        changed.push("name");
+    }
+    let cores = cfg
+        .get("cores")
+        .and_then(|c| c.parse::<u32>().ok())
+        .unwrap_or(1)
+        * cfg
+            .get("sockets")
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(1);
+    if cores != spec.cpu {
+        params = params.set("cores", spec.cpu).set("sockets", 1);
+        changed.push("cores");
+    }
+    let memory = cfg
+        .get("memory")
+        .and_then(|m| {
+            m.trim_start_matches("current=")
+                .split(',')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(512);
+    if memory != spec.memory_mib {
+        params = params.set("memory", spec.memory_mib);
+        changed.push("memory");
+    }
+    let net = cfg.get("net0").unwrap_or("virtio");
+    if current_bridge(net) != Some(spec.network.as_str()) {
+        params = params.set("net0", with_bridge(net, &spec.network));
+        changed.push("net0");
+    }
+    let tags = merge_tags(
+        &cfg.tags(),
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(&ctx.install_id),
+    );
+    if tags != {
+        let mut t = cfg.tags();
+        t.sort();
+        t.dedup();
+        t
+    } {
+        params = params.tags(&tags)?;
+        changed.push("tags");
+    }
+    if !changed.is_empty() {
+        tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
+        client.set_config(node, vmid, &params, cfg.digest()).await?;
+    }
+    rec.applied_tags = spec.tags.clone();
+
+    // What waits for a reboot (a running VM takes CPU and memory changes at its next start
+    // unless hotplug is on).
+    rec.reboot_pending = if running {
+        client
+            .vm_pending(node, vmid)
+            .await?
+            .into_iter()
+            .filter(|p| {
+                p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
+            })
+            .map(|p| p.key)
+            .collect()
+    } else {
+        Vec::new()
+    };
+
+    // Disks only grow.
+    if let Some((disk, size)) = boot_disk(&cfg)
+        && size < spec.disk_bytes
+        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    {
+        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
+        let resize = client
+            .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
+            .await?;
+        if let Some(upid) = resize
+            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+        {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            });
+        }
+        rec.applied_disk_bytes = Some(spec.disk_bytes);
+    }
+
+    // Power state last.
+    let power = ctx
+        .views
+        .get(site_name)
+        .and_then(|v| v.vms.get(&vmid))
+        .map(|vm| vm.power);
+    let is_running = power == Some(crate::observe::Power::Running);
+    match spec.power_state {
+        PowerState::Running if !is_running => {
+            let upid = client.start_vm(node, vmid).await?;
+            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                });
+            }
+            rec.reboot_pending.clear();
+        }
+        PowerState::Stopped if is_running => {
+            if let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(o);
+            }
+            rec.reboot_pending.clear();
+        }
+        _ => {}
+    }
+    rec.applied_hash = Some(spec_hash(spec));
+    rec.vmid = Some(vmid);
+    rec.phase = Phase::Exists;
+    rec.provisioned = true;
+    Ok(Outcome::Done)
+}
+
+/// Graceful shutdown, then a hard stop if the guest does not power off.
+async fn power_off(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+    rec: &mut SpecRecord,
+) -> Result<Option<Outcome>, ActionError> {
+    let client = &site.client;
+    let upid = client.shutdown_vm(node, vmid, 120, false).await?;
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => Ok(Some(Outcome::StillRunning {
+            upid: upid.to_string(),
+        })),
+        Ok(_) => Ok(None),
+        Err(_) => {
+            // The guest ignored ACPI or the shutdown timed out: stop it.
+            let upid = client.stop_vm(node, vmid).await?;
+            match wait(ctx, client, &upid, rec).await? {
+                TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                })),
+                _ => Ok(None),
+            }
+        }
+    }
+}
+
+// ---- remove ------------------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+async fn remove(
+    ctx: &ExecCtx,
+    site_name: &str,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    node: &str,
+    vmid: u32,
+    release: bool,
+) -> Outcome {
+    let result: Result<Outcome, ActionError> = async {
+        let site = site(ctx, site_name)?;
+        let client = &site.client;
+        if let Phase::Deleting { upid: Some(upid) } = &rec.phase
+            && let Ok(upid) = upid.parse::<Upid>()
+        {
+            match wait(ctx, client, &upid, rec).await {
+                Ok(TaskOutcome::StillRunning) => {
+                    return Ok(Outcome::StillRunning {
+                        upid: upid.to_string(),
+                    });
+                }
+                Ok(_) => {
+                    ctx.store.remove(spec_name)?;
+                    return Ok(Outcome::Done);
+                }
+                Err(_) => {} // fall through: look again and retry the delete
+            }
+        }
+        let cfg = match client.vm_config(node, vmid).await {
+            Ok(c) => c,
+            Err(e) if e.is_not_found() => {
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let ours = cfg
+            .description()
+            .and_then(Marker::parse)
+            .is_some_and(|m| m.install == ctx.install_id && m.spec == spec_name);
+        if !ours {
+            tracing::warn!(
+                spec = spec_name,
+                vmid,
+                "VM does not carry the spec's marker: forgetting it, not touching it"
+            );
+            ctx.store.remove(spec_name)?;
+            return Ok(Outcome::Done);
+        }
+        if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
+            return Ok(waiting);
+        }
+        if release {
+            // Drop ownership: the tag and the marker go; the VM stays as it is.
+            let tag = ownership_tag(&ctx.install_id);
+            let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
+            let description: String = cfg
+                .description()
+                .unwrap_or("")
+                .lines()
+                .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut params = VmParams::new().set(
+                "description",
+                format!("{description}\nReleased by proxsync."),
+            );
+            params = if tags.is_empty() {
+                params.delete_keys(&["tags"])
+            } else {
+                params.tags(&tags)?
+            };
+            client.set_config(node, vmid, &params, cfg.digest()).await?;
+            tracing::info!(spec = spec_name, vmid, "released (deletionPolicy: Orphan)");
+            ctx.store.remove(spec_name)?;
+            return Ok(Outcome::Done);
+        }
+        let running = ctx
+            .views
+            .get(site_name)
+            .and_then(|v| v.vms.get(&vmid))
+            .is_some_and(|vm| vm.power == crate::observe::Power::Running);
+        if running && let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
+            return Ok(o);
+        }
+        // Identity once more, just before the delete.
+        let cfg = client.vm_config(node, vmid).await?;
+        if !cfg
+            .description()
+            .and_then(Marker::parse)
+            .is_some_and(|m| m.install == ctx.install_id && m.spec == spec_name)
+        {
+            return Err(fail(
+                Category::Conflict,
+                format!("VM {vmid} changed identity during the delete; not deleting"),
+            ));
+        }
+        let upid = client.delete_vm(node, vmid, true, true).await?;
+        rec.phase = Phase::Deleting {
+            upid: Some(upid.to_string()),
+        };
+        ctx.store.put(spec_name, rec)?;
+        tracing::info!(spec = spec_name, vmid, upid = %upid, "deleting");
+        match wait(ctx, client, &upid, rec).await? {
+            TaskOutcome::StillRunning => Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }),
+            _ => {
+                ctx.store.remove(spec_name)?;
+                Ok(Outcome::Done)
+            }
+        }
+    }
+    .await;
+    result.unwrap_or_else(Outcome::Failed)
+}
+
+async fn forget(ctx: &ExecCtx, spec_name: &str, rec: &SpecRecord) -> Outcome {
+    let result = (|| {
+        if let Phase::Creating { vmid, .. } = rec.phase {
+            ctx.store.release_vmid(&rec.site, vmid)?;
+        }
+        ctx.store.remove(spec_name)?;
+        Ok::<_, ActionError>(Outcome::Done)
+    })();
+    result.unwrap_or_else(Outcome::Failed)
+}
+
+async fn delete_orphan(ctx: &ExecCtx, site_name: &str, node: &str, vmid: u32) -> Outcome {
+    let result: Result<Outcome, ActionError> = async {
+        let site = site(ctx, site_name)?;
+        let client = &site.client;
+        let cfg = client.vm_config(node, vmid).await?;
+        let tag = ownership_tag(&ctx.install_id);
+        let ours = cfg.tags().contains(&tag)
+            && cfg
+                .description()
+                .and_then(Marker::parse)
+                .is_some_and(|m| m.install == ctx.install_id);
+        if !ours {
+            return Err(fail(
+                Category::Conflict,
+                format!("VM {vmid} is not ours any more; not deleting"),
+            ));
+        }
+        if cfg.lock().is_some() {
+            return Ok(Outcome::Waiting {
+                reason: format!("orphan {vmid} is locked"),
+            });
+        }
+        tracing::info!(
+            vmid,
+            node,
+            "deleting a stopped orphan past its grace period"
+        );
+        let upid = client.delete_vm(node, vmid, true, true).await?;
+        let mut scratch = SpecRecord::default();
+        match wait(ctx, client, &upid, &mut scratch).await? {
+            TaskOutcome::StillRunning => Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }),
+            _ => Ok(Outcome::Done),
+        }
+    }
+    .await;
+    result.unwrap_or_else(Outcome::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_pve_size("32G"), Some(32 << 30));
+        assert_eq!(parse_pve_size("512M"), Some(512 << 20));
+        assert_eq!(parse_pve_size("1.5G"), Some(3 << 29));
+        assert_eq!(parse_pve_size("4096"), Some(4096));
+        assert_eq!(parse_pve_size("x"), None);
+        assert_eq!(parse_pve_size(""), None);
+        assert_eq!(pve_size(32 << 30), "32G");
+        assert_eq!(pve_size(1536 << 20), "1536M");
+        assert_eq!(pve_size(1 << 40), "1T");
+    }
+
+    #[test]
+    fn bridges_are_replaced_in_place() {
+        assert_eq!(
+            with_bridge("virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1", "vmbr1"),
+            "virtio=BC:24:11:00:00:01,bridge=vmbr1,firewall=1"
+        );
+        assert_eq!(with_bridge("virtio", "vmbr1"), "virtio,bridge=vmbr1");
+        assert_eq!(current_bridge("virtio=X,bridge=vmbr0"), Some("vmbr0"));
+    }
+
+    #[test]
+    fn boot_disk_is_found() {
+        let cfg: VmConfig = serde_json::from_str(
+            r#"{"boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-100-disk-0,size=2G","ide2":"local:iso/x.iso,media=cdrom"}"#,
+        )
+        .unwrap();
+        assert_eq!(boot_disk(&cfg), Some(("scsi0".into(), 2 << 30)));
+        let cfg: VmConfig =
+            serde_json::from_str(r#"{"virtio0":"local-lvm:vm-100-disk-0,size=10G"}"#).unwrap();
+        assert_eq!(boot_disk(&cfg), Some(("virtio0".into(), 10 << 30)));
+    }
+}

@@ -1,0 +1,260 @@
+//! What a site looks like this cycle: one `GET /cluster/status` and one
+//! `GET /cluster/resources?type=vm`, turned into a normalised view. Per-VM config reads
+//! happen only to learn the ownership marker of a VM the state does not explain (see
+//! [`needs_marker`]); their answers are cached across cycles.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ownership::Marker;
+use crate::pve::types::{ClusterHealth, VmResource};
+use crate::pve::{Client, Error};
+
+/// A VM's power state as listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Power {
+    Running,
+    Stopped,
+    /// Listed, but the state is not known (node offline, VM created seconds ago, paused...).
+    Unknown,
+}
+
+impl Power {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Power::Running => "running",
+            Power::Stopped => "stopped",
+            Power::Unknown => "unknown",
+        }
+    }
+}
+
+/// One VM of the listing, normalised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedVm {
+    pub vmid: u32,
+    pub node: String,
+    pub name: Option<String>,
+    pub power: Power,
+    /// Lower-cased, sorted, deduplicated.
+    pub tags: Vec<String>,
+    pub cpus: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    pub lock: Option<String>,
+    pub template: bool,
+    /// The description marker, once read (`None`: not read, or read and absent; see
+    /// `marker_read`).
+    pub marker: Option<Marker>,
+    pub marker_read: bool,
+}
+
+impl ObservedVm {
+    pub fn from_resource(r: &VmResource) -> ObservedVm {
+        let power = match r.status.as_deref() {
+            Some("running") if r.name.is_some() => Power::Running,
+            Some("stopped") if r.name.is_some() => Power::Stopped,
+            _ => Power::Unknown,
+        };
+        let mut tags = r.tag_list();
+        tags.sort();
+        tags.dedup();
+        ObservedVm {
+            vmid: r.vmid,
+            node: r.node.clone(),
+            name: r.name.clone(),
+            power,
+            tags,
+            cpus: r.maxcpu,
+            memory_bytes: r.maxmem,
+            disk_bytes: r.maxdisk,
+            lock: r.lock.clone().filter(|l| !l.is_empty()),
+            template: r.template.unwrap_or(false),
+            marker: None,
+            marker_read: false,
+        }
+    }
+
+    /// Listed with status `unknown` or without a name: present, but not to be judged.
+    pub fn is_unknown(&self) -> bool {
+        self.power == Power::Unknown
+    }
+
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
+    /// Owned by this install: the ownership tag and a marker of this install.
+    pub fn owned_by(&self, install_id: &str) -> bool {
+        self.has_tag(&crate::ownership::ownership_tag(install_id))
+            && self
+                .marker
+                .as_ref()
+                .is_some_and(|m| m.install == install_id)
+    }
+}
+
+/// One site this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteView {
+    pub name: String,
+    /// Why the site could not be observed, if it could not.
+    pub error: Option<String>,
+    pub health: ClusterHealth,
+    /// QEMU VMs by VMID (containers are not proxsync's business).
+    pub vms: BTreeMap<u32, ObservedVm>,
+}
+
+impl SiteView {
+    /// A site that could not be read: nothing on it is judged or touched.
+    pub fn unreachable(name: &str, error: String) -> SiteView {
+        SiteView {
+            name: name.to_string(),
+            error: Some(error),
+            health: ClusterHealth {
+                quorate: false,
+                nodes: BTreeMap::new(),
+            },
+            vms: BTreeMap::new(),
+        }
+    }
+
+    pub fn reachable(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// True when the site is reachable, quorate and the node online.
+    pub fn node_healthy(&self, node: &str) -> bool {
+        self.reachable() && self.health.node_healthy(node)
+    }
+}
+
+/// Reads one site: two requests, in parallel.
+pub async fn observe_site(name: &str, client: &Client) -> SiteView {
+    let (status, resources) = tokio::join!(client.cluster_health(), client.vm_resources());
+    match (status, resources) {
+        (Ok(health), Ok(resources)) => SiteView {
+            name: name.to_string(),
+            error: None,
+            health,
+            vms: resources
+                .iter()
+                .filter(|r| r.is_qemu())
+                .map(|r| (r.vmid, ObservedVm::from_resource(r)))
+                .collect(),
+        },
+        (Err(e), _) | (_, Err(e)) => SiteView::unreachable(name, e.to_string()),
+    }
+}
+
+/// The VMs whose marker must be read before planning: those carrying this install's tag
+/// that no record explains, and those named like a spec that has no VM yet (a create that
+/// crashed before its tags were set, or a lost database). Templates are never candidates.
+pub fn needs_marker(
+    view: &SiteView,
+    install_id: &str,
+    known_vmids: &BTreeSet<u32>,
+    unmapped_names: &BTreeSet<&str>,
+) -> Vec<u32> {
+    let tag = crate::ownership::ownership_tag(install_id);
+    view.vms
+        .values()
+        .filter(|vm| !vm.template && !vm.marker_read && !known_vmids.contains(&vm.vmid))
+        .filter(|vm| {
+            vm.has_tag(&tag)
+                || vm
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| unmapped_names.contains(n))
+        })
+        .map(|vm| vm.vmid)
+        .collect()
+}
+
+/// Reads a VM's description marker. A VM that vanished reads as "no marker".
+pub async fn read_marker(client: &Client, node: &str, vmid: u32) -> Result<Option<Marker>, Error> {
+    match client.vm_config(node, vmid).await {
+        Ok(cfg) => Ok(cfg.description().and_then(Marker::parse)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(json: &str) -> VmResource {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn unknown_is_never_absent() {
+        let fresh = ObservedVm::from_resource(&res(
+            r#"{"id":"qemu/101","vmid":101,"node":"pve1","status":"unknown"}"#,
+        ));
+        assert!(fresh.is_unknown());
+        let nameless = ObservedVm::from_resource(&res(
+            r#"{"id":"qemu/102","vmid":102,"node":"pve1","status":"running"}"#,
+        ));
+        assert!(
+            nameless.is_unknown(),
+            "a VM without a name is not judged yet"
+        );
+        let ok = ObservedVm::from_resource(&res(
+            r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"Web;proxsync.main"}"#,
+        ));
+        assert_eq!(ok.power, Power::Stopped);
+        assert_eq!(ok.tags, vec!["proxsync.main", "web"]);
+    }
+
+    #[test]
+    fn ownership_needs_tag_and_marker() {
+        let mut vm = ObservedVm::from_resource(&res(
+            r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"proxsync.main"}"#,
+        ));
+        assert!(!vm.owned_by("main"), "no marker read yet");
+        vm.marker = Some(Marker {
+            install: "other".into(),
+            spec: "a".into(),
+            uid: "1".into(),
+        });
+        assert!(!vm.owned_by("main"), "another install's marker");
+        vm.marker.as_mut().unwrap().install = "main".into();
+        assert!(vm.owned_by("main"));
+        vm.tags.clear();
+        assert!(!vm.owned_by("main"), "marker without the tag");
+    }
+
+    #[test]
+    fn marker_reads_only_where_needed() {
+        let mut vms = BTreeMap::new();
+        for (id, name, tags, template) in [
+            (100, "web-01", "proxsync.main", false), // known from state
+            (101, "stray", "proxsync.main", false),  // tagged, unknown: read
+            (102, "db-01", "", false),               // named like an unmapped spec: read
+            (103, "other", "", false),               // not ours: no read
+            (9000, "db-01", "proxsync.main", true),  // a template: never
+        ] {
+            let r = res(&format!(
+                r#"{{"id":"qemu/{id}","vmid":{id},"node":"pve1","name":"{name}","status":"stopped","tags":"{tags}","template":{}}}"#,
+                u8::from(template)
+            ));
+            vms.insert(id, ObservedVm::from_resource(&r));
+        }
+        let view = SiteView {
+            name: "lab".into(),
+            error: None,
+            health: ClusterHealth {
+                quorate: true,
+                nodes: BTreeMap::new(),
+            },
+            vms,
+        };
+        let known: BTreeSet<u32> = [100].into();
+        let unmapped: BTreeSet<&str> = ["db-01"].into();
+        assert_eq!(
+            needs_marker(&view, "main", &known, &unmapped),
+            vec![101, 102]
+        );
+    }
+}

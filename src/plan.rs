@@ -1,0 +1,586 @@
+//! Planning: a pure function from (desired specs, observed sites, state records, now) to the
+//! actions of this cycle and a verdict per spec. No I/O, no clock: time is passed in, so the
+//! same inputs always give the same plan, and the planner is tested without any network.
+//!
+//! Rules (PRODUCT.md §3-4):
+//! - A VM is touched only if it is owned: this install's tag and marker, or known by VMID
+//!   from the state (whose marker is re-verified by `execute` before anything destructive).
+//! - A spec whose VM is missing gets a create, unless a VM with its marker exists (adopt) or a
+//!   create is already in flight (resume: never a second create).
+//! - Nothing is created, changed or deleted on an unhealthy node or an unreachable site; a VM
+//!   listed as `unknown` is not judged.
+//! - An invalid spec leaves its VM exactly as it is: it is neither updated nor treated as
+//!   removed. When the spec set could not be read completely, nothing is treated as removed.
+//! - Deletes are refused as a whole when the desired set is empty, or when they would remove
+//!   more than `max_delete_fraction` of the managed VMs.
+//! - A spec in backoff is left alone until its next attempt, unless its inputs changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::config::{OrphanPolicy, ReconcileConfig};
+use crate::observe::{ObservedVm, Power, SiteView};
+use crate::ownership::ownership_tag;
+use crate::spec::{PowerState, Spec};
+use crate::state::{Phase, SpecRecord};
+
+/// Everything the planner looks at.
+pub struct PlanInput<'a> {
+    pub install_id: &'a str,
+    /// Valid specs.
+    pub desired: &'a [Spec],
+    /// Names of specs that exist but failed validation.
+    pub invalid: &'a BTreeSet<String>,
+    /// False when some file could not be read or an error is tied to no spec name: then no
+    /// spec is treated as removed.
+    pub complete: bool,
+    pub sites: &'a BTreeMap<String, SiteView>,
+    pub records: &'a BTreeMap<String, SpecRecord>,
+    /// Orphans first seen: `(site, vmid) -> unix ms`.
+    pub orphans_seen: &'a BTreeMap<(String, u32), u64>,
+    pub reconcile: &'a ReconcileConfig,
+    /// A hash of the config parts that affect specs (sites, install id): a change resets backoff.
+    pub config_hash: &'a str,
+    pub now_ms: u64,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Action {
+    /// Create or clone a new VM for the spec.
+    Create {
+        spec: String,
+        site: String,
+        node: String,
+    },
+    /// A create was in flight (intent recorded): finish it, never start another.
+    ResumeCreate {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        upid: Option<String>,
+    },
+    /// A VM carrying the spec's marker exists but the state did not know it.
+    Adopt {
+        spec: String,
+        site: String,
+        vmid: u32,
+    },
+    /// Bring an existing VM to the spec (declared fields only).
+    Converge {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        why: Vec<String>,
+    },
+    /// The spec is gone: delete its VM, or release it (`deletionPolicy: Orphan`).
+    Remove {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        release: bool,
+    },
+    /// The spec is gone and so is its VM: forget the record.
+    Forget { spec: String },
+    /// A stopped orphan past its grace period.
+    DeleteOrphan {
+        site: String,
+        node: String,
+        vmid: u32,
+    },
+}
+
+impl Action {
+    /// The node the action runs on (for per-node limits), if any.
+    pub fn node(&self) -> Option<(&str, &str)> {
+        match self {
+            Action::Create { site, node, .. }
+            | Action::ResumeCreate { site, node, .. }
+            | Action::Converge { site, node, .. }
+            | Action::Remove { site, node, .. }
+            | Action::DeleteOrphan { site, node, .. } => Some((site, node)),
+            Action::Adopt { .. } | Action::Forget { .. } => None,
+        }
+    }
+
+    /// The spec the action is for, if any.
+    pub fn spec(&self) -> Option<&str> {
+        match self {
+            Action::Create { spec, .. }
+            | Action::ResumeCreate { spec, .. }
+            | Action::Adopt { spec, .. }
+            | Action::Converge { spec, .. }
+            | Action::Remove { spec, .. }
+            | Action::Forget { spec } => Some(spec),
+            Action::DeleteOrphan { .. } => None,
+        }
+    }
+}
+
+/// Why a spec gets no action, or that it gets one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "camelCase")]
+pub enum Verdict {
+    /// The VM matches the spec.
+    UpToDate { vmid: u32 },
+    /// An action was planned.
+    Acting,
+    /// A previous attempt failed; the next is not due yet.
+    BackingOff { until_ms: u64 },
+    /// The VM's node (or the spec's node, for a create) is offline, or the cluster lost quorum.
+    NodeUnhealthy { node: String, quorate: bool },
+    /// The site could not be read.
+    SiteUnreachable { error: String },
+    /// The VM is listed but its state is unknown (node offline, just created): not judged.
+    Unknown { vmid: u32 },
+    /// The VM is locked by someone else; nothing to do until it is free.
+    Locked { vmid: u32, lock: String },
+    /// The spec failed validation: its VM is left as it is.
+    Invalid,
+}
+
+/// An orphan: owned by this install, matching no spec and no record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    pub site: String,
+    pub vmid: u32,
+    pub node: String,
+    pub name: Option<String>,
+    pub power: String,
+    pub first_seen_ms: u64,
+    /// `reported`, `deleting`, or `delete after <ms>`.
+    pub disposition: String,
+}
+
+/// The plan of one cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub verdicts: BTreeMap<String, Verdict>,
+    pub orphans: Vec<Orphan>,
+    /// Orphan sightings to remember (seen now; forgotten when gone).
+    #[serde(skip)]
+    pub orphans_seen: BTreeMap<(String, u32), u64>,
+    /// Safety valves that refused deletes, with the reason.
+    pub refused: Vec<String>,
+}
+
+impl Plan {
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
+/// A stable hash of what a spec asks for (not where it is written), hex.
+pub fn spec_hash(spec: &Spec) -> String {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        vm_name: &'a str,
+        node: &'a str,
+        cpu: u32,
+        memory_mib: u64,
+        disk_bytes: u64,
+        storage: &'a str,
+        network: &'a str,
+        image: &'a crate::spec::Image,
+        user_data: &'a Option<String>,
+        power: PowerState,
+        tags: &'a [String],
+    }
+    let h = Hashed {
+        vm_name: &spec.vm_name,
+        node: &spec.node,
+        cpu: spec.cpu,
+        memory_mib: spec.memory_mib,
+        disk_bytes: spec.disk_bytes,
+        storage: &spec.storage,
+        network: &spec.network,
+        image: &spec.image,
+        user_data: &spec.user_data,
+        power: spec.power_state,
+        tags: &spec.tags,
+    };
+    fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
+}
+
+/// FNV-1a 64, hex: stable across builds and platforms.
+pub fn fnv_hex(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The inputs whose change resets a spec's backoff.
+pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {
+    format!("{}-{config_hash}", spec_hash(spec))
+}
+
+/// The three-way tag merge: keep tags added by hand (on the VM but never applied by us),
+/// drop tags we applied earlier that the spec no longer has, add the spec's tags and the
+/// ownership tag. Sorted and deduplicated, as PVE stores them.
+pub fn merge_tags(
+    current: &[String],
+    last_applied: &[String],
+    desired: &[String],
+    ownership: &str,
+) -> Vec<String> {
+    let removed: BTreeSet<&String> = last_applied
+        .iter()
+        .filter(|t| !desired.contains(t))
+        .collect();
+    let mut out: BTreeSet<String> = current
+        .iter()
+        .filter(|t| !removed.contains(t))
+        .cloned()
+        .collect();
+    out.extend(desired.iter().cloned());
+    out.insert(ownership.to_string());
+    out.into_iter().collect()
+}
+
+/// What differs between the VM as listed and the spec, in the declared fields the listing
+/// shows. Empty: nothing to do.
+pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -> Vec<String> {
+    let mut why = Vec::new();
+    let hash = spec_hash(spec);
+    if rec.applied_hash.as_deref() != Some(hash.as_str()) {
+        why.push("spec changed".to_string());
+    }
+    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+        why.push("name".into());
+    }
+    let tags = merge_tags(
+        &vm.tags,
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(install_id),
+    );
+    if tags != vm.tags {
+        why.push("tags".into());
+    }
+    match (spec.power_state, vm.power) {
+        (PowerState::Running, Power::Stopped) => why.push("start".into()),
+        (PowerState::Stopped, Power::Running) => why.push("shutdown".into()),
+        _ => {}
+    }
+    // Changes PVE keeps pending until a reboot are not re-applied each cycle.
+    let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
+    if vm.cpus.is_some_and(|c| c != u64::from(spec.cpu)) && !pending("cores") {
+        why.push("cpu".into());
+    }
+    if vm
+        .memory_bytes
+        .is_some_and(|m| m != spec.memory_mib * 1024 * 1024)
+        && !pending("memory")
+    {
+        why.push("memory".into());
+    }
+    if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
+        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    {
+        why.push("disk".into());
+    }
+    why
+}
+
+/// Plans one cycle.
+pub fn plan(input: &PlanInput<'_>) -> Plan {
+    let mut out = Plan::default();
+    let tag = ownership_tag(input.install_id);
+    let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
+    let reserved: BTreeMap<(&str, u32), &str> = input
+        .records
+        .iter()
+        .filter_map(|(name, r)| Some(((r.site.as_str(), record_vmid(r)?), name.as_str())))
+        .collect();
+
+    for spec in input.desired {
+        let rec = input.records.get(&spec.name);
+        let verdict = plan_spec(input, spec, rec, &tag, &mut out.actions);
+        out.verdicts.insert(spec.name.clone(), verdict);
+    }
+    for name in input.invalid {
+        out.verdicts.insert(name.clone(), Verdict::Invalid);
+    }
+
+    // Specs that are gone.
+    let mut removals = Vec::new();
+    if input.complete {
+        for (name, rec) in input.records {
+            if desired_names.contains(name.as_str()) || input.invalid.contains(name) {
+                continue;
+            }
+            let Some(view) = input.sites.get(&rec.site) else {
+                // The site left the config: nothing can be done there; keep the record.
+                continue;
+            };
+            if !view.reachable() {
+                continue;
+            }
+            match record_vmid(rec).and_then(|id| view.vms.get(&id)) {
+                None => removals.push(Action::Forget { spec: name.clone() }),
+                Some(vm) if vm.is_unknown() || !view.node_healthy(&vm.node) => {}
+                Some(vm) => removals.push(Action::Remove {
+                    spec: name.clone(),
+                    site: rec.site.clone(),
+                    node: vm.node.clone(),
+                    vmid: vm.vmid,
+                    release: rec.orphan_on_delete,
+                }),
+            }
+        }
+    }
+    let deletes = removals
+        .iter()
+        .filter(|a| matches!(a, Action::Remove { release: false, .. }))
+        .count();
+    let managed = input
+        .records
+        .values()
+        .filter(|r| record_vmid(r).is_some())
+        .count();
+    let refusal = if deletes == 0 {
+        None
+    } else if input.desired.is_empty() && input.invalid.is_empty() {
+        Some(format!(
+            "refused to delete {deletes} VM(s): the desired set is empty (an empty commit or a wrong \
+             `dir` in [source]?); restore the specs, or delete the VMs by hand"
+        ))
+    } else if deletes as f64 > input.reconcile.max_delete_fraction * managed as f64 {
+        Some(format!(
+            "refused to delete {deletes} of {managed} managed VM(s): more than max_delete_fraction \
+             = {} in one commit; if intended, raise max_delete_fraction in [reconcile] for this change",
+            input.reconcile.max_delete_fraction
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some(reason) => {
+            out.refused.push(reason);
+            out.actions.extend(
+                removals
+                    .into_iter()
+                    .filter(|a| !matches!(a, Action::Remove { release: false, .. })),
+            );
+        }
+        None => out.actions.extend(removals),
+    }
+
+    // Orphans: owned VMs that no record and no spec explains.
+    for view in input.sites.values().filter(|v| v.reachable()) {
+        for vm in view.vms.values() {
+            if vm.template
+                || !vm.owned_by(input.install_id)
+                || reserved.contains_key(&(view.name.as_str(), vm.vmid))
+            {
+                continue;
+            }
+            let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
+            if desired_names.contains(marker_spec) || input.invalid.contains(marker_spec) {
+                continue; // adopted above, or an invalid spec's VM left alone
+            }
+            let key = (view.name.clone(), vm.vmid);
+            let first_seen = input
+                .orphans_seen
+                .get(&key)
+                .copied()
+                .unwrap_or(input.now_ms);
+            out.orphans_seen.insert(key, first_seen);
+            let grace_end = first_seen + input.reconcile.orphan_grace.as_millis() as u64;
+            let deletable = input.reconcile.orphans == OrphanPolicy::DeleteStopped
+                && vm.power == Power::Stopped
+                && vm.lock.is_none()
+                && view.node_healthy(&vm.node);
+            let disposition = if deletable && input.now_ms >= grace_end {
+                out.actions.push(Action::DeleteOrphan {
+                    site: view.name.clone(),
+                    node: vm.node.clone(),
+                    vmid: vm.vmid,
+                });
+                "deleting".to_string()
+            } else if deletable {
+                format!("delete after {grace_end}")
+            } else {
+                "reported".to_string()
+            };
+            out.orphans.push(Orphan {
+                site: view.name.clone(),
+                vmid: vm.vmid,
+                node: vm.node.clone(),
+                name: vm.name.clone(),
+                power: vm.power.as_str().to_string(),
+                first_seen_ms: first_seen,
+                disposition,
+            });
+        }
+    }
+    out.actions.sort();
+    out
+}
+
+/// The VMID a record stands for: the VM, or the one being created.
+pub fn record_vmid(rec: &SpecRecord) -> Option<u32> {
+    match &rec.phase {
+        Phase::Creating { vmid, .. } => Some(*vmid),
+        _ => rec.vmid,
+    }
+}
+
+fn plan_spec(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    tag: &str,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    let Some(view) = input.sites.get(&spec.site) else {
+        return Verdict::SiteUnreachable {
+            error: format!("site {:?} is not in the config", spec.site),
+        };
+    };
+    if let Some(error) = &view.error {
+        return Verdict::SiteUnreachable {
+            error: error.clone(),
+        };
+    }
+    let unhealthy = |node: &str| Verdict::NodeUnhealthy {
+        node: node.to_string(),
+        quorate: view.health.quorate,
+    };
+
+    // A create in flight is finished, whatever else is true: never a second create.
+    if let Some(r) = rec
+        && let Phase::Creating { vmid, node, upid } = &r.phase
+    {
+        if !view.node_healthy(node) {
+            return unhealthy(node);
+        }
+        if let Some(vm) = view.vms.get(vmid)
+            && vm.is_unknown()
+        {
+            return Verdict::Unknown { vmid: *vmid };
+        }
+        actions.push(Action::ResumeCreate {
+            spec: spec.name.clone(),
+            site: spec.site.clone(),
+            node: node.clone(),
+            vmid: *vmid,
+            upid: upid.clone(),
+        });
+        return Verdict::Acting;
+    }
+
+    // Find the VM: by the record's VMID, else by the spec's marker.
+    let by_record = rec
+        .and_then(|r| r.vmid)
+        .and_then(|id| view.vms.get(&id))
+        // The VMID is ours only while the VM carries our tag, or our marker; a VMID reused
+        // by someone else after a hand delete is not ours.
+        .filter(|vm| {
+            vm.is_unknown()
+                || vm.has_tag(tag)
+                || vm
+                    .marker
+                    .as_ref()
+                    .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
+                || !vm.marker_read
+        });
+    let by_marker = || {
+        let mut found: Vec<&ObservedVm> = view
+            .vms
+            .values()
+            .filter(|vm| {
+                !vm.template
+                    && vm
+                        .marker
+                        .as_ref()
+                        .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
+            })
+            .collect();
+        // Prefer the one with the recorded uid, then the lowest VMID: deterministic.
+        found.sort_by_key(|vm| {
+            let uid_match = rec.is_some_and(|r| vm.marker.as_ref().is_some_and(|m| m.uid == r.uid));
+            (!uid_match, vm.vmid)
+        });
+        found.first().copied()
+    };
+
+    let backoff = rec.and_then(|r| {
+        let until = r.next_attempt_ms?;
+        let same_inputs = r
+            .last_error
+            .as_ref()
+            .is_some_and(|e| e.inputs == inputs_hash(spec, input.config_hash));
+        (until > input.now_ms && same_inputs).then_some(until)
+    });
+
+    let vm = match by_record {
+        Some(vm) => vm,
+        None => match by_marker() {
+            Some(vm) => {
+                if vm.is_unknown() {
+                    return Verdict::Unknown { vmid: vm.vmid };
+                }
+                actions.push(Action::Adopt {
+                    spec: spec.name.clone(),
+                    site: spec.site.clone(),
+                    vmid: vm.vmid,
+                });
+                return Verdict::Acting;
+            }
+            None => {
+                if let Some(until_ms) = backoff {
+                    return Verdict::BackingOff { until_ms };
+                }
+                if !view.node_healthy(&spec.node) {
+                    return unhealthy(&spec.node);
+                }
+                actions.push(Action::Create {
+                    spec: spec.name.clone(),
+                    site: spec.site.clone(),
+                    node: spec.node.clone(),
+                });
+                return Verdict::Acting;
+            }
+        },
+    };
+
+    if vm.is_unknown() {
+        return Verdict::Unknown { vmid: vm.vmid };
+    }
+    if !view.node_healthy(&vm.node) {
+        return unhealthy(&vm.node);
+    }
+    let default_rec = SpecRecord::default();
+    let why = drift(spec, rec.unwrap_or(&default_rec), vm, input.install_id);
+    if why.is_empty() {
+        return Verdict::UpToDate { vmid: vm.vmid };
+    }
+    if let Some(lock) = &vm.lock {
+        return Verdict::Locked {
+            vmid: vm.vmid,
+            lock: lock.clone(),
+        };
+    }
+    if let Some(until_ms) = backoff {
+        return Verdict::BackingOff { until_ms };
+    }
+    actions.push(Action::Converge {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm.node.clone(),
+        vmid: vm.vmid,
+        why,
+    });
+    Verdict::Acting
+}
