@@ -108,6 +108,7 @@ fn init_logging() {
     // A second init (tests calling run twice) is harmless; ignore it.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

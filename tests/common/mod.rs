@@ -3,6 +3,7 @@
 //! Every test crate compiles this module on its own and uses only part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod engine;
 pub mod fakepve;
 
 pub use fakepve::{

@@ -1,0 +1,142 @@
+//! Helpers for engine tests: a config pointing at a fakepve, spec files in a git repository,
+//! and running `proxsync` as a user would.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use super::fakepve::{FakePve, TOKEN_ID, TOKEN_SECRET};
+
+/// A workspace: config, state and status dirs, and a git repository of specs.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    /// A config with one site `lab` on `pve`, install id `test`, a git repo at `repo/`.
+    pub fn new(pve: &FakePve) -> Workspace {
+        Self::with_extra(pve, "")
+    }
+
+    /// As [`new`](Self::new), with extra TOML appended (e.g. a `[reconcile]` table).
+    pub fn with_extra(pve: &FakePve, extra: &str) -> Workspace {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace { dir };
+        std::fs::write(ws.path("lab.token"), TOKEN_SECRET).unwrap();
+        let config = format!(
+            "install_id = \"test\"\nstate_dir = \"{state}\"\nstatus_dir = \"{status}\"\n\n\
+             [source]\npath = \"{repo}\"\nbranch = \"main\"\n\n\
+             [[site]]\nname = \"lab\"\nendpoint = \"{url}\"\ntoken_id = \"{TOKEN_ID}\"\n\
+             token_secret_file = \"{token}\"\nca_file = \"{ca}\"\nrequest_timeout = \"10s\"\n\n{extra}",
+            state = ws.path("state").display(),
+            status = ws.path("status").display(),
+            repo = ws.path("repo").display(),
+            url = pve.url(),
+            token = ws.path("lab.token").display(),
+            ca = pve.ca_file().display(),
+        );
+        std::fs::write(ws.config(), config).unwrap();
+        std::fs::create_dir(ws.path("repo")).unwrap();
+        ws.git(&["init", "-q"]);
+        ws
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.path("proxsync.toml")
+    }
+
+    pub fn git(&self, args: &[&str]) {
+        let out = Command::new("git")
+            .args(["-c", "user.name=test", "-c", "user.email=test@example", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .current_dir(self.path("repo"))
+            .output()
+            .expect("git is installed");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Replaces the repository's specs with `files` (name -> content) and commits.
+    pub fn commit_specs(&self, files: &[(&str, String)]) {
+        let repo = self.path("repo");
+        for entry in std::fs::read_dir(&repo).unwrap().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".yaml") {
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
+        for (name, text) in files {
+            std::fs::write(repo.join(name), text).unwrap();
+        }
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", "specs"]);
+    }
+
+    /// Runs `proxsync <args> --config <config>`.
+    pub fn proxsync(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(args)
+            .arg("--config")
+            .arg(self.config())
+            .env("PROXSYNC_LOG", "info")
+            .output()
+            .expect("run proxsync")
+    }
+
+    /// `proxsync run --once`, returning (success, stdout+stderr).
+    pub fn run_once(&self) -> (bool, String) {
+        let out = self.proxsync(&["run", "--once"]);
+        (out.status.success(), text(&out))
+    }
+
+    /// A spec's status file, parsed as YAML into JSON values.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.path(&format!("status/{name}.yaml")))
+            .unwrap_or_else(|e| panic!("status of {name}: {e}"));
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("status of {name} is YAML: {e}\n{text}"))
+    }
+
+    /// The status of condition `kind` of a spec: (status, reason, message).
+    pub fn condition(&self, name: &str, kind: &str) -> (String, String, String) {
+        let st = self.status(name);
+        let c = st["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+            .unwrap_or_else(|| panic!("no {kind} condition in {st}"));
+        (
+            c["status"].as_str().unwrap_or("").to_string(),
+            c["reason"].as_str().unwrap_or("").to_string(),
+            c["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    pub fn remove_state(&self) {
+        std::fs::remove_dir_all(self.path("state")).unwrap();
+    }
+}
+
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A spec document on site `lab`.
+pub fn spec(name: &str, node: &str, image: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    \
+         site: lab\n    node: {node}\n    image: \"{image}\"\n    cpu: 2\n    memory: 2Gi\n    disk: 8Gi\n{extra}"
+    )
+}
+
+/// The VMs of the fake owned by install `test` (by tag), as (vmid, name).
+pub fn owned_vms(pve: &mut FakePve) -> Vec<(u64, String)> {
+    pve.vms()
+        .into_iter()
+        .filter(|vm| {
+            vm["config"]["tags"]
+                .as_str()
+                .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t == "proxsync.test"))
+        })
+        .map(|vm| (vm["vmid"].as_u64().unwrap_or(0), vm["name"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
