@@ -698,20 +698,6 @@ fn spec_status(
                 "waiting for the VM's state",
             ),
         ),
-        Some(Verdict::Locked { vmid, lock }) => (
-            ConditionInput::new(
-                kinds::READY,
-                S::False,
-                reasons::WAITING_FOR_LOCK,
-                format!("VM {vmid} is locked ({lock})"),
-            ),
-            ConditionInput::new(
-                kinds::RECONCILING,
-                S::True,
-                reasons::WAITING_FOR_LOCK,
-                format!("VM {vmid} is locked ({lock})"),
-            ),
-        ),
         Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
             let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
                 (Some(Outcome::StillRunning { upid }), _) => (

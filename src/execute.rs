@@ -34,6 +34,8 @@ use crate::state::{ErrorRecord, Phase, SpecRecord, Store, TaskRecord};
 pub struct ActionError {
     pub category: Category,
     pub message: String,
+    /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
+    pub needs_human: bool,
 }
 
 impl From<PveError> for ActionError {
@@ -47,6 +49,7 @@ impl From<PveError> for ActionError {
         }
         ActionError {
             category: e.category(),
+            needs_human: e.category().needs_human(),
             message,
         }
     }
@@ -57,6 +60,7 @@ impl From<crate::state::StateError> for ActionError {
         ActionError {
             category: Category::ConfigurationError,
             message: e.to_string(),
+            needs_human: true,
         }
     }
 }
@@ -65,6 +69,7 @@ fn fail(category: Category, message: impl Into<String>) -> ActionError {
     ActionError {
         category,
         message: message.into(),
+        needs_human: category.needs_human(),
     }
 }
 
@@ -223,7 +228,7 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
     match &result {
         Outcome::Failed(e) => {
             rec.attempts = rec.attempts.saturating_add(1);
-            let delay = backoff::delay(spec_name, rec.attempts, e.category);
+            let delay = backoff::delay(spec_name, rec.attempts, e.needs_human);
             rec.next_attempt_ms = Some(now + delay.as_millis() as u64);
             let inputs = ctx
                 .specs
@@ -235,6 +240,7 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
                 message: e.message.clone(),
                 at_ms: now,
                 inputs,
+                needs_human: e.needs_human,
             });
             rec.note(
                 now,
@@ -254,7 +260,14 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             action_name(action),
             &format!("task {upid} still running"),
         ),
-        Outcome::Waiting { reason } => rec.note(now, action_name(action), reason),
+        Outcome::Waiting { reason } => {
+            // Blocked by something that resolves by itself: whatever failed before no longer
+            // applies, and nothing is to be held back.
+            rec.attempts = 0;
+            rec.next_attempt_ms = None;
+            rec.last_error = None;
+            rec.note(now, action_name(action), reason);
+        }
     }
     if let Err(e) = ctx.store.put(spec_name, &rec) {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
@@ -386,13 +399,32 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
     }
     let version = site.version().await?;
     let features = version.features();
+    // A clone to another node than the template's needs the target storage to be shared.
+    let clone_check = |template: u32, template_node: &str| -> Result<Source, ActionError> {
+        if template_node != spec.node
+            && !storages
+                .iter()
+                .any(|s| s.storage == spec.storage && s.shared == Some(true))
+        {
+            return Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "template {template} is on node {template_node}, and a clone to node {} needs shared \
+                     storage, but {} is local to each node; put a copy of the template on {} or use a \
+                     shared storage",
+                    spec.node, spec.storage, spec.node
+                ),
+            ));
+        }
+        Ok(Source::Clone {
+            template,
+            template_node: template_node.to_string(),
+        })
+    };
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
         Image::Template { vmid } => match template_in_view(*vmid) {
-            Some(t) => Ok(Source::Clone {
-                template: *vmid,
-                template_node: t.node.clone(),
-            }),
+            Some(t) => clone_check(*vmid, &t.node),
             None => Err(fail(
                 Category::ImageNotFound,
                 format!(
@@ -419,12 +451,7 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
                 .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
                 .collect();
             match templates.as_slice() {
-                [t] => {
-                    return Ok(Source::Clone {
-                        template: t.vmid,
-                        template_node: t.node.clone(),
-                    });
-                }
+                [t] => return clone_check(t.vmid, &t.node),
                 [] => {}
                 many => {
                     return Err(fail(
@@ -568,10 +595,8 @@ async fn check_volume(
     if kind != VolumeKind::Iso && !features.import_from {
         return Err(too_old(version, "the import-from disk option", "7.2"));
     }
-    check_storage(storages, storage, content, node).map_err(|e| ActionError {
-        category: Category::ImageNotFound,
-        message: e.message,
-    })?;
+    check_storage(storages, storage, content, node)
+        .map_err(|e| fail(Category::ImageNotFound, e.message))?;
     let volumes = client.storage_content(node, storage, Some(content)).await?;
     if !volumes.iter().any(|v| v.volid == volume) {
         return Err(fail(
@@ -1019,14 +1044,18 @@ async fn check_lock(
             ),
         }));
     }
-    Err(fail(
-        Category::LockError,
-        format!(
-            "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
-             interrupted operation). After checking that nothing is running on it, clear it on the \
-             node with: qm unlock {vmid}"
-        ),
-    ))
+    Err(ActionError {
+        // Only a human can tell whether the lock is really stale.
+        needs_human: true,
+        ..fail(
+            Category::LockError,
+            format!(
+                "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
+                 interrupted operation). After checking that nothing is running on it, clear it on the \
+                 node with: qm unlock {vmid}"
+            ),
+        )
+    })
 }
 
 async fn converge(
@@ -1068,33 +1097,36 @@ async fn converge(
     if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
         return Ok(waiting);
     }
-    let running = ctx
-        .views
-        .get(site_name)
-        .and_then(|v| v.vms.get(&vmid))
-        .is_some_and(|vm| vm.power == crate::observe::Power::Running);
-
-    // Declared fields only, compared with PVE's normalised values.
+    // Declared fields only, compared with PVE's normalised values. A value waiting for a
+    // reboot counts as set: it is not sent again every cycle.
+    let pending = client.vm_pending(node, vmid).await?;
+    let effective = |key: &str| -> Option<String> {
+        match pending
+            .iter()
+            .find(|p| p.key == key)
+            .and_then(|p| p.pending.as_ref())
+        {
+            Some(serde_json::Value::String(v)) => Some(v.clone()),
+            Some(v) => Some(v.to_string()),
+            None => cfg.get(key).map(str::to_string),
+        }
+    };
     let mut params = VmParams::new();
     let mut changed: Vec<&str> = Vec::new();
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
         params = params.set("name", &spec.vm_name);
         changed.push("name");
     }
-    let cores = cfg
-        .get("cores")
-        .and_then(|c| c.parse::<u32>().ok())
-        .unwrap_or(1)
-        * cfg
-            .get("sockets")
+    let number = |key: &str| {
+        effective(key)
             .and_then(|c| c.parse::<u32>().ok())
-            .unwrap_or(1);
-    if cores != spec.cpu {
+            .unwrap_or(1)
+    };
+    if number("cores") * number("sockets") != spec.cpu {
         params = params.set("cores", spec.cpu).set("sockets", 1);
         changed.push("cores");
     }
-    let memory = cfg
-        .get("memory")
+    let memory = effective("memory")
         .and_then(|m| {
             m.trim_start_matches("current=")
                 .split(',')
@@ -1106,9 +1138,9 @@ async fn converge(
         params = params.set("memory", spec.memory_mib);
         changed.push("memory");
     }
-    let net = cfg.get("net0").unwrap_or("virtio");
-    if current_bridge(net) != Some(spec.network.as_str()) {
-        params = params.set("net0", with_bridge(net, &spec.network));
+    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
+    if current_bridge(&net) != Some(spec.network.as_str()) {
+        params = params.set("net0", with_bridge(&net, &spec.network));
         changed.push("net0");
     }
     let tags = merge_tags(
@@ -1131,22 +1163,6 @@ async fn converge(
         client.set_config(node, vmid, &params, cfg.digest()).await?;
     }
     rec.applied_tags = spec.tags.clone();
-
-    // What waits for a reboot (a running VM takes CPU and memory changes at its next start
-    // unless hotplug is on).
-    rec.reboot_pending = if running {
-        client
-            .vm_pending(node, vmid)
-            .await?
-            .into_iter()
-            .filter(|p| {
-                p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
-            })
-            .map(|p| p.key)
-            .collect()
-    } else {
-        Vec::new()
-    };
 
     // Disks only grow.
     if let Some((disk, size)) = boot_disk(&cfg)
@@ -1184,17 +1200,32 @@ async fn converge(
                     upid: upid.to_string(),
                 });
             }
-            rec.reboot_pending.clear();
+            changed.push("power");
         }
         PowerState::Stopped if is_running => {
             if let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
                 ctx.store.put(&spec.name, rec)?;
                 return Ok(o);
             }
-            rec.reboot_pending.clear();
+            changed.push("power");
         }
         _ => {}
     }
+
+    // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
+    // running VM then, unless hotplug is on). proxsync reports it and never reboots.
+    let pending = if changed.is_empty() {
+        pending
+    } else {
+        client.vm_pending(node, vmid).await?
+    };
+    rec.reboot_pending = pending
+        .into_iter()
+        .filter(|p| {
+            p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
+        })
+        .map(|p| p.key)
+        .collect();
     rec.applied_hash = Some(spec_hash(spec));
     rec.vmid = Some(vmid);
     rec.phase = Phase::Exists;

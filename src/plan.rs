@@ -138,8 +138,6 @@ pub enum Verdict {
     SiteUnreachable { error: String },
     /// The VM is listed but its state is unknown (node offline, just created): not judged.
     Unknown { vmid: u32 },
-    /// The VM is locked by someone else; nothing to do until it is free.
-    Locked { vmid: u32, lock: String },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
 }
@@ -566,12 +564,8 @@ fn plan_spec(
     if why.is_empty() {
         return Verdict::UpToDate { vmid: vm.vmid };
     }
-    if let Some(lock) = &vm.lock {
-        return Verdict::Locked {
-            vmid: vm.vmid,
-            lock: lock.clone(),
-        };
-    }
+    // A lock is not judged here: execute looks at who holds it (a running task is waited
+    // for; a lock no task holds is reported with the command to clear it).
     if let Some(until_ms) = backoff {
         return Verdict::BackingOff { until_ms };
     }

@@ -58,6 +58,9 @@ pub struct ErrorRecord {
     pub at_ms: u64,
     /// Hash of the spec and config the failure happened with: a change resets the backoff.
     pub inputs: String,
+    /// A human must act (the spec is `Stalled`); retried only at the backoff cap.
+    #[serde(default)]
+    pub needs_human: bool,
 }
 
 /// A task proxsync started, for status.

@@ -50,12 +50,23 @@ impl Workspace {
 
     pub fn git(&self, args: &[&str]) {
         let out = Command::new("git")
-            .args(["-c", "user.name=test", "-c", "user.email=test@example", "-c", "init.defaultBranch=main"])
+            .args([
+                "-c",
+                "user.name=test",
+                "-c",
+                "user.email=test@example",
+                "-c",
+                "init.defaultBranch=main",
+            ])
             .args(args)
             .current_dir(self.path("repo"))
             .output()
             .expect("git is installed");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Replaces the repository's specs with `files` (name -> content) and commits.
@@ -94,7 +105,8 @@ impl Workspace {
     pub fn status(&self, name: &str) -> serde_json::Value {
         let text = std::fs::read_to_string(self.path(&format!("status/{name}.yaml")))
             .unwrap_or_else(|e| panic!("status of {name}: {e}"));
-        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("status of {name} is YAML: {e}\n{text}"))
+        serde_saphyr::from_str(&text)
+            .unwrap_or_else(|e| panic!("status of {name} is YAML: {e}\n{text}"))
     }
 
     /// The status of condition `kind` of a spec: (status, reason, message).
@@ -117,7 +129,11 @@ impl Workspace {
 }
 
 pub fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// A spec document on site `lab`.
@@ -137,6 +153,11 @@ pub fn owned_vms(pve: &mut FakePve) -> Vec<(u64, String)> {
                 .as_str()
                 .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t == "proxsync.test"))
         })
-        .map(|vm| (vm["vmid"].as_u64().unwrap_or(0), vm["name"].as_str().unwrap_or("").to_string()))
+        .map(|vm| {
+            (
+                vm["vmid"].as_u64().unwrap_or(0),
+                vm["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect()
 }
