@@ -77,8 +77,8 @@ mod tests {
     #[test]
     fn jitter_is_deterministic_and_spreads() {
         assert_eq!(
-            delay("a", 1, Category::TaskFailed),
-            delay("a", 1, Category::TaskFailed)
+            delay("a", 1, false),
+            delay("a", 1, false)
         );
         let distinct: std::collections::BTreeSet<_> = (0..20)
             .map(|i| delay(&format!("spec-{i}"), 1, false))
