@@ -595,3 +595,119 @@ fn a_flaky_network_converges_without_duplicates() {
         assert_eq!(n, 1, "exactly one VM for flaky-{i}");
     }
 }
+
+#[test]
+fn orphans_are_reported_and_stopped_ones_deleted_after_the_grace_period() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(&pve, "[reconcile]\norphan_grace = \"1s\"\n");
+    ws.commit_specs(&[
+        ("a.yaml", spec("keep-01", "pve1", "9000", "")),
+        ("b.yaml", spec("lost-01", "pve1", "9000", "")),
+        ("c.yaml", spec("lost-02", "pve1", "9000", "")),
+    ]);
+    assert!(ws.run_once().0);
+    let vms = owned_vms(&mut pve);
+    let lost: Vec<u64> = vms
+        .iter()
+        .filter(|(_, n)| n.starts_with("lost"))
+        .map(|(id, _)| *id)
+        .collect();
+    // The database is lost and the specs removed in the same commit: the VMs are orphans now,
+    // not deletions (nothing remembers they were ours by spec).
+    ws.remove_state();
+    ws.commit_specs(&[("a.yaml", spec("keep-01", "pve1", "9000", ""))]);
+    pve.set_vm(lost[0] as u32, serde_json::json!({"status": "stopped"}));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let orphans = std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap();
+    assert!(
+        orphans.contains(&format!("vmId: {}", lost[0]))
+            && orphans.contains(&format!("vmId: {}", lost[1])),
+        "{orphans}"
+    );
+    assert!(orphans.contains("will delete after"), "{orphans}");
+    assert!(
+        orphans.contains("reported"),
+        "a running orphan is only reported: {orphans}"
+    );
+    assert_eq!(
+        owned_vms(&mut pve).len(),
+        3,
+        "nothing deleted inside the grace period"
+    );
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let left: Vec<u64> = owned_vms(&mut pve).into_iter().map(|(id, _)| id).collect();
+    assert!(
+        !left.contains(&lost[0]),
+        "the stopped orphan is deleted after the grace period"
+    );
+    assert!(left.contains(&lost[1]), "the running orphan stays");
+}
+
+#[test]
+fn plan_changes_nothing_and_says_what_it_would_do() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let out = ws.proxsync(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("+ create  web-01: new VM on lab/pve1 from template 9000"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        pve.requests().iter().all(|r| r.method == "GET"),
+        "plan only reads"
+    );
+    assert!(ws.run_once().0);
+    let out = ws.proxsync(&["plan"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("no changes"));
+}
+
+#[test]
+fn an_invalid_spec_leaves_its_vm_untouched() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    assert!(ws.run_once().0);
+    // web-01 breaks (an unknown field); it is neither updated nor deleted.
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "    cpus: 8\n")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "    tags: [ok]\n")),
+    ]);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(out.contains("a.yaml:"), "the error names the file: {out}");
+    assert_eq!(owned_vms(&mut pve).len(), 2);
+    let (s, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ValidationFailed"),
+        "{message}"
+    );
+    assert!(message.contains("cpus"), "{message}");
+    assert_eq!(ws.condition("web-02", "Ready").0, "True");
+    let web01 = owned_vms(&mut pve)
+        .into_iter()
+        .find(|(_, n)| n == "web-01")
+        .unwrap()
+        .0;
+    let touched: Vec<_> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains(&format!("/qemu/{web01}/")))
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the invalid spec's VM got a write: {touched:?}"
+    );
+}
