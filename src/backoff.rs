@@ -76,10 +76,7 @@ mod tests {
 
     #[test]
     fn jitter_is_deterministic_and_spreads() {
-        assert_eq!(
-            delay("a", 1, false),
-            delay("a", 1, false)
-        );
+        assert_eq!(delay("a", 1, false), delay("a", 1, false));
         let distinct: std::collections::BTreeSet<_> = (0..20)
             .map(|i| delay(&format!("spec-{i}"), 1, false))
             .collect();

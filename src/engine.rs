@@ -490,6 +490,7 @@ fn at(ms: u64) -> SystemTime {
 fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
     let Some(rec) = rec else { return };
     status.provisioned = rec.provisioned;
+    status.ip_addresses = rec.ip_addresses.clone();
     status.last_task = rec.last_task.as_ref().map(|t| TaskSummary {
         upid: t.upid.clone(),
         kind: t.kind.clone(),

@@ -1226,11 +1226,41 @@ async fn converge(
         })
         .map(|p| p.key)
         .collect();
+    // The guest's addresses, when its agent answers (best effort: no agent is no error).
+    let running_now = match spec.power_state {
+        PowerState::Running => true,
+        PowerState::Stopped => false,
+    };
+    rec.ip_addresses = if running_now {
+        client
+            .agent_interfaces(node, vmid)
+            .await
+            .map(|ifaces| guest_addresses(&ifaces))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     rec.applied_hash = Some(spec_hash(spec));
     rec.vmid = Some(vmid);
     rec.phase = Phase::Exists;
     rec.provisioned = true;
     Ok(Outcome::Done)
+}
+
+/// The addresses worth showing: not loopback, not IPv6 link-local.
+fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
+    let mut out: Vec<String> = ifaces
+        .iter()
+        .filter(|i| i.name != "lo")
+        .flat_map(|i| &i.ip_addresses)
+        .map(|a| a.ip_address.clone())
+        .filter(|ip| {
+            !ip.starts_with("127.") && ip != "::1" && !ip.to_ascii_lowercase().starts_with("fe80:")
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Graceful shutdown, then a hard stop if the guest does not power off.

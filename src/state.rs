@@ -106,6 +106,9 @@ pub struct SpecRecord {
     pub provisioned: bool,
     /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone.
     pub orphan_on_delete: bool,
+    /// The guest's addresses as its agent last reported them (read when proxsync acts on a
+    /// running VM; empty without an agent).
+    pub ip_addresses: Vec<String>,
     pub last_task: Option<TaskRecord>,
     pub history: Vec<HistoryEntry>,
 }

@@ -711,3 +711,28 @@ fn an_invalid_spec_leaves_its_vm_untouched() {
         "the invalid spec's VM got a write: {touched:?}"
     );
 }
+
+#[test]
+fn guest_agent_addresses_reach_the_status() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    assert_eq!(
+        ws.status("web-01")["ipAddresses"],
+        serde_json::json!([]),
+        "no agent, no addresses"
+    );
+    let (vmid, _) = owned_vms(&mut pve)[0].clone();
+    pve.set_vm(vmid as u32, serde_json::json!({"agent": {}}));
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec("web-01", "pve1", "9000", "    tags: [agent]\n"),
+    )]);
+    assert!(ws.run_once().0);
+    assert_eq!(
+        ws.status("web-01")["ipAddresses"],
+        serde_json::json!(["192.0.2.10"]),
+        "loopback left out"
+    );
+}
