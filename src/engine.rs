@@ -15,8 +15,8 @@ use crate::pve::{Client, ClientOptions};
 use crate::spec::{Spec, SpecSet};
 use crate::state::{Phase, SpecRecord, Store};
 use crate::status::{
-    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, OrphanEntry, SiteSummary,
-    SpecStatus, StatusDir, SummaryStatus, TaskSummary, kinds, reasons,
+    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, OrphanEntry,
+    RequestSummary, SiteSummary, SpecStatus, StatusDir, SummaryStatus, TaskSummary, kinds, reasons,
 };
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
@@ -93,6 +93,13 @@ pub struct Engine {
     /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
     markers: HashMap<(String, u32), Option<Marker>>,
     pub task_wait: Duration,
+    /// Why the source could not be read (the last good commit is being used), for the summary.
+    pub source_error: Option<String>,
+    /// The last `proxsync reconcile` request handled, for the summary.
+    pub last_request: Option<RequestSummary>,
+    /// Set to true to stop: no new action starts, task waits end early (their UPIDs are
+    /// recorded), and the cycle returns.
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Engine {
@@ -110,7 +117,40 @@ impl Engine {
             status,
             markers: HashMap::new(),
             task_wait: TASK_WAIT,
+            source_error: None,
+            last_request: None,
+            shutdown: tokio::sync::watch::channel(false).1,
         })
+    }
+
+    /// Lets `shutdown` stop a cycle gracefully.
+    pub fn set_shutdown(&mut self, shutdown: tokio::sync::watch::Receiver<bool>) {
+        self.shutdown = shutdown;
+    }
+
+    /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
+    pub fn next_attempt_ms(&self) -> Option<u64> {
+        self.store
+            .specs()
+            .ok()?
+            .values()
+            .filter_map(|r| r.next_attempt_ms)
+            .min()
+    }
+
+    /// Makes a spec's next attempt due now (a `proxsync reconcile NAME` request). The error
+    /// stays recorded for status until the attempt.
+    pub fn clear_backoff(&self, name: &str) -> Result<bool, EngineError> {
+        let mut records = self.store.specs()?;
+        match records.remove(name) {
+            Some(mut rec) if rec.next_attempt_ms.is_some() => {
+                rec.next_attempt_ms = None;
+                self.store.put(name, &rec)?;
+                Ok(true)
+            }
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -176,6 +216,7 @@ impl Engine {
                 config_hash: chash.clone(),
                 task_wait: self.task_wait,
                 max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
+                shutdown: self.shutdown.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // Look again, so status says what is true now.
@@ -310,7 +351,7 @@ impl Engine {
             .map_err(status_err)?;
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
-            source_error: None,
+            source_error: self.source_error.clone(),
             specs: specs.specs.len() + invalid,
             ready,
             stalled,
@@ -320,6 +361,7 @@ impl Engine {
             last_cycle: now,
             cycle_ms,
             refused: refused.to_vec(),
+            last_request: self.last_request.clone(),
         };
         self.status.write_summary(&summary).map_err(status_err)?;
         Ok(CycleReport {

@@ -129,6 +129,8 @@ pub struct ExecCtx {
     /// How long one action waits for a task before leaving it running.
     pub task_wait: Duration,
     pub max_parallel_per_node: u32,
+    /// True once the daemon is stopping: no new action starts and task waits end early.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 pub fn now_ms() -> u64 {
@@ -162,6 +164,14 @@ pub async fn execute(
                 Some(sem) => sem.acquire().await.ok(),
                 None => None,
             };
+            if *ctx.shutdown.borrow() {
+                return ActionResult {
+                    action,
+                    outcome: Outcome::Waiting {
+                        reason: "proxsync is stopping; not started".into(),
+                    },
+                };
+            }
             let outcome = run_action(&ctx, &action, rec).await;
             ActionResult { action, outcome }
         });
@@ -327,7 +337,19 @@ async fn wait(
     upid: &Upid,
     rec: &mut SpecRecord,
 ) -> Result<TaskOutcome, ActionError> {
-    match client.wait_task(upid, ctx.task_wait).await {
+    // When stopping, the wait ends at once: callers record the UPID before they wait, so the
+    // next start resumes it.
+    let mut shutdown = ctx.shutdown.clone();
+    let waited = tokio::select! {
+        r = client.wait_task(upid, ctx.task_wait) => r,
+        _ = async {
+            // Without a sender (no daemon) there is no stop to wait for.
+            if shutdown.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        } => Ok(TaskOutcome::StillRunning),
+    };
+    match waited {
         Ok(outcome) => {
             let status = match &outcome {
                 TaskOutcome::Ok => "OK".to_string(),

@@ -18,3 +18,4 @@ pub mod source;
 pub mod spec;
 pub mod state;
 pub mod status;
+pub mod status_view;

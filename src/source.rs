@@ -1,8 +1,12 @@
 //! Reading specs from a git commit (never from a work tree, which may be dirty): the tip of
-//! `[source] branch` in the local repository `[source] path` (bare or not), under
-//! `[source] dir`. Watching for pushes and fetching remotes arrive with the daemon.
+//! `[source] branch` in the local repository `[source] path` (bare or not), or in a mirror of
+//! the remote `[source] url` that the daemon owns under `state_dir` and fetches with the
+//! system `git` (ssh agent, known_hosts and credential helpers come for free, as in Argo CD).
+//! Parsed files are cached by path and blob id, so an unchanged file is not parsed again.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::config::{Config, SourceLocation};
 use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet};
@@ -22,21 +26,139 @@ pub struct SourceError {
     pub message: String,
 }
 
-/// Reads the configured source.
+/// Reads the configured source once (for `run --once` and `plan`): a local repository as
+/// it is, a remote after fetching it into the mirror.
 pub fn read_configured(config: &Config) -> Result<ReadSpecs, SourceError> {
-    match &config.source.location {
-        SourceLocation::Path(path) => read_commit(path, &config.source.branch, &config.source.dir),
-        SourceLocation::Url { url, .. } => Err(SourceError {
+    let mut source = Source::new(config);
+    if source.is_remote() {
+        source.fetch_blocking()?;
+    }
+    source.read()
+}
+
+/// The daemon's view of its source: where to read, what to watch, and the parse cache.
+pub struct Source {
+    location: SourceLocation,
+    branch: String,
+    dir: PathBuf,
+    /// The repository read: the local path, or the mirror of a remote.
+    repo: PathBuf,
+    cache: ParseCache,
+    pub interval: Duration,
+}
+
+impl Source {
+    pub fn new(config: &Config) -> Source {
+        let repo = match &config.source.location {
+            SourceLocation::Path(p) => p.clone(),
+            SourceLocation::Url { .. } => config.state_dir.join("mirror.git"),
+        };
+        Source {
+            location: config.source.location.clone(),
+            branch: config.source.branch.clone(),
+            dir: config.source.dir.clone(),
+            repo,
+            cache: ParseCache::new(),
+            interval: config.source.interval,
+        }
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self.location, SourceLocation::Url { .. })
+    }
+
+    /// The specs at the tip of the branch.
+    pub fn read(&mut self) -> Result<ReadSpecs, SourceError> {
+        read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache)
+    }
+
+    /// The paths whose change means "the branch may have moved": the refs directory and
+    /// `packed-refs` of the repository (bare or not). The work tree is never watched.
+    pub fn watch_paths(&self) -> Vec<PathBuf> {
+        let git_dir = if self.repo.join(".git").is_dir() {
+            self.repo.join(".git")
+        } else {
+            self.repo.clone()
+        };
+        vec![git_dir.join("refs").join("heads"), git_dir.clone()]
+    }
+
+    /// Fetches the remote into the mirror (clone on first use). Blocking; run it off the
+    /// async runtime's threads.
+    pub fn fetch_blocking(&self) -> Result<(), SourceError> {
+        let SourceLocation::Url {
+            url,
+            ssh_key_file,
+            token_file,
+        } = &self.location
+        else {
+            return Ok(());
+        };
+        let err = |message: String| SourceError {
             location: url.clone(),
-            message: "remote sources (url) are fetched by the daemon, which is not built yet; use a local \
-                      `path`, or `--specs DIR`"
-                .into(),
-        }),
+            message,
+        };
+        let mut cmd = std::process::Command::new("git");
+        // Never ask on a terminal; never read the user's global config.
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        if let Some(key) = ssh_key_file {
+            cmd.env(
+                "GIT_SSH_COMMAND",
+                format!(
+                    "ssh -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes",
+                    key.display()
+                ),
+            );
+        }
+        if let Some(token) = token_file {
+            // The helper reads the file itself: the token never appears in an argument list.
+            cmd.args([
+                "-c",
+                &format!(
+                    "credential.helper=!f() {{ echo username=proxsync; printf 'password=%s\\n' \"$(cat '{}')\"; }}; f",
+                    token.display()
+                ),
+            ]);
+        }
+        if self.repo.join("HEAD").exists() {
+            cmd.arg("--git-dir")
+                .arg(&self.repo)
+                .args(["fetch", "--prune", "--quiet", "origin"]);
+        } else {
+            if let Some(parent) = self.repo.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            cmd.args(["clone", "--mirror", "--quiet", url])
+                .arg(&self.repo);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| err(format!("cannot run git: {e}")))?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            return Err(err(format!("git fetch failed: {}", text.trim())));
+        }
+        Ok(())
     }
 }
 
+/// Parsed files by (path, blob id).
+pub type ParseCache = HashMap<(String, git2::Oid), (Vec<spec::Spec>, Vec<Diagnostic>)>;
+
 /// Reads every `*.yaml`/`*.yml` blob under `dir` at the tip of `branch`.
 pub fn read_commit(repo_path: &Path, branch: &str, dir: &Path) -> Result<ReadSpecs, SourceError> {
+    read_commit_cached(repo_path, branch, dir, &mut ParseCache::new())
+}
+
+/// [`read_commit`], reusing the parse of files whose blob did not change.
+pub fn read_commit_cached(
+    repo_path: &Path,
+    branch: &str,
+    dir: &Path,
+    cache: &mut ParseCache,
+) -> Result<ReadSpecs, SourceError> {
     let err = |message: String| SourceError {
         location: repo_path.display().to_string(),
         message,
@@ -92,7 +214,15 @@ pub fn read_commit(repo_path: &Path, branch: &str, dir: &Path) -> Result<ReadSpe
     })
     .map_err(|e| err(e.message().to_string()))?;
     entries.sort();
+    let mut seen = std::collections::HashSet::new();
     for (shown, oid, mode) in entries {
+        let key = (shown.clone(), oid);
+        seen.insert(key.clone());
+        if let Some((file_specs, file_diags)) = cache.get(&key) {
+            specs.extend(file_specs.iter().cloned());
+            diags.extend(file_diags.iter().cloned());
+            continue;
+        }
         if mode == 0o120000 {
             diags.push(Diagnostic::error(
                 &shown,
@@ -121,9 +251,12 @@ pub fn read_commit(repo_path: &Path, branch: &str, dir: &Path) -> Result<ReadSpe
             continue;
         }
         let (file_specs, file_diags) = spec::parse_file(&shown, blob.content());
-        specs.extend(file_specs);
-        diags.extend(file_diags);
+        specs.extend(file_specs.iter().cloned());
+        diags.extend(file_diags.iter().cloned());
+        cache.insert(key, (file_specs, file_diags));
     }
+    // Files gone from the tree leave the cache.
+    cache.retain(|k, _| seen.contains(k));
     Ok(ReadSpecs {
         specs: spec::assemble(specs, diags),
         commit: commit.id().to_string(),

@@ -434,6 +434,16 @@ pub struct SummaryStatus {
     /// Safety valve refusals, e.g. "refused to delete 7 of 10 managed VMs
     /// (max_delete_fraction 0.5)".
     pub refused: Vec<String>,
+    /// The last `proxsync reconcile [NAME]` request and when the daemon handled it.
+    pub last_request: Option<RequestSummary>,
+}
+
+/// A `proxsync reconcile` request, as handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSummary {
+    /// The spec asked for, or `None` for all.
+    pub spec: Option<String>,
+    pub handled_at: SystemTime,
 }
 
 /// One site in the summary.
@@ -590,6 +600,20 @@ pub struct SummaryFile {
     /// RFC 3339: when the last reconcile cycle ended.
     pub last_cycle: String,
     pub cycle_ms: u64,
+    /// The last `proxsync reconcile` request handled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_request: Option<RequestRecord>,
+}
+
+/// `lastRequest` of `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// The spec asked for; absent for "everything".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// RFC 3339: when the daemon handled it.
+    pub handled_at: String,
 }
 
 /// One entry of `_orphans.yaml`.
@@ -758,6 +782,10 @@ impl StatusDir {
             refused: s.refused.iter().map(|r| clip(r)).collect(),
             last_cycle: rfc3339(s.last_cycle),
             cycle_ms: s.cycle_ms,
+            last_request: s.last_request.as_ref().map(|r| RequestRecord {
+                spec: r.spec.as_deref().map(clip),
+                handled_at: rfc3339(r.handled_at),
+            }),
         };
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {

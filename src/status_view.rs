@@ -1,0 +1,1706 @@
+//! `proxsync status [NAME] [--json]`: the status files (`docs/status.md`) rendered for a human
+//! or a script.
+//!
+//! - Without a name: a summary of `_summary.yaml` (commit, counts, sites, last cycle), one row
+//!   per spec file sorted by name, then the VMs of `_orphans.yaml`.
+//! - With a name: every field of `<status_dir>/<name>.yaml`: conditions, last task, backoff,
+//!   history.
+//! - `--json`: the parsed files as JSON. For the list,
+//!   `{"summary": {...} | null, "specs": [...], "orphans": [...], "skipped": [...]}` where
+//!   `specs` holds the spec files sorted by name, `orphans` the entries of `_orphans.yaml` and
+//!   `skipped` the files that could not be parsed (`{"file": path, "reason": text}`); for one
+//!   spec, the spec file itself. Field names are those of the YAML files (camelCase).
+//!
+//! This module only reads: it never creates the status directory and never writes a file. A
+//! file that cannot be parsed is skipped with a note (the daemon rewrites it at its next
+//! cycle); nothing in here panics on any file content. Every free-text value is stripped of
+//! control characters before it reaches the terminal, so a hostile message cannot move the
+//! cursor or change colours. Colour (ANSI) is used only when [`ViewOptions::color`] is set.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::status::{
+    ConditionStatus, ORPHANS_FILE, OrphanRecord, OrphansFile, SUMMARY_FILE, SpecFile, StatusDir,
+    SummaryFile, kinds, parse_rfc3339,
+};
+
+/// The list view aims to fit lines into this many columns (the message column is cut).
+const TARGET_WIDTH: usize = 120;
+
+/// The message column is never cut below this many characters.
+const MIN_MESSAGE_WIDTH: usize = 20;
+
+/// Status files larger than this are not read (ours are a few KiB); as in `status.rs`.
+const MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// How much of a parse error a note repeats.
+const MAX_NOTE_CHARS: usize = 200;
+
+const HINT: &str = "is the daemon running? check status_dir in the config";
+
+/// What to show and how.
+#[derive(Debug, Clone)]
+pub struct ViewOptions {
+    /// One spec's details instead of the list.
+    pub name: Option<String>,
+    /// JSON instead of text.
+    pub json: bool,
+    /// ANSI colours (the CLI sets it when stdout is a terminal).
+    pub color: bool,
+    /// The time ages are computed against.
+    pub now: SystemTime,
+}
+
+/// Why the status could not be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// The status directory does not exist.
+    #[error("status directory {} does not exist: {HINT}", path.display())]
+    NoStatusDir { path: PathBuf },
+    /// The status directory is something else.
+    #[error("{} is not a directory: check status_dir in the config", path.display())]
+    NotADirectory { path: PathBuf },
+    /// Reading a file or the directory failed.
+    #[error("{}: {source}{}", path.display(), io_hint(source))]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// NAME is not a spec name, so it cannot have a status file.
+    #[error(
+        "{name:?} is not a spec name (1-63 characters of a-z, 0-9 and '-', starting and \
+         ending with a letter or digit); `proxsync status` lists the specs"
+    )]
+    InvalidName { name: String },
+    /// No status file for NAME.
+    #[error(
+        "no status file {} for spec {name:?}: the daemon has not seen a spec of that name \
+         (spelling? `proxsync status` lists the specs; {HINT})",
+        path.display()
+    )]
+    NoSuchSpec { name: String, path: PathBuf },
+    /// NAME's status file cannot be parsed.
+    #[error(
+        "{} cannot be read: {reason} (the daemon rewrites it at its next cycle; \
+         `proxsync reconcile {name}` asks for one now)",
+        path.display()
+    )]
+    Corrupt {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    /// Rendering JSON failed (not expected).
+    #[error("could not render JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+fn io_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (run as root, or as a member of the proxsync group)"
+    } else {
+        ""
+    }
+}
+
+/// Renders the status files of `status_dir` as `opts` asks. The text ends with a newline.
+pub fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
+    // Never create the directory (StatusDir::open would).
+    match std::fs::metadata(status_dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ViewError::NotADirectory {
+                path: status_dir.to_path_buf(),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ViewError::NoStatusDir {
+                path: status_dir.to_path_buf(),
+            });
+        }
+        Err(source) => {
+            return Err(ViewError::Io {
+                path: status_dir.to_path_buf(),
+                source,
+            });
+        }
+    }
+    match &opts.name {
+        Some(name) => render_one(status_dir, name, opts),
+        None => render_list(status_dir, opts),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Loading
+// ------------------------------------------------------------------------------------------
+
+/// A file that could not be parsed and was left out.
+#[derive(Debug, Clone, Serialize)]
+struct Skipped {
+    file: String,
+    reason: String,
+}
+
+enum Loaded<T> {
+    Missing,
+    Parsed(T),
+    Corrupt(String),
+}
+
+/// Reads and parses one status file; parse problems are [`Loaded::Corrupt`], only I/O errors
+/// other than "not found" are errors.
+fn load<T: DeserializeOwned>(path: &Path) -> Result<Loaded<T>, ViewError> {
+    let io_err = |source| ViewError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Loaded::Missing),
+        Err(e) => return Err(io_err(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_READ_BYTES {
+        return Ok(Loaded::Corrupt("larger than 1 MiB".to_string()));
+    }
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Ok(Loaded::Corrupt("not UTF-8".to_string()));
+    };
+    match serde_saphyr::from_str::<T>(&text) {
+        Ok(v) => Ok(Loaded::Parsed(v)),
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("").trim();
+            Ok(Loaded::Corrupt(cut(
+                &clean(&format!("not a valid status file: {first}")),
+                MAX_NOTE_CHARS,
+            )))
+        }
+    }
+}
+
+/// A spec name is a lowercase DNS label (the status file's stem).
+fn is_spec_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.first().is_some_and(inner)
+        && b.last().is_some_and(inner)
+        && b.iter().all(|c| inner(c) || *c == b'-')
+}
+
+/// Everything the list view shows.
+struct Listing {
+    summary: Option<SummaryFile>,
+    specs: Vec<SpecFile>,
+    orphans: Vec<OrphanRecord>,
+    skipped: Vec<Skipped>,
+    notes: Vec<String>,
+}
+
+fn load_listing(dir: &Path) -> Result<Listing, ViewError> {
+    let sd = StatusDir::open(dir).map_err(|source| ViewError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let names = sd.spec_names().map_err(|e| match e {
+        crate::status::StatusError::Io { path, source } => ViewError::Io { path, source },
+        other => ViewError::Io {
+            path: dir.to_path_buf(),
+            source: io::Error::other(other.to_string()),
+        },
+    })?;
+    let mut listing = Listing {
+        summary: None,
+        specs: Vec::new(),
+        orphans: Vec::new(),
+        skipped: Vec::new(),
+        notes: Vec::new(),
+    };
+    let skip = |listing: &mut Listing, path: &Path, reason: String| {
+        listing.notes.push(format!(
+            "skipped {}: {reason} (the daemon rewrites it at its next cycle)",
+            clean(&path.display().to_string())
+        ));
+        listing.skipped.push(Skipped {
+            file: path.display().to_string(),
+            reason,
+        });
+    };
+
+    let path = dir.join(SUMMARY_FILE);
+    match load::<SummaryFile>(&path)? {
+        Loaded::Parsed(s) => listing.summary = Some(s),
+        Loaded::Missing => listing.notes.push(format!(
+            "no {SUMMARY_FILE} yet: the daemon has not finished a cycle ({HINT})"
+        )),
+        Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
+    }
+
+    for name in names {
+        let path = dir.join(format!("{name}.yaml"));
+        match load::<SpecFile>(&path)? {
+            Loaded::Parsed(mut f) => {
+                if f.name != name {
+                    listing.notes.push(format!(
+                        "{} names spec {:?}; shown as {name}",
+                        clean(&path.display().to_string()),
+                        clean(&f.name)
+                    ));
+                    f.name = name;
+                }
+                listing.specs.push(f);
+            }
+            // Removed between the listing and the read: the spec is gone.
+            Loaded::Missing => {}
+            Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
+        }
+    }
+
+    let path = dir.join(ORPHANS_FILE);
+    match load::<OrphansFile>(&path)? {
+        Loaded::Parsed(o) => listing.orphans = o.orphans,
+        Loaded::Missing => {}
+        Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
+    }
+    Ok(listing)
+}
+
+// ------------------------------------------------------------------------------------------
+// The list
+// ------------------------------------------------------------------------------------------
+
+#[derive(Serialize)]
+struct ListJson<'a> {
+    summary: Option<&'a SummaryFile>,
+    specs: &'a [SpecFile],
+    orphans: &'a [OrphanRecord],
+    skipped: &'a [Skipped],
+}
+
+fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
+    let listing = load_listing(dir)?;
+    if opts.json {
+        let mut out = serde_json::to_string_pretty(&ListJson {
+            summary: listing.summary.as_ref(),
+            specs: &listing.specs,
+            orphans: &listing.orphans,
+            skipped: &listing.skipped,
+        })?;
+        out.push('\n');
+        return Ok(out);
+    }
+
+    let p = Paint(opts.color);
+    let mut out = String::new();
+    if let Some(s) = &listing.summary {
+        summary_text(&mut out, s, opts.now, p);
+        out.push('\n');
+    }
+
+    if listing.specs.is_empty() {
+        let _ = writeln!(
+            out,
+            "No spec status files in {}.",
+            clean(&dir.display().to_string())
+        );
+    } else {
+        let rows: Vec<Vec<Cell>> = listing
+            .specs
+            .iter()
+            .map(|f| spec_row(f, opts.now))
+            .collect();
+        out.push_str(&table(
+            "",
+            &[
+                "NAME",
+                "SITE/NODE",
+                "VMID",
+                "STATE",
+                "READY",
+                "REASON",
+                "AGE",
+                "MESSAGE",
+            ],
+            &rows,
+            Some(TARGET_WIDTH),
+            p,
+        ));
+    }
+
+    if !listing.orphans.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOrphans ({}): VMs carrying this install's tag that no spec describes",
+            listing.orphans.len()
+        );
+        let rows: Vec<Vec<Cell>> = listing
+            .orphans
+            .iter()
+            .map(|o| {
+                vec![
+                    Cell::plain(site_node(&o.site, &o.node)),
+                    Cell::plain(o.vm_id.to_string()),
+                    Cell::plain(or_dash(o.name.as_deref().unwrap_or(""))),
+                    Cell::plain(or_dash(&o.state)),
+                    Cell::plain(age(opts.now, &o.first_seen)),
+                    Cell {
+                        text: or_dash(&o.action),
+                        color: (o.action.starts_with("will delete") || o.action == "deleted")
+                            .then_some(Color::Yellow),
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "",
+            &["SITE/NODE", "VMID", "NAME", "STATE", "AGE", "ACTION"],
+            &rows,
+            None,
+            p,
+        ));
+    }
+
+    if !listing.notes.is_empty() {
+        out.push('\n');
+        for n in &listing.notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+    Ok(out)
+}
+
+fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
+    let commit = match s.commit.as_deref() {
+        Some(c) if !c.is_empty() => clean(&short_commit(c)),
+        _ => "none yet".to_string(),
+    };
+    let _ = writeln!(out, "Commit:      {commit}");
+    if let Some(e) = &s.source_error {
+        let _ = writeln!(
+            out,
+            "Source:      {} (the last good commit is kept)",
+            p.paint(Color::Red, &clean(e))
+        );
+    }
+    let count = |n: u64, label: &str, color: Color| {
+        let text = format!("{n} {label}");
+        if n > 0 { p.paint(color, &text) } else { text }
+    };
+    let _ = writeln!(
+        out,
+        "Specs:       {} ({}, {}, {}, {})",
+        s.specs,
+        if s.ready == s.specs {
+            p.paint(Color::Green, &format!("{} Ready", s.ready))
+        } else {
+            format!("{} Ready", s.ready)
+        },
+        count(s.stalled, "Stalled", Color::Red),
+        count(s.backing_off, "backing off", Color::Yellow),
+        count(s.invalid, "invalid", Color::Red),
+    );
+    let healthy = s
+        .sites
+        .iter()
+        .filter(|site| site_problem(site).is_none())
+        .count();
+    let sites = format!("{healthy}/{} healthy", s.sites.len());
+    let problems: Vec<String> = s
+        .sites
+        .iter()
+        .filter_map(|site| site_problem(site).map(|why| format!("{}: {why}", clean(&site.name))))
+        .collect();
+    if problems.is_empty() {
+        let _ = writeln!(out, "Sites:       {}", p.paint(Color::Green, &sites));
+    } else {
+        let _ = writeln!(
+            out,
+            "Sites:       {} ({})",
+            p.paint(Color::Red, &sites),
+            cut(&problems.join("; "), TARGET_WIDTH)
+        );
+    }
+    let last = match parse_rfc3339(&s.last_cycle) {
+        Some(t) => ago(now, t),
+        None => "unknown".to_string(),
+    };
+    let _ = writeln!(out, "Last cycle:  {last} (took {} ms)", s.cycle_ms);
+    for r in &s.refused {
+        let _ = writeln!(out, "Refused:     {}", p.paint(Color::Red, &clean(r)));
+    }
+    if let Some(r) = &s.last_request {
+        let what = match r.spec.as_deref() {
+            Some(spec) => format!("reconcile {}", clean(spec)),
+            None => "reconcile (all specs)".to_string(),
+        };
+        let handled = match parse_rfc3339(&r.handled_at) {
+            Some(t) => ago(now, t),
+            None => "at an unknown time".to_string(),
+        };
+        let _ = writeln!(out, "Request:     {what}, handled {handled}");
+    }
+}
+
+/// Why a site is not healthy, or `None` when it is.
+fn site_problem(site: &crate::status::SiteRecord) -> Option<String> {
+    let mut why = Vec::new();
+    if !site.reachable {
+        why.push("unreachable".to_string());
+    } else if !site.quorate {
+        why.push("no quorum".to_string());
+    }
+    if !site.nodes_offline.is_empty() {
+        let nodes: Vec<String> = site.nodes_offline.iter().map(|n| clean(n)).collect();
+        why.push(format!("offline: {}", nodes.join(", ")));
+    }
+    if let Some(e) = &site.error {
+        why.push(clean(e));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
+fn spec_row(f: &SpecFile, now: SystemTime) -> Vec<Cell> {
+    let ready = f.condition(kinds::READY);
+    let stalled = f
+        .condition(kinds::STALLED)
+        .filter(|c| c.status == ConditionStatus::True);
+    let ready_status = ready.map_or(ConditionStatus::Unknown, |c| c.status);
+    let (reason, reason_color, message) = match (stalled, ready) {
+        (Some(s), _) => (or_dash(&s.reason), Some(Color::Red), s.message.as_str()),
+        (None, Some(r)) => (or_dash(&r.reason), None, r.message.as_str()),
+        (None, None) => ("-".to_string(), None, ""),
+    };
+    let mut message = clean(message);
+    if let Some(b) = &f.backoff {
+        let when = match parse_rfc3339(&b.next_attempt) {
+            Some(t) => until(now, t),
+            None => "later".to_string(),
+        };
+        message = if message.is_empty() {
+            format!("retry {when}: {}", clean(&b.message))
+        } else {
+            format!("retry {when}: {message}")
+        };
+    }
+    vec![
+        Cell::plain(clean(&f.name)),
+        Cell::plain(site_node(&f.site, &f.node)),
+        Cell::plain(f.vm_id.map_or("-".to_string(), |v| v.to_string())),
+        Cell::plain(or_dash(&f.state)),
+        Cell {
+            text: ready_status.as_str().to_string(),
+            color: Some(positive(ready_status)),
+        },
+        Cell {
+            text: reason,
+            color: reason_color,
+        },
+        Cell::plain(ready.map_or("-".to_string(), |c| age(now, &c.last_transition_time))),
+        Cell::plain(message.trim().to_string()),
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// One spec
+// ------------------------------------------------------------------------------------------
+
+fn render_one(dir: &Path, name: &str, opts: &ViewOptions) -> Result<String, ViewError> {
+    if !is_spec_name(name) {
+        return Err(ViewError::InvalidName {
+            name: cut(&clean(name), 80),
+        });
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    let f: SpecFile = match load(&path)? {
+        Loaded::Parsed(f) => f,
+        Loaded::Missing => {
+            return Err(ViewError::NoSuchSpec {
+                name: name.to_string(),
+                path,
+            });
+        }
+        Loaded::Corrupt(reason) => {
+            return Err(ViewError::Corrupt {
+                name: name.to_string(),
+                path,
+                reason,
+            });
+        }
+    };
+    if opts.json {
+        let mut out = serde_json::to_string_pretty(&f)?;
+        out.push('\n');
+        return Ok(out);
+    }
+    Ok(spec_detail(&f, name, opts.now, Paint(opts.color)))
+}
+
+fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
+    let mut out = String::new();
+    let mut field = |label: &str, value: String| {
+        let _ = writeln!(out, "{:<14}{value}", format!("{label}:"));
+    };
+    field("Name", clean(name));
+    if f.name != name {
+        field(
+            "Names spec",
+            format!("{} (the file says so)", clean(&f.name)),
+        );
+    }
+    field("Site/Node", site_node(&f.site, &f.node));
+    field("VMID", f.vm_id.map_or("-".to_string(), |v| v.to_string()));
+    field("VM name", or_dash(&f.vm_name));
+    field("State", or_dash(&f.state));
+    let ips: Vec<String> = f.ip_addresses.iter().map(|a| clean(a)).collect();
+    field(
+        "IP addresses",
+        if ips.is_empty() {
+            "- (none reported by the guest agent)".to_string()
+        } else {
+            ips.join(", ")
+        },
+    );
+    field("Commit", or_dash(f.commit.as_deref().unwrap_or("")));
+    field("Spec file", or_dash(f.spec_file.as_deref().unwrap_or("")));
+    field(
+        "Generation",
+        or_dash(f.observed_generation.as_deref().unwrap_or("")),
+    );
+    field(
+        "Provisioned",
+        if f.initialization.provisioned {
+            "yes".to_string()
+        } else {
+            "no".to_string()
+        },
+    );
+    field("Updated", when(now, f.updated_at.as_deref().unwrap_or("")));
+
+    out.push_str("\nConditions:\n");
+    if f.conditions.is_empty() {
+        out.push_str("  (none: read every condition as Unknown)\n");
+    } else {
+        let rows: Vec<Vec<Cell>> = f
+            .conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    Cell::plain(clean(&c.kind)),
+                    Cell {
+                        text: c.status.as_str().to_string(),
+                        color: Some(condition_color(&c.kind, c.status)),
+                    },
+                    Cell::plain(or_dash(&c.reason)),
+                    Cell::plain(age(now, &c.last_transition_time)),
+                    Cell::plain(clean(&c.message).trim().to_string()),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "  ",
+            &["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"],
+            &rows,
+            None,
+            p,
+        ));
+    }
+
+    out.push_str("\nLast task:");
+    match &f.last_task {
+        None => out.push_str(" none\n"),
+        Some(t) => {
+            out.push('\n');
+            let _ = writeln!(out, "  UPID:         {}", or_dash(&t.upid));
+            let _ = writeln!(out, "  Type:         {}", or_dash(&t.kind));
+            let status = or_dash(&t.status);
+            let status = match t.status.as_str() {
+                "OK" => p.paint(Color::Green, &status),
+                "running" => p.paint(Color::Yellow, &status),
+                s if s.starts_with("WARNINGS") => p.paint(Color::Yellow, &status),
+                _ => p.paint(Color::Red, &status),
+            };
+            let _ = writeln!(out, "  Status:       {status}");
+            let _ = writeln!(out, "  Started:      {}", when(now, &t.at));
+        }
+    }
+
+    out.push_str("\nBackoff:");
+    match &f.backoff {
+        None => out.push_str(" none\n"),
+        Some(b) => {
+            out.push('\n');
+            let _ = writeln!(out, "  Attempts:     {}", b.attempts);
+            let next = match parse_rfc3339(&b.next_attempt) {
+                Some(t) => format!(
+                    "{} (next attempt {})",
+                    clean(&b.next_attempt),
+                    until(now, t)
+                ),
+                None => or_dash(&b.next_attempt),
+            };
+            let _ = writeln!(out, "  Next attempt: {}", p.paint(Color::Yellow, &next));
+            let _ = writeln!(out, "  Category:     {}", or_dash(&b.category));
+            let _ = writeln!(out, "  Message:      {}", or_dash(&b.message));
+        }
+    }
+
+    out.push_str("\nHistory");
+    if f.history.is_empty() {
+        out.push_str(": none\n");
+    } else {
+        out.push_str(" (most recent first):\n");
+        let rows: Vec<Vec<Cell>> = f
+            .history
+            .iter()
+            .map(|h| {
+                vec![
+                    Cell::plain(or_dash(&h.at)),
+                    Cell::plain(age(now, &h.at)),
+                    Cell::plain(or_dash(&h.action)),
+                    Cell {
+                        text: or_dash(&h.outcome),
+                        color: Some(if h.outcome == "OK" {
+                            Color::Green
+                        } else {
+                            Color::Red
+                        }),
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "  ",
+            &["AT", "AGE", "ACTION", "OUTCOME"],
+            &rows,
+            None,
+            p,
+        ));
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// Text helpers
+// ------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Color {
+    Green,
+    Red,
+    Yellow,
+}
+
+/// Paints text when colour is on.
+#[derive(Debug, Clone, Copy)]
+struct Paint(bool);
+
+impl Paint {
+    fn paint(self, color: Color, text: &str) -> String {
+        if !self.0 || text.is_empty() {
+            return text.to_string();
+        }
+        let code = match color {
+            Color::Green => "32",
+            Color::Red => "31",
+            Color::Yellow => "33",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
+}
+
+/// The colour of a condition where True is good (Ready, NodeHealthy, Provisioned).
+fn positive(s: ConditionStatus) -> Color {
+    match s {
+        ConditionStatus::True => Color::Green,
+        ConditionStatus::False => Color::Red,
+        ConditionStatus::Unknown => Color::Yellow,
+    }
+}
+
+/// A condition's colour by its polarity: Stalled and RebootPending are bad when True,
+/// Reconciling is work in progress when True, the others are good when True.
+fn condition_color(kind: &str, s: ConditionStatus) -> Color {
+    match (kind, s) {
+        (_, ConditionStatus::Unknown) => Color::Yellow,
+        (kinds::STALLED, ConditionStatus::True) => Color::Red,
+        (kinds::REBOOT_PENDING | kinds::RECONCILING, ConditionStatus::True) => Color::Yellow,
+        (kinds::STALLED | kinds::REBOOT_PENDING | kinds::RECONCILING, _) => Color::Green,
+        _ => positive(s),
+    }
+}
+
+struct Cell {
+    text: String,
+    color: Option<Color>,
+}
+
+impl Cell {
+    fn plain(text: String) -> Cell {
+        Cell { text, color: None }
+    }
+}
+
+/// Lays out a table with two spaces between columns. The last column is not padded; with
+/// `width`, it is cut so lines fit in `width` columns (but never below
+/// [`MIN_MESSAGE_WIDTH`]). Widths count characters.
+fn table(
+    indent: &str,
+    headers: &[&str],
+    rows: &[Vec<Cell>],
+    width: Option<usize>,
+    p: Paint,
+) -> String {
+    let n = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.text.chars().count());
+        }
+    }
+    let last_max = width.map(|total| {
+        let fixed: usize = indent.len()
+            + widths
+                .iter()
+                .take(n.saturating_sub(1))
+                .map(|w| w + 2)
+                .sum::<usize>();
+        total.saturating_sub(fixed).max(MIN_MESSAGE_WIDTH)
+    });
+    let mut out = String::new();
+    let mut line = |cells: Vec<(String, Option<Color>)>| {
+        let mut l = String::from(indent);
+        for (i, (text, color)) in cells.into_iter().enumerate() {
+            let is_last = i + 1 == n;
+            let text = match (is_last, last_max) {
+                (true, Some(max)) => cut(&text, max),
+                _ => text,
+            };
+            let pad = if is_last {
+                0
+            } else {
+                (widths.get(i).copied().unwrap_or(0) + 2).saturating_sub(text.chars().count())
+            };
+            match color {
+                Some(c) => l.push_str(&p.paint(c, &text)),
+                None => l.push_str(&text),
+            }
+            l.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(headers.iter().map(|h| (h.to_string(), None)).collect());
+    for row in rows {
+        line(
+            (0..n)
+                .map(|i| match row.get(i) {
+                    Some(c) => (c.text.clone(), c.color),
+                    None => (String::new(), None),
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Replaces control characters (and bidi overrides) so file content cannot drive the
+/// terminal: line breaks and tabs become spaces, the rest `?`.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => ' ',
+            c if c.is_control() => '?',
+            '\u{2028}' | '\u{2029}' => ' ',
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '?',
+            c => c,
+        })
+        .collect()
+}
+
+/// Cuts to at most `max` characters, ending with `…` when cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn or_dash(s: &str) -> String {
+    let s = clean(s);
+    if s.trim().is_empty() {
+        "-".to_string()
+    } else {
+        s
+    }
+}
+
+fn site_node(site: &str, node: &str) -> String {
+    format!("{}/{}", or_dash(site), or_dash(node))
+}
+
+/// The first 7 characters of a commit id (the whole value when it is not a hex id).
+fn short_commit(c: &str) -> String {
+    if c.len() > 7 && c.bytes().all(|b| b.is_ascii_hexdigit()) {
+        c.get(..7).unwrap_or(c).to_string()
+    } else {
+        c.to_string()
+    }
+}
+
+/// `42s`, `5m`, `3h`, `2d`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The age of an RFC 3339 time (`5m`); `0s` for a time in the future (clock skew), `?`
+/// when it cannot be parsed.
+fn age(now: SystemTime, ts: &str) -> String {
+    match parse_rfc3339(ts) {
+        Some(t) => human(now.duration_since(t).unwrap_or_default()),
+        None => "?".to_string(),
+    }
+}
+
+/// `5m ago` (or `in 3s` for a time ahead of this host's clock).
+fn ago(now: SystemTime, t: SystemTime) -> String {
+    match now.duration_since(t) {
+        Ok(d) => format!("{} ago", human(d)),
+        Err(e) => format!("in {} (clock skew?)", human(e.duration())),
+    }
+}
+
+/// `in 4m`, or `due now` once the time has passed.
+fn until(now: SystemTime, t: SystemTime) -> String {
+    match t.duration_since(now) {
+        Ok(d) if d.as_secs() > 0 => format!("in {}", human(d)),
+        _ => "due now".to_string(),
+    }
+}
+
+/// `2025-03-01T12:00:00Z (5m ago)`, or `-`.
+fn when(now: SystemTime, ts: &str) -> String {
+    match parse_rfc3339(ts) {
+        Some(t) => format!("{} ({})", clean(ts), ago(now, t)),
+        None => or_dash(ts),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{
+        BackoffSummary, ConditionInput, OrphanEntry, SiteSummary, SpecStatus, SummaryStatus,
+        TaskSummary, reasons,
+    };
+    use std::time::UNIX_EPOCH;
+
+    const T0: u64 = 1_740_830_400; // 2025-03-01T12:00:00Z
+    const COMMIT: &str = "3f2c9a1e0b7d4c6a8e5f1a2b3c4d5e6f7a8b9c0d";
+
+    fn t(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn now() -> SystemTime {
+        t(T0 + 300)
+    }
+
+    fn opts(name: Option<&str>, json: bool, color: bool) -> ViewOptions {
+        ViewOptions {
+            name: name.map(str::to_string),
+            json,
+            color,
+            now: now(),
+        }
+    }
+
+    fn c(
+        kind: &'static str,
+        status: ConditionStatus,
+        reason: &'static str,
+        message: &str,
+    ) -> ConditionInput {
+        ConditionInput::new(kind, status, reason, message)
+    }
+
+    use ConditionStatus::{False as F, True as T, Unknown as U};
+
+    fn healthy(name: &str, site: &str, node: &str, vm_id: u32) -> SpecStatus {
+        SpecStatus {
+            name: name.to_string(),
+            site: site.into(),
+            node: node.into(),
+            vm_id: Some(vm_id),
+            vm_name: name.into(),
+            state: "running".into(),
+            ip_addresses: vec!["10.0.0.5".into()],
+            commit: Some(COMMIT.into()),
+            spec_file: Some(format!("{site}/{name}.yaml")),
+            provisioned: true,
+            conditions: vec![
+                c(kinds::READY, T, reasons::AVAILABLE, ""),
+                c(kinds::RECONCILING, F, reasons::UP_TO_DATE, ""),
+                c(kinds::STALLED, F, reasons::NOT_STALLED, ""),
+                c(kinds::NODE_HEALTHY, T, reasons::NODE_ONLINE, ""),
+                c(kinds::PROVISIONED, T, reasons::CREATED, ""),
+            ],
+            last_task: Some(TaskSummary {
+                upid: "UPID:pve1:000A1B2C:0B3C4D5E:67C2F0AA:qmstart:101:proxsync@pve!gitops:"
+                    .into(),
+                kind: "qmstart".into(),
+                status: "OK".into(),
+                at: t(T0 - 2 * 86_400),
+            }),
+            backoff: None,
+            history: vec![crate::status::AttemptSummary {
+                at: t(T0 - 2 * 86_400),
+                action: "start".into(),
+                outcome: "OK".into(),
+            }],
+            observed_generation: Some("sha256:9b1f".into()),
+        }
+    }
+
+    fn set(s: &mut SpecStatus, cond: ConditionInput) {
+        s.conditions.retain(|x| x.kind != cond.kind);
+        s.conditions.push(cond);
+    }
+
+    /// A status dir with one spec of each kind, a summary, orphans and a corrupt file.
+    fn fixture() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("status");
+        let mut sd = StatusDir::open(&dir).unwrap();
+
+        // Ready for two days.
+        let web = healthy("web-01", "us-sfvalley", "pve1", 101);
+        sd.write_spec(&web, t(T0 - 2 * 86_400)).unwrap();
+
+        // Stalled: the token lacks a privilege; failing for 3 hours.
+        let mut db = healthy("db-01", "us-sfvalley", "pve2", 102);
+        db.state = "absent".into();
+        db.provisioned = false;
+        set(&mut db, c(kinds::PROVISIONED, F, reasons::NOT_CREATED, ""));
+        set(&mut db, c(kinds::READY, F, reasons::FAILED, "clone failed"));
+        set(
+            &mut db,
+            c(
+                kinds::STALLED,
+                T,
+                reasons::PERMISSION_DENIED,
+                "403 Forbidden: Permission check failed (/vms/102, VM.Allocate)",
+            ),
+        );
+        set(&mut db, c(kinds::RECONCILING, T, reasons::BACKING_OFF, ""));
+        db.backoff = Some(BackoffSummary {
+            attempts: 7,
+            next_attempt: t(T0 + 900),
+            category: "PermissionDenied".into(),
+            message: "403 Forbidden".into(),
+        });
+        db.last_task = None;
+        db.history = vec![];
+        sd.write_spec(&db, t(T0 - 3 * 3600)).unwrap();
+
+        // Backing off, not stalled: the next attempt in 4 minutes.
+        let mut cache = healthy("cache-fra-01", "eu-fra", "fra1", 201);
+        set(
+            &mut cache,
+            c(kinds::READY, F, reasons::FAILED, "connect timed out"),
+        );
+        set(
+            &mut cache,
+            c(kinds::RECONCILING, T, reasons::BACKING_OFF, "retrying"),
+        );
+        cache.backoff = Some(BackoffSummary {
+            attempts: 2,
+            next_attempt: t(T0 + 300 + 240),
+            category: "NetworkError".into(),
+            message: "connect timed out".into(),
+        });
+        cache.history = vec![
+            crate::status::AttemptSummary {
+                at: t(T0 + 240),
+                action: "configure".into(),
+                outcome: "NetworkError: connect timed out".into(),
+            },
+            crate::status::AttemptSummary {
+                at: t(T0 + 180),
+                action: "configure".into(),
+                outcome: "NetworkError: connect timed out".into(),
+            },
+        ];
+        sd.write_spec(&cache, t(T0 + 240)).unwrap();
+
+        // Never observed: every condition Unknown.
+        let new = SpecStatus {
+            name: "new-01".into(),
+            site: "eu-fra".into(),
+            node: "fra1".into(),
+            state: "unknown".into(),
+            ..SpecStatus::default()
+        };
+        sd.write_spec(&new, t(T0 + 290)).unwrap();
+
+        // An invalid spec.
+        let mut bad = healthy("bad-01", "us-sfvalley", "pve1", 103);
+        set(
+            &mut bad,
+            c(
+                kinds::READY,
+                F,
+                reasons::INVALID_SPEC,
+                "us-sfvalley/bad-01.yaml:9:13: error: cpu: expected an integer",
+            ),
+        );
+        set(
+            &mut bad,
+            c(
+                kinds::STALLED,
+                T,
+                reasons::VALIDATION_FAILED,
+                "us-sfvalley/bad-01.yaml:9:13: error: cpu: expected an integer; run proxsync validate",
+            ),
+        );
+        sd.write_spec(&bad, t(T0 - 60)).unwrap();
+
+        sd.write_summary(&SummaryStatus {
+            commit: Some(COMMIT.into()),
+            source_error: None,
+            specs: 5,
+            ready: 1,
+            stalled: 2,
+            backing_off: 2,
+            invalid: 1,
+            sites: vec![
+                SiteSummary {
+                    name: "us-sfvalley".into(),
+                    reachable: true,
+                    quorate: true,
+                    nodes_online: vec!["pve1".into(), "pve2".into()],
+                    nodes_offline: vec![],
+                    error: None,
+                },
+                SiteSummary {
+                    name: "eu-fra".into(),
+                    reachable: false,
+                    quorate: false,
+                    nodes_online: vec![],
+                    nodes_offline: vec![],
+                    error: Some("connection refused".into()),
+                },
+            ],
+            last_cycle: t(T0 + 288),
+            cycle_ms: 184,
+            refused: vec![],
+            last_request: None,
+        })
+        .unwrap();
+        sd.write_orphans(
+            &[OrphanEntry {
+                site: "us-sfvalley".into(),
+                vm_id: 105,
+                node: "pve2".into(),
+                name: Some("old-web".into()),
+                state: "stopped".into(),
+                first_seen: t(T0 - 3600),
+                action: "will delete after 2025-03-01T12:10:00Z".into(),
+            }],
+            t(T0),
+        )
+        .unwrap();
+        std::fs::write(dir.join("zz-junk.yaml"), "{{{{ not yaml").unwrap();
+        (d, dir)
+    }
+
+    fn cols(line: &str) -> Vec<&str> {
+        line.split_whitespace().collect()
+    }
+
+    fn row<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name} in\n{text}"))
+    }
+
+    #[test]
+    fn list_shows_summary_rows_orphans_and_notes() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(!text.contains('\x1b'), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Commit:      3f2c9a1", "{text}");
+        assert_eq!(
+            lines[1],
+            "Specs:       5 (1 Ready, 2 Stalled, 2 backing off, 1 invalid)"
+        );
+        assert_eq!(
+            lines[2],
+            "Sites:       1/2 healthy (eu-fra: unreachable, connection refused)"
+        );
+        assert_eq!(lines[3], "Last cycle:  12s ago (took 184 ms)");
+        assert_eq!(lines[4], "");
+        assert_eq!(
+            cols(lines[5]),
+            [
+                "NAME",
+                "SITE/NODE",
+                "VMID",
+                "STATE",
+                "READY",
+                "REASON",
+                "AGE",
+                "MESSAGE"
+            ]
+        );
+        // sorted by name
+        let names: Vec<&str> = lines[6..11].iter().map(|l| cols(l)[0]).collect();
+        assert_eq!(
+            names,
+            ["bad-01", "cache-fra-01", "db-01", "new-01", "web-01"]
+        );
+
+        assert_eq!(
+            cols(row(&text, "web-01")),
+            [
+                "web-01",
+                "us-sfvalley/pve1",
+                "101",
+                "running",
+                "True",
+                "Available",
+                "2d"
+            ]
+        );
+        assert_eq!(
+            cols(row(&text, "new-01")),
+            [
+                "new-01",
+                "eu-fra/fra1",
+                "-",
+                "unknown",
+                "Unknown",
+                "NotYetObserved",
+                "10s"
+            ]
+        );
+        // Stalled wins over Ready for the reason and message; backoff is shown.
+        let db = row(&text, "db-01");
+        assert_eq!(
+            cols(db)[..7],
+            [
+                "db-01",
+                "us-sfvalley/pve2",
+                "102",
+                "absent",
+                "False",
+                "PermissionDenied",
+                "3h"
+            ]
+        );
+        assert!(
+            db.ends_with(
+                "retry in 10m: 403 Forbidden: Permission check failed (/vms/102, VM.Allocate)"
+            ),
+            "{db}"
+        );
+        let cache = row(&text, "cache-fra-01");
+        assert_eq!(
+            cols(cache)[..7],
+            [
+                "cache-fra-01",
+                "eu-fra/fra1",
+                "201",
+                "running",
+                "False",
+                "Failed",
+                "1m"
+            ]
+        );
+        assert!(cache.ends_with("retry in 4m: connect timed out"), "{cache}");
+        let bad = row(&text, "bad-01");
+        assert_eq!(cols(bad)[4..6], ["False", "ValidationFailed"]);
+        assert!(bad.contains("bad-01.yaml:9:13: error: cpu"), "{bad}");
+
+        // Columns line up: every row's READY starts where the header's does.
+        let at = lines[5].find("READY").unwrap();
+        for l in &lines[6..11] {
+            assert!(
+                ["True", "False", "Unknown"]
+                    .iter()
+                    .any(|w| l.get(at..).is_some_and(|r| r.starts_with(w))),
+                "{l}"
+            );
+        }
+        for l in &lines {
+            assert!(l.chars().count() <= TARGET_WIDTH, "too wide: {l}");
+            assert_eq!(*l, l.trim_end());
+        }
+
+        assert!(
+            text.contains(
+                "\nOrphans (1): VMs carrying this install's tag that no spec describes\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            cols(row(&text, "us-sfvalley/pve2")),
+            [
+                "us-sfvalley/pve2",
+                "105",
+                "old-web",
+                "stopped",
+                "1h",
+                "will",
+                "delete",
+                "after",
+                "2025-03-01T12:10:00Z"
+            ]
+        );
+        let note = lines.iter().find(|l| l.starts_with("note: ")).unwrap();
+        assert!(
+            note.contains("zz-junk.yaml: not a valid status file"),
+            "{note}"
+        );
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(None, false, true)).unwrap();
+        let web = row(&text, "web-01");
+        assert!(web.contains("\x1b[32mTrue\x1b[0m"), "{web:?}");
+        let db = row(&text, "db-01");
+        assert!(db.contains("\x1b[31mFalse\x1b[0m"), "{db:?}");
+        assert!(db.contains("\x1b[31mPermissionDenied\x1b[0m"), "{db:?}");
+        let new = row(&text, "new-01");
+        assert!(new.contains("\x1b[33mUnknown\x1b[0m"), "{new:?}");
+        assert!(text.contains("\x1b[31m2 Stalled\x1b[0m"), "{text:?}");
+        assert!(text.contains("\x1b[31m1/2 healthy\x1b[0m"), "{text:?}");
+        // the same layout once the colour codes are removed
+        let plain = render(&dir, &opts(None, false, false)).unwrap();
+        let stripped = text
+            .replace("\x1b[31m", "")
+            .replace("\x1b[32m", "")
+            .replace("\x1b[33m", "")
+            .replace("\x1b[0m", "");
+        assert_eq!(stripped, plain);
+    }
+
+    #[test]
+    fn list_json_is_the_parsed_files() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(None, true, true)).unwrap();
+        assert!(!text.contains('\x1b'));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["orphans", "skipped", "specs", "summary"]);
+        assert_eq!(v["summary"]["commit"], COMMIT);
+        assert_eq!(v["summary"]["backingOff"], 2);
+        assert_eq!(v["summary"]["lastCycle"], "2025-03-01T12:04:48Z");
+        assert_eq!(v["summary"]["sites"][1]["error"], "connection refused");
+        let names: Vec<&str> = v["specs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["bad-01", "cache-fra-01", "db-01", "new-01", "web-01"]
+        );
+        let db = &v["specs"][2];
+        assert_eq!(db["vmId"], 102);
+        assert_eq!(db["conditions"][2]["type"], "Stalled");
+        assert_eq!(db["conditions"][2]["status"], "True");
+        assert_eq!(db["conditions"][2]["reason"], "PermissionDenied");
+        assert_eq!(db["backoff"]["nextAttempt"], "2025-03-01T12:15:00Z");
+        assert!(v["specs"][3].get("vmId").is_none());
+        assert_eq!(v["orphans"][0]["vmId"], 105);
+        assert_eq!(v["orphans"][0]["firstSeen"], "2025-03-01T11:00:00Z");
+        assert!(
+            v["skipped"][0]["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("zz-junk.yaml")
+        );
+        // Every spec equals the file parsed back by the status module.
+        let sd = StatusDir::open(&dir).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            let f = sd.read_spec(name).unwrap().unwrap();
+            assert_eq!(v["specs"][i], serde_json::to_value(&f).unwrap(), "{name}");
+        }
+        // stable: the same files give the same bytes
+        assert_eq!(text, render(&dir, &opts(None, true, false)).unwrap());
+    }
+
+    #[test]
+    fn one_spec_in_detail() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(Some("cache-fra-01"), false, false)).unwrap();
+        assert!(!text.contains('\x1b'), "{text}");
+        for want in [
+            "Name:         cache-fra-01\n",
+            "Site/Node:    eu-fra/fra1\n",
+            "VMID:         201\n",
+            "State:        running\n",
+            "IP addresses: 10.0.0.5\n",
+            "Commit:       3f2c9a1e0b7d4c6a8e5f1a2b3c4d5e6f7a8b9c0d\n",
+            "Spec file:    eu-fra/cache-fra-01.yaml\n",
+            "Generation:   sha256:9b1f\n",
+            "Provisioned:  yes\n",
+            "Updated:      2025-03-01T12:04:00Z (1m ago)\n",
+            "\nConditions:\n  TYPE         STATUS  REASON       AGE  MESSAGE\n",
+            "  Ready        False   Failed       1m   connect timed out\n",
+            "  Reconciling  True    BackingOff   1m   retrying\n",
+            "  Stalled      False   NotStalled   1m\n",
+            "  NodeHealthy  True    NodeOnline   1m\n",
+            "  Provisioned  True    Created      1m\n",
+            "\nLast task:\n  UPID:         UPID:pve1:000A1B2C:0B3C4D5E:67C2F0AA:qmstart:101:proxsync@pve!gitops:\n",
+            "  Type:         qmstart\n",
+            "  Status:       OK\n",
+            "  Started:      2025-02-27T12:00:00Z (2d ago)\n",
+            "\nBackoff:\n  Attempts:     2\n",
+            "  Next attempt: 2025-03-01T12:09:00Z (next attempt in 4m)\n",
+            "  Category:     NetworkError\n",
+            "  Message:      connect timed out\n",
+            "\nHistory (most recent first):\n  AT                    AGE  ACTION     OUTCOME\n",
+            "  2025-03-01T12:04:00Z  1m   configure  NetworkError: connect timed out\n",
+            "  2025-03-01T12:03:00Z  2m   configure  NetworkError: connect timed out\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+
+        let new = render(&dir, &opts(Some("new-01"), false, false)).unwrap();
+        for want in [
+            "VMID:         -\n",
+            "IP addresses: - (none reported by the guest agent)\n",
+            "Provisioned:  no\n",
+            "  Ready        Unknown  NotYetObserved  10s\n",
+            "\nLast task: none\n",
+            "\nBackoff: none\n",
+            "\nHistory: none\n",
+        ] {
+            assert!(new.contains(want), "missing {want:?} in\n{new}");
+        }
+
+        let coloured = render(&dir, &opts(Some("db-01"), false, true)).unwrap();
+        assert!(
+            coloured.contains("  Stalled      \x1b[31mTrue\x1b[0m    PermissionDenied"),
+            "{coloured:?}"
+        );
+        assert!(coloured.contains("\x1b[33m2025-03-01T12:15:00Z (next attempt in 10m)\x1b[0m"));
+    }
+
+    #[test]
+    fn one_spec_json_is_its_file() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(Some("db-01"), true, false)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let f = StatusDir::open(&dir)
+            .unwrap()
+            .read_spec("db-01")
+            .unwrap()
+            .unwrap();
+        assert_eq!(v, serde_json::to_value(&f).unwrap());
+        assert_eq!(v["initialization"]["provisioned"], false);
+        assert_eq!(
+            v["conditions"][0]["lastTransitionTime"],
+            "2025-03-01T09:00:00Z"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_path_and_what_to_do() {
+        let (d, dir) = fixture();
+
+        let missing = d.path().join("nope");
+        let e = render(&missing, &opts(None, false, false)).unwrap_err();
+        assert!(matches!(e, ViewError::NoStatusDir { .. }));
+        let msg = e.to_string();
+        assert!(msg.contains(&missing.display().to_string()), "{msg}");
+        assert!(msg.contains("is the daemon running? check status_dir in the config"));
+        assert!(
+            !missing.exists(),
+            "the viewer must not create the directory"
+        );
+        // with a name too
+        let e = render(&missing, &opts(Some("web-01"), false, false)).unwrap_err();
+        assert!(matches!(e, ViewError::NoStatusDir { .. }));
+
+        let file = dir.join("web-01.yaml");
+        let e = render(&file, &opts(None, false, false)).unwrap_err();
+        assert!(matches!(e, ViewError::NotADirectory { .. }), "{e}");
+
+        let e = render(&dir, &opts(Some("web-02"), false, false)).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, ViewError::NoSuchSpec { .. }));
+        assert!(
+            msg.contains(&dir.join("web-02.yaml").display().to_string()),
+            "{msg}"
+        );
+        assert!(msg.contains("is the daemon running?"), "{msg}");
+
+        for name in ["../etc/passwd", "_summary", "Web-01", "", "a\x1b[2J"] {
+            let e = render(&dir, &opts(Some(name), false, false)).unwrap_err();
+            assert!(matches!(e, ViewError::InvalidName { .. }), "{name:?}: {e}");
+            assert!(!e.to_string().contains('\x1b'));
+        }
+
+        let e = render(&dir, &opts(Some("zz-junk"), true, false)).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, ViewError::Corrupt { .. }));
+        assert!(
+            msg.contains("zz-junk.yaml cannot be read: not a valid status file"),
+            "{msg}"
+        );
+        assert!(msg.contains("proxsync reconcile zz-junk"), "{msg}");
+    }
+
+    #[test]
+    fn empty_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let text = render(d.path(), &opts(None, false, false)).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "No spec status files in {}.\n\nnote: no _summary.yaml yet: the daemon has \
+                 not finished a cycle (is the daemon running? check status_dir in the config)\n",
+                d.path().display()
+            )
+        );
+        let json = render(d.path(), &opts(None, true, false)).unwrap();
+        assert_eq!(
+            json,
+            "{\n  \"summary\": null,\n  \"specs\": [],\n  \"orphans\": [],\n  \"skipped\": []\n}\n"
+        );
+    }
+
+    #[test]
+    fn summary_details() {
+        let d = tempfile::tempdir().unwrap();
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        sd.write_summary(&SummaryStatus {
+            commit: None,
+            source_error: Some("fetch failed: connection reset\nby peer".into()),
+            specs: 2,
+            ready: 2,
+            stalled: 0,
+            backing_off: 0,
+            invalid: 0,
+            sites: vec![SiteSummary {
+                name: "lab".into(),
+                reachable: true,
+                quorate: false,
+                nodes_online: vec!["pve1".into()],
+                nodes_offline: vec!["pve2".into(), "pve3".into()],
+                error: None,
+            }],
+            last_cycle: t(T0 - 3 * 86_400),
+            cycle_ms: 5,
+            refused: vec!["refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)".into()],
+            last_request: Some(crate::status::RequestSummary {
+                spec: Some("web-01".into()),
+                handled_at: t(T0 - 5),
+            }),
+        })
+        .unwrap();
+        let text = render(d.path(), &opts(None, false, false)).unwrap();
+        for want in [
+            "Commit:      none yet\n",
+            "Source:      fetch failed: connection reset by peer (the last good commit is kept)\n",
+            "Specs:       2 (2 Ready, 0 Stalled, 0 backing off, 0 invalid)\n",
+            "Sites:       0/1 healthy (lab: no quorum, offline: pve2, pve3)\n",
+            "Last cycle:  3d ago (took 5 ms)\n",
+            "Refused:     refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)\n",
+            "Request:     reconcile web-01, handled 5s ago\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn hostile_text_cannot_drive_the_terminal() {
+        let d = tempfile::tempdir().unwrap();
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        let nasty = "\x1b[2J\x1b]0;pwned\x07line1\nline2\r\u{202e}evil\u{9b}31m";
+        let mut s = healthy("web-01", nasty, nasty, 101);
+        s.state = nasty.into();
+        s.vm_name = nasty.into();
+        s.ip_addresses = vec![nasty.into()];
+        s.commit = Some(nasty.into());
+        set(&mut s, c(kinds::READY, F, reasons::FAILED, nasty));
+        set(
+            &mut s,
+            ConditionInput::new("Custom\u{1b}", U, reasons::NOT_READY, nasty),
+        );
+        s.backoff = Some(BackoffSummary {
+            attempts: 1,
+            next_attempt: t(T0),
+            category: nasty.into(),
+            message: nasty.into(),
+        });
+        s.history[0].action = nasty.into();
+        s.history[0].outcome = nasty.into();
+        sd.write_spec(&s, t(T0)).unwrap();
+        sd.write_orphans(
+            &[OrphanEntry {
+                site: nasty.into(),
+                vm_id: 1,
+                node: nasty.into(),
+                name: Some(nasty.into()),
+                state: nasty.into(),
+                first_seen: t(T0),
+                action: nasty.into(),
+            }],
+            t(T0),
+        )
+        .unwrap();
+        for o in [
+            opts(None, false, false),
+            opts(Some("web-01"), false, false),
+            opts(None, true, false),
+            opts(Some("web-01"), true, false),
+        ] {
+            let text = render(d.path(), &o).unwrap();
+            assert!(
+                !text.chars().any(
+                    |c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)
+                ),
+                "{text:?}"
+            );
+        }
+        let list = render(d.path(), &opts(None, false, false)).unwrap();
+        assert!(list.contains("retry due now: "), "{list}");
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_the_width() {
+        let d = tempfile::tempdir().unwrap();
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        let mut s = healthy("web-01", "us-sfvalley", "pve1", 101);
+        set(
+            &mut s,
+            c(kinds::READY, F, reasons::NOT_READY, &"é".repeat(900)),
+        );
+        sd.write_spec(&s, t(T0)).unwrap();
+        let text = render(d.path(), &opts(None, false, false)).unwrap();
+        let r = row(&text, "web-01");
+        assert_eq!(r.chars().count(), TARGET_WIDTH, "{r}");
+        assert!(r.ends_with("éé…"), "{r}");
+        // the detail view keeps the whole message (as the file has it)
+        let detail = render(d.path(), &opts(Some("web-01"), false, false)).unwrap();
+        assert!(detail.contains(&"é".repeat(500)));
+    }
+
+    /// Damaged files of every shape: the list skips them with a note, the detail view says
+    /// why, nothing panics.
+    #[test]
+    fn damaged_files_never_panic() {
+        let (_d, dir) = fixture();
+        let good = std::fs::read(dir.join("web-01.yaml")).unwrap();
+        let summary = std::fs::read(dir.join(SUMMARY_FILE)).unwrap();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..300 {
+            let mut bytes = if round % 2 == 0 {
+                good.clone()
+            } else {
+                summary.clone()
+            };
+            match round % 5 {
+                0 => bytes.truncate((next() as usize) % (bytes.len() + 1)),
+                1 => {
+                    for _ in 0..(1 + next() % 8) {
+                        let i = (next() as usize) % bytes.len();
+                        bytes[i] = next() as u8;
+                    }
+                }
+                2 => {
+                    let i = (next() as usize) % bytes.len();
+                    bytes.insert(i, b"\n- [&a {*a: ]\n"[(next() % 14) as usize]);
+                }
+                3 => {
+                    bytes = (0..(next() % 200)).map(|_| next() as u8).collect();
+                }
+                _ => {
+                    let a = (next() as usize) % bytes.len();
+                    let b = (next() as usize) % bytes.len();
+                    bytes.swap(a, b);
+                }
+            }
+            std::fs::write(dir.join("web-01.yaml"), &bytes).unwrap();
+            std::fs::write(dir.join(SUMMARY_FILE), &bytes).unwrap();
+            std::fs::write(dir.join(ORPHANS_FILE), &bytes).unwrap();
+            for o in [
+                opts(None, false, true),
+                opts(None, true, false),
+                opts(Some("web-01"), false, true),
+                opts(Some("web-01"), true, false),
+            ] {
+                match render(&dir, &o) {
+                    Ok(text) => assert!(text.ends_with('\n')),
+                    Err(e) => assert!(matches!(e, ViewError::Corrupt { .. }), "round {round}: {e}"),
+                }
+            }
+        }
+        std::fs::write(dir.join("web-01.yaml"), vec![b'#'; 2 * 1024 * 1024]).unwrap();
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(text.contains("web-01.yaml: larger than 1 MiB"), "{text}");
+        std::fs::write(dir.join("web-01.yaml"), b"\xff\xfe\x00").unwrap();
+        let e = render(&dir, &opts(Some("web-01"), false, false)).unwrap_err();
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        let s = Duration::from_secs;
+        assert_eq!(human(s(0)), "0s");
+        assert_eq!(human(s(59)), "59s");
+        assert_eq!(human(s(60)), "1m");
+        assert_eq!(human(s(3599)), "59m");
+        assert_eq!(human(s(3600)), "1h");
+        assert_eq!(human(s(86_399)), "23h");
+        assert_eq!(human(s(86_400)), "1d");
+        assert_eq!(human(s(u64::MAX)), format!("{}d", u64::MAX / 86_400));
+        assert_eq!(age(t(T0), "2025-03-01T12:00:05Z"), "0s");
+        assert_eq!(age(t(T0), "garbage"), "?");
+        assert_eq!(age(t(T0), "2025-03-01T11:55:00Z"), "5m");
+        assert_eq!(until(t(T0), t(T0 + 240)), "in 4m");
+        assert_eq!(until(t(T0), t(T0 - 1)), "due now");
+        assert_eq!(ago(t(T0), t(T0 + 3)), "in 3s (clock skew?)");
+        assert_eq!(short_commit(COMMIT), "3f2c9a1");
+        assert_eq!(short_commit("v1.0-tag"), "v1.0-tag");
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abcd", 4), "abcd");
+        assert_eq!(cut("abcd", 0), "…");
+    }
+}
