@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod category;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod doctor;
 pub mod engine;
 pub mod execute;

@@ -994,6 +994,11 @@ impl StatusDir {
     }
 }
 
+/// True for a name that can be a status file stem (a lowercase DNS label).
+pub fn valid_name(name: &str) -> bool {
+    check_name(name).is_ok()
+}
+
 /// A status file stem must be a lowercase DNS label of at most 63 characters.
 fn check_name(name: &str) -> Result<(), StatusError> {
     let b = name.as_bytes();

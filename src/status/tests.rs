@@ -889,6 +889,10 @@ fn summary() -> SummaryStatus {
     SummaryStatus {
         commit: Some("abc123".into()),
         source_error: None,
+        last_request: Some(RequestSummary {
+            spec: Some("web-01".into()),
+            handled_at: t(T0),
+        }),
         specs: 3,
         ready: 2,
         stalled: 1,

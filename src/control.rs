@@ -1,0 +1,139 @@
+//! The daemon's control socket: `proxsync reconcile [NAME]` asks the running daemon to
+//! reconcile now. One line per request (`reconcile` or `reconcile NAME`), one line back
+//! (`ok ...` or `error ...`). The socket lives in `state_dir` (`control.sock`, mode 0660), so
+//! the daemon's group can use it and nobody else.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// The socket's file name inside `state_dir`.
+pub const SOCKET: &str = "control.sock";
+
+/// A request the daemon received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The spec to reconcile now, or `None` for every spec.
+    pub spec: Option<String>,
+}
+
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET)
+}
+
+/// Listens on the socket and forwards each valid request. Replaces a stale socket file.
+pub fn serve(state_dir: &Path, requests: mpsc::Sender<Request>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let path = socket_path(state_dir);
+    std::fs::create_dir_all(state_dir)?;
+    if path.exists() {
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    }
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                let _ = handle(stream, requests).await;
+            });
+        }
+    }))
+}
+
+async fn handle(stream: UnixStream, requests: mpsc::Sender<Request>) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    // A request is one short line; a client that sends nothing is dropped.
+    let mut reader = BufReader::new(read.take(1024));
+    let n = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
+        .await
+        .unwrap_or(Ok(0))?;
+    let reply = match parse(&line[..n.min(line.len())]) {
+        Ok(req) => {
+            let what = req.spec.clone().unwrap_or_else(|| "every spec".into());
+            match requests.send(req).await {
+                Ok(()) => format!("ok reconcile of {what} queued\n"),
+                Err(_) => "error the daemon is stopping\n".to_string(),
+            }
+        }
+        Err(e) => format!("error {e}\n"),
+    };
+    write.write_all(reply.as_bytes()).await
+}
+
+use tokio::io::AsyncReadExt;
+
+fn parse(line: &str) -> Result<Request, String> {
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("reconcile"), None, None) => Ok(Request { spec: None }),
+        (Some("reconcile"), Some(name), None) if crate::status::valid_name(name) => Ok(Request {
+            spec: Some(name.to_string()),
+        }),
+        (Some("reconcile"), Some(name), None) => Err(format!("{name:?} is not a spec name")),
+        _ => Err("expected `reconcile` or `reconcile NAME`".into()),
+    }
+}
+
+/// Sends a request to the running daemon and returns its answer.
+pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, String> {
+    let path = socket_path(state_dir);
+    let mut stream = UnixStream::connect(&path).await.map_err(|e| {
+        format!(
+            "cannot reach the daemon at {}: {e} (is `proxsync run` running, with this config's state_dir? \
+             `systemctl status proxsync`)",
+            path.display()
+        )
+    })?;
+    let line = match spec {
+        Some(name) => format!("reconcile {name}\n"),
+        None => "reconcile\n".to_string(),
+    };
+    stream.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(10), BufReader::new(stream).read_line(&mut reply))
+        .await
+        .map_err(|_| "the daemon did not answer within 10 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    match reply.trim_end().strip_prefix("ok ") {
+        Some(ok) => Ok(ok.to_string()),
+        None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse("reconcile\n"), Ok(Request { spec: None }));
+        assert_eq!(parse("reconcile web-01\n"), Ok(Request { spec: Some("web-01".into()) }));
+        assert!(parse("reconcile ../etc\n").is_err());
+        assert!(parse("delete everything\n").is_err());
+        assert!(parse("").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_request_reaches_the_daemon_and_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::channel(4);
+        let server = serve(dir.path(), tx).unwrap();
+        let answer = request(dir.path(), Some("web-01")).await.unwrap();
+        assert!(answer.contains("web-01"), "{answer}");
+        assert_eq!(rx.recv().await, Some(Request { spec: Some("web-01".into()) }));
+        let err = request(dir.path(), Some("Not/A/Name")).await.unwrap_err();
+        assert!(err.contains("not a spec name"), "{err}");
+        server.abort();
+        let gone = tempfile::tempdir().unwrap();
+        let err = request(gone.path(), None).await.unwrap_err();
+        assert!(err.contains("is `proxsync run` running"), "{err}");
+    }
+}
