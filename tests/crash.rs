@@ -15,7 +15,10 @@ use common::{FakePve, default_scenario};
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % bound
     }
 }
@@ -34,14 +37,21 @@ fn sigkill_at_random_moments_never_duplicates_or_orphans() {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let image = if i % 3 == 2 { "local:import/debian-12-genericcloud-amd64.qcow2" } else { "9000" };
+            let image = if i % 3 == 2 {
+                "local:import/debian-12-genericcloud-amd64.qcow2"
+            } else {
+                "9000"
+            };
             (format!("{n}.yaml"), spec(n, "pve1", image, ""))
         })
         .collect();
     let refs: Vec<(&str, String)> = files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     ws.commit_specs(&refs);
 
-    let seed = std::env::var("PROXSYNC_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261122);
+    let seed = std::env::var("PROXSYNC_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261122);
     let mut rng = Lcg(seed);
     let kills = 25;
     let mut progress = Vec::new();
@@ -62,13 +72,19 @@ fn sigkill_at_random_moments_never_duplicates_or_orphans() {
         let vms = pve.vms();
         for n in &names {
             let count = vms.iter().filter(|v| v["name"] == n.as_str()).count();
-            assert!(count <= 1, "round {round} (seed {seed}, kill after {delay} ms): {count} VMs named {n}");
+            assert!(
+                count <= 1,
+                "round {round} (seed {seed}, kill after {delay} ms): {count} VMs named {n}"
+            );
         }
         progress.push(vms.len());
     }
     // The kills really interrupted the work: it advanced over several rounds, not in one.
     let distinct: std::collections::BTreeSet<_> = progress.iter().collect();
-    assert!(distinct.len() >= 3, "kills landed mid-work (VM counts per round: {progress:?})");
+    assert!(
+        distinct.len() >= 3,
+        "kills landed mid-work (VM counts per round: {progress:?})"
+    );
 
     // Let it finish. A run whose last attempt failed backs off; a spec change resets that.
     let mut last = String::new();
@@ -80,7 +96,10 @@ fn sigkill_at_random_moments_never_duplicates_or_orphans() {
             ok = true;
             break;
         }
-        let nudged: Vec<(&str, String)> = refs.iter().map(|(n, t)| (*n, format!("{t}    tags: [f{round}]\n"))).collect();
+        let nudged: Vec<(&str, String)> = refs
+            .iter()
+            .map(|(n, t)| (*n, format!("{t}    tags: [f{round}]\n")))
+            .collect();
         ws.commit_specs(&nudged);
     }
     assert!(ok, "converges after the crashes (seed {seed}): {last}");
@@ -93,7 +112,11 @@ fn sigkill_at_random_moments_never_duplicates_or_orphans() {
         assert_eq!(s, "True", "{n}: {m}");
     }
     // Nothing else was created: the template plus one VM per spec.
-    assert_eq!(vms.len(), names.len() + 1, "no stray VMs (seed {seed}): {vms:?}");
+    assert_eq!(
+        vms.len(),
+        names.len() + 1,
+        "no stray VMs (seed {seed}): {vms:?}"
+    );
     let orphans = std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap_or_default();
     assert!(!orphans.contains("vmId"), "no orphans: {orphans}");
 }
