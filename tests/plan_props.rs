@@ -1,0 +1,1562 @@
+//! Property tests of the pure planner (`plan::plan`): determinism, convergence against an
+//! in-test model of what `execute` does to a cluster and to the state on success, and the
+//! safety rules of the planner's module documentation (PRODUCT.md §3-4).
+//!
+//! Everything is generated small: at most 8 specs, 2 nodes, one site `lab`, a few extra VMs
+//! (orphans, VMs that are not ours, templates). No network and no clock: time is `now_ms`.
+//!
+//! The `#[ignore]`d tests at the end pin planner bugs the properties found; they fail until
+//! the planner is fixed (`cargo test --test plan_props -- --ignored`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use proxsync::config::{OrphanPolicy, ReconcileConfig};
+use proxsync::observe::{ObservedVm, Power, SiteView};
+use proxsync::ownership::{Marker, ownership_tag};
+use proxsync::plan::{
+    Action, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan, record_vmid, spec_hash,
+};
+use proxsync::pve::types::ClusterHealth;
+use proxsync::spec::{DeletionPolicy, GIB, Image, MIB, Pos, PowerState, Spec};
+use proxsync::state::{ErrorRecord, Phase, SpecRecord};
+
+const INSTALL: &str = "main";
+const SITE: &str = "lab";
+const NODES: [&str; 2] = ["pve1", "pve2"];
+/// Tags a spec may ask for (sorted, as validation leaves them).
+const TAG_POOL: [&str; 3] = ["db", "tenant_acme", "web"];
+/// A tag a human added in the web UI.
+const HAND_TAG: &str = "keep-me";
+const CONFIG_HASH: &str = "cfg-1";
+/// Rounds of plan + apply allowed before the plan must be empty.
+const MAX_ROUNDS: usize = 3;
+
+fn owner_tag() -> String {
+    ownership_tag(INSTALL)
+}
+
+// ---- generated descriptions ----------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A valid spec in `desired`.
+    Desired,
+    /// A spec that failed validation: its name is in `invalid`.
+    Invalid,
+    /// The spec file was deleted: only a record (or a VM) is left.
+    Removed,
+}
+
+#[derive(Debug, Clone)]
+struct SpecGen {
+    node: usize,
+    cpu: u32,
+    mem_mib: u64,
+    disk_gib: u64,
+    running: bool,
+    tags: u8,
+    orphan_policy: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecKind {
+    Pending,
+    Exists,
+    Creating { upid: bool },
+}
+
+#[derive(Debug, Clone)]
+struct RecGen {
+    kind: RecKind,
+    /// The record's VMID is the entry's VM (when it has one); else a VMID nothing has.
+    points_at_vm: bool,
+    hash_current: bool,
+    applied_tags: u8,
+    applied_disk: bool,
+    uid_matches: bool,
+    /// For a create intent without a task id whose VM is not listed: the request did reach
+    /// PVE, and the VM appears later (convergence model only).
+    in_flight: bool,
+    /// `(next attempt relative to now, failure with the same inputs)`.
+    backoff: Option<(i64, bool)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkerGen {
+    /// This install, this spec.
+    Ours,
+    /// Read, none there.
+    Absent,
+    /// Not read (the engine could not, or did not need to).
+    Unread,
+    /// Another install's marker.
+    ForeignInstall,
+    /// This install, another spec that no longer exists.
+    OtherSpec,
+}
+
+#[derive(Debug, Clone)]
+struct VmGen {
+    node: usize,
+    power: Power,
+    tagged: bool,
+    marker: MarkerGen,
+    cpu_drift: bool,
+    mem_drift: bool,
+    name_drift: bool,
+    tags: u8,
+    hand_tag: bool,
+    disk_small: bool,
+    locked: bool,
+}
+
+#[derive(Debug, Clone)]
+struct EntryGen {
+    role: Role,
+    spec: SpecGen,
+    rec: Option<RecGen>,
+    vm: Option<VmGen>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExtraKind {
+    /// Our tag and a marker of this install naming a spec that is gone.
+    Orphan,
+    /// 0: no tag, no marker, named like a spec; 1: our tag, no marker; 2: our tag, another
+    /// install's marker; 3: no tag, another install's marker; 4: our tag, marker unread.
+    NotOurs(u8),
+    /// A template carrying our tag and a marker naming a spec.
+    Template,
+}
+
+#[derive(Debug, Clone)]
+struct ExtraGen {
+    kind: ExtraKind,
+    node: usize,
+    power: Power,
+    /// First seen this many ms before now.
+    seen_ago: Option<u64>,
+    locked: bool,
+    /// Which entry's name it borrows (for names and markers).
+    entry: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Globals {
+    quorate: bool,
+    online: [bool; 2],
+    reachable: bool,
+    complete: bool,
+    fraction: f64,
+    delete_orphans: bool,
+    grace_s: u64,
+    now_ms: u64,
+}
+
+fn power_strategy(unknown: u32) -> impl Strategy<Value = Power> {
+    prop_oneof![
+        3 => Just(Power::Running),
+        3 => Just(Power::Stopped),
+        unknown => Just(Power::Unknown),
+    ]
+}
+
+prop_compose! {
+    fn spec_gen()(
+        node in 0..2usize,
+        cpu in prop::sample::select(vec![1u32, 2, 4]),
+        mem_mib in prop::sample::select(vec![512u64, 1024, 2048]),
+        disk_gib in 2u64..=3,
+        running in prop::bool::weighted(0.7),
+        tags in 0u8..8,
+        orphan_policy in prop::bool::weighted(0.25),
+    ) -> SpecGen {
+        SpecGen { node, cpu, mem_mib, disk_gib, running, tags, orphan_policy }
+    }
+}
+
+prop_compose! {
+    fn rec_gen()(
+        kind in prop_oneof![
+            1 => Just(RecKind::Pending),
+            5 => Just(RecKind::Exists),
+            1 => any::<bool>().prop_map(|upid| RecKind::Creating { upid }),
+        ],
+        points_at_vm in prop::bool::weighted(0.85),
+        hash_current in prop::bool::weighted(0.7),
+        applied_tags in 0u8..8,
+        applied_disk in any::<bool>(),
+        uid_matches in prop::bool::weighted(0.9),
+        in_flight in any::<bool>(),
+        backoff in prop::option::weighted(0.2, (-60_000i64..600_000, any::<bool>())),
+    ) -> RecGen {
+        RecGen {
+            kind, points_at_vm, hash_current, applied_tags, applied_disk, uid_matches, in_flight,
+            backoff,
+        }
+    }
+}
+
+prop_compose! {
+    fn vm_gen()(
+        node in 0..2usize,
+        power in power_strategy(1),
+        tagged in prop::bool::weighted(0.85),
+        marker in prop_oneof![
+            8 => Just(MarkerGen::Ours),
+            1 => Just(MarkerGen::Absent),
+            1 => Just(MarkerGen::Unread),
+            1 => Just(MarkerGen::ForeignInstall),
+            1 => Just(MarkerGen::OtherSpec),
+        ],
+        cpu_drift in prop::bool::weighted(0.3),
+        mem_drift in prop::bool::weighted(0.3),
+        name_drift in prop::bool::weighted(0.15),
+        tags in 0u8..8,
+        hand_tag in prop::bool::weighted(0.25),
+        disk_small in prop::bool::weighted(0.2),
+        locked in prop::bool::weighted(0.1),
+    ) -> VmGen {
+        VmGen {
+            node, power, tagged, marker, cpu_drift, mem_drift, name_drift, tags, hand_tag,
+            disk_small, locked,
+        }
+    }
+}
+
+prop_compose! {
+    fn entry_gen()(
+        role in prop_oneof![
+            6 => Just(Role::Desired),
+            1 => Just(Role::Invalid),
+            2 => Just(Role::Removed),
+        ],
+        spec in spec_gen(),
+        rec in prop::option::weighted(0.75, rec_gen()),
+        vm in prop::option::weighted(0.75, vm_gen()),
+    ) -> EntryGen {
+        EntryGen { role, spec, rec, vm }
+    }
+}
+
+prop_compose! {
+    fn extra_gen()(
+        kind in prop_oneof![
+            3 => Just(ExtraKind::Orphan),
+            3 => (0u8..5).prop_map(ExtraKind::NotOurs),
+            1 => Just(ExtraKind::Template),
+        ],
+        node in 0..2usize,
+        power in power_strategy(1),
+        seen_ago in prop::option::weighted(0.6, prop::sample::select(vec![0u64, 1_000, 599_999, 600_000, 3_600_000])),
+        locked in prop::bool::weighted(0.1),
+        entry in 0..8usize,
+    ) -> ExtraGen {
+        ExtraGen { kind, node, power, seen_ago, locked, entry }
+    }
+}
+
+prop_compose! {
+    fn globals_gen()(
+        quorate in prop::bool::weighted(0.9),
+        online in [prop::bool::weighted(0.85), prop::bool::weighted(0.85)],
+        reachable in prop::bool::weighted(0.95),
+        complete in prop::bool::weighted(0.85),
+        fraction in prop::sample::select(vec![0.0f64, 0.25, 0.5, 1.0]),
+        delete_orphans in prop::bool::weighted(0.75),
+        grace_s in prop::sample::select(vec![0u64, 600]),
+        now_ms in 10_000_000u64..20_000_000,
+    ) -> Globals {
+        Globals { quorate, online, reachable, complete, fraction, delete_orphans, grace_s, now_ms }
+    }
+}
+
+type Gens = (Vec<EntryGen>, Vec<ExtraGen>, Globals);
+
+fn gens() -> impl Strategy<Value = Gens> {
+    (
+        prop::collection::vec(entry_gen(), 0..=8),
+        prop::collection::vec(extra_gen(), 0..=4),
+        globals_gen(),
+    )
+}
+
+// ---- the world: everything the planner reads ------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct World {
+    desired: Vec<Spec>,
+    roles: BTreeMap<String, Role>,
+    invalid: BTreeSet<String>,
+    complete: bool,
+    sites: BTreeMap<String, SiteView>,
+    records: BTreeMap<String, SpecRecord>,
+    orphans_seen: BTreeMap<(String, u32), u64>,
+    reconcile: ReconcileConfig,
+    now_ms: u64,
+    /// VMs whose create task is still running: not listed yet, they appear after the
+    /// current round unless `ResumeCreate` waited for them.
+    in_flight: BTreeMap<u32, ObservedVm>,
+}
+
+impl World {
+    fn input(&self) -> PlanInput<'_> {
+        PlanInput {
+            install_id: INSTALL,
+            desired: &self.desired,
+            invalid: &self.invalid,
+            complete: self.complete,
+            sites: &self.sites,
+            records: &self.records,
+            orphans_seen: &self.orphans_seen,
+            reconcile: &self.reconcile,
+            config_hash: CONFIG_HASH,
+            now_ms: self.now_ms,
+        }
+    }
+
+    fn view(&self) -> &SiteView {
+        &self.sites[SITE]
+    }
+
+    fn vms(&self) -> &BTreeMap<u32, ObservedVm> {
+        &self.view().vms
+    }
+
+    fn vms_mut(&mut self) -> &mut BTreeMap<u32, ObservedVm> {
+        &mut self.sites.get_mut(SITE).expect("the site").vms
+    }
+
+    fn node_healthy(&self, node: &str) -> bool {
+        self.view().node_healthy(node)
+    }
+
+    fn in_records(&self, vmid: u32) -> bool {
+        self.records
+            .values()
+            .any(|r| r.site == SITE && record_vmid(r) == Some(vmid))
+    }
+}
+
+fn entry_name(i: usize) -> String {
+    format!("vm-{i}")
+}
+
+fn tags_of(mask: u8) -> Vec<String> {
+    TAG_POOL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, t)| t.to_string())
+        .collect()
+}
+
+fn make_spec(name: &str, g: &SpecGen) -> Spec {
+    Spec {
+        name: name.to_string(),
+        file: format!("specs/{name}.yaml"),
+        pos: Pos::new(4, 9),
+        api_version: "proxsync.io/v1".to_string(),
+        tenant: None,
+        site: SITE.to_string(),
+        site_pos: Pos::START,
+        node: NODES[g.node].to_string(),
+        node_pos: Pos::START,
+        vm_name: name.to_string(),
+        cpu: g.cpu,
+        memory_mib: g.mem_mib,
+        disk_bytes: g.disk_gib * GIB,
+        storage: "local-lvm".to_string(),
+        network: "vmbr0".to_string(),
+        image: Image::Template { vmid: 9000 },
+        image_pos: Pos::START,
+        user_data: None,
+        power_state: if g.running {
+            PowerState::Running
+        } else {
+            PowerState::Stopped
+        },
+        tags: tags_of(g.tags),
+        deletion_policy: if g.orphan_policy {
+            DeletionPolicy::Orphan
+        } else {
+            DeletionPolicy::Delete
+        },
+    }
+}
+
+fn sorted_tags(tags: impl IntoIterator<Item = String>) -> Vec<String> {
+    tags.into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
+    ObservedVm {
+        vmid,
+        node: node.to_string(),
+        name: Some(name.to_string()),
+        power,
+        tags: Vec::new(),
+        cpus: Some(2),
+        memory_bytes: Some(1024 * MIB),
+        disk_bytes: Some(2 * GIB),
+        lock: None,
+        template: false,
+        marker: None,
+        marker_read: true,
+    }
+}
+
+fn uid_of(name: &str) -> String {
+    format!("uid-{name}")
+}
+
+/// Builds a world. With `conv`, the start state of the convergence property: every node
+/// healthy, the site reachable, the spec set complete, no backoff, no lock, no unknown power,
+/// every marker read, and each record's VM carrying its spec's marker.
+fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> World {
+    let mut desired = Vec::new();
+    let mut roles = BTreeMap::new();
+    let mut invalid = BTreeSet::new();
+    let mut records = BTreeMap::new();
+    let mut vms = BTreeMap::new();
+    let now = g.now_ms;
+
+    for (i, e) in entries.iter().enumerate() {
+        let name = entry_name(i);
+        let spec = make_spec(&name, &e.spec);
+        roles.insert(name.clone(), e.role);
+        match e.role {
+            Role::Desired => desired.push(spec.clone()),
+            Role::Invalid => {
+                invalid.insert(name.clone());
+            }
+            Role::Removed => {}
+        }
+        let vm_id = 100 + i as u32;
+        let missing_id = 500 + i as u32;
+        let vm_has_marker = e.vm.as_ref().is_some_and(|v| {
+            matches!(v.marker, MarkerGen::Ours)
+                || conv && matches!(v.marker, MarkerGen::Unread | MarkerGen::OtherSpec)
+        });
+        // In the convergence start state, a create in flight is for the VM that is there: a
+        // create intent for a VMID nothing has while another VM already carries the spec's
+        // marker only follows an earlier duplicate create (see the unread-marker tests at the
+        // end), and `ResumeCreate` then creates a second VM by design.
+        let rec_points_at_vm = e.vm.is_some()
+            && e.rec.as_ref().is_some_and(|r| match r.kind {
+                RecKind::Pending => false,
+                RecKind::Exists => r.points_at_vm,
+                RecKind::Creating { .. } => r.points_at_vm || (conv && vm_has_marker),
+            });
+
+        if let Some(v) = &e.vm {
+            let mut marker = v.marker;
+            let mut tagged = v.tagged;
+            let mut power = v.power;
+            if conv {
+                if power == Power::Unknown {
+                    power = Power::Stopped;
+                }
+                if marker == MarkerGen::Unread || marker == MarkerGen::OtherSpec {
+                    marker = MarkerGen::Ours;
+                }
+                if rec_points_at_vm {
+                    marker = MarkerGen::Ours;
+                }
+                if marker != MarkerGen::Ours && marker != MarkerGen::Absent {
+                    // Another install's VM does not carry our tag.
+                    tagged = false;
+                }
+            }
+            let mut tags: BTreeSet<String> = tags_of(v.tags).into_iter().collect();
+            if tagged {
+                tags.insert(owner_tag());
+            }
+            if v.hand_tag {
+                tags.insert(HAND_TAG.to_string());
+            }
+            let mut vm = blank_vm(
+                vm_id,
+                NODES[v.node],
+                if v.name_drift { "renamed" } else { &name },
+                power,
+            );
+            vm.tags = tags.into_iter().collect();
+            vm.cpus = Some(u64::from(spec.cpu) + u64::from(v.cpu_drift));
+            vm.memory_bytes = Some((spec.memory_mib + if v.mem_drift { 256 } else { 0 }) * MIB);
+            vm.disk_bytes = Some(if v.disk_small { GIB } else { spec.disk_bytes });
+            vm.lock = (v.locked && !conv).then(|| "backup".to_string());
+            let (m, read) = match marker {
+                MarkerGen::Ours => (Some((INSTALL, name.clone())), true),
+                MarkerGen::Absent => (None, true),
+                MarkerGen::Unread => (None, false),
+                MarkerGen::ForeignInstall => (Some(("other", name.clone())), true),
+                MarkerGen::OtherSpec => (Some((INSTALL, format!("gone-{i}"))), true),
+            };
+            vm.marker = m.map(|(install, spec)| Marker {
+                install: install.to_string(),
+                uid: uid_of(&spec),
+                spec,
+            });
+            vm.marker_read = read;
+            vms.insert(vm_id, vm);
+        }
+
+        if let Some(r) = &e.rec {
+            let target = if rec_points_at_vm { vm_id } else { missing_id };
+            let mut rec = SpecRecord {
+                uid: if r.uid_matches || conv {
+                    uid_of(&name)
+                } else {
+                    "uid-stale".to_string()
+                },
+                site: SITE.to_string(),
+                node: spec.node.clone(),
+                applied_hash: Some(if r.hash_current {
+                    spec_hash(&spec)
+                } else {
+                    "0000stale0000".to_string()
+                }),
+                applied_tags: tags_of(r.applied_tags),
+                applied_disk_bytes: r.applied_disk.then_some(spec.disk_bytes),
+                orphan_on_delete: spec.deletion_policy == DeletionPolicy::Orphan,
+                ..SpecRecord::default()
+            };
+            match r.kind {
+                RecKind::Pending => {}
+                RecKind::Exists => {
+                    rec.vmid = Some(target);
+                    rec.phase = Phase::Exists;
+                    rec.provisioned = true;
+                }
+                RecKind::Creating { upid } => {
+                    // A VM being created is on the node of the intent (it holds a lock until
+                    // the create ends, so it cannot have been migrated).
+                    let node = match &e.vm {
+                        Some(v) if rec_points_at_vm => NODES[v.node].to_string(),
+                        _ => spec.node.clone(),
+                    };
+                    rec.phase = Phase::Creating {
+                        vmid: target,
+                        node: node.clone(),
+                        upid: upid.then(|| {
+                            format!(
+                                "UPID:{node}:0000AAAA:0000BBBB:00000000:qmclone:{target}:root@pam:"
+                            )
+                        }),
+                    };
+                }
+            }
+            if let Some((offset, same)) = r.backoff
+                && !conv
+            {
+                rec.attempts = 2;
+                rec.next_attempt_ms = Some(now.saturating_add_signed(offset));
+                rec.last_error = Some(ErrorRecord {
+                    category: "ProxmoxError".to_string(),
+                    message: "500 internal error".to_string(),
+                    at_ms: now.saturating_sub(1_000),
+                    inputs: if same {
+                        inputs_hash(&spec, CONFIG_HASH)
+                    } else {
+                        "older-inputs".to_string()
+                    },
+                    needs_human: false,
+                });
+            }
+            records.insert(name.clone(), rec);
+        }
+    }
+
+    let mut in_flight = BTreeMap::new();
+    if conv {
+        for (i, e) in entries.iter().enumerate() {
+            let Some(r) = &e.rec else { continue };
+            let vmid = 500 + i as u32;
+            if let Some(Phase::Creating { vmid: id, node, upid: None }) =
+                records.get(&entry_name(i)).map(|r| &r.phase)
+                && *id == vmid
+                && r.in_flight
+                // A removed spec's create in flight is lost from sight: the ignored
+                // `a_create_in_flight_of_a_removed_spec_is_not_lost` pins that planner bug.
+                && e.role != Role::Removed
+            {
+                // A clone: the marker is in the description, the tags come later.
+                let name = entry_name(i);
+                let mut vm = blank_vm(vmid, node, &name, Power::Stopped);
+                vm.marker = Some(Marker {
+                    install: INSTALL.to_string(),
+                    spec: name.clone(),
+                    uid: records[&name].uid.clone(),
+                });
+                in_flight.insert(vmid, vm);
+            }
+        }
+    }
+    let mut orphans_seen = BTreeMap::new();
+    for (j, x) in extras.iter().enumerate() {
+        let vmid = 200 + j as u32;
+        let borrowed = entry_name(x.entry);
+        let power = if conv && x.power == Power::Unknown {
+            Power::Running
+        } else {
+            x.power
+        };
+        let mut vm = blank_vm(vmid, NODES[x.node], &borrowed, power);
+        vm.lock = (x.locked && !conv).then(|| "backup".to_string());
+        let marker = |install: &str, spec: &str| {
+            Some(Marker {
+                install: install.to_string(),
+                spec: spec.to_string(),
+                uid: format!("uid-extra-{j}"),
+            })
+        };
+        match x.kind {
+            ExtraKind::Orphan => {
+                vm.name = Some(format!("old-{j}"));
+                vm.tags = vec![owner_tag()];
+                vm.marker = marker(INSTALL, &format!("gone-x{j}"));
+            }
+            ExtraKind::NotOurs(k) => match k {
+                0 => {}
+                1 => vm.tags = vec![owner_tag()],
+                2 => {
+                    vm.tags = vec![owner_tag()];
+                    vm.marker = marker("other", &borrowed);
+                }
+                3 => vm.marker = marker("other", &borrowed),
+                _ => {
+                    vm.tags = vec![owner_tag()];
+                    vm.marker_read = conv;
+                }
+            },
+            ExtraKind::Template => {
+                vm.template = true;
+                vm.power = Power::Stopped;
+                vm.tags = vec![owner_tag()];
+                vm.marker = marker(INSTALL, &borrowed);
+            }
+        }
+        if let Some(ago) = x.seen_ago {
+            orphans_seen.insert((SITE.to_string(), vmid), g.now_ms - ago);
+        }
+        vms.insert(vmid, vm);
+    }
+
+    let health = ClusterHealth {
+        quorate: g.quorate || conv,
+        nodes: NODES
+            .iter()
+            .zip(g.online)
+            .map(|(n, on)| (n.to_string(), on || conv))
+            .collect(),
+    };
+    let view = SiteView {
+        name: SITE.to_string(),
+        error: (!g.reachable && !conv).then(|| "connection refused".to_string()),
+        health,
+        vms,
+    };
+    World {
+        desired,
+        roles,
+        invalid,
+        complete: g.complete || conv,
+        sites: [(SITE.to_string(), view)].into(),
+        records,
+        orphans_seen,
+        reconcile: ReconcileConfig {
+            orphans: if g.delete_orphans {
+                OrphanPolicy::DeleteStopped
+            } else {
+                OrphanPolicy::Report
+            },
+            orphan_grace: Duration::from_secs(g.grace_s),
+            max_delete_fraction: if conv { 1.0 } else { g.fraction },
+            ..ReconcileConfig::default()
+        },
+        now_ms: g.now_ms,
+        in_flight,
+    }
+}
+
+// ---- the simulator: what `execute` does on success ------------------------------------------
+
+struct Sim {
+    world: World,
+    next_vmid: u32,
+    /// Actions `execute` would refuse (a VM without the expected marker): recorded, and the
+    /// convergence property requires there are none.
+    conflicts: Vec<String>,
+}
+
+fn marker_is(vm: &ObservedVm, spec: &str) -> bool {
+    vm.marker
+        .as_ref()
+        .is_some_and(|m| m.install == INSTALL && m.spec == spec)
+}
+
+impl Sim {
+    fn new(world: World) -> Sim {
+        Sim {
+            world,
+            next_vmid: 1000,
+            conflicts: Vec::new(),
+        }
+    }
+
+    fn spec(&self, name: &str) -> Spec {
+        self.world
+            .desired
+            .iter()
+            .find(|s| s.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("an action for spec {name}, which is not desired"))
+    }
+
+    fn fresh_vmid(&mut self) -> u32 {
+        let id = self.next_vmid;
+        self.next_vmid += 1;
+        id
+    }
+
+    /// `create`/`send_create`/`finish_create`: the VM with the marker, then `created`, then
+    /// `converge`.
+    fn create_at(&mut self, spec: &Spec, mut rec: SpecRecord, vmid: u32, node: &str) {
+        if rec.uid.is_empty() {
+            rec.uid = format!("uid-{}-new{vmid}", spec.name);
+        }
+        rec.site = SITE.to_string();
+        rec.node = spec.node.clone();
+        rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
+        let mut vm = blank_vm(vmid, node, &spec.vm_name, Power::Stopped);
+        vm.tags = sorted_tags(
+            spec.tags
+                .iter()
+                .cloned()
+                .chain(std::iter::once(owner_tag())),
+        );
+        vm.cpus = Some(u64::from(spec.cpu));
+        vm.memory_bytes = Some(spec.memory_mib * MIB);
+        vm.disk_bytes = Some(spec.disk_bytes);
+        vm.marker = Some(Marker {
+            install: INSTALL.to_string(),
+            spec: spec.name.clone(),
+            uid: rec.uid.clone(),
+        });
+        let existing = self.world.vms_mut().insert(vmid, vm);
+        assert!(existing.is_none(), "a create over existing VM {vmid}");
+        rec.vmid = Some(vmid);
+        rec.phase = Phase::Exists;
+        rec.provisioned = true;
+        self.converge(spec, rec, vmid);
+    }
+
+    /// `converge`: identity first, then the declared fields; the record as applied.
+    fn converge(&mut self, spec: &Spec, mut rec: SpecRecord, vmid: u32) {
+        let vms = self.world.vms_mut();
+        let Some(vm) = vms.get_mut(&vmid).filter(|vm| marker_is(vm, &spec.name)) else {
+            self.conflicts
+                .push(format!("converge {} on VM {vmid}: not its VM", spec.name));
+            rec.vmid = None;
+            rec.phase = Phase::Pending;
+            self.world.records.insert(spec.name.clone(), rec);
+            return;
+        };
+        vm.name = Some(spec.vm_name.clone());
+        vm.cpus = Some(u64::from(spec.cpu));
+        vm.memory_bytes = Some(spec.memory_mib * MIB);
+        vm.tags = merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag());
+        rec.applied_tags = spec.tags.clone();
+        if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
+            && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+        {
+            vm.disk_bytes = Some(spec.disk_bytes);
+            rec.applied_disk_bytes = Some(spec.disk_bytes);
+        }
+        vm.power = match spec.power_state {
+            PowerState::Running => Power::Running,
+            PowerState::Stopped => Power::Stopped,
+        };
+        rec.reboot_pending.clear();
+        rec.applied_hash = Some(spec_hash(spec));
+        rec.vmid = Some(vmid);
+        rec.phase = Phase::Exists;
+        rec.provisioned = true;
+        rec.attempts = 0;
+        rec.next_attempt_ms = None;
+        rec.last_error = None;
+        self.world.records.insert(spec.name.clone(), rec);
+    }
+
+    fn apply(&mut self, action: &Action) {
+        match action {
+            Action::Create { spec, node, .. } => {
+                let spec = self.spec(spec);
+                assert_eq!(node, &spec.node, "a create on another node than the spec's");
+                let rec = self
+                    .world
+                    .records
+                    .get(&spec.name)
+                    .cloned()
+                    .unwrap_or_default();
+                let vmid = self.fresh_vmid();
+                self.create_at(&spec, rec, vmid, &spec.node);
+            }
+            Action::ResumeCreate {
+                spec, vmid, node, ..
+            } => {
+                let spec = self.spec(spec);
+                let rec = self.world.records[&spec.name].clone();
+                let found = self
+                    .world
+                    .vms()
+                    .get(vmid)
+                    .map(|vm| marker_is(vm, &spec.name));
+                match found {
+                    // The create had gone through: `created`, then `converge`.
+                    Some(true) => self.converge(&spec, rec, *vmid),
+                    // Another VM holds that id: abandon, create anew.
+                    Some(false) => {
+                        let mut rec = rec;
+                        rec.phase = Phase::Pending;
+                        rec.vmid = None;
+                        let fresh = self.fresh_vmid();
+                        self.create_at(&spec, rec, fresh, &spec.node);
+                    }
+                    // The task finishes: the VM appears with the recorded id.
+                    // The task finishes (if it was running, execute waits for it): the VM
+                    // appears with the recorded id.
+                    None => {
+                        self.world.in_flight.remove(vmid);
+                        self.create_at(&spec, rec, *vmid, node);
+                    }
+                }
+            }
+            Action::Adopt { spec, vmid, .. } => {
+                let spec = self.spec(spec);
+                let Some(vm) = self
+                    .world
+                    .vms()
+                    .get(vmid)
+                    .filter(|vm| marker_is(vm, &spec.name))
+                else {
+                    self.conflicts
+                        .push(format!("adopt {} of VM {vmid}: no marker", spec.name));
+                    return;
+                };
+                let mut rec = self
+                    .world
+                    .records
+                    .get(&spec.name)
+                    .cloned()
+                    .unwrap_or_default();
+                rec.uid = vm.marker.as_ref().expect("marker").uid.clone();
+                rec.site = SITE.to_string();
+                rec.node = vm.node.clone();
+                rec.vmid = Some(*vmid);
+                rec.phase = Phase::Exists;
+                rec.provisioned = true;
+                rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
+                self.converge(&spec, rec, *vmid);
+            }
+            Action::Converge { spec, vmid, .. } => {
+                let spec = self.spec(spec);
+                let rec = self
+                    .world
+                    .records
+                    .get(&spec.name)
+                    .cloned()
+                    .unwrap_or_default();
+                self.converge(&spec, rec, *vmid);
+            }
+            Action::Remove {
+                spec,
+                vmid,
+                release,
+                ..
+            } => {
+                let tag = owner_tag();
+                let vms = self.world.vms_mut();
+                let ours = vms.get(vmid).filter(|vm| marker_is(vm, spec));
+                // Not ours (or gone): the record is forgotten, the VM not touched.
+                if let Some(vm) = ours {
+                    if vm.lock.is_some() {
+                        return;
+                    }
+                    if *release {
+                        let vm = vms.get_mut(vmid).expect("listed");
+                        vm.tags.retain(|t| *t != tag);
+                        vm.marker = None;
+                    } else {
+                        vms.remove(vmid);
+                    }
+                }
+                self.world.records.remove(spec);
+            }
+            Action::Forget { spec } => {
+                self.world.records.remove(spec);
+            }
+            Action::DeleteOrphan { vmid, .. } => {
+                let vms = self.world.vms_mut();
+                let ours = vms
+                    .get(vmid)
+                    .is_some_and(|vm| vm.owned_by(INSTALL) && vm.lock.is_none());
+                if ours {
+                    vms.remove(vmid);
+                } else {
+                    self.conflicts
+                        .push(format!("delete orphan {vmid}: not an unlocked VM of ours"));
+                }
+            }
+        }
+    }
+}
+
+// ---- helpers for the checks ----------------------------------------------------------------
+
+fn action_vmid(a: &Action) -> Option<u32> {
+    match a {
+        Action::ResumeCreate { vmid, .. }
+        | Action::Adopt { vmid, .. }
+        | Action::Converge { vmid, .. }
+        | Action::Remove { vmid, .. }
+        | Action::DeleteOrphan { vmid, .. } => Some(*vmid),
+        Action::Create { .. } | Action::Forget { .. } => None,
+    }
+}
+
+fn is_delete(a: &Action) -> bool {
+    matches!(a, Action::Remove { release: false, .. })
+}
+
+/// Specs carrying their marker on more than one (non-template) VM.
+fn duplicates(w: &World) -> Vec<(String, Vec<u32>)> {
+    let mut by_spec: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for vm in w.vms().values().filter(|vm| !vm.template) {
+        if let Some(m) = vm.marker.as_ref().filter(|m| m.install == INSTALL) {
+            by_spec.entry(m.spec.clone()).or_default().push(vm.vmid);
+        }
+    }
+    by_spec.into_iter().filter(|(_, v)| v.len() > 1).collect()
+}
+
+/// The removed specs whose VM a correct planner may delete this cycle (before the valves).
+fn delete_candidates(w: &World) -> Vec<String> {
+    if !w.complete || !w.view().reachable() {
+        return Vec::new();
+    }
+    let desired: BTreeSet<&str> = w.desired.iter().map(|s| s.name.as_str()).collect();
+    w.records
+        .iter()
+        .filter(|(name, r)| {
+            !desired.contains(name.as_str())
+                && !w.invalid.contains(*name)
+                && r.site == SITE
+                && !r.orphan_on_delete
+                && record_vmid(r)
+                    .and_then(|id| w.vms().get(&id))
+                    .is_some_and(|vm| !vm.is_unknown() && w.node_healthy(&vm.node))
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// VMs carrying this install's marker that nothing accounts for: no record, no desired or
+/// invalid spec of that name, and not reported as an orphan. Nobody will ever see them.
+fn unaccounted(w: &World, p: &Plan) -> BTreeSet<u32> {
+    let desired: BTreeSet<&str> = w.desired.iter().map(|s| s.name.as_str()).collect();
+    w.vms()
+        .values()
+        .filter(|vm| !vm.template && !w.in_records(vm.vmid))
+        .filter(|vm| {
+            vm.marker.as_ref().is_some_and(|m| {
+                m.install == INSTALL
+                    && !desired.contains(m.spec.as_str())
+                    && !w.invalid.contains(&m.spec)
+            })
+        })
+        .filter(|vm| !p.orphans.iter().any(|o| o.vmid == vm.vmid))
+        .map(|vm| vm.vmid)
+        .collect()
+}
+
+fn managed(w: &World) -> usize {
+    w.records
+        .values()
+        .filter(|r| record_vmid(r).is_some())
+        .count()
+}
+
+fn shuffled(specs: &[Spec], keys: &[u32]) -> Vec<Spec> {
+    let mut keyed: Vec<(u32, usize, Spec)> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (keys.get(i).copied().unwrap_or(0), i, s.clone()))
+        .collect();
+    keyed.sort_by_key(|(k, i, _)| (*k, std::cmp::Reverse(*i)));
+    keyed.into_iter().map(|(_, _, s)| s).collect()
+}
+
+/// Runs plan + apply until the plan is empty. Returns the final plan and the rounds applied.
+fn converge_world(sim: &mut Sim) -> Result<(Plan, usize), TestCaseError> {
+    for round in 0..=MAX_ROUNDS {
+        let p = plan(&sim.world.input());
+        let dups = duplicates(&sim.world);
+        prop_assert!(dups.is_empty(), "round {round}: duplicates {dups:?}");
+        if p.actions.is_empty() && sim.world.in_flight.is_empty() {
+            return Ok((p, round));
+        }
+        prop_assert!(
+            round < MAX_ROUNDS,
+            "still acting after {MAX_ROUNDS} rounds: {:?}",
+            p.actions
+        );
+        for a in &p.actions {
+            sim.apply(a);
+            let dups = duplicates(&sim.world);
+            prop_assert!(dups.is_empty(), "after {a:?}: duplicates {dups:?}");
+        }
+        sim.world.orphans_seen = p.orphans_seen.clone();
+        // Create tasks still running finish now.
+        let finished = std::mem::take(&mut sim.world.in_flight);
+        for (vmid, vm) in finished {
+            prop_assert!(sim.world.vms_mut().insert(vmid, vm).is_none());
+        }
+        sim.world.now_ms += 1_000;
+    }
+    unreachable!()
+}
+
+// ---- the properties ------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        // Failures are reported with their minimal input; no regression files are written.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// 1. The same input gives the same plan, whatever the order of the specs.
+    #[test]
+    fn plan_is_deterministic_and_order_independent(
+        (entries, extras, g) in gens(),
+        keys in prop::collection::vec(any::<u32>(), 8),
+    ) {
+        let w = build(&entries, &extras, &g, false);
+        let a = plan(&w.input());
+        let b = plan(&w.input());
+        prop_assert_eq!(&a, &b);
+
+        let mut w2 = w.clone();
+        w2.desired = shuffled(&w.desired, &keys);
+        let c = plan(&w2.input());
+        let sorted = |p: &Plan| {
+            let mut v = p.actions.clone();
+            v.sort();
+            v
+        };
+        prop_assert_eq!(sorted(&a), sorted(&c));
+        prop_assert_eq!(&a.verdicts, &c.verdicts);
+        prop_assert_eq!(&a.refused, &c.refused);
+        prop_assert_eq!(&a.orphans, &c.orphans);
+        prop_assert_eq!(&a.orphans_seen, &c.orphans_seen);
+    }
+
+    /// 2 and 3. From drifted, half-lost, half-removed states, plan + apply reaches an empty
+    /// plan within MAX_ROUNDS, never with two VMs for a spec, with every desired spec up to
+    /// date; a later plan is empty too (but for orphans whose grace has now run out).
+    #[test]
+    fn plan_and_apply_converges((entries, extras, g) in gens(), later in 0u64..2_000_000) {
+        let start = build(&entries, &extras, &g, true);
+        let dups = duplicates(&start);
+        prop_assert!(dups.is_empty(), "generator made duplicates {:?}", dups);
+        // VMs a correct run never touches: not carrying this install's marker and unknown to
+        // the state, and those of invalid specs.
+        let untouchable: BTreeMap<u32, ObservedVm> = start
+            .vms()
+            .values()
+            .filter(|vm| {
+                let ours = vm.marker.as_ref().is_some_and(|m| m.install == INSTALL);
+                let invalid_spec = vm
+                    .marker
+                    .as_ref()
+                    .is_some_and(|m| m.install == INSTALL && start.invalid.contains(&m.spec));
+                vm.template || invalid_spec || (!ours && !start.in_records(vm.vmid))
+            })
+            .map(|vm| (vm.vmid, vm.clone()))
+            .collect();
+        let invalid_records: BTreeMap<String, SpecRecord> = start
+            .records
+            .iter()
+            .filter(|(n, _)| start.invalid.contains(*n))
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+
+        let hidden_at_start = unaccounted(&start, &plan(&start.input()));
+        let mut sim = Sim::new(start);
+        let (last, rounds) = converge_world(&mut sim)?;
+        prop_assert!(sim.conflicts.is_empty(), "execute would refuse: {:?}", sim.conflicts);
+        prop_assert!(rounds <= MAX_ROUNDS);
+
+        let w = &sim.world;
+        for spec in &w.desired {
+            let verdict = last.verdicts.get(&spec.name);
+            let Some(Verdict::UpToDate { vmid }) = verdict else {
+                return Err(TestCaseError::fail(format!("{}: {verdict:?}", spec.name)));
+            };
+            let vm = &w.vms()[vmid];
+            prop_assert!(marker_is(vm, &spec.name), "{vm:?}");
+            prop_assert!(vm.has_tag(&owner_tag()), "{vm:?}");
+            prop_assert!(spec.tags.iter().all(|t| vm.has_tag(t)), "{vm:?}");
+            prop_assert_eq!(vm.cpus, Some(u64::from(spec.cpu)));
+            prop_assert_eq!(vm.memory_bytes, Some(spec.memory_mib * MIB));
+            prop_assert_eq!(vm.name.as_deref(), Some(spec.vm_name.as_str()));
+            let want = if spec.power_state == PowerState::Running { Power::Running } else { Power::Stopped };
+            prop_assert_eq!(vm.power, want);
+            prop_assert_eq!(w.records[&spec.name].vmid, Some(*vmid));
+        }
+        // Removed specs are gone from the state (the valves cannot refuse: fraction 1.0),
+        // unless the desired set is empty, when deletes are refused and the records stay.
+        if !(w.desired.is_empty() && w.invalid.is_empty()) {
+            for name in w.records.keys() {
+                prop_assert!(
+                    w.roles.get(name) != Some(&Role::Removed),
+                    "record of removed spec {} kept", name
+                );
+            }
+        }
+        for (vmid, vm) in &untouchable {
+            prop_assert_eq!(w.vms().get(vmid), Some(vm), "VM {} was touched", vmid);
+        }
+        for (name, rec) in &invalid_records {
+            prop_assert_eq!(w.records.get(name), Some(rec));
+        }
+        // No VM of ours was lost from sight on the way.
+        let hidden = unaccounted(w, &last);
+        prop_assert!(
+            hidden.is_subset(&hidden_at_start),
+            "VMs of ours nobody accounts for: {:?}", hidden
+        );
+
+        // 3. Empty after convergence, later: only orphans whose grace ended in between.
+        let mut w2 = sim.world.clone();
+        w2.orphans_seen = last.orphans_seen.clone();
+        w2.now_ms += later;
+        let again = plan(&w2.input());
+        for a in &again.actions {
+            let Action::DeleteOrphan { vmid, .. } = a else {
+                return Err(TestCaseError::fail(format!("after convergence: {a:?}")));
+            };
+            let due = last
+                .orphans
+                .iter()
+                .find(|o| o.vmid == *vmid)
+                .and_then(|o| o.disposition.strip_prefix("delete after "))
+                .and_then(|t| t.parse::<u64>().ok());
+            prop_assert!(due.is_some_and(|t| t <= w2.now_ms), "{a:?} was not pending: {:?}", last.orphans);
+        }
+        for spec in &w2.desired {
+            prop_assert!(
+                matches!(again.verdicts.get(&spec.name), Some(Verdict::UpToDate { .. })),
+                "{}: {:?}", spec.name, again.verdicts.get(&spec.name)
+            );
+        }
+        let mut sim2 = Sim::new(w2);
+        for a in &again.actions {
+            sim2.apply(a);
+        }
+        sim2.world.orphans_seen = again.orphans_seen.clone();
+        let after = plan(&sim2.world.input());
+        prop_assert!(after.actions.is_empty(), "{:?}", after.actions);
+    }
+
+    /// 4a. An invalid spec's VM is never the subject of an action.
+    #[test]
+    fn invalid_specs_are_left_alone((entries, extras, g) in gens()) {
+        let w = build(&entries, &extras, &g, false);
+        let p = plan(&w.input());
+        for name in &w.invalid {
+            let mut theirs: BTreeSet<u32> = w
+                .vms()
+                .values()
+                .filter(|vm| marker_is(vm, name))
+                .map(|vm| vm.vmid)
+                .collect();
+            theirs.extend(w.records.get(name).and_then(record_vmid));
+            for a in &p.actions {
+                prop_assert!(a.spec() != Some(name.as_str()), "{a:?} for invalid {name}");
+                prop_assert!(
+                    action_vmid(a).is_none_or(|id| !theirs.contains(&id)),
+                    "{a:?} touches a VM of invalid {name}"
+                );
+            }
+            prop_assert_eq!(p.verdicts.get(name), Some(&Verdict::Invalid));
+        }
+    }
+
+    /// 4b. When the spec set is incomplete nothing is treated as removed.
+    #[test]
+    fn incomplete_spec_set_removes_nothing((entries, extras, g) in gens()) {
+        let mut w = build(&entries, &extras, &g, false);
+        w.complete = false;
+        let p = plan(&w.input());
+        for a in &p.actions {
+            prop_assert!(
+                !matches!(a, Action::Remove { .. } | Action::Forget { .. }),
+                "{a:?} with an incomplete spec set"
+            );
+        }
+        // And with the same input complete, the planner does remove (the property is not
+        // vacuous): every delete candidate is either planned or refused by a valve.
+        w.complete = true;
+        let full = plan(&w.input());
+        let removed: BTreeSet<&str> = full
+            .actions
+            .iter()
+            .filter(|a| is_delete(a))
+            .filter_map(Action::spec)
+            .collect();
+        for name in delete_candidates(&w) {
+            prop_assert!(removed.contains(name.as_str()) || !full.refused.is_empty());
+        }
+    }
+
+    /// 4c. Nothing is planned on an unhealthy node (offline, or no quorum), and no action
+    /// names a VM listed on one.
+    #[test]
+    fn unhealthy_nodes_are_not_touched(
+        (entries, extras, mut g) in gens(),
+        offline in 0..2usize,
+    ) {
+        g.online[offline] = false;
+        let w = build(&entries, &extras, &g, false);
+        let p = plan(&w.input());
+        let unhealthy: BTreeSet<&str> =
+            NODES.iter().copied().filter(|n| !w.node_healthy(n)).collect();
+        prop_assert!(unhealthy.contains(NODES[offline]));
+        for a in &p.actions {
+            if let Some((_, node)) = a.node() {
+                prop_assert!(!unhealthy.contains(node), "{a:?} on unhealthy {node}");
+            }
+            // `Adopt` names no node; that it is planned for a VM on an unhealthy node is a
+            // planner bug, pinned by the ignored `no_adopt_on_an_unhealthy_node`.
+            if let Some(vm) = action_vmid(a).and_then(|id| w.vms().get(&id))
+                && !matches!(a, Action::Adopt { .. })
+            {
+                prop_assert!(!unhealthy.contains(vm.node.as_str()), "{a:?}: VM on unhealthy {}", vm.node);
+            }
+        }
+    }
+
+    /// 4d. A VM that is not ours and that no record maps is never acted on. "Ours" needs a
+    /// marker of this install; a VM with our marker but without our tag (a clone that crashed
+    /// before its tags were set) may only be adopted, and only by the spec its marker names.
+    /// Templates are never acted on.
+    #[test]
+    fn foreign_vms_are_never_touched((entries, extras, g) in gens()) {
+        let w = build(&entries, &extras, &g, false);
+        let p = plan(&w.input());
+        let desired: BTreeSet<&str> = w.desired.iter().map(|s| s.name.as_str()).collect();
+        for vm in w.vms().values() {
+            let acts: Vec<&Action> =
+                p.actions.iter().filter(|a| action_vmid(a) == Some(vm.vmid)).collect();
+            if vm.template {
+                prop_assert!(acts.is_empty(), "template {}: {acts:?}", vm.vmid);
+                continue;
+            }
+            if w.in_records(vm.vmid) {
+                continue;
+            }
+            let our_marker = vm.marker.as_ref().filter(|m| m.install == INSTALL);
+            match our_marker {
+                None => prop_assert!(acts.is_empty(), "VM {} is not ours: {acts:?}", vm.vmid),
+                Some(m) if !vm.has_tag(&owner_tag()) => {
+                    for a in &acts {
+                        let ok = matches!(a, Action::Adopt { spec, .. } if *spec == m.spec)
+                            && desired.contains(m.spec.as_str());
+                        prop_assert!(ok, "untagged VM {}: {a:?}", vm.vmid);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// 4e. With an empty desired set, no VM is deleted and the refusal says why.
+    #[test]
+    fn empty_desired_set_deletes_nothing(
+        (entries, extras, g) in gens(),
+        running in any::<bool>(),
+    ) {
+        let mut w = build(&entries, &extras, &g, false);
+        w.desired.clear();
+        w.invalid.clear();
+        w.complete = true;
+        if let Some(view) = w.sites.get_mut(SITE) {
+            view.error = None;
+            view.health.quorate = true;
+            view.health.nodes.insert(NODES[0].to_string(), true);
+        }
+        // At least one removed spec whose VM is there to delete.
+        let mut vm = blank_vm(300, NODES[0], "last", if running { Power::Running } else { Power::Stopped });
+        vm.tags = vec![owner_tag()];
+        vm.marker = Some(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last") });
+        w.vms_mut().insert(300, vm);
+        w.records.insert("last".into(), SpecRecord {
+            uid: uid_of("last"),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: Some(300),
+            phase: Phase::Exists,
+            provisioned: true,
+            ..SpecRecord::default()
+        });
+        let p = plan(&w.input());
+        prop_assert!(!p.actions.iter().any(is_delete), "{:?}", p.actions);
+        prop_assert!(!p.refused.is_empty());
+        // Releases and forgetting records of VMs that are gone are not deletes: still done.
+        for name in w.records.keys() {
+            let rec = &w.records[name];
+            let gone = record_vmid(rec).and_then(|id| w.vms().get(&id)).is_none();
+            if gone {
+                prop_assert!(p.actions.contains(&Action::Forget { spec: name.clone() }), "{name}");
+            }
+        }
+    }
+
+    /// 4f. At most `max_delete_fraction` of the managed VMs are deleted in one plan; beyond
+    /// that, none are and the refusal is reported. Below it, every removed spec's VM is.
+    #[test]
+    fn deletes_are_capped_by_the_fraction((entries, extras, g) in gens()) {
+        let w = build(&entries, &extras, &g, false);
+        let p = plan(&w.input());
+        let deletes = p.actions.iter().filter(|a| is_delete(a)).count();
+        let managed = managed(&w);
+        let cap = w.reconcile.max_delete_fraction * managed as f64;
+        prop_assert!(deletes as f64 <= cap, "{deletes} deletes of {managed} managed");
+        if !p.refused.is_empty() {
+            prop_assert_eq!(deletes, 0);
+        }
+        let candidates = delete_candidates(&w);
+        let empty_set = w.desired.is_empty() && w.invalid.is_empty();
+        if candidates.len() as f64 > cap || (empty_set && !candidates.is_empty()) {
+            prop_assert_eq!(deletes, 0);
+            prop_assert!(!p.refused.is_empty());
+        } else {
+            prop_assert_eq!(deletes, candidates.len(), "{:?} vs {:?}", p.actions, candidates);
+            prop_assert!(p.refused.is_empty());
+        }
+    }
+
+    /// 4g. An orphan is deleted only when owned, stopped, unlocked, on a healthy node, past its
+    /// grace and the policy allows it; and then it is.
+    #[test]
+    fn orphans_are_deleted_only_when_stopped_and_past_grace((entries, extras, g) in gens()) {
+        let w = build(&entries, &extras, &g, false);
+        let p = plan(&w.input());
+        let desired: BTreeSet<&str> = w.desired.iter().map(|s| s.name.as_str()).collect();
+        let grace = w.reconcile.orphan_grace.as_millis() as u64;
+        let eligible = |vm: &ObservedVm| {
+            let first_seen = w
+                .orphans_seen
+                .get(&(SITE.to_string(), vm.vmid))
+                .copied()
+                .unwrap_or(w.now_ms);
+            let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
+            w.view().reachable()
+                && w.reconcile.orphans == OrphanPolicy::DeleteStopped
+                && !vm.template
+                && vm.owned_by(INSTALL)
+                && !w.in_records(vm.vmid)
+                && !desired.contains(marker_spec)
+                && !w.invalid.contains(marker_spec)
+                && vm.power == Power::Stopped
+                && vm.lock.is_none()
+                && w.node_healthy(&vm.node)
+                && w.now_ms >= first_seen + grace
+        };
+        for a in &p.actions {
+            if let Action::DeleteOrphan { vmid, node, site } = a {
+                let vm = w.vms().get(vmid);
+                prop_assert!(vm.is_some_and(eligible), "{a:?}: {vm:?}");
+                prop_assert_eq!(site, SITE);
+                prop_assert_eq!(Some(node), vm.map(|v| &v.node));
+            }
+        }
+        for vm in w.vms().values().filter(|vm| eligible(vm)) {
+            prop_assert!(
+                p.actions.iter().any(|a| matches!(a, Action::DeleteOrphan { vmid, .. } if *vmid == vm.vmid)),
+                "eligible orphan {} not deleted", vm.vmid
+            );
+        }
+    }
+}
+
+// ---- planner bugs found by the properties (ignored until the planner is fixed) --------------
+
+/// A world with one spec `web` on `pve1`, no record, and the given VMs.
+fn one_spec_world(vms: Vec<ObservedVm>, quorate: bool, pve1_online: bool) -> World {
+    let g = Globals {
+        quorate,
+        online: [pve1_online, true],
+        reachable: true,
+        complete: true,
+        fraction: 0.5,
+        delete_orphans: true,
+        grace_s: 600,
+        now_ms: 10_000_000,
+    };
+    let mut w = build(&[], &[], &g, false);
+    let spec = make_spec(
+        "web",
+        &SpecGen {
+            node: 0,
+            cpu: 2,
+            mem_mib: 1024,
+            disk_gib: 2,
+            running: true,
+            tags: 0,
+            orphan_policy: false,
+        },
+    );
+    w.roles.insert("web".into(), Role::Desired);
+    w.desired.push(spec);
+    for vm in vms {
+        w.vms_mut().insert(vm.vmid, vm);
+    }
+    w
+}
+
+/// A VM of spec `web` the state does not know (a lost database), tagged, on `pve1`.
+fn lost_web_vm(marker_read: bool) -> ObservedVm {
+    let mut vm = blank_vm(100, NODES[0], "web", Power::Running);
+    vm.tags = vec![owner_tag()];
+    vm.marker_read = marker_read;
+    vm.marker = marker_read.then(|| Marker {
+        install: INSTALL.into(),
+        spec: "web".into(),
+        uid: uid_of("web"),
+    });
+    vm
+}
+
+/// Property 4c with `Adopt` included: the planner adopts (and `execute` then converges) a VM
+/// on a node that is offline or in a cluster without quorum. The module documentation says
+/// nothing is changed on an unhealthy node; the verdict should be `NodeUnhealthy`.
+#[test]
+#[ignore = "planner bug: Adopt is planned on an unhealthy node"]
+fn no_adopt_on_an_unhealthy_node() {
+    for (quorate, online) in [(false, true), (true, false)] {
+        let w = one_spec_world(vec![lost_web_vm(true)], quorate, online);
+        let p = plan(&w.input());
+        assert_eq!(p.actions, vec![], "quorate {quorate}, pve1 online {online}");
+        assert!(
+            matches!(p.verdicts["web"], Verdict::NodeUnhealthy { .. }),
+            "{:?}",
+            p.verdicts
+        );
+    }
+}
+
+/// No duplicates: a tagged VM named like the spec whose marker could not be read this cycle
+/// (`observe_all` leaves `marker_read: false` on a read error: "not known to be ours, so not
+/// touched this cycle") does not stop a `Create` for the spec. When the marker is readable
+/// again, two VMs carry the spec's marker; the old one is then neither adopted, nor an orphan
+/// (its marker names a desired spec), nor reported: it is leaked silently.
+#[test]
+#[ignore = "planner bug: a create is planned while a VM that may be the spec's has an unread marker"]
+fn no_create_while_a_candidate_marker_is_unread() {
+    let w = one_spec_world(vec![lost_web_vm(false)], true, true);
+    let p = plan(&w.input());
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Create { .. })),
+        "{:?}",
+        p.actions
+    );
+}
+
+/// What happens after that create, as the planner stands: the spec is up to date on the new
+/// VM, and the old VM carrying the same marker is in no action and no orphan report.
+#[test]
+fn a_duplicate_left_by_an_unread_marker_is_not_reported() {
+    let mut sim = Sim::new(one_spec_world(vec![lost_web_vm(false)], true, true));
+    let p = plan(&sim.world.input());
+    assert_eq!(
+        p.actions,
+        vec![Action::Create {
+            spec: "web".into(),
+            site: SITE.into(),
+            node: NODES[0].into(),
+        }]
+    );
+    for a in &p.actions {
+        sim.apply(a);
+    }
+    // The next cycle reads the marker of VM 100.
+    let vm = sim.world.vms_mut().get_mut(&100).expect("VM 100");
+    vm.marker_read = true;
+    vm.marker = lost_web_vm(true).marker;
+    assert_eq!(
+        duplicates(&sim.world),
+        vec![("web".to_string(), vec![100, 1000])]
+    );
+    let p = plan(&sim.world.input());
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.verdicts["web"], Verdict::UpToDate { vmid: 1000 });
+    assert!(p.orphans.is_empty(), "{:?}", p.orphans);
+}
+
+/// A spec removed while its clone is in flight (the intent recorded, the task id not yet:
+/// `Phase::Creating { upid: None }`) and its VM not listed yet: the planner plans `Forget`,
+/// which drops the record and releases the VMID. When the clone lands, its VM carries our
+/// marker but not our tag (a clone cannot set tags): no record, no spec, not owned, so not an
+/// orphan either. Nothing ever deletes or reports it. (For a desired spec the same intent
+/// gives `ResumeCreate`, which waits for the task: "never a second create".)
+#[test]
+#[ignore = "planner bug: Forget of a create in flight loses the VM it makes"]
+fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
+    let mut w = one_spec_world(vec![], true, true);
+    w.records.insert(
+        "old".into(),
+        SpecRecord {
+            uid: uid_of("old"),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            phase: Phase::Creating {
+                vmid: 500,
+                node: NODES[0].into(),
+                upid: None,
+            },
+            ..SpecRecord::default()
+        },
+    );
+    let mut sim = Sim::new(w);
+    let p = plan(&sim.world.input());
+    for a in &p.actions {
+        sim.apply(a);
+    }
+    // The clone task ends: VM 500 with the marker of `old` and no tag.
+    let mut vm = blank_vm(500, NODES[0], "old", Power::Stopped);
+    vm.marker = Some(Marker {
+        install: INSTALL.into(),
+        spec: "old".into(),
+        uid: uid_of("old"),
+    });
+    sim.world.vms_mut().insert(500, vm);
+    let p2 = plan(&sim.world.input());
+    assert_eq!(
+        unaccounted(&sim.world, &p2),
+        BTreeSet::new(),
+        "first plan {:?}, then {:?}",
+        p.actions,
+        p2
+    );
+}
