@@ -57,10 +57,12 @@ Examples:
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
-    /// Reconcile: with --once, one full cycle (observe, act, wait for the tasks it started,
+    /// The daemon: reconcile on every push, resync, backoff deadline and request, until
+    /// SIGTERM. With --once, one full cycle (observe, act, wait for the tasks it started,
     /// write status), exit 0 when every spec is Ready, 1 otherwise.
     #[command(after_help = "\
 Examples:
+  proxsync run --config /etc/proxsync/proxsync.toml           the daemon (systemd runs this)
   proxsync run --once --config /etc/proxsync/proxsync.toml
   proxsync run --once --config proxsync.toml --specs specs/   specs from a directory instead of git")]
     Run {
@@ -82,6 +84,29 @@ Examples:
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
+    /// Ask the running daemon to reconcile now (one spec: also retry it at once if it is
+    /// backing off).
+    #[command(after_help = "\
+Examples:
+  proxsync reconcile                 everything, now
+  proxsync reconcile web-01          web-01 now, even while it backs off")]
+    Reconcile {
+        /// The spec (metadata.name); all specs when omitted.
+        name: Option<String>,
+    },
+    /// Show the status files as a table (or one spec in detail, or JSON).
+    #[command(after_help = "\
+Examples:
+  proxsync status                    every spec: Ready, reason, age, message
+  proxsync status web-01             one spec: conditions, last task, backoff, history
+  proxsync status --json | jq .      for scripts")]
+    Status {
+        /// One spec (metadata.name).
+        name: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
@@ -97,20 +122,39 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate { paths } => validate(cli.config, paths),
         Command::Doctor { specs } => doctor(cli.config, specs),
         Command::Run { once, specs } => run_cmd(cli.config, once, specs),
+        Command::Reconcile { name } => reconcile_cmd(cli.config, name),
+        Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { specs } => plan_cmd(cli.config, specs),
         Command::Schema => schema(),
     }
 }
 
+/// Logs go to journald with structured fields (spec, vmid, upid) when stderr is the
+/// journal (systemd sets `JOURNAL_STREAM`), to stderr otherwise. `PROXSYNC_LOG` filters.
 fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROXSYNC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let journal = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten();
     // A second init (tests calling run twice) is harmless; ignore it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = match journal {
+        Some(layer) => tracing_subscriber::registry()
+            .with(filter)
+            .with(layer)
+            .try_init(),
+        None => tracing_subscriber::registry()
+            .with(filter)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
 }
 
 fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
@@ -272,12 +316,80 @@ fn load_inputs(
     Ok((config, set, commit))
 }
 
+fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(crate::control::request(&config.state_dir, name.as_deref())) {
+        Ok(answer) => {
+            println!(
+                "{answer}; the time it was handled shows as lastRequest in {}",
+                config.status_dir.join("_summary.yaml").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) -> ExitCode {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = crate::status_view::ViewOptions {
+        name,
+        json,
+        color: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        now: std::time::SystemTime::now(),
+    };
+    match crate::status_view::render(&config.status_dir, &opts) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {
     if !once {
-        eprintln!(
-            "error: the daemon loop (`proxsync run` without --once) is not built yet; use `proxsync run --once`"
-        );
-        return ExitCode::from(2);
+        if !spec_paths.is_empty() {
+            eprintln!("error: --specs is for --once; the daemon reads the configured git source");
+            return ExitCode::from(2);
+        }
+        let rt = match runtime() {
+            Ok(rt) => rt,
+            Err(code) => return code,
+        };
+        let path = config_path.unwrap_or_else(default_config_path);
+        return match rt.block_on(crate::daemon::run(path)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "proxsync stopped");
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let (config, specs, commit) = match load_inputs(config_path, &spec_paths) {
         Ok(x) => x,

@@ -25,7 +25,10 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 }
 
 /// Listens on the socket and forwards each valid request. Replaces a stale socket file.
-pub fn serve(state_dir: &Path, requests: mpsc::Sender<Request>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+pub fn serve(
+    state_dir: &Path,
+    requests: mpsc::Sender<Request>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     std::fs::create_dir_all(state_dir)?;
     if path.exists() {
@@ -38,7 +41,9 @@ pub fn serve(state_dir: &Path, requests: mpsc::Sender<Request>) -> std::io::Resu
     }
     Ok(tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let requests = requests.clone();
             tokio::spawn(async move {
                 let _ = handle(stream, requests).await;
@@ -96,12 +101,18 @@ pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, Str
         Some(name) => format!("reconcile {name}\n"),
         None => "reconcile\n".to_string(),
     };
-    stream.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    tokio::time::timeout(Duration::from_secs(10), BufReader::new(stream).read_line(&mut reply))
+    stream
+        .write_all(line.as_bytes())
         .await
-        .map_err(|_| "the daemon did not answer within 10 s".to_string())?
         .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        BufReader::new(stream).read_line(&mut reply),
+    )
+    .await
+    .map_err(|_| "the daemon did not answer within 10 s".to_string())?
+    .map_err(|e| e.to_string())?;
     match reply.trim_end().strip_prefix("ok ") {
         Some(ok) => Ok(ok.to_string()),
         None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
@@ -115,7 +126,12 @@ mod tests {
     #[test]
     fn requests_parse() {
         assert_eq!(parse("reconcile\n"), Ok(Request { spec: None }));
-        assert_eq!(parse("reconcile web-01\n"), Ok(Request { spec: Some("web-01".into()) }));
+        assert_eq!(
+            parse("reconcile web-01\n"),
+            Ok(Request {
+                spec: Some("web-01".into())
+            })
+        );
         assert!(parse("reconcile ../etc\n").is_err());
         assert!(parse("delete everything\n").is_err());
         assert!(parse("").is_err());
@@ -128,7 +144,12 @@ mod tests {
         let server = serve(dir.path(), tx).unwrap();
         let answer = request(dir.path(), Some("web-01")).await.unwrap();
         assert!(answer.contains("web-01"), "{answer}");
-        assert_eq!(rx.recv().await, Some(Request { spec: Some("web-01".into()) }));
+        assert_eq!(
+            rx.recv().await,
+            Some(Request {
+                spec: Some("web-01".into())
+            })
+        );
         let err = request(dir.path(), Some("Not/A/Name")).await.unwrap_err();
         assert!(err.contains("not a spec name"), "{err}");
         server.abort();

@@ -44,6 +44,9 @@ pub struct CycleReport {
     pub ready: usize,
     pub specs: usize,
     pub stalled: usize,
+    pub backing_off: usize,
+    pub sites: usize,
+    pub sites_healthy: usize,
     pub cycle_ms: u64,
 }
 
@@ -371,6 +374,12 @@ impl Engine {
             ready,
             specs: specs.specs.len() + invalid,
             stalled,
+            backing_off,
+            sites: views.len(),
+            sites_healthy: views
+                .values()
+                .filter(|v| v.reachable() && v.health.quorate)
+                .count(),
             cycle_ms,
         })
     }

@@ -1347,6 +1347,20 @@ async fn remove(
         let cfg = match client.vm_config(node, vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
+                if let Phase::Creating { .. } = rec.phase {
+                    // The spec went away while its create was in flight. A task still making
+                    // the VM is waited for (then the VM is deleted); no task: the request never
+                    // took effect, and the intent is dropped.
+                    if let Some(task) = client.active_vm_tasks(node, vmid).await?.first() {
+                        return Ok(Outcome::Waiting {
+                            reason: format!(
+                                "the create of VM {vmid} is still running ({}); deleting it after",
+                                task.upid
+                            ),
+                        });
+                    }
+                    ctx.store.release_vmid(site_name, vmid)?;
+                }
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }

@@ -8,6 +8,7 @@ pub mod category;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod execute;

@@ -325,6 +325,22 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 continue;
             }
             match record_vmid(rec).and_then(|id| view.vms.get(&id)) {
+                // A create in flight whose VM is not listed yet: execute finds out (it waits
+                // for the task, then deletes; or forgets an intent that never reached PVE).
+                // Forgetting it here would leak the VM the task is making.
+                None if matches!(rec.phase, Phase::Creating { .. }) => {
+                    if let Phase::Creating { vmid, node, .. } = &rec.phase
+                        && view.node_healthy(node)
+                    {
+                        removals.push(Action::Remove {
+                            spec: name.clone(),
+                            site: rec.site.clone(),
+                            node: node.clone(),
+                            vmid: *vmid,
+                            release: rec.orphan_on_delete,
+                        });
+                    }
+                }
                 None => removals.push(Action::Forget { spec: name.clone() }),
                 Some(vm) if vm.is_unknown() || !view.node_healthy(&vm.node) => {}
                 Some(vm) => removals.push(Action::Remove {
@@ -529,6 +545,9 @@ fn plan_spec(
                 if vm.is_unknown() {
                     return Verdict::Unknown { vmid: vm.vmid };
                 }
+                if !view.node_healthy(&vm.node) {
+                    return unhealthy(&vm.node);
+                }
                 actions.push(Action::Adopt {
                     spec: spec.name.clone(),
                     site: spec.site.clone(),
@@ -537,6 +556,22 @@ fn plan_spec(
                 return Verdict::Acting;
             }
             None => {
+                // A VM that may be this spec's (our tag, or its name) whose marker could not
+                // be read: creating now could make a second one. Wait until it is read.
+                let known: BTreeSet<u32> = input
+                    .records
+                    .values()
+                    .filter(|r| r.site == spec.site)
+                    .filter_map(record_vmid)
+                    .collect();
+                if let Some(vm) = view.vms.values().find(|vm| {
+                    !vm.template
+                        && !vm.marker_read
+                        && !known.contains(&vm.vmid)
+                        && (vm.has_tag(tag) || vm.name.as_deref() == Some(spec.vm_name.as_str()))
+                }) {
+                    return Verdict::Unknown { vmid: vm.vmid };
+                }
                 if let Some(until_ms) = backoff {
                     return Verdict::BackingOff { until_ms };
                 }

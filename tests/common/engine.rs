@@ -40,6 +40,34 @@ impl Workspace {
         ws
     }
 
+    /// Makes the source a bare repository `vms.git` that [`push`](Self::push) pushes to, as
+    /// people push to a server.
+    pub fn use_bare_source(&self) {
+        let bare = self.path("vms.git");
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare", "-b", "main"])
+            .arg(&bare)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let config = std::fs::read_to_string(self.config()).unwrap();
+        let config = config.replace(
+            &format!("path = \"{}\"", self.path("repo").display()),
+            &format!("path = \"{}\"", bare.display()),
+        );
+        std::fs::write(self.config(), config).unwrap();
+    }
+
+    /// Pushes the work repository's main branch to `vms.git`.
+    pub fn push(&self) {
+        let bare = self.path("vms.git");
+        self.git(&["push", "-q", bare.to_str().unwrap(), "main"]);
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }

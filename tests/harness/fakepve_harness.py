@@ -279,6 +279,16 @@ class Commands(object):
     def ping(self):
         return {'pong': True, 'fakepve': __version__}
 
+    def add_ceph_storage(self, name='ceph-pool', pool='rbd'):
+        """A shared RBD storage; VMs with disks on it feel ceph_slow and ceph_down."""
+        self.pve.add_ceph_storage(name, pool)
+        return None
+
+    def ceph_slow(self, secs, health='HEALTH_WARN'):
+        """Every RBD-backed operation (a clone to the storage, a start) takes secs PVE seconds longer."""
+        self.pve.ceph_slow(secs, health)
+        return None
+
     def stop(self):
         self.stop_event.set()
         return None

@@ -1,0 +1,399 @@
+//! `proxsync run`, the daemon, as systemd runs it: pushes are noticed and applied, systemd
+//! hears READY, STATUS and WATCHDOG on its notify socket, SIGHUP with a broken config keeps
+//! the old one, SIGTERM during a clone then a restart leaves exactly one VM, and a remote
+//! source is fetched.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::engine::{Workspace, owned_vms, spec, text};
+use common::{FakePve, default_scenario};
+
+/// A running `proxsync run` with a notify socket of our own.
+struct Daemon {
+    child: Child,
+    messages: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(ws: &Workspace, watchdog_usec: Option<u64>) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let sock_path = dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&sock_path).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sink = messages.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(n) => sink
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&buf[..n]).to_string()),
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.kind() == std::io::ErrorKind::TimedOut =>
+                    {
+                        if Arc::strong_count(&sink) == 1 {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        let log = ws.path(&format!("daemon-{}.log", std::process::id() ^ rand_u32()));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxsync"));
+        cmd.args(["run", "--config"])
+            .arg(ws.config())
+            .env("NOTIFY_SOCKET", &sock_path)
+            .env("PROXSYNC_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(usec) = watchdog_usec {
+            cmd.env("WATCHDOG_USEC", usec.to_string());
+        }
+        let child = cmd.spawn().expect("start proxsync run");
+        Daemon {
+            child,
+            messages,
+            _dir: dir,
+            log,
+        }
+    }
+
+    fn messages(&self) -> Vec<String> {
+        self.messages.lock().unwrap().clone()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `pred` holds on the notify messages.
+    fn wait_message(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.messages().iter().any(|m| pred(m)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "no {what} within {timeout:?}; messages: {:?}\nlog:\n{}",
+            self.messages(),
+            self.log()
+        );
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM and wait for the exit, returning whether it exited cleanly.
+    fn stop(mut self) -> bool {
+        self.signal("-TERM");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        false
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_u32() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}
+
+/// Polls until `pred` holds (or panics after `timeout`), returning how long it took.
+fn wait_until(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if pred() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("{what}: not within {timeout:?}");
+}
+
+fn names(pve: &mut FakePve) -> Vec<String> {
+    owned_vms(pve).into_iter().map(|(_, n)| n).collect()
+}
+
+#[test]
+fn a_push_is_applied_within_seconds_and_systemd_hears_about_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let daemon = Daemon::start(&ws, Some(200_000));
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    assert!(
+        names(&mut pve).contains(&"web-01".to_string()),
+        "the first cycle created web-01"
+    );
+    daemon.wait_message("STATUS=", Duration::from_secs(5), |m| {
+        m.contains("STATUS=1 specs: 1 Ready")
+    });
+    // WATCHDOG_USEC=200ms: the loop pings at half of it.
+    daemon.wait_message("WATCHDOG=1", Duration::from_secs(5), |m| {
+        m.contains("WATCHDOG=1")
+    });
+
+    // A push is noticed through the refs (no polling: resync_interval is 5 minutes).
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    let took = wait_until(
+        "web-02 created after the push",
+        Duration::from_secs(10),
+        || names(&mut pve).contains(&"web-02".to_string()),
+    );
+    eprintln!("push to create seen in fakepve: {took:?}");
+
+    // Removing a spec in a later commit deletes its VM.
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    wait_until(
+        "web-02 deleted after the push",
+        Duration::from_secs(10),
+        || !names(&mut pve).contains(&"web-02".to_string()),
+    );
+    let summary = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap();
+    assert!(summary.contains("ready: 1"), "{summary}");
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}
+
+#[test]
+fn sighup_with_a_broken_config_keeps_the_old_one() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let mut daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    let good = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        good.replace("[[site]]", "[[site]]\nbogus_key = 1"),
+    )
+    .unwrap();
+    daemon.signal("-HUP");
+    daemon.wait_message(
+        "RELOADING=1 with MONOTONIC_USEC",
+        Duration::from_secs(5),
+        |m| m.contains("RELOADING=1") && m.contains("MONOTONIC_USEC="),
+    );
+    daemon.wait_message("the refusal", Duration::from_secs(5), |m| {
+        m.contains("config reload refused")
+    });
+    assert!(daemon.alive(), "still running");
+    assert!(
+        daemon.log().contains("bogus_key"),
+        "the refusal names the key:\n{}",
+        daemon.log()
+    );
+    // Still working, on the old config.
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "web-02 created on the old config",
+        Duration::from_secs(10),
+        || names(&mut pve).contains(&"web-02".to_string()),
+    );
+    // A good config is taken.
+    std::fs::write(ws.config(), good.replace("[reconcile]", "[reconcile]\n")).unwrap();
+    daemon.signal("-HUP");
+    let before = daemon
+        .messages()
+        .iter()
+        .filter(|m| m.contains("READY=1"))
+        .count();
+    daemon.wait_message("READY after the reload", Duration::from_secs(5), |_| {
+        daemon_ready_count(&daemon) > before
+    });
+    assert!(daemon.stop());
+}
+
+fn daemon_ready_count(d: &Daemon) -> usize {
+    d.messages()
+        .iter()
+        .filter(|m| m.contains("READY=1"))
+        .count()
+}
+
+#[test]
+fn sigterm_during_a_clone_then_a_restart_leaves_exactly_one_vm() {
+    let mut pve = FakePve::start(default_scenario());
+    // Clones to the Ceph pool take 3 s (time_scale 1), so SIGTERM lands mid-task.
+    pve.call("add_ceph_storage", serde_json::json!({"name": "ceph-vm"}))
+        .unwrap();
+    pve.set_time_scale(1.0);
+    pve.call("ceph_slow", serde_json::json!({"secs": 3}))
+        .unwrap();
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec("slow-01", "pve1", "9000", "    storage: ceph-vm\n"),
+    )]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    wait_until("the clone task started", Duration::from_secs(15), || {
+        pve.requests().iter().any(|r| r.path.ends_with("/clone"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let log_before_stop = daemon.log();
+    assert!(daemon.stop(), "stops cleanly during the clone");
+    assert!(
+        log_before_stop.contains("create task started"),
+        "the UPID was recorded before the stop:\n{log_before_stop}"
+    );
+    // The clone goes on in PVE; a restarted daemon finds the recorded task and finishes the VM.
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(30), |m| {
+        m.contains("READY=1")
+    });
+    wait_until("slow-01 Ready", Duration::from_secs(30), || {
+        ws.path("status/slow-01.yaml").exists() && ws.condition("slow-01", "Ready").0 == "True"
+    });
+    let all: Vec<_> = pve
+        .vms()
+        .into_iter()
+        .filter(|v| v["name"] == "slow-01")
+        .collect();
+    assert_eq!(all.len(), 1, "exactly one VM: {all:?}");
+    assert!(daemon.stop());
+}
+
+#[test]
+fn a_remote_source_is_fetched_into_a_mirror() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    // The same bare repository, but as a file:// remote fetched every second.
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let bare = ws.path("vms.git");
+    let config = config.replace(
+        &format!("path = \"{}\"", bare.display()),
+        &format!("url = \"file://{}\"\ninterval = \"1s\"", bare.display()),
+    );
+    std::fs::write(ws.config(), config).unwrap();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    assert!(
+        names(&mut pve).contains(&"web-01".to_string()),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        ws.path("state/mirror.git/HEAD").exists(),
+        "the mirror lives under state_dir"
+    );
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "web-02 created from the fetched commit",
+        Duration::from_secs(15),
+        || names(&mut pve).contains(&"web-02".to_string()),
+    );
+    // A request makes it fetch and reconcile at once.
+    let out = ws.proxsync(&["reconcile", "web-01"]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_until(
+        "the request shows in the summary",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(ws.path("status/_summary.yaml"))
+                .unwrap_or_default()
+                .contains("lastRequest")
+        },
+    );
+    assert!(daemon.stop());
+}
+
+#[test]
+fn status_renders_a_mix_of_states() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("ok-01", "pve1", "9000", "")),
+        ("b.yaml", spec("no-image", "pve1", "9999", "")),
+        ("c.yaml", spec("broken", "pve1", "9000", "    cpus: 2\n")),
+    ]);
+    let _ = ws.run_once();
+    pve.clear_requests();
+    let out = ws.proxsync(&["status"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for want in [
+        "ok-01",
+        "no-image",
+        "ImageNotFound",
+        "broken",
+        "ValidationFailed",
+    ] {
+        assert!(t.contains(want), "{want} missing:\n{t}");
+    }
+    let out = ws.proxsync(&["status", "no-image"]);
+    assert!(
+        text(&out).contains("template 9999 does not exist"),
+        "{}",
+        text(&out)
+    );
+    let out = ws.proxsync(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["specs"].as_array().map(|a| a.len()), Some(3), "{v}");
+    assert!(!Path::new(&ws.path("status/_summary.yaml")).exists() || v["summary"].is_object());
+}
