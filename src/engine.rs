@@ -222,7 +222,9 @@ impl Engine {
                 shutdown: self.shutdown.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
-            // Look again, so status says what is true now.
+            // Look again, so status says what is true now. VMIDs may have been freed and
+            // reused by this cycle's deletes and creates: cached markers are no longer trusted.
+            self.markers.clear();
             let records = self.store.specs()?;
             let orphans_seen = self.store.orphans()?;
             let views = observe_all(

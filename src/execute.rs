@@ -1206,13 +1206,9 @@ async fn converge(
         rec.applied_disk_bytes = Some(spec.disk_bytes);
     }
 
-    // Power state last.
-    let power = ctx
-        .views
-        .get(site_name)
-        .and_then(|v| v.vms.get(&vmid))
-        .map(|vm| vm.power);
-    let is_running = power == Some(crate::observe::Power::Running);
+    // Power state last, read now: the cycle's listing may describe an earlier VM with this
+    // VMID (deleted and reused within the cycle), or a state this action changed.
+    let is_running = client.vm_running(node, vmid).await?;
     match spec.power_state {
         PowerState::Running if !is_running => {
             let upid = client.start_vm(node, vmid).await?;
@@ -1407,11 +1403,7 @@ async fn remove(
             ctx.store.remove(spec_name)?;
             return Ok(Outcome::Done);
         }
-        let running = ctx
-            .views
-            .get(site_name)
-            .and_then(|v| v.vms.get(&vmid))
-            .is_some_and(|vm| vm.power == crate::observe::Power::Running);
+        let running = client.vm_running(node, vmid).await?;
         if running && let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
             return Ok(o);
         }

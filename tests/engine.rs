@@ -478,7 +478,11 @@ fn nothing_is_created_or_deleted_on_an_offline_node() {
 
     pve.set_node_offline("pve1", false);
     let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
+    let ready: Vec<_> = ["keep-1", "keep-2", "new-on-pve1"]
+        .iter()
+        .map(|n| (n, ws.condition(n, "Ready")))
+        .collect();
+    assert!(ok, "{out}\n{ready:?}");
     let names: Vec<String> = owned_vms(&mut pve).into_iter().map(|(_, n)| n).collect();
     assert!(
         names.contains(&"new-on-pve1".to_string()) && !names.contains(&"on-pve1".to_string()),

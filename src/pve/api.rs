@@ -373,6 +373,18 @@ impl Client {
             .transpose()
     }
 
+    /// `GET .../status/current`: at once; whether the VM runs now (`status`: `running` or
+    /// `stopped`).
+    pub async fn vm_running(&self, node: &str, vmid: u32) -> Result<bool, Error> {
+        #[derive(serde::Deserialize)]
+        struct Current {
+            status: String,
+        }
+        let path = format!("/nodes/{}/qemu/{vmid}/status/current", seg(node)?);
+        let c: Current = self.get(&path, &[]).await?;
+        Ok(c.status == "running")
+    }
+
     /// `POST .../status/start`: a `qmstart` task.
     pub async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
         self.power(node, vmid, "start", &[]).await
