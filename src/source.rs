@@ -144,6 +144,22 @@ impl Source {
     }
 }
 
+/// The spec repository on a git server belongs to the server's user (`git`), not to the
+/// daemon's: libgit2 would refuse to open it ("not owned by current user"). That check guards
+/// against git running programs named in a foreign repository's config (CVE-2022-24765);
+/// proxsync only reads objects and refs through libgit2, which runs no hooks, filters or
+/// helpers, so the check is turned off, once, for this process.
+fn allow_foreign_owner() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a process-wide libgit2 setting, written once before any repository is
+        // opened by this process (`call_once` orders it before every later open).
+        if let Err(e) = unsafe { git2::opts::set_verify_owner_validation(false) } {
+            tracing::warn!(error = %e, "cannot relax libgit2's ownership check");
+        }
+    });
+}
+
 /// Parsed files by (path, blob id).
 pub type ParseCache = HashMap<(String, git2::Oid), (Vec<spec::Spec>, Vec<Diagnostic>)>;
 
@@ -163,6 +179,7 @@ pub fn read_commit_cached(
         location: repo_path.display().to_string(),
         message,
     };
+    allow_foreign_owner();
     let repo = git2::Repository::open(repo_path)
         .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
     let reference = repo
@@ -314,6 +331,25 @@ mod tests {
         assert!(e.message.contains("branch \"nope\""), "{e}");
         let e = read_commit(d, "main", Path::new("missing")).unwrap_err();
         assert!(e.message.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn a_repository_owned_by_another_user_is_read() {
+        // The git server's user owns the repository, not the daemon's.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("web.yaml"), SPEC).unwrap();
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "one"]);
+        let me = std::fs::metadata(d).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
+        let other = if me == 65534 { 65533 } else { 65534 };
+        let status = Command::new("chown").args(["-R", &format!("{other}:{other}")]).arg(d).status();
+        if !status.is_ok_and(|s| s.success()) {
+            panic!("this test changes a directory's owner: run it as root (CI does) or with CAP_CHOWN");
+        }
+        let read = read_commit(d, "main", Path::new(".")).unwrap();
+        assert_eq!(read.specs.specs.len(), 1);
     }
 
     #[test]
