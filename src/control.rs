@@ -1,7 +1,8 @@
 //! The daemon's control socket: `proxsync reconcile [NAME]` asks the running daemon to
-//! reconcile now. One line per request (`reconcile` or `reconcile NAME`), one line back
-//! (`ok ...` or `error ...`). The socket lives in `state_dir` (`control.sock`, mode 0660), so
-//! the daemon's group can use it and nobody else.
+//! reconcile now, and `proxsync plan` reads the daemon's state records through it (redb lets
+//! one process hold the database). One line per request (`reconcile`, `reconcile NAME` or
+//! `records`), one line back (`ok ...` or `error ...`). The socket lives in `state_dir`
+//! (`control.sock`, mode 0660), so the daemon's group can use it and nobody else.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,10 +25,12 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET)
 }
 
-/// Listens on the socket and forwards each valid request. Replaces a stale socket file.
+/// Listens on the socket and forwards each valid reconcile request; answers `records` from
+/// `store`. Replaces a stale socket file.
 pub fn serve(
     state_dir: &Path,
     requests: mpsc::Sender<Request>,
+    store: Option<std::sync::Arc<crate::state::Store>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     std::fs::create_dir_all(state_dir)?;
@@ -45,14 +48,19 @@ pub fn serve(
                 continue;
             };
             let requests = requests.clone();
+            let store = store.clone();
             tokio::spawn(async move {
-                let _ = handle(stream, requests).await;
+                let _ = handle(stream, requests, store).await;
             });
         }
     }))
 }
 
-async fn handle(stream: UnixStream, requests: mpsc::Sender<Request>) -> std::io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    requests: mpsc::Sender<Request>,
+    store: Option<std::sync::Arc<crate::state::Store>>,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     // A request is one short line; a client that sends nothing is dropped.
@@ -60,6 +68,17 @@ async fn handle(stream: UnixStream, requests: mpsc::Sender<Request>) -> std::io:
     let n = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
         .await
         .unwrap_or(Ok(0))?;
+    if line.trim() == "records" {
+        let reply = match store.as_ref().map(|s| s.specs()) {
+            Some(Ok(records)) => match serde_json::to_string(&records) {
+                Ok(json) => format!("ok {json}\n"),
+                Err(e) => format!("error {e}\n"),
+            },
+            Some(Err(e)) => format!("error {e}\n"),
+            None => "error no state database\n".to_string(),
+        };
+        return write.write_all(reply.as_bytes()).await;
+    }
     let reply = match parse(&line[..n.min(line.len())]) {
         Ok(req) => {
             let what = req.spec.clone().unwrap_or_else(|| "every spec".into());
@@ -119,6 +138,34 @@ pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, Str
     }
 }
 
+/// The running daemon's state records (for `proxsync plan` while the daemon holds the
+/// database).
+pub async fn records(
+    state_dir: &Path,
+) -> Result<std::collections::BTreeMap<String, crate::state::SpecRecord>, String> {
+    let path = socket_path(state_dir);
+    let mut stream = UnixStream::connect(&path)
+        .await
+        .map_err(|e| format!("cannot reach the daemon at {}: {e}", path.display()))?;
+    stream
+        .write_all(b"records\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        BufReader::new(stream).read_line(&mut reply),
+    )
+    .await
+    .map_err(|_| "the daemon did not answer within 30 s".to_string())?
+    .map_err(|e| e.to_string())?;
+    match reply.trim_end().strip_prefix("ok ") {
+        Some(json) => serde_json::from_str(json)
+            .map_err(|e| format!("unreadable records from the daemon: {e}")),
+        None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,7 +188,14 @@ mod tests {
     async fn a_request_reaches_the_daemon_and_is_answered() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::channel(4);
-        let server = serve(dir.path(), tx).unwrap();
+        let store =
+            std::sync::Arc::new(crate::state::Store::open(&dir.path().join("state")).unwrap());
+        store
+            .put("web-01", &crate::state::SpecRecord::default())
+            .unwrap();
+        let server = serve(dir.path(), tx, Some(store)).unwrap();
+        let recs = records(dir.path()).await.unwrap();
+        assert!(recs.contains_key("web-01"), "{recs:?}");
         let answer = request(dir.path(), Some("web-01")).await.unwrap();
         assert!(answer.contains("web-01"), "{answer}");
         assert_eq!(

@@ -60,7 +60,7 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
     let (trigger_tx, mut triggers) = mpsc::channel::<Trigger>(64);
     let mut watcher = watch_source(&source, trigger_tx.clone())?;
     let (request_tx, mut requests) = mpsc::channel::<control::Request>(16);
-    let mut control = control::serve(&config.state_dir, request_tx)?;
+    let mut control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
 
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -236,7 +236,7 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                     watcher = watch_source(&source, trigger_tx.clone())?;
                     let (request_tx, new_requests) = mpsc::channel::<control::Request>(16);
                     requests = new_requests;
-                    control = control::serve(&new.state_dir, request_tx)?;
+                    control = control::serve(&new.state_dir, request_tx, Some(engine.store()))?;
                     config = new;
                     next_fetch = Instant::now();
                 }

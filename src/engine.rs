@@ -160,6 +160,11 @@ impl Engine {
         &self.config
     }
 
+    /// The state database (the control socket serves its records to `proxsync plan`).
+    pub fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
     /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
     /// and write status. `commit` is the source commit the specs come from.
     pub async fn reconcile(
@@ -512,7 +517,21 @@ async fn observe_all(
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
-    let records = crate::state::read_specs_snapshot(&config.state_dir).unwrap_or_default();
+    // The daemon holds the database while it runs: then ask it for the records.
+    let records = match crate::state::read_specs_snapshot(&config.state_dir) {
+        Some(r) => r,
+        None if config.state_dir.join(crate::state::DB_FILE).exists() => {
+            crate::control::records(&config.state_dir)
+                .await
+                .map_err(|e| EngineError::Status {
+                    path: config.state_dir.display().to_string(),
+                    message: format!(
+                        "the state database is in use and the daemon did not answer: {e}"
+                    ),
+                })?
+        }
+        None => BTreeMap::new(),
+    };
     let mut cache = HashMap::new();
     let views = observe_all(&sites, config, specs, &records, &mut cache).await;
     let invalid: BTreeSet<String> = specs

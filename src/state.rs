@@ -362,6 +362,8 @@ mod tests {
             Store::open(dir.path()).is_err(),
             "redb holds an exclusive lock"
         );
+        // While held, a snapshot read fails (`proxsync plan` then asks the daemon).
+        assert_eq!(read_specs_snapshot(dir.path()), None);
         drop(store);
         let snap = read_specs_snapshot(dir.path()).unwrap();
         assert!(snap.contains_key("a"));

@@ -175,6 +175,10 @@ fn a_push_is_applied_within_seconds_and_systemd_hears_about_it() {
     daemon.wait_message("WATCHDOG=1", Duration::from_secs(5), |m| {
         m.contains("WATCHDOG=1")
     });
+    // `plan` works while the daemon holds the state database (it asks the daemon).
+    let plan = ws.proxsync(&["plan"]);
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert!(text(&plan).contains("no changes"), "{}", text(&plan));
 
     // A push is noticed through the refs (no polling: resync_interval is 5 minutes).
     ws.commit_specs(&[
