@@ -299,17 +299,7 @@ fn load_inputs(
     } else {
         (spec::load_paths(spec_paths), None)
     };
-    let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-    set.diagnostics
-        .extend(spec::check_sites(&set.specs, &sites));
-    // A spec naming an unknown site is invalid: take it out of the desired set.
-    let unknown: std::collections::BTreeSet<String> = set
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .filter_map(|d| d.spec.clone())
-        .collect();
-    set.specs.retain(|s| !unknown.contains(&s.name));
+    crate::engine::check_spec_sites(&config, &mut set);
     for d in &set.diagnostics {
         eprintln!("{d}");
     }

@@ -125,17 +125,7 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
         let report = match &last_good {
             Some(read) => {
                 let mut specs = read.specs.clone();
-                let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-                specs
-                    .diagnostics
-                    .extend(crate::spec::check_sites(&specs.specs, &sites));
-                let unknown: std::collections::BTreeSet<String> = specs
-                    .diagnostics
-                    .iter()
-                    .filter(|d| d.is_error())
-                    .filter_map(|d| d.spec.clone())
-                    .collect();
-                specs.specs.retain(|s| !unknown.contains(&s.name));
+                crate::engine::check_spec_sites(&config, &mut specs);
                 let cycle = engine.reconcile(&specs, Some(&read.commit));
                 tokio::pin!(cycle);
                 let mut stopping = false;

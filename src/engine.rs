@@ -57,6 +57,16 @@ impl CycleReport {
     }
 }
 
+/// Checks that each spec's site is configured; a spec naming an unknown site is an invalid
+/// spec (an error tied to its name), taken out of the desired set, so its VM is left alone.
+pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
+    let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
+    let diagnostics = crate::spec::check_sites(&set.specs, &sites);
+    let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
+    set.specs.retain(|s| !unknown.contains(&s.name));
+    set.diagnostics.extend(diagnostics);
+}
+
 /// Builds the per-site clients (reads the token secrets).
 pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
     config
