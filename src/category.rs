@@ -40,6 +40,30 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category.
+    pub const ALL: [Category; 15] = [
+        Category::ApiNotSupported,
+        Category::ConfigurationError,
+        Category::AuthenticationError,
+        Category::PermissionDenied,
+        Category::QuotaExceeded,
+        Category::NodeUnhealthy,
+        Category::ImageNotFound,
+        Category::LockError,
+        Category::NetworkError,
+        Category::TaskFailed,
+        Category::ValidationFailed,
+        Category::NotFound,
+        Category::AlreadyExists,
+        Category::Conflict,
+        Category::ProxmoxError,
+    ];
+
+    /// The category with this name ([`Category::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
     /// The name used in status files and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -81,5 +105,18 @@ impl Category {
 impl fmt::Display for Category {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Category::ALL {
+            assert_eq!(Category::from_name(c.as_str()), Some(c));
+        }
+        assert_eq!(Category::from_name("Nope"), None);
     }
 }

@@ -710,7 +710,7 @@ fn spec_status(
     });
 
     let error = rec.and_then(|r| r.last_error.as_ref());
-    let category = error.and_then(|e| category_named(&e.category));
+    let category = error.and_then(|e| Category::from_name(&e.category));
     let stalled = category.is_some_and(|c| c.needs_human())
         || error.is_some_and(|e| e.message.contains("qm unlock"));
     let (ready, reconciling) = match verdict {
@@ -823,29 +823,6 @@ fn spec_status(
     });
     st.conditions = c;
     st
-}
-
-fn category_named(name: &str) -> Option<Category> {
-    use Category::*;
-    [
-        ApiNotSupported,
-        ConfigurationError,
-        AuthenticationError,
-        PermissionDenied,
-        QuotaExceeded,
-        NodeUnhealthy,
-        ImageNotFound,
-        LockError,
-        NetworkError,
-        TaskFailed,
-        ValidationFailed,
-        NotFound,
-        AlreadyExists,
-        Conflict,
-        ProxmoxError,
-    ]
-    .into_iter()
-    .find(|c| c.as_str() == name)
 }
 
 /// The status of a spec that failed validation: its VM (if any) is left as it is.

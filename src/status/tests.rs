@@ -991,24 +991,7 @@ fn orphans_are_sorted_and_written_only_on_change() {
 
 #[test]
 fn stalled_reasons_name_the_categories() {
-    use crate::category::Category::*;
-    for c in [
-        ApiNotSupported,
-        ConfigurationError,
-        AuthenticationError,
-        PermissionDenied,
-        QuotaExceeded,
-        NodeUnhealthy,
-        ImageNotFound,
-        LockError,
-        NetworkError,
-        TaskFailed,
-        ValidationFailed,
-        NotFound,
-        AlreadyExists,
-        Conflict,
-        ProxmoxError,
-    ] {
+    for c in crate::category::Category::ALL {
         assert_eq!(reasons::stalled_for(c), c.as_str());
         assert!(reasons::STALLED.contains(&c.as_str()));
     }
