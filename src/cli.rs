@@ -346,7 +346,9 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
     let opts = crate::status_view::ViewOptions {
         name,
         json,
-        color: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        // Colour on a terminal, unless NO_COLOR is set (no-color.org).
+        color: std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::env::var_os("NO_COLOR").is_none(),
         now: std::time::SystemTime::now(),
     };
     match crate::status_view::render(&config.status_dir, &opts) {
