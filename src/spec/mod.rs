@@ -29,6 +29,7 @@
 //! is left alone (not treated as removed); an error without a name means the run's set of specs
 //! is incomplete ([`SpecSet::is_complete`]).
 
+mod cloudinit;
 mod diag;
 mod image;
 mod load;
@@ -125,8 +126,11 @@ pub struct Spec {
     pub image: Image,
     /// Where `image` is written.
     pub image_pos: Pos,
-    /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`].
+    /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`]: YAML starting with
+    /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
+    /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
+    pub cloud_init: Option<CloudInit>,
     /// Desired power state; default running.
     pub power_state: PowerState,
     /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
@@ -134,6 +138,79 @@ pub struct Spec {
     pub tags: Vec<String>,
     /// What happens to the VM when the spec is removed; default delete.
     pub deletion_policy: DeletionPolicy,
+}
+
+/// Largest number of `cloudInit.sshKeys`.
+pub const MAX_SSH_KEYS: usize = 64;
+/// Largest number of `cloudInit.ipConfig` entries (PVE's `ipconfig0..31`).
+pub const MAX_IP_CONFIGS: usize = 32;
+/// Largest number of `cloudInit.nameservers`.
+pub const MAX_NAMESERVERS: usize = 3;
+
+/// `forProvider.cloudInit`: first-boot settings, mapped to PVE's own cloud-init options
+/// (`ciuser`, `sshkeys`, `ipconfigN`, `nameserver`, `searchdomain`, `ciupgrade`). There is no
+/// password field on purpose: specs live in git (use SSH keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudInit {
+    /// `user`: the user to create or configure instead of the image's default (`ciuser`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `sshKeys`: OpenSSH public keys, one per entry (`sshkeys`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ssh_keys: Vec<String>,
+    /// `ipConfig`: entry N configures `netN` (`ipconfigN`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ip_config: Vec<IpConfig>,
+    /// `nameservers`: DNS server addresses (`nameserver`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    /// `searchDomain`: the DNS search domain (`searchdomain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_domain: Option<String>,
+    /// `upgradePackages`: upgrade packages on first boot (`ciupgrade`; PVE's default is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade_packages: Option<bool>,
+    /// `seedStorage`: the storage (with `iso` content) for the `userData` seed image; default:
+    /// the first active storage of the node with `iso` content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed_storage: Option<String>,
+}
+
+/// One `cloudInit.ipConfig` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpConfig {
+    /// `dhcp` or an IPv4 address in CIDR notation (`10.0.0.5/24`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// IPv4 gateway; only with a static `ip`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// `dhcp`, `auto` (SLAAC) or an IPv6 address in CIDR notation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<String>,
+    /// IPv6 gateway; only with a static `ip6`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway6: Option<String>,
+}
+
+impl IpConfig {
+    /// PVE's `ipconfigN` value: `ip=10.0.0.5/24,gw=10.0.0.1,ip6=auto`.
+    pub fn to_pve(&self) -> String {
+        let mut parts = Vec::new();
+        for (key, value) in [
+            ("ip", &self.ip),
+            ("gw", &self.gateway),
+            ("ip6", &self.ip6),
+            ("gw6", &self.gateway6),
+        ] {
+            if let Some(v) = value {
+                parts.push(format!("{key}={v}"));
+            }
+        }
+        parts.join(",")
+    }
 }
 
 /// What a VM is created from (`forProvider.image`).

@@ -5,7 +5,10 @@
 
 use serde_json::{Value, json};
 
-use super::{API_VERSIONS, KIND, MAX_CPU, MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID};
+use super::{
+    API_VERSIONS, KIND, MAX_CPU, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS,
+    MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID,
+};
 
 /// `spec.forProvider` (split out: one `json!` of the whole schema exceeds the macro recursion limit).
 fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
@@ -40,13 +43,58 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                     {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:[a-zA-Z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
                 ]
             },
-            "userData": {"description": "cloud-init user-data.", "type": "string", "maxLength": MAX_USER_DATA_BYTES},
+            "userData": {
+                "description": "cloud-init user-data: YAML starting with #cloud-config, or a script starting with #!; at most 64 KiB. Delivered in a NoCloud seed ISO (docs/cloud-init.md).",
+                "type": "string",
+                "maxLength": MAX_USER_DATA_BYTES,
+                "pattern": "^(#cloud-config|#!)"
+            },
+            "cloudInit": cloud_init_schema(),
             "powerState": {"enum": ["running", "stopped"]},
             "tags": {
                 "description": "Extra Proxmox tags (lower case). proxsync.* and tenant_* are reserved.",
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[a-z0-9_][a-z0-9_+.-]*$"}
             }
+        }
+    })
+}
+
+/// `spec.forProvider.cloudInit`.
+fn cloud_init_schema() -> Value {
+    let ip4 = "^(dhcp|([0-9]{1,3}\\.){3}[0-9]{1,3}/[0-9]{1,2})$";
+    let ip6 = "^(dhcp|auto|[0-9a-fA-F:.]+/[0-9]{1,3})$";
+    json!({
+        "description": "First-boot settings, mapped to Proxmox VE's cloud-init options (docs/cloud-init.md). No passwords: use sshKeys.",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "user": {"description": "User name (ciuser).", "type": "string", "pattern": "^[a-z_][a-z0-9_-]{0,31}$"},
+            "sshKeys": {
+                "description": "OpenSSH public keys, one per entry (sshkeys).",
+                "type": "array",
+                "maxItems": MAX_SSH_KEYS,
+                "items": {"type": "string", "pattern": "^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\\.com|sk-ecdsa-sha2-nistp256@openssh\\.com) [A-Za-z0-9+/]+={0,2}( [^\\n\\r]*)?$"}
+            },
+            "ipConfig": {
+                "description": "Entry N configures netN (ipconfigN).",
+                "type": "array",
+                "maxItems": MAX_IP_CONFIGS,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {
+                        "ip": {"description": "dhcp or IPv4 CIDR.", "type": "string", "pattern": ip4},
+                        "gateway": {"description": "IPv4 gateway (static ip only).", "type": "string"},
+                        "ip6": {"description": "dhcp, auto or IPv6 CIDR.", "type": "string", "pattern": ip6},
+                        "gateway6": {"description": "IPv6 gateway (static ip6 only).", "type": "string"}
+                    }
+                }
+            },
+            "nameservers": {"description": "DNS servers (nameserver).", "type": "array", "maxItems": MAX_NAMESERVERS, "items": {"type": "string"}},
+            "searchDomain": {"description": "DNS search domain (searchdomain).", "type": "string"},
+            "upgradePackages": {"description": "Upgrade packages at first boot (ciupgrade).", "type": "boolean"},
+            "seedStorage": {"description": "Storage with iso content for the userData seed image; default: the node's first.", "type": "string"}
         }
     })
 }
@@ -134,5 +182,6 @@ mod tests {
         assert_eq!(fp["additionalProperties"], false);
         assert_eq!(fp["required"], json!(["site", "node", "image"]));
         assert!(fp["properties"]["userData"].is_object());
+        assert_eq!(fp["properties"]["cloudInit"]["additionalProperties"], false);
     }
 }

@@ -34,7 +34,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn error(&mut self, pos: Pos, message: impl Into<String>) {
+    pub(super) fn error(&mut self, pos: Pos, message: impl Into<String>) {
         self.errors += 1;
         self.diags.push(Diagnostic::error(self.file, pos, message));
     }
@@ -45,7 +45,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Records `Err` as an error at `pos`; passes `Ok` through.
-    fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
+    pub(super) fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.error(pos, e)).ok()
     }
 }
@@ -66,20 +66,21 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "network",
     "image",
     "userData",
+    "cloudInit",
     "powerState",
     "tags",
 ];
 
 /// The fields of one mapping, after duplicate and unknown keys were reported.
-struct Obj<'n> {
-    path: String,
-    pos: Pos,
-    entries: Vec<(&'n str, Pos, &'n Node)>,
+pub(super) struct Obj<'n> {
+    pub(super) path: String,
+    pub(super) pos: Pos,
+    pub(super) entries: Vec<(&'n str, Pos, &'n Node)>,
 }
 
 impl<'n> Obj<'n> {
     /// The value of `key`, unless absent or null (YAML `key:` with nothing means "not set").
-    fn get(&self, key: &str) -> Option<&'n Node> {
+    pub(super) fn get(&self, key: &str) -> Option<&'n Node> {
         self.entries
             .iter()
             .find(|(k, _, _)| *k == key)
@@ -87,7 +88,7 @@ impl<'n> Obj<'n> {
             .filter(|v| v.value != Value::Null)
     }
 
-    fn path(&self, key: &str) -> String {
+    pub(super) fn path(&self, key: &str) -> String {
         if self.path == TOP {
             key.to_string()
         } else {
@@ -117,7 +118,7 @@ impl<'n> Obj<'n> {
 }
 
 /// Reads a mapping. `allowed: None` accepts any (string) key, as for labels.
-fn object<'n>(
+pub(super) fn object<'n>(
     ctx: &mut Ctx,
     node: &'n Node,
     path: &str,
@@ -186,7 +187,12 @@ fn object<'n>(
 }
 
 /// A string value, or an error naming what was found instead.
-fn string<'n>(ctx: &mut Ctx, node: &'n Node, path: &str, example: &str) -> Option<&'n str> {
+pub(super) fn string<'n>(
+    ctx: &mut Ctx,
+    node: &'n Node,
+    path: &str,
+    example: &str,
+) -> Option<&'n str> {
     match &node.value {
         Value::Str(s) => Some(s),
         Value::Int(i) => {
@@ -412,6 +418,10 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         None => Some(None),
         Some(n) => user_data_field(ctx, n).map(Some),
     };
+    let cloud_init = match fp.get("cloudInit") {
+        None => Some(None),
+        Some(n) => super::cloudinit::cloud_init_field(ctx, n).map(Some),
+    };
     let power_state = match fp.get("powerState") {
         None => Some(PowerState::Running),
         Some(n) => enum_field(
@@ -448,10 +458,18 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let (
         Some((image, image_pos)),
         Some(user_data),
+        Some(cloud_init),
         Some(power_state),
         Some(mut tags),
         Some(deletion_policy),
-    ) = (image, user_data, power_state, user_tags, deletion_policy)
+    ) = (
+        image,
+        user_data,
+        cloud_init,
+        power_state,
+        user_tags,
+        deletion_policy,
+    )
     else {
         return (None, name);
     };
@@ -479,6 +497,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         image,
         image_pos,
         user_data,
+        cloud_init,
         power_state,
         tags,
         deletion_policy,
@@ -590,6 +609,7 @@ fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
         );
         return None;
     }
+    ctx.check(n.pos, super::cloudinit::check_user_data(s))?;
     Some(s.to_string())
 }
 
