@@ -100,6 +100,39 @@ impl VmParams {
         self.set("sshkeys", percent_encode(&joined))
     }
 
+    /// cloud-init IP settings of `netN`: `ipconfigN=ip=10.0.0.5/24,gw=10.0.0.1,ip6=auto`. Each
+    /// part is checked so it cannot add an option.
+    pub fn ipconfig(
+        self,
+        slot: &str,
+        ip: Option<&str>,
+        gw: Option<&str>,
+        ip6: Option<&str>,
+        gw6: Option<&str>,
+    ) -> Result<Self, Error> {
+        let mut parts = Vec::new();
+        for (key, value) in [("ip", ip), ("gw", gw), ("ip6", ip6), ("gw6", gw6)] {
+            if let Some(v) = value {
+                check_part(key, v)?;
+                parts.push(format!("{key}={v}"));
+            }
+        }
+        Ok(self.set(slot, parts.join(",")))
+    }
+
+    /// cloud-init DNS servers (`nameserver`, PVE's `address-list`: space-separated).
+    pub fn nameservers<S: AsRef<str>>(self, servers: &[S]) -> Result<Self, Error> {
+        for s in servers {
+            check_part("nameserver", s.as_ref())?;
+        }
+        let joined = servers
+            .iter()
+            .map(|s| s.as_ref())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(self.set("nameserver", joined))
+    }
+
     /// Removes properties (the `delete` parameter of a config change).
     pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
         let joined = keys
@@ -253,6 +286,59 @@ impl Client {
             .into_iter()
             .collect();
         self.get(&path, &query).await
+    }
+
+    /// `POST /nodes/{node}/storage/{storage}/upload` with `content=iso`: an `imgcopy` task
+    /// that moves the uploaded file into place. Multipart; the file is named `file_name` (PVE
+    /// normalises names to `[A-Za-z0-9_.-]`; proxsync's seed names already are). With
+    /// `checksum-algorithm=sha256`, PVE verifies the file before keeping it. Needs
+    /// `Datastore.AllocateTemplate` on `/storage/{storage}`.
+    pub async fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<Upid, Error> {
+        check_part("file name", file_name)?;
+        if file_name.contains(['/', '\\', '"']) {
+            return Err(Error::Setup(format!(
+                "{file_name:?} is not a plain file name"
+            )));
+        }
+        let path = format!("/nodes/{}/storage/{}/upload", seg(node)?, seg(storage)?);
+        let fields = [
+            ("content", "iso".to_string()),
+            ("checksum-algorithm", "sha256".to_string()),
+            ("checksum", sha256.to_string()),
+        ];
+        let upid: String = self
+            .post_multipart(&path, &fields, "filename", file_name, bytes)
+            .await?;
+        upid_from("POST", &path, upid)
+    }
+
+    /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`: an `imgdel` task (`Some`), or
+    /// done at once on releases that answer without one (`None`). Needs `Datastore.Allocate`.
+    /// PVE does not check whether a VM still uses an ISO: callers must.
+    pub async fn delete_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volume: &str,
+    ) -> Result<Option<Upid>, Error> {
+        check_part("volume", volume)?;
+        let path = format!(
+            "/nodes/{}/storage/{}/content/{}",
+            seg(node)?,
+            seg(storage)?,
+            percent_encode(volume)
+        );
+        let v: Option<String> = self.delete(&path, &[]).await?;
+        v.filter(|s| !s.is_empty())
+            .map(|s| upid_from("DELETE", &path, s))
+            .transpose()
     }
 
     /// `GET /nodes/{node}/network?type=any_bridge`: at once; the node's bridges.
@@ -609,6 +695,31 @@ mod tests {
             p.get("sshkeys"),
             Some("ssh-ed25519%20AAAAC3Nz%2Ba%2Fb%3D%20me%40host%0Assh-rsa%20AAAB%20x")
         );
+    }
+
+    #[test]
+    fn cloud_init_options_are_checked() {
+        let p = VmParams::new()
+            .ipconfig(
+                "ipconfig0",
+                Some("10.0.0.5/24"),
+                Some("10.0.0.1"),
+                Some("auto"),
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            p.get("ipconfig0"),
+            Some("ip=10.0.0.5/24,gw=10.0.0.1,ip6=auto")
+        );
+        assert!(
+            VmParams::new()
+                .ipconfig("ipconfig0", Some("dhcp,gw=1.2.3.4"), None, None, None)
+                .is_err()
+        );
+        let p = VmParams::new().nameservers(&["10.0.0.53", "::1"]).unwrap();
+        assert_eq!(p.get("nameserver"), Some("10.0.0.53 ::1"));
+        assert!(VmParams::new().nameservers(&["1.1.1.1 8.8.8.8"]).is_err());
     }
 
     #[test]

@@ -322,6 +322,56 @@ impl Client {
         } else {
             request.form(params)
         };
+        self.finish(method, path, request).await
+    }
+
+    /// POST a `multipart/form-data` upload: the `fields` first, then one file part (PVE reads
+    /// the file last). Never retried; a 401 of an expired ticket is sent again once (the request
+    /// was not executed).
+    pub async fn post_multipart<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        fields: &[(&str, String)],
+        file_field: &str,
+        file_name: &str,
+        bytes: &[u8],
+    ) -> Result<T, Error> {
+        let method = Method::POST;
+        let mut relogged = false;
+        loop {
+            let headers = self.auth_headers(&method).await?;
+            let mut form = reqwest::multipart::Form::new();
+            for (k, v) in fields {
+                form = form.text(k.to_string(), v.clone());
+            }
+            let part = reqwest::multipart::Part::bytes(bytes.to_vec())
+                .file_name(file_name.to_string())
+                .mime_str("application/octet-stream")
+                .map_err(|e| transport_error(&method, path, &e))?;
+            form = form.part(file_field.to_string(), part);
+            let url = format!("{}{}", self.api_base, path);
+            let request = self
+                .http
+                .request(method.clone(), &url)
+                .headers(headers)
+                .multipart(form);
+            match self.finish(&method, path, request).await {
+                Err(Error::Api { status: 401, .. }) if !relogged && self.uses_ticket() => {
+                    relogged = true;
+                    self.drop_session().await;
+                }
+                other => return decode(method, path, other?),
+            }
+        }
+    }
+
+    /// Sends a built request; status, envelope.
+    async fn finish(
+        &self,
+        method: &Method,
+        path: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<serde_json::Value, Error> {
         let started = Instant::now();
         let result = request.send().await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
