@@ -188,6 +188,9 @@ pub fn spec_hash(spec: &Spec) -> String {
         network: &'a str,
         image: &'a crate::spec::Image,
         user_data: &'a Option<String>,
+        // Absent without cloudInit, so the hashes of specs without it stay as they were.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cloud_init: Option<&'a crate::spec::CloudInit>,
         power: PowerState,
         tags: &'a [String],
     }
@@ -201,6 +204,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         network: &spec.network,
         image: &spec.image,
         user_data: &spec.user_data,
+        cloud_init: spec.cloud_init.as_ref(),
         power: spec.power_state,
         tags: &spec.tags,
     };
