@@ -419,6 +419,10 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
             ),
         ));
     }
+    if spec.user_data.is_some() {
+        // The seed image needs an `iso` storage: known now, not after the VM exists.
+        pick_seed_storage(&storages, spec)?;
+    }
     let version = site.version().await?;
     let features = version.features();
     // A clone to another node than the template's needs the target storage to be shared.
@@ -1479,12 +1483,17 @@ fn cloud_init_params(
 /// storage of the node with `iso` content.
 async fn seed_storage(client: &Client, spec: &Spec) -> Result<String, ActionError> {
     let storages = client.node_storages(&spec.node, None).await?;
+    pick_seed_storage(&storages, spec)
+}
+
+/// [`seed_storage`] from a storage listing (pre-flight has one already).
+fn pick_seed_storage(storages: &[NodeStorage], spec: &Spec) -> Result<String, ActionError> {
     if let Some(s) = spec
         .cloud_init
         .as_ref()
         .and_then(|c| c.seed_storage.as_ref())
     {
-        check_storage(&storages, s, "iso", &spec.node)?;
+        check_storage(storages, s, "iso", &spec.node)?;
         return Ok(s.clone());
     }
     storages
@@ -1496,7 +1505,9 @@ async fn seed_storage(client: &Client, spec: &Spec) -> Result<String, ActionErro
             fail(
                 Category::ConfigurationError,
                 format!(
-                    "userData needs a storage with iso content on node {} for its seed image, and there                      is none; add iso to a storage's content types or set spec.forProvider.cloudInit.seedStorage",
+                    "userData needs a storage with iso content on node {} for its seed image, and \
+                     there is none; add iso to a storage's content types or set \
+                     spec.forProvider.cloudInit.seedStorage",
                     spec.node
                 ),
             )

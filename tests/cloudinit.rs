@@ -260,3 +260,40 @@ fn invalid_cloud_init_fields_are_refused_before_anything_is_done() {
         "{message}"
     );
 }
+
+#[test]
+fn user_data_without_an_iso_storage_creates_nothing() {
+    let mut scenario = default_scenario();
+    scenario["storages"]["local"]["content"] = serde_json::json!("import,vztmpl,snippets");
+    let mut pve = FakePve::start(scenario);
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec(
+            "seeded",
+            "pve1",
+            "9000",
+            "    userData: |\n      #cloud-config\n      packages: [nginx]\n",
+        ),
+    )]);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let writes: Vec<_> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "pre-flight stops it before anything is created: {writes:?}"
+    );
+    assert!(owned_vms(&mut pve).is_empty());
+    let (s, reason, message) = ws.condition("seeded", "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ConfigurationError"),
+        "{message}"
+    );
+    assert!(message.contains("iso content"), "{message}");
+}
