@@ -342,11 +342,18 @@ mod tests {
         std::fs::write(d.join("web.yaml"), SPEC).unwrap();
         git(d, &["add", "."]);
         git(d, &["commit", "-q", "-m", "one"]);
-        let me = std::fs::metadata(d).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
+        let me = std::fs::metadata(d)
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .unwrap();
         let other = if me == 65534 { 65533 } else { 65534 };
-        let status = Command::new("chown").args(["-R", &format!("{other}:{other}")]).arg(d).status();
+        let status = Command::new("chown")
+            .args(["-R", &format!("{other}:{other}")])
+            .arg(d)
+            .status();
         if !status.is_ok_and(|s| s.success()) {
-            panic!("this test changes a directory's owner: run it as root (CI does) or with CAP_CHOWN");
+            panic!(
+                "this test changes a directory's owner: run it as root (CI does) or with CAP_CHOWN"
+            );
         }
         let read = read_commit(d, "main", Path::new(".")).unwrap();
         assert_eq!(read.specs.specs.len(), 1);
