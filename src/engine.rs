@@ -703,8 +703,13 @@ fn spec_status(
             S::True,
             reasons::PENDING_CHANGES,
             format!(
-                "{} change at the next reboot of the VM (proxsync does not reboot it)",
-                pending.join(", ")
+                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
+                pending.join(", "),
+                if pending.iter().any(|k| k == "cloudinit") {
+                    "; cloud-init reads its new settings then"
+                } else {
+                    ""
+                }
             ),
         )
     });
