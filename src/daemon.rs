@@ -217,17 +217,29 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
             notify(&states);
             match reload_config(&config_path, &config) {
                 Ok(new) => {
-                    tracing::info!("config reloaded");
-                    drop(engine);
+                    // The control server holds a handle on the database: wait until it is
+                    // gone, then close the database, so the new engine can open it.
                     control.abort();
-                    engine = Engine::new(new.clone())?;
+                    let _ = control.await;
+                    drop(engine);
+                    engine = match open_engine(&new).await {
+                        Ok(e) => {
+                            tracing::info!("config reloaded");
+                            config = new;
+                            e
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "config reload failed; back on the previous config");
+                            notify(&[NotifyState::Status(&format!("config reload failed: {e}"))]);
+                            open_engine(&config).await?
+                        }
+                    };
                     engine.set_shutdown(stop_rx.clone());
-                    source = Source::new(&new);
+                    source = Source::new(&config);
                     watcher = watch_source(&source, trigger_tx.clone())?;
                     let (request_tx, new_requests) = mpsc::channel::<control::Request>(16);
                     requests = new_requests;
-                    control = control::serve(&new.state_dir, request_tx, Some(engine.store()))?;
-                    config = new;
+                    control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
                     next_fetch = Instant::now();
                 }
                 Err(e) => {
@@ -244,6 +256,22 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
     let _ = std::fs::remove_file(control::socket_path(&config.state_dir));
     tracing::info!("proxsync daemon stopped");
     Ok(())
+}
+
+/// Opens the engine, waiting up to 10 s for the database: a control-socket connection still
+/// being answered may hold the old engine's handle for a moment.
+async fn open_engine(config: &Config) -> Result<Engine, EngineError> {
+    let mut tries = 0;
+    loop {
+        match Engine::new(config.clone()) {
+            Err(EngineError::State(e)) if tries < 50 => {
+                tries += 1;
+                tracing::debug!(error = %e, "state database still held; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Loads and checks a new config, including that every site's secret can be read and its

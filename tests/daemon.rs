@@ -249,17 +249,30 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
         Duration::from_secs(10),
         || names(&mut pve).contains(&"web-02".to_string()),
     );
-    // A good config is taken.
+    // A good config is taken, and the daemon goes on with it.
+    let before = daemon_ready_count(&daemon);
     std::fs::write(ws.config(), good.replace("[reconcile]", "[reconcile]\n")).unwrap();
     daemon.signal("-HUP");
-    let before = daemon
-        .messages()
-        .iter()
-        .filter(|m| m.contains("READY=1"))
-        .count();
-    daemon.wait_message("READY after the reload", Duration::from_secs(5), |_| {
+    daemon.wait_message("READY after the reload", Duration::from_secs(10), |_| {
         daemon_ready_count(&daemon) > before
     });
+    assert!(
+        daemon.alive(),
+        "still running after a good reload:\n{}",
+        daemon.log()
+    );
+    assert!(daemon.log().contains("config reloaded"), "{}", daemon.log());
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+        ("c.yaml", spec("web-03", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "web-03 created on the new config",
+        Duration::from_secs(10),
+        || names(&mut pve).contains(&"web-03".to_string()),
+    );
     assert!(daemon.stop());
 }
 
