@@ -201,8 +201,16 @@ fn a_push_is_applied_within_seconds_and_systemd_hears_about_it() {
         Duration::from_secs(10),
         || !names(&mut pve).contains(&"web-02".to_string()),
     );
-    let summary = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap();
-    assert!(summary.contains("ready: 1"), "{summary}");
+    // The cycle writes its status after the delete.
+    wait_until(
+        "the summary shows one spec",
+        Duration::from_secs(10),
+        || {
+            let summary =
+                std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap_or_default();
+            summary.contains("specs: 1\n") && summary.contains("ready: 1\n")
+        },
+    );
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
 
