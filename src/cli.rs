@@ -283,11 +283,7 @@ fn load_inputs(
     config_path: Option<PathBuf>,
     spec_paths: &[PathBuf],
 ) -> Result<(Config, spec::SpecSet, Option<String>), ExitCode> {
-    let path = config_path.unwrap_or_else(default_config_path);
-    let config = Config::load(&path).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::FAILURE
-    })?;
+    let config = load_config(config_path)?;
     let (mut set, commit) = if spec_paths.is_empty() {
         match crate::source::read_configured(&config) {
             Ok(read) => (read.specs, Some(read.commit)),
@@ -307,13 +303,9 @@ fn load_inputs(
 }
 
 fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {
-    let path = config_path.unwrap_or_else(default_config_path);
-    let config = match Config::load(&path) {
+    let config = match load_config(config_path) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -335,13 +327,9 @@ fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode
 }
 
 fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) -> ExitCode {
-    let path = config_path.unwrap_or_else(default_config_path);
-    let config = match Config::load(&path) {
+    let config = match load_config(config_path) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let opts = crate::status_view::ViewOptions {
         name,
@@ -501,6 +489,15 @@ fn schema() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Loads the config (`--config`, else the default path); on error says so on stderr.
+fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
+    let path = config_path.unwrap_or_else(default_config_path);
+    Config::load(&path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 /// The default config path, used by subcommands that need a config.

@@ -878,24 +878,12 @@ async fn resume_create(
     match site.client.vm_config(node, vmid).await {
         Ok(cfg) if is_ours(ctx, spec, &cfg) => {
             tracing::info!(spec = %spec.name, vmid, "found the VM of an interrupted create");
-            if cfg.lock().is_some() {
-                // The create task still runs (it holds the lock): wait for it.
-                if let Some(task) = site
-                    .client
-                    .active_vm_tasks(node, vmid)
-                    .await?
-                    .into_iter()
-                    .next()
-                    && let Ok(upid) = task.upid.parse::<Upid>()
-                {
-                    rec.phase = Phase::Creating {
-                        vmid,
-                        node: node.to_string(),
-                        upid: Some(upid.to_string()),
-                    };
-                    ctx.store.put(&spec.name, rec)?;
-                    return finish_create(ctx, site, spec, rec, vmid, &upid).await;
-                }
+            if cfg.lock().is_some()
+                && let Some(outcome) =
+                    wait_for_running_create(ctx, site, spec, rec, node, vmid).await?
+            {
+                // The create task still runs (it holds the lock): waited for.
+                return Ok(outcome);
             }
             created(ctx, site, spec, rec, vmid)?;
             converge(ctx, site_name, spec, rec, node, vmid).await
@@ -909,23 +897,40 @@ async fn resume_create(
         Err(e) if e.is_not_found() => {
             // Not there. A create whose worker has not written the config yet would show as
             // an active task for the id: wait for it rather than create a second VM.
-            let active = site.client.active_vm_tasks(node, vmid).await?;
-            if let Some(task) = active.into_iter().next()
-                && let Ok(upid) = task.upid.parse::<Upid>()
+            if let Some(outcome) = wait_for_running_create(ctx, site, spec, rec, node, vmid).await?
             {
-                rec.phase = Phase::Creating {
-                    vmid,
-                    node: node.to_string(),
-                    upid: Some(upid.to_string()),
-                };
-                ctx.store.put(&spec.name, rec)?;
-                return finish_create(ctx, site, spec, rec, vmid, &upid).await;
+                return Ok(outcome);
             }
             abandon(ctx, site_name, spec, rec, vmid)?;
             create(ctx, site_name, spec, rec).await
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// If a task runs for `vmid` on the node (the create whose answer was lost), records its
+/// UPID and finishes the create with it; `None` when no task runs.
+async fn wait_for_running_create(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    node: &str,
+    vmid: u32,
+) -> Result<Option<Outcome>, ActionError> {
+    let active = site.client.active_vm_tasks(node, vmid).await?;
+    let Some(upid) = active.into_iter().find_map(|t| t.upid.parse::<Upid>().ok()) else {
+        return Ok(None);
+    };
+    rec.phase = Phase::Creating {
+        vmid,
+        node: node.to_string(),
+        upid: Some(upid.to_string()),
+    };
+    ctx.store.put(&spec.name, rec)?;
+    finish_create(ctx, site, spec, rec, vmid, &upid)
+        .await
+        .map(Some)
 }
 
 fn abandon(
