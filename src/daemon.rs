@@ -171,7 +171,7 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
 
         // Wait for the next trigger.
         let mut wake = Instant::now() + config.reconcile.resync_interval;
-        if let Some(next) = engine.next_attempt_ms() {
+        if let Some(next) = report.as_ref().and_then(|(r, _)| r.next_attempt_ms) {
             let now = now_ms();
             let until = Instant::now() + Duration::from_millis(next.saturating_sub(now));
             wake = wake.min(until.max(Instant::now() + Duration::from_secs(1)));

@@ -48,6 +48,8 @@ pub struct CycleReport {
     pub sites: usize,
     pub sites_healthy: usize,
     pub cycle_ms: u64,
+    /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
+    pub next_attempt_ms: Option<u64>,
 }
 
 impl CycleReport {
@@ -139,16 +141,6 @@ impl Engine {
     /// Lets `shutdown` stop a cycle gracefully.
     pub fn set_shutdown(&mut self, shutdown: tokio::sync::watch::Receiver<bool>) {
         self.shutdown = shutdown;
-    }
-
-    /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
-    pub fn next_attempt_ms(&self) -> Option<u64> {
-        self.store
-            .specs()
-            .ok()?
-            .values()
-            .filter_map(|r| r.next_attempt_ms)
-            .min()
     }
 
     /// Makes a spec's next attempt due now (a `proxsync reconcile NAME` request). The error
@@ -398,6 +390,7 @@ impl Engine {
                 .filter(|v| v.reachable() && v.health.quorate)
                 .count(),
             cycle_ms,
+            next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
         })
     }
 }

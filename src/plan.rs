@@ -294,6 +294,46 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     why
 }
 
+/// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
+/// number of specs and VMs.
+struct SiteIndex<'a> {
+    /// VMs carrying this install's marker, by the spec the marker names.
+    by_marker: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
+    /// VMs whose marker could not be read and that no record explains: by name, and whether
+    /// any of them carries the ownership tag (then any spec may be theirs).
+    unread_by_name: BTreeMap<&'a str, u32>,
+    unread_tagged: Option<u32>,
+}
+
+impl<'a> SiteIndex<'a> {
+    fn new(
+        view: &'a SiteView,
+        install_id: &str,
+        known: &BTreeSet<u32>,
+        tag: &str,
+    ) -> SiteIndex<'a> {
+        let mut index = SiteIndex {
+            by_marker: BTreeMap::new(),
+            unread_by_name: BTreeMap::new(),
+            unread_tagged: None,
+        };
+        for vm in view.vms.values().filter(|vm| !vm.template) {
+            if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id) {
+                index.by_marker.entry(m.spec.as_str()).or_default().push(vm);
+            }
+            if !vm.marker_read && !known.contains(&vm.vmid) {
+                if vm.has_tag(tag) {
+                    index.unread_tagged.get_or_insert(vm.vmid);
+                }
+                if let Some(name) = vm.name.as_deref() {
+                    index.unread_by_name.entry(name).or_insert(vm.vmid);
+                }
+            }
+        }
+        index
+    }
+}
+
 /// Plans one cycle.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut out = Plan::default();
@@ -305,9 +345,34 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .filter_map(|(name, r)| Some(((r.site.as_str(), record_vmid(r)?), name.as_str())))
         .collect();
 
+    let mut known: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for r in input.records.values() {
+        if let Some(id) = record_vmid(r) {
+            known.entry(r.site.as_str()).or_default().insert(id);
+        }
+    }
+    let no_vmids = BTreeSet::new();
+    let indexes: BTreeMap<&str, SiteIndex> = input
+        .sites
+        .iter()
+        .map(|(name, view)| {
+            let known = known.get(name.as_str()).unwrap_or(&no_vmids);
+            (
+                name.as_str(),
+                SiteIndex::new(view, input.install_id, known, &tag),
+            )
+        })
+        .collect();
     for spec in input.desired {
         let rec = input.records.get(&spec.name);
-        let verdict = plan_spec(input, spec, rec, &tag, &mut out.actions);
+        let verdict = plan_spec(
+            input,
+            spec,
+            rec,
+            &tag,
+            indexes.get(spec.site.as_str()),
+            &mut out.actions,
+        );
         out.verdicts.insert(spec.name.clone(), verdict);
     }
     for name in input.invalid {
@@ -459,6 +524,7 @@ fn plan_spec(
     spec: &Spec,
     rec: Option<&SpecRecord>,
     tag: &str,
+    index: Option<&SiteIndex<'_>>,
     actions: &mut Vec<Action>,
 ) -> Verdict {
     let Some(view) = input.sites.get(&spec.site) else {
@@ -514,17 +580,10 @@ fn plan_spec(
                 || !vm.marker_read
         });
     let by_marker = || {
-        let mut found: Vec<&ObservedVm> = view
-            .vms
-            .values()
-            .filter(|vm| {
-                !vm.template
-                    && vm
-                        .marker
-                        .as_ref()
-                        .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
-            })
-            .collect();
+        let mut found: Vec<&ObservedVm> = index
+            .and_then(|i| i.by_marker.get(spec.name.as_str()))
+            .cloned()
+            .unwrap_or_default();
         // Prefer the one with the recorded uid, then the lowest VMID: deterministic.
         found.sort_by_key(|vm| {
             let uid_match = rec.is_some_and(|r| vm.marker.as_ref().is_some_and(|m| m.uid == r.uid));
@@ -562,19 +621,12 @@ fn plan_spec(
             None => {
                 // A VM that may be this spec's (our tag, or its name) whose marker could not
                 // be read: creating now could make a second one. Wait until it is read.
-                let known: BTreeSet<u32> = input
-                    .records
-                    .values()
-                    .filter(|r| r.site == spec.site)
-                    .filter_map(record_vmid)
-                    .collect();
-                if let Some(vm) = view.vms.values().find(|vm| {
-                    !vm.template
-                        && !vm.marker_read
-                        && !known.contains(&vm.vmid)
-                        && (vm.has_tag(tag) || vm.name.as_deref() == Some(spec.vm_name.as_str()))
-                }) {
-                    return Verdict::Unknown { vmid: vm.vmid };
+                let unread = index.and_then(|i| {
+                    i.unread_tagged
+                        .or_else(|| i.unread_by_name.get(spec.vm_name.as_str()).copied())
+                });
+                if let Some(vmid) = unread {
+                    return Verdict::Unknown { vmid };
                 }
                 if let Some(until_ms) = backoff {
                     return Verdict::BackingOff { until_ms };
