@@ -204,7 +204,10 @@ impl Engine {
             now_ms: now_ms(),
         };
         let first = plan(&input);
-        self.store.set_orphans(&first.orphans_seen)?;
+        if first.orphans_seen != orphans_seen {
+            // A durable write only when the sightings changed: an idle cycle writes nothing.
+            self.store.set_orphans(&first.orphans_seen)?;
+        }
         for action in &first.actions {
             tracing::info!(action = ?action, "planned");
         }
