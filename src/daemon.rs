@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::control;
 use crate::engine::{CycleReport, Engine, EngineError};
 use crate::execute::now_ms;
-use crate::source::{ReadSpecs, Source};
+use crate::source::Source;
 use crate::status::RequestSummary;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,9 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
     let mut watchdog_tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
     watchdog_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-    let mut last_good: Option<ReadSpecs> = None;
+    // The last good commit and its checked specs.
+    let mut desired: Option<(String, crate::spec::SpecSet)> = None;
+    let mut force_read = false;
     let mut next_fetch = Instant::now();
     let mut ready_sent = false;
     let mut pending_request: Option<control::Request> = None;
@@ -95,20 +97,30 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
             engine.source_error = fetched.err().map(|e| e.to_string());
             next_fetch = Instant::now() + jittered(source.interval);
         }
-        match source.read() {
-            Ok(read) => {
-                if engine
-                    .source_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("cannot read"))
-                {
-                    engine.source_error = None;
+        // Walk the tree only when the branch moved (or the config changed).
+        let moved = match (source.tip(), &desired) {
+            (Ok(tip), Some((commit, _))) => tip != *commit,
+            _ => true,
+        };
+        if moved || force_read {
+            force_read = false;
+            match source.read() {
+                Ok(read) => {
+                    if engine
+                        .source_error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("cannot read"))
+                    {
+                        engine.source_error = None;
+                    }
+                    let mut specs = read.specs;
+                    crate::engine::check_spec_sites(&config, &mut specs);
+                    desired = Some((read.commit, specs));
                 }
-                last_good = Some(read);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the source; using the last good commit");
-                engine.source_error = Some(format!("cannot read the source: {e}"));
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the source; using the last good commit");
+                    engine.source_error = Some(format!("cannot read the source: {e}"));
+                }
             }
         }
         if let Some(req) = pending_request.take() {
@@ -122,11 +134,9 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
         }
 
         // One cycle, with the watchdog fed and SIGTERM heard while it runs.
-        let report = match &last_good {
-            Some(read) => {
-                let mut specs = read.specs.clone();
-                crate::engine::check_spec_sites(&config, &mut specs);
-                let cycle = engine.reconcile(&specs, Some(&read.commit));
+        let report = match &desired {
+            Some((commit, specs)) => {
+                let cycle = engine.reconcile(specs, Some(commit));
                 tokio::pin!(cycle);
                 let mut stopping = false;
                 let result = loop {
@@ -143,7 +153,7 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                     break;
                 }
                 match result {
-                    Ok(report) => Some((report, read.commit.clone())),
+                    Ok(report) => Some((report, commit.clone())),
                     Err(e) => {
                         tracing::error!(error = %e, "reconcile cycle failed");
                         None
@@ -241,6 +251,8 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                     requests = new_requests;
                     control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
                     next_fetch = Instant::now();
+                    // Sites may have changed: read and check the specs again.
+                    force_read = true;
                 }
                 Err(e) => {
                     // Loudly, and keep going on the old config.

@@ -39,8 +39,8 @@ pub struct CycleReport {
     /// The plan that was executed.
     pub plan: Plan,
     pub results: Vec<ActionResult>,
-    /// The plan after the actions (empty when everything converged).
-    pub after: Plan,
+    /// The plan made after the actions, when there were any (else `plan` says what is true).
+    pub after: Option<Plan>,
     pub ready: usize,
     pub specs: usize,
     pub stalled: usize,
@@ -115,6 +115,13 @@ pub struct Engine {
     /// Set to true to stop: no new action starts, task waits end early (their UPIDs are
     /// recorded), and the cycle returns.
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The records as the last cycle left them (the engine is the database's only writer):
+    /// an idle cycle decodes nothing.
+    records: Option<BTreeMap<String, SpecRecord>>,
+    /// The status each spec was last given, and the set of names written: an idle cycle
+    /// hands the status writer nothing and lists no directory.
+    written: HashMap<String, SpecStatus>,
+    written_names: Option<BTreeSet<String>>,
 }
 
 impl Engine {
@@ -135,6 +142,9 @@ impl Engine {
             source_error: None,
             last_request: None,
             shutdown: tokio::sync::watch::channel(false).1,
+            records: None,
+            written: HashMap::new(),
+            written_names: None,
         })
     }
 
@@ -145,12 +155,15 @@ impl Engine {
 
     /// Makes a spec's next attempt due now (a `proxsync reconcile NAME` request). The error
     /// stays recorded for status until the attempt.
-    pub fn clear_backoff(&self, name: &str) -> Result<bool, EngineError> {
+    pub fn clear_backoff(&mut self, name: &str) -> Result<bool, EngineError> {
         let mut records = self.store.specs()?;
         match records.remove(name) {
             Some(mut rec) if rec.next_attempt_ms.is_some() => {
                 rec.next_attempt_ms = None;
                 self.store.put(name, &rec)?;
+                if let Some(cache) = self.records.as_mut() {
+                    cache.insert(name.to_string(), rec);
+                }
                 Ok(true)
             }
             Some(_) => Ok(true),
@@ -175,7 +188,10 @@ impl Engine {
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
-        let records = self.store.specs()?;
+        let records = match self.records.take() {
+            Some(r) => r,
+            None => self.store.specs()?,
+        };
         let orphans_seen = self.store.orphans()?;
         let views = observe_all(
             &self.sites,
@@ -213,9 +229,13 @@ impl Engine {
         }
 
         let mut results = Vec::new();
-        let (after, views, records) = if first.actions.is_empty() {
-            (first.clone(), views.clone(), records.clone())
-        } else {
+        // After actions, look again, so status says what is true now.
+        let mut after: Option<(
+            Plan,
+            BTreeMap<String, SiteView>,
+            BTreeMap<String, SpecRecord>,
+        )> = None;
+        if !first.actions.is_empty() {
             let ctx = Arc::new(ExecCtx {
                 store: self.store.clone(),
                 install_id: self.config.install_id.clone(),
@@ -232,8 +252,8 @@ impl Engine {
                 shutdown: self.shutdown.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
-            // Look again, so status says what is true now. VMIDs may have been freed and
-            // reused by this cycle's deletes and creates: cached markers are no longer trusted.
+            // VMIDs may have been freed and reused by this cycle's deletes and creates: cached
+            // markers are no longer trusted.
             self.markers.clear();
             let records = self.store.specs()?;
             let orphans_seen = self.store.orphans()?;
@@ -252,25 +272,28 @@ impl Engine {
                 now_ms: now_ms(),
                 ..input
             };
-            (plan(&input), views, records)
+            let plan_after = plan(&input);
+            after = Some((plan_after, views, records));
+        }
+        let (after_plan, views, records) = match after {
+            Some((p, v, r)) => (Some(p), v, r),
+            None => (None, views, records),
         };
-
-        let cycle_ms = started.elapsed().as_millis() as u64;
         let report = self.write_status(
             specs,
             commit,
             &views,
             &records,
-            &after,
+            after_plan.as_ref().unwrap_or(&first),
             &results,
             &first.refused,
-            cycle_ms,
+            started,
         )?;
+        self.records = Some(records);
         Ok(CycleReport {
             plan: first,
             results,
-            after,
-            cycle_ms,
+            after: after_plan,
             ..report
         })
     }
@@ -285,7 +308,7 @@ impl Engine {
         after: &Plan,
         results: &[ActionResult],
         refused: &[String],
-        cycle_ms: u64,
+        started: Instant,
     ) -> Result<CycleReport, EngineError> {
         let now = SystemTime::now();
         let status_err = |e: crate::status::StatusError| EngineError::Status {
@@ -318,7 +341,10 @@ impl Engine {
             if st.backoff.is_some() {
                 backing_off += 1;
             }
-            self.status.write_spec(&st, now).map_err(status_err)?;
+            if self.written.get(&spec.name) != Some(&st) {
+                self.status.write_spec(&st, now).map_err(status_err)?;
+                self.written.insert(spec.name.clone(), st);
+            }
             written.insert(spec.name.clone());
         }
         let mut invalid = 0;
@@ -331,14 +357,22 @@ impl Engine {
                 .map(|d| d.to_string())
                 .collect();
             let st = invalid_status(name, records.get(name), &messages, commit);
-            self.status.write_spec(&st, now).map_err(status_err)?;
+            if self.written.get(name) != Some(&st) {
+                self.status.write_spec(&st, now).map_err(status_err)?;
+                self.written.insert(name.to_string(), st);
+            }
             written.insert(name.to_string());
         }
-        // Status files of specs that are gone with their VM.
-        for name in self.status.spec_names().map_err(status_err)? {
-            if !written.contains(&name) && !records.contains_key(&name) {
-                self.status.remove_spec(&name).map_err(status_err)?;
+        // Status files of specs that are gone with their VM (looked for when the set of
+        // specs changed, and on the first cycle).
+        if self.written_names.as_ref() != Some(&written) {
+            for name in self.status.spec_names().map_err(status_err)? {
+                if !written.contains(&name) && !records.contains_key(&name) {
+                    self.status.remove_spec(&name).map_err(status_err)?;
+                    self.written.remove(&name);
+                }
             }
+            self.written_names = Some(written);
         }
         let orphans: Vec<OrphanEntry> = after
             .orphans
@@ -364,6 +398,7 @@ impl Engine {
         self.status
             .write_orphans(&orphans, now)
             .map_err(status_err)?;
+        let cycle_ms = started.elapsed().as_millis() as u64;
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
             source_error: self.source_error.clone(),
@@ -382,7 +417,7 @@ impl Engine {
         Ok(CycleReport {
             plan: Plan::default(),
             results: Vec::new(),
-            after: Plan::default(),
+            after: None,
             ready,
             specs: specs.specs.len() + invalid,
             stalled,

@@ -72,6 +72,23 @@ impl Source {
         read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache)
     }
 
+    /// The commit id at the tip of the branch: cheap, so the daemon walks the tree again only
+    /// when the branch moved.
+    pub fn tip(&self) -> Result<String, SourceError> {
+        allow_foreign_owner();
+        let err = |message: String| SourceError {
+            location: self.repo.display().to_string(),
+            message,
+        };
+        let repo = git2::Repository::open(&self.repo)
+            .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
+        let commit = repo
+            .find_reference(&format!("refs/heads/{}", self.branch))
+            .and_then(|r| r.peel_to_commit())
+            .map_err(|e| err(format!("branch {:?}: {}", self.branch, e.message())))?;
+        Ok(commit.id().to_string())
+    }
+
     /// The paths whose change means "the branch may have moved": the refs directory and
     /// `packed-refs` of the repository (bare or not). The work tree is never watched.
     pub fn watch_paths(&self) -> Vec<PathBuf> {
