@@ -99,6 +99,13 @@ pub fn config_hash(config: &Config) -> String {
     fnv_hex(format!("{}|{}", config.install_id, sites.join(";")).as_bytes())
 }
 
+/// What a cycle sees after its actions: the plan made then, the views and the records.
+type AfterActions = (
+    Plan,
+    BTreeMap<String, SiteView>,
+    BTreeMap<String, SpecRecord>,
+);
+
 /// The long-lived engine: clients, state, status writer, marker cache.
 pub struct Engine {
     config: Config,
@@ -230,11 +237,7 @@ impl Engine {
 
         let mut results = Vec::new();
         // After actions, look again, so status says what is true now.
-        let mut after: Option<(
-            Plan,
-            BTreeMap<String, SiteView>,
-            BTreeMap<String, SpecRecord>,
-        )> = None;
+        let mut after: Option<AfterActions> = None;
         if !first.actions.is_empty() {
             let ctx = Arc::new(ExecCtx {
                 store: self.store.clone(),

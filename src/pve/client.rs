@@ -155,7 +155,7 @@ impl Client {
         decode(
             Method::GET,
             path,
-            self.call(Method::GET, path, query).await?,
+            &self.call(Method::GET, path, query).await?,
         )
     }
 
@@ -168,7 +168,7 @@ impl Client {
         decode(
             Method::POST,
             path,
-            self.call(Method::POST, path, form).await?,
+            &self.call(Method::POST, path, form).await?,
         )
     }
 
@@ -178,7 +178,11 @@ impl Client {
         path: &str,
         form: &[(&str, String)],
     ) -> Result<T, Error> {
-        decode(Method::PUT, path, self.call(Method::PUT, path, form).await?)
+        decode(
+            Method::PUT,
+            path,
+            &self.call(Method::PUT, path, form).await?,
+        )
     }
 
     /// DELETE with query parameters. Never retried.
@@ -190,7 +194,7 @@ impl Client {
         decode(
             Method::DELETE,
             path,
-            self.call(Method::DELETE, path, query).await?,
+            &self.call(Method::DELETE, path, query).await?,
         )
     }
 
@@ -280,7 +284,7 @@ impl Client {
         let response = self
             .exchange(&Method::POST, path, &form, HeaderMap::new())
             .await?;
-        let t: Ticket = decode(Method::POST, path, response)?;
+        let t: Ticket = decode(Method::POST, path, &response)?;
         let bad = |_| Error::Decode {
             method: "POST".into(),
             path: path.into(),
@@ -361,7 +365,7 @@ impl Client {
                     relogged = true;
                     self.drop_session().await;
                 }
-                other => return decode(method, path, other?),
+                other => return decode(method, path, &other?),
             }
         }
     }
@@ -501,11 +505,7 @@ fn null() -> Box<RawValue> {
     RawValue::from_string("null".to_string()).unwrap_or_else(|_| unreachable!("null is JSON"))
 }
 
-fn decode<T: DeserializeOwned>(
-    method: Method,
-    path: &str,
-    data: Box<RawValue>,
-) -> Result<T, Error> {
+fn decode<T: DeserializeOwned>(method: Method, path: &str, data: &RawValue) -> Result<T, Error> {
     serde_json::from_str(data.get()).map_err(|e| Error::Decode {
         method: method.to_string(),
         path: path.to_string(),
