@@ -253,6 +253,7 @@ impl Engine {
                 task_wait: self.task_wait,
                 max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
                 shutdown: self.shutdown.clone(),
+                node_facts: Default::default(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // VMIDs may have been freed and reused by this cycle's deletes and creates: cached

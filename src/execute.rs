@@ -131,7 +131,17 @@ pub struct ExecCtx {
     pub max_parallel_per_node: u32,
     /// True once the daemon is stopping: no new action starts and task waits end early.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Per (site, node), the storages and bridges read for pre-flight this cycle.
+    pub node_facts: NodeFacts,
 }
+
+/// See [`ExecCtx::node_facts`].
+pub type NodeFacts = Mutex<
+    HashMap<
+        (String, String),
+        Arc<OnceCell<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>>>,
+    >,
+>;
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -383,6 +393,25 @@ enum Source {
     },
 }
 
+/// A node's storages and bridges, read once per cycle and node however many creates need
+/// them.
+async fn node_facts(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+) -> Result<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>, ActionError> {
+    let key = (site.name.clone(), node.to_string());
+    let cell = ctx.node_facts.lock().await.entry(key).or_default().clone();
+    let facts = cell
+        .get_or_try_init(|| async {
+            let storages = site.client.node_storages(node, None).await?;
+            let bridges = site.client.node_bridges(node).await?;
+            Ok::<_, PveError>(Arc::new((storages, bridges)))
+        })
+        .await?;
+    Ok(facts.clone())
+}
+
 /// Checks everything a create needs before anything is created.
 async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source, ActionError> {
     let view = ctx.views.get(&site.name).ok_or_else(|| {
@@ -401,9 +430,9 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
         ));
     }
     let client = &site.client;
-    let storages = client.node_storages(&spec.node, None).await?;
-    check_storage(&storages, &spec.storage, "images", &spec.node)?;
-    let bridges = client.node_bridges(&spec.node).await?;
+    let facts = node_facts(ctx, site, &spec.node).await?;
+    let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
+    check_storage(storages, &spec.storage, "images", &spec.node)?;
     if !bridges.iter().any(|b| b.iface == spec.network) {
         return Err(fail(
             Category::ConfigurationError,
@@ -493,7 +522,7 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
                 }
             }
             let mut found = Vec::new();
-            for s in &storages {
+            for s in storages {
                 for (content, kind) in [
                     ("import", VolumeKind::Import),
                     ("iso", VolumeKind::Iso),
@@ -735,12 +764,17 @@ fn upid_vmid(phase: &Phase) -> u32 {
 
 /// The lowest id PVE calls free that we have not reserved ourselves.
 async fn next_free_vmid(client: &Client, skip: &[u32]) -> Result<u32, ActionError> {
-    let mut id = client.next_id().await?;
+    let first = client.next_id().await?;
+    // PVE just called it free; only ids past our own reservations need asking again.
+    if !skip.contains(&first) {
+        return Ok(first);
+    }
+    let mut id = first;
     for _ in 0..1000 {
+        id = id.saturating_add(1);
         if !skip.contains(&id) && client.vmid_is_free(id).await? {
             return Ok(id);
         }
-        id = id.saturating_add(1);
     }
     Err(fail(
         Category::QuotaExceeded,
