@@ -450,7 +450,7 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
     }
     if spec.user_data.is_some() {
         // The seed image needs an `iso` storage: known now, not after the VM exists.
-        pick_seed_storage(&storages, spec)?;
+        pick_seed_storage(storages, spec)?;
     }
     let version = site.version().await?;
     let features = version.features();
@@ -495,7 +495,7 @@ async fn preflight(ctx: &ExecCtx, site: &SiteCtx, spec: &Spec) -> Result<Source,
             kind,
         } => {
             check_volume(
-                client, &storages, &spec.node, storage, volume, *kind, version,
+                client, storages, &spec.node, storage, volume, *kind, version,
             )
             .await
         }
