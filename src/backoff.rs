@@ -34,11 +34,7 @@ pub fn delay(spec: &str, attempts: u32, needs_human: bool) -> Duration {
 /// ±10% of `base`, from a hash of the name and attempt.
 fn jitter(base: Duration, spec: &str, attempts: u32) -> Duration {
     // FNV-1a: tiny, stable across builds and platforms.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in spec.bytes().chain(attempts.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = crate::plan::fnv(spec.bytes().chain(attempts.to_le_bytes()));
     let permille = (h % 201) as i64 - 100; // -100..=100 -> ±10.0%
     let ms = base.as_millis() as i64;
     Duration::from_millis((ms + ms * permille / 1000).max(1) as u64)

@@ -99,6 +99,21 @@ pub fn config_hash(config: &Config) -> String {
     fnv_hex(format!("{}|{}", config.install_id, sites.join(";")).as_bytes())
 }
 
+/// Hashes names in order (each followed by a separator, so "ab"+"c" differs from "a"+"bc").
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(crate::plan::fnv([]))
+    }
+    fn add(&mut self, s: &str) {
+        self.0 = crate::plan::fnv_from(self.0, s.bytes().chain([0xff]));
+    }
+    fn finish(self) -> u64 {
+        self.0
+    }
+}
+
 /// What a cycle sees after its actions: the plan made then, the views and the records.
 type AfterActions = (
     Plan,
@@ -128,7 +143,9 @@ pub struct Engine {
     /// The status each spec was last given, and the set of names written: an idle cycle
     /// hands the status writer nothing and lists no directory.
     written: HashMap<String, SpecStatus>,
-    written_names: Option<BTreeSet<String>>,
+    /// A hash of the names written by the last cycle (specs and records): the directory is
+    /// listed for stale files only when it changes.
+    written_names: Option<u64>,
 }
 
 impl Engine {
@@ -326,7 +343,8 @@ impl Engine {
             .iter()
             .filter_map(|r| Some((r.action.spec()?, &r.outcome)))
             .collect();
-        let mut written: BTreeSet<String> = BTreeSet::new();
+        // The names this cycle writes, in order, hashed: no set is built in an idle cycle.
+        let mut names = Fnv::new();
         for spec in &specs.specs {
             let st = spec_status(
                 spec,
@@ -349,7 +367,7 @@ impl Engine {
                 self.status.write_spec(&st, now).map_err(status_err)?;
                 self.written.insert(spec.name.clone(), st);
             }
-            written.insert(spec.name.clone());
+            names.add(&spec.name);
         }
         let mut invalid = 0;
         for name in specs.invalid_names() {
@@ -365,18 +383,28 @@ impl Engine {
                 self.status.write_spec(&st, now).map_err(status_err)?;
                 self.written.insert(name.to_string(), st);
             }
-            written.insert(name.to_string());
+            names.add(name);
         }
         // Status files of specs that are gone with their VM (looked for when the set of
         // specs changed, and on the first cycle).
-        if self.written_names.as_ref() != Some(&written) {
+        for name in records.keys() {
+            names.add(name);
+        }
+        let names = names.finish();
+        if self.written_names != Some(names) {
+            let written: BTreeSet<&str> = specs
+                .specs
+                .iter()
+                .map(|s| s.name.as_str())
+                .chain(specs.invalid_names())
+                .collect();
             for name in self.status.spec_names().map_err(status_err)? {
-                if !written.contains(&name) && !records.contains_key(&name) {
+                if !written.contains(name.as_str()) && !records.contains_key(&name) {
                     self.status.remove_spec(&name).map_err(status_err)?;
                     self.written.remove(&name);
                 }
             }
-            self.written_names = Some(written);
+            self.written_names = Some(names);
         }
         let orphans: Vec<OrphanEntry> = after
             .orphans

@@ -213,12 +213,19 @@ pub fn spec_hash(spec: &Spec) -> String {
 
 /// FNV-1a 64, hex: stable across builds and platforms.
 pub fn fnv_hex(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", fnv(bytes.iter().copied()))
+}
+
+/// FNV-1a 64 over bytes.
+pub fn fnv(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    fnv_from(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a 64, continuing from an earlier state `h`.
+pub fn fnv_from(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes
+        .into_iter()
+        .fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The inputs whose change resets a spec's backoff.
