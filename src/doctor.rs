@@ -86,6 +86,12 @@ pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
     ("/sdn/zones", "SDN.Use"),
 ];
 
+/// Privileges needed on top when specs carry `userData` (seed images are uploaded and removed).
+pub const SEED_PRIVILEGES: &[(&str, &str)] = &[
+    ("/storage", "Datastore.AllocateTemplate"),
+    ("/storage", "Datastore.Allocate"),
+];
+
 /// Runs every check. `specs` are the specs to check against the sites (may be empty).
 pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
     let mut out = vec![check(
@@ -340,7 +346,8 @@ async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
         }),
     ));
 
-    out.push(check_privileges(&client, site).await);
+    let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
+    out.push(check_privileges(&client, site, uploads_seeds).await);
 
     let health = match client.cluster_health().await {
         Ok(h) => h,
@@ -395,7 +402,7 @@ fn trust_fix(site: &SiteConfig) -> String {
     )
 }
 
-async fn check_privileges(client: &Client, site: &SiteConfig) -> Check {
+async fn check_privileges(client: &Client, site: &SiteConfig, uploads_seeds: bool) -> Check {
     let subject = format!("{} privileges", site.name);
     let perms = match client.permissions(None).await {
         Ok(p) => p,
@@ -417,8 +424,10 @@ async fn check_privileges(client: &Client, site: &SiteConfig) -> Check {
             };
         }
     };
-    let missing: Vec<String> = REQUIRED_PRIVILEGES
-        .iter()
+    // Specs with userData upload and delete seed images (docs/cloud-init.md).
+    let seed_privileges: &[(&str, &str)] = if uploads_seeds { SEED_PRIVILEGES } else { &[] };
+    let required = || REQUIRED_PRIVILEGES.iter().chain(seed_privileges);
+    let missing: Vec<String> = required()
         .filter(|(path, privilege)| !held(path, privilege))
         .map(|(path, privilege)| format!("{privilege} on {path}"))
         .collect();
@@ -433,7 +442,7 @@ async fn check_privileges(client: &Client, site: &SiteConfig) -> Check {
             None,
         );
     }
-    let names: BTreeSet<&str> = REQUIRED_PRIVILEGES.iter().map(|(_, p)| *p).collect();
+    let names: BTreeSet<&str> = required().map(|(_, p)| *p).collect();
     check(
         Level::Fail,
         subject,

@@ -185,6 +185,8 @@ fn a_broken_setup_names_each_problem() {
             "local-lvm",
             "vmbr0",
         ),
+        spec("seeded", "broken", "pve1", "9000", "local-lvm", "vmbr0")
+            + "    userData: |\n      #cloud-config\n      packages: [nginx]\n",
     ];
     for (i, text) in files.iter().enumerate() {
         std::fs::write(specs.join(format!("{i}.yaml")), text).unwrap();
@@ -195,6 +197,8 @@ fn a_broken_setup_names_each_problem() {
     for expected in [
         "FAIL broken privileges: token proxsync@pve!gitops lacks VM.Allocate on /vms",
         "pveum role add",
+        // userData means seed images to upload and remove.
+        "Datastore.AllocateTemplate on /storage",
         "FAIL broken node pve2: offline",
         "FAIL broken image of no-template: no template with VMID 9999",
         "FAIL broken bridge pve1/vmbr9: no such bridge",
