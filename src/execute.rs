@@ -988,25 +988,20 @@ async fn adopt(
     rec: &mut SpecRecord,
     vmid: u32,
 ) -> Result<Outcome, ActionError> {
-    let site = site(ctx, site_name)?;
-    let node = ctx
-        .views
-        .get(site_name)
-        .and_then(|v| v.vms.get(&vmid))
+    site(ctx, site_name)?;
+    // The marker was read from the VM's config this cycle (that is why the plan adopts);
+    // converge reads the config again and re-verifies it before changing anything.
+    let vm = ctx.views.get(site_name).and_then(|v| v.vms.get(&vmid));
+    let node = vm
         .map(|vm| vm.node.clone())
         .unwrap_or_else(|| spec.node.clone());
-    let cfg = site.client.vm_config(&node, vmid).await?;
-    let Some(m) = cfg
-        .description()
-        .and_then(Marker::parse)
+    let Some(m) = vm
+        .and_then(|vm| vm.marker.clone())
         .filter(|m| m.install == ctx.install_id && m.spec == spec.name)
     else {
         return Err(fail(
             Category::Conflict,
-            format!(
-                "VM {vmid} no longer carries the marker of spec {}",
-                spec.name
-            ),
+            format!("VM {vmid} does not carry the marker of spec {}", spec.name),
         ));
     };
     tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
