@@ -260,14 +260,18 @@ async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
             return out;
         }
     };
+    // Any HTTP answer, even a 401, means the handshake verified the certificate.
+    let tls_ok = || {
+        check(
+            Level::Ok,
+            subject("tls"),
+            format!("certificate verified ({})", trust_text(&site.trust)),
+            None,
+        )
+    };
     let version = match client.version().await {
         Ok(v) => {
-            out.push(check(
-                Level::Ok,
-                subject("tls"),
-                format!("certificate verified ({})", trust_text(&site.trust)),
-                None,
-            ));
+            out.push(tls_ok());
             out.push(check(
                 Level::Ok,
                 subject("auth"),
@@ -291,12 +295,7 @@ async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
             return out;
         }
         Err(e) if e.status() == Some(401) => {
-            out.push(check(
-                Level::Ok,
-                subject("tls"),
-                format!("certificate verified ({})", trust_text(&site.trust)),
-                None,
-            ));
+            out.push(tls_ok());
             out.push(check(
                 Level::Fail,
                 subject("auth"),
