@@ -25,6 +25,7 @@ fn options(pve: &FakePve, trust: Trust, credentials: Credentials) -> ClientOptio
         request_timeout: Duration::from_secs(10),
         proxy: None,
         read_attempts: 3,
+        read_retry_budget: std::time::Duration::from_secs(5),
     }
 }
 

@@ -534,24 +534,34 @@ impl Client {
     }
 
     /// `GET /nodes/{node}/tasks?vmid=N&source=active`: at once; the running tasks of a VM
-    /// (who holds its lock).
+    /// (who holds its lock). A clone's task is not among them: it names the source VM.
     pub async fn active_vm_tasks(
         &self,
         node: &str,
         vmid: u32,
     ) -> Result<Vec<TaskListEntry>, Error> {
+        self.active_tasks_where(node, Some(vmid)).await
+    }
+
+    /// `GET /nodes/{node}/tasks?source=active`: at once; every running task of the node.
+    pub async fn active_tasks(&self, node: &str) -> Result<Vec<TaskListEntry>, Error> {
+        self.active_tasks_where(node, None).await
+    }
+
+    async fn active_tasks_where(
+        &self,
+        node: &str,
+        vmid: Option<u32>,
+    ) -> Result<Vec<TaskListEntry>, Error> {
         let path = format!("/nodes/{}/tasks", seg(node)?);
-        let tasks: Vec<TaskListEntry> = self
-            .get(
-                &path,
-                &[("vmid", vmid.to_string()), ("source", "active".into())],
-            )
-            .await?;
-        // Older releases ignore `source`; a finished task carries its exit status.
-        Ok(tasks
-            .into_iter()
-            .filter(|t| t.status.is_none() || t.status.as_deref() == Some("running"))
-            .collect())
+        let mut query = vec![("source", "active".to_string()), ("limit", "1000".into())];
+        if let Some(vmid) = vmid {
+            query.push(("vmid", vmid.to_string()));
+        }
+        let tasks: Vec<TaskListEntry> = self.get(&path, &query).await?;
+        // PVE marks running tasks `RUNNING`; older releases ignore `source`, and a task that
+        // just ended still carries its exit status there.
+        Ok(tasks.into_iter().filter(TaskListEntry::is_running).collect())
     }
 
     /// `GET .../agent/network-get-interfaces`: at once; fails (500, `QEMU guest agent is not

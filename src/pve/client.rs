@@ -37,6 +37,9 @@ pub struct ClientOptions {
     pub proxy: Option<String>,
     /// Attempts for an idempotent read (GET) that fails in transport; writes get one.
     pub read_attempts: u32,
+    /// How long the retries of one read may take in all: a flaky network gets jittered,
+    /// growing pauses within this budget rather than three quick tries.
+    pub read_retry_budget: Duration,
 }
 
 impl ClientOptions {
@@ -55,10 +58,15 @@ impl ClientOptions {
             connect_timeout: site.connect_timeout,
             request_timeout: site.request_timeout,
             proxy: site.proxy.clone(),
-            read_attempts: 3,
+            read_attempts: READ_ATTEMPTS,
+            read_retry_budget: READ_RETRY_BUDGET,
         })
     }
 }
+
+/// Attempts and time budget of a read that fails in transport (see `retry_pause`).
+pub const READ_ATTEMPTS: u32 = 6;
+pub const READ_RETRY_BUDGET: Duration = Duration::from_secs(6);
 
 enum Auth {
     /// The prepared `Authorization` header (marked sensitive).
@@ -86,6 +94,7 @@ pub struct Client {
     api_base: String,
     auth: Auth,
     read_attempts: u32,
+    read_retry_budget: Duration,
     /// How often [`Client::wait_task`](super::Client::wait_task) polls at most.
     pub(crate) task_poll_max: Duration,
 }
@@ -142,6 +151,7 @@ impl Client {
             api_base: format!("{}/api2/json", opts.endpoint.trim_end_matches('/')),
             auth,
             read_attempts: opts.read_attempts.max(1),
+            read_retry_budget: opts.read_retry_budget,
             task_poll_max: Duration::from_secs(2),
         })
     }
@@ -213,6 +223,7 @@ impl Client {
         };
         let mut relogged = false;
         let mut attempt = 1;
+        let started = Instant::now();
         loop {
             match self.send_once(&method, path, params).await {
                 Err(Error::Api { status: 401, .. }) if !relogged && self.uses_ticket() => {
@@ -221,8 +232,12 @@ impl Client {
                     self.drop_session().await;
                 }
                 Err(e) if attempt < attempts && retryable_read(&e) => {
+                    let pause = retry_pause(attempt);
+                    if started.elapsed() + pause > self.read_retry_budget {
+                        return Err(e);
+                    }
                     tracing::debug!(%method, path, attempt, error = %e, "retrying read");
-                    tokio::time::sleep(Duration::from_millis(200 * 4u64.pow(attempt - 1))).await;
+                    tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
                 other => return other,
@@ -400,6 +415,21 @@ impl Client {
     }
 }
 
+/// The pause before retry `attempt` (1-based) of a read: exponential from 200 ms, capped at
+/// 3 s, with "equal jitter" (half fixed, half random) so many readers that failed together
+/// do not retry together.
+fn retry_pause(attempt: u32) -> Duration {
+    use ring::rand::SecureRandom;
+    let ceiling = (200u64 << attempt.saturating_sub(1).min(10)).min(3000);
+    let mut byte = [0u8; 2];
+    let random = match ring::rand::SystemRandom::new().fill(&mut byte) {
+        Ok(()) => u64::from(u16::from_le_bytes(byte)),
+        Err(_) => u64::from(std::process::id()),
+    };
+    let half = ceiling / 2;
+    Duration::from_millis(half + random % (half + 1))
+}
+
 fn retryable_read(e: &Error) -> bool {
     match e {
         Error::Transport { kind, .. } => *kind != TransportKind::Tls,
@@ -557,6 +587,19 @@ fn transport_error(method: &Method, path: &str, e: &reqwest::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_retries_pause_longer_each_time_with_jitter() {
+        for attempt in 1..=8 {
+            let ceiling = (200u64 << (attempt - 1)).min(3000);
+            for _ in 0..50 {
+                let p = retry_pause(attempt).as_millis() as u64;
+                assert!(p >= ceiling / 2 && p <= ceiling, "attempt {attempt}: {p} ms");
+            }
+        }
+        let pauses: std::collections::BTreeSet<_> = (0..50).map(|_| retry_pause(4)).collect();
+        assert!(pauses.len() > 1, "jittered: {pauses:?}");
+    }
 
     #[test]
     fn success_unwraps_data() {

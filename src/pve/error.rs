@@ -127,30 +127,65 @@ impl Error {
         self.category() == Category::NotFound
     }
 
-    /// True for failures after which the request may or may not have reached PVE: a timeout or
-    /// a dropped connection. A write that ends like this must be checked, never blindly resent.
+    /// True for failures after which the request may or may not have been carried out: a
+    /// timeout or a dropped connection, a gateway error, pveproxy's 595/596/597 (its
+    /// forwarding to the node failed, possibly after the node received the request), or an
+    /// answer we could not read. A write that ends like this must be checked by reading,
+    /// never blindly resent.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(
-            self,
-            Error::Transport {
-                kind: TransportKind::Timeout | TransportKind::Connect,
-                ..
+        match self {
+            Error::Transport { kind, .. } => {
+                matches!(kind, TransportKind::Timeout | TransportKind::Connect)
             }
-        ) || matches!(
-            self,
-            Error::Api {
-                status: 502..=504,
-                ..
-            }
-        )
+            Error::Api { status, .. } => matches!(status, 502..=504 | 595..=597),
+            Error::Decode { .. } => true,
+            Error::TaskFailed { .. } | Error::Setup(_) => false,
+        }
     }
+
+    /// True only when PVE certainly did not carry the request out: it refused it before doing
+    /// anything (parameters, authentication, permission, an unsupported call) or said why in
+    /// words that mean "nothing was done" (the VMID is taken, the VM is locked, no quorum).
+    /// Everything else (any other 5xx, a transport error, an unreadable answer) may have
+    /// started the work: a create that ends like that keeps its intent until a read settles it.
+    pub fn surely_not_executed(&self) -> bool {
+        match self {
+            Error::Api { status, .. } if matches!(status, 400 | 401 | 403 | 501) => true,
+            Error::Api { status: 500, .. } => matches!(
+                self.category(),
+                Category::AlreadyExists | Category::LockError | Category::NodeUnhealthy
+            ),
+            Error::Transport {
+                kind: TransportKind::Tls,
+                ..
+            }
+            | Error::Setup(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// `VM 100 already exists`, `CT 100 already exists` (and `config file already exists`):
+/// the VMID is taken. A storage's `disk image '...' already exists` is not.
+fn vmid_taken(t: &str) -> bool {
+    if t.contains("config file already exists") {
+        return true;
+    }
+    t.match_indices(" already exists").any(|(at, _)| {
+        let before = &t[..at];
+        let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        digits > 0 && {
+            let rest = before[..before.len() - digits].trim_end();
+            rest.ends_with("vm") || rest.ends_with("ct")
+        }
+    })
 }
 
 /// Maps PVE's wording (from its sources) to a category, where the wording is specific.
 fn classify_text(text: &str) -> Option<Category> {
     let t = text.to_ascii_lowercase();
     let has = |s: &str| t.contains(s);
-    if has("already exists") {
+    if vmid_taken(&t) {
         Some(Category::AlreadyExists)
     } else if has("vm is locked") || has("can't lock file") || has("got timeout") && has("lock") {
         Some(Category::LockError)
@@ -158,7 +193,9 @@ fn classify_text(text: &str) -> Option<Category> {
         Some(Category::NodeUnhealthy)
     } else if has("checksum mismatch") || has("digest") && has("mismatch") {
         Some(Category::Conflict)
-    } else if has("configuration file") && has("does not exist") {
+    } else if has("configuration file") && has("does not exist")
+        || has("unable to find configuration file for vm")
+    {
         Some(Category::NotFound)
     } else if has("no space left") || has("not enough space") || has("quota") {
         Some(Category::QuotaExceeded)
@@ -243,6 +280,23 @@ mod tests {
                 "Parameter verification failed.",
                 Category::ConfigurationError,
             ),
+            (
+                500,
+                "unable to create VM 100: config file already exists",
+                Category::AlreadyExists,
+            ),
+            (
+                500,
+                "unable to find configuration file for VM 100 on node 'pve2'",
+                Category::NotFound,
+            ),
+            // A storage's words: the VMID is not taken.
+            (
+                500,
+                "disk image '/var/lib/vz/images/100/vm-100-disk-0.qcow2' already exists",
+                Category::ProxmoxError,
+            ),
+            (500, "volume vm-100-disk-0 already exists", Category::ProxmoxError),
             (500, "something new", Category::ProxmoxError),
         ];
         for (status, message, want) in cases {
@@ -286,6 +340,37 @@ mod tests {
             text.contains("name: invalid format - value does not look like a valid DNS name"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_a_refusal_proves_that_nothing_was_done() {
+        let refused = [
+            api(400, "Parameter verification failed."),
+            api(403, "Permission check failed (/vms/100, VM.Allocate)"),
+            api(500, "unable to create VM 100 - VM 100 already exists on node 'pve1'"),
+            api(500, "cluster not ready - no quorum?"),
+        ];
+        for e in refused {
+            assert!(e.surely_not_executed(), "{e}");
+            assert!(!e.outcome_unknown(), "{e}");
+        }
+        let unknown = [
+            api(596, "Connection timed out"),
+            api(595, "No route to host"),
+            api(597, "Broken pipe"),
+            api(502, "Bad Gateway"),
+            Error::Decode {
+                method: "POST".into(),
+                path: "/nodes/pve1/qemu".into(),
+                message: "expected a UPID".into(),
+            },
+        ];
+        for e in unknown {
+            assert!(!e.surely_not_executed(), "{e}");
+            assert!(e.outcome_unknown(), "{e}");
+        }
+        // Neither proven refused nor a transport failure: still not proof that nothing ran.
+        assert!(!api(500, "something new").surely_not_executed());
     }
 
     #[test]

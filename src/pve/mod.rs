@@ -13,9 +13,11 @@
 //! ([`tls`]); verification cannot be switched off. Connect and request timeouts are explicit;
 //! the environment's proxy variables are ignored unless a proxy is configured.
 //!
-//! **Retries.** Only reads (GET) are retried, on transport failures and 502-504. A create,
-//! clone, config change or delete is sent once: when its outcome is unknown
-//! ([`Error::outcome_unknown`]) the caller must look, not resend.
+//! **Retries.** Only reads (GET) are retried, on transport failures and 502-504, with
+//! jittered exponential pauses within a time budget. A create, clone, config change or delete
+//! is sent once: when its outcome is unknown ([`Error::outcome_unknown`]: a transport error,
+//! 502-504, pveproxy's 595-597, an unreadable answer) the caller must look, not resend; only
+//! [`Error::surely_not_executed`] proves nothing was done.
 //!
 //! **Logging.** Each request is logged at debug level with method, path, status and duration.
 //! The token travels only in a header marked sensitive; no secret is ever logged.
@@ -39,7 +41,7 @@
 //! | [`Client::resize_disk`] | `PUT .../resize` | task `qmresize` (PVE 8+), at once before | 500 shrinking refused, Lock |
 //! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
 //! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1` | task `qmdestroy` | Lock, running VM refused, TaskFailed |
-//! | [`Client::active_vm_tasks`] | `GET /nodes/{node}/tasks?vmid=N&source=active` | at once | who holds a VM's lock |
+//! | [`Client::active_vm_tasks`], [`Client::active_tasks`] | `GET /nodes/{node}/tasks?source=active[&vmid=N]` | at once | who holds a VM's lock ([`LockHolder`]); running tasks say `RUNNING` |
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
 //! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |
 //! | [`Client::task_status`], [`Client::task_log_tail`] | `GET /nodes/{node}/tasks/{upid}/{status,log}` | at once | Network |
@@ -58,4 +60,4 @@ pub mod types;
 pub use api::{CloneRequest, VmParams, percent_encode};
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
-pub use task::{TaskOutcome, Upid};
+pub use task::{LockHolder, TaskOutcome, Upid};

@@ -100,9 +100,71 @@ pub fn classify_exit(exitstatus: &str) -> Result<TaskOutcome, String> {
     Err(s.to_string())
 }
 
+/// Which running tasks can hold a VM's `lock` config property, as qemu-server and vzdump set
+/// it. Used to tell a lock that resolves by itself (wait) from one nothing holds any more
+/// (stale: only then may a human be told to `qm unlock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockHolder {
+    /// Nothing runs while the lock stands and it is not stale: `suspended` (hibernated; a
+    /// start resumes it).
+    NoTask,
+    /// Tasks of these types whose id is the VM's VMID.
+    OfVm(&'static [&'static str]),
+    /// Tasks of these types with any id: a clone's task names its source VM (and runs on the
+    /// source's node), a backup job's task names no VM or another one.
+    AnyId(&'static [&'static str]),
+    /// A lock this table does not know: any task naming the VM.
+    AnyTaskOfVm,
+}
+
+impl LockHolder {
+    pub fn of(lock: &str) -> LockHolder {
+        match lock {
+            "suspended" => LockHolder::NoTask,
+            "create" => LockHolder::OfVm(&["qmcreate", "qmrestore"]),
+            "clone" => LockHolder::AnyId(&["qmclone"]),
+            "backup" => LockHolder::AnyId(&["vzdump"]),
+            "migrate" => LockHolder::OfVm(&["qmigrate", "hamigrate"]),
+            "snapshot" => LockHolder::OfVm(&["qmsnapshot"]),
+            "snapshot-delete" => LockHolder::OfVm(&["qmdelsnapshot"]),
+            "rollback" => LockHolder::OfVm(&["qmrollback"]),
+            "suspending" => LockHolder::OfVm(&["qmsuspend"]),
+            _ => LockHolder::AnyTaskOfVm,
+        }
+    }
+
+    /// Whether a running task of `kind` naming `id` can hold the lock of VM `vmid`.
+    pub fn may_be(&self, kind: &str, id: &str, vmid: u32) -> bool {
+        let of_vm = id == vmid.to_string();
+        match self {
+            LockHolder::NoTask => false,
+            LockHolder::OfVm(kinds) => of_vm && kinds.contains(&kind),
+            LockHolder::AnyId(kinds) => kinds.contains(&kind),
+            LockHolder::AnyTaskOfVm => of_vm,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_holders_as_pve_sets_them() {
+        let create = LockHolder::of("create");
+        assert!(create.may_be("qmcreate", "105", 105));
+        assert!(!create.may_be("qmcreate", "106", 105));
+        assert!(!create.may_be("qmstart", "105", 105));
+        // A clone's task names the template, not the new VM.
+        assert!(LockHolder::of("clone").may_be("qmclone", "9000", 105));
+        // A backup job over several guests names none.
+        assert!(LockHolder::of("backup").may_be("vzdump", "", 105));
+        assert!(!LockHolder::of("backup").may_be("qmstart", "105", 105));
+        // Hibernated: no task, and not stale either.
+        assert_eq!(LockHolder::of("suspended"), LockHolder::NoTask);
+        assert!(!LockHolder::of("suspended").may_be("qmstart", "105", 105));
+        assert!(LockHolder::of("something-new").may_be("qmfoo", "105", 105));
+    }
 
     #[test]
     fn parses_real_upids() {

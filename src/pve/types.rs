@@ -319,13 +319,46 @@ pub struct TaskListEntry {
     pub id: Option<String>,
     #[serde(default)]
     pub user: Option<String>,
-    /// Absent while running; the exit status once stopped.
+    /// `RUNNING` in PVE's active listing (absent in some fakes and old releases); the exit
+    /// status once stopped.
     #[serde(default)]
     pub status: Option<String>,
     #[serde(default, deserialize_with = "opt_u64")]
     pub starttime: Option<u64>,
     #[serde(default, deserialize_with = "opt_u64")]
     pub endtime: Option<u64>,
+}
+
+impl TaskListEntry {
+    /// Still running: no exit status yet, or PVE's `RUNNING` (any case).
+    pub fn is_running(&self) -> bool {
+        self.endtime.is_none()
+            && self
+                .status
+                .as_deref()
+                .is_none_or(|s| s.eq_ignore_ascii_case("running"))
+    }
+
+    /// The task's type (`qmcreate`, `qmclone`, `vzdump`, ...), from the listing or its UPID.
+    pub fn task_type(&self) -> Option<String> {
+        self.kind.clone().or_else(|| {
+            self.upid
+                .parse::<crate::pve::Upid>()
+                .ok()
+                .map(|u| u.kind.clone())
+        })
+    }
+
+    /// The id the task names (a VMID, empty for a multi-guest backup), from the listing or
+    /// its UPID.
+    pub fn task_id(&self) -> String {
+        self.id.clone().unwrap_or_else(|| {
+            self.upid
+                .parse::<crate::pve::Upid>()
+                .map(|u| u.id.clone())
+                .unwrap_or_default()
+        })
+    }
 }
 
 /// A guest agent interface (`network-get-interfaces`).
