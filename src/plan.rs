@@ -166,6 +166,20 @@ pub struct Plan {
     pub orphans_seen: BTreeMap<(String, u32), u64>,
     /// Safety valves that refused deletes, with the reason.
     pub refused: Vec<String>,
+    /// Specs claimed by more than one VM (this install's marker naming the spec): the VM
+    /// kept and the extras. The extras are never converged; they are reported, and handled
+    /// by the orphan policy when they carry the ownership tag.
+    pub duplicates: BTreeMap<String, Duplicate>,
+}
+
+/// Two or more VMs carry the marker of one spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Duplicate {
+    pub site: String,
+    /// The VM the spec maps to: the record's, else the one with the recorded uid, else the
+    /// lowest VMID.
+    pub kept: u32,
+    pub extras: Vec<u32>,
 }
 
 impl Plan {
@@ -372,16 +386,18 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .collect();
     for spec in input.desired {
         let rec = input.records.get(&spec.name);
-        let verdict = plan_spec(
-            input,
-            spec,
-            rec,
-            &tag,
-            indexes.get(spec.site.as_str()),
-            &mut out.actions,
-        );
+        let index = indexes.get(spec.site.as_str());
+        let verdict = plan_spec(input, spec, rec, &tag, index, &mut out.actions);
+        if let Some(d) = duplicate(spec, rec, index, &verdict) {
+            out.duplicates.insert(spec.name.clone(), d);
+        }
         out.verdicts.insert(spec.name.clone(), verdict);
     }
+    let extras: BTreeSet<(&str, u32)> = out
+        .duplicates
+        .values()
+        .flat_map(|d| d.extras.iter().map(|id| (d.site.as_str(), *id)))
+        .collect();
     for name in input.invalid {
         out.verdicts.insert(name.clone(), Verdict::Invalid);
     }
@@ -469,14 +485,20 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // Orphans: owned VMs that no record and no spec explains.
     for view in input.sites.values().filter(|v| v.reachable()) {
         for vm in view.vms.values() {
+            // A second VM claiming a spec is listed even without the ownership tag (a clone
+            // gets the tag only when converged), but deleted only with it.
+            let extra = extras.contains(&(view.name.as_str(), vm.vmid));
+            let owned = vm.owned_by(input.install_id);
             if vm.template
-                || !vm.owned_by(input.install_id)
+                || !(owned || extra)
                 || reserved.contains_key(&(view.name.as_str(), vm.vmid))
             {
                 continue;
             }
             let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
-            if desired_names.contains(marker_spec) || input.invalid.contains(marker_spec) {
+            if !extra
+                && (desired_names.contains(marker_spec) || input.invalid.contains(marker_spec))
+            {
                 continue; // adopted above, or an invalid spec's VM left alone
             }
             let key = (view.name.clone(), vm.vmid);
@@ -488,6 +510,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             out.orphans_seen.insert(key, first_seen);
             let grace_end = first_seen + input.reconcile.orphan_grace.as_millis() as u64;
             let deletable = input.reconcile.orphans == OrphanPolicy::DeleteStopped
+                && owned
                 && vm.power == Power::Stopped
                 && vm.lock.is_none()
                 && view.node_healthy(&vm.node);
@@ -516,6 +539,40 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
     out.actions.sort();
     out
+}
+
+/// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
+/// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.
+fn duplicate(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    index: Option<&SiteIndex<'_>>,
+    verdict: &Verdict,
+) -> Option<Duplicate> {
+    let claimants = index?.by_marker.get(spec.name.as_str())?;
+    let mut ids: Vec<u32> = claimants.iter().map(|vm| vm.vmid).collect();
+    ids.sort_unstable();
+    let recorded = rec.and_then(record_vmid);
+    let kept = match (verdict, recorded) {
+        (Verdict::UpToDate { vmid }, _) => *vmid,
+        (_, Some(id)) => id,
+        _ => {
+            // Adopting: the same choice plan_spec made (recorded uid first, then lowest).
+            let uid = rec.map(|r| r.uid.as_str()).unwrap_or("");
+            claimants
+                .iter()
+                .filter(|vm| !uid.is_empty() && vm.marker.as_ref().is_some_and(|m| m.uid == uid))
+                .map(|vm| vm.vmid)
+                .min()
+                .unwrap_or(ids[0])
+        }
+    };
+    let extras: Vec<u32> = ids.into_iter().filter(|id| *id != kept).collect();
+    (!extras.is_empty()).then(|| Duplicate {
+        site: spec.site.clone(),
+        kept,
+        extras,
+    })
 }
 
 /// The VMID a record stands for: the VM, or the one being created.

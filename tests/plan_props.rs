@@ -17,7 +17,8 @@ use proxsync::config::{OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
-    Action, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan, record_vmid, spec_hash,
+    Action, Duplicate, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan, record_vmid,
+    spec_hash,
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{DeletionPolicy, GIB, Image, MIB, Pos, PowerState, Spec};
@@ -1407,8 +1408,9 @@ proptest! {
                 && !vm.template
                 && vm.owned_by(INSTALL)
                 && !w.in_records(vm.vmid)
-                && !desired.contains(marker_spec)
-                && !w.invalid.contains(marker_spec)
+                // A second VM claiming a desired spec is an orphan too.
+                && (!desired.contains(marker_spec) && !w.invalid.contains(marker_spec)
+                    || p.duplicates.values().any(|d| d.extras.contains(&vm.vmid)))
                 && vm.power == Power::Stopped
                 && vm.lock.is_none()
                 && w.node_healthy(&vm.node)
@@ -1555,5 +1557,90 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
         "first plan {:?}, then {:?}",
         p.actions,
         p2
+    );
+}
+
+/// Two VMs carry the marker of one spec (a create that became two, or a hand clone): the plan
+/// keeps the recorded one, names the extras, lists them with the orphans, and deletes an
+/// extra only when it is tagged, stopped and past the grace period; it never converges one.
+#[test]
+fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
+    let mut kept = lost_web_vm(true);
+    kept.vmid = 100;
+    let mut tagged_stopped = lost_web_vm(true);
+    tagged_stopped.vmid = 101;
+    tagged_stopped.power = Power::Stopped;
+    let mut untagged_stopped = lost_web_vm(true);
+    untagged_stopped.vmid = 102;
+    untagged_stopped.power = Power::Stopped;
+    untagged_stopped.tags.clear();
+    let mut running = lost_web_vm(true);
+    running.vmid = 103;
+    let mut w = one_spec_world(
+        vec![kept.clone(), tagged_stopped, untagged_stopped, running],
+        true,
+        true,
+    );
+    w.records.insert(
+        "web".into(),
+        SpecRecord {
+            uid: uid_of("web"),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: Some(100),
+            phase: Phase::Exists,
+            provisioned: true,
+            ..SpecRecord::default()
+        },
+    );
+    // Seen long ago: past the grace period.
+    for id in [101, 102, 103] {
+        w.orphans_seen.insert((SITE.to_string(), id), 0);
+    }
+    let p = plan(&w.input());
+    assert_eq!(
+        p.duplicates.get("web"),
+        Some(&Duplicate {
+            site: SITE.into(),
+            kept: 100,
+            extras: vec![101, 102, 103],
+        })
+    );
+    let listed: Vec<(u32, &str)> = p
+        .orphans
+        .iter()
+        .map(|o| (o.vmid, o.disposition.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![(101, "deleting"), (102, "reported"), (103, "reported")]
+    );
+    let touched: Vec<(u32, bool)> = p
+        .actions
+        .iter()
+        .filter_map(|a| Some((action_vmid(a)?, matches!(a, Action::DeleteOrphan { .. }))))
+        .collect();
+    assert_eq!(
+        touched,
+        vec![(100, false), (101, true)],
+        "the kept VM is converged, only the tagged, stopped extra deleted: {:?}",
+        p.actions
+    );
+
+    // Without a record, the lowest VMID is kept (adopted) and the others are extras.
+    let mut w = one_spec_world(vec![kept, lost_web_vm(true)], true, true);
+    w.vms_mut().get_mut(&100).unwrap().vmid = 100;
+    let mut second = lost_web_vm(true);
+    second.vmid = 104;
+    w.vms_mut().insert(104, second);
+    let p = plan(&w.input());
+    assert_eq!(p.duplicates["web"].kept, 100);
+    assert_eq!(p.duplicates["web"].extras, vec![104]);
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Adopt { vmid: 100, .. })),
+        "{:?}",
+        p.actions
     );
 }

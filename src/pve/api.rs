@@ -561,7 +561,10 @@ impl Client {
         let tasks: Vec<TaskListEntry> = self.get(&path, &query).await?;
         // PVE marks running tasks `RUNNING`; older releases ignore `source`, and a task that
         // just ended still carries its exit status there.
-        Ok(tasks.into_iter().filter(TaskListEntry::is_running).collect())
+        Ok(tasks
+            .into_iter()
+            .filter(TaskListEntry::is_running)
+            .collect())
     }
 
     /// `GET .../agent/network-get-interfaces`: at once; fails (500, `QEMU guest agent is not

@@ -594,7 +594,10 @@ mod tests {
             let ceiling = (200u64 << (attempt - 1)).min(3000);
             for _ in 0..50 {
                 let p = retry_pause(attempt).as_millis() as u64;
-                assert!(p >= ceiling / 2 && p <= ceiling, "attempt {attempt}: {p} ms");
+                assert!(
+                    p >= ceiling / 2 && p <= ceiling,
+                    "attempt {attempt}: {p} ms"
+                );
             }
         }
         let pauses: std::collections::BTreeSet<_> = (0..50).map(|_| retry_pause(4)).collect();

@@ -296,7 +296,11 @@ mod tests {
                 "disk image '/var/lib/vz/images/100/vm-100-disk-0.qcow2' already exists",
                 Category::ProxmoxError,
             ),
-            (500, "volume vm-100-disk-0 already exists", Category::ProxmoxError),
+            (
+                500,
+                "volume vm-100-disk-0 already exists",
+                Category::ProxmoxError,
+            ),
             (500, "something new", Category::ProxmoxError),
         ];
         for (status, message, want) in cases {
@@ -347,7 +351,10 @@ mod tests {
         let refused = [
             api(400, "Parameter verification failed."),
             api(403, "Permission check failed (/vms/100, VM.Allocate)"),
-            api(500, "unable to create VM 100 - VM 100 already exists on node 'pve1'"),
+            api(
+                500,
+                "unable to create VM 100 - VM 100 already exists on node 'pve1'",
+            ),
             api(500, "cluster not ready - no quorum?"),
         ];
         for e in refused {
