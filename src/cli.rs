@@ -413,8 +413,20 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
         for refusal in &report.plan.refused {
             println!("refused: {refusal}");
         }
+        // Specs held back by a backoff are counted, with the first next attempt: a run that
+        // did nothing for them says why.
+        let backing_off = match (report.backing_off, report.next_attempt_ms) {
+            (0, _) => String::new(),
+            (n, Some(at)) => format!(
+                ", {n} backing off (next attempt in {})",
+                crate::status_view::human(std::time::Duration::from_millis(
+                    at.saturating_sub(crate::execute::now_ms())
+                ))
+            ),
+            (n, None) => format!(", {n} backing off"),
+        };
         println!(
-            "{} of {} spec(s) Ready, {} stalled; {} action(s) in {} ms; status in {}",
+            "{} of {} spec(s) Ready, {} stalled{backing_off}; {} action(s) in {} ms; status in {}",
             report.ready,
             report.specs,
             report.stalled,

@@ -887,7 +887,7 @@ fn short_commit(c: &str) -> String {
 }
 
 /// `42s`, `5m`, `3h`, `2d`.
-fn human(d: Duration) -> String {
+pub fn human(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),

@@ -189,3 +189,22 @@ pub fn owned_vms(pve: &mut FakePve) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// Every VM of the fake whose description carries a `proxsync-id:` marker of install `test`,
+/// grouped by the spec the marker names: spec -> VMIDs. Counts VMs whether or not they are
+/// tagged or named yet, so a second VM for one spec cannot hide.
+#[allow(dead_code)]
+pub fn marker_claims(pve: &mut FakePve) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut out: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for vm in pve.vms() {
+        let description = vm["config"]["description"].as_str().unwrap_or("");
+        if let Some(m) = proxsync::ownership::Marker::parse(description)
+            && m.install == "test"
+        {
+            out.entry(m.spec)
+                .or_default()
+                .push(vm["vmid"].as_u64().unwrap_or(0));
+        }
+    }
+    out
+}
