@@ -144,7 +144,11 @@ async fn the_task_listing_honours_source_as_pve_does() {
         .expect("the clone is archived");
     assert_eq!(done["status"], "OK");
     assert_eq!(done["type"], "qmclone");
-    assert_eq!(done["id"], TEMPLATE_VMID.to_string(), "qmclone's id is the source");
+    assert_eq!(
+        done["id"],
+        TEMPLATE_VMID.to_string(),
+        "qmclone's id is the source"
+    );
     assert!(done["endtime"].is_u64(), "{done}");
     // Archived tasks split a token's id into user and tokenid.
     assert_eq!(done["user"], "proxsync@pve");
@@ -159,10 +163,7 @@ async fn the_task_listing_honours_source_as_pve_does() {
     assert!(active[0].get("endtime").is_none(), "{}", active[0]);
     // PVE reads the active file as is: the user stays the full token id.
     assert_eq!(active[0]["user"], TOKEN_ID);
-    assert_eq!(
-        api.tasks("pve1", "?source=active&vmid=300").await.len(),
-        1
-    );
+    assert_eq!(api.tasks("pve1", "?source=active&vmid=300").await.len(), 1);
     assert!(
         api.tasks("pve1", "?source=active&vmid=301")
             .await
@@ -211,7 +212,12 @@ async fn a_slow_create_holds_only_lock_create_until_its_task_ends() {
         .await;
 
     let cfg = api.get("/nodes/pve1/qemu/310/config").await;
-    let mut keys: Vec<&str> = cfg.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = cfg
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     assert_eq!(keys, ["digest", "lock"], "{cfg}");
     assert_eq!(cfg["lock"], "create");
@@ -266,13 +272,22 @@ async fn a_slow_clone_to_another_node_shows_the_temporary_config_on_the_source_n
 
     // The temporary config, on the source node: the `#` comment is GET config's description.
     let cfg = api.get("/nodes/pve1/qemu/320/config").await;
-    let mut keys: Vec<&str> = cfg.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = cfg
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     assert_eq!(keys, ["description", "digest", "lock"], "{cfg}");
     assert_eq!(cfg["lock"], "clone");
     assert_eq!(cfg["description"], " qmclone temporary file");
     let missing = api.get_raw("/nodes/pve2/qemu/320/config").await;
-    assert_eq!(missing.status, 500, "not on the target yet: {}", missing.text);
+    assert_eq!(
+        missing.status, 500,
+        "not on the target yet: {}",
+        missing.text
+    );
     let res = api.resource(320).await.expect("listed while cloned");
     assert_eq!(res["node"], "pve1");
     assert_eq!(res["lock"], "clone");
@@ -283,7 +298,11 @@ async fn a_slow_clone_to_another_node_shows_the_temporary_config_on_the_source_n
         .await;
     assert_eq!(active.len(), 1, "{active:?}");
     assert_eq!(active[0]["status"], "RUNNING");
-    assert!(api.tasks("pve1", "?source=active&vmid=320").await.is_empty());
+    assert!(
+        api.tasks("pve1", "?source=active&vmid=320")
+            .await
+            .is_empty()
+    );
 
     assert_eq!(api.wait("pve1", &upid).await, "OK");
     let cfg = api.get("/nodes/pve2/qemu/320/config").await;
@@ -315,7 +334,11 @@ async fn a_delayed_answer_comes_after_the_locked_vm_exists() {
                 .await
                 .expect("an answer");
             let status = a.status();
-            (status, a.json::<Value>().await.expect("JSON"), Instant::now())
+            (
+                status,
+                a.json::<Value>().await.expect("JSON"),
+                Instant::now(),
+            )
         }
     });
     // The locked clone appears before the POST is answered.
@@ -323,7 +346,10 @@ async fn a_delayed_answer_comes_after_the_locked_vm_exists() {
         if let Some(res) = api.resource(330).await {
             break res;
         }
-        assert!(sent.elapsed() < Duration::from_secs(2), "the clone never appeared");
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the clone never appeared"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let seen_at = Instant::now();
@@ -393,7 +419,13 @@ async fn a_lost_answer_still_created_the_vm() {
 async fn a_lost_create_answer_still_made_the_vm() {
     let mut pve = FakePve::start(Scenario::default());
     // A schema template matches too; the status and reason phrase are the caller's.
-    pve.lose_answer_with("POST", "/nodes/{node}/qemu", 597, "Connection reset by peer", 1);
+    pve.lose_answer_with(
+        "POST",
+        "/nodes/{node}/qemu",
+        597,
+        "Connection reset by peer",
+        1,
+    );
     let api = Api::new(&pve);
     let a = api
         .post(
@@ -404,8 +436,13 @@ async fn a_lost_create_answer_still_made_the_vm() {
     assert_eq!(a.status, 597, "{}", a.text);
     let cfg = api.get("/nodes/pve1/qemu/341/config").await;
     assert_eq!(cfg["name"], "made");
-    let template = api.get(&format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/config")).await;
-    assert_eq!(template["name"], TEMPLATE_NAME, "other requests are answered");
+    let template = api
+        .get(&format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/config"))
+        .await;
+    assert_eq!(
+        template["name"], TEMPLATE_NAME,
+        "other requests are answered"
+    );
 }
 
 // ---------------------------------------------------------------------- (4) a backup job
@@ -428,7 +465,11 @@ async fn a_backup_job_locks_the_vm_under_a_task_with_an_empty_id() {
     assert_eq!(active[0]["id"], "");
     assert_eq!(active[0]["status"], "RUNNING");
     // A job's task names no guest: asking for the VM's tasks does not find it.
-    assert!(api.tasks("pve1", "?source=active&vmid=350").await.is_empty());
+    assert!(
+        api.tasks("pve1", "?source=active&vmid=350")
+            .await
+            .is_empty()
+    );
     // PVE refuses changes while the backup lock is held.
     let a = api
         .send(
