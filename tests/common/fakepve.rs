@@ -530,6 +530,69 @@ impl FakePve {
         self.must("unlock", json!({"vmid": vmid}));
     }
 
+    /// Make `qmcreate` and `qmclone` tasks last `create_secs` / `clone_secs` PVE seconds (needs a
+    /// time scale > 0) with PVE's lock window: meanwhile a created VM's config holds only
+    /// `lock: create`, a clone's only `lock: clone` and the description ` qmclone temporary file`
+    /// (its `#` comment line), `/cluster/resources` lists it without a `name`, and a clone with
+    /// `target` stays on the source node. The POST's answer (the UPID) comes `answer_delay` PVE
+    /// seconds after the locked VM exists. All 0 turns it off.
+    pub fn create_timing(&mut self, create_secs: f64, clone_secs: f64, answer_delay: f64) {
+        self.must(
+            "create_timing",
+            json!({"create_secs": create_secs, "clone_secs": clone_secs,
+                   "answer_delay": answer_delay}),
+        );
+    }
+
+    /// Carry out the next `times` `method` requests whose path ends with `suffix` (or match a
+    /// schema template), then answer `596 Connection timed out` with no body instead, as pveproxy
+    /// does when its forward to the node fails after the node got the request.
+    pub fn lose_answer(&mut self, method: &str, suffix: &str, times: u32) {
+        self.must(
+            "lose_answer",
+            json!({"method": method, "suffix": suffix, "times": times}),
+        );
+    }
+
+    /// Like [`lose_answer`](Self::lose_answer) with another status and reason phrase.
+    pub fn lose_answer_with(
+        &mut self,
+        method: &str,
+        suffix: &str,
+        status: u16,
+        message: &str,
+        times: u32,
+    ) {
+        self.must(
+            "lose_answer",
+            json!({"method": method, "suffix": suffix, "status": status, "message": message,
+                   "times": times}),
+        );
+    }
+
+    /// The answers [`lose_answer`](Self::lose_answer) threw away, oldest first:
+    /// `[{method, path, status, body}]` (`body` is the JSON text, e.g. holding the UPID).
+    pub fn lost_answers(&mut self) -> Vec<Value> {
+        serde_json::from_value(self.must("lost_answers", json!({}))).expect("a list")
+    }
+
+    /// A backup job over the VM for `secs` PVE seconds: a running `vzdump` task with an EMPTY id
+    /// (a job over several guests, so `?vmid=` does not find it; `single`: the id is the vmid)
+    /// and `lock: backup` on the VM meanwhile. Returns the task's UPID. Needs a time scale > 0.
+    pub fn backup(&mut self, vmid: u32, secs: f64, single: bool) -> String {
+        let v = self.must(
+            "backup",
+            json!({"vmid": vmid, "secs": secs, "single": single}),
+        );
+        v.as_str().expect("a UPID").to_owned()
+    }
+
+    /// Leave the VM hibernated (`qm suspend --todisk`): stopped, `lock: suspended`, no task.
+    /// Returns its dump.
+    pub fn hibernate(&mut self, vmid: u32) -> Value {
+        self.must("hibernate", json!({"vmid": vmid}))
+    }
+
     /// Real seconds per PVE second; 0 finishes every task before its request returns.
     pub fn set_time_scale(&mut self, scale: f64) {
         self.must("time_scale", json!({"value": scale}));

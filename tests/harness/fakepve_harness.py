@@ -17,6 +17,32 @@ It makes a self-signed certificate in a private temp dir, serves a FakePve over 
 answered in order. On stdin EOF, {"cmd": "stop"}, SIGTERM or SIGINT it stops the server, removes
 its temp dir and exits, so a crashed test never leaves it behind. stdout carries only protocol
 lines; anything else (logs, warnings) goes to stderr. See COMMANDS below for the commands.
+
+COMMANDS (the methods of `Commands`; each keyword parameter is an arg). Besides fakepve's own
+faults and state commands, the harness models real PVE where fakepve 0.5.0 differs:
+
+    create_timing(create_secs=0, clone_secs=0, answer_delay=0)
+        qmcreate and qmclone tasks take create_secs / clone_secs PVE seconds (times time_scale,
+        so time_scale must be > 0). Meanwhile a created VM's config holds only `lock: create`, a
+        clone's only `lock: clone` and the `# qmclone temporary file` comment (GET config shows it
+        as `description`), and /cluster/resources lists the VM with no `name`; a clone with
+        `target` stays on the source node. Name, description and tags appear when the task ends.
+        answer_delay: the POST's answer (the UPID) comes that many PVE seconds after the locked
+        VM exists. All zero (the default) turns it off.
+    lose_answer(method, suffix, status=596, message='Connection timed out', times=1)
+        The next `times` matching requests are carried out, then the client gets `status` with
+        reason `message` and no body (pveproxy passing on a failed forward) instead of the answer.
+    lost_answers()
+        [{method, path, status, body}] of the answers lose_answer threw away (the UPIDs, ...).
+    backup(vmid, secs=30, single=False)
+        A vzdump job: a `vzdump` task with an EMPTY id (a job over several guests; single=True: the
+        id is vmid, as a one-guest vzdump), the VM holding `lock: backup` for secs PVE seconds.
+    hibernate(vmid)
+        The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
+
+GET /nodes/{node}/tasks honours `source` (archive, the default: finished tasks; active: running
+ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `errors`, `since`,
+`until`, `vmid`, `start` and `limit`, and answers `total`, as pve-manager's PVE/API2/Tasks.pm.
 """
 
 import argparse
@@ -24,6 +50,7 @@ import asyncio
 import inspect
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -32,10 +59,12 @@ import threading
 import time
 import traceback
 
+from aiohttp import web
+
 from fakepve import FakePve, TaskError, __version__, settle
 from fakepve.certs import make_cert
 from fakepve.model import PveError
-from fakepve.server import SECRET_FORM
+from fakepve.server import SECRET_FORM, USER, params
 
 # stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
 PROTOCOL = sys.stdout
@@ -83,6 +112,15 @@ class HarnessPve(FakePve):
         # Parallel to self.requests: (sequence number, query string, redacted).
         self.request_meta = []
         self.request_seq = 0
+        # create_timing: PVE seconds a qmcreate / qmclone task takes, and the delay of its answer.
+        self.create_secs = 0.0
+        self.clone_secs = 0.0
+        self.answer_delay = 0.0
+        # vmid -> the name a VM gets when its create/clone task ends (it has none until then).
+        self.unborn = {}
+        # lose_answer rules, (METHOD, suffix) -> {'status', 'message', 'times'}; the answers lost.
+        self.lost_rules = {}
+        self.lost = []
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -92,6 +130,165 @@ class HarnessPve(FakePve):
         excess = len(self.request_meta) - len(self.requests)
         if excess > 0:
             del self.request_meta[:excess]
+
+    # ------------------------------------------------------------ task listing
+
+    @staticmethod
+    def _status_type(status):
+        """PVE::UPID::normalize_status_type (pve-common src/PVE/UPID.pm)."""
+        if not status:
+            return 'unknown'
+        if status == 'OK':
+            return 'ok'
+        if status.startswith('WARNINGS: ') and status[len('WARNINGS: '):].isdigit():
+            return 'warning'
+        if status == 'unexpected status':
+            return 'unknown'
+        return 'error'
+
+    async def _task_list(self, request):
+        """GET /nodes/{node}/tasks as pve-manager PVE/API2/Tasks.pm `node_tasks` answers it.
+
+        source 'active' reads /var/log/pve/tasks/active: the running tasks, each given
+        `$task->{status} = 'RUNNING' if !$task->{status}`, their user left as in the UPID (a
+        token's tasks show user 'user@realm!token', no tokenid). 'archive' (the default) reads
+        the index of FINISHED tasks, newest first, status = the exit status ('OK', the error, or
+        'WARNINGS: n'), user split into user and tokenid. 'all' is active then archive. Tasks
+        finished here count as archived at once (PVE lists a just-finished, not yet archived task
+        under active with its exit status for a moment). `start`/`limit` count over both parts;
+        `total` is the number of matching tasks.
+        """
+        node = request.match_info['node']
+        user = request[USER]
+        p = self._verify(request, await params(request))
+        source = p.get('source') or 'archive'
+        start, limit = int(p.get('start') or 0), int(p.get('limit', 50))
+        typefilter, userfilter = p.get('typefilter'), p.get('userfilter')
+        vmid, since, until = p.get('vmid'), p.get('since'), p.get('until')
+        wanted = {'ok': True, 'warning': True, 'error': True, 'unknown': True}
+        errors_only = str(p.get('errors', 0)).lower() in ('1', 'true')
+        if p.get('statusfilter') is not None and not errors_only:
+            wanted = dict.fromkeys(wanted, False)
+            for item in re.split(r'[\s,;]+', str(p['statusfilter'])):
+                if item:
+                    wanted[item.lower()] = True
+        elif errors_only:
+            wanted['ok'] = False
+        audit = self.allowed(user, '/nodes/' + node, 'Sys.Audit')
+        count = 0
+        out = []
+
+        def keep(view):
+            # $filter_task: returns 1 (skip) or 0 (keep), counting every match for `total`.
+            nonlocal count, limit
+            if userfilter and userfilter.lower() not in view['user'].lower():
+                return False
+            # $check_task_user: a token sees its own tasks, a user its own and (archived) its tokens'.
+            full = view['user'] + '!' + view['tokenid'] if view.get('tokenid') else view['user']
+            if not (audit or user in (full, view['user'])):
+                return False
+            if typefilter and view['type'] != typefilter:
+                return False
+            if vmid and (not view.get('id') or view['id'] != str(vmid)):
+                return False
+            if since is not None and view['starttime'] < int(since):
+                return False
+            if until is not None and view['starttime'] > int(until):
+                return False
+            if not wanted.get(self._status_type(view.get('status'))):
+                return False
+            count += 1
+            if count - 1 < start or limit <= 0:
+                return False
+            limit -= 1
+            return True
+
+        mine = [t for t in self.tasklog if t['node'] == node]
+        if source in ('active', 'all'):
+            for task in sorted((t for t in mine if t['status'] == 'running'), key=lambda t: -t['starttime']):
+                view = dict((k, v) for k, v in task.items() if k not in ('log', 'status', 'exitstatus', 'endtime'))
+                if keep(view):
+                    view['status'] = 'RUNNING'
+                    out.append(view)
+        if source != 'active':
+            done = [(t.get('endtime') or 0, i, t) for i, t in enumerate(mine) if t['status'] != 'running']
+            for _end, _i, task in sorted(done, key=lambda e: (-e[0], -e[1])):
+                view = dict((k, v) for k, v in task.items() if k not in ('log', 'status', 'exitstatus'))
+                view['status'] = task.get('exitstatus') or 'unexpected status'
+                if '!' in view['user']:
+                    view['user'], _, view['tokenid'] = view['user'].partition('!')
+                if keep(view):
+                    out.append(view)
+        return web.json_response({'data': out, 'total': count})
+
+    # ------------------------------------------------------- create and clone timing
+
+    async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
+        """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone."""
+        secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
+        if secs is None or vm is None or not (secs or self.answer_delay):
+            return await super().task(node, ttype, tid, user, body, vm=vm, lock=lock, log=log)
+        # The VM exists now, made by _qm_create / _qm_clone. PVE first writes a config holding
+        # only the lock: AbstractConfig::create_and_lock_config (`$conf->{lock} = $lock //
+        # 'create'`) for a create, `file_set_contents($conffile, "# qmclone temporary file\nlock:
+        # clone\n")` in the clone worker; the full config is written at the task's end.
+        final_config, final_name = vm.config, vm.name
+        if ttype == 'qmclone':
+            # parse_vm_config turns a `#` line into the description (trailing space stripped).
+            vm.config = {'description': ' qmclone temporary file', 'lock': 'clone'}
+        else:
+            vm.config = {'lock': 'create'}
+        # vmstatus: `$d->{name} = $conf->{name} || "VM $vmid"`; /cluster/resources takes the name
+        # from pvestatd's RRD data, which has none for a config without one.
+        vm.name = 'VM {0}'.format(vm.vmid)
+        self.unborn[vm.vmid] = final_name
+
+        async def slow():
+            try:
+                await self.pause(secs)
+            finally:
+                # The body goes on from the config fakepve made (a create's body writes its own).
+                vm.config, vm.name = final_config, final_name
+                self.unborn.pop(vm.vmid, None)
+            return await body()
+
+        upid = await super().task(node, ttype, tid, user, slow, vm=vm, lock=lock, log=log)
+        await self.pause(self.answer_delay)
+        return upid
+
+    async def _resources(self, request):
+        response = await super()._resources(request)
+        if not self.unborn:
+            return response
+        body = json.loads(response.text)
+        for item in body.get('data') or []:
+            if item.get('type') == 'qemu' and item.get('vmid') in self.unborn:
+                item.pop('name', None)
+        return web.json_response(body, status=response.status)
+
+    # ------------------------------------------------------------ lost answers
+
+    async def _answer(self, request, handler, generic, path_node):
+        rule = None
+        for (method, suffix), candidate in list(self.lost_rules.items()):
+            if request.method == method and self._failure_matches(request, generic, suffix):
+                rule = candidate
+                candidate['times'] -= 1
+                if candidate['times'] <= 0:
+                    del self.lost_rules[(method, suffix)]
+                break
+        response = await super()._answer(request, handler, generic, path_node)
+        if rule is None:
+            return response
+        self.lost.append({'method': request.method, 'path': request.path, 'status': response.status,
+                          'body': getattr(response, 'text', None)})
+        # pveproxy (pve-http-server src/PVE/APIServer/AnyEvent.pm, proxy_request) forwards with
+        # `timeout => 30` and answers with AnyEvent::HTTP's pseudo status and reason:
+        # `my $msg = delete $hdr->{Reason}; ... HTTP::Response->new($code, $msg, $header, $body)`,
+        # the body undef on a failed forward. So: status line `596 Connection timed out`, no body.
+        lost = web.Response(status=rule['status'], reason=rule['message'], body=b'')
+        lost.force_close()
+        return lost
 
     # fakepve registers every _routes_* table in front of its catch-all route (see fakepve/routing.py);
     # fakepve itself answers /nodes/{node}/network with a fixed vmbr0 and eno1.
@@ -364,8 +561,67 @@ class Commands(object):
     def revoke_tickets(self):
         self.pve.revoke_tickets()
 
-    async def backup(self, vmid, secs=30):
-        return await self.pve.backup(vm_of(self.pve, vmid).vmid, secs)
+    async def backup(self, vmid, secs=30, single=False):
+        """A vzdump job backing up the VM for secs PVE seconds; returns the task's UPID.
+
+        pve-manager PVE/API2/VZDump.pm: `$taskid = $local_vmids->[0] if scalar(@{$local_vmids})
+        == 1; ... fork_worker('vzdump', $taskid, ...)`: a job over several guests (a scheduled
+        backup) has an EMPTY id, so `GET .../tasks?vmid=N` does not list it; single=True gives
+        the one-guest id. The guest holds `lock: backup` (VZDump::QemuServer prepare) meanwhile.
+        """
+        pve = self.pve
+        vm = vm_of(pve, vmid)
+        if vm.lock:
+            raise BadArgs('VM {0} is locked ({1})'.format(vm.vmid, vm.lock))
+        vm.lock = 'backup'
+        vm.config['lock'] = 'backup'
+
+        async def body():
+            try:
+                await pve.pause(secs)
+            finally:
+                if vm.lock == 'backup':
+                    vm.lock = None
+                    vm.config.pop('lock', None)
+            return 'INFO: Finished Backup of VM {0}'.format(vm.vmid)
+        return await pve.task(vm.node, 'vzdump', vm.vmid if single else '', 'root@pam', body, lock=False,
+                              log=['INFO: starting new backup job: vzdump {0}'.format(vm.vmid)])
+
+    def hibernate(self, vmid):
+        """The VM as `qm suspend --todisk` leaves it (qemu-server QemuServer/RunState.pm: `quit`,
+        then `$conf->{lock} = 'suspended'`): stopped, locked `suspended`, no task; start resumes."""
+        vm = vm_of(self.pve, vmid)
+        vm.status = vm.qmpstatus = 'stopped'
+        vm.started_at = None
+        vm.lock = 'suspended'
+        vm.config['lock'] = 'suspended'
+        return dump_vm(vm)
+
+    def create_timing(self, create_secs=0, clone_secs=0, answer_delay=0):
+        """qmcreate / qmclone take create_secs / clone_secs PVE seconds with PVE's lock window, and
+        their POST answers answer_delay PVE seconds after the locked VM exists (see COMMANDS)."""
+        values = [float(v) for v in (create_secs, clone_secs, answer_delay)]
+        if any(v < 0 for v in values):
+            raise BadArgs('times must not be negative')
+        self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
+
+    def lose_answer(self, method, suffix=None, path=None, status=596, message='Connection timed out', times=1):
+        """Carry out the next `times` METHOD requests whose path ends with suffix (or match a schema
+        template), then answer `status message` with no body instead, as pveproxy does when its
+        forward to the node fails after the node got the request."""
+        suffix = suffix or path
+        if not suffix:
+            raise BadArgs('lose_answer needs suffix (or path)')
+        if int(times) < 1:
+            raise BadArgs('times must be at least 1')
+        if '\n' in message or '\r' in message:
+            raise BadArgs('message must be one line (it is the reason phrase)')
+        self.pve.lost_rules[(method.upper(), suffix)] = {'status': int(status), 'message': message,
+                                                         'times': int(times)}
+
+    def lost_answers(self):
+        """The answers lose_answer threw away, oldest first: [{method, path, status, body}]."""
+        return list(self.pve.lost)
 
     async def migrate(self, vmid, target, secs=20):
         return await self.pve.migrate(vm_of(self.pve, vmid).vmid, target, secs)

@@ -1,0 +1,531 @@
+//! The harness behaves like a real PVE cluster where proxsync's crash safety depends on it (see
+//! `../shared/design/PVE-BEHAVIOUR.md`): the task listing's `source`, the lock window of a slow
+//! create or clone, an answer lost after the request was carried out, a backup job's lock and
+//! empty task id, and a hibernated VM. Each test talks to the fake over HTTP, as PVE's clients do.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    FakePve, Scenario, TEMPLATE_NAME, TEMPLATE_VMID, TOKEN_ID, TOKEN_SECRET, token_header,
+    verified_client,
+};
+use serde_json::{Value, json};
+
+/// 1 PVE second = 10 ms: a 100 s task lasts 1 s.
+const SCALE: f64 = 0.01;
+
+struct Api {
+    client: reqwest::Client,
+    base: String,
+}
+
+struct Answer {
+    status: u16,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {:?}", self.text))
+    }
+}
+
+impl Api {
+    fn new(pve: &FakePve) -> Api {
+        Api {
+            client: verified_client(&pve.ca_pem()),
+            base: pve.api_url(""),
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Answer {
+        let resp = req
+            .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
+            .send()
+            .await
+            .expect("an answer");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("a body");
+        Answer { status, text }
+    }
+
+    /// `data` of a GET that must succeed.
+    async fn get(&self, path: &str) -> Value {
+        let a = self
+            .send(self.client.get(format!("{}{path}", self.base)))
+            .await;
+        assert_eq!(a.status, 200, "GET {path}: {}", a.text);
+        a.json()["data"].clone()
+    }
+
+    async fn get_raw(&self, path: &str) -> Answer {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.send(self.client.post(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
+    /// The UPID of a POST that must start a task.
+    async fn start_task(&self, path: &str, body: Value) -> String {
+        let a = self.post(path, body).await;
+        assert_eq!(a.status, 200, "POST {path}: {}", a.text);
+        a.json()["data"].as_str().expect("a UPID").to_owned()
+    }
+
+    /// Wait (up to 5 s) for the task to stop; its exit status.
+    async fn wait(&self, node: &str, upid: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = self
+                .get(&format!("/nodes/{node}/tasks/{upid}/status"))
+                .await;
+            if st["status"] == "stopped" {
+                return st["exitstatus"].as_str().unwrap_or_default().to_owned();
+            }
+            assert!(Instant::now() < deadline, "task {upid} still running: {st}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn resource(&self, vmid: u32) -> Option<Value> {
+        let list = self.get("/cluster/resources?type=vm").await;
+        list.as_array()
+            .expect("a list")
+            .iter()
+            .find(|r| r["vmid"] == json!(vmid))
+            .cloned()
+    }
+
+    async fn tasks(&self, node: &str, query: &str) -> Vec<Value> {
+        let list = self.get(&format!("/nodes/{node}/tasks{query}")).await;
+        serde_json::from_value(list).expect("a list")
+    }
+}
+
+fn with_vm(vmid: u32) -> Scenario {
+    Scenario::default().vm(json!({
+        "vmid": vmid, "name": format!("vm{vmid}"), "node": "pve1", "status": "stopped",
+        "config": {"name": format!("vm{vmid}"), "memory": "1024", "cores": 1,
+                   "scsi0": format!("local-lvm:vm-{vmid}-disk-0,size=4G")},
+    }))
+}
+
+// ------------------------------------------------------------------- (1) task listing
+
+#[tokio::test]
+async fn the_task_listing_honours_source_as_pve_does() {
+    let mut pve = with_vm(300).start();
+    let api = Api::new(&pve);
+    // A finished clone (time scale 0: done before its answer).
+    let clone = api
+        .start_task(
+            &format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone"),
+            json!({"newid": 301, "name": "done"}),
+        )
+        .await;
+    // A start that runs for 1 s.
+    pve.set_time_scale(SCALE);
+    pve.set_vm(300, json!({"start_secs": 100}));
+    let start = api
+        .start_task("/nodes/pve1/qemu/300/status/start", json!({}))
+        .await;
+
+    // archive (the default): finished tasks only, with their exit status and end time.
+    let archive = api.tasks("pve1", "").await;
+    assert!(archive.iter().all(|t| t["upid"] != start), "{archive:?}");
+    let done = archive
+        .iter()
+        .find(|t| t["upid"] == clone)
+        .expect("the clone is archived");
+    assert_eq!(done["status"], "OK");
+    assert_eq!(done["type"], "qmclone");
+    assert_eq!(
+        done["id"],
+        TEMPLATE_VMID.to_string(),
+        "qmclone's id is the source"
+    );
+    assert!(done["endtime"].is_u64(), "{done}");
+    // Archived tasks split a token's id into user and tokenid.
+    assert_eq!(done["user"], "proxsync@pve");
+    assert_eq!(done["tokenid"], "gitops");
+
+    // active: the running tasks only, status RUNNING (upper case), no end time.
+    let active = api.tasks("pve1", "?source=active").await;
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["upid"], start);
+    assert_eq!(active[0]["status"], "RUNNING");
+    assert_eq!(active[0]["type"], "qmstart");
+    assert!(active[0].get("endtime").is_none(), "{}", active[0]);
+    // PVE reads the active file as is: the user stays the full token id.
+    assert_eq!(active[0]["user"], TOKEN_ID);
+    assert_eq!(api.tasks("pve1", "?source=active&vmid=300").await.len(), 1);
+    assert!(
+        api.tasks("pve1", "?source=active&vmid=301")
+            .await
+            .is_empty()
+    );
+    assert!(
+        api.tasks("pve1", "?source=active&typefilter=qmclone")
+            .await
+            .is_empty()
+    );
+
+    // all: the active ones first, then the archive.
+    let all = api.tasks("pve1", "?source=all").await;
+    assert_eq!(all[0]["upid"], start);
+    assert!(all.iter().any(|t| t["upid"] == clone));
+    // limit and total count over both.
+    let a = api.get_raw("/nodes/pve1/tasks?source=all&limit=1").await;
+    let body = a.json();
+    assert_eq!(body["data"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["total"], json!(all.len()), "{body}");
+    let errors = api.tasks("pve1", "?source=all&errors=1").await;
+    assert!(errors.iter().all(|t| t["status"] != "OK"), "{errors:?}");
+
+    // Once it ends, the start moves to the archive.
+    assert_eq!(api.wait("pve1", &start).await, "OK");
+    assert!(api.tasks("pve1", "?source=active").await.is_empty());
+    let archive = api.tasks("pve1", "?vmid=300").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    assert_eq!(archive[0]["status"], "OK");
+}
+
+// ------------------------------------------------------- (2) the create and clone lock window
+
+#[tokio::test]
+async fn a_slow_create_holds_only_lock_create_until_its_task_ends() {
+    let mut pve = FakePve::start(Scenario::default());
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.create_timing(100.0, 0.0, 0.0);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu",
+            json!({"vmid": 310, "name": "db", "description": "managed", "tags": "a;b",
+                   "memory": 1024, "scsi0": "local-lvm:4"}),
+        )
+        .await;
+
+    let cfg = api.get("/nodes/pve1/qemu/310/config").await;
+    let mut keys: Vec<&str> = cfg
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["digest", "lock"], "{cfg}");
+    assert_eq!(cfg["lock"], "create");
+    let res = api.resource(310).await.expect("listed while created");
+    assert!(res.get("name").is_none(), "no name yet: {res}");
+    assert!(res.get("tags").is_none(), "no tags yet: {res}");
+    assert_eq!(res["lock"], "create");
+    let active = api.tasks("pve1", "?source=active&vmid=310").await;
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["upid"], upid);
+    assert_eq!(active[0]["type"], "qmcreate");
+    assert_eq!(active[0]["status"], "RUNNING");
+
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/qemu/310/config").await;
+    assert_eq!(cfg["name"], "db");
+    assert_eq!(cfg["description"], "managed");
+    assert_eq!(cfg["tags"], "a;b");
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+    let res = api.resource(310).await.unwrap();
+    assert_eq!(res["name"], "db");
+    assert!(res.get("lock").is_none(), "{res}");
+}
+
+#[tokio::test]
+async fn a_slow_clone_to_another_node_shows_the_temporary_config_on_the_source_node() {
+    // PVE clones to another node only from shared storage.
+    let mut pve = Scenario::default()
+        .storage(
+            "shared",
+            json!({"type": "dir", "path": "/mnt/pve/shared", "shared": 1, "content": "images"}),
+        )
+        .vm(json!({
+            "vmid": 9100, "name": "shared-template", "node": "pve1", "template": true,
+            "config": {"name": "shared-template", "memory": "2048", "tags": "base",
+                       "description": "the template",
+                       "scsi0": "shared:9100/base-9100-disk-0.qcow2,size=2G"},
+        }))
+        .start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.create_timing(0.0, 100.0, 0.0);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/9100/clone",
+            json!({"newid": 320, "name": "web", "description": "managed", "target": "pve2"}),
+        )
+        .await;
+    // qmclone runs on the source node, its id the source VM.
+    assert!(upid.starts_with("UPID:pve1:"), "{upid}");
+    assert!(upid.contains(":qmclone:9100:"), "{upid}");
+
+    // The temporary config, on the source node: the `#` comment is GET config's description.
+    let cfg = api.get("/nodes/pve1/qemu/320/config").await;
+    let mut keys: Vec<&str> = cfg
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["description", "digest", "lock"], "{cfg}");
+    assert_eq!(cfg["lock"], "clone");
+    assert_eq!(cfg["description"], " qmclone temporary file");
+    let missing = api.get_raw("/nodes/pve2/qemu/320/config").await;
+    assert_eq!(
+        missing.status, 500,
+        "not on the target yet: {}",
+        missing.text
+    );
+    let res = api.resource(320).await.expect("listed while cloned");
+    assert_eq!(res["node"], "pve1");
+    assert_eq!(res["lock"], "clone");
+    assert!(res.get("name").is_none(), "no name yet: {res}");
+    assert!(res.get("tags").is_none(), "no tags yet: {res}");
+    let active = api
+        .tasks("pve1", "?source=active&vmid=9100&typefilter=qmclone")
+        .await;
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["status"], "RUNNING");
+    assert!(
+        api.tasks("pve1", "?source=active&vmid=320")
+            .await
+            .is_empty()
+    );
+
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve2/qemu/320/config").await;
+    assert_eq!(cfg["name"], "web");
+    assert_eq!(cfg["description"], "managed");
+    assert_eq!(cfg["tags"], "base");
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+    let res = api.resource(320).await.unwrap();
+    assert_eq!(res["node"], "pve2");
+    assert_eq!(res["name"], "web");
+}
+
+#[tokio::test]
+async fn a_delayed_answer_comes_after_the_locked_vm_exists() {
+    let mut pve = FakePve::start(Scenario::default());
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.create_timing(0.0, 150.0, 50.0);
+    let sent = Instant::now();
+    let post = tokio::spawn({
+        let client = api.client.clone();
+        let url = format!("{}/nodes/pve1/qemu/{TEMPLATE_VMID}/clone", api.base);
+        async move {
+            let a = client
+                .post(url)
+                .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
+                .json(&json!({"newid": 330, "name": "late"}))
+                .send()
+                .await
+                .expect("an answer");
+            let status = a.status();
+            (
+                status,
+                a.json::<Value>().await.expect("JSON"),
+                Instant::now(),
+            )
+        }
+    });
+    // The locked clone appears before the POST is answered.
+    let seen = loop {
+        if let Some(res) = api.resource(330).await {
+            break res;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the clone never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let seen_at = Instant::now();
+    assert_eq!(seen["lock"], "clone");
+    assert!(!post.is_finished(), "answered before the VM could be seen");
+    let (status, body, answered_at) = post.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        answered_at.duration_since(sent) >= Duration::from_millis(450),
+        "the answer took {:?}",
+        answered_at.duration_since(sent)
+    );
+    assert!(answered_at > seen_at);
+    let upid = body["data"].as_str().unwrap().to_owned();
+    // The task is still copying when the answer comes.
+    let st = api.get(&format!("/nodes/pve1/tasks/{upid}/status")).await;
+    assert_eq!(st["status"], "running", "{st}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(330).await.unwrap()["name"], "late");
+}
+
+// ------------------------------------------------------------------- (3) a lost answer
+
+#[tokio::test]
+async fn a_lost_answer_still_created_the_vm() {
+    let mut pve = FakePve::start(Scenario::default());
+    let api = Api::new(&pve);
+    pve.lose_answer("POST", &format!("/qemu/{TEMPLATE_VMID}/clone"), 1);
+    let a = api
+        .post(
+            &format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone"),
+            json!({"newid": 340, "name": "lost"}),
+        )
+        .await;
+    assert_eq!(a.status, 596);
+    assert_eq!(a.text, "", "pveproxy sends no body");
+    // The VM was made all the same.
+    let res = api.resource(340).await.expect("the clone exists");
+    assert_eq!(res["name"], "lost");
+    assert_eq!(res["node"], "pve1");
+    let lost = pve.lost_answers();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0]["status"], 200);
+    let upid = serde_json::from_str::<Value>(lost[0]["body"].as_str().unwrap()).unwrap()["data"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(upid.contains(":qmclone:"), "{upid}");
+    let done = api.tasks("pve1", "?typefilter=qmclone").await;
+    assert!(done.iter().any(|t| t["upid"] == upid.as_str()), "{done:?}");
+    // Only `times` answers are lost: the retry gets PVE's own answer.
+    let again = api
+        .post(
+            &format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone"),
+            json!({"newid": 340, "name": "lost"}),
+        )
+        .await;
+    assert_eq!(again.status, 500, "{}", again.text);
+    assert!(
+        again.text.contains("config file already exists"),
+        "{}",
+        again.text
+    );
+}
+
+#[tokio::test]
+async fn a_lost_create_answer_still_made_the_vm() {
+    let mut pve = FakePve::start(Scenario::default());
+    // A schema template matches too; the status and reason phrase are the caller's.
+    pve.lose_answer_with(
+        "POST",
+        "/nodes/{node}/qemu",
+        597,
+        "Connection reset by peer",
+        1,
+    );
+    let api = Api::new(&pve);
+    let a = api
+        .post(
+            "/nodes/pve1/qemu",
+            json!({"vmid": 341, "name": "made", "memory": 512}),
+        )
+        .await;
+    assert_eq!(a.status, 597, "{}", a.text);
+    let cfg = api.get("/nodes/pve1/qemu/341/config").await;
+    assert_eq!(cfg["name"], "made");
+    let template = api
+        .get(&format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/config"))
+        .await;
+    assert_eq!(
+        template["name"], TEMPLATE_NAME,
+        "other requests are answered"
+    );
+}
+
+// ---------------------------------------------------------------------- (4) a backup job
+
+#[tokio::test]
+async fn a_backup_job_locks_the_vm_under_a_task_with_an_empty_id() {
+    let mut pve = with_vm(350).start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    let upid = pve.backup(350, 100.0, false);
+    assert!(upid.contains(":vzdump::root@pam:"), "{upid}");
+
+    let cfg = api.get("/nodes/pve1/qemu/350/config").await;
+    assert_eq!(cfg["lock"], "backup");
+    assert_eq!(api.resource(350).await.unwrap()["lock"], "backup");
+    let active = api.tasks("pve1", "?source=active").await;
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["upid"], upid);
+    assert_eq!(active[0]["type"], "vzdump");
+    assert_eq!(active[0]["id"], "");
+    assert_eq!(active[0]["status"], "RUNNING");
+    // A job's task names no guest: asking for the VM's tasks does not find it.
+    assert!(
+        api.tasks("pve1", "?source=active&vmid=350")
+            .await
+            .is_empty()
+    );
+    // PVE refuses changes while the backup lock is held.
+    let a = api
+        .send(
+            api.client
+                .put(format!("{}/nodes/pve1/qemu/350/config", api.base))
+                .json(&json!({"cores": 2})),
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(a.text.contains("VM is locked (backup)"), "{}", a.text);
+
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert!(
+        api.get("/nodes/pve1/qemu/350/config")
+            .await
+            .get("lock")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_one_guest_backup_names_the_vm() {
+    let mut pve = with_vm(351).start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    let upid = pve.backup(351, 50.0, true);
+    assert!(upid.contains(":vzdump:351:root@pam:"), "{upid}");
+    let active = api.tasks("pve1", "?source=active&vmid=351").await;
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+}
+
+// ------------------------------------------------------------------ (5) a hibernated VM
+
+#[tokio::test]
+async fn a_hibernated_vm_is_locked_suspended_with_no_task() {
+    let mut pve = with_vm(360).start();
+    let api = Api::new(&pve);
+    pve.set_vm(360, json!({"status": "running"}));
+    let dump = pve.hibernate(360);
+    assert_eq!(dump["lock"], "suspended");
+
+    let cfg = api.get("/nodes/pve1/qemu/360/config").await;
+    assert_eq!(cfg["lock"], "suspended");
+    let st = api.get("/nodes/pve1/qemu/360/status/current").await;
+    assert_eq!(st["status"], "stopped", "{st}");
+    assert_eq!(st["lock"], "suspended", "{st}");
+    assert!(api.tasks("pve1", "?source=active").await.is_empty());
+    assert!(api.tasks("pve1", "?source=all&vmid=360").await.is_empty());
+    // start resumes it and clears the lock.
+    let upid = api
+        .start_task("/nodes/pve1/qemu/360/status/start", json!({}))
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/qemu/360/config").await;
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+    let st = api.get("/nodes/pve1/qemu/360/status/current").await;
+    assert_eq!(st["status"], "running", "{st}");
+}
