@@ -37,13 +37,17 @@ pub const SUMMARY_FILE: &str = "_summary.yaml";
 /// The orphan report's name in the status directory.
 pub const ORPHANS_FILE: &str = "_orphans.yaml";
 
+mod conditions;
 mod files;
 pub mod kinds;
 pub mod reasons;
+mod summary;
 mod time;
 mod transitions;
 
+pub(crate) use conditions::{has_condition, invalid_status, spec_status};
 pub use files::{StatusDir, valid_name};
+pub(crate) use summary::{orphan_entries, site_summary};
 pub use time::{parse_rfc3339, rfc3339};
 
 // ------------------------------------------------------------------------------------------
