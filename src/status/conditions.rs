@@ -10,10 +10,10 @@ use super::{
 };
 use crate::category::Category;
 use crate::execute::Outcome;
-use crate::observe::SiteView;
+use crate::observe::{ObservedVm, SiteView};
 use crate::plan::Verdict;
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::{ErrorRecord, Phase, SpecRecord};
 
 fn at(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
@@ -84,107 +84,31 @@ pub(crate) fn spec_status(
 
     // NodeHealthy: the VM's node, or the spec's node before there is a VM.
     let node = st.node.clone();
-    c.push(match view {
-        None => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::Unknown,
-            reasons::NOT_YET_OBSERVED,
-            "site not observed",
-        ),
-        Some(v) if !v.reachable() => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::Unknown,
-            reasons::SITE_UNREACHABLE,
-            format!(
-                "site {} unreachable: {}",
-                v.name,
-                v.error.clone().unwrap_or_default()
-            ),
-        ),
-        Some(v) if !v.health.quorate => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::False,
-            reasons::NO_QUORUM,
-            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
-        ),
-        Some(v) if v.health.node_healthy(&node) => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::True,
-            reasons::NODE_ONLINE,
-            format!("node {node} online"),
-        ),
-        Some(_) => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::False,
-            reasons::NODE_OFFLINE,
-            format!(
-                "node {node} is offline or unknown: nothing is created, changed or deleted there"
-            ),
-        ),
-    });
-
-    c.push(if rec.is_some_and(|r| r.provisioned) {
-        ConditionInput::new(
-            kinds::PROVISIONED,
-            S::True,
-            reasons::CREATED,
-            format!("VM {}", vmid.unwrap_or(0)),
-        )
-    } else {
-        ConditionInput::new(
-            kinds::PROVISIONED,
-            S::False,
-            reasons::NOT_CREATED,
-            "no VM yet",
-        )
-    });
-
-    let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
-    c.push(if pending.is_empty() {
-        ConditionInput::new(
-            kinds::REBOOT_PENDING,
-            S::False,
-            reasons::NO_PENDING_CHANGES,
-            "",
-        )
-    } else {
-        ConditionInput::new(
-            kinds::REBOOT_PENDING,
-            S::True,
-            reasons::PENDING_CHANGES,
-            format!(
-                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
-                pending.join(", "),
-                if pending.iter().any(|k| k == "cloudinit") {
-                    "; cloud-init reads its new settings then"
-                } else {
-                    ""
-                }
-            ),
-        )
-    });
+    c.push(node_healthy(view, &node));
+    c.push(provisioned(rec, vmid));
+    c.push(reboot_pending(rec));
 
     let error = rec.and_then(|r| r.last_error.as_ref());
-    let category = error.and_then(|e| Category::from_name(&e.category));
-    let stalled = category.is_some_and(|c| c.needs_human())
-        || error.is_some_and(|e| e.message.contains("qm unlock"));
-    let (ready, reconciling) = match verdict {
-        Some(Verdict::UpToDate { vmid }) => {
-            let mut message = format!("VM {vmid} matches the spec");
-            if let Some(vm) = vm
-                && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
-            {
-                message.push_str(&format!(
-                    "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
-                    vm.disk_bytes.unwrap_or(0),
-                    spec.disk_bytes
-                ));
-            }
-            (
-                ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
-                ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
-            )
-        }
+    let (ready, reconciling) = ready_and_reconciling(spec, rec, vm, verdict, outcome, error);
+    c.push(ready);
+    c.push(reconciling);
+    c.push(stalled(error));
+    st.conditions = c;
+    st
+}
+
+/// `Ready` and `Reconciling`, from the verdict of the plan made after the actions.
+fn ready_and_reconciling(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    vm: Option<&ObservedVm>,
+    verdict: Option<&Verdict>,
+    outcome: Option<&Outcome>,
+    error: Option<&ErrorRecord>,
+) -> (ConditionInput, ConditionInput) {
+    let vmid = rec.and_then(|r| r.vmid);
+    match verdict {
+        Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
         Some(Verdict::BackingOff { until_ms }) => {
             let msg = error
                 .map(|e| format!("{}: {}", e.category, e.message))
@@ -236,36 +160,16 @@ pub(crate) fn spec_status(
                 "waiting for the VM's state",
             ),
         ),
-        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
-            let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
-                (Some(Outcome::StillRunning { upid }), _) => (
-                    reasons::WAITING_FOR_TASK,
-                    format!("task {upid} still running"),
-                ),
-                (Some(Outcome::Waiting { reason }), _) => {
-                    (reasons::WAITING_FOR_LOCK, reason.clone())
-                }
-                (Some(Outcome::Failed(e)), _) => {
-                    (reasons::FAILED, format!("{}: {}", e.category, e.message))
-                }
-                (_, Some(Phase::Creating { .. })) => {
-                    (reasons::CREATING, "creating the VM".to_string())
-                }
-                (_, Some(Phase::Deleting { .. })) => {
-                    (reasons::DELETING, "deleting the VM".to_string())
-                }
-                _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
-                _ => (reasons::UPDATING, "the VM will be updated".to_string()),
-            };
-            (
-                ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
-                ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
-            )
-        }
-    };
-    c.push(ready);
-    c.push(reconciling);
-    c.push(match (stalled, error, category) {
+        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
+    }
+}
+
+/// `Stalled`: true when the last error needs a human (or names a stale lock).
+fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
+    let category = error.and_then(|e| Category::from_name(&e.category));
+    let stalled = category.is_some_and(|c| c.needs_human())
+        || error.is_some_and(|e| e.message.contains("qm unlock"));
+    match (stalled, error, category) {
         (true, Some(e), Some(cat)) => {
             let reason = if e.message.contains("qm unlock") {
                 reasons::STALE_LOCK
@@ -275,9 +179,141 @@ pub(crate) fn spec_status(
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
         }
         _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
-    });
-    st.conditions = c;
-    st
+    }
+}
+
+/// `NodeHealthy` for the node a spec's VM is on (or is to be created on).
+fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
+    match view {
+        None => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::NOT_YET_OBSERVED,
+            "site not observed",
+        ),
+        Some(v) if !v.reachable() => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::SITE_UNREACHABLE,
+            format!(
+                "site {} unreachable: {}",
+                v.name,
+                v.error.clone().unwrap_or_default()
+            ),
+        ),
+        Some(v) if !v.health.quorate => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NO_QUORUM,
+            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
+        ),
+        Some(v) if v.health.node_healthy(node) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::True,
+            reasons::NODE_ONLINE,
+            format!("node {node} online"),
+        ),
+        Some(_) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NODE_OFFLINE,
+            format!(
+                "node {node} is offline or unknown: nothing is created, changed or deleted there"
+            ),
+        ),
+    }
+}
+
+/// `Provisioned`, from the record.
+fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
+    if rec.is_some_and(|r| r.provisioned) {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            reasons::CREATED,
+            format!("VM {}", vmid.unwrap_or(0)),
+        )
+    } else {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::False,
+            reasons::NOT_CREATED,
+            "no VM yet",
+        )
+    }
+}
+
+/// `RebootPending`, from the changes the record says take effect at the next start.
+fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
+    let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
+    if pending.is_empty() {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::False,
+            reasons::NO_PENDING_CHANGES,
+            "",
+        )
+    } else {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::True,
+            reasons::PENDING_CHANGES,
+            format!(
+                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
+                pending.join(", "),
+                if pending.iter().any(|k| k == "cloudinit") {
+                    "; cloud-init reads its new settings then"
+                } else {
+                    ""
+                }
+            ),
+        )
+    }
+}
+
+/// `Ready` and `Reconciling` of a VM that matches its spec.
+fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
+    let mut message = format!("VM {vmid} matches the spec");
+    if let Some(vm) = vm
+        && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
+    {
+        message.push_str(&format!(
+            "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
+            vm.disk_bytes.unwrap_or(0),
+            spec.disk_bytes
+        ));
+    }
+    (
+        ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
+        ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
+    )
+}
+
+/// `Ready` and `Reconciling` while proxsync acts (or is about to): the step, from this cycle's
+/// outcome or the record's phase.
+fn acting(
+    rec: Option<&SpecRecord>,
+    vmid: Option<u32>,
+    outcome: Option<&Outcome>,
+) -> (ConditionInput, ConditionInput) {
+    let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
+        (Some(Outcome::StillRunning { upid }), _) => (
+            reasons::WAITING_FOR_TASK,
+            format!("task {upid} still running"),
+        ),
+        (Some(Outcome::Waiting { reason }), _) => (reasons::WAITING_FOR_LOCK, reason.clone()),
+        (Some(Outcome::Failed(e)), _) => {
+            (reasons::FAILED, format!("{}: {}", e.category, e.message))
+        }
+        (_, Some(Phase::Creating { .. })) => (reasons::CREATING, "creating the VM".to_string()),
+        (_, Some(Phase::Deleting { .. })) => (reasons::DELETING, "deleting the VM".to_string()),
+        _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
+        _ => (reasons::UPDATING, "the VM will be updated".to_string()),
+    };
+    (
+        ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
+        ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
+    )
 }
 
 /// The status of a spec that failed validation: its VM (if any) is left as it is.

@@ -15,9 +15,45 @@ pub(super) fn build_spec_file(
     now: SystemTime,
 ) -> SpecFile {
     let now_s = rfc3339(now);
-    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
+    let mut conditions = conditions(s);
+    let provisioned = sticky_provisioned(s, prev, &mut conditions);
+    transition_times(&mut conditions, prev, &now_s);
+    sort_conditions(&mut conditions);
+    let history = history(s);
 
-    // The engine's conditions, first one of each type wins.
+    SpecFile {
+        name: s.name.clone(),
+        site: clip(&s.site),
+        node: clip(&s.node),
+        vm_id: s.vm_id,
+        vm_name: clip(&s.vm_name),
+        state: clip(&s.state),
+        ip_addresses: s.ip_addresses.iter().map(|a| clip(a)).collect(),
+        commit: s.commit.as_deref().map(clip),
+        spec_file: s.spec_file.as_deref().map(clip),
+        observed_generation: s.observed_generation.as_deref().map(clip),
+        initialization: Initialization { provisioned },
+        conditions,
+        last_task: s.last_task.as_ref().map(|t| TaskRecord {
+            upid: clip(&t.upid),
+            kind: clip(&t.kind),
+            status: clip(&t.status),
+            at: rfc3339(t.at),
+        }),
+        backoff: s.backoff.as_ref().map(|b| BackoffRecord {
+            attempts: b.attempts,
+            next_attempt: rfc3339(b.next_attempt),
+            category: clip(&b.category),
+            message: clip(&b.message),
+        }),
+        history,
+        updated_at: None,
+    }
+}
+
+/// The engine's conditions, first one of each type wins, then the standard ones it did not
+/// report (`Unknown`, `NotYetObserved`). Transition times are set later.
+fn conditions(s: &SpecStatus) -> Vec<Condition> {
     let mut conditions: Vec<Condition> = Vec::new();
     for c in &s.conditions {
         if c.kind.is_empty() {
@@ -53,8 +89,17 @@ pub(super) fn build_spec_file(
             });
         }
     }
+    conditions
+}
 
-    // Provisioned never goes back once True.
+/// Provisioned never goes back once True: returns `initialization.provisioned` and restores
+/// the condition when the engine reports it False after it was True.
+fn sticky_provisioned(
+    s: &SpecStatus,
+    prev: Option<&SpecFile>,
+    conditions: &mut [Condition],
+) -> bool {
+    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
     let prev_provisioned = prev.is_some_and(|p| {
         p.initialization.provisioned
             || p.condition(kinds::PROVISIONED)
@@ -75,17 +120,24 @@ pub(super) fn build_spec_file(
             }
         }
     }
+    provisioned
+}
 
-    // lastTransitionTime moves only when the status changes.
-    for c in &mut conditions {
+/// lastTransitionTime moves only when the status changes.
+fn transition_times(conditions: &mut [Condition], prev: Option<&SpecFile>, now_s: &str) {
+    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
+    for c in conditions {
         c.last_transition_time = match prev_cond(&c.kind) {
             Some(p) if p.status == c.status && parse_rfc3339(&p.last_transition_time).is_some() => {
                 p.last_transition_time.clone()
             }
-            _ => now_s.clone(),
+            _ => now_s.to_string(),
         };
     }
+}
 
+/// The file order: [`kinds::ORDER`] first, other types after, sorted by name.
+fn sort_conditions(conditions: &mut [Condition]) {
     conditions.sort_by(|a, b| {
         let rank = |k: &str| {
             kinds::ORDER
@@ -97,10 +149,13 @@ pub(super) fn build_spec_file(
             .cmp(&rank(&b.kind))
             .then_with(|| a.kind.cmp(&b.kind))
     });
+}
 
+/// The most recent attempts first, at most [`MAX_HISTORY`].
+fn history(s: &SpecStatus) -> Vec<AttemptRecord> {
     let mut history: Vec<&AttemptSummary> = s.history.iter().collect();
     history.sort_by_key(|h| std::cmp::Reverse(h.at)); // stable: keeps the engine's order on ties
-    let history = history
+    history
         .into_iter()
         .take(MAX_HISTORY)
         .map(|h| AttemptRecord {
@@ -108,34 +163,5 @@ pub(super) fn build_spec_file(
             action: clip(&h.action),
             outcome: clip(&h.outcome),
         })
-        .collect();
-
-    SpecFile {
-        name: s.name.clone(),
-        site: clip(&s.site),
-        node: clip(&s.node),
-        vm_id: s.vm_id,
-        vm_name: clip(&s.vm_name),
-        state: clip(&s.state),
-        ip_addresses: s.ip_addresses.iter().map(|a| clip(a)).collect(),
-        commit: s.commit.as_deref().map(clip),
-        spec_file: s.spec_file.as_deref().map(clip),
-        observed_generation: s.observed_generation.as_deref().map(clip),
-        initialization: Initialization { provisioned },
-        conditions,
-        last_task: s.last_task.as_ref().map(|t| TaskRecord {
-            upid: clip(&t.upid),
-            kind: clip(&t.kind),
-            status: clip(&t.status),
-            at: rfc3339(t.at),
-        }),
-        backoff: s.backoff.as_ref().map(|b| BackoffRecord {
-            attempts: b.attempts,
-            next_attempt: rfc3339(b.next_attempt),
-            category: clip(&b.category),
-            message: clip(&b.message),
-        }),
-        history,
-        updated_at: None,
-    }
+        .collect()
 }
