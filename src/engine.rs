@@ -2,6 +2,7 @@
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -205,6 +206,8 @@ impl Engine {
 
     /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
     /// and write status. `commit` is the source commit the specs come from.
+    // Long because: the steps of one cycle (observe, plan, act, observe and plan again, write
+    // status) read in order in one place; each step is already a call.
     pub async fn reconcile(
         &mut self,
         specs: &SpecSet,
@@ -331,13 +334,7 @@ impl Engine {
         started: Instant,
     ) -> Result<CycleReport, EngineError> {
         let now = SystemTime::now();
-        let status_err = |e: crate::status::StatusError| EngineError::Status {
-            path: self.config.status_dir.display().to_string(),
-            message: e.to_string(),
-        };
-        let mut ready = 0;
-        let mut stalled = 0;
-        let mut backing_off = 0;
+        let mut counts = Counts::default();
         let outcomes: BTreeMap<&str, &Outcome> = results
             .iter()
             .filter_map(|r| Some((r.action.spec()?, &r.outcome)))
@@ -353,35 +350,20 @@ impl Engine {
                 outcomes.get(spec.name.as_str()).copied(),
                 commit,
             );
-            if has_condition(&st, kinds::READY, S::True) {
-                ready += 1;
-            }
-            if has_condition(&st, kinds::STALLED, S::True) {
-                stalled += 1;
-            }
-            if st.backoff.is_some() {
-                backing_off += 1;
-            }
-            if self.written.get(&spec.name) != Some(&st) {
-                self.status.write_spec(&st, now).map_err(status_err)?;
-                self.written.insert(spec.name.clone(), st);
-            }
+            counts.add(&st);
+            self.write_spec_if_changed(st, now)?;
             names.add(&spec.name);
         }
-        let mut invalid = 0;
         for name in specs.invalid_names() {
-            invalid += 1;
-            stalled += 1;
+            counts.invalid += 1;
+            counts.stalled += 1;
             let messages: Vec<String> = specs
                 .errors()
                 .filter(|d| d.spec.as_deref() == Some(name))
                 .map(|d| d.to_string())
                 .collect();
             let st = invalid_status(name, records.get(name), &messages, commit);
-            if self.written.get(name) != Some(&st) {
-                self.status.write_spec(&st, now).map_err(status_err)?;
-                self.written.insert(name.to_string(), st);
-            }
+            self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
         // Status files of specs that are gone with their VM (looked for when the set of
@@ -389,7 +371,56 @@ impl Engine {
         for name in records.keys() {
             names.add(name);
         }
-        let names = names.finish();
+        self.remove_stale_spec_files(specs, records, names.finish())?;
+        let orphans = crate::status::orphan_entries(&after.orphans);
+        self.status
+            .write_orphans(&orphans, now)
+            .map_err(status_err(&self.config.status_dir))?;
+        let cycle_ms = started.elapsed().as_millis() as u64;
+        let summary = SummaryStatus {
+            commit: commit.map(str::to_string),
+            source_error: self.source_error.clone(),
+            specs: specs.specs.len() + counts.invalid,
+            ready: counts.ready,
+            stalled: counts.stalled,
+            backing_off: counts.backing_off,
+            invalid: counts.invalid,
+            sites: views.values().map(site_summary).collect(),
+            last_cycle: now,
+            cycle_ms,
+            refused: refused.to_vec(),
+            last_request: self.last_request.clone(),
+        };
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(cycle_report(&counts, specs, views, records, cycle_ms))
+    }
+
+    /// Writes a spec's status file unless the status is the one it was last given.
+    fn write_spec_if_changed(
+        &mut self,
+        st: SpecStatus,
+        now: SystemTime,
+    ) -> Result<(), EngineError> {
+        if self.written.get(&st.name) != Some(&st) {
+            self.status
+                .write_spec(&st, now)
+                .map_err(status_err(&self.config.status_dir))?;
+            self.written.insert(st.name.clone(), st);
+        }
+        Ok(())
+    }
+
+    /// Removes the status files of specs that are gone with their VM, when the names hash
+    /// (`names`) differs from the last cycle's.
+    fn remove_stale_spec_files(
+        &mut self,
+        specs: &SpecSet,
+        records: &BTreeMap<String, SpecRecord>,
+        names: u64,
+    ) -> Result<(), EngineError> {
+        let status_err = status_err(&self.config.status_dir);
         if self.written_names != Some(names) {
             let written: BTreeSet<&str> = specs
                 .specs
@@ -405,46 +436,71 @@ impl Engine {
             }
             self.written_names = Some(names);
         }
-        let orphans = crate::status::orphan_entries(&after.orphans);
-        self.status
-            .write_orphans(&orphans, now)
-            .map_err(status_err)?;
-        let cycle_ms = started.elapsed().as_millis() as u64;
-        let summary = SummaryStatus {
-            commit: commit.map(str::to_string),
-            source_error: self.source_error.clone(),
-            specs: specs.specs.len() + invalid,
-            ready,
-            stalled,
-            backing_off,
-            invalid,
-            sites: views.values().map(site_summary).collect(),
-            last_cycle: now,
-            cycle_ms,
-            refused: refused.to_vec(),
-            last_request: self.last_request.clone(),
-        };
-        self.status.write_summary(&summary).map_err(status_err)?;
-        Ok(CycleReport {
-            plan: Plan::default(),
-            results: Vec::new(),
-            after: None,
-            ready,
-            specs: specs.specs.len() + invalid,
-            stalled,
-            backing_off,
-            sites: views.len(),
-            sites_healthy: views
-                .values()
-                .filter(|v| v.reachable() && v.health.quorate)
-                .count(),
-            cycle_ms,
-            next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
-        })
+        Ok(())
+    }
+}
+
+/// How many specs of a cycle are in each state (for the summary and the cycle report).
+#[derive(Debug, Default)]
+struct Counts {
+    ready: usize,
+    stalled: usize,
+    backing_off: usize,
+    invalid: usize,
+}
+
+impl Counts {
+    /// Counts a valid spec's status.
+    fn add(&mut self, st: &SpecStatus) {
+        if has_condition(st, kinds::READY, S::True) {
+            self.ready += 1;
+        }
+        if has_condition(st, kinds::STALLED, S::True) {
+            self.stalled += 1;
+        }
+        if st.backoff.is_some() {
+            self.backing_off += 1;
+        }
+    }
+}
+
+/// What a cycle reports, besides its plans and results (filled in by `reconcile`).
+fn cycle_report(
+    counts: &Counts,
+    specs: &SpecSet,
+    views: &BTreeMap<String, SiteView>,
+    records: &BTreeMap<String, SpecRecord>,
+    cycle_ms: u64,
+) -> CycleReport {
+    CycleReport {
+        plan: Plan::default(),
+        results: Vec::new(),
+        after: None,
+        ready: counts.ready,
+        specs: specs.specs.len() + counts.invalid,
+        stalled: counts.stalled,
+        backing_off: counts.backing_off,
+        sites: views.len(),
+        sites_healthy: views
+            .values()
+            .filter(|v| v.reachable() && v.health.quorate)
+            .count(),
+        cycle_ms,
+        next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
+    }
+}
+
+/// A status directory error as an engine error.
+fn status_err(dir: &Path) -> impl Fn(crate::status::StatusError) -> EngineError + Copy + '_ {
+    move |e| EngineError::Status {
+        path: dir.display().to_string(),
+        message: e.to_string(),
     }
 }
 
 /// Observes every site in parallel and reads the markers the planner needs.
+// Long because: the marker cache rules (read, reuse, forget, fill in from the record) decide
+// together which VMs are known to be ours, and read best side by side.
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
     config: &Config,
