@@ -66,21 +66,7 @@ pub(super) async fn check_spec_needs(
             ));
         }
         if seen.insert(("bridge", node.to_string(), spec.network.clone())) {
-            let subject = format!("{} bridge {node}/{}", site.name, spec.network);
-            out.push(if node_bridges.contains(&spec.network) {
-                check(Level::Ok, subject, "exists", None)
-            } else {
-                check(
-                    Level::Fail,
-                    subject,
-                    format!(
-                        "no such bridge (spec {}); the node has: {}",
-                        spec.name,
-                        join(node_bridges)
-                    ),
-                    Some("create the bridge on the node or change the spec's network".into()),
-                )
-            });
+            out.push(bridge_check(site, node, node_bridges, spec));
         }
         let image_key = format!("{:?}", spec.image);
         if seen.insert(("image", node.to_string(), image_key)) {
@@ -88,6 +74,30 @@ pub(super) async fn check_spec_needs(
         }
     }
     out
+}
+
+/// Whether the node has the bridge the spec's network names.
+fn bridge_check(
+    site: &SiteConfig,
+    node: &str,
+    node_bridges: &BTreeSet<String>,
+    spec: &Spec,
+) -> Check {
+    let subject = format!("{} bridge {node}/{}", site.name, spec.network);
+    if node_bridges.contains(&spec.network) {
+        check(Level::Ok, subject, "exists", None)
+    } else {
+        check(
+            Level::Fail,
+            subject,
+            format!(
+                "no such bridge (spec {}); the node has: {}",
+                spec.name,
+                join(node_bridges)
+            ),
+            Some("create the bridge on the node or change the spec's network".into()),
+        )
+    }
 }
 
 fn join<'a>(items: impl IntoIterator<Item = &'a String>) -> String {
@@ -161,40 +171,7 @@ async fn image_check(
         .filter(|r| r.is_qemu() && r.template == Some(true))
         .collect();
     match &spec.image {
-        Image::Template { vmid } => match resources.iter().find(|r| r.vmid == *vmid) {
-            Some(r) if r.template == Some(true) => check(
-                Level::Ok,
-                subject,
-                format!(
-                    "template {vmid} ({}) on {}",
-                    r.name.as_deref().unwrap_or("?"),
-                    r.node
-                ),
-                None,
-            ),
-            Some(_) => check(
-                Level::Fail,
-                subject,
-                format!("VM {vmid} exists but is not a template"),
-                Some(format!(
-                    "convert it with `qm template {vmid}` or name a template"
-                )),
-            ),
-            None => check(
-                Level::Fail,
-                subject,
-                format!("no template with VMID {vmid} on this site"),
-                Some(format!(
-                    "templates here: {}",
-                    join(
-                        &templates
-                            .iter()
-                            .map(|t| format!("{} ({})", t.vmid, t.name.as_deref().unwrap_or("?")))
-                            .collect::<Vec<_>>()
-                    )
-                )),
-            ),
-        },
+        Image::Template { vmid } => template_check(subject, resources, &templates, *vmid),
         Image::Volume {
             storage,
             volume,
@@ -230,49 +207,103 @@ async fn image_check(
                 Err(e) => check(Level::Fail, subject, e.to_string(), None),
             }
         }
-        Image::Name(name) => {
-            let by_name: Vec<&&VmResource> = templates
-                .iter()
-                .filter(|t| t.name.as_deref() == Some(name))
-                .collect();
-            match by_name.len() {
-                1 => check(
-                    Level::Ok,
-                    subject,
-                    format!("template {name} is VMID {}", by_name[0].vmid),
-                    None,
+        Image::Name(name) => name_check(client, subject, node, storages, &templates, name).await,
+    }
+}
+
+/// An image named by VMID: a template of this site.
+fn template_check(
+    subject: String,
+    resources: &[VmResource],
+    templates: &[&VmResource],
+    vmid: u32,
+) -> Check {
+    match resources.iter().find(|r| r.vmid == vmid) {
+        Some(r) if r.template == Some(true) => check(
+            Level::Ok,
+            subject,
+            format!(
+                "template {vmid} ({}) on {}",
+                r.name.as_deref().unwrap_or("?"),
+                r.node
+            ),
+            None,
+        ),
+        Some(_) => check(
+            Level::Fail,
+            subject,
+            format!("VM {vmid} exists but is not a template"),
+            Some(format!(
+                "convert it with `qm template {vmid}` or name a template"
+            )),
+        ),
+        None => check(
+            Level::Fail,
+            subject,
+            format!("no template with VMID {vmid} on this site"),
+            Some(format!(
+                "templates here: {}",
+                join(
+                    &templates
+                        .iter()
+                        .map(|t| format!("{} ({})", t.vmid, t.name.as_deref().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                )
+            )),
+        ),
+    }
+}
+
+/// An image named by name: one template of that name, else one volume with that file stem
+/// on the node.
+async fn name_check(
+    client: &Client,
+    subject: String,
+    node: &str,
+    storages: &[NodeStorage],
+    templates: &[&VmResource],
+    name: &str,
+) -> Check {
+    let by_name: Vec<&&VmResource> = templates
+        .iter()
+        .filter(|t| t.name.as_deref() == Some(name))
+        .collect();
+    match by_name.len() {
+        1 => check(
+            Level::Ok,
+            subject,
+            format!("template {name} is VMID {}", by_name[0].vmid),
+            None,
+        ),
+        0 => match volumes_with_stem(client, node, storages, name).await {
+            Ok(found) if found.len() == 1 => check(
+                Level::Ok,
+                subject,
+                format!("{name} is the volume {} on {node}", found[0]),
+                None,
+            ),
+            Ok(found) if found.is_empty() => check(
+                Level::Fail,
+                subject,
+                format!(
+                    "no template named {name:?} on this site and no volume with that file stem on {node}"
                 ),
-                0 => match volumes_with_stem(client, node, storages, name).await {
-                    Ok(found) if found.len() == 1 => check(
-                        Level::Ok,
-                        subject,
-                        format!("{name} is the volume {} on {node}", found[0]),
-                        None,
-                    ),
-                    Ok(found) if found.is_empty() => check(
-                        Level::Fail,
-                        subject,
-                        format!(
-                            "no template named {name:?} on this site and no volume with that file stem on {node}"
-                        ),
-                        Some("name an existing template or volume, or upload the image".into()),
-                    ),
-                    Ok(found) => check(
-                        Level::Fail,
-                        subject,
-                        format!("{name:?} is ambiguous: {}", found.join(", ")),
-                        Some("use the full volume ID in the spec".into()),
-                    ),
-                    Err(e) => check(Level::Fail, subject, e.to_string(), None),
-                },
-                n => check(
-                    Level::Fail,
-                    subject,
-                    format!("{n} templates are named {name:?}: ambiguous"),
-                    Some("rename all but one, or use the template's VMID".into()),
-                ),
-            }
-        }
+                Some("name an existing template or volume, or upload the image".into()),
+            ),
+            Ok(found) => check(
+                Level::Fail,
+                subject,
+                format!("{name:?} is ambiguous: {}", found.join(", ")),
+                Some("use the full volume ID in the spec".into()),
+            ),
+            Err(e) => check(Level::Fail, subject, e.to_string(), None),
+        },
+        n => check(
+            Level::Fail,
+            subject,
+            format!("{n} templates are named {name:?}: ambiguous"),
+            Some("rename all but one, or use the template's VMID".into()),
+        ),
     }
 }
 
