@@ -2,21 +2,21 @@
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::category::Category;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
 use crate::observe::{SiteView, needs_marker, observe_site, read_marker};
 use crate::ownership::Marker;
-use crate::plan::{Action, Plan, PlanInput, Verdict, fnv_hex, plan, record_vmid};
+use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
-use crate::spec::{Spec, SpecSet};
-use crate::state::{Phase, SpecRecord, Store};
+use crate::spec::SpecSet;
+use crate::state::{SpecRecord, Store};
 use crate::status::{
-    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, OrphanEntry,
-    RequestSummary, SiteSummary, SpecStatus, StatusDir, SummaryStatus, TaskSummary, kinds, reasons,
+    ConditionStatus as S, RequestSummary, SpecStatus, StatusDir, SummaryStatus, has_condition,
+    invalid_status, kinds, site_summary, spec_status,
 };
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
@@ -206,6 +206,8 @@ impl Engine {
 
     /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
     /// and write status. `commit` is the source commit the specs come from.
+    // Long because: the steps of one cycle (observe, plan, act, observe and plan again, write
+    // status) read in order in one place; each step is already a call.
     pub async fn reconcile(
         &mut self,
         specs: &SpecSet,
@@ -332,13 +334,7 @@ impl Engine {
         started: Instant,
     ) -> Result<CycleReport, EngineError> {
         let now = SystemTime::now();
-        let status_err = |e: crate::status::StatusError| EngineError::Status {
-            path: self.config.status_dir.display().to_string(),
-            message: e.to_string(),
-        };
-        let mut ready = 0;
-        let mut stalled = 0;
-        let mut backing_off = 0;
+        let mut counts = Counts::default();
         let outcomes: BTreeMap<&str, &Outcome> = results
             .iter()
             .filter_map(|r| Some((r.action.spec()?, &r.outcome)))
@@ -354,35 +350,20 @@ impl Engine {
                 outcomes.get(spec.name.as_str()).copied(),
                 commit,
             );
-            if is(&st, kinds::READY, S::True) {
-                ready += 1;
-            }
-            if is(&st, kinds::STALLED, S::True) {
-                stalled += 1;
-            }
-            if st.backoff.is_some() {
-                backing_off += 1;
-            }
-            if self.written.get(&spec.name) != Some(&st) {
-                self.status.write_spec(&st, now).map_err(status_err)?;
-                self.written.insert(spec.name.clone(), st);
-            }
+            counts.add(&st);
+            self.write_spec_if_changed(st, now)?;
             names.add(&spec.name);
         }
-        let mut invalid = 0;
         for name in specs.invalid_names() {
-            invalid += 1;
-            stalled += 1;
+            counts.invalid += 1;
+            counts.stalled += 1;
             let messages: Vec<String> = specs
                 .errors()
                 .filter(|d| d.spec.as_deref() == Some(name))
                 .map(|d| d.to_string())
                 .collect();
             let st = invalid_status(name, records.get(name), &messages, commit);
-            if self.written.get(name) != Some(&st) {
-                self.status.write_spec(&st, now).map_err(status_err)?;
-                self.written.insert(name.to_string(), st);
-            }
+            self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
         // Status files of specs that are gone with their VM (looked for when the set of
@@ -390,7 +371,56 @@ impl Engine {
         for name in records.keys() {
             names.add(name);
         }
-        let names = names.finish();
+        self.remove_stale_spec_files(specs, records, names.finish())?;
+        let orphans = crate::status::orphan_entries(&after.orphans);
+        self.status
+            .write_orphans(&orphans, now)
+            .map_err(status_err(&self.config.status_dir))?;
+        let cycle_ms = started.elapsed().as_millis() as u64;
+        let summary = SummaryStatus {
+            commit: commit.map(str::to_string),
+            source_error: self.source_error.clone(),
+            specs: specs.specs.len() + counts.invalid,
+            ready: counts.ready,
+            stalled: counts.stalled,
+            backing_off: counts.backing_off,
+            invalid: counts.invalid,
+            sites: views.values().map(site_summary).collect(),
+            last_cycle: now,
+            cycle_ms,
+            refused: refused.to_vec(),
+            last_request: self.last_request.clone(),
+        };
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(cycle_report(&counts, specs, views, records, cycle_ms))
+    }
+
+    /// Writes a spec's status file unless the status is the one it was last given.
+    fn write_spec_if_changed(
+        &mut self,
+        st: SpecStatus,
+        now: SystemTime,
+    ) -> Result<(), EngineError> {
+        if self.written.get(&st.name) != Some(&st) {
+            self.status
+                .write_spec(&st, now)
+                .map_err(status_err(&self.config.status_dir))?;
+            self.written.insert(st.name.clone(), st);
+        }
+        Ok(())
+    }
+
+    /// Removes the status files of specs that are gone with their VM, when the names hash
+    /// (`names`) differs from the last cycle's.
+    fn remove_stale_spec_files(
+        &mut self,
+        specs: &SpecSet,
+        records: &BTreeMap<String, SpecRecord>,
+        names: u64,
+    ) -> Result<(), EngineError> {
+        let status_err = status_err(&self.config.status_dir);
         if self.written_names != Some(names) {
             let written: BTreeSet<&str> = specs
                 .specs
@@ -406,95 +436,71 @@ impl Engine {
             }
             self.written_names = Some(names);
         }
-        let orphans: Vec<OrphanEntry> = after
-            .orphans
-            .iter()
-            .map(|o| OrphanEntry {
-                site: o.site.clone(),
-                vm_id: o.vmid,
-                node: o.node.clone(),
-                name: o.name.clone(),
-                state: o.power.clone(),
-                first_seen: UNIX_EPOCH + Duration::from_millis(o.first_seen_ms),
-                action: match o.disposition.strip_prefix("delete after ") {
-                    Some(ms) => format!(
-                        "will delete after {}",
-                        crate::status::rfc3339(
-                            UNIX_EPOCH + Duration::from_millis(ms.parse().unwrap_or(0))
-                        )
-                    ),
-                    None => o.disposition.clone(),
-                },
-            })
-            .collect();
-        self.status
-            .write_orphans(&orphans, now)
-            .map_err(status_err)?;
-        let cycle_ms = started.elapsed().as_millis() as u64;
-        let summary = SummaryStatus {
-            commit: commit.map(str::to_string),
-            source_error: self.source_error.clone(),
-            specs: specs.specs.len() + invalid,
-            ready,
-            stalled,
-            backing_off,
-            invalid,
-            sites: views.values().map(site_summary).collect(),
-            last_cycle: now,
-            cycle_ms,
-            refused: refused.to_vec(),
-            last_request: self.last_request.clone(),
-        };
-        self.status.write_summary(&summary).map_err(status_err)?;
-        Ok(CycleReport {
-            plan: Plan::default(),
-            results: Vec::new(),
-            after: None,
-            ready,
-            specs: specs.specs.len() + invalid,
-            stalled,
-            backing_off,
-            sites: views.len(),
-            sites_healthy: views
-                .values()
-                .filter(|v| v.reachable() && v.health.quorate)
-                .count(),
-            cycle_ms,
-            next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
-        })
+        Ok(())
     }
 }
 
-fn is(st: &SpecStatus, kind: &str, status: S) -> bool {
-    st.conditions
-        .iter()
-        .any(|c| c.kind == kind && c.status == status)
+/// How many specs of a cycle are in each state (for the summary and the cycle report).
+#[derive(Debug, Default)]
+struct Counts {
+    ready: usize,
+    stalled: usize,
+    backing_off: usize,
+    invalid: usize,
 }
 
-fn site_summary(v: &SiteView) -> SiteSummary {
-    SiteSummary {
-        name: v.name.clone(),
-        reachable: v.reachable(),
-        quorate: v.health.quorate,
-        nodes_online: v
-            .health
-            .nodes
-            .iter()
-            .filter(|(_, on)| **on)
-            .map(|(n, _)| n.clone())
-            .collect(),
-        nodes_offline: v
-            .health
-            .nodes
-            .iter()
-            .filter(|(_, on)| !**on)
-            .map(|(n, _)| n.clone())
-            .collect(),
-        error: v.error.clone(),
+impl Counts {
+    /// Counts a valid spec's status.
+    fn add(&mut self, st: &SpecStatus) {
+        if has_condition(st, kinds::READY, S::True) {
+            self.ready += 1;
+        }
+        if has_condition(st, kinds::STALLED, S::True) {
+            self.stalled += 1;
+        }
+        if st.backoff.is_some() {
+            self.backing_off += 1;
+        }
+    }
+}
+
+/// What a cycle reports, besides its plans and results (filled in by `reconcile`).
+fn cycle_report(
+    counts: &Counts,
+    specs: &SpecSet,
+    views: &BTreeMap<String, SiteView>,
+    records: &BTreeMap<String, SpecRecord>,
+    cycle_ms: u64,
+) -> CycleReport {
+    CycleReport {
+        plan: Plan::default(),
+        results: Vec::new(),
+        after: None,
+        ready: counts.ready,
+        specs: specs.specs.len() + counts.invalid,
+        stalled: counts.stalled,
+        backing_off: counts.backing_off,
+        sites: views.len(),
+        sites_healthy: views
+            .values()
+            .filter(|v| v.reachable() && v.health.quorate)
+            .count(),
+        cycle_ms,
+        next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
+    }
+}
+
+/// A status directory error as an engine error.
+fn status_err(dir: &Path) -> impl Fn(crate::status::StatusError) -> EngineError + Copy + '_ {
+    move |e| EngineError::Status {
+        path: dir.display().to_string(),
+        message: e.to_string(),
     }
 }
 
 /// Observes every site in parallel and reads the markers the planner needs.
+// Long because: the marker cache rules (read, reuse, forget, fill in from the record) decide
+// together which VMs are known to be ours, and read best side by side.
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
     config: &Config,
@@ -626,317 +632,6 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         config_hash: &chash,
         now_ms: now_ms(),
     }))
-}
-
-fn at(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
-    let Some(rec) = rec else { return };
-    status.provisioned = rec.provisioned;
-    status.ip_addresses = rec.ip_addresses.clone();
-    status.last_task = rec.last_task.as_ref().map(|t| TaskSummary {
-        upid: t.upid.clone(),
-        kind: t.kind.clone(),
-        status: t.status.clone(),
-        at: at(t.at_ms),
-    });
-    status.backoff = match (&rec.last_error, rec.next_attempt_ms) {
-        (Some(e), Some(next)) => Some(BackoffSummary {
-            attempts: rec.attempts,
-            next_attempt: at(next),
-            category: e.category.clone(),
-            message: e.message.clone(),
-        }),
-        _ => None,
-    };
-    status.history = rec
-        .history
-        .iter()
-        .map(|h| AttemptSummary {
-            at: at(h.at_ms),
-            action: h.action.clone(),
-            outcome: h.outcome.clone(),
-        })
-        .collect();
-}
-
-/// The status of a valid spec, from the plan made after this cycle's actions.
-fn spec_status(
-    spec: &Spec,
-    rec: Option<&SpecRecord>,
-    view: Option<&SiteView>,
-    verdict: Option<&Verdict>,
-    outcome: Option<&Outcome>,
-    commit: Option<&str>,
-) -> SpecStatus {
-    let vmid = rec.and_then(|r| r.vmid);
-    let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
-    let mut st = SpecStatus {
-        name: spec.name.clone(),
-        site: spec.site.clone(),
-        node: vm
-            .map(|v| v.node.clone())
-            .unwrap_or_else(|| spec.node.clone()),
-        vm_id: vmid,
-        vm_name: spec.vm_name.clone(),
-        state: match (rec.map(|r| &r.phase), vm) {
-            (Some(Phase::Creating { .. }), _) => "creating".into(),
-            (Some(Phase::Deleting { .. }), _) => "deleting".into(),
-            (_, Some(vm)) => vm.power.as_str().into(),
-            _ => "absent".into(),
-        },
-        commit: commit.map(str::to_string),
-        spec_file: Some(spec.file.clone()),
-        observed_generation: rec.and_then(|r| r.applied_hash.clone()),
-        ..Default::default()
-    };
-    common(rec, &mut st);
-    let mut c = Vec::new();
-
-    // NodeHealthy: the VM's node, or the spec's node before there is a VM.
-    let node = st.node.clone();
-    c.push(match view {
-        None => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::Unknown,
-            reasons::NOT_YET_OBSERVED,
-            "site not observed",
-        ),
-        Some(v) if !v.reachable() => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::Unknown,
-            reasons::SITE_UNREACHABLE,
-            format!(
-                "site {} unreachable: {}",
-                v.name,
-                v.error.clone().unwrap_or_default()
-            ),
-        ),
-        Some(v) if !v.health.quorate => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::False,
-            reasons::NO_QUORUM,
-            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
-        ),
-        Some(v) if v.health.node_healthy(&node) => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::True,
-            reasons::NODE_ONLINE,
-            format!("node {node} online"),
-        ),
-        Some(_) => ConditionInput::new(
-            kinds::NODE_HEALTHY,
-            S::False,
-            reasons::NODE_OFFLINE,
-            format!(
-                "node {node} is offline or unknown: nothing is created, changed or deleted there"
-            ),
-        ),
-    });
-
-    c.push(if rec.is_some_and(|r| r.provisioned) {
-        ConditionInput::new(
-            kinds::PROVISIONED,
-            S::True,
-            reasons::CREATED,
-            format!("VM {}", vmid.unwrap_or(0)),
-        )
-    } else {
-        ConditionInput::new(
-            kinds::PROVISIONED,
-            S::False,
-            reasons::NOT_CREATED,
-            "no VM yet",
-        )
-    });
-
-    let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
-    c.push(if pending.is_empty() {
-        ConditionInput::new(
-            kinds::REBOOT_PENDING,
-            S::False,
-            reasons::NO_PENDING_CHANGES,
-            "",
-        )
-    } else {
-        ConditionInput::new(
-            kinds::REBOOT_PENDING,
-            S::True,
-            reasons::PENDING_CHANGES,
-            format!(
-                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
-                pending.join(", "),
-                if pending.iter().any(|k| k == "cloudinit") {
-                    "; cloud-init reads its new settings then"
-                } else {
-                    ""
-                }
-            ),
-        )
-    });
-
-    let error = rec.and_then(|r| r.last_error.as_ref());
-    let category = error.and_then(|e| Category::from_name(&e.category));
-    let stalled = category.is_some_and(|c| c.needs_human())
-        || error.is_some_and(|e| e.message.contains("qm unlock"));
-    let (ready, reconciling) = match verdict {
-        Some(Verdict::UpToDate { vmid }) => {
-            let mut message = format!("VM {vmid} matches the spec");
-            if let Some(vm) = vm
-                && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
-            {
-                message.push_str(&format!(
-                    "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
-                    vm.disk_bytes.unwrap_or(0),
-                    spec.disk_bytes
-                ));
-            }
-            (
-                ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
-                ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
-            )
-        }
-        Some(Verdict::BackingOff { until_ms }) => {
-            let msg = error
-                .map(|e| format!("{}: {}", e.category, e.message))
-                .unwrap_or_default();
-            (
-                ConditionInput::new(kinds::READY, S::False, reasons::FAILED, msg.clone()),
-                ConditionInput::new(
-                    kinds::RECONCILING,
-                    S::True,
-                    reasons::BACKING_OFF,
-                    format!("next attempt at {}", crate::status::rfc3339(at(*until_ms))),
-                ),
-            )
-        }
-        Some(Verdict::NodeUnhealthy { node, .. }) => (
-            ConditionInput::new(
-                kinds::READY,
-                S::False,
-                reasons::NODE_UNHEALTHY,
-                format!("waiting for node {node}"),
-            ),
-            ConditionInput::new(
-                kinds::RECONCILING,
-                S::True,
-                reasons::NODE_UNHEALTHY,
-                format!("waiting for node {node}"),
-            ),
-        ),
-        Some(Verdict::SiteUnreachable { error }) => (
-            ConditionInput::new(kinds::READY, S::Unknown, reasons::NOT_READY, error.clone()),
-            ConditionInput::new(
-                kinds::RECONCILING,
-                S::True,
-                reasons::NOT_READY,
-                "waiting for the site",
-            ),
-        ),
-        Some(Verdict::Unknown { vmid }) => (
-            ConditionInput::new(
-                kinds::READY,
-                S::Unknown,
-                reasons::NOT_READY,
-                format!("VM {vmid} is listed with an unknown state"),
-            ),
-            ConditionInput::new(
-                kinds::RECONCILING,
-                S::True,
-                reasons::NOT_READY,
-                "waiting for the VM's state",
-            ),
-        ),
-        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
-            let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
-                (Some(Outcome::StillRunning { upid }), _) => (
-                    reasons::WAITING_FOR_TASK,
-                    format!("task {upid} still running"),
-                ),
-                (Some(Outcome::Waiting { reason }), _) => {
-                    (reasons::WAITING_FOR_LOCK, reason.clone())
-                }
-                (Some(Outcome::Failed(e)), _) => {
-                    (reasons::FAILED, format!("{}: {}", e.category, e.message))
-                }
-                (_, Some(Phase::Creating { .. })) => {
-                    (reasons::CREATING, "creating the VM".to_string())
-                }
-                (_, Some(Phase::Deleting { .. })) => {
-                    (reasons::DELETING, "deleting the VM".to_string())
-                }
-                _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
-                _ => (reasons::UPDATING, "the VM will be updated".to_string()),
-            };
-            (
-                ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
-                ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
-            )
-        }
-    };
-    c.push(ready);
-    c.push(reconciling);
-    c.push(match (stalled, error, category) {
-        (true, Some(e), Some(cat)) => {
-            let reason = if e.message.contains("qm unlock") {
-                reasons::STALE_LOCK
-            } else {
-                reasons::stalled_for(cat)
-            };
-            ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
-        }
-        _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
-    });
-    st.conditions = c;
-    st
-}
-
-/// The status of a spec that failed validation: its VM (if any) is left as it is.
-fn invalid_status(
-    name: &str,
-    rec: Option<&SpecRecord>,
-    messages: &[String],
-    commit: Option<&str>,
-) -> SpecStatus {
-    let mut st = SpecStatus {
-        name: name.to_string(),
-        site: rec.map(|r| r.site.clone()).unwrap_or_default(),
-        node: rec.map(|r| r.node.clone()).unwrap_or_default(),
-        vm_id: rec.and_then(|r| r.vmid),
-        state: if rec.and_then(|r| r.vmid).is_some() {
-            "unknown".into()
-        } else {
-            "absent".into()
-        },
-        commit: commit.map(str::to_string),
-        ..Default::default()
-    };
-    common(rec, &mut st);
-    let message = format!(
-        "the spec is invalid; its VM (if any) is left exactly as it is until the spec is fixed: {}",
-        messages.join("; ")
-    );
-    st.conditions = vec![
-        ConditionInput::new(
-            kinds::READY,
-            S::False,
-            reasons::INVALID_SPEC,
-            message.clone(),
-        ),
-        ConditionInput::new(kinds::RECONCILING, S::False, reasons::INVALID_SPEC, ""),
-        ConditionInput::new(kinds::STALLED, S::True, reasons::VALIDATION_FAILED, message),
-    ];
-    if rec.is_some_and(|r| r.provisioned) {
-        st.conditions.push(ConditionInput::new(
-            kinds::PROVISIONED,
-            S::True,
-            reasons::CREATED,
-            "",
-        ));
-    }
-    st
 }
 
 /// A short line per action, for `proxsync plan` and logs.

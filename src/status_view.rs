@@ -550,6 +550,16 @@ fn render_one(dir: &Path, name: &str, opts: &ViewOptions) -> Result<String, View
 
 fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
     let mut out = String::new();
+    detail_fields(&mut out, f, name, now);
+    detail_conditions(&mut out, f, now, p);
+    detail_last_task(&mut out, f, now, p);
+    detail_backoff(&mut out, f, now, p);
+    detail_history(&mut out, f, now, p);
+    out
+}
+
+/// The fields at the top of the detail view, one `Label:  value` line each.
+fn detail_fields(out: &mut String, f: &SpecFile, name: &str, now: SystemTime) {
     let mut field = |label: &str, value: String| {
         let _ = writeln!(out, "{:<14}{value}", format!("{label}:"));
     };
@@ -588,7 +598,10 @@ fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
         },
     );
     field("Updated", when(now, f.updated_at.as_deref().unwrap_or("")));
+}
 
+/// The detail view's conditions table.
+fn detail_conditions(out: &mut String, f: &SpecFile, now: SystemTime, p: Paint) {
     out.push_str("\nConditions:\n");
     if f.conditions.is_empty() {
         out.push_str("  (none: read every condition as Unknown)\n");
@@ -617,7 +630,10 @@ fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
             p,
         ));
     }
+}
 
+/// The detail view's last task.
+fn detail_last_task(out: &mut String, f: &SpecFile, now: SystemTime, p: Paint) {
     out.push_str("\nLast task:");
     match &f.last_task {
         None => out.push_str(" none\n"),
@@ -636,7 +652,10 @@ fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
             let _ = writeln!(out, "  Started:      {}", when(now, &t.at));
         }
     }
+}
 
+/// The detail view's backoff.
+fn detail_backoff(out: &mut String, f: &SpecFile, now: SystemTime, p: Paint) {
     out.push_str("\nBackoff:");
     match &f.backoff {
         None => out.push_str(" none\n"),
@@ -656,7 +675,10 @@ fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
             let _ = writeln!(out, "  Message:      {}", or_dash(&b.message));
         }
     }
+}
 
+/// The detail view's history table.
+fn detail_history(out: &mut String, f: &SpecFile, now: SystemTime, p: Paint) {
     out.push_str("\nHistory");
     if f.history.is_empty() {
         out.push_str(": none\n");
@@ -689,7 +711,6 @@ fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -> String {
             p,
         ));
     }
-    out
 }
 
 // ------------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
+use super::files::check_name;
+use super::time::{MAX_UNIX, MIN_UNIX};
 use super::*;
+use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, UNIX_EPOCH};
 
 fn t(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)

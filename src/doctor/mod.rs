@@ -1,0 +1,178 @@
+//! `proxsync doctor`: checks that the config, each site and the specs fit together, one line
+//! per check with ok/warn/fail and, for anything not ok, the fix.
+
+use std::fmt;
+
+use crate::config::{Config, SiteConfig};
+use crate::spec::Spec;
+
+mod connection;
+mod health;
+mod privileges;
+mod resources;
+mod versions;
+
+use health::check_health;
+use privileges::check_privileges;
+pub use privileges::{REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
+use resources::check_spec_needs;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    /// Not checked, and why (a check it depends on failed, or there was nothing to check).
+    Skip,
+    Warn,
+    Fail,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // pad, not write_str, so `{:<4}` aligns the report.
+        f.pad(match self {
+            Level::Ok => "ok",
+            Level::Skip => "skip",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        })
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub level: Level,
+    /// What was checked: `config`, `us-sfvalley tls`, `us-sfvalley storage pve1/local-lvm`, ...
+    pub subject: String,
+    pub message: String,
+    /// What to do about it (for warn and fail).
+    pub fix: Option<String>,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<4} {}: {}", self.level, self.subject, self.message)?;
+        if let Some(fix) = &self.fix {
+            write!(f, "\n     fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
+fn check(
+    level: Level,
+    subject: impl Into<String>,
+    message: impl Into<String>,
+    fix: Option<String>,
+) -> Check {
+    Check {
+        level,
+        subject: subject.into(),
+        message: message.into(),
+        fix,
+    }
+}
+
+/// Runs every check. `specs` are the specs to check against the sites (may be empty).
+pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
+    let mut out = vec![check(
+        Level::Ok,
+        "config",
+        format!(
+            "{} ({} site(s), install_id {:?}, ownership tag {})",
+            config.path.display(),
+            config.sites.len(),
+            config.install_id,
+            config.ownership_tag()
+        ),
+        None,
+    )];
+    for spec in specs {
+        if config.site(&spec.site).is_none() {
+            out.push(check(
+                Level::Fail,
+                format!("spec {}", spec.name),
+                format!("{}: site {:?} is not configured", spec.file, spec.site),
+                Some(format!(
+                    "add a [[site]] named {:?} to {} or change the spec's site",
+                    spec.site,
+                    config.path.display()
+                )),
+            ));
+        }
+    }
+    for site in &config.sites {
+        let site_specs: Vec<&Spec> = specs.iter().filter(|s| s.site == site.name).collect();
+        out.extend(check_site(site, &site_specs).await);
+    }
+    out
+}
+
+/// True when the report has a failure (exit code 1).
+pub fn failed(checks: &[Check]) -> bool {
+    checks.iter().any(|c| c.level == Level::Fail)
+}
+
+async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
+    let name = site.name.as_str();
+    let subject = |what: &str| format!("{name} {what}");
+    let mut out = Vec::new();
+
+    // DNS and TCP first, so a failure says which layer is wrong.
+    let Some(addr) = connection::endpoint_addr(site, &mut out) else {
+        return out;
+    };
+    let Some(first) = connection::resolve(site, &addr, &mut out).await else {
+        return out;
+    };
+    if !connection::connect(site, first, &mut out).await {
+        return out;
+    }
+
+    // The secret, then TLS and authentication with the first real request.
+    let Some(client) = connection::client(site, &mut out) else {
+        return out;
+    };
+    let Some(version) = connection::authenticate(site, &client, &mut out).await else {
+        return out;
+    };
+
+    out.push(versions::check_version(site, &version, specs));
+
+    let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
+    out.push(check_privileges(&client, site, uploads_seeds).await);
+
+    let health = match client.cluster_health().await {
+        Ok(h) => h,
+        Err(e) => {
+            out.push(check(Level::Fail, subject("cluster"), e.to_string(), None));
+            return out;
+        }
+    };
+    out.extend(check_health(site, &health, specs));
+
+    if specs.is_empty() {
+        out.push(check(
+            Level::Skip,
+            subject("specs"),
+            "no specs for this site; storages, bridges and templates not checked",
+            None,
+        ));
+        return out;
+    }
+    let resources = match client.vm_resources().await {
+        Ok(r) => r,
+        Err(e) => {
+            out.push(check(
+                Level::Fail,
+                subject("resources"),
+                e.to_string(),
+                None,
+            ));
+            return out;
+        }
+    };
+    out.extend(check_spec_needs(&client, site, &health, &resources, specs).await);
+    out
+}

@@ -1,0 +1,370 @@
+//! A spec's status and its conditions (`Ready`, `Reconciling`, `Stalled`, `NodeHealthy`,
+//! `Provisioned`, `RebootPending`), built each cycle from its record, the site's view, the plan
+//! made after the actions and the outcome of this cycle's action.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{
+    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, SpecStatus, TaskSummary,
+    kinds, reasons,
+};
+use crate::category::Category;
+use crate::execute::Outcome;
+use crate::observe::{ObservedVm, SiteView};
+use crate::plan::Verdict;
+use crate::spec::Spec;
+use crate::state::{ErrorRecord, Phase, SpecRecord};
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
+    let Some(rec) = rec else { return };
+    status.provisioned = rec.provisioned;
+    status.ip_addresses = rec.ip_addresses.clone();
+    status.last_task = rec.last_task.as_ref().map(|t| TaskSummary {
+        upid: t.upid.clone(),
+        kind: t.kind.clone(),
+        status: t.status.clone(),
+        at: at(t.at_ms),
+    });
+    status.backoff = match (&rec.last_error, rec.next_attempt_ms) {
+        (Some(e), Some(next)) => Some(BackoffSummary {
+            attempts: rec.attempts,
+            next_attempt: at(next),
+            category: e.category.clone(),
+            message: e.message.clone(),
+        }),
+        _ => None,
+    };
+    status.history = rec
+        .history
+        .iter()
+        .map(|h| AttemptSummary {
+            at: at(h.at_ms),
+            action: h.action.clone(),
+            outcome: h.outcome.clone(),
+        })
+        .collect();
+}
+
+/// The status of a valid spec, from the plan made after this cycle's actions.
+pub(crate) fn spec_status(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    view: Option<&SiteView>,
+    verdict: Option<&Verdict>,
+    outcome: Option<&Outcome>,
+    commit: Option<&str>,
+) -> SpecStatus {
+    let vmid = rec.and_then(|r| r.vmid);
+    let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
+    let mut st = SpecStatus {
+        name: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm
+            .map(|v| v.node.clone())
+            .unwrap_or_else(|| spec.node.clone()),
+        vm_id: vmid,
+        vm_name: spec.vm_name.clone(),
+        state: match (rec.map(|r| &r.phase), vm) {
+            (Some(Phase::Creating { .. }), _) => "creating".into(),
+            (Some(Phase::Deleting { .. }), _) => "deleting".into(),
+            (_, Some(vm)) => vm.power.as_str().into(),
+            _ => "absent".into(),
+        },
+        commit: commit.map(str::to_string),
+        spec_file: Some(spec.file.clone()),
+        observed_generation: rec.and_then(|r| r.applied_hash.clone()),
+        ..Default::default()
+    };
+    common(rec, &mut st);
+    let mut c = Vec::new();
+
+    // NodeHealthy: the VM's node, or the spec's node before there is a VM.
+    let node = st.node.clone();
+    c.push(node_healthy(view, &node));
+    c.push(provisioned(rec, vmid));
+    c.push(reboot_pending(rec));
+
+    let error = rec.and_then(|r| r.last_error.as_ref());
+    let (ready, reconciling) = ready_and_reconciling(spec, rec, vm, verdict, outcome, error);
+    c.push(ready);
+    c.push(reconciling);
+    c.push(stalled(error));
+    st.conditions = c;
+    st
+}
+
+/// `Ready` and `Reconciling`, from the verdict of the plan made after the actions.
+fn ready_and_reconciling(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    vm: Option<&ObservedVm>,
+    verdict: Option<&Verdict>,
+    outcome: Option<&Outcome>,
+    error: Option<&ErrorRecord>,
+) -> (ConditionInput, ConditionInput) {
+    let vmid = rec.and_then(|r| r.vmid);
+    match verdict {
+        Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
+        Some(Verdict::BackingOff { until_ms }) => {
+            let msg = error
+                .map(|e| format!("{}: {}", e.category, e.message))
+                .unwrap_or_default();
+            (
+                ConditionInput::new(kinds::READY, S::False, reasons::FAILED, msg.clone()),
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::True,
+                    reasons::BACKING_OFF,
+                    format!("next attempt at {}", crate::status::rfc3339(at(*until_ms))),
+                ),
+            )
+        }
+        Some(Verdict::NodeUnhealthy { node, .. }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::False,
+                reasons::NODE_UNHEALTHY,
+                format!("waiting for node {node}"),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NODE_UNHEALTHY,
+                format!("waiting for node {node}"),
+            ),
+        ),
+        Some(Verdict::SiteUnreachable { error }) => (
+            ConditionInput::new(kinds::READY, S::Unknown, reasons::NOT_READY, error.clone()),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NOT_READY,
+                "waiting for the site",
+            ),
+        ),
+        Some(Verdict::Unknown { vmid }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::Unknown,
+                reasons::NOT_READY,
+                format!("VM {vmid} is listed with an unknown state"),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                reasons::NOT_READY,
+                "waiting for the VM's state",
+            ),
+        ),
+        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
+    }
+}
+
+/// `Stalled`: true when the last error needs a human (or names a stale lock).
+fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
+    let category = error.and_then(|e| Category::from_name(&e.category));
+    let stalled = category.is_some_and(|c| c.needs_human())
+        || error.is_some_and(|e| e.message.contains("qm unlock"));
+    match (stalled, error, category) {
+        (true, Some(e), Some(cat)) => {
+            let reason = if e.message.contains("qm unlock") {
+                reasons::STALE_LOCK
+            } else {
+                reasons::stalled_for(cat)
+            };
+            ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
+        }
+        _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
+    }
+}
+
+/// `NodeHealthy` for the node a spec's VM is on (or is to be created on).
+fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
+    match view {
+        None => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::NOT_YET_OBSERVED,
+            "site not observed",
+        ),
+        Some(v) if !v.reachable() => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            reasons::SITE_UNREACHABLE,
+            format!(
+                "site {} unreachable: {}",
+                v.name,
+                v.error.clone().unwrap_or_default()
+            ),
+        ),
+        Some(v) if !v.health.quorate => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NO_QUORUM,
+            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
+        ),
+        Some(v) if v.health.node_healthy(node) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::True,
+            reasons::NODE_ONLINE,
+            format!("node {node} online"),
+        ),
+        Some(_) => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::False,
+            reasons::NODE_OFFLINE,
+            format!(
+                "node {node} is offline or unknown: nothing is created, changed or deleted there"
+            ),
+        ),
+    }
+}
+
+/// `Provisioned`, from the record.
+fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
+    if rec.is_some_and(|r| r.provisioned) {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            reasons::CREATED,
+            format!("VM {}", vmid.unwrap_or(0)),
+        )
+    } else {
+        ConditionInput::new(
+            kinds::PROVISIONED,
+            S::False,
+            reasons::NOT_CREATED,
+            "no VM yet",
+        )
+    }
+}
+
+/// `RebootPending`, from the changes the record says take effect at the next start.
+fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
+    let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
+    if pending.is_empty() {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::False,
+            reasons::NO_PENDING_CHANGES,
+            "",
+        )
+    } else {
+        ConditionInput::new(
+            kinds::REBOOT_PENDING,
+            S::True,
+            reasons::PENDING_CHANGES,
+            format!(
+                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
+                pending.join(", "),
+                if pending.iter().any(|k| k == "cloudinit") {
+                    "; cloud-init reads its new settings then"
+                } else {
+                    ""
+                }
+            ),
+        )
+    }
+}
+
+/// `Ready` and `Reconciling` of a VM that matches its spec.
+fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
+    let mut message = format!("VM {vmid} matches the spec");
+    if let Some(vm) = vm
+        && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
+    {
+        message.push_str(&format!(
+            "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
+            vm.disk_bytes.unwrap_or(0),
+            spec.disk_bytes
+        ));
+    }
+    (
+        ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
+        ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
+    )
+}
+
+/// `Ready` and `Reconciling` while proxsync acts (or is about to): the step, from this cycle's
+/// outcome or the record's phase.
+fn acting(
+    rec: Option<&SpecRecord>,
+    vmid: Option<u32>,
+    outcome: Option<&Outcome>,
+) -> (ConditionInput, ConditionInput) {
+    let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
+        (Some(Outcome::StillRunning { upid }), _) => (
+            reasons::WAITING_FOR_TASK,
+            format!("task {upid} still running"),
+        ),
+        (Some(Outcome::Waiting { reason }), _) => (reasons::WAITING_FOR_LOCK, reason.clone()),
+        (Some(Outcome::Failed(e)), _) => {
+            (reasons::FAILED, format!("{}: {}", e.category, e.message))
+        }
+        (_, Some(Phase::Creating { .. })) => (reasons::CREATING, "creating the VM".to_string()),
+        (_, Some(Phase::Deleting { .. })) => (reasons::DELETING, "deleting the VM".to_string()),
+        _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
+        _ => (reasons::UPDATING, "the VM will be updated".to_string()),
+    };
+    (
+        ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
+        ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
+    )
+}
+
+/// The status of a spec that failed validation: its VM (if any) is left as it is.
+pub(crate) fn invalid_status(
+    name: &str,
+    rec: Option<&SpecRecord>,
+    messages: &[String],
+    commit: Option<&str>,
+) -> SpecStatus {
+    let mut st = SpecStatus {
+        name: name.to_string(),
+        site: rec.map(|r| r.site.clone()).unwrap_or_default(),
+        node: rec.map(|r| r.node.clone()).unwrap_or_default(),
+        vm_id: rec.and_then(|r| r.vmid),
+        state: if rec.and_then(|r| r.vmid).is_some() {
+            "unknown".into()
+        } else {
+            "absent".into()
+        },
+        commit: commit.map(str::to_string),
+        ..Default::default()
+    };
+    common(rec, &mut st);
+    let message = format!(
+        "the spec is invalid; its VM (if any) is left exactly as it is until the spec is fixed: {}",
+        messages.join("; ")
+    );
+    st.conditions = vec![
+        ConditionInput::new(
+            kinds::READY,
+            S::False,
+            reasons::INVALID_SPEC,
+            message.clone(),
+        ),
+        ConditionInput::new(kinds::RECONCILING, S::False, reasons::INVALID_SPEC, ""),
+        ConditionInput::new(kinds::STALLED, S::True, reasons::VALIDATION_FAILED, message),
+    ];
+    if rec.is_some_and(|r| r.provisioned) {
+        st.conditions.push(ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            reasons::CREATED,
+            "",
+        ));
+    }
+    st
+}
+
+/// True when the status carries a condition of that type with that status.
+pub(crate) fn has_condition(st: &SpecStatus, kind: &str, status: S) -> bool {
+    st.conditions
+        .iter()
+        .any(|c| c.kind == kind && c.status == status)
+}

@@ -1,0 +1,389 @@
+//! The status directory: atomic writes (temp file, fsync, rename) of the spec files,
+//! `_summary.yaml` and `_orphans.yaml`, only when their content changed, and reading them back.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::transitions::build_spec_file;
+use super::{
+    ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RequestRecord, SUMMARY_FILE, SiteRecord,
+    SpecFile, SpecStatus, StatusError, SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
+};
+
+/// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
+const MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// Leftover temp files older than this are removed by [`StatusDir::open`].
+const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
+
+/// The first line of every file we write.
+const HEADER: &str = "# Written by proxsync; do not edit. Reference: docs/status.md\n";
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StatusError + '_ {
+    move |source| StatusError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The status directory and what was last written to it.
+#[derive(Debug)]
+pub struct StatusDir {
+    dir: PathBuf,
+    /// name -> last file written (or read back on the first visit); `None` when no valid
+    /// file exists.
+    specs: HashMap<String, Option<SpecFile>>,
+    summary: Option<Option<SummaryFile>>,
+    orphans: Option<Option<OrphansFile>>,
+}
+
+impl StatusDir {
+    /// Opens (creating with mode 0755 if missing) the status directory and removes temp files
+    /// a crashed run left behind.
+    pub fn open(dir: &Path) -> io::Result<StatusDir> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
+        if !fs::metadata(dir)?.is_dir() {
+            return Err(io::Error::other(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        let sd = StatusDir {
+            dir: dir.to_path_buf(),
+            specs: HashMap::new(),
+            summary: None,
+            orphans: None,
+        };
+        sd.remove_stale_temps();
+        Ok(sd)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `<name>.yaml` for one spec if its content changed. Returns true when the file
+    /// was (re)written.
+    pub fn write_spec(&mut self, s: &SpecStatus, now: SystemTime) -> Result<bool, StatusError> {
+        check_name(&s.name)?;
+        let file_name = format!("{}.yaml", s.name);
+        if !self.specs.contains_key(&s.name) {
+            let prev = self.load::<SpecFile>(&file_name).filter(|f| {
+                if f.name == s.name {
+                    true
+                } else {
+                    tracing::warn!(
+                        file = %self.dir.join(&file_name).display(),
+                        "status file names another spec; overwriting it"
+                    );
+                    false
+                }
+            });
+            self.specs.insert(s.name.clone(), prev);
+        }
+        let prev = self.specs.get(&s.name).and_then(|p| p.as_ref());
+        let mut next = build_spec_file(s, prev, now);
+        let unchanged = prev.is_some_and(|p| {
+            let mut p = p.clone();
+            p.updated_at = None;
+            p == next
+        });
+        if unchanged && self.dir.join(&file_name).exists() {
+            return Ok(false);
+        }
+        next.updated_at = Some(rfc3339(now));
+        let text = render(&next, &file_name)?;
+        self.write_atomic(&file_name, text.as_bytes())?;
+        self.specs.insert(s.name.clone(), Some(next));
+        Ok(true)
+    }
+
+    /// Writes `_summary.yaml` if its content changed (it carries `lastCycle`, so it normally
+    /// changes every cycle: it doubles as a heartbeat).
+    pub fn write_summary(&mut self, s: &SummaryStatus) -> Result<bool, StatusError> {
+        if self.summary.is_none() {
+            self.summary = Some(self.load::<SummaryFile>(SUMMARY_FILE));
+        }
+        let next = SummaryFile {
+            commit: s.commit.as_deref().map(clip),
+            source_error: s.source_error.as_deref().map(clip),
+            specs: s.specs as u64,
+            ready: s.ready as u64,
+            stalled: s.stalled as u64,
+            backing_off: s.backing_off as u64,
+            invalid: s.invalid as u64,
+            sites: s
+                .sites
+                .iter()
+                .map(|site| SiteRecord {
+                    name: clip(&site.name),
+                    reachable: site.reachable,
+                    quorate: site.quorate,
+                    nodes_online: site.nodes_online.iter().map(|n| clip(n)).collect(),
+                    nodes_offline: site.nodes_offline.iter().map(|n| clip(n)).collect(),
+                    error: site.error.as_deref().map(clip),
+                })
+                .collect(),
+            refused: s.refused.iter().map(|r| clip(r)).collect(),
+            last_cycle: rfc3339(s.last_cycle),
+            cycle_ms: s.cycle_ms,
+            last_request: s.last_request.as_ref().map(|r| RequestRecord {
+                spec: r.spec.as_deref().map(clip),
+                handled_at: rfc3339(r.handled_at),
+            }),
+        };
+        let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
+        if unchanged && self.dir.join(SUMMARY_FILE).exists() {
+            return Ok(false);
+        }
+        let text = render(&next, SUMMARY_FILE)?;
+        self.write_atomic(SUMMARY_FILE, text.as_bytes())?;
+        self.summary = Some(Some(next));
+        Ok(true)
+    }
+
+    /// Writes `_orphans.yaml` (sorted by site, then VMID) if the list changed.
+    pub fn write_orphans(
+        &mut self,
+        o: &[OrphanEntry],
+        now: SystemTime,
+    ) -> Result<bool, StatusError> {
+        if self.orphans.is_none() {
+            self.orphans = Some(self.load::<OrphansFile>(ORPHANS_FILE));
+        }
+        let mut orphans: Vec<OrphanRecord> = o
+            .iter()
+            .map(|e| OrphanRecord {
+                site: clip(&e.site),
+                vm_id: e.vm_id,
+                node: clip(&e.node),
+                name: e.name.as_deref().map(clip),
+                state: clip(&e.state),
+                first_seen: rfc3339(e.first_seen),
+                action: clip(&e.action),
+            })
+            .collect();
+        orphans.sort_by(|a, b| (&a.site, a.vm_id).cmp(&(&b.site, b.vm_id)));
+        let unchanged = matches!(&self.orphans, Some(Some(p)) if p.orphans == orphans);
+        if unchanged && self.dir.join(ORPHANS_FILE).exists() {
+            return Ok(false);
+        }
+        let next = OrphansFile {
+            orphans,
+            updated_at: Some(rfc3339(now)),
+        };
+        let text = render(&next, ORPHANS_FILE)?;
+        self.write_atomic(ORPHANS_FILE, text.as_bytes())?;
+        self.orphans = Some(Some(next));
+        Ok(true)
+    }
+
+    /// Removes a spec's file (its spec was removed and its VM deleted or released). Removing
+    /// a file that does not exist is not an error.
+    pub fn remove_spec(&mut self, name: &str) -> Result<(), StatusError> {
+        check_name(name)?;
+        let path = self.dir.join(format!("{name}.yaml"));
+        match fs::remove_file(&path) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        self.specs.remove(name);
+        Ok(())
+    }
+
+    /// The names that have a status file (not `_summary` / `_orphans` / temp files), sorted.
+    pub fn spec_names(&self) -> Result<Vec<String>, StatusError> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let entry = entry.map_err(io_err(&self.dir))?;
+            let file_name = entry.file_name();
+            let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".yaml")) else {
+                continue;
+            };
+            if check_name(stem).is_ok() && entry.file_type().is_ok_and(|t| t.is_file()) {
+                names.push(stem.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Parses a spec's file back. `Ok(None)` when there is no file; a corrupt file is an
+    /// `Ok(None)` too (with a warning), as the writer treats it.
+    pub fn read_spec(&self, name: &str) -> Result<Option<SpecFile>, StatusError> {
+        check_name(name)?;
+        self.read_file(&format!("{name}.yaml"))
+    }
+
+    /// Parses `_summary.yaml` back (`Ok(None)` when absent or corrupt).
+    pub fn read_summary(&self) -> Result<Option<SummaryFile>, StatusError> {
+        self.read_file(SUMMARY_FILE)
+    }
+
+    /// Parses `_orphans.yaml` back (`Ok(None)` when absent or corrupt).
+    pub fn read_orphans(&self) -> Result<Option<OrphansFile>, StatusError> {
+        self.read_file(ORPHANS_FILE)
+    }
+
+    // ---- internals ----
+
+    /// Reads and parses a file: `Ok(None)` if absent or corrupt, `Err` on other I/O errors.
+    fn read_file<T: for<'de> Deserialize<'de>>(
+        &self,
+        file_name: &str,
+    ) -> Result<Option<T>, StatusError> {
+        let path = self.dir.join(file_name);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_READ_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_err(&path))?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            tracing::warn!(file = %path.display(), "status file too large; ignoring it");
+            return Ok(None);
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            tracing::warn!(file = %path.display(), "status file is not UTF-8; ignoring it");
+            return Ok(None);
+        };
+        match serde_saphyr::from_str::<T>(&text) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                let msg = clip(&e.to_string());
+                tracing::warn!(file = %path.display(), error = %msg, "corrupt status file; ignoring it");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Like [`read_file`](Self::read_file) for the writer: any failure is "no previous file".
+    fn load<T: for<'de> Deserialize<'de>>(&self, file_name: &str) -> Option<T> {
+        match self.read_file(file_name) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read previous status file; rewriting it");
+                None
+            }
+        }
+    }
+
+    fn write_atomic(&self, file_name: &str, bytes: &[u8]) -> Result<(), StatusError> {
+        let path = self.dir.join(file_name);
+        let tmp = self
+            .dir
+            .join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let result = (|| -> io::Result<()> {
+            match fs::remove_file(&tmp) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&tmp)?;
+            f.set_permissions(Permissions::from_mode(0o644))?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&path)(e));
+        }
+        self.sync_dir();
+        Ok(())
+    }
+
+    /// fsync the directory so a rename or removal survives a crash (best effort).
+    fn sync_dir(&self) {
+        if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "fsync of status dir failed");
+        }
+    }
+
+    fn remove_stale_temps(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !(name.starts_with('.') && name.contains(".yaml.tmp-")) {
+                continue;
+            }
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age >= STALE_TEMP_AGE);
+            if old {
+                let path = entry.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => tracing::debug!(file = %path.display(), "removed stale temp file"),
+                    Err(e) => {
+                        tracing::debug!(file = %path.display(), error = %e, "cannot remove stale temp file")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// True for a name that can be a status file stem (a lowercase DNS label).
+pub fn valid_name(name: &str) -> bool {
+    check_name(name).is_ok()
+}
+
+/// A status file stem must be a lowercase DNS label of at most 63 characters.
+pub(super) fn check_name(name: &str) -> Result<(), StatusError> {
+    let b = name.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !b.is_empty()
+        && b.len() <= 63
+        && b.first().is_some_and(inner)
+        && b.last().is_some_and(inner)
+        && b.iter().all(|c| inner(c) || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StatusError::InvalidName(clip_to(name, 80)))
+    }
+}
+
+fn render<T: Serialize>(value: &T, file: &str) -> Result<String, StatusError> {
+    let opts = serde_saphyr::ser_options! {
+        prefer_block_scalars: false,
+    };
+    let body =
+        serde_saphyr::to_string_with_options(value, opts).map_err(|e| StatusError::Render {
+            file: file.to_string(),
+            message: e.to_string(),
+        })?;
+    let mut text = String::with_capacity(HEADER.len() + body.len() + 1);
+    text.push_str(HEADER);
+    text.push_str(&body);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}

@@ -1,0 +1,453 @@
+//! Status files (PRODUCT.md §5): the observed state of every spec, written back as YAML.
+//!
+//! The reconcile engine decides *what* the conditions are each cycle ([`SpecStatus`],
+//! [`SummaryStatus`], [`OrphanEntry`]); this module turns that into files on disk with the
+//! Cluster API v1beta2 / kstatus semantics:
+//!
+//! - one file per spec, `<dir>/<name>.yaml`, plus `_summary.yaml` and `_orphans.yaml`;
+//! - written atomically (temp file in the same directory, fsync, rename) and only when the
+//!   content changed, so a quiet cluster causes no disk writes and no `inotify` noise;
+//! - the standard conditions (`Ready`, `Reconciling`, `Stalled`, `NodeHealthy`,
+//!   `Provisioned`) are present from the first visit, `Unknown`/`NotYetObserved` until known;
+//! - a condition's `lastTransitionTime` moves only when its `status` changes;
+//! - `initialization.provisioned` becomes true once and never reverts.
+//!
+//! **Nothing secret**: this module writes only what it is given. Callers must never put
+//! user-data, cloud-init content, passwords, tokens or keys into any field or message.
+//! Free-text fields longer than [`MAX_MESSAGE_BYTES`] are truncated with `…`.
+//!
+//! The operator's reference for these files is `docs/status.md`.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// Free-text fields (condition messages, task status, backoff message, errors) are cut to at
+/// most this many bytes, ending with `…`.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// At most this many attempts are kept in a spec file's `history`.
+pub const MAX_HISTORY: usize = 10;
+
+/// The summary file's name in the status directory.
+pub const SUMMARY_FILE: &str = "_summary.yaml";
+
+/// The orphan report's name in the status directory.
+pub const ORPHANS_FILE: &str = "_orphans.yaml";
+
+mod conditions;
+mod files;
+pub mod kinds;
+pub mod reasons;
+mod summary;
+mod time;
+mod transitions;
+
+pub(crate) use conditions::{has_condition, invalid_status, spec_status};
+pub use files::{StatusDir, valid_name};
+pub(crate) use summary::{orphan_entries, site_summary};
+pub use time::{parse_rfc3339, rfc3339};
+
+// ------------------------------------------------------------------------------------------
+// Engine-facing input types
+// ------------------------------------------------------------------------------------------
+
+/// A condition's status, written `"True"`, `"False"` or `"Unknown"` (always quoted in YAML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The word written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl Serialize for ConditionStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ConditionStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Accept a YAML boolean too (a hand-edited `status: True` parses as one).
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            B(bool),
+            S(String),
+        }
+        Ok(match Raw::deserialize(d)? {
+            Raw::B(true) => ConditionStatus::True,
+            Raw::B(false) => ConditionStatus::False,
+            Raw::S(s) if s.eq_ignore_ascii_case("true") => ConditionStatus::True,
+            Raw::S(s) if s.eq_ignore_ascii_case("false") => ConditionStatus::False,
+            Raw::S(_) => ConditionStatus::Unknown,
+        })
+    }
+}
+
+/// One condition as the engine decides it this cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionInput {
+    /// The condition type (one of [`kinds`], or another CamelCase word).
+    pub kind: &'static str,
+    pub status: ConditionStatus,
+    /// One of [`reasons`]; never empty.
+    pub reason: &'static str,
+    /// For humans; never secret. Truncated to [`MAX_MESSAGE_BYTES`].
+    pub message: String,
+}
+
+impl ConditionInput {
+    pub fn new(
+        kind: &'static str,
+        status: ConditionStatus,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> ConditionInput {
+        ConditionInput {
+            kind,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The last PVE task proxsync ran for a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSummary {
+    pub upid: String,
+    /// The PVE task type: `qmclone`, `qmstart`, `qmconfig`...
+    pub kind: String,
+    /// `running`, `OK`, `WARNINGS: n`, or PVE's error text.
+    pub status: String,
+    pub at: SystemTime,
+}
+
+/// The backoff state of a failing spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackoffSummary {
+    pub attempts: u32,
+    pub next_attempt: SystemTime,
+    /// The error category (`Category::as_str`).
+    pub category: String,
+    pub message: String,
+}
+
+/// One recent attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptSummary {
+    pub at: SystemTime,
+    pub action: String,
+    pub outcome: String,
+}
+
+/// What the engine knows about one spec this cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpecStatus {
+    /// `metadata.name`: the file stem; must be a lowercase DNS label.
+    pub name: String,
+    pub site: String,
+    pub node: String,
+    pub vm_id: Option<u32>,
+    pub vm_name: String,
+    /// `running | stopped | unknown | absent | creating | deleting`.
+    pub state: String,
+    pub ip_addresses: Vec<String>,
+    /// The source commit reconciled at.
+    pub commit: Option<String>,
+    pub spec_file: Option<String>,
+    /// The engine's view; the writer makes it sticky.
+    pub provisioned: bool,
+    pub conditions: Vec<ConditionInput>,
+    pub last_task: Option<TaskSummary>,
+    pub backoff: Option<BackoffSummary>,
+    /// Most recent first; the writer keeps at most [`MAX_HISTORY`].
+    pub history: Vec<AttemptSummary>,
+    /// The spec hash reconciled.
+    pub observed_generation: Option<String>,
+}
+
+/// What the engine knows about the whole daemon this cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryStatus {
+    pub commit: Option<String>,
+    pub source_error: Option<String>,
+    pub specs: usize,
+    pub ready: usize,
+    pub stalled: usize,
+    pub backing_off: usize,
+    pub invalid: usize,
+    pub sites: Vec<SiteSummary>,
+    pub last_cycle: SystemTime,
+    pub cycle_ms: u64,
+    /// Safety valve refusals, e.g. "refused to delete 7 of 10 managed VMs
+    /// (max_delete_fraction 0.5)".
+    pub refused: Vec<String>,
+    /// The last `proxsync reconcile [NAME]` request and when the daemon handled it.
+    pub last_request: Option<RequestSummary>,
+}
+
+/// A `proxsync reconcile` request, as handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSummary {
+    /// The spec asked for, or `None` for all.
+    pub spec: Option<String>,
+    pub handled_at: SystemTime,
+}
+
+/// One site in the summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteSummary {
+    pub name: String,
+    pub reachable: bool,
+    pub quorate: bool,
+    pub nodes_online: Vec<String>,
+    pub nodes_offline: Vec<String>,
+    pub error: Option<String>,
+}
+
+/// A VM proxsync manages (by its marker) that no spec describes any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanEntry {
+    pub site: String,
+    pub vm_id: u32,
+    pub node: String,
+    pub name: Option<String>,
+    pub state: String,
+    pub first_seen: SystemTime,
+    /// `reported | will delete after <time> | deleted`.
+    pub action: String,
+}
+
+// ------------------------------------------------------------------------------------------
+// File types (what is on disk)
+// ------------------------------------------------------------------------------------------
+
+/// A condition as written: `type`, `status`, `reason`, `message`, `lastTransitionTime`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: ConditionStatus,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339, UTC, whole seconds.
+    #[serde(default)]
+    pub last_transition_time: String,
+}
+
+/// `initialization` of a spec file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Initialization {
+    /// True once the VM has been created or adopted; never reverts.
+    pub provisioned: bool,
+}
+
+/// `lastTask` of a spec file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskRecord {
+    pub upid: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: String,
+    /// RFC 3339.
+    pub at: String,
+}
+
+/// `backoff` of a spec file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BackoffRecord {
+    pub attempts: u32,
+    /// RFC 3339.
+    pub next_attempt: String,
+    pub category: String,
+    pub message: String,
+}
+
+/// One `history` entry of a spec file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AttemptRecord {
+    /// RFC 3339.
+    pub at: String,
+    pub action: String,
+    pub outcome: String,
+}
+
+/// A spec's status file, `<dir>/<name>.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SpecFile {
+    pub name: String,
+    pub site: String,
+    pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_id: Option<u32>,
+    pub vm_name: String,
+    pub state: String,
+    pub ip_addresses: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<String>,
+    pub initialization: Initialization,
+    pub conditions: Vec<Condition>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_task: Option<TaskRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffRecord>,
+    pub history: Vec<AttemptRecord>,
+    /// When the file's content last changed (RFC 3339). Not part of the comparison that
+    /// decides whether to write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+impl SpecFile {
+    /// The condition of that type, if present.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+}
+
+/// One site in `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SiteRecord {
+    pub name: String,
+    pub reachable: bool,
+    pub quorate: bool,
+    pub nodes_online: Vec<String>,
+    pub nodes_offline: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SummaryFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_error: Option<String>,
+    pub specs: u64,
+    pub ready: u64,
+    pub stalled: u64,
+    pub backing_off: u64,
+    pub invalid: u64,
+    pub sites: Vec<SiteRecord>,
+    pub refused: Vec<String>,
+    /// RFC 3339: when the last reconcile cycle ended.
+    pub last_cycle: String,
+    pub cycle_ms: u64,
+    /// The last `proxsync reconcile` request handled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_request: Option<RequestRecord>,
+}
+
+/// `lastRequest` of `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// The spec asked for; absent for "everything".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// RFC 3339: when the daemon handled it.
+    pub handled_at: String,
+}
+
+/// One entry of `_orphans.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OrphanRecord {
+    pub site: String,
+    pub vm_id: u32,
+    pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub state: String,
+    /// RFC 3339.
+    pub first_seen: String,
+    pub action: String,
+}
+
+/// `_orphans.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OrphansFile {
+    pub orphans: Vec<OrphanRecord>,
+    /// When the list last changed (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+// ------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------
+
+/// Why a status file could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The spec name is not a lowercase DNS label; nothing was written.
+    #[error(
+        "refusing status file for name {0:?}: a name is 1-63 characters of a-z, 0-9 and '-', \
+         starting and ending with a letter or digit"
+    )]
+    InvalidName(String),
+    /// Reading, writing, renaming or removing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The YAML could not be rendered (not expected).
+    #[error("could not render {file}: {message}")]
+    Render { file: String, message: String },
+}
+
+/// Cuts a free-text value to [`MAX_MESSAGE_BYTES`] (ending with `…` when cut).
+pub fn clip(s: &str) -> String {
+    clip_to(s, MAX_MESSAGE_BYTES)
+}
+
+pub(super) fn clip_to(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = max.saturating_sub(ELLIPSIS.len());
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + ELLIPSIS.len());
+    out.push_str(s.get(..end).unwrap_or(""));
+    out.push_str(ELLIPSIS);
+    out
+}
+
+#[cfg(test)]
+mod tests;

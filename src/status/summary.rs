@@ -1,0 +1,55 @@
+//! The summary's and the orphan report's entries, from the site views and the plan.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::{OrphanEntry, SiteSummary};
+use crate::observe::SiteView;
+use crate::plan::Orphan;
+
+/// One site of the summary, from its view.
+pub(crate) fn site_summary(v: &SiteView) -> SiteSummary {
+    SiteSummary {
+        name: v.name.clone(),
+        reachable: v.reachable(),
+        quorate: v.health.quorate,
+        nodes_online: v
+            .health
+            .nodes
+            .iter()
+            .filter(|(_, on)| **on)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        nodes_offline: v
+            .health
+            .nodes
+            .iter()
+            .filter(|(_, on)| !**on)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        error: v.error.clone(),
+    }
+}
+
+/// The entries of the orphan report, from the plan.
+pub(crate) fn orphan_entries(orphans: &[Orphan]) -> Vec<OrphanEntry> {
+    orphans
+        .iter()
+        .map(|o| OrphanEntry {
+            site: o.site.clone(),
+            vm_id: o.vmid,
+            node: o.node.clone(),
+            name: o.name.clone(),
+            state: o.power.clone(),
+            first_seen: UNIX_EPOCH + Duration::from_millis(o.first_seen_ms),
+            action: match o.disposition.strip_prefix("delete after ") {
+                Some(ms) => format!(
+                    "will delete after {}",
+                    crate::status::rfc3339(
+                        UNIX_EPOCH + Duration::from_millis(ms.parse().unwrap_or(0))
+                    )
+                ),
+                None => o.disposition.clone(),
+            },
+        })
+        .collect()
+}

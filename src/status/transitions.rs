@@ -1,0 +1,167 @@
+//! A spec file from the engine's view and the previous file: the standard conditions, their
+//! `lastTransitionTime`, a sticky `Provisioned`, the history kept.
+
+use std::time::SystemTime;
+
+use super::{
+    AttemptRecord, AttemptSummary, BackoffRecord, Condition, ConditionStatus, Initialization,
+    MAX_HISTORY, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, reasons, rfc3339,
+};
+
+/// Builds the file for this cycle from the engine's view and the previous file.
+pub(super) fn build_spec_file(
+    s: &SpecStatus,
+    prev: Option<&SpecFile>,
+    now: SystemTime,
+) -> SpecFile {
+    let now_s = rfc3339(now);
+    let mut conditions = conditions(s);
+    let provisioned = sticky_provisioned(s, prev, &mut conditions);
+    transition_times(&mut conditions, prev, &now_s);
+    sort_conditions(&mut conditions);
+    let history = history(s);
+
+    SpecFile {
+        name: s.name.clone(),
+        site: clip(&s.site),
+        node: clip(&s.node),
+        vm_id: s.vm_id,
+        vm_name: clip(&s.vm_name),
+        state: clip(&s.state),
+        ip_addresses: s.ip_addresses.iter().map(|a| clip(a)).collect(),
+        commit: s.commit.as_deref().map(clip),
+        spec_file: s.spec_file.as_deref().map(clip),
+        observed_generation: s.observed_generation.as_deref().map(clip),
+        initialization: Initialization { provisioned },
+        conditions,
+        last_task: s.last_task.as_ref().map(|t| TaskRecord {
+            upid: clip(&t.upid),
+            kind: clip(&t.kind),
+            status: clip(&t.status),
+            at: rfc3339(t.at),
+        }),
+        backoff: s.backoff.as_ref().map(|b| BackoffRecord {
+            attempts: b.attempts,
+            next_attempt: rfc3339(b.next_attempt),
+            category: clip(&b.category),
+            message: clip(&b.message),
+        }),
+        history,
+        updated_at: None,
+    }
+}
+
+/// The engine's conditions, first one of each type wins, then the standard ones it did not
+/// report (`Unknown`, `NotYetObserved`). Transition times are set later.
+fn conditions(s: &SpecStatus) -> Vec<Condition> {
+    let mut conditions: Vec<Condition> = Vec::new();
+    for c in &s.conditions {
+        if c.kind.is_empty() {
+            tracing::warn!(spec = %s.name, "condition without a type; dropped");
+            continue;
+        }
+        if conditions.iter().any(|x| x.kind == c.kind) {
+            tracing::warn!(spec = %s.name, kind = c.kind, "duplicate condition; first kept");
+            continue;
+        }
+        let reason = if c.reason.is_empty() {
+            tracing::warn!(spec = %s.name, kind = c.kind, "condition without a reason");
+            reasons::UNSPECIFIED
+        } else {
+            c.reason
+        };
+        conditions.push(Condition {
+            kind: c.kind.to_string(),
+            status: c.status,
+            reason: reason.to_string(),
+            message: clip(&c.message),
+            last_transition_time: String::new(),
+        });
+    }
+    for kind in kinds::STANDARD {
+        if !conditions.iter().any(|c| c.kind == kind) {
+            conditions.push(Condition {
+                kind: kind.to_string(),
+                status: ConditionStatus::Unknown,
+                reason: reasons::NOT_YET_OBSERVED.to_string(),
+                message: String::new(),
+                last_transition_time: String::new(),
+            });
+        }
+    }
+    conditions
+}
+
+/// Provisioned never goes back once True: returns `initialization.provisioned` and restores
+/// the condition when the engine reports it False after it was True.
+fn sticky_provisioned(
+    s: &SpecStatus,
+    prev: Option<&SpecFile>,
+    conditions: &mut [Condition],
+) -> bool {
+    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
+    let prev_provisioned = prev.is_some_and(|p| {
+        p.initialization.provisioned
+            || p.condition(kinds::PROVISIONED)
+                .is_some_and(|c| c.status == ConditionStatus::True)
+    });
+    let mut provisioned = s.provisioned || prev_provisioned;
+    if let Some(c) = conditions.iter_mut().find(|c| c.kind == kinds::PROVISIONED) {
+        if c.status == ConditionStatus::True {
+            provisioned = true;
+        } else if provisioned {
+            match prev_cond(kinds::PROVISIONED).filter(|p| p.status == ConditionStatus::True) {
+                Some(p) => *c = p.clone(),
+                None => {
+                    c.status = ConditionStatus::True;
+                    c.reason = reasons::CREATED.to_string();
+                    c.message = "initial provisioning completed".to_string();
+                }
+            }
+        }
+    }
+    provisioned
+}
+
+/// lastTransitionTime moves only when the status changes.
+fn transition_times(conditions: &mut [Condition], prev: Option<&SpecFile>, now_s: &str) {
+    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
+    for c in conditions {
+        c.last_transition_time = match prev_cond(&c.kind) {
+            Some(p) if p.status == c.status && parse_rfc3339(&p.last_transition_time).is_some() => {
+                p.last_transition_time.clone()
+            }
+            _ => now_s.to_string(),
+        };
+    }
+}
+
+/// The file order: [`kinds::ORDER`] first, other types after, sorted by name.
+fn sort_conditions(conditions: &mut [Condition]) {
+    conditions.sort_by(|a, b| {
+        let rank = |k: &str| {
+            kinds::ORDER
+                .iter()
+                .position(|o| *o == k)
+                .unwrap_or(kinds::ORDER.len())
+        };
+        rank(&a.kind)
+            .cmp(&rank(&b.kind))
+            .then_with(|| a.kind.cmp(&b.kind))
+    });
+}
+
+/// The most recent attempts first, at most [`MAX_HISTORY`].
+fn history(s: &SpecStatus) -> Vec<AttemptRecord> {
+    let mut history: Vec<&AttemptSummary> = s.history.iter().collect();
+    history.sort_by_key(|h| std::cmp::Reverse(h.at)); // stable: keeps the engine's order on ties
+    history
+        .into_iter()
+        .take(MAX_HISTORY)
+        .map(|h| AttemptRecord {
+            at: rfc3339(h.at),
+            action: clip(&h.action),
+            outcome: clip(&h.outcome),
+        })
+        .collect()
+}
