@@ -55,7 +55,7 @@ fn real_timing_pve() -> FakePve {
     // Every answer takes 20 ms; create and clone tasks 0.4 s; their answer comes 0.15 s after
     // the locked VM exists.
     pve.slow_network(0.02, 0.01, None);
-    pve.create_timing(0.4, 0.4, 0.15);
+    pve.create_timing_listed(0.4, 0.4, 0.15, true);
     pve
 }
 

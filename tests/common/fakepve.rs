@@ -537,10 +537,22 @@ impl FakePve {
     /// `target` stays on the source node. The POST's answer (the UPID) comes `answer_delay` PVE
     /// seconds after the locked VM exists. All 0 turns it off.
     pub fn create_timing(&mut self, create_secs: f64, clone_secs: f64, answer_delay: f64) {
+        self.create_timing_listed(create_secs, clone_secs, answer_delay, false);
+    }
+
+    /// As [`create_timing`](Self::create_timing); with `listed_name` the listing names a VM in
+    /// its window `VM <vmid>`, as PVE does once pvestatd has reported it (a long clone).
+    pub fn create_timing_listed(
+        &mut self,
+        create_secs: f64,
+        clone_secs: f64,
+        answer_delay: f64,
+        listed_name: bool,
+    ) {
         self.must(
             "create_timing",
             json!({"create_secs": create_secs, "clone_secs": clone_secs,
-                   "answer_delay": answer_delay}),
+                   "answer_delay": answer_delay, "listed_name": listed_name}),
         );
     }
 

@@ -118,6 +118,8 @@ class HarnessPve(FakePve):
         self.answer_delay = 0.0
         # vmid -> the name a VM gets when its create/clone task ends (it has none until then).
         self.unborn = {}
+        # create_timing's listed_name: the listing names a VM in its window `VM <vmid>`.
+        self.window_listed_name = False
         # lose_answer rules, (METHOD, suffix) -> {'status', 'message', 'times'}; the answers lost.
         self.lost_rules = {}
         self.lost = []
@@ -263,7 +265,10 @@ class HarnessPve(FakePve):
         body = json.loads(response.text)
         for item in body.get('data') or []:
             if item.get('type') == 'qemu' and item.get('vmid') in self.unborn:
-                item.pop('name', None)
+                if self.window_listed_name:
+                    item['name'] = 'VM {0}'.format(item['vmid'])
+                else:
+                    item.pop('name', None)
         return web.json_response(body, status=response.status)
 
     # ------------------------------------------------------------ lost answers
@@ -597,13 +602,16 @@ class Commands(object):
         vm.config['lock'] = 'suspended'
         return dump_vm(vm)
 
-    def create_timing(self, create_secs=0, clone_secs=0, answer_delay=0):
+    def create_timing(self, create_secs=0, clone_secs=0, answer_delay=0, listed_name=False):
         """qmcreate / qmclone take create_secs / clone_secs PVE seconds with PVE's lock window, and
-        their POST answers answer_delay PVE seconds after the locked VM exists (see COMMANDS)."""
+        their POST answers answer_delay PVE seconds after the locked VM exists (see COMMANDS).
+        listed_name: /cluster/resources names a VM in its window `VM <vmid>` (as once pvestatd
+        has reported it: vmstatus's `$conf->{name} || "VM $vmid"`) instead of no name."""
         values = [float(v) for v in (create_secs, clone_secs, answer_delay)]
         if any(v < 0 for v in values):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
+        self.pve.window_listed_name = bool(listed_name)
 
     def lose_answer(self, method, suffix=None, path=None, status=596, message='Connection timed out', times=1):
         """Carry out the next `times` METHOD requests whose path ends with suffix (or match a schema
