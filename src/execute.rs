@@ -25,6 +25,10 @@ use crate::observe::SiteView;
 use crate::ownership::{Marker, new_uid, ownership_tag};
 use crate::plan::{Action, inputs_hash, merge_tags, spec_hash};
 use crate::pve::types::{NodeStorage, Version, VmConfig};
+pub use crate::pve::values::parse_pve_size;
+use crate::pve::values::{
+    current_bridge, is_drive_key, nic_macs, percent_decode, pve_size, with_bridge,
+};
 use crate::pve::{Client, CloneRequest, Error as PveError, TaskOutcome, Upid, VmParams};
 use crate::spec::{Image, PowerState, Spec, VolumeKind};
 use crate::state::{ErrorRecord, Phase, SpecRecord, Store, TaskRecord};
@@ -1043,49 +1047,6 @@ fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
     None
 }
 
-/// PVE's disk sizes: `32G`, `512M`, `2T`, `1024K`, bytes without a unit (binary units).
-pub fn parse_pve_size(s: &str) -> Option<u64> {
-    let (num, mult) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
-        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
-        'T' | 't' => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
-    };
-    if let Ok(n) = num.parse::<u64>() {
-        return n.checked_mul(mult);
-    }
-    num.parse::<f64>()
-        .ok()
-        .filter(|f| *f >= 0.0)
-        .map(|f| (f * mult as f64) as u64)
-}
-
-/// A size in PVE's notation, exact: the largest binary unit that divides it.
-fn pve_size(bytes: u64) -> String {
-    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    format!("{}K", bytes.div_ceil(1024))
-}
-
-/// `net0` with its bridge replaced, keeping model, MAC and other options.
-fn with_bridge(net: &str, bridge: &str) -> String {
-    let mut parts: Vec<String> = net
-        .split(',')
-        .filter(|p| !p.starts_with("bridge="))
-        .map(str::to_string)
-        .collect();
-    parts.insert(1.min(parts.len()), format!("bridge={bridge}"));
-    parts.join(",")
-}
-
-fn current_bridge(net: &str) -> Option<&str> {
-    net.split(',').find_map(|p| p.strip_prefix("bridge="))
-}
-
 async fn check_lock(
     site: &SiteCtx,
     node: &str,
@@ -1359,13 +1320,6 @@ fn cloudinit_drive_slot(cfg: &VmConfig) -> Option<String> {
         .map(|(k, _)| k.clone())
 }
 
-fn is_drive_key(k: &str) -> bool {
-    ["ide", "sata", "scsi", "virtio"].iter().any(|p| {
-        k.strip_prefix(p)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    })
-}
-
 /// The slots holding a seed of this install and spec, with the volume.
 fn seed_slots(cfg: &VmConfig, install: &str, spec: &str) -> Vec<(String, String)> {
     cfg.values
@@ -1393,40 +1347,6 @@ fn free_seed_slot(cfg: &VmConfig) -> Option<&'static str> {
         cfg.get(s)
             .is_none_or(|v| v == EJECTED || v == "cdrom,media=cdrom")
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The MAC address of `net0..` from their `virtio=BC:24:11:..,bridge=..` values.
-fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
-    (0..count)
-        .map(|i| {
-            cfg.get(&format!("net{i}")).and_then(|v| {
-                v.split(',')
-                    .next()
-                    .and_then(|m| m.split_once('='))
-                    .map(|(_, mac)| mac.to_string())
-            })
-        })
-        .collect()
 }
 
 /// PVE's cloud-init options as the spec declares them (only declared fields).
@@ -1977,29 +1897,6 @@ async fn delete_orphan(ctx: &ExecCtx, site_name: &str, node: &str, vmid: u32) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_pve_size("32G"), Some(32 << 30));
-        assert_eq!(parse_pve_size("512M"), Some(512 << 20));
-        assert_eq!(parse_pve_size("1.5G"), Some(3 << 29));
-        assert_eq!(parse_pve_size("4096"), Some(4096));
-        assert_eq!(parse_pve_size("x"), None);
-        assert_eq!(parse_pve_size(""), None);
-        assert_eq!(pve_size(32 << 30), "32G");
-        assert_eq!(pve_size(1536 << 20), "1536M");
-        assert_eq!(pve_size(1 << 40), "1T");
-    }
-
-    #[test]
-    fn bridges_are_replaced_in_place() {
-        assert_eq!(
-            with_bridge("virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1", "vmbr1"),
-            "virtio=BC:24:11:00:00:01,bridge=vmbr1,firewall=1"
-        );
-        assert_eq!(with_bridge("virtio", "vmbr1"), "virtio,bridge=vmbr1");
-        assert_eq!(current_bridge("virtio=X,bridge=vmbr0"), Some("vmbr0"));
-    }
 
     #[test]
     fn boot_disk_is_found() {
