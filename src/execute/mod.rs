@@ -17,6 +17,7 @@ mod cloud_init;
 mod converge;
 mod create;
 mod identity;
+mod outcome;
 mod preflight;
 mod remove;
 
@@ -26,15 +27,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
-use crate::backoff;
 use crate::category::Category;
 use crate::observe::SiteView;
-use crate::plan::{Action, inputs_hash};
+use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
 pub use crate::pve::values::parse_pve_size;
 use crate::pve::{Client, Error as PveError, TaskOutcome, Upid};
 use crate::spec::Spec;
-use crate::state::{ErrorRecord, SpecRecord, Store, TaskRecord};
+use crate::state::{SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, resume_create};
@@ -246,77 +246,8 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
         Action::Forget { spec } => forget(ctx, spec, &rec).await,
         Action::DeleteOrphan { site, node, vmid } => delete_orphan(ctx, site, node, *vmid).await,
     };
-    let Some(spec_name) = action.spec() else {
-        return result;
-    };
-    // Record the outcome for backoff and status. Removed specs have no record any more.
-    if matches!(action, Action::Forget { .. })
-        || matches!(action, Action::Remove { .. }) && result == Outcome::Done
-    {
-        return result;
-    }
-    let now = now_ms();
-    match &result {
-        Outcome::Failed(e) => {
-            rec.attempts = rec.attempts.saturating_add(1);
-            let delay = backoff::delay(spec_name, rec.attempts, e.needs_human);
-            rec.next_attempt_ms = Some(now + delay.as_millis() as u64);
-            let inputs = ctx
-                .specs
-                .get(spec_name)
-                .map(|s| inputs_hash(s, &ctx.config_hash))
-                .unwrap_or_default();
-            rec.last_error = Some(ErrorRecord {
-                category: e.category.as_str().to_string(),
-                message: e.message.clone(),
-                at_ms: now,
-                inputs,
-                needs_human: e.needs_human,
-            });
-            rec.note(
-                now,
-                action_name(action),
-                &format!("{}: {}", e.category, e.message),
-            );
-            tracing::warn!(spec = spec_name, category = %e.category, error = %e.message, attempts = rec.attempts, "action failed");
-        }
-        Outcome::Done => {
-            rec.attempts = 0;
-            rec.next_attempt_ms = None;
-            rec.last_error = None;
-            rec.note(now, action_name(action), "ok");
-        }
-        Outcome::StillRunning { upid } => rec.note(
-            now,
-            action_name(action),
-            &format!("task {upid} still running"),
-        ),
-        Outcome::Waiting { reason } => {
-            // Blocked by something that resolves by itself: whatever failed before no longer
-            // applies, and nothing is to be held back.
-            rec.attempts = 0;
-            rec.next_attempt_ms = None;
-            rec.last_error = None;
-            rec.note(now, action_name(action), reason);
-        }
-    }
-    if let Err(e) = ctx.store.put(spec_name, &rec) {
-        tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
-    }
+    outcome::record(ctx, action, rec, &result);
     result
-}
-
-fn action_name(action: &Action) -> &'static str {
-    match action {
-        Action::Create { .. } => "create",
-        Action::ResumeCreate { .. } => "resume-create",
-        Action::Adopt { .. } => "adopt",
-        Action::Converge { .. } => "converge",
-        Action::Remove { release: true, .. } => "release",
-        Action::Remove { .. } => "delete",
-        Action::Forget { .. } => "forget",
-        Action::DeleteOrphan { .. } => "delete-orphan",
-    }
 }
 
 async fn with_spec<'a, F, Fut>(ctx: &'a ExecCtx, name: &str, f: F) -> Outcome
