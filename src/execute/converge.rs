@@ -95,7 +95,7 @@ pub(super) async fn converge(
         Err(e) => return Err(e.into()),
     };
     // Identity, from a fresh read, before any change.
-    if !is_ours(ctx, spec, &cfg) {
+    if !is_ours(ctx, &cfg, Some(&spec.name)) {
         rec.vmid = None;
         rec.phase = Phase::Pending;
         ctx.store.put(&spec.name, rec)?;

@@ -8,7 +8,7 @@ use crate::spec::Spec;
 use crate::state::{Phase, SpecRecord};
 
 use super::converge::converge;
-use super::identity::{desired_tags, is_ours, marker};
+use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, fail, site, task_record, wait};
 
@@ -178,7 +178,9 @@ async fn finish_create(
             // Did the failed task leave a VM behind? If so it is ours (our marker): keep it and
             // converge it next time; otherwise go back to Pending.
             match site.client.vm_config(&spec.node, vmid).await {
-                Ok(cfg) if is_ours(ctx, spec, &cfg) => created(ctx, site, spec, rec, vmid)?,
+                Ok(cfg) if is_ours(ctx, &cfg, Some(&spec.name)) => {
+                    created(ctx, site, spec, rec, vmid)?
+                }
                 _ => {
                     ctx.store.release_vmid(&site.name, vmid)?;
                     rec.phase = Phase::Pending;
@@ -228,7 +230,7 @@ pub(super) async fn resume_create(
     // The intent was recorded but not the answer: the request may or may not have reached
     // PVE. Look before doing anything.
     match site.client.vm_config(node, vmid).await {
-        Ok(cfg) if is_ours(ctx, spec, &cfg) => {
+        Ok(cfg) if is_ours(ctx, &cfg, Some(&spec.name)) => {
             tracing::info!(spec = %spec.name, vmid, "found the VM of an interrupted create");
             if cfg.lock().is_some()
                 && let Some(outcome) =
@@ -315,7 +317,7 @@ pub(super) async fn adopt(
         .unwrap_or_else(|| spec.node.clone());
     let Some(m) = vm
         .and_then(|vm| vm.marker.clone())
-        .filter(|m| m.install == ctx.install_id && m.spec == spec.name)
+        .filter(|m| is_our_marker(ctx, m, Some(&spec.name)))
     else {
         return Err(fail(
             Category::Conflict,

@@ -24,8 +24,16 @@ pub(super) fn desired_tags(ctx: &ExecCtx, spec: &Spec) -> Vec<String> {
     tags
 }
 
-pub(super) fn is_ours(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig) -> bool {
+/// Whether `m` is this install's marker and, when `spec` is given, that spec's. The one marker
+/// check: every decision about a VM's identity goes through it.
+pub(super) fn is_our_marker(ctx: &ExecCtx, m: &Marker, spec: Option<&str>) -> bool {
+    m.install == ctx.install_id && spec.is_none_or(|s| m.spec == s)
+}
+
+/// Whether the config's description carries this install's marker and, when `spec` is given,
+/// that spec's.
+pub(super) fn is_ours(ctx: &ExecCtx, cfg: &VmConfig, spec: Option<&str>) -> bool {
     cfg.description()
         .and_then(Marker::parse)
-        .is_some_and(|m| m.install == ctx.install_id && m.spec == spec.name)
+        .is_some_and(|m| is_our_marker(ctx, &m, spec))
 }

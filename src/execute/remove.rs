@@ -1,12 +1,13 @@
 //! Deleting or releasing a spec's VM, forgetting a spec, and deleting stopped orphans.
 
 use crate::category::Category;
-use crate::ownership::{Marker, ownership_tag};
+use crate::ownership::ownership_tag;
 use crate::pve::{TaskOutcome, Upid, VmParams};
 use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
+use super::identity::is_ours;
 use super::{ActionError, ExecCtx, Outcome, fail, site, wait};
 
 #[allow(clippy::too_many_arguments)]
@@ -60,11 +61,7 @@ pub(super) async fn remove(
             }
             Err(e) => return Err(e.into()),
         };
-        let ours = cfg
-            .description()
-            .and_then(Marker::parse)
-            .is_some_and(|m| m.install == ctx.install_id && m.spec == spec_name);
-        if !ours {
+        if !is_ours(ctx, &cfg, Some(spec_name)) {
             tracing::warn!(
                 spec = spec_name,
                 vmid,
@@ -107,11 +104,7 @@ pub(super) async fn remove(
         }
         // Identity once more, just before the delete.
         let cfg = client.vm_config(node, vmid).await?;
-        if !cfg
-            .description()
-            .and_then(Marker::parse)
-            .is_some_and(|m| m.install == ctx.install_id && m.spec == spec_name)
-        {
+        if !is_ours(ctx, &cfg, Some(spec_name)) {
             return Err(fail(
                 Category::Conflict,
                 format!("VM {vmid} changed identity during the delete; not deleting"),
@@ -167,11 +160,7 @@ pub(super) async fn delete_orphan(
         let client = &site.client;
         let cfg = client.vm_config(node, vmid).await?;
         let tag = ownership_tag(&ctx.install_id);
-        let ours = cfg.tags().contains(&tag)
-            && cfg
-                .description()
-                .and_then(Marker::parse)
-                .is_some_and(|m| m.install == ctx.install_id);
+        let ours = cfg.tags().contains(&tag) && is_ours(ctx, &cfg, None);
         if !ours {
             return Err(fail(
                 Category::Conflict,
