@@ -12,7 +12,7 @@ use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::is_ours;
-use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, fail, site, wait};
+use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 
 /// The boot disk's key and size in bytes, from the config.
 fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
@@ -73,12 +73,15 @@ pub(super) async fn check_lock(
 
 pub(super) async fn converge(
     ctx: &ExecCtx,
-    site_name: &str,
+    vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
-    node: &str,
-    vmid: u32,
 ) -> Result<Outcome, ActionError> {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
     let site = site(ctx, site_name)?;
     let client = &site.client;
     let cfg = match client.vm_config(node, vmid).await {

@@ -10,7 +10,7 @@ use crate::state::{Phase, SpecRecord};
 use super::converge::converge;
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, fail, site, task_record, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, task_record, wait};
 
 pub(super) async fn create(
     ctx: &ExecCtx,
@@ -172,7 +172,7 @@ async fn finish_create(
         }),
         Ok(_) => {
             created(ctx, site, spec, rec, vmid)?;
-            converge(ctx, &site.name, spec, rec, &spec.node, vmid).await
+            converge(ctx, VmRef::new(&site.name, &spec.node, vmid), spec, rec).await
         }
         Err(e) => {
             // Did the failed task leave a VM behind? If so it is ours (our marker): keep it and
@@ -209,13 +209,16 @@ fn created(
 
 pub(super) async fn resume_create(
     ctx: &ExecCtx,
-    site_name: &str,
+    vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
-    vmid: u32,
-    node: &str,
     upid: Option<String>,
 ) -> Result<Outcome, ActionError> {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
     let site = site(ctx, site_name)?;
     if let Some(upid) = upid {
         let upid: Upid = upid.parse().map_err(|e: String| {
@@ -240,7 +243,7 @@ pub(super) async fn resume_create(
                 return Ok(outcome);
             }
             created(ctx, site, spec, rec, vmid)?;
-            converge(ctx, site_name, spec, rec, node, vmid).await
+            converge(ctx, vm, spec, rec).await
         }
         Ok(_) => {
             // Another VM holds that id: ours was never created.
@@ -333,5 +336,5 @@ pub(super) async fn adopt(
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     ctx.store.put(&spec.name, rec)?;
-    converge(ctx, site_name, spec, rec, &node, vmid).await
+    converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
 }

@@ -129,6 +129,20 @@ impl SiteCtx {
     }
 }
 
+/// A VM by where it is: site, node and VMID.
+#[derive(Debug, Clone, Copy)]
+struct VmRef<'a> {
+    site: &'a str,
+    node: &'a str,
+    vmid: u32,
+}
+
+impl<'a> VmRef<'a> {
+    fn new(site: &'a str, node: &'a str, vmid: u32) -> Self {
+        VmRef { site, node, vmid }
+    }
+}
+
 /// What every action needs.
 pub struct ExecCtx {
     pub store: Arc<Store>,
@@ -222,7 +236,13 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             node,
         } => {
             with_spec(ctx, spec, |s| {
-                resume_create(ctx, site, s, &mut rec, *vmid, node, upid.clone())
+                resume_create(
+                    ctx,
+                    VmRef::new(site, node, *vmid),
+                    s,
+                    &mut rec,
+                    upid.clone(),
+                )
             })
             .await
         }
@@ -235,16 +255,23 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             node,
             vmid,
             ..
-        } => with_spec(ctx, spec, |s| converge(ctx, site, s, &mut rec, node, *vmid)).await,
+        } => {
+            with_spec(ctx, spec, |s| {
+                converge(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+            })
+            .await
+        }
         Action::Remove {
             spec,
             site,
             node,
             vmid,
             release,
-        } => remove(ctx, site, spec, &mut rec, node, *vmid, *release).await,
+        } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
         Action::Forget { spec } => forget(ctx, spec, &rec).await,
-        Action::DeleteOrphan { site, node, vmid } => delete_orphan(ctx, site, node, *vmid).await,
+        Action::DeleteOrphan { site, node, vmid } => {
+            delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
+        }
     };
     outcome::record(ctx, action, rec, &result);
     result

@@ -8,18 +8,20 @@ use crate::state::{Phase, SpecRecord};
 use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
 use super::identity::is_ours;
-use super::{ActionError, ExecCtx, Outcome, fail, site, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn remove(
     ctx: &ExecCtx,
-    site_name: &str,
+    vm: VmRef<'_>,
     spec_name: &str,
     rec: &mut SpecRecord,
-    node: &str,
-    vmid: u32,
     release: bool,
 ) -> Outcome {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
         let client = &site.client;
@@ -149,12 +151,12 @@ pub(super) async fn forget(ctx: &ExecCtx, spec_name: &str, rec: &SpecRecord) -> 
     result.unwrap_or_else(Outcome::Failed)
 }
 
-pub(super) async fn delete_orphan(
-    ctx: &ExecCtx,
-    site_name: &str,
-    node: &str,
-    vmid: u32,
-) -> Outcome {
+pub(super) async fn delete_orphan(ctx: &ExecCtx, vm: VmRef<'_>) -> Outcome {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
         let client = &site.client;
