@@ -70,53 +70,16 @@ pub(super) async fn preflight(
     let facts = node_facts(ctx, site, &spec.node).await?;
     let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
     check_storage(storages, &spec.storage, "images", &spec.node)?;
-    if !bridges.iter().any(|b| b.iface == spec.network) {
-        return Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "bridge {} does not exist on node {} (it has: {}); create it or change spec.forProvider.network",
-                spec.network,
-                spec.node,
-                bridges
-                    .iter()
-                    .map(|b| b.iface.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
-    }
+    check_bridge(bridges, spec)?;
     if spec.user_data.is_some() {
         // The seed image needs an `iso` storage: known now, not after the VM exists.
         pick_seed_storage(storages, spec)?;
     }
     let version = site.version().await?;
-    let features = version.features();
-    // A clone to another node than the template's needs the target storage to be shared.
-    let clone_check = |template: u32, template_node: &str| -> Result<Source, ActionError> {
-        if template_node != spec.node
-            && !storages
-                .iter()
-                .any(|s| s.storage == spec.storage && s.shared == Some(true))
-        {
-            return Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "template {template} is on node {template_node}, and a clone to node {} needs shared \
-                     storage, but {} is local to each node; put a copy of the template on {} or use a \
-                     shared storage",
-                    spec.node, spec.storage, spec.node
-                ),
-            ));
-        }
-        Ok(Source::Clone {
-            template,
-            template_node: template_node.to_string(),
-        })
-    };
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
         Image::Template { vmid } => match template_in_view(*vmid) {
-            Some(t) => clone_check(*vmid, &t.node),
+            Some(t) => clone_source(spec, storages, *vmid, &t.node),
             None => Err(fail(
                 Category::ImageNotFound,
                 format!(
@@ -143,7 +106,7 @@ pub(super) async fn preflight(
                 .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
                 .collect();
             match templates.as_slice() {
-                [t] => return clone_check(t.vmid, &t.node),
+                [t] => return clone_source(spec, storages, t.vmid, &t.node),
                 [] => {}
                 many => {
                     return Err(fail(
@@ -158,64 +121,126 @@ pub(super) async fn preflight(
                     ));
                 }
             }
-            let mut found = Vec::new();
-            for s in storages {
-                for (content, kind) in [
-                    ("import", VolumeKind::Import),
-                    ("iso", VolumeKind::Iso),
-                    ("images", VolumeKind::Images),
-                ] {
-                    if !s.has_content(content)
-                        || (kind == VolumeKind::Import && !features.import_content)
-                    {
-                        continue;
-                    }
-                    for v in client
-                        .storage_content(&spec.node, &s.storage, Some(content))
-                        .await?
-                    {
-                        if crate::pve::types::volume_stem(&v.volid) == Some(name.as_str())
-                            && v.vmid.is_none()
-                        {
-                            found.push((v.volid, kind));
-                        }
-                    }
-                }
+            volume_by_name(site, storages, spec, name, version).await
+        }
+    }
+}
+
+/// The spec's bridge exists on its node.
+fn check_bridge(
+    bridges: &[crate::pve::types::NetworkInterface],
+    spec: &Spec,
+) -> Result<(), ActionError> {
+    if !bridges.iter().any(|b| b.iface == spec.network) {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "bridge {} does not exist on node {} (it has: {}); create it or change spec.forProvider.network",
+                spec.network,
+                spec.node,
+                bridges
+                    .iter()
+                    .map(|b| b.iface.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A clone of `template`: to another node than the template's, the target storage must be
+/// shared.
+fn clone_source(
+    spec: &Spec,
+    storages: &[NodeStorage],
+    template: u32,
+    template_node: &str,
+) -> Result<Source, ActionError> {
+    if template_node != spec.node
+        && !storages
+            .iter()
+            .any(|s| s.storage == spec.storage && s.shared == Some(true))
+    {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "template {template} is on node {template_node}, and a clone to node {} needs shared \
+                 storage, but {} is local to each node; put a copy of the template on {} or use a \
+                 shared storage",
+                spec.node, spec.storage, spec.node
+            ),
+        ));
+    }
+    Ok(Source::Clone {
+        template,
+        template_node: template_node.to_string(),
+    })
+}
+
+/// An image named by file stem (no template has the name): the one unowned volume with that
+/// stem among the node's `import`, `iso` and `images` contents.
+async fn volume_by_name(
+    site: &SiteCtx,
+    storages: &[NodeStorage],
+    spec: &Spec,
+    name: &str,
+    version: &Version,
+) -> Result<Source, ActionError> {
+    let client = &site.client;
+    let features = version.features();
+    let mut found = Vec::new();
+    for s in storages {
+        for (content, kind) in [
+            ("import", VolumeKind::Import),
+            ("iso", VolumeKind::Iso),
+            ("images", VolumeKind::Images),
+        ] {
+            if !s.has_content(content) || (kind == VolumeKind::Import && !features.import_content) {
+                continue;
             }
-            found.sort_by(|a, b| a.0.cmp(&b.0));
-            found.dedup_by(|a, b| a.0 == b.0);
-            match found.as_slice() {
-                [(volume, VolumeKind::Iso)] => Ok(Source::Iso {
-                    volume: volume.clone(),
-                }),
-                [(volume, _)] => {
-                    if !features.import_from {
-                        return Err(too_old(version, "the import-from disk option", "7.2"));
-                    }
-                    Ok(Source::Import {
-                        volume: volume.clone(),
-                    })
+            for v in client
+                .storage_content(&spec.node, &s.storage, Some(content))
+                .await?
+            {
+                if crate::pve::types::volume_stem(&v.volid) == Some(name) && v.vmid.is_none() {
+                    found.push((v.volid, kind));
                 }
-                [] => Err(fail(
-                    Category::ImageNotFound,
-                    format!(
-                        "image {name:?}: no template of that name on site {} and no volume with that file \
-                         stem on node {}'s storages; upload it (e.g. to local:import/{name}.qcow2) or fix the spec",
-                        site.name, spec.node
-                    ),
-                )),
-                many => Err(fail(
-                    Category::ConfigurationError,
-                    format!(
-                        "image {name:?} is ambiguous: {}; use the full volume ID",
-                        many.iter()
-                            .map(|(v, _)| v.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )),
             }
         }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.dedup_by(|a, b| a.0 == b.0);
+    match found.as_slice() {
+        [(volume, VolumeKind::Iso)] => Ok(Source::Iso {
+            volume: volume.clone(),
+        }),
+        [(volume, _)] => {
+            if !features.import_from {
+                return Err(too_old(version, "the import-from disk option", "7.2"));
+            }
+            Ok(Source::Import {
+                volume: volume.clone(),
+            })
+        }
+        [] => Err(fail(
+            Category::ImageNotFound,
+            format!(
+                "image {name:?}: no template of that name on site {} and no volume with that file \
+                 stem on node {}'s storages; upload it (e.g. to local:import/{name}.qcow2) or fix the spec",
+                site.name, spec.node
+            ),
+        )),
+        many => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "image {name:?} is ambiguous: {}; use the full volume ID",
+                many.iter()
+                    .map(|(v, _)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
     }
 }
 
