@@ -4,9 +4,9 @@
 use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
-use crate::pve::types::VmConfig;
+use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{current_bridge, parse_pve_size, pve_size, with_bridge};
-use crate::pve::{TaskOutcome, VmParams};
+use crate::pve::{Client, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
 
@@ -71,6 +71,9 @@ pub(super) async fn check_lock(
     })
 }
 
+/// Brings an existing VM in line with its spec, after verifying it is the spec's.
+// Long because: the converge steps in their request order (config, cloud-init, disk, power,
+// what waits for the next start), each of which may end the action early.
 pub(super) async fn converge(
     ctx: &ExecCtx,
     vm: VmRef<'_>,
@@ -84,96 +87,14 @@ pub(super) async fn converge(
     } = vm;
     let site = site(ctx, site_name)?;
     let client = &site.client;
-    let cfg = match client.vm_config(node, vmid).await {
-        Ok(c) => c,
-        Err(e) if e.is_not_found() => {
-            rec.vmid = None;
-            rec.phase = Phase::Pending;
-            ctx.store.put(&spec.name, rec)?;
-            return Err(fail(
-                Category::NotFound,
-                format!("VM {vmid} is gone; it will be created again"),
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    // Identity, from a fresh read, before any change.
-    if !is_ours(ctx, &cfg, Some(&spec.name)) {
-        rec.vmid = None;
-        rec.phase = Phase::Pending;
-        ctx.store.put(&spec.name, rec)?;
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "VM {vmid} does not carry the marker of spec {}: not touching it",
-                spec.name
-            ),
-        ));
-    }
+    let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
     if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
         return Ok(waiting);
     }
     // Declared fields only, compared with PVE's normalised values. A value waiting for a
     // reboot counts as set: it is not sent again every cycle.
     let pending = client.vm_pending(node, vmid).await?;
-    let effective = |key: &str| -> Option<String> {
-        match pending
-            .iter()
-            .find(|p| p.key == key)
-            .and_then(|p| p.pending.as_ref())
-        {
-            Some(serde_json::Value::String(v)) => Some(v.clone()),
-            Some(v) => Some(v.to_string()),
-            None => cfg.get(key).map(str::to_string),
-        }
-    };
-    let mut params = VmParams::new();
-    let mut changed: Vec<&str> = Vec::new();
-    if cfg.get("name") != Some(spec.vm_name.as_str()) {
-        params = params.set("name", &spec.vm_name);
-        changed.push("name");
-    }
-    let number = |key: &str| {
-        effective(key)
-            .and_then(|c| c.parse::<u32>().ok())
-            .unwrap_or(1)
-    };
-    if number("cores") * number("sockets") != spec.cpu {
-        params = params.set("cores", spec.cpu).set("sockets", 1);
-        changed.push("cores");
-    }
-    let memory = effective("memory")
-        .and_then(|m| {
-            m.trim_start_matches("current=")
-                .split(',')
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .unwrap_or(512);
-    if memory != spec.memory_mib {
-        params = params.set("memory", spec.memory_mib);
-        changed.push("memory");
-    }
-    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
-    if current_bridge(&net) != Some(spec.network.as_str()) {
-        params = params.set("net0", with_bridge(&net, &spec.network));
-        changed.push("net0");
-    }
-    let tags = merge_tags(
-        &cfg.tags(),
-        &rec.applied_tags,
-        &spec.tags,
-        &ownership_tag(&ctx.install_id),
-    );
-    if tags != {
-        let mut t = cfg.tags();
-        t.sort();
-        t.dedup();
-        t
-    } {
-        params = params.tags(&tags)?;
-        changed.push("tags");
-    }
+    let (params, mut changed) = config_diff(ctx, spec, rec, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
         client.set_config(node, vmid, &params, cfg.digest()).await?;
@@ -200,23 +121,8 @@ pub(super) async fn converge(
     }
 
     // Disks only grow.
-    if let Some((disk, size)) = boot_disk(&cfg)
-        && size < spec.disk_bytes
-        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
-    {
-        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
-        let resize = client
-            .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
-            .await?;
-        if let Some(upid) = resize
-            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
-        {
-            ctx.store.put(&spec.name, rec)?;
-            return Ok(Outcome::StillRunning {
-                upid: upid.to_string(),
-            });
-        }
-        rec.applied_disk_bytes = Some(spec.disk_bytes);
+    if let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await? {
+        return Ok(o);
     }
 
     // Power state last, read now: the cycle's listing may describe an earlier VM with this
@@ -284,6 +190,148 @@ pub(super) async fn converge(
     rec.phase = Phase::Exists;
     rec.provisioned = true;
     Ok(Outcome::Done)
+}
+
+/// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
+/// not ours sends the spec back to Pending.
+async fn read_own_config(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<VmConfig, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let cfg = match client.vm_config(node, vmid).await {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            rec.vmid = None;
+            rec.phase = Phase::Pending;
+            ctx.store.put(&spec.name, rec)?;
+            return Err(fail(
+                Category::NotFound,
+                format!("VM {vmid} is gone; it will be created again"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Identity, from a fresh read, before any change.
+    if !is_ours(ctx, &cfg, Some(&spec.name)) {
+        rec.vmid = None;
+        rec.phase = Phase::Pending;
+        ctx.store.put(&spec.name, rec)?;
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {vmid} does not carry the marker of spec {}: not touching it",
+                spec.name
+            ),
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The declared fields that differ from the VM's config, compared with PVE's normalised values
+/// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
+/// to send and the names of what it changes.
+fn config_diff(
+    ctx: &ExecCtx,
+    spec: &Spec,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<(VmParams, Vec<&'static str>), ActionError> {
+    let effective = |key: &str| -> Option<String> {
+        match pending
+            .iter()
+            .find(|p| p.key == key)
+            .and_then(|p| p.pending.as_ref())
+        {
+            Some(serde_json::Value::String(v)) => Some(v.clone()),
+            Some(v) => Some(v.to_string()),
+            None => cfg.get(key).map(str::to_string),
+        }
+    };
+    let mut params = VmParams::new();
+    let mut changed: Vec<&str> = Vec::new();
+    if cfg.get("name") != Some(spec.vm_name.as_str()) {
+        params = params.set("name", &spec.vm_name);
+        changed.push("name");
+    }
+    let number = |key: &str| {
+        effective(key)
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(1)
+    };
+    if number("cores") * number("sockets") != spec.cpu {
+        params = params.set("cores", spec.cpu).set("sockets", 1);
+        changed.push("cores");
+    }
+    let memory = effective("memory")
+        .and_then(|m| {
+            m.trim_start_matches("current=")
+                .split(',')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(512);
+    if memory != spec.memory_mib {
+        params = params.set("memory", spec.memory_mib);
+        changed.push("memory");
+    }
+    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
+    if current_bridge(&net) != Some(spec.network.as_str()) {
+        params = params.set("net0", with_bridge(&net, &spec.network));
+        changed.push("net0");
+    }
+    let tags = merge_tags(
+        &cfg.tags(),
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(&ctx.install_id),
+    );
+    if tags != {
+        let mut t = cfg.tags();
+        t.sort();
+        t.dedup();
+        t
+    } {
+        params = params.tags(&tags)?;
+        changed.push("tags");
+    }
+    Ok((params, changed))
+}
+
+/// Grows the boot disk to the spec's size (disks only grow). `Some` when the resize task
+/// outlived our wait.
+async fn grow_disk(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    if let Some((disk, size)) = boot_disk(cfg)
+        && size < spec.disk_bytes
+        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    {
+        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
+        let resize = client
+            .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
+            .await?;
+        if let Some(upid) = resize
+            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+        {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Some(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }));
+        }
+        rec.applied_disk_bytes = Some(spec.disk_bytes);
+    }
+    Ok(None)
 }
 
 /// The addresses worth showing: not loopback, not IPv6 link-local.
