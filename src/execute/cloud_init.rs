@@ -2,7 +2,7 @@
 //! (uploaded, attached as a CD-ROM, old ones removed).
 
 use crate::category::Category;
-use crate::pve::types::{NodeStorage, VmConfig};
+use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Client, TaskOutcome, VmParams};
 use crate::spec::Spec;
@@ -67,6 +67,7 @@ fn free_seed_slot(cfg: &VmConfig) -> Option<&'static str> {
 }
 
 /// PVE's cloud-init options as the spec declares them (only declared fields).
+// Long because: one comparison per declared cloud-init field, each in PVE's normalisation.
 fn cloud_init_params(
     spec: &Spec,
     cfg: &VmConfig,
@@ -223,6 +224,8 @@ pub(super) async fn remove_old_seeds(
 }
 
 /// Brings the VM's cloud-init in line with the spec. Never logs user-data or keys.
+// Long because: PVE's options, then the seed image (built, uploaded, attached) or PVE's own
+// drive, then one config update; the branches share the update being built.
 pub(super) async fn converge_cloud_init(
     ctx: &ExecCtx,
     site: &SiteCtx,
@@ -240,18 +243,7 @@ pub(super) async fn converge_cloud_init(
     let mut changed: Vec<String> = Vec::new();
     // Values waiting for the next start count as set (PVE keeps changes to a running VM's
     // cloud-init options pending).
-    let mut effective = cfg.clone();
-    for p in client.vm_pending(node, vmid).await? {
-        match p.pending {
-            Some(serde_json::Value::String(v)) => {
-                effective.values.insert(p.key, v);
-            }
-            Some(v) => {
-                effective.values.insert(p.key, v.to_string());
-            }
-            None => {}
-        }
-    }
+    let effective = with_pending(cfg, client.vm_pending(node, vmid).await?);
     let cfg = &effective;
     let mut params = cloud_init_params(spec, cfg, VmParams::new(), &mut changed)?;
     let mut deletes: Vec<String> = Vec::new();
@@ -348,6 +340,54 @@ pub(super) async fn converge_cloud_init(
         client.set_config(node, vmid, &params, None).await?;
     }
     // Seeds of this spec that the VM no longer uses.
+    let swapped = attached
+        .iter()
+        .any(|(_, v)| keep_seed.as_ref().is_none_or(|(_, k)| k != v));
+    if swapped || (keep_seed.is_some() && !changed.is_empty()) {
+        remove_unused_seeds(
+            ctx,
+            client,
+            node,
+            vmid,
+            &spec.name,
+            &attached,
+            keep_seed.as_ref(),
+        )
+        .await?;
+    }
+    Ok(CloudInitStep::Done(
+        !changed.is_empty() || !deletes.is_empty(),
+    ))
+}
+
+/// The config with the values waiting for the next start in place of the current ones.
+fn with_pending(cfg: &VmConfig, pending: Vec<PendingEntry>) -> VmConfig {
+    let mut effective = cfg.clone();
+    for p in pending {
+        match p.pending {
+            Some(serde_json::Value::String(v)) => {
+                effective.values.insert(p.key, v);
+            }
+            Some(v) => {
+                effective.values.insert(p.key, v.to_string());
+            }
+            None => {}
+        }
+    }
+    effective
+}
+
+/// Removes this spec's seed images from the storages of the `attached` seeds and of
+/// `keep_seed`, except any image the VM still names, now or at its next start.
+async fn remove_unused_seeds(
+    ctx: &ExecCtx,
+    client: &Client,
+    node: &str,
+    vmid: u32,
+    spec: &str,
+    attached: &[(String, String)],
+    keep_seed: Option<&(String, String)>,
+) -> Result<(), ActionError> {
     let old_storages: Vec<String> = attached
         .iter()
         .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
@@ -355,28 +395,21 @@ pub(super) async fn converge_cloud_init(
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    let swapped = attached
-        .iter()
-        .any(|(_, v)| keep_seed.as_ref().is_none_or(|(_, k)| k != v));
-    if swapped || (keep_seed.is_some() && !changed.is_empty()) {
-        // Never an image the VM still names, now or at its next start.
-        let in_use: Vec<String> = client
-            .vm_pending(node, vmid)
-            .await?
-            .into_iter()
-            .flat_map(|p| [p.value, p.pending])
-            .flatten()
-            .filter_map(|v| {
-                v.as_str()
-                    .map(|s| s.split(',').next().unwrap_or_default().to_string())
-            })
-            .filter(|v| crate::cloudinit::is_seed_of(v, &ctx.install_id, &spec.name))
-            .collect();
-        for storage in &old_storages {
-            remove_old_seeds(ctx, client, node, storage, &spec.name, &in_use).await;
-        }
+    // Never an image the VM still names, now or at its next start.
+    let in_use: Vec<String> = client
+        .vm_pending(node, vmid)
+        .await?
+        .into_iter()
+        .flat_map(|p| [p.value, p.pending])
+        .flatten()
+        .filter_map(|v| {
+            v.as_str()
+                .map(|s| s.split(',').next().unwrap_or_default().to_string())
+        })
+        .filter(|v| crate::cloudinit::is_seed_of(v, &ctx.install_id, spec))
+        .collect();
+    for storage in &old_storages {
+        remove_old_seeds(ctx, client, node, storage, spec, &in_use).await;
     }
-    Ok(CloudInitStep::Done(
-        !changed.is_empty() || !deletes.is_empty(),
-    ))
+    Ok(())
 }
