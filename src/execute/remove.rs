@@ -2,7 +2,8 @@
 
 use crate::category::Category;
 use crate::ownership::ownership_tag;
-use crate::pve::{TaskOutcome, Upid, VmParams};
+use crate::pve::types::VmConfig;
+use crate::pve::{Client, TaskOutcome, Upid, VmParams};
 use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
@@ -10,6 +11,10 @@ use super::converge::{check_lock, power_off};
 use super::identity::is_ours;
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
+/// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
+/// forgets the spec.
+// Long because: the delete's steps in their request order (resume a recorded delete, fresh
+// read, identity, lock, release or power off, identity again, delete, seed cleanup).
 pub(super) async fn remove(
     ctx: &ExecCtx,
     vm: VmRef<'_>,
@@ -43,24 +48,7 @@ pub(super) async fn remove(
         }
         let cfg = match client.vm_config(node, vmid).await {
             Ok(c) => c,
-            Err(e) if e.is_not_found() => {
-                if let Phase::Creating { .. } = rec.phase {
-                    // The spec went away while its create was in flight. A task still making
-                    // the VM is waited for (then the VM is deleted); no task: the request never
-                    // took effect, and the intent is dropped.
-                    if let Some(task) = client.active_vm_tasks(node, vmid).await?.first() {
-                        return Ok(Outcome::Waiting {
-                            reason: format!(
-                                "the create of VM {vmid} is still running ({}); deleting it after",
-                                task.upid
-                            ),
-                        });
-                    }
-                    ctx.store.release_vmid(site_name, vmid)?;
-                }
-                ctx.store.remove(spec_name)?;
-                return Ok(Outcome::Done);
-            }
+            Err(e) if e.is_not_found() => return vm_gone(ctx, client, vm, spec_name, rec).await,
             Err(e) => return Err(e.into()),
         };
         if !is_ours(ctx, &cfg, Some(spec_name)) {
@@ -77,24 +65,7 @@ pub(super) async fn remove(
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
-            let tag = ownership_tag(&ctx.install_id);
-            let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
-            let description: String = cfg
-                .description()
-                .unwrap_or("")
-                .lines()
-                .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let mut params = VmParams::new().set(
-                "description",
-                format!("{description}\nReleased by proxsync."),
-            );
-            params = if tags.is_empty() {
-                params.delete_keys(&["tags"])
-            } else {
-                params.tags(&tags)?
-            };
+            let params = release_params(ctx, &cfg)?;
             client.set_config(node, vmid, &params, cfg.digest()).await?;
             tracing::info!(spec = spec_name, vmid, "released (deletionPolicy: Orphan)");
             ctx.store.remove(spec_name)?;
@@ -138,6 +109,60 @@ pub(super) async fn remove(
     }
     .await;
     result.unwrap_or_else(Outcome::Failed)
+}
+
+/// The VM is not there: the spec is forgotten, unless the create it was waiting for still runs.
+async fn vm_gone(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
+    if let Phase::Creating { .. } = rec.phase {
+        // The spec went away while its create was in flight. A task still making
+        // the VM is waited for (then the VM is deleted); no task: the request never
+        // took effect, and the intent is dropped.
+        if let Some(task) = client.active_vm_tasks(node, vmid).await?.first() {
+            return Ok(Outcome::Waiting {
+                reason: format!(
+                    "the create of VM {vmid} is still running ({}); deleting it after",
+                    task.upid
+                ),
+            });
+        }
+        ctx.store.release_vmid(site_name, vmid)?;
+    }
+    ctx.store.remove(spec_name)?;
+    Ok(Outcome::Done)
+}
+
+/// The config update that drops ownership: the tag and the marker go; the rest stays.
+fn release_params(ctx: &ExecCtx, cfg: &VmConfig) -> Result<VmParams, ActionError> {
+    let tag = ownership_tag(&ctx.install_id);
+    let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
+    let description: String = cfg
+        .description()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut params = VmParams::new().set(
+        "description",
+        format!("{description}\nReleased by proxsync."),
+    );
+    params = if tags.is_empty() {
+        params.delete_keys(&["tags"])
+    } else {
+        params.tags(&tags)?
+    };
+    Ok(params)
 }
 
 pub(super) async fn forget(ctx: &ExecCtx, spec_name: &str, rec: &SpecRecord) -> Outcome {
