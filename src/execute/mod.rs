@@ -168,6 +168,9 @@ pub type NodeFacts = Mutex<
     >,
 >;
 
+/// The `reboot_pending` key of a cloud-init change (status: RebootPending).
+pub const CLOUDINIT_PENDING: &str = "cloudinit";
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -344,6 +347,3 @@ async fn wait(
         }
     }
 }
-
-/// The `reboot_pending` key of a cloud-init change (status: RebootPending).
-pub const CLOUDINIT_PENDING: &str = "cloudinit";
