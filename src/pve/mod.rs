@@ -56,6 +56,7 @@ mod error;
 pub mod task;
 pub mod tls;
 pub mod types;
+pub(crate) mod values;
 
 pub use api::{CloneRequest, VmParams, percent_encode};
 pub use client::{Client, ClientOptions, Credentials};

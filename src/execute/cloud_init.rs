@@ -1,0 +1,415 @@
+//! cloud-init on a VM: PVE's cloud-init options and drive, or proxsync's NoCloud seed image
+//! (uploaded, attached as a CD-ROM, old ones removed).
+
+use crate::category::Category;
+use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
+use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
+use crate::pve::{Client, TaskOutcome, VmParams};
+use crate::spec::Spec;
+use crate::state::SpecRecord;
+
+use super::preflight::check_storage;
+use super::{ActionError, ExecCtx, SiteCtx, fail, wait};
+
+/// Slots for PVE's cloud-init drive when the VM has none (never `ide2`, the installer CD-ROM).
+const CLOUDINIT_DRIVE_SLOTS: [&str; 4] = ["ide0", "ide1", "sata1", "sata2"];
+
+/// Slots for proxsync's seed image.
+const SEED_SLOTS: [&str; 4] = ["ide3", "sata3", "sata4", "sata5"];
+
+pub(super) enum CloudInitStep {
+    /// Whether anything changed.
+    Done(bool),
+    /// An upload task outlived our wait.
+    Running(String),
+}
+
+/// The slot holding PVE's cloud-init drive (`local-lvm:vm-100-cloudinit,media=cdrom`).
+fn cloudinit_drive_slot(cfg: &VmConfig) -> Option<String> {
+    cfg.values
+        .iter()
+        .find(|(k, v)| {
+            is_drive_key(k)
+                && v.split(',')
+                    .next()
+                    .is_some_and(|vol| vol.ends_with(":cloudinit") || vol.ends_with("-cloudinit"))
+        })
+        .map(|(k, _)| k.clone())
+}
+
+/// The slots holding a seed of this install and spec, with the volume.
+pub(super) fn seed_slots(cfg: &VmConfig, install: &str, spec: &str) -> Vec<(String, String)> {
+    cfg.values
+        .iter()
+        .filter(|(k, v)| is_drive_key(k) && crate::cloudinit::is_seed_of(v, install, spec))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.split(',').next().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn free_slot<'a>(cfg: &VmConfig, slots: &[&'a str]) -> Option<&'a str> {
+    slots.iter().copied().find(|s| cfg.get(s).is_none())
+}
+
+/// An empty CD-ROM drive (what an ejected seed leaves).
+const EJECTED: &str = "none,media=cdrom";
+
+/// A slot for the seed: free, or an empty CD-ROM drive.
+fn free_seed_slot(cfg: &VmConfig) -> Option<&'static str> {
+    SEED_SLOTS.iter().copied().find(|s| {
+        cfg.get(s)
+            .is_none_or(|v| v == EJECTED || v == "cdrom,media=cdrom")
+    })
+}
+
+/// PVE's cloud-init options as the spec declares them (only declared fields).
+// Long because: one comparison per declared cloud-init field, each in PVE's normalisation.
+fn cloud_init_params(
+    spec: &Spec,
+    cfg: &VmConfig,
+    mut params: VmParams,
+    changed: &mut Vec<String>,
+) -> Result<VmParams, ActionError> {
+    let Some(ci) = &spec.cloud_init else {
+        return Ok(params);
+    };
+    if let Some(user) = &ci.user
+        && cfg.get("ciuser") != Some(user.as_str())
+    {
+        params = params.set("ciuser", user);
+        changed.push("ciuser".into());
+    }
+    if !ci.ssh_keys.is_empty() {
+        let current = cfg.get("sshkeys").map(percent_decode).unwrap_or_default();
+        let current: Vec<&str> = current
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if current != ci.ssh_keys.iter().map(String::as_str).collect::<Vec<_>>() {
+            params = params.sshkeys(&ci.ssh_keys);
+            changed.push("sshkeys".into());
+        }
+    }
+    for (i, ip) in ci.ip_config.iter().enumerate() {
+        let key = format!("ipconfig{i}");
+        if cfg.get(&key) != Some(ip.to_pve().as_str()) {
+            params = params.ipconfig(
+                &key,
+                ip.ip.as_deref(),
+                ip.gateway.as_deref(),
+                ip.ip6.as_deref(),
+                ip.gateway6.as_deref(),
+            )?;
+            changed.push(key);
+        }
+    }
+    if !ci.nameservers.is_empty() {
+        let current: Vec<&str> = cfg
+            .get("nameserver")
+            .unwrap_or_default()
+            .split([' ', ',', ';'])
+            .filter(|s| !s.is_empty())
+            .collect();
+        if current
+            != ci
+                .nameservers
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        {
+            params = params.nameservers(&ci.nameservers)?;
+            changed.push("nameserver".into());
+        }
+    }
+    if let Some(d) = &ci.search_domain
+        && cfg.get("searchdomain") != Some(d.as_str())
+    {
+        params = params.set("searchdomain", d);
+        changed.push("searchdomain".into());
+    }
+    if let Some(up) = ci.upgrade_packages {
+        let want = if up { "1" } else { "0" };
+        if cfg.get("ciupgrade").map(|v| {
+            if v == "true" {
+                "1"
+            } else if v == "false" {
+                "0"
+            } else {
+                v
+            }
+        }) != Some(want)
+        {
+            params = params.set("ciupgrade", want);
+            changed.push("ciupgrade".into());
+        }
+    }
+    Ok(params)
+}
+
+/// The storage for seed images: the spec's `cloudInit.seedStorage`, else the first active
+/// storage of the node with `iso` content.
+async fn seed_storage(client: &Client, spec: &Spec) -> Result<String, ActionError> {
+    let storages = client.node_storages(&spec.node, None).await?;
+    pick_seed_storage(&storages, spec)
+}
+
+/// [`seed_storage`] from a storage listing (pre-flight has one already).
+pub(super) fn pick_seed_storage(
+    storages: &[NodeStorage],
+    spec: &Spec,
+) -> Result<String, ActionError> {
+    if let Some(s) = spec
+        .cloud_init
+        .as_ref()
+        .and_then(|c| c.seed_storage.as_ref())
+    {
+        check_storage(storages, s, "iso", &spec.node)?;
+        return Ok(s.clone());
+    }
+    storages
+        .iter()
+        .filter(|s| s.has_content("iso") && s.active != Some(false) && s.enabled != Some(false))
+        .map(|s| s.storage.clone())
+        .min()
+        .ok_or_else(|| {
+            fail(
+                Category::ConfigurationError,
+                format!(
+                    "userData needs a storage with iso content on node {} for its seed image, and \
+                     there is none; add iso to a storage's content types or set \
+                     spec.forProvider.cloudInit.seedStorage",
+                    spec.node
+                ),
+            )
+        })
+}
+
+/// Deletes this spec's seed images on `storage` except `keep` (best effort: a failure is
+/// logged and retried at the next change). Only this spec's VM ever uses them.
+pub(super) async fn remove_old_seeds(
+    ctx: &ExecCtx,
+    client: &Client,
+    node: &str,
+    storage: &str,
+    spec: &str,
+    keep: &[String],
+) {
+    let volumes = match client.storage_content(node, storage, Some("iso")).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(spec, storage, error = %e, "cannot list seed images to remove old ones");
+            return;
+        }
+    };
+    for v in volumes {
+        if !crate::cloudinit::is_seed_of(&v.volid, &ctx.install_id, spec) || keep.contains(&v.volid)
+        {
+            continue;
+        }
+        tracing::info!(spec, volume = %v.volid, "removing a seed image no VM uses any more");
+        let result = match client.delete_volume(node, storage, &v.volid).await {
+            Ok(Some(upid)) => client.wait_task(&upid, ctx.task_wait).await.map(|_| ()),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            tracing::warn!(spec, volume = %v.volid, error = %e, "cannot remove an old seed image");
+        }
+    }
+}
+
+/// Brings the VM's cloud-init in line with the spec. Never logs user-data or keys.
+// Long because: PVE's options, then the seed image (built, uploaded, attached) or PVE's own
+// drive, then one config update; the branches share the update being built.
+pub(super) async fn converge_cloud_init(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    node: &str,
+    vmid: u32,
+    cfg: &VmConfig,
+) -> Result<CloudInitStep, ActionError> {
+    let client = &site.client;
+    let attached = seed_slots(cfg, &ctx.install_id, &spec.name);
+    if spec.cloud_init.is_none() && spec.user_data.is_none() && attached.is_empty() {
+        return Ok(CloudInitStep::Done(false));
+    }
+    let mut changed: Vec<String> = Vec::new();
+    // Values waiting for the next start count as set (PVE keeps changes to a running VM's
+    // cloud-init options pending).
+    let effective = with_pending(cfg, client.vm_pending(node, vmid).await?);
+    let cfg = &effective;
+    let mut params = cloud_init_params(spec, cfg, VmParams::new(), &mut changed)?;
+    let mut deletes: Vec<String> = Vec::new();
+    let mut keep_seed: Option<(String, String)> = None; // (storage, volid)
+    match &spec.user_data {
+        Some(_) => {
+            let macs = nic_macs(
+                cfg,
+                spec.cloud_init.as_ref().map_or(0, |c| c.ip_config.len()),
+            );
+            let Some(seed) = crate::cloudinit::build_seed(&ctx.install_id, spec, &rec.uid, &macs)
+            else {
+                return Ok(CloudInitStep::Done(false));
+            };
+            let storage = seed_storage(client, spec).await?;
+            let volid = format!("{storage}:iso/{}", seed.file_name);
+            let present = client
+                .storage_content(node, &storage, Some("iso"))
+                .await?
+                .iter()
+                .any(|v| v.volid == volid);
+            if !present {
+                tracing::info!(spec = %spec.name, vmid, volume = %volid, bytes = seed.image.len(), "uploading the cloud-init seed image");
+                let upid = client
+                    .upload_iso(node, &storage, &seed.file_name, &seed.image, &seed.sha256)
+                    .await?;
+                if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+                    return Ok(CloudInitStep::Running(upid.to_string()));
+                }
+            }
+            let slot = match attached.first() {
+                Some((slot, _)) => Some(slot.as_str()),
+                None => free_seed_slot(cfg),
+            };
+            let Some(slot) = slot else {
+                return Err(fail(
+                    Category::ConfigurationError,
+                    format!(
+                        "VM {vmid} has no free slot for the cloud-init seed CD-ROM (tried {})",
+                        SEED_SLOTS.join(", ")
+                    ),
+                ));
+            };
+            if attached.first().map(|(_, v)| v.as_str()) != Some(volid.as_str()) {
+                params = params.cdrom(slot, &volid)?;
+                changed.push(
+                    if attached.is_empty() {
+                        "seed attached"
+                    } else {
+                        "userData changed"
+                    }
+                    .into(),
+                );
+            }
+            for (other, _) in attached.iter().skip(1) {
+                params = params.set(other, EJECTED);
+            }
+            // PVE's own drive would be a second `cidata` volume: cloud-init would pick either.
+            if let Some(drive) = cloudinit_drive_slot(cfg) {
+                deletes.push(drive);
+            }
+            keep_seed = Some((storage, volid));
+        }
+        None => {
+            // Ejected rather than removed: a CD-ROM's medium changes at once on a running VM,
+            // where removing the drive would wait for a reboot (and keep the image in use).
+            for (slot, _) in &attached {
+                params = params.set(slot, EJECTED);
+                changed.push("userData removed".into());
+            }
+            if spec.cloud_init.is_some() && cloudinit_drive_slot(cfg).is_none() {
+                let Some(slot) = free_slot(cfg, &CLOUDINIT_DRIVE_SLOTS) else {
+                    return Err(fail(
+                        Category::ConfigurationError,
+                        format!(
+                            "VM {vmid} has no free slot for a cloud-init drive (tried {})",
+                            CLOUDINIT_DRIVE_SLOTS.join(", ")
+                        ),
+                    ));
+                };
+                params = params.cloudinit_drive(slot, &spec.storage)?;
+                changed.push("cloud-init drive".into());
+            }
+        }
+    }
+    deletes.sort();
+    deletes.dedup();
+    if !deletes.is_empty() {
+        params = params.delete_keys(&deletes);
+    }
+    if !changed.is_empty() || !deletes.is_empty() {
+        // Names of what changed only: never values (keys, user-data).
+        tracing::info!(spec = %spec.name, vmid, changed = ?changed, removed = ?deletes, "updating cloud-init");
+        client.set_config(node, vmid, &params, None).await?;
+    }
+    // Seeds of this spec that the VM no longer uses.
+    let swapped = attached
+        .iter()
+        .any(|(_, v)| keep_seed.as_ref().is_none_or(|(_, k)| k != v));
+    if swapped || (keep_seed.is_some() && !changed.is_empty()) {
+        remove_unused_seeds(
+            ctx,
+            client,
+            node,
+            vmid,
+            &spec.name,
+            &attached,
+            keep_seed.as_ref(),
+        )
+        .await?;
+    }
+    Ok(CloudInitStep::Done(
+        !changed.is_empty() || !deletes.is_empty(),
+    ))
+}
+
+/// The config with the values waiting for the next start in place of the current ones.
+fn with_pending(cfg: &VmConfig, pending: Vec<PendingEntry>) -> VmConfig {
+    let mut effective = cfg.clone();
+    for p in pending {
+        match p.pending {
+            Some(serde_json::Value::String(v)) => {
+                effective.values.insert(p.key, v);
+            }
+            Some(v) => {
+                effective.values.insert(p.key, v.to_string());
+            }
+            None => {}
+        }
+    }
+    effective
+}
+
+/// Removes this spec's seed images from the storages of the `attached` seeds and of
+/// `keep_seed`, except any image the VM still names, now or at its next start.
+async fn remove_unused_seeds(
+    ctx: &ExecCtx,
+    client: &Client,
+    node: &str,
+    vmid: u32,
+    spec: &str,
+    attached: &[(String, String)],
+    keep_seed: Option<&(String, String)>,
+) -> Result<(), ActionError> {
+    let old_storages: Vec<String> = attached
+        .iter()
+        .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
+        .chain(keep_seed.iter().map(|(s, _)| s.clone()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // Never an image the VM still names, now or at its next start.
+    let in_use: Vec<String> = client
+        .vm_pending(node, vmid)
+        .await?
+        .into_iter()
+        .flat_map(|p| [p.value, p.pending])
+        .flatten()
+        .filter_map(|v| {
+            v.as_str()
+                .map(|s| s.split(',').next().unwrap_or_default().to_string())
+        })
+        .filter(|v| crate::cloudinit::is_seed_of(v, &ctx.install_id, spec))
+        .collect();
+    for storage in &old_storages {
+        remove_old_seeds(ctx, client, node, storage, spec, &in_use).await;
+    }
+    Ok(())
+}

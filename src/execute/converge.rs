@@ -1,0 +1,396 @@
+//! Bringing an existing VM in line with its spec: config fields, cloud-init, disk size, power
+//! state, and what waits for the next start.
+
+use crate::category::Category;
+use crate::ownership::ownership_tag;
+use crate::plan::{merge_tags, spec_hash};
+use crate::pve::types::{PendingEntry, VmConfig};
+use crate::pve::values::{current_bridge, parse_pve_size, pve_size, with_bridge};
+use crate::pve::{Client, TaskOutcome, VmParams};
+use crate::spec::{PowerState, Spec};
+use crate::state::{Phase, SpecRecord};
+
+use super::cloud_init::{CloudInitStep, converge_cloud_init};
+use super::identity::is_ours;
+use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+
+/// The boot disk's key and size in bytes, from the config.
+fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
+    let order = cfg
+        .get("boot")
+        .and_then(|b| b.strip_prefix("order="))
+        .map(|o| o.split(';').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let candidates = order
+        .into_iter()
+        .chain(["scsi0", "virtio0", "sata0", "ide0"].map(String::from));
+    for key in candidates {
+        if let Some(v) = cfg.get(&key)
+            && !v.contains("media=cdrom")
+            && !v.contains("cloudinit")
+        {
+            let size = v
+                .split(',')
+                .find_map(|p| p.strip_prefix("size="))
+                .and_then(parse_pve_size);
+            return Some((key, size.unwrap_or(0)));
+        }
+    }
+    None
+}
+
+pub(super) async fn check_lock(
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+    cfg: &VmConfig,
+) -> Result<Option<Outcome>, ActionError> {
+    let Some(lock) = cfg.lock() else {
+        return Ok(None);
+    };
+    let tasks = site.client.active_vm_tasks(node, vmid).await?;
+    if let Some(t) = tasks.first() {
+        return Ok(Some(Outcome::Waiting {
+            reason: format!(
+                "VM {vmid} is locked ({lock}) by task {}; waiting for it",
+                t.upid
+            ),
+        }));
+    }
+    Err(ActionError {
+        // Only a human can tell whether the lock is really stale.
+        needs_human: true,
+        ..fail(
+            Category::LockError,
+            format!(
+                "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
+                 interrupted operation). After checking that nothing is running on it, clear it on the \
+                 node with: qm unlock {vmid}"
+            ),
+        )
+    })
+}
+
+/// Brings an existing VM in line with its spec, after verifying it is the spec's.
+// Long because: the converge steps in their request order (config, cloud-init, disk, power,
+// what waits for the next start), each of which may end the action early.
+pub(super) async fn converge(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        site: site_name,
+        node,
+        vmid,
+    } = vm;
+    let site = site(ctx, site_name)?;
+    let client = &site.client;
+    let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
+    if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    // Declared fields only, compared with PVE's normalised values. A value waiting for a
+    // reboot counts as set: it is not sent again every cycle.
+    let pending = client.vm_pending(node, vmid).await?;
+    let (params, mut changed) = config_diff(ctx, spec, rec, &cfg, &pending)?;
+    if !changed.is_empty() {
+        tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
+        client.set_config(node, vmid, &params, cfg.digest()).await?;
+    }
+    rec.applied_tags = spec.tags.clone();
+
+    // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
+    // a new VM boots with it.
+    let cfg = if changed.is_empty() {
+        cfg
+    } else {
+        client.vm_config(node, vmid).await?
+    };
+    let cloudinit_changed =
+        match converge_cloud_init(ctx, site, spec, rec, node, vmid, &cfg).await? {
+            CloudInitStep::Done(c) => c,
+            CloudInitStep::Running(upid) => {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Outcome::StillRunning { upid });
+            }
+        };
+    if cloudinit_changed {
+        changed.push("cloudinit");
+    }
+
+    // Disks only grow.
+    if let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await? {
+        return Ok(o);
+    }
+
+    // Power state last, read now: the cycle's listing may describe an earlier VM with this
+    // VMID (deleted and reused within the cycle), or a state this action changed.
+    let is_running = client.vm_running(node, vmid).await?;
+    match spec.power_state {
+        PowerState::Running if !is_running => {
+            let upid = client.start_vm(node, vmid).await?;
+            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                });
+            }
+            changed.push("power");
+        }
+        PowerState::Stopped if is_running => {
+            if let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(o);
+            }
+            changed.push("power");
+        }
+        _ => {}
+    }
+
+    // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
+    // running VM then, unless hotplug is on). proxsync reports it and never reboots.
+    let pending = if changed.is_empty() {
+        pending
+    } else {
+        client.vm_pending(node, vmid).await?
+    };
+    let was_running_before = is_running && !changed.contains(&"power");
+    let cloudinit_pending = was_running_before
+        && (cloudinit_changed || rec.reboot_pending.iter().any(|k| k == CLOUDINIT_PENDING));
+    rec.reboot_pending = pending
+        .into_iter()
+        .filter(|p| {
+            p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
+        })
+        .map(|p| p.key)
+        .collect();
+    // cloud-init reads its inputs at boot: a change on a running VM applies at the next start
+    // (PVE regenerates its drive then; a new seed image is read then). Kept while the VM runs.
+    if cloudinit_pending && spec.power_state == PowerState::Running {
+        rec.reboot_pending.push(CLOUDINIT_PENDING.to_string());
+    }
+    // The guest's addresses, when its agent answers (best effort: no agent is no error).
+    let running_now = match spec.power_state {
+        PowerState::Running => true,
+        PowerState::Stopped => false,
+    };
+    rec.ip_addresses = if running_now {
+        client
+            .agent_interfaces(node, vmid)
+            .await
+            .map(|ifaces| guest_addresses(&ifaces))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    rec.applied_hash = Some(spec_hash(spec));
+    rec.vmid = Some(vmid);
+    rec.phase = Phase::Exists;
+    rec.provisioned = true;
+    Ok(Outcome::Done)
+}
+
+/// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
+/// not ours sends the spec back to Pending.
+async fn read_own_config(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<VmConfig, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let cfg = match client.vm_config(node, vmid).await {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            rec.vmid = None;
+            rec.phase = Phase::Pending;
+            ctx.store.put(&spec.name, rec)?;
+            return Err(fail(
+                Category::NotFound,
+                format!("VM {vmid} is gone; it will be created again"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Identity, from a fresh read, before any change.
+    if !is_ours(ctx, &cfg, Some(&spec.name)) {
+        rec.vmid = None;
+        rec.phase = Phase::Pending;
+        ctx.store.put(&spec.name, rec)?;
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {vmid} does not carry the marker of spec {}: not touching it",
+                spec.name
+            ),
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The declared fields that differ from the VM's config, compared with PVE's normalised values
+/// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
+/// to send and the names of what it changes.
+fn config_diff(
+    ctx: &ExecCtx,
+    spec: &Spec,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<(VmParams, Vec<&'static str>), ActionError> {
+    let effective = |key: &str| -> Option<String> {
+        match pending
+            .iter()
+            .find(|p| p.key == key)
+            .and_then(|p| p.pending.as_ref())
+        {
+            Some(serde_json::Value::String(v)) => Some(v.clone()),
+            Some(v) => Some(v.to_string()),
+            None => cfg.get(key).map(str::to_string),
+        }
+    };
+    let mut params = VmParams::new();
+    let mut changed: Vec<&str> = Vec::new();
+    if cfg.get("name") != Some(spec.vm_name.as_str()) {
+        params = params.set("name", &spec.vm_name);
+        changed.push("name");
+    }
+    let number = |key: &str| {
+        effective(key)
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(1)
+    };
+    if number("cores") * number("sockets") != spec.cpu {
+        params = params.set("cores", spec.cpu).set("sockets", 1);
+        changed.push("cores");
+    }
+    let memory = effective("memory")
+        .and_then(|m| {
+            m.trim_start_matches("current=")
+                .split(',')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(512);
+    if memory != spec.memory_mib {
+        params = params.set("memory", spec.memory_mib);
+        changed.push("memory");
+    }
+    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
+    if current_bridge(&net) != Some(spec.network.as_str()) {
+        params = params.set("net0", with_bridge(&net, &spec.network));
+        changed.push("net0");
+    }
+    let tags = merge_tags(
+        &cfg.tags(),
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(&ctx.install_id),
+    );
+    if tags != {
+        let mut t = cfg.tags();
+        t.sort();
+        t.dedup();
+        t
+    } {
+        params = params.tags(&tags)?;
+        changed.push("tags");
+    }
+    Ok((params, changed))
+}
+
+/// Grows the boot disk to the spec's size (disks only grow). `Some` when the resize task
+/// outlived our wait.
+async fn grow_disk(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    if let Some((disk, size)) = boot_disk(cfg)
+        && size < spec.disk_bytes
+        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    {
+        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
+        let resize = client
+            .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
+            .await?;
+        if let Some(upid) = resize
+            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+        {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Some(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }));
+        }
+        rec.applied_disk_bytes = Some(spec.disk_bytes);
+    }
+    Ok(None)
+}
+
+/// The addresses worth showing: not loopback, not IPv6 link-local.
+fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
+    let mut out: Vec<String> = ifaces
+        .iter()
+        .filter(|i| i.name != "lo")
+        .flat_map(|i| &i.ip_addresses)
+        .map(|a| a.ip_address.clone())
+        .filter(|ip| {
+            !ip.starts_with("127.") && ip != "::1" && !ip.to_ascii_lowercase().starts_with("fe80:")
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Graceful shutdown, then a hard stop if the guest does not power off.
+pub(super) async fn power_off(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+    rec: &mut SpecRecord,
+) -> Result<Option<Outcome>, ActionError> {
+    let client = &site.client;
+    let upid = client.shutdown_vm(node, vmid, 120, false).await?;
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => Ok(Some(Outcome::StillRunning {
+            upid: upid.to_string(),
+        })),
+        Ok(_) => Ok(None),
+        Err(_) => {
+            // The guest ignored ACPI or the shutdown timed out: stop it.
+            let upid = client.stop_vm(node, vmid).await?;
+            match wait(ctx, client, &upid, rec).await? {
+                TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                })),
+                _ => Ok(None),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_disk_is_found() {
+        let cfg: VmConfig = serde_json::from_str(
+            r#"{"boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-100-disk-0,size=2G","ide2":"local:iso/x.iso,media=cdrom"}"#,
+        )
+        .unwrap();
+        assert_eq!(boot_disk(&cfg), Some(("scsi0".into(), 2 << 30)));
+        let cfg: VmConfig =
+            serde_json::from_str(r#"{"virtio0":"local-lvm:vm-100-disk-0,size=10G"}"#).unwrap();
+        assert_eq!(boot_disk(&cfg), Some(("virtio0".into(), 10 << 30)));
+    }
+}

@@ -1,0 +1,349 @@
+//! Running the plan's actions against Proxmox VE, with at most `max_parallel_per_node` at once
+//! per node, and keeping the state database true at every step.
+//!
+//! Invariants (see ARCHITECTURE.md):
+//! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
+//!   the state database; the task's UPID is made durable right after PVE answers.
+//! - VMIDs are allocated by one allocator per site (a mutex held from `nextid` until the UPID
+//!   is recorded); `already exists` means take the next id, never retry the same.
+//! - Before any change, shutdown, stop or delete, the VM's identity is re-verified from a
+//!   fresh config read: this install's marker and the spec's name.
+//! - Pre-flight checks (node, storage, bridge, image, PVE version) run before any create, so
+//!   a create that cannot succeed is never started.
+//! - A task that outlives our wait is still running, not failed: its UPID stays recorded and
+//!   the next cycle waits for it again.
+
+mod cloud_init;
+mod converge;
+mod create;
+mod identity;
+mod outcome;
+mod preflight;
+mod remove;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Mutex, OnceCell, Semaphore};
+
+use crate::category::Category;
+use crate::observe::SiteView;
+use crate::plan::Action;
+use crate::pve::types::{NodeStorage, Version};
+pub use crate::pve::values::parse_pve_size;
+use crate::pve::{Client, Error as PveError, TaskOutcome, Upid};
+use crate::spec::Spec;
+use crate::state::{SpecRecord, Store, TaskRecord};
+
+use self::converge::converge;
+use self::create::{adopt, create, resume_create};
+use self::remove::{delete_orphan, forget, remove};
+
+/// A failure of one action, with its category.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionError {
+    pub category: Category,
+    pub message: String,
+    /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
+    pub needs_human: bool,
+}
+
+impl From<PveError> for ActionError {
+    fn from(e: PveError) -> Self {
+        let mut message = e.to_string();
+        if let PveError::TaskFailed { log_tail, .. } = &e
+            && !log_tail.is_empty()
+        {
+            message.push_str(" | task log: ");
+            message.push_str(&log_tail.join(" / "));
+        }
+        ActionError {
+            category: e.category(),
+            needs_human: e.category().needs_human(),
+            message,
+        }
+    }
+}
+
+impl From<crate::state::StateError> for ActionError {
+    fn from(e: crate::state::StateError) -> Self {
+        ActionError {
+            category: Category::ConfigurationError,
+            message: e.to_string(),
+            needs_human: true,
+        }
+    }
+}
+
+fn fail(category: Category, message: impl Into<String>) -> ActionError {
+    ActionError {
+        category,
+        message: message.into(),
+        needs_human: category.needs_human(),
+    }
+}
+
+/// How an action ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// A task outlived our wait; its UPID is recorded and will be waited for again.
+    StillRunning {
+        upid: String,
+    },
+    /// Blocked by something that resolves by itself (a lock held by a running task).
+    Waiting {
+        reason: String,
+    },
+    Failed(ActionError),
+}
+
+#[derive(Debug, Clone)]
+pub struct ActionResult {
+    pub action: Action,
+    pub outcome: Outcome,
+}
+
+/// One site's client and allocator, long-lived across cycles.
+pub struct SiteCtx {
+    pub name: String,
+    pub client: Client,
+    /// One VMID allocation at a time per site.
+    allocator: Mutex<()>,
+    version: OnceCell<Version>,
+}
+
+impl SiteCtx {
+    pub fn new(name: &str, client: Client) -> SiteCtx {
+        SiteCtx {
+            name: name.to_string(),
+            client,
+            allocator: Mutex::new(()),
+            version: OnceCell::new(),
+        }
+    }
+
+    async fn version(&self) -> Result<&Version, PveError> {
+        self.version.get_or_try_init(|| self.client.version()).await
+    }
+}
+
+/// A VM by where it is: site, node and VMID.
+#[derive(Debug, Clone, Copy)]
+struct VmRef<'a> {
+    site: &'a str,
+    node: &'a str,
+    vmid: u32,
+}
+
+impl<'a> VmRef<'a> {
+    fn new(site: &'a str, node: &'a str, vmid: u32) -> Self {
+        VmRef { site, node, vmid }
+    }
+}
+
+/// What every action needs.
+pub struct ExecCtx {
+    pub store: Arc<Store>,
+    pub install_id: String,
+    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    pub specs: BTreeMap<String, Spec>,
+    pub views: BTreeMap<String, SiteView>,
+    pub config_hash: String,
+    /// How long one action waits for a task before leaving it running.
+    pub task_wait: Duration,
+    pub max_parallel_per_node: u32,
+    /// True once the daemon is stopping: no new action starts and task waits end early.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Per (site, node), the storages and bridges read for pre-flight this cycle.
+    pub node_facts: NodeFacts,
+}
+
+/// See [`ExecCtx::node_facts`].
+pub type NodeFacts = Mutex<
+    HashMap<
+        (String, String),
+        Arc<OnceCell<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>>>,
+    >,
+>;
+
+/// The `reboot_pending` key of a cloud-init change (status: RebootPending).
+pub const CLOUDINIT_PENDING: &str = "cloudinit";
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs the actions: in parallel, at most `max_parallel_per_node` per node.
+pub async fn execute(
+    ctx: Arc<ExecCtx>,
+    actions: Vec<Action>,
+    records: &BTreeMap<String, SpecRecord>,
+) -> Vec<ActionResult> {
+    let mut limits: HashMap<(String, String), Arc<Semaphore>> = HashMap::new();
+    let mut set = tokio::task::JoinSet::new();
+    for action in actions {
+        let permit_source = action.node().map(|(site, node)| {
+            limits
+                .entry((site.to_string(), node.to_string()))
+                .or_insert_with(|| {
+                    Arc::new(Semaphore::new(ctx.max_parallel_per_node.max(1) as usize))
+                })
+                .clone()
+        });
+        let rec = action.spec().and_then(|s| records.get(s)).cloned();
+        let ctx = ctx.clone();
+        set.spawn(async move {
+            let _permit = match &permit_source {
+                Some(sem) => sem.acquire().await.ok(),
+                None => None,
+            };
+            if *ctx.shutdown.borrow() {
+                return ActionResult {
+                    action,
+                    outcome: Outcome::Waiting {
+                        reason: "proxsync is stopping; not started".into(),
+                    },
+                };
+            }
+            let outcome = run_action(&ctx, &action, rec).await;
+            ActionResult { action, outcome }
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(r) => results.push(r),
+            Err(e) => tracing::error!(error = %e, "an action panicked or was cancelled"),
+        }
+    }
+    results.sort_by(|a, b| a.action.cmp(&b.action));
+    results
+}
+
+async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> Outcome {
+    let mut rec = rec.unwrap_or_default();
+    let result = match action {
+        Action::Create { spec, site, .. } => {
+            with_spec(ctx, spec, |s| create(ctx, site, s, &mut rec)).await
+        }
+        Action::ResumeCreate {
+            spec,
+            site,
+            vmid,
+            upid,
+            node,
+        } => {
+            with_spec(ctx, spec, |s| {
+                resume_create(
+                    ctx,
+                    VmRef::new(site, node, *vmid),
+                    s,
+                    &mut rec,
+                    upid.clone(),
+                )
+            })
+            .await
+        }
+        Action::Adopt { spec, site, vmid } => {
+            with_spec(ctx, spec, |s| adopt(ctx, site, s, &mut rec, *vmid)).await
+        }
+        Action::Converge {
+            spec,
+            site,
+            node,
+            vmid,
+            ..
+        } => {
+            with_spec(ctx, spec, |s| {
+                converge(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+            })
+            .await
+        }
+        Action::Remove {
+            spec,
+            site,
+            node,
+            vmid,
+            release,
+        } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
+        Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::DeleteOrphan { site, node, vmid } => {
+            delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
+        }
+    };
+    outcome::record(ctx, action, rec, &result);
+    result
+}
+
+async fn with_spec<'a, F, Fut>(ctx: &'a ExecCtx, name: &str, f: F) -> Outcome
+where
+    F: FnOnce(&'a Spec) -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, ActionError>>,
+{
+    match ctx.specs.get(name) {
+        Some(spec) => f(spec).await.unwrap_or_else(Outcome::Failed),
+        None => Outcome::Failed(fail(
+            Category::ValidationFailed,
+            format!("spec {name} is not loaded"),
+        )),
+    }
+}
+
+fn site<'a>(ctx: &'a ExecCtx, name: &str) -> Result<&'a SiteCtx, ActionError> {
+    ctx.sites.get(name).map(|s| s.as_ref()).ok_or_else(|| {
+        fail(
+            Category::ConfigurationError,
+            format!("site {name:?} is not configured"),
+        )
+    })
+}
+
+fn task_record(upid: &Upid, status: &str) -> TaskRecord {
+    TaskRecord {
+        upid: upid.to_string(),
+        kind: upid.kind.clone(),
+        status: status.to_string(),
+        at_ms: now_ms(),
+    }
+}
+
+/// Waits for a task; records how it ended in `rec.last_task`.
+async fn wait(
+    ctx: &ExecCtx,
+    client: &Client,
+    upid: &Upid,
+    rec: &mut SpecRecord,
+) -> Result<TaskOutcome, ActionError> {
+    // When stopping, the wait ends at once: callers record the UPID before they wait, so the
+    // next start resumes it.
+    let mut shutdown = ctx.shutdown.clone();
+    let waited = tokio::select! {
+        r = client.wait_task(upid, ctx.task_wait) => r,
+        _ = async {
+            // Without a sender (no daemon) there is no stop to wait for.
+            if shutdown.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        } => Ok(TaskOutcome::StillRunning),
+    };
+    match waited {
+        Ok(outcome) => {
+            let status = match &outcome {
+                TaskOutcome::Ok => "OK".to_string(),
+                TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
+                TaskOutcome::StillRunning => "running".to_string(),
+            };
+            rec.last_task = Some(task_record(upid, &status));
+            Ok(outcome)
+        }
+        Err(e) => {
+            rec.last_task = Some(task_record(upid, e.pve_message()));
+            Err(e.into())
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! What an action's outcome does to its spec's record: attempts and backoff, the last error,
+//! the history line, written to the state database.
+
+use crate::backoff;
+use crate::plan::{Action, inputs_hash};
+use crate::state::{ErrorRecord, SpecRecord};
+
+use super::{ExecCtx, Outcome, now_ms};
+
+/// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
+/// `last_error`; success or a wait clears them; every outcome adds a history line.
+pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result: &Outcome) {
+    let Some(spec_name) = action.spec() else {
+        return;
+    };
+    // Record the outcome for backoff and status. Removed specs have no record any more.
+    if matches!(action, Action::Forget { .. })
+        || matches!(action, Action::Remove { .. }) && *result == Outcome::Done
+    {
+        return;
+    }
+    let now = now_ms();
+    match result {
+        Outcome::Failed(e) => {
+            rec.attempts = rec.attempts.saturating_add(1);
+            let delay = backoff::delay(spec_name, rec.attempts, e.needs_human);
+            rec.next_attempt_ms = Some(now + delay.as_millis() as u64);
+            let inputs = ctx
+                .specs
+                .get(spec_name)
+                .map(|s| inputs_hash(s, &ctx.config_hash))
+                .unwrap_or_default();
+            rec.last_error = Some(ErrorRecord {
+                category: e.category.as_str().to_string(),
+                message: e.message.clone(),
+                at_ms: now,
+                inputs,
+                needs_human: e.needs_human,
+            });
+            rec.note(
+                now,
+                action_name(action),
+                &format!("{}: {}", e.category, e.message),
+            );
+            tracing::warn!(spec = spec_name, category = %e.category, error = %e.message, attempts = rec.attempts, "action failed");
+        }
+        Outcome::Done => {
+            rec.attempts = 0;
+            rec.next_attempt_ms = None;
+            rec.last_error = None;
+            rec.note(now, action_name(action), "ok");
+        }
+        Outcome::StillRunning { upid } => rec.note(
+            now,
+            action_name(action),
+            &format!("task {upid} still running"),
+        ),
+        Outcome::Waiting { reason } => {
+            // Blocked by something that resolves by itself: whatever failed before no longer
+            // applies, and nothing is to be held back.
+            rec.attempts = 0;
+            rec.next_attempt_ms = None;
+            rec.last_error = None;
+            rec.note(now, action_name(action), reason);
+        }
+    }
+    if let Err(e) = ctx.store.put(spec_name, &rec) {
+        tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
+    }
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Create { .. } => "create",
+        Action::ResumeCreate { .. } => "resume-create",
+        Action::Adopt { .. } => "adopt",
+        Action::Converge { .. } => "converge",
+        Action::Remove { release: true, .. } => "release",
+        Action::Remove { .. } => "delete",
+        Action::Forget { .. } => "forget",
+        Action::DeleteOrphan { .. } => "delete-orphan",
+    }
+}

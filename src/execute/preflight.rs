@@ -1,0 +1,334 @@
+//! Pre-flight: everything a create needs (node, storage, bridge, image, PVE version),
+//! checked before anything is created.
+
+use std::sync::Arc;
+
+use crate::category::Category;
+use crate::pve::types::{NodeStorage, Version};
+use crate::pve::{Client, Error as PveError};
+use crate::spec::{Image, Spec, VolumeKind};
+
+use super::cloud_init::pick_seed_storage;
+use super::{ActionError, ExecCtx, SiteCtx, fail};
+
+/// What a create starts from, once resolved and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Source {
+    Clone {
+        template: u32,
+        template_node: String,
+    },
+    Import {
+        volume: String,
+    },
+    Iso {
+        volume: String,
+    },
+}
+
+/// A node's storages and bridges, read once per cycle and node however many creates need
+/// them.
+async fn node_facts(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+) -> Result<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>, ActionError> {
+    let key = (site.name.clone(), node.to_string());
+    let cell = ctx.node_facts.lock().await.entry(key).or_default().clone();
+    let facts = cell
+        .get_or_try_init(|| async {
+            let storages = site.client.node_storages(node, None).await?;
+            let bridges = site.client.node_bridges(node).await?;
+            Ok::<_, PveError>(Arc::new((storages, bridges)))
+        })
+        .await?;
+    Ok(facts.clone())
+}
+
+/// Checks everything a create needs before anything is created.
+pub(super) async fn preflight(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec: &Spec,
+) -> Result<Source, ActionError> {
+    let view = ctx.views.get(&site.name).ok_or_else(|| {
+        fail(
+            Category::NetworkError,
+            format!("site {} was not observed", site.name),
+        )
+    })?;
+    if !view.node_healthy(&spec.node) {
+        return Err(fail(
+            Category::NodeUnhealthy,
+            format!(
+                "node {} is offline, unknown, or the cluster has no quorum",
+                spec.node
+            ),
+        ));
+    }
+    let client = &site.client;
+    let facts = node_facts(ctx, site, &spec.node).await?;
+    let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
+    check_storage(storages, &spec.storage, "images", &spec.node)?;
+    check_bridge(bridges, spec)?;
+    if spec.user_data.is_some() {
+        // The seed image needs an `iso` storage: known now, not after the VM exists.
+        pick_seed_storage(storages, spec)?;
+    }
+    let version = site.version().await?;
+    let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
+    match &spec.image {
+        Image::Template { vmid } => match template_in_view(*vmid) {
+            Some(t) => clone_source(spec, storages, *vmid, &t.node),
+            None => Err(fail(
+                Category::ImageNotFound,
+                format!(
+                    "template {vmid} does not exist on site {} (or is not a template); create it or \
+                     name an existing template in spec.forProvider.image",
+                    site.name
+                ),
+            )),
+        },
+        Image::Volume {
+            storage,
+            volume,
+            kind,
+        } => {
+            check_volume(
+                client, storages, &spec.node, storage, volume, *kind, version,
+            )
+            .await
+        }
+        Image::Name(name) => {
+            let templates: Vec<_> = view
+                .vms
+                .values()
+                .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
+                .collect();
+            match templates.as_slice() {
+                [t] => return clone_source(spec, storages, t.vmid, &t.node),
+                [] => {}
+                many => {
+                    return Err(fail(
+                        Category::ConfigurationError,
+                        format!(
+                            "image {name:?} is ambiguous: templates {} share that name; use the VMID",
+                            many.iter()
+                                .map(|t| t.vmid.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+            volume_by_name(site, storages, spec, name, version).await
+        }
+    }
+}
+
+/// The spec's bridge exists on its node.
+fn check_bridge(
+    bridges: &[crate::pve::types::NetworkInterface],
+    spec: &Spec,
+) -> Result<(), ActionError> {
+    if !bridges.iter().any(|b| b.iface == spec.network) {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "bridge {} does not exist on node {} (it has: {}); create it or change spec.forProvider.network",
+                spec.network,
+                spec.node,
+                bridges
+                    .iter()
+                    .map(|b| b.iface.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A clone of `template`: to another node than the template's, the target storage must be
+/// shared.
+fn clone_source(
+    spec: &Spec,
+    storages: &[NodeStorage],
+    template: u32,
+    template_node: &str,
+) -> Result<Source, ActionError> {
+    if template_node != spec.node
+        && !storages
+            .iter()
+            .any(|s| s.storage == spec.storage && s.shared == Some(true))
+    {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "template {template} is on node {template_node}, and a clone to node {} needs shared \
+                 storage, but {} is local to each node; put a copy of the template on {} or use a \
+                 shared storage",
+                spec.node, spec.storage, spec.node
+            ),
+        ));
+    }
+    Ok(Source::Clone {
+        template,
+        template_node: template_node.to_string(),
+    })
+}
+
+/// An image named by file stem (no template has the name): the one unowned volume with that
+/// stem among the node's `import`, `iso` and `images` contents.
+async fn volume_by_name(
+    site: &SiteCtx,
+    storages: &[NodeStorage],
+    spec: &Spec,
+    name: &str,
+    version: &Version,
+) -> Result<Source, ActionError> {
+    let client = &site.client;
+    let features = version.features();
+    let mut found = Vec::new();
+    for s in storages {
+        for (content, kind) in [
+            ("import", VolumeKind::Import),
+            ("iso", VolumeKind::Iso),
+            ("images", VolumeKind::Images),
+        ] {
+            if !s.has_content(content) || (kind == VolumeKind::Import && !features.import_content) {
+                continue;
+            }
+            for v in client
+                .storage_content(&spec.node, &s.storage, Some(content))
+                .await?
+            {
+                if crate::pve::types::volume_stem(&v.volid) == Some(name) && v.vmid.is_none() {
+                    found.push((v.volid, kind));
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.dedup_by(|a, b| a.0 == b.0);
+    match found.as_slice() {
+        [(volume, VolumeKind::Iso)] => Ok(Source::Iso {
+            volume: volume.clone(),
+        }),
+        [(volume, _)] => {
+            if !features.import_from {
+                return Err(too_old(version, "the import-from disk option", "7.2"));
+            }
+            Ok(Source::Import {
+                volume: volume.clone(),
+            })
+        }
+        [] => Err(fail(
+            Category::ImageNotFound,
+            format!(
+                "image {name:?}: no template of that name on site {} and no volume with that file \
+                 stem on node {}'s storages; upload it (e.g. to local:import/{name}.qcow2) or fix the spec",
+                site.name, spec.node
+            ),
+        )),
+        many => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "image {name:?} is ambiguous: {}; use the full volume ID",
+                many.iter()
+                    .map(|(v, _)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+fn too_old(version: &Version, what: &str, needed: &str) -> ActionError {
+    fail(
+        Category::ApiNotSupported,
+        format!(
+            "Proxmox VE {} lacks {what} (needs {needed} or later); upgrade the cluster or use a template \
+             image (a VMID) instead",
+            version.version
+        ),
+    )
+}
+
+pub(super) fn check_storage(
+    storages: &[NodeStorage],
+    storage: &str,
+    content: &str,
+    node: &str,
+) -> Result<(), ActionError> {
+    match storages.iter().find(|s| s.storage == storage) {
+        None => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "storage {storage} does not exist on node {node} (it has: {})",
+                storages
+                    .iter()
+                    .map(|s| s.storage.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        Some(s) if !s.has_content(content) => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "storage {storage} on node {node} does not hold {content} content (it holds {}); add \
+                 {content} to its content types or use another storage",
+                s.content.as_deref().unwrap_or("nothing")
+            ),
+        )),
+        Some(s) if s.active == Some(false) => Err(fail(
+            Category::ConfigurationError,
+            format!("storage {storage} on node {node} is not active; check it with `pvesm status`"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+async fn check_volume(
+    client: &Client,
+    storages: &[NodeStorage],
+    node: &str,
+    storage: &str,
+    volume: &str,
+    kind: VolumeKind,
+    version: &Version,
+) -> Result<Source, ActionError> {
+    let features = version.features();
+    let content = match kind {
+        VolumeKind::Import => {
+            if !features.import_content {
+                return Err(too_old(version, "the `import` storage content type", "8.2"));
+            }
+            "import"
+        }
+        VolumeKind::Images => "images",
+        VolumeKind::Iso => "iso",
+    };
+    if kind != VolumeKind::Iso && !features.import_from {
+        return Err(too_old(version, "the import-from disk option", "7.2"));
+    }
+    check_storage(storages, storage, content, node)
+        .map_err(|e| fail(Category::ImageNotFound, e.message))?;
+    let volumes = client.storage_content(node, storage, Some(content)).await?;
+    if !volumes.iter().any(|v| v.volid == volume) {
+        return Err(fail(
+            Category::ImageNotFound,
+            format!(
+                "{volume} does not exist on node {node}; upload it to {storage} ({content} content) or fix the spec"
+            ),
+        ));
+    }
+    Ok(match kind {
+        VolumeKind::Iso => Source::Iso {
+            volume: volume.to_string(),
+        },
+        _ => Source::Import {
+            volume: volume.to_string(),
+        },
+    })
+}

@@ -1,0 +1,116 @@
+//! Proxmox VE's value strings: disk sizes (`32G`), NIC options (`virtio=..,bridge=vmbr0`),
+//! drive keys and percent-encoded options, read and written the way PVE does.
+
+use crate::pve::types::VmConfig;
+
+/// PVE's disk sizes: `32G`, `512M`, `2T`, `1024K`, bytes without a unit (binary units).
+pub fn parse_pve_size(s: &str) -> Option<u64> {
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        'T' | 't' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult);
+    }
+    num.parse::<f64>()
+        .ok()
+        .filter(|f| *f >= 0.0)
+        .map(|f| (f * mult as f64) as u64)
+}
+
+/// A size in PVE's notation, exact: the largest binary unit that divides it.
+pub(crate) fn pve_size(bytes: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{}K", bytes.div_ceil(1024))
+}
+
+/// `net0` with its bridge replaced, keeping model, MAC and other options.
+pub(crate) fn with_bridge(net: &str, bridge: &str) -> String {
+    let mut parts: Vec<String> = net
+        .split(',')
+        .filter(|p| !p.starts_with("bridge="))
+        .map(str::to_string)
+        .collect();
+    parts.insert(1.min(parts.len()), format!("bridge={bridge}"));
+    parts.join(",")
+}
+
+pub(crate) fn current_bridge(net: &str) -> Option<&str> {
+    net.split(',').find_map(|p| p.strip_prefix("bridge="))
+}
+
+pub(crate) fn is_drive_key(k: &str) -> bool {
+    ["ide", "sata", "scsi", "virtio"].iter().any(|p| {
+        k.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+pub(crate) fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The MAC address of `net0..` from their `virtio=BC:24:11:..,bridge=..` values.
+pub(crate) fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
+    (0..count)
+        .map(|i| {
+            cfg.get(&format!("net{i}")).and_then(|v| {
+                v.split(',')
+                    .next()
+                    .and_then(|m| m.split_once('='))
+                    .map(|(_, mac)| mac.to_string())
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_pve_size("32G"), Some(32 << 30));
+        assert_eq!(parse_pve_size("512M"), Some(512 << 20));
+        assert_eq!(parse_pve_size("1.5G"), Some(3 << 29));
+        assert_eq!(parse_pve_size("4096"), Some(4096));
+        assert_eq!(parse_pve_size("x"), None);
+        assert_eq!(parse_pve_size(""), None);
+        assert_eq!(pve_size(32 << 30), "32G");
+        assert_eq!(pve_size(1536 << 20), "1536M");
+        assert_eq!(pve_size(1 << 40), "1T");
+    }
+
+    #[test]
+    fn bridges_are_replaced_in_place() {
+        assert_eq!(
+            with_bridge("virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1", "vmbr1"),
+            "virtio=BC:24:11:00:00:01,bridge=vmbr1,firewall=1"
+        );
+        assert_eq!(with_bridge("virtio", "vmbr1"), "virtio,bridge=vmbr1");
+        assert_eq!(current_bridge("virtio=X,bridge=vmbr0"), Some("vmbr0"));
+    }
+}
