@@ -387,6 +387,8 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
                 return ExitCode::FAILURE;
             }
         };
+        // Someone asked for a reconcile now: a transient failure's backoff does not hold it.
+        engine.retry_transient_now = true;
         let report = match engine.reconcile(&specs, commit.as_deref()).await {
             Ok(r) => r,
             Err(e) => {

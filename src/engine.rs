@@ -83,7 +83,7 @@ pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, E
                 })?;
             Ok((
                 site.name.clone(),
-                Arc::new(SiteCtx::new(&site.name, client)),
+                Arc::new(SiteCtx::new(&site.name, client, site.request_timeout)),
             ))
         })
         .collect()
@@ -130,6 +130,8 @@ pub struct Engine {
     /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
     markers: HashMap<(String, u32), Option<Marker>>,
     pub task_wait: Duration,
+    /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
+    pub retry_transient_now: bool,
     /// Why the source could not be read (the last good commit is being used), for the summary.
     pub source_error: Option<String>,
     /// The last `proxsync reconcile` request handled, for the summary.
@@ -163,6 +165,7 @@ impl Engine {
             status,
             markers: HashMap::new(),
             task_wait: TASK_WAIT,
+            retry_transient_now: false,
             source_error: None,
             last_request: None,
             shutdown: tokio::sync::watch::channel(false).1,
@@ -244,6 +247,7 @@ impl Engine {
             reconcile: &self.config.reconcile,
             config_hash: &chash,
             now_ms: now_ms(),
+            retry_transient_now: self.retry_transient_now,
         };
         let first = plan(&input);
         if first.orphans_seen != orphans_seen {
@@ -486,7 +490,14 @@ fn cycle_report(
             .filter(|v| v.reachable() && v.health.quorate)
             .count(),
         cycle_ms,
-        next_attempt_ms: records.values().filter_map(|r| r.next_attempt_ms).min(),
+        // Only deadlines still ahead: one already past belongs to a spec that got no action
+        // this cycle (node offline, site down, spec invalid), and waking for it every second
+        // would spin.
+        next_attempt_ms: records
+            .values()
+            .filter_map(|r| r.next_attempt_ms)
+            .filter(|at| *at > now_ms())
+            .min(),
     }
 }
 
@@ -631,6 +642,7 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         reconcile: &config.reconcile,
         config_hash: &chash,
         now_ms: now_ms(),
+        retry_transient_now: false,
     }))
 }
 

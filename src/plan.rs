@@ -13,7 +13,8 @@
 //!   removed. When the spec set could not be read completely, nothing is treated as removed.
 //! - Deletes are refused as a whole when the desired set is empty, or when they would remove
 //!   more than `max_delete_fraction` of the managed VMs.
-//! - A spec in backoff is left alone until its next attempt, unless its inputs changed.
+//! - A spec in backoff is left alone until its next attempt, unless its inputs changed (or,
+//!   in an explicit `run --once`, its last failure was transient).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +44,10 @@ pub struct PlanInput<'a> {
     /// A hash of the config parts that affect specs (sites, install id): a change resets backoff.
     pub config_hash: &'a str,
     pub now_ms: u64,
+    /// An explicit `run --once` (a person or a CI job asking for a reconcile now): specs whose
+    /// last failure was transient are attempted despite their backoff. The daemon keeps its
+    /// schedule (false).
+    pub retry_transient_now: bool,
 }
 
 /// What to do.
@@ -608,7 +613,9 @@ fn plan_spec(
 
     // A create in flight is finished, whatever else is true: never a second create.
     if let Some(r) = rec
-        && let Phase::Creating { vmid, node, upid } = &r.phase
+        && let Phase::Creating {
+            vmid, node, upid, ..
+        } = &r.phase
     {
         if !view.node_healthy(node) {
             return unhealthy(node);
@@ -658,10 +665,11 @@ fn plan_spec(
 
     let backoff = rec.and_then(|r| {
         let until = r.next_attempt_ms?;
-        let same_inputs = r
-            .last_error
-            .as_ref()
-            .is_some_and(|e| e.inputs == inputs_hash(spec, input.config_hash));
+        let error = r.last_error.as_ref()?;
+        if input.retry_transient_now && !error.needs_human {
+            return None;
+        }
+        let same_inputs = error.inputs == inputs_hash(spec, input.config_hash);
         (until > input.now_ms && same_inputs).then_some(until)
     });
 

@@ -43,11 +43,26 @@ pub enum Phase {
         vmid: u32,
         node: String,
         upid: Option<String>,
+        /// When the intent was written (unix ms; 0 in records of older releases): a request
+        /// sent then may still turn into a VM until the request timeout has passed.
+        #[serde(default)]
+        started_ms: u64,
+        /// For a clone: the template it copies, whose node runs the `qmclone` task (its UPID
+        /// names the template, not the new VM).
+        #[serde(default)]
+        clone_of: Option<CloneSource>,
     },
     /// The VM exists (it may still need configuring).
     Exists,
     /// A delete task is running.
     Deleting { upid: Option<String> },
+}
+
+/// The template a clone copies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneSource {
+    pub node: String,
+    pub vmid: u32,
 }
 
 /// One failure, as kept for backoff and status.
@@ -327,6 +342,8 @@ mod tests {
                     vmid: 101,
                     node: "pve1".into(),
                     upid: None,
+                    started_ms: 1,
+                    clone_of: None,
                 },
                 ..Default::default()
             };

@@ -316,6 +316,7 @@ impl World {
             reconcile: &self.reconcile,
             config_hash: CONFIG_HASH,
             now_ms: self.now_ms,
+            retry_transient_now: false,
         }
     }
 
@@ -552,6 +553,8 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                                 "UPID:{node}:0000AAAA:0000BBBB:00000000:qmclone:{target}:root@pam:"
                             )
                         }),
+                        started_ms: 0,
+                        clone_of: None,
                     };
                 }
             }
@@ -581,7 +584,12 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         for (i, e) in entries.iter().enumerate() {
             let Some(r) = &e.rec else { continue };
             let vmid = 500 + i as u32;
-            if let Some(Phase::Creating { vmid: id, node, upid: None }) =
+            if let Some(Phase::Creating {
+                vmid: id,
+                node,
+                upid: None,
+                ..
+            }) =
                 records.get(&entry_name(i)).map(|r| &r.phase)
                 && *id == vmid
                 && r.in_flight
@@ -1533,6 +1541,8 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
                 vmid: 500,
                 node: NODES[0].into(),
                 upid: None,
+                started_ms: 0,
+                clone_of: None,
             },
             ..SpecRecord::default()
         },

@@ -6,7 +6,7 @@ use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{current_bridge, parse_pve_size, pve_size, with_bridge};
-use crate::pve::{Client, TaskOutcome, VmParams};
+use crate::pve::{Client, LockHolder, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
 
@@ -39,7 +39,12 @@ fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
     None
 }
 
+/// Who holds a VM's lock, as PVE sets it: `Ok(None)` when unlocked; `Waiting` while a task
+/// that can hold this kind of lock runs (a backup job names no VM, a clone names its source
+/// and runs on the source's node); a hibernated VM (`suspended`) is waiting for a start, never
+/// stale; only a lock that no running task can hold is reported with `qm unlock`.
 pub(super) async fn check_lock(
+    ctx: &ExecCtx,
     site: &SiteCtx,
     node: &str,
     vmid: u32,
@@ -48,14 +53,39 @@ pub(super) async fn check_lock(
     let Some(lock) = cfg.lock() else {
         return Ok(None);
     };
-    let tasks = site.client.active_vm_tasks(node, vmid).await?;
-    if let Some(t) = tasks.first() {
+    let holder = LockHolder::of(lock);
+    if holder == LockHolder::NoTask {
         return Ok(Some(Outcome::Waiting {
             reason: format!(
-                "VM {vmid} is locked ({lock}) by task {}; waiting for it",
-                t.upid
+                "VM {vmid} is hibernated (lock: {lock}); proxsync changes nothing on it until it is \
+                 resumed (qm start {vmid}, or powerState: running in the spec)"
             ),
         }));
+    }
+    // The VM's node first; a clone's task runs on its source's node, which may be any other.
+    let mut nodes = vec![node.to_string()];
+    if lock == "clone" {
+        let view = ctx.views.get(&site.name);
+        nodes.extend(
+            view.into_iter()
+                .flat_map(|v| v.health.nodes.iter())
+                .filter(|(n, online)| **online && n.as_str() != node)
+                .map(|(n, _)| n.clone()),
+        );
+    }
+    for n in &nodes {
+        let tasks = site.client.active_tasks(n).await?;
+        if let Some(t) = tasks
+            .iter()
+            .find(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), vmid))
+        {
+            return Ok(Some(Outcome::Waiting {
+                reason: format!(
+                    "VM {vmid} is locked ({lock}) by task {}; waiting for it",
+                    t.upid
+                ),
+            }));
+        }
     }
     Err(ActionError {
         // Only a human can tell whether the lock is really stale.
@@ -88,7 +118,20 @@ pub(super) async fn converge(
     let site = site(ctx, site_name)?;
     let client = &site.client;
     let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
-    if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
+    if cfg.lock() == Some("suspended") && spec.power_state == PowerState::Running {
+        // Hibernated: a start resumes it from its saved state; the config follows next cycle.
+        tracing::info!(spec = %spec.name, vmid, "resuming the hibernated VM");
+        let upid = client.start_vm(node, vmid).await?;
+        if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+            return Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            });
+        }
+        return Ok(Outcome::Waiting {
+            reason: format!("VM {vmid} was resumed from hibernation; converging it next"),
+        });
+    }
+    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
         return Ok(waiting);
     }
     // Declared fields only, compared with PVE's normalised values. A value waiting for a

@@ -1,16 +1,20 @@
 //! Creating a spec's VM: VMID allocation, the durable intent, the create or clone request and
 //! its task, resuming an interrupted create, and adopting a VM that carries the spec's marker.
 
+use std::time::Duration;
+
 use crate::category::Category;
 use crate::ownership::new_uid;
-use crate::pve::{Client, CloneRequest, Error as PveError, TaskOutcome, Upid, VmParams};
+use crate::pve::{
+    Client, CloneRequest, Error as PveError, LockHolder, TaskOutcome, Upid, VmParams,
+};
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::{CloneSource, Phase, SpecRecord};
 
 use super::converge::converge;
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, task_record, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, site, task_record, wait};
 
 pub(super) async fn create(
     ctx: &ExecCtx,
@@ -26,8 +30,18 @@ pub(super) async fn create(
     rec.site = site_name.to_string();
     rec.node = spec.node.clone();
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    let clone_of = match &source {
+        Source::Clone {
+            template,
+            template_node,
+        } => Some(CloneSource {
+            node: template_node.clone(),
+            vmid: *template,
+        }),
+        _ => None,
+    };
 
-    let upid = {
+    let (vmid, upid) = {
         let _allocating = site.allocator.lock().await;
         let mut skip: Vec<u32> = ctx.store.allocations(site_name)?.into_keys().collect();
         let mut attempt = 0;
@@ -39,50 +53,53 @@ pub(super) async fn create(
                 vmid,
                 node: spec.node.clone(),
                 upid: None,
+                started_ms: now_ms(),
+                clone_of: clone_of.clone(),
             };
             rec.vmid = None;
             ctx.store.begin_create(&spec.name, rec, site_name, vmid)?;
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
-                    rec.phase = Phase::Creating {
-                        vmid,
-                        node: spec.node.clone(),
-                        upid: Some(upid.to_string()),
-                    };
+                    set_upid(rec, &upid);
                     rec.last_task = Some(task_record(&upid, "running"));
                     ctx.store.put(&spec.name, rec)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
-                    break upid;
+                    break (vmid, upid);
                 }
                 Err(e) if e.is_already_exists() && attempt < 5 => {
                     // Someone took the id between nextid and our request: take the next one.
                     ctx.store.release_vmid(site_name, vmid)?;
                     skip.push(vmid);
                 }
-                Err(e) if e.outcome_unknown() => {
-                    // The request may have reached PVE: keep the intent; the next cycle looks
-                    // for the VM before doing anything else.
+                Err(e) if e.surely_not_executed() => {
+                    // PVE refused it before doing anything: nothing was created.
+                    abandon(ctx, site_name, spec, rec, vmid)?;
                     return Err(e.into());
                 }
                 Err(e) => {
-                    // PVE refused it: nothing was created.
-                    ctx.store.release_vmid(site_name, vmid)?;
-                    rec.phase = Phase::Pending;
-                    ctx.store.put(&spec.name, rec)?;
+                    // Anything else (a 5xx, a lost or unreadable answer) may have started the
+                    // create: the intent stays, and the next cycle reads what became of it.
+                    tracing::warn!(spec = %spec.name, vmid, error = %e, "create request ended without an answer; keeping the intent");
                     return Err(e.into());
                 }
             }
         }
     };
-    let vmid = upid_vmid(&rec.phase);
-    finish_create(ctx, site, spec, rec, vmid, &upid).await
+    finish_create(
+        ctx,
+        site,
+        spec,
+        rec,
+        VmRef::new(site_name, &spec.node, vmid),
+        &upid,
+    )
+    .await
 }
 
-fn upid_vmid(phase: &Phase) -> u32 {
-    match phase {
-        Phase::Creating { vmid, .. } => *vmid,
-        _ => 0,
+fn set_upid(rec: &mut SpecRecord, upid: &Upid) {
+    if let Phase::Creating { upid: slot, .. } = &mut rec.phase {
+        *slot = Some(upid.to_string());
     }
 }
 
@@ -114,6 +131,8 @@ async fn send_create(
     vmid: u32,
     source: &Source,
 ) -> Result<Upid, PveError> {
+    // Identity travels in the creating call (name and marker; tags where PVE takes them), so
+    // a finished create or clone is recognisable without a second request.
     let description = marker(ctx, spec, rec).description();
     match source {
         Source::Clone {
@@ -157,13 +176,14 @@ async fn send_create(
     }
 }
 
-/// After the create task: wait, record the VM, configure it.
+/// After the create task: wait, record the VM, configure it. Only a task that ended (with
+/// the VMID then verifiably free) releases the intent; a failed poll keeps it.
 async fn finish_create(
     ctx: &ExecCtx,
     site: &SiteCtx,
     spec: &Spec,
     rec: &mut SpecRecord,
-    vmid: u32,
+    vm: VmRef<'_>,
     upid: &Upid,
 ) -> Result<Outcome, ActionError> {
     match wait(ctx, &site.client, upid, rec).await {
@@ -171,23 +191,27 @@ async fn finish_create(
             upid: upid.to_string(),
         }),
         Ok(_) => {
-            created(ctx, site, spec, rec, vmid)?;
-            converge(ctx, VmRef::new(&site.name, &spec.node, vmid), spec, rec).await
+            // The task ended well; converge re-reads the config and verifies the marker first.
+            created(ctx, site, spec, rec, vm.vmid)?;
+            converge(ctx, vm, spec, rec).await
+        }
+        Err(e) if e.task_failed => {
+            // The task ended badly. What it left decides: our VM (kept, converged next time),
+            // nothing (the intent is released), or something still busy (kept).
+            match inspect(ctx, site, &spec.name, rec, vm.vmid, true).await? {
+                Found::Ours(node) => {
+                    rec.node = node;
+                    created(ctx, site, spec, rec, vm.vmid)?;
+                }
+                Found::Free | Found::Foreign => abandon(ctx, &site.name, spec, rec, vm.vmid)?,
+                Found::Busy { .. } | Found::Stale { .. } => {}
+            }
+            Err(e.error)
         }
         Err(e) => {
-            // Did the failed task leave a VM behind? If so it is ours (our marker): keep it and
-            // converge it next time; otherwise go back to Pending.
-            match site.client.vm_config(&spec.node, vmid).await {
-                Ok(cfg) if is_ours(ctx, &cfg, Some(&spec.name)) => {
-                    created(ctx, site, spec, rec, vmid)?
-                }
-                _ => {
-                    ctx.store.release_vmid(&site.name, vmid)?;
-                    rec.phase = Phase::Pending;
-                    ctx.store.put(&spec.name, rec)?;
-                }
-            }
-            Err(e)
+            // We could not see how it ended (a failed poll): the task may still be making the
+            // VM. The intent and its UPID stay; the next cycle waits again.
+            Err(e.error)
         }
     }
 }
@@ -199,12 +223,181 @@ fn created(
     rec: &mut SpecRecord,
     vmid: u32,
 ) -> Result<(), ActionError> {
+    record_created(ctx, &site.name, &spec.name, rec, vmid)
+}
+
+/// The VM of an intent exists: the record maps the spec to it, and the VMID reservation goes
+/// (PVE itself now keeps the id taken).
+pub(super) fn record_created(
+    ctx: &ExecCtx,
+    site: &str,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    vmid: u32,
+) -> Result<(), ActionError> {
     rec.vmid = Some(vmid);
     rec.phase = Phase::Exists;
     rec.provisioned = true;
-    ctx.store.put(&spec.name, rec)?;
-    ctx.store.release_vmid(&site.name, vmid)?;
+    ctx.store.put(spec_name, rec)?;
+    ctx.store.release_vmid(site, vmid)?;
     Ok(())
+}
+
+/// What a read of the VMID reserved by a create intent shows.
+#[derive(Debug)]
+pub(super) enum Found {
+    /// Our VM, complete: unlocked by a create or clone, carrying this spec's marker; on this
+    /// node.
+    Ours(String),
+    /// Something that may still become our VM: a config locked by a create or clone, a
+    /// running task that could be ours, or a request that may still arrive. `upid`: the one
+    /// task that can be making it, when there is exactly one.
+    Busy { reason: String, upid: Option<Upid> },
+    /// A config locked by a create or clone that no running task can hold: an interrupted
+    /// create. Never judged foreign: a human decides.
+    Stale { lock: String, node: String },
+    /// A complete VM without this spec's marker: someone else's; ours was never made.
+    Foreign,
+    /// Nothing at the VMID and nothing that could still make it.
+    Free,
+}
+
+/// Reads what became of a create intent (the invariant: a VM at a VMID reserved by an intent
+/// is never judged foreign while it may still be ours). `settled`: the request's task is
+/// known to have ended, so no request can still be on its way.
+pub(super) async fn inspect(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec_name: &str,
+    rec: &SpecRecord,
+    vmid: u32,
+    settled: bool,
+) -> Result<Found, ActionError> {
+    let Phase::Creating {
+        node: intent_node,
+        started_ms,
+        clone_of,
+        ..
+    } = &rec.phase
+    else {
+        return Ok(Found::Free);
+    };
+    // Where the VM can be: where this cycle's listing saw it, the intent's node, and for a
+    // clone the template's node (a clone to another node stays there until its end).
+    let mut nodes: Vec<&str> = Vec::new();
+    if let Some(vm) = ctx.views.get(&site.name).and_then(|v| v.vms.get(&vmid)) {
+        nodes.push(&vm.node);
+    }
+    nodes.push(intent_node);
+    if let Some(c) = clone_of {
+        nodes.push(&c.node);
+    }
+    nodes.dedup();
+    let mut found = None;
+    for node in &nodes {
+        match site.client.vm_config(node, vmid).await {
+            Ok(cfg) => {
+                found = Some((node.to_string(), cfg));
+                break;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let creating_lock = |lock: &str| lock == "create" || lock == "clone";
+    match found {
+        Some((node, cfg)) => match cfg.lock() {
+            Some(lock) if creating_lock(lock) => {
+                let tasks =
+                    creator_tasks(site, vmid, &node, clone_of.as_ref(), *started_ms).await?;
+                if !tasks.is_empty() {
+                    return Ok(busy(vmid, lock, tasks));
+                }
+                if !settled && within_request_window(site, *started_ms) {
+                    // The task listing may lag behind the config it wrote.
+                    return Ok(Found::Busy {
+                        reason: format!(
+                            "VM {vmid} is locked ({lock}) by a create or clone that started moments ago"
+                        ),
+                        upid: None,
+                    });
+                }
+                Ok(Found::Stale {
+                    lock: lock.to_string(),
+                    node,
+                })
+            }
+            _ if is_ours(ctx, &cfg, Some(spec_name)) => Ok(Found::Ours(node)),
+            _ => Ok(Found::Foreign),
+        },
+        None => {
+            let tasks =
+                creator_tasks(site, vmid, intent_node, clone_of.as_ref(), *started_ms).await?;
+            if !tasks.is_empty() {
+                return Ok(busy(vmid, "create", tasks));
+            }
+            if !settled && within_request_window(site, *started_ms) {
+                let ago = now_ms().saturating_sub(*started_ms) / 1000;
+                return Ok(Found::Busy {
+                    reason: format!(
+                        "VM {vmid} does not exist yet; the create request sent {ago}s ago may still \
+                         arrive, so it is not sent again before its request timeout has passed"
+                    ),
+                    upid: None,
+                });
+            }
+            Ok(Found::Free)
+        }
+    }
+}
+
+fn busy(vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
+    let reason = format!(
+        "VM {vmid} is being made ({lock}) by task {}; waiting for it",
+        tasks[0]
+    );
+    let upid = (tasks.len() == 1).then(|| tasks[0].clone());
+    Found::Busy { reason, upid }
+}
+
+/// Whether a request sent when the intent was written may still be on its way: its answer
+/// could take the client's request timeout, and pveproxy forwards for up to 30 s.
+fn within_request_window(site: &SiteCtx, started_ms: u64) -> bool {
+    let window = site.request_window.as_millis() as u64;
+    now_ms() < started_ms.saturating_add(window)
+}
+
+/// The running tasks that can be making VM `vmid`: a `qmcreate` naming it on its node, or a
+/// `qmclone` of its template on the template's node started after the intent (less a minute
+/// for clock skew).
+async fn creator_tasks(
+    site: &SiteCtx,
+    vmid: u32,
+    node: &str,
+    clone_of: Option<&CloneSource>,
+    started_ms: u64,
+) -> Result<Vec<Upid>, ActionError> {
+    let mut out = Vec::new();
+    for t in site.client.active_vm_tasks(node, vmid).await? {
+        if LockHolder::of("create").may_be(&t.task_type().unwrap_or_default(), &t.task_id(), vmid)
+            && let Ok(u) = t.upid.parse::<Upid>()
+        {
+            out.push(u);
+        }
+    }
+    if let Some(c) = clone_of {
+        let since = (started_ms / 1000).saturating_sub(60);
+        for t in site.client.active_tasks(&c.node).await? {
+            if t.task_type().as_deref() == Some("qmclone")
+                && t.task_id() == c.vmid.to_string()
+                && t.starttime.is_none_or(|s| s >= since)
+                && let Ok(u) = t.upid.parse::<Upid>()
+            {
+                out.push(u);
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub(super) async fn resume_create(
@@ -214,12 +407,7 @@ pub(super) async fn resume_create(
     rec: &mut SpecRecord,
     upid: Option<String>,
 ) -> Result<Outcome, ActionError> {
-    let VmRef {
-        site: site_name,
-        node,
-        vmid,
-    } = vm;
-    let site = site(ctx, site_name)?;
+    let site = site(ctx, vm.site)?;
     if let Some(upid) = upid {
         let upid: Upid = upid.parse().map_err(|e: String| {
             fail(
@@ -227,67 +415,58 @@ pub(super) async fn resume_create(
                 format!("recorded task id unreadable: {e}"),
             )
         })?;
-        tracing::info!(spec = %spec.name, vmid, upid = %upid, "resuming the wait for a create task");
-        return finish_create(ctx, site, spec, rec, vmid, &upid).await;
+        tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");
+        return finish_create(ctx, site, spec, rec, vm, &upid).await;
     }
     // The intent was recorded but not the answer: the request may or may not have reached
-    // PVE. Look before doing anything.
-    match site.client.vm_config(node, vmid).await {
-        Ok(cfg) if is_ours(ctx, &cfg, Some(&spec.name)) => {
-            tracing::info!(spec = %spec.name, vmid, "found the VM of an interrupted create");
-            if cfg.lock().is_some()
-                && let Some(outcome) =
-                    wait_for_running_create(ctx, site, spec, rec, node, vmid).await?
-            {
-                // The create task still runs (it holds the lock): waited for.
-                return Ok(outcome);
+    // PVE. Look (and wait while something may still become ours) before anything else.
+    let deadline = tokio::time::Instant::now() + ctx.task_wait;
+    let mut pause = Duration::from_millis(500);
+    loop {
+        match inspect(ctx, site, &spec.name, rec, vm.vmid, false).await? {
+            Found::Ours(node) => {
+                tracing::info!(spec = %spec.name, vmid = vm.vmid, "found the VM of an interrupted create");
+                rec.node = node.clone();
+                created(ctx, site, spec, rec, vm.vmid)?;
+                return converge(ctx, VmRef::new(vm.site, &node, vm.vmid), spec, rec).await;
             }
-            created(ctx, site, spec, rec, vmid)?;
-            converge(ctx, vm, spec, rec).await
-        }
-        Ok(_) => {
-            // Another VM holds that id: ours was never created.
-            tracing::info!(spec = %spec.name, vmid, "VMID taken by another VM; creating anew");
-            abandon(ctx, site_name, spec, rec, vmid)?;
-            create(ctx, site_name, spec, rec).await
-        }
-        Err(e) if e.is_not_found() => {
-            // Not there. A create whose worker has not written the config yet would show as
-            // an active task for the id: wait for it rather than create a second VM.
-            if let Some(outcome) = wait_for_running_create(ctx, site, spec, rec, node, vmid).await?
-            {
-                return Ok(outcome);
+            Found::Busy {
+                upid: Some(upid), ..
+            } => {
+                tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "found the running task of an interrupted create");
+                set_upid(rec, &upid);
+                ctx.store.put(&spec.name, rec)?;
+                return finish_create(ctx, site, spec, rec, vm, &upid).await;
             }
-            abandon(ctx, site_name, spec, rec, vmid)?;
-            create(ctx, site_name, spec, rec).await
+            Found::Busy { reason, upid: None } => {
+                if tokio::time::Instant::now() + pause > deadline || *ctx.shutdown.borrow() {
+                    return Ok(Outcome::Waiting { reason });
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Found::Stale { lock, node } => {
+                return Err(ActionError {
+                    needs_human: true,
+                    ..fail(
+                        Category::LockError,
+                        format!(
+                            "VM {} on node {node} is locked ({lock}) and no task holds the lock: an \
+                             interrupted create or clone, perhaps this spec's. proxsync keeps VMID {} \
+                             reserved and creates nothing until it is resolved. Look at it (qm config {}); \
+                             if it is an empty leftover, remove it with: qm unlock {} && qm destroy {}",
+                            vm.vmid, vm.vmid, vm.vmid, vm.vmid, vm.vmid
+                        ),
+                    )
+                });
+            }
+            found @ (Found::Foreign | Found::Free) => {
+                tracing::info!(spec = %spec.name, vmid = vm.vmid, ?found, "the interrupted create never made a VM; creating anew");
+                abandon(ctx, vm.site, spec, rec, vm.vmid)?;
+                return create(ctx, vm.site, spec, rec).await;
+            }
         }
-        Err(e) => Err(e.into()),
     }
-}
-
-/// If a task runs for `vmid` on the node (the create whose answer was lost), records its
-/// UPID and finishes the create with it; `None` when no task runs.
-async fn wait_for_running_create(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
-    spec: &Spec,
-    rec: &mut SpecRecord,
-    node: &str,
-    vmid: u32,
-) -> Result<Option<Outcome>, ActionError> {
-    let active = site.client.active_vm_tasks(node, vmid).await?;
-    let Some(upid) = active.into_iter().find_map(|t| t.upid.parse::<Upid>().ok()) else {
-        return Ok(None);
-    };
-    rec.phase = Phase::Creating {
-        vmid,
-        node: node.to_string(),
-        upid: Some(upid.to_string()),
-    };
-    ctx.store.put(&spec.name, rec)?;
-    finish_create(ctx, site, spec, rec, vmid, &upid)
-        .await
-        .map(Some)
 }
 
 fn abandon(

@@ -109,16 +109,20 @@ pub struct ActionResult {
 pub struct SiteCtx {
     pub name: String,
     pub client: Client,
+    /// How long after a create or clone request was sent it may still turn into a VM: the
+    /// client's request timeout (pveproxy forwards for up to 30 s) plus a margin.
+    pub request_window: Duration,
     /// One VMID allocation at a time per site.
     allocator: Mutex<()>,
     version: OnceCell<Version>,
 }
 
 impl SiteCtx {
-    pub fn new(name: &str, client: Client) -> SiteCtx {
+    pub fn new(name: &str, client: Client, request_timeout: Duration) -> SiteCtx {
         SiteCtx {
             name: name.to_string(),
             client,
+            request_window: request_timeout.max(Duration::from_secs(30)) + REQUEST_WINDOW_MARGIN,
             allocator: Mutex::new(()),
             version: OnceCell::new(),
         }
@@ -128,6 +132,9 @@ impl SiteCtx {
         self.version.get_or_try_init(|| self.client.version()).await
     }
 }
+
+/// Added to a site's request timeout for [`SiteCtx::request_window`].
+const REQUEST_WINDOW_MARGIN: Duration = Duration::from_secs(5);
 
 /// A VM by where it is: site, node and VMID.
 #[derive(Debug, Clone, Copy)]
@@ -318,7 +325,7 @@ async fn wait(
     client: &Client,
     upid: &Upid,
     rec: &mut SpecRecord,
-) -> Result<TaskOutcome, ActionError> {
+) -> Result<TaskOutcome, WaitError> {
     // When stopping, the wait ends at once: callers record the UPID before they wait, so the
     // next start resumes it.
     let mut shutdown = ctx.shutdown.clone();
@@ -342,8 +349,28 @@ async fn wait(
             Ok(outcome)
         }
         Err(e) => {
-            rec.last_task = Some(task_record(upid, e.pve_message()));
-            Err(e.into())
+            let task_failed = matches!(e, PveError::TaskFailed { .. });
+            if task_failed {
+                rec.last_task = Some(task_record(upid, e.pve_message()));
+            }
+            Err(WaitError {
+                task_failed,
+                error: e.into(),
+            })
         }
+    }
+}
+
+/// A wait that did not see its task end well: either the task failed (`task_failed`), or
+/// the wait could not tell (a failed poll), in which case the task may still be running.
+#[derive(Debug)]
+struct WaitError {
+    task_failed: bool,
+    error: ActionError,
+}
+
+impl From<WaitError> for ActionError {
+    fn from(e: WaitError) -> Self {
+        e.error
     }
 }

@@ -7,6 +7,10 @@ use crate::state::{ErrorRecord, SpecRecord};
 
 use super::{ExecCtx, Outcome, now_ms};
 
+/// When a spec whose task still runs, or that waits for something that resolves by itself,
+/// is looked at again (a deadline the daemon wakes for; not a backoff: no error is recorded).
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
 /// `last_error`; success or a wait clears them; every outcome adds a history line.
 pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result: &Outcome) {
@@ -50,16 +54,20 @@ pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result
             rec.last_error = None;
             rec.note(now, action_name(action), "ok");
         }
-        Outcome::StillRunning { upid } => rec.note(
-            now,
-            action_name(action),
-            &format!("task {upid} still running"),
-        ),
+        Outcome::StillRunning { upid } => {
+            // Look again soon: the daemon wakes for this deadline instead of the resync.
+            rec.next_attempt_ms = Some(now + LOOK_AGAIN.as_millis() as u64);
+            rec.note(
+                now,
+                action_name(action),
+                &format!("task {upid} still running"),
+            );
+        }
         Outcome::Waiting { reason } => {
             // Blocked by something that resolves by itself: whatever failed before no longer
-            // applies, and nothing is to be held back.
+            // applies, and nothing is to be held back; the daemon looks again soon.
             rec.attempts = 0;
-            rec.next_attempt_ms = None;
+            rec.next_attempt_ms = Some(now + LOOK_AGAIN.as_millis() as u64);
             rec.last_error = None;
             rec.note(now, action_name(action), reason);
         }

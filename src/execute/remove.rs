@@ -3,11 +3,12 @@
 use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
-use crate::pve::{Client, TaskOutcome, Upid, VmParams};
+use crate::pve::{TaskOutcome, Upid, VmParams};
 use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
+use super::create::{Found, inspect, record_created};
 use super::identity::is_ours;
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
@@ -46,9 +47,47 @@ pub(super) async fn remove(
                 Err(_) => {} // fall through: look again and retry the delete
             }
         }
+        // A create in flight for a spec that is gone: what became of it decides, exactly as
+        // for a resumed create (a VM that may still become ours is never forgotten).
+        let mut node = node.to_string();
+        if let Phase::Creating { .. } = rec.phase {
+            match inspect(ctx, site, spec_name, rec, vmid, false).await? {
+                Found::Ours(at) => {
+                    record_created(ctx, site_name, spec_name, rec, vmid)?;
+                    node = at;
+                }
+                Found::Busy { reason, .. } => {
+                    return Ok(Outcome::Waiting {
+                        reason: format!("{reason}; deleting it after (its spec was removed)"),
+                    });
+                }
+                Found::Stale { lock, node } => {
+                    return Err(ActionError {
+                        needs_human: true,
+                        ..fail(
+                            Category::LockError,
+                            format!(
+                                "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: \
+                                 an interrupted create of removed spec {spec_name}. Look at it (qm config \
+                                 {vmid}); if it is an empty leftover: qm unlock {vmid} && qm destroy {vmid}"
+                            ),
+                        )
+                    });
+                }
+                Found::Foreign | Found::Free => {
+                    ctx.store.release_vmid(site_name, vmid)?;
+                    ctx.store.remove(spec_name)?;
+                    return Ok(Outcome::Done);
+                }
+            }
+        }
+        let node = node.as_str();
         let cfg = match client.vm_config(node, vmid).await {
             Ok(c) => c,
-            Err(e) if e.is_not_found() => return vm_gone(ctx, client, vm, spec_name, rec).await,
+            Err(e) if e.is_not_found() => {
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
             Err(e) => return Err(e.into()),
         };
         if !is_ours(ctx, &cfg, Some(spec_name)) {
@@ -60,7 +99,7 @@ pub(super) async fn remove(
             ctx.store.remove(spec_name)?;
             return Ok(Outcome::Done);
         }
-        if let Some(waiting) = check_lock(site, node, vmid, &cfg).await? {
+        if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
             return Ok(waiting);
         }
         if release {
@@ -109,37 +148,6 @@ pub(super) async fn remove(
     }
     .await;
     result.unwrap_or_else(Outcome::Failed)
-}
-
-/// The VM is not there: the spec is forgotten, unless the create it was waiting for still runs.
-async fn vm_gone(
-    ctx: &ExecCtx,
-    client: &Client,
-    vm: VmRef<'_>,
-    spec_name: &str,
-    rec: &SpecRecord,
-) -> Result<Outcome, ActionError> {
-    let VmRef {
-        site: site_name,
-        node,
-        vmid,
-    } = vm;
-    if let Phase::Creating { .. } = rec.phase {
-        // The spec went away while its create was in flight. A task still making
-        // the VM is waited for (then the VM is deleted); no task: the request never
-        // took effect, and the intent is dropped.
-        if let Some(task) = client.active_vm_tasks(node, vmid).await?.first() {
-            return Ok(Outcome::Waiting {
-                reason: format!(
-                    "the create of VM {vmid} is still running ({}); deleting it after",
-                    task.upid
-                ),
-            });
-        }
-        ctx.store.release_vmid(site_name, vmid)?;
-    }
-    ctx.store.remove(spec_name)?;
-    Ok(Outcome::Done)
 }
 
 /// The config update that drops ownership: the tag and the marker go; the rest stays.
