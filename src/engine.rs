@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
-use crate::observe::{SiteView, needs_marker, observe_site, read_marker};
+use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_marker};
 use crate::ownership::Marker;
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
@@ -353,6 +353,7 @@ impl Engine {
                 after.verdicts.get(&spec.name),
                 outcomes.get(spec.name.as_str()).copied(),
                 commit,
+                after.duplicates.get(&spec.name),
             );
             counts.add(&st);
             self.write_spec_if_changed(st, now)?;
@@ -539,15 +540,18 @@ async fn observe_all(
             .filter(|r| &r.site == name)
             .filter_map(record_vmid)
             .collect();
-        let unmapped: BTreeSet<&str> = specs
+        // A VM named like a spec that is not the spec's recorded VM is read too (once, then
+        // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
+        // ownership tag only when converged).
+        let spec_names: BTreeSet<&str> = specs
             .specs
             .iter()
-            .filter(|s| &s.site == name && records.get(&s.name).and_then(record_vmid).is_none())
+            .filter(|s| &s.site == name)
             .map(|s| s.vm_name.as_str())
             .collect();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
         cache.retain(|(site_name, vmid), _| site_name != name || view.vms.contains_key(vmid));
-        for vmid in needs_marker(view, &config.install_id, &known, &unmapped) {
+        for vmid in needs_marker(view, &config.install_id, &known, &spec_names) {
             let key = (name.clone(), vmid);
             let marker = match cache.get(&key) {
                 Some(m) => m.clone(),
@@ -558,10 +562,12 @@ async fn observe_all(
                         .map(|vm| vm.node.clone())
                         .unwrap_or_default();
                     match read_marker(&site.client, &node, vmid).await {
-                        Ok(m) => {
+                        Ok(MarkerRead::Read(m)) => {
                             cache.insert(key, m.clone());
                             m
                         }
+                        // Being made: unread, so nothing is judged on it this cycle.
+                        Ok(MarkerRead::NotYet) => continue,
                         // Unread: not known to be ours, so not touched this cycle.
                         Err(e) => {
                             tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");

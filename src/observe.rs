@@ -171,12 +171,23 @@ pub fn needs_marker(
 }
 
 /// Reads a VM's description marker. A VM that vanished reads as "no marker".
-pub async fn read_marker(client: &Client, node: &str, vmid: u32) -> Result<Option<Marker>, Error> {
+pub async fn read_marker(client: &Client, node: &str, vmid: u32) -> Result<MarkerRead, Error> {
     match client.vm_config(node, vmid).await {
-        Ok(cfg) => Ok(cfg.description().and_then(Marker::parse)),
-        Err(e) if e.is_not_found() => Ok(None),
+        // A create or clone still running has not written its description yet.
+        Ok(cfg) if matches!(cfg.lock(), Some("create" | "clone")) => Ok(MarkerRead::NotYet),
+        Ok(cfg) => Ok(MarkerRead::Read(cfg.description().and_then(Marker::parse))),
+        Err(e) if e.is_not_found() => Ok(MarkerRead::Read(None)),
         Err(e) => Err(e),
     }
+}
+
+/// What a marker read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerRead {
+    /// The config's marker, or none.
+    Read(Option<Marker>),
+    /// The VM is still being created or cloned: its marker cannot be known yet (not cached).
+    NotYet,
 }
 
 #[cfg(test)]

@@ -158,6 +158,8 @@ pub struct Orphan {
     pub first_seen_ms: u64,
     /// `reported`, `deleting`, or `delete after <ms>`.
     pub disposition: String,
+    /// A second VM claiming this spec (its marker names it; another VM is the spec's).
+    pub duplicate_of: Option<String>,
 }
 
 /// The plan of one cycle.
@@ -539,6 +541,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 power: vm.power.as_str().to_string(),
                 first_seen_ms: first_seen,
                 disposition,
+                duplicate_of: extra.then(|| marker_spec.to_string()),
             });
         }
     }

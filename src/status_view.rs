@@ -344,7 +344,8 @@ fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     if !listing.orphans.is_empty() {
         let _ = writeln!(
             out,
-            "\nOrphans ({}): VMs carrying this install's tag that no spec describes",
+            "\nOrphans ({}): VMs carrying this install's tag that no spec describes, and second VMs \
+             claiming a spec",
             listing.orphans.len()
         );
         let rows: Vec<Vec<Cell>> = listing
@@ -354,7 +355,13 @@ fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
                 vec![
                     Cell::plain(site_node(&o.site, &o.node)),
                     Cell::plain(o.vm_id.to_string()),
-                    Cell::plain(or_dash(o.name.as_deref().unwrap_or(""))),
+                    Cell::plain(match &o.duplicate_of {
+                        Some(spec) => format!(
+                            "{} (duplicate of {spec})",
+                            or_dash(o.name.as_deref().unwrap_or(""))
+                        ),
+                        None => or_dash(o.name.as_deref().unwrap_or("")),
+                    }),
                     Cell::plain(or_dash(&o.state)),
                     Cell::plain(age(opts.now, &o.first_seen)),
                     Cell {
@@ -1171,6 +1178,7 @@ mod tests {
                 state: "stopped".into(),
                 first_seen: t(T0 - 3600),
                 action: "will delete after 2025-03-01T12:10:00Z".into(),
+                duplicate_of: None,
             }],
             t(T0),
         )
@@ -1620,6 +1628,7 @@ mod tests {
                 state: nasty.into(),
                 first_seen: t(T0),
                 action: nasty.into(),
+                duplicate_of: None,
             }],
             t(T0),
         )

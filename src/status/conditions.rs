@@ -11,7 +11,7 @@ use super::{
 use crate::category::Category;
 use crate::execute::Outcome;
 use crate::observe::{ObservedVm, SiteView};
-use crate::plan::Verdict;
+use crate::plan::{Duplicate, Verdict};
 use crate::spec::Spec;
 use crate::state::{ErrorRecord, Phase, SpecRecord};
 
@@ -57,6 +57,7 @@ pub(crate) fn spec_status(
     verdict: Option<&Verdict>,
     outcome: Option<&Outcome>,
     commit: Option<&str>,
+    duplicate: Option<&Duplicate>,
 ) -> SpecStatus {
     let vmid = rec.and_then(|r| r.vmid);
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
@@ -89,12 +90,34 @@ pub(crate) fn spec_status(
     c.push(reboot_pending(rec));
 
     let error = rec.and_then(|r| r.last_error.as_ref());
-    let (ready, reconciling) = ready_and_reconciling(spec, rec, vm, verdict, outcome, error);
+    let (mut ready, reconciling) = ready_and_reconciling(spec, rec, vm, verdict, outcome, error);
+    if let Some(d) = duplicate {
+        ready = duplicate_vm(d);
+    }
     c.push(ready);
     c.push(reconciling);
     c.push(stalled(error));
     st.conditions = c;
     st
+}
+
+/// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
+fn duplicate_vm(d: &Duplicate) -> ConditionInput {
+    let extras: Vec<String> = d.extras.iter().map(u32::to_string).collect();
+    ConditionInput::new(
+        kinds::READY,
+        S::False,
+        reasons::DUPLICATE_VM,
+        format!(
+            "VMs {} and {} on site {} all carry this spec's marker; VM {} is the spec's, the others \
+             are listed in _orphans.yaml (deleted when tagged, stopped and past the orphan grace \
+             period; otherwise delete them by hand after checking them)",
+            d.kept,
+            extras.join(", "),
+            d.site,
+            d.kept
+        ),
+    )
 }
 
 /// `Ready` and `Reconciling`, from the verdict of the plan made after the actions.

@@ -171,6 +171,7 @@ impl StatusDir {
                 state: clip(&e.state),
                 first_seen: rfc3339(e.first_seen),
                 action: clip(&e.action),
+                duplicate_of: e.duplicate_of.as_deref().map(clip),
             })
             .collect();
         orphans.sort_by(|a, b| (&a.site, a.vm_id).cmp(&(&b.site, b.vm_id)));

@@ -231,6 +231,8 @@ pub struct OrphanEntry {
     pub first_seen: SystemTime,
     /// `reported | will delete after <time> | deleted`.
     pub action: String,
+    /// The spec this VM claims while another VM is that spec's (a duplicate).
+    pub duplicate_of: Option<String>,
 }
 
 // ------------------------------------------------------------------------------------------
@@ -392,6 +394,9 @@ pub struct OrphanRecord {
     /// RFC 3339.
     pub first_seen: String,
     pub action: String,
+    /// A second VM carrying the marker of this spec (another VM is the spec's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
 }
 
 /// `_orphans.yaml`.

@@ -40,6 +40,9 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 pub const FAILED: &str = "Failed";
 /// `Ready` False: the spec asks proxsync to let go of the VM; it is no longer managed.
 pub const RELEASED: &str = "Released";
+/// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
+/// and which is the spec's. The others are listed in `_orphans.yaml`.
+pub const DUPLICATE_VM: &str = "DuplicateVM";
 
 // ---- Reconciling ----
 /// `Reconciling` False: nothing to do, the VM matches the spec.

@@ -50,6 +50,7 @@ pub(crate) fn orphan_entries(orphans: &[Orphan]) -> Vec<OrphanEntry> {
                 ),
                 None => o.disposition.clone(),
             },
+            duplicate_of: o.duplicate_of.clone(),
         })
         .collect()
 }

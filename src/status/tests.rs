@@ -956,6 +956,7 @@ fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
         state: "stopped".into(),
         first_seen: t(T0 - age),
         action: "reported".into(),
+        duplicate_of: None,
     }
 }
 
