@@ -740,3 +740,55 @@ fn guest_agent_addresses_reach_the_status() {
         "loopback left out"
     );
 }
+
+/// Adoptions count against `max_parallel_per_node` like every other action on a node. They
+/// did not (an `Adopt` names no node): with an empty database all N adoptions ran at once, and
+/// at 10,000 VMs thousands of connections opened together timed out while connecting (the
+/// bench's adoptions "failing their first attempt", NetworkError on GET .../config).
+#[test]
+fn adoptions_respect_max_parallel_per_node() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let names: Vec<String> = (1..=6).map(|i| format!("web-{i:02}")).collect();
+    let files: Vec<(String, String)> = names
+        .iter()
+        .map(|n| (format!("{n}.yaml"), spec(n, "pve1", "9000", "")))
+        .collect();
+    let refs: Vec<(&str, String)> = files.iter().map(|(f, s)| (f.as_str(), s.clone())).collect();
+    ws.commit_specs(&refs);
+    assert!(ws.run_once().0);
+    ws.remove_state();
+    // Every request takes a while, so actions running side by side interleave in the log.
+    pve.slow_network(0.03, 0.0, None);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(out.matches("adopt ").count(), 6, "{out}");
+    // Each adoption's converge reads (pending, status, agent): from its first to its last, the
+    // action is running. No more than 2 (the default) may be open at any point of the log.
+    let reqs = pve.requests();
+    let mut spans: std::collections::BTreeMap<u32, (usize, usize)> = Default::default();
+    for (i, r) in reqs.iter().enumerate() {
+        let Some(rest) = r.path.strip_prefix("/api2/json/nodes/pve1/qemu/") else {
+            continue;
+        };
+        let Some((vmid, tail)) = rest.split_once('/') else {
+            continue;
+        };
+        if tail == "config" {
+            continue; // also read by the observation, one VM after the other
+        }
+        let vmid: u32 = vmid.parse().unwrap();
+        let span = spans.entry(vmid).or_insert((i, i));
+        span.1 = i;
+    }
+    assert_eq!(spans.len(), 6, "{spans:?}");
+    let most = (0..reqs.len())
+        .map(|i| spans.values().filter(|(a, b)| *a <= i && i <= *b).count())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most <= 2,
+        "{most} adoptions ran at once on pve1 (max_parallel_per_node = 2): {spans:?}"
+    );
+}

@@ -194,9 +194,9 @@ pub async fn execute(
     let mut limits: HashMap<(String, String), Arc<Semaphore>> = HashMap::new();
     let mut set = tokio::task::JoinSet::new();
     for action in actions {
-        let permit_source = action.node().map(|(site, node)| {
+        let permit_source = limit_node(&ctx, &action).map(|(site, node)| {
             limits
-                .entry((site.to_string(), node.to_string()))
+                .entry((site, node))
                 .or_insert_with(|| {
                     Arc::new(Semaphore::new(ctx.max_parallel_per_node.max(1) as usize))
                 })
@@ -230,6 +230,27 @@ pub async fn execute(
     }
     results.sort_by(|a, b| a.action.cmp(&b.action));
     results
+}
+
+/// The (site, node) whose `max_parallel_per_node` limit an action counts against. An adoption
+/// names no node: it is the node the VM was seen on this cycle (where `adopt` sends its
+/// requests), else the spec's. Without it, every adoption of a cycle ran at once (all N with an
+/// empty database). `Forget` sends nothing to PVE and is not limited.
+fn limit_node(ctx: &ExecCtx, action: &Action) -> Option<(String, String)> {
+    if let Some((site, node)) = action.node() {
+        return Some((site.to_string(), node.to_string()));
+    }
+    let Action::Adopt { spec, site, vmid } = action else {
+        return None;
+    };
+    let node = ctx
+        .views
+        .get(site)
+        .and_then(|v| v.vms.get(vmid))
+        .map(|vm| vm.node.clone())
+        .or_else(|| ctx.specs.get(spec).map(|s| s.node.clone()))
+        .unwrap_or_default();
+    Some((site.clone(), node))
 }
 
 async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> Outcome {
