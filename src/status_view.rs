@@ -344,8 +344,7 @@ fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     if !listing.orphans.is_empty() {
         let _ = writeln!(
             out,
-            "\nOrphans ({}): VMs carrying this install's tag that no spec describes, and second VMs \
-             claiming a spec",
+            "\nOrphans ({}): VMs carrying this install's tag that no spec describes (or a second VM of a spec)",
             listing.orphans.len()
         );
         let rows: Vec<Vec<Cell>> = listing
@@ -1314,7 +1313,7 @@ mod tests {
 
         assert!(
             text.contains(
-                "\nOrphans (1): VMs carrying this install's tag that no spec describes\n"
+                "\nOrphans (1): VMs carrying this install's tag that no spec describes (or a second VM of a spec)\n"
             ),
             "{text}"
         );

@@ -233,7 +233,9 @@ impl Client {
                 }
                 Err(e) if attempt < attempts && retryable_read(&e) => {
                     let pause = retry_pause(attempt);
-                    if started.elapsed() + pause > self.read_retry_budget {
+                    // Every failed read gets one retry, even when its first attempt alone
+                    // outlasted the budget (a connect timeout); more only within the budget.
+                    if attempt > 1 && started.elapsed() + pause > self.read_retry_budget {
                         return Err(e);
                     }
                     tracing::debug!(%method, path, attempt, error = %e, "retrying read");

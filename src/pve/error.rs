@@ -150,7 +150,10 @@ impl Error {
     /// started the work: a create that ends like that keeps its intent until a read settles it.
     pub fn surely_not_executed(&self) -> bool {
         match self {
-            Error::Api { status, .. } if matches!(status, 400 | 401 | 403 | 501) => true,
+            Error::Api {
+                status: 400 | 401 | 403 | 501,
+                ..
+            } => true,
             Error::Api { status: 500, .. } => matches!(
                 self.category(),
                 Category::AlreadyExists | Category::LockError | Category::NodeUnhealthy
