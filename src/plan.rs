@@ -452,43 +452,6 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             }
         }
     }
-    let deletes = removals
-        .iter()
-        .filter(|a| matches!(a, Action::Remove { release: false, .. }))
-        .count();
-    let managed = input
-        .records
-        .values()
-        .filter(|r| record_vmid(r).is_some())
-        .count();
-    let refusal = if deletes == 0 {
-        None
-    } else if input.desired.is_empty() && input.invalid.is_empty() {
-        Some(format!(
-            "refused to delete {deletes} VM(s): the desired set is empty (an empty commit or a wrong \
-             `dir` in [source]?); restore the specs, or delete the VMs by hand"
-        ))
-    } else if deletes as f64 > input.reconcile.max_delete_fraction * managed as f64 {
-        Some(format!(
-            "refused to delete {deletes} of {managed} managed VM(s): more than max_delete_fraction \
-             = {} in one commit; if intended, raise max_delete_fraction in [reconcile] for this change",
-            input.reconcile.max_delete_fraction
-        ))
-    } else {
-        None
-    };
-    match refusal {
-        Some(reason) => {
-            out.refused.push(reason);
-            out.actions.extend(
-                removals
-                    .into_iter()
-                    .filter(|a| !matches!(a, Action::Remove { release: false, .. })),
-            );
-        }
-        None => out.actions.extend(removals),
-    }
-
     // Orphans: owned VMs that no record and no spec explains.
     for view in input.sites.values().filter(|v| v.reachable()) {
         for vm in view.vms.values() {
@@ -522,7 +485,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 && vm.lock.is_none()
                 && view.node_healthy(&vm.node);
             let disposition = if deletable && input.now_ms >= grace_end {
-                out.actions.push(Action::DeleteOrphan {
+                removals.push(Action::DeleteOrphan {
                     site: view.name.clone(),
                     node: vm.node.clone(),
                     vmid: vm.vmid,
@@ -544,6 +507,68 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 duplicate_of: extra.then(|| marker_spec.to_string()),
             });
         }
+    }
+    // The valves, over every delete and release of this cycle (spec removals and orphans
+    // alike): a spec set not read completely, an empty desired set, or more than
+    // `max_delete_fraction` of the managed VMs refuse them all.
+    let removing = removals
+        .iter()
+        .filter(|a| matches!(a, Action::Remove { .. } | Action::DeleteOrphan { .. }))
+        .count();
+    // Managed: the VMs the records know and the owned VMs listed (after a lost database the
+    // records are empty, but the VMs are still there).
+    let mut managed_set: BTreeSet<(&str, u32)> = input
+        .records
+        .values()
+        .filter_map(|r| Some((r.site.as_str(), record_vmid(r)?)))
+        .collect();
+    for view in input.sites.values() {
+        for vm in view.vms.values() {
+            if !vm.template && vm.owned_by(input.install_id) {
+                managed_set.insert((view.name.as_str(), vm.vmid));
+            }
+        }
+    }
+    let managed = managed_set.len();
+    let refusal = if removing == 0 {
+        None
+    } else if !input.complete {
+        Some(format!(
+            "refused to delete or release {removing} VM(s): the spec set could not be read completely \
+             (see the errors above); nothing is removed until it can"
+        ))
+    } else if input.desired.is_empty() && input.invalid.is_empty() {
+        Some(format!(
+            "refused to delete or release {removing} VM(s): the desired set is empty (an empty commit or \
+             a wrong `dir` in [source]?); restore the specs, or delete the VMs by hand"
+        ))
+    } else if removing as f64 > input.reconcile.max_delete_fraction * managed as f64 {
+        Some(format!(
+            "refused to delete or release {removing} of {managed} managed VM(s): more than \
+             max_delete_fraction = {} in one commit; if intended, raise max_delete_fraction in \
+             [reconcile] for this change",
+            input.reconcile.max_delete_fraction
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some(reason) => {
+            out.refused.push(reason);
+            out.actions.extend(
+                removals
+                    .into_iter()
+                    .filter(|a| !matches!(a, Action::Remove { .. } | Action::DeleteOrphan { .. })),
+            );
+            for o in out
+                .orphans
+                .iter_mut()
+                .filter(|o| o.disposition == "deleting")
+            {
+                o.disposition = "reported (delete refused: see _summary.yaml)".into();
+            }
+        }
+        None => out.actions.extend(removals),
     }
     out.actions.sort();
     out

@@ -1,0 +1,94 @@
+//! Never a wrong delete: orphan cleanup and releases pass the same valves as spec deletes.
+//! Reproduced as the issue did, after the state database is lost (which the README says is
+//! safe), with `orphan_grace = "1s"`: a YAML syntax error in one file must not get that file's
+//! VM deleted, and an empty commit must not get every stopped managed VM deleted (nor every
+//! `deletionPolicy: Orphan` VM released).
+
+mod common;
+
+use std::time::Duration;
+
+use common::engine::{Workspace, owned_vms, spec};
+use common::{FakePve, default_scenario};
+
+const FAST_ORPHANS: &str = "[reconcile]\norphans = \"delete-stopped\"\norphan_grace = \"1s\"\n";
+
+/// Three stopped VMs made by proxsync from specs `a`, `b`, `c`.
+fn three_stopped(pve: &mut FakePve, extra: &str) -> Workspace {
+    let ws = Workspace::with_extra(pve, FAST_ORPHANS);
+    let stopped = format!("    powerState: stopped\n{extra}");
+    ws.commit_specs(&[
+        ("a.yaml", spec("a", "pve1", "9000", &stopped)),
+        ("b.yaml", spec("b", "pve1", "9000", &stopped)),
+        ("c.yaml", spec("c", "pve1", "9000", &stopped)),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(owned_vms(pve).len(), 3);
+    ws
+}
+
+/// Runs twice, past the orphan grace period in between.
+fn run_past_grace(ws: &Workspace) -> String {
+    let (_, first) = ws.run_once();
+    std::thread::sleep(Duration::from_millis(1300));
+    let (_, second) = ws.run_once();
+    format!("{first}\n---\n{second}")
+}
+
+#[test]
+fn a_yaml_error_after_a_lost_database_deletes_nothing() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = three_stopped(&mut pve, "");
+    ws.remove_state();
+    let broken =
+        spec("c", "pve1", "9000", "    powerState: stopped\n").replace("cpu: 2", "cpu: [2");
+    ws.commit_specs(&[
+        (
+            "a.yaml",
+            spec("a", "pve1", "9000", "    powerState: stopped\n"),
+        ),
+        (
+            "b.yaml",
+            spec("b", "pve1", "9000", "    powerState: stopped\n"),
+        ),
+        ("c.yaml", broken),
+    ]);
+    let out = run_past_grace(&ws);
+    assert_eq!(owned_vms(&mut pve).len(), 3, "nothing deleted: {out}");
+    let summary = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap();
+    assert!(
+        summary.contains("could not be read completely"),
+        "the refusal is reported: {summary}\n{out}"
+    );
+}
+
+#[test]
+fn an_empty_commit_after_a_lost_database_deletes_and_releases_nothing() {
+    for extra in ["", "  deletionPolicy: Orphan\n"] {
+        let mut pve = FakePve::start(default_scenario());
+        let ws = three_stopped(&mut pve, extra);
+        ws.remove_state();
+        ws.commit_specs(&[]);
+        let out = run_past_grace(&ws);
+        assert_eq!(
+            owned_vms(&mut pve).len(),
+            3,
+            "{extra:?}: nothing deleted or released: {out}"
+        );
+        let summary = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap();
+        assert!(summary.contains("refused"), "{extra:?}: {summary}\n{out}");
+    }
+}
+
+/// With the database intact, an empty commit releases nothing either: releases count toward
+/// the valve like deletes (reverting the commit would otherwise create second VMs).
+#[test]
+fn an_empty_commit_releases_nothing() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = three_stopped(&mut pve, "  deletionPolicy: Orphan\n");
+    ws.commit_specs(&[]);
+    let (_, out) = ws.run_once();
+    assert_eq!(owned_vms(&mut pve).len(), 3, "nothing released: {out}");
+    assert!(out.contains("refused"), "{out}");
+}
