@@ -258,7 +258,7 @@ fn safety_valves_refuse_mass_deletes() {
     ws.commit_specs(&[]);
     let (_, out) = ws.run_once();
     assert!(
-        out.contains("refused to delete 4 VM(s): the desired set is empty"),
+        out.contains("refused to delete or release 4 VM(s): the desired set is empty"),
         "{out}"
     );
     assert_eq!(owned_vms(&mut pve).len(), 4);
