@@ -94,6 +94,18 @@ Examples:
         /// The spec (metadata.name); all specs when omitted.
         name: Option<String>,
     },
+    /// Confirm by hand that a VM is a spec's although its marker does not verify (the marker
+    /// key was lost, or the VM predates signed markers). Run while the daemon is stopped.
+    #[command(after_help = "\
+Examples:
+  proxsync adopt web-01 --vmid 105   VM 105 (carrying web-01's proxsync-id line) is web-01's")]
+    Adopt {
+        /// The spec (metadata.name).
+        name: String,
+        /// The VM's VMID.
+        #[arg(long)]
+        vmid: u32,
+    },
     /// Show the status files as a table (or one spec in detail, or JSON).
     #[command(after_help = "\
 Examples:
@@ -123,6 +135,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Doctor { specs } => doctor(cli.config, specs),
         Command::Run { once, specs } => run_cmd(cli.config, once, specs),
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
+        Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { specs } => plan_cmd(cli.config, specs),
         Command::Schema => schema(),
@@ -300,6 +313,27 @@ fn load_inputs(
         eprintln!("{d}");
     }
     Ok((config, set, commit))
+}
+
+fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode {
+    let (config, specs, _commit) = match load_inputs(config_path, &[]) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(crate::engine::adopt_by_hand(&config, &specs, &name, vmid)) {
+        Ok(message) => {
+            println!("{message}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {

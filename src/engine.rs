@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_marker};
-use crate::ownership::Marker;
+use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
 use crate::spec::SpecSet;
@@ -31,6 +31,9 @@ pub enum EngineError {
     Site { site: String, message: String },
     #[error("status directory {path}: {message}")]
     Status { path: String, message: String },
+    /// A request a person made cannot be done as asked (the message says why and what to do).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What one cycle did.
@@ -129,6 +132,8 @@ pub struct Engine {
     status: StatusDir,
     /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
     markers: HashMap<(String, u32), Option<Marker>>,
+    /// The secret that signs and verifies markers (`<state_dir>/marker.key`).
+    marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
     /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
     pub retry_transient_now: bool,
@@ -153,6 +158,12 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
+        let marker_key = Arc::new(MarkerKey::load_or_create(&config.state_dir).map_err(
+            |message| EngineError::Status {
+                path: config.state_dir.display().to_string(),
+                message,
+            },
+        )?);
         let sites = site_clients(&config)?;
         let status = StatusDir::open(&config.status_dir).map_err(|e| EngineError::Status {
             path: config.status_dir.display().to_string(),
@@ -164,6 +175,7 @@ impl Engine {
             sites,
             status,
             markers: HashMap::new(),
+            marker_key,
             task_wait: TASK_WAIT,
             retry_transient_now: false,
             source_error: None,
@@ -228,6 +240,7 @@ impl Engine {
             specs,
             &records,
             &mut self.markers,
+            Some(&self.marker_key),
         )
         .await;
         let invalid: BTreeSet<String> = specs
@@ -277,6 +290,7 @@ impl Engine {
                 max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
                 shutdown: self.shutdown.clone(),
                 node_facts: Default::default(),
+                marker_key: self.marker_key.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // VMIDs may have been freed and reused by this cycle's deletes and creates: cached
@@ -290,6 +304,7 @@ impl Engine {
                 specs,
                 &records,
                 &mut self.markers,
+                Some(&self.marker_key),
             )
             .await;
             let input = PlanInput {
@@ -519,7 +534,12 @@ async fn observe_all(
     specs: &SpecSet,
     records: &BTreeMap<String, SpecRecord>,
     cache: &mut HashMap<(String, u32), Option<Marker>>,
+    key: Option<&MarkerKey>,
 ) -> BTreeMap<String, SiteView> {
+    let verifies = |m: &Option<Marker>, vmid: u32| {
+        m.as_ref()
+            .is_some_and(|m| key.is_some_and(|k| m.verifies(k, vmid)))
+    };
     let mut set = tokio::task::JoinSet::new();
     for (name, site) in sites {
         let (name, site) = (name.clone(), site.clone());
@@ -577,6 +597,7 @@ async fn observe_all(
                 }
             };
             if let Some(vm) = view.vms.get_mut(&vmid) {
+                vm.marker_verified = verifies(&marker, vmid);
                 vm.marker = marker;
                 vm.marker_read = true;
             }
@@ -589,6 +610,9 @@ async fn observe_all(
             {
                 vm.marker = Some(m.clone());
                 vm.marker_read = true;
+                // Known by the record: it vouches for the VM even with a marker from before
+                // signing (converge rewrites that one signed).
+                vm.marker_verified = true;
             }
         }
         // Known VMs whose marker was never read this process: mark from the record.
@@ -598,11 +622,14 @@ async fn observe_all(
                 && !vm.marker_read
                 && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
             {
+                // The record vouches for it: we made or adopted this VM at this VMID.
                 vm.marker = Some(Marker {
                     install: config.install_id.clone(),
                     spec: spec_name.to_string(),
                     uid: rec.uid.clone(),
+                    mac: None,
                 });
+                vm.marker_verified = true;
             }
         }
     }
@@ -629,7 +656,9 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         None => BTreeMap::new(),
     };
     let mut cache = HashMap::new();
-    let views = observe_all(&sites, config, specs, &records, &mut cache).await;
+    // Read-only: a missing key is not made here (then no marker verifies).
+    let key = MarkerKey::load(&config.state_dir).ok().flatten();
+    let views = observe_all(&sites, config, specs, &records, &mut cache, key.as_ref()).await;
     let invalid: BTreeSet<String> = specs
         .invalid_names()
         .into_iter()
@@ -726,4 +755,75 @@ fn image_text(image: &crate::spec::Image) -> String {
         crate::spec::Image::Volume { volume, .. } => volume.clone(),
         crate::spec::Image::Name(n) => n.clone(),
     }
+}
+
+/// `proxsync adopt NAME --vmid N`: a person confirms that VM `vmid` is spec `name`'s although
+/// its marker does not verify (the marker key was lost, or the VM comes from a release before
+/// signing). The VM must carry this install's marker naming the spec; the record written here
+/// vouches for it, and the next cycle converges it and signs its marker. Needs the state
+/// database, so it runs while the daemon is stopped.
+pub async fn adopt_by_hand(
+    config: &Config,
+    specs: &SpecSet,
+    name: &str,
+    vmid: u32,
+) -> Result<String, EngineError> {
+    let refused = |m: String| EngineError::Refused(m);
+    let spec = specs
+        .specs
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| refused(format!("no valid spec named {name} in the source")))?;
+    let sites = site_clients(config)?;
+    let site = sites
+        .get(&spec.site)
+        .ok_or_else(|| refused(format!("site {} is not configured", spec.site)))?;
+    let store = Store::open(&config.state_dir).map_err(|e| {
+        refused(format!(
+            "{e}; if the daemon runs, stop it (systemctl stop proxsync), adopt, and start it again"
+        ))
+    })?;
+    let mut records = store.specs()?;
+    let mut rec = records.remove(name).unwrap_or_default();
+    if let Some(other) = record_vmid(&rec).filter(|v| *v != vmid) {
+        return Err(refused(format!(
+            "spec {name} already maps to VM {other}; nothing changed"
+        )));
+    }
+    let site_err = |e: crate::pve::Error| EngineError::Site {
+        site: spec.site.clone(),
+        message: e.to_string(),
+    };
+    let listed = site.client.vm_resources().await.map_err(site_err)?;
+    let node = listed
+        .iter()
+        .find(|r| r.is_qemu() && r.vmid == vmid)
+        .map(|r| r.node.clone())
+        .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
+    let cfg = site.client.vm_config(&node, vmid).await.map_err(site_err)?;
+    let marker = cfg
+        .description()
+        .and_then(Marker::parse)
+        .filter(|m| m.install == config.install_id && m.spec == name)
+        .ok_or_else(|| {
+            refused(format!(
+                "VM {vmid} does not carry the marker of spec {name} of install {}; proxsync adopts \
+                 only a VM whose description has that proxsync-id line",
+                config.install_id
+            ))
+        })?;
+    rec.uid = marker.uid;
+    rec.site = spec.site.clone();
+    rec.node = node.clone();
+    rec.vmid = Some(vmid);
+    rec.phase = crate::state::Phase::Exists;
+    rec.provisioned = true;
+    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");
+    store.put(name, &rec)?;
+    Ok(format!(
+        "VM {vmid} on {}/{node} is now spec {name}'s; the next cycle converges it and signs its \
+         marker",
+        spec.site
+    ))
 }

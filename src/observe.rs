@@ -46,6 +46,9 @@ pub struct ObservedVm {
     /// `marker_read`).
     pub marker: Option<Marker>,
     pub marker_read: bool,
+    /// The marker's MAC verifies for this VMID with this install's key (or the state
+    /// database vouches for the VM). Only a verified marker makes a VM this install's.
+    pub marker_verified: bool,
 }
 
 impl ObservedVm {
@@ -71,6 +74,7 @@ impl ObservedVm {
             template: r.template.unwrap_or(false),
             marker: None,
             marker_read: false,
+            marker_verified: false,
         }
     }
 
@@ -86,10 +90,20 @@ impl ObservedVm {
     /// Owned by this install: the ownership tag and a marker of this install.
     pub fn owned_by(&self, install_id: &str) -> bool {
         self.has_tag(&crate::ownership::ownership_tag(install_id))
+            && self.marker_verified
             && self
                 .marker
                 .as_ref()
                 .is_some_and(|m| m.install == install_id)
+    }
+
+    /// A marker naming this install that does not verify: typed by hand, or copied with the
+    /// VM from another VMID. The spec it claims, for the report; never trusted.
+    pub fn unverified_claim(&self, install_id: &str) -> Option<&str> {
+        self.marker
+            .as_ref()
+            .filter(|m| !self.marker_verified && m.install == install_id)
+            .map(|m| m.spec.as_str())
     }
 }
 
@@ -228,10 +242,16 @@ mod tests {
             install: "other".into(),
             spec: "a".into(),
             uid: "1".into(),
+            mac: None,
         });
+        vm.marker_verified = true;
         assert!(!vm.owned_by("main"), "another install's marker");
         vm.marker.as_mut().unwrap().install = "main".into();
         assert!(vm.owned_by("main"));
+        vm.marker_verified = false;
+        assert!(!vm.owned_by("main"), "a marker that does not verify");
+        assert_eq!(vm.unverified_claim("main"), Some("a"));
+        vm.marker_verified = true;
         vm.tags.clear();
         assert!(!vm.owned_by("main"), "marker without the tag");
     }

@@ -1,10 +1,22 @@
 //! How a VM is marked as proxsync's: the ownership tag `proxsync.<install_id>` (visible in
 //! the one listing read per cycle) and an identity marker in the VM's description (set at
-//! creation, since a clone cannot set tags): `proxsync-id: install=<id> spec=<name> uid=<uid>`.
-//! proxsync never changes or deletes a VM that does not carry both.
+//! creation, since a clone cannot set tags):
+//! `proxsync-id: install=<id> spec=<name> uid=<uid> mac=<mac>`.
+//!
+//! The marker is signed: `mac` is an HMAC-SHA256 (first 16 bytes, hex) over the install, the
+//! spec, the uid and the VM's VMID, with a per-install secret kept in the state directory
+//! ([`MarkerKey`], `marker.key`). A marker typed by hand fails on its MAC; a marker copied with
+//! the VM (a clone in the web UI copies the description) fails on its VMID. proxsync never
+//! adopts, changes or deletes a VM on a marker that does not verify; such a VM is reported.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// The marker line's prefix.
 pub const MARKER_PREFIX: &str = "proxsync-id:";
+
+/// The file of the marker secret inside `state_dir`.
+pub const KEY_FILE: &str = "marker.key";
 
 /// The identity a VM's description carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -12,15 +24,47 @@ pub struct Marker {
     pub install: String,
     pub spec: String,
     pub uid: String,
+    /// The signature over (install, spec, uid, VMID); `None` in markers written by releases
+    /// before signing (trusted only where the state database vouches for the VM).
+    pub mac: Option<String>,
 }
 
 impl Marker {
+    /// A marker signed for VM `vmid`.
+    pub fn signed(key: &MarkerKey, install: &str, spec: &str, uid: &str, vmid: u32) -> Marker {
+        Marker {
+            install: install.to_string(),
+            spec: spec.to_string(),
+            uid: uid.to_string(),
+            mac: Some(key.mac(install, spec, uid, vmid)),
+        }
+    }
+
+    /// Whether the MAC verifies for VM `vmid` with this install's key.
+    pub fn verifies(&self, key: &MarkerKey, vmid: u32) -> bool {
+        self.mac.as_deref().is_some_and(|mac| {
+            let want = key.mac(&self.install, &self.spec, &self.uid, vmid);
+            // Constant time: the comparison does not tell how much of a forged MAC is right.
+            mac.len() == want.len()
+                && mac
+                    .bytes()
+                    .zip(want.bytes())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                    == 0
+        })
+    }
+
     /// The marker line.
     pub fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             "{MARKER_PREFIX} install={} spec={} uid={}",
             self.install, self.spec, self.uid
-        )
+        );
+        if let Some(mac) = &self.mac {
+            line.push_str(" mac=");
+            line.push_str(mac);
+        }
+        line
     }
 
     /// The VM description proxsync writes: a sentence for the humans in the web UI, then the
@@ -35,6 +79,19 @@ impl Marker {
         )
     }
 
+    /// `description` with its marker line replaced by this marker's (added when it has none),
+    /// keeping every other line a human wrote.
+    pub fn replace_in(&self, description: &str) -> String {
+        let kept: Vec<&str> = description
+            .lines()
+            .filter(|l| !l.contains(MARKER_PREFIX))
+            .collect();
+        if kept.iter().all(|l| l.trim().is_empty()) {
+            return self.description();
+        }
+        format!("{}\n{}", kept.join("\n").trim_end(), self.line())
+    }
+
     /// Finds the marker in a description (PVE may have re-encoded line breaks; any line or
     /// the text after the prefix is accepted). `None` if absent or malformed.
     pub fn parse(description: &str) -> Option<Marker> {
@@ -43,11 +100,13 @@ impl Marker {
         let mut install = None;
         let mut spec = None;
         let mut uid = None;
+        let mut mac = None;
         for part in rest.split_whitespace() {
             match part.split_once('=') {
                 Some(("install", v)) => install = Some(v),
                 Some(("spec", v)) => spec = Some(v),
                 Some(("uid", v)) => uid = Some(v),
+                Some(("mac", v)) => mac = Some(v),
                 _ => {}
             }
         }
@@ -55,8 +114,109 @@ impl Marker {
             install: install?.to_string(),
             spec: spec?.to_string(),
             uid: uid?.to_string(),
+            mac: mac.filter(|m| !m.is_empty()).map(str::to_string),
         };
         (!m.install.is_empty() && !m.spec.is_empty() && !m.uid.is_empty()).then_some(m)
+    }
+}
+
+/// The per-install secret that signs markers. Kept in `<state_dir>/marker.key` (mode 0600);
+/// the operator backs it up with the rest of `/etc` and `/var/lib/proxsync`. Lost, the VMs'
+/// markers no longer verify: they are reported, nothing is deleted, and they are taken back
+/// with `proxsync adopt`.
+#[derive(Clone)]
+pub struct MarkerKey([u8; 32]);
+
+impl std::fmt::Debug for MarkerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MarkerKey(***)")
+    }
+}
+
+impl MarkerKey {
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join(KEY_FILE)
+    }
+
+    /// Reads the key, or makes one (random, mode 0600) when the file does not exist.
+    pub fn load_or_create(state_dir: &Path) -> Result<MarkerKey, String> {
+        let path = Self::path(state_dir);
+        match Self::load(state_dir) {
+            Ok(Some(key)) => return Ok(key),
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+        use ring::rand::SecureRandom;
+        let mut bytes = [0u8; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut bytes)
+            .map_err(|_| "the system's random source failed".to_string())?;
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| format!("{}: cannot create the directory: {e}", state_dir.display()))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut file = options
+            .open(&path)
+            .map_err(|e| format!("{}: cannot create the marker key: {e}", path.display()))?;
+        file.write_all(format!("{hex}\n").as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("{}: cannot write the marker key: {e}", path.display()))?;
+        tracing::warn!(path = %path.display(), "made a new marker key; back it up with the state directory");
+        Ok(MarkerKey(bytes))
+    }
+
+    /// Reads the key; `Ok(None)` when the file does not exist. Never shows its content.
+    pub fn load(state_dir: &Path) -> Result<Option<MarkerKey>, String> {
+        let path = Self::path(state_dir);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(format!(
+                    "{}: cannot read the marker key: {e}",
+                    path.display()
+                ));
+            }
+        };
+        let hex = text.trim();
+        let bad = || {
+            format!(
+                "{}: not a marker key (expected 64 hexadecimal characters); restore it from your \
+                 backup",
+                path.display()
+            )
+        };
+        if hex.len() != 64 {
+            return Err(bad());
+        }
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+                .map_err(|_| bad())?;
+        }
+        Ok(Some(MarkerKey(bytes)))
+    }
+
+    /// A key from bytes (tests).
+    pub fn from_bytes(bytes: [u8; 32]) -> MarkerKey {
+        MarkerKey(bytes)
+    }
+
+    /// HMAC-SHA256 over the fields, NUL-separated, first 16 bytes as hex.
+    pub fn mac(&self, install: &str, spec: &str, uid: &str, vmid: u32) -> String {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
+        let message = format!("proxsync-marker-v1\0{install}\0{spec}\0{uid}\0{vmid}");
+        let tag = ring::hmac::sign(&key, message.as_bytes());
+        tag.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }
 
@@ -85,13 +245,13 @@ pub fn new_uid() -> String {
 mod tests {
     use super::*;
 
+    fn key() -> MarkerKey {
+        MarkerKey::from_bytes([7; 32])
+    }
+
     #[test]
     fn marker_round_trips_through_the_description() {
-        let m = Marker {
-            install: "main".into(),
-            spec: "web-01".into(),
-            uid: new_uid(),
-        };
+        let m = Marker::signed(&key(), "main", "web-01", &new_uid(), 105);
         assert_eq!(m.uid.len(), 16);
         assert_eq!(Marker::parse(&m.description()), Some(m.clone()));
         // A human added notes around it in the web UI.
@@ -105,5 +265,65 @@ mod tests {
         assert_eq!(Marker::parse("proxsync-id: install=main spec=web-01"), None);
         assert_eq!(Marker::parse("proxsync-id: install= spec=a uid=b"), None);
         assert_ne!(new_uid(), new_uid());
+    }
+
+    #[test]
+    fn a_typed_or_copied_marker_does_not_verify() {
+        let k = key();
+        let m = Marker::signed(&k, "main", "web", "0011223344556677", 105);
+        assert!(m.verifies(&k, 105));
+        // Copied with the VM to another VMID (a clone in the web UI).
+        assert!(!m.verifies(&k, 106));
+        // Typed by hand: no MAC, or a made-up one.
+        let typed = Marker::parse("proxsync-id: install=main spec=web uid=forged").unwrap();
+        assert!(!typed.verifies(&k, 105));
+        let guessed = Marker {
+            mac: Some("0".repeat(32)),
+            ..m.clone()
+        };
+        assert!(!guessed.verifies(&k, 105));
+        // Another install's key.
+        assert!(!m.verifies(&MarkerKey::from_bytes([8; 32]), 105));
+        // Another spec or uid under the same MAC.
+        let moved = Marker {
+            spec: "db".into(),
+            ..m.clone()
+        };
+        assert!(!moved.verifies(&k, 105));
+    }
+
+    #[test]
+    fn the_marker_line_is_replaced_and_notes_are_kept() {
+        let k = key();
+        let legacy = "Owner: team-web\nproxsync-id: install=main spec=web uid=0011223344556677";
+        let m = Marker::signed(&k, "main", "web", "0011223344556677", 105);
+        let next = m.replace_in(legacy);
+        assert!(next.starts_with("Owner: team-web\n"), "{next}");
+        assert_eq!(Marker::parse(&next), Some(m.clone()));
+        assert_eq!(m.replace_in(""), m.description());
+    }
+
+    #[test]
+    fn the_key_is_made_once_with_mode_0600_and_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = MarkerKey::load_or_create(dir.path()).unwrap();
+        let b = MarkerKey::load_or_create(dir.path()).unwrap();
+        assert_eq!(a.mac("i", "s", "u", 1), b.mac("i", "s", "u", 1));
+        assert_eq!(format!("{a:?}"), "MarkerKey(***)");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(MarkerKey::path(dir.path()))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        std::fs::write(MarkerKey::path(dir.path()), "not hex").unwrap();
+        let e = MarkerKey::load(dir.path()).unwrap_err();
+        assert!(
+            e.contains("not a marker key") && !e.contains("not hex"),
+            "{e}"
+        );
     }
 }

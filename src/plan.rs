@@ -145,6 +145,10 @@ pub enum Verdict {
     Unknown { vmid: u32 },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
+    /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
+    /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
+    /// confirms it (`proxsync adopt`) or removes it.
+    UnverifiedClaim { vmid: u32 },
 }
 
 /// An orphan: owned by this install, matching no spec and no record.
@@ -214,6 +218,9 @@ pub fn spec_hash(spec: &Spec) -> String {
         cloud_init: Option<&'a crate::spec::CloudInit>,
         power: PowerState,
         tags: &'a [String],
+        /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
+        /// VM with a marker from before signing is converged (and its marker signed) once.
+        identity: u32,
     }
     let h = Hashed {
         vm_name: &spec.vm_name,
@@ -228,6 +235,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         cloud_init: spec.cloud_init.as_ref(),
         power: spec.power_state,
         tags: &spec.tags,
+        identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
 }
@@ -331,6 +339,9 @@ struct SiteIndex<'a> {
     /// any of them carries the ownership tag (then any spec may be theirs).
     unread_by_name: BTreeMap<&'a str, u32>,
     unread_tagged: Option<u32>,
+    /// VMs whose marker names this install but does not verify, by the spec it claims (the
+    /// lowest VMID): a copy, a typed marker, or a lost marker key.
+    unverified_by_spec: BTreeMap<&'a str, u32>,
 }
 
 impl<'a> SiteIndex<'a> {
@@ -344,10 +355,17 @@ impl<'a> SiteIndex<'a> {
             by_marker: BTreeMap::new(),
             unread_by_name: BTreeMap::new(),
             unread_tagged: None,
+            unverified_by_spec: BTreeMap::new(),
         };
         for vm in view.vms.values().filter(|vm| !vm.template) {
-            if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id) {
+            // Only a marker that verifies (or that the state vouches for) claims a spec.
+            if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id)
+                && vm.marker_verified
+            {
                 index.by_marker.entry(m.spec.as_str()).or_default().push(vm);
+            }
+            if let Some(spec) = vm.unverified_claim(install_id) {
+                index.unverified_by_spec.entry(spec).or_insert(vm.vmid);
             }
             if !vm.marker_read && !known.contains(&vm.vmid) {
                 if vm.has_tag(tag) {
@@ -459,14 +477,16 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             // gets the tag only when converged), but deleted only with it.
             let extra = extras.contains(&(view.name.as_str(), vm.vmid));
             let owned = vm.owned_by(input.install_id);
+            let forged = vm.unverified_claim(input.install_id);
             if vm.template
-                || !(owned || extra)
+                || !(owned || extra || forged.is_some())
                 || reserved.contains_key(&(view.name.as_str(), vm.vmid))
             {
                 continue;
             }
             let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
             if !extra
+                && forged.is_none()
                 && (desired_names.contains(marker_spec) || input.invalid.contains(marker_spec))
             {
                 continue; // adopted above, or an invalid spec's VM left alone
@@ -484,7 +504,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 && vm.power == Power::Stopped
                 && vm.lock.is_none()
                 && view.node_healthy(&vm.node);
-            let disposition = if deletable && input.now_ms >= grace_end {
+            let disposition = if let Some(spec) = forged {
+                // Typed by hand or copied from another VM: never adopted, changed or deleted.
+                format!(
+                    "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
+                     adopted or deleted"
+                )
+            } else if deletable && input.now_ms >= grace_end {
                 removals.push(Action::DeleteOrphan {
                     site: view.name.clone(),
                     node: vm.node.clone(),
@@ -727,6 +753,13 @@ fn plan_spec(
                 });
                 if let Some(vmid) = unread {
                     return Verdict::Unknown { vmid };
+                }
+                // A VM claims this spec with a marker that does not verify. It may be the
+                // spec's own VM after the marker key was lost: creating now could make a
+                // second one, so a human decides (`proxsync adopt`, or delete the VM).
+                if let Some(vmid) = index.and_then(|i| i.unverified_by_spec.get(spec.name.as_str()))
+                {
+                    return Verdict::UnverifiedClaim { vmid: *vmid };
                 }
                 if let Some(until_ms) = backoff {
                     return Verdict::BackingOff { until_ms };

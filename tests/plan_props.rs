@@ -412,6 +412,8 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
         template: false,
         marker: None,
         marker_read: true,
+        // The model's markers are genuine (signed by this install): verified.
+        marker_verified: true,
     }
 }
 
@@ -506,6 +508,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 install: install.to_string(),
                 uid: uid_of(&spec),
                 spec,
+                mac: None,
             });
             vm.marker_read = read;
             vms.insert(vm_id, vm);
@@ -604,6 +607,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     install: INSTALL.to_string(),
                     spec: name.clone(),
                     uid: records[&name].uid.clone(),
+                    mac: None,
                 });
                 in_flight.insert(vmid, vm);
             }
@@ -625,6 +629,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 install: install.to_string(),
                 spec: spec.to_string(),
                 uid: format!("uid-extra-{j}"),
+                mac: None,
             })
         };
         match x.kind {
@@ -759,6 +764,7 @@ impl Sim {
             install: INSTALL.to_string(),
             spec: spec.name.clone(),
             uid: rec.uid.clone(),
+            mac: None,
         });
         let existing = self.world.vms_mut().insert(vmid, vm);
         assert!(existing.is_none(), "a create over existing VM {vmid}");
@@ -914,6 +920,7 @@ impl Sim {
                         install: INSTALL.into(),
                         spec: spec.clone(),
                         uid,
+                        mac: None,
                     });
                     self.world.vms_mut().insert(*vmid, vm);
                     return;
@@ -1357,7 +1364,7 @@ proptest! {
         // At least one removed spec whose VM is there to delete.
         let mut vm = blank_vm(300, NODES[0], "last", if running { Power::Running } else { Power::Stopped });
         vm.tags = vec![owner_tag()];
-        vm.marker = Some(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last") });
+        vm.marker = Some(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last"), mac: None });
         w.vms_mut().insert(300, vm);
         w.records.insert("last".into(), SpecRecord {
             uid: uid_of("last"),
@@ -1498,6 +1505,7 @@ fn lost_web_vm(marker_read: bool) -> ObservedVm {
         install: INSTALL.into(),
         spec: "web".into(),
         uid: uid_of("web"),
+        mac: None,
     });
     vm
 }
@@ -1571,6 +1579,7 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
         install: INSTALL.into(),
         spec: "old".into(),
         uid: uid_of("old"),
+        mac: None,
     });
     sim.world.vms_mut().insert(500, vm);
     let p2 = plan(&sim.world.input());

@@ -11,7 +11,7 @@ use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
-use super::identity::is_ours;
+use super::identity::{is_ours, marker, marker_is_current};
 use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 
 /// The boot disk's key and size in bytes, from the config.
@@ -137,7 +137,7 @@ pub(super) async fn converge(
     // Declared fields only, compared with PVE's normalised values. A value waiting for a
     // reboot counts as set: it is not sent again every cycle.
     let pending = client.vm_pending(node, vmid).await?;
-    let (params, mut changed) = config_diff(ctx, spec, rec, &cfg, &pending)?;
+    let (params, mut changed) = config_diff(ctx, spec, rec, vmid, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
         client.set_config(node, vmid, &params, cfg.digest()).await?;
@@ -259,7 +259,7 @@ async fn read_own_config(
         Err(e) => return Err(e.into()),
     };
     // Identity, from a fresh read, before any change.
-    if !is_ours(ctx, &cfg, Some(&spec.name)) {
+    if !is_ours(ctx, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
         rec.vmid = None;
         rec.phase = Phase::Pending;
         ctx.store.put(&spec.name, rec)?;
@@ -281,6 +281,7 @@ fn config_diff(
     ctx: &ExecCtx,
     spec: &Spec,
     rec: &SpecRecord,
+    vmid: u32,
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ActionError> {
@@ -297,6 +298,16 @@ fn config_diff(
     };
     let mut params = VmParams::new();
     let mut changed: Vec<&str> = Vec::new();
+    // A marker from before signing (or signed with a lost key, the record vouching for the
+    // VM) is rewritten signed for this VMID; the rest of the description stays.
+    if !marker_is_current(ctx, cfg, vmid) {
+        let signed = marker(ctx, spec, rec, vmid);
+        params = params.set(
+            "description",
+            signed.replace_in(cfg.description().unwrap_or("")),
+        );
+        changed.push("marker");
+    }
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
         params = params.set("name", &spec.vm_name);
         changed.push("name");

@@ -133,7 +133,7 @@ async fn send_create(
 ) -> Result<Upid, PveError> {
     // Identity travels in the creating call (name and marker; tags where PVE takes them), so
     // a finished create or clone is recognisable without a second request.
-    let description = marker(ctx, spec, rec).description();
+    let description = marker(ctx, spec, rec, vmid).description();
     match source {
         Source::Clone {
             template,
@@ -327,7 +327,7 @@ pub(super) async fn inspect(
                     node,
                 })
             }
-            _ if is_ours(ctx, &cfg, Some(spec_name)) => Ok(Found::Ours(node)),
+            _ if is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) => Ok(Found::Ours(node)),
             _ => Ok(Found::Foreign),
         },
         None => {
@@ -498,6 +498,7 @@ pub(super) async fn adopt(
         .map(|vm| vm.node.clone())
         .unwrap_or_else(|| spec.node.clone());
     let Some(m) = vm
+        .filter(|vm| vm.marker_verified)
         .and_then(|vm| vm.marker.clone())
         .filter(|m| is_our_marker(ctx, m, Some(&spec.name)))
     else {

@@ -7,13 +7,9 @@ use crate::state::SpecRecord;
 
 use super::ExecCtx;
 
-/// The description marker of a spec's VM.
-pub(super) fn marker(ctx: &ExecCtx, spec: &Spec, rec: &SpecRecord) -> Marker {
-    Marker {
-        install: ctx.install_id.clone(),
-        spec: spec.name.clone(),
-        uid: rec.uid.clone(),
-    }
+/// The description marker of a spec's VM at `vmid`, signed.
+pub(super) fn marker(ctx: &ExecCtx, spec: &Spec, rec: &SpecRecord, vmid: u32) -> Marker {
+    Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &rec.uid, vmid)
 }
 
 pub(super) fn desired_tags(ctx: &ExecCtx, spec: &Spec) -> Vec<String> {
@@ -30,10 +26,29 @@ pub(super) fn is_our_marker(ctx: &ExecCtx, m: &Marker, spec: Option<&str>) -> bo
     m.install == ctx.install_id && spec.is_none_or(|s| m.spec == s)
 }
 
-/// Whether the config's description carries this install's marker and, when `spec` is given,
-/// that spec's.
-pub(super) fn is_ours(ctx: &ExecCtx, cfg: &VmConfig, spec: Option<&str>) -> bool {
+/// Whether the config of VM `vmid` carries this install's marker (and, when `spec` is given,
+/// that spec's) and the marker is to be trusted: its MAC verifies for this VMID, or the state
+/// database vouches for this VM (`vouched_uid`: the uid recorded for the spec whose record
+/// names this VMID; it covers markers written before signing, and a lost key). A marker typed
+/// by hand or copied from another VM is never trusted.
+pub(super) fn is_ours(
+    ctx: &ExecCtx,
+    cfg: &VmConfig,
+    vmid: u32,
+    spec: Option<&str>,
+    vouched_uid: Option<&str>,
+) -> bool {
+    cfg.description().and_then(Marker::parse).is_some_and(|m| {
+        is_our_marker(ctx, &m, spec)
+            && (m.verifies(&ctx.marker_key, vmid)
+                || vouched_uid.is_some_and(|uid| !uid.is_empty() && uid == m.uid))
+    })
+}
+
+/// Whether the config's marker is exactly the signed one this VM should carry (else converge
+/// rewrites it: a marker from before signing, or signed with a lost key).
+pub(super) fn marker_is_current(ctx: &ExecCtx, cfg: &VmConfig, vmid: u32) -> bool {
     cfg.description()
         .and_then(Marker::parse)
-        .is_some_and(|m| is_our_marker(ctx, &m, spec))
+        .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
 }

@@ -165,6 +165,8 @@ pub struct ExecCtx {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Per (site, node), the storages and bridges read for pre-flight this cycle.
     pub node_facts: NodeFacts,
+    /// Signs the markers of new VMs and verifies those read back.
+    pub marker_key: Arc<crate::ownership::MarkerKey>,
 }
 
 /// See [`ExecCtx::node_facts`].

@@ -90,7 +90,7 @@ pub(super) async fn remove(
             }
             Err(e) => return Err(e.into()),
         };
-        if !is_ours(ctx, &cfg, Some(spec_name)) {
+        if !is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
             tracing::warn!(
                 spec = spec_name,
                 vmid,
@@ -116,7 +116,7 @@ pub(super) async fn remove(
         }
         // Identity once more, just before the delete.
         let cfg = client.vm_config(node, vmid).await?;
-        if !is_ours(ctx, &cfg, Some(spec_name)) {
+        if !is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
             return Err(fail(
                 Category::Conflict,
                 format!("VM {vmid} changed identity during the delete; not deleting"),
@@ -195,7 +195,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx, vm: VmRef<'_>) -> Outcome {
         let client = &site.client;
         let cfg = client.vm_config(node, vmid).await?;
         let tag = ownership_tag(&ctx.install_id);
-        let ours = cfg.tags().contains(&tag) && is_ours(ctx, &cfg, None);
+        let ours = cfg.tags().contains(&tag) && is_ours(ctx, &cfg, vmid, None, None);
         if !ours {
             return Err(fail(
                 Category::Conflict,

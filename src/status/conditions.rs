@@ -183,6 +183,24 @@ fn ready_and_reconciling(
                 "waiting for the VM's state",
             ),
         ),
+        Some(Verdict::UnverifiedClaim { vmid }) => {
+            let msg = format!(
+                "VM {vmid} claims this spec but its marker does not verify (copied from another VM, \
+                 typed by hand, or signed with a lost marker key); nothing is created while it does. \
+                 If it is this spec's VM: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
+                 remove the proxsync-id line from its description",
+                spec.name
+            );
+            (
+                ConditionInput::new(
+                    kinds::READY,
+                    S::False,
+                    reasons::UNVERIFIED_CLAIM,
+                    msg.clone(),
+                ),
+                ConditionInput::new(kinds::RECONCILING, S::False, reasons::UNVERIFIED_CLAIM, msg),
+            )
+        }
         Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
     }
 }

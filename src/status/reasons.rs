@@ -43,6 +43,9 @@ pub const RELEASED: &str = "Released";
 /// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
 /// and which is the spec's. The others are listed in `_orphans.yaml`.
 pub const DUPLICATE_VM: &str = "DuplicateVM";
+/// `Ready` False: no VM of the spec is known and another VM claims it with a marker that does
+/// not verify; nothing is created until `proxsync adopt` confirms it or it is removed.
+pub const UNVERIFIED_CLAIM: &str = "UnverifiedClaim";
 
 // ---- Reconciling ----
 /// `Reconciling` False: nothing to do, the VM matches the spec.

@@ -151,7 +151,15 @@ impl Workspace {
         )
     }
 
+    /// Deletes the state database (the cache the README says is safe to lose); the marker key
+    /// beside it stays, as the README tells operators to keep it.
     pub fn remove_state(&self) {
+        std::fs::remove_file(self.path("state/proxsync.redb")).unwrap();
+    }
+
+    /// Loses the whole state directory, the marker key included.
+    #[allow(dead_code)]
+    pub fn remove_state_and_key(&self) {
         std::fs::remove_dir_all(self.path("state")).unwrap();
     }
 }
