@@ -335,10 +335,12 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
 struct SiteIndex<'a> {
     /// VMs carrying this install's marker, by the spec the marker names.
     by_marker: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
-    /// VMs whose marker could not be read and that no record explains: by name, and whether
-    /// any of them carries the ownership tag (then any spec may be theirs).
+    /// VMs whose marker could not be read and that no record explains: by name; and tagged
+    /// ones listed without a name, by node. The uncertainty stays with what such a VM can be:
+    /// the spec of its name, or (nameless) the specs of its node; other specs of the site are
+    /// created as usual.
     unread_by_name: BTreeMap<&'a str, u32>,
-    unread_tagged: Option<u32>,
+    unread_tagged_nameless: BTreeMap<&'a str, u32>,
     /// VMs whose marker names this install but does not verify, by the spec it claims (the
     /// lowest VMID): a copy, a typed marker, or a lost marker key.
     unverified_by_spec: BTreeMap<&'a str, u32>,
@@ -354,7 +356,7 @@ impl<'a> SiteIndex<'a> {
         let mut index = SiteIndex {
             by_marker: BTreeMap::new(),
             unread_by_name: BTreeMap::new(),
-            unread_tagged: None,
+            unread_tagged_nameless: BTreeMap::new(),
             unverified_by_spec: BTreeMap::new(),
         };
         for vm in view.vms.values().filter(|vm| !vm.template) {
@@ -368,11 +370,17 @@ impl<'a> SiteIndex<'a> {
                 index.unverified_by_spec.entry(spec).or_insert(vm.vmid);
             }
             if !vm.marker_read && !known.contains(&vm.vmid) {
-                if vm.has_tag(tag) {
-                    index.unread_tagged.get_or_insert(vm.vmid);
-                }
-                if let Some(name) = vm.name.as_deref() {
-                    index.unread_by_name.entry(name).or_insert(vm.vmid);
+                match vm.name.as_deref() {
+                    Some(name) => {
+                        index.unread_by_name.entry(name).or_insert(vm.vmid);
+                    }
+                    None if vm.has_tag(tag) => {
+                        index
+                            .unread_tagged_nameless
+                            .entry(vm.node.as_str())
+                            .or_insert(vm.vmid);
+                    }
+                    None => {}
                 }
             }
         }
@@ -745,11 +753,14 @@ fn plan_spec(
                 return Verdict::Acting;
             }
             None => {
-                // A VM that may be this spec's (our tag, or its name) whose marker could not
-                // be read: creating now could make a second one. Wait until it is read.
+                // A VM that may be this spec's (its name, or tagged and nameless on its node)
+                // whose marker could not be read: creating now could make a second one. Wait
+                // until it is read.
                 let unread = index.and_then(|i| {
-                    i.unread_tagged
-                        .or_else(|| i.unread_by_name.get(spec.vm_name.as_str()).copied())
+                    i.unread_by_name
+                        .get(spec.vm_name.as_str())
+                        .or_else(|| i.unread_tagged_nameless.get(spec.node.as_str()))
+                        .copied()
                 });
                 if let Some(vmid) = unread {
                     return Verdict::Unknown { vmid };
