@@ -143,8 +143,9 @@ impl Source {
                 .arg(&self.repo)
                 .args(["fetch", "--prune", "--quiet", "origin"]);
         } else {
+            // The mirror's parent is state_dir: created 0700, as the database does.
             if let Some(parent) = self.repo.parent() {
-                std::fs::create_dir_all(parent)
+                crate::state::create_state_dir(parent)
                     .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
             }
             cmd.args(["clone", "--mirror", "--quiet", url])
