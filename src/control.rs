@@ -2,7 +2,8 @@
 //! reconcile now, and `proxsync plan` reads the daemon's state records through it (redb lets
 //! one process hold the database). One line per request (`reconcile`, `reconcile NAME` or
 //! `records`), one line back (`ok ...` or `error ...`). The socket lives in `state_dir`
-//! (`control.sock`, mode 0660), so the daemon's group can use it and nobody else.
+//! (`control.sock`, mode 0660 from the moment it appears there), so the daemon's group can
+//! use it and nobody else.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,15 +34,8 @@ pub fn serve(
     store: Option<std::sync::Arc<crate::state::Store>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
-    std::fs::create_dir_all(state_dir)?;
-    if path.exists() {
-        std::fs::remove_file(&path)?;
-    }
-    let listener = UnixListener::bind(&path)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
-    }
+    crate::state::create_state_dir(state_dir)?;
+    let listener = bind_private(state_dir, &path)?;
     Ok(tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -54,6 +48,28 @@ pub fn serve(
             });
         }
     }))
+}
+
+/// Binds the socket so that it never exists at `path` with the umask's mode: bound in a fresh
+/// 0700 directory inside `state_dir`, set to 0660 there, then renamed over `path` (which also
+/// replaces a stale socket in one step). The umask is process-wide, so it is not touched.
+fn bind_private(state_dir: &Path, path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let staging = state_dir.join(format!(".ctl-{}", std::process::id()));
+    if staging.symlink_metadata().is_ok() {
+        // Left by a process that had this pid and died before cleaning up.
+        std::fs::remove_dir_all(&staging)?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    let result = (|| {
+        let tmp = staging.join(SOCKET);
+        let listener = UnixListener::bind(&tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    result
 }
 
 async fn handle(
@@ -193,7 +209,25 @@ mod tests {
         store
             .put("web-01", &crate::state::SpecRecord::default())
             .unwrap();
+        // A stale socket file from an earlier run is replaced.
+        std::fs::write(socket_path(dir.path()), "stale").unwrap();
         let server = serve(dir.path(), tx, Some(store)).unwrap();
+        {
+            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            let meta = std::fs::symlink_metadata(socket_path(dir.path())).unwrap();
+            assert!(meta.file_type().is_socket());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.to_string_lossy().starts_with(".ctl-"))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "the staging directory is removed: {left:?}"
+            );
+        }
         let recs = records(dir.path()).await.unwrap();
         assert!(recs.contains_key("web-01"), "{recs:?}");
         let answer = request(dir.path(), Some("web-01")).await.unwrap();

@@ -115,6 +115,16 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                     }
                     let mut specs = read.specs;
                     crate::engine::check_spec_sites(&config, &mut specs);
+                    // Once per commit read: what keeps the set incomplete, by path.
+                    for d in specs.errors().filter(|d| d.spec.is_none()) {
+                        tracing::warn!(file = %d.file, "{d}");
+                    }
+                    if !specs.is_complete() {
+                        tracing::warn!(
+                            commit = %read.commit,
+                            "the specs could not all be read: no spec counts as removed, so nothing is deleted until the errors above are fixed"
+                        );
+                    }
                     desired = Some((read.commit, specs));
                 }
                 Err(e) => {

@@ -143,8 +143,9 @@ impl Source {
                 .arg(&self.repo)
                 .args(["fetch", "--prune", "--quiet", "origin"]);
         } else {
+            // The mirror's parent is state_dir: created 0700, as the database does.
             if let Some(parent) = self.repo.parent() {
-                std::fs::create_dir_all(parent)
+                crate::state::create_state_dir(parent)
                     .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
             }
             cmd.args(["clone", "--mirror", "--quiet", url])
@@ -180,7 +181,61 @@ fn allow_foreign_owner() {
 /// Parsed files by (path, blob id).
 pub type ParseCache = HashMap<(String, git2::Oid), (Vec<spec::Spec>, Vec<Diagnostic>)>;
 
-/// Reads every `*.yaml`/`*.yml` blob under `dir` at the tip of `branch`.
+/// What an entry of the spec directory's tree is to the reader.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry {
+    /// A directory: walked.
+    Directory,
+    /// A `*.yaml`/`*.yml` file: read and parsed.
+    Spec,
+    /// Documentation (`*.md`): not read, and harmless.
+    Ignored,
+    /// Anything else (a submodule, a symlink, a `.YAML` file, a file of another kind): it may
+    /// hold specs the reader cannot see, so the set is incomplete and nothing counts as
+    /// removed. The reason, for the diagnostic.
+    Unreadable(String),
+}
+
+/// Sorts one tree entry (names starting with `.` are skipped before this). Anything that is
+/// neither a spec file, a directory nor documentation makes the set incomplete: a spec the
+/// reader cannot see would otherwise look removed, and its VM would be deleted.
+fn classify(kind: Option<git2::ObjectType>, mode: i32, name: &str) -> Entry {
+    let lower = name.to_ascii_lowercase();
+    let yaml_like = lower.ends_with(".yaml") || lower.ends_with(".yml");
+    match kind {
+        Some(git2::ObjectType::Tree) => Entry::Directory,
+        Some(git2::ObjectType::Commit) => Entry::Unreadable(
+            "a git submodule (gitlink): its files live in another repository and are not read; \
+             commit the spec files themselves"
+                .into(),
+        ),
+        Some(git2::ObjectType::Blob) if mode == 0o120000 => Entry::Unreadable(
+            "a symlink: spec files in git are read as committed, and links are not followed; \
+             commit the file itself"
+                .into(),
+        ),
+        Some(git2::ObjectType::Blob) if name.ends_with(".yaml") || name.ends_with(".yml") => {
+            Entry::Spec
+        }
+        Some(git2::ObjectType::Blob) if yaml_like => Entry::Unreadable(
+            "not read: spec files end in .yaml or .yml, in lower case; rename it".into(),
+        ),
+        Some(git2::ObjectType::Blob) if lower.ends_with(".md") => Entry::Ignored,
+        Some(git2::ObjectType::Blob) => Entry::Unreadable(
+            "not a spec file (only *.yaml and *.yml are read; *.md and names starting with '.' \
+             are ignored); move it out of the spec directory ([source] dir)"
+                .into(),
+        ),
+        other => Entry::Unreadable(format!(
+            "an unexpected git object ({}) in the tree",
+            other.map_or("unknown".to_string(), |k| k.to_string())
+        )),
+    }
+}
+
+/// Reads every `*.yaml`/`*.yml` blob under `dir` at the tip of `branch`. Anything else in
+/// the directory but `*.md` files and names starting with `.` makes the set incomplete (see
+/// [`classify`]).
 pub fn read_commit(repo_path: &Path, branch: &str, dir: &Path) -> Result<ReadSpecs, SourceError> {
     read_commit_cached(repo_path, branch, dir, &mut ParseCache::new())
 }
@@ -228,28 +283,40 @@ pub fn read_commit_cached(
 
     let mut specs = Vec::new();
     let mut diags = Vec::new();
-    let mut entries: Vec<(String, git2::Oid, i32)> = Vec::new();
+    let mut entries: Vec<(String, git2::Oid)> = Vec::new();
+    let mut problems: Vec<(String, String)> = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
         let name = entry.name().unwrap_or("");
         if name.starts_with('.') {
             return git2::TreeWalkResult::Skip;
         }
-        if entry.kind() == Some(git2::ObjectType::Blob)
-            && (name.ends_with(".yaml") || name.ends_with(".yml"))
-        {
-            let shown = if rel.is_empty() || rel == "." {
-                format!("{parent}{name}")
-            } else {
-                format!("{rel}/{parent}{name}")
-            };
-            entries.push((shown, entry.id(), entry.filemode()));
+        let shown = if rel.is_empty() || rel == "." {
+            format!("{parent}{name}")
+        } else {
+            format!("{rel}/{parent}{name}")
+        };
+        match classify(entry.kind(), entry.filemode(), name) {
+            Entry::Directory => {}
+            Entry::Spec => entries.push((shown, entry.id())),
+            Entry::Ignored => {}
+            Entry::Unreadable(why) => problems.push((shown, why)),
         }
         git2::TreeWalkResult::Ok
     })
     .map_err(|e| err(e.message().to_string()))?;
+    for (shown, why) in problems {
+        diags.push(Diagnostic::error(
+            &shown,
+            Pos::START,
+            format!("{why}; until then no spec counts as removed (nothing is deleted)"),
+        ));
+    }
     entries.sort();
+    let odb = repo
+        .odb()
+        .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
     let mut seen = std::collections::HashSet::new();
-    for (shown, oid, mode) in entries {
+    for (shown, oid) in entries {
         let key = (shown.clone(), oid);
         seen.insert(key.clone());
         if let Some((file_specs, file_diags)) = cache.get(&key) {
@@ -257,33 +324,33 @@ pub fn read_commit_cached(
             diags.extend(file_diags.iter().cloned());
             continue;
         }
-        if mode == 0o120000 {
-            diags.push(Diagnostic::error(
-                &shown,
-                Pos::START,
-                "a symlink: spec files in git are read as committed, and links are not followed; commit the file itself",
-            ));
-            continue;
+        let unreadable = |message: String| Diagnostic::error(&shown, Pos::START, message);
+        // The size from the object's header, before anything is loaded: a committed 1.5 GiB
+        // file must not be read into memory to be refused.
+        match odb.read_header(oid) {
+            Ok((size, _)) if size > MAX_FILE_BYTES => {
+                diags.push(unreadable(format!(
+                    "file is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file, so it was not read; split it"
+                )));
+                continue;
+            }
+            Ok((_, git2::ObjectType::Blob)) => {}
+            Ok((_, kind)) => {
+                diags.push(unreadable(format!("not a file but a git {kind}")));
+                continue;
+            }
+            Err(e) => {
+                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
+                continue;
+            }
         }
         let blob = match repo.find_blob(oid) {
             Ok(b) => b,
             Err(e) => {
-                diags.push(Diagnostic::error(
-                    &shown,
-                    Pos::START,
-                    format!("cannot read the blob: {}", e.message()),
-                ));
+                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
                 continue;
             }
         };
-        if blob.size() > MAX_FILE_BYTES {
-            diags.push(Diagnostic::error(
-                &shown,
-                Pos::START,
-                format!("file is {} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file; split it", blob.size()),
-            ));
-            continue;
-        }
         let (file_specs, file_diags) = spec::parse_file(&shown, blob.content());
         specs.extend(file_specs.iter().cloned());
         diags.extend(file_diags.iter().cloned());
@@ -405,5 +472,227 @@ mod tests {
             !read.specs.is_complete(),
             "a symlink error is tied to no spec: nothing may be treated as removed"
         );
+    }
+}
+
+#[cfg(test)]
+mod unseen_specs {
+    //! Specs the reader cannot see must not look removed (issue 11).
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example",
+                "-c",
+                "init.defaultBranch=main",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git is installed");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn spec(name: &str) -> String {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n"
+        )
+    }
+
+    /// A repository with `web.yaml` committed, plus `files` (path -> content).
+    fn repo_with(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("web.yaml"), spec("web-01")).unwrap();
+        for (path, content) in files {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+        git(d, &["add", "-A"]);
+        git(d, &["commit", "-q", "-m", "one"]);
+        dir
+    }
+
+    fn errors(read: &ReadSpecs) -> Vec<String> {
+        read.specs.errors().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn documentation_and_dotfiles_are_ignored() {
+        let dir = repo_with(&[
+            ("README.md", b"# specs"),
+            ("team/NOTES.MD", b"notes"),
+            (".gitkeep", b""),
+            (".ci/build.sh", b"#!/bin/sh"),
+        ]);
+        let read = read_commit(dir.path(), "main", Path::new(".")).unwrap();
+        assert!(read.specs.is_complete(), "{:?}", errors(&read));
+        assert_eq!(read.specs.specs.len(), 1);
+    }
+
+    #[test]
+    fn a_spec_renamed_to_upper_case_yaml_makes_the_set_incomplete() {
+        for name in ["db.YAML", "db.Yml", "sub/db.yAmL"] {
+            let dir = repo_with(&[(name, spec("db-01").as_bytes())]);
+            let read = read_commit(dir.path(), "main", Path::new(".")).unwrap();
+            let errs = errors(&read);
+            assert!(!read.specs.is_complete(), "{name}: {errs:?}");
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with(&format!("{name}:1:1: error:"))
+                        && e.contains("lower case")),
+                "{name}: {errs:?}"
+            );
+            // web.yaml is still read.
+            assert_eq!(read.specs.specs.len(), 1);
+        }
+    }
+
+    #[test]
+    fn any_other_file_makes_the_set_incomplete() {
+        let dir = repo_with(&[
+            ("prod/db.yaml.bak", spec("db-01").as_bytes()),
+            ("Makefile", b"all:"),
+        ]);
+        let read = read_commit(dir.path(), "main", Path::new(".")).unwrap();
+        let errs = errors(&read);
+        assert!(!read.specs.is_complete(), "{errs:?}");
+        for path in ["Makefile", "prod/db.yaml.bak"] {
+            assert!(
+                errs.iter().any(
+                    |e| e.starts_with(&format!("{path}:1:1:")) && e.contains("not a spec file")
+                ),
+                "{path}: {errs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_symlinked_directory_makes_the_set_incomplete() {
+        let dir = repo_with(&[("shared/db.yaml", spec("db-01").as_bytes())]);
+        let d = dir.path();
+        std::os::unix::fs::symlink("../shared", d.join("prod-link")).unwrap();
+        std::fs::create_dir(d.join("prod")).unwrap();
+        std::os::unix::fs::symlink("../shared", d.join("prod/all")).unwrap();
+        git(d, &["add", "-A"]);
+        git(d, &["commit", "-q", "-m", "links"]);
+        let read = read_commit(d, "main", Path::new("prod")).unwrap();
+        let errs = errors(&read);
+        assert!(!read.specs.is_complete(), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("prod/all:1:1:") && e.contains("symlink")),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_submodule_makes_the_set_incomplete() {
+        let inner = repo_with(&[]);
+        let dir = repo_with(&[]);
+        let d = dir.path();
+        // A gitlink, as `git submodule add` leaves it, without needing the network.
+        let head = git(inner.path(), &["rev-parse", "HEAD"]);
+        git(
+            d,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{head},team-b"),
+            ],
+        );
+        git(d, &["commit", "-q", "-m", "submodule"]);
+        let read = read_commit(d, "main", Path::new(".")).unwrap();
+        let errs = errors(&read);
+        assert!(!read.specs.is_complete(), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("team-b:1:1:") && e.contains("submodule")),
+            "{errs:?}"
+        );
+        assert_eq!(read.specs.specs.len(), 1, "web.yaml is still read");
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused() {
+        let big = vec![b'#'; MAX_FILE_BYTES + 3 * 1024 * 1024];
+        let dir = repo_with(&[("big.yaml", &big)]);
+        let read = read_commit(dir.path(), "main", Path::new(".")).unwrap();
+        let errs = errors(&read);
+        assert!(!read.specs.is_complete(), "{errs:?}");
+        let want = format!(
+            "big.yaml:1:1: error: file is {} bytes, over the {MAX_FILE_BYTES} byte limit",
+            big.len()
+        );
+        assert!(errs.iter().any(|e| e.starts_with(&want)), "{errs:?}");
+    }
+
+    /// A zlib stream of `data` in stored (uncompressed) deflate blocks.
+    fn zlib_stored(data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x78, 0x01];
+        let chunks: Vec<&[u8]> = data.chunks(65535).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            out.push(u8::from(i + 1 == chunks.len()));
+            let len = chunk.len() as u16;
+            out.extend(len.to_le_bytes());
+            out.extend((!len).to_le_bytes());
+            out.extend(*chunk);
+        }
+        let (mut a, mut b) = (1u32, 0u32);
+        for &byte in data {
+            a = (a + u32::from(byte)) % 65521;
+            b = (b + a) % 65521;
+        }
+        out.extend(((b << 16) | a).to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn the_size_is_checked_from_the_object_header_before_anything_is_read() {
+        // A loose object whose header says 2 GiB but whose content is a few bytes: reading it
+        // fails, reading its header does not. Refused by size means the header was checked
+        // first and the object never loaded.
+        let dir = repo_with(&[]);
+        let d = dir.path();
+        let claimed: u64 = 2 * 1024 * 1024 * 1024;
+        let hex = "ab".to_string() + &"cd".repeat(19);
+        let objects = d.join(".git/objects/ab");
+        std::fs::create_dir_all(&objects).unwrap();
+        let mut raw = format!("blob {claimed}\0").into_bytes();
+        raw.extend_from_slice(b"apiVersion: proxsync.io/v1\n");
+        std::fs::write(objects.join(&hex[2..]), zlib_stored(&raw)).unwrap();
+        let repo = git2::Repository::open(d).unwrap();
+        let oid = git2::Oid::from_str(&hex).unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let mut builder = repo.treebuilder(Some(&head.tree().unwrap())).unwrap();
+        builder.insert("huge.yaml", oid, 0o100644).unwrap();
+        let tree = repo.find_tree(builder.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example").unwrap();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, "huge", &tree, &[&head])
+            .unwrap();
+
+        let read = read_commit(d, "main", Path::new(".")).unwrap();
+        let errs = errors(&read);
+        assert!(!read.specs.is_complete(), "{errs:?}");
+        let want = format!(
+            "huge.yaml:1:1: error: file is {claimed} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file, so it was not read"
+        );
+        assert!(errs.iter().any(|e| e.starts_with(&want)), "{errs:?}");
+        assert_eq!(read.specs.specs.len(), 1, "web.yaml is still read");
     }
 }

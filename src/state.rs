@@ -143,6 +143,26 @@ impl SpecRecord {
     }
 }
 
+/// Creates `state_dir` with mode 0700 if it is missing (its parents as the umask says); an
+/// existing directory is left as it is (systemd's `StateDirectory=` makes it with
+/// `StateDirectoryMode=`). Everyone creating files in `state_dir` calls this first, so the
+/// directory never exists with the umask's mode.
+pub fn create_state_dir(state_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if state_dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = state_dir.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(state_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && state_dir.is_dir() => Ok(()),
+        other => other,
+    }
+}
+
 /// The database. Cheap to share by reference; each call is its own transaction.
 pub struct Store {
     db: redb::Database,
@@ -161,8 +181,20 @@ impl Store {
             path: path.clone(),
             message,
         };
-        std::fs::create_dir_all(state_dir)
+        create_state_dir(state_dir)
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
+        // Created 0600 from the start (redb would follow the umask); an existing file is
+        // opened as it is. redb initialises an empty file as a new database.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| fail(format!("cannot create the database file: {e}")))?;
+        }
         let db = redb::Database::create(&path).map_err(|e| fail(e.to_string()))?;
         let store = Store { db, path };
         // Create the tables so reads never meet a missing one.

@@ -422,3 +422,55 @@ fn status_renders_a_mix_of_states() {
     assert_eq!(v["specs"].as_array().map(|a| a.len()), Some(3), "{v}");
     assert!(!Path::new(&ws.path("status/_summary.yaml")).exists() || v["summary"].is_object());
 }
+
+#[test]
+fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
+    // A spec in backoff whose deadline has passed but which gets no action (its node is
+    // offline) must not wake the daemon every second: it waits for the resync (5 minutes).
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("no-image", "pve1", "9999", ""))]);
+    ws.push();
+    let (_, out) = ws.run_once();
+    let store = proxsync::state::Store::open(&ws.path("state")).unwrap();
+    let mut rec = store
+        .specs()
+        .unwrap()
+        .remove("no-image")
+        .unwrap_or_else(|| panic!("a record for no-image:\n{out}"));
+    assert!(rec.next_attempt_ms.is_some(), "in backoff: {rec:?}\n{out}");
+    // As if the backoff had run out a moment ago.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    rec.next_attempt_ms = Some(now - 1_000);
+    store.put("no-image", &rec).unwrap();
+    drop(store);
+    pve.set_node_offline("pve1", true);
+
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let log = daemon.log();
+    let cycles = log.matches("cycle done").count();
+    assert!(
+        cycles <= 2,
+        "{cycles} cycles in about 5 s: the loop wakes for a deadline already past\n{log}"
+    );
+    // The control socket appeared with its final mode, in a private state_dir.
+    let mode = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(ws.path(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("state/control.sock"), 0o660);
+    assert_eq!(mode("state"), 0o700);
+    assert!(daemon.stop());
+}

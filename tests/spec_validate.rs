@@ -519,6 +519,26 @@ fn oversized_file_is_refused_without_parsing() {
 }
 
 #[test]
+fn a_miscased_extension_is_an_error_not_skipped() {
+    // The git source counts a `.YAML` file as a spec it cannot read (nothing is deleted);
+    // `validate` (and so the pre-receive hook) says so before the push.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("db.YAML"), "kind: ProxmoxVM\n").unwrap();
+    std::fs::write(dir.path().join("web.Yml"), "kind: ProxmoxVM\n").unwrap();
+    std::fs::write(dir.path().join("README.md"), "# specs\n").unwrap();
+    let set = spec::load_paths(&[dir.path().to_path_buf()]);
+    let errs: Vec<String> = set.errors().map(ToString::to_string).collect();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    for (err, name) in errs.iter().zip(["db.YAML", "web.Yml"]) {
+        assert!(
+            err.contains(&format!("{name}:1:1: error:")) && err.contains("lower case"),
+            "{errs:?}"
+        );
+    }
+    assert!(!set.is_complete());
+}
+
+#[test]
 fn fifo_is_refused_not_read() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe.yaml");

@@ -9,6 +9,7 @@ use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, parse_file};
 
 /// Loads spec files and directories. A directory is walked recursively in sorted order for
 /// `*.yaml` and `*.yml` files, skipping hidden entries (names starting with `.`, e.g. `.git`);
+/// a `*.YAML`/`*.Yml` (any other case) is an error, as it is for the git source;
 /// a symlink inside it may point anywhere inside the directory but not outside it. A file
 /// named directly is read whatever its extension. Every file is parsed, then names are checked
 /// for duplicates; specs whose name is duplicated are left out of [`SpecSet::specs`].
@@ -67,6 +68,13 @@ pub fn assemble(mut specs: Vec<Spec>, mut diags: Vec<Diagnostic>) -> SpecSet {
 /// True for `*.yaml` and `*.yml`.
 fn is_spec_file(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+/// True for `*.YAML`, `*.Yml` and the like: meant as a spec, but not read as one (the git
+/// source treats them as making the set incomplete, so they are errors here too).
+fn is_miscased_spec_file(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !is_spec_file(name) && (lower.ends_with(".yaml") || lower.ends_with(".yml"))
 }
 
 /// Collects spec files under `dir` (shown as the user named it), refusing symlinks that
@@ -135,6 +143,14 @@ fn walk(
         };
         if meta.is_dir() {
             walk(root, &path, visited, files, diags);
+        } else if is_miscased_spec_file(&name) {
+            error(
+                diags,
+                &shown,
+                format!(
+                    "{shown} is not read: spec files end in .yaml or .yml, in lower case; rename it"
+                ),
+            );
         } else if is_spec_file(&name) {
             if meta.is_file() {
                 files.push(path);
