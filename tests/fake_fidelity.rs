@@ -538,12 +538,22 @@ async fn a_paused_vm_refuses_a_shutdown_without_force_stop() {
     let api = Api::new(&pve);
     pve.set_vm(310, json!({"status": "running", "qmpstatus": "paused"}));
     let cur = api.get("/nodes/pve1/qemu/310/status/current").await;
-    assert_eq!((cur["status"].as_str(), cur["qmpstatus"].as_str()), (Some("running"), Some("paused")));
+    assert_eq!(
+        (cur["status"].as_str(), cur["qmpstatus"].as_str()),
+        (Some("running"), Some("paused"))
+    );
     let a = api
-        .post("/nodes/pve1/qemu/310/status/shutdown", json!({"timeout": 30}))
+        .post(
+            "/nodes/pve1/qemu/310/status/shutdown",
+            json!({"timeout": 30}),
+        )
         .await;
     assert_eq!(a.status, 500, "{}", a.text);
-    assert!(a.text.contains("VM is paused - cannot shutdown"), "{}", a.text);
+    assert!(
+        a.text.contains("VM is paused - cannot shutdown"),
+        "{}",
+        a.text
+    );
     assert_eq!(pve.vm(310)["status"], "running");
     // With forceStop PVE stops it instead.
     let upid = api
@@ -595,7 +605,11 @@ async fn a_stop_with_overrule_shutdown_aborts_the_running_shutdown() {
         )
         .await;
     assert_eq!(a.status, 400, "{}", a.text);
-    assert!(a.text.contains("Not applicable for HA resources"), "{}", a.text);
+    assert!(
+        a.text.contains("Not applicable for HA resources"),
+        "{}",
+        a.text
+    );
 }
 
 #[tokio::test]
@@ -621,7 +635,8 @@ async fn a_clone_to_another_node_needs_every_source_volume_shared() {
         .await;
     assert_eq!(a.status, 500, "{}", a.text);
     assert!(
-        a.text.contains("can't clone VM to node 'pve2' (VM uses local storage)"),
+        a.text
+            .contains("can't clone VM to node 'pve2' (VM uses local storage)"),
         "{}",
         a.text
     );
@@ -670,8 +685,16 @@ async fn resize_is_a_task_that_grows_the_disk_only() {
         pve.vm(330)["config"]
     );
     let a = put(json!({"disk": "scsi0", "size": "10G"})).await;
-    assert_eq!(api.wait("pve1", a.json()["data"].as_str().unwrap()).await, "OK");
-    assert!(pve.vm(330)["config"]["scsi0"].as_str().unwrap().contains("size=10G"));
+    assert_eq!(
+        api.wait("pve1", a.json()["data"].as_str().unwrap()).await,
+        "OK"
+    );
+    assert!(
+        pve.vm(330)["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("size=10G")
+    );
     // Shrinking fails in the task.
     let a = put(json!({"disk": "scsi0", "size": "5G"})).await;
     let exit = api.wait("pve1", a.json()["data"].as_str().unwrap()).await;

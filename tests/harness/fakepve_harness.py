@@ -40,6 +40,16 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     hibernate(vmid)
         The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
 
+    task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None)
+        A task with `lines` log lines, failing with `error` (or OK); returns its UPID.
+
+Power, clone, resize and logs as qemu-server / pve-manager do (fakepve 0.5.0 does not): a paused VM
+refuses `shutdown` without forceStop (`VM is paused - cannot shutdown`) and is stopped with it; `stop`
+with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-managed VM); a clone with
+`target` needs every source volume on shared storage (`can't clone VM to node 'X' (VM uses local
+storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (never shrinks); task logs
+answer `total`.
+
 GET /nodes/{node}/tasks honours `source` (archive, the default: finished tasks; active: running
 ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `errors`, `since`,
 `until`, `vmid`, `start` and `limit`, and answers `total`, as pve-manager's PVE/API2/Tasks.pm.
