@@ -529,3 +529,198 @@ async fn a_hibernated_vm_is_locked_suspended_with_no_task() {
     let st = api.get("/nodes/pve1/qemu/360/status/current").await;
     assert_eq!(st["status"], "running", "{st}");
 }
+
+// ------------------------------------------------------------------- power, clone, resize, logs
+
+#[tokio::test]
+async fn a_paused_vm_refuses_a_shutdown_without_force_stop() {
+    let mut pve = with_vm(310).start();
+    let api = Api::new(&pve);
+    pve.set_vm(310, json!({"status": "running", "qmpstatus": "paused"}));
+    let cur = api.get("/nodes/pve1/qemu/310/status/current").await;
+    assert_eq!(
+        (cur["status"].as_str(), cur["qmpstatus"].as_str()),
+        (Some("running"), Some("paused"))
+    );
+    let a = api
+        .post(
+            "/nodes/pve1/qemu/310/status/shutdown",
+            json!({"timeout": 30}),
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("VM is paused - cannot shutdown"),
+        "{}",
+        a.text
+    );
+    assert_eq!(pve.vm(310)["status"], "running");
+    // With forceStop PVE stops it instead.
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/310/status/shutdown",
+            json!({"timeout": 30, "forceStop": 1}),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(pve.vm(310)["status"], "stopped");
+}
+
+#[tokio::test]
+async fn a_stop_with_overrule_shutdown_aborts_the_running_shutdown() {
+    let mut pve = with_vm(311).start();
+    let api = Api::new(&pve);
+    pve.set_vm(311, json!({"status": "running", "acpi": false}));
+    pve.set_time_scale(SCALE);
+    // The guest ignores ACPI: the shutdown would hold the config lock for 300 s (3 s here).
+    let shutdown = api
+        .start_task(
+            "/nodes/pve1/qemu/311/status/shutdown",
+            json!({"timeout": 300}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let stop = api
+        .start_task(
+            "/nodes/pve1/qemu/311/status/stop",
+            json!({"overrule-shutdown": 1}),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &stop).await, "OK");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the stop waited behind the shutdown: {:?}",
+        started.elapsed()
+    );
+    assert_ne!(api.wait("pve1", &shutdown).await, "OK");
+    assert_eq!(pve.vm(311)["status"], "stopped");
+
+    // An HA-managed VM refuses the option.
+    pve.set_vm(311, json!({"status": "running", "ha_state": "started"}));
+    let a = api
+        .post(
+            "/nodes/pve1/qemu/311/status/stop",
+            json!({"overrule-shutdown": 1}),
+        )
+        .await;
+    assert_eq!(a.status, 400, "{}", a.text);
+    assert!(
+        a.text.contains("Not applicable for HA resources"),
+        "{}",
+        a.text
+    );
+}
+
+#[tokio::test]
+async fn a_clone_to_another_node_needs_every_source_volume_shared() {
+    let mut pve = Scenario::default()
+        .storage(
+            "ceph",
+            json!({"type": "rbd", "content": "images", "shared": 1, "pool": "rbd"}),
+        )
+        .vm(json!({
+            "vmid": 9100, "name": "shared-tpl", "node": "pve1", "status": "stopped", "template": true,
+            "config": {"name": "shared-tpl", "scsi0": "ceph:base-9100-disk-0,size=2G",
+                       "ide2": "local:iso/debian-12.7.0-amd64-netinst.iso,media=cdrom"},
+        }))
+        .start();
+    let api = Api::new(&pve);
+    // The template's disk is local (local-lvm): refused even to a shared target storage.
+    let a = api
+        .post(
+            &format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone"),
+            json!({"newid": 320, "target": "pve2", "storage": "ceph", "full": 1}),
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text
+            .contains("can't clone VM to node 'pve2' (VM uses local storage)"),
+        "{}",
+        a.text
+    );
+    // A shared disk but an ISO on local storage in its CD-ROM drive: refused too.
+    let a = api
+        .post(
+            "/nodes/pve1/qemu/9100/clone",
+            json!({"newid": 321, "target": "pve2", "storage": "ceph", "full": 1}),
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(a.text.contains("VM uses local storage"), "{}", a.text);
+    // On the same node, local volumes are fine.
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/9100/clone",
+            json!({"newid": 322, "storage": "ceph", "full": 1}),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(pve.vm(322)["node"], "pve1");
+}
+
+#[tokio::test]
+async fn resize_is_a_task_that_grows_the_disk_only() {
+    let mut pve = with_vm(330).start();
+    let api = Api::new(&pve);
+    let put = |body: Value| {
+        api.send(
+            api.client
+                .put(format!("{}/nodes/pve1/qemu/330/resize", api.base))
+                .json(&body),
+        )
+    };
+    let a = put(json!({"disk": "scsi0", "size": "+2G"})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let upid = a.json()["data"].as_str().expect("a UPID").to_owned();
+    assert!(upid.contains(":resize:330:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert!(
+        pve.vm(330)["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("size=6G"),
+        "{}",
+        pve.vm(330)["config"]
+    );
+    let a = put(json!({"disk": "scsi0", "size": "10G"})).await;
+    assert_eq!(
+        api.wait("pve1", a.json()["data"].as_str().unwrap()).await,
+        "OK"
+    );
+    assert!(
+        pve.vm(330)["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("size=10G")
+    );
+    // Shrinking fails in the task.
+    let a = put(json!({"disk": "scsi0", "size": "5G"})).await;
+    let exit = api.wait("pve1", a.json()["data"].as_str().unwrap()).await;
+    assert_eq!(exit, "shrinking disks is not supported");
+    // A NIC is no disk: the schema refuses it.
+    let a = put(json!({"disk": "net0", "size": "+1G"})).await;
+    assert_eq!(a.status, 400, "{}", a.text);
+}
+
+#[tokio::test]
+async fn a_task_log_answers_its_total() {
+    let mut pve = Scenario::default().start();
+    let api = Api::new(&pve);
+    let upid = pve
+        .call(
+            "task_with_log",
+            json!({"node": "pve1", "lines": 6000, "error": "boom"}),
+        )
+        .expect("a task");
+    let upid = upid.as_str().unwrap().to_owned();
+    let a = api
+        .get_raw(&format!("/nodes/pve1/tasks/{upid}/log?start=5995&limit=10"))
+        .await;
+    let body = a.json();
+    assert_eq!(body["total"], 6002, "{body}");
+    let last = body["data"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(last["t"], "TASK ERROR: boom");
+    assert_eq!(last["n"], 6002);
+}

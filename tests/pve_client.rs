@@ -219,7 +219,7 @@ async fn clone_configure_resize_power_and_delete() {
     assert_eq!(pve.vm(120)["status"], "stopped");
     let upid = c.start_vm("pve1", 120).await.unwrap();
     wait_ok(&c, &upid).await;
-    let upid = c.stop_vm("pve1", 120).await.unwrap();
+    let upid = c.stop_vm("pve1", 120, false).await.unwrap();
     wait_ok(&c, &upid).await;
 
     let upid = c.delete_vm("pve1", 120, true, true).await.unwrap();

@@ -337,7 +337,13 @@ pub(super) async fn converge_cloud_init(
     if !changed.is_empty() || !deletes.is_empty() {
         // Names of what changed only: never values (keys, user-data).
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, removed = ?deletes, "updating cloud-init");
-        client.set_config(node, vmid, &params, None).await?;
+        // `POST .../config`: a new cloud-init drive allocates a volume, and PVE does that in a
+        // task (the synchronous PUT is for changes that allocate nothing).
+        if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
+            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+        {
+            return Ok(CloudInitStep::Running(upid.to_string()));
+        }
     }
     // Seeds of this spec that the VM no longer uses.
     let swapped = attached

@@ -5,7 +5,7 @@ use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{current_bridge, parse_pve_size, pve_size, with_bridge};
+use crate::pve::values::{current_bridge, is_drive_key, parse_pve_size, pve_size, with_bridge};
 use crate::pve::{Client, LockHolder, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
@@ -24,7 +24,9 @@ fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
     let candidates = order
         .into_iter()
         .chain(["scsi0", "virtio0", "sata0", "ide0"].map(String::from));
-    for key in candidates {
+    // `order=` names NICs (`net0`) and passed-through devices too: only drives are disks,
+    // and PVE's resize takes only a drive key (else a 400).
+    for key in candidates.filter(|k| is_drive_key(k)) {
         if let Some(v) = cfg.get(&key)
             && !v.contains("media=cdrom")
             && !v.contains("cloudinit")
@@ -179,6 +181,10 @@ pub(super) async fn converge(
                 return Ok(Outcome::StillRunning {
                     upid: upid.to_string(),
                 });
+            }
+            if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, true).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(o);
             }
             changed.push("power");
         }
@@ -404,7 +410,18 @@ fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> 
     out
 }
 
-/// Graceful shutdown, then a hard stop if the guest does not power off.
+/// How long the guest gets to power off before PVE's shutdown task stops it.
+const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
+
+/// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which
+/// stops the VM when the guest has not powered off after the timeout. It is also the only
+/// shutdown a paused VM takes: qemu-server `PVE/API2/Qemu.pm` `vm_shutdown` checks
+/// `vm_is_paused` before forking and, without `forceStop`, dies `VM is paused - cannot
+/// shutdown` (with it: `VM is paused - stop instead of shutdown`). A paused VM lists as
+/// `running` (`qmpstatus: paused`). If the shutdown is refused that way anyway, or its task
+/// fails, a `stop` with `overrule-shutdown=1` follows, so it aborts a shutdown still running
+/// instead of queueing behind its config lock. An HA-managed VM's `hastop` task only hands the
+/// request to the HA manager: the VM's state is waited for, not the task.
 pub(super) async fn power_off(
     ctx: &ExecCtx,
     site: &SiteCtx,
@@ -413,22 +430,78 @@ pub(super) async fn power_off(
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
     let client = &site.client;
-    let upid = client.shutdown_vm(node, vmid, 120, false).await?;
-    match wait(ctx, client, &upid, rec).await {
-        Ok(TaskOutcome::StillRunning) => Ok(Some(Outcome::StillRunning {
+    let shutdown = match client
+        .shutdown_vm(node, vmid, SHUTDOWN_TIMEOUT_SECS, true)
+        .await
+    {
+        Ok(upid) => Some(upid),
+        Err(e) if e.pve_message().contains("VM is paused") => {
+            tracing::info!(vmid, "the VM is paused and refuses a shutdown: stopping it");
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(upid) = shutdown {
+        match wait(ctx, client, &upid, rec).await {
+            Ok(TaskOutcome::StillRunning) => {
+                return Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            Ok(_) => return settle_ha(ctx, client, node, vmid, &upid, false).await,
+            // The shutdown task failed: stop the VM.
+            Err(_) => {}
+        }
+    }
+    let upid = match client.stop_vm(node, vmid, true).await {
+        // An HA-managed VM: PVE refuses `overrule-shutdown` ("Not applicable for HA
+        // resources."); a 400 executed nothing, so the plain stop is safe to send.
+        Err(e) if e.status() == Some(400) && e.to_string().contains("overrule-shutdown") => {
+            client.stop_vm(node, vmid, false).await?
+        }
+        other => other?,
+    };
+    match wait(ctx, client, &upid, rec).await? {
+        TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
             upid: upid.to_string(),
         })),
-        Ok(_) => Ok(None),
-        Err(_) => {
-            // The guest ignored ACPI or the shutdown timed out: stop it.
-            let upid = client.stop_vm(node, vmid).await?;
-            match wait(ctx, client, &upid, rec).await? {
-                TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
-                    upid: upid.to_string(),
-                })),
-                _ => Ok(None),
-            }
+        _ => settle_ha(ctx, client, node, vmid, &upid, false).await,
+    }
+}
+
+/// After a power task ended: for an HA-managed VM (`hastart`/`hastop`, which end as soon as
+/// the HA manager has the request: pve-manager/qemu-server `fork_worker('hastop', ...)` runs
+/// `ha-manager crm-command stop`), waits up to the task wait for the VM to reach the state;
+/// `Some(Waiting)` when it has not yet. Any other task changed the state itself: `None`.
+pub(super) async fn settle_ha(
+    ctx: &ExecCtx,
+    client: &Client,
+    node: &str,
+    vmid: u32,
+    upid: &crate::pve::Upid,
+    want_running: bool,
+) -> Result<Option<Outcome>, ActionError> {
+    if !matches!(upid.kind.as_str(), "hastart" | "hastop") {
+        return Ok(None);
+    }
+    let deadline = tokio::time::Instant::now() + ctx.task_wait;
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        if client.vm_running(node, vmid).await? == want_running {
+            return Ok(None);
         }
+        let now = tokio::time::Instant::now();
+        if now >= deadline || *ctx.shutdown.borrow() {
+            let what = if want_running { "start" } else { "stop" };
+            return Ok(Some(Outcome::Waiting {
+                reason: format!(
+                    "VM {vmid} is HA-managed: the HA manager has the request to {what} it \
+                     (task {upid}) but has not done it yet; checking again"
+                ),
+            }));
+        }
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(2));
     }
 }
 
@@ -446,5 +519,11 @@ mod tests {
         let cfg: VmConfig =
             serde_json::from_str(r#"{"virtio0":"local-lvm:vm-100-disk-0,size=10G"}"#).unwrap();
         assert_eq!(boot_disk(&cfg), Some(("virtio0".into(), 10 << 30)));
+        // A network boot first: the NIC is no disk to grow.
+        let cfg: VmConfig = serde_json::from_str(
+            r#"{"boot":"order=net0;scsi0","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","scsi0":"local-lvm:vm-100-disk-0,size=2G"}"#,
+        )
+        .unwrap();
+        assert_eq!(boot_disk(&cfg), Some(("scsi0".into(), 2 << 30)));
     }
 }

@@ -163,19 +163,28 @@ pub struct ExecCtx {
     pub max_parallel_per_node: u32,
     /// True once the daemon is stopping: no new action starts and task waits end early.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
-    /// Per (site, node), the storages and bridges read for pre-flight this cycle.
+    /// Per (site, node) the storages and bridges, per template its config, read for
+    /// pre-flight this cycle.
     pub node_facts: NodeFacts,
     /// Signs the markers of new VMs and verifies those read back.
     pub marker_key: Arc<crate::ownership::MarkerKey>,
 }
 
-/// See [`ExecCtx::node_facts`].
-pub type NodeFacts = Mutex<
-    HashMap<
-        (String, String),
-        Arc<OnceCell<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>>>,
-    >,
->;
+/// See [`ExecCtx::node_facts`]: what pre-flight reads once per cycle however many creates
+/// need it.
+#[derive(Default)]
+pub struct NodeFacts {
+    /// Per (site, node): the node's storages and bridges.
+    nodes: Cache<(String, String), StoragesAndBridges>,
+    /// Per (site, template VMID): the template's config (its volumes decide whether it can be
+    /// cloned to another node).
+    templates: Cache<(String, u32), crate::pve::types::VmConfig>,
+}
+
+type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>);
+
+/// Values read at most once per cycle and key, however many actions ask together.
+type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 
 /// The `reboot_pending` key of a cloud-init change (status: RebootPending).
 pub const CLOUDINIT_PENDING: &str = "cloudinit";

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::category::Category;
-use crate::pve::types::{NodeStorage, Version};
+use crate::pve::types::{NodeStorage, Version, VmConfig};
+use crate::pve::values::is_drive_key;
 use crate::pve::{Client, Error as PveError};
 use crate::spec::{Image, Spec, VolumeKind};
 
@@ -34,7 +35,14 @@ async fn node_facts(
     node: &str,
 ) -> Result<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>, ActionError> {
     let key = (site.name.clone(), node.to_string());
-    let cell = ctx.node_facts.lock().await.entry(key).or_default().clone();
+    let cell = ctx
+        .node_facts
+        .nodes
+        .lock()
+        .await
+        .entry(key)
+        .or_default()
+        .clone();
     let facts = cell
         .get_or_try_init(|| async {
             let storages = site.client.node_storages(node, None).await?;
@@ -43,6 +51,30 @@ async fn node_facts(
         })
         .await?;
     Ok(facts.clone())
+}
+
+/// A template's config, read once per cycle and template however many clones need it.
+async fn template_config(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+) -> Result<Arc<VmConfig>, ActionError> {
+    let key = (site.name.clone(), vmid);
+    let cell = ctx
+        .node_facts
+        .templates
+        .lock()
+        .await
+        .entry(key)
+        .or_default()
+        .clone();
+    let cfg = cell
+        .get_or_try_init(|| async {
+            Ok::<_, PveError>(Arc::new(site.client.vm_config(node, vmid).await?))
+        })
+        .await?;
+    Ok(cfg.clone())
 }
 
 /// Checks everything a create needs before anything is created.
@@ -79,7 +111,7 @@ pub(super) async fn preflight(
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
         Image::Template { vmid } => match template_in_view(*vmid) {
-            Some(t) => clone_source(spec, storages, *vmid, &t.node),
+            Some(t) => clone_source(ctx, site, spec, storages, *vmid, &t.node).await,
             None => Err(fail(
                 Category::ImageNotFound,
                 format!(
@@ -106,7 +138,7 @@ pub(super) async fn preflight(
                 .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
                 .collect();
             match templates.as_slice() {
-                [t] => return clone_source(spec, storages, t.vmid, &t.node),
+                [t] => return clone_source(ctx, site, spec, storages, t.vmid, &t.node).await,
                 [] => {}
                 many => {
                     return Err(fail(
@@ -149,33 +181,86 @@ fn check_bridge(
     Ok(())
 }
 
-/// A clone of `template`: to another node than the template's, the target storage must be
-/// shared.
-fn clone_source(
+/// A clone of `template`. To another node than the template's, PVE wants the target storage
+/// and every volume of the template (disks, an ISO in a CD-ROM drive, the cloud-init drive)
+/// on shared storage: qemu-server `PVE/API2/Qemu.pm` `clone_vm` dies `can't clone to
+/// non-shared storage '$storage'`, then `$check_storage_access_clone` sets `$sharedvm = 0` for
+/// any volume (CD-ROM or not, only `none` and `cdrom` skipped) whose storage is not `shared`,
+/// and `die "can't clone VM to node '$target' (VM uses local storage)\n" if $target &&
+/// !$sharedvm`. The template's config is read once per cycle.
+async fn clone_source(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
     spec: &Spec,
     storages: &[NodeStorage],
     template: u32,
     template_node: &str,
 ) -> Result<Source, ActionError> {
-    if template_node != spec.node
-        && !storages
+    if template_node != spec.node {
+        if !storages
             .iter()
             .any(|s| s.storage == spec.storage && s.shared == Some(true))
-    {
-        return Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "template {template} is on node {template_node}, and a clone to node {} needs shared \
-                 storage, but {} is local to each node; put a copy of the template on {} or use a \
-                 shared storage",
-                spec.node, spec.storage, spec.node
-            ),
-        ));
+        {
+            return Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "template {template} is on node {template_node}, and a clone to node {} needs shared \
+                     storage, but {} is local to each node; put a copy of the template on {} or use a \
+                     shared storage",
+                    spec.node, spec.storage, spec.node
+                ),
+            ));
+        }
+        let cfg = template_config(ctx, site, template_node, template).await?;
+        let source_storages = node_facts(ctx, site, template_node).await?;
+        let local = local_volumes(&cfg, &source_storages.0);
+        if !local.is_empty() {
+            return Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "template {template} is on node {template_node}, and PVE clones to another node \
+                     (node {}) only a VM whose volumes are all on shared storage; these are not: {}. \
+                     Move them to shared storage (or detach the ISO), or put a copy of the template on \
+                     node {}",
+                    spec.node,
+                    local.join(", "),
+                    spec.node
+                ),
+            ));
+        }
     }
     Ok(Source::Clone {
         template,
         template_node: template_node.to_string(),
     })
+}
+
+/// The volumes of a config (as `key=volume`) that are not on a storage `shared` among the
+/// given ones: drives whose volume is `none` or `cdrom` (the host's drive) have none; a path
+/// or an unknown storage counts as local.
+fn local_volumes(cfg: &VmConfig, storages: &[NodeStorage]) -> Vec<String> {
+    cfg.values
+        .iter()
+        .filter(|(k, _)| is_volume_key(k))
+        .filter_map(|(k, v)| {
+            let volume = v.split(',').next().unwrap_or("");
+            if volume.is_empty() || volume == "none" || volume == "cdrom" {
+                return None;
+            }
+            let shared = volume.split_once(':').is_some_and(|(sid, _)| {
+                storages
+                    .iter()
+                    .any(|s| s.storage == sid && s.shared == Some(true))
+            });
+            (!shared).then(|| format!("{k}={volume}"))
+        })
+        .collect()
+}
+
+/// A key PVE's `foreach_volume` visits: the drives, `efidisk0` and `tpmstate0` (not
+/// `unused*`).
+fn is_volume_key(k: &str) -> bool {
+    is_drive_key(k) || k == "efidisk0" || k == "tpmstate0"
 }
 
 /// An image named by file stem (no template has the name): the one unowned volume with that

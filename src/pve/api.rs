@@ -497,9 +497,22 @@ impl Client {
         .await
     }
 
-    /// `POST .../status/stop`: a `qmstop` task (hard stop).
-    pub async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
-        self.power(node, vmid, "stop", &[]).await
+    /// `POST .../status/stop`: a `qmstop` task (hard stop). `overrule_shutdown` aborts a
+    /// running `qmshutdown` task of the VM instead of queueing behind its config lock (PVE 8.1+,
+    /// in the 8.4 and 9.1 schemas); PVE refuses it (400) for an HA-managed VM, whose stop is an
+    /// `hastop` request to the HA manager.
+    pub async fn stop_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        overrule_shutdown: bool,
+    ) -> Result<Upid, Error> {
+        let form: Vec<(&str, String)> = if overrule_shutdown {
+            vec![("overrule-shutdown", flag(true))]
+        } else {
+            Vec::new()
+        };
+        self.power(node, vmid, "stop", &form).await
     }
 
     async fn power(
@@ -604,16 +617,36 @@ impl Client {
         self.get(&path, &[]).await
     }
 
-    /// The last `lines` lines of a task's log.
+    /// The last `lines` lines of a task's log (where its `TASK ERROR:` line is). PVE answers a
+    /// page of lines and the log's `total` (pve-manager `PVE/API2/Tasks.pm` `read_task_log`:
+    /// `set_result_attrib('total', $count)`): a log longer than one page is read again from
+    /// `total - lines`. Without a `total` (an old fake), up to 5000 lines from the start.
     pub async fn task_log_tail(&self, upid: &Upid, lines: usize) -> Result<Vec<String>, Error> {
         let path = format!(
             "/nodes/{}/tasks/{}/log",
             seg(&upid.node)?,
             percent_encode(upid.as_str())
         );
-        let log: Vec<TaskLogLine> = self
-            .get(&path, &[("start", "0".into()), ("limit", "5000".into())])
-            .await?;
+        let page = |start: u64, limit: usize| {
+            let path = path.clone();
+            async move {
+                self.get_with_total::<Vec<TaskLogLine>>(
+                    &path,
+                    &[("start", start.to_string()), ("limit", limit.to_string())],
+                )
+                .await
+            }
+        };
+        let lines = lines.max(1);
+        let (mut log, total) = page(0, lines).await?;
+        match total {
+            Some(total) if total > lines as u64 => {
+                log = page(total - lines as u64, lines).await?.0;
+            }
+            Some(_) => {}
+            None if log.len() >= lines => log = page(0, 5000).await?.0,
+            None => {}
+        }
         let skip = log.len().saturating_sub(lines);
         Ok(log.into_iter().skip(skip).map(|l| l.t).collect())
     }

@@ -169,6 +169,17 @@ impl Client {
         )
     }
 
+    /// GET, as [`get`](Self::get), with the envelope's `total` beside `data` (task logs and
+    /// task lists count their lines there). `None` when PVE sent no `total`.
+    pub async fn get_with_total<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<(T, Option<u64>), Error> {
+        let answer = self.call(Method::GET, path, query).await?;
+        Ok((decode(Method::GET, path, &answer)?, answer.total))
+    }
+
     /// POST form parameters. Never retried: a create or clone must not be sent twice blindly.
     pub async fn post<T: DeserializeOwned>(
         &self,
@@ -215,7 +226,7 @@ impl Client {
         method: Method,
         path: &str,
         params: &[(&str, String)],
-    ) -> Result<Box<RawValue>, Error> {
+    ) -> Result<Answer, Error> {
         let attempts = if method == Method::GET {
             self.read_attempts
         } else {
@@ -324,7 +335,7 @@ impl Client {
         method: &Method,
         path: &str,
         params: &[(&str, String)],
-    ) -> Result<Box<RawValue>, Error> {
+    ) -> Result<Answer, Error> {
         let headers = self.auth_headers(method).await?;
         self.exchange(method, path, params, headers).await
     }
@@ -336,7 +347,7 @@ impl Client {
         path: &str,
         params: &[(&str, String)],
         headers: HeaderMap,
-    ) -> Result<Box<RawValue>, Error> {
+    ) -> Result<Answer, Error> {
         let url = format!("{}{}", self.api_base, path);
         let mut request = self.http.request(method.clone(), &url).headers(headers);
         request = if *method == Method::GET || *method == Method::DELETE {
@@ -393,7 +404,7 @@ impl Client {
         method: &Method,
         path: &str,
         request: reqwest::RequestBuilder,
-    ) -> Result<Box<RawValue>, Error> {
+    ) -> Result<Answer, Error> {
         let started = Instant::now();
         let result = request.send().await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -464,7 +475,22 @@ async fn read_body(
     }
 }
 
-/// Unwraps PVE's envelope: `data` on success; `message` (else the status line's reason
+/// A successful answer: its `data` (raw JSON, decoded once by the caller) and the envelope's
+/// `total`, which listings with `start`/`limit` send beside `data`.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub data: Box<RawValue>,
+    pub total: Option<u64>,
+}
+
+impl std::ops::Deref for Answer {
+    type Target = RawValue;
+    fn deref(&self) -> &RawValue {
+        &self.data
+    }
+}
+
+/// Unwraps PVE's envelope: `data` (and `total`) on success; `message` (else the status line's reason
 /// phrase, as older PVE sends no body) and per-parameter `errors` on failure.
 pub(crate) fn envelope(
     method: &Method,
@@ -472,7 +498,7 @@ pub(crate) fn envelope(
     status: StatusCode,
     reason: Option<String>,
     body: &[u8],
-) -> Result<Box<RawValue>, Error> {
+) -> Result<Answer, Error> {
     if status.is_success() {
         // `data` is kept as raw JSON and decoded once, straight into the caller's type: a
         // listing of 10,000 VMs is not built as a tree first.
@@ -480,9 +506,20 @@ pub(crate) fn envelope(
         struct Envelope {
             #[serde(default)]
             data: Option<Box<RawValue>>,
+            // A number, or a number in a string (PVE's Perl sends either); anything else is
+            // no total.
+            #[serde(default)]
+            total: Option<serde_json::Value>,
         }
         return match serde_json::from_slice::<Envelope>(body) {
-            Ok(env) => Ok(env.data.unwrap_or_else(null)),
+            Ok(env) => Ok(Answer {
+                data: env.data.unwrap_or_else(null),
+                total: env.total.and_then(|t| match t {
+                    serde_json::Value::Number(n) => n.as_u64(),
+                    serde_json::Value::String(s) => s.trim().parse().ok(),
+                    _ => None,
+                }),
+            }),
             Err(_) => Err(Error::Decode {
                 method: method.to_string(),
                 path: path.to_string(),
@@ -629,6 +666,15 @@ mod tests {
         // No `data` at all is null too.
         let v = envelope(&Method::PUT, "/x", StatusCode::OK, None, b"{}").unwrap();
         assert_eq!(v.get(), "null");
+        assert_eq!(v.total, None);
+        // A task log's `total` (a number, or a number in a string).
+        for body in [
+            &br#"{"data":[],"total":6012}"#[..],
+            br#"{"data":[],"total":"6012"}"#,
+        ] {
+            let v = envelope(&Method::GET, "/log", StatusCode::OK, None, body).unwrap();
+            assert_eq!(v.total, Some(6012));
+        }
     }
 
     #[test]

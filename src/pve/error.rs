@@ -194,7 +194,13 @@ fn classify_text(text: &str) -> Option<Category> {
         Some(Category::LockError)
     } else if has("no quorum") || has("cluster not ready") {
         Some(Category::NodeUnhealthy)
+    } else if has("checksum mismatch: got") {
+        // An upload that arrived damaged (pve-storage `PVE/API2/Storage/Status.pm` upload:
+        // `die "checksum mismatch: got '$checksum_got' != expect '$checksum'\n"`): the file,
+        // not the config, changed; sending it again may help.
+        None
     } else if has("checksum mismatch") || has("digest") && has("mismatch") {
+        // The config digest (`checksum mismatch (file change by other user?)`).
         Some(Category::Conflict)
     } else if has("configuration file") && has("does not exist")
         || has("unable to find configuration file for vm")
@@ -262,6 +268,16 @@ mod tests {
             (500, "checksum mismatch", Category::Conflict),
             (
                 500,
+                "checksum mismatch (file change by other user?)",
+                Category::Conflict,
+            ),
+            (
+                500,
+                "checksum mismatch: got 'e3b0c442' != expect '9f86d081'",
+                Category::ProxmoxError,
+            ),
+            (
+                500,
                 "cluster not ready - no quorum?",
                 Category::NodeUnhealthy,
             ),
@@ -323,6 +339,13 @@ mod tests {
         let e = Error::TaskFailed {
             upid: "u".into(),
             exitstatus: "storage migration failed".into(),
+            log_tail: vec![],
+        };
+        assert_eq!(e.category(), Category::TaskFailed);
+        // An upload's checksum, not the config digest: no Conflict.
+        let e = Error::TaskFailed {
+            upid: "u".into(),
+            exitstatus: "checksum mismatch: got 'e3b0c442' != expect '9f86d081'".into(),
             log_tail: vec![],
         };
         assert_eq!(e.category(), Category::TaskFailed);

@@ -40,6 +40,16 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     hibernate(vmid)
         The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
 
+    task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None)
+        A task with `lines` log lines, failing with `error` (or OK); returns its UPID.
+
+Power, clone, resize and logs as qemu-server / pve-manager do (fakepve 0.5.0 does not): a paused VM
+refuses `shutdown` without forceStop (`VM is paused - cannot shutdown`) and is stopped with it; `stop`
+with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-managed VM); a clone with
+`target` needs every source volume on shared storage (`can't clone VM to node 'X' (VM uses local
+storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (never shrinks); task logs
+answer `total`.
+
 GET /nodes/{node}/tasks honours `source` (archive, the default: finished tasks; active: running
 ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `errors`, `since`,
 `until`, `vmid`, `start` and `limit`, and answers `total`, as pve-manager's PVE/API2/Tasks.pm.
@@ -64,6 +74,8 @@ from aiohttp import web
 from fakepve import FakePve, TaskError, __version__, settle
 from fakepve.certs import make_cert
 from fakepve.model import PveError
+from fakepve.lxc import SIZE_UNITS, format_size
+from fakepve.qemu import drives_of, is_cdrom, join_drive, split_drive, volume_ref
 from fakepve.server import SECRET_FORM, USER, params
 
 # stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
@@ -123,6 +135,8 @@ class HarnessPve(FakePve):
         # lose_answer rules, (METHOD, suffix) -> {'status', 'message', 'times'}; the answers lost.
         self.lost_rules = {}
         self.lost = []
+        # UPIDs of qmshutdown tasks a stop with overrule-shutdown aborted.
+        self.overruled_shutdowns = set()
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -223,6 +237,19 @@ class HarnessPve(FakePve):
                     out.append(view)
         return web.json_response({'data': out, 'total': count})
 
+    async def _task_log(self, request):
+        """GET .../tasks/{upid}/log as pve-manager PVE/API2/Tasks.pm read_task_log: `my ($count,
+        $lines) = PVE::Tools::dump_logfile($filename, $start, $limit);
+        $rpcenv->set_result_attrib('total', $count);` (`limit` 0 reads to the end). fakepve 0.5.0
+        sends no `total`."""
+        p = self._verify(request, await params(request))
+        lines = self._get_task(request)['log']
+        start = int(p.get('start') or 0)
+        limit = int(p['limit']) if p.get('limit') is not None else 50
+        numbered = [{'n': n + 1, 't': t} for n, t in enumerate(lines)]
+        page = numbered[start:] if limit == 0 else numbered[start:start + limit]
+        return web.json_response({'data': page, 'total': len(lines)})
+
     # ------------------------------------------------------- create and clone timing
 
     async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
@@ -258,6 +285,25 @@ class HarnessPve(FakePve):
         await self.pause(self.answer_delay)
         return upid
 
+    async def _qm_clone(self, v, user):
+        """qemu-server src/PVE/API2/Qemu.pm clone_vm: to another node, every volume of the source
+        (disks, an ISO in a CD-ROM drive, the cloud-init drive; `$check_storage_access_clone` skips
+        only `none` and `cdrom`) must be on shared storage: `die "can't clone VM to node '$target'
+        (VM uses local storage)\n" if $target && !$sharedvm`. fakepve 0.5.0 checks only the target
+        storage."""
+        node, target = v['node'], v.get('target')
+        if target and target not in (node, 'localhost') and target in self.nodes:
+            src = self.vm(int(v['vmid']))
+            if src is not None and src.node == node:
+                conf = src.snapshots.get(v.get('snapname')) if v.get('snapname') else src.config
+                for key, volume, _props in drives_of(conf or {}):
+                    if not volume or volume in ('none', 'cdrom'):
+                        continue
+                    sid, _name = volume_ref(volume)
+                    if sid is None or not (self.storages.get(sid) or {}).get('shared'):
+                        raise PveError(500, "can't clone VM to node '{0}' (VM uses local storage)".format(target))
+        return await super()._qm_clone(v, user)
+
     async def _resources(self, request):
         response = await super()._resources(request)
         if not self.unborn:
@@ -270,6 +316,68 @@ class HarnessPve(FakePve):
                 else:
                     item.pop('name', None)
         return web.json_response(body, status=response.status)
+
+    # ------------------------------------------------------------ power
+
+    @staticmethod
+    def _flag(p, key):
+        return str(p.get(key, '0')).lower() in ('1', 'true')
+
+    async def _do_shutdown(self, vm, user, p):
+        """qemu-server src/PVE/API2/Qemu.pm vm_shutdown: before forking, `if
+        (PVE::QemuServer::vm_is_paused($vmid)) { if ($param->{forceStop}) { warn "VM is paused -
+        stop instead of shutdown\n"; $shutdown = 0; } else { die "VM is paused - cannot
+        shutdown\n"; } }`. fakepve 0.5.0 shuts a paused VM down like a running one."""
+        self._need_running(vm)
+        if vm.qmpstatus == 'paused':
+            if not self._flag(p, 'forceStop'):
+                raise PveError(500, 'VM is paused - cannot shutdown')
+            if not vm.ha_managed:
+                self._check_lock(vm)
+
+                async def body():
+                    await self.pause(vm.stop_secs)
+                    vm.status = vm.qmpstatus = 'stopped'
+                    vm.started_at = None
+                return await self.task(vm.node, 'qmshutdown', vm.vmid, user, body, vm=vm)
+        return await super()._do_shutdown(vm, user, p)
+
+    async def _do_stop(self, vm, user, p):
+        """vm_stop: `overrule-shutdown` is refused for an HA-managed VM (`raise_param_exc({
+        'overrule-shutdown' => "Not applicable for HA resources." })`); otherwise the qmstop worker
+        first aborts the VM's running qmshutdown tasks (`abort_guest_tasks($rpcenv, 'qmshutdown',
+        $vmid)`), so the stop does not wait behind their config lock."""
+        overrule = self._flag(p, 'overrule-shutdown')
+        if overrule and vm.ha_managed:
+            raise PveError(400, 'Parameter verification failed.',
+                           {'overrule-shutdown': 'Not applicable for HA resources.'})
+        if overrule:
+            for task in self.tasklog:
+                if task['type'] == 'qmshutdown' and task['id'] == str(vm.vmid) and task['status'] == 'running':
+                    self.overruled_shutdowns.add(task['upid'])
+        return await super()._do_stop(vm, user, p)
+
+    async def _powerdown(self, vm, p):
+        """fakepve's _powerdown, in one-second steps so a stop with overrule-shutdown can abort it
+        (the task then fails as a killed worker does: `received interrupt`)."""
+        timeout = int(p.get('timeout') or self.shutdown_default_timeout)
+        mine = [t['upid'] for t in self.tasklog
+                if t['type'] == 'qmshutdown' and t['id'] == str(vm.vmid) and t['status'] == 'running']
+        secs = vm.shutdown_secs if vm.acpi and vm.shutdown_secs <= timeout else timeout
+        waited = 0.0
+        while waited < secs:
+            step = min(1.0, secs - waited)
+            await self.pause(step)
+            waited += step
+            if any(u in self.overruled_shutdowns for u in mine):
+                raise TaskError('received interrupt')
+        if vm.acpi and vm.shutdown_secs <= timeout:
+            vm.status = vm.qmpstatus = 'stopped'
+            return None
+        if self._flag(p, 'forceStop'):
+            vm.status = vm.qmpstatus = 'stopped'
+            return 'VM still running - terminating now with SIGTERM'
+        raise TaskError('VM quit/powerdown failed - got timeout')
 
     # ------------------------------------------------------------ lost answers
 
@@ -298,7 +406,61 @@ class HarnessPve(FakePve):
     # fakepve registers every _routes_* table in front of its catch-all route (see fakepve/routing.py);
     # fakepve itself answers /nodes/{node}/network with a fixed vmbr0 and eno1.
     def _routes_harness(self):
-        return [('GET', '/nodes/{node}/network', self._harness_network)]
+        return [('GET', '/nodes/{node}/network', self._harness_network),
+                ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize)]
+
+    # ------------------------------------------------------------ resize
+
+    @staticmethod
+    def _parse_size(text):
+        """PVE::JSONSchema::parse_size: `32G`, `512M`, bytes without a unit."""
+        m = re.fullmatch(r'(\d+(?:\.\d+)?)([KMGT])?', str(text or '').strip())
+        if not m:
+            return 0
+        return int(float(m.group(1)) * SIZE_UNITS.get(m.group(2) or '', 1))
+
+    async def _harness_resize(self, values, user):
+        """PUT /nodes/{node}/qemu/{vmid}/resize as qemu-server src/PVE/API2/Qemu.pm resize_vm: a
+        `resize` task (`fork_worker('resize', $vmid, ...)`) that locks the config, checks the digest
+        (`checksum mismatch (file change by other user?)`) and lock, `disk '$disk' does not exist`,
+        `you can't resize a cdrom`, takes `size` as `+N[KMGT]` (added) or absolute, dies `shrinking
+        disks is not supported`, does nothing for the same size, else writes `size=` in the drive.
+        fakepve 0.5.0 answers it from the schema with a UPID and changes nothing. The schema's checks
+        (a `disk` that is no drive key, like `net0`, is a 400) run before this."""
+        vm = self.find(values['node'], int(values['vmid']))
+        disk, sizestr, digest = values['disk'], str(values['size']), values.get('digest')
+
+        async def body():
+            if digest and digest != vm.digest():
+                raise TaskError('checksum mismatch (file change by other user?)')
+            if vm.lock and not values.get('skiplock'):
+                raise TaskError('VM is locked ({0})'.format(vm.lock))
+            if not vm.config.get(disk):
+                raise TaskError("disk '{0}' does not exist".format(disk))
+            volume, props = split_drive(vm.config[disk])
+            if is_cdrom(volume, props):
+                raise TaskError("you can't resize a cdrom")
+            sid, name = volume_ref(volume)
+            vol = (self.storages.get(sid) or {}).get('volumes', {}).get(name) if sid else None
+            size = int((vol or {}).get('size') or self._parse_size(props.get('size')))
+            m = re.fullmatch(r'(\+)?(\d+(?:\.\d+)?)([KMGT])?', sizestr)
+            if not m:
+                raise TaskError('internal error')
+            new = float(m.group(2)) * SIZE_UNITS.get(m.group(3) or '', 1)
+            if m.group(1):
+                new += size
+            new = int(new)
+            if new < size:
+                raise TaskError('shrinking disks is not supported')
+            if new == size:
+                return None
+            if vol is not None:
+                vol['size'] = new
+            props['size'] = format_size(new)
+            vm.config[disk] = join_drive(volume, props)
+            return 'resized {0} to {1}'.format(disk, format_size(new))
+        return await self.task(vm.node, 'resize', vm.vmid, user, body, vm=vm,
+                               log=['update VM {0}: resize --disk {1} --size {2}'.format(vm.vmid, disk, sizestr)])
 
     def bridges_of(self, node):
         return self.bridges.get(node, self.default_bridges)
@@ -389,7 +551,8 @@ def set_vm_attrs(vm, attrs):
     unknown = sorted(set(attrs) - set(VM_ATTRS))
     if unknown:
         raise BadArgs('unknown VM attributes {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(VM_ATTRS)))
-    for key, val in attrs.items():
+    # status first: it sets qmpstatus too, which a given qmpstatus (paused) then overrides.
+    for key, val in sorted(attrs.items(), key=lambda kv: kv[0] != 'status'):
         if key == 'status':
             if val not in ('running', 'stopped'):
                 raise BadArgs("status must be 'running' or 'stopped'")
@@ -591,6 +754,19 @@ class Commands(object):
             return 'INFO: Finished Backup of VM {0}'.format(vm.vmid)
         return await pve.task(vm.node, 'vzdump', vm.vmid if single else '', 'root@pam', body, lock=False,
                               log=['INFO: starting new backup job: vzdump {0}'.format(vm.vmid)])
+
+    async def task_with_log(self, node='pve1', type='qmstart', id='', lines=0, error=None):  # noqa: A002
+        """A task of `type` on node with `lines` log lines (`line 1` ...), ending with `error` (a
+        TASK ERROR) or OK; returns its UPID."""
+        if node not in self.pve.nodes:
+            raise BadArgs('no node {0!r}'.format(node))
+
+        async def body():
+            if error:
+                raise TaskError(error)
+            return None
+        return await self.pve.task(node, type, id, 'root@pam', body, lock=False,
+                                   log=['line {0}'.format(i) for i in range(1, int(lines) + 1)])
 
     def hibernate(self, vmid):
         """The VM as `qm suspend --todisk` leaves it (qemu-server QemuServer/RunState.pm: `quit`,
