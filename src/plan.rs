@@ -145,6 +145,11 @@ pub enum Verdict {
     Unknown { vmid: u32 },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
+    /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
+    /// never moves a VM between clusters by itself (a create here plus a delete there). It is
+    /// reported until a person removes it there (then the spec is created on its new site) or
+    /// moves the spec back.
+    SiteMoved { from: String, vmid: u32 },
     /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.
@@ -672,6 +677,32 @@ fn plan_spec(
         node: node.to_string(),
         quorate: view.health.quorate,
     };
+
+    // The spec moved to another site while its VM (or its create) is on the old one. The old
+    // site's VMID means nothing on the new site: nothing is looked up there.
+    if let Some(r) = rec
+        && !r.site.is_empty()
+        && r.site != spec.site
+        && let Some(vmid) = record_vmid(r)
+    {
+        let gone = input.sites.get(&r.site).is_some_and(|old| {
+            old.reachable()
+                && !old.vms.contains_key(&vmid)
+                && !matches!(r.phase, Phase::Creating { .. })
+        });
+        if gone {
+            // Its VM was removed on the old site: forget it; the next cycle creates the VM on
+            // the new site.
+            actions.push(Action::Forget {
+                spec: spec.name.clone(),
+            });
+            return Verdict::Acting;
+        }
+        return Verdict::SiteMoved {
+            from: r.site.clone(),
+            vmid,
+        };
+    }
 
     // A create in flight is finished, whatever else is true: never a second create.
     if let Some(r) = rec

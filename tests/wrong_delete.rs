@@ -92,3 +92,62 @@ fn an_empty_commit_releases_nothing() {
     assert_eq!(owned_vms(&mut pve).len(), 3, "nothing released: {out}");
     assert!(out.contains("refused"), "{out}");
 }
+
+/// A spec moved to another site: its VM on the old site is neither leaked (left running and
+/// unreported) nor deleted with a second VM made on the new site. The spec says where its VM
+/// is and what to do; once the old VM is removed by hand, the VM is created on the new site.
+#[test]
+fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
+    let mut lab = FakePve::start(default_scenario());
+    let mut other = FakePve::start(default_scenario());
+    let second_site = format!(
+        "[[site]]\nname = \"other\"\nendpoint = \"{url}\"\ntoken_id = \"{id}\"\n\
+         token_secret_file = \"{{TOKEN}}\"\nca_file = \"{ca}\"\nrequest_timeout = \"10s\"\n",
+        url = other.url(),
+        id = common::TOKEN_ID,
+        ca = other.ca_file().display(),
+    );
+    let ws = Workspace::with_extra(&lab, "");
+    let token = ws.path("lab.token");
+    let config = std::fs::read_to_string(ws.config()).unwrap()
+        + &second_site.replace("{TOKEN}", &token.display().to_string());
+    std::fs::write(ws.config(), config).unwrap();
+
+    ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web")["vmId"].as_u64().unwrap() as u32;
+
+    let moved = spec("web", "pve1", "9000", "").replace("site: lab", "site: other");
+    ws.commit_specs(&[("web.yaml", moved)]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let (status, reason, message) = ws.condition("web", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SiteMoved"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("VM {vmid}")) && message.contains("lab"),
+        "{message}"
+    );
+    assert_eq!(
+        owned_vms(&mut lab).len(),
+        1,
+        "the old VM is not deleted: {out}"
+    );
+    assert_eq!(
+        owned_vms(&mut other).len(),
+        0,
+        "no second VM on the new site: {out}"
+    );
+
+    // Removed by hand on the old site: the spec is created on its new site.
+    lab.remove_vm(vmid);
+    let _ = ws.run_once();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(owned_vms(&mut other).len(), 1, "{out}");
+    assert_eq!(ws.status("web")["site"], "other");
+}

@@ -183,6 +183,19 @@ fn ready_and_reconciling(
                 "waiting for the VM's state",
             ),
         ),
+        Some(Verdict::SiteMoved { from, vmid }) => {
+            let msg = format!(
+                "VM {vmid} of this spec is on site {from}, and the spec now names site {}. proxsync \
+                 never moves a VM between clusters by itself (a create here and a delete there). \
+                 Move the spec back to site {from}, or move what you need off VM {vmid}, delete it \
+                 on {from}, and the VM is then created on site {}",
+                spec.site, spec.site
+            );
+            (
+                ConditionInput::new(kinds::READY, S::False, reasons::SITE_MOVED, msg.clone()),
+                ConditionInput::new(kinds::RECONCILING, S::False, reasons::SITE_MOVED, msg),
+            )
+        }
         Some(Verdict::UnverifiedClaim { vmid }) => {
             let msg = format!(
                 "VM {vmid} claims this spec but its marker does not verify (copied from another VM, \

@@ -46,6 +46,9 @@ pub const DUPLICATE_VM: &str = "DuplicateVM";
 /// `Ready` False: no VM of the spec is known and another VM claims it with a marker that does
 /// not verify; nothing is created until `proxsync adopt` confirms it or it is removed.
 pub const UNVERIFIED_CLAIM: &str = "UnverifiedClaim";
+/// `Ready` False: the spec names another site than the one its VM is on; proxsync does not
+/// move VMs between clusters (see the message for what to do).
+pub const SITE_MOVED: &str = "SiteMoved";
 
 // ---- Reconciling ----
 /// `Reconciling` False: nothing to do, the VM matches the spec.

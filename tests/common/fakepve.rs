@@ -630,6 +630,11 @@ impl FakePve {
         self.must("add_vm", vm)
     }
 
+    /// Removes a VM at once, as a person's `qm destroy` on the node would.
+    pub fn remove_vm(&mut self, vmid: u32) {
+        self.must("remove_vm", json!({"vmid": vmid}));
+    }
+
     pub fn add_node(&mut self, name: &str, online: bool) {
         self.must("add_node", json!({"name": name, "online": online}));
     }

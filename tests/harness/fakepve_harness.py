@@ -825,6 +825,11 @@ class Commands(object):
     def add_vm(self, vmid, **kwargs):
         return dump_vm(add_vm(self.pve, vmid, **kwargs))
 
+    def remove_vm(self, vmid):
+        """Remove a VM at once, as a person's `qm destroy` on the node would (no task, no checks)."""
+        vm = vm_of(self.pve, vmid)
+        self.pve.vms.remove(vm)
+
     def add_node(self, name, online=True):
         self.pve.add_node(name, bool(online))
 
