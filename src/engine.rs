@@ -710,6 +710,13 @@ pub fn describe(action: &Action, specs: &SpecSet) -> String {
         Action::Adopt { spec, site, vmid } => {
             format!("~ adopt   {spec}: VM {vmid} on {site} carries its marker")
         }
+        Action::Relabel {
+            spec,
+            from,
+            site,
+            node,
+            vmid,
+        } => format!("~ rename  {from} -> {spec}: VM {vmid} on {site}/{node} is re-labelled"),
         Action::Converge {
             spec,
             site,

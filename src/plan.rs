@@ -92,6 +92,15 @@ pub enum Action {
     },
     /// The spec is gone and so is its VM: forget the record.
     Forget { spec: String },
+    /// `metadata.name` was renamed (confirmed by the `proxsync.io/renamed-from` annotation):
+    /// the VM of spec `from` becomes spec `spec`'s, its marker re-signed; nothing is deleted.
+    Relabel {
+        spec: String,
+        from: String,
+        site: String,
+        node: String,
+        vmid: u32,
+    },
     /// A stopped orphan past its grace period.
     DeleteOrphan {
         site: String,
@@ -108,6 +117,7 @@ impl Action {
             | Action::ResumeCreate { site, node, .. }
             | Action::Converge { site, node, .. }
             | Action::Remove { site, node, .. }
+            | Action::Relabel { site, node, .. }
             | Action::DeleteOrphan { site, node, .. } => Some((site, node)),
             Action::Adopt { .. } | Action::Forget { .. } => None,
         }
@@ -121,6 +131,7 @@ impl Action {
             | Action::Adopt { spec, .. }
             | Action::Converge { spec, .. }
             | Action::Remove { spec, .. }
+            | Action::Relabel { spec, .. }
             | Action::Forget { spec } => Some(spec),
             Action::DeleteOrphan { .. } => None,
         }
@@ -145,6 +156,10 @@ pub enum Verdict {
     Unknown { vmid: u32 },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
+    /// The commit removes spec `from` and adds this one with the same content: probably a
+    /// rename of `metadata.name`. Neither the delete nor the create happens until the
+    /// `proxsync.io/renamed-from: <from>` annotation confirms it (or the content differs).
+    RenameSuspected { from: String, vmid: u32 },
     /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
     /// never moves a VM between clusters by itself (a create here plus a delete there). It is
     /// reported until a person removes it there (then the spec is created on its new site) or
@@ -243,6 +258,14 @@ pub fn spec_hash(spec: &Spec) -> String {
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
+}
+
+/// What a spec asks for without its names (`metadata.name` and the VM name): equal for a spec
+/// and its rename.
+pub fn content_hash(spec: &Spec) -> String {
+    let mut unnamed = spec.clone();
+    unnamed.vm_name = String::new();
+    spec_hash(&unnamed)
 }
 
 /// FNV-1a 64, hex: stable across builds and platforms.
@@ -422,10 +445,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             )
         })
         .collect();
+    let renames = renames(input, &desired_names);
     for spec in input.desired {
         let rec = input.records.get(&spec.name);
         let index = indexes.get(spec.site.as_str());
-        let verdict = plan_spec(input, spec, rec, &tag, index, &mut out.actions);
+        let verdict = match renames.get(spec.name.as_str()) {
+            Some(r) => plan_rename(input, spec, r, &mut out.actions),
+            None => plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+        };
         if let Some(d) = duplicate(spec, rec, index, &verdict) {
             out.duplicates.insert(spec.name.clone(), d);
         }
@@ -444,7 +471,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut removals = Vec::new();
     if input.complete {
         for (name, rec) in input.records {
-            if desired_names.contains(name.as_str()) || input.invalid.contains(name) {
+            if desired_names.contains(name.as_str())
+                || input.invalid.contains(name)
+                || renames.values().any(|r| r.from == name.as_str())
+            {
                 continue;
             }
             let Some(view) = input.sites.get(&rec.site) else {
@@ -611,6 +641,121 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
     out.actions.sort();
     out
+}
+
+/// A removed spec whose VM a new spec of the same commit takes over.
+struct Rename<'a> {
+    from: &'a str,
+    site: &'a str,
+    node: &'a str,
+    vmid: u32,
+    /// The new spec's `proxsync.io/renamed-from` annotation names `from`.
+    confirmed: bool,
+}
+
+/// Renames of `metadata.name` in this commit: a new spec (no VM recorded) that either names a
+/// removed spec in its `proxsync.io/renamed-from` annotation (confirmed), or has exactly the
+/// content a removed spec's VM was last converged to (suspected). Only removed specs whose VM
+/// exists are considered.
+fn renames<'a>(
+    input: &'a PlanInput<'a>,
+    desired: &BTreeSet<&str>,
+) -> BTreeMap<&'a str, Rename<'a>> {
+    let mut out = BTreeMap::new();
+    if !input.complete {
+        return out;
+    }
+    let removed: Vec<(&str, &SpecRecord)> = input
+        .records
+        .iter()
+        .filter(|(name, r)| {
+            !desired.contains(name.as_str())
+                && !input.invalid.contains(*name)
+                && r.vmid.is_some()
+                && r.phase == Phase::Exists
+        })
+        .map(|(n, r)| (n.as_str(), r))
+        .collect();
+    if removed.is_empty() {
+        return out;
+    }
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    for spec in input.desired {
+        if input
+            .records
+            .get(&spec.name)
+            .and_then(record_vmid)
+            .is_some()
+        {
+            continue;
+        }
+        let by_annotation = spec
+            .renamed_from
+            .as_deref()
+            .and_then(|old| removed.iter().find(|(n, _)| *n == old));
+        let found = by_annotation.or_else(|| {
+            let hash = content_hash(spec);
+            removed.iter().find(|(_, r)| {
+                r.site == spec.site && r.applied_content.as_deref() == Some(hash.as_str())
+            })
+        });
+        if let Some((from, r)) = found
+            && r.site == spec.site
+            && taken.insert(from)
+        {
+            out.insert(
+                spec.name.as_str(),
+                Rename {
+                    from,
+                    site: r.site.as_str(),
+                    node: r.node.as_str(),
+                    vmid: r.vmid.unwrap_or_default(),
+                    confirmed: by_annotation.is_some(),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A rename: re-label the VM when confirmed and the node is healthy; otherwise hold both
+/// the delete and the create and say so.
+fn plan_rename(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    r: &Rename<'_>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    if !r.confirmed {
+        return Verdict::RenameSuspected {
+            from: r.from.to_string(),
+            vmid: r.vmid,
+        };
+    }
+    let Some(view) = input.sites.get(r.site).filter(|v| v.reachable()) else {
+        return Verdict::SiteUnreachable {
+            error: format!("site {} cannot be read", r.site),
+        };
+    };
+    let node = view
+        .vms
+        .get(&r.vmid)
+        .map(|vm| vm.node.as_str())
+        .unwrap_or(r.node);
+    if !view.node_healthy(node) {
+        return Verdict::NodeUnhealthy {
+            node: node.to_string(),
+            quorate: view.health.quorate,
+        };
+    }
+    actions.push(Action::Relabel {
+        spec: spec.name.clone(),
+        from: r.from.to_string(),
+        site: r.site.to_string(),
+        node: node.to_string(),
+        vmid: r.vmid,
+    });
+    Verdict::Acting
 }
 
 /// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM

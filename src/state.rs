@@ -107,6 +107,9 @@ pub struct SpecRecord {
     pub phase: Phase,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
+    /// The same without the names (`plan::content_hash`): a new spec with this content in the
+    /// commit that removes this one is a rename, not a delete plus a create.
+    pub applied_content: Option<String>,
     /// The spec's own tags (user tags and tenant tag) as last applied, for the three-way merge
     /// that keeps tags added by hand.
     pub applied_tags: Vec<String>,
@@ -249,6 +252,17 @@ impl Store {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
         self.write(|tx| {
             tx.open_table(SPECS)?.insert(name, bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Moves a spec's record to a new name (a rename of `metadata.name`), in one transaction.
+    pub fn rename(&self, from: &str, to: &str, rec: &SpecRecord) -> Result<(), StateError> {
+        let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
+        self.write(|tx| {
+            let mut specs = tx.open_table(SPECS)?;
+            specs.remove(from)?;
+            specs.insert(to, bytes.as_slice())?;
             Ok(())
         })
     }

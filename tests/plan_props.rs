@@ -388,6 +388,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         } else {
             DeletionPolicy::Delete
         },
+        renamed_from: None,
     }
 }
 
@@ -813,6 +814,22 @@ impl Sim {
 
     fn apply(&mut self, action: &Action) {
         match action {
+            Action::Relabel {
+                spec, from, vmid, ..
+            } => {
+                // The VM's marker now names the new spec; the record moves.
+                if let Some(rec) = self.world.records.remove(from) {
+                    self.world.records.insert(spec.clone(), rec);
+                }
+                if let Some(m) = self
+                    .world
+                    .vms_mut()
+                    .get_mut(vmid)
+                    .and_then(|v| v.marker.as_mut())
+                {
+                    m.spec = spec.clone();
+                }
+            }
             Action::Create { spec, node, .. } => {
                 let spec = self.spec(spec);
                 assert_eq!(node, &spec.node, "a create on another node than the spec's");
@@ -969,6 +986,7 @@ fn action_vmid(a: &Action) -> Option<u32> {
         | Action::Adopt { vmid, .. }
         | Action::Converge { vmid, .. }
         | Action::Remove { vmid, .. }
+        | Action::Relabel { vmid, .. }
         | Action::DeleteOrphan { vmid, .. } => Some(*vmid),
         Action::Create { .. } | Action::Forget { .. } => None,
     }

@@ -151,3 +151,57 @@ fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
     assert_eq!(owned_vms(&mut other).len(), 1, "{out}");
     assert_eq!(ws.status("web")["site"], "other");
 }
+
+/// Renaming `metadata.name` is not a delete plus a create: in the commit that removes `web-01`
+/// and adds `web-02` with the same content, nothing is deleted or created and the new spec
+/// says why; the `proxsync.io/renamed-from` annotation confirms it, and the VM is re-labelled
+/// (its marker re-signed for the new name, its name converged), the same VM throughout.
+#[test]
+fn a_rename_of_metadata_name_relabels_the_vm_instead_of_replacing_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web-01")["vmId"].as_u64().unwrap();
+
+    ws.commit_specs(&[("web.yaml", spec("web-02", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let (status, reason, message) = ws.condition("web-02", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RenameSuspected"),
+        "{message}"
+    );
+    assert!(
+        message.contains("proxsync.io/renamed-from: web-01"),
+        "{message}"
+    );
+    let owned = owned_vms(&mut pve);
+    assert_eq!(
+        owned.len(),
+        1,
+        "neither deleted nor created: {owned:?}\n{out}"
+    );
+
+    let confirmed = spec("web-02", "pve1", "9000", "").replace(
+        "  name: web-02\n",
+        "  name: web-02\n  annotations:\n    proxsync.io/renamed-from: web-01\n",
+    );
+    ws.commit_specs(&[("web.yaml", confirmed)]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let owned = owned_vms(&mut pve);
+    assert_eq!(owned, vec![(vmid, "web-02".to_string())], "{out}");
+    assert_eq!(ws.status("web-02")["vmId"].as_u64(), Some(vmid));
+    let description = pve.vm(vmid as u32)["config"]["description"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(description.contains("spec=web-02"), "{description}");
+    assert!(
+        !ws.path("status/web-01.yaml").exists(),
+        "the old status file goes"
+    );
+}

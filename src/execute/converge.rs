@@ -235,6 +235,7 @@ pub(super) async fn converge(
         Vec::new()
     };
     rec.applied_hash = Some(spec_hash(spec));
+    rec.applied_content = Some(crate::plan::content_hash(spec));
     rec.vmid = Some(vmid);
     rec.phase = Phase::Exists;
     rec.provisioned = true;

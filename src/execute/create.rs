@@ -518,3 +518,45 @@ pub(super) async fn adopt(
     ctx.store.put(&spec.name, rec)?;
     converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
 }
+
+/// A confirmed rename of `metadata.name`: the VM of spec `from` becomes `spec`'s. Its marker is
+/// re-signed for the new name first (with the uid it had), then the record moves in one
+/// transaction; a crash between the two leaves a VM whose marker names the new spec, which the
+/// next cycle adopts (and the old record, whose VM no longer carries its marker, is forgotten).
+pub(super) async fn relabel(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    from: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let site = site(ctx, vm.site)?;
+    let cfg = site.client.vm_config(vm.node, vm.vmid).await?;
+    if !is_ours(ctx, &cfg, vm.vmid, Some(from), Some(&rec.uid)) {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {} does not carry the marker of spec {from}: not re-labelling it",
+                vm.vmid
+            ),
+        ));
+    }
+    if let Some(waiting) = super::converge::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let signed = marker(ctx, spec, rec, vm.vmid);
+    let params = VmParams::new().set(
+        "description",
+        signed.replace_in(cfg.description().unwrap_or("")),
+    );
+    site.client
+        .set_config(vm.node, vm.vmid, &params, cfg.digest())
+        .await?;
+    tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
+    rec.site = vm.site.to_string();
+    rec.node = vm.node.to_string();
+    // Converge brings the rest (the VM's name) in line next.
+    rec.applied_hash = None;
+    ctx.store.rename(from, &spec.name, rec)?;
+    converge(ctx, vm, spec, rec).await
+}

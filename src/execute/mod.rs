@@ -37,7 +37,7 @@ use crate::spec::Spec;
 use crate::state::{SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
-use self::create::{adopt, create, resume_create};
+use self::create::{adopt, create, relabel, resume_create};
 use self::remove::{delete_orphan, forget, remove};
 
 /// A failure of one action, with its category.
@@ -311,10 +311,32 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             release,
         } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
         Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::Relabel {
+            spec,
+            from,
+            site,
+            node,
+            vmid,
+        } => {
+            // The old spec's record becomes the new one's: it is what vouches for the VM.
+            let old = ctx.store.specs().ok().and_then(|mut r| r.remove(from));
+            rec = old.unwrap_or_default();
+            with_spec(ctx, spec, |s| {
+                relabel(ctx, VmRef::new(site, node, *vmid), from, s, &mut rec)
+            })
+            .await
+        }
         Action::DeleteOrphan { site, node, vmid } => {
             delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
         }
     };
+    // A rename that failed before moving the record: the old spec's record still stands, and
+    // none may be written under the new name (two records would claim one VM).
+    if let Action::Relabel { from, .. } = action
+        && ctx.store.specs().is_ok_and(|r| r.contains_key(from))
+    {
+        return result;
+    }
     outcome::record(ctx, action, rec, &result);
     result
 }

@@ -82,6 +82,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Create { .. } => "create",
         Action::ResumeCreate { .. } => "resume-create",
         Action::Adopt { .. } => "adopt",
+        Action::Relabel { .. } => "rename",
         Action::Converge { .. } => "converge",
         Action::Remove { release: true, .. } => "release",
         Action::Remove { .. } => "delete",

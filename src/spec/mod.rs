@@ -138,7 +138,13 @@ pub struct Spec {
     pub tags: Vec<String>,
     /// What happens to the VM when the spec is removed; default delete.
     pub deletion_policy: DeletionPolicy,
+    /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
+    /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
+    pub renamed_from: Option<String>,
 }
+
+/// The annotation that confirms a rename of `metadata.name`.
+pub const RENAMED_FROM: &str = "proxsync.io/renamed-from";
 
 /// Largest number of `cloudInit.sshKeys`.
 pub const MAX_SSH_KEYS: usize = 64;

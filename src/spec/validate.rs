@@ -284,6 +284,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let mut name = None;
     let mut name_pos = root.pos;
     let mut tenant = None;
+    let mut renamed_from = None;
     let meta = top.required(ctx, "metadata", "a mapping with name (and optional labels)");
     if let Some(meta) = meta.and_then(|n| object(ctx, n, "metadata", Some(METADATA_FIELDS))) {
         if let Some(n) = meta.required(ctx, "name", "the spec's unique name, e.g. web-01")
@@ -299,7 +300,12 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
             && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
         {
             for (k, _, v) in &obj.entries {
-                string(ctx, v, &obj.path(k), "\"text\"");
+                let text = string(ctx, v, &obj.path(k), "\"text\"");
+                if *k == crate::spec::RENAMED_FROM
+                    && let Some(old) = text
+                {
+                    renamed_from = ctx.check(v.pos, check_spec_name(old).map(|()| old.to_string()));
+                }
             }
         }
     }
@@ -501,6 +507,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         power_state,
         tags,
         deletion_policy,
+        renamed_from,
     };
     (Some(spec), name)
 }

@@ -402,9 +402,8 @@ mod tests {
         {
             text.push_str(&format!("{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
         }
-        let start = std::time::Instant::now();
+        // Refused by the alias budget before expanding (how long it takes is not asserted).
         let (_, diags) = parse(&text);
-        assert!(start.elapsed().as_secs() < 5);
         assert_eq!(diags.len(), 1, "{diags:?}");
         assert!(diags[0].contains("aliases expand"), "{diags:?}");
     }

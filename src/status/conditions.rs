@@ -183,6 +183,24 @@ fn ready_and_reconciling(
                 "waiting for the VM's state",
             ),
         ),
+        Some(Verdict::RenameSuspected { from, vmid }) => {
+            let msg = format!(
+                "this commit removes spec {from} and adds this one with the same content: a rename of \
+                 metadata.name? Neither is VM {vmid} deleted nor a new VM created. To keep VM {vmid} \
+                 under this name, add the annotation {}: {from} to this spec's metadata; to replace \
+                 it, change the content or remove the specs in separate commits",
+                crate::spec::RENAMED_FROM
+            );
+            (
+                ConditionInput::new(
+                    kinds::READY,
+                    S::False,
+                    reasons::RENAME_SUSPECTED,
+                    msg.clone(),
+                ),
+                ConditionInput::new(kinds::RECONCILING, S::False, reasons::RENAME_SUSPECTED, msg),
+            )
+        }
         Some(Verdict::SiteMoved { from, vmid }) => {
             let msg = format!(
                 "VM {vmid} of this spec is on site {from}, and the spec now names site {}. proxsync \

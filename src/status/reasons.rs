@@ -49,6 +49,9 @@ pub const UNVERIFIED_CLAIM: &str = "UnverifiedClaim";
 /// `Ready` False: the spec names another site than the one its VM is on; proxsync does not
 /// move VMs between clusters (see the message for what to do).
 pub const SITE_MOVED: &str = "SiteMoved";
+/// `Ready` False: the commit removes a spec and adds this one with the same content; nothing
+/// is deleted or created until the `proxsync.io/renamed-from` annotation confirms a rename.
+pub const RENAME_SUSPECTED: &str = "RenameSuspected";
 
 // ---- Reconciling ----
 /// `Reconciling` False: nothing to do, the VM matches the spec.
