@@ -205,3 +205,33 @@ fn a_rename_of_metadata_name_relabels_the_vm_instead_of_replacing_it() {
         "the old status file goes"
     );
 }
+
+/// One unreadable VM does not block every create of its site: a tagged VM on an offline node
+/// (its config read answers 595, so its marker cannot be read after the database was lost)
+/// holds back only the spec it may be (by its name), not a new spec on a healthy node.
+#[test]
+fn an_unreadable_vm_holds_back_only_the_spec_it_may_be() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let a = spec(
+        "a",
+        "pve2",
+        "local:import/debian-12-genericcloud-amd64.qcow2",
+        "",
+    );
+    ws.commit_specs(&[("a.yaml", a.clone())]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    ws.remove_state();
+    pve.set_node_offline("pve2", true);
+    ws.commit_specs(&[("a.yaml", a), ("b.yaml", spec("b", "pve1", "9000", ""))]);
+    let (_, out) = ws.run_once();
+    let (status, _, message) = ws.condition("b", "Ready");
+    assert_eq!(
+        status, "True",
+        "b is created on the healthy node: {message}\n{out}"
+    );
+    let (status, _, _) = ws.condition("a", "Ready");
+    assert_ne!(status, "True", "a waits for its node");
+    assert_eq!(owned_vms(&mut pve).len(), 2, "{out}");
+}
