@@ -238,3 +238,54 @@ fn lost_quorum_fails() {
     );
     assert!(out.contains("pvecm status"), "{out}");
 }
+
+/// A site with one spec file `vm.yaml` (image `image`); doctor's output.
+fn doctor_one(pve: &FakePve, image: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let text = spec("vm", "lab", "pve1", image, "local-lvm", "vmbr0");
+    std::fs::write(specs.join("vm.yaml"), text).unwrap();
+    doctor(&config, &specs)
+}
+
+#[test]
+fn import_content_needs_pve_8_3() {
+    // qemu-server 8.2.7 / pve-storage 8.2.8 (PVE 8.3) brought `import` content to import-from:
+    // an 8.2 cluster cannot import local:import/X.qcow2.
+    let pve = Scenario::default().set("version", "8.2.4".into()).start();
+    let (ok, out) = doctor_one(&pve, "local:import/debian-12-genericcloud-amd64.qcow2");
+    assert!(!ok, "{out}");
+    assert!(out.contains("FAIL lab version: Proxmox VE 8.2.4"), "{out}");
+    assert!(out.contains("Proxmox VE 8.3 or later"), "{out}");
+
+    let pve = Scenario::default().set("version", "8.3.2".into()).start();
+    let (ok, out) = doctor_one(&pve, "local:import/debian-12-genericcloud-amd64.qcow2");
+    assert!(ok, "{out}");
+    assert!(out.contains("ok   lab version: Proxmox VE 8.3.2"), "{out}");
+    assert!(
+        out.contains("uploads into import content no (since 8.4)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_import_volume_pve_does_not_take_is_refused() {
+    // pve-storage's import content takes .ova .ovf .qcow2 .raw .vmdk only; a `.img` found by
+    // its stem is refused, saying what would be valid.
+    let pve = Scenario::default()
+        .file("local", "noble.img", 1024, "import")
+        .start();
+    let (ok, out) = doctor_one(&pve, "noble");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab image of vm: local:import/noble.img: Proxmox VE's import content takes only .ova, .ovf, .qcow2, .raw, .vmdk"),
+        "{out}"
+    );
+}
