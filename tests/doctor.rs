@@ -289,3 +289,129 @@ fn an_import_volume_pve_does_not_take_is_refused() {
         "{out}"
     );
 }
+
+/// Everything proxsync needs on a PVE 8 or 9 cluster but the privileges of `/`, granted to
+/// the token on the paths the README names.
+fn grants_but_root(scenario: Scenario, agent: &str) -> Scenario {
+    scenario
+        .grant(
+            TOKEN_ID,
+            "/vms",
+            &[
+                "VM.Allocate",
+                "VM.Clone",
+                "VM.Audit",
+                "VM.Config.CPU",
+                "VM.Config.Memory",
+                "VM.Config.Disk",
+                "VM.Config.Network",
+                "VM.Config.Options",
+                "VM.Config.CDROM",
+                "VM.Config.Cloudinit",
+                "VM.Config.HWType",
+                "VM.PowerMgmt",
+                agent,
+            ],
+        )
+        .grant(
+            TOKEN_ID,
+            "/storage",
+            &["Datastore.AllocateSpace", "Datastore.Audit"],
+        )
+        .grant(TOKEN_ID, "/sdn/zones", &["SDN.Use"])
+}
+
+#[test]
+fn cluster_status_needs_sys_audit_on_root_not_nodes() {
+    // pve-manager get_status: `check => ['perm', '/', ['Sys.Audit']]`. A grant on /nodes
+    // passed doctor, and then every cycle got a 403.
+    let pve = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
+        .grant(TOKEN_ID, "/nodes", &["Sys.Audit"])
+        .start();
+    let (ok, out) = doctor_one(&pve, "9000");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab privileges: token proxsync@pve!gitops lacks Sys.Audit on /"),
+        "{out}"
+    );
+
+    // With Sys.Audit on / (it propagates to /nodes) the privileges are complete.
+    let pve = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
+        .grant(TOKEN_ID, "/", &["Sys.Audit"])
+        .start();
+    let (_, out) = doctor_one(&pve, "9000");
+    assert!(out.contains("ok   lab privileges"), "{out}");
+    assert!(out.contains("ok   lab quorum"), "{out}");
+}
+
+#[test]
+fn guest_agent_privileges_follow_the_version() {
+    // 8.x: VM.Monitor; 9.x: VM.GuestAgent.Audit or .Unrestricted (VM.Monitor dropped in
+    // pve-access-control 9.0.2).
+    let pve = grants_but_root(
+        Scenario::default().set("version", "8.4.1".into()),
+        "VM.GuestAgent.Audit",
+    )
+    .grant(TOKEN_ID, "/", &["Sys.Audit", "Sys.Modify"])
+    .start();
+    let (ok, out) = doctor_one(&pve, "9000");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab privileges: token proxsync@pve!gitops lacks VM.Monitor on /vms"),
+        "{out}"
+    );
+
+    let pve = grants_but_root(
+        Scenario::default().set("version", "9.1.2".into()),
+        "VM.Monitor",
+    )
+    .grant(TOKEN_ID, "/", &["Sys.Audit", "Sys.Modify"])
+    .start();
+    let (ok, out) = doctor_one(&pve, "9000");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("lacks VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted on /vms"),
+        "{out}"
+    );
+
+    let pve = grants_but_root(
+        Scenario::default().set("version", "9.1.2".into()),
+        "VM.GuestAgent.Unrestricted",
+    )
+    .grant(TOKEN_ID, "/", &["Sys.Audit", "Sys.Modify"])
+    .start();
+    let (ok, out) = doctor_one(&pve, "9000");
+    assert!(ok, "{out}");
+    assert!(out.contains("ok   lab privileges"), "{out}");
+}
+
+#[test]
+fn tags_need_sys_modify_unless_user_tag_access_is_free() {
+    // Without Sys.Modify on /, PVE lets the token set a tag only as user-tag-access allows.
+    let restricted = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
+        .grant(TOKEN_ID, "/", &["Sys.Audit"])
+        .set(
+            "datacenter",
+            serde_json::json!({"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}}),
+        )
+        .start();
+    let (ok, out) = doctor_one(&restricted, "9000");
+    assert!(ok, "a warning, not a failure:\n{out}");
+    assert!(
+        out.contains("warn lab tags: the token lacks Sys.Modify on /, and the datacenter option user-tag-access is list"),
+        "{out}"
+    );
+    assert!(out.contains("proxsync."), "names the tag:\n{out}");
+    assert!(out.contains("user-allow=free"), "{out}");
+
+    // `free` (PVE's default) lets anyone set tags that are not registered.
+    let free = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
+        .grant(TOKEN_ID, "/", &["Sys.Audit"])
+        .start();
+    let (ok, out) = doctor_one(&free, "9000");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("ok   lab tags: user-tag-access is free"),
+        "{out}"
+    );
+}

@@ -97,6 +97,94 @@ pub struct Features {
     pub resize_is_task: bool,
 }
 
+/// `GET /cluster/options`, the parts about tags. PVE answers `user-tag-access` as an object
+/// (`{"user-allow": "list", "user-allow-list": [...]}`, parsed from datacenter.cfg); a property
+/// string is read too.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct DatacenterOptions {
+    #[serde(default, rename = "user-tag-access")]
+    pub user_tag_access: Option<serde_json::Value>,
+    #[serde(default, rename = "registered-tags")]
+    pub registered_tags: Option<serde_json::Value>,
+    /// The tags the caller may set now (PVE computes it for every caller).
+    #[serde(default, rename = "allowed-tags")]
+    pub allowed_tags: Option<Vec<String>>,
+}
+
+/// A list PVE sends as an array or as a `;`/`,`/space separated string.
+fn tag_list(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        serde_json::Value::String(s) => s
+            .split([';', ',', ' '])
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl DatacenterOptions {
+    /// `user-allow` of `user-tag-access`: `none`, `list`, `existing` or `free` (PVE's default,
+    /// pve-guest-common `PVE/GuestHelpers.pm` `get_allowed_tags`: `// 'free'`).
+    pub fn user_allow(&self) -> String {
+        match &self.user_tag_access {
+            Some(serde_json::Value::Object(m)) => m
+                .get("user-allow")
+                .and_then(|v| v.as_str())
+                .unwrap_or("free")
+                .to_string(),
+            Some(serde_json::Value::String(s)) => s
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("user-allow="))
+                .unwrap_or("free")
+                .to_string(),
+            _ => "free".to_string(),
+        }
+    }
+
+    /// `user-allow-list` of `user-tag-access`.
+    pub fn user_allow_list(&self) -> Vec<String> {
+        match &self.user_tag_access {
+            Some(serde_json::Value::Object(m)) => {
+                m.get("user-allow-list").map(tag_list).unwrap_or_default()
+            }
+            Some(serde_json::Value::String(s)) => s
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("user-allow-list="))
+                .map(|l| tag_list(&serde_json::Value::String(l.to_string())))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `registered-tags`: only users with Sys.Modify on `/` may set them.
+    pub fn registered_tags(&self) -> Vec<String> {
+        self.registered_tags
+            .as_ref()
+            .map(tag_list)
+            .unwrap_or_default()
+    }
+
+    /// Whether a caller without Sys.Modify on `/` may set `tag` (pve-guest-common
+    /// `assert_tag_permissions`: `(!$allowed_tags->{$tag} && !$freeform) ||
+    /// $privileged_tags->{$tag}` is refused). `existing` counts only the list: a tag that
+    /// merely exists now may not later.
+    pub fn user_may_set(&self, tag: &str) -> bool {
+        if self.registered_tags().iter().any(|t| t == tag) {
+            return false;
+        }
+        match self.user_allow().as_str() {
+            "free" => true,
+            "list" | "existing" => self.user_allow_list().iter().any(|t| t == tag),
+            _ => false,
+        }
+    }
+}
+
 /// One entry of `GET /cluster/status`: the cluster itself or a node.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ClusterStatusEntry {
