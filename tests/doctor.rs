@@ -415,3 +415,25 @@ fn tags_need_sys_modify_unless_user_tag_access_is_free() {
         "{out}"
     );
 }
+
+#[test]
+fn without_specs_doctor_checks_the_configured_sources_specs() {
+    // As a new user runs it: a config whose git source holds a spec naming a bridge that does
+    // not exist, and `proxsync doctor` with no --specs (as `plan` and `run --once` read the
+    // configured source by default).
+    let pve = FakePve::start(default_scenario());
+    let ws = common::engine::Workspace::new(&pve);
+    ws.commit_specs(&[(
+        "web.yaml",
+        common::engine::spec("web", "pve1", "9000", "    network: vmbr9\n"),
+    )]);
+    let out = ws.proxsync(&["doctor"]);
+    let text = common::engine::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("ok   source: 1 spec(s) at commit"), "{text}");
+    assert!(
+        text.contains("FAIL lab bridge pve1/vmbr9: no such bridge"),
+        "{text}"
+    );
+    assert!(!text.contains("no specs for this site"), "{text}");
+}
