@@ -437,3 +437,54 @@ fn without_specs_doctor_checks_the_configured_sources_specs() {
     );
     assert!(!text.contains("no specs for this site"), "{text}");
 }
+
+#[test]
+fn the_marker_key_is_checked_and_never_shown() {
+    use std::os::unix::fs::PermissionsExt;
+    let pve = FakePve::start(default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let key = dir.path().join("state").join("marker.key");
+
+    // Absent: made at the first start; say what losing it means.
+    let (ok, out) = doctor(&config, &specs);
+    assert!(ok, "{out}");
+    assert!(out.contains("warn marker key:"), "{out}");
+    assert!(out.contains("will be made at the first start"), "{out}");
+    assert!(out.contains("proxsync adopt"), "{out}");
+
+    // Present and private.
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    let hex = "0123456789abcdef".repeat(4);
+    std::fs::write(&key, format!("{hex}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, out) = doctor(&config, &specs);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok   marker key:"), "{out}");
+    assert!(!out.contains(&hex), "never its content:\n{out}");
+
+    // Readable by others.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_, out) = doctor(&config, &specs);
+    assert!(
+        out.contains("warn marker key:") && out.contains("mode 0644"),
+        "{out}"
+    );
+    assert!(out.contains("chmod 600"), "{out}");
+    assert!(!out.contains(&hex), "never its content:\n{out}");
+
+    // Not a key: a failure, without echoing what is there.
+    std::fs::write(&key, "not-a-key-but-a-secret-looking-thing\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, out) = doctor(&config, &specs);
+    assert!(!ok, "{out}");
+    assert!(out.contains("FAIL marker key:"), "{out}");
+    assert!(!out.contains("secret-looking"), "never its content:\n{out}");
+}

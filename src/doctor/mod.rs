@@ -8,6 +8,7 @@ use crate::spec::Spec;
 
 mod connection;
 mod health;
+mod marker_key;
 mod privileges;
 mod resources;
 mod versions;
@@ -88,6 +89,7 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         ),
         None,
     )];
+    out.push(marker_key::check_marker_key(&config.state_dir));
     for spec in specs {
         if config.site(&spec.site).is_none() {
             out.push(check(
