@@ -46,14 +46,16 @@ In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- 
         paths: Vec<PathBuf>,
     },
     /// Check the config, each site (DNS, TCP, TLS, token, privileges, version, quorum, nodes)
-    /// and what the specs need (storages, bridges, images); exit 1 on any failure.
+    /// and what the specs need (storages, bridges, images); exit 1 on any failure. The specs are
+    /// those of `--specs`, else those of the configured source.
     #[command(after_help = "\
 Examples:
   proxsync doctor --config /etc/proxsync/proxsync.toml
   proxsync doctor --config proxsync.toml --specs specs/   also check the storages, bridges
                                                           and images these specs name")]
     Doctor {
-        /// Spec files or directories whose storages, bridges and images to check.
+        /// Spec files or directories whose storages, bridges and images to check (default: the
+        /// specs of the configured source).
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
@@ -232,18 +234,45 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut specs = Vec::new();
     let mut spec_checks = Vec::new();
-    if !spec_paths.is_empty() {
-        let set = spec::load_paths(&spec_paths);
-        spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
-            level: crate::doctor::Level::Fail,
-            subject: "spec".into(),
-            message: d.to_string(),
-            fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
-        }));
-        specs = set.specs;
-    }
+    // The specs of `--specs`, else those of the configured source, as `plan` and `run` read.
+    let set = if spec_paths.is_empty() {
+        match crate::source::read_configured(&config) {
+            Ok(read) => {
+                spec_checks.push(crate::doctor::Check {
+                    level: crate::doctor::Level::Ok,
+                    subject: "source".into(),
+                    message: format!(
+                        "{} spec(s) at commit {}",
+                        read.specs.specs.len(),
+                        &read.commit[..read.commit.len().min(12)]
+                    ),
+                    fix: None,
+                });
+                read.specs
+            }
+            Err(e) => {
+                spec_checks.push(crate::doctor::Check {
+                    level: crate::doctor::Level::Fail,
+                    subject: "source".into(),
+                    message: e.to_string(),
+                    fix: Some(
+                        "check [source] in the config, or name spec files with --specs".into(),
+                    ),
+                });
+                spec::SpecSet::default()
+            }
+        }
+    } else {
+        spec::load_paths(&spec_paths)
+    };
+    spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
+        level: crate::doctor::Level::Fail,
+        subject: "spec".into(),
+        message: d.to_string(),
+        fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
+    }));
+    let specs = set.specs;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -416,7 +416,8 @@ fn an_image_that_cannot_work_creates_nothing_and_stalls() {
         "{message}"
     );
     assert!(
-        message.contains("8.1.4") && message.contains("8.2"),
+        // import-from of `import` content came with PVE 8.3 (qemu-server 8.2.7).
+        message.contains("8.1.4") && message.contains("needs Proxmox VE 8.3 or later"),
         "{message}"
     );
     // The seed's failure: a cloud image kept in iso content.

@@ -8,6 +8,7 @@ use crate::spec::Spec;
 
 mod connection;
 mod health;
+mod marker_key;
 mod privileges;
 mod resources;
 mod versions;
@@ -88,6 +89,7 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         ),
         None,
     )];
+    out.push(marker_key::check_marker_key(&config.state_dir));
     for spec in specs {
         if config.site(&spec.site).is_none() {
             out.push(check(
@@ -104,7 +106,7 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
     }
     for site in &config.sites {
         let site_specs: Vec<&Spec> = specs.iter().filter(|s| s.site == site.name).collect();
-        out.extend(check_site(site, &site_specs).await);
+        out.extend(check_site(site, &config.ownership_tag(), &site_specs).await);
     }
     out
 }
@@ -114,7 +116,7 @@ pub fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.level == Level::Fail)
 }
 
-async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
+async fn check_site(site: &SiteConfig, ownership_tag: &str, specs: &[&Spec]) -> Vec<Check> {
     let name = site.name.as_str();
     let subject = |what: &str| format!("{name} {what}");
     let mut out = Vec::new();
@@ -141,7 +143,11 @@ async fn check_site(site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
     out.push(versions::check_version(site, &version, specs));
 
     let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
-    out.push(check_privileges(&client, site, uploads_seeds).await);
+    // The tags proxsync writes on this site's VMs.
+    let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())
+        .chain(specs.iter().flat_map(|s| s.tags.iter().cloned()))
+        .collect();
+    out.extend(check_privileges(&client, site, &version, uploads_seeds, &tags).await);
 
     let health = match client.cluster_health().await {
         Ok(h) => h,

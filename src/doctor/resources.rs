@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Check, Level, check};
 use crate::config::SiteConfig;
-use crate::pve::types::{ClusterHealth, NodeStorage, VmResource};
+use crate::pve::types::{ClusterHealth, NodeStorage, VmResource, check_import_extension};
 use crate::pve::{Client, Error};
 use crate::spec::{Image, Spec, VolumeKind};
 
@@ -182,6 +182,16 @@ async fn image_check(
                 VolumeKind::Import => "import",
                 VolumeKind::Iso => "iso",
             };
+            if *kind == VolumeKind::Import
+                && let Err(why) = check_import_extension(volume)
+            {
+                return check(
+                    Level::Fail,
+                    subject,
+                    why,
+                    Some("rename the file on the storage and in the spec's image".into()),
+                );
+            }
             let store_check = storage_check(site, node, storages, storage, content, &spec.name);
             if store_check.level != Level::Ok {
                 return Check {
@@ -276,6 +286,22 @@ async fn name_check(
             None,
         ),
         0 => match volumes_with_stem(client, node, storages, name).await {
+            Ok(found) if found.len() == 1 && found[0].contains(":import/") => {
+                match check_import_extension(&found[0]) {
+                    Ok(()) => check(
+                        Level::Ok,
+                        subject,
+                        format!("{name} is the volume {} on {node}", found[0]),
+                        None,
+                    ),
+                    Err(why) => check(
+                        Level::Fail,
+                        subject,
+                        why,
+                        Some("rename the file on the storage".into()),
+                    ),
+                }
+            }
             Ok(found) if found.len() == 1 => check(
                 Level::Ok,
                 subject,

@@ -2,7 +2,9 @@
 
 use super::{Check, Level, check};
 use crate::config::SiteConfig;
-use crate::pve::types::Version;
+use crate::pve::types::{
+    IMPORT_CONTENT_SINCE, IMPORT_FROM_SINCE, IMPORT_UPLOAD_SINCE, Version, release_name,
+};
 use crate::spec::{Image, Spec, VolumeKind};
 
 /// The version line: fails without import-from, or without import content when a spec imports.
@@ -18,24 +20,39 @@ pub(super) fn check_version(site: &SiteConfig, version: &Version, specs: &[&Spec
             }
         )
     });
-    let level = if !f.import_from || (uses_import && !f.import_content) {
-        Level::Fail
-    } else {
+    let mut needs = Vec::new();
+    if !f.import_from {
+        needs.push(format!(
+            "Proxmox VE {} or later for the import-from disk option",
+            release_name(IMPORT_FROM_SINCE)
+        ));
+    }
+    if uses_import && !f.import_content {
+        needs.push(format!(
+            "Proxmox VE {} or later for import-from of `import` content (qemu-server 8.2.7, \
+             pve-storage 8.2.8), which specs of this site use",
+            release_name(IMPORT_CONTENT_SINCE)
+        ));
+    }
+    let level = if needs.is_empty() {
         Level::Ok
+    } else {
+        Level::Fail
     };
     check(
         level,
         format!("{} version", site.name),
         format!(
-            "Proxmox VE {}: import-from {}, import content {}, resize as a task {}",
+            "Proxmox VE {}: import-from {}, import content {} (since {}), uploads into import \
+             content {} (since {}), resize as a task {}",
             version.version,
             yes_no(f.import_from),
             yes_no(f.import_content),
+            release_name(IMPORT_CONTENT_SINCE),
+            yes_no(f.import_upload),
+            release_name(IMPORT_UPLOAD_SINCE),
             yes_no(f.resize_is_task)
         ),
-        (level == Level::Fail).then(|| {
-            "upgrade to Proxmox VE 8.2 or later (import content), at least 7.2 (import-from)"
-                .to_string()
-        }),
+        (level == Level::Fail).then(|| format!("upgrade: {}", needs.join("; "))),
     )
 }

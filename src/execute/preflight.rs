@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use crate::category::Category;
-use crate::pve::types::{NodeStorage, Version, VmConfig};
+use crate::pve::types::{
+    IMPORT_CONTENT_SINCE, IMPORT_FROM_SINCE, NodeStorage, Version, VmConfig, check_import_extension,
+};
 use crate::pve::values::is_drive_key;
 use crate::pve::{Client, Error as PveError};
 use crate::spec::{Image, Spec, VolumeKind};
@@ -300,9 +302,21 @@ async fn volume_by_name(
         [(volume, VolumeKind::Iso)] => Ok(Source::Iso {
             volume: volume.clone(),
         }),
-        [(volume, _)] => {
+        [(volume, kind)] => {
             if !features.import_from {
-                return Err(too_old(version, "the import-from disk option", "7.2"));
+                return Err(too_old(
+                    version,
+                    "the import-from disk option",
+                    IMPORT_FROM_SINCE,
+                ));
+            }
+            if *kind == VolumeKind::Import {
+                check_import_extension(volume).map_err(|why| {
+                    fail(
+                        Category::ConfigurationError,
+                        format!("image {name:?}: {why}"),
+                    )
+                })?;
             }
             Ok(Source::Import {
                 volume: volume.clone(),
@@ -329,13 +343,15 @@ async fn volume_by_name(
     }
 }
 
-fn too_old(version: &Version, what: &str, needed: &str) -> ActionError {
+/// The cluster's release lacks a feature: say which release brought it.
+fn too_old(version: &Version, what: &str, needed: (u32, u32, u32)) -> ActionError {
     fail(
         Category::ApiNotSupported,
         format!(
-            "Proxmox VE {} lacks {what} (needs {needed} or later); upgrade the cluster or use a template \
-             image (a VMID) instead",
-            version.version
+            "Proxmox VE {} lacks {what} (needs Proxmox VE {} or later); upgrade the cluster or use a \
+             template image (a VMID) instead",
+            version.version,
+            crate::pve::types::release_name(needed)
         ),
     )
 }
@@ -387,15 +403,25 @@ async fn check_volume(
     let content = match kind {
         VolumeKind::Import => {
             if !features.import_content {
-                return Err(too_old(version, "the `import` storage content type", "8.2"));
+                return Err(too_old(
+                    version,
+                    "import-from of `import` content (qemu-server 8.2.7, pve-storage 8.2.8)",
+                    IMPORT_CONTENT_SINCE,
+                ));
             }
+            check_import_extension(volume)
+                .map_err(|why| fail(Category::ConfigurationError, why))?;
             "import"
         }
         VolumeKind::Images => "images",
         VolumeKind::Iso => "iso",
     };
     if kind != VolumeKind::Iso && !features.import_from {
-        return Err(too_old(version, "the import-from disk option", "7.2"));
+        return Err(too_old(
+            version,
+            "the import-from disk option",
+            IMPORT_FROM_SINCE,
+        ));
     }
     check_storage(storages, storage, content, node)
         .map_err(|e| fail(Category::ImageNotFound, e.message))?;

@@ -600,6 +600,12 @@ impl Client {
         Ok(a.result)
     }
 
+    /// `GET /cluster/options`: at once; the datacenter options (all of them only with Sys.Audit
+    /// on `/`: pve-manager `PVE/API2/Cluster.pm` `get_options`).
+    pub async fn cluster_options(&self) -> Result<DatacenterOptions, Error> {
+        self.get("/cluster/options", &[]).await
+    }
+
     /// `GET /access/permissions`: at once; the caller's (the token's) effective privileges.
     pub async fn permissions(&self, path: Option<&str>) -> Result<Permissions, Error> {
         let query: Vec<(&str, String)> =

@@ -38,12 +38,52 @@ impl Version {
         let v = self.triple();
         Features {
             // The `import-from` disk option arrived in qemu-server with PVE 7.2.
-            import_from: v >= (7, 2, 0),
-            // The `import` storage content type (OVA, disk images) arrived with PVE 8.2.
-            import_content: v >= (8, 2, 0),
+            import_from: v >= IMPORT_FROM_SINCE,
+            // `import-from` takes volumes of the `import` content type from qemu-server 8.2.7,
+            // and directory storages hold `import` content from pve-storage 8.2.8 ("directory
+            // backed storage: implement import content type"): both shipped with PVE 8.3.
+            import_content: v >= IMPORT_CONTENT_SINCE,
+            // Uploading qcow2/raw/vmdk into `import` content came with pve-storage 8.3.6
+            // ("import: allow upload of guest images files into import storage"): PVE 8.4.
+            import_upload: v >= IMPORT_UPLOAD_SINCE,
             // `PUT .../resize` answers with a task UPID since PVE 8.0 (null before).
             resize_is_task: v >= (8, 0, 0),
         }
+    }
+}
+
+/// The first PVE release whose `import-from` takes `import` content (qemu-server 8.2.7,
+/// pve-storage 8.2.8).
+pub const IMPORT_CONTENT_SINCE: (u32, u32, u32) = (8, 3, 0);
+/// The first PVE release that uploads qcow2/raw/vmdk files into `import` content
+/// (pve-storage 8.3.6).
+pub const IMPORT_UPLOAD_SINCE: (u32, u32, u32) = (8, 4, 0);
+/// The first PVE release with the `import-from` disk option.
+pub const IMPORT_FROM_SINCE: (u32, u32, u32) = (7, 2, 0);
+
+/// `8.3` for `(8, 3, 0)`: a release as people name it.
+pub fn release_name(v: (u32, u32, u32)) -> String {
+    format!("{}.{}", v.0, v.1)
+}
+
+/// The file extensions PVE's `import` content takes (pve-storage `PVE/Storage.pm`
+/// `$IMPORT_EXT_RE_1 = qr/\.(ova|ovf|qcow2|raw|vmdk)/`), case-sensitive: no `.img`.
+pub const IMPORT_EXTENSIONS: [&str; 5] = ["ova", "ovf", "qcow2", "raw", "vmdk"];
+
+/// Whether `volid` (`storage:import/FILE`, or `FILE/member` inside an OVA) names a file
+/// PVE's `import` content takes; otherwise why not, saying what would be valid.
+pub fn check_import_extension(volid: &str) -> Result<(), String> {
+    let volname = volid.split_once(':').map_or(volid, |(_, v)| v);
+    let file = volname.strip_prefix("import/").unwrap_or(volname);
+    let outer = file.split('/').next().unwrap_or(file);
+    let ext = outer.rsplit_once('.').map(|(_, e)| e);
+    match ext {
+        Some(e) if IMPORT_EXTENSIONS.contains(&e) => Ok(()),
+        _ => Err(format!(
+            "{volid}: Proxmox VE's import content takes only .{} files (case-sensitive; no .img: \
+             a cloud .img is qcow2 inside, rename it to .qcow2)",
+            IMPORT_EXTENSIONS.join(", .")
+        )),
     }
 }
 
@@ -52,7 +92,97 @@ impl Version {
 pub struct Features {
     pub import_from: bool,
     pub import_content: bool,
+    /// qcow2/raw/vmdk can be uploaded into `import` content.
+    pub import_upload: bool,
     pub resize_is_task: bool,
+}
+
+/// `GET /cluster/options`, the parts about tags. PVE answers `user-tag-access` as an object
+/// (`{"user-allow": "list", "user-allow-list": [...]}`, parsed from datacenter.cfg); a property
+/// string is read too.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct DatacenterOptions {
+    #[serde(default, rename = "user-tag-access")]
+    pub user_tag_access: Option<serde_json::Value>,
+    #[serde(default, rename = "registered-tags")]
+    pub registered_tags: Option<serde_json::Value>,
+    /// The tags the caller may set now (PVE computes it for every caller).
+    #[serde(default, rename = "allowed-tags")]
+    pub allowed_tags: Option<Vec<String>>,
+}
+
+/// A list PVE sends as an array or as a `;`/`,`/space separated string.
+fn tag_list(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        serde_json::Value::String(s) => s
+            .split([';', ',', ' '])
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl DatacenterOptions {
+    /// `user-allow` of `user-tag-access`: `none`, `list`, `existing` or `free` (PVE's default,
+    /// pve-guest-common `PVE/GuestHelpers.pm` `get_allowed_tags`: `// 'free'`).
+    pub fn user_allow(&self) -> String {
+        match &self.user_tag_access {
+            Some(serde_json::Value::Object(m)) => m
+                .get("user-allow")
+                .and_then(|v| v.as_str())
+                .unwrap_or("free")
+                .to_string(),
+            Some(serde_json::Value::String(s)) => s
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("user-allow="))
+                .unwrap_or("free")
+                .to_string(),
+            _ => "free".to_string(),
+        }
+    }
+
+    /// `user-allow-list` of `user-tag-access`.
+    pub fn user_allow_list(&self) -> Vec<String> {
+        match &self.user_tag_access {
+            Some(serde_json::Value::Object(m)) => {
+                m.get("user-allow-list").map(tag_list).unwrap_or_default()
+            }
+            Some(serde_json::Value::String(s)) => s
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("user-allow-list="))
+                .map(|l| tag_list(&serde_json::Value::String(l.to_string())))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `registered-tags`: only users with Sys.Modify on `/` may set them.
+    pub fn registered_tags(&self) -> Vec<String> {
+        self.registered_tags
+            .as_ref()
+            .map(tag_list)
+            .unwrap_or_default()
+    }
+
+    /// Whether a caller without Sys.Modify on `/` may set `tag` (pve-guest-common
+    /// `assert_tag_permissions`: `(!$allowed_tags->{$tag} && !$freeform) ||
+    /// $privileged_tags->{$tag}` is refused). `existing` counts only the list: a tag that
+    /// merely exists now may not later.
+    pub fn user_may_set(&self, tag: &str) -> bool {
+        if self.registered_tags().iter().any(|t| t == tag) {
+            return false;
+        }
+        match self.user_allow().as_str() {
+            "free" => true,
+            "list" | "existing" => self.user_allow_list().iter().any(|t| t == tag),
+            _ => false,
+        }
+    }
 }
 
 /// One entry of `GET /cluster/status`: the cluster itself or a node.
@@ -521,8 +651,36 @@ mod tests {
         assert!(!f.import_from && !f.import_content && !f.resize_is_task);
         let f = v("8.1.4").features();
         assert!(f.import_from && !f.import_content && f.resize_is_task);
-        assert!(v("8.2.2").features().import_content);
+        // `import` content for import-from came with 8.3 (qemu-server 8.2.7), uploads into it
+        // with 8.4 (pve-storage 8.3.6).
+        let f = v("8.2.4").features();
+        assert!(!f.import_content && !f.import_upload, "{f:?}");
+        let f = v("8.3.0").features();
+        assert!(f.import_content && !f.import_upload, "{f:?}");
+        let f = v("8.4.1").features();
+        assert!(f.import_content && f.import_upload, "{f:?}");
+        assert!(v("9.1.2").features().import_upload);
         assert_eq!(v("garbage").triple(), (0, 0, 0));
+    }
+
+    #[test]
+    fn import_extensions() {
+        for ok in [
+            "local:import/noble.qcow2",
+            "local:import/disk.raw",
+            "local:import/a.vmdk",
+            "local:import/vm.ova/disk1.vmdk",
+        ] {
+            assert_eq!(check_import_extension(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "local:import/noble.img",
+            "local:import/noble.QCOW2",
+            "local:import/noble",
+        ] {
+            let e = check_import_extension(bad).unwrap_err();
+            assert!(e.contains(".ova, .ovf, .qcow2, .raw, .vmdk"), "{e}");
+        }
     }
 
     #[test]

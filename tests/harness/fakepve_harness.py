@@ -50,6 +50,15 @@ with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-man
 storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (never shrinks); task logs
 answer `total`.
 
+    set_datacenter(options)
+        datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
+        {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}.
+
+Permissions as PVE evaluates them: GET /cluster/status needs Sys.Audit on `/` itself; GET
+/access/permissions?path=P answers the effective privileges on exactly P (grants propagate down
+the tree), without `path` the same for `/`, the top-level paths and every path with a grant; GET
+/cluster/options answers everything only with Sys.Audit on `/`, and `allowed-tags` always.
+
 GET /nodes/{node}/tasks honours `source` (archive, the default: finished tasks; active: running
 ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `errors`, `since`,
 `until`, `vmid`, `start` and `limit`, and answers `total`, as pve-manager's PVE/API2/Tasks.pm.
@@ -71,7 +80,7 @@ import traceback
 
 from aiohttp import web
 
-from fakepve import FakePve, TaskError, __version__, settle
+from fakepve import FakePve, TaskError, __version__, settle, shapes
 from fakepve.certs import make_cert
 from fakepve.model import PveError
 from fakepve.lxc import SIZE_UNITS, format_size
@@ -83,7 +92,7 @@ PROTOCOL = sys.stdout
 sys.stdout = sys.stderr
 
 SCENARIO_KEYS = ('host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
-                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name')
+                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name', 'datacenter')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
             'qmpstatus', 'ha_state', 'stats')
@@ -137,6 +146,8 @@ class HarnessPve(FakePve):
         self.lost = []
         # UPIDs of qmshutdown tasks a stop with overrule-shutdown aborted.
         self.overruled_shutdowns = set()
+        # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
+        self.datacenter = {}
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -407,7 +418,71 @@ class HarnessPve(FakePve):
     # fakepve itself answers /nodes/{node}/network with a fixed vmbr0 and eno1.
     def _routes_harness(self):
         return [('GET', '/nodes/{node}/network', self._harness_network),
-                ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize)]
+                ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize),
+                ('GET', '/cluster/options', self._harness_cluster_options)]
+
+    # ------------------------------------------------------------ permissions
+
+    async def _cluster_status(self, request):
+        """GET /cluster/status: pve-manager PVE/API2/Cluster.pm get_status, `check => ['perm', '/',
+        ['Sys.Audit']]` (fakepve 0.5.0 checks nothing): on `/` itself; a grant on /nodes does not do."""
+        self.require(request[USER], '/', 'Sys.Audit')
+        return await super()._cluster_status(request)
+
+    def _effective(self, who, path):
+        """The privileges `who` holds on exactly `path`, by fakepve's own check (grants propagate down
+        the tree, pools cover their members)."""
+        privs = set(shapes.PRIVILEGES)
+        if not str(self.version).startswith('9'):
+            privs.add('VM.Monitor')  # PVE 8's; pve-access-control 9.0.2 dropped it
+        for grants in (self.acl or {}).values():
+            for _path, granted in grants:
+                privs |= set(granted)
+        return set(p for p in privs if self._has(who, path, p))
+
+    async def _permissions(self, v, user):
+        """GET /access/permissions as pve-access-control PVE/API2/AccessControl.pm `permissions`: with
+        `path`, `{path => $rpcenv->permissions($userid, $path)}` (the effective privileges on exactly that
+        path) or {} when none; without, get_effective_permissions: the same for `/`, the top-level paths
+        (/access /access/groups /nodes /pool /sdn /storage /vms) and every path with an ACL. fakepve 0.5.0
+        lists the grants themselves (a grant on /nodes shows under /nodes, a grant on / under / only)."""
+        who = v.get('userid') or user
+        if v.get('path') is not None:
+            paths = [str(v['path'])]
+        else:
+            paths = set(['/', '/access', '/access/groups', '/nodes', '/pool', '/sdn', '/storage', '/vms'])
+            for grants in (self.acl or {}).values():
+                paths |= set(path for path, _privs in grants)
+        out = {}
+        for path in sorted(paths):
+            held = self._effective(who, path)
+            if held:
+                out[path] = dict.fromkeys(sorted(held), 1)
+        return out
+
+    async def _harness_cluster_options(self, values, user):
+        """GET /cluster/options as pve-manager PVE/API2/Cluster.pm get_options: all of datacenter.cfg with
+        Sys.Audit on `/`, else only `console` and `tag-style`; always `allowed-tags` (the tags the caller may
+        set: the user-allow-list unless `none`, plus existing tags when `free`/`existing`; registered tags
+        only with Sys.Modify on `/`; PVE::GuestHelpers::get_allowed_tags)."""
+        dc = self.datacenter
+        if self._has(user, '/', 'Sys.Audit'):
+            res = dict(dc)
+        else:
+            res = dict((k, dc[k]) for k in ('console', 'tag-style') if k in dc)
+        privileged = self._has(user, '/', 'Sys.Modify')
+        access = dc.get('user-tag-access') or {}
+        allow = access.get('user-allow', 'free')
+        allowed = set()
+        if allow != 'none' or privileged:
+            allowed |= set(access.get('user-allow-list') or [])
+        if allow in ('free', 'existing') or privileged:
+            for vm in self.vms:
+                allowed |= set(t for t in re.split(r'[;, ]+', str(vm.config.get('tags') or '')) if t)
+        registered = set(dc.get('registered-tags') or [])
+        allowed = allowed | registered if privileged else allowed - registered
+        res['allowed-tags'] = sorted(allowed)
+        return res
 
     # ------------------------------------------------------------ resize
 
@@ -612,6 +687,8 @@ def apply_scenario(pve, sc):
         pve.cluster_name = str(sc['cluster_name'])
     if 'bridges' in sc:
         set_bridges(pve, sc['bridges'])
+    if 'datacenter' in sc:
+        pve.datacenter = dict(sc['datacenter'])
 
 
 # ------------------------------------------------------------------ commands
@@ -816,6 +893,11 @@ class Commands(object):
             raise BadArgs('unknown settings {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(MODEL_ATTRS)))
         for key, val in settings.items():
             setattr(self.pve, key, val)
+
+    def set_datacenter(self, options):
+        """Replace datacenter.cfg as GET /cluster/options shows it, e.g. {"user-tag-access": {"user-allow":
+        "list", "user-allow-list": ["a"]}, "registered-tags": ["b"]}."""
+        self.pve.datacenter = dict(options)
 
     # state
     def set_vm(self, vmid, **attrs):
