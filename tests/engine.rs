@@ -458,7 +458,11 @@ fn nothing_is_created_or_deleted_on_an_offline_node() {
     ws.commit_specs(&[
         ("b.yaml", spec("keep-1", "pve1", "9000", "")),
         ("c.yaml", spec("keep-2", "pve1", "9000", "")),
-        ("d.yaml", spec("new-on-pve1", "pve1", "9000", "")),
+        // Not the same content as on-pve1: that would be a rename (held, see wrong_delete.rs).
+        (
+            "d.yaml",
+            spec("new-on-pve1", "pve1", "9000", "").replace("cpu: 2", "cpu: 3"),
+        ),
     ]);
     pve.clear_requests();
     let (ok, out) = ws.run_once();
