@@ -76,6 +76,43 @@ fn a_failed_shutdown_is_followed_by_a_stop_that_overrules_it() {
     assert!(stop.body.contains("overrule-shutdown=1"), "{stop:?}");
 }
 
+/// Interrupted while a slow shutdown runs: the next run waits for that shutdown rather than
+/// sending a second one that would queue behind its lock.
+#[test]
+fn a_shutdown_still_running_is_waited_for_not_sent_again() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let vmid = running_vm(&mut pve, &ws, "web-01");
+    pve.set_time_scale(1.0);
+    pve.set_vm(vmid, json!({"shutdown_secs": 3}));
+    ws.commit_specs(&[("web-01.yaml", stopped("web-01", ""))]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["run", "--once", "--config"])
+        .arg(ws.config())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start proxsync");
+    let sent = |pve: &mut FakePve| {
+        pve.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/status/shutdown"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while sent(&mut pve) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(sent(&mut pve), 1, "the shutdown was sent");
+    assert_eq!(pve.vm(vmid)["status"], "running", "killed before it ended");
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(pve.vm(vmid)["status"], "stopped", "{out}");
+    assert_eq!(sent(&mut pve), 1, "no second shutdown: {out}");
+}
+
 // ------------------------------------------------------------------- (2) clone to another node
 
 fn shared_storage_scenario() -> Scenario {

@@ -431,6 +431,33 @@ pub(super) async fn power_off(
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
     let client = &site.client;
+    // A shutdown or stop still running from an earlier cycle (one interrupted, or one that
+    // outlived the wait) is waited for, not answered with a second one queued behind it.
+    let running = client.active_vm_tasks(node, vmid).await?;
+    if let Some(upid) = running
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.task_type().as_deref(),
+                Some("qmshutdown" | "qmstop" | "hastop")
+            )
+        })
+        .find_map(|t| t.upid.parse::<crate::pve::Upid>().ok())
+    {
+        tracing::info!(vmid, upid = %upid, "waiting for the power-off task already running");
+        match wait(ctx, client, &upid, rec).await {
+            Ok(TaskOutcome::StillRunning) => {
+                return Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            Ok(_) if !client.vm_running(node, vmid).await? => {
+                return settle_ha(ctx, client, node, vmid, &upid, false).await;
+            }
+            // It failed, or the VM still runs: go on with our own shutdown and stop.
+            _ => {}
+        }
+    }
     let shutdown = match client
         .shutdown_vm(node, vmid, SHUTDOWN_TIMEOUT_SECS, true)
         .await
