@@ -425,7 +425,11 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
             Err(code) => return code,
         };
         let path = config_path.unwrap_or_else(default_config_path);
-        return match rt.block_on(crate::daemon::run(path)) {
+        let daemon = async {
+            let shutdown = crate::daemon::shutdown_signals()?;
+            crate::daemon::run(path, shutdown).await
+        };
+        return match rt.block_on(daemon) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "proxsync stopped");

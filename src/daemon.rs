@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use sd_notify::NotifyState;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
@@ -36,10 +36,69 @@ pub enum DaemonError {
     Source(#[from] crate::source::SourceError),
 }
 
-/// Why a cycle runs (besides timers, requests and signals).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Trigger {
-    SourceChanged,
+/// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
+#[derive(Debug)]
+enum Event {
+    /// A ref of the repository moved (a push; a burst of updates settled into one event).
+    RefChanged,
+    /// A remote source is due to be fetched (`interval`, jittered).
+    FetchDue,
+    /// The resync interval ran out with nothing else happening.
+    ResyncDue,
+    /// The earliest backoff deadline still ahead came.
+    BackoffDue,
+    /// `proxsync reconcile [NAME]` on the control socket.
+    Request(control::Request),
+    /// SIGHUP: reload the config.
+    Reload,
+    /// Time to tell systemd's watchdog that the loop is alive.
+    Watchdog,
+    /// The shutdown future completed (SIGTERM or SIGINT, from `cli`).
+    Shutdown,
+}
+
+/// Whether the loop goes on after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// `Daemon::engine` is `None` only inside `Daemon::reopen`, which never returns leaving it so
+/// (a failure there ends the daemon).
+const ENGINE_OPEN: &str = "the engine is open outside Daemon::reopen";
+
+/// The running daemon: what the loop keeps between events.
+struct Daemon {
+    config_path: PathBuf,
+    config: Config,
+    /// Closed (`None`) only while a reload swaps the database handle.
+    engine: Option<Engine>,
+    source: Source,
+    /// The last good commit and its checked specs.
+    desired: Option<(String, crate::spec::SpecSet)>,
+    /// Read the specs at the next cycle even if the branch did not move (the config changed).
+    force_read: bool,
+    /// When a remote source is fetched next.
+    next_fetch: Instant,
+    /// When a cycle runs with no other trigger: the resync, and the earliest backoff deadline
+    /// still ahead (never sooner than 1 s after a cycle).
+    resync_at: Instant,
+    backoff_at: Option<Instant>,
+    ready_sent: bool,
+    /// Raised once the shutdown future completed; the engine watches it too, so a running
+    /// cycle starts no new action and its task waits end.
+    stop: watch::Receiver<bool>,
+    /// Ref notifications from `watcher` (the sender is kept for the watcher of a reload).
+    refs_tx: mpsc::Sender<()>,
+    refs: mpsc::Receiver<()>,
+    watcher: Option<notify::RecommendedWatcher>,
+    requests: mpsc::Receiver<control::Request>,
+    control: tokio::task::JoinHandle<()>,
+    hangup: Signal,
+    /// Half of systemd's `WATCHDOG_USEC`, when it asks for one.
+    watchdog: Option<Duration>,
+    watchdog_tick: tokio::time::Interval,
 }
 
 fn notify(states: &[NotifyState]) {
@@ -49,91 +108,169 @@ fn notify(states: &[NotifyState]) {
     }
 }
 
-/// Runs the daemon until SIGTERM or SIGINT.
-pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
-    let mut config = Config::load(&config_path)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut engine = Engine::new(config.clone())?;
-    engine.set_shutdown(stop_rx.clone());
-    let mut source = Source::new(&config);
-
-    let (trigger_tx, mut triggers) = mpsc::channel::<Trigger>(64);
-    let mut watcher = watch_source(&source, trigger_tx.clone())?;
-    let (request_tx, mut requests) = mpsc::channel::<control::Request>(16);
-    let mut control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
-
-    let mut hangup = signal(SignalKind::hangup())?;
+/// A future that completes on SIGTERM or SIGINT, to hand to [`run`]. The handlers are
+/// installed here (call it inside the runtime), so a signal that comes early is not lost.
+pub fn shutdown_signals() -> std::io::Result<impl Future<Output = ()>> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
-    let mut watchdog_tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
-    watchdog_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    // The last good commit and its checked specs.
-    let mut desired: Option<(String, crate::spec::SpecSet)> = None;
-    let mut force_read = false;
-    let mut next_fetch = Instant::now();
-    let mut ready_sent = false;
-    let mut pending_request: Option<control::Request> = None;
-    tracing::info!(config = %config_path.display(), "proxsync daemon starting");
-
-    loop {
-        // Read the source (fetching a remote when due); keep the last good commit on failure.
-        if source.is_remote() && Instant::now() >= next_fetch {
-            let fetched = tokio::task::spawn_blocking({
-                let cfg = config.clone();
-                move || Source::new(&cfg).fetch_blocking()
-            })
-            .await
-            .unwrap_or_else(|e| {
-                Err(crate::source::SourceError {
-                    location: "git".into(),
-                    message: e.to_string(),
-                })
-            });
-            if let Err(e) = &fetched {
-                tracing::warn!(error = %e, "fetch failed; using the last good commit");
-            }
-            engine.source_error = fetched.err().map(|e| e.to_string());
-            next_fetch = Instant::now() + jittered(source.interval);
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-        // Walk the tree only when the branch moved (or the config changed).
-        let moved = match (source.tip(), &desired) {
-            (Ok(tip), Some((commit, _))) => tip != *commit,
-            _ => true,
-        };
-        if moved || force_read {
-            force_read = false;
-            match source.read() {
-                Ok(read) => {
-                    if engine
-                        .source_error
-                        .as_deref()
-                        .is_some_and(|e| e.contains("cannot read"))
-                    {
-                        engine.source_error = None;
-                    }
-                    let mut specs = read.specs;
-                    crate::engine::check_spec_sites(&config, &mut specs);
-                    // Once per commit read: what keeps the set incomplete, by path.
-                    for d in specs.errors().filter(|d| d.spec.is_none()) {
-                        tracing::warn!(file = %d.file, "{d}");
-                    }
-                    if !specs.is_complete() {
-                        tracing::warn!(
-                            commit = %read.commit,
-                            "the specs could not all be read: no spec counts as removed, so nothing is deleted until the errors above are fixed"
-                        );
-                    }
-                    desired = Some((read.commit, specs));
+    })
+}
+
+/// Runs the daemon until `shutdown` completes, then stops gracefully: a running cycle starts
+/// no new action, records its task UPIDs and returns before this does.
+pub async fn run(
+    config_path: PathBuf,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut daemon = Daemon::start(config_path, stop_rx)?;
+    // The one place shutdown is heard: it raises the flag that both the wait for the next
+    // event and the running cycle watch. This future never completes, so `serve` ends the
+    // select.
+    let raise = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        std::future::pending::<()>().await
+    };
+    let result = tokio::select! {
+        r = daemon.serve() => r,
+        () = raise => Ok(()),
+    };
+    daemon.finish(result.is_ok());
+    result
+}
+
+impl Daemon {
+    /// Loads the config, opens the engine, and starts the ref watch, the control socket, the
+    /// SIGHUP handler and the watchdog timer.
+    fn start(config_path: PathBuf, stop: watch::Receiver<bool>) -> Result<Daemon, DaemonError> {
+        let config = Config::load(&config_path)?;
+        let mut engine = Engine::new(config.clone())?;
+        engine.set_shutdown(stop.clone());
+        let source = Source::new(&config);
+        let (refs_tx, refs) = mpsc::channel(64);
+        let watcher = watch_source(&source, refs_tx.clone())?;
+        let (request_tx, requests) = mpsc::channel(16);
+        let control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
+        let hangup = signal(SignalKind::hangup())?;
+        let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+        let mut watchdog_tick =
+            tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+        watchdog_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tracing::info!(config = %config_path.display(), "proxsync daemon starting");
+        let now = Instant::now();
+        Ok(Daemon {
+            config_path,
+            config,
+            engine: Some(engine),
+            source,
+            desired: None,
+            force_read: false,
+            next_fetch: now,
+            resync_at: now,
+            backoff_at: None,
+            ready_sent: false,
+            stop,
+            refs_tx,
+            refs,
+            watcher,
+            requests,
+            control,
+            hangup,
+            watchdog,
+            watchdog_tick,
+        })
+    }
+
+    /// The loop: a first cycle at once, then one event at a time until one says stop.
+    async fn serve(&mut self) -> Result<(), DaemonError> {
+        let mut flow = self.cycle(None).await?;
+        while flow == Flow::Continue {
+            let event = self.next_event().await;
+            flow = self.handle(event).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the next event; the only place the loop waits between cycles.
+    async fn next_event(&mut self) -> Event {
+        let (wake, due) = self.next_deadline();
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake.into()) => due,
+            Some(()) = self.refs.recv() => {
+                // Let a burst of ref updates settle (a push writes several files).
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                while self.refs.try_recv().is_ok() {}
+                Event::RefChanged
+            }
+            Some(req) = self.requests.recv() => Event::Request(req),
+            _ = self.hangup.recv() => Event::Reload,
+            _ = self.stop.wait_for(|stop| *stop) => Event::Shutdown,
+            _ = self.watchdog_tick.tick(), if self.watchdog.is_some() => Event::Watchdog,
+        }
+    }
+
+    /// The earliest timer and the event it brings: resync, backoff deadline, remote fetch.
+    fn next_deadline(&self) -> (Instant, Event) {
+        let mut next = (self.resync_at, Event::ResyncDue);
+        if let Some(at) = self.backoff_at
+            && at < next.0
+        {
+            next = (at, Event::BackoffDue);
+        }
+        if self.source.is_remote() && self.next_fetch < next.0 {
+            next = (self.next_fetch, Event::FetchDue);
+        }
+        next
+    }
+
+    async fn handle(&mut self, event: Event) -> Result<Flow, DaemonError> {
+        match event {
+            Event::Watchdog => {
+                notify(&[NotifyState::Watchdog]);
+                Ok(Flow::Continue)
+            }
+            Event::Shutdown => {
+                notify(&[NotifyState::Stopping]);
+                Ok(Flow::Stop)
+            }
+            Event::RefChanged => {
+                tracing::info!("source changed");
+                self.cycle(None).await
+            }
+            // A due fetch happens at the start of the cycle.
+            Event::FetchDue | Event::ResyncDue | Event::BackoffDue => self.cycle(None).await,
+            Event::Request(req) => {
+                tracing::info!(spec = ?req.spec, "reconcile requested");
+                if self.source.is_remote() {
+                    self.next_fetch = Instant::now();
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the source; using the last good commit");
-                    engine.source_error = Some(format!("cannot read the source: {e}"));
-                }
+                self.cycle(Some(req)).await
+            }
+            Event::Reload => {
+                self.reload().await?;
+                self.cycle(None).await
             }
         }
-        if let Some(req) = pending_request.take() {
+    }
+
+    fn engine(&mut self) -> &mut Engine {
+        self.engine.as_mut().expect(ENGINE_OPEN)
+    }
+
+    /// One cycle: the source brought up to date, a request applied, `Engine::reconcile` with
+    /// the watchdog fed, then READY (the first time) and STATUS. Stops after a cycle during
+    /// which shutdown came.
+    async fn cycle(&mut self, request: Option<control::Request>) -> Result<Flow, DaemonError> {
+        self.fetch_if_due().await;
+        self.read_source();
+        if let Some(req) = request {
+            let engine = self.engine();
             if let Some(name) = &req.spec {
                 engine.clear_backoff(name)?;
             }
@@ -142,25 +279,24 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                 handled_at: SystemTime::now(),
             });
         }
-
-        // One cycle, with the watchdog fed and SIGTERM heard while it runs.
-        let report = match &desired {
+        let report = match &self.desired {
             Some((commit, specs)) => {
-                let cycle = engine.reconcile(specs, Some(commit));
+                let cycle = self
+                    .engine
+                    .as_mut()
+                    .expect(ENGINE_OPEN)
+                    .reconcile(specs, Some(commit));
                 tokio::pin!(cycle);
-                let mut stopping = false;
                 let result = loop {
                     tokio::select! {
                         r = &mut cycle => break r,
-                        _ = watchdog_tick.tick(), if watchdog.is_some() => notify(&[NotifyState::Watchdog]),
-                        _ = terminate.recv(), if !stopping => { stopping = true; let _ = stop_tx.send(true); }
-                        _ = interrupt.recv(), if !stopping => { stopping = true; let _ = stop_tx.send(true); }
+                        _ = self.watchdog_tick.tick(), if self.watchdog.is_some() => notify(&[NotifyState::Watchdog]),
                     }
                 };
-                if stopping {
+                if *self.stop.borrow() {
                     tracing::info!("stopping after the current cycle (task UPIDs are recorded)");
                     notify(&[NotifyState::Stopping]);
-                    break;
+                    return Ok(Flow::Stop);
                 }
                 match result {
                     Ok(report) => Some((report, commit.clone())),
@@ -172,14 +308,21 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
             }
             None => None,
         };
-        if !ready_sent {
+        self.cycle_done(report.as_ref());
+        Ok(Flow::Continue)
+    }
+
+    /// Tells systemd (READY after the first cycle, STATUS) and sets the timers of the next
+    /// cycle: the resync, and a backoff deadline still ahead, at least 1 s away.
+    fn cycle_done(&mut self, report: Option<&(CycleReport, String)>) {
+        if !self.ready_sent {
             // After the first full observation (or the first attempt at one).
             notify(&[NotifyState::Ready]);
-            ready_sent = true;
+            self.ready_sent = true;
         }
-        let line = status_line(report.as_ref(), engine.source_error.as_deref());
+        let line = status_line(report, self.engine().source_error.as_deref());
         notify(&[NotifyState::Status(&line)]);
-        if let Some((report, _)) = &report {
+        if let Some((report, _)) = report {
             tracing::info!(
                 ready = report.ready,
                 specs = report.specs,
@@ -188,96 +331,141 @@ pub async fn run(config_path: PathBuf) -> Result<(), DaemonError> {
                 "cycle done"
             );
         }
+        self.resync_at = Instant::now() + self.config.reconcile.resync_interval;
+        self.backoff_at = report.and_then(|(r, _)| r.next_attempt_ms).map(|next| {
+            let until = Instant::now() + Duration::from_millis(next.saturating_sub(now_ms()));
+            until.max(Instant::now() + Duration::from_secs(1))
+        });
+    }
 
-        // Wait for the next trigger.
-        let mut wake = Instant::now() + config.reconcile.resync_interval;
-        if let Some(next) = report.as_ref().and_then(|(r, _)| r.next_attempt_ms) {
-            let now = now_ms();
-            let until = Instant::now() + Duration::from_millis(next.saturating_sub(now));
-            wake = wake.min(until.max(Instant::now() + Duration::from_secs(1)));
+    /// Fetches a remote source when due; on failure the last good commit stays in use.
+    async fn fetch_if_due(&mut self) {
+        if !self.source.is_remote() || Instant::now() < self.next_fetch {
+            return;
         }
-        if source.is_remote() {
-            wake = wake.min(next_fetch);
+        let fetched = tokio::task::spawn_blocking({
+            let cfg = self.config.clone();
+            move || Source::new(&cfg).fetch_blocking()
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::source::SourceError {
+                location: "git".into(),
+                message: e.to_string(),
+            })
+        });
+        if let Err(e) = &fetched {
+            tracing::warn!(error = %e, "fetch failed; using the last good commit");
         }
-        let mut reload = false;
-        let mut stop = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake.into()) => break,
-                Some(t) = triggers.recv() => {
-                    // Let a burst of ref updates settle (a push writes several files).
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    while triggers.try_recv().is_ok() {}
-                    tracing::info!(trigger = ?t, "source changed");
-                    break;
-                }
-                Some(req) = requests.recv() => {
-                    tracing::info!(spec = ?req.spec, "reconcile requested");
-                    if source.is_remote() {
-                        next_fetch = Instant::now();
-                    }
-                    pending_request = Some(req);
-                    break;
-                }
-                _ = hangup.recv() => { reload = true; break; }
-                _ = terminate.recv() => { stop = true; break; }
-                _ = interrupt.recv() => { stop = true; break; }
-                _ = watchdog_tick.tick(), if watchdog.is_some() => notify(&[NotifyState::Watchdog]),
+        self.engine().source_error = fetched.err().map(|e| e.to_string());
+        self.next_fetch = Instant::now() + jittered(self.source.interval);
+    }
+
+    /// Walks the tree only when the branch moved (or the config changed); on failure the last
+    /// good commit stays in use.
+    fn read_source(&mut self) {
+        let moved = match (self.source.tip(), &self.desired) {
+            (Ok(tip), Some((commit, _))) => tip != *commit,
+            _ => true,
+        };
+        if !moved && !self.force_read {
+            return;
+        }
+        self.force_read = false;
+        let read = match self.source.read() {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the source; using the last good commit");
+                self.engine().source_error = Some(format!("cannot read the source: {e}"));
+                return;
+            }
+        };
+        let engine = self.engine();
+        if engine
+            .source_error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot read"))
+        {
+            engine.source_error = None;
+        }
+        let mut specs = read.specs;
+        crate::engine::check_spec_sites(&self.config, &mut specs);
+        // Once per commit read: what keeps the set incomplete, by path.
+        for d in specs.errors().filter(|d| d.spec.is_none()) {
+            tracing::warn!(file = %d.file, "{d}");
+        }
+        if !specs.is_complete() {
+            tracing::warn!(
+                commit = %read.commit,
+                "the specs could not all be read: no spec counts as removed, so nothing is deleted until the errors above are fixed"
+            );
+        }
+        self.desired = Some((read.commit, specs));
+    }
+
+    /// SIGHUP: `RELOADING=1`, then the new config if it loads and checks, else the old one
+    /// kept (loudly), then `READY=1`.
+    async fn reload(&mut self) -> Result<(), DaemonError> {
+        let mut states = vec![NotifyState::Reloading];
+        if let Ok(m) = NotifyState::monotonic_usec_now() {
+            states.push(m);
+        }
+        notify(&states);
+        match reload_config(&self.config_path, &self.config) {
+            Ok(new) => self.reopen(new).await?,
+            Err(e) => {
+                // Loudly, and keep going on the old config.
+                tracing::error!(error = %e, "config reload refused; still running on the previous config");
+                notify(&[NotifyState::Status(&format!("config reload refused: {e}"))]);
             }
         }
-        if stop {
-            notify(&[NotifyState::Stopping]);
-            break;
-        }
-        if reload {
-            let mut states = vec![NotifyState::Reloading];
-            if let Ok(m) = NotifyState::monotonic_usec_now() {
-                states.push(m);
+        notify(&[NotifyState::Ready]);
+        Ok(())
+    }
+
+    /// Swaps in a checked config: the database closed and opened again on it (or back on the
+    /// old config if that fails), the ref watch and the control socket restarted, and the
+    /// source fetched and read at the next cycle (sites may have changed).
+    async fn reopen(&mut self, new: Config) -> Result<(), DaemonError> {
+        // The control server holds a handle on the database: wait until it is gone, then
+        // close the database, so the new engine can open it.
+        self.control.abort();
+        let _ = (&mut self.control).await;
+        self.engine = None;
+        let mut engine = match open_engine(&new).await {
+            Ok(e) => {
+                tracing::info!("config reloaded");
+                self.config = new;
+                e
             }
-            notify(&states);
-            match reload_config(&config_path, &config) {
-                Ok(new) => {
-                    // The control server holds a handle on the database: wait until it is
-                    // gone, then close the database, so the new engine can open it.
-                    control.abort();
-                    let _ = control.await;
-                    drop(engine);
-                    engine = match open_engine(&new).await {
-                        Ok(e) => {
-                            tracing::info!("config reloaded");
-                            config = new;
-                            e
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "config reload failed; back on the previous config");
-                            notify(&[NotifyState::Status(&format!("config reload failed: {e}"))]);
-                            open_engine(&config).await?
-                        }
-                    };
-                    engine.set_shutdown(stop_rx.clone());
-                    source = Source::new(&config);
-                    watcher = watch_source(&source, trigger_tx.clone())?;
-                    let (request_tx, new_requests) = mpsc::channel::<control::Request>(16);
-                    requests = new_requests;
-                    control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
-                    next_fetch = Instant::now();
-                    // Sites may have changed: read and check the specs again.
-                    force_read = true;
-                }
-                Err(e) => {
-                    // Loudly, and keep going on the old config.
-                    tracing::error!(error = %e, "config reload refused; still running on the previous config");
-                    notify(&[NotifyState::Status(&format!("config reload refused: {e}"))]);
-                }
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; back on the previous config");
+                notify(&[NotifyState::Status(&format!("config reload failed: {e}"))]);
+                open_engine(&self.config).await?
             }
-            notify(&[NotifyState::Ready]);
+        };
+        engine.set_shutdown(self.stop.clone());
+        self.source = Source::new(&self.config);
+        self.watcher = watch_source(&self.source, self.refs_tx.clone())?;
+        let (request_tx, requests) = mpsc::channel(16);
+        self.requests = requests;
+        self.control = control::serve(&self.config.state_dir, request_tx, Some(engine.store()))?;
+        self.engine = Some(engine);
+        self.next_fetch = Instant::now();
+        self.force_read = true;
+        Ok(())
+    }
+
+    /// Stops the ref watch and the control socket (removing its file); `stopped` logs a
+    /// clean stop.
+    fn finish(self, stopped: bool) {
+        drop(self.watcher);
+        self.control.abort();
+        let _ = std::fs::remove_file(control::socket_path(&self.config.state_dir));
+        if stopped {
+            tracing::info!("proxsync daemon stopped");
         }
     }
-    drop(watcher);
-    control.abort();
-    let _ = std::fs::remove_file(control::socket_path(&config.state_dir));
-    tracing::info!("proxsync daemon stopped");
-    Ok(())
 }
 
 /// Opens the engine, waiting up to 10 s for the database: a control-socket connection still
@@ -349,7 +537,7 @@ fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str
 /// Watches the repository's refs: a push that moves a branch writes there.
 fn watch_source(
     source: &Source,
-    tx: mpsc::Sender<Trigger>,
+    tx: mpsc::Sender<()>,
 ) -> Result<Option<notify::RecommendedWatcher>, DaemonError> {
     use notify::{RecursiveMode, Watcher};
     if source.is_remote() {
@@ -366,7 +554,7 @@ fn watch_source(
             s.contains("/refs/heads/") || s.ends_with("/packed-refs")
         });
         if moves_a_ref {
-            let _ = tx.try_send(Trigger::SourceChanged);
+            let _ = tx.try_send(());
         }
     })
     .map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -1,7 +1,8 @@
 //! `proxsync run`, the daemon, as systemd runs it: pushes are noticed and applied, systemd
 //! hears READY, STATUS and WATCHDOG on its notify socket, SIGHUP with a broken config keeps
 //! the old one, SIGTERM during a clone then a restart leaves exactly one VM, and a remote
-//! source is fetched.
+//! source is fetched. In process, `daemon::run` stops when its shutdown future completes (no
+//! signal), after a cycle or in the middle of one with the clone's UPID recorded.
 
 mod common;
 
@@ -473,4 +474,119 @@ fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
     assert_eq!(mode("state/control.sock"), 0o660);
     assert_eq!(mode("state"), 0o700);
     assert!(daemon.stop());
+}
+
+/// Runs `proxsync::daemon::run` in this process until `stop` says so (polled from a thread,
+/// since the fake's controls block), returning its result and how long it took after the
+/// shutdown future completed.
+fn run_in_process(
+    ws: &Workspace,
+    stop: impl FnOnce() + Send + 'static,
+) -> (Result<(), String>, Duration) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<Instant>();
+    let watcher = std::thread::spawn(move || {
+        stop();
+        let _ = tx.send(Instant::now());
+    });
+    let stopped_at = Arc::new(Mutex::new(None));
+    let seen = stopped_at.clone();
+    let shutdown = async move {
+        if let Ok(at) = rx.await {
+            *seen.lock().unwrap() = Some(at);
+        }
+    };
+    let result = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            proxsync::daemon::run(ws.config(), shutdown),
+        )
+        .await
+    });
+    watcher.join().unwrap();
+    let after = stopped_at
+        .lock()
+        .unwrap()
+        .map(|at| at.elapsed())
+        .unwrap_or_default();
+    match result {
+        Ok(r) => (r.map_err(|e| e.to_string()), after),
+        Err(_) => (Err("still running after 60 s".into()), after),
+    }
+}
+
+#[test]
+fn run_returns_cleanly_when_its_shutdown_future_completes_after_a_cycle() {
+    // No signal: the caller's shutdown future stops the daemon (the seam `cli` uses with
+    // SIGTERM/SIGINT).
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let summary = ws.path("status/_summary.yaml");
+    let (result, after) = run_in_process(&ws, move || {
+        wait_until(
+            "the first cycle wrote its summary",
+            Duration::from_secs(30),
+            || summary.exists(),
+        );
+    });
+    assert_eq!(result, Ok(()));
+    assert!(
+        after < Duration::from_secs(5),
+        "stopped {after:?} after shutdown"
+    );
+    assert!(
+        names(&mut pve).contains(&"web-01".to_string()),
+        "the cycle created web-01"
+    );
+    assert!(ws.condition("web-01", "Ready").0 == "True");
+    assert!(
+        !ws.path("state/control.sock").exists(),
+        "the control socket is removed on the way out"
+    );
+    // The database is closed: `run --once` can open it.
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn a_shutdown_future_during_a_clone_returns_after_the_cycle_recorded_its_upid() {
+    let mut pve = FakePve::start(default_scenario());
+    // Clones to the Ceph pool take 3 s (time_scale 1), so the shutdown lands mid-task.
+    pve.call("add_ceph_storage", serde_json::json!({"name": "ceph-vm"}))
+        .unwrap();
+    pve.set_time_scale(1.0);
+    pve.call("ceph_slow", serde_json::json!({"secs": 3}))
+        .unwrap();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec("slow-01", "pve1", "9000", "    storage: ceph-vm\n"),
+    )]);
+    let (result, mut pve) = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (result, _) = run_in_process(&ws, move || {
+            wait_until("the clone task started", Duration::from_secs(30), || {
+                pve.requests().iter().any(|r| r.path.ends_with("/clone"))
+            });
+            let _ = tx.send(pve);
+        });
+        (result, rx.recv().unwrap())
+    };
+    assert_eq!(result, Ok(()));
+    let store = proxsync::state::Store::open(&ws.path("state")).unwrap();
+    let rec = store.specs().unwrap().remove("slow-01").expect("a record");
+    match &rec.phase {
+        proxsync::state::Phase::Creating { upid, .. } => {
+            assert!(upid.is_some(), "the clone's UPID is recorded: {rec:?}")
+        }
+        other => panic!("still creating when stopped mid-clone: {other:?}"),
+    }
+    drop(store);
+    let all: Vec<_> = pve
+        .vms()
+        .into_iter()
+        .filter(|v| v["name"] == "slow-01")
+        .collect();
+    assert!(all.len() <= 1, "one clone at most: {all:?}");
 }
