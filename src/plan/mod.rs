@@ -188,10 +188,51 @@ pub struct Orphan {
     pub name: Option<String>,
     pub power: String,
     pub first_seen_ms: u64,
-    /// `reported`, `deleting`, or `delete after <ms>`.
-    pub disposition: String,
+    pub disposition: OrphanDisposition,
     /// A second VM claiming this spec (its marker names it; another VM is the spec's).
     pub duplicate_of: Option<String>,
+}
+
+/// What happens to an orphan. Its `Display` is the text `proxsync plan` shows (and the
+/// plan's JSON holds); the status files render it with a time (`status::orphan_entries`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrphanDisposition {
+    /// Left alone and listed.
+    Reported,
+    /// Its marker names spec `spec` of this install but does not verify (typed by hand or
+    /// copied from another VM): never adopted, changed or deleted.
+    ForeignClaim { spec: String },
+    /// Deleted in this cycle (`DeleteOrphan`).
+    Deleting,
+    /// Stopped, under `orphans = "delete-stopped"`: deleted once its grace period ends at
+    /// `at_ms` (unix ms).
+    DeleteAfter { at_ms: u64 },
+    /// It was due for deletion, but a safety valve refused this cycle's deletes.
+    Refused,
+}
+
+impl std::fmt::Display for OrphanDisposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OrphanDisposition::Reported => f.write_str("reported"),
+            OrphanDisposition::ForeignClaim { spec } => write!(
+                f,
+                "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
+                 adopted or deleted"
+            ),
+            OrphanDisposition::Deleting => f.write_str("deleting"),
+            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
+            OrphanDisposition::Refused => {
+                f.write_str("reported (delete refused: see _summary.yaml)")
+            }
+        }
+    }
+}
+
+impl Serialize for OrphanDisposition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// The plan of one cycle.

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rename::Rename;
-use super::{Action, Orphan, Plan, PlanInput, record_vmid};
+use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, record_vmid};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
 use crate::state::{Phase, SpecRecord};
@@ -141,7 +141,7 @@ fn disposition(
     forged: Option<&str>,
     first_seen: u64,
     removals: &mut Vec<Action>,
-) -> String {
+) -> OrphanDisposition {
     let grace_end = first_seen + input.reconcile.orphan_grace.as_millis() as u64;
     let deletable = input.reconcile.orphans == OrphanPolicy::DeleteStopped
         && owned
@@ -150,21 +150,20 @@ fn disposition(
         && view.node_healthy(&vm.node);
     if let Some(spec) = forged {
         // Typed by hand or copied from another VM: never adopted, changed or deleted.
-        format!(
-            "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
-             adopted or deleted"
-        )
+        OrphanDisposition::ForeignClaim {
+            spec: spec.to_string(),
+        }
     } else if deletable && input.now_ms >= grace_end {
         removals.push(Action::DeleteOrphan {
             site: view.name.clone(),
             node: vm.node.clone(),
             vmid: vm.vmid,
         });
-        "deleting".to_string()
+        OrphanDisposition::Deleting
     } else if deletable {
-        format!("delete after {grace_end}")
+        OrphanDisposition::DeleteAfter { at_ms: grace_end }
     } else {
-        "reported".to_string()
+        OrphanDisposition::Reported
     }
 }
 
@@ -186,9 +185,9 @@ pub(super) fn apply_valves(input: &PlanInput<'_>, removals: Vec<Action>, out: &m
             for o in out
                 .orphans
                 .iter_mut()
-                .filter(|o| o.disposition == "deleting")
+                .filter(|o| o.disposition == OrphanDisposition::Deleting)
             {
-                o.disposition = "reported (delete refused: see _summary.yaml)".into();
+                o.disposition = OrphanDisposition::Refused;
             }
         }
         None => out.actions.extend(removals),
