@@ -17,8 +17,8 @@ use proxsync::config::{OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
-    Action, Duplicate, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan, record_vmid,
-    spec_hash,
+    Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
+    record_vmid, spec_hash,
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{DeletionPolicy, GIB, Image, MIB, Pos, PowerState, Spec};
@@ -1233,8 +1233,10 @@ proptest! {
                 .orphans
                 .iter()
                 .find(|o| o.vmid == *vmid)
-                .and_then(|o| o.disposition.strip_prefix("delete after "))
-                .and_then(|t| t.parse::<u64>().ok());
+                .and_then(|o| match o.disposition {
+                    OrphanDisposition::DeleteAfter { at_ms } => Some(at_ms),
+                    _ => None,
+                });
             prop_assert!(due.is_some_and(|t| t <= w2.now_ms), "{a:?} was not pending: {:?}", last.orphans);
         }
         for spec in &w2.desired {
@@ -1656,14 +1658,15 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
             extras: vec![101, 102, 103],
         })
     );
-    let listed: Vec<(u32, &str)> = p
-        .orphans
-        .iter()
-        .map(|o| (o.vmid, o.disposition.as_str()))
-        .collect();
+    let listed: Vec<(u32, &OrphanDisposition)> =
+        p.orphans.iter().map(|o| (o.vmid, &o.disposition)).collect();
     assert_eq!(
         listed,
-        vec![(101, "deleting"), (102, "reported"), (103, "reported")]
+        vec![
+            (101, &OrphanDisposition::Deleting),
+            (102, &OrphanDisposition::Reported),
+            (103, &OrphanDisposition::Reported)
+        ]
     );
     let touched: Vec<(u32, bool)> = p
         .actions

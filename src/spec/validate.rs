@@ -15,6 +15,7 @@ use super::{
     DEFAULT_STORAGE, DeletionPolicy, KIND, MAX_CPU, MAX_DISK_BYTES, MAX_MEMORY_BYTES,
     MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec, TENANT_LABELS,
 };
+use super::{CloudInit, Image};
 
 /// Collects the diagnostics of one file.
 pub struct Ctx<'a> {
@@ -234,7 +235,8 @@ pub fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
 }
 
 /// The document's checks; returns the spec when all parts were readable, and the spec's name
-/// when it is known (to attribute diagnostics).
+/// when it is known (to attribute diagnostics). Every part is checked even when an earlier
+/// one failed, in the order written, so all problems are reported at once.
 fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     if !matches!(root.value, Value::Map(_)) {
         ctx.error(
@@ -249,7 +251,72 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some(top) = object(ctx, root, TOP, Some(TOP_FIELDS)) else {
         return (None, None);
     };
+    let api_version = api_version_and_kind(ctx, &top);
+    let meta = metadata(ctx, &top, root.pos);
+    let name = meta.name.clone();
+    let Some((deletion_policy, fp)) = spec_section(ctx, &top) else {
+        return (None, name);
+    };
+    let placement = placement(ctx, &fp, name.as_deref());
+    let resources = resources(ctx, &fp);
+    let image = image_field(ctx, &fp);
+    let guest = guest(ctx, &fp);
 
+    let (
+        Some(api_version),
+        Some(spec_name),
+        Some(placement),
+        Some(resources),
+        Some((image, image_pos)),
+        Some(mut guest),
+        Some(deletion_policy),
+    ) = (
+        api_version,
+        meta.name,
+        placement,
+        resources,
+        image,
+        guest,
+        deletion_policy,
+    )
+    else {
+        return (None, name);
+    };
+    if let Some(t) = &meta.tenant {
+        guest.tags.push(format!("tenant_{t}"));
+    }
+    guest.tags.sort();
+    guest.tags.dedup();
+    let spec = Spec {
+        name: spec_name,
+        file: ctx.file.to_string(),
+        pos: meta.name_pos,
+        api_version,
+        tenant: meta.tenant,
+        site: placement.site,
+        site_pos: placement.site_pos,
+        node: placement.node,
+        node_pos: placement.node_pos,
+        vm_name: placement.vm_name,
+        cpu: resources.cpu,
+        memory_mib: resources.memory_mib,
+        disk_bytes: resources.disk_bytes,
+        storage: resources.storage,
+        network: resources.network,
+        image,
+        image_pos,
+        user_data: guest.user_data,
+        cloud_init: guest.cloud_init,
+        power_state: guest.power_state,
+        tags: guest.tags,
+        deletion_policy,
+        renamed_from: meta.renamed_from,
+    };
+    (Some(spec), name)
+}
+
+/// `apiVersion`, checked to be supported; `kind` is checked too.
+fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> Option<String> {
     let api_version = top
         .required(
             ctx,
@@ -280,40 +347,59 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
             format!("kind {s:?} is not supported; the only kind is {KIND}"),
         );
     }
+    api_version
+}
 
-    let mut name = None;
-    let mut name_pos = root.pos;
-    let mut tenant = None;
-    let mut renamed_from = None;
+/// What `metadata` says, each part `None` when absent or invalid.
+struct Metadata {
+    name: Option<String>,
+    /// Where the name is written (the document's start when it is not).
+    name_pos: Pos,
+    tenant: Option<String>,
+    renamed_from: Option<String>,
+}
+
+/// `metadata`: the name, the tenant label and the `proxsync.io/renamed-from` annotation.
+fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
+    let mut out = Metadata {
+        name: None,
+        name_pos: root_pos,
+        tenant: None,
+        renamed_from: None,
+    };
     let meta = top.required(ctx, "metadata", "a mapping with name (and optional labels)");
-    if let Some(meta) = meta.and_then(|n| object(ctx, n, "metadata", Some(METADATA_FIELDS))) {
-        if let Some(n) = meta.required(ctx, "name", "the spec's unique name, e.g. web-01")
-            && let Some(s) = string(ctx, n, "metadata.name", "web-01")
-        {
-            name_pos = n.pos;
-            name = ctx.check(n.pos, check_spec_name(s).map(|()| s.to_string()));
-        }
-        if let Some(labels) = meta.get("labels") {
-            tenant = labels_tenant(ctx, labels);
-        }
-        if let Some(annotations) = meta.get("annotations")
-            && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
-        {
-            for (k, _, v) in &obj.entries {
-                let text = string(ctx, v, &obj.path(k), "\"text\"");
-                if *k == crate::spec::RENAMED_FROM
-                    && let Some(old) = text
-                {
-                    renamed_from = ctx.check(v.pos, check_spec_name(old).map(|()| old.to_string()));
-                }
+    let Some(meta) = meta.and_then(|n| object(ctx, n, "metadata", Some(METADATA_FIELDS))) else {
+        return out;
+    };
+    if let Some(n) = meta.required(ctx, "name", "the spec's unique name, e.g. web-01")
+        && let Some(s) = string(ctx, n, "metadata.name", "web-01")
+    {
+        out.name_pos = n.pos;
+        out.name = ctx.check(n.pos, check_spec_name(s).map(|()| s.to_string()));
+    }
+    if let Some(labels) = meta.get("labels") {
+        out.tenant = labels_tenant(ctx, labels);
+    }
+    if let Some(annotations) = meta.get("annotations")
+        && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
+    {
+        for (k, _, v) in &obj.entries {
+            let text = string(ctx, v, &obj.path(k), "\"text\"");
+            if *k == crate::spec::RENAMED_FROM
+                && let Some(old) = text
+            {
+                out.renamed_from = ctx.check(v.pos, check_spec_name(old).map(|()| old.to_string()));
             }
         }
     }
+    out
+}
 
+/// `spec`: the deletion policy (`None` when invalid) and the `forProvider` mapping, or `None`
+/// when either mapping is missing or not a mapping.
+fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPolicy>, Obj<'n>)> {
     let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
-    let Some(spec) = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS))) else {
-        return (None, name);
-    };
+    let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
     if let Some(at) = spec.key_pos("providerConfigRef") {
         ctx.warning(
             at,
@@ -338,11 +424,21 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         "forProvider",
         "a mapping with at least site, node and image",
     );
-    let Some(fp) = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)))
-    else {
-        return (None, name);
-    };
+    let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)))?;
+    Some((deletion_policy, fp))
+}
 
+/// Where the VM goes and its name.
+struct Placement {
+    site: String,
+    site_pos: Pos,
+    node: String,
+    node_pos: Pos,
+    vm_name: String,
+}
+
+/// `forProvider.site`, `.node` and `.name` (the spec's `name` by default).
+fn placement(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> Option<Placement> {
     let site = fp.required(
         ctx,
         "site",
@@ -366,8 +462,29 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let vm_name = match fp.get("name") {
         Some(n) => string(ctx, n, "spec.forProvider.name", "web-01")
             .and_then(|s| ctx.check(n.pos, check_vm_name(s)).map(|()| s.to_string())),
-        None => name.clone(),
+        None => name.map(str::to_string),
     };
+    let ((site, site_pos), (node, node_pos), vm_name) = (site?, node?, vm_name?);
+    Some(Placement {
+        site,
+        site_pos,
+        node,
+        node_pos,
+        vm_name,
+    })
+}
+
+/// What the VM gets.
+struct Resources {
+    cpu: u32,
+    memory_mib: u64,
+    disk_bytes: u64,
+    storage: String,
+    network: String,
+}
+
+/// `forProvider.cpu`, `.memory`, `.disk`, `.storage` and `.network`, with their defaults.
+fn resources(ctx: &mut Ctx, fp: &Obj) -> Option<Resources> {
     let cpu = match fp.get("cpu") {
         None => Some(DEFAULT_CPU),
         Some(n) => cpu_field(ctx, n),
@@ -407,8 +524,18 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(n) => string(ctx, n, "spec.forProvider.network", DEFAULT_NETWORK)
             .and_then(|s| ctx.check(n.pos, check_bridge(s)).map(|()| s.to_string())),
     };
-    let image = fp
-        .required(ctx, "image", "a template VMID, a volume ID or an image name")
+    Some(Resources {
+        cpu: cpu?,
+        memory_mib: memory_mib?,
+        disk_bytes: disk_bytes?,
+        storage: storage?,
+        network: network?,
+    })
+}
+
+/// `forProvider.image`: a template VMID, a volume ID or an image name, and where it is written.
+fn image_field(ctx: &mut Ctx, fp: &Obj) -> Option<(Image, Pos)> {
+    fp.required(ctx, "image", "a template VMID, a volume ID or an image name")
         .and_then(|n| {
             let image = match &n.value {
                 Value::Int(i) => image_from_int(*i),
@@ -419,7 +546,20 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
                 )),
             };
             ctx.check(n.pos, image).map(|i| (i, n.pos))
-        });
+        })
+}
+
+/// What runs in the VM and how it is labelled.
+struct Guest {
+    user_data: Option<String>,
+    cloud_init: Option<CloudInit>,
+    power_state: PowerState,
+    /// The spec's own tags (the tenant's is added by `document`).
+    tags: Vec<String>,
+}
+
+/// `forProvider.userData`, `.cloudInit`, `.powerState` and `.tags`.
+fn guest(ctx: &mut Ctx, fp: &Obj) -> Option<Guest> {
     let user_data = match fp.get("userData") {
         None => Some(None),
         Some(n) => user_data_field(ctx, n).map(Some),
@@ -440,76 +580,16 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
             ],
         ),
     };
-    let user_tags = match fp.get("tags") {
+    let tags = match fp.get("tags") {
         None => Some(Vec::new()),
         Some(n) => tags_field(ctx, n),
     };
-
-    let (Some(api_version), Some(spec_name), Some((site, site_pos)), Some((node, node_pos))) =
-        (api_version, name.clone(), site, node)
-    else {
-        return (None, name);
-    };
-    let (
-        Some(vm_name),
-        Some(cpu),
-        Some(memory_mib),
-        Some(disk_bytes),
-        Some(storage),
-        Some(network),
-    ) = (vm_name, cpu, memory_mib, disk_bytes, storage, network)
-    else {
-        return (None, name);
-    };
-    let (
-        Some((image, image_pos)),
-        Some(user_data),
-        Some(cloud_init),
-        Some(power_state),
-        Some(mut tags),
-        Some(deletion_policy),
-    ) = (
-        image,
-        user_data,
-        cloud_init,
-        power_state,
-        user_tags,
-        deletion_policy,
-    )
-    else {
-        return (None, name);
-    };
-    if let Some(t) = &tenant {
-        tags.push(format!("tenant_{t}"));
-    }
-    tags.sort();
-    tags.dedup();
-    let spec = Spec {
-        name: spec_name,
-        file: ctx.file.to_string(),
-        pos: name_pos,
-        api_version,
-        tenant,
-        site,
-        site_pos,
-        node,
-        node_pos,
-        vm_name,
-        cpu,
-        memory_mib,
-        disk_bytes,
-        storage,
-        network,
-        image,
-        image_pos,
-        user_data,
-        cloud_init,
-        power_state,
-        tags,
-        deletion_policy,
-        renamed_from,
-    };
-    (Some(spec), name)
+    Some(Guest {
+        user_data: user_data?,
+        cloud_init: cloud_init?,
+        power_state: power_state?,
+        tags: tags?,
+    })
 }
 
 /// The tenant from `metadata.labels` (either key), checked to make a valid tag.

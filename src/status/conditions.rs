@@ -236,14 +236,13 @@ fn ready_and_reconciling(
     }
 }
 
-/// `Stalled`: true when the last error needs a human (or names a stale lock).
+/// `Stalled`: true when the last error needs a human. A lock error that needs one is a stale
+/// lock (no task holds it; the message gives the command to clear it).
 fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
     let category = error.and_then(|e| Category::from_name(&e.category));
-    let stalled = category.is_some_and(|c| c.needs_human())
-        || error.is_some_and(|e| e.message.contains("qm unlock"));
-    match (stalled, error, category) {
-        (true, Some(e), Some(cat)) => {
-            let reason = if e.message.contains("qm unlock") {
+    match (error, category) {
+        (Some(e), Some(cat)) if needs_human(e, cat) => {
+            let reason = if cat == Category::LockError {
                 reasons::STALE_LOCK
             } else {
                 reasons::stalled_for(cat)
@@ -252,6 +251,16 @@ fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
         }
         _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
     }
+}
+
+/// Whether the failure of `e` needs a human: the record says so, or its category always does.
+/// A record of a release before `needs_human` was kept reads it as false; such a release
+/// recorded a stale lock only as a lock error telling to `qm unlock`, which is still
+/// recognised so its spec stays `Stalled`.
+fn needs_human(e: &ErrorRecord, cat: Category) -> bool {
+    e.needs_human
+        || cat.needs_human()
+        || (cat == Category::LockError && e.message.contains("qm unlock"))
 }
 
 /// `NodeHealthy` for the node a spec's VM is on (or is to be created on).
@@ -439,4 +448,51 @@ pub(crate) fn has_condition(st: &SpecStatus, kind: &str, status: S) -> bool {
     st.conditions
         .iter()
         .any(|c| c.kind == kind && c.status == status)
+}
+
+#[cfg(test)]
+mod stalled_tests {
+    use super::*;
+
+    fn error(category: Category, message: &str, needs_human: bool) -> ErrorRecord {
+        ErrorRecord {
+            category: category.as_str().to_string(),
+            message: message.to_string(),
+            at_ms: 0,
+            inputs: String::new(),
+            needs_human,
+        }
+    }
+
+    fn reason(e: &ErrorRecord) -> (S, &'static str) {
+        let c = stalled(Some(e));
+        (c.status, c.reason)
+    }
+
+    #[test]
+    fn stalled_follows_needs_human_and_the_category() {
+        let lock = "VM 100 is locked (create) but no task holds the lock; qm unlock 100";
+        assert_eq!(
+            reason(&error(Category::LockError, lock, true)),
+            (S::True, reasons::STALE_LOCK)
+        );
+        // An older release's record (no needs_human): the same verdict as before.
+        assert_eq!(
+            reason(&error(Category::LockError, lock, false)),
+            (S::True, reasons::STALE_LOCK)
+        );
+        assert_eq!(
+            reason(&error(Category::PermissionDenied, "403", false)),
+            (S::True, reasons::stalled_for(Category::PermissionDenied))
+        );
+        assert_eq!(
+            reason(&error(Category::LockError, "can't lock file", false)),
+            (S::False, reasons::NOT_STALLED)
+        );
+        assert_eq!(
+            reason(&error(Category::NetworkError, "timed out", false)),
+            (S::False, reasons::NOT_STALLED)
+        );
+        assert_eq!(stalled(None).status, S::False);
+    }
 }

@@ -1,0 +1,148 @@
+//! Hashes of what a spec asks for (FNV-1a), the tag merge and drift detection.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::observe::{ObservedVm, Power};
+use crate::ownership::ownership_tag;
+use crate::spec::{PowerState, Spec};
+use crate::state::SpecRecord;
+
+/// A stable hash of what a spec asks for (not where it is written), hex.
+pub fn spec_hash(spec: &Spec) -> String {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        vm_name: &'a str,
+        node: &'a str,
+        cpu: u32,
+        memory_mib: u64,
+        disk_bytes: u64,
+        storage: &'a str,
+        network: &'a str,
+        image: &'a crate::spec::Image,
+        user_data: &'a Option<String>,
+        // Absent without cloudInit, so the hashes of specs without it stay as they were.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cloud_init: Option<&'a crate::spec::CloudInit>,
+        power: PowerState,
+        tags: &'a [String],
+        /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
+        /// VM with a marker from before signing is converged (and its marker signed) once.
+        identity: u32,
+    }
+    let h = Hashed {
+        vm_name: &spec.vm_name,
+        node: &spec.node,
+        cpu: spec.cpu,
+        memory_mib: spec.memory_mib,
+        disk_bytes: spec.disk_bytes,
+        storage: &spec.storage,
+        network: &spec.network,
+        image: &spec.image,
+        user_data: &spec.user_data,
+        cloud_init: spec.cloud_init.as_ref(),
+        power: spec.power_state,
+        tags: &spec.tags,
+        identity: 2,
+    };
+    fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
+}
+
+/// What a spec asks for without its names (`metadata.name` and the VM name): equal for a spec
+/// and its rename.
+pub fn content_hash(spec: &Spec) -> String {
+    let mut unnamed = spec.clone();
+    unnamed.vm_name = String::new();
+    spec_hash(&unnamed)
+}
+
+/// FNV-1a 64, hex: stable across builds and platforms.
+pub fn fnv_hex(bytes: &[u8]) -> String {
+    format!("{:016x}", fnv(bytes.iter().copied()))
+}
+
+/// FNV-1a 64 over bytes.
+pub fn fnv(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    fnv_from(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a 64, continuing from an earlier state `h`.
+pub fn fnv_from(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes
+        .into_iter()
+        .fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The inputs whose change resets a spec's backoff.
+pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {
+    format!("{}-{config_hash}", spec_hash(spec))
+}
+
+/// The three-way tag merge: keep tags added by hand (on the VM but never applied by us),
+/// drop tags we applied earlier that the spec no longer has, add the spec's tags and the
+/// ownership tag. Sorted and deduplicated, as PVE stores them.
+pub fn merge_tags(
+    current: &[String],
+    last_applied: &[String],
+    desired: &[String],
+    ownership: &str,
+) -> Vec<String> {
+    let removed: BTreeSet<&String> = last_applied
+        .iter()
+        .filter(|t| !desired.contains(t))
+        .collect();
+    let mut out: BTreeSet<String> = current
+        .iter()
+        .filter(|t| !removed.contains(t))
+        .cloned()
+        .collect();
+    out.extend(desired.iter().cloned());
+    out.insert(ownership.to_string());
+    out.into_iter().collect()
+}
+
+/// What differs between the VM as listed and the spec, in the declared fields the listing
+/// shows. Empty: nothing to do.
+pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -> Vec<String> {
+    let mut why = Vec::new();
+    let hash = spec_hash(spec);
+    if rec.applied_hash.as_deref() != Some(hash.as_str()) {
+        why.push("spec changed".to_string());
+    }
+    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+        why.push("name".into());
+    }
+    let tags = merge_tags(
+        &vm.tags,
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(install_id),
+    );
+    if tags != vm.tags {
+        why.push("tags".into());
+    }
+    match (spec.power_state, vm.power) {
+        (PowerState::Running, Power::Stopped) => why.push("start".into()),
+        (PowerState::Stopped, Power::Running) => why.push("shutdown".into()),
+        _ => {}
+    }
+    // Changes PVE keeps pending until a reboot are not re-applied each cycle.
+    let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
+    if vm.cpus.is_some_and(|c| c != u64::from(spec.cpu)) && !pending("cores") {
+        why.push("cpu".into());
+    }
+    if vm
+        .memory_bytes
+        .is_some_and(|m| m != spec.memory_mib * 1024 * 1024)
+        && !pending("memory")
+    {
+        why.push("memory".into());
+    }
+    if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
+        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    {
+        why.push("disk".into());
+    }
+    why
+}

@@ -1,0 +1,90 @@
+//! The per-site lookups of the planner.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{PlanInput, record_vmid};
+use crate::observe::{ObservedVm, SiteView};
+
+/// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
+/// number of specs and VMs.
+pub(super) struct SiteIndex<'a> {
+    /// VMs carrying this install's marker, by the spec the marker names.
+    pub(super) by_marker: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
+    /// VMs whose marker could not be read and that no record explains: by name; and tagged
+    /// ones listed without a name, by node. The uncertainty stays with what such a VM can be:
+    /// the spec of its name, or (nameless) the specs of its node; other specs of the site are
+    /// created as usual.
+    pub(super) unread_by_name: BTreeMap<&'a str, u32>,
+    pub(super) unread_tagged_nameless: BTreeMap<&'a str, u32>,
+    /// VMs whose marker names this install but does not verify, by the spec it claims (the
+    /// lowest VMID): a copy, a typed marker, or a lost marker key.
+    pub(super) unverified_by_spec: BTreeMap<&'a str, u32>,
+}
+
+impl<'a> SiteIndex<'a> {
+    fn new(
+        view: &'a SiteView,
+        install_id: &str,
+        known: &BTreeSet<u32>,
+        tag: &str,
+    ) -> SiteIndex<'a> {
+        let mut index = SiteIndex {
+            by_marker: BTreeMap::new(),
+            unread_by_name: BTreeMap::new(),
+            unread_tagged_nameless: BTreeMap::new(),
+            unverified_by_spec: BTreeMap::new(),
+        };
+        for vm in view.vms.values().filter(|vm| !vm.template) {
+            // Only a marker that verifies (or that the state vouches for) claims a spec.
+            if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id)
+                && vm.marker_verified
+            {
+                index.by_marker.entry(m.spec.as_str()).or_default().push(vm);
+            }
+            if let Some(spec) = vm.unverified_claim(install_id) {
+                index.unverified_by_spec.entry(spec).or_insert(vm.vmid);
+            }
+            if !vm.marker_read && !known.contains(&vm.vmid) {
+                match vm.name.as_deref() {
+                    Some(name) => {
+                        index.unread_by_name.entry(name).or_insert(vm.vmid);
+                    }
+                    None if vm.has_tag(tag) => {
+                        index
+                            .unread_tagged_nameless
+                            .entry(vm.node.as_str())
+                            .or_insert(vm.vmid);
+                    }
+                    None => {}
+                }
+            }
+        }
+        index
+    }
+}
+
+/// The index of every site, by site name. `tag` is the ownership tag.
+pub(super) fn site_indexes<'a>(
+    input: &'a PlanInput<'a>,
+    tag: &str,
+) -> BTreeMap<&'a str, SiteIndex<'a>> {
+    // The VMIDs the records explain, per site: their markers need not be read.
+    let mut known: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for r in input.records.values() {
+        if let Some(id) = record_vmid(r) {
+            known.entry(r.site.as_str()).or_default().insert(id);
+        }
+    }
+    let no_vmids = BTreeSet::new();
+    input
+        .sites
+        .iter()
+        .map(|(name, view)| {
+            let known = known.get(name.as_str()).unwrap_or(&no_vmids);
+            (
+                name.as_str(),
+                SiteIndex::new(view, input.install_id, known, tag),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,309 @@
+//! Planning: a pure function from (desired specs, observed sites, state records, now) to the
+//! actions of this cycle and a verdict per spec. No I/O, no clock: time is passed in, so the
+//! same inputs always give the same plan, and the planner is tested without any network.
+//!
+//! Rules (PRODUCT.md §3-4):
+//! - A VM is touched only if it is owned: this install's tag and marker, or known by VMID
+//!   from the state (whose marker is re-verified by `execute` before anything destructive).
+//! - A spec whose VM is missing gets a create, unless a VM with its marker exists (adopt) or a
+//!   create is already in flight (resume: never a second create).
+//! - Nothing is created, changed or deleted on an unhealthy node or an unreachable site; a VM
+//!   listed as `unknown` is not judged.
+//! - An invalid spec leaves its VM exactly as it is: it is neither updated nor treated as
+//!   removed. When the spec set could not be read completely, nothing is treated as removed.
+//! - Deletes are refused as a whole when the desired set is empty, or when they would remove
+//!   more than `max_delete_fraction` of the managed VMs.
+//! - A spec in backoff is left alone until its next attempt, unless its inputs changed (or,
+//!   in an explicit `run --once`, its last failure was transient).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::config::ReconcileConfig;
+use crate::observe::SiteView;
+use crate::ownership::ownership_tag;
+use crate::spec::Spec;
+use crate::state::{Phase, SpecRecord};
+
+mod hash;
+mod index;
+mod removals;
+mod rename;
+mod spec;
+
+pub use hash::{content_hash, drift, fnv, fnv_from, fnv_hex, inputs_hash, merge_tags, spec_hash};
+
+/// Everything the planner looks at.
+pub struct PlanInput<'a> {
+    pub install_id: &'a str,
+    /// Valid specs.
+    pub desired: &'a [Spec],
+    /// Names of specs that exist but failed validation.
+    pub invalid: &'a BTreeSet<String>,
+    /// False when some file could not be read or an error is tied to no spec name: then no
+    /// spec is treated as removed.
+    pub complete: bool,
+    pub sites: &'a BTreeMap<String, SiteView>,
+    pub records: &'a BTreeMap<String, SpecRecord>,
+    /// Orphans first seen: `(site, vmid) -> unix ms`.
+    pub orphans_seen: &'a BTreeMap<(String, u32), u64>,
+    pub reconcile: &'a ReconcileConfig,
+    /// A hash of the config parts that affect specs (sites, install id): a change resets backoff.
+    pub config_hash: &'a str,
+    pub now_ms: u64,
+    /// An explicit `run --once` (a person or a CI job asking for a reconcile now): specs whose
+    /// last failure was transient are attempted despite their backoff. The daemon keeps its
+    /// schedule (false).
+    pub retry_transient_now: bool,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Action {
+    /// Create or clone a new VM for the spec.
+    Create {
+        spec: String,
+        site: String,
+        node: String,
+    },
+    /// A create was in flight (intent recorded): finish it, never start another.
+    ResumeCreate {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        upid: Option<String>,
+    },
+    /// A VM carrying the spec's marker exists but the state did not know it.
+    Adopt {
+        spec: String,
+        site: String,
+        vmid: u32,
+    },
+    /// Bring an existing VM to the spec (declared fields only).
+    Converge {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        why: Vec<String>,
+    },
+    /// The spec is gone: delete its VM, or release it (`deletionPolicy: Orphan`).
+    Remove {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        release: bool,
+    },
+    /// The spec is gone and so is its VM: forget the record.
+    Forget { spec: String },
+    /// `metadata.name` was renamed (confirmed by the `proxsync.io/renamed-from` annotation):
+    /// the VM of spec `from` becomes spec `spec`'s, its marker re-signed; nothing is deleted.
+    Relabel {
+        spec: String,
+        from: String,
+        site: String,
+        node: String,
+        vmid: u32,
+    },
+    /// A stopped orphan past its grace period.
+    DeleteOrphan {
+        site: String,
+        node: String,
+        vmid: u32,
+    },
+}
+
+impl Action {
+    /// The node the action runs on (for per-node limits), if any.
+    pub fn node(&self) -> Option<(&str, &str)> {
+        match self {
+            Action::Create { site, node, .. }
+            | Action::ResumeCreate { site, node, .. }
+            | Action::Converge { site, node, .. }
+            | Action::Remove { site, node, .. }
+            | Action::Relabel { site, node, .. }
+            | Action::DeleteOrphan { site, node, .. } => Some((site, node)),
+            Action::Adopt { .. } | Action::Forget { .. } => None,
+        }
+    }
+
+    /// The spec the action is for, if any.
+    pub fn spec(&self) -> Option<&str> {
+        match self {
+            Action::Create { spec, .. }
+            | Action::ResumeCreate { spec, .. }
+            | Action::Adopt { spec, .. }
+            | Action::Converge { spec, .. }
+            | Action::Remove { spec, .. }
+            | Action::Relabel { spec, .. }
+            | Action::Forget { spec } => Some(spec),
+            Action::DeleteOrphan { .. } => None,
+        }
+    }
+}
+
+/// Why a spec gets no action, or that it gets one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "camelCase")]
+pub enum Verdict {
+    /// The VM matches the spec.
+    UpToDate { vmid: u32 },
+    /// An action was planned.
+    Acting,
+    /// A previous attempt failed; the next is not due yet.
+    BackingOff { until_ms: u64 },
+    /// The VM's node (or the spec's node, for a create) is offline, or the cluster lost quorum.
+    NodeUnhealthy { node: String, quorate: bool },
+    /// The site could not be read.
+    SiteUnreachable { error: String },
+    /// The VM is listed but its state is unknown (node offline, just created): not judged.
+    Unknown { vmid: u32 },
+    /// The spec failed validation: its VM is left as it is.
+    Invalid,
+    /// The commit removes spec `from` and adds this one with the same content: probably a
+    /// rename of `metadata.name`. Neither the delete nor the create happens until the
+    /// `proxsync.io/renamed-from: <from>` annotation confirms it (or the content differs).
+    RenameSuspected { from: String, vmid: u32 },
+    /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
+    /// never moves a VM between clusters by itself (a create here plus a delete there). It is
+    /// reported until a person removes it there (then the spec is created on its new site) or
+    /// moves the spec back.
+    SiteMoved { from: String, vmid: u32 },
+    /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
+    /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
+    /// confirms it (`proxsync adopt`) or removes it.
+    UnverifiedClaim { vmid: u32 },
+}
+
+/// An orphan: owned by this install, matching no spec and no record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    pub site: String,
+    pub vmid: u32,
+    pub node: String,
+    pub name: Option<String>,
+    pub power: String,
+    pub first_seen_ms: u64,
+    pub disposition: OrphanDisposition,
+    /// A second VM claiming this spec (its marker names it; another VM is the spec's).
+    pub duplicate_of: Option<String>,
+}
+
+/// What happens to an orphan. Its `Display` is the text `proxsync plan` shows (and the
+/// plan's JSON holds); the status files render it with a time (`status::orphan_entries`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrphanDisposition {
+    /// Left alone and listed.
+    Reported,
+    /// Its marker names spec `spec` of this install but does not verify (typed by hand or
+    /// copied from another VM): never adopted, changed or deleted.
+    ForeignClaim { spec: String },
+    /// Deleted in this cycle (`DeleteOrphan`).
+    Deleting,
+    /// Stopped, under `orphans = "delete-stopped"`: deleted once its grace period ends at
+    /// `at_ms` (unix ms).
+    DeleteAfter { at_ms: u64 },
+    /// It was due for deletion, but a safety valve refused this cycle's deletes.
+    Refused,
+}
+
+impl std::fmt::Display for OrphanDisposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OrphanDisposition::Reported => f.write_str("reported"),
+            OrphanDisposition::ForeignClaim { spec } => write!(
+                f,
+                "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
+                 adopted or deleted"
+            ),
+            OrphanDisposition::Deleting => f.write_str("deleting"),
+            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
+            OrphanDisposition::Refused => {
+                f.write_str("reported (delete refused: see _summary.yaml)")
+            }
+        }
+    }
+}
+
+impl Serialize for OrphanDisposition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// The plan of one cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub verdicts: BTreeMap<String, Verdict>,
+    pub orphans: Vec<Orphan>,
+    /// Orphan sightings to remember (seen now; forgotten when gone).
+    #[serde(skip)]
+    pub orphans_seen: BTreeMap<(String, u32), u64>,
+    /// Safety valves that refused deletes, with the reason.
+    pub refused: Vec<String>,
+    /// Specs claimed by more than one VM (this install's marker naming the spec): the VM
+    /// kept and the extras. The extras are never converged; they are reported, and handled
+    /// by the orphan policy when they carry the ownership tag.
+    pub duplicates: BTreeMap<String, Duplicate>,
+}
+
+/// Two or more VMs carry the marker of one spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Duplicate {
+    pub site: String,
+    /// The VM the spec maps to: the record's, else the one with the recorded uid, else the
+    /// lowest VMID.
+    pub kept: u32,
+    pub extras: Vec<u32>,
+}
+
+impl Plan {
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
+/// Plans one cycle: each valid spec's decision (or its rename), the invalid ones, then the
+/// removals of gone specs and orphans, which the safety valves may refuse as a whole.
+pub fn plan(input: &PlanInput<'_>) -> Plan {
+    let mut out = Plan::default();
+    let tag = ownership_tag(input.install_id);
+    let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
+    let indexes = index::site_indexes(input, &tag);
+    let renames = rename::renames(input, &desired_names);
+    for spec in input.desired {
+        let rec = input.records.get(&spec.name);
+        let index = indexes.get(spec.site.as_str());
+        let verdict = match renames.get(spec.name.as_str()) {
+            Some(r) => rename::plan_rename(input, spec, r, &mut out.actions),
+            None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+        };
+        if let Some(d) = spec::duplicate(spec, rec, index, &verdict) {
+            out.duplicates.insert(spec.name.clone(), d);
+        }
+        out.verdicts.insert(spec.name.clone(), verdict);
+    }
+    for name in input.invalid {
+        out.verdicts.insert(name.clone(), Verdict::Invalid);
+    }
+
+    let mut removals = removals::gone_specs(input, &desired_names, &renames);
+    removals::orphans(input, &desired_names, &mut out, &mut removals);
+    removals::apply_valves(input, removals, &mut out);
+    out.actions.sort();
+    out
+}
+
+/// The VMID a record stands for: the VM, or the one being created.
+pub fn record_vmid(rec: &SpecRecord) -> Option<u32> {
+    match &rec.phase {
+        Phase::Creating { vmid, .. } => Some(*vmid),
+        _ => rec.vmid,
+    }
+}

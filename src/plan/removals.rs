@@ -1,0 +1,242 @@
+//! What goes away: the VMs of removed specs, orphans, and the safety valves that refuse
+//! every delete and release of a cycle at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::rename::Rename;
+use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, record_vmid};
+use crate::config::OrphanPolicy;
+use crate::observe::{ObservedVm, Power, SiteView};
+use crate::state::{Phase, SpecRecord};
+
+/// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or
+/// release their VM, or forget the record when the VM is gone too. Nothing when the spec set
+/// was not read completely.
+pub(super) fn gone_specs(
+    input: &PlanInput<'_>,
+    desired: &BTreeSet<&str>,
+    renames: &BTreeMap<&str, Rename<'_>>,
+) -> Vec<Action> {
+    let mut removals = Vec::new();
+    if !input.complete {
+        return removals;
+    }
+    for (name, rec) in input.records {
+        if desired.contains(name.as_str())
+            || input.invalid.contains(name)
+            || renames.values().any(|r| r.from == name.as_str())
+        {
+            continue;
+        }
+        let Some(view) = input.sites.get(&rec.site) else {
+            // The site left the config: nothing can be done there; keep the record.
+            continue;
+        };
+        if view.reachable() {
+            removals.extend(gone_spec(name, rec, view));
+        }
+    }
+    removals
+}
+
+/// The removal of one gone spec on its reachable site, if one can happen now.
+fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
+    match record_vmid(rec).and_then(|id| view.vms.get(&id)) {
+        // A create in flight whose VM is not listed yet: execute finds out (it waits for the
+        // task, then deletes; or forgets an intent that never reached PVE). Forgetting it
+        // here would leak the VM the task is making.
+        None => match &rec.phase {
+            Phase::Creating { vmid, node, .. } => view.node_healthy(node).then(|| Action::Remove {
+                spec: name.to_string(),
+                site: rec.site.clone(),
+                node: node.clone(),
+                vmid: *vmid,
+                release: rec.orphan_on_delete,
+            }),
+            _ => Some(Action::Forget {
+                spec: name.to_string(),
+            }),
+        },
+        Some(vm) if vm.is_unknown() || !view.node_healthy(&vm.node) => None,
+        Some(vm) => Some(Action::Remove {
+            spec: name.to_string(),
+            site: rec.site.clone(),
+            node: vm.node.clone(),
+            vmid: vm.vmid,
+            release: rec.orphan_on_delete,
+        }),
+    }
+}
+
+/// Orphans: owned VMs that no record and no spec explains, plus the extra VMs claiming a
+/// spec (`out.duplicates`) and VMs whose marker claims a spec but does not verify. Each is
+/// remembered in `out.orphans_seen` and listed in `out.orphans`; those due for deletion add a
+/// `DeleteOrphan` to `removals`.
+pub(super) fn orphans(
+    input: &PlanInput<'_>,
+    desired: &BTreeSet<&str>,
+    out: &mut Plan,
+    removals: &mut Vec<Action>,
+) {
+    let reserved: BTreeSet<(&str, u32)> = input
+        .records
+        .values()
+        .filter_map(|r| Some((r.site.as_str(), record_vmid(r)?)))
+        .collect();
+    let extras: BTreeSet<(&str, u32)> = out
+        .duplicates
+        .values()
+        .flat_map(|d| d.extras.iter().map(|id| (d.site.as_str(), *id)))
+        .collect();
+    for view in input.sites.values().filter(|v| v.reachable()) {
+        for vm in view.vms.values() {
+            // A second VM claiming a spec is listed even without the ownership tag (a clone
+            // gets the tag only when converged), but deleted only with it.
+            let extra = extras.contains(&(view.name.as_str(), vm.vmid));
+            let owned = vm.owned_by(input.install_id);
+            let forged = vm.unverified_claim(input.install_id);
+            if vm.template
+                || !(owned || extra || forged.is_some())
+                || reserved.contains(&(view.name.as_str(), vm.vmid))
+            {
+                continue;
+            }
+            let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
+            if !extra
+                && forged.is_none()
+                && (desired.contains(marker_spec) || input.invalid.contains(marker_spec))
+            {
+                continue; // adopted above, or an invalid spec's VM left alone
+            }
+            let key = (view.name.clone(), vm.vmid);
+            let first_seen = input
+                .orphans_seen
+                .get(&key)
+                .copied()
+                .unwrap_or(input.now_ms);
+            out.orphans_seen.insert(key, first_seen);
+            let disposition = disposition(input, view, vm, owned, forged, first_seen, removals);
+            out.orphans.push(Orphan {
+                site: view.name.clone(),
+                vmid: vm.vmid,
+                node: vm.node.clone(),
+                name: vm.name.clone(),
+                power: vm.power.as_str().to_string(),
+                first_seen_ms: first_seen,
+                disposition,
+                duplicate_of: extra.then(|| marker_spec.to_string()),
+            });
+        }
+    }
+}
+
+/// What happens to an orphan first seen at `first_seen`: a foreign claim is only reported; a
+/// stopped, unlocked, owned VM on a healthy node is deleted after the grace period (under
+/// `orphans = "delete-stopped"`; the `DeleteOrphan` goes to `removals`); others are reported.
+fn disposition(
+    input: &PlanInput<'_>,
+    view: &SiteView,
+    vm: &ObservedVm,
+    owned: bool,
+    forged: Option<&str>,
+    first_seen: u64,
+    removals: &mut Vec<Action>,
+) -> OrphanDisposition {
+    let grace_end = first_seen + input.reconcile.orphan_grace.as_millis() as u64;
+    let deletable = input.reconcile.orphans == OrphanPolicy::DeleteStopped
+        && owned
+        && vm.power == Power::Stopped
+        && vm.lock.is_none()
+        && view.node_healthy(&vm.node);
+    if let Some(spec) = forged {
+        // Typed by hand or copied from another VM: never adopted, changed or deleted.
+        OrphanDisposition::ForeignClaim {
+            spec: spec.to_string(),
+        }
+    } else if deletable && input.now_ms >= grace_end {
+        removals.push(Action::DeleteOrphan {
+            site: view.name.clone(),
+            node: vm.node.clone(),
+            vmid: vm.vmid,
+        });
+        OrphanDisposition::Deleting
+    } else if deletable {
+        OrphanDisposition::DeleteAfter { at_ms: grace_end }
+    } else {
+        OrphanDisposition::Reported
+    }
+}
+
+fn is_delete(a: &Action) -> bool {
+    matches!(a, Action::Remove { .. } | Action::DeleteOrphan { .. })
+}
+
+/// The valves, over every delete and release of this cycle (spec removals and orphans
+/// alike): a spec set not read completely, an empty desired set, or more than
+/// `max_delete_fraction` of the managed VMs refuse them all. The removals join the plan's
+/// actions, without the deletes and releases when refused (the reason goes to
+/// `out.refused`, and orphans being deleted are reported instead).
+pub(super) fn apply_valves(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) {
+    match refusal(input, &removals) {
+        Some(reason) => {
+            out.refused.push(reason);
+            out.actions
+                .extend(removals.into_iter().filter(|a| !is_delete(a)));
+            for o in out
+                .orphans
+                .iter_mut()
+                .filter(|o| o.disposition == OrphanDisposition::Deleting)
+            {
+                o.disposition = OrphanDisposition::Refused;
+            }
+        }
+        None => out.actions.extend(removals),
+    }
+}
+
+/// Why the deletes and releases among `removals` are refused, if they are.
+fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
+    let removing = removals.iter().filter(|a| is_delete(a)).count();
+    if removing == 0 {
+        return None;
+    }
+    if !input.complete {
+        return Some(format!(
+            "refused to delete or release {removing} VM(s): the spec set could not be read completely \
+             (see the errors above); nothing is removed until it can"
+        ));
+    }
+    if input.desired.is_empty() && input.invalid.is_empty() {
+        return Some(format!(
+            "refused to delete or release {removing} VM(s): the desired set is empty (an empty commit or \
+             a wrong `dir` in [source]?); restore the specs, or delete the VMs by hand"
+        ));
+    }
+    let managed = managed(input);
+    (removing as f64 > input.reconcile.max_delete_fraction * managed as f64).then(|| {
+        format!(
+            "refused to delete or release {removing} of {managed} managed VM(s): more than \
+             max_delete_fraction = {} in one commit; if intended, raise max_delete_fraction in \
+             [reconcile] for this change",
+            input.reconcile.max_delete_fraction
+        )
+    })
+}
+
+/// The number of managed VMs: those the records know and the owned VMs listed (after a lost
+/// database the records are empty, but the VMs are still there).
+fn managed(input: &PlanInput<'_>) -> usize {
+    let mut managed: BTreeSet<(&str, u32)> = input
+        .records
+        .values()
+        .filter_map(|r| Some((r.site.as_str(), record_vmid(r)?)))
+        .collect();
+    for view in input.sites.values() {
+        for vm in view.vms.values() {
+            if !vm.template && vm.owned_by(input.install_id) {
+                managed.insert((view.name.as_str(), vm.vmid));
+            }
+        }
+    }
+    managed.len()
+}

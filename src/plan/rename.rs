@@ -1,0 +1,122 @@
+//! Renames of `metadata.name`: a removed spec whose VM a new spec of the same commit takes over.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Action, PlanInput, Verdict, content_hash, record_vmid};
+use crate::spec::Spec;
+use crate::state::{Phase, SpecRecord};
+
+/// A removed spec whose VM a new spec of the same commit takes over.
+pub(super) struct Rename<'a> {
+    pub(super) from: &'a str,
+    site: &'a str,
+    node: &'a str,
+    vmid: u32,
+    /// The new spec's `proxsync.io/renamed-from` annotation names `from`.
+    confirmed: bool,
+}
+
+/// Renames of `metadata.name` in this commit: a new spec (no VM recorded) that either names a
+/// removed spec in its `proxsync.io/renamed-from` annotation (confirmed), or has exactly the
+/// content a removed spec's VM was last converged to (suspected). Only removed specs whose VM
+/// exists are considered.
+pub(super) fn renames<'a>(
+    input: &'a PlanInput<'a>,
+    desired: &BTreeSet<&str>,
+) -> BTreeMap<&'a str, Rename<'a>> {
+    let mut out = BTreeMap::new();
+    if !input.complete {
+        return out;
+    }
+    let removed: Vec<(&str, &SpecRecord)> = input
+        .records
+        .iter()
+        .filter(|(name, r)| {
+            !desired.contains(name.as_str())
+                && !input.invalid.contains(*name)
+                && r.vmid.is_some()
+                && r.phase == Phase::Exists
+        })
+        .map(|(n, r)| (n.as_str(), r))
+        .collect();
+    if removed.is_empty() {
+        return out;
+    }
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    for spec in input.desired {
+        if input
+            .records
+            .get(&spec.name)
+            .and_then(record_vmid)
+            .is_some()
+        {
+            continue;
+        }
+        let by_annotation = spec
+            .renamed_from
+            .as_deref()
+            .and_then(|old| removed.iter().find(|(n, _)| *n == old));
+        let found = by_annotation.or_else(|| {
+            let hash = content_hash(spec);
+            removed.iter().find(|(_, r)| {
+                r.site == spec.site && r.applied_content.as_deref() == Some(hash.as_str())
+            })
+        });
+        if let Some((from, r)) = found
+            && r.site == spec.site
+            && taken.insert(from)
+        {
+            out.insert(
+                spec.name.as_str(),
+                Rename {
+                    from,
+                    site: r.site.as_str(),
+                    node: r.node.as_str(),
+                    vmid: r.vmid.unwrap_or_default(),
+                    confirmed: by_annotation.is_some(),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A rename: re-label the VM when confirmed and the node is healthy; otherwise hold both
+/// the delete and the create and say so.
+pub(super) fn plan_rename(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    r: &Rename<'_>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    if !r.confirmed {
+        return Verdict::RenameSuspected {
+            from: r.from.to_string(),
+            vmid: r.vmid,
+        };
+    }
+    let Some(view) = input.sites.get(r.site).filter(|v| v.reachable()) else {
+        return Verdict::SiteUnreachable {
+            error: format!("site {} cannot be read", r.site),
+        };
+    };
+    let node = view
+        .vms
+        .get(&r.vmid)
+        .map(|vm| vm.node.as_str())
+        .unwrap_or(r.node);
+    if !view.node_healthy(node) {
+        return Verdict::NodeUnhealthy {
+            node: node.to_string(),
+            quorate: view.health.quorate,
+        };
+    }
+    actions.push(Action::Relabel {
+        spec: spec.name.clone(),
+        from: r.from.to_string(),
+        site: r.site.to_string(),
+        node: node.to_string(),
+        vmid: r.vmid,
+    });
+    Verdict::Acting
+}

@@ -1,0 +1,291 @@
+//! The decision for one valid spec: resume, adopt, create, converge, or why not.
+
+use super::index::SiteIndex;
+use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash, record_vmid};
+use crate::observe::{ObservedVm, SiteView};
+use crate::spec::Spec;
+use crate::state::{Phase, SpecRecord};
+
+/// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
+/// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.
+pub(super) fn duplicate(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    index: Option<&SiteIndex<'_>>,
+    verdict: &Verdict,
+) -> Option<Duplicate> {
+    let claimants = index?.by_marker.get(spec.name.as_str())?;
+    let mut ids: Vec<u32> = claimants.iter().map(|vm| vm.vmid).collect();
+    ids.sort_unstable();
+    let recorded = rec.and_then(record_vmid);
+    let kept = match (verdict, recorded) {
+        (Verdict::UpToDate { vmid }, _) => *vmid,
+        (_, Some(id)) => id,
+        _ => {
+            // Adopting: the same choice plan_spec made (recorded uid first, then lowest).
+            let uid = rec.map(|r| r.uid.as_str()).unwrap_or("");
+            claimants
+                .iter()
+                .filter(|vm| !uid.is_empty() && vm.marker.as_ref().is_some_and(|m| m.uid == uid))
+                .map(|vm| vm.vmid)
+                .min()
+                .unwrap_or(ids[0])
+        }
+    };
+    let extras: Vec<u32> = ids.into_iter().filter(|id| *id != kept).collect();
+    (!extras.is_empty()).then(|| Duplicate {
+        site: spec.site.clone(),
+        kept,
+        extras,
+    })
+}
+
+/// The decision for one valid spec that is not a rename. Checked in this order, each step
+/// returning when it decides: the site can be read; the spec moved sites; a create in flight
+/// is resumed; the VM is found (by record, else by marker: adopted), else created; a found
+/// VM is converged when it drifted.
+pub(super) fn plan_spec(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    tag: &str,
+    index: Option<&SiteIndex<'_>>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    let Some(view) = input.sites.get(&spec.site) else {
+        return Verdict::SiteUnreachable {
+            error: format!("site {:?} is not in the config", spec.site),
+        };
+    };
+    if let Some(error) = &view.error {
+        return Verdict::SiteUnreachable {
+            error: error.clone(),
+        };
+    }
+    if let Some(verdict) = site_move(input, spec, rec, actions) {
+        return verdict;
+    }
+    if let Some(verdict) = resume_create(spec, rec, view, actions) {
+        return verdict;
+    }
+    let backoff = backoff(input, spec, rec);
+    if let Some(vm) = by_record(input, spec, rec, tag, view) {
+        return converge(input, spec, rec, view, vm, backoff, actions);
+    }
+    if let Some(vm) = by_marker(spec, rec, index) {
+        return adopt(spec, view, vm, actions);
+    }
+    create(spec, view, index, backoff, actions)
+}
+
+fn unhealthy(view: &SiteView, node: &str) -> Verdict {
+    Verdict::NodeUnhealthy {
+        node: node.to_string(),
+        quorate: view.health.quorate,
+    }
+}
+
+/// The spec moved to another site while its VM (or its create) is on the old one. The old
+/// site's VMID means nothing on the new site: nothing is looked up there.
+fn site_move(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    actions: &mut Vec<Action>,
+) -> Option<Verdict> {
+    let r = rec.filter(|r| !r.site.is_empty() && r.site != spec.site)?;
+    let vmid = record_vmid(r)?;
+    let gone = input.sites.get(&r.site).is_some_and(|old| {
+        old.reachable()
+            && !old.vms.contains_key(&vmid)
+            && !matches!(r.phase, Phase::Creating { .. })
+    });
+    if gone {
+        // Its VM was removed on the old site: forget it; the next cycle creates the VM on the
+        // new site.
+        actions.push(Action::Forget {
+            spec: spec.name.clone(),
+        });
+        return Some(Verdict::Acting);
+    }
+    Some(Verdict::SiteMoved {
+        from: r.site.clone(),
+        vmid,
+    })
+}
+
+/// A create in flight is finished, whatever else is true: never a second create.
+fn resume_create(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    view: &SiteView,
+    actions: &mut Vec<Action>,
+) -> Option<Verdict> {
+    let Phase::Creating {
+        vmid, node, upid, ..
+    } = &rec?.phase
+    else {
+        return None;
+    };
+    if !view.node_healthy(node) {
+        return Some(unhealthy(view, node));
+    }
+    if let Some(vm) = view.vms.get(vmid)
+        && vm.is_unknown()
+    {
+        return Some(Verdict::Unknown { vmid: *vmid });
+    }
+    actions.push(Action::ResumeCreate {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: node.clone(),
+        vmid: *vmid,
+        upid: upid.clone(),
+    });
+    Some(Verdict::Acting)
+}
+
+/// Until when the spec backs off, if its last failure's next attempt is not due and its
+/// inputs did not change (in `run --once`, a transient failure does not hold it back).
+fn backoff(input: &PlanInput<'_>, spec: &Spec, rec: Option<&SpecRecord>) -> Option<u64> {
+    let r = rec?;
+    let until = r.next_attempt_ms?;
+    let error = r.last_error.as_ref()?;
+    if input.retry_transient_now && !error.needs_human {
+        return None;
+    }
+    let same_inputs = error.inputs == inputs_hash(spec, input.config_hash);
+    (until > input.now_ms && same_inputs).then_some(until)
+}
+
+/// The VM of the record's VMID, while it is ours.
+fn by_record<'v>(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    tag: &str,
+    view: &'v SiteView,
+) -> Option<&'v ObservedVm> {
+    rec.and_then(|r| r.vmid)
+        .and_then(|id| view.vms.get(&id))
+        // The VMID is ours only while the VM carries our tag, or our marker; a VMID reused
+        // by someone else after a hand delete is not ours.
+        .filter(|vm| {
+            vm.is_unknown()
+                || vm.has_tag(tag)
+                || vm
+                    .marker
+                    .as_ref()
+                    .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
+                || !vm.marker_read
+        })
+}
+
+/// The VM carrying the spec's marker: the one with the recorded uid, else the lowest VMID
+/// (deterministic).
+fn by_marker<'v>(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    index: Option<&SiteIndex<'v>>,
+) -> Option<&'v ObservedVm> {
+    let mut found: Vec<&ObservedVm> = index
+        .and_then(|i| i.by_marker.get(spec.name.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    found.sort_by_key(|vm| {
+        let uid_match = rec.is_some_and(|r| vm.marker.as_ref().is_some_and(|m| m.uid == r.uid));
+        (!uid_match, vm.vmid)
+    });
+    found.first().copied()
+}
+
+/// A VM carrying the spec's marker that the state did not know: adopt it.
+fn adopt(spec: &Spec, view: &SiteView, vm: &ObservedVm, actions: &mut Vec<Action>) -> Verdict {
+    if vm.is_unknown() {
+        return Verdict::Unknown { vmid: vm.vmid };
+    }
+    if !view.node_healthy(&vm.node) {
+        return unhealthy(view, &vm.node);
+    }
+    actions.push(Action::Adopt {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        vmid: vm.vmid,
+    });
+    Verdict::Acting
+}
+
+/// No VM of the spec is found: create one, unless a VM that may be it cannot be judged yet.
+fn create(
+    spec: &Spec,
+    view: &SiteView,
+    index: Option<&SiteIndex<'_>>,
+    backoff: Option<u64>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    // A VM that may be this spec's (its name, or tagged and nameless on its node) whose
+    // marker could not be read: creating now could make a second one. Wait until it is read.
+    let unread = index.and_then(|i| {
+        i.unread_by_name
+            .get(spec.vm_name.as_str())
+            .or_else(|| i.unread_tagged_nameless.get(spec.node.as_str()))
+            .copied()
+    });
+    if let Some(vmid) = unread {
+        return Verdict::Unknown { vmid };
+    }
+    // A VM claims this spec with a marker that does not verify. It may be the spec's own VM
+    // after the marker key was lost: creating now could make a second one, so a human
+    // decides (`proxsync adopt`, or delete the VM).
+    if let Some(vmid) = index.and_then(|i| i.unverified_by_spec.get(spec.name.as_str())) {
+        return Verdict::UnverifiedClaim { vmid: *vmid };
+    }
+    if let Some(until_ms) = backoff {
+        return Verdict::BackingOff { until_ms };
+    }
+    if !view.node_healthy(&spec.node) {
+        return unhealthy(view, &spec.node);
+    }
+    actions.push(Action::Create {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: spec.node.clone(),
+    });
+    Verdict::Acting
+}
+
+/// The spec's VM is found: converge it when it drifted from the spec.
+fn converge(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    view: &SiteView,
+    vm: &ObservedVm,
+    backoff: Option<u64>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    if vm.is_unknown() {
+        return Verdict::Unknown { vmid: vm.vmid };
+    }
+    if !view.node_healthy(&vm.node) {
+        return unhealthy(view, &vm.node);
+    }
+    let default_rec = SpecRecord::default();
+    let why = drift(spec, rec.unwrap_or(&default_rec), vm, input.install_id);
+    if why.is_empty() {
+        return Verdict::UpToDate { vmid: vm.vmid };
+    }
+    // A lock is not judged here: execute looks at who holds it (a running task is waited
+    // for; a lock no task holds is reported with the command to clear it).
+    if let Some(until_ms) = backoff {
+        return Verdict::BackingOff { until_ms };
+    }
+    actions.push(Action::Converge {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm.node.clone(),
+        vmid: vm.vmid,
+        why,
+    });
+    Verdict::Acting
+}
