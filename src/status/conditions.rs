@@ -183,56 +183,55 @@ fn ready_and_reconciling(
                 "waiting for the VM's state",
             ),
         ),
-        Some(Verdict::RenameSuspected { from, vmid }) => {
-            let msg = format!(
+        Some(
+            v @ (Verdict::RenameSuspected { .. }
+            | Verdict::SiteMoved { .. }
+            | Verdict::UnverifiedClaim { .. }),
+        ) => {
+            let (reason, msg) = for_a_person(spec, v);
+            (
+                ConditionInput::new(kinds::READY, S::False, reason, msg.clone()),
+                ConditionInput::new(kinds::RECONCILING, S::False, reason, msg),
+            )
+        }
+        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
+    }
+}
+
+/// The verdicts that hold a spec until a person decides, with the reason and what to do.
+fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
+    match verdict {
+        Verdict::RenameSuspected { from, vmid } => (
+            reasons::RENAME_SUSPECTED,
+            format!(
                 "this commit removes spec {from} and adds this one with the same content: a rename of \
                  metadata.name? Neither is VM {vmid} deleted nor a new VM created. To keep VM {vmid} \
                  under this name, add the annotation {}: {from} to this spec's metadata; to replace \
                  it, change the content or remove the specs in separate commits",
                 crate::spec::RENAMED_FROM
-            );
-            (
-                ConditionInput::new(
-                    kinds::READY,
-                    S::False,
-                    reasons::RENAME_SUSPECTED,
-                    msg.clone(),
-                ),
-                ConditionInput::new(kinds::RECONCILING, S::False, reasons::RENAME_SUSPECTED, msg),
-            )
-        }
-        Some(Verdict::SiteMoved { from, vmid }) => {
-            let msg = format!(
+            ),
+        ),
+        Verdict::SiteMoved { from, vmid } => (
+            reasons::SITE_MOVED,
+            format!(
                 "VM {vmid} of this spec is on site {from}, and the spec now names site {}. proxsync \
                  never moves a VM between clusters by itself (a create here and a delete there). \
                  Move the spec back to site {from}, or move what you need off VM {vmid}, delete it \
                  on {from}, and the VM is then created on site {}",
                 spec.site, spec.site
-            );
-            (
-                ConditionInput::new(kinds::READY, S::False, reasons::SITE_MOVED, msg.clone()),
-                ConditionInput::new(kinds::RECONCILING, S::False, reasons::SITE_MOVED, msg),
-            )
-        }
-        Some(Verdict::UnverifiedClaim { vmid }) => {
-            let msg = format!(
+            ),
+        ),
+        Verdict::UnverifiedClaim { vmid } => (
+            reasons::UNVERIFIED_CLAIM,
+            format!(
                 "VM {vmid} claims this spec but its marker does not verify (copied from another VM, \
                  typed by hand, or signed with a lost marker key); nothing is created while it does. \
                  If it is this spec's VM: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
                  remove the proxsync-id line from its description",
                 spec.name
-            );
-            (
-                ConditionInput::new(
-                    kinds::READY,
-                    S::False,
-                    reasons::UNVERIFIED_CLAIM,
-                    msg.clone(),
-                ),
-                ConditionInput::new(kinds::RECONCILING, S::False, reasons::UNVERIFIED_CLAIM, msg),
-            )
-        }
-        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
+            ),
+        ),
+        _ => (reasons::NOT_READY, String::new()),
     }
 }
 
