@@ -284,15 +284,25 @@ pub(super) async fn inspect(
     };
     // Where the VM can be: where this cycle's listing saw it, the intent's node, and for a
     // clone the template's node (a clone to another node stays there until its end).
+    let listed = ctx
+        .views
+        .get(&site.name)
+        .and_then(|v| v.vms.get(&vmid))
+        .map(|vm| vm.node.as_str());
     let mut nodes: Vec<&str> = Vec::new();
-    if let Some(vm) = ctx.views.get(&site.name).and_then(|v| v.vms.get(&vmid)) {
-        nodes.push(&vm.node);
+    for node in [
+        listed,
+        Some(intent_node.as_str()),
+        clone_of.as_ref().map(|c| c.node.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        // Each node is read once, in this order.
+        if !nodes.contains(&node) {
+            nodes.push(node);
+        }
     }
-    nodes.push(intent_node);
-    if let Some(c) = clone_of {
-        nodes.push(&c.node);
-    }
-    nodes.dedup();
     let mut found = None;
     for node in &nodes {
         match site.client.vm_config(node, vmid).await {
