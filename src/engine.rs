@@ -729,6 +729,13 @@ pub fn describe(action: &Action, specs: &SpecSet) -> String {
                 why.join(", ")
             )
         }
+        Action::Migrate {
+            spec,
+            site,
+            node,
+            vmid,
+            target,
+        } => format!("~ migrate {spec}: VM {vmid} on {site} from node {node} to node {target}"),
         Action::Remove {
             spec,
             site,

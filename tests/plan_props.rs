@@ -899,6 +899,17 @@ impl Sim {
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
                 self.converge(&spec, rec, *vmid);
             }
+            Action::Migrate {
+                spec, vmid, target, ..
+            } => {
+                // PVE moves the VM; its identity, config and power state go with it.
+                if let Some(vm) = self.world.vms_mut().get_mut(vmid) {
+                    vm.node = target.clone();
+                }
+                if let Some(rec) = self.world.records.get_mut(spec) {
+                    rec.node = target.clone();
+                }
+            }
             Action::Converge { spec, vmid, .. } => {
                 let spec = self.spec(spec);
                 let rec = self
@@ -985,6 +996,7 @@ fn action_vmid(a: &Action) -> Option<u32> {
         Action::ResumeCreate { vmid, .. }
         | Action::Adopt { vmid, .. }
         | Action::Converge { vmid, .. }
+        | Action::Migrate { vmid, .. }
         | Action::Remove { vmid, .. }
         | Action::Relabel { vmid, .. }
         | Action::DeleteOrphan { vmid, .. } => Some(*vmid),

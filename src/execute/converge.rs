@@ -244,7 +244,7 @@ pub(super) async fn converge(
 
 /// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
 /// not ours sends the spec back to Pending.
-async fn read_own_config(
+pub(super) async fn read_own_config(
     ctx: &ExecCtx,
     client: &Client,
     vm: VmRef<'_>,

@@ -17,6 +17,7 @@ mod cloud_init;
 mod converge;
 mod create;
 mod identity;
+mod migrate;
 mod outcome;
 mod preflight;
 mod remove;
@@ -38,6 +39,7 @@ use crate::state::{SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
+use self::migrate::migrate;
 use self::remove::{delete_orphan, forget, remove};
 
 /// A failure of one action, with its category.
@@ -300,6 +302,18 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
         } => {
             with_spec(ctx, spec, |s| {
                 converge(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+            })
+            .await
+        }
+        Action::Migrate {
+            spec,
+            site,
+            node,
+            vmid,
+            target,
+        } => {
+            with_spec(ctx, spec, |s| {
+                migrate(ctx, VmRef::new(site, node, *vmid), target, s, &mut rec)
             })
             .await
         }

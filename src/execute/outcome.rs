@@ -84,6 +84,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Adopt { .. } => "adopt",
         Action::Relabel { .. } => "rename",
         Action::Converge { .. } => "converge",
+        Action::Migrate { .. } => "migrate",
         Action::Remove { release: true, .. } => "release",
         Action::Remove { .. } => "delete",
         Action::Forget { .. } => "forget",

@@ -90,6 +90,15 @@ pub enum Action {
         vmid: u32,
         why: Vec<String>,
     },
+    /// The spec names another node of the VM's cluster: move the VM there (live when it runs),
+    /// never recreate it.
+    Migrate {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+        target: String,
+    },
     /// The spec is gone: delete its VM, or release it (`deletionPolicy: Orphan`).
     Remove {
         spec: String,
@@ -124,6 +133,7 @@ impl Action {
             Action::Create { site, node, .. }
             | Action::ResumeCreate { site, node, .. }
             | Action::Converge { site, node, .. }
+            | Action::Migrate { site, node, .. }
             | Action::Remove { site, node, .. }
             | Action::Relabel { site, node, .. }
             | Action::DeleteOrphan { site, node, .. } => Some((site, node)),
@@ -138,6 +148,7 @@ impl Action {
             | Action::ResumeCreate { spec, .. }
             | Action::Adopt { spec, .. }
             | Action::Converge { spec, .. }
+            | Action::Migrate { spec, .. }
             | Action::Remove { spec, .. }
             | Action::Relabel { spec, .. }
             | Action::Forget { spec } => Some(spec),
@@ -154,6 +165,9 @@ pub enum Verdict {
     UpToDate { vmid: u32 },
     /// An action was planned.
     Acting,
+    /// The spec names node `to` and its VM `vmid` is on node `from` of the same cluster: it is
+    /// being migrated (live when it runs). Other changes wait until it is there.
+    Migrating { from: String, to: String, vmid: u32 },
     /// A previous attempt failed; the next is not due yet.
     BackingOff { until_ms: u64 },
     /// The VM's node (or the spec's node, for a create) is offline, or the cluster lost quorum.

@@ -270,6 +270,9 @@ fn converge(
     if !view.node_healthy(&vm.node) {
         return unhealthy(view, &vm.node);
     }
+    if vm.node != spec.node {
+        return migrate(spec, view, vm, backoff, actions);
+    }
     let default_rec = SpecRecord::default();
     let why = drift(spec, rec.unwrap_or(&default_rec), vm, input.install_id);
     if why.is_empty() {
@@ -288,4 +291,34 @@ fn converge(
         why,
     });
     Verdict::Acting
+}
+
+/// The spec names another node than the VM's: migrate it there, when both nodes are healthy.
+/// A migration in progress holds the VM's `migrate` lock, so planning it again while it runs
+/// only waits for it (execute looks at who holds a lock before acting).
+fn migrate(
+    spec: &Spec,
+    view: &SiteView,
+    vm: &ObservedVm,
+    backoff: Option<u64>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    if !view.node_healthy(&spec.node) {
+        return unhealthy(view, &spec.node);
+    }
+    if let Some(until_ms) = backoff {
+        return Verdict::BackingOff { until_ms };
+    }
+    actions.push(Action::Migrate {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm.node.clone(),
+        vmid: vm.vmid,
+        target: spec.node.clone(),
+    });
+    Verdict::Migrating {
+        from: vm.node.clone(),
+        to: spec.node.clone(),
+        vmid: vm.vmid,
+    }
 }

@@ -183,7 +183,7 @@ pub struct CloneRequest {
     pub pool: Option<String>,
 }
 
-fn seg(s: &str) -> Result<&str, Error> {
+pub(super) fn seg(s: &str) -> Result<&str, Error> {
     // Path segments come from validated specs and PVE listings; refuse anything that could
     // change the path rather than percent-encode it.
     if s.is_empty()
@@ -197,11 +197,11 @@ fn seg(s: &str) -> Result<&str, Error> {
     Ok(s)
 }
 
-fn flag(b: bool) -> String {
+pub(super) fn flag(b: bool) -> String {
     if b { "1" } else { "0" }.to_string()
 }
 
-fn upid_from(method: &str, path: &str, value: String) -> Result<Upid, Error> {
+pub(super) fn upid_from(method: &str, path: &str, value: String) -> Result<Upid, Error> {
     value.parse().map_err(|e: String| Error::Decode {
         method: method.into(),
         path: path.into(),

@@ -40,6 +40,7 @@
 //! | [`Client::clone_vm`] | `POST .../qemu/{template}/clone` | task `qmclone` | Lock (template busy), AlreadyExists, Quota, TaskFailed |
 //! | [`Client::resize_disk`] | `PUT .../resize` | task `qmresize` (PVE 8+), at once before | 500 shrinking refused, Lock |
 //! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
+//! | [`Client::migrate_precondition`], [`Client::migrate_vm`] | `GET`/`POST .../migrate` | at once; task `qmigrate` (`hamigrate` when HA-managed) | Lock, 500 `can't migrate running VM without --online`, TaskFailed (`local cdrom image`, local devices) |
 //! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1` | task `qmdestroy` | Lock, running VM refused, TaskFailed |
 //! | [`Client::active_vm_tasks`], [`Client::active_tasks`] | `GET /nodes/{node}/tasks?source=active[&vmid=N]` | at once | who holds a VM's lock ([`LockHolder`]); running tasks say `RUNNING` |
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
@@ -53,6 +54,7 @@
 mod api;
 mod client;
 mod error;
+pub mod migrate;
 pub mod task;
 pub mod tls;
 pub mod types;

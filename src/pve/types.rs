@@ -564,7 +564,7 @@ fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     Ok(opt_u64(d)?.and_then(|n| u32::try_from(n).ok()))
 }
 
-fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     let v = Option::<serde_json::Value>::deserialize(d)?;
     Ok(v.as_ref().and_then(value_to_bool))
 }

@@ -194,6 +194,16 @@ fn ready_and_reconciling(
                 ConditionInput::new(kinds::RECONCILING, S::False, reason, msg),
             )
         }
+        Some(Verdict::Migrating { from, to, vmid }) => {
+            let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome);
+            if ready.reason == reasons::UPDATING {
+                let message = format!("migrating VM {vmid} from node {from} to node {to}");
+                ready = ConditionInput::new(kinds::READY, S::False, reasons::MIGRATING, message.clone());
+                reconciling =
+                    ConditionInput::new(kinds::RECONCILING, S::True, reasons::MIGRATING, message);
+            }
+            (ready, reconciling)
+        }
         Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
     }
 }

@@ -62,6 +62,9 @@ pub const CONFIGURING: &str = "Configuring";
 pub const RESIZING: &str = "Resizing";
 /// `Reconciling` True: starting, shutting down or stopping the VM.
 pub const POWER_CHANGE: &str = "PowerChange";
+/// `Ready` False / `Reconciling` True: the spec names another node of the VM's cluster; the
+/// VM is being migrated there (live when it runs).
+pub const MIGRATING: &str = "Migrating";
 /// `Reconciling` True: waiting before the next attempt after a failure (see `backoff`).
 pub const BACKING_OFF: &str = "BackingOff";
 /// `Reconciling` True: taking over an existing VM that matches the spec.

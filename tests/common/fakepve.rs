@@ -605,6 +605,12 @@ impl FakePve {
         self.must("hibernate", json!({"vmid": vmid}))
     }
 
+    /// A qemu migration holds `lock: migrate` for `secs` PVE seconds before the VM is on its
+    /// target (with a `time_scale` above 0).
+    pub fn migrate_timing(&mut self, secs: f64) {
+        self.must("migrate_timing", json!({"secs": secs}));
+    }
+
     /// Real seconds per PVE second; 0 finishes every task before its request returns.
     pub fn set_time_scale(&mut self, scale: f64) {
         self.must("time_scale", json!({"value": scale}));

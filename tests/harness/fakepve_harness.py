@@ -50,6 +50,17 @@ with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-man
 storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (never shrinks); task logs
 answer `total`.
 
+    migrate_timing(secs=0)
+        A qemu migration (`qmigrate`) holds `lock: migrate` for secs PVE seconds before the VM is
+        on its target (times time_scale).
+
+Qemu migration as qemu-server does it (fakepve 0.5.0 has none): `GET .../migrate` answers the
+precondition (`allowed_nodes`, `not_allowed_nodes` with `unavailable_storages`, `local_disks` with
+CD-ROM images and the cloud-init drive as `cdrom`, `local_resources`); `POST .../migrate` refuses a
+running VM without `online`, then a `qmigrate` task dies on local devices, a local CD-ROM image and
+an attached local disk of a running VM without `with-local-disks`; an HA-managed VM gets an
+`hamigrate` task and moves `ha_delay` later.
+
     set_datacenter(options)
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
         {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}.
@@ -146,6 +157,8 @@ class HarnessPve(FakePve):
         self.lost = []
         # UPIDs of qmshutdown tasks a stop with overrule-shutdown aborted.
         self.overruled_shutdowns = set()
+        # migrate_timing: PVE seconds a qmigrate task holds the VM's `migrate` lock.
+        self.migrate_secs = 0.0
         # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
         self.datacenter = {}
 
@@ -419,7 +432,9 @@ class HarnessPve(FakePve):
     def _routes_harness(self):
         return [('GET', '/nodes/{node}/network', self._harness_network),
                 ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize),
-                ('GET', '/cluster/options', self._harness_cluster_options)]
+                ('GET', '/cluster/options', self._harness_cluster_options),
+                ('GET', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate_check),
+                ('POST', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate)]
 
     # ------------------------------------------------------------ permissions
 
@@ -536,6 +551,141 @@ class HarnessPve(FakePve):
             return 'resized {0} to {1}'.format(disk, format_size(new))
         return await self.task(vm.node, 'resize', vm.vmid, user, body, vm=vm,
                                log=['update VM {0}: resize --disk {1} --size {2}'.format(vm.vmid, disk, sizestr)])
+
+    # ------------------------------------------------------------ migrate
+
+    def _storage_on(self, sid, node):
+        """Whether storage `sid` is enabled on `node` (its `nodes` list, when set)."""
+        store = self.storages.get(sid)
+        if store is None or store.get('disable'):
+            return False
+        nodes = [n for n in str(store.get('nodes') or '').replace(';', ',').split(',') if n]
+        return not nodes or node in nodes
+
+    def _migrate_local_disks(self, vm):
+        """qemu-server src/PVE/API2/Qemu.pm $check_vm_disks_local: every volume of the config on
+        storage that is not shared, CD-ROM images and the cloud-init drive included (`cdrom => 1`),
+        an empty drive (`none`) skipped; `unusedN` volumes with `is_unused => 1`."""
+        out = []
+        for key, volume, props in drives_of(vm.config):
+            if not volume or volume == 'none':
+                continue
+            sid, _name = volume_ref(volume)
+            if sid is not None and (self.storages.get(sid) or {}).get('shared'):
+                continue
+            disk = {'volid': volume}
+            if is_cdrom(volume, props) or 'cloudinit' in volume:
+                disk['cdrom'] = 1
+            else:
+                disk['size'] = self._parse_size(props.get('size'))
+            out.append(disk)
+        for key in sorted(k for k in vm.config if re.fullmatch(r'unused\d+', k)):
+            volume = vm.config[key]
+            sid, _name = volume_ref(volume)
+            if sid is None or not (self.storages.get(sid) or {}).get('shared'):
+                out.append({'volid': volume, 'is_unused': 1})
+        return out
+
+    @staticmethod
+    def _migrate_local_resources(vm):
+        """PVE::QemuMigrate::Helpers::check_local_resources: passed-through PCI and USB devices
+        (not spice USB), serial and parallel ports on host devices, ivshmem."""
+        out = []
+        for key in sorted(vm.config):
+            value = str(vm.config[key])
+            if re.fullmatch(r'hostpci\d+', key) or key == 'ivshmem':
+                out.append(key)
+            elif re.fullmatch(r'usb\d+', key) and 'spice' not in value:
+                out.append(key)
+            elif re.fullmatch(r'(serial|parallel)\d+', key) and value.startswith('/dev/'):
+                out.append(key)
+        return out
+
+    async def _harness_migrate_check(self, values, user):
+        """GET /nodes/{node}/qemu/{vmid}/migrate as migrate_vm_precondition: quorum, the config on
+        this node, its lock (`VM is locked (...)`), then `running`, `allowed_nodes`,
+        `not_allowed_nodes` ({node: {unavailable_storages}}), `local_disks`, `local_resources`.
+        fakepve 0.5.0 has no qemu migration."""
+        self.require(user, '/vms/{0}'.format(values['vmid']), 'VM.Migrate')
+        self.need_quorum()
+        vm = self.find(values['node'], int(values['vmid']))
+        self._check_lock(vm)
+        allowed, not_allowed = [], {}
+        sids = sorted({volume_ref(v)[0] for _k, v, _p in drives_of(vm.config)
+                       if v and v not in ('none', 'cdrom') and volume_ref(v)[0]})
+        for node in sorted(self.nodes):
+            if node == vm.node:
+                continue
+            missing = [sid for sid in sids if not self._storage_on(sid, node)]
+            if missing:
+                not_allowed[node] = {'unavailable_storages': missing}
+            else:
+                allowed.append(node)
+        return {'running': 1 if vm.status == 'running' else 0, 'allowed_nodes': allowed,
+                'not_allowed_nodes': not_allowed, 'local_disks': self._migrate_local_disks(vm),
+                'local_resources': self._migrate_local_resources(vm), 'mapped-resources': [],
+                'mapped-resource-info': {}, 'has-dbus-vmstate': 1}
+
+    async def _harness_migrate(self, values, user):
+        """POST /nodes/{node}/qemu/{vmid}/migrate as migrate_vm and PVE::QemuMigrate: `target is
+        local node.` (400), quorum, `no such cluster node`, the lock, `can't migrate running VM
+        without --online`, storage availability on the target; an HA-managed VM gets an `hamigrate`
+        task and the HA manager moves it later; else a `qmigrate` task holding lock `migrate`
+        that dies on local devices, a local CD-ROM image (`can't migrate VM - check log`) and an
+        attached local disk of a running VM without `with-local-disks`, then moves the VM (a
+        running VM keeps running)."""
+        node, vmid, target = values['node'], int(values['vmid']), values.get('target', '')
+        self.require(user, '/vms/{0}'.format(vmid), 'VM.Migrate')
+        if target == node:
+            raise PveError(400, 'Parameter verification failed.', {'target': 'target is local node.'})
+        self.need_quorum()
+        if target not in self.nodes:
+            raise PveError(500, "no such cluster node '{0}'".format(target))
+        vm = self.find(node, vmid)
+        self._check_lock(vm)
+        online = str(values.get('online', '0')) in ('1', 'true')
+        local_disks = str(values.get('with-local-disks', '0')) in ('1', 'true')
+        if vm.status == 'running' and not online:
+            raise PveError(500, "can't migrate running VM without --online")
+        for _key, volume, _props in drives_of(vm.config):
+            sid = volume_ref(volume)[0] if volume and volume not in ('none', 'cdrom') else None
+            if sid and not self._storage_on(sid, target):
+                raise PveError(500, "storage '{0}' is not available on node '{1}'".format(sid, target))
+        blockers = self._migrate_local_resources(vm)
+        disks = self._migrate_local_disks(vm)
+
+        async def move():
+            if blockers:
+                raise TaskError("can't migrate VM which uses local devices: {0}".format(', '.join(blockers)))
+            for disk in disks:
+                if disk.get('cdrom') and 'cloudinit' not in disk['volid']:
+                    raise TaskError("can't migrate VM - check log")
+            attached = [d for d in disks if not d.get('cdrom') and not d.get('is_unused')]
+            if vm.status == 'running' and attached and not local_disks:
+                raise TaskError("can't live migrate attached local disks without with-local-disks option")
+            vm.lock = 'migrate'
+            vm.config['lock'] = 'migrate'
+            try:
+                await self.pause(self.migrate_secs)
+                vm.node = target
+            finally:
+                vm.lock = None
+                vm.config.pop('lock', None)
+            return 'migration finished successfully'
+        if vm.ha_managed:
+            async def later():
+                await self.pause(self.ha_delay)
+                try:
+                    await move()
+                except TaskError:
+                    pass  # the HA manager logs it; the VM stays
+
+            async def ha():
+                asyncio.ensure_future(later())
+                return 'Requesting HA migration for VM {0} to node {1}'.format(vmid, target)
+            return await self.task(vm.node, 'hamigrate', vmid, user, ha, vm=vm, lock=False)
+        return await self.task(vm.node, 'qmigrate', vmid, user, move, vm=vm, lock=False,
+                               log=["starting migration of VM {0} to node '{1}'".format(vmid, target)])
 
     def bridges_of(self, node):
         return self.bridges.get(node, self.default_bridges)
@@ -865,6 +1015,12 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def migrate_timing(self, secs=0):
+        """A qmigrate task holds `lock: migrate` for secs PVE seconds (see COMMANDS)."""
+        if float(secs) < 0:
+            raise BadArgs('secs must not be negative')
+        self.pve.migrate_secs = float(secs)
 
     def lose_answer(self, method, suffix=None, path=None, status=596, message='Connection timed out', times=1):
         """Carry out the next `times` METHOD requests whose path ends with suffix (or match a schema

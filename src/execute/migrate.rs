@@ -1,0 +1,67 @@
+//! Moving a VM to the node its spec names, within its cluster: PVE's own migration (live for a
+//! running VM), never a recreate. The VM's identity and lock are checked first, then PVE's
+//! pre-check says what would block it; a VM that cannot move is left where it is and reported
+//! with PVE's reason.
+
+use crate::category::Category;
+use crate::pve::TaskOutcome;
+use crate::spec::Spec;
+use crate::state::SpecRecord;
+
+use super::converge::{check_lock, read_own_config};
+use super::{ActionError, ExecCtx, Outcome, VmRef, site, wait};
+
+pub(super) async fn migrate(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    target: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let site = site(ctx, vm.site)?;
+    let client = &site.client;
+    let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
+    // A migration already under way (ours from before a restart, or the HA manager's) holds
+    // the `migrate` lock: wait for it rather than ask again.
+    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let pre = client.migrate_precondition(node, vmid, target).await?;
+    if let Some(why) = pre.blocker(target) {
+        return Err(ActionError {
+            category: Category::ConfigurationError,
+            message: format!(
+                "VM {vmid} cannot be migrated from node {node} to node {target}: {why}. It stays on \
+                 {node}; remove what blocks the move, or set node: {node} in the spec"
+            ),
+            needs_human: true,
+        });
+    }
+    let online = pre.running == Some(true);
+    let with_local_disks = pre.needs_local_disks();
+    tracing::info!(
+        spec = %spec.name, vmid, from = node, to = target, online, with_local_disks,
+        "migrating the VM to the node its spec names"
+    );
+    let upid = client
+        .migrate_vm(node, vmid, target, online, with_local_disks)
+        .await?;
+    rec.last_task = Some(super::task_record(&upid, "running"));
+    ctx.store.put(&spec.name, rec)?;
+    if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+        return Ok(Outcome::StillRunning {
+            upid: upid.to_string(),
+        });
+    }
+    if upid.kind == "hamigrate" {
+        // The HA manager moves the VM after this task ends; the listing shows when.
+        return Ok(Outcome::Waiting {
+            reason: format!(
+                "the HA manager was asked to migrate VM {vmid} to node {target}; waiting for it"
+            ),
+        });
+    }
+    rec.node = target.to_string();
+    Ok(Outcome::Done)
+}
