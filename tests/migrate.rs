@@ -143,8 +143,12 @@ fn an_ha_managed_vm_is_migrated_by_the_ha_manager() {
     let vmid = created(&mut pve, &ws, "web-01", "9000", "");
     pve.set_vm(vmid, json!({"ha_state": "started"}));
     ws.commit_specs(&[("web-01.yaml", spec("web-01", "pve2", "9000", ""))]);
-    let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
+    let (_ok, out) = ws.run_once();
+    let (_, reason, message) = ws.condition("web-01", "Ready");
+    assert!(
+        reason == "WaitingForLock" && message.contains("HA manager"),
+        "{reason}: {message}\n{out}"
+    );
     assert!(
         pve.tasks().iter().any(|t| t["type"] == "hamigrate"),
         "PVE hands an HA-managed VM's migration to the HA manager: {:?}",

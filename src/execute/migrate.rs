@@ -8,7 +8,7 @@ use crate::pve::TaskOutcome;
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
-use super::converge::{check_lock, read_own_config};
+use super::converge::{check_lock, converge, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, site, wait};
 
 pub(super) async fn migrate(
@@ -63,5 +63,7 @@ pub(super) async fn migrate(
         });
     }
     rec.node = target.to_string();
-    Ok(Outcome::Done)
+    ctx.store.put(&spec.name, rec)?;
+    // The spec changed (its node at least): bring the VM in line where it is now.
+    converge(ctx, VmRef::new(vm.site, target, vmid), spec, rec).await
 }

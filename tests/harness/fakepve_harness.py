@@ -554,6 +554,26 @@ class HarnessPve(FakePve):
 
     # ------------------------------------------------------------ migrate
 
+    async def migrate(self, vmid, target, secs=20, user='root@pam'):
+        """fakepve's migrate (the `migrate` command: a migration started by someone else), with
+        the lock written in the config as PVE's set_lock does (fakepve 0.5.0 sets it only on the
+        model, so GET config showed no lock)."""
+        vm = self.guest(vmid)
+        self.nodes.setdefault(target, {'online': True})
+
+        async def body():
+            vm.lock = 'migrate'
+            vm.config['lock'] = 'migrate'
+            try:
+                await self.pause(secs)
+                vm.node = target
+            finally:
+                vm.lock = None
+                vm.config.pop('lock', None)
+            return 'migration finished successfully'
+        return await self.task(vm.node, 'qmigrate', vmid, user, body, vm=vm, lock=False,
+                               log=["starting migration of VM {0} to node '{1}'".format(vmid, target)])
+
     def _storage_on(self, sid, node):
         """Whether storage `sid` is enabled on `node` (its `nodes` list, when set)."""
         store = self.storages.get(sid)
