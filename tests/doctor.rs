@@ -310,6 +310,7 @@ fn grants_but_root(scenario: Scenario, agent: &str) -> Scenario {
                 "VM.Config.Cloudinit",
                 "VM.Config.HWType",
                 "VM.PowerMgmt",
+                "VM.Migrate",
                 agent,
             ],
         )

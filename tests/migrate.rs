@@ -48,7 +48,10 @@ fn a_node_change_migrates_the_running_vm_live_with_its_local_disks() {
     assert!(ok, "{out}");
     let vm = pve.vm(vmid);
     assert_eq!(vm["node"], "pve2", "{out}");
-    assert_eq!(vm["status"], "running", "a live migration keeps the VM running: {out}");
+    assert_eq!(
+        vm["status"], "running",
+        "a live migration keeps the VM running: {out}"
+    );
     let posts = migrate_posts(&mut pve);
     assert_eq!(posts.len(), 1, "{posts:?}");
     // Running, with its disk on local-lvm (not shared): PVE needs both flags.
@@ -106,7 +109,10 @@ fn a_vm_with_a_local_cdrom_image_stays_where_it_is_and_says_why() {
         message.contains("local cdrom image") && message.contains(iso),
         "{message}"
     );
-    assert!(message.contains("node: pve1"), "says how to undo: {message}");
+    assert!(
+        message.contains("node: pve1"),
+        "says how to undo: {message}"
+    );
     assert_eq!(creates_or_deletes(&mut pve), 0);
 }
 
@@ -118,8 +124,11 @@ fn a_migration_under_way_is_waited_for_and_not_requested_again() {
     // A migration to pve2 already running (ours from before a crash, or a person's), holding
     // the `migrate` lock for 300 PVE seconds (3 s here).
     pve.set_time_scale(0.01);
-    pve.call("migrate", json!({"vmid": vmid, "target": "pve2", "secs": 300}))
-        .unwrap();
+    pve.call(
+        "migrate",
+        json!({"vmid": vmid, "target": "pve2", "secs": 300}),
+    )
+    .unwrap();
     pve.clear_requests();
     ws.commit_specs(&[("web-01.yaml", spec("web-01", "pve2", "9000", ""))]);
     let (_ok, out) = ws.run_once();

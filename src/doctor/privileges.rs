@@ -24,6 +24,8 @@ pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
     ("/vms", "VM.Config.Cloudinit"),
     ("/vms", "VM.Config.HWType"),
     ("/vms", "VM.PowerMgmt"),
+    // A spec's node change is a migration (`GET`/`POST .../migrate`).
+    ("/vms", "VM.Migrate"),
     ("/storage", "Datastore.AllocateSpace"),
     ("/storage", "Datastore.Audit"),
     // `GET /cluster/status`: pve-manager `PVE/API2/Cluster.pm` `get_status`,

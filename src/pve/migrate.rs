@@ -174,7 +174,10 @@ mod tests {
             r#"{"running":0,"allowed_nodes":[],"not_allowed_nodes":{"pve2":{"unavailable_storages":["fast"]}}}"#,
         );
         let why = storage.blocker("pve2").unwrap();
-        assert!(why.contains("unavailable_storages") && why.contains("fast"), "{why}");
+        assert!(
+            why.contains("unavailable_storages") && why.contains("fast"),
+            "{why}"
+        );
         assert!(storage.blocker("pve3").unwrap().contains("not among"));
     }
 }

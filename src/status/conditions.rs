@@ -198,7 +198,12 @@ fn ready_and_reconciling(
             let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome);
             if ready.reason == reasons::UPDATING {
                 let message = format!("migrating VM {vmid} from node {from} to node {to}");
-                ready = ConditionInput::new(kinds::READY, S::False, reasons::MIGRATING, message.clone());
+                ready = ConditionInput::new(
+                    kinds::READY,
+                    S::False,
+                    reasons::MIGRATING,
+                    message.clone(),
+                );
                 reconciling =
                     ConditionInput::new(kinds::RECONCILING, S::True, reasons::MIGRATING, message);
             }
