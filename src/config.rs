@@ -141,6 +141,8 @@ pub struct ReconcileConfig {
     pub orphan_grace: Duration,
     /// Refuse a commit that would delete more than this share of the managed VMs.
     pub max_delete_fraction: f64,
+    /// At most this many reboots (for `rebootPolicy`) started per site and cycle.
+    pub max_parallel_reboots: u32,
 }
 
 impl Default for ReconcileConfig {
@@ -151,6 +153,7 @@ impl Default for ReconcileConfig {
             orphans: OrphanPolicy::DeleteStopped,
             orphan_grace: Duration::from_secs(600),
             max_delete_fraction: 0.5,
+            max_parallel_reboots: 1,
         }
     }
 }
@@ -204,6 +207,7 @@ struct RawReconcile {
     orphans: Option<OrphanPolicy>,
     orphan_grace: Option<String>,
     max_delete_fraction: Option<f64>,
+    max_parallel_reboots: Option<i64>,
 }
 
 impl Config {
@@ -366,6 +370,15 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
             ));
         }
     };
+    let max_parallel_reboots = match r.max_parallel_reboots {
+        None => defaults.max_parallel_reboots,
+        Some(n) if (1..=64).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(format!(
+                "[reconcile] max_parallel_reboots = {n}: must be between 1 and 64"
+            ));
+        }
+    };
     let max_delete_fraction = match r.max_delete_fraction {
         None => defaults.max_delete_fraction,
         Some(f) if f > 0.0 && f <= 1.0 => f,
@@ -390,6 +403,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
             defaults.orphan_grace,
         )?,
         max_delete_fraction,
+        max_parallel_reboots,
     };
     if reconcile.resync_interval < Duration::from_secs(10) {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());

@@ -288,6 +288,8 @@ impl Engine {
                 config_hash: chash.clone(),
                 task_wait: self.task_wait,
                 max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
+                max_parallel_reboots: self.config.reconcile.max_parallel_reboots,
+                reboot_slots: Default::default(),
                 shutdown: self.shutdown.clone(),
                 node_facts: Default::default(),
                 marker_key: self.marker_key.clone(),

@@ -117,6 +117,10 @@ pub struct SpecRecord {
     pub applied_disk_bytes: Option<u64>,
     /// Config keys PVE keeps pending until a reboot, with the spec hash they belong to.
     pub reboot_pending: Vec<String>,
+    /// When proxsync last rebooted the VM for `rebootPolicy` (unix ms): at most one reboot
+    /// per [`crate::plan::MIN_REBOOT_INTERVAL`], so a change PVE never applies cannot make
+    /// a reboot loop.
+    pub last_reboot_ms: Option<u64>,
     pub attempts: u32,
     pub next_attempt_ms: Option<u64>,
     pub last_error: Option<ErrorRecord>,

@@ -388,6 +388,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         } else {
             DeletionPolicy::Delete
         },
+        reboot: Default::default(),
         renamed_from: None,
     }
 }

@@ -12,6 +12,7 @@ use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{is_ours, marker, marker_is_current};
+use super::reboot::{pending_keys, reboot_if_due};
 use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 
 /// The boot disk's key and size in bytes, from the config.
@@ -208,17 +209,15 @@ pub(super) async fn converge(
     let was_running_before = is_running && !changed.contains(&"power");
     let cloudinit_pending = was_running_before
         && (cloudinit_changed || rec.reboot_pending.iter().any(|k| k == CLOUDINIT_PENDING));
-    rec.reboot_pending = pending
-        .into_iter()
-        .filter(|p| {
-            p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
-        })
-        .map(|p| p.key)
-        .collect();
+    rec.reboot_pending = pending_keys(&pending);
     // cloud-init reads its inputs at boot: a change on a running VM applies at the next start
     // (PVE regenerates its drive then; a new seed image is read then). Kept while the VM runs.
     if cloudinit_pending && spec.power_state == PowerState::Running {
         rec.reboot_pending.push(CLOUDINIT_PENDING.to_string());
+    }
+    if is_running && let Some(o) = reboot_if_due(ctx, site, vm, spec, rec).await? {
+        ctx.store.put(&spec.name, rec)?;
+        return Ok(o);
     }
     // The guest's addresses, when its agent answers (best effort: no agent is no error).
     let running_now = match spec.power_state {

@@ -20,6 +20,7 @@ mod identity;
 mod migrate;
 mod outcome;
 mod preflight;
+mod reboot;
 mod remove;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
+pub use self::reboot::RebootSlots;
 use crate::category::Category;
 use crate::observe::SiteView;
 use crate::plan::Action;
@@ -163,6 +165,9 @@ pub struct ExecCtx {
     /// How long one action waits for a task before leaving it running.
     pub task_wait: Duration,
     pub max_parallel_per_node: u32,
+    /// At most this many reboots (`rebootPolicy`) started per site this cycle.
+    pub max_parallel_reboots: u32,
+    pub reboot_slots: RebootSlots,
     /// True once the daemon is stopping: no new action starts and task waits end early.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Per (site, node) the storages and bridges, per template its config, read for

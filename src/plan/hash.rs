@@ -146,3 +146,19 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     }
     why
 }
+
+/// The least time between two reboots of one VM by proxsync (`rebootPolicy`).
+pub const MIN_REBOOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Whether the spec's `rebootPolicy` wants its running VM rebooted at `now_ms` to apply what
+/// PVE keeps pending: something is pending, the spec wants it running, the policy allows this
+/// instant, and the last reboot by proxsync is at least [`MIN_REBOOT_INTERVAL`] ago (a change PVE
+/// never applies cannot make a reboot loop).
+pub fn reboot_due(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> bool {
+    !rec.reboot_pending.is_empty()
+        && spec.power_state == PowerState::Running
+        && spec.reboot.allows_at(now_ms)
+        && rec
+            .last_reboot_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= MIN_REBOOT_INTERVAL.as_millis() as u64)
+}

@@ -32,7 +32,10 @@ mod removals;
 mod rename;
 mod spec;
 
-pub use hash::{content_hash, drift, fnv, fnv_from, fnv_hex, inputs_hash, merge_tags, spec_hash};
+pub use hash::{
+    MIN_REBOOT_INTERVAL, content_hash, drift, fnv, fnv_from, fnv_hex, inputs_hash, merge_tags,
+    reboot_due, spec_hash,
+};
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {

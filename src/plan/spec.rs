@@ -274,7 +274,14 @@ fn converge(
         return migrate(spec, view, vm, backoff, actions);
     }
     let default_rec = SpecRecord::default();
-    let why = drift(spec, rec.unwrap_or(&default_rec), vm, input.install_id);
+    let rec_or_default = rec.unwrap_or(&default_rec);
+    let mut why = drift(spec, rec_or_default, vm, input.install_id);
+    // Changes waiting for a reboot that the spec's rebootPolicy allows now (its window opened).
+    if vm.power == crate::observe::Power::Running
+        && super::reboot_due(spec, rec_or_default, input.now_ms)
+    {
+        why.push("reboot".into());
+    }
     if why.is_empty() {
         return Verdict::UpToDate { vmid: vm.vmid };
     }

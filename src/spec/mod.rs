@@ -34,6 +34,7 @@ mod diag;
 mod image;
 mod load;
 mod names;
+mod reboot;
 mod schema;
 mod units;
 mod validate;
@@ -46,6 +47,7 @@ use serde::Serialize;
 pub use diag::{Diagnostic, Pos, Severity};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
+pub use reboot::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use schema::json_schema;
 pub use units::{GIB, KIB, MIB, TIB};
 
@@ -138,6 +140,9 @@ pub struct Spec {
     pub tags: Vec<String>,
     /// What happens to the VM when the spec is removed; default delete.
     pub deletion_policy: DeletionPolicy,
+    /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
+    /// until its next start; default never (reported as `RebootPending` only).
+    pub reboot: RebootPolicy,
     /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,

@@ -51,6 +51,25 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
             },
             "cloudInit": cloud_init_schema(),
             "powerState": {"enum": ["running", "stopped"]},
+            "rebootPolicy": {
+                "description": "Whether proxsync reboots a running VM to apply changes PVE keeps pending until its next start: Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
+                "enum": ["Never", "IfNeeded", "Window"]
+            },
+            "maintenanceWindow": {
+                "description": "With rebootPolicy: Window. <days> <HH:MM>-<HH:MM> <time zone>, e.g. \"Sun 02:00-04:00 Europe/Berlin\"; days Mon..Sun, ranges (Mon-Fri), lists (Sat,Sun) or *.",
+                "type": "string",
+                "pattern": "^\\S+ \\d{2}:\\d{2}-\\d{2}:\\d{2} \\S+$"
+            },
+            "shutdownTimeout": {
+                "description": "How long the guest gets to shut down cleanly for a reboot (default 3m; at most a day).",
+                "type": "string",
+                "pattern": "^([0-9]+[smhd])+$"
+            },
+            "forceStopAfter": {
+                "description": "When set, a guest that has not shut down after this long is stopped hard; never without it.",
+                "type": "string",
+                "pattern": "^([0-9]+[smhd])+$"
+            },
             "tags": {
                 "description": "Extra Proxmox tags (lower case). proxsync.* and tenant_* are reserved.",
                 "type": "array",

@@ -70,6 +70,10 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "cloudInit",
     "powerState",
     "tags",
+    "rebootPolicy",
+    "maintenanceWindow",
+    "shutdownTimeout",
+    "forceStopAfter",
 ];
 
 /// The fields of one mapping, after duplicate and unknown keys were reported.
@@ -261,6 +265,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let resources = resources(ctx, &fp);
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
+    let reboot = super::reboot::reboot_policy(ctx, &fp);
 
     let (
         Some(api_version),
@@ -270,6 +275,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some((image, image_pos)),
         Some(mut guest),
         Some(deletion_policy),
+        Some(reboot),
     ) = (
         api_version,
         meta.name,
@@ -278,6 +284,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         image,
         guest,
         deletion_policy,
+        reboot,
     )
     else {
         return (None, name);
@@ -310,6 +317,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         power_state: guest.power_state,
         tags: guest.tags,
         deletion_policy,
+        reboot,
         renamed_from: meta.renamed_from,
     };
     (Some(spec), name)
@@ -700,7 +708,12 @@ fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     Some(s.to_string())
 }
 
-fn enum_field<T: Copy>(ctx: &mut Ctx, n: &Node, path: &str, choices: &[(&str, T)]) -> Option<T> {
+pub(super) fn enum_field<T: Copy>(
+    ctx: &mut Ctx,
+    n: &Node,
+    path: &str,
+    choices: &[(&str, T)],
+) -> Option<T> {
     let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
     let s = string(ctx, n, path, names.first().copied().unwrap_or_default())?;
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {

@@ -1,0 +1,116 @@
+//! Rebooting a running VM to apply what PVE keeps pending until its next start, when the
+//! spec's `rebootPolicy` allows it now: a clean shutdown (hard only after `forceStopAfter`),
+//! then a start. At most `max_parallel_reboots` per site and cycle, and at most one per VM per
+//! [`crate::plan::MIN_REBOOT_INTERVAL`]. A crash between the two leaves a stopped VM whose spec says
+//! running: the next cycle starts it, which applies the pending changes too.
+
+use crate::category::Category;
+use crate::plan::reboot_due;
+use crate::pve::TaskOutcome;
+use crate::pve::types::PendingEntry;
+use crate::spec::Spec;
+use crate::state::SpecRecord;
+
+use super::converge::settle_ha;
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, wait};
+
+/// The keys proxsync manages that wait for the VM's next start (what `RebootPending` shows).
+pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
+    pending
+        .iter()
+        .filter(|p| {
+            p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
+        })
+        .map(|p| p.key.clone())
+        .collect()
+}
+
+/// Reboots the VM if its policy wants it now and a reboot slot of its site is free. `None`
+/// when nothing was done (nothing pending, not allowed now, no slot); `Some` with the outcome
+/// when the reboot could not finish in this action.
+pub(super) async fn reboot_if_due(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    if !reboot_due(spec, rec, now_ms()) {
+        return Ok(None);
+    }
+    let Some(_slot) = ctx
+        .reboot_slots
+        .try_take(&site.name, ctx.max_parallel_reboots)
+    else {
+        tracing::info!(spec = %spec.name, vmid, "reboot due; waiting for a reboot slot of the site");
+        return Ok(None);
+    };
+    let client = &site.client;
+    let policy = &spec.reboot;
+    let (timeout, force) = match policy.force_stop_after_secs {
+        Some(secs) => (secs, true),
+        None => (policy.shutdown_timeout_secs, false),
+    };
+    tracing::info!(
+        spec = %spec.name, vmid, pending = ?rec.reboot_pending, timeout, force,
+        "rebooting the VM to apply its pending changes (rebootPolicy)"
+    );
+    let upid = client.shutdown_vm(node, vmid, timeout, force).await?;
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => {
+            return Ok(Some(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }));
+        }
+        Ok(_) => {
+            if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, false).await? {
+                return Ok(Some(o));
+            }
+        }
+        Err(e) if e.task_failed && !force => {
+            return Err(fail(
+                Category::TaskFailed,
+                format!(
+                    "the reboot of VM {vmid} was given up: the guest did not shut down within {timeout} s \
+                     ({}). It keeps running with its changes pending; set forceStopAfter to stop it hard \
+                     after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)",
+                    ActionError::from(e).message
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // Stopped: this counts as a reboot (a guest that refused to shut down did not, and is
+    // retried with the usual backoff, or at once when the spec changes).
+    rec.last_reboot_ms = Some(now_ms());
+    ctx.store.put(&spec.name, rec)?;
+    let upid = client.start_vm(node, vmid).await?;
+    if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+        return Ok(Some(Outcome::StillRunning {
+            upid: upid.to_string(),
+        }));
+    }
+    if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, true).await? {
+        return Ok(Some(o));
+    }
+    rec.reboot_pending = pending_keys(&client.vm_pending(node, vmid).await?);
+    Ok(None)
+}
+
+/// Reboots started per site this cycle.
+#[derive(Default)]
+pub struct RebootSlots(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+impl RebootSlots {
+    /// A slot of `site` if fewer than `max` reboots were started there this cycle.
+    fn try_take(&self, site: &str, max: u32) -> Option<()> {
+        let mut started = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = started.entry(site.to_string()).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(())
+    }
+}
