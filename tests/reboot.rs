@@ -51,7 +51,7 @@ fn never_is_the_default_and_only_reports_the_pending_change() {
     let vmid = running(&mut pve, &ws, &["web-01"])[0];
     ws.commit_specs(&[("web-01.yaml", spec("web-01", 4, ""))]);
     let (_ok, out) = ws.run_once();
-    assert_eq!(pve.vm(vmid)["pending"]["cores"], json!(4), "{out}");
+    assert_eq!(pve.vm(vmid)["pending"]["cores"], json!("4"), "{out}");
     assert_eq!(ws.condition("web-01", "RebootPending").0, "True", "{out}");
     assert!(!rebooted(&mut pve, vmid), "{out}");
 }
@@ -69,7 +69,7 @@ fn if_needed_reboots_cleanly_once_and_the_change_applies() {
     assert!(ok, "{out}");
     let vm = pve.vm(vmid);
     assert_eq!(vm["status"], "running", "{out}");
-    assert_eq!(vm["config"]["cores"], json!(4), "{vm}");
+    assert_eq!(vm["config"]["cores"], json!("4"), "{vm}");
     assert!(
         vm["pending"].as_object().is_none_or(|p| p.is_empty()),
         "{vm}"
@@ -126,7 +126,7 @@ fn a_window_waits_until_it_is_open() {
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     assert!(rebooted(&mut pve, vmid), "{out}");
-    assert_eq!(pve.vm(vmid)["config"]["cores"], json!(4));
+    assert_eq!(pve.vm(vmid)["config"]["cores"], json!("4"));
     assert_eq!(ws.condition("web-01", "RebootPending").0, "False", "{out}");
 }
 
@@ -156,7 +156,7 @@ fn a_guest_that_ignores_acpi_is_stopped_hard_only_with_force_stop_after() {
     assert!(ok, "{out}");
     let vm = pve.vm(vmid);
     assert_eq!(vm["status"], "running", "{out}");
-    assert_eq!(vm["config"]["cores"], json!(4), "{vm}");
+    assert_eq!(vm["config"]["cores"], json!("4"), "{vm}");
     let forced: Vec<_> = pve
         .requests()
         .into_iter()

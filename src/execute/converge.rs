@@ -200,7 +200,8 @@ pub(super) async fn converge(
     }
 
     // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
-    // running VM then, unless hotplug is on). proxsync reports it and never reboots.
+    // running VM then, unless hotplug is on). proxsync reports it, and reboots only as the spec's
+    // rebootPolicy allows (`reboot`).
     let pending = if changed.is_empty() {
         pending
     } else {

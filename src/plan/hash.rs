@@ -162,3 +162,40 @@ pub fn reboot_due(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> bool {
             .last_reboot_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= MIN_REBOOT_INTERVAL.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{RebootMode, RebootPolicy};
+
+    #[test]
+    fn a_reboot_is_due_only_when_pending_allowed_and_not_too_soon() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {name: web-01}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
+        let mut spec = crate::spec::parse_file("x.yaml", yaml.as_bytes())
+            .0
+            .remove(0);
+        let mut rec = SpecRecord {
+            reboot_pending: vec!["cores".into()],
+            ..Default::default()
+        };
+        let now = 10 * 3_600_000;
+        assert!(!reboot_due(&spec, &rec, now), "Never is the default");
+        spec.reboot = RebootPolicy {
+            mode: RebootMode::IfNeeded,
+            ..Default::default()
+        };
+        assert!(reboot_due(&spec, &rec, now));
+        rec.last_reboot_ms = Some(now - 60_000);
+        assert!(!reboot_due(&spec, &rec, now), "rebooted a minute ago");
+        rec.last_reboot_ms = Some(now - MIN_REBOOT_INTERVAL.as_millis() as u64);
+        assert!(reboot_due(&spec, &rec, now));
+        spec.power_state = PowerState::Stopped;
+        assert!(
+            !reboot_due(&spec, &rec, now),
+            "a stopped VM is started, not rebooted"
+        );
+        spec.power_state = PowerState::Running;
+        rec.reboot_pending.clear();
+        assert!(!reboot_due(&spec, &rec, now));
+    }
+}

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::diag::Pos;
 use super::validate::{Ctx, Obj, enum_field, string};
-use super::yaml::Node;
+use super::yaml::{Node, Value};
 
 /// Default `shutdownTimeout`: how long a guest gets to power off cleanly (PVE's `timeout`).
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u32 = 180;
@@ -248,6 +248,13 @@ pub(super) fn reboot_policy(ctx: &mut Ctx, fp: &Obj) -> Option<RebootPolicy> {
 
 /// A duration of at most a day (`30s`, `5m`), in seconds.
 fn duration_secs(ctx: &mut Ctx, n: &Node, path: &str) -> Option<u32> {
+    if let Value::Int(i) = n.value {
+        ctx.error(
+            n.pos,
+            format!("{path} must be a duration with a unit, e.g. \"{i}s\" or \"{i}m\"; found the number {i}"),
+        );
+        return None;
+    }
     let s = string(ctx, n, path, "\"3m\"")?;
     let d = ctx.check(
         n.pos,
@@ -313,6 +320,66 @@ mod tests {
         ] {
             let e = MaintenanceWindow::parse(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    fn parse(extra: &str) -> (Vec<crate::spec::Spec>, Vec<String>) {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
+             site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"
+        );
+        let (specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+        (specs, diags.iter().map(|d| d.to_string()).collect())
+    }
+
+    #[test]
+    fn spec_fields_parse_and_errors_name_file_and_line() {
+        let (specs, diags) = parse(
+            "    rebootPolicy: Window\n    maintenanceWindow: \"Sat,Sun 01:00-05:00 Europe/Berlin\"\n    \
+             shutdownTimeout: 5m\n    forceStopAfter: 10m\n",
+        );
+        assert!(diags.is_empty(), "{diags:?}");
+        let r = &specs[0].reboot;
+        assert_eq!(r.mode, RebootMode::Window);
+        assert_eq!(
+            (r.shutdown_timeout_secs, r.force_stop_after_secs),
+            (300, Some(600))
+        );
+        assert_eq!(parse("").0[0].reboot, RebootPolicy::default());
+
+        for (extra, want) in [
+            (
+                "    rebootPolicy: ifneeded\n",
+                "web.yaml:9:19: error: spec.forProvider.rebootPolicy \"ifneeded\" is not valid (did you mean \"IfNeeded\"?)",
+            ),
+            (
+                "    rebootPolicy: Window\n",
+                "rebootPolicy: Window needs spec.forProvider.maintenanceWindow",
+            ),
+            (
+                "    maintenanceWindow: \"Sun 02:00-04:00 UTC\"\n",
+                "web.yaml:9:24: error: maintenanceWindow is used only with rebootPolicy: Window",
+            ),
+            (
+                "    rebootPolicy: Window\n    maintenanceWindow: \"Sun 02:00-04:00 CEST\"\n",
+                "web.yaml:10:24: error: time zone \"CEST\" is not known",
+            ),
+            (
+                "    forceStopAfter: 2d\n",
+                "web.yaml:9:21: error: spec.forProvider.forceStopAfter \"2d\" is longer than a day",
+            ),
+            (
+                "    shutdownTimeout: 5\n",
+                "web.yaml:9:22: error: spec.forProvider.shutdownTimeout must be a duration with a unit, e.g. \"5s\"",
+            ),
+            (
+                "    shutdownTimeout: \"5\"\n",
+                "spec.forProvider.shutdownTimeout \"5\": a number without a unit",
+            ),
+        ] {
+            let (specs, diags) = parse(extra);
+            assert!(specs.is_empty(), "{extra}");
+            assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
         }
     }
 
