@@ -389,6 +389,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
             DeletionPolicy::Delete
         },
         reboot: Default::default(),
+        allow_recreate_on_site_change: false,
         renamed_from: None,
     }
 }

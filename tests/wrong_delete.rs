@@ -96,10 +96,8 @@ fn an_empty_commit_releases_nothing() {
 /// A spec moved to another site: its VM on the old site is neither leaked (left running and
 /// unreported) nor deleted with a second VM made on the new site. The spec says where its VM
 /// is and what to do; once the old VM is removed by hand, the VM is created on the new site.
-#[test]
-fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
-    let mut lab = FakePve::start(default_scenario());
-    let mut other = FakePve::start(default_scenario());
+/// A workspace with two sites, `lab` and `other`, each its own fakepve; `extra` TOML appended.
+fn two_sites(lab: &FakePve, other: &FakePve, extra: &str) -> Workspace {
     let second_site = format!(
         "[[site]]\nname = \"other\"\nendpoint = \"{url}\"\ntoken_id = \"{id}\"\n\
          token_secret_file = \"{{TOKEN}}\"\nca_file = \"{ca}\"\nrequest_timeout = \"10s\"\n",
@@ -107,11 +105,23 @@ fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
         id = common::TOKEN_ID,
         ca = other.ca_file().display(),
     );
-    let ws = Workspace::with_extra(&lab, "");
+    let ws = Workspace::with_extra(lab, extra);
     let token = ws.path("lab.token");
     let config = std::fs::read_to_string(ws.config()).unwrap()
         + &second_site.replace("{TOKEN}", &token.display().to_string());
     std::fs::write(ws.config(), config).unwrap();
+    ws
+}
+
+fn orphans_file(ws: &Workspace) -> String {
+    std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap_or_default()
+}
+
+#[test]
+fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
+    let mut lab = FakePve::start(default_scenario());
+    let mut other = FakePve::start(default_scenario());
+    let ws = two_sites(&lab, &other, "");
 
     ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
     let (ok, out) = ws.run_once();
@@ -142,6 +152,12 @@ fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
         0,
         "no second VM on the new site: {out}"
     );
+    let orphans = orphans_file(&ws);
+    assert!(
+        orphans.contains(&format!("vmId: {vmid}"))
+            && orphans.contains("spec web now names site other"),
+        "the old VM is listed in _orphans.yaml too: {orphans}"
+    );
 
     // Removed by hand on the old site: the spec is created on its new site.
     lab.remove_vm(vmid);
@@ -150,6 +166,53 @@ fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
     assert!(ok, "{out}");
     assert_eq!(owned_vms(&mut other).len(), 1, "{out}");
     assert_eq!(ws.status("web")["site"], "other");
+}
+
+/// `allowRecreateOnSiteChange: true`: the VM is created on the new site at once, and the old
+/// one is kept and listed in `_orphans.yaml`, never deleted by the orphan policy (even stopped,
+/// past the grace period), until a person deletes it.
+#[test]
+fn allow_recreate_on_site_change_creates_there_and_keeps_the_old_vm_listed() {
+    let mut lab = FakePve::start(default_scenario());
+    let mut other = FakePve::start(default_scenario());
+    let ws = two_sites(&lab, &other, "[reconcile]\norphan_grace = \"1s\"\n");
+    let stopped = "    powerState: stopped\n";
+    ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", stopped))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let old = ws.status("web")["vmId"].as_u64().unwrap() as u32;
+
+    let moved = spec(
+        "web",
+        "pve1",
+        "9000",
+        &format!("{stopped}    allowRecreateOnSiteChange: true\n"),
+    )
+    .replace("site: lab", "site: other");
+    ws.commit_specs(&[("web.yaml", moved)]);
+    let _ = ws.run_once();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(
+        owned_vms(&mut other).len(),
+        1,
+        "created on the new site: {out}"
+    );
+    assert_eq!(ws.status("web")["site"], "other");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (_, out) = ws.run_once();
+    assert_eq!(
+        owned_vms(&mut lab).len(),
+        1,
+        "the old VM is kept, though stopped and past the grace period: {out}"
+    );
+    assert_eq!(lab.vm(old)["status"], "stopped");
+    let orphans = orphans_file(&ws);
+    assert!(
+        orphans.contains(&format!("vmId: {old}"))
+            && orphans.contains("spec web now names site other"),
+        "{orphans}"
+    );
 }
 
 /// Renaming `metadata.name` is not a delete plus a create: in the commit that removes `web-01`

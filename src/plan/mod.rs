@@ -226,6 +226,9 @@ pub enum OrphanDisposition {
     DeleteAfter { at_ms: u64 },
     /// It was due for deletion, but a safety valve refused this cycle's deletes.
     Refused,
+    /// The VM of spec `spec`, which now names site `to`: kept and listed until a person deletes
+    /// it (a move between clusters is never a silent create plus delete).
+    SiteMoved { spec: String, to: String },
 }
 
 impl std::fmt::Display for OrphanDisposition {
@@ -242,6 +245,10 @@ impl std::fmt::Display for OrphanDisposition {
             OrphanDisposition::Refused => {
                 f.write_str("reported (delete refused: see _summary.yaml)")
             }
+            OrphanDisposition::SiteMoved { spec, to } => write!(
+                f,
+                "reported: spec {spec} now names site {to}; kept until you delete it"
+            ),
         }
     }
 }

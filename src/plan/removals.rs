@@ -88,8 +88,52 @@ pub(super) fn orphans(
         .values()
         .flat_map(|d| d.extras.iter().map(|id| (d.site.as_str(), *id)))
         .collect();
+    // Where each desired spec lives now: a VM of it on another site was left behind by a site
+    // change (by the record, or by its verified marker once the record moved on).
+    let spec_site: BTreeMap<&str, &str> = input
+        .desired
+        .iter()
+        .map(|s| (s.name.as_str(), s.site.as_str()))
+        .collect();
+    let moved_records: BTreeMap<(&str, u32), &str> = input
+        .records
+        .iter()
+        .filter(|(name, r)| spec_site.get(name.as_str()).is_some_and(|s| *s != r.site))
+        .filter_map(|(name, r)| Some(((r.site.as_str(), record_vmid(r)?), name.as_str())))
+        .collect();
     for view in input.sites.values().filter(|v| v.reachable()) {
         for vm in view.vms.values() {
+            let site_moved = moved_records
+                .get(&(view.name.as_str(), vm.vmid))
+                .copied()
+                .or_else(|| {
+                    let m = vm.marker.as_ref()?;
+                    let to = spec_site.get(m.spec.as_str())?;
+                    (vm.owned_by(input.install_id) && *to != view.name).then_some(m.spec.as_str())
+                });
+            if let Some(spec) = site_moved.filter(|_| !vm.template) {
+                let key = (view.name.clone(), vm.vmid);
+                let first_seen = input
+                    .orphans_seen
+                    .get(&key)
+                    .copied()
+                    .unwrap_or(input.now_ms);
+                out.orphans_seen.insert(key, first_seen);
+                out.orphans.push(Orphan {
+                    site: view.name.clone(),
+                    vmid: vm.vmid,
+                    node: vm.node.clone(),
+                    name: vm.name.clone(),
+                    power: vm.power.as_str().to_string(),
+                    first_seen_ms: first_seen,
+                    disposition: OrphanDisposition::SiteMoved {
+                        spec: spec.to_string(),
+                        to: spec_site[spec].to_string(),
+                    },
+                    duplicate_of: None,
+                });
+                continue;
+            }
             // A second VM claiming a spec is listed even without the ownership tag (a clone
             // gets the tag only when converged), but deleted only with it.
             let extra = extras.contains(&(view.name.as_str(), vm.vmid));

@@ -100,9 +100,11 @@ fn site_move(
             && !old.vms.contains_key(&vmid)
             && !matches!(r.phase, Phase::Creating { .. })
     });
-    if gone {
-        // Its VM was removed on the old site: forget it; the next cycle creates the VM on the
-        // new site.
+    let creating = matches!(r.phase, Phase::Creating { .. });
+    if gone || (spec.allow_recreate_on_site_change && !creating) {
+        // Its VM was removed on the old site (or the spec allows a new VM while the old one
+        // stays, listed as an orphan by its marker; never while a create there may still be
+        // in flight): forget it; the next cycle creates the VM on the new site.
         actions.push(Action::Forget {
             spec: spec.name.clone(),
         });

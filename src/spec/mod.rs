@@ -32,9 +32,9 @@
 mod cloudinit;
 mod diag;
 mod image;
+mod lifecycle;
 mod load;
 mod names;
-mod reboot;
 mod schema;
 mod units;
 mod validate;
@@ -46,8 +46,8 @@ use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
 pub use image::{MAX_VMID, MIN_VMID};
+pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
-pub use reboot::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use schema::json_schema;
 pub use units::{GIB, KIB, MIB, TIB};
 
@@ -143,6 +143,10 @@ pub struct Spec {
     /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,
+    /// `allowRecreateOnSiteChange`: when the spec names another site than its VM's, create a
+    /// VM on the new site at once; the old VM stays, listed in `_orphans.yaml`, until a person
+    /// deletes it. Default false: nothing is created while the old VM exists (`SiteMoved`).
+    pub allow_recreate_on_site_change: bool,
     /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,

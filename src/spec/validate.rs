@@ -74,6 +74,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "maintenanceWindow",
     "shutdownTimeout",
     "forceStopAfter",
+    "allowRecreateOnSiteChange",
 ];
 
 /// The fields of one mapping, after duplicate and unknown keys were reported.
@@ -265,7 +266,8 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let resources = resources(ctx, &fp);
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
-    let reboot = super::reboot::reboot_policy(ctx, &fp);
+    let reboot = super::lifecycle::reboot_policy(ctx, &fp);
+    let recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, &fp);
 
     let (
         Some(api_version),
@@ -276,6 +278,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(mut guest),
         Some(deletion_policy),
         Some(reboot),
+        Some(allow_recreate_on_site_change),
     ) = (
         api_version,
         meta.name,
@@ -285,6 +288,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         guest,
         deletion_policy,
         reboot,
+        recreate_on_site_change,
     )
     else {
         return (None, name);
@@ -318,6 +322,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         tags: guest.tags,
         deletion_policy,
         reboot,
+        allow_recreate_on_site_change,
         renamed_from: meta.renamed_from,
     };
     (Some(spec), name)

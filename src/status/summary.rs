@@ -58,7 +58,8 @@ fn orphan_action(disposition: &OrphanDisposition) -> String {
         OrphanDisposition::Reported
         | OrphanDisposition::ForeignClaim { .. }
         | OrphanDisposition::Deleting
-        | OrphanDisposition::Refused => disposition.to_string(),
+        | OrphanDisposition::Refused
+        | OrphanDisposition::SiteMoved { .. } => disposition.to_string(),
     }
 }
 

@@ -1,6 +1,8 @@
-//! `forProvider.rebootPolicy`, `.maintenanceWindow`, `.shutdownTimeout`, `.forceStopAfter`:
-//! whether proxsync may reboot a running VM to apply changes PVE keeps pending until its next
-//! start, and when. Pure: the window is judged against a given instant, with the time zone
+//! How changes reach an existing VM: `forProvider.rebootPolicy`, `.maintenanceWindow`,
+//! `.shutdownTimeout`, `.forceStopAfter` (whether proxsync may reboot a running VM to apply
+//! changes PVE keeps pending until its next start, and when) and
+//! `.allowRecreateOnSiteChange` (whether a spec moved to another site gets a new VM there
+//! while the old one stays). Pure: the window is judged against a given instant, with the time zone
 //! database compiled in (jiff's bundled tzdb), so validation reads nothing from the machine.
 
 use serde::Serialize;
@@ -244,6 +246,26 @@ pub(super) fn reboot_policy(ctx: &mut Ctx, fp: &Obj) -> Option<RebootPolicy> {
         shutdown_timeout_secs,
         force_stop_after_secs,
     })
+}
+
+/// `allowRecreateOnSiteChange`: a boolean, default false.
+pub(super) fn allow_recreate_on_site_change(ctx: &mut Ctx, fp: &Obj) -> Option<bool> {
+    let Some(n) = fp.get("allowRecreateOnSiteChange") else {
+        return Some(false);
+    };
+    match n.value {
+        Value::Bool(b) => Some(b),
+        ref other => {
+            ctx.error(
+                n.pos,
+                format!(
+                    "spec.forProvider.allowRecreateOnSiteChange must be true or false; found {}",
+                    other.describe()
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// A duration of at most a day (`30s`, `5m`), in seconds.
