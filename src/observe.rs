@@ -41,6 +41,8 @@ pub struct ObservedVm {
     pub memory_bytes: Option<u64>,
     pub disk_bytes: Option<u64>,
     pub lock: Option<String>,
+    /// The HA manager's state when the VM is HA-managed (the listing's `hastate`).
+    pub ha_state: Option<String>,
     pub template: bool,
     /// The description marker, once read (`None`: not read, or read and absent; see
     /// `marker_read`).
@@ -71,6 +73,7 @@ impl ObservedVm {
             memory_bytes: r.maxmem,
             disk_bytes: r.maxdisk,
             lock: r.lock.clone().filter(|l| !l.is_empty()),
+            ha_state: r.hastate.clone().filter(|s| !s.is_empty()),
             template: r.template.unwrap_or(false),
             marker: None,
             marker_read: false,

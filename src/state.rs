@@ -121,6 +121,9 @@ pub struct SpecRecord {
     /// per [`crate::plan::MIN_REBOOT_INTERVAL`], so a change PVE never applies cannot make
     /// a reboot loop.
     pub last_reboot_ms: Option<u64>,
+    /// proxsync made the VM an HA resource (the spec's `ha`): removing `ha` from the spec
+    /// removes the resource. An HA resource a person added is never removed.
+    pub ha_applied: bool,
     pub attempts: u32,
     pub next_attempt_ms: Option<u64>,
     pub last_error: Option<ErrorRecord>,

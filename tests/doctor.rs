@@ -489,3 +489,29 @@ fn the_marker_key_is_checked_and_never_shown() {
     assert!(out.contains("FAIL marker key:"), "{out}");
     assert!(!out.contains("secret-looking"), "never its content:\n{out}");
 }
+
+#[test]
+fn specs_with_ha_need_sys_console_on_root() {
+    // pve-ha-manager API2/HA/Resources.pm: create, update and delete check Sys.Console on `/`.
+    let pve = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
+        .grant(TOKEN_ID, "/", &["Sys.Audit", "Sys.Modify"])
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let plain = spec("vm", "lab", "pve1", "9000", "local-lvm", "vmbr0");
+    std::fs::write(specs.join("vm.yaml"), &plain).unwrap();
+    let (_, out) = doctor(&config, &specs);
+    assert!(out.contains("ok   lab privileges"), "without ha: {out}");
+
+    std::fs::write(specs.join("vm.yaml"), format!("{plain}    ha: {{}}\n")).unwrap();
+    let (ok, out) = doctor(&config, &specs);
+    assert!(!ok, "{out}");
+    assert!(out.contains("lacks Sys.Console on /"), "{out}");
+}

@@ -390,6 +390,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         },
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
+        ha: None,
         renamed_from: None,
     }
 }
@@ -412,6 +413,7 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
         memory_bytes: Some(1024 * MIB),
         disk_bytes: Some(2 * GIB),
         lock: None,
+        ha_state: None,
         template: false,
         marker: None,
         marker_read: true,

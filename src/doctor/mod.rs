@@ -15,7 +15,7 @@ mod versions;
 
 use health::check_health;
 use privileges::check_privileges;
-pub use privileges::{REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
+pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 
 /// How a check came out.
@@ -143,11 +143,12 @@ async fn check_site(site: &SiteConfig, ownership_tag: &str, specs: &[&Spec]) -> 
     out.push(versions::check_version(site, &version, specs));
 
     let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
+    let uses_ha = specs.iter().any(|s| s.ha.is_some());
     // The tags proxsync writes on this site's VMs.
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())
         .chain(specs.iter().flat_map(|s| s.tags.iter().cloned()))
         .collect();
-    out.extend(check_privileges(&client, site, &version, uploads_seeds, &tags).await);
+    out.extend(check_privileges(&client, site, &version, uploads_seeds, uses_ha, &tags).await);
 
     let health = match client.cluster_health().await {
         Ok(h) => h,

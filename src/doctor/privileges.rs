@@ -42,6 +42,10 @@ pub const SEED_PRIVILEGES: &[(&str, &str)] = &[
     ("/storage", "Datastore.Allocate"),
 ];
 
+/// Privileges needed on top when specs carry `ha` (pve-ha-manager `API2/HA/Resources.pm`:
+/// create, update and delete check Sys.Console on `/`).
+pub const HA_PRIVILEGES: &[(&str, &str)] = &[("/", "Sys.Console")];
+
 /// What `GET .../agent/network-get-interfaces` needs on `/vms/{vmid}` (any one of them):
 /// `VM.Monitor` on 8.x (qemu-server 8 `PVE/API2/Qemu/Agent.pm`); 9.x checks
 /// `VM.GuestAgent.Audit` or `VM.GuestAgent.Unrestricted` (pve-access-control 9.0.2: "drop
@@ -59,6 +63,7 @@ pub(super) async fn check_privileges(
     site: &SiteConfig,
     version: &Version,
     uploads_seeds: bool,
+    uses_ha: bool,
     tags: &BTreeSet<String>,
 ) -> Vec<Check> {
     let subject = format!("{} privileges", site.name);
@@ -70,6 +75,9 @@ pub(super) async fn check_privileges(
     if uploads_seeds {
         // Specs with userData upload and delete seed images (docs/cloud-init.md).
         required.extend(SEED_PRIVILEGES.iter().map(|(path, p)| (*path, vec![*p])));
+    }
+    if uses_ha {
+        required.extend(HA_PRIVILEGES.iter().map(|(path, p)| (*path, vec![*p])));
     }
     required.push(("/vms", agent_privileges(version).to_vec()));
 

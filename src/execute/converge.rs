@@ -166,6 +166,11 @@ pub(super) async fn converge(
         changed.push("cloudinit");
     }
 
+    // The HA resource before the power step: the HA manager then owns starts and stops.
+    if super::ha::converge_ha(site, &ctx.install_id, vmid, spec, rec).await? {
+        changed.push("ha");
+    }
+
     // Disks only grow.
     if let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await? {
         return Ok(o);

@@ -16,6 +16,7 @@
 mod cloud_init;
 mod converge;
 mod create;
+mod ha;
 mod identity;
 mod migrate;
 mod outcome;

@@ -27,6 +27,9 @@ pub fn spec_hash(spec: &Spec) -> String {
         cloud_init: Option<&'a crate::spec::CloudInit>,
         power: PowerState,
         tags: &'a [String],
+        // Absent without `ha`, so the hashes of specs without it stay as they were.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ha: Option<&'a crate::spec::Ha>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -44,6 +47,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         cloud_init: spec.cloud_init.as_ref(),
         power: spec.power_state,
         tags: &spec.tags,
+        ha: spec.ha.as_ref(),
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
@@ -138,6 +142,15 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
         && !pending("memory")
     {
         why.push("memory".into());
+    }
+    // A VM the spec wants HA-managed that the HA manager does not manage (someone removed
+    // the resource); `ignored` resources are not listed with a state.
+    if spec
+        .ha
+        .as_ref()
+        .is_some_and(|ha| ha.state != crate::spec::HaState::Ignored && vm.ha_state.is_none())
+    {
+        why.push("ha".into());
     }
     if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
         && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)

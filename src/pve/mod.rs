@@ -54,6 +54,7 @@
 mod api;
 mod client;
 mod error;
+pub mod ha;
 pub mod migrate;
 pub mod task;
 pub mod tls;

@@ -254,6 +254,9 @@ pub struct VmResource {
     pub lock: Option<String>,
     #[serde(default)]
     pub pool: Option<String>,
+    /// The HA manager's state of an HA-managed VM (`started`, `stopped`, `error`, ...).
+    #[serde(default)]
+    pub hastate: Option<String>,
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxcpu: Option<u64>,
     #[serde(default, deserialize_with = "opt_u64")]
@@ -555,7 +558,7 @@ pub fn u32_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     u32::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is out of range")))
 }
 
-fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let v = Option::<serde_json::Value>::deserialize(d)?;
     Ok(v.as_ref().and_then(value_to_u64))
 }

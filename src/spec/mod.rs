@@ -31,6 +31,7 @@
 
 mod cloudinit;
 mod diag;
+mod ha;
 mod image;
 mod lifecycle;
 mod load;
@@ -45,6 +46,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
+pub use ha::{Ha, HaState, MAX_HA_TRIES};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
@@ -143,6 +145,8 @@ pub struct Spec {
     /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,
+    /// `ha`: the VM as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
+    pub ha: Option<Ha>,
     /// `allowRecreateOnSiteChange`: when the spec names another site than its VM's, create a
     /// VM on the new site at once; the old VM stays, listed in `_orphans.yaml`, until a person
     /// deletes it. Default false: nothing is created while the old VM exists (`SiteMoved`).

@@ -51,6 +51,17 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
             },
             "cloudInit": cloud_init_schema(),
             "powerState": {"enum": ["running", "stopped"]},
+            "ha": {
+                "description": "The VM as a resource of Proxmox VE's HA manager (vm:<vmid>). state follows powerState unless ignored.",
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "state": {"enum": ["started", "stopped", "ignored"]},
+                    "group": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_-]{1,63}$", "description": "A PVE 8 HA group (PVE 9 uses HA rules instead)."},
+                    "maxRestart": {"type": "integer", "minimum": 0, "maximum": 10},
+                    "maxRelocate": {"type": "integer", "minimum": 0, "maximum": 10}
+                }
+            },
             "rebootPolicy": {
                 "description": "Whether proxsync reboots a running VM to apply changes PVE keeps pending until its next start: Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
                 "enum": ["Never", "IfNeeded", "Window"]

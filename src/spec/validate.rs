@@ -75,6 +75,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "shutdownTimeout",
     "forceStopAfter",
     "allowRecreateOnSiteChange",
+    "ha",
 ];
 
 /// The fields of one mapping, after duplicate and unknown keys were reported.
@@ -268,6 +269,11 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let guest = guest(ctx, &fp);
     let reboot = super::lifecycle::reboot_policy(ctx, &fp);
     let recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, &fp);
+    let ha = match (fp.get("ha"), &guest) {
+        (None, _) => Some(None),
+        (Some(n), Some(g)) => super::ha::ha_field(ctx, n, g.power_state).map(Some),
+        (Some(_), None) => None,
+    };
 
     let (
         Some(api_version),
@@ -279,6 +285,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(deletion_policy),
         Some(reboot),
         Some(allow_recreate_on_site_change),
+        Some(ha),
     ) = (
         api_version,
         meta.name,
@@ -289,6 +296,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         deletion_policy,
         reboot,
         recreate_on_site_change,
+        ha,
     )
     else {
         return (None, name);
@@ -323,6 +331,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         deletion_policy,
         reboot,
         allow_recreate_on_site_change,
+        ha,
         renamed_from: meta.renamed_from,
     };
     (Some(spec), name)

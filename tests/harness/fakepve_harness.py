@@ -50,9 +50,16 @@ with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-man
 storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (never shrinks); task logs
 answer `total`.
 
+    ha_resources() / remove_ha(vmid)
+        The HA resources made through `/cluster/ha/resources` ({vmid: config}); a person's
+        `ha-manager remove vm:N`.
     migrate_timing(secs=0)
         A qemu migration (`qmigrate`) holds `lock: migrate` for secs PVE seconds before the VM is
         on its target (times time_scale).
+
+HA resources as pve-ha-manager's API2/HA/Resources.pm: `GET`/`POST /cluster/ha/resources`, `GET`/
+`PUT`/`DELETE .../{sid}` (`no such resource`, `already defined`, `digest`, Sys.Audit to read,
+Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state.
 
 Qemu migration as qemu-server does it (fakepve 0.5.0 has none): `GET .../migrate` answers the
 precondition (`allowed_nodes`, `not_allowed_nodes` with `unavailable_storages`, `local_disks` with
@@ -157,6 +164,8 @@ class HarnessPve(FakePve):
         self.lost = []
         # UPIDs of qmshutdown tasks a stop with overrule-shutdown aborted.
         self.overruled_shutdowns = set()
+        # vmid -> HA resource config ({state, group, max_restart, max_relocate, comment}).
+        self.ha_resources = {}
         # migrate_timing: PVE seconds a qmigrate task holds the VM's `migrate` lock.
         self.migrate_secs = 0.0
         # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
@@ -434,7 +443,12 @@ class HarnessPve(FakePve):
                 ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize),
                 ('GET', '/cluster/options', self._harness_cluster_options),
                 ('GET', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate_check),
-                ('POST', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate)]
+                ('POST', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate),
+                ('GET', '/cluster/ha/resources', self._harness_ha_list),
+                ('POST', '/cluster/ha/resources', self._harness_ha_create),
+                ('GET', '/cluster/ha/resources/{sid}', self._harness_ha_read),
+                ('PUT', '/cluster/ha/resources/{sid}', self._harness_ha_update),
+                ('DELETE', '/cluster/ha/resources/{sid}', self._harness_ha_delete)]
 
     # ------------------------------------------------------------ permissions
 
@@ -551,6 +565,124 @@ class HarnessPve(FakePve):
             return 'resized {0} to {1}'.format(disk, format_size(new))
         return await self.task(vm.node, 'resize', vm.vmid, user, body, vm=vm,
                                log=['update VM {0}: resize --disk {1} --size {2}'.format(vm.vmid, disk, sizestr)])
+
+    # ------------------------------------------------------------ HA resources
+
+    HA_DEFAULTS = {'state': 'started', 'max_restart': 1, 'max_relocate': 1}
+
+    def _ha_vm(self, sid):
+        """PVE::HA::Config::parse_sid: `vm:N` or a bare N; `no such resource` for others."""
+        m = re.fullmatch(r'(?:vm:)?(\d+)', str(sid))
+        vm = self.vm(int(m.group(1))) if m else None
+        if vm is None:
+            raise PveError(500, "no such resource '{0}'".format(sid))
+        return vm
+
+    def _ha_config(self, vm):
+        """The resource's config: the harness's record, else one made by set_vm(ha_state=...)."""
+        res = self.ha_resources.get(vm.vmid)
+        if res is None and vm.ha_state is not None:
+            res = {'state': 'started' if vm.ha_state in ('started', 'error') else vm.ha_state}
+        return res
+
+    def _ha_apply(self, vm, state):
+        """The CRM acting on a requested state: the manager's state at once, the start or stop
+        ha_delay PVE seconds later (before the request returns at time_scale 0). `ignored`: the
+        VM leaves the manager; API calls act on it directly."""
+        if state == 'ignored':
+            vm.ha_state = None
+            return
+        vm.ha_state = state
+
+        def act():
+            if state == 'started' and vm.status != 'running':
+                vm.apply_pending()
+                vm.status = vm.qmpstatus = 'running'
+                vm.started_at = time.time()
+            elif state == 'stopped' and vm.status == 'running':
+                vm.status = vm.qmpstatus = 'stopped'
+        if self.time_scale and self.ha_delay:
+            async def later():
+                await self.pause(self.ha_delay)
+                act()
+            asyncio.ensure_future(later())
+        else:
+            act()
+
+    def _ha_answer(self, vm, res):
+        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': 'ha{0}'.format(abs(hash(
+            json.dumps(res, sort_keys=True))) % 10 ** 12)}
+        out.update({k: v for k, v in res.items() if v is not None})
+        return out
+
+    async def _harness_ha_list(self, values, user):
+        """GET /cluster/ha/resources (Sys.Audit on /)."""
+        self.require(user, '/', 'Sys.Audit')
+        return [self._ha_answer(vm, self._ha_config(vm)) for vm in sorted(self.vms, key=lambda v: v.vmid)
+                if self._ha_config(vm) is not None]
+
+    async def _harness_ha_read(self, values, user):
+        """GET /cluster/ha/resources/{sid}: pve-ha-manager API2/HA/Resources.pm read; `no such
+        resource 'vm:N'` (500) when the VM is not an HA resource."""
+        self.require(user, '/', 'Sys.Audit')
+        vm = self._ha_vm(values['sid'])
+        res = self._ha_config(vm)
+        if res is None:
+            raise PveError(500, "no such resource '{0}'".format(values['sid']))
+        return self._ha_answer(vm, res)
+
+    def _ha_params(self, values):
+        res = {}
+        for key in ('state', 'group', 'comment'):
+            if values.get(key) is not None:
+                res[key] = str(values[key])
+        for key in ('max_restart', 'max_relocate'):
+            if values.get(key) is not None:
+                res[key] = int(values[key])
+        if res.get('state') == 'enabled':
+            res['state'] = 'started'
+        return res
+
+    async def _harness_ha_create(self, values, user):
+        """POST /cluster/ha/resources (Sys.Console on /): quorum, the VM must exist, `resource ID
+        'vm:N' already defined`; the CRM then acts on the state."""
+        self.require(user, '/', 'Sys.Console')
+        self.need_quorum()
+        vm = self._ha_vm(values.get('sid', ''))
+        if self._ha_config(vm) is not None:
+            raise PveError(500, "resource ID 'vm:{0}' already defined".format(vm.vmid))
+        res = dict(self.HA_DEFAULTS)
+        res.update(self._ha_params(values))
+        self.ha_resources[vm.vmid] = res
+        self._ha_apply(vm, res['state'])
+        return None
+
+    async def _harness_ha_update(self, values, user):
+        """PUT /cluster/ha/resources/{sid} (Sys.Console on /): `digest`, `delete`, the state."""
+        self.require(user, '/', 'Sys.Console')
+        vm = self._ha_vm(values['sid'])
+        res = self._ha_config(vm)
+        if res is None:
+            raise PveError(500, "no such resource '{0}'".format(values['sid']))
+        if values.get('digest') and values['digest'] != self._ha_answer(vm, res)['digest']:
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+        res = dict(res)
+        for key in str(values.get('delete') or '').replace(';', ',').split(','):
+            res.pop(key.strip(), None)
+        res.update(self._ha_params(values))
+        self.ha_resources[vm.vmid] = res
+        self._ha_apply(vm, res.get('state', 'started'))
+        return None
+
+    async def _harness_ha_delete(self, values, user):
+        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`."""
+        self.require(user, '/', 'Sys.Console')
+        vm = self._ha_vm(values['sid'])
+        if self._ha_config(vm) is None:
+            raise PveError(500, "cannot delete service 'vm:{0}', not HA managed!".format(vm.vmid))
+        self.ha_resources.pop(vm.vmid, None)
+        vm.ha_state = None
+        return None
 
     # ------------------------------------------------------------ migrate
 
@@ -1035,6 +1167,16 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def ha_resources(self):
+        """{vmid: config} of the HA resources made through the API."""
+        return {str(k): v for k, v in self.pve.ha_resources.items()}
+
+    def remove_ha(self, vmid):
+        """A person removes the VM's HA resource (`ha-manager remove vm:N`)."""
+        vm = vm_of(self.pve, vmid)
+        self.pve.ha_resources.pop(vm.vmid, None)
+        vm.ha_state = None
 
     def migrate_timing(self, secs=0):
         """A qmigrate task holds `lock: migrate` for secs PVE seconds (see COMMANDS)."""
