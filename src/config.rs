@@ -1141,6 +1141,140 @@ max_delete_fraction = 0.5
     }
 
     #[test]
+    fn notify_targets_parse_with_their_defaults() {
+        let text = MINIMAL.to_string()
+            + r#"
+[[notify]]
+name = "ops"
+type = "webhook"
+url = "https://hooks.example/proxsync/"
+secret_file = "ops.secret"
+
+[[notify]]
+name = "chat"
+type = "slack"
+url_file = "/etc/proxsync/slack.url"
+min_interval = "1m"
+
+[[notify]]
+name = "forge"
+type = "forgejo"
+url = "https://git.example"
+repo = "ops/vms"
+
+[[notify]]
+name = "gh"
+type = "github"
+repo = "ops/vms"
+
+[[notify]]
+name = "gl"
+type = "gitlab"
+url = "http://127.0.0.1:8080"
+repo = "group/sub/vms"
+"#;
+        let c = parse(&text).unwrap();
+        let n = &c.notify;
+        assert_eq!(n.len(), 5);
+        assert_eq!(
+            n[0].url,
+            NotifyUrl::Given("https://hooks.example/proxsync".into())
+        );
+        assert_eq!(
+            n[0].secret_file,
+            Some(PathBuf::from("/etc/proxsync/ops.secret"))
+        );
+        assert_eq!(n[0].min_interval, Duration::from_secs(10));
+        assert_eq!(n[0].secret_credential(), "notify-ops.secret");
+        assert_eq!(
+            n[1].url,
+            NotifyUrl::File(Some("/etc/proxsync/slack.url".into()))
+        );
+        assert_eq!(n[1].min_interval, Duration::from_secs(60));
+        assert_eq!(n[2].kind, NotifyKind::Gitea);
+        assert_eq!(n[2].secret_credential(), "notify-forge.token");
+        assert_eq!(n[3].url, NotifyUrl::Given("https://api.github.com".into()));
+        assert_eq!(n[4].repo.as_deref(), Some("group/sub/vms"));
+    }
+
+    #[test]
+    fn notify_errors_name_the_key() {
+        let target = |body: &str| format!("{MINIMAL}\n[[notify]]\nname = \"t\"\n{body}\n");
+        let cases = [
+            (target("type = \"email\""), "type"),
+            (
+                target("type = \"webhook\"\nurl = \"http://hooks.example/x\""),
+                "url",
+            ),
+            (
+                target("type = \"slack\"\nurl = \"https://h\"\nurl_file = \"u\""),
+                "url_file",
+            ),
+            (target("type = \"gitea\"\nrepo = \"a/b\""), "url is missing"),
+            (target("type = \"github\""), "repo is missing"),
+            (target("type = \"github\"\nrepo = \"a/../b\""), "repo"),
+            (target("type = \"webhook\"\nrepo = \"a/b\""), "repo applies"),
+            (
+                target("type = \"slack\"\nsecret_file = \"s\""),
+                "secret_file",
+            ),
+            (
+                target("type = \"webhook\"\nmin_interval = \"soon\""),
+                "min_interval",
+            ),
+            (target("type = \"webhook\"\nsecret = \"inline\""), "secret"),
+            (
+                format!(
+                    "{}{}",
+                    target("type = \"webhook\""),
+                    "[[notify]]\nname = \"t\"\ntype = \"slack\"\n"
+                ),
+                "unique",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(key), "error {err:?} should name {key:?}");
+        }
+        assert!(check_notify_url("http://localhost:9/x").is_ok());
+        assert!(check_notify_url("http://[::1]:9").is_ok());
+        assert!(check_notify_url("http://localhost.evil.example/").is_err());
+        assert!(check_notify_url("http://127.0.0.1.nip.io/").is_err());
+    }
+
+    #[test]
+    fn notify_secrets_come_from_files_and_never_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.to_string()
+            + "[[notify]]\nname = \"chat\"\ntype = \"slack\"\nurl_file = \"slack.url\"\n\
+               [[notify]]\nname = \"ops\"\ntype = \"webhook\"\nurl = \"https://h.example\"\n\
+               secret_file = \"ops.secret\"\n";
+        let c = Config::parse(&dir.path().join("proxsync.toml"), &text).unwrap();
+        let secret_url = "https://hooks.slack.example/services/T0/B0/SECRETPART";
+        std::fs::write(dir.path().join("slack.url"), format!("{secret_url}\n")).unwrap();
+        std::fs::write(dir.path().join("ops.secret"), "hmac-key\n").unwrap();
+        assert_eq!(c.notify[0].load_url().unwrap().expose(), secret_url);
+        assert_eq!(c.notify[0].load_secret().unwrap(), None);
+        assert_eq!(
+            c.notify[1].load_secret().unwrap().unwrap().expose(),
+            "hmac-key"
+        );
+
+        // A URL file holding something else is refused without showing it.
+        std::fs::write(
+            dir.path().join("slack.url"),
+            "http://hooks.example/SECRETPART",
+        )
+        .unwrap();
+        let err = c.notify[0].load_url().unwrap_err().to_string();
+        assert!(err.contains("https://"), "{err}");
+        assert!(
+            !err.contains("SECRETPART"),
+            "the URL must not be echoed: {err}"
+        );
+    }
+
+    #[test]
     fn relative_paths_resolve_against_the_config_file() {
         let text =
             MINIMAL.replace("/srv/git/vms.git", "repo") + "token_secret_file = \"t.token\"\n";

@@ -396,19 +396,22 @@ fn commit_state(memory: &CommitMemory, facts: &CycleFacts<'_>) -> (CommitState, 
             _ => converging = true,
         }
     }
-    let removing = memory
+    let removing: Vec<&String> = memory
         .removed
         .iter()
-        .any(|n| facts.pending_removals.contains(n.as_str()));
-    if removing && !facts.refused.is_empty() {
-        for reason in &facts.refused {
+        .filter(|n| facts.pending_removals.contains(n.as_str()))
+        .collect();
+    if !facts.refused.is_empty() {
+        // A valve refused the deletes this commit asked for.
+        for name in &removing {
             stalled.push(StalledSpec {
-                spec: String::new(),
+                spec: name.to_string(),
                 reason: "DeleteRefused".into(),
-                message: reason.clone(),
+                message: facts.refused.join("; "),
             });
         }
     }
+    let removing = !removing.is_empty();
     let state = if !stalled.is_empty() {
         CommitState::Failure
     } else if converging || removing {
@@ -435,13 +438,7 @@ fn describe_commit(state: CommitState, m: &CommitMemory, stalled: &[StalledSpec]
         CommitState::Failure | CommitState::Refused => {
             let names: Vec<String> = stalled
                 .iter()
-                .map(|s| {
-                    if s.spec.is_empty() {
-                        "deletes refused".to_string()
-                    } else {
-                        format!("{} ({})", s.spec, s.reason)
-                    }
-                })
+                .map(|s| format!("{} ({})", s.spec, s.reason))
                 .collect();
             format!("Stalled: {}", names.join(", "))
         }
@@ -464,5 +461,253 @@ fn removal_events(facts: &CycleFacts<'_>, events: &mut Vec<Event>) {
             site: site.clone(),
             vmid: *vmid,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C1: &str = "1111111111111111111111111111111111111111";
+    const C2: &str = "2222222222222222222222222222222222222222";
+
+    fn ready() -> SpecFacts<'static> {
+        SpecFacts {
+            ready: true,
+            stalled: None,
+        }
+    }
+    fn converging() -> SpecFacts<'static> {
+        SpecFacts {
+            ready: false,
+            stalled: None,
+        }
+    }
+    fn stalled(reason: &'static str) -> SpecFacts<'static> {
+        SpecFacts {
+            ready: false,
+            stalled: Some((reason, "what to do")),
+        }
+    }
+
+    /// A cycle of `commit` with these specs (each hashed as given).
+    fn cycle<'a>(commit: &'a str, specs: &[(&'a str, SpecFacts<'a>, &str)]) -> CycleFacts<'a> {
+        CycleFacts {
+            commit,
+            specs: specs.iter().map(|(n, f, _)| (*n, *f)).collect(),
+            spec_hashes: Some(
+                specs
+                    .iter()
+                    .map(|(n, _, h)| (n.to_string(), h.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn states(events: &[Event]) -> Vec<(CommitState, Vec<String>)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::CommitState { state, stalled, .. } => {
+                    Some((*state, stalled.iter().map(|s| s.spec.clone()).collect()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_changes_are_told() {
+        let mut t = Tracker::default();
+        let first = t.observe(&cycle(C1, &[("a", converging(), "h1")]));
+        assert_eq!(states(&first), vec![(CommitState::Pending, vec![])]);
+        assert!(!first.iter().any(|e| matches!(e, Event::SpecReady { .. })));
+
+        let done = t.observe(&cycle(C1, &[("a", ready(), "h1")]));
+        assert!(done.contains(&Event::SpecReady { spec: "a".into() }));
+        assert_eq!(states(&done), vec![(CommitState::Success, vec![])]);
+
+        // The same cycle again: nothing.
+        assert_eq!(t.observe(&cycle(C1, &[("a", ready(), "h1")])), vec![]);
+    }
+
+    #[test]
+    fn stalled_then_ready_again_and_the_commit_fails_then_succeeds() {
+        let mut t = Tracker::default();
+        t.observe(&cycle(C1, &[("a", ready(), "h1"), ("b", ready(), "h1")]));
+        // C2 changes b only; b stalls.
+        let e = t.observe(&cycle(
+            C2,
+            &[("a", ready(), "h1"), ("b", stalled("ImageNotFound"), "h2")],
+        ));
+        assert!(e.contains(&Event::SpecStalled {
+            spec: "b".into(),
+            reason: "ImageNotFound".into(),
+            message: "what to do".into(),
+        }));
+        assert_eq!(states(&e), vec![(CommitState::Failure, vec!["b".into()])]);
+        let Some(Event::CommitState {
+            commit,
+            description,
+            ..
+        }) = e.iter().find(|e| matches!(e, Event::CommitState { .. }))
+        else {
+            unreachable!()
+        };
+        assert_eq!(commit, C2);
+        assert_eq!(description, "Stalled: b (ImageNotFound)");
+
+        // Stalled for another reason: told again.
+        let e = t.observe(&cycle(
+            C2,
+            &[("a", ready(), "h1"), ("b", stalled("NodeOffline"), "h2")],
+        ));
+        assert_eq!(e.len(), 2, "{e:?}");
+
+        let e = t.observe(&cycle(C2, &[("a", ready(), "h1"), ("b", ready(), "h2")]));
+        assert!(e.contains(&Event::SpecReady { spec: "b".into() }));
+        assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
+    }
+
+    #[test]
+    fn a_commit_is_judged_by_the_specs_it_changed() {
+        let mut t = Tracker::default();
+        t.observe(&cycle(
+            C1,
+            &[("a", stalled("QuotaExceeded"), "h1"), ("b", ready(), "h1")],
+        ));
+        // C2 changes b only: a's old stall does not fail it.
+        let e = t.observe(&cycle(
+            C2,
+            &[("a", stalled("QuotaExceeded"), "h1"), ("b", ready(), "h2")],
+        ));
+        assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
+    }
+
+    #[test]
+    fn a_removed_spec_keeps_its_commit_pending_until_its_vm_is_gone() {
+        let mut t = Tracker::default();
+        t.observe(&cycle(C1, &[("a", ready(), "h1"), ("b", ready(), "h1")]));
+        let mut c = cycle(C2, &[("a", ready(), "h1")]);
+        c.pending_removals.insert("b");
+        assert_eq!(states(&t.observe(&c)), vec![(CommitState::Pending, vec![])]);
+
+        // The valve refuses the delete: the commit fails, saying so.
+        c.refused = vec!["refused to delete 1 of 2 managed VMs".into()];
+        let e = t.observe(&c);
+        assert!(e.contains(&Event::DeletesRefused {
+            reasons: c.refused.clone()
+        }));
+        assert_eq!(states(&e), vec![(CommitState::Failure, vec!["b".into()])]);
+
+        let mut c = cycle(C2, &[("a", ready(), "h1")]);
+        c.removed = vec![("b".into(), "s1".into(), 101, false)];
+        let e = t.observe(&c);
+        assert!(e.contains(&Event::SpecDeleted {
+            spec: "b".into(),
+            site: "s1".into(),
+            vmid: 101
+        }));
+        assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
+    }
+
+    #[test]
+    fn sites_and_orphans_are_told_when_they_change() {
+        let mut t = Tracker::default();
+        let site = |error: Option<&str>| SiteFacts {
+            name: "s1".into(),
+            error: error.map(str::to_string),
+        };
+        let orphan = OrphanFacts {
+            site: "s1".into(),
+            vmid: 120,
+            name: Some("old".into()),
+            duplicate_of: None,
+        };
+        let mut c = cycle(C1, &[]);
+        c.sites = vec![site(None)];
+        let e = t.observe(&c);
+        assert!(!e.iter().any(|e| matches!(e, Event::SiteReachable { .. })));
+
+        c.sites = vec![site(Some("connection refused"))];
+        c.orphans = vec![orphan.clone()];
+        let e = t.observe(&c);
+        assert!(e.contains(&Event::SiteUnreachable {
+            site: "s1".into(),
+            error: "connection refused".into()
+        }));
+        assert!(
+            e.iter()
+                .any(|e| matches!(e, Event::OrphanFound { vmid: 120, .. }))
+        );
+        assert_eq!(t.observe(&c), vec![], "a steady state is not told again");
+
+        c.sites = vec![site(None)];
+        c.orphans = vec![];
+        c.orphans_deleted = vec![("s1".into(), 120)];
+        let e = t.observe(&c);
+        assert!(e.contains(&Event::SiteReachable { site: "s1".into() }));
+        assert!(e.contains(&Event::OrphanDeleted {
+            site: "s1".into(),
+            vmid: 120
+        }));
+    }
+
+    #[test]
+    fn a_restart_repeats_nothing_the_status_files_already_showed() {
+        let mut b = Baseline::default();
+        b.specs.insert(
+            "a".into(),
+            SpecMemory {
+                ready: false,
+                stalled_reason: Some("ImageNotFound".into()),
+            },
+        );
+        b.specs.insert(
+            "b".into(),
+            SpecMemory {
+                ready: true,
+                stalled_reason: None,
+            },
+        );
+        b.sites.insert("s1".into(), false);
+        b.orphans.insert(("s1".into(), 120));
+        b.commit = Some(C1.into());
+        let mut t = Tracker::from_baseline(b);
+        let mut c = cycle(
+            C1,
+            &[("a", stalled("ImageNotFound"), "h"), ("b", ready(), "h")],
+        );
+        c.sites = vec![SiteFacts {
+            name: "s1".into(),
+            error: Some("down".into()),
+        }];
+        c.orphans = vec![OrphanFacts {
+            site: "s1".into(),
+            vmid: 120,
+            name: None,
+            duplicate_of: None,
+        }];
+        let e = t.observe(&c);
+        // Only the commit's state, whose last telling is not known.
+        assert_eq!(states(&e), vec![(CommitState::Failure, vec!["a".into()])]);
+        assert_eq!(e.len(), 1, "{e:?}");
+    }
+
+    #[test]
+    fn descriptions_fit_a_forge() {
+        let names: Vec<String> = (0..40).map(|i| format!("spec-number-{i}")).collect();
+        let specs: Vec<(&str, SpecFacts, &str)> = names
+            .iter()
+            .map(|n| (n.as_str(), stalled("ImageNotFound"), "h"))
+            .collect();
+        let mut t = Tracker::default();
+        let e = t.observe(&cycle(C1, &specs));
+        let Some(Event::CommitState { description, .. }) = e.last() else {
+            unreachable!()
+        };
+        assert_eq!(description.chars().count(), 140);
+        assert!(description.ends_with('…'));
     }
 }
