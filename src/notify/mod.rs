@@ -100,7 +100,7 @@ impl Notifier {
 
     /// A commit refused before anything was applied (e.g. an unsigned commit under
     /// `[source] verify`): told at once, and a forge marks the commit as an error.
-    pub fn commit_refused(&mut self, commit: &str, reason: &str) {
+    pub fn commit_refused(&self, commit: &str, reason: &str) {
         self.send(&[Event::CommitRefused {
             commit: commit.to_string(),
             reason: reason.to_string(),
