@@ -55,6 +55,8 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
     #[error("site {site:?}: {message}")]
     Secret { site: String, message: String },
+    #[error("[[notify]] {target:?}: {message}")]
+    NotifySecret { target: String, message: String },
 }
 
 /// The whole configuration, with defaults applied and validated.
@@ -67,6 +69,8 @@ pub struct Config {
     pub source: SourceConfig,
     pub sites: Vec<SiteConfig>,
     pub reconcile: ReconcileConfig,
+    /// Where transitions are sent (`[[notify]]`); empty: no notifications.
+    pub notify: Vec<NotifyConfig>,
     /// The file this was read from, for messages and for resolving relative paths.
     pub path: PathBuf,
 }
@@ -158,6 +162,155 @@ impl Default for ReconcileConfig {
     }
 }
 
+/// What a `[[notify]]` target is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyKind {
+    /// A generic JSON webhook, signed with HMAC-SHA256.
+    Webhook,
+    /// A Slack-compatible incoming webhook (`{"text": ...}`).
+    Slack,
+    /// Commit statuses on Gitea or Forgejo (`forgejo` is accepted as a synonym).
+    #[serde(alias = "forgejo")]
+    Gitea,
+    /// Commit statuses on GitHub (or GitHub Enterprise's `/api/v3`).
+    Github,
+    /// Commit statuses on GitLab.
+    Gitlab,
+}
+
+impl NotifyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyKind::Webhook => "webhook",
+            NotifyKind::Slack => "slack",
+            NotifyKind::Gitea => "gitea",
+            NotifyKind::Github => "github",
+            NotifyKind::Gitlab => "gitlab",
+        }
+    }
+
+    /// True for the forges, which get commit statuses only.
+    pub fn is_forge(self) -> bool {
+        matches!(
+            self,
+            NotifyKind::Gitea | NotifyKind::Github | NotifyKind::Gitlab
+        )
+    }
+}
+
+/// Where a target's URL comes from: the config itself, or a file (a Slack webhook URL is a
+/// secret: whoever has it can post).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotifyUrl {
+    Given(String),
+    /// `url_file`, or the systemd credential `notify-<name>.url` when `None`.
+    File(Option<PathBuf>),
+}
+
+/// One `[[notify]]` target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotifyConfig {
+    pub name: String,
+    pub kind: NotifyKind,
+    pub url: NotifyUrl,
+    /// The webhook's HMAC key, or a forge's API token: this file, else the systemd credential
+    /// `notify-<name>.secret` (webhook) / `notify-<name>.token` (forges).
+    pub secret_file: Option<PathBuf>,
+    /// A forge's repository: `owner/name` (GitLab: the project's path or numeric ID).
+    pub repo: Option<String>,
+    /// At most one message per this interval; what comes meanwhile is sent together.
+    pub min_interval: Duration,
+    /// One request, connect included.
+    pub timeout: Duration,
+    /// Trust this CA instead of the system's roots (a forge with an internal CA).
+    pub ca_file: Option<PathBuf>,
+    /// An HTTP(S) proxy; the environment's proxy variables are never used.
+    pub proxy: Option<String>,
+}
+
+impl NotifyConfig {
+    /// The credential name of the target's secret when no file is given.
+    pub fn secret_credential(&self) -> String {
+        let ext = if self.kind.is_forge() {
+            "token"
+        } else {
+            "secret"
+        };
+        format!("notify-{}.{ext}", self.name)
+    }
+
+    /// Reads the HMAC key (webhook) or API token (forges); `None` for Slack, whose URL is
+    /// its secret.
+    pub fn load_secret(&self) -> Result<Option<Secret>, ConfigError> {
+        if self.kind == NotifyKind::Slack {
+            return Ok(None);
+        }
+        let what = if self.kind.is_forge() {
+            "token"
+        } else {
+            "HMAC secret"
+        };
+        let path = secret_path(
+            self.secret_file.as_deref(),
+            &self.secret_credential(),
+            "secret_file",
+            "this [[notify]]",
+        );
+        path.and_then(|p| read_secret_file(&p, what))
+            .map(Some)
+            .map_err(|message| ConfigError::NotifySecret {
+                target: self.name.clone(),
+                message,
+            })
+    }
+
+    /// The URL: `url`, else `url_file`, else the credential `notify-<name>.url` (its content
+    /// is a secret and is never shown in a message).
+    pub fn load_url(&self) -> Result<Secret, ConfigError> {
+        let fail = |message: String| ConfigError::NotifySecret {
+            target: self.name.clone(),
+            message,
+        };
+        match &self.url {
+            NotifyUrl::Given(u) => Ok(Secret::new(u.clone())),
+            NotifyUrl::File(file) => {
+                let credential = format!("notify-{}.url", self.name);
+                let path = secret_path(file.as_deref(), &credential, "url_file", "this [[notify]]")
+                    .map_err(fail)?;
+                let url = read_secret_file(&path, "URL").map_err(fail)?;
+                check_notify_url(url.expose()).map_err(|m| {
+                    fail(format!(
+                        "the URL in {}: {m} (the content is not shown)",
+                        path.display()
+                    ))
+                })?;
+                Ok(url)
+            }
+        }
+    }
+}
+
+/// `https://`, or plain `http://` to this machine only (a local relay, tests).
+pub fn check_notify_url(url: &str) -> Result<(), String> {
+    let local = ["http://127.0.0.1", "http://localhost", "http://[::1]"];
+    let is_local = local.iter().any(|l| {
+        url.strip_prefix(l)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
+    });
+    if url.starts_with("https://") && url.len() > "https://".len() || is_local {
+        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("must not contain whitespace".into());
+        }
+        return Ok(());
+    }
+    Err(
+        "must be an https:// URL (plain http only to 127.0.0.1, localhost or [::1]: a \
+         notification would cross the network in clear)"
+            .into(),
+    )
+}
+
 // ---- the file as written -------------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -171,6 +324,24 @@ struct RawConfig {
     site: Vec<RawSite>,
     #[serde(default)]
     reconcile: RawReconcile,
+    #[serde(default)]
+    notify: Vec<RawNotify>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    name: String,
+    #[serde(rename = "type")]
+    kind: NotifyKind,
+    url: Option<String>,
+    url_file: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    repo: Option<String>,
+    min_interval: Option<String>,
+    timeout: Option<String>,
+    ca_file: Option<PathBuf>,
+    proxy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -263,51 +434,67 @@ impl SiteConfig {
     /// Reads the API token secret: `token_secret_file` if set, else the systemd credential
     /// `$CREDENTIALS_DIRECTORY/<site>.token`. Surrounding whitespace is trimmed.
     pub fn load_token_secret(&self) -> Result<Secret, ConfigError> {
-        let fail = |message: String| ConfigError::Secret {
+        let credential = format!("{}.token", self.name);
+        secret_path(
+            self.token_secret_file.as_deref(),
+            &credential,
+            "token_secret_file",
+            "this [[site]]",
+        )
+        .and_then(|path| read_secret_file(&path, "token secret"))
+        .map_err(|message| ConfigError::Secret {
             site: self.name.clone(),
             message,
-        };
-        let path = match &self.token_secret_file {
-            Some(p) => p.clone(),
-            None => match std::env::var_os("CREDENTIALS_DIRECTORY") {
-                Some(dir) => Path::new(&dir).join(format!("{}.token", self.name)),
-                None => {
-                    return Err(fail(format!(
-                        "no token secret: set `token_secret_file` in this [[site]], or pass the \
-                         systemd credential `{}.token` (LoadCredential=)",
-                        self.name
-                    )));
-                }
-            },
-        };
-        let len = std::fs::metadata(&path)
-            .map_err(|e| fail(format!("token secret file {}: {e}", path.display())))?
-            .len();
-        if len > 4096 {
-            return Err(fail(format!(
-                "token secret file {} is {len} bytes; an API token secret is a 36-character UUID",
-                path.display()
-            )));
-        }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| fail(format!("token secret file {}: {e}", path.display())))?;
-        let secret = text.trim();
-        if secret.is_empty() {
-            return Err(fail(format!(
-                "token secret file {} is empty",
-                path.display()
-            )));
-        }
-        if secret.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            // Said without echoing the content: it is a secret even when it is wrong.
-            return Err(fail(format!(
-                "token secret file {} holds more than one line or contains whitespace; it must \
-                 hold only the secret",
-                path.display()
-            )));
-        }
-        Ok(Secret::new(secret))
+        })
     }
+}
+
+/// Where a secret is: the file given, else `$CREDENTIALS_DIRECTORY/<credential>` (systemd's
+/// `LoadCredential=`).
+fn secret_path(
+    file: Option<&Path>,
+    credential: &str,
+    key: &str,
+    block: &str,
+) -> Result<PathBuf, String> {
+    if let Some(p) = file {
+        return Ok(p.to_path_buf());
+    }
+    match std::env::var_os("CREDENTIALS_DIRECTORY") {
+        Some(dir) => Ok(Path::new(&dir).join(credential)),
+        None => Err(format!(
+            "no {credential} secret: set `{key}` in {block}, or pass the systemd credential \
+             `{credential}` (LoadCredential=)"
+        )),
+    }
+}
+
+/// Reads a one-line secret file (at most 4 KiB), trimmed. Errors never echo the content.
+fn read_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{what} file {}: {e}", path.display()))?
+        .len();
+    if len > 4096 {
+        return Err(format!(
+            "{what} file {} is {len} bytes; a secret file holds one line of at most 4096 bytes",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{what} file {}: {e}", path.display()))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(format!("{what} file {} is empty", path.display()));
+    }
+    if secret.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        // Said without echoing the content: it is a secret even when it is wrong.
+        return Err(format!(
+            "{what} file {} holds more than one line or contains whitespace; it must hold only \
+             the secret",
+            path.display()
+        ));
+    }
+    Ok(Secret::new(secret))
 }
 
 fn describe_toml_error(e: &toml::de::Error) -> String {
@@ -409,6 +596,19 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());
     }
 
+    let mut notify: Vec<NotifyConfig> = Vec::new();
+    for (i, n) in raw.notify.into_iter().enumerate() {
+        let target = build_notify(n, base).map_err(|m| format!("[[notify]] #{}: {m}", i + 1))?;
+        if notify.iter().any(|other| other.name == target.name) {
+            return Err(format!(
+                "[[notify]] #{}: name = {:?} is used by an earlier [[notify]]; names must be unique",
+                i + 1,
+                target.name
+            ));
+        }
+        notify.push(target);
+    }
+
     Ok(Config {
         install_id,
         state_dir,
@@ -416,8 +616,106 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         source,
         sites,
         reconcile,
+        notify,
         path: path.to_path_buf(),
     })
+}
+
+fn build_notify(n: RawNotify, base: &Path) -> Result<NotifyConfig, String> {
+    if !is_site_name(&n.name) {
+        return Err(format!(
+            "name = {:?}: must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
+            n.name
+        ));
+    }
+    let ctx = |m: String| format!("(name = {:?}) {m}", n.name);
+    let url = match (n.url, n.url_file) {
+        (Some(_), Some(_)) => return Err(ctx("set either url or url_file, not both".into())),
+        (Some(u), None) => {
+            let u = u.trim_end_matches('/').to_string();
+            check_notify_url(&u).map_err(|m| ctx(format!("url = {u:?}: {m}")))?;
+            NotifyUrl::Given(u)
+        }
+        (None, Some(f)) => NotifyUrl::File(Some(resolve(base, f))),
+        (None, None) => match n.kind {
+            NotifyKind::Github => NotifyUrl::Given("https://api.github.com".into()),
+            NotifyKind::Webhook | NotifyKind::Slack => NotifyUrl::File(None),
+            NotifyKind::Gitea | NotifyKind::Gitlab => {
+                return Err(ctx(format!(
+                    "url is missing: give the {} server, such as \"https://git.example\"",
+                    n.kind.as_str()
+                )));
+            }
+        },
+    };
+    match (&n.repo, n.kind.is_forge()) {
+        (None, true) => {
+            return Err(ctx(format!(
+                "repo is missing: a {} target needs the repository holding the specs, \
+                 \"owner/name\" (GitLab: the project's path or numeric ID)",
+                n.kind.as_str()
+            )));
+        }
+        (Some(_), false) => {
+            return Err(ctx(format!(
+                "repo applies to gitea, forgejo, github and gitlab targets, not to {}",
+                n.kind.as_str()
+            )));
+        }
+        (Some(r), true) if !is_repo_path(r, n.kind) => {
+            return Err(ctx(format!(
+                "repo = {r:?}: expected \"owner/name\"{}",
+                if n.kind == NotifyKind::Gitlab {
+                    ", a \"group/subgroup/name\" path or a numeric project ID"
+                } else {
+                    ""
+                }
+            )));
+        }
+        _ => {}
+    }
+    if n.kind == NotifyKind::Slack && n.secret_file.is_some() {
+        return Err(ctx(
+            "secret_file does not apply to slack: the webhook URL is the secret (url_file)".into(),
+        ));
+    }
+    if let Some(proxy) = &n.proxy
+        && !(proxy.starts_with("http://") || proxy.starts_with("https://"))
+    {
+        return Err(ctx(format!(
+            "proxy = {proxy:?}: must be an http:// or https:// URL"
+        )));
+    }
+    Ok(NotifyConfig {
+        url,
+        kind: n.kind,
+        secret_file: n.secret_file.map(|p| resolve(base, p)),
+        repo: n.repo,
+        min_interval: opt_duration("min_interval", n.min_interval, Duration::from_secs(10))
+            .map_err(ctx)?,
+        timeout: opt_duration("timeout", n.timeout, Duration::from_secs(10)).map_err(ctx)?,
+        ca_file: n.ca_file.map(|p| resolve(base, p)),
+        proxy: n.proxy,
+        name: n.name,
+    })
+}
+
+/// `owner/name` for Gitea and GitHub; for GitLab also deeper group paths or a numeric ID.
+fn is_repo_path(repo: &str, kind: NotifyKind) -> bool {
+    let parts: Vec<&str> = repo.split('/').collect();
+    let part_ok = |p: &&str| {
+        !p.is_empty()
+            && *p != "."
+            && *p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    };
+    if kind == NotifyKind::Gitlab {
+        let numeric = !repo.is_empty() && repo.chars().all(|c| c.is_ascii_digit());
+        numeric || (parts.len() >= 2 && parts.iter().all(part_ok))
+    } else {
+        parts.len() == 2 && parts.iter().all(part_ok)
+    }
 }
 
 fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
@@ -853,6 +1151,140 @@ max_delete_fraction = 0.5
                 .unwrap_err()
                 .to_string()
                 .contains("missing")
+        );
+    }
+
+    #[test]
+    fn notify_targets_parse_with_their_defaults() {
+        let text = MINIMAL.to_string()
+            + r#"
+[[notify]]
+name = "ops"
+type = "webhook"
+url = "https://hooks.example/proxsync/"
+secret_file = "ops.secret"
+
+[[notify]]
+name = "chat"
+type = "slack"
+url_file = "/etc/proxsync/slack.url"
+min_interval = "1m"
+
+[[notify]]
+name = "forge"
+type = "forgejo"
+url = "https://git.example"
+repo = "ops/vms"
+
+[[notify]]
+name = "gh"
+type = "github"
+repo = "ops/vms"
+
+[[notify]]
+name = "gl"
+type = "gitlab"
+url = "http://127.0.0.1:8080"
+repo = "group/sub/vms"
+"#;
+        let c = parse(&text).unwrap();
+        let n = &c.notify;
+        assert_eq!(n.len(), 5);
+        assert_eq!(
+            n[0].url,
+            NotifyUrl::Given("https://hooks.example/proxsync".into())
+        );
+        assert_eq!(
+            n[0].secret_file,
+            Some(PathBuf::from("/etc/proxsync/ops.secret"))
+        );
+        assert_eq!(n[0].min_interval, Duration::from_secs(10));
+        assert_eq!(n[0].secret_credential(), "notify-ops.secret");
+        assert_eq!(
+            n[1].url,
+            NotifyUrl::File(Some("/etc/proxsync/slack.url".into()))
+        );
+        assert_eq!(n[1].min_interval, Duration::from_secs(60));
+        assert_eq!(n[2].kind, NotifyKind::Gitea);
+        assert_eq!(n[2].secret_credential(), "notify-forge.token");
+        assert_eq!(n[3].url, NotifyUrl::Given("https://api.github.com".into()));
+        assert_eq!(n[4].repo.as_deref(), Some("group/sub/vms"));
+    }
+
+    #[test]
+    fn notify_errors_name_the_key() {
+        let target = |body: &str| format!("{MINIMAL}\n[[notify]]\nname = \"t\"\n{body}\n");
+        let cases = [
+            (target("type = \"email\""), "type"),
+            (
+                target("type = \"webhook\"\nurl = \"http://hooks.example/x\""),
+                "url",
+            ),
+            (
+                target("type = \"slack\"\nurl = \"https://h\"\nurl_file = \"u\""),
+                "url_file",
+            ),
+            (target("type = \"gitea\"\nrepo = \"a/b\""), "url is missing"),
+            (target("type = \"github\""), "repo is missing"),
+            (target("type = \"github\"\nrepo = \"a/../b\""), "repo"),
+            (target("type = \"webhook\"\nrepo = \"a/b\""), "repo applies"),
+            (
+                target("type = \"slack\"\nsecret_file = \"s\""),
+                "secret_file",
+            ),
+            (
+                target("type = \"webhook\"\nmin_interval = \"soon\""),
+                "min_interval",
+            ),
+            (target("type = \"webhook\"\nsecret = \"inline\""), "secret"),
+            (
+                format!(
+                    "{}{}",
+                    target("type = \"webhook\""),
+                    "[[notify]]\nname = \"t\"\ntype = \"slack\"\n"
+                ),
+                "unique",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(key), "error {err:?} should name {key:?}");
+        }
+        assert!(check_notify_url("http://localhost:9/x").is_ok());
+        assert!(check_notify_url("http://[::1]:9").is_ok());
+        assert!(check_notify_url("http://localhost.evil.example/").is_err());
+        assert!(check_notify_url("http://127.0.0.1.nip.io/").is_err());
+    }
+
+    #[test]
+    fn notify_secrets_come_from_files_and_never_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.to_string()
+            + "[[notify]]\nname = \"chat\"\ntype = \"slack\"\nurl_file = \"slack.url\"\n\
+               [[notify]]\nname = \"ops\"\ntype = \"webhook\"\nurl = \"https://h.example\"\n\
+               secret_file = \"ops.secret\"\n";
+        let c = Config::parse(&dir.path().join("proxsync.toml"), &text).unwrap();
+        let secret_url = "https://hooks.slack.example/services/T0/B0/SECRETPART";
+        std::fs::write(dir.path().join("slack.url"), format!("{secret_url}\n")).unwrap();
+        std::fs::write(dir.path().join("ops.secret"), "hmac-key\n").unwrap();
+        assert_eq!(c.notify[0].load_url().unwrap().expose(), secret_url);
+        assert_eq!(c.notify[0].load_secret().unwrap(), None);
+        assert_eq!(
+            c.notify[1].load_secret().unwrap().unwrap().expose(),
+            "hmac-key"
+        );
+
+        // A URL file holding something else is refused without showing it.
+        std::fs::write(
+            dir.path().join("slack.url"),
+            "http://hooks.example/SECRETPART",
+        )
+        .unwrap();
+        let err = c.notify[0].load_url().unwrap_err().to_string();
+        assert!(err.contains("https://"), "{err}");
+        assert!(
+            !err.contains("SECRETPART"),
+            "the URL must not be echoed: {err}"
         );
     }
 

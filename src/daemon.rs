@@ -34,6 +34,8 @@ pub enum DaemonError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Source(#[from] crate::source::SourceError),
+    #[error("{0}")]
+    Notify(#[from] crate::notify::NotifyError),
 }
 
 /// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
@@ -99,6 +101,8 @@ struct Daemon {
     /// Half of systemd's `WATCHDOG_USEC`, when it asks for one.
     watchdog: Option<Duration>,
     watchdog_tick: tokio::time::Interval,
+    /// The `[[notify]]` targets, when any: each cycle's transitions are queued for them.
+    notifier: Option<crate::notify::Notifier>,
 }
 
 fn notify(states: &[NotifyState]) {
@@ -158,6 +162,7 @@ impl Daemon {
         let (request_tx, requests) = mpsc::channel(16);
         let control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
         let hangup = signal(SignalKind::hangup())?;
+        let notifier = crate::notify::Notifier::start(&config)?;
         let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
         let mut watchdog_tick =
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
@@ -184,6 +189,7 @@ impl Daemon {
             hangup,
             watchdog,
             watchdog_tick,
+            notifier,
         })
     }
 
@@ -269,6 +275,10 @@ impl Daemon {
     async fn cycle(&mut self, request: Option<control::Request>) -> Result<Flow, DaemonError> {
         self.fetch_if_due().await;
         self.read_source();
+        if let Some(n) = &self.notifier {
+            let failing = n.failing();
+            self.engine().notify_failures = failing;
+        }
         if let Some(req) = request {
             let engine = self.engine();
             if let Some(name) = &req.spec {
@@ -322,6 +332,11 @@ impl Daemon {
         }
         let line = status_line(report, self.engine().source_error.as_deref());
         notify(&[NotifyState::Status(&line)]);
+        if let (Some(n), Some((report, commit)), Some((_, specs)), Some(engine)) =
+            (&mut self.notifier, report, &self.desired, &self.engine)
+        {
+            n.after_cycle(commit, specs, report, engine.statuses());
+        }
         if let Some((report, _)) = report {
             tracing::info!(
                 ready = report.ready,
@@ -451,6 +466,13 @@ impl Daemon {
         self.requests = requests;
         self.control = control::serve(&self.config.state_dir, request_tx, Some(engine.store()))?;
         self.engine = Some(engine);
+        // Checked by `reload_config`; on a failure now (a secret file removed since), the
+        // daemon goes on without notifications rather than stop.
+        self.notifier = crate::notify::Notifier::reload(self.notifier.take(), &self.config)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "notifications stopped");
+                None
+            });
         self.next_fetch = Instant::now();
         self.force_read = true;
         Ok(())
@@ -460,6 +482,8 @@ impl Daemon {
     /// clean stop.
     fn finish(self, stopped: bool) {
         drop(self.watcher);
+        // Stops the senders: what is still queued is not sent.
+        drop(self.notifier);
         self.control.abort();
         let _ = std::fs::remove_file(control::socket_path(&self.config.state_dir));
         if stopped {
@@ -489,6 +513,7 @@ async fn open_engine(config: &Config) -> Result<Engine, EngineError> {
 fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String> {
     let new = Config::load(path).map_err(|e| e.to_string())?;
     crate::engine::site_clients(&new).map_err(|e| e.to_string())?;
+    crate::notify::Notifier::check(&new).map_err(|e| e.to_string())?;
     if new.state_dir != old.state_dir {
         return Err(format!(
             "state_dir changed ({} -> {}): restart the service to move the state",

@@ -53,6 +53,8 @@ pub struct CycleReport {
     pub cycle_ms: u64,
     /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
     pub next_attempt_ms: Option<u64>,
+    /// Each site as observed at the end of the cycle (for notifications).
+    pub site_health: Vec<crate::status::SiteSummary>,
 }
 
 impl CycleReport {
@@ -141,6 +143,8 @@ pub struct Engine {
     pub source_error: Option<String>,
     /// The last `proxsync reconcile` request handled, for the summary.
     pub last_request: Option<RequestSummary>,
+    /// `[[notify]]` targets that fail (set by the daemon before a cycle), for the summary.
+    pub notify_failures: Vec<crate::status::NotifyFailure>,
     /// Set to true to stop: no new action starts, task waits end early (their UPIDs are
     /// recorded), and the cycle returns.
     shutdown: tokio::sync::watch::Receiver<bool>,
@@ -180,6 +184,7 @@ impl Engine {
             retry_transient_now: false,
             source_error: None,
             last_request: None,
+            notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
             records: None,
             written: HashMap::new(),
@@ -212,6 +217,12 @@ impl Engine {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The status each spec was last given, by name: the specs of the commit, and removed
+    /// specs whose VM is not gone yet (for notifications).
+    pub fn statuses(&self) -> &HashMap<String, SpecStatus> {
+        &self.written
     }
 
     /// The state database (the control socket serves its records to `proxsync plan`).
@@ -412,6 +423,7 @@ impl Engine {
             cycle_ms,
             refused: refused.to_vec(),
             last_request: self.last_request.clone(),
+            notify_failures: self.notify_failures.clone(),
         };
         self.status
             .write_summary(&summary)
@@ -516,6 +528,7 @@ fn cycle_report(
             .filter_map(|r| r.next_attempt_ms)
             .filter(|at| *at > now_ms())
             .min(),
+        site_health: views.values().map(site_summary).collect(),
     }
 }
 

@@ -1166,6 +1166,7 @@ mod tests {
             cycle_ms: 184,
             refused: vec![],
             last_request: None,
+            notify_failures: vec![],
         })
         .unwrap();
         sd.write_orphans(
@@ -1578,6 +1579,7 @@ mod tests {
                 spec: Some("web-01".into()),
                 handled_at: t(T0 + 295),
             }),
+            notify_failures: vec![],
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::transitions::build_spec_file;
 use super::{
-    ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RequestRecord, SUMMARY_FILE, SiteRecord,
-    SpecFile, SpecStatus, StatusError, SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
+    NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RequestRecord,
+    SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile, SummaryStatus, clip,
+    clip_to, rfc3339,
 };
 
 /// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
@@ -141,6 +142,17 @@ impl StatusDir {
                 spec: r.spec.as_deref().map(clip),
                 handled_at: rfc3339(r.handled_at),
             }),
+            notify_failures: s
+                .notify_failures
+                .iter()
+                .map(|f| NotifyFailureRecord {
+                    target: clip(&f.target),
+                    kind: clip(&f.kind),
+                    failures: f.failures,
+                    last_error: clip(&f.last_error),
+                    since: rfc3339(f.since),
+                })
+                .collect(),
         };
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {

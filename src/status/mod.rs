@@ -199,6 +199,22 @@ pub struct SummaryStatus {
     pub refused: Vec<String>,
     /// The last `proxsync reconcile [NAME]` request and when the daemon handled it.
     pub last_request: Option<RequestSummary>,
+    /// `[[notify]]` targets whose last message could not be delivered.
+    pub notify_failures: Vec<NotifyFailure>,
+}
+
+/// A `[[notify]]` target that fails (its last message could not be delivered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyFailure {
+    pub target: String,
+    /// `webhook`, `slack`, `gitea`, `github` or `gitlab`.
+    pub kind: String,
+    /// Messages given up since the daemon started.
+    pub failures: u64,
+    /// Never carries a secret (URLs are left out).
+    pub last_error: String,
+    /// The first failure since the last delivered message.
+    pub since: SystemTime,
 }
 
 /// A `proxsync reconcile` request, as handled.
@@ -368,6 +384,22 @@ pub struct SummaryFile {
     /// The last `proxsync reconcile` request handled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_request: Option<RequestRecord>,
+    /// `[[notify]]` targets that fail, as of the cycle's start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notify_failures: Vec<NotifyFailureRecord>,
+}
+
+/// One entry of `notifyFailures` in `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NotifyFailureRecord {
+    pub target: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub failures: u64,
+    pub last_error: String,
+    /// RFC 3339.
+    pub since: String,
 }
 
 /// `lastRequest` of `_summary.yaml`.

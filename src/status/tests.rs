@@ -897,6 +897,7 @@ fn summary() -> SummaryStatus {
             spec: Some("web-01".into()),
             handled_at: t(T0),
         }),
+        notify_failures: vec![],
         specs: 3,
         ready: 2,
         stalled: 1,

@@ -1,0 +1,291 @@
+//! Notifications (`[[notify]]`): the transitions of each cycle, sent to webhooks, Slack and
+//! the commit statuses of Gitea/Forgejo, GitHub and GitLab.
+//!
+//! After each cycle the daemon calls [`Notifier::after_cycle`]: the [`Tracker`] turns what the
+//! cycle showed into events (only changes: a spec becomes Stalled or Ready, a delete, an
+//! orphan found, a valve refusal, a site lost or back, the applied commit's state), and the
+//! batch is pushed onto every target's bounded queue. Each target's own task sends (see
+//! `sender`): the reconcile loop never waits for a target. A restart starts from what the
+//! status files say, so it repeats nothing that did not change.
+//!
+//! Events name specs, conditions, reasons and messages, which the status module already
+//! keeps free of user-data and secrets; the payloads add nothing else.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::config::Config;
+use crate::engine::CycleReport;
+use crate::execute::Outcome;
+use crate::plan::Action;
+use crate::spec::SpecSet;
+use crate::status::{ConditionStatus, SpecStatus, StatusDir, kinds};
+
+mod events;
+mod payload;
+mod sender;
+
+pub use events::{
+    Baseline, CommitState, CycleFacts, Event, OrphanFacts, SiteFacts, SpecFacts, SpecMemory,
+    StalledSpec, Tracker,
+};
+pub use payload::{Message, SIGNATURE_HEADER, signature};
+pub use sender::{QUEUE_CAPACITY, Target, TargetHandle, TargetStats, coalesce};
+
+/// A target could not be set up (a secret unreadable, a CA file unusable).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotifyError(pub String);
+
+/// The daemon's notifier: what the last cycle showed, and the running targets.
+pub struct Notifier {
+    tracker: Tracker,
+    targets: Vec<TargetHandle>,
+}
+
+impl Notifier {
+    /// Reads every target's secrets and builds its client, without starting anything (a
+    /// reload checks the new config with it).
+    pub fn check(config: &Config) -> Result<Vec<Target>, NotifyError> {
+        config
+            .notify
+            .iter()
+            .map(|n| Target::build(n, &config.install_id).map_err(NotifyError))
+            .collect()
+    }
+
+    /// Starts the targets of `config` (`None` when there are none), remembering what the
+    /// status files say as what was last told. Call inside the runtime.
+    pub fn start(config: &Config) -> Result<Option<Notifier>, NotifyError> {
+        let targets = Notifier::check(config)?;
+        if targets.is_empty() {
+            return Ok(None);
+        }
+        let tracker = Tracker::from_baseline(baseline(config));
+        Ok(Some(Notifier {
+            tracker,
+            targets: targets.into_iter().map(TargetHandle::spawn).collect(),
+        }))
+    }
+
+    /// After a reload: the targets of the new config, keeping what was last told. The old
+    /// targets' queues are dropped with them.
+    pub fn reload(old: Option<Notifier>, config: &Config) -> Result<Option<Notifier>, NotifyError> {
+        let targets = Notifier::check(config)?;
+        if targets.is_empty() {
+            return Ok(None);
+        }
+        let tracker = match old {
+            Some(n) => n.tracker.clone(),
+            None => Tracker::from_baseline(baseline(config)),
+        };
+        Ok(Some(Notifier {
+            tracker,
+            targets: targets.into_iter().map(TargetHandle::spawn).collect(),
+        }))
+    }
+
+    /// Hands a cycle's transitions to the targets; never waits for one.
+    pub fn after_cycle(
+        &mut self,
+        commit: &str,
+        specs: &SpecSet,
+        report: &CycleReport,
+        statuses: &HashMap<String, SpecStatus>,
+    ) {
+        let with_hashes = self.tracker.needs_hashes(commit);
+        let facts = cycle_facts(commit, specs, report, statuses, with_hashes);
+        let events = self.tracker.observe(&facts);
+        self.send(&events);
+    }
+
+    /// A commit refused before anything was applied (e.g. an unsigned commit under
+    /// `[source] verify`): told at once, and a forge marks the commit as an error.
+    pub fn commit_refused(&self, commit: &str, reason: &str) {
+        self.send(&[Event::CommitRefused {
+            commit: commit.to_string(),
+            reason: reason.to_string(),
+        }]);
+    }
+
+    /// Pushes events onto every target's queue.
+    pub fn send(&self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        tracing::debug!(events = events.len(), "notifications queued");
+        for t in &self.targets {
+            t.push(events);
+        }
+    }
+
+    /// Every target's counts and last error (for the metrics).
+    pub fn stats(&self) -> Vec<TargetStats> {
+        self.targets.iter().map(TargetHandle::stats).collect()
+    }
+
+    /// The targets whose last message failed, for `_summary.yaml`.
+    pub fn failing(&self) -> Vec<crate::status::NotifyFailure> {
+        self.stats()
+            .into_iter()
+            .filter_map(|s| {
+                Some(crate::status::NotifyFailure {
+                    since: s.failing_since?,
+                    target: s.name,
+                    kind: s.kind.to_string(),
+                    failures: s.failures,
+                    last_error: s.last_error.unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// What a cycle showed, from its report and the statuses the engine gave the specs.
+fn cycle_facts<'a>(
+    commit: &'a str,
+    specs: &'a SpecSet,
+    report: &'a CycleReport,
+    statuses: &'a HashMap<String, SpecStatus>,
+    with_hashes: bool,
+) -> CycleFacts<'a> {
+    let invalid = specs.invalid_names();
+    let names = specs
+        .specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(invalid.iter().copied());
+    let facts_of = |st: &'a SpecStatus| SpecFacts {
+        ready: st
+            .conditions
+            .iter()
+            .any(|c| c.kind == kinds::READY && c.status == ConditionStatus::True),
+        stalled: st
+            .conditions
+            .iter()
+            .find(|c| c.kind == kinds::STALLED && c.status == ConditionStatus::True)
+            .map(|c| (c.reason, c.message.as_str())),
+    };
+    let spec_facts: BTreeMap<&str, SpecFacts<'a>> = names
+        .filter_map(|n| Some((n, facts_of(statuses.get(n)?))))
+        .collect();
+    let pending_removals = if statuses.len() > spec_facts.len() {
+        statuses
+            .keys()
+            .map(String::as_str)
+            .filter(|n| !spec_facts.contains_key(n))
+            .collect()
+    } else {
+        Default::default()
+    };
+    let spec_hashes = with_hashes.then(|| {
+        specs
+            .specs
+            .iter()
+            .map(|s| (s.name.clone(), crate::plan::spec_hash(s)))
+            .chain(
+                invalid
+                    .iter()
+                    .map(|n| (n.to_string(), "invalid".to_string())),
+            )
+            .collect()
+    });
+    let last_plan = report.after.as_ref().unwrap_or(&report.plan);
+    let mut facts = CycleFacts {
+        commit,
+        specs: spec_facts,
+        spec_hashes,
+        pending_removals,
+        refused: report.plan.refused.clone(),
+        ..Default::default()
+    };
+    for r in report
+        .results
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Done))
+    {
+        match &r.action {
+            Action::Remove {
+                spec,
+                site,
+                vmid,
+                release,
+                ..
+            } => facts
+                .removed
+                .push((spec.clone(), site.clone(), *vmid, *release)),
+            Action::DeleteOrphan { site, vmid, .. } => {
+                facts.orphans_deleted.push((site.clone(), *vmid));
+            }
+            _ => {}
+        }
+    }
+    facts.orphans = last_plan
+        .orphans
+        .iter()
+        .map(|o| OrphanFacts {
+            site: o.site.clone(),
+            vmid: o.vmid,
+            name: o.name.clone(),
+            duplicate_of: o.duplicate_of.clone(),
+        })
+        .collect();
+    facts.sites = report
+        .site_health
+        .iter()
+        .map(|s| SiteFacts {
+            name: s.name.clone(),
+            error: (!s.reachable).then(|| s.error.clone().unwrap_or_default()),
+        })
+        .collect();
+    facts
+}
+
+/// What the status files say of the last run (nothing when they cannot be read).
+fn baseline(config: &Config) -> Baseline {
+    let mut b = Baseline::default();
+    let Ok(dir) = StatusDir::open(&config.status_dir) else {
+        return b;
+    };
+    for name in dir.spec_names().unwrap_or_default() {
+        if let Ok(Some(f)) = dir.read_spec(&name) {
+            let is_true = |kind: &str| {
+                f.condition(kind)
+                    .filter(|c| c.status == ConditionStatus::True)
+            };
+            b.specs.insert(
+                name,
+                SpecMemory {
+                    ready: is_true(kinds::READY).is_some(),
+                    stalled_reason: is_true(kinds::STALLED).map(|c| c.reason.clone()),
+                },
+            );
+        }
+    }
+    if let Ok(Some(s)) = dir.read_summary() {
+        b.sites = s
+            .sites
+            .iter()
+            .map(|x| (x.name.clone(), x.reachable))
+            .collect();
+        b.refused = s.refused;
+        b.commit = s.commit;
+    }
+    if let Ok(Some(o)) = dir.read_orphans() {
+        b.orphans = o
+            .orphans
+            .iter()
+            .map(|x| (x.site.clone(), x.vm_id))
+            .collect();
+    }
+    b
+}
+
+/// Cuts `s` to at most `max` characters, ending with `…` when cut.
+pub(crate) fn clip_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
