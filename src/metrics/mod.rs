@@ -297,10 +297,11 @@ impl Registered {
             "Reconcile cycles run, by outcome (success, error)",
             m.cycles.clone(),
         );
-        r.register_with_unit(
-            "reconcile_cycle_duration",
+        // Histograms carry their unit in the name only, without a `# UNIT` line: the spec allows
+        // one, but openmetrics-parser (tests/metrics.rs) refuses it on a histogram.
+        r.register(
+            "reconcile_cycle_duration_seconds",
             "How long reconcile cycles took, waits for PVE tasks included",
-            Unit::Seconds,
             m.cycle_duration.clone(),
         );
         r.register_with_unit(
@@ -319,10 +320,9 @@ impl Registered {
             "Proxmox VE API requests by site, method, endpoint and outcome",
             m.requests.clone(),
         );
-        r.register_with_unit(
-            "pve_request_duration",
+        r.register(
+            "pve_request_duration_seconds",
             "Proxmox VE API request latency by site and method",
-            Unit::Seconds,
             m.request_duration.clone(),
         );
         r.register(
