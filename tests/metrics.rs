@@ -129,12 +129,13 @@ fn scrape(endpoint: &Endpoint) -> std::io::Result<(Answer, Exposition)> {
 }
 
 /// Every metric family proxsync exposes (docs/metrics.md lists the same).
-const FAMILIES: [&str; 18] = [
+const FAMILIES: [&str; 19] = [
     "proxsync_build",
     "proxsync_specs",
     "proxsync_specs_backing_off",
     "proxsync_reconcile_cycles",
     "proxsync_reconcile_cycle_duration_seconds",
+    "proxsync_start_time_seconds",
     "proxsync_last_successful_cycle_timestamp_seconds",
     "proxsync_applied_commit",
     "proxsync_pve_requests",
@@ -262,7 +263,9 @@ fn a_running_daemon_serves_metrics_that_parse_and_follow_its_cycles() {
         0.0
     );
     assert!(value(&m, "proxsync_reconcile_cycle_duration_seconds", &[]) >= 1.0);
-    assert!(value(&m, "proxsync_last_successful_cycle_timestamp_seconds", &[]) > 1.0e9);
+    let started = value(&m, "proxsync_start_time_seconds", &[]);
+    assert!(started > 1.0e9, "{}", answer.body);
+    assert!(value(&m, "proxsync_last_successful_cycle_timestamp_seconds", &[]) >= started);
     // Nothing stalled, nothing backing off, nothing orphaned, no valve tripped.
     assert_eq!(
         value(
@@ -465,4 +468,54 @@ fn a_metrics_address_in_use_is_a_startup_error_naming_the_key() {
         "{text}"
     );
     drop(taken);
+}
+
+/// The metric names the docs, the alert rules and the dashboard use, without their sample
+/// suffixes (`_total`, `_bucket`, ...).
+fn names_in(file: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("proxsync_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let family = ["_total", "_bucket", "_sum", "_count", "_info", "_created"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| FAMILIES.contains(f)))
+            .unwrap_or(name);
+        if family.len() > "proxsync_".len() {
+            names.insert(family.to_string());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn the_docs_alerts_and_dashboard_use_only_metrics_proxsync_exposes() {
+    for file in [
+        "docs/metrics.md",
+        "docs/prometheus-alerts.yaml",
+        "docs/grafana-dashboard.json",
+    ] {
+        let names = names_in(file);
+        assert!(!names.is_empty(), "{file} names no metric");
+        for name in &names {
+            assert!(
+                FAMILIES.contains(&name.as_str()),
+                "{file}: unknown metric {name}"
+            );
+        }
+    }
+    let documented = names_in("docs/metrics.md");
+    for family in FAMILIES {
+        assert!(
+            documented.contains(family),
+            "docs/metrics.md lacks {family}"
+        );
+    }
 }

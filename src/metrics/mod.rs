@@ -122,6 +122,7 @@ struct Registered {
     specs_backing_off: Gauge,
     cycles: Family<OutcomeLabels, Counter>,
     cycle_duration: Histogram,
+    started: FloatGauge,
     last_success: FloatGauge,
     applied_commit: Family<CommitLabels, Gauge>,
     requests: Family<RequestLabels, Counter>,
@@ -267,6 +268,7 @@ impl Registered {
             specs_backing_off: Gauge::default(),
             cycles: Family::default(),
             cycle_duration: Histogram::new(CYCLE_BUCKETS),
+            started: FloatGauge::default(),
             last_success: FloatGauge::default(),
             applied_commit: Family::default(),
             requests: Family::default(),
@@ -303,6 +305,13 @@ impl Registered {
             "reconcile_cycle_duration_seconds",
             "How long reconcile cycles took, waits for PVE tasks included",
             m.cycle_duration.clone(),
+        );
+        m.started.set(unix_seconds(SystemTime::now()));
+        r.register_with_unit(
+            "start_time",
+            "When this daemon started (unix time)",
+            Unit::Seconds,
+            m.started.clone(),
         );
         r.register_with_unit(
             "last_successful_cycle_timestamp",
