@@ -316,6 +316,17 @@ fn a_running_daemon_serves_metrics_that_parse_and_follow_its_cycles() {
         ),
         2.0
     );
+    // The template's 2G disk grows to the spec's 8Gi: PVE's task type is `resize`.
+    assert_eq!(
+        value(&m, "proxsync_pve_tasks_started", &[lab, ("type", "resize")]),
+        2.0
+    );
+    assert_eq!(
+        value(&m, "proxsync_pve_tasks_started", &[("type", "other")]),
+        0.0,
+        "every task type proxsync starts is named:\n{}",
+        answer.body
+    );
     assert_eq!(value(&m, "proxsync_pve_tasks_failed", &[]), 0.0);
     // The site as observed: up, quorate, both nodes online.
     assert_eq!(value(&m, "proxsync_site_up", &[lab]), 1.0);

@@ -38,18 +38,20 @@ const REQUEST_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// The task types proxsync starts (PVE's UPID `type` field); any other is counted as `other`.
-const TASK_TYPES: [&str; 11] = [
+/// The task types proxsync starts (PVE's UPID `type` field: a disk resize is `resize`, an
+/// upload `imgcopy`, a volume delete `imgdel`); any other is counted as `other`.
+const TASK_TYPES: [&str; 12] = [
     "qmcreate",
     "qmclone",
     "qmconfig",
-    "qmresize",
+    "resize",
     "qmstart",
     "qmshutdown",
     "qmstop",
     "qmreboot",
     "qmdestroy",
     "imgcopy",
+    "imgdel",
     "download",
 ];
 
