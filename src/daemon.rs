@@ -602,3 +602,34 @@ fn watch_source(
     }
     Ok(Some(watcher))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_that_changes_metrics_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lab.token"), "secret").unwrap();
+        let base = "[source]\npath = \"/srv/git/vms.git\"\n\n[[site]]\nname = \"lab\"\n\
+                    endpoint = \"https://pve.example:8006\"\ntoken_id = \"proxsync@pve!gitops\"\n\
+                    token_secret_file = \"lab.token\"\n";
+        let path = dir.path().join("proxsync.toml");
+        std::fs::write(&path, base).unwrap();
+        let old = Config::load(&path).unwrap();
+        assert!(
+            reload_config(&path, &old).is_ok(),
+            "the same config reloads"
+        );
+        std::fs::write(
+            &path,
+            format!("{base}\n[metrics]\nlisten = \"127.0.0.1:9847\"\n"),
+        )
+        .unwrap();
+        let err = reload_config(&path, &old).unwrap_err();
+        assert!(
+            err.contains("[metrics]") && err.contains("restart"),
+            "{err}"
+        );
+    }
+}

@@ -558,6 +558,135 @@ mod tests {
         assert_eq!(outcome(Some(403)), "client_error");
     }
 
+    fn orphan(site: &str, vmid: u32, disposition: OrphanDisposition) -> crate::plan::Orphan {
+        crate::plan::Orphan {
+            site: site.into(),
+            vmid,
+            node: "pve1".into(),
+            name: Some(format!("vm-{vmid}")),
+            power: "stopped".into(),
+            first_seen_ms: 0,
+            disposition,
+            duplicate_of: None,
+        }
+    }
+
+    fn report() -> CycleReport {
+        let mut plan = crate::plan::Plan::default();
+        plan.orphans = vec![
+            orphan("a", 101, OrphanDisposition::Reported),
+            orphan("a", 102, OrphanDisposition::Reported),
+            orphan("b", 103, OrphanDisposition::DeleteAfter { at_ms: 1 }),
+        ];
+        plan.refused = vec!["refused to delete ...".into()];
+        let site = |name: &str, reachable, nodes_online| crate::engine::SiteHealth {
+            name: name.into(),
+            reachable,
+            quorate: reachable,
+            nodes: 3,
+            nodes_online,
+        };
+        CycleReport {
+            plan,
+            results: Vec::new(),
+            after: None,
+            ready: 1,
+            specs: 2,
+            stalled: 1,
+            backing_off: 1,
+            sites: 2,
+            sites_healthy: 1,
+            cycle_ms: 5,
+            next_attempt_ms: None,
+            conditions: [
+                (("Ready", "True", "Available"), 1),
+                (("Ready", "False", "Failed"), 1),
+            ]
+            .into_iter()
+            .collect(),
+            site_health: vec![site("a", true, 2), site("b", false, 0)],
+        }
+    }
+
+    /// Each sample of the encoded text, as `name{labels} value` (labels sorted), parsed by
+    /// openmetrics-parser.
+    fn samples(m: &Metrics) -> Vec<String> {
+        use openmetrics_parser::OpenMetricsValue as V;
+        let text = m.encode();
+        let exp = openmetrics_parser::openmetrics::parse_openmetrics(&text)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut out = Vec::new();
+        for (name, family) in &exp.families {
+            for sample in family.iter_samples() {
+                let mut labels: Vec<String> = sample
+                    .get_labelset()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                labels.sort();
+                let value = match &sample.value {
+                    V::Gauge(n) => n.as_f64(),
+                    V::Counter(c) => c.value.as_f64(),
+                    V::Histogram(h) => h.count.unwrap_or(0) as f64,
+                    _ => 1.0,
+                };
+                out.push(format!("{name}{{{}}} {value}", labels.join(",")));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_cycle_replaces_the_gauges_and_adds_to_the_counters() {
+        let m = Metrics::new("main");
+        let first = report();
+        m.cycle_finished(Some((&first, "abc123")), Duration::from_millis(5));
+        let got = samples(&m);
+        for want in [
+            "proxsync_specs{condition=Ready,reason=Available,status=True} 1",
+            "proxsync_specs{condition=Ready,reason=Failed,status=False} 1",
+            "proxsync_specs_backing_off{} 1",
+            "proxsync_orphans{disposition=reported,site=a} 2",
+            "proxsync_orphans{disposition=delete_after_grace,site=b} 1",
+            "proxsync_delete_valve_trips{} 1",
+            "proxsync_delete_valve_tripped{} 1",
+            "proxsync_site_up{site=b} 0",
+            "proxsync_site_quorate{site=a} 1",
+            "proxsync_site_nodes{site=b} 3",
+            "proxsync_site_nodes_online{site=a} 2",
+            "proxsync_applied_commit{commit=abc123} 1",
+            "proxsync_reconcile_cycles{outcome=success} 1",
+            "proxsync_reconcile_cycle_duration_seconds{} 1",
+        ] {
+            assert!(got.contains(&want.to_string()), "{want} not in {got:#?}");
+        }
+
+        // The next cycle: everything Ready, no orphan, no refusal, another commit; a failed
+        // cycle after it changes no gauge.
+        let mut second = report();
+        second.plan = crate::plan::Plan::default();
+        second.backing_off = 0;
+        second.conditions = [(("Ready", "True", "Available"), 2)].into_iter().collect();
+        m.cycle_finished(Some((&second, "def456")), Duration::from_millis(5));
+        m.cycle_finished(None, Duration::from_millis(5));
+        let got = samples(&m);
+        for want in [
+            "proxsync_specs{condition=Ready,reason=Available,status=True} 2",
+            "proxsync_delete_valve_trips{} 1",
+            "proxsync_delete_valve_tripped{} 0",
+            "proxsync_applied_commit{commit=def456} 1",
+            "proxsync_reconcile_cycles{outcome=success} 2",
+            "proxsync_reconcile_cycles{outcome=error} 1",
+            "proxsync_reconcile_cycle_duration_seconds{} 3",
+        ] {
+            assert!(got.contains(&want.to_string()), "{want} not in {got:#?}");
+        }
+        for gone in ["Failed", "abc123", "proxsync_orphans"] {
+            assert!(!got.iter().any(|s| s.contains(gone)), "{gone} in {got:#?}");
+        }
+    }
+
     #[test]
     fn off_records_nothing_and_encodes_nothing() {
         let m = Metrics::off();
