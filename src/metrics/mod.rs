@@ -572,13 +572,15 @@ mod tests {
     }
 
     fn report() -> CycleReport {
-        let mut plan = crate::plan::Plan::default();
-        plan.orphans = vec![
-            orphan("a", 101, OrphanDisposition::Reported),
-            orphan("a", 102, OrphanDisposition::Reported),
-            orphan("b", 103, OrphanDisposition::DeleteAfter { at_ms: 1 }),
-        ];
-        plan.refused = vec!["refused to delete ...".into()];
+        let plan = crate::plan::Plan {
+            orphans: vec![
+                orphan("a", 101, OrphanDisposition::Reported),
+                orphan("a", 102, OrphanDisposition::Reported),
+                orphan("b", 103, OrphanDisposition::DeleteAfter { at_ms: 1 }),
+            ],
+            refused: vec!["refused to delete ...".into()],
+            ..Default::default()
+        };
         let site = |name: &str, reachable, nodes_online| crate::engine::SiteHealth {
             name: name.into(),
             reachable,
