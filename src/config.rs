@@ -71,6 +71,8 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     /// Where transitions are sent (`[[notify]]`); empty: no notifications.
     pub notify: Vec<NotifyConfig>,
+    /// Where Prometheus metrics are served (`[metrics] listen`); `None`: not served.
+    pub metrics: Option<MetricsListen>,
     /// The file this was read from, for messages and for resolving relative paths.
     pub path: PathBuf,
 }
@@ -125,6 +127,24 @@ pub enum Trust {
     CaFile(PathBuf),
     /// The SHA-256 fingerprint of the server's certificate (as `pvenode cert info` shows it).
     Fingerprint([u8; 32]),
+}
+
+/// Where the metrics listener binds (`[metrics] listen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// An IP address and port, such as `127.0.0.1:9847`.
+    Tcp(std::net::SocketAddr),
+    /// An absolute path of a unix socket, such as `/run/proxsync/metrics.sock`.
+    Unix(PathBuf),
+}
+
+impl fmt::Display for MetricsListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetricsListen::Tcp(addr) => write!(f, "{addr}"),
+            MetricsListen::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
 }
 
 /// What to do with VMs that carry this install's ownership tag but match no spec.
@@ -326,6 +346,7 @@ struct RawConfig {
     reconcile: RawReconcile,
     #[serde(default)]
     notify: Vec<RawNotify>,
+    metrics: Option<RawMetrics>,
 }
 
 #[derive(Deserialize)]
@@ -342,6 +363,12 @@ struct RawNotify {
     timeout: Option<String>,
     ca_file: Option<PathBuf>,
     proxy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -617,6 +644,11 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         sites,
         reconcile,
         notify,
+        metrics: raw
+            .metrics
+            .and_then(|m| m.listen)
+            .map(|l| parse_metrics_listen(&l))
+            .transpose()?,
         path: path.to_path_buf(),
     })
 }
@@ -716,6 +748,21 @@ fn is_repo_path(repo: &str, kind: NotifyKind) -> bool {
     } else {
         parts.len() == 2 && parts.iter().all(part_ok)
     }
+}
+
+/// `[metrics] listen`: an IP address and port, or an absolute unix socket path. No host
+/// names: the listener binds before any name could be resolved, and one name may mean many.
+fn parse_metrics_listen(text: &str) -> Result<MetricsListen, String> {
+    if text.starts_with('/') {
+        return Ok(MetricsListen::Unix(PathBuf::from(text)));
+    }
+    text.parse().map(MetricsListen::Tcp).map_err(|_| {
+        format!(
+            "[metrics] listen = {text:?}: expected an IP address and port such as \
+             \"127.0.0.1:9847\" or \"[::1]:9847\", or the absolute path of a unix socket such \
+             as \"/run/proxsync/metrics.sock\""
+        )
+    })
 }
 
 fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
@@ -1080,6 +1127,37 @@ max_delete_fraction = 0.5
             let err = parse(&text).unwrap_err();
             assert!(err.contains(key), "error {err:?} should name {key:?}");
         }
+    }
+
+    #[test]
+    fn metrics_listen_is_an_address_or_a_socket_path() {
+        assert_eq!(parse(MINIMAL).unwrap().metrics, None);
+        assert_eq!(
+            parse(&format!("{MINIMAL}\n[metrics]\n")).unwrap().metrics,
+            None
+        );
+        let listen = |v: &str| parse(&format!("{MINIMAL}\n[metrics]\nlisten = \"{v}\"\n"));
+        assert_eq!(
+            listen("127.0.0.1:9847").unwrap().metrics,
+            Some(MetricsListen::Tcp("127.0.0.1:9847".parse().unwrap()))
+        );
+        assert_eq!(
+            listen("[::1]:9847").unwrap().metrics,
+            Some(MetricsListen::Tcp("[::1]:9847".parse().unwrap()))
+        );
+        assert_eq!(
+            listen("/run/proxsync/metrics.sock").unwrap().metrics,
+            Some(MetricsListen::Unix("/run/proxsync/metrics.sock".into()))
+        );
+        for bad in ["localhost:9847", "9847", "127.0.0.1", "metrics.sock"] {
+            let err = listen(bad).unwrap_err();
+            assert!(
+                err.contains("[metrics] listen") && err.contains("127.0.0.1:9847"),
+                "{bad}: {err}"
+            );
+        }
+        let err = parse(&format!("{MINIMAL}\n[metrics]\nport = 9847\n")).unwrap_err();
+        assert!(err.contains("port"), "{err}");
     }
 
     #[test]

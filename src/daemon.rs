@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::control;
 use crate::engine::{CycleReport, Engine, EngineError};
 use crate::execute::now_ms;
+use crate::metrics::Metrics;
 use crate::source::Source;
 use crate::status::RequestSummary;
 
@@ -36,6 +37,9 @@ pub enum DaemonError {
     Source(#[from] crate::source::SourceError),
     #[error("{0}")]
     Notify(#[from] crate::notify::NotifyError),
+    /// The metrics listener could not bind (the message names `[metrics] listen`).
+    #[error("{0}")]
+    Metrics(String),
 }
 
 /// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
@@ -103,6 +107,9 @@ struct Daemon {
     watchdog_tick: tokio::time::Interval,
     /// The `[[notify]]` targets, when any: each cycle's transitions are queued for them.
     notifier: Option<crate::notify::Notifier>,
+    /// Counted across reloads; off without `[metrics] listen`.
+    metrics: Metrics,
+    metrics_server: Option<crate::metrics::Server>,
 }
 
 fn notify(states: &[NotifyState]) {
@@ -154,7 +161,17 @@ impl Daemon {
     /// SIGHUP handler and the watchdog timer.
     fn start(config_path: PathBuf, stop: watch::Receiver<bool>) -> Result<Daemon, DaemonError> {
         let config = Config::load(&config_path)?;
-        let mut engine = Engine::new(config.clone())?;
+        let (metrics, metrics_server) = match &config.metrics {
+            Some(listen) => {
+                let metrics = Metrics::new(&config.install_id);
+                let server =
+                    crate::metrics::serve(listen, metrics.clone()).map_err(DaemonError::Metrics)?;
+                tracing::info!(listen = %listen, "serving metrics at /metrics");
+                (metrics, Some(server))
+            }
+            None => (Metrics::off(), None),
+        };
+        let mut engine = Engine::with_metrics(config.clone(), &metrics)?;
         engine.set_shutdown(stop.clone());
         let source = Source::new(&config);
         let (refs_tx, refs) = mpsc::channel(64);
@@ -190,6 +207,8 @@ impl Daemon {
             watchdog,
             watchdog_tick,
             notifier,
+            metrics,
+            metrics_server,
         })
     }
 
@@ -297,12 +316,15 @@ impl Daemon {
                     .expect(ENGINE_OPEN)
                     .reconcile(specs, Some(commit));
                 tokio::pin!(cycle);
+                let started = Instant::now();
                 let result = loop {
                     tokio::select! {
                         r = &mut cycle => break r,
                         _ = self.watchdog_tick.tick(), if self.watchdog.is_some() => notify(&[NotifyState::Watchdog]),
                     }
                 };
+                let applied = result.as_ref().ok().map(|r| (r, commit.as_str()));
+                self.metrics.cycle_finished(applied, started.elapsed());
                 if *self.stop.borrow() {
                     tracing::info!("stopping after the current cycle (task UPIDs are recorded)");
                     notify(&[NotifyState::Stopping]);
@@ -447,7 +469,7 @@ impl Daemon {
         self.control.abort();
         let _ = (&mut self.control).await;
         self.engine = None;
-        let mut engine = match open_engine(&new).await {
+        let mut engine = match open_engine(&new, &self.metrics).await {
             Ok(e) => {
                 tracing::info!("config reloaded");
                 self.config = new;
@@ -456,7 +478,7 @@ impl Daemon {
             Err(e) => {
                 tracing::error!(error = %e, "config reload failed; back on the previous config");
                 notify(&[NotifyState::Status(&format!("config reload failed: {e}"))]);
-                open_engine(&self.config).await?
+                open_engine(&self.config, &self.metrics).await?
             }
         };
         engine.set_shutdown(self.stop.clone());
@@ -486,6 +508,9 @@ impl Daemon {
         drop(self.notifier);
         self.control.abort();
         let _ = std::fs::remove_file(control::socket_path(&self.config.state_dir));
+        if let Some(server) = self.metrics_server {
+            server.stop();
+        }
         if stopped {
             tracing::info!("proxsync daemon stopped");
         }
@@ -494,10 +519,10 @@ impl Daemon {
 
 /// Opens the engine, waiting up to 10 s for the database: a control-socket connection still
 /// being answered may hold the old engine's handle for a moment.
-async fn open_engine(config: &Config) -> Result<Engine, EngineError> {
+async fn open_engine(config: &Config, metrics: &Metrics) -> Result<Engine, EngineError> {
     let mut tries = 0;
     loop {
-        match Engine::new(config.clone()) {
+        match Engine::with_metrics(config.clone(), metrics) {
             Err(EngineError::State(e)) if tries < 50 => {
                 tries += 1;
                 tracing::debug!(error = %e, "state database still held; retrying");
@@ -520,6 +545,11 @@ fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String>
             old.state_dir.display(),
             new.state_dir.display()
         ));
+    }
+    if new.metrics != old.metrics {
+        return Err(
+            "[metrics] changed: restart the service to move or switch the metrics listener".into(),
+        );
     }
     Ok(new)
 }
@@ -596,4 +626,35 @@ fn watch_source(
         }
     }
     Ok(Some(watcher))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_that_changes_metrics_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lab.token"), "secret").unwrap();
+        let base = "[source]\npath = \"/srv/git/vms.git\"\n\n[[site]]\nname = \"lab\"\n\
+                    endpoint = \"https://pve.example:8006\"\ntoken_id = \"proxsync@pve!gitops\"\n\
+                    token_secret_file = \"lab.token\"\n";
+        let path = dir.path().join("proxsync.toml");
+        std::fs::write(&path, base).unwrap();
+        let old = Config::load(&path).unwrap();
+        assert!(
+            reload_config(&path, &old).is_ok(),
+            "the same config reloads"
+        );
+        std::fs::write(
+            &path,
+            format!("{base}\n[metrics]\nlisten = \"127.0.0.1:9847\"\n"),
+        )
+        .unwrap();
+        let err = reload_config(&path, &old).unwrap_err();
+        assert!(
+            err.contains("[metrics]") && err.contains("restart"),
+            "{err}"
+        );
+    }
 }

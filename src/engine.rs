@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
+use crate::metrics::Metrics;
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_marker};
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
@@ -53,9 +54,15 @@ pub struct CycleReport {
     pub cycle_ms: u64,
     /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
     pub next_attempt_ms: Option<u64>,
-    /// Each site as observed at the end of the cycle (for notifications).
+    /// How many specs (invalid ones included) carry each (condition, status, reason).
+    pub conditions: BTreeMap<ConditionKey, usize>,
+    /// Each site as observed at the end of the cycle (for notifications and metrics).
     pub site_health: Vec<crate::status::SiteSummary>,
 }
+
+/// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
+/// constants of `status`.
+pub type ConditionKey = (&'static str, &'static str, &'static str);
 
 impl CycleReport {
     /// True when every valid spec is Ready and there is no invalid spec.
@@ -76,12 +83,21 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
 
 /// Builds the per-site clients (reads the token secrets).
 pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
+    site_clients_metered(config, &Metrics::off())
+}
+
+/// As [`site_clients`], each client counting its requests and tasks in `metrics`.
+pub fn site_clients_metered(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
     config
         .sites
         .iter()
         .map(|site| {
             let client = ClientOptions::for_site(site)
                 .and_then(Client::new)
+                .map(|c| c.with_metrics(metrics.for_site(&site.name)))
                 .map_err(|e| EngineError::Site {
                     site: site.name.clone(),
                     message: e.to_string(),
@@ -161,6 +177,11 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, EngineError> {
+        Engine::with_metrics(config, &Metrics::off())
+    }
+
+    /// An engine whose site clients count their requests and tasks in `metrics`.
+    pub fn with_metrics(config: Config, metrics: &Metrics) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
         let marker_key = Arc::new(MarkerKey::load_or_create(&config.state_dir).map_err(
             |message| EngineError::Status {
@@ -168,7 +189,7 @@ impl Engine {
                 message,
             },
         )?);
-        let sites = site_clients(&config)?;
+        let sites = site_clients_metered(&config, metrics)?;
         let status = StatusDir::open(&config.status_dir).map_err(|e| EngineError::Status {
             path: config.status_dir.display().to_string(),
             message: e.to_string(),
@@ -384,6 +405,7 @@ impl Engine {
                 after.duplicates.get(&spec.name),
             );
             counts.add(&st);
+            counts.tally(&st);
             self.write_spec_if_changed(st, now)?;
             names.add(&spec.name);
         }
@@ -396,6 +418,7 @@ impl Engine {
                 .map(|d| d.to_string())
                 .collect();
             let st = invalid_status(name, records.get(name), &messages, commit);
+            counts.tally(&st);
             self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
@@ -481,6 +504,7 @@ struct Counts {
     stalled: usize,
     backing_off: usize,
     invalid: usize,
+    conditions: BTreeMap<ConditionKey, usize>,
 }
 
 impl Counts {
@@ -494,6 +518,16 @@ impl Counts {
         }
         if st.backoff.is_some() {
             self.backing_off += 1;
+        }
+    }
+
+    /// Counts each condition of a spec's status (valid or not) by type, status and reason.
+    fn tally(&mut self, st: &SpecStatus) {
+        for c in &st.conditions {
+            *self
+                .conditions
+                .entry((c.kind, c.status.as_str(), c.reason))
+                .or_default() += 1;
         }
     }
 }
@@ -528,6 +562,7 @@ fn cycle_report(
             .filter_map(|r| r.next_attempt_ms)
             .filter(|at| *at > now_ms())
             .min(),
+        conditions: counts.conditions.clone(),
         site_health: views.values().map(site_summary).collect(),
     }
 }

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod execute;
+pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod ownership;

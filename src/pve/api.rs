@@ -210,6 +210,18 @@ pub(super) fn upid_from(method: &str, path: &str, value: String) -> Result<Upid,
 }
 
 impl Client {
+    /// The UPID of a task a call started, counted in the metrics by type.
+    pub(super) fn task_started(
+        &self,
+        method: &str,
+        path: &str,
+        value: String,
+    ) -> Result<Upid, Error> {
+        let upid = upid_from(method, path, value)?;
+        self.metrics.task_started(&upid.kind);
+        Ok(upid)
+    }
+
     /// `GET /version`: at once.
     pub async fn version(&self) -> Result<Version, Error> {
         self.get("/version", &[]).await
@@ -316,7 +328,7 @@ impl Client {
         let upid: String = self
             .post_multipart(&path, &fields, "filename", file_name, bytes)
             .await?;
-        upid_from("POST", &path, upid)
+        self.task_started("POST", &path, upid)
     }
 
     /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`: an `imgdel` task (`Some`), or
@@ -337,7 +349,7 @@ impl Client {
         );
         let v: Option<String> = self.delete(&path, &[]).await?;
         v.filter(|s| !s.is_empty())
-            .map(|s| upid_from("DELETE", &path, s))
+            .map(|s| self.task_started("DELETE", &path, s))
             .transpose()
     }
 
@@ -395,7 +407,7 @@ impl Client {
         }
         let v: Option<String> = self.post(&path, &form).await?;
         v.filter(|s| !s.is_empty())
-            .map(|s| upid_from("POST", &path, s))
+            .map(|s| self.task_started("POST", &path, s))
             .transpose()
     }
 
@@ -406,7 +418,7 @@ impl Client {
         let mut form = params.form();
         form.push(("vmid", vmid.to_string()));
         let upid: String = self.post(&path, &form).await?;
-        upid_from("POST", &path, upid)
+        self.task_started("POST", &path, upid)
     }
 
     /// `POST /nodes/{node}/qemu/{template}/clone`: a `qmclone` task. A clone cannot set tags;
@@ -434,7 +446,7 @@ impl Client {
             form.push(("pool", seg(p)?.to_string()));
         }
         let upid: String = self.post(&path, &form).await?;
-        upid_from("POST", &path, upid)
+        self.task_started("POST", &path, upid)
     }
 
     /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `qmresize` task on PVE 8+ (`Some`), done at
@@ -455,7 +467,7 @@ impl Client {
         }
         let v: Option<String> = self.put(&path, &form).await?;
         v.filter(|s| !s.is_empty())
-            .map(|s| upid_from("PUT", &path, s))
+            .map(|s| self.task_started("PUT", &path, s))
             .transpose()
     }
 
@@ -524,7 +536,7 @@ impl Client {
     ) -> Result<Upid, Error> {
         let path = format!("/nodes/{}/qemu/{vmid}/status/{action}", seg(node)?);
         let upid: String = self.post(&path, form).await?;
-        upid_from("POST", &path, upid)
+        self.task_started("POST", &path, upid)
     }
 
     /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task. `purge` removes the VMID from
@@ -543,7 +555,7 @@ impl Client {
             ("destroy-unreferenced-disks", flag(destroy_unreferenced)),
         ];
         let upid: String = self.delete(&path, &query).await?;
-        upid_from("DELETE", &path, upid)
+        self.task_started("DELETE", &path, upid)
     }
 
     /// `GET /nodes/{node}/tasks?vmid=N&source=active`: at once; the running tasks of a VM
@@ -673,6 +685,7 @@ impl Client {
                 return match classify_exit(&exit) {
                     Ok(outcome) => Ok(outcome),
                     Err(text) => {
+                        self.metrics.task_failed(&upid.kind);
                         let log_tail = self.task_log_tail(upid, 10).await.unwrap_or_default();
                         Err(Error::TaskFailed {
                             upid: upid.to_string(),

@@ -97,6 +97,8 @@ pub struct Client {
     read_retry_budget: Duration,
     /// How often [`Client::wait_task`](super::Client::wait_task) polls at most.
     pub(crate) task_poll_max: Duration,
+    /// Where requests and tasks are counted (off unless [`Client::with_metrics`]).
+    pub(crate) metrics: crate::metrics::SiteMetrics,
 }
 
 impl std::fmt::Debug for Client {
@@ -153,7 +155,14 @@ impl Client {
             read_attempts: opts.read_attempts.max(1),
             read_retry_budget: opts.read_retry_budget,
             task_poll_max: Duration::from_secs(2),
+            metrics: Default::default(),
         })
+    }
+
+    /// Counts this client's requests and tasks in `metrics` (a site's handle).
+    pub fn with_metrics(mut self, metrics: crate::metrics::SiteMetrics) -> Client {
+        self.metrics = metrics;
+        self
     }
 
     /// GET; retried on transport failures and gateway errors (a read is idempotent).
@@ -413,11 +422,19 @@ impl Client {
             Err(e) => {
                 let err = transport_error(method, path, &e);
                 tracing::debug!(%method, path, elapsed_ms, error = %err, "PVE request failed");
+                self.metrics
+                    .request(method.as_str(), path, None, started.elapsed());
                 return Err(err);
             }
         };
         let status = response.status();
         tracing::debug!(%method, path, status = status.as_u16(), elapsed_ms, "PVE request");
+        self.metrics.request(
+            method.as_str(),
+            path,
+            Some(status.as_u16()),
+            started.elapsed(),
+        );
         let reason = response
             .extensions()
             .get::<hyper::ext::ReasonPhrase>()

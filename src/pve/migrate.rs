@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::api::{flag, seg, upid_from};
+use super::api::{flag, seg};
 use super::types::opt_bool;
 use super::{Client, Error, Upid};
 
@@ -136,7 +136,7 @@ impl Client {
             form.push(("with-local-disks", flag(true)));
         }
         let upid: String = self.post(&path, &form).await?;
-        upid_from("POST", &path, upid)
+        self.task_started("POST", &path, upid)
     }
 }
 
