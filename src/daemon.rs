@@ -361,8 +361,9 @@ impl Daemon {
         self.next_fetch = Instant::now() + jittered(self.source.interval);
     }
 
-    /// Walks the tree only when the branch moved (or the config changed); on failure the last
-    /// good commit stays in use.
+    /// Walks the tree only when the branch moved (or the config changed); on failure, or when
+    /// `[source] verify` refuses the tip, the last good (verified) commit stays in use. A
+    /// refused tip is read again at each cycle (the keys may have changed).
     fn read_source(&mut self) {
         let moved = match (self.source.tip(), &self.desired) {
             (Ok(tip), Some((commit, _))) => tip != *commit,
@@ -372,7 +373,10 @@ impl Daemon {
             return;
         }
         self.force_read = false;
-        let read = match self.source.read() {
+        let read = self.source.read();
+        let refusal = self.source.refusal().cloned();
+        self.engine().source_refusal = refusal;
+        let read = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
@@ -525,6 +529,13 @@ fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str
         ),
         None => "no specs read yet".to_string(),
     };
+    if let Some(r) = report.and_then(|(r, _)| r.source_refusal.as_ref()) {
+        line.push_str(&format!(
+            "; refused commit {}: {}",
+            &r.commit[..r.commit.len().min(12)],
+            r.reason.chars().take(120).collect::<String>()
+        ));
+    }
     if let Some(e) = source_error {
         line.push_str(&format!(
             "; source: {}",

@@ -53,6 +53,9 @@ pub struct CycleReport {
     pub cycle_ms: u64,
     /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
     pub next_attempt_ms: Option<u64>,
+    /// The branch tip not applied this cycle (`[source] verify`): its commit and why; the
+    /// specs came from the last verified commit.
+    pub source_refusal: Option<crate::verify::Refusal>,
 }
 
 impl CycleReport {
@@ -139,6 +142,9 @@ pub struct Engine {
     pub retry_transient_now: bool,
     /// Why the source could not be read (the last good commit is being used), for the summary.
     pub source_error: Option<String>,
+    /// The branch tip refused by `[source] verify` (the last verified commit is being used),
+    /// for the summary and the cycle's report.
+    pub source_refusal: Option<crate::verify::Refusal>,
     /// The last `proxsync reconcile` request handled, for the summary.
     pub last_request: Option<RequestSummary>,
     /// Set to true to stop: no new action starts, task waits end early (their UPIDs are
@@ -179,6 +185,7 @@ impl Engine {
             task_wait: TASK_WAIT,
             retry_transient_now: false,
             source_error: None,
+            source_refusal: None,
             last_request: None,
             shutdown: tokio::sync::watch::channel(false).1,
             records: None,
@@ -400,6 +407,7 @@ impl Engine {
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
             source_error: self.source_error.clone(),
+            refused_commit: self.source_refusal.clone(),
             specs: specs.specs.len() + counts.invalid,
             ready: counts.ready,
             stalled: counts.stalled,
@@ -414,7 +422,10 @@ impl Engine {
         self.status
             .write_summary(&summary)
             .map_err(status_err(&self.config.status_dir))?;
-        Ok(cycle_report(&counts, specs, views, records, cycle_ms))
+        Ok(CycleReport {
+            source_refusal: self.source_refusal.clone(),
+            ..cycle_report(&counts, specs, views, records, cycle_ms)
+        })
     }
 
     /// Writes a spec's status file unless the status is the one it was last given.
@@ -514,6 +525,7 @@ fn cycle_report(
             .filter_map(|r| r.next_attempt_ms)
             .filter(|at| *at > now_ms())
             .min(),
+        source_refusal: None,
     }
 }
 
