@@ -365,6 +365,34 @@ enum Rev<'a> {
     Commit(&'a str),
 }
 
+/// The commit `rev` names, and how to name it in messages.
+fn find_commit<'r>(
+    repo: &'r git2::Repository,
+    rev: Rev<'_>,
+) -> Result<(git2::Commit<'r>, String), String> {
+    match rev {
+        Rev::Branch(branch) => {
+            let reference = repo
+                .find_reference(&format!("refs/heads/{branch}"))
+                .map_err(|e| format!("branch {branch:?}: {}", e.message()))?;
+            let commit = reference.peel_to_commit().map_err(|e| {
+                format!(
+                    "branch {branch:?} does not point at a commit: {}",
+                    e.message()
+                )
+            })?;
+            Ok((commit, branch.to_string()))
+        }
+        Rev::Commit(id) => {
+            let commit = git2::Oid::from_str(id)
+                .and_then(|oid| repo.find_commit(oid))
+                .map_err(|e| format!("commit {id}: {}", e.message()))?;
+            Ok((commit, format!("commit {id}")))
+        }
+    }
+}
+
+/// Reads every spec file under `dir` at `rev` (see [`read_commit`]).
 fn read_at(
     repo_path: &Path,
     rev: Rev<'_>,
@@ -378,26 +406,7 @@ fn read_at(
     allow_foreign_owner();
     let repo = git2::Repository::open(repo_path)
         .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
-    let (commit, branch) = match rev {
-        Rev::Branch(branch) => {
-            let reference = repo
-                .find_reference(&format!("refs/heads/{branch}"))
-                .map_err(|e| err(format!("branch {branch:?}: {}", e.message())))?;
-            let commit = reference.peel_to_commit().map_err(|e| {
-                err(format!(
-                    "branch {branch:?} does not point at a commit: {}",
-                    e.message()
-                ))
-            })?;
-            (commit, branch.to_string())
-        }
-        Rev::Commit(id) => {
-            let commit = git2::Oid::from_str(id)
-                .and_then(|oid| repo.find_commit(oid))
-                .map_err(|e| err(format!("commit {id}: {}", e.message())))?;
-            (commit, format!("commit {id}"))
-        }
-    };
+    let (commit, branch) = find_commit(&repo, rev).map_err(err)?;
     let root = commit.tree().map_err(|e| err(e.message().to_string()))?;
     let rel = dir.to_string_lossy();
     let rel = rel.trim_start_matches("./").trim_end_matches('/');
@@ -527,6 +536,78 @@ mod tests {
     }
 
     const SPEC: &str = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: web-01\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
+
+    /// A config reading the repository `repo` with `verify = "ssh"` and an allowed signers
+    /// file holding one fresh key (never used to sign here).
+    fn verifying_config(d: &Path, repo: &Path) -> Config {
+        let key = d.join("trusted");
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .output()
+            .expect("ssh-keygen is installed");
+        assert!(out.status.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        std::fs::write(d.join("allowed"), format!("ci@example.org {public}")).unwrap();
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\npath = \"{}\"\nverify = \"ssh\"\n\
+             allowed_signers = \"{}\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+            repo.display(),
+            d.join("allowed").display()
+        );
+        Config::parse(&d.join("proxsync.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn an_unsigned_tip_is_never_read_and_an_unverifiable_fallback_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("web.yaml"), SPEC).unwrap();
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "unsigned"]);
+        let config = verifying_config(dir.path(), &repo);
+        let mut source = Source::new(&config);
+
+        let e = source.read().unwrap_err();
+        assert!(
+            e.message.ends_with(
+                "refused: the commit is not signed; no earlier verified commit, so nothing is applied"
+            ),
+            "{e}"
+        );
+        let tip = source
+            .refusal()
+            .expect("the refusal is kept")
+            .commit
+            .clone();
+        assert_eq!(tip.len(), 40);
+
+        // A remembered commit is checked again before use: an unsigned one named in the state
+        // file (edited by hand, or trusted by keys since removed) is not applied either.
+        let first = tip;
+        git(
+            &repo,
+            &["commit", "-q", "--allow-empty", "-m", "unsigned too"],
+        );
+        verify::remember(
+            &config.state_dir,
+            &repo.display().to_string(),
+            "main",
+            &first,
+        )
+        .unwrap();
+        let e = source.read().unwrap_err();
+        assert!(
+            e.message.contains(&format!(
+                "the last verified commit {first} does not verify now either (the commit is not signed)"
+            )),
+            "{e}"
+        );
+    }
 
     #[test]
     fn reads_the_committed_tree_not_the_work_tree() {

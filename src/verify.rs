@@ -640,6 +640,115 @@ mod tests {
         );
     }
 
+    fn run_ok(cmd: &mut Command) -> String {
+        let out = cmd.output().expect("the tool is installed");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Commits in `repo`, signed with the ssh key `key`; returns the commit id.
+    fn signed_commit(repo: &Path, key: &Path) -> String {
+        run_ok(
+            Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@e", "-c"])
+                .args(["gpg.format=ssh", "-c"])
+                .arg(format!("user.signingkey={}", key.display()))
+                .args(["commit", "-q", "--allow-empty", "-S", "-m", "signed"])
+                .current_dir(repo),
+        );
+        run_ok(
+            Command::new("git")
+                .args(["rev-parse", "HEAD"])
+                .current_dir(repo),
+        )
+    }
+
+    /// An ed25519 key and an allowed signers file trusting it.
+    fn key_and_signers(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let key = dir.join(name);
+        run_ok(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(&key),
+        );
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let signers = dir.join(format!("{name}.allowed"));
+        std::fs::write(&signers, format!("{name}@example.org {public}")).unwrap();
+        (key, signers)
+    }
+
+    #[test]
+    fn the_repository_config_cannot_change_what_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let repo = d.join("repo");
+        run_ok(Command::new("git").args(["init", "-q"]).arg(&repo));
+        let (trusted, allowed) = key_and_signers(d, "trusted");
+        let (stranger, stranger_allowed) = key_and_signers(d, "stranger");
+        let how = CommitVerification::Ssh {
+            allowed_signers: allowed,
+        };
+        let good = signed_commit(&repo, &trusted);
+        assert_eq!(
+            verify_commit(&repo, &good, &how),
+            Ok("trusted@example.org".into())
+        );
+        let bad = signed_commit(&repo, &stranger);
+
+        // The repository's own config names another allowed signers file and a verifier that
+        // approves everything: the settings on git's command line win.
+        let fake = d.join("approve-all");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'Good \"git\" signature for trusted@example.org with ED25519 key SHA256:x'\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = repo.join(".git/config");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(&format!(
+            "[gpg \"ssh\"]\n\tallowedSignersFile = {}\n\tprogram = {}\n",
+            stranger_allowed.display(),
+            fake.display()
+        ));
+        std::fs::write(&config, text).unwrap();
+        let why = verify_commit(&repo, &bad, &how).unwrap_err();
+        assert!(
+            why.starts_with("signed by a key that is not in the allowed signers file (SHA256:"),
+            "{why}"
+        );
+        // The trusted commit still verifies, with the real ssh-keygen.
+        assert_eq!(
+            verify_commit(&repo, &good, &how),
+            Ok("trusted@example.org".into())
+        );
+    }
+
+    #[test]
+    fn a_signature_of_the_other_kind_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        run_ok(Command::new("git").args(["init", "-q"]).arg(&repo));
+        let (key, _) = key_and_signers(dir.path(), "trusted");
+        let commit = signed_commit(&repo, &key);
+        let how = CommitVerification::OpenPgp {
+            keyring: dir.path().join("keyring.gpg"),
+        };
+        assert_eq!(
+            verify_commit(&repo, &commit, &how),
+            Err(
+                "the commit carries an ssh signature, but [source] verify = \"openpgp\" \
+                 accepts only OpenPGP signatures"
+                    .into()
+            )
+        );
+    }
+
     #[test]
     fn signature_kinds_from_the_armour() {
         assert_eq!(Kind::of(b"-----BEGIN SSH SIGNATURE-----\nU1N"), Kind::Ssh);
