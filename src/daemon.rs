@@ -306,7 +306,15 @@ impl Daemon {
                     }
                 }
             }
-            None => None,
+            None => {
+                // No commit to apply: every one refused by `[source] verify` says so.
+                if self.engine().source_refusal.is_some()
+                    && let Err(e) = self.engine().write_unapplied_summary()
+                {
+                    tracing::error!(error = %e, "cannot write the summary");
+                }
+                None
+            }
         };
         self.cycle_done(report.as_ref());
         Ok(Flow::Continue)

@@ -428,6 +428,31 @@ impl Engine {
         })
     }
 
+    /// Writes `_summary.yaml` when no commit can be applied (the tip refused by
+    /// `[source] verify` and no verified commit to fall back on): nothing was observed or
+    /// planned, and the summary says why.
+    pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
+        let summary = SummaryStatus {
+            commit: None,
+            source_error: self.source_error.clone(),
+            refused_commit: self.source_refusal.clone(),
+            specs: 0,
+            ready: 0,
+            stalled: 0,
+            backing_off: 0,
+            invalid: 0,
+            sites: Vec::new(),
+            last_cycle: SystemTime::now(),
+            cycle_ms: 0,
+            refused: Vec::new(),
+            last_request: self.last_request.clone(),
+        };
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(())
+    }
+
     /// Writes a spec's status file unless the status is the one it was last given.
     fn write_spec_if_changed(
         &mut self,

@@ -411,7 +411,7 @@ fn wait_summary(ws: &Workspace, what: &str, pred: impl Fn(&serde_json::Value) ->
 }
 
 #[test]
-fn the_daemon_keeps_the_last_verified_commit_across_a_restart() {
+fn the_daemon_applies_nothing_unverified_and_keeps_the_last_verified_commit_across_a_restart() {
     require("git");
     require("ssh-keygen");
     let mut pve = FakePve::start(default_scenario());
@@ -430,9 +430,22 @@ fn the_daemon_keeps_the_last_verified_commit_across_a_restart() {
             ws.path("allowed_signers").display()
         ),
     );
+    // An unsigned first commit: nothing to apply, and the summary says why.
     stage(&ws, &[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
-    let signed = commit_ssh(&ws, "web", Some(&trusted));
+    let first = commit_ssh(&ws, "web, unsigned", None);
     let daemon = Daemon::start(&ws);
+    wait_summary(&ws, "the first refusal", |s| {
+        s["refusedCommit"]["commit"] == first.as_str()
+            && s["refusedCommit"]["reason"] == "the commit is not signed"
+            && s.get("commit").is_none()
+    });
+    assert!(
+        text(&ws.proxsync(&["status"])).contains("Commit:      none yet"),
+        "nothing applied"
+    );
+    assert_eq!(names(&mut pve), Vec::<String>::new());
+
+    let signed = commit_ssh(&ws, "web, signed", Some(&trusted));
     wait_summary(&ws, "the signed commit applied", |s| {
         s["commit"] == signed.as_str() && s["ready"] == 1
     });
