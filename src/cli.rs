@@ -237,8 +237,9 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     let mut spec_checks = Vec::new();
     // The specs of `--specs`, else those of the configured source, as `plan` and `run` read.
     let set = if spec_paths.is_empty() {
-        match crate::source::read_configured(&config) {
+        match crate::source::read_configured(&config, crate::source::Use::Inspect) {
             Ok(read) => {
+                spec_checks.extend(crate::doctor::check_tip(&config, &read));
                 spec_checks.push(crate::doctor::Check {
                     level: crate::doctor::Level::Ok,
                     subject: "source".into(),
@@ -320,35 +321,58 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-/// Loads the config and the specs (from `--specs`, else the configured source).
+/// What a command works on: the config, the specs, and the commit they come from.
+struct Inputs {
+    config: Config,
+    specs: spec::SpecSet,
+    commit: Option<String>,
+    /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
+    refused: Option<crate::verify::Refusal>,
+}
+
+/// Loads the config and the specs (from `--specs`, else the configured source, verified when
+/// `[source] verify` is set).
 fn load_inputs(
     config_path: Option<PathBuf>,
     spec_paths: &[PathBuf],
-) -> Result<(Config, spec::SpecSet, Option<String>), ExitCode> {
+    purpose: crate::source::Use,
+) -> Result<Inputs, ExitCode> {
     let config = load_config(config_path)?;
-    let (mut set, commit) = if spec_paths.is_empty() {
-        match crate::source::read_configured(&config) {
-            Ok(read) => (read.specs, Some(read.commit)),
+    let (mut specs, commit, refused) = if spec_paths.is_empty() {
+        match crate::source::read_configured(&config, purpose) {
+            Ok(read) => (read.specs, Some(read.commit), read.refused),
             Err(e) => {
                 eprintln!("error: {e}");
                 return Err(ExitCode::FAILURE);
             }
         }
     } else {
-        (spec::load_paths(spec_paths), None)
+        (spec::load_paths(spec_paths), None, None)
     };
-    crate::engine::check_spec_sites(&config, &mut set);
-    for d in &set.diagnostics {
+    if let (Some(r), Some(commit)) = (&refused, &commit) {
+        eprintln!(
+            "warning: commit {} refused: {}; using the last verified commit {commit}",
+            r.commit, r.reason
+        );
+    }
+    crate::engine::check_spec_sites(&config, &mut specs);
+    for d in &specs.diagnostics {
         eprintln!("{d}");
     }
-    Ok((config, set, commit))
+    Ok(Inputs {
+        config,
+        specs,
+        commit,
+        refused,
+    })
 }
 
 fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode {
-    let (config, specs, _commit) = match load_inputs(config_path, &[]) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    let Inputs { config, specs, .. } =
+        match load_inputs(config_path, &[], crate::source::Use::Inspect) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -438,7 +462,12 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
             }
         };
     }
-    let (config, specs, commit) = match load_inputs(config_path, &spec_paths) {
+    let Inputs {
+        config,
+        specs,
+        commit,
+        refused,
+    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Apply) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -456,6 +485,7 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
         };
         // Someone asked for a reconcile now: a transient failure's backoff does not hold it.
         engine.retry_transient_now = true;
+        engine.source_refusal = refused;
         let report = match engine.reconcile(&specs, commit.as_deref()).await {
             Ok(r) => r,
             Err(e) => {
@@ -503,7 +533,11 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
             report.cycle_ms,
             engine.config().status_dir.display()
         );
-        if report.all_ready() {
+        // A refused tip was not applied: the run did not do what was pushed.
+        if let Some(r) = &report.source_refusal {
+            println!("refused commit {}: {}", r.commit, r.reason);
+        }
+        if report.all_ready() && report.source_refusal.is_none() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -512,10 +546,11 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
 }
 
 fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
-    let (config, specs, _commit) = match load_inputs(config_path, &spec_paths) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    let Inputs { config, specs, .. } =
+        match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

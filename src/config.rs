@@ -86,6 +86,21 @@ pub struct SourceConfig {
     pub dir: PathBuf,
     /// How often a remote is fetched.
     pub interval: Duration,
+    /// Which signatures a branch tip must carry before its specs are applied; `None` (the
+    /// default) applies any commit.
+    pub verify: Option<CommitVerification>,
+}
+
+/// `[source] verify`: the tip must be signed by one of these keys (read-only key material;
+/// only its path is ever shown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitVerification {
+    /// `verify = "ssh"`: an ssh signature by a key of this `allowed_signers` file (the format
+    /// of ssh-keygen(1) ALLOWED SIGNERS).
+    Ssh { allowed_signers: PathBuf },
+    /// `verify = "openpgp"`: an OpenPGP signature by a key of this keyring (binary or
+    /// ASCII-armoured export).
+    OpenPgp { keyring: PathBuf },
 }
 
 /// A local repository (bare or not) or a remote URL fetched into a mirror.
@@ -381,6 +396,9 @@ struct RawSource {
     interval: Option<String>,
     ssh_key_file: Option<PathBuf>,
     token_file: Option<PathBuf>,
+    verify: Option<String>,
+    allowed_signers: Option<PathBuf>,
+    keyring: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -820,12 +838,60 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
             dir.display()
         ));
     }
+    let verify = build_verify(s.verify, s.allowed_signers, s.keyring, base)?;
     Ok(SourceConfig {
         location,
         branch,
         dir,
         interval: opt_duration("[source] interval", s.interval, Duration::from_secs(60))?,
+        verify,
     })
+}
+
+/// `[source] verify` with the key file its kind needs (and not the other kind's).
+fn build_verify(
+    verify: Option<String>,
+    allowed_signers: Option<PathBuf>,
+    keyring: Option<PathBuf>,
+    base: &Path,
+) -> Result<Option<CommitVerification>, String> {
+    match (verify.as_deref(), allowed_signers, keyring) {
+        (None | Some("none"), None, None) => Ok(None),
+        (None | Some("none"), Some(_), _) | (None | Some("none"), _, Some(_)) => Err(
+            "[source] allowed_signers and keyring need `verify = \"ssh\"` or `verify = \"openpgp\"`"
+                .into(),
+        ),
+        (Some("ssh"), Some(file), None) => Ok(Some(CommitVerification::Ssh {
+            allowed_signers: resolve(base, file),
+        })),
+        (Some("ssh"), None, _) => Err(
+            "[source] verify = \"ssh\" needs `allowed_signers`: the file of trusted keys \
+             (lines `PRINCIPAL KEYTYPE BASE64KEY`, see ssh-keygen(1) ALLOWED SIGNERS)"
+                .into(),
+        ),
+        (Some("ssh"), Some(_), Some(_)) => Err(
+            "[source] keyring is for verify = \"openpgp\"; with verify = \"ssh\" set only \
+             allowed_signers"
+                .into(),
+        ),
+        (Some("openpgp"), None, Some(file)) => Ok(Some(CommitVerification::OpenPgp {
+            keyring: resolve(base, file),
+        })),
+        (Some("openpgp"), _, None) => Err(
+            "[source] verify = \"openpgp\" needs `keyring`: a file of the trusted public keys \
+             (`gpg --export KEYID > keyring.gpg`)"
+                .into(),
+        ),
+        (Some("openpgp"), Some(_), Some(_)) => Err(
+            "[source] allowed_signers is for verify = \"ssh\"; with verify = \"openpgp\" set \
+             only keyring"
+                .into(),
+        ),
+        (Some(other), _, _) => Err(format!(
+            "[source] verify = {other:?}: must be \"ssh\" (with allowed_signers), \"openpgp\" \
+             (with keyring) or \"none\""
+        )),
+    }
 }
 
 fn build_site(s: RawSite, base: &Path) -> Result<SiteConfig, String> {
@@ -1379,5 +1445,52 @@ repo = "group/sub/vms"
             c.sites[0].token_secret_file,
             Some(PathBuf::from("/etc/px/t.token"))
         );
+    }
+
+    #[test]
+    fn commit_verification_keys() {
+        let with = |extra: &str| {
+            parse(&MINIMAL.replace(
+                "path = \"/srv/git/vms.git\"",
+                &format!("path = \"/srv/git/vms.git\"\n{extra}"),
+            ))
+        };
+        assert_eq!(with("").unwrap().source.verify, None, "off by default");
+        assert_eq!(with("verify = \"none\"").unwrap().source.verify, None);
+        assert_eq!(
+            with("verify = \"ssh\"\nallowed_signers = \"signers\"")
+                .unwrap()
+                .source
+                .verify,
+            Some(CommitVerification::Ssh {
+                allowed_signers: "/etc/proxsync/signers".into()
+            })
+        );
+        assert_eq!(
+            with("verify = \"openpgp\"\nkeyring = \"/etc/proxsync/keys.gpg\"")
+                .unwrap()
+                .source
+                .verify,
+            Some(CommitVerification::OpenPgp {
+                keyring: "/etc/proxsync/keys.gpg".into()
+            })
+        );
+        for (extra, want) in [
+            ("verify = \"ssh\"", "needs `allowed_signers`"),
+            ("verify = \"openpgp\"", "needs `keyring`"),
+            ("verify = \"gpg\"", "verify = \"gpg\": must be \"ssh\""),
+            ("allowed_signers = \"s\"", "need `verify = \"ssh\"`"),
+            (
+                "verify = \"ssh\"\nallowed_signers = \"s\"\nkeyring = \"k\"",
+                "keyring is for verify = \"openpgp\"",
+            ),
+            (
+                "verify = \"openpgp\"\nallowed_signers = \"s\"\nkeyring = \"k\"",
+                "allowed_signers is for verify = \"ssh\"",
+            ),
+        ] {
+            let err = with(extra).unwrap_err();
+            assert!(err.contains(want), "{extra}: {err}");
+        }
     }
 }

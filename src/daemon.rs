@@ -107,6 +107,8 @@ struct Daemon {
     watchdog_tick: tokio::time::Interval,
     /// The `[[notify]]` targets, when any: each cycle's transitions are queued for them.
     notifier: Option<crate::notify::Notifier>,
+    /// The refused tip last notified (`[source] verify`): a refusal is sent once per commit.
+    refusal_notified: Option<String>,
     /// Counted across reloads; off without `[metrics] listen`.
     metrics: Metrics,
     metrics_server: Option<crate::metrics::Server>,
@@ -207,6 +209,7 @@ impl Daemon {
             watchdog,
             watchdog_tick,
             notifier,
+            refusal_notified: None,
             metrics,
             metrics_server,
         })
@@ -338,7 +341,15 @@ impl Daemon {
                     }
                 }
             }
-            None => None,
+            None => {
+                // No commit to apply: every one refused by `[source] verify` says so.
+                if self.engine().source_refusal.is_some()
+                    && let Err(e) = self.engine().write_unapplied_summary()
+                {
+                    tracing::error!(error = %e, "cannot write the summary");
+                }
+                None
+            }
         };
         self.cycle_done(report.as_ref());
         Ok(Flow::Continue)
@@ -398,8 +409,9 @@ impl Daemon {
         self.next_fetch = Instant::now() + jittered(self.source.interval);
     }
 
-    /// Walks the tree only when the branch moved (or the config changed); on failure the last
-    /// good commit stays in use.
+    /// Walks the tree only when the branch moved (or the config changed); on failure, or when
+    /// `[source] verify` refuses the tip, the last good (verified) commit stays in use. A
+    /// refused tip is read again at each cycle (the keys may have changed).
     fn read_source(&mut self) {
         let moved = match (self.source.tip(), &self.desired) {
             (Ok(tip), Some((commit, _))) => tip != *commit,
@@ -409,7 +421,18 @@ impl Daemon {
             return;
         }
         self.force_read = false;
-        let read = match self.source.read() {
+        let read = self.source.read();
+        let refusal = self.source.refusal().cloned();
+        if let Some(r) = &refusal
+            && self.refusal_notified.as_deref() != Some(r.commit.as_str())
+        {
+            if let Some(n) = &self.notifier {
+                n.commit_refused(&r.commit, &r.reason);
+            }
+            self.refusal_notified = Some(r.commit.clone());
+        }
+        self.engine().source_refusal = refusal;
+        let read = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
@@ -580,6 +603,13 @@ fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str
         ),
         None => "no specs read yet".to_string(),
     };
+    if let Some(r) = report.and_then(|(r, _)| r.source_refusal.as_ref()) {
+        line.push_str(&format!(
+            "; refused commit {}: {}",
+            &r.commit[..r.commit.len().min(12)],
+            r.reason.chars().take(120).collect::<String>()
+        ));
+    }
     if let Some(e) = source_error {
         line.push_str(&format!(
             "; source: {}",

@@ -58,6 +58,9 @@ pub struct CycleReport {
     pub conditions: BTreeMap<ConditionKey, usize>,
     /// Each site as observed at the end of the cycle (for notifications and metrics).
     pub site_health: Vec<crate::status::SiteSummary>,
+    /// The branch tip not applied this cycle (`[source] verify`): its commit and why; the
+    /// specs came from the last verified commit.
+    pub source_refusal: Option<crate::verify::Refusal>,
 }
 
 /// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
@@ -157,6 +160,9 @@ pub struct Engine {
     pub retry_transient_now: bool,
     /// Why the source could not be read (the last good commit is being used), for the summary.
     pub source_error: Option<String>,
+    /// The branch tip refused by `[source] verify` (the last verified commit is being used),
+    /// for the summary and the cycle's report.
+    pub source_refusal: Option<crate::verify::Refusal>,
     /// The last `proxsync reconcile` request handled, for the summary.
     pub last_request: Option<RequestSummary>,
     /// `[[notify]]` targets that fail (set by the daemon before a cycle), for the summary.
@@ -204,6 +210,7 @@ impl Engine {
             task_wait: TASK_WAIT,
             retry_transient_now: false,
             source_error: None,
+            source_refusal: None,
             last_request: None,
             notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
@@ -436,6 +443,7 @@ impl Engine {
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
             source_error: self.source_error.clone(),
+            refused_commit: self.source_refusal.clone(),
             specs: specs.specs.len() + counts.invalid,
             ready: counts.ready,
             stalled: counts.stalled,
@@ -451,7 +459,36 @@ impl Engine {
         self.status
             .write_summary(&summary)
             .map_err(status_err(&self.config.status_dir))?;
-        Ok(cycle_report(&counts, specs, views, records, cycle_ms))
+        Ok(CycleReport {
+            source_refusal: self.source_refusal.clone(),
+            ..cycle_report(&counts, specs, views, records, cycle_ms)
+        })
+    }
+
+    /// Writes `_summary.yaml` when no commit can be applied (the tip refused by
+    /// `[source] verify` and no verified commit to fall back on): nothing was observed or
+    /// planned, and the summary says why.
+    pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
+        let summary = SummaryStatus {
+            commit: None,
+            source_error: self.source_error.clone(),
+            refused_commit: self.source_refusal.clone(),
+            specs: 0,
+            ready: 0,
+            stalled: 0,
+            backing_off: 0,
+            invalid: 0,
+            sites: Vec::new(),
+            last_cycle: SystemTime::now(),
+            cycle_ms: 0,
+            refused: Vec::new(),
+            last_request: self.last_request.clone(),
+            notify_failures: self.notify_failures.clone(),
+        };
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(())
     }
 
     /// Writes a spec's status file unless the status is the one it was last given.
@@ -564,6 +601,7 @@ fn cycle_report(
             .min(),
         conditions: counts.conditions.clone(),
         site_health: views.values().map(site_summary).collect(),
+        source_refusal: None,
     }
 }
 

@@ -24,3 +24,4 @@ pub mod spec;
 pub mod state;
 pub mod status;
 pub mod status_view;
+pub mod verify;

@@ -3,13 +3,16 @@
 //! the remote `[source] url` that the daemon owns under `state_dir` and fetches with the
 //! system `git` (ssh agent, known_hosts and credential helpers come for free, as in Argo CD).
 //! Parsed files are cached by path and blob id, so an unchanged file is not parsed again.
+//! With `[source] verify`, the tip is read only when its signature verifies
+//! ([`crate::verify`]); a refused tip leaves the last verified commit in use.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{Config, SourceLocation};
+use crate::config::{CommitVerification, Config, SourceLocation};
 use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet};
+use crate::verify::{self, Refusal};
 
 /// Specs read from a commit.
 #[derive(Debug, Clone)]
@@ -17,6 +20,9 @@ pub struct ReadSpecs {
     pub specs: SpecSet,
     /// The full commit id.
     pub commit: String,
+    /// The branch tip that was not applied (`[source] verify`): then `commit` is the last
+    /// verified one.
+    pub refused: Option<Refusal>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -26,10 +32,20 @@ pub struct SourceError {
     pub message: String,
 }
 
+/// What a reader does with the specs it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// Applies them (`run`): a verified tip is remembered as the one to fall back on.
+    Apply,
+    /// Only looks (`plan`, `doctor`, `adopt`): nothing is remembered.
+    Inspect,
+}
+
 /// Reads the configured source once (for `run --once` and `plan`): a local repository as
 /// it is, a remote after fetching it into the mirror.
-pub fn read_configured(config: &Config) -> Result<ReadSpecs, SourceError> {
+pub fn read_configured(config: &Config, purpose: Use) -> Result<ReadSpecs, SourceError> {
     let mut source = Source::new(config);
+    source.remember = purpose == Use::Apply;
     if source.is_remote() {
         source.fetch_blocking()?;
     }
@@ -45,6 +61,14 @@ pub struct Source {
     repo: PathBuf,
     cache: ParseCache,
     pub interval: Duration,
+    /// `[source] verify`: the signatures a tip needs before it is read.
+    verify: Option<CommitVerification>,
+    /// Where the last verified commit is remembered.
+    state_dir: PathBuf,
+    /// Whether a verified tip is remembered (`Use::Apply`).
+    remember: bool,
+    /// The last tip refused, to log a refusal once rather than at every read.
+    refusal: Option<Refusal>,
 }
 
 impl Source {
@@ -60,16 +84,100 @@ impl Source {
             repo,
             cache: ParseCache::new(),
             interval: config.source.interval,
+            verify: config.source.verify.clone(),
+            state_dir: config.state_dir.clone(),
+            remember: true,
+            refusal: None,
         }
+    }
+
+    /// The repository as configured (path or URL), naming the remembered verified commit's
+    /// source.
+    fn location_label(&self) -> String {
+        match &self.location {
+            SourceLocation::Path(p) => p.display().to_string(),
+            SourceLocation::Url { url, .. } => url.clone(),
+        }
+    }
+
+    fn error(&self, message: String) -> SourceError {
+        SourceError {
+            location: self.repo.display().to_string(),
+            message,
+        }
+    }
+
+    /// The branch tip refused at the last read, if it was.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.refusal.as_ref()
     }
 
     pub fn is_remote(&self) -> bool {
         matches!(self.location, SourceLocation::Url { .. })
     }
 
-    /// The specs at the tip of the branch.
+    /// The specs at the tip of the branch; with `[source] verify`, only if its signature
+    /// verifies, else those of the last verified commit (with the refusal), else an error.
     pub fn read(&mut self) -> Result<ReadSpecs, SourceError> {
-        read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache)
+        let Some(how) = self.verify.clone() else {
+            return read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache);
+        };
+        let tip = self.tip()?;
+        match verify::verify_commit(&self.repo, &tip, &how) {
+            Ok(signer) => {
+                if self.refusal.take().is_some() || self.remember {
+                    tracing::info!(commit = %tip, %signer, "the branch tip's signature verifies");
+                }
+                if self.remember
+                    && let Err(e) = verify::remember(
+                        &self.state_dir,
+                        &self.location_label(),
+                        &self.branch,
+                        &tip,
+                    )
+                {
+                    tracing::warn!(error = %e, "cannot remember the verified commit");
+                }
+                read_at(&self.repo, Rev::Commit(&tip), &self.dir, &mut self.cache)
+            }
+            Err(reason) => {
+                let refusal = Refusal {
+                    commit: tip,
+                    reason,
+                };
+                if self.refusal.as_ref() != Some(&refusal) {
+                    tracing::warn!(commit = %refusal.commit, reason = %refusal.reason, "the branch tip is refused: its specs are not applied");
+                }
+                self.refusal = Some(refusal.clone());
+                self.read_last_verified(&how, refusal)
+            }
+        }
+    }
+
+    /// The specs of the last verified commit, checked again (the keys may have changed since),
+    /// when the tip is refused.
+    fn read_last_verified(
+        &mut self,
+        how: &CommitVerification,
+        refusal: Refusal,
+    ) -> Result<ReadSpecs, SourceError> {
+        let refused = format!("commit {} refused: {}", refusal.commit, refusal.reason);
+        let last = verify::last_verified(&self.state_dir, &self.location_label(), &self.branch)
+            .filter(|c| *c != refusal.commit);
+        let Some(last) = last else {
+            return Err(self.error(format!(
+                "{refused}; no earlier verified commit, so nothing is applied"
+            )));
+        };
+        if let Err(why) = verify::verify_commit(&self.repo, &last, how) {
+            return Err(self.error(format!(
+                "{refused}; the last verified commit {last} does not verify now either ({why}), \
+                 so nothing is applied"
+            )));
+        }
+        let mut read = read_at(&self.repo, Rev::Commit(&last), &self.dir, &mut self.cache)?;
+        read.refused = Some(refusal);
+        Ok(read)
     }
 
     /// The commit id at the tip of the branch: cheap, so the daemon walks the tree again only
@@ -167,7 +275,7 @@ impl Source {
 /// against git running programs named in a foreign repository's config (CVE-2022-24765);
 /// proxsync only reads objects and refs through libgit2, which runs no hooks, filters or
 /// helpers, so the check is turned off, once, for this process.
-fn allow_foreign_owner() {
+pub(crate) fn allow_foreign_owner() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: a process-wide libgit2 setting, written once before any repository is
@@ -247,6 +355,50 @@ pub fn read_commit_cached(
     dir: &Path,
     cache: &mut ParseCache,
 ) -> Result<ReadSpecs, SourceError> {
+    read_at(repo_path, Rev::Branch(branch), dir, cache)
+}
+
+/// Which commit to read: a branch's tip, or one commit by id (a verified one).
+#[derive(Clone, Copy)]
+enum Rev<'a> {
+    Branch(&'a str),
+    Commit(&'a str),
+}
+
+/// The commit `rev` names, and how to name it in messages.
+fn find_commit<'r>(
+    repo: &'r git2::Repository,
+    rev: Rev<'_>,
+) -> Result<(git2::Commit<'r>, String), String> {
+    match rev {
+        Rev::Branch(branch) => {
+            let reference = repo
+                .find_reference(&format!("refs/heads/{branch}"))
+                .map_err(|e| format!("branch {branch:?}: {}", e.message()))?;
+            let commit = reference.peel_to_commit().map_err(|e| {
+                format!(
+                    "branch {branch:?} does not point at a commit: {}",
+                    e.message()
+                )
+            })?;
+            Ok((commit, branch.to_string()))
+        }
+        Rev::Commit(id) => {
+            let commit = git2::Oid::from_str(id)
+                .and_then(|oid| repo.find_commit(oid))
+                .map_err(|e| format!("commit {id}: {}", e.message()))?;
+            Ok((commit, format!("commit {id}")))
+        }
+    }
+}
+
+/// Reads every spec file under `dir` at `rev` (see [`read_commit`]).
+fn read_at(
+    repo_path: &Path,
+    rev: Rev<'_>,
+    dir: &Path,
+    cache: &mut ParseCache,
+) -> Result<ReadSpecs, SourceError> {
     let err = |message: String| SourceError {
         location: repo_path.display().to_string(),
         message,
@@ -254,15 +406,7 @@ pub fn read_commit_cached(
     allow_foreign_owner();
     let repo = git2::Repository::open(repo_path)
         .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
-    let reference = repo
-        .find_reference(&format!("refs/heads/{branch}"))
-        .map_err(|e| err(format!("branch {branch:?}: {}", e.message())))?;
-    let commit = reference.peel_to_commit().map_err(|e| {
-        err(format!(
-            "branch {branch:?} does not point at a commit: {}",
-            e.message()
-        ))
-    })?;
+    let (commit, branch) = find_commit(&repo, rev).map_err(err)?;
     let root = commit.tree().map_err(|e| err(e.message().to_string()))?;
     let rel = dir.to_string_lossy();
     let rel = rel.trim_start_matches("./").trim_end_matches('/');
@@ -361,6 +505,7 @@ pub fn read_commit_cached(
     Ok(ReadSpecs {
         specs: spec::assemble(specs, diags),
         commit: commit.id().to_string(),
+        refused: None,
     })
 }
 
@@ -391,6 +536,78 @@ mod tests {
     }
 
     const SPEC: &str = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: web-01\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
+
+    /// A config reading the repository `repo` with `verify = "ssh"` and an allowed signers
+    /// file holding one fresh key (never used to sign here).
+    fn verifying_config(d: &Path, repo: &Path) -> Config {
+        let key = d.join("trusted");
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .output()
+            .expect("ssh-keygen is installed");
+        assert!(out.status.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        std::fs::write(d.join("allowed"), format!("ci@example.org {public}")).unwrap();
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\npath = \"{}\"\nverify = \"ssh\"\n\
+             allowed_signers = \"{}\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+            repo.display(),
+            d.join("allowed").display()
+        );
+        Config::parse(&d.join("proxsync.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn an_unsigned_tip_is_never_read_and_an_unverifiable_fallback_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("web.yaml"), SPEC).unwrap();
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "unsigned"]);
+        let config = verifying_config(dir.path(), &repo);
+        let mut source = Source::new(&config);
+
+        let e = source.read().unwrap_err();
+        assert!(
+            e.message.ends_with(
+                "refused: the commit is not signed; no earlier verified commit, so nothing is applied"
+            ),
+            "{e}"
+        );
+        let tip = source
+            .refusal()
+            .expect("the refusal is kept")
+            .commit
+            .clone();
+        assert_eq!(tip.len(), 40);
+
+        // A remembered commit is checked again before use: an unsigned one named in the state
+        // file (edited by hand, or trusted by keys since removed) is not applied either.
+        let first = tip;
+        git(
+            &repo,
+            &["commit", "-q", "--allow-empty", "-m", "unsigned too"],
+        );
+        verify::remember(
+            &config.state_dir,
+            &repo.display().to_string(),
+            "main",
+            &first,
+        )
+        .unwrap();
+        let e = source.read().unwrap_err();
+        assert!(
+            e.message.contains(&format!(
+                "the last verified commit {first} does not verify now either (the commit is not signed)"
+            )),
+            "{e}"
+        );
+    }
 
     #[test]
     fn reads_the_committed_tree_not_the_work_tree() {

@@ -402,6 +402,16 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
             p.paint(Color::Red, &clean(e))
         );
     }
+    if let Some(r) = &s.refused_commit {
+        let _ = writeln!(
+            out,
+            "Tip refused: {} (not applied; the last verified commit is kept)",
+            p.paint(
+                Color::Red,
+                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(&r.reason))
+            )
+        );
+    }
     let count = |n: u64, label: &str, color: Color| {
         let text = format!("{n} {label}");
         if n > 0 { p.paint(color, &text) } else { text }
@@ -1139,6 +1149,7 @@ mod tests {
         sd.write_summary(&SummaryStatus {
             commit: Some(COMMIT.into()),
             source_error: None,
+            refused_commit: None,
             specs: 5,
             ready: 1,
             stalled: 2,
@@ -1559,6 +1570,11 @@ mod tests {
         sd.write_summary(&SummaryStatus {
             commit: None,
             source_error: Some("fetch failed: connection reset\nby peer".into()),
+            refused_commit: Some(crate::verify::Refusal {
+                commit: "0123456789abcdef0123456789abcdef01234567".into(),
+                reason: "signed by a key that is not in the allowed signers file\n(SHA256:x)"
+                    .into(),
+            }),
             specs: 2,
             ready: 2,
             stalled: 0,
@@ -1586,6 +1602,8 @@ mod tests {
         for want in [
             "Commit:      none yet\n",
             "Source:      fetch failed: connection reset by peer (the last good commit is kept)\n",
+            "Tip refused: 0123456: signed by a key that is not in the allowed signers file \
+             (SHA256:x) (not applied; the last verified commit is kept)\n",
             "Specs:       2 (2 Ready, 0 Stalled, 0 backing off, 0 invalid)\n",
             "Sites:       0/1 healthy (lab: no quorum, offline: pve2, pve3)\n",
             "Last cycle:  3d ago (took 5 ms)\n",

@@ -11,12 +11,14 @@ mod health;
 mod marker_key;
 mod privileges;
 mod resources;
+mod signing;
 mod versions;
 
 use health::check_health;
 use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
+pub use signing::check_tip;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,6 +92,7 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         None,
     )];
     out.push(marker_key::check_marker_key(&config.state_dir));
+    out.extend(signing::check_signing(config));
     for spec in specs {
         if config.site(&spec.site).is_none() {
             out.push(check(

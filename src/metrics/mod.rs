@@ -615,6 +615,7 @@ mod tests {
             .into_iter()
             .collect(),
             site_health: vec![site("a", true, 2), site("b", false, 0)],
+            source_refusal: None,
         }
     }
 

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::transitions::build_spec_file;
 use super::{
-    NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RequestRecord,
-    SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile, SummaryStatus, clip,
-    clip_to, rfc3339,
+    NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RefusedCommitRecord,
+    RequestRecord, SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile,
+    SummaryStatus, clip, clip_to, rfc3339,
 };
 
 /// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
@@ -118,6 +118,10 @@ impl StatusDir {
         let next = SummaryFile {
             commit: s.commit.as_deref().map(clip),
             source_error: s.source_error.as_deref().map(clip),
+            refused_commit: s.refused_commit.as_ref().map(|r| RefusedCommitRecord {
+                commit: clip(&r.commit),
+                reason: clip(&r.reason),
+            }),
             specs: s.specs as u64,
             ready: s.ready as u64,
             stalled: s.stalled as u64,

@@ -186,6 +186,8 @@ pub struct SpecStatus {
 pub struct SummaryStatus {
     pub commit: Option<String>,
     pub source_error: Option<String>,
+    /// The branch tip `[source] verify` refused; `commit` is then the last verified one.
+    pub refused_commit: Option<crate::verify::Refusal>,
     pub specs: usize,
     pub ready: usize,
     pub stalled: usize,
@@ -371,6 +373,9 @@ pub struct SummaryFile {
     pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source_error: Option<String>,
+    /// The branch tip not applied because its signature did not verify (`[source] verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_commit: Option<RefusedCommitRecord>,
     pub specs: u64,
     pub ready: u64,
     pub stalled: u64,
@@ -400,6 +405,14 @@ pub struct NotifyFailureRecord {
     pub last_error: String,
     /// RFC 3339.
     pub since: String,
+}
+
+/// `refusedCommit` of `_summary.yaml`: the branch tip that was not applied, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RefusedCommitRecord {
+    pub commit: String,
+    pub reason: String,
 }
 
 /// `lastRequest` of `_summary.yaml`.

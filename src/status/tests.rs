@@ -893,6 +893,7 @@ fn summary() -> SummaryStatus {
     SummaryStatus {
         commit: Some("abc123".into()),
         source_error: None,
+        refused_commit: None,
         last_request: Some(RequestSummary {
             spec: Some("web-01".into()),
             handled_at: t(T0),
@@ -946,6 +947,23 @@ fn summary_round_trips_and_skips_identical_writes() {
         sd.read_summary().unwrap().unwrap().source_error.as_deref(),
         Some("git fetch failed: connection refused")
     );
+    assert!(
+        !text.contains("refusedCommit"),
+        "absent unless refused: {text}"
+    );
+
+    let mut s3 = s2.clone();
+    s3.refused_commit = Some(crate::verify::Refusal {
+        commit: "f00d".repeat(10),
+        reason: "the commit is not signed".into(),
+    });
+    assert!(sd.write_summary(&s3).unwrap());
+    let f = sd.read_summary().unwrap().unwrap();
+    let refused = f.refused_commit.expect("refusedCommit written");
+    assert_eq!(refused.commit, "f00d".repeat(10));
+    assert_eq!(refused.reason, "the commit is not signed");
+    let text = fs::read_to_string(sd.path().join(SUMMARY_FILE)).unwrap();
+    assert!(text.contains("refusedCommit:"), "{text}");
 }
 
 fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
