@@ -389,6 +389,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
             DeletionPolicy::Delete
         },
         renamed_from: None,
+        hardware: Default::default(),
     }
 }
 
@@ -1696,4 +1697,25 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
         "{:?}",
         p.actions
     );
+}
+
+/// A spec without any of the hardware fields hashes exactly as before they existed, so an
+/// upgrade does not see every VM as changed. The value is FNV-1a 64 over the JSON of the hashed
+/// fields as they were at a1085ee, computed outside proxsync.
+#[test]
+fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
+    let g = SpecGen {
+        node: 0,
+        cpu: 2,
+        mem_mib: 2048,
+        disk_gib: 32,
+        running: true,
+        tags: 0,
+        orphan_policy: false,
+    };
+    let spec = make_spec("web-01", &g);
+    assert_eq!(spec_hash(&spec), "bd4b169cdfac8c61");
+    let mut with_field = spec.clone();
+    with_field.hardware.on_boot = Some(true);
+    assert_ne!(spec_hash(&with_field), spec_hash(&spec));
 }

@@ -133,6 +133,46 @@ impl VmParams {
         Ok(self.set("nameserver", joined))
     }
 
+    /// A plain value that comes from a spec (`scsihw`, `ostype`, `bios`, `vga`, `machine`,
+    /// `cpu`, ...), checked so it cannot add an option to a property string.
+    pub fn checked(self, key: &str, value: &str) -> Result<Self, Error> {
+        check_part(key, value)?;
+        Ok(self.set(key, value))
+    }
+
+    /// A property string whose default key `sub` (written bare, first) becomes `value`,
+    /// keeping the other options of `current` (`cpu=host,flags=+aes`, `vga=serial0,memory=32`).
+    pub fn default_key(
+        self,
+        key: &str,
+        sub: &str,
+        current: Option<&str>,
+        value: &str,
+    ) -> Result<Self, Error> {
+        check_part(key, value)?;
+        Ok(self.set(key, super::values::with_default_part(current, sub, value)))
+    }
+
+    /// A new EFI vars disk: `efidisk0=S:1,efitype=4m,pre-enrolled-keys=0` (PVE copies the
+    /// OVMF template into it; the size is ignored).
+    pub fn efidisk(self, storage: &str, pre_enrolled_keys: bool) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        Ok(self.set(
+            "efidisk0",
+            format!(
+                "{storage}:1,efitype=4m,pre-enrolled-keys={}",
+                u8::from(pre_enrolled_keys)
+            ),
+        ))
+    }
+
+    /// A new TPM state volume: `tpmstate0=S:1,version=v2.0` (PVE makes it 4 MiB).
+    pub fn tpmstate(self, storage: &str, version: &str) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        check_part("TPM version", version)?;
+        Ok(self.set("tpmstate0", format!("{storage}:1,version={version}")))
+    }
+
     /// Removes properties (the `delete` parameter of a config change).
     pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
         let joined = keys
@@ -229,6 +269,33 @@ impl Client {
     pub async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
         self.get("/cluster/resources", &[("type", "vm".into())])
             .await
+    }
+
+    /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests. A pool that does not
+    /// exist is an error (PVE: 500 `pool 'P' does not exist`).
+    pub async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
+        check_part("pool", poolid)?;
+        let pools: Vec<PoolEntry> = self.get("/pools", &[("poolid", poolid.to_string())]).await?;
+        Ok(pools
+            .into_iter()
+            .filter(|p| p.poolid == poolid)
+            .flat_map(|p| p.members)
+            .filter(|m| m.kind.as_deref() == Some("qemu"))
+            .filter_map(|m| m.vmid)
+            .collect())
+    }
+
+    /// `PUT /pools` (`poolid`, `vms`, `allow-move=1`): at once; moves VM `vmid` into the pool
+    /// (out of the one it was in).
+    pub async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
+        check_part("pool", poolid)?;
+        let form = [
+            ("poolid", poolid.to_string()),
+            ("vms", vmid.to_string()),
+            ("allow-move", "1".to_string()),
+        ];
+        let _: serde_json::Value = self.put("/pools", &form).await?;
+        Ok(())
     }
 
     /// `GET /cluster/nextid`: at once; the lowest free VMID (PVE sends it as a string).
@@ -431,7 +498,9 @@ impl Client {
             form.push(("target", seg(t)?.to_string()));
         }
         if let Some(p) = &req.pool {
-            form.push(("pool", seg(p)?.to_string()));
+            // A form value, not a path: nested pools (`prod/web`) carry '/'.
+            check_part("pool", p)?;
+            form.push(("pool", p.clone()));
         }
         let upid: String = self.post(&path, &form).await?;
         upid_from("POST", &path, upid)

@@ -87,9 +87,57 @@ pub(crate) fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The value of option `key` in a property string, where a bare first part is the value of
+/// the default key `default` (`host,flags=+aes`: `cputype` is `host`).
+pub fn prop_value<'a>(s: &'a str, key: &str, default: Option<&str>) -> Option<&'a str> {
+    s.split(',').enumerate().find_map(|(i, part)| match part.split_once('=') {
+        Some((k, v)) if k == key => Some(v),
+        None if i == 0 && default == Some(key) && !part.is_empty() => Some(part),
+        _ => None,
+    })
+}
+
+/// A property string with its default key `sub` set to `value` (written bare, first), the
+/// other options of `current` kept.
+pub(crate) fn with_default_part(current: Option<&str>, sub: &str, value: &str) -> String {
+    let mut parts = vec![value.to_string()];
+    for (i, part) in current.unwrap_or("").split(',').enumerate() {
+        let is_default = match part.split_once('=') {
+            Some((k, _)) => k == sub,
+            None => i == 0,
+        };
+        if !part.is_empty() && !is_default {
+            parts.push(part.to_string());
+        }
+    }
+    parts.join(",")
+}
+
+/// PVE's boolean spellings (`1`, `on`, `yes`, `true`).
+pub fn pve_bool(s: &str) -> bool {
+    matches!(s.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn property_string_parts() {
+        assert_eq!(prop_value("host,flags=+aes", "cputype", Some("cputype")), Some("host"));
+        assert_eq!(prop_value("cputype=host", "cputype", Some("cputype")), Some("host"));
+        assert_eq!(prop_value("host", "flags", Some("cputype")), None);
+        assert_eq!(
+            with_default_part(Some("std,memory=32"), "type", "serial0"),
+            "serial0,memory=32"
+        );
+        assert_eq!(
+            with_default_part(Some("type=std,memory=32"), "type", "qxl"),
+            "qxl,memory=32"
+        );
+        assert_eq!(with_default_part(None, "type", "q35"), "q35");
+        assert!(pve_bool("1") && pve_bool("on") && !pve_bool("0") && !pve_bool(""));
+    }
 
     #[test]
     fn sizes() {

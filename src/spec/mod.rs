@@ -31,6 +31,7 @@
 
 mod cloudinit;
 mod diag;
+mod hardware;
 mod image;
 mod load;
 mod names;
@@ -44,6 +45,10 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
+pub use hardware::{
+    Bios, CPU_MODELS, DEFAULT_OS_TYPE, DEFAULT_SCSI_HARDWARE, Hardware, OS_TYPES, SCSI_HARDWARE,
+    Startup, TPM_VERSIONS, VGA_TYPES, check_cpu_type, check_machine, check_pool,
+};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
 pub use schema::json_schema;
@@ -141,6 +146,9 @@ pub struct Spec {
     /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,
+    /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
+    /// is left as the VM has it.
+    pub hardware: Hardware,
 }
 
 /// The annotation that confirms a rename of `metadata.name`.

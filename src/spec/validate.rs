@@ -46,6 +46,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Records `Err` as an error at `pos`; passes `Ok` through.
+    /// Errors recorded so far.
+    pub(super) fn error_count(&self) -> usize {
+        self.errors
+    }
+
     pub(super) fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.error(pos, e)).ok()
     }
@@ -259,6 +264,12 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     };
     let placement = placement(ctx, &fp, name.as_deref());
     let resources = resources(ctx, &fp);
+    let hardware = super::hardware::hardware(
+        ctx,
+        &fp,
+        resources.as_ref().map(|r| r.cpu),
+        resources.as_ref().map(|r| r.memory_mib),
+    );
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
 
@@ -270,6 +281,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some((image, image_pos)),
         Some(mut guest),
         Some(deletion_policy),
+        Some(hardware),
     ) = (
         api_version,
         meta.name,
@@ -278,6 +290,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         image,
         guest,
         deletion_policy,
+        hardware,
     )
     else {
         return (None, name);
@@ -311,6 +324,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         tags: guest.tags,
         deletion_policy,
         renamed_from: meta.renamed_from,
+        hardware,
     };
     (Some(spec), name)
 }
@@ -424,7 +438,12 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPoli
         "forProvider",
         "a mapping with at least site, node and image",
     );
-    let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)))?;
+    let fields: Vec<&str> = FOR_PROVIDER_FIELDS
+        .iter()
+        .chain(super::hardware::FIELDS)
+        .copied()
+        .collect();
+    let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(&fields)))?;
     Some((deletion_policy, fp))
 }
 
@@ -700,7 +719,7 @@ fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     Some(s.to_string())
 }
 
-fn enum_field<T: Copy>(ctx: &mut Ctx, n: &Node, path: &str, choices: &[(&str, T)]) -> Option<T> {
+pub(super) fn enum_field<T: Copy>(ctx: &mut Ctx, n: &Node, path: &str, choices: &[(&str, T)]) -> Option<T> {
     let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
     let s = string(ctx, n, path, names.first().copied().unwrap_or_default())?;
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
