@@ -48,6 +48,7 @@ pub(super) async fn check_spec_needs(
         }
     }
 
+    out.extend(pool_checks(client, site, specs).await);
     let mut seen = BTreeSet::new();
     for spec in specs {
         let node = spec.node.as_str();
@@ -74,6 +75,47 @@ pub(super) async fn check_spec_needs(
         }
     }
     out
+}
+
+/// Whether the pools the specs name exist (PVE refuses a create into a missing pool).
+async fn pool_checks(client: &Client, site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
+    let wanted: BTreeMap<&str, &str> = specs
+        .iter()
+        .filter_map(|s| s.hardware.pool.as_deref().map(|p| (p, s.name.as_str())))
+        .collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let pools = match client.pools().await {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![check(
+                Level::Fail,
+                format!("{} pools", site.name),
+                e.to_string(),
+                None,
+            )];
+        }
+    };
+    let have: BTreeSet<String> = pools.into_iter().map(|p| p.poolid).collect();
+    wanted
+        .into_iter()
+        .map(|(pool, spec)| {
+            let subject = format!("{} pool {pool}", site.name);
+            if have.contains(pool) {
+                check(Level::Ok, subject, "exists", None)
+            } else {
+                check(
+                    Level::Fail,
+                    subject,
+                    format!("no such pool (spec {spec}); the site has: {}", join(&have)),
+                    Some(format!(
+                        "create it (pveum pool add {pool}) or change the spec's pool"
+                    )),
+                )
+            }
+        })
+        .collect()
 }
 
 /// Whether the node has the bridge the spec's network names.

@@ -325,7 +325,11 @@ fn config_diff(
         let signed = marker(ctx, spec, rec, vmid);
         let base = spec.hardware.description.as_deref().unwrap_or(current);
         params = params.set("description", signed.replace_in(base));
-        changed.push(if text_differs { "description" } else { "marker" });
+        changed.push(if text_differs {
+            "description"
+        } else {
+            "marker"
+        });
     }
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
         params = params.set("name", &spec.vm_name);
@@ -374,8 +378,22 @@ fn config_diff(
 /// ones it manages (PVE applies the others' changes, or queues those a human made).
 fn reported_pending(key: &str) -> bool {
     const KEYS: [&str; 16] = [
-        "cores", "sockets", "memory", "balloon", "cpu", "numa", "bios", "machine", "scsihw",
-        "vga", "serial0", "ostype", "agent", "efidisk0", "tpmstate0", "boot",
+        "cores",
+        "sockets",
+        "memory",
+        "balloon",
+        "cpu",
+        "numa",
+        "bios",
+        "machine",
+        "scsihw",
+        "vga",
+        "serial0",
+        "ostype",
+        "agent",
+        "efidisk0",
+        "tpmstate0",
+        "boot",
     ];
     let nic = key
         .strip_prefix("net")

@@ -23,7 +23,11 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn set(&mut self, what: &'static str, f: impl FnOnce(VmParams) -> Result<VmParams, PveError>) -> Result<(), PveError> {
+    fn set(
+        &mut self,
+        what: &'static str,
+        f: impl FnOnce(VmParams) -> Result<VmParams, PveError>,
+    ) -> Result<(), PveError> {
         self.params = f(std::mem::take(&mut self.params))?;
         if !self.changed.contains(&what) {
             self.changed.push(what);
@@ -51,7 +55,11 @@ fn flag(current: Current, key: &str) -> bool {
 /// cores times sockets (as before `sockets` existed); with it, `cpu` is cores per socket.
 fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError> {
     let hw = &spec.hardware;
-    let number = |key: &str| current(key).and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
+    let number = |key: &str| {
+        current(key)
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(1)
+    };
     let (cores, sockets) = (number("cores"), number("sockets"));
     let wrong = match hw.sockets {
         None => cores * sockets != spec.cpu,
@@ -59,15 +67,20 @@ fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError>
     };
     if wrong {
         out.set("cores", |p| {
-            Ok(p.set("cores", spec.cpu).set("sockets", hw.sockets.unwrap_or(1)))
+            Ok(p.set("cores", spec.cpu)
+                .set("sockets", hw.sockets.unwrap_or(1)))
         })?;
     }
     if let Some(model) = &hw.cpu_type {
         let cur = current("cpu");
         // PVE's default CPU type when `cpu` is absent is kvm64.
-        let now = cur.as_deref().map_or(Some("kvm64"), |c| prop_value(c, "cputype", Some("cputype")));
+        let now = cur
+            .as_deref()
+            .map_or(Some("kvm64"), |c| prop_value(c, "cputype", Some("cputype")));
         if now != Some(model.as_str()) {
-            out.set("cpuType", |p| p.default_key("cpu", "cputype", cur.as_deref(), model))?;
+            out.set("cpuType", |p| {
+                p.default_key("cpu", "cputype", cur.as_deref(), model)
+            })?;
         }
     }
     if let Some(numa) = hw.numa
@@ -77,7 +90,9 @@ fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError>
     }
     if let Some(b) = hw.balloon_mib {
         // Absent: the balloon device is on with the full memory as its target.
-        let now = current("balloon").and_then(|v| v.parse::<u64>().ok()).unwrap_or(spec.memory_mib);
+        let now = current("balloon")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(spec.memory_mib);
         if now != b {
             out.set("balloon", |p| Ok(p.set("balloon", b)))?;
         }
@@ -87,7 +102,12 @@ fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError>
 
 /// BIOS, its EFI disk, the machine type, the SCSI controller and the TPM. An EFI or TPM
 /// volume is added when missing and never removed (it holds the VM's keys and state).
-fn firmware(spec: &Spec, current: Current, storage: &str, out: &mut Changes) -> Result<(), PveError> {
+fn firmware(
+    spec: &Spec,
+    current: Current,
+    storage: &str,
+    out: &mut Changes,
+) -> Result<(), PveError> {
     let hw = &spec.hardware;
     if let Some(bios) = hw.bios {
         if current("bios").as_deref().unwrap_or("seabios") != bios.as_str() {
@@ -101,9 +121,13 @@ fn firmware(spec: &Spec, current: Current, storage: &str, out: &mut Changes) -> 
     if let Some(machine) = &hw.machine {
         let cur = current("machine");
         // Absent: PVE's i440fx default, `pc`.
-        let now = cur.as_deref().map_or(Some("pc"), |m| prop_value(m, "type", Some("type")));
+        let now = cur
+            .as_deref()
+            .map_or(Some("pc"), |m| prop_value(m, "type", Some("type")));
         if now != Some(machine.as_str()) {
-            out.set("machine", |p| p.default_key("machine", "type", cur.as_deref(), machine))?;
+            out.set("machine", |p| {
+                p.default_key("machine", "type", cur.as_deref(), machine)
+            })?;
         }
     }
     if let Some(hw_scsi) = &hw.scsi_hardware
@@ -124,7 +148,9 @@ fn firmware(spec: &Spec, current: Current, storage: &str, out: &mut Changes) -> 
 fn console(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError> {
     let hw = &spec.hardware;
     let vga_now = current("vga");
-    let vga_type = vga_now.as_deref().map_or(Some("std"), |v| prop_value(v, "type", Some("type")));
+    let vga_type = vga_now
+        .as_deref()
+        .map_or(Some("std"), |v| prop_value(v, "type", Some("type")));
     let want_vga = match (hw.serial_console, &hw.vga) {
         (Some(true), _) => Some("serial0"),
         (_, Some(v)) => Some(v.as_str()),
@@ -135,7 +161,9 @@ fn console(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveEr
     }
     match want_vga {
         Some(v) if vga_type != Some(v) => {
-            out.set("vga", |p| p.default_key("vga", "type", vga_now.as_deref(), v))?;
+            out.set("vga", |p| {
+                p.default_key("vga", "type", vga_now.as_deref(), v)
+            })?;
         }
         // serialConsole: false without a vga: back to PVE's default display.
         None if hw.serial_console == Some(false)
@@ -160,7 +188,9 @@ fn options(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveEr
             .is_some_and(pve_bool);
         if now != agent {
             let v = if agent { "1" } else { "0" };
-            out.set("agent", |p| p.default_key("agent", "enabled", cur.as_deref(), v))?;
+            out.set("agent", |p| {
+                p.default_key("agent", "enabled", cur.as_deref(), v)
+            })?;
         }
     }
     if let Some(os) = &hw.os_type
@@ -188,9 +218,7 @@ fn options(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveEr
 
 /// PVE's `startup` value (`[order=]N,up=N,down=N`).
 fn parse_startup(s: &str) -> Startup {
-    let number = |key: &str| {
-        prop_value(s, key, Some("order")).and_then(|v| v.parse::<u64>().ok())
-    };
+    let number = |key: &str| prop_value(s, key, Some("order")).and_then(|v| v.parse::<u64>().ok());
     Startup {
         order: number("order"),
         up_delay: number("up"),
@@ -213,8 +241,10 @@ mod tests {
     }
 
     fn changes(spec: &Spec, cfg: &[(&str, &str)]) -> Changes {
-        let map: BTreeMap<String, String> =
-            cfg.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: BTreeMap<String, String> = cfg
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         hardware_changes(spec, &|k| map.get(k).cloned(), "local-lvm").unwrap()
     }
 
@@ -222,7 +252,11 @@ mod tests {
     fn an_old_spec_changes_nothing_but_cores() {
         let s = spec("");
         assert!(changes(&s, &[("cores", "2")]).changed.is_empty());
-        assert!(changes(&s, &[("cores", "1"), ("sockets", "2")]).changed.is_empty());
+        assert!(
+            changes(&s, &[("cores", "1"), ("sockets", "2")])
+                .changed
+                .is_empty()
+        );
         assert_eq!(changes(&s, &[("cores", "4")]).changed, ["cores"]);
     }
 
@@ -233,25 +267,50 @@ mod tests {
         );
         let c = changes(
             &s,
-            &[("cores", "2"), ("agent", "enabled=1,fstrim_cloned_disks=1"), ("startup", "2,up=30")],
+            &[
+                ("cores", "2"),
+                ("agent", "enabled=1,fstrim_cloned_disks=1"),
+                ("startup", "2,up=30"),
+            ],
         );
         assert!(c.changed.is_empty(), "{:?}", c.changed);
     }
 
     #[test]
     fn declared_fields_are_set_keeping_other_options() {
-        let s = spec("    cpuType: host\n    serialConsole: true\n    bios: ovmf\n    preEnrolledKeys: true\n    tpm: v2.0\n    sockets: 2\n");
-        let c = changes(&s, &[("cores", "2"), ("cpu", "kvm64,flags=+aes"), ("vga", "std,memory=32")]);
+        let s = spec(
+            "    cpuType: host\n    serialConsole: true\n    bios: ovmf\n    preEnrolledKeys: true\n    tpm: v2.0\n    sockets: 2\n",
+        );
+        let c = changes(
+            &s,
+            &[
+                ("cores", "2"),
+                ("cpu", "kvm64,flags=+aes"),
+                ("vga", "std,memory=32"),
+            ],
+        );
         assert_eq!(c.params.get("cpu"), Some("host,flags=+aes"));
         assert_eq!(c.params.get("vga"), Some("serial0,memory=32"));
         assert_eq!(c.params.get("serial0"), Some("socket"));
         assert_eq!(c.params.get("sockets"), Some("2"));
-        assert_eq!(c.params.get("efidisk0"), Some("local-lvm:1,efitype=4m,pre-enrolled-keys=1"));
+        assert_eq!(
+            c.params.get("efidisk0"),
+            Some("local-lvm:1,efitype=4m,pre-enrolled-keys=1")
+        );
         assert_eq!(c.params.get("tpmstate0"), Some("local-lvm:1,version=v2.0"));
         // An existing EFI disk or TPM state is never replaced.
         let c = changes(
             &s,
-            &[("cores", "2"), ("sockets", "2"), ("cpu", "host"), ("vga", "serial0"), ("serial0", "socket"), ("bios", "ovmf"), ("efidisk0", "local-lvm:vm-1-disk-1,size=528K"), ("tpmstate0", "local-lvm:vm-1-disk-2,version=v1.2")],
+            &[
+                ("cores", "2"),
+                ("sockets", "2"),
+                ("cpu", "host"),
+                ("vga", "serial0"),
+                ("serial0", "socket"),
+                ("bios", "ovmf"),
+                ("efidisk0", "local-lvm:vm-1-disk-1,size=528K"),
+                ("tpmstate0", "local-lvm:vm-1-disk-2,version=v1.2"),
+            ],
         );
         assert!(c.changed.is_empty(), "{:?}", c.changed);
     }
@@ -259,7 +318,10 @@ mod tests {
     #[test]
     fn serial_console_off_restores_the_default_display() {
         let s = spec("    serialConsole: false\n");
-        let c = changes(&s, &[("cores", "2"), ("vga", "serial0"), ("serial0", "socket")]);
+        let c = changes(
+            &s,
+            &[("cores", "2"), ("vga", "serial0"), ("serial0", "socket")],
+        );
         assert_eq!(c.delete, ["vga"]);
     }
 }

@@ -271,11 +271,18 @@ impl Client {
             .await
     }
 
+    /// `GET /pools`: at once; the pools the token may see.
+    pub async fn pools(&self) -> Result<Vec<PoolEntry>, Error> {
+        self.get("/pools", &[]).await
+    }
+
     /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests. A pool that does not
     /// exist is an error (PVE: 500 `pool 'P' does not exist`).
     pub async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
         check_part("pool", poolid)?;
-        let pools: Vec<PoolEntry> = self.get("/pools", &[("poolid", poolid.to_string())]).await?;
+        let pools: Vec<PoolEntry> = self
+            .get("/pools", &[("poolid", poolid.to_string())])
+            .await?;
         Ok(pools
             .into_iter()
             .filter(|p| p.poolid == poolid)

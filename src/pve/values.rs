@@ -90,11 +90,13 @@ pub(crate) fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
 /// The value of option `key` in a property string, where a bare first part is the value of
 /// the default key `default` (`host,flags=+aes`: `cputype` is `host`).
 pub fn prop_value<'a>(s: &'a str, key: &str, default: Option<&str>) -> Option<&'a str> {
-    s.split(',').enumerate().find_map(|(i, part)| match part.split_once('=') {
-        Some((k, v)) if k == key => Some(v),
-        None if i == 0 && default == Some(key) && !part.is_empty() => Some(part),
-        _ => None,
-    })
+    s.split(',')
+        .enumerate()
+        .find_map(|(i, part)| match part.split_once('=') {
+            Some((k, v)) if k == key => Some(v),
+            None if i == 0 && default == Some(key) && !part.is_empty() => Some(part),
+            _ => None,
+        })
 }
 
 /// A property string with its default key `sub` set to `value` (written bare, first), the
@@ -124,8 +126,14 @@ mod tests {
 
     #[test]
     fn property_string_parts() {
-        assert_eq!(prop_value("host,flags=+aes", "cputype", Some("cputype")), Some("host"));
-        assert_eq!(prop_value("cputype=host", "cputype", Some("cputype")), Some("host"));
+        assert_eq!(
+            prop_value("host,flags=+aes", "cputype", Some("cputype")),
+            Some("host")
+        );
+        assert_eq!(
+            prop_value("cputype=host", "cputype", Some("cputype")),
+            Some("host")
+        );
         assert_eq!(prop_value("host", "flags", Some("cputype")), None);
         assert_eq!(
             with_default_part(Some("std,memory=32"), "type", "serial0"),

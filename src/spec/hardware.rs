@@ -29,15 +29,27 @@ pub const SCSI_HARDWARE: [&str; 6] = [
 pub const DEFAULT_SCSI_HARDWARE: &str = "virtio-scsi-single";
 /// PVE's `ostype` values.
 pub const OS_TYPES: [&str; 13] = [
-    "other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10", "win11", "l24", "l26",
-    "solaris",
+    "other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10", "win11", "l24",
+    "l26", "solaris",
 ];
 /// proxsync's `ostype` for a VM it creates when the spec names none.
 pub const DEFAULT_OS_TYPE: &str = "l26";
 /// PVE's `vga` types.
 pub const VGA_TYPES: [&str; 14] = [
-    "cirrus", "qxl", "qxl2", "qxl3", "qxl4", "none", "serial0", "serial1", "serial2", "serial3",
-    "std", "virtio", "virtio-gl", "vmware",
+    "cirrus",
+    "qxl",
+    "qxl2",
+    "qxl3",
+    "qxl4",
+    "none",
+    "serial0",
+    "serial1",
+    "serial2",
+    "serial3",
+    "std",
+    "virtio",
+    "virtio-gl",
+    "vmware",
 ];
 /// PVE's TPM versions (`tpmstate0` `version=`).
 pub const TPM_VERSIONS: [&str; 2] = ["v1.2", "v2.0"];
@@ -51,26 +63,110 @@ pub const MAX_STARTUP: u64 = 1_000_000;
 /// The CPU models qemu-server knows (`PVE/QemuServer/CPUConfig.pm`, x86_64 and aarch64, as
 /// of 9.x; 8.4 knows a subset), besides `host` and `custom-<name>` models.
 pub const CPU_MODELS: &[&str] = &[
-    "486", "Broadwell", "Broadwell-IBRS", "Broadwell-noTSX", "Broadwell-noTSX-IBRS",
-    "Cascadelake-Server", "Cascadelake-Server-noTSX", "Cascadelake-Server-v2",
-    "Cascadelake-Server-v4", "Cascadelake-Server-v5", "ClearwaterForest", "Conroe", "Cooperlake",
-    "Cooperlake-v2", "EPYC", "EPYC-Genoa", "EPYC-Genoa-v2", "EPYC-IBPB", "EPYC-Milan",
-    "EPYC-Milan-v2", "EPYC-Milan-v3", "EPYC-Rome", "EPYC-Rome-v2", "EPYC-Rome-v3", "EPYC-Rome-v4",
-    "EPYC-Rome-v5", "EPYC-Turin", "EPYC-v3", "EPYC-v4", "EPYC-v5", "GraniteRapids",
-    "GraniteRapids-v2", "GraniteRapids-v3", "Haswell", "Haswell-IBRS", "Haswell-noTSX",
-    "Haswell-noTSX-IBRS", "Icelake-Client", "Icelake-Client-noTSX", "Icelake-Server",
-    "Icelake-Server-noTSX", "Icelake-Server-v3", "Icelake-Server-v4", "Icelake-Server-v5",
-    "Icelake-Server-v6", "Icelake-Server-v7", "IvyBridge", "IvyBridge-IBRS", "KnightsMill",
-    "Nehalem", "Nehalem-IBRS", "Opteron_G1", "Opteron_G2", "Opteron_G3", "Opteron_G4",
-    "Opteron_G5", "Penryn", "SandyBridge", "SandyBridge-IBRS", "SapphireRapids",
-    "SapphireRapids-v2", "SapphireRapids-v3", "SapphireRapids-v4", "SierraForest",
-    "SierraForest-v2", "SierraForest-v3", "Skylake-Client", "Skylake-Client-IBRS",
-    "Skylake-Client-noTSX-IBRS", "Skylake-Client-v4", "Skylake-Server", "Skylake-Server-IBRS",
-    "Skylake-Server-noTSX-IBRS", "Skylake-Server-v4", "Skylake-Server-v5", "Westmere",
-    "Westmere-IBRS", "a64fx", "athlon", "core2duo", "coreduo", "cortex-a35", "cortex-a53",
-    "cortex-a55", "cortex-a57", "cortex-a710", "cortex-a72", "cortex-a76", "host", "kvm32",
-    "kvm64", "max", "neoverse-n1", "neoverse-n2", "neoverse-v1", "pentium", "pentium2",
-    "pentium3", "phenom", "qemu32", "qemu64", "x86-64-v2", "x86-64-v2-AES", "x86-64-v3",
+    "486",
+    "Broadwell",
+    "Broadwell-IBRS",
+    "Broadwell-noTSX",
+    "Broadwell-noTSX-IBRS",
+    "Cascadelake-Server",
+    "Cascadelake-Server-noTSX",
+    "Cascadelake-Server-v2",
+    "Cascadelake-Server-v4",
+    "Cascadelake-Server-v5",
+    "ClearwaterForest",
+    "Conroe",
+    "Cooperlake",
+    "Cooperlake-v2",
+    "EPYC",
+    "EPYC-Genoa",
+    "EPYC-Genoa-v2",
+    "EPYC-IBPB",
+    "EPYC-Milan",
+    "EPYC-Milan-v2",
+    "EPYC-Milan-v3",
+    "EPYC-Rome",
+    "EPYC-Rome-v2",
+    "EPYC-Rome-v3",
+    "EPYC-Rome-v4",
+    "EPYC-Rome-v5",
+    "EPYC-Turin",
+    "EPYC-v3",
+    "EPYC-v4",
+    "EPYC-v5",
+    "GraniteRapids",
+    "GraniteRapids-v2",
+    "GraniteRapids-v3",
+    "Haswell",
+    "Haswell-IBRS",
+    "Haswell-noTSX",
+    "Haswell-noTSX-IBRS",
+    "Icelake-Client",
+    "Icelake-Client-noTSX",
+    "Icelake-Server",
+    "Icelake-Server-noTSX",
+    "Icelake-Server-v3",
+    "Icelake-Server-v4",
+    "Icelake-Server-v5",
+    "Icelake-Server-v6",
+    "Icelake-Server-v7",
+    "IvyBridge",
+    "IvyBridge-IBRS",
+    "KnightsMill",
+    "Nehalem",
+    "Nehalem-IBRS",
+    "Opteron_G1",
+    "Opteron_G2",
+    "Opteron_G3",
+    "Opteron_G4",
+    "Opteron_G5",
+    "Penryn",
+    "SandyBridge",
+    "SandyBridge-IBRS",
+    "SapphireRapids",
+    "SapphireRapids-v2",
+    "SapphireRapids-v3",
+    "SapphireRapids-v4",
+    "SierraForest",
+    "SierraForest-v2",
+    "SierraForest-v3",
+    "Skylake-Client",
+    "Skylake-Client-IBRS",
+    "Skylake-Client-noTSX-IBRS",
+    "Skylake-Client-v4",
+    "Skylake-Server",
+    "Skylake-Server-IBRS",
+    "Skylake-Server-noTSX-IBRS",
+    "Skylake-Server-v4",
+    "Skylake-Server-v5",
+    "Westmere",
+    "Westmere-IBRS",
+    "a64fx",
+    "athlon",
+    "core2duo",
+    "coreduo",
+    "cortex-a35",
+    "cortex-a53",
+    "cortex-a55",
+    "cortex-a57",
+    "cortex-a710",
+    "cortex-a72",
+    "cortex-a76",
+    "host",
+    "kvm32",
+    "kvm64",
+    "max",
+    "neoverse-n1",
+    "neoverse-n2",
+    "neoverse-v1",
+    "pentium",
+    "pentium2",
+    "pentium3",
+    "phenom",
+    "qemu32",
+    "qemu64",
+    "x86-64-v2",
+    "x86-64-v2-AES",
+    "x86-64-v3",
     "x86-64-v4",
 ];
 
@@ -334,7 +430,9 @@ pub(super) fn bool_field(ctx: &mut Ctx, n: &Node, field: &str) -> Option<bool> {
         return Some(b);
     }
     let hint = match &n.value {
-        Value::Str(s) if ["yes", "on", "1", "no", "off", "0"].contains(&s.to_lowercase().as_str()) => {
+        Value::Str(s)
+            if ["yes", "on", "1", "no", "off", "0"].contains(&s.to_lowercase().as_str()) =>
+        {
             " (YAML 1.2: write true or false)"
         }
         Value::Int(0 | 1) => " (write true or false)",
@@ -473,7 +571,10 @@ fn balloon(ctx: &mut Ctx, n: &Node) -> Option<u64> {
     if mib != 0 && mib < 16 {
         ctx.error(
             n.pos,
-            format!("{FP}.balloon is {}; PVE's minimum is 16 MiB (or 0 to switch ballooning off)", format_bytes(bytes)),
+            format!(
+                "{FP}.balloon is {}; PVE's minimum is 16 MiB (or 0 to switch ballooning off)",
+                format_bytes(bytes)
+            ),
         );
         return None;
     }
@@ -583,7 +684,15 @@ mod tests {
         ] {
             assert!(check_machine(ok).is_ok(), "{ok}");
         }
-        for bad in ["q36", "pc-q35", "pc-q35-9", "pc-q35-9.x", "q35,viommu=intel", "", "virt-9.0.pxe"] {
+        for bad in [
+            "q36",
+            "pc-q35",
+            "pc-q35-9",
+            "pc-q35-9.x",
+            "q35,viommu=intel",
+            "",
+            "virt-9.0.pxe",
+        ] {
             assert!(check_machine(bad).is_err(), "{bad}");
         }
     }

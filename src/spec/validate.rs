@@ -719,7 +719,12 @@ fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     Some(s.to_string())
 }
 
-pub(super) fn enum_field<T: Copy>(ctx: &mut Ctx, n: &Node, path: &str, choices: &[(&str, T)]) -> Option<T> {
+pub(super) fn enum_field<T: Copy>(
+    ctx: &mut Ctx,
+    n: &Node,
+    path: &str,
+    choices: &[(&str, T)],
+) -> Option<T> {
     let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
     let s = string(ctx, n, path, names.first().copied().unwrap_or_default())?;
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
