@@ -817,6 +817,37 @@ mod tests {
     }
 
     #[test]
+    fn hardware_values_are_checked_again() {
+        for bad in ["host,flags=+aes", "q35=x", "a;b", "x y", ""] {
+            assert!(VmParams::new().checked("scsihw", bad).is_err(), "{bad:?}");
+            assert!(
+                VmParams::new()
+                    .default_key("cpu", "cputype", None, bad)
+                    .is_err(),
+                "{bad:?}"
+            );
+            assert!(VmParams::new().efidisk(bad, false).is_err(), "{bad:?}");
+            assert!(
+                VmParams::new().tpmstate("local-lvm", bad).is_err(),
+                "{bad:?}"
+            );
+        }
+        let p = VmParams::new()
+            .default_key("cpu", "cputype", Some("kvm64,flags=+aes"), "host")
+            .unwrap()
+            .efidisk("local-lvm", true)
+            .unwrap()
+            .tpmstate("local-lvm", "v2.0")
+            .unwrap();
+        assert_eq!(p.get("cpu"), Some("host,flags=+aes"));
+        assert_eq!(
+            p.get("efidisk0"),
+            Some("local-lvm:1,efitype=4m,pre-enrolled-keys=1")
+        );
+        assert_eq!(p.get("tpmstate0"), Some("local-lvm:1,version=v2.0"));
+    }
+
+    #[test]
     fn sshkeys_are_url_encoded_as_pve_wants() {
         let p = VmParams::new().sshkeys(&["ssh-ed25519 AAAAC3Nz+a/b= me@host", "ssh-rsa AAAB x"]);
         assert_eq!(
