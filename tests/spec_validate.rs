@@ -158,6 +158,67 @@ const HOSTILE: &[(&str, usize, usize, &str)] = &[
         "cpuType \"X86-64-V2-AES\" is not a CPU model Proxmox VE knows (did you mean \"x86-64-v2-AES\"?)",
     ),
     (
+        "networks.yaml",
+        11,
+        17,
+        "network \"vmbr0,firewall=1\" contains a comma",
+    ),
+    (
+        "networks.yaml",
+        12,
+        16,
+        "spec.forProvider.networks[0].model \"virtio-net\" is not valid; valid values are: e1000",
+    ),
+    (
+        "networks.yaml",
+        13,
+        15,
+        "spec.forProvider.networks[0].vlan must be a whole number from 1 to 4094",
+    ),
+    (
+        "networks.yaml",
+        14,
+        17,
+        "networks[0].trunks: \"20-5\" is not a VLAN id",
+    ),
+    (
+        "networks.yaml",
+        15,
+        14,
+        "spec.forProvider.networks[0].mtu must be a whole number from 1 to 65520",
+    ),
+    (
+        "networks.yaml",
+        16,
+        15,
+        "networks[0].rate must be a non-negative number",
+    ),
+    (
+        "networks.yaml",
+        17,
+        19,
+        "spec.forProvider.networks[0].firewall must be true or false; found the integer 1",
+    ),
+    (
+        "networks.yaml",
+        18,
+        17,
+        "networks[0].queues must be a whole number from 0 to 64",
+    ),
+    ("networks.yaml", 19, 14, "is a multicast address"),
+    (
+        "networks.yaml",
+        20,
+        9,
+        "missing required field spec.forProvider.networks[1].bridge",
+    ),
+    (
+        "networks.yaml",
+        32,
+        15,
+        "spec.forProvider.networks and spec.forProvider.network are two forms of the same thing",
+    ),
+    (
         "images.yaml",
         10,
         12,
@@ -468,6 +529,8 @@ fn hostile_fixtures_report_every_error_with_a_position() {
         "before-syntax-error",
         "hardware",
         "keys-without-ovmf",
+        "networks",
+        "both-forms",
     ] {
         assert!(invalid.contains(name), "{name} not in {invalid:?}");
     }
@@ -732,6 +795,7 @@ fn schema_names_every_field() {
         "userData",
         "powerState",
         "tags",
+        "networks",
     ]
     .into_iter()
     .chain(HARDWARE_FIELDS)

@@ -198,3 +198,78 @@ fn doctor_checks_that_a_specs_pool_exists() {
         "{text}"
     );
 }
+
+/// `netN`'s value: from the config, or pending when PVE queued it.
+fn nic(vm: &Value, key: &str) -> String {
+    let v = if vm["pending"][key].is_null() {
+        &vm["config"][key]
+    } else {
+        &vm["pending"][key]
+    };
+    value(v)
+}
+
+fn mac_of(net: &str) -> String {
+    net.split(',')
+        .next()
+        .and_then(|p| p.split_once('='))
+        .map(|(_, mac)| mac.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn networks_are_created_changed_and_removed_and_the_mac_is_kept() {
+    let mut pve = FakePve::start(scenario_with_pools());
+    let ws = Workspace::new(&pve);
+    let two = "    networks:\n      - {bridge: vmbr0, vlan: 10}\n      - {bridge: vmbr1, model: e1000, firewall: true, mac: bc:24:11:aa:bb:02}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", two))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = owned_vms(&mut pve)[0].clone();
+    let vmid = vmid as u32;
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["status"], "running", "{vm}");
+    let net0 = nic(&vm, "net0");
+    let mac0 = mac_of(&net0);
+    assert!(
+        net0.contains("bridge=vmbr0") && net0.contains("tag=10"),
+        "{net0}"
+    );
+    assert_ne!(mac0, "BC:24:11:00:90:00", "a clone has its own MAC: {net0}");
+    assert_eq!(
+        value(&vm["config"]["net1"]),
+        "e1000=BC:24:11:AA:BB:02,bridge=vmbr1,firewall=1",
+        "a new NIC is hot-plugged (network hotplug is on by default): {vm}"
+    );
+
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
+
+    // The VLAN changes and the second NIC goes: both apply at once on the running VM
+    // (vmconfig_update_net re-plugs the tap for a tag; a NIC unplugs with network hotplug).
+    let one = "    networks:\n      - {bridge: vmbr0, vlan: 20}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", one))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    let net0 = value(&vm["config"]["net0"]);
+    assert!(net0.contains("tag=20"), "{vm}");
+    assert_eq!(
+        mac_of(&net0),
+        mac0,
+        "an update never regenerates the MAC: {net0}"
+    );
+    assert!(
+        vm["config"]["net1"].is_null() && vm["pending"]["net1"].is_null(),
+        "{vm}"
+    );
+    let (s, _, message) = ws.condition("web-01", "RebootPending");
+    assert_eq!(s, "False", "{message}");
+
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
+}

@@ -66,8 +66,14 @@ pub(super) async fn check_spec_needs(
                 &spec.name,
             ));
         }
-        if seen.insert(("bridge", node.to_string(), spec.network.clone())) {
-            out.push(bridge_check(site, node, node_bridges, spec));
+        let bridges: Vec<&str> = match &spec.networks {
+            Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+            None => vec![spec.network.as_str()],
+        };
+        for bridge in bridges {
+            if seen.insert(("bridge", node.to_string(), bridge.to_string())) {
+                out.push(bridge_check(site, node, node_bridges, spec, bridge));
+            }
         }
         let image_key = format!("{:?}", spec.image);
         if seen.insert(("image", node.to_string(), image_key)) {
@@ -124,9 +130,10 @@ fn bridge_check(
     node: &str,
     node_bridges: &BTreeSet<String>,
     spec: &Spec,
+    bridge: &str,
 ) -> Check {
-    let subject = format!("{} bridge {node}/{}", site.name, spec.network);
-    if node_bridges.contains(&spec.network) {
+    let subject = format!("{} bridge {node}/{bridge}", site.name);
+    if node_bridges.contains(bridge) {
         check(Level::Ok, subject, "exists", None)
     } else {
         check(

@@ -5,7 +5,7 @@ use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{current_bridge, is_drive_key, parse_pve_size, pve_size, with_bridge};
+use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
 use crate::pve::{Client, LockHolder, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
@@ -347,11 +347,10 @@ fn config_diff(
         params = params.set("memory", spec.memory_mib);
         changed.push("memory");
     }
-    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
-    if current_bridge(&net) != Some(spec.network.as_str()) {
-        params = params.set("net0", with_bridge(&net, &spec.network));
-        changed.push("net0");
-    }
+    let nics = super::network::network_changes(spec, &effective)?;
+    params = params.merge(nics.params);
+    changed.extend(nics.changed);
+    delete.extend(nics.delete);
     let tags = merge_tags(
         &cfg.tags(),
         &rec.applied_tags,

@@ -176,8 +176,7 @@ async fn send_create(
                 .set("name", &spec.vm_name)
                 .set("description", description)
                 .tags(&desired_tags(ctx, spec))?
-                .set("memory", spec.memory_mib)
-                .nic("net0", &spec.network)?;
+                .set("memory", spec.memory_mib);
             if let Some(pool) = &spec.hardware.pool {
                 params = params.checked("pool", pool)?;
             }
@@ -208,7 +207,8 @@ async fn send_create(
 fn create_params(spec: &Spec) -> Result<VmParams, PveError> {
     let hw = &spec.hardware;
     let changes = super::hardware::hardware_changes(spec, &|_| None, &spec.storage)?;
-    let mut params = changes.params;
+    let nics = super::network::network_changes(spec, &|_| None)?;
+    let mut params = changes.params.merge(nics.params);
     if hw.scsi_hardware.is_none() {
         params = params.set("scsihw", crate::spec::DEFAULT_SCSI_HARDWARE);
     }

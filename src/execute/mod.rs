@@ -18,6 +18,7 @@ mod converge;
 mod create;
 pub mod hardware;
 mod identity;
+pub mod network;
 mod outcome;
 mod preflight;
 mod remove;

@@ -31,6 +31,8 @@ pub fn spec_hash(spec: &Spec) -> String {
         // (an unchanged spec is not "changed" by an upgrade).
         #[serde(skip_serializing_if = "crate::spec::Hardware::is_empty")]
         hardware: &'a crate::spec::Hardware,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        networks: Option<&'a Vec<crate::spec::Nic>>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -49,6 +51,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         power: spec.power_state,
         tags: &spec.tags,
         hardware: &spec.hardware,
+        networks: spec.networks.as_ref(),
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())

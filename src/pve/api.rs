@@ -64,6 +64,43 @@ impl VmParams {
         Ok(self.set(slot, format!("virtio,bridge={bridge}")))
     }
 
+    /// A NIC with its options: `net1=e1000=BC:24:11:00:00:01,bridge=vmbr0,tag=5` (without a
+    /// MAC, PVE generates one). Every part is checked so it cannot add an option.
+    pub fn nic_with(
+        self,
+        slot: &str,
+        model: &str,
+        mac: Option<&str>,
+        options: &[(String, String)],
+    ) -> Result<Self, Error> {
+        check_part("NIC model", model)?;
+        let mut parts = vec![match mac {
+            Some(mac) => {
+                check_part("MAC", mac)?;
+                format!("{model}={mac}")
+            }
+            None => model.to_string(),
+        }];
+        for (key, value) in options {
+            check_part("NIC option", key)?;
+            check_part(key, value)?;
+            parts.push(format!("{key}={value}"));
+        }
+        Ok(self.set(slot, parts.join(",")))
+    }
+
+    /// NIC `current` on another bridge, its model, MAC and other options kept.
+    pub fn nic_bridge(self, slot: &str, current: &str, bridge: &str) -> Result<Self, Error> {
+        check_part("bridge", bridge)?;
+        Ok(self.set(slot, super::values::with_bridge(current, bridge)))
+    }
+
+    /// Adds every value of `other` (its `delete` too).
+    pub fn merge(mut self, other: VmParams) -> Self {
+        self.values.extend(other.values);
+        self
+    }
+
     /// A new empty disk: `scsi0=local-lvm:32` (size in GiB).
     pub fn new_disk(self, slot: &str, storage: &str, size_gib: u64) -> Result<Self, Error> {
         check_part("storage", storage)?;

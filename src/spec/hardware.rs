@@ -358,7 +358,7 @@ pub(super) fn hardware(
         protection: opt(fp, "protection").and_then(|n| bool_field(ctx, n, "protection")),
         pool: opt(fp, "pool").and_then(|n| pool(ctx, n)),
         vm_id: opt(fp, "vmId")
-            .and_then(|n| int_field(ctx, n, "vmId", u64::from(MIN_VMID), u64::from(MAX_VMID)))
+            .and_then(|n| int_field(ctx, n, "vmId", MIN_VMID, MAX_VMID))
             .map(|v| v as u32),
         description: opt(fp, "description").and_then(|n| description(ctx, n)),
     };

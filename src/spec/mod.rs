@@ -35,6 +35,7 @@ mod hardware;
 mod image;
 mod load;
 mod names;
+mod networks;
 mod schema;
 mod units;
 mod validate;
@@ -51,6 +52,7 @@ pub use hardware::{
 };
 pub use image::{MAX_VMID, MIN_VMID};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
+pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
 pub use units::{GIB, KIB, MIB, TIB};
 
@@ -125,7 +127,7 @@ pub struct Spec {
     pub disk_bytes: u64,
     /// The storage for the VM's disk; default `local-lvm`.
     pub storage: String,
-    /// The bridge of `net0`; default `vmbr0`.
+    /// The bridge of `net0`; default `vmbr0` (with `networks`, the first NIC's).
     pub network: String,
     /// What the VM is created from.
     pub image: Image,
@@ -149,6 +151,9 @@ pub struct Spec {
     /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
     /// is left as the VM has it.
     pub hardware: Hardware,
+    /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
+    /// NIC whose bridge alone is managed).
+    pub networks: Option<Vec<Nic>>,
 }
 
 /// The annotation that confirms a rename of `metadata.name`.

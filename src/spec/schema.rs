@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::hardware::{
     MAX_DESCRIPTION, MAX_SOCKETS, MAX_STARTUP, OS_TYPES, SCSI_HARDWARE, TPM_VERSIONS, VGA_TYPES,
 };
+use super::networks::{MAX_NICS, NET_MODELS};
 use super::{
     API_VERSIONS, KIND, MAX_CPU, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS,
     MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID,
@@ -101,7 +102,38 @@ fn hardware_schema() -> Value {
         "protection": boolean("PVE refuses to remove the VM or its disks."),
         "pool": {"description": "Resource pool (must exist).", "type": "string", "pattern": "^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,2}$"},
         "vmId": {"description": "Create the VM with this VMID (refused if another VM holds it).", "type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
-        "description": {"description": "Free text kept above proxsync's marker line.", "type": "string", "maxLength": MAX_DESCRIPTION}
+        "description": {"description": "Free text kept above proxsync's marker line.", "type": "string", "maxLength": MAX_DESCRIPTION},
+        "networks": networks_schema()
+    })
+}
+
+/// `spec.forProvider.networks` (not with `network`).
+fn networks_schema() -> Value {
+    let vlan = json!({"type": "integer", "minimum": 1, "maximum": 4094});
+    json!({
+        "description": "The VM's NICs, net0 first (instead of network). Every option is declared; a NIC beyond the list is removed. Without mac, the MAC PVE generated is kept.",
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_NICS,
+        "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["bridge"],
+            "properties": {
+                "bridge": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
+                "model": {"description": "Default virtio.", "enum": NET_MODELS},
+                "vlan": vlan,
+                "trunks": {"description": "VLAN ids and ranges: [10, \"20-30\"] or \"10;20-30\".", "oneOf": [
+                    {"type": "array", "items": {"oneOf": [vlan, {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?$"}]}},
+                    {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?(;[0-9]+(-[0-9]+)?)*$"}
+                ]},
+                "mtu": {"type": "integer", "minimum": 1, "maximum": 65520},
+                "rate": {"description": "MB/s.", "type": "number", "minimum": 0},
+                "firewall": {"type": "boolean"},
+                "queues": {"type": "integer", "minimum": 0, "maximum": 64},
+                "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"}
+            }
+        }
     })
 }
 

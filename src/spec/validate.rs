@@ -70,6 +70,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "disk",
     "storage",
     "network",
+    "networks",
     "image",
     "userData",
     "cloudInit",
@@ -270,6 +271,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         resources.as_ref().map(|r| r.cpu),
         resources.as_ref().map(|r| r.memory_mib),
     );
+    let networks = super::networks::networks_field(ctx, &fp);
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
 
@@ -282,6 +284,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(mut guest),
         Some(deletion_policy),
         Some(hardware),
+        Some(networks),
     ) = (
         api_version,
         meta.name,
@@ -291,6 +294,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         guest,
         deletion_policy,
         hardware,
+        networks,
     )
     else {
         return (None, name);
@@ -300,6 +304,10 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     }
     guest.tags.sort();
     guest.tags.dedup();
+    let mut resources = resources;
+    if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
+        resources.network = first.bridge.clone();
+    }
     let spec = Spec {
         name: spec_name,
         file: ctx.file.to_string(),
@@ -325,6 +333,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         deletion_policy,
         renamed_from: meta.renamed_from,
         hardware,
+        networks,
     };
     (Some(spec), name)
 }
