@@ -83,7 +83,20 @@ impl VmParams {
         }];
         for (key, value) in options {
             check_part("NIC option", key)?;
-            check_part(key, value)?;
+            if key == "trunks" {
+                // VLAN ids and ranges, `;`-separated inside the option (PVE's own syntax).
+                if value.is_empty()
+                    || !value
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == ';' || c == '-')
+                {
+                    return Err(Error::Setup(format!(
+                        "trunks {value:?} is not VLAN ids and ranges (10;20-30)"
+                    )));
+                }
+            } else {
+                check_part(key, value)?;
+            }
             parts.push(format!("{key}={value}"));
         }
         Ok(self.set(slot, parts.join(",")))
@@ -869,6 +882,18 @@ mod tests {
                 "{bad:?}"
             );
         }
+        let trunks = |t: &str| {
+            VmParams::new().nic_with("net0", "virtio", None, &[("trunks".into(), t.into())])
+        };
+        assert!(trunks("10;20-30").is_ok());
+        for bad in ["10,tag=5", "10;x", ""] {
+            assert!(trunks(bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            VmParams::new()
+                .nic_with("net0", "virtio", Some("BC:24:11:00:00:01,x=1"), &[])
+                .is_err()
+        );
         let p = VmParams::new()
             .default_key("cpu", "cputype", Some("kvm64,flags=+aes"), "host")
             .unwrap()
