@@ -751,7 +751,8 @@ fn examples_are_valid_and_cover_every_form() {
     assert!(has(&|s| s.tenant.is_some()));
     assert!(has(&|s| s.hardware.bios == Some(spec::Bios::Ovmf)
         && s.hardware.tpm.is_some()
-        && s.hardware.pool.is_some()));
+        && s.hardware.pool.is_some()
+        && s.networks.as_ref().is_some_and(|n| n.len() == 2)));
     assert!((8..=10).contains(&set.specs.len()), "{}", set.specs.len());
 }
 
