@@ -392,6 +392,8 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         allow_recreate_on_site_change: false,
         ha: None,
         renamed_from: None,
+        hardware: Default::default(),
+        networks: None,
     }
 }
 
@@ -1712,4 +1714,202 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
         "{:?}",
         p.actions
     );
+}
+
+/// A spec without any of the hardware fields hashes exactly as before they existed, so an
+/// upgrade does not see every VM as changed. The value is FNV-1a 64 over the JSON of the hashed
+/// fields as they were at a1085ee, computed outside proxsync.
+#[test]
+fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
+    let g = SpecGen {
+        node: 0,
+        cpu: 2,
+        mem_mib: 2048,
+        disk_gib: 32,
+        running: true,
+        tags: 0,
+        orphan_policy: false,
+    };
+    let spec = make_spec("web-01", &g);
+    assert_eq!(spec_hash(&spec), "bd4b169cdfac8c61");
+    let mut with_field = spec.clone();
+    with_field.hardware.on_boot = Some(true);
+    assert_ne!(spec_hash(&with_field), spec_hash(&spec));
+}
+
+// ---- converged values are stable under PVE's spelling -------------------------------------
+
+use proxsync::execute::hardware::hardware_changes;
+use proxsync::execute::network::network_changes;
+use proxsync::spec::{Bios, Hardware, Nic, Startup};
+
+prop_compose! {
+    fn nic_gen()(
+        bridge in prop::sample::select(vec!["vmbr0", "vmbr1"]),
+        model in prop::sample::select(vec!["virtio", "e1000"]),
+        vlan in prop::option::of(1u16..=4094),
+        firewall in prop::option::of(any::<bool>()),
+        queues in prop::option::of(0u8..4),
+        mac in prop::option::of((0u8..128, any::<[u8; 5]>())),
+        mtu in prop::option::of(prop::sample::select(vec![1500u32, 9000])),
+        rate in prop::option::of(prop::sample::select(vec!["12.5", "100"])),
+        trunks in prop::option::of(Just("10;20-30")),
+    ) -> Nic {
+        Nic {
+            bridge: bridge.to_string(),
+            model: model.to_string(),
+            vlan,
+            trunks: trunks.map(str::to_string),
+            mtu,
+            rate: rate.map(str::to_string),
+            firewall,
+            queues,
+            // Written in lower case in the spec; validation upper-cases, PVE keeps either.
+            mac: mac.map(|(first, rest)| {
+                let mut bytes = vec![first * 2];
+                bytes.extend(rest);
+                bytes.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":")
+            }),
+        }
+    }
+}
+
+prop_compose! {
+    fn cpu_gen()(
+        cpu_type in prop::option::of(prop::sample::select(vec!["host", "x86-64-v2-AES", "kvm64"])),
+        sockets in prop::option::of(1u32..4),
+        numa in prop::option::of(any::<bool>()),
+        balloon in prop::option::of(prop::sample::select(vec![0u64, 1024, 4096])),
+        machine in prop::option::of(prop::sample::select(vec!["q35", "pc", "pc-q35-9.2+pve1"])),
+        scsi in prop::option::of(prop::sample::select(vec!["lsi", "virtio-scsi-single"])),
+    ) -> Hardware {
+        Hardware {
+            cpu_type: cpu_type.map(str::to_string),
+            sockets,
+            numa,
+            balloon_mib: balloon,
+            machine: machine.map(str::to_string),
+            scsi_hardware: scsi.map(str::to_string),
+            ..Hardware::default()
+        }
+    }
+}
+
+prop_compose! {
+    fn hardware_gen()(
+        base in cpu_gen(),
+        bios in prop::option::of(prop::sample::select(vec![Bios::Seabios, Bios::Ovmf])),
+        keys in any::<bool>(),
+        tpm in prop::option::of(Just("v2.0")),
+        serial in prop::option::of(any::<bool>()),
+        vga in prop::option::of(prop::sample::select(vec!["std", "qxl", "virtio"])),
+        agent in prop::option::of(any::<bool>()),
+        os in prop::option::of(prop::sample::select(vec!["l26", "other", "win11"])),
+        flags in (prop::option::of(any::<bool>()), prop::option::of(any::<bool>())),
+        startup in prop::option::of((prop::option::of(0u64..10), prop::option::of(0u64..100), Just(Some(60u64)))),
+    ) -> Hardware {
+        Hardware {
+            bios,
+            pre_enrolled_keys: (bios == Some(Bios::Ovmf)).then_some(keys),
+            tpm: tpm.map(str::to_string),
+            serial_console: serial,
+            vga: vga.filter(|_| serial != Some(true)).map(str::to_string),
+            agent,
+            os_type: os.map(str::to_string),
+            on_boot: flags.0,
+            protection: flags.1,
+            startup: startup.map(|(order, up_delay, down_delay)| Startup { order, up_delay, down_delay }),
+            ..base
+        }
+    }
+}
+
+/// A value as PVE stores and answers it: a NIC's MAC upper case (a fresh one when none was
+/// sent) and its other options sorted (fakepve; qemu-server prints them in schema order); a
+/// new EFI or TPM disk allocated; a default key spelled out (`cputype=host`) when `spelled`.
+fn pve_stores(key: &str, value: &str, spelled: bool) -> String {
+    if key.starts_with("net") {
+        let mut parts: Vec<String> = value.split(',').map(str::to_string).collect();
+        let first = parts.remove(0);
+        let first = match first.split_once('=') {
+            Some((model, mac)) => format!("{model}={}", mac.to_ascii_uppercase()),
+            None => format!("{first}=BC:24:11:00:00:{:02X}", key.len()),
+        };
+        parts.sort();
+        return std::iter::once(first)
+            .chain(parts)
+            .collect::<Vec<_>>()
+            .join(",");
+    }
+    if let Some((storage, rest)) = value.split_once(":1,")
+        && (key == "efidisk0" || key == "tpmstate0")
+    {
+        return format!("{storage}:vm-100-disk-1,{rest},size=4M");
+    }
+    let default_key = match key {
+        "cpu" => Some("cputype"),
+        "machine" | "vga" => Some("type"),
+        "agent" => Some("enabled"),
+        _ => None,
+    };
+    match default_key {
+        Some(k) if spelled => format!("{k}={value}"),
+        _ => value.to_string(),
+    }
+}
+
+const CONFIG_KEYS: [&str; 21] = [
+    "cores",
+    "sockets",
+    "cpu",
+    "numa",
+    "balloon",
+    "bios",
+    "efidisk0",
+    "machine",
+    "scsihw",
+    "tpmstate0",
+    "serial0",
+    "vga",
+    "agent",
+    "ostype",
+    "onboot",
+    "protection",
+    "startup",
+    "net0",
+    "net1",
+    "net2",
+    "net3",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// What a create sends, stored in PVE's spelling, is what the spec asks for: converge
+    /// changes nothing afterwards (no loop on MAC case, `firewall=0`/`queues=0` left out, a
+    /// default key spelled out, PVE's defaults for absent keys).
+    #[test]
+    fn created_values_converge_in_one_step(
+        hw in hardware_gen(),
+        nics in prop::option::of(prop::collection::vec(nic_gen(), 1..4)),
+        spelled in any::<bool>(),
+    ) {
+        let mut spec = make_spec("web-01", &SpecGen {
+            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
+        });
+        spec.hardware = hw;
+        spec.networks = nics;
+        let hw = hardware_changes(&spec, &|_| None, "local-lvm").unwrap();
+        let net = network_changes(&spec, &|_| None).unwrap();
+        let sent = hw.params.merge(net.params);
+        let stored: BTreeMap<String, String> = CONFIG_KEYS
+            .iter()
+            .filter_map(|k| sent.get(k).map(|v| (k.to_string(), pve_stores(k, v, spelled))))
+            .collect();
+        let current = |k: &str| stored.get(k).cloned();
+        let again = hardware_changes(&spec, &current, "local-lvm").unwrap();
+        prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
+        let again = network_changes(&spec, &current).unwrap();
+        prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
+    }
 }

@@ -72,6 +72,153 @@ const HOSTILE: &[(&str, usize, usize, &str)] = &[
         "spec.forProvider.powerState \"paused\" is not valid; valid values are: running, stopped",
     ),
     (
+        "hardware.yaml",
+        11,
+        14,
+        "cpuType \"host,flags=+aes\" contains a comma",
+    ),
+    (
+        "hardware.yaml",
+        12,
+        14,
+        "spec.forProvider.sockets must be a whole number from 1 to 64; found the integer 0",
+    ),
+    (
+        "hardware.yaml",
+        13,
+        11,
+        "spec.forProvider.numa must be true or false; found the string \"yes\" (YAML 1.2",
+    ),
+    (
+        "hardware.yaml",
+        14,
+        14,
+        "spec.forProvider.balloon is 4Gi, more than memory (2Gi)",
+    ),
+    (
+        "hardware.yaml",
+        15,
+        11,
+        "spec.forProvider.bios \"uefi\" is not valid; valid values are: seabios, ovmf",
+    ),
+    (
+        "hardware.yaml",
+        16,
+        14,
+        "machine \"q35,viommu=intel\" contains a comma",
+    ),
+    (
+        "hardware.yaml",
+        17,
+        19,
+        "scsiHardware \"virtio-scsi\" is not valid; valid values are: lsi, lsi53c810",
+    ),
+    (
+        "hardware.yaml",
+        18,
+        10,
+        "spec.forProvider.tpm \"v2.0,size=1\" is not valid; valid values are: v1.2, v2.0",
+    ),
+    (
+        "hardware.yaml",
+        20,
+        10,
+        "vga \"qxl\" contradicts serialConsole: true",
+    ),
+    ("hardware.yaml", 21, 13, "osType \"linux\" is not valid"),
+    (
+        "hardware.yaml",
+        22,
+        22,
+        "startup.order must be a whole number from 0 to 1000000",
+    ),
+    (
+        "hardware.yaml",
+        23,
+        11,
+        "pool \"prod;rm\" contains a semicolon",
+    ),
+    (
+        "hardware.yaml",
+        24,
+        11,
+        "vmId must be a whole number from 100 to 999999999",
+    ),
+    (
+        "hardware.yaml",
+        25,
+        18,
+        "description contains \"proxsync-id:\"",
+    ),
+    ("hardware.yaml", 36, 22, "preEnrolledKeys needs bios: ovmf"),
+    (
+        "hardware.yaml",
+        37,
+        14,
+        "cpuType \"X86-64-V2-AES\" is not a CPU model Proxmox VE knows (did you mean \"x86-64-v2-AES\"?)",
+    ),
+    (
+        "networks.yaml",
+        11,
+        17,
+        "network \"vmbr0,firewall=1\" contains a comma",
+    ),
+    (
+        "networks.yaml",
+        12,
+        16,
+        "spec.forProvider.networks[0].model \"virtio-net\" is not valid; valid values are: e1000",
+    ),
+    (
+        "networks.yaml",
+        13,
+        15,
+        "spec.forProvider.networks[0].vlan must be a whole number from 1 to 4094",
+    ),
+    (
+        "networks.yaml",
+        14,
+        17,
+        "networks[0].trunks: \"20-5\" is not a VLAN id",
+    ),
+    (
+        "networks.yaml",
+        15,
+        14,
+        "spec.forProvider.networks[0].mtu must be a whole number from 1 to 65520",
+    ),
+    (
+        "networks.yaml",
+        16,
+        15,
+        "networks[0].rate must be a non-negative number",
+    ),
+    (
+        "networks.yaml",
+        17,
+        19,
+        "spec.forProvider.networks[0].firewall must be true or false; found the integer 1",
+    ),
+    (
+        "networks.yaml",
+        18,
+        17,
+        "networks[0].queues must be a whole number from 0 to 64",
+    ),
+    ("networks.yaml", 19, 14, "is a multicast address"),
+    (
+        "networks.yaml",
+        20,
+        9,
+        "missing required field spec.forProvider.networks[1].bridge",
+    ),
+    (
+        "networks.yaml",
+        32,
+        15,
+        "spec.forProvider.networks and spec.forProvider.network are two forms of the same thing",
+    ),
+    (
         "images.yaml",
         10,
         12,
@@ -380,6 +527,10 @@ fn hostile_fixtures_report_every_error_with_a_position() {
         "sizes",
         "nested",
         "before-syntax-error",
+        "hardware",
+        "keys-without-ovmf",
+        "networks",
+        "both-forms",
     ] {
         assert!(invalid.contains(name), "{name} not in {invalid:?}");
     }
@@ -598,8 +749,35 @@ fn examples_are_valid_and_cover_every_form() {
     assert!(has(&|s| s.site == "eu-fra" && s.node == "fra1"));
     assert!(has(&|s| s.node == "pve2"));
     assert!(has(&|s| s.tenant.is_some()));
+    assert!(has(&|s| s.hardware.bios == Some(spec::Bios::Ovmf)
+        && s.hardware.tpm.is_some()
+        && s.hardware.pool.is_some()
+        && s.networks.as_ref().is_some_and(|n| n.len() == 2)));
     assert!((8..=10).contains(&set.specs.len()), "{}", set.specs.len());
 }
+
+/// The hardware fields of `forProvider`.
+const HARDWARE_FIELDS: [&str; 19] = [
+    "cpuType",
+    "sockets",
+    "numa",
+    "balloon",
+    "bios",
+    "preEnrolledKeys",
+    "machine",
+    "scsiHardware",
+    "tpm",
+    "serialConsole",
+    "vga",
+    "agent",
+    "osType",
+    "onBoot",
+    "startup",
+    "protection",
+    "pool",
+    "vmId",
+    "description",
+];
 
 #[test]
 fn schema_names_every_field() {
@@ -618,7 +796,11 @@ fn schema_names_every_field() {
         "userData",
         "powerState",
         "tags",
-    ] {
+        "networks",
+    ]
+    .into_iter()
+    .chain(HARDWARE_FIELDS)
+    {
         assert!(fp.get(field).is_some(), "{field}");
     }
 }

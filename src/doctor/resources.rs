@@ -48,6 +48,7 @@ pub(super) async fn check_spec_needs(
         }
     }
 
+    out.extend(pool_checks(client, site, specs).await);
     let mut seen = BTreeSet::new();
     for spec in specs {
         let node = spec.node.as_str();
@@ -65,8 +66,14 @@ pub(super) async fn check_spec_needs(
                 &spec.name,
             ));
         }
-        if seen.insert(("bridge", node.to_string(), spec.network.clone())) {
-            out.push(bridge_check(site, node, node_bridges, spec));
+        let bridges: Vec<&str> = match &spec.networks {
+            Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+            None => vec![spec.network.as_str()],
+        };
+        for bridge in bridges {
+            if seen.insert(("bridge", node.to_string(), bridge.to_string())) {
+                out.push(bridge_check(site, node, node_bridges, spec, bridge));
+            }
         }
         let image_key = format!("{:?}", spec.image);
         if seen.insert(("image", node.to_string(), image_key)) {
@@ -76,15 +83,57 @@ pub(super) async fn check_spec_needs(
     out
 }
 
+/// Whether the pools the specs name exist (PVE refuses a create into a missing pool).
+async fn pool_checks(client: &Client, site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
+    let wanted: BTreeMap<&str, &str> = specs
+        .iter()
+        .filter_map(|s| s.hardware.pool.as_deref().map(|p| (p, s.name.as_str())))
+        .collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let pools = match client.pools().await {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![check(
+                Level::Fail,
+                format!("{} pools", site.name),
+                e.to_string(),
+                None,
+            )];
+        }
+    };
+    let have: BTreeSet<String> = pools.into_iter().map(|p| p.poolid).collect();
+    wanted
+        .into_iter()
+        .map(|(pool, spec)| {
+            let subject = format!("{} pool {pool}", site.name);
+            if have.contains(pool) {
+                check(Level::Ok, subject, "exists", None)
+            } else {
+                check(
+                    Level::Fail,
+                    subject,
+                    format!("no such pool (spec {spec}); the site has: {}", join(&have)),
+                    Some(format!(
+                        "create it (pveum pool add {pool}) or change the spec's pool"
+                    )),
+                )
+            }
+        })
+        .collect()
+}
+
 /// Whether the node has the bridge the spec's network names.
 fn bridge_check(
     site: &SiteConfig,
     node: &str,
     node_bridges: &BTreeSet<String>,
     spec: &Spec,
+    bridge: &str,
 ) -> Check {
-    let subject = format!("{} bridge {node}/{}", site.name, spec.network);
-    if node_bridges.contains(&spec.network) {
+    let subject = format!("{} bridge {node}/{bridge}", site.name);
+    if node_bridges.contains(bridge) {
         check(Level::Ok, subject, "exists", None)
     } else {
         check(

@@ -5,7 +5,7 @@ use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{current_bridge, is_drive_key, parse_pve_size, pve_size, with_bridge};
+use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
 use crate::pve::{Client, LockHolder, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
@@ -146,6 +146,13 @@ pub(super) async fn converge(
         client.set_config(node, vmid, &params, cfg.digest()).await?;
     }
     rec.applied_tags = spec.tags.clone();
+    if let Some(pool) = &spec.hardware.pool
+        && !client.pool_vmids(pool).await?.contains(&vmid)
+    {
+        tracing::info!(spec = %spec.name, vmid, pool = %pool, "moving the VM into its pool");
+        client.move_to_pool(pool, vmid).await?;
+        changed.push("pool");
+    }
 
     // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
     // a new VM boots with it.
@@ -308,30 +315,32 @@ fn config_diff(
             None => cfg.get(key).map(str::to_string),
         }
     };
-    let mut params = VmParams::new();
-    let mut changed: Vec<&str> = Vec::new();
+    let hw = super::hardware::hardware_changes(spec, &effective, &spec.storage)?;
+    let mut params = hw.params;
+    let mut changed: Vec<&str> = hw.changed;
+    let mut delete = hw.delete;
     // A marker from before signing (or signed with a lost key, the record vouching for the
-    // VM) is rewritten signed for this VMID; the rest of the description stays.
-    if !marker_is_current(ctx, cfg, vmid) {
+    // VM) is rewritten signed for this VMID; the rest of the description stays, unless the
+    // spec declares the text above the marker.
+    let current = cfg.description().unwrap_or("");
+    let text_differs = spec
+        .hardware
+        .description
+        .as_deref()
+        .is_some_and(|text| description_text(current) != text);
+    if text_differs || !marker_is_current(ctx, cfg, vmid) {
         let signed = marker(ctx, spec, rec, vmid);
-        params = params.set(
-            "description",
-            signed.replace_in(cfg.description().unwrap_or("")),
-        );
-        changed.push("marker");
+        let base = spec.hardware.description.as_deref().unwrap_or(current);
+        params = params.set("description", signed.replace_in(base));
+        changed.push(if text_differs {
+            "description"
+        } else {
+            "marker"
+        });
     }
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
         params = params.set("name", &spec.vm_name);
         changed.push("name");
-    }
-    let number = |key: &str| {
-        effective(key)
-            .and_then(|c| c.parse::<u32>().ok())
-            .unwrap_or(1)
-    };
-    if number("cores") * number("sockets") != spec.cpu {
-        params = params.set("cores", spec.cpu).set("sockets", 1);
-        changed.push("cores");
     }
     let memory = effective("memory")
         .and_then(|m| {
@@ -345,11 +354,10 @@ fn config_diff(
         params = params.set("memory", spec.memory_mib);
         changed.push("memory");
     }
-    let net = effective("net0").unwrap_or_else(|| "virtio".to_string());
-    if current_bridge(&net) != Some(spec.network.as_str()) {
-        params = params.set("net0", with_bridge(&net, &spec.network));
-        changed.push("net0");
-    }
+    let nics = super::network::network_changes(spec, &effective)?;
+    params = params.merge(nics.params);
+    changed.extend(nics.changed);
+    delete.extend(nics.delete);
     let tags = merge_tags(
         &cfg.tags(),
         &rec.applied_tags,
@@ -365,7 +373,49 @@ fn config_diff(
         params = params.tags(&tags)?;
         changed.push("tags");
     }
+    if !delete.is_empty() {
+        delete.sort_unstable();
+        params = params.delete_keys(&delete);
+    }
     Ok((params, changed))
+}
+
+/// The config keys whose change waits for the VM's next start, as proxsync reports them: the
+/// ones it manages (PVE applies the others' changes, or queues those a human made).
+pub(super) fn reported_pending(key: &str) -> bool {
+    const KEYS: [&str; 16] = [
+        "cores",
+        "sockets",
+        "memory",
+        "balloon",
+        "cpu",
+        "numa",
+        "bios",
+        "machine",
+        "scsihw",
+        "vga",
+        "serial0",
+        "ostype",
+        "agent",
+        "efidisk0",
+        "tpmstate0",
+        "boot",
+    ];
+    let nic = key
+        .strip_prefix("net")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    KEYS.contains(&key) || nic || is_drive_key(key)
+}
+
+/// The description without proxsync's marker line: the text a spec's `description` sets.
+fn description_text(description: &str) -> String {
+    description
+        .lines()
+        .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_string()
 }
 
 /// Grows the boot disk to the spec's size (disks only grow). `Some` when the resize task

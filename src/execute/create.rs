@@ -47,7 +47,10 @@ pub(super) async fn create(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let vmid = next_free_vmid(&site.client, &skip).await?;
+            let vmid = match spec.hardware.vm_id {
+                Some(pinned) => pinned_vmid(&site.client, &skip, pinned).await?,
+                None => next_free_vmid(&site.client, &skip).await?,
+            };
             // The intent is durable before the request leaves.
             rec.phase = Phase::Creating {
                 vmid,
@@ -67,7 +70,7 @@ pub(super) async fn create(
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break (vmid, upid);
                 }
-                Err(e) if e.is_already_exists() && attempt < 5 => {
+                Err(e) if e.is_already_exists() && attempt < 5 && spec.hardware.vm_id.is_none() => {
                     // Someone took the id between nextid and our request: take the next one.
                     ctx.store.release_vmid(site_name, vmid)?;
                     skip.push(vmid);
@@ -101,6 +104,20 @@ fn set_upid(rec: &mut SpecRecord, upid: &Upid) {
     if let Phase::Creating { upid: slot, .. } = &mut rec.phase {
         *slot = Some(upid.to_string());
     }
+}
+
+/// The spec's pinned `vmId`, when PVE calls it free and no other intent of ours holds it.
+async fn pinned_vmid(client: &Client, skip: &[u32], vmid: u32) -> Result<u32, ActionError> {
+    if skip.contains(&vmid) || !client.vmid_is_free(vmid).await? {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "vmId {vmid} is held by another VM (or another spec's create); proxsync never \
+                 takes a pinned VMID from someone else: free it or change vmId"
+            ),
+        ));
+    }
+    Ok(vmid)
 }
 
 /// The lowest id PVE calls free that we have not reserved ourselves.
@@ -146,34 +163,62 @@ async fn send_create(
                 full: true,
                 storage: Some(spec.storage.clone()),
                 target: (template_node != &spec.node).then(|| spec.node.clone()),
-                pool: None,
+                pool: spec.hardware.pool.clone(),
             };
             site.client.clone_vm(template_node, *template, &req).await
         }
         Source::Import { volume } | Source::Iso { volume } => {
-            let mut params = VmParams::new()
+            let description = match &spec.hardware.description {
+                Some(text) => marker(ctx, spec, rec, vmid).replace_in(text),
+                None => description,
+            };
+            let mut params = create_params(spec)?
                 .set("name", &spec.vm_name)
                 .set("description", description)
                 .tags(&desired_tags(ctx, spec))?
-                .set("cores", spec.cpu)
-                .set("memory", spec.memory_mib)
-                .set("scsihw", "virtio-scsi-single")
-                .set("ostype", "l26")
-                .set("agent", "1")
-                .nic("net0", &spec.network)?;
+                .set("memory", spec.memory_mib);
+            if let Some(pool) = &spec.hardware.pool {
+                params = params.checked("pool", pool)?;
+            }
             params = match source {
                 Source::Iso { .. } => params
                     .new_disk("scsi0", &spec.storage, spec.disk_bytes.div_ceil(1 << 30))?
                     .cdrom("ide2", volume)?
                     .set("boot", "order=scsi0;ide2"),
-                _ => params
-                    .import_disk("scsi0", &spec.storage, volume)?
-                    .set("boot", "order=scsi0")
-                    .set("serial0", "socket"),
+                _ => {
+                    let params = params
+                        .import_disk("scsi0", &spec.storage, volume)?
+                        .set("boot", "order=scsi0");
+                    // Cloud images expect a serial port; kept unless the spec says otherwise.
+                    if spec.hardware.serial_console.is_none() {
+                        params.set("serial0", "socket")
+                    } else {
+                        params
+                    }
+                }
             };
             site.client.create_vm(&spec.node, vmid, &params).await
         }
     }
+}
+
+/// The parameters of a new VM's hardware: the spec's fields (as converge would set them on an
+/// empty config), else proxsync's defaults (`virtio-scsi-single`, `l26`, the agent on).
+fn create_params(spec: &Spec) -> Result<VmParams, PveError> {
+    let hw = &spec.hardware;
+    let changes = super::hardware::hardware_changes(spec, &|_| None, &spec.storage)?;
+    let nics = super::network::network_changes(spec, &|_| None)?;
+    let mut params = changes.params.merge(nics.params);
+    if hw.scsi_hardware.is_none() {
+        params = params.set("scsihw", crate::spec::DEFAULT_SCSI_HARDWARE);
+    }
+    if hw.os_type.is_none() {
+        params = params.set("ostype", crate::spec::DEFAULT_OS_TYPE);
+    }
+    if hw.agent.is_none() {
+        params = params.set("agent", "1");
+    }
+    Ok(params)
 }
 
 /// After the create task: wait, record the VM, configure it. Only a task that ended (with

@@ -18,9 +18,7 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, wait};
 pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
     pending
         .iter()
-        .filter(|p| {
-            p.is_pending() && ["cores", "sockets", "memory", "net0"].contains(&p.key.as_str())
-        })
+        .filter(|p| p.is_pending() && super::converge::reported_pending(&p.key))
         .map(|p| p.key.clone())
         .collect()
 }

@@ -30,6 +30,12 @@ pub fn spec_hash(spec: &Spec) -> String {
         // Absent without `ha`, so the hashes of specs without it stay as they were.
         #[serde(skip_serializing_if = "Option::is_none")]
         ha: Option<&'a crate::spec::Ha>,
+        // Absent without any hardware field, so the hashes of older specs stay as they were
+        // (an unchanged spec is not "changed" by an upgrade).
+        #[serde(skip_serializing_if = "crate::spec::Hardware::is_empty")]
+        hardware: &'a crate::spec::Hardware,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        networks: Option<&'a Vec<crate::spec::Nic>>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -48,6 +54,8 @@ pub fn spec_hash(spec: &Spec) -> String {
         power: spec.power_state,
         tags: &spec.tags,
         ha: spec.ha.as_ref(),
+        hardware: &spec.hardware,
+        networks: spec.networks.as_ref(),
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
@@ -133,7 +141,7 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     }
     // Changes PVE keeps pending until a reboot are not re-applied each cycle.
     let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
-    if vm.cpus.is_some_and(|c| c != u64::from(spec.cpu)) && !pending("cores") {
+    if vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu)) && !pending("cores") {
         why.push("cpu".into());
     }
     if vm

@@ -64,6 +64,56 @@ impl VmParams {
         Ok(self.set(slot, format!("virtio,bridge={bridge}")))
     }
 
+    /// A NIC with its options: `net1=e1000=BC:24:11:00:00:01,bridge=vmbr0,tag=5` (without a
+    /// MAC, PVE generates one). Every part is checked so it cannot add an option.
+    pub fn nic_with(
+        self,
+        slot: &str,
+        model: &str,
+        mac: Option<&str>,
+        options: &[(String, String)],
+    ) -> Result<Self, Error> {
+        check_part("NIC model", model)?;
+        let mut parts = vec![match mac {
+            Some(mac) => {
+                check_part("MAC", mac)?;
+                format!("{model}={mac}")
+            }
+            None => model.to_string(),
+        }];
+        for (key, value) in options {
+            check_part("NIC option", key)?;
+            if key == "trunks" {
+                // VLAN ids and ranges, `;`-separated inside the option (PVE's own syntax).
+                if value.is_empty()
+                    || !value
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == ';' || c == '-')
+                {
+                    return Err(Error::Setup(format!(
+                        "trunks {value:?} is not VLAN ids and ranges (10;20-30)"
+                    )));
+                }
+            } else {
+                check_part(key, value)?;
+            }
+            parts.push(format!("{key}={value}"));
+        }
+        Ok(self.set(slot, parts.join(",")))
+    }
+
+    /// NIC `current` on another bridge, its model, MAC and other options kept.
+    pub fn nic_bridge(self, slot: &str, current: &str, bridge: &str) -> Result<Self, Error> {
+        check_part("bridge", bridge)?;
+        Ok(self.set(slot, super::values::with_bridge(current, bridge)))
+    }
+
+    /// Adds every value of `other` (its `delete` too).
+    pub fn merge(mut self, other: VmParams) -> Self {
+        self.values.extend(other.values);
+        self
+    }
+
     /// A new empty disk: `scsi0=local-lvm:32` (size in GiB).
     pub fn new_disk(self, slot: &str, storage: &str, size_gib: u64) -> Result<Self, Error> {
         check_part("storage", storage)?;
@@ -131,6 +181,46 @@ impl VmParams {
             .collect::<Vec<_>>()
             .join(" ");
         Ok(self.set("nameserver", joined))
+    }
+
+    /// A plain value that comes from a spec (`scsihw`, `ostype`, `bios`, `vga`, `machine`,
+    /// `cpu`, ...), checked so it cannot add an option to a property string.
+    pub fn checked(self, key: &str, value: &str) -> Result<Self, Error> {
+        check_part(key, value)?;
+        Ok(self.set(key, value))
+    }
+
+    /// A property string whose default key `sub` (written bare, first) becomes `value`,
+    /// keeping the other options of `current` (`cpu=host,flags=+aes`, `vga=serial0,memory=32`).
+    pub fn default_key(
+        self,
+        key: &str,
+        sub: &str,
+        current: Option<&str>,
+        value: &str,
+    ) -> Result<Self, Error> {
+        check_part(key, value)?;
+        Ok(self.set(key, super::values::with_default_part(current, sub, value)))
+    }
+
+    /// A new EFI vars disk: `efidisk0=S:1,efitype=4m,pre-enrolled-keys=0` (PVE copies the
+    /// OVMF template into it; the size is ignored).
+    pub fn efidisk(self, storage: &str, pre_enrolled_keys: bool) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        Ok(self.set(
+            "efidisk0",
+            format!(
+                "{storage}:1,efitype=4m,pre-enrolled-keys={}",
+                u8::from(pre_enrolled_keys)
+            ),
+        ))
+    }
+
+    /// A new TPM state volume: `tpmstate0=S:1,version=v2.0` (PVE makes it 4 MiB).
+    pub fn tpmstate(self, storage: &str, version: &str) -> Result<Self, Error> {
+        check_part("storage", storage)?;
+        check_part("TPM version", version)?;
+        Ok(self.set("tpmstate0", format!("{storage}:1,version={version}")))
     }
 
     /// Removes properties (the `delete` parameter of a config change).
@@ -241,6 +331,40 @@ impl Client {
     pub async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
         self.get("/cluster/resources", &[("type", "vm".into())])
             .await
+    }
+
+    /// `GET /pools`: at once; the pools the token may see.
+    pub async fn pools(&self) -> Result<Vec<PoolEntry>, Error> {
+        self.get("/pools", &[]).await
+    }
+
+    /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests. A pool that does not
+    /// exist is an error (PVE: 500 `pool 'P' does not exist`).
+    pub async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
+        check_part("pool", poolid)?;
+        let pools: Vec<PoolEntry> = self
+            .get("/pools", &[("poolid", poolid.to_string())])
+            .await?;
+        Ok(pools
+            .into_iter()
+            .filter(|p| p.poolid == poolid)
+            .flat_map(|p| p.members)
+            .filter(|m| m.kind.as_deref() == Some("qemu"))
+            .filter_map(|m| m.vmid)
+            .collect())
+    }
+
+    /// `PUT /pools` (`poolid`, `vms`, `allow-move=1`): at once; moves VM `vmid` into the pool
+    /// (out of the one it was in).
+    pub async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
+        check_part("pool", poolid)?;
+        let form = [
+            ("poolid", poolid.to_string()),
+            ("vms", vmid.to_string()),
+            ("allow-move", "1".to_string()),
+        ];
+        let _: serde_json::Value = self.put("/pools", &form).await?;
+        Ok(())
     }
 
     /// `GET /cluster/nextid`: at once; the lowest free VMID (PVE sends it as a string).
@@ -443,7 +567,9 @@ impl Client {
             form.push(("target", seg(t)?.to_string()));
         }
         if let Some(p) = &req.pool {
-            form.push(("pool", seg(p)?.to_string()));
+            // A form value, not a path: nested pools (`prod/web`) carry '/'.
+            check_part("pool", p)?;
+            form.push(("pool", p.clone()));
         }
         let upid: String = self.post(&path, &form).await?;
         self.task_started("POST", &path, upid)
@@ -751,6 +877,49 @@ mod tests {
             .cdrom("ide2", "local:iso/debian.iso")
             .unwrap();
         assert_eq!(p.get("ide2"), Some("local:iso/debian.iso,media=cdrom"));
+    }
+
+    #[test]
+    fn hardware_values_are_checked_again() {
+        for bad in ["host,flags=+aes", "q35=x", "a;b", "x y", ""] {
+            assert!(VmParams::new().checked("scsihw", bad).is_err(), "{bad:?}");
+            assert!(
+                VmParams::new()
+                    .default_key("cpu", "cputype", None, bad)
+                    .is_err(),
+                "{bad:?}"
+            );
+            assert!(VmParams::new().efidisk(bad, false).is_err(), "{bad:?}");
+            assert!(
+                VmParams::new().tpmstate("local-lvm", bad).is_err(),
+                "{bad:?}"
+            );
+        }
+        let trunks = |t: &str| {
+            VmParams::new().nic_with("net0", "virtio", None, &[("trunks".into(), t.into())])
+        };
+        assert!(trunks("10;20-30").is_ok());
+        for bad in ["10,tag=5", "10;x", ""] {
+            assert!(trunks(bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            VmParams::new()
+                .nic_with("net0", "virtio", Some("BC:24:11:00:00:01,x=1"), &[])
+                .is_err()
+        );
+        let p = VmParams::new()
+            .default_key("cpu", "cputype", Some("kvm64,flags=+aes"), "host")
+            .unwrap()
+            .efidisk("local-lvm", true)
+            .unwrap()
+            .tpmstate("local-lvm", "v2.0")
+            .unwrap();
+        assert_eq!(p.get("cpu"), Some("host,flags=+aes"));
+        assert_eq!(
+            p.get("efidisk0"),
+            Some("local-lvm:1,efitype=4m,pre-enrolled-keys=1")
+        );
+        assert_eq!(p.get("tpmstate0"), Some("local-lvm:1,version=v2.0"));
     }
 
     #[test]

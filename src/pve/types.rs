@@ -230,6 +230,24 @@ impl ClusterHealth {
     }
 }
 
+/// One pool of `GET /pools?poolid=P`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PoolEntry {
+    pub poolid: String,
+    #[serde(default)]
+    pub members: Vec<PoolMember>,
+}
+
+/// A guest or storage in a pool.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PoolMember {
+    /// `qemu`, `lxc` or `storage`.
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "opt_u32")]
+    pub vmid: Option<u32>,
+}
+
 /// One VM of `GET /cluster/resources?type=vm`. Everything but id/vmid/node may be missing.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct VmResource {

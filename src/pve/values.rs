@@ -87,9 +87,116 @@ pub(crate) fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
         .collect()
 }
 
+/// A NIC value as PVE writes it (`virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1`): the
+/// model and MAC, and the other options in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetValue {
+    pub model: Option<String>,
+    pub mac: Option<String>,
+    pub options: Vec<(String, String)>,
+}
+
+impl NetValue {
+    /// Reads `model=MAC,...` or `model,...` (PVE's `print_net` writes the model first) or
+    /// `model=virtio,macaddr=...`.
+    pub fn parse(s: &str) -> NetValue {
+        let mut out = NetValue::default();
+        for (i, part) in s.split(',').enumerate().filter(|(_, p)| !p.is_empty()) {
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            if i == 0 && key != "model" && key != "macaddr" {
+                out.model = Some(key.to_string());
+                out.mac = Some(value.to_string()).filter(|m| !m.is_empty());
+            } else if key == "model" {
+                out.model = Some(value.to_string());
+            } else if key == "macaddr" {
+                out.mac = Some(value.to_string());
+            } else {
+                out.options.push((key.to_string(), value.to_string()));
+            }
+        }
+        out
+    }
+
+    /// The value of option `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The value of option `key` in a property string, where a bare first part is the value of
+/// the default key `default` (`host,flags=+aes`: `cputype` is `host`).
+pub fn prop_value<'a>(s: &'a str, key: &str, default: Option<&str>) -> Option<&'a str> {
+    s.split(',')
+        .enumerate()
+        .find_map(|(i, part)| match part.split_once('=') {
+            Some((k, v)) if k == key => Some(v),
+            None if i == 0 && default == Some(key) && !part.is_empty() => Some(part),
+            _ => None,
+        })
+}
+
+/// A property string with its default key `sub` set to `value` (written bare, first), the
+/// other options of `current` kept.
+pub(crate) fn with_default_part(current: Option<&str>, sub: &str, value: &str) -> String {
+    let mut parts = vec![value.to_string()];
+    for (i, part) in current.unwrap_or("").split(',').enumerate() {
+        let is_default = match part.split_once('=') {
+            Some((k, _)) => k == sub,
+            None => i == 0,
+        };
+        if !part.is_empty() && !is_default {
+            parts.push(part.to_string());
+        }
+    }
+    parts.join(",")
+}
+
+/// PVE's boolean spellings (`1`, `on`, `yes`, `true`).
+pub fn pve_bool(s: &str) -> bool {
+    matches!(s.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nic_values_are_read_as_pve_writes_them() {
+        let n = NetValue::parse("virtio=bc:24:11:00:00:01,bridge=vmbr0,firewall=1,tag=5");
+        assert_eq!(n.model.as_deref(), Some("virtio"));
+        assert_eq!(n.mac.as_deref(), Some("bc:24:11:00:00:01"));
+        assert_eq!(n.get("tag"), Some("5"));
+        let n = NetValue::parse("model=e1000,macaddr=BC:24:11:00:00:02,bridge=vmbr1");
+        assert_eq!(n.model.as_deref(), Some("e1000"));
+        assert_eq!(n.mac.as_deref(), Some("BC:24:11:00:00:02"));
+        assert_eq!(n.get("bridge"), Some("vmbr1"));
+    }
+
+    #[test]
+    fn property_string_parts() {
+        assert_eq!(
+            prop_value("host,flags=+aes", "cputype", Some("cputype")),
+            Some("host")
+        );
+        assert_eq!(
+            prop_value("cputype=host", "cputype", Some("cputype")),
+            Some("host")
+        );
+        assert_eq!(prop_value("host", "flags", Some("cputype")), None);
+        assert_eq!(
+            with_default_part(Some("std,memory=32"), "type", "serial0"),
+            "serial0,memory=32"
+        );
+        assert_eq!(
+            with_default_part(Some("type=std,memory=32"), "type", "qxl"),
+            "qxl,memory=32"
+        );
+        assert_eq!(with_default_part(None, "type", "q35"), "q35");
+        assert!(pve_bool("1") && pve_bool("on") && !pve_bool("0") && !pve_bool(""));
+    }
 
     #[test]
     fn sizes() {

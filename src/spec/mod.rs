@@ -32,10 +32,12 @@
 mod cloudinit;
 mod diag;
 mod ha;
+mod hardware;
 mod image;
 mod lifecycle;
 mod load;
 mod names;
+mod networks;
 mod schema;
 mod units;
 mod validate;
@@ -47,9 +49,14 @@ use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
 pub use ha::{Ha, HaState, MAX_HA_TRIES};
+pub use hardware::{
+    Bios, CPU_MODELS, DEFAULT_OS_TYPE, DEFAULT_SCSI_HARDWARE, Hardware, OS_TYPES, SCSI_HARDWARE,
+    Startup, TPM_VERSIONS, VGA_TYPES, check_cpu_type, check_machine, check_pool,
+};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
+pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
 pub use units::{GIB, KIB, MIB, TIB};
 
@@ -124,7 +131,7 @@ pub struct Spec {
     pub disk_bytes: u64,
     /// The storage for the VM's disk; default `local-lvm`.
     pub storage: String,
-    /// The bridge of `net0`; default `vmbr0`.
+    /// The bridge of `net0`; default `vmbr0` (with `networks`, the first NIC's).
     pub network: String,
     /// What the VM is created from.
     pub image: Image,
@@ -154,6 +161,12 @@ pub struct Spec {
     /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,
+    /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
+    /// is left as the VM has it.
+    pub hardware: Hardware,
+    /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
+    /// NIC whose bridge alone is managed).
+    pub networks: Option<Vec<Nic>>,
 }
 
 /// The annotation that confirms a rename of `metadata.name`.

@@ -5,6 +5,10 @@
 
 use serde_json::{Value, json};
 
+use super::hardware::{
+    MAX_DESCRIPTION, MAX_SOCKETS, MAX_STARTUP, OS_TYPES, SCSI_HARDWARE, TPM_VERSIONS, VGA_TYPES,
+};
+use super::networks::{MAX_NICS, NET_MODELS};
 use super::{
     API_VERSIONS, KIND, MAX_CPU, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS,
     MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID,
@@ -90,6 +94,79 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
     })
 }
 
+/// The hardware fields of `spec.forProvider` (`cpuType`, `bios`, `pool`, ...).
+fn hardware_schema() -> Value {
+    let boolean = |d: &str| json!({"description": d, "type": "boolean"});
+    let count = |d: &str, min: u64, max: u64| {
+        json!({"description": d, "oneOf": [
+            {"type": "integer", "minimum": min, "maximum": max},
+            {"type": "string", "pattern": "^[0-9]+$"}
+        ]})
+    };
+    let delay = |d: &str| json!({"description": d, "type": "integer", "minimum": 0, "maximum": MAX_STARTUP});
+    json!({
+        "cpuType": {"description": "CPU model (PVE's cpu): host, a built-in model such as x86-64-v2-AES, or custom-<name>.", "type": "string", "pattern": "^([A-Za-z0-9_.+-]+|custom-[A-Za-z][A-Za-z0-9_.-]*)$"},
+        "sockets": count("CPU sockets; cpu is then the cores per socket.", 1, u64::from(MAX_SOCKETS)),
+        "numa": boolean("Enable NUMA."),
+        "balloon": {
+            "description": "Minimum memory the balloon may take the VM down to (plain number = MiB); 0 switches ballooning off. At most memory.",
+            "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+([KkMmGgTt][Ii]?)?$"}]
+        },
+        "bios": {"description": "Firmware; ovmf adds an EFI disk on the boot disk's storage.", "enum": ["seabios", "ovmf"]},
+        "preEnrolledKeys": boolean("With bios: ovmf, make the EFI disk with distribution and Microsoft keys enrolled (Secure Boot)."),
+        "machine": {"description": "QEMU machine type: q35, pc, or versioned (pc-q35-9.2+pve1).", "type": "string", "maxLength": 40, "pattern": "^(pc|q35|virt|pc(-i440fx)?-[0-9]+(\\.[0-9]+)+(\\+pve[0-9]+)?(\\.pxe)?|pc-q35-[0-9]+(\\.[0-9]+)+(\\+pve[0-9]+)?(\\.pxe)?|virt(-[0-9]+(\\.[0-9]+)+)?(\\+pve[0-9]+)?)$"},
+        "scsiHardware": {"description": "SCSI controller (PVE's scsihw); virtio-scsi-single when proxsync creates the VM.", "enum": SCSI_HARDWARE},
+        "tpm": {"description": "A TPM state volume of this version on the boot disk's storage (cannot change later).", "enum": TPM_VERSIONS},
+        "serialConsole": boolean("serial0: socket and vga: serial0."),
+        "vga": {"description": "Display type.", "enum": VGA_TYPES},
+        "agent": boolean("QEMU guest agent (on when proxsync creates the VM)."),
+        "osType": {"description": "Guest OS type (PVE's ostype); l26 when proxsync creates the VM.", "enum": OS_TYPES},
+        "onBoot": boolean("Start the VM when its node boots."),
+        "startup": {
+            "description": "Start and shutdown order and delays (seconds).",
+            "type": "object",
+            "additionalProperties": false,
+            "minProperties": 1,
+            "properties": {"order": delay("Start order."), "upDelay": delay("Seconds before the next VM starts."), "downDelay": delay("Seconds before the next VM stops.")}
+        },
+        "protection": boolean("PVE refuses to remove the VM or its disks."),
+        "pool": {"description": "Resource pool (must exist).", "type": "string", "pattern": "^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,2}$"},
+        "vmId": {"description": "Create the VM with this VMID (refused if another VM holds it).", "type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
+        "description": {"description": "Free text kept above proxsync's marker line.", "type": "string", "maxLength": MAX_DESCRIPTION},
+        "networks": networks_schema()
+    })
+}
+
+/// `spec.forProvider.networks` (not with `network`).
+fn networks_schema() -> Value {
+    let vlan = json!({"type": "integer", "minimum": 1, "maximum": 4094});
+    json!({
+        "description": "The VM's NICs, net0 first (instead of network). Every option is declared; a NIC beyond the list is removed. Without mac, the MAC PVE generated is kept.",
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_NICS,
+        "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["bridge"],
+            "properties": {
+                "bridge": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
+                "model": {"description": "Default virtio.", "enum": NET_MODELS},
+                "vlan": vlan,
+                "trunks": {"description": "VLAN ids and ranges: [10, \"20-30\"] or \"10;20-30\".", "oneOf": [
+                    {"type": "array", "items": {"oneOf": [vlan, {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?$"}]}},
+                    {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?(;[0-9]+(-[0-9]+)?)*$"}
+                ]},
+                "mtu": {"type": "integer", "minimum": 1, "maximum": 65520},
+                "rate": {"description": "MB/s.", "type": "number", "minimum": 0},
+                "firewall": {"type": "boolean"},
+                "queues": {"type": "integer", "minimum": 0, "maximum": 64},
+                "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"}
+            }
+        }
+    })
+}
+
 /// `spec.forProvider.cloudInit`.
 fn cloud_init_schema() -> Value {
     let ip4 = "^(dhcp|([0-9]{1,3}\\.){3}[0-9]{1,3}/[0-9]{1,2})$";
@@ -140,7 +217,13 @@ pub fn json_schema() -> Value {
             ]
         })
     };
-    let for_provider = for_provider_schema(size);
+    let mut for_provider = for_provider_schema(size);
+    if let (Some(props), Value::Object(hw)) = (
+        for_provider["properties"].as_object_mut(),
+        hardware_schema(),
+    ) {
+        props.extend(hw);
+    }
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://proxsync.io/schemas/proxmoxvm.json",

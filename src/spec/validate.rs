@@ -46,6 +46,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Records `Err` as an error at `pos`; passes `Ok` through.
+    /// Errors recorded so far.
+    pub(super) fn error_count(&self) -> usize {
+        self.errors
+    }
+
     pub(super) fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.error(pos, e)).ok()
     }
@@ -65,6 +70,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "disk",
     "storage",
     "network",
+    "networks",
     "image",
     "userData",
     "cloudInit",
@@ -265,6 +271,13 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     };
     let placement = placement(ctx, &fp, name.as_deref());
     let resources = resources(ctx, &fp);
+    let hardware = super::hardware::hardware(
+        ctx,
+        &fp,
+        resources.as_ref().map(|r| r.cpu),
+        resources.as_ref().map(|r| r.memory_mib),
+    );
+    let networks = super::networks::networks_field(ctx, &fp);
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
     let reboot = super::lifecycle::reboot_policy(ctx, &fp);
@@ -286,6 +299,8 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(reboot),
         Some(allow_recreate_on_site_change),
         Some(ha),
+        Some(hardware),
+        Some(networks),
     ) = (
         api_version,
         meta.name,
@@ -297,6 +312,8 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         reboot,
         recreate_on_site_change,
         ha,
+        hardware,
+        networks,
     )
     else {
         return (None, name);
@@ -306,6 +323,10 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     }
     guest.tags.sort();
     guest.tags.dedup();
+    let mut resources = resources;
+    if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
+        resources.network = first.bridge.clone();
+    }
     let spec = Spec {
         name: spec_name,
         file: ctx.file.to_string(),
@@ -333,6 +354,8 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         allow_recreate_on_site_change,
         ha,
         renamed_from: meta.renamed_from,
+        hardware,
+        networks,
     };
     (Some(spec), name)
 }
@@ -446,7 +469,12 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPoli
         "forProvider",
         "a mapping with at least site, node and image",
     );
-    let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)))?;
+    let fields: Vec<&str> = FOR_PROVIDER_FIELDS
+        .iter()
+        .chain(super::hardware::FIELDS)
+        .copied()
+        .collect();
+    let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(&fields)))?;
     Some((deletion_policy, fp))
 }
 

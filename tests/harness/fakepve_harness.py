@@ -68,6 +68,14 @@ running VM without `online`, then a `qmigrate` task dies on local devices, a loc
 an attached local disk of a running VM without `with-local-disks`; an HA-managed VM gets an
 `hamigrate` task and moves `ha_delay` later.
 
+Config updates as qemu-server makes them (fakepve 0.5.0 stores values as sent): a NIC sent
+without a MAC gets a fresh one; `S:N` allocates a disk at once; a deleted disk is detached to
+`unusedN`; on a running VM what its `hotplug` features allow (default network,disk,usb) applies at
+once (a NIC's bridge, tag, trunks, firewall and rate always; a new scsi/virtio disk or NIC with
+hotplug; the balloon target; memory with memory hotplug and NUMA) and the rest stays pending
+(cores, sockets, cpu, numa, bios, machine, scsihw, vga, serial0, ostype, agent on/off, EFI/TPM).
+Scenario key `pools`: pool ids that exist.
+
     set_datacenter(options)
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
         {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}.
@@ -102,14 +110,15 @@ from fakepve import FakePve, TaskError, __version__, settle, shapes
 from fakepve.certs import make_cert
 from fakepve.model import PveError
 from fakepve.lxc import SIZE_UNITS, format_size
-from fakepve.qemu import drives_of, is_cdrom, join_drive, split_drive, volume_ref
+from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
+from fakepve.lxc import split_props
 from fakepve.server import SECRET_FORM, USER, params
 
 # stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
 PROTOCOL = sys.stdout
 sys.stdout = sys.stderr
 
-SCENARIO_KEYS = ('host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
+SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
                  'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name', 'datacenter')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
@@ -181,6 +190,114 @@ class HarnessPve(FakePve):
             del self.request_meta[:excess]
 
     # ------------------------------------------------------------ task listing
+
+    # ---- config updates, as qemu-server's update_vm_api and vmconfig_hotplug_pending make them.
+    # fakepve 0.5.0 stores an update's values as sent and queues every change of a running VM
+    # but a few options. PVE (PVE/API2/Qemu.pm, PVE/QemuServer.pm) also: gives a NIC sent without
+    # a MAC a fresh one (parse_net in 'add macaddr'); allocates a new disk `S:N` at once
+    # (create_disks); detaches a deleted disk to `unusedN` rather than dropping its volume
+    # (vmconfig_delete_or_detach_drive without force); and applies at once on a running VM what
+    # its `hotplug` features allow (default network,disk,usb), leaving the rest pending.
+
+    @staticmethod
+    def _hotplug_features(config):
+        value = str(config.get('hotplug', '1'))
+        if value == '1':
+            return {'network', 'disk', 'usb'}
+        if value == '0':
+            return set()
+        return set(x for x in value.split(',') if x)
+
+    @staticmethod
+    def _net_needs_replug(old, new):
+        """vmconfig_update_net: model, MAC, queues or MTU changes replug the NIC (network hotplug)."""
+        def nic(value):
+            props = split_props(value)[1]
+            model = next((k for k in props if k in NET_MODELS), props.get('model'))
+            mac = props.get(model) if model in props else props.get('macaddr')
+            return model, (mac or '').upper(), props.get('queues'), props.get('mtu')
+        return nic(old) != nic(new)
+
+    @staticmethod
+    def _agent_applies_live(old, new):
+        """vmconfig_update_agent: with an agent set, only fstrim_cloned_disks changes live."""
+        def rest(value):
+            return sorted(x for x in str(value or '').split(',') if not x.startswith('fstrim_cloned_disks'))
+        return old is not None and rest(old) == rest(new)
+
+    def _applies_live(self, vm, key, value, features):
+        """vmconfig_hotplug_pending for one pending change of a running VM."""
+        old = vm.config.get(key)
+        if key == 'balloon':
+            return (old is None or str(old) != '0') == (str(value) != '0')
+        if re.fullmatch(r'net\d+', key):
+            if old is None:
+                return 'network' in features
+            return 'network' in features or not self._net_needs_replug(old, value)
+        if key in ('efidisk0', 'tpmstate0'):
+            return False
+        if DRIVE_KEY.match(key):
+            return old is None and 'disk' in features and not re.match(r'(ide|sata)\d', key)
+        if key == 'memory':
+            return 'memory' in features and str(vm.config.get('numa', '0')) == '1'
+        if key == 'vcpus':
+            return 'cpu' in features
+        return False
+
+    def _deletes_live(self, key, features):
+        if re.fullmatch(r'net\d+', key):
+            return 'network' in features
+        if DRIVE_KEY.match(key):
+            return 'disk' in features and not re.match(r'(ide|sata|efidisk|tpmstate)\d', key)
+        return False
+
+    def _detach(self, vm, volume_value):
+        """vmconfig_register_unused_drive: the volume stays, as the first free unusedN."""
+        volume, props = split_drive(volume_value)
+        if is_cdrom(volume, props) or volume.endswith(':cloudinit') or 'cloudinit' in volume:
+            return
+        n = 0
+        while 'unused{0}'.format(n) in vm.config:
+            n += 1
+        vm.config['unused{0}'.format(n)] = volume
+
+    async def _apply_config(self, vm, user, p):
+        p = dict(p)
+        digest = p.get('digest')
+        if digest and digest != vm.digest():
+            raise PveError(500, 'checksum mismatch (file change by other user?)')
+        self._check_lock(vm)
+        running = vm.status == 'running'
+        features = self._hotplug_features(vm.config)
+        for key in list(p):
+            if re.fullmatch(r'net\d+', key):
+                p[key] = with_mac(p[key])
+            elif DRIVE_KEY.match(key) and NEW_DISK.match(split_drive(str(p[key]))[0]):
+                self._qm_check_drive(user, vm.vmid, None, key, str(p[key]), None)
+                p[key], _made = self._qm_new_drive(vm.vmid, key, str(p[key]), None)
+        deletes = [k for k in str(p.get('delete', '') or '').split(',') if k]
+        detached = {k: vm.config[k] for k in deletes if DRIVE_KEY.match(k) and k in vm.config}
+        live_deletes = [k for k in deletes if not running or self._deletes_live(k, features)]
+        agent_before = vm.config.get('agent')
+        await super()._apply_config(vm, user, p)
+        if running:
+            # fakepve applies `agent` at once; PVE only when vmconfig_update_agent allows it.
+            if 'agent' in p and not self._agent_applies_live(agent_before, p['agent']):
+                vm.pending['agent'] = p['agent']
+                if agent_before is None:
+                    vm.config.pop('agent', None)
+                else:
+                    vm.config['agent'] = agent_before
+            for key in [k for k, v in list(vm.pending.items()) if v is not None and k in p]:
+                if self._applies_live(vm, key, vm.pending[key], features):
+                    vm.config[key] = vm.pending.pop(key)
+            for key in live_deletes:
+                if key in vm.pending and vm.pending[key] is None:
+                    del vm.pending[key]
+                    vm.config.pop(key, None)
+        for key in live_deletes:
+            if key in detached:
+                self._detach(vm, detached[key])
 
     @staticmethod
     def _status_type(status):
@@ -991,6 +1108,9 @@ def apply_scenario(pve, sc):
         set_bridges(pve, sc['bridges'])
     if 'datacenter' in sc:
         pve.datacenter = dict(sc['datacenter'])
+    for name in sc.get('pools') or []:
+        pve.pools.setdefault(str(name), set())
+        pve._pool_meta(str(name))
 
 
 # ------------------------------------------------------------------ commands
