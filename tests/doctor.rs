@@ -241,6 +241,11 @@ fn lost_quorum_fails() {
 
 /// A site with one spec file `vm.yaml` (image `image`); doctor's output.
 fn doctor_one(pve: &FakePve, image: &str) -> (bool, String) {
+    doctor_one_with(pve, image, "")
+}
+
+/// As [`doctor_one`], with `extra` lines appended to the spec's `forProvider`.
+fn doctor_one_with(pve: &FakePve, image: &str, extra: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("lab.token");
     std::fs::write(&secret, TOKEN_SECRET).unwrap();
@@ -250,7 +255,7 @@ fn doctor_one(pve: &FakePve, image: &str) -> (bool, String) {
     );
     let specs = dir.path().join("specs");
     std::fs::create_dir(&specs).unwrap();
-    let text = spec("vm", "lab", "pve1", image, "local-lvm", "vmbr0");
+    let text = spec("vm", "lab", "pve1", image, "local-lvm", "vmbr0") + extra;
     std::fs::write(specs.join("vm.yaml"), text).unwrap();
     doctor(&config, &specs)
 }
@@ -496,22 +501,9 @@ fn specs_with_ha_need_sys_console_on_root() {
     let pve = grants_but_root(Scenario::default(), "VM.GuestAgent.Audit")
         .grant(TOKEN_ID, "/", &["Sys.Audit", "Sys.Modify"])
         .start();
-    let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("lab.token");
-    std::fs::write(&secret, TOKEN_SECRET).unwrap();
-    let config = write_config(
-        dir.path(),
-        &site_block("lab", pve.url(), pve.ca_file(), &secret),
-    );
-    let specs = dir.path().join("specs");
-    std::fs::create_dir(&specs).unwrap();
-    let plain = spec("vm", "lab", "pve1", "9000", "local-lvm", "vmbr0");
-    std::fs::write(specs.join("vm.yaml"), &plain).unwrap();
-    let (_, out) = doctor(&config, &specs);
+    let (_, out) = doctor_one(&pve, "9000");
     assert!(out.contains("ok   lab privileges"), "without ha: {out}");
-
-    std::fs::write(specs.join("vm.yaml"), format!("{plain}    ha: {{}}\n")).unwrap();
-    let (ok, out) = doctor(&config, &specs);
+    let (ok, out) = doctor_one_with(&pve, "9000", "    ha: {}\n");
     assert!(!ok, "{out}");
     assert!(out.contains("lacks Sys.Console on /"), "{out}");
 }

@@ -112,13 +112,7 @@ pub(super) fn orphans(
                     (vm.owned_by(input.install_id) && *to != view.name).then_some(m.spec.as_str())
                 });
             if let Some(spec) = site_moved.filter(|_| !vm.template) {
-                let key = (view.name.clone(), vm.vmid);
-                let first_seen = input
-                    .orphans_seen
-                    .get(&key)
-                    .copied()
-                    .unwrap_or(input.now_ms);
-                out.orphans_seen.insert(key, first_seen);
+                let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
                 out.orphans.push(Orphan {
                     site: view.name.clone(),
                     vmid: vm.vmid,
@@ -152,13 +146,7 @@ pub(super) fn orphans(
             {
                 continue; // adopted above, or an invalid spec's VM left alone
             }
-            let key = (view.name.clone(), vm.vmid);
-            let first_seen = input
-                .orphans_seen
-                .get(&key)
-                .copied()
-                .unwrap_or(input.now_ms);
-            out.orphans_seen.insert(key, first_seen);
+            let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
             let disposition = disposition(input, view, vm, owned, forged, first_seen, removals);
             out.orphans.push(Orphan {
                 site: view.name.clone(),
@@ -172,6 +160,23 @@ pub(super) fn orphans(
             });
         }
     }
+}
+
+/// When the orphan `vm` was first seen (now, if this is the first time), remembered in the plan.
+fn sighted(
+    input: &PlanInput<'_>,
+    seen: &mut BTreeMap<(String, u32), u64>,
+    view: &SiteView,
+    vm: &ObservedVm,
+) -> u64 {
+    let key = (view.name.clone(), vm.vmid);
+    let first_seen = input
+        .orphans_seen
+        .get(&key)
+        .copied()
+        .unwrap_or(input.now_ms);
+    seen.insert(key, first_seen);
+    first_seen
 }
 
 /// What happens to an orphan first seen at `first_seen`: a foreign claim is only reported; a
