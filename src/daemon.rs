@@ -370,6 +370,9 @@ impl Daemon {
         {
             n.after_cycle(commit, specs, report, engine.statuses());
         }
+        if let Some(n) = &self.notifier {
+            self.metrics.notify_targets(&n.stats());
+        }
         if let Some((report, _)) = report {
             tracing::info!(
                 ready = report.ready,

@@ -129,7 +129,7 @@ fn scrape(endpoint: &Endpoint) -> std::io::Result<(Answer, Exposition)> {
 }
 
 /// Every metric family proxsync exposes (docs/metrics.md lists the same).
-const FAMILIES: [&str; 19] = [
+const FAMILIES: [&str; 21] = [
     "proxsync_build",
     "proxsync_specs",
     "proxsync_specs_backing_off",
@@ -149,6 +149,8 @@ const FAMILIES: [&str; 19] = [
     "proxsync_site_quorate",
     "proxsync_site_nodes",
     "proxsync_site_nodes_online",
+    "proxsync_notify_messages",
+    "proxsync_notify_target_failing",
 ];
 
 /// The sum of a family's samples whose labels include `labels` (a counter's or gauge's value,

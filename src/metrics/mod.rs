@@ -111,6 +111,19 @@ struct TaskLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotifyLabels {
+    target: String,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotifyResultLabels {
+    target: String,
+    r#type: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OrphanLabels {
     site: Arc<str>,
     disposition: &'static str,
@@ -143,6 +156,8 @@ struct Registered {
     site_quorate: Family<SiteLabels, Gauge>,
     site_nodes: Family<SiteLabels, Gauge>,
     site_nodes_online: Family<SiteLabels, Gauge>,
+    notify_messages: Family<NotifyResultLabels, Gauge>,
+    notify_failing: Family<NotifyLabels, Gauge>,
 }
 
 impl Metrics {
@@ -158,6 +173,35 @@ impl Metrics {
 
     pub fn is_on(&self) -> bool {
         self.0.is_some()
+    }
+
+    /// Records the `[[notify]]` targets' counts (`Notifier::stats`), replacing the last ones.
+    pub fn notify_targets(&self, stats: &[crate::notify::TargetStats]) {
+        let Some(r) = &self.0 else { return };
+        let _scrape = r.cycle_lock.lock().unwrap_or_else(|e| e.into_inner());
+        r.notify_messages.clear();
+        r.notify_failing.clear();
+        for t in stats {
+            for (result, n) in [
+                ("sent", t.sent),
+                ("failed", t.failures),
+                ("dropped", t.dropped),
+            ] {
+                let labels = NotifyResultLabels {
+                    target: t.name.clone(),
+                    r#type: t.kind,
+                    result,
+                };
+                r.notify_messages.get_or_create(&labels).set(n as i64);
+            }
+            let labels = NotifyLabels {
+                target: t.name.clone(),
+                r#type: t.kind,
+            };
+            r.notify_failing
+                .get_or_create(&labels)
+                .set(i64::from(t.failing_since.is_some()));
+        }
     }
 
     /// The handle a site's API client counts its requests and tasks with.
@@ -289,6 +333,8 @@ impl Registered {
             site_quorate: Family::default(),
             site_nodes: Family::default(),
             site_nodes_online: Family::default(),
+            notify_messages: Family::default(),
+            notify_failing: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -385,6 +431,17 @@ impl Registered {
             "site_nodes_online",
             "Nodes of the site's cluster online at the last cycle",
             m.site_nodes_online.clone(),
+        );
+        r.register(
+            "notify_messages",
+            "Messages per [[notify]] target since the targets were (re)started (a reload restarts \
+             them), by result: sent, failed (given up), dropped (a full queue)",
+            m.notify_messages.clone(),
+        );
+        r.register(
+            "notify_target_failing",
+            "1 while a [[notify]] target's last message could not be delivered",
+            m.notify_failing.clone(),
         );
         Registered { registry, ..m }
     }
@@ -696,6 +753,44 @@ mod tests {
         for gone in ["Failed", "abc123", "proxsync_orphans"] {
             assert!(!got.iter().any(|s| s.contains(gone)), "{gone} in {got:#?}");
         }
+    }
+
+    #[test]
+    fn notify_targets_are_replaced_by_each_snapshot() {
+        let m = Metrics::new("main");
+        let stats = |sent, failing: bool| crate::notify::TargetStats {
+            name: "ops".into(),
+            kind: "webhook",
+            sent,
+            failures: 2,
+            dropped: 0,
+            last_error: failing.then(|| "HTTP 401".to_string()),
+            failing_since: failing.then(SystemTime::now),
+        };
+        m.notify_targets(&[stats(5, true)]);
+        let s = samples(&m);
+        assert!(
+            s.contains(
+                &"proxsync_notify_messages{result=sent,target=ops,type=webhook} 5".to_string()
+            ),
+            "{s:?}"
+        );
+        assert!(
+            s.contains(&"proxsync_notify_target_failing{target=ops,type=webhook} 1".to_string()),
+            "{s:?}"
+        );
+        m.notify_targets(&[stats(6, false)]);
+        let s = samples(&m);
+        assert!(
+            s.contains(
+                &"proxsync_notify_messages{result=sent,target=ops,type=webhook} 6".to_string()
+            ),
+            "{s:?}"
+        );
+        assert!(
+            s.contains(&"proxsync_notify_target_failing{target=ops,type=webhook} 0".to_string()),
+            "{s:?}"
+        );
     }
 
     #[test]
