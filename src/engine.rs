@@ -401,6 +401,12 @@ impl Engine {
             .collect();
         // The names this cycle writes, in order, hashed: no set is built in an idle cycle.
         let mut names = Fnv::new();
+        // The action still planned for each spec names the step Reconciling shows.
+        let planned: BTreeMap<&str, &Action> = after
+            .actions
+            .iter()
+            .filter_map(|a| Some((a.spec()?, a)))
+            .collect();
         for spec in &specs.specs {
             let st = spec_status(
                 spec,
@@ -410,6 +416,7 @@ impl Engine {
                 outcomes.get(spec.name.as_str()).copied(),
                 commit,
                 after.duplicates.get(&spec.name),
+                planned.get(spec.name.as_str()).copied(),
             );
             counts.add(&st);
             counts.tally(&st);

@@ -11,7 +11,7 @@ use super::{
 use crate::category::Category;
 use crate::execute::Outcome;
 use crate::observe::{ObservedVm, SiteView};
-use crate::plan::{Duplicate, Verdict};
+use crate::plan::{Action, Duplicate, Verdict};
 use crate::spec::Spec;
 use crate::state::{ErrorRecord, Phase, SpecRecord};
 
@@ -58,6 +58,7 @@ pub(crate) fn spec_status(
     outcome: Option<&Outcome>,
     commit: Option<&str>,
     duplicate: Option<&Duplicate>,
+    planned: Option<&Action>,
 ) -> SpecStatus {
     let vmid = rec.and_then(|r| r.vmid);
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
@@ -90,7 +91,8 @@ pub(crate) fn spec_status(
     c.push(reboot_pending(rec));
 
     let error = rec.and_then(|r| r.last_error.as_ref());
-    let (mut ready, reconciling) = ready_and_reconciling(spec, rec, vm, verdict, outcome, error);
+    let (mut ready, reconciling) =
+        ready_and_reconciling(spec, rec, vm, verdict, outcome, error, planned);
     if let Some(d) = duplicate {
         ready = duplicate_vm(d);
     }
@@ -128,6 +130,7 @@ fn ready_and_reconciling(
     verdict: Option<&Verdict>,
     outcome: Option<&Outcome>,
     error: Option<&ErrorRecord>,
+    planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let vmid = rec.and_then(|r| r.vmid);
     match verdict {
@@ -195,7 +198,7 @@ fn ready_and_reconciling(
             )
         }
         Some(Verdict::Migrating { from, to, vmid }) => {
-            let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome);
+            let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome, None);
             if ready.reason == reasons::UPDATING {
                 let message = format!("migrating VM {vmid} from node {from} to node {to}");
                 ready = ConditionInput::new(
@@ -209,7 +212,9 @@ fn ready_and_reconciling(
             }
             (ready, reconciling)
         }
-        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => acting(rec, vmid, outcome),
+        Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
+            acting(rec, vmid, outcome, planned)
+        }
     }
 }
 
@@ -390,6 +395,7 @@ fn acting(
     rec: Option<&SpecRecord>,
     vmid: Option<u32>,
     outcome: Option<&Outcome>,
+    planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
         (Some(Outcome::StillRunning { upid }), _) => (
@@ -405,10 +411,44 @@ fn acting(
         _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
         _ => (reasons::UPDATING, "the VM will be updated".to_string()),
     };
+    if reason == reasons::UPDATING
+        && let Some((step, message)) = planned.and_then(step_of)
+    {
+        return (
+            ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
+            ConditionInput::new(kinds::RECONCILING, S::True, step, message),
+        );
+    }
     (
         ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
         ConditionInput::new(kinds::RECONCILING, S::True, reason, message),
     )
+}
+
+/// `Reconciling`'s step for the action still planned for a spec whose VM exists: taking it
+/// over, starting or stopping it, growing its disk, or changing its config.
+fn step_of(action: &Action) -> Option<(&'static str, String)> {
+    match action {
+        Action::Adopt { vmid, .. } => Some((
+            reasons::ADOPTING,
+            format!("taking over VM {vmid}, which carries this spec's marker"),
+        )),
+        Action::Converge { vmid, why, .. } => {
+            let has = |w: &str| why.iter().any(|x| x == w);
+            let step = if has("start") || has("shutdown") || has("reboot") {
+                reasons::POWER_CHANGE
+            } else if has("disk") {
+                reasons::RESIZING
+            } else {
+                reasons::CONFIGURING
+            };
+            Some((
+                step,
+                format!("VM {vmid} will be updated: {}", why.join(", ")),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The status of a spec that failed validation: its VM (if any) is left as it is.
@@ -508,5 +548,66 @@ mod stalled_tests {
             (S::False, reasons::NOT_STALLED)
         );
         assert_eq!(stalled(None).status, S::False);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciling_names_the_step_still_planned() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {name: web-01}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
+        let spec = crate::spec::parse_file("x.yaml", yaml.as_bytes())
+            .0
+            .remove(0);
+        let rec = SpecRecord {
+            vmid: Some(100),
+            phase: Phase::Exists,
+            ..Default::default()
+        };
+        let converge = |why: &[&str]| Action::Converge {
+            spec: "web-01".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid: 100,
+            why: why.iter().map(|w| w.to_string()).collect(),
+        };
+        let adopt = Action::Adopt {
+            spec: "web-01".into(),
+            site: "lab".into(),
+            vmid: 100,
+        };
+        let cases = [
+            (converge(&["spec changed", "start"]), reasons::POWER_CHANGE),
+            (converge(&["reboot"]), reasons::POWER_CHANGE),
+            (converge(&["disk"]), reasons::RESIZING),
+            (converge(&["cpu", "memory"]), reasons::CONFIGURING),
+            (adopt, reasons::ADOPTING),
+        ];
+        for (action, want) in cases {
+            let st = spec_status(
+                &spec,
+                Some(&rec),
+                None,
+                Some(&Verdict::Acting),
+                None,
+                None,
+                None,
+                Some(&action),
+            );
+            let reconciling = st
+                .conditions
+                .iter()
+                .find(|c| c.kind == kinds::RECONCILING)
+                .unwrap();
+            assert_eq!(reconciling.reason, want, "{action:?}");
+            let ready = st
+                .conditions
+                .iter()
+                .find(|c| c.kind == kinds::READY)
+                .unwrap();
+            assert_eq!(ready.reason, reasons::UPDATING);
+        }
     }
 }

@@ -38,8 +38,6 @@ pub const UPDATING: &str = "Updating";
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// `Ready` False: the last attempt failed (see `Stalled`, `backoff` and the message).
 pub const FAILED: &str = "Failed";
-/// `Ready` False: the spec asks proxsync to let go of the VM; it is no longer managed.
-pub const RELEASED: &str = "Released";
 /// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
 /// and which is the spec's. The others are listed in `_orphans.yaml`.
 pub const DUPLICATE_VM: &str = "DuplicateVM";
@@ -103,11 +101,6 @@ pub const CONFLICT: &str = "Conflict";
 pub const PROXMOX_ERROR: &str = "ProxmoxError";
 /// `Stalled` True: the VM's config carries a lock no running task holds.
 pub const STALE_LOCK: &str = "StaleLock";
-/// `Stalled` True: the spec asks for a disk smaller than the current one; PVE cannot
-/// shrink disks and proxsync will not delete data.
-pub const SHRINK_REFUSED: &str = "ShrinkRefused";
-/// `Stalled` True: the image name matches several volumes or templates.
-pub const AMBIGUOUS: &str = "Ambiguous";
 
 // ---- NodeHealthy ----
 /// `NodeHealthy` True: the node is online and the cluster quorate.
@@ -146,7 +139,11 @@ pub const READY: &[&str] = &[
     INVALID_SPEC,
     FAILED,
     NOT_YET_OBSERVED,
-    RELEASED,
+    MIGRATING,
+    DUPLICATE_VM,
+    UNVERIFIED_CLAIM,
+    SITE_MOVED,
+    RENAME_SUSPECTED,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[&str] = &[
@@ -160,6 +157,7 @@ pub const RECONCILING: &[&str] = &[
     BACKING_OFF,
     WAITING_FOR_LOCK,
     ADOPTING,
+    MIGRATING,
     NOT_YET_OBSERVED,
 ];
 /// Reasons of `Stalled`.
@@ -181,8 +179,6 @@ pub const STALLED: &[&str] = &[
     CONFLICT,
     PROXMOX_ERROR,
     STALE_LOCK,
-    SHRINK_REFUSED,
-    AMBIGUOUS,
     NOT_YET_OBSERVED,
 ];
 /// Reasons of `NodeHealthy`.
