@@ -16,8 +16,8 @@ use crate::pve::{Client, ClientOptions};
 use crate::spec::SpecSet;
 use crate::state::{SpecRecord, Store};
 use crate::status::{
-    ConditionStatus as S, RequestSummary, SpecStatus, StatusDir, SummaryStatus, has_condition,
-    invalid_status, kinds, site_summary, spec_status,
+    ConditionStatus as S, FromPlan, RequestSummary, SpecStatus, StatusDir, SummaryStatus,
+    has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
@@ -412,11 +412,13 @@ impl Engine {
                 spec,
                 records.get(&spec.name),
                 views.get(&spec.site),
-                after.verdicts.get(&spec.name),
+                FromPlan {
+                    verdict: after.verdicts.get(&spec.name),
+                    duplicate: after.duplicates.get(&spec.name),
+                    action: planned.get(spec.name.as_str()).copied(),
+                },
                 outcomes.get(spec.name.as_str()).copied(),
                 commit,
-                after.duplicates.get(&spec.name),
-                planned.get(spec.name.as_str()).copied(),
             );
             counts.add(&st);
             counts.tally(&st);

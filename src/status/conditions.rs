@@ -49,17 +49,30 @@ fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
         .collect();
 }
 
+/// What the plan made after this cycle's actions says of one spec.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FromPlan<'a> {
+    pub verdict: Option<&'a Verdict>,
+    /// Other VMs claiming the spec.
+    pub duplicate: Option<&'a Duplicate>,
+    /// The action still planned for it (names `Reconciling`'s step).
+    pub action: Option<&'a Action>,
+}
+
 /// The status of a valid spec, from the plan made after this cycle's actions.
 pub(crate) fn spec_status(
     spec: &Spec,
     rec: Option<&SpecRecord>,
     view: Option<&SiteView>,
-    verdict: Option<&Verdict>,
+    plan: FromPlan<'_>,
     outcome: Option<&Outcome>,
     commit: Option<&str>,
-    duplicate: Option<&Duplicate>,
-    planned: Option<&Action>,
 ) -> SpecStatus {
+    let FromPlan {
+        verdict,
+        duplicate,
+        action: planned,
+    } = plan;
     let vmid = rec.and_then(|r| r.vmid);
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
@@ -586,16 +599,12 @@ mod tests {
             (adopt, reasons::ADOPTING),
         ];
         for (action, want) in cases {
-            let st = spec_status(
-                &spec,
-                Some(&rec),
-                None,
-                Some(&Verdict::Acting),
-                None,
-                None,
-                None,
-                Some(&action),
-            );
+            let plan = FromPlan {
+                verdict: Some(&Verdict::Acting),
+                duplicate: None,
+                action: Some(&action),
+            };
+            let st = spec_status(&spec, Some(&rec), None, plan, None, None);
             let reconciling = st
                 .conditions
                 .iter()

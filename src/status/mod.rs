@@ -45,7 +45,7 @@ mod summary;
 mod time;
 mod transitions;
 
-pub(crate) use conditions::{has_condition, invalid_status, spec_status};
+pub(crate) use conditions::{FromPlan, has_condition, invalid_status, spec_status};
 pub use files::{StatusDir, valid_name};
 pub(crate) use summary::{orphan_entries, site_summary};
 pub use time::{parse_rfc3339, rfc3339};
