@@ -344,9 +344,22 @@ fn load_inputs(
     Ok((config, set, commit))
 }
 
+/// Takes the state directory for this process (one proxsync per state directory), or says
+/// who holds it.
+fn hold_state_dir(config: &Config) -> Result<crate::instance_lock::InstanceLock, ExitCode> {
+    crate::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode {
     let (config, specs, _commit) = match load_inputs(config_path, &[]) {
         Ok(x) => x,
+        Err(code) => return code,
+    };
+    let _lock = match hold_state_dir(&config) {
+        Ok(lock) => lock,
         Err(code) => return code,
     };
     let rt = match runtime() {
@@ -440,6 +453,10 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
     }
     let (config, specs, commit) = match load_inputs(config_path, &spec_paths) {
         Ok(x) => x,
+        Err(code) => return code,
+    };
+    let _lock = match hold_state_dir(&config) {
+        Ok(lock) => lock,
         Err(code) => return code,
     };
     let rt = match runtime() {

@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::control;
 use crate::engine::{CycleReport, Engine, EngineError};
 use crate::execute::now_ms;
+use crate::instance_lock::InstanceLock;
 use crate::source::Source;
 use crate::status::RequestSummary;
 
@@ -34,6 +35,9 @@ pub enum DaemonError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Source(#[from] crate::source::SourceError),
+    /// Another process holds the state directory (`instance_lock`).
+    #[error("{0}")]
+    InUse(String),
 }
 
 /// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
@@ -70,6 +74,8 @@ const ENGINE_OPEN: &str = "the engine is open outside Daemon::reopen";
 
 /// The running daemon: what the loop keeps between events.
 struct Daemon {
+    /// One daemon per state directory, held from start to exit (across reloads).
+    _lock: InstanceLock,
     config_path: PathBuf,
     config: Config,
     /// Closed (`None`) only while a reload swaps the database handle.
@@ -150,6 +156,7 @@ impl Daemon {
     /// SIGHUP handler and the watchdog timer.
     fn start(config_path: PathBuf, stop: watch::Receiver<bool>) -> Result<Daemon, DaemonError> {
         let config = Config::load(&config_path)?;
+        let lock = InstanceLock::acquire(&config.state_dir).map_err(DaemonError::InUse)?;
         let mut engine = Engine::new(config.clone())?;
         engine.set_shutdown(stop.clone());
         let source = Source::new(&config);
@@ -165,6 +172,7 @@ impl Daemon {
         tracing::info!(config = %config_path.display(), "proxsync daemon starting");
         let now = Instant::now();
         Ok(Daemon {
+            _lock: lock,
             config_path,
             config,
             engine: Some(engine),

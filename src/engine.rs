@@ -132,7 +132,7 @@ pub struct Engine {
     status: StatusDir,
     /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
     markers: HashMap<(String, u32), Option<Marker>>,
-    /// The secret that signs and verifies markers (`<state_dir>/marker.key`).
+    /// The secret that signs and verifies markers (`Config::marker_key_path`).
     marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
     /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
@@ -158,9 +158,10 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
-        let marker_key = Arc::new(MarkerKey::load_or_create(&config.state_dir).map_err(
+        let key_path = config.marker_key_path();
+        let marker_key = Arc::new(MarkerKey::load_or_create_file(&key_path).map_err(
             |message| EngineError::Status {
-                path: config.state_dir.display().to_string(),
+                path: key_path.display().to_string(),
                 message,
             },
         )?);
@@ -657,7 +658,9 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
     };
     let mut cache = HashMap::new();
     // Read-only: a missing key is not made here (then no marker verifies).
-    let key = MarkerKey::load(&config.state_dir).ok().flatten();
+    let key = MarkerKey::load_file(&config.marker_key_path())
+        .ok()
+        .flatten();
     let views = observe_all(&sites, config, specs, &records, &mut cache, key.as_ref()).await;
     let invalid: BTreeSet<String> = specs
         .invalid_names()

@@ -363,6 +363,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         pos: Pos::new(4, 9),
         api_version: "proxsync.io/v1".to_string(),
         tenant: None,
+        labels: Default::default(),
         site: SITE.to_string(),
         site_pos: Pos::START,
         node: NODES[g.node].to_string(),

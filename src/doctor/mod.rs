@@ -89,7 +89,7 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         ),
         None,
     )];
-    out.push(marker_key::check_marker_key(&config.state_dir));
+    out.push(marker_key::check_marker_key(&config.marker_key_path()));
     for spec in specs {
         if config.site(&spec.site).is_none() {
             out.push(check(
