@@ -1,6 +1,7 @@
 //! One reconcile cycle: observe every site, plan, act, and write status. `run --once`,
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_mark
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
-use crate::spec::SpecSet;
+use crate::spec::{Spec, SpecSet};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
     ConditionStatus as S, RequestSummary, SpecStatus, StatusDir, SummaryStatus, has_condition,
@@ -64,12 +65,41 @@ impl CycleReport {
 
 /// Checks that each spec's site is configured; a spec naming an unknown site is an invalid
 /// spec (an error tied to its name), taken out of the desired set, so its VM is left alone.
+/// Specs outside `[source] selector` are not checked: another install, with its own sites,
+/// manages them.
 pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-    let diagnostics = crate::spec::check_sites(&set.specs, &sites);
+    let mine: Vec<Spec> = set
+        .specs
+        .iter()
+        .filter(|s| config.selects(s))
+        .cloned()
+        .collect();
+    let diagnostics = crate::spec::check_sites(&mine, &sites);
     let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
     set.specs.retain(|s| !unknown.contains(&s.name));
     set.diagnostics.extend(diagnostics);
+}
+
+/// This install's share of the repository: the specs `[source] selector` matches (every spec
+/// without one), and the names of the valid specs it does not match. Those are another
+/// install's: neither desired nor removed here, their VMs are handed over. Invalid specs stay
+/// in the set (their labels may not be readable): each install reports them and leaves their
+/// VMs alone.
+pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, BTreeSet<String>) {
+    if config.source.selector.is_none() {
+        return (Cow::Borrowed(specs), BTreeSet::new());
+    }
+    let (mine, theirs): (Vec<Spec>, Vec<Spec>) =
+        specs.specs.iter().cloned().partition(|s| config.selects(s));
+    let set = SpecSet {
+        specs: mine,
+        diagnostics: specs.diagnostics.clone(),
+    };
+    (
+        Cow::Owned(set),
+        theirs.into_iter().map(|s| s.name).collect(),
+    )
 }
 
 /// Builds the per-site clients (reads the token secrets).
@@ -230,6 +260,9 @@ impl Engine {
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
+        let (specs, elsewhere) = shard(&self.config, specs);
+        let specs = specs.as_ref();
+        let config_sharded = self.config.source.selector.is_some();
         let records = match self.records.take() {
             Some(r) => r,
             None => self.store.specs()?,
@@ -254,6 +287,8 @@ impl Engine {
             install_id: &self.config.install_id,
             desired: &specs.specs,
             invalid: &invalid,
+            elsewhere: &elsewhere,
+            sharded: config_sharded,
             complete: specs.is_complete(),
             sites: &views,
             records: &records,
@@ -641,6 +676,9 @@ async fn observe_all(
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
+    let (specs, elsewhere) = shard(config, specs);
+    let specs = specs.as_ref();
+    let config_sharded = config.source.selector.is_some();
     // The daemon holds the database while it runs: then ask it for the records.
     let records = match crate::state::read_specs_snapshot(&config.state_dir) {
         Some(r) => r,
@@ -673,6 +711,8 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         install_id: &config.install_id,
         desired: &specs.specs,
         invalid: &invalid,
+        elsewhere: &elsewhere,
+        sharded: config_sharded,
         complete: specs.is_complete(),
         sites: &views,
         records: &records,
@@ -753,6 +793,15 @@ pub fn describe(action: &Action, specs: &SpecSet) -> String {
             )
         }
         Action::Forget { spec } => format!("- forget  {spec}: spec removed and its VM is gone"),
+        Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        } => format!(
+            "- handover {spec}: VM {vmid} on {site}/{node} stays; the spec is outside [source] \
+             selector, so the install it now matches takes the VM over"
+        ),
         Action::DeleteOrphan { site, node, vmid } => {
             format!("- delete  orphan VM {vmid} on {site}/{node} (stopped, past its grace period)")
         }
@@ -770,8 +819,10 @@ fn image_text(image: &crate::spec::Image) -> String {
 /// `proxsync adopt NAME --vmid N`: a person confirms that VM `vmid` is spec `name`'s although
 /// its marker does not verify (the marker key was lost, or the VM comes from a release before
 /// signing). The VM must carry this install's marker naming the spec; the record written here
-/// vouches for it, and the next cycle converges it and signs its marker. Needs the state
-/// database, so it runs while the daemon is stopped.
+/// vouches for it, and the next cycle converges it and signs its marker. A sharded install
+/// (`[source] selector`) also takes a VM another install handed over without a shared marker
+/// key: its marker names the spec, no install's tag is left on it, and it is signed over to
+/// this install at once. Needs the state database, so it runs while the daemon is stopped.
 pub async fn adopt_by_hand(
     config: &Config,
     specs: &SpecSet,
@@ -784,6 +835,17 @@ pub async fn adopt_by_hand(
         .iter()
         .find(|s| s.name == name)
         .ok_or_else(|| refused(format!("no valid spec named {name} in the source")))?;
+    if !config.selects(spec) {
+        return Err(refused(format!(
+            "spec {name} is outside [source] selector = \"{}\": another install manages it",
+            config
+                .source
+                .selector
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        )));
+    }
     let sites = site_clients(config)?;
     let site = sites
         .get(&spec.site)
@@ -811,10 +873,11 @@ pub async fn adopt_by_hand(
         .map(|r| r.node.clone())
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
     let cfg = site.client.vm_config(&node, vmid).await.map_err(site_err)?;
+    let handed = config.source.selector.is_some();
     let marker = cfg
         .description()
         .and_then(Marker::parse)
-        .filter(|m| m.install == config.install_id && m.spec == name)
+        .filter(|m| (m.install == config.install_id || handed) && m.spec == name)
         .ok_or_else(|| {
             refused(format!(
                 "VM {vmid} does not carry the marker of spec {name} of install {}; proxsync adopts \
@@ -822,6 +885,9 @@ pub async fn adopt_by_hand(
                 config.install_id
             ))
         })?;
+    if marker.install != config.install_id {
+        take_over_by_hand(config, &site.client, &node, vmid, &cfg, &marker).await?;
+    }
     rec.uid = marker.uid;
     rec.site = spec.site.clone();
     rec.node = node.clone();
@@ -836,4 +902,33 @@ pub async fn adopt_by_hand(
          marker",
         spec.site
     ))
+}
+
+/// `proxsync adopt` of a VM another install handed over without sharing its marker key: only
+/// once released (no install's ownership tag left), signed over to this install at once (its
+/// marker for this install and key, this install's tag).
+async fn take_over_by_hand(
+    config: &Config,
+    client: &Client,
+    node: &str,
+    vmid: u32,
+    cfg: &crate::pve::types::VmConfig,
+    marker: &Marker,
+) -> Result<(), EngineError> {
+    if let Some(tag) = cfg.tags().into_iter().find(|t| t.starts_with("proxsync.")) {
+        return Err(EngineError::Refused(format!(
+            "VM {vmid} carries install {}'s marker and the ownership tag {tag}: that install has \
+             not handed it over yet; wait until it has (its tag removed), then adopt",
+            marker.install
+        )));
+    }
+    let key_path = config.marker_key_path();
+    let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
+        path: key_path.display().to_string(),
+        message,
+    })?;
+    let signed = Marker::signed(&key, &config.install_id, &marker.spec, &marker.uid, vmid);
+    crate::execute::sign_over(client, node, vmid, cfg, &signed)
+        .await
+        .map_err(|e| EngineError::Refused(format!("VM {vmid}: {e}; nothing changed")))
 }

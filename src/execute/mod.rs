@@ -16,6 +16,7 @@
 mod cloud_init;
 mod converge;
 mod create;
+mod handover;
 mod identity;
 mod outcome;
 mod preflight;
@@ -38,6 +39,8 @@ use crate::state::{SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
+use self::handover::hand_over;
+pub use self::handover::sign_over;
 use self::remove::{delete_orphan, forget, remove};
 
 /// A failure of one action, with its category.
@@ -311,6 +314,12 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             release,
         } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
         Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        } => hand_over(ctx, VmRef::new(site, node, *vmid), spec, &mut rec).await,
         Action::Relabel {
             spec,
             from,
