@@ -82,13 +82,12 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
 }
 
 /// This install's share of the repository: the specs `[source] selector` matches (every spec
-/// without one), and the names of the valid specs it does not match. Those are another
-/// install's: neither desired nor removed here, their VMs are handed over. Invalid specs stay
-/// in the set (their labels may not be readable): each install reports them and leaves their
-/// VMs alone.
-pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, BTreeSet<String>) {
+/// without one), and the valid specs it does not match. Those are another install's: neither
+/// desired nor removed here, their VMs are handed over. Invalid specs stay in the set (their
+/// labels may not be readable): each install reports them and leaves their VMs alone.
+pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Vec<Spec>) {
     if config.source.selector.is_none() {
-        return (Cow::Borrowed(specs), BTreeSet::new());
+        return (Cow::Borrowed(specs), Vec::new());
     }
     let (mine, theirs): (Vec<Spec>, Vec<Spec>) =
         specs.specs.iter().cloned().partition(|s| config.selects(s));
@@ -96,10 +95,12 @@ pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, BTre
         specs: mine,
         diagnostics: specs.diagnostics.clone(),
     };
-    (
-        Cow::Owned(set),
-        theirs.into_iter().map(|s| s.name).collect(),
-    )
+    (Cow::Owned(set), theirs)
+}
+
+/// The names of specs.
+fn names(specs: &[Spec]) -> BTreeSet<String> {
+    specs.iter().map(|s| s.name.clone()).collect()
 }
 
 /// Builds the per-site clients (reads the token secrets).
@@ -260,8 +261,9 @@ impl Engine {
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
-        let (specs, elsewhere) = shard(&self.config, specs);
+        let (specs, theirs) = shard(&self.config, specs);
         let specs = specs.as_ref();
+        let elsewhere = names(&theirs);
         let config_sharded = self.config.source.selector.is_some();
         let records = match self.records.take() {
             Some(r) => r,
@@ -315,9 +317,12 @@ impl Engine {
                 store: self.store.clone(),
                 install_id: self.config.install_id.clone(),
                 sites: self.sites.clone(),
+                // Other installs' specs too: a hand-over brings its VM's tags in line with the
+                // spec as it now reads.
                 specs: specs
                     .specs
                     .iter()
+                    .chain(&theirs)
                     .map(|s| (s.name.clone(), s.clone()))
                     .collect(),
                 views: views.clone(),
@@ -676,8 +681,9 @@ async fn observe_all(
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
-    let (specs, elsewhere) = shard(config, specs);
+    let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
+    let elsewhere = names(&theirs);
     let config_sharded = config.source.selector.is_some();
     // The daemon holds the database while it runs: then ask it for the records.
     let records = match crate::state::read_specs_snapshot(&config.state_dir) {

@@ -9,6 +9,7 @@
 
 use crate::category::Category;
 use crate::ownership::{Marker, ownership_tag};
+use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
 use crate::pve::{TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
@@ -79,7 +80,7 @@ pub(super) async fn hand_over(
         if let Some(waiting) = check_lock(ctx, site, &node, vm.vmid, &cfg).await? {
             return Ok(waiting);
         }
-        let params = hand_over_params(ctx, &cfg, spec_name, &rec.uid, vm.vmid)?;
+        let params = hand_over_params(ctx, &cfg, rec, spec_name, vm.vmid)?;
         client
             .set_config(&node, vm.vmid, &params, cfg.digest())
             .await?;
@@ -133,18 +134,24 @@ async fn settle_create(
     }
 }
 
-/// The config update of a hand-over: this install's tag goes; the marker stays, written signed
-/// for this VMID if it was not (a marker from before signing, vouched for by the record), so
-/// the next owner can verify it.
+/// The config update of a hand-over: this install's tag goes, and the tags this install
+/// applied are brought in line with the spec as it now reads (a changed tenant label leaves no
+/// stale `tenant_*` tag that the next owner would take for a hand-added one); the marker
+/// stays, written signed for this VMID if it was not (a marker from before signing, vouched for
+/// by the record), so the next owner can verify it.
 fn hand_over_params(
     ctx: &ExecCtx,
     cfg: &VmConfig,
+    rec: &SpecRecord,
     spec_name: &str,
-    uid: &str,
     vmid: u32,
 ) -> Result<VmParams, ActionError> {
     let tag = ownership_tag(&ctx.install_id);
-    let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
+    let tags = match ctx.specs.get(spec_name) {
+        Some(spec) => merge_tags(&cfg.tags(), &rec.applied_tags, &spec.tags, &tag),
+        None => cfg.tags(),
+    };
+    let tags: Vec<String> = tags.into_iter().filter(|t| *t != tag).collect();
     let mut params = if tags.is_empty() {
         VmParams::new().delete_keys(&["tags"])
     } else {
@@ -156,7 +163,7 @@ fn hand_over_params(
         .as_ref()
         .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
     {
-        let uid = current.map(|m| m.uid).unwrap_or_else(|| uid.to_string());
+        let uid = current.map(|m| m.uid).unwrap_or_else(|| rec.uid.clone());
         let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &uid, vmid);
         params = params.set("description", signed.replace_in(description));
     }
