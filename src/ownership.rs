@@ -161,35 +161,35 @@ impl MarkerKey {
             crate::state::create_state_dir(dir)
                 .map_err(|e| format!("{}: cannot create the directory: {e}", dir.display()))?;
         }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut file = match options.open(path) {
-            Ok(f) => f,
-            // Another install sharing this file made it first: use theirs.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Self::load_file(path)?.ok_or_else(|| {
-                    format!(
-                        "{}: the marker key vanished while being read",
-                        path.display()
-                    )
-                });
-            }
-            Err(e) => {
-                return Err(format!(
-                    "{}: cannot create the marker key: {e}",
+        // Written whole to a file of our own, then linked into place: the link fails if
+        // another install sharing the file made it first (then theirs is used), and nobody
+        // ever reads a half-written key.
+        let staging = path.with_file_name(format!(
+            ".{}.{}",
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(KEY_FILE),
+            std::process::id()
+        ));
+        let written = write_private(&staging, &bytes)
+            .map_err(|e| format!("{}: cannot write the marker key: {e}", path.display()));
+        let linked = written.and_then(|()| match std::fs::hard_link(&staging, path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(format!(
+                "{}: cannot create the marker key: {e}",
+                path.display()
+            )),
+        });
+        let _ = std::fs::remove_file(&staging);
+        if !linked? {
+            return Self::load_file(path)?.ok_or_else(|| {
+                format!(
+                    "{}: the marker key vanished while being read",
                     path.display()
-                ));
-            }
-        };
-        file.write_all(format!("{hex}\n").as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| format!("{}: cannot write the marker key: {e}", path.display()))?;
+                )
+            });
+        }
         tracing::warn!(path = %path.display(), "made a new marker key; back it up with the state directory");
         Ok(MarkerKey(bytes))
     }
@@ -246,6 +246,21 @@ impl MarkerKey {
             .map(|b| format!("{b:02x}"))
             .collect()
     }
+}
+
+/// Writes `bytes` as hex to a new file `path`, mode 0600, synced.
+fn write_private(path: &Path, bytes: &[u8; 32]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = options.open(path)?;
+    file.write_all(format!("{hex}\n").as_bytes())?;
+    file.sync_all()
 }
 
 /// The ownership tag of an install.
@@ -329,6 +344,27 @@ mod tests {
         assert!(next.starts_with("Owner: team-web\n"), "{next}");
         assert_eq!(Marker::parse(&next), Some(m.clone()));
         assert_eq!(m.replace_in(""), m.description());
+    }
+
+    #[test]
+    fn a_shared_key_file_is_made_once_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys").join("shared.key");
+        let a = MarkerKey::load_or_create_file(&path).unwrap();
+        // A second install pointing at the same file uses that key.
+        let b = MarkerKey::load_or_create_file(&path).unwrap();
+        assert_eq!(a.mac("i", "s", "u", 1), b.mac("i", "s", "u", 1));
+        let names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["shared.key"], "no staging file is left");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
     }
 
     #[test]
