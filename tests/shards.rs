@@ -432,7 +432,9 @@ fn doctor_warns_about_this_install_signed_with_another_key() {
     let mut pve = FakePve::start(default_scenario());
     let keys = tempfile::tempdir().unwrap();
     let (a, _b) = two_installs(&pve, keys.path());
-    a.commit_specs(&[("a1.yaml", tenant_spec("web-a1", "a"))]);
+    // B's spec names a site only B would know: not A's business, not an error for A.
+    let far = tenant_spec("web-b9", "b").replace("site: lab", "site: far");
+    a.commit_specs(&[("a1.yaml", tenant_spec("web-a1", "a")), ("b9.yaml", far)]);
     let (ok, out) = a.run_once();
     assert!(ok, "{out}");
     let out = text(&a.proxsync(&["doctor"]));
@@ -440,6 +442,7 @@ fn doctor_warns_about_this_install_signed_with_another_key() {
         out.contains("ok   lab install shard-a: 1 VM(s) tagged proxsync.shard-a"),
         "{out}"
     );
+    assert!(!out.contains("FAIL"), "{out}");
 
     // A second instance `shard-a` with its own key (and its own repository): its VM carries
     // the tag of shard-a and a marker A's key does not verify.

@@ -95,7 +95,9 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
     let key = crate::ownership::MarkerKey::load_file(&config.marker_key_path())
         .ok()
         .flatten();
-    for spec in specs {
+    // Another install's specs (outside `[source] selector`) are its business.
+    let specs: Vec<&Spec> = specs.iter().filter(|s| config.selects(s)).collect();
+    for spec in &specs {
         if config.site(&spec.site).is_none() {
             out.push(check(
                 Level::Fail,
@@ -110,7 +112,11 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         }
     }
     for site in &config.sites {
-        let site_specs: Vec<&Spec> = specs.iter().filter(|s| s.site == site.name).collect();
+        let site_specs: Vec<&Spec> = specs
+            .iter()
+            .copied()
+            .filter(|s| s.site == site.name)
+            .collect();
         out.extend(check_site(site, config, key.as_ref(), &site_specs).await);
     }
     out
