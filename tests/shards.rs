@@ -469,3 +469,74 @@ fn doctor_warns_about_this_install_signed_with_another_key() {
         "{out}"
     );
 }
+
+/// Without a shared marker key, the new owner cannot verify the handed-over VM: it waits as
+/// an unverified claim (never creating a second VM) until a person confirms it with
+/// `proxsync adopt`, which is refused while the old owner's tag is still on the VM.
+#[test]
+fn without_a_shared_key_a_handed_over_vm_is_adopted_by_hand() {
+    let mut pve = FakePve::start(default_scenario());
+    let keys = tempfile::tempdir().unwrap();
+    let a = install(
+        &pve,
+        "shard-a",
+        "tenant-id in (a)",
+        &keys.path().join("a.key"),
+        None,
+    );
+    let b = install(
+        &pve,
+        "shard-b",
+        "tenant-id in (b)",
+        &keys.path().join("b.key"),
+        Some(&a.path("repo")),
+    );
+    a.commit_specs(&[
+        ("a1.yaml", tenant_spec("web-a1", "a")),
+        ("x.yaml", tenant_spec("web-x", "a")),
+    ]);
+    let (ok, out) = a.run_once();
+    assert!(ok, "{out}");
+    let vmid = a.status("web-x")["vmId"].as_u64().expect("a VMID") as u32;
+    a.commit_specs(&[
+        ("a1.yaml", tenant_spec("web-a1", "a")),
+        ("x.yaml", tenant_spec("web-x", "b")),
+    ]);
+
+    // Still A's: held, and adopting by hand is refused.
+    let (ok, _) = b.run_once();
+    assert!(!ok);
+    assert_eq!(b.condition("web-x", "Ready").1, "HeldByInstall");
+    let early = b.proxsync(&["adopt", "web-x", "--vmid", &vmid.to_string()]);
+    let said = text(&early);
+    assert!(!early.status.success(), "{said}");
+    assert!(
+        said.contains("proxsync.shard-a") && said.contains("not handed it over yet"),
+        "{said}"
+    );
+
+    let (ok, out) = a.run_once();
+    assert!(ok, "{out}");
+    let (ok, out) = b.run_once();
+    assert!(!ok, "{out}");
+    let (status, reason, message) = b.condition("web-x", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "UnverifiedClaim"),
+        "{message}"
+    );
+    one_vm(&mut pve, vmid, "released, not verifiable by B");
+
+    let adopt = b.proxsync(&["adopt", "web-x", "--vmid", &vmid.to_string()]);
+    assert!(adopt.status.success(), "{}", text(&adopt));
+    let (ok, out) = b.run_once();
+    assert!(ok, "{out}");
+    let vm = one_vm(&mut pve, vmid, "adopted by hand");
+    assert!(vm.tags.contains(&"proxsync.shard-b".to_string()), "{vm:?}");
+    let key = MarkerKey::load_file(&keys.path().join("b.key"))
+        .unwrap()
+        .expect("B's key");
+    let marker = vm.marker.unwrap();
+    assert_eq!(marker.install, "shard-b");
+    assert!(marker.verifies(&key, vmid), "signed over with B's key");
+}
