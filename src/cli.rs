@@ -367,12 +367,25 @@ fn load_inputs(
     })
 }
 
+/// Takes the state directory for this process (one proxsync per state directory), or says
+/// who holds it.
+fn hold_state_dir(config: &Config) -> Result<crate::instance_lock::InstanceLock, ExitCode> {
+    crate::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode {
     let Inputs { config, specs, .. } =
         match load_inputs(config_path, &[], crate::source::Use::Inspect) {
             Ok(x) => x,
             Err(code) => return code,
         };
+    let _lock = match hold_state_dir(&config) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -469,6 +482,10 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
         refused,
     } = match load_inputs(config_path, &spec_paths, crate::source::Use::Apply) {
         Ok(x) => x,
+        Err(code) => return code,
+    };
+    let _lock = match hold_state_dir(&config) {
+        Ok(lock) => lock,
         Err(code) => return code,
     };
     let rt = match runtime() {

@@ -66,6 +66,9 @@ pub struct Config {
     pub install_id: String,
     pub state_dir: PathBuf,
     pub status_dir: PathBuf,
+    /// `marker_key_file`: the marker key, when not `<state_dir>/marker.key` (see
+    /// [`Config::marker_key_path`]). Installs that hand specs to each other share one.
+    pub marker_key_file: Option<PathBuf>,
     pub source: SourceConfig,
     pub sites: Vec<SiteConfig>,
     pub reconcile: ReconcileConfig,
@@ -86,6 +89,8 @@ pub struct SourceConfig {
     pub dir: PathBuf,
     /// How often a remote is fetched.
     pub interval: Duration,
+    /// `selector`: the specs this install manages, by label; `None` manages every spec.
+    pub selector: Option<crate::selector::Selector>,
     /// Which signatures a branch tip must carry before its specs are applied; `None` (the
     /// default) applies any commit.
     pub verify: Option<CommitVerification>,
@@ -354,6 +359,7 @@ struct RawConfig {
     install_id: Option<String>,
     state_dir: Option<PathBuf>,
     status_dir: Option<PathBuf>,
+    marker_key_file: Option<PathBuf>,
     source: Option<RawSource>,
     #[serde(default)]
     site: Vec<RawSite>,
@@ -399,6 +405,7 @@ struct RawSource {
     verify: Option<String>,
     allowed_signers: Option<PathBuf>,
     keyring: Option<PathBuf>,
+    selector: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -472,6 +479,31 @@ impl Config {
     /// The PVE tag that marks a VM as owned by this install.
     pub fn ownership_tag(&self) -> String {
         format!("proxsync.{}", self.install_id)
+    }
+
+    /// The marker key file: `marker_key_file` if set, else the systemd credential
+    /// `$CREDENTIALS_DIRECTORY/marker.key` when it exists (`LoadCredential=marker.key:...`),
+    /// else `<state_dir>/marker.key`.
+    pub fn marker_key_path(&self) -> PathBuf {
+        if let Some(path) = &self.marker_key_file {
+            return path.clone();
+        }
+        if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+            let credential = Path::new(&dir).join(crate::ownership::KEY_FILE);
+            if credential.is_file() {
+                return credential;
+            }
+        }
+        crate::ownership::MarkerKey::path(&self.state_dir)
+    }
+
+    /// Whether a spec is this install's: it matches `[source] selector` (every spec does
+    /// without one). The others are other installs' business.
+    pub fn selects(&self, spec: &crate::spec::Spec) -> bool {
+        self.source
+            .selector
+            .as_ref()
+            .is_none_or(|s| s.matches(&spec.labels))
     }
 }
 
@@ -564,6 +596,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         None => state_dir.join("status"),
     };
 
+    let marker_key_file = raw.marker_key_file.map(|p| resolve(base, p));
     let source = match raw.source {
         None => {
             return Err(
@@ -658,6 +691,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         install_id,
         state_dir,
         status_dir,
+        marker_key_file,
         source,
         sites,
         reconcile,
@@ -839,12 +873,24 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
         ));
     }
     let verify = build_verify(s.verify, s.allowed_signers, s.keyring, base)?;
+    let selector = s
+        .selector
+        .map(|text| {
+            crate::selector::Selector::parse(&text).map_err(|e| {
+                format!(
+                    "[source] selector = {text:?}: {e}; valid: {}",
+                    crate::selector::VALID
+                )
+            })
+        })
+        .transpose()?;
     Ok(SourceConfig {
         location,
         branch,
         dir,
         interval: opt_duration("[source] interval", s.interval, Duration::from_secs(60))?,
         verify,
+        selector,
     })
 }
 
@@ -1224,6 +1270,34 @@ max_delete_fraction = 0.5
         }
         let err = parse(&format!("{MINIMAL}\n[metrics]\nport = 9847\n")).unwrap_err();
         assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn a_selector_and_a_shared_marker_key() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.source.selector, None);
+        assert_eq!(c.marker_key_file, None);
+        let text = MINIMAL.replace(
+            "[source]",
+            "marker_key_file = \"keys/shared.key\"\n[source]\nselector = \"tenant-id in (a,b)\"",
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(
+            c.marker_key_path(),
+            PathBuf::from("/etc/proxsync/keys/shared.key")
+        );
+        assert_eq!(
+            c.source.selector.as_ref().map(|s| s.to_string()).as_deref(),
+            Some("tenant-id in (a,b)")
+        );
+        let bad = MINIMAL.replace("[source]", "[source]\nselector = \"tenant-id in (a,b\"");
+        let e = parse(&bad).unwrap_err();
+        assert!(
+            e.contains("[source] selector = \"tenant-id in (a,b\"")
+                && e.contains("without its ')'")
+                && e.contains("key in (a,b)"),
+            "{e}"
+        );
     }
 
     #[test]

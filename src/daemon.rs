@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::control;
 use crate::engine::{CycleReport, Engine, EngineError};
 use crate::execute::now_ms;
+use crate::instance_lock::InstanceLock;
 use crate::metrics::Metrics;
 use crate::source::Source;
 use crate::status::RequestSummary;
@@ -40,6 +41,9 @@ pub enum DaemonError {
     /// The metrics listener could not bind (the message names `[metrics] listen`).
     #[error("{0}")]
     Metrics(String),
+    /// Another process holds the state directory (`instance_lock`).
+    #[error("{0}")]
+    InUse(String),
 }
 
 /// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
@@ -76,6 +80,8 @@ const ENGINE_OPEN: &str = "the engine is open outside Daemon::reopen";
 
 /// The running daemon: what the loop keeps between events.
 struct Daemon {
+    /// One daemon per state directory, held from start to exit (across reloads).
+    _lock: InstanceLock,
     config_path: PathBuf,
     config: Config,
     /// Closed (`None`) only while a reload swaps the database handle.
@@ -163,6 +169,7 @@ impl Daemon {
     /// SIGHUP handler and the watchdog timer.
     fn start(config_path: PathBuf, stop: watch::Receiver<bool>) -> Result<Daemon, DaemonError> {
         let config = Config::load(&config_path)?;
+        let lock = InstanceLock::acquire(&config.state_dir).map_err(DaemonError::InUse)?;
         let (metrics, metrics_server) = match &config.metrics {
             Some(listen) => {
                 let metrics = Metrics::new(&config.install_id);
@@ -189,6 +196,7 @@ impl Daemon {
         tracing::info!(config = %config_path.display(), "proxsync daemon starting");
         let now = Instant::now();
         Ok(Daemon {
+            _lock: lock,
             config_path,
             config,
             engine: Some(engine),

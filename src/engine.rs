@@ -1,6 +1,7 @@
 //! One reconcile cycle: observe every site, plan, act, and write status. `run --once`,
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_mark
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
-use crate::spec::SpecSet;
+use crate::spec::{Spec, SpecSet};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
     ConditionStatus as S, FromPlan, RequestSummary, SpecStatus, StatusDir, SummaryStatus,
@@ -76,12 +77,42 @@ impl CycleReport {
 
 /// Checks that each spec's site is configured; a spec naming an unknown site is an invalid
 /// spec (an error tied to its name), taken out of the desired set, so its VM is left alone.
+/// Specs outside `[source] selector` are not checked: another install, with its own sites,
+/// manages them.
 pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-    let diagnostics = crate::spec::check_sites(&set.specs, &sites);
+    let mine: Vec<Spec> = set
+        .specs
+        .iter()
+        .filter(|s| config.selects(s))
+        .cloned()
+        .collect();
+    let diagnostics = crate::spec::check_sites(&mine, &sites);
     let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
     set.specs.retain(|s| !unknown.contains(&s.name));
     set.diagnostics.extend(diagnostics);
+}
+
+/// This install's share of the repository: the specs `[source] selector` matches (every spec
+/// without one), and the valid specs it does not match. Those are another install's: neither
+/// desired nor removed here, their VMs are handed over. Invalid specs stay in the set (their
+/// labels may not be readable): each install reports them and leaves their VMs alone.
+pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Vec<Spec>) {
+    if config.source.selector.is_none() {
+        return (Cow::Borrowed(specs), Vec::new());
+    }
+    let (mine, theirs): (Vec<Spec>, Vec<Spec>) =
+        specs.specs.iter().cloned().partition(|s| config.selects(s));
+    let set = SpecSet {
+        specs: mine,
+        diagnostics: specs.diagnostics.clone(),
+    };
+    (Cow::Owned(set), theirs)
+}
+
+/// The names of specs.
+fn names(specs: &[Spec]) -> BTreeSet<String> {
+    specs.iter().map(|s| s.name.clone()).collect()
 }
 
 /// Builds the per-site clients (reads the token secrets).
@@ -153,7 +184,7 @@ pub struct Engine {
     status: StatusDir,
     /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
     markers: HashMap<(String, u32), Option<Marker>>,
-    /// The secret that signs and verifies markers (`<state_dir>/marker.key`).
+    /// The secret that signs and verifies markers (`Config::marker_key_path`).
     marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
     /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
@@ -189,9 +220,10 @@ impl Engine {
     /// An engine whose site clients count their requests and tasks in `metrics`.
     pub fn with_metrics(config: Config, metrics: &Metrics) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
-        let marker_key = Arc::new(MarkerKey::load_or_create(&config.state_dir).map_err(
+        let key_path = config.marker_key_path();
+        let marker_key = Arc::new(MarkerKey::load_or_create_file(&key_path).map_err(
             |message| EngineError::Status {
-                path: config.state_dir.display().to_string(),
+                path: key_path.display().to_string(),
                 message,
             },
         )?);
@@ -268,6 +300,10 @@ impl Engine {
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
+        let (specs, theirs) = shard(&self.config, specs);
+        let specs = specs.as_ref();
+        let elsewhere = names(&theirs);
+        let config_sharded = self.config.source.selector.is_some();
         let records = match self.records.take() {
             Some(r) => r,
             None => self.store.specs()?,
@@ -292,6 +328,8 @@ impl Engine {
             install_id: &self.config.install_id,
             desired: &specs.specs,
             invalid: &invalid,
+            elsewhere: &elsewhere,
+            sharded: config_sharded,
             complete: specs.is_complete(),
             sites: &views,
             records: &records,
@@ -318,9 +356,12 @@ impl Engine {
                 store: self.store.clone(),
                 install_id: self.config.install_id.clone(),
                 sites: self.sites.clone(),
+                // Other installs' specs too: a hand-over brings its VM's tags in line with the
+                // spec as it now reads.
                 specs: specs
                     .specs
                     .iter()
+                    .chain(&theirs)
                     .map(|s| (s.name.clone(), s.clone()))
                     .collect(),
                 views: views.clone(),
@@ -737,6 +778,10 @@ async fn observe_all(
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
+    let (specs, theirs) = shard(config, specs);
+    let specs = specs.as_ref();
+    let elsewhere = names(&theirs);
+    let config_sharded = config.source.selector.is_some();
     // The daemon holds the database while it runs: then ask it for the records.
     let records = match crate::state::read_specs_snapshot(&config.state_dir) {
         Some(r) => r,
@@ -754,7 +799,9 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
     };
     let mut cache = HashMap::new();
     // Read-only: a missing key is not made here (then no marker verifies).
-    let key = MarkerKey::load(&config.state_dir).ok().flatten();
+    let key = MarkerKey::load_file(&config.marker_key_path())
+        .ok()
+        .flatten();
     let views = observe_all(&sites, config, specs, &records, &mut cache, key.as_ref()).await;
     let invalid: BTreeSet<String> = specs
         .invalid_names()
@@ -767,6 +814,8 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         install_id: &config.install_id,
         desired: &specs.specs,
         invalid: &invalid,
+        elsewhere: &elsewhere,
+        sharded: config_sharded,
         complete: specs.is_complete(),
         sites: &views,
         records: &records,
@@ -854,6 +903,15 @@ pub fn describe(action: &Action, specs: &SpecSet) -> String {
             )
         }
         Action::Forget { spec } => format!("- forget  {spec}: spec removed and its VM is gone"),
+        Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        } => format!(
+            "- handover {spec}: VM {vmid} on {site}/{node} stays; the spec is outside [source] \
+             selector, so the install it now matches takes the VM over"
+        ),
         Action::DeleteOrphan { site, node, vmid } => {
             format!("- delete  orphan VM {vmid} on {site}/{node} (stopped, past its grace period)")
         }
@@ -871,8 +929,10 @@ fn image_text(image: &crate::spec::Image) -> String {
 /// `proxsync adopt NAME --vmid N`: a person confirms that VM `vmid` is spec `name`'s although
 /// its marker does not verify (the marker key was lost, or the VM comes from a release before
 /// signing). The VM must carry this install's marker naming the spec; the record written here
-/// vouches for it, and the next cycle converges it and signs its marker. Needs the state
-/// database, so it runs while the daemon is stopped.
+/// vouches for it, and the next cycle converges it and signs its marker. A sharded install
+/// (`[source] selector`) also takes a VM another install handed over without a shared marker
+/// key: its marker names the spec, no install's tag is left on it, and it is signed over to
+/// this install at once. Needs the state database, so it runs while the daemon is stopped.
 pub async fn adopt_by_hand(
     config: &Config,
     specs: &SpecSet,
@@ -885,6 +945,17 @@ pub async fn adopt_by_hand(
         .iter()
         .find(|s| s.name == name)
         .ok_or_else(|| refused(format!("no valid spec named {name} in the source")))?;
+    if !config.selects(spec) {
+        return Err(refused(format!(
+            "spec {name} is outside [source] selector = \"{}\": another install manages it",
+            config
+                .source
+                .selector
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        )));
+    }
     let sites = site_clients(config)?;
     let site = sites
         .get(&spec.site)
@@ -912,10 +983,11 @@ pub async fn adopt_by_hand(
         .map(|r| r.node.clone())
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
     let cfg = site.client.vm_config(&node, vmid).await.map_err(site_err)?;
+    let handed = config.source.selector.is_some();
     let marker = cfg
         .description()
         .and_then(Marker::parse)
-        .filter(|m| m.install == config.install_id && m.spec == name)
+        .filter(|m| (m.install == config.install_id || handed) && m.spec == name)
         .ok_or_else(|| {
             refused(format!(
                 "VM {vmid} does not carry the marker of spec {name} of install {}; proxsync adopts \
@@ -923,6 +995,9 @@ pub async fn adopt_by_hand(
                 config.install_id
             ))
         })?;
+    if marker.install != config.install_id {
+        take_over_by_hand(config, &site.client, &node, vmid, &cfg, &marker).await?;
+    }
     rec.uid = marker.uid;
     rec.site = spec.site.clone();
     rec.node = node.clone();
@@ -937,4 +1012,33 @@ pub async fn adopt_by_hand(
          marker",
         spec.site
     ))
+}
+
+/// `proxsync adopt` of a VM another install handed over without sharing its marker key: only
+/// once released (no install's ownership tag left), signed over to this install at once (its
+/// marker for this install and key, this install's tag).
+async fn take_over_by_hand(
+    config: &Config,
+    client: &Client,
+    node: &str,
+    vmid: u32,
+    cfg: &crate::pve::types::VmConfig,
+    marker: &Marker,
+) -> Result<(), EngineError> {
+    if let Some(tag) = cfg.tags().into_iter().find(|t| t.starts_with("proxsync.")) {
+        return Err(EngineError::Refused(format!(
+            "VM {vmid} carries install {}'s marker and the ownership tag {tag}: that install has \
+             not handed it over yet; wait until it has (its tag removed), then adopt",
+            marker.install
+        )));
+    }
+    let key_path = config.marker_key_path();
+    let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
+        path: key_path.display().to_string(),
+        message,
+    })?;
+    let signed = Marker::signed(&key, &config.install_id, &marker.spec, &marker.uid, vmid);
+    crate::execute::sign_over(client, node, vmid, cfg, &signed)
+        .await
+        .map_err(|e| EngineError::Refused(format!("VM {vmid}: {e}; nothing changed")))
 }

@@ -120,10 +120,12 @@ impl Marker {
     }
 }
 
-/// The per-install secret that signs markers. Kept in `<state_dir>/marker.key` (mode 0600);
-/// the operator backs it up with the rest of `/etc` and `/var/lib/proxsync`. Lost, the VMs'
-/// markers no longer verify: they are reported, nothing is deleted, and they are taken back
-/// with `proxsync adopt`.
+/// The secret that signs markers. Kept in `<state_dir>/marker.key` (mode 0600), or in the
+/// file `marker_key_file` names, which several installs may share: installs sharing a key
+/// trust each other's markers, which a hand-over between shards needs (the new owner verifies
+/// the old owner's marker before it adopts). The operator backs it up with the rest of `/etc`
+/// and `/var/lib/proxsync`. Lost, the VMs' markers no longer verify: they are reported,
+/// nothing is deleted, and they are taken back with `proxsync adopt`.
 #[derive(Clone)]
 pub struct MarkerKey([u8; 32]);
 
@@ -140,41 +142,67 @@ impl MarkerKey {
 
     /// Reads the key, or makes one (random, mode 0600) when the file does not exist.
     pub fn load_or_create(state_dir: &Path) -> Result<MarkerKey, String> {
-        let path = Self::path(state_dir);
-        match Self::load(state_dir) {
-            Ok(Some(key)) => return Ok(key),
-            Ok(None) => {}
-            Err(e) => return Err(e),
+        Self::load_or_create_file(&Self::path(state_dir))
+    }
+
+    /// Reads the key in `path`, or makes one there (random, mode 0600) when the file does not
+    /// exist. Made with `create_new`, so two installs starting at once on one shared key file
+    /// never overwrite each other's key: the second reads the first's.
+    pub fn load_or_create_file(path: &Path) -> Result<MarkerKey, String> {
+        if let Some(key) = Self::load_file(path)? {
+            return Ok(key);
         }
         use ring::rand::SecureRandom;
         let mut bytes = [0u8; 32];
         ring::rand::SystemRandom::new()
             .fill(&mut bytes)
             .map_err(|_| "the system's random source failed".to_string())?;
-        std::fs::create_dir_all(state_dir)
-            .map_err(|e| format!("{}: cannot create the directory: {e}", state_dir.display()))?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::state::create_state_dir(dir)
+                .map_err(|e| format!("{}: cannot create the directory: {e}", dir.display()))?;
         }
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut file = options
-            .open(&path)
-            .map_err(|e| format!("{}: cannot create the marker key: {e}", path.display()))?;
-        file.write_all(format!("{hex}\n").as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| format!("{}: cannot write the marker key: {e}", path.display()))?;
+        // Written whole to a file of our own, then linked into place: the link fails if
+        // another install sharing the file made it first (then theirs is used), and nobody
+        // ever reads a half-written key.
+        let staging = path.with_file_name(format!(
+            ".{}.{}",
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(KEY_FILE),
+            std::process::id()
+        ));
+        let written = write_private(&staging, &bytes)
+            .map_err(|e| format!("{}: cannot write the marker key: {e}", path.display()));
+        let linked = written.and_then(|()| match std::fs::hard_link(&staging, path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(format!(
+                "{}: cannot create the marker key: {e}",
+                path.display()
+            )),
+        });
+        let _ = std::fs::remove_file(&staging);
+        if !linked? {
+            return Self::load_file(path)?.ok_or_else(|| {
+                format!(
+                    "{}: the marker key vanished while being read",
+                    path.display()
+                )
+            });
+        }
         tracing::warn!(path = %path.display(), "made a new marker key; back it up with the state directory");
         Ok(MarkerKey(bytes))
     }
 
     /// Reads the key; `Ok(None)` when the file does not exist. Never shows its content.
     pub fn load(state_dir: &Path) -> Result<Option<MarkerKey>, String> {
-        let path = Self::path(state_dir);
-        let text = match std::fs::read_to_string(&path) {
+        Self::load_file(&Self::path(state_dir))
+    }
+
+    /// Reads the key in `path`; `Ok(None)` when the file does not exist. Never shows its
+    /// content.
+    pub fn load_file(path: &Path) -> Result<Option<MarkerKey>, String> {
+        let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
@@ -218,6 +246,21 @@ impl MarkerKey {
             .map(|b| format!("{b:02x}"))
             .collect()
     }
+}
+
+/// Writes `bytes` as hex to a new file `path`, mode 0600, synced.
+fn write_private(path: &Path, bytes: &[u8; 32]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = options.open(path)?;
+    file.write_all(format!("{hex}\n").as_bytes())?;
+    file.sync_all()
 }
 
 /// The ownership tag of an install.
@@ -301,6 +344,27 @@ mod tests {
         assert!(next.starts_with("Owner: team-web\n"), "{next}");
         assert_eq!(Marker::parse(&next), Some(m.clone()));
         assert_eq!(m.replace_in(""), m.description());
+    }
+
+    #[test]
+    fn a_shared_key_file_is_made_once_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys").join("shared.key");
+        let a = MarkerKey::load_or_create_file(&path).unwrap();
+        // A second install pointing at the same file uses that key.
+        let b = MarkerKey::load_or_create_file(&path).unwrap();
+        assert_eq!(a.mac("i", "s", "u", 1), b.mac("i", "s", "u", 1));
+        let names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["shared.key"], "no staging file is left");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
     }
 
     #[test]

@@ -292,6 +292,10 @@ struct World {
     desired: Vec<Spec>,
     roles: BTreeMap<String, Role>,
     invalid: BTreeSet<String>,
+    /// Valid specs outside this install's selector (another install's).
+    elsewhere: BTreeSet<String>,
+    /// This install has a selector (see `PlanInput::sharded`).
+    sharded: bool,
     complete: bool,
     sites: BTreeMap<String, SiteView>,
     records: BTreeMap<String, SpecRecord>,
@@ -309,6 +313,8 @@ impl World {
             install_id: INSTALL,
             desired: &self.desired,
             invalid: &self.invalid,
+            elsewhere: &self.elsewhere,
+            sharded: self.sharded,
             complete: self.complete,
             sites: &self.sites,
             records: &self.records,
@@ -363,6 +369,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         pos: Pos::new(4, 9),
         api_version: "proxsync.io/v1".to_string(),
         tenant: None,
+        labels: Default::default(),
         site: SITE.to_string(),
         site_pos: Pos::START,
         node: NODES[g.node].to_string(),
@@ -705,6 +712,8 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         },
         now_ms: g.now_ms,
         in_flight,
+        elsewhere: BTreeSet::new(),
+        sharded: false,
     }
 }
 
@@ -979,6 +988,19 @@ impl Sim {
             Action::Forget { spec } => {
                 self.world.records.remove(spec);
             }
+            Action::HandOver { spec, vmid, .. } => {
+                // This install's tag goes, the marker stays; the record is forgotten.
+                let tag = owner_tag();
+                if let Some(vm) = self
+                    .world
+                    .vms_mut()
+                    .get_mut(vmid)
+                    .filter(|vm| marker_is(vm, spec) && vm.lock.is_none())
+                {
+                    vm.tags.retain(|t| *t != tag);
+                }
+                self.world.records.remove(spec);
+            }
             Action::DeleteOrphan { vmid, .. } => {
                 let vms = self.world.vms_mut();
                 let ours = vms
@@ -1005,6 +1027,7 @@ fn action_vmid(a: &Action) -> Option<u32> {
         | Action::Migrate { vmid, .. }
         | Action::Remove { vmid, .. }
         | Action::Relabel { vmid, .. }
+        | Action::HandOver { vmid, .. }
         | Action::DeleteOrphan { vmid, .. } => Some(*vmid),
         Action::Create { .. } | Action::Forget { .. } => None,
     }
@@ -1912,4 +1935,220 @@ proptest! {
         let again = network_changes(&spec, &current).unwrap();
         prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
     }
+}
+
+// ---- shards: specs outside `[source] selector` --------------------------------------------
+
+/// The VMIDs that belong to the specs in `names`: their records', and the VMs carrying this
+/// install's marker for one of them.
+fn vmids_of(w: &World, names: &BTreeSet<String>) -> BTreeSet<u32> {
+    let mut out: BTreeSet<u32> = w
+        .records
+        .iter()
+        .filter(|(n, _)| names.contains(*n))
+        .filter_map(|(_, r)| record_vmid(r))
+        .collect();
+    out.extend(
+        w.vms()
+            .values()
+            .filter(|vm| {
+                vm.marker
+                    .as_ref()
+                    .is_some_and(|m| m.install == INSTALL && names.contains(&m.spec))
+            })
+            .map(|vm| vm.vmid),
+    );
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// 10. Specs moved out of this install's selector (another install's now) are handed
+    /// over, never deleted or released: no delete, release, create, adopt or converge names
+    /// them or their VMs, every hand-over is one of theirs, and they get no verdict here.
+    #[test]
+    fn specs_outside_the_selector_are_handed_over_never_deleted(
+        (entries, extras, g) in gens(),
+        mask in any::<u8>(),
+    ) {
+        let mut w = build(&entries, &extras, &g, false);
+        let moved: BTreeSet<String> = w
+            .desired
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << (i % 8)) != 0)
+            .map(|(_, s)| s.name.clone())
+            .collect();
+        w.desired.retain(|s| !moved.contains(&s.name));
+        w.elsewhere = moved;
+        w.sharded = true;
+        let theirs = vmids_of(&w, &w.elsewhere);
+        let p = plan(&w.input());
+        for a in &p.actions {
+            match a {
+                Action::HandOver { spec, vmid, .. } => {
+                    prop_assert!(w.elsewhere.contains(spec), "{a:?}");
+                    prop_assert!(theirs.contains(vmid), "{a:?} hands over a VM not theirs");
+                }
+                Action::Forget { .. } => {}
+                _ => {
+                    prop_assert!(a.spec().is_none_or(|s| !w.elsewhere.contains(s)), "{a:?}");
+                    prop_assert!(action_vmid(a).is_none_or(|v| !theirs.contains(&v)), "{a:?}");
+                }
+            }
+        }
+        for name in &w.elsewhere {
+            prop_assert!(!p.verdicts.contains_key(name), "verdict for {name}");
+        }
+    }
+}
+
+/// A world whose spec `web` moved out of this install's selector, its VM 100 recorded.
+fn moved_web_world() -> World {
+    let mut w = one_spec_world(vec![lost_web_vm(true)], true, true);
+    w.desired.clear();
+    w.elsewhere.insert("web".into());
+    w.sharded = true;
+    w.records.insert(
+        "web".into(),
+        SpecRecord {
+            uid: uid_of("web"),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: Some(100),
+            phase: Phase::Exists,
+            provisioned: true,
+            ..SpecRecord::default()
+        },
+    );
+    w
+}
+
+/// The spec left the selector: its VM is handed over, not deleted, and the hand-over counts
+/// in the valves like a delete (a selector typo must not release the fleet in one cycle).
+#[test]
+fn a_spec_leaving_the_selector_is_handed_over_within_the_valves() {
+    // Another spec of this install stays, so the desired set is not empty.
+    let mut w = moved_web_world();
+    let mut other = w.clone();
+    let stay = make_spec(
+        "db",
+        &SpecGen {
+            node: 1,
+            cpu: 2,
+            mem_mib: 1024,
+            disk_gib: 2,
+            running: true,
+            tags: 0,
+            orphan_policy: false,
+        },
+    );
+    w.desired.push(stay.clone());
+    w.reconcile.max_delete_fraction = 1.0;
+    let p = plan(&w.input());
+    let handed: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| a.spec() == Some("web"))
+        .collect();
+    assert_eq!(
+        handed,
+        vec![&Action::HandOver {
+            spec: "web".into(),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: 100,
+        }]
+    );
+    // The same without a record (a lost database): the owned VM is handed over, not an orphan.
+    let mut lost = w.clone();
+    lost.records.clear();
+    let p = plan(&lost.input());
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::HandOver { vmid: 100, .. })),
+        "{:?}",
+        p.actions
+    );
+    assert!(p.orphans.is_empty(), "{:?}", p.orphans);
+
+    // Every managed VM leaving at once (the desired set empty): refused.
+    let p = plan(&other.input());
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.refused
+            .iter()
+            .any(|r| r.contains("hand-overs to another install")),
+        "{:?}",
+        p.refused
+    );
+    // Half of two managed VMs is allowed at 0.5; both are not.
+    other.desired.push(stay);
+    other.reconcile.max_delete_fraction = 0.4;
+    let p = plan(&other.input());
+    assert!(
+        !p.refused.is_empty()
+            && p.actions
+                .iter()
+                .all(|a| !matches!(a, Action::HandOver { .. }))
+    );
+}
+
+/// A VM of a spec moved here from another install: waited for while any install's tag is on
+/// it, adopted once released if its marker verifies (a shared key), else a person confirms
+/// it. Never a create meanwhile. An install without a selector does not look at other
+/// installs' VMs at all (as before sharding existed).
+#[test]
+fn a_vm_of_another_install_is_adopted_only_once_released() {
+    let sharded = |vm: &ObservedVm| {
+        let mut w = one_spec_world(vec![vm.clone()], true, true);
+        w.sharded = true;
+        plan(&w.input())
+    };
+    let mut held = lost_web_vm(true);
+    held.marker.as_mut().unwrap().install = "other".into();
+    held.tags = vec!["proxsync.other".into(), "tenant_b".into()];
+    let p = sharded(&held);
+    assert_eq!(
+        p.verdicts["web"],
+        Verdict::HeldByInstall {
+            install: "other".into(),
+            vmid: 100
+        }
+    );
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+
+    let mut released = held.clone();
+    released.tags = vec!["tenant_b".into()];
+    let adopt = vec![Action::Adopt {
+        spec: "web".into(),
+        site: SITE.into(),
+        vmid: 100,
+    }];
+    assert_eq!(sharded(&released).actions, adopt);
+
+    // Without a selector, another install's VM is not this install's business: created anew.
+    let p = plan(&one_spec_world(vec![released.clone()], true, true).input());
+    assert!(
+        matches!(p.actions.as_slice(), [Action::Create { .. }]),
+        "{:?}",
+        p.actions
+    );
+
+    // Not verifiable with this install's key: a person decides (`proxsync adopt`).
+    released.marker_verified = false;
+    let p = sharded(&released);
+    assert_eq!(p.verdicts["web"], Verdict::UnverifiedClaim { vmid: 100 });
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // An unverifiable marker still held by its install waits too.
+    held.marker_verified = false;
+    let p = sharded(&held);
+    assert!(matches!(p.verdicts["web"], Verdict::HeldByInstall { .. }));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
 }

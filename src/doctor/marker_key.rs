@@ -1,16 +1,15 @@
-//! The marker key (`<state_dir>/marker.key`): the per-install secret proxsync signs VM markers
-//! with. Present, valid and private, or absent (made at the first start). Its content is never
-//! shown.
+//! The marker key (`<state_dir>/marker.key`, or `marker_key_file`): the secret proxsync signs
+//! VM markers with. Present, valid and private, or absent (made at the first start). Its
+//! content is never shown.
 
 use std::path::Path;
 
 use super::{Check, Level, check};
 use crate::ownership::MarkerKey;
 
-pub(super) fn check_marker_key(state_dir: &Path) -> Check {
-    let path = MarkerKey::path(state_dir);
+pub(super) fn check_marker_key(path: &Path) -> Check {
     let subject = "marker key";
-    match MarkerKey::load(state_dir) {
+    match MarkerKey::load_file(path) {
         Ok(None) => check(
             Level::Warn,
             subject,
@@ -35,7 +34,7 @@ pub(super) fn check_marker_key(state_dir: &Path) -> Check {
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
-                if let Ok(meta) = std::fs::metadata(&path) {
+                if let Ok(meta) = std::fs::metadata(path) {
                     let mode = meta.permissions().mode() & 0o777;
                     if mode & 0o077 != 0 {
                         return check(

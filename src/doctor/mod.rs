@@ -11,6 +11,7 @@ mod health;
 mod marker_key;
 mod privileges;
 mod resources;
+mod same_install;
 mod signing;
 mod versions;
 
@@ -91,9 +92,15 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         ),
         None,
     )];
-    out.push(marker_key::check_marker_key(&config.state_dir));
+    out.push(marker_key::check_marker_key(&config.marker_key_path()));
     out.extend(signing::check_signing(config));
-    for spec in specs {
+    // Read-only: a missing or broken key is the line above; markers are then not checked.
+    let key = crate::ownership::MarkerKey::load_file(&config.marker_key_path())
+        .ok()
+        .flatten();
+    // Another install's specs (outside `[source] selector`) are its business.
+    let specs: Vec<&Spec> = specs.iter().filter(|s| config.selects(s)).collect();
+    for spec in &specs {
         if config.site(&spec.site).is_none() {
             out.push(check(
                 Level::Fail,
@@ -108,8 +115,12 @@ pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
         }
     }
     for site in &config.sites {
-        let site_specs: Vec<&Spec> = specs.iter().filter(|s| s.site == site.name).collect();
-        out.extend(check_site(site, &config.ownership_tag(), &site_specs).await);
+        let site_specs: Vec<&Spec> = specs
+            .iter()
+            .copied()
+            .filter(|s| s.site == site.name)
+            .collect();
+        out.extend(check_site(site, config, key.as_ref(), &site_specs).await);
     }
     out
 }
@@ -119,7 +130,14 @@ pub fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.level == Level::Fail)
 }
 
-async fn check_site(site: &SiteConfig, ownership_tag: &str, specs: &[&Spec]) -> Vec<Check> {
+async fn check_site(
+    site: &SiteConfig,
+    config: &Config,
+    key: Option<&crate::ownership::MarkerKey>,
+    specs: &[&Spec],
+) -> Vec<Check> {
+    let ownership_tag = config.ownership_tag();
+    let ownership_tag = ownership_tag.as_str();
     let name = site.name.as_str();
     let subject = |what: &str| format!("{name} {what}");
     let mut out = Vec::new();
@@ -162,15 +180,6 @@ async fn check_site(site: &SiteConfig, ownership_tag: &str, specs: &[&Spec]) -> 
     };
     out.extend(check_health(site, &health, specs));
 
-    if specs.is_empty() {
-        out.push(check(
-            Level::Skip,
-            subject("specs"),
-            "no specs for this site; storages, bridges and templates not checked",
-            None,
-        ));
-        return out;
-    }
     let resources = match client.vm_resources().await {
         Ok(r) => r,
         Err(e) => {
@@ -183,6 +192,18 @@ async fn check_site(site: &SiteConfig, ownership_tag: &str, specs: &[&Spec]) -> 
             return out;
         }
     };
+    out.push(
+        same_install::check_same_install(&client, site, &config.install_id, key, &resources).await,
+    );
+    if specs.is_empty() {
+        out.push(check(
+            Level::Skip,
+            subject("specs"),
+            "no specs for this site; storages, bridges and templates not checked",
+            None,
+        ));
+        return out;
+    }
     out.extend(check_spec_needs(&client, site, &health, &resources, specs).await);
     out
 }

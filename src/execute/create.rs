@@ -555,15 +555,25 @@ pub(super) async fn adopt(
     let Some(m) = vm
         .filter(|vm| vm.marker_verified)
         .and_then(|vm| vm.marker.clone())
-        .filter(|m| is_our_marker(ctx, m, Some(&spec.name)))
+        .filter(|m| m.spec == spec.name)
     else {
         return Err(fail(
             Category::Conflict,
             format!("VM {vmid} does not carry the marker of spec {}", spec.name),
         ));
     };
+    let uid = if is_our_marker(ctx, &m, Some(&spec.name)) {
+        m.uid
+    } else {
+        // Handed over by another install: it becomes this install's first.
+        let site = site(ctx, site_name)?;
+        match super::handover::take_over(ctx, site, &node, spec, vmid).await? {
+            super::handover::TakeOver::Taken(uid) => uid,
+            super::handover::TakeOver::Not(outcome) => return Ok(outcome),
+        }
+    };
     tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
-    rec.uid = m.uid;
+    rec.uid = uid;
     rec.site = site_name.to_string();
     rec.node = node.clone();
     rec.vmid = Some(vmid);

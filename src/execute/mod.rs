@@ -17,6 +17,7 @@ mod cloud_init;
 mod converge;
 mod create;
 mod ha;
+mod handover;
 pub mod hardware;
 mod identity;
 mod migrate;
@@ -44,6 +45,8 @@ use crate::state::{SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
+use self::handover::hand_over;
+pub use self::handover::sign_over;
 use self::migrate::migrate;
 use self::remove::{delete_orphan, forget, remove};
 
@@ -333,6 +336,12 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
             release,
         } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
         Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        } => hand_over(ctx, VmRef::new(site, node, *vmid), spec, &mut rec).await,
         Action::Relabel {
             spec,
             from,

@@ -17,9 +17,13 @@ pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result
     let Some(spec_name) = action.spec() else {
         return;
     };
-    // Record the outcome for backoff and status. Removed specs have no record any more.
+    // Record the outcome for backoff and status. Removed and handed-over specs have no
+    // record any more; a hand-over of a VM no record knew (an owned VM after a lost database)
+    // does not make one.
     if matches!(action, Action::Forget { .. })
         || matches!(action, Action::Remove { .. }) && *result == Outcome::Done
+        || matches!(action, Action::HandOver { .. })
+            && (*result == Outcome::Done || rec.site.is_empty())
     {
         return;
     }
@@ -88,6 +92,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Remove { release: true, .. } => "release",
         Action::Remove { .. } => "delete",
         Action::Forget { .. } => "forget",
+        Action::HandOver { .. } => "hand-over",
         Action::DeleteOrphan { .. } => "delete-orphan",
     }
 }

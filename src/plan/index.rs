@@ -19,6 +19,9 @@ pub(super) struct SiteIndex<'a> {
     /// VMs whose marker names this install but does not verify, by the spec it claims (the
     /// lowest VMID): a copy, a typed marker, or a lost marker key.
     pub(super) unverified_by_spec: BTreeMap<&'a str, u32>,
+    /// VMs whose marker names another install, by the spec it names (verified or not): a VM
+    /// handed over to this install, or still held by the other one.
+    pub(super) other_install_by_spec: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
 }
 
 impl<'a> SiteIndex<'a> {
@@ -33,6 +36,7 @@ impl<'a> SiteIndex<'a> {
             unread_by_name: BTreeMap::new(),
             unread_tagged_nameless: BTreeMap::new(),
             unverified_by_spec: BTreeMap::new(),
+            other_install_by_spec: BTreeMap::new(),
         };
         for vm in view.vms.values().filter(|vm| !vm.template) {
             // Only a marker that verifies (or that the state vouches for) claims a spec.
@@ -43,6 +47,13 @@ impl<'a> SiteIndex<'a> {
             }
             if let Some(spec) = vm.unverified_claim(install_id) {
                 index.unverified_by_spec.entry(spec).or_insert(vm.vmid);
+            }
+            if let Some(m) = vm.marker.as_ref().filter(|m| m.install != install_id) {
+                index
+                    .other_install_by_spec
+                    .entry(m.spec.as_str())
+                    .or_default()
+                    .push(vm);
             }
             if !vm.marker_read && !known.contains(&vm.vmid) {
                 match vm.name.as_deref() {

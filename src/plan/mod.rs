@@ -13,6 +13,9 @@
 //!   removed. When the spec set could not be read completely, nothing is treated as removed.
 //! - Deletes are refused as a whole when the desired set is empty, or when they would remove
 //!   more than `max_delete_fraction` of the managed VMs.
+//! - A spec outside this install's `[source] selector` is another install's: its VM is handed
+//!   over (this install's tag removed, the signed marker kept), never deleted; a VM of ours
+//!   still held by another install (its tag) waits until that install released it.
 //! - A spec in backoff is left alone until its next attempt, unless its inputs changed (or,
 //!   in an explicit `run --once`, its last failure was transient).
 
@@ -44,6 +47,13 @@ pub struct PlanInput<'a> {
     pub desired: &'a [Spec],
     /// Names of specs that exist but failed validation.
     pub invalid: &'a BTreeSet<String>,
+    /// Names of valid specs outside this install's `[source] selector`: another install's.
+    /// Neither desired nor removed: their VMs are handed over.
+    pub elsewhere: &'a BTreeSet<String>,
+    /// This install has a `[source] selector`: it shares the repository with other installs,
+    /// so a VM whose marker names one of its specs for another install is that install's
+    /// until handed over (waited for, then adopted). Without one, such VMs are not looked at.
+    pub sharded: bool,
     /// False when some file could not be read or an error is tied to no spec name: then no
     /// spec is treated as removed.
     pub complete: bool,
@@ -121,6 +131,15 @@ pub enum Action {
         node: String,
         vmid: u32,
     },
+    /// The spec is now outside this install's selector: remove this install's ownership tag
+    /// from its VM, keep the signed marker (the next owner verifies it before adopting), and
+    /// forget the record. Never a delete.
+    HandOver {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+    },
     /// A stopped orphan past its grace period.
     DeleteOrphan {
         site: String,
@@ -139,6 +158,7 @@ impl Action {
             | Action::Migrate { site, node, .. }
             | Action::Remove { site, node, .. }
             | Action::Relabel { site, node, .. }
+            | Action::HandOver { site, node, .. }
             | Action::DeleteOrphan { site, node, .. } => Some((site, node)),
             Action::Adopt { .. } | Action::Forget { .. } => None,
         }
@@ -154,6 +174,7 @@ impl Action {
             | Action::Migrate { spec, .. }
             | Action::Remove { spec, .. }
             | Action::Relabel { spec, .. }
+            | Action::HandOver { spec, .. }
             | Action::Forget { spec } => Some(spec),
             Action::DeleteOrphan { .. } => None,
         }
@@ -194,6 +215,11 @@ pub enum Verdict {
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.
     UnverifiedClaim { vmid: u32 },
+    /// VM `vmid` carries this spec's marker for another install, `install`, and still an
+    /// ownership tag `proxsync.*`: the spec moved here from that install, which has not handed
+    /// the VM over yet (or an unrelated install uses the same spec and VM name). Nothing is
+    /// created or adopted until the tag is gone.
+    HeldByInstall { install: String, vmid: u32 },
 }
 
 /// An orphan: owned by this install, matching no spec and no record.

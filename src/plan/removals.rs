@@ -1,5 +1,6 @@
-//! What goes away: the VMs of removed specs, orphans, and the safety valves that refuse
-//! every delete and release of a cycle at once.
+//! What goes away: the VMs of removed specs, the VMs of specs now outside this install's
+//! selector (handed over, never deleted), orphans, and the safety valves that refuse every
+//! delete, release and hand-over of a cycle at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,8 +11,9 @@ use crate::observe::{ObservedVm, Power, SiteView};
 use crate::state::{Phase, SpecRecord};
 
 /// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or
-/// release their VM, or forget the record when the VM is gone too. Nothing when the spec set
-/// was not read completely.
+/// release their VM, or forget the record when the VM is gone too; a spec now outside the
+/// selector (`elsewhere`) has its VM handed over instead. Nothing when the spec set was not
+/// read completely.
 pub(super) fn gone_specs(
     input: &PlanInput<'_>,
     desired: &BTreeSet<&str>,
@@ -32,8 +34,14 @@ pub(super) fn gone_specs(
             // The site left the config: nothing can be done there; keep the record.
             continue;
         };
-        if view.reachable() {
-            removals.extend(gone_spec(name, rec, view));
+        if !view.reachable() {
+            continue;
+        }
+        let removal = gone_spec(name, rec, view);
+        if input.elsewhere.contains(name) {
+            removals.extend(removal.map(hand_over));
+        } else {
+            removals.extend(removal);
         }
     }
     removals
@@ -65,6 +73,25 @@ fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
             vmid: vm.vmid,
             release: rec.orphan_on_delete,
         }),
+    }
+}
+
+/// A spec's removal as a hand-over: its VM goes to the install whose selector matches the spec.
+fn hand_over(removal: Action) -> Action {
+    match removal {
+        Action::Remove {
+            spec,
+            site,
+            node,
+            vmid,
+            ..
+        } => Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        },
+        other => other,
     }
 }
 
@@ -140,6 +167,18 @@ pub(super) fn orphans(
                 continue;
             }
             let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
+            if owned && !extra && input.elsewhere.contains(marker_spec) {
+                // Another install's spec now (the database lost its record): handed over.
+                if !vm.is_unknown() && view.node_healthy(&vm.node) {
+                    removals.push(Action::HandOver {
+                        spec: marker_spec.to_string(),
+                        site: view.name.clone(),
+                        node: vm.node.clone(),
+                        vmid: vm.vmid,
+                    });
+                }
+                continue;
+            }
             if !extra
                 && forged.is_none()
                 && (desired.contains(marker_spec) || input.invalid.contains(marker_spec))
@@ -216,12 +255,16 @@ fn disposition(
     }
 }
 
+/// A delete, a release or a hand-over: what the valves count and may refuse.
 fn is_delete(a: &Action) -> bool {
-    matches!(a, Action::Remove { .. } | Action::DeleteOrphan { .. })
+    matches!(
+        a,
+        Action::Remove { .. } | Action::DeleteOrphan { .. } | Action::HandOver { .. }
+    )
 }
 
-/// The valves, over every delete and release of this cycle (spec removals and orphans
-/// alike): a spec set not read completely, an empty desired set, or more than
+/// The valves, over every delete, release and hand-over of this cycle (spec removals and
+/// orphans alike): a spec set not read completely, an empty desired set, or more than
 /// `max_delete_fraction` of the managed VMs refuse them all. The removals join the plan's
 /// actions, without the deletes and releases when refused (the reason goes to
 /// `out.refused`, and orphans being deleted are reported instead).
@@ -243,22 +286,34 @@ pub(super) fn apply_valves(input: &PlanInput<'_>, removals: Vec<Action>, out: &m
     }
 }
 
-/// Why the deletes and releases among `removals` are refused, if they are.
+/// Why the deletes, releases and hand-overs among `removals` are refused, if they are.
 fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
     let removing = removals.iter().filter(|a| is_delete(a)).count();
     if removing == 0 {
         return None;
     }
+    let hand_overs = removals
+        .iter()
+        .filter(|a| matches!(a, Action::HandOver { .. }))
+        .count();
+    let handing = if hand_overs > 0 {
+        format!(
+            " ({hand_overs} of them hand-overs to another install: specs now outside [source] \
+             selector)"
+        )
+    } else {
+        String::new()
+    };
     if !input.complete {
         return Some(format!(
             "refused to delete or release {removing} VM(s): the spec set could not be read completely \
-             (see the errors above); nothing is removed until it can"
+             (see the errors above); nothing is removed until it can{handing}"
         ));
     }
     if input.desired.is_empty() && input.invalid.is_empty() {
         return Some(format!(
             "refused to delete or release {removing} VM(s): the desired set is empty (an empty commit or \
-             a wrong `dir` in [source]?); restore the specs, or delete the VMs by hand"
+             a wrong `dir` or `selector` in [source]?); restore the specs, or delete the VMs by hand{handing}"
         ));
     }
     let managed = managed(input);
@@ -266,7 +321,7 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
         format!(
             "refused to delete or release {removing} of {managed} managed VM(s): more than \
              max_delete_fraction = {} in one commit; if intended, raise max_delete_fraction in \
-             [reconcile] for this change",
+             [reconcile] for this change{handing}",
             input.reconcile.max_delete_fraction
         )
     })

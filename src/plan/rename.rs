@@ -32,8 +32,10 @@ pub(super) fn renames<'a>(
         .records
         .iter()
         .filter(|(name, r)| {
+            // A spec now outside the selector is still in the repository: not removed.
             !desired.contains(name.as_str())
                 && !input.invalid.contains(*name)
+                && !input.elsewhere.contains(*name)
                 && r.vmid.is_some()
                 && r.phase == Phase::Exists
         })

@@ -75,6 +75,11 @@ pub(super) fn plan_spec(
     if let Some(vm) = by_marker(spec, rec, index) {
         return adopt(spec, view, vm, actions);
     }
+    if input.sharded
+        && let Some(verdict) = from_another_install(spec, view, index, actions)
+    {
+        return verdict;
+    }
     create(spec, view, index, backoff, actions)
 }
 
@@ -215,6 +220,34 @@ fn adopt(spec: &Spec, view: &SiteView, vm: &ObservedVm, actions: &mut Vec<Action
         vmid: vm.vmid,
     });
     Verdict::Acting
+}
+
+/// A VM whose marker names this spec for another install (the lowest VMID): the spec moved
+/// here from that install. While the VM carries any ownership tag `proxsync.*`, that install
+/// still holds it: wait (never a second VM). Once released (no such tag) it is adopted when
+/// its marker verifies (the installs share a marker key; adoption re-signs it for this
+/// install), else a person confirms it with `proxsync adopt`.
+fn from_another_install(
+    spec: &Spec,
+    view: &SiteView,
+    index: Option<&SiteIndex<'_>>,
+    actions: &mut Vec<Action>,
+) -> Option<Verdict> {
+    let vm = *index?
+        .other_install_by_spec
+        .get(spec.name.as_str())?
+        .first()?;
+    let install = vm.marker.as_ref()?.install.clone();
+    if vm.tags.iter().any(|t| t.starts_with("proxsync.")) {
+        return Some(Verdict::HeldByInstall {
+            install,
+            vmid: vm.vmid,
+        });
+    }
+    if !vm.marker_verified {
+        return Some(Verdict::UnverifiedClaim { vmid: vm.vmid });
+    }
+    Some(adopt(spec, view, vm, actions))
 }
 
 /// No VM of the spec is found: create one, unless a VM that may be it cannot be judged yet.

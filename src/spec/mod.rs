@@ -111,6 +111,8 @@ pub struct Spec {
     pub api_version: String,
     /// The tenant, from label `tenant-id` or `tenant.sankofa.nexus/id`.
     pub tenant: Option<String>,
+    /// `metadata.labels` (values are strings): what `[source] selector` matches.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The site (a `[[site]]` of the config; checked by [`check_sites`]).
     pub site: String,
     /// Where `site` is written.

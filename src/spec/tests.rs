@@ -74,6 +74,17 @@ spec:
     );
     let s = &specs[0];
     assert_eq!(s.tenant.as_deref(), Some("customer-123"));
+    // Every label is kept, for `[source] selector`.
+    assert_eq!(
+        s.labels.iter().collect::<Vec<_>>(),
+        [
+            (&"app".to_string(), &"web".to_string()),
+            (
+                &"tenant.sankofa.nexus/id".to_string(),
+                &"customer-123".to_string()
+            )
+        ]
+    );
     assert_eq!(s.tags, ["db", "tenant_customer-123", "web"]);
     assert_eq!(s.cpu, 4);
     assert_eq!(s.memory_mib, 8192);

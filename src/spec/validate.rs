@@ -333,6 +333,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         pos: meta.name_pos,
         api_version,
         tenant: meta.tenant,
+        labels: meta.labels,
         site: placement.site,
         site_pos: placement.site_pos,
         node: placement.node,
@@ -401,6 +402,8 @@ struct Metadata {
     /// Where the name is written (the document's start when it is not).
     name_pos: Pos,
     tenant: Option<String>,
+    /// Every label whose value is a string (what `[source] selector` matches).
+    labels: std::collections::BTreeMap<String, String>,
     renamed_from: Option<String>,
 }
 
@@ -410,6 +413,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
         name: None,
         name_pos: root_pos,
         tenant: None,
+        labels: Default::default(),
         renamed_from: None,
     };
     let meta = top.required(ctx, "metadata", "a mapping with name (and optional labels)");
@@ -423,7 +427,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
         out.name = ctx.check(n.pos, check_spec_name(s).map(|()| s.to_string()));
     }
     if let Some(labels) = meta.get("labels") {
-        out.tenant = labels_tenant(ctx, labels);
+        out.tenant = labels_tenant(ctx, labels, &mut out.labels);
     }
     if let Some(annotations) = meta.get("annotations")
         && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
@@ -642,14 +646,20 @@ fn guest(ctx: &mut Ctx, fp: &Obj) -> Option<Guest> {
     })
 }
 
-/// The tenant from `metadata.labels` (either key), checked to make a valid tag.
-fn labels_tenant(ctx: &mut Ctx, labels: &Node) -> Option<String> {
+/// The tenant from `metadata.labels` (either key), checked to make a valid tag. Every label
+/// (all values are strings) is collected into `all`.
+fn labels_tenant(
+    ctx: &mut Ctx,
+    labels: &Node,
+    all: &mut std::collections::BTreeMap<String, String>,
+) -> Option<String> {
     let obj = object(ctx, labels, "metadata.labels", None)?;
     let mut tenant: Option<(String, &str)> = None;
     for (key, _, value) in &obj.entries {
         let Some(v) = string(ctx, value, &obj.path(key), "\"customer-123\"") else {
             continue;
         };
+        all.insert(key.to_string(), v.to_string());
         if !TENANT_LABELS.contains(key) {
             continue; // other labels are the user's business
         }

@@ -199,6 +199,24 @@ fn ready_and_reconciling(
                 "waiting for the VM's state",
             ),
         ),
+        Some(Verdict::HeldByInstall { install, vmid }) => {
+            let msg = format!(
+                "VM {vmid} carries this spec's marker for install {install} and that install's \
+                 ownership tag: the spec moved here from install {install} ([source] selector), \
+                 which hands the VM over at its next cycle (its tag removed); this install then \
+                 adopts it. Nothing is created meanwhile. If install {install} is unrelated and \
+                 only uses the same spec and VM name, rename one of them"
+            );
+            (
+                ConditionInput::new(kinds::READY, S::False, reasons::HELD_BY_INSTALL, msg),
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::True,
+                    reasons::HELD_BY_INSTALL,
+                    format!("waiting for install {install} to hand VM {vmid} over"),
+                ),
+            )
+        }
         Some(
             v @ (Verdict::RenameSuspected { .. }
             | Verdict::SiteMoved { .. }

@@ -44,6 +44,10 @@ pub const DUPLICATE_VM: &str = "DuplicateVM";
 /// `Ready` False: no VM of the spec is known and another VM claims it with a marker that does
 /// not verify; nothing is created until `proxsync adopt` confirms it or it is removed.
 pub const UNVERIFIED_CLAIM: &str = "UnverifiedClaim";
+/// `Ready` False / `Reconciling` True: the spec's VM carries another install's marker and
+/// ownership tag (the spec moved here from that install by `[source] selector`); it is adopted
+/// once that install has handed it over.
+pub const HELD_BY_INSTALL: &str = "HeldByInstall";
 /// `Ready` False: the spec names another site than the one its VM is on; proxsync does not
 /// move VMs between clusters (see the message for what to do).
 pub const SITE_MOVED: &str = "SiteMoved";
@@ -144,6 +148,7 @@ pub const READY: &[&str] = &[
     UNVERIFIED_CLAIM,
     SITE_MOVED,
     RENAME_SUSPECTED,
+    HELD_BY_INSTALL,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[&str] = &[
@@ -159,6 +164,7 @@ pub const RECONCILING: &[&str] = &[
     ADOPTING,
     MIGRATING,
     NOT_YET_OBSERVED,
+    HELD_BY_INSTALL,
 ];
 /// Reasons of `Stalled`.
 pub const STALLED: &[&str] = &[

@@ -1,0 +1,249 @@
+//! Handing a VM over between installs that split one repository by `[source] selector`.
+//!
+//! The old owner (the spec left its selector) removes its ownership tag and keeps the signed
+//! marker, then forgets the spec: never a delete. The new owner (the spec entered its
+//! selector) adopts the VM only once no install's tag is left on it, after verifying the
+//! marker with the key the installs share, and re-signs the marker for itself. Between the
+//! two, the VM carries the old owner's tag and the new owner waits (`HeldByInstall`), so at no
+//! moment do two installs act on the VM, and no second VM is made.
+
+use crate::category::Category;
+use crate::ownership::{Marker, ownership_tag};
+use crate::plan::merge_tags;
+use crate::pve::types::VmConfig;
+use crate::pve::{TaskOutcome, Upid, VmParams};
+use crate::spec::Spec;
+use crate::state::{Phase, SpecRecord};
+
+use super::converge::check_lock;
+use super::create::{Found, inspect, record_created};
+use super::identity::is_ours;
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+
+/// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
+/// a release is) and forgets the spec. The marker stays, signed for this VMID, so the next
+/// owner can verify it.
+// Long because: the steps in their request order (a delete or a create in flight first,
+// fresh read, identity, lock, the one config write, forget).
+pub(super) async fn hand_over(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+) -> Outcome {
+    let result: Result<Outcome, ActionError> = async {
+        let site = site(ctx, vm.site)?;
+        let client = &site.client;
+        // A delete already running (the spec was removed, then came back in another shard)
+        // cannot be taken back: it ends, and the spec is forgotten.
+        if let Phase::Deleting { upid: Some(upid) } = &rec.phase
+            && let Ok(upid) = upid.parse::<Upid>()
+        {
+            match wait(ctx, client, &upid, rec).await {
+                Ok(TaskOutcome::StillRunning) => {
+                    return Ok(Outcome::StillRunning {
+                        upid: upid.to_string(),
+                    });
+                }
+                Ok(_) => {
+                    ctx.store.remove(spec_name)?;
+                    return Ok(Outcome::Done);
+                }
+                Err(_) => {} // the delete failed: the VM is still there, hand it over
+            }
+        }
+        let mut node = vm.node.to_string();
+        if let Phase::Creating { .. } = rec.phase {
+            match settle_create(ctx, site, spec_name, rec, vm.vmid).await? {
+                Ok(at) => node = at,
+                Err(outcome) => return Ok(outcome),
+            }
+        }
+        let cfg = match client.vm_config(&node, vm.vmid).await {
+            Ok(c) => c,
+            Err(e) if e.is_not_found() => {
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !is_ours(ctx, &cfg, vm.vmid, Some(spec_name), Some(&rec.uid)) {
+            // Already adopted by the next owner (its marker), or not ours at all.
+            tracing::info!(
+                spec = spec_name,
+                vmid = vm.vmid,
+                "VM no longer carries this install's marker: forgetting it, not touching it"
+            );
+            ctx.store.remove(spec_name)?;
+            return Ok(Outcome::Done);
+        }
+        if let Some(waiting) = check_lock(ctx, site, &node, vm.vmid, &cfg).await? {
+            return Ok(waiting);
+        }
+        let params = hand_over_params(ctx, &cfg, rec, spec_name, vm.vmid)?;
+        client
+            .set_config(&node, vm.vmid, &params, cfg.digest())
+            .await?;
+        tracing::info!(
+            spec = spec_name,
+            vmid = vm.vmid,
+            "handed over: the spec is outside this install's selector (tag removed, marker kept)"
+        );
+        ctx.store.remove(spec_name)?;
+        Ok(Outcome::Done)
+    }
+    .await;
+    result.unwrap_or_else(Outcome::Failed)
+}
+
+/// A create in flight for a spec leaving this install: what became of it decides, as for a
+/// removed spec. `Ok(node)`: the VM is ours and complete on that node; `Err`: the outcome now
+/// (waiting for the create, or nothing was made and the spec is forgotten).
+async fn settle_create(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    vmid: u32,
+) -> Result<Result<String, Outcome>, ActionError> {
+    match inspect(ctx, site, spec_name, rec, vmid, false).await? {
+        Found::Ours(at) => {
+            record_created(ctx, &site.name, spec_name, rec, vmid)?;
+            Ok(Ok(at))
+        }
+        Found::Busy { reason, .. } => Ok(Err(Outcome::Waiting {
+            reason: format!("{reason}; handing it over after (its spec left the selector)"),
+        })),
+        Found::Stale { lock, node } => Err(ActionError {
+            needs_human: true,
+            ..fail(
+                Category::LockError,
+                format!(
+                    "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
+                     interrupted create of spec {spec_name}, which left this install's selector. \
+                     Look at it (qm config {vmid}); if it is an empty leftover: qm unlock {vmid} \
+                     && qm destroy {vmid}"
+                ),
+            )
+        }),
+        Found::Foreign | Found::Free => {
+            ctx.store.release_vmid(&site.name, vmid)?;
+            ctx.store.remove(spec_name)?;
+            Ok(Err(Outcome::Done))
+        }
+    }
+}
+
+/// The config update of a hand-over: this install's tag goes, and the tags this install
+/// applied are brought in line with the spec as it now reads (a changed tenant label leaves no
+/// stale `tenant_*` tag that the next owner would take for a hand-added one); the marker
+/// stays, written signed for this VMID if it was not (a marker from before signing, vouched for
+/// by the record), so the next owner can verify it.
+fn hand_over_params(
+    ctx: &ExecCtx,
+    cfg: &VmConfig,
+    rec: &SpecRecord,
+    spec_name: &str,
+    vmid: u32,
+) -> Result<VmParams, ActionError> {
+    let tag = ownership_tag(&ctx.install_id);
+    let tags = match ctx.specs.get(spec_name) {
+        Some(spec) => merge_tags(&cfg.tags(), &rec.applied_tags, &spec.tags, &tag),
+        None => cfg.tags(),
+    };
+    let tags: Vec<String> = tags.into_iter().filter(|t| *t != tag).collect();
+    let mut params = if tags.is_empty() {
+        VmParams::new().delete_keys(&["tags"])
+    } else {
+        VmParams::new().tags(&tags)?
+    };
+    let description = cfg.description().unwrap_or("");
+    let current = Marker::parse(description);
+    if !current
+        .as_ref()
+        .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
+    {
+        let uid = current.map(|m| m.uid).unwrap_or_else(|| rec.uid.clone());
+        let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &uid, vmid);
+        params = params.set("description", signed.replace_in(description));
+    }
+    Ok(params)
+}
+
+/// How taking over a handed-over VM went.
+pub(super) enum TakeOver {
+    /// The VM is this install's now (its marker re-signed, this install's tag added): the
+    /// marker's uid, for the record.
+    Taken(String),
+    /// Not now: the outcome says why (another install's tag came back, a lock).
+    Not(Outcome),
+}
+
+/// The new owner's side, before adopting: from a fresh read, the VM's marker must name `spec`
+/// for another install and verify with the shared key, and the VM must carry no install's
+/// ownership tag (released). Then its marker is re-signed for this install (same uid) and
+/// this install's tag added, in one config write guarded by the config's digest.
+pub(super) async fn take_over(
+    ctx: &ExecCtx,
+    site: &SiteCtx,
+    node: &str,
+    spec: &Spec,
+    vmid: u32,
+) -> Result<TakeOver, ActionError> {
+    let cfg = site.client.vm_config(node, vmid).await?;
+    let description = cfg.description().unwrap_or("");
+    let Some(m) = Marker::parse(description).filter(|m| {
+        m.spec == spec.name && m.install != ctx.install_id && m.verifies(&ctx.marker_key, vmid)
+    }) else {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "VM {vmid} no longer carries a verifying marker of spec {} from another install; \
+                 not adopting it",
+                spec.name
+            ),
+        ));
+    };
+    if let Some(held) = cfg.tags().iter().find(|t| t.starts_with("proxsync.")) {
+        return Ok(TakeOver::Not(Outcome::Waiting {
+            reason: format!("VM {vmid} carries the ownership tag {held}: not released yet"),
+        }));
+    }
+    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+        return Ok(TakeOver::Not(waiting));
+    }
+    let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &m.uid, vmid);
+    sign_over(&site.client, node, vmid, &cfg, &signed).await?;
+    tracing::info!(
+        spec = %spec.name,
+        vmid,
+        from = %m.install,
+        "taken over: the VM was handed over by another install"
+    );
+    Ok(TakeOver::Taken(m.uid))
+}
+
+/// The one config write that makes a released VM this install's: `signed` (this install's
+/// marker for the VM) replaces the marker line, keeping every other line, and `signed`'s
+/// install tag joins the VM's tags. Guarded by the config's digest: a concurrent change makes
+/// PVE refuse it rather than overwrite it. Also used by `proxsync adopt` for a VM handed over
+/// without a shared key.
+pub async fn sign_over(
+    client: &crate::pve::Client,
+    node: &str,
+    vmid: u32,
+    cfg: &VmConfig,
+    signed: &Marker,
+) -> Result<(), crate::pve::Error> {
+    let mut tags = cfg.tags();
+    tags.push(ownership_tag(&signed.install));
+    tags.sort();
+    tags.dedup();
+    let params = VmParams::new()
+        .set(
+            "description",
+            signed.replace_in(cfg.description().unwrap_or("")),
+        )
+        .tags(&tags)?;
+    client.set_config(node, vmid, &params, cfg.digest()).await
+}
