@@ -394,6 +394,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         renamed_from: None,
         hardware: Default::default(),
         networks: None,
+        disks: None,
     }
 }
 
