@@ -16,6 +16,7 @@
 mod cloud_init;
 mod converge;
 mod create;
+pub mod disks;
 mod ha;
 pub mod hardware;
 mod identity;
