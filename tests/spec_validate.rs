@@ -834,6 +834,9 @@ fn examples_are_valid_and_cover_every_form() {
         && s.hardware.tpm.is_some()
         && s.hardware.pool.is_some()
         && s.networks.as_ref().is_some_and(|n| n.len() == 2)));
+    assert!(has(&|s| s.disks.as_ref().is_some_and(|d| d.len() == 2
+        && d[0].boot
+        && d[1].slot == "scsi1")));
     assert!((8..=10).contains(&set.specs.len()), "{}", set.specs.len());
 }
 
