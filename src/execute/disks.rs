@@ -447,4 +447,21 @@ mod tests {
         let c = disk_changes(&s, &|k| map.get(k).cloned(), &keys, &[], Some("virtio0")).unwrap();
         assert!(c.is_empty(), "{:?}", c.changed);
     }
+
+    #[test]
+    fn format_is_refused_on_raw_only_storages() {
+        let s = spec(
+            "      - {size: 32Gi}\n      - {slot: scsi1, size: 8Gi, format: qcow2, storage: fast}\n",
+        );
+        let storages = |kind: &str| -> Vec<NodeStorage> {
+            serde_json::from_value(serde_json::json!([{"storage": "fast", "type": kind}])).unwrap()
+        };
+        let disk = &s.disks.as_ref().unwrap()[1];
+        for kind in ["lvmthin", "lvm", "zfspool", "rbd"] {
+            let why = format_refusal(disk, &storages(kind)).expect(kind);
+            assert!(why.contains("raw") && why.contains("fast"), "{why}");
+        }
+        assert!(format_refusal(disk, &storages("dir")).is_none());
+        assert!(format_refusal(disk, &storages("nfs")).is_none());
+    }
 }
