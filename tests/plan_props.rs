@@ -21,7 +21,9 @@ use proxsync::plan::{
     record_vmid, spec_hash,
 };
 use proxsync::pve::types::ClusterHealth;
-use proxsync::spec::{DeletionPolicy, GIB, Image, MIB, Pos, PowerState, Spec};
+use proxsync::spec::{
+    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, Pos, PowerState, Spec,
+};
 use proxsync::state::{ErrorRecord, Phase, SpecRecord};
 
 const INSTALL: &str = "main";
@@ -401,6 +403,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         renamed_from: None,
         hardware: Default::default(),
         networks: None,
+        disks: None,
     }
 }
 
@@ -1762,8 +1765,10 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
 
 // ---- converged values are stable under PVE's spelling -------------------------------------
 
+use proxsync::execute::disks::{create_drives, disk_changes};
 use proxsync::execute::hardware::hardware_changes;
 use proxsync::execute::network::network_changes;
+use proxsync::pve::VmParams;
 use proxsync::spec::{Bios, Hardware, Nic, Startup};
 
 prop_compose! {
@@ -1850,6 +1855,68 @@ prop_compose! {
 /// A value as PVE stores and answers it: a NIC's MAC upper case (a fresh one when none was
 /// sent) and its other options sorted (fakepve; qemu-server prints them in schema order); a
 /// new EFI or TPM disk allocated; a default key spelled out (`cputype=host`) when `spelled`.
+/// Slots of generated disks: the boot disk first, then one per bus.
+const DISK_SLOTS: [&str; 4] = ["scsi0", "scsi1", "virtio2", "sata3"];
+
+fn disk_gen() -> impl Strategy<Value = Disk> {
+    (
+        1u64..64,
+        any::<bool>(),
+        prop::option::of(prop::sample::select(DISK_FORMATS.to_vec())),
+        prop::option::of(prop::sample::select(DISK_CACHES.to_vec())),
+        prop::array::uniform5(prop::option::of(any::<bool>())),
+    )
+        .prop_map(|(gib, data, format, cache, flags)| Disk {
+            slot: String::new(),
+            size_bytes: gib * GIB,
+            storage: if data { "data" } else { "local-lvm" }.to_string(),
+            format: format.map(str::to_string),
+            cache: cache.map(str::to_string),
+            discard: flags[0],
+            ssd: flags[1],
+            iothread: flags[2],
+            backup: flags[3],
+            replicate: flags[4],
+            boot: false,
+        })
+}
+
+/// A new drive as PVE stores it after `create_disks`: the volume allocated, `format` gone,
+/// `size=` added (in G or M), the options in PVE's order or another one, and with `spelled`
+/// false PVE's defaults left out (`cache=none`, `backup=1`, `replicate=1`, `discard=ignore`,
+/// `ssd=0`, `iothread=0`).
+fn pve_stores_drive(slot: &str, value: &str, spelled: bool, reverse: bool) -> String {
+    let mut parts = value.split(',');
+    let (storage, gib) = parts.next().unwrap().split_once(':').unwrap();
+    let gib: u64 = gib.parse().unwrap();
+    let defaults = [
+        "cache=none",
+        "backup=1",
+        "replicate=1",
+        "discard=ignore",
+        "ssd=0",
+        "iothread=0",
+    ];
+    let mut options: Vec<String> = parts
+        .filter(|p| !p.starts_with("format="))
+        .filter(|p| spelled || !defaults.contains(p))
+        .map(str::to_string)
+        .collect();
+    options.push(if spelled {
+        format!("size={gib}G")
+    } else {
+        format!("size={}M", gib * 1024)
+    });
+    options.sort();
+    if reverse {
+        options.reverse();
+    }
+    std::iter::once(format!("{storage}:vm-100-disk-{}", slot.len()))
+        .chain(options)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn pve_stores(key: &str, value: &str, spelled: bool) -> String {
     if key.starts_with("net") {
         let mut parts: Vec<String> = value.split(',').map(str::to_string).collect();
@@ -1934,6 +2001,44 @@ proptest! {
         prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
         let again = network_changes(&spec, &current).unwrap();
         prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
+    }
+
+    /// The disks a create sends, stored the way PVE stores them (size in G or M, defaults
+    /// spelled or left out, options in any order, `format` dropped), are what the spec asks
+    /// for: converge adds, rewrites, grows and detaches nothing.
+    #[test]
+    fn created_disks_converge_in_one_step(
+        disks in prop::collection::vec(disk_gen(), 1..=4),
+        spelled in any::<bool>(),
+        reverse in any::<bool>(),
+    ) {
+        let mut spec = make_spec("web-01", &SpecGen {
+            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
+        });
+        let disks: Vec<Disk> = disks
+            .into_iter()
+            .zip(DISK_SLOTS)
+            .enumerate()
+            .map(|(i, (mut d, slot))| {
+                d.slot = slot.to_string();
+                d.boot = i == 0;
+                if slot.starts_with("virtio") { d.ssd = None; }
+                if slot.starts_with("sata") { d.iothread = None; }
+                d
+            })
+            .collect();
+        spec.disk_bytes = disks[0].size_bytes;
+        spec.storage = disks[0].storage.clone();
+        spec.disks = Some(disks);
+        let (sent, boot) = create_drives(&spec, VmParams::new(), None).unwrap();
+        prop_assert_eq!(boot, "scsi0");
+        let stored: BTreeMap<String, String> = DISK_SLOTS
+            .iter()
+            .filter_map(|k| sent.get(k).map(|v| (k.to_string(), pve_stores_drive(k, v, spelled, reverse))))
+            .collect();
+        let keys: Vec<String> = stored.keys().cloned().collect();
+        let again = disk_changes(&spec, &|k| stored.get(k).cloned(), &keys, &[], Some("scsi0")).unwrap();
+        prop_assert!(again.is_empty(), "{:?} after {stored:?}", again.changed);
     }
 }
 

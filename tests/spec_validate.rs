@@ -13,6 +13,83 @@ fn fixture(name: &str) -> PathBuf {
 /// Every hostile case: (file, line, column, message fragment).
 const HOSTILE: &[(&str, usize, usize, &str)] = &[
     (
+        "disks.yaml",
+        11,
+        15,
+        "disks[0].slot: \"scsi0,cache=unsafe\" is not a disk slot; valid slots are scsi0-30, virtio0-15 and sata0-5",
+    ),
+    (
+        "disks.yaml",
+        12,
+        15,
+        "disks[0].size is 1536Mi, not a whole number of GiB",
+    ),
+    (
+        "disks.yaml",
+        13,
+        18,
+        "storage \"local-lvm,format=qcow2\" contains a comma",
+    ),
+    (
+        "disks.yaml",
+        14,
+        17,
+        "disks[0].format \"qcow\" is not valid; valid values are: raw, qcow2, vmdk",
+    ),
+    (
+        "disks.yaml",
+        15,
+        16,
+        "disks[0].cache \"unsafe-ish\" is not valid; valid values are: none, writethrough, writeback, unsafe, directsync",
+    ),
+    (
+        "disks.yaml",
+        16,
+        18,
+        "disks[0].discard must be true or false",
+    ),
+    ("disks.yaml", 17, 16, "\"ide2\" is on the ide bus"),
+    ("disks.yaml", 18, 16, "\"virtio16\" is not a disk slot"),
+    (
+        "disks.yaml",
+        19,
+        9,
+        "disks[3].ssd: a virtio disk has no ssd option",
+    ),
+    (
+        "disks.yaml",
+        20,
+        9,
+        "disks[4].iothread: a sata disk has no iothread option",
+    ),
+    (
+        "disks.yaml",
+        21,
+        9,
+        "missing required field spec.forProvider.disks[5].size",
+    ),
+    (
+        "disks.yaml",
+        22,
+        16,
+        "disks[6].size is 200Ti, outside the allowed range",
+    ),
+    (
+        "disks.yaml",
+        22,
+        31,
+        "disks[6].backup must be true or false",
+    ),
+    ("disks.yaml", 23, 16, "\"scsi2\\nscsi3\" is not a disk slot"),
+    (
+        "disks.yaml",
+        35,
+        12,
+        "spec.forProvider.disks and spec.forProvider.disk are two forms of the same thing",
+    ),
+    ("disks.yaml", 46, 60, "slot scsi1 is given to two disks"),
+    ("disks.yaml", 57, 12, "more than one disk says boot: true"),
+    (
         "alias-bomb.yaml",
         9,
         33,
@@ -531,6 +608,10 @@ fn hostile_fixtures_report_every_error_with_a_position() {
         "keys-without-ovmf",
         "networks",
         "both-forms",
+        "disks",
+        "disks-both-forms",
+        "disks-same-slot",
+        "disks-two-boots",
     ] {
         assert!(invalid.contains(name), "{name} not in {invalid:?}");
     }
@@ -753,6 +834,9 @@ fn examples_are_valid_and_cover_every_form() {
         && s.hardware.tpm.is_some()
         && s.hardware.pool.is_some()
         && s.networks.as_ref().is_some_and(|n| n.len() == 2)));
+    assert!(has(&|s| s.disks.as_ref().is_some_and(|d| d.len() == 2
+        && d[0].boot
+        && d[1].slot == "scsi1")));
     assert!((8..=10).contains(&set.specs.len()), "{}", set.specs.len());
 }
 
@@ -797,6 +881,7 @@ fn schema_names_every_field() {
         "powerState",
         "tags",
         "networks",
+        "disks",
     ]
     .into_iter()
     .chain(HARDWARE_FIELDS)

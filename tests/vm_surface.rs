@@ -273,3 +273,110 @@ fn networks_are_created_changed_and_removed_and_the_mac_is_kept() {
     assert!(ok, "{out}");
     assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
 }
+
+/// A spec with `disks` instead of `disk`/`storage`.
+fn disks_spec(name: &str, image: &str, disks: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    \
+         site: lab\n    node: pve1\n    image: \"{image}\"\n    cpu: 2\n    memory: 2Gi\n    disks:\n{disks}"
+    )
+}
+
+fn scenario_with_data_storage() -> Value {
+    let mut sc = default_scenario();
+    sc["storages"]["data"] = json!({"type": "dir", "path": "/srv/data", "content": "images"});
+    sc
+}
+
+#[test]
+fn a_create_makes_every_disk_on_its_storage_and_a_second_run_writes_nothing() {
+    let mut pve = FakePve::start(scenario_with_data_storage());
+    let ws = Workspace::new(&pve);
+    let disks = "      - {size: 8Gi, discard: true, ssd: true}\n      - {slot: scsi1, size: 4Gi, storage: data, format: qcow2, cache: writeback, backup: false}\n";
+    ws.commit_specs(&[("db.yaml", disks_spec("db-01", IMPORT, disks))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = owned_vms(&mut pve)[0].clone();
+    let cfg = pve.vm(vmid as u32)["config"].clone();
+    let boot = value(&cfg["scsi0"]);
+    assert!(
+        boot.starts_with("local-lvm:vm-") && boot.contains("discard=on") && boot.contains("ssd=1"),
+        "the boot disk is the imported image on local-lvm: {boot}"
+    );
+    let data = value(&cfg["scsi1"]);
+    assert!(
+        data.starts_with("data:") && data.contains(".qcow2"),
+        "the data disk is a qcow2 volume on data: {data}"
+    );
+    for part in ["cache=writeback", "backup=0", "size=4G"] {
+        assert!(data.contains(part), "{part} in {data}");
+    }
+    assert_eq!(value(&cfg["boot"]), "order=scsi0", "{cfg}");
+
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
+}
+
+#[test]
+fn disks_are_added_to_a_running_vm_grown_and_detached_never_destroyed() {
+    let mut pve = FakePve::start(scenario_with_data_storage());
+    let ws = Workspace::new(&pve);
+    let first = "      - {size: 8Gi}\n      - {slot: scsi1, size: 2Gi, storage: data}\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", first))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = owned_vms(&mut pve)[0].clone();
+    let vmid = vmid as u32;
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["status"], "running");
+    let scsi1 = value(&vm["config"]["scsi1"]);
+    assert!(
+        scsi1.starts_with("data:") && scsi1.contains("size=2G"),
+        "the clone got its data disk: {vm}"
+    );
+
+    // Running: a new virtio disk is hot-plugged (PVE's default hotplug has `disk`), the data
+    // disk grows at once.
+    let second = "      - {size: 8Gi}\n      - {slot: scsi1, size: 5Gi, storage: data}\n      - {slot: virtio2, size: 1Gi, cache: none, iothread: true}\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", second))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert!(
+        value(&vm["config"]["scsi1"]).contains("size=5G"),
+        "grown: {vm}"
+    );
+    let virtio2 = value(&vm["config"]["virtio2"]);
+    assert!(
+        virtio2.starts_with("local-lvm:vm-") && virtio2.contains("iothread=1"),
+        "hot-plugged, not pending: {vm}"
+    );
+    assert!(vm["pending"]["virtio2"].is_null(), "{vm}");
+
+    // scsi1 leaves the spec: detached, its volume kept as unused0, reported in the history.
+    let volume = scsi1.split(',').next().unwrap().to_string();
+    let third =
+        "      - {size: 8Gi}\n      - {slot: virtio2, size: 1Gi, cache: none, iothread: true}\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", third))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert!(vm["config"]["scsi1"].is_null(), "{vm}");
+    assert_eq!(value(&vm["config"]["unused0"]), volume, "{vm}");
+    assert!(vm["config"]["virtio2"].is_string(), "{vm}");
+    let status = ws.status("web-01");
+    let history = status["history"].to_string();
+    assert!(
+        history.contains("disk detached") && history.contains(&volume),
+        "{history}"
+    );
+
+    // Converged: the next run writes nothing (the unused volume is left alone).
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
+    assert_eq!(value(&pve.vm(vmid)["config"]["unused0"]), volume);
+}

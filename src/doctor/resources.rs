@@ -56,14 +56,30 @@ pub(super) async fn check_spec_needs(
         else {
             continue;
         };
-        if seen.insert(("storage", node.to_string(), spec.storage.clone())) {
-            out.push(storage_check(
-                site,
-                node,
-                node_storages,
-                &spec.storage,
-                "images",
-                &spec.name,
+        let disk_storages = spec.disks.iter().flatten().map(|d| &d.storage);
+        for storage in std::iter::once(&spec.storage).chain(disk_storages) {
+            if seen.insert(("storage", node.to_string(), storage.clone())) {
+                out.push(storage_check(
+                    site,
+                    node,
+                    node_storages,
+                    storage,
+                    "images",
+                    &spec.name,
+                ));
+            }
+        }
+        for why in spec
+            .disks
+            .iter()
+            .flatten()
+            .filter_map(|d| crate::execute::disks::format_refusal(d, node_storages))
+        {
+            out.push(check(
+                Level::Fail,
+                format!("{} spec {} disks", site.name, spec.name),
+                why,
+                None,
             ));
         }
         let bridges: Vec<&str> = match &spec.networks {

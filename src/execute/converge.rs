@@ -16,7 +16,7 @@ use super::reboot::{pending_keys, reboot_if_due};
 use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 
 /// The boot disk's key and size in bytes, from the config.
-fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
+pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
     let order = cfg
         .get("boot")
         .and_then(|b| b.strip_prefix("order="))
@@ -178,8 +178,20 @@ pub(super) async fn converge(
         changed.push("ha");
     }
 
-    // Disks only grow.
-    if let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await? {
+    // With `disks`: every disk added, its options, grown, or detached (`disks`).
+    match super::disks::converge_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+        super::disks::DiskStep::Done(true) => changed.push("disks"),
+        super::disks::DiskStep::Done(false) => {}
+        super::disks::DiskStep::Running(upid) => {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Outcome::StillRunning { upid });
+        }
+    }
+
+    // Disks only grow (the short form's boot disk; `disks` grows its own).
+    if spec.disks.is_none()
+        && let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await?
+    {
         return Ok(o);
     }
 

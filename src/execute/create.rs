@@ -180,15 +180,17 @@ async fn send_create(
             if let Some(pool) = &spec.hardware.pool {
                 params = params.checked("pool", pool)?;
             }
+            // The boot disk (scsi0 in the short form) and, with `disks`, every other disk.
             params = match source {
-                Source::Iso { .. } => params
-                    .new_disk("scsi0", &spec.storage, spec.disk_bytes.div_ceil(1 << 30))?
-                    .cdrom("ide2", volume)?
-                    .set("boot", "order=scsi0;ide2"),
+                Source::Iso { .. } => {
+                    let (params, boot) = super::disks::create_drives(spec, params, None)?;
+                    params
+                        .cdrom("ide2", volume)?
+                        .set("boot", format!("order={boot};ide2"))
+                }
                 _ => {
-                    let params = params
-                        .import_disk("scsi0", &spec.storage, volume)?
-                        .set("boot", "order=scsi0");
+                    let (params, boot) = super::disks::create_drives(spec, params, Some(volume))?;
+                    let params = params.set("boot", format!("order={boot}"));
                     // Cloud images expect a serial port; kept unless the spec says otherwise.
                     if spec.hardware.serial_console.is_none() {
                         params.set("serial0", "socket")

@@ -16,6 +16,7 @@
 mod cloud_init;
 mod converge;
 mod create;
+pub mod disks;
 mod ha;
 mod handover;
 pub mod hardware;

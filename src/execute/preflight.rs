@@ -104,6 +104,12 @@ pub(super) async fn preflight(
     let facts = node_facts(ctx, site, &spec.node).await?;
     let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
     check_storage(storages, &spec.storage, "images", &spec.node)?;
+    for disk in spec.disks.iter().flatten() {
+        check_storage(storages, &disk.storage, "images", &spec.node)?;
+        if let Some(why) = super::disks::format_refusal(disk, storages) {
+            return Err(fail(Category::ConfigurationError, why));
+        }
+    }
     check_bridge(bridges, spec)?;
     if spec.user_data.is_some() {
         // The seed image needs an `iso` storage: known now, not after the VM exists.

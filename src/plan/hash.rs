@@ -36,6 +36,9 @@ pub fn spec_hash(spec: &Spec) -> String {
         hardware: &'a crate::spec::Hardware,
         #[serde(skip_serializing_if = "Option::is_none")]
         networks: Option<&'a Vec<crate::spec::Nic>>,
+        // Absent without `disks`, so the hashes of specs with `disk`/`storage` stay as they were.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disks: Option<&'a Vec<crate::spec::Disk>>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -56,6 +59,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         ha: spec.ha.as_ref(),
         hardware: &spec.hardware,
         networks: spec.networks.as_ref(),
+        disks: spec.disks.as_ref(),
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())

@@ -116,15 +116,63 @@ impl VmParams {
 
     /// A new empty disk: `scsi0=local-lvm:32` (size in GiB).
     pub fn new_disk(self, slot: &str, storage: &str, size_gib: u64) -> Result<Self, Error> {
+        self.new_disk_with(slot, storage, size_gib, &[])
+    }
+
+    /// A new empty disk with drive options: `scsi1=data:100,cache=writeback,format=qcow2`.
+    pub fn new_disk_with(
+        self,
+        slot: &str,
+        storage: &str,
+        size_gib: u64,
+        options: &[(String, String)],
+    ) -> Result<Self, Error> {
         check_part("storage", storage)?;
-        Ok(self.set(slot, format!("{storage}:{size_gib}")))
+        self.drive(slot, &format!("{storage}:{size_gib}"), options)
     }
 
     /// A disk imported from an existing volume: `scsi0=local-lvm:0,import-from=local:import/x.qcow2`.
     pub fn import_disk(self, slot: &str, storage: &str, volume: &str) -> Result<Self, Error> {
+        self.import_disk_with(slot, storage, volume, &[])
+    }
+
+    /// An imported disk with drive options: `scsi0=S:0,import-from=V,discard=on`.
+    pub fn import_disk_with(
+        self,
+        slot: &str,
+        storage: &str,
+        volume: &str,
+        options: &[(String, String)],
+    ) -> Result<Self, Error> {
         check_part("storage", storage)?;
         check_part("volume", volume)?;
-        Ok(self.set(slot, format!("{storage}:0,import-from={volume}")))
+        self.drive(slot, &format!("{storage}:0,import-from={volume}"), options)
+    }
+
+    /// An existing drive with its options (`scsi1=data:vm-100-disk-1,cache=none,size=8G`):
+    /// the volume and every option are checked so none can add another option.
+    pub fn existing_drive(
+        self,
+        slot: &str,
+        volume: &str,
+        options: &[(String, String)],
+    ) -> Result<Self, Error> {
+        check_part("volume", volume)?;
+        self.drive(slot, volume, options)
+    }
+
+    /// `slot=base,key=value,...`, `base` built by the callers above from checked parts.
+    fn drive(self, slot: &str, base: &str, options: &[(String, String)]) -> Result<Self, Error> {
+        if !super::values::is_drive_key(slot) {
+            return Err(Error::Setup(format!("{slot:?} is not a drive slot")));
+        }
+        let mut value = base.to_string();
+        for (key, v) in options {
+            check_part("drive option", key)?;
+            check_part(key, v)?;
+            value.push_str(&format!(",{key}={v}"));
+        }
+        Ok(self.set(slot, value))
     }
 
     /// An ISO as a CD-ROM: `ide2=local:iso/debian.iso,media=cdrom`.

@@ -126,6 +126,50 @@ impl NetValue {
     }
 }
 
+/// A drive value as PVE writes it (`local-lvm:vm-100-disk-1,cache=none,size=8G`): the volume
+/// (the bare first part, or `file=`) and the other options in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriveValue {
+    pub volume: String,
+    pub options: Vec<(String, String)>,
+}
+
+impl DriveValue {
+    pub fn parse(s: &str) -> DriveValue {
+        let mut out = DriveValue::default();
+        for (i, part) in s.split(',').enumerate().filter(|(_, p)| !p.is_empty()) {
+            match part.split_once('=') {
+                None if i == 0 => out.volume = part.to_string(),
+                Some(("file", v)) => out.volume = v.to_string(),
+                Some((k, v)) => out.options.push((k.to_string(), v.to_string())),
+                None => out.options.push((part.to_string(), String::new())),
+            }
+        }
+        out
+    }
+
+    /// The value of option `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The size PVE records (`size=8G`, `size=8192M`), in bytes.
+    pub fn size(&self) -> Option<u64> {
+        self.get("size").and_then(parse_pve_size)
+    }
+
+    /// A CD-ROM (`media=cdrom`, `none`, `cdrom`) or PVE's cloud-init drive: no disk of a spec.
+    pub fn is_cdrom_or_cloudinit(&self) -> bool {
+        self.get("media") == Some("cdrom")
+            || matches!(self.volume.as_str(), "none" | "cdrom")
+            || self.volume.ends_with(":cloudinit")
+            || self.volume.contains("-cloudinit")
+    }
+}
+
 /// The value of option `key` in a property string, where a bare first part is the value of
 /// the default key `default` (`host,flags=+aes`: `cputype` is `host`).
 pub fn prop_value<'a>(s: &'a str, key: &str, default: Option<&str>) -> Option<&'a str> {

@@ -31,6 +31,7 @@
 
 mod cloudinit;
 mod diag;
+mod disks;
 mod ha;
 mod hardware;
 mod image;
@@ -48,6 +49,9 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 pub use diag::{Diagnostic, Pos, Severity};
+pub use disks::{
+    DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,
+};
 pub use ha::{Ha, HaState, MAX_HA_TRIES};
 pub use hardware::{
     Bios, CPU_MODELS, DEFAULT_OS_TYPE, DEFAULT_SCSI_HARDWARE, Hardware, OS_TYPES, SCSI_HARDWARE,
@@ -169,6 +173,10 @@ pub struct Spec {
     /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
     /// NIC whose bridge alone is managed).
     pub networks: Option<Vec<Nic>>,
+    /// `disks`: every disk, the boot disk (`boot`) receiving the image; `None` for the short
+    /// form (`disk`/`storage`: the boot disk alone is managed). With it, `disk_bytes` and
+    /// `storage` are the boot disk's.
+    pub disks: Option<Vec<Disk>>,
 }
 
 /// The annotation that confirms a rename of `metadata.name`.

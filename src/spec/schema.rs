@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use super::disks::{DISK_CACHES, DISK_FORMATS, MAX_DISKS};
 use super::hardware::{
     MAX_DESCRIPTION, MAX_SOCKETS, MAX_STARTUP, OS_TYPES, SCSI_HARDWARE, TPM_VERSIONS, VGA_TYPES,
 };
@@ -133,7 +134,8 @@ fn hardware_schema() -> Value {
         "pool": {"description": "Resource pool (must exist).", "type": "string", "pattern": "^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,2}$"},
         "vmId": {"description": "Create the VM with this VMID (refused if another VM holds it).", "type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
         "description": {"description": "Free text kept above proxsync's marker line.", "type": "string", "maxLength": MAX_DESCRIPTION},
-        "networks": networks_schema()
+        "networks": networks_schema(),
+        "disks": disks_schema()
     })
 }
 
@@ -162,6 +164,40 @@ fn networks_schema() -> Value {
                 "firewall": {"type": "boolean"},
                 "queues": {"type": "integer", "minimum": 0, "maximum": 64},
                 "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"}
+            }
+        }
+    })
+}
+
+/// `spec.forProvider.disks` (not with `disk` or `storage`).
+fn disks_schema() -> Value {
+    let flag = json!({"type": "boolean"});
+    json!({
+        "description": "The VM's disks, instead of disk and storage. The first (or the one with boot: true) is the boot disk and receives the image. A disk added to the list is created; a disk removed from the list is detached (PVE keeps its volume as unusedN), never destroyed. Sizes only grow.",
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_DISKS,
+        "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "slot": {"description": "scsi0-30, virtio0-15 or sata0-5; default: the next free scsi slot in list order.", "type": "string", "pattern": "^(scsi([0-9]|[12][0-9]|30)|virtio([0-9]|1[0-5])|sata[0-5])$"},
+                "size": {
+                    "description": "A whole number of GiB, 1Gi..100Ti (Ki/Mi/Gi/Ti or K/M/G/T; a plain number is GiB); required but for the boot disk (default 32Gi); disks only grow. Example: 100Gi",
+                    "oneOf": [
+                        {"type": "integer", "minimum": 1},
+                        {"type": "string", "pattern": "^[0-9]+([KkMmGgTt][Ii]?)?$"}
+                    ]
+                },
+                "storage": {"description": "Default local-lvm.", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
+                "format": {"description": "When the disk is made; file storages only (not lvm, lvmthin, zfspool, rbd).", "enum": DISK_FORMATS},
+                "cache": {"description": "Default none.", "enum": DISK_CACHES},
+                "discard": flag,
+                "ssd": {"description": "scsi and sata only.", "type": "boolean"},
+                "iothread": {"description": "scsi and virtio only.", "type": "boolean"},
+                "backup": {"description": "Default true.", "type": "boolean"},
+                "replicate": {"description": "Default true.", "type": "boolean"},
+                "boot": {"description": "The boot disk (default: the first).", "type": "boolean"}
             }
         }
     })

@@ -294,3 +294,35 @@ fn pathological_inputs_are_refused() {
         assert!(diags.len() <= MAX_DIAGNOSTICS_PER_FILE + 1, "{name}");
     }
 }
+
+#[test]
+fn disks_get_slots_in_order_and_the_boot_disk_sets_disk_and_storage() {
+    let (specs, diags) = parse(&format!(
+        "{MINIMAL}    disks:\n      - {{slot: scsi1, size: 8Gi, storage: data, cache: writeback}}\n      - {{size: 40Gi, boot: true, format: qcow2}}\n      - {{size: 1Ti, slot: virtio2, iothread: true, backup: false}}\n      - {{size: 2Gi}}\n"
+    ));
+    assert!(diags.is_empty(), "{diags:?}");
+    let s = &specs[0];
+    let disks = s.disks.as_ref().unwrap();
+    let slots: Vec<&str> = disks.iter().map(|d| d.slot.as_str()).collect();
+    assert_eq!(slots, ["scsi1", "scsi0", "virtio2", "scsi2"]);
+    assert!(disks[1].boot && !disks[0].boot);
+    assert_eq!(s.disk_bytes, 40 * GIB);
+    assert_eq!(s.storage, "local-lvm");
+    assert_eq!(disks[0].storage, "data");
+    assert_eq!(disks[0].cache.as_deref(), Some("writeback"));
+    assert_eq!(disks[2].backup, Some(false));
+
+    // Without boot: true the first is the boot disk; its size defaults as `disk` does.
+    let (specs, diags) = parse(&format!(
+        "{MINIMAL}    disks: [{{storage: fast}}, {{size: 8Gi}}]\n"
+    ));
+    assert!(diags.is_empty(), "{diags:?}");
+    let s = &specs[0];
+    assert!(s.disks.as_ref().unwrap()[0].boot);
+    assert_eq!(
+        (s.disk_bytes, s.storage.as_str()),
+        (DEFAULT_DISK_BYTES, "fast")
+    );
+    // The short form has no disks.
+    assert!(parse(MINIMAL).0[0].disks.is_none());
+}

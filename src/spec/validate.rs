@@ -71,6 +71,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "storage",
     "network",
     "networks",
+    "disks",
     "image",
     "userData",
     "cloudInit",
@@ -278,6 +279,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         resources.as_ref().map(|r| r.memory_mib),
     );
     let networks = super::networks::networks_field(ctx, &fp);
+    let disks = super::disks::disks_field(ctx, &fp);
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
     let reboot = super::lifecycle::reboot_policy(ctx, &fp);
@@ -301,6 +303,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(ha),
         Some(hardware),
         Some(networks),
+        Some(disks),
     ) = (
         api_version,
         meta.name,
@@ -314,6 +317,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         ha,
         hardware,
         networks,
+        disks,
     )
     else {
         return (None, name);
@@ -326,6 +330,11 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let mut resources = resources;
     if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
         resources.network = first.bridge.clone();
+    }
+    // With `disks`, `disk` and `storage` are the boot disk's (the image's disk, EFI and TPM).
+    if let Some(boot) = disks.as_ref().and_then(|d| d.iter().find(|d| d.boot)) {
+        resources.disk_bytes = boot.size_bytes;
+        resources.storage = boot.storage.clone();
     }
     let spec = Spec {
         name: spec_name,
@@ -357,6 +366,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         renamed_from: meta.renamed_from,
         hardware,
         networks,
+        disks,
     };
     (Some(spec), name)
 }
@@ -704,7 +714,7 @@ fn cpu_field(ctx: &mut Ctx, n: &Node) -> Option<u32> {
 }
 
 /// A size in bytes within `[min, max]`.
-fn size_field(
+pub(super) fn size_field(
     ctx: &mut Ctx,
     n: &Node,
     path: &str,
