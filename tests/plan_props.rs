@@ -404,6 +404,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         hardware: Default::default(),
         networks: None,
         disks: None,
+        destroy_disks: Vec::new(),
     }
 }
 

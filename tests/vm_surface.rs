@@ -380,3 +380,69 @@ fn disks_are_added_to_a_running_vm_grown_and_detached_never_destroyed() {
     assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
     assert_eq!(value(&pve.vm(vmid)["config"]["unused0"]), volume);
 }
+
+/// `destroyDisks` destroys a disk still attached, with its data (`force`), and only the slots
+/// it names; the boot disk is refused.
+#[test]
+fn destroy_disks_destroys_only_the_slots_it_names_and_never_the_boot_disk() {
+    let mut pve = FakePve::start(scenario_with_data_storage());
+    let ws = Workspace::new(&pve);
+    let first = "      - {size: 8Gi}\n      - {slot: scsi1, size: 2Gi, storage: data}\n      - {slot: scsi2, size: 1Gi, storage: data}\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", first))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    let vm = pve.vm(vmid);
+    let volume_of = |key: &str| {
+        value(&vm["config"][key])
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (scsi1, scsi2) = (volume_of("scsi1"), volume_of("scsi2"));
+    let on_data = |pve: &mut FakePve, volume: &str| {
+        let name = volume.trim_start_matches("data:");
+        pve.call("storages", json!({})).unwrap()["data"]["volumes"]
+            .get(name)
+            .is_some()
+    };
+    assert!(on_data(&mut pve, &scsi1) && on_data(&mut pve, &scsi2));
+
+    // scsi1 is destroyed; scsi2 only leaves the spec (detached, kept).
+    let second = "      - {size: 8Gi}\n    destroyDisks: [scsi1]\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", second))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert!(
+        vm["config"]["scsi1"].is_null() && vm["config"]["scsi2"].is_null(),
+        "{vm}"
+    );
+    let unused: Vec<String> = ["unused0", "unused1"]
+        .iter()
+        .filter_map(|k| vm["config"][k].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(unused, [scsi2.clone()], "only scsi2 is kept: {vm}");
+    assert!(!on_data(&mut pve, &scsi1), "scsi1's volume is gone");
+    assert!(on_data(&mut pve, &scsi2), "scsi2's volume stays");
+    let history = ws.status("web-01")["history"].to_string();
+    assert!(
+        history.contains("disk destroyed") && history.contains(&scsi1),
+        "{history}"
+    );
+
+    // Nothing left to destroy: the next run writes nothing.
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(writes(&mut pve).is_empty(), "{:?}", writes(&mut pve));
+
+    // The boot disk is never destroyed.
+    let boot = "      - {slot: scsi1, size: 8Gi, storage: data}\n    destroyDisks: [scsi0]\n";
+    ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", boot))]);
+    let (_ok, out) = ws.run_once();
+    assert!(pve.vm(vmid)["config"]["scsi0"].is_string(), "{out}");
+    let (_, _, message) = ws.condition("web-01", "Ready");
+    assert!(message.contains("boot disk: refused"), "{message}");
+}

@@ -178,6 +178,16 @@ pub(super) async fn converge(
         changed.push("ha");
     }
 
+    // `destroyDisks`: disks destroyed with their data, only as the spec says explicitly.
+    match super::disks::destroy_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+        super::disks::DiskStep::Done(true) => changed.push("disks destroyed"),
+        super::disks::DiskStep::Done(false) => {}
+        super::disks::DiskStep::Running(upid) => {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Outcome::StillRunning { upid });
+        }
+    }
+
     // With `disks`: every disk added, its options, grown, or detached (`disks`).
     match super::disks::converge_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
         super::disks::DiskStep::Done(true) => changed.push("disks"),

@@ -8,7 +8,8 @@
 //!   the spec leaves out is not managed. `format` applies only when the disk is made (PVE keeps
 //!   no `format` in the config).
 //! - A disk smaller than the spec grows (`resize`); disks never shrink.
-//! - A disk of the VM that the spec no longer lists is detached (`delete=<slot>`): PVE keeps
+//! - A slot of `destroyDisks` is deleted with `force` (its volume deallocated); never the boot
+//!   disk. A disk of the VM that the spec no longer lists (and `destroyDisks` does not name) is detached (`delete=<slot>`): PVE keeps
 //!   its volume as `unusedN` (`vmconfig_delete_or_detach_drive` without `force`), nothing is
 //!   destroyed, and the detach is noted in the spec's history. CD-ROMs and the cloud-init drive
 //!   are never touched.
@@ -120,6 +121,69 @@ pub(super) async fn converge_disks(
         {
             return Ok(DiskStep::Running(upid.to_string()));
         }
+    }
+    Ok(DiskStep::Done(true))
+}
+
+/// Destroys the disks of `destroyDisks` the VM still has: `delete=<slots>` with `force=1`
+/// (qemu-server `vmconfig_delete_or_detach_drive` with `$force`: the volume is deallocated, not
+/// kept as `unusedN`). Never the boot disk, a CD-ROM or the cloud-init drive. Each destroyed
+/// disk is noted in the spec's history.
+pub(super) async fn destroy_disks(
+    ctx: &ExecCtx,
+    client: &Client,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<DiskStep, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
+    let slots: Vec<&String> = spec
+        .destroy_disks
+        .iter()
+        .filter(|s| cfg.get(s).is_some())
+        .filter(|s| {
+            !pending
+                .iter()
+                .any(|p| &p.key == *s && p.delete == Some(true))
+        })
+        .collect();
+    for slot in &slots {
+        let value = DriveValue::parse(cfg.get(slot).unwrap_or_default());
+        if boot.as_deref() == Some(slot.as_str()) || value.is_cdrom_or_cloudinit() {
+            return Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "destroyDisks names {slot} of VM {vmid}, which is its {}: refused; remove it \
+                     from destroyDisks",
+                    if value.is_cdrom_or_cloudinit() {
+                        "CD-ROM or cloud-init drive"
+                    } else {
+                        "boot disk"
+                    }
+                ),
+            ));
+        }
+    }
+    if slots.is_empty() {
+        return Ok(DiskStep::Done(false));
+    }
+    tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
+    let params = VmParams::default().delete_keys(&slots).force_delete();
+    if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
+        && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+    {
+        return Ok(DiskStep::Running(upid.to_string()));
+    }
+    for slot in slots {
+        let volume = DriveValue::parse(cfg.get(slot).unwrap_or_default()).volume;
+        rec.note(
+            now_ms(),
+            "disk destroyed",
+            &format!("{slot} ({volume}) destroyed as destroyDisks asks; its data is gone"),
+        );
     }
     Ok(DiskStep::Done(true))
 }
@@ -325,7 +389,11 @@ pub fn disk_changes(
         }
     }
     for key in drive_keys {
-        if managed.contains(key) || pending_delete.contains(key) || !is_drive_key(key) {
+        if managed.contains(key)
+            || pending_delete.contains(key)
+            || spec.destroy_disks.contains(key)
+            || !is_drive_key(key)
+        {
             continue;
         }
         let Some(v) = current(key) else { continue };

@@ -39,6 +39,8 @@ pub fn spec_hash(spec: &Spec) -> String {
         // Absent without `disks`, so the hashes of specs with `disk`/`storage` stay as they were.
         #[serde(skip_serializing_if = "Option::is_none")]
         disks: Option<&'a Vec<crate::spec::Disk>>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        destroy_disks: &'a [String],
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -60,6 +62,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         hardware: &spec.hardware,
         networks: spec.networks.as_ref(),
         disks: spec.disks.as_ref(),
+        destroy_disks: &spec.destroy_disks,
         identity: 2,
     };
     fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())

@@ -271,6 +271,12 @@ impl VmParams {
         Ok(self.set("tpmstate0", format!("{storage}:1,version={version}")))
     }
 
+    /// With `delete`: disks are destroyed (their volumes deallocated) instead of detached to
+    /// `unusedN` (`force`).
+    pub fn force_delete(self) -> Self {
+        self.set("force", "1")
+    }
+
     /// Removes properties (the `delete` parameter of a config change).
     pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
         let joined = keys

@@ -345,3 +345,57 @@ mod tests {
         }
     }
 }
+
+/// `destroyDisks`: slots whose disk (still attached) is destroyed with its data. Removing a
+/// disk from `disks` only detaches it; destroying data takes this explicit list. Each entry is
+/// a slot proxsync manages and not one of `disks`.
+pub(super) fn destroy_disks_field(
+    ctx: &mut Ctx,
+    fp: &Obj,
+    disks: Option<&[Disk]>,
+) -> Option<Vec<String>> {
+    let path = "spec.forProvider.destroyDisks";
+    let Some(n) = fp.get("destroyDisks") else {
+        return Some(Vec::new());
+    };
+    let Value::Seq(items) = &n.value else {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list of slots, e.g. [scsi1]; found {}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    let errors = ctx.error_count();
+    let mut slots: Vec<String> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(text) = string(ctx, item, &format!("{path}[{i}]"), "scsi1") else {
+            continue;
+        };
+        if ctx
+            .check(
+                item.pos,
+                check_slot(text).map_err(|e| format!("{path}[{i}]: {e}")),
+            )
+            .is_none()
+        {
+            continue;
+        }
+        if slots.iter().any(|s| s == text) {
+            ctx.error(item.pos, format!("{path}: slot {text} is listed twice"));
+        } else if disks.is_some_and(|d| d.iter().any(|d| d.slot == text)) {
+            ctx.error(
+                item.pos,
+                format!(
+                    "{path}: slot {text} is also a disk of spec.forProvider.disks; a disk is either \
+                     kept or destroyed (remove it from disks to destroy it)"
+                ),
+            );
+        } else {
+            slots.push(text.to_string());
+        }
+    }
+    (ctx.error_count() == errors).then_some(slots)
+}

@@ -177,6 +177,9 @@ pub struct Spec {
     /// form (`disk`/`storage`: the boot disk alone is managed). With it, `disk_bytes` and
     /// `storage` are the boot disk's.
     pub disks: Option<Vec<Disk>>,
+    /// `destroyDisks`: slots whose attached disk is destroyed with its data (removing a disk
+    /// from `disks` only detaches it). Never the boot disk.
+    pub destroy_disks: Vec<String>,
 }
 
 /// The annotation that confirms a rename of `metadata.name`.

@@ -135,7 +135,12 @@ fn hardware_schema() -> Value {
         "vmId": {"description": "Create the VM with this VMID (refused if another VM holds it).", "type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
         "description": {"description": "Free text kept above proxsync's marker line.", "type": "string", "maxLength": MAX_DESCRIPTION},
         "networks": networks_schema(),
-        "disks": disks_schema()
+        "disks": disks_schema(),
+        "destroyDisks": {
+            "description": "Slots whose attached disk is destroyed with its data (removing a disk from disks only detaches it). Never the boot disk.",
+            "type": "array",
+            "items": {"type": "string", "pattern": "^(scsi([0-9]|[12][0-9]|30)|virtio([0-9]|1[0-5])|sata[0-5])$"}
+        }
     })
 }
 

@@ -72,6 +72,7 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "network",
     "networks",
     "disks",
+    "destroyDisks",
     "image",
     "userData",
     "cloudInit",
@@ -280,6 +281,10 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     );
     let networks = super::networks::networks_field(ctx, &fp);
     let disks = super::disks::disks_field(ctx, &fp);
+    let destroy_disks = match &disks {
+        Some(d) => super::disks::destroy_disks_field(ctx, &fp, d.as_deref()),
+        None => None,
+    };
     let image = image_field(ctx, &fp);
     let guest = guest(ctx, &fp);
     let reboot = super::lifecycle::reboot_policy(ctx, &fp);
@@ -304,6 +309,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         Some(hardware),
         Some(networks),
         Some(disks),
+        Some(destroy_disks),
     ) = (
         api_version,
         meta.name,
@@ -318,6 +324,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         hardware,
         networks,
         disks,
+        destroy_disks,
     )
     else {
         return (None, name);
@@ -367,6 +374,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         hardware,
         networks,
         disks,
+        destroy_disks,
     };
     (Some(spec), name)
 }

@@ -261,6 +261,13 @@ class HarnessPve(FakePve):
             n += 1
         vm.config['unused{0}'.format(n)] = volume
 
+    def _deallocate(self, volume_value):
+        """try_deallocate_drive: the volume is freed on its storage."""
+        volume, _props = split_drive(volume_value)
+        sid, name = volume_ref(volume)
+        if sid is not None:
+            (self.storages.get(sid) or {}).get('volumes', {}).pop(name, None)
+
     async def _apply_config(self, vm, user, p):
         p = dict(p)
         digest = p.get('digest')
@@ -275,6 +282,9 @@ class HarnessPve(FakePve):
             elif DRIVE_KEY.match(key) and NEW_DISK.match(split_drive(str(p[key]))[0]):
                 self._qm_check_drive(user, vm.vmid, None, key, str(p[key]), None)
                 p[key], _made = self._qm_new_drive(vm.vmid, key, str(p[key]), None)
+        # update_vm_api's `force` (not a config key): a deleted disk's volume is deallocated
+        # (vmconfig_delete_or_detach_drive with $force -> try_deallocate_drive), not kept.
+        force = str(p.pop('force', '0')).lower() in ('1', 'true')
         deletes = [k for k in str(p.get('delete', '') or '').split(',') if k]
         detached = {k: vm.config[k] for k in deletes if DRIVE_KEY.match(k) and k in vm.config}
         live_deletes = [k for k in deletes if not running or self._deletes_live(k, features)]
@@ -297,7 +307,10 @@ class HarnessPve(FakePve):
                     vm.config.pop(key, None)
         for key in live_deletes:
             if key in detached:
-                self._detach(vm, detached[key])
+                if force:
+                    self._deallocate(detached[key])
+                else:
+                    self._detach(vm, detached[key])
 
     @staticmethod
     def _status_type(status):
