@@ -9,9 +9,10 @@
 //!   no `format` in the config).
 //! - A disk smaller than the spec grows (`resize`); disks never shrink.
 //! - A slot of `destroyDisks` is deleted with `force` (its volume deallocated); never the boot
-//!   disk. A disk of the VM that the spec no longer lists (and `destroyDisks` does not name) is detached (`delete=<slot>`): PVE keeps
-//!   its volume as `unusedN` (`vmconfig_delete_or_detach_drive` without `force`), nothing is
-//!   destroyed, and the detach is noted in the spec's history. CD-ROMs and the cloud-init drive
+//!   disk. A disk of the VM that the spec no longer lists (and `destroyDisks` does not name)
+//!   is detached (`delete=<slot>`): PVE keeps its volume as `unusedN`
+//!   (`vmconfig_delete_or_detach_drive` without `force`), nothing is destroyed, and the detach
+//!   is noted in the spec's history. CD-ROMs and the cloud-init drive
 //!   are never touched.
 //!
 //! The boot disk is the image's disk: on the VM it is the spec's boot slot when the VM has it,

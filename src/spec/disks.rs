@@ -318,34 +318,6 @@ pub fn check_slot(s: &str) -> Result<(), String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_are_pves() {
-        for ok in ["scsi0", "scsi30", "virtio15", "sata5"] {
-            assert!(check_slot(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "scsi31",
-            "virtio16",
-            "sata6",
-            "ide0",
-            "ide2",
-            "scsi",
-            "scsi01",
-            "SCSI0",
-            "net0",
-            "scsi0,cache=unsafe",
-            "scsi-1",
-            "efidisk0",
-        ] {
-            assert!(check_slot(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 /// `destroyDisks`: slots whose disk (still attached) is destroyed with its data. Removing a
 /// disk from `disks` only detaches it; destroying data takes this explicit list. Each entry is
 /// a slot proxsync manages and not one of `disks`.
@@ -398,4 +370,32 @@ pub(super) fn destroy_disks_field(
         }
     }
     (ctx.error_count() == errors).then_some(slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_pves() {
+        for ok in ["scsi0", "scsi30", "virtio15", "sata5"] {
+            assert!(check_slot(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "scsi31",
+            "virtio16",
+            "sata6",
+            "ide0",
+            "ide2",
+            "scsi",
+            "scsi01",
+            "SCSI0",
+            "net0",
+            "scsi0,cache=unsafe",
+            "scsi-1",
+            "efidisk0",
+        ] {
+            assert!(check_slot(bad).is_err(), "{bad}");
+        }
+    }
 }
