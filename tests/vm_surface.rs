@@ -423,7 +423,11 @@ fn destroy_disks_destroys_only_the_slots_it_names_and_never_the_boot_disk() {
         .iter()
         .filter_map(|k| vm["config"][k].as_str().map(str::to_string))
         .collect();
-    assert_eq!(unused, [scsi2.clone()], "only scsi2 is kept: {vm}");
+    assert_eq!(
+        unused,
+        std::slice::from_ref(&scsi2),
+        "only scsi2 is kept: {vm}"
+    );
     assert!(!on_data(&mut pve, &scsi1), "scsi1's volume is gone");
     assert!(on_data(&mut pve, &scsi2), "scsi2's volume stays");
     let history = ws.status("web-01")["history"].to_string();
