@@ -254,6 +254,47 @@ pub(super) async fn converge(
     Ok(Outcome::Done)
 }
 
+/// Whether converging the adopted VM `vm` would send nothing: judged from `cfg`, its config as
+/// this cycle's observation read it (PVE's `GET .../config` shows values waiting for a reboot
+/// as set), and from the listing. `rec` is the adoption's record, without `applied_*` yet.
+/// Only specs whose every managed part is in the config or the listing qualify: no
+/// cloud-init, HA or pool (each needs reads of its own). The marker must verify for this VMID
+/// with this install's key (a marker from before signing is rewritten by a converge).
+pub(super) fn adoption_is_current(
+    ctx: &ExecCtx,
+    spec: &Spec,
+    rec: &SpecRecord,
+    vm: &crate::observe::ObservedVm,
+    cfg: &VmConfig,
+) -> bool {
+    let vmid = vm.vmid;
+    let simple = spec.cloud_init.is_none()
+        && spec.user_data.is_none()
+        && spec.ha.is_none()
+        && spec.hardware.pool.is_none()
+        && super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+    if !simple || cfg.lock().is_some() || !is_ours(ctx, cfg, vmid, Some(&spec.name), None) {
+        return false;
+    }
+    let power_matches = matches!(
+        (spec.power_state, vm.power),
+        (PowerState::Running, crate::observe::Power::Running)
+            | (PowerState::Stopped, crate::observe::Power::Stopped)
+    );
+    let disk_grown = boot_disk(cfg).is_some_and(|(_, size)| size >= spec.disk_bytes);
+    let config_matches =
+        config_diff(ctx, spec, rec, vmid, cfg, &[]).is_ok_and(|(_, changed)| changed.is_empty());
+    // The listing shows running values: cores or memory that differ from the config's wait
+    // for a reboot, and the planner's drift sees them.
+    let as_recorded = SpecRecord {
+        applied_hash: Some(spec_hash(spec)),
+        applied_tags: spec.tags.clone(),
+        ..rec.clone()
+    };
+    let listing_matches = crate::plan::drift(spec, &as_recorded, vm, &ctx.install_id).is_empty();
+    power_matches && disk_grown && config_matches && listing_matches
+}
+
 /// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
 /// not ours sends the spec back to Pending.
 pub(super) async fn read_own_config(
