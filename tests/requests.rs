@@ -114,3 +114,62 @@ fn an_adoption_of_a_drifted_vm_converges_after_a_fresh_read() {
         "the marker read, then a fresh read before the write: {reqs:#?}"
     );
 }
+
+/// Creating VMs by clone: what each one costs. The spec's 8 GiB disk is larger than the
+/// template's 2 GiB, so each VM's disk is grown too (a resize and its task).
+#[test]
+fn a_created_vm_costs_few_requests() {
+    const N: usize = 4;
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs(N));
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vms = owned_vms(&mut pve);
+    assert_eq!(vms.len(), N, "{out}");
+    let reqs = logged(&mut pve);
+    let count = |f: &dyn Fn(&str) -> bool| reqs.iter().filter(|r| f(r)).count();
+    // Once per cycle or node, however many VMs: the listings before and after the actions,
+    // and pre-flight's storages, bridges and version.
+    assert_eq!(
+        count(&|r| r.starts_with("GET /cluster/resources")),
+        2,
+        "{reqs:#?}"
+    );
+    assert_eq!(count(&|r| r == "GET /nodes/pve1/storage"), 1, "{reqs:#?}");
+    assert_eq!(count(&|r| r == "GET /nodes/pve1/network"), 1, "{reqs:#?}");
+    assert_eq!(count(&|r| r == "GET /version"), 1, "{reqs:#?}");
+    // The clone, with one poll of its quick task.
+    assert_eq!(count(&|r| r.ends_with("/qemu/9000/clone")), N, "{reqs:#?}");
+    assert_eq!(count(&|r| r.contains(":qmclone:9000:")), N, "{reqs:#?}");
+    // nextid once, and again only when a VM created alongside took the answer.
+    assert!(count(&|r| r == "GET /cluster/nextid") <= 2 * N, "{reqs:#?}");
+    for (vmid, name) in &vms {
+        let on_vm: Vec<&String> = reqs
+            .iter()
+            .filter(|r| r.contains(&format!("/qemu/{vmid}/")))
+            .collect();
+        // The config read (identity, before the change), the pending values, the change, the
+        // resize, the power state, the start. No second config or pending read: nothing the
+        // change touched is read again, and a stopped VM keeps nothing pending. No guest
+        // agent read right after the start.
+        assert_eq!(
+            on_vm,
+            [
+                format!("GET /nodes/pve1/qemu/{vmid}/config"),
+                format!("GET /nodes/pve1/qemu/{vmid}/pending"),
+                format!("PUT /nodes/pve1/qemu/{vmid}/config"),
+                format!("PUT /nodes/pve1/qemu/{vmid}/resize"),
+                format!("GET /nodes/pve1/qemu/{vmid}/status/current"),
+                format!("POST /nodes/pve1/qemu/{vmid}/status/start"),
+            ]
+            .iter()
+            .collect::<Vec<_>>(),
+            "{name}"
+        );
+        // One poll each of the resize and the start task.
+        assert_eq!(count(&|r| r.contains(&format!(":{vmid}:"))), 2, "{reqs:#?}");
+        assert_eq!(ws.condition(name, "Ready").0, "True", "{name}: {out}");
+    }
+}

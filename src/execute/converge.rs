@@ -156,10 +156,10 @@ pub(super) async fn converge(
 
     // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
     // a new VM boots with it.
-    let cfg = if changed.is_empty() {
-        cfg
-    } else {
+    let cfg = if config_read_again(ctx, spec, &cfg, &changed) {
         client.vm_config(node, vmid).await?
+    } else {
+        cfg
     };
     let cloudinit_changed =
         match converge_cloud_init(ctx, site, spec, rec, node, vmid, &cfg).await? {
@@ -214,10 +214,14 @@ pub(super) async fn converge(
     // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
     // running VM then, unless hotplug is on). proxsync reports it, and reboots only as the spec's
     // rebootPolicy allows (`reboot`).
+    // PVE keeps a change pending only on a running VM; a stopped VM's changes (and what was
+    // pending on it) are applied at once or by the start, so it has nothing pending to read.
     let pending = if changed.is_empty() {
         pending
-    } else {
+    } else if is_running {
         client.vm_pending(node, vmid).await?
+    } else {
+        Vec::new()
     };
     let was_running_before = is_running && !changed.contains(&"power");
     let cloudinit_pending = was_running_before
@@ -232,12 +236,13 @@ pub(super) async fn converge(
         ctx.store.put(&spec.name, rec)?;
         return Ok(o);
     }
-    // The guest's addresses, when its agent answers (best effort: no agent is no error).
+    // The guest's addresses, when its agent answers (best effort: no agent is no error). Not
+    // asked right after this converge started the VM: its agent cannot be up yet.
     let running_now = match spec.power_state {
         PowerState::Running => true,
         PowerState::Stopped => false,
     };
-    rec.ip_addresses = if running_now {
+    rec.ip_addresses = if running_now && !changed.contains(&"power") {
         client
             .agent_interfaces(node, vmid)
             .await
@@ -252,6 +257,25 @@ pub(super) async fn converge(
     rec.phase = Phase::Exists;
     rec.provisioned = true;
     Ok(Outcome::Done)
+}
+
+/// Whether the config must be read again after this converge's change before the later steps:
+/// cloud-init reads it (its drive, seed and options), and the disk step reads the boot disk.
+/// A change of only these keys leaves both as the first read saw them.
+fn config_read_again(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig, changed: &[&str]) -> bool {
+    const KEEPS_DISKS: [&str; 7] = [
+        "marker",
+        "description",
+        "name",
+        "memory",
+        "tags",
+        "cores",
+        "pool",
+    ];
+    let cloud_init = spec.cloud_init.is_some()
+        || spec.user_data.is_some()
+        || !super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+    !changed.is_empty() && (cloud_init || changed.iter().any(|c| !KEEPS_DISKS.contains(c)))
 }
 
 /// Whether converging the adopted VM `vm` would send nothing: judged from `cfg`, its config as
