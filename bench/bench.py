@@ -14,6 +14,8 @@ are reported, never judged: the run fails only if something does not work at all
 """
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
 import platform
@@ -41,6 +43,9 @@ SITE = 'bench'
 NODE = 'pve1'
 LATENCY = 0.005          # seconds per request while creating (fakepve slow_network)
 CLK_TCK = os.sysconf('SC_CLK_TCK')
+# The install's marker key (`<state_dir>/marker.key`), fixed so the pre-made VMs' markers can be
+# signed as proxsync signs them (HMAC-SHA256 over install, spec, uid and VMID, 16 bytes in hex).
+MARKER_KEY = '5ca1ab1e' * 8
 POLL = 0.005             # sleep between two polls of the request log (push to first write)
 
 
@@ -49,6 +54,11 @@ def log(*args):
 
 
 # ------------------------------------------------------------------ fakepve
+
+
+def marker_mac(spec, uid, vmid):
+    msg = 'proxsync-marker-v1\0%s\0%s\0%s\0%d' % (INSTALL_ID, spec, uid, vmid)
+    return hmac.new(bytes.fromhex(MARKER_KEY), msg.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def scenario(prepopulate=0):
@@ -72,8 +82,9 @@ def scenario(prepopulate=0):
                            (vmid >> 16) & 255, (vmid >> 8) & 255, vmid & 255),
                        'memory': '2048', 'cores': 2, 'ostype': 'l26', 'boot': 'order=scsi0',
                        'description': 'Managed by proxsync (install %s) from spec %s.\n'
-                                      'proxsync-id: install=%s spec=%s uid=%s' % (
-                                          INSTALL_ID, name, INSTALL_ID, name, uid)},
+                                      'proxsync-id: install=%s spec=%s uid=%s mac=%s' % (
+                                          INSTALL_ID, name, INSTALL_ID, name, uid,
+                                          marker_mac(name, uid, vmid))},
         })
     return {
         'nodes': [{'name': NODE, 'online': True}],
@@ -316,6 +327,11 @@ class Workspace:
         self.status = os.path.join(base, 'status')
         self.config = os.path.join(base, 'proxsync.toml')
         os.makedirs(self.repo)
+        os.makedirs(self.state, mode=0o700)
+        key = os.path.join(self.state, 'marker.key')
+        with open(key, 'w') as fh:
+            fh.write(MARKER_KEY + '\n')
+        os.chmod(key, 0o600)
         token = os.path.join(base, SITE + '.token')
         with open(token, 'w') as fh:
             fh.write(TOKEN_SECRET + '\n')
@@ -481,6 +497,25 @@ def measure_push(d, fake, ws, reps):
             'poll_interval_ms': round(statistics.mean(r['poll_interval_ms'] for r in runs), 2), 'runs': runs}
 
 
+def measure_cli(binary, ws, reps):
+    """Times `proxsync status` and `proxsync plan` (no daemon running) on the workspace's
+    status directory and database; the median of `reps` runs each, with their peak RSS."""
+    out = {}
+    for cmd in ('status', 'plan'):
+        runs = []
+        for _ in range(reps):
+            t = time.monotonic()
+            p = subprocess.run(['/usr/bin/time', '-f', '%M', binary, cmd, '--config', ws.config],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            wall = time.monotonic() - t
+            rss = int(p.stderr.strip().splitlines()[-1]) if p.stderr.strip() else 0
+            runs.append({'wall_s': round(wall, 3), 'exit': p.returncode, 'peak_rss_kb': rss})
+        out[cmd] = runs
+        out['%s_s_median' % cmd] = statistics.median(r['wall_s'] for r in runs)
+        out['%s_peak_rss_kb' % cmd] = max(r['peak_rss_kb'] for r in runs)
+    return out
+
+
 def start_daemon(binary, ws, tmp, label, n, fake):
     """Starts a daemon and times its READY=1; returns (daemon, figures)."""
     fake.call('clear_requests')
@@ -546,8 +581,11 @@ def bench_size(n, args, binary, python, tmp):
         res['idle_daemon_peak_rss_kb'] = d.hwm_kb()
         d.stop()
         daemons.remove(d)
-        # Empty database: state_dir removed, the VMs exist.
-        shutil.rmtree(ws.state)
+        res['cli'] = measure_cli(binary, ws, args.cli_reps)
+        log('N=%d: proxsync status %s s, plan %s s' % (
+            n, res['cli']['status_s_median'], res['cli']['plan_s_median']))
+        # Empty database: the database file removed (the marker key kept), the VMs exist.
+        os.remove(os.path.join(ws.state, 'proxsync.redb'))
         log('N=%d: start with an empty database' % n)
         d, res['startup_empty'] = start_daemon(binary, ws, tmp, 'empty', n, fake)
         daemons.append(d)
@@ -736,6 +774,14 @@ def table(results):
     row('startup to READY=1, warm db', lambda r: '%.2f s' % r['startup_warm']['ready_s'])
     row('startup to READY=1, empty db', lambda r: '%.2f s' % r['startup_empty']['ready_s'])
     row('  requests of the empty-db start', lambda r: '%d' % r['startup_empty']['requests'])
+    row('  requests per adopted VM', lambda r: '%.2f' % (r['startup_empty']['requests'] / r['n']))
+    row('  empty-db start peak RSS', lambda r: fmt_kb(r['startup_empty']['peak_rss_kb']))
+    row('adopt (first daemon): requests / RSS', lambda r: '%d / %s' % (
+        r['adopt']['requests'], fmt_kb(r['adopt']['peak_rss_kb'])))
+    row('proxsync status: wall s (median) / RSS', lambda r: '%.3f / %s' % (
+        r['cli']['status_s_median'], fmt_kb(r['cli']['status_peak_rss_kb'])))
+    row('proxsync plan: wall s (median) / RSS', lambda r: '%.3f / %s' % (
+        r['cli']['plan_s_median'], fmt_kb(r['cli']['plan_peak_rss_kb'])))
     for a in results.get('ansible', []):
         rows.append(['Ansible N=%d: wall / ms per VM / req per VM' % a['n'],
                      '%.1f s / %.0f / %.2f' % (a['wall_s'], a['per_vm_ms'], a['requests_per_vm'])])
@@ -759,6 +805,7 @@ def main():
     p.add_argument('--ansible-venv', default=os.path.join(ROOT, 'bench', '.venv-ansible'))
     p.add_argument('--idle-reps', type=int, default=5)
     p.add_argument('--push-reps', type=int, default=3)
+    p.add_argument('--cli-reps', type=int, default=3, help='runs of proxsync status and plan')
     p.add_argument('--binary', required=True)
     p.add_argument('--python', required=True, help="fakepve's Python")
     p.add_argument('--out', default=os.path.join(ROOT, 'bench', 'results'))

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::Config;
-use crate::execute::{ActionResult, ExecCtx, Outcome, SiteCtx, execute, now_ms};
+use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
 use crate::metrics::Metrics;
-use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_marker};
+use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
 use crate::pve::{Client, ClientOptions};
@@ -309,6 +309,7 @@ impl Engine {
             None => self.store.specs()?,
         };
         let orphans_seen = self.store.orphans()?;
+        let mut fresh = FreshConfigs::new();
         let views = observe_all(
             &self.sites,
             &self.config,
@@ -316,6 +317,7 @@ impl Engine {
             &records,
             &mut self.markers,
             Some(&self.marker_key),
+            Some(&mut fresh),
         )
         .await;
         let invalid: BTreeSet<String> = specs
@@ -373,6 +375,7 @@ impl Engine {
                 shutdown: self.shutdown.clone(),
                 node_facts: Default::default(),
                 marker_key: self.marker_key.clone(),
+                fresh_configs: std::mem::take(&mut fresh),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // VMIDs may have been freed and reused by this cycle's deletes and creates: cached
@@ -387,6 +390,7 @@ impl Engine {
                 &records,
                 &mut self.markers,
                 Some(&self.marker_key),
+                None,
             )
             .await;
             let input = PlanInput {
@@ -673,6 +677,7 @@ async fn observe_all(
     records: &BTreeMap<String, SpecRecord>,
     cache: &mut HashMap<(String, u32), Option<Marker>>,
     key: Option<&MarkerKey>,
+    mut fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
     let verifies = |m: &Option<Marker>, vmid: u32| {
         m.as_ref()
@@ -709,35 +714,32 @@ async fn observe_all(
             .collect();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
         cache.retain(|(site_name, vmid), _| site_name != name || view.vms.contains_key(vmid));
+        let mut to_read = Vec::new();
         for vmid in needs_marker(view, &config.install_id, &known, &spec_names) {
-            let key = (name.clone(), vmid);
-            let marker = match cache.get(&key) {
-                Some(m) => m.clone(),
+            match cache.get(&(name.clone(), vmid)) {
+                Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
-                    let node = view
-                        .vms
-                        .get(&vmid)
-                        .map(|vm| vm.node.clone())
-                        .unwrap_or_default();
-                    match read_marker(&site.client, &node, vmid).await {
-                        Ok(MarkerRead::Read(m)) => {
-                            cache.insert(key, m.clone());
-                            m
-                        }
-                        // Being made: unread, so nothing is judged on it this cycle.
-                        Ok(MarkerRead::NotYet) => continue,
-                        // Unread: not known to be ours, so not touched this cycle.
-                        Err(e) => {
-                            tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");
-                            continue;
-                        }
-                    }
+                    let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
+                    to_read.push((vmid, node.unwrap_or_default()));
                 }
-            };
-            if let Some(vm) = view.vms.get_mut(&vmid) {
-                vm.marker_verified = verifies(&marker, vmid);
-                vm.marker = marker;
-                vm.marker_read = true;
+            }
+        }
+        let per_node = config.reconcile.max_parallel_per_node;
+        for (vmid, read) in read_markers(site, to_read, per_node).await {
+            match read {
+                Ok(MarkerRead::Read { marker, config }) => {
+                    cache.insert((name.clone(), vmid), marker.clone());
+                    if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
+                        fresh.insert((name.clone(), vmid), cfg);
+                    }
+                    set_marker(view, vmid, marker, &verifies);
+                }
+                // Being made: unread, so nothing is judged on it this cycle.
+                Ok(MarkerRead::NotYet) => {}
+                // Unread: not known to be ours, so not touched this cycle.
+                Err(e) => {
+                    tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");
+                }
             }
         }
         // Known VMs: their marker was verified when created or adopted; the tag shows in the
@@ -774,6 +776,20 @@ async fn observe_all(
     views
 }
 
+/// Sets what a marker read found on the listed VM.
+fn set_marker(
+    view: &mut SiteView,
+    vmid: u32,
+    marker: Option<Marker>,
+    verifies: &impl Fn(&Option<Marker>, u32) -> bool,
+) {
+    if let Some(vm) = view.vms.get_mut(&vmid) {
+        vm.marker_verified = verifies(&marker, vmid);
+        vm.marker = marker;
+        vm.marker_read = true;
+    }
+}
+
 /// Plans without acting (for `proxsync plan`): reads the state database if it can (the
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
@@ -802,7 +818,16 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
     let key = MarkerKey::load_file(&config.marker_key_path())
         .ok()
         .flatten();
-    let views = observe_all(&sites, config, specs, &records, &mut cache, key.as_ref()).await;
+    let views = observe_all(
+        &sites,
+        config,
+        specs,
+        &records,
+        &mut cache,
+        key.as_ref(),
+        None,
+    )
+    .await;
     let invalid: BTreeSet<String> = specs
         .invalid_names()
         .into_iter()

@@ -3,10 +3,13 @@
 //! happen only to learn the ownership marker of a VM the state does not explain (see
 //! [`needs_marker`]); their answers are cached across cycles.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
 
 use crate::ownership::Marker;
-use crate::pve::types::{ClusterHealth, VmResource};
+use crate::pve::types::{ClusterHealth, VmConfig, VmResource};
 use crate::pve::{Client, Error};
 
 /// A VM's power state as listed.
@@ -192,19 +195,59 @@ pub async fn read_marker(client: &Client, node: &str, vmid: u32) -> Result<Marke
     match client.vm_config(node, vmid).await {
         // A create or clone still running has not written its description yet.
         Ok(cfg) if matches!(cfg.lock(), Some("create" | "clone")) => Ok(MarkerRead::NotYet),
-        Ok(cfg) => Ok(MarkerRead::Read(cfg.description().and_then(Marker::parse))),
-        Err(e) if e.is_not_found() => Ok(MarkerRead::Read(None)),
+        Ok(cfg) => Ok(MarkerRead::Read {
+            marker: cfg.description().and_then(Marker::parse),
+            config: Some(cfg),
+        }),
+        Err(e) if e.is_not_found() => Ok(MarkerRead::Read {
+            marker: None,
+            config: None,
+        }),
         Err(e) => Err(e),
     }
 }
 
 /// What a marker read found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum MarkerRead {
-    /// The config's marker, or none.
-    Read(Option<Marker>),
+    /// The config's marker, or none, and the config it was read from (`None`: the VM is gone).
+    Read {
+        marker: Option<Marker>,
+        config: Option<VmConfig>,
+    },
     /// The VM is still being created or cloned: its marker cannot be known yet (not cached).
     NotYet,
+}
+
+/// Reads the markers of `vms` (VMID, node) of one site side by side, at most `per_node` at
+/// once on each node (the same limit actions keep), answers in the order of `vms`.
+pub async fn read_markers<C: AsRef<Client> + Send + Sync + 'static>(
+    client: &Arc<C>,
+    vms: Vec<(u32, String)>,
+    per_node: u32,
+) -> Vec<(u32, Result<MarkerRead, Error>)> {
+    let mut limits: HashMap<String, Arc<Semaphore>> = HashMap::new();
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (vmid, node)) in vms.into_iter().enumerate() {
+        let limit = limits
+            .entry(node.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(per_node.max(1) as usize)))
+            .clone();
+        let client = client.clone();
+        set.spawn(async move {
+            // The semaphore is never closed, so a permit always comes.
+            let _permit = limit.acquire_owned().await.ok();
+            (i, vmid, read_marker((*client).as_ref(), &node, vmid).await)
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        if let Ok(answer) = joined {
+            out.push(answer);
+        }
+    }
+    out.sort_by_key(|(i, _, _)| *i);
+    out.into_iter().map(|(_, vmid, r)| (vmid, r)).collect()
 }
 
 #[cfg(test)]

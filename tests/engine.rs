@@ -763,14 +763,22 @@ fn adoptions_respect_max_parallel_per_node() {
     ws.commit_specs(&refs);
     assert!(ws.run_once().0);
     ws.remove_state();
+    // A VM that matches its spec is adopted without a request; one whose memory differs is
+    // converged, and its requests are what the limit holds.
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|(f, s)| (f.clone(), s.replace("memory: 2Gi", "memory: 3Gi")))
+        .collect();
+    let refs: Vec<(&str, String)> = files.iter().map(|(f, s)| (f.as_str(), s.clone())).collect();
+    ws.commit_specs(&refs);
     // Every request takes a while, so actions running side by side interleave in the log.
     pve.slow_network(0.03, 0.0, None);
     pve.clear_requests();
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     assert_eq!(out.matches("adopt ").count(), 6, "{out}");
-    // Each adoption's converge reads (pending, status, agent): from its first to its last, the
-    // action is running. No more than 2 (the default) may be open at any point of the log.
+    // Each adoption's converge requests (pending, the config write, status...): from its first
+    // to its last, the action is running. No more than 2 (the default) may be open at any point of the log.
     let reqs = pve.requests();
     let mut spans: std::collections::BTreeMap<u32, (usize, usize)> = Default::default();
     for (i, r) in reqs.iter().enumerate() {
@@ -781,7 +789,7 @@ fn adoptions_respect_max_parallel_per_node() {
             continue;
         };
         if tail == "config" {
-            continue; // also read by the observation, one VM after the other
+            continue; // also read by the observation (the marker), before any action
         }
         let vmid: u32 = vmid.parse().unwrap();
         let span = spans.entry(vmid).or_insert((i, i));

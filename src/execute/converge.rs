@@ -156,10 +156,10 @@ pub(super) async fn converge(
 
     // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
     // a new VM boots with it.
-    let cfg = if changed.is_empty() {
-        cfg
-    } else {
+    let cfg = if config_read_again(ctx, spec, &cfg, &changed) {
         client.vm_config(node, vmid).await?
+    } else {
+        cfg
     };
     let cloudinit_changed =
         match converge_cloud_init(ctx, site, spec, rec, node, vmid, &cfg).await? {
@@ -236,10 +236,14 @@ pub(super) async fn converge(
     // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
     // running VM then, unless hotplug is on). proxsync reports it, and reboots only as the spec's
     // rebootPolicy allows (`reboot`).
+    // PVE keeps a change pending only on a running VM; a stopped VM's changes (and what was
+    // pending on it) are applied at once or by the start, so it has nothing pending to read.
     let pending = if changed.is_empty() {
         pending
-    } else {
+    } else if is_running {
         client.vm_pending(node, vmid).await?
+    } else {
+        Vec::new()
     };
     let was_running_before = is_running && !changed.contains(&"power");
     let cloudinit_pending = was_running_before
@@ -254,12 +258,13 @@ pub(super) async fn converge(
         ctx.store.put(&spec.name, rec)?;
         return Ok(o);
     }
-    // The guest's addresses, when its agent answers (best effort: no agent is no error).
+    // The guest's addresses, when its agent answers (best effort: no agent is no error). Not
+    // asked right after this converge started the VM: its agent cannot be up yet.
     let running_now = match spec.power_state {
         PowerState::Running => true,
         PowerState::Stopped => false,
     };
-    rec.ip_addresses = if running_now {
+    rec.ip_addresses = if running_now && !changed.contains(&"power") {
         client
             .agent_interfaces(node, vmid)
             .await
@@ -274,6 +279,68 @@ pub(super) async fn converge(
     rec.phase = Phase::Exists;
     rec.provisioned = true;
     Ok(Outcome::Done)
+}
+
+/// Whether the config must be read again after this converge's change before the later steps:
+/// cloud-init reads it (its drive, seed and options), and the disk step reads the boot disk.
+/// A change of only these keys leaves both as the first read saw them.
+fn config_read_again(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig, changed: &[&str]) -> bool {
+    const KEEPS_DISKS: [&str; 7] = [
+        "marker",
+        "description",
+        "name",
+        "memory",
+        "tags",
+        "cores",
+        "pool",
+    ];
+    let cloud_init = spec.cloud_init.is_some()
+        || spec.user_data.is_some()
+        || !super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+    !changed.is_empty() && (cloud_init || changed.iter().any(|c| !KEEPS_DISKS.contains(c)))
+}
+
+/// Whether converging the adopted VM `vm` would send nothing: judged from `cfg`, its config as
+/// this cycle's observation read it (PVE's `GET .../config` shows values waiting for a reboot
+/// as set), and from the listing. `rec` is the adoption's record, without `applied_*` yet.
+/// Only specs whose every managed part is in the config or the listing qualify: no
+/// cloud-init, HA or pool (each needs reads of its own). The marker must verify for this VMID
+/// with this install's key (a marker from before signing is rewritten by a converge).
+pub(super) fn adoption_is_current(
+    ctx: &ExecCtx,
+    spec: &Spec,
+    rec: &SpecRecord,
+    vm: &crate::observe::ObservedVm,
+    cfg: &VmConfig,
+) -> bool {
+    let vmid = vm.vmid;
+    let simple = spec.cloud_init.is_none()
+        && spec.user_data.is_none()
+        && spec.ha.is_none()
+        && spec.hardware.pool.is_none()
+        && spec.disks.is_none()
+        && spec.destroy_disks.is_empty()
+        && super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+    if !simple || cfg.lock().is_some() || !is_ours(ctx, cfg, vmid, Some(&spec.name), None) {
+        return false;
+    }
+    let power_matches = matches!(
+        (spec.power_state, vm.power),
+        (PowerState::Running, crate::observe::Power::Running)
+            | (PowerState::Stopped, crate::observe::Power::Stopped)
+    );
+    let disk_grown = boot_disk(cfg).is_some_and(|(_, size)| size >= spec.disk_bytes);
+    let config_matches =
+        config_diff(ctx, spec, rec, vmid, cfg, &[]).is_ok_and(|(_, changed)| changed.is_empty());
+    // The listing shows running values: cores or memory that differ from the config's wait
+    // for a reboot, and the planner's drift sees them.
+    let as_recorded = SpecRecord {
+        applied_hash: Some(spec_hash(spec)),
+        applied_tags: spec.tags.clone(),
+        ..rec.clone()
+    };
+    let listing_matches = crate::plan::drift(spec, &as_recorded, vm, &ctx.install_id).is_empty();
+    power_matches && disk_grown && config_matches && listing_matches
 }
 
 /// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or

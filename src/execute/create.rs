@@ -11,7 +11,7 @@ use crate::pve::{
 use crate::spec::Spec;
 use crate::state::{CloneSource, Phase, SpecRecord};
 
-use super::converge::converge;
+use super::converge::{adoption_is_current, converge};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, site, task_record, wait};
@@ -582,6 +582,23 @@ pub(super) async fn adopt(
     rec.phase = Phase::Exists;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    // A VM that already matches its spec is recorded as it is, from the config this cycle's
+    // observation read (its marker verified for this VMID) and the listing: nothing is sent,
+    // so no request re-verifies the identity. That is safe because recording changes nothing
+    // on the VM, and every later change, shutdown or delete reads the config again and checks
+    // the marker first (`read_own_config`). The guest's addresses are not read here; the next
+    // converge reads them.
+    let fresh = ctx.fresh_configs.get(&(site_name.to_string(), vmid));
+    if let (Some(vm), Some(cfg)) = (vm, fresh)
+        && adoption_is_current(ctx, spec, rec, vm, cfg)
+    {
+        rec.applied_tags = spec.tags.clone();
+        rec.applied_hash = Some(crate::plan::spec_hash(spec));
+        rec.applied_content = Some(crate::plan::content_hash(spec));
+        rec.reboot_pending.clear();
+        rec.ip_addresses.clear();
+        return Ok(Outcome::Done);
+    }
     ctx.store.put(&spec.name, rec)?;
     converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
 }

@@ -116,6 +116,12 @@ pub struct ActionResult {
     pub outcome: Outcome,
 }
 
+impl AsRef<Client> for SiteCtx {
+    fn as_ref(&self) -> &Client {
+        &self.client
+    }
+}
+
 /// One site's client and allocator, long-lived across cycles.
 pub struct SiteCtx {
     pub name: String,
@@ -182,7 +188,14 @@ pub struct ExecCtx {
     pub node_facts: NodeFacts,
     /// Signs the markers of new VMs and verifies those read back.
     pub marker_key: Arc<crate::ownership::MarkerKey>,
+    /// The configs this cycle's observation read to learn markers (see [`FreshConfigs`]).
+    pub fresh_configs: FreshConfigs,
 }
+
+/// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
+/// adoption whose VM already matches its spec records it from this read and sends nothing
+/// (`create::adopt`); they are never used to decide a change, which reads the config again.
+pub type FreshConfigs = HashMap<(String, u32), crate::pve::types::VmConfig>;
 
 /// See [`ExecCtx::node_facts`]: what pre-flight reads once per cycle however many creates
 /// need it.
