@@ -105,13 +105,34 @@ pub(super) async fn check_lock(
 }
 
 /// Brings an existing VM in line with its spec, after verifying it is the spec's.
-// Long because: the converge steps in their request order (config, cloud-init, disk, power,
-// what waits for the next start), each of which may end the action early.
 pub(super) async fn converge(
     ctx: &ExecCtx,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    converge_vm(ctx, vm, spec, rec, false).await
+}
+
+/// [`converge`] for a VM this action's own create or clone task has just made (and which PVE
+/// leaves stopped, with nothing pending): its pending values and power state are not read.
+pub(super) async fn converge_new(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    converge_vm(ctx, vm, spec, rec, true).await
+}
+
+// Long because: the converge steps in their request order (config, cloud-init, disk, power,
+// what waits for the next start), each of which may end the action early.
+async fn converge_vm(
+    ctx: &ExecCtx,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    just_created: bool,
 ) -> Result<Outcome, ActionError> {
     let VmRef {
         site: site_name,
@@ -139,7 +160,11 @@ pub(super) async fn converge(
     }
     // Declared fields only, compared with PVE's normalised values. A value waiting for a
     // reboot counts as set: it is not sent again every cycle.
-    let pending = client.vm_pending(node, vmid).await?;
+    let pending = if just_created {
+        Vec::new()
+    } else {
+        client.vm_pending(node, vmid).await?
+    };
     let (params, mut changed) = config_diff(ctx, spec, rec, vmid, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
@@ -207,7 +232,7 @@ pub(super) async fn converge(
 
     // Power state last, read now: the cycle's listing may describe an earlier VM with this
     // VMID (deleted and reused within the cycle), or a state this action changed.
-    let is_running = client.vm_running(node, vmid).await?;
+    let is_running = !just_created && client.vm_running(node, vmid).await?;
     match spec.power_state {
         PowerState::Running if !is_running => {
             let upid = client.start_vm(node, vmid).await?;

@@ -11,7 +11,7 @@ use crate::pve::{
 use crate::spec::Spec;
 use crate::state::{CloneSource, Phase, SpecRecord};
 
-use super::converge::{adoption_is_current, converge};
+use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, site, task_record, wait};
@@ -96,6 +96,7 @@ pub(super) async fn create(
         rec,
         VmRef::new(site_name, &spec.node, vmid),
         &upid,
+        JustSent::Yes,
     )
     .await
 }
@@ -223,6 +224,14 @@ fn create_params(spec: &Spec) -> Result<VmParams, PveError> {
     Ok(params)
 }
 
+/// Whether this action sent the create (its task's VM is as PVE made it: stopped, nothing
+/// pending) or resumes one sent before (anything may have happened to the VM since).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JustSent {
+    Yes,
+    No,
+}
+
 /// After the create task: wait, record the VM, configure it. Only a task that ended (with
 /// the VMID then verifiably free) releases the intent; a failed poll keeps it.
 async fn finish_create(
@@ -232,6 +241,7 @@ async fn finish_create(
     rec: &mut SpecRecord,
     vm: VmRef<'_>,
     upid: &Upid,
+    sent: JustSent,
 ) -> Result<Outcome, ActionError> {
     match wait(ctx, &site.client, upid, rec).await {
         Ok(TaskOutcome::StillRunning) => Ok(Outcome::StillRunning {
@@ -240,7 +250,11 @@ async fn finish_create(
         Ok(_) => {
             // The task ended well; converge re-reads the config and verifies the marker first.
             created(ctx, site, spec, rec, vm.vmid)?;
-            converge(ctx, vm, spec, rec).await
+            if sent == JustSent::Yes {
+                converge_new(ctx, vm, spec, rec).await
+            } else {
+                converge(ctx, vm, spec, rec).await
+            }
         }
         Err(e) if e.task_failed => {
             // The task ended badly. What it left decides: our VM (kept, converged next time),
@@ -473,7 +487,7 @@ pub(super) async fn resume_create(
             )
         })?;
         tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");
-        return finish_create(ctx, site, spec, rec, vm, &upid).await;
+        return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
     }
     // The intent was recorded but not the answer: the request may or may not have reached
     // PVE. Look (and wait while something may still become ours) before anything else.
@@ -493,7 +507,7 @@ pub(super) async fn resume_create(
                 tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "found the running task of an interrupted create");
                 set_upid(rec, &upid);
                 ctx.store.put(&spec.name, rec)?;
-                return finish_create(ctx, site, spec, rec, vm, &upid).await;
+                return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
             }
             Found::Busy { reason, upid: None } => {
                 if tokio::time::Instant::now() + pause > deadline || *ctx.shutdown.borrow() {
