@@ -458,6 +458,20 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
     for r in &s.refused {
         let _ = writeln!(out, "Refused:     {}", p.paint(Color::Red, &clean(r)));
     }
+    for f in &s.notify_failures {
+        let since = match parse_rfc3339(&f.since) {
+            Some(t) => format!("failing since {}", ago(now, t)),
+            None => "failing".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "Notify:      {} ({}) {since}, {} message(s) given up: {}",
+            clean(&f.target),
+            clean(&f.kind),
+            f.failures,
+            p.paint(Color::Red, &clean(&f.last_error))
+        );
+    }
     if let Some(r) = &s.last_request {
         let what = match r.spec.as_deref() {
             Some(spec) => format!("reconcile {}", clean(spec)),
@@ -1595,11 +1609,18 @@ mod tests {
                 spec: Some("web-01".into()),
                 handled_at: t(T0 + 295),
             }),
-            notify_failures: vec![],
+            notify_failures: vec![crate::status::NotifyFailure {
+                target: "ops".into(),
+                kind: "webhook".into(),
+                failures: 3,
+                last_error: "HTTP 401 Unauthorized".into(),
+                since: t(T0 - 120),
+            }],
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();
         for want in [
+            "Notify:      ops (webhook) failing since 7m ago, 3 message(s) given up: HTTP 401 Unauthorized\n",
             "Commit:      none yet\n",
             "Source:      fetch failed: connection reset by peer (the last good commit is kept)\n",
             "Tip refused: 0123456: signed by a key that is not in the allowed signers file \
