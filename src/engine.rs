@@ -1028,6 +1028,7 @@ pub async fn adopt_by_hand(
     rec.node = node.clone();
     rec.vmid = Some(vmid);
     rec.phase = crate::state::Phase::Exists;
+    rec.adopted = true;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");

@@ -129,6 +129,9 @@ pub struct SpecRecord {
     pub last_error: Option<ErrorRecord>,
     /// Set once the VM was created (or adopted); never cleared while the spec exists.
     pub provisioned: bool,
+    /// The VM was taken over (adopted by its marker, or by hand), not created by this install
+    /// (`Provisioned` says `Adopted`).
+    pub adopted: bool,
     /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone.
     pub orphan_on_delete: bool,
     /// The guest's addresses as its agent last reported them (read when proxsync acts on a

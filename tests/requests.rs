@@ -70,6 +70,7 @@ fn an_adoption_of_a_matching_vm_costs_one_config_read() {
     for i in 1..=N {
         let name = format!("web-{i:02}");
         assert_eq!(ws.condition(&name, "Ready").0, "True", "{name}: {out}");
+        assert_eq!(ws.condition(&name, "Provisioned").1, "Adopted", "{name}");
     }
 
     // Then idle: the record holds what a converge would have recorded.
@@ -169,5 +170,6 @@ fn a_created_vm_costs_few_requests() {
         // One poll each of the resize and the start task.
         assert_eq!(count(&|r| r.contains(&format!(":{vmid}:"))), 2, "{reqs:#?}");
         assert_eq!(ws.condition(name, "Ready").0, "True", "{name}: {out}");
+        assert_eq!(ws.condition(name, "Provisioned").1, "Created", "{name}");
     }
 }

@@ -594,6 +594,9 @@ pub(super) async fn adopt(
     rec.node = node.clone();
     rec.vmid = Some(vmid);
     rec.phase = Phase::Exists;
+    // `Provisioned` says Adopted for a VM this record did not see made (a lost database, a
+    // hand-over); a record that already had it keeps what it said.
+    rec.adopted = rec.adopted || !rec.provisioned;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     // A VM that already matches its spec is recorded as it is, from the config this cycle's

@@ -357,12 +357,17 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
 
 /// `Provisioned`, from the record.
 fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
-    if rec.is_some_and(|r| r.provisioned) {
+    if let Some(r) = rec.filter(|r| r.provisioned) {
+        let (reason, how) = if r.adopted {
+            (reasons::ADOPTED, "taken over")
+        } else {
+            (reasons::CREATED, "created")
+        };
         ConditionInput::new(
             kinds::PROVISIONED,
             S::True,
-            reasons::CREATED,
-            format!("VM {}", vmid.unwrap_or(0)),
+            reason,
+            format!("VM {} ({how})", vmid.unwrap_or(0)),
         )
     } else {
         ConditionInput::new(
