@@ -198,10 +198,7 @@ mod tests {
 
     #[test]
     fn a_reboot_is_due_only_when_pending_allowed_and_not_too_soon() {
-        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {name: web-01}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
-        let mut spec = crate::spec::parse_file("x.yaml", yaml.as_bytes())
-            .0
-            .remove(0);
+        let mut spec = crate::spec::test_spec("");
         let mut rec = SpecRecord {
             reboot_pending: vec!["cores".into()],
             ..Default::default()

@@ -140,27 +140,19 @@ fn tries(ctx: &mut Ctx, n: Option<&Node>, field: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    fn parse(extra: &str) -> (Vec<crate::spec::Spec>, Vec<String>) {
-        let yaml = format!(
-            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
-             site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"
-        );
-        let (specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
-        (specs, diags.iter().map(|d| d.to_string()).collect())
-    }
-
     #[test]
     fn ha_follows_power_and_refuses_what_pve_would() {
         use super::*;
-        let (specs, diags) = parse("    ha: {maxRestart: 2, group: prod-1}\n");
+        let (specs, diags) =
+            crate::spec::parse_test_spec("    ha: {maxRestart: 2, group: prod-1}\n");
         assert!(diags.is_empty(), "{diags:?}");
         let ha = specs[0].ha.clone().unwrap();
         assert_eq!(ha.state, HaState::Started);
         assert_eq!((ha.max_restart, ha.max_relocate), (2, 1));
         assert_eq!(ha.group.as_deref(), Some("prod-1"));
-        let (specs, _) = parse("    powerState: stopped\n    ha: {}\n");
+        let (specs, _) = crate::spec::parse_test_spec("    powerState: stopped\n    ha: {}\n");
         assert_eq!(specs[0].ha.as_ref().unwrap().state, HaState::Stopped);
-        assert!(parse("").0[0].ha.is_none());
+        assert!(crate::spec::parse_test_spec("").0[0].ha.is_none());
 
         for (extra, want) in [
             (
@@ -182,7 +174,7 @@ mod tests {
             ("    ha: {nodes: pve1}\n", "nodes"),
             ("    ha: true\n", "spec.forProvider.ha must be a mapping"),
         ] {
-            let (specs, diags) = parse(extra);
+            let (specs, diags) = crate::spec::parse_test_spec(extra);
             assert!(specs.is_empty(), "{extra}");
             assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
         }

@@ -345,18 +345,9 @@ mod tests {
         }
     }
 
-    fn parse(extra: &str) -> (Vec<crate::spec::Spec>, Vec<String>) {
-        let yaml = format!(
-            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
-             site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"
-        );
-        let (specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
-        (specs, diags.iter().map(|d| d.to_string()).collect())
-    }
-
     #[test]
     fn spec_fields_parse_and_errors_name_file_and_line() {
-        let (specs, diags) = parse(
+        let (specs, diags) = crate::spec::parse_test_spec(
             "    rebootPolicy: Window\n    maintenanceWindow: \"Sat,Sun 01:00-05:00 Europe/Berlin\"\n    \
              shutdownTimeout: 5m\n    forceStopAfter: 10m\n",
         );
@@ -367,7 +358,10 @@ mod tests {
             (r.shutdown_timeout_secs, r.force_stop_after_secs),
             (300, Some(600))
         );
-        assert_eq!(parse("").0[0].reboot, RebootPolicy::default());
+        assert_eq!(
+            crate::spec::parse_test_spec("").0[0].reboot,
+            RebootPolicy::default()
+        );
 
         for (extra, want) in [
             (
@@ -399,7 +393,7 @@ mod tests {
                 "spec.forProvider.shutdownTimeout \"5\": a number without a unit",
             ),
         ] {
-            let (specs, diags) = parse(extra);
+            let (specs, diags) = crate::spec::parse_test_spec(extra);
             assert!(specs.is_empty(), "{extra}");
             assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
         }

@@ -417,3 +417,24 @@ fn not_utf8(file: &str, bytes: &[u8], offset: usize) -> Diagnostic {
 
 #[cfg(test)]
 mod tests;
+
+/// For unit tests: `web.yaml` holding spec `web-01` (site `lab`, node `pve1`, image 9000) with
+/// `extra` lines appended to its `forProvider` (indented four spaces), parsed: the specs and
+/// each diagnostic as text. The document is laid out so `extra` starts on line 9.
+#[cfg(test)]
+pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
+         site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"
+    );
+    let (specs, diags) = parse_file("web.yaml", yaml.as_bytes());
+    (specs, diags.iter().map(|d| d.to_string()).collect())
+}
+
+/// [`parse_test_spec`]'s spec, which must be valid.
+#[cfg(test)]
+pub(crate) fn test_spec(extra: &str) -> Spec {
+    let (mut specs, diags) = parse_test_spec(extra);
+    assert!(diags.is_empty(), "{diags:?}");
+    specs.remove(0)
+}

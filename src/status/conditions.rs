@@ -593,10 +593,7 @@ mod tests {
 
     #[test]
     fn reconciling_names_the_step_still_planned() {
-        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {name: web-01}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n";
-        let spec = crate::spec::parse_file("x.yaml", yaml.as_bytes())
-            .0
-            .remove(0);
+        let spec = crate::spec::test_spec("");
         let rec = SpecRecord {
             vmid: Some(100),
             phase: Phase::Exists,
