@@ -468,13 +468,16 @@ fn spec_tree<'r>(
         .map_err(|_| format!("{rel:?} is not a directory at {branch}"))
 }
 
+/// A spec file: its path as shown, and its blob.
+type SpecFile = (String, git2::Oid);
+
 /// The spec files under `tree` (shown with `rel` in front, sorted), and an error for each
 /// entry that cannot be a spec file but looks like one.
 fn spec_files(
     tree: &git2::Tree<'_>,
     rel: &str,
-) -> Result<(Vec<(String, git2::Oid)>, Vec<Diagnostic>), String> {
-    let mut entries: Vec<(String, git2::Oid)> = Vec::new();
+) -> Result<(Vec<SpecFile>, Vec<Diagnostic>), String> {
+    let mut entries: Vec<SpecFile> = Vec::new();
     let mut problems: Vec<(String, String)> = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
         let name = entry.name().unwrap_or("");
