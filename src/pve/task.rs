@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A task's unique id, e.g.
 /// `UPID:pve1:000A1B2C:0123ABCD:65F0A1B2:qmclone:9000:proxsync@pve!gitops:`.
@@ -26,6 +27,14 @@ impl Upid {
     /// The UPID exactly as PVE wrote it (what the API takes back).
     pub fn as_str(&self) -> &str {
         &self.raw
+    }
+
+    /// How long ago the task started by the clock `now`, at least: the UPID holds the start in
+    /// whole seconds of the node's clock, so one second less than the difference, and zero when
+    /// the node's clock is ahead of ours.
+    pub fn age_at_least(&self, now: SystemTime) -> Duration {
+        let started = UNIX_EPOCH + Duration::from_secs(self.starttime.saturating_add(1));
+        now.duration_since(started).unwrap_or_default()
     }
 }
 
