@@ -117,7 +117,10 @@ impl TaskWatcher {
         timeout: Duration,
     ) -> Result<TaskOutcome, Error> {
         let began = Instant::now();
-        let deadline = began + timeout;
+        // A timeout past what an Instant holds waits as good as forever.
+        let deadline = began
+            .checked_add(timeout)
+            .unwrap_or(began + Duration::from_secs(100 * 365 * 86_400));
         let node = self.register(&upid.node);
         // Both bounds are at most the true age: a clock skew only changes the pace.
         let age = |now: Instant| {
