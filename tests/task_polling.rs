@@ -81,7 +81,7 @@ fn per_poll_instant(took: Duration) -> u64 {
 /// Twelve 2 s tasks waited for at once on one node: each costs its first status read and the
 /// one after the listing no longer shows it, the node's listing is read once per poll for all
 /// of them, and never more than `TASK_POLLS_PER_SITE` task reads are in flight (every request
-/// takes 50 ms). Each task polled on its own costs about six status reads (at 0.1, 0.3, 0.7,
+/// takes 50 ms). Each task polled on its own costs six status reads (at 0, 0.1, 0.3, 0.7,
 /// 1.5 and 3.1 s, doubling) and twelve of them go out together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_on_one_node_share_one_listing_within_the_site_limit() {
