@@ -46,7 +46,7 @@
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
 //! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |
 //! | [`Client::task_status`], [`Client::task_log_tail`] | `GET /nodes/{node}/tasks/{upid}/{status,log}` | at once | Network |
-//! | [`Client::wait_task`] | polls the status | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
+//! | [`Client::wait_task`] | polls the status, or the node's active listing when several waits share a node ([`tasks`]); at most [`TASK_POLLS_PER_SITE`] task reads per site at once | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
 //!
 //! Every failure keeps PVE's text verbatim ([`Error::pve_message`]) and maps to a
 //! [`crate::category::Category`] ([`Error::category`]).
@@ -57,6 +57,7 @@ mod error;
 pub mod ha;
 pub mod migrate;
 pub mod task;
+pub mod tasks;
 pub mod tls;
 pub mod types;
 pub(crate) mod values;
@@ -65,3 +66,4 @@ pub use api::{CloneRequest, VmParams, percent_encode};
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
 pub use task::{LockHolder, TaskOutcome, Upid};
+pub use tasks::TASK_POLLS_PER_SITE;
