@@ -22,7 +22,7 @@ use crate::category::Category;
 use crate::pve::types::NodeStorage;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{DriveValue, is_drive_key, pve_bool, pve_size};
-use crate::pve::{Client, Error as PveError, TaskOutcome, VmParams};
+use crate::pve::{Error as PveError, Pve, TaskOutcome, VmParams};
 use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, Spec};
 use crate::state::SpecRecord;
 
@@ -41,8 +41,8 @@ pub(super) enum DiskStep {
 /// adding, rewriting and detaching drives, then a resize per disk to grow. A detached disk is
 /// noted in the spec's history (its volume stays as `unusedN`).
 pub(super) async fn converge_disks(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -131,8 +131,8 @@ pub(super) async fn converge_disks(
 /// kept as `unusedN`). Never the boot disk, a CD-ROM or the cloud-init drive. Each destroyed
 /// disk is noted in the spec's history.
 pub(super) async fn destroy_disks(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,

@@ -4,7 +4,7 @@
 //! with PVE's reason.
 
 use crate::category::Category;
-use crate::pve::TaskOutcome;
+use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
@@ -12,7 +12,7 @@ use super::converge::{check_lock, converge, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, site, wait};
 
 pub(super) async fn migrate(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     target: &str,
     spec: &Spec,

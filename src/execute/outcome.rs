@@ -3,6 +3,7 @@
 
 use crate::backoff;
 use crate::plan::{Action, inputs_hash};
+use crate::pve::Pve;
 use crate::state::{ErrorRecord, SpecRecord};
 
 use super::{ExecCtx, Outcome, now_ms};
@@ -13,7 +14,12 @@ const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
 /// `last_error`; success or a wait clears them; every outcome adds a history line.
-pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result: &Outcome) {
+pub(super) fn record(
+    ctx: &ExecCtx<impl Pve>,
+    action: &Action,
+    mut rec: SpecRecord,
+    result: &Outcome,
+) {
     let Some(spec_name) = action.spec() else {
         return;
     };

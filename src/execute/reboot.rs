@@ -6,8 +6,8 @@
 
 use crate::category::Category;
 use crate::plan::reboot_due;
-use crate::pve::TaskOutcome;
 use crate::pve::types::PendingEntry;
+use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
@@ -27,8 +27,8 @@ pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
 /// when nothing was done (nothing pending, not allowed now, no slot); `Some` with the outcome
 /// when the reboot could not finish in this action.
 pub(super) async fn reboot_if_due(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,

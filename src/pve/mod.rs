@@ -52,6 +52,7 @@
 //! [`crate::category::Category`] ([`Error::category`]).
 
 mod api;
+mod calls;
 mod client;
 mod error;
 pub mod ha;
@@ -62,6 +63,7 @@ pub mod types;
 pub(crate) mod values;
 
 pub use api::{CloneRequest, VmParams, percent_encode};
+pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
 pub use task::{LockHolder, TaskOutcome, Upid};
