@@ -12,7 +12,7 @@ use crate::state::{CloneSource, Phase, SpecRecord};
 use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, site, task_record, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, task_record, wait};
 
 pub(super) async fn create(
     ctx: &ExecCtx<impl Pve>,
@@ -54,7 +54,7 @@ pub(super) async fn create(
                 vmid,
                 node: spec.node.clone(),
                 upid: None,
-                started_ms: now_ms(),
+                started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
             };
             rec.vmid = None;
@@ -63,7 +63,7 @@ pub(super) async fn create(
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
                     set_upid(rec, &upid);
-                    rec.last_task = Some(task_record(&upid, "running"));
+                    rec.last_task = Some(task_record(ctx, &upid, "running"));
                     ctx.store.put(&spec.name, rec)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break (vmid, upid);
@@ -382,7 +382,7 @@ pub(super) async fn inspect(
                 if !tasks.is_empty() {
                     return Ok(busy(vmid, lock, tasks));
                 }
-                if !settled && within_request_window(site, *started_ms) {
+                if !settled && within_request_window(ctx, site, *started_ms) {
                     // The task listing may lag behind the config it wrote.
                     return Ok(Found::Busy {
                         reason: format!(
@@ -405,8 +405,8 @@ pub(super) async fn inspect(
             if !tasks.is_empty() {
                 return Ok(busy(vmid, "create", tasks));
             }
-            if !settled && within_request_window(site, *started_ms) {
-                let ago = now_ms().saturating_sub(*started_ms) / 1000;
+            if !settled && within_request_window(ctx, site, *started_ms) {
+                let ago = ctx.clock.now_ms().saturating_sub(*started_ms) / 1000;
                 return Ok(Found::Busy {
                     reason: format!(
                         "VM {vmid} does not exist yet; the create request sent {ago}s ago may still \
@@ -431,9 +431,13 @@ fn busy(vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
 
 /// Whether a request sent when the intent was written may still be on its way: its answer
 /// could take the client's request timeout, and pveproxy forwards for up to 30 s.
-fn within_request_window(site: &SiteCtx<impl Pve>, started_ms: u64) -> bool {
+fn within_request_window(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    started_ms: u64,
+) -> bool {
     let window = site.request_window.as_millis() as u64;
-    now_ms() < started_ms.saturating_add(window)
+    ctx.clock.now_ms() < started_ms.saturating_add(window)
 }
 
 /// The running tasks that can be making VM `vmid`: a `qmcreate` naming it on its node, or a

@@ -27,7 +27,7 @@ use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, Spec};
 use crate::state::SpecRecord;
 
 use super::hardware::Current;
-use super::{ActionError, ExecCtx, VmRef, fail, now_ms, wait};
+use super::{ActionError, ExecCtx, VmRef, fail, wait};
 
 /// How the disk step ended.
 pub(super) enum DiskStep {
@@ -105,7 +105,7 @@ pub(super) async fn converge_disks(
             .unwrap_or_default();
         tracing::warn!(spec = %spec.name, vmid, slot = %slot, volume = %volume, "disk detached from the VM; its volume is kept");
         rec.note(
-            now_ms(),
+            ctx.clock.now_ms(),
             "disk detached",
             &format!(
                 "{slot} ({volume}) is no longer in the spec: detached, not destroyed; PVE keeps \
@@ -181,7 +181,7 @@ pub(super) async fn destroy_disks(
     for slot in slots {
         let volume = DriveValue::parse(cfg.get(slot).unwrap_or_default()).volume;
         rec.note(
-            now_ms(),
+            ctx.clock.now_ms(),
             "disk destroyed",
             &format!("{slot} ({volume}) destroyed as destroyDisks asks; its data is gone"),
         );

@@ -27,15 +27,18 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
 pub use self::reboot::RebootSlots;
 use crate::category::Category;
+use crate::clock::Clock;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
@@ -191,6 +194,8 @@ pub struct ExecCtx<P = Client> {
     pub marker_key: Arc<crate::ownership::MarkerKey>,
     /// The configs this cycle's observation read to learn markers (see [`FreshConfigs`]).
     pub fresh_configs: FreshConfigs,
+    /// The wall clock: intents, task records, reboots and backoff deadlines are stamped with it.
+    pub clock: Clock,
 }
 
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
@@ -217,12 +222,8 @@ type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 /// The `reboot_pending` key of a cloud-init change (status: RebootPending).
 pub const CLOUDINIT_PENDING: &str = "cloudinit";
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+/// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
+pub use crate::clock::now_ms;
 
 /// Runs the actions: in parallel, at most `max_parallel_per_node` per node.
 pub async fn execute<P: Pve>(
@@ -410,12 +411,12 @@ fn site<'a, P: Pve>(ctx: &'a ExecCtx<P>, name: &str) -> Result<&'a SiteCtx<P>, A
     })
 }
 
-fn task_record(upid: &Upid, status: &str) -> TaskRecord {
+fn task_record(ctx: &ExecCtx<impl Pve>, upid: &Upid, status: &str) -> TaskRecord {
     TaskRecord {
         upid: upid.to_string(),
         kind: upid.kind.clone(),
         status: status.to_string(),
-        at_ms: now_ms(),
+        at_ms: ctx.clock.now_ms(),
     }
 }
 
@@ -445,13 +446,13 @@ async fn wait(
                 TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
                 TaskOutcome::StillRunning => "running".to_string(),
             };
-            rec.last_task = Some(task_record(upid, &status));
+            rec.last_task = Some(task_record(ctx, upid, &status));
             Ok(outcome)
         }
         Err(e) => {
             let task_failed = matches!(e, PveError::TaskFailed { .. });
             if task_failed {
-                rec.last_task = Some(task_record(upid, e.pve_message()));
+                rec.last_task = Some(task_record(ctx, upid, e.pve_message()));
             }
             Err(WaitError {
                 task_failed,

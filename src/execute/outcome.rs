@@ -6,7 +6,7 @@ use crate::plan::{Action, inputs_hash};
 use crate::pve::Pve;
 use crate::state::{ErrorRecord, SpecRecord};
 
-use super::{ExecCtx, Outcome, now_ms};
+use super::{ExecCtx, Outcome};
 
 /// When a spec whose task still runs, or that waits for something that resolves by itself,
 /// is looked at again (a deadline the daemon wakes for; not a backoff: no error is recorded).
@@ -33,7 +33,7 @@ pub(super) fn record(
     {
         return;
     }
-    let now = now_ms();
+    let now = ctx.clock.now_ms();
     match result {
         Outcome::Failed(e) => {
             rec.attempts = rec.attempts.saturating_add(1);

@@ -67,3 +67,5 @@ pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
 pub use task::{LockHolder, TaskOutcome, Upid};
+#[cfg(test)]
+pub mod fake;
