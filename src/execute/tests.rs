@@ -370,10 +370,33 @@ async fn a_resumed_delete_waits_for_its_task_and_deletes_once() {
             upid: Some(upid.clone())
         }
     );
+    // Resumed while the task runs: waited for, never sent again.
+    assert_eq!(
+        w.run(remove.clone()).await,
+        Outcome::StillRunning { upid: upid.clone() }
+    );
+    assert_eq!(w.pve().count("delete_vm"), 1, "{:?}", w.pve().calls());
     w.pve().end_task(&upid, "OK");
     w.pve().clear_calls();
     assert_eq!(w.run(remove).await, Outcome::Done);
     assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
     assert!(w.store.specs().expect("records").is_empty());
     assert!(w.pve().vm(vmid).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_upid_is_durable_while_the_task_is_waited_for() {
+    let w = World::new("");
+    w.pve().set_task_end(TaskEnd::Held);
+    let look = async {
+        while w.pve().running_tasks().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // The action is now in its wait: a crash here must find the UPID in the database.
+        w.intent()
+    };
+    let (outcome, (vmid, upid)) = tokio::join!(w.run(w.create()), look);
+    assert_eq!(vmid, 100);
+    let running = w.pve().running_tasks();
+    assert_eq!(upid.as_ref(), running.first(), "{outcome:?}");
 }

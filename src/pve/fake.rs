@@ -755,10 +755,25 @@ impl Pve for FakePve {
             if s.vm(node, vmid)?.running {
                 return Err(api(500, format!("VM {vmid} is running - destroy failed")));
             }
+            // qemu-server's destroy_vm leaves `lock: destroyed` until the config goes.
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.config.insert("lock".into(), "destroyed".into());
+            }
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 s.vms.remove(&vmid);
             });
-            Ok(s.task(node, "qmdestroy", &vmid.to_string(), Some(on_ok), None))
+            let on_fail: Effect = Box::new(move |s: &mut State| {
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    vm.config.remove("lock");
+                }
+            });
+            Ok(s.task(
+                node,
+                "qmdestroy",
+                &vmid.to_string(),
+                Some(on_ok),
+                Some(on_fail),
+            ))
         })
     }
 
