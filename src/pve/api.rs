@@ -291,7 +291,7 @@ impl VmParams {
         self.values.get(key).map(String::as_str)
     }
 
-    fn form(&self) -> Vec<(&str, String)> {
+    pub(super) fn form(&self) -> Vec<(&str, String)> {
         self.values
             .iter()
             .map(|(k, v)| (k.as_str(), v.clone()))

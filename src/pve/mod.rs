@@ -19,6 +19,10 @@
 //! 502-504, pveproxy's 595-597, an unreadable answer) the caller must look, not resend; only
 //! [`Error::surely_not_executed`] proves nothing was done.
 //!
+//! **Seam.** [`Pve`] is the set of calls `execute` and `observe` make; [`Client`] implements
+//! it by calling its own methods, and unit tests use an in-memory fake (`fake`, test builds
+//! only).
+//!
 //! **Logging.** Each request is logged at debug level with method, path, status and duration.
 //! The token travels only in a header marked sensitive; no secret is ever logged.
 //!
@@ -52,6 +56,7 @@
 //! [`crate::category::Category`] ([`Error::category`]).
 
 mod api;
+mod calls;
 mod client;
 mod error;
 pub mod ha;
@@ -63,7 +68,10 @@ pub mod types;
 pub(crate) mod values;
 
 pub use api::{CloneRequest, VmParams, percent_encode};
+pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
 pub use task::{LockHolder, TaskOutcome, Upid};
 pub use tasks::TASK_POLLS_PER_SITE;
+#[cfg(test)]
+pub mod fake;
