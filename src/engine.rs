@@ -12,7 +12,7 @@ use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, exec
 use crate::metrics::Metrics;
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
 use crate::ownership::{Marker, MarkerKey};
-use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
+use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
 use crate::spec::{Spec, SpecSet};
 use crate::state::{SpecRecord, Store};
@@ -701,7 +701,7 @@ async fn observe_all(
         let known: BTreeSet<u32> = records
             .values()
             .filter(|r| &r.site == name)
-            .filter_map(record_vmid)
+            .filter_map(SpecRecord::vmid)
             .collect();
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
@@ -757,7 +757,7 @@ async fn observe_all(
         }
         // Known VMs whose marker was never read this process: mark from the record.
         for (spec_name, rec) in records.iter().filter(|(_, r)| &r.site == name) {
-            if let Some(vmid) = rec.vmid
+            if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
                 && !vm.marker_read
                 && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
@@ -992,7 +992,7 @@ pub async fn adopt_by_hand(
     })?;
     let mut records = store.specs()?;
     let mut rec = records.remove(name).unwrap_or_default();
-    if let Some(other) = record_vmid(&rec).filter(|v| *v != vmid) {
+    if let Some(other) = rec.vmid().filter(|v| *v != vmid) {
         return Err(refused(format!(
             "spec {name} already maps to VM {other}; nothing changed"
         )));
@@ -1025,14 +1025,15 @@ pub async fn adopt_by_hand(
     }
     rec.uid = marker.uid;
     rec.site = spec.site.clone();
-    rec.node = node.clone();
-    rec.vmid = Some(vmid);
-    rec.phase = crate::state::Phase::Exists;
     rec.adopted = true;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");
-    store.put(name, &rec)?;
+    let adopted = crate::state::VmState::Exists {
+        vmid,
+        node: node.clone(),
+    };
+    store.transition(name, &mut rec, adopted)?;
     Ok(format!(
         "VM {vmid} on {}/{node} is now spec {name}'s; the next cycle converges it and signs its \
          marker",
