@@ -176,6 +176,25 @@ type AfterActions = (
     BTreeMap<String, SpecRecord>,
 );
 
+/// What kept the daemon from the source's newest commit (the last good one is used meanwhile).
+/// Typed, so a successful read clears a read failure and never a fetch failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceTrouble {
+    /// Fetching the remote failed (until the next fetch).
+    Fetch(String),
+    /// Reading the specs of the commit failed (until the next read succeeds).
+    Read(String),
+}
+
+impl std::fmt::Display for SourceTrouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceTrouble::Fetch(e) => f.write_str(e),
+            SourceTrouble::Read(e) => write!(f, "cannot read the source: {e}"),
+        }
+    }
+}
+
 /// The long-lived engine: clients, state, status writer, marker cache.
 pub struct Engine {
     config: Config,
@@ -190,7 +209,7 @@ pub struct Engine {
     /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
     pub retry_transient_now: bool,
     /// Why the source could not be read (the last good commit is being used), for the summary.
-    pub source_error: Option<String>,
+    pub source_error: Option<SourceTrouble>,
     /// The branch tip refused by `[source] verify` (the last verified commit is being used),
     /// for the summary and the cycle's report.
     pub source_refusal: Option<crate::verify::Refusal>,
@@ -496,7 +515,7 @@ impl Engine {
         let cycle_ms = started.elapsed().as_millis() as u64;
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
-            source_error: self.source_error.clone(),
+            source_error: self.source_error.as_ref().map(ToString::to_string),
             refused_commit: self.source_refusal.clone(),
             specs: specs.specs.len() + counts.invalid,
             ready: counts.ready,
@@ -525,7 +544,7 @@ impl Engine {
     pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
         let summary = SummaryStatus {
             commit: None,
-            source_error: self.source_error.clone(),
+            source_error: self.source_error.as_ref().map(ToString::to_string),
             refused_commit: self.source_refusal.clone(),
             specs: 0,
             ready: 0,
