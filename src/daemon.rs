@@ -371,7 +371,8 @@ impl Daemon {
             notify(&[NotifyState::Ready]);
             self.ready_sent = true;
         }
-        let line = status_line(report, self.engine().source_error.as_deref());
+        let source_error = self.engine().source_error.as_ref().map(ToString::to_string);
+        let line = status_line(report, source_error.as_deref());
         notify(&[NotifyState::Status(&line)]);
         if let (Some(n), Some((report, commit)), Some((_, specs)), Some(engine)) =
             (&mut self.notifier, report, &self.desired, &self.engine)
@@ -416,7 +417,9 @@ impl Daemon {
         if let Err(e) = &fetched {
             tracing::warn!(error = %e, "fetch failed; using the last good commit");
         }
-        self.engine().source_error = fetched.err().map(|e| e.to_string());
+        self.engine().source_error = fetched
+            .err()
+            .map(|e| crate::engine::SourceTrouble::Fetch(e.to_string()));
         self.next_fetch = Instant::now() + jittered(self.source.interval);
     }
 
@@ -447,16 +450,16 @@ impl Daemon {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
-                self.engine().source_error = Some(format!("cannot read the source: {e}"));
+                self.engine().source_error =
+                    Some(crate::engine::SourceTrouble::Read(e.to_string()));
                 return;
             }
         };
         let engine = self.engine();
-        if engine
-            .source_error
-            .as_deref()
-            .is_some_and(|e| e.contains("cannot read"))
-        {
+        if matches!(
+            engine.source_error,
+            Some(crate::engine::SourceTrouble::Read(_))
+        ) {
             engine.source_error = None;
         }
         let mut specs = read.specs;

@@ -13,7 +13,7 @@ use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, exec
 use crate::metrics::Metrics;
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
 use crate::ownership::{Marker, MarkerKey};
-use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan, record_vmid};
+use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
 use crate::spec::{Spec, SpecSet};
 use crate::state::{SpecRecord, Store};
@@ -177,6 +177,25 @@ type AfterActions = (
     BTreeMap<String, SpecRecord>,
 );
 
+/// What kept the daemon from the source's newest commit (the last good one is used meanwhile).
+/// Typed, so a successful read clears a read failure and never a fetch failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceTrouble {
+    /// Fetching the remote failed (until the next fetch).
+    Fetch(String),
+    /// Reading the specs of the commit failed (until the next read succeeds).
+    Read(String),
+}
+
+impl std::fmt::Display for SourceTrouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceTrouble::Fetch(e) => f.write_str(e),
+            SourceTrouble::Read(e) => write!(f, "cannot read the source: {e}"),
+        }
+    }
+}
+
 /// The long-lived engine: clients, state, status writer, marker cache.
 pub struct Engine {
     config: Config,
@@ -191,7 +210,7 @@ pub struct Engine {
     /// Attempt specs whose last failure was transient despite their backoff (`run --once`).
     pub retry_transient_now: bool,
     /// Why the source could not be read (the last good commit is being used), for the summary.
-    pub source_error: Option<String>,
+    pub source_error: Option<SourceTrouble>,
     /// The branch tip refused by `[source] verify` (the last verified commit is being used),
     /// for the summary and the cycle's report.
     pub source_refusal: Option<crate::verify::Refusal>,
@@ -506,7 +525,7 @@ impl Engine {
         let cycle_ms = started.elapsed().as_millis() as u64;
         let summary = SummaryStatus {
             commit: commit.map(str::to_string),
-            source_error: self.source_error.clone(),
+            source_error: self.source_error.as_ref().map(ToString::to_string),
             refused_commit: self.source_refusal.clone(),
             specs: specs.specs.len() + counts.invalid,
             ready: counts.ready,
@@ -542,7 +561,7 @@ impl Engine {
     pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
         let summary = SummaryStatus {
             commit: None,
-            source_error: self.source_error.clone(),
+            source_error: self.source_error.as_ref().map(ToString::to_string),
             refused_commit: self.source_refusal.clone(),
             specs: 0,
             ready: 0,
@@ -719,7 +738,7 @@ async fn observe_all(
         let known: BTreeSet<u32> = records
             .values()
             .filter(|r| &r.site == name)
-            .filter_map(record_vmid)
+            .filter_map(SpecRecord::vmid)
             .collect();
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
@@ -775,7 +794,7 @@ async fn observe_all(
         }
         // Known VMs whose marker was never read this process: mark from the record.
         for (spec_name, rec) in records.iter().filter(|(_, r)| &r.site == name) {
-            if let Some(vmid) = rec.vmid
+            if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
                 && !vm.marker_read
                 && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
@@ -1010,7 +1029,7 @@ pub async fn adopt_by_hand(
     })?;
     let mut records = store.specs()?;
     let mut rec = records.remove(name).unwrap_or_default();
-    if let Some(other) = record_vmid(&rec).filter(|v| *v != vmid) {
+    if let Some(other) = rec.vmid().filter(|v| *v != vmid) {
         return Err(refused(format!(
             "spec {name} already maps to VM {other}; nothing changed"
         )));
@@ -1043,14 +1062,15 @@ pub async fn adopt_by_hand(
     }
     rec.uid = marker.uid;
     rec.site = spec.site.clone();
-    rec.node = node.clone();
-    rec.vmid = Some(vmid);
-    rec.phase = crate::state::Phase::Exists;
     rec.adopted = true;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");
-    store.put(name, &rec)?;
+    let adopted = crate::state::VmState::Exists {
+        vmid,
+        node: node.clone(),
+    };
+    store.transition(name, &mut rec, adopted)?;
     Ok(format!(
         "VM {vmid} on {}/{node} is now spec {name}'s; the next cycle converges it and signs its \
          marker",

@@ -1,12 +1,16 @@
 //! The embedded state database (redb, one file under `state_dir`): per spec the VM it maps
-//! to, the create intent and its task, what was last applied, and the backoff; per site the
-//! VMIDs being allocated; first sightings of orphans.
+//! to and where that VM is in its life ([`VmState`]: the create intent and its task, the
+//! delete task), what was last applied, and the backoff; per site the VMIDs being allocated;
+//! first sightings of orphans.
 //!
 //! Every write is one durable transaction (redb's default `Durability::Immediate`: fsync
 //! before `commit` returns). The engine relies on that for its central invariant: the intent
 //! to create is on disk before the create request is sent, and the task's UPID right after
-//! the answer. The database is a cache: deleting it is safe, because ownership is rebuilt
-//! from the tags and description markers in Proxmox.
+//! the answer. A record's [`VmState`] changes only through [`Store::transition`], which
+//! writes the VMID reservation that goes with it in the same transaction. The database is a
+//! cache: deleting it is safe, because ownership is rebuilt from the tags and description
+//! markers in Proxmox. Records of the previous release (a `phase` beside `vmid` and `node`)
+//! are read into a [`VmState`] (`stored_state`), so an upgrade keeps every create in flight.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,8 +18,12 @@ use std::path::{Path, PathBuf};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use crate::category::Category;
+use crate::pve::Upid;
+
 const SPECS: TableDefinition<&str, &[u8]> = TableDefinition::new("specs");
-/// `site/vmid` -> spec name, for VMIDs reserved by a create in flight.
+/// `site/vmid` -> spec name, for VMIDs reserved by a create in flight: exactly the records in
+/// [`VmState::Creating`] (kept so by [`Store::transition`] and [`Store::remove`]).
 const ALLOCATIONS: TableDefinition<&str, &str> = TableDefinition::new("allocations");
 /// `site/vmid` -> unix ms when the orphan was first seen.
 const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
@@ -30,19 +38,21 @@ pub struct StateError {
     pub message: String,
 }
 
-/// Where a spec's VM is in its life.
+/// Where a spec's VM is in its life. The VMID and node live only here, so a record cannot
+/// say "creating VM 101" and "VM 102" at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(tag = "phase", rename_all = "camelCase")]
-pub enum Phase {
-    /// No VM yet and nothing in flight.
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum VmState {
+    /// No VM and nothing in flight (never made, or gone: see [`SpecRecord::provisioned`]).
     #[default]
-    Pending,
-    /// A create or clone was decided with this VMID on this node. Written before the request
-    /// is sent; `upid` is filled in right after PVE answers.
+    Absent,
+    /// A create or clone was decided with this VMID on this node, and the VMID is reserved.
+    /// Written before the request is sent; `task` is filled in right after PVE answers.
     Creating {
         vmid: u32,
         node: String,
-        upid: Option<String>,
+        #[serde(default, with = "lenient_task")]
+        task: Option<Upid>,
         /// When the intent was written (unix ms; 0 in records of older releases): a request
         /// sent then may still turn into a VM until the request timeout has passed.
         #[serde(default)]
@@ -53,9 +63,167 @@ pub enum Phase {
         clone_of: Option<CloneSource>,
     },
     /// The VM exists (it may still need configuring).
-    Exists,
-    /// A delete task is running.
-    Deleting { upid: Option<String> },
+    Exists { vmid: u32, node: String },
+    /// A delete of the VM was sent; `task` is its task.
+    Deleting {
+        vmid: u32,
+        node: String,
+        #[serde(default, with = "lenient_task")]
+        task: Option<Upid>,
+    },
+}
+
+impl VmState {
+    /// The VMID the record holds: its VM's, or the one reserved by a create in flight.
+    pub fn vmid(&self) -> Option<u32> {
+        match self {
+            VmState::Absent => None,
+            VmState::Creating { vmid, .. }
+            | VmState::Exists { vmid, .. }
+            | VmState::Deleting { vmid, .. } => Some(*vmid),
+        }
+    }
+
+    /// The node the VM is on (or is being made on).
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            VmState::Absent => None,
+            VmState::Creating { node, .. }
+            | VmState::Exists { node, .. }
+            | VmState::Deleting { node, .. } => Some(node),
+        }
+    }
+
+    /// The VMID of a VM that was made (it exists, or is being deleted); `None` while a create
+    /// is in flight, whose VM may not exist yet.
+    pub fn made_vmid(&self) -> Option<u32> {
+        match self {
+            VmState::Exists { vmid, .. } | VmState::Deleting { vmid, .. } => Some(*vmid),
+            VmState::Absent | VmState::Creating { .. } => None,
+        }
+    }
+
+    /// The VMID this state reserves (a create in flight).
+    fn reserved(&self) -> Option<u32> {
+        match self {
+            VmState::Creating { vmid, .. } => Some(*vmid),
+            _ => None,
+        }
+    }
+}
+
+/// A UPID in the state: PVE's string. One that does not parse (a record edited by hand, a
+/// format PVE may change) reads as no task rather than losing the record, whose create intent
+/// must survive: without its task, a create in flight is resumed by reading what became of its
+/// VMID, and a delete is checked and sent again after its identity check.
+mod lenient_task {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::pve::Upid;
+
+    pub fn serialize<S: Serializer>(task: &Option<Upid>, s: S) -> Result<S::Ok, S::Error> {
+        match task {
+            Some(u) => s.serialize_some(u.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Upid>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.and_then(|s| parse(&s)))
+    }
+
+    pub(super) fn parse(s: &str) -> Option<Upid> {
+        s.parse()
+            .inspect_err(|e: &String| tracing::warn!(error = %e, "recorded task id unreadable; resuming without it"))
+            .ok()
+    }
+}
+
+/// A record's [`VmState`], stored under `vm`; records of the previous release held a `phase`
+/// with `vmid` and `node` beside it, and are converted as they are read (never dropped: a
+/// create in flight must survive an upgrade, or a second create could follow).
+mod stored_state {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{CloneSource, VmState, lenient_task};
+
+    #[derive(Serialize)]
+    struct Out<'a> {
+        vm: &'a VmState,
+    }
+
+    pub fn serialize<S: Serializer>(vm: &VmState, s: S) -> Result<S::Ok, S::Error> {
+        Out { vm }.serialize(s)
+    }
+
+    #[derive(Deserialize)]
+    struct In {
+        #[serde(default)]
+        vm: Option<VmState>,
+        #[serde(default)]
+        phase: Option<Phase>,
+        #[serde(default)]
+        vmid: Option<u32>,
+        #[serde(default)]
+        node: String,
+    }
+
+    /// The previous release's `Phase` (`tag = "phase"`, camelCase variants).
+    #[derive(Deserialize)]
+    #[serde(tag = "phase", rename_all = "camelCase")]
+    enum Phase {
+        Pending,
+        Creating {
+            vmid: u32,
+            node: String,
+            #[serde(default)]
+            upid: Option<String>,
+            #[serde(default)]
+            started_ms: u64,
+            #[serde(default)]
+            clone_of: Option<CloneSource>,
+        },
+        Exists,
+        Deleting {
+            #[serde(default)]
+            upid: Option<String>,
+        },
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VmState, D::Error> {
+        let stored = In::deserialize(d)?;
+        if let Some(vm) = stored.vm {
+            return Ok(vm);
+        }
+        let (vmid, node) = (stored.vmid, stored.node);
+        // The previous release read `vmid` as the VM whatever the phase said, and took
+        // `Creating`'s own VMID over it; a phase without a VMID had no VM.
+        Ok(match (stored.phase.unwrap_or(Phase::Pending), vmid) {
+            (
+                Phase::Creating {
+                    vmid,
+                    node,
+                    upid,
+                    started_ms,
+                    clone_of,
+                },
+                _,
+            ) => VmState::Creating {
+                vmid,
+                node,
+                task: upid.as_deref().and_then(lenient_task::parse),
+                started_ms,
+                clone_of,
+            },
+            (Phase::Deleting { upid }, Some(vmid)) => VmState::Deleting {
+                vmid,
+                node,
+                task: upid.as_deref().and_then(lenient_task::parse),
+            },
+            (Phase::Pending | Phase::Exists, Some(vmid)) => VmState::Exists { vmid, node },
+            (_, None) => VmState::Absent,
+        })
+    }
 }
 
 /// The template a clone copies.
@@ -65,17 +233,80 @@ pub struct CloneSource {
     pub vmid: u32,
 }
 
+/// What a failure is beyond its category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorKind {
+    /// Its category says everything.
+    #[default]
+    Plain,
+    /// A lock no running task can hold (an interrupted operation): only a human can tell it
+    /// is stale and clear it (`qm unlock`), so it needs one although lock errors in general
+    /// resolve by themselves. The spec is `Stalled` (`StaleLock`).
+    StaleLock,
+}
+
 /// One failure, as kept for backoff and status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredError")]
 pub struct ErrorRecord {
-    pub category: String,
+    #[serde(serialize_with = "category_name")]
+    pub category: Category,
     pub message: String,
     pub at_ms: u64,
     /// Hash of the spec and config the failure happened with: a change resets the backoff.
     pub inputs: String,
+    pub kind: ErrorKind,
+}
+
+impl ErrorRecord {
     /// A human must act (the spec is `Stalled`); retried only at the backoff cap.
+    pub fn needs_human(&self) -> bool {
+        self.category.needs_human() || self.kind == ErrorKind::StaleLock
+    }
+}
+
+/// An [`ErrorRecord`] as stored by this release or earlier ones: those kept a `needs_human`
+/// flag instead of `kind` (true only for a stale lock beyond its category), and before it only
+/// the lock error's text, which told to `qm unlock`.
+#[derive(Deserialize)]
+struct StoredError {
+    category: String,
+    message: String,
+    at_ms: u64,
+    inputs: String,
     #[serde(default)]
-    pub needs_human: bool,
+    kind: Option<ErrorKind>,
+    #[serde(default)]
+    needs_human: bool,
+}
+
+impl From<StoredError> for ErrorRecord {
+    fn from(s: StoredError) -> Self {
+        // A name this release does not know (a newer one's, after a downgrade) is kept as
+        // PVE's generic error rather than losing the record.
+        let category = Category::from_name(&s.category).unwrap_or(Category::ProxmoxError);
+        let kind = s.kind.unwrap_or(
+            if category == Category::LockError && (s.needs_human || s.message.contains("qm unlock"))
+            {
+                ErrorKind::StaleLock
+            } else {
+                ErrorKind::Plain
+            },
+        );
+        ErrorRecord {
+            category,
+            message: s.message,
+            at_ms: s.at_ms,
+            inputs: s.inputs,
+            kind,
+        }
+    }
+}
+
+/// A [`Category`] as its name in the database (the name status files show).
+fn category_name<S: serde::Serializer>(c: &Category, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.as_str())
 }
 
 /// A task proxsync started, for status.
@@ -102,9 +333,10 @@ pub struct SpecRecord {
     /// Unique id of this spec's VM, written into the VM's description marker.
     pub uid: String,
     pub site: String,
-    pub node: String,
-    pub vmid: Option<u32>,
-    pub phase: Phase,
+    /// The spec's VM: its VMID, node and where it is in its life. Changed only through
+    /// [`Store::transition`] (or a fresh record's first write).
+    #[serde(flatten, with = "stored_state")]
+    pub vm: VmState,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
     /// The same without the names (`plan::content_hash`): a new spec with this content in the
@@ -127,10 +359,12 @@ pub struct SpecRecord {
     pub attempts: u32,
     pub next_attempt_ms: Option<u64>,
     pub last_error: Option<ErrorRecord>,
-    /// Set once the VM was created (or adopted); never cleared while the spec exists.
+    /// Set once the VM was created (or adopted); never cleared while the spec exists. Not
+    /// derived from `vm`: a VM that vanished leaves the record `Absent` (and then `Creating`
+    /// again) while `Provisioned` stays True, as the status contract says (it never reverts).
     pub provisioned: bool,
     /// The VM was taken over (adopted by its marker, or by hand), not created by this install
-    /// (`Provisioned` says `Adopted`).
+    /// (`Provisioned` says `Adopted`). Meaningful only with `provisioned`.
     pub adopted: bool,
     /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone.
     pub orphan_on_delete: bool,
@@ -153,6 +387,11 @@ impl SpecRecord {
             },
         );
         self.history.truncate(10);
+    }
+
+    /// The VMID the record holds: its VM's, or the one reserved by a create in flight.
+    pub fn vmid(&self) -> Option<u32> {
+        self.vm.vmid()
     }
 }
 
@@ -184,6 +423,16 @@ pub struct Store {
 
 fn key(site: &str, vmid: u32) -> String {
     format!("{site}/{vmid}")
+}
+
+/// The record stored under `name`, if there is one that can be read.
+fn stored_record(
+    specs: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &str,
+) -> Result<Option<SpecRecord>, redb::Error> {
+    Ok(specs
+        .get(name)?
+        .and_then(|v| serde_json::from_slice(v.value()).ok()))
 }
 
 impl Store {
@@ -257,57 +506,113 @@ impl Store {
         Ok(out)
     }
 
-    /// Writes one spec's record durably.
+    /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not
+    /// the stored one is refused (states change only through [`Store::transition`]).
     pub fn put(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
+        self.write_record(name, &rec.vm, rec)
+    }
+
+    /// Moves spec `name`'s VM from `rec.vm` to `to`, writing the rest of `rec` with it, in one
+    /// durable transaction; `rec` then holds `to`. Refused (nothing written) when the stored
+    /// state is not `rec.vm`: the record changed under the caller. The VMID reservations follow
+    /// the states in the same transaction: entering [`VmState::Creating`] reserves its VMID on
+    /// `rec.site` (the create intent: call this BEFORE sending the create request), leaving it
+    /// releases the VMID.
+    pub fn transition(
+        &self,
+        name: &str,
+        rec: &mut SpecRecord,
+        to: VmState,
+    ) -> Result<(), StateError> {
+        if rec.vm == to {
+            return self.put(name, rec);
+        }
+        let next = SpecRecord {
+            vm: to,
+            ..rec.clone()
+        };
+        self.write_record(name, &rec.vm, &next)?;
+        *rec = next;
+        Ok(())
+    }
+
+    /// Writes `rec` as spec `name`'s record if the stored state is `expected` (no record, or
+    /// one that cannot be read, is `Absent`, as [`Store::specs`] reads it), with the VMID
+    /// reservations of the change from `expected` to `rec.vm`.
+    fn write_record(
+        &self,
+        name: &str,
+        expected: &VmState,
+        rec: &SpecRecord,
+    ) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
+        let mut refused = None;
         self.write(|tx| {
-            tx.open_table(SPECS)?.insert(name, bytes.as_slice())?;
+            let mut specs = tx.open_table(SPECS)?;
+            let stored = stored_record(&specs, name)?;
+            let (stored_site, stored_vm) = stored.map(|r| (r.site, r.vm)).unwrap_or_default();
+            if stored_vm != *expected {
+                refused = Some(format!(
+                    "the record of spec {name} is {stored_vm:?}, not {expected:?}: not written"
+                ));
+                return Ok(());
+            }
+            specs.insert(name, bytes.as_slice())?;
+            let mut allocations = tx.open_table(ALLOCATIONS)?;
+            let (was, now) = (expected.reserved(), rec.vm.reserved());
+            if let Some(id) = was.filter(|id| now != Some(*id)) {
+                allocations.remove(key(&stored_site, id).as_str())?;
+            }
+            if let Some(id) = now.filter(|id| was != Some(*id)) {
+                allocations.insert(key(&rec.site, id).as_str(), name)?;
+            }
             Ok(())
-        })
+        })?;
+        match refused {
+            Some(why) => Err(self.err(why)),
+            None => Ok(()),
+        }
     }
 
     /// Moves a spec's record to a new name (a rename of `metadata.name`), in one transaction.
+    /// Its state goes with it unchanged.
     pub fn rename(&self, from: &str, to: &str, rec: &SpecRecord) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
+        let mut refused = None;
         self.write(|tx| {
             let mut specs = tx.open_table(SPECS)?;
+            let stored_vm = stored_record(&specs, from)?
+                .map(|r| r.vm)
+                .unwrap_or_default();
+            if stored_vm != rec.vm || rec.vm.reserved().is_some() {
+                refused = Some(format!(
+                    "the record of spec {from} is {stored_vm:?}, not {:?}: not renamed",
+                    rec.vm
+                ));
+                return Ok(());
+            }
             specs.remove(from)?;
             specs.insert(to, bytes.as_slice())?;
             Ok(())
-        })
+        })?;
+        match refused {
+            Some(why) => Err(self.err(why)),
+            None => Ok(()),
+        }
     }
 
-    /// Forgets a spec (its VM was deleted or released).
+    /// Forgets a spec (its VM was deleted or released, or never made), with the VMID its
+    /// create intent reserved, in one transaction.
     pub fn remove(&self, name: &str) -> Result<(), StateError> {
         self.write(|tx| {
-            tx.open_table(SPECS)?.remove(name)?;
-            Ok(())
-        })
-    }
-
-    /// Records the intent to create: the record (phase `Creating` with the VMID) and the VMID
-    /// reservation, in one durable transaction. Call BEFORE sending the create request.
-    pub fn begin_create(
-        &self,
-        name: &str,
-        rec: &SpecRecord,
-        site: &str,
-        vmid: u32,
-    ) -> Result<(), StateError> {
-        let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
-        self.write(|tx| {
-            tx.open_table(SPECS)?.insert(name, bytes.as_slice())?;
-            tx.open_table(ALLOCATIONS)?
-                .insert(key(site, vmid).as_str(), name)?;
-            Ok(())
-        })
-    }
-
-    /// Drops a VMID reservation (the VM now shows in the listing, or the attempt is abandoned).
-    pub fn release_vmid(&self, site: &str, vmid: u32) -> Result<(), StateError> {
-        self.write(|tx| {
-            tx.open_table(ALLOCATIONS)?
-                .remove(key(site, vmid).as_str())?;
+            let mut specs = tx.open_table(SPECS)?;
+            if let Some(rec) = stored_record(&specs, name)?
+                && let Some(id) = rec.vm.reserved()
+            {
+                tx.open_table(ALLOCATIONS)?
+                    .remove(key(&rec.site, id).as_str())?;
+            }
+            specs.remove(name)?;
             Ok(())
         })
     }
@@ -386,24 +691,36 @@ pub fn read_specs_snapshot(state_dir: &Path) -> Option<BTreeMap<String, SpecReco
 mod tests {
     use super::*;
 
+    const UPID: &str = "UPID:pve1:000A1B2C:0123ABCD:65F0A1B2:qmclone:9000:proxsync@pve!gitops:";
+
+    fn creating(vmid: u32) -> VmState {
+        VmState::Creating {
+            vmid,
+            node: "pve1".into(),
+            task: None,
+            started_ms: 1,
+            clone_of: None,
+        }
+    }
+
+    fn exists(vmid: u32) -> VmState {
+        VmState::Exists {
+            vmid,
+            node: "pve1".into(),
+        }
+    }
+
     #[test]
     fn records_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = Store::open(dir.path()).unwrap();
-            let rec = SpecRecord {
+            let mut rec = SpecRecord {
                 uid: "u1".into(),
                 site: "lab".into(),
-                phase: Phase::Creating {
-                    vmid: 101,
-                    node: "pve1".into(),
-                    upid: None,
-                    started_ms: 1,
-                    clone_of: None,
-                },
                 ..Default::default()
             };
-            store.begin_create("web-01", &rec, "lab", 101).unwrap();
+            store.transition("web-01", &mut rec, creating(101)).unwrap();
             assert_eq!(
                 store
                     .allocations("lab")
@@ -416,14 +733,249 @@ mod tests {
         }
         let store = Store::open(dir.path()).unwrap();
         let specs = store.specs().unwrap();
-        assert!(matches!(
-            specs["web-01"].phase,
-            Phase::Creating { vmid: 101, .. }
-        ));
-        store.release_vmid("lab", 101).unwrap();
-        assert!(store.allocations("lab").unwrap().is_empty());
+        assert_eq!(specs["web-01"].vm, creating(101));
         store.remove("web-01").unwrap();
         assert!(store.specs().unwrap().is_empty());
+        assert!(
+            store.allocations("lab").unwrap().is_empty(),
+            "forgetting a create intent releases its VMID"
+        );
+    }
+
+    #[test]
+    fn transitions_carry_the_vmid_reservation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let reserved = |store: &Store| {
+            store
+                .allocations("lab")
+                .unwrap()
+                .into_keys()
+                .collect::<Vec<_>>()
+        };
+        let mut rec = SpecRecord {
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store.transition("a", &mut rec, creating(101)).unwrap();
+        assert_eq!(reserved(&store), [101]);
+        // Another VMID for the same intent (the first was taken): one reservation, the new one.
+        store.transition("a", &mut rec, creating(102)).unwrap();
+        assert_eq!(reserved(&store), [102]);
+        let with_task = VmState::Creating {
+            vmid: 102,
+            node: "pve1".into(),
+            task: Some(UPID.parse().unwrap()),
+            started_ms: 1,
+            clone_of: None,
+        };
+        store.transition("a", &mut rec, with_task).unwrap();
+        assert_eq!(reserved(&store), [102]);
+        store.transition("a", &mut rec, exists(102)).unwrap();
+        assert!(
+            reserved(&store).is_empty(),
+            "PVE keeps the VMID of a made VM"
+        );
+        assert_eq!(store.specs().unwrap()["a"].vm, exists(102));
+        assert_eq!(rec.vm, exists(102));
+        store
+            .transition(
+                "b",
+                &mut SpecRecord {
+                    site: "lab".into(),
+                    ..Default::default()
+                },
+                creating(103),
+            )
+            .unwrap();
+        let mut b = store.specs().unwrap().remove("b").unwrap();
+        store.transition("b", &mut b, VmState::Absent).unwrap();
+        assert!(
+            reserved(&store).is_empty(),
+            "an abandoned intent releases its VMID"
+        );
+    }
+
+    #[test]
+    fn a_state_changes_only_from_the_state_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut rec = SpecRecord {
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store.transition("a", &mut rec, exists(100)).unwrap();
+        // A copy from before that write believes the spec has no VM: refused, nothing written.
+        let mut stale = SpecRecord {
+            site: "lab".into(),
+            ..Default::default()
+        };
+        assert!(store.transition("a", &mut stale, creating(101)).is_err());
+        assert_eq!(stale.vm, VmState::Absent);
+        assert!(store.allocations("lab").unwrap().is_empty());
+        // `put` never changes a state.
+        assert!(store.put("a", &stale).is_err());
+        let changed = SpecRecord {
+            vm: exists(105),
+            ..rec.clone()
+        };
+        assert!(store.put("a", &changed).is_err());
+        assert_eq!(store.specs().unwrap()["a"].vm, exists(100));
+        rec.attempts = 3;
+        store.put("a", &rec).unwrap();
+        assert_eq!(store.specs().unwrap()["a"].attempts, 3);
+    }
+
+    #[test]
+    fn records_of_the_previous_release_keep_their_state() {
+        // As the previous release wrote them: `phase` (its own tag), `vmid` and `node` beside it.
+        let old = |phase: &str, vmid: &str| -> SpecRecord {
+            let json = format!(
+                r#"{{"uid":"u1","site":"lab","node":"pve2","vmid":{vmid},"phase":{phase},
+                "applied_hash":"h1","applied_content":null,"applied_tags":["web"],
+                "applied_disk_bytes":null,"reboot_pending":[],"last_reboot_ms":null,
+                "ha_applied":false,"attempts":0,"next_attempt_ms":null,"last_error":null,
+                "provisioned":true,"adopted":false,"orphan_on_delete":false,"ip_addresses":[],
+                "last_task":null,"history":[]}}"#
+            );
+            serde_json::from_str(&json).unwrap()
+        };
+        let creating = old(
+            &format!(
+                r#"{{"phase":"creating","vmid":101,"node":"pve2","upid":"{UPID}",
+                "started_ms":1700000000000,"clone_of":{{"node":"pve1","vmid":9000}}}}"#
+            ),
+            "null",
+        );
+        // The create in flight survives intact: its VMID, node, task, time and template.
+        assert_eq!(
+            creating.vm,
+            VmState::Creating {
+                vmid: 101,
+                node: "pve2".into(),
+                task: Some(UPID.parse().unwrap()),
+                started_ms: 1_700_000_000_000,
+                clone_of: Some(CloneSource {
+                    node: "pve1".into(),
+                    vmid: 9000
+                }),
+            }
+        );
+        assert_eq!(creating.uid, "u1");
+        assert_eq!(creating.applied_tags, ["web"]);
+        assert!(creating.provisioned);
+        // An intent written before the task was answered, by a release before `started_ms`.
+        let unanswered = old(
+            r#"{"phase":"creating","vmid":101,"node":"pve2","upid":null}"#,
+            "null",
+        );
+        assert!(matches!(
+            unanswered.vm,
+            VmState::Creating {
+                vmid: 101,
+                task: None,
+                started_ms: 0,
+                clone_of: None,
+                ..
+            }
+        ));
+        // A task id that does not parse is no task: the create is resumed by looking.
+        let garbled = old(
+            r#"{"phase":"creating","vmid":101,"node":"pve2","upid":"UPID:x"}"#,
+            "null",
+        );
+        assert!(matches!(
+            garbled.vm,
+            VmState::Creating {
+                vmid: 101,
+                task: None,
+                ..
+            }
+        ));
+        assert_eq!(
+            old(r#"{"phase":"exists"}"#, "100").vm,
+            VmState::Exists {
+                vmid: 100,
+                node: "pve2".into()
+            }
+        );
+        assert_eq!(
+            old(&format!(r#"{{"phase":"deleting","upid":"{UPID}"}}"#), "100").vm,
+            VmState::Deleting {
+                vmid: 100,
+                node: "pve2".into(),
+                task: Some(UPID.parse().unwrap())
+            }
+        );
+        assert_eq!(old(r#"{"phase":"pending"}"#, "null").vm, VmState::Absent);
+        assert_eq!(old(r#"{"phase":"exists"}"#, "null").vm, VmState::Absent);
+        // Written back in this release's shape, and read back the same.
+        let json = serde_json::to_string(&creating).unwrap();
+        assert!(json.contains(r#""vm":{"state":"creating""#), "{json}");
+        assert!(!json.contains("phase"), "{json}");
+        assert_eq!(serde_json::from_str::<SpecRecord>(&json).unwrap(), creating);
+    }
+
+    #[test]
+    fn an_upgraded_database_resumes_its_creates() {
+        // An old record in the database file itself, then read through the store.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let old = format!(
+            r#"{{"uid":"u1","site":"lab","node":"pve1","vmid":null,"provisioned":false,
+            "phase":{{"phase":"creating","vmid":101,"node":"pve1","upid":"{UPID}","started_ms":5,"clone_of":null}}}}"#
+        );
+        store
+            .write(|tx| {
+                tx.open_table(SPECS)?.insert("web-01", old.as_bytes())?;
+                tx.open_table(ALLOCATIONS)?.insert("lab/101", "web-01")?;
+                Ok(())
+            })
+            .unwrap();
+        let mut rec = store.specs().unwrap().remove("web-01").unwrap();
+        assert!(matches!(
+            rec.vm,
+            VmState::Creating {
+                vmid: 101,
+                task: Some(_),
+                ..
+            }
+        ));
+        store.transition("web-01", &mut rec, exists(101)).unwrap();
+        assert!(store.allocations("lab").unwrap().is_empty());
+    }
+
+    #[test]
+    fn error_records_of_older_releases_keep_their_verdict() {
+        let read = |json: &str| serde_json::from_str::<ErrorRecord>(json).unwrap();
+        let stale = read(
+            r#"{"category":"LockError","message":"VM 100 is locked (create); qm unlock 100",
+            "at_ms":1,"inputs":"i","needs_human":true}"#,
+        );
+        assert_eq!(stale.category, Category::LockError);
+        assert_eq!(stale.kind, ErrorKind::StaleLock);
+        assert!(stale.needs_human());
+        // Before `needs_human` was kept: the text told to `qm unlock`.
+        let older = read(
+            r#"{"category":"LockError","message":"... with: qm unlock 100","at_ms":1,"inputs":"i"}"#,
+        );
+        assert_eq!(older.kind, ErrorKind::StaleLock);
+        let busy =
+            read(r#"{"category":"LockError","message":"can't lock file","at_ms":1,"inputs":"i"}"#);
+        assert_eq!(busy.kind, ErrorKind::Plain);
+        assert!(!busy.needs_human());
+        let denied = read(
+            r#"{"category":"PermissionDenied","message":"403","at_ms":1,"inputs":"i","needs_human":true}"#,
+        );
+        assert_eq!(denied.kind, ErrorKind::Plain);
+        assert!(denied.needs_human());
+        // This release's shape round-trips, its category by name.
+        let json = serde_json::to_string(&stale).unwrap();
+        assert!(
+            json.contains(r#""category":"LockError""#) && json.contains(r#""kind":"staleLock""#),
+            "{json}"
+        );
+        assert_eq!(read(&json), stale);
     }
 
     #[test]

@@ -576,9 +576,9 @@ fn a_shutdown_future_during_a_clone_returns_after_the_cycle_recorded_its_upid() 
     assert_eq!(result, Ok(()));
     let store = proxsync::state::Store::open(&ws.path("state")).unwrap();
     let rec = store.specs().unwrap().remove("slow-01").expect("a record");
-    match &rec.phase {
-        proxsync::state::Phase::Creating { upid, .. } => {
-            assert!(upid.is_some(), "the clone's UPID is recorded: {rec:?}")
+    match &rec.vm {
+        proxsync::state::VmState::Creating { task, .. } => {
+            assert!(task.is_some(), "the clone's UPID is recorded: {rec:?}")
         }
         other => panic!("still creating when stopped mid-clone: {other:?}"),
     }

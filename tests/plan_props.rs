@@ -13,18 +13,19 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use proxsync::category::Category;
 use proxsync::config::{OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
     Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
-    record_vmid, spec_hash,
+    spec_hash,
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, Pos, PowerState, Spec,
 };
-use proxsync::state::{ErrorRecord, Phase, SpecRecord};
+use proxsync::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
 const INSTALL: &str = "main";
 const SITE: &str = "lab";
@@ -347,7 +348,7 @@ impl World {
     fn in_records(&self, vmid: u32) -> bool {
         self.records
             .values()
-            .any(|r| r.site == SITE && record_vmid(r) == Some(vmid))
+            .any(|r| r.site == SITE && r.vmid() == Some(vmid))
     }
 }
 
@@ -541,7 +542,6 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     "uid-stale".to_string()
                 },
                 site: SITE.to_string(),
-                node: spec.node.clone(),
                 applied_hash: Some(if r.hash_current {
                     spec_hash(&spec)
                 } else {
@@ -555,8 +555,10 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
             match r.kind {
                 RecKind::Pending => {}
                 RecKind::Exists => {
-                    rec.vmid = Some(target);
-                    rec.phase = Phase::Exists;
+                    rec.vm = VmState::Exists {
+                        vmid: target,
+                        node: spec.node.clone(),
+                    };
                     rec.provisioned = true;
                 }
                 RecKind::Creating { upid } => {
@@ -566,13 +568,15 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                         Some(v) if rec_points_at_vm => NODES[v.node].to_string(),
                         _ => spec.node.clone(),
                     };
-                    rec.phase = Phase::Creating {
+                    rec.vm = VmState::Creating {
                         vmid: target,
                         node: node.clone(),
-                        upid: upid.then(|| {
+                        task: upid.then(|| {
                             format!(
                                 "UPID:{node}:0000AAAA:0000BBBB:00000000:qmclone:{target}:root@pam:"
                             )
+                            .parse()
+                            .expect("a UPID")
                         }),
                         started_ms: 0,
                         clone_of: None,
@@ -585,7 +589,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 rec.attempts = 2;
                 rec.next_attempt_ms = Some(now.saturating_add_signed(offset));
                 rec.last_error = Some(ErrorRecord {
-                    category: "ProxmoxError".to_string(),
+                    category: Category::ProxmoxError,
                     message: "500 internal error".to_string(),
                     at_ms: now.saturating_sub(1_000),
                     inputs: if same {
@@ -593,7 +597,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     } else {
                         "older-inputs".to_string()
                     },
-                    needs_human: false,
+                    kind: ErrorKind::Plain,
                 });
             }
             records.insert(name.clone(), rec);
@@ -605,13 +609,12 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         for (i, e) in entries.iter().enumerate() {
             let Some(r) = &e.rec else { continue };
             let vmid = 500 + i as u32;
-            if let Some(Phase::Creating {
+            if let Some(VmState::Creating {
                 vmid: id,
                 node,
-                upid: None,
+                task: None,
                 ..
-            }) =
-                records.get(&entry_name(i)).map(|r| &r.phase)
+            }) = records.get(&entry_name(i)).map(|r| &r.vm)
                 && *id == vmid
                 && r.in_flight
                 // A removed spec's create in flight is lost from sight: the ignored
@@ -768,7 +771,6 @@ impl Sim {
             rec.uid = format!("uid-{}-new{vmid}", spec.name);
         }
         rec.site = SITE.to_string();
-        rec.node = spec.node.clone();
         rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
         let mut vm = blank_vm(vmid, node, &spec.vm_name, Power::Stopped);
         vm.tags = sorted_tags(
@@ -788,8 +790,10 @@ impl Sim {
         });
         let existing = self.world.vms_mut().insert(vmid, vm);
         assert!(existing.is_none(), "a create over existing VM {vmid}");
-        rec.vmid = Some(vmid);
-        rec.phase = Phase::Exists;
+        rec.vm = VmState::Exists {
+            vmid,
+            node: node.to_string(),
+        };
         rec.provisioned = true;
         self.converge(spec, rec, vmid);
     }
@@ -800,8 +804,7 @@ impl Sim {
         let Some(vm) = vms.get_mut(&vmid).filter(|vm| marker_is(vm, &spec.name)) else {
             self.conflicts
                 .push(format!("converge {} on VM {vmid}: not its VM", spec.name));
-            rec.vmid = None;
-            rec.phase = Phase::Pending;
+            rec.vm = VmState::Absent;
             self.world.records.insert(spec.name.clone(), rec);
             return;
         };
@@ -822,8 +825,10 @@ impl Sim {
         };
         rec.reboot_pending.clear();
         rec.applied_hash = Some(spec_hash(spec));
-        rec.vmid = Some(vmid);
-        rec.phase = Phase::Exists;
+        rec.vm = VmState::Exists {
+            vmid,
+            node: vm.node.clone(),
+        };
         rec.provisioned = true;
         rec.attempts = 0;
         rec.next_attempt_ms = None;
@@ -877,8 +882,7 @@ impl Sim {
                     // Another VM holds that id: abandon, create anew.
                     Some(false) => {
                         let mut rec = rec;
-                        rec.phase = Phase::Pending;
-                        rec.vmid = None;
+                        rec.vm = VmState::Absent;
                         let fresh = self.fresh_vmid();
                         self.create_at(&spec, rec, fresh, &spec.node);
                     }
@@ -911,9 +915,10 @@ impl Sim {
                     .unwrap_or_default();
                 rec.uid = vm.marker.as_ref().expect("marker").uid.clone();
                 rec.site = SITE.to_string();
-                rec.node = vm.node.clone();
-                rec.vmid = Some(*vmid);
-                rec.phase = Phase::Exists;
+                rec.vm = VmState::Exists {
+                    vmid: *vmid,
+                    node: vm.node.clone(),
+                };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
                 self.converge(&spec, rec, *vmid);
@@ -926,7 +931,10 @@ impl Sim {
                     vm.node = target.clone();
                 }
                 if let Some(rec) = self.world.records.get_mut(spec) {
-                    rec.node = target.clone();
+                    rec.vm = VmState::Exists {
+                        vmid: *vmid,
+                        node: target.clone(),
+                    };
                 }
             }
             Action::Converge { spec, vmid, .. } => {
@@ -949,17 +957,19 @@ impl Sim {
                 // A create still in flight for the removed spec: execute waits for its task
                 // (the VM lands, tagged and marked) before it deletes; model the landing.
                 let in_flight = matches!(
-                    self.world.records.get(spec).map(|r| &r.phase),
-                    Some(Phase::Creating { .. })
+                    self.world.records.get(spec).map(|r| &r.vm),
+                    Some(VmState::Creating { .. })
                 ) && !self.world.vms_mut().contains_key(vmid);
                 if in_flight {
                     let rec = self.world.records.get_mut(spec).expect("record");
-                    let node = match &rec.phase {
-                        Phase::Creating { node, .. } => node.clone(),
+                    let node = match &rec.vm {
+                        VmState::Creating { node, .. } => node.clone(),
                         _ => unreachable!(),
                     };
-                    rec.phase = Phase::Exists;
-                    rec.vmid = Some(*vmid);
+                    rec.vm = VmState::Exists {
+                        vmid: *vmid,
+                        node: node.clone(),
+                    };
                     let uid = rec.uid.clone();
                     let mut vm = blank_vm(*vmid, &node, spec, Power::Stopped);
                     vm.tags = vec![tag.clone()];
@@ -1065,11 +1075,11 @@ fn delete_candidates(w: &World) -> Vec<String> {
                 && !w.invalid.contains(*name)
                 && r.site == SITE
                 && !r.orphan_on_delete
-                && match record_vmid(r).and_then(|id| w.vms().get(&id)) {
+                && match r.vmid().and_then(|id| w.vms().get(&id)) {
                     Some(vm) => !vm.is_unknown() && w.node_healthy(&vm.node),
                     // A create in flight, not listed yet: removed once it lands.
                     None => {
-                        matches!(&r.phase, Phase::Creating { node, .. } if w.node_healthy(node))
+                        matches!(&r.vm, VmState::Creating { node, .. } if w.node_healthy(node))
                     }
                 }
         })
@@ -1098,7 +1108,7 @@ fn unaccounted(w: &World, p: &Plan) -> BTreeSet<u32> {
 
 /// The managed VMs: those the records know and the owned ones listed.
 fn managed(w: &World) -> usize {
-    let mut ids: BTreeSet<u32> = w.records.values().filter_map(record_vmid).collect();
+    let mut ids: BTreeSet<u32> = w.records.values().filter_map(SpecRecord::vmid).collect();
     ids.extend(
         w.vms()
             .values()
@@ -1240,7 +1250,7 @@ proptest! {
             prop_assert_eq!(vm.name.as_deref(), Some(spec.vm_name.as_str()));
             let want = if spec.power_state == PowerState::Running { Power::Running } else { Power::Stopped };
             prop_assert_eq!(vm.power, want);
-            prop_assert_eq!(w.records[&spec.name].vmid, Some(*vmid));
+            prop_assert_eq!(w.records[&spec.name].vm.made_vmid(), Some(*vmid));
         }
         // Removed specs are gone from the state (the valves cannot refuse: fraction 1.0),
         // unless the desired set is empty, when deletes are refused and the records stay.
@@ -1311,7 +1321,7 @@ proptest! {
                 .filter(|vm| marker_is(vm, name))
                 .map(|vm| vm.vmid)
                 .collect();
-            theirs.extend(w.records.get(name).and_then(record_vmid));
+            theirs.extend(w.records.get(name).and_then(SpecRecord::vmid));
             for a in &p.actions {
                 prop_assert!(a.spec() != Some(name.as_str()), "{a:?} for invalid {name}");
                 prop_assert!(
@@ -1434,9 +1444,7 @@ proptest! {
         w.records.insert("last".into(), SpecRecord {
             uid: uid_of("last"),
             site: SITE.into(),
-            node: NODES[0].into(),
-            vmid: Some(300),
-            phase: Phase::Exists,
+            vm: VmState::Exists { vmid: 300, node: NODES[0].into() },
             provisioned: true,
             ..SpecRecord::default()
         });
@@ -1446,8 +1454,8 @@ proptest! {
         // Releases and forgetting records of VMs that are gone are not deletes: still done.
         for name in w.records.keys() {
             let rec = &w.records[name];
-            let gone = record_vmid(rec).and_then(|id| w.vms().get(&id)).is_none()
-                && !matches!(rec.phase, Phase::Creating { .. });
+            let gone = rec.vmid().and_then(|id| w.vms().get(&id)).is_none()
+                && !matches!(rec.vm, VmState::Creating { .. });
             if gone {
                 prop_assert!(p.actions.contains(&Action::Forget { spec: name.clone() }), "{name}");
             }
@@ -1609,7 +1617,7 @@ fn no_create_while_a_candidate_marker_is_unread() {
 }
 
 /// A spec removed while its clone is in flight (the intent recorded, the task id not yet:
-/// `Phase::Creating { upid: None }`) and its VM not listed yet: the planner plans `Forget`,
+/// `VmState::Creating { task: None }`) and its VM not listed yet: the planner plans `Forget`,
 /// which drops the record and releases the VMID. When the clone lands, its VM carries our
 /// marker but not our tag (a clone cannot set tags): no record, no spec, not owned, so not an
 /// orphan either. Nothing ever deletes or reports it. (For a desired spec the same intent
@@ -1622,11 +1630,10 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
         SpecRecord {
             uid: uid_of("old"),
             site: SITE.into(),
-            node: NODES[0].into(),
-            phase: Phase::Creating {
+            vm: VmState::Creating {
                 vmid: 500,
                 node: NODES[0].into(),
-                upid: None,
+                task: None,
                 started_ms: 0,
                 clone_of: None,
             },
@@ -1683,9 +1690,10 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
         SpecRecord {
             uid: uid_of("web"),
             site: SITE.into(),
-            node: NODES[0].into(),
-            vmid: Some(100),
-            phase: Phase::Exists,
+            vm: VmState::Exists {
+                vmid: 100,
+                node: NODES[0].into(),
+            },
             provisioned: true,
             ..SpecRecord::default()
         },
@@ -2052,7 +2060,7 @@ fn vmids_of(w: &World, names: &BTreeSet<String>) -> BTreeSet<u32> {
         .records
         .iter()
         .filter(|(n, _)| names.contains(*n))
-        .filter_map(|(_, r)| record_vmid(r))
+        .filter_map(|(_, r)| r.vmid())
         .collect();
     out.extend(
         w.vms()
@@ -2125,9 +2133,10 @@ fn moved_web_world() -> World {
         SpecRecord {
             uid: uid_of("web"),
             site: SITE.into(),
-            node: NODES[0].into(),
-            vmid: Some(100),
-            phase: Phase::Exists,
+            vm: VmState::Exists {
+                vmid: 100,
+                node: NODES[0].into(),
+            },
             provisioned: true,
             ..SpecRecord::default()
         },

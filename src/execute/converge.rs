@@ -8,12 +8,14 @@ use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
 use crate::pve::{LockHolder, Pve, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
-use crate::state::{Phase, SpecRecord};
+use crate::state::{SpecRecord, VmState};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{is_ours, marker, marker_is_current};
 use super::reboot::{pending_keys, reboot_if_due};
-use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+use super::{
+    ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, wait,
+};
 
 /// The boot disk's key and size in bytes, from the config.
 pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
@@ -90,18 +92,12 @@ pub(super) async fn check_lock(
             }));
         }
     }
-    Err(ActionError {
-        // Only a human can tell whether the lock is really stale.
-        needs_human: true,
-        ..fail(
-            Category::LockError,
-            format!(
-                "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
-                 interrupted operation). After checking that nothing is running on it, clear it on the \
-                 node with: qm unlock {vmid}"
-            ),
-        )
-    })
+    // Only a human can tell whether the lock is really stale.
+    Err(stale_lock(format!(
+        "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
+         interrupted operation). After checking that nothing is running on it, clear it on the \
+         node with: qm unlock {vmid}"
+    )))
 }
 
 /// Brings an existing VM in line with its spec, after verifying it is the spec's.
@@ -300,9 +296,16 @@ async fn converge_vm(
     };
     rec.applied_hash = Some(spec_hash(spec));
     rec.applied_content = Some(crate::plan::content_hash(spec));
-    rec.vmid = Some(vmid);
-    rec.phase = Phase::Exists;
     rec.provisioned = true;
+    // The record maps the spec to the VM where it is now (moved by the HA manager or by hand,
+    // or a delete that failed on a spec that came back); the outcome writes the rest.
+    let here = VmState::Exists {
+        vmid,
+        node: node.to_string(),
+    };
+    if rec.vm != here {
+        ctx.store.transition(&spec.name, rec, here)?;
+    }
     Ok(Outcome::Done)
 }
 
@@ -386,9 +389,7 @@ pub(super) async fn read_own_config(
     let cfg = match client.vm_config(node, vmid).await {
         Ok(c) => c,
         Err(e) if e.is_not_found() => {
-            rec.vmid = None;
-            rec.phase = Phase::Pending;
-            ctx.store.put(&spec.name, rec)?;
+            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
             return Err(fail(
                 Category::NotFound,
                 format!("VM {vmid} is gone; it will be created again"),
@@ -398,9 +399,7 @@ pub(super) async fn read_own_config(
     };
     // Identity, from a fresh read, before any change.
     if !is_ours(ctx, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
-        rec.vmid = None;
-        rec.phase = Phase::Pending;
-        ctx.store.put(&spec.name, rec)?;
+        ctx.store.transition(&spec.name, rec, VmState::Absent)?;
         return Err(fail(
             Category::Conflict,
             format!(

@@ -7,12 +7,14 @@ use crate::category::Category;
 use crate::ownership::new_uid;
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
-use crate::state::{CloneSource, Phase, SpecRecord};
+use crate::state::{CloneSource, SpecRecord, VmState};
 
 use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, task_record, wait};
+use super::{
+    ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, task_record, wait,
+};
 
 pub(super) async fn create(
     ctx: &ExecCtx<impl Pve>,
@@ -26,7 +28,6 @@ pub(super) async fn create(
         rec.uid = new_uid();
     }
     rec.site = site_name.to_string();
-    rec.node = spec.node.clone();
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     let clone_of = match &source {
         Source::Clone {
@@ -49,33 +50,33 @@ pub(super) async fn create(
                 Some(pinned) => pinned_vmid(&site.client, &skip, pinned).await?,
                 None => next_free_vmid(&site.client, &skip).await?,
             };
-            // The intent is durable before the request leaves.
-            rec.phase = Phase::Creating {
+            // The intent is durable, its VMID reserved in the same transaction, before the
+            // request leaves.
+            let intent = VmState::Creating {
                 vmid,
                 node: spec.node.clone(),
-                upid: None,
+                task: None,
                 started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
             };
-            rec.vmid = None;
-            ctx.store.begin_create(&spec.name, rec, site_name, vmid)?;
+            ctx.store.transition(&spec.name, rec, intent)?;
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
-                    set_upid(rec, &upid);
                     rec.last_task = Some(task_record(ctx, &upid, "running"));
-                    ctx.store.put(&spec.name, rec)?;
+                    record_task(ctx, &spec.name, rec, &upid)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break (vmid, upid);
                 }
                 Err(e) if e.is_already_exists() && attempt < 5 && spec.hardware.vm_id.is_none() => {
-                    // Someone took the id between nextid and our request: take the next one.
-                    ctx.store.release_vmid(site_name, vmid)?;
+                    // Someone took the id between nextid and our request: take the next one
+                    // (this one's reservation goes with the intent).
+                    ctx.store.transition(&spec.name, rec, VmState::Absent)?;
                     skip.push(vmid);
                 }
                 Err(e) if e.surely_not_executed() => {
                     // PVE refused it before doing anything: nothing was created.
-                    abandon(ctx, site_name, spec, rec, vmid)?;
+                    abandon(ctx, spec, rec)?;
                     return Err(e.into());
                 }
                 Err(e) => {
@@ -99,10 +100,31 @@ pub(super) async fn create(
     .await
 }
 
-fn set_upid(rec: &mut SpecRecord, upid: &Upid) {
-    if let Phase::Creating { upid: slot, .. } = &mut rec.phase {
-        *slot = Some(upid.to_string());
+/// Records the task of the create in flight (its answer, or the task found after a restart).
+fn record_task(
+    ctx: &ExecCtx<impl Pve>,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    upid: &Upid,
+) -> Result<(), ActionError> {
+    if let VmState::Creating {
+        vmid,
+        node,
+        started_ms,
+        clone_of,
+        ..
+    } = rec.vm.clone()
+    {
+        let with_task = VmState::Creating {
+            vmid,
+            node,
+            task: Some(upid.clone()),
+            started_ms,
+            clone_of,
+        };
+        ctx.store.transition(spec_name, rec, with_task)?;
     }
+    Ok(())
 }
 
 /// The spec's pinned `vmId`, when PVE calls it free and no other intent of ours holds it.
@@ -247,7 +269,7 @@ async fn finish_create(
         }),
         Ok(_) => {
             // The task ended well; converge re-reads the config and verifies the marker first.
-            created(ctx, site, spec, rec, vm.vmid)?;
+            record_created(ctx, &spec.name, rec, vm.vmid, vm.node)?;
             if sent == JustSent::Yes {
                 converge_new(ctx, vm, spec, rec).await
             } else {
@@ -258,11 +280,8 @@ async fn finish_create(
             // The task ended badly. What it left decides: our VM (kept, converged next time),
             // nothing (the intent is released), or something still busy (kept).
             match inspect(ctx, site, &spec.name, rec, vm.vmid, true).await? {
-                Found::Ours(node) => {
-                    rec.node = node;
-                    created(ctx, site, spec, rec, vm.vmid)?;
-                }
-                Found::Free | Found::Foreign => abandon(ctx, &site.name, spec, rec, vm.vmid)?,
+                Found::Ours(node) => record_created(ctx, &spec.name, rec, vm.vmid, &node)?,
+                Found::Free | Found::Foreign => abandon(ctx, spec, rec)?,
                 Found::Busy { .. } | Found::Stale { .. } => {}
             }
             Err(e.error)
@@ -275,30 +294,21 @@ async fn finish_create(
     }
 }
 
-fn created(
-    ctx: &ExecCtx<impl Pve>,
-    site: &SiteCtx<impl Pve>,
-    spec: &Spec,
-    rec: &mut SpecRecord,
-    vmid: u32,
-) -> Result<(), ActionError> {
-    record_created(ctx, &site.name, &spec.name, rec, vmid)
-}
-
-/// The VM of an intent exists: the record maps the spec to it, and the VMID reservation goes
-/// (PVE itself now keeps the id taken).
+/// The VM of an intent exists on `node`: the record maps the spec to it, and the VMID
+/// reservation goes in the same transaction (PVE itself now keeps the id taken).
 pub(super) fn record_created(
     ctx: &ExecCtx<impl Pve>,
-    site: &str,
     spec_name: &str,
     rec: &mut SpecRecord,
     vmid: u32,
+    node: &str,
 ) -> Result<(), ActionError> {
-    rec.vmid = Some(vmid);
-    rec.phase = Phase::Exists;
     rec.provisioned = true;
-    ctx.store.put(spec_name, rec)?;
-    ctx.store.release_vmid(site, vmid)?;
+    let made = VmState::Exists {
+        vmid,
+        node: node.to_string(),
+    };
+    ctx.store.transition(spec_name, rec, made)?;
     Ok(())
 }
 
@@ -332,12 +342,12 @@ pub(super) async fn inspect(
     vmid: u32,
     settled: bool,
 ) -> Result<Found, ActionError> {
-    let Phase::Creating {
+    let VmState::Creating {
         node: intent_node,
         started_ms,
         clone_of,
         ..
-    } = &rec.phase
+    } = &rec.vm
     else {
         return Ok(Found::Free);
     };
@@ -478,16 +488,10 @@ pub(super) async fn resume_create(
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
-    upid: Option<String>,
+    upid: Option<Upid>,
 ) -> Result<Outcome, ActionError> {
     let site = site(ctx, vm.site)?;
     if let Some(upid) = upid {
-        let upid: Upid = upid.parse().map_err(|e: String| {
-            fail(
-                Category::ProxmoxError,
-                format!("recorded task id unreadable: {e}"),
-            )
-        })?;
         tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");
         return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
     }
@@ -499,16 +503,14 @@ pub(super) async fn resume_create(
         match inspect(ctx, site, &spec.name, rec, vm.vmid, false).await? {
             Found::Ours(node) => {
                 tracing::info!(spec = %spec.name, vmid = vm.vmid, "found the VM of an interrupted create");
-                rec.node = node.clone();
-                created(ctx, site, spec, rec, vm.vmid)?;
+                record_created(ctx, &spec.name, rec, vm.vmid, &node)?;
                 return converge(ctx, VmRef::new(vm.site, &node, vm.vmid), spec, rec).await;
             }
             Found::Busy {
                 upid: Some(upid), ..
             } => {
                 tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "found the running task of an interrupted create");
-                set_upid(rec, &upid);
-                ctx.store.put(&spec.name, rec)?;
+                record_task(ctx, &spec.name, rec, &upid)?;
                 return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
             }
             Found::Busy { reason, upid: None } => {
@@ -519,40 +521,26 @@ pub(super) async fn resume_create(
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
             Found::Stale { lock, node } => {
-                return Err(ActionError {
-                    needs_human: true,
-                    ..fail(
-                        Category::LockError,
-                        format!(
-                            "VM {} on node {node} is locked ({lock}) and no task holds the lock: an \
-                             interrupted create or clone, perhaps this spec's. proxsync keeps VMID {} \
-                             reserved and creates nothing until it is resolved. Look at it (qm config {}); \
-                             if it is an empty leftover, remove it with: qm unlock {} && qm destroy {}",
-                            vm.vmid, vm.vmid, vm.vmid, vm.vmid, vm.vmid
-                        ),
-                    )
-                });
+                return Err(stale_lock(format!(
+                    "VM {} on node {node} is locked ({lock}) and no task holds the lock: an \
+                     interrupted create or clone, perhaps this spec's. proxsync keeps VMID {} \
+                     reserved and creates nothing until it is resolved. Look at it (qm config {}); \
+                     if it is an empty leftover, remove it with: qm unlock {} && qm destroy {}",
+                    vm.vmid, vm.vmid, vm.vmid, vm.vmid, vm.vmid
+                )));
             }
             found @ (Found::Foreign | Found::Free) => {
                 tracing::info!(spec = %spec.name, vmid = vm.vmid, ?found, "the interrupted create never made a VM; creating anew");
-                abandon(ctx, vm.site, spec, rec, vm.vmid)?;
+                abandon(ctx, spec, rec)?;
                 return create(ctx, vm.site, spec, rec).await;
             }
         }
     }
 }
 
-fn abandon(
-    ctx: &ExecCtx<impl Pve>,
-    site: &str,
-    spec: &Spec,
-    rec: &mut SpecRecord,
-    vmid: u32,
-) -> Result<(), ActionError> {
-    ctx.store.release_vmid(site, vmid)?;
-    rec.phase = Phase::Pending;
-    rec.vmid = None;
-    ctx.store.put(&spec.name, rec)?;
+/// Drops a create intent that made nothing, with its VMID reservation.
+fn abandon(ctx: &ExecCtx<impl Pve>, spec: &Spec, rec: &mut SpecRecord) -> Result<(), ActionError> {
+    ctx.store.transition(&spec.name, rec, VmState::Absent)?;
     Ok(())
 }
 
@@ -593,14 +581,16 @@ pub(super) async fn adopt(
     tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
     rec.uid = uid;
     rec.site = site_name.to_string();
-    rec.node = node.clone();
-    rec.vmid = Some(vmid);
-    rec.phase = Phase::Exists;
     // `Provisioned` says Adopted for a VM this record did not see made (a lost database, a
     // hand-over); a record that already had it keeps what it said.
     rec.adopted = rec.adopted || !rec.provisioned;
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    let adopted = VmState::Exists {
+        vmid,
+        node: node.clone(),
+    };
+    ctx.store.transition(&spec.name, rec, adopted)?;
     // A VM that already matches its spec is recorded as it is, from the config this cycle's
     // observation read (its marker verified for this VMID) and the listing: nothing is sent,
     // so no request re-verifies the identity. That is safe because recording changes nothing
@@ -618,7 +608,6 @@ pub(super) async fn adopt(
         rec.ip_addresses.clear();
         return Ok(Outcome::Done);
     }
-    ctx.store.put(&spec.name, rec)?;
     converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
 }
 
@@ -657,8 +646,7 @@ pub(super) async fn relabel(
         .await?;
     tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
     rec.site = vm.site.to_string();
-    rec.node = vm.node.to_string();
-    // Converge brings the rest (the VM's name) in line next.
+    // Converge (which also records the VM's node, should it have moved) brings the rest (the VM's name) in line next.
     rec.applied_hash = None;
     ctx.store.rename(from, &spec.name, rec)?;
     converge(ctx, vm, spec, rec).await

@@ -11,14 +11,14 @@ use crate::category::Category;
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
-use crate::pve::{Pve, TaskOutcome, Upid, VmParams};
+use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::{SpecRecord, VmState};
 
 use super::converge::check_lock;
 use super::create::{Found, inspect, record_created};
 use super::identity::is_ours;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, wait};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
 /// a release is) and forgets the spec. The marker stays, signed for this VMID, so the next
@@ -36,9 +36,11 @@ pub(super) async fn hand_over(
         let client = &site.client;
         // A delete already running (the spec was removed, then came back in another shard)
         // cannot be taken back: it ends, and the spec is forgotten.
-        if let Phase::Deleting { upid: Some(upid) } = &rec.phase
-            && let Ok(upid) = upid.parse::<Upid>()
+        if let VmState::Deleting {
+            task: Some(upid), ..
+        } = &rec.vm
         {
+            let upid = upid.clone();
             match wait(ctx, client, &upid, rec).await {
                 Ok(TaskOutcome::StillRunning) => {
                     return Ok(Outcome::StillRunning {
@@ -53,7 +55,7 @@ pub(super) async fn hand_over(
             }
         }
         let mut node = vm.node.to_string();
-        if let Phase::Creating { .. } = rec.phase {
+        if let VmState::Creating { .. } = rec.vm {
             match settle_create(ctx, site, spec_name, rec, vm.vmid).await? {
                 Ok(at) => node = at,
                 Err(outcome) => return Ok(outcome),
@@ -108,26 +110,20 @@ async fn settle_create(
 ) -> Result<Result<String, Outcome>, ActionError> {
     match inspect(ctx, site, spec_name, rec, vmid, false).await? {
         Found::Ours(at) => {
-            record_created(ctx, &site.name, spec_name, rec, vmid)?;
+            record_created(ctx, spec_name, rec, vmid, &at)?;
             Ok(Ok(at))
         }
         Found::Busy { reason, .. } => Ok(Err(Outcome::Waiting {
             reason: format!("{reason}; handing it over after (its spec left the selector)"),
         })),
-        Found::Stale { lock, node } => Err(ActionError {
-            needs_human: true,
-            ..fail(
-                Category::LockError,
-                format!(
-                    "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
-                     interrupted create of spec {spec_name}, which left this install's selector. \
-                     Look at it (qm config {vmid}); if it is an empty leftover: qm unlock {vmid} \
-                     && qm destroy {vmid}"
-                ),
-            )
-        }),
+        Found::Stale { lock, node } => Err(stale_lock(format!(
+            "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
+             interrupted create of spec {spec_name}, which left this install's selector. \
+             Look at it (qm config {vmid}); if it is an empty leftover: qm unlock {vmid} \
+             && qm destroy {vmid}"
+        ))),
         Found::Foreign | Found::Free => {
-            ctx.store.release_vmid(&site.name, vmid)?;
+            // Forgetting the record releases the VMID its intent reserved.
             ctx.store.remove(spec_name)?;
             Ok(Err(Outcome::Done))
         }

@@ -6,10 +6,10 @@
 use crate::category::Category;
 use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
-use crate::state::SpecRecord;
+use crate::state::{SpecRecord, VmState};
 
 use super::converge::{check_lock, converge, read_own_config};
-use super::{ActionError, ExecCtx, Outcome, VmRef, site, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
 pub(super) async fn migrate(
     ctx: &ExecCtx<impl Pve>,
@@ -29,14 +29,14 @@ pub(super) async fn migrate(
     }
     let pre = client.migrate_precondition(node, vmid, target).await?;
     if let Some(why) = pre.blocker(target) {
-        return Err(ActionError {
-            category: Category::ConfigurationError,
-            message: format!(
+        // A configuration error: a human must act (the spec is `Stalled`).
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
                 "VM {vmid} cannot be migrated from node {node} to node {target}: {why}. It stays on \
                  {node}; remove what blocks the move, or set node: {node} in the spec"
             ),
-            needs_human: true,
-        });
+        ));
     }
     let online = pre.running == Some(true);
     let with_local_disks = pre.needs_local_disks();
@@ -62,8 +62,14 @@ pub(super) async fn migrate(
             ),
         });
     }
-    rec.node = target.to_string();
-    ctx.store.put(&spec.name, rec)?;
+    ctx.store.transition(
+        &spec.name,
+        rec,
+        VmState::Exists {
+            vmid,
+            node: target.to_string(),
+        },
+    )?;
     // The spec changed (its node at least): bring the VM in line where it is now.
     converge(ctx, VmRef::new(vm.site, target, vmid), spec, rec).await
 }

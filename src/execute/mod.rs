@@ -45,7 +45,7 @@ use crate::pve::types::{NodeStorage, Version};
 pub use crate::pve::values::parse_pve_size;
 use crate::pve::{Client, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, Store, TaskRecord};
+use crate::state::{ErrorKind, SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
@@ -59,8 +59,15 @@ use self::remove::{delete_orphan, forget, remove};
 pub struct ActionError {
     pub category: Category,
     pub message: String,
+    /// What it is beyond its category (a stale lock).
+    pub kind: ErrorKind,
+}
+
+impl ActionError {
     /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
-    pub needs_human: bool,
+    pub fn needs_human(&self) -> bool {
+        self.category.needs_human() || self.kind == ErrorKind::StaleLock
+    }
 }
 
 impl From<PveError> for ActionError {
@@ -74,8 +81,8 @@ impl From<PveError> for ActionError {
         }
         ActionError {
             category: e.category(),
-            needs_human: e.category().needs_human(),
             message,
+            kind: ErrorKind::Plain,
         }
     }
 }
@@ -85,7 +92,7 @@ impl From<crate::state::StateError> for ActionError {
         ActionError {
             category: Category::ConfigurationError,
             message: e.to_string(),
-            needs_human: true,
+            kind: ErrorKind::Plain,
         }
     }
 }
@@ -94,7 +101,15 @@ fn fail(category: Category, message: impl Into<String>) -> ActionError {
     ActionError {
         category,
         message: message.into(),
-        needs_human: category.needs_human(),
+        kind: ErrorKind::Plain,
+    }
+}
+
+/// A lock no running task can hold: only a human can tell it is stale and clear it.
+fn stale_lock(message: impl Into<String>) -> ActionError {
+    ActionError {
+        kind: ErrorKind::StaleLock,
+        ..fail(Category::LockError, message)
     }
 }
 
@@ -351,7 +366,7 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
             vmid,
             release,
         } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
-        Action::Forget { spec } => forget(ctx, spec, &rec).await,
+        Action::Forget { spec } => forget(ctx, spec).await,
         Action::HandOver {
             spec,
             site,

@@ -37,7 +37,7 @@ pub(super) fn record(
     match result {
         Outcome::Failed(e) => {
             rec.attempts = rec.attempts.saturating_add(1);
-            let delay = backoff::delay(spec_name, rec.attempts, e.needs_human);
+            let delay = backoff::delay(spec_name, rec.attempts, e.needs_human());
             rec.next_attempt_ms = Some(now + delay.as_millis() as u64);
             let inputs = ctx
                 .specs
@@ -45,11 +45,11 @@ pub(super) fn record(
                 .map(|s| inputs_hash(s, &ctx.config_hash))
                 .unwrap_or_default();
             rec.last_error = Some(ErrorRecord {
-                category: e.category.as_str().to_string(),
+                category: e.category,
                 message: e.message.clone(),
                 at_ms: now,
                 inputs,
-                needs_human: e.needs_human,
+                kind: e.kind,
             });
             rec.note(
                 now,

@@ -3,14 +3,14 @@
 use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
-use crate::pve::{Pve, TaskOutcome, Upid, VmParams};
-use crate::state::{Phase, SpecRecord};
+use crate::pve::{Pve, TaskOutcome, VmParams};
+use crate::state::{SpecRecord, VmState};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
 use super::create::{Found, inspect, record_created};
 use super::identity::is_ours;
-use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, stale_lock, wait};
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.
@@ -31,9 +31,11 @@ pub(super) async fn remove(
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
         let client = &site.client;
-        if let Phase::Deleting { upid: Some(upid) } = &rec.phase
-            && let Ok(upid) = upid.parse::<Upid>()
+        if let VmState::Deleting {
+            task: Some(upid), ..
+        } = &rec.vm
         {
+            let upid = upid.clone();
             match wait(ctx, client, &upid, rec).await {
                 Ok(TaskOutcome::StillRunning) => {
                     return Ok(Outcome::StillRunning {
@@ -50,10 +52,10 @@ pub(super) async fn remove(
         // A create in flight for a spec that is gone: what became of it decides, exactly as
         // for a resumed create (a VM that may still become ours is never forgotten).
         let mut node = node.to_string();
-        if let Phase::Creating { .. } = rec.phase {
+        if let VmState::Creating { .. } = rec.vm {
             match inspect(ctx, site, spec_name, rec, vmid, false).await? {
                 Found::Ours(at) => {
-                    record_created(ctx, site_name, spec_name, rec, vmid)?;
+                    record_created(ctx, spec_name, rec, vmid, &at)?;
                     node = at;
                 }
                 Found::Busy { reason, .. } => {
@@ -62,20 +64,14 @@ pub(super) async fn remove(
                     });
                 }
                 Found::Stale { lock, node } => {
-                    return Err(ActionError {
-                        needs_human: true,
-                        ..fail(
-                            Category::LockError,
-                            format!(
-                                "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: \
-                                 an interrupted create of removed spec {spec_name}. Look at it (qm config \
-                                 {vmid}); if it is an empty leftover: qm unlock {vmid} && qm destroy {vmid}"
-                            ),
-                        )
-                    });
+                    return Err(stale_lock(format!(
+                        "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: \
+                         an interrupted create of removed spec {spec_name}. Look at it (qm config \
+                         {vmid}); if it is an empty leftover: qm unlock {vmid} && qm destroy {vmid}"
+                    )));
                 }
                 Found::Foreign | Found::Free => {
-                    ctx.store.release_vmid(site_name, vmid)?;
+                    // Forgetting the record releases the VMID its intent reserved.
                     ctx.store.remove(spec_name)?;
                     return Ok(Outcome::Done);
                 }
@@ -127,10 +123,15 @@ pub(super) async fn remove(
             .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
             .collect();
         let upid = client.delete_vm(node, vmid, true, true).await?;
-        rec.phase = Phase::Deleting {
-            upid: Some(upid.to_string()),
-        };
-        ctx.store.put(spec_name, rec)?;
+        ctx.store.transition(
+            spec_name,
+            rec,
+            VmState::Deleting {
+                vmid,
+                node: node.to_string(),
+                task: Some(upid.clone()),
+            },
+        )?;
         tracing::info!(spec = spec_name, vmid, upid = %upid, "deleting");
         match wait(ctx, client, &upid, rec).await? {
             TaskOutcome::StillRunning => Ok(Outcome::StillRunning {
@@ -173,15 +174,12 @@ fn release_params(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig) -> Result<VmParams, A
     Ok(params)
 }
 
-pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
-    let result = (|| {
-        if let Phase::Creating { vmid, .. } = rec.phase {
-            ctx.store.release_vmid(&rec.site, vmid)?;
-        }
-        ctx.store.remove(spec_name)?;
-        Ok::<_, ActionError>(Outcome::Done)
-    })();
-    result.unwrap_or_else(Outcome::Failed)
+pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str) -> Outcome {
+    // Also releases the VMID of a create intent.
+    match ctx.store.remove(spec_name) {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Failed(e.into()),
+    }
 }
 
 pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Outcome {

@@ -12,7 +12,7 @@ use crate::observe::observe_site;
 use crate::ownership::MarkerKey;
 use crate::pve::fake::{FakePve, Fault, TaskEnd};
 use crate::spec::test_spec;
-use crate::state::Phase;
+use crate::state::VmState;
 
 /// Unix ms when each test starts (the clock follows tokio's paused time from there).
 const START_MS: u64 = 1_800_000_000_000;
@@ -106,25 +106,25 @@ impl World {
     /// The action the planner makes of a record in `Creating`.
     fn resume(&self) -> Action {
         let rec = self.record();
-        let Phase::Creating {
-            vmid, node, upid, ..
-        } = rec.phase
+        let VmState::Creating {
+            vmid, node, task, ..
+        } = rec.vm
         else {
-            panic!("not creating: {:?}", rec.phase);
+            panic!("not creating: {:?}", rec.vm);
         };
         Action::ResumeCreate {
             spec: self.spec.name.clone(),
             site: "lab".into(),
             node,
             vmid,
-            upid,
+            upid: task,
         }
     }
 
     /// The intent's VMID and UPID.
     fn intent(&self) -> (u32, Option<String>) {
-        match self.record().phase {
-            Phase::Creating { vmid, upid, .. } => (vmid, upid),
+        match self.record().vm {
+            VmState::Creating { vmid, task, .. } => (vmid, task.map(|t| t.to_string())),
             other => panic!("not creating: {other:?}"),
         }
     }
@@ -154,8 +154,10 @@ impl World {
 
     fn assert_exists(&self, vmid: u32) {
         let rec = self.record();
-        assert_eq!(rec.phase, Phase::Exists, "{rec:?}");
-        assert_eq!(rec.vmid, Some(vmid));
+        assert!(
+            matches!(rec.vm, VmState::Exists { vmid: v, .. } if v == vmid),
+            "{rec:?}"
+        );
     }
 }
 
@@ -243,8 +245,8 @@ async fn no_upid_and_a_vm_without_our_marker_is_not_touched() {
     // Ours is made at another VMID.
     assert_eq!(w.pve().count("clone_vm"), 1);
     let rec = w.record();
-    assert_ne!(rec.vmid, Some(vmid));
-    assert!(rec.vmid.is_some(), "{rec:?}");
+    assert_ne!(rec.vmid(), Some(vmid));
+    assert!(rec.vmid().is_some(), "{rec:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -321,7 +323,7 @@ async fn upid_and_a_failed_task_releases_the_intent() {
     assert!(e.message.contains("out of space"), "{e:?}");
     assert_eq!(w.pve().count("clone_vm"), 0, "no create in the same action");
     let rec = w.record();
-    assert_eq!(rec.phase, Phase::Pending, "{rec:?}");
+    assert_eq!(rec.vm, VmState::Absent, "{rec:?}");
     assert!(w.store.allocations("lab").expect("allocations").is_empty());
     assert!(w.pve().vm(vmid).is_none());
 }
@@ -349,7 +351,7 @@ async fn a_failed_poll_keeps_the_intent_and_its_upid() {
 async fn a_resumed_delete_waits_for_its_task_and_deletes_once() {
     let w = World::new("    powerState: stopped\n");
     assert_eq!(w.run(w.create()).await, Outcome::Done);
-    let vmid = w.record().vmid.expect("created");
+    let vmid = w.record().vmid().expect("created");
     let remove = Action::Remove {
         spec: w.spec.name.clone(),
         site: "lab".into(),
@@ -362,12 +364,10 @@ async fn a_resumed_delete_waits_for_its_task_and_deletes_once() {
     let Outcome::StillRunning { upid } = outcome else {
         panic!("{outcome:?}");
     };
-    assert_eq!(
-        w.record().phase,
-        Phase::Deleting {
-            upid: Some(upid.clone())
-        }
-    );
+    let VmState::Deleting { task, .. } = w.record().vm else {
+        panic!("not deleting: {:?}", w.record());
+    };
+    assert_eq!(task.map(|t| t.to_string()), Some(upid.clone()));
     // Resumed while the task runs: waited for, never sent again.
     assert_eq!(
         w.run(remove.clone()).await,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{PlanInput, record_vmid};
+use super::PlanInput;
 use crate::observe::{ObservedVm, SiteView};
 
 /// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
@@ -82,7 +82,7 @@ pub(super) fn site_indexes<'a>(
     // The VMIDs the records explain, per site: their markers need not be read.
     let mut known: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for r in input.records.values() {
-        if let Some(id) = record_vmid(r) {
+        if let Some(id) = r.vmid() {
             known.entry(r.site.as_str()).or_default().insert(id);
         }
     }

@@ -26,8 +26,9 @@ use serde::Serialize;
 use crate::config::ReconcileConfig;
 use crate::observe::SiteView;
 use crate::ownership::ownership_tag;
+use crate::pve::Upid;
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::SpecRecord;
 
 mod hash;
 mod index;
@@ -87,7 +88,7 @@ pub enum Action {
         site: String,
         node: String,
         vmid: u32,
-        upid: Option<String>,
+        upid: Option<Upid>,
     },
     /// A VM carrying the spec's marker exists but the state did not know it.
     Adopt {
@@ -348,12 +349,4 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     removals::apply_valves(input, removals, &mut out);
     out.actions.sort();
     out
-}
-
-/// The VMID a record stands for: the VM, or the one being created.
-pub fn record_vmid(rec: &SpecRecord) -> Option<u32> {
-    match &rec.phase {
-        Phase::Creating { vmid, .. } => Some(*vmid),
-        _ => rec.vmid,
-    }
 }

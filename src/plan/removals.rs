@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rename::Rename;
-use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, record_vmid};
+use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
-use crate::state::{Phase, SpecRecord};
+use crate::state::{SpecRecord, VmState};
 
 /// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or
 /// release their VM, or forget the record when the VM is gone too; a spec now outside the
@@ -49,18 +49,20 @@ pub(super) fn gone_specs(
 
 /// The removal of one gone spec on its reachable site, if one can happen now.
 fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
-    match record_vmid(rec).and_then(|id| view.vms.get(&id)) {
+    match rec.vmid().and_then(|id| view.vms.get(&id)) {
         // A create in flight whose VM is not listed yet: execute finds out (it waits for the
         // task, then deletes; or forgets an intent that never reached PVE). Forgetting it
         // here would leak the VM the task is making.
-        None => match &rec.phase {
-            Phase::Creating { vmid, node, .. } => view.node_healthy(node).then(|| Action::Remove {
-                spec: name.to_string(),
-                site: rec.site.clone(),
-                node: node.clone(),
-                vmid: *vmid,
-                release: rec.orphan_on_delete,
-            }),
+        None => match &rec.vm {
+            VmState::Creating { vmid, node, .. } => {
+                view.node_healthy(node).then(|| Action::Remove {
+                    spec: name.to_string(),
+                    site: rec.site.clone(),
+                    node: node.clone(),
+                    vmid: *vmid,
+                    release: rec.orphan_on_delete,
+                })
+            }
             _ => Some(Action::Forget {
                 spec: name.to_string(),
             }),
@@ -108,7 +110,7 @@ pub(super) fn orphans(
     let reserved: BTreeSet<(&str, u32)> = input
         .records
         .values()
-        .filter_map(|r| Some((r.site.as_str(), record_vmid(r)?)))
+        .filter_map(|r| Some((r.site.as_str(), r.vmid()?)))
         .collect();
     let extras: BTreeSet<(&str, u32)> = out
         .duplicates
@@ -126,7 +128,7 @@ pub(super) fn orphans(
         .records
         .iter()
         .filter(|(name, r)| spec_site.get(name.as_str()).is_some_and(|s| *s != r.site))
-        .filter_map(|(name, r)| Some(((r.site.as_str(), record_vmid(r)?), name.as_str())))
+        .filter_map(|(name, r)| Some(((r.site.as_str(), r.vmid()?), name.as_str())))
         .collect();
     for view in input.sites.values().filter(|v| v.reachable()) {
         for vm in view.vms.values() {
@@ -333,7 +335,7 @@ fn managed(input: &PlanInput<'_>) -> usize {
     let mut managed: BTreeSet<(&str, u32)> = input
         .records
         .values()
-        .filter_map(|r| Some((r.site.as_str(), record_vmid(r)?)))
+        .filter_map(|r| Some((r.site.as_str(), r.vmid()?)))
         .collect();
     for view in input.sites.values() {
         for vm in view.vms.values() {

@@ -2,9 +2,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Action, PlanInput, Verdict, content_hash, record_vmid};
+use super::{Action, PlanInput, Verdict, content_hash};
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::{SpecRecord, VmState};
 
 /// A removed spec whose VM a new spec of the same commit takes over.
 pub(super) struct Rename<'a> {
@@ -36,8 +36,7 @@ pub(super) fn renames<'a>(
             !desired.contains(name.as_str())
                 && !input.invalid.contains(*name)
                 && !input.elsewhere.contains(*name)
-                && r.vmid.is_some()
-                && r.phase == Phase::Exists
+                && matches!(r.vm, VmState::Exists { .. })
         })
         .map(|(n, r)| (n.as_str(), r))
         .collect();
@@ -49,7 +48,7 @@ pub(super) fn renames<'a>(
         if input
             .records
             .get(&spec.name)
-            .and_then(record_vmid)
+            .and_then(SpecRecord::vmid)
             .is_some()
         {
             continue;
@@ -65,6 +64,7 @@ pub(super) fn renames<'a>(
             })
         });
         if let Some((from, r)) = found
+            && let VmState::Exists { vmid, node } = &r.vm
             && r.site == spec.site
             && taken.insert(from)
         {
@@ -73,8 +73,8 @@ pub(super) fn renames<'a>(
                 Rename {
                     from,
                     site: r.site.as_str(),
-                    node: r.node.as_str(),
-                    vmid: r.vmid.unwrap_or_default(),
+                    node: node.as_str(),
+                    vmid: *vmid,
                     confirmed: by_annotation.is_some(),
                 },
             );

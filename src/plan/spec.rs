@@ -1,10 +1,10 @@
 //! The decision for one valid spec: resume, adopt, create, converge, or why not.
 
 use super::index::SiteIndex;
-use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash, record_vmid};
+use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash};
 use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
-use crate::state::{Phase, SpecRecord};
+use crate::state::{SpecRecord, VmState};
 
 /// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
 /// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.
@@ -17,7 +17,7 @@ pub(super) fn duplicate(
     let claimants = index?.by_marker.get(spec.name.as_str())?;
     let mut ids: Vec<u32> = claimants.iter().map(|vm| vm.vmid).collect();
     ids.sort_unstable();
-    let recorded = rec.and_then(record_vmid);
+    let recorded = rec.and_then(SpecRecord::vmid);
     let kept = match (verdict, recorded) {
         (Verdict::UpToDate { vmid }, _) => *vmid,
         (_, Some(id)) => id,
@@ -99,13 +99,12 @@ fn site_move(
     actions: &mut Vec<Action>,
 ) -> Option<Verdict> {
     let r = rec.filter(|r| !r.site.is_empty() && r.site != spec.site)?;
-    let vmid = record_vmid(r)?;
-    let gone = input.sites.get(&r.site).is_some_and(|old| {
-        old.reachable()
-            && !old.vms.contains_key(&vmid)
-            && !matches!(r.phase, Phase::Creating { .. })
-    });
-    let creating = matches!(r.phase, Phase::Creating { .. });
+    let vmid = r.vmid()?;
+    let creating = matches!(r.vm, VmState::Creating { .. });
+    let gone = input
+        .sites
+        .get(&r.site)
+        .is_some_and(|old| old.reachable() && !old.vms.contains_key(&vmid) && !creating);
     if gone || (spec.allow_recreate_on_site_change && !creating) {
         // Its VM was removed on the old site (or the spec allows a new VM while the old one
         // stays, listed as an orphan by its marker; never while a create there may still be
@@ -128,9 +127,9 @@ fn resume_create(
     view: &SiteView,
     actions: &mut Vec<Action>,
 ) -> Option<Verdict> {
-    let Phase::Creating {
-        vmid, node, upid, ..
-    } = &rec?.phase
+    let VmState::Creating {
+        vmid, node, task, ..
+    } = &rec?.vm
     else {
         return None;
     };
@@ -147,7 +146,7 @@ fn resume_create(
         site: spec.site.clone(),
         node: node.clone(),
         vmid: *vmid,
-        upid: upid.clone(),
+        upid: task.clone(),
     });
     Some(Verdict::Acting)
 }
@@ -158,7 +157,7 @@ fn backoff(input: &PlanInput<'_>, spec: &Spec, rec: Option<&SpecRecord>) -> Opti
     let r = rec?;
     let until = r.next_attempt_ms?;
     let error = r.last_error.as_ref()?;
-    if input.retry_transient_now && !error.needs_human {
+    if input.retry_transient_now && !error.needs_human() {
         return None;
     }
     let same_inputs = error.inputs == inputs_hash(spec, input.config_hash);
@@ -173,7 +172,7 @@ fn by_record<'v>(
     tag: &str,
     view: &'v SiteView,
 ) -> Option<&'v ObservedVm> {
-    rec.and_then(|r| r.vmid)
+    rec.and_then(|r| r.vm.made_vmid())
         .and_then(|id| view.vms.get(&id))
         // The VMID is ours only while the VM carries our tag, or our marker; a VMID reused
         // by someone else after a hand delete is not ours.

@@ -46,6 +46,34 @@ impl fmt::Display for Upid {
     }
 }
 
+/// Ordered by its text (plans sort their actions, some of which name a task).
+impl Ord for Upid {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.raw.cmp(&other.raw)
+    }
+}
+
+impl PartialOrd for Upid {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Written as PVE's string (the state database, `proxsync plan --json`).
+impl serde::Serialize for Upid {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.raw)
+    }
+}
+
+/// Read back from PVE's string; one that does not parse is an error.
+impl<'de> serde::Deserialize<'de> for Upid {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Upid {
     type Err = String;
 

@@ -8,12 +8,11 @@ use super::{
     AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, SpecStatus, TaskSummary,
     kinds, reasons,
 };
-use crate::category::Category;
 use crate::execute::Outcome;
 use crate::observe::{ObservedVm, SiteView};
 use crate::plan::{Action, Duplicate, Verdict};
 use crate::spec::Spec;
-use crate::state::{ErrorRecord, Phase, SpecRecord};
+use crate::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
 fn at(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
@@ -33,7 +32,7 @@ fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
         (Some(e), Some(next)) => Some(BackoffSummary {
             attempts: rec.attempts,
             next_attempt: at(next),
-            category: e.category.clone(),
+            category: e.category.as_str().to_string(),
             message: e.message.clone(),
         }),
         _ => None,
@@ -73,7 +72,8 @@ pub(crate) fn spec_status(
         duplicate,
         action: planned,
     } = plan;
-    let vmid = rec.and_then(|r| r.vmid);
+    // The VM once made: a create in flight shows no VMID yet.
+    let vmid = rec.and_then(|r| r.vm.made_vmid());
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
         name: spec.name.clone(),
@@ -83,9 +83,9 @@ pub(crate) fn spec_status(
             .unwrap_or_else(|| spec.node.clone()),
         vm_id: vmid,
         vm_name: spec.vm_name.clone(),
-        state: match (rec.map(|r| &r.phase), vm) {
-            (Some(Phase::Creating { .. }), _) => "creating".into(),
-            (Some(Phase::Deleting { .. }), _) => "deleting".into(),
+        state: match (rec.map(|r| &r.vm), vm) {
+            (Some(VmState::Creating { .. }), _) => "creating".into(),
+            (Some(VmState::Deleting { .. }), _) => "deleting".into(),
             (_, Some(vm)) => vm.power.as_str().into(),
             _ => "absent".into(),
         },
@@ -145,7 +145,7 @@ fn ready_and_reconciling(
     error: Option<&ErrorRecord>,
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
-    let vmid = rec.and_then(|r| r.vmid);
+    let vmid = rec.and_then(|r| r.vm.made_vmid());
     match verdict {
         Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
         Some(Verdict::BackingOff { until_ms }) => {
@@ -286,31 +286,19 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
     }
 }
 
-/// `Stalled`: true when the last error needs a human. A lock error that needs one is a stale
-/// lock (no task holds it; the message gives the command to clear it).
+/// `Stalled`: true when the last error needs a human: a stale lock (no task holds it; the
+/// message gives the command to clear it), or a category that always does.
 fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
-    let category = error.and_then(|e| Category::from_name(&e.category));
-    match (error, category) {
-        (Some(e), Some(cat)) if needs_human(e, cat) => {
-            let reason = if cat == Category::LockError {
-                reasons::STALE_LOCK
-            } else {
-                reasons::stalled_for(cat)
+    match error {
+        Some(e) if e.needs_human() => {
+            let reason = match e.kind {
+                ErrorKind::StaleLock => reasons::STALE_LOCK,
+                ErrorKind::Plain => reasons::stalled_for(e.category),
             };
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
         }
         _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
     }
-}
-
-/// Whether the failure of `e` needs a human: the record says so, or its category always does.
-/// A record of a release before `needs_human` was kept reads it as false; such a release
-/// recorded a stale lock only as a lock error telling to `qm unlock`, which is still
-/// recognised so its spec stays `Stalled`.
-fn needs_human(e: &ErrorRecord, cat: Category) -> bool {
-    e.needs_human
-        || cat.needs_human()
-        || (cat == Category::LockError && e.message.contains("qm unlock"))
 }
 
 /// `NodeHealthy` for the node a spec's VM is on (or is to be created on).
@@ -433,7 +421,7 @@ fn acting(
     outcome: Option<&Outcome>,
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
-    let (reason, message) = match (outcome, rec.map(|r| &r.phase)) {
+    let (reason, message) = match (outcome, rec.map(|r| &r.vm)) {
         (Some(Outcome::StillRunning { upid }), _) => (
             reasons::WAITING_FOR_TASK,
             format!("task {upid} still running"),
@@ -442,8 +430,8 @@ fn acting(
         (Some(Outcome::Failed(e)), _) => {
             (reasons::FAILED, format!("{}: {}", e.category, e.message))
         }
-        (_, Some(Phase::Creating { .. })) => (reasons::CREATING, "creating the VM".to_string()),
-        (_, Some(Phase::Deleting { .. })) => (reasons::DELETING, "deleting the VM".to_string()),
+        (_, Some(VmState::Creating { .. })) => (reasons::CREATING, "creating the VM".to_string()),
+        (_, Some(VmState::Deleting { .. })) => (reasons::DELETING, "deleting the VM".to_string()),
         _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
         _ => (reasons::UPDATING, "the VM will be updated".to_string()),
     };
@@ -497,9 +485,12 @@ pub(crate) fn invalid_status(
     let mut st = SpecStatus {
         name: name.to_string(),
         site: rec.map(|r| r.site.clone()).unwrap_or_default(),
-        node: rec.map(|r| r.node.clone()).unwrap_or_default(),
-        vm_id: rec.and_then(|r| r.vmid),
-        state: if rec.and_then(|r| r.vmid).is_some() {
+        node: rec
+            .and_then(|r| r.vm.node())
+            .map(str::to_string)
+            .unwrap_or_default(),
+        vm_id: rec.and_then(|r| r.vm.made_vmid()),
+        state: if rec.and_then(|r| r.vm.made_vmid()).is_some() {
             "unknown".into()
         } else {
             "absent".into()
@@ -543,14 +534,15 @@ pub(crate) fn has_condition(st: &SpecStatus, kind: &str, status: S) -> bool {
 #[cfg(test)]
 mod stalled_tests {
     use super::*;
+    use crate::category::Category;
 
-    fn error(category: Category, message: &str, needs_human: bool) -> ErrorRecord {
+    fn error(category: Category, message: &str, kind: ErrorKind) -> ErrorRecord {
         ErrorRecord {
-            category: category.as_str().to_string(),
+            category,
             message: message.to_string(),
             at_ms: 0,
             inputs: String::new(),
-            needs_human,
+            kind,
         }
     }
 
@@ -560,27 +552,36 @@ mod stalled_tests {
     }
 
     #[test]
-    fn stalled_follows_needs_human_and_the_category() {
+    fn stalled_follows_the_error_kind_and_the_category() {
         let lock = "VM 100 is locked (create) but no task holds the lock; qm unlock 100";
         assert_eq!(
-            reason(&error(Category::LockError, lock, true)),
+            reason(&error(Category::LockError, lock, ErrorKind::StaleLock)),
             (S::True, reasons::STALE_LOCK)
         );
-        // An older release's record (no needs_human): the same verdict as before.
+        // The kind decides, not the text (older records are converted as they are read:
+        // `state::tests::error_records_of_older_releases_keep_their_verdict`).
         assert_eq!(
-            reason(&error(Category::LockError, lock, false)),
-            (S::True, reasons::STALE_LOCK)
-        );
-        assert_eq!(
-            reason(&error(Category::PermissionDenied, "403", false)),
-            (S::True, reasons::stalled_for(Category::PermissionDenied))
-        );
-        assert_eq!(
-            reason(&error(Category::LockError, "can't lock file", false)),
+            reason(&error(Category::LockError, lock, ErrorKind::Plain)),
             (S::False, reasons::NOT_STALLED)
         );
         assert_eq!(
-            reason(&error(Category::NetworkError, "timed out", false)),
+            reason(&error(Category::PermissionDenied, "403", ErrorKind::Plain)),
+            (S::True, reasons::stalled_for(Category::PermissionDenied))
+        );
+        assert_eq!(
+            reason(&error(
+                Category::LockError,
+                "can't lock file",
+                ErrorKind::Plain
+            )),
+            (S::False, reasons::NOT_STALLED)
+        );
+        assert_eq!(
+            reason(&error(
+                Category::NetworkError,
+                "timed out",
+                ErrorKind::Plain
+            )),
             (S::False, reasons::NOT_STALLED)
         );
         assert_eq!(stalled(None).status, S::False);
@@ -595,8 +596,10 @@ mod tests {
     fn reconciling_names_the_step_still_planned() {
         let spec = crate::spec::test_spec("");
         let rec = SpecRecord {
-            vmid: Some(100),
-            phase: Phase::Exists,
+            vm: VmState::Exists {
+                vmid: 100,
+                node: "pve1".into(),
+            },
             ..Default::default()
         };
         let converge = |why: &[&str]| Action::Converge {

@@ -166,7 +166,9 @@ pub const RECONCILING: &[&str] = &[
     NOT_YET_OBSERVED,
     HELD_BY_INSTALL,
 ];
-/// Reasons of `Stalled`.
+/// Reasons of `Stalled`: True only for the categories that need a human
+/// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
+/// and never stall (docs/status.md, "Other error categories").
 pub const STALLED: &[&str] = &[
     NOT_STALLED,
     API_NOT_SUPPORTED,
@@ -174,16 +176,8 @@ pub const STALLED: &[&str] = &[
     AUTHENTICATION_ERROR,
     PERMISSION_DENIED,
     QUOTA_EXCEEDED,
-    NODE_UNHEALTHY,
     IMAGE_NOT_FOUND,
-    LOCK_ERROR,
-    NETWORK_ERROR,
-    TASK_FAILED,
     VALIDATION_FAILED,
-    NOT_FOUND,
-    ALREADY_EXISTS,
-    CONFLICT,
-    PROXMOX_ERROR,
     STALE_LOCK,
     NOT_YET_OBSERVED,
 ];
