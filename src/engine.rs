@@ -376,6 +376,7 @@ impl Engine {
                 node_facts: Default::default(),
                 marker_key: self.marker_key.clone(),
                 fresh_configs: std::mem::take(&mut fresh),
+                vmid_cursors: Default::default(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // VMIDs may have been freed and reused by this cycle's deletes and creates: cached

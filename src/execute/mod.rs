@@ -4,8 +4,10 @@
 //! Invariants (see ARCHITECTURE.md):
 //! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
 //!   the state database; the task's UPID is made durable right after PVE answers.
-//! - VMIDs are allocated by one allocator per site (a mutex held from `nextid` until the UPID
-//!   is recorded); `already exists` means take the next id, never retry the same.
+//! - VMIDs are allocated by one allocator per site (a mutex held from choosing the id until
+//!   the UPID is recorded): the lowest id of the datacenter's `next-id` range free in the
+//!   cycle's listing, `nextid` only when none is; `already exists` means take the next id,
+//!   never retry the same (`vmid`).
 //! - Before any change, shutdown, stop or delete, the VM's identity is re-verified from a
 //!   fresh config read: this install's marker and the spec's name.
 //! - Pre-flight checks (node, storage, bridge, image, PVE version) run before any create, so
@@ -27,6 +29,7 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
+mod vmid;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -35,6 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
 pub use self::reboot::RebootSlots;
+pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
 use crate::observe::SiteView;
 use crate::plan::Action;
@@ -129,8 +133,8 @@ pub struct SiteCtx {
     /// How long after a create or clone request was sent it may still turn into a VM: the
     /// client's request timeout (pveproxy forwards for up to 30 s) plus a margin.
     pub request_window: Duration,
-    /// One VMID allocation at a time per site.
-    allocator: Mutex<()>,
+    /// One VMID allocation at a time per site, with the site's `next-id` range.
+    allocator: Mutex<vmid::SiteAllocator>,
     version: OnceCell<Version>,
 }
 
@@ -140,7 +144,7 @@ impl SiteCtx {
             name: name.to_string(),
             client,
             request_window: request_timeout.max(Duration::from_secs(30)) + REQUEST_WINDOW_MARGIN,
-            allocator: Mutex::new(()),
+            allocator: Mutex::new(vmid::SiteAllocator::default()),
             version: OnceCell::new(),
         }
     }
@@ -190,6 +194,8 @@ pub struct ExecCtx {
     pub marker_key: Arc<crate::ownership::MarkerKey>,
     /// The configs this cycle's observation read to learn markers (see [`FreshConfigs`]).
     pub fresh_configs: FreshConfigs,
+    /// Per site, where this cycle's search for a free VMID goes on.
+    pub vmid_cursors: VmidCursors,
 }
 
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
