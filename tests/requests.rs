@@ -348,3 +348,35 @@ fn an_id_taken_after_the_listing_is_skipped() {
         assert_eq!(ws.condition(name, "Ready").0, "True", "{name}: {out}");
     }
 }
+
+/// When the range has no gap left in the listing, PVE's own nextid decides (here: its error for
+/// a full range, kept verbatim); nothing is cloned.
+#[test]
+fn a_full_range_asks_nextid() {
+    let mut pve = Scenario::default()
+        .set(
+            "datacenter",
+            json!({"next-id": {"lower": "5000", "upper": "5001"}}),
+        )
+        .start();
+    pve.add_vm(json!({"vmid": 5000, "name": "someone-else", "node": "pve1"}));
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs_as_template(1));
+    pve.clear_requests();
+    let (_, out) = ws.run_once();
+    let reqs = logged(&mut pve);
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.starts_with("GET /cluster/nextid"))
+            .count(),
+        1,
+        "{reqs:#?}"
+    );
+    assert!(!reqs.iter().any(|r| r.ends_with("/clone")), "{reqs:#?}");
+    assert!(owned_vms(&mut pve).is_empty(), "{out}");
+    let (_, _, message) = ws.condition("web-01", "Ready");
+    assert!(
+        message.contains("unable to get any free VMID in range [5000, 5001]"),
+        "{message}: {out}"
+    );
+}
