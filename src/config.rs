@@ -606,13 +606,36 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         Some(s) => build_source(s, base)?,
     };
 
-    if raw.site.is_empty() {
+    let sites = build_sites(raw.site, base)?;
+    let reconcile = build_reconcile(raw.reconcile)?;
+    let notify = build_notifies(raw.notify, base)?;
+
+    Ok(Config {
+        install_id,
+        state_dir,
+        status_dir,
+        marker_key_file,
+        source,
+        sites,
+        reconcile,
+        notify,
+        metrics: raw
+            .metrics
+            .and_then(|m| m.listen)
+            .map(|l| parse_metrics_listen(&l))
+            .transpose()?,
+        path: path.to_path_buf(),
+    })
+}
+
+fn build_sites(raw: Vec<RawSite>, base: &Path) -> Result<Vec<SiteConfig>, String> {
+    if raw.is_empty() {
         return Err(
             "no [[site]]: add at least one [[site]] with name, endpoint and token_id".into(),
         );
     }
     let mut sites: Vec<SiteConfig> = Vec::new();
-    for (i, s) in raw.site.into_iter().enumerate() {
+    for (i, s) in raw.into_iter().enumerate() {
         let site = build_site(s, base).map_err(|m| format!("[[site]] #{}: {m}", i + 1))?;
         if sites.iter().any(|other| other.name == site.name) {
             return Err(format!(
@@ -623,9 +646,11 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         }
         sites.push(site);
     }
+    Ok(sites)
+}
 
+fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
     let defaults = ReconcileConfig::default();
-    let r = raw.reconcile;
     let max_parallel_per_node = match r.max_parallel_per_node {
         None => defaults.max_parallel_per_node,
         Some(n) if (1..=64).contains(&n) => n as u32,
@@ -673,9 +698,12 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
     if reconcile.resync_interval < Duration::from_secs(10) {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());
     }
+    Ok(reconcile)
+}
 
+fn build_notifies(raw: Vec<RawNotify>, base: &Path) -> Result<Vec<NotifyConfig>, String> {
     let mut notify: Vec<NotifyConfig> = Vec::new();
-    for (i, n) in raw.notify.into_iter().enumerate() {
+    for (i, n) in raw.into_iter().enumerate() {
         let target = build_notify(n, base).map_err(|m| format!("[[notify]] #{}: {m}", i + 1))?;
         if notify.iter().any(|other| other.name == target.name) {
             return Err(format!(
@@ -686,23 +714,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         }
         notify.push(target);
     }
-
-    Ok(Config {
-        install_id,
-        state_dir,
-        status_dir,
-        marker_key_file,
-        source,
-        sites,
-        reconcile,
-        notify,
-        metrics: raw
-            .metrics
-            .and_then(|m| m.listen)
-            .map(|l| parse_metrics_listen(&l))
-            .transpose()?,
-        path: path.to_path_buf(),
-    })
+    Ok(notify)
 }
 
 fn build_notify(n: RawNotify, base: &Path) -> Result<NotifyConfig, String> {

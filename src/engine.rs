@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
 use crate::metrics::Metrics;
@@ -210,6 +211,8 @@ pub struct Engine {
     /// A hash of the names written by the last cycle (specs and records): the directory is
     /// listed for stale files only when it changes.
     written_names: Option<u64>,
+    /// The wall clock of plans, actions and status files (the system's; tests set their own).
+    clock: Clock,
 }
 
 impl Engine {
@@ -249,7 +252,13 @@ impl Engine {
             records: None,
             written: HashMap::new(),
             written_names: None,
+            clock: Clock::system(),
         })
+    }
+
+    /// Reads the time from `clock` instead of the system's.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
     /// Lets `shutdown` stop a cycle gracefully.
@@ -338,7 +347,7 @@ impl Engine {
             orphans_seen: &orphans_seen,
             reconcile: &self.config.reconcile,
             config_hash: &chash,
-            now_ms: now_ms(),
+            now_ms: self.clock.now_ms(),
             retry_transient_now: self.retry_transient_now,
         };
         let first = plan(&input);
@@ -377,6 +386,7 @@ impl Engine {
                 marker_key: self.marker_key.clone(),
                 fresh_configs: std::mem::take(&mut fresh),
                 vmid_cursors: Default::default(),
+                clock: self.clock.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             // VMIDs may have been freed and reused by this cycle's deletes and creates: cached
@@ -398,7 +408,7 @@ impl Engine {
                 sites: &views,
                 records: &records,
                 orphans_seen: &orphans_seen,
-                now_ms: now_ms(),
+                now_ms: self.clock.now_ms(),
                 ..input
             };
             let plan_after = plan(&input);
@@ -439,7 +449,7 @@ impl Engine {
         refused: &[String],
         started: Instant,
     ) -> Result<CycleReport, EngineError> {
-        let now = SystemTime::now();
+        let now = self.clock.system_time();
         let mut counts = Counts::default();
         let outcomes: BTreeMap<&str, &Outcome> = results
             .iter()
@@ -516,7 +526,14 @@ impl Engine {
             .map_err(status_err(&self.config.status_dir))?;
         Ok(CycleReport {
             source_refusal: self.source_refusal.clone(),
-            ..cycle_report(&counts, specs, views, records, cycle_ms)
+            ..cycle_report(
+                &counts,
+                specs,
+                views,
+                records,
+                cycle_ms,
+                self.clock.now_ms(),
+            )
         })
     }
 
@@ -534,7 +551,7 @@ impl Engine {
             backing_off: 0,
             invalid: 0,
             sites: Vec::new(),
-            last_cycle: SystemTime::now(),
+            last_cycle: self.clock.system_time(),
             cycle_ms: 0,
             refused: Vec::new(),
             last_request: self.last_request.clone(),
@@ -631,6 +648,7 @@ fn cycle_report(
     views: &BTreeMap<String, SiteView>,
     records: &BTreeMap<String, SpecRecord>,
     cycle_ms: u64,
+    now_ms: u64,
 ) -> CycleReport {
     CycleReport {
         plan: Plan::default(),
@@ -652,7 +670,7 @@ fn cycle_report(
         next_attempt_ms: records
             .values()
             .filter_map(|r| r.next_attempt_ms)
-            .filter(|at| *at > now_ms())
+            .filter(|at| *at > now_ms)
             .min(),
         conditions: counts.conditions.clone(),
         site_health: views.values().map(site_summary).collect(),

@@ -6,6 +6,7 @@
 pub mod backoff;
 pub mod category;
 pub mod cli;
+pub mod clock;
 pub mod cloudinit;
 pub mod config;
 pub mod control;

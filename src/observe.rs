@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::ownership::Marker;
 use crate::pve::types::{ClusterHealth, VmConfig, VmResource};
-use crate::pve::{Client, Error};
+use crate::pve::{Error, Pve};
 
 /// A VM's power state as listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -152,7 +152,7 @@ impl SiteView {
 }
 
 /// Reads one site: two requests, in parallel.
-pub async fn observe_site(name: &str, client: &Client) -> SiteView {
+pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
     let (status, resources) = tokio::join!(client.cluster_health(), client.vm_resources());
     match (status, resources) {
         (Ok(health), Ok(resources)) => SiteView {
@@ -199,7 +199,7 @@ pub fn needs_marker(
 }
 
 /// Reads a VM's description marker. A VM that vanished reads as "no marker".
-pub async fn read_marker(client: &Client, node: &str, vmid: u32) -> Result<MarkerRead, Error> {
+pub async fn read_marker(client: &impl Pve, node: &str, vmid: u32) -> Result<MarkerRead, Error> {
     match client.vm_config(node, vmid).await {
         // A create or clone still running has not written its description yet.
         Ok(cfg) if matches!(cfg.lock(), Some("create" | "clone")) => Ok(MarkerRead::NotYet),
@@ -229,7 +229,7 @@ pub enum MarkerRead {
 
 /// Reads the markers of `vms` (VMID, node) of one site side by side, at most `per_node` at
 /// once on each node (the same limit actions keep), answers in the order of `vms`.
-pub async fn read_markers<C: AsRef<Client> + Send + Sync + 'static>(
+pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
     client: &Arc<C>,
     vms: Vec<(u32, String)>,
     per_node: u32,

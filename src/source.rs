@@ -407,34 +407,84 @@ fn read_at(
     let repo = git2::Repository::open(repo_path)
         .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
     let (commit, branch) = find_commit(&repo, rev).map_err(err)?;
-    let root = commit.tree().map_err(|e| err(e.message().to_string()))?;
     let rel = dir.to_string_lossy();
     let rel = rel.trim_start_matches("./").trim_end_matches('/');
-    let tree = if rel.is_empty() || rel == "." {
-        root
-    } else {
-        let entry = root.get_path(Path::new(rel)).map_err(|_| {
-            err(format!(
-                "directory {rel:?} does not exist at {branch} ({})",
-                commit.id()
-            ))
-        })?;
-        entry
-            .to_object(&repo)
-            .and_then(|o| o.peel_to_tree())
-            .map_err(|_| err(format!("{rel:?} is not a directory at {branch}")))?
-    };
-
+    let rel = if rel == "." { "" } else { rel };
+    let tree = spec_tree(&repo, &commit, &branch, rel).map_err(err)?;
+    let (entries, mut diags) = spec_files(&tree, rel).map_err(err)?;
+    let odb = repo
+        .odb()
+        .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
     let mut specs = Vec::new();
-    let mut diags = Vec::new();
-    let mut entries: Vec<(String, git2::Oid)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (shown, oid) in entries {
+        let key = (shown.clone(), oid);
+        seen.insert(key.clone());
+        if let Some((file_specs, file_diags)) = cache.get(&key) {
+            specs.extend(file_specs.iter().cloned());
+            diags.extend(file_diags.iter().cloned());
+            continue;
+        }
+        let (file_specs, file_diags) = match read_blob(&repo, &odb, oid) {
+            Ok(blob) => spec::parse_file(&shown, blob.content()),
+            Err(message) => {
+                diags.push(Diagnostic::error(&shown, Pos::START, message));
+                continue;
+            }
+        };
+        specs.extend(file_specs.iter().cloned());
+        diags.extend(file_diags.iter().cloned());
+        cache.insert(key, (file_specs, file_diags));
+    }
+    // Files gone from the tree leave the cache.
+    cache.retain(|k, _| seen.contains(k));
+    Ok(ReadSpecs {
+        specs: spec::assemble(specs, diags),
+        commit: commit.id().to_string(),
+        refused: None,
+    })
+}
+
+/// The tree of the spec directory `rel` (`""`: the repository's root) at `commit`.
+fn spec_tree<'r>(
+    repo: &'r git2::Repository,
+    commit: &git2::Commit<'r>,
+    branch: &str,
+    rel: &str,
+) -> Result<git2::Tree<'r>, String> {
+    let root = commit.tree().map_err(|e| e.message().to_string())?;
+    if rel.is_empty() {
+        return Ok(root);
+    }
+    let entry = root.get_path(Path::new(rel)).map_err(|_| {
+        format!(
+            "directory {rel:?} does not exist at {branch} ({})",
+            commit.id()
+        )
+    })?;
+    entry
+        .to_object(repo)
+        .and_then(|o| o.peel_to_tree())
+        .map_err(|_| format!("{rel:?} is not a directory at {branch}"))
+}
+
+/// A spec file: its path as shown, and its blob.
+type SpecFile = (String, git2::Oid);
+
+/// The spec files under `tree` (shown with `rel` in front, sorted), and an error for each
+/// entry that cannot be a spec file but looks like one.
+fn spec_files(
+    tree: &git2::Tree<'_>,
+    rel: &str,
+) -> Result<(Vec<SpecFile>, Vec<Diagnostic>), String> {
+    let mut entries: Vec<SpecFile> = Vec::new();
     let mut problems: Vec<(String, String)> = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
         let name = entry.name().unwrap_or("");
         if name.starts_with('.') {
             return git2::TreeWalkResult::Skip;
         }
-        let shown = if rel.is_empty() || rel == "." {
+        let shown = if rel.is_empty() {
             format!("{parent}{name}")
         } else {
             format!("{rel}/{parent}{name}")
@@ -447,66 +497,41 @@ fn read_at(
         }
         git2::TreeWalkResult::Ok
     })
-    .map_err(|e| err(e.message().to_string()))?;
-    for (shown, why) in problems {
-        diags.push(Diagnostic::error(
-            &shown,
-            Pos::START,
-            format!("{why}; until then no spec counts as removed (nothing is deleted)"),
-        ));
-    }
+    .map_err(|e| e.message().to_string())?;
     entries.sort();
-    let odb = repo
-        .odb()
-        .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
-    let mut seen = std::collections::HashSet::new();
-    for (shown, oid) in entries {
-        let key = (shown.clone(), oid);
-        seen.insert(key.clone());
-        if let Some((file_specs, file_diags)) = cache.get(&key) {
-            specs.extend(file_specs.iter().cloned());
-            diags.extend(file_diags.iter().cloned());
-            continue;
+    let diags = problems
+        .into_iter()
+        .map(|(shown, why)| {
+            Diagnostic::error(
+                &shown,
+                Pos::START,
+                format!("{why}; until then no spec counts as removed (nothing is deleted)"),
+            )
+        })
+        .collect();
+    Ok((entries, diags))
+}
+
+/// A spec file's content, or why it cannot be read.
+fn read_blob<'r>(
+    repo: &'r git2::Repository,
+    odb: &git2::Odb<'_>,
+    oid: git2::Oid,
+) -> Result<git2::Blob<'r>, String> {
+    // The size from the object's header, before anything is loaded: a committed 1.5 GiB
+    // file must not be read into memory to be refused.
+    match odb.read_header(oid) {
+        Ok((size, _)) if size > MAX_FILE_BYTES => {
+            return Err(format!(
+                "file is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file, so it was not read; split it"
+            ));
         }
-        let unreadable = |message: String| Diagnostic::error(&shown, Pos::START, message);
-        // The size from the object's header, before anything is loaded: a committed 1.5 GiB
-        // file must not be read into memory to be refused.
-        match odb.read_header(oid) {
-            Ok((size, _)) if size > MAX_FILE_BYTES => {
-                diags.push(unreadable(format!(
-                    "file is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file, so it was not read; split it"
-                )));
-                continue;
-            }
-            Ok((_, git2::ObjectType::Blob)) => {}
-            Ok((_, kind)) => {
-                diags.push(unreadable(format!("not a file but a git {kind}")));
-                continue;
-            }
-            Err(e) => {
-                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
-                continue;
-            }
-        }
-        let blob = match repo.find_blob(oid) {
-            Ok(b) => b,
-            Err(e) => {
-                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
-                continue;
-            }
-        };
-        let (file_specs, file_diags) = spec::parse_file(&shown, blob.content());
-        specs.extend(file_specs.iter().cloned());
-        diags.extend(file_diags.iter().cloned());
-        cache.insert(key, (file_specs, file_diags));
+        Ok((_, git2::ObjectType::Blob)) => {}
+        Ok((_, kind)) => return Err(format!("not a file but a git {kind}")),
+        Err(e) => return Err(format!("cannot read the blob: {}", e.message())),
     }
-    // Files gone from the tree leave the cache.
-    cache.retain(|k, _| seen.contains(k));
-    Ok(ReadSpecs {
-        specs: spec::assemble(specs, diags),
-        commit: commit.id().to_string(),
-        refused: None,
-    })
+    repo.find_blob(oid)
+        .map_err(|e| format!("cannot read the blob: {}", e.message()))
 }
 
 #[cfg(test)]

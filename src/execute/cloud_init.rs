@@ -4,7 +4,7 @@
 use crate::category::Category;
 use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
-use crate::pve::{Client, TaskOutcome, VmParams};
+use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
@@ -153,7 +153,7 @@ fn cloud_init_params(
 
 /// The storage for seed images: the spec's `cloudInit.seedStorage`, else the first active
 /// storage of the node with `iso` content.
-async fn seed_storage(client: &Client, spec: &Spec) -> Result<String, ActionError> {
+async fn seed_storage(client: &impl Pve, spec: &Spec) -> Result<String, ActionError> {
     let storages = client.node_storages(&spec.node, None).await?;
     pick_seed_storage(&storages, spec)
 }
@@ -192,8 +192,8 @@ pub(super) fn pick_seed_storage(
 /// Deletes this spec's seed images on `storage` except `keep` (best effort: a failure is
 /// logged and retried at the next change). Only this spec's VM ever uses them.
 pub(super) async fn remove_old_seeds(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     node: &str,
     storage: &str,
     spec: &str,
@@ -227,8 +227,8 @@ pub(super) async fn remove_old_seeds(
 // Long because: PVE's options, then the seed image (built, uploaded, attached) or PVE's own
 // drive, then one config update; the branches share the update being built.
 pub(super) async fn converge_cloud_init(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
     rec: &mut SpecRecord,
     node: &str,
@@ -386,8 +386,8 @@ fn with_pending(cfg: &VmConfig, pending: Vec<PendingEntry>) -> VmConfig {
 /// Removes this spec's seed images from the storages of the `attached` seeds and of
 /// `keep_seed`, except any image the VM still names, now or at its next start.
 async fn remove_unused_seeds(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     node: &str,
     vmid: u32,
     spec: &str,

@@ -6,7 +6,7 @@ use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
-use crate::pve::{Client, LockHolder, TaskOutcome, VmParams};
+use crate::pve::{LockHolder, Pve, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{Phase, SpecRecord};
 
@@ -47,8 +47,8 @@ pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
 /// and runs on the source's node); a hibernated VM (`suspended`) is waiting for a start, never
 /// stale; only a lock that no running task can hold is reported with `qm unlock`.
 pub(super) async fn check_lock(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     node: &str,
     vmid: u32,
     cfg: &VmConfig,
@@ -106,7 +106,7 @@ pub(super) async fn check_lock(
 
 /// Brings an existing VM in line with its spec, after verifying it is the spec's.
 pub(super) async fn converge(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -117,7 +117,7 @@ pub(super) async fn converge(
 /// [`converge`] for a VM this action's own create or clone task has just made (and which PVE
 /// leaves stopped, with nothing pending): its pending values and power state are not read.
 pub(super) async fn converge_new(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -128,7 +128,7 @@ pub(super) async fn converge_new(
 // Long because: the converge steps in their request order (config, cloud-init, disk, power,
 // what waits for the next start), each of which may end the action early.
 async fn converge_vm(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -309,7 +309,12 @@ async fn converge_vm(
 /// Whether the config must be read again after this converge's change before the later steps:
 /// cloud-init reads it (its drive, seed and options), and the disk step reads the boot disk.
 /// A change of only these keys leaves both as the first read saw them.
-fn config_read_again(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig, changed: &[&str]) -> bool {
+fn config_read_again(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    cfg: &VmConfig,
+    changed: &[&str],
+) -> bool {
     const KEEPS_DISKS: [&str; 7] = [
         "marker",
         "description",
@@ -332,7 +337,7 @@ fn config_read_again(ctx: &ExecCtx, spec: &Spec, cfg: &VmConfig, changed: &[&str
 /// cloud-init, HA or pool (each needs reads of its own). The marker must verify for this VMID
 /// with this install's key (a marker from before signing is rewritten by a converge).
 pub(super) fn adoption_is_current(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
     rec: &SpecRecord,
     vm: &crate::observe::ObservedVm,
@@ -371,8 +376,8 @@ pub(super) fn adoption_is_current(
 /// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
 /// not ours sends the spec back to Pending.
 pub(super) async fn read_own_config(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -411,7 +416,7 @@ pub(super) async fn read_own_config(
 /// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
 /// to send and the names of what it changes.
 fn config_diff(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
     rec: &SpecRecord,
     vmid: u32,
@@ -535,8 +540,8 @@ fn description_text(description: &str) -> String {
 /// Grows the boot disk to the spec's size (disks only grow). `Some` when the resize task
 /// outlived our wait.
 async fn grow_disk(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -593,8 +598,8 @@ const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
 /// instead of queueing behind its config lock. An HA-managed VM's `hastop` task only hands the
 /// request to the HA manager: the VM's state is waited for, not the task.
 pub(super) async fn power_off(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     node: &str,
     vmid: u32,
     rec: &mut SpecRecord,
@@ -671,8 +676,8 @@ pub(super) async fn power_off(
 /// `ha-manager crm-command stop`), waits up to the task wait for the VM to reach the state;
 /// `Some(Waiting)` when it has not yet. Any other task changed the state itself: `None`.
 pub(super) async fn settle_ha(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     node: &str,
     vmid: u32,
     upid: &crate::pve::Upid,

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use crate::category::Category;
 use crate::ownership::new_uid;
-use crate::pve::{
-    Client, CloneRequest, Error as PveError, LockHolder, TaskOutcome, Upid, VmParams,
-};
+use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
 use crate::state::{CloneSource, Phase, SpecRecord};
 
@@ -15,10 +13,10 @@ use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
 use super::vmid::SiteAllocator;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, site, task_record, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, task_record, wait};
 
 pub(super) async fn create(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     site_name: &str,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -57,7 +55,7 @@ pub(super) async fn create(
                 vmid,
                 node: spec.node.clone(),
                 upid: None,
-                started_ms: now_ms(),
+                started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
             };
             rec.vmid = None;
@@ -66,7 +64,7 @@ pub(super) async fn create(
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
                     set_upid(rec, &upid);
-                    rec.last_task = Some(task_record(&upid, "running"));
+                    rec.last_task = Some(task_record(ctx, &upid, "running"));
                     ctx.store.put(&spec.name, rec)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break (vmid, upid);
@@ -110,7 +108,7 @@ fn set_upid(rec: &mut SpecRecord, upid: &Upid) {
 }
 
 /// The spec's pinned `vmId`, when PVE calls it free and no other intent of ours holds it.
-async fn pinned_vmid(client: &Client, skip: &[u32], vmid: u32) -> Result<u32, ActionError> {
+async fn pinned_vmid(client: &impl Pve, skip: &[u32], vmid: u32) -> Result<u32, ActionError> {
     if skip.contains(&vmid) || !client.vmid_is_free(vmid).await? {
         return Err(fail(
             Category::Conflict,
@@ -129,8 +127,8 @@ async fn pinned_vmid(client: &Client, skip: &[u32], vmid: u32) -> Result<u32, Ac
 /// leave free; `/cluster/nextid` only when the range has no such gap, or the range or the
 /// listing is unknown. The caller holds the site's allocation lock.
 async fn free_vmid(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     allocator: &mut SiteAllocator,
     skip: &[u32],
 ) -> Result<u32, ActionError> {
@@ -149,7 +147,7 @@ async fn free_vmid(
 }
 
 /// The lowest id PVE calls free that we have not reserved ourselves.
-async fn next_free_vmid(client: &Client, skip: &[u32]) -> Result<u32, ActionError> {
+async fn next_free_vmid(client: &impl Pve, skip: &[u32]) -> Result<u32, ActionError> {
     let first = client.next_id().await?;
     // PVE just called it free; only ids past our own reservations need asking again.
     if !skip.contains(&first) {
@@ -169,8 +167,8 @@ async fn next_free_vmid(client: &Client, skip: &[u32]) -> Result<u32, ActionErro
 }
 
 async fn send_create(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
     rec: &SpecRecord,
     vmid: u32,
@@ -262,8 +260,8 @@ enum JustSent {
 /// After the create task: wait, record the VM, configure it. Only a task that ended (with
 /// the VMID then verifiably free) releases the intent; a failed poll keeps it.
 async fn finish_create(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
     rec: &mut SpecRecord,
     vm: VmRef<'_>,
@@ -305,8 +303,8 @@ async fn finish_create(
 }
 
 fn created(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
     rec: &mut SpecRecord,
     vmid: u32,
@@ -317,7 +315,7 @@ fn created(
 /// The VM of an intent exists: the record maps the spec to it, and the VMID reservation goes
 /// (PVE itself now keeps the id taken).
 pub(super) fn record_created(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     site: &str,
     spec_name: &str,
     rec: &mut SpecRecord,
@@ -354,8 +352,8 @@ pub(super) enum Found {
 /// is never judged foreign while it may still be ours). `settled`: the request's task is
 /// known to have ended, so no request can still be on its way.
 pub(super) async fn inspect(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec_name: &str,
     rec: &SpecRecord,
     vmid: u32,
@@ -411,7 +409,7 @@ pub(super) async fn inspect(
                 if !tasks.is_empty() {
                     return Ok(busy(vmid, lock, tasks));
                 }
-                if !settled && within_request_window(site, *started_ms) {
+                if !settled && within_request_window(ctx, site, *started_ms) {
                     // The task listing may lag behind the config it wrote.
                     return Ok(Found::Busy {
                         reason: format!(
@@ -434,8 +432,8 @@ pub(super) async fn inspect(
             if !tasks.is_empty() {
                 return Ok(busy(vmid, "create", tasks));
             }
-            if !settled && within_request_window(site, *started_ms) {
-                let ago = now_ms().saturating_sub(*started_ms) / 1000;
+            if !settled && within_request_window(ctx, site, *started_ms) {
+                let ago = ctx.clock.now_ms().saturating_sub(*started_ms) / 1000;
                 return Ok(Found::Busy {
                     reason: format!(
                         "VM {vmid} does not exist yet; the create request sent {ago}s ago may still \
@@ -460,16 +458,20 @@ fn busy(vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
 
 /// Whether a request sent when the intent was written may still be on its way: its answer
 /// could take the client's request timeout, and pveproxy forwards for up to 30 s.
-fn within_request_window(site: &SiteCtx, started_ms: u64) -> bool {
+fn within_request_window(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    started_ms: u64,
+) -> bool {
     let window = site.request_window.as_millis() as u64;
-    now_ms() < started_ms.saturating_add(window)
+    ctx.clock.now_ms() < started_ms.saturating_add(window)
 }
 
 /// The running tasks that can be making VM `vmid`: a `qmcreate` naming it on its node, or a
 /// `qmclone` of its template on the template's node started after the intent (less a minute
 /// for clock skew).
 async fn creator_tasks(
-    site: &SiteCtx,
+    site: &SiteCtx<impl Pve>,
     vmid: u32,
     node: &str,
     clone_of: Option<&CloneSource>,
@@ -499,7 +501,7 @@ async fn creator_tasks(
 }
 
 pub(super) async fn resume_create(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -568,7 +570,7 @@ pub(super) async fn resume_create(
 }
 
 fn abandon(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     site: &str,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -582,7 +584,7 @@ fn abandon(
 }
 
 pub(super) async fn adopt(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     site_name: &str,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -652,7 +654,7 @@ pub(super) async fn adopt(
 /// transaction; a crash between the two leaves a VM whose marker names the new spec, which the
 /// next cycle adopts (and the old record, whose VM no longer carries its marker, is forgotten).
 pub(super) async fn relabel(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     from: &str,
     spec: &Spec,

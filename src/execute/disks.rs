@@ -22,12 +22,12 @@ use crate::category::Category;
 use crate::pve::types::NodeStorage;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{DriveValue, is_drive_key, pve_bool, pve_size};
-use crate::pve::{Client, Error as PveError, TaskOutcome, VmParams};
+use crate::pve::{Error as PveError, Pve, TaskOutcome, VmParams};
 use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, Spec};
 use crate::state::SpecRecord;
 
 use super::hardware::Current;
-use super::{ActionError, ExecCtx, VmRef, fail, now_ms, wait};
+use super::{ActionError, ExecCtx, VmRef, fail, wait};
 
 /// How the disk step ended.
 pub(super) enum DiskStep {
@@ -41,8 +41,8 @@ pub(super) enum DiskStep {
 /// adding, rewriting and detaching drives, then a resize per disk to grow. A detached disk is
 /// noted in the spec's history (its volume stays as `unusedN`).
 pub(super) async fn converge_disks(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -105,7 +105,7 @@ pub(super) async fn converge_disks(
             .unwrap_or_default();
         tracing::warn!(spec = %spec.name, vmid, slot = %slot, volume = %volume, "disk detached from the VM; its volume is kept");
         rec.note(
-            now_ms(),
+            ctx.clock.now_ms(),
             "disk detached",
             &format!(
                 "{slot} ({volume}) is no longer in the spec: detached, not destroyed; PVE keeps \
@@ -131,8 +131,8 @@ pub(super) async fn converge_disks(
 /// kept as `unusedN`). Never the boot disk, a CD-ROM or the cloud-init drive. Each destroyed
 /// disk is noted in the spec's history.
 pub(super) async fn destroy_disks(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -181,7 +181,7 @@ pub(super) async fn destroy_disks(
     for slot in slots {
         let volume = DriveValue::parse(cfg.get(slot).unwrap_or_default()).volume;
         rec.note(
-            now_ms(),
+            ctx.clock.now_ms(),
             "disk destroyed",
             &format!("{slot} ({volume}) destroyed as destroyDisks asks; its data is gone"),
         );

@@ -2,6 +2,7 @@
 //! differs, removed when the spec drops `ha` and proxsync had added it (one a person added is
 //! left alone).
 
+use crate::pve::Pve;
 use crate::pve::ha::HaParams;
 use crate::spec::Spec;
 use crate::state::SpecRecord;
@@ -10,7 +11,7 @@ use super::{ActionError, SiteCtx};
 
 /// Returns whether anything changed.
 pub(super) async fn converge_ha(
-    site: &SiteCtx,
+    site: &SiteCtx<impl Pve>,
     install_id: &str,
     vmid: u32,
     spec: &Spec,

@@ -11,7 +11,7 @@ use crate::category::Category;
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
-use crate::pve::{TaskOutcome, Upid, VmParams};
+use crate::pve::{Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
 use crate::state::{Phase, SpecRecord};
 
@@ -26,7 +26,7 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 // Long because: the steps in their request order (a delete or a create in flight first,
 // fresh read, identity, lock, the one config write, forget).
 pub(super) async fn hand_over(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec_name: &str,
     rec: &mut SpecRecord,
@@ -100,8 +100,8 @@ pub(super) async fn hand_over(
 /// removed spec. `Ok(node)`: the VM is ours and complete on that node; `Err`: the outcome now
 /// (waiting for the create, or nothing was made and the spec is forgotten).
 async fn settle_create(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec_name: &str,
     rec: &mut SpecRecord,
     vmid: u32,
@@ -140,7 +140,7 @@ async fn settle_create(
 /// stays, written signed for this VMID if it was not (a marker from before signing, vouched for
 /// by the record), so the next owner can verify it.
 fn hand_over_params(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     cfg: &VmConfig,
     rec: &SpecRecord,
     spec_name: &str,
@@ -184,8 +184,8 @@ pub(super) enum TakeOver {
 /// ownership tag (released). Then its marker is re-signed for this install (same uid) and
 /// this install's tag added, in one config write guarded by the config's digest.
 pub(super) async fn take_over(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     node: &str,
     spec: &Spec,
     vmid: u32,
@@ -229,7 +229,7 @@ pub(super) async fn take_over(
 /// PVE refuse it rather than overwrite it. Also used by `proxsync adopt` for a VM handed over
 /// without a shared key.
 pub async fn sign_over(
-    client: &crate::pve::Client,
+    client: &impl Pve,
     node: &str,
     vmid: u32,
     cfg: &VmConfig,

@@ -1,6 +1,7 @@
 //! What makes a VM this spec's: the description marker and the ownership tag.
 
 use crate::ownership::{Marker, ownership_tag};
+use crate::pve::Pve;
 use crate::pve::types::VmConfig;
 use crate::spec::Spec;
 use crate::state::SpecRecord;
@@ -8,11 +9,11 @@ use crate::state::SpecRecord;
 use super::ExecCtx;
 
 /// The description marker of a spec's VM at `vmid`, signed.
-pub(super) fn marker(ctx: &ExecCtx, spec: &Spec, rec: &SpecRecord, vmid: u32) -> Marker {
+pub(super) fn marker(ctx: &ExecCtx<impl Pve>, spec: &Spec, rec: &SpecRecord, vmid: u32) -> Marker {
     Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &rec.uid, vmid)
 }
 
-pub(super) fn desired_tags(ctx: &ExecCtx, spec: &Spec) -> Vec<String> {
+pub(super) fn desired_tags(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Vec<String> {
     let mut tags = spec.tags.clone();
     tags.push(ownership_tag(&ctx.install_id));
     tags.sort();
@@ -22,7 +23,7 @@ pub(super) fn desired_tags(ctx: &ExecCtx, spec: &Spec) -> Vec<String> {
 
 /// Whether `m` is this install's marker and, when `spec` is given, that spec's. The one marker
 /// check: every decision about a VM's identity goes through it.
-pub(super) fn is_our_marker(ctx: &ExecCtx, m: &Marker, spec: Option<&str>) -> bool {
+pub(super) fn is_our_marker(ctx: &ExecCtx<impl Pve>, m: &Marker, spec: Option<&str>) -> bool {
     m.install == ctx.install_id && spec.is_none_or(|s| m.spec == s)
 }
 
@@ -32,7 +33,7 @@ pub(super) fn is_our_marker(ctx: &ExecCtx, m: &Marker, spec: Option<&str>) -> bo
 /// names this VMID; it covers markers written before signing, and a lost key). A marker typed
 /// by hand or copied from another VM is never trusted.
 pub(super) fn is_ours(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     cfg: &VmConfig,
     vmid: u32,
     spec: Option<&str>,
@@ -47,7 +48,7 @@ pub(super) fn is_ours(
 
 /// Whether the config's marker is exactly the signed one this VM should carry (else converge
 /// rewrites it: a marker from before signing, or signed with a lost key).
-pub(super) fn marker_is_current(ctx: &ExecCtx, cfg: &VmConfig, vmid: u32) -> bool {
+pub(super) fn marker_is_current(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig, vmid: u32) -> bool {
     cfg.description()
         .and_then(Marker::parse)
         .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))

@@ -4,7 +4,7 @@
 //! with PVE's reason.
 
 use crate::category::Category;
-use crate::pve::TaskOutcome;
+use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
@@ -12,7 +12,7 @@ use super::converge::{check_lock, converge, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, site, wait};
 
 pub(super) async fn migrate(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     target: &str,
     spec: &Spec,
@@ -47,7 +47,7 @@ pub(super) async fn migrate(
     let upid = client
         .migrate_vm(node, vmid, target, online, with_local_disks)
         .await?;
-    rec.last_task = Some(super::task_record(&upid, "running"));
+    rec.last_task = Some(super::task_record(ctx, &upid, "running"));
     ctx.store.put(&spec.name, rec)?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
         return Ok(Outcome::StillRunning {

@@ -29,22 +29,25 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
+#[cfg(test)]
+mod tests;
 mod vmid;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
 pub use self::reboot::RebootSlots;
 pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
+use crate::clock::Clock;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
 pub use crate::pve::values::parse_pve_size;
-use crate::pve::{Client, Error as PveError, TaskOutcome, Upid};
+use crate::pve::{Client, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, Store, TaskRecord};
 
@@ -120,16 +123,17 @@ pub struct ActionResult {
     pub outcome: Outcome,
 }
 
-impl AsRef<Client> for SiteCtx {
-    fn as_ref(&self) -> &Client {
+impl<P> AsRef<P> for SiteCtx<P> {
+    fn as_ref(&self) -> &P {
         &self.client
     }
 }
 
-/// One site's client and allocator, long-lived across cycles.
-pub struct SiteCtx {
+/// One site's client and allocator, long-lived across cycles. `P` is [`Client`] but in unit
+/// tests (the in-memory fake).
+pub struct SiteCtx<P = Client> {
     pub name: String,
-    pub client: Client,
+    pub client: P,
     /// How long after a create or clone request was sent it may still turn into a VM: the
     /// client's request timeout (pveproxy forwards for up to 30 s) plus a margin.
     pub request_window: Duration,
@@ -138,8 +142,8 @@ pub struct SiteCtx {
     version: OnceCell<Version>,
 }
 
-impl SiteCtx {
-    pub fn new(name: &str, client: Client, request_timeout: Duration) -> SiteCtx {
+impl<P: Pve> SiteCtx<P> {
+    pub fn new(name: &str, client: P, request_timeout: Duration) -> SiteCtx<P> {
         SiteCtx {
             name: name.to_string(),
             client,
@@ -172,10 +176,10 @@ impl<'a> VmRef<'a> {
 }
 
 /// What every action needs.
-pub struct ExecCtx {
+pub struct ExecCtx<P = Client> {
     pub store: Arc<Store>,
     pub install_id: String,
-    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    pub sites: BTreeMap<String, Arc<SiteCtx<P>>>,
     pub specs: BTreeMap<String, Spec>,
     pub views: BTreeMap<String, SiteView>,
     pub config_hash: String,
@@ -196,6 +200,8 @@ pub struct ExecCtx {
     pub fresh_configs: FreshConfigs,
     /// Per site, where this cycle's search for a free VMID goes on.
     pub vmid_cursors: VmidCursors,
+    /// The wall clock: intents, task records, reboots and backoff deadlines are stamped with it.
+    pub clock: Clock,
 }
 
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
@@ -222,16 +228,12 @@ type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 /// The `reboot_pending` key of a cloud-init change (status: RebootPending).
 pub const CLOUDINIT_PENDING: &str = "cloudinit";
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+/// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
+pub use crate::clock::now_ms;
 
 /// Runs the actions: in parallel, at most `max_parallel_per_node` per node.
-pub async fn execute(
-    ctx: Arc<ExecCtx>,
+pub async fn execute<P: Pve>(
+    ctx: Arc<ExecCtx<P>>,
     actions: Vec<Action>,
     records: &BTreeMap<String, SpecRecord>,
 ) -> Vec<ActionResult> {
@@ -280,7 +282,7 @@ pub async fn execute(
 /// names no node: it is the node the VM was seen on this cycle (where `adopt` sends its
 /// requests), else the spec's. Without it, every adoption of a cycle ran at once (all N with an
 /// empty database). `Forget` sends nothing to PVE and is not limited.
-fn limit_node(ctx: &ExecCtx, action: &Action) -> Option<(String, String)> {
+fn limit_node(ctx: &ExecCtx<impl Pve>, action: &Action) -> Option<(String, String)> {
     if let Some((site, node)) = action.node() {
         return Some((site.to_string(), node.to_string()));
     }
@@ -297,7 +299,7 @@ fn limit_node(ctx: &ExecCtx, action: &Action) -> Option<(String, String)> {
     Some((site.clone(), node))
 }
 
-async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> Outcome {
+async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRecord>) -> Outcome {
     let mut rec = rec.unwrap_or_default();
     let result = match action {
         Action::Create { spec, site, .. } => {
@@ -392,7 +394,7 @@ async fn run_action(ctx: &ExecCtx, action: &Action, rec: Option<SpecRecord>) -> 
     result
 }
 
-async fn with_spec<'a, F, Fut>(ctx: &'a ExecCtx, name: &str, f: F) -> Outcome
+async fn with_spec<'a, P: Pve, F, Fut>(ctx: &'a ExecCtx<P>, name: &str, f: F) -> Outcome
 where
     F: FnOnce(&'a Spec) -> Fut,
     Fut: std::future::Future<Output = Result<Outcome, ActionError>>,
@@ -406,7 +408,7 @@ where
     }
 }
 
-fn site<'a>(ctx: &'a ExecCtx, name: &str) -> Result<&'a SiteCtx, ActionError> {
+fn site<'a, P: Pve>(ctx: &'a ExecCtx<P>, name: &str) -> Result<&'a SiteCtx<P>, ActionError> {
     ctx.sites.get(name).map(|s| s.as_ref()).ok_or_else(|| {
         fail(
             Category::ConfigurationError,
@@ -415,19 +417,19 @@ fn site<'a>(ctx: &'a ExecCtx, name: &str) -> Result<&'a SiteCtx, ActionError> {
     })
 }
 
-fn task_record(upid: &Upid, status: &str) -> TaskRecord {
+fn task_record(ctx: &ExecCtx<impl Pve>, upid: &Upid, status: &str) -> TaskRecord {
     TaskRecord {
         upid: upid.to_string(),
         kind: upid.kind.clone(),
         status: status.to_string(),
-        at_ms: now_ms(),
+        at_ms: ctx.clock.now_ms(),
     }
 }
 
 /// Waits for a task; records how it ended in `rec.last_task`.
 async fn wait(
-    ctx: &ExecCtx,
-    client: &Client,
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
     upid: &Upid,
     rec: &mut SpecRecord,
 ) -> Result<TaskOutcome, WaitError> {
@@ -450,13 +452,13 @@ async fn wait(
                 TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
                 TaskOutcome::StillRunning => "running".to_string(),
             };
-            rec.last_task = Some(task_record(upid, &status));
+            rec.last_task = Some(task_record(ctx, upid, &status));
             Ok(outcome)
         }
         Err(e) => {
             let task_failed = matches!(e, PveError::TaskFailed { .. });
             if task_failed {
-                rec.last_task = Some(task_record(upid, e.pve_message()));
+                rec.last_task = Some(task_record(ctx, upid, e.pve_message()));
             }
             Err(WaitError {
                 task_failed,

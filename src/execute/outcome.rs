@@ -3,9 +3,10 @@
 
 use crate::backoff;
 use crate::plan::{Action, inputs_hash};
+use crate::pve::Pve;
 use crate::state::{ErrorRecord, SpecRecord};
 
-use super::{ExecCtx, Outcome, now_ms};
+use super::{ExecCtx, Outcome};
 
 /// When a spec whose task still runs, or that waits for something that resolves by itself,
 /// is looked at again (a deadline the daemon wakes for; not a backoff: no error is recorded).
@@ -13,7 +14,12 @@ const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
 /// `last_error`; success or a wait clears them; every outcome adds a history line.
-pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result: &Outcome) {
+pub(super) fn record(
+    ctx: &ExecCtx<impl Pve>,
+    action: &Action,
+    mut rec: SpecRecord,
+    result: &Outcome,
+) {
     let Some(spec_name) = action.spec() else {
         return;
     };
@@ -27,7 +33,7 @@ pub(super) fn record(ctx: &ExecCtx, action: &Action, mut rec: SpecRecord, result
     {
         return;
     }
-    let now = now_ms();
+    let now = ctx.clock.now_ms();
     match result {
         Outcome::Failed(e) => {
             rec.attempts = rec.attempts.saturating_add(1);

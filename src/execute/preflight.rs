@@ -8,7 +8,7 @@ use crate::pve::types::{
     IMPORT_CONTENT_SINCE, IMPORT_FROM_SINCE, NodeStorage, Version, VmConfig, check_import_extension,
 };
 use crate::pve::values::is_drive_key;
-use crate::pve::{Client, Error as PveError};
+use crate::pve::{Error as PveError, Pve};
 use crate::spec::{Image, Spec, VolumeKind};
 
 use super::cloud_init::pick_seed_storage;
@@ -32,8 +32,8 @@ pub(super) enum Source {
 /// A node's storages and bridges, read once per cycle and node however many creates need
 /// them.
 async fn node_facts(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     node: &str,
 ) -> Result<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>, ActionError> {
     let key = (site.name.clone(), node.to_string());
@@ -57,8 +57,8 @@ async fn node_facts(
 
 /// A template's config, read once per cycle and template however many clones need it.
 async fn template_config(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     node: &str,
     vmid: u32,
 ) -> Result<Arc<VmConfig>, ActionError> {
@@ -81,8 +81,8 @@ async fn template_config(
 
 /// Checks everything a create needs before anything is created.
 pub(super) async fn preflight(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
 ) -> Result<Source, ActionError> {
     let view = ctx.views.get(&site.name).ok_or_else(|| {
@@ -197,8 +197,8 @@ fn check_bridge(
 /// and `die "can't clone VM to node '$target' (VM uses local storage)\n" if $target &&
 /// !$sharedvm`. The template's config is read once per cycle.
 async fn clone_source(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     spec: &Spec,
     storages: &[NodeStorage],
     template: u32,
@@ -274,7 +274,7 @@ fn is_volume_key(k: &str) -> bool {
 /// An image named by file stem (no template has the name): the one unowned volume with that
 /// stem among the node's `import`, `iso` and `images` contents.
 async fn volume_by_name(
-    site: &SiteCtx,
+    site: &SiteCtx<impl Pve>,
     storages: &[NodeStorage],
     spec: &Spec,
     name: &str,
@@ -397,7 +397,7 @@ pub(super) fn check_storage(
 }
 
 async fn check_volume(
-    client: &Client,
+    client: &impl Pve,
     storages: &[NodeStorage],
     node: &str,
     storage: &str,

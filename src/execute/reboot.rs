@@ -6,13 +6,13 @@
 
 use crate::category::Category;
 use crate::plan::reboot_due;
-use crate::pve::TaskOutcome;
 use crate::pve::types::PendingEntry;
+use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
 use super::converge::settle_ha;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, now_ms, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, wait};
 
 /// The keys proxsync manages that wait for the VM's next start (what `RebootPending` shows).
 pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
@@ -27,14 +27,14 @@ pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
 /// when nothing was done (nothing pending, not allowed now, no slot); `Some` with the outcome
 /// when the reboot could not finish in this action.
 pub(super) async fn reboot_if_due(
-    ctx: &ExecCtx,
-    site: &SiteCtx,
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
     let VmRef { node, vmid, .. } = vm;
-    if !reboot_due(spec, rec, now_ms()) {
+    if !reboot_due(spec, rec, ctx.clock.now_ms()) {
         return Ok(None);
     }
     let Some(_slot) = ctx
@@ -81,7 +81,7 @@ pub(super) async fn reboot_if_due(
     }
     // Stopped: this counts as a reboot (a guest that refused to shut down did not, and is
     // retried with the usual backoff, or at once when the spec changes).
-    rec.last_reboot_ms = Some(now_ms());
+    rec.last_reboot_ms = Some(ctx.clock.now_ms());
     ctx.store.put(&spec.name, rec)?;
     let upid = client.start_vm(node, vmid).await?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {

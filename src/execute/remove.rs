@@ -3,7 +3,7 @@
 use crate::category::Category;
 use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
-use crate::pve::{TaskOutcome, Upid, VmParams};
+use crate::pve::{Pve, TaskOutcome, Upid, VmParams};
 use crate::state::{Phase, SpecRecord};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
@@ -17,7 +17,7 @@ use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 // Long because: the delete's steps in their request order (resume a recorded delete, fresh
 // read, identity, lock, release or power off, identity again, delete, seed cleanup).
 pub(super) async fn remove(
-    ctx: &ExecCtx,
+    ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec_name: &str,
     rec: &mut SpecRecord,
@@ -151,7 +151,7 @@ pub(super) async fn remove(
 }
 
 /// The config update that drops ownership: the tag and the marker go; the rest stays.
-fn release_params(ctx: &ExecCtx, cfg: &VmConfig) -> Result<VmParams, ActionError> {
+fn release_params(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig) -> Result<VmParams, ActionError> {
     let tag = ownership_tag(&ctx.install_id);
     let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
     let description: String = cfg
@@ -173,7 +173,7 @@ fn release_params(ctx: &ExecCtx, cfg: &VmConfig) -> Result<VmParams, ActionError
     Ok(params)
 }
 
-pub(super) async fn forget(ctx: &ExecCtx, spec_name: &str, rec: &SpecRecord) -> Outcome {
+pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
     let result = (|| {
         if let Phase::Creating { vmid, .. } = rec.phase {
             ctx.store.release_vmid(&rec.site, vmid)?;
@@ -184,7 +184,7 @@ pub(super) async fn forget(ctx: &ExecCtx, spec_name: &str, rec: &SpecRecord) -> 
     result.unwrap_or_else(Outcome::Failed)
 }
 
-pub(super) async fn delete_orphan(ctx: &ExecCtx, vm: VmRef<'_>) -> Outcome {
+pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Outcome {
     let VmRef {
         site: site_name,
         node,

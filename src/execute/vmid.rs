@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::pve::Client;
+use crate::pve::Pve;
 use crate::pve::types::DatacenterOptions;
 
 /// PVE's defaults for `next-id` (pve-cluster `DataCenterConfig.pm:203-220`).
@@ -130,7 +130,7 @@ pub struct SiteAllocator {
 impl SiteAllocator {
     /// The site's range, read with `GET /cluster/options` when not read in the last
     /// [`RANGE_MAX_AGE`]. `None`: unknown (the read failed or could not tell): ask nextid.
-    pub async fn range(&mut self, client: &Client) -> Option<VmidRange> {
+    pub async fn range(&mut self, client: &impl Pve) -> Option<VmidRange> {
         if let Some((at, range)) = self.range
             && at.elapsed() < RANGE_MAX_AGE
         {

@@ -149,25 +149,7 @@ fn cycle_facts<'a>(
     with_hashes: bool,
 ) -> CycleFacts<'a> {
     let invalid = specs.invalid_names();
-    let names = specs
-        .specs
-        .iter()
-        .map(|s| s.name.as_str())
-        .chain(invalid.iter().copied());
-    let facts_of = |st: &'a SpecStatus| SpecFacts {
-        ready: st
-            .conditions
-            .iter()
-            .any(|c| c.kind == kinds::READY && c.status == ConditionStatus::True),
-        stalled: st
-            .conditions
-            .iter()
-            .find(|c| c.kind == kinds::STALLED && c.status == ConditionStatus::True)
-            .map(|c| (c.reason, c.message.as_str())),
-    };
-    let spec_facts: BTreeMap<&str, SpecFacts<'a>> = names
-        .filter_map(|n| Some((n, facts_of(statuses.get(n)?))))
-        .collect();
+    let spec_facts = spec_facts(specs, &invalid, statuses);
     let pending_removals = if statuses.len() > spec_facts.len() {
         statuses
             .keys()
@@ -189,13 +171,14 @@ fn cycle_facts<'a>(
             )
             .collect()
     });
-    let last_plan = report.after.as_ref().unwrap_or(&report.plan);
     let mut facts = CycleFacts {
         commit,
         specs: spec_facts,
         spec_hashes,
         pending_removals,
         refused: report.plan.refused.clone(),
+        orphans: orphan_facts(report),
+        sites: site_facts(report),
         ..Default::default()
     };
     for r in report
@@ -219,7 +202,39 @@ fn cycle_facts<'a>(
             _ => {}
         }
     }
-    facts.orphans = last_plan
+    facts
+}
+
+/// Ready and Stalled of every spec of the commit (valid or not) that has a status.
+fn spec_facts<'a>(
+    specs: &'a SpecSet,
+    invalid: &std::collections::BTreeSet<&'a str>,
+    statuses: &'a HashMap<String, SpecStatus>,
+) -> BTreeMap<&'a str, SpecFacts<'a>> {
+    let facts_of = |st: &'a SpecStatus| SpecFacts {
+        ready: st
+            .conditions
+            .iter()
+            .any(|c| c.kind == kinds::READY && c.status == ConditionStatus::True),
+        stalled: st
+            .conditions
+            .iter()
+            .find(|c| c.kind == kinds::STALLED && c.status == ConditionStatus::True)
+            .map(|c| (c.reason, c.message.as_str())),
+    };
+    specs
+        .specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(invalid.iter().copied())
+        .filter_map(|n| Some((n, facts_of(statuses.get(n)?))))
+        .collect()
+}
+
+/// The orphans as the cycle's last plan saw them.
+fn orphan_facts(report: &CycleReport) -> Vec<OrphanFacts> {
+    let last_plan = report.after.as_ref().unwrap_or(&report.plan);
+    last_plan
         .orphans
         .iter()
         .map(|o| OrphanFacts {
@@ -228,16 +243,18 @@ fn cycle_facts<'a>(
             name: o.name.clone(),
             duplicate_of: o.duplicate_of.clone(),
         })
-        .collect();
-    facts.sites = report
+        .collect()
+}
+
+fn site_facts(report: &CycleReport) -> Vec<SiteFacts> {
+    report
         .site_health
         .iter()
         .map(|s| SiteFacts {
             name: s.name.clone(),
             error: (!s.reachable).then(|| s.error.clone().unwrap_or_default()),
         })
-        .collect();
-    facts
+        .collect()
 }
 
 /// What the status files say of the last run (nothing when they cannot be read).

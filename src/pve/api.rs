@@ -2,11 +2,11 @@
 //! and which start a task.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::Client;
 use super::error::Error;
-use super::task::{TaskOutcome, Upid, classify_exit};
+use super::task::{TaskOutcome, Upid};
 use super::types::*;
 
 /// Parameters of a create, clone or config change: PVE property name -> value.
@@ -291,7 +291,7 @@ impl VmParams {
         self.values.get(key).map(String::as_str)
     }
 
-    fn form(&self) -> Vec<(&str, String)> {
+    pub(super) fn form(&self) -> Vec<(&str, String)> {
         self.values
             .iter()
             .map(|(k, v)| (k.as_str(), v.clone()))
@@ -853,36 +853,10 @@ impl Client {
     /// Polls a task until it stops or `timeout` passes. `OK` and `WARNINGS: n` succeed; any
     /// other exit status is [`Error::TaskFailed`] with the log's last lines. Running out of
     /// time is [`TaskOutcome::StillRunning`], never a failure. A failed poll (network) is an
-    /// error of the poll, not of the task.
+    /// error of the poll, not of the task. The site's waits are paced and share reads: see
+    /// [`super::tasks`].
     pub async fn wait_task(&self, upid: &Upid, timeout: Duration) -> Result<TaskOutcome, Error> {
-        let deadline = Instant::now() + timeout;
-        let mut delay = Duration::from_millis(100);
-        loop {
-            let status = self.task_status(upid).await?;
-            if status.status != "running" {
-                let exit = status
-                    .exitstatus
-                    .unwrap_or_else(|| "(no exit status)".into());
-                return match classify_exit(&exit) {
-                    Ok(outcome) => Ok(outcome),
-                    Err(text) => {
-                        self.metrics.task_failed(&upid.kind);
-                        let log_tail = self.task_log_tail(upid, 10).await.unwrap_or_default();
-                        Err(Error::TaskFailed {
-                            upid: upid.to_string(),
-                            exitstatus: text,
-                            log_tail,
-                        })
-                    }
-                };
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(TaskOutcome::StillRunning);
-            }
-            tokio::time::sleep(delay.min(deadline - now)).await;
-            delay = (delay * 2).min(self.task_poll_max);
-        }
+        self.tasks.wait(self, upid, timeout).await
     }
 }
 

@@ -95,8 +95,10 @@ pub struct Client {
     auth: Auth,
     read_attempts: u32,
     read_retry_budget: Duration,
-    /// How often [`Client::wait_task`](super::Client::wait_task) polls at most.
+    /// The longest pause between two polls of a task ([`super::tasks::poll_interval`]'s cap).
     pub(crate) task_poll_max: Duration,
+    /// The site's task waits: their pace, shared listings and the limit on task reads.
+    pub(crate) tasks: super::tasks::TaskWatcher,
     /// Where requests and tasks are counted (off unless [`Client::with_metrics`]).
     pub(crate) metrics: crate::metrics::SiteMetrics,
 }
@@ -155,6 +157,7 @@ impl Client {
             read_attempts: opts.read_attempts.max(1),
             read_retry_budget: opts.read_retry_budget,
             task_poll_max: Duration::from_secs(2),
+            tasks: super::tasks::TaskWatcher::new(),
             metrics: Default::default(),
         })
     }

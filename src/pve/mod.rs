@@ -19,6 +19,10 @@
 //! 502-504, pveproxy's 595-597, an unreadable answer) the caller must look, not resend; only
 //! [`Error::surely_not_executed`] proves nothing was done.
 //!
+//! **Seam.** [`Pve`] is the set of calls `execute` and `observe` make; [`Client`] implements
+//! it by calling its own methods, and unit tests use an in-memory fake (`fake`, test builds
+//! only).
+//!
 //! **Logging.** Each request is logged at debug level with method, path, status and duration.
 //! The token travels only in a header marked sensitive; no secret is ever logged.
 //!
@@ -46,22 +50,28 @@
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
 //! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |
 //! | [`Client::task_status`], [`Client::task_log_tail`] | `GET /nodes/{node}/tasks/{upid}/{status,log}` | at once | Network |
-//! | [`Client::wait_task`] | polls the status | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
+//! | [`Client::wait_task`] | polls the status, or the node's active listing when several waits share a node ([`tasks`]); at most [`TASK_POLLS_PER_SITE`] task reads per site at once | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
 //!
 //! Every failure keeps PVE's text verbatim ([`Error::pve_message`]) and maps to a
 //! [`crate::category::Category`] ([`Error::category`]).
 
 mod api;
+mod calls;
 mod client;
 mod error;
 pub mod ha;
 pub mod migrate;
 pub mod task;
+pub mod tasks;
 pub mod tls;
 pub mod types;
 pub(crate) mod values;
 
 pub use api::{CloneRequest, VmParams, percent_encode};
+pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind};
 pub use task::{LockHolder, TaskOutcome, Upid};
+pub use tasks::TASK_POLLS_PER_SITE;
+#[cfg(test)]
+pub mod fake;

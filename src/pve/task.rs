@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A task's unique id, e.g.
 /// `UPID:pve1:000A1B2C:0123ABCD:65F0A1B2:qmclone:9000:proxsync@pve!gitops:`.
@@ -26,6 +27,16 @@ impl Upid {
     /// The UPID exactly as PVE wrote it (what the API takes back).
     pub fn as_str(&self) -> &str {
         &self.raw
+    }
+
+    /// How long ago the task started by the clock `now`, at least: the UPID holds the start in
+    /// whole seconds of the node's clock, so one second less than the difference, and zero when
+    /// the node's clock is ahead of ours.
+    pub fn age_at_least(&self, now: SystemTime) -> Duration {
+        UNIX_EPOCH
+            .checked_add(Duration::from_secs(self.starttime.saturating_add(1)))
+            .and_then(|started| now.duration_since(started).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -164,6 +175,26 @@ mod tests {
         assert_eq!(LockHolder::of("suspended"), LockHolder::NoTask);
         assert!(!LockHolder::of("suspended").may_be("qmstart", "105", 105));
         assert!(LockHolder::of("something-new").may_be("qmfoo", "105", 105));
+    }
+
+    #[test]
+    fn a_task_is_never_older_than_its_upid_can_prove() {
+        // Started at 0x3E8 = 1000 s of the node's clock, in whole seconds.
+        let upid: Upid = "UPID:pve1:00000001:00000007:000003E8:qmstart:100:root@pam:"
+            .parse()
+            .unwrap();
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        assert_eq!(upid.age_at_least(at(1_000_900)), Duration::ZERO);
+        assert_eq!(
+            upid.age_at_least(at(1_002_300)),
+            Duration::from_millis(1300)
+        );
+        // The node's clock ahead of ours: no age, not a panic.
+        assert_eq!(upid.age_at_least(at(900_000)), Duration::ZERO);
+        let far: Upid = "UPID:pve1:00000001:00000007:FFFFFFFFFFFFFFFF:qmstart:100:root@pam:"
+            .parse()
+            .unwrap();
+        assert_eq!(far.age_at_least(at(1_000_000)), Duration::ZERO);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::diag::Pos;
-use super::validate::{Ctx, object, string};
+use super::validate::{Ctx, Obj, object, string};
 use super::yaml::{Node, Value, parse_documents};
 use super::{CloudInit, IpConfig, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS};
 
@@ -333,110 +333,145 @@ fn ip_config_entry(ctx: &mut Ctx, i: usize, n: &Node) -> Option<IpConfig> {
 /// Reads and checks `forProvider.cloudInit`.
 pub fn cloud_init_field(ctx: &mut Ctx, n: &Node) -> Option<CloudInit> {
     let obj = object(ctx, n, PATH, Some(FIELDS))?;
+    // Every field is checked even after an error, so all problems are reported at once.
+    let user = checked_string(ctx, &obj, "user", "debian", check_user);
+    let ssh_keys = checked_list(
+        ctx,
+        &obj,
+        "sshKeys",
+        "\"ssh-ed25519 AAAA... me@laptop\"",
+        MAX_SSH_KEYS,
+        str::trim,
+        check_ssh_key,
+    );
+    let ip_config = match obj.get("ipConfig") {
+        Some(list) => ip_configs(ctx, list),
+        None => Some(Vec::new()),
+    };
+    let nameservers = checked_list(
+        ctx,
+        &obj,
+        "nameservers",
+        "10.0.0.53",
+        MAX_NAMESERVERS,
+        |s| s,
+        check_nameserver,
+    );
+    let search_domain = checked_string(
+        ctx,
+        &obj,
+        "searchDomain",
+        "example.net",
+        check_search_domain,
+    );
+    let upgrade_packages = match obj.get("upgradePackages") {
+        Some(u) => upgrade_packages(ctx, u).map(Some),
+        None => Some(None),
+    };
+    let seed_storage = checked_string(
+        ctx,
+        &obj,
+        "seedStorage",
+        "local",
+        super::names::check_storage,
+    );
+    Some(CloudInit {
+        user: user?,
+        ssh_keys: ssh_keys?,
+        ip_config: ip_config?,
+        nameservers: nameservers?,
+        search_domain: search_domain?,
+        upgrade_packages: upgrade_packages?,
+        seed_storage: seed_storage?,
+    })
+}
+
+/// An optional string field that passes `check`: `Some(None)` when absent, `None` after an
+/// error (reported).
+fn checked_string(
+    ctx: &mut Ctx,
+    obj: &Obj,
+    key: &str,
+    example: &str,
+    check: fn(&str) -> Result<(), String>,
+) -> Option<Option<String>> {
+    let Some(n) = obj.get(key) else {
+        return Some(None);
+    };
+    let s = string(ctx, n, &obj.path(key), example)?;
+    ctx.check(n.pos, check(s))?;
+    Some(Some(s.to_string()))
+}
+
+/// An optional list of strings, each `normalize`d and passing `check`; every entry is checked
+/// so all errors are reported. `None` after an error.
+fn checked_list(
+    ctx: &mut Ctx,
+    obj: &Obj,
+    key: &str,
+    example: &str,
+    max: usize,
+    normalize: fn(&str) -> &str,
+    check: fn(&str) -> Result<(), String>,
+) -> Option<Vec<String>> {
+    let Some(n) = obj.get(key) else {
+        return Some(Vec::new());
+    };
     let mut ok = true;
-    let mut ci = CloudInit::default();
-    if let Some(u) = obj.get("user") {
-        match string(ctx, u, &obj.path("user"), "debian") {
-            Some(s) if ctx.check(u.pos, check_user(s)).is_some() => ci.user = Some(s.to_string()),
-            _ => ok = false,
+    let mut out = Vec::new();
+    for (s, pos) in string_list(ctx, n, &obj.path(key), example, max)? {
+        let s = normalize(&s).to_string();
+        if ctx.check(pos, check(&s)).is_some() {
+            out.push(s);
+        } else {
+            ok = false;
         }
     }
-    if let Some(k) = obj.get("sshKeys") {
-        match string_list(
-            ctx,
-            k,
-            &obj.path("sshKeys"),
-            "\"ssh-ed25519 AAAA... me@laptop\"",
-            MAX_SSH_KEYS,
-        ) {
-            Some(keys) => {
-                for (key, pos) in keys {
-                    let key = key.trim().to_string();
-                    if ctx.check(pos, check_ssh_key(&key)).is_some() {
-                        ci.ssh_keys.push(key);
-                    } else {
-                        ok = false;
-                    }
+    ok.then_some(out)
+}
+
+/// `ipConfig`: entry N configures netN.
+fn ip_configs(ctx: &mut Ctx, list: &Node) -> Option<Vec<IpConfig>> {
+    match &list.value {
+        Value::Seq(items) if items.len() <= MAX_IP_CONFIGS => {
+            let mut ok = true;
+            let mut out = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match ip_config_entry(ctx, i, item) {
+                    Some(c) => out.push(c),
+                    None => ok = false,
                 }
             }
-            None => ok = false,
+            ok.then_some(out)
+        }
+        other => {
+            ctx.error(
+                list.pos,
+                format!(
+                    "{PATH}.ipConfig must be a list of at most {MAX_IP_CONFIGS} entries (entry N configures netN), \
+                     e.g. [{{ip: dhcp}}]; found {}",
+                    other.describe()
+                ),
+            );
+            None
         }
     }
-    if let Some(list) = obj.get("ipConfig") {
-        match &list.value {
-            Value::Seq(items) if items.len() <= MAX_IP_CONFIGS => {
-                for (i, item) in items.iter().enumerate() {
-                    match ip_config_entry(ctx, i, item) {
-                        Some(c) => ci.ip_config.push(c),
-                        None => ok = false,
-                    }
-                }
-            }
-            other => {
-                ctx.error(
-                    list.pos,
-                    format!(
-                        "{PATH}.ipConfig must be a list of at most {MAX_IP_CONFIGS} entries (entry N configures netN), \
-                         e.g. [{{ip: dhcp}}]; found {}",
-                        other.describe()
-                    ),
-                );
-                ok = false;
-            }
+}
+
+fn upgrade_packages(ctx: &mut Ctx, u: &Node) -> Option<bool> {
+    match u.value {
+        Value::Bool(b) => Some(b),
+        ref other => {
+            ctx.error(
+                u.pos,
+                format!(
+                    "{PATH}.upgradePackages must be true or false; found {}",
+                    other.describe()
+                ),
+            );
+            None
         }
     }
-    if let Some(ns) = obj.get("nameservers") {
-        match string_list(
-            ctx,
-            ns,
-            &obj.path("nameservers"),
-            "10.0.0.53",
-            MAX_NAMESERVERS,
-        ) {
-            Some(list) => {
-                for (s, pos) in list {
-                    if ctx.check(pos, check_nameserver(&s)).is_some() {
-                        ci.nameservers.push(s);
-                    } else {
-                        ok = false;
-                    }
-                }
-            }
-            None => ok = false,
-        }
-    }
-    if let Some(d) = obj.get("searchDomain") {
-        match string(ctx, d, &obj.path("searchDomain"), "example.net") {
-            Some(s) if ctx.check(d.pos, check_search_domain(s)).is_some() => {
-                ci.search_domain = Some(s.to_string())
-            }
-            _ => ok = false,
-        }
-    }
-    if let Some(u) = obj.get("upgradePackages") {
-        match u.value {
-            Value::Bool(b) => ci.upgrade_packages = Some(b),
-            ref other => {
-                ctx.error(
-                    u.pos,
-                    format!(
-                        "{PATH}.upgradePackages must be true or false; found {}",
-                        other.describe()
-                    ),
-                );
-                ok = false;
-            }
-        }
-    }
-    if let Some(s) = obj.get("seedStorage") {
-        match string(ctx, s, &obj.path("seedStorage"), "local") {
-            Some(v) if ctx.check(s.pos, super::names::check_storage(v)).is_some() => {
-                ci.seed_storage = Some(v.to_string())
-            }
-            _ => ok = false,
-        }
-    }
-    ok.then_some(ci)
 }
 
 #[cfg(test)]

@@ -192,14 +192,7 @@ fn disk<'n>(
     let obj = object(ctx, node, path, Some(DISK_FIELDS))?;
     let errors = ctx.error_count();
     let slot_node = obj.get("slot");
-    let slot = slot_node.and_then(|s| {
-        let text = string(ctx, s, &format!("{path}.slot"), "scsi1")?;
-        ctx.check(
-            s.pos,
-            check_slot(text).map_err(|e| format!("{path}.slot: {e}")),
-        )
-        .map(|()| text.to_string())
-    });
+    let slot = slot_node.and_then(|s| slot(ctx, s, path));
     let boot = obj
         .get("boot")
         .and_then(|v| bool_field_at(ctx, v, path, "boot"))
@@ -217,8 +210,7 @@ fn disk<'n>(
     };
     let storage = match obj.get("storage") {
         None => Some(DEFAULT_STORAGE.to_string()),
-        Some(s) => string(ctx, s, &format!("{path}.storage"), DEFAULT_STORAGE)
-            .and_then(|t| ctx.check(s.pos, check_storage(t)).map(|()| t.to_string())),
+        Some(s) => storage(ctx, s, path),
     };
     let choice = |ctx: &mut Ctx, key: &str, values: &[&str]| {
         obj.get(key).and_then(|v| {
@@ -251,23 +243,40 @@ fn disk<'n>(
         // Assigned later on the scsi bus, where both options exist.
         return Some((d, None));
     }
-    let bus = d.bus().to_string();
+    ctx.check(obj.pos, check_bus_options(&d, path))?;
+    Some((d, slot_node))
+}
+
+/// `ssd` and `iothread` exist only on some buses.
+fn check_bus_options(d: &Disk, path: &str) -> Result<(), String> {
+    let bus = d.bus();
     for (key, set, buses) in [
         ("ssd", d.ssd.is_some(), ["scsi", "sata"]),
         ("iothread", d.iothread.is_some(), ["scsi", "virtio"]),
     ] {
-        if set && !buses.contains(&bus.as_str()) {
-            ctx.error(
-                obj.pos,
-                format!(
-                    "{path}.{key}: a {bus} disk has no {key} option in PVE (only {} disks do)",
-                    buses.join(" and ")
-                ),
-            );
-            return None;
+        if set && !buses.contains(&bus) {
+            return Err(format!(
+                "{path}.{key}: a {bus} disk has no {key} option in PVE (only {} disks do)",
+                buses.join(" and ")
+            ));
         }
     }
-    Some((d, slot_node))
+    Ok(())
+}
+
+fn slot(ctx: &mut Ctx, s: &Node, path: &str) -> Option<String> {
+    let text = string(ctx, s, &format!("{path}.slot"), "scsi1")?;
+    ctx.check(
+        s.pos,
+        check_slot(text).map_err(|e| format!("{path}.slot: {e}")),
+    )?;
+    Some(text.to_string())
+}
+
+fn storage(ctx: &mut Ctx, s: &Node, path: &str) -> Option<String> {
+    let text = string(ctx, s, &format!("{path}.storage"), DEFAULT_STORAGE)?;
+    ctx.check(s.pos, check_storage(text))?;
+    Some(text.to_string())
 }
 
 fn bool_field_at(ctx: &mut Ctx, v: &Node, path: &str, key: &str) -> Option<bool> {

@@ -110,32 +110,13 @@ fn walk(
         let Ok(ftype) = entry.file_type() else {
             continue;
         };
-        if ftype.is_symlink() {
-            let target = match fs::canonicalize(&path) {
-                Ok(t) => t,
-                Err(e) => {
-                    if is_spec_file(&name) {
-                        error(
-                            diags,
-                            &shown,
-                            format!("broken symlink {shown}: {e}; fix or remove it"),
-                        );
-                    }
-                    continue;
-                }
-            };
-            if !target.starts_with(root) {
-                error(
-                    diags,
-                    &shown,
-                    format!(
-                        "symlink {shown} points to {}, outside {}; only symlinks within the spec directory are followed",
-                        target.display(),
-                        root.display()
-                    ),
-                );
-                continue;
+        if ftype.is_symlink()
+            && let Err(problem) = check_symlink(root, &path, &name)
+        {
+            if let Some(msg) = problem {
+                error(diags, &shown, msg);
             }
+            continue;
         }
         // Follows the (checked) symlink.
         let Ok(meta) = fs::metadata(&path) else {
@@ -165,6 +146,29 @@ fn walk(
             }
         }
     }
+}
+
+/// Whether a symlink may be followed: its target must exist and lie under `root` (canonical).
+/// `Err(Some(_))` is reported; a broken link that is no spec file is skipped quietly.
+fn check_symlink(root: &Path, path: &Path, name: &str) -> Result<(), Option<String>> {
+    let shown = path.display();
+    let target = match fs::canonicalize(path) {
+        Ok(t) => t,
+        Err(e) if is_spec_file(name) => {
+            return Err(Some(format!(
+                "broken symlink {shown}: {e}; fix or remove it"
+            )));
+        }
+        Err(_) => return Err(None),
+    };
+    if !target.starts_with(root) {
+        return Err(Some(format!(
+            "symlink {shown} points to {}, outside {}; only symlinks within the spec directory are followed",
+            target.display(),
+            root.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Reads and parses one file, refusing oversized and non-regular files before reading them.
@@ -245,4 +249,45 @@ pub fn check_sites(specs: &[Spec], sites: &[&str]) -> Vec<Diagnostic> {
             .for_spec(Some(&s.name))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn symlinks_are_followed_only_within_the_spec_directory() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.yaml"), "not: a spec\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let specs = dir.path().join("specs");
+        std::fs::create_dir_all(specs.join("real")).unwrap();
+        symlink(
+            outside.path().join("secret.yaml"),
+            specs.join("escape.yaml"),
+        )
+        .unwrap();
+        symlink(specs.join("missing.yaml"), specs.join("broken.yaml")).unwrap();
+        symlink(specs.join("missing.txt"), specs.join("broken-notes.txt")).unwrap();
+        symlink(specs.join("real"), specs.join("inside")).unwrap();
+
+        let set = load_paths(std::slice::from_ref(&specs));
+        let shown: Vec<String> = set.diagnostics.iter().map(|d| d.to_string()).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.contains("escape.yaml") && d.contains("outside")),
+            "{shown:#?}"
+        );
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.contains("broken symlink") && d.contains("broken.yaml")),
+            "{shown:#?}"
+        );
+        // A broken link that is no spec file, and a link within the directory, are fine.
+        assert_eq!(shown.len(), 2, "{shown:#?}");
+        assert!(!set.is_complete());
+    }
 }

@@ -271,70 +271,129 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some((deletion_policy, fp)) = spec_section(ctx, &top) else {
         return (None, name);
     };
-    let placement = placement(ctx, &fp, name.as_deref());
-    let resources = resources(ctx, &fp);
+    let parts = for_provider(ctx, &fp, name.as_deref());
+    let spec = match (api_version, deletion_policy, parts.complete()) {
+        (Some(api_version), Some(deletion_policy), Some(parts)) => {
+            assemble(ctx.file, api_version, meta, deletion_policy, parts)
+        }
+        _ => None,
+    };
+    (spec, name)
+}
+
+/// `spec.forProvider`, each part checked on its own (`None`: it had errors, reported).
+struct ForProvider {
+    placement: Option<Placement>,
+    resources: Option<Resources>,
+    hardware: Option<super::Hardware>,
+    networks: Option<Option<Vec<super::Nic>>>,
+    disks: Option<Option<Vec<super::Disk>>>,
+    destroy_disks: Option<Vec<String>>,
+    image: Option<(Image, Pos)>,
+    guest: Option<Guest>,
+    reboot: Option<super::RebootPolicy>,
+    allow_recreate_on_site_change: Option<bool>,
+    ha: Option<Option<super::Ha>>,
+}
+
+fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> ForProvider {
+    let placement = placement(ctx, fp, name);
+    let resources = resources(ctx, fp);
     let hardware = super::hardware::hardware(
         ctx,
-        &fp,
+        fp,
         resources.as_ref().map(|r| r.cpu),
         resources.as_ref().map(|r| r.memory_mib),
     );
-    let networks = super::networks::networks_field(ctx, &fp);
-    let disks = super::disks::disks_field(ctx, &fp);
+    let networks = super::networks::networks_field(ctx, fp);
+    let disks = super::disks::disks_field(ctx, fp);
     let destroy_disks = match &disks {
-        Some(d) => super::disks::destroy_disks_field(ctx, &fp, d.as_deref()),
+        Some(d) => super::disks::destroy_disks_field(ctx, fp, d.as_deref()),
         None => None,
     };
-    let image = image_field(ctx, &fp);
-    let guest = guest(ctx, &fp);
-    let reboot = super::lifecycle::reboot_policy(ctx, &fp);
-    let recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, &fp);
+    let image = image_field(ctx, fp);
+    let guest = guest(ctx, fp);
+    let reboot = super::lifecycle::reboot_policy(ctx, fp);
+    let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
     let ha = match (fp.get("ha"), &guest) {
         (None, _) => Some(None),
         (Some(n), Some(g)) => super::ha::ha_field(ctx, n, g.power_state).map(Some),
         (Some(_), None) => None,
     };
-
-    let (
-        Some(api_version),
-        Some(spec_name),
-        Some(placement),
-        Some(resources),
-        Some((image, image_pos)),
-        Some(mut guest),
-        Some(deletion_policy),
-        Some(reboot),
-        Some(allow_recreate_on_site_change),
-        Some(ha),
-        Some(hardware),
-        Some(networks),
-        Some(disks),
-        Some(destroy_disks),
-    ) = (
-        api_version,
-        meta.name,
+    ForProvider {
         placement,
         resources,
-        image,
-        guest,
-        deletion_policy,
-        reboot,
-        recreate_on_site_change,
-        ha,
         hardware,
         networks,
         disks,
         destroy_disks,
-    )
-    else {
-        return (None, name);
-    };
+        image,
+        guest,
+        reboot,
+        allow_recreate_on_site_change,
+        ha,
+    }
+}
+
+/// `spec.forProvider` with every part readable.
+struct Parts {
+    placement: Placement,
+    resources: Resources,
+    hardware: super::Hardware,
+    networks: Option<Vec<super::Nic>>,
+    disks: Option<Vec<super::Disk>>,
+    destroy_disks: Vec<String>,
+    image: (Image, Pos),
+    guest: Guest,
+    reboot: super::RebootPolicy,
+    allow_recreate_on_site_change: bool,
+    ha: Option<super::Ha>,
+}
+
+impl ForProvider {
+    fn complete(self) -> Option<Parts> {
+        Some(Parts {
+            placement: self.placement?,
+            resources: self.resources?,
+            hardware: self.hardware?,
+            networks: self.networks?,
+            disks: self.disks?,
+            destroy_disks: self.destroy_disks?,
+            image: self.image?,
+            guest: self.guest?,
+            reboot: self.reboot?,
+            allow_recreate_on_site_change: self.allow_recreate_on_site_change?,
+            ha: self.ha?,
+        })
+    }
+}
+
+/// The spec from its checked parts; `None` without a name (reported by `metadata`).
+fn assemble(
+    file: &str,
+    api_version: String,
+    meta: Metadata,
+    deletion_policy: DeletionPolicy,
+    parts: Parts,
+) -> Option<Spec> {
+    let Parts {
+        placement,
+        mut resources,
+        hardware,
+        networks,
+        disks,
+        destroy_disks,
+        image: (image, image_pos),
+        mut guest,
+        reboot,
+        allow_recreate_on_site_change,
+        ha,
+    } = parts;
     if let Some(t) = &meta.tenant {
         guest.tags.push(format!("tenant_{t}"));
     }
     guest.tags.sort();
     guest.tags.dedup();
-    let mut resources = resources;
     if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
         resources.network = first.bridge.clone();
     }
@@ -343,9 +402,9 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         resources.disk_bytes = boot.size_bytes;
         resources.storage = boot.storage.clone();
     }
-    let spec = Spec {
-        name: spec_name,
-        file: ctx.file.to_string(),
+    Some(Spec {
+        name: meta.name?,
+        file: file.to_string(),
         pos: meta.name_pos,
         api_version,
         tenant: meta.tenant,
@@ -375,8 +434,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         networks,
         disks,
         destroy_disks,
-    };
-    (Some(spec), name)
+    })
 }
 
 /// `apiVersion`, checked to be supported; `kind` is checked too.

@@ -40,8 +40,13 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     hibernate(vmid)
         The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
 
-    task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None)
-        A task with `lines` log lines, failing with `error` (or OK); returns its UPID.
+    task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None, secs=0)
+        A task with `lines` log lines, failing with `error` (or OK) after secs PVE seconds (times
+        time_scale); returns its UPID.
+    task_polls(reset=False)
+        {in_flight, max_in_flight, status, listings}: GET requests under /nodes/{node}/tasks (a
+        task's status or log, a node's task listing) being answered now, the most at once, and how
+        many status reads and listings were answered (since the last reset=True, which zeroes them).
 
 Power, clone, resize and logs as qemu-server / pve-manager do (fakepve 0.5.0 does not): a paused VM
 refuses `shutdown` without forceStop (`VM is paused - cannot shutdown`) and is stopped with it; `stop`
@@ -197,6 +202,8 @@ class HarnessPve(FakePve):
         self.datacenter = {}
         # add_vm_before rules, in order: (METHOD, suffix, add_vm arguments).
         self.before_rules = []
+        # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
+        self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -208,6 +215,27 @@ class HarnessPve(FakePve):
             del self.request_meta[:excess]
 
     # ------------------------------------------------------------ task listing
+
+    TASK_GET = re.compile(r'^/api2/(?:json|extjs)/nodes/[^/]+/tasks(/[^/]+/(status|log))?/?$')
+
+    @web.middleware
+    async def _middleware(self, request, handler):
+        """fakepve's middleware, counting the task reads in flight (task_polls): what a client's
+        task polling asks of a site at once, latency included."""
+        match = self.TASK_GET.match(request.path) if request.method == 'GET' else None
+        if match is None:
+            return await super()._middleware(request, handler)
+        polls = self.task_polls
+        polls['in_flight'] += 1
+        polls['max_in_flight'] = max(polls['max_in_flight'], polls['in_flight'])
+        try:
+            return await super()._middleware(request, handler)
+        finally:
+            polls['in_flight'] -= 1
+            if match.group(2) == 'status':
+                polls['status'] += 1
+            elif match.group(1) is None:
+                polls['listings'] += 1
 
     # ---- config updates, as qemu-server's update_vm_api and vmconfig_hotplug_pending make them.
     # fakepve 0.5.0 stores an update's values as sent and queues every change of a running VM
@@ -1355,18 +1383,28 @@ class Commands(object):
         return await pve.task(vm.node, 'vzdump', vm.vmid if single else '', 'root@pam', body, lock=False,
                               log=['INFO: starting new backup job: vzdump {0}'.format(vm.vmid)])
 
-    async def task_with_log(self, node='pve1', type='qmstart', id='', lines=0, error=None):  # noqa: A002
-        """A task of `type` on node with `lines` log lines (`line 1` ...), ending with `error` (a
-        TASK ERROR) or OK; returns its UPID."""
+    async def task_with_log(self, node='pve1', type='qmstart', id='', lines=0, error=None, secs=0):  # noqa: A002
+        """A task of `type` on node with `lines` log lines (`line 1` ...), ending after secs PVE
+        seconds (times time_scale) with `error` (a TASK ERROR) or OK; returns its UPID."""
         if node not in self.pve.nodes:
             raise BadArgs('no node {0!r}'.format(node))
+        if float(secs) < 0:
+            raise BadArgs('secs must not be negative')
 
         async def body():
+            await self.pve.pause(float(secs))
             if error:
                 raise TaskError(error)
             return None
         return await self.pve.task(node, type, id, 'root@pam', body, lock=False,
                                    log=['line {0}'.format(i) for i in range(1, int(lines) + 1)])
+
+    def task_polls(self, reset=False):
+        """{in_flight, max_in_flight, status, listings} of the task reads (see COMMANDS)."""
+        polls = dict(self.pve.task_polls)
+        if reset:
+            self.pve.task_polls.update(max_in_flight=self.pve.task_polls['in_flight'], status=0, listings=0)
+        return polls
 
     def hibernate(self, vmid):
         """The VM as `qm suspend --todisk` leaves it (qemu-server QemuServer/RunState.pm: `quit`,

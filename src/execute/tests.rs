@@ -1,0 +1,401 @@
+//! The crash-resume branches of a create, and a resumed delete, against the in-memory fake
+//! (`pve::fake`): each test leaves the state an interrupted action leaves (by losing an answer
+//! or holding a task), then runs the next action and checks the fake's call log. Time is
+//! tokio's, paused: the request window and task waits pass without real sleeping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::clock::Clock;
+use crate::observe::observe_site;
+use crate::ownership::MarkerKey;
+use crate::pve::fake::{FakePve, Fault, TaskEnd};
+use crate::spec::test_spec;
+use crate::state::Phase;
+
+/// Unix ms when each test starts (the clock follows tokio's paused time from there).
+const START_MS: u64 = 1_800_000_000_000;
+/// The site's request timeout: a create request may still arrive this long (plus
+/// `REQUEST_WINDOW_MARGIN`) after its intent was written.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const TEMPLATE: u32 = 9000;
+
+struct World {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    site: Arc<SiteCtx<FakePve>>,
+    spec: Spec,
+    key: Arc<MarkerKey>,
+    clock: Clock,
+    task_wait: Duration,
+}
+
+impl World {
+    /// The spec `web-01` cloned from template 9000 on pve1, on a two-node cluster.
+    fn new(extra: &str) -> World {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(Store::open(dir.path()).expect("store"));
+        let fake = FakePve::new(&["pve1", "pve2"]);
+        fake.add_vm(
+            TEMPLATE,
+            "pve1",
+            &[
+                ("name", "debian-12"),
+                ("template", "1"),
+                ("scsi0", "local-lvm:base-9000-disk-0,size=32G"),
+                ("boot", "order=scsi0"),
+            ],
+        );
+        World {
+            _dir: dir,
+            store,
+            site: Arc::new(SiteCtx::new("lab", fake, REQUEST_TIMEOUT)),
+            spec: test_spec(extra),
+            key: Arc::new(MarkerKey::from_bytes([7; 32])),
+            clock: Clock::following_tokio(START_MS),
+            task_wait: Duration::from_secs(5),
+        }
+    }
+
+    fn pve(&self) -> &FakePve {
+        &self.site.client
+    }
+
+    fn record(&self) -> SpecRecord {
+        self.store
+            .specs()
+            .expect("records")
+            .remove(&self.spec.name)
+            .unwrap_or_default()
+    }
+
+    /// Runs one action as `execute` does (the record read from the store, the outcome
+    /// recorded), after observing the site as a cycle does.
+    async fn run(&self, action: Action) -> Outcome {
+        let view = observe_site("lab", &self.site.client).await;
+        let ctx = ExecCtx {
+            store: self.store.clone(),
+            install_id: "main".into(),
+            sites: [("lab".to_string(), self.site.clone())].into(),
+            specs: [(self.spec.name.clone(), self.spec.clone())].into(),
+            views: [("lab".to_string(), view)].into(),
+            config_hash: String::new(),
+            task_wait: self.task_wait,
+            max_parallel_per_node: 2,
+            max_parallel_reboots: 1,
+            reboot_slots: Default::default(),
+            shutdown: tokio::sync::watch::channel(false).1,
+            node_facts: Default::default(),
+            marker_key: self.key.clone(),
+            fresh_configs: Default::default(),
+            clock: self.clock.clone(),
+            vmid_cursors: Default::default(),
+        };
+        let rec = self.store.specs().expect("records").remove(&self.spec.name);
+        run_action(&ctx, &action, rec).await
+    }
+
+    fn create(&self) -> Action {
+        Action::Create {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node: "pve1".into(),
+        }
+    }
+
+    /// The action the planner makes of a record in `Creating`.
+    fn resume(&self) -> Action {
+        let rec = self.record();
+        let Phase::Creating {
+            vmid, node, upid, ..
+        } = rec.phase
+        else {
+            panic!("not creating: {:?}", rec.phase);
+        };
+        Action::ResumeCreate {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node,
+            vmid,
+            upid,
+        }
+    }
+
+    /// The intent's VMID and UPID.
+    fn intent(&self) -> (u32, Option<String>) {
+        match self.record().phase {
+            Phase::Creating { vmid, upid, .. } => (vmid, upid),
+            other => panic!("not creating: {other:?}"),
+        }
+    }
+
+    /// A create whose request reached PVE (or not: `executed`) but whose answer was lost: the
+    /// intent is durable, no UPID.
+    async fn create_answer_lost(&self, executed: bool) -> u32 {
+        let fault = if executed {
+            Fault::LoseAnswer
+        } else {
+            Fault::Refuse(crate::pve::Error::Api {
+                method: "POST".into(),
+                path: "/nodes/pve1/qemu/9000/clone".into(),
+                status: 596,
+                message: "Connection timed out".into(),
+                errors: Default::default(),
+            })
+        };
+        self.pve().fault("clone_vm", fault);
+        let outcome = self.run(self.create()).await;
+        assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+        let (vmid, upid) = self.intent();
+        assert_eq!(upid, None, "the answer was lost: no UPID");
+        assert_eq!(self.pve().count("clone_vm"), 1);
+        vmid
+    }
+
+    fn assert_exists(&self, vmid: u32) {
+        let rec = self.record();
+        assert_eq!(rec.phase, Phase::Exists, "{rec:?}");
+        assert_eq!(rec.vmid, Some(vmid));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_clones_once_and_records_the_vm() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1);
+    w.assert_exists(100);
+    let vm = w.pve().vm(100).expect("the clone");
+    assert!(
+        vm.config
+            .get("description")
+            .is_some_and(|d| d.contains("web-01"))
+    );
+    assert!(vm.running, "powerState defaults to running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_upid_and_no_vm_is_created_again_only_after_the_request_window() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    w.pve().clear_calls();
+    // Within the window the request may still arrive: wait, send nothing.
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.intent().0, vmid, "the intent stays");
+    // Past it, nothing can still make the VM: the create is sent again.
+    tokio::time::advance(REQUEST_TIMEOUT + REQUEST_WINDOW_MARGIN).await;
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// The same branch within one action: the resume waits (paused time: no real sleep) until the
+/// window has passed, then creates.
+#[tokio::test(start_paused = true)]
+async fn the_request_window_is_waited_out_on_paused_time() {
+    let mut w = World::new("");
+    w.create_answer_lost(false).await;
+    w.task_wait = Duration::from_secs(120);
+    w.pve().clear_calls();
+    let before = tokio::time::Instant::now();
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    let waited = before.elapsed();
+    assert!(
+        waited >= REQUEST_TIMEOUT + REQUEST_WINDOW_MARGIN,
+        "waited {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(120), "waited {waited:?}");
+    assert_eq!(w.pve().count("clone_vm"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_upid_and_our_vm_is_adopted_without_a_second_create() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    w.pve().clear_calls();
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("create_vm"), 0);
+    w.assert_exists(vmid);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_upid_and_a_vm_without_our_marker_is_not_touched() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    // Someone else's VM took the VMID meanwhile.
+    w.pve()
+        .add_vm(vmid, "pve1", &[("name", "theirs"), ("description", "mine")]);
+    let theirs = w.pve().vm(vmid);
+    w.pve().clear_calls();
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().vm(vmid), theirs, "their VM is unchanged");
+    let touched: Vec<String> = w
+        .pve()
+        .calls()
+        .into_iter()
+        .filter(|c| c.ends_with(&format!(" {vmid}")) && !c.starts_with("vm_config"))
+        .filter(|c| !c.starts_with("active_vm_tasks"))
+        .collect();
+    assert!(touched.is_empty(), "{touched:?}");
+    // Ours is made at another VMID.
+    assert_eq!(w.pve().count("clone_vm"), 1);
+    let rec = w.record();
+    assert_ne!(rec.vmid, Some(vmid));
+    assert!(rec.vmid.is_some(), "{rec:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_upid_and_a_running_clone_is_waited_for_by_its_upid() {
+    let w = World::new("");
+    w.pve().set_task_end(TaskEnd::Held);
+    let vmid = w.create_answer_lost(true).await;
+    let running = w.pve().running_tasks();
+    assert_eq!(running.len(), 1);
+    let upid = &running[0];
+    assert!(
+        upid.contains(&format!(":qmclone:{TEMPLATE}:")),
+        "a clone's UPID names the template: {upid}"
+    );
+    w.pve().clear_calls();
+    // The VM is locked (clone) by the template's task: found, recorded, waited for.
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(outcome, Outcome::StillRunning { upid: upid.clone() });
+    assert_eq!(w.intent(), (vmid, Some(upid.clone())));
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    w.pve().end_task(upid, "OK");
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// A create whose UPID is recorded and whose task is still running when the action stops.
+async fn create_left_running(w: &World) -> (u32, String) {
+    w.pve().set_task_end(TaskEnd::Held);
+    let outcome = w.run(w.create()).await;
+    let (vmid, upid) = w.intent();
+    let upid = upid.expect("the UPID is recorded");
+    assert_eq!(outcome, Outcome::StillRunning { upid: upid.clone() });
+    assert!(upid.contains(&format!(":qmclone:{TEMPLATE}:")), "{upid}");
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    w.pve().clear_calls();
+    (vmid, upid)
+}
+
+#[tokio::test(start_paused = true)]
+async fn upid_and_a_running_task_is_waited_for_again() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(outcome, Outcome::StillRunning { upid: upid.clone() });
+    assert_eq!(w.pve().count("clone_vm"), 0);
+    assert_eq!(w.intent(), (vmid, Some(upid)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn upid_and_a_task_that_ended_well_is_finished() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "OK");
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(
+        w.pve().count("wait_task"),
+        2,
+        "the clone's, then the start's"
+    );
+    w.assert_exists(vmid);
+}
+
+#[tokio::test(start_paused = true)]
+async fn upid_and_a_failed_task_releases_the_intent() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "clone failed: out of space");
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(e.message.contains("out of space"), "{e:?}");
+    assert_eq!(w.pve().count("clone_vm"), 0, "no create in the same action");
+    let rec = w.record();
+    assert_eq!(rec.phase, Phase::Pending, "{rec:?}");
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+    assert!(w.pve().vm(vmid).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_poll_keeps_the_intent_and_its_upid() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().fault(
+        "wait_task",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "GET".into(),
+            path: "/nodes/pve1/tasks".into(),
+            status: 503,
+            message: "Service Unavailable".into(),
+            errors: Default::default(),
+        }),
+    );
+    assert!(matches!(w.run(w.resume()).await, Outcome::Failed(_)));
+    assert_eq!(w.intent(), (vmid, Some(upid)));
+    assert_eq!(w.store.allocations("lab").expect("allocations").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_delete_waits_for_its_task_and_deletes_once() {
+    let w = World::new("    powerState: stopped\n");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid.expect("created");
+    let remove = Action::Remove {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+        release: false,
+    };
+    w.pve().set_task_end(TaskEnd::Held);
+    let outcome = w.run(remove.clone()).await;
+    let Outcome::StillRunning { upid } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(
+        w.record().phase,
+        Phase::Deleting {
+            upid: Some(upid.clone())
+        }
+    );
+    // Resumed while the task runs: waited for, never sent again.
+    assert_eq!(
+        w.run(remove.clone()).await,
+        Outcome::StillRunning { upid: upid.clone() }
+    );
+    assert_eq!(w.pve().count("delete_vm"), 1, "{:?}", w.pve().calls());
+    w.pve().end_task(&upid, "OK");
+    w.pve().clear_calls();
+    assert_eq!(w.run(remove).await, Outcome::Done);
+    assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
+    assert!(w.store.specs().expect("records").is_empty());
+    assert!(w.pve().vm(vmid).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_upid_is_durable_while_the_task_is_waited_for() {
+    let w = World::new("");
+    w.pve().set_task_end(TaskEnd::Held);
+    let look = async {
+        while w.pve().running_tasks().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // The action is now in its wait: a crash here must find the UPID in the database.
+        w.intent()
+    };
+    let (outcome, (vmid, upid)) = tokio::join!(w.run(w.create()), look);
+    assert_eq!(vmid, 100);
+    let running = w.pve().running_tasks();
+    assert_eq!(upid.as_ref(), running.first(), "{outcome:?}");
+}

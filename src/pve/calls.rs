@@ -1,0 +1,156 @@
+//! The seam between proxsync's actions and Proxmox VE: [`Pve`], the calls `execute` and
+//! `observe` make, implemented by [`Client`] (HTTP, by delegation to its own methods) and in
+//! unit tests by the in-memory fake (`pve::fake`).
+//!
+//! Generic code takes `impl Pve` (or `P: Pve`), never `dyn`: the methods are `async` and each
+//! returns a `Send` future, so actions stay spawnable on tokio's multi-threaded runtime. The
+//! CLI, `doctor` and the daemon keep using [`Client`] itself.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::ha::{HaParams, HaResource};
+use super::migrate::MigratePrecondition;
+use super::types::{
+    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+};
+use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
+
+/// Declares [`Pve`] from one list of calls and implements it for [`Client`] by calling the
+/// inherent method of the same name: one place to add a call, and no way for the two to drift.
+macro_rules! pve_calls {
+    ($( $(#[$doc:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        /// The Proxmox VE calls of `execute` and `observe`. See [`Client`]'s methods of the same
+        /// names for the endpoint, the answer and what can fail.
+        pub trait Pve: Send + Sync + 'static {
+            $(
+                $(#[$doc])*
+                fn $name(&self $(, $arg: $ty)*)
+                    -> impl Future<Output = Result<$ret, Error>> + Send;
+            )*
+        }
+
+        impl Pve for Client {
+            $(
+                fn $name(&self $(, $arg: $ty)*)
+                    -> impl Future<Output = Result<$ret, Error>> + Send {
+                    Client::$name(self $(, $arg)*)
+                }
+            )*
+        }
+    };
+}
+
+pve_calls! {
+    /// `GET /version`.
+    fn version(&self) -> Version;
+    /// `GET /cluster/status`: quorum and nodes.
+    fn cluster_health(&self) -> ClusterHealth;
+    /// `GET /cluster/resources?type=vm`.
+    fn vm_resources(&self) -> Vec<VmResource>;
+    /// `GET /pools?poolid=P`: the pool's VMIDs.
+    fn pool_vmids(&self, poolid: &str) -> Vec<u32>;
+    /// `PUT /pools`: moves a VM into a pool.
+    fn move_to_pool(&self, poolid: &str, vmid: u32) -> ();
+    /// `GET /cluster/nextid`.
+    fn next_id(&self) -> u32;
+    /// `GET /cluster/nextid?vmid=N`.
+    fn vmid_is_free(&self, vmid: u32) -> bool;
+    /// `GET /cluster/options`: the datacenter's `next-id` range.
+    fn cluster_options(&self) -> DatacenterOptions;
+    /// `GET /nodes/{node}/storage`.
+    fn node_storages(&self, node: &str, content: Option<&str>) -> Vec<NodeStorage>;
+    /// `GET /nodes/{node}/storage/{storage}/content`.
+    fn storage_content(
+        &self,
+        node: &str,
+        storage: &str,
+        content: Option<&str>,
+    ) -> Vec<StorageVolume>;
+    /// `POST /nodes/{node}/storage/{storage}/upload`: an `imgcopy` task.
+    fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Upid;
+    /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`.
+    fn delete_volume(&self, node: &str, storage: &str, volume: &str) -> Option<Upid>;
+    /// `GET /nodes/{node}/network?type=any_bridge`.
+    fn node_bridges(&self, node: &str) -> Vec<NetworkInterface>;
+    /// `GET .../qemu/{vmid}/config`.
+    fn vm_config(&self, node: &str, vmid: u32) -> VmConfig;
+    /// `GET .../qemu/{vmid}/pending`.
+    fn vm_pending(&self, node: &str, vmid: u32) -> Vec<PendingEntry>;
+    /// `PUT .../qemu/{vmid}/config`: synchronous.
+    fn set_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> ();
+    /// `POST .../qemu/{vmid}/config`: a task when PVE needs one.
+    fn set_config_async(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> Option<Upid>;
+    /// `POST /nodes/{node}/qemu`: a `qmcreate` task.
+    fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Upid;
+    /// `POST .../qemu/{template}/clone`: a `qmclone` task.
+    fn clone_vm(&self, node: &str, template: u32, req: &CloneRequest) -> Upid;
+    /// `PUT .../qemu/{vmid}/resize`.
+    fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+        digest: Option<&str>,
+    ) -> Option<Upid>;
+    /// `GET .../status/current`: whether the VM runs.
+    fn vm_running(&self, node: &str, vmid: u32) -> bool;
+    /// `POST .../status/start`.
+    fn start_vm(&self, node: &str, vmid: u32) -> Upid;
+    /// `POST .../status/shutdown`.
+    fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32, force_stop: bool) -> Upid;
+    /// `POST .../status/stop`.
+    fn stop_vm(&self, node: &str, vmid: u32, overrule_shutdown: bool) -> Upid;
+    /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task.
+    fn delete_vm(&self, node: &str, vmid: u32, purge: bool, destroy_unreferenced: bool) -> Upid;
+    /// `GET /nodes/{node}/tasks?vmid=N&source=active`.
+    fn active_vm_tasks(&self, node: &str, vmid: u32) -> Vec<TaskListEntry>;
+    /// `GET /nodes/{node}/tasks?source=active`.
+    fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
+    /// `GET .../agent/network-get-interfaces`.
+    fn agent_interfaces(&self, node: &str, vmid: u32) -> Vec<AgentInterface>;
+    /// `GET .../qemu/{vmid}/migrate?target=T`.
+    fn migrate_precondition(&self, node: &str, vmid: u32, target: &str) -> MigratePrecondition;
+    /// `POST .../qemu/{vmid}/migrate`: a `qmigrate` (or `hamigrate`) task.
+    fn migrate_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        online: bool,
+        with_local_disks: bool,
+    ) -> Upid;
+    /// `GET /cluster/ha/resources/vm:N`.
+    fn ha_resource(&self, vmid: u32) -> Option<HaResource>;
+    /// `POST /cluster/ha/resources`.
+    fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> ();
+    /// `PUT /cluster/ha/resources/vm:N`.
+    fn update_ha_resource(&self, vmid: u32, params: &HaParams, digest: Option<&str>) -> ();
+    /// `DELETE /cluster/ha/resources/vm:N`.
+    fn remove_ha_resource(&self, vmid: u32) -> ();
+    /// Waits for a task until it stops or `timeout` passes: `StillRunning` when our wait runs
+    /// out, `Error::TaskFailed` only for a task that stopped with another exit status than
+    /// `OK` or `WARNINGS: n`.
+    fn wait_task(&self, upid: &Upid, timeout: Duration) -> TaskOutcome;
+}

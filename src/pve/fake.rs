@@ -1,0 +1,932 @@
+//! An in-memory Proxmox VE behind [`Pve`], for fast unit tests of `execute` (no network, no
+//! Python). Small on purpose: VMs (node, config, power), tasks that end at once, when the test
+//! says, or fail, faults on the next call of a method, and a log of every call.
+//!
+//! Where proxsync depends on it, it behaves as PVE does (shared/design/PVE-BEHAVIOUR.md):
+//! - a create's config holds only `lock: create`, a clone's only `lock: clone` and the
+//!   `# qmclone temporary file` comment, until the task ends; name, description and tags come
+//!   with the task's end. A clone's task is `qmclone` naming the **template**, on the
+//!   template's node, and a clone to another node stays on the template's node until its end;
+//! - a failed create or clone task leaves no VM (qemu-server removes what it made);
+//! - running tasks are listed with `RUNNING`; `?vmid=N` lists only tasks naming N (so not a
+//!   clone's);
+//! - a VMID taken is `unable to create VM N - VM N already exists on node 'X'`, a missing VM
+//!   `Configuration file 'nodes/X/qemu-server/N.conf' does not exist`, a locked one
+//!   `VM is locked (L)`, a stale digest `checksum mismatch (file change by other user?)`;
+//! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
+//!   when forwarding fails after the node received the request).
+//!
+//! Not modelled: pending values of a running VM (nothing is ever pending), hotplug, the guest
+//! agent (always "not running"), permissions, storages beyond `local-lvm` and `local`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::ha::{HaParams, HaResource};
+use super::migrate::MigratePrecondition;
+use super::task::classify_exit;
+use super::types::{
+    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+};
+use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
+
+/// A VM as the fake holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeVm {
+    pub node: String,
+    /// The config file's keys (no `digest`: the fake adds it when read).
+    pub config: BTreeMap<String, String>,
+    pub running: bool,
+}
+
+/// How the tasks started from now on end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// Already stopped with `OK` when the call answers.
+    AtOnce,
+    /// Running until [`FakePve::end_task`].
+    Held,
+}
+
+/// What the next call of a method meets.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Refused with this error; nothing is done.
+    Refuse(Error),
+    /// Carried out, then the answer is lost (596 `Connection timed out`): the outcome is
+    /// unknown to the caller.
+    LoseAnswer,
+}
+
+type Effect = Box<dyn FnOnce(&mut State) + Send>;
+
+struct Task {
+    upid: Upid,
+    /// `None` while running, else the exit status.
+    exit: Option<String>,
+    on_ok: Option<Effect>,
+    on_fail: Option<Effect>,
+}
+
+struct State {
+    nodes: BTreeMap<String, bool>,
+    vms: BTreeMap<u32, FakeVm>,
+    /// Bumped on every config write: the `digest`.
+    generation: HashMap<u32, u64>,
+    tasks: Vec<Task>,
+    task_end: TaskEnd,
+    faults: HashMap<&'static str, Vec<Fault>>,
+    calls: Vec<String>,
+    volumes: BTreeMap<String, Vec<StorageVolume>>,
+    pools: BTreeMap<String, Vec<u32>>,
+    ha: BTreeMap<u32, HaParams>,
+    pid: u32,
+}
+
+/// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
+/// it between actions.
+pub struct FakePve {
+    state: Mutex<State>,
+    /// Woken on every change, for [`Pve::wait_task`].
+    changed: tokio::sync::Notify,
+}
+
+fn api(status: u16, message: impl Into<String>) -> Error {
+    Error::Api {
+        method: "FAKE".into(),
+        path: String::new(),
+        status,
+        message: message.into(),
+        errors: BTreeMap::new(),
+    }
+}
+
+fn not_found(node: &str, vmid: u32) -> Error {
+    api(
+        500,
+        format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"),
+    )
+}
+
+impl FakePve {
+    /// A quorate cluster of online `nodes`, each with storages `local-lvm` (images) and
+    /// `local` (iso, import) and bridge `vmbr0`; tasks end at once.
+    pub fn new(nodes: &[&str]) -> FakePve {
+        FakePve {
+            state: Mutex::new(State {
+                nodes: nodes.iter().map(|n| (n.to_string(), true)).collect(),
+                vms: BTreeMap::new(),
+                generation: HashMap::new(),
+                tasks: Vec::new(),
+                task_end: TaskEnd::AtOnce,
+                faults: HashMap::new(),
+                calls: Vec::new(),
+                volumes: BTreeMap::new(),
+                pools: BTreeMap::new(),
+                ha: BTreeMap::new(),
+                pid: 0x1000,
+            }),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding it has failed already.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A stopped VM with `config` (`template=1` makes a template).
+    pub fn add_vm(&self, vmid: u32, node: &str, config: &[(&str, &str)]) {
+        let mut s = self.lock();
+        s.vms.insert(
+            vmid,
+            FakeVm {
+                node: node.into(),
+                config: config
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                running: false,
+            },
+        );
+        *s.generation.entry(vmid).or_default() += 1;
+    }
+
+    pub fn vm(&self, vmid: u32) -> Option<FakeVm> {
+        self.lock().vms.get(&vmid).cloned()
+    }
+
+    pub fn set_task_end(&self, end: TaskEnd) {
+        self.lock().task_end = end;
+    }
+
+    /// The next call of `method` (a [`Pve`] method's name) meets `fault`.
+    pub fn fault(&self, method: &'static str, fault: Fault) {
+        self.lock().faults.entry(method).or_default().push(fault);
+    }
+
+    /// Ends a running task with `exit` (`OK`, `WARNINGS: 1`, or an error text).
+    pub fn end_task(&self, upid: &str, exit: &str) {
+        {
+            let mut s = self.lock();
+            let Some(i) = s
+                .tasks
+                .iter()
+                .position(|t| t.upid.as_str() == upid && t.exit.is_none())
+            else {
+                panic!("no running task {upid}");
+            };
+            finish(&mut s, i, exit);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// The UPIDs of the running tasks.
+    pub fn running_tasks(&self) -> Vec<String> {
+        self.lock()
+            .tasks
+            .iter()
+            .filter(|t| t.exit.is_none())
+            .map(|t| t.upid.to_string())
+            .collect()
+    }
+
+    /// Every call so far, oldest first: the method's name and its main arguments.
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    /// How many calls of `method` were made.
+    pub fn count(&self, method: &str) -> usize {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.split(' ').next() == Some(method))
+            .count()
+    }
+
+    /// Forgets the calls so far.
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    /// Logs a call, applies its fault if any, and runs it.
+    fn call<T>(
+        &self,
+        method: &'static str,
+        args: String,
+        run: impl FnOnce(&mut State) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let result = {
+            let mut s = self.lock();
+            s.calls
+                .push(format!("{method} {args}").trim_end().to_string());
+            let fault = s.faults.get_mut(method).and_then(|f| {
+                if f.is_empty() {
+                    None
+                } else {
+                    Some(f.remove(0))
+                }
+            });
+            match fault {
+                Some(Fault::Refuse(e)) => Err(e),
+                Some(Fault::LoseAnswer) => {
+                    let _ = run(&mut s);
+                    Err(api(596, "Connection timed out"))
+                }
+                None => run(&mut s),
+            }
+        };
+        self.changed.notify_waiters();
+        result
+    }
+}
+
+impl State {
+    fn vm(&self, node: &str, vmid: u32) -> Result<&FakeVm, Error> {
+        self.vms
+            .get(&vmid)
+            .filter(|vm| vm.node == node)
+            .ok_or_else(|| not_found(node, vmid))
+    }
+
+    fn unlocked(&self, node: &str, vmid: u32) -> Result<(), Error> {
+        match self.vm(node, vmid)?.config.get("lock") {
+            Some(lock) => Err(api(500, format!("VM is locked ({lock})"))),
+            None => Ok(()),
+        }
+    }
+
+    fn digest(&self, vmid: u32) -> String {
+        format!("{:040x}", self.generation.get(&vmid).copied().unwrap_or(0))
+    }
+
+    fn write_config(&mut self, vmid: u32, params: &VmParams) {
+        let Some(vm) = self.vms.get_mut(&vmid) else {
+            return;
+        };
+        for (key, value) in params.form() {
+            if key == "delete" {
+                for k in value.split(',') {
+                    vm.config.remove(k.trim());
+                }
+            } else {
+                vm.config.insert(key.to_string(), value);
+            }
+        }
+        *self.generation.entry(vmid).or_default() += 1;
+    }
+
+    fn check_digest(&self, vmid: u32, digest: Option<&str>) -> Result<(), Error> {
+        match digest {
+            Some(d) if d != self.digest(vmid) => {
+                Err(api(500, "checksum mismatch (file change by other user?)"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn taken(&self, vmid: u32) -> Result<(), Error> {
+        match self.vms.get(&vmid) {
+            Some(vm) => Err(api(
+                500,
+                format!(
+                    "unable to create VM {vmid} - VM {vmid} already exists on node '{}'",
+                    vm.node
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts a task; with [`TaskEnd::AtOnce`] it has ended (`OK`) before the answer.
+    fn task(
+        &mut self,
+        node: &str,
+        kind: &str,
+        id: &str,
+        on_ok: Option<Effect>,
+        on_fail: Option<Effect>,
+    ) -> Upid {
+        self.pid += 1;
+        let upid: Upid = format!(
+            "UPID:{node}:{:08X}:00000001:{:08X}:{kind}:{id}:fake@pve:",
+            self.pid, self.pid
+        )
+        .parse()
+        .expect("the fake writes valid UPIDs");
+        self.tasks.push(Task {
+            upid: upid.clone(),
+            exit: None,
+            on_ok,
+            on_fail,
+        });
+        if self.task_end == TaskEnd::AtOnce {
+            let i = self.tasks.len() - 1;
+            finish(self, i, "OK");
+        }
+        upid
+    }
+
+    /// A create or clone: the VM exists at once holding only the lock (and, for a clone, the
+    /// temporary file's comment); `config` is written when the task ends, and the VM goes if
+    /// it fails.
+    fn make_vm(
+        &mut self,
+        task_node: &str,
+        kind: &str,
+        id: &str,
+        vmid: u32,
+        config: BTreeMap<String, String>,
+        final_node: String,
+    ) -> Upid {
+        let early = if kind == "qmclone" {
+            [
+                ("description", " qmclone temporary file"),
+                ("lock", "clone"),
+            ]
+            .as_slice()
+        } else {
+            [("lock", "create")].as_slice()
+        };
+        self.vms.insert(
+            vmid,
+            FakeVm {
+                node: task_node.to_string(),
+                config: early
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                running: false,
+            },
+        );
+        *self.generation.entry(vmid).or_default() += 1;
+        let on_ok: Effect = Box::new(move |s: &mut State| {
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.config = config;
+                vm.node = final_node;
+            }
+            *s.generation.entry(vmid).or_default() += 1;
+        });
+        let on_fail: Effect = Box::new(move |s: &mut State| {
+            s.vms.remove(&vmid);
+        });
+        self.task(task_node, kind, id, Some(on_ok), Some(on_fail))
+    }
+
+    fn power(&mut self, node: &str, vmid: u32, kind: &str, running: bool) -> Result<Upid, Error> {
+        self.unlocked(node, vmid)?;
+        let on_ok: Effect = Box::new(move |s: &mut State| {
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.running = running;
+            }
+        });
+        Ok(self.task(node, kind, &vmid.to_string(), Some(on_ok), None))
+    }
+
+    fn active(&self, node: &str, vmid: Option<u32>) -> Vec<TaskListEntry> {
+        self.tasks
+            .iter()
+            .filter(|t| t.exit.is_none() && t.upid.node == node)
+            .filter(|t| vmid.is_none_or(|v| t.upid.id == v.to_string()))
+            .map(|t| TaskListEntry {
+                upid: t.upid.to_string(),
+                kind: Some(t.upid.kind.clone()),
+                id: Some(t.upid.id.clone()),
+                user: Some(t.upid.user.clone()),
+                status: Some("RUNNING".into()),
+                starttime: None,
+                endtime: None,
+            })
+            .collect()
+    }
+}
+
+fn finish(s: &mut State, i: usize, exit: &str) {
+    let ok = classify_exit(exit).is_ok();
+    let task = &mut s.tasks[i];
+    task.exit = Some(exit.to_string());
+    let effect = if ok {
+        task.on_ok.take()
+    } else {
+        task.on_fail.take()
+    };
+    if let Some(effect) = effect {
+        effect(s);
+    }
+}
+
+fn storages() -> Vec<NodeStorage> {
+    let storage = |name: &str, kind: &str, content: &str| NodeStorage {
+        storage: name.into(),
+        kind: Some(kind.into()),
+        content: Some(content.into()),
+        active: Some(true),
+        enabled: Some(true),
+        shared: Some(false),
+        avail: Some(1 << 40),
+        total: Some(1 << 41),
+    };
+    vec![
+        storage("local-lvm", "lvmthin", "images,rootdir"),
+        storage("local", "dir", "iso,import,vztmpl,backup"),
+    ]
+}
+
+impl Pve for FakePve {
+    async fn version(&self) -> Result<Version, Error> {
+        self.call("version", String::new(), |_| {
+            Ok(Version {
+                version: "9.1.2".into(),
+                release: Some("9.1".into()),
+                repoid: None,
+            })
+        })
+    }
+
+    async fn cluster_health(&self) -> Result<ClusterHealth, Error> {
+        self.call("cluster_health", String::new(), |s| {
+            Ok(ClusterHealth {
+                quorate: true,
+                nodes: s.nodes.clone(),
+            })
+        })
+    }
+
+    async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
+        self.call("vm_resources", String::new(), |s| {
+            Ok(s.vms
+                .iter()
+                .map(|(vmid, vm)| VmResource {
+                    id: format!("qemu/{vmid}"),
+                    kind: Some("qemu".into()),
+                    vmid: *vmid,
+                    node: vm.node.clone(),
+                    // A VM in its create window has no name yet.
+                    name: vm.config.get("name").cloned(),
+                    status: Some(if vm.running { "running" } else { "stopped" }.into()),
+                    tags: vm.config.get("tags").cloned(),
+                    template: Some(vm.config.get("template").is_some_and(|t| t == "1")),
+                    lock: vm.config.get("lock").cloned(),
+                    pool: None,
+                    hastate: None,
+                    maxcpu: None,
+                    maxmem: None,
+                    maxdisk: None,
+                })
+                .collect())
+        })
+    }
+
+    async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
+        self.call("pool_vmids", poolid.to_string(), |s| {
+            s.pools
+                .get(poolid)
+                .cloned()
+                .ok_or_else(|| api(500, format!("pool '{poolid}' does not exist")))
+        })
+    }
+
+    async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
+        self.call("move_to_pool", format!("{poolid} {vmid}"), |s| {
+            for members in s.pools.values_mut() {
+                members.retain(|v| *v != vmid);
+            }
+            s.pools.entry(poolid.to_string()).or_default().push(vmid);
+            Ok(())
+        })
+    }
+
+    async fn next_id(&self) -> Result<u32, Error> {
+        self.call("next_id", String::new(), |s| {
+            Ok((100..).find(|id| !s.vms.contains_key(id)).unwrap_or(100))
+        })
+    }
+
+    async fn vmid_is_free(&self, vmid: u32) -> Result<bool, Error> {
+        self.call("vmid_is_free", vmid.to_string(), |s| {
+            Ok(!s.vms.contains_key(&vmid))
+        })
+    }
+
+    async fn cluster_options(&self) -> Result<DatacenterOptions, Error> {
+        // A token with Sys.Audit on `/`: all of datacenter.cfg, here PVE's defaults.
+        self.call("cluster_options", String::new(), |_| {
+            Ok(DatacenterOptions {
+                mac_prefix: Some("BC:24:11".into()),
+                ..Default::default()
+            })
+        })
+    }
+
+    async fn node_storages(
+        &self,
+        node: &str,
+        content: Option<&str>,
+    ) -> Result<Vec<NodeStorage>, Error> {
+        self.call("node_storages", node.to_string(), |_| {
+            Ok(storages()
+                .into_iter()
+                .filter(|st| content.is_none_or(|c| st.has_content(c)))
+                .collect())
+        })
+    }
+
+    async fn storage_content(
+        &self,
+        node: &str,
+        storage: &str,
+        content: Option<&str>,
+    ) -> Result<Vec<StorageVolume>, Error> {
+        self.call("storage_content", format!("{node} {storage}"), |s| {
+            Ok(s.volumes
+                .get(storage)
+                .into_iter()
+                .flatten()
+                .filter(|v| content.is_none_or(|c| v.content.as_deref() == Some(c)))
+                .cloned()
+                .collect())
+        })
+    }
+
+    async fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        bytes: &[u8],
+        _sha256: &str,
+    ) -> Result<Upid, Error> {
+        self.call("upload_iso", format!("{node} {storage} {file_name}"), |s| {
+            let volume = StorageVolume {
+                volid: format!("{storage}:iso/{file_name}"),
+                content: Some("iso".into()),
+                format: Some("iso".into()),
+                size: Some(bytes.len() as u64),
+                vmid: None,
+            };
+            let storage = storage.to_string();
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                s.volumes.entry(storage).or_default().push(volume);
+            });
+            Ok(s.task(node, "imgcopy", "", Some(on_ok), None))
+        })
+    }
+
+    async fn delete_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volume: &str,
+    ) -> Result<Option<Upid>, Error> {
+        self.call("delete_volume", format!("{node} {volume}"), |s| {
+            if let Some(list) = s.volumes.get_mut(storage) {
+                list.retain(|v| v.volid != volume);
+            }
+            Ok(None)
+        })
+    }
+
+    async fn node_bridges(&self, node: &str) -> Result<Vec<NetworkInterface>, Error> {
+        self.call("node_bridges", node.to_string(), |_| {
+            Ok(vec![NetworkInterface {
+                iface: "vmbr0".into(),
+                kind: Some("bridge".into()),
+                active: Some(true),
+            }])
+        })
+    }
+
+    async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig, Error> {
+        self.call("vm_config", format!("{node} {vmid}"), |s| {
+            let mut values = s.vm(node, vmid)?.config.clone();
+            values.insert("digest".into(), s.digest(vmid));
+            Ok(VmConfig { values })
+        })
+    }
+
+    async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Vec<PendingEntry>, Error> {
+        self.call("vm_pending", format!("{node} {vmid}"), |s| {
+            Ok(s.vm(node, vmid)?
+                .config
+                .iter()
+                .map(|(k, v)| PendingEntry {
+                    key: k.clone(),
+                    value: Some(serde_json::Value::String(v.clone())),
+                    pending: None,
+                    delete: None,
+                })
+                .collect())
+        })
+    }
+
+    async fn set_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> Result<(), Error> {
+        self.call("set_config", format!("{node} {vmid}"), |s| {
+            s.unlocked(node, vmid)?;
+            s.check_digest(vmid, digest)?;
+            s.write_config(vmid, params);
+            Ok(())
+        })
+    }
+
+    async fn set_config_async(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+        digest: Option<&str>,
+    ) -> Result<Option<Upid>, Error> {
+        self.call("set_config_async", format!("{node} {vmid}"), |s| {
+            s.unlocked(node, vmid)?;
+            s.check_digest(vmid, digest)?;
+            s.write_config(vmid, params);
+            Ok(None)
+        })
+    }
+
+    async fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+        self.call("create_vm", format!("{node} {vmid}"), |s| {
+            s.vm_node_ok(node)?;
+            s.taken(vmid)?;
+            let config = params
+                .form()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            Ok(s.make_vm(
+                node,
+                "qmcreate",
+                &vmid.to_string(),
+                vmid,
+                config,
+                node.into(),
+            ))
+        })
+    }
+
+    async fn clone_vm(&self, node: &str, template: u32, req: &CloneRequest) -> Result<Upid, Error> {
+        let args = format!("{node} {template} newid={}", req.newid);
+        self.call("clone_vm", args, |s| {
+            let mut config = s.vm(node, template)?.config.clone();
+            s.taken(req.newid)?;
+            // A clone copies the config (not `template`) and takes name and description.
+            config.remove("template");
+            config.insert("name".into(), req.name.clone());
+            config.insert("description".into(), req.description.clone());
+            let target = req.target.clone().unwrap_or_else(|| node.to_string());
+            Ok(s.make_vm(
+                node,
+                "qmclone",
+                &template.to_string(),
+                req.newid,
+                config,
+                target,
+            ))
+        })
+    }
+
+    async fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+        _digest: Option<&str>,
+    ) -> Result<Option<Upid>, Error> {
+        self.call("resize_disk", format!("{node} {vmid} {disk} {size}"), |s| {
+            s.unlocked(node, vmid)?;
+            let (disk, size) = (disk.to_string(), size.to_string());
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                if let Some(value) = s.vms.get_mut(&vmid).and_then(|vm| vm.config.get_mut(&disk)) {
+                    let rest: Vec<&str> = value
+                        .split(',')
+                        .filter(|p| !p.starts_with("size="))
+                        .collect();
+                    *value = format!("{},size={size}", rest.join(","));
+                }
+            });
+            Ok(Some(s.task(
+                node,
+                "resize",
+                &vmid.to_string(),
+                Some(on_ok),
+                None,
+            )))
+        })
+    }
+
+    async fn vm_running(&self, node: &str, vmid: u32) -> Result<bool, Error> {
+        self.call("vm_running", format!("{node} {vmid}"), |s| {
+            Ok(s.vm(node, vmid)?.running)
+        })
+    }
+
+    async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
+        self.call("start_vm", format!("{node} {vmid}"), |s| {
+            s.power(node, vmid, "qmstart", true)
+        })
+    }
+
+    async fn shutdown_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        _timeout_secs: u32,
+        _force_stop: bool,
+    ) -> Result<Upid, Error> {
+        self.call("shutdown_vm", format!("{node} {vmid}"), |s| {
+            s.power(node, vmid, "qmshutdown", false)
+        })
+    }
+
+    async fn stop_vm(&self, node: &str, vmid: u32, _overrule: bool) -> Result<Upid, Error> {
+        self.call("stop_vm", format!("{node} {vmid}"), |s| {
+            s.power(node, vmid, "qmstop", false)
+        })
+    }
+
+    async fn delete_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        _purge: bool,
+        _destroy_unreferenced: bool,
+    ) -> Result<Upid, Error> {
+        self.call("delete_vm", format!("{node} {vmid}"), |s| {
+            s.unlocked(node, vmid)?;
+            if s.vm(node, vmid)?.running {
+                return Err(api(500, format!("VM {vmid} is running - destroy failed")));
+            }
+            // qemu-server's destroy_vm leaves `lock: destroyed` until the config goes.
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.config.insert("lock".into(), "destroyed".into());
+            }
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                s.vms.remove(&vmid);
+            });
+            let on_fail: Effect = Box::new(move |s: &mut State| {
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    vm.config.remove("lock");
+                }
+            });
+            Ok(s.task(
+                node,
+                "qmdestroy",
+                &vmid.to_string(),
+                Some(on_ok),
+                Some(on_fail),
+            ))
+        })
+    }
+
+    async fn active_vm_tasks(&self, node: &str, vmid: u32) -> Result<Vec<TaskListEntry>, Error> {
+        self.call("active_vm_tasks", format!("{node} {vmid}"), |s| {
+            Ok(s.active(node, Some(vmid)))
+        })
+    }
+
+    async fn active_tasks(&self, node: &str) -> Result<Vec<TaskListEntry>, Error> {
+        self.call("active_tasks", node.to_string(), |s| {
+            Ok(s.active(node, None))
+        })
+    }
+
+    async fn agent_interfaces(&self, node: &str, vmid: u32) -> Result<Vec<AgentInterface>, Error> {
+        self.call("agent_interfaces", format!("{node} {vmid}"), |_| {
+            Err(api(500, "QEMU guest agent is not running"))
+        })
+    }
+
+    async fn migrate_precondition(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+    ) -> Result<MigratePrecondition, Error> {
+        self.call("migrate_precondition", format!("{node} {vmid} {target}"), |s| {
+            let running = s.vm(node, vmid)?.running;
+            let others: Vec<&String> = s.nodes.keys().filter(|n| *n != node).collect();
+            serde_json::from_value(serde_json::json!({
+                "running": running, "allowed_nodes": others, "local_disks": [], "local_resources": [],
+            }))
+            .map_err(|e| api(500, e.to_string()))
+        })
+    }
+
+    async fn migrate_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        _online: bool,
+        _with_local_disks: bool,
+    ) -> Result<Upid, Error> {
+        self.call("migrate_vm", format!("{node} {vmid} {target}"), |s| {
+            s.unlocked(node, vmid)?;
+            let target = target.to_string();
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    vm.node = target;
+                }
+            });
+            Ok(s.task(node, "qmigrate", &vmid.to_string(), Some(on_ok), None))
+        })
+    }
+
+    async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, Error> {
+        self.call("ha_resource", vmid.to_string(), |s| {
+            Ok(s.ha.get(&vmid).map(|p| HaResource {
+                sid: format!("vm:{vmid}"),
+                state: Some(p.state.clone()),
+                group: p.group.clone(),
+                max_restart: Some(u64::from(p.max_restart)),
+                max_relocate: Some(u64::from(p.max_relocate)),
+                comment: Some(p.comment.clone()),
+                digest: None,
+            }))
+        })
+    }
+
+    async fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> Result<(), Error> {
+        self.call("add_ha_resource", vmid.to_string(), |s| {
+            s.ha.insert(vmid, params.clone());
+            Ok(())
+        })
+    }
+
+    async fn update_ha_resource(
+        &self,
+        vmid: u32,
+        params: &HaParams,
+        _digest: Option<&str>,
+    ) -> Result<(), Error> {
+        self.call("update_ha_resource", vmid.to_string(), |s| {
+            s.ha.insert(vmid, params.clone());
+            Ok(())
+        })
+    }
+
+    async fn remove_ha_resource(&self, vmid: u32) -> Result<(), Error> {
+        self.call("remove_ha_resource", vmid.to_string(), |s| {
+            s.ha.remove(&vmid);
+            Ok(())
+        })
+    }
+
+    /// Waits on the fake's changes (no polling), within `timeout` of tokio's time.
+    async fn wait_task(&self, upid: &Upid, timeout: Duration) -> Result<TaskOutcome, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut first = true;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // Logged once per wait; a fault on `wait_task` is a failed poll.
+            let exit = if first {
+                first = false;
+                self.call("wait_task", upid.to_string(), |s| task_exit(s, upid))?
+            } else {
+                task_exit(&self.lock(), upid)?
+            };
+            if let Some(exit) = exit {
+                return classify_exit(&exit).map_err(|text| Error::TaskFailed {
+                    upid: upid.to_string(),
+                    exitstatus: text,
+                    log_tail: vec![format!("TASK ERROR: {exit}")],
+                });
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Ok(TaskOutcome::StillRunning);
+            }
+        }
+    }
+}
+
+fn task_exit(s: &State, upid: &Upid) -> Result<Option<String>, Error> {
+    s.tasks
+        .iter()
+        .find(|t| &t.upid == upid)
+        .map(|t| t.exit.clone())
+        .ok_or_else(|| api(500, format!("no such task '{upid}'")))
+}
+
+impl State {
+    fn vm_node_ok(&self, node: &str) -> Result<(), Error> {
+        match self.nodes.get(node) {
+            Some(true) => Ok(()),
+            Some(false) => Err(api(
+                595,
+                format!("no route to host (node '{node}' offline)"),
+            )),
+            None => Err(api(500, format!("no such cluster node '{node}'"))),
+        }
+    }
+}
