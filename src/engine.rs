@@ -404,6 +404,7 @@ impl Engine {
                 node_facts: Default::default(),
                 marker_key: self.marker_key.clone(),
                 fresh_configs: std::mem::take(&mut fresh),
+                vmid_cursors: Default::default(),
                 clock: self.clock.clone(),
             });
             results = execute(ctx, first.actions.clone(), &records).await;

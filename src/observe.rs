@@ -122,6 +122,8 @@ pub struct SiteView {
     pub health: ClusterHealth,
     /// QEMU VMs by VMID (containers are not proxsync's business).
     pub vms: BTreeMap<u32, ObservedVm>,
+    /// The VMIDs of the listing's other guests (containers): taken for a new VM all the same.
+    pub other_vmids: BTreeSet<u32>,
 }
 
 impl SiteView {
@@ -135,6 +137,7 @@ impl SiteView {
                 nodes: BTreeMap::new(),
             },
             vms: BTreeMap::new(),
+            other_vmids: BTreeSet::new(),
         }
     }
 
@@ -160,6 +163,11 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
                 .iter()
                 .filter(|r| r.is_qemu())
                 .map(|r| (r.vmid, ObservedVm::from_resource(r)))
+                .collect(),
+            other_vmids: resources
+                .iter()
+                .filter(|r| !r.is_qemu())
+                .map(|r| r.vmid)
                 .collect(),
         },
         (Err(e), _) | (_, Err(e)) => SiteView::unreachable(name, e.to_string()),
@@ -326,6 +334,7 @@ mod tests {
                 nodes: BTreeMap::new(),
             },
             vms,
+            other_vmids: BTreeSet::new(),
         };
         let known: BTreeSet<u32> = [100].into();
         let unmapped: BTreeSet<&str> = ["db-01"].into();

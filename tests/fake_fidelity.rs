@@ -724,3 +724,57 @@ async fn a_task_log_answers_its_total() {
     assert_eq!(last["t"], "TASK ERROR: boom");
     assert_eq!(last["n"], 6002);
 }
+
+// ------------------------------------------------------------------- the VMID range
+
+/// datacenter.cfg's `next-id` as pve-manager (`PVE/API2/Cluster.pm` `set_options`, `nextid`)
+/// and pve-cluster (`src/PVE/DataCenterConfig.pm` `next_id_format`) keep it: set with
+/// `PUT /cluster/options`, answered parsed by `GET /cluster/options`, honoured by
+/// `GET /cluster/nextid` (lower inclusive, upper exclusive).
+#[tokio::test]
+async fn the_next_id_range_is_kept_and_honoured_as_pve_does() {
+    let pve = with_vm(5000).start();
+    let api = Api::new(&pve);
+    let put = |form: Vec<(&'static str, &'static str)>| {
+        api.send(
+            api.client
+                .put(format!("{}/cluster/options", api.base))
+                .form(&form),
+        )
+    };
+    assert_eq!(api.get("/cluster/nextid").await, json!("100"));
+    let options = api.get("/cluster/options").await;
+    assert!(options.get("next-id").is_none(), "{options}");
+    assert_eq!(options["mac_prefix"], "BC:24:11", "PVE's default OUI");
+
+    let a = put(vec![("next-id", "lower=5000,upper=5003")]).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let options = api.get("/cluster/options").await;
+    assert_eq!(
+        options["next-id"],
+        json!({"lower": "5000", "upper": "5003"})
+    );
+    assert_eq!(api.get("/cluster/nextid").await, json!("5001"));
+
+    // The schema's bounds, and the boundary rule datacenter.cfg's writer checks.
+    let a = put(vec![("next-id", "lower=50")]).await;
+    assert_eq!(a.status, 400, "{}", a.text);
+    let a = put(vec![("next-id", "lower=6000,upper=5000")]).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(a.text.contains("boundary rule broken"), "{}", a.text);
+
+    // A full range: PVE's error; `delete` restores the defaults.
+    let a = put(vec![("next-id", "lower=5000,upper=5001")]).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api.get_raw("/cluster/nextid").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text
+            .contains("unable to get any free VMID in range [5000, 5001]"),
+        "{}",
+        a.text
+    );
+    let a = put(vec![("delete", "next-id")]).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(api.get("/cluster/nextid").await, json!("100"));
+}

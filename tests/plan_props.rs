@@ -698,6 +698,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         error: (!g.reachable && !conv).then(|| "connection refused".to_string()),
         health,
         vms,
+        other_vmids: Default::default(),
     };
     World {
         desired,

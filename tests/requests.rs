@@ -4,7 +4,8 @@
 mod common;
 
 use common::engine::{Workspace, owned_vms, spec};
-use common::{FakePve, default_scenario};
+use common::{FakePve, Scenario, default_scenario};
+use serde_json::json;
 
 /// The spec files of `n` VMs `web-NN` on node pve1, cloned from template 9000.
 fn specs(n: usize) -> Vec<(String, String)> {
@@ -144,8 +145,9 @@ fn a_created_vm_costs_few_requests() {
     // The clone, with one poll of its quick task.
     assert_eq!(count(&|r| r.ends_with("/qemu/9000/clone")), N, "{reqs:#?}");
     assert_eq!(count(&|r| r.contains(":qmclone:9000:")), N, "{reqs:#?}");
-    // nextid once, and again only when a VM created alongside took the answer.
-    assert!(count(&|r| r == "GET /cluster/nextid") <= 2 * N, "{reqs:#?}");
+    // The VMIDs come from the listing's gaps: no nextid; the datacenter's range read once.
+    assert_eq!(count(&|r| r == "GET /cluster/nextid"), 0, "{reqs:#?}");
+    assert_eq!(count(&|r| r == "GET /cluster/options"), 1, "{reqs:#?}");
     for (vmid, name) in &vms {
         let on_vm: Vec<&String> = reqs
             .iter()
@@ -172,4 +174,209 @@ fn a_created_vm_costs_few_requests() {
         assert_eq!(ws.condition(name, "Ready").0, "True", "{name}: {out}");
         assert_eq!(ws.condition(name, "Provisioned").1, "Created", "{name}");
     }
+}
+
+/// The spec files of `n` VMs `web-NN` whose disk is the template's size: nothing to grow.
+fn specs_as_template(n: usize) -> Vec<(String, String)> {
+    specs(n)
+        .into_iter()
+        .map(|(f, s)| (f, s.replace("disk: 8Gi", "disk: 2Gi")))
+        .collect()
+}
+
+/// The requests that name VM `vmid` or one of its tasks, in order.
+fn on_vm(reqs: &[String], vmid: u64) -> Vec<String> {
+    reqs.iter()
+        .filter(|r| r.contains(&format!("/qemu/{vmid}/")) || r.contains(&format!(":{vmid}:")))
+        .cloned()
+        .collect()
+}
+
+/// A cloned VM that needs no disk growth costs six requests: the clone and one poll of its
+/// task, the config read (identity) and the change, the start and one poll of its task. The
+/// VMID comes from the cycle's listing: no `/cluster/nextid` while the range has a gap, and
+/// the datacenter's range is read once, however many VMs are made.
+#[test]
+fn a_cloned_vm_costs_six_requests() {
+    const N: usize = 4;
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs_as_template(N));
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let reqs = logged(&mut pve);
+    let mut vms = owned_vms(&mut pve);
+    vms.sort();
+    let vmids: Vec<u64> = vms.iter().map(|(id, _)| *id).collect();
+    assert_eq!(vmids, [100, 101, 102, 103], "the lowest free ids: {out}");
+    for (vmid, name) in &vms {
+        let mine = on_vm(&reqs, *vmid);
+        assert_eq!(mine.len(), 4, "{name}: {mine:#?}");
+        assert_eq!(
+            mine[..3],
+            [
+                format!("GET /nodes/pve1/qemu/{vmid}/config"),
+                format!("PUT /nodes/pve1/qemu/{vmid}/config"),
+                format!("POST /nodes/pve1/qemu/{vmid}/status/start"),
+            ],
+            "{name}"
+        );
+        assert!(
+            mine[3].starts_with("GET /nodes/pve1/tasks/") && mine[3].contains(":qmstart:"),
+            "one poll of the start task: {mine:#?}"
+        );
+        assert_eq!(ws.condition(name, "Provisioned").1, "Created", "{name}");
+    }
+    // The clone requests and their task polls name the template, not the new VM.
+    let clones = reqs.iter().filter(|r| r.ends_with("/qemu/9000/clone"));
+    let clone_polls = reqs
+        .iter()
+        .filter(|r| r.starts_with("GET /nodes/pve1/tasks/") && r.contains(":qmclone:9000:"));
+    assert_eq!((clones.count(), clone_polls.count()), (N, N), "{reqs:#?}");
+    // Everything else is once per cycle: the listings before and after the actions (status
+    // and resources each), pre-flight's version, storages and bridges, and the datacenter's
+    // VMID range.
+    let mut per_cycle: Vec<&String> = reqs
+        .iter()
+        .filter(|r| {
+            !vmids
+                .iter()
+                .any(|v| !on_vm(&[r.to_string()], *v).is_empty())
+        })
+        .filter(|r| !r.ends_with("/qemu/9000/clone") && !r.contains(":qmclone:9000:"))
+        .collect();
+    per_cycle.sort();
+    assert_eq!(
+        per_cycle,
+        [
+            "GET /cluster/options",
+            "GET /cluster/resources",
+            "GET /cluster/resources",
+            "GET /cluster/status",
+            "GET /cluster/status",
+            "GET /nodes/pve1/network",
+            "GET /nodes/pve1/storage",
+            "GET /version",
+        ],
+        "{reqs:#?}"
+    );
+    assert_eq!(reqs.len(), 6 * N + per_cycle.len(), "six requests per VM");
+}
+
+/// The datacenter's `next-id` range (`lower=5000`) is PVE's own rule for new VMIDs: VMs land at
+/// or above it, in the gaps a container and a VM leave there.
+#[test]
+fn new_vms_land_in_the_datacenter_range() {
+    let mut pve = Scenario::default()
+        .set("datacenter", json!({"next-id": {"lower": "5000"}}))
+        .start();
+    pve.call("add_ct", json!({"vmid": 5000})).unwrap();
+    pve.add_vm(json!({"vmid": 5002, "name": "someone-else", "node": "pve2"}));
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs_as_template(3));
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let mut vmids: Vec<u64> = owned_vms(&mut pve).iter().map(|(id, _)| *id).collect();
+    vmids.sort();
+    assert_eq!(vmids, [5001, 5003, 5004], "{out}");
+    let reqs = logged(&mut pve);
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.ends_with("/qemu/9000/clone"))
+            .count(),
+        3,
+        "no clone sent to a taken id (the container's counts): {reqs:#?}"
+    );
+    assert!(
+        !reqs.iter().any(|r| r.starts_with("GET /cluster/nextid")),
+        "{reqs:#?}"
+    );
+    assert!(
+        !reqs.iter().any(|r| r.contains("/qemu/5002/")),
+        "the other VM is not touched: {reqs:#?}"
+    );
+}
+
+/// Someone creates a VM at the id the listing showed free, after the listing and before the
+/// clone: PVE refuses the clone (`config file already exists`), and proxsync takes the next
+/// id without touching that VM.
+#[test]
+fn an_id_taken_after_the_listing_is_skipped() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs_as_template(2));
+    pve.call(
+        "add_vm_before",
+        json!({"method": "POST", "suffix": "/qemu/9000/clone", "vmid": 100,
+               "name": "someone-else", "node": "pve1"}),
+    )
+    .unwrap();
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let mut vmids: Vec<u64> = owned_vms(&mut pve).iter().map(|(id, _)| *id).collect();
+    vmids.sort();
+    assert_eq!(vmids, [101, 102], "{out}");
+    let reqs = logged(&mut pve);
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.ends_with("/qemu/9000/clone"))
+            .count(),
+        3,
+        "the refused clone and one per VM: {reqs:#?}"
+    );
+    assert!(
+        !reqs.iter().any(|r| r.contains("/qemu/100/")),
+        "nothing sent to the other VM: {reqs:#?}"
+    );
+    let other = pve.vm(100);
+    assert_eq!(other["name"], "someone-else");
+    assert!(
+        !other["config"]["tags"]
+            .as_str()
+            .unwrap_or("")
+            .contains("proxsync"),
+        "{other}"
+    );
+    assert!(
+        !reqs.iter().any(|r| r.starts_with("GET /cluster/nextid")),
+        "{reqs:#?}"
+    );
+    for name in ["web-01", "web-02"] {
+        assert_eq!(ws.condition(name, "Ready").0, "True", "{name}: {out}");
+    }
+}
+
+/// When the range has no gap left in the listing, PVE's own nextid decides (here: its error for
+/// a full range, kept verbatim); nothing is cloned.
+#[test]
+fn a_full_range_asks_nextid() {
+    let mut pve = Scenario::default()
+        .set(
+            "datacenter",
+            json!({"next-id": {"lower": "5000", "upper": "5001"}}),
+        )
+        .start();
+    pve.add_vm(json!({"vmid": 5000, "name": "someone-else", "node": "pve1"}));
+    let ws = Workspace::new(&pve);
+    commit(&ws, &specs_as_template(1));
+    pve.clear_requests();
+    let (_, out) = ws.run_once();
+    let reqs = logged(&mut pve);
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.starts_with("GET /cluster/nextid"))
+            .count(),
+        1,
+        "{reqs:#?}"
+    );
+    assert!(!reqs.iter().any(|r| r.ends_with("/clone")), "{reqs:#?}");
+    assert!(owned_vms(&mut pve).is_empty(), "{out}");
+    let (_, _, message) = ws.condition("web-01", "Ready");
+    assert!(
+        message.contains("unable to get any free VMID in range [5000, 5001]"),
+        "{message}: {out}"
+    );
 }

@@ -12,6 +12,7 @@ use crate::state::{CloneSource, SpecRecord, VmState};
 use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{desired_tags, is_our_marker, is_ours, marker};
 use super::preflight::{Source, preflight};
+use super::vmid::SiteAllocator;
 use super::{
     ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, task_record, wait,
 };
@@ -41,14 +42,14 @@ pub(super) async fn create(
     };
 
     let (vmid, upid) = {
-        let _allocating = site.allocator.lock().await;
+        let mut allocator = site.allocator.lock().await;
         let mut skip: Vec<u32> = ctx.store.allocations(site_name)?.into_keys().collect();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let vmid = match spec.hardware.vm_id {
                 Some(pinned) => pinned_vmid(&site.client, &skip, pinned).await?,
-                None => next_free_vmid(&site.client, &skip).await?,
+                None => free_vmid(ctx, site, &mut allocator, &skip).await?,
             };
             // The intent is durable, its VMID reserved in the same transaction, before the
             // request leaves.
@@ -69,7 +70,8 @@ pub(super) async fn create(
                     break (vmid, upid);
                 }
                 Err(e) if e.is_already_exists() && attempt < 5 && spec.hardware.vm_id.is_none() => {
-                    // Someone took the id between nextid and our request: take the next one
+                    // Someone took the id after the listing (or nextid) showed it free, or the
+                    // listing could not show it: take the next one, never the VM at this id
                     // (this one's reservation goes with the intent).
                     ctx.store.transition(&spec.name, rec, VmState::Absent)?;
                     skip.push(vmid);
@@ -139,6 +141,31 @@ async fn pinned_vmid(client: &impl Pve, skip: &[u32], vmid: u32) -> Result<u32, 
         ));
     }
     Ok(vmid)
+}
+
+/// The VMID of a new VM (see `vmid` for what PVE's `nextid` does and why this is the same
+/// id without its request): the lowest id of the site's `next-id` range that this cycle's
+/// listing (QEMU and LXC), our intents in flight (`skip`) and this cycle's earlier allocations
+/// leave free; `/cluster/nextid` only when the range has no such gap, or the range or the
+/// listing is unknown. The caller holds the site's allocation lock.
+async fn free_vmid(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    allocator: &mut SiteAllocator,
+    skip: &[u32],
+) -> Result<u32, ActionError> {
+    if let Some(view) = ctx.views.get(&site.name).filter(|v| v.reachable())
+        && let Some(range) = allocator.range(&site.client).await
+    {
+        let taken = |id: u32| {
+            view.vms.contains_key(&id) || view.other_vmids.contains(&id) || skip.contains(&id)
+        };
+        if let Some(id) = ctx.vmid_cursors.take(&site.name, range, taken) {
+            return Ok(id);
+        }
+        tracing::info!(site = %site.name, lower = range.lower, upper = range.upper, "no free VMID left in the listing's range; asking /cluster/nextid");
+    }
+    next_free_vmid(&site.client, skip).await
 }
 
 /// The lowest id PVE calls free that we have not reserved ourselves.

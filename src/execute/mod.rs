@@ -4,8 +4,10 @@
 //! Invariants (see ARCHITECTURE.md):
 //! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
 //!   the state database; the task's UPID is made durable right after PVE answers.
-//! - VMIDs are allocated by one allocator per site (a mutex held from `nextid` until the UPID
-//!   is recorded); `already exists` means take the next id, never retry the same.
+//! - VMIDs are allocated by one allocator per site (a mutex held from choosing the id until
+//!   the UPID is recorded): the lowest id of the datacenter's `next-id` range free in the
+//!   cycle's listing, `nextid` only when none is; `already exists` means take the next id,
+//!   never retry the same (`vmid`).
 //! - Before any change, shutdown, stop or delete, the VM's identity is re-verified from a
 //!   fresh config read: this install's marker and the spec's name.
 //! - Pre-flight checks (node, storage, bridge, image, PVE version) run before any create, so
@@ -29,6 +31,7 @@ mod reboot;
 mod remove;
 #[cfg(test)]
 mod tests;
+mod vmid;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -37,6 +40,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 
 pub use self::reboot::RebootSlots;
+pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
 use crate::clock::Clock;
 use crate::observe::SiteView;
@@ -148,8 +152,8 @@ pub struct SiteCtx<P = Client> {
     /// How long after a create or clone request was sent it may still turn into a VM: the
     /// client's request timeout (pveproxy forwards for up to 30 s) plus a margin.
     pub request_window: Duration,
-    /// One VMID allocation at a time per site.
-    allocator: Mutex<()>,
+    /// One VMID allocation at a time per site, with the site's `next-id` range.
+    allocator: Mutex<vmid::SiteAllocator>,
     version: OnceCell<Version>,
 }
 
@@ -159,7 +163,7 @@ impl<P: Pve> SiteCtx<P> {
             name: name.to_string(),
             client,
             request_window: request_timeout.max(Duration::from_secs(30)) + REQUEST_WINDOW_MARGIN,
-            allocator: Mutex::new(()),
+            allocator: Mutex::new(vmid::SiteAllocator::default()),
             version: OnceCell::new(),
         }
     }
@@ -209,6 +213,8 @@ pub struct ExecCtx<P = Client> {
     pub marker_key: Arc<crate::ownership::MarkerKey>,
     /// The configs this cycle's observation read to learn markers (see [`FreshConfigs`]).
     pub fresh_configs: FreshConfigs,
+    /// Per site, where this cycle's search for a free VMID goes on.
+    pub vmid_cursors: VmidCursors,
     /// The wall clock: intents, task records, reboots and backoff deadlines are stamped with it.
     pub clock: Clock,
 }

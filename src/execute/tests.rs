@@ -90,6 +90,7 @@ impl World {
             marker_key: self.key.clone(),
             fresh_configs: Default::default(),
             clock: self.clock.clone(),
+            vmid_cursors: Default::default(),
         };
         let rec = self.store.specs().expect("records").remove(&self.spec.name);
         run_action(&ctx, &action, rec).await

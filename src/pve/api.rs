@@ -421,7 +421,8 @@ impl Client {
         Ok(())
     }
 
-    /// `GET /cluster/nextid`: at once; the lowest free VMID (PVE sends it as a string).
+    /// `GET /cluster/nextid`: at once; the lowest VMID of the datacenter's `next-id` range no
+    /// guest has (PVE sends it as a string). It reserves nothing (see `execute::vmid`).
     pub async fn next_id(&self) -> Result<u32, Error> {
         let v: serde_json::Value = self.get("/cluster/nextid", &[]).await?;
         lenient_vmid("/cluster/nextid", v)
@@ -793,7 +794,7 @@ impl Client {
     }
 
     /// `GET /cluster/options`: at once; the datacenter options (all of them only with Sys.Audit
-    /// on `/`: pve-manager `PVE/API2/Cluster.pm` `get_options`).
+    /// on `/`: pve-manager `PVE/API2/Cluster.pm` `get_options`): tags, and the `next-id` range.
     pub async fn cluster_options(&self) -> Result<DatacenterOptions, Error> {
         self.get("/cluster/options", &[]).await
     }

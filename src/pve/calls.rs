@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::ha::{HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
-    AgentInterface, ClusterHealth, NetworkInterface, NodeStorage, PendingEntry, StorageVolume,
-    TaskListEntry, Version, VmConfig, VmResource,
+    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
 
@@ -57,6 +57,8 @@ pve_calls! {
     fn next_id(&self) -> u32;
     /// `GET /cluster/nextid?vmid=N`.
     fn vmid_is_free(&self, vmid: u32) -> bool;
+    /// `GET /cluster/options`: the datacenter's `next-id` range.
+    fn cluster_options(&self) -> DatacenterOptions;
     /// `GET /nodes/{node}/storage`.
     fn node_storages(&self, node: &str, content: Option<&str>) -> Vec<NodeStorage>;
     /// `GET /nodes/{node}/storage/{storage}/content`.

@@ -27,8 +27,8 @@ use super::ha::{HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
-    AgentInterface, ClusterHealth, NetworkInterface, NodeStorage, PendingEntry, StorageVolume,
-    TaskListEntry, Version, VmConfig, VmResource,
+    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 
@@ -508,6 +508,16 @@ impl Pve for FakePve {
     async fn vmid_is_free(&self, vmid: u32) -> Result<bool, Error> {
         self.call("vmid_is_free", vmid.to_string(), |s| {
             Ok(!s.vms.contains_key(&vmid))
+        })
+    }
+
+    async fn cluster_options(&self) -> Result<DatacenterOptions, Error> {
+        // A token with Sys.Audit on `/`: all of datacenter.cfg, here PVE's defaults.
+        self.call("cluster_options", String::new(), |_| {
+            Ok(DatacenterOptions {
+                mac_prefix: Some("BC:24:11".into()),
+                ..Default::default()
+            })
         })
     }
 

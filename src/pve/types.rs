@@ -109,6 +109,14 @@ pub struct DatacenterOptions {
     /// The tags the caller may set now (PVE computes it for every caller).
     #[serde(default, rename = "allowed-tags")]
     pub allowed_tags: Option<Vec<String>>,
+    /// The range `GET /cluster/nextid` searches, as parsed from datacenter.cfg (`{lower,
+    /// upper}`); absent: PVE's defaults (see `execute::vmid`).
+    #[serde(default, rename = "next-id")]
+    pub next_id: Option<serde_json::Value>,
+    /// Always in an answer that holds all of datacenter.cfg (pve-cluster 8.0.5 and later set
+    /// its default when parsing): it tells that answer from the few options any user gets.
+    #[serde(default)]
+    pub mac_prefix: Option<serde_json::Value>,
 }
 
 /// A list PVE sends as an array or as a `;`/`,`/space separated string.

@@ -83,7 +83,20 @@ Scenario key `pools`: pool ids that exist.
 
     set_datacenter(options)
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
-        {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}.
+        {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}
+        or {"next-id": {"lower": 5000}}.
+    add_ct(vmid, node='pve1', status='stopped', name=None)
+        A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too.
+    add_vm_before(method, suffix, vmid, **add_vm args)
+        Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
+        add_vm does: someone else making a guest between proxsync's listing and its request.
+
+The VMID range as pve-manager PVE/API2/Cluster.pm and pve-cluster src/PVE/DataCenterConfig.pm
+keep it (fakepve 0.5.0 has a fixed 100..1000000 and no PUT /cluster/options): `PUT /cluster/options`
+takes `next-id` as `[lower=N][,upper=N]` (lower 100..999999999, upper 100..1000000000, `lower >
+upper` refused) and `delete`; `GET /cluster/options` answers it parsed (`{lower, upper}`) with the
+rest of datacenter.cfg, always with `mac_prefix` (the default `BC:24:11`); `GET /cluster/nextid`
+answers the first id in [lower, upper) no guest has.
 
 Permissions as PVE evaluates them: GET /cluster/status needs Sys.Audit on `/` itself; GET
 /access/permissions?path=P answers the effective privileges on exactly P (grants propagate down
@@ -114,6 +127,7 @@ from aiohttp import web
 from fakepve import FakePve, TaskError, __version__, settle, shapes
 from fakepve.certs import make_cert
 from fakepve.model import PveError
+from fakepve.routing import param_error
 from fakepve.lxc import SIZE_UNITS, format_size
 from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
 from fakepve.lxc import split_props
@@ -132,6 +146,8 @@ VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 
 MODEL_ATTRS = ('time_scale', 'lock_wait', 'ticket_ttl', 'shutdown_default_timeout', 'ha_delay', 'tfa', 'version',
                'release_version', 'quorate', 'max_requests', 'body_timeout', 'cluster_name')
 DEFAULT_BRIDGES = ('vmbr0',)
+# pve-cluster src/PVE/DataCenterConfig.pm: the Proxmox OUI, datacenter.cfg's default mac_prefix.
+PROXMOX_OUI = 'BC:24:11'
 STOP_TIMEOUT = 3.0
 
 
@@ -184,6 +200,8 @@ class HarnessPve(FakePve):
         self.migrate_secs = 0.0
         # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
         self.datacenter = {}
+        # add_vm_before rules, in order: (METHOD, suffix, add_vm arguments).
+        self.before_rules = []
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
 
@@ -573,6 +591,11 @@ class HarnessPve(FakePve):
     # ------------------------------------------------------------ lost answers
 
     async def _answer(self, request, handler, generic, path_node):
+        for i, (method, suffix, kwargs) in enumerate(self.before_rules):
+            if request.method == method and self._failure_matches(request, generic, suffix):
+                del self.before_rules[i]
+                add_vm(self, **kwargs)
+                break
         rule = None
         for (method, suffix), candidate in list(self.lost_rules.items()):
             if request.method == method and self._failure_matches(request, generic, suffix):
@@ -600,6 +623,7 @@ class HarnessPve(FakePve):
         return [('GET', '/nodes/{node}/network', self._harness_network),
                 ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize),
                 ('GET', '/cluster/options', self._harness_cluster_options),
+                ('PUT', '/cluster/options', self._harness_set_cluster_options),
                 ('GET', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate_check),
                 ('POST', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate),
                 ('GET', '/cluster/ha/resources', self._harness_ha_list),
@@ -655,6 +679,9 @@ class HarnessPve(FakePve):
         dc = self.datacenter
         if self._has(user, '/', 'Sys.Audit'):
             res = dict(dc)
+            # pve-cluster src/PVE/DataCenterConfig.pm parse_datacenter_config: `$res->{mac_prefix} =
+            # $PROXMOX_OUI if !defined($res->{mac_prefix})` (since pve-cluster 8.0.5).
+            res.setdefault('mac_prefix', PROXMOX_OUI)
         else:
             res = dict((k, dc[k]) for k in ('console', 'tag-style') if k in dc)
         privileged = self._has(user, '/', 'Sys.Modify')
@@ -670,6 +697,67 @@ class HarnessPve(FakePve):
         allowed = allowed | registered if privileged else allowed - registered
         res['allowed-tags'] = sorted(allowed)
         return res
+
+    async def _harness_set_cluster_options(self, values, user):
+        """PUT /cluster/options as pve-manager PVE/API2/Cluster.pm set_options: Sys.Modify on `/`; each
+        option given replaces the stored one, `delete` removes options. `next-id` is checked against
+        pve-cluster's next_id_format (DataCenterConfig.pm: lower 100..999999999, upper 100..1000000000)
+        and, when datacenter.cfg is written, `lower ($lower) <= upper ($upper) boundary rule broken`; it is
+        kept parsed, as GET answers it. Other options are kept as sent."""
+        self.require(user, '/', 'Sys.Modify')
+        values = dict(values)
+        delete = [k for k in re.split(r'[,;\s]+', str(values.pop('delete', '') or '')) if k]
+        if 'next-id' in values:
+            values['next-id'] = self._parse_next_id(values['next-id'])
+        dc = dict(self.datacenter)
+        dc.update(values)
+        for key in delete:
+            dc.pop(key, None)
+        next_id = dc.get('next-id')
+        if next_id:
+            lower, upper = self._next_id_range(next_id)
+            if lower > upper:
+                raise PveError(500, 'lower ({0}) <= upper ({1}) boundary rule broken'.format(lower, upper))
+        self.datacenter = dc
+        return None
+
+    @staticmethod
+    def _parse_next_id(text):
+        """next_id_format as PVE::JSONSchema::parse_property_string checks it; values stay strings, as
+        Perl keeps them (JSON::XS sends them as strings)."""
+        bounds = {'lower': (100, 999999999), 'upper': (100, 1000000000)}
+        out = {}
+        for part in [p for p in str(text).split(',') if p]:
+            key, sep, value = part.partition('=')
+            if not sep or key not in bounds:
+                raise param_error(**{'next-id': "invalid format - property '{0}' not defined".format(key)})
+            if not re.fullmatch(r'[+-]?\d+', value):
+                raise param_error(**{'next-id': "invalid format - type check ('integer') failed - got '{0}'"
+                                     .format(value)})
+            low, high = bounds[key]
+            if not low <= int(value) <= high:
+                raise param_error(**{'next-id': 'invalid format - value must be in {0}..{1}'.format(low, high)})
+            out[key] = value
+        return out
+
+    @staticmethod
+    def _next_id_range(next_id):
+        """(lower, upper) of a parsed `next-id`, PVE's defaults for what it leaves out."""
+        next_id = next_id or {}
+        return int(next_id.get('lower', 100)), int(next_id.get('upper', 1000 * 1000))
+
+    async def _nextid(self, v, user):
+        """GET /cluster/nextid as pve-manager PVE/API2/Cluster.pm nextid: with `vmid`, it or `VM N already
+        exists`; else the first id in [lower, upper) of datacenter.cfg's `next-id` that no guest has, or
+        `unable to get any free VMID in range [lower, upper]`. fakepve 0.5.0 ignores `next-id`."""
+        if v.get('vmid') not in (None, ''):
+            return await super()._nextid(v, user)
+        lower, upper = self._next_id_range(self.datacenter.get('next-id'))
+        taken = set(vm.vmid for vm in self.vms) | set(ct.vmid for ct in self.cts)
+        for vmid in range(lower, upper):
+            if vmid not in taken:
+                return str(vmid)
+        raise PveError(500, 'unable to get any free VMID in range [{0}, {1}]'.format(lower, upper))
 
     # ------------------------------------------------------------ resize
 
@@ -1385,8 +1473,24 @@ class Commands(object):
 
     def set_datacenter(self, options):
         """Replace datacenter.cfg as GET /cluster/options shows it, e.g. {"user-tag-access": {"user-allow":
-        "list", "user-allow-list": ["a"]}, "registered-tags": ["b"]}."""
+        "list", "user-allow-list": ["a"]}, "registered-tags": ["b"]} or {"next-id": {"lower": 5000}}."""
         self.pve.datacenter = dict(options)
+
+    def add_ct(self, vmid, node='pve1', status='stopped', name=None):
+        """Add a container (fakepve's own): /cluster/resources lists it as `lxc`, and its VMID is taken."""
+        try:
+            ct = self.pve.add_ct(int(vmid), name=name, node=node, status=status)
+        except ValueError as e:
+            raise BadArgs(str(e)) from None
+        return {'vmid': ct.vmid, 'node': ct.node, 'status': ct.status}
+
+    def add_vm_before(self, method, suffix, vmid, **kwargs):
+        """Before the next METHOD request whose path ends with suffix (or matches a schema template) is
+        carried out, add VM vmid as add_vm does: another user's guest appearing between proxsync's
+        listing and its request."""
+        if not suffix:
+            raise BadArgs('add_vm_before needs suffix')
+        self.pve.before_rules.append((method.upper(), suffix, dict(kwargs, vmid=int(vmid))))
 
     # state
     def set_vm(self, vmid, **attrs):
