@@ -437,24 +437,9 @@ fn config_diff(
     let mut params = hw.params;
     let mut changed: Vec<&str> = hw.changed;
     let mut delete = hw.delete;
-    // A marker from before signing (or signed with a lost key, the record vouching for the
-    // VM) is rewritten signed for this VMID; the rest of the description stays, unless the
-    // spec declares the text above the marker.
-    let current = cfg.description().unwrap_or("");
-    let text_differs = spec
-        .hardware
-        .description
-        .as_deref()
-        .is_some_and(|text| description_text(current) != text);
-    if text_differs || !marker_is_current(ctx, cfg, vmid) {
-        let signed = marker(ctx, spec, rec, vmid);
-        let base = spec.hardware.description.as_deref().unwrap_or(current);
-        params = params.set("description", signed.replace_in(base));
-        changed.push(if text_differs {
-            "description"
-        } else {
-            "marker"
-        });
+    if let Some((description, what)) = description_change(ctx, spec, rec, vmid, cfg) {
+        params = params.set("description", description);
+        changed.push(what);
     }
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
         params = params.set("name", &spec.vm_name);
@@ -476,18 +461,7 @@ fn config_diff(
     params = params.merge(nics.params);
     changed.extend(nics.changed);
     delete.extend(nics.delete);
-    let tags = merge_tags(
-        &cfg.tags(),
-        &rec.applied_tags,
-        &spec.tags,
-        &ownership_tag(&ctx.install_id),
-    );
-    if tags != {
-        let mut t = cfg.tags();
-        t.sort();
-        t.dedup();
-        t
-    } {
+    if let Some(tags) = tags_change(ctx, spec, rec, cfg) {
         params = params.tags(&tags)?;
         changed.push("tags");
     }
@@ -496,6 +470,55 @@ fn config_diff(
         params = params.delete_keys(&delete);
     }
     Ok((params, changed))
+}
+
+/// The description to write, and what it changes: the text above the marker when the spec
+/// declares another, or the marker. A marker from before signing (or signed with a lost key,
+/// the record vouching for the VM) is rewritten signed for this VMID; the rest of the
+/// description stays, unless the spec declares the text above the marker.
+fn description_change(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    rec: &SpecRecord,
+    vmid: u32,
+    cfg: &VmConfig,
+) -> Option<(String, &'static str)> {
+    let current = cfg.description().unwrap_or("");
+    let text_differs = spec
+        .hardware
+        .description
+        .as_deref()
+        .is_some_and(|text| description_text(current) != text);
+    if !text_differs && marker_is_current(ctx, cfg, vmid) {
+        return None;
+    }
+    let signed = marker(ctx, spec, rec, vmid);
+    let base = spec.hardware.description.as_deref().unwrap_or(current);
+    let what = if text_differs {
+        "description"
+    } else {
+        "marker"
+    };
+    Some((signed.replace_in(base), what))
+}
+
+/// The VM's tags after the three-way merge (tags added by hand stay), when they differ.
+fn tags_change(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+) -> Option<Vec<String>> {
+    let tags = merge_tags(
+        &cfg.tags(),
+        &rec.applied_tags,
+        &spec.tags,
+        &ownership_tag(&ctx.install_id),
+    );
+    let mut current = cfg.tags();
+    current.sort();
+    current.dedup();
+    (tags != current).then_some(tags)
 }
 
 /// The config keys whose change waits for the VM's next start, as proxsync reports them: the

@@ -117,19 +117,7 @@ pub(super) fn orphans(
         .values()
         .flat_map(|d| d.extras.iter().map(|id| (d.site.as_str(), *id)))
         .collect();
-    // Where each desired spec lives now: a VM of it on another site was left behind by a site
-    // change (by the record, or by its verified marker once the record moved on).
-    let spec_site: BTreeMap<&str, &str> = input
-        .desired
-        .iter()
-        .map(|s| (s.name.as_str(), s.site.as_str()))
-        .collect();
-    let moved_records: BTreeMap<(&str, u32), &str> = input
-        .records
-        .iter()
-        .filter(|(name, r)| spec_site.get(name.as_str()).is_some_and(|s| *s != r.site))
-        .filter_map(|(name, r)| Some(((r.site.as_str(), r.vmid()?), name.as_str())))
-        .collect();
+    let (spec_site, moved_records) = site_moves(input);
     for view in input.sites.values().filter(|v| v.reachable()) {
         for vm in view.vms.values() {
             let site_moved = moved_records
@@ -142,19 +130,12 @@ pub(super) fn orphans(
                 });
             if let Some(spec) = site_moved.filter(|_| !vm.template) {
                 let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
-                out.orphans.push(Orphan {
-                    site: view.name.clone(),
-                    vmid: vm.vmid,
-                    node: vm.node.clone(),
-                    name: vm.name.clone(),
-                    power: vm.power.as_str().to_string(),
-                    first_seen_ms: first_seen,
-                    disposition: OrphanDisposition::SiteMoved {
-                        spec: spec.to_string(),
-                        to: spec_site[spec].to_string(),
-                    },
-                    duplicate_of: None,
-                });
+                let disposition = OrphanDisposition::SiteMoved {
+                    spec: spec.to_string(),
+                    to: spec_site[spec].to_string(),
+                };
+                out.orphans
+                    .push(orphan(view, vm, first_seen, disposition, None));
                 continue;
             }
             // A second VM claiming a spec is listed even without the ownership tag (a clone
@@ -189,17 +170,52 @@ pub(super) fn orphans(
             }
             let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
             let disposition = disposition(input, view, vm, owned, forged, first_seen, removals);
-            out.orphans.push(Orphan {
-                site: view.name.clone(),
-                vmid: vm.vmid,
-                node: vm.node.clone(),
-                name: vm.name.clone(),
-                power: vm.power.as_str().to_string(),
-                first_seen_ms: first_seen,
-                disposition,
-                duplicate_of: extra.then(|| marker_spec.to_string()),
-            });
+            let duplicate_of = extra.then(|| marker_spec.to_string());
+            out.orphans
+                .push(orphan(view, vm, first_seen, disposition, duplicate_of));
         }
+    }
+}
+
+/// Spec name -> the site it names.
+type SpecSites<'a> = BTreeMap<&'a str, &'a str>;
+/// (site, VMID) of a record's VM -> its spec, when the spec now names another site.
+type MovedRecords<'a> = BTreeMap<(&'a str, u32), &'a str>;
+
+/// Where each desired spec lives now, and the records whose VM is on another site than their
+/// spec names: a VM of a spec on another site was left behind by a site change (found by the
+/// record, or by its verified marker once the record moved on).
+fn site_moves<'a>(input: &PlanInput<'a>) -> (SpecSites<'a>, MovedRecords<'a>) {
+    let spec_site: BTreeMap<&str, &str> = input
+        .desired
+        .iter()
+        .map(|s| (s.name.as_str(), s.site.as_str()))
+        .collect();
+    let moved_records = input
+        .records
+        .iter()
+        .filter(|(name, r)| spec_site.get(name.as_str()).is_some_and(|s| *s != r.site))
+        .filter_map(|(name, r)| Some(((r.site.as_str(), r.vmid()?), name.as_str())))
+        .collect();
+    (spec_site, moved_records)
+}
+
+fn orphan(
+    view: &SiteView,
+    vm: &ObservedVm,
+    first_seen_ms: u64,
+    disposition: OrphanDisposition,
+    duplicate_of: Option<String>,
+) -> Orphan {
+    Orphan {
+        site: view.name.clone(),
+        vmid: vm.vmid,
+        node: vm.node.clone(),
+        name: vm.name.clone(),
+        power: vm.power.as_str().to_string(),
+        first_seen_ms,
+        disposition,
+        duplicate_of,
     }
 }
 
