@@ -378,38 +378,8 @@ pub(super) async fn inspect(
     else {
         return Ok(Found::Free);
     };
-    // Where the VM can be: where this cycle's listing saw it, the intent's node, and for a
-    // clone the template's node (a clone to another node stays there until its end).
-    let listed = ctx
-        .views
-        .get(&site.name)
-        .and_then(|v| v.vms.get(&vmid))
-        .map(|vm| vm.node.as_str());
-    let mut nodes: Vec<&str> = Vec::new();
-    for node in [
-        listed,
-        Some(intent_node.as_str()),
-        clone_of.as_ref().map(|c| c.node.as_str()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        // Each node is read once, in this order.
-        if !nodes.contains(&node) {
-            nodes.push(node);
-        }
-    }
-    let mut found = None;
-    for node in &nodes {
-        match site.client.vm_config(node, vmid).await {
-            Ok(cfg) => {
-                found = Some((node.to_string(), cfg));
-                break;
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let nodes = candidate_nodes(ctx, site, vmid, intent_node, clone_of.as_ref());
+    let found = first_config(site, &nodes, vmid).await?;
     let creating_lock = |lock: &str| lock == "create" || lock == "clone";
     match found {
         Some((node, cfg)) => match cfg.lock() {
@@ -455,6 +425,49 @@ pub(super) async fn inspect(
             Ok(Found::Free)
         }
     }
+}
+
+/// Where an intent's VM can be, each node once, in this order: where this cycle's listing saw
+/// it, the intent's node, and for a clone the template's node (a clone to another node stays
+/// there until its end).
+fn candidate_nodes<'a>(
+    ctx: &'a ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vmid: u32,
+    intent_node: &'a str,
+    clone_of: Option<&'a CloneSource>,
+) -> Vec<&'a str> {
+    let listed = ctx
+        .views
+        .get(&site.name)
+        .and_then(|v| v.vms.get(&vmid))
+        .map(|vm| vm.node.as_str());
+    let mut nodes: Vec<&str> = Vec::new();
+    for node in [listed, Some(intent_node), clone_of.map(|c| c.node.as_str())]
+        .into_iter()
+        .flatten()
+    {
+        if !nodes.contains(&node) {
+            nodes.push(node);
+        }
+    }
+    nodes
+}
+
+/// The VM's config on the first of `nodes` that has it.
+async fn first_config(
+    site: &SiteCtx<impl Pve>,
+    nodes: &[&str],
+    vmid: u32,
+) -> Result<Option<(String, crate::pve::types::VmConfig)>, ActionError> {
+    for node in nodes {
+        match site.client.vm_config(node, vmid).await {
+            Ok(cfg) => return Ok(Some((node.to_string(), cfg))),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
 }
 
 fn busy(vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
