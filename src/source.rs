@@ -459,46 +459,70 @@ fn read_at(
     let odb = repo
         .odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
+    // Each file, in order: parsed before (cached), refused unread, or its bytes to parse.
+    enum File {
+        Cached((String, git2::Oid)),
+        Refused(Diagnostic),
+        Parse((String, git2::Oid), Vec<u8>),
+    }
     let mut seen = std::collections::HashSet::new();
+    let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
         let key = (shown.clone(), oid);
         seen.insert(key.clone());
-        if let Some((file_specs, file_diags)) = cache.get(&key) {
-            specs.extend(file_specs.iter().cloned());
-            diags.extend(file_diags.iter().cloned());
+        if cache.contains_key(&key) {
+            files.push(File::Cached(key));
             continue;
         }
-        let unreadable = |message: String| Diagnostic::error(&shown, Pos::START, message);
+        let unreadable =
+            |message: String| File::Refused(Diagnostic::error(&shown, Pos::START, message));
         // The size from the object's header, before anything is loaded: a committed 1.5 GiB
         // file must not be read into memory to be refused.
         match odb.read_header(oid) {
             Ok((size, _)) if size > MAX_FILE_BYTES => {
-                diags.push(unreadable(format!(
+                files.push(unreadable(format!(
                     "file is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a spec file, so it was not read; split it"
                 )));
                 continue;
             }
             Ok((_, git2::ObjectType::Blob)) => {}
             Ok((_, kind)) => {
-                diags.push(unreadable(format!("not a file but a git {kind}")));
+                files.push(unreadable(format!("not a file but a git {kind}")));
                 continue;
             }
             Err(e) => {
-                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
+                files.push(unreadable(format!("cannot read the blob: {}", e.message())));
                 continue;
             }
         }
-        let blob = match repo.find_blob(oid) {
-            Ok(b) => b,
-            Err(e) => {
-                diags.push(unreadable(format!("cannot read the blob: {}", e.message())));
-                continue;
+        match repo.find_blob(oid) {
+            Ok(b) => files.push(File::Parse(key, b.content().to_vec())),
+            Err(e) => files.push(unreadable(format!("cannot read the blob: {}", e.message()))),
+        }
+    }
+    // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time).
+    let files = crate::par::map(files, |file| match file {
+        File::Parse(key, bytes) => {
+            let parsed = spec::parse_file(&key.0, &bytes);
+            (File::Cached(key.clone()), Some((key, parsed)))
+        }
+        other => (other, None),
+    });
+    specs.reserve(files.len());
+    for (file, parsed) in files {
+        if let Some((key, parsed)) = parsed {
+            cache.insert(key, parsed);
+        }
+        match file {
+            File::Cached(key) => {
+                if let Some((file_specs, file_diags)) = cache.get(&key) {
+                    specs.extend(file_specs.iter().cloned());
+                    diags.extend(file_diags.iter().cloned());
+                }
             }
-        };
-        let (file_specs, file_diags) = spec::parse_file(&shown, blob.content());
-        specs.extend(file_specs.iter().cloned());
-        diags.extend(file_diags.iter().cloned());
-        cache.insert(key, (file_specs, file_diags));
+            File::Refused(d) => diags.push(d),
+            File::Parse(..) => {}
+        }
     }
     // Files gone from the tree leave the cache.
     cache.retain(|k, _| seen.contains(k));
