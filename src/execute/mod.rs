@@ -172,6 +172,7 @@ pub struct ExecCtx {
     pub store: Arc<Store>,
     pub install_id: String,
     pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    /// The specs the actions name (and only those), by name.
     pub specs: BTreeMap<String, Spec>,
     pub views: BTreeMap<String, SiteView>,
     pub config_hash: String,
