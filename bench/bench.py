@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -41,11 +42,15 @@ TEMPLATE_NAME = 'debian-12-template'
 INSTALL_ID = 'bench'
 SITE = 'bench'
 NODE = 'pve1'
+# --sites/--nodes: the fleet's layout. Spec i is on site (i-1) % SITES, node ((i-1) // SITES) % NODES;
+# each site is a fakepve process of its own with NODES nodes and its own template.
+FLEET = {'sites': 1, 'nodes': 1}
 LATENCY = 0.005          # seconds per request while creating (fakepve slow_network)
 CLK_TCK = os.sysconf('SC_CLK_TCK')
 # The install's marker key (`<state_dir>/marker.key`), fixed so the pre-made VMs' markers can be
 # signed as proxsync signs them (HMAC-SHA256 over install, spec, uid and VMID, 16 bytes in hex).
 MARKER_KEY = '5ca1ab1e' * 8
+DAEMON_PREFIX = []       # --daemon-prefix: a wrapper command for `proxsync run` (heaptrack, perf)
 POLL = 0.005             # sleep between two polls of the request log (push to first write)
 
 
@@ -61,9 +66,19 @@ def marker_mac(spec, uid, vmid):
     return hmac.new(bytes.fromhex(MARKER_KEY), msg.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def scenario(prepopulate=0):
-    """One node pve1, storage local-lvm, template 9000, our token; tasks run at real time
-    (time_scale 1, and they take no PVE seconds), so slow_network's latency is real."""
+def site_name(s):
+    return SITE if FLEET['sites'] == 1 else 'site%02d' % s
+
+
+def placement(i):
+    """(site index, node name) of spec i (and of its pre-made VM)."""
+    return (i - 1) % FLEET['sites'], 'pve%d' % ((i - 1) // FLEET['sites'] % FLEET['nodes'] + 1)
+
+
+def scenario(prepopulate=0, site=0):
+    """Nodes pve1..pveK (one by default), storage local-lvm, template 9000 on pve1, our token; the
+    pre-made VMs of specs 1..prepopulate placed on this site; tasks run at real time (time_scale 1,
+    and they take no PVE seconds), so slow_network's latency is real."""
     vms = [{
         'vmid': TEMPLATE_VMID, 'name': TEMPLATE_NAME, 'node': NODE, 'status': 'stopped', 'template': True,
         'config': {'name': TEMPLATE_NAME, 'scsi0': 'local-lvm:base-9000-disk-0,size=2G',
@@ -71,11 +86,13 @@ def scenario(prepopulate=0):
                    'memory': '2048', 'cores': 2, 'ostype': 'l26', 'boot': 'order=scsi0', 'template': 1},
     }]
     for i in range(1, prepopulate + 1):
+        if placement(i)[0] != site:
+            continue
         vmid = 20000 + i
         name = spec_name(i)
         uid = '%016x' % (0xbe0c40000000 + i)
         vms.append({
-            'vmid': vmid, 'name': name, 'node': NODE, 'status': 'running',
+            'vmid': vmid, 'name': name, 'node': placement(i)[1], 'status': 'running',
             'tags': ['proxsync.' + INSTALL_ID],
             'config': {'name': name, 'scsi0': 'local-lvm:vm-%d-disk-0,size=2G' % vmid,
                        'scsihw': 'virtio-scsi-single', 'net0': 'virtio=BC:24:11:%02X:%02X:%02X,bridge=vmbr0' % (
@@ -87,7 +104,7 @@ def scenario(prepopulate=0):
                                           marker_mac(name, uid, vmid))},
         })
     return {
-        'nodes': [{'name': NODE, 'online': True}],
+        'nodes': [{'name': 'pve%d' % (k + 1), 'online': True} for k in range(FLEET['nodes'])],
         'bridges': ['vmbr0'],
         'storages': {
             'local': {'type': 'dir', 'path': '/var/lib/vz', 'content': 'iso,import,vztmpl,snippets'},
@@ -152,6 +169,44 @@ class FakePve:
         self.err.close()
 
 
+class Fleet:
+    """Several fakepve processes (one per site), answering like one FakePve: a command goes to
+    each, requests and CPU are summed."""
+
+    def __init__(self, python, n, logfile):
+        self.fakes = [None] * FLEET['sites']
+        errors = []
+
+        def start(s):
+            try:
+                self.fakes[s] = FakePve(python, scenario(n, s), '%s.%s' % (logfile, site_name(s)))
+            except Exception as e:  # reported below, after the others started or failed
+                errors.append(e)
+        # Side by side: each builds its own VMs (seconds per thousand).
+        threads = [threading.Thread(target=start, args=(s,)) for s in range(FLEET['sites'])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop()
+            raise errors[0]
+
+    def call(self, cmd, **args):
+        return [f.call(cmd, **args) for f in self.fakes]
+
+    def requests(self, since=0):
+        return [r for f in self.fakes for r in f.requests(since)]
+
+    def cpu_s(self):
+        return sum(f.cpu_s() for f in self.fakes)
+
+    def stop(self):
+        for f in self.fakes:
+            if f:
+                f.stop()
+
+
 def count_requests(reqs):
     by_method = {}
     by_path = {}
@@ -185,6 +240,25 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def find_descendant(pid, binary, timeout=30):
+    """The first descendant of `pid` running `binary` (a daemon started under a wrapper)."""
+    target = os.path.realpath(binary)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        todo = [pid]
+        while todo:
+            p = todo.pop()
+            try:
+                if p != pid and os.path.realpath('/proc/%d/exe' % p) == target:
+                    return p
+                with open('/proc/%d/task/%d/children' % (p, p)) as fh:
+                    todo += [int(c) for c in fh.read().split()]
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError('no %s process under the wrapper (pid %d)' % (binary, pid))
+
+
 def proc_status_kb(pid, key):
     with open('/proc/%d/status' % pid) as fh:
         for line in fh:
@@ -210,9 +284,13 @@ class Daemon:
         env = dict(os.environ, NOTIFY_SOCKET=self.sock_path, PROXSYNC_LOG='info')
         self.err = open(logfile, 'a')
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([binary, 'run', '--config', config], env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self.err, stderr=self.err, preexec_fn=die_with_parent)
-        self.pid = self.proc.pid
+        prefix = [a.replace('{log}', os.path.splitext(os.path.basename(logfile))[0]) for a in DAEMON_PREFIX]
+        self.proc = subprocess.Popen(prefix + [binary, 'run', '--config', config], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
+                                     preexec_fn=die_with_parent)
+        # Under a wrapper (--daemon-prefix, e.g. heaptrack) the daemon is a descendant: measure and
+        # stop that process, so the wrapper sees it end and finishes its own output.
+        self.pid = self.proc.pid if not DAEMON_PREFIX else find_descendant(self.proc.pid, binary)
 
     def _read(self):
         while not self.closed:
@@ -279,9 +357,15 @@ class Daemon:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            if self.pid != self.proc.pid:
+                try:
+                    os.kill(self.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            else:
+                self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(60)
+                self.proc.wait(600 if DAEMON_PREFIX else 60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -314,7 +398,8 @@ def spec_text(i, tags=None):
     return ('apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n'
             '    site: {site}\n    node: {node}\n    image: "{tpl}"\n    cpu: 2\n    memory: 2Gi\n    disk: 2Gi\n'
             '    storage: local-lvm\n    network: vmbr0\n{extra}').format(
-                name=spec_name(i), site=SITE, node=NODE, tpl=TEMPLATE_VMID, extra=extra)
+                name=spec_name(i), site=site_name(placement(i)[0]), node=placement(i)[1], tpl=TEMPLATE_VMID,
+                extra=extra)
 
 
 class Workspace:
@@ -332,18 +417,19 @@ class Workspace:
         with open(key, 'w') as fh:
             fh.write(MARKER_KEY + '\n')
         os.chmod(key, 0o600)
-        token = os.path.join(base, SITE + '.token')
+        token = os.path.join(base, 'site.token')
         with open(token, 'w') as fh:
             fh.write(TOKEN_SECRET + '\n')
         os.chmod(token, 0o600)
+        fakes = getattr(fake, 'fakes', [fake])
         with open(self.config, 'w') as fh:
             fh.write('install_id = "%s"\nstate_dir = "%s"\nstatus_dir = "%s"\n\n'
                      '[source]\npath = "%s"\nbranch = "main"\n\n'
-                     '[reconcile]\nresync_interval = "1h"\n\n'
-                     '[[site]]\nname = "%s"\nendpoint = "%s"\ntoken_id = "%s"\n'
-                     'token_secret_file = "%s"\nca_file = "%s"\n' % (
-                         INSTALL_ID, self.state, self.status, self.bare, SITE, fake.url, TOKEN_ID, token,
-                         fake.ca_file))
+                     '[reconcile]\nresync_interval = "1h"\n' % (INSTALL_ID, self.state, self.status, self.bare))
+            for s, f in enumerate(fakes):
+                fh.write('\n[[site]]\nname = "%s"\nendpoint = "%s"\ntoken_id = "%s"\n'
+                         'token_secret_file = "%s"\nca_file = "%s"\n' % (
+                             site_name(s), f.url, TOKEN_ID, token, f.ca_file))
         git(['init', '-q', '--bare', '-b', 'main', self.bare])
         self.git('init', '-q', '-b', 'main')
         with open(os.path.join(self.repo, 'README'), 'w') as fh:
@@ -538,7 +624,12 @@ def bench_size(n, args, binary, python, tmp):
     create = n <= args.create_max
     log('N=%d: starting fakepve%s' % (n, '' if create else ' with %d owned VMs' % n))
     t = time.monotonic()
-    fake = FakePve(python, scenario(0 if create else n), os.path.join(base, 'fakepve.log'))
+    fleet = FLEET['sites'] > 1 or FLEET['nodes'] > 1
+    if fleet:
+        res['layout'] = dict(FLEET)
+        fake = Fleet(python, 0 if create else n, os.path.join(base, 'fakepve.log'))
+    else:
+        fake = FakePve(python, scenario(0 if create else n), os.path.join(base, 'fakepve.log'))
     res['fakepve_start_s'] = round(time.monotonic() - t, 1)
     daemons = []
     try:
@@ -562,6 +653,8 @@ def bench_size(n, args, binary, python, tmp):
             d, fig = start_daemon(binary, ws, tmp, 'adopt', n, fake)
             daemons.append(d)
             res['adopt'] = fig
+            log('N=%d: adopted: READY=1 after %ss, %d requests, peak RSS %s kB' % (
+                n, fig['ready_s'], fig['requests'], fig['peak_rss_kb']))
             t = time.monotonic()
             d.reconcile()
             wait_all_ready(d, n, t, 3600)
@@ -584,6 +677,10 @@ def bench_size(n, args, binary, python, tmp):
         res['cli'] = measure_cli(binary, ws, args.cli_reps)
         log('N=%d: proxsync status %s s, plan %s s' % (
             n, res['cli']['status_s_median'], res['cli']['plan_s_median']))
+        if fleet and not create:
+            # The first daemon's adoption was already the start with an empty database.
+            res['startup_empty'] = res['adopt']
+            return res
         # Empty database: the database file removed (the marker key kept), the VMs exist.
         os.remove(os.path.join(ws.state, 'proxsync.redb'))
         log('N=%d: start with an empty database' % n)
@@ -806,10 +903,21 @@ def main():
     p.add_argument('--idle-reps', type=int, default=5)
     p.add_argument('--push-reps', type=int, default=3)
     p.add_argument('--cli-reps', type=int, default=3, help='runs of proxsync status and plan')
+    p.add_argument('--sites', type=int, default=1,
+                   help='sites, each a fakepve process of its own (default 1); the specs are spread over them')
+    p.add_argument('--nodes', type=int, default=1, help='nodes per site (default 1)')
     p.add_argument('--binary', required=True)
     p.add_argument('--python', required=True, help="fakepve's Python")
     p.add_argument('--out', default=os.path.join(ROOT, 'bench', 'results'))
+    p.add_argument('--keep', metavar='DIR',
+                   help='work in DIR (new or empty) and keep it: workspaces, databases, logs, to re-run a '
+                        'daemon by hand (under heaptrack or perf)')
+    p.add_argument('--daemon-prefix', default='',
+                   help='a command the daemon runs under, e.g. "heaptrack -o /tmp/h-{log}" ({log}: the daemon log\'s '
+                        'name, daemon-warm...; figures are then those of the wrapped process)')
     args = p.parse_args()
+    DAEMON_PREFIX.extend(shlex.split(args.daemon_prefix))
+    FLEET.update(sites=max(args.sites, 1), nodes=max(args.nodes, 1))
     # SIGTERM unwinds like Ctrl-C, so every finally stops what it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [100] if args.quick else [int(s) for s in (args.sizes or '100,1000,10000').split(',')]
@@ -817,7 +925,11 @@ def main():
     results = {'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'quick': args.quick, 'sizes': [],
                'machine': machine(args.binary, args.python, args), 'ansible': []}
     t_all = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix='proxsync-bench-')
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        tmp = os.path.abspath(args.keep)
+    else:
+        tmp = tempfile.mkdtemp(prefix='proxsync-bench-')
     try:
         for n in sizes:
             r = bench_size(n, args, args.binary, args.python, tmp)
@@ -835,7 +947,8 @@ def main():
             log('Ansible: creating %d VMs' % args.ansible)
             results['ansible'].append(bench_ansible(args.ansible, args, args.python, tmp))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     results['total_s'] = round(time.monotonic() - t_all, 1)
     os.makedirs(args.out, exist_ok=True)
     name = os.path.join(args.out, '%s%s.json' % (time.strftime('%Y%m%d-%H%M%S'), '-quick' if args.quick else ''))

@@ -382,6 +382,8 @@ impl Engine {
         // After actions, look again, so status says what is true now.
         let mut after: Option<AfterActions> = None;
         if !first.actions.is_empty() {
+            // Only the specs the actions name (a push changing one spec of 10,000 clones one).
+            let acted: BTreeSet<&str> = first.actions.iter().filter_map(Action::spec).collect();
             let ctx = Arc::new(ExecCtx {
                 store: self.store.clone(),
                 install_id: self.config.install_id.clone(),
@@ -392,6 +394,7 @@ impl Engine {
                     .specs
                     .iter()
                     .chain(&theirs)
+                    .filter(|s| acted.contains(s.name.as_str()))
                     .map(|s| (s.name.clone(), s.clone()))
                     .collect(),
                 views: views.clone(),

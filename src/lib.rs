@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod ownership;
+pub mod par;
 pub mod plan;
 pub mod pve;
 pub mod selector;

@@ -245,7 +245,10 @@ pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
         set.spawn(async move {
             // The semaphore is never closed, so a permit always comes.
             let _permit = limit.acquire_owned().await.ok();
-            (i, vmid, read_marker((*client).as_ref(), &node, vmid).await)
+            // Boxed once permitted: the request's future is large, and every VM's task is
+            // spawned at once (10,000 with an empty database).
+            let read = Box::pin(read_marker((*client).as_ref(), &node, vmid)).await;
+            (i, vmid, read)
         });
     }
     let mut out = Vec::new();

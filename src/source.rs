@@ -415,26 +415,53 @@ fn read_at(
     let odb = repo
         .odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
-    let mut specs = Vec::new();
+    // Each file, in order: parsed before (cached), refused unread, or its bytes to parse.
+    enum File {
+        Cached(SpecFile),
+        Refused(Diagnostic),
+        Parse(SpecFile, Vec<u8>),
+    }
     let mut seen = std::collections::HashSet::new();
+    let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
-        let key = (shown.clone(), oid);
+        let key = (shown, oid);
         seen.insert(key.clone());
-        if let Some((file_specs, file_diags)) = cache.get(&key) {
-            specs.extend(file_specs.iter().cloned());
-            diags.extend(file_diags.iter().cloned());
+        if cache.contains_key(&key) {
+            files.push(File::Cached(key));
             continue;
         }
-        let (file_specs, file_diags) = match read_blob(&repo, &odb, oid) {
-            Ok(blob) => spec::parse_file(&shown, blob.content()),
-            Err(message) => {
-                diags.push(Diagnostic::error(&shown, Pos::START, message));
-                continue;
+        match read_blob(&repo, &odb, oid) {
+            Ok(blob) => files.push(File::Parse(key, blob.content().to_vec())),
+            Err(message) => files.push(File::Refused(Diagnostic::error(
+                &key.0,
+                Pos::START,
+                message,
+            ))),
+        }
+    }
+    // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time).
+    let files = crate::par::map(files, |file| match file {
+        File::Parse(key, bytes) => {
+            let parsed = spec::parse_file(&key.0, &bytes);
+            (File::Cached(key.clone()), Some((key, parsed)))
+        }
+        other => (other, None),
+    });
+    let mut specs = Vec::with_capacity(files.len());
+    for (file, parsed) in files {
+        if let Some((key, parsed)) = parsed {
+            cache.insert(key, parsed);
+        }
+        match file {
+            File::Cached(key) => {
+                if let Some((file_specs, file_diags)) = cache.get(&key) {
+                    specs.extend(file_specs.iter().cloned());
+                    diags.extend(file_diags.iter().cloned());
+                }
             }
-        };
-        specs.extend(file_specs.iter().cloned());
-        diags.extend(file_diags.iter().cloned());
-        cache.insert(key, (file_specs, file_diags));
+            File::Refused(d) => diags.push(d),
+            File::Parse(..) => {}
+        }
     }
     // Files gone from the tree leave the cache.
     cache.retain(|k, _| seen.contains(k));

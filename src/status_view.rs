@@ -251,9 +251,14 @@ fn load_listing(dir: &Path) -> Result<Listing, ViewError> {
         Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
     }
 
-    for name in names {
+    // Parsing 10,000 status files is nearly all of `proxsync status`: side by side.
+    let loaded = crate::par::map(names, |name| {
         let path = dir.join(format!("{name}.yaml"));
-        match load::<SpecFile>(&path)? {
+        let file = load::<SpecFile>(&path);
+        (name, path, file)
+    });
+    for (name, path, file) in loaded {
+        match file? {
             Loaded::Parsed(mut f) => {
                 if f.name != name {
                     listing.notes.push(format!(
