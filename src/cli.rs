@@ -225,6 +225,8 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// Long because: the check groups in their order (config, specs, signing, each site), each
+// printed as it ends, then one exit code for all of them.
 fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     let path = config_path.unwrap_or_else(default_config_path);
     let config = match Config::load(&path) {
@@ -452,35 +454,40 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
 }
 
 fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {
-    if !once {
-        if !spec_paths.is_empty() {
-            eprintln!("error: --specs is for --once; the daemon reads the configured git source");
-            return ExitCode::from(2);
-        }
-        let rt = match runtime() {
-            Ok(rt) => rt,
-            Err(code) => return code,
-        };
-        let path = config_path.unwrap_or_else(default_config_path);
-        let daemon = async {
-            let shutdown = crate::daemon::shutdown_signals()?;
-            crate::daemon::run(path, shutdown).await
-        };
-        return match rt.block_on(daemon) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!(error = %e, "proxsync stopped");
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if once {
+        return run_once(config_path, &spec_paths);
     }
+    if !spec_paths.is_empty() {
+        eprintln!("error: --specs is for --once; the daemon reads the configured git source");
+        return ExitCode::from(2);
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let path = config_path.unwrap_or_else(default_config_path);
+    let daemon = async {
+        let shutdown = crate::daemon::shutdown_signals()?;
+        crate::daemon::run(path, shutdown).await
+    };
+    match rt.block_on(daemon) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "proxsync stopped");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `run --once`: one cycle, each action's outcome printed, then a summary line.
+fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
     let Inputs {
         config,
         specs,
         commit,
         refused,
-    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Apply) {
+    } = match load_inputs(config_path, spec_paths, crate::source::Use::Apply) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -510,56 +517,64 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
                 return ExitCode::FAILURE;
             }
         };
-        for r in &report.results {
-            let outcome = match &r.outcome {
-                crate::execute::Outcome::Done => "done".to_string(),
-                crate::execute::Outcome::StillRunning { upid } => {
-                    format!("task {upid} still running")
-                }
-                crate::execute::Outcome::Waiting { reason } => format!("waiting: {reason}"),
-                crate::execute::Outcome::Failed(e) => {
-                    format!("FAILED {}: {}", e.category, e.message)
-                }
-            };
-            println!(
-                "{}  -> {outcome}",
-                crate::engine::describe(&r.action, &specs)
-            );
-        }
-        for refusal in &report.plan.refused {
-            println!("refused: {refusal}");
-        }
-        // Specs held back by a backoff are counted, with the first next attempt: a run that
-        // did nothing for them says why.
-        let backing_off = match (report.backing_off, report.next_attempt_ms) {
-            (0, _) => String::new(),
-            (n, Some(at)) => format!(
-                ", {n} backing off (next attempt in {})",
-                crate::status_view::human(std::time::Duration::from_millis(
-                    at.saturating_sub(crate::execute::now_ms())
-                ))
-            ),
-            (n, None) => format!(", {n} backing off"),
-        };
-        println!(
-            "{} of {} spec(s) Ready, {} stalled{backing_off}; {} action(s) in {} ms; status in {}",
-            report.ready,
-            report.specs,
-            report.stalled,
-            report.results.len(),
-            report.cycle_ms,
-            engine.config().status_dir.display()
-        );
-        // A refused tip was not applied: the run did not do what was pushed.
-        if let Some(r) = &report.source_refusal {
-            println!("refused commit {}: {}", r.commit, r.reason);
-        }
+        print_run_report(&report, &specs, &engine.config().status_dir);
         if report.all_ready() && report.source_refusal.is_none() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
         }
     })
+}
+
+fn print_run_report(
+    report: &crate::engine::CycleReport,
+    specs: &crate::spec::SpecSet,
+    status_dir: &std::path::Path,
+) {
+    for r in &report.results {
+        let outcome = match &r.outcome {
+            crate::execute::Outcome::Done => "done".to_string(),
+            crate::execute::Outcome::StillRunning { upid } => {
+                format!("task {upid} still running")
+            }
+            crate::execute::Outcome::Waiting { reason } => format!("waiting: {reason}"),
+            crate::execute::Outcome::Failed(e) => {
+                format!("FAILED {}: {}", e.category, e.message)
+            }
+        };
+        println!(
+            "{}  -> {outcome}",
+            crate::engine::describe(&r.action, specs)
+        );
+    }
+    for refusal in &report.plan.refused {
+        println!("refused: {refusal}");
+    }
+    // Specs held back by a backoff are counted, with the first next attempt: a run that
+    // did nothing for them says why.
+    let backing_off = match (report.backing_off, report.next_attempt_ms) {
+        (0, _) => String::new(),
+        (n, Some(at)) => format!(
+            ", {n} backing off (next attempt in {})",
+            crate::status_view::human(std::time::Duration::from_millis(
+                at.saturating_sub(crate::execute::now_ms())
+            ))
+        ),
+        (n, None) => format!(", {n} backing off"),
+    };
+    println!(
+        "{} of {} spec(s) Ready, {} stalled{backing_off}; {} action(s) in {} ms; status in {}",
+        report.ready,
+        report.specs,
+        report.stalled,
+        report.results.len(),
+        report.cycle_ms,
+        status_dir.display()
+    );
+    // A refused tip was not applied: the run did not do what was pushed.
+    if let Some(r) = &report.source_refusal {
+        println!("refused commit {}: {}", r.commit, r.reason);
+    }
 }
 
 fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {

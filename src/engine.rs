@@ -459,6 +459,8 @@ impl Engine {
         })
     }
 
+    // Long because: each spec's status, then the invalid specs', the removals' and the summary,
+    // counted as they are written. The arguments are the cycle's products, passed as they are.
     #[allow(clippy::too_many_arguments)]
     fn write_status(
         &mut self,
@@ -894,6 +896,7 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
 }
 
 /// A short line per action, for `proxsync plan` and logs.
+// Long because: one arm per action kind, each its one line of text.
 pub fn describe(action: &Action, specs: &SpecSet) -> String {
     let spec = |name: &str| specs.specs.iter().find(|s| s.name == name);
     match action {
@@ -999,6 +1002,8 @@ fn image_text(image: &crate::spec::Image) -> String {
 /// (`[source] selector`) also takes a VM another install handed over without a shared marker
 /// key: its marker names the spec, no install's tag is left on it, and it is signed over to
 /// this install at once. Needs the state database, so it runs while the daemon is stopped.
+// Long because: the refusals in the order a person meets them (spec, selector, VM, marker,
+// tags), then the one takeover; each check names what to do.
 pub async fn adopt_by_hand(
     config: &Config,
     specs: &SpecSet,

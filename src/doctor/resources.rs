@@ -8,6 +8,8 @@ use crate::pve::types::{ClusterHealth, NodeStorage, VmResource, check_import_ext
 use crate::pve::{Client, Error};
 use crate::spec::{Image, Spec, VolumeKind};
 
+// Long because: each healthy node's storages and bridges are read once, then every spec is
+// checked against them, one `Check` per missing thing.
 pub(super) async fn check_spec_needs(
     client: &Client,
     site: &SiteConfig,

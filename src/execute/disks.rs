@@ -40,6 +40,8 @@ pub(super) enum DiskStep {
 /// Brings the VM's disks to `spec.disks` (nothing for the short form): one `POST .../config`
 /// adding, rewriting and detaching drives, then a resize per disk to grow. A detached disk is
 /// noted in the spec's history (its volume stays as `unusedN`).
+// Long because: one config update for every disk (added, rewritten, detached), then a resize
+// per disk to grow, sharing one view of the effective (pending or current) values.
 pub(super) async fn converge_disks(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,

@@ -80,6 +80,8 @@ async fn template_config(
 }
 
 /// Checks everything a create needs before anything is created.
+// Long because: every check a create needs (site, node, disk formats, the seed's storage, the
+// template or image), each failing with its own category and message before anything exists.
 pub(super) async fn preflight(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
