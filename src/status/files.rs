@@ -42,6 +42,8 @@ pub struct StatusDir {
     specs: HashMap<String, Option<SpecFile>>,
     summary: Option<Option<SummaryFile>>,
     orphans: Option<Option<OrphansFile>>,
+    /// Files written or removed since the directory was last synced ([`Self::finish_writes`]).
+    unsynced: bool,
 }
 
 impl StatusDir {
@@ -63,6 +65,7 @@ impl StatusDir {
             specs: HashMap::new(),
             summary: None,
             orphans: None,
+            unsynced: false,
         };
         sd.remove_stale_temps();
         Ok(sd)
@@ -110,7 +113,8 @@ impl StatusDir {
     }
 
     /// Writes `_summary.yaml` if its content changed (it carries `lastCycle`, so it normally
-    /// changes every cycle: it doubles as a heartbeat).
+    /// changes every cycle: it doubles as a heartbeat). Written last in a cycle, so it ends the
+    /// cycle's writes ([`Self::finish_writes`]).
     pub fn write_summary(&mut self, s: &SummaryStatus) -> Result<bool, StatusError> {
         if self.summary.is_none() {
             self.summary = Some(self.load::<SummaryFile>(SUMMARY_FILE));
@@ -160,11 +164,13 @@ impl StatusDir {
         };
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {
+            self.finish_writes();
             return Ok(false);
         }
         let text = render(&next, SUMMARY_FILE)?;
         self.write_atomic(SUMMARY_FILE, text.as_bytes())?;
         self.summary = Some(Some(next));
+        self.finish_writes();
         Ok(true)
     }
 
@@ -211,7 +217,7 @@ impl StatusDir {
         check_name(name)?;
         let path = self.dir.join(format!("{name}.yaml"));
         match fs::remove_file(&path) {
-            Ok(()) => self.sync_dir(),
+            Ok(()) => self.unsynced = true,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path)(e)),
         }
@@ -299,7 +305,7 @@ impl StatusDir {
         }
     }
 
-    fn write_atomic(&self, file_name: &str, bytes: &[u8]) -> Result<(), StatusError> {
+    fn write_atomic(&mut self, file_name: &str, bytes: &[u8]) -> Result<(), StatusError> {
         let path = self.dir.join(file_name);
         let tmp = self
             .dir
@@ -317,7 +323,6 @@ impl StatusDir {
                 .open(&tmp)?;
             f.set_permissions(Permissions::from_mode(0o644))?;
             f.write_all(bytes)?;
-            f.sync_all()?;
             drop(f);
             fs::rename(&tmp, &path)
         })();
@@ -325,8 +330,21 @@ impl StatusDir {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&path)(e));
         }
-        self.sync_dir();
+        self.unsynced = true;
         Ok(())
+    }
+
+    /// Ends a cycle's writes: one fsync of the directory for all its renames and removals.
+    ///
+    /// The files themselves are not fsynced one by one: they are a view of the state database
+    /// and the cluster that every cycle rewrites, and at 50,000 specs a push rewrites them all
+    /// (each names the commit), which two fsyncs per file made minutes long. A crash can leave
+    /// a file at its previous content or unreadable; the writer then rewrites it (an unreadable
+    /// file counts as none), and readers never see a half-written one (temp file + rename).
+    pub fn finish_writes(&mut self) {
+        if std::mem::take(&mut self.unsynced) {
+            self.sync_dir();
+        }
     }
 
     /// fsync the directory so a rename or removal survives a crash (best effort).
@@ -403,4 +421,64 @@ fn render<T: Serialize>(value: &T, file: &str) -> Result<String, StatusError> {
         text.push('\n');
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod write_bench {
+    use super::*;
+    use crate::status::{ConditionInput, ConditionStatus, SpecStatus, kinds, reasons};
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    fn status(name: String, commit: &str) -> SpecStatus {
+        SpecStatus {
+            name,
+            site: "lab".into(),
+            node: "pve1".into(),
+            vm_id: Some(101),
+            vm_name: "web-01".into(),
+            state: "running".into(),
+            ip_addresses: vec!["10.0.0.5".into()],
+            commit: Some(commit.into()),
+            spec_file: Some("vms/web-01.yaml".into()),
+            provisioned: true,
+            conditions: vec![ConditionInput::new(
+                kinds::READY,
+                ConditionStatus::True,
+                reasons::AVAILABLE,
+                "ready".to_string(),
+            )],
+            last_task: None,
+            backoff: None,
+            history: vec![],
+            observed_generation: Some("sha256:abc".into()),
+        }
+    }
+
+    /// A benchmark, not a check: `cargo test --release --lib status::files::write_bench --
+    /// --ignored --nocapture`. Writes N status files, then rewrites them all as a push does
+    /// (every file names the new commit). Figures in BENCHMARKS.md.
+    #[test]
+    #[ignore]
+    fn rewriting_every_status_file() {
+        let n: usize = std::env::var("BENCH_STATUS_FILES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = StatusDir::open(tmp.path()).unwrap();
+        let now = UNIX_EPOCH + Duration::from_secs(1_740_830_400);
+        for (round, commit) in ["aaaa", "bbbb"].into_iter().enumerate() {
+            let t = Instant::now();
+            for i in 0..n {
+                dir.write_spec(&status(format!("vm-{i:05}"), commit), now)
+                    .unwrap();
+            }
+            dir.finish_writes();
+            let s = t.elapsed().as_secs_f64();
+            println!(
+                "round {round}: {n} files in {s:.2} s ({:.0} files/s)",
+                n as f64 / s
+            );
+        }
+    }
 }
