@@ -29,35 +29,40 @@ pub enum Reason {
     /// `Ready` False / `Reconciling` True: the VM's config is locked by a running task
     /// (backup, migration, snapshot); proxsync waits for it.
     WaitingForLock,
-    /// `Ready` False: the VM's node is offline or the cluster lost quorum. Also the error
-    /// category of such a failure (`backoff.category`); it never stalls.
+    /// `Ready` False / `Reconciling` True: the VM's node is offline or the cluster lost quorum.
+    /// Also the error category of such a failure (`backoff.category`); it never stalls.
     NodeUnhealthy,
     // ---- Ready ----
     /// `Ready` True: the VM exists, matches its spec and has the requested power state.
     Available,
-    /// `Ready` False: not ready for a reason no more specific reason covers (see the message).
+    /// `Ready` False or Unknown / `Reconciling` True: not ready for a reason no more specific
+    /// reason covers (see the message).
     NotReady,
-    /// `Ready` False: the VM's config or power state is being changed to match the spec.
+    /// `Ready` False / `Reconciling` True: the VM's config or power state is being changed to match
+    /// the spec.
     Updating,
-    /// `Ready` False: the spec file is invalid; nothing is done to the VM.
+    /// `Ready` False / `Reconciling` False: the spec file is invalid; nothing is done to the VM.
     InvalidSpec,
-    /// `Ready` False: the last attempt failed (see `Stalled`, `backoff` and the message).
+    /// `Ready` False / `Reconciling` True: the last attempt failed (see `Stalled`, `backoff` and
+    /// the message).
     Failed,
     /// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
     /// and which is the spec's. The others are listed in `_orphans.yaml`.
     DuplicateVm,
-    /// `Ready` False: no VM of the spec is known and another VM claims it with a marker that does
-    /// not verify; nothing is created until `proxsync adopt` confirms it or it is removed.
+    /// `Ready` False / `Reconciling` False: no VM of the spec is known and another VM claims it
+    /// with a marker that does not verify; nothing is created until `proxsync adopt` confirms it or
+    /// it is removed.
     UnverifiedClaim,
     /// `Ready` False / `Reconciling` True: the spec's VM carries another install's marker and
     /// ownership tag (the spec moved here from that install by `[source] selector`); it is adopted
     /// once that install has handed it over.
     HeldByInstall,
-    /// `Ready` False: the spec names another site than the one its VM is on; proxsync does not
-    /// move VMs between clusters (see the message for what to do).
+    /// `Ready` False / `Reconciling` False: the spec names another site than the one its VM is on;
+    /// proxsync does not move VMs between clusters (see the message for what to do).
     SiteMoved,
-    /// `Ready` False: the commit removes a spec and adds this one with the same content; nothing
-    /// is deleted or created until the `proxsync.io/renamed-from` annotation confirms a rename.
+    /// `Ready` False / `Reconciling` False: the commit removes a spec and adds this one with the
+    /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
+    /// confirms a rename.
     RenameSuspected,
     // ---- Reconciling ----
     /// `Reconciling` False: nothing to do, the VM matches the spec.
@@ -327,6 +332,14 @@ pub const RECONCILING: &[Reason] = &[
     Reason::Migrating,
     Reason::NotYetObserved,
     Reason::HeldByInstall,
+    Reason::Updating,
+    Reason::Failed,
+    Reason::NodeUnhealthy,
+    Reason::NotReady,
+    Reason::InvalidSpec,
+    Reason::RenameSuspected,
+    Reason::SiteMoved,
+    Reason::UnverifiedClaim,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
