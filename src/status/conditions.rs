@@ -580,6 +580,125 @@ mod stalled_tests {
 mod tests {
     use super::*;
 
+    /// Every reason a condition is written with is one its list in `reasons` (and so
+    /// docs/status.md) names for it, whatever the verdict, record and outcome.
+    #[test]
+    fn every_reason_written_is_listed_for_its_condition() {
+        use crate::execute::ActionError;
+        use crate::status::reasons;
+        let spec = crate::spec::test_spec("");
+        let exists = SpecRecord {
+            vm: VmState::Exists {
+                vmid: 100,
+                node: "pve1".into(),
+            },
+            provisioned: true,
+            ..Default::default()
+        };
+        let adopted = SpecRecord {
+            adopted: true,
+            reboot_pending: vec!["cpu".into()],
+            ..exists.clone()
+        };
+        let records = [
+            None,
+            Some(SpecRecord::default()),
+            Some(exists),
+            Some(adopted),
+        ];
+        let verdicts = [
+            Verdict::UpToDate { vmid: 100 },
+            Verdict::Acting,
+            Verdict::Migrating {
+                from: "pve1".into(),
+                to: "pve2".into(),
+                vmid: 100,
+            },
+            Verdict::BackingOff { until_ms: 0 },
+            Verdict::NodeUnhealthy {
+                node: "pve1".into(),
+                quorate: false,
+            },
+            Verdict::SiteUnreachable {
+                error: "down".into(),
+            },
+            Verdict::Unknown { vmid: 100 },
+            Verdict::Invalid,
+            Verdict::RenameSuspected {
+                from: "old".into(),
+                vmid: 100,
+            },
+            Verdict::SiteMoved {
+                from: "other".into(),
+                vmid: 100,
+            },
+            Verdict::UnverifiedClaim { vmid: 100 },
+            Verdict::HeldByInstall {
+                install: "b".into(),
+                vmid: 100,
+            },
+        ];
+        let outcomes = [
+            None,
+            Some(Outcome::Done),
+            Some(Outcome::StillRunning {
+                upid: "UPID".into(),
+            }),
+            Some(Outcome::Waiting {
+                reason: "locked".into(),
+            }),
+            Some(Outcome::Failed(ActionError {
+                category: crate::category::Category::PermissionDenied,
+                message: "403".into(),
+                kind: ErrorKind::Plain,
+            })),
+        ];
+        let listed = |kind: &str| match kind {
+            kinds::READY => reasons::READY,
+            kinds::RECONCILING => reasons::RECONCILING,
+            kinds::STALLED => reasons::STALLED,
+            kinds::NODE_HEALTHY => reasons::NODE_HEALTHY,
+            kinds::PROVISIONED => reasons::PROVISIONED,
+            kinds::REBOOT_PENDING => reasons::REBOOT_PENDING,
+            other => panic!("condition {other} has no list of reasons"),
+        };
+        let check = |st: &SpecStatus| {
+            for c in &st.conditions {
+                assert!(
+                    listed(c.kind).contains(&c.reason),
+                    "{} written with {}, which its list in reasons does not name",
+                    c.kind,
+                    c.reason
+                );
+            }
+        };
+        for rec in &records {
+            for verdict in &verdicts {
+                for outcome in &outcomes {
+                    let plan = FromPlan {
+                        verdict: Some(verdict),
+                        duplicate: None,
+                        action: None,
+                    };
+                    check(&spec_status(
+                        &spec,
+                        rec.as_ref(),
+                        None,
+                        plan,
+                        outcome.as_ref(),
+                        None,
+                    ));
+                }
+            }
+            check(&invalid_status(
+                "web-01",
+                rec.as_ref(),
+                &["bad".into()],
+                None,
+            ));
+        }
+    }
+
     #[test]
     fn reconciling_names_the_step_still_planned() {
         let spec = crate::spec::test_spec("");
