@@ -66,8 +66,8 @@ pub struct CycleReport {
 }
 
 /// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
-/// constants of `status`.
-pub type ConditionKey = (&'static str, &'static str, &'static str);
+/// constants of `status` and its [`Reason`](crate::status::Reason)s.
+pub type ConditionKey = (&'static str, &'static str, crate::status::Reason);
 
 impl CycleReport {
     /// True when every valid spec is Ready and there is no invalid spec.

@@ -990,8 +990,8 @@ fn when(now: SystemTime, ts: &str) -> String {
 mod tests {
     use super::*;
     use crate::status::{
-        BackoffSummary, ConditionInput, OrphanEntry, SiteSummary, SpecStatus, SummaryStatus,
-        TaskSummary, reasons,
+        BackoffSummary, ConditionInput, OrphanEntry, Reason, SiteSummary, SpecStatus,
+        SummaryStatus, TaskSummary,
     };
     use std::time::UNIX_EPOCH;
 
@@ -1018,7 +1018,7 @@ mod tests {
     fn c(
         kind: &'static str,
         status: ConditionStatus,
-        reason: &'static str,
+        reason: Reason,
         message: &str,
     ) -> ConditionInput {
         ConditionInput::new(kind, status, reason, message)
@@ -1039,11 +1039,11 @@ mod tests {
             spec_file: Some(format!("{site}/{name}.yaml")),
             provisioned: true,
             conditions: vec![
-                c(kinds::READY, T, reasons::AVAILABLE, ""),
-                c(kinds::RECONCILING, F, reasons::UP_TO_DATE, ""),
-                c(kinds::STALLED, F, reasons::NOT_STALLED, ""),
-                c(kinds::NODE_HEALTHY, T, reasons::NODE_ONLINE, ""),
-                c(kinds::PROVISIONED, T, reasons::CREATED, ""),
+                c(kinds::READY, T, Reason::Available, ""),
+                c(kinds::RECONCILING, F, Reason::UpToDate, ""),
+                c(kinds::STALLED, F, Reason::NotStalled, ""),
+                c(kinds::NODE_HEALTHY, T, Reason::NodeOnline, ""),
+                c(kinds::PROVISIONED, T, Reason::Created, ""),
             ],
             last_task: Some(TaskSummary {
                 upid: "UPID:pve1:000A1B2C:0B3C4D5E:67C2F0AA:qmstart:101:proxsync@pve!gitops:"
@@ -1081,18 +1081,18 @@ mod tests {
         let mut db = healthy("db-01", "us-sfvalley", "pve2", 102);
         db.state = "absent".into();
         db.provisioned = false;
-        set(&mut db, c(kinds::PROVISIONED, F, reasons::NOT_CREATED, ""));
-        set(&mut db, c(kinds::READY, F, reasons::FAILED, "clone failed"));
+        set(&mut db, c(kinds::PROVISIONED, F, Reason::NotCreated, ""));
+        set(&mut db, c(kinds::READY, F, Reason::Failed, "clone failed"));
         set(
             &mut db,
             c(
                 kinds::STALLED,
                 T,
-                reasons::PERMISSION_DENIED,
+                Reason::PermissionDenied,
                 "403 Forbidden: Permission check failed (/vms/102, VM.Allocate)",
             ),
         );
-        set(&mut db, c(kinds::RECONCILING, T, reasons::BACKING_OFF, ""));
+        set(&mut db, c(kinds::RECONCILING, T, Reason::BackingOff, ""));
         db.backoff = Some(BackoffSummary {
             attempts: 7,
             next_attempt: t(T0 + 900),
@@ -1107,11 +1107,11 @@ mod tests {
         let mut cache = healthy("cache-fra-01", "eu-fra", "fra1", 201);
         set(
             &mut cache,
-            c(kinds::READY, F, reasons::FAILED, "connect timed out"),
+            c(kinds::READY, F, Reason::Failed, "connect timed out"),
         );
         set(
             &mut cache,
-            c(kinds::RECONCILING, T, reasons::BACKING_OFF, "retrying"),
+            c(kinds::RECONCILING, T, Reason::BackingOff, "retrying"),
         );
         cache.backoff = Some(BackoffSummary {
             attempts: 2,
@@ -1150,7 +1150,7 @@ mod tests {
             c(
                 kinds::READY,
                 F,
-                reasons::INVALID_SPEC,
+                Reason::InvalidSpec,
                 "us-sfvalley/bad-01.yaml:9:13: error: cpu: expected an integer",
             ),
         );
@@ -1159,7 +1159,7 @@ mod tests {
             c(
                 kinds::STALLED,
                 T,
-                reasons::VALIDATION_FAILED,
+                Reason::ValidationFailed,
                 "us-sfvalley/bad-01.yaml:9:13: error: cpu: expected an integer; run proxsync validate",
             ),
         );
@@ -1650,10 +1650,10 @@ mod tests {
         s.vm_name = nasty.into();
         s.ip_addresses = vec![nasty.into()];
         s.commit = Some(nasty.into());
-        set(&mut s, c(kinds::READY, F, reasons::FAILED, nasty));
+        set(&mut s, c(kinds::READY, F, Reason::Failed, nasty));
         set(
             &mut s,
-            ConditionInput::new("Custom\u{1b}", U, reasons::NOT_READY, nasty),
+            ConditionInput::new("Custom\u{1b}", U, Reason::NotReady, nasty),
         );
         s.backoff = Some(BackoffSummary {
             attempts: 1,
@@ -1703,7 +1703,7 @@ mod tests {
         let mut s = healthy("web-01", "us-sfvalley", "pve1", 101);
         set(
             &mut s,
-            c(kinds::READY, F, reasons::NOT_READY, &"é".repeat(900)),
+            c(kinds::READY, F, Reason::NotReady, &"é".repeat(900)),
         );
         sd.write_spec(&s, t(T0)).unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -25,6 +25,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::engine::CycleReport;
 use crate::plan::OrphanDisposition;
+use crate::status::Reason;
 
 pub use server::{CONTENT_TYPE, Server, serve};
 
@@ -72,7 +73,13 @@ pub struct SiteMetrics(Option<(Arc<Registered>, Arc<str>)>);
 struct ConditionLabels {
     condition: &'static str,
     status: &'static str,
-    reason: &'static str,
+    reason: Reason,
+}
+
+impl EncodeLabelValue for Reason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        self.as_str().encode(encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -236,7 +243,7 @@ impl Metrics {
             let labels = ConditionLabels {
                 condition,
                 status,
-                reason,
+                reason: *reason,
             };
             r.specs.get_or_create(&labels).set(*n as i64);
         }
@@ -666,8 +673,8 @@ mod tests {
             cycle_ms: 5,
             next_attempt_ms: None,
             conditions: [
-                (("Ready", "True", "Available"), 1),
-                (("Ready", "False", "Failed"), 1),
+                (("Ready", "True", Reason::Available), 1),
+                (("Ready", "False", Reason::Failed), 1),
             ]
             .into_iter()
             .collect(),
@@ -735,7 +742,9 @@ mod tests {
         let mut second = report();
         second.plan = crate::plan::Plan::default();
         second.backing_off = 0;
-        second.conditions = [(("Ready", "True", "Available"), 2)].into_iter().collect();
+        second.conditions = [(("Ready", "True", Reason::Available), 2)]
+            .into_iter()
+            .collect();
         m.cycle_finished(Some((&second, "def456")), Duration::from_millis(5));
         m.cycle_finished(None, Duration::from_millis(5));
         let got = samples(&m);

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::status::Reason;
+
 /// One transition. Serialised as the webhook's `events[]` entries (`"type": "spec_stalled"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -106,7 +108,7 @@ pub struct StalledSpec {
 pub struct SpecFacts<'a> {
     pub ready: bool,
     /// Stalled's reason and message when Stalled is True.
-    pub stalled: Option<(&'a str, &'a str)>,
+    pub stalled: Option<(Reason, &'a str)>,
 }
 
 /// A site as a cycle saw it.
@@ -152,6 +154,8 @@ pub struct CycleFacts<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpecMemory {
     pub ready: bool,
+    /// Text, not a [`Reason`]: read back from status files an earlier run (of any release)
+    /// wrote.
     pub stalled_reason: Option<String>,
 }
 
@@ -261,13 +265,14 @@ impl Tracker {
             let before = self.specs.get(*name);
             let stalled_reason = now.stalled.map(|(r, _)| r);
             if before.is_some_and(|b| {
-                b.ready == now.ready && b.stalled_reason.as_deref() == stalled_reason
+                b.ready == now.ready
+                    && b.stalled_reason.as_deref() == stalled_reason.map(Reason::as_str)
             }) {
                 continue;
             }
             let before = before.cloned().unwrap_or_default();
             if let Some((reason, message)) = now.stalled
-                && before.stalled_reason.as_deref() != Some(reason)
+                && before.stalled_reason.as_deref() != Some(reason.as_str())
             {
                 events.push(Event::SpecStalled {
                     spec: name.to_string(),
@@ -284,7 +289,7 @@ impl Tracker {
                 name.to_string(),
                 SpecMemory {
                     ready: now.ready,
-                    stalled_reason: stalled_reason.map(str::to_string),
+                    stalled_reason: stalled_reason.map(|r| r.to_string()),
                 },
             );
         }
@@ -483,7 +488,7 @@ mod tests {
             stalled: None,
         }
     }
-    fn stalled(reason: &'static str) -> SpecFacts<'static> {
+    fn stalled(reason: Reason) -> SpecFacts<'static> {
         SpecFacts {
             ready: false,
             stalled: Some((reason, "what to do")),
@@ -539,7 +544,10 @@ mod tests {
         // C2 changes b only; b stalls.
         let e = t.observe(&cycle(
             C2,
-            &[("a", ready(), "h1"), ("b", stalled("ImageNotFound"), "h2")],
+            &[
+                ("a", ready(), "h1"),
+                ("b", stalled(Reason::ImageNotFound), "h2"),
+            ],
         ));
         assert!(e.contains(&Event::SpecStalled {
             spec: "b".into(),
@@ -561,7 +569,10 @@ mod tests {
         // Stalled for another reason: told again.
         let e = t.observe(&cycle(
             C2,
-            &[("a", ready(), "h1"), ("b", stalled("NodeOffline"), "h2")],
+            &[
+                ("a", ready(), "h1"),
+                ("b", stalled(Reason::NodeOffline), "h2"),
+            ],
         ));
         assert_eq!(e.len(), 2, "{e:?}");
 
@@ -575,12 +586,18 @@ mod tests {
         let mut t = Tracker::default();
         t.observe(&cycle(
             C1,
-            &[("a", stalled("QuotaExceeded"), "h1"), ("b", ready(), "h1")],
+            &[
+                ("a", stalled(Reason::QuotaExceeded), "h1"),
+                ("b", ready(), "h1"),
+            ],
         ));
         // C2 changes b only: a's old stall does not fail it.
         let e = t.observe(&cycle(
             C2,
-            &[("a", stalled("QuotaExceeded"), "h1"), ("b", ready(), "h2")],
+            &[
+                ("a", stalled(Reason::QuotaExceeded), "h1"),
+                ("b", ready(), "h2"),
+            ],
         ));
         assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
     }
@@ -677,7 +694,10 @@ mod tests {
         let mut t = Tracker::from_baseline(b);
         let mut c = cycle(
             C1,
-            &[("a", stalled("ImageNotFound"), "h"), ("b", ready(), "h")],
+            &[
+                ("a", stalled(Reason::ImageNotFound), "h"),
+                ("b", ready(), "h"),
+            ],
         );
         c.sites = vec![SiteFacts {
             name: "s1".into(),
@@ -700,7 +720,7 @@ mod tests {
         let names: Vec<String> = (0..40).map(|i| format!("spec-number-{i}")).collect();
         let specs: Vec<(&str, SpecFacts, &str)> = names
             .iter()
-            .map(|n| (n.as_str(), stalled("ImageNotFound"), "h"))
+            .map(|n| (n.as_str(), stalled(Reason::ImageNotFound), "h"))
             .collect();
         let mut t = Tracker::default();
         let e = t.observe(&cycle(C1, &specs));

@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{
-    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, SpecStatus, TaskSummary,
-    kinds, reasons,
+    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, Reason, SpecStatus,
+    TaskSummary, kinds,
 };
 use crate::execute::Outcome;
 use crate::observe::{ObservedVm, SiteView};
@@ -122,7 +122,7 @@ fn duplicate_vm(d: &Duplicate) -> ConditionInput {
     ConditionInput::new(
         kinds::READY,
         S::False,
-        reasons::DUPLICATE_VM,
+        Reason::DuplicateVm,
         format!(
             "VMs {} and {} on site {} all carry this spec's marker; VM {} is the spec's, the others \
              are listed in _orphans.yaml (deleted when tagged, stopped and past the orphan grace \
@@ -153,11 +153,11 @@ fn ready_and_reconciling(
                 .map(|e| format!("{}: {}", e.category, e.message))
                 .unwrap_or_default();
             (
-                ConditionInput::new(kinds::READY, S::False, reasons::FAILED, msg.clone()),
+                ConditionInput::new(kinds::READY, S::False, Reason::Failed, msg.clone()),
                 ConditionInput::new(
                     kinds::RECONCILING,
                     S::True,
-                    reasons::BACKING_OFF,
+                    Reason::BackingOff,
                     format!("next attempt at {}", crate::status::rfc3339(at(*until_ms))),
                 ),
             )
@@ -166,22 +166,22 @@ fn ready_and_reconciling(
             ConditionInput::new(
                 kinds::READY,
                 S::False,
-                reasons::NODE_UNHEALTHY,
+                Reason::NodeUnhealthy,
                 format!("waiting for node {node}"),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
-                reasons::NODE_UNHEALTHY,
+                Reason::NodeUnhealthy,
                 format!("waiting for node {node}"),
             ),
         ),
         Some(Verdict::SiteUnreachable { error }) => (
-            ConditionInput::new(kinds::READY, S::Unknown, reasons::NOT_READY, error.clone()),
+            ConditionInput::new(kinds::READY, S::Unknown, Reason::NotReady, error.clone()),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
-                reasons::NOT_READY,
+                Reason::NotReady,
                 "waiting for the site",
             ),
         ),
@@ -189,13 +189,13 @@ fn ready_and_reconciling(
             ConditionInput::new(
                 kinds::READY,
                 S::Unknown,
-                reasons::NOT_READY,
+                Reason::NotReady,
                 format!("VM {vmid} is listed with an unknown state"),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
-                reasons::NOT_READY,
+                Reason::NotReady,
                 "waiting for the VM's state",
             ),
         ),
@@ -208,11 +208,11 @@ fn ready_and_reconciling(
                  only uses the same spec and VM name, rename one of them"
             );
             (
-                ConditionInput::new(kinds::READY, S::False, reasons::HELD_BY_INSTALL, msg),
+                ConditionInput::new(kinds::READY, S::False, Reason::HeldByInstall, msg),
                 ConditionInput::new(
                     kinds::RECONCILING,
                     S::True,
-                    reasons::HELD_BY_INSTALL,
+                    Reason::HeldByInstall,
                     format!("waiting for install {install} to hand VM {vmid} over"),
                 ),
             )
@@ -230,16 +230,12 @@ fn ready_and_reconciling(
         }
         Some(Verdict::Migrating { from, to, vmid }) => {
             let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome, None);
-            if ready.reason == reasons::UPDATING {
+            if ready.reason == Reason::Updating {
                 let message = format!("migrating VM {vmid} from node {from} to node {to}");
-                ready = ConditionInput::new(
-                    kinds::READY,
-                    S::False,
-                    reasons::MIGRATING,
-                    message.clone(),
-                );
+                ready =
+                    ConditionInput::new(kinds::READY, S::False, Reason::Migrating, message.clone());
                 reconciling =
-                    ConditionInput::new(kinds::RECONCILING, S::True, reasons::MIGRATING, message);
+                    ConditionInput::new(kinds::RECONCILING, S::True, Reason::Migrating, message);
             }
             (ready, reconciling)
         }
@@ -250,10 +246,10 @@ fn ready_and_reconciling(
 }
 
 /// The verdicts that hold a spec until a person decides, with the reason and what to do.
-fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
+fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
     match verdict {
         Verdict::RenameSuspected { from, vmid } => (
-            reasons::RENAME_SUSPECTED,
+            Reason::RenameSuspected,
             format!(
                 "this commit removes spec {from} and adds this one with the same content: a rename of \
                  metadata.name? Neither is VM {vmid} deleted nor a new VM created. To keep VM {vmid} \
@@ -263,7 +259,7 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
             ),
         ),
         Verdict::SiteMoved { from, vmid } => (
-            reasons::SITE_MOVED,
+            Reason::SiteMoved,
             format!(
                 "VM {vmid} of this spec is on site {from}, and the spec now names site {}. proxsync \
                  never moves a VM between clusters by itself (a create here and a delete there). \
@@ -273,7 +269,7 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
             ),
         ),
         Verdict::UnverifiedClaim { vmid } => (
-            reasons::UNVERIFIED_CLAIM,
+            Reason::UnverifiedClaim,
             format!(
                 "VM {vmid} claims this spec but its marker does not verify (copied from another VM, \
                  typed by hand, or signed with a lost marker key); nothing is created while it does. \
@@ -282,7 +278,7 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (&'static str, String) {
                 spec.name
             ),
         ),
-        _ => (reasons::NOT_READY, String::new()),
+        _ => (Reason::NotReady, String::new()),
     }
 }
 
@@ -292,12 +288,12 @@ fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
     match error {
         Some(e) if e.needs_human() => {
             let reason = match e.kind {
-                ErrorKind::StaleLock => reasons::STALE_LOCK,
-                ErrorKind::Plain => reasons::stalled_for(e.category),
+                ErrorKind::StaleLock => Reason::StaleLock,
+                ErrorKind::Plain => Reason::for_category(e.category),
             };
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
         }
-        _ => ConditionInput::new(kinds::STALLED, S::False, reasons::NOT_STALLED, ""),
+        _ => ConditionInput::new(kinds::STALLED, S::False, Reason::NotStalled, ""),
     }
 }
 
@@ -307,13 +303,13 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
         None => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::Unknown,
-            reasons::NOT_YET_OBSERVED,
+            Reason::NotYetObserved,
             "site not observed",
         ),
         Some(v) if !v.reachable() => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::Unknown,
-            reasons::SITE_UNREACHABLE,
+            Reason::SiteUnreachable,
             format!(
                 "site {} unreachable: {}",
                 v.name,
@@ -323,19 +319,19 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
         Some(v) if !v.health.quorate => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::False,
-            reasons::NO_QUORUM,
+            Reason::NoQuorum,
             "the cluster has no quorum: nothing is created, changed or deleted until it returns",
         ),
         Some(v) if v.health.node_healthy(node) => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::True,
-            reasons::NODE_ONLINE,
+            Reason::NodeOnline,
             format!("node {node} online"),
         ),
         Some(_) => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::False,
-            reasons::NODE_OFFLINE,
+            Reason::NodeOffline,
             format!(
                 "node {node} is offline or unknown: nothing is created, changed or deleted there"
             ),
@@ -347,9 +343,9 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
 fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
     if let Some(r) = rec.filter(|r| r.provisioned) {
         let (reason, how) = if r.adopted {
-            (reasons::ADOPTED, "taken over")
+            (Reason::Adopted, "taken over")
         } else {
-            (reasons::CREATED, "created")
+            (Reason::Created, "created")
         };
         ConditionInput::new(
             kinds::PROVISIONED,
@@ -361,7 +357,7 @@ fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
         ConditionInput::new(
             kinds::PROVISIONED,
             S::False,
-            reasons::NOT_CREATED,
+            Reason::NotCreated,
             "no VM yet",
         )
     }
@@ -374,14 +370,14 @@ fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
         ConditionInput::new(
             kinds::REBOOT_PENDING,
             S::False,
-            reasons::NO_PENDING_CHANGES,
+            Reason::NoPendingChanges,
             "",
         )
     } else {
         ConditionInput::new(
             kinds::REBOOT_PENDING,
             S::True,
-            reasons::PENDING_CHANGES,
+            Reason::PendingChanges,
             format!(
                 "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
                 pending.join(", "),
@@ -408,8 +404,8 @@ fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInpu
         ));
     }
     (
-        ConditionInput::new(kinds::READY, S::True, reasons::AVAILABLE, message),
-        ConditionInput::new(kinds::RECONCILING, S::False, reasons::UP_TO_DATE, ""),
+        ConditionInput::new(kinds::READY, S::True, Reason::Available, message),
+        ConditionInput::new(kinds::RECONCILING, S::False, Reason::UpToDate, ""),
     )
 }
 
@@ -422,20 +418,17 @@ fn acting(
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let (reason, message) = match (outcome, rec.map(|r| &r.vm)) {
-        (Some(Outcome::StillRunning { upid }), _) => (
-            reasons::WAITING_FOR_TASK,
-            format!("task {upid} still running"),
-        ),
-        (Some(Outcome::Waiting { reason }), _) => (reasons::WAITING_FOR_LOCK, reason.clone()),
-        (Some(Outcome::Failed(e)), _) => {
-            (reasons::FAILED, format!("{}: {}", e.category, e.message))
+        (Some(Outcome::StillRunning { upid }), _) => {
+            (Reason::WaitingForTask, format!("task {upid} still running"))
         }
-        (_, Some(VmState::Creating { .. })) => (reasons::CREATING, "creating the VM".to_string()),
-        (_, Some(VmState::Deleting { .. })) => (reasons::DELETING, "deleting the VM".to_string()),
-        _ if vmid.is_none() => (reasons::CREATING, "the VM will be created".to_string()),
-        _ => (reasons::UPDATING, "the VM will be updated".to_string()),
+        (Some(Outcome::Waiting { reason }), _) => (Reason::WaitingForLock, reason.clone()),
+        (Some(Outcome::Failed(e)), _) => (Reason::Failed, format!("{}: {}", e.category, e.message)),
+        (_, Some(VmState::Creating { .. })) => (Reason::Creating, "creating the VM".to_string()),
+        (_, Some(VmState::Deleting { .. })) => (Reason::Deleting, "deleting the VM".to_string()),
+        _ if vmid.is_none() => (Reason::Creating, "the VM will be created".to_string()),
+        _ => (Reason::Updating, "the VM will be updated".to_string()),
     };
-    if reason == reasons::UPDATING
+    if reason == Reason::Updating
         && let Some((step, message)) = planned.and_then(step_of)
     {
         return (
@@ -451,20 +444,20 @@ fn acting(
 
 /// `Reconciling`'s step for the action still planned for a spec whose VM exists: taking it
 /// over, starting or stopping it, growing its disk, or changing its config.
-fn step_of(action: &Action) -> Option<(&'static str, String)> {
+fn step_of(action: &Action) -> Option<(Reason, String)> {
     match action {
         Action::Adopt { vmid, .. } => Some((
-            reasons::ADOPTING,
+            Reason::Adopting,
             format!("taking over VM {vmid}, which carries this spec's marker"),
         )),
         Action::Converge { vmid, why, .. } => {
             let has = |w: &str| why.iter().any(|x| x == w);
             let step = if has("start") || has("shutdown") || has("reboot") {
-                reasons::POWER_CHANGE
+                Reason::PowerChange
             } else if has("disk") {
-                reasons::RESIZING
+                Reason::Resizing
             } else {
-                reasons::CONFIGURING
+                Reason::Configuring
             };
             Some((
                 step,
@@ -504,20 +497,15 @@ pub(crate) fn invalid_status(
         messages.join("; ")
     );
     st.conditions = vec![
-        ConditionInput::new(
-            kinds::READY,
-            S::False,
-            reasons::INVALID_SPEC,
-            message.clone(),
-        ),
-        ConditionInput::new(kinds::RECONCILING, S::False, reasons::INVALID_SPEC, ""),
-        ConditionInput::new(kinds::STALLED, S::True, reasons::VALIDATION_FAILED, message),
+        ConditionInput::new(kinds::READY, S::False, Reason::InvalidSpec, message.clone()),
+        ConditionInput::new(kinds::RECONCILING, S::False, Reason::InvalidSpec, ""),
+        ConditionInput::new(kinds::STALLED, S::True, Reason::ValidationFailed, message),
     ];
     if rec.is_some_and(|r| r.provisioned) {
         st.conditions.push(ConditionInput::new(
             kinds::PROVISIONED,
             S::True,
-            reasons::CREATED,
+            Reason::Created,
             "",
         ));
     }
@@ -546,7 +534,7 @@ mod stalled_tests {
         }
     }
 
-    fn reason(e: &ErrorRecord) -> (S, &'static str) {
+    fn reason(e: &ErrorRecord) -> (S, Reason) {
         let c = stalled(Some(e));
         (c.status, c.reason)
     }
@@ -556,17 +544,17 @@ mod stalled_tests {
         let lock = "VM 100 is locked (create) but no task holds the lock; qm unlock 100";
         assert_eq!(
             reason(&error(Category::LockError, lock, ErrorKind::StaleLock)),
-            (S::True, reasons::STALE_LOCK)
+            (S::True, Reason::StaleLock)
         );
         // The kind decides, not the text (older records are converted as they are read:
         // `state::tests::error_records_of_older_releases_keep_their_verdict`).
         assert_eq!(
             reason(&error(Category::LockError, lock, ErrorKind::Plain)),
-            (S::False, reasons::NOT_STALLED)
+            (S::False, Reason::NotStalled)
         );
         assert_eq!(
             reason(&error(Category::PermissionDenied, "403", ErrorKind::Plain)),
-            (S::True, reasons::stalled_for(Category::PermissionDenied))
+            (S::True, Reason::for_category(Category::PermissionDenied))
         );
         assert_eq!(
             reason(&error(
@@ -574,7 +562,7 @@ mod stalled_tests {
                 "can't lock file",
                 ErrorKind::Plain
             )),
-            (S::False, reasons::NOT_STALLED)
+            (S::False, Reason::NotStalled)
         );
         assert_eq!(
             reason(&error(
@@ -582,7 +570,7 @@ mod stalled_tests {
                 "timed out",
                 ErrorKind::Plain
             )),
-            (S::False, reasons::NOT_STALLED)
+            (S::False, Reason::NotStalled)
         );
         assert_eq!(stalled(None).status, S::False);
     }
@@ -591,6 +579,125 @@ mod stalled_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reason a condition is written with is one its list in `reasons` (and so
+    /// docs/status.md) names for it, whatever the verdict, record and outcome.
+    #[test]
+    fn every_reason_written_is_listed_for_its_condition() {
+        use crate::execute::ActionError;
+        use crate::status::reasons;
+        let spec = crate::spec::test_spec("");
+        let exists = SpecRecord {
+            vm: VmState::Exists {
+                vmid: 100,
+                node: "pve1".into(),
+            },
+            provisioned: true,
+            ..Default::default()
+        };
+        let adopted = SpecRecord {
+            adopted: true,
+            reboot_pending: vec!["cpu".into()],
+            ..exists.clone()
+        };
+        let records = [
+            None,
+            Some(SpecRecord::default()),
+            Some(exists),
+            Some(adopted),
+        ];
+        let verdicts = [
+            Verdict::UpToDate { vmid: 100 },
+            Verdict::Acting,
+            Verdict::Migrating {
+                from: "pve1".into(),
+                to: "pve2".into(),
+                vmid: 100,
+            },
+            Verdict::BackingOff { until_ms: 0 },
+            Verdict::NodeUnhealthy {
+                node: "pve1".into(),
+                quorate: false,
+            },
+            Verdict::SiteUnreachable {
+                error: "down".into(),
+            },
+            Verdict::Unknown { vmid: 100 },
+            Verdict::Invalid,
+            Verdict::RenameSuspected {
+                from: "old".into(),
+                vmid: 100,
+            },
+            Verdict::SiteMoved {
+                from: "other".into(),
+                vmid: 100,
+            },
+            Verdict::UnverifiedClaim { vmid: 100 },
+            Verdict::HeldByInstall {
+                install: "b".into(),
+                vmid: 100,
+            },
+        ];
+        let outcomes = [
+            None,
+            Some(Outcome::Done),
+            Some(Outcome::StillRunning {
+                upid: "UPID".into(),
+            }),
+            Some(Outcome::Waiting {
+                reason: "locked".into(),
+            }),
+            Some(Outcome::Failed(ActionError {
+                category: crate::category::Category::PermissionDenied,
+                message: "403".into(),
+                kind: ErrorKind::Plain,
+            })),
+        ];
+        let listed = |kind: &str| match kind {
+            kinds::READY => reasons::READY,
+            kinds::RECONCILING => reasons::RECONCILING,
+            kinds::STALLED => reasons::STALLED,
+            kinds::NODE_HEALTHY => reasons::NODE_HEALTHY,
+            kinds::PROVISIONED => reasons::PROVISIONED,
+            kinds::REBOOT_PENDING => reasons::REBOOT_PENDING,
+            other => panic!("condition {other} has no list of reasons"),
+        };
+        let check = |st: &SpecStatus| {
+            for c in &st.conditions {
+                assert!(
+                    listed(c.kind).contains(&c.reason),
+                    "{} written with {}, which its list in reasons does not name",
+                    c.kind,
+                    c.reason
+                );
+            }
+        };
+        for rec in &records {
+            for verdict in &verdicts {
+                for outcome in &outcomes {
+                    let plan = FromPlan {
+                        verdict: Some(verdict),
+                        duplicate: None,
+                        action: None,
+                    };
+                    check(&spec_status(
+                        &spec,
+                        rec.as_ref(),
+                        None,
+                        plan,
+                        outcome.as_ref(),
+                        None,
+                    ));
+                }
+            }
+            check(&invalid_status(
+                "web-01",
+                rec.as_ref(),
+                &["bad".into()],
+                None,
+            ));
+        }
+    }
 
     #[test]
     fn reconciling_names_the_step_still_planned() {
@@ -615,11 +722,11 @@ mod tests {
             vmid: 100,
         };
         let cases = [
-            (converge(&["spec changed", "start"]), reasons::POWER_CHANGE),
-            (converge(&["reboot"]), reasons::POWER_CHANGE),
-            (converge(&["disk"]), reasons::RESIZING),
-            (converge(&["cpu", "memory"]), reasons::CONFIGURING),
-            (adopt, reasons::ADOPTING),
+            (converge(&["spec changed", "start"]), Reason::PowerChange),
+            (converge(&["reboot"]), Reason::PowerChange),
+            (converge(&["disk"]), Reason::Resizing),
+            (converge(&["cpu", "memory"]), Reason::Configuring),
+            (adopt, Reason::Adopting),
         ];
         for (action, want) in cases {
             let plan = FromPlan {
@@ -639,7 +746,7 @@ mod tests {
                 .iter()
                 .find(|c| c.kind == kinds::READY)
                 .unwrap();
-            assert_eq!(ready.reason, reasons::UPDATING);
+            assert_eq!(ready.reason, Reason::Updating);
         }
     }
 }

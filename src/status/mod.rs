@@ -47,6 +47,7 @@ mod transitions;
 
 pub(crate) use conditions::{FromPlan, has_condition, invalid_status, spec_status};
 pub use files::{StatusDir, valid_name};
+pub use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
 pub use time::{parse_rfc3339, rfc3339};
 
@@ -104,8 +105,8 @@ pub struct ConditionInput {
     /// The condition type (one of [`kinds`], or another CamelCase word).
     pub kind: &'static str,
     pub status: ConditionStatus,
-    /// One of [`reasons`]; never empty.
-    pub reason: &'static str,
+    /// Why; written as its name ([`Reason::as_str`]).
+    pub reason: Reason,
     /// For humans; never secret. Truncated to [`MAX_MESSAGE_BYTES`].
     pub message: String,
 }
@@ -114,7 +115,7 @@ impl ConditionInput {
     pub fn new(
         kind: &'static str,
         status: ConditionStatus,
-        reason: &'static str,
+        reason: Reason,
         message: impl Into<String>,
     ) -> ConditionInput {
         ConditionInput {
@@ -264,6 +265,7 @@ pub struct Condition {
     #[serde(rename = "type")]
     pub kind: String,
     pub status: ConditionStatus,
+    /// A [`Reason`]'s name. Text, so a file another release wrote always reads.
     #[serde(default)]
     pub reason: String,
     #[serde(default)]

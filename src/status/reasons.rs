@@ -1,216 +1,375 @@
 //! Condition reasons. A reason is always set (v1beta2); `docs/status.md` explains each.
 //!
 //! Some reasons are shared by several condition types (`Creating`, `Deleting`,
-//! `WaitingForTask`, `WaitingForLock`, `NodeUnhealthy`, `NotYetObserved`); each string is
-//! defined once.
+//! `WaitingForTask`, `WaitingForLock`, `NodeUnhealthy`, `NotYetObserved`); each is one
+//! [`Reason`]. A reason is written as its name ([`Reason::as_str`]); status files read back
+//! keep it as text, so a reason an older or newer release wrote never fails a read.
+
+use std::fmt;
+
+use serde::Serialize;
 
 use crate::category::Category;
 
-// ---- shared ----
-/// Any standard condition: not determined yet (first visit, or the engine did not report
-/// it this cycle). Status `Unknown`. Also `Ready` / `NodeHealthy` before the first
-/// observation.
-pub const NOT_YET_OBSERVED: &str = "NotYetObserved";
-/// `Ready` False / `Reconciling` True: the VM is being created (clone, import, configure,
-/// first start).
-pub const CREATING: &str = "Creating";
-/// `Ready` False / `Reconciling` True: the VM is being deleted (its spec was removed).
-pub const DELETING: &str = "Deleting";
-/// `Ready` False / `Reconciling` True: a PVE task proxsync started is still running.
-pub const WAITING_FOR_TASK: &str = "WaitingForTask";
-/// `Ready` False / `Reconciling` True: the VM's config is locked by a running task
-/// (backup, migration, snapshot); proxsync waits for it.
-pub const WAITING_FOR_LOCK: &str = "WaitingForLock";
-/// `Ready` False: the VM's node is offline or the cluster lost quorum.
-/// `Stalled` True: the same, for longer than the engine tolerates.
-pub const NODE_UNHEALTHY: &str = "NodeUnhealthy";
-/// Never expected: the engine sent an empty reason (a proxsync bug).
-pub const UNSPECIFIED: &str = "Unspecified";
+/// Why a condition has its status: a CamelCase word, the same in every release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    // ---- shared ----
+    /// Any standard condition: not determined yet (first visit, or the engine did not report
+    /// it this cycle). Status `Unknown`. Also `Ready` / `NodeHealthy` before the first
+    /// observation.
+    NotYetObserved,
+    /// `Ready` False / `Reconciling` True: the VM is being created (clone, import, configure,
+    /// first start).
+    Creating,
+    /// `Ready` False / `Reconciling` True: the VM is being deleted (its spec was removed).
+    Deleting,
+    /// `Ready` False / `Reconciling` True: a PVE task proxsync started is still running.
+    WaitingForTask,
+    /// `Ready` False / `Reconciling` True: the VM's config is locked by a running task
+    /// (backup, migration, snapshot); proxsync waits for it.
+    WaitingForLock,
+    /// `Ready` False / `Reconciling` True: the VM's node is offline or the cluster lost quorum.
+    /// Also the error category of such a failure (`backoff.category`); it never stalls.
+    NodeUnhealthy,
+    // ---- Ready ----
+    /// `Ready` True: the VM exists, matches its spec and has the requested power state.
+    Available,
+    /// `Ready` False or Unknown / `Reconciling` True: not ready for a reason no more specific
+    /// reason covers (see the message).
+    NotReady,
+    /// `Ready` False / `Reconciling` True: the VM's config or power state is being changed to match
+    /// the spec.
+    Updating,
+    /// `Ready` False / `Reconciling` False: the spec file is invalid; nothing is done to the VM.
+    InvalidSpec,
+    /// `Ready` False / `Reconciling` True: the last attempt failed (see `Stalled`, `backoff` and
+    /// the message).
+    Failed,
+    /// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
+    /// and which is the spec's. The others are listed in `_orphans.yaml`.
+    DuplicateVm,
+    /// `Ready` False / `Reconciling` False: no VM of the spec is known and another VM claims it
+    /// with a marker that does not verify; nothing is created until `proxsync adopt` confirms it or
+    /// it is removed.
+    UnverifiedClaim,
+    /// `Ready` False / `Reconciling` True: the spec's VM carries another install's marker and
+    /// ownership tag (the spec moved here from that install by `[source] selector`); it is adopted
+    /// once that install has handed it over.
+    HeldByInstall,
+    /// `Ready` False / `Reconciling` False: the spec names another site than the one its VM is on;
+    /// proxsync does not move VMs between clusters (see the message for what to do).
+    SiteMoved,
+    /// `Ready` False / `Reconciling` False: the commit removes a spec and adds this one with the
+    /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
+    /// confirms a rename.
+    RenameSuspected,
+    // ---- Reconciling ----
+    /// `Reconciling` False: nothing to do, the VM matches the spec.
+    UpToDate,
+    /// `Reconciling` True: changing the VM's config (CPU, memory, network, cloud-init...).
+    Configuring,
+    /// `Reconciling` True: growing a disk.
+    Resizing,
+    /// `Reconciling` True: starting, shutting down or stopping the VM.
+    PowerChange,
+    /// `Ready` False / `Reconciling` True: the spec names another node of the VM's cluster; the
+    /// VM is being migrated there (live when it runs).
+    Migrating,
+    /// `Reconciling` True: waiting before the next attempt after a failure (see `backoff`).
+    BackingOff,
+    /// `Reconciling` True: taking over an existing VM that matches the spec.
+    Adopting,
+    // ---- Stalled ----
+    /// `Stalled` False: proxsync is making progress or has nothing to do.
+    NotStalled,
+    /// `Stalled` True: the PVE version lacks a call or feature proxsync needs.
+    ApiNotSupported,
+    /// `Stalled` True: the config or the spec does not suit the cluster (PVE said 400).
+    ConfigurationError,
+    /// `Stalled` True: the API token was refused (401).
+    AuthenticationError,
+    /// `Stalled` True: the API token lacks a privilege (403).
+    PermissionDenied,
+    /// `Stalled` True: storage full or a resource limit reached.
+    QuotaExceeded,
+    /// `Stalled` True: the image, template or volume the spec names does not exist.
+    ImageNotFound,
+    /// `Stalled` True: the VM stays locked (see also [`Reason::StaleLock`]).
+    LockError,
+    /// `Stalled` True: the site's API cannot be reached.
+    NetworkError,
+    /// `Stalled` True: a PVE task keeps failing.
+    TaskFailed,
+    /// `Stalled` True: the spec is invalid.
+    ValidationFailed,
+    /// `Stalled` True: an object the VM needs (or the VM itself) is gone.
+    NotFound,
+    /// `Stalled` True: the VMID or name is taken by something proxsync does not manage.
+    AlreadyExists,
+    /// `Stalled` True: the VM's config keeps changing under proxsync (digest mismatch).
+    Conflict,
+    /// `Stalled` True: PVE answered with an error proxsync has no better name for.
+    ProxmoxError,
+    /// `Stalled` True: the VM's config carries a lock no running task holds.
+    StaleLock,
+    // ---- NodeHealthy ----
+    /// `NodeHealthy` True: the node is online and the cluster quorate.
+    NodeOnline,
+    /// `NodeHealthy` False: the node is offline.
+    NodeOffline,
+    /// `NodeHealthy` False: the cluster has lost quorum (config changes are impossible).
+    NoQuorum,
+    /// `NodeHealthy` Unknown: the site's API cannot be reached.
+    SiteUnreachable,
+    // ---- Provisioned ----
+    /// `Provisioned` True: proxsync created the VM.
+    Created,
+    /// `Provisioned` False: the VM has not been created yet.
+    NotCreated,
+    /// `Provisioned` True: proxsync adopted an existing VM.
+    Adopted,
+    // ---- RebootPending ----
+    /// `RebootPending` True: PVE holds config changes that apply at the next reboot.
+    PendingChanges,
+    /// `RebootPending` False: no pending changes.
+    NoPendingChanges,
+}
 
-// ---- Ready ----
-/// `Ready` True: the VM exists, matches its spec and has the requested power state.
-pub const AVAILABLE: &str = "Available";
-/// `Ready` False: not ready for a reason no more specific reason covers (see the message).
-pub const NOT_READY: &str = "NotReady";
-/// `Ready` False: the VM's config or power state is being changed to match the spec.
-pub const UPDATING: &str = "Updating";
-/// `Ready` False: the spec file is invalid; nothing is done to the VM.
-pub const INVALID_SPEC: &str = "InvalidSpec";
-/// `Ready` False: the last attempt failed (see `Stalled`, `backoff` and the message).
-pub const FAILED: &str = "Failed";
-/// `Ready` False: more than one VM carries this spec's marker; the message names every VMID
-/// and which is the spec's. The others are listed in `_orphans.yaml`.
-pub const DUPLICATE_VM: &str = "DuplicateVM";
-/// `Ready` False: no VM of the spec is known and another VM claims it with a marker that does
-/// not verify; nothing is created until `proxsync adopt` confirms it or it is removed.
-pub const UNVERIFIED_CLAIM: &str = "UnverifiedClaim";
-/// `Ready` False / `Reconciling` True: the spec's VM carries another install's marker and
-/// ownership tag (the spec moved here from that install by `[source] selector`); it is adopted
-/// once that install has handed it over.
-pub const HELD_BY_INSTALL: &str = "HeldByInstall";
-/// `Ready` False: the spec names another site than the one its VM is on; proxsync does not
-/// move VMs between clusters (see the message for what to do).
-pub const SITE_MOVED: &str = "SiteMoved";
-/// `Ready` False: the commit removes a spec and adds this one with the same content; nothing
-/// is deleted or created until the `proxsync.io/renamed-from` annotation confirms a rename.
-pub const RENAME_SUSPECTED: &str = "RenameSuspected";
+impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 48] = [
+        Reason::NotYetObserved,
+        Reason::Creating,
+        Reason::Deleting,
+        Reason::WaitingForTask,
+        Reason::WaitingForLock,
+        Reason::NodeUnhealthy,
+        Reason::Available,
+        Reason::NotReady,
+        Reason::Updating,
+        Reason::InvalidSpec,
+        Reason::Failed,
+        Reason::DuplicateVm,
+        Reason::UnverifiedClaim,
+        Reason::HeldByInstall,
+        Reason::SiteMoved,
+        Reason::RenameSuspected,
+        Reason::UpToDate,
+        Reason::Configuring,
+        Reason::Resizing,
+        Reason::PowerChange,
+        Reason::Migrating,
+        Reason::BackingOff,
+        Reason::Adopting,
+        Reason::NotStalled,
+        Reason::ApiNotSupported,
+        Reason::ConfigurationError,
+        Reason::AuthenticationError,
+        Reason::PermissionDenied,
+        Reason::QuotaExceeded,
+        Reason::ImageNotFound,
+        Reason::LockError,
+        Reason::NetworkError,
+        Reason::TaskFailed,
+        Reason::ValidationFailed,
+        Reason::NotFound,
+        Reason::AlreadyExists,
+        Reason::Conflict,
+        Reason::ProxmoxError,
+        Reason::StaleLock,
+        Reason::NodeOnline,
+        Reason::NodeOffline,
+        Reason::NoQuorum,
+        Reason::SiteUnreachable,
+        Reason::Created,
+        Reason::NotCreated,
+        Reason::Adopted,
+        Reason::PendingChanges,
+        Reason::NoPendingChanges,
+    ];
 
-// ---- Reconciling ----
-/// `Reconciling` False: nothing to do, the VM matches the spec.
-pub const UP_TO_DATE: &str = "UpToDate";
-/// `Reconciling` True: changing the VM's config (CPU, memory, network, cloud-init...).
-pub const CONFIGURING: &str = "Configuring";
-/// `Reconciling` True: growing a disk.
-pub const RESIZING: &str = "Resizing";
-/// `Reconciling` True: starting, shutting down or stopping the VM.
-pub const POWER_CHANGE: &str = "PowerChange";
-/// `Ready` False / `Reconciling` True: the spec names another node of the VM's cluster; the
-/// VM is being migrated there (live when it runs).
-pub const MIGRATING: &str = "Migrating";
-/// `Reconciling` True: waiting before the next attempt after a failure (see `backoff`).
-pub const BACKING_OFF: &str = "BackingOff";
-/// `Reconciling` True: taking over an existing VM that matches the spec.
-pub const ADOPTING: &str = "Adopting";
+    /// The word written in status files, metrics and notifications.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotYetObserved => "NotYetObserved",
+            Reason::Creating => "Creating",
+            Reason::Deleting => "Deleting",
+            Reason::WaitingForTask => "WaitingForTask",
+            Reason::WaitingForLock => "WaitingForLock",
+            Reason::NodeUnhealthy => "NodeUnhealthy",
+            Reason::Available => "Available",
+            Reason::NotReady => "NotReady",
+            Reason::Updating => "Updating",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::Failed => "Failed",
+            Reason::DuplicateVm => "DuplicateVM",
+            Reason::UnverifiedClaim => "UnverifiedClaim",
+            Reason::HeldByInstall => "HeldByInstall",
+            Reason::SiteMoved => "SiteMoved",
+            Reason::RenameSuspected => "RenameSuspected",
+            Reason::UpToDate => "UpToDate",
+            Reason::Configuring => "Configuring",
+            Reason::Resizing => "Resizing",
+            Reason::PowerChange => "PowerChange",
+            Reason::Migrating => "Migrating",
+            Reason::BackingOff => "BackingOff",
+            Reason::Adopting => "Adopting",
+            Reason::NotStalled => "NotStalled",
+            Reason::ApiNotSupported => "APINotSupported",
+            Reason::ConfigurationError => "ConfigurationError",
+            Reason::AuthenticationError => "AuthenticationError",
+            Reason::PermissionDenied => "PermissionDenied",
+            Reason::QuotaExceeded => "QuotaExceeded",
+            Reason::ImageNotFound => "ImageNotFound",
+            Reason::LockError => "LockError",
+            Reason::NetworkError => "NetworkError",
+            Reason::TaskFailed => "TaskFailed",
+            Reason::ValidationFailed => "ValidationFailed",
+            Reason::NotFound => "NotFound",
+            Reason::AlreadyExists => "AlreadyExists",
+            Reason::Conflict => "Conflict",
+            Reason::ProxmoxError => "ProxmoxError",
+            Reason::StaleLock => "StaleLock",
+            Reason::NodeOnline => "NodeOnline",
+            Reason::NodeOffline => "NodeOffline",
+            Reason::NoQuorum => "NoQuorum",
+            Reason::SiteUnreachable => "SiteUnreachable",
+            Reason::Created => "Created",
+            Reason::NotCreated => "NotCreated",
+            Reason::Adopted => "Adopted",
+            Reason::PendingChanges => "PendingChanges",
+            Reason::NoPendingChanges => "NoPendingChanges",
+        }
+    }
 
-// ---- Stalled ----
-/// `Stalled` False: proxsync is making progress or has nothing to do.
-pub const NOT_STALLED: &str = "NotStalled";
-/// `Stalled` True: the PVE version lacks a call or feature proxsync needs.
-pub const API_NOT_SUPPORTED: &str = "APINotSupported";
-/// `Stalled` True: the config or the spec does not suit the cluster (PVE said 400).
-pub const CONFIGURATION_ERROR: &str = "ConfigurationError";
-/// `Stalled` True: the API token was refused (401).
-pub const AUTHENTICATION_ERROR: &str = "AuthenticationError";
-/// `Stalled` True: the API token lacks a privilege (403).
-pub const PERMISSION_DENIED: &str = "PermissionDenied";
-/// `Stalled` True: storage full or a resource limit reached.
-pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
-/// `Stalled` True: the image, template or volume the spec names does not exist.
-pub const IMAGE_NOT_FOUND: &str = "ImageNotFound";
-/// `Stalled` True: the VM stays locked (see also [`STALE_LOCK`]).
-pub const LOCK_ERROR: &str = "LockError";
-/// `Stalled` True: the site's API cannot be reached.
-pub const NETWORK_ERROR: &str = "NetworkError";
-/// `Stalled` True: a PVE task keeps failing.
-pub const TASK_FAILED: &str = "TaskFailed";
-/// `Stalled` True: the spec is invalid.
-pub const VALIDATION_FAILED: &str = "ValidationFailed";
-/// `Stalled` True: an object the VM needs (or the VM itself) is gone.
-pub const NOT_FOUND: &str = "NotFound";
-/// `Stalled` True: the VMID or name is taken by something proxsync does not manage.
-pub const ALREADY_EXISTS: &str = "AlreadyExists";
-/// `Stalled` True: the VM's config keeps changing under proxsync (digest mismatch).
-pub const CONFLICT: &str = "Conflict";
-/// `Stalled` True: PVE answered with an error proxsync has no better name for.
-pub const PROXMOX_ERROR: &str = "ProxmoxError";
-/// `Stalled` True: the VM's config carries a lock no running task holds.
-pub const STALE_LOCK: &str = "StaleLock";
+    /// The reason named after an error category (its own name): `Stalled`'s reason for the
+    /// categories that need a human.
+    pub fn for_category(category: Category) -> Reason {
+        match category {
+            Category::ApiNotSupported => Reason::ApiNotSupported,
+            Category::ConfigurationError => Reason::ConfigurationError,
+            Category::AuthenticationError => Reason::AuthenticationError,
+            Category::PermissionDenied => Reason::PermissionDenied,
+            Category::QuotaExceeded => Reason::QuotaExceeded,
+            Category::NodeUnhealthy => Reason::NodeUnhealthy,
+            Category::ImageNotFound => Reason::ImageNotFound,
+            Category::LockError => Reason::LockError,
+            Category::NetworkError => Reason::NetworkError,
+            Category::TaskFailed => Reason::TaskFailed,
+            Category::ValidationFailed => Reason::ValidationFailed,
+            Category::NotFound => Reason::NotFound,
+            Category::AlreadyExists => Reason::AlreadyExists,
+            Category::Conflict => Reason::Conflict,
+            Category::ProxmoxError => Reason::ProxmoxError,
+        }
+    }
+}
 
-// ---- NodeHealthy ----
-/// `NodeHealthy` True: the node is online and the cluster quorate.
-pub const NODE_ONLINE: &str = "NodeOnline";
-/// `NodeHealthy` False: the node is offline.
-pub const NODE_OFFLINE: &str = "NodeOffline";
-/// `NodeHealthy` False: the cluster has lost quorum (config changes are impossible).
-pub const NO_QUORUM: &str = "NoQuorum";
-/// `NodeHealthy` Unknown: the site's API cannot be reached.
-pub const SITE_UNREACHABLE: &str = "SiteUnreachable";
+impl From<Category> for Reason {
+    fn from(category: Category) -> Reason {
+        Reason::for_category(category)
+    }
+}
 
-// ---- Provisioned ----
-/// `Provisioned` True: proxsync created the VM.
-pub const CREATED: &str = "Created";
-/// `Provisioned` False: the VM has not been created yet.
-pub const NOT_CREATED: &str = "NotCreated";
-/// `Provisioned` True: proxsync adopted an existing VM.
-pub const ADOPTED: &str = "Adopted";
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
-// ---- RebootPending ----
-/// `RebootPending` True: PVE holds config changes that apply at the next reboot.
-pub const PENDING_CHANGES: &str = "PendingChanges";
-/// `RebootPending` False: no pending changes.
-pub const NO_PENDING_CHANGES: &str = "NoPendingChanges";
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Ordered by name, as the words were (the engine's condition counts are kept sorted).
+impl Ord for Reason {
+    fn cmp(&self, other: &Reason) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for Reason {
+    fn partial_cmp(&self, other: &Reason) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// Reasons of `Ready`.
-pub const READY: &[&str] = &[
-    AVAILABLE,
-    NOT_READY,
-    CREATING,
-    UPDATING,
-    DELETING,
-    WAITING_FOR_TASK,
-    WAITING_FOR_LOCK,
-    NODE_UNHEALTHY,
-    INVALID_SPEC,
-    FAILED,
-    NOT_YET_OBSERVED,
-    MIGRATING,
-    DUPLICATE_VM,
-    UNVERIFIED_CLAIM,
-    SITE_MOVED,
-    RENAME_SUSPECTED,
-    HELD_BY_INSTALL,
+pub const READY: &[Reason] = &[
+    Reason::Available,
+    Reason::NotReady,
+    Reason::Creating,
+    Reason::Updating,
+    Reason::Deleting,
+    Reason::WaitingForTask,
+    Reason::WaitingForLock,
+    Reason::NodeUnhealthy,
+    Reason::InvalidSpec,
+    Reason::Failed,
+    Reason::NotYetObserved,
+    Reason::Migrating,
+    Reason::DuplicateVm,
+    Reason::UnverifiedClaim,
+    Reason::SiteMoved,
+    Reason::RenameSuspected,
+    Reason::HeldByInstall,
 ];
 /// Reasons of `Reconciling`.
-pub const RECONCILING: &[&str] = &[
-    UP_TO_DATE,
-    CREATING,
-    WAITING_FOR_TASK,
-    CONFIGURING,
-    RESIZING,
-    POWER_CHANGE,
-    DELETING,
-    BACKING_OFF,
-    WAITING_FOR_LOCK,
-    ADOPTING,
-    MIGRATING,
-    NOT_YET_OBSERVED,
-    HELD_BY_INSTALL,
+pub const RECONCILING: &[Reason] = &[
+    Reason::UpToDate,
+    Reason::Creating,
+    Reason::WaitingForTask,
+    Reason::Configuring,
+    Reason::Resizing,
+    Reason::PowerChange,
+    Reason::Deleting,
+    Reason::BackingOff,
+    Reason::WaitingForLock,
+    Reason::Adopting,
+    Reason::Migrating,
+    Reason::NotYetObserved,
+    Reason::HeldByInstall,
+    Reason::Updating,
+    Reason::Failed,
+    Reason::NodeUnhealthy,
+    Reason::NotReady,
+    Reason::InvalidSpec,
+    Reason::RenameSuspected,
+    Reason::SiteMoved,
+    Reason::UnverifiedClaim,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
 /// and never stall (docs/status.md, "Other error categories").
-pub const STALLED: &[&str] = &[
-    NOT_STALLED,
-    API_NOT_SUPPORTED,
-    CONFIGURATION_ERROR,
-    AUTHENTICATION_ERROR,
-    PERMISSION_DENIED,
-    QUOTA_EXCEEDED,
-    IMAGE_NOT_FOUND,
-    VALIDATION_FAILED,
-    STALE_LOCK,
-    NOT_YET_OBSERVED,
+pub const STALLED: &[Reason] = &[
+    Reason::NotStalled,
+    Reason::ApiNotSupported,
+    Reason::ConfigurationError,
+    Reason::AuthenticationError,
+    Reason::PermissionDenied,
+    Reason::QuotaExceeded,
+    Reason::ImageNotFound,
+    Reason::ValidationFailed,
+    Reason::StaleLock,
+    Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.
-pub const NODE_HEALTHY: &[&str] = &[
-    NODE_ONLINE,
-    NODE_OFFLINE,
-    NO_QUORUM,
-    SITE_UNREACHABLE,
-    NOT_YET_OBSERVED,
+pub const NODE_HEALTHY: &[Reason] = &[
+    Reason::NodeOnline,
+    Reason::NodeOffline,
+    Reason::NoQuorum,
+    Reason::SiteUnreachable,
+    Reason::NotYetObserved,
 ];
 /// Reasons of `Provisioned`.
-pub const PROVISIONED: &[&str] = &[CREATED, NOT_CREATED, ADOPTED, NOT_YET_OBSERVED];
+pub const PROVISIONED: &[Reason] = &[
+    Reason::Created,
+    Reason::NotCreated,
+    Reason::Adopted,
+    Reason::NotYetObserved,
+];
 /// Reasons of `RebootPending`.
-pub const REBOOT_PENDING: &[&str] = &[PENDING_CHANGES, NO_PENDING_CHANGES];
-
-/// The `Stalled` reason for an error category (the category's own name).
-pub fn stalled_for(category: Category) -> &'static str {
-    match category {
-        Category::ApiNotSupported => API_NOT_SUPPORTED,
-        Category::ConfigurationError => CONFIGURATION_ERROR,
-        Category::AuthenticationError => AUTHENTICATION_ERROR,
-        Category::PermissionDenied => PERMISSION_DENIED,
-        Category::QuotaExceeded => QUOTA_EXCEEDED,
-        Category::NodeUnhealthy => NODE_UNHEALTHY,
-        Category::ImageNotFound => IMAGE_NOT_FOUND,
-        Category::LockError => LOCK_ERROR,
-        Category::NetworkError => NETWORK_ERROR,
-        Category::TaskFailed => TASK_FAILED,
-        Category::ValidationFailed => VALIDATION_FAILED,
-        Category::NotFound => NOT_FOUND,
-        Category::AlreadyExists => ALREADY_EXISTS,
-        Category::Conflict => CONFLICT,
-        Category::ProxmoxError => PROXMOX_ERROR,
-    }
-}
+pub const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];

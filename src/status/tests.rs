@@ -1,6 +1,7 @@
 use super::files::check_name;
 use super::time::{MAX_UNIX, MIN_UNIX};
 use super::*;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, UNIX_EPOCH};
@@ -11,7 +12,7 @@ fn t(secs: u64) -> SystemTime {
 
 const T0: u64 = 1_740_830_400; // 2025-03-01T12:00:00Z
 
-fn cond(kind: &'static str, status: ConditionStatus, reason: &'static str) -> ConditionInput {
+fn cond(kind: &'static str, status: ConditionStatus, reason: Reason) -> ConditionInput {
     ConditionInput::new(kind, status, reason, format!("{kind} is {reason}"))
 }
 
@@ -28,19 +29,15 @@ fn spec(name: &str) -> SpecStatus {
         spec_file: Some("vms/web-01.yaml".into()),
         provisioned: true,
         conditions: vec![
-            cond(kinds::READY, ConditionStatus::True, reasons::AVAILABLE),
-            cond(
-                kinds::RECONCILING,
-                ConditionStatus::False,
-                reasons::UP_TO_DATE,
-            ),
-            cond(kinds::STALLED, ConditionStatus::False, reasons::NOT_STALLED),
+            cond(kinds::READY, ConditionStatus::True, Reason::Available),
+            cond(kinds::RECONCILING, ConditionStatus::False, Reason::UpToDate),
+            cond(kinds::STALLED, ConditionStatus::False, Reason::NotStalled),
             cond(
                 kinds::NODE_HEALTHY,
                 ConditionStatus::True,
-                reasons::NODE_ONLINE,
+                Reason::NodeOnline,
             ),
-            cond(kinds::PROVISIONED, ConditionStatus::True, reasons::CREATED),
+            cond(kinds::PROVISIONED, ConditionStatus::True, Reason::Created),
         ],
         last_task: None,
         backoff: None,
@@ -49,7 +46,7 @@ fn spec(name: &str) -> SpecStatus {
     }
 }
 
-fn set(s: &mut SpecStatus, kind: &'static str, status: ConditionStatus, reason: &'static str) {
+fn set(s: &mut SpecStatus, kind: &'static str, status: ConditionStatus, reason: Reason) {
     s.conditions.retain(|c| c.kind != kind);
     s.conditions.push(cond(kind, status, reason));
 }
@@ -225,14 +222,14 @@ fn first_visit_writes_every_standard_condition_in_order() {
     let mut s = spec("web-01");
     s.provisioned = false;
     s.conditions = vec![
-        ConditionInput::new("Zeta", ConditionStatus::True, "Custom", ""),
+        ConditionInput::new("Zeta", ConditionStatus::True, Reason::NotReady, ""),
         cond(
             kinds::REBOOT_PENDING,
             ConditionStatus::False,
-            reasons::NO_PENDING_CHANGES,
+            Reason::NoPendingChanges,
         ),
-        ConditionInput::new("Alpha", ConditionStatus::False, "Custom", ""),
-        cond(kinds::RECONCILING, ConditionStatus::True, reasons::CREATING),
+        ConditionInput::new("Alpha", ConditionStatus::False, Reason::NotReady, ""),
+        cond(kinds::RECONCILING, ConditionStatus::True, Reason::Creating),
     ];
     assert!(sd.write_spec(&s, t(T0)).unwrap());
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -258,7 +255,7 @@ fn first_visit_writes_every_standard_condition_in_order() {
     ] {
         let c = get(&f, k);
         assert_eq!(c.status, ConditionStatus::Unknown, "{k}");
-        assert_eq!(c.reason, reasons::NOT_YET_OBSERVED, "{k}");
+        assert_eq!(c.reason, Reason::NotYetObserved.as_str(), "{k}");
     }
     assert_eq!(get(&f, kinds::RECONCILING).reason, "Creating");
     for c in &f.conditions {
@@ -312,13 +309,13 @@ fn transition_time_moves_only_when_status_changes() {
         &mut s,
         kinds::READY,
         ConditionStatus::False,
-        reasons::CREATING,
+        Reason::Creating,
     );
     set(
         &mut s,
         kinds::RECONCILING,
         ConditionStatus::True,
-        reasons::CREATING,
+        Reason::Creating,
     );
     sd.write_spec(&s, t(T0)).unwrap();
 
@@ -327,13 +324,13 @@ fn transition_time_moves_only_when_status_changes() {
         &mut s,
         kinds::READY,
         ConditionStatus::False,
-        reasons::WAITING_FOR_TASK,
+        Reason::WaitingForTask,
     );
     set(
         &mut s,
         kinds::RECONCILING,
         ConditionStatus::True,
-        reasons::WAITING_FOR_TASK,
+        Reason::WaitingForTask,
     );
     assert!(sd.write_spec(&s, t(T0 + 60)).unwrap());
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -349,7 +346,7 @@ fn transition_time_moves_only_when_status_changes() {
         &mut s,
         kinds::READY,
         ConditionStatus::True,
-        reasons::AVAILABLE,
+        Reason::Available,
     );
     assert!(sd.write_spec(&s, t(T0 + 120)).unwrap());
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -396,7 +393,7 @@ fn restarted_writer_keeps_times_and_does_not_rewrite() {
         &mut s,
         kinds::STALLED,
         ConditionStatus::True,
-        reasons::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let mut sd = StatusDir::open(d.path()).unwrap();
     assert!(sd.write_spec(&s, t(T0 + 7200)).unwrap());
@@ -420,7 +417,7 @@ fn provisioned_never_reverts() {
         &mut s,
         kinds::PROVISIONED,
         ConditionStatus::False,
-        reasons::NOT_CREATED,
+        Reason::NotCreated,
     );
     sd.write_spec(&s, t(T0)).unwrap();
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -431,7 +428,7 @@ fn provisioned_never_reverts() {
         &mut s,
         kinds::PROVISIONED,
         ConditionStatus::True,
-        reasons::CREATED,
+        Reason::Created,
     );
     sd.write_spec(&s, t(T0 + 60)).unwrap();
 
@@ -441,7 +438,7 @@ fn provisioned_never_reverts() {
         &mut s,
         kinds::PROVISIONED,
         ConditionStatus::False,
-        reasons::NOT_CREATED,
+        Reason::NotCreated,
     );
     sd.write_spec(&s, t(T0 + 120)).unwrap();
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -493,7 +490,7 @@ fn provisioned_flag_and_condition_agree() {
         &mut s,
         kinds::PROVISIONED,
         ConditionStatus::True,
-        reasons::ADOPTED,
+        Reason::Adopted,
     );
     sd.write_spec(&s, t(T0 + 60)).unwrap();
     let f = sd.read_spec("b").unwrap().unwrap();
@@ -505,20 +502,25 @@ fn provisioned_flag_and_condition_agree() {
 }
 
 #[test]
-fn duplicate_and_reasonless_conditions() {
+fn duplicate_and_typeless_conditions() {
     let (_d, mut sd) = tmpdir();
     let mut s = spec("web-01");
     s.conditions = vec![
-        cond(kinds::READY, ConditionStatus::False, reasons::FAILED),
-        cond(kinds::READY, ConditionStatus::True, reasons::AVAILABLE),
-        ConditionInput::new(kinds::STALLED, ConditionStatus::False, "", "x"),
-        ConditionInput::new("", ConditionStatus::True, "X", "dropped"),
+        cond(kinds::READY, ConditionStatus::False, Reason::Failed),
+        cond(kinds::READY, ConditionStatus::True, Reason::Available),
+        ConditionInput::new(
+            kinds::STALLED,
+            ConditionStatus::False,
+            Reason::NotStalled,
+            "x",
+        ),
+        ConditionInput::new("", ConditionStatus::True, Reason::NotReady, "dropped"),
     ];
     sd.write_spec(&s, t(T0)).unwrap();
     let f = sd.read_spec("web-01").unwrap().unwrap();
     assert_eq!(f.conditions.len(), 5);
     assert_eq!(get(&f, kinds::READY).reason, "Failed");
-    assert_eq!(get(&f, kinds::STALLED).reason, "Unspecified");
+    assert_eq!(get(&f, kinds::STALLED).reason, "NotStalled");
 }
 
 #[test]
@@ -529,7 +531,7 @@ fn custom_conditions_are_dropped_when_no_longer_reported() {
         &mut s,
         kinds::REBOOT_PENDING,
         ConditionStatus::True,
-        reasons::PENDING_CHANGES,
+        Reason::PendingChanges,
     );
     sd.write_spec(&s, t(T0)).unwrap();
     assert!(
@@ -619,7 +621,7 @@ fn long_messages_are_truncated_on_a_char_boundary() {
     s.conditions.push(ConditionInput::new(
         kinds::REBOOT_PENDING,
         ConditionStatus::True,
-        reasons::PENDING_CHANGES,
+        Reason::PendingChanges,
         long.clone(),
     ));
     s.backoff = Some(BackoffSummary {
@@ -697,7 +699,7 @@ fn hostile_strings_round_trip() {
         s.conditions.push(ConditionInput::new(
             kinds::REBOOT_PENDING,
             ConditionStatus::True,
-            reasons::PENDING_CHANGES,
+            Reason::PendingChanges,
             v.to_string(),
         ));
         s.history = vec![AttemptSummary {
@@ -876,7 +878,7 @@ fn spec_names_and_remove() {
         &mut s,
         kinds::PROVISIONED,
         ConditionStatus::False,
-        reasons::NOT_CREATED,
+        Reason::NotCreated,
     );
     assert!(sd.write_spec(&s, t(T0 + 600)).unwrap());
     let f = sd.read_spec("web-01").unwrap().unwrap();
@@ -1016,51 +1018,98 @@ fn orphans_are_sorted_and_written_only_on_change() {
 #[test]
 fn stalled_reasons_name_the_categories() {
     for c in crate::category::Category::ALL {
-        assert_eq!(reasons::stalled_for(c), c.as_str());
+        assert_eq!(Reason::for_category(c).as_str(), c.as_str());
+        assert_eq!(Reason::from(c), Reason::for_category(c));
         // Exactly the categories that can stall are `Stalled` reasons.
         assert_eq!(
-            reasons::STALLED.contains(&c.as_str()),
+            reasons::STALLED.contains(&Reason::from(c)),
             c.needs_human(),
             "{c}"
         );
     }
 }
 
+/// The reasons docs/status.md documents in its "Conditions" section, by the `###` heading
+/// they are under (`Ready`, ..., `Other error categories`): the reason column of the tables
+/// (`| True | `Available` | ... |`) and the operator entries (`#### `StaleLock``).
+fn documented_reasons(doc: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let quoted = |s: &str| {
+        let s = s.trim();
+        let word = s.strip_prefix('`')?.strip_suffix('`')?;
+        word.chars()
+            .all(|c| c.is_ascii_alphanumeric())
+            .then(|| word.to_string())
+    };
+    let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut section = String::new();
+    let mut in_conditions = false;
+    for line in doc.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            in_conditions = h == "Conditions";
+            continue;
+        }
+        if !in_conditions {
+            continue;
+        }
+        if let Some(h) = line.strip_prefix("### ") {
+            section = h.trim_matches('`').to_string();
+        } else if let Some(h) = line.strip_prefix("#### ") {
+            let reason = quoted(h).unwrap_or_else(|| panic!("not a reason heading: {line}"));
+            found.entry(section.clone()).or_default().insert(reason);
+        } else if line.starts_with('|')
+            && let Some(reason) = line.split('|').nth(2).and_then(quoted)
+        {
+            found.entry(section.clone()).or_default().insert(reason);
+        }
+    }
+    found
+}
+
 #[test]
-fn docs_cover_every_kind_and_reason() {
+fn docs_and_reasons_agree() {
     let doc = include_str!("../../docs/status.md");
-    let all = [
-        reasons::READY,
-        reasons::RECONCILING,
-        reasons::STALLED,
-        reasons::NODE_HEALTHY,
-        reasons::PROVISIONED,
-        reasons::REBOOT_PENDING,
-    ];
-    for r in all
-        .iter()
-        .flat_map(|l| l.iter())
-        .chain([&reasons::UNSPECIFIED])
-    {
-        assert!(
-            doc.contains(&format!("`{r}`")),
-            "docs/status.md lacks reason `{r}`"
+    let documented = documented_reasons(doc);
+    let names = |list: &[Reason]| -> BTreeSet<String> {
+        list.iter().map(|r| r.as_str().to_string()).collect()
+    };
+    // Each condition's reasons are exactly those its section lists.
+    for (kind, list) in [
+        (kinds::READY, reasons::READY),
+        (kinds::RECONCILING, reasons::RECONCILING),
+        (kinds::STALLED, reasons::STALLED),
+        (kinds::NODE_HEALTHY, reasons::NODE_HEALTHY),
+        (kinds::PROVISIONED, reasons::PROVISIONED),
+        (kinds::REBOOT_PENDING, reasons::REBOOT_PENDING),
+    ] {
+        assert_eq!(
+            documented.get(kind),
+            Some(&names(list)),
+            "docs/status.md, ### `{kind}`"
         );
     }
+    // Every reason is documented, and every documented reason is one.
+    let all: BTreeSet<String> = documented.values().flatten().cloned().collect();
+    assert_eq!(all, names(&Reason::ALL));
+    // The categories that never stall are listed apart, each with an entry.
+    let others: Vec<Reason> = crate::category::Category::ALL
+        .into_iter()
+        .filter(|c| !c.needs_human())
+        .map(Reason::from)
+        .collect();
+    assert_eq!(
+        documented.get("Other error categories"),
+        Some(&names(&others))
+    );
+}
+
+#[test]
+fn docs_cover_every_kind_and_field() {
+    let doc = include_str!("../../docs/status.md");
     for k in kinds::ORDER {
         assert!(
             doc.contains(&format!("`{k}`")),
             "docs/status.md lacks condition `{k}`"
         );
-    }
-    // each Stalled reason has its own operator entry ("### `Reason`")
-    for r in reasons::STALLED {
-        if *r != reasons::NOT_STALLED && *r != reasons::NOT_YET_OBSERVED {
-            assert!(
-                doc.contains(&format!("#### `{r}`")),
-                "no operator entry for `{r}`"
-            );
-        }
     }
     for field in [
         "name",

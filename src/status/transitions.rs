@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use super::{
     AttemptRecord, AttemptSummary, BackoffRecord, Condition, ConditionStatus, Initialization,
-    MAX_HISTORY, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, reasons, rfc3339,
+    MAX_HISTORY, Reason, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, rfc3339,
 };
 
 /// Builds the file for this cycle from the engine's view and the previous file.
@@ -64,16 +64,10 @@ fn conditions(s: &SpecStatus) -> Vec<Condition> {
             tracing::warn!(spec = %s.name, kind = c.kind, "duplicate condition; first kept");
             continue;
         }
-        let reason = if c.reason.is_empty() {
-            tracing::warn!(spec = %s.name, kind = c.kind, "condition without a reason");
-            reasons::UNSPECIFIED
-        } else {
-            c.reason
-        };
         conditions.push(Condition {
             kind: c.kind.to_string(),
             status: c.status,
-            reason: reason.to_string(),
+            reason: c.reason.to_string(),
             message: clip(&c.message),
             last_transition_time: String::new(),
         });
@@ -83,7 +77,7 @@ fn conditions(s: &SpecStatus) -> Vec<Condition> {
             conditions.push(Condition {
                 kind: kind.to_string(),
                 status: ConditionStatus::Unknown,
-                reason: reasons::NOT_YET_OBSERVED.to_string(),
+                reason: Reason::NotYetObserved.to_string(),
                 message: String::new(),
                 last_transition_time: String::new(),
             });
@@ -114,7 +108,7 @@ fn sticky_provisioned(
                 Some(p) => *c = p.clone(),
                 None => {
                     c.status = ConditionStatus::True;
-                    c.reason = reasons::CREATED.to_string();
+                    c.reason = Reason::Created.to_string();
                     c.message = "initial provisioning completed".to_string();
                 }
             }
