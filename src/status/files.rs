@@ -426,7 +426,7 @@ fn render<T: Serialize>(value: &T, file: &str) -> Result<String, StatusError> {
 #[cfg(test)]
 mod write_bench {
     use super::*;
-    use crate::status::{ConditionInput, ConditionStatus, SpecStatus, kinds, reasons};
+    use crate::status::{ConditionInput, ConditionStatus, Reason, SpecStatus, kinds};
     use std::time::{Duration, Instant, UNIX_EPOCH};
 
     fn status(name: String, commit: &str) -> SpecStatus {
@@ -444,7 +444,7 @@ mod write_bench {
             conditions: vec![ConditionInput::new(
                 kinds::READY,
                 ConditionStatus::True,
-                reasons::AVAILABLE,
+                Reason::Available,
                 "ready".to_string(),
             )],
             last_task: None,
