@@ -297,6 +297,8 @@ struct ListJson<'a> {
     skipped: &'a [Skipped],
 }
 
+// Long because: the list view's sections in display order (summary, one line per spec,
+// orphans, skipped files), or all of them as JSON.
 fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     let listing = load_listing(dir)?;
     if opts.json {
@@ -394,6 +396,8 @@ fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     Ok(out)
 }
 
+// Long because: one line per summary field, in display order, each only when it says
+// something.
 fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
     let commit = match s.commit.as_deref() {
         Some(c) if !c.is_empty() => clean(&short_commit(c)),

@@ -136,6 +136,8 @@ fn duplicate_vm(d: &Duplicate) -> ConditionInput {
 }
 
 /// `Ready` and `Reconciling`, from the verdict of the plan made after the actions.
+// Long because: one arm per verdict of the plan (with the outcome and backoff that refine
+// it), each giving the two conditions together so they never disagree.
 fn ready_and_reconciling(
     spec: &Spec,
     rec: Option<&SpecRecord>,
