@@ -411,6 +411,24 @@ pub(super) async fn read_own_config(
     Ok(cfg)
 }
 
+/// A config key's value as it will be: the pending value when one waits for the next start,
+/// else the current one.
+pub(super) fn effective_value(
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+    key: &str,
+) -> Option<String> {
+    match pending
+        .iter()
+        .find(|p| p.key == key)
+        .and_then(|p| p.pending.as_ref())
+    {
+        Some(serde_json::Value::String(v)) => Some(v.clone()),
+        Some(v) => Some(v.to_string()),
+        None => cfg.get(key).map(str::to_string),
+    }
+}
+
 /// The declared fields that differ from the VM's config, compared with PVE's normalised values
 /// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
 /// to send and the names of what it changes.
@@ -422,17 +440,7 @@ fn config_diff(
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ActionError> {
-    let effective = |key: &str| -> Option<String> {
-        match pending
-            .iter()
-            .find(|p| p.key == key)
-            .and_then(|p| p.pending.as_ref())
-        {
-            Some(serde_json::Value::String(v)) => Some(v.clone()),
-            Some(v) => Some(v.to_string()),
-            None => cfg.get(key).map(str::to_string),
-        }
-    };
+    let effective = |key: &str| effective_value(cfg, pending, key);
     let hw = super::hardware::hardware_changes(spec, &effective, &spec.storage)?;
     let mut params = hw.params;
     let mut changed: Vec<&str> = hw.changed;

@@ -55,17 +55,7 @@ pub(super) async fn converge_disks(
         return Ok(DiskStep::Done(false));
     }
     let VmRef { node, vmid, .. } = vm;
-    let effective = |key: &str| -> Option<String> {
-        match pending
-            .iter()
-            .find(|p| p.key == key)
-            .and_then(|p| p.pending.as_ref())
-        {
-            Some(serde_json::Value::String(v)) => Some(v.clone()),
-            Some(v) => Some(v.to_string()),
-            None => cfg.get(key).map(str::to_string),
-        }
-    };
+    let effective = |key: &str| super::converge::effective_value(cfg, pending, key);
     let pending_delete: Vec<String> = pending
         .iter()
         .filter(|p| p.delete == Some(true))

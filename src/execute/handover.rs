@@ -11,14 +11,14 @@ use crate::category::Category;
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
-use crate::pve::{Pve, TaskOutcome, VmParams};
+use crate::pve::{Pve, VmParams};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
 use super::converge::check_lock;
 use super::create::{Found, inspect, record_created};
 use super::identity::is_ours;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
 /// a release is) and forgets the spec. The marker stays, signed for this VMID, so the next
@@ -36,23 +36,9 @@ pub(super) async fn hand_over(
         let client = &site.client;
         // A delete already running (the spec was removed, then came back in another shard)
         // cannot be taken back: it ends, and the spec is forgotten.
-        if let VmState::Deleting {
-            task: Some(upid), ..
-        } = &rec.vm
-        {
-            let upid = upid.clone();
-            match wait(ctx, client, &upid, rec).await {
-                Ok(TaskOutcome::StillRunning) => {
-                    return Ok(Outcome::StillRunning {
-                        upid: upid.to_string(),
-                    });
-                }
-                Ok(_) => {
-                    ctx.store.remove(spec_name)?;
-                    return Ok(Outcome::Done);
-                }
-                Err(_) => {} // the delete failed: the VM is still there, hand it over
-            }
+        // (A failed delete leaves the VM there: it is handed over.)
+        if let Some(settled) = super::remove::delete_in_flight(ctx, client, spec_name, rec).await? {
+            return Ok(settled);
         }
         let mut node = vm.node.to_string();
         if let VmState::Creating { .. } = rec.vm {

@@ -31,23 +31,9 @@ pub(super) async fn remove(
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
         let client = &site.client;
-        if let VmState::Deleting {
-            task: Some(upid), ..
-        } = &rec.vm
-        {
-            let upid = upid.clone();
-            match wait(ctx, client, &upid, rec).await {
-                Ok(TaskOutcome::StillRunning) => {
-                    return Ok(Outcome::StillRunning {
-                        upid: upid.to_string(),
-                    });
-                }
-                Ok(_) => {
-                    ctx.store.remove(spec_name)?;
-                    return Ok(Outcome::Done);
-                }
-                Err(_) => {} // fall through: look again and retry the delete
-            }
+        // A failed delete task falls through: look again and retry the delete.
+        if let Some(settled) = delete_in_flight(ctx, client, spec_name, rec).await? {
+            return Ok(settled);
         }
         // A create in flight for a spec that is gone: what became of it decides, exactly as
         // for a resumed create (a VM that may still become ours is never forgotten).
@@ -172,6 +158,34 @@ fn release_params(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig) -> Result<VmParams, A
         params.tags(&tags)?
     };
     Ok(params)
+}
+
+/// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended and
+/// the spec is forgotten; `None`: no delete in flight, or its task failed (the VM is still
+/// there).
+pub(super) async fn delete_in_flight(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmState::Deleting {
+        task: Some(upid), ..
+    } = &rec.vm
+    else {
+        return Ok(None);
+    };
+    let upid = upid.clone();
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => Ok(Some(Outcome::StillRunning {
+            upid: upid.to_string(),
+        })),
+        Ok(_) => {
+            ctx.store.remove(spec_name)?;
+            Ok(Some(Outcome::Done))
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str) -> Outcome {
