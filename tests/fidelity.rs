@@ -8,9 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::engine::{Workspace, owned_vms, spec};
-use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, default_scenario};
-use proxsync::config::{Secret, Trust};
-use proxsync::pve::{Client, ClientOptions, Credentials, Error};
+use common::{FakePve, Scenario, default_scenario};
+use proxsync::pve::Error;
 use serde_json::json;
 
 fn stopped(name: &str, extra: &str) -> String {
@@ -210,20 +209,7 @@ fn a_template_on_shared_storage_clones_to_another_node() {
 #[tokio::test]
 async fn a_long_task_log_keeps_its_task_error_line() {
     let mut pve = FakePve::start(default_scenario());
-    let client = Client::new(ClientOptions {
-        endpoint: pve.url().to_string(),
-        trust: Trust::CaFile(pve.ca_file().to_path_buf()),
-        credentials: Credentials::Token {
-            id: TOKEN_ID.into(),
-            secret: Secret::new(TOKEN_SECRET),
-        },
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-        proxy: None,
-        read_attempts: 3,
-        read_retry_budget: Duration::from_secs(5),
-    })
-    .expect("client");
+    let client = pve.client();
     let upid = pve
         .call(
             "task_with_log",

@@ -9,27 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::engine::{Workspace, owned_vms, spec};
-use common::{FakePve, TOKEN_ID, TOKEN_SECRET, default_scenario};
-use proxsync::config::{Secret, Trust};
-use proxsync::pve::{self, Client, ClientOptions, Credentials, TaskOutcome};
+use common::{FakePve, default_scenario};
+use proxsync::pve::{self, Client, TaskOutcome};
 use serde_json::{Value, json};
-
-fn client(pve: &FakePve) -> Client {
-    Client::new(ClientOptions {
-        endpoint: pve.url().to_string(),
-        trust: Trust::CaFile(pve.ca_file().to_path_buf()),
-        credentials: Credentials::Token {
-            id: TOKEN_ID.into(),
-            secret: Secret::new(TOKEN_SECRET),
-        },
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-        proxy: None,
-        read_attempts: 3,
-        read_retry_budget: Duration::from_secs(5),
-    })
-    .expect("client")
-}
 
 /// What the harness counted of the task reads: `{in_flight, max_in_flight, status, listings}`.
 fn task_polls(pve: &mut FakePve, reset: bool) -> Value {
@@ -89,7 +71,7 @@ async fn waits_on_one_node_share_one_listing_within_the_site_limit() {
     let mut pve = FakePve::start(default_scenario());
     pve.set_time_scale(1.0);
     pve.slow_network(0.05, 0.0, None);
-    let c = Arc::new(client(&pve));
+    let c = Arc::new(pve.client());
     let upids = start_tasks(&mut pve, N as usize, 2.0);
     task_polls(&mut pve, true);
     let started = Instant::now();
@@ -123,7 +105,7 @@ async fn waits_on_one_node_share_one_listing_within_the_site_limit() {
 async fn a_lone_wait_reads_its_task_status_only() {
     let mut pve = FakePve::start(default_scenario());
     pve.set_time_scale(1.0);
-    let c = Arc::new(client(&pve));
+    let c = Arc::new(pve.client());
 
     let quick = start_tasks(&mut pve, 1, 0.0);
     task_polls(&mut pve, true);
@@ -146,7 +128,7 @@ async fn a_failed_listing_falls_back_to_status_reads() {
     let mut pve = FakePve::start(default_scenario());
     pve.set_time_scale(1.0);
     pve.fail("GET", "/nodes/pve1/tasks", 500, "listing broken");
-    let c = Arc::new(client(&pve));
+    let c = Arc::new(pve.client());
     let upids = start_tasks(&mut pve, 3, 1.0);
     let outcomes = wait_all(c, upids).await;
     assert!(

@@ -404,12 +404,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn spec(disks: &str) -> Spec {
-        let text = format!(
-            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: t\nspec:\n  forProvider:\n    site: s\n    node: pve1\n    image: 9000\n    disks:\n{disks}"
-        );
-        let (specs, diags) = crate::spec::parse_file("t.yaml", text.as_bytes());
-        assert!(diags.is_empty(), "{diags:?}");
-        specs.into_iter().next().unwrap()
+        crate::spec::test_spec(&format!("    disks:\n{disks}"))
     }
 
     fn changes(spec: &Spec, cfg: &[(&str, &str)], pending_delete: &[&str]) -> DiskChanges {

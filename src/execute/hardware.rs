@@ -232,12 +232,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn spec(yaml_extra: &str) -> Spec {
-        let text = format!(
-            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: t\nspec:\n  forProvider:\n    site: s\n    node: pve1\n    image: 9000\n    cpu: 2\n    memory: 2Gi\n{yaml_extra}"
-        );
-        let (specs, diags) = crate::spec::parse_file("t.yaml", text.as_bytes());
-        assert!(diags.is_empty(), "{diags:?}");
-        specs.into_iter().next().unwrap()
+        crate::spec::test_spec(&format!("    cpu: 2\n    memory: 2Gi\n{yaml_extra}"))
     }
 
     fn changes(spec: &Spec, cfg: &[(&str, &str)]) -> Changes {

@@ -116,12 +116,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn spec(networks: &str) -> Spec {
-        let text = format!(
-            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: t\nspec:\n  forProvider:\n    site: s\n    node: pve1\n    image: 9000\n{networks}"
-        );
-        let (specs, diags) = crate::spec::parse_file("t.yaml", text.as_bytes());
-        assert!(diags.is_empty(), "{diags:?}");
-        specs.into_iter().next().unwrap()
+        crate::spec::test_spec(networks)
     }
 
     fn changes(spec: &Spec, cfg: &[(&str, &str)]) -> Changes {

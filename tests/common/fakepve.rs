@@ -366,6 +366,26 @@ impl FakePve {
         &self.ca_file
     }
 
+    /// proxsync's client for this fake: its CA trusted, the test token, short timeouts.
+    pub fn client(&self) -> proxsync::pve::Client {
+        use proxsync::config::{Secret, Trust};
+        use proxsync::pve::{Client, ClientOptions, Credentials};
+        Client::new(ClientOptions {
+            endpoint: self.url().to_string(),
+            trust: Trust::CaFile(self.ca_file().to_path_buf()),
+            credentials: Credentials::Token {
+                id: TOKEN_ID.into(),
+                secret: Secret::new(TOKEN_SECRET),
+            },
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            proxy: None,
+            read_attempts: 3,
+            read_retry_budget: Duration::from_secs(5),
+        })
+        .expect("client")
+    }
+
     pub fn ca_pem(&self) -> Vec<u8> {
         std::fs::read(&self.ca_file)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", self.ca_file.display()))
