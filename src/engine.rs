@@ -18,8 +18,8 @@ use crate::pve::{Client, ClientOptions};
 use crate::spec::{Spec, SpecSet};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
-    ConditionStatus as S, FromPlan, RequestSummary, SpecStatus, StatusDir, SummaryStatus,
-    has_condition, invalid_status, kinds, site_summary, spec_status,
+    ConditionStatus as S, FromPlan, RequestSummary, SpecCommits, SpecStatus, StatusDir,
+    SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
@@ -230,6 +230,8 @@ pub struct Engine {
     /// A hash of the names written by the last cycle (specs and records): the directory is
     /// listed for stale files only when it changes.
     written_names: Option<u64>,
+    /// The commit each spec's status names: the one its current version was first applied at.
+    commits: SpecCommits,
     /// The wall clock of plans, actions and status files (the system's; tests set their own).
     clock: Clock,
 }
@@ -271,6 +273,7 @@ impl Engine {
             records: None,
             written: HashMap::new(),
             written_names: None,
+            commits: SpecCommits::default(),
             clock: Clock::system(),
         })
     }
@@ -487,7 +490,16 @@ impl Engine {
             .iter()
             .filter_map(|a| Some((a.spec()?, a)))
             .collect();
+        // Each file names the commit its spec's version was first applied at (read from the
+        // file once after a start): a push rewrites the files of the specs it changed.
         for spec in &specs.specs {
+            let hash = crate::plan::spec_hash(spec);
+            let spec_commit = commit.map(|c| {
+                let status_dir = &self.status;
+                let previous = || status_dir.read_spec(&spec.name).ok().flatten();
+                self.commits
+                    .commit_of(&spec.name, Version::Valid(&hash), c, previous)
+            });
             let st = spec_status(
                 spec,
                 records.get(&spec.name),
@@ -498,7 +510,7 @@ impl Engine {
                     action: planned.get(spec.name.as_str()).copied(),
                 },
                 outcomes.get(spec.name.as_str()).copied(),
-                commit,
+                spec_commit.as_deref(),
             );
             counts.add(&st);
             counts.tally(&st);
@@ -513,11 +525,24 @@ impl Engine {
                 .filter(|d| d.spec.as_deref() == Some(name))
                 .map(|d| d.to_string())
                 .collect();
-            let st = invalid_status(name, records.get(name), &messages, commit);
+            let mut st = invalid_status(name, records.get(name), &messages, None);
+            let ready = st.conditions.iter().find(|c| c.kind == kinds::READY);
+            if let (Some(c), Some(ready)) = (commit, ready) {
+                let version = Version::Invalid(&ready.message);
+                let status_dir = &self.status;
+                let at = self.commits.commit_of(name, version, c, || {
+                    status_dir.read_spec(name).ok().flatten()
+                });
+                st.commit = Some(at);
+            }
             counts.tally(&st);
             self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
+        let count = specs.specs.len() + counts.invalid;
+        let current = specs.specs.iter().map(|s| s.name.as_str());
+        self.commits
+            .forget_others(count, current.chain(specs.invalid_names()));
         // Status files of specs that are gone with their VM (looked for when the set of
         // specs changed, and on the first cycle).
         for name in records.keys() {

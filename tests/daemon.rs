@@ -590,3 +590,96 @@ fn a_shutdown_future_during_a_clone_returns_after_the_cycle_recorded_its_upid() 
         .collect();
     assert!(all.len() <= 1, "one clone at most: {all:?}");
 }
+
+/// The commit at the tip of the work repository.
+fn head(ws: &Workspace) -> String {
+    let out = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(ws.path("repo"))
+        .output()
+        .expect("git");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A status file's text and modification time.
+fn status_file(ws: &Workspace, name: &str) -> (String, std::time::SystemTime) {
+    let path = ws.path(&format!("status/{name}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mtime = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH);
+    (text, mtime)
+}
+
+/// Waits until `_summary.yaml` names `commit` with `ready` specs Ready.
+fn wait_applied(ws: &Workspace, commit: &str, ready: usize) {
+    wait_until(
+        &format!("commit {commit} applied"),
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap_or_default();
+            text.contains(&format!("commit: {commit}\n"))
+                && text.contains(&format!("ready: {ready}\n"))
+        },
+    );
+}
+
+#[test]
+fn a_push_rewrites_only_the_status_of_the_spec_it_changed_also_after_a_restart() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    let specs = |v2: &str, v3: &str| {
+        vec![
+            ("a.yaml", spec("web-01", "pve1", "9000", "")),
+            ("b.yaml", spec("web-02", "pve1", "9000", v2)),
+            ("c.yaml", spec("web-03", "pve1", "9000", v3)),
+            ("d.yaml", spec("broken", "pve1", "9000", "    cpus: 2\n")),
+        ]
+    };
+    ws.commit_specs(&specs("", ""));
+    ws.push();
+    let c1 = head(&ws);
+    let daemon = Daemon::start(&ws, None);
+    wait_applied(&ws, &c1, 3);
+    let names = ["web-01", "web-02", "web-03", "broken"];
+    let before: Vec<_> = names.iter().map(|n| status_file(&ws, n)).collect();
+    for n in names {
+        assert_eq!(ws.status(n)["commit"], c1.as_str(), "{n}");
+    }
+
+    // The push changes web-02 only: its file alone is rewritten, naming the new commit.
+    ws.commit_specs(&specs("    tags: [v2]\n", ""));
+    ws.push();
+    let c2 = head(&ws);
+    wait_applied(&ws, &c2, 3);
+    assert_eq!(ws.status("web-02")["commit"], c2.as_str());
+    assert_ne!(status_file(&ws, "web-02").0, before[1].0);
+    for (i, n) in names.iter().enumerate().filter(|(i, _)| *i != 1) {
+        assert_eq!(
+            status_file(&ws, n),
+            before[i],
+            "{n}'s file was rewritten by a push that did not change it"
+        );
+    }
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+
+    // Across a restart: the files say which commit each version came with; the push made
+    // while the daemon was down changes web-03 only.
+    let after_push: Vec<_> = names.iter().map(|n| status_file(&ws, n)).collect();
+    ws.commit_specs(&specs("    tags: [v2]\n", "    tags: [v3]\n"));
+    ws.push();
+    let c3 = head(&ws);
+    let daemon = Daemon::start(&ws, None);
+    wait_applied(&ws, &c3, 3);
+    assert_eq!(ws.status("web-03")["commit"], c3.as_str());
+    assert_eq!(ws.status("web-02")["commit"], c2.as_str());
+    for (i, n) in names.iter().enumerate().filter(|(i, _)| *i != 2) {
+        assert_eq!(
+            status_file(&ws, n),
+            after_push[i],
+            "{n}'s file was rewritten after a restart"
+        );
+    }
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}

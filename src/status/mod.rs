@@ -37,6 +37,7 @@ pub const SUMMARY_FILE: &str = "_summary.yaml";
 /// The orphan report's name in the status directory.
 pub const ORPHANS_FILE: &str = "_orphans.yaml";
 
+mod commits;
 mod conditions;
 mod files;
 pub mod kinds;
@@ -45,6 +46,7 @@ mod summary;
 mod time;
 mod transitions;
 
+pub(crate) use commits::{SpecCommits, Version};
 pub(crate) use conditions::{FromPlan, has_condition, invalid_status, spec_status};
 pub use files::{StatusDir, valid_name};
 pub use reasons::Reason;
@@ -168,7 +170,8 @@ pub struct SpecStatus {
     /// `running | stopped | unknown | absent | creating | deleting`.
     pub state: String,
     pub ip_addresses: Vec<String>,
-    /// The source commit reconciled at.
+    /// The source commit at which this version of the spec was first applied
+    /// ([`SpecCommits`]).
     pub commit: Option<String>,
     pub spec_file: Option<String>,
     /// The engine's view; the writer makes it sticky.
