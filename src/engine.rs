@@ -15,7 +15,7 @@ use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_mark
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
-use crate::spec::{Spec, SpecSet};
+use crate::spec::{SpecSet, Specs};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
     ConditionStatus as S, FromPlan, RequestSummary, SpecCommits, SpecStatus, StatusDir,
@@ -82,13 +82,8 @@ impl CycleReport {
 /// manages them.
 pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-    let mine: Vec<Spec> = set
-        .specs
-        .iter()
-        .filter(|s| config.selects(s))
-        .cloned()
-        .collect();
-    let diagnostics = crate::spec::check_sites(&mine, &sites);
+    let mine = set.specs.iter().filter(|s| config.selects(s));
+    let diagnostics = crate::spec::check_sites(mine, &sites);
     let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
     set.specs.retain(|s| !unknown.contains(&s.name));
     set.diagnostics.extend(diagnostics);
@@ -98,21 +93,22 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
 /// without one), and the valid specs it does not match. Those are another install's: neither
 /// desired nor removed here, their VMs are handed over. Invalid specs stay in the set (their
 /// labels may not be readable): each install reports them and leaves their VMs alone.
-pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Vec<Spec>) {
+pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Specs) {
     if config.source.selector.is_none() {
-        return (Cow::Borrowed(specs), Vec::new());
+        return (Cow::Borrowed(specs), Specs::default());
     }
-    let (mine, theirs): (Vec<Spec>, Vec<Spec>) =
-        specs.specs.iter().cloned().partition(|s| config.selects(s));
+    // The specs are shared, not copied.
+    let (mine, theirs): (Vec<_>, Vec<_>) =
+        (specs.specs.shared().iter().cloned()).partition(|s| config.selects(s));
     let set = SpecSet {
-        specs: mine,
+        specs: mine.into_iter().collect(),
         diagnostics: specs.diagnostics.clone(),
     };
-    (Cow::Owned(set), theirs)
+    (Cow::Owned(set), theirs.into_iter().collect())
 }
 
 /// The names of specs.
-fn names(specs: &[Spec]) -> BTreeSet<String> {
+fn names(specs: &Specs) -> BTreeSet<String> {
     specs.iter().map(|s| s.name.clone()).collect()
 }
 

@@ -8,10 +8,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{CommitVerification, Config, SourceLocation};
-use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet};
+use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet, Specs};
 use crate::verify::{self, Refusal};
 
 /// Specs read from a commit.
@@ -286,8 +287,9 @@ pub(crate) fn allow_foreign_owner() {
     });
 }
 
-/// Parsed files by (path, blob id).
-pub type ParseCache = HashMap<(String, git2::Oid), (Vec<spec::Spec>, Vec<Diagnostic>)>;
+/// Parsed files by (path, blob id): their specs, shared with the spec sets read (an unchanged
+/// spec is held once however many commits are read), and their diagnostics.
+pub type ParseCache = HashMap<(String, git2::Oid), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
 
 /// What an entry of the spec directory's tree is to the reader.
 #[derive(Debug, PartialEq, Eq)]
@@ -415,19 +417,18 @@ fn read_at(
     let odb = repo
         .odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
-    // Each file, in order: parsed before (cached), refused unread, or its bytes to parse.
+    // Each file, in order: parsed before (taken from the cache), refused unread, or its bytes
+    // to parse.
     enum File {
-        Cached(SpecFile),
+        Parsed(SpecFile, Parsed),
         Refused(Diagnostic),
         Parse(SpecFile, Vec<u8>),
     }
-    let mut seen = std::collections::HashSet::new();
     let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
         let key = (shown, oid);
-        seen.insert(key.clone());
-        if cache.contains_key(&key) {
-            files.push(File::Cached(key));
+        if let Some(parsed) = cache.remove(&key) {
+            files.push(File::Parsed(key, parsed));
             continue;
         }
         match read_blob(&repo, &odb, oid) {
@@ -439,32 +440,36 @@ fn read_at(
             ))),
         }
     }
-    // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time).
+    // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time),
+    // each spec's hashes worked out once here.
     let files = crate::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
-            let parsed = spec::parse_file(&key.0, &bytes);
-            (File::Cached(key.clone()), Some((key, parsed)))
+            let (file_specs, file_diags) = spec::parse_file(&key.0, &bytes);
+            let file_specs = file_specs
+                .into_iter()
+                .map(|mut s| {
+                    crate::plan::remember_hashes(&mut s);
+                    Arc::new(s)
+                })
+                .collect();
+            File::Parsed(key, (file_specs, file_diags))
         }
-        other => (other, None),
+        other => other,
     });
-    let mut specs = Vec::with_capacity(files.len());
-    for (file, parsed) in files {
-        if let Some((key, parsed)) = parsed {
-            cache.insert(key, parsed);
-        }
+    // The cache is rebuilt from this tree's files: those gone from it leave.
+    cache.clear();
+    let mut specs = Specs::default();
+    for file in files {
         match file {
-            File::Cached(key) => {
-                if let Some((file_specs, file_diags)) = cache.get(&key) {
-                    specs.extend(file_specs.iter().cloned());
-                    diags.extend(file_diags.iter().cloned());
-                }
+            File::Parsed(key, parsed) => {
+                parsed.0.iter().for_each(|s| specs.push(s.clone()));
+                diags.extend(parsed.1.iter().cloned());
+                cache.insert(key, parsed);
             }
             File::Refused(d) => diags.push(d),
             File::Parse(..) => {}
         }
     }
-    // Files gone from the tree leave the cache.
-    cache.retain(|k, _| seen.contains(k));
     Ok(ReadSpecs {
         specs: spec::assemble(specs, diags),
         commit: commit.id().to_string(),
@@ -497,6 +502,9 @@ fn spec_tree<'r>(
 
 /// A spec file: its path as shown, and its blob.
 type SpecFile = (String, git2::Oid);
+
+/// A spec file's specs and diagnostics.
+type Parsed = (Vec<Arc<spec::Spec>>, Vec<Diagnostic>);
 
 /// The spec files under `tree` (shown with `rel` in front, sorted), and an error for each
 /// entry that cannot be a spec file but looks like one.
@@ -684,6 +692,41 @@ mod tests {
         assert!(e.message.contains("branch \"nope\""), "{e}");
         let e = read_commit(d, "main", Path::new("missing")).unwrap_err();
         assert!(e.message.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn an_unchanged_spec_is_shared_between_reads_with_its_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("web.yaml"), SPEC).unwrap();
+        std::fs::write(d.join("db.yaml"), SPEC.replace("web-01", "db-01")).unwrap();
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "one"]);
+        let mut cache = ParseCache::new();
+        let first = read_commit_cached(d, "main", Path::new("."), &mut cache).unwrap();
+        std::fs::write(
+            d.join("db.yaml"),
+            SPEC.replace("web-01", "db-01") + "    cpu: 4\n",
+        )
+        .unwrap();
+        git(d, &["commit", "-q", "-am", "two"]);
+        let second = read_commit_cached(d, "main", Path::new("."), &mut cache).unwrap();
+        let by_name = |read: &ReadSpecs, name: &str| {
+            read.specs
+                .specs
+                .shared()
+                .iter()
+                .find(|s| s.name == name)
+                .cloned()
+                .unwrap()
+        };
+        // web.yaml did not change: the same spec, held once, its hashes worked out when parsed.
+        let web = by_name(&second, "web-01");
+        assert!(Arc::ptr_eq(&by_name(&first, "web-01"), &web));
+        assert!(web.hashes.0.is_some());
+        assert_eq!(by_name(&second, "db-01").cpu, 4);
+        assert_eq!(cache.len(), 2, "the old db.yaml left the cache");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use proxsync::plan::{
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{
-    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, Pos, PowerState, Spec,
+    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, Pos, PowerState, Spec, Specs,
 };
 use proxsync::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
@@ -292,7 +292,7 @@ fn gens() -> impl Strategy<Value = Gens> {
 
 #[derive(Debug, Clone)]
 struct World {
-    desired: Vec<Spec>,
+    desired: Specs,
     roles: BTreeMap<String, Role>,
     invalid: BTreeSet<String>,
     /// Valid specs outside this install's selector (another install's).
@@ -406,6 +406,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         networks: None,
         disks: None,
         destroy_disks: Vec::new(),
+        hashes: Default::default(),
     }
 }
 
@@ -444,7 +445,7 @@ fn uid_of(name: &str) -> String {
 /// healthy, the site reachable, the spec set complete, no backoff, no lock, no unknown power,
 /// every marker read, and each record's VM carrying its spec's marker.
 fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> World {
-    let mut desired = Vec::new();
+    let mut desired = Specs::default();
     let mut roles = BTreeMap::new();
     let mut invalid = BTreeSet::new();
     let mut records = BTreeMap::new();
@@ -1124,7 +1125,7 @@ fn is_removal(a: &Action) -> bool {
     matches!(a, Action::Remove { .. } | Action::DeleteOrphan { .. })
 }
 
-fn shuffled(specs: &[Spec], keys: &[u32]) -> Vec<Spec> {
+fn shuffled(specs: &Specs, keys: &[u32]) -> Specs {
     let mut keyed: Vec<(u32, usize, Spec)> = specs
         .iter()
         .enumerate()

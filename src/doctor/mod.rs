@@ -79,7 +79,7 @@ fn check(
 }
 
 /// Runs every check. `specs` are the specs to check against the sites (may be empty).
-pub async fn run(config: &Config, specs: &[Spec]) -> Vec<Check> {
+pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
     let mut out = vec![check(
         Level::Ok,
         "config",

@@ -6,11 +6,52 @@ use serde::Serialize;
 
 use crate::observe::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
-use crate::spec::{PowerState, Spec};
+use crate::spec::{Hashes, PowerState, Spec};
 use crate::state::SpecRecord;
 
-/// A stable hash of what a spec asks for (not where it is written), hex.
+/// A stable hash of what a spec asks for (not where it is written), hex. Kept with a spec the
+/// source parsed ([`remember_hashes`]), else worked out.
 pub fn spec_hash(spec: &Spec) -> String {
+    format!("{:016x}", hashes(spec).0)
+}
+
+/// What a spec asks for without its names (`metadata.name` and the VM name): equal for a spec
+/// and its rename.
+pub fn content_hash(spec: &Spec) -> String {
+    format!("{:016x}", hashes(spec).1)
+}
+
+/// Works out a spec's hashes once, when it is parsed, and keeps them with it: a cycle then
+/// reads them instead of serialising each spec again. A spec changed afterwards must be
+/// given them again.
+pub fn remember_hashes(spec: &mut Spec) {
+    spec.hashes = Hashes(Some(work_out(spec)));
+}
+
+/// The spec's (hash, content hash): kept, or worked out.
+fn hashes(spec: &Spec) -> (u64, u64) {
+    match spec.hashes.0 {
+        Some(kept) => {
+            debug_assert_eq!(
+                kept,
+                work_out(spec),
+                "spec {} changed after its hashes were kept",
+                spec.name
+            );
+            kept
+        }
+        None => work_out(spec),
+    }
+}
+
+/// The spec's hash and content hash (the hash with an empty VM name).
+fn work_out(spec: &Spec) -> (u64, u64) {
+    (hash_named(spec, &spec.vm_name), hash_named(spec, ""))
+}
+
+/// FNV-1a of the JSON of what the spec asks for, its VM name being `vm_name`. The JSON is
+/// hashed as it is written, never held.
+fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
     #[derive(Serialize)]
     struct Hashed<'a> {
         vm_name: &'a str,
@@ -46,7 +87,7 @@ pub fn spec_hash(spec: &Spec) -> String {
         identity: u32,
     }
     let h = Hashed {
-        vm_name: &spec.vm_name,
+        vm_name,
         node: &spec.node,
         cpu: spec.cpu,
         memory_mib: spec.memory_mib,
@@ -65,15 +106,23 @@ pub fn spec_hash(spec: &Spec) -> String {
         destroy_disks: &spec.destroy_disks,
         identity: 2,
     };
-    fnv_hex(serde_json::to_string(&h).unwrap_or_default().as_bytes())
+    let mut out = FnvWriter(fnv([]));
+    // Writing to FnvWriter cannot fail, and these types always serialise.
+    let _ = serde_json::to_writer(&mut out, &h);
+    out.0
 }
 
-/// What a spec asks for without its names (`metadata.name` and the VM name): equal for a spec
-/// and its rename.
-pub fn content_hash(spec: &Spec) -> String {
-    let mut unnamed = spec.clone();
-    unnamed.vm_name = String::new();
-    spec_hash(&unnamed)
+/// FNV-1a 64 of the bytes written to it.
+struct FnvWriter(u64);
+
+impl std::io::Write for FnvWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = fnv_from(self.0, buf.iter().copied());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// FNV-1a 64, hex: stable across builds and platforms.
@@ -195,6 +244,25 @@ pub fn reboot_due(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> bool {
 mod tests {
     use super::*;
     use crate::spec::{RebootMode, RebootPolicy};
+
+    #[test]
+    fn kept_hashes_are_the_hashes_earlier_releases_stored() {
+        let mut spec = crate::spec::test_spec("    tags: [web]\n    cpu: 4\n");
+        // `applied_hash` values written by earlier releases (FNV-1a of the JSON string): a
+        // change here would converge every VM once after an upgrade.
+        let json = |vm_name: &str| {
+            format!(
+                r#"{{"vm_name":"{vm_name}","node":"pve1","cpu":4,"memory_mib":2048,"disk_bytes":34359738368,"storage":"local-lvm","network":"vmbr0","image":{{"template":{{"vmid":9000}}}},"user_data":null,"power":"running","tags":["web"],"identity":2}}"#
+            )
+        };
+        let (hash, content) = (spec_hash(&spec), content_hash(&spec));
+        assert_eq!(hash, fnv_hex(json("web-01").as_bytes()));
+        assert_eq!(hash, "4bd0f6f084d8bebb");
+        assert_eq!(content, fnv_hex(json("").as_bytes()));
+        remember_hashes(&mut spec);
+        assert!(spec.hashes.0.is_some());
+        assert_eq!((spec_hash(&spec), content_hash(&spec)), (hash, content));
+    }
 
     #[test]
     fn a_reboot_is_due_only_when_pending_allowed_and_not_too_soon() {

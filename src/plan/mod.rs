@@ -27,7 +27,7 @@ use crate::config::ReconcileConfig;
 use crate::observe::SiteView;
 use crate::ownership::ownership_tag;
 use crate::pve::Upid;
-use crate::spec::Spec;
+use crate::spec::Specs;
 use crate::state::SpecRecord;
 
 mod hash;
@@ -38,14 +38,14 @@ mod spec;
 
 pub use hash::{
     MIN_REBOOT_INTERVAL, content_hash, drift, fnv, fnv_from, fnv_hex, inputs_hash, merge_tags,
-    reboot_due, spec_hash,
+    reboot_due, remember_hashes, spec_hash,
 };
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
     pub install_id: &'a str,
     /// Valid specs.
-    pub desired: &'a [Spec],
+    pub desired: &'a Specs,
     /// Names of specs that exist but failed validation.
     pub invalid: &'a BTreeSet<String>,
     /// Names of valid specs outside this install's `[source] selector`: another install's.

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, parse_file};
+use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs, parse_file};
 
 /// Loads spec files and directories. A directory is walked recursively in sorted order for
 /// `*.yaml` and `*.yml` files, skipping hidden entries (names starting with `.`, e.g. `.git`);
@@ -39,10 +39,10 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
         }
     }
 
-    let mut specs = Vec::new();
+    let mut specs = Specs::default();
     for file in &files {
         let (file_specs, file_diags) = load_file(file);
-        specs.extend(file_specs);
+        file_specs.into_iter().for_each(|s| specs.push(s));
         diags.extend(file_diags);
     }
     assemble(specs, diags)
@@ -51,7 +51,7 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
 /// Makes a [`SpecSet`] from every file's specs and diagnostics: checks for duplicate names
 /// across files (duplicated specs are left out) and sorts the diagnostics. Shared by the
 /// filesystem loader and the git source.
-pub fn assemble(mut specs: Vec<Spec>, mut diags: Vec<Diagnostic>) -> SpecSet {
+pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !dup_names.contains(&s.name));
@@ -202,7 +202,7 @@ fn load_file(path: &Path) -> (Vec<Spec>, Vec<Diagnostic>) {
 
 /// Reports every spec whose `metadata.name` was already used by an earlier spec (in another
 /// file or another document), at the later one, naming where the first is.
-pub fn check_duplicates(specs: &[Spec]) -> Vec<Diagnostic> {
+pub fn check_duplicates<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diagnostic> {
     let mut first: HashMap<&str, &Spec> = HashMap::new();
     let mut diags = Vec::new();
     for spec in specs {
@@ -228,14 +228,17 @@ pub fn check_duplicates(specs: &[Spec]) -> Vec<Diagnostic> {
 
 /// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
 /// at the `site` field, listing the valid names.
-pub fn check_sites(specs: &[Spec], sites: &[&str]) -> Vec<Diagnostic> {
+pub fn check_sites<'a>(
+    specs: impl IntoIterator<Item = &'a Spec>,
+    sites: &[&str],
+) -> Vec<Diagnostic> {
     let valid = if sites.is_empty() {
         "the config defines no [[site]]".to_string()
     } else {
         format!("valid sites are: {}", sites.join(", "))
     };
     specs
-        .iter()
+        .into_iter()
         .filter(|s| !sites.contains(&s.site.as_str()))
         .map(|s| {
             Diagnostic::error(

@@ -45,6 +45,7 @@ mod validate;
 mod yaml;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -180,7 +181,27 @@ pub struct Spec {
     /// `destroyDisks`: slots whose attached disk is destroyed with its data (removing a disk
     /// from `disks` only detaches it). Never the boot disk.
     pub destroy_disks: Vec<String>,
+    /// The spec's hashes, worked out once when the git source parses it
+    /// ([`crate::plan::remember_hashes`]), so a cycle does not serialise every spec again.
+    /// Not part of the spec's content: ignored by `==` and never serialised.
+    #[serde(skip)]
+    pub hashes: Hashes,
 }
+
+/// What [`crate::plan::spec_hash`] and [`crate::plan::content_hash`] return for a spec, kept
+/// with it. Empty (`Default`) for a spec built or changed in code: the hashes are then worked
+/// out when asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hashes(pub(crate) Option<(u64, u64)>);
+
+impl PartialEq for Hashes {
+    /// Derived from the spec's other fields, which `==` compares.
+    fn eq(&self, _: &Hashes) -> bool {
+        true
+    }
+}
+
+impl Eq for Hashes {}
 
 /// The annotation that confirms a rename of `metadata.name`.
 pub const RENAMED_FROM: &str = "proxsync.io/renamed-from";
@@ -314,12 +335,90 @@ pub enum DeletionPolicy {
     Orphan,
 }
 
+/// Valid specs, each shared (`Arc`) with the git source's parse cache: the specs are held
+/// once, and a commit that changes one spec of 50,000 makes one new spec and copies none.
+/// Reads like a list of [`Spec`]s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Specs(Vec<Arc<Spec>>);
+
+/// The iterator over [`Specs`].
+pub type SpecsIter<'a> =
+    std::iter::Map<std::slice::Iter<'a, Arc<Spec>>, fn(&'a Arc<Spec>) -> &'a Spec>;
+
+impl Specs {
+    pub fn iter(&self) -> SpecsIter<'_> {
+        self.0.iter().map(|s| &**s)
+    }
+
+    /// The specs themselves, to keep some without copying them.
+    pub fn shared(&self) -> &[Arc<Spec>] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&Spec> {
+        self.0.get(i).map(|s| &**s)
+    }
+
+    pub fn push(&mut self, spec: impl Into<Arc<Spec>>) {
+        self.0.push(spec.into());
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&Spec) -> bool) {
+        self.0.retain(|s| keep(s));
+    }
+}
+
+impl std::ops::Index<usize> for Specs {
+    type Output = Spec;
+    fn index(&self, i: usize) -> &Spec {
+        &self.0[i]
+    }
+}
+
+impl<'a> IntoIterator for &'a Specs {
+    type Item = &'a Spec;
+    type IntoIter = SpecsIter<'a>;
+    fn into_iter(self) -> SpecsIter<'a> {
+        self.iter()
+    }
+}
+
+impl FromIterator<Arc<Spec>> for Specs {
+    fn from_iter<I: IntoIterator<Item = Arc<Spec>>>(iter: I) -> Specs {
+        Specs(iter.into_iter().collect())
+    }
+}
+
+impl FromIterator<Spec> for Specs {
+    fn from_iter<I: IntoIterator<Item = Spec>>(iter: I) -> Specs {
+        Specs(iter.into_iter().map(Arc::new).collect())
+    }
+}
+
+impl From<Vec<Spec>> for Specs {
+    fn from(specs: Vec<Spec>) -> Specs {
+        specs.into_iter().collect()
+    }
+}
+
 /// The result of loading a set of spec files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SpecSet {
     /// Every valid spec. A name that is defined twice is in none of them (see
     /// [`check_duplicates`]).
-    pub specs: Vec<Spec>,
+    pub specs: Specs,
     /// Every error and warning, in file order then position order.
     pub diagnostics: Vec<Diagnostic>,
 }

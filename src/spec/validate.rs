@@ -434,6 +434,7 @@ fn assemble(
         networks,
         disks,
         destroy_disks,
+        hashes: Default::default(),
     })
 }
 
