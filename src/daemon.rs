@@ -435,7 +435,9 @@ impl Daemon {
             return;
         }
         self.force_read = false;
+        let started = Instant::now();
         let read = self.source.read();
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "source read");
         let refusal = self.source.refusal().cloned();
         if let Some(r) = &refusal
             && self.refusal_notified.as_deref() != Some(r.commit.as_str())
