@@ -131,6 +131,7 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    crate::malloc::limit_arenas();
     init_logging();
     match cli.command {
         Command::Validate { paths } => validate(cli.config, paths),

@@ -366,6 +366,8 @@ impl Daemon {
     /// Tells systemd (READY after the first cycle, STATUS) and sets the timers of the next
     /// cycle: the resync, and a backoff deadline still ahead, at least 1 s away.
     fn cycle_done(&mut self, report: Option<&(CycleReport, String)>) {
+        // Before STATUS: a reader of the RSS after a cycle sees it without the freed memory.
+        crate::malloc::release_free_memory();
         if !self.ready_sent {
             // After the first full observation (or the first attempt at one).
             notify(&[NotifyState::Ready]);

@@ -18,7 +18,7 @@ use crate::pve::{Client, ClientOptions};
 use crate::spec::{SpecSet, Specs};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
-    ConditionStatus as S, FromPlan, RequestSummary, SpecCommits, SpecStatus, StatusDir,
+    ConditionStatus as S, FromPlan, LastStatus, RequestSummary, SpecCommits, SpecStatus, StatusDir,
     SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 
@@ -220,9 +220,10 @@ pub struct Engine {
     /// The records as the last cycle left them (the engine is the database's only writer):
     /// an idle cycle decodes nothing.
     records: Option<BTreeMap<String, SpecRecord>>,
-    /// The status each spec was last given, and the set of names written: an idle cycle
-    /// hands the status writer nothing and lists no directory.
-    written: HashMap<String, SpecStatus>,
+    /// What is kept of the status each spec was last given (a hash, and what notifications
+    /// read), and the set of names written: an idle cycle hands the status writer nothing and
+    /// lists no directory.
+    written: HashMap<String, LastStatus>,
     /// A hash of the names written by the last cycle (specs and records): the directory is
     /// listed for stale files only when it changes.
     written_names: Option<u64>,
@@ -306,9 +307,9 @@ impl Engine {
         &self.config
     }
 
-    /// The status each spec was last given, by name: the specs of the commit, and removed
-    /// specs whose VM is not gone yet (for notifications).
-    pub fn statuses(&self) -> &HashMap<String, SpecStatus> {
+    /// What is kept of the status each spec was last given, by name: the specs of the
+    /// commit, and removed specs whose VM is not gone yet (for notifications).
+    pub fn statuses(&self) -> &HashMap<String, LastStatus> {
         &self.written
     }
 
@@ -614,11 +615,13 @@ impl Engine {
         st: SpecStatus,
         now: SystemTime,
     ) -> Result<(), EngineError> {
-        if self.written.get(&st.name) != Some(&st) {
+        let hash = st.content_hash();
+        if self.written.get(&st.name).map(|w| w.hash) != Some(hash) {
             self.status
                 .write_spec(&st, now)
                 .map_err(status_err(&self.config.status_dir))?;
-            self.written.insert(st.name.clone(), st);
+            self.written
+                .insert(st.name.clone(), LastStatus::of(&st, hash));
         }
         Ok(())
     }

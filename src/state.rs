@@ -31,6 +31,11 @@ const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
 /// The file name of the database inside `state_dir`.
 pub const DB_FILE: &str = "proxsync.redb";
 
+/// redb's page cache (its default is 1 GiB). It kept every page read, the whole database
+/// (8 MiB at 10,000 specs), although the engine keeps the decoded records itself and reads
+/// them all only at start and after an acting cycle; the OS page cache serves those reads.
+const CACHE_BYTES: usize = 2 * 1024 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 #[error("state database {path}: {message}")]
 pub struct StateError {
@@ -457,7 +462,10 @@ impl Store {
                 .open(&path)
                 .map_err(|e| fail(format!("cannot create the database file: {e}")))?;
         }
-        let db = redb::Database::create(&path).map_err(|e| fail(e.to_string()))?;
+        let db = redb::Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
+            .map_err(|e| fail(e.to_string()))?;
         let store = Store { db, path };
         // Create the tables so reads never meet a missing one.
         store.write(|tx| {
@@ -489,13 +497,14 @@ impl Store {
     pub fn specs(&self) -> Result<BTreeMap<String, SpecRecord>, StateError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(SPECS).map_err(|e| self.err(e))?;
-        let mut out = BTreeMap::new();
+        // Collected first and built at once: a map built from sorted entries has full nodes,
+        // one filled by inserting in order about half-empty ones (a record is 600 bytes, so
+        // that was 4-5 MiB at 10,000 specs).
+        let mut out = Vec::new();
         for entry in table.iter().map_err(|e| self.err(e))? {
             let (k, v) = entry.map_err(|e| self.err(e))?;
             match serde_json::from_slice::<SpecRecord>(v.value()) {
-                Ok(rec) => {
-                    out.insert(k.value().to_string(), rec);
-                }
+                Ok(rec) => out.push((k.value().to_string(), rec)),
                 // A record we cannot read is dropped: the database is a cache, and the VM is
                 // found again by its marker.
                 Err(e) => {
@@ -503,7 +512,7 @@ impl Store {
                 }
             }
         }
-        Ok(out)
+        Ok(BTreeMap::from_iter(out))
     }
 
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not

@@ -18,7 +18,7 @@ use crate::engine::CycleReport;
 use crate::execute::Outcome;
 use crate::plan::Action;
 use crate::spec::SpecSet;
-use crate::status::{ConditionStatus, SpecStatus, StatusDir, kinds};
+use crate::status::{ConditionStatus, LastStatus, StatusDir, kinds};
 
 mod events;
 mod payload;
@@ -90,7 +90,7 @@ impl Notifier {
         commit: &str,
         specs: &SpecSet,
         report: &CycleReport,
-        statuses: &HashMap<String, SpecStatus>,
+        statuses: &HashMap<String, LastStatus>,
     ) {
         let with_hashes = self.tracker.needs_hashes(commit);
         let facts = cycle_facts(commit, specs, report, statuses, with_hashes);
@@ -145,7 +145,7 @@ fn cycle_facts<'a>(
     commit: &'a str,
     specs: &'a SpecSet,
     report: &'a CycleReport,
-    statuses: &'a HashMap<String, SpecStatus>,
+    statuses: &'a HashMap<String, LastStatus>,
     with_hashes: bool,
 ) -> CycleFacts<'a> {
     let invalid = specs.invalid_names();
@@ -209,18 +209,11 @@ fn cycle_facts<'a>(
 fn spec_facts<'a>(
     specs: &'a SpecSet,
     invalid: &std::collections::BTreeSet<&'a str>,
-    statuses: &'a HashMap<String, SpecStatus>,
+    statuses: &'a HashMap<String, LastStatus>,
 ) -> BTreeMap<&'a str, SpecFacts<'a>> {
-    let facts_of = |st: &'a SpecStatus| SpecFacts {
-        ready: st
-            .conditions
-            .iter()
-            .any(|c| c.kind == kinds::READY && c.status == ConditionStatus::True),
-        stalled: st
-            .conditions
-            .iter()
-            .find(|c| c.kind == kinds::STALLED && c.status == ConditionStatus::True)
-            .map(|c| (c.reason, c.message.as_str())),
+    let facts_of = |st: &'a LastStatus| SpecFacts {
+        ready: st.ready,
+        stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
     };
     specs
         .specs

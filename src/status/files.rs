@@ -2,7 +2,9 @@
 //! `_summary.yaml` and `_orphans.yaml`, only when their content changed, and reading them back.
 
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File, OpenOptions, Permissions};
+use std::hash::{Hash, Hasher};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -10,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::transitions::build_spec_file;
+use super::transitions::{Carried, build_spec_file};
 use super::{
     NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RefusedCommitRecord,
     RequestRecord, SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile,
@@ -33,13 +35,73 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StatusError + '_ {
     }
 }
 
+/// What the writer keeps of a spec's last file: enough to tell whether the next one differs,
+/// and what the next one carries over.
+#[derive(Debug)]
+struct Written {
+    /// [`content_hash`] of the file.
+    hash: u64,
+    carried: Carried,
+}
+
+impl Written {
+    fn of(f: &SpecFile) -> Written {
+        Written {
+            hash: content_hash(f),
+            carried: Carried::of(f),
+        }
+    }
+}
+
+/// A hash of a spec file's content without `updatedAt`: equal hashes mean an unchanged file.
+/// 64 bits: the chance that a change goes unwritten (until the next one) is 2^-64 per change.
+/// It is kept in memory only, so the hasher may change between releases.
+fn content_hash(f: &SpecFile) -> u64 {
+    // Every field named, so that a new one cannot be left out by mistake.
+    let SpecFile {
+        name,
+        site,
+        node,
+        vm_id,
+        vm_name,
+        state,
+        ip_addresses,
+        commit,
+        spec_file,
+        observed_generation,
+        initialization,
+        conditions,
+        last_task,
+        backoff,
+        history,
+        updated_at: _,
+    } = f;
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    site.hash(&mut h);
+    node.hash(&mut h);
+    vm_id.hash(&mut h);
+    vm_name.hash(&mut h);
+    state.hash(&mut h);
+    ip_addresses.hash(&mut h);
+    commit.hash(&mut h);
+    spec_file.hash(&mut h);
+    observed_generation.hash(&mut h);
+    initialization.hash(&mut h);
+    conditions.hash(&mut h);
+    last_task.hash(&mut h);
+    backoff.hash(&mut h);
+    history.hash(&mut h);
+    h.finish()
+}
+
 /// The status directory and what was last written to it.
 #[derive(Debug)]
 pub struct StatusDir {
     dir: PathBuf,
-    /// name -> last file written (or read back on the first visit); `None` when no valid
-    /// file exists.
-    specs: HashMap<String, Option<SpecFile>>,
+    /// name -> what is kept of the last file written (or read back on the first visit);
+    /// `None` when no valid file exists.
+    specs: HashMap<String, Option<Written>>,
     summary: Option<Option<SummaryFile>>,
     orphans: Option<Option<OrphansFile>>,
     /// Files written or removed since the directory was last synced ([`Self::finish_writes`]).
@@ -93,22 +155,20 @@ impl StatusDir {
                     false
                 }
             });
-            self.specs.insert(s.name.clone(), prev);
+            self.specs
+                .insert(s.name.clone(), prev.as_ref().map(Written::of));
         }
         let prev = self.specs.get(&s.name).and_then(|p| p.as_ref());
-        let mut next = build_spec_file(s, prev, now);
-        let unchanged = prev.is_some_and(|p| {
-            let mut p = p.clone();
-            p.updated_at = None;
-            p == next
-        });
+        let mut next = build_spec_file(s, prev.map(|p| &p.carried), now);
+        let written = Written::of(&next);
+        let unchanged = prev.is_some_and(|p| p.hash == written.hash);
         if unchanged && self.dir.join(&file_name).exists() {
             return Ok(false);
         }
         next.updated_at = Some(rfc3339(now));
         let text = render(&next, &file_name)?;
         self.write_atomic(&file_name, text.as_bytes())?;
-        self.specs.insert(s.name.clone(), Some(next));
+        self.specs.insert(s.name.clone(), Some(written));
         Ok(true)
     }
 

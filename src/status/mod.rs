@@ -18,6 +18,7 @@
 //!
 //! The operator's reference for these files is `docs/status.md`.
 
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -102,7 +103,7 @@ impl<'de> Deserialize<'de> for ConditionStatus {
 }
 
 /// One condition as the engine decides it this cycle.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConditionInput {
     /// The condition type (one of [`kinds`], or another CamelCase word).
     pub kind: &'static str,
@@ -130,7 +131,7 @@ impl ConditionInput {
 }
 
 /// The last PVE task proxsync ran for a spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TaskSummary {
     pub upid: String,
     /// The PVE task type: `qmclone`, `qmstart`, `qmconfig`...
@@ -141,7 +142,7 @@ pub struct TaskSummary {
 }
 
 /// The backoff state of a failing spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BackoffSummary {
     pub attempts: u32,
     pub next_attempt: SystemTime,
@@ -151,7 +152,7 @@ pub struct BackoffSummary {
 }
 
 /// One recent attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AttemptSummary {
     pub at: SystemTime,
     pub action: String,
@@ -159,7 +160,7 @@ pub struct AttemptSummary {
 }
 
 /// What the engine knows about one spec this cycle.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct SpecStatus {
     /// `metadata.name`: the file stem; must be a lowercase DNS label.
     pub name: String,
@@ -183,6 +184,43 @@ pub struct SpecStatus {
     pub history: Vec<AttemptSummary>,
     /// The spec hash reconciled.
     pub observed_generation: Option<String>,
+}
+
+impl SpecStatus {
+    /// A hash of the whole status (64 bits, kept in memory only): the engine hands the writer
+    /// a spec's status only when it differs from the last one given.
+    pub fn content_hash(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// What the engine keeps of the status it last gave a spec: its hash, and the two conditions
+/// notifications follow (instead of the whole status of every spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastStatus {
+    /// [`SpecStatus::content_hash`].
+    pub hash: u64,
+    /// `Ready` is True.
+    pub ready: bool,
+    /// `Stalled`'s reason and message while it is True.
+    pub stalled: Option<(Reason, String)>,
+}
+
+impl LastStatus {
+    pub fn of(st: &SpecStatus, hash: u64) -> LastStatus {
+        let is_true = |kind: &str| {
+            st.conditions
+                .iter()
+                .find(|c| c.kind == kind && c.status == ConditionStatus::True)
+        };
+        LastStatus {
+            hash,
+            ready: is_true(kinds::READY).is_some(),
+            stalled: is_true(kinds::STALLED).map(|c| (c.reason, c.message.clone())),
+        }
+    }
 }
 
 /// What the engine knows about the whole daemon this cycle.
@@ -262,7 +300,7 @@ pub struct OrphanEntry {
 // ------------------------------------------------------------------------------------------
 
 /// A condition as written: `type`, `status`, `reason`, `message`, `lastTransitionTime`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
@@ -279,7 +317,7 @@ pub struct Condition {
 }
 
 /// `initialization` of a spec file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Initialization {
     /// True once the VM has been created or adopted; never reverts.
@@ -287,7 +325,7 @@ pub struct Initialization {
 }
 
 /// `lastTask` of a spec file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TaskRecord {
     pub upid: String,
@@ -299,7 +337,7 @@ pub struct TaskRecord {
 }
 
 /// `backoff` of a spec file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct BackoffRecord {
     pub attempts: u32,
@@ -310,7 +348,7 @@ pub struct BackoffRecord {
 }
 
 /// One `history` entry of a spec file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AttemptRecord {
     /// RFC 3339.

@@ -1170,3 +1170,86 @@ fn parse_rfc3339_never_panics_on_mutations() {
     assert!(parse_rfc3339("9999-12-31T23:59:59-23:59").is_some());
     assert!(parse_rfc3339("0000-01-01T00:00:00+23:59").is_some());
 }
+
+#[test]
+fn restarted_writer_restores_provisioned_and_keeps_other_types_times() {
+    // The writer keeps only what the next file carries over (`Carried`), read back from the
+    // file after a restart: Provisioned's reason and message, and every type's time.
+    let d = tempfile::tempdir().unwrap();
+    let mut s = spec("web-01");
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::True,
+        Reason::Adopted,
+    );
+    s.conditions
+        .push(cond("Degraded", ConditionStatus::True, Reason::Failed));
+    assert!(
+        StatusDir::open(d.path())
+            .unwrap()
+            .write_spec(&s, t(T0))
+            .unwrap()
+    );
+
+    s.provisioned = false;
+    set(
+        &mut s,
+        kinds::PROVISIONED,
+        ConditionStatus::False,
+        Reason::NotCreated,
+    );
+    s.commit = Some("89abcdef".into());
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    assert!(sd.write_spec(&s, t(T0 + 60)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    let p = get(&f, kinds::PROVISIONED);
+    assert_eq!(
+        (p.status, p.reason.as_str(), p.message.as_str()),
+        (ConditionStatus::True, "Adopted", "Provisioned is Adopted")
+    );
+    assert_eq!(p.last_transition_time, "2025-03-01T12:00:00Z");
+    assert_eq!(
+        get(&f, "Degraded").last_transition_time,
+        "2025-03-01T12:00:00Z"
+    );
+    // and that file is now the one compared with: the same status writes nothing
+    assert!(!sd.write_spec(&s, t(T0 + 120)).unwrap());
+    s.conditions.retain(|c| c.kind != "Degraded");
+    s.conditions
+        .push(cond("Degraded", ConditionStatus::False, Reason::Failed));
+    assert!(sd.write_spec(&s, t(T0 + 180)).unwrap());
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(
+        get(&f, "Degraded").last_transition_time,
+        "2025-03-01T12:03:00Z"
+    );
+}
+
+#[test]
+fn last_status_keeps_what_notifications_read_and_a_hash_of_the_rest() {
+    let mut s = spec("web-01");
+    let h = s.content_hash();
+    assert_eq!(s.clone().content_hash(), h);
+    let last = LastStatus::of(&s, h);
+    assert!(last.ready && last.stalled.is_none());
+
+    s.ip_addresses.push("10.0.0.6".into());
+    assert_ne!(s.content_hash(), h, "any field changes the hash");
+    set(&mut s, kinds::READY, ConditionStatus::False, Reason::Failed);
+    set(
+        &mut s,
+        kinds::STALLED,
+        ConditionStatus::True,
+        Reason::PermissionDenied,
+    );
+    let last = LastStatus::of(&s, s.content_hash());
+    assert!(!last.ready);
+    assert_eq!(
+        last.stalled,
+        Some((
+            Reason::PermissionDenied,
+            "Stalled is PermissionDenied".to_string()
+        ))
+    );
+}

@@ -1,6 +1,7 @@
-//! A spec file from the engine's view and the previous file: the standard conditions, their
-//! `lastTransitionTime`, a sticky `Provisioned`, the history kept.
+//! A spec file from the engine's view and what the previous file carries over: the standard
+//! conditions, their `lastTransitionTime`, a sticky `Provisioned`, the history kept.
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use super::{
@@ -8,12 +9,54 @@ use super::{
     MAX_HISTORY, Reason, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, rfc3339,
 };
 
+/// What a spec's next file takes from its previous one. The writer keeps this for every spec
+/// instead of the whole previous file (a few hundred bytes instead of a few KiB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Carried {
+    /// `initialization.provisioned`, or a True `Provisioned` condition: it never reverts.
+    provisioned: bool,
+    /// The reason and message of `Provisioned` while it was True: restored if the engine
+    /// reports it otherwise.
+    provisioned_as: Option<Box<(String, String)>>,
+    /// Each condition's type, status and `lastTransitionTime` (`None` when the file's was not
+    /// a valid time: the next transition time is then now).
+    conditions: Vec<(Cow<'static, str>, ConditionStatus, Option<SystemTime>)>,
+}
+
+impl Carried {
+    pub(super) fn of(f: &SpecFile) -> Carried {
+        let provisioned = f
+            .condition(kinds::PROVISIONED)
+            .filter(|c| c.status == ConditionStatus::True);
+        Carried {
+            provisioned: f.initialization.provisioned || provisioned.is_some(),
+            provisioned_as: provisioned.map(|c| Box::new((c.reason.clone(), c.message.clone()))),
+            conditions: f
+                .conditions
+                .iter()
+                .map(|c| {
+                    // The standard types are static strings: no allocation for them.
+                    let kind = match kinds::ORDER.iter().find(|k| **k == c.kind) {
+                        Some(k) => Cow::Borrowed(*k),
+                        None => Cow::Owned(c.kind.clone()),
+                    };
+                    (kind, c.status, parse_rfc3339(&c.last_transition_time))
+                })
+                .collect(),
+        }
+    }
+
+    /// The previous status and transition time of a condition type.
+    fn condition(&self, kind: &str) -> Option<(ConditionStatus, Option<SystemTime>)> {
+        self.conditions
+            .iter()
+            .find(|(k, _, _)| k == kind)
+            .map(|(_, status, since)| (*status, *since))
+    }
+}
+
 /// Builds the file for this cycle from the engine's view and the previous file.
-pub(super) fn build_spec_file(
-    s: &SpecStatus,
-    prev: Option<&SpecFile>,
-    now: SystemTime,
-) -> SpecFile {
+pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: SystemTime) -> SpecFile {
     let now_s = rfc3339(now);
     let mut conditions = conditions(s);
     let provisioned = sticky_provisioned(s, prev, &mut conditions);
@@ -90,24 +133,23 @@ fn conditions(s: &SpecStatus) -> Vec<Condition> {
 /// the condition when the engine reports it False after it was True.
 fn sticky_provisioned(
     s: &SpecStatus,
-    prev: Option<&SpecFile>,
+    prev: Option<&Carried>,
     conditions: &mut [Condition],
 ) -> bool {
-    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
-    let prev_provisioned = prev.is_some_and(|p| {
-        p.initialization.provisioned
-            || p.condition(kinds::PROVISIONED)
-                .is_some_and(|c| c.status == ConditionStatus::True)
-    });
-    let mut provisioned = s.provisioned || prev_provisioned;
+    let mut provisioned = s.provisioned || prev.is_some_and(|p| p.provisioned);
     if let Some(c) = conditions.iter_mut().find(|c| c.kind == kinds::PROVISIONED) {
         if c.status == ConditionStatus::True {
             provisioned = true;
         } else if provisioned {
-            match prev_cond(kinds::PROVISIONED).filter(|p| p.status == ConditionStatus::True) {
-                Some(p) => *c = p.clone(),
+            // The previous True condition comes back (its time with it: the status is the
+            // same, see `transition_times`).
+            c.status = ConditionStatus::True;
+            match prev.and_then(|p| p.provisioned_as.as_deref()) {
+                Some((reason, message)) => {
+                    c.reason = reason.clone();
+                    c.message = message.clone();
+                }
                 None => {
-                    c.status = ConditionStatus::True;
                     c.reason = Reason::Created.to_string();
                     c.message = "initial provisioning completed".to_string();
                 }
@@ -118,13 +160,10 @@ fn sticky_provisioned(
 }
 
 /// lastTransitionTime moves only when the status changes.
-fn transition_times(conditions: &mut [Condition], prev: Option<&SpecFile>, now_s: &str) {
-    let prev_cond = |kind: &str| prev.and_then(|p| p.condition(kind));
+fn transition_times(conditions: &mut [Condition], prev: Option<&Carried>, now_s: &str) {
     for c in conditions {
-        c.last_transition_time = match prev_cond(&c.kind) {
-            Some(p) if p.status == c.status && parse_rfc3339(&p.last_transition_time).is_some() => {
-                p.last_transition_time.clone()
-            }
+        c.last_transition_time = match prev.and_then(|p| p.condition(&c.kind)) {
+            Some((status, Some(since))) if status == c.status => rfc3339(since),
             _ => now_s.to_string(),
         };
     }
