@@ -31,8 +31,10 @@ impl Power {
     }
 }
 
-/// One VM of the listing, normalised.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One VM of the listing, normalised. Only what a plan or a status may read, none of the
+/// listing's usage counters (CPU load, memory used, uptime...): an idle cluster observes the
+/// same from cycle to cycle ([`fingerprint`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
     pub vmid: u32,
     pub node: String,
@@ -114,7 +116,7 @@ impl ObservedVm {
 }
 
 /// One site this cycle.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SiteView {
     pub name: String,
     /// Why the site could not be observed, if it could not.
@@ -149,6 +151,15 @@ impl SiteView {
     pub fn node_healthy(&self, node: &str) -> bool {
         self.reachable() && self.health.node_healthy(node)
     }
+}
+
+/// A hash of everything observed (std's SipHash with its fixed keys: stable within a process,
+/// which is all that comparing two cycles needs).
+pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    views.hash(&mut h);
+    h.finish()
 }
 
 /// Reads one site: two requests, in parallel.
