@@ -2,7 +2,7 @@
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -236,8 +236,8 @@ pub struct Engine {
     store: Arc<Store>,
     sites: BTreeMap<String, Arc<SiteCtx>>,
     status: StatusDir,
-    /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
-    markers: HashMap<(String, u32), Option<Marker>>,
+    /// Markers read from VM configs, by site and vmid: a VM's marker is read once.
+    markers: MarkerCache,
     /// The secret that signs and verifies markers (`Config::marker_key_path`).
     marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
@@ -831,6 +831,9 @@ fn status_err(dir: &Path) -> impl Fn(crate::status::StatusError) -> EngineError 
     }
 }
 
+/// Markers read from VM configs: site -> VMID -> the marker (`None`: read, none there).
+type MarkerCache = HashMap<String, HashMap<u32, Option<Marker>>>;
+
 /// Observes every site in parallel and reads the markers the planner needs.
 // Long because: the marker cache rules (read, reuse, forget, fill in from the record) decide
 // together which VMs are known to be ours, and read best side by side.
@@ -839,7 +842,7 @@ async fn observe_all(
     config: &Config,
     specs: &SpecSet,
     records: &BTreeMap<String, SpecRecord>,
-    cache: &mut HashMap<(String, u32), Option<Marker>>,
+    cache: &mut MarkerCache,
     key: Option<&MarkerKey>,
     mut fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
@@ -858,29 +861,42 @@ async fn observe_all(
             views.insert(view.name.clone(), view);
         }
     }
+    // Each site's records and spec VM names, grouped in one pass each (not a pass over every
+    // record and spec per site).
+    let mut site_records: HashMap<&str, Vec<(&str, &SpecRecord)>> = HashMap::new();
+    for (spec_name, rec) in records {
+        site_records
+            .entry(rec.site.as_str())
+            .or_default()
+            .push((spec_name.as_str(), rec));
+    }
+    let mut site_vm_names: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for spec in &specs.specs {
+        site_vm_names
+            .entry(spec.site.as_str())
+            .or_default()
+            .insert(spec.vm_name.as_str());
+    }
+    let (no_records, no_names) = (Vec::new(), HashSet::new());
+    let tag = crate::ownership::ownership_tag(&config.install_id);
+    // Forget the cached markers of sites no longer configured.
+    cache.retain(|site_name, _| sites.contains_key(site_name));
     for (name, view) in views.iter_mut() {
         let Some(site) = sites.get(name) else {
             continue;
         };
-        let known: BTreeSet<u32> = records
-            .values()
-            .filter(|r| &r.site == name)
-            .filter_map(SpecRecord::vmid)
-            .collect();
+        let records = site_records.get(name.as_str()).unwrap_or(&no_records);
+        let known: HashSet<u32> = records.iter().filter_map(|(_, r)| r.vmid()).collect();
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
         // ownership tag only when converged).
-        let spec_names: BTreeSet<&str> = specs
-            .specs
-            .iter()
-            .filter(|s| &s.site == name)
-            .map(|s| s.vm_name.as_str())
-            .collect();
+        let spec_names = site_vm_names.get(name.as_str()).unwrap_or(&no_names);
+        let cache = cache.entry(name.clone()).or_default();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
-        cache.retain(|(site_name, vmid), _| site_name != name || view.vms.contains_key(vmid));
+        cache.retain(|vmid, _| view.vms.contains_key(vmid));
         let mut to_read = Vec::new();
-        for vmid in needs_marker(view, &config.install_id, &known, &spec_names) {
-            match cache.get(&(name.clone(), vmid)) {
+        for vmid in needs_marker(view, &config.install_id, &known, spec_names) {
+            match cache.get(&vmid) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
                     let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
@@ -892,7 +908,7 @@ async fn observe_all(
         for (vmid, read) in read_markers(site, to_read, per_node).await {
             match read {
                 Ok(MarkerRead::Read { marker, config }) => {
-                    cache.insert((name.clone(), vmid), marker.clone());
+                    cache.insert(vmid, marker.clone());
                     if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
                         fresh.insert((name.clone(), vmid), cfg);
                     }
@@ -910,7 +926,7 @@ async fn observe_all(
         // listing, and execute re-reads the config before any change.
         for vmid in &known {
             if let Some(vm) = view.vms.get_mut(vmid)
-                && let Some(Some(m)) = cache.get(&(name.clone(), *vmid))
+                && let Some(Some(m)) = cache.get(vmid)
             {
                 vm.marker = Some(m.clone());
                 vm.marker_read = true;
@@ -920,11 +936,11 @@ async fn observe_all(
             }
         }
         // Known VMs whose marker was never read this process: mark from the record.
-        for (spec_name, rec) in records.iter().filter(|(_, r)| &r.site == name) {
+        for (spec_name, rec) in records {
             if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
                 && !vm.marker_read
-                && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
+                && vm.has_tag(&tag)
             {
                 // The record vouches for it: we made or adopted this VM at this VMID.
                 vm.marker = Some(Marker {
