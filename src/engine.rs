@@ -2,7 +2,7 @@
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -63,6 +63,10 @@ pub struct CycleReport {
     /// The branch tip not applied this cycle (`[source] verify`): its commit and why; the
     /// specs came from the last verified commit.
     pub source_refusal: Option<crate::verify::Refusal>,
+    /// Nothing this cycle reads had changed since the last cycle, which acted on nothing, and
+    /// no deadline of its plan had come: its plan, statuses and counts are this cycle's
+    /// (nothing was planned and no status built; only the summary was written).
+    pub unchanged: bool,
 }
 
 /// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
@@ -173,6 +177,36 @@ type AfterActions = (
     BTreeMap<String, SpecRecord>,
 );
 
+/// A full cycle at least this often, however idle: a safety net under the fingerprint of
+/// [`CycleInputs`] (a change it would not see is planned for within this time).
+const FULL_CYCLE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// What a cycle plans and builds statuses from, besides the time. Equal inputs before the
+/// plan's `valid_until_ms` give the same plan, statuses and counts.
+#[derive(Debug, PartialEq)]
+struct CycleInputs {
+    /// The specs: the daemon reads them from this commit with the engine's config (a reload
+    /// makes a new engine), so an equal commit means equal specs. The counts are a cheap
+    /// second look. Without a commit (specs from paths) no cycle is kept.
+    commit: String,
+    specs: (usize, usize),
+    /// [`crate::observe::fingerprint`] of the views (markers read included).
+    views: u64,
+    orphans_seen: BTreeMap<(String, u32), u64>,
+    config_hash: String,
+    retry_transient_now: bool,
+}
+
+/// The last cycle, when it acted on nothing: what it read, what it reported, and until when
+/// that holds.
+struct IdleCycle {
+    inputs: CycleInputs,
+    report: CycleReport,
+    /// The earliest of the plan's `valid_until_ms`, the next backoff deadline the report
+    /// names (it says only deadlines still ahead) and the safety net's full cycle.
+    until_ms: u64,
+}
+
 /// What kept the daemon from the source's newest commit (the last good one is used meanwhile).
 /// Typed, so a successful read clears a read failure and never a fetch failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,8 +232,8 @@ pub struct Engine {
     store: Arc<Store>,
     sites: BTreeMap<String, Arc<SiteCtx>>,
     status: StatusDir,
-    /// Markers read from VM configs, by (site, vmid): a VM's marker is read once.
-    markers: HashMap<(String, u32), Option<Marker>>,
+    /// Markers read from VM configs, by site and vmid: a VM's marker is read once.
+    markers: MarkerCache,
     /// The secret that signs and verifies markers (`Config::marker_key_path`).
     marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
@@ -231,6 +265,9 @@ pub struct Engine {
     commits: SpecCommits,
     /// The wall clock of plans, actions and status files (the system's; tests set their own).
     clock: Clock,
+    /// The last cycle if it acted on nothing, with its cached `records` untouched since (see
+    /// `reconcile`: a cycle reading the same keeps its plan and statuses).
+    idle: Option<IdleCycle>,
 }
 
 impl Engine {
@@ -272,6 +309,7 @@ impl Engine {
             written_names: None,
             commits: SpecCommits::default(),
             clock: Clock::system(),
+            idle: None,
         })
     }
 
@@ -293,6 +331,8 @@ impl Engine {
             Some(mut rec) if rec.next_attempt_ms.is_some() => {
                 rec.next_attempt_ms = None;
                 self.store.put(name, &rec)?;
+                // The records changed: the next cycle plans.
+                self.idle = None;
                 if let Some(cache) = self.records.as_mut() {
                     cache.insert(name.to_string(), rec);
                 }
@@ -319,19 +359,24 @@ impl Engine {
     }
 
     /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
-    /// and write status. `commit` is the source commit the specs come from.
-    // Long because: the steps of one cycle (observe, plan, act, observe and plan again, write
-    // status) read in order in one place; each step is already a call.
+    /// and write status. `commit` is the source commit the specs come from. A cycle that
+    /// observes what the last one did, when that one acted on nothing, keeps its plan and
+    /// statuses until the plan's `valid_until_ms` (see [`CycleInputs`]): it observes and
+    /// writes the summary only.
+    // Long because: the steps of one cycle (observe, keep the last plan or plan, act, observe
+    // and plan again, write status) read in order in one place; each step is already a call.
     pub async fn reconcile(
         &mut self,
         specs: &SpecSet,
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
+        let last = self.idle.take();
         let (specs, theirs) = shard(&self.config, specs);
         let specs = specs.as_ref();
-        let elsewhere = names(&theirs);
         let config_sharded = self.config.source.selector.is_some();
+        // Records read again from the database are not known to be the last cycle's.
+        let last = last.filter(|_| self.records.is_some());
         let records = match self.records.take() {
             Some(r) => r,
             None => self.store.specs()?,
@@ -348,12 +393,34 @@ impl Engine {
             Some(&mut fresh),
         )
         .await;
+        let chash = config_hash(&self.config);
+        let now_ms = self.clock.now_ms();
+        let inputs = commit.map(|commit| CycleInputs {
+            commit: commit.to_string(),
+            specs: (specs.specs.len(), specs.diagnostics.len()),
+            views: crate::observe::fingerprint(&views),
+            orphans_seen: orphans_seen.clone(),
+            config_hash: chash.clone(),
+            retry_transient_now: self.retry_transient_now,
+        });
+        if let Some(last) =
+            last.filter(|l| inputs.as_ref() == Some(&l.inputs) && now_ms < l.until_ms)
+        {
+            tracing::debug!(
+                until_ms = last.until_ms,
+                "nothing changed: the last cycle's plan and statuses hold"
+            );
+            let report = self.keep_last_cycle(&last.report, specs, commit, &views, started);
+            self.records = Some(records);
+            self.idle = Some(last);
+            return report;
+        }
+        let elsewhere = names(&theirs);
         let invalid: BTreeSet<String> = specs
             .invalid_names()
             .into_iter()
             .map(str::to_string)
             .collect();
-        let chash = config_hash(&self.config);
         let input = PlanInput {
             install_id: &self.config.install_id,
             desired: &specs.specs,
@@ -366,7 +433,7 @@ impl Engine {
             orphans_seen: &orphans_seen,
             reconcile: &self.config.reconcile,
             config_hash: &chash,
-            now_ms: self.clock.now_ms(),
+            now_ms,
             retry_transient_now: self.retry_transient_now,
         };
         let first = plan(&input);
@@ -451,11 +518,64 @@ impl Engine {
             started,
         )?;
         self.records = Some(records);
-        Ok(CycleReport {
+        let report = CycleReport {
             plan: first,
             results,
             after: after_plan,
             ..report
+        };
+        if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {
+            let until_ms = [
+                report.plan.valid_until_ms,
+                report.next_attempt_ms.unwrap_or(u64::MAX),
+                now_ms.saturating_add(FULL_CYCLE_INTERVAL.as_millis() as u64),
+            ];
+            self.idle = Some(IdleCycle {
+                inputs,
+                report: report.clone(),
+                until_ms: until_ms.into_iter().min().unwrap_or(now_ms),
+            });
+        }
+        Ok(report)
+    }
+
+    /// The report of a cycle that keeps the last one's plan and statuses (`last`): the same
+    /// counts, this cycle's time, and the summary written (its `lastCycle` and `cycleMs`, and
+    /// what may change between cycles without changing a plan: the source's trouble, the
+    /// last request, failing notification targets). No spec status is built or written.
+    fn keep_last_cycle(
+        &mut self,
+        last: &CycleReport,
+        specs: &SpecSet,
+        commit: Option<&str>,
+        views: &BTreeMap<String, SiteView>,
+        started: Instant,
+    ) -> Result<CycleReport, EngineError> {
+        let cycle_ms = started.elapsed().as_millis() as u64;
+        let summary = SummaryStatus {
+            commit: commit.map(str::to_string),
+            source_error: self.source_error.as_ref().map(ToString::to_string),
+            refused_commit: self.source_refusal.clone(),
+            specs: last.specs,
+            ready: last.ready,
+            stalled: last.stalled,
+            backing_off: last.backing_off,
+            invalid: last.specs.saturating_sub(specs.specs.len()),
+            sites: views.values().map(site_summary).collect(),
+            last_cycle: self.clock.system_time(),
+            cycle_ms,
+            refused: last.plan.refused.clone(),
+            last_request: self.last_request.clone(),
+            notify_failures: self.notify_failures.clone(),
+        };
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(CycleReport {
+            cycle_ms,
+            source_refusal: self.source_refusal.clone(),
+            unchanged: true,
+            ..last.clone()
         })
     }
 
@@ -723,6 +843,7 @@ fn cycle_report(
         conditions: counts.conditions.clone(),
         site_health: views.values().map(site_summary).collect(),
         source_refusal: None,
+        unchanged: false,
     }
 }
 
@@ -734,6 +855,9 @@ fn status_err(dir: &Path) -> impl Fn(crate::status::StatusError) -> EngineError 
     }
 }
 
+/// Markers read from VM configs: site -> VMID -> the marker (`None`: read, none there).
+type MarkerCache = HashMap<String, HashMap<u32, Option<Marker>>>;
+
 /// Observes every site in parallel and reads the markers the planner needs.
 // Long because: the marker cache rules (read, reuse, forget, fill in from the record) decide
 // together which VMs are known to be ours, and read best side by side.
@@ -742,7 +866,7 @@ async fn observe_all(
     config: &Config,
     specs: &SpecSet,
     records: &BTreeMap<String, SpecRecord>,
-    cache: &mut HashMap<(String, u32), Option<Marker>>,
+    cache: &mut MarkerCache,
     key: Option<&MarkerKey>,
     mut fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
@@ -761,29 +885,42 @@ async fn observe_all(
             views.insert(view.name.clone(), view);
         }
     }
+    // Each site's records and spec VM names, grouped in one pass each (not a pass over every
+    // record and spec per site).
+    let mut site_records: HashMap<&str, Vec<(&str, &SpecRecord)>> = HashMap::new();
+    for (spec_name, rec) in records {
+        site_records
+            .entry(rec.site.as_str())
+            .or_default()
+            .push((spec_name.as_str(), rec));
+    }
+    let mut site_vm_names: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for spec in &specs.specs {
+        site_vm_names
+            .entry(spec.site.as_str())
+            .or_default()
+            .insert(spec.vm_name.as_str());
+    }
+    let (no_records, no_names) = (Vec::new(), HashSet::new());
+    let tag = crate::ownership::ownership_tag(&config.install_id);
+    // Forget the cached markers of sites no longer configured.
+    cache.retain(|site_name, _| sites.contains_key(site_name));
     for (name, view) in views.iter_mut() {
         let Some(site) = sites.get(name) else {
             continue;
         };
-        let known: BTreeSet<u32> = records
-            .values()
-            .filter(|r| &r.site == name)
-            .filter_map(SpecRecord::vmid)
-            .collect();
+        let records = site_records.get(name.as_str()).unwrap_or(&no_records);
+        let known: HashSet<u32> = records.iter().filter_map(|(_, r)| r.vmid()).collect();
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
         // ownership tag only when converged).
-        let spec_names: BTreeSet<&str> = specs
-            .specs
-            .iter()
-            .filter(|s| &s.site == name)
-            .map(|s| s.vm_name.as_str())
-            .collect();
+        let spec_names = site_vm_names.get(name.as_str()).unwrap_or(&no_names);
+        let cache = cache.entry(name.clone()).or_default();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
-        cache.retain(|(site_name, vmid), _| site_name != name || view.vms.contains_key(vmid));
+        cache.retain(|vmid, _| view.vms.contains_key(vmid));
         let mut to_read = Vec::new();
-        for vmid in needs_marker(view, &config.install_id, &known, &spec_names) {
-            match cache.get(&(name.clone(), vmid)) {
+        for vmid in needs_marker(view, &config.install_id, &known, spec_names) {
+            match cache.get(&vmid) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
                     let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
@@ -795,7 +932,7 @@ async fn observe_all(
         for (vmid, read) in read_markers(site, to_read, per_node).await {
             match read {
                 Ok(MarkerRead::Read { marker, config }) => {
-                    cache.insert((name.clone(), vmid), marker.clone());
+                    cache.insert(vmid, marker.clone());
                     if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
                         fresh.insert((name.clone(), vmid), cfg);
                     }
@@ -813,7 +950,7 @@ async fn observe_all(
         // listing, and execute re-reads the config before any change.
         for vmid in &known {
             if let Some(vm) = view.vms.get_mut(vmid)
-                && let Some(Some(m)) = cache.get(&(name.clone(), *vmid))
+                && let Some(Some(m)) = cache.get(vmid)
             {
                 vm.marker = Some(m.clone());
                 vm.marker_read = true;
@@ -823,11 +960,11 @@ async fn observe_all(
             }
         }
         // Known VMs whose marker was never read this process: mark from the record.
-        for (spec_name, rec) in records.iter().filter(|(_, r)| &r.site == name) {
+        for (spec_name, rec) in records {
             if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
                 && !vm.marker_read
-                && vm.has_tag(&crate::ownership::ownership_tag(&config.install_id))
+                && vm.has_tag(&tag)
             {
                 // The record vouches for it: we made or adopted this VM at this VMID.
                 vm.marker = Some(Marker {

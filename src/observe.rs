@@ -3,7 +3,7 @@
 //! happen only to learn the ownership marker of a VM the state does not explain (see
 //! [`needs_marker`]); their answers are cached across cycles.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -31,8 +31,10 @@ impl Power {
     }
 }
 
-/// One VM of the listing, normalised.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One VM of the listing, normalised. Only what a plan or a status may read, none of the
+/// listing's usage counters (CPU load, memory used, uptime...): an idle cluster observes the
+/// same from cycle to cycle ([`fingerprint`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
     pub vmid: u32,
     pub node: String,
@@ -57,7 +59,8 @@ pub struct ObservedVm {
 }
 
 impl ObservedVm {
-    pub fn from_resource(r: &VmResource) -> ObservedVm {
+    /// Taken by value: the strings move over, nothing is copied.
+    pub fn from_resource(r: VmResource) -> ObservedVm {
         let power = match r.status.as_deref() {
             Some("running") if r.name.is_some() => Power::Running,
             Some("stopped") if r.name.is_some() => Power::Stopped,
@@ -68,15 +71,15 @@ impl ObservedVm {
         tags.dedup();
         ObservedVm {
             vmid: r.vmid,
-            node: r.node.clone(),
-            name: r.name.clone(),
+            node: r.node,
+            name: r.name,
             power,
             tags,
             cpus: r.maxcpu,
             memory_bytes: r.maxmem,
             disk_bytes: r.maxdisk,
-            lock: r.lock.clone().filter(|l| !l.is_empty()),
-            ha_state: r.hastate.clone().filter(|s| !s.is_empty()),
+            lock: r.lock.filter(|l| !l.is_empty()),
+            ha_state: r.hastate.filter(|s| !s.is_empty()),
             template: r.template.unwrap_or(false),
             marker: None,
             marker_read: false,
@@ -114,7 +117,7 @@ impl ObservedVm {
 }
 
 /// One site this cycle.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SiteView {
     pub name: String,
     /// Why the site could not be observed, if it could not.
@@ -151,25 +154,33 @@ impl SiteView {
     }
 }
 
+/// A hash of everything observed (std's SipHash with its fixed keys: stable within a process,
+/// which is all that comparing two cycles needs).
+pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    views.hash(&mut h);
+    h.finish()
+}
+
 /// Reads one site: two requests, in parallel.
 pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
     let (status, resources) = tokio::join!(client.cluster_health(), client.vm_resources());
     match (status, resources) {
-        (Ok(health), Ok(resources)) => SiteView {
-            name: name.to_string(),
-            error: None,
-            health,
-            vms: resources
-                .iter()
-                .filter(|r| r.is_qemu())
-                .map(|r| (r.vmid, ObservedVm::from_resource(r)))
-                .collect(),
-            other_vmids: resources
-                .iter()
-                .filter(|r| !r.is_qemu())
-                .map(|r| r.vmid)
-                .collect(),
-        },
+        (Ok(health), Ok(resources)) => {
+            let (qemu, other): (Vec<VmResource>, Vec<VmResource>) =
+                resources.into_iter().partition(VmResource::is_qemu);
+            SiteView {
+                name: name.to_string(),
+                error: None,
+                health,
+                other_vmids: other.iter().map(|r| r.vmid).collect(),
+                vms: qemu
+                    .into_iter()
+                    .map(|r| (r.vmid, ObservedVm::from_resource(r)))
+                    .collect(),
+            }
+        }
         (Err(e), _) | (_, Err(e)) => SiteView::unreachable(name, e.to_string()),
     }
 }
@@ -180,8 +191,8 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
 pub fn needs_marker(
     view: &SiteView,
     install_id: &str,
-    known_vmids: &BTreeSet<u32>,
-    unmapped_names: &BTreeSet<&str>,
+    known_vmids: &HashSet<u32>,
+    unmapped_names: &HashSet<&str>,
 ) -> Vec<u32> {
     let tag = crate::ownership::ownership_tag(install_id);
     view.vms
@@ -271,18 +282,18 @@ mod tests {
 
     #[test]
     fn unknown_is_never_absent() {
-        let fresh = ObservedVm::from_resource(&res(
+        let fresh = ObservedVm::from_resource(res(
             r#"{"id":"qemu/101","vmid":101,"node":"pve1","status":"unknown"}"#,
         ));
         assert!(fresh.is_unknown());
-        let nameless = ObservedVm::from_resource(&res(
+        let nameless = ObservedVm::from_resource(res(
             r#"{"id":"qemu/102","vmid":102,"node":"pve1","status":"running"}"#,
         ));
         assert!(
             nameless.is_unknown(),
             "a VM without a name is not judged yet"
         );
-        let ok = ObservedVm::from_resource(&res(
+        let ok = ObservedVm::from_resource(res(
             r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"Web;proxsync.main"}"#,
         ));
         assert_eq!(ok.power, Power::Stopped);
@@ -291,7 +302,7 @@ mod tests {
 
     #[test]
     fn ownership_needs_tag_and_marker() {
-        let mut vm = ObservedVm::from_resource(&res(
+        let mut vm = ObservedVm::from_resource(res(
             r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"proxsync.main"}"#,
         ));
         assert!(!vm.owned_by("main"), "no marker read yet");
@@ -327,7 +338,7 @@ mod tests {
                 r#"{{"id":"qemu/{id}","vmid":{id},"node":"pve1","name":"{name}","status":"stopped","tags":"{tags}","template":{}}}"#,
                 u8::from(template)
             ));
-            vms.insert(id, ObservedVm::from_resource(&r));
+            vms.insert(id, ObservedVm::from_resource(r));
         }
         let view = SiteView {
             name: "lab".into(),
@@ -339,8 +350,8 @@ mod tests {
             vms,
             other_vmids: BTreeSet::new(),
         };
-        let known: BTreeSet<u32> = [100].into();
-        let unmapped: BTreeSet<&str> = ["db-01"].into();
+        let known: HashSet<u32> = [100].into();
+        let unmapped: HashSet<&str> = ["db-01"].into();
         assert_eq!(
             needs_marker(&view, "main", &known, &unmapped),
             vec![101, 102]

@@ -23,7 +23,8 @@ use proxsync::plan::{
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{
-    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, Pos, PowerState, Spec, Specs,
+    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, MaintenanceWindow, Pos,
+    PowerState, RebootMode, RebootPolicy, Spec, Specs,
 };
 use proxsync::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
@@ -1534,6 +1535,53 @@ proptest! {
             );
         }
     }
+
+    /// 5. A plan is the plan of every later instant before its `valid_until_ms` (so the
+    /// engine may keep it while nothing else changes). Reboots waiting for a maintenance window
+    /// or for the least interval since the last reboot are added to the worlds here.
+    #[test]
+    fn a_plan_holds_until_its_valid_until(
+        (entries, extras, g) in gens(),
+        reboots in prop::collection::vec(
+            (0u8..3, 0u64..2 * 3_600_000, 0u16..1440, 1u16..1440, any::<bool>()),
+            8,
+        ),
+        steps in prop::collection::vec(0u64..1_000, 1..6),
+    ) {
+        let mut w = build(&entries, &extras, &g, false);
+        for (spec, (mode, ago, start, len, berlin)) in w.desired.iter_mut().zip(&reboots) {
+            let Some(rec) = w.records.get_mut(&spec.name) else {
+                continue;
+            };
+            if *mode == 0 {
+                continue;
+            }
+            rec.reboot_pending = vec!["cores".into()];
+            rec.last_reboot_ms = Some(w.now_ms.saturating_sub(*ago));
+            let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+            let tz = if *berlin { "Europe/Berlin" } else { "UTC" };
+            let text = format!("Mon-Fri {}-{} {tz}", hm(*start), hm((start + len) % 1440));
+            spec.reboot = RebootPolicy {
+                mode: if *mode == 1 { RebootMode::IfNeeded } else { RebootMode::Window },
+                window: (*mode == 2).then(|| MaintenanceWindow::parse(&text).unwrap()),
+                ..Default::default()
+            };
+        }
+        let p = plan(&w.input());
+        prop_assert!(p.valid_until_ms > w.now_ms);
+        // Instants from now to the last one before `valid_until_ms` (within a week).
+        let span = (p.valid_until_ms - w.now_ms).min(7 * 24 * 3_600_000);
+        let same = |mut q: Plan| {
+            q.valid_until_ms = p.valid_until_ms;
+            q
+        };
+        for s in steps.iter().map(|s| s * span / 1_000).chain([span - 1]) {
+            let mut later = w.clone();
+            later.now_ms += s;
+            let q = plan(&later.input());
+            prop_assert_eq!(&same(q), &p, "{} ms later (valid for {} ms)", s, span);
+        }
+    }
 }
 
 // ---- planner bugs found by the properties (ignored until the planner is fixed) --------------
@@ -2268,4 +2316,92 @@ fn a_vm_of_another_install_is_adopted_only_once_released() {
     let p = sharded(&held);
     assert!(matches!(p.verdicts["web"], Verdict::HeldByInstall { .. }));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
+}
+
+/// Each comparison with the clock bounds `valid_until_ms`, and nothing else does: a settled
+/// spec's plan holds for ever; a backoff until its deadline, a stopped orphan until its grace
+/// ends, a pending reboot until the least interval since the last one ends or its window
+/// opens, an orphan seen for the first time for this instant only.
+#[test]
+fn each_clock_threshold_bounds_valid_until() {
+    let now = 10_000_000;
+    let settled = || {
+        let mut vm = lost_web_vm(true);
+        vm.node = NODES[0].into();
+        let mut w = one_spec_world(vec![vm], true, true);
+        let spec = w.desired[0].clone();
+        let rec = SpecRecord {
+            uid: uid_of("web"),
+            site: SITE.into(),
+            applied_hash: Some(spec_hash(&spec)),
+            vm: VmState::Exists {
+                vmid: 100,
+                node: NODES[0].into(),
+            },
+            ..SpecRecord::default()
+        };
+        w.records.insert("web".into(), rec);
+        w
+    };
+    let w = settled();
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], Verdict::UpToDate { vmid: 100 }, "{p:?}");
+    assert_eq!(p.valid_until_ms, u64::MAX);
+
+    // A drifted VM in backoff: until its deadline.
+    let mut w = settled();
+    w.vms_mut().get_mut(&100).unwrap().cpus = Some(8);
+    let rec = w.records.get_mut("web").unwrap();
+    rec.next_attempt_ms = Some(now + 30_000);
+    rec.last_error = Some(ErrorRecord {
+        category: Category::ProxmoxError,
+        message: "boom".into(),
+        at_ms: now - 1_000,
+        inputs: inputs_hash(&w.desired[0], CONFIG_HASH),
+        kind: ErrorKind::Plain,
+    });
+    let p = plan(&w.input());
+    assert_eq!(
+        p.verdicts["web"],
+        Verdict::BackingOff {
+            until_ms: now + 30_000
+        }
+    );
+    assert_eq!(p.valid_until_ms, now + 30_000);
+
+    // A stopped orphan seen a minute ago: until its grace (600 s) ends.
+    let mut w = settled();
+    let mut orphan = blank_vm(200, NODES[1], "old", Power::Stopped);
+    orphan.tags = vec![owner_tag()];
+    orphan.marker = Some(Marker {
+        install: INSTALL.into(),
+        spec: "old".into(),
+        uid: uid_of("old"),
+        mac: None,
+    });
+    w.vms_mut().insert(200, orphan);
+    w.orphans_seen.insert((SITE.into(), 200), now - 60_000);
+    assert_eq!(plan(&w.input()).valid_until_ms, now - 60_000 + 600_000);
+    // Seen for the first time: this instant only.
+    w.orphans_seen.clear();
+    assert_eq!(plan(&w.input()).valid_until_ms, now + 1);
+
+    // A change pending a reboot, the last reboot 10 minutes ago: until an hour after it.
+    let mut w = settled();
+    w.desired[0].reboot = RebootPolicy {
+        mode: RebootMode::IfNeeded,
+        ..Default::default()
+    };
+    let rec = w.records.get_mut("web").unwrap();
+    rec.reboot_pending = vec!["cores".into()];
+    rec.last_reboot_ms = Some(now - 600_000);
+    assert_eq!(plan(&w.input()).valid_until_ms, now - 600_000 + 3_600_000);
+    // In a window (every day 04:00-05:00 UTC; now is 02:46:40 UTC): until it opens.
+    w.desired[0].reboot = RebootPolicy {
+        mode: RebootMode::Window,
+        window: Some(MaintenanceWindow::parse("* 04:00-05:00 UTC").unwrap()),
+        ..Default::default()
+    };
+    w.records.get_mut("web").unwrap().last_reboot_ms = None;
+    assert_eq!(plan(&w.input()).valid_until_ms, 4 * 3_600_000);
 }

@@ -680,6 +680,7 @@ mod tests {
             .collect(),
             site_health: vec![site("a", true, 2), site("b", false, 0)],
             source_refusal: None,
+            unchanged: false,
         }
     }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::observe::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
-use crate::spec::{Hashes, PowerState, Spec};
+use crate::spec::{Hashes, PowerState, RebootMode, Spec};
 use crate::state::SpecRecord;
 
 /// A stable hash of what a spec asks for (not where it is written), hex. Kept with a spec the
@@ -240,10 +240,29 @@ pub fn reboot_due(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> bool {
             .is_none_or(|t| now_ms.saturating_sub(t) >= MIN_REBOOT_INTERVAL.as_millis() as u64)
 }
 
+/// The first instant after `now_ms` at which [`reboot_due`] may answer otherwise: the end of
+/// [`MIN_REBOOT_INTERVAL`] after the last reboot, or an edge of the `maintenanceWindow`. `None`
+/// when no passing of time changes it (nothing pending, a stopped spec, `Never`, `IfNeeded`
+/// past the interval).
+pub fn reboot_due_changes_at(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> Option<u64> {
+    if rec.reboot_pending.is_empty() || spec.power_state != PowerState::Running {
+        return None;
+    }
+    let interval_ends = rec
+        .last_reboot_ms
+        .map(|t| t.saturating_add(MIN_REBOOT_INTERVAL.as_millis() as u64))
+        .filter(|at| *at > now_ms);
+    let window_edge = match spec.reboot.mode {
+        RebootMode::Window => spec.reboot.window.as_ref()?.next_edge(now_ms),
+        RebootMode::Never | RebootMode::IfNeeded => None,
+    };
+    interval_ends.into_iter().chain(window_edge).min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{RebootMode, RebootPolicy};
+    use crate::spec::RebootPolicy;
 
     #[test]
     fn kept_hashes_are_the_hashes_earlier_releases_stored() {

@@ -301,6 +301,12 @@ pub struct Plan {
     /// kept and the extras. The extras are never converged; they are reported, and handled
     /// by the orphan policy when they carry the ownership tag.
     pub duplicates: BTreeMap<String, Duplicate>,
+    /// Until when (unix ms, exclusive) this is the plan of the same inputs at any later
+    /// instant: the earliest time a comparison with `now_ms` could turn out otherwise (a
+    /// backoff deadline, an orphan's grace end, a reboot becoming due). `u64::MAX` when time
+    /// changes nothing; 0 (the default) claims nothing.
+    #[serde(skip)]
+    pub valid_until_ms: u64,
 }
 
 /// Two or more VMs carry the marker of one spec.
@@ -328,9 +334,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
     let indexes = index::site_indexes(input, &tag);
     let renames = rename::renames(input, &desired_names);
+    let mut reboots_change = u64::MAX;
     for spec in input.desired {
         let rec = input.records.get(&spec.name);
         let index = indexes.get(spec.site.as_str());
+        if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
+            reboots_change = reboots_change.min(at);
+        }
         let verdict = match renames.get(spec.name.as_str()) {
             Some(r) => rename::plan_rename(input, spec, r, &mut out.actions),
             None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
@@ -348,5 +358,35 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     removals::orphans(input, &desired_names, &mut out, &mut removals);
     removals::apply_valves(input, removals, &mut out);
     out.actions.sort();
+    out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out
+}
+
+/// Until when `out` is the plan of its inputs at any instant from `input.now_ms` on, from what
+/// it says (besides a reboot becoming due, which `plan` finds per spec). Every comparison with
+/// `now_ms` is one of these, and each turns only once as time passes:
+/// - a spec backs off until its deadline (a deadline passed stays passed), and only a
+///   `BackingOff` verdict came from one that is still ahead;
+/// - a stopped orphan is deleted at the end of its grace period (`DeleteAfter`);
+/// - an orphan seen for the first time is stamped with `now_ms` itself: this plan is that
+///   instant's only (the sighting is stored, so the next cycle's inputs differ anyway).
+fn valid_until(input: &PlanInput<'_>, out: &Plan) -> u64 {
+    let backoffs = out.verdicts.values().filter_map(|v| match v {
+        Verdict::BackingOff { until_ms } => Some(*until_ms),
+        _ => None,
+    });
+    let graces = out.orphans.iter().filter_map(|o| match o.disposition {
+        OrphanDisposition::DeleteAfter { at_ms } => Some(at_ms),
+        _ => None,
+    });
+    let sighted_now = out
+        .orphans_seen
+        .keys()
+        .any(|k| !input.orphans_seen.contains_key(k))
+        .then(|| input.now_ms.saturating_add(1));
+    backoffs
+        .chain(graces)
+        .chain(sighted_now)
+        .min()
+        .unwrap_or(u64::MAX)
 }

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
 
 use super::error::{Error, TransportKind};
 use crate::config::{Secret, SiteConfig, Trust};
@@ -174,11 +173,7 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<T, Error> {
-        decode(
-            Method::GET,
-            path,
-            &self.call(Method::GET, path, query).await?,
-        )
+        Ok(self.call(Method::GET, path, query).await?.data)
     }
 
     /// GET, as [`get`](Self::get), with the envelope's `total` beside `data` (task logs and
@@ -189,7 +184,7 @@ impl Client {
         query: &[(&str, String)],
     ) -> Result<(T, Option<u64>), Error> {
         let answer = self.call(Method::GET, path, query).await?;
-        Ok((decode(Method::GET, path, &answer)?, answer.total))
+        Ok((answer.data, answer.total))
     }
 
     /// POST form parameters. Never retried: a create or clone must not be sent twice blindly.
@@ -198,11 +193,7 @@ impl Client {
         path: &str,
         form: &[(&str, String)],
     ) -> Result<T, Error> {
-        decode(
-            Method::POST,
-            path,
-            &self.call(Method::POST, path, form).await?,
-        )
+        Ok(self.call(Method::POST, path, form).await?.data)
     }
 
     /// PUT form parameters. Never retried.
@@ -211,11 +202,7 @@ impl Client {
         path: &str,
         form: &[(&str, String)],
     ) -> Result<T, Error> {
-        decode(
-            Method::PUT,
-            path,
-            &self.call(Method::PUT, path, form).await?,
-        )
+        Ok(self.call(Method::PUT, path, form).await?.data)
     }
 
     /// DELETE with query parameters. Never retried.
@@ -224,21 +211,17 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<T, Error> {
-        decode(
-            Method::DELETE,
-            path,
-            &self.call(Method::DELETE, path, query).await?,
-        )
+        Ok(self.call(Method::DELETE, path, query).await?.data)
     }
 
     /// Sends one call and returns its `data`, with retries for reads and one re-login when a
     /// ticket expired.
-    async fn call(
+    async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         params: &[(&str, String)],
-    ) -> Result<Answer, Error> {
+    ) -> Result<Answer<T>, Error> {
         let attempts = if method == Method::GET {
             self.read_attempts
         } else {
@@ -321,10 +304,10 @@ impl Client {
             ("username", user.to_string()),
             ("password", password.expose().to_string()),
         ];
-        let response = self
+        let t: Ticket = self
             .exchange(&Method::POST, path, &form, HeaderMap::new())
-            .await?;
-        let t: Ticket = decode(Method::POST, path, &response)?;
+            .await?
+            .data;
         let bad = |_| Error::Decode {
             method: "POST".into(),
             path: path.into(),
@@ -342,24 +325,24 @@ impl Client {
         })
     }
 
-    async fn send_once(
+    async fn send_once<T: DeserializeOwned>(
         &self,
         method: &Method,
         path: &str,
         params: &[(&str, String)],
-    ) -> Result<Answer, Error> {
+    ) -> Result<Answer<T>, Error> {
         let headers = self.auth_headers(method).await?;
         self.exchange(method, path, params, headers).await
     }
 
     /// One HTTP exchange: request, status, envelope.
-    async fn exchange(
+    async fn exchange<T: DeserializeOwned>(
         &self,
         method: &Method,
         path: &str,
         params: &[(&str, String)],
         headers: HeaderMap,
-    ) -> Result<Answer, Error> {
+    ) -> Result<Answer<T>, Error> {
         let url = format!("{}{}", self.api_base, path);
         let mut request = self.http.request(method.clone(), &url).headers(headers);
         request = if *method == Method::GET || *method == Method::DELETE {
@@ -405,18 +388,18 @@ impl Client {
                     relogged = true;
                     self.drop_session().await;
                 }
-                other => return decode(method, path, &other?),
+                other => return Ok(other?.data),
             }
         }
     }
 
     /// Sends a built request; status, envelope.
-    async fn finish(
+    async fn finish<T: DeserializeOwned>(
         &self,
         method: &Method,
         path: &str,
         request: reqwest::RequestBuilder,
-    ) -> Result<Answer, Error> {
+    ) -> Result<Answer<T>, Error> {
         let started = Instant::now();
         let result = request.send().await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -495,61 +478,66 @@ async fn read_body(
     }
 }
 
-/// A successful answer: its `data` (raw JSON, decoded once by the caller) and the envelope's
+/// A successful answer: its `data`, decoded into the caller's type, and the envelope's
 /// `total`, which listings with `start`/`limit` send beside `data`.
 #[derive(Debug)]
-pub(crate) struct Answer {
-    pub data: Box<RawValue>,
+pub(crate) struct Answer<T> {
+    pub data: T,
     pub total: Option<u64>,
-}
-
-impl std::ops::Deref for Answer {
-    type Target = RawValue;
-    fn deref(&self) -> &RawValue {
-        &self.data
-    }
 }
 
 /// Unwraps PVE's envelope: `data` (and `total`) on success; `message` (else the status line's reason
 /// phrase, as older PVE sends no body) and per-parameter `errors` on failure.
-pub(crate) fn envelope(
+pub(crate) fn envelope<T: DeserializeOwned>(
     method: &Method,
     path: &str,
     status: StatusCode,
     reason: Option<String>,
     body: &[u8],
-) -> Result<Answer, Error> {
+) -> Result<Answer<T>, Error> {
     if status.is_success() {
-        // `data` is kept as raw JSON and decoded once, straight into the caller's type: a
-        // listing of 10,000 VMs is not built as a tree first.
+        // One pass: `data` is decoded from the body straight into the caller's type (a listing
+        // of 10,000 VMs is neither built as a tree nor scanned twice).
         #[derive(serde::Deserialize)]
-        struct Envelope {
-            #[serde(default)]
-            data: Option<Box<RawValue>>,
+        struct Envelope<T> {
+            // Absent or null: the caller's type is decoded from `null` below.
+            data: Option<T>,
             // A number, or a number in a string (PVE's Perl sends either); anything else is
             // no total.
             #[serde(default)]
             total: Option<serde_json::Value>,
         }
-        return match serde_json::from_slice::<Envelope>(body) {
-            Ok(env) => Ok(Answer {
-                data: env.data.unwrap_or_else(null),
-                total: env.total.and_then(|t| match t {
-                    serde_json::Value::Number(n) => n.as_u64(),
-                    serde_json::Value::String(s) => s.trim().parse().ok(),
-                    _ => None,
-                }),
-            }),
-            Err(_) => Err(Error::Decode {
-                method: method.to_string(),
-                path: path.to_string(),
-                message: format!(
+        let decode_error = |message: String| Error::Decode {
+            method: method.to_string(),
+            path: path.to_string(),
+            message,
+        };
+        let env = match serde_json::from_slice::<Envelope<T>>(body) {
+            Ok(env) => env,
+            // An object whose `data` is not what the caller expects: serde's words.
+            Err(e) if serde_json::from_slice::<Envelope<serde::de::IgnoredAny>>(body).is_ok() => {
+                return Err(decode_error(e.to_string()));
+            }
+            Err(_) => {
+                return Err(decode_error(format!(
                     "HTTP {} without a JSON object body: {:?}",
                     status.as_u16(),
                     String::from_utf8_lossy(&body[..body.len().min(200)])
-                ),
-            }),
+                )));
+            }
         };
+        let data = match env.data {
+            Some(data) => data,
+            None => serde_json::from_str("null").map_err(|e| decode_error(e.to_string()))?,
+        };
+        return Ok(Answer {
+            data,
+            total: env.total.and_then(|t| match t {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::String(s) => s.trim().parse().ok(),
+                _ => None,
+            }),
+        });
     }
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let object = parsed.as_ref().and_then(|v| v.as_object());
@@ -586,19 +574,6 @@ pub(crate) fn envelope(
         status: status.as_u16(),
         message,
         errors,
-    })
-}
-
-/// A JSON `null`, for answers without `data`.
-fn null() -> Box<RawValue> {
-    RawValue::from_string("null".to_string()).unwrap_or_else(|_| unreachable!("null is JSON"))
-}
-
-fn decode<T: DeserializeOwned>(method: Method, path: &str, data: &RawValue) -> Result<T, Error> {
-    serde_json::from_str(data.get()).map_err(|e| Error::Decode {
-        method: method.to_string(),
-        path: path.to_string(),
-        message: e.to_string(),
     })
 }
 
@@ -665,7 +640,7 @@ mod tests {
 
     #[test]
     fn success_unwraps_data() {
-        let v = envelope(
+        let v: Answer<String> = envelope(
             &Method::GET,
             "/cluster/nextid",
             StatusCode::OK,
@@ -673,8 +648,8 @@ mod tests {
             br#"{"data":"100"}"#,
         )
         .unwrap();
-        assert_eq!(v.get(), r#""100""#);
-        let v = envelope(
+        assert_eq!(v.data, "100");
+        let v: Answer<serde_json::Value> = envelope(
             &Method::PUT,
             "/x",
             StatusCode::OK,
@@ -682,17 +657,19 @@ mod tests {
             br#"{"data":null}"#,
         )
         .unwrap();
-        assert_eq!(v.get(), "null");
+        assert_eq!(v.data, serde_json::Value::Null);
         // No `data` at all is null too.
-        let v = envelope(&Method::PUT, "/x", StatusCode::OK, None, b"{}").unwrap();
-        assert_eq!(v.get(), "null");
+        let v: Answer<Option<u32>> =
+            envelope(&Method::PUT, "/x", StatusCode::OK, None, b"{}").unwrap();
+        assert_eq!(v.data, None);
         assert_eq!(v.total, None);
         // A task log's `total` (a number, or a number in a string).
         for body in [
             &br#"{"data":[],"total":6012}"#[..],
             br#"{"data":[],"total":"6012"}"#,
         ] {
-            let v = envelope(&Method::GET, "/log", StatusCode::OK, None, body).unwrap();
+            let v: Answer<Vec<u8>> =
+                envelope(&Method::GET, "/log", StatusCode::OK, None, body).unwrap();
             assert_eq!(v.total, Some(6012));
         }
     }
@@ -700,7 +677,7 @@ mod tests {
     #[test]
     fn errors_keep_pves_words() {
         // PVE 8: message in the body and per-parameter errors.
-        let e = envelope(
+        let e = envelope::<()>(
             &Method::POST,
             "/nodes/pve1/qemu",
             StatusCode::BAD_REQUEST,
@@ -725,7 +702,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Older PVE: no body at all, the text only in the status line.
-        let e = envelope(
+        let e = envelope::<()>(
             &Method::POST,
             "/nodes/pve1/qemu/100/status/start",
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -736,7 +713,7 @@ mod tests {
         assert_eq!(e.pve_message(), "VM is locked (clone)");
         assert!(e.is_lock());
         // A 401 without a body or a useful reason.
-        let e = envelope(
+        let e = envelope::<()>(
             &Method::GET,
             "/version",
             StatusCode::UNAUTHORIZED,
@@ -747,7 +724,7 @@ mod tests {
         assert_eq!(e.pve_message(), "Unauthorized");
         assert_eq!(e.category(), crate::category::Category::AuthenticationError);
         // A proxy's HTML page on 596.
-        let e = envelope(
+        let e = envelope::<()>(
             &Method::GET,
             "/nodes/pve2/qemu/100/config",
             StatusCode::from_u16(596).unwrap(),
@@ -761,7 +738,23 @@ mod tests {
 
     #[test]
     fn a_success_without_json_is_a_decode_error() {
-        let e = envelope(&Method::GET, "/version", StatusCode::OK, None, b"<html>").unwrap_err();
+        let e =
+            envelope::<()>(&Method::GET, "/version", StatusCode::OK, None, b"<html>").unwrap_err();
         assert!(matches!(e, Error::Decode { .. }));
+        assert!(e.to_string().contains("without a JSON object body"), "{e}");
+        // A JSON object whose `data` is not of the expected shape.
+        let e = envelope::<Vec<u32>>(
+            &Method::GET,
+            "/cluster/resources",
+            StatusCode::OK,
+            None,
+            br#"{"data":{"vmid":1}}"#,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Decode { .. }));
+        assert!(e.to_string().contains("invalid type: map"), "{e}");
+        // Without data, the caller's type must take `null`.
+        let e = envelope::<Vec<u32>>(&Method::GET, "/x", StatusCode::OK, None, b"{}").unwrap_err();
+        assert!(e.to_string().contains("invalid type: null"), "{e}");
     }
 }

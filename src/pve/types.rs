@@ -209,7 +209,7 @@ pub struct ClusterStatusEntry {
 }
 
 /// The health of a cluster, derived from `GET /cluster/status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClusterHealth {
     /// A standalone node (no `cluster` entry) is quorate by definition.
     pub quorate: bool,

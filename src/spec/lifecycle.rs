@@ -140,6 +140,34 @@ impl MaintenanceWindow {
                 || (self.days[yesterday] && minute < self.end_min)
         }
     }
+
+    /// The first instant after `now_ms` at which [`contains`](Self::contains) may answer
+    /// otherwise (the planner's plan holds until then): the next time the local clock reads
+    /// the window's start or end, or the time zone's next offset change (the local clock
+    /// jumps), whichever comes first. `None` when `contains` cannot change (an unknown zone).
+    pub fn next_edge(&self, now_ms: u64) -> Option<u64> {
+        let tz = jiff::tz::TimeZone::get(&self.tz).ok()?;
+        let now = jiff::Timestamp::from_millisecond(now_ms.min(i64::MAX as u64) as i64).ok()?;
+        let today = now.to_zoned(tz.clone()).date();
+        let shift = tz.following(now).next().map(|t| t.timestamp());
+        // The start or end on the local day of now and the two after it (24:00 is the next
+        // day's 00:00); a clock time a jump skips maps past the jump, which `shift` precedes.
+        let edges = (0..=2i64).flat_map(|d| [self.start_min, self.end_min].map(move |m| (d, m)));
+        let at = |(d, m): (i64, u16)| {
+            let day = today
+                .checked_add(jiff::Span::new().days(d + i64::from(m / 1440)))
+                .ok()?;
+            let (h, m) = ((m % 1440) / 60, m % 60);
+            let local = day.at(h as i8, m as i8, 0, 0).to_zoned(tz.clone()).ok()?;
+            Some(local.timestamp())
+        };
+        edges
+            .filter_map(at)
+            .chain(shift)
+            .filter(|t| *t > now)
+            .min()
+            .map(|t| t.as_millisecond().max(0) as u64)
+    }
 }
 
 fn parse_days(text: &str) -> Result<[bool; 7], String> {
@@ -396,6 +424,56 @@ mod tests {
             let (specs, diags) = crate::spec::parse_test_spec(extra);
             assert!(specs.is_empty(), "{extra}");
             assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
+        }
+    }
+
+    #[test]
+    fn next_edge_is_where_the_window_opens_or_closes() {
+        let w = MaintenanceWindow::parse("Sun 02:00-04:00 Europe/Berlin").unwrap();
+        // Saturday noon: Sunday's 02:00 in Berlin (CET), then 04:00.
+        let sat = at("2026-11-21T12:00:00Z");
+        assert_eq!(w.next_edge(sat), Some(at("2026-11-22T01:00:00Z")));
+        assert_eq!(
+            w.next_edge(at("2026-11-22T01:30:00Z")),
+            Some(at("2026-11-22T03:00:00Z"))
+        );
+        // A clock jump comes first: Berlin leaves summer time on 2026-10-25 at 01:00 UTC.
+        let w = MaintenanceWindow::parse("Mon 05:00-06:00 Europe/Berlin").unwrap();
+        assert_eq!(
+            w.next_edge(at("2026-10-24T23:00:00Z")),
+            Some(at("2026-10-25T01:00:00Z"))
+        );
+        assert_eq!(
+            MaintenanceWindow::parse("* 22:00-02:00 UTC")
+                .unwrap()
+                .next_edge(sat),
+            Some(at("2026-11-21T22:00:00Z"))
+        );
+    }
+
+    proptest::proptest! {
+        /// Between an instant and its next edge, `contains` answers as at the instant: the plan
+        /// made at `now` holds until then.
+        #[test]
+        fn contains_holds_until_the_next_edge(
+            days in "(\\*|Mon|Sat,Sun|Mon-Fri|Fri-Mon)",
+            start in 0u16..1440,
+            len in 1u16..1440,
+            tz in "(UTC|Europe/Berlin|America/New_York|Asia/Kathmandu|Australia/Lord_Howe)",
+            now in 1_700_000_000_000u64..1_800_000_000_000,
+            steps in proptest::collection::vec(0u64..1_000, 1..40),
+        ) {
+            let end = (start + len) % 1440;
+            let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+            let w = MaintenanceWindow::parse(&format!("{days} {}-{} {tz}", hm(start), hm(end))).unwrap();
+            let edge = w.next_edge(now).unwrap();
+            proptest::prop_assert!(edge > now);
+            let inside = w.contains(now);
+            // Instants spread from now to just before the edge, and the last one before it.
+            let span = edge - now;
+            for s in steps.iter().map(|s| s * span / 1_000).chain([span - 1]) {
+                proptest::prop_assert_eq!(w.contains(now + s), inside, "at now + {} ms (edge {})", s, edge);
+            }
         }
     }
 

@@ -378,6 +378,25 @@ impl Specs {
     pub fn retain(&mut self, mut keep: impl FnMut(&Spec) -> bool) {
         self.0.retain(|s| keep(s));
     }
+
+    /// Each spec to change in place (copied first when shared). Kept hashes are dropped:
+    /// they would no longer be the spec's.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Spec> {
+        self.0.iter_mut().map(unshared)
+    }
+}
+
+/// A spec to change: its own copy when shared, without its kept hashes.
+fn unshared(spec: &mut Arc<Spec>) -> &mut Spec {
+    let spec = Arc::make_mut(spec);
+    spec.hashes = Hashes::default();
+    spec
+}
+
+impl std::ops::IndexMut<usize> for Specs {
+    fn index_mut(&mut self, i: usize) -> &mut Spec {
+        unshared(&mut self.0[i])
+    }
 }
 
 impl std::ops::Index<usize> for Specs {
