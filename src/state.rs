@@ -420,6 +420,66 @@ pub fn create_state_dir(state_dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Whether `path` holds no database yet: absent, empty, or begun but never finished. redb
+/// writes its magic number (the file's first 9 bytes) last, once the new database and its
+/// header are on disk; a file whose first 9 bytes are still zero was never finished, so
+/// nothing was ever committed to it (an earlier release made the database in place, and a process killed in that
+/// moment left such a file, which redb refuses for good: "invalid data").
+fn needs_new_database(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    match std::fs::File::open(path) {
+        // 9: the length of redb's magic number (redb 4 `MAGICNUMBER`).
+        Ok(file) => file.take(9).read_to_end(&mut head)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    Ok(head.iter().all(|b| *b == 0))
+}
+
+/// Makes a new database at `path`: made complete under a temporary name (0600 from the
+/// start, as redb would follow the umask), then renamed into place, so a process killed
+/// meanwhile leaves either nothing or a whole database. One process per state directory
+/// (`instance_lock`) means no other is making it at the same time.
+fn create_database(state_dir: &Path, path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = state_dir.join(format!("{DB_FILE}.new"));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot remove {}: {e}", tmp.display()));
+        }
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("cannot create the database file: {e}"))?;
+    {
+        let db = redb::Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(&tmp)
+            .map_err(|e| e.to_string())?;
+        let tx = db.begin_write().map_err(|e| e.to_string())?;
+        create_tables(&tx).map_err(|e| e.to_string())?;
+        tx.commit().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&tmp, path)
+        .map_err(|e| format!("cannot move the new database into place: {e}"))?;
+    std::fs::File::open(state_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("cannot sync the directory: {e}"))
+}
+
+/// The tables, so reads never meet a missing one.
+fn create_tables(tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
+    tx.open_table(SPECS)?;
+    tx.open_table(ALLOCATIONS)?;
+    tx.open_table(ORPHANS)?;
+    Ok(())
+}
+
 /// The database. Cheap to share by reference; each call is its own transaction.
 pub struct Store {
     db: redb::Database,
@@ -450,30 +510,16 @@ impl Store {
         };
         create_state_dir(state_dir)
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
-        // Created 0600 from the start (redb would follow the umask); an existing file is
-        // opened as it is. redb initialises an empty file as a new database.
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| fail(format!("cannot create the database file: {e}")))?;
+        if needs_new_database(&path).map_err(|e| fail(format!("cannot read the file: {e}")))? {
+            create_database(state_dir, &path).map_err(fail)?;
         }
         let db = redb::Database::builder()
             .set_cache_size(CACHE_BYTES)
-            .create(&path)
+            .open(&path)
             .map_err(|e| fail(e.to_string()))?;
         let store = Store { db, path };
-        // Create the tables so reads never meet a missing one.
-        store.write(|tx| {
-            tx.open_table(SPECS)?;
-            tx.open_table(ALLOCATIONS)?;
-            tx.open_table(ORPHANS)?;
-            Ok(())
-        })?;
+        // A database made by an earlier release may lack a table.
+        store.write(create_tables)?;
         Ok(store)
     }
 
@@ -985,6 +1031,48 @@ mod tests {
             "{json}"
         );
         assert_eq!(read(&json), stale);
+    }
+
+    #[test]
+    fn a_database_whose_making_was_interrupted_is_made_again() {
+        // redb writes its magic number last: a process killed while an earlier release made
+        // the database in place left a file of zeros, which redb never opens ("invalid data").
+        let dir = tempfile::tempdir().unwrap();
+        // The header written, its magic number not yet.
+        let mut unfinished = vec![0u8; 1 << 16];
+        unfinished[9..16].copy_from_slice(&[1, 0, 0, 0, 16, 0, 0]);
+        std::fs::write(dir.path().join(DB_FILE), unfinished).unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.put("a", &SpecRecord::default()).unwrap();
+        assert!(store.specs().unwrap().contains_key("a"));
+        assert!(!dir.path().join(format!("{DB_FILE}.new")).exists());
+        // A leftover of a new database killed before its rename is replaced too.
+        drop(store);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(format!("{DB_FILE}.new")), b"half").unwrap();
+        Store::open(dir.path()).unwrap();
+        assert!(!dir.path().join(format!("{DB_FILE}.new")).exists());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        std::fs::write(&path, b"not a database").unwrap();
+        assert!(Store::open(dir.path()).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"not a database");
+    }
+
+    #[test]
+    fn a_new_database_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(DB_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]
