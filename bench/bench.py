@@ -281,7 +281,9 @@ class Daemon:
         self.closed = False
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        env = dict(os.environ, NOTIFY_SOCKET=self.sock_path, PROXSYNC_LOG='info')
+        # PROXSYNC_BENCH_LOG: the daemon's log filter (e.g. info,proxsync::daemon=debug for timings).
+        env = dict(os.environ, NOTIFY_SOCKET=self.sock_path,
+                   PROXSYNC_LOG=os.environ.get('PROXSYNC_BENCH_LOG', 'info'))
         self.err = open(logfile, 'a')
         self.started = time.monotonic()
         prefix = [a.replace('{log}', os.path.splitext(os.path.basename(logfile))[0]) for a in DAEMON_PREFIX]
