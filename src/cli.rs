@@ -131,12 +131,16 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    crate::malloc::limit_arenas();
     init_logging();
     match cli.command {
         Command::Validate { paths } => validate(cli.config, paths),
         Command::Doctor { specs } => doctor(cli.config, specs),
-        Command::Run { once, specs } => run_cmd(cli.config, once, specs),
+        Command::Run { once, specs } => {
+            // Only the long-running command: `status` and `plan` parse files on every core,
+            // where one arena would make the threads queue for the allocator.
+            crate::malloc::limit_arenas();
+            run_cmd(cli.config, once, specs)
+        }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
