@@ -553,20 +553,15 @@ impl Engine {
     ) -> Result<CycleReport, EngineError> {
         let cycle_ms = started.elapsed().as_millis() as u64;
         let summary = SummaryStatus {
-            commit: commit.map(str::to_string),
-            source_error: self.source_error.as_ref().map(ToString::to_string),
-            refused_commit: self.source_refusal.clone(),
             specs: last.specs,
             ready: last.ready,
             stalled: last.stalled,
             backing_off: last.backing_off,
             invalid: last.specs.saturating_sub(specs.specs.len()),
             sites: views.values().map(site_summary).collect(),
-            last_cycle: self.clock.system_time(),
             cycle_ms,
             refused: last.plan.refused.clone(),
-            last_request: self.last_request.clone(),
-            notify_failures: self.notify_failures.clone(),
+            ..self.summary(commit, self.clock.system_time())
         };
         self.status
             .write_summary(&summary)
@@ -672,20 +667,15 @@ impl Engine {
             .map_err(status_err(&self.config.status_dir))?;
         let cycle_ms = started.elapsed().as_millis() as u64;
         let summary = SummaryStatus {
-            commit: commit.map(str::to_string),
-            source_error: self.source_error.as_ref().map(ToString::to_string),
-            refused_commit: self.source_refusal.clone(),
             specs: specs.specs.len() + counts.invalid,
             ready: counts.ready,
             stalled: counts.stalled,
             backing_off: counts.backing_off,
             invalid: counts.invalid,
             sites: views.values().map(site_summary).collect(),
-            last_cycle: now,
             cycle_ms,
             refused: refused.to_vec(),
-            last_request: self.last_request.clone(),
-            notify_failures: self.notify_failures.clone(),
+            ..self.summary(commit, now)
         };
         self.status
             .write_summary(&summary)
@@ -707,8 +697,19 @@ impl Engine {
     /// `[source] verify` and no verified commit to fall back on): nothing was observed or
     /// planned, and the summary says why.
     pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
-        let summary = SummaryStatus {
-            commit: None,
+        let summary = self.summary(None, self.clock.system_time());
+        self.status
+            .write_summary(&summary)
+            .map_err(status_err(&self.config.status_dir))?;
+        Ok(())
+    }
+
+    /// A summary of `commit` at `last_cycle` with what the engine holds between cycles (the
+    /// source's trouble, the last request, failing notification targets) and nothing counted:
+    /// each caller fills in its cycle's counts.
+    fn summary(&self, commit: Option<&str>, last_cycle: SystemTime) -> SummaryStatus {
+        SummaryStatus {
+            commit: commit.map(str::to_string),
             source_error: self.source_error.as_ref().map(ToString::to_string),
             refused_commit: self.source_refusal.clone(),
             specs: 0,
@@ -717,16 +718,12 @@ impl Engine {
             backing_off: 0,
             invalid: 0,
             sites: Vec::new(),
-            last_cycle: self.clock.system_time(),
+            last_cycle,
             cycle_ms: 0,
             refused: Vec::new(),
             last_request: self.last_request.clone(),
             notify_failures: self.notify_failures.clone(),
-        };
-        self.status
-            .write_summary(&summary)
-            .map_err(status_err(&self.config.status_dir))?;
-        Ok(())
+        }
     }
 
     /// Writes a spec's status file unless the status is the one it was last given.
