@@ -2,7 +2,7 @@
 //! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -13,7 +13,7 @@ use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, exec
 use crate::metrics::Metrics;
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
 use crate::ownership::{Marker, MarkerKey};
-use crate::plan::{Action, Plan, PlanInput, fnv_hex, plan};
+use crate::plan::{Action, FnvHashMap, FnvHashSet, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
 use crate::spec::{SpecSet, Specs};
 use crate::state::{SpecRecord, Store};
@@ -853,11 +853,18 @@ fn status_err(dir: &Path) -> impl Fn(crate::status::StatusError) -> EngineError 
 }
 
 /// Markers read from VM configs: site -> VMID -> the marker (`None`: read, none there).
-type MarkerCache = HashMap<String, HashMap<u32, Option<Marker>>>;
+/// The markers known per site, kept across cycles (a cycle clones pointers, not strings).
+type MarkerCache = HashMap<String, SiteMarkers>;
+
+#[derive(Default)]
+struct SiteMarkers {
+    /// Read from configs (`None`: read, and the VM has none).
+    read: FnvHashMap<u32, Option<Arc<Marker>>>,
+    /// Vouched for by a record and never read this process: built once, not each cycle.
+    vouched: FnvHashMap<u32, Arc<Marker>>,
+}
 
 /// Observes every site in parallel and reads the markers the planner needs.
-// Long because: the marker cache rules (read, reuse, forget, fill in from the record) decide
-// together which VMs are known to be ours, and read best side by side.
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
     config: &Config,
@@ -867,7 +874,7 @@ async fn observe_all(
     key: Option<&MarkerKey>,
     mut fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
-    let verifies = |m: &Option<Marker>, vmid: u32| {
+    let verifies = |m: &Option<Arc<Marker>>, vmid: u32| {
         m.as_ref()
             .is_some_and(|m| key.is_some_and(|k| m.verifies(k, vmid)))
     };
@@ -883,22 +890,22 @@ async fn observe_all(
         }
     }
     // Each site's records and spec VM names, grouped in one pass each (not a pass over every
-    // record and spec per site).
-    let mut site_records: HashMap<&str, Vec<(&str, &SpecRecord)>> = HashMap::new();
+    // record and spec per site). FNV: these sets hold every spec and are built every cycle.
+    let mut site_records: FnvHashMap<&str, Vec<(&str, &SpecRecord)>> = FnvHashMap::default();
     for (spec_name, rec) in records {
         site_records
             .entry(rec.site.as_str())
             .or_default()
             .push((spec_name.as_str(), rec));
     }
-    let mut site_vm_names: HashMap<&str, HashSet<&str>> = HashMap::new();
+    let mut site_vm_names: FnvHashMap<&str, FnvHashSet<&str>> = FnvHashMap::default();
     for spec in &specs.specs {
         site_vm_names
             .entry(spec.site.as_str())
             .or_default()
             .insert(spec.vm_name.as_str());
     }
-    let (no_records, no_names) = (Vec::new(), HashSet::new());
+    let (no_records, no_names) = (Vec::new(), FnvHashSet::default());
     let tag = crate::ownership::ownership_tag(&config.install_id);
     // Forget the cached markers of sites no longer configured.
     cache.retain(|site_name, _| sites.contains_key(site_name));
@@ -907,17 +914,17 @@ async fn observe_all(
             continue;
         };
         let records = site_records.get(name.as_str()).unwrap_or(&no_records);
-        let known: HashSet<u32> = records.iter().filter_map(|(_, r)| r.vmid()).collect();
+        let known: FnvHashSet<u32> = records.iter().filter_map(|(_, r)| r.vmid()).collect();
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
         // ownership tag only when converged).
         let spec_names = site_vm_names.get(name.as_str()).unwrap_or(&no_names);
         let cache = cache.entry(name.clone()).or_default();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
-        cache.retain(|vmid, _| view.vms.contains_key(vmid));
+        cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
         let mut to_read = Vec::new();
         for vmid in needs_marker(view, &config.install_id, &known, spec_names) {
-            match cache.get(&vmid) {
+            match cache.read.get(&vmid) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
                     let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
@@ -929,7 +936,8 @@ async fn observe_all(
         for (vmid, read) in read_markers(site, to_read, per_node).await {
             match read {
                 Ok(MarkerRead::Read { marker, config }) => {
-                    cache.insert(vmid, marker.clone());
+                    let marker = marker.map(Arc::new);
+                    cache.read.insert(vmid, marker.clone());
                     if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
                         fresh.insert((name.clone(), vmid), cfg);
                     }
@@ -947,7 +955,7 @@ async fn observe_all(
         // listing, and execute re-reads the config before any change.
         for vmid in &known {
             if let Some(vm) = view.vms.get_mut(vmid)
-                && let Some(Some(m)) = cache.get(vmid)
+                && let Some(Some(m)) = cache.read.get(vmid)
             {
                 vm.marker = Some(m.clone());
                 vm.marker_read = true;
@@ -957,22 +965,33 @@ async fn observe_all(
             }
         }
         // Known VMs whose marker was never read this process: mark from the record.
+        let mut vouched = FnvHashMap::default();
         for (spec_name, rec) in records {
             if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
                 && !vm.marker_read
                 && vm.has_tag(&tag)
             {
-                // The record vouches for it: we made or adopted this VM at this VMID.
-                vm.marker = Some(Marker {
-                    install: config.install_id.clone(),
-                    spec: spec_name.to_string(),
-                    uid: rec.uid.clone(),
-                    mac: None,
-                });
+                // The record vouches for it: we made or adopted this VM at this VMID. The
+                // marker built in an earlier cycle serves while it says the same.
+                let marker = cache
+                    .vouched
+                    .remove(&vmid)
+                    .filter(|m| m.spec == *spec_name && m.uid == rec.uid)
+                    .unwrap_or_else(|| {
+                        Arc::new(Marker {
+                            install: config.install_id.clone(),
+                            spec: spec_name.to_string(),
+                            uid: rec.uid.clone(),
+                            mac: None,
+                        })
+                    });
+                vm.marker = Some(marker.clone());
                 vm.marker_verified = true;
+                vouched.insert(vmid, marker);
             }
         }
+        cache.vouched = vouched;
     }
     views
 }
@@ -981,8 +1000,8 @@ async fn observe_all(
 fn set_marker(
     view: &mut SiteView,
     vmid: u32,
-    marker: Option<Marker>,
-    verifies: &impl Fn(&Option<Marker>, u32) -> bool,
+    marker: Option<Arc<Marker>>,
+    verifies: &impl Fn(&Option<Arc<Marker>>, u32) -> bool,
 ) {
     if let Some(vm) = view.vms.get_mut(&vmid) {
         vm.marker_verified = verifies(&marker, vmid);

@@ -4,12 +4,13 @@
 //! [`needs_marker`]); their answers are cached across cycles.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
 use crate::ownership::Marker;
-use crate::pve::types::{ClusterHealth, VmConfig, VmResource};
+use crate::pve::types::{ClusterHealth, ListedStatus, VmConfig, VmResource};
 use crate::pve::{Error, Pve};
 
 /// A VM's power state as listed.
@@ -50,8 +51,8 @@ pub struct ObservedVm {
     pub ha_state: Option<String>,
     pub template: bool,
     /// The description marker, once read (`None`: not read, or read and absent; see
-    /// `marker_read`).
-    pub marker: Option<Marker>,
+    /// `marker_read`). Shared with the marker cache: a cycle clones a pointer, not strings.
+    pub marker: Option<Arc<Marker>>,
     pub marker_read: bool,
     /// The marker's MAC verifies for this VMID with this install's key (or the state
     /// database vouches for the VM). Only a verified marker makes a VM this install's.
@@ -61,12 +62,12 @@ pub struct ObservedVm {
 impl ObservedVm {
     /// Taken by value: the strings move over, nothing is copied.
     pub fn from_resource(r: VmResource) -> ObservedVm {
-        let power = match r.status.as_deref() {
-            Some("running") if r.name.is_some() => Power::Running,
-            Some("stopped") if r.name.is_some() => Power::Stopped,
+        let power = match r.status {
+            Some(ListedStatus::Running) if r.name.is_some() => Power::Running,
+            Some(ListedStatus::Stopped) if r.name.is_some() => Power::Stopped,
             _ => Power::Unknown,
         };
-        let mut tags = r.tag_list();
+        let mut tags = r.tags;
         tags.sort();
         tags.dedup();
         ObservedVm {
@@ -188,11 +189,11 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
 /// The VMs whose marker must be read before planning: those carrying this install's tag
 /// that no record explains, and those named like a spec that has no VM yet (a create that
 /// crashed before its tags were set, or a lost database). Templates are never candidates.
-pub fn needs_marker(
+pub fn needs_marker<S: BuildHasher, T: BuildHasher>(
     view: &SiteView,
     install_id: &str,
-    known_vmids: &HashSet<u32>,
-    unmapped_names: &HashSet<&str>,
+    known_vmids: &HashSet<u32, S>,
+    unmapped_names: &HashSet<&str, T>,
 ) -> Vec<u32> {
     let tag = crate::ownership::ownership_tag(install_id);
     view.vms
@@ -306,15 +307,18 @@ mod tests {
             r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"proxsync.main"}"#,
         ));
         assert!(!vm.owned_by("main"), "no marker read yet");
-        vm.marker = Some(Marker {
-            install: "other".into(),
-            spec: "a".into(),
-            uid: "1".into(),
-            mac: None,
-        });
+        let marker = |install: &str| {
+            Some(Arc::new(Marker {
+                install: install.into(),
+                spec: "a".into(),
+                uid: "1".into(),
+                mac: None,
+            }))
+        };
+        vm.marker = marker("other");
         vm.marker_verified = true;
         assert!(!vm.owned_by("main"), "another install's marker");
-        vm.marker.as_mut().unwrap().install = "main".into();
+        vm.marker = marker("main");
         assert!(vm.owned_by("main"));
         vm.marker_verified = false;
         assert!(!vm.owned_by("main"), "a marker that does not verify");

@@ -9,6 +9,7 @@
 //! node, a create while a candidate's marker is unread, a removed spec's create in flight).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -525,12 +526,13 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 MarkerGen::ForeignInstall => (Some(("other", name.clone())), true),
                 MarkerGen::OtherSpec => (Some((INSTALL, format!("gone-{i}"))), true),
             };
-            vm.marker = m.map(|(install, spec)| Marker {
+            vm.marker = (m.map(|(install, spec)| Marker {
                 install: install.to_string(),
                 uid: uid_of(&spec),
                 spec,
                 mac: None,
-            });
+            }))
+            .map(Arc::new);
             vm.marker_read = read;
             vms.insert(vm_id, vm);
         }
@@ -626,12 +628,12 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 // A clone: the marker is in the description, the tags come later.
                 let name = entry_name(i);
                 let mut vm = blank_vm(vmid, node, &name, Power::Stopped);
-                vm.marker = Some(Marker {
+                vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.to_string(),
                     spec: name.clone(),
                     uid: records[&name].uid.clone(),
                     mac: None,
-                });
+                }));
                 in_flight.insert(vmid, vm);
             }
         }
@@ -659,16 +661,16 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
             ExtraKind::Orphan => {
                 vm.name = Some(format!("old-{j}"));
                 vm.tags = vec![owner_tag()];
-                vm.marker = marker(INSTALL, &format!("gone-x{j}"));
+                vm.marker = (marker(INSTALL, &format!("gone-x{j}"))).map(Arc::new);
             }
             ExtraKind::NotOurs(k) => match k {
                 0 => {}
                 1 => vm.tags = vec![owner_tag()],
                 2 => {
                     vm.tags = vec![owner_tag()];
-                    vm.marker = marker("other", &borrowed);
+                    vm.marker = (marker("other", &borrowed)).map(Arc::new);
                 }
-                3 => vm.marker = marker("other", &borrowed),
+                3 => vm.marker = marker("other", &borrowed).map(Arc::new),
                 _ => {
                     vm.tags = vec![owner_tag()];
                     vm.marker_read = conv;
@@ -678,7 +680,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 vm.template = true;
                 vm.power = Power::Stopped;
                 vm.tags = vec![owner_tag()];
-                vm.marker = marker(INSTALL, &borrowed);
+                vm.marker = (marker(INSTALL, &borrowed)).map(Arc::new);
             }
         }
         if let Some(ago) = x.seen_ago {
@@ -785,12 +787,12 @@ impl Sim {
         vm.cpus = Some(u64::from(spec.cpu));
         vm.memory_bytes = Some(spec.memory_mib * MIB);
         vm.disk_bytes = Some(spec.disk_bytes);
-        vm.marker = Some(Marker {
+        vm.marker = Some(Arc::new(Marker {
             install: INSTALL.to_string(),
             spec: spec.name.clone(),
             uid: rec.uid.clone(),
             mac: None,
-        });
+        }));
         let existing = self.world.vms_mut().insert(vmid, vm);
         assert!(existing.is_none(), "a create over existing VM {vmid}");
         rec.vm = VmState::Exists {
@@ -854,7 +856,7 @@ impl Sim {
                     .get_mut(vmid)
                     .and_then(|v| v.marker.as_mut())
                 {
-                    m.spec = spec.clone();
+                    Arc::make_mut(m).spec = spec.clone();
                 }
             }
             Action::Create { spec, node, .. } => {
@@ -976,12 +978,12 @@ impl Sim {
                     let uid = rec.uid.clone();
                     let mut vm = blank_vm(*vmid, &node, spec, Power::Stopped);
                     vm.tags = vec![tag.clone()];
-                    vm.marker = Some(Marker {
+                    vm.marker = Some(Arc::new(Marker {
                         install: INSTALL.into(),
                         spec: spec.clone(),
                         uid,
                         mac: None,
-                    });
+                    }));
                     self.world.vms_mut().insert(*vmid, vm);
                     return;
                 }
@@ -995,7 +997,7 @@ impl Sim {
                     if *release {
                         let vm = vms.get_mut(vmid).expect("listed");
                         vm.tags.retain(|t| *t != tag);
-                        vm.marker = None;
+                        vm.marker = (None).map(Arc::new);
                     } else {
                         vms.remove(vmid);
                     }
@@ -1442,7 +1444,7 @@ proptest! {
         // At least one removed spec whose VM is there to delete.
         let mut vm = blank_vm(300, NODES[0], "last", if running { Power::Running } else { Power::Stopped });
         vm.tags = vec![owner_tag()];
-        vm.marker = Some(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last"), mac: None });
+        vm.marker = Some(Arc::new(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last"), mac: None }));
         w.vms_mut().insert(300, vm);
         w.records.insert("last".into(), SpecRecord {
             uid: uid_of("last"),
@@ -1624,12 +1626,13 @@ fn lost_web_vm(marker_read: bool) -> ObservedVm {
     let mut vm = blank_vm(100, NODES[0], "web", Power::Running);
     vm.tags = vec![owner_tag()];
     vm.marker_read = marker_read;
-    vm.marker = marker_read.then(|| Marker {
+    vm.marker = (marker_read.then(|| Marker {
         install: INSTALL.into(),
         spec: "web".into(),
         uid: uid_of("web"),
         mac: None,
-    });
+    }))
+    .map(Arc::new);
     vm
 }
 
@@ -1697,12 +1700,12 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
     }
     // The clone task ends: VM 500 with the marker of `old` and no tag.
     let mut vm = blank_vm(500, NODES[0], "old", Power::Stopped);
-    vm.marker = Some(Marker {
+    vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: "old".into(),
         uid: uid_of("old"),
         mac: None,
-    });
+    }));
     sim.world.vms_mut().insert(500, vm);
     let p2 = plan(&sim.world.input());
     assert_eq!(
@@ -2277,7 +2280,7 @@ fn a_vm_of_another_install_is_adopted_only_once_released() {
         plan(&w.input())
     };
     let mut held = lost_web_vm(true);
-    held.marker.as_mut().unwrap().install = "other".into();
+    Arc::make_mut(held.marker.as_mut().unwrap()).install = "other".into();
     held.tags = vec!["proxsync.other".into(), "tenant_b".into()];
     let p = sharded(&held);
     assert_eq!(
@@ -2373,12 +2376,12 @@ fn each_clock_threshold_bounds_valid_until() {
     let mut w = settled();
     let mut orphan = blank_vm(200, NODES[1], "old", Power::Stopped);
     orphan.tags = vec![owner_tag()];
-    orphan.marker = Some(Marker {
+    orphan.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: "old".into(),
         uid: uid_of("old"),
         mac: None,
-    });
+    }));
     w.vms_mut().insert(200, orphan);
     w.orphans_seen.insert((SITE.into(), 200), now - 60_000);
     assert_eq!(plan(&w.input()).valid_until_ms, now - 60_000 + 600_000);

@@ -487,7 +487,7 @@ async fn offline_nodes_and_lost_quorum_show_in_health() {
         .into_iter()
         .find(|v| v.vmid == 190)
         .expect("still listed");
-    assert_eq!(vm.status.as_deref(), Some("unknown"));
+    assert_eq!(vm.status, Some(proxsync::pve::types::ListedStatus::Unknown));
     let err = c.vm_config("pve1", 190).await.unwrap_err();
     assert_eq!(err.category(), Category::NodeUnhealthy, "{err}");
     pve.set_node_offline("pve1", false);

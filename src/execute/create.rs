@@ -611,7 +611,7 @@ pub(super) async fn adopt(
         ));
     };
     let uid = if is_our_marker(ctx, &m, Some(&spec.name)) {
-        m.uid
+        m.uid.clone()
     } else {
         // Handed over by another install: it becomes this install's first.
         let site = site(ctx, site_name)?;

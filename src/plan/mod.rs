@@ -37,8 +37,8 @@ mod rename;
 mod spec;
 
 pub use hash::{
-    FnvHasher, MIN_REBOOT_INTERVAL, content_hash, drift, fnv, fnv_from, fnv_hex, inputs_hash,
-    merge_tags, reboot_due, remember_hashes, spec_hash,
+    FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, MIN_REBOOT_INTERVAL, content_hash, drift,
+    fnv, fnv_from, fnv_hex, inputs_hash, merge_tags, reboot_due, remember_hashes, spec_hash,
 };
 
 /// Everything the planner looks at.

@@ -27,8 +27,9 @@ use super::ha::{HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
-    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
-    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+    AgentInterface, ClusterHealth, DatacenterOptions, GuestType, ListedStatus, NetworkInterface,
+    NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+    split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 
@@ -460,14 +461,18 @@ impl Pve for FakePve {
             Ok(s.vms
                 .iter()
                 .map(|(vmid, vm)| VmResource {
-                    id: format!("qemu/{vmid}"),
-                    kind: Some("qemu".into()),
+                    qemu_id: true,
+                    kind: Some(GuestType::Qemu),
                     vmid: *vmid,
                     node: vm.node.clone(),
                     // A VM in its create window has no name yet.
                     name: vm.config.get("name").cloned(),
-                    status: Some(if vm.running { "running" } else { "stopped" }.into()),
-                    tags: vm.config.get("tags").cloned(),
+                    status: Some(if vm.running {
+                        ListedStatus::Running
+                    } else {
+                        ListedStatus::Stopped
+                    }),
+                    tags: split_tags(vm.config.get("tags").map_or("", String::as_str)),
                     template: Some(vm.config.get("template").is_some_and(|t| t == "1")),
                     lock: vm.config.get("lock").cloned(),
                     pool: None,

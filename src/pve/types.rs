@@ -257,12 +257,15 @@ pub struct PoolMember {
 }
 
 /// One VM of `GET /cluster/resources?type=vm`. Everything but id/vmid/node may be missing.
+/// Decoded every cycle for every guest of a site, so only what is read is kept, and the
+/// strings only compared (`id`, `type`, `status`) are not copied out of the answer.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct VmResource {
-    /// `qemu/100` or `lxc/101`.
-    pub id: String,
+    /// `id` is `qemu/100` or `lxc/101`: true for the first.
+    #[serde(rename = "id", deserialize_with = "id_is_qemu")]
+    pub qemu_id: bool,
     #[serde(rename = "type", default)]
-    pub kind: Option<String>,
+    pub kind: Option<GuestType>,
     #[serde(deserialize_with = "u32_lenient")]
     pub vmid: u32,
     pub node: String,
@@ -270,10 +273,11 @@ pub struct VmResource {
     pub name: Option<String>,
     /// `running`, `stopped`, or `unknown` (node offline, or the VM just appeared).
     #[serde(default)]
-    pub status: Option<String>,
-    /// `;`-separated as PVE stores them (older releases also used `,` or spaces).
-    #[serde(default)]
-    pub tags: Option<String>,
+    pub status: Option<ListedStatus>,
+    /// Lower-cased as PVE compares them, in the listing's order. PVE stores them
+    /// `;`-separated (older releases also used `,` or spaces).
+    #[serde(default, deserialize_with = "tag_string")]
+    pub tags: Vec<String>,
     #[serde(default, deserialize_with = "opt_bool")]
     pub template: Option<bool>,
     #[serde(default)]
@@ -291,16 +295,90 @@ pub struct VmResource {
     pub maxdisk: Option<u64>,
 }
 
+/// A listed guest's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuestType {
+    Qemu,
+    Lxc,
+    #[serde(other)]
+    Other,
+}
+
+/// A listed guest's `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListedStatus {
+    Running,
+    Stopped,
+    /// The node is offline, or the VM appeared seconds ago.
+    Unknown,
+    #[serde(other)]
+    Other,
+}
+
 impl VmResource {
     /// True for QEMU VMs (the listing also holds containers).
     pub fn is_qemu(&self) -> bool {
-        self.kind.as_deref() == Some("qemu") || self.id.starts_with("qemu/")
+        self.kind == Some(GuestType::Qemu) || self.qemu_id
     }
 
     /// Tags as a list, lower-cased as PVE compares them.
-    pub fn tag_list(&self) -> Vec<String> {
-        split_tags(self.tags.as_deref().unwrap_or(""))
+    pub fn tag_list(&self) -> &[String] {
+        &self.tags
     }
+}
+
+/// A string read where it lies in the answer (no copy), for fields only compared.
+fn with_str<'de, D: Deserializer<'de>, T>(
+    d: D,
+    expecting: &'static str,
+    f: fn(&str) -> T,
+) -> Result<T, D::Error> {
+    struct Visit<T> {
+        expecting: &'static str,
+        f: fn(&str) -> T,
+    }
+    impl<T> serde::de::Visitor<'_> for Visit<T> {
+        type Value = T;
+        fn expecting(&self, out: &mut std::fmt::Formatter) -> std::fmt::Result {
+            out.write_str(self.expecting)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+            Ok((self.f)(v))
+        }
+    }
+    d.deserialize_str(Visit { expecting, f })
+}
+
+fn id_is_qemu<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    with_str(d, "a guest id such as qemu/100", |id| {
+        id.starts_with("qemu/")
+    })
+}
+
+/// A tag string split and lower-cased as it is read; `null` is no tags.
+fn tag_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Vec<String>;
+        fn expecting(&self, out: &mut std::fmt::Formatter) -> std::fmt::Result {
+            out.write_str("a tag string such as \"proxsync.main;web\"")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+            Ok(split_tags(v))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Vec<String>, E> {
+            Ok(Vec::new())
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<String>, E> {
+            Ok(Vec::new())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
+            d.deserialize_str(Visit)
+        }
+    }
+    d.deserialize_option(Visit)
 }
 
 /// Splits a PVE tag string (`;`, `,` or whitespace separated) into lower-cased tags.
@@ -621,7 +699,7 @@ mod tests {
         assert_eq!(vms[1].vmid, 9000);
         assert_eq!(vms[1].template, Some(true));
         assert_eq!(vms[2].name, None);
-        assert_eq!(vms[2].status.as_deref(), Some("unknown"));
+        assert_eq!(vms[2].status, Some(ListedStatus::Unknown));
         assert!(vms[2].tag_list().is_empty());
         assert!(!vms[3].is_qemu());
     }
