@@ -972,20 +972,9 @@ async fn observe_all(
                 && !vm.marker_read
                 && vm.has_tag(&tag)
             {
-                // The record vouches for it: we made or adopted this VM at this VMID. The
-                // marker built in an earlier cycle serves while it says the same.
-                let marker = cache
-                    .vouched
-                    .remove(&vmid)
-                    .filter(|m| m.spec == *spec_name && m.uid == rec.uid)
-                    .unwrap_or_else(|| {
-                        Arc::new(Marker {
-                            install: config.install_id.clone(),
-                            spec: spec_name.to_string(),
-                            uid: rec.uid.clone(),
-                            mac: None,
-                        })
-                    });
+                // The record vouches for it: we made or adopted this VM at this VMID.
+                let earlier = cache.vouched.remove(&vmid);
+                let marker = vouched_marker(earlier, &config.install_id, spec_name, &rec.uid);
                 vm.marker = Some(marker.clone());
                 vm.marker_verified = true;
                 vouched.insert(vmid, marker);
@@ -994,6 +983,26 @@ async fn observe_all(
         cache.vouched = vouched;
     }
     views
+}
+
+/// The marker a record vouches for: the one built in an earlier cycle while it names the
+/// same install, spec and uid (a rename or a new uid builds a new one).
+fn vouched_marker(
+    earlier: Option<Arc<Marker>>,
+    install: &str,
+    spec: &str,
+    uid: &str,
+) -> Arc<Marker> {
+    earlier
+        .filter(|m| m.install == install && m.spec == spec && m.uid == uid)
+        .unwrap_or_else(|| {
+            Arc::new(Marker {
+                install: install.to_string(),
+                spec: spec.to_string(),
+                uid: uid.to_string(),
+                mac: None,
+            })
+        })
 }
 
 /// Sets what a marker read found on the listed VM.
@@ -1291,4 +1300,39 @@ async fn take_over_by_hand(
     crate::execute::sign_over(client, node, vmid, cfg, &signed)
         .await
         .map_err(|e| EngineError::Refused(format!("VM {vmid}: {e}; nothing changed")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vouched_marker_is_reused_only_while_it_says_the_same() {
+        let first = vouched_marker(None, "main", "web", "u1");
+        assert_eq!(
+            (
+                first.install.as_str(),
+                first.spec.as_str(),
+                first.uid.as_str()
+            ),
+            ("main", "web", "u1")
+        );
+        let again = vouched_marker(Some(first.clone()), "main", "web", "u1");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same marker is not built again"
+        );
+        // A renamed spec, a new uid or another install: never the stale marker.
+        for (install, spec, uid) in [
+            ("main", "web-2", "u1"),
+            ("main", "web", "u2"),
+            ("b", "web", "u1"),
+        ] {
+            let m = vouched_marker(Some(first.clone()), install, spec, uid);
+            assert_eq!(
+                (m.install.as_str(), m.spec.as_str(), m.uid.as_str()),
+                (install, spec, uid)
+            );
+        }
+    }
 }

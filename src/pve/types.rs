@@ -705,6 +705,31 @@ mod tests {
     }
 
     #[test]
+    fn listing_tags_ids_and_statuses_decode_without_copies() {
+        let json = r#"[
+          {"id":"qemu/1","vmid":1,"node":"n","tags":"Web;proxsync.MAIN","status":"paused"},
+          {"id":"qemu/2","type":"qemu","vmid":2,"node":"n","tags":null,"status":"stopped"},
+          {"id":"lxc/3","type":"lxc","vmid":3,"node":"n","tags":"a\u003bb"},
+          {"id":"qemu/4","type":"openvz","vmid":4,"node":"n"}
+        ]"#;
+        let vms: Vec<VmResource> = serde_json::from_str(json).unwrap();
+        assert_eq!(vms[0].tags, vec!["web", "proxsync.main"]);
+        assert_eq!(vms[0].status, Some(ListedStatus::Other));
+        assert!(vms[0].is_qemu(), "no type: the id says qemu");
+        assert!(vms[1].tags.is_empty());
+        assert_eq!(vms[1].status, Some(ListedStatus::Stopped));
+        // An escaped string is decoded, not compared raw.
+        assert_eq!(vms[2].tags, vec!["a", "b"]);
+        assert!(!vms[2].is_qemu());
+        assert_eq!(vms[3].kind, Some(GuestType::Other));
+        let err = serde_json::from_str::<Vec<VmResource>>(
+            r#"[{"id":"qemu/5","vmid":5,"node":"n","tags":7}]"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("tag string"), "{err}");
+    }
+
+    #[test]
     fn cluster_status_standalone_and_clustered() {
         let clustered: Vec<ClusterStatusEntry> = serde_json::from_str(
             r#"[{"type":"cluster","id":"cluster","name":"c","nodes":2,"quorate":1,"version":3},
