@@ -861,7 +861,7 @@ struct SiteMarkers {
     /// Read from configs (`None`: read, and the VM has none).
     read: FnvHashMap<u32, Option<Arc<Marker>>>,
     /// Vouched for by a record and never read this process: built once, not each cycle.
-    vouched: FnvHashMap<u32, Arc<Marker>>,
+    vouched: FnvHashMap<u32, Option<Arc<Marker>>>,
 }
 
 /// Observes every site in parallel and reads the markers the planner needs.
@@ -889,23 +889,15 @@ async fn observe_all(
             views.insert(view.name.clone(), view);
         }
     }
-    // Each site's records and spec VM names, grouped in one pass each (not a pass over every
-    // record and spec per site). FNV: these sets hold every spec and are built every cycle.
-    let mut site_records: FnvHashMap<&str, Vec<(&str, &SpecRecord)>> = FnvHashMap::default();
+    // Each site's records, grouped in one pass (not a pass over every record per site).
+    let mut site_records: BTreeMap<&str, Vec<(&str, &SpecRecord)>> = BTreeMap::new();
     for (spec_name, rec) in records {
         site_records
             .entry(rec.site.as_str())
             .or_default()
             .push((spec_name.as_str(), rec));
     }
-    let mut site_vm_names: FnvHashMap<&str, FnvHashSet<&str>> = FnvHashMap::default();
-    for spec in &specs.specs {
-        site_vm_names
-            .entry(spec.site.as_str())
-            .or_default()
-            .insert(spec.vm_name.as_str());
-    }
-    let (no_records, no_names) = (Vec::new(), FnvHashSet::default());
+    let no_records = Vec::new();
     let tag = crate::ownership::ownership_tag(&config.install_id);
     // Forget the cached markers of sites no longer configured.
     cache.retain(|site_name, _| sites.contains_key(site_name));
@@ -914,16 +906,30 @@ async fn observe_all(
             continue;
         };
         let records = site_records.get(name.as_str()).unwrap_or(&no_records);
-        let known: FnvHashSet<u32> = records.iter().filter_map(|(_, r)| r.vmid()).collect();
+        // FNV: built each cycle with a VMID per record.
+        let mut known = FnvHashSet::with_capacity_and_hasher(records.len(), Default::default());
+        known.extend(records.iter().filter_map(|(_, r)| r.vmid()));
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
-        // ownership tag only when converged).
-        let spec_names = site_vm_names.get(name.as_str()).unwrap_or(&no_names);
+        // ownership tag only when converged). The names are gathered only if such a VM shows.
+        let spec_names = std::cell::OnceCell::new();
+        let is_spec_vm_name = |vm_name: &str| {
+            spec_names
+                .get_or_init(|| {
+                    specs
+                        .specs
+                        .iter()
+                        .filter(|s| s.site == *name)
+                        .map(|s| s.vm_name.as_str())
+                        .collect::<FnvHashSet<&str>>()
+                })
+                .contains(vm_name)
+        };
         let cache = cache.entry(name.clone()).or_default();
         // Forget cached markers of VMs that are gone (a VMID may be reused).
         cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
         let mut to_read = Vec::new();
-        for vmid in needs_marker(view, &config.install_id, &known, spec_names) {
+        for vmid in needs_marker(view, &config.install_id, &known, is_spec_vm_name) {
             match cache.read.get(&vmid) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
@@ -964,8 +970,11 @@ async fn observe_all(
                 vm.marker_verified = true;
             }
         }
-        // Known VMs whose marker was never read this process: mark from the record.
-        let mut vouched = FnvHashMap::default();
+        // Known VMs whose marker was never read this process: mark from the record. Markers
+        // of VMs gone or read since stay until they outnumber the records.
+        if cache.vouched.len() > records.len() {
+            cache.vouched.clear();
+        }
         for (spec_name, rec) in records {
             if let Some(vmid) = rec.vm.made_vmid()
                 && let Some(vm) = view.vms.get_mut(&vmid)
@@ -973,36 +982,39 @@ async fn observe_all(
                 && vm.has_tag(&tag)
             {
                 // The record vouches for it: we made or adopted this VM at this VMID.
-                let earlier = cache.vouched.remove(&vmid);
-                let marker = vouched_marker(earlier, &config.install_id, spec_name, &rec.uid);
-                vm.marker = Some(marker.clone());
+                let slot = cache.vouched.entry(vmid).or_default();
+                vm.marker = Some(vouched_marker(
+                    slot,
+                    &config.install_id,
+                    spec_name,
+                    &rec.uid,
+                ));
                 vm.marker_verified = true;
-                vouched.insert(vmid, marker);
             }
         }
-        cache.vouched = vouched;
     }
     views
 }
 
-/// The marker a record vouches for: the one built in an earlier cycle while it names the
-/// same install, spec and uid (a rename or a new uid builds a new one).
+/// The marker a record vouches for: the one `slot` holds from an earlier cycle while it
+/// names the same install, spec and uid; else a new one, kept in `slot`.
 fn vouched_marker(
-    earlier: Option<Arc<Marker>>,
+    slot: &mut Option<Arc<Marker>>,
     install: &str,
     spec: &str,
     uid: &str,
 ) -> Arc<Marker> {
-    earlier
-        .filter(|m| m.install == install && m.spec == spec && m.uid == uid)
-        .unwrap_or_else(|| {
-            Arc::new(Marker {
+    match slot {
+        Some(m) if m.install == install && m.spec == spec && m.uid == uid => m.clone(),
+        _ => slot
+            .insert(Arc::new(Marker {
                 install: install.to_string(),
                 spec: spec.to_string(),
                 uid: uid.to_string(),
                 mac: None,
-            })
-        })
+            }))
+            .clone(),
+    }
 }
 
 /// Sets what a marker read found on the listed VM.
@@ -1308,7 +1320,8 @@ mod tests {
 
     #[test]
     fn a_vouched_marker_is_reused_only_while_it_says_the_same() {
-        let first = vouched_marker(None, "main", "web", "u1");
+        let mut slot = None;
+        let first = vouched_marker(&mut slot, "main", "web", "u1");
         assert_eq!(
             (
                 first.install.as_str(),
@@ -1317,7 +1330,7 @@ mod tests {
             ),
             ("main", "web", "u1")
         );
-        let again = vouched_marker(Some(first.clone()), "main", "web", "u1");
+        let again = vouched_marker(&mut slot, "main", "web", "u1");
         assert!(
             Arc::ptr_eq(&first, &again),
             "the same marker is not built again"
@@ -1328,10 +1341,15 @@ mod tests {
             ("main", "web", "u2"),
             ("b", "web", "u1"),
         ] {
-            let m = vouched_marker(Some(first.clone()), install, spec, uid);
+            let mut slot = Some(first.clone());
+            let m = vouched_marker(&mut slot, install, spec, uid);
             assert_eq!(
                 (m.install.as_str(), m.spec.as_str(), m.uid.as_str()),
                 (install, spec, uid)
+            );
+            assert!(
+                Arc::ptr_eq(&m, slot.as_ref().unwrap()),
+                "kept for the next cycle"
             );
         }
     }

@@ -169,17 +169,22 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
     let (status, resources) = tokio::join!(client.cluster_health(), client.vm_resources());
     match (status, resources) {
         (Ok(health), Ok(resources)) => {
-            let (qemu, other): (Vec<VmResource>, Vec<VmResource>) =
-                resources.into_iter().partition(VmResource::is_qemu);
+            // One pass, each VM moved once: a listing holds every guest of the site.
+            let mut other_vmids = BTreeSet::new();
+            let mut qemu = Vec::with_capacity(resources.len());
+            for r in resources {
+                if r.is_qemu() {
+                    qemu.push((r.vmid, ObservedVm::from_resource(r)));
+                } else {
+                    other_vmids.insert(r.vmid);
+                }
+            }
             SiteView {
                 name: name.to_string(),
                 error: None,
                 health,
-                other_vmids: other.iter().map(|r| r.vmid).collect(),
-                vms: qemu
-                    .into_iter()
-                    .map(|r| (r.vmid, ObservedVm::from_resource(r)))
-                    .collect(),
+                other_vmids,
+                vms: BTreeMap::from_iter(qemu),
             }
         }
         (Err(e), _) | (_, Err(e)) => SiteView::unreachable(name, e.to_string()),
@@ -189,23 +194,19 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
 /// The VMs whose marker must be read before planning: those carrying this install's tag
 /// that no record explains, and those named like a spec that has no VM yet (a create that
 /// crashed before its tags were set, or a lost database). Templates are never candidates.
-pub fn needs_marker<S: BuildHasher, T: BuildHasher>(
+/// `is_spec_vm_name` is asked only for untagged VMs no record explains (none in a steady
+/// fleet), so the caller may build its set of names lazily.
+pub fn needs_marker<S: BuildHasher>(
     view: &SiteView,
     install_id: &str,
     known_vmids: &HashSet<u32, S>,
-    unmapped_names: &HashSet<&str, T>,
+    is_spec_vm_name: impl Fn(&str) -> bool,
 ) -> Vec<u32> {
     let tag = crate::ownership::ownership_tag(install_id);
     view.vms
         .values()
         .filter(|vm| !vm.template && !vm.marker_read && !known_vmids.contains(&vm.vmid))
-        .filter(|vm| {
-            vm.has_tag(&tag)
-                || vm
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| unmapped_names.contains(n))
-        })
+        .filter(|vm| vm.has_tag(&tag) || vm.name.as_deref().is_some_and(&is_spec_vm_name))
         .map(|vm| vm.vmid)
         .collect()
 }
@@ -357,7 +358,7 @@ mod tests {
         let known: HashSet<u32> = [100].into();
         let unmapped: HashSet<&str> = ["db-01"].into();
         assert_eq!(
-            needs_marker(&view, "main", &known, &unmapped),
+            needs_marker(&view, "main", &known, |n| unmapped.contains(n)),
             vec![101, 102]
         );
     }

@@ -512,7 +512,12 @@ pub(crate) fn envelope<T: DeserializeOwned>(
             path: path.to_string(),
             message,
         };
-        let env = match serde_json::from_slice::<Envelope<T>>(body) {
+        // UTF-8 checked once for the whole body (quick on ASCII), not string by string.
+        let decoded = match std::str::from_utf8(body) {
+            Ok(text) => serde_json::from_str::<Envelope<T>>(text),
+            Err(_) => serde_json::from_slice::<Envelope<T>>(body),
+        };
+        let env = match decoded {
             Ok(env) => env,
             // An object whose `data` is not what the caller expects: serde's words.
             Err(e) if serde_json::from_slice::<Envelope<serde::de::IgnoredAny>>(body).is_ok() => {
