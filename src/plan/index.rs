@@ -1,42 +1,45 @@
 //! The per-site lookups of the planner.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+
+use super::hash::{FnvHashMap, FnvHashSet};
 
 use super::PlanInput;
 use crate::observe::{ObservedVm, SiteView};
 
 /// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
-/// number of specs and VMs.
+/// number of specs and VMs. Hash maps: only looked up, never walked in order, and string
+/// keys in B-trees cost a comparison per level.
 pub(super) struct SiteIndex<'a> {
     /// VMs carrying this install's marker, by the spec the marker names.
-    pub(super) by_marker: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
+    pub(super) by_marker: FnvHashMap<&'a str, Vec<&'a ObservedVm>>,
     /// VMs whose marker could not be read and that no record explains: by name; and tagged
     /// ones listed without a name, by node. The uncertainty stays with what such a VM can be:
     /// the spec of its name, or (nameless) the specs of its node; other specs of the site are
     /// created as usual.
-    pub(super) unread_by_name: BTreeMap<&'a str, u32>,
-    pub(super) unread_tagged_nameless: BTreeMap<&'a str, u32>,
+    pub(super) unread_by_name: FnvHashMap<&'a str, u32>,
+    pub(super) unread_tagged_nameless: FnvHashMap<&'a str, u32>,
     /// VMs whose marker names this install but does not verify, by the spec it claims (the
     /// lowest VMID): a copy, a typed marker, or a lost marker key.
-    pub(super) unverified_by_spec: BTreeMap<&'a str, u32>,
+    pub(super) unverified_by_spec: FnvHashMap<&'a str, u32>,
     /// VMs whose marker names another install, by the spec it names (verified or not): a VM
     /// handed over to this install, or still held by the other one.
-    pub(super) other_install_by_spec: BTreeMap<&'a str, Vec<&'a ObservedVm>>,
+    pub(super) other_install_by_spec: FnvHashMap<&'a str, Vec<&'a ObservedVm>>,
 }
 
 impl<'a> SiteIndex<'a> {
     fn new(
         view: &'a SiteView,
         install_id: &str,
-        known: &BTreeSet<u32>,
+        known: &FnvHashSet<u32>,
         tag: &str,
     ) -> SiteIndex<'a> {
         let mut index = SiteIndex {
-            by_marker: BTreeMap::new(),
-            unread_by_name: BTreeMap::new(),
-            unread_tagged_nameless: BTreeMap::new(),
-            unverified_by_spec: BTreeMap::new(),
-            other_install_by_spec: BTreeMap::new(),
+            by_marker: FnvHashMap::default(),
+            unread_by_name: FnvHashMap::default(),
+            unread_tagged_nameless: FnvHashMap::default(),
+            unverified_by_spec: FnvHashMap::default(),
+            other_install_by_spec: FnvHashMap::default(),
         };
         for vm in view.vms.values().filter(|vm| !vm.template) {
             // Only a marker that verifies (or that the state vouches for) claims a spec.
@@ -80,13 +83,13 @@ pub(super) fn site_indexes<'a>(
     tag: &str,
 ) -> BTreeMap<&'a str, SiteIndex<'a>> {
     // The VMIDs the records explain, per site: their markers need not be read.
-    let mut known: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut known: BTreeMap<&str, FnvHashSet<u32>> = BTreeMap::new();
     for r in input.records.values() {
         if let Some(id) = r.vmid() {
             known.entry(r.site.as_str()).or_default().insert(id);
         }
     }
-    let no_vmids = BTreeSet::new();
+    let no_vmids = FnvHashSet::default();
     input
         .sites
         .iter()

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::hash::{FnvHashMap, FnvHashSet};
 use super::rename::Rename;
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
@@ -107,11 +108,14 @@ pub(super) fn orphans(
     out: &mut Plan,
     removals: &mut Vec<Action>,
 ) {
-    let reserved: BTreeSet<(&str, u32)> = input
-        .records
-        .values()
-        .filter_map(|r| Some((r.site.as_str(), r.vmid()?)))
-        .collect();
+    // The records' VMIDs, per site (looked up for every VM listed).
+    let mut reserved: BTreeMap<&str, FnvHashSet<u32>> = BTreeMap::new();
+    for r in input.records.values() {
+        if let Some(vmid) = r.vmid() {
+            reserved.entry(r.site.as_str()).or_default().insert(vmid);
+        }
+    }
+    let no_vmids = FnvHashSet::default();
     let extras: BTreeSet<(&str, u32)> = out
         .duplicates
         .values()
@@ -119,6 +123,7 @@ pub(super) fn orphans(
         .collect();
     let (spec_site, moved_records) = site_moves(input);
     for view in input.sites.values().filter(|v| v.reachable()) {
+        let reserved = reserved.get(view.name.as_str()).unwrap_or(&no_vmids);
         for vm in view.vms.values() {
             let site_moved = moved_records
                 .get(&(view.name.as_str(), vm.vmid))
@@ -143,10 +148,7 @@ pub(super) fn orphans(
             let extra = extras.contains(&(view.name.as_str(), vm.vmid));
             let owned = vm.owned_by(input.install_id);
             let forged = vm.unverified_claim(input.install_id);
-            if vm.template
-                || !(owned || extra || forged.is_some())
-                || reserved.contains(&(view.name.as_str(), vm.vmid))
-            {
+            if vm.template || !(owned || extra || forged.is_some()) || reserved.contains(&vm.vmid) {
                 continue;
             }
             let marker_spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
@@ -177,8 +179,8 @@ pub(super) fn orphans(
     }
 }
 
-/// Spec name -> the site it names.
-type SpecSites<'a> = BTreeMap<&'a str, &'a str>;
+/// Spec name -> the site it names (looked up for every VM listed).
+type SpecSites<'a> = FnvHashMap<&'a str, &'a str>;
 /// (site, VMID) of a record's VM -> its spec, when the spec now names another site.
 type MovedRecords<'a> = BTreeMap<(&'a str, u32), &'a str>;
 
@@ -186,7 +188,7 @@ type MovedRecords<'a> = BTreeMap<(&'a str, u32), &'a str>;
 /// spec names: a VM of a spec on another site was left behind by a site change (found by the
 /// record, or by its verified marker once the record moved on).
 fn site_moves<'a>(input: &PlanInput<'a>) -> (SpecSites<'a>, MovedRecords<'a>) {
-    let spec_site: BTreeMap<&str, &str> = input
+    let spec_site: SpecSites = input
         .desired
         .iter()
         .map(|s| (s.name.as_str(), s.site.as_str()))
