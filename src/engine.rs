@@ -457,10 +457,12 @@ impl Engine {
                 sites: self.sites.clone(),
                 // Other installs' specs too: a hand-over brings its VM's tags in line with the
                 // spec as it now reads.
+                // Shared, not copied: an adoption of 10,000 VMs copied 10,000 specs (12 MiB).
                 specs: specs
                     .specs
+                    .shared()
                     .iter()
-                    .chain(&theirs)
+                    .chain(theirs.shared())
                     .filter(|s| acted.contains(s.name.as_str()))
                     .map(|s| (s.name.clone(), s.clone()))
                     .collect(),
