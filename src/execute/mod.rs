@@ -460,13 +460,13 @@ async fn wait(
                 TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
                 TaskOutcome::StillRunning => "running".to_string(),
             };
-            rec.last_task = Some(task_record(ctx, upid, &status));
+            rec.last_task = Some(Box::new(task_record(ctx, upid, &status)));
             Ok(outcome)
         }
         Err(e) => {
             let task_failed = matches!(e, PveError::TaskFailed { .. });
             if task_failed {
-                rec.last_task = Some(task_record(ctx, upid, e.pve_message()));
+                rec.last_task = Some(Box::new(task_record(ctx, upid, e.pve_message())));
             }
             Err(WaitError {
                 task_failed,
