@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod engine;
 pub mod execute;
 pub mod instance_lock;
+pub mod lanes;
 pub mod malloc;
 pub mod metrics;
 pub mod notify;

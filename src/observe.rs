@@ -3,11 +3,9 @@
 //! happen only to learn the ownership marker of a VM the state does not explain (see
 //! [`needs_marker`]); their answers are cached across cycles.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
-
-use tokio::sync::Semaphore;
 
 use crate::ownership::Marker;
 use crate::pve::types::{ClusterHealth, ListedStatus, VmConfig, VmResource};
@@ -247,29 +245,20 @@ pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
     vms: Vec<(u32, String)>,
     per_node: u32,
 ) -> Vec<(u32, Result<MarkerRead, Error>)> {
-    let mut limits: HashMap<String, Arc<Semaphore>> = HashMap::new();
-    let mut set = tokio::task::JoinSet::new();
-    for (i, (vmid, node)) in vms.into_iter().enumerate() {
-        let limit = limits
-            .entry(node.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(per_node.max(1) as usize)))
-            .clone();
-        let client = client.clone();
-        set.spawn(async move {
-            // The semaphore is never closed, so a permit always comes.
-            let _permit = limit.acquire_owned().await.ok();
-            // Boxed once permitted: the request's future is large, and every VM's task is
-            // spawned at once (10,000 with an empty database).
-            let read = Box::pin(read_marker((*client).as_ref(), &node, vmid)).await;
-            (i, vmid, read)
-        });
-    }
-    let mut out = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        if let Ok(answer) = joined {
-            out.push(answer);
-        }
-    }
+    // Only the reads under way are tasks (10,000 VMs to read with an empty database).
+    let jobs = vms
+        .into_iter()
+        .enumerate()
+        .map(|(i, (vmid, node))| (node.clone(), (i, vmid, node)));
+    let mut out = crate::lanes::run(
+        jobs,
+        |_| per_node as usize,
+        |(i, vmid, node): (usize, u32, String)| {
+            let client = client.clone();
+            async move { (i, vmid, read_marker((*client).as_ref(), &node, vmid).await) }
+        },
+    )
+    .await;
     out.sort_by_key(|(i, _, _)| *i);
     out.into_iter().map(|(_, vmid, r)| (vmid, r)).collect()
 }

@@ -56,8 +56,10 @@ pub enum VmState {
     Creating {
         vmid: u32,
         node: String,
+        // Boxed: a parsed UPID is 144 bytes and a record holds one only while a create is
+        // in flight; inline it made every record of 10,000 larger by as much.
         #[serde(default, with = "lenient_task")]
-        task: Option<Upid>,
+        task: Option<Box<Upid>>,
         /// When the intent was written (unix ms; 0 in records of older releases): a request
         /// sent then may still turn into a VM until the request timeout has passed.
         #[serde(default)]
@@ -74,7 +76,7 @@ pub enum VmState {
         vmid: u32,
         node: String,
         #[serde(default, with = "lenient_task")]
-        task: Option<Upid>,
+        task: Option<Box<Upid>>,
     },
 }
 
@@ -126,21 +128,22 @@ mod lenient_task {
 
     use crate::pve::Upid;
 
-    pub fn serialize<S: Serializer>(task: &Option<Upid>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(task: &Option<Box<Upid>>, s: S) -> Result<S::Ok, S::Error> {
         match task {
             Some(u) => s.serialize_some(u.as_str()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Upid>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<Upid>>, D::Error> {
         Ok(Option::<String>::deserialize(d)?.and_then(|s| parse(&s)))
     }
 
-    pub(super) fn parse(s: &str) -> Option<Upid> {
+    pub(super) fn parse(s: &str) -> Option<Box<Upid>> {
         s.parse()
             .inspect_err(|e: &String| tracing::warn!(error = %e, "recorded task id unreadable; resuming without it"))
             .ok()
+            .map(Box::new)
     }
 }
 
@@ -363,7 +366,8 @@ pub struct SpecRecord {
     pub ha_applied: bool,
     pub attempts: u32,
     pub next_attempt_ms: Option<u64>,
-    pub last_error: Option<ErrorRecord>,
+    /// Boxed, as `last_task`: most records have none, and the map holds 10,000 records.
+    pub last_error: Option<Box<ErrorRecord>>,
     /// Set once the VM was created (or adopted); never cleared while the spec exists. Not
     /// derived from `vm`: a VM that vanished leaves the record `Absent` (and then `Creating`
     /// again) while `Provisioned` stays True, as the status contract says (it never reverts).
@@ -376,7 +380,7 @@ pub struct SpecRecord {
     /// The guest's addresses as its agent last reported them (read when proxsync acts on a
     /// running VM; empty without an agent).
     pub ip_addresses: Vec<String>,
-    pub last_task: Option<TaskRecord>,
+    pub last_task: Option<Box<TaskRecord>>,
     pub history: Vec<HistoryEntry>,
 }
 
@@ -820,7 +824,7 @@ mod tests {
         let with_task = VmState::Creating {
             vmid: 102,
             node: "pve1".into(),
-            task: Some(UPID.parse().unwrap()),
+            task: Some(Box::new(UPID.parse().unwrap())),
             started_ms: 1,
             clone_of: None,
         };
@@ -908,7 +912,7 @@ mod tests {
             VmState::Creating {
                 vmid: 101,
                 node: "pve2".into(),
-                task: Some(UPID.parse().unwrap()),
+                task: Some(Box::new(UPID.parse().unwrap())),
                 started_ms: 1_700_000_000_000,
                 clone_of: Some(CloneSource {
                     node: "pve1".into(),
@@ -959,7 +963,7 @@ mod tests {
             VmState::Deleting {
                 vmid: 100,
                 node: "pve2".into(),
-                task: Some(UPID.parse().unwrap())
+                task: Some(Box::new(UPID.parse().unwrap()))
             }
         );
         assert_eq!(old(r#"{"phase":"pending"}"#, "null").vm, VmState::Absent);
@@ -1112,5 +1116,18 @@ mod tests {
         }
         assert_eq!(r.history.len(), 10);
         assert_eq!(r.history[0].at_ms, 14);
+    }
+
+    /// The engine keeps every record (10,000 and more): the rare large parts (a create's
+    /// UPID, the last error and task) are boxed so they do not size every record.
+    #[test]
+    fn records_stay_small() {
+        let sizes = (
+            std::mem::size_of::<VmState>(),
+            std::mem::size_of::<SpecRecord>(),
+        );
+        eprintln!("VmState, SpecRecord: {sizes:?} bytes");
+        assert!(sizes.0 <= 96, "{sizes:?}");
+        assert!(sizes.1 <= 400, "{sizes:?}");
     }
 }

@@ -580,6 +580,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                                 "UPID:{node}:0000AAAA:0000BBBB:00000000:qmclone:{target}:root@pam:"
                             )
                             .parse()
+                            .map(Box::new)
                             .expect("a UPID")
                         }),
                         started_ms: 0,
@@ -592,7 +593,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
             {
                 rec.attempts = 2;
                 rec.next_attempt_ms = Some(now.saturating_add_signed(offset));
-                rec.last_error = Some(ErrorRecord {
+                rec.last_error = Some(Box::new(ErrorRecord {
                     category: Category::ProxmoxError,
                     message: "500 internal error".to_string(),
                     at_ms: now.saturating_sub(1_000),
@@ -602,7 +603,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                         "older-inputs".to_string()
                     },
                     kind: ErrorKind::Plain,
-                });
+                }));
             }
             records.insert(name.clone(), rec);
         }
@@ -2356,13 +2357,13 @@ fn each_clock_threshold_bounds_valid_until() {
     w.vms_mut().get_mut(&100).unwrap().cpus = Some(8);
     let rec = w.records.get_mut("web").unwrap();
     rec.next_attempt_ms = Some(now + 30_000);
-    rec.last_error = Some(ErrorRecord {
+    rec.last_error = Some(Box::new(ErrorRecord {
         category: Category::ProxmoxError,
         message: "boom".into(),
         at_ms: now - 1_000,
         inputs: inputs_hash(&w.desired[0], CONFIG_HASH),
         kind: ErrorKind::Plain,
-    });
+    }));
     let p = plan(&w.input());
     assert_eq!(
         p.verdicts["web"],

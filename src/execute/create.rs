@@ -66,7 +66,7 @@ pub(super) async fn create(
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
-                    rec.last_task = Some(task_record(ctx, &upid, "running"));
+                    rec.last_task = Some(Box::new(task_record(ctx, &upid, "running")));
                     record_task(ctx, &spec.name, rec, &upid)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break (vmid, upid);
@@ -122,7 +122,7 @@ fn record_task(
         let with_task = VmState::Creating {
             vmid,
             node,
-            task: Some(upid.clone()),
+            task: Some(Box::new(upid.clone())),
             started_ms,
             clone_of,
         };

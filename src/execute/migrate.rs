@@ -47,7 +47,7 @@ pub(super) async fn migrate(
     let upid = client
         .migrate_vm(node, vmid, target, online, with_local_disks)
         .await?;
-    rec.last_task = Some(super::task_record(ctx, &upid, "running"));
+    rec.last_task = Some(Box::new(super::task_record(ctx, &upid, "running")));
     ctx.store.put(&spec.name, rec)?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
         return Ok(Outcome::StillRunning {

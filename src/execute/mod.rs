@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OnceCell, Semaphore};
+use tokio::sync::{Mutex, OnceCell};
 
 pub use self::reboot::RebootSlots;
 pub use self::vmid::CycleCursors as VmidCursors;
@@ -195,8 +195,8 @@ pub struct ExecCtx<P = Client> {
     pub store: Arc<Store>,
     pub install_id: String,
     pub sites: BTreeMap<String, Arc<SiteCtx<P>>>,
-    /// The specs the actions name (and only those), by name.
-    pub specs: BTreeMap<String, Spec>,
+    /// The specs the actions name (and only those), by name, shared with the spec set.
+    pub specs: BTreeMap<String, Arc<Spec>>,
     pub views: BTreeMap<String, SiteView>,
     pub config_hash: String,
     /// How long one action waits for a task before leaving it running.
@@ -247,30 +247,28 @@ pub const CLOUDINIT_PENDING: &str = "cloudinit";
 /// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
 pub use crate::clock::now_ms;
 
-/// Runs the actions: in parallel, at most `max_parallel_per_node` per node.
+/// Runs the actions: in parallel, at most `max_parallel_per_node` per node. Only the running
+/// actions are tasks, each given a copy of its record when it starts (`lanes`): with one task
+/// per action from the start, an adoption of 10,000 VMs held 10,000 tasks and records (11 MiB).
 pub async fn execute<P: Pve>(
     ctx: Arc<ExecCtx<P>>,
     actions: Vec<Action>,
     records: &BTreeMap<String, SpecRecord>,
 ) -> Vec<ActionResult> {
-    let mut limits: HashMap<(String, String), Arc<Semaphore>> = HashMap::new();
-    let mut set = tokio::task::JoinSet::new();
-    for action in actions {
-        let permit_source = limit_node(&ctx, &action).map(|(site, node)| {
-            limits
-                .entry((site, node))
-                .or_insert_with(|| {
-                    Arc::new(Semaphore::new(ctx.max_parallel_per_node.max(1) as usize))
-                })
-                .clone()
-        });
+    let per_node = ctx.max_parallel_per_node.max(1) as usize;
+    let lanes: Vec<_> = actions
+        .into_iter()
+        .map(|action| (limit_node(&ctx, &action), action))
+        .collect();
+    // `None`: not limited (`Forget`).
+    let limit = |node: &Option<(String, String)>| match node {
+        Some(_) => per_node,
+        None => usize::MAX,
+    };
+    let mut results = crate::lanes::run(lanes, limit, |action: Action| {
         let rec = action.spec().and_then(|s| records.get(s)).cloned();
         let ctx = ctx.clone();
-        set.spawn(async move {
-            let _permit = match &permit_source {
-                Some(sem) => sem.acquire().await.ok(),
-                None => None,
-            };
+        async move {
             if *ctx.shutdown.borrow() {
                 return ActionResult {
                     action,
@@ -279,19 +277,11 @@ pub async fn execute<P: Pve>(
                     },
                 };
             }
-            // Boxed: an action's future is several KiB, and all of a cycle's tasks exist from
-            // the start (10,000 adoptions: 77 MiB) while only the permitted few run.
-            let outcome = Box::pin(run_action(&ctx, &action, rec)).await;
+            let outcome = run_action(&ctx, &action, rec).await;
             ActionResult { action, outcome }
-        });
-    }
-    let mut results = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok(r) => results.push(r),
-            Err(e) => tracing::error!(error = %e, "an action panicked or was cancelled"),
         }
-    }
+    })
+    .await;
     results.sort_by(|a, b| a.action.cmp(&b.action));
     results
 }
@@ -470,13 +460,13 @@ async fn wait(
                 TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
                 TaskOutcome::StillRunning => "running".to_string(),
             };
-            rec.last_task = Some(task_record(ctx, upid, &status));
+            rec.last_task = Some(Box::new(task_record(ctx, upid, &status)));
             Ok(outcome)
         }
         Err(e) => {
             let task_failed = matches!(e, PveError::TaskFailed { .. });
             if task_failed {
-                rec.last_task = Some(task_record(ctx, upid, e.pve_message()));
+                rec.last_task = Some(Box::new(task_record(ctx, upid, e.pve_message())));
             }
             Err(WaitError {
                 task_failed,

@@ -44,13 +44,13 @@ pub(super) fn record(
                 .get(spec_name)
                 .map(|s| inputs_hash(s, &ctx.config_hash))
                 .unwrap_or_default();
-            rec.last_error = Some(ErrorRecord {
+            rec.last_error = Some(Box::new(ErrorRecord {
                 category: e.category,
                 message: e.message.clone(),
                 at_ms: now,
                 inputs,
                 kind: e.kind,
-            });
+            }));
             rec.note(
                 now,
                 action_name(action),

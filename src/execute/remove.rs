@@ -115,7 +115,7 @@ pub(super) async fn remove(
             VmState::Deleting {
                 vmid,
                 node: node.to_string(),
-                task: Some(upid.clone()),
+                task: Some(Box::new(upid.clone())),
             },
         )?;
         tracing::info!(spec = spec_name, vmid, upid = %upid, "deleting");

@@ -78,7 +78,7 @@ impl World {
             store: self.store.clone(),
             install_id: "main".into(),
             sites: [("lab".to_string(), self.site.clone())].into(),
-            specs: [(self.spec.name.clone(), self.spec.clone())].into(),
+            specs: [(self.spec.name.clone(), Arc::new(self.spec.clone()))].into(),
             views: [("lab".to_string(), view)].into(),
             config_hash: String::new(),
             task_wait: self.task_wait,
@@ -118,7 +118,7 @@ impl World {
             site: "lab".into(),
             node,
             vmid,
-            upid: task,
+            upid: task.map(|t| *t),
         }
     }
 

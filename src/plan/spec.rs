@@ -146,7 +146,7 @@ fn resume_create(
         site: spec.site.clone(),
         node: node.clone(),
         vmid: *vmid,
-        upid: task.clone(),
+        upid: task.as_deref().cloned(),
     });
     Some(Verdict::Acting)
 }

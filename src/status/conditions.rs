@@ -103,7 +103,7 @@ pub(crate) fn spec_status(
     c.push(provisioned(rec, vmid));
     c.push(reboot_pending(rec));
 
-    let error = rec.and_then(|r| r.last_error.as_ref());
+    let error = rec.and_then(|r| r.last_error.as_deref());
     let (mut ready, reconciling) =
         ready_and_reconciling(spec, rec, vm, verdict, outcome, error, planned);
     if let Some(d) = duplicate {

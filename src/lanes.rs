@@ -1,0 +1,124 @@
+//! Running many async jobs with at most a few at once per key (per node), where only the jobs
+//! that run exist as tasks.
+//!
+//! A semaphore per node with one spawned task per job keeps every waiting job alive as a task
+//! (its future, and what it was given to work on): an adoption of 10,000 VMs held 10,000 of
+//! them at once. Here the waiting jobs are plain items in their key's queue, and a job's task
+//! (and whatever `start` builds for it) is made only when its key has room.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::hash::Hash;
+
+use tokio::task::{Id, JoinSet};
+
+/// Runs `start(item)` for every item, at most `limit(key)` at once per key, each key's items
+/// in their order. Returns the results in the order the jobs ended; a job that panicked is
+/// logged and has no result.
+pub async fn run<K, T, R, Fut>(
+    items: impl IntoIterator<Item = (K, T)>,
+    limit: impl Fn(&K) -> usize,
+    mut start: impl FnMut(T) -> Fut,
+) -> Vec<R>
+where
+    K: Eq + Hash + Clone,
+    Fut: Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    // Per key: the items waiting, and how many of its jobs run.
+    let mut lanes: HashMap<K, (VecDeque<T>, usize)> = HashMap::new();
+    for (key, item) in items {
+        lanes.entry(key).or_default().0.push_back(item);
+    }
+    let mut set = JoinSet::new();
+    let mut running: HashMap<Id, K> = HashMap::new();
+    let mut out = Vec::new();
+    loop {
+        for (key, (waiting, busy)) in lanes.iter_mut() {
+            while *busy < limit(key).max(1)
+                && let Some(item) = waiting.pop_front()
+            {
+                *busy += 1;
+                let id = set.spawn(start(item)).id();
+                running.insert(id, key.clone());
+            }
+        }
+        let Some(joined) = set.join_next_with_id().await else {
+            break;
+        };
+        let id = match joined {
+            Ok((id, r)) => {
+                out.push(r);
+                id
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a job panicked or was cancelled");
+                e.id()
+            }
+        };
+        if let Some(key) = running.remove(&id)
+            && let Some((_, busy)) = lanes.get_mut(&key)
+        {
+            *busy -= 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Per key: the jobs running now, the most at once, and the jobs started, in order.
+    #[derive(Default)]
+    struct Seen {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_the_limit_per_key_and_every_item_once_in_order() {
+        let seen: Arc<HashMap<&str, Seen>> =
+            Arc::new(["a", "b", "free"].map(|k| (k, Seen::default())).into());
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let items = (0..60).map(|i| (["a", "b", "free"][i % 3], i));
+        let limit = |k: &&str| if *k == "free" { usize::MAX } else { 2 };
+        let alive = Arc::new(AtomicUsize::new(0));
+        let most_alive = Arc::new(AtomicUsize::new(0));
+        let out = run(items, limit, |i| {
+            // What `start` builds exists only for a job that runs.
+            let now = alive.fetch_add(1, Ordering::SeqCst) + 1;
+            most_alive.fetch_max(now, Ordering::SeqCst);
+            let (seen, started, alive) = (seen.clone(), started.clone(), alive.clone());
+            async move {
+                let key = ["a", "b", "free"][i % 3];
+                started.lock().unwrap().push(i);
+                let s = &seen[key];
+                let now = s.now.fetch_add(1, Ordering::SeqCst) + 1;
+                s.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10 + (i % 7) as u64)).await;
+                s.now.fetch_sub(1, Ordering::SeqCst);
+                alive.fetch_sub(1, Ordering::SeqCst);
+                i
+            }
+        })
+        .await;
+        let mut out = out;
+        out.sort();
+        assert_eq!(out, (0..60).collect::<Vec<_>>(), "every item ran once");
+        assert_eq!(seen["a"].most.load(Ordering::SeqCst), 2);
+        assert_eq!(seen["b"].most.load(Ordering::SeqCst), 2);
+        assert_eq!(seen["free"].most.load(Ordering::SeqCst), 20);
+        // 2 + 2 + 20: the waiting items of "a" and "b" were not started ahead of their turn.
+        assert_eq!(most_alive.load(Ordering::SeqCst), 24);
+        let started = started.lock().unwrap();
+        for key in 0..2 {
+            let order: Vec<_> = started.iter().filter(|i| *i % 3 == key).collect();
+            assert!(order.is_sorted(), "each key's items start in their order");
+        }
+    }
+}
