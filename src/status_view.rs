@@ -23,12 +23,12 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::status::{
-    ConditionStatus, ORPHANS_FILE, OrphanRecord, OrphansFile, SUMMARY_FILE, SpecFile, StatusDir,
-    SummaryFile, kinds, parse_rfc3339,
+    BackoffRecord, Condition, ConditionStatus, ORPHANS_FILE, OrphanRecord, OrphansFile,
+    SUMMARY_FILE, SpecFile, StatusDir, SummaryFile, kinds, parse_rfc3339,
 };
 
 /// The list view aims to fit lines into this many columns (the message column is cut).
@@ -203,16 +203,57 @@ fn is_spec_name(name: &str) -> bool {
         && b.iter().all(|c| inner(c) || *c == b'-')
 }
 
-/// Everything the list view shows.
-struct Listing {
+/// What one row of the text list shows of a spec's status file. The rest of the file (last
+/// task, history, addresses, ...) is skipped by the parser without being built: at 10,000 specs
+/// parsing is nearly all of `proxsync status`, and building the whole [`SpecFile`] about
+/// a fifth of it. A value of an unprinted field that [`SpecFile`] would refuse (a damaged
+/// file) does not hide the row; the `--json` list, which prints every field, still reads the
+/// whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SpecRow {
+    name: String,
+    site: String,
+    node: String,
+    vm_id: Option<u32>,
+    state: String,
+    conditions: Vec<Condition>,
+    backoff: Option<BackoffRecord>,
+}
+
+impl SpecRow {
+    fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+}
+
+/// A parsed spec status file as the list holds it: [`SpecRow`] or the whole [`SpecFile`].
+trait Named: DeserializeOwned + Send {
+    fn name_mut(&mut self) -> &mut String;
+}
+
+impl Named for SpecRow {
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+}
+
+impl Named for SpecFile {
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+}
+
+/// Everything the list view shows; `T` is what is kept of each spec file.
+struct Listing<T> {
     summary: Option<SummaryFile>,
-    specs: Vec<SpecFile>,
+    specs: Vec<T>,
     orphans: Vec<OrphanRecord>,
     skipped: Vec<Skipped>,
     notes: Vec<String>,
 }
 
-fn load_listing(dir: &Path) -> Result<Listing, ViewError> {
+fn load_listing<T: Named>(dir: &Path) -> Result<Listing<T>, ViewError> {
     let sd = StatusDir::open(dir).map_err(|source| ViewError::Io {
         path: dir.to_path_buf(),
         source,
@@ -231,7 +272,7 @@ fn load_listing(dir: &Path) -> Result<Listing, ViewError> {
         skipped: Vec::new(),
         notes: Vec::new(),
     };
-    let skip = |listing: &mut Listing, path: &Path, reason: String| {
+    let skip = |listing: &mut Listing<T>, path: &Path, reason: String| {
         listing.notes.push(format!(
             "skipped {}: {reason} (the daemon rewrites it at its next cycle)",
             clean(&path.display().to_string())
@@ -254,19 +295,20 @@ fn load_listing(dir: &Path) -> Result<Listing, ViewError> {
     // Parsing 10,000 status files is nearly all of `proxsync status`: side by side.
     let loaded = crate::par::map(names, |name| {
         let path = dir.join(format!("{name}.yaml"));
-        let file = load::<SpecFile>(&path);
+        let file = load::<T>(&path);
         (name, path, file)
     });
     for (name, path, file) in loaded {
         match file? {
             Loaded::Parsed(mut f) => {
-                if f.name != name {
+                let named = f.name_mut();
+                if *named != name {
                     listing.notes.push(format!(
                         "{} names spec {:?}; shown as {name}",
                         clean(&path.display().to_string()),
-                        clean(&f.name)
+                        clean(named)
                     ));
-                    f.name = name;
+                    *named = name;
                 }
                 listing.specs.push(f);
             }
@@ -300,8 +342,8 @@ struct ListJson<'a> {
 // Long because: the list view's sections in display order (summary, one line per spec,
 // orphans, skipped files), or all of them as JSON.
 fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
-    let listing = load_listing(dir)?;
     if opts.json {
+        let listing = load_listing::<SpecFile>(dir)?;
         let out = serde_json::to_string_pretty(&ListJson {
             summary: listing.summary.as_ref(),
             specs: &listing.specs,
@@ -311,6 +353,7 @@ fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
         return Ok(json_for_terminal(out));
     }
 
+    let listing = load_listing::<SpecRow>(dir)?;
     let p = Paint(opts.color);
     let mut out = String::new();
     if let Some(s) = &listing.summary {
@@ -512,7 +555,7 @@ fn site_problem(site: &crate::status::SiteRecord) -> Option<String> {
     (!why.is_empty()).then(|| why.join(", "))
 }
 
-fn spec_row(f: &SpecFile, now: SystemTime) -> Vec<Cell> {
+fn spec_row(f: &SpecRow, now: SystemTime) -> Vec<Cell> {
     let ready = f.condition(kinds::READY);
     let stalled = f
         .condition(kinds::STALLED)
@@ -1372,6 +1415,59 @@ mod tests {
             "{note}"
         );
         assert!(text.ends_with('\n'));
+    }
+
+    /// The text list reads only the fields it prints ([`SpecRow`]): a file written another way
+    /// (keys in another order, flow style, a field this release does not know, no VMID) shows
+    /// the same row as the daemon's own files would, and a damaged field the list does not
+    /// print does not hide the row. The `--json` list prints every field, so it still skips
+    /// that file.
+    #[test]
+    fn list_rows_read_only_the_printed_fields() {
+        let (_d, dir) = fixture();
+        std::fs::write(
+            dir.join("odd-01.yaml"),
+            r#"conditions: [{type: Stalled, status: "True", reason: QuotaExceeded, message: "no room", lastTransitionTime: "2025-03-01T11:00:00Z"}, {type: Ready, status: "False", reason: Failed, lastTransitionTime: "2025-03-01T11:00:00Z"}]
+futureField: {nested: [1, 2]}
+history: 7
+state: absent
+node: pve3
+site: eu-fra
+name: odd-01
+backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
+"#,
+        )
+        .unwrap();
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert_eq!(
+            cols(row(&text, "odd-01")),
+            [
+                "odd-01",
+                "eu-fra/pve3",
+                "-",
+                "absent",
+                "False",
+                "QuotaExceeded",
+                "1h",
+                "retry",
+                "in",
+                "5m:",
+                "no",
+                "room"
+            ],
+            "{text}"
+        );
+        assert!(!text.contains("odd-01.yaml"), "not skipped: {text}");
+        let json = render(&dir, &opts(None, true, false)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(
+            v["skipped"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["file"].as_str().unwrap().ends_with("odd-01.yaml")),
+            "{json}"
+        );
     }
 
     #[test]
