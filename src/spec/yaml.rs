@@ -241,6 +241,14 @@ pub fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
     }
 
     let mut docs = Vec::new();
+    if prepass.count == 1 && prepass.ok {
+        // One document (nearly every spec file): parsed from the string, not through a reader.
+        match serde_saphyr::from_str_with_options::<Node>(text, options()) {
+            Ok(node) => docs.push(node),
+            Err(err) => diags.push(yaml_error(file, &err)),
+        }
+        return (docs, diags);
+    }
     let mut cursor = std::io::Cursor::new(text.as_bytes());
     for result in serde_saphyr::read_with_options::<_, Node>(&mut cursor, options()) {
         match result {
