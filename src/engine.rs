@@ -386,6 +386,7 @@ impl Engine {
             Some(&mut fresh),
         )
         .await;
+        let observe_ms = started.elapsed().as_millis() as u64;
         let chash = config_hash(&self.config);
         let now_ms = self.clock.now_ms();
         let inputs = commit.map(|commit| CycleInputs {
@@ -430,6 +431,12 @@ impl Engine {
             retry_transient_now: self.retry_transient_now,
         };
         let first = plan(&input);
+        tracing::debug!(
+            observe_ms,
+            plan_ms = started.elapsed().as_millis() as u64 - observe_ms,
+            actions = first.actions.len(),
+            "observed and planned"
+        );
         if first.orphans_seen != orphans_seen {
             // A durable write only when the sightings changed: an idle cycle writes nothing.
             self.store.set_orphans(&first.orphans_seen)?;
