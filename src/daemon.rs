@@ -239,8 +239,10 @@ impl Daemon {
         tokio::select! {
             _ = tokio::time::sleep_until(wake.into()) => due,
             Some(()) = self.refs.recv() => {
-                // Let a burst of ref updates settle (a push writes several files).
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // Let a burst of ref updates settle: a push creates `<ref>.lock` and renames
+                // it over the ref within milliseconds. An event that comes later brings one
+                // more cycle, which finds nothing new.
+                tokio::time::sleep(Duration::from_millis(25)).await;
                 while self.refs.try_recv().is_ok() {}
                 Event::RefChanged
             }
