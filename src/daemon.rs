@@ -225,7 +225,7 @@ impl Daemon {
 
     /// The loop: a first cycle at once, then one event at a time until one says stop.
     async fn serve(&mut self) -> Result<(), DaemonError> {
-        let mut flow = self.cycle(None).await?;
+        let mut flow = self.cycle(None, false).await?;
         while flow == Flow::Continue {
             let event = self.next_event().await;
             flow = self.handle(event).await?;
@@ -279,20 +279,20 @@ impl Daemon {
             }
             Event::RefChanged => {
                 tracing::info!("source changed");
-                self.cycle(None).await
+                self.cycle(None, true).await
             }
             // A due fetch happens at the start of the cycle.
-            Event::FetchDue | Event::ResyncDue | Event::BackoffDue => self.cycle(None).await,
+            Event::FetchDue | Event::ResyncDue | Event::BackoffDue => self.cycle(None, false).await,
             Event::Request(req) => {
                 tracing::info!(spec = ?req.spec, "reconcile requested");
                 if self.source.is_remote() {
                     self.next_fetch = Instant::now();
                 }
-                self.cycle(Some(req)).await
+                self.cycle(Some(req), false).await
             }
             Event::Reload => {
                 self.reload().await?;
-                self.cycle(None).await
+                self.cycle(None, false).await
             }
         }
     }
@@ -303,8 +303,13 @@ impl Daemon {
 
     /// One cycle: the source brought up to date, a request applied, `Engine::reconcile` with
     /// the watchdog fed, then READY (the first time) and STATUS. Stops after a cycle during
-    /// which shutdown came.
-    async fn cycle(&mut self, request: Option<control::Request>) -> Result<Flow, DaemonError> {
+    /// which shutdown came. A cycle after a push looks again only at the sites the push
+    /// touched (`Engine::reconcile_after_push`).
+    async fn cycle(
+        &mut self,
+        request: Option<control::Request>,
+        after_push: bool,
+    ) -> Result<Flow, DaemonError> {
         self.fetch_if_due().await;
         self.read_source();
         if let Some(n) = &self.notifier {
@@ -323,11 +328,14 @@ impl Daemon {
         }
         let report = match &self.desired {
             Some((commit, specs)) => {
-                let cycle = self
-                    .engine
-                    .as_mut()
-                    .expect(ENGINE_OPEN)
-                    .reconcile(specs, Some(commit));
+                let engine = self.engine.as_mut().expect(ENGINE_OPEN);
+                let cycle = async {
+                    if after_push {
+                        engine.reconcile_after_push(specs, Some(commit)).await
+                    } else {
+                        engine.reconcile(specs, Some(commit)).await
+                    }
+                };
                 tokio::pin!(cycle);
                 let started = Instant::now();
                 let result = loop {
@@ -395,7 +403,10 @@ impl Daemon {
                 "cycle done"
             );
         }
-        self.resync_at = Instant::now() + self.config.reconcile.resync_interval;
+        // A cycle that looked at some sites only does not put off the full one.
+        if report.is_none_or(|(r, _)| r.scope.is_none()) {
+            self.resync_at = Instant::now() + self.config.reconcile.resync_interval;
+        }
         self.backoff_at = report.and_then(|(r, _)| r.next_attempt_ms).map(|next| {
             let until = Instant::now() + Duration::from_millis(next.saturating_sub(now_ms()));
             until.max(Instant::now() + Duration::from_secs(1))

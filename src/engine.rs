@@ -67,6 +67,9 @@ pub struct CycleReport {
     /// no deadline of its plan had come: its plan, statuses and counts are this cycle's
     /// (nothing was planned and no status built; only the summary was written).
     pub unchanged: bool,
+    /// The sites a cycle after a push looked at and acted on, when it looked at only those
+    /// (the others as the last cycle saw them); `None`: every site was observed.
+    pub scope: Option<BTreeSet<String>>,
 }
 
 /// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
@@ -200,6 +203,20 @@ struct IdleCycle {
     until_ms: u64,
 }
 
+/// What the last cycle looked at: a cycle after a push looks again only at the sites the push
+/// touched and takes the other sites' views from here (see [`Engine::reconcile_after_push`]).
+struct LastLook {
+    /// The valid specs that cycle was given (every shard's), shared with the source's cache.
+    specs: Specs,
+    /// The names of its invalid specs.
+    invalid: BTreeSet<String>,
+    /// Whether every spec file could be read.
+    complete: bool,
+    config_hash: String,
+    /// Every site as it was last observed (after that cycle's actions).
+    views: BTreeMap<String, SiteView>,
+}
+
 /// What kept the daemon from the source's newest commit (the last good one is used meanwhile).
 /// Typed, so a successful read clears a read failure and never a fetch failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,6 +278,8 @@ pub struct Engine {
     /// The last cycle if it acted on nothing, with its cached `records` untouched since (see
     /// `reconcile`: a cycle reading the same keeps its plan and statuses).
     idle: Option<IdleCycle>,
+    /// What the last cycle that ended looked at (dropped before a full cycle observes).
+    last_look: Option<LastLook>,
 }
 
 impl Engine {
@@ -303,6 +322,7 @@ impl Engine {
             commits: SpecCommits::default(),
             clock: Clock::system(),
             idle: None,
+            last_look: None,
         })
     }
 
@@ -356,16 +376,41 @@ impl Engine {
     /// observes what the last one did, when that one acted on nothing, keeps its plan and
     /// statuses until the plan's `valid_until_ms` (see [`CycleInputs`]): it observes and
     /// writes the summary only.
-    // Long because: the steps of one cycle (observe, keep the last plan or plan, act, observe
-    // and plan again, write status) read in order in one place; each step is already a call.
     pub async fn reconcile(
         &mut self,
         specs: &SpecSet,
         commit: Option<&str>,
     ) -> Result<CycleReport, EngineError> {
+        self.cycle(specs, commit, false).await
+    }
+
+    /// The cycle after a push: it looks again only at the sites the push touched (each added,
+    /// removed or changed spec's old and new site and its record's site, and those of specs
+    /// that became or stopped being invalid), plans every spec with the other sites as the
+    /// last cycle saw them, and acts only on the sites it looked at. The others are looked at
+    /// by the next full cycle (resync, backoff deadline, request). A full cycle instead when
+    /// there is no last look to build on: the first cycle, after an error, or when the set's
+    /// completeness or the config changed (see [`push_scope`]).
+    pub async fn reconcile_after_push(
+        &mut self,
+        specs: &SpecSet,
+        commit: Option<&str>,
+    ) -> Result<CycleReport, EngineError> {
+        self.cycle(specs, commit, true).await
+    }
+
+    // Long because: the steps of one cycle (observe, keep the last plan or plan, act, observe
+    // and plan again, write status) read in order in one place; each step is already a call.
+    async fn cycle(
+        &mut self,
+        all_specs: &SpecSet,
+        commit: Option<&str>,
+        after_push: bool,
+    ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
         let last = self.idle.take();
-        let (specs, theirs) = shard(&self.config, specs);
+        let last_look = self.last_look.take();
+        let (specs, theirs) = shard(&self.config, all_specs);
         let specs = specs.as_ref();
         let config_sharded = self.config.source.selector.is_some();
         // Records read again from the database are not known to be the last cycle's.
@@ -375,9 +420,37 @@ impl Engine {
             None => self.store.specs()?,
         };
         let orphans_seen = self.store.orphans()?;
+        let chash = config_hash(&self.config);
+        let invalid: BTreeSet<String> = all_specs
+            .invalid_names()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let scope = last_look
+            .as_ref()
+            .filter(|_| after_push)
+            .and_then(|look| push_scope(look, all_specs, &invalid, &records, &chash, &self.sites));
+        // A full cycle drops the last look before observing (it is as big as the new views).
+        let (observed_sites, stale) = match (&scope, last_look) {
+            (Some(scope), Some(look)) => (
+                self.sites
+                    .iter()
+                    .filter(|(name, _)| scope.contains(*name))
+                    .map(|(name, site)| (name.clone(), site.clone()))
+                    .collect(),
+                look.views
+                    .into_iter()
+                    .filter(|(name, _)| !scope.contains(name))
+                    .collect(),
+            ),
+            _ => (self.sites.clone(), BTreeMap::new()),
+        };
+        if let Some(scope) = &scope {
+            tracing::debug!(sites = ?scope, "after a push: looking again at the sites it touched");
+        }
         let mut fresh = FreshConfigs::new();
-        let views = observe_all(
-            &self.sites,
+        let mut views = observe_all(
+            &observed_sites,
             &self.config,
             specs,
             &records,
@@ -386,20 +459,30 @@ impl Engine {
             Some(&mut fresh),
         )
         .await;
+        views.extend(stale);
         let observe_ms = started.elapsed().as_millis() as u64;
-        let chash = config_hash(&self.config);
         let now_ms = self.clock.now_ms();
-        let inputs = commit.map(|commit| CycleInputs {
-            commit: commit.to_string(),
-            specs: (specs.specs.len(), specs.diagnostics.len()),
-            views: crate::observe::fingerprint(&views),
-            orphans_seen: orphans_seen.clone(),
+        // A cycle that looked at some sites only is not kept as an idle one.
+        let inputs = commit
+            .filter(|_| scope.is_none())
+            .map(|commit| CycleInputs {
+                commit: commit.to_string(),
+                specs: (specs.specs.len(), specs.diagnostics.len()),
+                views: crate::observe::fingerprint(&views),
+                orphans_seen: orphans_seen.clone(),
+                config_hash: chash.clone(),
+                retry_transient_now: self.retry_transient_now,
+            });
+        let look = |views| LastLook {
+            specs: all_specs.specs.clone(),
+            invalid: invalid.clone(),
+            complete: all_specs.is_complete(),
             config_hash: chash.clone(),
-            retry_transient_now: self.retry_transient_now,
-        });
-        if let Some(last) =
-            last.filter(|l| inputs.as_ref() == Some(&l.inputs) && now_ms < l.until_ms)
-        {
+            views,
+        };
+        if let Some(last) = last.filter(|l| {
+            scope.is_none() && inputs.as_ref() == Some(&l.inputs) && now_ms < l.until_ms
+        }) {
             tracing::debug!(
                 until_ms = last.until_ms,
                 "nothing changed: the last cycle's plan and statuses hold"
@@ -407,14 +490,12 @@ impl Engine {
             let report = self.keep_last_cycle(&last.report, specs, commit, &views, started);
             self.records = Some(records);
             self.idle = Some(last);
+            if report.is_ok() {
+                self.last_look = Some(look(views));
+            }
             return report;
         }
         let elsewhere = names(&theirs);
-        let invalid: BTreeSet<String> = specs
-            .invalid_names()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
         let input = PlanInput {
             install_id: &self.config.install_id,
             desired: &specs.specs,
@@ -430,11 +511,18 @@ impl Engine {
             now_ms,
             retry_transient_now: self.retry_transient_now,
         };
-        let first = plan(&input);
+        let mut first = plan(&input);
+        if let Some(scope) = &scope {
+            // Planned on views of the last cycle: acted on by the next full cycle, which looks.
+            first
+                .actions
+                .retain(|a| action_site(a, &records).is_some_and(|site| scope.contains(site)));
+        }
         tracing::debug!(
             observe_ms,
             plan_ms = started.elapsed().as_millis() as u64 - observe_ms,
             actions = first.actions.len(),
+            sites_observed = observed_sites.len(),
             "observed and planned"
         );
         if first.orphans_seen != orphans_seen {
@@ -452,6 +540,10 @@ impl Engine {
         let (after_plan, views, records) = if first.actions.is_empty() {
             (None, views, records)
         } else {
+            // The sites not looked at again keep their views (the actions are not on them).
+            let (views, stale): (BTreeMap<_, _>, BTreeMap<_, _>) = views
+                .into_iter()
+                .partition(|(name, _)| observed_sites.contains_key(name));
             // Only the specs the actions name (a push changing one spec of 10,000 clones one).
             let acted: BTreeSet<&str> = first.actions.iter().filter_map(Action::spec).collect();
             let ctx = Arc::new(ExecCtx {
@@ -484,13 +576,14 @@ impl Engine {
             });
             results = execute(ctx, first.actions.clone(), &records).await;
             drop(records);
-            // VMIDs may have been freed and reused by this cycle's deletes and creates: cached
-            // markers are no longer trusted.
-            self.markers.clear();
+            // VMIDs may have been freed and reused by this cycle's deletes and creates: the
+            // markers cached for the sites acted on are no longer trusted.
+            self.markers
+                .retain(|site, _| !observed_sites.contains_key(site));
             let records = self.store.specs()?;
             let orphans_seen = self.store.orphans()?;
-            let views = observe_all(
-                &self.sites,
+            let mut views = observe_all(
+                &observed_sites,
                 &self.config,
                 specs,
                 &records,
@@ -499,6 +592,7 @@ impl Engine {
                 None,
             )
             .await;
+            views.extend(stale);
             // Built anew, not from `input`, which borrows the dropped records and views.
             let input = PlanInput {
                 install_id: &self.config.install_id,
@@ -528,10 +622,12 @@ impl Engine {
             started,
         )?;
         self.records = Some(records);
+        self.last_look = Some(look(views));
         let report = CycleReport {
             plan: first,
             results,
             after: after_plan,
+            scope,
             ..report
         };
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {
@@ -851,6 +947,7 @@ fn cycle_report(
         site_health: views.values().map(site_summary).collect(),
         source_refusal: None,
         unchanged: false,
+        scope: None,
     }
 }
 
@@ -874,7 +971,76 @@ struct SiteMarkers {
     vouched: FnvHashMap<u32, Option<Arc<Marker>>>,
 }
 
-/// Observes every site in parallel and reads the markers the planner needs.
+/// The sites a cycle after a push looks at again (see [`Engine::reconcile_after_push`]): for
+/// each spec the push added, removed or changed (any field, its position included), its old
+/// and new site and its record's; for each spec that became or stopped being invalid, its
+/// record's site. `None` (every site) when the set's completeness or the config changed
+/// since `last` (either may change what happens at every site). A site without a last view
+/// is looked at too.
+fn push_scope(
+    last: &LastLook,
+    specs: &SpecSet,
+    invalid: &BTreeSet<String>,
+    records: &BTreeMap<String, SpecRecord>,
+    config_hash: &str,
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+) -> Option<BTreeSet<String>> {
+    if last.complete != specs.is_complete() || last.config_hash != config_hash {
+        return None;
+    }
+    let mut scope = BTreeSet::new();
+    let mut touch = |name: &str, site: Option<&str>| {
+        scope.extend(site.map(str::to_string));
+        scope.extend(records.get(name).map(|r| r.site.clone()));
+    };
+    let mut before: FnvHashMap<&str, &Arc<crate::spec::Spec>> = last
+        .specs
+        .shared()
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    for spec in specs.specs.shared() {
+        match before.remove(spec.name.as_str()) {
+            // The source's cache shares an unchanged file's specs: mostly a pointer compare.
+            Some(old) if Arc::ptr_eq(old, spec) || old == spec => {}
+            Some(old) => {
+                touch(&old.name, Some(&old.site));
+                touch(&spec.name, Some(&spec.site));
+            }
+            None => touch(&spec.name, Some(&spec.site)),
+        }
+    }
+    for (name, old) in before {
+        touch(name, Some(&old.site));
+    }
+    for name in invalid.symmetric_difference(&last.invalid) {
+        touch(name, None);
+    }
+    // A site without a last view (there is one even of an unreachable site, unless
+    // observing it failed outright) is looked at too.
+    let unseen: Vec<String> = sites
+        .keys()
+        .filter(|name| !last.views.contains_key(*name))
+        .cloned()
+        .collect();
+    scope.extend(unseen);
+    Some(scope)
+}
+
+/// The site an action is on; a record's forgetting is on its record's site.
+fn action_site<'a>(
+    action: &'a Action,
+    records: &'a BTreeMap<String, SpecRecord>,
+) -> Option<&'a str> {
+    match action {
+        Action::Forget { spec } => records.get(spec).map(|r| r.site.as_str()),
+        Action::Adopt { site, .. } => Some(site),
+        other => other.node().map(|(site, _)| site),
+    }
+}
+
+/// Observes `sites` (every site, or those a push touched) in parallel and reads the markers
+/// the planner needs.
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
     config: &Config,
@@ -909,8 +1075,8 @@ async fn observe_all(
     }
     let no_records = Vec::new();
     let tag = crate::ownership::ownership_tag(&config.install_id);
-    // Forget the cached markers of sites no longer configured.
-    cache.retain(|site_name, _| sites.contains_key(site_name));
+    // Forget the cached markers of sites no longer configured (`sites` may be some of them).
+    cache.retain(|site_name, _| config.sites.iter().any(|s| s.name == *site_name));
     for (name, view) in views.iter_mut() {
         let Some(site) = sites.get(name) else {
             continue;

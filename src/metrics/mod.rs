@@ -681,6 +681,7 @@ mod tests {
             site_health: vec![site("a", true, 2), site("b", false, 0)],
             source_refusal: None,
             unchanged: false,
+            scope: None,
         }
     }
 
