@@ -93,35 +93,18 @@ fn an_empty_commit_releases_nothing() {
     assert!(out.contains("refused"), "{out}");
 }
 
-/// A spec moved to another site: its VM on the old site is neither leaked (left running and
-/// unreported) nor deleted with a second VM made on the new site. The spec says where its VM
-/// is and what to do; once the old VM is removed by hand, the VM is created on the new site.
-/// A workspace with two sites, `lab` and `other`, each its own fakepve; `extra` TOML appended.
-fn two_sites(lab: &FakePve, other: &FakePve, extra: &str) -> Workspace {
-    let second_site = format!(
-        "[[site]]\nname = \"other\"\nendpoint = \"{url}\"\ntoken_id = \"{id}\"\n\
-         token_secret_file = \"{{TOKEN}}\"\nca_file = \"{ca}\"\nrequest_timeout = \"10s\"\n",
-        url = other.url(),
-        id = common::TOKEN_ID,
-        ca = other.ca_file().display(),
-    );
-    let ws = Workspace::with_extra(lab, extra);
-    let token = ws.path("lab.token");
-    let config = std::fs::read_to_string(ws.config()).unwrap()
-        + &second_site.replace("{TOKEN}", &token.display().to_string());
-    std::fs::write(ws.config(), config).unwrap();
-    ws
-}
-
 fn orphans_file(ws: &Workspace) -> String {
     std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap_or_default()
 }
 
+/// A spec moved to another site: its VM on the old site is neither leaked (left running and
+/// unreported) nor deleted with a second VM made on the new site. The spec says where its VM
+/// is and what to do; once the old VM is removed by hand, the VM is created on the new site.
 #[test]
 fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
     let mut lab = FakePve::start(default_scenario());
     let mut other = FakePve::start(default_scenario());
-    let ws = two_sites(&lab, &other, "");
+    let ws = Workspace::two_sites(&lab, &other, "");
 
     ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
     let (ok, out) = ws.run_once();
@@ -175,7 +158,7 @@ fn a_spec_moved_to_another_site_reports_its_old_vm_until_it_is_removed() {
 fn allow_recreate_on_site_change_creates_there_and_keeps_the_old_vm_listed() {
     let mut lab = FakePve::start(default_scenario());
     let mut other = FakePve::start(default_scenario());
-    let ws = two_sites(&lab, &other, "[reconcile]\norphan_grace = \"1s\"\n");
+    let ws = Workspace::two_sites(&lab, &other, "[reconcile]\norphan_grace = \"1s\"\n");
     let stopped = "    powerState: stopped\n";
     ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", stopped))]);
     let (ok, out) = ws.run_once();

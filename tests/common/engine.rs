@@ -40,6 +40,22 @@ impl Workspace {
         ws
     }
 
+    /// A workspace with two sites, `lab` on `lab` and `other` on `other` (each its own
+    /// fakepve, one token), `extra` TOML appended.
+    pub fn two_sites(lab: &FakePve, other: &FakePve, extra: &str) -> Workspace {
+        let ws = Workspace::with_extra(lab, extra);
+        let second_site = format!(
+            "[[site]]\nname = \"other\"\nendpoint = \"{url}\"\ntoken_id = \"{TOKEN_ID}\"\n\
+             token_secret_file = \"{token}\"\nca_file = \"{ca}\"\nrequest_timeout = \"10s\"\n",
+            url = other.url(),
+            token = ws.path("lab.token").display(),
+            ca = other.ca_file().display(),
+        );
+        let config = std::fs::read_to_string(ws.config()).unwrap() + &second_site;
+        std::fs::write(ws.config(), config).unwrap();
+        ws
+    }
+
     /// Makes the source a bare repository `vms.git` that [`push`](Self::push) pushes to, as
     /// people push to a server.
     pub fn use_bare_source(&self) {
