@@ -434,9 +434,11 @@ class Workspace:
                              site_name(s), f.url, TOKEN_ID, token, f.ca_file))
         git(['init', '-q', '--bare', '-b', 'main', self.bare])
         self.git('init', '-q', '-b', 'main')
-        with open(os.path.join(self.repo, 'README'), 'w') as fh:
+        # `.md`: proxsync reads it as documentation. Any other file would count as an unread
+        # spec, leaving the set incomplete (nothing planned as removed: a lighter plan).
+        with open(os.path.join(self.repo, 'README.md'), 'w') as fh:
             fh.write('proxsync benchmark specs\n')
-        self.git('add', 'README')
+        self.git('add', 'README.md')
         self.git('commit', '-q', '-m', 'empty')
         self.push()
 
