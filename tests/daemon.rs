@@ -215,6 +215,55 @@ fn a_push_is_applied_within_seconds_and_systemd_hears_about_it() {
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
 
+/// A push's cycle looks again only at the site whose specs the push changed: the other site
+/// hears nothing from it (what changed there waits for the next full cycle).
+#[test]
+fn a_push_reaches_only_the_site_it_changed() {
+    let mut lab = FakePve::start(default_scenario());
+    let mut other = FakePve::start(default_scenario());
+    let ws = Workspace::two_sites(&lab, &other, "");
+    ws.use_bare_source();
+    let at_other = spec("db-01", "pve1", "9000", "").replace("site: lab", "site: other");
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", at_other.clone()),
+    ]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    assert_eq!(
+        names(&mut other),
+        ["db-01"],
+        "the first cycle looked at both sites"
+    );
+    other.clear_requests();
+
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", at_other),
+        ("c.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "the push's cycle wrote its summary",
+        Duration::from_secs(10),
+        || {
+            let summary =
+                std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap_or_default();
+            summary.contains("specs: 3\n") && summary.contains("ready: 3\n")
+        },
+    );
+    assert!(names(&mut lab).contains(&"web-02".to_string()));
+    assert!(
+        other.requests().is_empty(),
+        "site other was not looked at: {:?}",
+        other.requests()
+    );
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}
+
 #[test]
 fn sighup_with_a_broken_config_keeps_the_old_one() {
     let mut pve = FakePve::start(default_scenario());
