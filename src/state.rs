@@ -12,7 +12,7 @@
 //! markers in Proxmox. Records of the previous release (a `phase` beside `vmid` and `node`)
 //! are read into a [`VmState`] (`stored_state`), so an upgrade keeps every create in flight.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -488,6 +488,9 @@ fn create_tables(tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
 pub struct Store {
     db: redb::Database,
     path: PathBuf,
+    /// The names of the spec records written or removed since [`Store::take_written`]: the
+    /// engine reads those again after acting, not every record.
+    written: std::sync::Mutex<BTreeSet<String>>,
 }
 
 fn key(site: &str, vmid: u32) -> String {
@@ -521,7 +524,11 @@ impl Store {
             .set_cache_size(CACHE_BYTES)
             .open(&path)
             .map_err(|e| fail(e.to_string()))?;
-        let store = Store { db, path };
+        let store = Store {
+            db,
+            path,
+            written: Default::default(),
+        };
         // A database made by an earlier release may lack a table.
         store.write(create_tables)?;
         Ok(store)
@@ -563,6 +570,26 @@ impl Store {
             }
         }
         Ok(BTreeMap::from_iter(out))
+    }
+
+    /// The record of spec `name`, if there is one that can be read (as [`Store::specs`]
+    /// reads it).
+    pub fn record(&self, name: &str) -> Result<Option<SpecRecord>, StateError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(SPECS).map_err(|e| self.err(e))?;
+        stored_record(&table, name).map_err(|e| self.err(e))
+    }
+
+    /// The names of the spec records written, renamed or removed since the last call.
+    pub fn take_written(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.written_names())
+    }
+
+    fn written_names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // A set of names is whole after any panic: poisoning says nothing here.
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not
@@ -627,6 +654,7 @@ impl Store {
             }
             Ok(())
         })?;
+        self.written_names().insert(name.to_string());
         match refused {
             Some(why) => Err(self.err(why)),
             None => Ok(()),
@@ -654,6 +682,8 @@ impl Store {
             specs.insert(to, bytes.as_slice())?;
             Ok(())
         })?;
+        self.written_names()
+            .extend([from.to_string(), to.to_string()]);
         match refused {
             Some(why) => Err(self.err(why)),
             None => Ok(()),
@@ -673,7 +703,9 @@ impl Store {
             }
             specs.remove(name)?;
             Ok(())
-        })
+        })?;
+        self.written_names().insert(name.to_string());
+        Ok(())
     }
 
     /// The VMIDs reserved on a site, with the spec each is for.
@@ -799,6 +831,33 @@ mod tests {
             store.allocations("lab").unwrap().is_empty(),
             "forgetting a create intent releases its VMID"
         );
+    }
+
+    #[test]
+    fn the_names_written_are_told_once_and_read_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut rec = SpecRecord {
+            uid: "u1".into(),
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store.put("a", &rec).unwrap();
+        store.transition("b", &mut rec, creating(120)).unwrap();
+        assert_eq!(
+            store.take_written(),
+            BTreeSet::from(["a".into(), "b".into()])
+        );
+        assert!(store.take_written().is_empty(), "told once");
+
+        store.transition("b", &mut rec, exists(120)).unwrap();
+        store.rename("b", "c", &rec).unwrap();
+        store.remove("a").unwrap();
+        let names: Vec<String> = store.take_written().into_iter().collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(store.record("c").unwrap().map(|r| r.vm), Some(exists(120)));
+        assert_eq!(store.record("a").unwrap(), None);
+        assert_eq!(store.record("b").unwrap(), None);
     }
 
     #[test]
