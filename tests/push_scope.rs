@@ -1,6 +1,7 @@
 //! The cycle after a push, against two fakepve sites with the engine in this process: it looks
 //! again only at the sites the push touched (the spec's old and new site, its record's), acts
 //! only there, and leaves the other sites to the next full cycle, which looks at every site.
+//! And what a push's cycle reads after acting: only the records its actions wrote.
 
 mod common;
 
@@ -222,4 +223,44 @@ async fn an_action_due_at_a_site_the_push_did_not_touch_waits_for_a_full_cycle()
         "the full cycle retries: {:?}",
         full.results
     );
+}
+
+/// After acting, the engine reads again only the records the actions wrote (one of six here,
+/// not all six): the status and the next cycle's plan see the record of the VM just made.
+#[tokio::test]
+async fn the_record_an_action_wrote_is_the_one_the_statuses_and_next_plan_see() {
+    let mut s = Setup::new();
+    let mut files: Vec<(String, String)> = (1..=5)
+        .map(|i| {
+            (
+                format!("{i}.yaml"),
+                spec(&format!("web-0{i}"), "pve1", "9000", ""),
+            )
+        })
+        .collect();
+    let five = s.commit(&borrowed(&files));
+    s.full(&five).await;
+    s.full(&five).await;
+
+    files.push(("6.yaml".into(), spec("web-06", "pve1", "9000", "")));
+    let six = s.commit(&borrowed(&files));
+    let created = s.full(&six).await;
+    assert!(
+        matches!(created.results.as_slice(), [r] if matches!(&r.action, Action::Create { spec, .. } if spec == "web-06")),
+        "{:?}",
+        created.results
+    );
+    let after = created.after.expect("a plan after acting");
+    assert!(
+        matches!(after.verdicts.get("web-06"), Some(Verdict::UpToDate { .. })),
+        "{:?}",
+        after.verdicts.get("web-06")
+    );
+    assert!(s.ws.status("web-06")["vmId"].as_u64().is_some());
+    let next = s.full(&six).await;
+    assert!(next.plan.actions.is_empty(), "{:?}", next.plan.actions);
+}
+
+fn borrowed(files: &[(String, String)]) -> Vec<(&str, String)> {
+    files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect()
 }
