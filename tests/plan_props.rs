@@ -1822,7 +1822,7 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
     let spec = make_spec("web-01", &g);
     assert_eq!(spec_hash(&spec), "bd4b169cdfac8c61");
     let mut with_field = spec.clone();
-    with_field.hardware.on_boot = Some(true);
+    std::sync::Arc::make_mut(&mut with_field.hardware).on_boot = Some(true);
     assert_ne!(spec_hash(&with_field), spec_hash(&spec));
 }
 
@@ -2050,7 +2050,7 @@ proptest! {
         let mut spec = make_spec("web-01", &SpecGen {
             node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
         });
-        spec.hardware = hw;
+        spec.hardware = hw.into();
         spec.networks = nics;
         let hw = hardware_changes(&spec, &|_| None, "local-lvm").unwrap();
         let net = network_changes(&spec, &|_| None).unwrap();

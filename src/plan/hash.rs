@@ -96,7 +96,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         network: &spec.network,
         image: &spec.image,
         user_data: &spec.user_data,
-        cloud_init: spec.cloud_init.as_ref(),
+        cloud_init: spec.cloud_init.as_deref(),
         power: spec.power_state,
         tags: &spec.tags,
         ha: spec.ha.as_ref(),

@@ -148,7 +148,8 @@ pub struct Spec {
     /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
     /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
-    pub cloud_init: Option<CloudInit>,
+    /// Boxed: most specs have none, and a `Spec` is held per spec for the daemon's life.
+    pub cloud_init: Option<Box<CloudInit>>,
     /// Desired power state; default running.
     pub power_state: PowerState,
     /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
@@ -169,8 +170,10 @@ pub struct Spec {
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,
     /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
-    /// is left as the VM has it.
-    pub hardware: Hardware,
+    /// is left as the VM has it. Shared: the specs without any ([`Hardware::is_empty`], most
+    /// of them) hold one empty value ([`Hardware::shared`]) instead of 280 bytes each.
+    #[serde(serialize_with = "hardware::serialize_shared")]
+    pub hardware: Arc<Hardware>,
     /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
     /// NIC whose bridge alone is managed).
     pub networks: Option<Vec<Nic>>,
