@@ -425,7 +425,12 @@ impl FromIterator<Arc<Spec>> for Specs {
 
 impl FromIterator<Spec> for Specs {
     fn from_iter<I: IntoIterator<Item = Spec>>(iter: I) -> Specs {
-        Specs(iter.into_iter().map(Arc::new).collect())
+        // Not collected in place: from a `Vec<Spec>`, the `Arc`s would keep its whole buffer
+        // (a `Spec`'s size per spec) besides the specs they point to.
+        let iter = iter.into_iter();
+        let mut specs = Vec::with_capacity(iter.size_hint().0);
+        specs.extend(iter.map(Arc::new));
+        Specs(specs)
     }
 }
 

@@ -350,3 +350,13 @@ fn specs_stay_small() {
     assert!(!std::sync::Arc::ptr_eq(&a[0].hardware, &c[0].hardware));
     assert_eq!(c[0].hardware.on_boot, Some(true));
 }
+
+/// A set made from a `Vec<Spec>` points to its specs from a Vec of its own size: collected in
+/// place, it would keep the `Vec<Spec>`'s whole buffer besides the specs.
+#[test]
+fn a_set_made_from_specs_holds_no_spare_room() {
+    let (mut specs, _) = parse(MINIMAL);
+    specs.extend(parse(&MINIMAL.replace("web-01", "web-02")).0);
+    let set = Specs::from(specs);
+    assert_eq!(set.0.capacity(), set.len());
+}
