@@ -326,7 +326,7 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
                     VmRef::new(site, node, *vmid),
                     s,
                     &mut rec,
-                    upid.clone(),
+                    upid.as_deref().cloned(),
                 )
             })
             .await
