@@ -1566,7 +1566,7 @@ proptest! {
             let text = format!("Mon-Fri {}-{} {tz}", hm(*start), hm((start + len) % 1440));
             spec.reboot = RebootPolicy {
                 mode: if *mode == 1 { RebootMode::IfNeeded } else { RebootMode::Window },
-                window: (*mode == 2).then(|| MaintenanceWindow::parse(&text).unwrap()),
+                window: (*mode == 2).then(|| Box::new(MaintenanceWindow::parse(&text).unwrap())),
                 ..Default::default()
             };
         }
@@ -2403,7 +2403,9 @@ fn each_clock_threshold_bounds_valid_until() {
     // In a window (every day 04:00-05:00 UTC; now is 02:46:40 UTC): until it opens.
     w.desired[0].reboot = RebootPolicy {
         mode: RebootMode::Window,
-        window: Some(MaintenanceWindow::parse("* 04:00-05:00 UTC").unwrap()),
+        window: Some(Box::new(
+            MaintenanceWindow::parse("* 04:00-05:00 UTC").unwrap(),
+        )),
         ..Default::default()
     };
     w.records.get_mut("web").unwrap().last_reboot_ms = None;

@@ -99,7 +99,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         cloud_init: spec.cloud_init.as_deref(),
         power: spec.power_state,
         tags: &spec.tags,
-        ha: spec.ha.as_ref(),
+        ha: spec.ha.as_deref(),
         hardware: &spec.hardware,
         networks: spec.networks.as_ref(),
         disks: spec.disks.as_ref(),

@@ -161,7 +161,8 @@ pub struct Spec {
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,
     /// `ha`: the VM as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
-    pub ha: Option<Ha>,
+    /// Boxed: most specs have none.
+    pub ha: Option<Box<Ha>>,
     /// `allowRecreateOnSiteChange`: when the spec names another site than its VM's, create a
     /// VM on the new site at once; the old VM stays, listed in `_orphans.yaml`, until a person
     /// deletes it. Default false: nothing is created while the old VM exists (`SiteMoved`).

@@ -428,7 +428,7 @@ fn assemble(
         deletion_policy,
         reboot,
         allow_recreate_on_site_change,
-        ha,
+        ha: ha.map(Box::new),
         renamed_from: meta.renamed_from,
         hardware: hardware.shared(),
         networks,
