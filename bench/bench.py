@@ -550,6 +550,8 @@ def measure_idle(d, fake, ws, reps):
         'cpu_tick_ms': round(1000 / CLK_TCK, 1),
         'runs': runs,
         'rss_kb': d.rss_kb(),
+        # The part of the RSS that is file-backed: the binary's and the libraries' touched pages.
+        'rss_file_kb': proc_status_kb(d.pid, 'RssFile'),
         'peak_rss_kb': d.hwm_kb(),
     }
 

@@ -138,7 +138,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Run { once, specs } => {
             // Only the long-running command: `status` and `plan` parse files on every core,
             // where one arena would make the threads queue for the allocator.
-            crate::malloc::limit_arenas();
+            crate::malloc::tune_for_daemon();
             run_cmd(cli.config, once, specs)
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),

@@ -187,7 +187,7 @@ pub fn build_seed(
     macs: &[Option<String>],
 ) -> Option<Seed> {
     let ud = spec.user_data.as_deref()?;
-    let ci = spec.cloud_init.as_ref();
+    let ci = spec.cloud_init.as_deref();
     let user_data = user_data(ud, ci);
     let network = ci.and_then(|c| network_config(c, macs));
     // The instance-id is stable for the same inputs and changes with them, as PVE's own
@@ -499,7 +499,7 @@ mod tests {
         let (mut specs, diags) = crate::spec::parse_file("x.yaml", yaml.as_bytes());
         assert!(diags.is_empty(), "{diags:?}");
         let mut s = specs.remove(0);
-        s.cloud_init = ci;
+        s.cloud_init = ci.map(Box::new);
         s
     }
 

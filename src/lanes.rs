@@ -27,12 +27,16 @@ where
 {
     // Per key: the items waiting, and how many of its jobs run.
     let mut lanes: HashMap<K, (VecDeque<T>, usize)> = HashMap::new();
+    let mut count = 0;
     for (key, item) in items {
         lanes.entry(key).or_default().0.push_back(item);
+        count += 1;
     }
     let mut set = JoinSet::new();
     let mut running: HashMap<Id, K> = HashMap::new();
-    let mut out = Vec::new();
+    // A result per job, sized at once: grown by doubling, 10,000 results (an adoption) took
+    // a block for 16,384 and, while it moved, the one for 8,192 beside it.
+    let mut out = Vec::with_capacity(count);
     loop {
         for (key, (waiting, busy)) in lanes.iter_mut() {
             while *busy < limit(key).max(1)
@@ -107,6 +111,8 @@ mod tests {
             }
         })
         .await;
+        // One result per item, in a Vec sized at once (not doubled up to 64).
+        assert_eq!(out.capacity(), 60);
         let mut out = out;
         out.sort();
         assert_eq!(out, (0..60).collect::<Vec<_>>(), "every item ran once");

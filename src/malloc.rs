@@ -13,12 +13,22 @@
 /// enough for more arenas to pay (measured: 2 arenas left 10 MiB more RSS, no CPU gained).
 const ARENAS: i32 = 1;
 
-/// Limits glibc's arenas ([`ARENAS`]). Call first thing, before any thread is started.
-pub fn limit_arenas() {
+/// Blocks of at least this many bytes are mapped on their own and unmapped when freed. glibc
+/// starts at 128 KiB and raises the threshold to the size of each mapped block freed (up to
+/// 32 MiB): after the first cycle freed a listing's body or a Vec of 10,000 records, such
+/// temporaries came from the heap, where what the cycle kept around them held their pages.
+/// Setting it fixes it (and turns the raise off). Measured at 10,000 specs (BENCHMARKS.md,
+/// "Memory at 10,000 specs, session 22"): the adoption's peak 64 -> 59 MiB.
+const MMAP_THRESHOLD: i32 = 128 * 1024;
+
+/// Limits glibc's arenas ([`ARENAS`]) and fixes its mmap threshold ([`MMAP_THRESHOLD`]). Call
+/// first thing, before any thread is started.
+pub fn tune_for_daemon() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter under the allocator's own lock.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
 }
 

@@ -445,13 +445,14 @@ fn read_at(
     let files = crate::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
             let (file_specs, file_diags) = spec::parse_file(&key.0, &bytes);
-            let file_specs = file_specs
-                .into_iter()
-                .map(|mut s| {
-                    crate::plan::remember_hashes(&mut s);
-                    Arc::new(s)
-                })
-                .collect();
+            // Into a Vec of their own size: collected in place, the `Arc`s would keep the
+            // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
+            let mut shared = Vec::with_capacity(file_specs.len());
+            shared.extend(file_specs.into_iter().map(|mut s| {
+                crate::plan::remember_hashes(&mut s);
+                Arc::new(s)
+            }));
+            let file_specs = shared;
             File::Parsed(key, (file_specs, file_diags))
         }
         other => other,
@@ -727,6 +728,10 @@ mod tests {
         assert!(web.hashes.0.is_some());
         assert_eq!(by_name(&second, "db-01").cpu, 4);
         assert_eq!(cache.len(), 2, "the old db.yaml left the cache");
+        // Each file's specs are held in a Vec of their own size, not in the parse's buffer.
+        for (specs, _) in cache.values() {
+            assert_eq!(specs.capacity(), specs.len());
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::category::Category;
@@ -556,8 +556,11 @@ impl Store {
         let table = tx.open_table(SPECS).map_err(|e| self.err(e))?;
         // Collected first and built at once: a map built from sorted entries has full nodes,
         // one filled by inserting in order about half-empty ones (a record is 600 bytes, so
-        // that was 4-5 MiB at 10,000 specs).
-        let mut out = Vec::new();
+        // that was 4-5 MiB at 10,000 specs). The Vec is sized at once from the table's count:
+        // grown by doubling, 10,000 records took a block for 16,384 (6 MiB) and, while it
+        // moved, the one for 8,192 beside it.
+        let count = table.len().map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         for entry in table.iter().map_err(|e| self.err(e))? {
             let (k, v) = entry.map_err(|e| self.err(e))?;
             match serde_json::from_slice::<SpecRecord>(v.value()) {

@@ -1566,7 +1566,7 @@ proptest! {
             let text = format!("Mon-Fri {}-{} {tz}", hm(*start), hm((start + len) % 1440));
             spec.reboot = RebootPolicy {
                 mode: if *mode == 1 { RebootMode::IfNeeded } else { RebootMode::Window },
-                window: (*mode == 2).then(|| MaintenanceWindow::parse(&text).unwrap()),
+                window: (*mode == 2).then(|| Box::new(MaintenanceWindow::parse(&text).unwrap())),
                 ..Default::default()
             };
         }
@@ -1822,7 +1822,7 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
     let spec = make_spec("web-01", &g);
     assert_eq!(spec_hash(&spec), "bd4b169cdfac8c61");
     let mut with_field = spec.clone();
-    with_field.hardware.on_boot = Some(true);
+    std::sync::Arc::make_mut(&mut with_field.hardware).on_boot = Some(true);
     assert_ne!(spec_hash(&with_field), spec_hash(&spec));
 }
 
@@ -2050,7 +2050,7 @@ proptest! {
         let mut spec = make_spec("web-01", &SpecGen {
             node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
         });
-        spec.hardware = hw;
+        spec.hardware = hw.into();
         spec.networks = nics;
         let hw = hardware_changes(&spec, &|_| None, "local-lvm").unwrap();
         let net = network_changes(&spec, &|_| None).unwrap();
@@ -2403,7 +2403,9 @@ fn each_clock_threshold_bounds_valid_until() {
     // In a window (every day 04:00-05:00 UTC; now is 02:46:40 UTC): until it opens.
     w.desired[0].reboot = RebootPolicy {
         mode: RebootMode::Window,
-        window: Some(MaintenanceWindow::parse("* 04:00-05:00 UTC").unwrap()),
+        window: Some(Box::new(
+            MaintenanceWindow::parse("* 04:00-05:00 UTC").unwrap(),
+        )),
         ..Default::default()
     };
     w.records.get_mut("web").unwrap().last_reboot_ms = None;

@@ -256,10 +256,10 @@ pub async fn execute<P: Pve>(
     records: &BTreeMap<String, SpecRecord>,
 ) -> Vec<ActionResult> {
     let per_node = ctx.max_parallel_per_node.max(1) as usize;
-    let lanes: Vec<_> = actions
+    // Handed over one by one: no Vec of every action with its node beside the plan's.
+    let lanes = actions
         .into_iter()
-        .map(|action| (limit_node(&ctx, &action), action))
-        .collect();
+        .map(|action| (limit_node(&ctx, &action), action));
     // `None`: not limited (`Forget`).
     let limit = |node: &Option<(String, String)>| match node {
         Some(_) => per_node,
@@ -326,7 +326,7 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
                     VmRef::new(site, node, *vmid),
                     s,
                     &mut rec,
-                    upid.clone(),
+                    upid.as_deref().cloned(),
                 )
             })
             .await

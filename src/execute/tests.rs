@@ -118,7 +118,7 @@ impl World {
             site: "lab".into(),
             node,
             vmid,
-            upid: task.map(|t| *t),
+            upid: task,
         }
     }
 

@@ -88,7 +88,7 @@ pub enum Action {
         site: String,
         node: String,
         vmid: u32,
-        upid: Option<Upid>,
+        upid: Option<Box<Upid>>,
     },
     /// A VM carrying the spec's marker exists but the state did not know it.
     Adopt {
@@ -335,6 +335,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let indexes = index::site_indexes(input, &tag);
     let renames = rename::renames(input, &desired_names);
     let mut reboots_change = u64::MAX;
+    // Collected, then built at once: a map built from sorted entries has full nodes, one
+    // filled by inserting in order about half-empty ones (2.9 MiB at 10,000 specs).
+    let mut verdicts = Vec::with_capacity(input.desired.len() + input.invalid.len());
     for spec in input.desired {
         let rec = input.records.get(&spec.name);
         let index = indexes.get(spec.site.as_str());
@@ -348,11 +351,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         if let Some(d) = spec::duplicate(spec, rec, index, &verdict) {
             out.duplicates.insert(spec.name.clone(), d);
         }
-        out.verdicts.insert(spec.name.clone(), verdict);
+        verdicts.push((spec.name.clone(), verdict));
     }
     for name in input.invalid {
-        out.verdicts.insert(name.clone(), Verdict::Invalid);
+        verdicts.push((name.clone(), Verdict::Invalid));
     }
+    // As inserting them in this order would: for a name seen twice, the last verdict.
+    out.verdicts = BTreeMap::from_iter(verdicts);
 
     let mut removals = removals::gone_specs(input, &desired_names, &renames);
     removals::orphans(input, &desired_names, &mut out, &mut removals);
@@ -389,4 +394,16 @@ fn valid_until(input: &PlanInput<'_>, out: &Plan) -> u64 {
         .chain(sighted_now)
         .min()
         .unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A plan can hold an action per spec (10,000 at an adoption): the rare large part (a
+    /// resumed create's UPID) is boxed so it does not size every action.
+    #[test]
+    fn actions_stay_small() {
+        let size = std::mem::size_of::<super::Action>();
+        eprintln!("Action: {size} bytes");
+        assert!(size <= 104, "{size}");
+    }
 }

@@ -146,7 +146,7 @@ fn resume_create(
         site: spec.site.clone(),
         node: node.clone(),
         vmid: *vmid,
-        upid: task.as_deref().cloned(),
+        upid: task.clone(),
     });
     Some(Verdict::Acting)
 }

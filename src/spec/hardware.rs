@@ -288,6 +288,18 @@ impl Hardware {
         *self == Hardware::default()
     }
 
+    /// `self` as a spec holds it: an empty value is the one every spec without hardware
+    /// fields shares.
+    pub fn shared(self) -> std::sync::Arc<Hardware> {
+        static EMPTY: std::sync::LazyLock<std::sync::Arc<Hardware>> =
+            std::sync::LazyLock::new(Default::default);
+        if self.is_empty() {
+            EMPTY.clone()
+        } else {
+            std::sync::Arc::new(self)
+        }
+    }
+
     /// Virtual CPUs the VM gets for `cores` per socket.
     pub fn vcpus(&self, cores: u32) -> u64 {
         u64::from(cores) * u64::from(self.sockets.unwrap_or(1))
@@ -663,6 +675,14 @@ fn description(ctx: &mut Ctx, n: &Node) -> Option<String> {
         }
         None => Some(s.trim_end().to_string()),
     }
+}
+
+/// Serialises a spec's shared [`Hardware`] as the value itself (as `Box<T>` would be).
+pub(super) fn serialize_shared<S: serde::Serializer>(
+    hw: &std::sync::Arc<Hardware>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&**hw, s)
 }
 
 #[cfg(test)]

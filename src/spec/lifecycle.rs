@@ -21,7 +21,8 @@ pub struct RebootPolicy {
     pub mode: RebootMode,
     /// Required with `Window`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub window: Option<MaintenanceWindow>,
+    /// Boxed: most specs have none, and every spec holds its policy.
+    pub window: Option<Box<MaintenanceWindow>>,
     /// Seconds the guest gets to shut down (ACPI) before the reboot is given up; default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT_SECS`].
     pub shutdown_timeout_secs: u32,
@@ -239,7 +240,7 @@ pub(super) fn reboot_policy(ctx: &mut Ctx, fp: &Obj) -> Option<RebootPolicy> {
                 "spec.forProvider.maintenanceWindow",
                 "\"Sun 02:00-04:00 UTC\"",
             )?;
-            Some(ctx.check(n.pos, MaintenanceWindow::parse(s))?)
+            Some(Box::new(ctx.check(n.pos, MaintenanceWindow::parse(s))?))
         }
     };
     match (mode, &window) {
@@ -482,9 +483,9 @@ mod tests {
         let w = MaintenanceWindow::parse("Sun 02:00-04:00 UTC").unwrap();
         let sunday = at("2026-11-22T02:30:00Z");
         let monday = at("2026-11-23T02:30:00Z");
-        let p = |mode, window| RebootPolicy {
+        let p = |mode, window: Option<MaintenanceWindow>| RebootPolicy {
             mode,
-            window,
+            window: window.map(Box::new),
             ..Default::default()
         };
         assert!(!p(RebootMode::Never, None).allows_at(sunday));

@@ -148,7 +148,8 @@ pub struct Spec {
     /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
     /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
-    pub cloud_init: Option<CloudInit>,
+    /// Boxed: most specs have none, and a `Spec` is held per spec for the daemon's life.
+    pub cloud_init: Option<Box<CloudInit>>,
     /// Desired power state; default running.
     pub power_state: PowerState,
     /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
@@ -160,7 +161,8 @@ pub struct Spec {
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,
     /// `ha`: the VM as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
-    pub ha: Option<Ha>,
+    /// Boxed: most specs have none.
+    pub ha: Option<Box<Ha>>,
     /// `allowRecreateOnSiteChange`: when the spec names another site than its VM's, create a
     /// VM on the new site at once; the old VM stays, listed in `_orphans.yaml`, until a person
     /// deletes it. Default false: nothing is created while the old VM exists (`SiteMoved`).
@@ -169,8 +171,10 @@ pub struct Spec {
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,
     /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
-    /// is left as the VM has it.
-    pub hardware: Hardware,
+    /// is left as the VM has it. Shared: the specs without any ([`Hardware::is_empty`], most
+    /// of them) hold one empty value ([`Hardware::shared`]) instead of 280 bytes each.
+    #[serde(serialize_with = "hardware::serialize_shared")]
+    pub hardware: Arc<Hardware>,
     /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
     /// NIC whose bridge alone is managed).
     pub networks: Option<Vec<Nic>>,
@@ -422,7 +426,12 @@ impl FromIterator<Arc<Spec>> for Specs {
 
 impl FromIterator<Spec> for Specs {
     fn from_iter<I: IntoIterator<Item = Spec>>(iter: I) -> Specs {
-        Specs(iter.into_iter().map(Arc::new).collect())
+        // Not collected in place: from a `Vec<Spec>`, the `Arc`s would keep its whole buffer
+        // (a `Spec`'s size per spec) besides the specs they point to.
+        let iter = iter.into_iter();
+        let mut specs = Vec::with_capacity(iter.size_hint().0);
+        specs.extend(iter.map(Arc::new));
+        Specs(specs)
     }
 }
 

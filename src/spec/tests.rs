@@ -326,3 +326,37 @@ fn disks_get_slots_in_order_and_the_boot_disk_sets_disk_and_storage() {
     // The short form has no disks.
     assert!(parse(MINIMAL).0[0].disks.is_none());
 }
+
+/// The daemon holds every spec (10,000 and more) for its life: the rarely set sections are
+/// boxed or shared so they do not size every spec, and a spec without hardware fields holds
+/// the one shared empty `Hardware`.
+#[test]
+fn specs_stay_small() {
+    let sizes = [
+        ("Spec", std::mem::size_of::<Spec>()),
+        ("Hardware", std::mem::size_of::<Hardware>()),
+        ("CloudInit", std::mem::size_of::<CloudInit>()),
+        ("Image", std::mem::size_of::<Image>()),
+        ("RebootPolicy", std::mem::size_of::<RebootPolicy>()),
+        ("Option<Box<Ha>>", std::mem::size_of::<Option<Box<Ha>>>()),
+        ("Pos", std::mem::size_of::<Pos>()),
+    ];
+    eprintln!("{sizes:?} bytes");
+    assert!(sizes[0].1 <= 616, "{sizes:?}");
+    let (a, _) = parse(MINIMAL);
+    let (b, _) = parse(&MINIMAL.replace("web-01", "web-02"));
+    assert!(std::sync::Arc::ptr_eq(&a[0].hardware, &b[0].hardware));
+    let (c, _) = parse(&format!("{MINIMAL}    onBoot: true\n"));
+    assert!(!std::sync::Arc::ptr_eq(&a[0].hardware, &c[0].hardware));
+    assert_eq!(c[0].hardware.on_boot, Some(true));
+}
+
+/// A set made from a `Vec<Spec>` points to its specs from a Vec of its own size: collected in
+/// place, it would keep the `Vec<Spec>`'s whole buffer besides the specs.
+#[test]
+fn a_set_made_from_specs_holds_no_spare_room() {
+    let (mut specs, _) = parse(MINIMAL);
+    specs.extend(parse(&MINIMAL.replace("web-01", "web-02")).0);
+    let set = Specs::from(specs);
+    assert_eq!(set.0.capacity(), set.len());
+}

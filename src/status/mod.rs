@@ -52,7 +52,7 @@ pub(crate) use conditions::{FromPlan, has_condition, invalid_status, spec_status
 pub use files::{StatusDir, valid_name};
 pub use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
-pub use time::{parse_rfc3339, rfc3339};
+pub use time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
 
 // ------------------------------------------------------------------------------------------
 // Engine-facing input types

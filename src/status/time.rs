@@ -45,7 +45,12 @@ fn days_in_month(y: i64, m: u32) -> u32 {
 /// RFC 3339 in UTC with whole seconds (`2025-03-01T12:00:00Z`), as Kubernetes writes
 /// `lastTransitionTime`. Sub-seconds are dropped; times outside years 0000-9999 are clamped.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs: i64 = match t.duration_since(UNIX_EPOCH) {
+    rfc3339_secs(unix_secs(t))
+}
+
+/// Whole seconds since the Unix epoch, floored towards the past (what [`rfc3339`] writes).
+pub fn unix_secs(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         Err(e) => {
             let d = e.duration();
@@ -55,7 +60,11 @@ pub fn rfc3339(t: SystemTime) -> String {
                 .saturating_neg()
                 .saturating_sub(i64::from(d.subsec_nanos() > 0))
         }
-    };
+    }
+}
+
+/// [`rfc3339`] of whole seconds since the Unix epoch.
+pub fn rfc3339_secs(secs: i64) -> String {
     let secs = secs.clamp(MIN_UNIX, MAX_UNIX);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);

@@ -1,12 +1,12 @@
 //! A spec file from the engine's view and what the previous file carries over: the standard
 //! conditions, their `lastTransitionTime`, a sticky `Provisioned`, the history kept.
 
-use std::borrow::Cow;
 use std::time::SystemTime;
 
 use super::{
     AttemptRecord, AttemptSummary, BackoffRecord, Condition, ConditionStatus, Initialization,
     MAX_HISTORY, Reason, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, rfc3339,
+    rfc3339_secs, unix_secs,
 };
 
 /// What a spec's next file takes from its previous one. The writer keeps this for every spec
@@ -18,9 +18,33 @@ pub(super) struct Carried {
     /// The reason and message of `Provisioned` while it was True: restored if the engine
     /// reports it otherwise.
     provisioned_as: Option<Box<(String, String)>>,
-    /// Each condition's type, status and `lastTransitionTime` (`None` when the file's was not
-    /// a valid time: the next transition time is then now).
-    conditions: Vec<(Cow<'static, str>, ConditionStatus, Option<SystemTime>)>,
+    /// Each condition's type, status and `lastTransitionTime`.
+    conditions: Box<[CarriedCondition]>,
+}
+
+/// A condition as the next file carries it over: 32 bytes (a type's name, status and time
+/// were 48), as the writer keeps five or six per spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CarriedCondition {
+    /// The type when it is not one of [`kinds::ORDER`] (a file of another version).
+    other: Option<Box<str>>,
+    /// Else its index in [`kinds::ORDER`].
+    order: u8,
+    status: ConditionStatus,
+    /// `lastTransitionTime` in whole seconds since the epoch (what the file holds), or
+    /// [`NO_TIME`] when the file's was not a valid time: the next transition time is then now.
+    since: i64,
+}
+
+const NO_TIME: i64 = i64::MIN;
+
+impl CarriedCondition {
+    fn kind(&self) -> &str {
+        match &self.other {
+            Some(kind) => kind,
+            None => kinds::ORDER[usize::from(self.order)],
+        }
+    }
 }
 
 impl Carried {
@@ -35,23 +59,29 @@ impl Carried {
                 .conditions
                 .iter()
                 .map(|c| {
-                    // The standard types are static strings: no allocation for them.
-                    let kind = match kinds::ORDER.iter().find(|k| **k == c.kind) {
-                        Some(k) => Cow::Borrowed(*k),
-                        None => Cow::Owned(c.kind.clone()),
-                    };
-                    (kind, c.status, parse_rfc3339(&c.last_transition_time))
+                    // The standard types are an index: no allocation for them.
+                    let order = kinds::ORDER.iter().position(|k| *k == c.kind);
+                    CarriedCondition {
+                        other: match order {
+                            Some(_) => None,
+                            None => Some(c.kind.as_str().into()),
+                        },
+                        order: order.map_or(0, |i| i as u8),
+                        status: c.status,
+                        since: parse_rfc3339(&c.last_transition_time).map_or(NO_TIME, unix_secs),
+                    }
                 })
                 .collect(),
         }
     }
 
-    /// The previous status and transition time of a condition type.
-    fn condition(&self, kind: &str) -> Option<(ConditionStatus, Option<SystemTime>)> {
+    /// The previous status and transition time (whole seconds since the epoch) of a
+    /// condition type.
+    fn condition(&self, kind: &str) -> Option<(ConditionStatus, Option<i64>)> {
         self.conditions
             .iter()
-            .find(|(k, _, _)| k == kind)
-            .map(|(_, status, since)| (*status, *since))
+            .find(|c| c.kind() == kind)
+            .map(|c| (c.status, (c.since != NO_TIME).then_some(c.since)))
     }
 }
 
@@ -163,7 +193,7 @@ fn sticky_provisioned(
 fn transition_times(conditions: &mut [Condition], prev: Option<&Carried>, now_s: &str) {
     for c in conditions {
         c.last_transition_time = match prev.and_then(|p| p.condition(&c.kind)) {
-            Some((status, Some(since))) if status == c.status => rfc3339(since),
+            Some((status, Some(since))) if status == c.status => rfc3339_secs(since),
             _ => now_s.to_string(),
         };
     }
@@ -197,4 +227,16 @@ fn history(s: &SpecStatus) -> Vec<AttemptRecord> {
             outcome: clip(&h.outcome),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// The writer keeps the carried conditions of every spec (five or six each, 10,000 specs
+    /// and more): a standard type is an index and the time whole seconds.
+    #[test]
+    fn carried_conditions_stay_small() {
+        let size = std::mem::size_of::<super::CarriedCondition>();
+        assert!(size <= 32, "{size}");
+        assert!(super::kinds::ORDER.len() <= usize::from(u8::MAX));
+    }
 }
