@@ -536,6 +536,7 @@ fn print_run_report(
     specs: &crate::spec::SpecSet,
     status_dir: &std::path::Path,
 ) {
+    let by_name = crate::engine::specs_by_name(specs);
     for r in &report.results {
         let outcome = match &r.outcome {
             crate::execute::Outcome::Done => "done".to_string(),
@@ -549,7 +550,7 @@ fn print_run_report(
         };
         println!(
             "{}  -> {outcome}",
-            crate::engine::describe(&r.action, specs)
+            crate::engine::describe(&r.action, &by_name)
         );
     }
     for refusal in &report.plan.refused {
@@ -599,8 +600,9 @@ fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode 
             return ExitCode::FAILURE;
         }
     };
+    let by_name = crate::engine::specs_by_name(&specs);
     for action in &plan.actions {
-        println!("{}", crate::engine::describe(action, &specs));
+        println!("{}", crate::engine::describe(action, &by_name));
     }
     for (name, verdict) in &plan.verdicts {
         if !matches!(
