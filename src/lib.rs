@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod execute;
+pub mod gate;
 pub mod instance_lock;
 pub mod lanes;
 pub mod malloc;
