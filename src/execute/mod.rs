@@ -70,7 +70,7 @@ pub struct ActionError {
 impl ActionError {
     /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
     pub fn needs_human(&self) -> bool {
-        self.category.needs_human() || self.kind == ErrorKind::StaleLock
+        self.category.needs_human() || self.kind != ErrorKind::Plain
     }
 }
 
@@ -114,6 +114,15 @@ fn stale_lock(message: impl Into<String>) -> ActionError {
     ActionError {
         kind: ErrorKind::StaleLock,
         ..fail(Category::LockError, message)
+    }
+}
+
+/// A refusal of the VM's `protection` flag ([`crate::gate::volume`]): a person must clear it
+/// or change the spec.
+fn protected(message: impl Into<String>) -> ActionError {
+    ActionError {
+        kind: ErrorKind::Protected,
+        ..fail(Category::ConfigurationError, message)
     }
 }
 

@@ -571,10 +571,15 @@ impl Pve for FakePve {
                 format: Some("iso".into()),
                 size: Some(bytes.len() as u64),
                 vmid: None,
+                // A file's ctime moves with every write; the task counter does too.
+                ctime: Some(1_700_000_000 + u64::from(s.pid)),
             };
             let storage = storage.to_string();
+            // PVE overwrites a file of the same name (pve-storage `API2/Storage/Status.pm`).
             let on_ok: Effect = Box::new(move |s: &mut State| {
-                s.volumes.entry(storage).or_default().push(volume);
+                let list = s.volumes.entry(storage).or_default();
+                list.retain(|v| v.volid != volume.volid);
+                list.push(volume);
             });
             Ok(s.task(node, "imgcopy", "", Some(on_ok), None))
         })

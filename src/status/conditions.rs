@@ -291,6 +291,7 @@ fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
         Some(e) if e.needs_human() => {
             let reason = match e.kind {
                 ErrorKind::StaleLock => Reason::StaleLock,
+                ErrorKind::Protected => Reason::Protected,
                 ErrorKind::Plain => Reason::for_category(e.category),
             };
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
