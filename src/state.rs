@@ -470,6 +470,36 @@ impl SpecRecord {
     pub fn vmid(&self) -> Option<u32> {
         self.vm.vmid()
     }
+
+    /// The record's volume evidence, made when first needed.
+    pub fn volumes_mut(&mut self) -> &mut Volumes {
+        self.volumes.get_or_insert_with(Default::default)
+    }
+
+    /// The upload recorded for the seed `volid`.
+    pub fn seed_upload(&self, volid: &str) -> Option<&SeedUpload> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.seeds.iter().find(|s| s.volid == volid))
+    }
+
+    /// The binding of `destroyDisks` slot `slot`.
+    pub fn disk_destroy(&self, slot: &str) -> Option<&DiskDestroy> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.destroys.iter().find(|d| d.slot == slot))
+    }
+
+    /// Drops the volume evidence when it holds nothing.
+    pub fn tidy_volumes(&mut self) {
+        if self
+            .volumes
+            .as_ref()
+            .is_some_and(|v| v.seeds.is_empty() && v.destroys.is_empty())
+        {
+            self.volumes = None;
+        }
+    }
 }
 
 /// Creates `state_dir` with mode 0700 if it is missing (its parents as the umask says); an

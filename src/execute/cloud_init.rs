@@ -1,7 +1,9 @@
 //! cloud-init on a VM: PVE's cloud-init options and drive, or proxsync's NoCloud seed image
-//! (uploaded, attached as a CD-ROM, old ones removed).
+//! (uploaded, attached as a CD-ROM only while the storage lists the file proxsync uploaded:
+//! `gate::volume`; old ones removed).
 
 use crate::category::Category;
+use crate::gate::volume::{SeedCheck, seed_on_storage, seed_uploaded};
 use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -260,12 +262,16 @@ pub(super) async fn converge_cloud_init(
             };
             let storage = seed_storage(client, spec).await?;
             let volid = format!("{storage}:iso/{}", seed.file_name);
-            let present = client
-                .storage_content(node, &storage, Some("iso"))
-                .await?
-                .iter()
-                .any(|v| v.volid == volid);
-            if !present {
+            // Attached (or kept attached) only as the file proxsync uploaded; anything else
+            // under the seed's name is overwritten by a new upload first.
+            let listing = client.storage_content(node, &storage, Some("iso")).await?;
+            let listed = listing.iter().find(|v| v.volid == volid);
+            let check = seed_on_storage(&volid, listed, rec.seed_upload(&volid));
+            if let SeedCheck::Upload { found } = check {
+                if let Some(why) = found {
+                    tracing::warn!(spec = %spec.name, vmid, volume = %volid, "{why}");
+                    rec.note(ctx.clock.now_ms(), "seed uploaded again", &why);
+                }
                 tracing::info!(spec = %spec.name, vmid, volume = %volid, bytes = seed.image.len(), "uploading the cloud-init seed image");
                 let upid = client
                     .upload_iso(node, &storage, &seed.file_name, &seed.image, &seed.sha256)
@@ -273,6 +279,13 @@ pub(super) async fn converge_cloud_init(
                 if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
                     return Ok(CloudInitStep::Running(upid.to_string()));
                 }
+                let listing = client.storage_content(node, &storage, Some("iso")).await?;
+                let listed = listing.iter().find(|v| v.volid == volid);
+                let upload = seed_uploaded(&volid, seed.image.len() as u64, listed)
+                    .map_err(|why| fail(Category::Conflict, why))?;
+                let seeds = &mut rec.volumes_mut().seeds;
+                seeds.retain(|s| s.volid != volid);
+                seeds.push(upload);
             }
             let slot = match attached.first() {
                 Some((slot, _)) => Some(slot.as_str()),
@@ -305,9 +318,18 @@ pub(super) async fn converge_cloud_init(
             if let Some(drive) = cloudinit_drive_slot(cfg) {
                 deletes.push(drive);
             }
+            // Only this seed's upload is kept on record: the others are removed below, and
+            // one of them wanted again is uploaded again.
+            if let Some(v) = rec.volumes.as_mut() {
+                v.seeds.retain(|s| s.volid == volid);
+            }
             keep_seed = Some((storage, volid));
         }
         None => {
+            if let Some(v) = rec.volumes.as_mut() {
+                v.seeds.clear();
+            }
+            rec.tidy_volumes();
             // Ejected rather than removed: a CD-ROM's medium changes at once on a running VM,
             // where removing the drive would wait for a reboot (and keep the image in use).
             for (slot, _) in &attached {
