@@ -779,6 +779,19 @@ impl Engine {
             self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
+        // A removed spec whose VM its protection flag keeps (the spec did not set the flag)
+        // says so in its file, which stays while the record does.
+        for (name, rec) in records.iter().filter(|(_, r)| {
+            r.last_error
+                .as_ref()
+                .is_some_and(|e| e.kind == crate::state::ErrorKind::Protected)
+        }) {
+            if !specs.specs.iter().any(|s| &s.name == name) {
+                let view = views.get(&rec.site);
+                let st = crate::status::removed_status(name, rec, view);
+                self.write_spec_if_changed(st, now)?;
+            }
+        }
         let count = specs.specs.len() + counts.invalid;
         let current = specs.specs.iter().map(|s| s.name.as_str());
         self.commits

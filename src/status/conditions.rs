@@ -515,6 +515,46 @@ pub(crate) fn invalid_status(
     st
 }
 
+/// The status of a removed spec whose VM stays because its `protection` flag stops the delete
+/// (the record's last error is `Protected`): `Ready` False `Deleting` and `Stalled` with what
+/// to do, so the file a person looks at does not keep saying Ready.
+pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteView>) -> SpecStatus {
+    let vmid = rec.vm.made_vmid();
+    let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
+    let mut st = SpecStatus {
+        name: name.to_string(),
+        site: rec.site.clone(),
+        node: rec.vm.node().map(str::to_string).unwrap_or_default(),
+        vm_id: vmid,
+        state: vm.map_or("unknown", |vm| vm.power.as_str()).into(),
+        ..Default::default()
+    };
+    common(Some(rec), &mut st);
+    let error = rec.last_error.as_deref();
+    let message = format!(
+        "the spec was removed; its VM is not deleted: {}",
+        error.map(|e| e.message.as_str()).unwrap_or_default()
+    );
+    st.conditions = vec![
+        ConditionInput::new(kinds::READY, S::False, Reason::Deleting, message),
+        ConditionInput::new(kinds::RECONCILING, S::True, Reason::BackingOff, ""),
+        stalled(error),
+    ];
+    if rec.provisioned {
+        st.conditions.push(ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            if rec.adopted {
+                Reason::Adopted
+            } else {
+                Reason::Created
+            },
+            "",
+        ));
+    }
+    st
+}
+
 /// True when the status carries a condition of that type with that status.
 pub(crate) fn has_condition(st: &SpecStatus, kind: &str, status: S) -> bool {
     st.conditions
