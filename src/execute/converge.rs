@@ -2,10 +2,11 @@
 //! state, and what waits for the next start.
 
 use crate::category::Category;
+use crate::gate::volume::Protection;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
+use crate::pve::values::{is_drive_key, parse_pve_size, pve_bool, pve_size};
 use crate::pve::{LockHolder, Pve, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{SpecRecord, VmState};
@@ -167,6 +168,7 @@ async fn converge_vm(
         client.set_config(node, vmid, &params, cfg.digest()).await?;
     }
     rec.applied_tags = spec.tags.clone();
+    rec.applied_protection = spec.hardware.protection;
     if let Some(pool) = &spec.hardware.pool
         && !client.pool_vmids(pool).await?.contains(&vmid)
     {
@@ -199,8 +201,32 @@ async fn converge_vm(
         changed.push("ha");
     }
 
+    // PVE refuses removing any drive of a protected VM: as the flag is after the update
+    // above (a declared `protection` is applied at once, qemu-server's fast-plug options).
+    let protection = Protection {
+        on: spec
+            .hardware
+            .protection
+            .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
+        managed: spec.hardware.protection,
+    };
+    let mut held: Vec<String> = Vec::new();
+    let mut destroy_held: Vec<String> = Vec::new();
+
     // `destroyDisks`: disks destroyed with their data, only as the spec says explicitly.
-    match super::disks::destroy_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+    match super::disks::destroy_disks(
+        ctx,
+        client,
+        vm,
+        spec,
+        rec,
+        &cfg,
+        &pending,
+        protection,
+        &mut destroy_held,
+    )
+    .await?
+    {
         super::disks::DiskStep::Done(true) => changed.push("disks destroyed"),
         super::disks::DiskStep::Done(false) => {}
         super::disks::DiskStep::Running(upid) => {
@@ -210,7 +236,11 @@ async fn converge_vm(
     }
 
     // With `disks`: every disk added, its options, grown, or detached (`disks`).
-    match super::disks::converge_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+    match super::disks::converge_disks(
+        ctx, client, vm, spec, rec, &cfg, &pending, protection, &mut held,
+    )
+    .await?
+    {
         super::disks::DiskStep::Done(true) => changed.push("disks"),
         super::disks::DiskStep::Done(false) => {}
         super::disks::DiskStep::Running(upid) => {
@@ -294,6 +324,11 @@ async fn converge_vm(
     } else {
         Vec::new()
     };
+    // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
+    // converge tries again; `Stalled` says what to do).
+    if let Err(why) = crate::gate::volume::drive_removal(vmid, protection, &held, &destroy_held) {
+        return Err(super::protected(why));
+    }
     rec.applied_hash = Some(spec_hash(spec));
     rec.applied_content = Some(crate::plan::content_hash(spec));
     rec.provisioned = true;

@@ -62,6 +62,12 @@ pub(super) async fn create(
                 started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
             };
+            // The new VM's `destroyDisks` are followed from its start: each is bound to what
+            // its slot holds when first applied (a template's disk, for a clone).
+            rec.destroy_disks_vmid = Some(vmid);
+            if let Some(v) = rec.volumes.as_mut() {
+                v.destroys.clear();
+            }
             ctx.store.transition(&spec.name, rec, intent)?;
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
@@ -646,6 +652,13 @@ pub(super) async fn adopt(
         rec.applied_tags = spec.tags.clone();
         rec.applied_hash = Some(crate::plan::spec_hash(spec));
         rec.applied_content = Some(crate::plan::content_hash(spec));
+        rec.applied_protection = spec.hardware.protection;
+        // No `destroyDisks` (`adoption_is_current`): one listed later is first applied then.
+        rec.destroy_disks_vmid = Some(vmid);
+        if let Some(v) = rec.volumes.as_mut() {
+            v.destroys.clear();
+        }
+        rec.tidy_volumes();
         rec.reboot_pending.clear();
         rec.ip_addresses.clear();
         return Ok(Outcome::Done);

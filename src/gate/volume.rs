@@ -59,7 +59,9 @@ pub fn seed_on_storage(
         ),
     };
     SeedCheck::Upload {
-        found: Some(format!("{why}; uploading the seed again, never attaching that file")),
+        found: Some(format!(
+            "{why}; uploading the seed again, never attaching that file"
+        )),
     }
 }
 
@@ -152,13 +154,14 @@ pub fn destroy(
         SlotHolds::Nothing => None,
         SlotHolds::Disk(v) => Some(v.to_string()),
     };
-    let entry = |volume: Option<String>, state: DestroyState, reported: Option<String>| DiskDestroy {
-        slot: slot.to_string(),
-        volume,
-        state,
-        at_ms: now_ms,
-        reported,
-    };
+    let entry =
+        |volume: Option<String>, state: DestroyState, reported: Option<String>| DiskDestroy {
+            slot: slot.to_string(),
+            volume,
+            state,
+            at_ms: now_ms,
+            reported,
+        };
     let step = |binding: DiskDestroy, destroy: Option<String>, note: Option<String>| {
         Ok(DestroyStep {
             binding,
@@ -191,7 +194,11 @@ pub fn destroy(
         }
         // First applied now: bound to what the slot holds.
         return match current {
-            Some(v) => step(entry(Some(v.clone()), DestroyState::Bound, None), Some(v), None),
+            Some(v) => step(
+                entry(Some(v.clone()), DestroyState::Bound, None),
+                Some(v),
+                None,
+            ),
             None => step(entry(None, DestroyState::Destroyed, None), None, None),
         };
     };
@@ -413,7 +420,10 @@ mod tests {
         let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(9), Some(1)))).unwrap_err();
         assert!(err.contains("9 bytes") && err.contains("51200"), "{err}");
         let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(51200), None))).unwrap_err();
-        assert!(err.contains("ctime") && err.contains("seedStorage"), "{err}");
+        assert!(
+            err.contains("ctime") && err.contains("seedStorage"),
+            "{err}"
+        );
     }
 
     fn bound(state: DestroyState, volume: Option<&str>, reported: Option<&str>) -> DiskDestroy {
@@ -484,7 +494,14 @@ mod tests {
             );
             assert_eq!(s.binding.state, DestroyState::Destroyed);
             // Reported once.
-            let again = destroy(100, "scsi1", SlotHolds::Disk(now), Some(&s.binding), true, 10);
+            let again = destroy(
+                100,
+                "scsi1",
+                SlotHolds::Disk(now),
+                Some(&s.binding),
+                true,
+                10,
+            );
             assert_eq!(again.unwrap().note, None);
         }
         let s = destroy(100, "scsi1", SlotHolds::Nothing, Some(&done), true, 9).unwrap();
@@ -513,8 +530,15 @@ mod tests {
     #[test]
     fn the_boot_disk_a_cdrom_or_the_cloud_init_drive_is_refused() {
         for followed in [true, false] {
-            let err =
-                destroy(100, "scsi0", SlotHolds::Kept("boot disk"), None, followed, 9).unwrap_err();
+            let err = destroy(
+                100,
+                "scsi0",
+                SlotHolds::Kept("boot disk"),
+                None,
+                followed,
+                9,
+            )
+            .unwrap_err();
             assert!(err.contains("boot disk: refused"), "{err}");
         }
     }
@@ -550,13 +574,22 @@ mod tests {
     #[test]
     fn a_protected_vm_is_deleted_only_when_its_spec_managed_the_flag() {
         let p = |on, managed| Protection { on, managed };
-        assert_eq!(vm_delete(7, p(false, None)), Ok(DeleteProtection::Unprotected));
+        assert_eq!(
+            vm_delete(7, p(false, None)),
+            Ok(DeleteProtection::Unprotected)
+        );
         assert_eq!(
             vm_delete(7, p(false, Some(true))),
             Ok(DeleteProtection::Unprotected)
         );
-        assert_eq!(vm_delete(7, p(true, Some(true))), Ok(DeleteProtection::Clear));
-        assert_eq!(vm_delete(7, p(true, Some(false))), Ok(DeleteProtection::Clear));
+        assert_eq!(
+            vm_delete(7, p(true, Some(true))),
+            Ok(DeleteProtection::Clear)
+        );
+        assert_eq!(
+            vm_delete(7, p(true, Some(false))),
+            Ok(DeleteProtection::Clear)
+        );
         let err = vm_delete(7, p(true, None)).unwrap_err();
         assert!(
             err.contains("protection") && err.contains("qm set 7 --protection 0"),
