@@ -330,10 +330,10 @@ pub fn vm_delete(vmid: u32, protection: Protection) -> Result<DeleteProtection, 
             managed: Some(_), ..
         } => Ok(DeleteProtection::Clear),
         Protection { managed: None, .. } => Err(format!(
-            "VM {vmid} has protection set, which its removed spec did not manage: PVE refuses \
-             to delete a protected VM, so proxsync neither powers it off nor deletes it. To \
-             delete it: qm set {vmid} --protection 0 (or Options > Protection in the web UI); \
-             to keep it, add the spec back"
+            "VM {vmid} has protection set, and no spec of this install set it: PVE refuses to \
+             delete a protected VM, so proxsync neither powers it off nor deletes it. To delete \
+             it, clear the flag: qm set {vmid} --protection 0 (or Options > Protection in the \
+             web UI)"
         )),
     }
 }
