@@ -159,6 +159,18 @@ impl FakePve {
         self.lock().vms.get(&vmid).cloned()
     }
 
+    /// Sets (or with `None` removes) a key of VM `vmid`'s config, as a person would.
+    pub fn set_config_value(&self, vmid: u32, key: &str, value: Option<&str>) {
+        let mut s = self.lock();
+        if let Some(vm) = s.vms.get_mut(&vmid) {
+            match value {
+                Some(v) => vm.config.insert(key.to_string(), v.to_string()),
+                None => vm.config.remove(key),
+            };
+        }
+        *s.generation.entry(vmid).or_default() += 1;
+    }
+
     pub fn set_task_end(&self, end: TaskEnd) {
         self.lock().task_end = end;
     }
@@ -273,6 +285,8 @@ impl State {
                 for k in value.split(',') {
                     vm.config.remove(k.trim());
                 }
+            } else if key == "force" {
+                // A parameter of the update (deallocate deleted disks), not a config key.
             } else {
                 vm.config.insert(key.to_string(), value);
             }
