@@ -418,3 +418,47 @@ fn a_protected_vm_gets_its_new_disks_and_keeps_the_removed_ones_until_unprotecte
     );
     assert_eq!(ws.condition("web-01", "Ready").0, "True");
 }
+
+/// A protected VM with PVE's cloud-init drive that the spec gives `userData`: the drive would
+/// have to go in the update attaching the seed, which PVE refuses; nothing of `userData` is
+/// sent (no upload, no failing update) and the spec says which flag stops it.
+#[test]
+fn user_data_on_a_protected_vm_with_pves_cloud_init_drive_is_held_not_half_sent() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let native = "    protection: true\n    cloudInit:\n      user: ops\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", native))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    assert!(
+        value(&pve.vm(vmid)["config"]["ide0"]).contains("cloudinit"),
+        "{}",
+        pve.vm(vmid)
+    );
+
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web-01", "pve1", "9000", &format!("{native}{USER_DATA_1}")),
+    )]);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(
+        !writes(&mut pve)
+            .iter()
+            .any(|w| w.ends_with("/upload") || w.ends_with(&format!("/qemu/{vmid}/config"))),
+        "{:?}",
+        writes(&mut pve)
+    );
+    let (status, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Protected"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ide0") && message.contains("userData"),
+        "{message}"
+    );
+}

@@ -3,7 +3,7 @@
 //! `gate::volume`; old ones removed).
 
 use crate::category::Category;
-use crate::gate::volume::{SeedCheck, seed_on_storage, seed_uploaded};
+use crate::gate::volume::{SeedCheck, cloudinit_drive_removal, seed_on_storage, seed_uploaded};
 use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -11,7 +11,7 @@ use crate::spec::Spec;
 use crate::state::SpecRecord;
 
 use super::preflight::check_storage;
-use super::{ActionError, ExecCtx, SiteCtx, fail, wait};
+use super::{ActionError, ExecCtx, SiteCtx, fail, protected, wait};
 
 /// Slots for PVE's cloud-init drive when the VM has none (never `ide2`, the installer CD-ROM).
 const CLOUDINIT_DRIVE_SLOTS: [&str; 4] = ["ide0", "ide1", "sata1", "sata2"];
@@ -260,6 +260,13 @@ pub(super) async fn converge_cloud_init(
             else {
                 return Ok(CloudInitStep::Done(false));
             };
+            // PVE's own drive would be a second `cidata` volume: cloud-init would pick either.
+            // It goes in the update that attaches the seed, which PVE refuses on a protected VM.
+            let drive = cloudinit_drive_slot(cfg);
+            if let Some(slot) = &drive {
+                let protection = super::converge::protection_of(spec, cfg);
+                cloudinit_drive_removal(vmid, protection, slot).map_err(protected)?;
+            }
             let storage = seed_storage(client, spec).await?;
             let volid = format!("{storage}:iso/{}", seed.file_name);
             // Attached (or kept attached) only as the file proxsync uploaded; anything else
@@ -314,10 +321,7 @@ pub(super) async fn converge_cloud_init(
             for (other, _) in attached.iter().skip(1) {
                 params = params.set(other, EJECTED);
             }
-            // PVE's own drive would be a second `cidata` volume: cloud-init would pick either.
-            if let Some(drive) = cloudinit_drive_slot(cfg) {
-                deletes.push(drive);
-            }
+            deletes.extend(drive);
             // Only this seed's upload is kept on record: the others are removed below, and
             // one of them wanted again is uploaded again.
             if let Some(v) = rec.volumes.as_mut() {

@@ -201,15 +201,7 @@ async fn converge_vm(
         changed.push("ha");
     }
 
-    // PVE refuses removing any drive of a protected VM: as the flag is after the update
-    // above (a declared `protection` is applied at once, qemu-server's fast-plug options).
-    let protection = Protection {
-        on: spec
-            .hardware
-            .protection
-            .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
-        managed: spec.hardware.protection,
-    };
+    let protection = protection_of(spec, &cfg);
     let mut held: Vec<String> = Vec::new();
     let mut destroy_held: Vec<String> = Vec::new();
 
@@ -342,6 +334,19 @@ async fn converge_vm(
         ctx.store.transition(&spec.name, rec, here)?;
     }
     Ok(Outcome::Done)
+}
+
+/// The VM's `protection` as it is after this converge's config update (a declared one is
+/// applied at once: qemu-server's fast-plug options), for the steps that remove drives (PVE
+/// refuses removing any drive of a protected VM).
+pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
+    Protection {
+        on: spec
+            .hardware
+            .protection
+            .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
+        managed: spec.hardware.protection,
+    }
 }
 
 /// Whether the config must be read again after this converge's change before the later steps:

@@ -309,6 +309,29 @@ pub fn drive_removal(
     ))
 }
 
+/// Whether PVE's cloud-init drive in `slot` may be removed from VM `vmid` to make way for
+/// proxsync's seed image (two `cidata` volumes would leave cloud-init to pick either): not on
+/// a protected VM, where PVE refuses it ([`drive_removal`]); nothing of `userData` is applied
+/// then.
+pub fn cloudinit_drive_removal(
+    vmid: u32,
+    protection: Protection,
+    slot: &str,
+) -> Result<(), String> {
+    if !protection.on {
+        return Ok(());
+    }
+    Err(format!(
+        "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
+         its cloud-init drive {slot} cannot make way for the userData seed image, so userData is \
+         not applied. Clear the flag ({}), or drop userData",
+        match protection.managed {
+            Some(true) => "protection: false in the spec".to_string(),
+            _ => format!("qm set {vmid} --protection 0"),
+        }
+    ))
+}
+
 /// What a delete of VM `vmid` does about its `protection` flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteProtection {
@@ -569,6 +592,19 @@ mod tests {
         };
         let err = drive_removal(100, by_hand, &slots(&["scsi1"]), &[]).unwrap_err();
         assert!(err.contains("qm set 100 --protection 0"), "{err}");
+    }
+
+    #[test]
+    fn the_cloud_init_drive_of_a_protected_vm_stays() {
+        let p = |on, managed| Protection { on, managed };
+        assert!(cloudinit_drive_removal(7, p(false, Some(false)), "ide0").is_ok());
+        let err = cloudinit_drive_removal(7, p(true, Some(true)), "ide0").unwrap_err();
+        assert!(
+            err.contains("ide0") && err.contains("protection: false"),
+            "{err}"
+        );
+        let err = cloudinit_drive_removal(7, p(true, None), "ide0").unwrap_err();
+        assert!(err.contains("qm set 7 --protection 0"), "{err}");
     }
 
     #[test]
