@@ -436,7 +436,7 @@ async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
     w.pve().fault("set_config_async", Fault::LoseAnswer);
     let outcome = w.run(converge_action(&w, vmid)).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
-    assert!(w.pve().vm(vmid).expect("vm").config.get("scsi1").is_none());
+    assert!(!w.pve().vm(vmid).expect("vm").config.contains_key("scsi1"));
     let bound = w.record().disk_destroy("scsi1").cloned().expect("bound");
     assert_eq!(bound.state, crate::state::DestroyState::Bound);
     assert_eq!(bound.volume.as_deref(), Some(volume));
@@ -468,7 +468,7 @@ async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
         "{:?}",
         w.pve().calls()
     );
-    assert!(w.pve().vm(vmid).expect("vm").config.get("scsi1").is_some());
+    assert!(w.pve().vm(vmid).expect("vm").config.contains_key("scsi1"));
     assert!(
         history(&w).contains("destroyDisks no longer applies to scsi1"),
         "{}",
