@@ -1,91 +1,393 @@
 //! Renames of `metadata.name`: a removed spec whose VM a new spec of the same commit takes over.
+//!
+//! A new spec is renamed from a removed one when its `proxsync.io/renamed-from` annotation names
+//! it (confirmed), or when it has exactly the content the removed spec's VM was last converged
+//! to (suspected). The old spec's VM is found from its record, or, after the state database was
+//! lost, from the VM whose verifying marker names the old spec; `gate::rename` judges what the
+//! observation saw of it. What happens then:
+//! - on the new spec's site, the new spec without a VM of its own: the VM is re-labelled
+//!   (`Action::Relabel`), once confirmed;
+//! - on another site: the site-change rule. The VM stays there, listed (`SiteMoved`), and the new
+//!   spec waits (`SiteMoved`) unless it has a VM already or allows a recreate;
+//! - on the new spec's site while the new spec has a VM of its own: a second VM of the spec
+//!   (`DuplicateVM`), kept and listed, never deleted by the orphan policy.
+//!
+//! In every case the old spec is not removed and its VM is not an orphan to delete.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Action, PlanInput, Verdict, content_hash};
+use super::index::SiteIndex;
+use super::{Action, Duplicate, PlanInput, Verdict, content_hash};
+use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
+use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
-/// A removed spec whose VM a new spec of the same commit takes over.
+/// A removed spec whose VM a new spec takes over.
 pub(super) struct Rename<'a> {
     pub(super) from: &'a str,
-    site: &'a str,
+    /// Where the old spec's VM is.
+    pub(super) site: &'a str,
     node: &'a str,
-    vmid: u32,
+    pub(super) vmid: u32,
     /// The new spec's `proxsync.io/renamed-from` annotation names `from`.
     confirmed: bool,
+    /// What the observation could see of the VM.
+    seen: Seen,
+    pub(super) fate: Fate<'a>,
 }
 
-/// Renames of `metadata.name` in this commit: a new spec (no VM recorded) that either names a
-/// removed spec in its `proxsync.io/renamed-from` annotation (confirmed), or has exactly the
-/// content a removed spec's VM was last converged to (suspected). Only removed specs whose VM
-/// exists are considered.
+/// What the observation could see of the old spec's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Listed, its marker judged (or not read: execute reads it before anything).
+    Listed,
+    /// Listed with an unknown state.
+    Unknown,
+    /// Its site (the record's) could not be read.
+    Unreachable,
+}
+
+/// What the rename comes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fate<'a> {
+    /// The VM is re-labelled for the new spec (same site, the new spec has no VM).
+    Relabel,
+    /// The VM is on another site than the new spec names: it stays there, listed; the new spec
+    /// waits (`SiteMoved`) when `wait`, else is planned as any spec (it has a VM, or allows a
+    /// recreate on a site change).
+    OnOtherSite { to: &'a str, wait: bool },
+    /// The new spec has its own VM `kept`: the old spec's VM is a second one, kept and listed.
+    Second { kept: u32 },
+}
+
+/// The renames of a cycle, by the new spec's name.
+#[derive(Default)]
+pub(super) struct Renames<'a> {
+    pub(super) by_spec: BTreeMap<&'a str, Rename<'a>>,
+    /// Specs renamed from a removed spec whose VM is not found while a place it may be in
+    /// cannot be read: nothing is created for them yet.
+    waiting: BTreeMap<&'a str, Verdict>,
+}
+
+impl<'a> Renames<'a> {
+    /// The old spec `name` is taken by a rename: it is not removed.
+    pub(super) fn is_source(&self, name: &str) -> bool {
+        self.by_spec.values().any(|r| r.from == name)
+    }
+
+    /// The rename whose old VM is `vmid` on `site`, with the new spec's name.
+    pub(super) fn of_vm(&self, site: &str, vmid: u32) -> Option<(&'a str, &Rename<'a>)> {
+        self.by_spec
+            .iter()
+            .find(|(_, r)| r.site == site && r.vmid == vmid && r.seen != Seen::Unreachable)
+            .map(|(spec, r)| (*spec, r))
+    }
+
+    /// The decision for `spec` when its rename makes it: the re-label (or why not yet), or the
+    /// wait of a rename across sites, or of one whose VM cannot be looked for. `None`: planned
+    /// as any spec.
+    pub(super) fn decide(
+        &self,
+        input: &PlanInput<'_>,
+        spec: &Spec,
+        actions: &mut Vec<Action>,
+    ) -> Option<Verdict> {
+        if let Some(v) = self.waiting.get(spec.name.as_str()) {
+            return Some(v.clone());
+        }
+        let r = self.by_spec.get(spec.name.as_str())?;
+        match r.fate {
+            Fate::Relabel => Some(plan_rename(input, spec, r, actions)),
+            Fate::OnOtherSite { wait: true, .. } => Some(Verdict::SiteMoved {
+                from: r.site.to_string(),
+                vmid: r.vmid,
+            }),
+            Fate::OnOtherSite { wait: false, .. } | Fate::Second { .. } => None,
+        }
+    }
+
+    /// The old spec's VM as a second VM of `spec`, besides `found` (VMs carrying its marker).
+    pub(super) fn duplicate(&self, spec: &Spec, found: Option<Duplicate>) -> Option<Duplicate> {
+        let r = self.by_spec.get(spec.name.as_str());
+        let Some((r, kept)) = r.and_then(|r| match r.fate {
+            Fate::Second { kept } => Some((r, kept)),
+            _ => None,
+        }) else {
+            return found;
+        };
+        let mut d = found.unwrap_or_else(|| Duplicate {
+            site: spec.site.clone(),
+            kept,
+            extras: Vec::new(),
+            renamed_from: None,
+        });
+        d.extras.push(r.vmid);
+        d.extras.sort_unstable();
+        d.extras.dedup();
+        d.renamed_from = Some(r.from.to_string());
+        Some(d)
+    }
+}
+
+/// Finds the renames of this commit (see the module's doc). Nothing when the spec set was not
+/// read completely (nothing is treated as removed then).
 pub(super) fn renames<'a>(
     input: &'a PlanInput<'a>,
     desired: &BTreeSet<&str>,
-) -> BTreeMap<&'a str, Rename<'a>> {
-    let mut out = BTreeMap::new();
+    indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
+) -> Renames<'a> {
+    let mut out = Renames::default();
     if !input.complete {
         return out;
     }
-    let removed: Vec<(&str, &SpecRecord)> = input
-        .records
-        .iter()
-        .filter(|(name, r)| {
-            // A spec now outside the selector is still in the repository: not removed.
-            !desired.contains(name.as_str())
-                && !input.invalid.contains(*name)
-                && !input.elsewhere.contains(*name)
-                && matches!(r.vm, VmState::Exists { .. })
-        })
-        .map(|(n, r)| (n.as_str(), r))
-        .collect();
-    if removed.is_empty() {
-        return out;
-    }
+    let gone = |name: &str| {
+        // A spec now outside the selector is still in the repository: not removed.
+        !desired.contains(name) && !input.invalid.contains(name) && !input.elsewhere.contains(name)
+    };
+    let mut suspects: Option<Vec<(&str, &SpecRecord)>> = None;
     let mut taken: BTreeSet<&str> = BTreeSet::new();
     for spec in input.desired {
-        if input
-            .records
-            .get(&spec.name)
-            .and_then(SpecRecord::vmid)
-            .is_some()
-        {
+        let rec = input.records.get(&spec.name);
+        let own_vm = own_vm(input, spec, rec, indexes);
+        let confirmed = spec.renamed_from.as_deref().filter(|from| gone(from));
+        let found = match confirmed {
+            Some(from) => find(input, indexes, spec, from, input.records.get(from)),
+            // A suspected rename only for a new spec without a VM, from the records' content.
+            None if own_vm.is_none() => {
+                let removed = suspects.get_or_insert_with(|| {
+                    input
+                        .records
+                        .iter()
+                        .filter(|(name, r)| gone(name) && matches!(r.vm, VmState::Exists { .. }))
+                        .map(|(n, r)| (n.as_str(), r))
+                        .collect()
+                });
+                let hash = content_hash(spec);
+                removed
+                    .iter()
+                    .filter(|(from, r)| {
+                        r.site == spec.site
+                            && r.applied_content.as_deref() == Some(hash.as_str())
+                            && !taken.contains(from)
+                    })
+                    .find_map(|(from, r)| by_record(input, spec, from, r))
+            }
+            None => None,
+        };
+        let Some(mut r) = found else {
+            if let Some(from) = confirmed
+                && own_vm.is_none()
+                && let Some(wait) = unresolved(input, indexes, from)
+            {
+                out.waiting.insert(spec.name.as_str(), wait);
+            }
+            continue;
+        };
+        if !taken.insert(r.from) {
             continue;
         }
-        let by_annotation = spec
-            .renamed_from
-            .as_deref()
-            .and_then(|old| removed.iter().find(|(n, _)| *n == old));
-        let found = by_annotation.or_else(|| {
-            let hash = content_hash(spec);
-            removed.iter().find(|(_, r)| {
-                r.site == spec.site && r.applied_content.as_deref() == Some(hash.as_str())
-            })
-        });
-        if let Some((from, r)) = found
-            && let VmState::Exists { vmid, node } = &r.vm
-            && r.site == spec.site
-            && taken.insert(from)
-        {
-            out.insert(
-                spec.name.as_str(),
-                Rename {
-                    from,
-                    site: r.site.as_str(),
-                    node: node.as_str(),
-                    vmid: *vmid,
-                    confirmed: by_annotation.is_some(),
-                },
-            );
-        }
+        r.confirmed = confirmed.is_some();
+        r.fate = match own_vm.filter(|id| *id != r.vmid) {
+            _ if r.site != spec.site => Fate::OnOtherSite {
+                to: spec.site.as_str(),
+                wait: own_vm.is_none() && !spec.allow_recreate_on_site_change,
+            },
+            Some(kept) => Fate::Second { kept },
+            None => Fate::Relabel,
+        };
+        out.by_spec.insert(spec.name.as_str(), r);
     }
     out
 }
 
-/// A rename: re-label the VM when confirmed and the node is healthy; otherwise hold both
-/// the delete and the create and say so.
-pub(super) fn plan_rename(
+/// The new spec's own VM: its record's (unless gone from its reachable site), else the lowest
+/// VMID carrying its verifying marker on its site.
+fn own_vm(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    indexes: &BTreeMap<&str, SiteIndex<'_>>,
+) -> Option<u32> {
+    let recorded = rec.and_then(|r| {
+        let vmid = r.vmid()?;
+        let view = input.sites.get(&r.site)?;
+        (!view.reachable() || view.vms.contains_key(&vmid)).then_some(vmid)
+    });
+    recorded.or_else(|| {
+        let claimants = indexes.get(spec.site.as_str())?.by_marker.get(spec.name.as_str())?;
+        claimants.iter().map(|vm| vm.vmid).min()
+    })
+}
+
+/// The VM of removed spec `from` a confirmed rename into `spec` takes: the VM of its record;
+/// without a record (a lost database) or when that VM is gone, the lowest VMID whose verifying
+/// marker names `from`, on the new spec's site first. A record with a create or a delete in
+/// flight is no rename (the removal finishes it).
+fn find<'a>(
+    input: &'a PlanInput<'a>,
+    indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
+    spec: &Spec,
+    from: &'a str,
+    rec: Option<&'a SpecRecord>,
+) -> Option<Rename<'a>> {
+    if let Some(r) = rec {
+        match r.vm {
+            VmState::Exists { .. } => {
+                if let Some(found) = by_record(input, spec, from, r) {
+                    return Some(found);
+                }
+            }
+            VmState::Creating { .. } | VmState::Deleting { .. } => return None,
+            VmState::Absent => {}
+        }
+    }
+    // Sites in order, the new spec's first.
+    let sites = indexes
+        .get_key_value(spec.site.as_str())
+        .into_iter()
+        .chain(indexes.iter().filter(|(s, _)| **s != spec.site));
+    for (site, index) in sites {
+        let Some(view) = input.sites.get(*site).filter(|v| v.reachable()) else {
+            continue;
+        };
+        let mut claimants: Vec<&ObservedVm> = index
+            .by_marker
+            .get(from)
+            .map(|c| c.iter().copied().filter(|vm| !recorded(input, site, vm.vmid)).collect())
+            .unwrap_or_default();
+        claimants.sort_by_key(|vm| vm.vmid);
+        let found = claimants.into_iter().find_map(|vm| {
+            let ev = evidence(vm, site, None);
+            judged(input, spec, from, &ev, vm, view)
+        });
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// The VM of `from`'s record, when the observation finds it there: listed and judged the old
+/// spec's by the gate (or not yet judgeable: its site unreachable, its state unknown, its marker
+/// not read). `None`: the VMID now holds another VM, or none on a reachable site.
+fn by_record<'a>(
+    input: &'a PlanInput<'a>,
+    spec: &Spec,
+    from: &'a str,
+    r: &'a SpecRecord,
+) -> Option<Rename<'a>> {
+    let VmState::Exists { vmid, node } = &r.vm else {
+        return None;
+    };
+    let unjudged = |seen| Rename {
+        from,
+        site: r.site.as_str(),
+        node: node.as_str(),
+        vmid: *vmid,
+        confirmed: false,
+        seen,
+        fate: Fate::Relabel,
+    };
+    let Some(view) = input.sites.get(&r.site).filter(|v| v.reachable()) else {
+        return Some(unjudged(Seen::Unreachable));
+    };
+    let vm = view.vms.get(vmid)?;
+    if vm.is_unknown() {
+        return Some(unjudged(Seen::Unknown));
+    }
+    if vm.marker.is_none() && !vm.marker_read {
+        // Not read (a VM without our tag that the record names): execute reads its config and
+        // asks the gate before writing anything.
+        return Some(Rename {
+            node: vm.node.as_str(),
+            ..unjudged(Seen::Listed)
+        });
+    }
+    let recorded = Recorded {
+        site: r.site.as_str(),
+        vmid: *vmid,
+        uid: r.uid.as_str(),
+    };
+    judged(input, spec, from, &evidence(vm, &r.site, Some(recorded)), vm, view)
+}
+
+/// Whether a record of this cycle names VM `vmid` on `site`.
+fn recorded(input: &PlanInput<'_>, site: &str, vmid: u32) -> bool {
+    input
+        .records
+        .values()
+        .any(|r| r.site == site && r.vmid() == Some(vmid))
+}
+
+fn evidence<'v>(vm: &'v ObservedVm, site: &'v str, record: Option<Recorded<'v>>) -> Evidence<'v> {
+    Evidence {
+        vmid: vm.vmid,
+        site,
+        marker: vm.marker.as_deref(),
+        mac_verifies: vm.marker_verified,
+        record,
+    }
+}
+
+/// The rename of `vm` when the gate finds it the old spec's (on the new spec's site or not).
+fn judged<'a>(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    from: &'a str,
+    ev: &Evidence<'_>,
+    vm: &'a ObservedVm,
+    view: &'a SiteView,
+) -> Option<Rename<'a>> {
+    match may_relabel(input.install_id, from, &spec.name, &spec.site, ev) {
+        Ok(_) | Err(Refused::OtherSite { .. }) => Some(Rename {
+            from,
+            site: view.name.as_str(),
+            node: vm.node.as_str(),
+            vmid: vm.vmid,
+            confirmed: false,
+            seen: if vm.is_unknown() {
+                Seen::Unknown
+            } else {
+                Seen::Listed
+            },
+            fate: Fate::Relabel,
+        }),
+        Err(Refused::NotShown(_)) => None,
+    }
+}
+
+/// Why a spec renamed from `from`, whose VM was not found, waits: a site that cannot be read,
+/// or a VM of this install whose marker could not be read, may hold it. `None`: it was looked
+/// for everywhere.
+fn unresolved(
+    input: &PlanInput<'_>,
+    indexes: &BTreeMap<&str, SiteIndex<'_>>,
+    from: &str,
+) -> Option<Verdict> {
+    if let Some(site) = input.sites.values().find(|v| !v.reachable()) {
+        return Some(Verdict::SiteUnreachable {
+            error: format!(
+                "site {} cannot be read, and the VM of spec {from}, which this spec is renamed \
+                 from, may be there: nothing is created until it can be read",
+                site.name
+            ),
+        });
+    }
+    indexes
+        .values()
+        .flat_map(|i| {
+            i.unread_by_name
+                .values()
+                .chain(i.unread_tagged_nameless.values())
+        })
+        .min()
+        .map(|vmid| Verdict::Unknown { vmid: *vmid })
+}
+
+/// A re-label on the new spec's site, when confirmed and the VM's node is healthy; otherwise
+/// both the delete and the create are held, and the verdict says why.
+fn plan_rename(
     input: &PlanInput<'_>,
     spec: &Spec,
     r: &Rename<'_>,
@@ -102,14 +404,12 @@ pub(super) fn plan_rename(
             error: format!("site {} cannot be read", r.site),
         };
     };
-    let node = view
-        .vms
-        .get(&r.vmid)
-        .map(|vm| vm.node.as_str())
-        .unwrap_or(r.node);
-    if !view.node_healthy(node) {
+    if r.seen == Seen::Unknown {
+        return Verdict::Unknown { vmid: r.vmid };
+    }
+    if !view.node_healthy(r.node) {
         return Verdict::NodeUnhealthy {
-            node: node.to_string(),
+            node: r.node.to_string(),
             quorate: view.health.quorate,
         };
     }
@@ -117,7 +417,7 @@ pub(super) fn plan_rename(
         spec: spec.name.clone(),
         from: r.from.to_string(),
         site: r.site.to_string(),
-        node: node.to_string(),
+        node: r.node.to_string(),
         vmid: r.vmid,
     });
     Verdict::Acting
