@@ -215,7 +215,10 @@ fn own_vm(
         (!view.reachable() || view.vms.contains_key(&vmid)).then_some(vmid)
     });
     recorded.or_else(|| {
-        let claimants = indexes.get(spec.site.as_str())?.by_marker.get(spec.name.as_str())?;
+        let claimants = indexes
+            .get(spec.site.as_str())?
+            .by_marker
+            .get(spec.name.as_str())?;
         claimants.iter().map(|vm| vm.vmid).min()
     })
 }
@@ -254,7 +257,12 @@ fn find<'a>(
         let mut claimants: Vec<&ObservedVm> = index
             .by_marker
             .get(from)
-            .map(|c| c.iter().copied().filter(|vm| !recorded(input, site, vm.vmid)).collect())
+            .map(|c| {
+                c.iter()
+                    .copied()
+                    .filter(|vm| !recorded(input, site, vm.vmid))
+                    .collect()
+            })
             .unwrap_or_default();
         claimants.sort_by_key(|vm| vm.vmid);
         let found = claimants.into_iter().find_map(|vm| {
@@ -309,7 +317,14 @@ fn by_record<'a>(
         vmid: *vmid,
         uid: r.uid.as_str(),
     };
-    judged(input, spec, from, &evidence(vm, &r.site, Some(recorded)), vm, view)
+    judged(
+        input,
+        spec,
+        from,
+        &evidence(vm, &r.site, Some(recorded)),
+        vm,
+        view,
+    )
 }
 
 /// Whether a record of this cycle names VM `vmid` on `site`.
@@ -421,4 +436,300 @@ fn plan_rename(
         vmid: r.vmid,
     });
     Verdict::Acting
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use super::super::{Action, OrphanDisposition, Plan, PlanInput, Verdict, plan};
+    use crate::config::ReconcileConfig;
+    use crate::observe::{ObservedVm, Power, SiteView};
+    use crate::ownership::Marker;
+    use crate::pve::types::ClusterHealth;
+    use crate::spec::{Spec, Specs, parse_file};
+    use crate::state::{SpecRecord, VmState};
+
+    const NOW: u64 = 10_000_000;
+
+    /// What `plan` looks at: sites `lab` and `eu` (node `pve1` each), install `main`.
+    struct World {
+        desired: Specs,
+        invalid: BTreeSet<String>,
+        sites: BTreeMap<String, SiteView>,
+        records: BTreeMap<String, SpecRecord>,
+        /// Every VM first seen long ago: stopped ones are past the grace period.
+        seen: BTreeMap<(String, u32), u64>,
+        reconcile: ReconcileConfig,
+    }
+
+    impl World {
+        fn new(specs: &[Spec]) -> World {
+            let site = |name: &str| SiteView {
+                name: name.into(),
+                error: None,
+                health: ClusterHealth {
+                    quorate: true,
+                    nodes: [("pve1".to_string(), true)].into(),
+                },
+                vms: BTreeMap::new(),
+                other_vmids: BTreeSet::new(),
+            };
+            World {
+                desired: specs.iter().cloned().collect(),
+                invalid: BTreeSet::new(),
+                sites: [("lab".into(), site("lab")), ("eu".into(), site("eu"))].into(),
+                records: BTreeMap::new(),
+                seen: BTreeMap::new(),
+                reconcile: ReconcileConfig::default(),
+            }
+        }
+
+        /// A tagged VM on `site` whose marker names `spec` (verifying when `verified`).
+        fn vm(&mut self, site: &str, vmid: u32, spec: &str, power: Power, verified: bool) {
+            let vm = ObservedVm {
+                vmid,
+                node: "pve1".into(),
+                name: Some(spec.into()),
+                power,
+                tags: vec!["proxsync.main".into()],
+                cpus: Some(2),
+                memory_bytes: Some(2 << 30),
+                disk_bytes: Some(32 << 30),
+                lock: None,
+                ha_state: None,
+                template: false,
+                marker: Some(Arc::new(Marker {
+                    install: "main".into(),
+                    spec: spec.into(),
+                    uid: format!("uid-{spec}"),
+                    mac: Some("00".into()),
+                })),
+                marker_read: true,
+                marker_verified: verified,
+            };
+            self.sites.get_mut(site).unwrap().vms.insert(vmid, vm);
+            self.seen.insert((site.to_string(), vmid), 0);
+        }
+
+        /// `spec`'s record of VM `vmid` on `site`.
+        fn record(&mut self, spec: &str, site: &str, vmid: u32) {
+            let rec = SpecRecord {
+                uid: format!("uid-{spec}"),
+                site: site.into(),
+                vm: VmState::Exists {
+                    vmid,
+                    node: "pve1".into(),
+                },
+                provisioned: true,
+                ..Default::default()
+            };
+            self.records.insert(spec.into(), rec);
+        }
+
+        fn plan(&self) -> Plan {
+            plan(&PlanInput {
+                install_id: "main",
+                desired: &self.desired,
+                invalid: &self.invalid,
+                elsewhere: &BTreeSet::new(),
+                sharded: false,
+                complete: true,
+                sites: &self.sites,
+                records: &self.records,
+                orphans_seen: &self.seen,
+                reconcile: &self.reconcile,
+                config_hash: "",
+                now_ms: NOW,
+                retry_transient_now: false,
+            })
+        }
+    }
+
+    /// Spec `name` on `site`, renamed from `from`, with `extra` under `forProvider`.
+    fn spec(name: &str, from: Option<&str>, site: &str, extra: &str) -> Spec {
+        let annotation = from
+            .map(|f| format!("  annotations:\n    proxsync.io/renamed-from: {f}\n"))
+            .unwrap_or_default();
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\n{annotation}\
+             spec:\n  forProvider:\n    site: {site}\n    node: pve1\n    image: \"9000\"\n{extra}"
+        );
+        let (mut specs, diags) = parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    }
+
+    fn relabel(vmid: u32) -> Action {
+        Action::Relabel {
+            spec: "new".into(),
+            from: "old".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+        }
+    }
+
+    /// After a lost database (no record), the VM whose verifying marker names the old spec is
+    /// re-labelled, running or stopped past the orphan grace period: not deleted as an orphan,
+    /// no VM created. A marker that does not verify is no evidence.
+    #[test]
+    fn a_rename_after_a_lost_database_is_found_by_the_verifying_marker() {
+        for power in [Power::Running, Power::Stopped] {
+            let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+            w.vm("lab", 100, "old", power, true);
+            let p = w.plan();
+            assert_eq!(p.actions, vec![relabel(100)], "{power:?}: {p:?}");
+            assert!(p.orphans.is_empty(), "{p:?}");
+            assert_eq!(p.renamed, [("old".into(), "new".into())].into());
+        }
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "old", Power::Running, false);
+        let p = w.plan();
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Relabel { .. })),
+            "{p:?}"
+        );
+    }
+
+    /// A rename to another site: the old VM stays (no delete, no re-label), listed; the new
+    /// spec waits, or with `allowRecreateOnSiteChange` is created on its site. From the
+    /// record, and from the verifying marker after a lost database.
+    #[test]
+    fn a_rename_across_sites_keeps_the_old_vm_and_follows_the_site_change_rule() {
+        for recorded in [true, false] {
+            for allow in [false, true] {
+                let extra = if allow {
+                    "    allowRecreateOnSiteChange: true\n"
+                } else {
+                    ""
+                };
+                let mut w = World::new(&[spec("new", Some("old"), "eu", extra)]);
+                w.vm("lab", 100, "old", Power::Stopped, true);
+                if recorded {
+                    w.record("old", "lab", 100);
+                }
+                let p = w.plan();
+                let case = format!("recorded {recorded}, allow {allow}: {p:?}");
+                let creates = vec![Action::Create {
+                    spec: "new".into(),
+                    site: "eu".into(),
+                    node: "pve1".into(),
+                }];
+                if allow {
+                    assert_eq!(p.actions, creates, "{case}");
+                } else {
+                    assert!(p.actions.is_empty(), "{case}");
+                    assert_eq!(
+                        p.verdicts["new"],
+                        Verdict::SiteMoved {
+                            from: "lab".into(),
+                            vmid: 100
+                        },
+                        "{case}"
+                    );
+                }
+                let listed: Vec<(u32, &OrphanDisposition)> =
+                    p.orphans.iter().map(|o| (o.vmid, &o.disposition)).collect();
+                let moved = OrphanDisposition::SiteMoved {
+                    spec: "new".into(),
+                    to: "eu".into(),
+                };
+                assert_eq!(listed, vec![(100, &moved)], "{case}");
+            }
+        }
+    }
+
+    /// The new spec has a VM of its own and the old spec's VM is still there: a duplicate
+    /// naming both, the old VM kept (stopped, past the grace period) and listed.
+    #[test]
+    fn a_renamed_spec_with_its_own_vm_is_a_duplicate_and_nothing_is_deleted() {
+        for recorded in [true, false] {
+            let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+            w.vm("lab", 100, "old", Power::Stopped, true);
+            w.vm("lab", 101, "new", Power::Running, true);
+            w.record("new", "lab", 101);
+            if recorded {
+                w.record("old", "lab", 100);
+            }
+            let p = w.plan();
+            let on_old = |a: &Action| match a {
+                Action::Remove { vmid, .. }
+                | Action::DeleteOrphan { vmid, .. }
+                | Action::Relabel { vmid, .. }
+                | Action::Converge { vmid, .. } => *vmid == 100,
+                _ => false,
+            };
+            assert!(!p.actions.iter().any(on_old), "recorded {recorded}: {p:?}");
+            let d = &p.duplicates["new"];
+            assert_eq!(
+                (d.kept, d.extras.as_slice(), d.renamed_from.as_deref()),
+                (101, [100].as_slice(), Some("old")),
+                "{p:?}"
+            );
+            let listed: Vec<(u32, &OrphanDisposition, Option<&str>)> = (p.orphans.iter())
+                .map(|o| (o.vmid, &o.disposition, o.duplicate_of.as_deref()))
+                .collect();
+            assert_eq!(
+                listed,
+                vec![(100, &OrphanDisposition::Reported, Some("new"))],
+                "{p:?}"
+            );
+        }
+    }
+
+    /// A spec renamed from a removed spec whose VM is not found is created only once every
+    /// place it may be in was read.
+    #[test]
+    fn a_renamed_spec_is_not_created_while_a_site_cannot_be_read() {
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.sites.insert(
+            "eu".into(),
+            SiteView::unreachable("eu", "connection refused".into()),
+        );
+        let p = w.plan();
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert!(
+            matches!(&p.verdicts["new"], Verdict::SiteUnreachable { error } if error.contains("old")),
+            "{p:?}"
+        );
+        w.sites.get_mut("eu").unwrap().error = None;
+        assert_eq!(w.plan().actions.len(), 1, "then created");
+    }
+
+    /// `renamed-from` naming a spec that is still desired: the planner holds both as invalid,
+    /// plans nothing for their VM, and removes nothing.
+    #[test]
+    fn renamed_from_a_desired_spec_holds_both() {
+        let mut w = World::new(&[
+            spec("app", None, "lab", "    cpu: 4\n"),
+            spec("app-legacy", Some("app"), "lab", ""),
+        ]);
+        w.vm("lab", 100, "app", Power::Running, true);
+        w.record("app", "lab", 100);
+        let p = w.plan();
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert_eq!(p.verdicts["app"], Verdict::Invalid, "{p:?}");
+        assert_eq!(p.verdicts["app-legacy"], Verdict::Invalid, "{p:?}");
+        assert!(p.orphans.is_empty(), "{p:?}");
+    }
+
+    /// The marker already names the new spec with the old record's uid (a re-label whose
+    /// answer was lost): planned again, and execute only moves the record.
+    #[test]
+    fn a_marker_already_naming_the_new_spec_with_the_old_uid_is_relabelled() {
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "new", Power::Running, true);
+        w.record("old", "lab", 100);
+        let vm = w.sites.get_mut("lab").unwrap().vms.get_mut(&100).unwrap();
+        vm.marker = Some(Arc::new(Marker {
+            uid: "uid-old".into(),
+            ..(**vm.marker.as_ref().unwrap()).clone()
+        }));
+        let p = w.plan();
+        assert_eq!(p.actions, vec![relabel(100)], "{p:?}");
+    }
 }
