@@ -145,24 +145,24 @@ pub(super) fn renames<'a>(
         // A spec now outside the selector is still in the repository: not removed.
         !desired.contains(name) && !input.invalid.contains(name) && !input.elsewhere.contains(name)
     };
-    let mut suspects: Option<Vec<(&str, &SpecRecord)>> = None;
+    // The removed specs' records with a VM: what a suspected rename is looked for in.
+    let removed: Vec<(&str, &SpecRecord)> = input
+        .records
+        .iter()
+        .filter(|(name, r)| gone(name) && matches!(r.vm, VmState::Exists { .. }))
+        .map(|(n, r)| (n.as_str(), r))
+        .collect();
     let mut taken: BTreeSet<&str> = BTreeSet::new();
     for spec in input.desired {
-        let rec = input.records.get(&spec.name);
-        let own_vm = own_vm(input, spec, rec, indexes);
         let confirmed = spec.renamed_from.as_deref().filter(|from| gone(from));
+        if confirmed.is_none() && removed.is_empty() {
+            continue;
+        }
+        let own_vm = own_vm(input, spec, input.records.get(&spec.name), indexes);
         let found = match confirmed {
             Some(from) => find(input, indexes, spec, from, input.records.get(from)),
             // A suspected rename only for a new spec without a VM, from the records' content.
             None if own_vm.is_none() => {
-                let removed = suspects.get_or_insert_with(|| {
-                    input
-                        .records
-                        .iter()
-                        .filter(|(name, r)| gone(name) && matches!(r.vm, VmState::Exists { .. }))
-                        .map(|(n, r)| (n.as_str(), r))
-                        .collect()
-                });
                 let hash = content_hash(spec);
                 removed
                     .iter()
