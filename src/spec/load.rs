@@ -58,7 +58,10 @@ pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     specs.retain(|s| !dup_names.contains(&s.name));
     diags.extend(duplicates);
 
-    let (renames, held) = {
+    let annotated = specs.iter().any(|s| s.renamed_from.is_some());
+    let (renames, held) = if !annotated {
+        (Vec::new(), HashSet::new())
+    } else {
         let valid: Vec<&Spec> = specs.iter().collect();
         let invalid: HashSet<&str> = diags
             .iter()
@@ -71,7 +74,9 @@ pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
         let held: HashSet<String> = held.into_iter().map(str::to_string).collect();
         (found, held)
     };
-    specs.retain(|s| !held.contains(&s.name));
+    if !held.is_empty() {
+        specs.retain(|s| !held.contains(&s.name));
+    }
     diags.extend(renames);
 
     // Report by file, then by position, so output reads like the files.
