@@ -801,7 +801,12 @@ impl Engine {
         for name in records.keys() {
             names.add(name);
         }
-        self.remove_stale_spec_files(specs, records, names.finish())?;
+        // A renamed spec's old name keeps its record until the rename is done; gone from the
+        // repository, its file would go on saying what it said before (Ready).
+        for old in after.renamed.keys() {
+            names.add(old);
+        }
+        self.remove_stale_spec_files(specs, records, &after.renamed, names.finish())?;
         let orphans = crate::status::orphan_entries(&after.orphans);
         self.status
             .write_orphans(&orphans, now)
@@ -884,12 +889,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Removes the status files of specs that are gone with their VM, when the names hash
-    /// (`names`) differs from the last cycle's.
+    /// Removes the status files of specs that are gone with their VM, and of the old names of
+    /// renamed specs (`renamed`), when the names hash (`names`) differs from the last cycle's.
     fn remove_stale_spec_files(
         &mut self,
         specs: &SpecSet,
         records: &BTreeMap<String, SpecRecord>,
+        renamed: &BTreeMap<String, String>,
         names: u64,
     ) -> Result<(), EngineError> {
         let status_err = status_err(&self.config.status_dir);
@@ -901,7 +907,8 @@ impl Engine {
                 .chain(specs.invalid_names())
                 .collect();
             for name in self.status.spec_names().map_err(status_err)? {
-                if !written.contains(name.as_str()) && !records.contains_key(&name) {
+                let kept = records.contains_key(&name) && !renamed.contains_key(&name);
+                if !written.contains(name.as_str()) && !kept {
                     self.status.remove_spec(&name).map_err(status_err)?;
                     self.written.remove(&name);
                 }

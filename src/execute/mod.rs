@@ -389,12 +389,15 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
             vmid,
         } => {
             // The old spec's record becomes the new one's: it is what vouches for the VM.
-            let old = ctx.store.specs().ok().and_then(|mut r| r.remove(from));
-            rec = old.unwrap_or_default();
-            with_spec(ctx, spec, |s| {
-                relabel(ctx, VmRef::new(site, node, *vmid), from, s, &mut rec)
-            })
-            .await
+            match ctx.store.record(from) {
+                Ok(old) => {
+                    with_spec(ctx, spec, |s| {
+                        relabel(ctx, VmRef::new(site, node, *vmid), from, old, s, &mut rec)
+                    })
+                    .await
+                }
+                Err(e) => Outcome::Failed(e.into()),
+            }
         }
         Action::DeleteOrphan { site, node, vmid } => {
             delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
@@ -403,7 +406,7 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
     // A rename that failed before moving the record: the old spec's record still stands, and
     // none may be written under the new name (two records would claim one VM).
     if let Action::Relabel { from, .. } = action
-        && ctx.store.specs().is_ok_and(|r| r.contains_key(from))
+        && !ctx.store.record(from).is_ok_and(|r| r.is_none())
     {
         return result;
     }

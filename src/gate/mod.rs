@@ -16,4 +16,5 @@
 //! read what PVE and the state database say and hand it in; the answer is a permit or a
 //! refusal that says what is wrong and what to do.
 
+pub mod rename;
 pub mod volume;

@@ -119,6 +119,24 @@ pub(crate) fn spec_status(
 /// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
 fn duplicate_vm(d: &Duplicate) -> ConditionInput {
     let extras: Vec<String> = d.extras.iter().map(u32::to_string).collect();
+    if let Some(from) = &d.renamed_from {
+        return ConditionInput::new(
+            kinds::READY,
+            S::False,
+            Reason::DuplicateVm,
+            format!(
+                "VM {} is this spec's, and VMs {} on site {} claim it too, among them the VM of \
+                 spec {from}, which this spec is renamed from ({}): the spec had a VM of its own \
+                 already. proxsync never deletes spec {from}'s VM while the annotation names it: \
+                 check them and delete what you do not need by hand, or remove the annotation \
+                 (spec {from}'s VM is then an orphan of this install)",
+                d.kept,
+                extras.join(", "),
+                d.site,
+                crate::spec::RENAMED_FROM,
+            ),
+        );
+    }
     ConditionInput::new(
         kinds::READY,
         S::False,
