@@ -704,6 +704,8 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         health,
         vms,
         other_vmids: Default::default(),
+        cluster: Default::default(),
+        identity_changed: false,
     };
     World {
         desired,

@@ -98,8 +98,11 @@ pub(super) fn plan_rename(
         };
     }
     let Some(view) = input.sites.get(r.site).filter(|v| v.reachable()) else {
-        return Verdict::SiteUnreachable {
-            error: format!("site {} cannot be read", r.site),
+        return match input.sites.get(r.site) {
+            Some(view) if view.identity_changed => super::spec::not_readable(view),
+            _ => Verdict::SiteUnreachable {
+                error: format!("site {} cannot be read", r.site),
+            },
         };
     };
     let node = view

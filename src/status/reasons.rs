@@ -64,6 +64,11 @@ pub enum Reason {
     /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
     /// confirms a rename.
     RenameSuspected,
+    /// `Ready` False / `Reconciling` False / `Stalled` True / `NodeHealthy` Unknown: the
+    /// site's endpoint reaches another cluster than the one recorded for it; nothing on the
+    /// site is created, changed or deleted until the endpoint is fixed or the cluster accepted
+    /// (`proxsync accept site`).
+    SiteIdentityChanged,
     // ---- Reconciling ----
     /// `Reconciling` False: nothing to do, the VM matches the spec.
     UpToDate,
@@ -138,7 +143,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 48] = [
+    pub const ALL: [Reason; 49] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -155,6 +160,7 @@ impl Reason {
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
+        Reason::SiteIdentityChanged,
         Reason::UpToDate,
         Reason::Configuring,
         Reason::Resizing,
@@ -208,6 +214,7 @@ impl Reason {
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
+            Reason::SiteIdentityChanged => "SiteIdentityChanged",
             Reason::UpToDate => "UpToDate",
             Reason::Configuring => "Configuring",
             Reason::Resizing => "Resizing",
@@ -316,6 +323,7 @@ pub const READY: &[Reason] = &[
     Reason::SiteMoved,
     Reason::RenameSuspected,
     Reason::HeldByInstall,
+    Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[Reason] = &[
@@ -340,6 +348,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::RenameSuspected,
     Reason::SiteMoved,
     Reason::UnverifiedClaim,
+    Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
@@ -354,6 +363,7 @@ pub const STALLED: &[Reason] = &[
     Reason::ImageNotFound,
     Reason::ValidationFailed,
     Reason::StaleLock,
+    Reason::SiteIdentityChanged,
     Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.
@@ -362,6 +372,7 @@ pub const NODE_HEALTHY: &[Reason] = &[
     Reason::NodeOffline,
     Reason::NoQuorum,
     Reason::SiteUnreachable,
+    Reason::SiteIdentityChanged,
     Reason::NotYetObserved,
 ];
 /// Reasons of `Provisioned`.
