@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
 use crate::metrics::Metrics;
-use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
+use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site_answered, read_markers};
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, FnvHashMap, FnvHashSet, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
@@ -1093,7 +1093,7 @@ async fn observe_all(
         let (name, site) = (name.clone(), site.clone());
         let last = identities.last_seen(&name);
         set.spawn(async move {
-            let (view, answering) = observe_site(&name, &site.client).await;
+            let (view, answering) = observe_site_answered(&name, &site.client).await;
             let seen = site_identity::see(&site.client, &view, answering.as_deref(), last).await;
             (view, seen)
         });

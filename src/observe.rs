@@ -180,9 +180,14 @@ pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
     h.finish()
 }
 
-/// Reads one site: two requests, in parallel. Also the node that answered (`/cluster/status`'s
-/// `local`), kept out of the view: behind a load balancer it changes from cycle to cycle.
-pub async fn observe_site(name: &str, client: &impl Pve) -> (SiteView, Option<String>) {
+/// Reads one site: two requests, in parallel.
+pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
+    observe_site_answered(name, client).await.0
+}
+
+/// [`observe_site`], and the node that answered (`/cluster/status`'s `local`), kept out of the
+/// view: behind a load balancer it changes from cycle to cycle.
+pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, Option<String>) {
     let (status, resources) = tokio::join!(client.cluster_status(), client.vm_resources());
     match (status, resources) {
         (Ok(status), Ok(resources)) => {

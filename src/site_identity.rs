@@ -346,7 +346,7 @@ fn remove_refused(state_dir: &Path, site: &str, write: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::observe_site;
+    use crate::observe::observe_site_answered;
     use crate::pve::fake::FakePve;
 
     fn fp(byte: &str) -> String {
@@ -355,7 +355,7 @@ mod tests {
 
     /// One observation of `pve` as site `lab`, judged.
     async fn cycle(checks: &mut SiteChecks, pve: &FakePve) -> SiteView {
-        let (mut view, answering) = observe_site("lab", pve).await;
+        let (mut view, answering) = observe_site_answered("lab", pve).await;
         let seen = see(pve, &view, answering.as_deref(), checks.last_seen("lab")).await;
         checks.judge(&mut view, seen);
         view
