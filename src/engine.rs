@@ -1468,6 +1468,11 @@ pub async fn adopt_by_hand(
             "spec {name} already maps to VM {other}; nothing changed"
         )));
     }
+    // A take-over on another cluster than the site's would bind the spec to a stranger's VM.
+    SiteChecks::new(&config.state_dir, true)
+        .check_now(&spec.site, &site.client)
+        .await
+        .map_err(|e| refused(format!("{e}; nothing changed")))?;
     let site_err = |e: crate::pve::Error| EngineError::Site {
         site: spec.site.clone(),
         message: e.to_string(),
