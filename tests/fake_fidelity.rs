@@ -792,12 +792,11 @@ async fn every_node_lists_the_clusters_root_ca_for_any_user() {
     let api = Api::new(&pve);
     use rustls::pki_types::pem::PemObject;
     let der = rustls::pki_types::CertificateDer::from_pem_slice(&pve.ca_pem()).expect("PEM");
-    let want = proxsync::pve::tls::format_fingerprint(&proxsync::pve::tls::fingerprint(der.as_ref()));
+    let want =
+        proxsync::pve::tls::format_fingerprint(&proxsync::pve::tls::fingerprint(der.as_ref()));
     let mut seen = Vec::new();
     for node in ["pve1", "pve2"] {
-        let certs = api
-            .get(&format!("/nodes/{node}/certificates/info"))
-            .await;
+        let certs = api.get(&format!("/nodes/{node}/certificates/info")).await;
         let root = certs
             .as_array()
             .expect("a list")
@@ -805,10 +804,20 @@ async fn every_node_lists_the_clusters_root_ca_for_any_user() {
             .find(|c| c["filename"] == "pve-root-ca.pem")
             .unwrap_or_else(|| panic!("{certs}"))
             .clone();
-        let fp = root["fingerprint"].as_str().expect("a fingerprint").to_string();
-        assert_eq!(fp, want, "the fingerprint of the certificate the tests trust");
+        let fp = root["fingerprint"]
+            .as_str()
+            .expect("a fingerprint")
+            .to_string();
+        assert_eq!(
+            fp, want,
+            "the fingerprint of the certificate the tests trust"
+        );
         assert_eq!(fp, fp.to_uppercase());
-        assert!(root["pem"].as_str().is_some_and(|p| p.contains("BEGIN CERTIFICATE")));
+        assert!(
+            root["pem"]
+                .as_str()
+                .is_some_and(|p| p.contains("BEGIN CERTIFICATE"))
+        );
         seen.push(fp);
     }
     assert_eq!(seen[0], seen[1], "one root CA per cluster");
@@ -839,8 +848,6 @@ async fn a_standalone_node_answers_no_cluster_entry() {
     assert!(entries[0]["name"].is_string(), "{status}");
     assert_eq!(entries.len(), 2, "{status}");
     pve.add_node("pve2", true);
-    let err = pve
-        .call("set_standalone", json!({"on": true}))
-        .unwrap_err();
+    let err = pve.call("set_standalone", json!({"on": true})).unwrap_err();
     assert!(err.contains("a standalone node is one node"), "{err}");
 }

@@ -53,7 +53,9 @@ pub(super) async fn check_identity(
                 Level::Fail,
                 subject,
                 e,
-                Some("fix the file, or remove it to record the cluster the site reaches now".into()),
+                Some(
+                    "fix the file, or remove it to record the cluster the site reaches now".into(),
+                ),
             );
         }
     };
