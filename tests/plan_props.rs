@@ -1395,6 +1395,30 @@ proptest! {
         }
     }
 
+    /// 4c'. A site that reaches another cluster than its recorded one (`gate::site`) gets no
+    /// action at all, whatever its view lists (even kept, as here: in production it is
+    /// empty), and every spec on it says `SiteIdentityChanged`.
+    #[test]
+    fn a_site_of_another_cluster_is_not_touched((entries, extras, g) in gens()) {
+        let mut w = build(&entries, &extras, &g, false);
+        for view in w.sites.values_mut() {
+            view.error = Some("site lab reaches another cluster".into());
+            view.identity_changed = true;
+        }
+        let p = plan(&w.input());
+        prop_assert!(p.actions.is_empty(), "{:?}", p.actions);
+        for spec in w.desired.iter() {
+            // An unconfirmed rename is held before any site is looked at.
+            let rename = matches!(p.verdicts.get(&spec.name), Some(Verdict::RenameSuspected { .. }));
+            if !rename {
+                prop_assert!(
+                    matches!(p.verdicts.get(&spec.name), Some(Verdict::SiteIdentityChanged { .. })),
+                    "{}: {:?}", spec.name, p.verdicts.get(&spec.name)
+                );
+            }
+        }
+    }
+
     /// 4d. A VM that is not ours and that no record maps is never acted on. "Ours" needs a
     /// marker of this install; a VM with our marker but without our tag (a clone that crashed
     /// before its tags were set) may only be adopted, and only by the spec its marker names.
