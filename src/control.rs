@@ -307,7 +307,7 @@ mod tests {
     /// back serves the next one, and a working accept ends the pauses.
     #[tokio::test(start_paused = true)]
     async fn connections_over_the_bound_are_refused_until_a_slot_is_free() {
-        let (tx, mut rx) = mpsc::unbounded_channel::<std::io::Result<u32>>();
+        let (tx, rx) = mpsc::unbounded_channel::<std::io::Result<u32>>();
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let accept = move || {
             let rx = rx.clone();
@@ -338,7 +338,7 @@ mod tests {
         // A failed accept in between, then a slot given back: the next one is served.
         tx.send(Err(std::io::Error::from_raw_os_error(libc::ENFILE)))
             .unwrap();
-        held.lock().unwrap().remove(0);
+        drop(held.lock().unwrap().remove(0));
         tx.send(Ok(11)).unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         let served: Vec<u32> = held.lock().unwrap().iter().map(|(c, _)| *c).collect();
