@@ -219,11 +219,11 @@ pub struct ClusterStatusEntry {
 
 impl ClusterStatusEntry {
     /// The node that answered (`local`), else the first online node by name: where a
-    /// per-node read that must not be proxied is sent.
+    /// per-node read is best sent (not proxied to another node).
     pub fn answering_node(entries: &[ClusterStatusEntry]) -> Option<String> {
         let nodes = || entries.iter().filter(|e| e.kind == "node");
         nodes()
-            .find(|e| e.local == Some(true))
+            .find(|e| e.local == Some(true) && e.online != Some(false))
             .or_else(|| {
                 nodes()
                     .filter(|e| e.online == Some(true))
@@ -790,6 +790,27 @@ mod tests {
         let single: Vec<ClusterStatusEntry> =
             serde_json::from_str(r#"[{"type":"node","name":"pve","online":1,"local":1}]"#).unwrap();
         assert!(ClusterHealth::from_entries(&single).node_healthy("pve"));
+
+        // Per-node reads go to the node that answered, else (none said so, or it is shown
+        // offline) to the first online node.
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&clustered).as_deref(),
+            Some("pve1")
+        );
+        let elsewhere: Vec<ClusterStatusEntry> = serde_json::from_str(
+            r#"[{"type":"node","name":"a","online":0,"local":1},{"type":"node","name":"c","online":1},
+                {"type":"node","name":"b","online":1}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&elsewhere).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&lost[..1]),
+            None,
+            "no node at all"
+        );
     }
 
     #[test]
