@@ -108,6 +108,11 @@ Examples:
         #[arg(long)]
         vmid: u32,
     },
+    /// Accept what proxsync refused until a person confirms it.
+    Accept {
+        #[command(subcommand)]
+        what: Accept,
+    },
     /// Show the status files as a table (or one spec in detail, or JSON).
     #[command(after_help = "\
 Examples:
@@ -129,6 +134,23 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
     Schema,
 }
 
+/// What `proxsync accept` accepts.
+#[derive(Debug, Subcommand)]
+pub enum Accept {
+    /// The cluster SITE's endpoint now reaches, which a cycle refused because it is not the
+    /// cluster recorded for the site (reason SiteIdentityChanged): it becomes the site's.
+    #[command(after_help = "\
+Examples:
+  proxsync accept site lab        the cluster site lab reaches now is lab's cluster
+
+Only what a cycle (the daemon, run --once) refused can be accepted: the cluster named in the
+SiteIdentityChanged message. If the endpoint is wrong instead, fix it in the config.")]
+    Site {
+        /// The site (`[[site]] name`).
+        site: String,
+    },
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging();
@@ -143,6 +165,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
+        Command::Accept {
+            what: Accept::Site { site },
+        } => accept_site_cmd(cli.config, site),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { specs } => plan_cmd(cli.config, specs),
         Command::Schema => schema(),
@@ -400,6 +425,35 @@ fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode 
     match rt.block_on(crate::engine::adopt_by_hand(&config, &specs, &name, vmid)) {
         Ok(message) => {
             println!("{message}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn accept_site_cmd(config_path: Option<PathBuf>, site: String) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if config.site(&site).is_none() {
+        let names: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
+        eprintln!(
+            "error: no site {site:?} in {} (sites: {})",
+            config.path.display(),
+            names.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
+    match crate::site_identity::accept(&config.state_dir, &site) {
+        Ok(identity) => {
+            println!(
+                "site {site} is now {}; the daemon acts on it from its next cycle                  (`proxsync reconcile` for one now)",
+                identity.describe()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -4,16 +4,42 @@
 //! `records`), one line back (`ok ...` or `error ...`). The socket lives in `state_dir`
 //! (`control.sock`, mode 0660 from the moment it appears there), so the daemon's group can
 //! use it and nobody else.
+//!
+//! A flood of connections cannot stall the daemon: at most [`MAX_CONNECTIONS`] are served at
+//! once (more are told so and closed at once), each has [`READ_TIMEOUT`] to send its line, and
+//! an accept that fails (out of descriptors: EMFILE, ENFILE) is retried after a pause that
+//! grows while it keeps failing, never in a busy loop.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// The socket's file name inside `state_dir`.
 pub const SOCKET: &str = "control.sock";
+
+/// Control connections served at once. A request is one short line answered at once, so a
+/// few are plenty; a flood holds no more of the daemon's descriptors than this.
+pub const MAX_CONNECTIONS: usize = 8;
+
+/// How long a client has to send its request line: a silent connection gives its slot back
+/// this soon.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a client has to take its answer (`records` of a large fleet is megabytes).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The pause after a failed accept, doubled while accepts keep failing, up to
+/// [`ACCEPT_PAUSE_MAX`]; the first accept that works resets it.
+const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// The answer to a connection over [`MAX_CONNECTIONS`], before it is closed.
+const BUSY: &[u8] = b"error the daemon is answering too many control connections; try again\n";
 
 /// A request the daemon received.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,19 +61,60 @@ pub fn serve(
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     crate::state::create_state_dir(state_dir)?;
-    let listener = bind_private(state_dir, &path)?;
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let requests = requests.clone();
-            let store = store.clone();
-            tokio::spawn(async move {
-                let _ = handle(stream, requests, store).await;
-            });
+    let listener = Arc::new(bind_private(state_dir, &path)?);
+    let accept = move || {
+        let listener = listener.clone();
+        async move { listener.accept().await.map(|(stream, _)| stream) }
+    };
+    let handle_one = move |stream: UnixStream, slot: OwnedSemaphorePermit| {
+        let requests = requests.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            let _ = handle(stream, requests, store).await;
+            drop(slot);
+        });
+    };
+    let refuse = |stream: UnixStream| {
+        // Best effort and never waiting: the client learns why, then the line is closed.
+        let _ = stream.try_write(BUSY);
+        tracing::debug!("control socket: too many connections; one refused");
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    Ok(tokio::spawn(accept_loop(accept, slots, handle_one, refuse)))
+}
+
+/// Accepts connections until the task is aborted: each one that gets one of `slots` goes to
+/// `handle` with it (the slot is free again when the permit is dropped), the others to
+/// `refuse`. A failed accept (EMFILE, ENFILE, ENOBUFS...) waits before the next try, longer
+/// while it keeps failing: the loop never spins while the process is out of descriptors.
+async fn accept_loop<S, Fut>(
+    mut accept: impl FnMut() -> Fut,
+    slots: Arc<Semaphore>,
+    mut handle: impl FnMut(S, OwnedSemaphorePermit),
+    mut refuse: impl FnMut(S),
+) where
+    Fut: Future<Output = std::io::Result<S>>,
+{
+    let mut pause: Option<Duration> = None;
+    loop {
+        match accept().await {
+            Ok(conn) => {
+                pause = None;
+                match slots.clone().try_acquire_owned() {
+                    Ok(slot) => handle(conn, slot),
+                    Err(_) => refuse(conn),
+                }
+            }
+            Err(e) => {
+                if pause.is_none() {
+                    tracing::warn!(error = %e, "control socket: cannot accept a connection; retrying with growing pauses while it lasts");
+                }
+                let next = pause.map_or(ACCEPT_PAUSE_MIN, |p| (p * 2).min(ACCEPT_PAUSE_MAX));
+                pause = Some(next);
+                tokio::time::sleep(next).await;
+            }
         }
-    }))
+    }
 }
 
 /// Binds the socket so that it never exists at `path` with the umask's mode: bound in a fresh
@@ -81,9 +148,22 @@ async fn handle(
     let mut line = String::new();
     // A request is one short line; a client that sends nothing is dropped.
     let mut reader = BufReader::new(read.take(1024));
-    let n = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
+    let n = tokio::time::timeout(READ_TIMEOUT, reader.read_line(&mut line))
         .await
         .unwrap_or(Ok(0))?;
+    let reply = answer(&line[..n.min(line.len())], requests, store).await;
+    // A client that does not read its answer gives its slot back too.
+    tokio::time::timeout(WRITE_TIMEOUT, write.write_all(reply.as_bytes()))
+        .await
+        .unwrap_or(Ok(()))
+}
+
+/// The answer to one request line.
+async fn answer(
+    line: &str,
+    requests: mpsc::Sender<Request>,
+    store: Option<std::sync::Arc<crate::state::Store>>,
+) -> String {
     if line.trim() == "records" {
         let reply = match store.as_ref().map(|s| s.specs()) {
             Some(Ok(records)) => match serde_json::to_string(&records) {
@@ -93,9 +173,9 @@ async fn handle(
             Some(Err(e)) => format!("error {e}\n"),
             None => "error no state database\n".to_string(),
         };
-        return write.write_all(reply.as_bytes()).await;
+        return reply;
     }
-    let reply = match parse(&line[..n.min(line.len())]) {
+    match parse(line) {
         Ok(req) => {
             let what = req.spec.clone().unwrap_or_else(|| "every spec".into());
             match requests.send(req).await {
@@ -104,8 +184,7 @@ async fn handle(
             }
         }
         Err(e) => format!("error {e}\n"),
-    };
-    write.write_all(reply.as_bytes()).await
+    }
 }
 
 use tokio::io::AsyncReadExt;
@@ -198,6 +277,117 @@ mod tests {
         assert!(parse("reconcile ../etc\n").is_err());
         assert!(parse("delete everything\n").is_err());
         assert!(parse("").is_err());
+    }
+
+    /// While accepts fail (the process out of descriptors), the loop pauses longer and longer
+    /// between tries instead of spinning: counted on paused time, no clock read.
+    #[tokio::test(start_paused = true)]
+    async fn the_accept_loop_pauses_while_accepts_fail() {
+        let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = tries.clone();
+        let accept = move || {
+            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n >= 10_000 {
+                    // A spinning loop ends up here; the test then fails on the count.
+                    std::future::pending::<()>().await;
+                }
+                Err::<(), _>(std::io::Error::from_raw_os_error(libc::EMFILE))
+            }
+        };
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let run = accept_loop(accept, slots, |_, _| {}, |_| {});
+        let _ = tokio::time::timeout(Duration::from_secs(60), run).await;
+        let tries = tries.load(std::sync::atomic::Ordering::SeqCst);
+        // 10 ms doubling to 1 s: 8 tries in the first 1.3 s, then one a second.
+        assert!((50..=70).contains(&tries), "{tries} accepts in 60 s");
+    }
+
+    /// Past [`MAX_CONNECTIONS`] held at once, a connection is refused at once; a slot given
+    /// back serves the next one, and a working accept ends the pauses.
+    #[tokio::test(start_paused = true)]
+    async fn connections_over_the_bound_are_refused_until_a_slot_is_free() {
+        let (tx, rx) = mpsc::unbounded_channel::<std::io::Result<u32>>();
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let accept = move || {
+            let rx = rx.clone();
+            async move {
+                match rx.lock().await.recv().await {
+                    Some(conn) => conn,
+                    None => std::future::pending().await,
+                }
+            }
+        };
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let refused = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (h, r) = (held.clone(), refused.clone());
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let task = tokio::spawn(accept_loop(
+            accept,
+            slots,
+            move |conn, slot| h.lock().unwrap().push((conn, slot)),
+            move |conn| r.lock().unwrap().push(conn),
+        ));
+        let settle = || tokio::time::sleep(Duration::from_millis(1));
+        for n in 0..MAX_CONNECTIONS as u32 + 3 {
+            tx.send(Ok(n)).unwrap();
+        }
+        settle().await;
+        assert_eq!(held.lock().unwrap().len(), MAX_CONNECTIONS);
+        assert_eq!(*refused.lock().unwrap(), vec![8, 9, 10]);
+        // A failed accept in between, then a slot given back: the next one is served.
+        tx.send(Err(std::io::Error::from_raw_os_error(libc::ENFILE)))
+            .unwrap();
+        drop(held.lock().unwrap().remove(0));
+        tx.send(Ok(11)).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let served: Vec<u32> = held.lock().unwrap().iter().map(|(c, _)| *c).collect();
+        assert_eq!(served.last(), Some(&11), "{served:?}");
+        assert_eq!(refused.lock().unwrap().len(), 3);
+        task.abort();
+    }
+
+    /// On the real socket: with every slot held by a request the daemon has not taken yet,
+    /// one more client is told the daemon is busy; once the daemon takes them, it is served.
+    #[tokio::test]
+    async fn a_busy_daemon_says_so_and_serves_again_when_free() {
+        let dir = tempfile::tempdir().unwrap();
+        // The daemon's queue is full and it takes nothing until the end: each handler waits
+        // to queue its request, holding its slot.
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.try_send(Request { spec: None }).unwrap();
+        let server = serve(dir.path(), tx, None).unwrap();
+        let path = socket_path(dir.path());
+        let mut holders = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut c = UnixStream::connect(&path).await.unwrap();
+            c.write_all(b"reconcile\n").await.unwrap();
+            holders.push(c);
+        }
+        // Accepted after every holder (in order of connection): no slot is left.
+        let busy = request(dir.path(), Some("web-01")).await.unwrap_err();
+        assert!(busy.contains("too many control connections"), "{busy}");
+        // The daemon takes the requests: every holder is answered and its slot comes back.
+        for _ in 0..=MAX_CONNECTIONS {
+            rx.recv().await.expect("a request");
+        }
+        for c in holders {
+            let mut reply = String::new();
+            BufReader::new(c).read_line(&mut reply).await.unwrap();
+            assert!(reply.starts_with("ok reconcile"), "{reply}");
+        }
+        let next = tokio::spawn({
+            let dir = dir.path().to_path_buf();
+            async move { request(&dir, Some("web-02")).await }
+        });
+        assert_eq!(
+            rx.recv().await,
+            Some(Request {
+                spec: Some("web-02".into())
+            })
+        );
+        assert!(next.await.unwrap().is_ok());
+        server.abort();
     }
 
     #[tokio::test]

@@ -57,6 +57,8 @@ enum Event {
     ResyncDue,
     /// The earliest backoff deadline still ahead came.
     BackoffDue,
+    /// A cycle that could not do all its work is tried again ([`FollowUp`]).
+    FollowUpDue,
     /// `proxsync reconcile [NAME]` on the control socket.
     Request(control::Request),
     /// SIGHUP: reload the config.
@@ -72,6 +74,50 @@ enum Event {
 enum Flow {
     Continue,
     Stop,
+}
+
+/// The pauses before the cycles that follow a push whose cycle could not do all its work:
+/// the source could not be read, the cycle failed, or a site could not be reached (a flood of
+/// connections taking every descriptor, a network blip). Then the resync takes over.
+const FOLLOW_UP_PAUSES: [Duration; 5] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
+
+/// The next follow-up cycle: when, and which of [`FOLLOW_UP_PAUSES`] it waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FollowUp {
+    at: Instant,
+    attempt: usize,
+}
+
+impl FollowUp {
+    /// The follow-up after a cycle: `incomplete` says it could not do all its work; `fresh`
+    /// that a push (or a failed read of the source) started a new series; `last` is the
+    /// follow-up this cycle was, if any. A series ends with a complete cycle or after the
+    /// last pause.
+    fn after(
+        last: Option<FollowUp>,
+        incomplete: bool,
+        fresh: bool,
+        now: Instant,
+    ) -> Option<FollowUp> {
+        if !incomplete {
+            return None;
+        }
+        let attempt = match last {
+            _ if fresh => 0,
+            Some(l) => l.attempt + 1,
+            None => return None,
+        };
+        FOLLOW_UP_PAUSES.get(attempt).map(|pause| FollowUp {
+            at: now + *pause,
+            attempt,
+        })
+    }
 }
 
 /// `Daemon::engine` is `None` only inside `Daemon::reopen`, which never returns leaving it so
@@ -97,6 +143,8 @@ struct Daemon {
     /// still ahead (never sooner than 1 s after a cycle).
     resync_at: Instant,
     backoff_at: Option<Instant>,
+    /// A cycle after a push could not do all its work: the next try.
+    follow_up: Option<FollowUp>,
     ready_sent: bool,
     /// Raised once the shutdown future completed; the engine watches it too, so a running
     /// cycle starts no new action and its task waits end.
@@ -206,6 +254,7 @@ impl Daemon {
             next_fetch: now,
             resync_at: now,
             backoff_at: None,
+            follow_up: None,
             ready_sent: false,
             stop,
             refs_tx,
@@ -264,6 +313,11 @@ impl Daemon {
         if self.source.is_remote() && self.next_fetch < next.0 {
             next = (self.next_fetch, Event::FetchDue);
         }
+        if let Some(f) = self.follow_up
+            && f.at < next.0
+        {
+            next = (f.at, Event::FollowUpDue);
+        }
         next
     }
 
@@ -283,6 +337,8 @@ impl Daemon {
             }
             // A due fetch happens at the start of the cycle.
             Event::FetchDue | Event::ResyncDue | Event::BackoffDue => self.cycle(None, false).await,
+            // A full cycle: the one it follows may have taken the push's specs already.
+            Event::FollowUpDue => self.cycle(None, false).await,
             Event::Request(req) => {
                 tracing::info!(spec = ?req.spec, "reconcile requested");
                 if self.source.is_remote() {
@@ -311,7 +367,7 @@ impl Daemon {
         after_push: bool,
     ) -> Result<Flow, DaemonError> {
         self.fetch_if_due().await;
-        self.read_source();
+        let read = self.read_source();
         if let Some(n) = &self.notifier {
             let failing = n.failing();
             self.engine().notify_failures = failing;
@@ -369,6 +425,23 @@ impl Daemon {
                 None
             }
         };
+        let incomplete = !read
+            || report.is_none()
+            || report
+                .as_ref()
+                .is_some_and(|(r, _)| r.site_health.iter().any(|site| !site.reachable));
+        self.follow_up = FollowUp::after(
+            self.follow_up,
+            incomplete,
+            after_push || !read,
+            Instant::now(),
+        );
+        if let Some(f) = self.follow_up {
+            tracing::info!(
+                attempt = f.attempt + 1,
+                "the cycle could not do all its work: trying again soon"
+            );
+        }
         self.cycle_done(report.as_ref());
         Ok(Flow::Continue)
     }
@@ -440,14 +513,15 @@ impl Daemon {
 
     /// Walks the tree only when the branch moved (or the config changed); on failure, or when
     /// `[source] verify` refuses the tip, the last good (verified) commit stays in use. A
-    /// refused tip is read again at each cycle (the keys may have changed).
-    fn read_source(&mut self) {
+    /// refused tip is read again at each cycle (the keys may have changed). False when the
+    /// read failed (a follow-up cycle reads again soon).
+    fn read_source(&mut self) -> bool {
         let moved = match (self.source.tip(), &self.desired) {
             (Ok(tip), Some((commit, _))) => tip != *commit,
             _ => true,
         };
         if !moved && !self.force_read {
-            return;
+            return true;
         }
         self.force_read = false;
         let started = Instant::now();
@@ -469,7 +543,9 @@ impl Daemon {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
                 self.engine().source_error =
                     Some(crate::engine::SourceTrouble::Read(e.to_string()));
-                return;
+                // Read again next time even if the branch has not moved (a reload's read).
+                self.force_read = true;
+                return false;
             }
         };
         let engine = self.engine();
@@ -492,6 +568,7 @@ impl Daemon {
             );
         }
         self.desired = Some((read.commit, specs));
+        true
     }
 
     /// SIGHUP: `RELOADING=1`, then the new config if it loads and checks, else the old one
@@ -692,6 +769,37 @@ fn watch_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_incomplete_push_is_followed_up_a_few_times_with_growing_pauses() {
+        let now = Instant::now();
+        assert_eq!(FollowUp::after(None, false, true, now), None, "complete");
+        assert_eq!(
+            FollowUp::after(None, true, false, now),
+            None,
+            "a resync that could not reach a site waits for the next resync"
+        );
+        let mut f = FollowUp::after(None, true, true, now);
+        let mut pauses = Vec::new();
+        while let Some(next) = f {
+            pauses.push(next.at - now);
+            f = FollowUp::after(f, true, false, now);
+        }
+        assert_eq!(
+            pauses,
+            FOLLOW_UP_PAUSES.to_vec(),
+            "then the resync takes over"
+        );
+        // A complete cycle ends the series; a new push starts one again.
+        let first = FollowUp::after(None, true, true, now);
+        let second = FollowUp::after(first, true, false, now);
+        assert_eq!(second.map(|f| f.attempt), Some(1));
+        assert_eq!(FollowUp::after(second, false, false, now), None);
+        assert_eq!(
+            FollowUp::after(second, true, true, now).map(|f| f.attempt),
+            Some(0)
+        );
+    }
 
     #[test]
     fn a_reload_that_changes_metrics_is_refused() {

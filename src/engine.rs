@@ -11,10 +11,11 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
 use crate::metrics::Metrics;
-use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site, read_markers};
+use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site_answered, read_markers};
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, FnvHashMap, FnvHashSet, Plan, PlanInput, fnv_hex, plan};
 use crate::pve::{Client, ClientOptions};
+use crate::site_identity::{self, SiteChecks};
 use crate::spec::{SpecSet, Specs};
 use crate::state::{SpecRecord, Store};
 use crate::status::{
@@ -244,6 +245,9 @@ pub struct Engine {
     status: StatusDir,
     /// Markers read from VM configs, by site and vmid: a VM's marker is read once.
     markers: MarkerCache,
+    /// Each site's cluster identity as seen and recorded (`site_identity`): its root CA is
+    /// read once per site, then again only when the cluster's shape changes.
+    identities: SiteChecks,
     /// The secret that signs and verifies markers (`Config::marker_key_path`).
     marker_key: Arc<MarkerKey>,
     pub task_wait: Duration,
@@ -298,6 +302,7 @@ impl Engine {
             },
         )?);
         let sites = site_clients_metered(&config, metrics)?;
+        let identities = SiteChecks::new(&config.state_dir, true);
         let status = StatusDir::open(&config.status_dir).map_err(|e| EngineError::Status {
             path: config.status_dir.display().to_string(),
             message: e.to_string(),
@@ -308,6 +313,7 @@ impl Engine {
             sites,
             status,
             markers: HashMap::new(),
+            identities,
             marker_key,
             task_wait: TASK_WAIT,
             retry_transient_now: false,
@@ -454,6 +460,7 @@ impl Engine {
             specs,
             &records,
             &mut self.markers,
+            &mut self.identities,
             Some(&self.marker_key),
             Some(&mut fresh),
         )
@@ -588,6 +595,7 @@ impl Engine {
                 specs,
                 &records,
                 &mut self.markers,
+                &mut self.identities,
                 Some(&self.marker_key),
                 None,
             )
@@ -1081,14 +1089,18 @@ fn action_site<'a>(
     }
 }
 
-/// Observes `sites` (every site, or those a push touched) in parallel and reads the markers
-/// the planner needs.
+/// Observes `sites` (every site, or those a push touched) in parallel, checks each is its
+/// recorded cluster, and reads the markers the planner needs.
+// Many arguments because: the engine's caches (markers, site identities) and what the cycle
+// reads, each borrowed for this call only.
+#[allow(clippy::too_many_arguments)]
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
     config: &Config,
     specs: &SpecSet,
     records: &BTreeMap<String, SpecRecord>,
     cache: &mut MarkerCache,
+    identities: &mut SiteChecks,
     key: Option<&MarkerKey>,
     mut fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
@@ -1099,11 +1111,19 @@ async fn observe_all(
     let mut set = tokio::task::JoinSet::new();
     for (name, site) in sites {
         let (name, site) = (name.clone(), site.clone());
-        set.spawn(async move { observe_site(&name, &site.client).await });
+        let last = identities.last_seen(&name);
+        set.spawn(async move {
+            let (view, answering) = observe_site_answered(&name, &site.client).await;
+            let seen = site_identity::see(&site.client, &view, answering.as_deref(), last).await;
+            (view, seen)
+        });
     }
     let mut views = BTreeMap::new();
     while let Some(joined) = set.join_next().await {
-        if let Ok(view) = joined {
+        if let Ok((mut view, seen)) = joined {
+            // Another cluster than the recorded one leaves the view unreachable: nothing on it
+            // is judged or touched (gate::site).
+            identities.judge(&mut view, seen);
             views.insert(view.name.clone(), view);
         }
     }
@@ -1277,12 +1297,15 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
     let key = MarkerKey::load_file(&config.marker_key_path())
         .ok()
         .flatten();
+    // Read-only: a first contact is recorded by a cycle, not by a plan.
+    let mut identities = SiteChecks::new(&config.state_dir, false);
     let views = observe_all(
         &sites,
         config,
         specs,
         &records,
         &mut cache,
+        &mut identities,
         key.as_ref(),
         None,
     )
@@ -1465,6 +1488,11 @@ pub async fn adopt_by_hand(
             "spec {name} already maps to VM {other}; nothing changed"
         )));
     }
+    // A take-over on another cluster than the site's would bind the spec to a stranger's VM.
+    SiteChecks::new(&config.state_dir, true)
+        .check_now(&spec.site, &site.client)
+        .await
+        .map_err(|e| refused(format!("{e}; nothing changed")))?;
     let site_err = |e: crate::pve::Error| EngineError::Site {
         site: spec.site.clone(),
         message: e.to_string(),

@@ -26,6 +26,7 @@ pub mod par;
 pub mod plan;
 pub mod pve;
 pub mod selector;
+pub mod site_identity;
 pub mod source;
 pub mod spec;
 pub mod state;

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use crate::gate::site::ClusterShape;
 use crate::ownership::Marker;
-use crate::pve::types::{ClusterHealth, ListedStatus, VmConfig, VmResource};
+use crate::pve::types::{ClusterHealth, ClusterStatusEntry, ListedStatus, VmConfig, VmResource};
 use crate::pve::{Error, Pve};
 
 /// A VM's power state as listed.
@@ -126,6 +127,12 @@ pub struct SiteView {
     pub vms: BTreeMap<u32, ObservedVm>,
     /// The VMIDs of the listing's other guests (containers): taken for a new VM all the same.
     pub other_vmids: BTreeSet<u32>,
+    /// Who the cluster says it is (`GET /cluster/status`): when it changes, the site's root CA
+    /// is read again to check it is still the recorded cluster (`gate::site`).
+    pub cluster: ClusterShape,
+    /// The site reaches another cluster than the one recorded for it (`gate::site`): `error`
+    /// says so, and nothing on the site is judged or touched until a person settles it.
+    pub identity_changed: bool,
 }
 
 impl SiteView {
@@ -140,6 +147,17 @@ impl SiteView {
             },
             vms: BTreeMap::new(),
             other_vmids: BTreeSet::new(),
+            cluster: ClusterShape::default(),
+            identity_changed: false,
+        }
+    }
+
+    /// A site whose endpoint reaches another cluster than the recorded one: unreachable as far
+    /// as planning goes (nothing listed, nothing judged), `message` saying why and what to do.
+    pub fn identity_refused(name: &str, message: String) -> SiteView {
+        SiteView {
+            identity_changed: true,
+            ..SiteView::unreachable(name, message)
         }
     }
 
@@ -164,9 +182,18 @@ pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
 
 /// Reads one site: two requests, in parallel.
 pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
-    let (status, resources) = tokio::join!(client.cluster_health(), client.vm_resources());
+    observe_site_answered(name, client).await.0
+}
+
+/// [`observe_site`], and the node that answered (`/cluster/status`'s `local`), kept out of the
+/// view: behind a load balancer it changes from cycle to cycle.
+pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, Option<String>) {
+    let (status, resources) = tokio::join!(client.cluster_status(), client.vm_resources());
     match (status, resources) {
-        (Ok(health), Ok(resources)) => {
+        (Ok(status), Ok(resources)) => {
+            let health = ClusterHealth::from_entries(&status);
+            let cluster = ClusterShape::from_entries(&status);
+            let answering = ClusterStatusEntry::answering_node(&status);
             // One pass, each VM moved once: a listing holds every guest of the site.
             let mut other_vmids = BTreeSet::new();
             let mut qemu = Vec::with_capacity(resources.len());
@@ -177,15 +204,18 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
                     other_vmids.insert(r.vmid);
                 }
             }
-            SiteView {
+            let view = SiteView {
                 name: name.to_string(),
                 error: None,
                 health,
                 other_vmids,
                 vms: BTreeMap::from_iter(qemu),
-            }
+                cluster,
+                identity_changed: false,
+            };
+            (view, answering)
         }
-        (Err(e), _) | (_, Err(e)) => SiteView::unreachable(name, e.to_string()),
+        (Err(e), _) | (_, Err(e)) => (SiteView::unreachable(name, e.to_string()), None),
     }
 }
 
@@ -343,6 +373,8 @@ mod tests {
             },
             vms,
             other_vmids: BTreeSet::new(),
+            cluster: ClusterShape::default(),
+            identity_changed: false,
         };
         let known: HashSet<u32> = [100].into();
         let unmapped: HashSet<&str> = ["db-01"].into();

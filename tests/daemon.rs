@@ -732,3 +732,209 @@ fn a_push_rewrites_only_the_status_of_the_spec_it_changed_also_after_a_restart()
     }
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
+
+/// The descriptors `pid` holds open.
+fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or_else(|e| panic!("cannot list /proc/{pid}/fd: {e}"))
+}
+
+/// How many of `pid`'s descriptors are the control socket's (the listener and the
+/// connections it accepted, which carry its path in /proc/net/unix).
+fn control_fds(pid: u32) -> usize {
+    let unix = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    let inodes: std::collections::HashSet<String> = unix
+        .lines()
+        .filter(|l| l.ends_with("/control.sock"))
+        .filter_map(|l| l.split_whitespace().nth(6).map(str::to_string))
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the daemon's descriptors")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|l| {
+            let l = l.to_string_lossy();
+            l.strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .is_some_and(|i| inodes.contains(i))
+        })
+        .count()
+}
+
+/// Sets the daemon's descriptor limit, as `prlimit --nofile=N:` would: the soft limit, which
+/// the hard one lets the test raise again without privileges.
+fn set_fd_limit(pid: u32, limit: u64) {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit on a valid pid, reading into a valid struct.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null(),
+            &mut old,
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let lim = libc::rlimit {
+        rlim_cur: limit.min(old.rlim_max),
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: prlimit on a valid pid with a valid new limit and no old limit to fill.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &lim,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+/// A flood of the daemon's control socket: `n` connections that send nothing, each one the
+/// daemon closes replaced at once by a new one (as an attacker keeps them coming), until the
+/// flood is dropped.
+struct Flood {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flood {
+    fn start(ws: &Workspace, n: usize) -> Flood {
+        use std::io::Read;
+        use std::os::unix::net::UnixStream;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let path = ws.path("state/control.sock");
+        let connect = move || {
+            let s = UnixStream::connect(&path).expect("a connection");
+            s.set_nonblocking(true).unwrap();
+            s
+        };
+        let mut held: Vec<UnixStream> = (0..n).map(|_| connect()).collect();
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                for s in held.iter_mut() {
+                    // Closed by the daemon (a refusal, or its read timeout): connect again.
+                    let closed = match s.read(&mut buf) {
+                        Ok(_) => true,
+                        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    };
+                    if closed {
+                        *s = connect();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Flood { stop }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A flood of control connections cannot stall the daemon. First, with room for a few dozen
+/// descriptors: many more connections than that are kept coming, and a push made meanwhile is
+/// applied during the flood (the daemon serves a few at once and refuses the others at once). Then with no descriptor to spare (EMFILE everywhere): the
+/// accept loop pauses instead of spinning, the push's read of the repository fails, and it is
+/// read again on its own once descriptors are back, not at the next trigger (the resync is an
+/// hour away).
+#[test]
+fn a_control_socket_flood_does_not_stall_the_daemon() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(&pve, "[reconcile]\nresync_interval = \"1h\"\n");
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let mut daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    assert!(names(&mut pve).contains(&"web-01".to_string()));
+    let pid = daemon.child.id();
+    // What the idle daemon holds (its files, sockets, the connections to the fake).
+    let idle = open_fds(pid);
+    assert_eq!(control_fds(pid), 1, "the control socket is found");
+
+    // Room for 64 more descriptors, and 100 connections kept coming: the daemon serves a few
+    // at once and refuses the others at once, so the flood never takes the descriptors the
+    // push needs (reading the repository, talking to the cluster, writing status).
+    set_fd_limit(pid, idle + 64);
+    let flood = Flood::start(&ws, 100);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "web-02 created while 100 connections are kept coming",
+        Duration::from_secs(60),
+        || names(&mut pve).contains(&"web-02".to_string()),
+    );
+    wait_until("the push's cycle done", Duration::from_secs(20), || {
+        daemon.log().matches("cycle done").count() >= 2
+    });
+    let log = daemon.log();
+    assert!(
+        !log.contains("Too many open files"),
+        "the flood took the daemon's descriptors:\n{log}"
+    );
+    assert!(daemon.alive(), "{log}");
+    drop(flood);
+
+    // No descriptor to spare: once the flood's connections are closed, the limit is what the
+    // daemon holds, and everything that opens a descriptor fails until it is raised.
+    wait_until(
+        "the flood's connections closed",
+        Duration::from_secs(20),
+        || control_fds(pid) == 1,
+    );
+    let room = open_fds(pid);
+    set_fd_limit(pid, room);
+    let warned = |log: &str| {
+        log.matches("control socket: cannot accept a connection")
+            .count()
+    };
+    let before = warned(&daemon.log());
+    let flood = Flood::start(&ws, 50);
+    wait_until(
+        "the accept loop meets EMFILE",
+        Duration::from_secs(20),
+        || warned(&daemon.log()) > before,
+    );
+    let log_has = |what: &str| {
+        let what = what.to_string();
+        let daemon = &daemon;
+        move || daemon.log().contains(&what)
+    };
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+        ("c.yaml", spec("web-03", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    wait_until(
+        "the push's read of the repository fails",
+        Duration::from_secs(20),
+        log_has("cannot read the source"),
+    );
+    assert!(!names(&mut pve).contains(&"web-03".to_string()));
+    // The flood ends and descriptors are back.
+    drop(flood);
+    set_fd_limit(pid, room + 1024);
+    wait_until(
+        "web-03 created once descriptors are back, without another trigger",
+        Duration::from_secs(60),
+        || names(&mut pve).contains(&"web-03".to_string()),
+    );
+    assert!(daemon.alive(), "{}", daemon.log());
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}

@@ -32,7 +32,8 @@ fn creates_by_clone_and_by_import_then_idles() {
     assert_eq!(ws.condition("web-01", "Ready").0, "True", "{out}");
     assert_eq!(ws.condition("db-01", "Ready").0, "True", "{out}");
 
-    // A second run changes nothing and costs two reads per site.
+    // A second run changes nothing and costs two reads per site, and, being a new process,
+    // one read of the site's root CA (its identity, checked once per process).
     pve.clear_requests();
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
@@ -40,8 +41,8 @@ fn creates_by_clone_and_by_import_then_idles() {
     assert!(reqs.iter().all(|r| r.method == "GET"), "{reqs:?}");
     assert_eq!(
         reqs.len(),
-        2,
-        "an idle cycle is one status and one listing: {reqs:?}"
+        3,
+        "an idle cycle is one status and one listing (and the root CA): {reqs:?}"
     );
 }
 
@@ -433,13 +434,13 @@ fn an_image_that_cannot_work_creates_nothing_and_stalls() {
     );
 
     // Stalled specs wait for the backoff cap: the next cycle sends no request beyond the two
-    // reads of an idle cycle.
+    // reads of an idle cycle (and a new process's read of the site's root CA).
     pve.clear_requests();
     let (_, _out) = ws.run_once();
     let reqs = pve.requests();
     assert_eq!(
         reqs.len(),
-        2,
+        3,
         "a stalled spec causes no API calls until its retry: {reqs:?}"
     );
 }

@@ -861,3 +861,76 @@ async fn a_protected_vm_refuses_removing_its_drives_and_itself() {
     assert!(cfg["scsi1"].is_null(), "{cfg}");
     assert_eq!(cfg["unused1"], "local-lvm:vm-340-disk-1", "{cfg}");
 }
+
+/// The cluster's root CA as pve-manager `PVE/API2/Certificates.pm` `info` lists it
+/// (`permissions => { user => 'all' }`, so a token with no privilege at all reads it): file name
+/// `pve-root-ca.pem`, the SHA-256 fingerprint of pve-common `PVE/Certificate.pm`
+/// `get_certificate_info` (upper-case colon hex), the same from every node (pve-cluster
+/// `src/PVE/Cluster/Setup.pm` keeps it on the cluster file system).
+#[tokio::test]
+async fn every_node_lists_the_clusters_root_ca_for_any_user() {
+    let mut pve = FakePve::start(Scenario::default());
+    // ACLs now apply: the token holds nothing.
+    pve.grant("someone@pve", "/vms", &["VM.Audit"]);
+    let api = Api::new(&pve);
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(&pve.ca_pem()).expect("PEM");
+    let want =
+        proxsync::pve::tls::format_fingerprint(&proxsync::pve::tls::fingerprint(der.as_ref()));
+    let mut seen = Vec::new();
+    for node in ["pve1", "pve2"] {
+        let certs = api.get(&format!("/nodes/{node}/certificates/info")).await;
+        let root = certs
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|c| c["filename"] == "pve-root-ca.pem")
+            .unwrap_or_else(|| panic!("{certs}"))
+            .clone();
+        let fp = root["fingerprint"]
+            .as_str()
+            .expect("a fingerprint")
+            .to_string();
+        assert_eq!(
+            fp, want,
+            "the fingerprint of the certificate the tests trust"
+        );
+        assert_eq!(fp, fp.to_uppercase());
+        assert!(
+            root["pem"]
+                .as_str()
+                .is_some_and(|p| p.contains("BEGIN CERTIFICATE"))
+        );
+        seen.push(fp);
+    }
+    assert_eq!(seen[0], seen[1], "one root CA per cluster");
+}
+
+/// A node that is not in a cluster: pve-manager `PVE/API2/Cluster.pm` `get_status` answers
+/// "fake entry for local node if no cluster defined": no `cluster` entry, the node with
+/// `nodeid` 0, `local` and `online`. After `pvecm create`, a `cluster` entry with its name.
+#[tokio::test]
+async fn a_standalone_node_answers_no_cluster_entry() {
+    let mut pve = FakePve::start(
+        Scenario::default()
+            .set("nodes", json!([{"name": "pve1", "online": true}]))
+            .set("standalone", json!(true)),
+    );
+    let api = Api::new(&pve);
+    let status = api.get("/cluster/status").await;
+    assert_eq!(
+        status,
+        json!([{"type": "node", "id": "node/pve1", "name": "pve1", "ip": "192.0.2.11",
+                "local": 1, "nodeid": 0, "online": 1, "level": ""}])
+    );
+    pve.call("set_standalone", json!({"on": false}))
+        .expect("a cluster made");
+    let status = api.get("/cluster/status").await;
+    let entries = status.as_array().expect("a list");
+    assert_eq!(entries[0]["type"], "cluster", "{status}");
+    assert!(entries[0]["name"].is_string(), "{status}");
+    assert_eq!(entries.len(), 2, "{status}");
+    pve.add_node("pve2", true);
+    let err = pve.call("set_standalone", json!({"on": true})).unwrap_err();
+    assert!(err.contains("a standalone node is one node"), "{err}");
+}

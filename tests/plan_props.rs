@@ -704,6 +704,8 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         health,
         vms,
         other_vmids: Default::default(),
+        cluster: Default::default(),
+        identity_changed: false,
     };
     World {
         desired,
@@ -1389,6 +1391,30 @@ proptest! {
                 && !matches!(a, Action::Adopt { .. })
             {
                 prop_assert!(!unhealthy.contains(vm.node.as_str()), "{a:?}: VM on unhealthy {}", vm.node);
+            }
+        }
+    }
+
+    /// 4c'. A site that reaches another cluster than its recorded one (`gate::site`) gets no
+    /// action at all, whatever its view lists (even kept, as here: in production it is
+    /// empty), and every spec on it says `SiteIdentityChanged`.
+    #[test]
+    fn a_site_of_another_cluster_is_not_touched((entries, extras, g) in gens()) {
+        let mut w = build(&entries, &extras, &g, false);
+        for view in w.sites.values_mut() {
+            view.error = Some("site lab reaches another cluster".into());
+            view.identity_changed = true;
+        }
+        let p = plan(&w.input());
+        prop_assert!(p.actions.is_empty(), "{:?}", p.actions);
+        for spec in w.desired.iter() {
+            // An unconfirmed rename is held before any site is looked at.
+            let rename = matches!(p.verdicts.get(&spec.name), Some(Verdict::RenameSuspected { .. }));
+            if !rename {
+                prop_assert!(
+                    matches!(p.verdicts.get(&spec.name), Some(Verdict::SiteIdentityChanged { .. })),
+                    "{}: {:?}", spec.name, p.verdicts.get(&spec.name)
+                );
             }
         }
     }

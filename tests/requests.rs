@@ -64,8 +64,9 @@ fn an_adoption_of_a_matching_vm_costs_one_config_read() {
     );
     assert_eq!(
         reqs.len(),
-        N + 4,
-        "listings (2 before, 2 after the actions) and one config read per VM: {reqs:#?}"
+        N + 5,
+        "listings (2 before, 2 after the actions), the root CA once per process (the site's \
+         identity) and one config read per VM: {reqs:#?}"
     );
     assert_eq!(owned_vms(&mut pve), before, "the same VMs, none created");
     for i in 1..=N {
@@ -74,12 +75,22 @@ fn an_adoption_of_a_matching_vm_costs_one_config_read() {
         assert_eq!(ws.condition(&name, "Provisioned").1, "Adopted", "{name}");
     }
 
-    // Then idle: the record holds what a converge would have recorded.
+    // Then idle: the record holds what a converge would have recorded. A new process reads
+    // the site's root CA once (its identity), then only the two listings.
     pve.clear_requests();
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
-    let reqs = logged(&mut pve);
-    assert_eq!(reqs.len(), 2, "an idle cycle after adopting: {reqs:#?}");
+    let mut reqs = logged(&mut pve);
+    reqs.sort();
+    assert_eq!(
+        reqs,
+        [
+            "GET /cluster/resources",
+            "GET /cluster/status",
+            "GET /nodes/pve1/certificates/info"
+        ],
+        "an idle cycle after adopting: {reqs:#?}"
+    );
 }
 
 /// An adopted VM that differs from its spec (memory changed by hand) is converged, from a
@@ -235,8 +246,8 @@ fn a_cloned_vm_costs_six_requests() {
         .filter(|r| r.starts_with("GET /nodes/pve1/tasks/") && r.contains(":qmclone:9000:"));
     assert_eq!((clones.count(), clone_polls.count()), (N, N), "{reqs:#?}");
     // Everything else is once per cycle: the listings before and after the actions (status
-    // and resources each), pre-flight's version, storages and bridges, and the datacenter's
-    // VMID range.
+    // and resources each), the site's root CA (once per process: its identity), pre-flight's
+    // version, storages and bridges, and the datacenter's VMID range.
     let mut per_cycle: Vec<&String> = reqs
         .iter()
         .filter(|r| {
@@ -255,6 +266,7 @@ fn a_cloned_vm_costs_six_requests() {
             "GET /cluster/resources",
             "GET /cluster/status",
             "GET /cluster/status",
+            "GET /nodes/pve1/certificates/info",
             "GET /nodes/pve1/network",
             "GET /nodes/pve1/storage",
             "GET /version",

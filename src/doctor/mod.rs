@@ -8,6 +8,7 @@ use crate::spec::Spec;
 
 mod connection;
 mod health;
+mod identity;
 mod marker_key;
 mod privileges;
 mod resources;
@@ -171,14 +172,16 @@ async fn check_site(
         .collect();
     out.extend(check_privileges(&client, site, &version, uploads_seeds, uses_ha, &tags).await);
 
-    let health = match client.cluster_health().await {
-        Ok(h) => h,
+    let status = match client.cluster_status().await {
+        Ok(s) => s,
         Err(e) => {
             out.push(check(Level::Fail, subject("cluster"), e.to_string(), None));
             return out;
         }
     };
+    let health = crate::pve::types::ClusterHealth::from_entries(&status);
     out.extend(check_health(site, &health, specs));
+    out.push(identity::check_identity(&client, site, &config.state_dir, &status).await);
 
     let resources = match client.vm_resources().await {
         Ok(r) => r,

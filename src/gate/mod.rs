@@ -17,4 +17,5 @@
 //! refusal that says what is wrong and what to do.
 
 pub mod rename;
+pub mod site;
 pub mod volume;

@@ -199,6 +199,10 @@ pub enum Verdict {
     NodeUnhealthy { node: String, quorate: bool },
     /// The site could not be read.
     SiteUnreachable { error: String },
+    /// The site's endpoint reaches another cluster than the one recorded for it
+    /// (`gate::site`): nothing there is judged or touched until a person fixes the endpoint or
+    /// accepts the cluster (`proxsync accept site`). `message` says which and what to do.
+    SiteIdentityChanged { message: String },
     /// The VM is listed but its state is unknown (node offline, just created): not judged.
     Unknown { vmid: u32 },
     /// The spec failed validation: its VM is left as it is.

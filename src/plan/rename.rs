@@ -415,8 +415,11 @@ fn plan_rename(
         };
     }
     let Some(view) = input.sites.get(r.site).filter(|v| v.reachable()) else {
-        return Verdict::SiteUnreachable {
-            error: format!("site {} cannot be read", r.site),
+        return match input.sites.get(r.site) {
+            Some(view) if view.identity_changed => super::spec::not_readable(view),
+            _ => Verdict::SiteUnreachable {
+                error: format!("site {} cannot be read", r.site),
+            },
         };
     };
     if r.seen == Seen::Unknown {
@@ -475,6 +478,8 @@ mod tests {
                 },
                 vms: BTreeMap::new(),
                 other_vmids: BTreeSet::new(),
+                cluster: Default::default(),
+                identity_changed: false,
             };
             World {
                 desired: specs.iter().cloned().collect(),

@@ -58,10 +58,8 @@ pub(super) fn plan_spec(
             error: format!("site {:?} is not in the config", spec.site),
         };
     };
-    if let Some(error) = &view.error {
-        return Verdict::SiteUnreachable {
-            error: error.clone(),
-        };
+    if view.error.is_some() {
+        return not_readable(view);
     }
     if let Some(verdict) = site_move(input, spec, rec, actions) {
         return verdict;
@@ -82,6 +80,17 @@ pub(super) fn plan_spec(
         return verdict;
     }
     create(spec, view, index, backoff, actions)
+}
+
+/// The verdict of a spec on a site that is not to be judged: unreachable, or reaching another
+/// cluster than the recorded one.
+pub(super) fn not_readable(view: &SiteView) -> Verdict {
+    let error = view.error.clone().unwrap_or_default();
+    if view.identity_changed {
+        Verdict::SiteIdentityChanged { message: error }
+    } else {
+        Verdict::SiteUnreachable { error }
+    }
 }
 
 fn unhealthy(view: &SiteView, node: &str) -> Verdict {

@@ -9,6 +9,10 @@ use super::error::Error;
 use super::task::{TaskOutcome, Upid};
 use super::types::*;
 
+/// The cluster's root CA among a node's certificates (pve-cluster `src/PVE/Cluster/Setup.pm`:
+/// `$pveca_cert_fn = "$pmxcfs_base_dir/pve-root-ca.pem"`).
+const ROOT_CA_FILE: &str = "pve-root-ca.pem";
+
 /// Parameters of a create, clone or config change: PVE property name -> value.
 ///
 /// Values that end up inside PVE property strings are built by the helpers below from
@@ -379,6 +383,34 @@ impl Client {
     /// Quorum and node health from one `GET /cluster/status`.
     pub async fn cluster_health(&self) -> Result<ClusterHealth, Error> {
         Ok(ClusterHealth::from_entries(&self.cluster_status().await?))
+    }
+
+    /// `GET /nodes/{node}/certificates/info`: at once; the fingerprint of the cluster's root
+    /// CA, `/etc/pve/pve-root-ca.pem` (pve-manager `PVE/API2/Certificates.pm` `info`, which any
+    /// user may call), upper-case colon hex. It identifies the cluster (`gate::site`).
+    pub async fn root_ca_fingerprint(&self, node: &str) -> Result<String, Error> {
+        let path = format!("/nodes/{}/certificates/info", seg(node)?);
+        let certs: Vec<CertificateInfo> = self.get(&path, &[]).await?;
+        let decode = |message: String| Error::Decode {
+            method: "GET".into(),
+            path: path.clone(),
+            message,
+        };
+        let root = certs
+            .iter()
+            .find(|c| c.filename.as_deref() == Some(ROOT_CA_FILE))
+            .ok_or_else(|| {
+                decode(format!(
+                    "no {ROOT_CA_FILE} among the node's certificates (is /etc/pve/{ROOT_CA_FILE} \
+                     readable on node {node}?)"
+                ))
+            })?;
+        let fingerprint = root.fingerprint.as_deref().unwrap_or("");
+        crate::gate::site::normalize_fingerprint(fingerprint).ok_or_else(|| {
+            decode(format!(
+                "{ROOT_CA_FILE}'s fingerprint {fingerprint:?} is not a SHA-256 fingerprint"
+            ))
+        })
     }
 
     /// `GET /cluster/resources?type=vm`: at once; every guest of the cluster (QEMU and LXC).

@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::ha::{HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
-    AgentInterface, ClusterHealth, DatacenterOptions, NetworkInterface, NodeStorage, PendingEntry,
-    StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+    AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, NetworkInterface,
+    NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
 
@@ -47,6 +47,10 @@ pve_calls! {
     fn version(&self) -> Version;
     /// `GET /cluster/status`: quorum and nodes.
     fn cluster_health(&self) -> ClusterHealth;
+    /// `GET /cluster/status`: the cluster and its nodes.
+    fn cluster_status(&self) -> Vec<ClusterStatusEntry>;
+    /// `GET /nodes/{node}/certificates/info`: the root CA's fingerprint.
+    fn root_ca_fingerprint(&self, node: &str) -> String;
     /// `GET /cluster/resources?type=vm`.
     fn vm_resources(&self) -> Vec<VmResource>;
     /// `GET /pools?poolid=P`: the pool's VMIDs.

@@ -27,9 +27,9 @@ use super::ha::{HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
-    AgentInterface, ClusterHealth, DatacenterOptions, GuestType, ListedStatus, NetworkInterface,
-    NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
-    split_tags,
+    AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
+    NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
+    VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 
@@ -84,6 +84,8 @@ struct State {
     pools: BTreeMap<String, Vec<u32>>,
     ha: BTreeMap<u32, HaParams>,
     pid: u32,
+    /// The root CA's fingerprint `root_ca_fingerprint` answers.
+    root_ca: String,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -128,6 +130,7 @@ impl FakePve {
                 pools: BTreeMap::new(),
                 ha: BTreeMap::new(),
                 pid: 0x1000,
+                root_ca: vec!["FA"; 32].join(":"),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -136,6 +139,16 @@ impl FakePve {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A test that panicked while holding it has failed already.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cluster's root CA is now `fingerprint` (as if the endpoint reached another cluster).
+    pub fn set_root_ca(&self, fingerprint: &str) {
+        self.lock().root_ca = fingerprint.to_string();
+    }
+
+    /// A node joins the cluster (online).
+    pub fn add_node(&self, name: &str) {
+        self.lock().nodes.insert(name.to_string(), true);
     }
 
     /// A stopped VM with `config` (`template=1` makes a template).
@@ -467,6 +480,41 @@ impl Pve for FakePve {
                 quorate: true,
                 nodes: s.nodes.clone(),
             })
+        })
+    }
+
+    async fn cluster_status(&self) -> Result<Vec<ClusterStatusEntry>, Error> {
+        self.call("cluster_status", String::new(), |s| {
+            let cluster = ClusterStatusEntry {
+                kind: "cluster".into(),
+                name: Some("fake".into()),
+                quorate: Some(true),
+                online: None,
+                nodes: Some(s.nodes.len() as u64),
+                nodeid: None,
+                ip: None,
+                local: None,
+            };
+            let nodes = s.nodes.iter().enumerate().map(|(i, (name, online))| {
+                let id = i as u64 + 1;
+                ClusterStatusEntry {
+                    kind: "node".into(),
+                    name: Some(name.clone()),
+                    quorate: None,
+                    online: Some(*online),
+                    nodes: None,
+                    nodeid: Some(id),
+                    ip: Some(format!("192.0.2.{id}")),
+                    local: Some(i == 0),
+                }
+            });
+            Ok(std::iter::once(cluster).chain(nodes).collect())
+        })
+    }
+
+    async fn root_ca_fingerprint(&self, node: &str) -> Result<String, Error> {
+        self.call("root_ca_fingerprint", node.to_string(), |s| {
+            Ok(s.root_ca.clone())
         })
     }
 

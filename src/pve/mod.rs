@@ -32,6 +32,7 @@
 //! |---|---|---|---|
 //! | [`Client::version`] | `GET /version` | at once | Authentication, Network |
 //! | [`Client::cluster_status`], [`Client::cluster_health`] | `GET /cluster/status` | at once | Network |
+//! | [`Client::root_ca_fingerprint`] | `GET /nodes/{node}/certificates/info` | at once | Network; Decode when `pve-root-ca.pem` is not listed |
 //! | [`Client::vm_resources`] | `GET /cluster/resources?type=vm` | at once | Network; VMs of offline nodes show `unknown` |
 //! | [`Client::next_id`], [`Client::vmid_is_free`] | `GET /cluster/nextid[?vmid=N]` | at once | 400 `VM N already exists` (taken) |
 //! | [`Client::node_storages`] | `GET /nodes/{node}/storage` | at once | 595 NodeUnhealthy (node offline) |

@@ -206,6 +206,43 @@ pub struct ClusterStatusEntry {
     pub online: Option<bool>,
     #[serde(default, deserialize_with = "opt_u64")]
     pub nodes: Option<u64>,
+    /// `[node]` corosync's node id (0 for a standalone node).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub nodeid: Option<u64>,
+    /// `[node]` the address the node name resolves to.
+    #[serde(default)]
+    pub ip: Option<String>,
+    /// `[node]` the node that answered the request.
+    #[serde(default, deserialize_with = "opt_bool")]
+    pub local: Option<bool>,
+}
+
+impl ClusterStatusEntry {
+    /// The node that answered (`local`), else the first online node by name: where a
+    /// per-node read is best sent (not proxied to another node).
+    pub fn answering_node(entries: &[ClusterStatusEntry]) -> Option<String> {
+        let nodes = || entries.iter().filter(|e| e.kind == "node");
+        nodes()
+            .find(|e| e.local == Some(true) && e.online != Some(false))
+            .or_else(|| {
+                nodes()
+                    .filter(|e| e.online == Some(true))
+                    .min_by(|a, b| a.name.cmp(&b.name))
+            })
+            .and_then(|e| e.name.clone())
+    }
+}
+
+/// One certificate of `GET /nodes/{node}/certificates/info` (pve-common `PVE/Certificate.pm`
+/// `get_certificate_info`); only what is read.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CertificateInfo {
+    /// The file's base name: `pve-root-ca.pem`, `pve-ssl.pem`, `pveproxy-ssl.pem`.
+    #[serde(default)]
+    pub filename: Option<String>,
+    /// SHA-256, colon-separated hex.
+    #[serde(default)]
+    pub fingerprint: Option<String>,
 }
 
 /// The health of a cluster, derived from `GET /cluster/status`.
@@ -757,6 +794,27 @@ mod tests {
         let single: Vec<ClusterStatusEntry> =
             serde_json::from_str(r#"[{"type":"node","name":"pve","online":1,"local":1}]"#).unwrap();
         assert!(ClusterHealth::from_entries(&single).node_healthy("pve"));
+
+        // Per-node reads go to the node that answered, else (none said so, or it is shown
+        // offline) to the first online node.
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&clustered).as_deref(),
+            Some("pve1")
+        );
+        let elsewhere: Vec<ClusterStatusEntry> = serde_json::from_str(
+            r#"[{"type":"node","name":"a","online":0,"local":1},{"type":"node","name":"c","online":1},
+                {"type":"node","name":"b","online":1}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&elsewhere).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            ClusterStatusEntry::answering_node(&lost[..1]),
+            None,
+            "no node at all"
+        );
     }
 
     #[test]

@@ -111,7 +111,16 @@ pub(crate) fn spec_status(
     }
     c.push(ready);
     c.push(reconciling);
-    c.push(stalled(error));
+    c.push(match verdict {
+        // A person must fix the site's endpoint or accept its cluster, whatever the record says.
+        Some(Verdict::SiteIdentityChanged { message }) => ConditionInput::new(
+            kinds::STALLED,
+            S::True,
+            Reason::SiteIdentityChanged,
+            message.clone(),
+        ),
+        _ => stalled(error),
+    });
     st.conditions = c;
     st
 }
@@ -194,6 +203,20 @@ fn ready_and_reconciling(
                 S::True,
                 Reason::NodeUnhealthy,
                 format!("waiting for node {node}"),
+            ),
+        ),
+        Some(Verdict::SiteIdentityChanged { message }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::False,
+                Reason::SiteIdentityChanged,
+                message.clone(),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::False,
+                Reason::SiteIdentityChanged,
+                "nothing is done on the site until a person settles its cluster",
             ),
         ),
         Some(Verdict::SiteUnreachable { error }) => (
@@ -326,6 +349,15 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
             S::Unknown,
             Reason::NotYetObserved,
             "site not observed",
+        ),
+        Some(v) if v.identity_changed => ConditionInput::new(
+            kinds::NODE_HEALTHY,
+            S::Unknown,
+            Reason::SiteIdentityChanged,
+            format!(
+                "site {} reaches another cluster than the recorded one: its nodes are not judged",
+                v.name
+            ),
         ),
         Some(v) if !v.reachable() => ConditionInput::new(
             kinds::NODE_HEALTHY,

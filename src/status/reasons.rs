@@ -64,6 +64,11 @@ pub enum Reason {
     /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
     /// confirms a rename.
     RenameSuspected,
+    /// `Ready` False / `Reconciling` False / `Stalled` True / `NodeHealthy` Unknown: the
+    /// site's endpoint reaches another cluster than the one recorded for it; nothing on the
+    /// site is created, changed or deleted until the endpoint is fixed or the cluster accepted
+    /// (`proxsync accept site`).
+    SiteIdentityChanged,
     // ---- Reconciling ----
     /// `Reconciling` False: nothing to do, the VM matches the spec.
     UpToDate,
@@ -141,7 +146,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 49] = [
+    pub const ALL: [Reason; 50] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -158,6 +163,7 @@ impl Reason {
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
+        Reason::SiteIdentityChanged,
         Reason::UpToDate,
         Reason::Configuring,
         Reason::Resizing,
@@ -212,6 +218,7 @@ impl Reason {
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
+            Reason::SiteIdentityChanged => "SiteIdentityChanged",
             Reason::UpToDate => "UpToDate",
             Reason::Configuring => "Configuring",
             Reason::Resizing => "Resizing",
@@ -321,6 +328,7 @@ pub const READY: &[Reason] = &[
     Reason::SiteMoved,
     Reason::RenameSuspected,
     Reason::HeldByInstall,
+    Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[Reason] = &[
@@ -345,6 +353,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::RenameSuspected,
     Reason::SiteMoved,
     Reason::UnverifiedClaim,
+    Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
@@ -360,6 +369,7 @@ pub const STALLED: &[Reason] = &[
     Reason::ValidationFailed,
     Reason::StaleLock,
     Reason::Protected,
+    Reason::SiteIdentityChanged,
     Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.
@@ -368,6 +378,7 @@ pub const NODE_HEALTHY: &[Reason] = &[
     Reason::NodeOffline,
     Reason::NoQuorum,
     Reason::SiteUnreachable,
+    Reason::SiteIdentityChanged,
     Reason::NotYetObserved,
 ];
 /// Reasons of `Provisioned`.

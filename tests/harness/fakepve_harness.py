@@ -39,6 +39,10 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         id is vmid, as a one-guest vzdump), the VM holding `lock: backup` for secs PVE seconds.
     hibernate(vmid)
         The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
+    set_standalone(on=True)
+        A standalone node (scenario key `standalone`; one node only): GET /cluster/status answers as
+        pve-manager's get_status does without a cluster, no `cluster` entry and the node with nodeid 0;
+        off again is the node after `pvecm create`.
 
     task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None, secs=0)
         A task with `lines` log lines, failing with `error` (or OK) after secs PVE seconds (times
@@ -104,6 +108,10 @@ upper` refused) and `delete`; `GET /cluster/options` answers it parsed (`{lower,
 rest of datacenter.cfg, always with `mac_prefix` (the default `BC:24:11`); `GET /cluster/nextid`
 answers the first id in [lower, upper) no guest has.
 
+GET /nodes/{node}/certificates/info as pve-manager PVE/API2/Certificates.pm `info`: `pve-root-ca.pem` (the
+cluster's root CA, one per fake: the certificate it serves, which is the tests' ca_file) and `pve-ssl.pem`,
+with pve-common's SHA-256 `fingerprint` (upper-case colon hex); any user may read it.
+
 Permissions as PVE evaluates them: GET /cluster/status needs Sys.Audit on `/` itself; GET
 /access/permissions?path=P answers the effective privileges on exactly P (grants propagate down
 the tree), without `path` the same for `/`, the top-level paths and every path with a grant; GET
@@ -116,6 +124,7 @@ ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `err
 
 import argparse
 import asyncio
+import hashlib
 import inspect
 import json
 import os
@@ -137,14 +146,14 @@ from fakepve.routing import param_error
 from fakepve.lxc import SIZE_UNITS, format_size
 from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
 from fakepve.lxc import split_props
-from fakepve.server import SECRET_FORM, USER, params
+from fakepve.server import SECRET_FORM, USER, ok, params
 
 # stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
 PROTOCOL = sys.stdout
 sys.stdout = sys.stderr
 
 SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
-                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name', 'datacenter')
+                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name', 'datacenter', 'standalone')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
             'qmpstatus', 'ha_state', 'stats')
@@ -210,6 +219,10 @@ class HarnessPve(FakePve):
         self.before_rules = []
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
+        # standalone: a node that is not in a cluster (no corosync): /cluster/status as get_status answers it then.
+        self.standalone = False
+        # The cluster's root CA, /etc/pve/pve-root-ca.pem, as (PEM text, DER bytes): the certificate the fake serves.
+        self.root_ca = None
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -655,6 +668,7 @@ class HarnessPve(FakePve):
         return [('GET', '/nodes/{node}/network', self._harness_network),
                 ('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._harness_resize),
                 ('GET', '/cluster/options', self._harness_cluster_options),
+                ('GET', '/nodes/{node}/certificates/info', self._harness_certificates_info),
                 ('PUT', '/cluster/options', self._harness_set_cluster_options),
                 ('GET', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate_check),
                 ('POST', '/nodes/{node}/qemu/{vmid}/migrate', self._harness_migrate),
@@ -668,9 +682,44 @@ class HarnessPve(FakePve):
 
     async def _cluster_status(self, request):
         """GET /cluster/status: pve-manager PVE/API2/Cluster.pm get_status, `check => ['perm', '/',
-        ['Sys.Audit']]` (fakepve 0.5.0 checks nothing): on `/` itself; a grant on /nodes does not do."""
+        ['Sys.Audit']]` (fakepve 0.5.0 checks nothing): on `/` itself; a grant on /nodes does not do.
+
+        A standalone node (no cluster configured, `get_members` empty) gets get_status's "fake entry for
+        local node if no cluster defined": no `cluster` entry, one node entry with nodeid 0, local and
+        online (fakepve 0.5.0 always answers a cluster entry)."""
         self.require(request[USER], '/', 'Sys.Audit')
-        return await super()._cluster_status(request)
+        if not self.standalone:
+            return await super()._cluster_status(request)
+        node = sorted(self.nodes)[0]
+        return ok([{'type': 'node', 'id': 'node/' + node, 'name': node, 'ip': '192.0.2.11', 'local': 1,
+                    'nodeid': 0, 'online': 1, 'level': ''}])
+
+    # ------------------------------------------------------------ certificates
+
+    async def _harness_certificates_info(self, values, user):
+        """GET /nodes/{node}/certificates/info as pve-manager PVE/API2/Certificates.pm `info` answers it
+        (`permissions => { user => 'all' }`, `proxyto => 'node'`; fakepve 0.5.0 has no such route): for
+        '/etc/pve/pve-root-ca.pem', the node's pve-ssl.pem and pveproxy-ssl.pem, those that exist, each as
+        pve-common PVE/Certificate.pm get_certificate_info makes it (`fingerprint` =
+        Net::SSLeay::X509_get_fingerprint($cert, 'sha256'), upper-case colon hex; `filename` = the base name).
+
+        The root CA is the cluster's one (pve-cluster src/PVE/Cluster/Setup.pm gen_pveca_cert makes it once,
+        on the cluster file system, so every node answers the same); the fake serves a self-signed
+        certificate, which is its own CA and the one the tests' clients trust (ca_file), as pve-root-ca.pem
+        is for a real cluster. It stands for both files."""
+        from cryptography import x509
+        pem, der = self.root_ca
+        cert = x509.load_der_x509_certificate(der)
+        digest = hashlib.sha256(der).hexdigest().upper()
+        fingerprint = ':'.join(digest[i:i + 2] for i in range(0, len(digest), 2))
+
+        def oneline(name):
+            return ''.join('/{0}={1}'.format(a.rfc4514_attribute_name, a.value) for a in name)
+        info = {'fingerprint': fingerprint, 'subject': oneline(cert.subject), 'issuer': oneline(cert.issuer),
+                'notbefore': int(cert.not_valid_before_utc.timestamp()),
+                'notafter': int(cert.not_valid_after_utc.timestamp()), 'san': [], 'pem': pem,
+                'public-key-type': 'id-ecPublicKey', 'public-key-bits': 256}
+        return [dict(info, filename='pve-root-ca.pem'), dict(info, filename='pve-ssl.pem')]
 
     def _effective(self, who, path):
         """The privileges `who` holds on exactly `path`, by fakepve's own check (grants propagate down
@@ -1235,6 +1284,12 @@ def set_bridges(pve, bridges, node=None):
         pve.bridges[node] = list(bridges)
 
 
+def set_standalone(pve, on):
+    if on and len(pve.nodes) != 1:
+        raise BadArgs('a standalone node is one node; nodes: {0}'.format(', '.join(sorted(pve.nodes))))
+    pve.standalone = on
+
+
 def apply_scenario(pve, sc):
     unknown = sorted(set(sc) - set(SCENARIO_KEYS))
     if unknown:
@@ -1265,6 +1320,8 @@ def apply_scenario(pve, sc):
         pve.quorate = bool(sc['quorate'])
     if 'cluster_name' in sc:
         pve.cluster_name = str(sc['cluster_name'])
+    if sc.get('standalone'):
+        set_standalone(pve, True)
     if 'bridges' in sc:
         set_bridges(pve, sc['bridges'])
     if 'datacenter' in sc:
@@ -1358,6 +1415,10 @@ class Commands(object):
             raise BadArgs('no node {0!r}; nodes: {1}'.format(node, ', '.join(sorted(self.pve.nodes))))
         self.pve.set_node_offline(node, bool(offline))
         return None
+
+    def set_standalone(self, on=True):
+        """A standalone node (on) or a cluster (off, as after `pvecm create`): what /cluster/status answers."""
+        set_standalone(self.pve, bool(on))
 
     def lose_quorum(self):
         self.pve.lose_quorum()
@@ -1676,7 +1737,9 @@ async def main_async(scenario, tmp):
     pve = HarnessPve(user=sc.get('user', 'root@pam'), password=sc.get('password', 'secret'), host=host, port=port)
     try:
         apply_scenario(pve, sc)
-        certfile, keyfile, _der = make_cert(tmp, hosts=(host,))
+        certfile, keyfile, der = make_cert(tmp, hosts=(host,))
+        with open(certfile, encoding='ascii') as fh:
+            pve.root_ca = (fh.read(), der)
         await pve.start(certfile, keyfile)
         os.unlink(keyfile)  # loaded; nobody else needs it
     except Exception as e:  # noqa: BLE001

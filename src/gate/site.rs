@@ -1,0 +1,319 @@
+//! A site's cluster identity: is the cluster a site's endpoint reaches now the one recorded for
+//! that site at first contact (or accepted since by an operator)?
+//!
+//! **The evidence is the fingerprint of the cluster's root CA**, `/etc/pve/pve-root-ca.pem`,
+//! as `GET /nodes/{node}/certificates/info` reports it (pve-manager `PVE/API2/Certificates.pm`
+//! `info`: any user may read it; the fingerprint is pve-common `PVE/Certificate.pm`
+//! `get_certificate_info`'s SHA-256). Why that and not what `GET /cluster/status` says:
+//! - It is one per cluster and random: pve-cluster `src/PVE/Cluster/Setup.pm` `gen_pveca_cert`
+//!   makes it once, on the first node, with a fresh UUID in its subject, and keeps it while the
+//!   file exists. It lives on the cluster file system, so every node serves the same one; a
+//!   node that joins takes the cluster's (`finish_join` replaces the node's own config database)
+//!   and a node that leaves takes nothing with it. Nodes joining and leaving never change it;
+//!   `pvecm create` on a standalone node keeps the node's (`src/PVE/API2/ClusterConfig.pm`
+//!   `create` calls `gen_pve_node_files`, whose `gen_pveca_cert` returns while the CA exists).
+//! - The cluster name and the node names are neither unique nor stable: a standalone node has no
+//!   cluster name at all (`get_status` answers only a made-up entry for the local node), a
+//!   node is often called `pve` or `pve1` on every cluster of a company, and nodes come and go.
+//!   A copied config or a DNS record pointing at another cluster with the same naming looks the
+//!   same there; its root CA does not.
+//!
+//! A node that carries VMs cannot join another cluster (`assert_joinable`: "this host already
+//! contains virtual guests"), so a cluster's VMs never move to a cluster with another root CA
+//! without a person rebuilding it; regenerating the root CA by hand is such a rebuild, and is
+//! accepted the same way (`proxsync accept site`).
+//!
+//! What `/cluster/status` says (read every cycle anyway, for quorum) is the cheap part: its
+//! [`ClusterShape`] decides when the root CA must be read again ([`needs_root_ca`]), so an idle
+//! cycle costs no request beyond the two it always makes, and a node joining costs one.
+//!
+//! Everything here is pure: the caller reads PVE and the recorded identity and hands them in.
+
+use serde::{Deserialize, Serialize};
+
+use crate::pve::types::ClusterStatusEntry;
+
+/// Who the cluster says it is in `GET /cluster/status` (not how it is: no `online`, `quorate`,
+/// `local` or `version`, which change without the cluster changing). A change of it is what
+/// makes the root CA be read again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClusterShape {
+    /// The corosync cluster name; `None` on a standalone node (no `cluster` entry).
+    pub cluster: Option<String>,
+    /// Every node, sorted by name.
+    pub nodes: Vec<ShapeNode>,
+}
+
+/// One node entry of `GET /cluster/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShapeNode {
+    pub name: String,
+    /// corosync's node id (0 for a standalone node).
+    pub nodeid: Option<u64>,
+    /// The address the node name resolves to on the cluster.
+    pub ip: Option<String>,
+}
+
+impl ClusterShape {
+    /// The shape of `GET /cluster/status`'s entries (pve-manager `PVE/API2/Cluster.pm`
+    /// `get_status`: a `cluster` entry only on a clustered node, then one `node` entry per
+    /// member).
+    pub fn from_entries(entries: &[ClusterStatusEntry]) -> ClusterShape {
+        let cluster = entries
+            .iter()
+            .find(|e| e.kind == "cluster")
+            .map(|e| e.name.clone().unwrap_or_default());
+        let mut nodes: Vec<ShapeNode> = entries
+            .iter()
+            .filter(|e| e.kind == "node")
+            .filter_map(|e| {
+                Some(ShapeNode {
+                    name: e.name.clone()?,
+                    nodeid: e.nodeid,
+                    ip: e.ip.clone(),
+                })
+            })
+            .collect();
+        nodes.sort();
+        ClusterShape { cluster, nodes }
+    }
+
+    /// The node names, sorted.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+}
+
+/// Whether the root CA must be read (again): never read in this process for this site, or
+/// the cluster's shape changed since it was (a node joined or left, a name or an address
+/// changed, a standalone node became a cluster, or the endpoint reaches another cluster).
+pub fn needs_root_ca(read_at: Option<&ClusterShape>, now: &ClusterShape) -> bool {
+    read_at != Some(now)
+}
+
+/// A cluster's identity: its root CA, with its name and nodes when it was seen (these two only
+/// tell a person which cluster it was; they decide nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteIdentity {
+    /// The SHA-256 fingerprint of `/etc/pve/pve-root-ca.pem`, upper-case colon hex
+    /// (`AB:CD:...`, as `pvenode cert info` prints it).
+    pub root_ca: String,
+    /// The corosync cluster name; `None` for a standalone node.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    #[serde(default)]
+    pub nodes: Vec<String>,
+}
+
+impl SiteIdentity {
+    /// `cluster "prod" (nodes pve1, pve2; root CA AB:CD:...)`.
+    pub fn describe(&self) -> String {
+        let which = match &self.cluster {
+            Some(name) => format!("cluster {name:?}"),
+            None => "a standalone node".to_string(),
+        };
+        format!(
+            "{which} (nodes {}; root CA {})",
+            if self.nodes.is_empty() {
+                "unknown".to_string()
+            } else {
+                self.nodes.join(", ")
+            },
+            self.root_ca
+        )
+    }
+}
+
+/// A site may be acted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SitePermit {
+    /// Nothing is recorded for the site: this is its first contact, and what is seen is to be
+    /// recorded.
+    FirstContact,
+    /// The cluster is the recorded one.
+    Recorded,
+}
+
+/// The site reaches another cluster than the recorded one: nothing on it is to be judged or
+/// touched until a person fixes the endpoint or accepts the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteRefusal {
+    pub message: String,
+}
+
+/// The decision: is `seen` the cluster recorded for `site`? Only the root CA decides (see the
+/// module's doc); the names are in the message.
+pub fn check(
+    site: &str,
+    recorded: Option<&SiteIdentity>,
+    seen: &SiteIdentity,
+) -> Result<SitePermit, SiteRefusal> {
+    let Some(recorded) = recorded else {
+        return Ok(SitePermit::FirstContact);
+    };
+    if same_fingerprint(&recorded.root_ca, &seen.root_ca) {
+        return Ok(SitePermit::Recorded);
+    }
+    Err(SiteRefusal {
+        message: format!(
+            "site {site} reaches another cluster than the one recorded for it: recorded {}, seen \
+             {}. Nothing is created, changed or deleted on site {site} until this is settled. If \
+             the endpoint is wrong (a copied config, a DNS change), fix it in the config; if this \
+             is now the site's cluster (rebuilt, or its root CA made anew), run `proxsync accept \
+             site {site}`",
+            recorded.describe(),
+            seen.describe()
+        ),
+    })
+}
+
+/// Fingerprints compare without regard to case (PVE prints upper case; a hand-edited record
+/// may not).
+fn same_fingerprint(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// A SHA-256 fingerprint as PVE writes it, upper-cased: 32 hex bytes joined by `:` (the API
+/// schema's pattern `([A-Fa-f0-9]{2}:){31}[A-Fa-f0-9]{2}`), else `None`.
+pub fn normalize_fingerprint(text: &str) -> Option<String> {
+    let text = text.trim();
+    let ok = text.len() == 95
+        && text.split(':').count() == 32
+        && text
+            .split(':')
+            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
+    ok.then(|| text.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(byte: &str) -> String {
+        vec![byte; 32].join(":")
+    }
+
+    fn identity(ca: &str, cluster: Option<&str>, nodes: &[&str]) -> SiteIdentity {
+        SiteIdentity {
+            root_ca: ca.to_string(),
+            cluster: cluster.map(str::to_string),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn nothing_recorded_is_a_first_contact() {
+        let seen = identity(&fp("AA"), Some("prod"), &["pve1"]);
+        assert_eq!(check("lab", None, &seen), Ok(SitePermit::FirstContact));
+    }
+
+    #[test]
+    fn the_same_root_ca_is_the_same_cluster_whatever_its_nodes() {
+        let recorded = identity(&fp("AA"), Some("prod"), &["pve1", "pve2"]);
+        // A node joined, another left, the names changed: the root CA says it is the cluster.
+        let seen = identity(&fp("aa"), Some("prod"), &["pve2", "pve3"]);
+        assert_eq!(
+            check("lab", Some(&recorded), &seen),
+            Ok(SitePermit::Recorded)
+        );
+        // A standalone node that became a cluster (`pvecm create` keeps its root CA).
+        let single = identity(&fp("AA"), None, &["pve"]);
+        let clustered = identity(&fp("AA"), Some("new"), &["pve"]);
+        assert_eq!(
+            check("lab", Some(&single), &clustered),
+            Ok(SitePermit::Recorded)
+        );
+    }
+
+    #[test]
+    fn another_root_ca_is_another_cluster_even_with_the_same_names() {
+        // Two standalone nodes both called `pve`: /cluster/status cannot tell them apart.
+        let recorded = identity(&fp("AA"), None, &["pve"]);
+        let seen = identity(&fp("BB"), None, &["pve"]);
+        let refusal = check("lab", Some(&recorded), &seen).unwrap_err();
+        let m = &refusal.message;
+        assert!(m.contains(&fp("AA")) && m.contains(&fp("BB")), "{m}");
+        assert!(m.contains("proxsync accept site lab"), "{m}");
+        assert!(m.contains("fix it in the config"), "{m}");
+        assert!(m.contains("a standalone node (nodes pve;"), "{m}");
+
+        let recorded = identity(&fp("AA"), Some("prod"), &["pve1", "pve2"]);
+        let seen = identity(&fp("CC"), Some("prod"), &["pve1", "pve2"]);
+        let m = check("lab", Some(&recorded), &seen).unwrap_err().message;
+        assert!(
+            m.contains("recorded cluster \"prod\" (nodes pve1, pve2;"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn fingerprints_are_checked_and_upper_cased() {
+        let lower = fp("ab");
+        assert_eq!(normalize_fingerprint(&lower), Some(fp("AB")));
+        assert_eq!(
+            normalize_fingerprint(&format!(" {} ", fp("01"))),
+            Some(fp("01"))
+        );
+        for bad in [
+            "",
+            "AB",
+            &fp("ABC"),
+            &fp("ZZ"),
+            &vec!["AB"; 31].join(":"),
+            &vec!["AB"; 33].join(":"),
+            &fp("AB").replace(':', "-"),
+        ] {
+            assert_eq!(normalize_fingerprint(bad), None, "{bad:?}");
+        }
+    }
+
+    fn entries(json: &str) -> Vec<ClusterStatusEntry> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_shape_ignores_what_changes_without_the_cluster_changing() {
+        let a = ClusterShape::from_entries(&entries(
+            r#"[{"type":"cluster","id":"cluster","name":"prod","nodes":2,"quorate":1,"version":3},
+                {"type":"node","id":"node/pve2","name":"pve2","nodeid":2,"ip":"10.0.0.2","online":1,"local":0},
+                {"type":"node","id":"node/pve1","name":"pve1","nodeid":1,"ip":"10.0.0.1","online":1,"local":1}]"#,
+        ));
+        // Another node answered (a load balancer), one is offline, quorum lost, config bumped.
+        let b = ClusterShape::from_entries(&entries(
+            r#"[{"type":"cluster","id":"cluster","name":"prod","nodes":2,"quorate":0,"version":4},
+                {"type":"node","id":"node/pve1","name":"pve1","nodeid":1,"ip":"10.0.0.1","online":0,"local":0},
+                {"type":"node","id":"node/pve2","name":"pve2","nodeid":2,"ip":"10.0.0.2","online":1,"local":1}]"#,
+        ));
+        assert_eq!(a, b);
+        assert_eq!(a.cluster.as_deref(), Some("prod"));
+        assert_eq!(a.node_names(), vec!["pve1", "pve2"]);
+        assert!(!needs_root_ca(Some(&a), &b));
+        assert!(needs_root_ca(None, &a), "never read in this process");
+
+        // A node joined: read the root CA again (it decides; the shape only notices).
+        let joined = ClusterShape::from_entries(&entries(
+            r#"[{"type":"cluster","name":"prod"},
+                {"type":"node","name":"pve1","nodeid":1,"ip":"10.0.0.1"},
+                {"type":"node","name":"pve2","nodeid":2,"ip":"10.0.0.2"},
+                {"type":"node","name":"pve3","nodeid":3,"ip":"10.0.0.3"}]"#,
+        ));
+        assert!(needs_root_ca(Some(&a), &joined));
+
+        // A standalone node: no cluster entry, nodeid 0.
+        let single = ClusterShape::from_entries(&entries(
+            r#"[{"type":"node","id":"node/pve","name":"pve","nodeid":0,"ip":"10.0.0.9","local":1,"online":1}]"#,
+        ));
+        assert_eq!(single.cluster, None);
+        assert_eq!(single.node_names(), vec!["pve"]);
+        assert!(needs_root_ca(Some(&a), &single));
+    }
+
+    #[test]
+    fn an_identity_round_trips_through_its_file_format() {
+        let id = identity(&fp("AB"), Some("prod"), &["pve1"]);
+        let json = serde_json::to_string(&id).unwrap();
+        assert!(json.contains("\"rootCa\""), "{json}");
+        assert_eq!(serde_json::from_str::<SiteIdentity>(&json).unwrap(), id);
+    }
+}
