@@ -630,8 +630,9 @@ impl Client {
         self.task_started("POST", &path, upid)
     }
 
-    /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `qmresize` task on PVE 8+ (`Some`), done at
-    /// once on PVE 7 (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
+    /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `resize` task on PVE 8+ (`Some`; qemu-server
+    /// `PVE/API2/Qemu.pm` `resize_vm`: `fork_worker('resize', ...)`), done at once on PVE 7
+    /// (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
     /// to shrink.
     pub async fn resize_disk(
         &self,
