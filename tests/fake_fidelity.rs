@@ -778,3 +778,52 @@ async fn the_next_id_range_is_kept_and_honoured_as_pve_does() {
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(api.get("/cluster/nextid").await, json!("100"));
 }
+
+// ------------------------------------------------------------------- a qemu migration
+
+/// qemu-server `PVE/QemuMigrate.pm` `phase1`: `$conf->{lock} = 'migrate'` written before the
+/// volumes move, so the VM's config shows the lock for the whole migration (fakepve 0.5.0 sets
+/// none). `PVE/API2/Qemu.pm` `migrate_vm`: a running VM without `online` is refused, a stopped
+/// one with `online` is migrated offline (`warn "VM isn't running. Doing offline migration
+/// instead.\n" if $param->{online}; $param->{online} = 0;`, 8.4 and 9.x alike).
+#[tokio::test]
+async fn a_migration_holds_the_migrate_lock_and_online_is_ignored_for_a_stopped_vm() {
+    let mut pve = with_vm(300).start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.migrate_timing(100.0);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/300/migrate",
+            json!({"target": "pve2", "online": 1}),
+        )
+        .await;
+    // While the task runs the config carries the lock.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cfg = api.get("/nodes/pve1/qemu/300/config").await;
+        if cfg["lock"] == "migrate" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no migrate lock: {cfg}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let moved = api.resource(300).await.expect("listed");
+    assert_eq!(moved["node"], "pve2", "{moved}");
+    let cfg = api.get("/nodes/pve2/qemu/300/config").await;
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+
+    // A running VM without `online`: refused before any task.
+    pve.set_time_scale(0.0);
+    pve.set_vm(300, json!({"status": "running"}));
+    let a = api
+        .post("/nodes/pve2/qemu/300/migrate", json!({"target": "pve1"}))
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("can't migrate running VM without --online"),
+        "{}",
+        a.text
+    );
+}

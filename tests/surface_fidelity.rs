@@ -36,3 +36,37 @@ fn a_create_checks_the_bridge_of_every_nic() {
     assert_eq!((s.as_str(), reason.as_str()), ("True", "ConfigurationError"));
     assert!(message.contains("bridge vmbr9 does not exist on node pve1"), "{message}");
 }
+
+// ------------------------------------------------------------------- a migration's `online`
+
+#[test]
+fn a_vm_started_after_the_migrate_pre_check_is_migrated_live() {
+    // qemu-server `migrate_vm` refuses a running VM without `online` and migrates a stopped
+    // one offline when `online` is sent: proxsync always sends it, so a VM started between
+    // the pre-check and the request moves anyway.
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let stopped = "    powerState: stopped\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", stopped))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    assert_eq!(pve.vm(vmid)["status"], "stopped");
+
+    // Someone starts it right before proxsync's migrate request.
+    pve.call(
+        "set_vm_before",
+        json!({"method": "POST", "suffix": "/migrate", "vmid": vmid, "status": "running"}),
+    )
+    .unwrap();
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve2", "9000", stopped))]);
+    let (_, out) = ws.run_once();
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["node"], "pve2", "migrated: {out}");
+    let migrate = pve
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/migrate"))
+        .expect("a migrate request");
+    assert!(migrate.body.contains("online=1"), "{}", migrate.body);
+}

@@ -90,6 +90,8 @@ Scenario key `pools`: pool ids that exist.
     add_vm_before(method, suffix, vmid, **add_vm args)
         Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
         add_vm does: someone else making a guest between proxsync's listing and its request.
+    set_vm_before(method, suffix, vmid, **set_vm args)
+        The same for set_vm: someone starting a VM between proxsync's read and its request.
 
 The VMID range as pve-manager PVE/API2/Cluster.pm and pve-cluster src/PVE/DataCenterConfig.pm
 keep it (fakepve 0.5.0 has a fixed 100..1000000 and no PUT /cluster/options): `PUT /cluster/options`
@@ -202,6 +204,8 @@ class HarnessPve(FakePve):
         self.datacenter = {}
         # add_vm_before rules, in order: (METHOD, suffix, add_vm arguments).
         self.before_rules = []
+        # set_vm_before rules, in order: (METHOD, suffix, vmid, set_vm attributes).
+        self.set_before_rules = []
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
 
@@ -595,6 +599,13 @@ class HarnessPve(FakePve):
             if request.method == method and self._failure_matches(request, generic, suffix):
                 del self.before_rules[i]
                 add_vm(self, **kwargs)
+                break
+        for i, (method, suffix, vmid, attrs) in enumerate(self.set_before_rules):
+            if request.method == method and self._failure_matches(request, generic, suffix):
+                del self.set_before_rules[i]
+                vm = self.vm(vmid)
+                if vm is not None:
+                    set_vm_attrs(vm, attrs)
                 break
         rule = None
         for (method, suffix), candidate in list(self.lost_rules.items()):
@@ -1491,6 +1502,18 @@ class Commands(object):
         if not suffix:
             raise BadArgs('add_vm_before needs suffix')
         self.pve.before_rules.append((method.upper(), suffix, dict(kwargs, vmid=int(vmid))))
+
+    def set_vm_before(self, method, suffix, vmid, **attrs):
+        """Before the next METHOD request whose path ends with suffix (or matches a schema template) is
+        carried out, set VM vmid's attributes as set_vm does: someone starting or stopping it between
+        proxsync's read and its request."""
+        if not suffix:
+            raise BadArgs('set_vm_before needs suffix')
+        vm_of(self.pve, vmid)
+        unknown = sorted(set(attrs) - set(VM_ATTRS))
+        if unknown:
+            raise BadArgs('unknown VM attributes {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(VM_ATTRS)))
+        self.pve.set_before_rules.append((method.upper(), suffix, int(vmid), dict(attrs)))
 
     # state
     def set_vm(self, vmid, **attrs):
