@@ -827,3 +827,59 @@ async fn a_migration_holds_the_migrate_lock_and_online_is_ignored_for_a_stopped_
         a.text
     );
 }
+
+// ------------------------------------------------------------------- machine pinning
+
+/// qemu-server `PVE/QemuServer/Machine.pm` `check_and_pin_machine_string`, called by
+/// `PVE/API2/Qemu.pm` `create_vm` ("always pin Windows' machine version on create") and by
+/// `update_vm_api` on an `ostype` change unless `machine` is set in the same request: a Windows
+/// ostype (`PVE/QemuServer/Helpers.pm` `windows_version`) turns `q35`/`pc`/no machine into
+/// the installed QEMU's versioned type with its highest `+pveN` (`$PVE_MACHINE_VERSION`):
+/// `pc-q35-10.0+pve1` on PVE 9.x (QEMU 10.0), `pc-q35-9.2+pve1` on 8.4 (QEMU 9.2).
+#[tokio::test]
+async fn a_windows_vm_gets_a_pinned_machine_as_pve_pins_it() {
+    for (version, pinned) in [("9.1.2", "10.0+pve1"), ("8.4.1", "9.2+pve1")] {
+        let pve = Scenario::default().set("version", version.into()).start();
+        let api = Api::new(&pve);
+        let create = |vmid: u32, extra: Value| {
+            let mut body = json!({"vmid": vmid, "name": format!("vm{vmid}"), "memory": 512});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            api.start_task("/nodes/pve1/qemu", body)
+        };
+        let machine = |vmid: u32| {
+            let api = &api;
+            async move {
+                api.get(&format!("/nodes/pve1/qemu/{vmid}/config"))
+                    .await
+                    .get("machine")
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
+        };
+        create(401, json!({"ostype": "win11", "machine": "q35"})).await;
+        assert_eq!(machine(401).await, json!(format!("pc-q35-{pinned}")));
+        create(402, json!({"ostype": "win10"})).await;
+        assert_eq!(machine(402).await, json!(format!("pc-i440fx-{pinned}")));
+        create(403, json!({"ostype": "win11", "machine": "pc-q35-8.1"})).await;
+        assert_eq!(machine(403).await, json!("pc-q35-8.1"), "a versioned type stays");
+        create(404, json!({"ostype": "l26", "machine": "q35"})).await;
+        assert_eq!(machine(404).await, json!("q35"), "only Windows is pinned");
+
+        // An ostype change pins too, unless the same request sets the machine.
+        let put = |vmid: u32, form: Vec<(&'static str, &'static str)>| {
+            api.send(
+                api.client
+                    .put(format!("{}/nodes/pve1/qemu/{vmid}/config", api.base))
+                    .form(&form),
+            )
+        };
+        assert_eq!(put(404, vec![("ostype", "win11")]).await.status, 200);
+        assert_eq!(machine(404).await, json!(format!("pc-q35-{pinned}")));
+        create(405, json!({"ostype": "l26", "machine": "q35"})).await;
+        let a = put(405, vec![("ostype", "win11"), ("machine", "q35")]).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        assert_eq!(machine(405).await, json!("q35"));
+    }
+}

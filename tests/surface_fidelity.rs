@@ -70,3 +70,42 @@ fn a_vm_started_after_the_migrate_pre_check_is_migrated_live() {
         .expect("a migrate request");
     assert!(migrate.body.contains("online=1"), "{}", migrate.body);
 }
+
+// ------------------------------------------------------------------- machine pinning
+
+const IMPORT: &str = "local:import/debian-12-genericcloud-amd64.qcow2";
+
+#[test]
+fn a_windows_vm_keeps_the_machine_version_pve_pinned() {
+    // qemu-server pins a Windows guest's `q35` to `pc-q35-10.0+pve1` at create: that is the
+    // spec's q35, and a later converge must not write bare `q35` back (the machine version
+    // would then change at each start).
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let win = "    machine: q35\n    osType: win11\n";
+    ws.commit_specs(&[("win.yaml", spec("win-01", "pve1", IMPORT, win))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    assert_eq!(
+        value(&pve.vm(vmid)["config"]["machine"]),
+        "pc-q35-10.0+pve1"
+    );
+
+    // Another change makes proxsync converge the VM's config.
+    let win = format!("{win}    description: Windows 11 build host\n");
+    ws.commit_specs(&[("win.yaml", spec("win-01", "pve1", IMPORT, &win))]);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert_eq!(value(&vm["config"]["machine"]), "pc-q35-10.0+pve1", "{vm}");
+    assert!(vm["pending"].get("machine").is_none(), "{vm}");
+    assert!(
+        value(&vm["config"]["description"]).starts_with("Windows 11 build host"),
+        "converged: {vm}"
+    );
+    for r in pve.requests() {
+        assert!(!r.body.contains("machine="), "{} {}: {}", r.method, r.path, r.body);
+    }
+}

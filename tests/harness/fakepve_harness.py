@@ -326,6 +326,7 @@ class HarnessPve(FakePve):
         self._check_lock(vm)
         running = vm.status == 'running'
         features = self._hotplug_features(vm.config)
+        self._pin_on_ostype(vm, p)
         for key in list(p):
             if re.fullmatch(r'net\d+', key):
                 p[key] = with_mac(p[key])
@@ -1095,6 +1096,64 @@ class HarnessPve(FakePve):
             return await self.task(vm.node, 'hamigrate', vmid, user, ha, vm=vm, lock=False)
         return await self.task(vm.node, 'qmigrate', vmid, user, move, vm=vm, lock=False,
                                log=["starting migration of VM {0} to node '{1}'".format(vmid, target)])
+
+    # ---- machine pinning, as qemu-server's PVE/QemuServer/Machine.pm does it (fakepve 0.5.0
+    # keeps `machine` as sent).
+
+    @staticmethod
+    def _windows_version(ostype):
+        """PVE/QemuServer/Helpers.pm windows_version: wxp/w2k/w2k3 5, w2k8/wvista 6, winN N, else 0."""
+        ostype = str(ostype or '')
+        if ostype in ('wxp', 'w2k3', 'w2k'):
+            return 5
+        if ostype in ('w2k8', 'wvista'):
+            return 6
+        m = re.fullmatch(r'win(\d+)', ostype)
+        return int(m.group(1)) if m else 0
+
+    def _installed_machine_version(self):
+        """latest_installed_machine_version: the release's QEMU major.minor and the highest +pveN
+        of $PVE_MACHINE_VERSION for it (PVE 9.x ships QEMU 10.0: 10.0+pve1; 8.4 ships 9.2: 9.2+pve1)."""
+        return '10.0+pve1' if not str(self.version).startswith('8') else '9.2+pve1'
+
+    def _pin_machine(self, machine, ostype):
+        """check_and_pin_machine_string: for a Windows ostype, a machine without a version (absent,
+        `pc`, `q35`, `virt`) becomes `pc-i440fx-V` / `pc-q35-V` / `virt-V` (windows_get_pinned_machine_version;
+        absent is the arch default `pc`), its other options kept. Returns the machine string to write
+        (print_machine), '' when there is none."""
+        parts = [x for x in str(machine or '').split(',') if x]
+        kind, rest = None, []
+        for part in parts:
+            key, sep, val = part.partition('=')
+            if not sep:
+                kind = part
+            elif key == 'type':
+                kind = val
+            else:
+                rest.append(part)
+        if kind in (None, 'pc', 'q35', 'virt') and self._windows_version(ostype):
+            base = {None: 'pc-i440fx', 'pc': 'pc-i440fx', 'q35': 'pc-q35', 'virt': 'virt'}[kind]
+            kind = '{0}-{1}'.format(base, self._installed_machine_version())
+        return ','.join(([kind] if kind else []) + rest)
+
+    async def _qm_create(self, v, user):
+        """create_vm: `always pin Windows' machine version on create` (check_and_pin_machine_string)."""
+        v = dict(v)
+        pinned = self._pin_machine(v.get('machine'), v.get('ostype'))
+        if pinned:
+            v['machine'] = pinned
+        return await super()._qm_create(v, user)
+
+    def _pin_on_ostype(self, vm, p):
+        """update_vm_api on an `ostype` change: `Check if machine version pinning is needed when
+        switching OS type, just like upon creation. Skip if 'machine' is explicitly set or removed at
+        the same time`; the result goes to pending (applied at once on a stopped VM)."""
+        deletes = [k for k in re.split(r'[,;\s]+', str(p.get('delete') or '')) if k]
+        if 'ostype' not in p or 'machine' in p or 'machine' in deletes or 'machine' in vm.pending:
+            return
+        pinned = self._pin_machine(vm.config.get('machine'), p['ostype'])
+        if pinned:
+            p['machine'] = pinned
 
     def bridges_of(self, node):
         return self.bridges.get(node, self.default_bridges)
