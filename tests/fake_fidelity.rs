@@ -883,3 +883,218 @@ async fn a_windows_vm_gets_a_pinned_machine_as_pve_pins_it() {
         assert_eq!(machine(405).await, json!("q35"));
     }
 }
+
+// ------------------------------------------------------- permissions on a VM's options
+
+/// Everything a token needs to create and change VMs, but `/`, the SDN paths and mappings.
+fn vm_grants(scenario: Scenario) -> Scenario {
+    scenario
+        .grant(
+            TOKEN_ID,
+            "/vms",
+            &[
+                "VM.Allocate",
+                "VM.Audit",
+                "VM.Config.CPU",
+                "VM.Config.Memory",
+                "VM.Config.Disk",
+                "VM.Config.Network",
+                "VM.Config.Options",
+                "VM.Config.HWType",
+                "VM.PowerMgmt",
+                "VM.Clone",
+            ],
+        )
+        .grant(TOKEN_ID, "/storage", &["Datastore.AllocateSpace", "Datastore.Audit"])
+        .grant(TOKEN_ID, "/nodes", &["Sys.Audit"])
+}
+
+impl Api {
+    async fn put_form(&self, path: &str, form: &[(&str, &str)]) -> Answer {
+        self.send(self.client.put(format!("{}{path}", self.base)).form(form))
+            .await
+    }
+
+    async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> Answer {
+        self.send(self.client.post(format!("{}{path}", self.base)).form(form))
+            .await
+    }
+}
+
+/// qemu-server `PVE/API2/Qemu.pm` `$check_vm_modify_config_perm`: "special case for startup
+/// since it changes host behaviour", `$rpcenv->check_full($authuser, "/", ['Sys.Modify'])`,
+/// for create_vm and update_vm_api (a deleted `startup` too); in qemu-server since 2016, the
+/// same in 8.4 (stable-bookworm) and 9.x.
+#[tokio::test]
+async fn startup_needs_sys_modify_on_root_at_create_and_update() {
+    let pve = vm_grants(Scenario::default()).start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "410"), ("memory", "512"), ("startup", "order=1")],
+        )
+        .await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    assert!(api.resource(410).await.is_none(), "refused before anything exists");
+    let a = api
+        .post_form("/nodes/pve1/qemu", &[("vmid", "410"), ("memory", "512")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .put_form("/nodes/pve1/qemu/410/config", &[("startup", "order=2")])
+        .await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    assert!(a.text.contains("Sys.Modify") || a.text.is_empty(), "{}", a.text);
+
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/", &["Sys.Modify"])
+        .start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "410"), ("memory", "512"), ("startup", "order=1")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .put_form("/nodes/pve1/qemu/410/config", &[("delete", "startup")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+/// qemu-server `PVE/API2/Qemu.pm` `$check_cpu_model_access`: a custom model (`custom-NAME`)
+/// needs Mapping.Use on /mapping/cpu/NAME from qemu-server 9.1.13 (commit 229a32ed "api: gate
+/// VM custom CPU model assignment with Mapping.Use"; pve-manager 9.1.15 is the first to depend
+/// on it), and Sys.Audit on /nodes before (8.4: stable-bookworm). Keeping the VM's current model
+/// needs nothing.
+#[tokio::test]
+async fn a_custom_cpu_model_needs_mapping_use_from_9_1_15() {
+    async fn create(api: &Api) -> Answer {
+        api.post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "420"), ("memory", "512"), ("cpu", "custom-fast")],
+        )
+        .await
+    }
+    // 9.1.15: Sys.Audit on /nodes (vm_grants) is not enough.
+    let pve = vm_grants(Scenario::default().set("version", "9.1.15".into())).start();
+    let api = Api::new(&pve);
+    let a = create(&api).await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    let pve = vm_grants(Scenario::default().set("version", "9.1.15".into()))
+        .grant(TOKEN_ID, "/mapping/cpu/fast", &["Mapping.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(create(&api).await.status, 200);
+    // Another option of the same model: no check.
+    let a = api
+        .put_form(
+            "/nodes/pve1/qemu/420/config",
+            &[("cpu", "custom-fast,flags=+aes")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+
+    // Before: Sys.Audit on /nodes.
+    let pve = vm_grants(Scenario::default().set("version", "8.4.1".into())).start();
+    let api = Api::new(&pve);
+    assert_eq!(create(&api).await.status, 200);
+}
+
+/// pve-guest-common `PVE/GuestHelpers.pm` `check_vnet_access` (through qemu-server
+/// `check_bridge_access` at create, update and for a clone's source): SDN.Use on
+/// /sdn/zones/localnetwork/BRIDGE for an untagged NIC, on .../BRIDGE/TAG for its `tag`, and on
+/// each VLAN of `trunks` (not the bridge). pve-manager `PVE/API2/Network.pm` lists a bridge only
+/// to a caller with SDN.Audit or SDN.Use on it or on a VLAN below it (`check_sdn_bridge`).
+#[tokio::test]
+async fn a_nic_needs_sdn_use_on_its_bridge_or_vlan_path() {
+    async fn bridges(api: &Api) -> Vec<String> {
+        let list = api.get("/nodes/pve1/network?type=any_bridge").await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["iface"].as_str().unwrap().to_string())
+            .collect()
+    }
+    async fn create(api: &Api, vmid: &str, net: &str) -> u16 {
+        api.post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", vmid), ("memory", "512"), ("net0", net)],
+        )
+        .await
+        .status
+    }
+    // A grant on /sdn/zones (doctor's old path) reaches every bridge and VLAN below it.
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(bridges(&api).await, ["vmbr0", "vmbr1"]);
+    assert_eq!(create(&api, "430", "virtio,bridge=vmbr1,tag=20").await, 200);
+
+    // A VLAN's grant: that tag only, and the bridge is listed.
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork/vmbr0/20", &["SDN.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(bridges(&api).await, ["vmbr0"]);
+    assert_eq!(create(&api, "431", "virtio,bridge=vmbr0,tag=20").await, 200);
+    assert_eq!(create(&api, "432", "virtio,bridge=vmbr0").await, 403);
+    assert_eq!(create(&api, "433", "virtio,bridge=vmbr0,tag=21").await, 403);
+    assert_eq!(
+        create(&api, "434", "virtio,bridge=vmbr0,trunks=20;21").await,
+        403,
+        "every trunk VLAN"
+    );
+    let a = api
+        .put_form("/nodes/pve1/qemu/431/config", &[("net0", "virtio,bridge=vmbr1")])
+        .await;
+    assert_eq!(a.status, 403, "an update too: {}", a.text);
+
+    // No SDN grant: no bridge is listed at all.
+    let pve = vm_grants(Scenario::default()).start();
+    let api = Api::new(&pve);
+    assert!(bridges(&api).await.is_empty());
+}
+
+/// qemu-server `PVE/QemuServer.pm` `print_netdevice_full` at start, for a virtio NIC on a
+/// bridge: `mtu` 1 (or none) is the bridge's; below 576 or above the bridge's MTU
+/// (`read_bridge_mtu`, 1500 unless /etc/network/interfaces sets one) the start dies.
+#[tokio::test]
+async fn a_virtio_mtu_above_the_bridge_s_fails_the_start() {
+    let mut pve = with_vm(440).start();
+    let api = Api::new(&pve);
+    async fn start(api: &Api) -> String {
+        let upid = api
+            .start_task("/nodes/pve1/qemu/440/status/start", json!({}))
+            .await;
+        api.wait("pve1", &upid).await
+    }
+    async fn set_net(api: &Api, net: &str) {
+        let a = api
+            .put_form("/nodes/pve1/qemu/440/config", &[("net0", net)])
+            .await;
+        assert_eq!(a.status, 200, "{}", a.text);
+    }
+    set_net(&api, "virtio,bridge=vmbr0,mtu=9000").await;
+    let status = start(&api).await;
+    assert!(
+        status.contains("MTU '9000' is bigger than the bridge MTU '1500'"),
+        "{status}"
+    );
+    set_net(&api, "virtio,bridge=vmbr0,mtu=500").await;
+    assert!(
+        start(&api)
+            .await
+            .contains("MTU '500' is smaller than the IP minimum MTU '576'")
+    );
+    // The listing shows a configured MTU; then 9000 fits.
+    pve.call("set_bridge_mtu", json!({"bridge": "vmbr0", "mtu": 9000}))
+        .unwrap();
+    let list = api.get("/nodes/pve1/network?type=any_bridge").await;
+    assert_eq!(list[0]["mtu"], 9000, "{list}");
+    set_net(&api, "virtio,bridge=vmbr0,mtu=9000").await;
+    assert_eq!(start(&api).await, "OK");
+}

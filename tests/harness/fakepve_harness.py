@@ -92,6 +92,16 @@ Scenario key `pools`: pool ids that exist.
         add_vm does: someone else making a guest between proxsync's listing and its request.
     set_vm_before(method, suffix, vmid, **set_vm args)
         The same for set_vm: someone starting a VM between proxsync's read and its request.
+    set_bridge_mtu(bridge, mtu=None)
+        The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500).
+
+Permissions qemu-server checks on a VM's options (fakepve 0.5.0 checks each key's VM.Config.*
+only): `startup` needs Sys.Modify on `/`; a custom CPU model Mapping.Use on /mapping/cpu/NAME (PVE
+9.1.15+, else Sys.Audit on /nodes); each NIC SDN.Use on /sdn/zones/localnetwork/BRIDGE, or on
+.../BRIDGE/TAG for its VLAN tag and each trunk VLAN; at create, update and (the source's) clone.
+The network listing shows a bridge only to a caller with SDN.Audit or SDN.Use on it (or a VLAN
+below it). A start dies on a virtio NIC whose MTU is below 576 or above its bridge's. Windows
+guests get a pinned machine version at create and on an ostype change, as Machine.pm pins it.
 
 The VMID range as pve-manager PVE/API2/Cluster.pm and pve-cluster src/PVE/DataCenterConfig.pm
 keep it (fakepve 0.5.0 has a fixed 100..1000000 and no PUT /cluster/options): `PUT /cluster/options`
@@ -206,6 +216,8 @@ class HarnessPve(FakePve):
         self.before_rules = []
         # set_vm_before rules, in order: (METHOD, suffix, vmid, set_vm attributes).
         self.set_before_rules = []
+        # bridge -> its MTU where /etc/network/interfaces sets one (the listing's `mtu`); else 1500.
+        self.bridge_mtus = {}
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
 
@@ -504,8 +516,13 @@ class HarnessPve(FakePve):
         (disks, an ISO in a CD-ROM drive, the cloud-init drive; `$check_storage_access_clone` skips
         only `none` and `cdrom`) must be on shared storage: `die "can't clone VM to node '$target'
         (VM uses local storage)\n" if $target && !$sharedvm`. fakepve 0.5.0 checks only the target
-        storage."""
+        storage. Before that, `check_bridge_access` and `$check_cpu_model_access` on the source's config
+        (see _option_checks)."""
         node, target = v['node'], v.get('target')
+        source = self.vm(int(v['vmid']))
+        if source is not None:
+            conf = (source.snapshots.get(v.get('snapname')) if v.get('snapname') else source.config) or {}
+            self._option_checks(user, dict((k, x) for k, x in conf.items() if k == 'cpu' or re.fullmatch(r'net\d+', k)))
         if target and target not in (node, 'localhost') and target in self.nodes:
             src = self.vm(int(v['vmid']))
             if src is not None and src.node == node:
@@ -1139,6 +1156,7 @@ class HarnessPve(FakePve):
     async def _qm_create(self, v, user):
         """create_vm: `always pin Windows' machine version on create` (check_and_pin_machine_string)."""
         v = dict(v)
+        self._option_checks(user, v)
         pinned = self._pin_machine(v.get('machine'), v.get('ostype'))
         if pinned:
             v['machine'] = pinned
@@ -1155,6 +1173,136 @@ class HarnessPve(FakePve):
         if pinned:
             p['machine'] = pinned
 
+    # ---- permissions qemu-server checks on a VM's options, and the bridges a token may see
+    # (fakepve 0.5.0 checks each key's VM.Config.* privilege only).
+
+    @staticmethod
+    def _version_tuple(version):
+        return tuple(int(x) for x in (re.findall(r'\d+', str(version)) + ['0', '0', '0'])[:3])
+
+    def _cpu_model_privilege(self, cputype):
+        """PVE/API2/Qemu.pm $check_cpu_model_access for a custom model (`custom-NAME`): Mapping.Use on
+        /mapping/cpu/NAME from qemu-server 9.1.13 (commit "api: gate VM custom CPU model assignment with
+        Mapping.Use"; pve-manager 9.1.15 depends on it), Sys.Audit on /nodes before."""
+        name = cputype[len('custom-'):]
+        if self._version_tuple(self.version) >= (9, 1, 15):
+            return '/mapping/cpu/' + name, 'Mapping.Use'
+        return '/nodes', 'Sys.Audit'
+
+    @staticmethod
+    def _cputype(value):
+        """pve-vm-cpu-conf's cputype: the bare first value or `cputype=`."""
+        first, props = split_props(str(value or ''))
+        return props.get('cputype', first)
+
+    def _vnet_paths(self, value):
+        """pve-guest-common PVE/GuestHelpers.pm check_vnet_access for one netN value (zone
+        `localnetwork`: the harness has no SDN VNets): with `tag`, /sdn/zones/localnetwork/BRIDGE/TAG;
+        with `trunks`, the same for each VLAN of them (get_tags_from_trunk: `a-b` is every VLAN from a
+        to b); with neither, /sdn/zones/localnetwork/BRIDGE."""
+        _first, props = split_props(str(value))
+        bridge = props.get('bridge')
+        if not bridge:
+            return []
+        base = '/sdn/zones/localnetwork/' + bridge
+        tags = set()
+        if props.get('tag'):
+            tags.add(int(props['tag']))
+        for part in [x for x in str(props.get('trunks') or '').split(';') if x]:
+            lo, _sep, hi = part.partition('-')
+            if hi and int(hi) > int(lo):
+                tags.update(range(int(lo), int(hi) + 1))
+            else:
+                tags.add(int(lo))
+        return [base + '/' + str(t) for t in sorted(tags)] if tags else [base]
+
+    def _option_checks(self, user, params, deletes=(), existing=None):
+        """What create_vm and update_vm_api check beyond each key's VM.Config.* privilege, before any
+        change (root@pam is exempt from all):
+        - $check_vm_modify_config_perm: `special case for startup since it changes host behaviour`,
+          `$rpcenv->check_full($authuser, "/", ['Sys.Modify'])`, for a set or a deleted startup
+          (since 2016: 8.4 and 9.x);
+        - $check_cpu_model_access: a custom CPU model needs _cpu_model_privilege, unless the VM's
+          current model is the same;
+        - PVE::QemuServer::check_bridge_access: SDN.Use on each NIC's _vnet_paths (a deleted NIC's
+          current value too)."""
+        if user == 'root@pam':
+            return
+        if 'startup' in params or 'startup' in deletes:
+            self.require(user, '/', 'Sys.Modify')
+        if params.get('cpu') is not None:
+            cputype = self._cputype(params['cpu'])
+            current = self._cputype((existing or {}).get('cpu')) if existing else None
+            if cputype and cputype.startswith('custom-') and cputype != current:
+                path, priv = self._cpu_model_privilege(cputype)
+                self.require(user, path, priv)
+        nets = [params[k] for k in sorted(params) if re.fullmatch(r'net\d+', k)]
+        nets += [(existing or {})[k] for k in deletes if re.fullmatch(r'net\d+', k) and k in (existing or {})]
+        for value in nets:
+            for path in self._vnet_paths(value):
+                self.require(user, path, 'SDN.Use')
+
+    async def _config_put(self, request):
+        """update_vm_api's checks before any change (see _option_checks)."""
+        await self._config_request_checks(request)
+        return await super()._config_put(request)
+
+    async def _config_post(self, request):
+        """The same checks, before the qmconfig task is forked."""
+        await self._config_request_checks(request)
+        return await super()._config_post(request)
+
+    async def _config_request_checks(self, request):
+        p = await params(request)
+        vm = self._vm(request)
+        deletes = [k for k in re.split(r'[,;\s]+', str(p.get('delete') or '')) if k]
+        self._option_checks(request[USER], p, deletes, vm.config)
+
+    def _may_see_bridge(self, user, bridge):
+        """pve-manager PVE/API2/Network.pm index lists a bridge only if the caller may access it:
+        RPCEnvironment::check_sdn_bridge(user, 'localnetwork', bridge, ['SDN.Audit', 'SDN.Use']): on
+        /sdn/zones/localnetwork/BRIDGE, or on a VLAN path below it that has an ACL."""
+        path = '/sdn/zones/localnetwork/' + bridge
+        privs = ('SDN.Audit', 'SDN.Use')
+        if any(self.allowed(user, path, p) for p in privs):
+            return True
+        below = set(acl_path for grants in (self.acl or {}).values() for acl_path, _p in grants
+                    if acl_path.startswith(path + '/'))
+        return any(self.allowed(user, vlan, p) for vlan in below for p in privs)
+
+    def _nic_mtu_error(self, vm):
+        """PVE/QemuServer.pm print_netdevice_full at start, for a virtio NIC on a bridge: `mtu` absent or 1
+        is the bridge's; below 576 `netdev netN: MTU 'M' is smaller than the IP minimum MTU '576'`; above
+        the bridge's (read_bridge_mtu) `netdev netN: MTU 'M' is bigger than the bridge MTU 'B'`."""
+        config = dict(vm.config)
+        config.update(dict((k, v) for k, v in vm.pending.items() if v is not None))
+        for key in sorted((k for k in config if re.fullmatch(r'net\d+', k)), key=lambda k: int(k[3:])):
+            first, props = split_props(str(config[key]))
+            model = (first or '').partition('=')[0] if first else None
+            model = next((k for k in props if k in NET_MODELS), model or props.get('model'))
+            if model != 'virtio' or not props.get('bridge') or not props.get('mtu'):
+                continue
+            mtu, bridge_mtu = int(props['mtu']), int(self.bridge_mtus.get(props['bridge'], 1500))
+            if mtu == 1:
+                continue
+            if mtu < 576:
+                return "netdev {0}: MTU '{1}' is smaller than the IP minimum MTU '576'".format(key, mtu)
+            if mtu > bridge_mtu:
+                return ("netdev {0}: MTU '{1}' is bigger than the bridge MTU '{2}' - adjust the MTU for the network "
+                        "device in the VM configuration, while ensuring that the bridge is configured as desired."
+                        .format(key, mtu, bridge_mtu))
+        return None
+
+    async def _do_start(self, vm, user, p):
+        """vm_start dies in its worker when a virtio NIC's MTU does not fit its bridge (_nic_mtu_error)."""
+        error = None if vm.ha_managed else self._nic_mtu_error(vm)
+        if error is None:
+            return await super()._do_start(vm, user, p)
+
+        async def body():
+            raise TaskError(error)
+        return await self.task(vm.node, 'qmstart', vm.vmid, user, body, vm=vm)
+
     def bridges_of(self, node):
         return self.bridges.get(node, self.default_bridges)
 
@@ -1164,9 +1312,13 @@ class HarnessPve(FakePve):
         out = []
         if kind in (None, 'bridge', 'any_bridge', 'any_local_bridge'):
             for idx, name in enumerate(self.bridges_of(node)):
+                if not self._may_see_bridge(user, name):
+                    continue
                 item = {'iface': name, 'type': 'bridge', 'method': 'manual', 'method6': 'manual',
                         'families': ['inet'], 'priority': 3 + idx, 'active': 1, 'autostart': 1, 'exists': 1,
                         'bridge_ports': 'eno1' if idx == 0 else '', 'bridge_stp': 'off', 'bridge_fd': '0'}
+                if name in self.bridge_mtus:
+                    item['mtu'] = self.bridge_mtus[name]
                 if idx == 0:
                     item.update(method='static', address='192.0.2.11', netmask='255.255.255.0',
                                 cidr='192.0.2.11/24', gateway='192.0.2.1')
@@ -1592,6 +1744,14 @@ class Commands(object):
 
     def set_bridges(self, bridges, node=None):
         set_bridges(self.pve, bridges, node)
+
+    def set_bridge_mtu(self, bridge, mtu=None):
+        """The bridge's MTU as /etc/network/interfaces sets it (the network listing's `mtu`); None: the
+        default 1500, not listed."""
+        if mtu is None:
+            self.pve.bridge_mtus.pop(bridge, None)
+        else:
+            self.pve.bridge_mtus[bridge] = int(mtu)
 
     def set_storage(self, name, **options):
         return jsonable(set_storage(self.pve, name, options))
