@@ -863,7 +863,11 @@ async fn a_windows_vm_gets_a_pinned_machine_as_pve_pins_it() {
         create(402, json!({"ostype": "win10"})).await;
         assert_eq!(machine(402).await, json!(format!("pc-i440fx-{pinned}")));
         create(403, json!({"ostype": "win11", "machine": "pc-q35-8.1"})).await;
-        assert_eq!(machine(403).await, json!("pc-q35-8.1"), "a versioned type stays");
+        assert_eq!(
+            machine(403).await,
+            json!("pc-q35-8.1"),
+            "a versioned type stays"
+        );
         create(404, json!({"ostype": "l26", "machine": "q35"})).await;
         assert_eq!(machine(404).await, json!("q35"), "only Windows is pinned");
 
@@ -905,7 +909,11 @@ fn vm_grants(scenario: Scenario) -> Scenario {
                 "VM.Clone",
             ],
         )
-        .grant(TOKEN_ID, "/storage", &["Datastore.AllocateSpace", "Datastore.Audit"])
+        .grant(
+            TOKEN_ID,
+            "/storage",
+            &["Datastore.AllocateSpace", "Datastore.Audit"],
+        )
         .grant(TOKEN_ID, "/nodes", &["Sys.Audit"])
 }
 
@@ -936,7 +944,10 @@ async fn startup_needs_sys_modify_on_root_at_create_and_update() {
         )
         .await;
     assert_eq!(a.status, 403, "{}", a.text);
-    assert!(api.resource(410).await.is_none(), "refused before anything exists");
+    assert!(
+        api.resource(410).await.is_none(),
+        "refused before anything exists"
+    );
     let a = api
         .post_form("/nodes/pve1/qemu", &[("vmid", "410"), ("memory", "512")])
         .await;
@@ -945,7 +956,11 @@ async fn startup_needs_sys_modify_on_root_at_create_and_update() {
         .put_form("/nodes/pve1/qemu/410/config", &[("startup", "order=2")])
         .await;
     assert_eq!(a.status, 403, "{}", a.text);
-    assert!(a.text.contains("Sys.Modify") || a.text.is_empty(), "{}", a.text);
+    assert!(
+        a.text.contains("Sys.Modify") || a.text.is_empty(),
+        "{}",
+        a.text
+    );
 
     let pve = vm_grants(Scenario::default())
         .grant(TOKEN_ID, "/", &["Sys.Modify"])
@@ -1049,7 +1064,10 @@ async fn a_nic_needs_sdn_use_on_its_bridge_or_vlan_path() {
         "every trunk VLAN"
     );
     let a = api
-        .put_form("/nodes/pve1/qemu/431/config", &[("net0", "virtio,bridge=vmbr1")])
+        .put_form(
+            "/nodes/pve1/qemu/431/config",
+            &[("net0", "virtio,bridge=vmbr1")],
+        )
         .await;
     assert_eq!(a.status, 403, "an update too: {}", a.text);
 

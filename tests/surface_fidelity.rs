@@ -33,8 +33,14 @@ fn a_create_checks_the_bridge_of_every_nic() {
         "no VM whose start would fail: {out}"
     );
     let (s, reason, message) = ws.condition("web-01", "Stalled");
-    assert_eq!((s.as_str(), reason.as_str()), ("True", "ConfigurationError"));
-    assert!(message.contains("bridge vmbr9 does not exist on node pve1"), "{message}");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ConfigurationError")
+    );
+    assert!(
+        message.contains("bridge vmbr9 is not listed on node pve1"),
+        "{message}"
+    );
 }
 
 // ------------------------------------------------------------------- a migration's `online`
@@ -106,6 +112,284 @@ fn a_windows_vm_keeps_the_machine_version_pve_pinned() {
         "converged: {vm}"
     );
     for r in pve.requests() {
-        assert!(!r.body.contains("machine="), "{} {}: {}", r.method, r.path, r.body);
+        assert!(
+            !r.body.contains("machine="),
+            "{} {}: {}",
+            r.method,
+            r.path,
+            r.body
+        );
     }
+}
+
+// ------------------------------------------------------------------------------- doctor
+
+/// Everything proxsync needs on a PVE 9 cluster but what the tests below grant or leave out:
+/// Sys.Audit on `/`, no Sys.Modify, no SDN grant, no pool grant.
+fn base_grants(scenario: Scenario) -> Scenario {
+    scenario
+        .grant(
+            TOKEN_ID,
+            "/vms",
+            &[
+                "VM.Allocate",
+                "VM.Clone",
+                "VM.Audit",
+                "VM.Config.CPU",
+                "VM.Config.Memory",
+                "VM.Config.Disk",
+                "VM.Config.Network",
+                "VM.Config.Options",
+                "VM.Config.CDROM",
+                "VM.Config.Cloudinit",
+                "VM.Config.HWType",
+                "VM.PowerMgmt",
+                "VM.Migrate",
+                "VM.GuestAgent.Audit",
+            ],
+        )
+        .grant(
+            TOKEN_ID,
+            "/storage",
+            &["Datastore.AllocateSpace", "Datastore.Audit"],
+        )
+        .grant(TOKEN_ID, "/", &["Sys.Audit"])
+}
+
+/// `proxsync doctor` on one site `lab` (install `main`) with these spec files.
+fn doctor(pve: &FakePve, files: &[(&str, String)]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, TOKEN_SECRET).unwrap();
+    let config = dir.path().join("proxsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n\n[source]\npath = \"{}\"\n\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"{}\"\ntoken_id = \"{TOKEN_ID}\"\ntoken_secret_file = \"{}\"\n\
+             ca_file = \"{}\"\nrequest_timeout = \"10s\"\n",
+            dir.path().join("state").display(),
+            dir.path().join("repo").display(),
+            pve.url(),
+            secret.display(),
+            pve.ca_file().display()
+        ),
+    )
+    .unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    for (name, text) in files {
+        std::fs::write(specs.join(name), text).unwrap();
+    }
+    run_doctor(&config, &specs)
+}
+
+fn run_doctor(config: &Path, specs: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["doctor", "--config"])
+        .arg(config)
+        .arg("--specs")
+        .arg(specs)
+        .output()
+        .expect("run proxsync");
+    (out.status.success(), common::engine::text(&out))
+}
+
+#[test]
+fn doctor_asks_for_sys_modify_when_a_spec_sets_startup() {
+    // qemu-server checks Sys.Modify on / for `startup` at create and update (a create with it
+    // is refused as a whole). The datacenter's default user-tag-access lets the token set
+    // tags without Sys.Modify, so only `startup` needs it here.
+    let pve = base_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .start();
+    let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ok, "{out}");
+    let startup = "    startup: {order: 1, upDelay: 30}\n";
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", startup))],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab privileges: token proxsync@pve!gitops lacks Sys.Modify on / (startup, as spec web-01 sets it)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_checks_sdn_use_on_each_bridge_and_vlan_path() {
+    // The usual grant on the local zone covers every bridge and VLAN (doctor once asked for
+    // SDN.Use on /sdn/zones itself and failed it).
+    let pve = base_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .start();
+    let nics = "    networks:\n      - {bridge: vmbr0, vlan: 20}\n      - {bridge: vmbr1}\n";
+    let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", nics))]);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok   lab privileges"), "{out}");
+    assert!(
+        out.contains("ok   lab sdn vmbr0: the token may use vmbr0 (VLAN 20)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   lab sdn vmbr1: the token may use vmbr1 (untagged)"),
+        "{out}"
+    );
+
+    // A grant on one VLAN of vmbr0: a NIC on that VLAN may use it, an untagged one or another
+    // VLAN may not.
+    let pve = base_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork/vmbr0/20", &["SDN.Use"])
+        .start();
+    let tagged = "    networks:\n      - {bridge: vmbr0, vlan: 20}\n";
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", tagged))],
+    );
+    assert!(ok, "{out}");
+    let mixed = "    networks:\n      - {bridge: vmbr0, vlan: 20}\n      - {bridge: vmbr0, trunks: [20, 21]}\n";
+    let (ok, out) = doctor(
+        &pve,
+        &[
+            ("web.yaml", spec("web-01", "pve1", "9000", mixed)),
+            (
+                "db.yaml",
+                spec("db-01", "pve1", "9000", "    network: vmbr0\n"),
+            ),
+        ],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab sdn vmbr0: token proxsync@pve!gitops lacks SDN.Use on /sdn/zones/localnetwork/vmbr0 (spec db-01), /sdn/zones/localnetwork/vmbr0/21 (spec web-01)"),
+        "{out}"
+    );
+    assert!(out.contains("PVESDNUser"), "{out}");
+
+    // No SDN grant: PVE does not even list the bridge; doctor says why it may be missing.
+    let pve = base_grants(Scenario::default()).start();
+    let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab bridge pve1/vmbr0: no such bridge listed (spec web-01): it does not exist, or token proxsync@pve!gitops holds neither SDN.Use nor SDN.Audit on /sdn/zones/localnetwork/vmbr0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_checks_mapping_use_for_a_custom_cpu_model_on_9_1_15() {
+    let custom = "    cpuType: custom-fast\n";
+    let scenario = |version: &str| {
+        base_grants(Scenario::default().set("version", version.into()))
+            .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+            .grant(TOKEN_ID, "/nodes", &["Sys.Audit"])
+    };
+    let pve = scenario("9.1.15").start();
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", custom))],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("lacks Mapping.Use on /mapping/cpu/fast (cpuType custom-fast of spec web-01)"),
+        "{out}"
+    );
+    let pve = scenario("9.1.15")
+        .grant(TOKEN_ID, "/mapping/cpu/fast", &["Mapping.Use"])
+        .start();
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", custom))],
+    );
+    assert!(ok, "{out}");
+    // Before qemu-server 9.1.13 (pve-manager 9.1.15): Sys.Audit on /nodes, held already.
+    let pve = scenario("9.1.12").start();
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", custom))],
+    );
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn doctor_reads_a_pool_it_may_not_list_and_checks_pool_allocate() {
+    // `GET /pools` lists only the pools the token may audit, but `GET /pools?poolid=P` answers
+    // without Pool.Audit: a hidden pool is not called missing. Moving a VM into a pool needs
+    // Pool.Allocate on it, and out of its old pool Pool.Allocate there too.
+    let mut scenario = base_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .grant(TOKEN_ID, "/pool/prod", &["Pool.Allocate"]);
+    scenario = scenario.set("pools", json!(["prod", "lab"]));
+    let pve = scenario.start();
+    let in_prod = "    pool: prod\n";
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", in_prod))],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("ok   lab pool prod: exists"), "{out}");
+
+    let (ok, out) = doctor(
+        &pve,
+        &[(
+            "web.yaml",
+            spec("web-01", "pve1", "9000", "    pool: lab\n"),
+        )],
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("ok   lab pool lab: exists"), "{out}");
+    assert!(
+        out.contains(
+            "lacks Pool.Allocate on /pool/lab (pool lab of spec web-01: moving a VM into it)"
+        ),
+        "{out}"
+    );
+    let (ok, out) = doctor(
+        &pve,
+        &[(
+            "web.yaml",
+            spec("web-01", "pve1", "9000", "    pool: nope\n"),
+        )],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab pool nope: no such pool (spec web-01)"),
+        "{out}"
+    );
+
+    // This install's VM is in pool lab; its spec moves it to prod.
+    let mut scenario = base_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .grant(TOKEN_ID, "/pool/prod", &["Pool.Allocate"])
+        .vm(
+            json!({"vmid": 150, "name": "web-01", "node": "pve1", "pool": "lab",
+                   "tags": ["proxsync.main"], "config": {"name": "web-01"}}),
+        );
+    scenario = scenario.set("pools", json!(["prod", "lab"]));
+    let pve = scenario.start();
+    let (ok, out) = doctor(
+        &pve,
+        &[("web.yaml", spec("web-01", "pve1", "9000", in_prod))],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab pool lab: token proxsync@pve!gitops lacks Pool.Allocate on /pool/lab, which PVE checks to move VM 150 of spec web-01 (to prod) out of it"),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_fails_a_virtio_mtu_above_its_bridge_s() {
+    let mut pve = FakePve::start(default_scenario());
+    let jumbo = "    networks:\n      - {bridge: vmbr0, mtu: 9000}\n";
+    let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", jumbo))]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL lab spec web-01 networks: net0 has mtu 9000, above the MTU of bridge vmbr0 on node pve1 (1500)"),
+        "{out}"
+    );
+    pve.call("set_bridge_mtu", json!({"bridge": "vmbr0", "mtu": 9000}))
+        .unwrap();
+    let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", jumbo))]);
+    assert!(ok, "{out}");
 }

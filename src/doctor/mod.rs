@@ -163,13 +163,11 @@ async fn check_site(
 
     out.push(versions::check_version(site, &version, specs));
 
-    let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
-    let uses_ha = specs.iter().any(|s| s.ha.is_some());
     // The tags proxsync writes on this site's VMs.
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())
         .chain(specs.iter().flat_map(|s| s.tags.iter().cloned()))
         .collect();
-    out.extend(check_privileges(&client, site, &version, uploads_seeds, uses_ha, &tags).await);
+    out.extend(check_privileges(&client, site, &version, specs, &tags).await);
 
     let health = match client.cluster_health().await {
         Ok(h) => h,
@@ -204,6 +202,6 @@ async fn check_site(
         ));
         return out;
     }
-    out.extend(check_spec_needs(&client, site, &health, &resources, specs).await);
+    out.extend(check_spec_needs(&client, site, &health, &resources, specs, ownership_tag).await);
     out
 }

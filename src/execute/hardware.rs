@@ -167,7 +167,9 @@ fn same_machine(want: &str, have: &str) -> bool {
                 None => (version, None),
             };
             let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
-            number.split('.').count() >= 2 && number.split('.').all(digits) && pve.is_none_or(digits)
+            number.split('.').count() >= 2
+                && number.split('.').all(digits)
+                && pve.is_none_or(digits)
         })
     })
 }
@@ -360,13 +362,27 @@ mod tests {
             ("pc-q35-10.0+pve1.pxe", false),
             ("pc", false),
         ] {
-            let c = changes(&q35, &[("cores", "2"), ("ostype", "win11"), ("machine", have)]);
+            let c = changes(
+                &q35,
+                &[("cores", "2"), ("ostype", "win11"), ("machine", have)],
+            );
             assert_eq!(c.changed.is_empty(), same, "{have}: {:?}", c.changed);
         }
         let pc = spec("    machine: pc\n");
-        assert!(changes(&pc, &[("cores", "2"), ("machine", "pc-i440fx-9.2+pve1")]).changed.is_empty());
-        assert!(changes(&pc, &[("cores", "2"), ("machine", "pc-8.1")]).changed.is_empty());
-        assert!(changes(&pc, &[("cores", "2")]).changed.is_empty(), "absent is pc");
+        assert!(
+            changes(&pc, &[("cores", "2"), ("machine", "pc-i440fx-9.2+pve1")])
+                .changed
+                .is_empty()
+        );
+        assert!(
+            changes(&pc, &[("cores", "2"), ("machine", "pc-8.1")])
+                .changed
+                .is_empty()
+        );
+        assert!(
+            changes(&pc, &[("cores", "2")]).changed.is_empty(),
+            "absent is pc"
+        );
         let pinned = spec("    machine: pc-q35-9.2+pve1\n");
         let c = changes(&pinned, &[("cores", "2"), ("machine", "pc-q35-10.0+pve1")]);
         assert_eq!(c.changed, ["machine"], "a versioned spec is exact");

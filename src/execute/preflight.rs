@@ -191,7 +191,9 @@ fn check_bridge(
         return Err(fail(
             Category::ConfigurationError,
             format!(
-                "bridge {missing} does not exist on node {} (it has: {}); create it or change {field}",
+                "bridge {missing} is not listed on node {} (it lists: {}): it does not exist, or the \
+                 token may not use it (PVE lists a bridge only to a token with SDN.Use or SDN.Audit on \
+                 /sdn/zones/localnetwork/{missing}); create it, grant that, or change {field}",
                 spec.node,
                 bridges
                     .iter()

@@ -600,6 +600,7 @@ impl Pve for FakePve {
                 iface: "vmbr0".into(),
                 kind: Some("bridge".into()),
                 active: Some(true),
+                mtu: None,
             }])
         })
     }
