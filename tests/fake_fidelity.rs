@@ -1116,3 +1116,44 @@ async fn a_virtio_mtu_above_the_bridge_s_fails_the_start() {
     set_net(&api, "virtio,bridge=vmbr0,mtu=9000").await;
     assert_eq!(start(&api).await, "OK");
 }
+
+// ------------------------------------------------------------------- slow volume allocation
+
+/// PVE-BEHAVIOUR.md, "Proxy answers": pveproxy forwards with a 30 s timeout (pve-http-server
+/// `PVE/APIServer/AnyEvent.pm` `proxy_request`, `timeout => 30`) and answers 596 without a body
+/// when it passes, though the node carried the request out. qemu-server's synchronous
+/// `PUT .../config` makes a new volume (an EFI disk, a TPM state) before it answers; the
+/// asynchronous `POST` does it in a `qmconfig` task.
+#[tokio::test]
+async fn a_slow_allocation_under_a_synchronous_put_loses_its_answer() {
+    let pve = with_vm(450)
+        .storage("local-lvm", json!({"alloc_secs": 60}))
+        .start();
+    let api = Api::new(&pve);
+    let a = api
+        .put_form(
+            "/nodes/pve1/qemu/450/config",
+            &[("efidisk0", "local-lvm:1,efitype=4m")],
+        )
+        .await;
+    assert_eq!(a.status, 596, "{}", a.text);
+    assert!(a.text.is_empty(), "no body: {}", a.text);
+    let cfg = api.get("/nodes/pve1/qemu/450/config").await;
+    assert!(
+        cfg["efidisk0"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("local-lvm:vm-450-disk-")),
+        "carried out all the same: {cfg}"
+    );
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu/450/config",
+            &[("tpmstate0", "local-lvm:1,version=v2.0")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let upid = a.json()["data"].as_str().expect("a task").to_owned();
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/qemu/450/config").await;
+    assert!(cfg["tpmstate0"].is_string(), "{cfg}");
+}

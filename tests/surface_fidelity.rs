@@ -393,3 +393,37 @@ fn doctor_fails_a_virtio_mtu_above_its_bridge_s() {
     let (ok, out) = doctor(&pve, &[("web.yaml", spec("web-01", "pve1", "9000", jumbo))]);
     assert!(ok, "{out}");
 }
+
+// ------------------------------------------------------------------ EFI and TPM volumes
+
+#[test]
+fn an_efi_disk_and_a_tpm_state_are_made_in_a_task() {
+    // The synchronous PUT allocates before it answers: on slow storage pveproxy's 30 s pass
+    // and the answer is lost (596). proxsync makes them with the asynchronous POST.
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    pve.call(
+        "set_storage",
+        json!({"name": "local-lvm", "alloc_secs": 60}),
+    )
+    .unwrap();
+    let uefi = "    bios: ovmf\n    tpm: v2.0\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", uefi))]);
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    let made = |key: &str| vm["config"][key].is_string() || vm["pending"][key].is_string();
+    assert!(made("efidisk0") && made("tpmstate0"), "{vm}");
+    let writes: Vec<String> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/config") && r.body.contains("efidisk0"))
+        .map(|r| r.method)
+        .collect();
+    assert_eq!(writes, ["POST"], "{out}");
+}

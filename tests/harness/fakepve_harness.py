@@ -95,6 +95,10 @@ Scenario key `pools`: pool ids that exist.
     set_bridge_mtu(bridge, mtu=None)
         The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500).
 
+A storage option `alloc_secs`: making a volume there takes that many PVE seconds, so a synchronous
+`PUT .../config` that makes one (a new disk, `efidisk0`, `tpmstate0`) passes pveproxy's 30 s and is
+answered `596 Connection timed out` after the change was made; `POST .../config` is not.
+
 Permissions qemu-server checks on a VM's options (fakepve 0.5.0 checks each key's VM.Config.*
 only): `startup` needs Sys.Modify on `/`; a custom CPU model Mapping.Use on /mapping/cpu/NAME (PVE
 9.1.15+, else Sys.Audit on /nodes); each NIC SDN.Use on /sdn/zones/localnetwork/BRIDGE, or on
@@ -161,6 +165,8 @@ DEFAULT_BRIDGES = ('vmbr0',)
 # pve-cluster src/PVE/DataCenterConfig.pm: the Proxmox OUI, datacenter.cfg's default mac_prefix.
 PROXMOX_OUI = 'BC:24:11'
 STOP_TIMEOUT = 3.0
+# pveproxy's forward timeout (PVE seconds), pve-http-server PVE/APIServer/AnyEvent.pm proxy_request.
+PROXY_TIMEOUT = 30.0
 
 
 class BadArgs(Exception):
@@ -1243,9 +1249,25 @@ class HarnessPve(FakePve):
                 self.require(user, path, 'SDN.Use')
 
     async def _config_put(self, request):
-        """update_vm_api's checks before any change (see _option_checks)."""
+        """update_vm_api's checks before any change (see _option_checks). The synchronous PUT makes
+        new volumes while the client waits: on a storage whose `alloc_secs` (a scenario storage option)
+        pass pveproxy's 30 s forward timeout (pve-http-server PVE/APIServer/AnyEvent.pm proxy_request,
+        `timeout => 30`), the change is made and the client gets `596 Connection timed out` with no
+        body. The asynchronous POST makes them in its qmconfig task instead."""
         await self._config_request_checks(request)
-        return await super()._config_put(request)
+        p = await params(request)
+        slow = 0.0
+        for key in p:
+            if DRIVE_KEY.match(key):
+                found = NEW_DISK.match(split_drive(str(p[key]))[0])
+                if found and found.group(1):
+                    slow += float((self.storages.get(found.group(1)) or {}).get('alloc_secs') or 0)
+        response = await super()._config_put(request)
+        if slow <= PROXY_TIMEOUT:
+            return response
+        lost = web.Response(status=596, reason='Connection timed out', body=b'')
+        lost.force_close()
+        return lost
 
     async def _config_post(self, request):
         """The same checks, before the qmconfig task is forked."""
