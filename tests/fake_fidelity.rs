@@ -1157,3 +1157,222 @@ async fn a_slow_allocation_under_a_synchronous_put_loses_its_answer() {
     let cfg = api.get("/nodes/pve1/qemu/450/config").await;
     assert!(cfg["tpmstate0"].is_string(), "{cfg}");
 }
+
+// ------------------------------------------------------------------- HA groups and rules
+
+/// pve-ha-manager 5.x (PVE 9) `src/PVE/API2/HA/Resources.pm`: with no HA group left
+/// (`PVE::HA::Config::have_groups_been_migrated`, also a new 9.x cluster) create and update
+/// die "invalid parameter 'group': ha groups have been migrated to rules", and reads leave
+/// `group` out (`$api_copy_config`); `API2/HA/Rules.pm` keeps node-affinity rules, whose
+/// resources must be HA resources. PVE 8 (pve-ha-manager 4.x, stable-4) has groups
+/// (`API2/HA/Groups.pm`) and no rules.
+#[tokio::test]
+async fn pve_9_replaced_ha_groups_with_rules() {
+    let pve = with_vm(460).start(); // fakepve's default version: 9.0.10
+    let api = Api::new(&pve);
+    let a = api
+        .post_form("/cluster/ha/resources", &[("sid", "vm:460"), ("group", "prod")])
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let a = api.get_raw("/cluster/ha/groups").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    // A rule needs the resource first.
+    let rule = [
+        ("rule", "web"),
+        ("type", "node-affinity"),
+        ("resources", "vm:460"),
+        ("nodes", "pve1:2,pve2"),
+        ("comment", "made by hand"),
+    ];
+    let a = api.post_form("/cluster/ha/rules", &rule).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:460")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(api.post_form("/cluster/ha/rules", &rule).await.status, 200);
+    let read = api.get("/cluster/ha/rules/web").await;
+    assert_eq!(read["nodes"], "pve1:2,pve2", "{read}");
+    assert_eq!(read["resources"], "vm:460", "{read}");
+    assert_eq!(read["strict"], 0, "{read}");
+    assert!(read["digest"].is_string(), "{read}");
+    let res = api.get("/cluster/ha/resources/vm:460").await;
+    assert!(res.get("group").is_none(), "{res}");
+
+    // PVE 8: groups, a resource in one, no rules.
+    let pve = with_vm(461).set("version", "8.4.1".into()).start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form("/cluster/ha/groups", &[("group", "prod"), ("nodes", "pve1:2,pve2")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .post_form("/cluster/ha/resources", &[("sid", "vm:461"), ("group", "prod")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(api.get("/cluster/ha/resources/vm:461").await["group"], "prod");
+    assert_eq!(api.get("/cluster/ha/groups/prod").await["nodes"], "pve1:2,pve2");
+    let a = api.send(api.client.delete(format!("{}/cluster/ha/groups/prod", api.base))).await;
+    assert_eq!(a.status, 500, "in use: {}", a.text);
+    assert_eq!(api.get_raw("/cluster/ha/rules").await.status, 501);
+}
+
+/// pve-ha-manager 5.0.7+ `API2/HA/Resources.pm` `delete`: `purge` defaults to 1 and
+/// `PVE::HA::Config::delete_service_from_config` then removes the resource from every rule,
+/// deleting a rule left without resources; `purge=0` leaves the rules. PVE 8's DELETE has no
+/// `purge` (refused by the schema).
+#[tokio::test]
+async fn removing_an_ha_resource_purges_rules_unless_told_not_to() {
+    let mut pve = with_vm(470)
+        .vm(json!({"vmid": 471, "name": "vm471", "node": "pve1", "status": "stopped"}))
+        .start();
+    let api = Api::new(&pve);
+    for sid in ["vm:470", "vm:471"] {
+        assert_eq!(
+            api.post_form("/cluster/ha/resources", &[("sid", sid)])
+                .await
+                .status,
+            200
+        );
+    }
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": "alone", "resources": "vm:470", "nodes": "pve1"}),
+    )
+    .unwrap();
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": "shared", "resources": "vm:470,vm:471", "nodes": "pve2"}),
+    )
+    .unwrap();
+    let delete = |sid: &str, query: &str| {
+        api.send(
+            api.client
+                .delete(format!("{}/cluster/ha/resources/{sid}{query}", api.base)),
+        )
+    };
+    assert_eq!(delete("vm:470", "?purge=0").await.status, 200);
+    let rules = pve.call("ha_rules", json!({})).unwrap();
+    assert_eq!(rules["alone"]["resources"], json!(["vm:470"]), "{rules}");
+
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:470")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(delete("vm:470", "").await.status, 200);
+    let rules = pve.call("ha_rules", json!({})).unwrap();
+    assert!(rules.get("alone").is_none(), "deleted with its only resource: {rules}");
+    assert_eq!(rules["shared"]["resources"], json!(["vm:471"]), "{rules}");
+
+    let pve = with_vm(472).set("version", "8.4.1".into()).start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:472")])
+            .await
+            .status,
+        200
+    );
+    let a = api
+        .send(
+            api.client
+                .delete(format!("{}/cluster/ha/resources/vm:472?purge=0", api.base)),
+        )
+        .await;
+    assert_eq!(a.status, 400, "{}", a.text);
+}
+
+/// pve-ha-manager `API2/HA/Resources.pm` `check_service_state`: a service in `error` takes
+/// no change but `state=disabled` ("service 'vm:N' in error state, must be disabled and fixed
+/// first"); qemu-server's `hastart` task runs `ha-manager set vm:N --state started`, which
+/// fails the same way. Disabled, it is `stopped` and may be started again.
+#[tokio::test]
+async fn an_ha_resource_in_error_state_must_be_disabled_first() {
+    let mut pve = with_vm(480).start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:480"), ("state", "stopped")])
+            .await
+            .status,
+        200
+    );
+    pve.set_vm(480, json!({"ha_state": "error"}));
+    let put = |form: Vec<(&'static str, &'static str)>| {
+        api.send(
+            api.client
+                .put(format!("{}/cluster/ha/resources/vm:480", api.base))
+                .form(&form),
+        )
+    };
+    let a = put(vec![("state", "started")]).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let a = put(vec![("max_restart", "2")]).await;
+    assert_eq!(a.status, 500, "any change: {}", a.text);
+    let upid = api
+        .start_task("/nodes/pve1/qemu/480/status/start", json!({}))
+        .await;
+    let status = api.wait("pve1", &upid).await;
+    assert!(status.contains("ha-manager set vm:480 --state started"), "{status}");
+    let log = api
+        .get(&format!("/nodes/pve1/tasks/{upid}/log"))
+        .await
+        .to_string();
+    assert!(
+        log.contains("in error state, must be disabled and fixed first"),
+        "{log}"
+    );
+
+    assert_eq!(put(vec![("state", "disabled")]).await.status, 200);
+    assert_eq!(api.resource(480).await.unwrap()["hastate"], "stopped");
+    assert_eq!(put(vec![("state", "started")]).await.status, 200);
+    assert_eq!(api.resource(480).await.unwrap()["status"], "running");
+}
+
+/// qemu-server `vm_shutdown` of an HA-managed VM: an `hastop` task running `ha-manager
+/// crm-command stop vm:N <timeout>` (`$param->{timeout} // 60`; `vm_stop`: 0); the CRM sets the
+/// resource's state to `stopped` (`Manager.pm`) and the LRM stops it with
+/// `PVE/HA/Resources/PVEVM.pm` `shutdown`: `timeout` and `forceStop => 1`, so a guest that
+/// does not power off is stopped hard. `POST .../status/reboot` is not an HA request
+/// (`vm_reboot`): a clean shutdown that fails at its timeout, never a hard stop.
+#[tokio::test]
+async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
+    let mut pve = with_vm(490).start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:490")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(api.resource(490).await.unwrap()["status"], "running");
+    // A guest that ignores ACPI: the reboot gives up, the VM keeps running.
+    pve.set_vm(490, json!({"acpi": false}));
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/490/status/reboot",
+            json!({"timeout": 30}),
+        )
+        .await;
+    assert_ne!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(490).await.unwrap()["status"], "running");
+    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({}));
+
+    // The shutdown hands it to the HA stack, which stops it hard.
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/490/status/shutdown",
+            json!({"timeout": 30}),
+        )
+        .await;
+    assert!(upid.contains(":hastop:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(490).await.unwrap()["status"], "stopped");
+    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({"490": 1}));
+    assert_eq!(
+        pve.call("ha_resources", json!({})).unwrap()["490"]["state"],
+        "stopped"
+    );
+}

@@ -58,13 +58,26 @@ answer `total`.
     ha_resources() / remove_ha(vmid)
         The HA resources made through `/cluster/ha/resources` ({vmid: config}); a person's
         `ha-manager remove vm:N`.
+    ha_groups() / ha_rules() / set_ha_group(group, nodes, restricted=0, comment=None) /
+    set_ha_rule(rule, resources, nodes, strict=0, comment=None)
+        PVE 8's HA groups and PVE 9's node-affinity rules; a person's group or rule.
+    hard_stops()
+        {vmid: n}: how often the HA stack stopped a VM hard.
     migrate_timing(secs=0)
         A qemu migration (`qmigrate`) holds `lock: migrate` for secs PVE seconds before the VM is
         on its target (times time_scale).
 
 HA resources as pve-ha-manager's API2/HA/Resources.pm: `GET`/`POST /cluster/ha/resources`, `GET`/
 `PUT`/`DELETE .../{sid}` (`no such resource`, `already defined`, `digest`, Sys.Audit to read,
-Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state.
+Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state. The
+version decides groups or rules (pve-ha-manager 4.x for PVE 8, 5.x for 9): PVE 8 has
+`/cluster/ha/groups` and no rules (501) nor `purge`; PVE 9 has `/cluster/ha/rules` (node-affinity)
+once no group is left, refuses a resource's `group` then ("ha groups have been migrated to rules"),
+reads resources without it, and a resource's DELETE purges it from the rules (`purge`, default 1),
+deleting a rule left empty. A service in `error` (set_vm ha_state=error) refuses every change but
+`state=disabled` and every `hastart`. A shutdown or stop of an HA-managed VM is an `hastop` task
+that sets the resource's state to `stopped`; the HA stack then shuts the guest down with
+`forceStop` after the timeout (a stop: at once), counting each hard stop.
 
 Qemu migration as qemu-server does it (fakepve 0.5.0 has none): `GET .../migrate` answers the
 precondition (`allowed_nodes`, `not_allowed_nodes` with `unavailable_storages`, `local_disks` with
@@ -214,6 +227,13 @@ class HarnessPve(FakePve):
         self.overruled_shutdowns = set()
         # vmid -> HA resource config ({state, group, max_restart, max_relocate, comment}).
         self.ha_resources = {}
+        # HA groups (PVE 8): id -> {nodes: {node: priority}, restricted, nofailback, comment}.
+        self.ha_groups = {}
+        # HA rules (PVE 9): id -> {type, resources: [sid], nodes: {node: priority}, strict, disable,
+        # comment, order}.
+        self.ha_rules = {}
+        # vmid -> how often the HA stack stopped the VM hard (its guest did not power off in time).
+        self.hard_stops = {}
         # migrate_timing: PVE seconds a qmigrate task holds the VM's `migrate` lock.
         self.migrate_secs = 0.0
         # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
@@ -577,6 +597,10 @@ class HarnessPve(FakePve):
                     vm.status = vm.qmpstatus = 'stopped'
                     vm.started_at = None
                 return await self.task(vm.node, 'qmshutdown', vm.vmid, user, body, vm=vm)
+        if vm.ha_managed:
+            self._check_lock(vm)
+            timeout = 60 if p.get('timeout') in (None, '') else int(p['timeout'])
+            return await self._ha_stop_task(vm, user, timeout)
         return await super()._do_shutdown(vm, user, p)
 
     async def _do_stop(self, vm, user, p):
@@ -592,6 +616,10 @@ class HarnessPve(FakePve):
             for task in self.tasklog:
                 if task['type'] == 'qmshutdown' and task['id'] == str(vm.vmid) and task['status'] == 'running':
                     self.overruled_shutdowns.add(task['upid'])
+        if vm.ha_managed:
+            if not p.get('skiplock'):
+                self._check_lock(vm)
+            return await self._ha_stop_task(vm, user, 0)
         return await super()._do_stop(vm, user, p)
 
     async def _powerdown(self, vm, p):
@@ -665,7 +693,17 @@ class HarnessPve(FakePve):
                 ('POST', '/cluster/ha/resources', self._harness_ha_create),
                 ('GET', '/cluster/ha/resources/{sid}', self._harness_ha_read),
                 ('PUT', '/cluster/ha/resources/{sid}', self._harness_ha_update),
-                ('DELETE', '/cluster/ha/resources/{sid}', self._harness_ha_delete)]
+                ('DELETE', '/cluster/ha/resources/{sid}', self._harness_ha_delete),
+                ('GET', '/cluster/ha/groups', self._harness_ha_groups_list),
+                ('POST', '/cluster/ha/groups', self._harness_ha_group_create),
+                ('GET', '/cluster/ha/groups/{group}', self._harness_ha_group_read),
+                ('PUT', '/cluster/ha/groups/{group}', self._harness_ha_group_update),
+                ('DELETE', '/cluster/ha/groups/{group}', self._harness_ha_group_delete),
+                ('GET', '/cluster/ha/rules', self._harness_ha_rules_list),
+                ('POST', '/cluster/ha/rules', self._harness_ha_rule_create),
+                ('GET', '/cluster/ha/rules/{rule}', self._harness_ha_rule_read),
+                ('PUT', '/cluster/ha/rules/{rule}', self._harness_ha_rule_update),
+                ('DELETE', '/cluster/ha/rules/{rule}', self._harness_ha_rule_delete)]
 
     # ------------------------------------------------------------ permissions
 
@@ -850,6 +888,16 @@ class HarnessPve(FakePve):
     # ------------------------------------------------------------ HA resources
 
     HA_DEFAULTS = {'state': 'started', 'max_restart': 1, 'max_relocate': 1}
+    HA_ERROR = "service 'vm:{0}' in error state, must be disabled and fixed first"
+
+    def _pve9(self):
+        return self._version_tuple(self.version) >= (9, 0, 0)
+
+    def _groups_migrated(self):
+        """PVE::HA::Config::have_groups_been_migrated (pve-ha-manager 5.x, PVE 9): true when no group is
+        left (the CRM migrates them to rules once every node runs 9.x; a new 9.x cluster has none). PVE 8
+        (pve-ha-manager 4.x) has groups and no rules."""
+        return self._pve9() and not self.ha_groups
 
     def _ha_vm(self, sid):
         """PVE::HA::Config::parse_sid: `vm:N` or a bare N; `no such resource` for others."""
@@ -866,22 +914,34 @@ class HarnessPve(FakePve):
             res = {'state': 'started' if vm.ha_state in ('started', 'error') else vm.ha_state}
         return res
 
+    def _ha_stop_now(self, vm, timeout):
+        """The LRM's stop: PVE/HA/Resources/PVEVM.pm shutdown, `$params->{timeout} = $shutdown_timeout;
+        $params->{forceStop} = 1` (a timeout of 0: vm_stop). A guest that does not power off within the
+        timeout is stopped hard, counted in hard_stops."""
+        if vm.status == 'running':
+            if not (timeout and vm.acpi and vm.shutdown_secs <= timeout):
+                self.hard_stops[vm.vmid] = self.hard_stops.get(vm.vmid, 0) + 1
+            vm.status = vm.qmpstatus = 'stopped'
+            vm.started_at = None
+
     def _ha_apply(self, vm, state):
         """The CRM acting on a requested state: the manager's state at once, the start or stop
         ha_delay PVE seconds later (before the request returns at time_scale 0). `ignored`: the
-        VM leaves the manager; API calls act on it directly."""
+        VM leaves the manager; API calls act on it directly. `stopped` and `disabled` stop it through
+        the LRM's shutdown with its default timeout, 60 s, then hard; `disabled` leaves the service
+        `stopped` (Manager.pm next_state_error: only `disabled` gets a service out of `error`)."""
         if state == 'ignored':
             vm.ha_state = None
             return
-        vm.ha_state = state
+        vm.ha_state = 'stopped' if state == 'disabled' else state
 
         def act():
             if state == 'started' and vm.status != 'running':
                 vm.apply_pending()
                 vm.status = vm.qmpstatus = 'running'
                 vm.started_at = time.time()
-            elif state == 'stopped' and vm.status == 'running':
-                vm.status = vm.qmpstatus = 'stopped'
+            elif state in ('stopped', 'disabled'):
+                self._ha_stop_now(vm, 60)
         if self.time_scale and self.ha_delay:
             async def later():
                 await self.pause(self.ha_delay)
@@ -890,11 +950,60 @@ class HarnessPve(FakePve):
         else:
             act()
 
+    async def _ha_start_task(self, vm, user):
+        """qemu-server vm_start for an HA-managed VM: an `hastart` task running `ha-manager set vm:N
+        --state started`, which the HA API refuses for a service in `error` (API2/HA/Resources.pm
+        check_service_state); run_command then dies `command '...' failed: exit code 255`."""
+        log = ['Requesting HA start for VM {0}'.format(vm.vmid)]
+        if vm.ha_state == 'error':
+            cmd = "ha-manager set vm:{0} --state started".format(vm.vmid)
+
+            async def refused():
+                raise TaskError("command '{0}' failed: exit code 255".format(cmd))
+            return await self.task(vm.node, 'hastart', vm.vmid, user, refused, lock=False,
+                                   log=log + [self.HA_ERROR.format(vm.vmid)])
+
+        async def body():
+            res = self.ha_resources.get(vm.vmid)
+            if res is not None:
+                res['state'] = 'started'
+            self._ha_apply(vm, 'started')
+        return await self.task(vm.node, 'hastart', vm.vmid, user, body, lock=False, log=log)
+
+    async def _ha_stop_task(self, vm, user, timeout):
+        """qemu-server vm_shutdown (timeout `$param->{timeout} // 60`) and vm_stop (0) for an HA-managed
+        VM: an `hastop` task running `ha-manager crm-command stop vm:N TIMEOUT`; the CRM then sets the
+        resource's state to `stopped` (Manager.pm: `update_service_config(... state => 'stopped')`) and
+        the LRM stops it, hard after the timeout (_ha_stop_now)."""
+        async def body():
+            res = self.ha_resources.get(vm.vmid)
+            if res is not None:
+                res['state'] = 'stopped'
+            vm.ha_state = 'stopped'
+
+            def act():
+                self._ha_stop_now(vm, timeout)
+            if self.time_scale and self.ha_delay:
+                async def later():
+                    await self.pause(self.ha_delay)
+                    act()
+                asyncio.ensure_future(later())
+            else:
+                act()
+        return await self.task(vm.node, 'hastop', vm.vmid, user, body, lock=False,
+                               log=['Requesting HA stop for VM {0}'.format(vm.vmid)])
+
     def _ha_answer(self, vm, res):
-        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': 'ha{0}'.format(abs(hash(
-            json.dumps(res, sort_keys=True))) % 10 ** 12)}
+        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': self._digest(res)}
         out.update({k: v for k, v in res.items() if v is not None})
+        if self._groups_migrated():
+            # Resources.pm $api_copy_config: `delete $scfg->{group} if $exclude_group_property`.
+            out.pop('group', None)
         return out
+
+    @staticmethod
+    def _digest(obj):
+        return 'ha{0}'.format(abs(hash(json.dumps(obj, sort_keys=True, default=str))) % 10 ** 12)
 
     async def _harness_ha_list(self, values, user):
         """GET /cluster/ha/resources (Sys.Audit on /)."""
@@ -924,11 +1033,24 @@ class HarnessPve(FakePve):
             res['state'] = 'started'
         return res
 
+    def _ha_group_param(self, values, update):
+        """Resources.pm create and update: `die "invalid parameter 'group': ha groups have been migrated
+        to rules\n" if defined($param->{group}) && have_groups_been_migrated()`; update also `HA group
+        '$group' does not exist`."""
+        group = values.get('group')
+        if group is None:
+            return
+        if self._groups_migrated():
+            raise PveError(500, "invalid parameter 'group': ha groups have been migrated to rules")
+        if update and str(group) not in self.ha_groups:
+            raise PveError(500, "HA group '{0}' does not exist".format(group))
+
     async def _harness_ha_create(self, values, user):
-        """POST /cluster/ha/resources (Sys.Console on /): quorum, the VM must exist, `resource ID
-        'vm:N' already defined`; the CRM then acts on the state."""
+        """POST /cluster/ha/resources (Sys.Console on /): quorum, `group` (see _ha_group_param), the VM
+        must exist, `resource ID 'vm:N' already defined`; the CRM then acts on the state."""
         self.require(user, '/', 'Sys.Console')
         self.need_quorum()
+        self._ha_group_param(values, update=False)
         vm = self._ha_vm(values.get('sid', ''))
         if self._ha_config(vm) is not None:
             raise PveError(500, "resource ID 'vm:{0}' already defined".format(vm.vmid))
@@ -939,9 +1061,14 @@ class HarnessPve(FakePve):
         return None
 
     async def _harness_ha_update(self, values, user):
-        """PUT /cluster/ha/resources/{sid} (Sys.Console on /): `digest`, `delete`, the state."""
+        """PUT /cluster/ha/resources/{sid} (Sys.Console on /): `group`, then check_service_state (a
+        service in `error` takes only `state=disabled`: `service 'vm:N' in error state, must be
+        disabled and fixed first`), `digest`, `delete`, the state."""
         self.require(user, '/', 'Sys.Console')
+        self._ha_group_param(values, update=True)
         vm = self._ha_vm(values['sid'])
+        if vm.ha_state == 'error' and values.get('state') != 'disabled':
+            raise PveError(500, self.HA_ERROR.format(vm.vmid))
         res = self._ha_config(vm)
         if res is None:
             raise PveError(500, "no such resource '{0}'".format(values['sid']))
@@ -956,13 +1083,220 @@ class HarnessPve(FakePve):
         return None
 
     async def _harness_ha_delete(self, values, user):
-        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`."""
+        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`. PVE 9
+        (pve-ha-manager 5.0.7+, Config.pm delete_service_from_config): `purge`, default 1, removes the
+        resource from every rule and deletes a rule left without resources; PVE 8 has no `purge` (the
+        schema refuses it) and no rules."""
         self.require(user, '/', 'Sys.Console')
+        if not self._pve9() and values.get('purge') is not None:
+            raise param_error(purge='property is not defined in schema and the schema does not allow '
+                                    'additional properties')
         vm = self._ha_vm(values['sid'])
         if self._ha_config(vm) is None:
             raise PveError(500, "cannot delete service 'vm:{0}', not HA managed!".format(vm.vmid))
         self.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
+        if self._pve9() and str(values.get('purge', 1)).lower() not in ('0', 'false'):
+            sid = 'vm:{0}'.format(vm.vmid)
+            for rule_id in list(self.ha_rules):
+                rule = self.ha_rules[rule_id]
+                if sid in rule['resources']:
+                    rule['resources'].remove(sid)
+                    if not rule['resources']:
+                        del self.ha_rules[rule_id]
+        return None
+
+    # ---- HA groups (PVE 8, and PVE 9 until the CRM migrated them) and node-affinity rules (PVE 9):
+    # pve-ha-manager src/PVE/API2/HA/Groups.pm and Rules.pm.
+
+    @staticmethod
+    def _parse_nodes(text):
+        """pve-ha-node-list / pve-ha-group-node-list: `node[:priority]`, comma separated (priority 0)."""
+        out = {}
+        for part in [x for x in re.split(r'[,;\s]+', str(text or '')) if x]:
+            node, _sep, prio = part.partition(':')
+            out[node] = int(prio or 0)
+        return out
+
+    @staticmethod
+    def _encode_nodes(nodes):
+        """encode_value: `node:priority`, or `node` for priority 0."""
+        return ','.join('{0}:{1}'.format(n, p) if p else n for n, p in sorted(nodes.items()))
+
+    def _no_rules_on_8(self, method, path):
+        if not self._pve9():
+            raise PveError(501, "Method '{0} {1}' not implemented".format(method, path))
+
+    def _group_answer(self, group_id):
+        g = self.ha_groups[group_id]
+        out = {'group': group_id, 'type': 'group', 'nodes': self._encode_nodes(g['nodes']),
+               'digest': self._digest(self.ha_groups)}
+        out.update({k: g[k] for k in ('restricted', 'nofailback', 'comment') if g.get(k) is not None})
+        return out
+
+    def _groups_gate(self, what):
+        if self._groups_migrated():
+            raise PveError(500, 'cannot {0}: ha groups have been migrated to rules'.format(what))
+
+    async def _harness_ha_groups_list(self, values, user):
+        self.require(user, '/', 'Sys.Audit')
+        self._groups_gate('index groups')
+        return [self._group_answer(g) for g in sorted(self.ha_groups)]
+
+    async def _harness_ha_group_read(self, values, user):
+        self.require(user, '/', 'Sys.Audit')
+        self._groups_gate('read group')
+        if values['group'] not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(values['group']))
+        return self._group_answer(values['group'])
+
+    def _group_values(self, values, group):
+        if values.get('nodes') is not None:
+            group['nodes'] = self._parse_nodes(values['nodes'])
+        for key in ('restricted', 'nofailback'):
+            if values.get(key) is not None:
+                group[key] = 1 if str(values[key]).lower() in ('1', 'true') else 0
+        if values.get('comment') is not None:
+            group['comment'] = str(values['comment'])
+        return group
+
+    async def _harness_ha_group_create(self, values, user):
+        """POST /cluster/ha/groups: `nodes` required, `ha group ID 'X' already defined`; PVE 9 with no
+        group left: `cannot create group: ha groups have been migrated to rules`."""
+        self.require(user, '/', 'Sys.Console')
+        self.need_quorum()
+        self._groups_gate('create group')
+        group_id = values['group']
+        if group_id in self.ha_groups:
+            raise PveError(500, "ha group ID '{0}' already defined".format(group_id))
+        if not values.get('nodes'):
+            raise param_error(nodes='property is missing and it is not optional')
+        self.ha_groups[group_id] = self._group_values(values, {})
+        return None
+
+    async def _harness_ha_group_update(self, values, user):
+        self.require(user, '/', 'Sys.Console')
+        self._groups_gate('update group')
+        group_id = values['group']
+        if values.get('digest') and values['digest'] != self._digest(self.ha_groups):
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+        if group_id not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(group_id))
+        group = self._group_values(values, dict(self.ha_groups[group_id]))
+        for key in [k for k in re.split(r'[,;\s]+', str(values.get('delete') or '')) if k]:
+            group.pop(key, None)
+        self.ha_groups[group_id] = group
+        return None
+
+    async def _harness_ha_group_delete(self, values, user):
+        """DELETE /cluster/ha/groups/{group}: `ha group is used by service 'vm:N'` while a resource names it."""
+        self.require(user, '/', 'Sys.Console')
+        self._groups_gate('delete group')
+        group_id = values['group']
+        if group_id not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(group_id))
+        for vmid, res in sorted(self.ha_resources.items()):
+            if res.get('group') == group_id:
+                raise PveError(500, "ha group is used by service 'vm:{0}'".format(vmid))
+        del self.ha_groups[group_id]
+        return None
+
+    def _rule_answer(self, rule_id):
+        """Rules.pm $get_api_ha_rule: the rule with its defaults (strict 0, disable 0), `resources` and
+        `nodes` encoded, `digest` and `order`."""
+        r = self.ha_rules[rule_id]
+        out = {'rule': rule_id, 'type': r['type'], 'resources': ','.join(sorted(r['resources'])),
+               'digest': self._digest(self.ha_rules), 'order': r['order'], 'disable': r.get('disable', 0)}
+        if r['type'] == 'node-affinity':
+            out['nodes'] = self._encode_nodes(r['nodes'])
+            out['strict'] = r.get('strict', 0)
+        if r.get('comment') is not None:
+            out['comment'] = r['comment']
+        return out
+
+    def _rule_values(self, values, rule):
+        if values.get('resources') is not None:
+            rule['resources'] = sorted(set(x for x in re.split(r'[,;\s]+', str(values['resources'])) if x))
+            if not rule['resources']:
+                raise PveError(500, 'no resources were specified')
+            unmanaged = [sid for sid in rule['resources']
+                         if not re.fullmatch(r'vm:\d+', sid) or int(sid[3:]) not in self.ha_resources]
+            if unmanaged:
+                raise PveError(500, 'cannot use unmanaged resource(s) {0}.'.format(', '.join(unmanaged)))
+        if values.get('nodes') is not None:
+            rule['nodes'] = self._parse_nodes(values['nodes'])
+            if not rule['nodes']:
+                raise PveError(500, 'no nodes were specified')
+            missing = [n for n in sorted(rule['nodes']) if n not in self.nodes]
+            if missing:
+                raise PveError(500, 'cannot use non-existent node(s) {0}.'.format(', '.join(missing)))
+        for key in ('strict', 'disable'):
+            if values.get(key) is not None:
+                rule[key] = 1 if str(values[key]).lower() in ('1', 'true') else 0
+        if values.get('comment') is not None:
+            rule['comment'] = str(values['comment'])
+        return rule
+
+    async def _harness_ha_rules_list(self, values, user):
+        self._no_rules_on_8('GET', '/cluster/ha/rules')
+        self.require(user, '/', 'Sys.Audit')
+        out = [self._rule_answer(r) for r in sorted(self.ha_rules, key=lambda r: self.ha_rules[r]['order'])]
+        if values.get('resource'):
+            out = [r for r in out if values['resource'] in r['resources'].split(',')]
+        return out
+
+    async def _harness_ha_rule_read(self, values, user):
+        self._no_rules_on_8('GET', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Audit')
+        if values['rule'] not in self.ha_rules:
+            raise PveError(500, "no such ha rule '{0}'".format(values['rule']))
+        return self._rule_answer(values['rule'])
+
+    async def _harness_ha_rule_create(self, values, user):
+        """POST /cluster/ha/rules: `cannot create ha rule: ha groups have not been migrated yet`, `HA rule
+        'X' already defined`, `cannot use unmanaged resource(s) ...`, `cannot use non-existent node(s)
+        ...`. Only node-affinity rules are modelled."""
+        self._no_rules_on_8('POST', '/cluster/ha/rules')
+        self.require(user, '/', 'Sys.Console')
+        self.need_quorum()
+        if not self._groups_migrated():
+            raise PveError(500, 'cannot create ha rule: ha groups have not been migrated yet')
+        if values.get('type') != 'node-affinity':
+            raise BadArgs('the harness models node-affinity rules only')
+        rule_id = values['rule']
+        if rule_id in self.ha_rules:
+            raise PveError(500, "HA rule '{0}' already defined".format(rule_id))
+        if not values.get('nodes'):
+            raise PveError(500, 'no nodes were specified')
+        order = max([r['order'] for r in self.ha_rules.values()] + [0]) + 1
+        self.ha_rules[rule_id] = self._rule_values(values, {'type': 'node-affinity', 'order': order})
+        return None
+
+    async def _harness_ha_rule_update(self, values, user):
+        """PUT /cluster/ha/rules/{rule}: `type` required by the schema; `digest`, `HA rule 'X' does not
+        exist`, `delete`, the same checks as create."""
+        self._no_rules_on_8('PUT', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Console')
+        if not self._groups_migrated():
+            raise PveError(500, 'cannot update ha rule: ha groups have not been migrated yet')
+        if not values.get('type'):
+            raise param_error(type='property is missing and it is not optional')
+        if values.get('digest') and values['digest'] != self._digest(self.ha_rules):
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+        rule_id = values['rule']
+        if rule_id not in self.ha_rules:
+            raise PveError(500, "HA rule '{0}' does not exist".format(rule_id))
+        rule = self._rule_values(values, dict(self.ha_rules[rule_id]))
+        for key in [k for k in re.split(r'[,;\s]+', str(values.get('delete') or '')) if k]:
+            rule.pop(key, None)
+        self.ha_rules[rule_id] = rule
+        return None
+
+    async def _harness_ha_rule_delete(self, values, user):
+        """DELETE /cluster/ha/rules/{rule}: `delete $rules->{ids}->{$ruleid}`, no error for a missing one."""
+        self._no_rules_on_8('DELETE', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Console')
+        self.ha_rules.pop(values['rule'], None)
         return None
 
     # ------------------------------------------------------------ migrate
@@ -1316,8 +1650,11 @@ class HarnessPve(FakePve):
         return None
 
     async def _do_start(self, vm, user, p):
-        """vm_start dies in its worker when a virtio NIC's MTU does not fit its bridge (_nic_mtu_error)."""
-        error = None if vm.ha_managed else self._nic_mtu_error(vm)
+        """vm_start dies in its worker when a virtio NIC's MTU does not fit its bridge (_nic_mtu_error);
+        an HA-managed VM gets an `hastart` task (_ha_start_task)."""
+        if vm.ha_managed and not vm.template:
+            return await self._ha_start_task(vm, user)
+        error = self._nic_mtu_error(vm)
         if error is None:
             return await super()._do_start(vm, user, p)
 
@@ -1680,6 +2017,31 @@ class Commands(object):
         vm = vm_of(self.pve, vmid)
         self.pve.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
+
+    def ha_groups(self):
+        """{group: {nodes, restricted, nofailback, comment}} (PVE 8's HA groups)."""
+        return jsonable(self.pve.ha_groups)
+
+    def ha_rules(self):
+        """{rule: {type, resources, nodes, strict, disable, comment, order}} (PVE 9's HA rules)."""
+        return jsonable(self.pve.ha_rules)
+
+    def set_ha_group(self, group, nodes, restricted=0, comment=None):
+        """A person's HA group (`ha-manager groupadd`): nodes as `pve1:2,pve2`."""
+        self.pve.ha_groups[group] = {'nodes': self.pve._parse_nodes(nodes), 'restricted': int(restricted),
+                                     'comment': comment}
+
+    def set_ha_rule(self, rule, resources, nodes, strict=0, comment=None):
+        """A person's node-affinity rule (`ha-manager rules add node-affinity`): resources as `vm:100`,
+        nodes as `pve1:2,pve2`."""
+        order = max([r['order'] for r in self.pve.ha_rules.values()] + [0]) + 1
+        self.pve.ha_rules[rule] = {'type': 'node-affinity', 'order': order, 'strict': int(strict),
+                                   'resources': sorted(x for x in str(resources).split(',') if x),
+                                   'nodes': self.pve._parse_nodes(nodes), 'comment': comment}
+
+    def hard_stops(self):
+        """{vmid: n}: how often the HA stack stopped a VM hard (its guest did not power off in time)."""
+        return {str(k): v for k, v in self.pve.hard_stops.items()}
 
     def migrate_timing(self, secs=0):
         """A qmigrate task holds `lock: migrate` for secs PVE seconds (see COMMANDS)."""
