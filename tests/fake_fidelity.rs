@@ -1171,7 +1171,10 @@ async fn pve_9_replaced_ha_groups_with_rules() {
     let pve = with_vm(460).start(); // fakepve's default version: 9.0.10
     let api = Api::new(&pve);
     let a = api
-        .post_form("/cluster/ha/resources", &[("sid", "vm:460"), ("group", "prod")])
+        .post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:460"), ("group", "prod")],
+        )
         .await;
     assert_eq!(a.status, 500, "{}", a.text);
     let a = api.get_raw("/cluster/ha/groups").await;
@@ -1205,16 +1208,33 @@ async fn pve_9_replaced_ha_groups_with_rules() {
     let pve = with_vm(461).set("version", "8.4.1".into()).start();
     let api = Api::new(&pve);
     let a = api
-        .post_form("/cluster/ha/groups", &[("group", "prod"), ("nodes", "pve1:2,pve2")])
+        .post_form(
+            "/cluster/ha/groups",
+            &[("group", "prod"), ("nodes", "pve1:2,pve2")],
+        )
         .await;
     assert_eq!(a.status, 200, "{}", a.text);
     let a = api
-        .post_form("/cluster/ha/resources", &[("sid", "vm:461"), ("group", "prod")])
+        .post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:461"), ("group", "prod")],
+        )
         .await;
     assert_eq!(a.status, 200, "{}", a.text);
-    assert_eq!(api.get("/cluster/ha/resources/vm:461").await["group"], "prod");
-    assert_eq!(api.get("/cluster/ha/groups/prod").await["nodes"], "pve1:2,pve2");
-    let a = api.send(api.client.delete(format!("{}/cluster/ha/groups/prod", api.base))).await;
+    assert_eq!(
+        api.get("/cluster/ha/resources/vm:461").await["group"],
+        "prod"
+    );
+    assert_eq!(
+        api.get("/cluster/ha/groups/prod").await["nodes"],
+        "pve1:2,pve2"
+    );
+    let a = api
+        .send(
+            api.client
+                .delete(format!("{}/cluster/ha/groups/prod", api.base)),
+        )
+        .await;
     assert_eq!(a.status, 500, "in use: {}", a.text);
     assert_eq!(api.get_raw("/cluster/ha/rules").await.status, 501);
 }
@@ -1265,7 +1285,10 @@ async fn removing_an_ha_resource_purges_rules_unless_told_not_to() {
     );
     assert_eq!(delete("vm:470", "").await.status, 200);
     let rules = pve.call("ha_rules", json!({})).unwrap();
-    assert!(rules.get("alone").is_none(), "deleted with its only resource: {rules}");
+    assert!(
+        rules.get("alone").is_none(),
+        "deleted with its only resource: {rules}"
+    );
     assert_eq!(rules["shared"]["resources"], json!(["vm:471"]), "{rules}");
 
     let pve = with_vm(472).set("version", "8.4.1".into()).start();
@@ -1294,9 +1317,12 @@ async fn an_ha_resource_in_error_state_must_be_disabled_first() {
     let mut pve = with_vm(480).start();
     let api = Api::new(&pve);
     assert_eq!(
-        api.post_form("/cluster/ha/resources", &[("sid", "vm:480"), ("state", "stopped")])
-            .await
-            .status,
+        api.post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:480"), ("state", "stopped")]
+        )
+        .await
+        .status,
         200
     );
     pve.set_vm(480, json!({"ha_state": "error"}));
@@ -1315,7 +1341,10 @@ async fn an_ha_resource_in_error_state_must_be_disabled_first() {
         .start_task("/nodes/pve1/qemu/480/status/start", json!({}))
         .await;
     let status = api.wait("pve1", &upid).await;
-    assert!(status.contains("ha-manager set vm:480 --state started"), "{status}");
+    assert!(
+        status.contains("ha-manager set vm:480 --state started"),
+        "{status}"
+    );
     let log = api
         .get(&format!("/nodes/pve1/tasks/{upid}/log"))
         .await
@@ -1351,10 +1380,7 @@ async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
     // A guest that ignores ACPI: the reboot gives up, the VM keeps running.
     pve.set_vm(490, json!({"acpi": false}));
     let upid = api
-        .start_task(
-            "/nodes/pve1/qemu/490/status/reboot",
-            json!({"timeout": 30}),
-        )
+        .start_task("/nodes/pve1/qemu/490/status/reboot", json!({"timeout": 30}))
         .await;
     assert_ne!(api.wait("pve1", &upid).await, "OK");
     assert_eq!(api.resource(490).await.unwrap()["status"], "running");
@@ -1370,7 +1396,10 @@ async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
     assert!(upid.contains(":hastop:"), "{upid}");
     assert_eq!(api.wait("pve1", &upid).await, "OK");
     assert_eq!(api.resource(490).await.unwrap()["status"], "stopped");
-    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({"490": 1}));
+    assert_eq!(
+        pve.call("hard_stops", json!({})).unwrap(),
+        json!({"490": 1})
+    );
     assert_eq!(
         pve.call("ha_resources", json!({})).unwrap()["490"]["state"],
         "stopped"
