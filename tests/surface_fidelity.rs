@@ -427,3 +427,231 @@ fn an_efi_disk_and_a_tpm_state_are_made_in_a_task() {
         .collect();
     assert_eq!(writes, ["POST"], "{out}");
 }
+
+// --------------------------------------------------------------------- HA: groups and rules
+
+fn ha_rules(pve: &mut FakePve) -> Value {
+    pve.call("ha_rules", json!({})).unwrap()
+}
+
+fn ha_resource(pve: &mut FakePve, vmid: u32) -> Value {
+    pve.call("ha_resources", json!({})).unwrap()[vmid.to_string()].clone()
+}
+
+#[test]
+fn ha_group_is_refused_for_a_pve_9_site_before_anything_is_sent() {
+    // pve-ha-manager 5.x refuses a resource's group on a 9.x cluster (also a new one):
+    // `validate --config`, doctor and the create's pre-flight say so with the fix.
+    let mut pve = FakePve::start(default_scenario()); // fakepve's version: 9.0.10
+    let ws = Workspace::new(&pve);
+    let group = "    ha: {group: prod}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", group))]);
+    let out = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
+    let text = common::engine::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("web.yaml:13:17: error: spec.forProvider.ha.group \"prod\": site lab runs Proxmox VE 9.0.10, which replaced HA groups with rules"),
+        "{text}"
+    );
+    assert!(text.contains("spec.forProvider.ha.nodes"), "{text}");
+
+    let out = ws.proxsync(&["doctor"]);
+    let text = common::engine::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("FAIL lab spec web-01 ha: web.yaml:"),
+        "{text}"
+    );
+
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(owned_vms(&mut pve).is_empty(), "nothing created: {out}");
+    let (s, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ConfigurationError")
+    );
+    assert!(
+        message.contains("ha groups have been migrated to rules"),
+        "{message}"
+    );
+
+    // PVE 8 takes it.
+    let pve = Scenario::default().set("version", "8.4.1".into()).start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", group))]);
+    let out = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+}
+
+#[test]
+fn ha_nodes_is_a_node_affinity_rule_on_pve_9_owned_by_proxsync() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let nodes = "    ha: {nodes: [pve1:2, pve2:1]}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", nodes))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    let id = format!("proxsync-vm{vmid}");
+    let rule = ha_rules(&mut pve)[&id].clone();
+    assert_eq!(rule["nodes"], json!({"pve1": 2, "pve2": 1}), "{rule}");
+    assert_eq!(rule["resources"], json!([format!("vm:{vmid}")]), "{rule}");
+    assert_eq!(rule["comment"], "proxsync test: spec web-01", "{rule}");
+    assert_eq!(rule["strict"], 0, "{rule}");
+    assert!(ha_resource(&mut pve, vmid).get("group").is_none());
+
+    // Changed in place, then strict.
+    let nodes = "    ha: {nodes: [pve2:3, pve1], strict: true}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", nodes))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let rule = ha_rules(&mut pve)[&id].clone();
+    assert_eq!(rule["nodes"], json!({"pve1": 0, "pve2": 3}), "{rule}");
+    assert_eq!(rule["strict"], 1, "{rule}");
+
+    // An idle cycle sends nothing to the rules.
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        pve.requests()
+            .iter()
+            .all(|r| r.method == "GET" || !r.path.contains("/cluster/ha/")),
+        "{out}"
+    );
+
+    // `nodes` dropped: the rule goes, the resource stays.
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", "    ha: {}\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(ha_rules(&mut pve).get(&id).is_none(), "{out}");
+    assert_eq!(ha_resource(&mut pve, vmid)["state"], "started");
+}
+
+#[test]
+fn a_rule_proxsync_did_not_make_is_never_changed_or_removed() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", "    ha: {}\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    let id = format!("proxsync-vm{vmid}");
+    // A person made a rule with proxsync's id.
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": id, "resources": format!("vm:{vmid}"), "nodes": "pve2", "comment": "ops"}),
+    )
+    .unwrap();
+    let nodes = "    ha: {nodes: [pve1]}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", nodes))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let (s, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ConfigurationError")
+    );
+    assert!(message.contains("proxsync did not make it"), "{message}");
+    assert_eq!(ha_rules(&mut pve)[&id]["nodes"], json!({"pve2": 0}));
+    assert_eq!(ha_rules(&mut pve)[&id]["comment"], "ops");
+}
+
+#[test]
+fn dropping_ha_on_pve_9_keeps_an_admin_s_rule() {
+    // pve-ha-manager 5.0.7+ purges a removed resource from the rules and deletes a rule left
+    // without resources, unless `purge=0`.
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", "    ha: {}\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": "keep-on-pve1", "resources": format!("vm:{vmid}"), "nodes": "pve1", "comment": "ops"}),
+    )
+    .unwrap();
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(ha_resource(&mut pve, vmid).is_null(), "{out}");
+    let rules = ha_rules(&mut pve);
+    assert!(
+        rules.get("keep-on-pve1").is_some(),
+        "the admin's rule stays: {rules}"
+    );
+}
+
+#[test]
+fn ha_nodes_is_a_group_of_the_vm_s_own_on_pve_8() {
+    let mut pve = Scenario::default().set("version", "8.4.1".into()).start();
+    let ws = Workspace::new(&pve);
+    let nodes = "    ha: {nodes: [pve1:2, pve2], strict: true}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", nodes))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    let id = format!("proxsync-vm{vmid}");
+    let groups = pve.call("ha_groups", json!({})).unwrap();
+    assert_eq!(
+        groups[&id]["nodes"],
+        json!({"pve1": 2, "pve2": 0}),
+        "{groups}"
+    );
+    assert_eq!(groups[&id]["restricted"], 1, "{groups}");
+    assert_eq!(groups[&id]["comment"], "proxsync test: spec web-01");
+    assert_eq!(ha_resource(&mut pve, vmid)["group"], id);
+
+    // `ha` dropped: the resource, then its group, go.
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(ha_resource(&mut pve, vmid).is_null(), "{out}");
+    let groups = pve.call("ha_groups", json!({})).unwrap();
+    assert!(groups.get(&id).is_none(), "{groups}");
+}
+
+#[test]
+fn an_ha_resource_in_error_state_is_stalled_with_the_fix() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", "    ha: {}\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    // The HA manager gave up on it: stopped, in `error`.
+    pve.set_vm(vmid, json!({"status": "stopped", "ha_state": "error"}));
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let (s, reason, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "ConfigurationError"),
+        "{message}"
+    );
+    assert!(
+        message.contains("in error state, must be disabled and fixed first")
+            && message.contains(&format!("ha-manager set vm:{vmid} --state disabled")),
+        "{message}"
+    );
+    // Nothing PVE refuses was sent.
+    let sent: Vec<String> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(sent.is_empty(), "{sent:?}");
+
+    // A person fixes and disables it (`ha-manager set --state disabled`: the service is
+    // `stopped`); at its next attempt (here: a spec change) proxsync starts it again.
+    pve.set_vm(vmid, json!({"ha_state": "stopped"}));
+    let more = "    ha: {maxRestart: 2}\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", more))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(pve.vm(vmid)["status"], "running", "{out}");
+}

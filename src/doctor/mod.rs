@@ -20,6 +20,7 @@ use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 pub use signing::check_tip;
+pub use versions::version_diagnostics;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -162,6 +163,7 @@ async fn check_site(
     };
 
     out.push(versions::check_version(site, &version, specs));
+    out.extend(versions::ha_checks(site, &version, specs));
 
     // The tags proxsync writes on this site's VMs.
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())

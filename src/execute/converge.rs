@@ -211,7 +211,7 @@ async fn converge_vm(
     }
 
     // The HA resource before the power step: the HA manager then owns starts and stops.
-    if super::ha::converge_ha(site, &ctx.install_id, vmid, spec, rec).await? {
+    if super::ha::converge_ha(ctx, site, vmid, spec, rec).await? {
         changed.push("ha");
     }
 

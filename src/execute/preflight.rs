@@ -118,6 +118,13 @@ pub(super) async fn preflight(
         pick_seed_storage(storages, spec)?;
     }
     let version = site.version().await?;
+    if let Some(why) = spec
+        .ha
+        .as_ref()
+        .and_then(|ha| ha.refusal_on(&site.name, &version.version, version.triple().0))
+    {
+        return Err(fail(Category::ConfigurationError, why));
+    }
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
         Image::Template { vmid } => match template_in_view(*vmid) {
