@@ -1239,14 +1239,16 @@ async fn pve_9_replaced_ha_groups_with_rules() {
     assert_eq!(api.get_raw("/cluster/ha/rules").await.status, 501);
 }
 
-/// pve-ha-manager 5.0.7+ `API2/HA/Resources.pm` `delete`: `purge` defaults to 1 and
+/// pve-ha-manager 5.0.7+ (PVE 9.1) `API2/HA/Resources.pm` `delete`: `purge` defaults to 1 and
 /// `PVE::HA::Config::delete_service_from_config` then removes the resource from every rule,
-/// deleting a rule left without resources; `purge=0` leaves the rules. PVE 8's DELETE has no
-/// `purge` (refused by the schema).
+/// deleting a rule left without resources; `purge=0` leaves the rules (commits c952c63 "api:
+/// add purge parameter for resource deletion", 8102199 "fix #6613"). Before (9.0, and 8.x)
+/// the DELETE has no `purge` (refused by the schema) and touches no rule.
 #[tokio::test]
 async fn removing_an_ha_resource_purges_rules_unless_told_not_to() {
     let mut pve = with_vm(470)
         .vm(json!({"vmid": 471, "name": "vm471", "node": "pve1", "status": "stopped"}))
+        .set("version", "9.1.2".into())
         .start();
     let api = Api::new(&pve);
     for sid in ["vm:470", "vm:471"] {
@@ -1291,21 +1293,24 @@ async fn removing_an_ha_resource_purges_rules_unless_told_not_to() {
     );
     assert_eq!(rules["shared"]["resources"], json!(["vm:471"]), "{rules}");
 
-    let pve = with_vm(472).set("version", "8.4.1".into()).start();
-    let api = Api::new(&pve);
-    assert_eq!(
-        api.post_form("/cluster/ha/resources", &[("sid", "vm:472")])
-            .await
-            .status,
-        200
-    );
-    let a = api
-        .send(
-            api.client
-                .delete(format!("{}/cluster/ha/resources/vm:472?purge=0", api.base)),
-        )
-        .await;
-    assert_eq!(a.status, 400, "{}", a.text);
+    for version in ["9.0.10", "8.4.1"] {
+        let pve = with_vm(472).set("version", version.into()).start();
+        let api = Api::new(&pve);
+        assert_eq!(
+            api.post_form("/cluster/ha/resources", &[("sid", "vm:472")])
+                .await
+                .status,
+            200
+        );
+        let a = api
+            .send(
+                api.client
+                    .delete(format!("{}/cluster/ha/resources/vm:472?purge=0", api.base)),
+            )
+            .await;
+        assert_eq!(a.status, 400, "{version}: {}", a.text);
+        assert!(a.text.contains("purge"), "{}", a.text);
+    }
 }
 
 /// pve-ha-manager `API2/HA/Resources.pm` `check_service_state`: a service in `error` takes

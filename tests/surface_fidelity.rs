@@ -560,9 +560,15 @@ fn a_rule_proxsync_did_not_make_is_never_changed_or_removed() {
 
 #[test]
 fn dropping_ha_on_pve_9_keeps_an_admin_s_rule() {
-    // pve-ha-manager 5.0.7+ purges a removed resource from the rules and deletes a rule left
-    // without resources, unless `purge=0`.
-    let mut pve = FakePve::start(default_scenario());
+    // pve-ha-manager 5.0.7+ (PVE 9.1) purges a removed resource from the rules and deletes a
+    // rule left without resources, unless `purge=0`; 9.0 has no `purge` (and purges nothing).
+    for version in ["9.1.2", "9.0.10"] {
+        dropping_ha_keeps_an_admin_s_rule_on(version);
+    }
+}
+
+fn dropping_ha_keeps_an_admin_s_rule_on(version: &str) {
+    let mut pve = Scenario::default().set("version", version.into()).start();
     let ws = Workspace::new(&pve);
     ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", "    ha: {}\n"))]);
     let (ok, out) = ws.run_once();

@@ -73,8 +73,8 @@ Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds af
 version decides groups or rules (pve-ha-manager 4.x for PVE 8, 5.x for 9): PVE 8 has
 `/cluster/ha/groups` and no rules (501) nor `purge`; PVE 9 has `/cluster/ha/rules` (node-affinity)
 once no group is left, refuses a resource's `group` then ("ha groups have been migrated to rules"),
-reads resources without it, and a resource's DELETE purges it from the rules (`purge`, default 1),
-deleting a rule left empty. A service in `error` (set_vm ha_state=error) refuses every change but
+reads resources without it, and from 9.1 a resource's DELETE purges it from the rules (`purge`,
+default 1), deleting a rule left empty (before 9.1 `purge` is refused and no rule touched). A service in `error` (set_vm ha_state=error) refuses every change but
 `state=disabled` and every `hastart`. A shutdown or stop of an HA-managed VM is an `hastop` task
 that sets the resource's state to `stopped`; the HA stack then shuts the guest down with
 `forceStop` after the timeout (a stop: at once), counting each hard stop.
@@ -1082,13 +1082,19 @@ class HarnessPve(FakePve):
         self._ha_apply(vm, res.get('state', 'started'))
         return None
 
+    def _ha_purge(self):
+        """`purge` came with pve-ha-manager 5.0.7 (commits "api: add purge parameter for resource
+        deletion" and "fix #6613: update rules containing the resource to be deleted", November 2025),
+        which PVE 9.1 ships; 9.0 and 8.x have no `purge` and touch no rule."""
+        return self._version_tuple(self.version) >= (9, 1, 0)
+
     async def _harness_ha_delete(self, values, user):
-        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`. PVE 9
-        (pve-ha-manager 5.0.7+, Config.pm delete_service_from_config): `purge`, default 1, removes the
-        resource from every rule and deletes a rule left without resources; PVE 8 has no `purge` (the
-        schema refuses it) and no rules."""
+        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`. From
+        PVE 9.1 (_ha_purge; Config.pm delete_service_from_config) `purge`, default 1, removes the
+        resource from every rule and deletes a rule left without resources; before, the schema refuses
+        `purge` and no rule is touched."""
         self.require(user, '/', 'Sys.Console')
-        if not self._pve9() and values.get('purge') is not None:
+        if not self._ha_purge() and values.get('purge') is not None:
             raise param_error(purge='property is not defined in schema and the schema does not allow '
                                     'additional properties')
         vm = self._ha_vm(values['sid'])
@@ -1096,7 +1102,7 @@ class HarnessPve(FakePve):
             raise PveError(500, "cannot delete service 'vm:{0}', not HA managed!".format(vm.vmid))
         self.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
-        if self._pve9() and str(values.get('purge', 1)).lower() not in ('0', 'false'):
+        if self._ha_purge() and str(values.get('purge', 1)).lower() not in ('0', 'false'):
             sid = 'vm:{0}'.format(vm.vmid)
             for rule_id in list(self.ha_rules):
                 rule = self.ha_rules[rule_id]
