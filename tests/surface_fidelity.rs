@@ -661,3 +661,57 @@ fn an_ha_resource_in_error_state_is_stalled_with_the_fix() {
     assert!(ok, "{out}");
     assert_eq!(pve.vm(vmid)["status"], "running", "{out}");
 }
+
+// ---------------------------------------------------------------- HA: reboots never hard
+
+/// An HA-managed VM with a change pending and `rebootPolicy: IfNeeded`, its guest as `acpi`
+/// says; returns (pve, workspace, vmid, the run's output).
+fn ha_vm_due_for_a_reboot(acpi: bool) -> (FakePve, Workspace, u32, String) {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let ha = "    ha: {}\n    rebootPolicy: IfNeeded\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", ha))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    pve.set_vm(vmid, json!({"acpi": acpi}));
+    let more_cpu = spec("web-01", "pve1", "9000", ha).replace("cpu: 2", "cpu: 4");
+    ws.commit_specs(&[("web.yaml", more_cpu)]);
+    let (_, out) = ws.run_once();
+    (pve, ws, vmid, out)
+}
+
+#[test]
+fn an_ha_vm_is_rebooted_cleanly_never_hard_without_force_stop_after() {
+    // The HA manager's stop ends hard after its timeout (PVEVM.pm shutdown: forceStop => 1);
+    // PVE's reboot does not go through it and never stops hard.
+    let (mut pve, ws, vmid, out) = ha_vm_due_for_a_reboot(false);
+    assert_eq!(
+        pve.call("hard_stops", json!({})).unwrap(),
+        json!({}),
+        "never hard without forceStopAfter: {out}"
+    );
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["status"], "running", "{out}");
+    assert_eq!(value(&vm["pending"]["cores"]), "4", "still pending: {vm}");
+    let (_, _, message) = ws.condition("web-01", "Ready");
+    assert!(
+        message.contains("did not shut down within 180 s"),
+        "{message}"
+    );
+
+    // A guest that powers off: rebooted, the change applied, no HA stop.
+    let (mut pve, ws, vmid, out) = ha_vm_due_for_a_reboot(true);
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["status"], "running", "{out}");
+    assert_eq!(value(&vm["config"]["cores"]), "4", "{vm}");
+    assert_eq!(ws.condition("web-01", "RebootPending").0, "False", "{out}");
+    let kinds: Vec<String> = pve
+        .tasks()
+        .into_iter()
+        .map(|t| t["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(kinds.contains(&"qmreboot".to_string()), "{kinds:?}");
+    assert!(!kinds.contains(&"hastop".to_string()), "{kinds:?}");
+    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({}));
+}

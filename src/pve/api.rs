@@ -691,6 +691,20 @@ impl Client {
         .await
     }
 
+    /// `POST .../status/reboot`: a `qmreboot` task: a clean shutdown within `timeout` seconds
+    /// (never a hard stop: the task fails when the guest does not power off), after which PVE
+    /// starts the VM again, applying what was pending (qemu-server `vm_reboot`). It is no HA
+    /// request: PVE does not hand it to the HA manager.
+    pub async fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Result<Upid, Error> {
+        self.power(
+            node,
+            vmid,
+            "reboot",
+            &[("timeout", timeout_secs.to_string())],
+        )
+        .await
+    }
+
     /// `POST .../status/stop`: a `qmstop` task (hard stop). `overrule_shutdown` aborts a
     /// running `qmshutdown` task of the VM instead of queueing behind its config lock (PVE 8.1+,
     /// in the 8.4 and 9.1 schemas); PVE refuses it (400) for an HA-managed VM, whose stop is an

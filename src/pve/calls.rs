@@ -122,6 +122,8 @@ pve_calls! {
     fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32, force_stop: bool) -> Upid;
     /// `POST .../status/stop`.
     fn stop_vm(&self, node: &str, vmid: u32, overrule_shutdown: bool) -> Upid;
+    /// `POST .../status/reboot`: a `qmreboot` task.
+    fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Upid;
     /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task.
     fn delete_vm(&self, node: &str, vmid: u32, purge: bool, destroy_unreferenced: bool) -> Upid;
     /// `GET /nodes/{node}/tasks?vmid=N&source=active`.

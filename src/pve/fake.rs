@@ -756,6 +756,12 @@ impl Pve for FakePve {
         })
     }
 
+    async fn reboot_vm(&self, node: &str, vmid: u32, _timeout_secs: u32) -> Result<Upid, Error> {
+        self.call("reboot_vm", format!("{node} {vmid}"), |s| {
+            s.power(node, vmid, "qmreboot", true)
+        })
+    }
+
     async fn stop_vm(&self, node: &str, vmid: u32, _overrule: bool) -> Result<Upid, Error> {
         self.call("stop_vm", format!("{node} {vmid}"), |s| {
             s.power(node, vmid, "qmstop", false)
