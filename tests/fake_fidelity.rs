@@ -1410,3 +1410,62 @@ async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
         "stopped"
     );
 }
+
+// ------------------------------------------------------------------------------ pools
+
+/// pve-manager `PVE/API2/Pool.pm`: `GET /pools` lists only the pools the caller has
+/// Pool.Audit on, while `GET /pools?poolid=P` answers without it (its `check` is `noerr` and
+/// its answer unused) and says `pool 'P' does not exist` for a missing one; `PUT /pools`
+/// (`update_pool`) needs Pool.Allocate on `/pool/{poolid}`, and with `allow-move` on the pool
+/// the VM leaves too (8.4 and 9.x alike). fakepve 0.5.0 models all of it; this pins it.
+#[tokio::test]
+async fn pools_are_listed_by_audit_read_by_id_and_changed_with_allocate() {
+    /// VM 500 in `in_pool` (or none), pools prod and lab, `Pool.Allocate` on `allocate`.
+    fn start(in_pool: Option<&str>, allocate: &[&str]) -> FakePve {
+        let mut sc = Scenario::default()
+            .vm(json!({"vmid": 500, "name": "vm500", "node": "pve1", "pool": in_pool}))
+            .set("pools", json!(["prod", "lab"]));
+        for pool in allocate {
+            sc = sc.grant(TOKEN_ID, &format!("/pool/{pool}"), &["Pool.Allocate"]);
+        }
+        vm_grants(sc).start()
+    }
+    async fn move_to(api: &Api, pool: &str) -> u16 {
+        api.put_form(
+            "/pools",
+            &[("poolid", pool), ("vms", "500"), ("allow-move", "1")],
+        )
+        .await
+        .status
+    }
+
+    let pve = start(None, &["prod"]);
+    let api = Api::new(&pve);
+    assert_eq!(api.get("/pools").await, json!([]), "nothing audited");
+    let prod = api.get("/pools?poolid=prod").await;
+    assert_eq!(prod[0]["poolid"], "prod", "{prod}");
+    let a = api.get_raw("/pools?poolid=nope").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("does not exist") || a.text.is_empty(),
+        "{}",
+        a.text
+    );
+    assert_eq!(move_to(&api, "lab").await, 403, "no Pool.Allocate on lab");
+    assert_eq!(move_to(&api, "prod").await, 200);
+
+    // Out of prod into lab: Pool.Allocate on prod (the pool it leaves) too, checked inside
+    // `lock_user_config`, whose `die "$errmsg: $err"` makes it a 500 "update pools failed:
+    // Permission check failed (/pool/prod, Pool.Allocate)".
+    let pve = start(Some("prod"), &["lab"]);
+    let api = Api::new(&pve);
+    let a = api
+        .put_form(
+            "/pools",
+            &[("poolid", "lab"), ("vms", "500"), ("allow-move", "1")],
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let pve = start(Some("prod"), &["lab", "prod"]);
+    assert_eq!(move_to(&Api::new(&pve), "lab").await, 200);
+}
