@@ -482,6 +482,16 @@ fn ha_group_is_refused_for_a_pve_9_site_before_anything_is_sent() {
     ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", group))]);
     let out = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::engine::text(&out));
+
+    // A site validate cannot reach: a warning, not a failure (doctor checks it).
+    drop(pve);
+    let out = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
+    let text = common::engine::text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("warning: cannot read site lab's Proxmox VE version to check ha.group"),
+        "{text}"
+    );
 }
 
 #[test]

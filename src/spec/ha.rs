@@ -319,7 +319,6 @@ mod tests {
 
     #[test]
     fn nodes_are_a_priority_list_and_exclude_group() {
-        use super::*;
         let (specs, diags) =
             crate::spec::parse_test_spec("    ha: {nodes: [pve2:1, pve1:2, pve3], strict: true}\n");
         assert!(diags.is_empty(), "{diags:?}");
