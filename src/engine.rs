@@ -779,6 +779,19 @@ impl Engine {
             self.write_spec_if_changed(st, now)?;
             names.add(name);
         }
+        // A removed spec whose VM its protection flag keeps (the spec did not set the flag)
+        // says so in its file, which stays while the record does.
+        for (name, rec) in records.iter().filter(|(_, r)| {
+            r.last_error
+                .as_ref()
+                .is_some_and(|e| e.kind == crate::state::ErrorKind::Protected)
+        }) {
+            if !specs.specs.iter().any(|s| &s.name == name) {
+                let view = views.get(&rec.site);
+                let st = crate::status::removed_status(name, rec, view);
+                self.write_spec_if_changed(st, now)?;
+            }
+        }
         let count = specs.specs.len() + counts.invalid;
         let current = specs.specs.iter().map(|s| s.name.as_str());
         self.commits
@@ -788,7 +801,12 @@ impl Engine {
         for name in records.keys() {
             names.add(name);
         }
-        self.remove_stale_spec_files(specs, records, names.finish())?;
+        // A renamed spec's old name keeps its record until the rename is done; gone from the
+        // repository, its file would go on saying what it said before (Ready).
+        for old in after.renamed.keys() {
+            names.add(old);
+        }
+        self.remove_stale_spec_files(specs, records, &after.renamed, names.finish())?;
         let orphans = crate::status::orphan_entries(&after.orphans);
         self.status
             .write_orphans(&orphans, now)
@@ -871,12 +889,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Removes the status files of specs that are gone with their VM, when the names hash
-    /// (`names`) differs from the last cycle's.
+    /// Removes the status files of specs that are gone with their VM, and of the old names of
+    /// renamed specs (`renamed`), when the names hash (`names`) differs from the last cycle's.
     fn remove_stale_spec_files(
         &mut self,
         specs: &SpecSet,
         records: &BTreeMap<String, SpecRecord>,
+        renamed: &BTreeMap<String, String>,
         names: u64,
     ) -> Result<(), EngineError> {
         let status_err = status_err(&self.config.status_dir);
@@ -888,7 +907,8 @@ impl Engine {
                 .chain(specs.invalid_names())
                 .collect();
             for name in self.status.spec_names().map_err(status_err)? {
-                if !written.contains(name.as_str()) && !records.contains_key(&name) {
+                let kept = records.contains_key(&name) && !renamed.contains_key(&name);
+                if !written.contains(name.as_str()) && !kept {
                     self.status.remove_spec(&name).map_err(status_err)?;
                     self.written.remove(&name);
                 }

@@ -252,6 +252,9 @@ pub enum ErrorKind {
     /// is stale and clear it (`qm unlock`), so it needs one although lock errors in general
     /// resolve by themselves. The spec is `Stalled` (`StaleLock`).
     StaleLock,
+    /// The VM's `protection` flag stops a delete or a drive removal that its spec does not
+    /// let proxsync clear: a person clears it (or changes the spec). `Stalled` (`Protected`).
+    Protected,
 }
 
 /// One failure, as kept for backoff and status.
@@ -270,7 +273,7 @@ pub struct ErrorRecord {
 impl ErrorRecord {
     /// A human must act (the spec is `Stalled`); retried only at the backoff cap.
     pub fn needs_human(&self) -> bool {
-        self.category.needs_human() || self.kind == ErrorKind::StaleLock
+        self.category.needs_human() || self.kind != ErrorKind::Plain
     }
 }
 
@@ -385,6 +388,71 @@ pub struct SpecRecord {
     pub ip_addresses: Vec<String>,
     pub last_task: Option<Box<TaskRecord>>,
     pub history: Vec<HistoryEntry>,
+    /// The spec's `protection` as last applied (`None`: not managed, the VM's flag is left
+    /// as it is): a removed spec's VM is unprotected for its delete only when the spec managed
+    /// the flag (`gate::volume::vm_delete`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_protection: Option<bool>,
+    /// The VM whose `destroyDisks` this record has followed since it made the VM, or since
+    /// its first converge (an adoption, a database rebuilt, a record of an older release):
+    /// only a slot added to `destroyDisks` while followed is bound to the volume it holds
+    /// and destroyed (`gate::volume::destroy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destroy_disks_vmid: Option<u32>,
+    /// Seeds uploaded and destroys bound (boxed: most records have neither).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Box<Volumes>>,
+}
+
+/// The volume evidence of one spec: what proxsync recorded when it wrote a volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Volumes {
+    /// The cloud-init seed images proxsync uploaded for the VM that may still be on their
+    /// storage, as the storage listed each right after its upload.
+    pub seeds: Vec<SeedUpload>,
+    /// Each `destroyDisks` slot as applied to the VM [`SpecRecord::destroy_disks_vmid`].
+    pub destroys: Vec<DiskDestroy>,
+}
+
+/// A seed image as its storage listed it right after proxsync uploaded it (PVE's content
+/// listing gives a file's `size` and `ctime`, the inode's change time, which only the kernel
+/// sets: pve-storage `PVE/Storage/Plugin.pm` `get_subdir_files`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedUpload {
+    /// `local:iso/proxsync.<install>.<spec>.<hash12>.iso`.
+    pub volid: String,
+    pub size: u64,
+    pub ctime: u64,
+}
+
+/// One `destroyDisks` slot: the volume its destroy is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskDestroy {
+    pub slot: String,
+    /// The volume the slot held when the destroy was first applied (or when the record began
+    /// following the VM, for [`DestroyState::Unbound`]); `None`: the slot was empty.
+    pub volume: Option<String>,
+    pub state: DestroyState,
+    /// When the state was last set (unix ms).
+    pub at_ms: u64,
+    /// The volume last reported as found in the slot and not destroyed, so it is noted once.
+    #[serde(default)]
+    pub reported: Option<String>,
+}
+
+/// Where a `destroyDisks` slot's destroy is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DestroyState {
+    /// Bound to `volume`, recorded before the destroy is sent; not known to be done (the
+    /// request may not have left, a crash may have come between it and its answer).
+    Bound,
+    /// Done: `volume` was destroyed (or the slot was empty, `volume` `None`). Never again.
+    Destroyed,
+    /// The slot was listed before the record followed the VM: nothing is known of what the
+    /// spec's author meant, so nothing in it is ever destroyed.
+    Unbound,
 }
 
 impl SpecRecord {
@@ -404,6 +472,36 @@ impl SpecRecord {
     /// The VMID the record holds: its VM's, or the one reserved by a create in flight.
     pub fn vmid(&self) -> Option<u32> {
         self.vm.vmid()
+    }
+
+    /// The record's volume evidence, made when first needed.
+    pub fn volumes_mut(&mut self) -> &mut Volumes {
+        self.volumes.get_or_insert_with(Default::default)
+    }
+
+    /// The upload recorded for the seed `volid`.
+    pub fn seed_upload(&self, volid: &str) -> Option<&SeedUpload> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.seeds.iter().find(|s| s.volid == volid))
+    }
+
+    /// The binding of `destroyDisks` slot `slot`.
+    pub fn disk_destroy(&self, slot: &str) -> Option<&DiskDestroy> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.destroys.iter().find(|d| d.slot == slot))
+    }
+
+    /// Drops the volume evidence when it holds nothing.
+    pub fn tidy_volumes(&mut self) {
+        if self
+            .volumes
+            .as_ref()
+            .is_some_and(|v| v.seeds.is_empty() && v.destroys.is_empty())
+        {
+            self.volumes = None;
+        }
     }
 }
 

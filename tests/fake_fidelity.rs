@@ -1,7 +1,8 @@
 //! The harness behaves like a real PVE cluster where proxsync's crash safety depends on it (see
 //! `../shared/design/PVE-BEHAVIOUR.md`): the task listing's `source`, the lock window of a slow
 //! create or clone, an answer lost after the request was carried out, a backup job's lock and
-//! empty task id, and a hibernated VM. Each test talks to the fake over HTTP, as PVE's clients do.
+//! empty task id, a hibernated VM, and a protected VM refusing the removal of its drives. Each
+//! test talks to the fake over HTTP, as PVE's clients do.
 
 mod common;
 
@@ -777,6 +778,88 @@ async fn the_next_id_range_is_kept_and_honoured_as_pve_does() {
     let a = put(vec![("delete", "next-id")]).await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(api.get("/cluster/nextid").await, json!("100"));
+}
+
+// ------------------------------------------------------------------- protection
+
+/// A protected VM's drives cannot be removed, and the refusal comes before any change of the
+/// same update: qemu-server `PVE/API2/Qemu.pm` `update_vm_api` runs its `delete` loop first and
+/// calls `PVE::QemuConfig->check_protection($conf, "can't remove drive '$opt'")` (for
+/// `unusedN`: `"can't remove unused disk '$drive->{file}'"`) on the config as it is, and
+/// pve-guest-common `PVE/AbstractConfig.pm` `check_protection` dies `"$err_msg - protection
+/// mode enabled"`. A `protection=0` in the same update is written only after that loop, so it
+/// does not help; a separate update first does. A key that is not set is skipped (PVE warns
+/// "cannot delete ... not set"). The VM's destroy is refused too (`destroy_vm`'s early checks:
+/// `can't remove VM N - protection mode enabled`), as fakepve 0.5.0 already does.
+#[tokio::test]
+async fn a_protected_vm_refuses_removing_its_drives_and_itself() {
+    let mut pve = Scenario::default()
+        .vm(json!({
+            "vmid": 340, "name": "vm340", "node": "pve1", "status": "stopped",
+            "config": {"name": "vm340", "memory": "1024", "cores": 1, "protection": 1,
+                       "scsi0": "local-lvm:vm-340-disk-0,size=4G",
+                       "scsi1": "local-lvm:vm-340-disk-1,size=2G",
+                       "unused0": "local-lvm:vm-340-disk-2"},
+        }))
+        .start();
+    let api = Api::new(&pve);
+    let put = |body: Value| {
+        api.send(
+            api.client
+                .put(format!("{}/nodes/pve1/qemu/340/config", api.base))
+                .json(&body),
+        )
+    };
+    let refused = "can't remove drive 'scsi1' - protection mode enabled";
+    let a = put(json!({"delete": "scsi1"})).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(a.text.contains(refused), "{}", a.text);
+    let a = put(json!({"delete": "unused0"})).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains(
+            "can't remove unused disk 'local-lvm:vm-340-disk-2' - protection mode enabled"
+        ),
+        "{}",
+        a.text
+    );
+    // Clearing protection in the same update does not help: the delete loop runs first.
+    let a = put(json!({"protection": 0, "delete": "scsi1"})).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    // The asynchronous form fails in its task, and the new disk of the same update is not made.
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/340/config",
+            json!({"scsi2": "local-lvm:1", "delete": "scsi1"}),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, refused);
+    let cfg = pve.vm(340)["config"].clone();
+    assert!(cfg["scsi1"].is_string() && cfg["scsi2"].is_null(), "{cfg}");
+    // A key that is not set is no removal; other changes go through.
+    let a = put(json!({"delete": "scsi5", "onboot": 1})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    // The VM itself.
+    let a = api
+        .send(
+            api.client
+                .delete(format!("{}/nodes/pve1/qemu/340", api.base)),
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text
+            .contains("can't remove VM 340 - protection mode enabled"),
+        "{}",
+        a.text
+    );
+    // Cleared by an update of its own first, the drive is removed (detached to unusedN).
+    assert_eq!(put(json!({"protection": 0})).await.status, 200);
+    let a = put(json!({"delete": "scsi1"})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let cfg = pve.vm(340)["config"].clone();
+    assert!(cfg["scsi1"].is_null(), "{cfg}");
+    assert_eq!(cfg["unused1"], "local-lvm:vm-340-disk-1", "{cfg}");
 }
 
 // ------------------------------------------------------------------- a qemu migration

@@ -1763,6 +1763,7 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
             site: SITE.into(),
             kept: 100,
             extras: vec![101, 102, 103],
+            renamed_from: None,
         })
     );
     let listed: Vec<(u32, &OrphanDisposition)> =

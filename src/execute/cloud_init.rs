@@ -1,7 +1,9 @@
 //! cloud-init on a VM: PVE's cloud-init options and drive, or proxsync's NoCloud seed image
-//! (uploaded, attached as a CD-ROM, old ones removed).
+//! (uploaded, attached as a CD-ROM only while the storage lists the file proxsync uploaded:
+//! `gate::volume`; old ones removed).
 
 use crate::category::Category;
+use crate::gate::volume::{SeedCheck, cloudinit_drive_removal, seed_on_storage, seed_uploaded};
 use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -9,7 +11,7 @@ use crate::spec::Spec;
 use crate::state::SpecRecord;
 
 use super::preflight::check_storage;
-use super::{ActionError, ExecCtx, SiteCtx, fail, wait};
+use super::{ActionError, ExecCtx, SiteCtx, fail, protected, wait};
 
 /// Slots for PVE's cloud-init drive when the VM has none (never `ide2`, the installer CD-ROM).
 const CLOUDINIT_DRIVE_SLOTS: [&str; 4] = ["ide0", "ide1", "sata1", "sata2"];
@@ -258,14 +260,25 @@ pub(super) async fn converge_cloud_init(
             else {
                 return Ok(CloudInitStep::Done(false));
             };
+            // PVE's own drive would be a second `cidata` volume: cloud-init would pick either.
+            // It goes in the update that attaches the seed, which PVE refuses on a protected VM.
+            let drive = cloudinit_drive_slot(cfg);
+            if let Some(slot) = &drive {
+                let protection = super::converge::protection_of(spec, cfg);
+                cloudinit_drive_removal(vmid, protection, slot).map_err(protected)?;
+            }
             let storage = seed_storage(client, spec).await?;
             let volid = format!("{storage}:iso/{}", seed.file_name);
-            let present = client
-                .storage_content(node, &storage, Some("iso"))
-                .await?
-                .iter()
-                .any(|v| v.volid == volid);
-            if !present {
+            // Attached (or kept attached) only as the file proxsync uploaded; anything else
+            // under the seed's name is overwritten by a new upload first.
+            let listing = client.storage_content(node, &storage, Some("iso")).await?;
+            let listed = listing.iter().find(|v| v.volid == volid);
+            let check = seed_on_storage(&volid, listed, rec.seed_upload(&volid));
+            if let SeedCheck::Upload { found } = check {
+                if let Some(why) = found {
+                    tracing::warn!(spec = %spec.name, vmid, volume = %volid, "{why}");
+                    rec.note(ctx.clock.now_ms(), "seed uploaded again", &why);
+                }
                 tracing::info!(spec = %spec.name, vmid, volume = %volid, bytes = seed.image.len(), "uploading the cloud-init seed image");
                 let upid = client
                     .upload_iso(node, &storage, &seed.file_name, &seed.image, &seed.sha256)
@@ -273,6 +286,13 @@ pub(super) async fn converge_cloud_init(
                 if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
                     return Ok(CloudInitStep::Running(upid.to_string()));
                 }
+                let listing = client.storage_content(node, &storage, Some("iso")).await?;
+                let listed = listing.iter().find(|v| v.volid == volid);
+                let upload = seed_uploaded(&volid, seed.image.len() as u64, listed)
+                    .map_err(|why| fail(Category::Conflict, why))?;
+                let seeds = &mut rec.volumes_mut().seeds;
+                seeds.retain(|s| s.volid != volid);
+                seeds.push(upload);
             }
             let slot = match attached.first() {
                 Some((slot, _)) => Some(slot.as_str()),
@@ -301,13 +321,19 @@ pub(super) async fn converge_cloud_init(
             for (other, _) in attached.iter().skip(1) {
                 params = params.set(other, EJECTED);
             }
-            // PVE's own drive would be a second `cidata` volume: cloud-init would pick either.
-            if let Some(drive) = cloudinit_drive_slot(cfg) {
-                deletes.push(drive);
+            deletes.extend(drive);
+            // Only this seed's upload is kept on record: the others are removed below, and
+            // one of them wanted again is uploaded again.
+            if let Some(v) = rec.volumes.as_mut() {
+                v.seeds.retain(|s| s.volid == volid);
             }
             keep_seed = Some((storage, volid));
         }
         None => {
+            if let Some(v) = rec.volumes.as_mut() {
+                v.seeds.clear();
+            }
+            rec.tidy_volumes();
             // Ejected rather than removed: a CD-ROM's medium changes at once on a running VM,
             // where removing the drive would wait for a reboot (and keep the image in use).
             for (slot, _) in &attached {

@@ -2,10 +2,11 @@
 //! state, and what waits for the next start.
 
 use crate::category::Category;
+use crate::gate::volume::Protection;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
 use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{is_drive_key, parse_pve_size, pve_size};
+use crate::pve::values::{is_drive_key, parse_pve_size, pve_bool, pve_size};
 use crate::pve::{LockHolder, Pve, TaskOutcome, VmParams};
 use crate::spec::{PowerState, Spec};
 use crate::state::{SpecRecord, VmState};
@@ -183,6 +184,7 @@ async fn converge_vm(
         }
     }
     rec.applied_tags = spec.tags.clone();
+    rec.applied_protection = spec.hardware.protection;
     if let Some(pool) = &spec.hardware.pool
         && !client.pool_vmids(pool).await?.contains(&vmid)
     {
@@ -215,8 +217,24 @@ async fn converge_vm(
         changed.push("ha");
     }
 
+    let protection = protection_of(spec, &cfg);
+    let mut held: Vec<String> = Vec::new();
+    let mut destroy_held: Vec<String> = Vec::new();
+
     // `destroyDisks`: disks destroyed with their data, only as the spec says explicitly.
-    match super::disks::destroy_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+    match super::disks::destroy_disks(
+        ctx,
+        client,
+        vm,
+        spec,
+        rec,
+        &cfg,
+        &pending,
+        protection,
+        &mut destroy_held,
+    )
+    .await?
+    {
         super::disks::DiskStep::Done(true) => changed.push("disks destroyed"),
         super::disks::DiskStep::Done(false) => {}
         super::disks::DiskStep::Running(upid) => {
@@ -226,7 +244,11 @@ async fn converge_vm(
     }
 
     // With `disks`: every disk added, its options, grown, or detached (`disks`).
-    match super::disks::converge_disks(ctx, client, vm, spec, rec, &cfg, &pending).await? {
+    match super::disks::converge_disks(
+        ctx, client, vm, spec, rec, &cfg, &pending, protection, &mut held,
+    )
+    .await?
+    {
         super::disks::DiskStep::Done(true) => changed.push("disks"),
         super::disks::DiskStep::Done(false) => {}
         super::disks::DiskStep::Running(upid) => {
@@ -310,6 +332,11 @@ async fn converge_vm(
     } else {
         Vec::new()
     };
+    // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
+    // converge tries again; `Stalled` says what to do).
+    if let Err(why) = crate::gate::volume::drive_removal(vmid, protection, &held, &destroy_held) {
+        return Err(super::protected(why));
+    }
     rec.applied_hash = Some(spec_hash(spec));
     rec.applied_content = Some(crate::plan::content_hash(spec));
     rec.provisioned = true;
@@ -323,6 +350,19 @@ async fn converge_vm(
         ctx.store.transition(&spec.name, rec, here)?;
     }
     Ok(Outcome::Done)
+}
+
+/// The VM's `protection` as it is after this converge's config update (a declared one is
+/// applied at once: qemu-server's fast-plug options), for the steps that remove drives (PVE
+/// refuses removing any drive of a protected VM).
+pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
+    Protection {
+        on: spec
+            .hardware
+            .protection
+            .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
+        managed: spec.hardware.protection,
+    }
 }
 
 /// Whether `params` make PVE allocate a volume: proxsync sends `efidisk0` and `tpmstate0` only

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::category::Category;
-use crate::ownership::new_uid;
+use crate::gate::rename::{Evidence, Recorded, Relabel, may_relabel};
+use crate::ownership::{Marker, new_uid};
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
 use crate::state::{CloneSource, SpecRecord, VmState};
@@ -62,6 +63,12 @@ pub(super) async fn create(
                 started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
             };
+            // The new VM's `destroyDisks` are followed from its start: each is bound to what
+            // its slot holds when first applied (a template's disk, for a clone).
+            rec.destroy_disks_vmid = Some(vmid);
+            if let Some(v) = rec.volumes.as_mut() {
+                v.destroys.clear();
+            }
             ctx.store.transition(&spec.name, rec, intent)?;
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
@@ -646,6 +653,13 @@ pub(super) async fn adopt(
         rec.applied_tags = spec.tags.clone();
         rec.applied_hash = Some(crate::plan::spec_hash(spec));
         rec.applied_content = Some(crate::plan::content_hash(spec));
+        rec.applied_protection = spec.hardware.protection;
+        // No `destroyDisks` (`adoption_is_current`): one listed later is first applied then.
+        rec.destroy_disks_vmid = Some(vmid);
+        if let Some(v) = rec.volumes.as_mut() {
+            v.destroys.clear();
+        }
+        rec.tidy_volumes();
         rec.reboot_pending.clear();
         rec.ip_addresses.clear();
         return Ok(Outcome::Done);
@@ -653,43 +667,114 @@ pub(super) async fn adopt(
     converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
 }
 
-/// A confirmed rename of `metadata.name`: the VM of spec `from` becomes `spec`'s. Its marker is
-/// re-signed for the new name first (with the uid it had), then the record moves in one
-/// transaction; a crash between the two leaves a VM whose marker names the new spec, which the
-/// next cycle adopts (and the old record, whose VM no longer carries its marker, is forgotten).
+/// A confirmed rename of `metadata.name`: the VM of spec `from` becomes `spec`'s. The gate
+/// (`gate::rename`) is asked again with the config read here, right before anything is written:
+/// the VM's marker must name `from` with the old spec's uid (its record's; without one, after a
+/// lost database, the marker's own, its MAC verifying), or already name `spec` with it. The
+/// marker is re-signed for the new name first, then the record moves in one transaction (`old`,
+/// the old spec's record; without one, the new spec's record is written as an adoption's).
+/// Interrupted between the two (a crash, a lost answer), the next attempt finds the marker
+/// already naming the new spec with the recorded uid and only moves the record.
 pub(super) async fn relabel(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     from: &str,
+    old: Option<SpecRecord>,
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
     let site = site(ctx, vm.site)?;
-    let cfg = site.client.vm_config(vm.node, vm.vmid).await?;
-    if !is_ours(ctx, &cfg, vm.vmid, Some(from), Some(&rec.uid)) {
+    if let Some(r) = &old
+        && matches!(r.vm, VmState::Creating { .. } | VmState::Deleting { .. })
+    {
         return Err(fail(
             Category::Conflict,
             format!(
-                "VM {} does not carry the marker of spec {from}: not re-labelling it",
+                "the record of spec {from} has a create or delete of VM {} in flight: not \
+                 re-labelling VM {} until it ends",
+                r.vmid().unwrap_or_default(),
                 vm.vmid
             ),
         ));
     }
-    if let Some(waiting) = super::converge::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await? {
-        return Ok(waiting);
+    // Only a record with a VM is evidence, and moves; an empty one is dropped after.
+    let (moved, empty) = match old {
+        Some(r) if r.vm.made_vmid().is_some() => (Some(r), false),
+        Some(_) => (None, true),
+        None => (None, false),
+    };
+    let cfg = site.client.vm_config(vm.node, vm.vmid).await?;
+    let found = cfg.description().and_then(Marker::parse);
+    let evidence = Evidence {
+        vmid: vm.vmid,
+        site: vm.site,
+        marker: found.as_ref(),
+        mac_verifies: found
+            .as_ref()
+            .is_some_and(|m| m.verifies(&ctx.marker_key, vm.vmid)),
+        record: moved.as_ref().and_then(|r| {
+            Some(Recorded {
+                site: &r.site,
+                vmid: r.vm.made_vmid()?,
+                uid: &r.uid,
+            })
+        }),
+    };
+    let permit =
+        may_relabel(&ctx.install_id, from, &spec.name, &spec.site, &evidence).map_err(|why| {
+            fail(
+                Category::Conflict,
+                format!(
+                    "not re-labelling VM {} from spec {from} to {}: {why}",
+                    vm.vmid, spec.name
+                ),
+            )
+        })?;
+    let was_moved = moved.is_some();
+    if let Some(r) = moved {
+        *rec = r;
     }
-    let signed = marker(ctx, spec, rec, vm.vmid);
-    let params = VmParams::new().set(
-        "description",
-        signed.replace_in(cfg.description().unwrap_or("")),
-    );
-    site.client
-        .set_config(vm.node, vm.vmid, &params, cfg.digest())
-        .await?;
-    tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
+    rec.uid = permit.uid().to_string();
+    match permit {
+        Relabel::Resign { .. } => {
+            if let Some(waiting) =
+                super::converge::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await?
+            {
+                return Ok(waiting);
+            }
+            let signed = marker(ctx, spec, rec, vm.vmid);
+            let params = VmParams::new().set(
+                "description",
+                signed.replace_in(cfg.description().unwrap_or("")),
+            );
+            site.client
+                .set_config(vm.node, vm.vmid, &params, cfg.digest())
+                .await?;
+            tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
+        }
+        Relabel::Done { .. } => {
+            tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM's marker already names the new spec; its record moves");
+        }
+    }
     rec.site = vm.site.to_string();
-    // Converge (which also records the VM's node, should it have moved) brings the rest (the VM's name) in line next.
+    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    // Converge (which also records the VM's node, should it have moved) brings the rest (the
+    // VM's name) in line next.
     rec.applied_hash = None;
-    ctx.store.rename(from, &spec.name, rec)?;
+    if was_moved {
+        ctx.store.rename(from, &spec.name, rec)?;
+    } else {
+        // No record of the old spec (a lost database): the VM is taken as an adoption would.
+        rec.adopted = rec.adopted || !rec.provisioned;
+        rec.provisioned = true;
+        let exists = VmState::Exists {
+            vmid: vm.vmid,
+            node: vm.node.to_string(),
+        };
+        ctx.store.transition(&spec.name, rec, exists)?;
+        if empty {
+            ctx.store.remove(from)?;
+        }
+    }
     converge(ctx, vm, spec, rec).await
 }

@@ -19,12 +19,13 @@
 //! else the disk PVE boots from (a template's disk may be on another slot).
 
 use crate::category::Category;
+use crate::gate::volume::{self as gate, Protection, SlotHolds};
 use crate::pve::types::NodeStorage;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{DriveValue, is_drive_key, pve_bool, pve_size};
 use crate::pve::{Error as PveError, Pve, TaskOutcome, VmParams};
 use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, Spec};
-use crate::state::SpecRecord;
+use crate::state::{DestroyState, SpecRecord};
 
 use super::hardware::Current;
 use super::{ActionError, ExecCtx, VmRef, fail, wait};
@@ -39,9 +40,11 @@ pub(super) enum DiskStep {
 
 /// Brings the VM's disks to `spec.disks` (nothing for the short form): one `POST .../config`
 /// adding, rewriting and detaching drives, then a resize per disk to grow. A detached disk is
-/// noted in the spec's history (its volume stays as `unusedN`).
+/// noted in the spec's history (its volume stays as `unusedN`). A protected VM gets no detach
+/// (PVE would refuse the whole update with it): its slots go to `held`.
 // Long because: one config update for every disk (added, rewritten, detached), then a resize
 // per disk to grow, sharing one view of the effective (pending or current) values.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn converge_disks(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -50,6 +53,8 @@ pub(super) async fn converge_disks(
     rec: &mut SpecRecord,
     cfg: &VmConfig,
     pending: &[PendingEntry],
+    protection: Protection,
+    held: &mut Vec<String>,
 ) -> Result<DiskStep, ActionError> {
     if spec.disks.is_none() {
         return Ok(DiskStep::Done(false));
@@ -71,8 +76,15 @@ pub(super) async fn converge_disks(
     keys.sort();
     keys.dedup();
     let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
-    let changes = disk_changes(spec, &effective, &keys, &pending_delete, boot.as_deref())
+    let mut changes = disk_changes(spec, &effective, &keys, &pending_delete, boot.as_deref())
         .map_err(|why| fail(Category::ConfigurationError, why))?;
+    if gate::drive_removal(vmid, protection, &changes.detach, &[]).is_err() {
+        let kept = std::mem::take(&mut changes.detach);
+        changes
+            .changed
+            .retain(|c| !kept.iter().any(|k| *c == format!("{k} detached")));
+        held.extend(kept);
+    }
     if changes.is_empty() {
         return Ok(DiskStep::Done(false));
     }
@@ -118,10 +130,16 @@ pub(super) async fn converge_disks(
     Ok(DiskStep::Done(true))
 }
 
-/// Destroys the disks of `destroyDisks` the VM still has: `delete=<slots>` with `force=1`
-/// (qemu-server `vmconfig_delete_or_detach_drive` with `$force`: the volume is deallocated, not
-/// kept as `unusedN`). Never the boot disk, a CD-ROM or the cloud-init drive. Each destroyed
-/// disk is noted in the spec's history.
+/// Destroys the disks of `destroyDisks` the VM still has, each only when its destroy is bound
+/// to the volume in its slot (`gate::volume::destroy`: the volume the slot held when the
+/// destroy was first applied, recorded before the request; once done, never again):
+/// `delete=<slots>` with `force=1` (qemu-server `vmconfig_delete_or_detach_drive` with
+/// `$force`: the volume is deallocated, not kept as `unusedN`). Never the boot disk, a CD-ROM
+/// or the cloud-init drive; nothing on a protected VM (its slots go to `held`). Each destroyed
+/// disk, and a volume in a slot whose destroy no longer applies, is noted in the history.
+// Long because: the bindings kept up to date slot by slot, then the one destroy request and
+// what it destroyed, each step in its order.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn destroy_disks(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -130,39 +148,58 @@ pub(super) async fn destroy_disks(
     rec: &mut SpecRecord,
     cfg: &VmConfig,
     pending: &[PendingEntry],
+    protection: Protection,
+    held: &mut Vec<String>,
 ) -> Result<DiskStep, ActionError> {
     let VmRef { node, vmid, .. } = vm;
+    let now = ctx.clock.now_ms();
+    let followed = rec.destroy_disks_vmid == Some(vmid);
+    if let Some(v) = rec.volumes.as_mut() {
+        // Bindings belong to the VM the record followed, and to the slots still listed.
+        v.destroys
+            .retain(|d| followed && spec.destroy_disks.contains(&d.slot));
+    }
     let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
-    let slots: Vec<&String> = spec
-        .destroy_disks
-        .iter()
-        .filter(|s| cfg.get(s).is_some())
-        .filter(|s| {
-            !pending
-                .iter()
-                .any(|p| &p.key == *s && p.delete == Some(true))
-        })
-        .collect();
-    for slot in &slots {
-        let value = DriveValue::parse(cfg.get(slot).unwrap_or_default());
-        if boot.as_deref() == Some(slot.as_str()) || value.is_cdrom_or_cloudinit() {
-            return Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "destroyDisks names {slot} of VM {vmid}, which is its {}: refused; remove it \
-                     from destroyDisks",
-                    if value.is_cdrom_or_cloudinit() {
-                        "CD-ROM or cloud-init drive"
-                    } else {
-                        "boot disk"
-                    }
-                ),
-            ));
+    let mut slots: Vec<String> = Vec::new();
+    for slot in &spec.destroy_disks {
+        let pending_delete = pending
+            .iter()
+            .any(|p| &p.key == slot && p.delete == Some(true));
+        let value = cfg
+            .get(slot)
+            .filter(|_| !pending_delete)
+            .map(DriveValue::parse);
+        let holds = match &value {
+            None => SlotHolds::Nothing,
+            Some(v) if v.is_cdrom_or_cloudinit() => SlotHolds::Kept("CD-ROM or cloud-init drive"),
+            Some(_) if boot.as_deref() == Some(slot.as_str()) => SlotHolds::Kept("boot disk"),
+            Some(v) => SlotHolds::Disk(&v.volume),
+        };
+        let step = gate::destroy(vmid, slot, holds, rec.disk_destroy(slot), followed, now)
+            .map_err(|why| fail(Category::ConfigurationError, why))?;
+        if let Some(note) = &step.note {
+            tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
+            rec.note(now, "destroyDisks", note);
+        }
+        let destroys = &mut rec.volumes_mut().destroys;
+        destroys.retain(|d| &d.slot != slot);
+        destroys.push(step.binding);
+        if step.destroy.is_some() {
+            slots.push(slot.clone());
         }
     }
+    rec.destroy_disks_vmid = Some(vmid);
+    rec.tidy_volumes();
     if slots.is_empty() {
         return Ok(DiskStep::Done(false));
     }
+    if gate::drive_removal(vmid, protection, &[], &slots).is_err() {
+        held.extend(slots);
+        return Ok(DiskStep::Done(false));
+    }
+    // The bindings are durable before the request: a crash after it resolves by what the
+    // slot holds then (`gate::volume::destroy`), never by destroying whatever is there.
+    ctx.store.put(&spec.name, rec)?;
     tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
     let params = VmParams::default().delete_keys(&slots).force_delete();
     if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
@@ -170,12 +207,24 @@ pub(super) async fn destroy_disks(
     {
         return Ok(DiskStep::Running(upid.to_string()));
     }
-    for slot in slots {
-        let volume = DriveValue::parse(cfg.get(slot).unwrap_or_default()).volume;
+    for slot in &slots {
+        let Some(d) = rec
+            .volumes
+            .as_mut()
+            .and_then(|v| v.destroys.iter_mut().find(|d| &d.slot == slot))
+        else {
+            continue;
+        };
+        d.state = DestroyState::Destroyed;
+        d.at_ms = now;
+        let volume = d.volume.clone().unwrap_or_default();
         rec.note(
-            ctx.clock.now_ms(),
+            now,
             "disk destroyed",
-            &format!("{slot} ({volume}) destroyed as destroyDisks asks; its data is gone"),
+            &format!(
+                "{slot} ({volume}) destroyed as destroyDisks asks; its data is gone. destroyDisks \
+                 never applies to {slot} again: a disk put there later is kept"
+            ),
         );
     }
     Ok(DiskStep::Done(true))

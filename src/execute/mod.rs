@@ -70,7 +70,7 @@ pub struct ActionError {
 impl ActionError {
     /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
     pub fn needs_human(&self) -> bool {
-        self.category.needs_human() || self.kind == ErrorKind::StaleLock
+        self.category.needs_human() || self.kind != ErrorKind::Plain
     }
 }
 
@@ -114,6 +114,15 @@ fn stale_lock(message: impl Into<String>) -> ActionError {
     ActionError {
         kind: ErrorKind::StaleLock,
         ..fail(Category::LockError, message)
+    }
+}
+
+/// A refusal of the VM's `protection` flag ([`crate::gate::volume`]): a person must clear it
+/// or change the spec.
+fn protected(message: impl Into<String>) -> ActionError {
+    ActionError {
+        kind: ErrorKind::Protected,
+        ..fail(Category::ConfigurationError, message)
     }
 }
 
@@ -380,12 +389,15 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
             vmid,
         } => {
             // The old spec's record becomes the new one's: it is what vouches for the VM.
-            let old = ctx.store.specs().ok().and_then(|mut r| r.remove(from));
-            rec = old.unwrap_or_default();
-            with_spec(ctx, spec, |s| {
-                relabel(ctx, VmRef::new(site, node, *vmid), from, s, &mut rec)
-            })
-            .await
+            match ctx.store.record(from) {
+                Ok(old) => {
+                    with_spec(ctx, spec, |s| {
+                        relabel(ctx, VmRef::new(site, node, *vmid), from, old, s, &mut rec)
+                    })
+                    .await
+                }
+                Err(e) => Outcome::Failed(e.into()),
+            }
         }
         Action::DeleteOrphan { site, node, vmid } => {
             delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
@@ -394,7 +406,7 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
     // A rename that failed before moving the record: the old spec's record still stands, and
     // none may be written under the new name (two records would claim one VM).
     if let Action::Relabel { from, .. } = action
-        && ctx.store.specs().is_ok_and(|r| r.contains_key(from))
+        && !ctx.store.record(from).is_ok_and(|r| r.is_none())
     {
         return result;
     }

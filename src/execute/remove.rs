@@ -1,8 +1,10 @@
 //! Deleting or releasing a spec's VM, forgetting a spec, and deleting stopped orphans.
 
 use crate::category::Category;
+use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
 use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
+use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::state::{SpecRecord, VmState};
 
@@ -10,7 +12,7 @@ use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
 use super::create::{Found, inspect, record_created};
 use super::identity::is_ours;
-use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, stale_lock, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.
@@ -92,6 +94,16 @@ pub(super) async fn remove(
             ctx.store.remove(spec_name)?;
             return Ok(Outcome::Done);
         }
+        // PVE refuses to delete a protected VM: judged before the VM is powered off.
+        unprotect(
+            ctx,
+            client,
+            VmRef::new(site_name, node, vmid),
+            spec_name,
+            rec,
+            &cfg,
+        )
+        .await?;
         let running = client.vm_running(node, vmid).await?;
         if running && let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
             return Ok(o);
@@ -104,6 +116,16 @@ pub(super) async fn remove(
                 format!("VM {vmid} changed identity during the delete; not deleting"),
             ));
         }
+        // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
+        unprotect(
+            ctx,
+            client,
+            VmRef::new(site_name, node, vmid),
+            spec_name,
+            rec,
+            &cfg,
+        )
+        .await?;
         let seeds: Vec<String> = seed_slots(&cfg, &ctx.install_id, spec_name)
             .into_iter()
             .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
@@ -135,6 +157,42 @@ pub(super) async fn remove(
     }
     .await;
     result.unwrap_or_else(Outcome::Failed)
+}
+
+/// Clears the VM's `protection` flag for its delete when the removed spec managed it (an
+/// update of its own: PVE's `destroy_vm` checks the flag as it is); a flag the spec did not
+/// manage stops the delete (`gate::volume::vm_delete`).
+async fn unprotect(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+) -> Result<(), ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let protection = Protection {
+        on: cfg.get("protection").is_some_and(pve_bool),
+        managed: rec.applied_protection,
+    };
+    match vm_delete(vmid, protection).map_err(protected)? {
+        DeleteProtection::Unprotected => Ok(()),
+        DeleteProtection::Clear => {
+            tracing::info!(
+                spec = spec_name,
+                vmid,
+                "clearing the protection its removed spec set, to delete the VM"
+            );
+            let params = VmParams::new().set("protection", "0");
+            client.set_config(node, vmid, &params, cfg.digest()).await?;
+            rec.note(
+                ctx.clock.now_ms(),
+                "protection cleared",
+                &format!("VM {vmid}: its removed spec managed protection; cleared to delete it"),
+            );
+            Ok(())
+        }
+    }
 }
 
 /// The config update that drops ownership: the tag and the marker go; the rest stays.
@@ -219,6 +277,12 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
                 reason: format!("orphan {vmid} is locked"),
             });
         }
+        // No spec manages an orphan's protection: PVE would refuse the delete.
+        let protection = Protection {
+            on: cfg.get("protection").is_some_and(pve_bool),
+            managed: None,
+        };
+        vm_delete(vmid, protection).map_err(protected)?;
         tracing::info!(
             vmid,
             node,

@@ -399,3 +399,202 @@ async fn the_upid_is_durable_while_the_task_is_waited_for() {
     let running = w.pve().running_tasks();
     assert_eq!(upid.as_ref(), running.first(), "{outcome:?}");
 }
+
+fn converge_action(w: &World, vmid: u32) -> Action {
+    Action::Converge {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+        why: vec!["spec changed".into()],
+    }
+}
+
+fn history(w: &World) -> String {
+    w.record()
+        .history
+        .iter()
+        .map(|h| format!("{}: {}", h.action, h.outcome))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A destroy whose answer is lost (as a crash between the destroy and its record leaves it):
+/// the binding written before the request names the volume; the next converge finds the slot
+/// empty, records the destroy done and sends nothing; a disk put in the slot later (PVE may
+/// give it the same volume id) is never destroyed.
+#[tokio::test(start_paused = true)]
+async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
+    let mut w = World::new("    disks:\n      - {size: 32Gi}\n");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    let volume = "local-lvm:vm-100-disk-1";
+    w.pve()
+        .set_config_value(vmid, "scsi1", Some(&format!("{volume},size=2G")));
+    w.spec = test_spec("    disks:\n      - {size: 32Gi}\n    destroyDisks: [scsi1]\n");
+
+    w.pve().fault("set_config_async", Fault::LoseAnswer);
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert!(!w.pve().vm(vmid).expect("vm").config.contains_key("scsi1"));
+    let bound = w.record().disk_destroy("scsi1").cloned().expect("bound");
+    assert_eq!(bound.state, crate::state::DestroyState::Bound);
+    assert_eq!(bound.volume.as_deref(), Some(volume));
+
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(
+        w.pve().count("set_config_async"),
+        0,
+        "{:?}",
+        w.pve().calls()
+    );
+    let done = w.record().disk_destroy("scsi1").cloned().expect("kept");
+    assert_eq!(done.state, crate::state::DestroyState::Destroyed);
+    assert!(
+        history(&w).contains("no longer attached"),
+        "{}",
+        history(&w)
+    );
+
+    // Later, a person's disk in the slot, with the same volume id: kept, and said so.
+    w.pve()
+        .set_config_value(vmid, "scsi1", Some(&format!("{volume},size=5G")));
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(
+        w.pve().count("set_config_async"),
+        0,
+        "{:?}",
+        w.pve().calls()
+    );
+    assert!(w.pve().vm(vmid).expect("vm").config.contains_key("scsi1"));
+    assert!(
+        history(&w).contains("destroyDisks no longer applies to scsi1"),
+        "{}",
+        history(&w)
+    );
+}
+
+/// The old name of the renames below.
+const OLD: &str = "web-00";
+
+/// A VM of spec `OLD`, as a rename from `OLD` to `web-01` finds it: made as `web-01`'s, then
+/// given a marker naming `OLD` with `uid`, and no record (the test writes `OLD`'s, or none as
+/// after a lost database).
+async fn old_specs_vm(w: &World, uid: &str) -> u32 {
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    let mut vm = w.pve().vm(vmid).expect("the VM");
+    let old = crate::ownership::Marker::signed(&w.key, "main", OLD, uid, vmid);
+    vm.config.insert("description".into(), old.description());
+    let config: Vec<(&str, &str)> = vm
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    w.pve().add_vm(vmid, &vm.node, &config);
+    w.store.remove(&w.spec.name).expect("forget web-01");
+    w.pve().clear_calls();
+    vmid
+}
+
+/// `OLD`'s record: its VM `vmid` with `uid`.
+fn record_old(w: &World, vmid: u32, uid: &str) {
+    let mut rec = SpecRecord {
+        uid: uid.into(),
+        site: "lab".into(),
+        ..Default::default()
+    };
+    let exists = VmState::Exists {
+        vmid,
+        node: "pve1".into(),
+    };
+    w.store.transition(OLD, &mut rec, exists).expect("record");
+}
+
+fn relabel_action(w: &World, vmid: u32) -> Action {
+    Action::Relabel {
+        spec: w.spec.name.clone(),
+        from: OLD.into(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    }
+}
+
+/// The marker VM `vmid` carries.
+fn marker_of(w: &World, vmid: u32) -> crate::ownership::Marker {
+    let vm = w.pve().vm(vmid).expect("the VM");
+    crate::ownership::Marker::parse(&vm.config["description"]).expect("a marker")
+}
+
+/// The marker is written, its answer lost: the rename failed with the old record standing.
+/// The next attempt finds the marker naming `web-01` with the recorded uid, verifying, and
+/// completes the rename: the record moves, nothing is written twice, the same VM throughout.
+#[tokio::test(start_paused = true)]
+async fn a_relabel_whose_answer_was_lost_is_completed_by_the_next_attempt() {
+    let w = World::new("");
+    let vmid = old_specs_vm(&w, "u1").await;
+    record_old(&w, vmid, "u1");
+
+    w.pve().fault("set_config", Fault::LoseAnswer);
+    let outcome = w.run(relabel_action(&w, vmid)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    let m = marker_of(&w, vmid);
+    assert_eq!(
+        (m.spec.as_str(), m.uid.as_str()),
+        ("web-01", "u1"),
+        "written"
+    );
+    assert!(
+        w.store.record(OLD).unwrap().is_some(),
+        "the old record stands"
+    );
+    assert!(w.store.record("web-01").unwrap().is_none());
+
+    w.pve().clear_calls();
+    let outcome = w.run(relabel_action(&w, vmid)).await;
+    assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
+    assert!(w.store.record(OLD).unwrap().is_none());
+    w.assert_exists(vmid);
+    assert_eq!(w.record().uid, "u1");
+    let m = marker_of(&w, vmid);
+    assert!(m.verifies(&w.key, vmid) && m.spec == "web-01" && m.uid == "u1");
+    assert_eq!(w.pve().count("clone_vm"), 0);
+    assert_eq!(w.pve().count("delete_vm"), 0);
+}
+
+/// After a lost database there is no record of the old spec: the VM's verifying marker is the
+/// evidence, and the new record carries the marker's uid and the VM.
+#[tokio::test(start_paused = true)]
+async fn a_relabel_after_a_lost_database_keeps_the_markers_uid() {
+    let w = World::new("");
+    let vmid = old_specs_vm(&w, "u7").await;
+    assert_eq!(w.run(relabel_action(&w, vmid)).await, Outcome::Done);
+    w.assert_exists(vmid);
+    let rec = w.record();
+    assert_eq!(rec.uid, "u7", "{rec:?}");
+    assert!(rec.provisioned && rec.adopted, "{rec:?}");
+    let m = marker_of(&w, vmid);
+    assert!(m.verifies(&w.key, vmid) && m.spec == "web-01" && m.uid == "u7");
+}
+
+/// The gate is asked again before the write: a VM whose marker carries another uid than the
+/// old spec's record (another VM now, whatever the plan saw) is not re-labelled.
+#[tokio::test(start_paused = true)]
+async fn a_relabel_of_a_vm_with_another_uid_is_refused_before_any_write() {
+    let w = World::new("");
+    let vmid = old_specs_vm(&w, "u2").await;
+    record_old(&w, vmid, "u1");
+    let before = w.pve().vm(vmid);
+    let outcome = w.run(relabel_action(&w, vmid)).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, Category::Conflict, "{e:?}");
+    assert!(e.message.contains("uid u2"), "{e:?}");
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().vm(vmid), before);
+    assert!(w.store.record(OLD).unwrap().is_some());
+}

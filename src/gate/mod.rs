@@ -18,3 +18,5 @@
 //! refusal that says what is wrong and what to do.
 
 pub mod ha;
+pub mod rename;
+pub mod volume;

@@ -301,6 +301,11 @@ pub struct Plan {
     /// kept and the extras. The extras are never converged; they are reported, and handled
     /// by the orphan policy when they carry the ownership tag.
     pub duplicates: BTreeMap<String, Duplicate>,
+    /// Renames of `metadata.name` this plan found: the removed spec -> the spec renamed from
+    /// it. The removed spec is not removed meanwhile, and it has no status of its own (the
+    /// renamed spec's tells the rename's progress).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub renamed: BTreeMap<String, String>,
     /// Until when (unix ms, exclusive) this is the plan of the same inputs at any later
     /// instant: the earliest time a comparison with `now_ms` could turn out otherwise (a
     /// backoff deadline, an orphan's grace end, a reboot becoming due). `u64::MAX` when time
@@ -317,6 +322,11 @@ pub struct Duplicate {
     /// lowest VMID.
     pub kept: u32,
     pub extras: Vec<u32>,
+    /// The removed spec this one is renamed from (`proxsync.io/renamed-from`), when its VM is
+    /// among the extras: the spec had a VM of its own already. That VM is kept and listed,
+    /// never deleted by the orphan policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<String>,
 }
 
 impl Plan {
@@ -328,12 +338,47 @@ impl Plan {
 
 /// Plans one cycle: each valid spec's decision (or its rename), the invalid ones, then the
 /// removals of gone specs and orphans, which the safety valves may refuse as a whole.
+/// `proxsync.io/renamed-from` annotations that cannot be applied (`spec::renames`; the loader
+/// refuses them first) hold the specs they involve as invalid ones.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
+    match held_by_renames(input) {
+        Some((desired, invalid)) => plan_checked(&PlanInput {
+            desired: &desired,
+            invalid: &invalid,
+            ..*input
+        }),
+        None => plan_checked(input),
+    }
+}
+
+/// The desired and invalid specs with those `spec::renames` holds moved from the first to the
+/// second; `None` when it holds none.
+fn held_by_renames(input: &PlanInput<'_>) -> Option<(Specs, BTreeSet<String>)> {
+    if input.desired.iter().all(|s| s.renamed_from.is_none()) {
+        return None;
+    }
+    let desired: FnvHashSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
+    let exists = |name: &str| {
+        desired.contains(name) || input.invalid.contains(name) || input.elsewhere.contains(name)
+    };
+    let found = crate::spec::renames::conflicts(input.desired, exists);
+    if found.is_empty() {
+        return None;
+    }
+    let held = crate::spec::renames::held(&found, input.desired);
+    let kept = input.desired.shared().iter();
+    let kept = kept.filter(|s| !held.contains(s.name.as_str())).cloned();
+    let mut invalid = input.invalid.clone();
+    invalid.extend(held.iter().map(|s| s.to_string()));
+    Some((kept.collect(), invalid))
+}
+
+fn plan_checked(input: &PlanInput<'_>) -> Plan {
     let mut out = Plan::default();
     let tag = ownership_tag(input.install_id);
     let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
     let indexes = index::site_indexes(input, &tag);
-    let renames = rename::renames(input, &desired_names);
+    let renames = rename::renames(input, &desired_names, &indexes);
     let mut reboots_change = u64::MAX;
     // Collected, then built at once: a map built from sorted entries has full nodes, one
     // filled by inserting in order about half-empty ones (2.9 MiB at 10,000 specs).
@@ -344,11 +389,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
             reboots_change = reboots_change.min(at);
         }
-        let verdict = match renames.get(spec.name.as_str()) {
-            Some(r) => rename::plan_rename(input, spec, r, &mut out.actions),
+        let verdict = match renames.decide(input, spec, &mut out.actions) {
+            Some(v) => v,
             None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
         };
-        if let Some(d) = spec::duplicate(spec, rec, index, &verdict) {
+        let duplicate = spec::duplicate(spec, rec, index, &verdict);
+        if let Some(d) = renames.duplicate(spec, duplicate) {
             out.duplicates.insert(spec.name.clone(), d);
         }
         verdicts.push((spec.name.clone(), verdict));
@@ -360,7 +406,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     out.verdicts = BTreeMap::from_iter(verdicts);
 
     let mut removals = removals::gone_specs(input, &desired_names, &renames);
-    removals::orphans(input, &desired_names, &mut out, &mut removals);
+    removals::orphans(input, &desired_names, &renames, &mut out, &mut removals);
+    out.renamed = (renames.by_spec.iter())
+        .map(|(to, r)| (r.from.to_string(), to.to_string()))
+        .collect();
     removals::apply_valves(input, removals, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::hash::{FnvHashMap, FnvHashSet};
-use super::rename::Rename;
+use super::rename::{Fate, Renames};
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
@@ -18,7 +18,7 @@ use crate::state::{SpecRecord, VmState};
 pub(super) fn gone_specs(
     input: &PlanInput<'_>,
     desired: &BTreeSet<&str>,
-    renames: &BTreeMap<&str, Rename<'_>>,
+    renames: &Renames<'_>,
 ) -> Vec<Action> {
     let mut removals = Vec::new();
     if !input.complete {
@@ -27,7 +27,7 @@ pub(super) fn gone_specs(
     for (name, rec) in input.records {
         if desired.contains(name.as_str())
             || input.invalid.contains(name)
-            || renames.values().any(|r| r.from == name.as_str())
+            || renames.is_source(name)
         {
             continue;
         }
@@ -105,6 +105,7 @@ fn hand_over(removal: Action) -> Action {
 pub(super) fn orphans(
     input: &PlanInput<'_>,
     desired: &BTreeSet<&str>,
+    renames: &Renames<'_>,
     out: &mut Plan,
     removals: &mut Vec<Action>,
 ) {
@@ -125,6 +126,15 @@ pub(super) fn orphans(
     for view in input.sites.values().filter(|v| v.reachable()) {
         let reserved = reserved.get(view.name.as_str()).unwrap_or(&no_vmids);
         for vm in view.vms.values() {
+            if let Some((spec, rename)) = renames.of_vm(&view.name, vm.vmid) {
+                // A renamed spec's old VM: never an orphan to delete.
+                if let Some((disposition, duplicate_of)) = kept_by_rename(spec, rename.fate) {
+                    let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
+                    out.orphans
+                        .push(orphan(view, vm, first_seen, disposition, duplicate_of));
+                }
+                continue;
+            }
             let site_moved = moved_records
                 .get(&(view.name.as_str(), vm.vmid))
                 .copied()
@@ -176,6 +186,22 @@ pub(super) fn orphans(
             out.orphans
                 .push(orphan(view, vm, first_seen, disposition, duplicate_of));
         }
+    }
+}
+
+/// How the old VM of a rename into `spec` is listed, if it is: left on another site, or kept
+/// beside the spec's own VM. One being re-labelled is not listed.
+fn kept_by_rename(spec: &str, fate: Fate<'_>) -> Option<(OrphanDisposition, Option<String>)> {
+    match fate {
+        Fate::Relabel => None,
+        Fate::OnOtherSite { to, .. } => Some((
+            OrphanDisposition::SiteMoved {
+                spec: spec.to_string(),
+                to: to.to_string(),
+            },
+            None,
+        )),
+        Fate::Second { .. } => Some((OrphanDisposition::Reported, Some(spec.to_string()))),
     }
 }
 

@@ -1,91 +1,408 @@
 //! Renames of `metadata.name`: a removed spec whose VM a new spec of the same commit takes over.
+//!
+//! A new spec is renamed from a removed one when its `proxsync.io/renamed-from` annotation names
+//! it (confirmed), or when it has exactly the content the removed spec's VM was last converged
+//! to (suspected). The old spec's VM is found from its record, or, after the state database was
+//! lost, from the VM whose verifying marker names the old spec; `gate::rename` judges what the
+//! observation saw of it. What happens then:
+//! - on the new spec's site, the new spec without a VM of its own: the VM is re-labelled
+//!   (`Action::Relabel`), once confirmed;
+//! - on another site: the site-change rule. The VM stays there, listed (`SiteMoved`), and the new
+//!   spec waits (`SiteMoved`) unless it has a VM already or allows a recreate;
+//! - on the new spec's site while the new spec has a VM of its own: a second VM of the spec
+//!   (`DuplicateVM`), kept and listed, never deleted by the orphan policy.
+//!
+//! In every case the old spec is not removed and its VM is not an orphan to delete.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Action, PlanInput, Verdict, content_hash};
+use super::index::SiteIndex;
+use super::{Action, Duplicate, PlanInput, Verdict, content_hash};
+use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
+use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
-/// A removed spec whose VM a new spec of the same commit takes over.
+/// A removed spec whose VM a new spec takes over.
 pub(super) struct Rename<'a> {
     pub(super) from: &'a str,
-    site: &'a str,
+    /// Where the old spec's VM is.
+    pub(super) site: &'a str,
     node: &'a str,
-    vmid: u32,
+    pub(super) vmid: u32,
     /// The new spec's `proxsync.io/renamed-from` annotation names `from`.
     confirmed: bool,
+    /// What the observation could see of the VM.
+    seen: Seen,
+    pub(super) fate: Fate<'a>,
 }
 
-/// Renames of `metadata.name` in this commit: a new spec (no VM recorded) that either names a
-/// removed spec in its `proxsync.io/renamed-from` annotation (confirmed), or has exactly the
-/// content a removed spec's VM was last converged to (suspected). Only removed specs whose VM
-/// exists are considered.
+/// What the observation could see of the old spec's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Listed, its marker judged (or not read: execute reads it before anything).
+    Listed,
+    /// Listed with an unknown state.
+    Unknown,
+    /// Its site (the record's) could not be read.
+    Unreachable,
+}
+
+/// What the rename comes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fate<'a> {
+    /// The VM is re-labelled for the new spec (same site, the new spec has no VM).
+    Relabel,
+    /// The VM is on another site than the new spec names: it stays there, listed; the new spec
+    /// waits (`SiteMoved`) when `wait`, else is planned as any spec (it has a VM, or allows a
+    /// recreate on a site change).
+    OnOtherSite { to: &'a str, wait: bool },
+    /// The new spec has its own VM `kept`: the old spec's VM is a second one, kept and listed.
+    Second { kept: u32 },
+}
+
+/// The renames of a cycle, by the new spec's name.
+#[derive(Default)]
+pub(super) struct Renames<'a> {
+    pub(super) by_spec: BTreeMap<&'a str, Rename<'a>>,
+    /// Specs renamed from a removed spec whose VM is not found while a place it may be in
+    /// cannot be read: nothing is created for them yet.
+    waiting: BTreeMap<&'a str, Verdict>,
+}
+
+impl<'a> Renames<'a> {
+    /// The old spec `name` is taken by a rename: it is not removed.
+    pub(super) fn is_source(&self, name: &str) -> bool {
+        self.by_spec.values().any(|r| r.from == name)
+    }
+
+    /// The rename whose old VM is `vmid` on `site`, with the new spec's name.
+    pub(super) fn of_vm(&self, site: &str, vmid: u32) -> Option<(&'a str, &Rename<'a>)> {
+        self.by_spec
+            .iter()
+            .find(|(_, r)| r.site == site && r.vmid == vmid && r.seen != Seen::Unreachable)
+            .map(|(spec, r)| (*spec, r))
+    }
+
+    /// The decision for `spec` when its rename makes it: the re-label (or why not yet), or the
+    /// wait of a rename across sites, or of one whose VM cannot be looked for. `None`: planned
+    /// as any spec.
+    pub(super) fn decide(
+        &self,
+        input: &PlanInput<'_>,
+        spec: &Spec,
+        actions: &mut Vec<Action>,
+    ) -> Option<Verdict> {
+        if let Some(v) = self.waiting.get(spec.name.as_str()) {
+            return Some(v.clone());
+        }
+        let r = self.by_spec.get(spec.name.as_str())?;
+        match r.fate {
+            Fate::Relabel => Some(plan_rename(input, spec, r, actions)),
+            Fate::OnOtherSite { wait: true, .. } => Some(Verdict::SiteMoved {
+                from: r.site.to_string(),
+                vmid: r.vmid,
+            }),
+            Fate::OnOtherSite { wait: false, .. } | Fate::Second { .. } => None,
+        }
+    }
+
+    /// The old spec's VM as a second VM of `spec`, besides `found` (VMs carrying its marker).
+    pub(super) fn duplicate(&self, spec: &Spec, found: Option<Duplicate>) -> Option<Duplicate> {
+        let r = self.by_spec.get(spec.name.as_str());
+        let Some((r, kept)) = r.and_then(|r| match r.fate {
+            Fate::Second { kept } => Some((r, kept)),
+            _ => None,
+        }) else {
+            return found;
+        };
+        let mut d = found.unwrap_or_else(|| Duplicate {
+            site: spec.site.clone(),
+            kept,
+            extras: Vec::new(),
+            renamed_from: None,
+        });
+        d.extras.push(r.vmid);
+        d.extras.sort_unstable();
+        d.extras.dedup();
+        d.renamed_from = Some(r.from.to_string());
+        Some(d)
+    }
+}
+
+/// Finds the renames of this commit (see the module's doc). Nothing when the spec set was not
+/// read completely (nothing is treated as removed then).
 pub(super) fn renames<'a>(
     input: &'a PlanInput<'a>,
     desired: &BTreeSet<&str>,
-) -> BTreeMap<&'a str, Rename<'a>> {
-    let mut out = BTreeMap::new();
+    indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
+) -> Renames<'a> {
+    let mut out = Renames::default();
     if !input.complete {
         return out;
     }
+    let gone = |name: &str| {
+        // A spec now outside the selector is still in the repository: not removed.
+        !desired.contains(name) && !input.invalid.contains(name) && !input.elsewhere.contains(name)
+    };
+    // The removed specs' records with a VM: what a suspected rename is looked for in.
     let removed: Vec<(&str, &SpecRecord)> = input
         .records
         .iter()
-        .filter(|(name, r)| {
-            // A spec now outside the selector is still in the repository: not removed.
-            !desired.contains(name.as_str())
-                && !input.invalid.contains(*name)
-                && !input.elsewhere.contains(*name)
-                && matches!(r.vm, VmState::Exists { .. })
-        })
+        .filter(|(name, r)| gone(name) && matches!(r.vm, VmState::Exists { .. }))
         .map(|(n, r)| (n.as_str(), r))
         .collect();
-    if removed.is_empty() {
-        return out;
-    }
     let mut taken: BTreeSet<&str> = BTreeSet::new();
     for spec in input.desired {
-        if input
-            .records
-            .get(&spec.name)
-            .and_then(SpecRecord::vmid)
-            .is_some()
-        {
+        let confirmed = spec.renamed_from.as_deref().filter(|from| gone(from));
+        if confirmed.is_none() && removed.is_empty() {
             continue;
         }
-        let by_annotation = spec
-            .renamed_from
-            .as_deref()
-            .and_then(|old| removed.iter().find(|(n, _)| *n == old));
-        let found = by_annotation.or_else(|| {
-            let hash = content_hash(spec);
-            removed.iter().find(|(_, r)| {
-                r.site == spec.site && r.applied_content.as_deref() == Some(hash.as_str())
-            })
-        });
-        if let Some((from, r)) = found
-            && let VmState::Exists { vmid, node } = &r.vm
-            && r.site == spec.site
-            && taken.insert(from)
-        {
-            out.insert(
-                spec.name.as_str(),
-                Rename {
-                    from,
-                    site: r.site.as_str(),
-                    node: node.as_str(),
-                    vmid: *vmid,
-                    confirmed: by_annotation.is_some(),
-                },
-            );
+        let own_vm = own_vm(input, spec, input.records.get(&spec.name), indexes);
+        let found = match confirmed {
+            Some(from) => find(input, indexes, spec, from, input.records.get(from)),
+            // A suspected rename only for a new spec without a VM, from the records' content.
+            None if own_vm.is_none() => {
+                let hash = content_hash(spec);
+                removed
+                    .iter()
+                    .filter(|(from, r)| {
+                        r.site == spec.site
+                            && r.applied_content.as_deref() == Some(hash.as_str())
+                            && !taken.contains(from)
+                    })
+                    .find_map(|(from, r)| by_record(input, spec, from, r))
+            }
+            None => None,
+        };
+        let Some(mut r) = found else {
+            if let Some(from) = confirmed
+                && own_vm.is_none()
+                && let Some(wait) = unresolved(input, indexes, from)
+            {
+                out.waiting.insert(spec.name.as_str(), wait);
+            }
+            continue;
+        };
+        if !taken.insert(r.from) {
+            continue;
         }
+        r.confirmed = confirmed.is_some();
+        r.fate = match own_vm.filter(|id| *id != r.vmid) {
+            _ if r.site != spec.site => Fate::OnOtherSite {
+                to: spec.site.as_str(),
+                wait: own_vm.is_none() && !spec.allow_recreate_on_site_change,
+            },
+            Some(kept) => Fate::Second { kept },
+            None => Fate::Relabel,
+        };
+        out.by_spec.insert(spec.name.as_str(), r);
     }
     out
 }
 
-/// A rename: re-label the VM when confirmed and the node is healthy; otherwise hold both
-/// the delete and the create and say so.
-pub(super) fn plan_rename(
+/// The new spec's own VM: its record's (unless gone from its reachable site), else the lowest
+/// VMID carrying its verifying marker on its site.
+fn own_vm(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    indexes: &BTreeMap<&str, SiteIndex<'_>>,
+) -> Option<u32> {
+    let recorded = rec.and_then(|r| {
+        let vmid = r.vmid()?;
+        let view = input.sites.get(&r.site)?;
+        (!view.reachable() || view.vms.contains_key(&vmid)).then_some(vmid)
+    });
+    recorded.or_else(|| {
+        let claimants = indexes
+            .get(spec.site.as_str())?
+            .by_marker
+            .get(spec.name.as_str())?;
+        claimants.iter().map(|vm| vm.vmid).min()
+    })
+}
+
+/// The VM of removed spec `from` a confirmed rename into `spec` takes: the VM of its record;
+/// without a record (a lost database) or when that VM is gone, the lowest VMID whose verifying
+/// marker names `from`, on the new spec's site first. A record with a create or a delete in
+/// flight is no rename (the removal finishes it).
+fn find<'a>(
+    input: &'a PlanInput<'a>,
+    indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
+    spec: &Spec,
+    from: &'a str,
+    rec: Option<&'a SpecRecord>,
+) -> Option<Rename<'a>> {
+    if let Some(r) = rec {
+        match r.vm {
+            VmState::Exists { .. } => {
+                if let Some(found) = by_record(input, spec, from, r) {
+                    return Some(found);
+                }
+            }
+            VmState::Creating { .. } | VmState::Deleting { .. } => return None,
+            VmState::Absent => {}
+        }
+    }
+    // Sites in order, the new spec's first.
+    let sites = indexes
+        .get_key_value(spec.site.as_str())
+        .into_iter()
+        .chain(indexes.iter().filter(|(s, _)| **s != spec.site));
+    for (site, index) in sites {
+        let Some(view) = input.sites.get(*site).filter(|v| v.reachable()) else {
+            continue;
+        };
+        let mut claimants: Vec<&ObservedVm> = index
+            .by_marker
+            .get(from)
+            .map(|c| {
+                c.iter()
+                    .copied()
+                    .filter(|vm| !recorded(input, site, vm.vmid))
+                    .collect()
+            })
+            .unwrap_or_default();
+        claimants.sort_by_key(|vm| vm.vmid);
+        let found = claimants.into_iter().find_map(|vm| {
+            let ev = evidence(vm, site, None);
+            judged(input, spec, from, &ev, vm, view)
+        });
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// The VM of `from`'s record, when the observation finds it there: listed and judged the old
+/// spec's by the gate (or not yet judgeable: its site unreachable, its state unknown, its marker
+/// not read). `None`: the VMID now holds another VM, or none on a reachable site.
+fn by_record<'a>(
+    input: &'a PlanInput<'a>,
+    spec: &Spec,
+    from: &'a str,
+    r: &'a SpecRecord,
+) -> Option<Rename<'a>> {
+    let VmState::Exists { vmid, node } = &r.vm else {
+        return None;
+    };
+    let unjudged = |seen| Rename {
+        from,
+        site: r.site.as_str(),
+        node: node.as_str(),
+        vmid: *vmid,
+        confirmed: false,
+        seen,
+        fate: Fate::Relabel,
+    };
+    let Some(view) = input.sites.get(&r.site).filter(|v| v.reachable()) else {
+        return Some(unjudged(Seen::Unreachable));
+    };
+    let vm = view.vms.get(vmid)?;
+    if vm.is_unknown() {
+        return Some(unjudged(Seen::Unknown));
+    }
+    if vm.marker.is_none() && !vm.marker_read {
+        // Not read (a VM without our tag that the record names): execute reads its config and
+        // asks the gate before writing anything.
+        return Some(Rename {
+            node: vm.node.as_str(),
+            ..unjudged(Seen::Listed)
+        });
+    }
+    let recorded = Recorded {
+        site: r.site.as_str(),
+        vmid: *vmid,
+        uid: r.uid.as_str(),
+    };
+    judged(
+        input,
+        spec,
+        from,
+        &evidence(vm, &r.site, Some(recorded)),
+        vm,
+        view,
+    )
+}
+
+/// Whether a record of this cycle names VM `vmid` on `site`.
+fn recorded(input: &PlanInput<'_>, site: &str, vmid: u32) -> bool {
+    input
+        .records
+        .values()
+        .any(|r| r.site == site && r.vmid() == Some(vmid))
+}
+
+fn evidence<'v>(vm: &'v ObservedVm, site: &'v str, record: Option<Recorded<'v>>) -> Evidence<'v> {
+    Evidence {
+        vmid: vm.vmid,
+        site,
+        marker: vm.marker.as_deref(),
+        mac_verifies: vm.marker_verified,
+        record,
+    }
+}
+
+/// The rename of `vm` when the gate finds it the old spec's (on the new spec's site or not).
+fn judged<'a>(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    from: &'a str,
+    ev: &Evidence<'_>,
+    vm: &'a ObservedVm,
+    view: &'a SiteView,
+) -> Option<Rename<'a>> {
+    match may_relabel(input.install_id, from, &spec.name, &spec.site, ev) {
+        Ok(_) | Err(Refused::OtherSite { .. }) => Some(Rename {
+            from,
+            site: view.name.as_str(),
+            node: vm.node.as_str(),
+            vmid: vm.vmid,
+            confirmed: false,
+            seen: if vm.is_unknown() {
+                Seen::Unknown
+            } else {
+                Seen::Listed
+            },
+            fate: Fate::Relabel,
+        }),
+        Err(Refused::NotShown(_)) => None,
+    }
+}
+
+/// Why a spec renamed from `from`, whose VM was not found, waits: a site that cannot be read,
+/// or a VM of this install whose marker could not be read, may hold it. `None`: it was looked
+/// for everywhere.
+fn unresolved(
+    input: &PlanInput<'_>,
+    indexes: &BTreeMap<&str, SiteIndex<'_>>,
+    from: &str,
+) -> Option<Verdict> {
+    if let Some(site) = input.sites.values().find(|v| !v.reachable()) {
+        return Some(Verdict::SiteUnreachable {
+            error: format!(
+                "site {} cannot be read, and the VM of spec {from}, which this spec is renamed \
+                 from, may be there: nothing is created until it can be read",
+                site.name
+            ),
+        });
+    }
+    indexes
+        .values()
+        .flat_map(|i| {
+            i.unread_by_name
+                .values()
+                .chain(i.unread_tagged_nameless.values())
+        })
+        .min()
+        .map(|vmid| Verdict::Unknown { vmid: *vmid })
+}
+
+/// A re-label on the new spec's site, when confirmed and the VM's node is healthy; otherwise
+/// both the delete and the create are held, and the verdict says why.
+fn plan_rename(
     input: &PlanInput<'_>,
     spec: &Spec,
     r: &Rename<'_>,
@@ -102,14 +419,12 @@ pub(super) fn plan_rename(
             error: format!("site {} cannot be read", r.site),
         };
     };
-    let node = view
-        .vms
-        .get(&r.vmid)
-        .map(|vm| vm.node.as_str())
-        .unwrap_or(r.node);
-    if !view.node_healthy(node) {
+    if r.seen == Seen::Unknown {
+        return Verdict::Unknown { vmid: r.vmid };
+    }
+    if !view.node_healthy(r.node) {
         return Verdict::NodeUnhealthy {
-            node: node.to_string(),
+            node: r.node.to_string(),
             quorate: view.health.quorate,
         };
     }
@@ -117,8 +432,304 @@ pub(super) fn plan_rename(
         spec: spec.name.clone(),
         from: r.from.to_string(),
         site: r.site.to_string(),
-        node: node.to_string(),
+        node: r.node.to_string(),
         vmid: r.vmid,
     });
     Verdict::Acting
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use super::super::{Action, OrphanDisposition, Plan, PlanInput, Verdict, plan};
+    use crate::config::ReconcileConfig;
+    use crate::observe::{ObservedVm, Power, SiteView};
+    use crate::ownership::Marker;
+    use crate::pve::types::ClusterHealth;
+    use crate::spec::{Spec, Specs, parse_file};
+    use crate::state::{SpecRecord, VmState};
+
+    const NOW: u64 = 10_000_000;
+
+    /// What `plan` looks at: sites `lab` and `eu` (node `pve1` each), install `main`.
+    struct World {
+        desired: Specs,
+        invalid: BTreeSet<String>,
+        sites: BTreeMap<String, SiteView>,
+        records: BTreeMap<String, SpecRecord>,
+        /// Every VM first seen long ago: stopped ones are past the grace period.
+        seen: BTreeMap<(String, u32), u64>,
+        reconcile: ReconcileConfig,
+    }
+
+    impl World {
+        fn new(specs: &[Spec]) -> World {
+            let site = |name: &str| SiteView {
+                name: name.into(),
+                error: None,
+                health: ClusterHealth {
+                    quorate: true,
+                    nodes: [("pve1".to_string(), true)].into(),
+                },
+                vms: BTreeMap::new(),
+                other_vmids: BTreeSet::new(),
+            };
+            World {
+                desired: specs.iter().cloned().collect(),
+                invalid: BTreeSet::new(),
+                sites: [("lab".into(), site("lab")), ("eu".into(), site("eu"))].into(),
+                records: BTreeMap::new(),
+                seen: BTreeMap::new(),
+                reconcile: ReconcileConfig::default(),
+            }
+        }
+
+        /// A tagged VM on `site` whose marker names `spec` (verifying when `verified`).
+        fn vm(&mut self, site: &str, vmid: u32, spec: &str, power: Power, verified: bool) {
+            let vm = ObservedVm {
+                vmid,
+                node: "pve1".into(),
+                name: Some(spec.into()),
+                power,
+                tags: vec!["proxsync.main".into()],
+                cpus: Some(2),
+                memory_bytes: Some(2 << 30),
+                disk_bytes: Some(32 << 30),
+                lock: None,
+                ha_state: None,
+                template: false,
+                marker: Some(Arc::new(Marker {
+                    install: "main".into(),
+                    spec: spec.into(),
+                    uid: format!("uid-{spec}"),
+                    mac: Some("00".into()),
+                })),
+                marker_read: true,
+                marker_verified: verified,
+            };
+            self.sites.get_mut(site).unwrap().vms.insert(vmid, vm);
+            self.seen.insert((site.to_string(), vmid), 0);
+        }
+
+        /// `spec`'s record of VM `vmid` on `site`.
+        fn record(&mut self, spec: &str, site: &str, vmid: u32) {
+            let rec = SpecRecord {
+                uid: format!("uid-{spec}"),
+                site: site.into(),
+                vm: VmState::Exists {
+                    vmid,
+                    node: "pve1".into(),
+                },
+                provisioned: true,
+                ..Default::default()
+            };
+            self.records.insert(spec.into(), rec);
+        }
+
+        fn plan(&self) -> Plan {
+            plan(&PlanInput {
+                install_id: "main",
+                desired: &self.desired,
+                invalid: &self.invalid,
+                elsewhere: &BTreeSet::new(),
+                sharded: false,
+                complete: true,
+                sites: &self.sites,
+                records: &self.records,
+                orphans_seen: &self.seen,
+                reconcile: &self.reconcile,
+                config_hash: "",
+                now_ms: NOW,
+                retry_transient_now: false,
+            })
+        }
+    }
+
+    /// Spec `name` on `site`, renamed from `from`, with `extra` under `forProvider`.
+    fn spec(name: &str, from: Option<&str>, site: &str, extra: &str) -> Spec {
+        let annotation = from
+            .map(|f| format!("  annotations:\n    proxsync.io/renamed-from: {f}\n"))
+            .unwrap_or_default();
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\n{annotation}\
+             spec:\n  forProvider:\n    site: {site}\n    node: pve1\n    image: \"9000\"\n{extra}"
+        );
+        let (mut specs, diags) = parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    }
+
+    fn relabel(vmid: u32) -> Action {
+        Action::Relabel {
+            spec: "new".into(),
+            from: "old".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+        }
+    }
+
+    /// After a lost database (no record), the VM whose verifying marker names the old spec is
+    /// re-labelled, running or stopped past the orphan grace period: not deleted as an orphan,
+    /// no VM created. A marker that does not verify is no evidence.
+    #[test]
+    fn a_rename_after_a_lost_database_is_found_by_the_verifying_marker() {
+        for power in [Power::Running, Power::Stopped] {
+            let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+            w.vm("lab", 100, "old", power, true);
+            let p = w.plan();
+            assert_eq!(p.actions, vec![relabel(100)], "{power:?}: {p:?}");
+            assert!(p.orphans.is_empty(), "{p:?}");
+            assert_eq!(p.renamed, [("old".into(), "new".into())].into());
+        }
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "old", Power::Running, false);
+        let p = w.plan();
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Relabel { .. })),
+            "{p:?}"
+        );
+    }
+
+    /// A rename to another site: the old VM stays (no delete, no re-label), listed; the new
+    /// spec waits, or with `allowRecreateOnSiteChange` is created on its site. From the
+    /// record, and from the verifying marker after a lost database.
+    #[test]
+    fn a_rename_across_sites_keeps_the_old_vm_and_follows_the_site_change_rule() {
+        for recorded in [true, false] {
+            for allow in [false, true] {
+                let extra = if allow {
+                    "    allowRecreateOnSiteChange: true\n"
+                } else {
+                    ""
+                };
+                let mut w = World::new(&[spec("new", Some("old"), "eu", extra)]);
+                w.vm("lab", 100, "old", Power::Stopped, true);
+                if recorded {
+                    w.record("old", "lab", 100);
+                }
+                let p = w.plan();
+                let case = format!("recorded {recorded}, allow {allow}: {p:?}");
+                let creates = vec![Action::Create {
+                    spec: "new".into(),
+                    site: "eu".into(),
+                    node: "pve1".into(),
+                }];
+                if allow {
+                    assert_eq!(p.actions, creates, "{case}");
+                } else {
+                    assert!(p.actions.is_empty(), "{case}");
+                    assert_eq!(
+                        p.verdicts["new"],
+                        Verdict::SiteMoved {
+                            from: "lab".into(),
+                            vmid: 100
+                        },
+                        "{case}"
+                    );
+                }
+                let listed: Vec<(u32, &OrphanDisposition)> =
+                    p.orphans.iter().map(|o| (o.vmid, &o.disposition)).collect();
+                let moved = OrphanDisposition::SiteMoved {
+                    spec: "new".into(),
+                    to: "eu".into(),
+                };
+                assert_eq!(listed, vec![(100, &moved)], "{case}");
+            }
+        }
+    }
+
+    /// The new spec has a VM of its own and the old spec's VM is still there: a duplicate
+    /// naming both, the old VM kept (stopped, past the grace period) and listed.
+    #[test]
+    fn a_renamed_spec_with_its_own_vm_is_a_duplicate_and_nothing_is_deleted() {
+        for recorded in [true, false] {
+            let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+            w.vm("lab", 100, "old", Power::Stopped, true);
+            w.vm("lab", 101, "new", Power::Running, true);
+            w.record("new", "lab", 101);
+            if recorded {
+                w.record("old", "lab", 100);
+            }
+            let p = w.plan();
+            let on_old = |a: &Action| match a {
+                Action::Remove { vmid, .. }
+                | Action::DeleteOrphan { vmid, .. }
+                | Action::Relabel { vmid, .. }
+                | Action::Converge { vmid, .. } => *vmid == 100,
+                _ => false,
+            };
+            assert!(!p.actions.iter().any(on_old), "recorded {recorded}: {p:?}");
+            let d = &p.duplicates["new"];
+            assert_eq!(
+                (d.kept, d.extras.as_slice(), d.renamed_from.as_deref()),
+                (101, [100].as_slice(), Some("old")),
+                "{p:?}"
+            );
+            let listed: Vec<(u32, &OrphanDisposition, Option<&str>)> = (p.orphans.iter())
+                .map(|o| (o.vmid, &o.disposition, o.duplicate_of.as_deref()))
+                .collect();
+            assert_eq!(
+                listed,
+                vec![(100, &OrphanDisposition::Reported, Some("new"))],
+                "{p:?}"
+            );
+        }
+    }
+
+    /// A spec renamed from a removed spec whose VM is not found is created only once every
+    /// place it may be in was read.
+    #[test]
+    fn a_renamed_spec_is_not_created_while_a_site_cannot_be_read() {
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.sites.insert(
+            "eu".into(),
+            SiteView::unreachable("eu", "connection refused".into()),
+        );
+        let p = w.plan();
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert!(
+            matches!(&p.verdicts["new"], Verdict::SiteUnreachable { error } if error.contains("old")),
+            "{p:?}"
+        );
+        w.sites.get_mut("eu").unwrap().error = None;
+        assert_eq!(w.plan().actions.len(), 1, "then created");
+    }
+
+    /// `renamed-from` naming a spec that is still desired: the planner holds both as invalid,
+    /// plans nothing for their VM, and removes nothing.
+    #[test]
+    fn renamed_from_a_desired_spec_holds_both() {
+        let mut w = World::new(&[
+            spec("app", None, "lab", "    cpu: 4\n"),
+            spec("app-legacy", Some("app"), "lab", ""),
+        ]);
+        w.vm("lab", 100, "app", Power::Running, true);
+        w.record("app", "lab", 100);
+        let p = w.plan();
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert_eq!(p.verdicts["app"], Verdict::Invalid, "{p:?}");
+        assert_eq!(p.verdicts["app-legacy"], Verdict::Invalid, "{p:?}");
+        assert!(p.orphans.is_empty(), "{p:?}");
+    }
+
+    /// The marker already names the new spec with the old record's uid (a re-label whose
+    /// answer was lost): planned again, and execute only moves the record.
+    #[test]
+    fn a_marker_already_naming_the_new_spec_with_the_old_uid_is_relabelled() {
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "new", Power::Running, true);
+        w.record("old", "lab", 100);
+        let vm = w.sites.get_mut("lab").unwrap().vms.get_mut(&100).unwrap();
+        vm.marker = Some(Arc::new(Marker {
+            uid: "uid-old".into(),
+            ..(**vm.marker.as_ref().unwrap()).clone()
+        }));
+        let p = w.plan();
+        assert_eq!(p.actions, vec![relabel(100)], "{p:?}");
+    }
 }

@@ -37,6 +37,7 @@ pub(super) fn duplicate(
         site: spec.site.clone(),
         kept,
         extras,
+        renamed_from: None,
     })
 }
 

@@ -162,6 +162,18 @@ impl FakePve {
         self.lock().vms.get(&vmid).cloned()
     }
 
+    /// Sets (or with `None` removes) a key of VM `vmid`'s config, as a person would.
+    pub fn set_config_value(&self, vmid: u32, key: &str, value: Option<&str>) {
+        let mut s = self.lock();
+        if let Some(vm) = s.vms.get_mut(&vmid) {
+            match value {
+                Some(v) => vm.config.insert(key.to_string(), v.to_string()),
+                None => vm.config.remove(key),
+            };
+        }
+        *s.generation.entry(vmid).or_default() += 1;
+    }
+
     pub fn set_task_end(&self, end: TaskEnd) {
         self.lock().task_end = end;
     }
@@ -276,6 +288,8 @@ impl State {
                 for k in value.split(',') {
                     vm.config.remove(k.trim());
                 }
+            } else if key == "force" {
+                // A parameter of the update (deallocate deleted disks), not a config key.
             } else {
                 vm.config.insert(key.to_string(), value);
             }
@@ -574,10 +588,15 @@ impl Pve for FakePve {
                 format: Some("iso".into()),
                 size: Some(bytes.len() as u64),
                 vmid: None,
+                // A file's ctime moves with every write; the task counter does too.
+                ctime: Some(1_700_000_000 + u64::from(s.pid)),
             };
             let storage = storage.to_string();
+            // PVE overwrites a file of the same name (pve-storage `API2/Storage/Status.pm`).
             let on_ok: Effect = Box::new(move |s: &mut State| {
-                s.volumes.entry(storage).or_default().push(volume);
+                let list = s.volumes.entry(storage).or_default();
+                list.retain(|v| v.volid != volume.volid);
+                list.push(volume);
             });
             Ok(s.task(node, "imgcopy", "", Some(on_ok), None))
         })

@@ -433,6 +433,10 @@ pub struct StorageVolume {
     pub size: Option<u64>,
     #[serde(default, deserialize_with = "opt_u32")]
     pub vmid: Option<u32>,
+    /// Creation time (unix seconds); for a file, its inode's change time (pve-storage
+    /// `PVE/Storage/Plugin.pm` `get_subdir_files`: `$st->ctime`), which no uploader sets.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub ctime: Option<u64>,
 }
 
 /// The file stem of a volume ID: `local:iso/debian-12.iso` -> `debian-12`,

@@ -49,13 +49,35 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
 }
 
 /// Makes a [`SpecSet`] from every file's specs and diagnostics: checks for duplicate names
-/// across files (duplicated specs are left out) and sorts the diagnostics. Shared by the
-/// filesystem loader and the git source.
+/// across files (duplicated specs are left out) and `proxsync.io/renamed-from` annotations that
+/// cannot be applied (`renames`: the specs they hold are left out), and sorts the diagnostics.
+/// Shared by the filesystem loader and the git source.
 pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !dup_names.contains(&s.name));
     diags.extend(duplicates);
+
+    let annotated = specs.iter().any(|s| s.renamed_from.is_some());
+    let (renames, held) = if !annotated {
+        (Vec::new(), HashSet::new())
+    } else {
+        let valid: Vec<&Spec> = specs.iter().collect();
+        let invalid: HashSet<&str> = diags
+            .iter()
+            .filter(|d| d.is_error())
+            .filter_map(|d| d.spec.as_deref())
+            .collect();
+        let names: HashSet<&str> = valid.iter().map(|s| s.name.as_str()).collect();
+        let (found, held) =
+            super::renames::check(&valid, |n| names.contains(n) || invalid.contains(n));
+        let held: HashSet<String> = held.into_iter().map(str::to_string).collect();
+        (found, held)
+    };
+    if !held.is_empty() {
+        specs.retain(|s| !held.contains(&s.name));
+    }
+    diags.extend(renames);
 
     // Report by file, then by position, so output reads like the files.
     diags.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));

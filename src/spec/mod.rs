@@ -39,6 +39,7 @@ mod lifecycle;
 mod load;
 mod names;
 mod networks;
+pub mod renames;
 mod schema;
 mod units;
 mod validate;

@@ -119,6 +119,24 @@ pub(crate) fn spec_status(
 /// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
 fn duplicate_vm(d: &Duplicate) -> ConditionInput {
     let extras: Vec<String> = d.extras.iter().map(u32::to_string).collect();
+    if let Some(from) = &d.renamed_from {
+        return ConditionInput::new(
+            kinds::READY,
+            S::False,
+            Reason::DuplicateVm,
+            format!(
+                "VM {} is this spec's, and VMs {} on site {} claim it too, among them the VM of \
+                 spec {from}, which this spec is renamed from ({}): the spec had a VM of its own \
+                 already. proxsync never deletes spec {from}'s VM while the annotation names it: \
+                 check them and delete what you do not need by hand, or remove the annotation \
+                 (spec {from}'s VM is then an orphan of this install)",
+                d.kept,
+                extras.join(", "),
+                d.site,
+                crate::spec::RENAMED_FROM,
+            ),
+        );
+    }
     ConditionInput::new(
         kinds::READY,
         S::False,
@@ -291,6 +309,7 @@ fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
         Some(e) if e.needs_human() => {
             let reason = match e.kind {
                 ErrorKind::StaleLock => Reason::StaleLock,
+                ErrorKind::Protected => Reason::Protected,
                 ErrorKind::Plain => Reason::for_category(e.category),
             };
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())
@@ -508,6 +527,46 @@ pub(crate) fn invalid_status(
             kinds::PROVISIONED,
             S::True,
             Reason::Created,
+            "",
+        ));
+    }
+    st
+}
+
+/// The status of a removed spec whose VM stays because its `protection` flag stops the delete
+/// (the record's last error is `Protected`): `Ready` False `Deleting` and `Stalled` with what
+/// to do, so the file a person looks at does not keep saying Ready.
+pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteView>) -> SpecStatus {
+    let vmid = rec.vm.made_vmid();
+    let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
+    let mut st = SpecStatus {
+        name: name.to_string(),
+        site: rec.site.clone(),
+        node: rec.vm.node().map(str::to_string).unwrap_or_default(),
+        vm_id: vmid,
+        state: vm.map_or("unknown", |vm| vm.power.as_str()).into(),
+        ..Default::default()
+    };
+    common(Some(rec), &mut st);
+    let error = rec.last_error.as_deref();
+    let message = format!(
+        "the spec was removed; its VM is not deleted: {}",
+        error.map(|e| e.message.as_str()).unwrap_or_default()
+    );
+    st.conditions = vec![
+        ConditionInput::new(kinds::READY, S::False, Reason::Deleting, message),
+        ConditionInput::new(kinds::RECONCILING, S::True, Reason::BackingOff, ""),
+        stalled(error),
+    ];
+    if rec.provisioned {
+        st.conditions.push(ConditionInput::new(
+            kinds::PROVISIONED,
+            S::True,
+            if rec.adopted {
+                Reason::Adopted
+            } else {
+                Reason::Created
+            },
             "",
         ));
     }

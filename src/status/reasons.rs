@@ -113,6 +113,9 @@ pub enum Reason {
     ProxmoxError,
     /// `Stalled` True: the VM's config carries a lock no running task holds.
     StaleLock,
+    /// `Stalled` True: the VM's `protection` flag stops a delete or a drive removal, and the
+    /// spec does not let proxsync clear it.
+    Protected,
     // ---- NodeHealthy ----
     /// `NodeHealthy` True: the node is online and the cluster quorate.
     NodeOnline,
@@ -138,7 +141,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 48] = [
+    pub const ALL: [Reason; 49] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -178,6 +181,7 @@ impl Reason {
         Reason::Conflict,
         Reason::ProxmoxError,
         Reason::StaleLock,
+        Reason::Protected,
         Reason::NodeOnline,
         Reason::NodeOffline,
         Reason::NoQuorum,
@@ -231,6 +235,7 @@ impl Reason {
             Reason::Conflict => "Conflict",
             Reason::ProxmoxError => "ProxmoxError",
             Reason::StaleLock => "StaleLock",
+            Reason::Protected => "Protected",
             Reason::NodeOnline => "NodeOnline",
             Reason::NodeOffline => "NodeOffline",
             Reason::NoQuorum => "NoQuorum",
@@ -354,6 +359,7 @@ pub const STALLED: &[Reason] = &[
     Reason::ImageNotFound,
     Reason::ValidationFailed,
     Reason::StaleLock,
+    Reason::Protected,
     Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.

@@ -678,6 +678,14 @@ impl FakePve {
         );
     }
 
+    /// [`store_file`](Self::store_file) with the `ctime` the storage's listing shows for it.
+    pub fn store_file_at(&mut self, storage: &str, name: &str, size: u64, ctime: u64) {
+        self.must(
+            "store_file",
+            json!({"storage": storage, "name": name, "size": size, "content": "iso", "ctime": ctime}),
+        );
+    }
+
     pub fn add_token(&mut self, id: &str, secret: &str) {
         self.must("add_token", json!({"id": id, "secret": secret}));
     }

@@ -92,7 +92,13 @@ without a MAC gets a fresh one; `S:N` allocates a disk at once; a deleted disk i
 once (a NIC's bridge, tag, trunks, firewall and rate always; a new scsi/virtio disk or NIC with
 hotplug; the balloon target; memory with memory hotplug and NUMA) and the rest stays pending
 (cores, sockets, cpu, numa, bios, machine, scsihw, vga, serial0, ostype, agent on/off, EFI/TPM).
+On a VM with `protection` set, an update deleting a drive or an `unusedN` that is set dies before
+any change (`can't remove drive 'scsi1' - protection mode enabled`; a POST's qmconfig task fails with
+it), as qemu-server's update_vm_api checks it in its delete loop.
 Scenario key `pools`: pool ids that exist.
+
+    store_file(storage, name, size=0, content='iso', ctime=None)
+        A file on a storage (someone's upload), listed with `size` and `ctime` (default: now).
 
     set_datacenter(options)
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
@@ -356,12 +362,38 @@ class HarnessPve(FakePve):
         if sid is not None:
             (self.storages.get(sid) or {}).get('volumes', {}).pop(name, None)
 
+    @staticmethod
+    def _protected(vm):
+        """PVE::AbstractConfig::check_protection's test: `protection` set in the current config
+        (Perl truth: not absent, empty or 0)."""
+        return str(vm.config.get('protection', '') or '') not in ('', '0')
+
+    def _check_drive_protection(self, vm, deletes):
+        """update_vm_api's `delete` loop (qemu-server PVE/API2/Qemu.pm) runs before any change
+        is written and checks each drive and unusedN key that is set (now or pending) with
+        PVE::AbstractConfig::check_protection against the config as it is: the whole update dies
+        with `can't remove drive 'scsi1' - protection mode enabled` (`can't remove unused disk
+        'VOLUME' - ...` for unusedN), new disks included, and a `protection=0` in the same update
+        is not applied yet. fakepve 0.5.0 checks protection only on the VM's destroy."""
+        if not self._protected(vm):
+            return
+        for key in deletes:
+            value = vm.config.get(key, vm.pending.get(key))
+            if value is None:
+                continue  # PVE warns "cannot delete 'KEY' - not set" and goes on
+            if re.fullmatch(r'unused\d+', key):
+                raise PveError(500, "can't remove unused disk '{0}' - protection mode enabled".format(
+                    split_drive(str(value))[0]))
+            if DRIVE_KEY.match(key):
+                raise PveError(500, "can't remove drive '{0}' - protection mode enabled".format(key))
+
     async def _apply_config(self, vm, user, p):
         p = dict(p)
         digest = p.get('digest')
         if digest and digest != vm.digest():
             raise PveError(500, 'checksum mismatch (file change by other user?)')
         self._check_lock(vm)
+        self._check_drive_protection(vm, [k for k in str(p.get('delete', '') or '').split(',') if k])
         running = vm.status == 'running'
         features = self._hotplug_features(vm.config)
         self._pin_on_ostype(vm, p)
@@ -2146,10 +2178,12 @@ class Commands(object):
     def set_storage(self, name, **options):
         return jsonable(set_storage(self.pve, name, options))
 
-    def store_file(self, storage, name, size=0, content='iso'):
+    def store_file(self, storage, name, size=0, content='iso', ctime=None):
         if storage not in self.pve.storages:
             raise BadArgs('no storage {0!r}'.format(storage))
         self.pve.store_file(storage, name, int(size), content)
+        if ctime is not None:
+            self.pve.storages[storage]['volumes']['{0}/{1}'.format(content, name)]['ctime'] = int(ctime)
 
     def add_token(self, id, secret):  # noqa: A002 - the protocol's name
         if '!' not in id or '@' not in id:

@@ -1,0 +1,281 @@
+//! A rename of `metadata.name`: may a VM's marker be re-signed from spec `from` to spec `to`?
+//!
+//! The evidence is the marker the VM carries and, when the state database has one, the old
+//! spec's record. The VM must carry this install's marker naming `from` with the old spec's uid
+//! (the recorded one, or without a record the marker's own), trusted because its MAC verifies
+//! for this VMID or because the record names this VMID and that uid. A marker that already
+//! names `to` with that uid is a re-label whose answer was lost: only the record has to move.
+//! And the VM must be on the site the new spec names: a rename never moves a VM between
+//! clusters (the site-change rule applies instead, see `plan`).
+//!
+//! The planner asks with what the cycle's observation saw (its view of a VM the records know
+//! carries the marker the record vouches for); `execute` asks again with a config it has just
+//! read, right before it writes the marker.
+
+use std::fmt;
+
+use crate::ownership::Marker;
+
+/// What is known of the VM a rename would re-label.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    pub vmid: u32,
+    /// The site the VM is listed on.
+    pub site: &'a str,
+    /// The marker its config carries (`None`: none, or not read).
+    pub marker: Option<&'a Marker>,
+    /// The marker's MAC verifies for `vmid` with this install's key. (An observed view says so
+    /// too for a VM a record vouches for; the record is then given as well.)
+    pub mac_verifies: bool,
+    /// The old spec's record, when the state database has one with a VM.
+    pub record: Option<Recorded<'a>>,
+}
+
+/// The old spec's record: where its VM is and the uid its marker carries.
+#[derive(Debug, Clone, Copy)]
+pub struct Recorded<'a> {
+    pub site: &'a str,
+    pub vmid: u32,
+    pub uid: &'a str,
+}
+
+/// A re-label the evidence allows, with the uid the new marker carries (the old spec's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relabel {
+    /// The marker names the old spec: sign one for the new spec.
+    Resign { uid: String },
+    /// The marker already names the new spec with the old spec's uid (the write was made, its
+    /// answer lost): nothing to write, the record moves.
+    Done { uid: String },
+}
+
+impl Relabel {
+    pub fn uid(&self) -> &str {
+        match self {
+            Relabel::Resign { uid } | Relabel::Done { uid } => uid,
+        }
+    }
+}
+
+/// Why a VM's marker may not be re-signed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The VM is the old spec's, but on another site than the new spec names.
+    OtherSite { vm_site: String, spec_site: String },
+    /// Nothing shows the VM is the old spec's: what was found and what to do.
+    NotShown(String),
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::OtherSite { vm_site, spec_site } => write!(
+                f,
+                "the VM is on site {vm_site} and the renamed spec names site {spec_site}: a rename \
+                 never moves a VM between clusters; the spec waits (SiteMoved) until the VM is \
+                 removed on {vm_site} or the spec names {vm_site} again"
+            ),
+            Refused::NotShown(why) => f.write_str(why),
+        }
+    }
+}
+
+/// May the marker of the VM in `ev` be re-signed from spec `from` to spec `to`, whose site is
+/// `to_site`? The identity is judged first, so `OtherSite` means the VM is `from`'s.
+pub fn may_relabel(
+    install_id: &str,
+    from: &str,
+    to: &str,
+    to_site: &str,
+    ev: &Evidence<'_>,
+) -> Result<Relabel, Refused> {
+    let vmid = ev.vmid;
+    let not_shown = |why: String| Err(Refused::NotShown(why));
+    if from == to {
+        return not_shown(format!("spec {to} cannot be renamed from itself"));
+    }
+    if let Some(r) = ev.record
+        && (r.site != ev.site || r.vmid != vmid)
+    {
+        return not_shown(format!(
+            "the record of spec {from} names VM {} on site {}, not VM {vmid} on site {}",
+            r.vmid, r.site, ev.site
+        ));
+    }
+    let Some(m) = ev.marker else {
+        return not_shown(format!(
+            "VM {vmid} carries no proxsync marker: it is not shown to be spec {from}'s; nothing \
+             is re-labelled"
+        ));
+    };
+    if m.install != install_id {
+        return not_shown(format!(
+            "VM {vmid} carries the marker of install {}, not {install_id}'s",
+            m.install
+        ));
+    }
+    if m.spec != from && m.spec != to {
+        return not_shown(format!(
+            "VM {vmid} carries the marker of spec {}, not of {from}",
+            m.spec
+        ));
+    }
+    let uid = ev.record.map(|r| r.uid).unwrap_or(m.uid.as_str());
+    if m.uid != uid {
+        return not_shown(format!(
+            "VM {vmid}'s marker carries uid {}, and the record of spec {from} uid {uid}: it is \
+             another VM",
+            m.uid
+        ));
+    }
+    let vouched = ev.record.is_some_and(|r| !r.uid.is_empty());
+    if !ev.mac_verifies && !vouched {
+        return not_shown(format!(
+            "VM {vmid}'s marker does not verify (copied from another VM, typed by hand, or signed \
+             with a lost marker key) and no record vouches for it: it is not re-labelled; if it \
+             is spec {from}'s VM, remove the annotation and confirm it with proxsync adopt"
+        ));
+    }
+    if ev.site != to_site {
+        return Err(Refused::OtherSite {
+            vm_site: ev.site.to_string(),
+            spec_site: to_site.to_string(),
+        });
+    }
+    let uid = uid.to_string();
+    Ok(if m.spec == from {
+        Relabel::Resign { uid }
+    } else {
+        Relabel::Done { uid }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(spec: &str, uid: &str) -> Marker {
+        Marker {
+            install: "main".into(),
+            spec: spec.into(),
+            uid: uid.into(),
+            mac: Some("00".into()),
+        }
+    }
+
+    fn ask(ev: &Evidence<'_>) -> Result<Relabel, Refused> {
+        may_relabel("main", "old", "new", "lab", ev)
+    }
+
+    const RECORD: Recorded<'static> = Recorded {
+        site: "lab",
+        vmid: 100,
+        uid: "u1",
+    };
+
+    fn evidence<'a>(
+        m: &'a Marker,
+        mac_verifies: bool,
+        record: Option<Recorded<'static>>,
+    ) -> Evidence<'a> {
+        Evidence {
+            vmid: 100,
+            site: "lab",
+            marker: Some(m),
+            mac_verifies,
+            record,
+        }
+    }
+
+    fn refused(r: Result<Relabel, Refused>) -> String {
+        match r {
+            Err(Refused::NotShown(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_old_specs_verified_marker_is_resigned_with_its_uid() {
+        let m = marker("old", "u1");
+        let resign = Ok(Relabel::Resign { uid: "u1".into() });
+        assert_eq!(ask(&evidence(&m, true, Some(RECORD))), resign);
+        // After a lost database: the marker's own uid, its MAC the evidence.
+        assert_eq!(ask(&evidence(&m, true, None)), resign);
+        // A marker from before signing: the record vouches for it.
+        assert_eq!(ask(&evidence(&m, false, Some(RECORD))), resign);
+    }
+
+    #[test]
+    fn a_marker_already_naming_the_new_spec_with_the_uid_completes_the_rename() {
+        let m = marker("new", "u1");
+        let done = Ok(Relabel::Done { uid: "u1".into() });
+        assert_eq!(ask(&evidence(&m, true, Some(RECORD))), done);
+        assert_eq!(ask(&evidence(&m, false, Some(RECORD))), done);
+        assert_eq!(ask(&evidence(&m, true, None)), done);
+    }
+
+    #[test]
+    fn another_uid_spec_install_or_vm_is_refused() {
+        let other_uid = marker("new", "u2");
+        assert!(refused(ask(&evidence(&other_uid, true, Some(RECORD)))).contains("uid u2"));
+        let other_spec = marker("db", "u1");
+        assert!(refused(ask(&evidence(&other_spec, true, Some(RECORD)))).contains("spec db"));
+        let mut theirs = marker("old", "u1");
+        theirs.install = "other".into();
+        assert!(refused(ask(&evidence(&theirs, true, Some(RECORD)))).contains("install other"));
+        let m = marker("old", "u1");
+        let elsewhere = Recorded {
+            vmid: 101,
+            ..RECORD
+        };
+        assert!(refused(ask(&evidence(&m, true, Some(elsewhere)))).contains("VM 101"));
+        let none = Evidence {
+            marker: None,
+            ..evidence(&m, true, Some(RECORD))
+        };
+        assert!(refused(ask(&none)).contains("no proxsync marker"));
+        assert!(
+            refused(may_relabel(
+                "main",
+                "old",
+                "old",
+                "lab",
+                &evidence(&m, true, None)
+            ))
+            .contains("itself")
+        );
+    }
+
+    #[test]
+    fn an_unverified_marker_without_a_record_is_refused() {
+        let m = marker("old", "u1");
+        assert!(refused(ask(&evidence(&m, false, None))).contains("does not verify"));
+        let blank = Recorded { uid: "", ..RECORD };
+        let m_blank = marker("old", "");
+        // A record without a uid vouches for nothing.
+        assert!(ask(&evidence(&m_blank, false, Some(blank))).is_err());
+    }
+
+    #[test]
+    fn the_old_specs_vm_on_another_site_is_never_relabelled() {
+        let m = marker("old", "u1");
+        let r = may_relabel(
+            "main",
+            "old",
+            "new",
+            "eu",
+            &evidence(&m, true, Some(RECORD)),
+        );
+        assert_eq!(
+            r,
+            Err(Refused::OtherSite {
+                vm_site: "lab".into(),
+                spec_site: "eu".into()
+            })
+        );
+        // Identity first: a VM that is not the old spec's is NotShown, wherever it is.
+        let other = marker("db", "u1");
+        let r = may_relabel("main", "old", "new", "eu", &evidence(&other, true, None));
+        assert!(matches!(r, Err(Refused::NotShown(_))), "{r:?}");
+    }
+}

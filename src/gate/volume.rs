@@ -1,0 +1,635 @@
+//! Volumes: attaching a cloud-init seed, destroying a `destroyDisks` disk, removing drives of a
+//! protected VM, and deleting a protected VM. Pure: callers hand in what the storage listing,
+//! the VM's config and the spec's record say; each answer is what to do, or a refusal saying
+//! what is wrong and what to do.
+//!
+//! - A seed is attached only when the storage lists the file proxsync uploaded: the volume,
+//!   its size and its ctime as listed right after the upload ([`seed_uploaded`]), the same at
+//!   the attach ([`seed_on_storage`]). A file under a seed's name is anyone's who can upload
+//!   to the storage; its ctime is set by the kernel, never by an uploader.
+//! - A destroy is bound to the volume the slot held when it was first applied, happens once,
+//!   and never touches a later volume in that slot ([`destroy`]).
+//! - PVE refuses to remove any drive of a protected VM, and the VM itself ([`drive_removal`],
+//!   [`vm_delete`]).
+
+use crate::pve::types::StorageVolume;
+use crate::state::{DestroyState, DiskDestroy, SeedUpload};
+
+// ---- seeds ----
+
+/// What to do with the seed image a spec needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedCheck {
+    /// The storage lists the file proxsync uploaded: attach it (or keep it attached).
+    Attach,
+    /// Upload it (again): PVE overwrites a file of that name. `found` says why a file of that
+    /// name is not trusted (for the history and the log); `None`: there is none.
+    Upload { found: Option<String> },
+}
+
+/// Whether the seed `volid` may be attached as the storage lists it (`listed`, from a listing
+/// read now): only when proxsync recorded uploading it (`recorded`) and the listing shows the
+/// same size and ctime.
+pub fn seed_on_storage(
+    volid: &str,
+    listed: Option<&StorageVolume>,
+    recorded: Option<&SeedUpload>,
+) -> SeedCheck {
+    let Some(listed) = listed else {
+        return SeedCheck::Upload { found: None };
+    };
+    let why = match recorded {
+        None => format!(
+            "{volid} is on the storage but is not the file proxsync uploaded (it has no record \
+             of uploading it: someone else's file, or one from before its state database was \
+             rebuilt)"
+        ),
+        Some(r)
+            if listed.size == Some(r.size) && listed.ctime == Some(r.ctime) && r.volid == volid =>
+        {
+            return SeedCheck::Attach;
+        }
+        Some(r) => format!(
+            "{volid} on the storage is not the file proxsync uploaded (listed: size {}, ctime \
+             {}; uploaded: size {}, ctime {}): replaced since",
+            shown(listed.size),
+            shown(listed.ctime),
+            r.size,
+            r.ctime
+        ),
+    };
+    SeedCheck::Upload {
+        found: Some(format!(
+            "{why}; uploading the seed again, never attaching that file"
+        )),
+    }
+}
+
+fn shown(v: Option<u64>) -> String {
+    v.map_or_else(|| "none".to_string(), |v| v.to_string())
+}
+
+/// What to record of the seed `volid` just uploaded (`size` bytes), from the storage listing
+/// read right after its upload task ended. A refusal (the file missing, of another size, or
+/// listed without a ctime to recognise it by later) means: do not attach it.
+pub fn seed_uploaded(
+    volid: &str,
+    size: u64,
+    listed: Option<&StorageVolume>,
+) -> Result<SeedUpload, String> {
+    let Some(listed) = listed else {
+        return Err(format!(
+            "the seed image {volid} is not on its storage after its upload ended: not attaching \
+             it; the next attempt uploads it again"
+        ));
+    };
+    if listed.size != Some(size) {
+        return Err(format!(
+            "the storage lists the seed image {volid} with {} bytes, not the {size} proxsync \
+             uploaded (replaced right after the upload?): not attaching it; the next attempt \
+             uploads it again",
+            shown(listed.size)
+        ));
+    }
+    let Some(ctime) = listed.ctime else {
+        return Err(format!(
+            "the storage lists the seed image {volid} without a ctime, so proxsync cannot tell \
+             it from a file put there later: no seed is attached from it; set \
+             cloudInit.seedStorage to a directory storage (dir, nfs, cifs, cephfs)"
+        ));
+    };
+    Ok(SeedUpload {
+        volid: volid.to_string(),
+        size,
+        ctime,
+    })
+}
+
+// ---- destroyDisks ----
+
+/// What a `destroyDisks` slot of the VM holds now (a removal PVE keeps pending counts as
+/// gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotHolds<'a> {
+    Nothing,
+    /// A disk that is not the boot disk: its volume.
+    Disk(&'a str),
+    /// Never destroyed: the boot disk, a CD-ROM or the cloud-init drive (what it is).
+    Kept(&'static str),
+}
+
+/// The decision for one `destroyDisks` slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestroyStep {
+    /// What the record keeps for the slot from now on; with `destroy`, written before the
+    /// destroy is sent (state `Bound`).
+    pub binding: DiskDestroy,
+    /// Destroy this volume (the one `binding` is bound to).
+    pub destroy: Option<String>,
+    /// A line for the spec's history (and a warning in the log), said once per fact.
+    pub note: Option<String>,
+}
+
+/// The decision for `slot` of `destroyDisks` on VM `vmid`: destroy its volume only when the
+/// destroy is bound to it, that is when the slot held it as the destroy was first applied
+/// (`binding` `None` while `followed`: the record has followed the VM since before the slot was
+/// listed), and only until it is done. A slot listed before the record followed the VM (an
+/// adoption, a rebuilt database, an older release) is bound to nothing: what the spec's author
+/// meant is unknown, and a destroy cannot be undone, so nothing in it is destroyed.
+pub fn destroy(
+    vmid: u32,
+    slot: &str,
+    holds: SlotHolds<'_>,
+    binding: Option<&DiskDestroy>,
+    followed: bool,
+    now_ms: u64,
+) -> Result<DestroyStep, String> {
+    let current = match holds {
+        SlotHolds::Kept(what) => {
+            return Err(format!(
+                "destroyDisks names {slot} of VM {vmid}, which is its {what}: refused; remove it \
+                 from destroyDisks"
+            ));
+        }
+        SlotHolds::Nothing => None,
+        SlotHolds::Disk(v) => Some(v.to_string()),
+    };
+    let entry =
+        |volume: Option<String>, state: DestroyState, reported: Option<String>| DiskDestroy {
+            slot: slot.to_string(),
+            volume,
+            state,
+            at_ms: now_ms,
+            reported,
+        };
+    let step = |binding: DiskDestroy, destroy: Option<String>, note: Option<String>| {
+        Ok(DestroyStep {
+            binding,
+            destroy,
+            note,
+        })
+    };
+    let how_to = |volume: &str| {
+        format!(
+            "to keep it, list {slot} in disks and remove it from destroyDisks; to destroy it: qm \
+             set {vmid} --delete {slot} --force 1 (VM {vmid}'s volume {volume})"
+        )
+    };
+    let Some(b) = binding else {
+        if !followed {
+            let note = current.as_ref().map(|v| {
+                format!(
+                    "destroyDisks names {slot}, but proxsync has no record of the volume that \
+                     destroy was written for (it began following VM {vmid} after: an adoption, \
+                     a rebuilt state database or an older release): {v} in {slot} is not \
+                     destroyed; {}",
+                    how_to(v)
+                )
+            });
+            return step(
+                entry(current.clone(), DestroyState::Unbound, current),
+                None,
+                note,
+            );
+        }
+        // First applied now: bound to what the slot holds.
+        return match current {
+            Some(v) => step(
+                entry(Some(v.clone()), DestroyState::Bound, None),
+                Some(v),
+                None,
+            ),
+            None => step(entry(None, DestroyState::Destroyed, None), None, None),
+        };
+    };
+    let unchanged = |note: Option<String>, reported: Option<String>| {
+        step(
+            DiskDestroy {
+                reported,
+                ..b.clone()
+            },
+            None,
+            note,
+        )
+    };
+    match (b.state, current) {
+        (DestroyState::Destroyed | DestroyState::Unbound, None) => {
+            unchanged(None, b.reported.clone())
+        }
+        // Bound and still there: the destroy was not carried out yet (refused, or a crash
+        // before it left).
+        (DestroyState::Bound, Some(v)) if b.volume.as_deref() == Some(v.as_str()) => {
+            step(b.clone(), Some(v), None)
+        }
+        (DestroyState::Bound, current) => {
+            let bound = b.volume.clone().unwrap_or_default();
+            let note = match &current {
+                None => format!(
+                    "{slot} ({bound}) is no longer attached to VM {vmid} after the destroy sent \
+                     for destroyDisks"
+                ),
+                Some(w) => format!(
+                    "{slot} no longer holds {bound}, the volume its destroy was bound to; \
+                     destroyDisks no longer applies to {w}, now in {slot}, which is kept; {}",
+                    how_to(w)
+                ),
+            };
+            step(
+                entry(b.volume.clone(), DestroyState::Destroyed, current),
+                None,
+                Some(note),
+            )
+        }
+        (_, Some(w)) if b.reported.as_deref() == Some(w.as_str()) => {
+            unchanged(None, b.reported.clone())
+        }
+        (DestroyState::Destroyed, Some(w)) => {
+            let before = match &b.volume {
+                Some(v) => format!("it destroyed {v} once"),
+                None => format!("{slot} was empty when destroyDisks was first applied"),
+            };
+            let note = format!(
+                "destroyDisks no longer applies to {slot}: {before}; {w}, in {slot} now, is \
+                 kept; {}",
+                how_to(&w)
+            );
+            unchanged(Some(note), Some(w))
+        }
+        (DestroyState::Unbound, Some(w)) => {
+            let note = format!(
+                "destroyDisks names {slot}, but proxsync has no record of the volume that \
+                 destroy was written for: {w} in {slot} is not destroyed; {}",
+                how_to(&w)
+            );
+            unchanged(Some(note), Some(w))
+        }
+    }
+}
+
+// ---- protection ----
+
+/// The VM's `protection` flag and the spec's hold on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protection {
+    /// Set on the VM (after this converge's config update, for a spec that declares it).
+    pub on: bool,
+    /// The spec's `protection` (for a removed spec: as last applied); `None`: not managed.
+    pub managed: Option<bool>,
+}
+
+/// Whether drives may be removed from VM `vmid` (`detach`: slots leaving `disks`; `destroy`:
+/// slots of `destroyDisks`): PVE refuses removing any drive of a protected VM, and fails the
+/// whole update with it (qemu-server `PVE/API2/Qemu.pm` `update_vm_api`, the `delete` loop's
+/// `check_protection`), so they must not be sent with anything else.
+pub fn drive_removal(
+    vmid: u32,
+    protection: Protection,
+    detach: &[String],
+    destroy: &[String],
+) -> Result<(), String> {
+    if !protection.on || (detach.is_empty() && destroy.is_empty()) {
+        return Ok(());
+    }
+    let slots: Vec<String> = detach
+        .iter()
+        .map(|s| format!("{s} (to detach)"))
+        .chain(destroy.iter().map(|s| format!("{s} (to destroy)")))
+        .collect();
+    let fix = match protection.managed {
+        Some(true) => "set protection: false in the spec (proxsync clears the flag first)".into(),
+        _ => format!(
+            "clear the flag (qm set {vmid} --protection 0, or protection: false in the spec)"
+        ),
+    };
+    Err(format!(
+        "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
+         {} stay attached while the rest of the spec is applied. To remove them, {fix}; to keep \
+         them, list them in disks again",
+        slots.join(", ")
+    ))
+}
+
+/// Whether PVE's cloud-init drive in `slot` may be removed from VM `vmid` to make way for
+/// proxsync's seed image (two `cidata` volumes would leave cloud-init to pick either): not on
+/// a protected VM, where PVE refuses it ([`drive_removal`]); nothing of `userData` is applied
+/// then.
+pub fn cloudinit_drive_removal(
+    vmid: u32,
+    protection: Protection,
+    slot: &str,
+) -> Result<(), String> {
+    if !protection.on {
+        return Ok(());
+    }
+    Err(format!(
+        "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
+         its cloud-init drive {slot} cannot make way for the userData seed image, so userData is \
+         not applied. Clear the flag ({}), or drop userData",
+        match protection.managed {
+            Some(true) => "protection: false in the spec".to_string(),
+            _ => format!("qm set {vmid} --protection 0"),
+        }
+    ))
+}
+
+/// What a delete of VM `vmid` does about its `protection` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteProtection {
+    /// Not protected: delete it.
+    Unprotected,
+    /// Protected by the removed spec's own `protection`: clear the flag (an update of its
+    /// own, before the VM is powered off), then delete it.
+    Clear,
+}
+
+/// Whether the removed spec's VM `vmid` may be deleted as far as `protection` goes: PVE
+/// refuses to delete a protected VM (qemu-server `PVE/API2/Qemu.pm` `destroy_vm`:
+/// `can't remove VM N - protection mode enabled`). The flag is cleared only when the spec
+/// managed it; one set by someone else stops the delete before the VM is powered off.
+pub fn vm_delete(vmid: u32, protection: Protection) -> Result<DeleteProtection, String> {
+    match protection {
+        Protection { on: false, .. } => Ok(DeleteProtection::Unprotected),
+        Protection {
+            managed: Some(_), ..
+        } => Ok(DeleteProtection::Clear),
+        Protection { managed: None, .. } => Err(format!(
+            "VM {vmid} has protection set, and no spec of this install set it: PVE refuses to \
+             delete a protected VM, so proxsync neither powers it off nor deletes it. To delete \
+             it, clear the flag: qm set {vmid} --protection 0 (or Options > Protection in the \
+             web UI)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(volid: &str, size: Option<u64>, ctime: Option<u64>) -> StorageVolume {
+        StorageVolume {
+            volid: volid.into(),
+            content: Some("iso".into()),
+            format: Some("iso".into()),
+            size,
+            vmid: None,
+            ctime,
+        }
+    }
+
+    const SEED: &str = "local:iso/proxsync.main.web-01.0123456789ab.iso";
+
+    fn uploaded() -> SeedUpload {
+        SeedUpload {
+            volid: SEED.into(),
+            size: 51200,
+            ctime: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn a_seed_is_attached_only_as_the_file_proxsync_uploaded() {
+        let ours = listed(SEED, Some(51200), Some(1_700_000_000));
+        assert_eq!(
+            seed_on_storage(SEED, Some(&ours), Some(&uploaded())),
+            SeedCheck::Attach
+        );
+        // Not on the storage: an upload, nothing to report.
+        assert_eq!(
+            seed_on_storage(SEED, None, Some(&uploaded())),
+            SeedCheck::Upload { found: None }
+        );
+        // On the storage, but no upload recorded: someone's file under the seed's name.
+        let SeedCheck::Upload { found: Some(why) } = seed_on_storage(SEED, Some(&ours), None)
+        else {
+            panic!("not attached");
+        };
+        assert!(why.contains("not the file proxsync uploaded") && why.contains(SEED));
+        // The same size, a later ctime (planted after the seed was deleted): uploaded again.
+        let planted = listed(SEED, Some(51200), Some(1_700_003_600));
+        let SeedCheck::Upload { found: Some(why) } =
+            seed_on_storage(SEED, Some(&planted), Some(&uploaded()))
+        else {
+            panic!("not attached");
+        };
+        assert!(why.contains("1700003600") && why.contains("never attaching"));
+        // Another size, or no ctime to compare: not the file either.
+        for other in [
+            listed(SEED, Some(51201), Some(1_700_000_000)),
+            listed(SEED, Some(51200), None),
+            listed(SEED, None, Some(1_700_000_000)),
+        ] {
+            assert!(matches!(
+                seed_on_storage(SEED, Some(&other), Some(&uploaded())),
+                SeedCheck::Upload { found: Some(_) }
+            ));
+        }
+        // A record of another volume proves nothing about this one.
+        let elsewhere = SeedUpload {
+            volid: "other:iso/proxsync.main.web-01.0123456789ab.iso".into(),
+            ..uploaded()
+        };
+        assert!(matches!(
+            seed_on_storage(SEED, Some(&ours), Some(&elsewhere)),
+            SeedCheck::Upload { found: Some(_) }
+        ));
+    }
+
+    #[test]
+    fn an_upload_is_recorded_from_the_listing_only_as_uploaded() {
+        let ours = listed(SEED, Some(51200), Some(1_700_000_000));
+        assert_eq!(seed_uploaded(SEED, 51200, Some(&ours)), Ok(uploaded()));
+        let err = seed_uploaded(SEED, 51200, None).unwrap_err();
+        assert!(err.contains("not attaching"), "{err}");
+        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(9), Some(1)))).unwrap_err();
+        assert!(err.contains("9 bytes") && err.contains("51200"), "{err}");
+        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(51200), None))).unwrap_err();
+        assert!(
+            err.contains("ctime") && err.contains("seedStorage"),
+            "{err}"
+        );
+    }
+
+    fn bound(state: DestroyState, volume: Option<&str>, reported: Option<&str>) -> DiskDestroy {
+        DiskDestroy {
+            slot: "scsi1".into(),
+            volume: volume.map(str::to_string),
+            state,
+            at_ms: 5,
+            reported: reported.map(str::to_string),
+        }
+    }
+
+    const V: &str = "data:100/vm-100-disk-1.raw";
+    const W: &str = "data:100/vm-100-disk-2.raw";
+
+    #[test]
+    fn a_destroy_first_applied_is_bound_to_what_the_slot_holds() {
+        let s = destroy(100, "scsi1", SlotHolds::Disk(V), None, true, 9).unwrap();
+        assert_eq!(s.destroy.as_deref(), Some(V));
+        assert_eq!(s.binding.state, DestroyState::Bound);
+        assert_eq!(s.binding.volume.as_deref(), Some(V));
+        assert_eq!(s.binding.at_ms, 9);
+        assert!(s.note.is_none());
+        // An empty slot: bound to nothing, done; a disk put there later is never destroyed.
+        let s = destroy(100, "scsi1", SlotHolds::Nothing, None, true, 9).unwrap();
+        assert_eq!(s.destroy, None);
+        assert_eq!(s.binding.state, DestroyState::Destroyed);
+        let later = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&s.binding), true, 10).unwrap();
+        assert_eq!(later.destroy, None);
+        let note = later.note.unwrap();
+        assert!(note.contains("was empty") && note.contains(W), "{note}");
+    }
+
+    #[test]
+    fn a_bound_destroy_is_sent_until_its_volume_is_gone_and_then_never() {
+        let b = bound(DestroyState::Bound, Some(V), None);
+        // Still there (refused, or a crash before the request left): sent again.
+        let s = destroy(100, "scsi1", SlotHolds::Disk(V), Some(&b), true, 9).unwrap();
+        assert_eq!(s.destroy.as_deref(), Some(V));
+        assert_eq!(s.binding, b);
+        // Gone (a crash between the destroy and the record): done, and said so.
+        let s = destroy(100, "scsi1", SlotHolds::Nothing, Some(&b), true, 9).unwrap();
+        assert_eq!(s.destroy, None);
+        assert_eq!(s.binding.state, DestroyState::Destroyed);
+        assert!(s.note.unwrap().contains("no longer attached"));
+        // Another volume there now: done, and that one is kept.
+        let s = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&b), true, 9).unwrap();
+        assert_eq!(s.destroy, None);
+        assert_eq!(s.binding.state, DestroyState::Destroyed);
+        assert_eq!(s.binding.reported.as_deref(), Some(W));
+        assert!(s.note.unwrap().contains("destroyDisks no longer applies"));
+    }
+
+    #[test]
+    fn a_done_destroy_never_touches_a_later_volume_and_says_so_once() {
+        let done = bound(DestroyState::Destroyed, Some(V), None);
+        // The same volume id again (PVE re-uses vm-N-disk-M): still another disk.
+        for now in [V, W] {
+            let s = destroy(100, "scsi1", SlotHolds::Disk(now), Some(&done), true, 9).unwrap();
+            assert_eq!(s.destroy, None);
+            let note = s.note.unwrap();
+            assert!(
+                note.contains("destroyDisks no longer applies to scsi1")
+                    && note.contains(now)
+                    && note.contains("qm set 100 --delete scsi1 --force 1")
+                    && note.contains("list scsi1 in disks"),
+                "{note}"
+            );
+            assert_eq!(s.binding.state, DestroyState::Destroyed);
+            // Reported once.
+            let again = destroy(
+                100,
+                "scsi1",
+                SlotHolds::Disk(now),
+                Some(&s.binding),
+                true,
+                10,
+            );
+            assert_eq!(again.unwrap().note, None);
+        }
+        let s = destroy(100, "scsi1", SlotHolds::Nothing, Some(&done), true, 9).unwrap();
+        assert_eq!((s.destroy, s.note), (None, None));
+    }
+
+    #[test]
+    fn without_a_record_following_the_vm_nothing_is_destroyed() {
+        let s = destroy(100, "scsi1", SlotHolds::Disk(V), None, false, 9).unwrap();
+        assert_eq!(s.destroy, None);
+        assert_eq!(s.binding.state, DestroyState::Unbound);
+        let note = s.note.unwrap();
+        assert!(note.contains("no record of the volume") && note.contains(V));
+        // Said once; a disk put there later is not destroyed either.
+        let again = destroy(100, "scsi1", SlotHolds::Disk(V), Some(&s.binding), true, 10).unwrap();
+        assert_eq!((again.destroy, again.note), (None, None));
+        let later = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&s.binding), true, 10).unwrap();
+        assert_eq!(later.destroy, None);
+        assert!(later.note.unwrap().contains(W));
+        // Empty then: nothing to say.
+        let s = destroy(100, "scsi1", SlotHolds::Nothing, None, false, 9).unwrap();
+        assert_eq!((s.destroy, s.note), (None, None));
+        assert_eq!(s.binding.state, DestroyState::Unbound);
+    }
+
+    #[test]
+    fn the_boot_disk_a_cdrom_or_the_cloud_init_drive_is_refused() {
+        for followed in [true, false] {
+            let err = destroy(
+                100,
+                "scsi0",
+                SlotHolds::Kept("boot disk"),
+                None,
+                followed,
+                9,
+            )
+            .unwrap_err();
+            assert!(err.contains("boot disk: refused"), "{err}");
+        }
+    }
+
+    #[test]
+    fn drives_of_a_protected_vm_are_not_removed() {
+        let slots = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let off = Protection {
+            on: false,
+            managed: None,
+        };
+        assert!(drive_removal(100, off, &slots(&["scsi1"]), &slots(&["scsi2"])).is_ok());
+        let by_spec = Protection {
+            on: true,
+            managed: Some(true),
+        };
+        assert!(drive_removal(100, by_spec, &[], &[]).is_ok());
+        let err = drive_removal(100, by_spec, &slots(&["scsi1"]), &slots(&["scsi2"])).unwrap_err();
+        assert!(
+            err.contains("scsi1 (to detach)")
+                && err.contains("scsi2 (to destroy)")
+                && err.contains("protection: false"),
+            "{err}"
+        );
+        let by_hand = Protection {
+            on: true,
+            managed: None,
+        };
+        let err = drive_removal(100, by_hand, &slots(&["scsi1"]), &[]).unwrap_err();
+        assert!(err.contains("qm set 100 --protection 0"), "{err}");
+    }
+
+    #[test]
+    fn the_cloud_init_drive_of_a_protected_vm_stays() {
+        let p = |on, managed| Protection { on, managed };
+        assert!(cloudinit_drive_removal(7, p(false, Some(false)), "ide0").is_ok());
+        let err = cloudinit_drive_removal(7, p(true, Some(true)), "ide0").unwrap_err();
+        assert!(
+            err.contains("ide0") && err.contains("protection: false"),
+            "{err}"
+        );
+        let err = cloudinit_drive_removal(7, p(true, None), "ide0").unwrap_err();
+        assert!(err.contains("qm set 7 --protection 0"), "{err}");
+    }
+
+    #[test]
+    fn a_protected_vm_is_deleted_only_when_its_spec_managed_the_flag() {
+        let p = |on, managed| Protection { on, managed };
+        assert_eq!(
+            vm_delete(7, p(false, None)),
+            Ok(DeleteProtection::Unprotected)
+        );
+        assert_eq!(
+            vm_delete(7, p(false, Some(true))),
+            Ok(DeleteProtection::Unprotected)
+        );
+        assert_eq!(
+            vm_delete(7, p(true, Some(true))),
+            Ok(DeleteProtection::Clear)
+        );
+        assert_eq!(
+            vm_delete(7, p(true, Some(false))),
+            Ok(DeleteProtection::Clear)
+        );
+        let err = vm_delete(7, p(true, None)).unwrap_err();
+        assert!(
+            err.contains("protection") && err.contains("qm set 7 --protection 0"),
+            "{err}"
+        );
+    }
+}
