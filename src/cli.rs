@@ -220,6 +220,15 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
         set.diagnostics
             .extend(spec::check_sites(&set.specs, &sites));
+        // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
+        // hold such a field.
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            set.diagnostics
+                .extend(rt.block_on(crate::doctor::version_diagnostics(config, &set.specs)));
+        }
     }
     let mut err = std::io::stderr().lock();
     for d in &set.diagnostics {

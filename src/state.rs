@@ -367,6 +367,9 @@ pub struct SpecRecord {
     /// proxsync made the VM an HA resource (the spec's `ha`): removing `ha` from the spec
     /// removes the resource. An HA resource a person added is never removed.
     pub ha_applied: bool,
+    /// The HA group (PVE 8) or node-affinity rule (PVE 9) proxsync made for the VM's
+    /// `ha.nodes`: only one named here (and still carrying proxsync's mark) is removed.
+    pub ha_rule: Option<String>,
     pub attempts: u32,
     pub next_attempt_ms: Option<u64>,
     /// Boxed, as `last_task`: most records have none, and the map holds 10,000 records.

@@ -934,3 +934,694 @@ async fn a_standalone_node_answers_no_cluster_entry() {
     let err = pve.call("set_standalone", json!({"on": true})).unwrap_err();
     assert!(err.contains("a standalone node is one node"), "{err}");
 }
+
+// ------------------------------------------------------------------- a qemu migration
+
+/// qemu-server `PVE/QemuMigrate.pm` `phase1`: `$conf->{lock} = 'migrate'` written before the
+/// volumes move, so the VM's config shows the lock for the whole migration (fakepve 0.5.0 sets
+/// none). `PVE/API2/Qemu.pm` `migrate_vm`: a running VM without `online` is refused, a stopped
+/// one with `online` is migrated offline (`warn "VM isn't running. Doing offline migration
+/// instead.\n" if $param->{online}; $param->{online} = 0;`, 8.4 and 9.x alike).
+#[tokio::test]
+async fn a_migration_holds_the_migrate_lock_and_online_is_ignored_for_a_stopped_vm() {
+    let mut pve = with_vm(300).start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.migrate_timing(100.0);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/300/migrate",
+            json!({"target": "pve2", "online": 1}),
+        )
+        .await;
+    // While the task runs the config carries the lock.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cfg = api.get("/nodes/pve1/qemu/300/config").await;
+        if cfg["lock"] == "migrate" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no migrate lock: {cfg}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let moved = api.resource(300).await.expect("listed");
+    assert_eq!(moved["node"], "pve2", "{moved}");
+    let cfg = api.get("/nodes/pve2/qemu/300/config").await;
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+
+    // A running VM without `online`: refused before any task.
+    pve.set_time_scale(0.0);
+    pve.set_vm(300, json!({"status": "running"}));
+    let a = api
+        .post("/nodes/pve2/qemu/300/migrate", json!({"target": "pve1"}))
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("can't migrate running VM without --online"),
+        "{}",
+        a.text
+    );
+}
+
+// ------------------------------------------------------------------- machine pinning
+
+/// qemu-server `PVE/QemuServer/Machine.pm` `check_and_pin_machine_string`, called by
+/// `PVE/API2/Qemu.pm` `create_vm` ("always pin Windows' machine version on create") and by
+/// `update_vm_api` on an `ostype` change unless `machine` is set in the same request: a Windows
+/// ostype (`PVE/QemuServer/Helpers.pm` `windows_version`) turns `q35`/`pc`/no machine into
+/// the installed QEMU's versioned type with its highest `+pveN` (`$PVE_MACHINE_VERSION`):
+/// `pc-q35-10.0+pve1` on PVE 9.x (QEMU 10.0), `pc-q35-9.2+pve1` on 8.4 (QEMU 9.2).
+#[tokio::test]
+async fn a_windows_vm_gets_a_pinned_machine_as_pve_pins_it() {
+    for (version, pinned) in [("9.1.2", "10.0+pve1"), ("8.4.1", "9.2+pve1")] {
+        let pve = Scenario::default().set("version", version.into()).start();
+        let api = Api::new(&pve);
+        let create = |vmid: u32, extra: Value| {
+            let mut body = json!({"vmid": vmid, "name": format!("vm{vmid}"), "memory": 512});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            api.start_task("/nodes/pve1/qemu", body)
+        };
+        let machine = |vmid: u32| {
+            let api = &api;
+            async move {
+                api.get(&format!("/nodes/pve1/qemu/{vmid}/config"))
+                    .await
+                    .get("machine")
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
+        };
+        create(401, json!({"ostype": "win11", "machine": "q35"})).await;
+        assert_eq!(machine(401).await, json!(format!("pc-q35-{pinned}")));
+        create(402, json!({"ostype": "win10"})).await;
+        assert_eq!(machine(402).await, json!(format!("pc-i440fx-{pinned}")));
+        create(403, json!({"ostype": "win11", "machine": "pc-q35-8.1"})).await;
+        assert_eq!(
+            machine(403).await,
+            json!("pc-q35-8.1"),
+            "a versioned type stays"
+        );
+        create(404, json!({"ostype": "l26", "machine": "q35"})).await;
+        assert_eq!(machine(404).await, json!("q35"), "only Windows is pinned");
+
+        // An ostype change pins too, unless the same request sets the machine.
+        let put = |vmid: u32, form: Vec<(&'static str, &'static str)>| {
+            api.send(
+                api.client
+                    .put(format!("{}/nodes/pve1/qemu/{vmid}/config", api.base))
+                    .form(&form),
+            )
+        };
+        assert_eq!(put(404, vec![("ostype", "win11")]).await.status, 200);
+        assert_eq!(machine(404).await, json!(format!("pc-q35-{pinned}")));
+        create(405, json!({"ostype": "l26", "machine": "q35"})).await;
+        let a = put(405, vec![("ostype", "win11"), ("machine", "q35")]).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        assert_eq!(machine(405).await, json!("q35"));
+    }
+}
+
+// ------------------------------------------------------- permissions on a VM's options
+
+/// Everything a token needs to create and change VMs, but `/`, the SDN paths and mappings.
+fn vm_grants(scenario: Scenario) -> Scenario {
+    scenario
+        .grant(
+            TOKEN_ID,
+            "/vms",
+            &[
+                "VM.Allocate",
+                "VM.Audit",
+                "VM.Config.CPU",
+                "VM.Config.Memory",
+                "VM.Config.Disk",
+                "VM.Config.Network",
+                "VM.Config.Options",
+                "VM.Config.HWType",
+                "VM.PowerMgmt",
+                "VM.Clone",
+            ],
+        )
+        .grant(
+            TOKEN_ID,
+            "/storage",
+            &["Datastore.AllocateSpace", "Datastore.Audit"],
+        )
+        .grant(TOKEN_ID, "/nodes", &["Sys.Audit"])
+}
+
+impl Api {
+    async fn put_form(&self, path: &str, form: &[(&str, &str)]) -> Answer {
+        self.send(self.client.put(format!("{}{path}", self.base)).form(form))
+            .await
+    }
+
+    async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> Answer {
+        self.send(self.client.post(format!("{}{path}", self.base)).form(form))
+            .await
+    }
+}
+
+/// qemu-server `PVE/API2/Qemu.pm` `$check_vm_modify_config_perm`: "special case for startup
+/// since it changes host behaviour", `$rpcenv->check_full($authuser, "/", ['Sys.Modify'])`,
+/// for create_vm and update_vm_api (a deleted `startup` too); in qemu-server since 2016, the
+/// same in 8.4 (stable-bookworm) and 9.x.
+#[tokio::test]
+async fn startup_needs_sys_modify_on_root_at_create_and_update() {
+    let pve = vm_grants(Scenario::default()).start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "410"), ("memory", "512"), ("startup", "order=1")],
+        )
+        .await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    assert!(
+        api.resource(410).await.is_none(),
+        "refused before anything exists"
+    );
+    let a = api
+        .post_form("/nodes/pve1/qemu", &[("vmid", "410"), ("memory", "512")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .put_form("/nodes/pve1/qemu/410/config", &[("startup", "order=2")])
+        .await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    assert!(
+        a.text.contains("Sys.Modify") || a.text.is_empty(),
+        "{}",
+        a.text
+    );
+
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/", &["Sys.Modify"])
+        .start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "410"), ("memory", "512"), ("startup", "order=1")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .put_form("/nodes/pve1/qemu/410/config", &[("delete", "startup")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+/// qemu-server `PVE/API2/Qemu.pm` `$check_cpu_model_access`: a custom model (`custom-NAME`)
+/// needs Mapping.Use on /mapping/cpu/NAME from qemu-server 9.1.13 (commit 229a32ed "api: gate
+/// VM custom CPU model assignment with Mapping.Use"; pve-manager 9.1.15 is the first to depend
+/// on it), and Sys.Audit on /nodes before (8.4: stable-bookworm). Keeping the VM's current model
+/// needs nothing.
+#[tokio::test]
+async fn a_custom_cpu_model_needs_mapping_use_from_9_1_15() {
+    async fn create(api: &Api) -> Answer {
+        api.post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", "420"), ("memory", "512"), ("cpu", "custom-fast")],
+        )
+        .await
+    }
+    // 9.1.15: Sys.Audit on /nodes (vm_grants) is not enough.
+    let pve = vm_grants(Scenario::default().set("version", "9.1.15".into())).start();
+    let api = Api::new(&pve);
+    let a = create(&api).await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    let pve = vm_grants(Scenario::default().set("version", "9.1.15".into()))
+        .grant(TOKEN_ID, "/mapping/cpu/fast", &["Mapping.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(create(&api).await.status, 200);
+    // Another option of the same model: no check.
+    let a = api
+        .put_form(
+            "/nodes/pve1/qemu/420/config",
+            &[("cpu", "custom-fast,flags=+aes")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+
+    // Before: Sys.Audit on /nodes.
+    let pve = vm_grants(Scenario::default().set("version", "8.4.1".into())).start();
+    let api = Api::new(&pve);
+    assert_eq!(create(&api).await.status, 200);
+}
+
+/// pve-guest-common `PVE/GuestHelpers.pm` `check_vnet_access` (through qemu-server
+/// `check_bridge_access` at create, update and for a clone's source): SDN.Use on
+/// /sdn/zones/localnetwork/BRIDGE for an untagged NIC, on .../BRIDGE/TAG for its `tag`, and on
+/// each VLAN of `trunks` (not the bridge). pve-manager `PVE/API2/Network.pm` lists a bridge only
+/// to a caller with SDN.Audit or SDN.Use on it or on a VLAN below it (`check_sdn_bridge`).
+#[tokio::test]
+async fn a_nic_needs_sdn_use_on_its_bridge_or_vlan_path() {
+    async fn bridges(api: &Api) -> Vec<String> {
+        let list = api.get("/nodes/pve1/network?type=any_bridge").await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["iface"].as_str().unwrap().to_string())
+            .collect()
+    }
+    async fn create(api: &Api, vmid: &str, net: &str) -> u16 {
+        api.post_form(
+            "/nodes/pve1/qemu",
+            &[("vmid", vmid), ("memory", "512"), ("net0", net)],
+        )
+        .await
+        .status
+    }
+    // A grant on /sdn/zones (doctor's old path) reaches every bridge and VLAN below it.
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork", &["SDN.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(bridges(&api).await, ["vmbr0", "vmbr1"]);
+    assert_eq!(create(&api, "430", "virtio,bridge=vmbr1,tag=20").await, 200);
+
+    // A VLAN's grant: that tag only, and the bridge is listed.
+    let pve = vm_grants(Scenario::default())
+        .grant(TOKEN_ID, "/sdn/zones/localnetwork/vmbr0/20", &["SDN.Use"])
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(bridges(&api).await, ["vmbr0"]);
+    assert_eq!(create(&api, "431", "virtio,bridge=vmbr0,tag=20").await, 200);
+    assert_eq!(create(&api, "432", "virtio,bridge=vmbr0").await, 403);
+    assert_eq!(create(&api, "433", "virtio,bridge=vmbr0,tag=21").await, 403);
+    assert_eq!(
+        create(&api, "434", "virtio,bridge=vmbr0,trunks=20;21").await,
+        403,
+        "every trunk VLAN"
+    );
+    let a = api
+        .put_form(
+            "/nodes/pve1/qemu/431/config",
+            &[("net0", "virtio,bridge=vmbr1")],
+        )
+        .await;
+    assert_eq!(a.status, 403, "an update too: {}", a.text);
+
+    // No SDN grant: no bridge is listed at all.
+    let pve = vm_grants(Scenario::default()).start();
+    let api = Api::new(&pve);
+    assert!(bridges(&api).await.is_empty());
+}
+
+/// qemu-server `PVE/QemuServer.pm` `print_netdevice_full` at start, for a virtio NIC on a
+/// bridge: `mtu` 1 (or none) is the bridge's; below 576 or above the bridge's MTU
+/// (`read_bridge_mtu`, 1500 unless /etc/network/interfaces sets one) the start dies.
+#[tokio::test]
+async fn a_virtio_mtu_above_the_bridge_s_fails_the_start() {
+    let mut pve = with_vm(440).start();
+    let api = Api::new(&pve);
+    async fn start(api: &Api) -> String {
+        let upid = api
+            .start_task("/nodes/pve1/qemu/440/status/start", json!({}))
+            .await;
+        api.wait("pve1", &upid).await
+    }
+    async fn set_net(api: &Api, net: &str) {
+        let a = api
+            .put_form("/nodes/pve1/qemu/440/config", &[("net0", net)])
+            .await;
+        assert_eq!(a.status, 200, "{}", a.text);
+    }
+    set_net(&api, "virtio,bridge=vmbr0,mtu=9000").await;
+    let status = start(&api).await;
+    assert!(
+        status.contains("MTU '9000' is bigger than the bridge MTU '1500'"),
+        "{status}"
+    );
+    set_net(&api, "virtio,bridge=vmbr0,mtu=500").await;
+    assert!(
+        start(&api)
+            .await
+            .contains("MTU '500' is smaller than the IP minimum MTU '576'")
+    );
+    // The listing shows a configured MTU; then 9000 fits.
+    pve.call("set_bridge_mtu", json!({"bridge": "vmbr0", "mtu": 9000}))
+        .unwrap();
+    let list = api.get("/nodes/pve1/network?type=any_bridge").await;
+    assert_eq!(list[0]["mtu"], 9000, "{list}");
+    set_net(&api, "virtio,bridge=vmbr0,mtu=9000").await;
+    assert_eq!(start(&api).await, "OK");
+}
+
+// ------------------------------------------------------------------- slow volume allocation
+
+/// PVE-BEHAVIOUR.md, "Proxy answers": pveproxy forwards with a 30 s timeout (pve-http-server
+/// `PVE/APIServer/AnyEvent.pm` `proxy_request`, `timeout => 30`) and answers 596 without a body
+/// when it passes, though the node carried the request out. qemu-server's synchronous
+/// `PUT .../config` makes a new volume (an EFI disk, a TPM state) before it answers; the
+/// asynchronous `POST` does it in a `qmconfig` task.
+#[tokio::test]
+async fn a_slow_allocation_under_a_synchronous_put_loses_its_answer() {
+    let pve = with_vm(450)
+        .storage("local-lvm", json!({"alloc_secs": 60}))
+        .start();
+    let api = Api::new(&pve);
+    let a = api
+        .put_form(
+            "/nodes/pve1/qemu/450/config",
+            &[("efidisk0", "local-lvm:1,efitype=4m")],
+        )
+        .await;
+    assert_eq!(a.status, 596, "{}", a.text);
+    assert!(a.text.is_empty(), "no body: {}", a.text);
+    let cfg = api.get("/nodes/pve1/qemu/450/config").await;
+    assert!(
+        cfg["efidisk0"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("local-lvm:vm-450-disk-")),
+        "carried out all the same: {cfg}"
+    );
+    let a = api
+        .post_form(
+            "/nodes/pve1/qemu/450/config",
+            &[("tpmstate0", "local-lvm:1,version=v2.0")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let upid = a.json()["data"].as_str().expect("a task").to_owned();
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/qemu/450/config").await;
+    assert!(cfg["tpmstate0"].is_string(), "{cfg}");
+}
+
+// ------------------------------------------------------------------- HA groups and rules
+
+/// pve-ha-manager 5.x (PVE 9) `src/PVE/API2/HA/Resources.pm`: with no HA group left
+/// (`PVE::HA::Config::have_groups_been_migrated`, also a new 9.x cluster) create and update
+/// die "invalid parameter 'group': ha groups have been migrated to rules", and reads leave
+/// `group` out (`$api_copy_config`); `API2/HA/Rules.pm` keeps node-affinity rules, whose
+/// resources must be HA resources. PVE 8 (pve-ha-manager 4.x, stable-4) has groups
+/// (`API2/HA/Groups.pm`) and no rules.
+#[tokio::test]
+async fn pve_9_replaced_ha_groups_with_rules() {
+    let pve = with_vm(460).start(); // fakepve's default version: 9.0.10
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:460"), ("group", "prod")],
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let a = api.get_raw("/cluster/ha/groups").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    // A rule needs the resource first.
+    let rule = [
+        ("rule", "web"),
+        ("type", "node-affinity"),
+        ("resources", "vm:460"),
+        ("nodes", "pve1:2,pve2"),
+        ("comment", "made by hand"),
+    ];
+    let a = api.post_form("/cluster/ha/rules", &rule).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:460")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(api.post_form("/cluster/ha/rules", &rule).await.status, 200);
+    let read = api.get("/cluster/ha/rules/web").await;
+    assert_eq!(read["nodes"], "pve1:2,pve2", "{read}");
+    assert_eq!(read["resources"], "vm:460", "{read}");
+    assert_eq!(read["strict"], 0, "{read}");
+    assert!(read["digest"].is_string(), "{read}");
+    let res = api.get("/cluster/ha/resources/vm:460").await;
+    assert!(res.get("group").is_none(), "{res}");
+
+    // PVE 8: groups, a resource in one, no rules.
+    let pve = with_vm(461).set("version", "8.4.1".into()).start();
+    let api = Api::new(&pve);
+    let a = api
+        .post_form(
+            "/cluster/ha/groups",
+            &[("group", "prod"), ("nodes", "pve1:2,pve2")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = api
+        .post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:461"), ("group", "prod")],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(
+        api.get("/cluster/ha/resources/vm:461").await["group"],
+        "prod"
+    );
+    assert_eq!(
+        api.get("/cluster/ha/groups/prod").await["nodes"],
+        "pve1:2,pve2"
+    );
+    let a = api
+        .send(
+            api.client
+                .delete(format!("{}/cluster/ha/groups/prod", api.base)),
+        )
+        .await;
+    assert_eq!(a.status, 500, "in use: {}", a.text);
+    assert_eq!(api.get_raw("/cluster/ha/rules").await.status, 501);
+}
+
+/// pve-ha-manager 5.0.7+ (PVE 9.1) `API2/HA/Resources.pm` `delete`: `purge` defaults to 1 and
+/// `PVE::HA::Config::delete_service_from_config` then removes the resource from every rule,
+/// deleting a rule left without resources; `purge=0` leaves the rules (commits c952c63 "api:
+/// add purge parameter for resource deletion", 8102199 "fix #6613"). Before (9.0, and 8.x)
+/// the DELETE has no `purge` (refused by the schema) and touches no rule.
+#[tokio::test]
+async fn removing_an_ha_resource_purges_rules_unless_told_not_to() {
+    let mut pve = with_vm(470)
+        .vm(json!({"vmid": 471, "name": "vm471", "node": "pve1", "status": "stopped"}))
+        .set("version", "9.1.2".into())
+        .start();
+    let api = Api::new(&pve);
+    for sid in ["vm:470", "vm:471"] {
+        assert_eq!(
+            api.post_form("/cluster/ha/resources", &[("sid", sid)])
+                .await
+                .status,
+            200
+        );
+    }
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": "alone", "resources": "vm:470", "nodes": "pve1"}),
+    )
+    .unwrap();
+    pve.call(
+        "set_ha_rule",
+        json!({"rule": "shared", "resources": "vm:470,vm:471", "nodes": "pve2"}),
+    )
+    .unwrap();
+    let delete = |sid: &str, query: &str| {
+        api.send(
+            api.client
+                .delete(format!("{}/cluster/ha/resources/{sid}{query}", api.base)),
+        )
+    };
+    assert_eq!(delete("vm:470", "?purge=0").await.status, 200);
+    let rules = pve.call("ha_rules", json!({})).unwrap();
+    assert_eq!(rules["alone"]["resources"], json!(["vm:470"]), "{rules}");
+
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:470")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(delete("vm:470", "").await.status, 200);
+    let rules = pve.call("ha_rules", json!({})).unwrap();
+    assert!(
+        rules.get("alone").is_none(),
+        "deleted with its only resource: {rules}"
+    );
+    assert_eq!(rules["shared"]["resources"], json!(["vm:471"]), "{rules}");
+
+    for version in ["9.0.10", "8.4.1"] {
+        let pve = with_vm(472).set("version", version.into()).start();
+        let api = Api::new(&pve);
+        assert_eq!(
+            api.post_form("/cluster/ha/resources", &[("sid", "vm:472")])
+                .await
+                .status,
+            200
+        );
+        let a = api
+            .send(
+                api.client
+                    .delete(format!("{}/cluster/ha/resources/vm:472?purge=0", api.base)),
+            )
+            .await;
+        assert_eq!(a.status, 400, "{version}: {}", a.text);
+        assert!(a.text.contains("purge"), "{}", a.text);
+    }
+}
+
+/// pve-ha-manager `API2/HA/Resources.pm` `check_service_state`: a service in `error` takes
+/// no change but `state=disabled` ("service 'vm:N' in error state, must be disabled and fixed
+/// first"); qemu-server's `hastart` task runs `ha-manager set vm:N --state started`, which
+/// fails the same way. Disabled, it is `stopped` and may be started again.
+#[tokio::test]
+async fn an_ha_resource_in_error_state_must_be_disabled_first() {
+    let mut pve = with_vm(480).start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form(
+            "/cluster/ha/resources",
+            &[("sid", "vm:480"), ("state", "stopped")]
+        )
+        .await
+        .status,
+        200
+    );
+    pve.set_vm(480, json!({"ha_state": "error"}));
+    let put = |form: Vec<(&'static str, &'static str)>| {
+        api.send(
+            api.client
+                .put(format!("{}/cluster/ha/resources/vm:480", api.base))
+                .form(&form),
+        )
+    };
+    let a = put(vec![("state", "started")]).await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let a = put(vec![("max_restart", "2")]).await;
+    assert_eq!(a.status, 500, "any change: {}", a.text);
+    let upid = api
+        .start_task("/nodes/pve1/qemu/480/status/start", json!({}))
+        .await;
+    let status = api.wait("pve1", &upid).await;
+    assert!(
+        status.contains("ha-manager set vm:480 --state started"),
+        "{status}"
+    );
+    let log = api
+        .get(&format!("/nodes/pve1/tasks/{upid}/log"))
+        .await
+        .to_string();
+    assert!(
+        log.contains("in error state, must be disabled and fixed first"),
+        "{log}"
+    );
+
+    assert_eq!(put(vec![("state", "disabled")]).await.status, 200);
+    assert_eq!(api.resource(480).await.unwrap()["hastate"], "stopped");
+    assert_eq!(put(vec![("state", "started")]).await.status, 200);
+    assert_eq!(api.resource(480).await.unwrap()["status"], "running");
+}
+
+/// qemu-server `vm_shutdown` of an HA-managed VM: an `hastop` task running `ha-manager
+/// crm-command stop vm:N <timeout>` (`$param->{timeout} // 60`; `vm_stop`: 0); the CRM sets the
+/// resource's state to `stopped` (`Manager.pm`) and the LRM stops it with
+/// `PVE/HA/Resources/PVEVM.pm` `shutdown`: `timeout` and `forceStop => 1`, so a guest that
+/// does not power off is stopped hard. `POST .../status/reboot` is not an HA request
+/// (`vm_reboot`): a clean shutdown that fails at its timeout, never a hard stop.
+#[tokio::test]
+async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
+    let mut pve = with_vm(490).start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "vm:490")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(api.resource(490).await.unwrap()["status"], "running");
+    // A guest that ignores ACPI: the reboot gives up, the VM keeps running.
+    pve.set_vm(490, json!({"acpi": false}));
+    let upid = api
+        .start_task("/nodes/pve1/qemu/490/status/reboot", json!({"timeout": 30}))
+        .await;
+    assert_ne!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(490).await.unwrap()["status"], "running");
+    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({}));
+
+    // The shutdown hands it to the HA stack, which stops it hard.
+    let upid = api
+        .start_task(
+            "/nodes/pve1/qemu/490/status/shutdown",
+            json!({"timeout": 30}),
+        )
+        .await;
+    assert!(upid.contains(":hastop:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(490).await.unwrap()["status"], "stopped");
+    assert_eq!(
+        pve.call("hard_stops", json!({})).unwrap(),
+        json!({"490": 1})
+    );
+    assert_eq!(
+        pve.call("ha_resources", json!({})).unwrap()["490"]["state"],
+        "stopped"
+    );
+}
+
+// ------------------------------------------------------------------------------ pools
+
+/// pve-manager `PVE/API2/Pool.pm`: `GET /pools` lists only the pools the caller has
+/// Pool.Audit on, while `GET /pools?poolid=P` answers without it (its `check` is `noerr` and
+/// its answer unused) and says `pool 'P' does not exist` for a missing one; `PUT /pools`
+/// (`update_pool`) needs Pool.Allocate on `/pool/{poolid}`, and with `allow-move` on the pool
+/// the VM leaves too (8.4 and 9.x alike). fakepve 0.5.0 models all of it; this pins it.
+#[tokio::test]
+async fn pools_are_listed_by_audit_read_by_id_and_changed_with_allocate() {
+    /// VM 500 in `in_pool` (or none), pools prod and lab, `Pool.Allocate` on `allocate`.
+    fn start(in_pool: Option<&str>, allocate: &[&str]) -> FakePve {
+        let mut sc = Scenario::default()
+            .vm(json!({"vmid": 500, "name": "vm500", "node": "pve1", "pool": in_pool}))
+            .set("pools", json!(["prod", "lab"]));
+        for pool in allocate {
+            sc = sc.grant(TOKEN_ID, &format!("/pool/{pool}"), &["Pool.Allocate"]);
+        }
+        vm_grants(sc).start()
+    }
+    async fn move_to(api: &Api, pool: &str) -> u16 {
+        api.put_form(
+            "/pools",
+            &[("poolid", pool), ("vms", "500"), ("allow-move", "1")],
+        )
+        .await
+        .status
+    }
+
+    let pve = start(None, &["prod"]);
+    let api = Api::new(&pve);
+    assert_eq!(api.get("/pools").await, json!([]), "nothing audited");
+    let prod = api.get("/pools?poolid=prod").await;
+    assert_eq!(prod[0]["poolid"], "prod", "{prod}");
+    let a = api.get_raw("/pools?poolid=nope").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("does not exist") || a.text.is_empty(),
+        "{}",
+        a.text
+    );
+    assert_eq!(move_to(&api, "lab").await, 403, "no Pool.Allocate on lab");
+    assert_eq!(move_to(&api, "prod").await, 200);
+
+    // Out of prod into lab: Pool.Allocate on prod (the pool it leaves) too, checked inside
+    // `lock_user_config`, whose `die "$errmsg: $err"` makes it a 500 "update pools failed:
+    // Permission check failed (/pool/prod, Pool.Allocate)".
+    let pve = start(Some("prod"), &["lab"]);
+    let api = Api::new(&pve);
+    let a = api
+        .put_form(
+            "/pools",
+            &[("poolid", "lab"), ("vms", "500"), ("allow-move", "1")],
+        )
+        .await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    let pve = start(Some("prod"), &["lab", "prod"]);
+    assert_eq!(move_to(&Api::new(&pve), "lab").await, 200);
+}

@@ -68,7 +68,9 @@ fn a_create_sets_every_hardware_field_and_a_second_run_writes_nothing() {
         ("numa", "1"),
         ("balloon", "1024"),
         ("bios", "ovmf"),
-        ("machine", "q35"),
+        // PVE pins a Windows guest's machine at create (qemu-server Machine.pm
+        // check_and_pin_machine_string): the spec's q35, kept as PVE wrote it.
+        ("machine", "pc-q35-10.0+pve1"),
         ("scsihw", "virtio-scsi-pci"),
         ("serial0", "socket"),
         ("vga", "serial0"),

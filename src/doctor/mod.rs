@@ -21,6 +21,7 @@ use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 pub use signing::check_tip;
+pub use versions::version_diagnostics;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -163,14 +164,13 @@ async fn check_site(
     };
 
     out.push(versions::check_version(site, &version, specs));
+    out.extend(versions::ha_checks(site, &version, specs));
 
-    let uploads_seeds = specs.iter().any(|s| s.user_data.is_some());
-    let uses_ha = specs.iter().any(|s| s.ha.is_some());
     // The tags proxsync writes on this site's VMs.
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())
         .chain(specs.iter().flat_map(|s| s.tags.iter().cloned()))
         .collect();
-    out.extend(check_privileges(&client, site, &version, uploads_seeds, uses_ha, &tags).await);
+    out.extend(check_privileges(&client, site, &version, specs, &tags).await);
 
     let status = match client.cluster_status().await {
         Ok(s) => s,
@@ -207,6 +207,6 @@ async fn check_site(
         ));
         return out;
     }
-    out.extend(check_spec_needs(&client, site, &health, &resources, specs).await);
+    out.extend(check_spec_needs(&client, site, &health, &resources, specs, ownership_tag).await);
     out
 }

@@ -1,7 +1,8 @@
 //! The token's privileges: every one proxsync needs, read on the exact ACL path PVE checks it
 //! on (`GET /access/permissions?path=P`: the token's effective privileges on P, as PVE
-//! evaluates them: propagation, roles, `NoAccess`, the token/user intersection), and whether
-//! PVE lets it set the tags it writes.
+//! evaluates them: propagation, roles, `NoAccess`, the token/user intersection), those the
+//! specs' options need (`startup`, a custom CPU model, `pool`), and whether PVE lets it set the
+//! tags it writes. The NICs' SDN paths are checked with the bridges (`resources`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +10,7 @@ use super::{Check, Level, check};
 use crate::config::SiteConfig;
 use crate::pve::Client;
 use crate::pve::types::Version;
+use crate::spec::Spec;
 
 /// Privileges proxsync needs, and the ACL path each is checked on.
 pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
@@ -33,7 +35,6 @@ pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
     ("/", "Sys.Audit"),
     // Other users' tasks on a node (`GET /nodes/{node}/tasks`, a task's status).
     ("/nodes", "Sys.Audit"),
-    ("/sdn/zones", "SDN.Use"),
 ];
 
 /// Privileges needed on top when specs carry `userData` (seed images are uploaded and removed).
@@ -58,33 +59,116 @@ pub fn agent_privileges(version: &Version) -> &'static [&'static str] {
     }
 }
 
+/// The PVE release from which a custom CPU model needs Mapping.Use on `/mapping/cpu/<name>`
+/// rather than Sys.Audit on `/nodes`: qemu-server 9.1.13 (commit "api: gate VM custom CPU
+/// model assignment with Mapping.Use"), which pve-manager 9.1.15 is the first to depend on.
+pub const CPU_MAPPING_SINCE: (u32, u32, u32) = (9, 1, 15);
+
+/// One requirement: any of `any` on `path`, and the spec option that needs it (for the
+/// message), if not every spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Need {
+    pub path: String,
+    pub any: Vec<&'static str>,
+    pub why: Option<String>,
+}
+
+impl Need {
+    fn new(path: impl Into<String>, any: &[&'static str], why: Option<String>) -> Need {
+        Need {
+            path: path.into(),
+            any: any.to_vec(),
+            why,
+        }
+    }
+}
+
+/// Everything the token needs on a site of this version for these specs (pure).
+pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
+    let mut out: Vec<Need> = REQUIRED_PRIVILEGES
+        .iter()
+        .map(|(path, p)| Need::new(*path, &[*p], None))
+        .collect();
+    if specs.iter().any(|s| s.user_data.is_some()) {
+        // Specs with userData upload and delete seed images (docs/cloud-init.md).
+        let why = Some("userData".to_string());
+        out.extend(
+            SEED_PRIVILEGES
+                .iter()
+                .map(|(path, p)| Need::new(*path, &[*p], why.clone())),
+        );
+    }
+    if specs.iter().any(|s| s.ha.is_some()) {
+        let why = Some("ha".to_string());
+        out.extend(
+            HA_PRIVILEGES
+                .iter()
+                .map(|(path, p)| Need::new(*path, &[*p], why.clone())),
+        );
+    }
+    out.push(Need::new("/vms", agent_privileges(version), None));
+    // qemu-server `PVE/API2/Qemu.pm` `$check_vm_modify_config_perm`: "special case for startup
+    // since it changes host behaviour", Sys.Modify on `/`, at create and on every change.
+    if let Some(s) = specs.iter().find(|s| s.hardware.startup.is_some()) {
+        out.push(Need::new(
+            "/",
+            &["Sys.Modify"],
+            Some(format!("startup, as spec {} sets it", s.name)),
+        ));
+    }
+    // `$check_cpu_model_access`: a custom model (`custom-<name>`) at create and when it changes.
+    for s in specs {
+        if let Some(name) = s
+            .hardware
+            .cpu_type
+            .as_deref()
+            .and_then(|m| m.strip_prefix("custom-"))
+        {
+            let why = Some(format!("cpuType custom-{name} of spec {}", s.name));
+            if version.triple() >= CPU_MAPPING_SINCE {
+                out.push(Need::new(
+                    format!("/mapping/cpu/{name}"),
+                    &["Mapping.Use"],
+                    why,
+                ));
+            } else {
+                out.push(Need::new("/nodes", &["Sys.Audit"], why));
+            }
+        }
+    }
+    // pve-manager `PVE/API2/Pool.pm` `update_pool` (`PUT /pools`): Pool.Allocate on the pool a
+    // VM joins after its create (a create or clone into the pool needs only that it exists).
+    for s in specs {
+        if let Some(pool) = &s.hardware.pool {
+            out.push(Need::new(
+                format!("/pool/{pool}"),
+                &["Pool.Allocate"],
+                Some(format!(
+                    "pool {pool} of spec {}: moving a VM into it",
+                    s.name
+                )),
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|n| seen.insert((n.path.clone(), n.any.clone())));
+    out
+}
+
 pub(super) async fn check_privileges(
     client: &Client,
     site: &SiteConfig,
     version: &Version,
-    uploads_seeds: bool,
-    uses_ha: bool,
+    specs: &[&Spec],
     tags: &BTreeSet<String>,
 ) -> Vec<Check> {
     let subject = format!("{} privileges", site.name);
-    // Each requirement: a path and the privileges of which one is needed.
-    let mut required: Vec<(&str, Vec<&str>)> = REQUIRED_PRIVILEGES
-        .iter()
-        .map(|(path, p)| (*path, vec![*p]))
-        .collect();
-    if uploads_seeds {
-        // Specs with userData upload and delete seed images (docs/cloud-init.md).
-        required.extend(SEED_PRIVILEGES.iter().map(|(path, p)| (*path, vec![*p])));
-    }
-    if uses_ha {
-        required.extend(HA_PRIVILEGES.iter().map(|(path, p)| (*path, vec![*p])));
-    }
-    required.push(("/vms", agent_privileges(version).to_vec()));
+    let required = needs(version, specs);
 
     // The effective privileges on each exact path, plus `/` for tags.
     let paths: BTreeSet<&str> = required
         .iter()
-        .map(|(path, _)| *path)
+        .map(|n| n.path.as_str())
         .chain(["/"])
         .collect();
     let mut held: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
@@ -102,8 +186,11 @@ pub(super) async fn check_privileges(
 
     let missing: Vec<String> = required
         .iter()
-        .filter(|(path, any)| !any.iter().any(|p| has(path, p)))
-        .map(|(path, any)| format!("{} on {path}", any.join(" or ")))
+        .filter(|n| !n.any.iter().any(|p| has(&n.path, p)))
+        .map(|n| match &n.why {
+            Some(why) => format!("{} on {} ({why})", n.any.join(" or "), n.path),
+            None => format!("{} on {}", n.any.join(" or "), n.path),
+        })
         .collect();
     let mut out = Vec::new();
     if missing.is_empty() {
@@ -117,7 +204,7 @@ pub(super) async fn check_privileges(
             None,
         ));
     } else {
-        let names: BTreeSet<&str> = required.iter().map(|(_, any)| any[0]).collect();
+        let names: BTreeSet<&str> = required.iter().map(|n| n.any[0]).collect();
         out.push(check(
             Level::Fail,
             subject,
@@ -204,4 +291,66 @@ async fn tag_check(
             site.token_id
         )),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(v: &str) -> Version {
+        Version {
+            version: v.into(),
+            release: None,
+            repoid: None,
+        }
+    }
+
+    fn missing_from_base(v: &str, extra: &str) -> Vec<String> {
+        let spec = crate::spec::test_spec(extra);
+        let base = needs(&version(v), &[]);
+        needs(&version(v), &[&spec])
+            .into_iter()
+            .filter(|n| !base.contains(n))
+            .map(|n| format!("{} {}", n.any.join("|"), n.path))
+            .collect()
+    }
+
+    #[test]
+    fn options_add_the_privileges_pve_checks_for_them() {
+        assert_eq!(
+            missing_from_base("9.1.2", "    startup: {order: 1}\n"),
+            ["Sys.Modify /"]
+        );
+        assert_eq!(
+            missing_from_base("9.1.15", "    cpuType: custom-fast\n"),
+            ["Mapping.Use /mapping/cpu/fast"]
+        );
+        assert_eq!(
+            missing_from_base("9.2.0", "    cpuType: custom-fast\n"),
+            ["Mapping.Use /mapping/cpu/fast"]
+        );
+        // Before 9.1.15: Sys.Audit on /nodes, which every token needs anyway.
+        assert!(missing_from_base("9.1.14", "    cpuType: custom-fast\n").is_empty());
+        assert!(missing_from_base("8.4.1", "    cpuType: custom-fast\n").is_empty());
+        assert!(missing_from_base("9.1.15", "    cpuType: host\n").is_empty());
+        assert_eq!(
+            missing_from_base("8.4.1", "    pool: prod/web\n"),
+            ["Pool.Allocate /pool/prod/web"]
+        );
+        let why = needs(
+            &version("9.1.2"),
+            &[&crate::spec::test_spec("    startup: {order: 1}\n")],
+        )
+        .into_iter()
+        .find(|n| n.any == ["Sys.Modify"])
+        .and_then(|n| n.why)
+        .unwrap();
+        assert!(why.contains("startup") && why.contains("web-01"), "{why}");
+        // No SDN path here: the bridges' checks read each NIC's.
+        assert!(
+            needs(&version("9.1.2"), &[])
+                .iter()
+                .all(|n| !n.path.starts_with("/sdn"))
+        );
+    }
 }

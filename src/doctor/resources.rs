@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Check, Level, check};
 use crate::config::SiteConfig;
-use crate::pve::types::{ClusterHealth, NodeStorage, VmResource, check_import_extension};
+use crate::pve::types::{
+    ClusterHealth, NetworkInterface, NodeStorage, VmResource, check_import_extension,
+};
 use crate::pve::{Client, Error};
 use crate::spec::{Image, Spec, VolumeKind};
 
@@ -16,6 +18,7 @@ pub(super) async fn check_spec_needs(
     health: &ClusterHealth,
     resources: &[VmResource],
     specs: &[&Spec],
+    ownership_tag: &str,
 ) -> Vec<Check> {
     let mut out = Vec::new();
     let nodes: BTreeSet<&str> = specs
@@ -24,7 +27,7 @@ pub(super) async fn check_spec_needs(
         .filter(|n| health.node_healthy(n))
         .collect();
     let mut storages: BTreeMap<&str, Vec<NodeStorage>> = BTreeMap::new();
-    let mut bridges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut bridges: BTreeMap<&str, Vec<NetworkInterface>> = BTreeMap::new();
     for node in &nodes {
         match client.node_storages(node, None).await {
             Ok(s) => {
@@ -39,7 +42,7 @@ pub(super) async fn check_spec_needs(
         }
         match client.node_bridges(node).await {
             Ok(b) => {
-                bridges.insert(node, b.into_iter().map(|i| i.iface).collect());
+                bridges.insert(node, b);
             }
             Err(e) => out.push(check(
                 Level::Fail,
@@ -50,7 +53,7 @@ pub(super) async fn check_spec_needs(
         }
     }
 
-    out.extend(pool_checks(client, site, specs).await);
+    out.extend(pool_checks(client, site, specs, resources, ownership_tag).await);
     let mut seen = BTreeSet::new();
     for spec in specs {
         let node = spec.node.as_str();
@@ -84,85 +87,370 @@ pub(super) async fn check_spec_needs(
                 None,
             ));
         }
-        let bridges: Vec<&str> = match &spec.networks {
-            Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
-            None => vec![spec.network.as_str()],
-        };
-        for bridge in bridges {
+        for bridge in spec_bridges(spec) {
             if seen.insert(("bridge", node.to_string(), bridge.to_string())) {
                 out.push(bridge_check(site, node, node_bridges, spec, bridge));
             }
         }
+        out.extend(mtu_checks(site, node, node_bridges, spec));
         let image_key = format!("{:?}", spec.image);
         if seen.insert(("image", node.to_string(), image_key)) {
             out.push(image_check(client, site, node, node_storages, resources, spec).await);
         }
     }
+    out.extend(sdn_checks(client, site, specs, &bridges).await);
     out
 }
 
-/// Whether the pools the specs name exist (PVE refuses a create into a missing pool).
-async fn pool_checks(client: &Client, site: &SiteConfig, specs: &[&Spec]) -> Vec<Check> {
+/// The bridges a spec's NICs name, in order.
+fn spec_bridges(spec: &Spec) -> Vec<&str> {
+    match &spec.networks {
+        Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+        None => vec![spec.network.as_str()],
+    }
+}
+
+/// Whether the pools the specs name exist (PVE refuses a create into a missing pool), and
+/// whether the token may take a VM out of the pool it is in now. Each pool is read by its id
+/// (`GET /pools?poolid=P`), which PVE answers without Pool.Audit (pve-manager
+/// `PVE/API2/Pool.pm` `index`: the check is `noerr` and its answer unused), so a pool the token
+/// may not list is not called missing.
+async fn pool_checks(
+    client: &Client,
+    site: &SiteConfig,
+    specs: &[&Spec],
+    resources: &[VmResource],
+    ownership_tag: &str,
+) -> Vec<Check> {
     let wanted: BTreeMap<&str, &str> = specs
         .iter()
         .filter_map(|s| s.hardware.pool.as_deref().map(|p| (p, s.name.as_str())))
         .collect();
-    if wanted.is_empty() {
-        return Vec::new();
-    }
-    let pools = match client.pools().await {
-        Ok(p) => p,
-        Err(e) => {
-            return vec![check(
+    let mut out = Vec::new();
+    for (pool, spec) in &wanted {
+        let subject = format!("{} pool {pool}", site.name);
+        out.push(match client.pool_vmids(pool).await {
+            Ok(_) => check(Level::Ok, subject, "exists", None),
+            Err(e) if e.pve_message().contains("does not exist") => check(
                 Level::Fail,
-                format!("{} pools", site.name),
-                e.to_string(),
-                None,
-            )];
+                subject,
+                format!("no such pool (spec {spec})"),
+                Some(format!(
+                    "create it (pveum pool add {pool}) or change the spec's pool"
+                )),
+            ),
+            Err(e) => check(Level::Fail, subject, e.to_string(), None),
+        });
+    }
+    // A VM of this install in another pool than its spec's is moved with `allow-move`, which
+    // needs Pool.Allocate on the pool it leaves too (`update_pool`: `$rpcenv->check($authuser,
+    // "/pool/$existing_pool", ['Pool.Allocate'])`). The VM is found by its listed name.
+    let mut leaving: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for r in resources
+        .iter()
+        .filter(|r| r.is_qemu() && r.tags.iter().any(|t| t == ownership_tag))
+    {
+        let (Some(from), Some(name)) = (r.pool.as_deref(), r.name.as_deref()) else {
+            continue;
+        };
+        if let Some(spec) = specs
+            .iter()
+            .find(|s| s.vm_name == name && s.hardware.pool.as_deref().is_some_and(|to| to != from))
+        {
+            leaving.entry(from).or_default().push(format!(
+                "VM {} of spec {} (to {})",
+                r.vmid,
+                spec.name,
+                spec.hardware.pool.as_deref().unwrap_or_default()
+            ));
         }
-    };
-    let have: BTreeSet<String> = pools.into_iter().map(|p| p.poolid).collect();
-    wanted
-        .into_iter()
-        .map(|(pool, spec)| {
-            let subject = format!("{} pool {pool}", site.name);
-            if have.contains(pool) {
-                check(Level::Ok, subject, "exists", None)
-            } else {
-                check(
-                    Level::Fail,
-                    subject,
-                    format!("no such pool (spec {spec}); the site has: {}", join(&have)),
-                    Some(format!(
-                        "create it (pveum pool add {pool}) or change the spec's pool"
-                    )),
-                )
+    }
+    for (from, vms) in leaving {
+        let subject = format!("{} pool {from}", site.name);
+        let path = format!("/pool/{from}");
+        let held = match client.permissions(Some(&path)).await {
+            Ok(mut perms) => perms
+                .remove(&path)
+                .unwrap_or_default()
+                .contains_key("Pool.Allocate"),
+            Err(e) => {
+                out.push(check(Level::Fail, subject, e.to_string(), None));
+                continue;
             }
-        })
-        .collect()
+        };
+        if !held {
+            out.push(check(
+                Level::Fail,
+                subject,
+                format!(
+                    "token {} lacks Pool.Allocate on {path}, which PVE checks to move {} out of it",
+                    site.token_id,
+                    vms.join(", ")
+                ),
+                Some(format!(
+                    "pveum acl modify {path} --tokens '{}' --roles PVEPoolAdmin (and the same for its \
+                     user, unless the token has privsep=0)",
+                    site.token_id
+                )),
+            ));
+        }
+    }
+    out
 }
 
-/// Whether the node has the bridge the spec's network names.
+/// Whether the token may use each bridge the specs' NICs name, as PVE checks it at create and
+/// on a change (pve-guest-common `PVE/GuestHelpers.pm` `check_vnet_access`, through qemu-server
+/// `check_bridge_access`): SDN.Use on `/sdn/zones/localnetwork/<bridge>` for an untagged NIC,
+/// and for a tagged one on `.../<bridge>/<vlan>` for its `vlan` and each VLAN of its `trunks`
+/// (not the bridge itself). A grant on the bridge that propagates covers its VLANs. An SDN
+/// VNet's zone is not read: it gets a warning naming the path to grant.
+async fn sdn_checks(
+    client: &Client,
+    site: &SiteConfig,
+    specs: &[&Spec],
+    bridges: &BTreeMap<&str, Vec<NetworkInterface>>,
+) -> Vec<Check> {
+    // bridge -> (specs using it untagged, VLAN -> specs).
+    type Uses = (BTreeSet<String>, BTreeMap<u16, BTreeSet<String>>);
+    let mut uses: BTreeMap<String, Uses> = BTreeMap::new();
+    let mut vnets: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for spec in specs {
+        let Some(listed) = bridges.get(spec.node.as_str()) else {
+            continue;
+        };
+        let nics = match &spec.networks {
+            Some(nics) => nics.clone(),
+            None => vec![crate::spec::Nic::on_bridge(&spec.network)],
+        };
+        for nic in &nics {
+            match listed.iter().find(|i| i.iface == nic.bridge) {
+                // Not listed: the bridge check says so.
+                None => {}
+                Some(i) if i.kind.as_deref() == Some("vnet") => {
+                    vnets
+                        .entry(nic.bridge.clone())
+                        .or_default()
+                        .insert(spec.name.clone());
+                }
+                Some(_) => {
+                    let entry = uses.entry(nic.bridge.clone()).or_default();
+                    let vlans = nic_vlans(nic);
+                    if vlans.is_empty() {
+                        entry.0.insert(spec.name.clone());
+                    }
+                    for v in vlans {
+                        entry.1.entry(v).or_default().insert(spec.name.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut budget = MAX_VLAN_READS;
+    for (bridge, (untagged, vlans)) in uses {
+        let subject = format!("{} sdn {bridge}", site.name);
+        let path = format!("/sdn/zones/localnetwork/{bridge}");
+        let (on_bridge, propagates) = match sdn_use(client, &path).await {
+            Ok(h) => h,
+            Err(e) => {
+                out.push(check(Level::Fail, subject, e.to_string(), None));
+                continue;
+            }
+        };
+        let mut missing: Vec<String> = Vec::new();
+        if !untagged.is_empty() && !on_bridge {
+            missing.push(format!("{path} ({})", join_names(&untagged)));
+        }
+        if !(on_bridge && propagates) {
+            for (vlan, names) in &vlans {
+                if budget == 0 {
+                    missing.push(format!(
+                        "{path}/<vlan> for VLANs from {vlan} on (too many to read one by one; a \
+                         grant on {path} covers them all)"
+                    ));
+                    break;
+                }
+                budget -= 1;
+                let vlan_path = format!("{path}/{vlan}");
+                match sdn_use(client, &vlan_path).await {
+                    Ok((true, _)) => {}
+                    Ok((false, _)) => missing.push(format!("{vlan_path} ({})", join_names(names))),
+                    Err(e) => {
+                        missing.push(format!("{vlan_path} (not readable: {e})"));
+                    }
+                }
+            }
+        }
+        let what = {
+            let mut w = Vec::new();
+            if !untagged.is_empty() {
+                w.push("untagged".to_string());
+            }
+            if !vlans.is_empty() {
+                let list: Vec<String> = vlans.keys().map(u16::to_string).collect();
+                w.push(format!("VLAN {}", list.join(", ")));
+            }
+            w.join("; ")
+        };
+        out.push(if missing.is_empty() {
+            check(
+                Level::Ok,
+                subject,
+                format!("the token may use {bridge} ({what})"),
+                None,
+            )
+        } else {
+            check(
+                Level::Fail,
+                subject,
+                format!(
+                    "token {} lacks SDN.Use on {}: PVE refuses a NIC on {bridge} without it, at create \
+                     and on a change",
+                    site.token_id,
+                    missing.join(", ")
+                ),
+                Some(format!(
+                    "pveum acl modify {path} --tokens '{}' --roles PVESDNUser (it propagates to the \
+                     bridge's VLANs; or grant {path}/<vlan> for single VLANs), and the same for its \
+                     user unless the token has privsep=0",
+                    site.token_id
+                )),
+            )
+        });
+    }
+    for (vnet, names) in vnets {
+        out.push(check(
+            Level::Warn,
+            format!("{} sdn {vnet}", site.name),
+            format!(
+                "{vnet} is an SDN VNet ({}): PVE checks SDN.Use on /sdn/zones/<its zone>/{vnet} (or \
+                 .../{vnet}/<vlan> for a tagged NIC); doctor does not read the VNet's zone",
+                join_names(&names)
+            ),
+            Some(format!(
+                "make sure token '{}' holds SDN.Use on /sdn/zones/<zone>/{vnet}",
+                site.token_id
+            )),
+        ));
+    }
+    out
+}
+
+/// At most this many VLAN paths are read one by one per site (a trunk `1-4094` would be 4094
+/// requests); beyond, only a grant on the bridge counts.
+const MAX_VLAN_READS: usize = 64;
+
+/// Whether the token holds SDN.Use on `path`, and whether that grant propagates (PVE answers
+/// `{path: {privilege: propagate}}`).
+async fn sdn_use(client: &Client, path: &str) -> Result<(bool, bool), crate::pve::Error> {
+    let mut perms = client.permissions(Some(path)).await?;
+    let privs = perms.remove(path).unwrap_or_default();
+    Ok(match privs.get("SDN.Use") {
+        None => (false, false),
+        Some(propagate) => (
+            true,
+            match propagate {
+                serde_json::Value::Bool(b) => *b,
+                serde_json::Value::Number(n) => n.as_u64() != Some(0),
+                serde_json::Value::String(s) => s != "0",
+                _ => true,
+            },
+        ),
+    })
+}
+
+/// The VLANs PVE checks SDN.Use for on a NIC: its tag and every VLAN of its trunks
+/// (pve-guest-common `get_tags_from_trunk`: `a-b` is a to b); none for an untagged NIC.
+pub(super) fn nic_vlans(nic: &crate::spec::Nic) -> Vec<u16> {
+    let mut out: BTreeSet<u16> = nic.vlan.into_iter().collect();
+    for part in nic.trunks.as_deref().unwrap_or("").split(';') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, ""));
+        let (Ok(lo), hi) = (lo.trim().parse::<u16>(), hi.trim().parse::<u16>().ok()) else {
+            continue;
+        };
+        match hi {
+            Some(hi) if hi > lo => out.extend(lo..=hi),
+            _ => {
+                out.insert(lo);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn join_names(names: &BTreeSet<String>) -> String {
+    let v: Vec<&str> = names.iter().map(String::as_str).collect();
+    format!("spec {}", v.join(", "))
+}
+
+/// A virtio NIC's `mtu` above its bridge's fails the VM's start (qemu-server
+/// `PVE/QemuServer.pm` `print_netdevice_full`: `MTU '$mtu' is bigger than the bridge MTU`);
+/// the bridge's is the listing's `mtu`, else Linux's default 1500. Below 576 is refused by
+/// validation already.
+fn mtu_checks(
+    site: &SiteConfig,
+    node: &str,
+    node_bridges: &[NetworkInterface],
+    spec: &Spec,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (i, nic) in spec.networks.iter().flatten().enumerate() {
+        let Some(mtu) = nic.mtu.filter(|m| *m != 1 && nic.model == "virtio") else {
+            continue;
+        };
+        let Some(bridge) = node_bridges.iter().find(|b| b.iface == nic.bridge) else {
+            continue;
+        };
+        let bridge_mtu = bridge.mtu.unwrap_or(1500);
+        if u64::from(mtu) > bridge_mtu {
+            out.push(check(
+                Level::Fail,
+                format!("{} spec {} networks", site.name, spec.name),
+                format!(
+                    "net{i} has mtu {mtu}, above the MTU of bridge {} on node {node} ({bridge_mtu}): \
+                     PVE refuses to start the VM",
+                    nic.bridge
+                ),
+                Some(format!(
+                    "set the NIC's mtu to at most {bridge_mtu} (or 1: the bridge's), or raise the \
+                     bridge's MTU on the node"
+                )),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether the node lists the bridge the spec's network names. PVE lists only the bridges the
+/// token may use (pve-manager `PVE/API2/Network.pm` `index`: `check_sdn_bridge` with SDN.Audit
+/// or SDN.Use on `/sdn/zones/localnetwork/<bridge>` or a VLAN below it), so a missing one may be
+/// a missing privilege.
 fn bridge_check(
     site: &SiteConfig,
     node: &str,
-    node_bridges: &BTreeSet<String>,
+    node_bridges: &[NetworkInterface],
     spec: &Spec,
     bridge: &str,
 ) -> Check {
     let subject = format!("{} bridge {node}/{bridge}", site.name);
-    if node_bridges.contains(bridge) {
+    if node_bridges.iter().any(|b| b.iface == bridge) {
         check(Level::Ok, subject, "exists", None)
     } else {
         check(
             Level::Fail,
             subject,
             format!(
-                "no such bridge (spec {}); the node has: {}",
+                "no such bridge listed (spec {}): it does not exist, or token {} holds neither \
+                 SDN.Use nor SDN.Audit on /sdn/zones/localnetwork/{bridge} (PVE lists only the \
+                 bridges a token may use); the node lists: {}",
                 spec.name,
-                join(node_bridges)
+                site.token_id,
+                join(node_bridges.iter().map(|b| &b.iface))
             ),
-            Some("create the bridge on the node or change the spec's network".into()),
+            Some(format!(
+                "create the bridge on the node or change the spec's network, or grant SDN.Use on \
+                 /sdn/zones/localnetwork/{bridge}"
+            )),
         )
     }
 }
@@ -426,4 +714,21 @@ async fn volumes_with_stem(
     found.sort();
     found.dedup();
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nic_s_vlans_are_its_tag_and_every_trunk_vlan() {
+        let mut nic = crate::spec::Nic::on_bridge("vmbr0");
+        assert!(nic_vlans(&nic).is_empty(), "untagged");
+        nic.vlan = Some(20);
+        nic.trunks = Some("10;30-32;5".into());
+        assert_eq!(nic_vlans(&nic), [5, 10, 20, 30, 31, 32]);
+        nic.vlan = None;
+        nic.trunks = Some("7-7".into());
+        assert_eq!(nic_vlans(&nic), [7]);
+    }
 }

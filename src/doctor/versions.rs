@@ -56,3 +56,81 @@ pub(super) fn check_version(site: &SiteConfig, version: &Version, specs: &[&Spec
         (level == Level::Fail).then(|| format!("upgrade: {}", needs.join("; "))),
     )
 }
+
+/// A line per spec whose `ha` this site's PVE release refuses (`ha.group` on PVE 9).
+pub(super) fn ha_checks(site: &SiteConfig, version: &Version, specs: &[&Spec]) -> Vec<Check> {
+    specs
+        .iter()
+        .filter_map(|s| {
+            let why =
+                s.ha.as_ref()?
+                    .refusal_on(&site.name, &version.version, version.triple().0)?;
+            Some(check(
+                Level::Fail,
+                format!("{} spec {} ha", site.name, s.name),
+                format!("{}: {why}", s.file),
+                Some("replace ha.group with ha.nodes (the group's nodes and priorities)".into()),
+            ))
+        })
+        .collect()
+}
+
+/// `validate --config`: what the sites' PVE releases refuse in the specs (`ha.group` on PVE
+/// 9), as `file:line:col` errors. Only sites whose specs hold such a field are asked for their
+/// version (`GET /version`); a site that cannot be asked gets a warning saying so.
+pub async fn version_diagnostics(
+    config: &crate::config::Config,
+    specs: &crate::spec::Specs,
+) -> Vec<crate::spec::Diagnostic> {
+    use crate::spec::Diagnostic;
+    let mut out = Vec::new();
+    for site in &config.sites {
+        let asking: Vec<&Spec> = specs
+            .iter()
+            .filter(|s| s.site == site.name && s.ha.as_ref().is_some_and(|h| h.group.is_some()))
+            .collect();
+        let Some(first) = asking.first() else {
+            continue;
+        };
+        let version = match site_version(site).await {
+            Ok(v) => v,
+            Err(e) => {
+                let pos = first
+                    .ha
+                    .as_ref()
+                    .and_then(|h| h.group_pos)
+                    .unwrap_or_default();
+                out.push(
+                    Diagnostic::warning(
+                        &first.file,
+                        pos,
+                        format!(
+                            "cannot read site {}'s Proxmox VE version to check ha.group (PVE 9 \
+                             refuses it): {e}; proxsync doctor checks it",
+                            site.name
+                        ),
+                    )
+                    .for_spec(Some(&first.name)),
+                );
+                continue;
+            }
+        };
+        for s in asking {
+            let Some(ha) = &s.ha else { continue };
+            if let Some(why) = ha.refusal_on(&site.name, &version.version, version.triple().0) {
+                out.push(
+                    Diagnostic::error(&s.file, ha.group_pos.unwrap_or_default(), why)
+                        .for_spec(Some(&s.name)),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The site's PVE version: its token, TLS trust and `GET /version`.
+async fn site_version(site: &SiteConfig) -> Result<Version, String> {
+    let options = crate::pve::ClientOptions::for_site(site).map_err(|e| e.to_string())?;
+    let client = crate::pve::Client::new(options).map_err(|e| e.to_string())?;
+    client.version().await.map_err(|e| e.to_string())
+}

@@ -165,7 +165,23 @@ async fn converge_vm(
     let (params, mut changed) = config_diff(ctx, spec, rec, vmid, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
-        client.set_config(node, vmid, &params, cfg.digest()).await?;
+        if allocates_volume(&params) {
+            // A new EFI or TPM volume: PVE allocates it while it answers, which on slow storage
+            // outlasts pveproxy's 30 s forward (596, an unknown outcome); the asynchronous
+            // `POST` does it in a task (PVE-BEHAVIOUR.md, "Proxy answers").
+            if let Some(upid) = client
+                .set_config_async(node, vmid, &params, cfg.digest())
+                .await?
+                && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+            {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                });
+            }
+        } else {
+            client.set_config(node, vmid, &params, cfg.digest()).await?;
+        }
     }
     rec.applied_tags = spec.tags.clone();
     rec.applied_protection = spec.hardware.protection;
@@ -197,7 +213,7 @@ async fn converge_vm(
     }
 
     // The HA resource before the power step: the HA manager then owns starts and stops.
-    if super::ha::converge_ha(site, &ctx.install_id, vmid, spec, rec).await? {
+    if super::ha::converge_ha(ctx, site, vmid, spec, rec).await? {
         changed.push("ha");
     }
 
@@ -347,6 +363,14 @@ pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
             .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
         managed: spec.hardware.protection,
     }
+}
+
+/// Whether `params` make PVE allocate a volume: proxsync sends `efidisk0` and `tpmstate0` only
+/// to make them (`S:1`, `hardware::firmware`).
+fn allocates_volume(params: &crate::pve::VmParams) -> bool {
+    ["efidisk0", "tpmstate0"]
+        .iter()
+        .any(|k| params.get(k).is_some())
 }
 
 /// Whether the config must be read again after this converge's change before the later steps:

@@ -124,7 +124,7 @@ fn firmware(
         let now = cur
             .as_deref()
             .map_or(Some("pc"), |m| prop_value(m, "type", Some("type")));
-        if now != Some(machine.as_str()) {
+        if !now.is_some_and(|now| same_machine(machine, now)) {
             out.set("machine", |p| {
                 p.default_key("machine", "type", cur.as_deref(), machine)
             })?;
@@ -142,6 +142,36 @@ fn firmware(
         out.set("tpm", |p| p.tpmstate(storage, version))?;
     }
     Ok(())
+}
+
+/// Whether the VM's machine type `have` is the spec's `want`. PVE pins a Windows guest's
+/// unversioned machine to the installed QEMU's versioned type at create and on an `ostype`
+/// change (qemu-server `PVE/QemuServer/Machine.pm` `check_and_pin_machine_string`:
+/// `pc-q35-10.0+pve1`, `pc-i440fx-9.2+pve1`), so a versioned type of the same base is the
+/// spec's `q35`, `pc` or `virt`: writing the bare name back would let the machine version
+/// change at each start. A `.pxe` variant is another machine (PVE never pins to one).
+fn same_machine(want: &str, have: &str) -> bool {
+    if want == have {
+        return true;
+    }
+    let bases: &[&str] = match want {
+        "q35" => &["pc-q35-"],
+        "pc" => &["pc-i440fx-", "pc-"],
+        "virt" => &["virt-"],
+        _ => return false,
+    };
+    bases.iter().any(|b| {
+        have.strip_prefix(b).is_some_and(|version| {
+            let (number, pve) = match version.split_once("+pve") {
+                Some((n, p)) => (n, Some(p)),
+                None => (version, None),
+            };
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+            number.split('.').count() >= 2
+                && number.split('.').all(digits)
+                && pve.is_none_or(digits)
+        })
+    })
 }
 
 /// The serial console and the display.
@@ -318,5 +348,43 @@ mod tests {
             &[("cores", "2"), ("vga", "serial0"), ("serial0", "socket")],
         );
         assert_eq!(c.delete, ["vga"]);
+    }
+
+    #[test]
+    fn a_machine_pve_pinned_is_the_spec_s_base_type() {
+        let q35 = spec("    machine: q35\n    osType: win11\n");
+        for (have, same) in [
+            ("pc-q35-10.0+pve1", true),
+            ("pc-q35-9.2", true),
+            ("type=pc-q35-10.0+pve1,viommu=virtio", true),
+            ("q35", true),
+            ("pc-i440fx-10.0+pve1", false),
+            ("pc-q35-10.0+pve1.pxe", false),
+            ("pc", false),
+        ] {
+            let c = changes(
+                &q35,
+                &[("cores", "2"), ("ostype", "win11"), ("machine", have)],
+            );
+            assert_eq!(c.changed.is_empty(), same, "{have}: {:?}", c.changed);
+        }
+        let pc = spec("    machine: pc\n");
+        assert!(
+            changes(&pc, &[("cores", "2"), ("machine", "pc-i440fx-9.2+pve1")])
+                .changed
+                .is_empty()
+        );
+        assert!(
+            changes(&pc, &[("cores", "2"), ("machine", "pc-8.1")])
+                .changed
+                .is_empty()
+        );
+        assert!(
+            changes(&pc, &[("cores", "2")]).changed.is_empty(),
+            "absent is pc"
+        );
+        let pinned = spec("    machine: pc-q35-9.2+pve1\n");
+        let c = changes(&pinned, &[("cores", "2"), ("machine", "pc-q35-10.0+pve1")]);
+        assert_eq!(c.changed, ["machine"], "a versioned spec is exact");
     }
 }

@@ -38,7 +38,11 @@ pub(super) async fn migrate(
             ),
         ));
     }
-    let online = pre.running == Some(true);
+    // Always `online`: PVE refuses a running VM without it and migrates a stopped one offline
+    // with it (qemu-server `PVE/API2/Qemu.pm` `migrate_vm`: `warn "VM isn't running. Doing
+    // offline migration instead.\n" if $param->{online}`), so a VM started after the pre-check
+    // still moves.
+    let online = true;
     let with_local_disks = pre.needs_local_disks();
     tracing::info!(
         spec = %spec.name, vmid, from = node, to = target, online, with_local_disks,

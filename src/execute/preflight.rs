@@ -118,6 +118,13 @@ pub(super) async fn preflight(
         pick_seed_storage(storages, spec)?;
     }
     let version = site.version().await?;
+    if let Some(why) = spec
+        .ha
+        .as_ref()
+        .and_then(|ha| ha.refusal_on(&site.name, &version.version, version.triple().0))
+    {
+        return Err(fail(Category::ConfigurationError, why));
+    }
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
         Image::Template { vmid } => match template_in_view(*vmid) {
@@ -168,17 +175,32 @@ pub(super) async fn preflight(
     }
 }
 
-/// The spec's bridge exists on its node.
+/// Every bridge the spec's NICs name exists on its node. PVE does not check a bridge at
+/// create (qemu-server `create_vm` only checks `SDN.Use` on it), so a missing one would fail
+/// only at the VM's first start.
 fn check_bridge(
     bridges: &[crate::pve::types::NetworkInterface],
     spec: &Spec,
 ) -> Result<(), ActionError> {
-    if !bridges.iter().any(|b| b.iface == spec.network) {
+    let wanted: Vec<&str> = match &spec.networks {
+        Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+        None => vec![spec.network.as_str()],
+    };
+    let field = if spec.networks.is_some() {
+        "spec.forProvider.networks"
+    } else {
+        "spec.forProvider.network"
+    };
+    if let Some(missing) = wanted
+        .into_iter()
+        .find(|w| !bridges.iter().any(|b| b.iface == *w))
+    {
         return Err(fail(
             Category::ConfigurationError,
             format!(
-                "bridge {} does not exist on node {} (it has: {}); create it or change spec.forProvider.network",
-                spec.network,
+                "bridge {missing} is not listed on node {} (it lists: {}): it does not exist, or the \
+                 token may not use it (PVE lists a bridge only to a token with SDN.Use or SDN.Audit on \
+                 /sdn/zones/localnetwork/{missing}); create it, grant that, or change {field}",
                 spec.node,
                 bridges
                     .iter()

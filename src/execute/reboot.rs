@@ -50,6 +50,9 @@ pub(super) async fn reboot_if_due(
         Some(secs) => (secs, true),
         None => (policy.shutdown_timeout_secs, false),
     };
+    if !force && ha_managed(ctx, site, vmid, spec) {
+        return ha_reboot(ctx, site, vm, spec, rec, timeout).await;
+    }
     tracing::info!(
         spec = %spec.name, vmid, pending = ?rec.reboot_pending, timeout, force,
         "rebooting the VM to apply its pending changes (rebootPolicy)"
@@ -66,17 +69,7 @@ pub(super) async fn reboot_if_due(
                 return Ok(Some(o));
             }
         }
-        Err(e) if e.task_failed && !force => {
-            return Err(fail(
-                Category::TaskFailed,
-                format!(
-                    "the reboot of VM {vmid} was given up: the guest did not shut down within {timeout} s \
-                     ({}). It keeps running with its changes pending; set forceStopAfter to stop it hard \
-                     after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)",
-                    ActionError::from(e).message
-                ),
-            ));
-        }
+        Err(e) if e.task_failed && !force => return Err(given_up(vmid, timeout, e)),
         Err(e) => return Err(e.into()),
     }
     // Stopped: this counts as a reboot (a guest that refused to shut down did not, and is
@@ -92,6 +85,68 @@ pub(super) async fn reboot_if_due(
     if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, true).await? {
         return Ok(Some(o));
     }
+    rec.reboot_pending = pending_keys(&client.vm_pending(node, vmid).await?);
+    Ok(None)
+}
+
+/// The guest did not power off within `timeout`: the VM keeps running, its changes pending.
+fn given_up(vmid: u32, timeout: u32, e: super::WaitError) -> ActionError {
+    fail(
+        Category::TaskFailed,
+        format!(
+            "the reboot of VM {vmid} was given up: the guest did not shut down within {timeout} s \
+             ({}). It keeps running with its changes pending; set forceStopAfter to stop it hard \
+             after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)",
+            ActionError::from(e).message
+        ),
+    )
+}
+
+/// Whether the VM is HA-managed: the spec puts it under the HA manager, or the listing shows
+/// a state of the HA manager (a resource a person added).
+fn ha_managed(ctx: &ExecCtx<impl Pve>, site: &SiteCtx<impl Pve>, vmid: u32, spec: &Spec) -> bool {
+    spec.ha
+        .as_ref()
+        .is_some_and(|ha| ha.state != crate::spec::HaState::Ignored)
+        || ctx
+            .views
+            .get(&site.name)
+            .and_then(|v| v.vms.get(&vmid))
+            .is_some_and(|vm| vm.ha_state.is_some())
+}
+
+/// An HA-managed VM without `forceStopAfter`: its shutdown would be the HA manager's, which
+/// stops the guest hard once the timeout passes (pve-ha-manager `PVE/HA/Resources/PVEVM.pm`
+/// `shutdown`: `forceStop => 1`), so it is rebooted with PVE's own reboot instead, which is
+/// no HA request: a clean shutdown within `timeout`, failing rather than stopping hard, after
+/// which PVE starts the VM again with its pending changes (qemu-server `vm_reboot`).
+async fn ha_reboot(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    timeout: u32,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let client = &site.client;
+    tracing::info!(
+        spec = %spec.name, vmid, pending = ?rec.reboot_pending, timeout,
+        "rebooting the HA-managed VM with PVE's reboot (clean only) to apply its pending changes (rebootPolicy)"
+    );
+    let upid = client.reboot_vm(node, vmid, timeout).await?;
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => {
+            return Ok(Some(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }));
+        }
+        Ok(_) => {}
+        Err(e) if e.task_failed => return Err(given_up(vmid, timeout, e)),
+        Err(e) => return Err(e.into()),
+    }
+    rec.last_reboot_ms = Some(ctx.clock.now_ms());
+    ctx.store.put(&spec.name, rec)?;
     rec.reboot_pending = pending_keys(&client.vm_pending(node, vmid).await?);
     Ok(None)
 }

@@ -10,12 +10,14 @@
 //! - the commit chain: the applied commit verifies and descends from the last applied one, or
 //!   an operator accepted it;
 //! - the site's identity: the cluster a site's endpoint reaches is the one recorded at first
-//!   contact, or an operator accepted the change.
+//!   contact, or an operator accepted the change;
+//! - an HA group or rule proxsync made (`ha.nodes`): its mark, and the record naming it.
 //!
 //! Each file below holds one kind of evidence as pure functions (no I/O, no clock): callers
 //! read what PVE and the state database say and hand it in; the answer is a permit or a
 //! refusal that says what is wrong and what to do.
 
+pub mod ha;
 pub mod rename;
 pub mod site;
 pub mod volume;

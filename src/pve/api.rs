@@ -662,8 +662,9 @@ impl Client {
         self.task_started("POST", &path, upid)
     }
 
-    /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `qmresize` task on PVE 8+ (`Some`), done at
-    /// once on PVE 7 (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
+    /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `resize` task on PVE 8+ (`Some`; qemu-server
+    /// `PVE/API2/Qemu.pm` `resize_vm`: `fork_worker('resize', ...)`), done at once on PVE 7
+    /// (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
     /// to shrink.
     pub async fn resize_disk(
         &self,
@@ -718,6 +719,20 @@ impl Client {
                 ("timeout", timeout_secs.to_string()),
                 ("forceStop", flag(force_stop)),
             ],
+        )
+        .await
+    }
+
+    /// `POST .../status/reboot`: a `qmreboot` task: a clean shutdown within `timeout` seconds
+    /// (never a hard stop: the task fails when the guest does not power off), after which PVE
+    /// starts the VM again, applying what was pending (qemu-server `vm_reboot`). It is no HA
+    /// request: PVE does not hand it to the HA manager.
+    pub async fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Result<Upid, Error> {
+        self.power(
+            node,
+            vmid,
+            "reboot",
+            &[("timeout", timeout_secs.to_string())],
         )
         .await
     }

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::ha::{HaParams, HaResource};
+use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, NetworkInterface,
@@ -126,6 +126,8 @@ pve_calls! {
     fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32, force_stop: bool) -> Upid;
     /// `POST .../status/stop`.
     fn stop_vm(&self, node: &str, vmid: u32, overrule_shutdown: bool) -> Upid;
+    /// `POST .../status/reboot`: a `qmreboot` task.
+    fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Upid;
     /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task.
     fn delete_vm(&self, node: &str, vmid: u32, purge: bool, destroy_unreferenced: bool) -> Upid;
     /// `GET /nodes/{node}/tasks?vmid=N&source=active`.
@@ -151,8 +153,22 @@ pve_calls! {
     fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> ();
     /// `PUT /cluster/ha/resources/vm:N`.
     fn update_ha_resource(&self, vmid: u32, params: &HaParams, digest: Option<&str>) -> ();
-    /// `DELETE /cluster/ha/resources/vm:N`.
-    fn remove_ha_resource(&self, vmid: u32) -> ();
+    /// `DELETE /cluster/ha/resources/vm:N` (`purge=0` with `keep_rules`).
+    fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> ();
+    /// `GET /cluster/ha/groups/{id}` or `.../rules/{id}`.
+    fn ha_affinity(&self, kind: AffinityKind, id: &str) -> Option<HaAffinity>;
+    /// `POST /cluster/ha/groups` or `.../rules`.
+    fn add_ha_affinity(&self, kind: AffinityKind, id: &str, params: &AffinityParams) -> ();
+    /// `PUT /cluster/ha/groups/{id}` or `.../rules/{id}`.
+    fn update_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        params: &AffinityParams,
+        digest: Option<&str>,
+    ) -> ();
+    /// `DELETE /cluster/ha/groups/{id}` or `.../rules/{id}`.
+    fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> ();
     /// Waits for a task until it stops or `timeout` passes: `StillRunning` when our wait runs
     /// out, `Error::TaskFailed` only for a task that stopped with another exit status than
     /// `OK` or `WARNINGS: n`.

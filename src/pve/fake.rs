@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::ha::{HaParams, HaResource};
+use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
@@ -83,6 +83,8 @@ struct State {
     volumes: BTreeMap<String, Vec<StorageVolume>>,
     pools: BTreeMap<String, Vec<u32>>,
     ha: BTreeMap<u32, HaParams>,
+    /// HA groups and rules by kind and id.
+    affinities: BTreeMap<(bool, String), AffinityParams>,
     pid: u32,
     /// The root CA's fingerprint `root_ca_fingerprint` answers.
     root_ca: String,
@@ -129,6 +131,7 @@ impl FakePve {
                 volumes: BTreeMap::new(),
                 pools: BTreeMap::new(),
                 ha: BTreeMap::new(),
+                affinities: BTreeMap::new(),
                 pid: 0x1000,
                 root_ca: vec!["FA"; 32].join(":"),
             }),
@@ -667,6 +670,7 @@ impl Pve for FakePve {
                 iface: "vmbr0".into(),
                 kind: Some("bridge".into()),
                 active: Some(true),
+                mtu: None,
             }])
         })
     }
@@ -819,6 +823,12 @@ impl Pve for FakePve {
         })
     }
 
+    async fn reboot_vm(&self, node: &str, vmid: u32, _timeout_secs: u32) -> Result<Upid, Error> {
+        self.call("reboot_vm", format!("{node} {vmid}"), |s| {
+            s.power(node, vmid, "qmreboot", true)
+        })
+    }
+
     async fn stop_vm(&self, node: &str, vmid: u32, _overrule: bool) -> Result<Upid, Error> {
         self.call("stop_vm", format!("{node} {vmid}"), |s| {
             s.power(node, vmid, "qmstop", false)
@@ -946,9 +956,65 @@ impl Pve for FakePve {
         })
     }
 
-    async fn remove_ha_resource(&self, vmid: u32) -> Result<(), Error> {
-        self.call("remove_ha_resource", vmid.to_string(), |s| {
+    async fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> Result<(), Error> {
+        self.call("remove_ha_resource", format!("{vmid} {keep_rules}"), |s| {
             s.ha.remove(&vmid);
+            Ok(())
+        })
+    }
+
+    async fn ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<Option<HaAffinity>, Error> {
+        self.call("ha_affinity", id.to_string(), |s| {
+            let rule = kind == AffinityKind::Rule;
+            Ok(s.affinities.get(&(rule, id.to_string())).map(|p| {
+                let nodes: Vec<String> = p
+                    .nodes
+                    .iter()
+                    .map(|(n, prio)| format!("{n}:{prio}"))
+                    .collect();
+                HaAffinity {
+                    nodes: Some(nodes.join(",")),
+                    strict: rule.then_some(p.strict),
+                    restricted: (!rule).then_some(p.strict),
+                    resources: rule.then(|| p.sid.clone()),
+                    comment: Some(p.comment.clone()),
+                    digest: None,
+                }
+            }))
+        })
+    }
+
+    async fn add_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        params: &AffinityParams,
+    ) -> Result<(), Error> {
+        self.call("add_ha_affinity", id.to_string(), |s| {
+            s.affinities
+                .insert((kind == AffinityKind::Rule, id.to_string()), params.clone());
+            Ok(())
+        })
+    }
+
+    async fn update_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        params: &AffinityParams,
+        _digest: Option<&str>,
+    ) -> Result<(), Error> {
+        self.call("update_ha_affinity", id.to_string(), |s| {
+            s.affinities
+                .insert((kind == AffinityKind::Rule, id.to_string()), params.clone());
+            Ok(())
+        })
+    }
+
+    async fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<(), Error> {
+        self.call("remove_ha_affinity", id.to_string(), |s| {
+            s.affinities
+                .remove(&(kind == AffinityKind::Rule, id.to_string()));
             Ok(())
         })
     }

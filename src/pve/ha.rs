@@ -103,16 +103,287 @@ impl Client {
     }
 
     /// `DELETE /cluster/ha/resources/vm:N`: the VM is no longer HA-managed (it keeps running).
-    pub async fn remove_ha_resource(&self, vmid: u32) -> Result<(), Error> {
+    /// With `keep_rules` (PVE 9), `purge=0`: pve-ha-manager 5.0.7+ otherwise removes the
+    /// resource from every rule and deletes a rule it was the only resource of (`purge`
+    /// defaults to 1), an admin's included. A release before 5.0.7 has no `purge` (and purges
+    /// nothing): its 400 naming `purge` executed nothing, so the plain DELETE follows.
+    pub async fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> Result<(), Error> {
         let path = format!("/cluster/ha/resources/{}", sid(vmid));
+        if keep_rules {
+            match self
+                .delete::<serde_json::Value>(&path, &[("purge", "0".to_string())])
+                .await
+            {
+                Err(e) if e.status() == Some(400) && e.to_string().contains("purge") => {}
+                other => return other.map(|_| ()),
+            }
+        }
+        let _: serde_json::Value = self.delete(&path, &[]).await?;
+        Ok(())
+    }
+
+    /// `GET /cluster/ha/groups/{id}` (PVE 8) or `GET /cluster/ha/rules/{id}` (PVE 9); `None`
+    /// when there is none (`no such ha group` / `no such ha rule`).
+    pub async fn ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+    ) -> Result<Option<HaAffinity>, Error> {
+        let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
+        match self.get(&path, &[]).await {
+            Ok(a) => Ok(Some(a)),
+            Err(e) if e.pve_message().contains(kind.missing()) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /cluster/ha/groups` or `POST /cluster/ha/rules` (a node-affinity rule).
+    pub async fn add_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        params: &AffinityParams,
+    ) -> Result<(), Error> {
+        let mut form = params.form(kind);
+        form.push((kind.id_key(), id.to_string()));
+        let _: serde_json::Value = self.post(kind.path(), &form).await?;
+        Ok(())
+    }
+
+    /// `PUT /cluster/ha/groups/{id}` or `PUT /cluster/ha/rules/{id}` (+`digest`).
+    pub async fn update_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        params: &AffinityParams,
+        digest: Option<&str>,
+    ) -> Result<(), Error> {
+        let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
+        let mut form = params.form(kind);
+        if let Some(d) = digest {
+            form.push(("digest", d.to_string()));
+        }
+        let _: serde_json::Value = self.put(&path, &form).await?;
+        Ok(())
+    }
+
+    /// `DELETE /cluster/ha/groups/{id}` (refused while a resource is in the group) or
+    /// `DELETE /cluster/ha/rules/{id}`.
+    pub async fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<(), Error> {
+        let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
         let _: serde_json::Value = self.delete(&path, &[]).await?;
         Ok(())
     }
 }
 
+/// Where a resource's node affinity lives: PVE 8's HA groups (pve-ha-manager 4.x
+/// `API2/HA/Groups.pm`; the resource names its group) or PVE 9's node-affinity rules
+/// (pve-ha-manager 5.x `API2/HA/Rules.pm`; the rule names its resources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AffinityKind {
+    Group,
+    Rule,
+}
+
+impl AffinityKind {
+    /// The kind a site of this PVE major release has.
+    pub fn for_major(major: u32) -> AffinityKind {
+        if major >= 9 {
+            AffinityKind::Rule
+        } else {
+            AffinityKind::Group
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            AffinityKind::Group => "/cluster/ha/groups",
+            AffinityKind::Rule => "/cluster/ha/rules",
+        }
+    }
+
+    fn id_key(self) -> &'static str {
+        match self {
+            AffinityKind::Group => "group",
+            AffinityKind::Rule => "rule",
+        }
+    }
+
+    /// PVE's words for one that does not exist.
+    fn missing(self) -> &'static str {
+        match self {
+            AffinityKind::Group => "no such ha group",
+            AffinityKind::Rule => "no such ha rule",
+        }
+    }
+
+    /// The word for messages.
+    pub fn word(self) -> &'static str {
+        match self {
+            AffinityKind::Group => "HA group",
+            AffinityKind::Rule => "HA node-affinity rule",
+        }
+    }
+}
+
+/// A group or node-affinity rule as PVE answers it (`nodes` as `node[:priority],...`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HaAffinity {
+    #[serde(default)]
+    pub nodes: Option<String>,
+    /// A rule's `strict`.
+    #[serde(default, deserialize_with = "super::types::opt_bool")]
+    pub strict: Option<bool>,
+    /// A group's `restricted`.
+    #[serde(default, deserialize_with = "super::types::opt_bool")]
+    pub restricted: Option<bool>,
+    /// A rule's resources (`vm:100,vm:101`).
+    #[serde(default)]
+    pub resources: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default)]
+    pub digest: Option<String>,
+}
+
+/// What proxsync sets on the group or rule it makes for one VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AffinityParams {
+    /// (node, priority), sorted by node.
+    pub nodes: Vec<(String, u32)>,
+    pub strict: bool,
+    /// The VM's resource (`vm:N`): a rule names it; a group is named by the resource instead.
+    pub sid: String,
+    /// proxsync's mark (`gate::ha::affinity_mark`).
+    pub comment: String,
+}
+
+impl AffinityParams {
+    /// `node[:priority]` joined as PVE writes them (a priority of 0 left out).
+    fn nodes_text(&self) -> String {
+        join_nodes(self.nodes.iter().map(|(n, p)| (n.as_str(), *p)))
+    }
+
+    fn form(&self, kind: AffinityKind) -> Vec<(&'static str, String)> {
+        let flag = if self.strict { "1" } else { "0" }.to_string();
+        let mut form = vec![
+            ("nodes", self.nodes_text()),
+            ("comment", self.comment.clone()),
+        ];
+        match kind {
+            AffinityKind::Group => form.push(("restricted", flag)),
+            AffinityKind::Rule => {
+                form.push(("type", "node-affinity".into()));
+                form.push(("resources", self.sid.clone()));
+                form.push(("strict", flag));
+            }
+        }
+        form
+    }
+
+    /// Whether `current` differs in what proxsync sets (nodes and priorities, strictness, the
+    /// rule's resources, the mark).
+    pub fn differs_from(&self, kind: AffinityKind, current: &HaAffinity) -> bool {
+        let nodes = normalize_nodes(current.nodes.as_deref().unwrap_or(""));
+        let strict = match kind {
+            AffinityKind::Group => current.restricted,
+            AffinityKind::Rule => current.strict,
+        }
+        .unwrap_or(false);
+        let resources_differ = kind == AffinityKind::Rule
+            && current
+                .resources
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .collect::<Vec<_>>()
+                != [self.sid.as_str()];
+        nodes != self.nodes_text()
+            || strict != self.strict
+            || resources_differ
+            || current.comment.as_deref() != Some(self.comment.as_str())
+    }
+}
+
+fn join_nodes<'a>(nodes: impl Iterator<Item = (&'a str, u32)>) -> String {
+    let mut v: Vec<(&str, u32)> = nodes.collect();
+    v.sort();
+    v.iter()
+        .map(|(n, p)| {
+            if *p == 0 {
+                n.to_string()
+            } else {
+                format!("{n}:{p}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// PVE's node list (`pve1:2,pve2`, any order, `pve2:0` as `pve2`) in [`join_nodes`]' form.
+fn normalize_nodes(text: &str) -> String {
+    join_nodes(text.split([',', ';', ' ']).filter(|p| !p.is_empty()).map(
+        |p| match p.split_once(':') {
+            Some((n, prio)) => (n, prio.trim().parse().unwrap_or(0)),
+            None => (p, 0),
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_affinity_compares_as_pve_writes_it() {
+        let want = AffinityParams {
+            nodes: vec![("pve1".into(), 2), ("pve2".into(), 0)],
+            strict: false,
+            sid: "vm:100".into(),
+            comment: "proxsync main: spec web-01".into(),
+        };
+        let rule: HaAffinity = serde_json::from_str(
+            r#"{"rule":"r","nodes":"pve2,pve1:2","strict":0,"resources":"vm:100","comment":"proxsync main: spec web-01","digest":"d"}"#,
+        )
+        .unwrap();
+        assert!(!want.differs_from(AffinityKind::Rule, &rule));
+        let moved: HaAffinity = serde_json::from_str(
+            r#"{"nodes":"pve1:2,pve2:1","resources":"vm:100","comment":"proxsync main: spec web-01"}"#,
+        )
+        .unwrap();
+        assert!(want.differs_from(AffinityKind::Rule, &moved));
+        let shared: HaAffinity = serde_json::from_str(
+            r#"{"nodes":"pve1:2,pve2","resources":"vm:100,vm:101","comment":"proxsync main: spec web-01"}"#,
+        )
+        .unwrap();
+        assert!(want.differs_from(AffinityKind::Rule, &shared));
+        // A group has no resources; `restricted` is its strictness.
+        let group: HaAffinity = serde_json::from_str(
+            r#"{"group":"g","nodes":"pve1:2,pve2","restricted":1,"comment":"proxsync main: spec web-01"}"#,
+        )
+        .unwrap();
+        assert!(want.differs_from(AffinityKind::Group, &group));
+        assert!(
+            !AffinityParams {
+                strict: true,
+                ..want.clone()
+            }
+            .differs_from(AffinityKind::Group, &group)
+        );
+        let form = want.form(AffinityKind::Rule);
+        assert!(
+            form.contains(&("nodes", "pve1:2,pve2".to_string())),
+            "{form:?}"
+        );
+        assert!(
+            form.contains(&("type", "node-affinity".to_string())),
+            "{form:?}"
+        );
+        assert!(
+            form.contains(&("resources", "vm:100".to_string())),
+            "{form:?}"
+        );
+    }
 
     #[test]
     fn differences_count_pve_defaults() {

@@ -117,8 +117,8 @@ impl Client {
 
     /// `POST /nodes/{node}/qemu/{vmid}/migrate`: a `qmigrate` task, or `hamigrate` for an
     /// HA-managed VM (PVE hands the move to the HA manager, which migrates after the task ends).
-    /// `online` for a running VM (PVE refuses a running VM without it); `with_local_disks`
-    /// copies disks on storage the target does not share.
+    /// `online` for a running VM (PVE refuses a running VM without it, and ignores it for a
+    /// stopped one); `with_local_disks` copies disks on storage the target does not share.
     pub async fn migrate_vm(
         &self,
         node: &str,

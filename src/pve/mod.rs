@@ -43,7 +43,7 @@
 //! | [`Client::set_config_async`] | `POST .../config` (+`digest`) | a task when needed, else at once | as above; TaskFailed |
 //! | [`Client::create_vm`] | `POST /nodes/{node}/qemu` | task `qmcreate` | AlreadyExists (VMID taken), 400, Quota, ImageNotFound, TaskFailed |
 //! | [`Client::clone_vm`] | `POST .../qemu/{template}/clone` | task `qmclone` | Lock (template busy), AlreadyExists, Quota, TaskFailed |
-//! | [`Client::resize_disk`] | `PUT .../resize` | task `qmresize` (PVE 8+), at once before | 500 shrinking refused, Lock |
+//! | [`Client::resize_disk`] | `PUT .../resize` | task `resize` (PVE 8+), at once before | 500 shrinking refused, Lock |
 //! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
 //! | [`Client::migrate_precondition`], [`Client::migrate_vm`] | `GET`/`POST .../migrate` | at once; task `qmigrate` (`hamigrate` when HA-managed) | Lock, 500 `can't migrate running VM without --online`, TaskFailed (`local cdrom image`, local devices) |
 //! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1` | task `qmdestroy` | Lock, running VM refused, TaskFailed |

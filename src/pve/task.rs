@@ -16,7 +16,7 @@ pub struct Upid {
     pub pid: u32,
     pub pstart: u64,
     pub starttime: u64,
-    /// `qmcreate`, `qmclone`, `qmstart`, `qmshutdown`, `qmstop`, `qmdestroy`, `qmresize`, ...
+    /// `qmcreate`, `qmclone`, `qmstart`, `qmshutdown`, `qmstop`, `qmdestroy`, `resize`, ...
     pub kind: String,
     /// Usually the VMID; may be empty.
     pub id: String,

@@ -493,6 +493,9 @@ pub struct NetworkInterface {
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "opt_bool")]
     pub active: Option<bool>,
+    /// The MTU `/etc/network/interfaces` sets; absent: the kernel's default, 1500.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub mtu: Option<u64>,
 }
 
 /// A VM config as `GET .../config` returns it: property name -> value. Values keep PVE's

@@ -6,10 +6,22 @@
 use serde::Serialize;
 
 use super::PowerState;
+use super::diag::Pos;
+use super::hardware::bool_field;
+use super::names::check_node;
 use super::validate::{Ctx, enum_field, object, string};
 use super::yaml::{Node, Value};
 
-const FIELDS: &[&str] = &["state", "group", "maxRestart", "maxRelocate"];
+pub(super) const FIELDS: &[&str] = &[
+    "state",
+    "group",
+    "nodes",
+    "strict",
+    "maxRestart",
+    "maxRelocate",
+];
+/// The highest node priority accepted (PVE takes any whole number; only their order counts).
+pub const MAX_HA_PRIORITY: u32 = 1000;
 const PATH: &str = "spec.forProvider.ha";
 /// The largest `maxRestart` / `maxRelocate` accepted (PVE has no upper bound; more than this
 /// only delays an error state for a VM that cannot start).
@@ -23,8 +35,44 @@ pub struct Ha {
     /// A PVE 8 HA group (PVE 9 replaced groups by rules and refuses it, in its own words).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Where `group` is written, for the refusals that depend on the site's PVE version.
+    #[serde(skip)]
+    pub group_pos: Option<Pos>,
+    /// `nodes`: where the VM should run, by priority: a group (PVE 8) or a node-affinity rule
+    /// (PVE 9) that proxsync makes for this VM alone, and removes when the spec drops it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<HaNode>,
+    /// `strict`: only on `nodes` (PVE 8's `restricted` group, PVE 9's `strict` rule); with
+    /// `nodes` only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
     pub max_restart: u32,
     pub max_relocate: u32,
+}
+
+/// One entry of `ha.nodes`: `pve1:2` (node `pve1`, priority 2) or `pve1` (priority 0). The HA
+/// manager runs the VM on the online node of the highest priority.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct HaNode {
+    pub node: String,
+    pub priority: u32,
+}
+
+impl Ha {
+    /// Why a site of this PVE release refuses the spec's `ha`, if it does: PVE 9 replaced HA
+    /// groups by rules (pve-ha-manager 5.x `API2/HA/Resources.pm`: "invalid parameter 'group':
+    /// ha groups have been migrated to rules", on a new 9.x cluster too).
+    pub fn refusal_on(&self, site: &str, pve_version: &str, pve_major: u32) -> Option<String> {
+        let group = self.group.as_deref()?;
+        (pve_major >= 9).then(|| {
+            format!(
+                "{PATH}.group {group:?}: site {site} runs Proxmox VE {pve_version}, which replaced HA \
+                 groups with rules and refuses a resource's group (\"ha groups have been migrated to \
+                 rules\"); write the group's nodes as {PATH}.nodes (e.g. nodes: [pve1:2, pve2:1], \
+                 strict: true for a restricted group): proxsync makes a node-affinity rule of them"
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -94,14 +142,103 @@ pub(super) fn ha_field(ctx: &mut Ctx, n: &Node, power: PowerState) -> Option<Ha>
             Some(ctx.check(g.pos, check_group(s))?)
         }
     };
+    let nodes = match obj.get("nodes") {
+        None => Vec::new(),
+        Some(n) => ha_nodes(ctx, n)?,
+    };
+    if let (Some(g), false) = (obj.get("group"), nodes.is_empty()) {
+        ctx.error(
+            g.pos,
+            format!(
+                "{PATH}.group and {PATH}.nodes: write one of them (nodes makes a group of its own on \
+                 PVE 8, a node-affinity rule on PVE 9)"
+            ),
+        );
+        return None;
+    }
+    let strict = match obj.get("strict") {
+        None => false,
+        Some(n) => {
+            let strict = bool_field(ctx, n, "ha.strict")?;
+            if nodes.is_empty() {
+                ctx.error(
+                    n.pos,
+                    format!("{PATH}.strict needs {PATH}.nodes: the nodes the VM is kept on"),
+                );
+                return None;
+            }
+            strict
+        }
+    };
     let max_restart = tries(ctx, obj.get("maxRestart"), "maxRestart")?;
     let max_relocate = tries(ctx, obj.get("maxRelocate"), "maxRelocate")?;
     Some(Ha {
         state,
         group,
+        group_pos: obj.get("group").map(|g| g.pos),
+        nodes,
+        strict,
         max_restart,
         max_relocate,
     })
+}
+
+/// `nodes`: a list of `node` or `node:priority`, each node once (sorted by node).
+fn ha_nodes(ctx: &mut Ctx, n: &Node) -> Option<Vec<HaNode>> {
+    let path = format!("{PATH}.nodes");
+    let Value::Seq(items) = &n.value else {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list of nodes with an optional priority, e.g. [pve1:2, pve2:1]; \
+                 found {}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    if items.is_empty() {
+        ctx.error(n.pos, format!("{path} is empty: name at least one node"));
+        return None;
+    }
+    let mut out: Vec<HaNode> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let s = string(ctx, item, &format!("{path}[{i}]"), "pve1:2")?;
+        let (node, priority) = match s.split_once(':') {
+            None => (s, Some(0)),
+            Some((node, p)) => (
+                node,
+                p.parse::<u32>().ok().filter(|p| *p <= MAX_HA_PRIORITY),
+            ),
+        };
+        let Some(priority) = priority else {
+            ctx.error(
+                item.pos,
+                format!(
+                    "{path}[{i}] {s:?}: the priority after ':' must be a whole number from 0 to \
+                     {MAX_HA_PRIORITY} (a higher one is preferred), e.g. pve1:2"
+                ),
+            );
+            return None;
+        };
+        ctx.check(
+            item.pos,
+            check_node(node).map_err(|e| format!("{path}[{i}]: {e}")),
+        )?;
+        if out.iter().any(|n| n.node == node) {
+            ctx.error(
+                item.pos,
+                format!("{path}[{i}]: node {node} is listed twice"),
+            );
+            return None;
+        }
+        out.push(HaNode {
+            node: node.to_string(),
+            priority,
+        });
+    }
+    out.sort();
+    Some(out)
 }
 
 /// PVE's `pve-configid`: a letter, then letters, digits, `-` and `_` (2-64 characters).
@@ -178,5 +315,86 @@ mod tests {
             assert!(specs.is_empty(), "{extra}");
             assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
         }
+    }
+
+    #[test]
+    fn nodes_are_a_priority_list_and_exclude_group() {
+        let (specs, diags) =
+            crate::spec::parse_test_spec("    ha: {nodes: [pve2:1, pve1:2, pve3], strict: true}\n");
+        assert!(diags.is_empty(), "{diags:?}");
+        let ha = specs[0].ha.clone().unwrap();
+        let nodes: Vec<(&str, u32)> = ha
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.priority))
+            .collect();
+        assert_eq!(nodes, [("pve1", 2), ("pve2", 1), ("pve3", 0)]);
+        assert!(ha.strict);
+        assert!(ha.group.is_none());
+        // Block style, the way most specs are written.
+        let (specs, diags) = crate::spec::parse_test_spec(
+            "    ha:\n      nodes:\n        - pve1:2\n        - pve2\n",
+        );
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(specs[0].ha.as_ref().unwrap().nodes.len(), 2);
+
+        for (extra, want) in [
+            (
+                "    ha: {group: prod, nodes: [pve1]}\n",
+                "web.yaml:9:17: error: spec.forProvider.ha.group and spec.forProvider.ha.nodes: write one of them",
+            ),
+            (
+                "    ha: {strict: true}\n",
+                "spec.forProvider.ha.strict needs spec.forProvider.ha.nodes",
+            ),
+            (
+                "    ha: {nodes: []}\n",
+                "spec.forProvider.ha.nodes is empty",
+            ),
+            (
+                "    ha: {nodes: [pve1, pve1:2]}\n",
+                "node pve1 is listed twice",
+            ),
+            (
+                "    ha: {nodes: [\"pve1:x\"]}\n",
+                "the priority after ':' must be a whole number from 0 to 1000",
+            ),
+            ("    ha: {nodes: [\"pve1:1001\"]}\n", "from 0 to 1000"),
+            (
+                "    ha: {nodes: [\"pve_1\"]}\n",
+                "spec.forProvider.ha.nodes[0]: node \"pve_1\" is not a valid Proxmox node name",
+            ),
+            (
+                "    ha: {nodes: pve1}\n",
+                "spec.forProvider.ha.nodes must be a list",
+            ),
+        ] {
+            let (specs, diags) = crate::spec::parse_test_spec(extra);
+            assert!(specs.is_empty(), "{extra}");
+            assert!(diags.iter().any(|d| d.contains(want)), "{extra}: {diags:?}");
+        }
+    }
+
+    #[test]
+    fn a_group_is_refused_on_pve_9() {
+        let (specs, _) = crate::spec::parse_test_spec("    ha: {group: prod}\n");
+        let ha = specs[0].ha.clone().unwrap();
+        assert!(ha.refusal_on("lab", "8.4.1", 8).is_none());
+        let why = ha.refusal_on("lab", "9.1.2", 9).unwrap();
+        assert!(
+            why.contains("ha groups have been migrated to rules"),
+            "{why}"
+        );
+        assert!(why.contains("spec.forProvider.ha.nodes"), "{why}");
+        assert_eq!(ha.group_pos.map(|p| (p.line, p.column)), Some((9, 17)));
+        let (specs, _) = crate::spec::parse_test_spec("    ha: {nodes: [pve1]}\n");
+        assert!(
+            specs[0]
+                .ha
+                .as_ref()
+                .unwrap()
+                .refusal_on("lab", "9.1.2", 9)
+                .is_none()
+        );
     }
 }

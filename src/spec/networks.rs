@@ -162,6 +162,20 @@ fn nic(ctx: &mut Ctx, node: &Node, path: &str) -> Option<Nic> {
         .get("mtu")
         .and_then(|v| int_field(ctx, v, &field("mtu"), 1, 65520))
         .map(|v| v as u32);
+    // qemu-server `print_netdevice_full` dies at the VM's start on a virtio NIC whose MTU is
+    // neither 1 (the bridge's) nor at least the IP minimum, 576.
+    if let (Some(mtu), Some("virtio")) = (out.mtu, model.as_deref())
+        && (2..576).contains(&mtu)
+    {
+        ctx.error(
+            obj.get("mtu").map_or(obj.pos, |v| v.pos),
+            format!(
+                "{path}.mtu {mtu} is below the IP minimum 576: PVE refuses to start a VM with it; \
+                 write 1 for the bridge's MTU, or 576 up to the bridge's"
+            ),
+        );
+        return None;
+    }
     out.rate = obj.get("rate").and_then(|v| rate(ctx, v, path));
     out.firewall = obj
         .get("firewall")
@@ -287,6 +301,30 @@ mod tests {
             "zz:24:11:0a:0b:0c",
         ] {
             assert!(check_mac(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_virtio_mtu_is_1_or_at_least_576() {
+        for (nic, ok) in [
+            ("{bridge: vmbr0, mtu: 1}", true),
+            ("{bridge: vmbr0, mtu: 576}", true),
+            ("{bridge: vmbr0, mtu: 9000}", true),
+            ("{bridge: vmbr0, mtu: 575}", false),
+            ("{bridge: vmbr0, mtu: 2}", false),
+            ("{bridge: vmbr0, model: e1000, mtu: 500}", true),
+        ] {
+            let (specs, diags) =
+                crate::spec::parse_test_spec(&format!("    networks:\n      - {nic}\n"));
+            assert_eq!(specs.len() == 1, ok, "{nic}: {diags:?}");
+            if !ok {
+                assert!(
+                    diags.iter().any(|d| d
+                        .contains("web.yaml:10:30: error: spec.forProvider.networks[0].mtu")
+                        && d.contains("below the IP minimum 576")),
+                    "{nic}: {diags:?}"
+                );
+            }
         }
     }
 }

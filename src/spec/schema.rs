@@ -62,7 +62,15 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "state": {"enum": ["started", "stopped", "ignored"]},
-                    "group": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_-]{1,63}$", "description": "A PVE 8 HA group (PVE 9 uses HA rules instead)."},
+                    "group": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_-]{1,63}$", "description": "A PVE 8 HA group (PVE 9 refuses groups: use nodes)."},
+                    "nodes": {
+                        "description": "Where the VM runs, by priority (higher first): node or node:priority. proxsync makes a group of them on PVE 8 and a node-affinity rule on PVE 9, and removes it when the spec drops nodes. Not with group.",
+                        "type": "array",
+                        "minItems": 1,
+                        "uniqueItems": true,
+                        "items": {"type": "string", "pattern": "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:([0-9]|[1-9][0-9]{1,2}|1000))?$"}
+                    },
+                    "strict": {"type": "boolean", "description": "With nodes: only on them (PVE 8's restricted group, PVE 9's strict rule)."},
                     "maxRestart": {"type": "integer", "minimum": 0, "maximum": 10},
                     "maxRelocate": {"type": "integer", "minimum": 0, "maximum": 10}
                 }
@@ -337,5 +345,11 @@ mod tests {
         assert_eq!(fp["required"], json!(["site", "node", "image"]));
         assert!(fp["properties"]["userData"].is_object());
         assert_eq!(fp["properties"]["cloudInit"]["additionalProperties"], false);
+        for field in super::super::ha::FIELDS {
+            assert!(
+                fp["properties"]["ha"]["properties"].get(field).is_some(),
+                "ha.{field}"
+            );
+        }
     }
 }

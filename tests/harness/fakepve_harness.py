@@ -62,13 +62,26 @@ answer `total`.
     ha_resources() / remove_ha(vmid)
         The HA resources made through `/cluster/ha/resources` ({vmid: config}); a person's
         `ha-manager remove vm:N`.
+    ha_groups() / ha_rules() / set_ha_group(group, nodes, restricted=0, comment=None) /
+    set_ha_rule(rule, resources, nodes, strict=0, comment=None)
+        PVE 8's HA groups and PVE 9's node-affinity rules; a person's group or rule.
+    hard_stops()
+        {vmid: n}: how often the HA stack stopped a VM hard.
     migrate_timing(secs=0)
         A qemu migration (`qmigrate`) holds `lock: migrate` for secs PVE seconds before the VM is
         on its target (times time_scale).
 
 HA resources as pve-ha-manager's API2/HA/Resources.pm: `GET`/`POST /cluster/ha/resources`, `GET`/
 `PUT`/`DELETE .../{sid}` (`no such resource`, `already defined`, `digest`, Sys.Audit to read,
-Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state.
+Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state. The
+version decides groups or rules (pve-ha-manager 4.x for PVE 8, 5.x for 9): PVE 8 has
+`/cluster/ha/groups` and no rules (501) nor `purge`; PVE 9 has `/cluster/ha/rules` (node-affinity)
+once no group is left, refuses a resource's `group` then ("ha groups have been migrated to rules"),
+reads resources without it, and from 9.1 a resource's DELETE purges it from the rules (`purge`,
+default 1), deleting a rule left empty (before 9.1 `purge` is refused and no rule touched). A service in `error` (set_vm ha_state=error) refuses every change but
+`state=disabled` and every `hastart`. A shutdown or stop of an HA-managed VM is an `hastop` task
+that sets the resource's state to `stopped`; the HA stack then shuts the guest down with
+`forceStop` after the timeout (a stop: at once), counting each hard stop.
 
 Qemu migration as qemu-server does it (fakepve 0.5.0 has none): `GET .../migrate` answers the
 precondition (`allowed_nodes`, `not_allowed_nodes` with `unavailable_storages`, `local_disks` with
@@ -100,6 +113,22 @@ Scenario key `pools`: pool ids that exist.
     add_vm_before(method, suffix, vmid, **add_vm args)
         Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
         add_vm does: someone else making a guest between proxsync's listing and its request.
+    set_vm_before(method, suffix, vmid, **set_vm args)
+        The same for set_vm: someone starting a VM between proxsync's read and its request.
+    set_bridge_mtu(bridge, mtu=None)
+        The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500).
+
+A storage option `alloc_secs`: making a volume there takes that many PVE seconds, so a synchronous
+`PUT .../config` that makes one (a new disk, `efidisk0`, `tpmstate0`) passes pveproxy's 30 s and is
+answered `596 Connection timed out` after the change was made; `POST .../config` is not.
+
+Permissions qemu-server checks on a VM's options (fakepve 0.5.0 checks each key's VM.Config.*
+only): `startup` needs Sys.Modify on `/`; a custom CPU model Mapping.Use on /mapping/cpu/NAME (PVE
+9.1.15+, else Sys.Audit on /nodes); each NIC SDN.Use on /sdn/zones/localnetwork/BRIDGE, or on
+.../BRIDGE/TAG for its VLAN tag and each trunk VLAN; at create, update and (the source's) clone.
+The network listing shows a bridge only to a caller with SDN.Audit or SDN.Use on it (or a VLAN
+below it). A start dies on a virtio NIC whose MTU is below 576 or above its bridge's. Windows
+guests get a pinned machine version at create and on an ostype change, as Machine.pm pins it.
 
 The VMID range as pve-manager PVE/API2/Cluster.pm and pve-cluster src/PVE/DataCenterConfig.pm
 keep it (fakepve 0.5.0 has a fixed 100..1000000 and no PUT /cluster/options): `PUT /cluster/options`
@@ -164,6 +193,8 @@ DEFAULT_BRIDGES = ('vmbr0',)
 # pve-cluster src/PVE/DataCenterConfig.pm: the Proxmox OUI, datacenter.cfg's default mac_prefix.
 PROXMOX_OUI = 'BC:24:11'
 STOP_TIMEOUT = 3.0
+# pveproxy's forward timeout (PVE seconds), pve-http-server PVE/APIServer/AnyEvent.pm proxy_request.
+PROXY_TIMEOUT = 30.0
 
 
 class BadArgs(Exception):
@@ -211,12 +242,23 @@ class HarnessPve(FakePve):
         self.overruled_shutdowns = set()
         # vmid -> HA resource config ({state, group, max_restart, max_relocate, comment}).
         self.ha_resources = {}
+        # HA groups (PVE 8): id -> {nodes: {node: priority}, restricted, nofailback, comment}.
+        self.ha_groups = {}
+        # HA rules (PVE 9): id -> {type, resources: [sid], nodes: {node: priority}, strict, disable,
+        # comment, order}.
+        self.ha_rules = {}
+        # vmid -> how often the HA stack stopped the VM hard (its guest did not power off in time).
+        self.hard_stops = {}
         # migrate_timing: PVE seconds a qmigrate task holds the VM's `migrate` lock.
         self.migrate_secs = 0.0
         # datacenter.cfg as GET /cluster/options answers it (`user-tag-access`, `registered-tags`, ...).
         self.datacenter = {}
         # add_vm_before rules, in order: (METHOD, suffix, add_vm arguments).
         self.before_rules = []
+        # set_vm_before rules, in order: (METHOD, suffix, vmid, set_vm attributes).
+        self.set_before_rules = []
+        # bridge -> its MTU where /etc/network/interfaces sets one (the listing's `mtu`); else 1500.
+        self.bridge_mtus = {}
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
         # standalone: a node that is not in a cluster (no corosync): /cluster/status as get_status answers it then.
@@ -367,6 +409,7 @@ class HarnessPve(FakePve):
         self._check_drive_protection(vm, [k for k in str(p.get('delete', '') or '').split(',') if k])
         running = vm.status == 'running'
         features = self._hotplug_features(vm.config)
+        self._pin_on_ostype(vm, p)
         for key in list(p):
             if re.fullmatch(r'net\d+', key):
                 p[key] = with_mac(p[key])
@@ -544,8 +587,13 @@ class HarnessPve(FakePve):
         (disks, an ISO in a CD-ROM drive, the cloud-init drive; `$check_storage_access_clone` skips
         only `none` and `cdrom`) must be on shared storage: `die "can't clone VM to node '$target'
         (VM uses local storage)\n" if $target && !$sharedvm`. fakepve 0.5.0 checks only the target
-        storage."""
+        storage. Before that, `check_bridge_access` and `$check_cpu_model_access` on the source's config
+        (see _option_checks)."""
         node, target = v['node'], v.get('target')
+        source = self.vm(int(v['vmid']))
+        if source is not None:
+            conf = (source.snapshots.get(v.get('snapname')) if v.get('snapname') else source.config) or {}
+            self._option_checks(user, dict((k, x) for k, x in conf.items() if k == 'cpu' or re.fullmatch(r'net\d+', k)))
         if target and target not in (node, 'localhost') and target in self.nodes:
             src = self.vm(int(v['vmid']))
             if src is not None and src.node == node:
@@ -594,6 +642,10 @@ class HarnessPve(FakePve):
                     vm.status = vm.qmpstatus = 'stopped'
                     vm.started_at = None
                 return await self.task(vm.node, 'qmshutdown', vm.vmid, user, body, vm=vm)
+        if vm.ha_managed:
+            self._check_lock(vm)
+            timeout = 60 if p.get('timeout') in (None, '') else int(p['timeout'])
+            return await self._ha_stop_task(vm, user, timeout)
         return await super()._do_shutdown(vm, user, p)
 
     async def _do_stop(self, vm, user, p):
@@ -609,6 +661,10 @@ class HarnessPve(FakePve):
             for task in self.tasklog:
                 if task['type'] == 'qmshutdown' and task['id'] == str(vm.vmid) and task['status'] == 'running':
                     self.overruled_shutdowns.add(task['upid'])
+        if vm.ha_managed:
+            if not p.get('skiplock'):
+                self._check_lock(vm)
+            return await self._ha_stop_task(vm, user, 0)
         return await super()._do_stop(vm, user, p)
 
     async def _powerdown(self, vm, p):
@@ -640,6 +696,13 @@ class HarnessPve(FakePve):
             if request.method == method and self._failure_matches(request, generic, suffix):
                 del self.before_rules[i]
                 add_vm(self, **kwargs)
+                break
+        for i, (method, suffix, vmid, attrs) in enumerate(self.set_before_rules):
+            if request.method == method and self._failure_matches(request, generic, suffix):
+                del self.set_before_rules[i]
+                vm = self.vm(vmid)
+                if vm is not None:
+                    set_vm_attrs(vm, attrs)
                 break
         rule = None
         for (method, suffix), candidate in list(self.lost_rules.items()):
@@ -676,7 +739,17 @@ class HarnessPve(FakePve):
                 ('POST', '/cluster/ha/resources', self._harness_ha_create),
                 ('GET', '/cluster/ha/resources/{sid}', self._harness_ha_read),
                 ('PUT', '/cluster/ha/resources/{sid}', self._harness_ha_update),
-                ('DELETE', '/cluster/ha/resources/{sid}', self._harness_ha_delete)]
+                ('DELETE', '/cluster/ha/resources/{sid}', self._harness_ha_delete),
+                ('GET', '/cluster/ha/groups', self._harness_ha_groups_list),
+                ('POST', '/cluster/ha/groups', self._harness_ha_group_create),
+                ('GET', '/cluster/ha/groups/{group}', self._harness_ha_group_read),
+                ('PUT', '/cluster/ha/groups/{group}', self._harness_ha_group_update),
+                ('DELETE', '/cluster/ha/groups/{group}', self._harness_ha_group_delete),
+                ('GET', '/cluster/ha/rules', self._harness_ha_rules_list),
+                ('POST', '/cluster/ha/rules', self._harness_ha_rule_create),
+                ('GET', '/cluster/ha/rules/{rule}', self._harness_ha_rule_read),
+                ('PUT', '/cluster/ha/rules/{rule}', self._harness_ha_rule_update),
+                ('DELETE', '/cluster/ha/rules/{rule}', self._harness_ha_rule_delete)]
 
     # ------------------------------------------------------------ permissions
 
@@ -896,6 +969,16 @@ class HarnessPve(FakePve):
     # ------------------------------------------------------------ HA resources
 
     HA_DEFAULTS = {'state': 'started', 'max_restart': 1, 'max_relocate': 1}
+    HA_ERROR = "service 'vm:{0}' in error state, must be disabled and fixed first"
+
+    def _pve9(self):
+        return self._version_tuple(self.version) >= (9, 0, 0)
+
+    def _groups_migrated(self):
+        """PVE::HA::Config::have_groups_been_migrated (pve-ha-manager 5.x, PVE 9): true when no group is
+        left (the CRM migrates them to rules once every node runs 9.x; a new 9.x cluster has none). PVE 8
+        (pve-ha-manager 4.x) has groups and no rules."""
+        return self._pve9() and not self.ha_groups
 
     def _ha_vm(self, sid):
         """PVE::HA::Config::parse_sid: `vm:N` or a bare N; `no such resource` for others."""
@@ -912,22 +995,34 @@ class HarnessPve(FakePve):
             res = {'state': 'started' if vm.ha_state in ('started', 'error') else vm.ha_state}
         return res
 
+    def _ha_stop_now(self, vm, timeout):
+        """The LRM's stop: PVE/HA/Resources/PVEVM.pm shutdown, `$params->{timeout} = $shutdown_timeout;
+        $params->{forceStop} = 1` (a timeout of 0: vm_stop). A guest that does not power off within the
+        timeout is stopped hard, counted in hard_stops."""
+        if vm.status == 'running':
+            if not (timeout and vm.acpi and vm.shutdown_secs <= timeout):
+                self.hard_stops[vm.vmid] = self.hard_stops.get(vm.vmid, 0) + 1
+            vm.status = vm.qmpstatus = 'stopped'
+            vm.started_at = None
+
     def _ha_apply(self, vm, state):
         """The CRM acting on a requested state: the manager's state at once, the start or stop
         ha_delay PVE seconds later (before the request returns at time_scale 0). `ignored`: the
-        VM leaves the manager; API calls act on it directly."""
+        VM leaves the manager; API calls act on it directly. `stopped` and `disabled` stop it through
+        the LRM's shutdown with its default timeout, 60 s, then hard; `disabled` leaves the service
+        `stopped` (Manager.pm next_state_error: only `disabled` gets a service out of `error`)."""
         if state == 'ignored':
             vm.ha_state = None
             return
-        vm.ha_state = state
+        vm.ha_state = 'stopped' if state == 'disabled' else state
 
         def act():
             if state == 'started' and vm.status != 'running':
                 vm.apply_pending()
                 vm.status = vm.qmpstatus = 'running'
                 vm.started_at = time.time()
-            elif state == 'stopped' and vm.status == 'running':
-                vm.status = vm.qmpstatus = 'stopped'
+            elif state in ('stopped', 'disabled'):
+                self._ha_stop_now(vm, 60)
         if self.time_scale and self.ha_delay:
             async def later():
                 await self.pause(self.ha_delay)
@@ -936,11 +1031,60 @@ class HarnessPve(FakePve):
         else:
             act()
 
+    async def _ha_start_task(self, vm, user):
+        """qemu-server vm_start for an HA-managed VM: an `hastart` task running `ha-manager set vm:N
+        --state started`, which the HA API refuses for a service in `error` (API2/HA/Resources.pm
+        check_service_state); run_command then dies `command '...' failed: exit code 255`."""
+        log = ['Requesting HA start for VM {0}'.format(vm.vmid)]
+        if vm.ha_state == 'error':
+            cmd = "ha-manager set vm:{0} --state started".format(vm.vmid)
+
+            async def refused():
+                raise TaskError("command '{0}' failed: exit code 255".format(cmd))
+            return await self.task(vm.node, 'hastart', vm.vmid, user, refused, lock=False,
+                                   log=log + [self.HA_ERROR.format(vm.vmid)])
+
+        async def body():
+            res = self.ha_resources.get(vm.vmid)
+            if res is not None:
+                res['state'] = 'started'
+            self._ha_apply(vm, 'started')
+        return await self.task(vm.node, 'hastart', vm.vmid, user, body, lock=False, log=log)
+
+    async def _ha_stop_task(self, vm, user, timeout):
+        """qemu-server vm_shutdown (timeout `$param->{timeout} // 60`) and vm_stop (0) for an HA-managed
+        VM: an `hastop` task running `ha-manager crm-command stop vm:N TIMEOUT`; the CRM then sets the
+        resource's state to `stopped` (Manager.pm: `update_service_config(... state => 'stopped')`) and
+        the LRM stops it, hard after the timeout (_ha_stop_now)."""
+        async def body():
+            res = self.ha_resources.get(vm.vmid)
+            if res is not None:
+                res['state'] = 'stopped'
+            vm.ha_state = 'stopped'
+
+            def act():
+                self._ha_stop_now(vm, timeout)
+            if self.time_scale and self.ha_delay:
+                async def later():
+                    await self.pause(self.ha_delay)
+                    act()
+                asyncio.ensure_future(later())
+            else:
+                act()
+        return await self.task(vm.node, 'hastop', vm.vmid, user, body, lock=False,
+                               log=['Requesting HA stop for VM {0}'.format(vm.vmid)])
+
     def _ha_answer(self, vm, res):
-        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': 'ha{0}'.format(abs(hash(
-            json.dumps(res, sort_keys=True))) % 10 ** 12)}
+        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': self._digest(res)}
         out.update({k: v for k, v in res.items() if v is not None})
+        if self._groups_migrated():
+            # Resources.pm $api_copy_config: `delete $scfg->{group} if $exclude_group_property`.
+            out.pop('group', None)
         return out
+
+    @staticmethod
+    def _digest(obj):
+        return 'ha{0}'.format(abs(hash(json.dumps(obj, sort_keys=True, default=str))) % 10 ** 12)
 
     async def _harness_ha_list(self, values, user):
         """GET /cluster/ha/resources (Sys.Audit on /)."""
@@ -970,11 +1114,24 @@ class HarnessPve(FakePve):
             res['state'] = 'started'
         return res
 
+    def _ha_group_param(self, values, update):
+        """Resources.pm create and update: `die "invalid parameter 'group': ha groups have been migrated
+        to rules\n" if defined($param->{group}) && have_groups_been_migrated()`; update also `HA group
+        '$group' does not exist`."""
+        group = values.get('group')
+        if group is None:
+            return
+        if self._groups_migrated():
+            raise PveError(500, "invalid parameter 'group': ha groups have been migrated to rules")
+        if update and str(group) not in self.ha_groups:
+            raise PveError(500, "HA group '{0}' does not exist".format(group))
+
     async def _harness_ha_create(self, values, user):
-        """POST /cluster/ha/resources (Sys.Console on /): quorum, the VM must exist, `resource ID
-        'vm:N' already defined`; the CRM then acts on the state."""
+        """POST /cluster/ha/resources (Sys.Console on /): quorum, `group` (see _ha_group_param), the VM
+        must exist, `resource ID 'vm:N' already defined`; the CRM then acts on the state."""
         self.require(user, '/', 'Sys.Console')
         self.need_quorum()
+        self._ha_group_param(values, update=False)
         vm = self._ha_vm(values.get('sid', ''))
         if self._ha_config(vm) is not None:
             raise PveError(500, "resource ID 'vm:{0}' already defined".format(vm.vmid))
@@ -985,9 +1142,14 @@ class HarnessPve(FakePve):
         return None
 
     async def _harness_ha_update(self, values, user):
-        """PUT /cluster/ha/resources/{sid} (Sys.Console on /): `digest`, `delete`, the state."""
+        """PUT /cluster/ha/resources/{sid} (Sys.Console on /): `group`, then check_service_state (a
+        service in `error` takes only `state=disabled`: `service 'vm:N' in error state, must be
+        disabled and fixed first`), `digest`, `delete`, the state."""
         self.require(user, '/', 'Sys.Console')
+        self._ha_group_param(values, update=True)
         vm = self._ha_vm(values['sid'])
+        if vm.ha_state == 'error' and values.get('state') != 'disabled':
+            raise PveError(500, self.HA_ERROR.format(vm.vmid))
         res = self._ha_config(vm)
         if res is None:
             raise PveError(500, "no such resource '{0}'".format(values['sid']))
@@ -1001,14 +1163,227 @@ class HarnessPve(FakePve):
         self._ha_apply(vm, res.get('state', 'started'))
         return None
 
+    def _ha_purge(self):
+        """`purge` came with pve-ha-manager 5.0.7 (commits "api: add purge parameter for resource
+        deletion" and "fix #6613: update rules containing the resource to be deleted", November 2025),
+        which PVE 9.1 ships; 9.0 and 8.x have no `purge` and touch no rule."""
+        return self._version_tuple(self.version) >= (9, 1, 0)
+
     async def _harness_ha_delete(self, values, user):
-        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`."""
+        """DELETE /cluster/ha/resources/{sid}: `cannot delete service 'vm:N', not HA managed!`. From
+        PVE 9.1 (_ha_purge; Config.pm delete_service_from_config) `purge`, default 1, removes the
+        resource from every rule and deletes a rule left without resources; before, the schema refuses
+        `purge` and no rule is touched."""
         self.require(user, '/', 'Sys.Console')
+        if not self._ha_purge() and values.get('purge') is not None:
+            raise param_error(purge='property is not defined in schema and the schema does not allow '
+                                    'additional properties')
         vm = self._ha_vm(values['sid'])
         if self._ha_config(vm) is None:
             raise PveError(500, "cannot delete service 'vm:{0}', not HA managed!".format(vm.vmid))
         self.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
+        if self._ha_purge() and str(values.get('purge', 1)).lower() not in ('0', 'false'):
+            sid = 'vm:{0}'.format(vm.vmid)
+            for rule_id in list(self.ha_rules):
+                rule = self.ha_rules[rule_id]
+                if sid in rule['resources']:
+                    rule['resources'].remove(sid)
+                    if not rule['resources']:
+                        del self.ha_rules[rule_id]
+        return None
+
+    # ---- HA groups (PVE 8, and PVE 9 until the CRM migrated them) and node-affinity rules (PVE 9):
+    # pve-ha-manager src/PVE/API2/HA/Groups.pm and Rules.pm.
+
+    @staticmethod
+    def _parse_nodes(text):
+        """pve-ha-node-list / pve-ha-group-node-list: `node[:priority]`, comma separated (priority 0)."""
+        out = {}
+        for part in [x for x in re.split(r'[,;\s]+', str(text or '')) if x]:
+            node, _sep, prio = part.partition(':')
+            out[node] = int(prio or 0)
+        return out
+
+    @staticmethod
+    def _encode_nodes(nodes):
+        """encode_value: `node:priority`, or `node` for priority 0."""
+        return ','.join('{0}:{1}'.format(n, p) if p else n for n, p in sorted(nodes.items()))
+
+    def _no_rules_on_8(self, method, path):
+        if not self._pve9():
+            raise PveError(501, "Method '{0} {1}' not implemented".format(method, path))
+
+    def _group_answer(self, group_id):
+        g = self.ha_groups[group_id]
+        out = {'group': group_id, 'type': 'group', 'nodes': self._encode_nodes(g['nodes']),
+               'digest': self._digest(self.ha_groups)}
+        out.update({k: g[k] for k in ('restricted', 'nofailback', 'comment') if g.get(k) is not None})
+        return out
+
+    def _groups_gate(self, what):
+        if self._groups_migrated():
+            raise PveError(500, 'cannot {0}: ha groups have been migrated to rules'.format(what))
+
+    async def _harness_ha_groups_list(self, values, user):
+        self.require(user, '/', 'Sys.Audit')
+        self._groups_gate('index groups')
+        return [self._group_answer(g) for g in sorted(self.ha_groups)]
+
+    async def _harness_ha_group_read(self, values, user):
+        self.require(user, '/', 'Sys.Audit')
+        self._groups_gate('read group')
+        if values['group'] not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(values['group']))
+        return self._group_answer(values['group'])
+
+    def _group_values(self, values, group):
+        if values.get('nodes') is not None:
+            group['nodes'] = self._parse_nodes(values['nodes'])
+        for key in ('restricted', 'nofailback'):
+            if values.get(key) is not None:
+                group[key] = 1 if str(values[key]).lower() in ('1', 'true') else 0
+        if values.get('comment') is not None:
+            group['comment'] = str(values['comment'])
+        return group
+
+    async def _harness_ha_group_create(self, values, user):
+        """POST /cluster/ha/groups: `nodes` required, `ha group ID 'X' already defined`; PVE 9 with no
+        group left: `cannot create group: ha groups have been migrated to rules`."""
+        self.require(user, '/', 'Sys.Console')
+        self.need_quorum()
+        self._groups_gate('create group')
+        group_id = values['group']
+        if group_id in self.ha_groups:
+            raise PveError(500, "ha group ID '{0}' already defined".format(group_id))
+        if not values.get('nodes'):
+            raise param_error(nodes='property is missing and it is not optional')
+        self.ha_groups[group_id] = self._group_values(values, {})
+        return None
+
+    async def _harness_ha_group_update(self, values, user):
+        self.require(user, '/', 'Sys.Console')
+        self._groups_gate('update group')
+        group_id = values['group']
+        if values.get('digest') and values['digest'] != self._digest(self.ha_groups):
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+        if group_id not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(group_id))
+        group = self._group_values(values, dict(self.ha_groups[group_id]))
+        for key in [k for k in re.split(r'[,;\s]+', str(values.get('delete') or '')) if k]:
+            group.pop(key, None)
+        self.ha_groups[group_id] = group
+        return None
+
+    async def _harness_ha_group_delete(self, values, user):
+        """DELETE /cluster/ha/groups/{group}: `ha group is used by service 'vm:N'` while a resource names it."""
+        self.require(user, '/', 'Sys.Console')
+        self._groups_gate('delete group')
+        group_id = values['group']
+        if group_id not in self.ha_groups:
+            raise PveError(500, "no such ha group '{0}'".format(group_id))
+        for vmid, res in sorted(self.ha_resources.items()):
+            if res.get('group') == group_id:
+                raise PveError(500, "ha group is used by service 'vm:{0}'".format(vmid))
+        del self.ha_groups[group_id]
+        return None
+
+    def _rule_answer(self, rule_id):
+        """Rules.pm $get_api_ha_rule: the rule with its defaults (strict 0, disable 0), `resources` and
+        `nodes` encoded, `digest` and `order`."""
+        r = self.ha_rules[rule_id]
+        out = {'rule': rule_id, 'type': r['type'], 'resources': ','.join(sorted(r['resources'])),
+               'digest': self._digest(self.ha_rules), 'order': r['order'], 'disable': r.get('disable', 0)}
+        if r['type'] == 'node-affinity':
+            out['nodes'] = self._encode_nodes(r['nodes'])
+            out['strict'] = r.get('strict', 0)
+        if r.get('comment') is not None:
+            out['comment'] = r['comment']
+        return out
+
+    def _rule_values(self, values, rule):
+        if values.get('resources') is not None:
+            rule['resources'] = sorted(set(x for x in re.split(r'[,;\s]+', str(values['resources'])) if x))
+            if not rule['resources']:
+                raise PveError(500, 'no resources were specified')
+            unmanaged = [sid for sid in rule['resources']
+                         if not re.fullmatch(r'vm:\d+', sid) or int(sid[3:]) not in self.ha_resources]
+            if unmanaged:
+                raise PveError(500, 'cannot use unmanaged resource(s) {0}.'.format(', '.join(unmanaged)))
+        if values.get('nodes') is not None:
+            rule['nodes'] = self._parse_nodes(values['nodes'])
+            if not rule['nodes']:
+                raise PveError(500, 'no nodes were specified')
+            missing = [n for n in sorted(rule['nodes']) if n not in self.nodes]
+            if missing:
+                raise PveError(500, 'cannot use non-existent node(s) {0}.'.format(', '.join(missing)))
+        for key in ('strict', 'disable'):
+            if values.get(key) is not None:
+                rule[key] = 1 if str(values[key]).lower() in ('1', 'true') else 0
+        if values.get('comment') is not None:
+            rule['comment'] = str(values['comment'])
+        return rule
+
+    async def _harness_ha_rules_list(self, values, user):
+        self._no_rules_on_8('GET', '/cluster/ha/rules')
+        self.require(user, '/', 'Sys.Audit')
+        out = [self._rule_answer(r) for r in sorted(self.ha_rules, key=lambda r: self.ha_rules[r]['order'])]
+        if values.get('resource'):
+            out = [r for r in out if values['resource'] in r['resources'].split(',')]
+        return out
+
+    async def _harness_ha_rule_read(self, values, user):
+        self._no_rules_on_8('GET', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Audit')
+        if values['rule'] not in self.ha_rules:
+            raise PveError(500, "no such ha rule '{0}'".format(values['rule']))
+        return self._rule_answer(values['rule'])
+
+    async def _harness_ha_rule_create(self, values, user):
+        """POST /cluster/ha/rules: `cannot create ha rule: ha groups have not been migrated yet`, `HA rule
+        'X' already defined`, `cannot use unmanaged resource(s) ...`, `cannot use non-existent node(s)
+        ...`. Only node-affinity rules are modelled."""
+        self._no_rules_on_8('POST', '/cluster/ha/rules')
+        self.require(user, '/', 'Sys.Console')
+        self.need_quorum()
+        if not self._groups_migrated():
+            raise PveError(500, 'cannot create ha rule: ha groups have not been migrated yet')
+        if values.get('type') != 'node-affinity':
+            raise BadArgs('the harness models node-affinity rules only')
+        rule_id = values['rule']
+        if rule_id in self.ha_rules:
+            raise PveError(500, "HA rule '{0}' already defined".format(rule_id))
+        if not values.get('nodes'):
+            raise PveError(500, 'no nodes were specified')
+        order = max([r['order'] for r in self.ha_rules.values()] + [0]) + 1
+        self.ha_rules[rule_id] = self._rule_values(values, {'type': 'node-affinity', 'order': order})
+        return None
+
+    async def _harness_ha_rule_update(self, values, user):
+        """PUT /cluster/ha/rules/{rule}: `type` required by the schema; `digest`, `HA rule 'X' does not
+        exist`, `delete`, the same checks as create."""
+        self._no_rules_on_8('PUT', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Console')
+        if not self._groups_migrated():
+            raise PveError(500, 'cannot update ha rule: ha groups have not been migrated yet')
+        if not values.get('type'):
+            raise param_error(type='property is missing and it is not optional')
+        if values.get('digest') and values['digest'] != self._digest(self.ha_rules):
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+        rule_id = values['rule']
+        if rule_id not in self.ha_rules:
+            raise PveError(500, "HA rule '{0}' does not exist".format(rule_id))
+        rule = self._rule_values(values, dict(self.ha_rules[rule_id]))
+        for key in [k for k in re.split(r'[,;\s]+', str(values.get('delete') or '')) if k]:
+            rule.pop(key, None)
+        self.ha_rules[rule_id] = rule
+        return None
+
+    async def _harness_ha_rule_delete(self, values, user):
+        """DELETE /cluster/ha/rules/{rule}: `delete $rules->{ids}->{$ruleid}`, no error for a missing one."""
+        self._no_rules_on_8('DELETE', '/cluster/ha/rules/{rule}')
+        self.require(user, '/', 'Sys.Console')
+        self.ha_rules.pop(values['rule'], None)
         return None
 
     # ------------------------------------------------------------ migrate
@@ -1166,6 +1541,214 @@ class HarnessPve(FakePve):
         return await self.task(vm.node, 'qmigrate', vmid, user, move, vm=vm, lock=False,
                                log=["starting migration of VM {0} to node '{1}'".format(vmid, target)])
 
+    # ---- machine pinning, as qemu-server's PVE/QemuServer/Machine.pm does it (fakepve 0.5.0
+    # keeps `machine` as sent).
+
+    @staticmethod
+    def _windows_version(ostype):
+        """PVE/QemuServer/Helpers.pm windows_version: wxp/w2k/w2k3 5, w2k8/wvista 6, winN N, else 0."""
+        ostype = str(ostype or '')
+        if ostype in ('wxp', 'w2k3', 'w2k'):
+            return 5
+        if ostype in ('w2k8', 'wvista'):
+            return 6
+        m = re.fullmatch(r'win(\d+)', ostype)
+        return int(m.group(1)) if m else 0
+
+    def _installed_machine_version(self):
+        """latest_installed_machine_version: the release's QEMU major.minor and the highest +pveN
+        of $PVE_MACHINE_VERSION for it (PVE 9.x ships QEMU 10.0: 10.0+pve1; 8.4 ships 9.2: 9.2+pve1)."""
+        return '10.0+pve1' if not str(self.version).startswith('8') else '9.2+pve1'
+
+    def _pin_machine(self, machine, ostype):
+        """check_and_pin_machine_string: for a Windows ostype, a machine without a version (absent,
+        `pc`, `q35`, `virt`) becomes `pc-i440fx-V` / `pc-q35-V` / `virt-V` (windows_get_pinned_machine_version;
+        absent is the arch default `pc`), its other options kept. Returns the machine string to write
+        (print_machine), '' when there is none."""
+        parts = [x for x in str(machine or '').split(',') if x]
+        kind, rest = None, []
+        for part in parts:
+            key, sep, val = part.partition('=')
+            if not sep:
+                kind = part
+            elif key == 'type':
+                kind = val
+            else:
+                rest.append(part)
+        if kind in (None, 'pc', 'q35', 'virt') and self._windows_version(ostype):
+            base = {None: 'pc-i440fx', 'pc': 'pc-i440fx', 'q35': 'pc-q35', 'virt': 'virt'}[kind]
+            kind = '{0}-{1}'.format(base, self._installed_machine_version())
+        return ','.join(([kind] if kind else []) + rest)
+
+    async def _qm_create(self, v, user):
+        """create_vm: `always pin Windows' machine version on create` (check_and_pin_machine_string)."""
+        v = dict(v)
+        self._option_checks(user, v)
+        pinned = self._pin_machine(v.get('machine'), v.get('ostype'))
+        if pinned:
+            v['machine'] = pinned
+        return await super()._qm_create(v, user)
+
+    def _pin_on_ostype(self, vm, p):
+        """update_vm_api on an `ostype` change: `Check if machine version pinning is needed when
+        switching OS type, just like upon creation. Skip if 'machine' is explicitly set or removed at
+        the same time`; the result goes to pending (applied at once on a stopped VM)."""
+        deletes = [k for k in re.split(r'[,;\s]+', str(p.get('delete') or '')) if k]
+        if 'ostype' not in p or 'machine' in p or 'machine' in deletes or 'machine' in vm.pending:
+            return
+        pinned = self._pin_machine(vm.config.get('machine'), p['ostype'])
+        if pinned:
+            p['machine'] = pinned
+
+    # ---- permissions qemu-server checks on a VM's options, and the bridges a token may see
+    # (fakepve 0.5.0 checks each key's VM.Config.* privilege only).
+
+    @staticmethod
+    def _version_tuple(version):
+        return tuple(int(x) for x in (re.findall(r'\d+', str(version)) + ['0', '0', '0'])[:3])
+
+    def _cpu_model_privilege(self, cputype):
+        """PVE/API2/Qemu.pm $check_cpu_model_access for a custom model (`custom-NAME`): Mapping.Use on
+        /mapping/cpu/NAME from qemu-server 9.1.13 (commit "api: gate VM custom CPU model assignment with
+        Mapping.Use"; pve-manager 9.1.15 depends on it), Sys.Audit on /nodes before."""
+        name = cputype[len('custom-'):]
+        if self._version_tuple(self.version) >= (9, 1, 15):
+            return '/mapping/cpu/' + name, 'Mapping.Use'
+        return '/nodes', 'Sys.Audit'
+
+    @staticmethod
+    def _cputype(value):
+        """pve-vm-cpu-conf's cputype: the bare first value or `cputype=`."""
+        first, props = split_props(str(value or ''))
+        return props.get('cputype', first)
+
+    def _vnet_paths(self, value):
+        """pve-guest-common PVE/GuestHelpers.pm check_vnet_access for one netN value (zone
+        `localnetwork`: the harness has no SDN VNets): with `tag`, /sdn/zones/localnetwork/BRIDGE/TAG;
+        with `trunks`, the same for each VLAN of them (get_tags_from_trunk: `a-b` is every VLAN from a
+        to b); with neither, /sdn/zones/localnetwork/BRIDGE."""
+        _first, props = split_props(str(value))
+        bridge = props.get('bridge')
+        if not bridge:
+            return []
+        base = '/sdn/zones/localnetwork/' + bridge
+        tags = set()
+        if props.get('tag'):
+            tags.add(int(props['tag']))
+        for part in [x for x in str(props.get('trunks') or '').split(';') if x]:
+            lo, _sep, hi = part.partition('-')
+            if hi and int(hi) > int(lo):
+                tags.update(range(int(lo), int(hi) + 1))
+            else:
+                tags.add(int(lo))
+        return [base + '/' + str(t) for t in sorted(tags)] if tags else [base]
+
+    def _option_checks(self, user, params, deletes=(), existing=None):
+        """What create_vm and update_vm_api check beyond each key's VM.Config.* privilege, before any
+        change (root@pam is exempt from all):
+        - $check_vm_modify_config_perm: `special case for startup since it changes host behaviour`,
+          `$rpcenv->check_full($authuser, "/", ['Sys.Modify'])`, for a set or a deleted startup
+          (since 2016: 8.4 and 9.x);
+        - $check_cpu_model_access: a custom CPU model needs _cpu_model_privilege, unless the VM's
+          current model is the same;
+        - PVE::QemuServer::check_bridge_access: SDN.Use on each NIC's _vnet_paths (a deleted NIC's
+          current value too)."""
+        if user == 'root@pam':
+            return
+        if 'startup' in params or 'startup' in deletes:
+            self.require(user, '/', 'Sys.Modify')
+        if params.get('cpu') is not None:
+            cputype = self._cputype(params['cpu'])
+            current = self._cputype((existing or {}).get('cpu')) if existing else None
+            if cputype and cputype.startswith('custom-') and cputype != current:
+                path, priv = self._cpu_model_privilege(cputype)
+                self.require(user, path, priv)
+        nets = [params[k] for k in sorted(params) if re.fullmatch(r'net\d+', k)]
+        nets += [(existing or {})[k] for k in deletes if re.fullmatch(r'net\d+', k) and k in (existing or {})]
+        for value in nets:
+            for path in self._vnet_paths(value):
+                self.require(user, path, 'SDN.Use')
+
+    async def _config_put(self, request):
+        """update_vm_api's checks before any change (see _option_checks). The synchronous PUT makes
+        new volumes while the client waits: on a storage whose `alloc_secs` (a scenario storage option)
+        pass pveproxy's 30 s forward timeout (pve-http-server PVE/APIServer/AnyEvent.pm proxy_request,
+        `timeout => 30`), the change is made and the client gets `596 Connection timed out` with no
+        body. The asynchronous POST makes them in its qmconfig task instead."""
+        await self._config_request_checks(request)
+        p = await params(request)
+        slow = 0.0
+        for key in p:
+            if DRIVE_KEY.match(key):
+                found = NEW_DISK.match(split_drive(str(p[key]))[0])
+                if found and found.group(1):
+                    slow += float((self.storages.get(found.group(1)) or {}).get('alloc_secs') or 0)
+        response = await super()._config_put(request)
+        if slow <= PROXY_TIMEOUT:
+            return response
+        lost = web.Response(status=596, reason='Connection timed out', body=b'')
+        lost.force_close()
+        return lost
+
+    async def _config_post(self, request):
+        """The same checks, before the qmconfig task is forked."""
+        await self._config_request_checks(request)
+        return await super()._config_post(request)
+
+    async def _config_request_checks(self, request):
+        p = await params(request)
+        vm = self._vm(request)
+        deletes = [k for k in re.split(r'[,;\s]+', str(p.get('delete') or '')) if k]
+        self._option_checks(request[USER], p, deletes, vm.config)
+
+    def _may_see_bridge(self, user, bridge):
+        """pve-manager PVE/API2/Network.pm index lists a bridge only if the caller may access it:
+        RPCEnvironment::check_sdn_bridge(user, 'localnetwork', bridge, ['SDN.Audit', 'SDN.Use']): on
+        /sdn/zones/localnetwork/BRIDGE, or on a VLAN path below it that has an ACL."""
+        path = '/sdn/zones/localnetwork/' + bridge
+        privs = ('SDN.Audit', 'SDN.Use')
+        if any(self.allowed(user, path, p) for p in privs):
+            return True
+        below = set(acl_path for grants in (self.acl or {}).values() for acl_path, _p in grants
+                    if acl_path.startswith(path + '/'))
+        return any(self.allowed(user, vlan, p) for vlan in below for p in privs)
+
+    def _nic_mtu_error(self, vm):
+        """PVE/QemuServer.pm print_netdevice_full at start, for a virtio NIC on a bridge: `mtu` absent or 1
+        is the bridge's; below 576 `netdev netN: MTU 'M' is smaller than the IP minimum MTU '576'`; above
+        the bridge's (read_bridge_mtu) `netdev netN: MTU 'M' is bigger than the bridge MTU 'B'`."""
+        config = dict(vm.config)
+        config.update(dict((k, v) for k, v in vm.pending.items() if v is not None))
+        for key in sorted((k for k in config if re.fullmatch(r'net\d+', k)), key=lambda k: int(k[3:])):
+            first, props = split_props(str(config[key]))
+            model = (first or '').partition('=')[0] if first else None
+            model = next((k for k in props if k in NET_MODELS), model or props.get('model'))
+            if model != 'virtio' or not props.get('bridge') or not props.get('mtu'):
+                continue
+            mtu, bridge_mtu = int(props['mtu']), int(self.bridge_mtus.get(props['bridge'], 1500))
+            if mtu == 1:
+                continue
+            if mtu < 576:
+                return "netdev {0}: MTU '{1}' is smaller than the IP minimum MTU '576'".format(key, mtu)
+            if mtu > bridge_mtu:
+                return ("netdev {0}: MTU '{1}' is bigger than the bridge MTU '{2}' - adjust the MTU for the network "
+                        "device in the VM configuration, while ensuring that the bridge is configured as desired."
+                        .format(key, mtu, bridge_mtu))
+        return None
+
+    async def _do_start(self, vm, user, p):
+        """vm_start dies in its worker when a virtio NIC's MTU does not fit its bridge (_nic_mtu_error);
+        an HA-managed VM gets an `hastart` task (_ha_start_task)."""
+        if vm.ha_managed and not vm.template:
+            return await self._ha_start_task(vm, user)
+        error = self._nic_mtu_error(vm)
+        if error is None:
+            return await super()._do_start(vm, user, p)
+
+        async def body():
+            raise TaskError(error)
+        return await self.task(vm.node, 'qmstart', vm.vmid, user, body, vm=vm)
+
     def bridges_of(self, node):
         return self.bridges.get(node, self.default_bridges)
 
@@ -1175,9 +1758,13 @@ class HarnessPve(FakePve):
         out = []
         if kind in (None, 'bridge', 'any_bridge', 'any_local_bridge'):
             for idx, name in enumerate(self.bridges_of(node)):
+                if not self._may_see_bridge(user, name):
+                    continue
                 item = {'iface': name, 'type': 'bridge', 'method': 'manual', 'method6': 'manual',
                         'families': ['inet'], 'priority': 3 + idx, 'active': 1, 'autostart': 1, 'exists': 1,
                         'bridge_ports': 'eno1' if idx == 0 else '', 'bridge_stp': 'off', 'bridge_fd': '0'}
+                if name in self.bridge_mtus:
+                    item['mtu'] = self.bridge_mtus[name]
                 if idx == 0:
                     item.update(method='static', address='192.0.2.11', netmask='255.255.255.0',
                                 cidr='192.0.2.11/24', gateway='192.0.2.1')
@@ -1530,6 +2117,31 @@ class Commands(object):
         self.pve.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
 
+    def ha_groups(self):
+        """{group: {nodes, restricted, nofailback, comment}} (PVE 8's HA groups)."""
+        return jsonable(self.pve.ha_groups)
+
+    def ha_rules(self):
+        """{rule: {type, resources, nodes, strict, disable, comment, order}} (PVE 9's HA rules)."""
+        return jsonable(self.pve.ha_rules)
+
+    def set_ha_group(self, group, nodes, restricted=0, comment=None):
+        """A person's HA group (`ha-manager groupadd`): nodes as `pve1:2,pve2`."""
+        self.pve.ha_groups[group] = {'nodes': self.pve._parse_nodes(nodes), 'restricted': int(restricted),
+                                     'comment': comment}
+
+    def set_ha_rule(self, rule, resources, nodes, strict=0, comment=None):
+        """A person's node-affinity rule (`ha-manager rules add node-affinity`): resources as `vm:100`,
+        nodes as `pve1:2,pve2`."""
+        order = max([r['order'] for r in self.pve.ha_rules.values()] + [0]) + 1
+        self.pve.ha_rules[rule] = {'type': 'node-affinity', 'order': order, 'strict': int(strict),
+                                   'resources': sorted(x for x in str(resources).split(',') if x),
+                                   'nodes': self.pve._parse_nodes(nodes), 'comment': comment}
+
+    def hard_stops(self):
+        """{vmid: n}: how often the HA stack stopped a VM hard (its guest did not power off in time)."""
+        return {str(k): v for k, v in self.pve.hard_stops.items()}
+
     def migrate_timing(self, secs=0):
         """A qmigrate task holds `lock: migrate` for secs PVE seconds (see COMMANDS)."""
         if float(secs) < 0:
@@ -1585,6 +2197,18 @@ class Commands(object):
             raise BadArgs('add_vm_before needs suffix')
         self.pve.before_rules.append((method.upper(), suffix, dict(kwargs, vmid=int(vmid))))
 
+    def set_vm_before(self, method, suffix, vmid, **attrs):
+        """Before the next METHOD request whose path ends with suffix (or matches a schema template) is
+        carried out, set VM vmid's attributes as set_vm does: someone starting or stopping it between
+        proxsync's read and its request."""
+        if not suffix:
+            raise BadArgs('set_vm_before needs suffix')
+        vm_of(self.pve, vmid)
+        unknown = sorted(set(attrs) - set(VM_ATTRS))
+        if unknown:
+            raise BadArgs('unknown VM attributes {0}; allowed: {1}'.format(', '.join(unknown), ', '.join(VM_ATTRS)))
+        self.pve.set_before_rules.append((method.upper(), suffix, int(vmid), dict(attrs)))
+
     # state
     def set_vm(self, vmid, **attrs):
         set_vm_attrs(vm_of(self.pve, vmid), attrs)
@@ -1603,6 +2227,14 @@ class Commands(object):
 
     def set_bridges(self, bridges, node=None):
         set_bridges(self.pve, bridges, node)
+
+    def set_bridge_mtu(self, bridge, mtu=None):
+        """The bridge's MTU as /etc/network/interfaces sets it (the network listing's `mtu`); None: the
+        default 1500, not listed."""
+        if mtu is None:
+            self.pve.bridge_mtus.pop(bridge, None)
+        else:
+            self.pve.bridge_mtus[bridge] = int(mtu)
 
     def set_storage(self, name, **options):
         return jsonable(set_storage(self.pve, name, options))
