@@ -25,6 +25,7 @@ pub mod ownership;
 pub mod par;
 pub mod plan;
 pub mod pve;
+pub mod redact;
 pub mod selector;
 pub mod source;
 pub mod spec;
