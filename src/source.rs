@@ -26,8 +26,15 @@ pub struct ReadSpecs {
     pub refused: Option<Refusal>,
 }
 
+/// Why the source could not be read. Shown with the userinfo of any URL in it masked
+/// ([`crate::redact::urls`]): the location may be a `[source] url` with a password, and git's
+/// messages quote it.
 #[derive(Debug, thiserror::Error)]
-#[error("source {location}: {message}")]
+#[error(
+    "source {}: {}",
+    crate::redact::urls(.location),
+    crate::redact::urls(.message)
+)]
 pub struct SourceError {
     pub location: String,
     pub message: String,
@@ -92,12 +99,12 @@ impl Source {
         }
     }
 
-    /// The repository as configured (path or URL), naming the remembered verified commit's
-    /// source.
+    /// The repository as configured (path, or URL with its userinfo masked), naming the
+    /// source of the commits remembered in the state directory.
     fn location_label(&self) -> String {
         match &self.location {
             SourceLocation::Path(p) => p.display().to_string(),
-            SourceLocation::Url { url, .. } => url.clone(),
+            SourceLocation::Url { url, .. } => crate::redact::urls(url).into_owned(),
         }
     }
 
@@ -209,8 +216,11 @@ impl Source {
         vec![git_dir.join("refs").join("heads"), git_dir.clone()]
     }
 
-    /// Fetches the remote into the mirror (clone on first use). Blocking; run it off the
-    /// async runtime's threads.
+    /// Fetches the branch of the remote into the mirror (made on first use). Only
+    /// `refs/heads/<branch>` is fetched, no tags and never `refs/replace/*` (a replace ref
+    /// would make `git verify-commit` check another commit than the one read); replace refs a
+    /// mirror made by an older release holds are removed. Blocking; run it off the async
+    /// runtime's threads.
     pub fn fetch_blocking(&self) -> Result<(), SourceError> {
         let SourceLocation::Url {
             url,
@@ -221,13 +231,20 @@ impl Source {
             return Ok(());
         };
         let err = |message: String| SourceError {
-            location: url.clone(),
-            message,
+            location: crate::redact::urls(url).into_owned(),
+            message: crate::redact::urls(&message).into_owned(),
         };
-        let mut cmd = std::process::Command::new("git");
-        // Never ask on a terminal; never read the user's global config.
-        cmd.env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_CONFIG_NOSYSTEM", "1");
+        if !self.repo.join("HEAD").exists() {
+            // The mirror's parent is state_dir: created 0700, as the database does.
+            if let Some(parent) = self.repo.parent() {
+                crate::state::create_state_dir(parent)
+                    .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            let mut init = mirror_git();
+            init.args(["init", "--bare", "--quiet"]).arg(&self.repo);
+            run_git(init, "git init").map_err(err)?;
+        }
+        let mut cmd = mirror_git();
         if let Some(key) = ssh_key_file {
             cmd.env(
                 "GIT_SSH_COMMAND",
@@ -247,28 +264,78 @@ impl Source {
                 ),
             ]);
         }
-        if self.repo.join("HEAD").exists() {
-            cmd.arg("--git-dir")
-                .arg(&self.repo)
-                .args(["fetch", "--prune", "--quiet", "origin"]);
-        } else {
-            // The mirror's parent is state_dir: created 0700, as the database does.
-            if let Some(parent) = self.repo.parent() {
-                crate::state::create_state_dir(parent)
-                    .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
-            }
-            cmd.args(["clone", "--mirror", "--quiet", url])
-                .arg(&self.repo);
-        }
-        let out = cmd
-            .output()
-            .map_err(|e| err(format!("cannot run git: {e}")))?;
-        if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stderr);
-            return Err(err(format!("git fetch failed: {}", text.trim())));
-        }
-        Ok(())
+        let branch = format!("+refs/heads/{0}:refs/heads/{0}", self.branch);
+        cmd.arg("--git-dir").arg(&self.repo).args([
+            "fetch",
+            "--prune",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--quiet",
+            "--end-of-options",
+            url,
+            &branch,
+        ]);
+        run_git(cmd, "git fetch").map_err(err)?;
+        forget_mirror_extras(&self.repo).map_err(err)
     }
+}
+
+/// `git` for the mirror: never asking on a terminal, without the system config, and with
+/// replace objects off.
+fn mirror_git() -> std::process::Command {
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("--no-replace-objects")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_NO_REPLACE_OBJECTS", "1");
+    cmd
+}
+
+/// Runs a git command; its error output on failure (the caller masks URLs in it).
+fn run_git(mut cmd: std::process::Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
+/// Removes from the mirror what an older release's `git clone --mirror` left and proxsync
+/// does not read: every `refs/replace/*` ref, and the `origin` remote's config (its URL may
+/// hold a password).
+fn forget_mirror_extras(mirror: &Path) -> Result<(), String> {
+    allow_foreign_owner();
+    let repo = git2::Repository::open(mirror)
+        .map_err(|e| format!("the mirror is not a git repository: {}", e.message()))?;
+    let replace: Vec<String> = repo
+        .references_glob("refs/replace/*")
+        .map_err(|e| e.message().to_string())?
+        .filter_map(|r| r.ok()?.name().ok().map(str::to_string))
+        .collect();
+    for name in replace {
+        repo.find_reference(&name)
+            .and_then(|mut r| r.delete())
+            .map_err(|e| format!("cannot remove {name} from the mirror: {}", e.message()))?;
+    }
+    let mut config = repo
+        .config()
+        .and_then(|c| c.open_level(git2::ConfigLevel::Local))
+        .map_err(|e| format!("cannot read the mirror's config: {}", e.message()))?;
+    for key in [
+        "remote.origin.url",
+        "remote.origin.fetch",
+        "remote.origin.mirror",
+    ] {
+        match config.remove_multivar(key, ".*") {
+            Ok(()) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(format!("cannot clean the mirror's config: {}", e.message())),
+        }
+    }
+    Ok(())
 }
 
 /// The spec repository on a git server belongs to the server's user (`git`), not to the
@@ -668,6 +735,65 @@ mod tests {
             )),
             "{e}"
         );
+    }
+
+    /// The output of a git command run in `dir`.
+    fn git_out(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git is installed");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn the_mirror_holds_the_branch_only_and_never_a_replace_ref() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let remote = d.join("remote");
+        std::fs::create_dir(&remote).unwrap();
+        git(&remote, &["init", "-q"]);
+        std::fs::write(remote.join("web.yaml"), SPEC).unwrap();
+        git(&remote, &["add", "."]);
+        git(&remote, &["commit", "-q", "-m", "one"]);
+        git(&remote, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        let two = git_out(&remote, &["rev-parse", "HEAD"]);
+        let one = git_out(&remote, &["rev-parse", "HEAD~1"]);
+        git(&remote, &["replace", &two, &one]);
+        git(&remote, &["tag", "v1"]);
+        git(&remote, &["branch", "other"]);
+        let url = format!("file://{}", remote.display());
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\nurl = \"{url}\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+        );
+        let config = Config::parse(&d.join("proxsync.toml"), &text).unwrap();
+        let mirror = d.join("state/mirror.git");
+
+        // A mirror as an older release cloned it: every ref, the replace ref among them, and
+        // the URL in its config.
+        std::fs::create_dir(d.join("state")).unwrap();
+        git(
+            d,
+            &["clone", "-q", "--mirror", &url, mirror.to_str().unwrap()],
+        );
+        let refs = |m: &Path| git_out(m, &["for-each-ref", "--format=%(refname)"]);
+        assert!(refs(&mirror).contains("refs/replace/"));
+        Source::new(&config).fetch_blocking().unwrap();
+        let after = refs(&mirror);
+        assert!(!after.contains("refs/replace/"), "{after}");
+        let mirror_config = std::fs::read_to_string(mirror.join("config")).unwrap();
+        assert!(!mirror_config.contains(&url), "{mirror_config}");
+        assert_eq!(Source::new(&config).tip().unwrap(), two);
+
+        // A new mirror fetches the branch alone.
+        std::fs::remove_dir_all(&mirror).unwrap();
+        Source::new(&config).fetch_blocking().unwrap();
+        assert_eq!(refs(&mirror), "refs/heads/main");
+        assert_eq!(Source::new(&config).tip().unwrap(), two);
     }
 
     #[test]

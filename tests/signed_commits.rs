@@ -481,3 +481,116 @@ fn the_daemon_applies_nothing_unverified_and_keeps_the_last_verified_commit_acro
     assert_eq!(names(&mut pve), ["db-01", "web-01"]);
     drop(daemon);
 }
+
+/// Trusts one fresh ssh key (`ci@example.org`) under `verify = "ssh"`; returns it and a
+/// stranger's key, which is not trusted.
+fn trust_one_ssh_key(ws: &Workspace) -> (PathBuf, PathBuf) {
+    let trusted = ssh_key(ws, "trusted");
+    let stranger = ssh_key(ws, "stranger");
+    let public = std::fs::read_to_string(trusted.with_extension("pub")).unwrap();
+    std::fs::write(
+        ws.path("allowed_signers"),
+        format!("ci@example.org {public}"),
+    )
+    .unwrap();
+    enable_verify(
+        ws,
+        &format!(
+            "verify = \"ssh\"\nallowed_signers = \"{}\"",
+            ws.path("allowed_signers").display()
+        ),
+    );
+    (trusted, stranger)
+}
+
+/// Makes the source the bare repository `vms.git` as a remote `file://` URL, fetched into the
+/// mirror.
+fn use_remote_source(ws: &Workspace) {
+    ws.use_bare_source();
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let bare = ws.path("vms.git");
+    let config = config.replace(
+        &format!("path = \"{}\"", bare.display()),
+        &format!("url = \"file://{}\"", bare.display()),
+    );
+    std::fs::write(ws.config(), config).unwrap();
+}
+
+/// The attack of a replace ref: a tip signed by an untrusted key, and `refs/replace/<tip>`
+/// naming an older commit signed by the trusted key. `git verify-commit` would check the
+/// replacement's signature while the tree is read from the tip itself: verification and
+/// reading must see the same object, so the tip is refused and its specs are not applied.
+fn a_replace_ref_does_not_verify_an_untrusted_tip(remote: bool) {
+    require("git");
+    require("ssh-keygen");
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    if remote {
+        use_remote_source(&ws);
+    }
+    let (trusted, stranger) = trust_one_ssh_key(&ws);
+    stage(&ws, &three_specs("gone-01"));
+    let signed = commit_ssh(&ws, "three VMs", Some(&trusted));
+    if remote {
+        ws.push();
+    }
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["gone-01", "stay-01", "stay-02"], "{out}");
+
+    stage(&ws, &three_specs("evil-01"));
+    let evil = commit_ssh(&ws, "signed by a stranger", Some(&stranger));
+    if remote {
+        ws.push();
+    }
+    ws.git(&["replace", &evil, &signed]);
+    if remote {
+        ws.git(&[
+            "push",
+            "-q",
+            ws.path("vms.git").to_str().unwrap(),
+            "refs/replace/*:refs/replace/*",
+        ]);
+    }
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "the stranger's tip is refused: {out}");
+    assert_eq!(
+        names(&mut pve),
+        ["gone-01", "stay-01", "stay-02"],
+        "nothing of the stranger's commit is applied: {out}"
+    );
+    let s = summary(&ws);
+    assert_eq!(s["commit"], signed.as_str(), "{s}");
+    assert_eq!(s["refusedCommit"]["commit"], evil.as_str(), "{s}");
+    assert!(
+        s["refusedCommit"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("signed by a key that is not in the allowed signers file"),
+        "{s}"
+    );
+    if remote {
+        let mirror = ws.path("state/mirror.git");
+        let refs = Command::new("git")
+            .arg("--git-dir")
+            .arg(&mirror)
+            .args(["for-each-ref", "--format=%(refname)"])
+            .output()
+            .unwrap();
+        let refs = String::from_utf8_lossy(&refs.stdout);
+        assert!(
+            !refs.contains("refs/replace/"),
+            "replace refs are never fetched into the mirror: {refs}"
+        );
+    }
+}
+
+#[test]
+fn a_replace_ref_does_not_verify_an_untrusted_tip_of_a_local_repository() {
+    a_replace_ref_does_not_verify_an_untrusted_tip(false);
+}
+
+#[test]
+fn a_replace_ref_pushed_to_a_remote_does_not_verify_an_untrusted_tip() {
+    a_replace_ref_does_not_verify_an_untrusted_tip(true);
+}
