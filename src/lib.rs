@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod category;
+pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;

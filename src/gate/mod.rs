@@ -15,3 +15,5 @@
 //! Each file below holds one kind of evidence as pure functions (no I/O, no clock): callers
 //! read what PVE and the state database say and hand it in; the answer is a permit or a
 //! refusal that says what is wrong and what to do.
+
+pub mod commit;
