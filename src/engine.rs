@@ -509,6 +509,7 @@ impl Engine {
             config_hash: &chash,
             now_ms,
             retry_transient_now: self.retry_transient_now,
+            rewind: None,
         };
         let mut first = plan(&input);
         if let Some(scope) = &scope {
@@ -608,6 +609,7 @@ impl Engine {
                 config_hash: &chash,
                 now_ms: self.clock.now_ms(),
                 retry_transient_now: self.retry_transient_now,
+                rewind: None,
             };
             (Some(plan(&input)), views, records)
         };
@@ -1232,6 +1234,16 @@ fn set_marker(
 /// Plans without acting (for `proxsync plan`): reads the state database if it can (the
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
+    plan_only_rewound(config, specs, None).await
+}
+
+/// [`plan_only`] for specs of a commit that rewinds the branch: its deletes are judged as one
+/// batch, as a cycle would.
+pub async fn plan_only_rewound(
+    config: &Config,
+    specs: &SpecSet,
+    rewind: Option<&crate::plan::RewindBatch>,
+) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
@@ -1288,6 +1300,7 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         config_hash: &chash,
         now_ms: now_ms(),
         retry_transient_now: false,
+        rewind,
     }))
 }
 
