@@ -121,12 +121,34 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Accept what a safety check refused, naming it: it is recorded in the state directory,
+    /// and the running daemon is asked to reconcile.
+    #[command(after_help = "\
+Examples:
+  proxsync accept commit 3f2c9a1e0b7d   apply this commit although it does not descend from
+                                        the last applied one (a rewind; [source] verify)")]
+    Accept {
+        #[command(subcommand)]
+        what: Accept,
+    },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
   proxsync schema > .proxsync.schema.json
   # yaml-language-server: $schema=.proxsync.schema.json")]
     Schema,
+}
+
+/// What `proxsync accept` accepts.
+#[derive(Debug, Subcommand)]
+pub enum Accept {
+    /// A commit that does not descend from the last applied commit (a rewind), refused with
+    /// `[source] verify` as `NotDescendant`. The commit must be in the repository and verify;
+    /// the acceptance holds over the commit applied now only.
+    Commit {
+        /// The commit's id (7 to 40 hex digits), as `refusedCommit` in _summary.yaml names it.
+        commit: String,
+    },
 }
 
 /// Runs a parsed command line and returns the process exit code.
@@ -145,6 +167,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { specs } => plan_cmd(cli.config, specs),
+        Command::Accept { what } => match what {
+            Accept::Commit { commit } => accept_commit_cmd(cli.config, &commit),
+        },
         Command::Schema => schema(),
     }
 }
@@ -247,6 +272,7 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         match crate::source::read_configured(&config, crate::source::Use::Inspect) {
             Ok(read) => {
                 spec_checks.extend(crate::doctor::check_tip(&config, &read));
+                spec_checks.extend(crate::doctor::check_rewind(&read));
                 spec_checks.push(crate::doctor::Check {
                     level: crate::doctor::Level::Ok,
                     subject: "source".into(),
@@ -335,6 +361,8 @@ struct Inputs {
     commit: Option<String>,
     /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
     refused: Option<crate::verify::Refusal>,
+    /// The commit does not descend from the commit applied before it.
+    rewound: Option<crate::source::Rewind>,
 }
 
 /// Loads the config and the specs (from `--specs`, else the configured source, verified when
@@ -345,21 +373,28 @@ fn load_inputs(
     purpose: crate::source::Use,
 ) -> Result<Inputs, ExitCode> {
     let config = load_config(config_path)?;
-    let (mut specs, commit, refused) = if spec_paths.is_empty() {
+    let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
         match crate::source::read_configured(&config, purpose) {
-            Ok(read) => (read.specs, Some(read.commit), read.refused),
+            Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),
             Err(e) => {
                 eprintln!("error: {e}");
                 return Err(ExitCode::FAILURE);
             }
         }
     } else {
-        (spec::load_paths(spec_paths), None, None)
+        (spec::load_paths(spec_paths), None, None, None)
     };
     if let (Some(r), Some(commit)) = (&refused, &commit) {
         eprintln!(
             "warning: commit {} refused: {}; using the last verified commit {commit}",
             r.commit, r.reason
+        );
+    }
+    if let Some(r) = &rewound {
+        eprintln!(
+            "warning: commit {} does not descend from {}, the commit applied before it: a \
+             rewind; its deletes count as one batch against max_delete_fraction",
+            r.batch.commit, r.batch.from
         );
     }
     crate::engine::check_spec_sites(&config, &mut specs);
@@ -371,6 +406,7 @@ fn load_inputs(
         specs,
         commit,
         refused,
+        rewound,
     })
 }
 
@@ -492,6 +528,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
         specs,
         commit,
         refused,
+        rewound,
     } = match load_inputs(config_path, spec_paths, crate::source::Use::Apply) {
         Ok(x) => x,
         Err(code) => return code,
@@ -515,6 +552,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
         // Someone asked for a reconcile now: a transient failure's backoff does not hold it.
         engine.retry_transient_now = true;
         engine.source_refusal = refused;
+        engine.source_rewind = rewound;
         let report = match engine.reconcile(&specs, commit.as_deref()).await {
             Ok(r) => r,
             Err(e) => {
@@ -523,6 +561,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
             }
         };
         print_run_report(&report, &specs, &engine.config().status_dir);
+        print_rewind(engine.source_rewind.as_ref());
         if report.all_ready() && report.source_refusal.is_none() {
             ExitCode::SUCCESS
         } else {
@@ -583,17 +622,32 @@ fn print_run_report(
     }
 }
 
+/// Says that the commit applied rewinds the branch (after `run --once`'s report).
+fn print_rewind(rewound: Option<&crate::source::Rewind>) {
+    if let Some(r) = rewound {
+        println!(
+            "rewound: commit {} does not descend from {}, the commit applied before it",
+            r.batch.commit, r.batch.from
+        );
+    }
+}
+
 fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
-    let Inputs { config, specs, .. } =
-        match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
-            Ok(x) => x,
-            Err(code) => return code,
-        };
+    let Inputs {
+        config,
+        specs,
+        rewound,
+        ..
+    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let plan = match rt.block_on(crate::engine::plan_only(&config, &specs)) {
+    let rewind = rewound.as_ref().map(|r| &r.batch);
+    let plan = match rt.block_on(crate::engine::plan_only_rewound(&config, &specs, rewind)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -631,6 +685,46 @@ fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode 
         println!("{} change(s)", plan.actions.len());
         ExitCode::from(2)
     }
+}
+
+/// `proxsync accept commit`: records the acceptance, then asks a running daemon to reconcile
+/// (the next `run --once` or daemon start applies it otherwise).
+fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Who accepted, for the record: the login a `sudo` came from, else this user's.
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "?".into());
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let by = format!("{user} (uid {uid})");
+    let (message, recorded) = match crate::source::Source::new(&config).accept(commit, &by) {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{message}");
+    if !recorded {
+        return ExitCode::SUCCESS;
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(crate::control::request(&config.state_dir, None)) {
+        Ok(answer) => println!("the daemon was asked to apply it: {answer}"),
+        Err(_) => println!(
+            "no daemon answers on {}: the next `proxsync run --once`, or the daemon when it \
+             starts, applies it",
+            crate::control::socket_path(&config.state_dir).display()
+        ),
+    }
+    ExitCode::SUCCESS
 }
 
 fn schema() -> ExitCode {

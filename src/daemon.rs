@@ -384,7 +384,8 @@ impl Daemon {
             self.ready_sent = true;
         }
         let source_error = self.engine().source_error.as_ref().map(ToString::to_string);
-        let line = status_line(report, source_error.as_deref());
+        let rewound_from = (self.engine().source_rewind.as_ref()).map(|r| r.batch.from.clone());
+        let line = status_line(report, source_error.as_deref(), rewound_from.as_deref());
         notify(&[NotifyState::Status(&line)]);
         if let (Some(n), Some((report, commit)), Some((_, specs)), Some(engine)) =
             (&mut self.notifier, report, &self.desired, &self.engine)
@@ -442,8 +443,10 @@ impl Daemon {
     /// `[source] verify` refuses the tip, the last good (verified) commit stays in use. A
     /// refused tip is read again at each cycle (the keys may have changed).
     fn read_source(&mut self) {
+        // A refused tip is read again at each cycle, also once the branch is back at the
+        // commit in use (the refusal then ends).
         let moved = match (self.source.tip(), &self.desired) {
-            (Ok(tip), Some((commit, _))) => tip != *commit,
+            (Ok(tip), Some((commit, _))) => tip != *commit || self.source.refusal().is_some(),
             _ => true,
         };
         if !moved && !self.force_read {
@@ -463,6 +466,14 @@ impl Daemon {
             self.refusal_notified = Some(r.commit.clone());
         }
         self.engine().source_refusal = refusal;
+        if let Ok(r) = &read {
+            if let (Some(rewind), Some(n)) = (&r.rewound, &self.notifier)
+                && rewind.detected
+            {
+                n.commit_rewound(&rewind.batch.commit, &rewind.batch.from);
+            }
+            self.engine().source_rewind = r.rewound.clone();
+        }
         let read = match read {
             Ok(read) => read,
             Err(e) => {
@@ -620,7 +631,11 @@ fn jittered(d: Duration) -> Duration {
 }
 
 /// `STATUS=` for systemd: specs, Ready, Stalled, sites, commit.
-fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str>) -> String {
+fn status_line(
+    report: Option<&(CycleReport, String)>,
+    source_error: Option<&str>,
+    rewound_from: Option<&str>,
+) -> String {
     let mut line = match report {
         Some((r, commit)) => format!(
             "{} specs: {} Ready, {} Stalled, {} backing off; sites {}/{} healthy; commit {}",
@@ -640,6 +655,9 @@ fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str
             &r.commit[..r.commit.len().min(12)],
             r.reason.chars().take(120).collect::<String>()
         ));
+    }
+    if let Some(from) = rewound_from {
+        line.push_str(&format!("; rewound from {}", &from[..from.len().min(12)]));
     }
     if let Some(e) = source_error {
         line.push_str(&format!(

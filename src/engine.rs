@@ -254,6 +254,9 @@ pub struct Engine {
     /// The branch tip refused by `[source] verify` (the last verified commit is being used),
     /// for the summary and the cycle's report.
     pub source_refusal: Option<crate::verify::Refusal>,
+    /// The commit applied rewinds the branch: for the summary, and the valves judge its
+    /// deletes as one batch.
+    pub source_rewind: Option<crate::source::Rewind>,
     /// The last `proxsync reconcile` request handled, for the summary.
     pub last_request: Option<RequestSummary>,
     /// `[[notify]]` targets that fail (set by the daemon before a cycle), for the summary.
@@ -313,6 +316,7 @@ impl Engine {
             retry_transient_now: false,
             source_error: None,
             source_refusal: None,
+            source_rewind: None,
             last_request: None,
             notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
@@ -509,7 +513,7 @@ impl Engine {
             config_hash: &chash,
             now_ms,
             retry_transient_now: self.retry_transient_now,
-            rewind: None,
+            rewind: self.source_rewind.as_ref().map(|r| &r.batch),
         };
         let mut first = plan(&input);
         if let Some(scope) = &scope {
@@ -609,7 +613,7 @@ impl Engine {
                 config_hash: &chash,
                 now_ms: self.clock.now_ms(),
                 retry_transient_now: self.retry_transient_now,
-                rewind: None,
+                rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             };
             (Some(plan(&input)), views, records)
         };
@@ -853,6 +857,14 @@ impl Engine {
             refused: Vec::new(),
             last_request: self.last_request.clone(),
             notify_failures: self.notify_failures.clone(),
+            rewind: self
+                .source_rewind
+                .as_ref()
+                .map(|r| crate::status::RewindSummary {
+                    commit: r.batch.commit.clone(),
+                    from: r.batch.from.clone(),
+                    since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
+                }),
         }
     }
 

@@ -455,13 +455,32 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
         );
     }
     if let Some(r) = &s.refused_commit {
+        // An older release wrote the message as the reason.
+        let why = if r.message.is_empty() {
+            &r.reason
+        } else {
+            &r.message
+        };
         let _ = writeln!(
             out,
             "Tip refused: {} (not applied; the last verified commit is kept)",
             p.paint(
                 Color::Red,
-                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(&r.reason))
+                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(why))
             )
+        );
+    }
+    if let Some(r) = &s.rewind {
+        let since = match parse_rfc3339(&r.since) {
+            Some(t) => format!(", applied {}", ago(now, t)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "Rewound:     {} (does not descend from {}, the commit applied before it{since}; its \
+             deletes count as one batch)",
+            p.paint(Color::Yellow, &clean(&short_commit(&r.commit))),
+            clean(&short_commit(&r.from))
         );
     }
     let count = |n: u64, label: &str, color: Color| {
@@ -1244,6 +1263,7 @@ mod tests {
             refused: vec![],
             last_request: None,
             notify_failures: vec![],
+            rewind: None,
         })
         .unwrap();
         sd.write_orphans(
@@ -1691,6 +1711,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             source_error: Some("fetch failed: connection reset\nby peer".into()),
             refused_commit: Some(crate::verify::Refusal {
                 commit: "0123456789abcdef0123456789abcdef01234567".into(),
+                kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
                 reason: "signed by a key that is not in the allowed signers file\n(SHA256:x)"
                     .into(),
             }),
@@ -1721,6 +1742,11 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 last_error: "HTTP 401 Unauthorized".into(),
                 since: t(T0 - 120),
             }],
+            rewind: Some(crate::status::RewindSummary {
+                commit: "89abcdef0123456789abcdef0123456789abcdef".into(),
+                from: "fedcba9876543210fedcba9876543210fedcba98".into(),
+                since: t(T0 - 600),
+            }),
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();
@@ -1735,6 +1761,8 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             "Last cycle:  3d ago (took 5 ms)\n",
             "Refused:     refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)\n",
             "Request:     reconcile web-01, handled 5s ago\n",
+            "Rewound:     89abcde (does not descend from fedcba9, the commit applied before it, \
+             applied 15m ago; its deletes count as one batch)\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -22,10 +22,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The file in `state_dir` naming the last verified commit.
 pub const VERIFIED_FILE: &str = "verified-commit";
 
-/// A branch tip that was not applied: its commit id and why.
+/// A branch tip that was not applied: its commit id, the kind of refusal, and why (the
+/// message saying what to do).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub commit: String,
+    pub kind: crate::gate::commit::RefusalKind,
     pub reason: String,
 }
 
@@ -524,7 +526,11 @@ pub fn last_verified(state_dir: &Path, location: &str, branch: &str) -> Option<S
     };
     let commit = field("commit")?;
     let is_id = commit.len() >= 40 && commit.chars().all(|c| c.is_ascii_hexdigit());
-    (field("source")?.as_str() == location && field("branch")?.as_str() == branch && is_id)
+    // Compared masked: a release before the masking wrote a URL's userinfo here.
+    let source = field("source")?;
+    (crate::redact::urls(&source) == crate::redact::urls(location)
+        && field("branch")?.as_str() == branch
+        && is_id)
         .then_some(commit)
 }
 

@@ -13,6 +13,7 @@ mod privileges;
 mod resources;
 mod same_install;
 mod signing;
+mod source;
 mod versions;
 
 use health::check_health;
@@ -20,6 +21,7 @@ use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 pub use signing::check_tip;
+pub use source::check_rewind;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
