@@ -215,6 +215,11 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(config) = &config {
+        for w in config.warnings() {
+            eprintln!("warning: {w}");
+        }
+    }
     let mut set = spec::load_paths(&paths);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();

@@ -194,6 +194,9 @@ impl Daemon {
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
         watchdog_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(config = %config_path.display(), "proxsync daemon starting");
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
         let now = Instant::now();
         Ok(Daemon {
             _lock: lock,
@@ -360,8 +363,10 @@ impl Daemon {
                 }
             }
             None => {
-                // No commit to apply: every one refused by `[source] verify` says so.
-                if self.engine().source_refusal.is_some()
+                // No commit to apply: every one refused by `[source] verify` says so, and a
+                // source that could not be fetched or read says why.
+                let engine = self.engine();
+                if (engine.source_refusal.is_some() || engine.source_error.is_some())
                     && let Err(e) = self.engine().write_unapplied_summary()
                 {
                     tracing::error!(error = %e, "cannot write the summary");
@@ -478,8 +483,14 @@ impl Daemon {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
-                self.engine().source_error =
-                    Some(crate::engine::SourceTrouble::Read(e.to_string()));
+                // A failed fetch is the cause to show (an empty mirror cannot be read either).
+                let engine = self.engine();
+                if !matches!(
+                    engine.source_error,
+                    Some(crate::engine::SourceTrouble::Fetch(_))
+                ) {
+                    engine.source_error = Some(crate::engine::SourceTrouble::Read(e.to_string()));
+                }
                 return;
             }
         };
@@ -665,7 +676,8 @@ fn status_line(
             e.chars().take(120).collect::<String>()
         ));
     }
-    line
+    // `systemctl status` shows this line to every user: no URL's userinfo in it.
+    crate::redact::urls(&line).into_owned()
 }
 
 /// Watches the repository's refs: a push that moves a branch writes there.
@@ -710,6 +722,20 @@ fn watch_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_line_never_shows_a_url_password() {
+        let line = status_line(
+            None,
+            Some("source https://alice:PASSWORD@git.example/x.git: git fetch failed"),
+            Some("0123456789abcdef0123456789abcdef01234567"),
+        );
+        assert_eq!(
+            line,
+            "no specs read yet; rewound from 0123456789ab; source: source \
+             https://***@git.example/x.git: git fetch failed"
+        );
+    }
 
     #[test]
     fn a_reload_that_changes_metrics_is_refused() {

@@ -448,10 +448,11 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
     };
     let _ = writeln!(out, "Commit:      {commit}");
     if let Some(e) = &s.source_error {
+        // Masked here too: an older release wrote the URL of a source error as it was.
         let _ = writeln!(
             out,
             "Source:      {} (the last good commit is kept)",
-            p.paint(Color::Red, &clean(e))
+            p.paint(Color::Red, &clean(&crate::redact::urls(e)))
         );
     }
     if let Some(r) = &s.refused_commit {
@@ -1766,6 +1767,23 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_url_password_an_older_release_wrote_is_not_shown() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("_summary.yaml"),
+            "sourceError: \"source https://alice:PASSWORD@git.example/x.git: git fetch failed\"\n\
+             lastCycle: \"2025-03-01T12:00:00Z\"\n",
+        )
+        .unwrap();
+        let text = render(d.path(), &opts(None, false, false)).unwrap();
+        assert!(!text.contains("PASSWORD"), "{text}");
+        assert!(
+            text.contains("Source:      source https://***@git.example/x.git: git fetch failed"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
         None,
     )];
     out.push(marker_key::check_marker_key(&config.marker_key_path()));
+    out.extend(source::check_config_warnings(config));
     out.extend(signing::check_signing(config));
     // Read-only: a missing or broken key is the line above; markers are then not checked.
     let key = crate::ownership::MarkerKey::load_file(&config.marker_key_path())

@@ -1,7 +1,29 @@
-//! The source: a branch tip that rewinds the last applied commit.
+//! The source: what the config allows but is unwise (a credential in `[source] url`), and a
+//! branch tip that rewinds the last applied commit.
 
 use super::{Check, Level, check};
+use crate::config::Config;
 use crate::source::ReadSpecs;
+
+/// A warning for each of [`Config::warnings`].
+pub(super) fn check_config_warnings(config: &Config) -> Vec<Check> {
+    config
+        .warnings()
+        .into_iter()
+        .map(|w| {
+            check(
+                Level::Warn,
+                "source",
+                w,
+                Some(
+                    "README, \"Configuration reference\": [source] token_file, or git's credential \
+                     helper"
+                        .into(),
+                ),
+            )
+        })
+        .collect()
+}
 
 /// A warning when the commit read does not descend from the one applied before it (a rewind:
 /// applied without `[source] verify`, or accepted by an operator).

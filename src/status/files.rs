@@ -181,7 +181,11 @@ impl StatusDir {
         }
         let next = SummaryFile {
             commit: s.commit.as_deref().map(clip),
-            source_error: s.source_error.as_deref().map(clip),
+            // Masked again here: the source's errors may quote a URL with a password.
+            source_error: s
+                .source_error
+                .as_deref()
+                .map(|e| clip(&crate::redact::urls(e))),
             refused_commit: s.refused_commit.as_ref().map(|r| RefusedCommitRecord {
                 commit: clip(&r.commit),
                 reason: r.kind.as_str().to_string(),

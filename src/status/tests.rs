@@ -994,6 +994,22 @@ fn summary_round_trips_and_skips_identical_writes() {
     );
 }
 
+#[test]
+fn a_url_password_in_a_source_error_is_not_written() {
+    let d = tempfile::tempdir().unwrap();
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    let mut s = summary();
+    s.source_error = Some(
+        "source https://alice:PASSWORD@git.example/x.git: git fetch failed: unable to access \
+         'https://alice:PASSWORD@git.example/x.git/'"
+            .into(),
+    );
+    sd.write_summary(&s).unwrap();
+    let text = fs::read_to_string(sd.path().join(SUMMARY_FILE)).unwrap();
+    assert!(!text.contains("PASSWORD"), "{text}");
+    assert!(text.contains("https://***@git.example/x.git"), "{text}");
+}
+
 fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
     OrphanEntry {
         site: "lab".into(),
