@@ -832,10 +832,11 @@ fn read_at(
 const MAX_COMMIT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Whether `commit` is `ancestor` or descends from it, by the `parent` lines of the commits'
-/// own bytes. libgit2 would take parents from `info/grafts`, a `shallow` file or a
-/// commit-graph file, any of which can make a rewind look like a fast-forward. A parent
-/// missing from the object database (a shallow or damaged repository) ends its line: descent
-/// not shown is no descent.
+/// own bytes. libgit2's walks (`git_graph_descendant_of`) would take parents from
+/// `info/grafts` and a `shallow` file (libgit2 1.9, `commit.c` `git_commit__parse_ext`) or a
+/// commit-graph file (`commit_list.c` `git_commit_list_parse`), any of which can make a
+/// rewind look like a fast-forward. A parent missing from the object database (a shallow or
+/// damaged repository) ends its line: descent not shown is no descent.
 pub fn descends_from(
     repo: &git2::Repository,
     commit: &str,
