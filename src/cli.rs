@@ -108,11 +108,6 @@ Examples:
         #[arg(long)]
         vmid: u32,
     },
-    /// Accept what proxsync refused until a person confirms it.
-    Accept {
-        #[command(subcommand)]
-        what: Accept,
-    },
     /// Show the status files as a table (or one spec in detail, or JSON).
     #[command(after_help = "\
 Examples:
@@ -125,6 +120,17 @@ Examples:
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Accept what a safety check refused, naming it: it is recorded in the state directory,
+    /// and the running daemon is asked to reconcile.
+    #[command(after_help = "\
+Examples:
+  proxsync accept commit 3f2c9a1e0b7d   apply this commit although it does not descend from
+                                        the last applied one (a rewind; [source] verify)
+  proxsync accept site lab              the cluster site lab reaches now is lab's cluster")]
+    Accept {
+        #[command(subcommand)]
+        what: Accept,
     },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
@@ -149,6 +155,13 @@ SiteIdentityChanged message. If the endpoint is wrong instead, fix it in the con
         /// The site (`[[site]] name`).
         site: String,
     },
+    /// A commit that does not descend from the last applied commit (a rewind), refused with
+    /// `[source] verify` as `NotDescendant`. The commit must be in the repository and verify;
+    /// the acceptance holds over the commit applied now only.
+    Commit {
+        /// The commit's id (7 to 40 hex digits), as `refusedCommit` in _summary.yaml names it.
+        commit: String,
+    },
 }
 
 /// Runs a parsed command line and returns the process exit code.
@@ -165,11 +178,12 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
-        Command::Accept {
-            what: Accept::Site { site },
-        } => accept_site_cmd(cli.config, site),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { specs } => plan_cmd(cli.config, specs),
+        Command::Accept { what } => match what {
+            Accept::Commit { commit } => accept_commit_cmd(cli.config, &commit),
+            Accept::Site { site } => accept_site_cmd(cli.config, site),
+        },
         Command::Schema => schema(),
     }
 }
@@ -215,6 +229,11 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(config) = &config {
+        for w in config.warnings() {
+            eprintln!("warning: {w}");
+        }
+    }
     let mut set = spec::load_paths(&paths);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
@@ -281,6 +300,7 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         match crate::source::read_configured(&config, crate::source::Use::Inspect) {
             Ok(read) => {
                 spec_checks.extend(crate::doctor::check_tip(&config, &read));
+                spec_checks.extend(crate::doctor::check_rewind(&read));
                 spec_checks.push(crate::doctor::Check {
                     level: crate::doctor::Level::Ok,
                     subject: "source".into(),
@@ -369,6 +389,8 @@ struct Inputs {
     commit: Option<String>,
     /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
     refused: Option<crate::verify::Refusal>,
+    /// The commit does not descend from the commit applied before it.
+    rewound: Option<crate::source::Rewind>,
 }
 
 /// Loads the config and the specs (from `--specs`, else the configured source, verified when
@@ -379,21 +401,28 @@ fn load_inputs(
     purpose: crate::source::Use,
 ) -> Result<Inputs, ExitCode> {
     let config = load_config(config_path)?;
-    let (mut specs, commit, refused) = if spec_paths.is_empty() {
+    let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
         match crate::source::read_configured(&config, purpose) {
-            Ok(read) => (read.specs, Some(read.commit), read.refused),
+            Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),
             Err(e) => {
                 eprintln!("error: {e}");
                 return Err(ExitCode::FAILURE);
             }
         }
     } else {
-        (spec::load_paths(spec_paths), None, None)
+        (spec::load_paths(spec_paths), None, None, None)
     };
     if let (Some(r), Some(commit)) = (&refused, &commit) {
         eprintln!(
             "warning: commit {} refused: {}; using the last verified commit {commit}",
             r.commit, r.reason
+        );
+    }
+    if let Some(r) = &rewound {
+        eprintln!(
+            "warning: commit {} does not descend from {}, the commit applied before it: a \
+             rewind; its deletes count as one batch against max_delete_fraction",
+            r.batch.commit, r.batch.from
         );
     }
     crate::engine::check_spec_sites(&config, &mut specs);
@@ -405,6 +434,7 @@ fn load_inputs(
         specs,
         commit,
         refused,
+        rewound,
     })
 }
 
@@ -555,6 +585,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
         specs,
         commit,
         refused,
+        rewound,
     } = match load_inputs(config_path, spec_paths, crate::source::Use::Apply) {
         Ok(x) => x,
         Err(code) => return code,
@@ -578,6 +609,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
         // Someone asked for a reconcile now: a transient failure's backoff does not hold it.
         engine.retry_transient_now = true;
         engine.source_refusal = refused;
+        engine.source_rewind = rewound;
         let report = match engine.reconcile(&specs, commit.as_deref()).await {
             Ok(r) => r,
             Err(e) => {
@@ -586,6 +618,7 @@ fn run_once(config_path: Option<PathBuf>, spec_paths: &[PathBuf]) -> ExitCode {
             }
         };
         print_run_report(&report, &specs, &engine.config().status_dir);
+        print_rewind(engine.source_rewind.as_ref());
         if report.all_ready() && report.source_refusal.is_none() {
             ExitCode::SUCCESS
         } else {
@@ -646,17 +679,32 @@ fn print_run_report(
     }
 }
 
+/// Says that the commit applied rewinds the branch (after `run --once`'s report).
+fn print_rewind(rewound: Option<&crate::source::Rewind>) {
+    if let Some(r) = rewound {
+        println!(
+            "rewound: commit {} does not descend from {}, the commit applied before it",
+            r.batch.commit, r.batch.from
+        );
+    }
+}
+
 fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
-    let Inputs { config, specs, .. } =
-        match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
-            Ok(x) => x,
-            Err(code) => return code,
-        };
+    let Inputs {
+        config,
+        specs,
+        rewound,
+        ..
+    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let plan = match rt.block_on(crate::engine::plan_only(&config, &specs)) {
+    let rewind = rewound.as_ref().map(|r| &r.batch);
+    let plan = match rt.block_on(crate::engine::plan_only_rewound(&config, &specs, rewind)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -694,6 +742,46 @@ fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode 
         println!("{} change(s)", plan.actions.len());
         ExitCode::from(2)
     }
+}
+
+/// `proxsync accept commit`: records the acceptance, then asks a running daemon to reconcile
+/// (the next `run --once` or daemon start applies it otherwise).
+fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Who accepted, for the record: the login a `sudo` came from, else this user's.
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "?".into());
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let by = format!("{user} (uid {uid})");
+    let (message, recorded) = match crate::source::Source::new(&config).accept(commit, &by) {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{message}");
+    if !recorded {
+        return ExitCode::SUCCESS;
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(crate::control::request(&config.state_dir, None)) {
+        Ok(answer) => println!("the daemon was asked to apply it: {answer}"),
+        Err(_) => println!(
+            "no daemon answers on {}: the next `proxsync run --once`, or the daemon when it \
+             starts, applies it",
+            crate::control::socket_path(&config.state_dir).display()
+        ),
+    }
+    ExitCode::SUCCESS
 }
 
 fn schema() -> ExitCode {

@@ -505,6 +505,25 @@ impl Config {
             .as_ref()
             .is_none_or(|s| s.matches(&spec.labels))
     }
+
+    /// What is allowed but unwise in the config (`validate` and `doctor` show it): a
+    /// credential in `[source] url`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let SourceLocation::Url { url, .. } = &self.source.location
+            && crate::redact::has_credentials(url)
+        {
+            out.push(format!(
+                "[source] url = \"{}\" carries a password or token: every local user sees it \
+                 in the process list while git fetches, and whoever reads the config has it \
+                 (proxsync masks it wherever it prints or writes the URL); put the token in a \
+                 file named by [source] token_file, or set up git's credential helper for the \
+                 daemon's user, and take it out of the URL",
+                crate::redact::urls(url)
+            ));
+        }
+        out
+    }
 }
 
 impl SiteConfig {
@@ -849,9 +868,10 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
         (None, Some(url)) => {
             let known = ["ssh://", "https://", "http://", "file://", "git://"];
             let scp_like = url.contains('@') && url.contains(':') && !url.contains("://");
-            if !known.iter().any(|k| url.starts_with(k)) && !scp_like {
+            if !known.iter().any(|k| url.starts_with(k)) && !scp_like || url.starts_with('-') {
                 return Err(format!(
-                    "[source] url = {url:?}: expected ssh://, https://, file:// or user@host:path"
+                    "[source] url = {:?}: expected ssh://, https://, file:// or user@host:path",
+                    crate::redact::urls(&url)
                 ));
             }
             SourceLocation::Url {
@@ -1164,6 +1184,43 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.reconcile, ReconcileConfig::default());
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_credential_in_the_source_url_is_warned_about_and_never_shown() {
+        let with = |url: &str| {
+            parse(&MINIMAL.replace("path = \"/srv/git/vms.git\"", &format!("url = \"{url}\"")))
+                .unwrap()
+                .warnings()
+        };
+        let warnings = with("https://alice:PASSWORD@git.example/vms.git");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("[source] url = \"https://***@git.example/vms.git\" carries"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("token_file"), "{warnings:?}");
+        assert_eq!(with("https://ghp_token@github.com/o/r.git").len(), 1);
+        assert!(with("ssh://git@git.example/vms.git").is_empty());
+        assert!(with("https://git.example/vms.git").is_empty());
+        assert!(parse(MINIMAL).unwrap().warnings().is_empty());
+        // An invalid URL's error does not show the password either; nor does one that
+        // would be taken for an option.
+        let e = parse(&MINIMAL.replace(
+            "path = \"/srv/git/vms.git\"",
+            "url = \"gopher://alice:PASSWORD@x\"",
+        ))
+        .unwrap_err();
+        assert!(
+            !e.contains("PASSWORD") && e.contains("gopher://***@x"),
+            "{e}"
+        );
+        let e = parse(&MINIMAL.replace(
+            "path = \"/srv/git/vms.git\"",
+            "url = \"-oProxyCommand=x@y:z\"",
+        ))
+        .unwrap_err();
+        assert!(e.contains("expected ssh://"), "{e}");
     }
 
     #[test]

@@ -242,6 +242,9 @@ impl Daemon {
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
         watchdog_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(config = %config_path.display(), "proxsync daemon starting");
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
         let now = Instant::now();
         Ok(Daemon {
             _lock: lock,
@@ -416,8 +419,10 @@ impl Daemon {
                 }
             }
             None => {
-                // No commit to apply: every one refused by `[source] verify` says so.
-                if self.engine().source_refusal.is_some()
+                // No commit to apply: every one refused by `[source] verify` says so, and a
+                // source that could not be fetched or read says why.
+                let engine = self.engine();
+                if (engine.source_refusal.is_some() || engine.source_error.is_some())
                     && let Err(e) = self.engine().write_unapplied_summary()
                 {
                     tracing::error!(error = %e, "cannot write the summary");
@@ -457,7 +462,8 @@ impl Daemon {
             self.ready_sent = true;
         }
         let source_error = self.engine().source_error.as_ref().map(ToString::to_string);
-        let line = status_line(report, source_error.as_deref());
+        let rewound_from = (self.engine().source_rewind.as_ref()).map(|r| r.batch.from.clone());
+        let line = status_line(report, source_error.as_deref(), rewound_from.as_deref());
         notify(&[NotifyState::Status(&line)]);
         if let (Some(n), Some((report, commit)), Some((_, specs)), Some(engine)) =
             (&mut self.notifier, report, &self.desired, &self.engine)
@@ -516,8 +522,10 @@ impl Daemon {
     /// refused tip is read again at each cycle (the keys may have changed). False when the
     /// read failed (a follow-up cycle reads again soon).
     fn read_source(&mut self) -> bool {
+        // A refused tip is read again at each cycle, also once the branch is back at the
+        // commit in use (the refusal then ends).
         let moved = match (self.source.tip(), &self.desired) {
-            (Ok(tip), Some((commit, _))) => tip != *commit,
+            (Ok(tip), Some((commit, _))) => tip != *commit || self.source.refusal().is_some(),
             _ => true,
         };
         if !moved && !self.force_read {
@@ -537,12 +545,26 @@ impl Daemon {
             self.refusal_notified = Some(r.commit.clone());
         }
         self.engine().source_refusal = refusal;
+        if let Ok(r) = &read {
+            if let (Some(rewind), Some(n)) = (&r.rewound, &self.notifier)
+                && rewind.detected
+            {
+                n.commit_rewound(&rewind.batch.commit, &rewind.batch.from);
+            }
+            self.engine().source_rewind = r.rewound.clone();
+        }
         let read = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the source; using the last good commit");
-                self.engine().source_error =
-                    Some(crate::engine::SourceTrouble::Read(e.to_string()));
+                // A failed fetch is the cause to show (an empty mirror cannot be read either).
+                let engine = self.engine();
+                if !matches!(
+                    engine.source_error,
+                    Some(crate::engine::SourceTrouble::Fetch(_))
+                ) {
+                    engine.source_error = Some(crate::engine::SourceTrouble::Read(e.to_string()));
+                }
                 // Read again next time even if the branch has not moved (a reload's read).
                 self.force_read = true;
                 return false;
@@ -697,7 +719,11 @@ fn jittered(d: Duration) -> Duration {
 }
 
 /// `STATUS=` for systemd: specs, Ready, Stalled, sites, commit.
-fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str>) -> String {
+fn status_line(
+    report: Option<&(CycleReport, String)>,
+    source_error: Option<&str>,
+    rewound_from: Option<&str>,
+) -> String {
     let mut line = match report {
         Some((r, commit)) => format!(
             "{} specs: {} Ready, {} Stalled, {} backing off; sites {}/{} healthy; commit {}",
@@ -718,13 +744,17 @@ fn status_line(report: Option<&(CycleReport, String)>, source_error: Option<&str
             r.reason.chars().take(120).collect::<String>()
         ));
     }
+    if let Some(from) = rewound_from {
+        line.push_str(&format!("; rewound from {}", &from[..from.len().min(12)]));
+    }
     if let Some(e) = source_error {
         line.push_str(&format!(
             "; source: {}",
             e.chars().take(120).collect::<String>()
         ));
     }
-    line
+    // `systemctl status` shows this line to every user: no URL's userinfo in it.
+    crate::redact::urls(&line).into_owned()
 }
 
 /// Watches the repository's refs: a push that moves a branch writes there.
@@ -798,6 +828,20 @@ mod tests {
         assert_eq!(
             FollowUp::after(second, true, true, now).map(|f| f.attempt),
             Some(0)
+        );
+    }
+
+    #[test]
+    fn the_status_line_never_shows_a_url_password() {
+        let line = status_line(
+            None,
+            Some("source https://alice:PASSWORD@git.example/x.git: git fetch failed"),
+            Some("0123456789abcdef0123456789abcdef01234567"),
+        );
+        assert_eq!(
+            line,
+            "no specs read yet; rewound from 0123456789ab; source: source \
+             https://***@git.example/x.git: git fetch failed"
         );
     }
 

@@ -258,6 +258,9 @@ pub struct Engine {
     /// The branch tip refused by `[source] verify` (the last verified commit is being used),
     /// for the summary and the cycle's report.
     pub source_refusal: Option<crate::verify::Refusal>,
+    /// The commit applied rewinds the branch: for the summary, and the valves judge its
+    /// deletes as one batch.
+    pub source_rewind: Option<crate::source::Rewind>,
     /// The last `proxsync reconcile` request handled, for the summary.
     pub last_request: Option<RequestSummary>,
     /// `[[notify]]` targets that fail (set by the daemon before a cycle), for the summary.
@@ -319,6 +322,7 @@ impl Engine {
             retry_transient_now: false,
             source_error: None,
             source_refusal: None,
+            source_rewind: None,
             last_request: None,
             notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
@@ -516,6 +520,7 @@ impl Engine {
             config_hash: &chash,
             now_ms,
             retry_transient_now: self.retry_transient_now,
+            rewind: self.source_rewind.as_ref().map(|r| &r.batch),
         };
         let mut first = plan(&input);
         if let Some(scope) = &scope {
@@ -616,6 +621,7 @@ impl Engine {
                 config_hash: &chash,
                 now_ms: self.clock.now_ms(),
                 retry_transient_now: self.retry_transient_now,
+                rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             };
             (Some(plan(&input)), views, records)
         };
@@ -877,6 +883,14 @@ impl Engine {
             refused: Vec::new(),
             last_request: self.last_request.clone(),
             notify_failures: self.notify_failures.clone(),
+            rewind: self
+                .source_rewind
+                .as_ref()
+                .map(|r| crate::status::RewindSummary {
+                    commit: r.batch.commit.clone(),
+                    from: r.batch.from.clone(),
+                    since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
+                }),
         }
     }
 
@@ -1272,6 +1286,16 @@ fn set_marker(
 /// Plans without acting (for `proxsync plan`): reads the state database if it can (the
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
+    plan_only_rewound(config, specs, None).await
+}
+
+/// [`plan_only`] for specs of a commit that rewinds the branch: its deletes are judged as one
+/// batch, as a cycle would.
+pub async fn plan_only_rewound(
+    config: &Config,
+    specs: &SpecSet,
+    rewind: Option<&crate::plan::RewindBatch>,
+) -> Result<Plan, EngineError> {
     let sites = site_clients(config)?;
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
@@ -1331,6 +1355,7 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         config_hash: &chash,
         now_ms: now_ms(),
         retry_transient_now: false,
+        rewind,
     }))
 }
 

@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod category;
+pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;
@@ -25,6 +26,7 @@ pub mod ownership;
 pub mod par;
 pub mod plan;
 pub mod pve;
+pub mod redact;
 pub mod selector;
 pub mod site_identity;
 pub mod source;

@@ -4,14 +4,20 @@
 //! system `git` (ssh agent, known_hosts and credential helpers come for free, as in Argo CD).
 //! Parsed files are cached by path and blob id, so an unchanged file is not parsed again.
 //! With `[source] verify`, the tip is read only when its signature verifies
-//! ([`crate::verify`]); a refused tip leaves the last verified commit in use.
+//! ([`crate::verify`]); a refused tip leaves the last verified commit in use. The tip is
+//! compared with the last commit applied ([`crate::chain`]): one that does not descend from
+//! it is a rewind, refused with `verify` until an operator accepts it, applied and reported
+//! without ([`crate::gate::commit`] decides).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::chain::{self, Applied};
 use crate::config::{CommitVerification, Config, SourceLocation};
+use crate::gate::commit::{self as gate, Evidence, Permit, Signature};
+use crate::plan::RewindBatch;
 use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet, Specs};
 use crate::verify::{self, Refusal};
 
@@ -24,10 +30,32 @@ pub struct ReadSpecs {
     /// The branch tip that was not applied (`[source] verify`): then `commit` is the last
     /// verified one.
     pub refused: Option<Refusal>,
+    /// `commit` does not descend from the commit applied before it: a rewind (applied
+    /// without `[source] verify`, or accepted by an operator).
+    pub rewound: Option<Rewind>,
 }
 
+/// A commit applied although it does not descend from the commit applied before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewind {
+    /// The commit rewound to, its predecessor, and the names of that one's specs: what the
+    /// valves judge the rewind's deletes by.
+    pub batch: RewindBatch,
+    /// When it was first applied (unix ms).
+    pub at_ms: u64,
+    /// Found by this read (not recorded before): the daemon tells it once.
+    pub detected: bool,
+}
+
+/// Why the source could not be read. Shown with the userinfo of any URL in it masked
+/// ([`crate::redact::urls`]): the location may be a `[source] url` with a password, and git's
+/// messages quote it.
 #[derive(Debug, thiserror::Error)]
-#[error("source {location}: {message}")]
+#[error(
+    "source {}: {}",
+    crate::redact::urls(.location),
+    crate::redact::urls(.message)
+)]
 pub struct SourceError {
     pub location: String,
     pub message: String,
@@ -70,6 +98,11 @@ pub struct Source {
     remember: bool,
     /// The last tip refused, to log a refusal once rather than at every read.
     refusal: Option<Refusal>,
+    /// The last answer of [`descends_from`]: (commit, ancestor, answer). A refused tip is read
+    /// at every cycle, and its answer is a walk of the whole history.
+    descent: Option<(String, String, bool)>,
+    /// The spec names of the commit a rewind came from, by that commit's id.
+    rewound_names: Option<(String, Option<BTreeSet<String>>)>,
 }
 
 impl Source {
@@ -89,15 +122,17 @@ impl Source {
             state_dir: config.state_dir.clone(),
             remember: true,
             refusal: None,
+            descent: None,
+            rewound_names: None,
         }
     }
 
-    /// The repository as configured (path or URL), naming the remembered verified commit's
-    /// source.
+    /// The repository as configured (path, or URL with its userinfo masked), naming the
+    /// source of the commits remembered in the state directory.
     fn location_label(&self) -> String {
         match &self.location {
             SourceLocation::Path(p) => p.display().to_string(),
-            SourceLocation::Url { url, .. } => url.clone(),
+            SourceLocation::Url { url, .. } => crate::redact::urls(url).into_owned(),
         }
     }
 
@@ -117,42 +152,171 @@ impl Source {
         matches!(self.location, SourceLocation::Url { .. })
     }
 
-    /// The specs at the tip of the branch; with `[source] verify`, only if its signature
-    /// verifies, else those of the last verified commit (with the refusal), else an error.
+    /// The specs at the tip of the branch, when [`gate::judge`] permits it: with `[source]
+    /// verify`, only if its signature verifies and it descends from the last applied commit
+    /// (or an operator accepted it), else those of the last verified commit (with the
+    /// refusal), else an error. Without `verify` a rewind is read, and named in
+    /// [`ReadSpecs::rewound`].
     pub fn read(&mut self) -> Result<ReadSpecs, SourceError> {
-        let Some(how) = self.verify.clone() else {
-            return read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache);
-        };
         let tip = self.tip()?;
-        match verify::verify_commit(&self.repo, &tip, &how) {
-            Ok(signer) => {
-                if self.refusal.take().is_some() || self.remember {
+        let location = self.location_label();
+        let applied = chain::applied(&self.state_dir, &location, &self.branch);
+        // An install upgraded from a release that kept only the last verified commit.
+        let last = applied.as_ref().map(|a| a.commit.clone()).or_else(|| {
+            self.verify
+                .as_ref()
+                .and_then(|_| verify::last_verified(&self.state_dir, &location, &self.branch))
+        });
+        let verdict = self
+            .verify
+            .as_ref()
+            .map(|how| verify::verify_commit(&self.repo, &tip, how));
+        let signature = match &verdict {
+            None => Signature::Off,
+            Some(Ok(signer)) => Signature::Verified(signer),
+            Some(Err(why)) => Signature::Refused(why),
+        };
+        let descends = match &last {
+            Some(last) if *last != tip && verdict.as_ref().is_none_or(Result::is_ok) => {
+                self.descends(&tip, last)?
+            }
+            _ => false,
+        };
+        let acceptance = chain::acceptance(&self.state_dir, &location, &self.branch);
+        let judged = gate::judge(&Evidence {
+            tip: &tip,
+            signature,
+            last_applied: last.as_deref(),
+            descends,
+            acceptance: acceptance.as_ref(),
+        });
+        match judged {
+            Ok(permit) => {
+                if let Signature::Verified(signer) = signature
+                    && (self.refusal.take().is_some() || self.remember)
+                {
                     tracing::info!(commit = %tip, %signer, "the branch tip's signature verifies");
                 }
-                if self.remember
-                    && let Err(e) = verify::remember(
-                        &self.state_dir,
-                        &self.location_label(),
-                        &self.branch,
-                        &tip,
-                    )
-                {
-                    tracing::warn!(error = %e, "cannot remember the verified commit");
-                }
-                read_at(&self.repo, Rev::Commit(&tip), &self.dir, &mut self.cache)
+                self.refusal = None;
+                self.read_permitted(tip, &permit, applied)
             }
-            Err(reason) => {
+            Err(refused) => {
                 let refusal = Refusal {
                     commit: tip,
-                    reason,
+                    kind: refused.kind,
+                    reason: refused.message,
                 };
                 if self.refusal.as_ref() != Some(&refusal) {
-                    tracing::warn!(commit = %refusal.commit, reason = %refusal.reason, "the branch tip is refused: its specs are not applied");
+                    tracing::warn!(commit = %refusal.commit, kind = %refusal.kind, reason = %refusal.reason, "the branch tip is refused: its specs are not applied");
                 }
                 self.refusal = Some(refusal.clone());
-                self.read_last_verified(&how, refusal)
+                let how = self.verify.clone().ok_or_else(|| {
+                    self.error("a tip was refused without [source] verify".into())
+                })?;
+                self.read_last_verified(&how, refusal, applied)
             }
         }
+    }
+
+    /// Reads the tip `judge` permitted, remembering it (`Use::Apply`) as the last applied
+    /// (and verified) commit, with the rewind it is, if it is one.
+    fn read_permitted(
+        &mut self,
+        tip: String,
+        permit: &Permit,
+        applied: Option<Applied>,
+    ) -> Result<ReadSpecs, SourceError> {
+        let now_ms = crate::clock::now_ms();
+        let rewound = match (permit.rewound_from(), applied) {
+            (Some(from), _) => Some((from.to_string(), now_ms)),
+            // Still the commit a rewind applied: it stays reported until the next commit.
+            (None, Some(a)) if a.commit == tip => a.rewound,
+            (None, _) => None,
+        };
+        let detected = permit.rewound_from().is_some();
+        if *permit == Permit::First && self.remember {
+            tracing::info!(commit = %tip, "no commit was applied from this source before (a first start, or a lost state directory): the tip is taken as the first");
+        }
+        if let (true, Some((from, _))) = (detected, &rewound) {
+            tracing::warn!(commit = %tip, from = %from, accepted = matches!(permit, Permit::Accepted { .. }), "the branch tip does not descend from the last applied commit: a rewind; its deletes are judged as one batch");
+        }
+        if self.remember {
+            let location = self.location_label();
+            if self.verify.is_some()
+                && let Err(e) = verify::remember(&self.state_dir, &location, &self.branch, &tip)
+            {
+                tracing::warn!(error = %e, "cannot remember the verified commit");
+            }
+            let record = Applied {
+                commit: tip.clone(),
+                rewound: rewound.clone(),
+            };
+            if let Err(e) = chain::record_applied(&self.state_dir, &location, &self.branch, &record)
+            {
+                tracing::warn!(error = %e, "cannot remember the applied commit");
+            }
+        }
+        let mut read = read_at(&self.repo, Rev::Commit(&tip), &self.dir, &mut self.cache)?;
+        read.rewound = rewound.map(|(from, at_ms)| self.rewind(tip, from, at_ms, detected));
+        Ok(read)
+    }
+
+    /// A rewind from `from` to `commit`, with the names of `from`'s specs (read once per
+    /// commit; `None` when it can no longer be read).
+    fn rewind(&mut self, commit: String, from: String, at_ms: u64, detected: bool) -> Rewind {
+        let cached = self.rewound_names.as_ref().filter(|(id, _)| *id == from);
+        let from_specs = match cached {
+            Some((_, names)) => names.clone(),
+            None => {
+                let names = match read_at(
+                    &self.repo,
+                    Rev::Commit(&from),
+                    &self.dir,
+                    &mut ParseCache::new(),
+                ) {
+                    Ok(read) => Some(
+                        read.specs
+                            .specs
+                            .iter()
+                            .map(|s| s.name.clone())
+                            .chain(read.specs.invalid_names().into_iter().map(str::to_string))
+                            .collect(),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(commit = %from, error = %e, "cannot read the commit rewound from: its deletes cannot be judged as one batch, so they are refused");
+                        None
+                    }
+                };
+                self.rewound_names = Some((from.clone(), names.clone()));
+                names
+            }
+        };
+        Rewind {
+            batch: RewindBatch {
+                commit,
+                from,
+                from_specs,
+            },
+            at_ms,
+            detected,
+        }
+    }
+
+    /// Whether `commit` descends from `ancestor` (see [`descends_from`]), the last answer kept.
+    fn descends(&mut self, commit: &str, ancestor: &str) -> Result<bool, SourceError> {
+        if let Some((c, a, answer)) = &self.descent
+            && c == commit
+            && a == ancestor
+        {
+            return Ok(*answer);
+        }
+        allow_foreign_owner();
+        let answer = git2::Repository::open(&self.repo)
+            .map_err(|e| e.message().to_string())
+            .and_then(|repo| descends_from(&repo, commit, ancestor))
+            .map_err(|e| self.error(format!("cannot compare {commit} with {ancestor}: {e}")))?;
+        self.descent = Some((commit.to_string(), ancestor.to_string(), answer));
+        Ok(answer)
     }
 
     /// The specs of the last verified commit, checked again (the keys may have changed since),
@@ -161,6 +325,7 @@ impl Source {
         &mut self,
         how: &CommitVerification,
         refusal: Refusal,
+        applied: Option<Applied>,
     ) -> Result<ReadSpecs, SourceError> {
         let refused = format!("commit {} refused: {}", refusal.commit, refusal.reason);
         let last = verify::last_verified(&self.state_dir, &self.location_label(), &self.branch)
@@ -170,6 +335,15 @@ impl Source {
                 "{refused}; no earlier verified commit, so nothing is applied"
             )));
         };
+        // Both are written together while verify is on; they differ when it was off for a
+        // while, and the older verified commit would then be a rewind.
+        if let Some(a) = applied.as_ref().filter(|a| a.commit != last) {
+            return Err(self.error(format!(
+                "{refused}; the last verified commit {last} is not the last applied commit {} \
+                 ([source] verify was off meanwhile?), so nothing is applied",
+                a.commit
+            )));
+        }
         if let Err(why) = verify::verify_commit(&self.repo, &last, how) {
             return Err(self.error(format!(
                 "{refused}; the last verified commit {last} does not verify now either ({why}), \
@@ -178,7 +352,122 @@ impl Source {
         }
         let mut read = read_at(&self.repo, Rev::Commit(&last), &self.dir, &mut self.cache)?;
         read.refused = Some(refusal);
+        // The commit in use may itself be an accepted rewind, still reported.
+        if let Some(Applied {
+            commit,
+            rewound: Some((from, at_ms)),
+        }) = applied
+            && commit == last
+        {
+            read.rewound = Some(self.rewind(commit, from, at_ms, false));
+        }
         Ok(read)
+    }
+
+    /// `proxsync accept commit`: records that an operator accepts `commit` (a full id or a
+    /// unique prefix of 7 or more hex digits) over the last applied commit, although it does
+    /// not descend from it. The commit must be in the repository (a remote's: in the mirror)
+    /// and verify. Ok: what was done, and whether an acceptance was recorded (nothing is
+    /// recorded for a commit that needs none).
+    pub fn accept(&mut self, commit: &str, by: &str) -> Result<(String, bool), SourceError> {
+        let Some(how) = self.verify.clone() else {
+            return Err(self.error(
+                "[source] verify is off: a commit that does not descend from the last applied \
+                 one is applied without acceptance (and reported as a rewind); there is nothing \
+                 to accept"
+                    .into(),
+            ));
+        };
+        let id = self.resolve(commit)?;
+        if let Err(why) = verify::verify_commit(&self.repo, &id, &how) {
+            return Err(self.error(format!(
+                "commit {id} does not verify ({why}): only a commit signed by a trusted key can \
+                 be accepted"
+            )));
+        }
+        let location = self.location_label();
+        let last = chain::applied(&self.state_dir, &location, &self.branch)
+            .map(|a| a.commit)
+            .or_else(|| verify::last_verified(&self.state_dir, &location, &self.branch));
+        let Some(last) = last else {
+            return Ok((
+                format!(
+                    "nothing was applied from this source yet: commit {id} is applied without \
+                     acceptance once it is the branch tip"
+                ),
+                false,
+            ));
+        };
+        if self.descends(&id, &last)? {
+            return Ok((
+                format!(
+                    "commit {id} descends from the last applied commit {last}: it is applied \
+                     without acceptance once it is the branch tip"
+                ),
+                false,
+            ));
+        }
+        let accepted = gate::Acceptance {
+            commit: id.clone(),
+            over: last.clone(),
+        };
+        let file = chain::record_acceptance(
+            &self.state_dir,
+            &location,
+            &self.branch,
+            &accepted,
+            std::time::SystemTime::now(),
+            by,
+        )
+        .map_err(|e| self.error(e))?;
+        let mut message = format!(
+            "accepted commit {id} over the last applied commit {last} (recorded in {})",
+            file.display()
+        );
+        match self.tip() {
+            Ok(tip) if tip != id => message.push_str(&format!(
+                "; the branch tip is {tip}, not this commit: the acceptance takes effect while \
+                 the tip is {id}"
+            )),
+            _ => {}
+        }
+        Ok((message, true))
+    }
+
+    /// The full id of the commit `name` (a full id or a unique prefix of 7 or more hex
+    /// digits) names in the repository.
+    fn resolve(&self, name: &str) -> Result<String, SourceError> {
+        if name.len() < 7 || name.len() > 64 || !name.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(self.error(format!(
+                "{name:?} is not a commit id: name the commit by its id (7 to 40 hex digits), as \
+                 _summary.yaml's refusedCommit or `proxsync status` shows it"
+            )));
+        }
+        allow_foreign_owner();
+        let repo = git2::Repository::open(&self.repo).map_err(|e| {
+            self.error(format!(
+                "not a git repository ({}){}",
+                e.message(),
+                if self.is_remote() {
+                    "; the mirror is made by the daemon or `proxsync run --once`"
+                } else {
+                    ""
+                }
+            ))
+        })?;
+        let found = repo.find_commit_by_prefix(name).map_err(|e| {
+            self.error(format!(
+                "no single commit {name} in the repository ({}){}",
+                e.message(),
+                if self.is_remote() {
+                    "; a remote's commits are read from the mirror, which the daemon fetches \
+                     every [source] interval"
+                } else {
+                    ""
+                }
+            ))
+        })?;
+        Ok(found.id().to_string())
     }
 
     /// The commit id at the tip of the branch: cheap, so the daemon walks the tree again only
@@ -209,8 +498,11 @@ impl Source {
         vec![git_dir.join("refs").join("heads"), git_dir.clone()]
     }
 
-    /// Fetches the remote into the mirror (clone on first use). Blocking; run it off the
-    /// async runtime's threads.
+    /// Fetches the branch of the remote into the mirror (made on first use). Only
+    /// `refs/heads/<branch>` is fetched, no tags and never `refs/replace/*` (a replace ref
+    /// would make `git verify-commit` check another commit than the one read); replace refs a
+    /// mirror made by an older release holds are removed. Blocking; run it off the async
+    /// runtime's threads.
     pub fn fetch_blocking(&self) -> Result<(), SourceError> {
         let SourceLocation::Url {
             url,
@@ -221,13 +513,20 @@ impl Source {
             return Ok(());
         };
         let err = |message: String| SourceError {
-            location: url.clone(),
-            message,
+            location: crate::redact::urls(url).into_owned(),
+            message: crate::redact::urls(&message).into_owned(),
         };
-        let mut cmd = std::process::Command::new("git");
-        // Never ask on a terminal; never read the user's global config.
-        cmd.env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_CONFIG_NOSYSTEM", "1");
+        if !self.repo.join("HEAD").exists() {
+            // The mirror's parent is state_dir: created 0700, as the database does.
+            if let Some(parent) = self.repo.parent() {
+                crate::state::create_state_dir(parent)
+                    .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            let mut init = mirror_git();
+            init.args(["init", "--bare", "--quiet"]).arg(&self.repo);
+            run_git(init, "git init").map_err(err)?;
+        }
+        let mut cmd = mirror_git();
         if let Some(key) = ssh_key_file {
             cmd.env(
                 "GIT_SSH_COMMAND",
@@ -247,28 +546,78 @@ impl Source {
                 ),
             ]);
         }
-        if self.repo.join("HEAD").exists() {
-            cmd.arg("--git-dir")
-                .arg(&self.repo)
-                .args(["fetch", "--prune", "--quiet", "origin"]);
-        } else {
-            // The mirror's parent is state_dir: created 0700, as the database does.
-            if let Some(parent) = self.repo.parent() {
-                crate::state::create_state_dir(parent)
-                    .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
-            }
-            cmd.args(["clone", "--mirror", "--quiet", url])
-                .arg(&self.repo);
-        }
-        let out = cmd
-            .output()
-            .map_err(|e| err(format!("cannot run git: {e}")))?;
-        if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stderr);
-            return Err(err(format!("git fetch failed: {}", text.trim())));
-        }
-        Ok(())
+        let branch = format!("+refs/heads/{0}:refs/heads/{0}", self.branch);
+        cmd.arg("--git-dir").arg(&self.repo).args([
+            "fetch",
+            "--prune",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--quiet",
+            "--end-of-options",
+            url,
+            &branch,
+        ]);
+        run_git(cmd, "git fetch").map_err(err)?;
+        forget_mirror_extras(&self.repo).map_err(err)
     }
+}
+
+/// `git` for the mirror: never asking on a terminal, without the system config, and with
+/// replace objects off.
+fn mirror_git() -> std::process::Command {
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("--no-replace-objects")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_NO_REPLACE_OBJECTS", "1");
+    cmd
+}
+
+/// Runs a git command; its error output on failure (the caller masks URLs in it).
+fn run_git(mut cmd: std::process::Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
+/// Removes from the mirror what an older release's `git clone --mirror` left and proxsync
+/// does not read: every `refs/replace/*` ref, and the `origin` remote's config (its URL may
+/// hold a password).
+fn forget_mirror_extras(mirror: &Path) -> Result<(), String> {
+    allow_foreign_owner();
+    let repo = git2::Repository::open(mirror)
+        .map_err(|e| format!("the mirror is not a git repository: {}", e.message()))?;
+    let replace: Vec<String> = repo
+        .references_glob("refs/replace/*")
+        .map_err(|e| e.message().to_string())?
+        .filter_map(|r| r.ok()?.name().ok().map(str::to_string))
+        .collect();
+    for name in replace {
+        repo.find_reference(&name)
+            .and_then(|mut r| r.delete())
+            .map_err(|e| format!("cannot remove {name} from the mirror: {}", e.message()))?;
+    }
+    let mut config = repo
+        .config()
+        .and_then(|c| c.open_level(git2::ConfigLevel::Local))
+        .map_err(|e| format!("cannot read the mirror's config: {}", e.message()))?;
+    for key in [
+        "remote.origin.url",
+        "remote.origin.fetch",
+        "remote.origin.mirror",
+    ] {
+        match config.remove_multivar(key, ".*") {
+            Ok(()) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(format!("cannot clean the mirror's config: {}", e.message())),
+        }
+    }
+    Ok(())
 }
 
 /// The spec repository on a git server belongs to the server's user (`git`), not to the
@@ -475,7 +824,54 @@ fn read_at(
         specs: spec::assemble(specs, diags),
         commit: commit.id().to_string(),
         refused: None,
+        rewound: None,
     })
+}
+
+/// The size over which an object named as a parent is not read (a commit is a few KiB).
+const MAX_COMMIT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Whether `commit` is `ancestor` or descends from it, by the `parent` lines of the commits'
+/// own bytes. libgit2's walks (`git_graph_descendant_of`) would take parents from
+/// `info/grafts` and a `shallow` file (libgit2 1.9, `commit.c` `git_commit__parse_ext`) or a
+/// commit-graph file (`commit_list.c` `git_commit_list_parse`), any of which can make a
+/// rewind look like a fast-forward. A parent missing from the object database (a shallow or
+/// damaged repository) ends its line: descent not shown is no descent.
+pub fn descends_from(
+    repo: &git2::Repository,
+    commit: &str,
+    ancestor: &str,
+) -> Result<bool, String> {
+    let id = |hex: &str| git2::Oid::from_str(hex).map_err(|e| e.message().to_string());
+    let (start, ancestor) = (id(commit)?, id(ancestor)?);
+    let odb = repo.odb().map_err(|e| e.message().to_string())?;
+    let mut seen = HashSet::new();
+    let mut stack = vec![start];
+    while let Some(oid) = stack.pop() {
+        if oid == ancestor {
+            return Ok(true);
+        }
+        if !seen.insert(oid) {
+            continue;
+        }
+        match odb.read_header(oid) {
+            Ok((size, git2::ObjectType::Commit)) if size <= MAX_COMMIT_BYTES => {}
+            Ok(_) => continue,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => continue,
+            Err(e) => return Err(e.message().to_string()),
+        }
+        let object = odb.read(oid).map_err(|e| e.message().to_string())?;
+        stack.extend(raw_parents(object.data()));
+    }
+    Ok(false)
+}
+
+/// The `parent` lines of a commit's header (before the first empty line).
+fn raw_parents(data: &[u8]) -> impl Iterator<Item = git2::Oid> + '_ {
+    data.split(|b| *b == b'\n')
+        .take_while(|line| !line.is_empty())
+        .filter_map(|line| line.strip_prefix(b"parent "))
+        .filter_map(|hex| git2::Oid::from_str(std::str::from_utf8(hex).ok()?).ok())
 }
 
 /// The tree of the spec directory `rel` (`""`: the repository's root) at `commit`.
@@ -573,6 +969,7 @@ fn read_blob<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::commit::RefusalKind;
     use std::process::Command;
 
     fn git(dir: &Path, args: &[&str]) {
@@ -668,6 +1065,252 @@ mod tests {
             )),
             "{e}"
         );
+    }
+
+    /// The output of a git command run in `dir`.
+    fn git_out(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git is installed");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn the_mirror_holds_the_branch_only_and_never_a_replace_ref() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let remote = d.join("remote");
+        std::fs::create_dir(&remote).unwrap();
+        git(&remote, &["init", "-q"]);
+        std::fs::write(remote.join("web.yaml"), SPEC).unwrap();
+        git(&remote, &["add", "."]);
+        git(&remote, &["commit", "-q", "-m", "one"]);
+        git(&remote, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        let two = git_out(&remote, &["rev-parse", "HEAD"]);
+        let one = git_out(&remote, &["rev-parse", "HEAD~1"]);
+        git(&remote, &["replace", &two, &one]);
+        git(&remote, &["tag", "v1"]);
+        git(&remote, &["branch", "other"]);
+        let url = format!("file://{}", remote.display());
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\nurl = \"{url}\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+        );
+        let config = Config::parse(&d.join("proxsync.toml"), &text).unwrap();
+        let mirror = d.join("state/mirror.git");
+
+        // A mirror as an older release cloned it: every ref, the replace ref among them, and
+        // the URL in its config.
+        std::fs::create_dir(d.join("state")).unwrap();
+        git(
+            d,
+            &["clone", "-q", "--mirror", &url, mirror.to_str().unwrap()],
+        );
+        let refs = |m: &Path| git_out(m, &["for-each-ref", "--format=%(refname)"]);
+        assert!(refs(&mirror).contains("refs/replace/"));
+        Source::new(&config).fetch_blocking().unwrap();
+        let after = refs(&mirror);
+        assert!(!after.contains("refs/replace/"), "{after}");
+        let mirror_config = std::fs::read_to_string(mirror.join("config")).unwrap();
+        assert!(!mirror_config.contains(&url), "{mirror_config}");
+        assert_eq!(Source::new(&config).tip().unwrap(), two);
+
+        // A new mirror fetches the branch alone.
+        std::fs::remove_dir_all(&mirror).unwrap();
+        Source::new(&config).fetch_blocking().unwrap();
+        assert_eq!(refs(&mirror), "refs/heads/main");
+        assert_eq!(Source::new(&config).tip().unwrap(), two);
+    }
+
+    /// A repository with `main` at B (child of A) and an unrelated root commit C; returns
+    /// (A, B, C).
+    fn two_histories(d: &Path) -> (String, String, String) {
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("web.yaml"), SPEC).unwrap();
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "a"]);
+        let a = git_out(d, &["rev-parse", "HEAD"]);
+        git(d, &["commit", "-q", "--allow-empty", "-m", "b"]);
+        let b = git_out(d, &["rev-parse", "HEAD"]);
+        git(d, &["checkout", "-q", "--orphan", "other"]);
+        git(d, &["commit", "-q", "-m", "c"]);
+        let c = git_out(d, &["rev-parse", "HEAD"]);
+        git(d, &["checkout", "-q", "main"]);
+        (a, b, c)
+    }
+
+    #[test]
+    fn descent_is_read_from_the_commits_themselves_not_grafts_or_shallow() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (a, b, c) = two_histories(d);
+        let repo = git2::Repository::open(d).unwrap();
+        let oid = |s: &str| git2::Oid::from_str(s).unwrap();
+        assert_eq!(descends_from(&repo, &b, &a), Ok(true));
+        assert_eq!(descends_from(&repo, &a, &a), Ok(true));
+        assert_eq!(descends_from(&repo, &a, &b), Ok(false));
+        assert_eq!(descends_from(&repo, &c, &a), Ok(false));
+
+        // A graft gives C the parent A, and a `shallow` file cuts B from A: libgit2's own
+        // walk believes both; the commits' bytes say otherwise.
+        std::fs::create_dir_all(d.join(".git/info")).unwrap();
+        std::fs::write(d.join(".git/info/grafts"), format!("{c} {a}\n")).unwrap();
+        std::fs::write(d.join(".git/shallow"), format!("{b}\n")).unwrap();
+        let repo = git2::Repository::open(d).unwrap();
+        assert!(repo.graph_descendant_of(oid(&c), oid(&a)).unwrap());
+        assert!(!repo.graph_descendant_of(oid(&b), oid(&a)).unwrap());
+        assert_eq!(descends_from(&repo, &c, &a), Ok(false));
+        assert_eq!(descends_from(&repo, &b, &a), Ok(true));
+
+        // A replace ref does not count either.
+        git(d, &["replace", &c, &b]);
+        assert_eq!(descends_from(&repo, &c, &a), Ok(false));
+    }
+
+    /// The repository's tip signed with the key `verifying_config` trusts.
+    fn sign_tip(repo: &Path, d: &Path, message: &str) -> String {
+        let key = format!("user.signingkey={}", d.join("trusted").display());
+        git(
+            repo,
+            &[
+                "-c",
+                "gpg.format=ssh",
+                "-c",
+                &key,
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-S",
+                "-m",
+                message,
+            ],
+        );
+        git_out(repo, &["rev-parse", "HEAD"])
+    }
+
+    #[test]
+    fn an_upgraded_install_compares_the_tip_with_its_last_verified_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let repo = d.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("web.yaml"), SPEC).unwrap();
+        git(&repo, &["add", "."]);
+        let config = verifying_config(d, &repo);
+        let first = sign_tip(&repo, d, "first");
+        let second = sign_tip(&repo, d, "second");
+        // What a release before the commit chain left: the last verified commit only.
+        verify::remember(
+            &config.state_dir,
+            &repo.display().to_string(),
+            "main",
+            &second,
+        )
+        .unwrap();
+        assert_eq!(
+            chain::applied(&config.state_dir, &repo.display().to_string(), "main"),
+            None
+        );
+
+        // Back at the first commit: a rewind of the remembered one, refused.
+        git(&repo, &["reset", "-q", "--hard", &first]);
+        let mut source = Source::new(&config);
+        let read = source.read().unwrap();
+        assert_eq!(read.commit, second, "the last verified commit stays in use");
+        let refused = read.refused.expect("refused");
+        assert_eq!(
+            (refused.commit.as_str(), refused.kind),
+            (first.as_str(), RefusalKind::NotDescendant)
+        );
+
+        // A descendant of it: applied, and from now on the last applied commit is recorded.
+        git(&repo, &["reset", "-q", "--hard", &second]);
+        let third = sign_tip(&repo, d, "third");
+        let read = Source::new(&config).read().unwrap();
+        assert_eq!((read.commit.as_str(), read.refused), (third.as_str(), None));
+        assert_eq!(read.rewound, None);
+        let applied = chain::applied(&config.state_dir, &repo.display().to_string(), "main");
+        assert_eq!(applied.map(|a| a.commit), Some(third));
+    }
+
+    #[test]
+    fn a_verified_commit_older_than_the_applied_one_is_no_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let repo = d.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("web.yaml"), SPEC).unwrap();
+        git(&repo, &["add", "."]);
+        let config = verifying_config(d, &repo);
+        let location = repo.display().to_string();
+        let old = sign_tip(&repo, d, "verified, long ago");
+        verify::remember(&config.state_dir, &location, "main", &old).unwrap();
+        // Then verify was off for a while, and an unsigned commit was applied.
+        git(&repo, &["commit", "-q", "--allow-empty", "-m", "unsigned"]);
+        let applied = git_out(&repo, &["rev-parse", "HEAD"]);
+        let record = Applied {
+            commit: applied.clone(),
+            rewound: None,
+        };
+        chain::record_applied(&config.state_dir, &location, "main", &record).unwrap();
+        git(
+            &repo,
+            &["commit", "-q", "--allow-empty", "-m", "unsigned too"],
+        );
+        let e = Source::new(&config).read().unwrap_err();
+        assert!(
+            e.message.ends_with(&format!(
+                "the last verified commit {old} is not the last applied commit {applied} \
+                 ([source] verify was off meanwhile?), so nothing is applied"
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn without_verify_the_first_commit_is_no_rewind_and_a_lost_record_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let repo = d.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let (a, b, _) = two_histories(&repo);
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\npath = \"{}\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+            repo.display()
+        );
+        let config = Config::parse(&d.join("proxsync.toml"), &text).unwrap();
+        let read = Source::new(&config).read().unwrap();
+        assert_eq!((read.commit.as_str(), &read.rewound), (b.as_str(), &None));
+
+        git(&repo, &["reset", "-q", "--hard", &a]);
+        let read = Source::new(&config).read().unwrap();
+        let rewind = read.rewound.expect("a rewind");
+        assert_eq!(
+            (rewind.batch.commit.as_str(), rewind.batch.from.as_str()),
+            (a.as_str(), b.as_str())
+        );
+        assert!(rewind.detected);
+        assert_eq!(
+            rewind.batch.from_specs,
+            Some(["web-01".to_string()].into_iter().collect())
+        );
+        // Read again (a restart): still the rewind, told already.
+        let again = Source::new(&config).read().unwrap().rewound.unwrap();
+        assert_eq!((again.batch, again.at_ms), (rewind.batch, rewind.at_ms));
+        assert!(!again.detected);
+
+        // The state directory lost: whatever the tip is, it is a first commit.
+        std::fs::remove_dir_all(d.join("state")).unwrap();
+        git(&repo, &["reset", "-q", "--hard", &b]);
+        assert_eq!(Source::new(&config).read().unwrap().rewound, None);
     }
 
     #[test]

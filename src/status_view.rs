@@ -448,20 +448,40 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
     };
     let _ = writeln!(out, "Commit:      {commit}");
     if let Some(e) = &s.source_error {
+        // Masked here too: an older release wrote the URL of a source error as it was.
         let _ = writeln!(
             out,
             "Source:      {} (the last good commit is kept)",
-            p.paint(Color::Red, &clean(e))
+            p.paint(Color::Red, &clean(&crate::redact::urls(e)))
         );
     }
     if let Some(r) = &s.refused_commit {
+        // An older release wrote the message as the reason.
+        let why = if r.message.is_empty() {
+            &r.reason
+        } else {
+            &r.message
+        };
         let _ = writeln!(
             out,
             "Tip refused: {} (not applied; the last verified commit is kept)",
             p.paint(
                 Color::Red,
-                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(&r.reason))
+                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(why))
             )
+        );
+    }
+    if let Some(r) = &s.rewind {
+        let since = match parse_rfc3339(&r.since) {
+            Some(t) => format!(", applied {}", ago(now, t)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "Rewound:     {} (does not descend from {}, the commit applied before it{since}; its \
+             deletes count as one batch)",
+            p.paint(Color::Yellow, &clean(&short_commit(&r.commit))),
+            clean(&short_commit(&r.from))
         );
     }
     let count = |n: u64, label: &str, color: Color| {
@@ -1244,6 +1264,7 @@ mod tests {
             refused: vec![],
             last_request: None,
             notify_failures: vec![],
+            rewind: None,
         })
         .unwrap();
         sd.write_orphans(
@@ -1691,6 +1712,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             source_error: Some("fetch failed: connection reset\nby peer".into()),
             refused_commit: Some(crate::verify::Refusal {
                 commit: "0123456789abcdef0123456789abcdef01234567".into(),
+                kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
                 reason: "signed by a key that is not in the allowed signers file\n(SHA256:x)"
                     .into(),
             }),
@@ -1721,6 +1743,11 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 last_error: "HTTP 401 Unauthorized".into(),
                 since: t(T0 - 120),
             }],
+            rewind: Some(crate::status::RewindSummary {
+                commit: "89abcdef0123456789abcdef0123456789abcdef".into(),
+                from: "fedcba9876543210fedcba9876543210fedcba98".into(),
+                since: t(T0 - 600),
+            }),
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();
@@ -1735,9 +1762,28 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             "Last cycle:  3d ago (took 5 ms)\n",
             "Refused:     refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)\n",
             "Request:     reconcile web-01, handled 5s ago\n",
+            "Rewound:     89abcde (does not descend from fedcba9, the commit applied before it, \
+             applied 15m ago; its deletes count as one batch)\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_url_password_an_older_release_wrote_is_not_shown() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("_summary.yaml"),
+            "sourceError: \"source https://alice:PASSWORD@git.example/x.git: git fetch failed\"\n\
+             lastCycle: \"2025-03-01T12:00:00Z\"\n",
+        )
+        .unwrap();
+        let text = render(d.path(), &opts(None, false, false)).unwrap();
+        assert!(!text.contains("PASSWORD"), "{text}");
+        assert!(
+            text.contains("Source:      source https://***@git.example/x.git: git fetch failed"),
+            "{text}"
+        );
     }
 
     #[test]

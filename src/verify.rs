@@ -22,10 +22,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The file in `state_dir` naming the last verified commit.
 pub const VERIFIED_FILE: &str = "verified-commit";
 
-/// A branch tip that was not applied: its commit id and why.
+/// A branch tip that was not applied: its commit id, the kind of refusal, and why (the
+/// message saying what to do).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub commit: String,
+    pub kind: crate::gate::commit::RefusalKind,
     pub reason: String,
 }
 
@@ -138,8 +140,13 @@ fn signature_kind(repo: &Path, commit: &str) -> Result<Option<Kind>, String> {
 /// `git` with nothing of the user's environment or config: an empty `HOME`, no system or
 /// global config, C locale (the verdict lines are read), and every program and setting that
 /// decides trust pinned on the command line (which wins over the repository's config).
+/// Replace objects are off: with `refs/replace/<tip>` naming another commit, git would check
+/// that commit's signature while the specs are read (by libgit2, which knows no replace
+/// refs) from the tip itself. The signature covers the commit's raw bytes, tree id
+/// included, which grafts and a `shallow` file do not change.
 fn clean_git(home: &Path) -> Command {
     let mut cmd = Command::new("git");
+    cmd.arg("--no-replace-objects");
     cmd.env_clear()
         .env(
             "PATH",
@@ -149,7 +156,8 @@ fn clean_git(home: &Path) -> Command {
         .env("LC_ALL", "C")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0");
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_NO_REPLACE_OBJECTS", "1");
     // The repository of a git server belongs to another user; proxsync only reads it (see
     // `source::allow_foreign_owner`), and the settings below override its config.
     for setting in [
@@ -518,7 +526,11 @@ pub fn last_verified(state_dir: &Path, location: &str, branch: &str) -> Option<S
     };
     let commit = field("commit")?;
     let is_id = commit.len() >= 40 && commit.chars().all(|c| c.is_ascii_hexdigit());
-    (field("source")?.as_str() == location && field("branch")?.as_str() == branch && is_id)
+    // Compared masked: a release before the masking wrote a URL's userinfo here.
+    let source = field("source")?;
+    (crate::redact::urls(&source) == crate::redact::urls(location)
+        && field("branch")?.as_str() == branch
+        && is_id)
         .then_some(commit)
 }
 
@@ -723,6 +735,36 @@ mod tests {
             "{why}"
         );
         // The trusted commit still verifies, with the real ssh-keygen.
+        assert_eq!(
+            verify_commit(&repo, &good, &how),
+            Ok("trusted@example.org".into())
+        );
+    }
+
+    #[test]
+    fn a_replace_ref_is_not_followed() {
+        // `refs/replace/<stranger's commit>` names the trusted commit: git would check the
+        // trusted signature, while the stranger's tree is what proxsync reads.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        run_ok(Command::new("git").args(["init", "-q"]).arg(&repo));
+        let (trusted, allowed) = key_and_signers(dir.path(), "trusted");
+        let (stranger, _) = key_and_signers(dir.path(), "stranger");
+        let how = CommitVerification::Ssh {
+            allowed_signers: allowed,
+        };
+        let good = signed_commit(&repo, &trusted);
+        let bad = signed_commit(&repo, &stranger);
+        run_ok(
+            Command::new("git")
+                .args(["replace", &bad, &good])
+                .current_dir(&repo),
+        );
+        let why = verify_commit(&repo, &bad, &how).unwrap_err();
+        assert!(
+            why.starts_with("signed by a key that is not in the allowed signers file"),
+            "{why}"
+        );
         assert_eq!(
             verify_commit(&repo, &good, &how),
             Ok("trusted@example.org".into())

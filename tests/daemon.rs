@@ -938,3 +938,94 @@ fn a_control_socket_flood_does_not_stall_the_daemon() {
     assert!(daemon.alive(), "{}", daemon.log());
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
+
+/// Every file under `dir` (the state directory: mirror, records) whose content holds `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+/// A password in `[source] url`, with the server down (nothing listens on its port): it
+/// appears nowhere `run --once` or the daemon writes (stdout, stderr and so the journal,
+/// systemd's `STATUS=`, `_summary.yaml`, the state directory), nor in `proxsync status`,
+/// `doctor` or `validate`, which warn about it instead.
+#[test]
+fn a_password_in_the_source_url_is_never_shown() {
+    const PASSWORD: &str = "PASSWORD";
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("https://alice:{PASSWORD}@127.0.0.1:{port}/x.git");
+    let masked = format!("https://***@127.0.0.1:{port}/x.git");
+    let config = std::fs::read_to_string(ws.config()).unwrap().replace(
+        &format!("path = \"{}\"", ws.path("repo").display()),
+        &format!("url = \"{url}\"\ninterval = \"1s\""),
+    );
+    std::fs::write(ws.config(), config).unwrap();
+
+    let out = ws.proxsync(&["run", "--once"]);
+    assert!(!out.status.success());
+    let once = text(&out);
+    assert!(!once.contains(PASSWORD), "{once}");
+    assert!(once.contains(&masked), "{once}");
+
+    let daemon = Daemon::start(&ws, None);
+    let summary = ws.path("status/_summary.yaml");
+    wait_until(
+        "the fetch failure in the summary",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_to_string(&summary)
+                .unwrap_or_default()
+                .contains("sourceError")
+        },
+    );
+    daemon.wait_message("STATUS= naming the source", Duration::from_secs(20), |m| {
+        m.contains("STATUS=") && m.contains("source:")
+    });
+    let written = std::fs::read_to_string(&summary).unwrap();
+    assert!(!written.contains(PASSWORD), "{written}");
+    assert!(written.contains(&masked), "{written}");
+    for m in daemon.messages() {
+        assert!(!m.contains(PASSWORD), "{m}");
+    }
+    let status = text(&ws.proxsync(&["status"]));
+    assert!(!status.contains(PASSWORD), "{status}");
+    assert!(status.contains(&masked), "{status}");
+    let doctor = text(&ws.proxsync(&["doctor"]));
+    assert!(!doctor.contains(PASSWORD), "{doctor}");
+    assert!(
+        doctor.contains(&format!(
+            "warn source: [source] url = \"{masked}\" carries a password or token"
+        )),
+        "{doctor}"
+    );
+    let validate = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
+    let validate = text(&validate);
+    assert!(!validate.contains(PASSWORD), "{validate}");
+    assert!(validate.contains("warning: [source] url"), "{validate}");
+    let log = daemon.log();
+    assert!(daemon.stop());
+    assert!(!log.contains(PASSWORD), "{log}");
+    assert!(log.contains(&masked), "{log}");
+    assert_eq!(
+        files_containing(&ws.path("state"), PASSWORD),
+        Vec::<String>::new()
+    );
+}

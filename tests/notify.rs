@@ -592,3 +592,65 @@ fn the_daemon_tells_each_commits_state_and_reports_a_failing_target() {
         "the Slack URL never reaches the log"
     );
 }
+
+/// Without `[source] verify`, a force-push back to an older commit is applied and told once,
+/// as `commit_rewound` naming both commits.
+#[test]
+fn the_daemon_tells_a_rewind_once() {
+    let pve = FakePve::start(default_scenario());
+    let rx = Receiver::start();
+    let extra = format!(
+        "[[notify]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{hook}\"\n\
+         secret_file = \"hook.secret\"\nmin_interval = \"1s\"\n",
+        hook = rx.url("/hook"),
+    );
+    let ws = Workspace::with_extra(&pve, &extra);
+    std::fs::write(ws.path("hook.secret"), KEY).unwrap();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let first = head(&ws);
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["run", "--config"])
+        .arg(ws.config())
+        .env("PROXSYNC_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ws.path("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut all = Vec::new();
+    wait_for(&rx, &mut all, "the first commit applied", |all| {
+        has_commit_state(all, &first, "success")
+    });
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    let second = head(&ws);
+    wait_for(&rx, &mut all, "the second commit applied", |all| {
+        has_commit_state(all, &second, "success")
+    });
+
+    ws.git(&["reset", "-q", "--hard", &first]);
+    let rewound = |all: &[Received]| {
+        webhook_events(all)
+            .into_iter()
+            .filter(|e| e["type"] == "commit_rewound")
+            .collect::<Vec<_>>()
+    };
+    wait_for(&rx, &mut all, "the rewind told", |all| {
+        !rewound(all).is_empty() && has_commit_state(all, &first, "success")
+    });
+    assert_eq!(
+        rewound(&all),
+        [serde_json::json!({"type": "commit_rewound", "commit": first, "from": second})]
+    );
+    // Later cycles (a reconcile request) do not tell it again.
+    let out = ws.proxsync(&["reconcile"]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+    std::thread::sleep(Duration::from_secs(2));
+    all.extend(rx.drain());
+    assert_eq!(rewound(&all).len(), 1, "{all:#?}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    assert!(daemon.wait().unwrap().success());
+}

@@ -19,8 +19,8 @@ use proxsync::config::{OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
-    Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
-    spec_hash,
+    Action, Duplicate, OrphanDisposition, Plan, PlanInput, RewindBatch, Verdict, inputs_hash,
+    merge_tags, plan, spec_hash,
 };
 use proxsync::pve::types::ClusterHealth;
 use proxsync::spec::{
@@ -328,6 +328,7 @@ impl World {
             config_hash: CONFIG_HASH,
             now_ms: self.now_ms,
             retry_transient_now: false,
+            rewind: None,
         }
     }
 
@@ -2437,4 +2438,186 @@ fn each_clock_threshold_bounds_valid_until() {
     };
     w.records.get_mut("web").unwrap().last_reboot_ms = None;
     assert_eq!(plan(&w.input()).valid_until_ms, 4 * 3_600_000);
+}
+
+// ---- a rewind's deletes are one batch --------------------------------------------------------
+
+/// `n` managed VMs `a0`, `a1`... (records, tagged VMs carrying their markers), on `pve2` for
+/// the indexes in `on_pve2`, `pve1` otherwise; `pve2` online or not. No spec is desired yet.
+fn fleet(n: usize, on_pve2: &[usize], pve2_online: bool) -> World {
+    let g = Globals {
+        quorate: true,
+        online: [true, pve2_online],
+        reachable: true,
+        complete: true,
+        fraction: 0.5,
+        delete_orphans: true,
+        grace_s: 600,
+        now_ms: 10_000_000,
+    };
+    let mut w = build(&[], &[], &g, false);
+    for i in 0..n {
+        let name = format!("a{i}");
+        let node = NODES[usize::from(on_pve2.contains(&i))];
+        let vmid = 100 + i as u32;
+        add_managed(&mut w, &name, vmid, node);
+    }
+    w
+}
+
+/// A VM of spec `name` at `vmid` on `node`, recorded and carrying its marker.
+fn add_managed(w: &mut World, name: &str, vmid: u32, node: &str) {
+    let mut vm = blank_vm(vmid, node, name, Power::Running);
+    vm.tags = vec![owner_tag()];
+    vm.marker = Some(Arc::new(Marker {
+        install: INSTALL.into(),
+        spec: name.into(),
+        uid: uid_of(name),
+        mac: None,
+    }));
+    w.vms_mut().insert(vmid, vm);
+    w.records.insert(
+        name.into(),
+        SpecRecord {
+            uid: uid_of(name),
+            site: SITE.into(),
+            vm: VmState::Exists {
+                vmid,
+                node: node.into(),
+            },
+            provisioned: true,
+            ..SpecRecord::default()
+        },
+    );
+}
+
+/// Makes the specs `names` desired (on `pve1`).
+fn desire(w: &mut World, names: &[&str]) {
+    for name in names {
+        let spec = make_spec(
+            name,
+            &SpecGen {
+                node: 0,
+                cpu: 2,
+                mem_mib: 1024,
+                disk_gib: 2,
+                running: true,
+                tags: 0,
+                orphan_policy: false,
+            },
+        );
+        w.roles.insert((*name).into(), Role::Desired);
+        w.desired.push(spec);
+    }
+}
+
+/// A rewind from a commit whose specs were `a0`..`a{n-1}`.
+fn rewind_from(n: usize) -> RewindBatch {
+    RewindBatch {
+        commit: "1".repeat(40),
+        from: "2".repeat(40),
+        from_specs: Some((0..n).map(|i| format!("a{i}")).collect()),
+    }
+}
+
+fn removes(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .filter(|a| is_removal(a))
+        .filter_map(|a| a.spec().map(str::to_string))
+        .collect()
+}
+
+/// A rewind that removes 6 of 10 VMs, 3 of them on an offline node: the 3 it could delete now
+/// are under `max_delete_fraction` (0.5) alone, and the other 3 would follow once the node is
+/// back, under it too. As one batch, the 6 are refused.
+#[test]
+fn a_rewinds_deletes_held_back_by_an_offline_node_still_count() {
+    let mut w = fleet(10, &[7, 8, 9], false);
+    desire(&mut w, &["a0", "a1", "a2", "a3"]);
+    let per_cycle = plan(&w.input());
+    assert_eq!(removes(&per_cycle), ["a4", "a5", "a6"], "{per_cycle:?}");
+
+    let rewind = rewind_from(10);
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
+    assert_eq!(
+        p.refused,
+        [
+            "refused to delete or release 6 of 10 managed VM(s): commit 111111111111 rewinds \
+             the branch from 222222222222, and a rewind's deletes count as one batch, more \
+             than max_delete_fraction = 0.5; if intended, raise max_delete_fraction in \
+             [reconcile] for this change"
+        ]
+    );
+}
+
+/// A rewind that removes 6 of 10 VMs and re-creates 6 others: once those are created, the 6
+/// deletes are under half of the 16 managed VMs. The VMs the rewind created do not count.
+#[test]
+fn a_rewinds_creates_do_not_dilute_its_deletes() {
+    let mut w = fleet(10, &[], true);
+    let added = ["b0", "b1", "b2", "b3", "b4", "b5"];
+    for (i, name) in added.iter().enumerate() {
+        add_managed(&mut w, name, 200 + i as u32, NODES[0]);
+    }
+    desire(&mut w, &["a0", "a1", "a2", "a3"]);
+    desire(&mut w, &added);
+    assert_eq!(removes(&plan(&w.input())).len(), 6, "6 of 16 pass alone");
+
+    let rewind = rewind_from(10);
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
+    assert!(p.refused[0].starts_with("refused to delete or release 6 of 10 managed VM(s)"));
+}
+
+/// Within `max_delete_fraction` a rewind's deletes happen; and what is left of an allowed
+/// batch stays allowed as it shrinks.
+#[test]
+fn a_rewind_within_the_fraction_deletes() {
+    let mut w = fleet(10, &[], true);
+    desire(&mut w, &["a0", "a1", "a2", "a3", "a4", "a5"]);
+    let rewind = rewind_from(10);
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), ["a6", "a7", "a8", "a9"], "{p:?}");
+    assert!(p.refused.is_empty());
+    for gone in ["a6", "a7"] {
+        w.records.remove(gone);
+    }
+    w.vms_mut().retain(|id, _| *id != 106 && *id != 107);
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), ["a8", "a9"], "{p:?}");
+}
+
+/// When the commit rewound from can no longer be read, its deletes cannot be judged as one
+/// batch: refused.
+#[test]
+fn a_rewind_from_an_unreadable_commit_deletes_nothing() {
+    let mut w = fleet(10, &[], true);
+    desire(
+        &mut w,
+        &["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"],
+    );
+    let rewind = RewindBatch {
+        from_specs: None,
+        ..rewind_from(10)
+    };
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
+    assert!(p.refused[0].contains("can no longer be read"), "{p:?}");
 }

@@ -2,7 +2,10 @@
 //! by a trusted key, unsigned, and signed by an untrusted key are pushed to a repository
 //! (local `path` with ssh signatures, remote `url` with OpenPGP ones); `run --once`, `plan`,
 //! `doctor` and the daemon apply the last verified commit while the tip is refused, and
-//! `_summary.yaml` and `proxsync status` say which commit was refused and why.
+//! `_summary.yaml` and `proxsync status` say which commit was refused and why. A replace ref
+//! naming a trusted commit lends an untrusted tip nothing (local and remote). A rewind to an
+//! older signed commit waits for `proxsync accept commit`; without `verify` it is applied,
+//! reported, and its deletes are judged as one batch.
 //!
 //! Needs git, ssh-keygen and gpg (as CI's Debian image has); a missing tool fails the test
 //! naming it.
@@ -179,7 +182,8 @@ fn only_tips_signed_by_an_allowed_ssh_signer_are_applied() {
         "the verified commit is applied"
     );
     assert_eq!(s["refusedCommit"]["commit"], unsigned.as_str(), "{s}");
-    assert_eq!(s["refusedCommit"]["reason"], "the commit is not signed");
+    assert_eq!(s["refusedCommit"]["reason"], "UnverifiedSignature");
+    assert_eq!(s["refusedCommit"]["message"], "the commit is not signed");
     let status = text(&ws.proxsync(&["status"]));
     assert!(
         status.contains(&format!(
@@ -223,7 +227,7 @@ fn only_tips_signed_by_an_allowed_ssh_signer_are_applied() {
     assert_eq!(s["commit"], signed.as_str());
     assert_eq!(s["refusedCommit"]["commit"], wrong.as_str(), "{s}");
     assert!(
-        s["refusedCommit"]["reason"]
+        s["refusedCommit"]["message"]
             .as_str()
             .unwrap_or("")
             .starts_with("signed by a key that is not in the allowed signers file (SHA256:"),
@@ -352,7 +356,7 @@ fn a_remote_source_applies_only_tips_signed_by_a_keyring_key() {
     let s = summary(&ws);
     assert_eq!(s["commit"], signed.as_str());
     assert_eq!(s["refusedCommit"]["commit"], wrong.as_str(), "{s}");
-    let reason = s["refusedCommit"]["reason"].as_str().unwrap_or("");
+    let reason = s["refusedCommit"]["message"].as_str().unwrap_or("");
     assert!(
         reason.starts_with("signed by key ") && reason.ends_with(", which is not in the keyring"),
         "{s}"
@@ -436,7 +440,7 @@ fn the_daemon_applies_nothing_unverified_and_keeps_the_last_verified_commit_acro
     let daemon = Daemon::start(&ws);
     wait_summary(&ws, "the first refusal", |s| {
         s["refusedCommit"]["commit"] == first.as_str()
-            && s["refusedCommit"]["reason"] == "the commit is not signed"
+            && s["refusedCommit"]["message"] == "the commit is not signed"
             && s.get("commit").is_none()
     });
     assert!(
@@ -479,5 +483,403 @@ fn the_daemon_applies_nothing_unverified_and_keeps_the_last_verified_commit_acro
         s["commit"] == fixed.as_str() && s.get("refusedCommit").is_none() && s["ready"] == 2
     });
     assert_eq!(names(&mut pve), ["db-01", "web-01"]);
+    drop(daemon);
+}
+
+/// Trusts one fresh ssh key (`ci@example.org`) under `verify = "ssh"`; returns it and a
+/// stranger's key, which is not trusted.
+fn trust_one_ssh_key(ws: &Workspace) -> (PathBuf, PathBuf) {
+    let trusted = ssh_key(ws, "trusted");
+    let stranger = ssh_key(ws, "stranger");
+    let public = std::fs::read_to_string(trusted.with_extension("pub")).unwrap();
+    std::fs::write(
+        ws.path("allowed_signers"),
+        format!("ci@example.org {public}"),
+    )
+    .unwrap();
+    enable_verify(
+        ws,
+        &format!(
+            "verify = \"ssh\"\nallowed_signers = \"{}\"",
+            ws.path("allowed_signers").display()
+        ),
+    );
+    (trusted, stranger)
+}
+
+/// Makes the source the bare repository `vms.git` as a remote `file://` URL, fetched into the
+/// mirror.
+fn use_remote_source(ws: &Workspace) {
+    ws.use_bare_source();
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let bare = ws.path("vms.git");
+    let config = config.replace(
+        &format!("path = \"{}\"", bare.display()),
+        &format!("url = \"file://{}\"", bare.display()),
+    );
+    std::fs::write(ws.config(), config).unwrap();
+}
+
+/// The attack of a replace ref: a tip signed by an untrusted key, and `refs/replace/<tip>`
+/// naming an older commit signed by the trusted key. `git verify-commit` would check the
+/// replacement's signature while the tree is read from the tip itself: verification and
+/// reading must see the same object, so the tip is refused and its specs are not applied.
+fn a_replace_ref_does_not_verify_an_untrusted_tip(remote: bool) {
+    require("git");
+    require("ssh-keygen");
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    if remote {
+        use_remote_source(&ws);
+    }
+    let (trusted, stranger) = trust_one_ssh_key(&ws);
+    stage(&ws, &three_specs("gone-01"));
+    let signed = commit_ssh(&ws, "three VMs", Some(&trusted));
+    if remote {
+        ws.push();
+    }
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["gone-01", "stay-01", "stay-02"], "{out}");
+
+    stage(&ws, &three_specs("evil-01"));
+    let evil = commit_ssh(&ws, "signed by a stranger", Some(&stranger));
+    if remote {
+        ws.push();
+    }
+    ws.git(&["replace", &evil, &signed]);
+    if remote {
+        ws.git(&[
+            "push",
+            "-q",
+            ws.path("vms.git").to_str().unwrap(),
+            "refs/replace/*:refs/replace/*",
+        ]);
+    }
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "the stranger's tip is refused: {out}");
+    assert_eq!(
+        names(&mut pve),
+        ["gone-01", "stay-01", "stay-02"],
+        "nothing of the stranger's commit is applied: {out}"
+    );
+    let s = summary(&ws);
+    assert_eq!(s["commit"], signed.as_str(), "{s}");
+    assert_eq!(s["refusedCommit"]["commit"], evil.as_str(), "{s}");
+    assert!(
+        s["refusedCommit"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("signed by a key that is not in the allowed signers file"),
+        "{s}"
+    );
+    if remote {
+        let mirror = ws.path("state/mirror.git");
+        let refs = Command::new("git")
+            .arg("--git-dir")
+            .arg(&mirror)
+            .args(["for-each-ref", "--format=%(refname)"])
+            .output()
+            .unwrap();
+        let refs = String::from_utf8_lossy(&refs.stdout);
+        assert!(
+            !refs.contains("refs/replace/"),
+            "replace refs are never fetched into the mirror: {refs}"
+        );
+    }
+}
+
+#[test]
+fn a_replace_ref_does_not_verify_an_untrusted_tip_of_a_local_repository() {
+    a_replace_ref_does_not_verify_an_untrusted_tip(false);
+}
+
+#[test]
+fn a_replace_ref_pushed_to_a_remote_does_not_verify_an_untrusted_tip() {
+    a_replace_ref_does_not_verify_an_untrusted_tip(true);
+}
+
+/// Moves the work repository's branch back to `commit`, as a force-push to an older commit
+/// leaves it.
+fn rewind_to(ws: &Workspace, commit: &str) {
+    ws.git(&["reset", "-q", "--hard", commit]);
+}
+
+/// With `verify`, a tip signed by a trusted key that does not descend from the last applied
+/// commit (the branch force-pushed back to an older signed commit) is refused as
+/// `NotDescendant` until an operator accepts it by name; an acceptance holds over the commit
+/// applied when it was given, and a fast-forward afterwards needs none.
+#[test]
+fn a_rewind_to_an_older_signed_commit_waits_for_an_acceptance() {
+    require("git");
+    require("ssh-keygen");
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let (trusted, _) = trust_one_ssh_key(&ws);
+    stage(&ws, &three_specs("old-01"));
+    let old = commit_ssh(&ws, "old-01", Some(&trusted));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        summary(&ws).get("rewind").is_none(),
+        "a first commit is no rewind"
+    );
+    stage(&ws, &three_specs("new-01"));
+    let new = commit_ssh(&ws, "new-01 replaces old-01", Some(&trusted));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["new-01", "stay-01", "stay-02"], "{out}");
+
+    // Force-pushed back to the older signed commit: refused, nothing of it applied.
+    rewind_to(&ws, &old);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert_eq!(names(&mut pve), ["new-01", "stay-01", "stay-02"], "{out}");
+    let s = summary(&ws);
+    assert_eq!(s["commit"], new.as_str(), "{s}");
+    assert_eq!(s["refusedCommit"]["commit"], old.as_str(), "{s}");
+    assert_eq!(s["refusedCommit"]["reason"], "NotDescendant", "{s}");
+    let message = s["refusedCommit"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(&format!(
+            "it does not descend from the last applied commit {}",
+            &new[..12]
+        )) && message.ends_with(&format!("`proxsync accept commit {old}`")),
+        "{s}"
+    );
+    let status = text(&ws.proxsync(&["status"]));
+    assert!(
+        status.contains(&format!("Tip refused: {}: it does not descend", &old[..7])),
+        "{status}"
+    );
+    let doctor = text(&ws.proxsync(&["doctor"]));
+    assert!(
+        doctor.contains(&format!(
+            "fix: if the rewind is intended, accept it: `proxsync accept commit {old}`"
+        )),
+        "{doctor}"
+    );
+
+    // Accepted by name (a prefix will do); no daemon runs, so the next run applies it.
+    let out = ws.proxsync(&["accept", "commit", &old[..10]]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "accepted commit {old} over the last applied commit {new}"
+        )) && text(&out).contains("no daemon answers"),
+        "{}",
+        text(&out)
+    );
+    let record = ws.path("state/accepted-commit");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        recorded.contains(&format!("commit {old}\nover {new}\naccepted-at ")),
+        "{recorded}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&record).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "rewound: commit {old} does not descend from {new}, the commit applied before it"
+        )),
+        "{out}"
+    );
+    assert_eq!(names(&mut pve), ["old-01", "stay-01", "stay-02"], "{out}");
+    let s = summary(&ws);
+    assert_eq!(s["commit"], old.as_str(), "{s}");
+    assert!(s.get("refusedCommit").is_none(), "{s}");
+    assert_eq!(s["rewind"]["commit"], old.as_str(), "{s}");
+    assert_eq!(s["rewind"]["from"], new.as_str(), "{s}");
+    let status = text(&ws.proxsync(&["status"]));
+    assert!(
+        status.contains(&format!(
+            "Rewound:     {} (does not descend from {}",
+            &old[..7],
+            &new[..7]
+        )),
+        "{status}"
+    );
+
+    // A new commit on top of it: a fast-forward, no longer reported as a rewind.
+    stage(&ws, &three_specs("next-01"));
+    let next = commit_ssh(&ws, "next-01", Some(&trusted));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let s = summary(&ws);
+    assert_eq!(s["commit"], next.as_str(), "{s}");
+    assert!(s.get("rewind").is_none(), "{s}");
+
+    // The acceptance was given over `new`: back to `old` again, it is refused anew.
+    rewind_to(&ws, &old);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let s = summary(&ws);
+    assert_eq!(s["commit"], next.as_str(), "{s}");
+    assert_eq!(s["refusedCommit"]["reason"], "NotDescendant", "{s}");
+
+    // Accepting needs a commit that verifies, and says when none is needed.
+    let unsigned = commit_ssh(&ws, "unsigned", None);
+    let out = ws.proxsync(&["accept", "commit", &unsigned]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("does not verify"), "{}", text(&out));
+    rewind_to(&ws, &next);
+    let out = ws.proxsync(&["accept", "commit", &next]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("it is applied without acceptance"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Without `verify`, a rewind is applied and reported, and its deletes are judged as one
+/// batch: refused at first (3 of 5 managed VMs), they are refused again at the next run,
+/// when the 3 VMs the rewind re-created would make them 3 of 8.
+#[test]
+fn without_verify_a_rewind_is_applied_reported_and_its_deletes_judged_as_one_batch() {
+    require("git");
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let set = |names: &[&str]| -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| {
+                (
+                    format!("{n}.yaml"),
+                    spec(n, "pve1", "9000", &format!("    tags: [{n}]\n")),
+                )
+            })
+            .collect()
+    };
+    let commit = |names: &[&str], message: &str| {
+        let files = set(names);
+        let files: Vec<(&str, String)> =
+            files.iter().map(|(f, b)| (f.as_str(), b.clone())).collect();
+        stage(&ws, &files);
+        commit_ssh(&ws, message, None)
+    };
+    let old = commit(&["a0", "a1", "x0", "x1", "x2"], "five");
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    // Each x replaced by an n, one per commit: one delete in five each time.
+    commit(&["a0", "a1", "n0", "x1", "x2"], "x0 -> n0");
+    assert!(ws.run_once().0);
+    commit(&["a0", "a1", "n0", "n1", "x2"], "x1 -> n1");
+    assert!(ws.run_once().0);
+    let new = commit(&["a0", "a1", "n0", "n1", "n2"], "x2 -> n2");
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["a0", "a1", "n0", "n1", "n2"]);
+    assert!(summary(&ws).get("rewind").is_none());
+
+    // Back to the first commit: applied and reported. Its deletes (n0-n2, 3 of 5) are refused;
+    // the VMs it re-creates are made.
+    rewind_to(&ws, &old);
+    let (_, out) = ws.run_once();
+    assert!(
+        out.contains(&format!(
+            "rewound: commit {old} does not descend from {new}, the commit applied before it"
+        )),
+        "{out}"
+    );
+    let all = ["a0", "a1", "n0", "n1", "n2", "x0", "x1", "x2"];
+    assert_eq!(names(&mut pve), all, "{out}");
+    let s = summary(&ws);
+    assert_eq!(s["commit"], old.as_str(), "{s}");
+    assert_eq!(s["rewind"]["commit"], old.as_str(), "{s}");
+    assert_eq!(s["rewind"]["from"], new.as_str(), "{s}");
+    let refused = format!(
+        "refused to delete or release 3 of 5 managed VM(s): commit {} rewinds the branch from \
+         {}, and a rewind's deletes count as one batch",
+        &old[..12],
+        &new[..12]
+    );
+    assert!(
+        s["refused"][0].as_str().unwrap_or("").starts_with(&refused),
+        "{s}"
+    );
+    assert!(
+        text(&ws.proxsync(&["status"])).contains(&format!("Rewound:     {}", &old[..7])),
+        "status shows it"
+    );
+
+    // The next run: the 3 deletes are still one batch of the 5 VMs the rewind found, not 3
+    // of the 8 there are now.
+    let (_, out) = ws.run_once();
+    assert_eq!(names(&mut pve), all, "{out}");
+    assert!(
+        summary(&ws)["refused"][0]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&refused),
+        "{out}"
+    );
+
+    // Intended: max_delete_fraction raised for this change, the batch goes.
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        config + "\n[reconcile]\nmax_delete_fraction = 0.75\n",
+    )
+    .unwrap();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["a0", "a1", "x0", "x1", "x2"], "{out}");
+}
+
+/// With the daemon running, `proxsync accept commit` asks it to reconcile: the accepted
+/// rewind is applied at once, not at the next resync.
+#[test]
+fn an_acceptance_makes_the_running_daemon_apply_the_rewind() {
+    require("git");
+    require("ssh-keygen");
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let (trusted, _) = trust_one_ssh_key(&ws);
+    stage(&ws, &three_specs("old-01"));
+    let old = commit_ssh(&ws, "old-01", Some(&trusted));
+    let daemon = Daemon::start(&ws);
+    wait_summary(&ws, "the first commit applied", |s| {
+        s["commit"] == old.as_str() && s["ready"] == 3
+    });
+    stage(&ws, &three_specs("new-01"));
+    let new = commit_ssh(&ws, "new-01", Some(&trusted));
+    wait_summary(&ws, "the second commit applied", |s| {
+        s["commit"] == new.as_str() && s["ready"] == 3
+    });
+
+    let refused = |s: &serde_json::Value| {
+        s["refusedCommit"]["commit"] == old.as_str()
+            && s["refusedCommit"]["reason"] == "NotDescendant"
+    };
+    rewind_to(&ws, &old);
+    wait_summary(&ws, "the rewind refused", refused);
+    assert_eq!(names(&mut pve), ["new-01", "stay-01", "stay-02"]);
+    // Pushed back to the commit in use: the refusal ends. Then the rewind again.
+    rewind_to(&ws, &new);
+    wait_summary(&ws, "the refusal gone", |s| {
+        s.get("refusedCommit").is_none() && s["commit"] == new.as_str()
+    });
+    rewind_to(&ws, &old);
+    wait_summary(&ws, "the rewind refused again", refused);
+    let out = ws.proxsync(&["accept", "commit", &old]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("the daemon was asked to apply it"),
+        "{}",
+        text(&out)
+    );
+    wait_summary(&ws, "the accepted rewind applied", |s| {
+        s["commit"] == old.as_str()
+            && s.get("refusedCommit").is_none()
+            && s["rewind"]["from"] == new.as_str()
+            && s["ready"] == 3
+    });
+    assert_eq!(names(&mut pve), ["old-01", "stay-01", "stay-02"]);
     drop(daemon);
 }

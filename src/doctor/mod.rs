@@ -14,6 +14,7 @@ mod privileges;
 mod resources;
 mod same_install;
 mod signing;
+mod source;
 mod versions;
 
 use health::check_health;
@@ -21,6 +22,7 @@ use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 pub use signing::check_tip;
+pub use source::check_rewind;
 pub use versions::version_diagnostics;
 
 /// How a check came out.
@@ -95,6 +97,7 @@ pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
         None,
     )];
     out.push(marker_key::check_marker_key(&config.marker_key_path()));
+    out.extend(source::check_config_warnings(config));
     out.extend(signing::check_signing(config));
     // Read-only: a missing or broken key is the line above; markers are then not checked.
     let key = crate::ownership::MarkerKey::load_file(&config.marker_key_path())

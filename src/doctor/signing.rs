@@ -7,6 +7,7 @@ use std::process::Command;
 
 use super::{Check, Level, check};
 use crate::config::{CommitVerification, Config};
+use crate::gate::commit::RefusalKind;
 use crate::source::ReadSpecs;
 use crate::verify;
 
@@ -162,11 +163,18 @@ pub fn check_tip(config: &Config, read: &ReadSpecs) -> Option<Check> {
                 r.reason,
                 short(&read.commit)
             ),
-            Some(
-                "sign the commit with a trusted key (`git commit -S`, README \"Signed commits\") \
-                 and push it, or add the signer's key to the key file and reload"
-                    .into(),
-            ),
+            Some(match r.kind {
+                RefusalKind::UnverifiedSignature => {
+                    "sign the commit with a trusted key (`git commit -S`, README \"Signed \
+                     commits\") and push it, or add the signer's key to the key file and reload"
+                        .into()
+                }
+                RefusalKind::NotDescendant => format!(
+                    "if the rewind is intended, accept it: `proxsync accept commit {}`; if not, \
+                     push the newer history back",
+                    r.commit
+                ),
+            }),
         ),
     })
 }
@@ -189,6 +197,7 @@ mod tests {
             specs: Default::default(),
             commit: "a".repeat(40),
             refused,
+            rewound: None,
         }
     }
 
@@ -220,6 +229,7 @@ mod tests {
         let c = config("verify = \"ssh\"\nallowed_signers = \"/etc/proxsync/allowed_signers\"");
         let refusal = Refusal {
             commit: "b".repeat(40),
+            kind: RefusalKind::UnverifiedSignature,
             reason: "the commit is not signed".into(),
         };
         let tip = check_tip(&c, &read(Some(refusal))).unwrap();

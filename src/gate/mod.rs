@@ -17,6 +17,7 @@
 //! read what PVE and the state database say and hand it in; the answer is a permit or a
 //! refusal that says what is wrong and what to do.
 
+pub mod commit;
 pub mod ha;
 pub mod rename;
 pub mod site;

@@ -65,6 +65,9 @@ pub enum Event {
     },
     /// A commit was refused before anything was applied (e.g. its signature did not verify).
     CommitRefused { commit: String, reason: String },
+    /// The commit applied does not descend from `from`, the commit applied before it: a rewind
+    /// (without `[source] verify`, or accepted by an operator). Its deletes count as one batch.
+    CommitRewound { commit: String, from: String },
 }
 
 impl Event {

@@ -107,6 +107,15 @@ impl Notifier {
         }]);
     }
 
+    /// The commit applied rewinds the branch (it does not descend from `from`): told once, when
+    /// the daemon first applies it.
+    pub fn commit_rewound(&self, commit: &str, from: &str) {
+        self.send(&[Event::CommitRewound {
+            commit: commit.to_string(),
+            from: from.to_string(),
+        }]);
+    }
+
     /// Pushes events onto every target's queue.
     pub fn send(&self, events: &[Event]) {
         if events.is_empty() {

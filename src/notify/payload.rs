@@ -194,6 +194,12 @@ fn slack_line(e: &Event) -> String {
         Event::CommitRefused { commit, reason } => {
             format!(":x: commit {} refused: {reason}", short(commit))
         }
+        Event::CommitRewound { commit, from } => format!(
+            ":rewind: commit {} rewinds the branch: it does not descend from {}, the commit \
+             applied before it",
+            short(commit),
+            short(from)
+        ),
     };
     escape(&super::clip_chars(&line, 500))
 }
@@ -374,6 +380,44 @@ mod tests {
         );
         assert!(text.contains("…and 11 more"), "{text}");
         assert_eq!(text.lines().count(), 1 + MAX_SLACK_LINES + 1);
+    }
+
+    #[test]
+    fn a_rewind_is_told_with_both_commits_and_posts_no_commit_status() {
+        let from = "fedcba9876543210fedcba9876543210fedcba98";
+        let msg = Message {
+            events: vec![Event::CommitRewound {
+                commit: SHA.into(),
+                from: from.into(),
+            }],
+            dropped: 0,
+        };
+        let r = webhook(
+            "https://h.example/x",
+            &Secret::new("k"),
+            "main",
+            &msg,
+            "id",
+            1,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            v["events"][0],
+            serde_json::json!({"type": "commit_rewound", "commit": SHA, "from": from})
+        );
+        let r = slack("https://hooks.example/T/B/X", "main", &msg);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert!(
+            v["text"].as_str().unwrap().contains(
+                ":rewind: commit 0123456789ab rewinds the branch: it does not descend from \
+                 fedcba987654, the commit applied before it"
+            ),
+            "{v}"
+        );
+        let token = Secret::new("t");
+        assert!(
+            commit_statuses(NotifyKind::Gitea, "https://g", "o/r", &token, "main", &msg).is_empty()
+        );
     }
 
     #[test]

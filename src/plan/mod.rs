@@ -70,6 +70,25 @@ pub struct PlanInput<'a> {
     /// last failure was transient are attempted despite their backoff. The daemon keeps its
     /// schedule (false).
     pub retry_transient_now: bool,
+    /// The applied commit rewound the branch: its deletes are judged as one batch.
+    pub rewind: Option<&'a RewindBatch>,
+}
+
+/// A commit applied although it does not descend from the commit applied before it (a
+/// rewind). While it is the applied commit, the valves judge its deletes as one batch: every
+/// VM of a removed spec still to be deleted, released or handed over, planned this cycle or
+/// not (its node offline, its site unreadable), counts, against the managed VMs without those
+/// of the specs it added (the VMs it creates do not dilute its deletes). So the batch cannot
+/// slip under `max_delete_fraction` by being spread over cycles or mixed with its creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindBatch {
+    /// The commit applied.
+    pub commit: String,
+    /// The commit applied before it.
+    pub from: String,
+    /// The names of `from`'s specs (valid and invalid); `None` when it can no longer be read,
+    /// and then the batch cannot be judged and every delete is refused.
+    pub from_specs: Option<BTreeSet<String>>,
 }
 
 /// What to do.
@@ -410,11 +429,12 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     out.verdicts = BTreeMap::from_iter(verdicts);
 
     let mut removals = removals::gone_specs(input, &desired_names, &renames);
+    let held_back = removals::held_back(input, &desired_names, &renames);
     removals::orphans(input, &desired_names, &renames, &mut out, &mut removals);
     out.renamed = (renames.by_spec.iter())
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
-    removals::apply_valves(input, removals, &mut out);
+    removals::apply_valves(input, removals, held_back, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out

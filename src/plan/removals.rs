@@ -25,10 +25,7 @@ pub(super) fn gone_specs(
         return removals;
     }
     for (name, rec) in input.records {
-        if desired.contains(name.as_str())
-            || input.invalid.contains(name)
-            || renames.is_source(name)
-        {
+        if !is_gone(input, desired, renames, name) {
             continue;
         }
         let Some(view) = input.sites.get(&rec.site) else {
@@ -46,6 +43,47 @@ pub(super) fn gone_specs(
         }
     }
     removals
+}
+
+/// Whether the spec of a record is gone: neither desired, invalid, nor renamed.
+fn is_gone(
+    input: &PlanInput<'_>,
+    desired: &BTreeSet<&str>,
+    renames: &Renames<'_>,
+    name: &str,
+) -> bool {
+    !(desired.contains(name) || input.invalid.contains(name) || renames.is_source(name))
+}
+
+/// While a rewind is applied, the removals of gone specs due but not planned this cycle (the
+/// site unreachable, the node unhealthy, the VM's state unknown): the valves count them with
+/// the planned ones, as one batch. 0 otherwise.
+pub(super) fn held_back(
+    input: &PlanInput<'_>,
+    desired: &BTreeSet<&str>,
+    renames: &Renames<'_>,
+) -> usize {
+    if input.rewind.is_none() || !input.complete {
+        return 0;
+    }
+    let held = |rec: &SpecRecord| {
+        // A site that left the config: nothing will be removed there.
+        let Some(view) = input.sites.get(&rec.site) else {
+            return false;
+        };
+        if !view.reachable() {
+            return rec.vmid().is_some();
+        }
+        match rec.vmid().and_then(|id| view.vms.get(&id)) {
+            None => matches!(&rec.vm, VmState::Creating { node, .. } if !view.node_healthy(node)),
+            Some(vm) => vm.is_unknown() || !view.node_healthy(&vm.node),
+        }
+    };
+    input
+        .records
+        .iter()
+        .filter(|(name, rec)| is_gone(input, desired, renames, name) && held(rec))
+        .count()
 }
 
 /// The removal of one gone spec on its reachable site, if one can happen now.
@@ -314,8 +352,13 @@ fn is_delete(a: &Action) -> bool {
 /// `max_delete_fraction` of the managed VMs refuse them all. The removals join the plan's
 /// actions, without the deletes and releases when refused (the reason goes to
 /// `out.refused`, and orphans being deleted are reported instead).
-pub(super) fn apply_valves(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) {
-    match refusal(input, &removals) {
+pub(super) fn apply_valves(
+    input: &PlanInput<'_>,
+    removals: Vec<Action>,
+    held_back: usize,
+    out: &mut Plan,
+) {
+    match refusal(input, &removals, held_back) {
         Some(reason) => {
             out.refused.push(reason);
             out.actions
@@ -333,7 +376,8 @@ pub(super) fn apply_valves(input: &PlanInput<'_>, removals: Vec<Action>, out: &m
 }
 
 /// Why the deletes, releases and hand-overs among `removals` are refused, if they are.
-fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
+/// `held_back`: a rewind's removals not planned this cycle ([`held_back`]).
+fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Option<String> {
     let removing = removals.iter().filter(|a| is_delete(a)).count();
     if removing == 0 {
         return None;
@@ -362,7 +406,10 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
              a wrong `dir` or `selector` in [source]?); restore the specs, or delete the VMs by hand{handing}"
         ));
     }
-    let managed = managed(input);
+    if let Some(rewind) = input.rewind {
+        return rewind_refusal(input, rewind, removing + held_back, &handing);
+    }
+    let managed = managed(input, &BTreeSet::new());
     (removing as f64 > input.reconcile.max_delete_fraction * managed as f64).then(|| {
         format!(
             "refused to delete or release {removing} of {managed} managed VM(s): more than \
@@ -373,17 +420,60 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action]) -> Option<String> {
     })
 }
 
+/// Why a rewind's deletes are refused, if they are: the whole batch (`batch` VMs, planned
+/// this cycle or not) against the managed VMs without those of the specs the rewind added,
+/// which it creates (see [`crate::plan::RewindBatch`]).
+fn rewind_refusal(
+    input: &PlanInput<'_>,
+    rewind: &crate::plan::RewindBatch,
+    batch: usize,
+    handing: &str,
+) -> Option<String> {
+    let short = |c: &str| c.get(..12).unwrap_or(c).to_string();
+    let (to, from) = (short(&rewind.commit), short(&rewind.from));
+    let Some(from_specs) = &rewind.from_specs else {
+        return Some(format!(
+            "refused to delete or release {batch} VM(s): commit {to} rewinds the branch from \
+             {from}, which can no longer be read, so its deletes cannot be judged as one batch; \
+             push a new commit (its deletes are judged as usual), or delete the VMs by \
+             hand{handing}"
+        ));
+    };
+    let added: BTreeSet<&str> = input
+        .desired
+        .iter()
+        .map(|s| s.name.as_str())
+        .filter(|name| !from_specs.contains(*name))
+        .collect();
+    let managed = managed(input, &added);
+    (batch as f64 > input.reconcile.max_delete_fraction * managed as f64).then(|| {
+        format!(
+            "refused to delete or release {batch} of {managed} managed VM(s): commit {to} \
+             rewinds the branch from {from}, and a rewind's deletes count as one batch, more \
+             than max_delete_fraction = {}; if intended, raise max_delete_fraction in \
+             [reconcile] for this change{handing}",
+            input.reconcile.max_delete_fraction
+        )
+    })
+}
+
 /// The number of managed VMs: those the records know and the owned VMs listed (after a lost
-/// database the records are empty, but the VMs are still there).
-fn managed(input: &PlanInput<'_>) -> usize {
+/// database the records are empty, but the VMs are still there), without those of the specs
+/// `leave_out` names.
+fn managed(input: &PlanInput<'_>, leave_out: &BTreeSet<&str>) -> usize {
     let mut managed: BTreeSet<(&str, u32)> = input
         .records
-        .values()
-        .filter_map(|r| Some((r.site.as_str(), r.vmid()?)))
+        .iter()
+        .filter(|(name, _)| !leave_out.contains(name.as_str()))
+        .filter_map(|(_, r)| Some((r.site.as_str(), r.vmid()?)))
         .collect();
     for view in input.sites.values() {
         for vm in view.vms.values() {
-            if !vm.template && vm.owned_by(input.install_id) {
+            let left_out = vm
+                .marker
+                .as_ref()
+                .is_some_and(|m| leave_out.contains(m.spec.as_str()));
+            if !vm.template && vm.owned_by(input.install_id) && !left_out {
                 managed.insert((view.name.as_str(), vm.vmid));
             }
         }

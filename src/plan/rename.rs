@@ -548,6 +548,7 @@ mod tests {
                 config_hash: "",
                 now_ms: NOW,
                 retry_transient_now: false,
+                rewind: None,
             })
         }
     }

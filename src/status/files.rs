@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::transitions::{Carried, build_spec_file};
 use super::{
     NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RefusedCommitRecord,
-    RequestRecord, SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile,
-    SummaryStatus, clip, clip_to, rfc3339,
+    RequestRecord, RewindRecord, SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError,
+    SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
 };
 
 /// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
@@ -181,10 +181,15 @@ impl StatusDir {
         }
         let next = SummaryFile {
             commit: s.commit.as_deref().map(clip),
-            source_error: s.source_error.as_deref().map(clip),
+            // Masked again here: the source's errors may quote a URL with a password.
+            source_error: s
+                .source_error
+                .as_deref()
+                .map(|e| clip(&crate::redact::urls(e))),
             refused_commit: s.refused_commit.as_ref().map(|r| RefusedCommitRecord {
                 commit: clip(&r.commit),
-                reason: clip(&r.reason),
+                reason: r.kind.as_str().to_string(),
+                message: clip(&r.reason),
             }),
             specs: s.specs as u64,
             ready: s.ready as u64,
@@ -221,6 +226,11 @@ impl StatusDir {
                     since: rfc3339(f.since),
                 })
                 .collect(),
+            rewind: s.rewind.as_ref().map(|r| RewindRecord {
+                commit: clip(&r.commit),
+                from: clip(&r.from),
+                since: rfc3339(r.since),
+            }),
         };
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {

@@ -245,6 +245,17 @@ pub struct SummaryStatus {
     pub last_request: Option<RequestSummary>,
     /// `[[notify]]` targets whose last message could not be delivered.
     pub notify_failures: Vec<NotifyFailure>,
+    /// The applied commit does not descend from the one applied before it.
+    pub rewind: Option<RewindSummary>,
+}
+
+/// A rewind in effect: `commit`, applied since `since`, does not descend from `from`, the
+/// commit applied before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindSummary {
+    pub commit: String,
+    pub from: String,
+    pub since: SystemTime,
 }
 
 /// A `[[notify]]` target that fails (its last message could not be delivered).
@@ -435,6 +446,21 @@ pub struct SummaryFile {
     /// `[[notify]]` targets that fail, as of the cycle's start.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notify_failures: Vec<NotifyFailureRecord>,
+    /// The applied commit does not descend from the one applied before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<RewindRecord>,
+}
+
+/// `rewind` of `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RewindRecord {
+    /// The commit applied.
+    pub commit: String,
+    /// The commit applied before it, which it does not descend from.
+    pub from: String,
+    /// RFC 3339: when it was first applied.
+    pub since: String,
 }
 
 /// One entry of `notifyFailures` in `_summary.yaml`.
@@ -455,7 +481,12 @@ pub struct NotifyFailureRecord {
 #[serde(default)]
 pub struct RefusedCommitRecord {
     pub commit: String,
+    /// `UnverifiedSignature` or `NotDescendant` (a release before them wrote the message
+    /// here).
     pub reason: String,
+    /// What is wrong and what to do.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// `lastRequest` of `_summary.yaml`.

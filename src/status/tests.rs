@@ -901,6 +901,7 @@ fn summary() -> SummaryStatus {
             handled_at: t(T0),
         }),
         notify_failures: vec![],
+        rewind: None,
         specs: 3,
         ready: 2,
         stalled: 1,
@@ -957,15 +958,56 @@ fn summary_round_trips_and_skips_identical_writes() {
     let mut s3 = s2.clone();
     s3.refused_commit = Some(crate::verify::Refusal {
         commit: "f00d".repeat(10),
+        kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
         reason: "the commit is not signed".into(),
     });
     assert!(sd.write_summary(&s3).unwrap());
     let f = sd.read_summary().unwrap().unwrap();
     let refused = f.refused_commit.expect("refusedCommit written");
     assert_eq!(refused.commit, "f00d".repeat(10));
-    assert_eq!(refused.reason, "the commit is not signed");
+    assert_eq!(refused.reason, "UnverifiedSignature");
+    assert_eq!(refused.message, "the commit is not signed");
     let text = fs::read_to_string(sd.path().join(SUMMARY_FILE)).unwrap();
     assert!(text.contains("refusedCommit:"), "{text}");
+    assert!(!text.contains("rewind"), "absent unless rewound: {text}");
+
+    let mut s4 = s3.clone();
+    s4.rewind = Some(crate::status::RewindSummary {
+        commit: "beef".repeat(10),
+        from: "cafe".repeat(10),
+        since: t(T0),
+    });
+    assert!(sd.write_summary(&s4).unwrap());
+    let f = sd.read_summary().unwrap().unwrap();
+    let rewind = f.rewind.expect("rewind written");
+    assert_eq!(
+        (
+            rewind.commit.as_str(),
+            rewind.from.as_str(),
+            rewind.since.as_str()
+        ),
+        (
+            "beef".repeat(10).as_str(),
+            "cafe".repeat(10).as_str(),
+            "2025-03-01T12:00:00Z"
+        )
+    );
+}
+
+#[test]
+fn a_url_password_in_a_source_error_is_not_written() {
+    let d = tempfile::tempdir().unwrap();
+    let mut sd = StatusDir::open(d.path()).unwrap();
+    let mut s = summary();
+    s.source_error = Some(
+        "source https://alice:PASSWORD@git.example/x.git: git fetch failed: unable to access \
+         'https://alice:PASSWORD@git.example/x.git/'"
+            .into(),
+    );
+    sd.write_summary(&s).unwrap();
+    let text = fs::read_to_string(sd.path().join(SUMMARY_FILE)).unwrap();
+    assert!(!text.contains("PASSWORD"), "{text}");
+    assert!(text.contains("https://***@git.example/x.git"), "{text}");
 }
 
 fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
@@ -1139,6 +1181,8 @@ fn docs_cover_every_kind_and_field() {
         "firstSeen",
         "quorate",
         "reachable",
+        "refusedCommit",
+        "rewind",
     ] {
         assert!(
             doc.contains(&format!("`{field}`")),
