@@ -116,7 +116,8 @@ Scenario key `pools`: pool ids that exist.
     set_vm_before(method, suffix, vmid, **set_vm args)
         The same for set_vm: someone starting a VM between proxsync's read and its request.
     set_bridge_mtu(bridge, mtu=None)
-        The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500).
+        The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500). Scenario key
+        `bridge_mtus`: {"vmbr1": 9000}.
 
 A storage option `alloc_secs`: making a volume there takes that many PVE seconds, so a synchronous
 `PUT .../config` that makes one (a new disk, `efidisk0`, `tpmstate0`) passes pveproxy's 30 s and is
@@ -182,7 +183,8 @@ PROTOCOL = sys.stdout
 sys.stdout = sys.stderr
 
 SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
-                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'cluster_name', 'datacenter', 'standalone')
+                 'grants', 'version', 'time_scale', 'quorate', 'bridges', 'bridge_mtus', 'cluster_name', 'datacenter',
+                 'standalone')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
             'qmpstatus', 'ha_state', 'stats')
@@ -1911,6 +1913,9 @@ def apply_scenario(pve, sc):
         set_standalone(pve, True)
     if 'bridges' in sc:
         set_bridges(pve, sc['bridges'])
+    # bridge -> MTU, as /etc/network/interfaces sets it (see set_bridge_mtu).
+    for bridge, mtu in (sc.get('bridge_mtus') or {}).items():
+        pve.bridge_mtus[bridge] = int(mtu)
     if 'datacenter' in sc:
         pve.datacenter = dict(sc['datacenter'])
     for name in sc.get('pools') or []:
