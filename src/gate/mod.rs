@@ -19,6 +19,8 @@
 
 pub mod commit;
 pub mod ha;
+pub mod identity;
+pub mod permit;
 pub mod rename;
 pub mod site;
 pub mod volume;

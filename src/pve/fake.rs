@@ -32,6 +32,7 @@ use super::types::{
     VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
+use crate::gate::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
 
 /// A VM as the fake holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +240,21 @@ impl FakePve {
     /// Forgets the calls so far.
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
+    }
+
+    /// The gate's check of a destructive or identity-changing call (the client's own, shared):
+    /// a refused call is logged as `refused <method> <args>` and reaches nothing, as the client
+    /// sends nothing.
+    fn permitted(
+        &self,
+        method: &'static str,
+        args: &str,
+        check: Result<(), Error>,
+    ) -> Result<(), Error> {
+        if check.is_err() {
+            self.lock().calls.push(format!("refused {method} {args}"));
+        }
+        check
     }
 
     /// Logs a call, applies its fault if any, and runs it.
@@ -655,7 +671,10 @@ impl Pve for FakePve {
         node: &str,
         storage: &str,
         volume: &str,
+        permit: &Permit,
     ) -> Result<Option<Upid>, Error> {
+        let check = check_delete_volume(volume, permit).map_err(Error::NotPermitted);
+        self.permitted("delete_volume", &format!("{node} {volume}"), check)?;
         self.call("delete_volume", format!("{node} {volume}"), |s| {
             if let Some(list) = s.volumes.get_mut(storage) {
                 list.retain(|v| v.volid != volume);
@@ -705,6 +724,11 @@ impl Pve for FakePve {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
+        self.permitted(
+            "set_config",
+            &format!("{node} {vmid}"),
+            params.permitted(vmid),
+        )?;
         self.call("set_config", format!("{node} {vmid}"), |s| {
             s.unlocked(node, vmid)?;
             s.check_digest(vmid, digest)?;
@@ -720,7 +744,9 @@ impl Pve for FakePve {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
-        self.call("set_config_async", format!("{node} {vmid}"), |s| {
+        let args = format!("{node} {vmid}");
+        self.permitted("set_config_async", &args, params.permitted(vmid))?;
+        self.call("set_config_async", args, |s| {
             s.unlocked(node, vmid)?;
             s.check_digest(vmid, digest)?;
             s.write_config(vmid, params);
@@ -841,7 +867,10 @@ impl Pve for FakePve {
         vmid: u32,
         _purge: bool,
         _destroy_unreferenced: bool,
+        permit: &Permit,
     ) -> Result<Upid, Error> {
+        let check = check_delete_vm(vmid, permit).map_err(Error::NotPermitted);
+        self.permitted("delete_vm", &format!("{node} {vmid}"), check)?;
         self.call("delete_vm", format!("{node} {vmid}"), |s| {
             s.unlocked(node, vmid)?;
             if s.vm(node, vmid)?.running {
@@ -1011,7 +1040,14 @@ impl Pve for FakePve {
         })
     }
 
-    async fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<(), Error> {
+    async fn remove_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        permit: &Permit,
+    ) -> Result<(), Error> {
+        let check = check_remove_affinity(id, permit).map_err(Error::NotPermitted);
+        self.permitted("remove_ha_affinity", id, check)?;
         self.call("remove_ha_affinity", id.to_string(), |s| {
             s.affinities
                 .remove(&(kind == AffinityKind::Rule, id.to_string()));
