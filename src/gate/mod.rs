@@ -21,6 +21,9 @@ pub mod commit;
 pub mod ha;
 pub mod identity;
 pub mod permit;
+pub mod planned;
 pub mod rename;
 pub mod site;
 pub mod volume;
+
+pub use planned::{Missing, planned};
