@@ -1104,3 +1104,86 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::identity::{tests::key, verify};
+    use crate::gate::site::tests::checked;
+    use crate::ownership::Marker;
+
+    /// VM 100 of spec `web` with its signed marker, a second disk and a seed attached.
+    fn fake() -> FakePve {
+        let pve = FakePve::new(&["pve1"]);
+        let marker = Marker::signed(&key(), "main", "web", "u1", 100).description();
+        pve.add_vm(
+            100,
+            "pve1",
+            &[
+                ("description", &marker),
+                ("tags", "proxsync.main"),
+                ("scsi1", "local-lvm:vm-100-disk-1,size=8G"),
+            ],
+        );
+        pve
+    }
+
+    /// The fake refuses what the client refuses (`gate::permit`), and changes nothing: unit
+    /// tests of `execute` meet the same check as the daemon.
+    #[tokio::test]
+    async fn a_guarded_edit_without_its_permit_changes_nothing() {
+        let pve = fake();
+        let before = pve.vm(100);
+        for params in [
+            VmParams::new().delete_keys(&["scsi1"]),
+            VmParams::new().set("description", "typed by hand"),
+            VmParams::new().tags(&["web"]).unwrap(),
+        ] {
+            let err = pve
+                .set_config("pve1", 100, &params, None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+            let err = pve
+                .set_config_async("pve1", 100, &params, None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+        }
+        assert_eq!(pve.vm(100), before);
+        assert_eq!(pve.count("set_config") + pve.count("set_config_async"), 0);
+        assert_eq!(pve.count("refused"), 6, "{:?}", pve.calls());
+
+        // A permit of another act, or for another VM: refused as well.
+        let d = pve.vm(100).unwrap().config["description"].clone();
+        let ours = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
+        let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
+        let err = pve
+            .delete_vm("pve1", 100, true, true, &release)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+        let delete = crate::gate::permit::remove(&ours, "web", false).unwrap();
+        assert!(
+            pve.delete_vm("pve1", 101, true, true, &delete)
+                .await
+                .is_err()
+        );
+        assert!(
+            pve.delete_volume("pve1", "local", "local:iso/x.iso", &delete)
+                .await
+                .is_err()
+        );
+        assert!(
+            pve.remove_ha_affinity(AffinityKind::Rule, "proxsync-vm100", &delete)
+                .await
+                .is_err()
+        );
+        assert_eq!(pve.vm(100), before);
+        // With its permit, the delete is carried out.
+        pve.delete_vm("pve1", 100, true, true, &delete)
+            .await
+            .unwrap();
+        assert_eq!(pve.vm(100), None);
+    }
+}
