@@ -1176,6 +1176,62 @@ mod tests {
         assert!(lenient_vmid("/cluster/nextid", serde_json::json!("x")).is_err());
     }
 
+    /// The VM 100 of spec `web`, its signed marker verified on site lab.
+    fn ours() -> crate::gate::identity::VerifiedMarker {
+        let key = crate::gate::identity::tests::key();
+        let d = Marker::signed(&key, "main", "web", "u1", 100).description();
+        let site = crate::gate::site::tests::checked("lab");
+        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, None).unwrap()
+    }
+
+    #[test]
+    fn a_guarded_edit_is_built_only_from_its_permit_and_carries_it() {
+        let ours = ours();
+        let off = crate::gate::volume::Protection {
+            on: false,
+            managed: None,
+        };
+        let slots = ["scsi1".to_string(), "scsi2".to_string()];
+        let detach = crate::gate::volume::detach(&ours, off, &slots).unwrap();
+        let sign = crate::gate::permit::sign(&ours).unwrap();
+        let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
+        // The delete list grows, whoever adds to it.
+        let p = VmParams::new()
+            .delete_keys(&["vga"])
+            .detach(&detach)
+            .unwrap()
+            .merge(VmParams::new().delete_keys(&["net2"]));
+        assert_eq!(p.get("delete"), Some("vga,scsi1,scsi2,net2"));
+        assert_eq!(p.permitted(100), Ok(()));
+        assert!(p.permitted(101).is_err(), "the permit is VM 100's");
+        // A write carries the permits of what it merges.
+        let merged = VmParams::new().set("cores", 2).merge(p);
+        assert_eq!(merged.permitted(100), Ok(()));
+        // The builders refuse a permit of another act, or a marker it does not allow.
+        assert!(VmParams::new().detach(&sign).is_err());
+        assert!(VmParams::new().destroy_drive(&detach).is_err());
+        assert!(VmParams::new().attach_seed(&detach).is_err());
+        assert!(VmParams::new().drop_ownership(&sign, &["web"]).is_err());
+        let key = crate::gate::identity::tests::key();
+        let other = Marker::signed(&key, "main", "db", "u1", 100).description();
+        assert!(VmParams::new().marker(&sign, other).is_err());
+        assert!(VmParams::new().marker(&release, "x".into()).is_err());
+        let own = Marker::signed(&key, "main", "web", "u1", 100).description();
+        assert!(VmParams::new().drop_marker(&release, own.clone()).is_err());
+        let p = VmParams::new().marker(&sign, own).unwrap();
+        assert_eq!(p.permitted(100), Ok(()));
+        let p = VmParams::new()
+            .drop_marker(&release, "notes".into())
+            .unwrap()
+            .drop_ownership(&release, &Vec::<String>::new())
+            .unwrap();
+        assert_eq!(
+            (p.get("description"), p.get("delete")),
+            (Some("notes"), Some("tags"))
+        );
+        assert_eq!(p.permitted(100), Ok(()));
+    }
+
     #[test]
     fn path_segments_are_checked() {
         assert!(seg("pve1").is_ok());
