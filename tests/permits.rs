@@ -11,7 +11,7 @@ use proxsync::gate::volume::{self, Protection};
 use proxsync::gate::{self, permit};
 use proxsync::ownership::{Marker, MarkerKey};
 use proxsync::pve::ha::{AffinityKind, AffinityParams};
-use proxsync::pve::{Client, Error, Pve, VmParams};
+use proxsync::pve::{Client, Error, VmParams};
 use serde_json::json;
 
 const VMID: u32 = 120;

@@ -2761,12 +2761,12 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
     })
 }
 
-/// 11. The gate's rules for the planner: every action the planner emits, in worlds with forged
-/// and copied markers, lost records, a site reaching another cluster, rewinds, renames and
-/// specs handed over, shows the evidence its kind needs (`gate::planned`). And the worlds reach
-/// every action kind, so the property cannot hold for want of actions: each kind is counted
-/// over the run, and one never planned fails the test. The cases come from a fixed seed, so
-/// the count does not depend on luck.
+/// Property 11, the gate's rules for the planner: every action the planner emits, in worlds
+/// with forged and copied markers, lost records, a site reaching another cluster, rewinds,
+/// renames and specs handed over, shows the evidence its kind needs (`gate::planned`). And the
+/// worlds reach every action kind, so the property cannot hold for want of actions: each kind
+/// is counted over the run, and one never planned fails the test. The cases come from a fixed
+/// seed, so the count does not depend on luck.
 #[test]
 fn every_planned_action_shows_the_evidence_its_kind_needs() {
     use proptest::test_runner::{TestRng, TestRunner};

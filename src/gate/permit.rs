@@ -103,7 +103,7 @@ pub struct Permit {
 }
 
 /// What a [`Permit`] allows, as a config write carries it (`VmParams`). Made only from a permit
-/// ([`Permit::grant`]); a copy allows nothing more than its permit (the same act on the same
+/// (`Permit::grant`); a copy allows nothing more than its permit (the same act on the same
 /// VM).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -401,10 +401,8 @@ fn edits<'a>(values: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Edit> 
                 Some(m) => Edit::WriteMarker(MarkerId::of(&m)),
                 None => Edit::RemoveMarker,
             }),
-            "tags" => {
-                if !split_list(value).any(|t| t.starts_with("proxsync.")) {
-                    out.push(Edit::RemoveOwnership);
-                }
+            "tags" if !split_list(value).any(|t| t.starts_with("proxsync.")) => {
+                out.push(Edit::RemoveOwnership);
             }
             k if crate::pve::values::is_drive_key(k) => {
                 if let Some(volume) = attached_image(value) {

@@ -153,7 +153,7 @@ fn desired_on<'a>(
 }
 
 /// VM `vmid` as listed on `site`: judged (its state known), not a template.
-fn listed<'a>(view: &'a SiteView, vmid: u32) -> Result<&'a ObservedVm, Missing> {
+fn listed(view: &SiteView, vmid: u32) -> Result<&ObservedVm, Missing> {
     let Some(vm) = view.vms.get(&vmid) else {
         return Err(Missing(format!(
             "VM {vmid} is not listed on site {}",
