@@ -16,6 +16,9 @@
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!
+//! A destructive or identity-changing call meets the client's own check of the gate's permit
+//! (`gate::permit`): refused without one, logged as `refused <method> <args>`, nothing changed.
+//!
 //! Not modelled: pending values of a running VM (nothing is ever pending), hotplug, the guest
 //! agent (always "not running"), permissions, storages beyond `local-lvm` and `local`.
 
