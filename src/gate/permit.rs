@@ -690,6 +690,15 @@ mod tests {
         let why = check(101, &release_write, &[&release]).unwrap_err();
         assert!(why.contains("cannot be used on VM 101"), "{why}");
         assert!(check(100, &release_write, &[&delete]).is_err());
+        // A release allows removing the marker and the tag, nothing else.
+        let own = signed("main", "web", "u1", 100);
+        for other in [
+            vec![("delete", "scsi1")],
+            vec![("description", own.as_str())],
+            vec![("ide3", "local:iso/x.iso,media=cdrom")],
+        ] {
+            assert!(check(100, &other, &[&release]).is_err(), "{other:?}");
+        }
         // A hand-over removes the tag, keeps (or signs) its own marker, not another.
         let hand = hand_over(&ours("web", 100), "web").unwrap();
         let own = signed("main", "web", "u1", 100);
