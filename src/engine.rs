@@ -1514,7 +1514,7 @@ pub async fn adopt_by_hand(
         )));
     }
     // A take-over on another cluster than the site's would bind the spec to a stranger's VM.
-    SiteChecks::new(&config.state_dir, true)
+    let checked = SiteChecks::new(&config.state_dir, true)
         .check_now(&spec.site, &site.client)
         .await
         .map_err(|e| refused(format!("{e}; nothing changed")))?;
@@ -1542,7 +1542,7 @@ pub async fn adopt_by_hand(
             ))
         })?;
     if marker.install != config.install_id {
-        take_over_by_hand(config, &site.client, &node, vmid, &cfg, &marker).await?;
+        take_over_by_hand(config, &site.client, &checked, &node, vmid, &cfg, &marker).await?;
     }
     rec.uid = marker.uid;
     rec.site = spec.site.clone();
@@ -1568,25 +1568,33 @@ pub async fn adopt_by_hand(
 async fn take_over_by_hand(
     config: &Config,
     client: &Client,
+    checked: &crate::gate::site::SiteChecked,
     node: &str,
     vmid: u32,
     cfg: &crate::pve::types::VmConfig,
     marker: &Marker,
 ) -> Result<(), EngineError> {
-    if let Some(tag) = cfg.tags().into_iter().find(|t| t.starts_with("proxsync.")) {
-        return Err(EngineError::Refused(format!(
-            "VM {vmid} carries install {}'s marker and the ownership tag {tag}: that install has \
-             not handed it over yet; wait until it has (its tag removed), then adopt",
-            marker.install
-        )));
-    }
+    // The person named the spec and the VM: that confirmation, on a checked site, is the
+    // gate's evidence for a marker this install cannot verify.
+    let by_hand = crate::gate::permit::ByHand {
+        spec: &marker.spec,
+        vmid,
+    };
+    let permit = crate::gate::permit::adopt_by_hand(
+        checked,
+        by_hand,
+        &config.install_id,
+        cfg.description(),
+        &cfg.tags(),
+    )
+    .map_err(EngineError::Refused)?;
     let key_path = config.marker_key_path();
     let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
         path: key_path.display().to_string(),
         message,
     })?;
     let signed = Marker::signed(&key, &config.install_id, &marker.spec, &marker.uid, vmid);
-    crate::execute::sign_over(client, node, vmid, cfg, &signed)
+    crate::execute::sign_over(client, node, vmid, cfg, &signed, &permit)
         .await
         .map_err(|e| EngineError::Refused(format!("VM {vmid}: {e}; nothing changed")))
 }

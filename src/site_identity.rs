@@ -320,8 +320,13 @@ impl SiteChecks {
     }
 
     /// One check of `site` outside a cycle (`proxsync adopt`): its status read, its root CA,
-    /// the verdict. `Err` says why nothing may be done there.
-    pub async fn check_now(&mut self, site: &str, client: &impl Pve) -> Result<(), String> {
+    /// the verdict (the gate's evidence that the site is its recorded cluster). `Err` says why
+    /// nothing may be done there.
+    pub async fn check_now(
+        &mut self,
+        site: &str,
+        client: &impl Pve,
+    ) -> Result<crate::gate::site::SiteChecked, String> {
         let entries = client.cluster_status().await.map_err(|e| e.to_string())?;
         let mut view = SiteView::unreachable(site, String::new());
         view.error = None;
@@ -332,7 +337,7 @@ impl SiteChecks {
         self.judge(&mut view, seen);
         match view.error {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => crate::gate::site::checked(&view),
         }
     }
 }

@@ -9,6 +9,8 @@ use common::{
 };
 use proxsync::category::Category;
 use proxsync::config::{Secret, Trust};
+use proxsync::gate;
+use proxsync::ownership::{Marker, MarkerKey};
 use proxsync::pve::{
     self, Client, ClientOptions, CloneRequest, Credentials, Error, TaskOutcome, TransportKind,
     VmParams,
@@ -56,6 +58,16 @@ async fn wait_ok(c: &Client, upid: &pve::Upid) {
 }
 
 /// Clones the template to `vmid` and waits for it.
+/// The marker key of the tests' install `main`.
+fn key() -> MarkerKey {
+    MarkerKey::from_bytes([7; 32])
+}
+
+/// The signed marker proxsync writes on VM `vmid` of spec `spec`.
+fn marker(spec: &str, vmid: u32) -> Marker {
+    Marker::signed(&key(), "main", spec, &format!("test-{vmid}"), vmid)
+}
+
 async fn clone_template(c: &Client, vmid: u32, name: &str) {
     let upid = c
         .clone_vm(
@@ -64,7 +76,7 @@ async fn clone_template(c: &Client, vmid: u32, name: &str) {
             &CloneRequest {
                 newid: vmid,
                 name: name.into(),
-                description: format!("proxsync: spec={name} uid=test-{vmid}"),
+                description: marker(name, vmid).description(),
                 full: true,
                 storage: Some("local-lvm".into()),
                 target: None,
@@ -172,7 +184,7 @@ async fn clone_configure_resize_power_and_delete() {
     assert_eq!(cfg.get("name"), Some("web-01"));
     assert_eq!(
         cfg.description(),
-        Some("proxsync: spec=web-01 uid=test-120")
+        Some(marker("web-01", 120).description().as_str())
     );
     let digest = cfg.digest().expect("a digest").to_string();
 
@@ -222,7 +234,37 @@ async fn clone_configure_resize_power_and_delete() {
     let upid = c.stop_vm("pve1", 120, false).await.unwrap();
     wait_ok(&c, &upid).await;
 
-    let upid = c.delete_vm("pve1", 120, true, true).await.unwrap();
+    // A delete needs the gate's permit: the VM's marker verified on a checked site.
+    let view = proxsync::observe::observe_site("lab", &c).await;
+    let site = gate::site::checked(&view).unwrap();
+    let cfg = c.vm_config("pve1", 120).await.unwrap();
+    let ours = gate::identity::verify(
+        &site,
+        &key(),
+        "main",
+        120,
+        cfg.description(),
+        Some("web-01"),
+        None,
+    )
+    .unwrap();
+    let permit = gate::permit::remove(&ours, "web-01", false).unwrap();
+    // Used on another VM, or a permit of another act: refused, and nothing is sent.
+    let sent = pve.requests().len();
+    let err = c
+        .delete_vm("pve1", 121, true, true, &permit)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+    let release = gate::permit::remove(&ours, "web-01", true).unwrap();
+    let err = c
+        .delete_vm("pve1", 120, true, true, &release)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nothing was sent"), "{err}");
+    assert_eq!(pve.requests().len(), sent, "no request left");
+
+    let upid = c.delete_vm("pve1", 120, true, true, &permit).await.unwrap();
     assert_eq!(upid.kind, "qmdestroy");
     wait_ok(&c, &upid).await;
     let err = c.vm_config("pve1", 120).await.unwrap_err();

@@ -3,7 +3,10 @@
 //! `gate::volume`; old ones removed).
 
 use crate::category::Category;
-use crate::gate::volume::{SeedCheck, cloudinit_drive_removal, seed_on_storage, seed_uploaded};
+use crate::gate::identity::VerifiedMarker;
+use crate::gate::volume::{
+    SeedCheck, cloudinit_drive_removal, seed_attach, seed_delete, seed_on_storage, seed_uploaded,
+};
 use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -191,16 +194,18 @@ pub(super) fn pick_seed_storage(
         })
 }
 
-/// Deletes this spec's seed images on `storage` except `keep` (best effort: a failure is
-/// logged and retried at the next change). Only this spec's VM ever uses them.
+/// Deletes the seed images of `ours`'s spec on `storage` except `keep` (best effort: a failure
+/// is logged and retried at the next change), each with the gate's permit
+/// (`gate::volume::seed_delete`). Only this spec's VM ever uses them.
 pub(super) async fn remove_old_seeds(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     node: &str,
     storage: &str,
-    spec: &str,
+    ours: &VerifiedMarker,
     keep: &[String],
 ) {
+    let spec = ours.spec();
     let volumes = match client.storage_content(node, storage, Some("iso")).await {
         Ok(v) => v,
         Err(e) => {
@@ -209,12 +214,19 @@ pub(super) async fn remove_old_seeds(
         }
     };
     for v in volumes {
-        if !crate::cloudinit::is_seed_of(&v.volid, &ctx.install_id, spec) || keep.contains(&v.volid)
+        if !crate::cloudinit::is_seed_of(&v.volid, ours.install(), spec) || keep.contains(&v.volid)
         {
             continue;
         }
+        let permit = match seed_delete(ours, &v.volid, keep) {
+            Ok(permit) => permit,
+            Err(why) => {
+                tracing::warn!(spec, volume = %v.volid, "{why}");
+                continue;
+            }
+        };
         tracing::info!(spec, volume = %v.volid, "removing a seed image no VM uses any more");
-        let result = match client.delete_volume(node, storage, &v.volid).await {
+        let result = match client.delete_volume(node, storage, &v.volid, &permit).await {
             Ok(Some(upid)) => client.wait_task(&upid, ctx.task_wait).await.map(|_| ()),
             Ok(None) => Ok(()),
             Err(e) => Err(e),
@@ -233,11 +245,12 @@ pub(super) async fn converge_cloud_init(
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
     rec: &mut SpecRecord,
+    ours: &VerifiedMarker,
     node: &str,
-    vmid: u32,
     cfg: &VmConfig,
 ) -> Result<CloudInitStep, ActionError> {
     let client = &site.client;
+    let vmid = ours.vmid();
     let attached = seed_slots(cfg, &ctx.install_id, &spec.name);
     if spec.cloud_init.is_none() && spec.user_data.is_none() && attached.is_empty() {
         return Ok(CloudInitStep::Done(false));
@@ -249,6 +262,8 @@ pub(super) async fn converge_cloud_init(
     let cfg = &effective;
     let mut params = cloud_init_params(spec, cfg, VmParams::new(), &mut changed)?;
     let mut deletes: Vec<String> = Vec::new();
+    // The gate's permit to detach PVE's cloud-init drive, when the seed takes its place.
+    let mut drive_permit = None;
     let mut keep_seed: Option<(String, String)> = None; // (storage, volid)
     match &spec.user_data {
         Some(_) => {
@@ -265,13 +280,14 @@ pub(super) async fn converge_cloud_init(
             let drive = cloudinit_drive_slot(cfg);
             if let Some(slot) = &drive {
                 let protection = super::converge::protection_of(spec, cfg);
-                cloudinit_drive_removal(vmid, protection, slot).map_err(protected)?;
+                drive_permit =
+                    Some(cloudinit_drive_removal(ours, protection, slot).map_err(protected)?);
             }
             let storage = seed_storage(client, spec).await?;
             let volid = format!("{storage}:iso/{}", seed.file_name);
             // Attached (or kept attached) only as the file proxsync uploaded; anything else
             // under the seed's name is overwritten by a new upload first.
-            let listing = client.storage_content(node, &storage, Some("iso")).await?;
+            let mut listing = client.storage_content(node, &storage, Some("iso")).await?;
             let listed = listing.iter().find(|v| v.volid == volid);
             let check = seed_on_storage(&volid, listed, rec.seed_upload(&volid));
             if let SeedCheck::Upload { found } = check {
@@ -286,7 +302,7 @@ pub(super) async fn converge_cloud_init(
                 if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
                     return Ok(CloudInitStep::Running(upid.to_string()));
                 }
-                let listing = client.storage_content(node, &storage, Some("iso")).await?;
+                listing = client.storage_content(node, &storage, Some("iso")).await?;
                 let listed = listing.iter().find(|v| v.volid == volid);
                 let upload = seed_uploaded(&volid, seed.image.len() as u64, listed)
                     .map_err(|why| fail(Category::Conflict, why))?;
@@ -308,7 +324,11 @@ pub(super) async fn converge_cloud_init(
                 ));
             };
             if attached.first().map(|(_, v)| v.as_str()) != Some(volid.as_str()) {
-                params = params.cdrom(slot, &volid)?;
+                // The gate's permit: the file the storage lists is the one proxsync uploaded.
+                let listed = listing.iter().find(|v| v.volid == volid);
+                let permit = seed_attach(ours, slot, &volid, listed, rec.seed_upload(&volid))
+                    .map_err(|why| fail(Category::Conflict, why))?;
+                params = params.attach_seed(&permit)?;
                 changed.push(
                     if attached.is_empty() {
                         "seed attached"
@@ -357,8 +377,10 @@ pub(super) async fn converge_cloud_init(
     }
     deletes.sort();
     deletes.dedup();
-    if !deletes.is_empty() {
-        params = params.delete_keys(&deletes);
+    if let Some(permit) = &drive_permit
+        && !deletes.is_empty()
+    {
+        params = params.detach(permit)?;
     }
     if !changed.is_empty() || !deletes.is_empty() {
         // Names of what changed only: never values (keys, user-data).
@@ -376,16 +398,7 @@ pub(super) async fn converge_cloud_init(
         .iter()
         .any(|(_, v)| keep_seed.as_ref().is_none_or(|(_, k)| k != v));
     if swapped || (keep_seed.is_some() && !changed.is_empty()) {
-        remove_unused_seeds(
-            ctx,
-            client,
-            node,
-            vmid,
-            &spec.name,
-            &attached,
-            keep_seed.as_ref(),
-        )
-        .await?;
+        remove_unused_seeds(ctx, client, node, ours, &attached, keep_seed.as_ref()).await?;
     }
     Ok(CloudInitStep::Done(
         !changed.is_empty() || !deletes.is_empty(),
@@ -415,11 +428,11 @@ async fn remove_unused_seeds(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     node: &str,
-    vmid: u32,
-    spec: &str,
+    ours: &VerifiedMarker,
     attached: &[(String, String)],
     keep_seed: Option<&(String, String)>,
 ) -> Result<(), ActionError> {
+    let vmid = ours.vmid();
     let old_storages: Vec<String> = attached
         .iter()
         .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
@@ -438,10 +451,10 @@ async fn remove_unused_seeds(
             v.as_str()
                 .map(|s| s.split(',').next().unwrap_or_default().to_string())
         })
-        .filter(|v| crate::cloudinit::is_seed_of(v, &ctx.install_id, spec))
+        .filter(|v| crate::cloudinit::is_seed_of(v, ours.install(), ours.spec()))
         .collect();
     for storage in &old_storages {
-        remove_old_seeds(ctx, client, node, storage, spec, &in_use).await;
+        remove_old_seeds(ctx, client, node, storage, ours, &in_use).await;
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! state, and what waits for the next start.
 
 use crate::category::Category;
+use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::Protection;
 use crate::ownership::ownership_tag;
 use crate::plan::{merge_tags, spec_hash};
@@ -12,7 +13,7 @@ use crate::spec::{PowerState, Spec};
 use crate::state::{SpecRecord, VmState};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
-use super::identity::{is_ours, marker, marker_is_current};
+use super::identity::{checked_site, marker, verified};
 use super::reboot::{pending_keys, reboot_if_due};
 use super::{
     ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, wait,
@@ -138,7 +139,7 @@ async fn converge_vm(
     } = vm;
     let site = site(ctx, site_name)?;
     let client = &site.client;
-    let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
+    let (cfg, ours) = read_own_config(ctx, client, vm, spec, rec).await?;
     if cfg.lock() == Some("suspended") && spec.power_state == PowerState::Running {
         // Hibernated: a start resumes it from its saved state; the config follows next cycle.
         tracing::info!(spec = %spec.name, vmid, "resuming the hibernated VM");
@@ -162,7 +163,7 @@ async fn converge_vm(
     } else {
         client.vm_pending(node, vmid).await?
     };
-    let (params, mut changed) = config_diff(ctx, spec, rec, vmid, &cfg, &pending)?;
+    let (params, mut changed) = config_diff(ctx, spec, rec, &ours, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
         if allocates_volume(&params) {
@@ -201,7 +202,7 @@ async fn converge_vm(
         cfg
     };
     let cloudinit_changed =
-        match converge_cloud_init(ctx, site, spec, rec, node, vmid, &cfg).await? {
+        match converge_cloud_init(ctx, site, spec, rec, &ours, node, &cfg).await? {
             CloudInitStep::Done(c) => c,
             CloudInitStep::Running(upid) => {
                 ctx.store.put(&spec.name, rec)?;
@@ -213,7 +214,7 @@ async fn converge_vm(
     }
 
     // The HA resource before the power step: the HA manager then owns starts and stops.
-    if super::ha::converge_ha(ctx, site, vmid, spec, rec).await? {
+    if super::ha::converge_ha(ctx, site, &ours, spec, rec).await? {
         changed.push("ha");
     }
 
@@ -225,6 +226,7 @@ async fn converge_vm(
     match super::disks::destroy_disks(
         ctx,
         client,
+        &ours,
         vm,
         spec,
         rec,
@@ -245,7 +247,7 @@ async fn converge_vm(
 
     // With `disks`: every disk added, its options, grown, or detached (`disks`).
     match super::disks::converge_disks(
-        ctx, client, vm, spec, rec, &cfg, &pending, protection, &mut held,
+        ctx, client, &ours, vm, spec, rec, &cfg, &pending, protection, &mut held,
     )
     .await?
     {
@@ -405,6 +407,7 @@ fn config_read_again(
 /// with this install's key (a marker from before signing is rewritten by a converge).
 pub(super) fn adoption_is_current(
     ctx: &ExecCtx<impl Pve>,
+    site_name: &str,
     spec: &Spec,
     rec: &SpecRecord,
     vm: &crate::observe::ObservedVm,
@@ -418,9 +421,15 @@ pub(super) fn adoption_is_current(
         && spec.disks.is_none()
         && spec.destroy_disks.is_empty()
         && super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
-    if !simple || cfg.lock().is_some() || !is_ours(ctx, cfg, vmid, Some(&spec.name), None) {
+    if !simple || cfg.lock().is_some() {
         return false;
     }
+    let Some(ours) = checked_site(ctx, site_name)
+        .ok()
+        .and_then(|site| verified(ctx, &site, cfg, vmid, Some(&spec.name), None).ok())
+    else {
+        return false;
+    };
     let power_matches = matches!(
         (spec.power_state, vm.power),
         (PowerState::Running, crate::observe::Power::Running)
@@ -428,7 +437,7 @@ pub(super) fn adoption_is_current(
     );
     let disk_grown = boot_disk(cfg).is_some_and(|(_, size)| size >= spec.disk_bytes);
     let config_matches =
-        config_diff(ctx, spec, rec, vmid, cfg, &[]).is_ok_and(|(_, changed)| changed.is_empty());
+        config_diff(ctx, spec, rec, &ours, cfg, &[]).is_ok_and(|(_, changed)| changed.is_empty());
     // The listing shows running values: cores or memory that differ from the config's wait
     // for a reboot, and the planner's drift sees them.
     let as_recorded = SpecRecord {
@@ -440,16 +449,18 @@ pub(super) fn adoption_is_current(
     power_matches && disk_grown && config_matches && listing_matches
 }
 
-/// A fresh read of the VM's config, verified to carry the spec's marker. A VM that is gone or
-/// not ours sends the spec back to Pending.
+/// A fresh read of the VM's config, verified to carry the spec's marker (the gate's
+/// [`VerifiedMarker`], from which the permits of converge's guarded edits are made). A VM that
+/// is gone or not ours sends the spec back to Pending.
 pub(super) async fn read_own_config(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
-) -> Result<VmConfig, ActionError> {
+) -> Result<(VmConfig, VerifiedMarker), ActionError> {
     let VmRef { node, vmid, .. } = vm;
+    let checked = checked_site(ctx, vm.site)?;
     let cfg = match client.vm_config(node, vmid).await {
         Ok(c) => c,
         Err(e) if e.is_not_found() => {
@@ -462,17 +473,19 @@ pub(super) async fn read_own_config(
         Err(e) => return Err(e.into()),
     };
     // Identity, from a fresh read, before any change.
-    if !is_ours(ctx, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
-        ctx.store.transition(&spec.name, rec, VmState::Absent)?;
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "VM {vmid} does not carry the marker of spec {}: not touching it",
-                spec.name
-            ),
-        ));
+    match verified(ctx, &checked, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
+        Ok(ours) => Ok((cfg, ours)),
+        Err(why) => {
+            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
+            Err(fail(
+                Category::Conflict,
+                format!(
+                    "VM {vmid} does not carry the marker of spec {}: not touching it ({why})",
+                    spec.name
+                ),
+            ))
+        }
     }
-    Ok(cfg)
 }
 
 /// A config key's value as it will be: the pending value when one waits for the next start,
@@ -500,7 +513,7 @@ fn config_diff(
     ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
     rec: &SpecRecord,
-    vmid: u32,
+    ours: &VerifiedMarker,
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ActionError> {
@@ -509,8 +522,11 @@ fn config_diff(
     let mut params = hw.params;
     let mut changed: Vec<&str> = hw.changed;
     let mut delete = hw.delete;
-    if let Some((description, what)) = description_change(ctx, spec, rec, vmid, cfg) {
-        params = params.set("description", description);
+    if let Some((description, what)) = description_change(ctx, spec, rec, ours, cfg) {
+        // The VM's own marker, as verified: the gate's permit to write it again.
+        let permit =
+            crate::gate::permit::sign(ours).map_err(|why| fail(Category::Conflict, why))?;
+        params = params.marker(&permit, description)?;
         changed.push(what);
     }
     if cfg.get("name") != Some(spec.vm_name.as_str()) {
@@ -552,16 +568,17 @@ fn description_change(
     ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
     rec: &SpecRecord,
-    vmid: u32,
+    ours: &VerifiedMarker,
     cfg: &VmConfig,
 ) -> Option<(String, &'static str)> {
+    let vmid = ours.vmid();
     let current = cfg.description().unwrap_or("");
     let text_differs = spec
         .hardware
         .description
         .as_deref()
         .is_some_and(|text| description_text(current) != text);
-    if !text_differs && marker_is_current(ctx, cfg, vmid) {
+    if !text_differs && ours.signed() {
         return None;
     }
     let signed = marker(ctx, spec, rec, vmid);

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use crate::category::Category;
-use crate::gate::rename::{Evidence, Recorded, Relabel, may_relabel};
+use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
 use crate::state::{CloneSource, SpecRecord, VmState};
 
 use super::converge::{adoption_is_current, converge, converge_new};
-use super::identity::{desired_tags, is_our_marker, is_ours, marker};
+use super::identity::{checked_site, desired_tags, marker, verified};
 use super::preflight::{Source, preflight};
 use super::vmid::SiteAllocator;
 use super::{
@@ -387,6 +387,7 @@ pub(super) async fn inspect(
     else {
         return Ok(Found::Free);
     };
+    let checked = checked_site(ctx, &site.name)?;
     let nodes = candidate_nodes(ctx, site, vmid, intent_node, clone_of.as_ref());
     let found = first_config(site, &nodes, vmid).await?;
     let creating_lock = |lock: &str| lock == "create" || lock == "clone";
@@ -412,7 +413,9 @@ pub(super) async fn inspect(
                     node,
                 })
             }
-            _ if is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) => Ok(Found::Ours(node)),
+            _ if verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).is_ok() => {
+                Ok(Found::Ours(node))
+            }
             _ => Ok(Found::Foreign),
         },
         None => {
@@ -617,7 +620,7 @@ pub(super) async fn adopt(
             format!("VM {vmid} does not carry the marker of spec {}", spec.name),
         ));
     };
-    let uid = if is_our_marker(ctx, &m, Some(&spec.name)) {
+    let uid = if m.install == ctx.install_id {
         m.uid.clone()
     } else {
         // Handed over by another install: it becomes this install's first.
@@ -648,7 +651,7 @@ pub(super) async fn adopt(
     // converge reads them.
     let fresh = ctx.fresh_configs.get(&(site_name.to_string(), vmid));
     if let (Some(vm), Some(cfg)) = (vm, fresh)
-        && adoption_is_current(ctx, spec, rec, vm, cfg)
+        && adoption_is_current(ctx, site_name, spec, rec, vm, cfg)
     {
         rec.applied_tags = spec.tags.clone();
         rec.applied_hash = Some(crate::plan::spec_hash(spec));
@@ -703,8 +706,26 @@ pub(super) async fn relabel(
         Some(_) => (None, true),
         None => (None, false),
     };
+    let checked = checked_site(ctx, vm.site)?;
     let cfg = site.client.vm_config(vm.node, vm.vmid).await?;
     let found = cfg.description().and_then(Marker::parse);
+    let record = moved.as_ref().and_then(|r| {
+        Some(Recorded {
+            site: &r.site,
+            vmid: r.vm.made_vmid()?,
+            uid: &r.uid,
+        })
+    });
+    let refused = |why: String| {
+        fail(
+            Category::Conflict,
+            format!(
+                "not re-labelling VM {} from spec {from} to {}: {why}",
+                vm.vmid, spec.name
+            ),
+        )
+    };
+    // What the config shows, as the planner judged it: the refusal says why in its words.
     let evidence = Evidence {
         vmid: vm.vmid,
         site: vm.site,
@@ -712,47 +733,36 @@ pub(super) async fn relabel(
         mac_verifies: found
             .as_ref()
             .is_some_and(|m| m.verifies(&ctx.marker_key, vm.vmid)),
-        record: moved.as_ref().and_then(|r| {
-            Some(Recorded {
-                site: &r.site,
-                vmid: r.vm.made_vmid()?,
-                uid: &r.uid,
-            })
-        }),
+        record,
     };
-    let permit =
-        may_relabel(&ctx.install_id, from, &spec.name, &spec.site, &evidence).map_err(|why| {
-            fail(
-                Category::Conflict,
-                format!(
-                    "not re-labelling VM {} from spec {from} to {}: {why}",
-                    vm.vmid, spec.name
-                ),
-            )
-        })?;
+    may_relabel(&ctx.install_id, from, &spec.name, &spec.site, &evidence)
+        .map_err(|why| refused(why.to_string()))?;
+    // The gate's permit, from the marker verified for this VMID on this checked site.
+    let ours = verified(ctx, &checked, &cfg, vm.vmid, None, record.map(|r| r.uid))
+        .map_err(|why| refused(why.0))?;
+    let permit = rename::relabel(&ours, from, &spec.name, &spec.site, record)
+        .map_err(|why| refused(why.to_string()))?;
     let was_moved = moved.is_some();
     if let Some(r) = moved {
         *rec = r;
     }
     rec.uid = permit.uid().to_string();
     match permit {
-        Relabel::Resign { .. } => {
+        Relabeled::Resign(permit) => {
             if let Some(waiting) =
                 super::converge::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await?
             {
                 return Ok(waiting);
             }
             let signed = marker(ctx, spec, rec, vm.vmid);
-            let params = VmParams::new().set(
-                "description",
-                signed.replace_in(cfg.description().unwrap_or("")),
-            );
+            let params = VmParams::new()
+                .marker(&permit, signed.replace_in(cfg.description().unwrap_or("")))?;
             site.client
                 .set_config(vm.node, vm.vmid, &params, cfg.digest())
                 .await?;
             tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
         }
-        Relabel::Done { .. } => {
+        Relabeled::Done { .. } => {
             tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM's marker already names the new spec; its record moves");
         }
     }

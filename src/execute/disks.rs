@@ -19,6 +19,7 @@
 //! else the disk PVE boots from (a template's disk may be on another slot).
 
 use crate::category::Category;
+use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::{self as gate, Protection, SlotHolds};
 use crate::pve::types::NodeStorage;
 use crate::pve::types::{PendingEntry, VmConfig};
@@ -48,6 +49,7 @@ pub(super) enum DiskStep {
 pub(super) async fn converge_disks(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
+    ours: &VerifiedMarker,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -78,20 +80,27 @@ pub(super) async fn converge_disks(
     let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
     let mut changes = disk_changes(spec, &effective, &keys, &pending_delete, boot.as_deref())
         .map_err(|why| fail(Category::ConfigurationError, why))?;
-    if gate::drive_removal(vmid, protection, &changes.detach, &[]).is_err() {
-        let kept = std::mem::take(&mut changes.detach);
-        changes
-            .changed
-            .retain(|c| !kept.iter().any(|k| *c == format!("{k} detached")));
-        held.extend(kept);
+    // The gate's permit for the detach; none on a protected VM, whose drives stay.
+    let mut detach = None;
+    if !changes.detach.is_empty() {
+        match gate::detach(ours, protection, &changes.detach) {
+            Ok(permit) => detach = Some(permit),
+            Err(_) => {
+                let kept = std::mem::take(&mut changes.detach);
+                changes
+                    .changed
+                    .retain(|c| !kept.iter().any(|k| *c == format!("{k} detached")));
+                held.extend(kept);
+            }
+        }
     }
     if changes.is_empty() {
         return Ok(DiskStep::Done(false));
     }
     tracing::info!(spec = %spec.name, vmid, changed = ?changes.changed, "updating the disks");
     let mut params = changes.params;
-    if !changes.detach.is_empty() {
-        params = params.delete_keys(&changes.detach);
+    if let Some(permit) = &detach {
+        params = params.detach(permit)?;
     }
     if params != VmParams::default() {
         // `POST`: a new disk allocates a volume, which PVE does in a task. No digest: the
@@ -143,6 +152,7 @@ pub(super) async fn converge_disks(
 pub(super) async fn destroy_disks(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
+    ours: &VerifiedMarker,
     vm: VmRef<'_>,
     spec: &Spec,
     rec: &mut SpecRecord,
@@ -160,7 +170,8 @@ pub(super) async fn destroy_disks(
             .retain(|d| followed && spec.destroy_disks.contains(&d.slot));
     }
     let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
-    let mut slots: Vec<String> = Vec::new();
+    // Each slot to destroy with the volume it holds, which its destroy is bound to.
+    let mut bound: Vec<(String, String)> = Vec::new();
     for slot in &spec.destroy_disks {
         let pending_delete = pending
             .iter()
@@ -184,12 +195,13 @@ pub(super) async fn destroy_disks(
         let destroys = &mut rec.volumes_mut().destroys;
         destroys.retain(|d| &d.slot != slot);
         destroys.push(step.binding);
-        if step.destroy.is_some() {
-            slots.push(slot.clone());
+        if let (Some(_), SlotHolds::Disk(volume)) = (&step.destroy, holds) {
+            bound.push((slot.clone(), volume.to_string()));
         }
     }
     rec.destroy_disks_vmid = Some(vmid);
     rec.tidy_volumes();
+    let slots: Vec<String> = bound.iter().map(|(slot, _)| slot.clone()).collect();
     if slots.is_empty() {
         return Ok(DiskStep::Done(false));
     }
@@ -200,8 +212,20 @@ pub(super) async fn destroy_disks(
     // The bindings are durable before the request: a crash after it resolves by what the
     // slot holds then (`gate::volume::destroy`), never by destroying whatever is there.
     ctx.store.put(&spec.name, rec)?;
+    // One permit per slot, each bound to the volume its recorded destroy names.
+    let mut params = VmParams::default();
+    for (slot, volume) in &bound {
+        let permit = gate::destroy_drive(
+            ours,
+            slot,
+            SlotHolds::Disk(volume),
+            rec.disk_destroy(slot),
+            protection,
+        )
+        .map_err(|why| fail(Category::Conflict, why))?;
+        params = params.destroy_drive(&permit)?;
+    }
     tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
-    let params = VmParams::default().delete_keys(&slots).force_delete();
     if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
         && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
     {

@@ -6,6 +6,7 @@
 
 use crate::category::Category;
 use crate::gate::ha::{affinity_id, affinity_mark, may_change, may_remove};
+use crate::gate::identity::VerifiedMarker;
 use crate::pve::Pve;
 use crate::pve::ha::{AffinityKind, AffinityParams, HaParams};
 use crate::spec::{Ha, Spec};
@@ -20,11 +21,12 @@ use super::{ActionError, ExecCtx, SiteCtx, fail};
 pub(super) async fn converge_ha(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
-    vmid: u32,
+    ours: &VerifiedMarker,
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<bool, ActionError> {
     let client = &site.client;
+    let vmid = ours.vmid();
     let mark = affinity_mark(&ctx.install_id, &spec.name);
     let now_ms = ctx.clock.now_ms();
     let Some(ha) = &spec.ha else {
@@ -34,7 +36,7 @@ pub(super) async fn converge_ha(
         let kind = AffinityKind::for_major(site.version().await?.triple().0);
         // A rule names the resource: it goes first. A group is named by the resource: after.
         if kind == AffinityKind::Rule {
-            drop_affinity(client, kind, &spec.name, &mark, now_ms, rec).await?;
+            drop_affinity(client, kind, ours, &spec.name, &mark, now_ms, rec).await?;
         }
         if client.ha_resource(vmid).await?.is_some() {
             tracing::info!(spec = %spec.name, vmid, "removing the HA resource (ha removed from the spec)");
@@ -43,7 +45,7 @@ pub(super) async fn converge_ha(
                 .await?;
         }
         if kind == AffinityKind::Group {
-            drop_affinity(client, kind, &spec.name, &mark, now_ms, rec).await?;
+            drop_affinity(client, kind, ours, &spec.name, &mark, now_ms, rec).await?;
         }
         rec.ha_applied = false;
         return Ok(true);
@@ -114,7 +116,9 @@ pub(super) async fn converge_ha(
             changed |= ensure_affinity(client, kind, &id, params, rec).await?;
         }
         // `nodes` dropped: the group (no longer named by the resource) or rule proxsync made.
-        (None, _) => changed |= drop_affinity(client, kind, &spec.name, &mark, now_ms, rec).await?,
+        (None, _) => {
+            changed |= drop_affinity(client, kind, ours, &spec.name, &mark, now_ms, rec).await?
+        }
         _ => {}
     }
     Ok(changed)
@@ -158,6 +162,7 @@ async fn ensure_affinity(
 async fn drop_affinity(
     client: &impl Pve,
     kind: AffinityKind,
+    ours: &VerifiedMarker,
     spec: &str,
     mark: &str,
     now_ms: u64,
@@ -168,20 +173,21 @@ async fn drop_affinity(
     };
     if let Some(current) = client.ha_affinity(kind, &id).await? {
         match may_remove(
+            ours,
             kind.word(),
             &id,
             Some(&id),
             current.comment.as_deref(),
             mark,
         ) {
-            Ok(()) => {
+            Ok(permit) => {
                 tracing::info!(
                     spec,
                     id,
                     kind = kind.word(),
                     "removing the HA node affinity proxsync made (ha.nodes dropped)"
                 );
-                client.remove_ha_affinity(kind, &id).await?;
+                client.remove_ha_affinity(kind, &id, &permit).await?;
             }
             Err(why) => {
                 tracing::warn!(spec, id, "{why}");

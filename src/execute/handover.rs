@@ -8,6 +8,8 @@
 //! moment do two installs act on the VM, and no second VM is made.
 
 use crate::category::Category;
+use crate::gate::identity::{VerifiedMarker, verify_handed};
+use crate::gate::permit::{self, Permit};
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
@@ -17,7 +19,7 @@ use crate::state::{SpecRecord, VmState};
 
 use super::converge::check_lock;
 use super::create::{Found, inspect, record_created};
-use super::identity::is_ours;
+use super::identity::{checked_site, verified};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
@@ -33,6 +35,7 @@ pub(super) async fn hand_over(
 ) -> Outcome {
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, vm.site)?;
+        let checked = checked_site(ctx, vm.site)?;
         let client = &site.client;
         // A delete already running (the spec was removed, then came back in another shard)
         // cannot be taken back: it ends, and the spec is forgotten.
@@ -55,20 +58,33 @@ pub(super) async fn hand_over(
             }
             Err(e) => return Err(e.into()),
         };
-        if !is_ours(ctx, &cfg, vm.vmid, Some(spec_name), Some(&rec.uid)) {
-            // Already adopted by the next owner (its marker), or not ours at all.
-            tracing::info!(
-                spec = spec_name,
-                vmid = vm.vmid,
-                "VM no longer carries this install's marker: forgetting it, not touching it"
-            );
-            ctx.store.remove(spec_name)?;
-            return Ok(Outcome::Done);
-        }
+        let ours = match verified(
+            ctx,
+            &checked,
+            &cfg,
+            vm.vmid,
+            Some(spec_name),
+            Some(&rec.uid),
+        ) {
+            Ok(ours) => ours,
+            Err(why) => {
+                // Already adopted by the next owner (its marker), or not ours at all.
+                tracing::info!(
+                    spec = spec_name,
+                    vmid = vm.vmid,
+                    %why,
+                    "VM no longer carries this install's marker: forgetting it, not touching it"
+                );
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
+        };
         if let Some(waiting) = check_lock(ctx, site, &node, vm.vmid, &cfg).await? {
             return Ok(waiting);
         }
-        let params = hand_over_params(ctx, &cfg, rec, spec_name, vm.vmid)?;
+        let permit =
+            permit::hand_over(&ours, spec_name).map_err(|why| fail(Category::Conflict, why))?;
+        let params = hand_over_params(ctx, &cfg, rec, spec_name, &ours, &permit)?;
         client
             .set_config(&node, vm.vmid, &params, cfg.digest())
             .await?;
@@ -126,7 +142,8 @@ fn hand_over_params(
     cfg: &VmConfig,
     rec: &SpecRecord,
     spec_name: &str,
-    vmid: u32,
+    ours: &VerifiedMarker,
+    permit: &Permit,
 ) -> Result<VmParams, ActionError> {
     let tag = ownership_tag(&ctx.install_id);
     let tags = match ctx.specs.get(spec_name) {
@@ -134,20 +151,18 @@ fn hand_over_params(
         None => cfg.tags(),
     };
     let tags: Vec<String> = tags.into_iter().filter(|t| *t != tag).collect();
-    let mut params = if tags.is_empty() {
-        VmParams::new().delete_keys(&["tags"])
-    } else {
-        VmParams::new().tags(&tags)?
-    };
-    let description = cfg.description().unwrap_or("");
-    let current = Marker::parse(description);
-    if !current
-        .as_ref()
-        .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
-    {
-        let uid = current.map(|m| m.uid).unwrap_or_else(|| rec.uid.clone());
-        let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &uid, vmid);
-        params = params.set("description", signed.replace_in(description));
+    let mut params = VmParams::new().drop_ownership(permit, &tags)?;
+    if !ours.signed() {
+        let vmid = ours.vmid();
+        let signed = Marker::signed(
+            &ctx.marker_key,
+            &ctx.install_id,
+            spec_name,
+            ours.uid(),
+            vmid,
+        );
+        let description = signed.replace_in(cfg.description().unwrap_or(""));
+        params = params.marker(permit, description)?;
     }
     Ok(params)
 }
@@ -172,20 +187,26 @@ pub(super) async fn take_over(
     spec: &Spec,
     vmid: u32,
 ) -> Result<TakeOver, ActionError> {
+    let checked = checked_site(ctx, &site.name)?;
     let cfg = site.client.vm_config(node, vmid).await?;
-    let description = cfg.description().unwrap_or("");
-    let Some(m) = Marker::parse(description).filter(|m| {
-        m.spec == spec.name && m.install != ctx.install_id && m.verifies(&ctx.marker_key, vmid)
-    }) else {
-        return Err(fail(
+    let theirs = verify_handed(
+        &checked,
+        &ctx.marker_key,
+        &ctx.install_id,
+        vmid,
+        cfg.description(),
+        &spec.name,
+    )
+    .map_err(|why| {
+        fail(
             Category::Conflict,
             format!(
-                "VM {vmid} no longer carries a verifying marker of spec {} from another install; \
-                 not adopting it",
+                "VM {vmid} no longer carries a verifying marker of spec {} from another install \
+                 ({why}); not adopting it",
                 spec.name
             ),
-        ));
-    };
+        )
+    })?;
     if let Some(held) = cfg.tags().iter().find(|t| t.starts_with("proxsync.")) {
         return Ok(TakeOver::Not(Outcome::Waiting {
             reason: format!("VM {vmid} carries the ownership tag {held}: not released yet"),
@@ -194,38 +215,45 @@ pub(super) async fn take_over(
     if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
         return Ok(TakeOver::Not(waiting));
     }
-    let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &m.uid, vmid);
-    sign_over(&site.client, node, vmid, &cfg, &signed).await?;
+    let permit = permit::take_over(&theirs, &ctx.install_id, &spec.name, &cfg.tags())
+        .map_err(|why| fail(Category::Conflict, why))?;
+    let signed = Marker::signed(
+        &ctx.marker_key,
+        &ctx.install_id,
+        &spec.name,
+        theirs.uid(),
+        vmid,
+    );
+    sign_over(&site.client, node, vmid, &cfg, &signed, &permit).await?;
     tracing::info!(
         spec = %spec.name,
         vmid,
-        from = %m.install,
+        from = %theirs.install(),
         "taken over: the VM was handed over by another install"
     );
-    Ok(TakeOver::Taken(m.uid))
+    Ok(TakeOver::Taken(theirs.uid().to_string()))
 }
 
 /// The one config write that makes a released VM this install's: `signed` (this install's
 /// marker for the VM) replaces the marker line, keeping every other line, and `signed`'s
 /// install tag joins the VM's tags. Guarded by the config's digest: a concurrent change makes
 /// PVE refuse it rather than overwrite it. Also used by `proxsync adopt` for a VM handed over
-/// without a shared key.
+/// without a shared key. `permit`: the gate's take-over (`gate::permit::take_over`,
+/// `adopt_by_hand`), which allows writing `signed` and nothing else.
 pub async fn sign_over(
     client: &impl Pve,
     node: &str,
     vmid: u32,
     cfg: &VmConfig,
     signed: &Marker,
+    permit: &Permit,
 ) -> Result<(), crate::pve::Error> {
     let mut tags = cfg.tags();
     tags.push(ownership_tag(&signed.install));
     tags.sort();
     tags.dedup();
     let params = VmParams::new()
-        .set(
-            "description",
-            signed.replace_in(cfg.description().unwrap_or("")),
-        )
+        .marker(permit, signed.replace_in(cfg.description().unwrap_or("")))?
         .tags(&tags)?;
     client.set_config(node, vmid, &params, cfg.digest()).await
 }

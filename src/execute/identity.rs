@@ -1,12 +1,17 @@
-//! What makes a VM this spec's: the description marker and the ownership tag.
+//! What makes a VM this spec's, as `execute` needs it: the signed marker it writes, the tags it
+//! wants, and the gate's identity check (`gate::identity`) of a config it has just read, on a
+//! site this cycle checked (`gate::site`). Every decision about a VM's identity is the gate's.
 
+use crate::category::Category;
+use crate::gate::identity::{NotOurs, VerifiedMarker, verify};
+use crate::gate::site::{SiteChecked, checked};
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::Pve;
 use crate::pve::types::VmConfig;
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
-use super::ExecCtx;
+use super::{ActionError, ExecCtx, fail};
 
 /// The description marker of a spec's VM at `vmid`, signed.
 pub(super) fn marker(ctx: &ExecCtx<impl Pve>, spec: &Spec, rec: &SpecRecord, vmid: u32) -> Marker {
@@ -21,35 +26,39 @@ pub(super) fn desired_tags(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Vec<String> 
     tags
 }
 
-/// Whether `m` is this install's marker and, when `spec` is given, that spec's. The one marker
-/// check: every decision about a VM's identity goes through it.
-pub(super) fn is_our_marker(ctx: &ExecCtx<impl Pve>, m: &Marker, spec: Option<&str>) -> bool {
-    m.install == ctx.install_id && spec.is_none_or(|s| m.spec == s)
+/// Site `name` as this cycle's observation checked it: it reaches its recorded cluster
+/// (`gate::site::checked`). Nothing is done on a site that was not.
+pub(super) fn checked_site(
+    ctx: &ExecCtx<impl Pve>,
+    name: &str,
+) -> Result<SiteChecked, ActionError> {
+    let view = ctx.views.get(name).ok_or_else(|| {
+        fail(
+            Category::Conflict,
+            format!("site {name} was not observed this cycle: nothing is done there"),
+        )
+    })?;
+    checked(view).map_err(|why| fail(Category::Conflict, why))
 }
 
-/// Whether the config of VM `vmid` carries this install's marker (and, when `spec` is given,
-/// that spec's) and the marker is to be trusted: its MAC verifies for this VMID, or the state
-/// database vouches for this VM (`vouched_uid`: the uid recorded for the spec whose record
-/// names this VMID; it covers markers written before signing, and a lost key). A marker typed
-/// by hand or copied from another VM is never trusted.
-pub(super) fn is_ours(
+/// The gate's answer for the config of VM `vmid` on `site`: this install's marker (and, when
+/// `spec` is given, that spec's), its MAC verifying for this VMID or the state database
+/// vouching for it (`vouched_uid`: the uid recorded for the spec whose record names this VMID).
+pub(super) fn verified(
     ctx: &ExecCtx<impl Pve>,
+    site: &SiteChecked,
     cfg: &VmConfig,
     vmid: u32,
     spec: Option<&str>,
     vouched_uid: Option<&str>,
-) -> bool {
-    cfg.description().and_then(Marker::parse).is_some_and(|m| {
-        is_our_marker(ctx, &m, spec)
-            && (m.verifies(&ctx.marker_key, vmid)
-                || vouched_uid.is_some_and(|uid| !uid.is_empty() && uid == m.uid))
-    })
-}
-
-/// Whether the config's marker is exactly the signed one this VM should carry (else converge
-/// rewrites it: a marker from before signing, or signed with a lost key).
-pub(super) fn marker_is_current(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig, vmid: u32) -> bool {
-    cfg.description()
-        .and_then(Marker::parse)
-        .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
+) -> Result<VerifiedMarker, NotOurs> {
+    verify(
+        site,
+        &ctx.marker_key,
+        &ctx.install_id,
+        vmid,
+        cfg.description(),
+        spec,
+        vouched_uid,
+    )
 }

@@ -21,7 +21,7 @@ pub(super) async fn migrate(
     let VmRef { node, vmid, .. } = vm;
     let site = site(ctx, vm.site)?;
     let client = &site.client;
-    let cfg = read_own_config(ctx, client, vm, spec, rec).await?;
+    let (cfg, _) = read_own_config(ctx, client, vm, spec, rec).await?;
     // A migration already under way (ours from before a restart, or the HA manager's) holds
     // the `migrate` lock: wait for it rather than ask again.
     if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {

@@ -1,6 +1,7 @@
 //! Deleting or releasing a spec's VM, forgetting a spec, and deleting stopped orphans.
 
 use crate::category::Category;
+use crate::gate::permit::{self, Permit};
 use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
 use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
@@ -11,7 +12,7 @@ use crate::state::{SpecRecord, VmState};
 use super::cloud_init::{remove_old_seeds, seed_slots};
 use super::converge::{check_lock, power_off};
 use super::create::{Found, inspect, record_created};
-use super::identity::is_ours;
+use super::identity::{checked_site, verified};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
@@ -32,6 +33,7 @@ pub(super) async fn remove(
     } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
+        let checked = checked_site(ctx, site_name)?;
         let client = &site.client;
         // A failed delete task falls through: look again and retry the delete.
         if let Some(settled) = delete_in_flight(ctx, client, spec_name, rec).await? {
@@ -74,21 +76,26 @@ pub(super) async fn remove(
             }
             Err(e) => return Err(e.into()),
         };
-        if !is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
-            tracing::warn!(
-                spec = spec_name,
-                vmid,
-                "VM does not carry the spec's marker: forgetting it, not touching it"
-            );
-            ctx.store.remove(spec_name)?;
-            return Ok(Outcome::Done);
-        }
+        let ours = match verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
+            Ok(ours) => ours,
+            Err(why) => {
+                tracing::warn!(
+                    spec = spec_name,
+                    vmid,
+                    %why,
+                    "VM does not carry the spec's marker: forgetting it, not touching it"
+                );
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
+        };
         if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
             return Ok(waiting);
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
-            let params = release_params(ctx, &cfg)?;
+            let permit = permit::remove(&ours, spec_name, true).map_err(conflict)?;
+            let params = release_params(ctx, &cfg, &permit)?;
             client.set_config(node, vmid, &params, cfg.digest()).await?;
             tracing::info!(spec = spec_name, vmid, "released (deletionPolicy: Orphan)");
             ctx.store.remove(spec_name)?;
@@ -110,12 +117,14 @@ pub(super) async fn remove(
         }
         // Identity once more, just before the delete.
         let cfg = client.vm_config(node, vmid).await?;
-        if !is_ours(ctx, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
-            return Err(fail(
-                Category::Conflict,
-                format!("VM {vmid} changed identity during the delete; not deleting"),
-            ));
-        }
+        let ours = verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).map_err(
+            |why| {
+                fail(
+                    Category::Conflict,
+                    format!("VM {vmid} changed identity during the delete ({why}); not deleting"),
+                )
+            },
+        )?;
         // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
         unprotect(
             ctx,
@@ -130,7 +139,8 @@ pub(super) async fn remove(
             .into_iter()
             .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
             .collect();
-        let upid = client.delete_vm(node, vmid, true, true).await?;
+        let permit = permit::remove(&ours, spec_name, false).map_err(conflict)?;
+        let upid = client.delete_vm(node, vmid, true, true, &permit).await?;
         ctx.store.transition(
             spec_name,
             rec,
@@ -149,7 +159,7 @@ pub(super) async fn remove(
                 ctx.store.remove(spec_name)?;
                 // The VM's seed images go with it (best effort).
                 for storage in seeds {
-                    remove_old_seeds(ctx, client, node, &storage, spec_name, &[]).await;
+                    remove_old_seeds(ctx, client, node, &storage, &ours, &[]).await;
                 }
                 Ok(Outcome::Done)
             }
@@ -195,8 +205,18 @@ async fn unprotect(
     }
 }
 
-/// The config update that drops ownership: the tag and the marker go; the rest stays.
-fn release_params(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig) -> Result<VmParams, ActionError> {
+/// A refusal of the gate: the VM is not shown to be what the action needs.
+fn conflict(why: String) -> super::ActionError {
+    fail(Category::Conflict, why)
+}
+
+/// The config update that drops ownership (`permit`: the gate's release): the tag and the
+/// marker go; the rest stays.
+fn release_params(
+    ctx: &ExecCtx<impl Pve>,
+    cfg: &VmConfig,
+    permit: &Permit,
+) -> Result<VmParams, ActionError> {
     let tag = ownership_tag(&ctx.install_id);
     let tags: Vec<String> = cfg.tags().into_iter().filter(|t| *t != tag).collect();
     let description: String = cfg
@@ -206,16 +226,9 @@ fn release_params(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig) -> Result<VmParams, A
         .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut params = VmParams::new().set(
-        "description",
-        format!("{description}\nReleased by proxsync."),
-    );
-    params = if tags.is_empty() {
-        params.delete_keys(&["tags"])
-    } else {
-        params.tags(&tags)?
-    };
-    Ok(params)
+    Ok(VmParams::new()
+        .drop_marker(permit, format!("{description}\nReleased by proxsync."))?
+        .drop_ownership(permit, &tags)?)
 }
 
 /// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended and
@@ -262,16 +275,20 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
     } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
+        let checked = checked_site(ctx, site_name)?;
         let client = &site.client;
         let cfg = client.vm_config(node, vmid).await?;
-        let tag = ownership_tag(&ctx.install_id);
-        let ours = cfg.tags().contains(&tag) && is_ours(ctx, &cfg, vmid, None, None);
-        if !ours {
-            return Err(fail(
-                Category::Conflict,
-                format!("VM {vmid} is not ours any more; not deleting"),
-            ));
-        }
+        // This install's tag and a marker whose MAC verifies for this VMID (no record vouches
+        // for an orphan): the gate's permit, or nothing is deleted.
+        let permit = verified(ctx, &checked, &cfg, vmid, None, None)
+            .map_err(|why| why.0)
+            .and_then(|ours| permit::delete_orphan(&ours, &cfg.tags()))
+            .map_err(|why| {
+                fail(
+                    Category::Conflict,
+                    format!("VM {vmid} is not ours any more ({why}); not deleting"),
+                )
+            })?;
         if cfg.lock().is_some() {
             return Ok(Outcome::Waiting {
                 reason: format!("orphan {vmid} is locked"),
@@ -288,7 +305,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             node,
             "deleting a stopped orphan past its grace period"
         );
-        let upid = client.delete_vm(node, vmid, true, true).await?;
+        let upid = client.delete_vm(node, vmid, true, true, &permit).await?;
         let mut scratch = SpecRecord::default();
         match wait(ctx, client, &upid, &mut scratch).await? {
             TaskOutcome::StillRunning => Ok(Outcome::StillRunning {

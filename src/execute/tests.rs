@@ -598,3 +598,122 @@ async fn a_relabel_of_a_vm_with_another_uid_is_refused_before_any_write() {
     assert_eq!(w.pve().vm(vmid), before);
     assert!(w.store.record(OLD).unwrap().is_some());
 }
+
+// ---- the gate: nothing destructive without its permit ----------------------------------------
+
+/// [`World::run`] with the cycle's view of the site given (`view`), as the observation left it.
+impl World {
+    async fn run_seen(&self, action: Action, view: SiteView) -> Outcome {
+        let ctx = ExecCtx {
+            store: self.store.clone(),
+            install_id: "main".into(),
+            sites: [("lab".to_string(), self.site.clone())].into(),
+            specs: [(self.spec.name.clone(), Arc::new(self.spec.clone()))].into(),
+            views: [("lab".to_string(), view)].into(),
+            config_hash: String::new(),
+            task_wait: self.task_wait,
+            max_parallel_per_node: 2,
+            max_parallel_reboots: 1,
+            reboot_slots: Default::default(),
+            shutdown: tokio::sync::watch::channel(false).1,
+            node_facts: Default::default(),
+            marker_key: self.key.clone(),
+            fresh_configs: Default::default(),
+            clock: self.clock.clone(),
+            vmid_cursors: Default::default(),
+        };
+        let rec = self.store.specs().expect("records").remove(&self.spec.name);
+        run_action(&ctx, &action, rec).await
+    }
+}
+
+/// The spec's VM made, stopped, then its spec removed: the `Remove` the planner makes of it.
+async fn made_and_removed(w: &World) -> (u32, Action) {
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    w.pve().clear_calls();
+    let remove = Action::Remove {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+        release: false,
+    };
+    (vmid, remove)
+}
+
+/// A site whose endpoint reaches another cluster (or whose cluster could not be checked) is
+/// left unreachable by the observation: no permit can be made there, and nothing is sent, even
+/// when an action for it arrives.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_deleted_on_a_site_not_shown_to_be_its_cluster() {
+    let w = World::new("    powerState: stopped\n");
+    let (vmid, remove) = made_and_removed(&w).await;
+    let refused = SiteView::identity_refused("lab", "site lab reaches another cluster".into());
+    let outcome = w.run_seen(remove.clone(), refused).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(e.message.contains("another cluster"), "{e:?}");
+    let orphan = Action::DeleteOrphan {
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    };
+    let down = SiteView::unreachable("lab", "connection refused".into());
+    assert!(matches!(w.run_seen(orphan, down).await, Outcome::Failed(_)));
+    assert_eq!(w.pve().calls(), Vec::<String>::new(), "nothing sent");
+    w.assert_exists(vmid);
+    // The same delete on the checked site goes through.
+    assert_eq!(w.run(remove).await, Outcome::Done);
+    assert!(w.pve().vm(vmid).is_none());
+}
+
+/// A VM cloned in the web UI carries a copy of the original's marker and tags: its marker was
+/// signed for the original's VMID, so it is no orphan of this install to delete, whatever the
+/// plan said. The original, once its spec is gone, is.
+#[tokio::test(start_paused = true)]
+async fn a_clone_carrying_a_copied_marker_is_never_deleted_as_an_orphan() {
+    let w = World::new("    powerState: stopped\n");
+    let (vmid, _) = made_and_removed(&w).await;
+    let original = w.pve().vm(vmid).expect("the VM");
+    let copied: Vec<(&str, &str)> = original
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    w.pve().add_vm(300, "pve1", &copied);
+    w.store.remove(&w.spec.name).expect("the spec is gone");
+    let orphan = |vmid| Action::DeleteOrphan {
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    };
+    let outcome = w.run(orphan(300)).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        e.message.contains("not ours any more") && e.message.contains("does not verify"),
+        "{e:?}"
+    );
+    assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
+    assert!(w.pve().vm(300).is_some());
+    assert_eq!(w.run(orphan(vmid)).await, Outcome::Done);
+    assert!(w.pve().vm(vmid).is_none() && w.pve().vm(300).is_some());
+}
+
+/// The marker typed into a VM (another spec's, or none) between the plan and the delete: the
+/// identity read right before the delete refuses it, and no permit is made.
+#[tokio::test(start_paused = true)]
+async fn a_delete_whose_vm_changed_identity_is_refused_before_it_is_sent() {
+    let w = World::new("    powerState: stopped\n");
+    let (vmid, remove) = made_and_removed(&w).await;
+    let theirs = crate::ownership::Marker::signed(&w.key, "main", "db-01", "u9", vmid);
+    w.pve()
+        .set_config_value(vmid, "description", Some(&theirs.description()));
+    assert_eq!(w.run(remove).await, Outcome::Done, "forgotten, not deleted");
+    assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
+    assert!(w.pve().vm(vmid).is_some());
+    assert!(w.store.record(&w.spec.name).unwrap().is_none());
+}

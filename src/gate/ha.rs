@@ -4,6 +4,9 @@
 //! proxsync: a group or rule a person made is never changed or removed, even one that happens to
 //! have proxsync's id.
 
+use super::identity::VerifiedMarker;
+use super::permit::{Act, Permit, own};
+
 /// The comment proxsync writes on the group or rule it makes: its mark.
 pub fn affinity_mark(install_id: &str, spec: &str) -> String {
     format!("proxsync {install_id}: spec {spec}")
@@ -29,16 +32,24 @@ pub fn may_change(what: &str, id: &str, comment: Option<&str>, mark: &str) -> Re
     ))
 }
 
-/// Whether proxsync may remove the group or rule `id`: the spec's record names it as made by
-/// proxsync (`recorded`) and it still carries `mark`. A refusal is no failure: the caller
-/// leaves it to a person and says so.
+/// Whether proxsync may remove the group or rule `id` made for VM `vm`: it is the VM's id
+/// ([`affinity_id`]), the spec's record names it as made by proxsync (`recorded`) and it still
+/// carries `mark`. A refusal is no failure: the caller leaves it to a person and says so.
 pub fn may_remove(
+    vm: &VerifiedMarker,
     what: &str,
     id: &str,
     recorded: Option<&str>,
     comment: Option<&str>,
     mark: &str,
-) -> Result<(), String> {
+) -> Result<Permit, String> {
+    own(vm)?;
+    if id != affinity_id(vm.vmid()) {
+        return Err(format!(
+            "the {what} {id} is not the one proxsync makes for VM {}: left to a person",
+            vm.vmid()
+        ));
+    }
     if recorded != Some(id) {
         return Err(format!(
             "the {what} {id} is not recorded as made by proxsync for this spec: left to a person"
@@ -50,7 +61,8 @@ pub fn may_remove(
              to a person"
         ));
     }
-    Ok(())
+    let act = Act::RemoveAffinity { id: id.to_string() };
+    Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
 #[cfg(test)]
@@ -81,19 +93,30 @@ mod tests {
             "another spec's mark"
         );
 
-        assert!(
-            may_remove(
-                rule,
-                "proxsync-vm100",
-                Some("proxsync-vm100"),
-                Some(&mark),
-                &mark
-            )
-            .is_ok()
+        let key = crate::gate::identity::tests::key();
+        let site = crate::gate::site::tests::checked("lab");
+        let d = crate::ownership::Marker::signed(&key, "main", "web-01", "u1", 100).description();
+        let vm =
+            crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, None).unwrap();
+        let permit = may_remove(
+            &vm,
+            rule,
+            "proxsync-vm100",
+            Some("proxsync-vm100"),
+            Some(&mark),
+            &mark,
+        )
+        .unwrap();
+        assert_eq!(
+            permit.act(),
+            &Act::RemoveAffinity {
+                id: "proxsync-vm100".into()
+            }
         );
-        assert!(may_remove(rule, "proxsync-vm100", None, Some(&mark), &mark).is_err());
+        assert!(may_remove(&vm, rule, "proxsync-vm100", None, Some(&mark), &mark).is_err());
         assert!(
             may_remove(
+                &vm,
                 rule,
                 "proxsync-vm100",
                 Some("proxsync-vm101"),
@@ -102,7 +125,18 @@ mod tests {
             )
             .is_err()
         );
+        // Another VM's rule, even recorded and marked: not this VM's to remove.
+        let other = may_remove(
+            &vm,
+            rule,
+            "proxsync-vm101",
+            Some("proxsync-vm101"),
+            Some(&mark),
+            &mark,
+        );
+        assert!(other.unwrap_err().contains("not the one"));
         let why = may_remove(
+            &vm,
             rule,
             "proxsync-vm100",
             Some("proxsync-vm100"),

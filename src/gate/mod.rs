@@ -16,9 +16,21 @@
 //! Each file below holds one kind of evidence as pure functions (no I/O, no clock): callers
 //! read what PVE and the state database say and hand it in; the answer is a permit or a
 //! refusal that says what is wrong and what to do.
+//!
+//! A [`permit::Permit`] is the only way such a call reaches Proxmox VE: the client's
+//! destructive calls take one, and a config write with a guarded edit without its permit is
+//! refused before it is sent ([`permit::check_write`]). Only the decision functions here make
+//! one, each from verified evidence: [`identity::VerifiedMarker`] (made on a
+//! [`site::SiteChecked`]), the recorded volumes, the rename evidence, the HA mark.
+//! [`planned`] is the planner's side: the evidence each kind of planned action needs.
 
 pub mod commit;
 pub mod ha;
+pub mod identity;
+pub mod permit;
+pub mod planned;
 pub mod rename;
 pub mod site;
 pub mod volume;
+
+pub use planned::{Missing, planned};

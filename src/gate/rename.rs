@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use super::identity::VerifiedMarker;
+use super::permit::{Act, MarkerId, Permit, own};
 use crate::ownership::Marker;
 
 /// What is known of the VM a rename would re-label.
@@ -150,6 +152,58 @@ pub fn may_relabel(
     })
 }
 
+/// A re-label `execute` may carry out on the VM it has just read.
+#[derive(Debug)]
+pub enum Relabeled {
+    /// Write the marker `Permit` allows: the new spec's, with the old spec's uid.
+    Resign(Permit),
+    /// The marker already names the new spec with that uid: only the record moves.
+    Done { uid: String },
+}
+
+impl Relabeled {
+    pub fn uid(&self) -> &str {
+        match self {
+            Relabeled::Resign(p) => match p.act() {
+                Act::Relabel { marker } => &marker.uid,
+                _ => "",
+            },
+            Relabeled::Done { uid } => uid,
+        }
+    }
+}
+
+/// [`may_relabel`] asked of a VM whose marker `vm` verified (its MAC, or the old spec's record
+/// `record` vouching for it) on a checked site, right before the write: the permit to write the
+/// new spec's marker, with the old spec's uid.
+pub fn relabel(
+    vm: &VerifiedMarker,
+    from: &str,
+    to: &str,
+    to_site: &str,
+    record: Option<Recorded<'_>>,
+) -> Result<Relabeled, Refused> {
+    own(vm).map_err(Refused::NotShown)?;
+    let ev = Evidence {
+        vmid: vm.vmid(),
+        site: vm.site(),
+        marker: Some(vm.marker()),
+        mac_verifies: vm.signed(),
+        record,
+    };
+    Ok(match may_relabel(vm.install(), from, to, to_site, &ev)? {
+        Relabel::Resign { uid } => {
+            let marker = MarkerId {
+                install: vm.install().to_string(),
+                spec: to.to_string(),
+                uid,
+            };
+            Relabeled::Resign(Permit::new(vm.site(), vm.vmid(), Act::Relabel { marker }))
+        }
+        Relabel::Done { uid } => Relabeled::Done { uid },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +331,73 @@ mod tests {
         let other = marker("db", "u1");
         let r = may_relabel("main", "old", "new", "eu", &evidence(&other, true, None));
         assert!(matches!(r, Err(Refused::NotShown(_))), "{r:?}");
+    }
+
+    fn verified(spec: &str, uid: &str, vouched: Option<&str>) -> VerifiedMarker {
+        let key = crate::gate::identity::tests::key();
+        let site = crate::gate::site::tests::checked("lab");
+        let d = match vouched {
+            Some(_) => format!("proxsync-id: install=main spec={spec} uid={uid}"),
+            None => Marker::signed(&key, "main", spec, uid, 100).description(),
+        };
+        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, vouched).unwrap()
+    }
+
+    #[test]
+    fn the_permit_writes_the_new_specs_marker_with_the_old_uid() {
+        let r = relabel(
+            &verified("old", "u1", None),
+            "old",
+            "new",
+            "lab",
+            Some(RECORD),
+        )
+        .unwrap();
+        let Relabeled::Resign(permit) = &r else {
+            panic!("{r:?}");
+        };
+        assert_eq!(
+            permit.act(),
+            &Act::Relabel {
+                marker: MarkerId {
+                    install: "main".into(),
+                    spec: "new".into(),
+                    uid: "u1".into()
+                }
+            }
+        );
+        assert_eq!((permit.site(), permit.vmid(), r.uid()), ("lab", 100, "u1"));
+        // Vouched for by the old spec's record (a marker from before signing).
+        let vouched = verified("old", "u1", Some("u1"));
+        assert!(matches!(
+            relabel(&vouched, "old", "new", "lab", Some(RECORD)),
+            Ok(Relabeled::Resign(_))
+        ));
+        // Already re-labelled: nothing to write.
+        let done = relabel(
+            &verified("new", "u1", None),
+            "old",
+            "new",
+            "lab",
+            Some(RECORD),
+        );
+        assert!(matches!(done, Ok(Relabeled::Done { .. })), "{done:?}");
+        // Another uid than the record's, another site: no permit.
+        let other = relabel(
+            &verified("old", "u2", None),
+            "old",
+            "new",
+            "lab",
+            Some(RECORD),
+        );
+        assert!(other.is_err());
+        let eu = relabel(
+            &verified("old", "u1", None),
+            "old",
+            "new",
+            "eu",
+            Some(RECORD),
+        );
+        assert!(matches!(eu, Err(Refused::OtherSite { .. })), "{eu:?}");
     }
 }

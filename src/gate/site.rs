@@ -31,6 +31,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::observe::SiteView;
 use crate::pve::types::ClusterStatusEntry;
 
 /// Who the cluster says it is in `GET /cluster/status` (not how it is: no `online`, `quorate`,
@@ -135,6 +136,37 @@ pub enum SitePermit {
     Recorded,
 }
 
+/// Evidence that the site a VM is on reaches its recorded cluster: the cycle's check of the
+/// site's root CA ([`check`], applied by `site_identity` to every observation) passed, or the
+/// site was seen for the first time and its cluster recorded. Every permit of the gate is made
+/// on a checked site ([`super::identity::verify`] takes one). Made only by [`checked`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteChecked {
+    site: String,
+}
+
+impl SiteChecked {
+    pub fn site(&self) -> &str {
+        &self.site
+    }
+}
+
+/// Whether `view`, a site as the cycle observed it, was checked to reach its recorded cluster:
+/// the observation leaves a view unreachable when the site reaches another cluster, when its
+/// root CA could not be read, or when the site could not be read at all (`site_identity`), so
+/// only a reachable view passed the check. `Err` says why nothing may be done there.
+pub fn checked(view: &SiteView) -> Result<SiteChecked, String> {
+    match &view.error {
+        None => Ok(SiteChecked {
+            site: view.name.clone(),
+        }),
+        Some(why) => Err(format!(
+            "site {} is not shown to reach its recorded cluster this cycle: {why}",
+            view.name
+        )),
+    }
+}
+
 /// The site reaches another cluster than the recorded one: nothing on it is to be judged or
 /// touched until a person fixes the endpoint or accepts the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,8 +219,32 @@ pub fn normalize_fingerprint(text: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A site the cycle checked: a reachable view of it.
+    pub(crate) fn checked(site: &str) -> SiteChecked {
+        let mut view = SiteView::unreachable(site, String::new());
+        view.error = None;
+        super::checked(&view).expect("a reachable view")
+    }
+
+    #[test]
+    fn only_a_reachable_view_is_a_checked_site() {
+        assert_eq!(checked("lab").site(), "lab");
+        let down = SiteView::unreachable("lab", "connection refused".into());
+        let why = super::checked(&down).unwrap_err();
+        assert!(
+            why.contains("site lab") && why.contains("connection refused"),
+            "{why}"
+        );
+        let other = SiteView::identity_refused("lab", "reaches another cluster".into());
+        assert!(
+            super::checked(&other)
+                .unwrap_err()
+                .contains("another cluster")
+        );
+    }
 
     fn fp(byte: &str) -> String {
         vec![byte; 32].join(":")

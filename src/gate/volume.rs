@@ -11,7 +11,13 @@
 //!   and never touches a later volume in that slot ([`destroy`]).
 //! - PVE refuses to remove any drive of a protected VM, and the VM itself ([`drive_removal`],
 //!   [`vm_delete`]).
+//!
+//! The permits of these acts ([`super::permit`]) are made here, on the VM's verified marker:
+//! [`seed_attach`], [`seed_delete`], [`destroy_drive`], [`detach`] and
+//! [`cloudinit_drive_removal`].
 
+use super::identity::VerifiedMarker;
+use super::permit::{Act, Permit, own};
 use crate::pve::types::StorageVolume;
 use crate::state::{DestroyState, DiskDestroy, SeedUpload};
 
@@ -309,17 +315,20 @@ pub fn drive_removal(
     ))
 }
 
-/// Whether PVE's cloud-init drive in `slot` may be removed from VM `vmid` to make way for
+/// Whether PVE's cloud-init drive in `slot` may be removed from VM `vm` to make way for
 /// proxsync's seed image (two `cidata` volumes would leave cloud-init to pick either): not on
 /// a protected VM, where PVE refuses it ([`drive_removal`]); nothing of `userData` is applied
-/// then.
+/// then. The permit detaches that slot.
 pub fn cloudinit_drive_removal(
-    vmid: u32,
+    vm: &VerifiedMarker,
     protection: Protection,
     slot: &str,
-) -> Result<(), String> {
+) -> Result<Permit, String> {
+    own(vm)?;
+    let vmid = vm.vmid();
     if !protection.on {
-        return Ok(());
+        let slots = vec![slot.to_string()];
+        return Ok(Permit::new(vm.site(), vmid, Act::Detach { slots }));
     }
     Err(format!(
         "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
@@ -330,6 +339,109 @@ pub fn cloudinit_drive_removal(
             _ => format!("qm set {vmid} --protection 0"),
         }
     ))
+}
+
+/// The permit to detach `slots` (disks leaving `disks`) from VM `vm`: PVE keeps their volumes
+/// as `unusedN`. Not on a protected VM ([`drive_removal`]).
+pub fn detach(
+    vm: &VerifiedMarker,
+    protection: Protection,
+    slots: &[String],
+) -> Result<Permit, String> {
+    own(vm)?;
+    drive_removal(vm.vmid(), protection, slots, &[])?;
+    let slots = slots.to_vec();
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::Detach { slots }))
+}
+
+/// The permit to destroy the disk in `slot` of VM `vm` (`destroyDisks`): only the volume its
+/// destroy is bound to (`binding`, recorded before the request by [`destroy`]), while the slot
+/// holds that volume and the destroy is not done; never the boot disk, a CD-ROM or the
+/// cloud-init drive; not on a protected VM.
+pub fn destroy_drive(
+    vm: &VerifiedMarker,
+    slot: &str,
+    holds: SlotHolds<'_>,
+    binding: Option<&DiskDestroy>,
+    protection: Protection,
+) -> Result<Permit, String> {
+    own(vm)?;
+    let vmid = vm.vmid();
+    let SlotHolds::Disk(volume) = holds else {
+        return Err(format!(
+            "{slot} of VM {vmid} holds no disk proxsync may destroy: nothing is destroyed"
+        ));
+    };
+    let bound = binding.is_some_and(|b| {
+        b.slot == slot && b.state == DestroyState::Bound && b.volume.as_deref() == Some(volume)
+    });
+    if !bound {
+        return Err(format!(
+            "the destroy of {slot} of VM {vmid} is not bound to {volume}, the volume it holds \
+             (no destroy of it is recorded as pending): {volume} is kept"
+        ));
+    }
+    drive_removal(vmid, protection, &[], &[slot.to_string()])?;
+    let act = Act::Destroy {
+        slot: slot.to_string(),
+        volume: volume.to_string(),
+    };
+    Ok(Permit::new(vm.site(), vmid, act))
+}
+
+/// The permit to attach the seed image `volid` to VM `vm` in `slot`: a seed of the VM's install
+/// and spec ([`crate::cloudinit::is_seed_of`]), listed by the storage as proxsync uploaded it
+/// ([`seed_on_storage`]). `Err`: upload it (again) first.
+pub fn seed_attach(
+    vm: &VerifiedMarker,
+    slot: &str,
+    volid: &str,
+    listed: Option<&StorageVolume>,
+    recorded: Option<&SeedUpload>,
+) -> Result<Permit, String> {
+    own(vm)?;
+    if !crate::cloudinit::is_seed_of(volid, vm.install(), vm.spec()) {
+        return Err(format!(
+            "{volid} is not a seed image of spec {} of install {}: not attached",
+            vm.spec(),
+            vm.install()
+        ));
+    }
+    match seed_on_storage(volid, listed, recorded) {
+        SeedCheck::Attach => {
+            let act = Act::AttachSeed {
+                slot: slot.to_string(),
+                volume: volid.to_string(),
+            };
+            Ok(Permit::new(vm.site(), vm.vmid(), act))
+        }
+        SeedCheck::Upload { found } => Err(found.unwrap_or_else(|| {
+            format!("{volid} is not on its storage: not attached; it is uploaded first")
+        })),
+    }
+}
+
+/// The permit to delete the seed image `volid` of VM `vm`'s spec, which the VM no longer names
+/// (`in_use`: the seed images it names now or at its next start). Only the images of the VM's
+/// install and spec: no other VM uses them.
+pub fn seed_delete(vm: &VerifiedMarker, volid: &str, in_use: &[String]) -> Result<Permit, String> {
+    own(vm)?;
+    if !crate::cloudinit::is_seed_of(volid, vm.install(), vm.spec()) {
+        return Err(format!(
+            "{volid} is not a seed image of spec {}: not deleted",
+            vm.spec()
+        ));
+    }
+    if in_use.iter().any(|v| v == volid) {
+        return Err(format!(
+            "VM {} still names the seed image {volid}: not deleted",
+            vm.vmid()
+        ));
+    }
+    let act = Act::DeleteVolume {
+        volume: volid.to_string(),
+    };
+    Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
 /// What a delete of VM `vmid` does about its `protection` flag.
@@ -597,14 +709,104 @@ mod tests {
     #[test]
     fn the_cloud_init_drive_of_a_protected_vm_stays() {
         let p = |on, managed| Protection { on, managed };
-        assert!(cloudinit_drive_removal(7, p(false, Some(false)), "ide0").is_ok());
-        let err = cloudinit_drive_removal(7, p(true, Some(true)), "ide0").unwrap_err();
+        let vm = ours("web-01", 7);
+        let permit = cloudinit_drive_removal(&vm, p(false, Some(false)), "ide0").unwrap();
+        assert_eq!(
+            permit.act(),
+            &Act::Detach {
+                slots: vec!["ide0".into()]
+            }
+        );
+        let err = cloudinit_drive_removal(&vm, p(true, Some(true)), "ide0").unwrap_err();
         assert!(
             err.contains("ide0") && err.contains("protection: false"),
             "{err}"
         );
-        let err = cloudinit_drive_removal(7, p(true, None), "ide0").unwrap_err();
+        let err = cloudinit_drive_removal(&vm, p(true, None), "ide0").unwrap_err();
         assert!(err.contains("qm set 7 --protection 0"), "{err}");
+    }
+
+    /// The VM `vmid` of spec `spec`, its signed marker verified on site lab.
+    fn ours(spec: &str, vmid: u32) -> VerifiedMarker {
+        let key = crate::gate::identity::tests::key();
+        let d = crate::ownership::Marker::signed(&key, "main", spec, "u1", vmid).description();
+        let site = crate::gate::site::tests::checked("lab");
+        crate::gate::identity::verify(&site, &key, "main", vmid, Some(&d), None, None).unwrap()
+    }
+
+    const OFF: Protection = Protection {
+        on: false,
+        managed: None,
+    };
+
+    #[test]
+    fn a_seed_is_attached_by_permit_only_as_uploaded_and_only_the_specs() {
+        let vm = ours("web-01", 100);
+        let ours_listed = listed(SEED, Some(51200), Some(1_700_000_000));
+        let p = seed_attach(&vm, "ide3", SEED, Some(&ours_listed), Some(&uploaded())).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::AttachSeed {
+                slot: "ide3".into(),
+                volume: SEED.into()
+            }
+        );
+        // A file planted under the seed's name (no upload recorded, or a later ctime).
+        let why = seed_attach(&vm, "ide3", SEED, Some(&ours_listed), None).unwrap_err();
+        assert!(why.contains("not the file proxsync uploaded"), "{why}");
+        let planted = listed(SEED, Some(51200), Some(1_700_003_600));
+        assert!(seed_attach(&vm, "ide3", SEED, Some(&planted), Some(&uploaded())).is_err());
+        assert!(seed_attach(&vm, "ide3", SEED, None, Some(&uploaded())).is_err());
+        // Another spec's seed, even as uploaded, is not this VM's to attach.
+        let other = ours("db-01", 100);
+        let why =
+            seed_attach(&other, "ide3", SEED, Some(&ours_listed), Some(&uploaded())).unwrap_err();
+        assert!(why.contains("not a seed image of spec db-01"), "{why}");
+    }
+
+    #[test]
+    fn only_the_specs_unused_seeds_are_deleted() {
+        let vm = ours("web-01", 100);
+        assert_eq!(
+            seed_delete(&vm, SEED, &[]).unwrap().act(),
+            &Act::DeleteVolume {
+                volume: SEED.into()
+            }
+        );
+        assert!(seed_delete(&vm, SEED, &[SEED.to_string()]).is_err());
+        assert!(seed_delete(&vm, "local:iso/debian-12.iso", &[]).is_err());
+        assert!(seed_delete(&ours("db-01", 100), SEED, &[]).is_err());
+    }
+
+    #[test]
+    fn a_destroy_permit_is_bound_to_the_recorded_volume() {
+        let vm = ours("web-01", 100);
+        let b = bound(DestroyState::Bound, Some(V), None);
+        let p = destroy_drive(&vm, "scsi1", SlotHolds::Disk(V), Some(&b), OFF).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::Destroy {
+                slot: "scsi1".into(),
+                volume: V.into()
+            }
+        );
+        // Another volume in the slot, a destroy done or never bound, another slot's binding,
+        // the boot disk, a protected VM: no permit.
+        assert!(destroy_drive(&vm, "scsi1", SlotHolds::Disk(W), Some(&b), OFF).is_err());
+        let done = bound(DestroyState::Destroyed, Some(V), None);
+        assert!(destroy_drive(&vm, "scsi1", SlotHolds::Disk(V), Some(&done), OFF).is_err());
+        assert!(destroy_drive(&vm, "scsi1", SlotHolds::Disk(V), None, OFF).is_err());
+        assert!(destroy_drive(&vm, "scsi2", SlotHolds::Disk(V), Some(&b), OFF).is_err());
+        assert!(destroy_drive(&vm, "scsi1", SlotHolds::Kept("boot disk"), Some(&b), OFF).is_err());
+        let on = Protection {
+            on: true,
+            managed: None,
+        };
+        assert!(destroy_drive(&vm, "scsi1", SlotHolds::Disk(V), Some(&b), on).is_err());
+        // A detach is refused on a protected VM too.
+        let slots = vec!["scsi2".to_string()];
+        assert!(detach(&vm, OFF, &slots).is_ok());
+        assert!(detach(&vm, on, &slots).is_err());
     }
 
     #[test]

@@ -138,13 +138,14 @@ pub(super) fn renames<'a>(
     indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
 ) -> Renames<'a> {
     let mut out = Renames::default();
-    if !input.complete {
-        return out;
-    }
     let gone = |name: &str| {
         // A spec now outside the selector is still in the repository: not removed.
         !desired.contains(name) && !input.invalid.contains(name) && !input.elsewhere.contains(name)
     };
+    if !input.complete {
+        held_while_incomplete(input, indexes, gone, &mut out);
+        return out;
+    }
     // The removed specs' records with a VM: what a suspected rename is looked for in.
     let removed: Vec<(&str, &SpecRecord)> = input
         .records
@@ -199,6 +200,42 @@ pub(super) fn renames<'a>(
         out.by_spec.insert(spec.name.as_str(), r);
     }
     out
+}
+
+/// With a spec set not read completely nothing is treated as removed, so no rename is judged:
+/// the spec named by an annotation may be in a file that could not be read. A spec renamed from
+/// one not in the set, with no VM of its own, waits while that spec's VM (by its record, or by
+/// its verifying marker) is there: creating it now would make a second VM beside its original.
+fn held_while_incomplete<'a>(
+    input: &'a PlanInput<'a>,
+    indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
+    gone: impl Fn(&str) -> bool,
+    out: &mut Renames<'a>,
+) {
+    for spec in input.desired {
+        let Some(from) = spec.renamed_from.as_deref().filter(|f| gone(f)) else {
+            continue;
+        };
+        if own_vm(input, spec, input.records.get(&spec.name), indexes).is_some() {
+            continue;
+        }
+        let recorded = input.records.get(from).and_then(SpecRecord::vmid);
+        let marked = || {
+            (indexes.values())
+                .filter_map(|i| i.by_marker.get(from))
+                .flat_map(|vms| vms.iter().map(|vm| vm.vmid))
+                .min()
+        };
+        if let Some(vmid) = recorded.or_else(marked) {
+            let error = format!(
+                "the spec set could not be read completely, so whether spec {from}, which this \
+                 spec is renamed from, is gone cannot be told: its VM {vmid} is kept and nothing \
+                 is created for this spec until the set reads completely"
+            );
+            out.waiting
+                .insert(spec.name.as_str(), Verdict::SiteUnreachable { error });
+        }
+    }
 }
 
 /// The new spec's own VM: its record's (unless gone from its reachable site), else the lowest
@@ -534,13 +571,18 @@ mod tests {
         }
 
         fn plan(&self) -> Plan {
+            self.plan_read(true)
+        }
+
+        /// The plan when the spec set was read completely (`complete`) or not.
+        fn plan_read(&self, complete: bool) -> Plan {
             plan(&PlanInput {
                 install_id: "main",
                 desired: &self.desired,
                 invalid: &self.invalid,
                 elsewhere: &BTreeSet::new(),
                 sharded: false,
-                complete: true,
+                complete,
                 sites: &self.sites,
                 records: &self.records,
                 orphans_seen: &self.seen,
@@ -575,6 +617,50 @@ mod tests {
             node: "pve1".into(),
             vmid,
         }
+    }
+
+    /// A spec set not read completely judges no rename (the old spec may be in the file that
+    /// could not be read): the renamed spec waits while its original is there, found by its
+    /// record or its verifying marker, instead of getting a second VM beside it. One with a VM
+    /// of its own is planned as usual, and one whose original is nowhere is created.
+    #[test]
+    fn an_incomplete_spec_set_creates_no_second_vm_beside_a_renamed_original() {
+        let waits = |p: &Plan| {
+            assert!(p.actions.is_empty(), "{p:?}");
+            let Some(Verdict::SiteUnreachable { error }) = p.verdicts.get("new") else {
+                panic!("{p:?}");
+            };
+            assert!(
+                error.contains("could not be read completely") && error.contains("VM 100"),
+                "{error}"
+            );
+        };
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "old", Power::Running, true);
+        waits(&w.plan_read(false));
+        w.sites.get_mut("lab").unwrap().vms.clear();
+        w.record("old", "lab", 100);
+        waits(&w.plan_read(false));
+        // Read completely: the re-label.
+        w.vm("lab", 100, "old", Power::Running, true);
+        assert_eq!(w.plan_read(true).actions, vec![relabel(100)]);
+
+        let mut own = World::new(&[spec("new", Some("old"), "lab", "")]);
+        own.vm("lab", 100, "old", Power::Running, true);
+        own.vm("lab", 101, "new", Power::Running, true);
+        own.record("new", "lab", 101);
+        let p = own.plan_read(false);
+        assert!(
+            !matches!(p.verdicts["new"], Verdict::SiteUnreachable { .. }),
+            "{p:?}"
+        );
+
+        let nowhere = World::new(&[spec("new", Some("old"), "lab", "")]);
+        let p = nowhere.plan_read(false);
+        assert!(
+            matches!(p.actions.as_slice(), [Action::Create { .. }]),
+            "{p:?}"
+        );
     }
 
     /// After a lost database (no record), the VM whose verifying marker names the old spec is

@@ -8,6 +8,8 @@ use super::client::Client;
 use super::error::Error;
 use super::task::{TaskOutcome, Upid};
 use super::types::*;
+use crate::gate::permit::{Act, Grant, Permit, check_write};
+use crate::ownership::Marker;
 
 /// The cluster's root CA among a node's certificates (pve-cluster `src/PVE/Cluster/Setup.pm`:
 /// `$pveca_cert_fn = "$pmxcfs_base_dir/pve-root-ca.pem"`).
@@ -18,9 +20,16 @@ const ROOT_CA_FILE: &str = "pve-root-ca.pem";
 /// Values that end up inside PVE property strings are built by the helpers below from
 /// validated parts, and every part is checked again here, so nothing can smuggle an extra
 /// `,key=value` option into a drive or NIC definition.
+///
+/// A config change that detaches or destroys a drive, writes or removes a marker, removes the
+/// ownership tag or attaches an image carries the gate's permit for it (the builders `detach`,
+/// `destroy_drive`, `marker`, `drop_marker`, `drop_ownership`, `attach_seed`); the client
+/// refuses to send one without ([`VmParams::permitted`], `gate::permit::check_write`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct VmParams {
     values: BTreeMap<String, String>,
+    /// The permits of the guarded edits among `values`.
+    grants: Vec<Grant>,
 }
 
 /// A part of a property string (`bridge=X`, `S:0,import-from=V`) may not hold these.
@@ -112,9 +121,13 @@ impl VmParams {
         Ok(self.set(slot, super::values::with_bridge(current, bridge)))
     }
 
-    /// Adds every value of `other` (its `delete` too).
-    pub fn merge(mut self, other: VmParams) -> Self {
+    /// Adds every value of `other`; the `delete` lists and the permits of both are kept.
+    pub fn merge(mut self, mut other: VmParams) -> Self {
+        if let Some(delete) = other.values.remove("delete") {
+            self = self.add_deletes(&delete.split(',').collect::<Vec<_>>());
+        }
         self.values.extend(other.values);
+        self.grants.extend(other.grants);
         self
     }
 
@@ -275,20 +288,112 @@ impl VmParams {
         Ok(self.set("tpmstate0", format!("{storage}:1,version={version}")))
     }
 
-    /// With `delete`: disks are destroyed (their volumes deallocated) instead of detached to
-    /// `unusedN` (`force`).
-    pub fn force_delete(self) -> Self {
-        self.set("force", "1")
+    /// Removes properties (the `delete` parameter of a config change), added to those already
+    /// listed. A drive, `description` or `tags` among them needs the gate's permit: see
+    /// [`VmParams::detach`], [`VmParams::drop_marker`], [`VmParams::drop_ownership`].
+    pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
+        self.add_deletes(keys)
     }
 
-    /// Removes properties (the `delete` parameter of a config change).
-    pub fn delete_keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
-        let joined = keys
-            .iter()
-            .map(|k| k.as_ref())
-            .collect::<Vec<_>>()
-            .join(",");
-        self.set("delete", joined)
+    fn add_deletes<S: AsRef<str>>(self, keys: &[S]) -> Self {
+        let mut all: Vec<String> = self
+            .get("delete")
+            .into_iter()
+            .flat_map(|d| d.split(','))
+            .map(str::to_string)
+            .collect();
+        for k in keys.iter().map(|k| k.as_ref().trim()) {
+            if !k.is_empty() && !all.iter().any(|a| a == k) {
+                all.push(k.to_string());
+            }
+        }
+        if all.is_empty() {
+            return self;
+        }
+        self.set("delete", all.join(","))
+    }
+
+    fn granted(mut self, permit: &Permit) -> Self {
+        self.grants.push(permit.grant());
+        self
+    }
+
+    /// Detaches the drives `permit` allows (`gate::volume::detach`,
+    /// `gate::volume::cloudinit_drive_removal`): `delete=<slots>`; PVE keeps their volumes as
+    /// `unusedN`.
+    pub fn detach(self, permit: &Permit) -> Result<Self, Error> {
+        let Act::Detach { slots } = permit.act() else {
+            return Err(not_allowed("a detach", permit));
+        };
+        Ok(self.add_deletes(slots).granted(permit))
+    }
+
+    /// Destroys the drive `permit` allows with its volume (`gate::volume::destroy_drive`):
+    /// `delete=<slot>` with `force=1` (qemu-server `vmconfig_delete_or_detach_drive` with
+    /// `$force`: the volume is deallocated, not kept as `unusedN`).
+    pub fn destroy_drive(self, permit: &Permit) -> Result<Self, Error> {
+        let Act::Destroy { slot, .. } = permit.act() else {
+            return Err(not_allowed("a destroy", permit));
+        };
+        Ok(self.add_deletes(&[slot]).set("force", "1").granted(permit))
+    }
+
+    /// Writes `description`, whose marker line is the one `permit` allows (a re-signing, a
+    /// re-label, a hand-over or a take-over).
+    pub fn marker(self, permit: &Permit, description: String) -> Result<Self, Error> {
+        let found = Marker::parse(&description);
+        let allowed = match permit.act() {
+            Act::Sign { marker }
+            | Act::Relabel { marker }
+            | Act::HandOver { marker }
+            | Act::TakeOver { marker } => found.is_some_and(|m| {
+                m.install == marker.install && m.spec == marker.spec && m.uid == marker.uid
+            }),
+            _ => false,
+        };
+        if !allowed {
+            return Err(not_allowed("this marker", permit));
+        }
+        Ok(self.set("description", description).granted(permit))
+    }
+
+    /// Writes `description` without a marker line: the marker goes (a release).
+    pub fn drop_marker(self, permit: &Permit, description: String) -> Result<Self, Error> {
+        if permit.act() != &Act::Release || Marker::parse(&description).is_some() {
+            return Err(not_allowed("removing the marker", permit));
+        }
+        Ok(self.set("description", description).granted(permit))
+    }
+
+    /// Writes the VM's `tags` without the ownership tag (`delete=tags` when none is left): a
+    /// release or a hand-over.
+    pub fn drop_ownership<S: AsRef<str>>(self, permit: &Permit, tags: &[S]) -> Result<Self, Error> {
+        if !matches!(permit.act(), Act::Release | Act::HandOver { .. }) {
+            return Err(not_allowed("removing the ownership tag", permit));
+        }
+        let params = if tags.is_empty() {
+            self.add_deletes(&["tags"])
+        } else {
+            self.tags(tags)?
+        };
+        Ok(params.granted(permit))
+    }
+
+    /// Attaches the seed image `permit` allows as a CD-ROM (`gate::volume::seed_attach`):
+    /// `<slot>=<volume>,media=cdrom`.
+    pub fn attach_seed(self, permit: &Permit) -> Result<Self, Error> {
+        let Act::AttachSeed { slot, volume } = permit.act() else {
+            return Err(not_allowed("a seed attach", permit));
+        };
+        let (slot, volume) = (slot.clone(), volume.clone());
+        Ok(self.cdrom(&slot, &volume)?.granted(permit))
+    }
+
+    /// Whether this write may be sent to VM `vmid`: every guarded edit carries the gate's
+    /// permit for it (`gate::permit::check_write`). The client asks before every config write.
+    pub fn permitted(&self, vmid: u32) -> Result<(), Error> {
+        let values = self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        check_write(vmid, values, &self.grants).map_err(Error::NotPermitted)
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
@@ -301,6 +406,14 @@ impl VmParams {
             .map(|(k, v)| (k.as_str(), v.clone()))
             .collect()
     }
+}
+
+fn not_allowed(what: &str, permit: &Permit) -> Error {
+    Error::NotPermitted(format!(
+        "{what} is not what the permit for VM {} allows ({:?})",
+        permit.vmid(),
+        permit.act()
+    ))
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
@@ -544,13 +657,16 @@ impl Client {
 
     /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`: an `imgdel` task (`Some`), or
     /// done at once on releases that answer without one (`None`). Needs `Datastore.Allocate`.
-    /// PVE does not check whether a VM still uses an ISO: callers must.
+    /// PVE does not check whether a VM still uses an ISO: the gate's permit says it does not
+    /// (`gate::volume::seed_delete`); refused before sending without one for `volume`.
     pub async fn delete_volume(
         &self,
         node: &str,
         storage: &str,
         volume: &str,
+        permit: &Permit,
     ) -> Result<Option<Upid>, Error> {
+        crate::gate::permit::check_delete_volume(volume, permit).map_err(Error::NotPermitted)?;
         check_part("volume", volume)?;
         let path = format!(
             "/nodes/{}/storage/{}/content/{}",
@@ -585,7 +701,8 @@ impl Client {
     }
 
     /// `PUT /nodes/{node}/qemu/{vmid}/config`: synchronous; with `digest`, refused when the
-    /// config changed since it was read (Conflict). Locked VMs fail with LockError.
+    /// config changed since it was read (Conflict). Locked VMs fail with LockError. A guarded
+    /// edit without its permit is refused before sending ([`VmParams::permitted`]).
     pub async fn set_config(
         &self,
         node: &str,
@@ -593,6 +710,7 @@ impl Client {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
+        params.permitted(vmid)?;
         let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
         let mut form = params.form();
         if let Some(d) = digest {
@@ -603,7 +721,8 @@ impl Client {
     }
 
     /// `POST /nodes/{node}/qemu/{vmid}/config`: asynchronous; a task when PVE needs one (for
-    /// example a disk import), else done at once (`None`).
+    /// example a disk import), else done at once (`None`). A guarded edit without its permit is
+    /// refused before sending ([`VmParams::permitted`]).
     pub async fn set_config_async(
         &self,
         node: &str,
@@ -611,6 +730,7 @@ impl Client {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
+        params.permitted(vmid)?;
         let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
         let mut form = params.form();
         if let Some(d) = digest {
@@ -769,14 +889,18 @@ impl Client {
 
     /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task. `purge` removes the VMID from
     /// backup jobs, replication and HA; `destroy_unreferenced` also removes disks not in the
-    /// config. PVE refuses a running VM and a protected one.
+    /// config. PVE refuses a running VM and a protected one. Only with the gate's permit to
+    /// delete VM `vmid` (`gate::permit::remove`, `delete_orphan`); refused before sending
+    /// otherwise.
     pub async fn delete_vm(
         &self,
         node: &str,
         vmid: u32,
         purge: bool,
         destroy_unreferenced: bool,
+        permit: &Permit,
     ) -> Result<Upid, Error> {
+        crate::gate::permit::check_delete_vm(vmid, permit).map_err(Error::NotPermitted)?;
         let path = format!("/nodes/{}/qemu/{vmid}", seg(node)?);
         let query = [
             ("purge", flag(purge)),
@@ -1050,6 +1174,62 @@ mod tests {
             101
         );
         assert!(lenient_vmid("/cluster/nextid", serde_json::json!("x")).is_err());
+    }
+
+    /// The VM 100 of spec `web`, its signed marker verified on site lab.
+    fn ours() -> crate::gate::identity::VerifiedMarker {
+        let key = crate::gate::identity::tests::key();
+        let d = Marker::signed(&key, "main", "web", "u1", 100).description();
+        let site = crate::gate::site::tests::checked("lab");
+        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, None).unwrap()
+    }
+
+    #[test]
+    fn a_guarded_edit_is_built_only_from_its_permit_and_carries_it() {
+        let ours = ours();
+        let off = crate::gate::volume::Protection {
+            on: false,
+            managed: None,
+        };
+        let slots = ["scsi1".to_string(), "scsi2".to_string()];
+        let detach = crate::gate::volume::detach(&ours, off, &slots).unwrap();
+        let sign = crate::gate::permit::sign(&ours).unwrap();
+        let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
+        // The delete list grows, whoever adds to it.
+        let p = VmParams::new()
+            .delete_keys(&["vga"])
+            .detach(&detach)
+            .unwrap()
+            .merge(VmParams::new().delete_keys(&["net2"]));
+        assert_eq!(p.get("delete"), Some("vga,scsi1,scsi2,net2"));
+        assert_eq!(p.permitted(100), Ok(()));
+        assert!(p.permitted(101).is_err(), "the permit is VM 100's");
+        // A write carries the permits of what it merges.
+        let merged = VmParams::new().set("cores", 2).merge(p);
+        assert_eq!(merged.permitted(100), Ok(()));
+        // The builders refuse a permit of another act, or a marker it does not allow.
+        assert!(VmParams::new().detach(&sign).is_err());
+        assert!(VmParams::new().destroy_drive(&detach).is_err());
+        assert!(VmParams::new().attach_seed(&detach).is_err());
+        assert!(VmParams::new().drop_ownership(&sign, &["web"]).is_err());
+        let key = crate::gate::identity::tests::key();
+        let other = Marker::signed(&key, "main", "db", "u1", 100).description();
+        assert!(VmParams::new().marker(&sign, other).is_err());
+        assert!(VmParams::new().marker(&release, "x".into()).is_err());
+        let own = Marker::signed(&key, "main", "web", "u1", 100).description();
+        assert!(VmParams::new().drop_marker(&release, own.clone()).is_err());
+        let p = VmParams::new().marker(&sign, own).unwrap();
+        assert_eq!(p.permitted(100), Ok(()));
+        let p = VmParams::new()
+            .drop_marker(&release, "notes".into())
+            .unwrap()
+            .drop_ownership(&release, &Vec::<String>::new())
+            .unwrap();
+        assert_eq!(
+            (p.get("description"), p.get("delete")),
+            (Some("notes"), Some("tags"))
+        );
+        assert_eq!(p.permitted(100), Ok(()));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::types::{
     NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
+use crate::gate::permit::Permit;
 
 /// Declares [`Pve`] from one list of calls and implements it for [`Client`] by calling the
 /// inherent method of the same name: one place to add a call, and no way for the two to drift.
@@ -81,15 +82,21 @@ pve_calls! {
         bytes: &[u8],
         sha256: &str,
     ) -> Upid;
-    /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`.
-    fn delete_volume(&self, node: &str, storage: &str, volume: &str) -> Option<Upid>;
+    /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`, with the gate's permit.
+    fn delete_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volume: &str,
+        permit: &Permit,
+    ) -> Option<Upid>;
     /// `GET /nodes/{node}/network?type=any_bridge`.
     fn node_bridges(&self, node: &str) -> Vec<NetworkInterface>;
     /// `GET .../qemu/{vmid}/config`.
     fn vm_config(&self, node: &str, vmid: u32) -> VmConfig;
     /// `GET .../qemu/{vmid}/pending`.
     fn vm_pending(&self, node: &str, vmid: u32) -> Vec<PendingEntry>;
-    /// `PUT .../qemu/{vmid}/config`: synchronous.
+    /// `PUT .../qemu/{vmid}/config`: synchronous. A guarded edit needs its permit in `params`.
     fn set_config(
         &self,
         node: &str,
@@ -97,7 +104,8 @@ pve_calls! {
         params: &VmParams,
         digest: Option<&str>,
     ) -> ();
-    /// `POST .../qemu/{vmid}/config`: a task when PVE needs one.
+    /// `POST .../qemu/{vmid}/config`: a task when PVE needs one. A guarded edit needs its
+    /// permit in `params`.
     fn set_config_async(
         &self,
         node: &str,
@@ -128,8 +136,15 @@ pve_calls! {
     fn stop_vm(&self, node: &str, vmid: u32, overrule_shutdown: bool) -> Upid;
     /// `POST .../status/reboot`: a `qmreboot` task.
     fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Upid;
-    /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task.
-    fn delete_vm(&self, node: &str, vmid: u32, purge: bool, destroy_unreferenced: bool) -> Upid;
+    /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task, with the gate's permit.
+    fn delete_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        purge: bool,
+        destroy_unreferenced: bool,
+        permit: &Permit,
+    ) -> Upid;
     /// `GET /nodes/{node}/tasks?vmid=N&source=active`.
     fn active_vm_tasks(&self, node: &str, vmid: u32) -> Vec<TaskListEntry>;
     /// `GET /nodes/{node}/tasks?source=active`.
@@ -167,8 +182,8 @@ pve_calls! {
         params: &AffinityParams,
         digest: Option<&str>,
     ) -> ();
-    /// `DELETE /cluster/ha/groups/{id}` or `.../rules/{id}`.
-    fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> ();
+    /// `DELETE /cluster/ha/groups/{id}` or `.../rules/{id}`, with the gate's permit.
+    fn remove_ha_affinity(&self, kind: AffinityKind, id: &str, permit: &Permit) -> ();
     /// Waits for a task until it stops or `timeout` passes: `StillRunning` when our wait runs
     /// out, `Error::TaskFailed` only for a task that stopped with another exit status than
     /// `OK` or `WARNINGS: n`.

@@ -57,6 +57,10 @@ pub enum Error {
     /// The client could not be built (bad CA file, unreadable secret, ...).
     #[error("{0}")]
     Setup(String),
+    /// A destructive or identity-changing call without the gate's permit for it
+    /// (`gate::permit`): refused before anything was sent.
+    #[error("refused by the gate: {0}")]
+    NotPermitted(String),
 }
 
 fn fmt_params(errors: &BTreeMap<String, String>) -> String {
@@ -81,7 +85,7 @@ impl Error {
             Error::Api { message, .. } => message,
             Error::Transport { message, .. } | Error::Decode { message, .. } => message,
             Error::TaskFailed { exitstatus, .. } => exitstatus,
-            Error::Setup(m) => m,
+            Error::Setup(m) | Error::NotPermitted(m) => m,
         }
     }
 
@@ -109,6 +113,7 @@ impl Error {
                 classify_text(exitstatus).unwrap_or(Category::TaskFailed)
             }
             Error::Setup(_) => Category::ConfigurationError,
+            Error::NotPermitted(_) => Category::Conflict,
         }
     }
 
@@ -139,7 +144,7 @@ impl Error {
             }
             Error::Api { status, .. } => matches!(status, 502..=504 | 595..=597),
             Error::Decode { .. } => true,
-            Error::TaskFailed { .. } | Error::Setup(_) => false,
+            Error::TaskFailed { .. } | Error::Setup(_) | Error::NotPermitted(_) => false,
         }
     }
 
@@ -162,7 +167,8 @@ impl Error {
                 kind: TransportKind::Tls,
                 ..
             }
-            | Error::Setup(_) => true,
+            | Error::Setup(_)
+            | Error::NotPermitted(_) => true,
             _ => false,
         }
     }

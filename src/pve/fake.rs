@@ -16,6 +16,9 @@
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!
+//! A destructive or identity-changing call meets the client's own check of the gate's permit
+//! (`gate::permit`): refused without one, logged as `refused <method> <args>`, nothing changed.
+//!
 //! Not modelled: pending values of a running VM (nothing is ever pending), hotplug, the guest
 //! agent (always "not running"), permissions, storages beyond `local-lvm` and `local`.
 
@@ -32,6 +35,7 @@ use super::types::{
     VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
+use crate::gate::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
 
 /// A VM as the fake holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +243,21 @@ impl FakePve {
     /// Forgets the calls so far.
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
+    }
+
+    /// The gate's check of a destructive or identity-changing call (the client's own, shared):
+    /// a refused call is logged as `refused <method> <args>` and reaches nothing, as the client
+    /// sends nothing.
+    fn permitted(
+        &self,
+        method: &'static str,
+        args: &str,
+        check: Result<(), Error>,
+    ) -> Result<(), Error> {
+        if check.is_err() {
+            self.lock().calls.push(format!("refused {method} {args}"));
+        }
+        check
     }
 
     /// Logs a call, applies its fault if any, and runs it.
@@ -655,7 +674,10 @@ impl Pve for FakePve {
         node: &str,
         storage: &str,
         volume: &str,
+        permit: &Permit,
     ) -> Result<Option<Upid>, Error> {
+        let check = check_delete_volume(volume, permit).map_err(Error::NotPermitted);
+        self.permitted("delete_volume", &format!("{node} {volume}"), check)?;
         self.call("delete_volume", format!("{node} {volume}"), |s| {
             if let Some(list) = s.volumes.get_mut(storage) {
                 list.retain(|v| v.volid != volume);
@@ -705,6 +727,11 @@ impl Pve for FakePve {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
+        self.permitted(
+            "set_config",
+            &format!("{node} {vmid}"),
+            params.permitted(vmid),
+        )?;
         self.call("set_config", format!("{node} {vmid}"), |s| {
             s.unlocked(node, vmid)?;
             s.check_digest(vmid, digest)?;
@@ -720,7 +747,9 @@ impl Pve for FakePve {
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
-        self.call("set_config_async", format!("{node} {vmid}"), |s| {
+        let args = format!("{node} {vmid}");
+        self.permitted("set_config_async", &args, params.permitted(vmid))?;
+        self.call("set_config_async", args, |s| {
             s.unlocked(node, vmid)?;
             s.check_digest(vmid, digest)?;
             s.write_config(vmid, params);
@@ -841,7 +870,10 @@ impl Pve for FakePve {
         vmid: u32,
         _purge: bool,
         _destroy_unreferenced: bool,
+        permit: &Permit,
     ) -> Result<Upid, Error> {
+        let check = check_delete_vm(vmid, permit).map_err(Error::NotPermitted);
+        self.permitted("delete_vm", &format!("{node} {vmid}"), check)?;
         self.call("delete_vm", format!("{node} {vmid}"), |s| {
             s.unlocked(node, vmid)?;
             if s.vm(node, vmid)?.running {
@@ -1011,7 +1043,14 @@ impl Pve for FakePve {
         })
     }
 
-    async fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<(), Error> {
+    async fn remove_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        permit: &Permit,
+    ) -> Result<(), Error> {
+        let check = check_remove_affinity(id, permit).map_err(Error::NotPermitted);
+        self.permitted("remove_ha_affinity", id, check)?;
         self.call("remove_ha_affinity", id.to_string(), |s| {
             s.affinities
                 .remove(&(kind == AffinityKind::Rule, id.to_string()));
@@ -1066,5 +1105,88 @@ impl State {
             )),
             None => Err(api(500, format!("no such cluster node '{node}'"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::identity::{tests::key, verify};
+    use crate::gate::site::tests::checked;
+    use crate::ownership::Marker;
+
+    /// VM 100 of spec `web` with its signed marker, a second disk and a seed attached.
+    fn fake() -> FakePve {
+        let pve = FakePve::new(&["pve1"]);
+        let marker = Marker::signed(&key(), "main", "web", "u1", 100).description();
+        pve.add_vm(
+            100,
+            "pve1",
+            &[
+                ("description", &marker),
+                ("tags", "proxsync.main"),
+                ("scsi1", "local-lvm:vm-100-disk-1,size=8G"),
+            ],
+        );
+        pve
+    }
+
+    /// The fake refuses what the client refuses (`gate::permit`), and changes nothing: unit
+    /// tests of `execute` meet the same check as the daemon.
+    #[tokio::test]
+    async fn a_guarded_edit_without_its_permit_changes_nothing() {
+        let pve = fake();
+        let before = pve.vm(100);
+        for params in [
+            VmParams::new().delete_keys(&["scsi1"]),
+            VmParams::new().set("description", "typed by hand"),
+            VmParams::new().tags(&["web"]).unwrap(),
+        ] {
+            let err = pve
+                .set_config("pve1", 100, &params, None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+            let err = pve
+                .set_config_async("pve1", 100, &params, None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+        }
+        assert_eq!(pve.vm(100), before);
+        assert_eq!(pve.count("set_config") + pve.count("set_config_async"), 0);
+        assert_eq!(pve.count("refused"), 6, "{:?}", pve.calls());
+
+        // A permit of another act, or for another VM: refused as well.
+        let d = pve.vm(100).unwrap().config["description"].clone();
+        let ours = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
+        let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
+        let err = pve
+            .delete_vm("pve1", 100, true, true, &release)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotPermitted(_)), "{err}");
+        let delete = crate::gate::permit::remove(&ours, "web", false).unwrap();
+        assert!(
+            pve.delete_vm("pve1", 101, true, true, &delete)
+                .await
+                .is_err()
+        );
+        assert!(
+            pve.delete_volume("pve1", "local", "local:iso/x.iso", &delete)
+                .await
+                .is_err()
+        );
+        assert!(
+            pve.remove_ha_affinity(AffinityKind::Rule, "proxsync-vm100", &delete)
+                .await
+                .is_err()
+        );
+        assert_eq!(pve.vm(100), before);
+        // With its permit, the delete is carried out.
+        pve.delete_vm("pve1", 100, true, true, &delete)
+            .await
+            .unwrap();
+        assert_eq!(pve.vm(100), None);
     }
 }

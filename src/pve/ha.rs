@@ -168,8 +168,15 @@ impl Client {
     }
 
     /// `DELETE /cluster/ha/groups/{id}` (refused while a resource is in the group) or
-    /// `DELETE /cluster/ha/rules/{id}`.
-    pub async fn remove_ha_affinity(&self, kind: AffinityKind, id: &str) -> Result<(), Error> {
+    /// `DELETE /cluster/ha/rules/{id}`: only with the gate's permit for it
+    /// (`gate::ha::may_remove`); refused before sending otherwise.
+    pub async fn remove_ha_affinity(
+        &self,
+        kind: AffinityKind,
+        id: &str,
+        permit: &crate::gate::permit::Permit,
+    ) -> Result<(), Error> {
+        crate::gate::permit::check_remove_affinity(id, permit).map_err(Error::NotPermitted)?;
         let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
         let _: serde_json::Value = self.delete(&path, &[]).await?;
         Ok(())

@@ -39,14 +39,14 @@
 //! | [`Client::storage_content`] | `GET /nodes/{node}/storage/{storage}/content` | at once | 500 storage missing/inactive |
 //! | [`Client::node_bridges`] | `GET /nodes/{node}/network?type=any_bridge` | at once | 595 NodeUnhealthy |
 //! | [`Client::vm_config`] | `GET /nodes/{node}/qemu/{vmid}/config` | at once | 500 `Configuration file ... does not exist` (NotFound) |
-//! | [`Client::set_config`] | `PUT .../config` (+`digest`) | at once | Lock, Conflict (`digest` mismatch), 400 Configuration |
+//! | [`Client::set_config`] | `PUT .../config` (+`digest`) | at once | Lock, Conflict (`digest` mismatch), 400 Configuration; NotPermitted (a guarded edit without the gate's permit, nothing sent) |
 //! | [`Client::set_config_async`] | `POST .../config` (+`digest`) | a task when needed, else at once | as above; TaskFailed |
 //! | [`Client::create_vm`] | `POST /nodes/{node}/qemu` | task `qmcreate` | AlreadyExists (VMID taken), 400, Quota, ImageNotFound, TaskFailed |
 //! | [`Client::clone_vm`] | `POST .../qemu/{template}/clone` | task `qmclone` | Lock (template busy), AlreadyExists, Quota, TaskFailed |
 //! | [`Client::resize_disk`] | `PUT .../resize` | task `resize` (PVE 8+), at once before | 500 shrinking refused, Lock |
 //! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
 //! | [`Client::migrate_precondition`], [`Client::migrate_vm`] | `GET`/`POST .../migrate` | at once; task `qmigrate` (`hamigrate` when HA-managed) | Lock, 500 `can't migrate running VM without --online`, TaskFailed (`local cdrom image`, local devices) |
-//! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1` | task `qmdestroy` | Lock, running VM refused, TaskFailed |
+//! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1`, with the gate's permit | task `qmdestroy` | Lock, running VM refused, TaskFailed; NotPermitted (nothing sent) |
 //! | [`Client::active_vm_tasks`], [`Client::active_tasks`] | `GET /nodes/{node}/tasks?source=active[&vmid=N]` | at once | who holds a VM's lock ([`LockHolder`]); running tasks say `RUNNING` |
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
 //! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |

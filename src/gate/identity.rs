@@ -1,0 +1,282 @@
+//! A VM's identity: is the VM at a VMID this install's, and which spec's?
+//!
+//! The evidence is the marker in the VM's description (`ownership`): its MAC over install,
+//! spec, uid and VMID verifies with the marker key, or the state database vouches for the VM
+//! (the record of the spec names this VMID and the marker's uid: a marker from before signing,
+//! or signed with a lost key). A marker typed by hand fails on its MAC; one copied with the VM
+//! (a clone in the web UI) fails on its VMID; neither is vouched for by a record.
+//!
+//! [`verify`] is the one marker check: every decision about a VM's identity goes through it,
+//! and its answer, a [`VerifiedMarker`], is what the permits of [`super::permit`] are made from.
+//! It is made only here, from a config read on a site whose cluster was checked
+//! ([`super::site::SiteChecked`]).
+
+use std::fmt;
+
+use super::site::SiteChecked;
+use crate::ownership::{Marker, MarkerKey};
+
+/// Why a marker is trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// Its MAC verifies for the VMID with the marker key.
+    Mac,
+    /// The state database vouches for it: the spec's record names this VMID and the marker's
+    /// uid.
+    Record,
+}
+
+/// A VM's marker, verified for its VMID on a checked site. Made only by [`verify`] (a marker of
+/// this install) and [`verify_handed`] (a marker of another install, signed with a shared key).
+#[derive(Debug, PartialEq, Eq)]
+pub struct VerifiedMarker {
+    site: String,
+    vmid: u32,
+    marker: Marker,
+    trust: Trust,
+    /// The marker names this install (`verify`), not another one (`verify_handed`).
+    own: bool,
+}
+
+impl VerifiedMarker {
+    /// The site the VM is on.
+    pub fn site(&self) -> &str {
+        &self.site
+    }
+
+    pub fn vmid(&self) -> u32 {
+        self.vmid
+    }
+
+    pub fn install(&self) -> &str {
+        &self.marker.install
+    }
+
+    pub fn spec(&self) -> &str {
+        &self.marker.spec
+    }
+
+    pub fn uid(&self) -> &str {
+        &self.marker.uid
+    }
+
+    pub fn marker(&self) -> &Marker {
+        &self.marker
+    }
+
+    pub fn trust(&self) -> Trust {
+        self.trust
+    }
+
+    /// The marker names this install (else another install handed the VM over).
+    pub fn is_own(&self) -> bool {
+        self.own
+    }
+
+    /// The marker is the signed one the VM should carry (its MAC verifies for this VMID); else
+    /// converge writes it signed.
+    pub fn signed(&self) -> bool {
+        self.trust == Trust::Mac
+    }
+}
+
+/// Why a VM is not shown to be this install's (or the spec's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotOurs(pub String);
+
+impl fmt::Display for NotOurs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Whether `description`, the config of VM `vmid` on `site`, carries this install's marker
+/// (and, when `spec` is given, that spec's) and the marker is to be trusted: its MAC verifies
+/// for this VMID, or the state database vouches for the VM (`vouched_uid`: the uid recorded for
+/// the spec whose record names this VMID). A marker typed by hand or copied from another VM is
+/// never trusted.
+pub fn verify(
+    site: &SiteChecked,
+    key: &MarkerKey,
+    install_id: &str,
+    vmid: u32,
+    description: Option<&str>,
+    spec: Option<&str>,
+    vouched_uid: Option<&str>,
+) -> Result<VerifiedMarker, NotOurs> {
+    let marker = parsed(vmid, description)?;
+    if marker.install != install_id {
+        return Err(NotOurs(format!(
+            "VM {vmid} carries the marker of install {}, not {install_id}'s",
+            marker.install
+        )));
+    }
+    if let Some(spec) = spec.filter(|s| *s != marker.spec) {
+        return Err(NotOurs(format!(
+            "VM {vmid} carries the marker of spec {}, not of {spec}",
+            marker.spec
+        )));
+    }
+    let trust = if marker.verifies(key, vmid) {
+        Trust::Mac
+    } else if vouched_uid.is_some_and(|uid| !uid.is_empty() && uid == marker.uid) {
+        Trust::Record
+    } else {
+        return Err(NotOurs(format!(
+            "VM {vmid}'s marker does not verify (copied from another VM, typed by hand, or \
+             signed with a lost marker key) and no record vouches for it"
+        )));
+    };
+    Ok(VerifiedMarker {
+        site: site.site().to_string(),
+        vmid,
+        marker,
+        trust,
+        own: true,
+    })
+}
+
+/// Whether `description`, the config of VM `vmid` on `site`, carries the marker of spec `spec`
+/// for another install, whose MAC verifies with this install's key (installs that hand VMs over
+/// share one). Only a MAC counts: no record of this install vouches for another's VM.
+pub fn verify_handed(
+    site: &SiteChecked,
+    key: &MarkerKey,
+    install_id: &str,
+    vmid: u32,
+    description: Option<&str>,
+    spec: &str,
+) -> Result<VerifiedMarker, NotOurs> {
+    let marker = parsed(vmid, description)?;
+    if marker.spec != spec || marker.install == install_id {
+        return Err(NotOurs(format!(
+            "VM {vmid} carries the marker of spec {} of install {}, not of spec {spec} from \
+             another install",
+            marker.spec, marker.install
+        )));
+    }
+    if !marker.verifies(key, vmid) {
+        return Err(NotOurs(format!(
+            "VM {vmid}'s marker (install {}) does not verify with this install's marker key",
+            marker.install
+        )));
+    }
+    Ok(VerifiedMarker {
+        site: site.site().to_string(),
+        vmid,
+        marker,
+        trust: Trust::Mac,
+        own: false,
+    })
+}
+
+fn parsed(vmid: u32, description: Option<&str>) -> Result<Marker, NotOurs> {
+    description.and_then(Marker::parse).ok_or_else(|| {
+        NotOurs(format!(
+            "VM {vmid} carries no proxsync marker in its description"
+        ))
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::gate::site::tests::checked;
+
+    pub(crate) fn key() -> MarkerKey {
+        MarkerKey::from_bytes([7; 32])
+    }
+
+    fn signed(install: &str, spec: &str, uid: &str, vmid: u32) -> String {
+        Marker::signed(&key(), install, spec, uid, vmid).description()
+    }
+
+    fn ask(description: &str, vmid: u32, spec: Option<&str>, vouched: Option<&str>) -> String {
+        match verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            vmid,
+            Some(description),
+            spec,
+            vouched,
+        ) {
+            Ok(v) => format!("{:?} {} {}", v.trust(), v.spec(), v.uid()),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn a_signed_marker_of_this_install_verifies_for_its_vmid() {
+        let d = signed("main", "web", "u1", 100);
+        assert_eq!(ask(&d, 100, Some("web"), None), "Mac web u1");
+        assert_eq!(ask(&d, 100, None, None), "Mac web u1");
+        let v = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
+        assert_eq!((v.site(), v.vmid(), v.install()), ("lab", 100, "main"));
+        assert!(v.signed());
+        // Human notes around it change nothing.
+        let noted = format!("owner: ops\n{d}\nmore");
+        assert_eq!(ask(&noted, 100, Some("web"), None), "Mac web u1");
+    }
+
+    #[test]
+    fn a_copied_typed_or_foreign_marker_is_not_ours() {
+        // Copied with the VM to another VMID (a clone in the web UI).
+        let d = signed("main", "web", "u1", 100);
+        assert!(ask(&d, 101, Some("web"), None).contains("does not verify"));
+        // A marker of VM 100 is no evidence for VM 101 even where a record names uid u1 for
+        // another VMID: only the caller's record of *this* VMID vouches.
+        assert!(ask(&d, 101, Some("web"), Some("u2")).contains("does not verify"));
+        // Typed by hand, or with a made-up MAC.
+        let typed = "proxsync-id: install=main spec=web uid=u1";
+        assert!(ask(typed, 100, Some("web"), None).contains("does not verify"));
+        let guessed = format!("{typed} mac={}", "0".repeat(32));
+        assert!(ask(&guessed, 100, Some("web"), None).contains("does not verify"));
+        // Another spec, another install, none at all.
+        assert!(ask(&d, 100, Some("db"), None).contains("spec web, not of db"));
+        let theirs = signed("other", "web", "u1", 100);
+        assert!(ask(&theirs, 100, None, None).contains("install other"));
+        assert!(ask("made by hand", 100, None, None).contains("no proxsync marker"));
+        assert!(
+            verify(&checked("lab"), &key(), "main", 100, None, None, None)
+                .unwrap_err()
+                .0
+                .contains("no proxsync marker")
+        );
+        // Signed with another key (a lost key, another install's key).
+        let other_key = Marker::signed(&MarkerKey::from_bytes([8; 32]), "main", "web", "u1", 100);
+        assert!(ask(&other_key.description(), 100, None, None).contains("does not verify"));
+    }
+
+    #[test]
+    fn the_record_vouches_only_for_its_uid() {
+        // A marker from before signing, or signed with a lost key: the record vouches.
+        let old = "proxsync-id: install=main spec=web uid=u1";
+        assert_eq!(ask(old, 100, Some("web"), Some("u1")), "Record web u1");
+        assert!(ask(old, 100, Some("web"), Some("u2")).contains("does not verify"));
+        assert!(ask(old, 100, Some("web"), Some("")).contains("does not verify"));
+        let v = verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            100,
+            Some(old),
+            None,
+            Some("u1"),
+        )
+        .unwrap();
+        assert!(!v.signed());
+    }
+
+    #[test]
+    fn a_handed_over_marker_verifies_only_by_its_mac() {
+        let theirs = signed("other", "web", "u1", 100);
+        let v = verify_handed(&checked("lab"), &key(), "main", 100, Some(&theirs), "web").unwrap();
+        assert_eq!((v.install(), v.spec(), v.uid()), ("other", "web", "u1"));
+        // Copied to another VMID, another spec, or this install's own marker: refused.
+        assert!(verify_handed(&checked("lab"), &key(), "main", 101, Some(&theirs), "web").is_err());
+        assert!(verify_handed(&checked("lab"), &key(), "main", 100, Some(&theirs), "db").is_err());
+        let ours = signed("main", "web", "u1", 100);
+        assert!(verify_handed(&checked("lab"), &key(), "main", 100, Some(&ours), "web").is_err());
+    }
+}

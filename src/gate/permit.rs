@@ -1,0 +1,734 @@
+//! Permits: the only way a destructive or identity-changing call reaches Proxmox VE.
+//!
+//! A [`Permit`] allows one act on one VM of one site: a delete of the VM, a release or a
+//! hand-over (the ownership tag removed), a take-over, a re-label or a re-signing (a marker
+//! written), a detach or a destroy of a drive, the attach of a seed image, the delete of a seed
+//! image, the removal of an HA group or rule. It has no public constructor and cannot be
+//! cloned: only the gate's decision functions make one, each from verified evidence (a
+//! [`VerifiedMarker`], which needs a [`SiteChecked`]; the recorded volumes; the HA mark). The
+//! calls that act take one: `Pve::delete_vm`, `Pve::delete_volume` and
+//! `Pve::remove_ha_affinity` a `&Permit`, and a config write carries the permits of its guarded
+//! edits inside its `VmParams` (its builders `detach`, `destroy_drive`, `marker`, `release`,
+//! `drop_ownership`, `attach_seed` take one). [`check_write`] is the backstop every config write
+//! passes in the client (and the unit tests' fake): a guarded edit without a matching permit is
+//! refused before anything is sent. The guarded edits of a config write:
+//! - `delete=` of a drive (`ide|sata|scsi|virtio|efidisk|tpmstate|unusedN`): a detach, or with
+//!   `force` a destroy of its volume;
+//! - `description`: a marker line written (the install, spec and uid it carries must be the
+//!   permit's), or none (the marker removed), or `delete=description`;
+//! - `tags` without any `proxsync.*` tag, or `delete=tags`: the ownership tag removed;
+//! - a drive set to an image: a CD-ROM of a volume (`V,media=cdrom`) or `import-from=V`.
+//!
+//! A drive rewritten with its own volume and other options, a new disk (`S:N`), PVE's cloud-init
+//! drive (`S:cloudinit`) and an ejected CD-ROM (`none,media=cdrom`) are not guarded.
+
+use super::identity::{Trust, VerifiedMarker};
+use super::site::SiteChecked;
+use crate::ownership::{Marker, ownership_tag};
+
+/// The identity a marker write carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerId {
+    pub install: String,
+    pub spec: String,
+    pub uid: String,
+}
+
+impl MarkerId {
+    fn of(m: &Marker) -> MarkerId {
+        MarkerId {
+            install: m.install.clone(),
+            spec: m.spec.clone(),
+            uid: m.uid.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for MarkerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "spec {} (install {}, uid {})",
+            self.spec, self.install, self.uid
+        )
+    }
+}
+
+/// What a permit allows, on its VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Act {
+    /// Delete the VM: a removed spec's (`deletionPolicy: Delete`), an orphan, or a second VM of
+    /// a spec.
+    DeleteVm,
+    /// Remove this install's ownership tag and marker (`deletionPolicy: Orphan`).
+    Release,
+    /// Remove this install's ownership tag, keeping the marker (written signed as `marker`).
+    HandOver { marker: MarkerId },
+    /// Write this install's `marker` on a VM another install handed over.
+    TakeOver { marker: MarkerId },
+    /// Write `marker` for the spec a VM is renamed to.
+    Relabel { marker: MarkerId },
+    /// Write the VM's own `marker` again, signed (converge).
+    Sign { marker: MarkerId },
+    /// Detach the drives in `slots` (PVE keeps their volumes as `unusedN`).
+    Detach { slots: Vec<String> },
+    /// Destroy the drive in `slot`, bound to `volume`.
+    Destroy { slot: String, volume: String },
+    /// Attach the seed image `volume` as a CD-ROM in `slot`.
+    AttachSeed { slot: String, volume: String },
+    /// Delete the storage volume `volume` (a seed image the VM no longer uses).
+    DeleteVolume { volume: String },
+    /// Remove the HA group or rule `id` made for the VM.
+    RemoveAffinity { id: String },
+}
+
+impl Act {
+    /// The marker a write under this act must carry, when it writes one.
+    fn marker(&self) -> Option<&MarkerId> {
+        match self {
+            Act::HandOver { marker }
+            | Act::TakeOver { marker }
+            | Act::Relabel { marker }
+            | Act::Sign { marker } => Some(marker),
+            _ => None,
+        }
+    }
+}
+
+/// One act on one VM, allowed by the gate. Not `Clone`, no public constructor: see the
+/// module's doc.
+#[derive(Debug)]
+pub struct Permit {
+    grant: Grant,
+}
+
+/// What a [`Permit`] allows, as a config write carries it (`VmParams`). Made only from a permit
+/// (`Permit::grant`); a copy allows nothing more than its permit (the same act on the same
+/// VM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    site: String,
+    vmid: u32,
+    act: Act,
+}
+
+impl Grant {
+    pub fn site(&self) -> &str {
+        &self.site
+    }
+
+    pub fn vmid(&self) -> u32 {
+        self.vmid
+    }
+
+    pub fn act(&self) -> &Act {
+        &self.act
+    }
+}
+
+impl Permit {
+    /// Made by the gate's decision functions only.
+    pub(super) fn new(site: &str, vmid: u32, act: Act) -> Permit {
+        Permit {
+            grant: Grant {
+                site: site.to_string(),
+                vmid,
+                act,
+            },
+        }
+    }
+
+    pub fn site(&self) -> &str {
+        &self.grant.site
+    }
+
+    pub fn vmid(&self) -> u32 {
+        self.grant.vmid
+    }
+
+    pub fn act(&self) -> &Act {
+        &self.grant.act
+    }
+
+    /// What a config write carrying this permit is allowed to do.
+    pub(crate) fn grant(&self) -> Grant {
+        self.grant.clone()
+    }
+}
+
+// ---- the acts on a VM of this install, from its verified marker ----
+
+/// `vm`'s marker names this install.
+pub(super) fn own(vm: &VerifiedMarker) -> Result<(), String> {
+    if vm.is_own() {
+        return Ok(());
+    }
+    Err(format!(
+        "VM {} carries the marker of install {}: not this install's to act on",
+        vm.vmid(),
+        vm.install()
+    ))
+}
+
+fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), String> {
+    own(vm)?;
+    if vm.spec() == spec {
+        return Ok(());
+    }
+    Err(format!(
+        "VM {} carries the marker of spec {}, not of {spec}",
+        vm.vmid(),
+        vm.spec()
+    ))
+}
+
+/// The removal of spec `spec`'s VM: its delete, or with `release` (`deletionPolicy: Orphan`)
+/// its release (this install's tag and marker removed, the VM kept). The VM's marker must
+/// name `spec` (verified or vouched for by the spec's record).
+pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, String> {
+    of_spec(vm, spec)?;
+    let act = if release { Act::Release } else { Act::DeleteVm };
+    Ok(Permit::new(vm.site(), vm.vmid(), act))
+}
+
+/// The hand-over of spec `spec`'s VM to the install whose selector now matches the spec: this
+/// install's tag removed, the marker kept (written signed for the VM when it was not).
+pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, String> {
+    of_spec(vm, spec)?;
+    let marker = MarkerId::of(vm.marker());
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::HandOver { marker }))
+}
+
+/// The delete of an orphan (or of a second VM of a spec): this install's ownership tag among
+/// `tags` and a marker whose MAC verifies (no record vouches for an orphan). That it is
+/// stopped, unlocked, unprotected and past its grace period is the plan's and the caller's.
+pub fn delete_orphan(vm: &VerifiedMarker, tags: &[String]) -> Result<Permit, String> {
+    own(vm)?;
+    let vmid = vm.vmid();
+    if vm.trust() != Trust::Mac {
+        return Err(format!(
+            "VM {vmid}'s marker does not verify for VM {vmid}: an orphan is deleted only on a \
+             signed marker"
+        ));
+    }
+    let tag = ownership_tag(vm.install());
+    if !tags.contains(&tag) {
+        return Err(format!(
+            "VM {vmid} does not carry the ownership tag {tag}: not deleting it"
+        ));
+    }
+    Ok(Permit::new(vm.site(), vmid, Act::DeleteVm))
+}
+
+/// Writing the VM's own marker again, signed for its VMID (a marker from before signing, or
+/// with a lost key, vouched for by the record), or below a description the spec declares: the
+/// install, spec and uid it carries are the verified marker's.
+pub fn sign(vm: &VerifiedMarker) -> Result<Permit, String> {
+    own(vm)?;
+    let marker = MarkerId::of(vm.marker());
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::Sign { marker }))
+}
+
+/// Taking over a VM another install handed over (`vm` from `identity::verify_handed`: its
+/// marker names `spec` and verifies with the key the installs share) once it is released: no
+/// `proxsync.*` tag left among `tags`. This install's marker (same spec and uid) is written.
+pub fn take_over(
+    vm: &VerifiedMarker,
+    install_id: &str,
+    spec: &str,
+    tags: &[String],
+) -> Result<Permit, String> {
+    let vmid = vm.vmid();
+    if vm.is_own() || vm.spec() != spec || vm.trust() != Trust::Mac {
+        return Err(format!(
+            "VM {vmid} does not carry a verifying marker of spec {spec} from another install"
+        ));
+    }
+    released(vmid, vm.install(), tags)?;
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: vm.uid().to_string(),
+    };
+    Ok(Permit::new(vm.site(), vmid, Act::TakeOver { marker }))
+}
+
+fn released(vmid: u32, install: &str, tags: &[String]) -> Result<(), String> {
+    match tags.iter().find(|t| t.starts_with("proxsync.")) {
+        Some(tag) => Err(format!(
+            "VM {vmid} carries install {install}'s marker and the ownership tag {tag}: that \
+             install has not handed it over yet; wait until it has (its tag removed)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A person's confirmation that VM `vmid` is spec `spec`'s: `proxsync adopt SPEC --vmid N`.
+#[derive(Debug, Clone, Copy)]
+pub struct ByHand<'a> {
+    pub spec: &'a str,
+    pub vmid: u32,
+}
+
+/// `proxsync adopt` of a VM another install handed over without a shared marker key: on a
+/// checked site, the VM a person named carries the marker of the spec they named, for another
+/// install, and no `proxsync.*` tag is left (released). This install's marker (same spec and
+/// uid) is written. The marker's MAC cannot be checked (another key): the person's confirmation
+/// stands for it.
+pub fn adopt_by_hand(
+    site: &SiteChecked,
+    by_hand: ByHand<'_>,
+    install_id: &str,
+    description: Option<&str>,
+    tags: &[String],
+) -> Result<Permit, String> {
+    let ByHand { spec, vmid } = by_hand;
+    let m = description
+        .and_then(Marker::parse)
+        .filter(|m| m.spec == spec && m.install != install_id)
+        .ok_or_else(|| {
+            format!(
+                "VM {vmid} does not carry the marker of spec {spec} of another install: nothing \
+                 to take over"
+            )
+        })?;
+    released(vmid, &m.install, tags)?;
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: m.uid,
+    };
+    Ok(Permit::new(site.site(), vmid, Act::TakeOver { marker }))
+}
+
+// ---- the checks where the calls are sent ----
+
+/// A guarded edit of a config write (see the module's doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Edit {
+    Detach(String),
+    Destroy(String),
+    WriteMarker(MarkerId),
+    RemoveMarker,
+    RemoveOwnership,
+    Attach { slot: String, volume: String },
+}
+
+impl Edit {
+    fn allowed_by(&self, act: &Act) -> bool {
+        match (self, act) {
+            (Edit::Detach(s), Act::Detach { slots }) => slots.contains(s),
+            (Edit::Destroy(s), Act::Destroy { slot, .. }) => s == slot,
+            (Edit::WriteMarker(m), act) => act.marker() == Some(m),
+            (Edit::RemoveMarker, Act::Release) => true,
+            (Edit::RemoveOwnership, Act::Release | Act::HandOver { .. }) => true,
+            (Edit::Attach { slot, volume }, Act::AttachSeed { slot: s, volume: v }) => {
+                slot == s && volume == v
+            }
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Edit::Detach(s) => format!("detaching drive {s} (delete={s})"),
+            Edit::Destroy(s) => format!("destroying drive {s} (delete={s} with force)"),
+            Edit::WriteMarker(m) => format!("writing the marker of {m}"),
+            Edit::RemoveMarker => "removing the marker (a description without it)".to_string(),
+            Edit::RemoveOwnership => {
+                "removing the ownership tag (tags without a proxsync.* tag)".to_string()
+            }
+            Edit::Attach { slot, volume } => format!("attaching the image {volume} at {slot}"),
+        }
+    }
+}
+
+/// `delete=` lists: PVE splits them at `,`, `;` and white space (pve-common
+/// `PVE::Tools::split_list`).
+fn split_list(list: &str) -> impl Iterator<Item = &str> {
+    list.split([',', ';', ' ', '\t', '\n'])
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+/// A config key that holds a volume: deleting it detaches or destroys one.
+fn holds_volume(key: &str) -> bool {
+    [
+        "ide", "sata", "scsi", "virtio", "efidisk", "tpmstate", "unused",
+    ]
+    .iter()
+    .any(|p| {
+        key.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// The image a drive value attaches, if it attaches one: `import-from=V`, or a CD-ROM of a
+/// volume (not `none`/`cdrom`, not PVE's cloud-init drive).
+fn attached_image(value: &str) -> Option<String> {
+    let drive = crate::pve::values::DriveValue::parse(value);
+    if let Some(v) = drive.get("import-from") {
+        return Some(v.to_string());
+    }
+    let cdrom = drive.get("media") == Some("cdrom");
+    let empty = matches!(drive.volume.as_str(), "" | "none" | "cdrom");
+    let cloudinit = drive.volume.ends_with(":cloudinit") || drive.volume.contains("-cloudinit");
+    (cdrom && !empty && !cloudinit).then_some(drive.volume)
+}
+
+fn edits<'a>(values: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Edit> {
+    let values: Vec<(&str, &str)> = values.into_iter().collect();
+    let force = values.iter().any(|(k, v)| *k == "force" && *v != "0");
+    let mut out = Vec::new();
+    for (key, value) in &values {
+        match *key {
+            "delete" => {
+                for k in split_list(value) {
+                    if holds_volume(k) {
+                        out.push(if force {
+                            Edit::Destroy(k.to_string())
+                        } else {
+                            Edit::Detach(k.to_string())
+                        });
+                    } else if k == "description" {
+                        out.push(Edit::RemoveMarker);
+                    } else if k == "tags" {
+                        out.push(Edit::RemoveOwnership);
+                    }
+                }
+            }
+            "description" => out.push(match Marker::parse(value) {
+                Some(m) => Edit::WriteMarker(MarkerId::of(&m)),
+                None => Edit::RemoveMarker,
+            }),
+            "tags" if !split_list(value).any(|t| t.starts_with("proxsync.")) => {
+                out.push(Edit::RemoveOwnership);
+            }
+            k if crate::pve::values::is_drive_key(k) => {
+                if let Some(volume) = attached_image(value) {
+                    out.push(Edit::Attach {
+                        slot: k.to_string(),
+                        volume,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether a config write of `values` to VM `vmid` may be sent with `grants`: every guarded
+/// edit (see the module's doc) needs a grant for this VM whose act allows it. `Err` says which
+/// edit lacks one; nothing may be sent then.
+pub fn check_write<'a>(
+    vmid: u32,
+    values: impl IntoIterator<Item = (&'a str, &'a str)>,
+    grants: &[Grant],
+) -> Result<(), String> {
+    if let Some(g) = grants.iter().find(|g| g.vmid != vmid) {
+        return Err(format!(
+            "a permit for VM {} on site {} ({:?}) cannot be used on VM {vmid}: nothing was sent",
+            g.vmid, g.site, g.act
+        ));
+    }
+    for edit in edits(values) {
+        if !grants.iter().any(|g| edit.allowed_by(&g.act)) {
+            return Err(format!(
+                "VM {vmid}: {} needs a permit of the gate, and this write carries none that \
+                 allows it: nothing was sent",
+                edit.describe()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `permit` allows deleting VM `vmid`.
+pub fn check_delete_vm(vmid: u32, permit: &Permit) -> Result<(), String> {
+    if permit.vmid() == vmid && permit.act() == &Act::DeleteVm {
+        return Ok(());
+    }
+    Err(format!(
+        "deleting VM {vmid} needs the gate's permit for that delete; the one given is {:?} for \
+         VM {}: nothing was sent",
+        permit.act(),
+        permit.vmid()
+    ))
+}
+
+/// Whether `permit` allows deleting the storage volume `volume`.
+pub fn check_delete_volume(volume: &str, permit: &Permit) -> Result<(), String> {
+    if matches!(permit.act(), Act::DeleteVolume { volume: v } if v == volume) {
+        return Ok(());
+    }
+    Err(format!(
+        "deleting volume {volume} needs the gate's permit for that delete; the one given is \
+         {:?}: nothing was sent",
+        permit.act()
+    ))
+}
+
+/// Whether `permit` allows removing the HA group or rule `id`.
+pub fn check_remove_affinity(id: &str, permit: &Permit) -> Result<(), String> {
+    if matches!(permit.act(), Act::RemoveAffinity { id: i } if i == id) {
+        return Ok(());
+    }
+    Err(format!(
+        "removing the HA group or rule {id} needs the gate's permit for it; the one given is \
+         {:?}: nothing was sent",
+        permit.act()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::identity::tests::key;
+    use crate::gate::identity::{verify, verify_handed};
+    use crate::gate::site::tests::checked;
+
+    fn signed(install: &str, spec: &str, uid: &str, vmid: u32) -> String {
+        Marker::signed(&key(), install, spec, uid, vmid).description()
+    }
+
+    fn ours(spec: &str, vmid: u32) -> VerifiedMarker {
+        let d = signed("main", spec, "u1", vmid);
+        verify(&checked("lab"), &key(), "main", vmid, Some(&d), None, None).unwrap()
+    }
+
+    fn vouched(spec: &str, vmid: u32) -> VerifiedMarker {
+        let d = format!("proxsync-id: install=main spec={spec} uid=u1");
+        verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            vmid,
+            Some(&d),
+            None,
+            Some("u1"),
+        )
+        .unwrap()
+    }
+
+    fn theirs(spec: &str, vmid: u32) -> VerifiedMarker {
+        let d = signed("other", spec, "u1", vmid);
+        verify_handed(&checked("lab"), &key(), "main", vmid, Some(&d), spec).unwrap()
+    }
+
+    fn tags(t: &[&str]) -> Vec<String> {
+        t.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn a_removal_needs_the_specs_marker() {
+        let p = remove(&ours("web", 100), "web", false).unwrap();
+        assert_eq!((p.site(), p.vmid(), p.act()), ("lab", 100, &Act::DeleteVm));
+        assert_eq!(
+            remove(&vouched("web", 100), "web", true).unwrap().act(),
+            &Act::Release
+        );
+        let why = remove(&ours("db", 100), "web", false).unwrap_err();
+        assert!(why.contains("spec db, not of web"), "{why}");
+        assert!(remove(&theirs("web", 100), "web", false).is_err());
+        assert!(hand_over(&theirs("web", 100), "web").is_err());
+        assert!(sign(&theirs("web", 100)).is_err());
+        let Act::HandOver { marker } = hand_over(&vouched("web", 100), "web")
+            .unwrap()
+            .act()
+            .clone()
+        else {
+            panic!("not a hand-over");
+        };
+        assert_eq!((marker.spec.as_str(), marker.uid.as_str()), ("web", "u1"));
+    }
+
+    #[test]
+    fn an_orphan_is_deleted_only_signed_and_tagged() {
+        let tagged = tags(&["proxsync.main", "web"]);
+        assert_eq!(
+            delete_orphan(&ours("gone", 100), &tagged).unwrap().act(),
+            &Act::DeleteVm
+        );
+        let why = delete_orphan(&ours("gone", 100), &tags(&["web"])).unwrap_err();
+        assert!(why.contains("proxsync.main"), "{why}");
+        // No record vouches for an orphan.
+        assert!(delete_orphan(&vouched("gone", 100), &tagged).is_err());
+        assert!(delete_orphan(&theirs("gone", 100), &tags(&["proxsync.other"])).is_err());
+    }
+
+    #[test]
+    fn a_take_over_needs_a_released_vm_of_another_install() {
+        let p = take_over(&theirs("web", 100), "main", "web", &tags(&["keep"])).unwrap();
+        let Act::TakeOver { marker } = p.act() else {
+            panic!("{:?}", p.act());
+        };
+        assert_eq!(marker.install, "main");
+        let why = take_over(
+            &theirs("web", 100),
+            "main",
+            "web",
+            &tags(&["proxsync.other"]),
+        )
+        .unwrap_err();
+        assert!(why.contains("not handed it over yet"), "{why}");
+        assert!(take_over(&theirs("web", 100), "main", "db", &[]).is_err());
+        assert!(take_over(&ours("web", 100), "main", "web", &[]).is_err());
+
+        let by_hand = ByHand {
+            spec: "web",
+            vmid: 100,
+        };
+        let typed = "proxsync-id: install=other spec=web uid=u9";
+        let p = adopt_by_hand(&checked("lab"), by_hand, "main", Some(typed), &[]).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::TakeOver {
+                marker: MarkerId {
+                    install: "main".into(),
+                    spec: "web".into(),
+                    uid: "u9".into()
+                }
+            }
+        );
+        assert!(
+            adopt_by_hand(
+                &checked("lab"),
+                by_hand,
+                "main",
+                Some(typed),
+                &tags(&["proxsync.other"])
+            )
+            .is_err()
+        );
+        let other_spec = "proxsync-id: install=other spec=db uid=u9";
+        assert!(adopt_by_hand(&checked("lab"), by_hand, "main", Some(other_spec), &[]).is_err());
+        assert!(adopt_by_hand(&checked("lab"), by_hand, "main", None, &[]).is_err());
+    }
+
+    fn check(vmid: u32, values: &[(&str, &str)], permits: &[&Permit]) -> Result<(), String> {
+        let grants: Vec<Grant> = permits.iter().map(|p| p.grant()).collect();
+        check_write(vmid, values.iter().copied(), &grants)
+    }
+
+    #[test]
+    fn a_write_without_a_guarded_edit_needs_no_permit() {
+        let marker = signed("main", "web", "u1", 100);
+        for values in [
+            vec![("cores", "4"), ("memory", "2048")],
+            vec![("delete", "vga,net2,balloon")],
+            vec![("tags", "proxsync.main;web")],
+            vec![
+                ("scsi1", "local-lvm:8,cache=none"),
+                ("ide0", "local-lvm:cloudinit"),
+            ],
+            vec![
+                ("ide3", "none,media=cdrom"),
+                ("scsi1", "data:vm-100-disk-1,cache=none,size=8G"),
+            ],
+            vec![("protection", "0")],
+        ] {
+            assert_eq!(check(100, &values, &[]), Ok(()), "{values:?}");
+        }
+        // A marker write is guarded, and allowed by the VM's own permit.
+        let sign = sign(&ours("web", 100)).unwrap();
+        assert_eq!(check(100, &[("description", &marker)], &[&sign]), Ok(()));
+    }
+
+    #[test]
+    fn every_guarded_edit_is_refused_without_its_permit() {
+        let marker = signed("main", "web", "u1", 100);
+        for (values, what) in [
+            (vec![("delete", "scsi1")], "detaching drive scsi1"),
+            (vec![("delete", "cores;unused0")], "detaching drive unused0"),
+            (
+                vec![("delete", "scsi1"), ("force", "1")],
+                "destroying drive scsi1",
+            ),
+            (
+                vec![("delete", "efidisk0"), ("force", "1")],
+                "destroying drive efidisk0",
+            ),
+            (
+                vec![("description", marker.as_str())],
+                "writing the marker of spec web",
+            ),
+            (
+                vec![("description", "Released by proxsync.")],
+                "removing the marker",
+            ),
+            (vec![("delete", "description")], "removing the marker"),
+            (vec![("tags", "web;db")], "removing the ownership tag"),
+            (vec![("delete", "tags")], "removing the ownership tag"),
+            (
+                vec![("ide3", "local:iso/seed.iso,media=cdrom")],
+                "attaching the image local:iso/seed.iso",
+            ),
+            (
+                vec![("scsi0", "local-lvm:0,import-from=local:import/x.qcow2")],
+                "attaching the image local:import/x.qcow2",
+            ),
+        ] {
+            let why = check(100, &values, &[]).unwrap_err();
+            assert!(
+                why.contains(what) && why.contains("nothing was sent"),
+                "{values:?}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_permit_allows_only_its_act_on_its_vm() {
+        let release = remove(&ours("web", 100), "web", true).unwrap();
+        let delete = remove(&ours("web", 100), "web", false).unwrap();
+        let release_write = [
+            ("description", "notes\nReleased by proxsync."),
+            ("delete", "tags"),
+        ];
+        assert_eq!(check(100, &release_write, &[&release]), Ok(()));
+        // The same permit on another VM, or another act's permit: refused.
+        let why = check(101, &release_write, &[&release]).unwrap_err();
+        assert!(why.contains("cannot be used on VM 101"), "{why}");
+        assert!(check(100, &release_write, &[&delete]).is_err());
+        // A release allows removing the marker and the tag, nothing else.
+        let own = signed("main", "web", "u1", 100);
+        for other in [
+            vec![("delete", "scsi1")],
+            vec![("description", own.as_str())],
+            vec![("ide3", "local:iso/x.iso,media=cdrom")],
+        ] {
+            assert!(check(100, &other, &[&release]).is_err(), "{other:?}");
+        }
+        // A hand-over removes the tag, keeps (or signs) its own marker, not another.
+        let hand = hand_over(&ours("web", 100), "web").unwrap();
+        let own = signed("main", "web", "u1", 100);
+        assert_eq!(
+            check(100, &[("tags", "web"), ("description", &own)], &[&hand]),
+            Ok(())
+        );
+        let other_uid = signed("main", "web", "u2", 100);
+        let why = check(100, &[("description", &other_uid)], &[&hand]).unwrap_err();
+        assert!(why.contains("uid u2"), "{why}");
+        assert!(check(100, &[("description", "no marker")], &[&hand]).is_err());
+        // A re-signing permit writes the verified marker, never another spec's.
+        let sign = sign(&ours("web", 100)).unwrap();
+        let db = signed("main", "db", "u1", 100);
+        assert!(check(100, &[("description", &db)], &[&sign]).is_err());
+        assert!(check(100, &[("tags", "web")], &[&sign]).is_err());
+    }
+
+    #[test]
+    fn the_calls_check_their_permit() {
+        let delete = remove(&ours("web", 100), "web", false).unwrap();
+        assert_eq!(check_delete_vm(100, &delete), Ok(()));
+        assert!(
+            check_delete_vm(101, &delete)
+                .unwrap_err()
+                .contains("nothing was sent")
+        );
+        let release = remove(&ours("web", 100), "web", true).unwrap();
+        assert!(check_delete_vm(100, &release).is_err());
+        assert!(check_delete_volume("local:iso/x.iso", &delete).is_err());
+        assert!(check_remove_affinity("proxsync-vm100", &delete).is_err());
+    }
+}
