@@ -212,9 +212,22 @@ pub(super) async fn destroy_disks(
     // The bindings are durable before the request: a crash after it resolves by what the
     // slot holds then (`gate::volume::destroy`), never by destroying whatever is there.
     ctx.store.put(&spec.name, rec)?;
+    // What the slots hold now, not when this converge began: the destroy is checked against a
+    // fresh read and sent with its digest, so a disk swapped into a slot in between makes PVE
+    // refuse the request rather than destroy that disk.
+    let now_cfg = client.vm_config(node, vmid).await?;
     // One permit per slot, each bound to the volume its recorded destroy names.
     let mut params = VmParams::default();
     for (slot, volume) in &bound {
+        let holds = now_cfg.get(slot).map(DriveValue::parse);
+        if holds.as_ref().map(|v| v.volume.as_str()) != Some(volume.as_str()) {
+            return Err(fail(
+                Category::Conflict,
+                format!(
+                    "{slot} of VM {vmid} changed while this converge ran (it held {volume});                      nothing destroyed, the next converge looks again"
+                ),
+            ));
+        }
         let permit = gate::destroy_drive(
             ours,
             slot,
@@ -226,7 +239,9 @@ pub(super) async fn destroy_disks(
         params = params.destroy_drive(&permit)?;
     }
     tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
-    if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
+    if let Some(upid) = client
+        .set_config_async(node, vmid, &params, now_cfg.digest())
+        .await?
         && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
     {
         return Ok(DiskStep::Running(upid.to_string()));

@@ -476,6 +476,70 @@ async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
     );
 }
 
+/// A disk swapped into a `destroyDisks` slot after this converge read the config and before its
+/// destroy: the destroy is checked against a read of its own and sent with that read's digest,
+/// so the swapped-in disk is never destroyed (PVE refuses the stale digest), and the next
+/// converge keeps it (the destroy was bound to the volume that left).
+#[tokio::test(start_paused = true)]
+async fn a_disk_swapped_into_the_slot_during_a_converge_is_not_destroyed() {
+    let mut w = World::new("    disks:\n      - {size: 32Gi}\n");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    w.pve()
+        .set_config_value(vmid, "scsi1", Some("local-lvm:vm-100-disk-1,size=2G"));
+    w.spec = test_spec("    disks:\n      - {size: 32Gi}\n    destroyDisks: [scsi1]\n");
+
+    // The converge's own read, then the destroy's read, right after which a person swaps the
+    // disk in scsi1 (a digest PVE then refuses).
+    let person = "local-lvm:vm-100-disk-7,size=50G";
+    w.pve().fault("vm_config", Fault::Pass);
+    w.pve().fault(
+        "vm_config",
+        Fault::ThenSet {
+            vmid,
+            key: "scsi1".into(),
+            value: Some(person.into()),
+        },
+    );
+    w.pve().clear_calls();
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(
+        w.pve().count("vm_config"),
+        2,
+        "the swap lands after the destroy's own read: {:?}",
+        w.pve().calls()
+    );
+    assert_eq!(
+        w.pve()
+            .vm(vmid)
+            .expect("vm")
+            .config
+            .get("scsi1")
+            .map(String::as_str),
+        Some(person),
+        "{:?}",
+        w.pve().calls()
+    );
+
+    // The next converge finds another volume than the one the destroy was bound to: kept.
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(
+        w.pve()
+            .vm(vmid)
+            .expect("vm")
+            .config
+            .get("scsi1")
+            .map(String::as_str),
+        Some(person)
+    );
+    assert!(
+        history(&w).contains("destroyDisks no longer applies to local-lvm:vm-100-disk-7"),
+        "{}",
+        history(&w)
+    );
+}
+
 /// The old name of the renames below.
 const OLD: &str = "web-00";
 

@@ -63,6 +63,15 @@ pub enum Fault {
     /// Carried out, then the answer is lost (596 `Connection timed out`): the outcome is
     /// unknown to the caller.
     LoseAnswer,
+    /// Carried out as usual: lets a fault queued after it reach a later call.
+    Pass,
+    /// Carried out, then someone else sets `key` of VM `vmid` (`None`: removes it): a change
+    /// between this answer and proxsync's next request.
+    ThenSet {
+        vmid: u32,
+        key: String,
+        value: Option<String>,
+    },
 }
 
 type Effect = Box<dyn FnOnce(&mut State) + Send>;
@@ -181,14 +190,7 @@ impl FakePve {
 
     /// Sets (or with `None` removes) a key of VM `vmid`'s config, as a person would.
     pub fn set_config_value(&self, vmid: u32, key: &str, value: Option<&str>) {
-        let mut s = self.lock();
-        if let Some(vm) = s.vms.get_mut(&vmid) {
-            match value {
-                Some(v) => vm.config.insert(key.to_string(), v.to_string()),
-                None => vm.config.remove(key),
-            };
-        }
-        *s.generation.entry(vmid).or_default() += 1;
+        self.lock().set_value(vmid, key, value);
     }
 
     pub fn set_task_end(&self, end: TaskEnd) {
@@ -284,7 +286,12 @@ impl FakePve {
                     let _ = run(&mut s);
                     Err(api(596, "Connection timed out"))
                 }
-                None => run(&mut s),
+                Some(Fault::ThenSet { vmid, key, value }) => {
+                    let result = run(&mut s);
+                    s.set_value(vmid, &key, value.as_deref());
+                    result
+                }
+                Some(Fault::Pass) | None => run(&mut s),
             }
         };
         self.changed.notify_waiters();
@@ -305,6 +312,17 @@ impl State {
             Some(lock) => Err(api(500, format!("VM is locked ({lock})"))),
             None => Ok(()),
         }
+    }
+
+    /// Someone's write of one config key (a new digest).
+    fn set_value(&mut self, vmid: u32, key: &str, value: Option<&str>) {
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            match value {
+                Some(v) => vm.config.insert(key.to_string(), v.to_string()),
+                None => vm.config.remove(key),
+            };
+        }
+        *self.generation.entry(vmid).or_default() += 1;
     }
 
     fn digest(&self, vmid: u32) -> String {
