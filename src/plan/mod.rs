@@ -230,6 +230,15 @@ pub enum Verdict {
     /// rename of `metadata.name`. Neither the delete nor the create happens until the
     /// `proxsync.io/renamed-from: <from>` annotation confirms it (or the content differs).
     RenameSuspected { from: String, vmid: u32 },
+    /// The spec is renamed from `from` (`proxsync.io/renamed-from`), whose record names VM
+    /// `vmid`, but that VM's marker does not show it is `from`'s (`why`, from `gate::rename`):
+    /// neither is it re-labelled nor is `from` removed, and nothing is created for the spec,
+    /// until a person settles it.
+    RenameUnproven {
+        from: String,
+        vmid: u32,
+        why: String,
+    },
     /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
     /// never moves a VM between clusters by itself (a create here plus a delete there). It is
     /// reported until a person removes it there (then the spec is created on its new site) or

@@ -166,7 +166,7 @@ pub(super) fn orphans(
         for vm in view.vms.values() {
             if let Some((spec, rename)) = renames.of_vm(&view.name, vm.vmid) {
                 // A renamed spec's old VM: never an orphan to delete.
-                if let Some((disposition, duplicate_of)) = kept_by_rename(spec, rename.fate) {
+                if let Some((disposition, duplicate_of)) = kept_by_rename(spec, &rename.fate) {
                     let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
                     out.orphans
                         .push(orphan(view, vm, first_seen, disposition, duplicate_of));
@@ -229,9 +229,10 @@ pub(super) fn orphans(
 
 /// How the old VM of a rename into `spec` is listed, if it is: left on another site, or kept
 /// beside the spec's own VM. One being re-labelled is not listed.
-fn kept_by_rename(spec: &str, fate: Fate<'_>) -> Option<(OrphanDisposition, Option<String>)> {
+fn kept_by_rename(spec: &str, fate: &Fate<'_>) -> Option<(OrphanDisposition, Option<String>)> {
     match fate {
-        Fate::Relabel => None,
+        // Still the old spec's by its record: not an orphan.
+        Fate::Relabel | Fate::Unproven { .. } => None,
         Fate::OnOtherSite { to, .. } => Some((
             OrphanDisposition::SiteMoved {
                 spec: spec.to_string(),

@@ -49,7 +49,7 @@ enum Seen {
 }
 
 /// What the rename comes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Fate<'a> {
     /// The VM is re-labelled for the new spec (same site, the new spec has no VM).
     Relabel,
@@ -59,6 +59,10 @@ pub(super) enum Fate<'a> {
     OnOtherSite { to: &'a str, wait: bool },
     /// The new spec has its own VM `kept`: the old spec's VM is a second one, kept and listed.
     Second { kept: u32 },
+    /// The old spec's record names this VM, but its marker does not show it is the old spec's
+    /// (`why`): the evidence disagrees, so both specs wait for a person (never a delete of the
+    /// old spec's VM plus a create of the new spec's).
+    Unproven { why: String },
 }
 
 /// The renames of a cycle, by the new spec's name.
@@ -97,13 +101,18 @@ impl<'a> Renames<'a> {
             return Some(v.clone());
         }
         let r = self.by_spec.get(spec.name.as_str())?;
-        match r.fate {
+        match &r.fate {
             Fate::Relabel => Some(plan_rename(input, spec, r, actions)),
             Fate::OnOtherSite { wait: true, .. } => Some(Verdict::SiteMoved {
                 from: r.site.to_string(),
                 vmid: r.vmid,
             }),
             Fate::OnOtherSite { wait: false, .. } | Fate::Second { .. } => None,
+            Fate::Unproven { why } => Some(Verdict::RenameUnproven {
+                from: r.from.to_string(),
+                vmid: r.vmid,
+                why: why.clone(),
+            }),
         }
     }
 
@@ -172,7 +181,7 @@ pub(super) fn renames<'a>(
                             && r.applied_content.as_deref() == Some(hash.as_str())
                             && !taken.contains(from)
                     })
-                    .find_map(|(from, r)| by_record(input, spec, from, r))
+                    .find_map(|(from, r)| by_record(input, spec, from, r, false))
             }
             None => None,
         };
@@ -190,6 +199,8 @@ pub(super) fn renames<'a>(
         }
         r.confirmed = confirmed.is_some();
         r.fate = match own_vm.filter(|id| *id != r.vmid) {
+            // The evidence disagrees: held whatever else holds.
+            _ if matches!(r.fate, Fate::Unproven { .. }) => r.fate.clone(),
             _ if r.site != spec.site => Fate::OnOtherSite {
                 to: spec.site.as_str(),
                 wait: own_vm.is_none() && !spec.allow_recreate_on_site_change,
@@ -274,7 +285,7 @@ fn find<'a>(
     if let Some(r) = rec {
         match r.vm {
             VmState::Exists { .. } => {
-                if let Some(found) = by_record(input, spec, from, r) {
+                if let Some(found) = by_record(input, spec, from, r, true) {
                     return Some(found);
                 }
             }
@@ -304,7 +315,7 @@ fn find<'a>(
         claimants.sort_by_key(|vm| vm.vmid);
         let found = claimants.into_iter().find_map(|vm| {
             let ev = evidence(vm, site, None);
-            judged(input, spec, from, &ev, vm, view)
+            judged(input, spec, from, &ev, vm, view, false)
         });
         if found.is_some() {
             return found;
@@ -316,11 +327,14 @@ fn find<'a>(
 /// The VM of `from`'s record, when the observation finds it there: listed and judged the old
 /// spec's by the gate (or not yet judgeable: its site unreachable, its state unknown, its marker
 /// not read). `None`: the VMID now holds another VM, or none on a reachable site.
+/// `confirmed`: the spec's annotation names `from`, so a record-named VM the gate refuses is held
+/// (`Fate::Unproven`), not given up.
 fn by_record<'a>(
     input: &'a PlanInput<'a>,
     spec: &Spec,
     from: &'a str,
     r: &'a SpecRecord,
+    confirmed: bool,
 ) -> Option<Rename<'a>> {
     let VmState::Exists { vmid, node } = &r.vm else {
         return None;
@@ -361,6 +375,7 @@ fn by_record<'a>(
         &evidence(vm, &r.site, Some(recorded)),
         vm,
         view,
+        confirmed,
     )
 }
 
@@ -383,6 +398,8 @@ fn evidence<'v>(vm: &'v ObservedVm, site: &'v str, record: Option<Recorded<'v>>)
 }
 
 /// The rename of `vm` when the gate finds it the old spec's (on the new spec's site or not).
+/// When it does not, `None`; or with `hold`, the rename held as unproven (the annotation and
+/// the old spec's record name this VM, and its marker disagrees: never a delete plus a create).
 fn judged<'a>(
     input: &PlanInput<'_>,
     spec: &Spec,
@@ -390,6 +407,7 @@ fn judged<'a>(
     ev: &Evidence<'_>,
     vm: &'a ObservedVm,
     view: &'a SiteView,
+    hold: bool,
 ) -> Option<Rename<'a>> {
     match may_relabel(input.install_id, from, &spec.name, &spec.site, ev) {
         Ok(_) | Err(Refused::OtherSite { .. }) => Some(Rename {
@@ -404,6 +422,15 @@ fn judged<'a>(
                 Seen::Listed
             },
             fate: Fate::Relabel,
+        }),
+        Err(Refused::NotShown(why)) if hold => Some(Rename {
+            from,
+            site: view.name.as_str(),
+            node: vm.node.as_str(),
+            vmid: vm.vmid,
+            confirmed: true,
+            seen: Seen::Listed,
+            fate: Fate::Unproven { why },
         }),
         Err(Refused::NotShown(_)) => None,
     }
@@ -823,5 +850,26 @@ mod tests {
         }));
         let p = w.plan();
         assert_eq!(p.actions, vec![relabel(100)], "{p:?}");
+    }
+
+    /// The annotation and the old spec's record name VM 100, whose verifying marker carries
+    /// another uid than the record's: the evidence disagrees, so the rename is held. Neither a
+    /// re-label, nor the old spec's VM deleted, nor a VM created for the new spec.
+    #[test]
+    fn a_record_and_a_marker_that_disagree_hold_the_rename() {
+        let mut w = World::new(&[spec("new", Some("old"), "lab", "")]);
+        w.vm("lab", 100, "old", Power::Stopped, true);
+        w.record("old", "lab", 100);
+        w.records.get_mut("old").unwrap().uid = "uid-recorded".into();
+        let p = w.plan();
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert!(p.orphans.is_empty(), "{p:?}");
+        match p.verdicts.get("new") {
+            Some(Verdict::RenameUnproven { from, vmid, why }) => {
+                assert_eq!((from.as_str(), *vmid), ("old", 100));
+                assert!(why.contains("uid-recorded"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -262,6 +262,7 @@ fn ready_and_reconciling(
         }
         Some(
             v @ (Verdict::RenameSuspected { .. }
+            | Verdict::RenameUnproven { .. }
             | Verdict::SiteMoved { .. }
             | Verdict::UnverifiedClaim { .. }),
         ) => {
@@ -309,6 +310,17 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
                  Move the spec back to site {from}, or move what you need off VM {vmid}, delete it \
                  on {from}, and the VM is then created on site {}",
                 spec.site, spec.site
+            ),
+        ),
+        Verdict::RenameUnproven { from, vmid, why } => (
+            Reason::RenameUnproven,
+            format!(
+                "this spec is renamed from {from} ({}), whose record names VM {vmid}, but VM \
+                 {vmid} is not shown to be {from}'s: {why}. Neither is it re-labelled nor deleted, \
+                 and no VM is created for this spec. If VM {vmid} is the one to keep, check its \
+                 proxsync-id line; otherwise remove the annotation (then {from} is removed as any \
+                 removed spec)",
+                crate::spec::RENAMED_FROM
             ),
         ),
         Verdict::UnverifiedClaim { vmid } => (
@@ -724,6 +736,11 @@ mod tests {
             Verdict::SiteMoved {
                 from: "other".into(),
                 vmid: 100,
+            },
+            Verdict::RenameUnproven {
+                from: "old".into(),
+                vmid: 100,
+                why: "its marker names uid u2".into(),
             },
             Verdict::UnverifiedClaim { vmid: 100 },
             Verdict::HeldByInstall {

@@ -64,6 +64,10 @@ pub enum Reason {
     /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
     /// confirms a rename.
     RenameSuspected,
+    /// `Ready` False / `Reconciling` False: the spec is renamed from a spec whose record names a
+    /// VM that is not shown to be that spec's; nothing is re-labelled, deleted or created until
+    /// a person settles it.
+    RenameUnproven,
     /// `Ready` False / `Reconciling` False / `Stalled` True / `NodeHealthy` Unknown: the
     /// site's endpoint reaches another cluster than the one recorded for it; nothing on the
     /// site is created, changed or deleted until the endpoint is fixed or the cluster accepted
@@ -146,7 +150,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 50] = [
+    pub const ALL: [Reason; 51] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -163,6 +167,7 @@ impl Reason {
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
+        Reason::RenameUnproven,
         Reason::SiteIdentityChanged,
         Reason::UpToDate,
         Reason::Configuring,
@@ -218,6 +223,7 @@ impl Reason {
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
+            Reason::RenameUnproven => "RenameUnproven",
             Reason::SiteIdentityChanged => "SiteIdentityChanged",
             Reason::UpToDate => "UpToDate",
             Reason::Configuring => "Configuring",
@@ -327,6 +333,7 @@ pub const READY: &[Reason] = &[
     Reason::UnverifiedClaim,
     Reason::SiteMoved,
     Reason::RenameSuspected,
+    Reason::RenameUnproven,
     Reason::HeldByInstall,
     Reason::SiteIdentityChanged,
 ];
@@ -351,6 +358,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::NotReady,
     Reason::InvalidSpec,
     Reason::RenameSuspected,
+    Reason::RenameUnproven,
     Reason::SiteMoved,
     Reason::UnverifiedClaim,
     Reason::SiteIdentityChanged,
