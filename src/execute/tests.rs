@@ -47,13 +47,15 @@ impl World {
                 ("boot", "order=scsi0"),
             ],
         );
+        let clock = Clock::following_tokio(START_MS);
+        fake.set_clock(clock.clone());
         World {
             _dir: dir,
             store,
             site: Arc::new(SiteCtx::new("lab", fake, REQUEST_TIMEOUT)),
             spec: test_spec(extra),
             key: Arc::new(MarkerKey::from_bytes([7; 32])),
-            clock: Clock::following_tokio(START_MS),
+            clock,
             task_wait: Duration::from_secs(5),
         }
     }
@@ -100,7 +102,7 @@ impl World {
         Action::Create {
             spec: self.spec.name.clone(),
             site: "lab".into(),
-            node: "pve1".into(),
+            node: self.spec.node.clone(),
         }
     }
 
@@ -398,4 +400,315 @@ async fn the_upid_is_durable_while_the_task_is_waited_for() {
     assert_eq!(vmid, 100);
     let running = w.pve().running_tasks();
     assert_eq!(upid.as_ref(), running.first(), "{outcome:?}");
+}
+
+/// A 503 from pveproxy: a read that tells nothing.
+fn unavailable(path: &str) -> crate::pve::Error {
+    crate::pve::Error::Api {
+        method: "GET".into(),
+        path: path.into(),
+        status: 503,
+        message: "Service Unavailable".into(),
+        errors: Default::default(),
+    }
+}
+
+/// The config a clone holds while its task runs, or after it was killed: the lock and
+/// qemu-server's temporary comment, nothing else.
+const CLONE_LEFTOVER: &[(&str, &str)] = &[
+    ("lock", "clone"),
+    ("description", " qmclone temporary file"),
+];
+
+fn stale_lock_error(outcome: Outcome) -> ActionError {
+    match outcome {
+        Outcome::Failed(e) if e.kind == crate::state::ErrorKind::StaleLock => e,
+        other => panic!("not a stale lock: {other:?}"),
+    }
+}
+
+/// A VM locked by a clone that no running task holds, at the VMID of an intent whose answer
+/// was lost: within the request window the clone may just have started (its task not listed
+/// yet) and is waited for; after it, only a human can tell, and the VMID stays reserved.
+#[tokio::test(start_paused = true)]
+async fn a_clone_lock_no_task_holds_is_waited_for_within_the_window_then_needs_a_human() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    w.pve().add_vm(vmid, "pve1", CLONE_LEFTOVER);
+    w.pve().clear_calls();
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains("started moments ago"), "{reason}");
+    tokio::time::advance(w.site.request_window).await;
+    let e = stale_lock_error(w.run(w.resume()).await);
+    assert!(e.message.contains(&format!("qm unlock {vmid}")), "{e:?}");
+    assert_eq!(w.intent(), (vmid, None), "the VMID stays reserved");
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(
+        w.pve().vm(vmid).map(|vm| vm.config.len()),
+        Some(2),
+        "untouched"
+    );
+}
+
+/// A VM of ours at the intent's VMID, locked by a backup that started right after the clone
+/// ended: it is the create's VM (recorded), and the backup only holds up its converge. A
+/// backup's lock is never taken for a create's, even past the request window.
+#[tokio::test(start_paused = true)]
+async fn a_vm_of_ours_locked_by_a_backup_is_recorded_not_taken_for_a_create() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    let backup = w.pve().start_task("pve1", "vzdump", "");
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("lock".into(), "backup".into());
+    });
+    tokio::time::advance(w.site.request_window).await;
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains(&backup), "{reason}");
+    w.assert_exists(vmid);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// The status says how long ago the request that may still arrive was sent, in seconds.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_may_still_arrive_is_reported_with_its_age() {
+    let mut w = World::new("");
+    w.create_answer_lost(false).await;
+    w.task_wait = Duration::ZERO;
+    tokio::time::advance(Duration::from_millis(12_500)).await;
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains("sent 12s ago"), "{reason}");
+}
+
+/// The request window is the site's: one millisecond before its end the request may still
+/// arrive; at its end it cannot, and the create is sent again.
+#[tokio::test(start_paused = true)]
+async fn the_request_window_ends_exactly_at_its_length() {
+    let mut w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    // One look per resume: nothing is waited for within an action.
+    w.task_wait = Duration::ZERO;
+    w.pve().clear_calls();
+    tokio::time::advance(w.site.request_window - Duration::from_millis(1)).await;
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert_eq!(w.pve().count("clone_vm"), 0);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// The lost request arrives while the resume waits: the VM it makes is found and recorded, and
+/// nothing is sent again. The resume waits as long as `task_wait` allows, its last pause
+/// ending exactly at the deadline (pauses of 0.5 s, then 1 s).
+#[tokio::test(start_paused = true)]
+async fn a_late_request_is_found_while_the_resume_waits_up_to_task_wait() {
+    let mut w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    w.task_wait = Duration::from_millis(1500);
+    w.pve().clear_calls();
+    let uid = w.record().uid;
+    let late = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let req = crate::pve::CloneRequest {
+            newid: vmid,
+            name: w.spec.vm_name.clone(),
+            description: crate::ownership::Marker::signed(&w.key, "main", "web-01", &uid, vmid)
+                .description(),
+            full: true,
+            storage: Some("local-lvm".into()),
+            target: None,
+            pool: None,
+        };
+        w.pve()
+            .clone_vm("pve1", TEMPLATE, &req)
+            .await
+            .expect("the late clone");
+    };
+    let (outcome, ()) = tokio::join!(w.run(w.resume()), late);
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "the late one only");
+    w.assert_exists(vmid);
+}
+
+/// A clone of the template that started well before the intent (someone else's, to another
+/// VMID) cannot be making the intent's VM: only a clone started after the intent (less a
+/// minute for clock skew) is waited for.
+#[tokio::test(start_paused = true)]
+async fn a_clone_of_the_template_older_than_the_intent_is_not_taken_for_ours() {
+    let w = World::new("");
+    let theirs = w.pve().start_task("pve1", "qmclone", &TEMPLATE.to_string());
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let vmid = w.create_answer_lost(false).await;
+    w.pve().add_vm(vmid, "pve1", CLONE_LEFTOVER);
+    tokio::time::advance(w.site.request_window).await;
+    stale_lock_error(w.run(w.resume()).await);
+    assert_eq!(w.intent(), (vmid, None), "not waiting for {theirs}");
+}
+
+/// A failed poll tells nothing, even when the task has in fact failed: the intent and its
+/// UPID stay, and the next cycle reads how the task ended.
+#[tokio::test(start_paused = true)]
+async fn a_failed_poll_decides_nothing_even_after_the_task_failed() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "clone failed: out of space");
+    w.pve()
+        .fault("wait_task", Fault::Refuse(unavailable("/nodes/pve1/tasks")));
+    assert!(matches!(w.run(w.resume()).await, Outcome::Failed(_)));
+    assert_eq!(w.intent(), (vmid, Some(upid)));
+    assert_eq!(w.store.allocations("lab").expect("allocations").len(), 1);
+}
+
+/// A VM this action's clone just made is stopped with nothing pending (PVE made it so): its
+/// power state and pending values are not read.
+#[tokio::test(start_paused = true)]
+async fn a_new_vm_is_converged_without_reading_what_pve_just_made() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("vm_pending"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("vm_running"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("start_vm"), 1);
+}
+
+/// A resumed create's VM may have been started (by a person, HA) since its task ended: its
+/// power state is read, and a running VM is not started again.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_create_reads_the_power_state_the_vm_has_now() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "OK");
+    w.pve().edit_vm(vmid, |vm| vm.running = true);
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("vm_running"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("start_vm"), 0, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// A clone to another node than the template's names that node as its target (on shared
+/// storage, as PVE requires), and the VM is recorded there.
+#[tokio::test(start_paused = true)]
+async fn a_clone_to_another_node_names_its_target() {
+    let mut w = World::new("    storage: ceph\n");
+    w.spec.node = "pve2".into();
+    w.pve().add_shared_storage("ceph");
+    w.pve().edit_vm(TEMPLATE, |vm| {
+        vm.config
+            .insert("scsi0".into(), "ceph:base-9000-disk-0,size=32G".into());
+    });
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    assert_eq!(w.pve().vm(vmid).expect("the clone").node, "pve2");
+    assert_eq!(w.record().vm.node(), Some("pve2"));
+    assert!(
+        w.pve()
+            .calls()
+            .contains(&format!("clone_vm pve1 {TEMPLATE} newid={vmid}")),
+        "{:?}",
+        w.pve().calls()
+    );
+}
+
+/// A VM made from an installer ISO boots from an empty disk with the ISO in a CD-ROM drive
+/// after it (never `import-from` the ISO), and gets no serial console a cloud image needs.
+#[tokio::test(start_paused = true)]
+async fn an_iso_is_attached_as_a_cdrom_beside_an_empty_disk() {
+    let mut w = World::new("");
+    let iso = "local:iso/debian-12-netinst.iso";
+    w.pve().add_volume("local", iso, "iso");
+    w.spec.image = crate::spec::Image::Volume {
+        storage: "local".into(),
+        volume: iso.into(),
+        kind: crate::spec::VolumeKind::Iso,
+    };
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("create_vm"), 1, "{:?}", w.pve().calls());
+    let vmid = w.record().vmid().expect("created");
+    let config = w.pve().vm(vmid).expect("the VM").config;
+    assert_eq!(
+        config.get("ide2").map(String::as_str),
+        Some("local:iso/debian-12-netinst.iso,media=cdrom"),
+        "{config:?}"
+    );
+    assert_eq!(
+        config.get("boot").map(String::as_str),
+        Some("order=scsi0;ide2")
+    );
+    let scsi0 = config.get("scsi0").expect("a boot disk");
+    assert!(!scsi0.contains("import-from"), "{scsi0}");
+    assert!(!config.contains_key("serial0"), "{config:?}");
+}
+
+/// Without the `next-id` range (a token without Sys.Audit on `/`), the VMID comes from
+/// `/cluster/nextid`, past the ids this install's other intents reserve and those PVE calls
+/// taken, in one create request.
+#[tokio::test(start_paused = true)]
+async fn without_the_range_nextid_is_asked_past_our_reservations() {
+    let w = World::new("");
+    // Another spec's create in flight holds 100 (not on PVE yet); someone's VM holds 101.
+    let mut other = SpecRecord {
+        site: "lab".into(),
+        ..Default::default()
+    };
+    let intent = VmState::Creating {
+        vmid: 100,
+        node: "pve1".into(),
+        task: None,
+        started_ms: START_MS,
+        clone_of: None,
+    };
+    w.store
+        .transition("db-01", &mut other, intent)
+        .expect("intent");
+    w.pve().add_vm(101, "pve1", &[("name", "theirs")]);
+    w.pve().fault(
+        "cluster_options",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "GET".into(),
+            path: "/cluster/options".into(),
+            status: 403,
+            message: "Permission check failed (/, Sys.Audit)".into(),
+            errors: Default::default(),
+        }),
+    );
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    w.assert_exists(102);
+    assert_eq!(w.pve().count("next_id"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// With the range, the VMID is the lowest the listing and our intents leave free, in one
+/// create request: a VM listed at an id (or an intent holding it) is never asked to be made
+/// there.
+#[tokio::test(start_paused = true)]
+async fn the_lowest_id_the_listing_leaves_free_is_taken_in_one_request() {
+    let w = World::new("");
+    w.pve().add_vm(100, "pve1", &[("name", "theirs")]);
+    let mut other = SpecRecord {
+        site: "lab".into(),
+        ..Default::default()
+    };
+    let intent = VmState::Creating {
+        vmid: 101,
+        node: "pve1".into(),
+        task: None,
+        started_ms: START_MS,
+        clone_of: None,
+    };
+    w.store
+        .transition("db-01", &mut other, intent)
+        .expect("intent");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    w.assert_exists(102);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("next_id"), 0);
 }
