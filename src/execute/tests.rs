@@ -75,7 +75,20 @@ impl World {
     /// Runs one action as `execute` does (the record read from the store, the outcome
     /// recorded), after observing the site as a cycle does.
     async fn run(&self, action: Action) -> Outcome {
-        let view = observe_site("lab", &self.site.client).await;
+        let mut view = observe_site("lab", &self.site.client).await;
+        // The markers the engine would read, without a logged call.
+        for vm in view.vms.values_mut() {
+            let marker = self.pve().vm(vm.vmid).and_then(|v| {
+                v.config
+                    .get("description")
+                    .and_then(|d| crate::ownership::Marker::parse(d))
+            });
+            vm.marker_verified = marker
+                .as_ref()
+                .is_some_and(|m| m.verifies(&self.key, vm.vmid));
+            vm.marker = marker.map(Arc::new);
+            vm.marker_read = true;
+        }
         let ctx = ExecCtx {
             store: self.store.clone(),
             install_id: "main".into(),
@@ -103,6 +116,14 @@ impl World {
             spec: self.spec.name.clone(),
             site: "lab".into(),
             node: self.spec.node.clone(),
+        }
+    }
+
+    fn adopt(&self, vmid: u32) -> Action {
+        Action::Adopt {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            vmid,
         }
     }
 
@@ -711,4 +732,105 @@ async fn the_lowest_id_the_listing_leaves_free_is_taken_in_one_request() {
     w.assert_exists(102);
     assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
     assert_eq!(w.pve().count("next_id"), 0);
+}
+
+/// A VM carrying this spec's marker that no record knows (the database lost) is adopted:
+/// recorded with its marker's uid, `Provisioned` as Adopted, and the spec's deletion policy
+/// remembered for when the spec is removed, as a create remembers it.
+#[tokio::test(start_paused = true)]
+async fn a_vm_no_record_knows_is_adopted_with_the_specs_deletion_policy() {
+    for (extra, orphan) in [("", false), ("  deletionPolicy: Orphan\n", true)] {
+        let w = World::new(extra);
+        assert_eq!(w.run(w.create()).await, Outcome::Done);
+        let made = w.record();
+        assert_eq!(made.orphan_on_delete, orphan, "{extra}");
+        assert!(made.provisioned && !made.adopted, "{made:?}");
+        let vmid = made.vmid().expect("created");
+        w.store.remove(&w.spec.name).expect("the database lost");
+        assert_eq!(w.run(w.adopt(vmid)).await, Outcome::Done);
+        let rec = w.record();
+        assert!(rec.provisioned && rec.adopted, "{rec:?}");
+        assert_eq!(rec.uid, made.uid);
+        assert_eq!(rec.orphan_on_delete, orphan, "{extra}");
+        w.assert_exists(vmid);
+    }
+}
+
+/// A record that saw its VM made keeps `Provisioned` as Created when it adopts the VM again
+/// (lost from one cycle's listing, found by its marker the next).
+#[tokio::test(start_paused = true)]
+async fn a_record_that_made_its_vm_adopts_it_again_as_created() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let mut rec = w.record();
+    let vmid = rec.vmid().expect("created");
+    w.store
+        .transition(&w.spec.name, &mut rec, VmState::Absent)
+        .expect("back to Absent");
+    assert_eq!(w.run(w.adopt(vmid)).await, Outcome::Done);
+    let rec = w.record();
+    assert!(rec.provisioned && !rec.adopted, "{rec:?}");
+    w.assert_exists(vmid);
+}
+
+/// PVE's refusal of a create at a taken id (the listing leaves out guests the token may not
+/// audit): qemu-server's `unable to create VM N - VM N already exists on node 'X'`.
+fn already_exists(vmid: u32) -> crate::pve::Error {
+    crate::pve::Error::Api {
+        method: "POST".into(),
+        path: format!("/nodes/pve1/qemu/{TEMPLATE}/clone"),
+        status: 500,
+        message: format!("unable to create VM {vmid} - VM {vmid} already exists on node 'pve2'"),
+        errors: Default::default(),
+    }
+}
+
+/// A VMID someone else holds is never taken: the next id is tried, five ids at most in one
+/// action, each intent released with its refusal.
+#[tokio::test(start_paused = true)]
+async fn a_taken_vmid_is_skipped_five_times_at_most() {
+    let w = World::new("");
+    for vmid in 100..105 {
+        w.pve()
+            .fault("clone_vm", Fault::Refuse(already_exists(vmid)));
+    }
+    let outcome = w.run(w.create()).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(e.message.contains("already exists"), "{e:?}");
+    let tried: Vec<String> = w
+        .pve()
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("clone_vm"))
+        .collect();
+    let expected: Vec<String> = (100..105)
+        .map(|id| format!("clone_vm pve1 {TEMPLATE} newid={id}"))
+        .collect();
+    assert_eq!(tried, expected);
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A create PVE refused before doing anything (a parameter it rejects) is not sent again with
+/// another id, and its intent is released: nothing was made.
+#[tokio::test(start_paused = true)]
+async fn a_refused_create_is_not_retried_and_releases_its_intent() {
+    let w = World::new("");
+    w.pve().fault(
+        "clone_vm",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "POST".into(),
+            path: format!("/nodes/pve1/qemu/{TEMPLATE}/clone"),
+            status: 400,
+            message: "Parameter verification failed.".into(),
+            errors: [("storage".to_string(), "no such storage 'x'".to_string())].into(),
+        }),
+    );
+    let outcome = w.run(w.create()).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
 }
