@@ -75,6 +75,12 @@ impl World {
     /// Runs one action as `execute` does (the record read from the store, the outcome
     /// recorded), after observing the site as a cycle does.
     async fn run(&self, action: Action) -> Outcome {
+        self.run_changed(action, |_| {}).await
+    }
+
+    /// [`World::run`], with the cluster changed by `change` between the cycle's observation
+    /// and the action (someone acting meanwhile).
+    async fn run_changed(&self, action: Action, change: impl FnOnce(&FakePve)) -> Outcome {
         let mut view = observe_site("lab", &self.site.client).await;
         // The markers the engine would read, without a logged call.
         for vm in view.vms.values_mut() {
@@ -107,6 +113,7 @@ impl World {
             clock: self.clock.clone(),
             vmid_cursors: Default::default(),
         };
+        change(self.pve());
         let rec = self.store.specs().expect("records").remove(&self.spec.name);
         run_action(&ctx, &action, rec).await
     }
@@ -125,6 +132,43 @@ impl World {
             site: "lab".into(),
             vmid,
         }
+    }
+
+    fn remove(&self, vmid: u32, release: bool) -> Action {
+        Action::Remove {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+            release,
+        }
+    }
+
+    fn hand_over(&self, vmid: u32) -> Action {
+        Action::HandOver {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+        }
+    }
+
+    /// The VM's tags, as PVE lists them.
+    fn tags(&self, vmid: u32) -> Vec<String> {
+        let vm = self.pve().vm(vmid).expect("the VM");
+        crate::pve::types::split_tags(vm.config.get("tags").map_or("", String::as_str))
+    }
+
+    /// The marker in the VM's description.
+    fn marker_of(&self, vmid: u32) -> Option<crate::ownership::Marker> {
+        let vm = self.pve().vm(vmid)?;
+        crate::ownership::Marker::parse(vm.config.get("description")?)
+    }
+
+    /// A made VM of the spec, converged: its VMID.
+    async fn made(&self) -> u32 {
+        assert_eq!(self.run(self.create()).await, Outcome::Done);
+        self.record().vmid().expect("created")
     }
 
     /// The action the planner makes of a record in `Creating`.
@@ -833,4 +877,254 @@ async fn a_refused_create_is_not_retried_and_releases_its_intent() {
     assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
     assert_eq!(w.record().vm, VmState::Absent);
     assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A VM that is gone when its spec's removal comes (deleted by hand) leaves nothing to delete:
+/// the spec is forgotten. A fresh read that fails tells nothing: the record stays.
+#[tokio::test(start_paused = true)]
+async fn a_removal_forgets_only_a_vm_that_is_gone() {
+    let w = World::new("    powerState: stopped\n");
+    let vmid = w.made().await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable("/nodes/pve1/qemu/100/config")),
+    );
+    let outcome = w.run(w.remove(vmid, false)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    w.assert_exists(vmid);
+    assert_eq!(w.pve().count("delete_vm"), 0);
+    let gone = w.run_changed(w.remove(vmid, false), |pve| pve.remove_vm(vmid));
+    assert_eq!(gone.await, Outcome::Done);
+    assert!(w.store.specs().expect("records").is_empty());
+    assert_eq!(w.pve().count("delete_vm"), 0);
+}
+
+/// `deletionPolicy: Orphan`: the VM stays as it is, without this install's tag and marker; the
+/// tags others put on it stay, and a VM left with no tag has none.
+#[tokio::test(start_paused = true)]
+async fn a_release_drops_only_this_installs_tag_and_marker() {
+    for hand_tag in [true, false] {
+        let w = World::new("  deletionPolicy: Orphan\n");
+        let vmid = w.made().await;
+        if hand_tag {
+            w.pve().edit_vm(vmid, |vm| {
+                vm.config
+                    .insert("tags".into(), "keep-me;proxsync.main".into());
+            });
+        }
+        assert_eq!(w.tags(vmid).contains(&"proxsync.main".to_string()), true);
+        assert_eq!(w.run(w.remove(vmid, true)).await, Outcome::Done);
+        let vm = w.pve().vm(vmid).expect("the VM stays");
+        if hand_tag {
+            assert_eq!(w.tags(vmid), ["keep-me"]);
+        } else {
+            assert!(!vm.config.contains_key("tags"), "{:?}", vm.config);
+        }
+        assert_eq!(w.marker_of(vmid), None);
+        assert!(
+            vm.config["description"].ends_with("Released by proxsync."),
+            "{:?}",
+            vm.config
+        );
+        assert!(w.store.specs().expect("records").is_empty());
+        assert_eq!(w.pve().count("delete_vm"), 0);
+    }
+}
+
+/// An orphan of this install: its tag and a marker of this install that verifies.
+fn add_orphan(w: &World, vmid: u32, tags: &str, signed: bool) {
+    let marker = crate::ownership::Marker::signed(&w.key, "main", "old", "00aa00aa00aa00aa", vmid);
+    let marker = if signed {
+        marker
+    } else {
+        crate::ownership::Marker {
+            mac: None,
+            ..marker
+        }
+    };
+    w.pve().add_vm(
+        vmid,
+        "pve1",
+        &[
+            ("name", "old"),
+            ("tags", tags),
+            ("description", &marker.description()),
+        ],
+    );
+}
+
+fn delete_orphan(vmid: u32) -> Action {
+    Action::DeleteOrphan {
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    }
+}
+
+/// A stopped orphan past its grace period is deleted once it is verifiably this install's
+/// (tag and verifying marker, read again); its delete task is waited for like any other.
+#[tokio::test(start_paused = true)]
+async fn an_orphan_is_deleted_when_tag_and_marker_say_it_is_ours() {
+    let w = World::new("");
+    add_orphan(&w, 200, "proxsync.main", true);
+    w.pve().set_task_end(TaskEnd::Held);
+    let outcome = w.run(delete_orphan(200)).await;
+    let Outcome::StillRunning { upid } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(w.pve().vm(200).is_some(), "its task still runs");
+    w.pve().end_task(&upid, "OK");
+    assert!(w.pve().vm(200).is_none());
+    add_orphan(&w, 201, "proxsync.main", true);
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    assert_eq!(w.run(delete_orphan(201)).await, Outcome::Done);
+    assert!(w.pve().vm(201).is_none());
+}
+
+/// An orphan is not deleted on half the evidence: the tag without a marker that verifies (a
+/// typed one), or the marker without the tag (removed by a person).
+#[tokio::test(start_paused = true)]
+async fn an_orphan_missing_its_tag_or_its_signed_marker_is_not_deleted() {
+    let w = World::new("");
+    add_orphan(&w, 200, "proxsync.main", false);
+    add_orphan(&w, 201, "web", true);
+    for vmid in [200, 201] {
+        let outcome = w.run(delete_orphan(vmid)).await;
+        let Outcome::Failed(e) = outcome else {
+            panic!("{vmid}: {outcome:?}");
+        };
+        assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+        assert!(w.pve().vm(vmid).is_some());
+    }
+    assert_eq!(w.pve().count("delete_vm"), 0);
+}
+
+/// The old owner's side of a hand-over: only this install's tag goes (tags others added
+/// stay), the marker stays for the next owner to verify, and the spec is forgotten.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_drops_only_this_installs_tag_and_keeps_the_marker() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config
+            .insert("tags".into(), "keep-me;proxsync.main".into());
+    });
+    let before = w.marker_of(vmid).expect("a marker");
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    assert_eq!(w.tags(vmid), ["keep-me"]);
+    assert_eq!(w.marker_of(vmid), Some(before));
+    assert!(w.store.specs().expect("records").is_empty());
+    assert!(w.pve().vm(vmid).is_some());
+}
+
+/// A marker from before signing (vouched for by the record's uid) is handed over signed for
+/// this VMID, so the next owner can verify it.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_signs_an_unsigned_marker_for_the_next_owner() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let uid = w.record().uid;
+    let unsigned = crate::ownership::Marker {
+        mac: None,
+        ..w.marker_of(vmid).expect("a marker")
+    };
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config
+            .insert("description".into(), unsigned.description());
+    });
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    let m = w.marker_of(vmid).expect("a marker");
+    assert!(m.verifies(&w.key, vmid), "{m:?}");
+    assert_eq!(m.uid, uid);
+}
+
+/// A hand-over finds its VM gone (deleted by hand): the spec is forgotten. A fresh read that
+/// fails tells nothing: the record stays.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_forgets_only_a_vm_that_is_gone() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable("/nodes/pve1/qemu/100/config")),
+    );
+    let outcome = w.run(w.hand_over(vmid)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    w.assert_exists(vmid);
+    let gone = w.run_changed(w.hand_over(vmid), |pve| pve.remove_vm(vmid));
+    assert_eq!(gone.await, Outcome::Done);
+    assert!(w.store.specs().expect("records").is_empty());
+}
+
+/// A spec leaves the selector while its clone's answer was lost and the clone made the VM:
+/// the VM is found, and handed over (its tags written, the record forgotten), not forgotten
+/// with it.
+#[tokio::test(start_paused = true)]
+async fn a_create_in_flight_of_a_spec_leaving_is_handed_over_once_found() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    w.pve().clear_calls();
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    assert_eq!(w.pve().count("set_config"), 1, "{:?}", w.pve().calls());
+    assert!(w.marker_of(vmid).is_some_and(|m| m.verifies(&w.key, vmid)));
+    assert!(w.store.specs().expect("records").is_empty());
+}
+
+/// The new owner's side: a released VM whose marker names this spec for another install and
+/// verifies with the shared key is taken over: its marker re-signed for this install (same
+/// uid) and this install's tag added.
+#[tokio::test(start_paused = true)]
+async fn a_released_vm_of_another_install_is_taken_over() {
+    let w = World::new("");
+    let theirs =
+        crate::ownership::Marker::signed(&w.key, "other", "web-01", "00bb00bb00bb00bb", 300);
+    w.pve().add_vm(
+        300,
+        "pve1",
+        &[("name", "web-01"), ("description", &theirs.description())],
+    );
+    let outcome = w.run(w.adopt(300)).await;
+    assert!(
+        matches!(outcome, Outcome::Done | Outcome::StillRunning { .. }),
+        "{outcome:?}"
+    );
+    let m = w.marker_of(300).expect("a marker");
+    assert_eq!(
+        (m.install.as_str(), m.uid.as_str()),
+        ("main", "00bb00bb00bb00bb")
+    );
+    assert!(m.verifies(&w.key, 300));
+    assert!(w.tags(300).contains(&"proxsync.main".to_string()));
+    assert_eq!(w.record().uid, "00bb00bb00bb00bb");
+}
+
+/// The take-over reads the VM again: a marker changed since the cycle's read (here typed over
+/// by hand, its MAC gone) is refused, and the VM is not touched.
+#[tokio::test(start_paused = true)]
+async fn a_take_over_refuses_a_marker_that_no_longer_verifies() {
+    let w = World::new("");
+    let theirs =
+        crate::ownership::Marker::signed(&w.key, "other", "web-01", "00bb00bb00bb00bb", 300);
+    w.pve().add_vm(
+        300,
+        "pve1",
+        &[("name", "web-01"), ("description", &theirs.description())],
+    );
+    let typed = crate::ownership::Marker {
+        mac: None,
+        ..theirs
+    };
+    let outcome = w
+        .run_changed(w.adopt(300), |pve| {
+            pve.edit_vm(300, |vm| {
+                vm.config.insert("description".into(), typed.description());
+            });
+        })
+        .await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.marker_of(300).map(|m| m.install), Some("other".into()));
 }

@@ -168,6 +168,12 @@ impl FakePve {
         self.lock().vms.get(&vmid).cloned()
     }
 
+    /// Destroys VM `vmid` as a human would (`qm destroy`), outside proxsync.
+    pub fn remove_vm(&self, vmid: u32) {
+        self.lock().vms.remove(&vmid);
+        self.changed.notify_waiters();
+    }
+
     /// Changes VM `vmid` as a human or another program would (a lock, a config key, its power).
     pub fn edit_vm(&self, vmid: u32, edit: impl FnOnce(&mut FakeVm)) {
         {
