@@ -912,7 +912,7 @@ async fn a_release_drops_only_this_installs_tag_and_marker() {
                     .insert("tags".into(), "keep-me;proxsync.main".into());
             });
         }
-        assert_eq!(w.tags(vmid).contains(&"proxsync.main".to_string()), true);
+        assert!(w.tags(vmid).contains(&"proxsync.main".to_string()));
         assert_eq!(w.run(w.remove(vmid, true)).await, Outcome::Done);
         let vm = w.pve().vm(vmid).expect("the VM stays");
         if hand_tag {
