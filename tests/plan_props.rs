@@ -2450,6 +2450,9 @@ fn record_at(name: &str, vmid: u32, node: &str) -> SpecRecord {
     }
 }
 
+/// A change to a world and the one VM a test looks at.
+type Change<'a> = &'a dyn Fn(&mut World, &mut ObservedVm);
+
 fn set_online(w: &mut World, node: &str, online: bool) {
     let view = w.sites.get_mut(SITE).expect("the site");
     view.health.nodes.insert(node.into(), online);
@@ -2566,7 +2569,7 @@ fn an_orphan_is_deleted_exactly_when_its_grace_period_ends() {
 /// `orphans = "delete-stopped"`, stopped, unlocked, on a healthy node, owned.
 #[test]
 fn an_orphan_is_deleted_only_when_every_condition_holds() {
-    let world = |change: &dyn Fn(&mut World, &mut ObservedVm)| {
+    let world = |change: Change| {
         let mut vm = owned_vm(200, NODES[1], "gone");
         let mut w = removals_world(vec![]);
         change(&mut w, &mut vm);
@@ -2576,7 +2579,7 @@ fn an_orphan_is_deleted_only_when_every_condition_holds() {
     };
     let p = world(&|_, _| {});
     assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Deleting));
-    let cases: [(&str, &dyn Fn(&mut World, &mut ObservedVm)); 5] = [
+    let cases: [(&str, Change); 5] = [
         ("running", &|_, vm| vm.power = Power::Running),
         ("locked", &|_, vm| vm.lock = Some("backup".into())),
         ("node offline", &|w, _| set_online(w, NODES[1], false)),
