@@ -711,6 +711,24 @@ async fn an_iso_is_attached_as_a_cdrom_beside_an_empty_disk() {
     let scsi0 = config.get("scsi0").expect("a boot disk");
     assert!(!scsi0.contains("import-from"), "{scsi0}");
     assert!(!config.contains_key("serial0"), "{config:?}");
+    // proxsync's defaults for what the spec leaves out, and the spec's NIC.
+    for (key, value) in [
+        ("scsihw", "virtio-scsi-single"),
+        ("ostype", "l26"),
+        ("agent", "1"),
+    ] {
+        assert_eq!(
+            config.get(key).map(String::as_str),
+            Some(value),
+            "{config:?}"
+        );
+    }
+    assert!(
+        config
+            .get("net0")
+            .is_some_and(|n| n.contains("bridge=vmbr0")),
+        "{config:?}"
+    );
 }
 
 /// Without the `next-id` range (a token without Sys.Audit on `/`), the VMID comes from
@@ -1127,4 +1145,62 @@ async fn a_take_over_refuses_a_marker_that_no_longer_verifies() {
     assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
     assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
     assert_eq!(w.marker_of(300).map(|m| m.install), Some("other".into()));
+}
+
+/// The spec of [`World::new`] made from an installer ISO (a `qmcreate`, locking the new VM
+/// with `create`), the ISO on `local`.
+fn iso_world() -> World {
+    let mut w = World::new("");
+    let iso = "local:iso/debian-12-netinst.iso";
+    w.pve().add_volume("local", iso, "iso");
+    w.spec.image = crate::spec::Image::Volume {
+        storage: "local".into(),
+        volume: iso.into(),
+        kind: crate::spec::VolumeKind::Iso,
+    };
+    w
+}
+
+/// A create whose answer was lost while its `qmcreate` runs: the VM locked `create` by its own
+/// task is waited for by that task, never judged foreign and made again.
+#[tokio::test(start_paused = true)]
+async fn a_vm_locked_create_by_its_running_task_is_waited_for() {
+    let w = iso_world();
+    w.pve().set_task_end(TaskEnd::Held);
+    w.pve().fault("create_vm", Fault::LoseAnswer);
+    assert!(matches!(w.run(w.create()).await, Outcome::Failed(_)));
+    let (vmid, upid) = w.intent();
+    assert_eq!(upid, None);
+    let running = w.pve().running_tasks();
+    assert!(
+        running[0].contains(&format!(":qmcreate:{vmid}:")),
+        "{running:?}"
+    );
+    tokio::time::advance(w.site.request_window).await;
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(
+        outcome,
+        Outcome::StillRunning {
+            upid: running[0].clone()
+        }
+    );
+    assert_eq!(w.intent(), (vmid, Some(running[0].clone())));
+    assert_eq!(w.pve().count("create_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// A read of the intent's VMID that fails tells nothing: the intent stays and nothing is
+/// created, even past the request window.
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_of_the_intents_vmid_creates_nothing() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    tokio::time::advance(w.site.request_window).await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable(&format!("/nodes/pve1/qemu/{vmid}/config"))),
+    );
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.intent(), (vmid, None));
+    assert_eq!(w.pve().count("clone_vm"), 1, "the first only");
 }
