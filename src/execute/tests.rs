@@ -1204,3 +1204,44 @@ async fn a_failed_read_of_the_intents_vmid_creates_nothing() {
     assert_eq!(w.intent(), (vmid, None));
     assert_eq!(w.pve().count("clone_vm"), 1, "the first only");
 }
+
+/// A confirmed rename: the VM of spec `old` (its marker verified) is re-labelled for the new
+/// spec, keeping its uid, and the record moves to the new name; a VM that does not carry the
+/// old spec's marker is not touched.
+#[tokio::test(start_paused = true)]
+async fn a_rename_relabels_only_the_old_specs_vm() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let rec = w.record();
+    w.store
+        .rename(&w.spec.name, "old", &rec)
+        .expect("the old name");
+    let old = crate::ownership::Marker::signed(&w.key, "main", "old", &rec.uid, vmid);
+    let relabel = Action::Relabel {
+        spec: w.spec.name.clone(),
+        from: "old".into(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    };
+    w.pve().clear_calls();
+    // Still the new spec's marker: not the old spec's VM.
+    let outcome = w.run(relabel.clone()).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("description".into(), old.description());
+    });
+    assert_eq!(w.run(relabel).await, Outcome::Done);
+    let m = w.marker_of(vmid).expect("a marker");
+    assert_eq!(
+        (m.spec.as_str(), m.uid.as_str()),
+        ("web-01", rec.uid.as_str())
+    );
+    assert!(m.verifies(&w.key, vmid));
+    let names: Vec<String> = w.store.specs().expect("records").into_keys().collect();
+    assert_eq!(names, ["web-01"]);
+}
