@@ -336,6 +336,73 @@ mod tests {
     }
 
     #[test]
+    fn a_mac_verifies_only_whole_and_exact() {
+        let k = key();
+        let m = Marker::signed(&k, "main", "web", "0011223344556677", 105);
+        let mac = m.mac.clone().unwrap();
+        // Cut short: every character given is right, but it is not the MAC.
+        let short = Marker {
+            mac: Some(mac[..16].to_string()),
+            ..m.clone()
+        };
+        assert!(!short.verifies(&k, 105));
+        // Two characters wrong by the same bit: their differences must not cancel out.
+        let flip = |c: u8| (c ^ 1) as char;
+        let b = mac.as_bytes();
+        let twice: String = [flip(b[0]), flip(b[1])]
+            .into_iter()
+            .chain(mac[2..].chars())
+            .collect();
+        let twice = Marker {
+            mac: Some(twice),
+            ..m.clone()
+        };
+        assert!(!twice.verifies(&k, 105));
+    }
+
+    #[test]
+    fn a_marker_needs_every_field() {
+        for text in [
+            "proxsync-id: install=main spec= uid=0011223344556677",
+            "proxsync-id: install=main spec=web uid=",
+            "proxsync-id: install=main uid=0011223344556677",
+        ] {
+            assert_eq!(Marker::parse(text), None, "{text}");
+        }
+        let m = Marker::parse("proxsync-id: install=main spec=web uid=1 mac=").unwrap();
+        assert_eq!(m.mac, None, "an empty mac is none");
+    }
+
+    #[test]
+    fn an_unreadable_key_file_is_an_error_not_a_new_key() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the key should be: it cannot be read, and no key is made.
+        std::fs::create_dir(MarkerKey::path(dir.path())).unwrap();
+        let e = MarkerKey::load(dir.path()).unwrap_err();
+        assert!(e.contains("cannot read the marker key"), "{e}");
+        assert!(MarkerKey::load_or_create(dir.path()).is_err());
+    }
+
+    /// The key file appearing between the read and the link (another install sharing the file
+    /// made it first) is theirs to keep: it is read, never replaced by this install's new key.
+    /// A link that points nowhere stands in for it: it is absent to the read and present to
+    /// the link.
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_made_first_by_another_install_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.key");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
+        let e = MarkerKey::load_or_create_file(&path).unwrap_err();
+        assert!(e.contains("vanished while being read"), "{e}");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert!(
+            !dir.path().join("elsewhere").exists(),
+            "nothing written through it"
+        );
+    }
+
+    #[test]
     fn the_marker_line_is_replaced_and_notes_are_kept() {
         let k = key();
         let legacy = "Owner: team-web\nproxsync-id: install=main spec=web uid=0011223344556677";

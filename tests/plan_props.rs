@@ -2812,6 +2812,272 @@ fn every_planned_action_shows_the_evidence_its_kind_needs() {
     }
 }
 
+// ---- removals and orphans: one deterministic test per decision ------------------------------
+
+/// `one_spec_world` (spec `web` on `pve1`, no VM of its own) with every removal allowed by the
+/// fraction valve.
+fn removals_world(vms: Vec<ObservedVm>) -> World {
+    let mut w = one_spec_world(vms, true, true);
+    w.reconcile.max_delete_fraction = 1.0;
+    w
+}
+
+/// A stopped VM of this install claiming spec `spec`: the ownership tag and a marker of this
+/// install that verifies.
+fn owned_vm(vmid: u32, node: &str, spec: &str) -> ObservedVm {
+    let mut vm = blank_vm(vmid, node, spec, Power::Stopped);
+    vm.tags = vec![owner_tag()];
+    vm.marker = Some(Arc::new(Marker {
+        install: INSTALL.into(),
+        spec: spec.into(),
+        uid: uid_of(spec),
+        mac: None,
+    }));
+    vm
+}
+
+/// The record of spec `name`, whose VM `vmid` exists on `node` of site `lab`.
+fn record_at(name: &str, vmid: u32, node: &str) -> SpecRecord {
+    SpecRecord {
+        uid: uid_of(name),
+        site: SITE.into(),
+        vm: VmState::Exists {
+            vmid,
+            node: node.into(),
+        },
+        provisioned: true,
+        ..SpecRecord::default()
+    }
+}
+
+/// A change to a world and the one VM a test looks at.
+type Change<'a> = &'a dyn Fn(&mut World, &mut ObservedVm);
+
+fn set_online(w: &mut World, node: &str, online: bool) {
+    let view = w.sites.get_mut(SITE).expect("the site");
+    view.health.nodes.insert(node.into(), online);
+}
+
+/// The deletes, releases and hand-overs of a plan.
+fn removals_of(p: &Plan) -> Vec<&Action> {
+    p.actions
+        .iter()
+        .filter(|a| is_removal(a) || matches!(a, Action::HandOver { .. }))
+        .collect()
+}
+
+fn disposition_of(p: &Plan, vmid: u32) -> Option<&OrphanDisposition> {
+    p.orphans
+        .iter()
+        .find(|o| o.vmid == vmid)
+        .map(|o| &o.disposition)
+}
+
+/// A removed spec's VM is deleted only where it can be seen and acted on: not on an offline
+/// node, not while its power state is unknown.
+#[test]
+fn a_removed_specs_vm_is_deleted_only_on_a_healthy_node_and_when_known() {
+    let remove = Action::Remove {
+        spec: "old".into(),
+        site: SITE.into(),
+        node: NODES[1].into(),
+        vmid: 200,
+        release: false,
+    };
+    let world = |power: Power, online: bool| {
+        let mut vm = owned_vm(200, NODES[1], "old");
+        vm.power = power;
+        let mut w = removals_world(vec![vm]);
+        w.records
+            .insert("old".into(), record_at("old", 200, NODES[1]));
+        set_online(&mut w, NODES[1], online);
+        w
+    };
+    let p = plan(&world(Power::Stopped, true).input());
+    assert_eq!(removals_of(&p), vec![&remove]);
+    let p = plan(&world(Power::Stopped, false).input());
+    assert_eq!(removals_of(&p), Vec::<&Action>::new(), "offline node");
+    let p = plan(&world(Power::Unknown, true).input());
+    assert_eq!(removals_of(&p), Vec::<&Action>::new(), "power unknown");
+}
+
+/// The record of an invalid spec (its file is still there) and the record a rename moves are
+/// never removed; a removed spec beside them is.
+#[test]
+fn invalid_and_renamed_specs_keep_their_vms() {
+    let mut w = removals_world(vec![
+        owned_vm(200, NODES[0], "bad"),
+        owned_vm(201, NODES[0], "old"),
+        owned_vm(202, NODES[0], "gone"),
+    ]);
+    w.invalid.insert("bad".into());
+    for (name, vmid) in [("bad", 200), ("old", 201), ("gone", 202)] {
+        w.records
+            .insert(name.into(), record_at(name, vmid, NODES[0]));
+    }
+    // `web` is `old` renamed (annotated).
+    let mut web = w.desired[0].clone();
+    web.renamed_from = Some("old".into());
+    w.desired.clear();
+    w.desired.push(web);
+    let p = plan(&w.input());
+    let removed: Vec<Option<&str>> = removals_of(&p).iter().map(|a| a.spec()).collect();
+    assert_eq!(removed, vec![Some("gone")], "{:?}", p.actions);
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Relabel { from, .. } if from == "old")),
+        "{:?}",
+        p.actions
+    );
+}
+
+/// An orphan is first seen now and deleted when its grace period has passed, not a
+/// millisecond before.
+#[test]
+fn an_orphan_is_deleted_exactly_when_its_grace_period_ends() {
+    let grace = 600_000;
+    let mut w = removals_world(vec![owned_vm(200, NODES[0], "gone")]);
+    let now = w.now_ms;
+    let p = plan(&w.input());
+    assert_eq!(
+        disposition_of(&p, 200),
+        Some(&OrphanDisposition::DeleteAfter { at_ms: now + grace })
+    );
+    assert_eq!(p.orphans_seen.get(&(SITE.to_string(), 200)), Some(&now));
+    assert_eq!(removals_of(&p), Vec::<&Action>::new());
+    w.orphans_seen.insert((SITE.into(), 200), now - grace + 1);
+    let p = plan(&w.input());
+    assert_eq!(
+        disposition_of(&p, 200),
+        Some(&OrphanDisposition::DeleteAfter { at_ms: now + 1 })
+    );
+    w.orphans_seen.insert((SITE.into(), 200), now - grace);
+    let p = plan(&w.input());
+    assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Deleting));
+    assert_eq!(
+        removals_of(&p),
+        vec![&Action::DeleteOrphan {
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: 200,
+        }]
+    );
+}
+
+/// Past its grace period an orphan is still only reported unless every condition holds:
+/// `orphans = "delete-stopped"`, stopped, unlocked, on a healthy node, owned.
+#[test]
+fn an_orphan_is_deleted_only_when_every_condition_holds() {
+    let world = |change: Change| {
+        let mut vm = owned_vm(200, NODES[1], "gone");
+        let mut w = removals_world(vec![]);
+        change(&mut w, &mut vm);
+        w.vms_mut().insert(200, vm);
+        w.orphans_seen.insert((SITE.into(), 200), 0);
+        plan(&w.input())
+    };
+    let p = world(&|_, _| {});
+    assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Deleting));
+    let cases: [(&str, Change); 5] = [
+        ("running", &|_, vm| vm.power = Power::Running),
+        ("locked", &|_, vm| vm.lock = Some("backup".into())),
+        ("node offline", &|w, _| set_online(w, NODES[1], false)),
+        ("policy report", &|w, _| {
+            w.reconcile.orphans = OrphanPolicy::Report
+        }),
+        ("untagged duplicate of web", &|w, vm| {
+            w.vms_mut().insert(100, owned_vm(100, NODES[0], "web"));
+            w.records
+                .insert("web".into(), record_at("web", 100, NODES[0]));
+            vm.tags.clear();
+            vm.marker = Some(Arc::new(Marker {
+                install: INSTALL.into(),
+                spec: "web".into(),
+                uid: "uid-copy".into(),
+                mac: None,
+            }));
+        }),
+    ];
+    for (why, change) in cases {
+        let p = world(change);
+        assert_eq!(
+            disposition_of(&p, 200),
+            Some(&OrphanDisposition::Reported),
+            "{why}: {:?}",
+            p.orphans
+        );
+        assert_eq!(removals_of(&p), Vec::<&Action>::new(), "{why}");
+    }
+}
+
+/// What is not an orphan: a template, a VM a record holds, a VM that is not this install's
+/// (no tag, or another install's marker), a VM of a desired or an invalid spec (adopted, or
+/// left alone). An owned VM of a gone spec is one.
+#[test]
+fn only_owned_vms_no_record_or_spec_explains_are_orphans() {
+    let mut template = owned_vm(200, NODES[0], "gone");
+    template.template = true;
+    let held = owned_vm(201, NODES[0], "gone");
+    let foreign = blank_vm(202, NODES[0], "theirs", Power::Stopped);
+    let mut other_install = owned_vm(203, NODES[0], "gone");
+    other_install.marker = Some(Arc::new(Marker {
+        install: "other".into(),
+        spec: "gone".into(),
+        uid: "u".into(),
+        mac: None,
+    }));
+    let lost_web = owned_vm(204, NODES[0], "web");
+    let of_invalid = owned_vm(205, NODES[0], "bad");
+    let orphan = owned_vm(206, NODES[0], "gone");
+    let mut w = removals_world(vec![
+        template,
+        held,
+        foreign,
+        other_install,
+        lost_web,
+        of_invalid,
+        orphan,
+    ]);
+    w.invalid.insert("bad".into());
+    w.records
+        .insert("db".into(), record_at("db", 201, NODES[0]));
+    let mut db = w.desired[0].clone();
+    db.name = "db".into();
+    w.desired.push(db);
+    let p = plan(&w.input());
+    let listed: Vec<u32> = p.orphans.iter().map(|o| o.vmid).collect();
+    assert_eq!(listed, vec![206], "{:?}", p.orphans);
+}
+
+/// A marker of this install that does not verify (typed by hand, copied with a VM) is a
+/// foreign claim: listed, never adopted, handed over or deleted, whatever spec it names.
+#[test]
+fn a_forged_claim_is_only_reported() {
+    for (spec, elsewhere) in [("web", false), ("gone", false), ("theirs", true)] {
+        let mut vm = owned_vm(200, NODES[0], spec);
+        vm.marker_verified = false;
+        let mut w = removals_world(vec![vm]);
+        if elsewhere {
+            w.elsewhere.insert(spec.into());
+            w.sharded = true;
+        }
+        w.orphans_seen.insert((SITE.into(), 200), 0);
+        let p = plan(&w.input());
+        assert_eq!(
+            disposition_of(&p, 200),
+            Some(&OrphanDisposition::ForeignClaim { spec: spec.into() }),
+            "{spec}: {:?}",
+            p.orphans
+        );
+        assert!(
+            !p.actions.iter().any(|a| action_vmid(a) == Some(200)),
+            "{spec}: {:?}",
+            p.actions
+        );
+    }
+}
+
 /// The gate refuses what an attacker or an unlucky operator would make the planner do, each
 /// kind of evidence on its own: a typed or copied marker adopts or deletes nothing; a site of
 /// another cluster, an unreadable rewind, an incomplete spec set remove nothing; a re-label
@@ -2923,4 +3189,156 @@ fn the_gate_refuses_actions_without_their_evidence() {
     assert!(why.0.contains("uid"), "{why}");
     let p = plan(&w.input());
     assert!(!p.actions.contains(&relabel), "{:?}", p.actions);
+}
+
+/// An owned VM of another install's spec with no record (a lost database) is handed over
+/// only where it can be acted on: not on an offline node, not while its power is unknown.
+#[test]
+fn a_lost_vm_of_another_installs_spec_is_handed_over_only_when_healthy() {
+    let world = |power: Power, online: bool| {
+        let mut vm = owned_vm(200, NODES[1], "theirs");
+        vm.power = power;
+        let mut w = removals_world(vec![vm]);
+        w.elsewhere.insert("theirs".into());
+        w.sharded = true;
+        set_online(&mut w, NODES[1], online);
+        plan(&w.input())
+    };
+    let p = world(Power::Stopped, true);
+    assert_eq!(
+        removals_of(&p),
+        vec![&Action::HandOver {
+            spec: "theirs".into(),
+            site: SITE.into(),
+            node: NODES[1].into(),
+            vmid: 200,
+        }]
+    );
+    for (power, online) in [(Power::Stopped, false), (Power::Unknown, true)] {
+        let p = world(power, online);
+        assert_eq!(removals_of(&p), Vec::<&Action>::new(), "{power:?} {online}");
+        assert!(p.orphans.is_empty(), "{:?}", p.orphans);
+    }
+}
+
+/// A spec moved to another site: its VM left on the old site is listed as site-moved (found
+/// by its record, or by its marker once the record moved on), never deleted; the VM on the
+/// spec's own site and a template carrying the marker are not.
+#[test]
+fn a_vm_left_behind_by_a_site_change_is_listed_not_deleted() {
+    let mut lab2 = one_spec_world(vec![], true, true).sites[SITE].clone();
+    lab2.name = "lab2".into();
+    lab2.vms.clear();
+    let world = |by_record: bool| {
+        let mut left = owned_vm(200, NODES[0], "web");
+        if by_record {
+            left.marker = None;
+            left.marker_read = false;
+        }
+        let mut template = owned_vm(201, NODES[0], "web");
+        template.template = true;
+        let mut w = removals_world(vec![left, template]);
+        let mut view = lab2.clone();
+        if !by_record {
+            view.vms.insert(300, owned_vm(300, NODES[0], "web"));
+        }
+        w.sites.insert("lab2".into(), view);
+        let mut web = w.desired[0].clone();
+        web.site = "lab2".into();
+        w.desired.clear();
+        w.desired.push(web);
+        let mut rec = record_at("web", if by_record { 200 } else { 300 }, NODES[0]);
+        if !by_record {
+            rec.site = "lab2".into();
+        }
+        w.records.insert("web".into(), rec);
+        plan(&w.input())
+    };
+    for by_record in [false, true] {
+        let p = world(by_record);
+        let listed: Vec<(&str, u32, &OrphanDisposition)> = p
+            .orphans
+            .iter()
+            .map(|o| (o.site.as_str(), o.vmid, &o.disposition))
+            .collect();
+        let moved = OrphanDisposition::SiteMoved {
+            spec: "web".into(),
+            to: "lab2".into(),
+        };
+        assert_eq!(listed, vec![(SITE, 200, &moved)], "by record {by_record}");
+        assert_eq!(
+            removals_of(&p),
+            Vec::<&Action>::new(),
+            "by record {by_record}"
+        );
+    }
+}
+
+/// The fraction valve: exactly `max_delete_fraction` of the managed VMs may go in one cycle,
+/// one more may not. Managed: the VMs the records know and the owned VMs listed, not
+/// templates, not foreign VMs.
+#[test]
+fn the_fraction_valve_allows_exactly_its_share_of_managed_vms() {
+    // Four managed VMs (two gone specs' records, two desired specs' records), two foreign VMs
+    // and an owned template that must not count.
+    let world = |gone: usize, fraction: f64| {
+        let mut vms = vec![blank_vm(210, NODES[0], "x", Power::Running)];
+        vms.push(blank_vm(211, NODES[0], "y", Power::Running));
+        let mut template = owned_vm(212, NODES[0], "gone");
+        template.template = true;
+        vms.push(template);
+        let mut w = removals_world(vms);
+        w.reconcile.max_delete_fraction = fraction;
+        for i in 0..4u32 {
+            let name = format!("s{i}");
+            w.vms_mut()
+                .insert(200 + i, owned_vm(200 + i, NODES[0], &name));
+            w.records
+                .insert(name.clone(), record_at(&name, 200 + i, NODES[0]));
+            if i as usize >= gone {
+                let mut spec = w.desired[0].clone();
+                spec.name = name;
+                w.desired.push(spec);
+            }
+        }
+        plan(&w.input())
+    };
+    let p = world(2, 0.5);
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+    assert_eq!(removals_of(&p).len(), 2);
+    let p = world(3, 0.5);
+    assert_eq!(removals_of(&p), Vec::<&Action>::new());
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    let why = &p.refused[0];
+    assert!(why.contains("3 of 4 managed"), "{why}");
+    assert!(!why.contains("hand-over"), "no hand-over to mention: {why}");
+    let p = world(1, 0.25);
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+}
+
+/// A refused cycle keeps what is not a delete (a forgotten record) and turns its orphans
+/// due for deletion into `Refused`; a cycle with nothing to remove refuses nothing, even with
+/// an empty desired set.
+#[test]
+fn a_refusal_holds_back_only_the_deletes() {
+    let mut w = removals_world(vec![owned_vm(200, NODES[0], "gone")]);
+    w.orphans_seen.insert((SITE.into(), 200), 0);
+    // A record whose VM is gone: forgotten, whatever the valves say.
+    w.records
+        .insert("vanished".into(), record_at("vanished", 400, NODES[0]));
+    w.desired.clear();
+    let p = plan(&w.input());
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    assert_eq!(
+        p.actions,
+        vec![Action::Forget {
+            spec: "vanished".into()
+        }]
+    );
+    assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Refused));
+    let mut quiet = removals_world(vec![]);
+    quiet.desired.clear();
+    let p = plan(&quiet.input());
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
 }

@@ -47,13 +47,15 @@ impl World {
                 ("boot", "order=scsi0"),
             ],
         );
+        let clock = Clock::following_tokio(START_MS);
+        fake.set_clock(clock.clone());
         World {
             _dir: dir,
             store,
             site: Arc::new(SiteCtx::new("lab", fake, REQUEST_TIMEOUT)),
             spec: test_spec(extra),
             key: Arc::new(MarkerKey::from_bytes([7; 32])),
-            clock: Clock::following_tokio(START_MS),
+            clock,
             task_wait: Duration::from_secs(5),
         }
     }
@@ -73,7 +75,26 @@ impl World {
     /// Runs one action as `execute` does (the record read from the store, the outcome
     /// recorded), after observing the site as a cycle does.
     async fn run(&self, action: Action) -> Outcome {
-        let view = observe_site("lab", &self.site.client).await;
+        self.run_changed(action, |_| {}).await
+    }
+
+    /// [`World::run`], with the cluster changed by `change` between the cycle's observation
+    /// and the action (someone acting meanwhile).
+    async fn run_changed(&self, action: Action, change: impl FnOnce(&FakePve)) -> Outcome {
+        let mut view = observe_site("lab", &self.site.client).await;
+        // The markers the engine would read, without a logged call.
+        for vm in view.vms.values_mut() {
+            let marker = self.pve().vm(vm.vmid).and_then(|v| {
+                v.config
+                    .get("description")
+                    .and_then(|d| crate::ownership::Marker::parse(d))
+            });
+            vm.marker_verified = marker
+                .as_ref()
+                .is_some_and(|m| m.verifies(&self.key, vm.vmid));
+            vm.marker = marker.map(Arc::new);
+            vm.marker_read = true;
+        }
         let ctx = ExecCtx {
             store: self.store.clone(),
             install_id: "main".into(),
@@ -92,6 +113,7 @@ impl World {
             clock: self.clock.clone(),
             vmid_cursors: Default::default(),
         };
+        change(self.pve());
         let rec = self.store.specs().expect("records").remove(&self.spec.name);
         run_action(&ctx, &action, rec).await
     }
@@ -100,8 +122,53 @@ impl World {
         Action::Create {
             spec: self.spec.name.clone(),
             site: "lab".into(),
-            node: "pve1".into(),
+            node: self.spec.node.clone(),
         }
+    }
+
+    fn adopt(&self, vmid: u32) -> Action {
+        Action::Adopt {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            vmid,
+        }
+    }
+
+    fn remove(&self, vmid: u32, release: bool) -> Action {
+        Action::Remove {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+            release,
+        }
+    }
+
+    fn hand_over(&self, vmid: u32) -> Action {
+        Action::HandOver {
+            spec: self.spec.name.clone(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid,
+        }
+    }
+
+    /// The VM's tags, as PVE lists them.
+    fn tags(&self, vmid: u32) -> Vec<String> {
+        let vm = self.pve().vm(vmid).expect("the VM");
+        crate::pve::types::split_tags(vm.config.get("tags").map_or("", String::as_str))
+    }
+
+    /// The marker in the VM's description.
+    fn marker_of(&self, vmid: u32) -> Option<crate::ownership::Marker> {
+        let vm = self.pve().vm(vmid)?;
+        crate::ownership::Marker::parse(vm.config.get("description")?)
+    }
+
+    /// A made VM of the spec, converged: its VMID.
+    async fn made(&self) -> u32 {
+        assert_eq!(self.run(self.create()).await, Outcome::Done);
+        self.record().vmid().expect("created")
     }
 
     /// The action the planner makes of a record in `Creating`.
@@ -780,4 +847,788 @@ async fn a_delete_whose_vm_changed_identity_is_refused_before_it_is_sent() {
     assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
     assert!(w.pve().vm(vmid).is_some());
     assert!(w.store.record(&w.spec.name).unwrap().is_none());
+}
+
+/// A 503 from pveproxy: a read that tells nothing.
+fn unavailable(path: &str) -> crate::pve::Error {
+    crate::pve::Error::Api {
+        method: "GET".into(),
+        path: path.into(),
+        status: 503,
+        message: "Service Unavailable".into(),
+        errors: Default::default(),
+    }
+}
+
+/// The config a clone holds while its task runs, or after it was killed: the lock and
+/// qemu-server's temporary comment, nothing else.
+const CLONE_LEFTOVER: &[(&str, &str)] = &[
+    ("lock", "clone"),
+    ("description", " qmclone temporary file"),
+];
+
+fn stale_lock_error(outcome: Outcome) -> ActionError {
+    match outcome {
+        Outcome::Failed(e) if e.kind == crate::state::ErrorKind::StaleLock => e,
+        other => panic!("not a stale lock: {other:?}"),
+    }
+}
+
+/// A VM locked by a clone that no running task holds, at the VMID of an intent whose answer
+/// was lost: within the request window the clone may just have started (its task not listed
+/// yet) and is waited for; after it, only a human can tell, and the VMID stays reserved.
+#[tokio::test(start_paused = true)]
+async fn a_clone_lock_no_task_holds_is_waited_for_within_the_window_then_needs_a_human() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    w.pve().add_vm(vmid, "pve1", CLONE_LEFTOVER);
+    w.pve().clear_calls();
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains("started moments ago"), "{reason}");
+    tokio::time::advance(w.site.request_window).await;
+    let e = stale_lock_error(w.run(w.resume()).await);
+    assert!(e.message.contains(&format!("qm unlock {vmid}")), "{e:?}");
+    assert_eq!(w.intent(), (vmid, None), "the VMID stays reserved");
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(
+        w.pve().vm(vmid).map(|vm| vm.config.len()),
+        Some(2),
+        "untouched"
+    );
+}
+
+/// A VM of ours at the intent's VMID, locked by a backup that started right after the clone
+/// ended: it is the create's VM (recorded), and the backup only holds up its converge. A
+/// backup's lock is never taken for a create's, even past the request window.
+#[tokio::test(start_paused = true)]
+async fn a_vm_of_ours_locked_by_a_backup_is_recorded_not_taken_for_a_create() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    let backup = w.pve().start_task("pve1", "vzdump", "");
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("lock".into(), "backup".into());
+    });
+    tokio::time::advance(w.site.request_window).await;
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains(&backup), "{reason}");
+    w.assert_exists(vmid);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// The status says how long ago the request that may still arrive was sent, in seconds.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_may_still_arrive_is_reported_with_its_age() {
+    let mut w = World::new("");
+    w.create_answer_lost(false).await;
+    w.task_wait = Duration::ZERO;
+    tokio::time::advance(Duration::from_millis(12_500)).await;
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(reason.contains("sent 12s ago"), "{reason}");
+}
+
+/// The request window is the site's: one millisecond before its end the request may still
+/// arrive; at its end it cannot, and the create is sent again.
+#[tokio::test(start_paused = true)]
+async fn the_request_window_ends_exactly_at_its_length() {
+    let mut w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    // One look per resume: nothing is waited for within an action.
+    w.task_wait = Duration::ZERO;
+    w.pve().clear_calls();
+    tokio::time::advance(w.site.request_window - Duration::from_millis(1)).await;
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert_eq!(w.pve().count("clone_vm"), 0);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// The lost request arrives while the resume waits: the VM it makes is found and recorded, and
+/// nothing is sent again. The resume waits as long as `task_wait` allows, its last pause
+/// ending exactly at the deadline (pauses of 0.5 s, then 1 s).
+#[tokio::test(start_paused = true)]
+async fn a_late_request_is_found_while_the_resume_waits_up_to_task_wait() {
+    let mut w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    w.task_wait = Duration::from_millis(1500);
+    w.pve().clear_calls();
+    let uid = w.record().uid;
+    let late = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let req = crate::pve::CloneRequest {
+            newid: vmid,
+            name: w.spec.vm_name.clone(),
+            description: crate::ownership::Marker::signed(&w.key, "main", "web-01", &uid, vmid)
+                .description(),
+            full: true,
+            storage: Some("local-lvm".into()),
+            target: None,
+            pool: None,
+        };
+        w.pve()
+            .clone_vm("pve1", TEMPLATE, &req)
+            .await
+            .expect("the late clone");
+    };
+    let (outcome, ()) = tokio::join!(w.run(w.resume()), late);
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "the late one only");
+    w.assert_exists(vmid);
+}
+
+/// A clone of the template that started well before the intent (someone else's, to another
+/// VMID) cannot be making the intent's VM: only a clone started after the intent (less a
+/// minute for clock skew) is waited for.
+#[tokio::test(start_paused = true)]
+async fn a_clone_of_the_template_older_than_the_intent_is_not_taken_for_ours() {
+    let w = World::new("");
+    let theirs = w.pve().start_task("pve1", "qmclone", &TEMPLATE.to_string());
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let vmid = w.create_answer_lost(false).await;
+    w.pve().add_vm(vmid, "pve1", CLONE_LEFTOVER);
+    tokio::time::advance(w.site.request_window).await;
+    stale_lock_error(w.run(w.resume()).await);
+    assert_eq!(w.intent(), (vmid, None), "not waiting for {theirs}");
+}
+
+/// A failed poll tells nothing, even when the task has in fact failed: the intent and its
+/// UPID stay, and the next cycle reads how the task ended.
+#[tokio::test(start_paused = true)]
+async fn a_failed_poll_decides_nothing_even_after_the_task_failed() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "clone failed: out of space");
+    w.pve()
+        .fault("wait_task", Fault::Refuse(unavailable("/nodes/pve1/tasks")));
+    assert!(matches!(w.run(w.resume()).await, Outcome::Failed(_)));
+    assert_eq!(w.intent(), (vmid, Some(upid)));
+    assert_eq!(w.store.allocations("lab").expect("allocations").len(), 1);
+}
+
+/// A VM this action's clone just made is stopped with nothing pending (PVE made it so): its
+/// power state and pending values are not read.
+#[tokio::test(start_paused = true)]
+async fn a_new_vm_is_converged_without_reading_what_pve_just_made() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("vm_pending"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("vm_running"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("start_vm"), 1);
+}
+
+/// A resumed create's VM may have been started (by a person, HA) since its task ended: its
+/// power state is read, and a running VM is not started again.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_create_reads_the_power_state_the_vm_has_now() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    w.pve().end_task(&upid, "OK");
+    w.pve().edit_vm(vmid, |vm| vm.running = true);
+    assert_eq!(w.run(w.resume()).await, Outcome::Done);
+    assert_eq!(w.pve().count("vm_running"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("start_vm"), 0, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+}
+
+/// A clone to another node than the template's names that node as its target (on shared
+/// storage, as PVE requires), and the VM is recorded there.
+#[tokio::test(start_paused = true)]
+async fn a_clone_to_another_node_names_its_target() {
+    let mut w = World::new("    storage: ceph\n");
+    w.spec.node = "pve2".into();
+    w.pve().add_shared_storage("ceph");
+    w.pve().edit_vm(TEMPLATE, |vm| {
+        vm.config
+            .insert("scsi0".into(), "ceph:base-9000-disk-0,size=32G".into());
+    });
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let vmid = w.record().vmid().expect("created");
+    assert_eq!(w.pve().vm(vmid).expect("the clone").node, "pve2");
+    assert_eq!(w.record().vm.node(), Some("pve2"));
+    assert!(
+        w.pve()
+            .calls()
+            .contains(&format!("clone_vm pve1 {TEMPLATE} newid={vmid}")),
+        "{:?}",
+        w.pve().calls()
+    );
+}
+
+/// A VM made from an installer ISO boots from an empty disk with the ISO in a CD-ROM drive
+/// after it (never `import-from` the ISO), and gets no serial console a cloud image needs.
+#[tokio::test(start_paused = true)]
+async fn an_iso_is_attached_as_a_cdrom_beside_an_empty_disk() {
+    let mut w = World::new("");
+    let iso = "local:iso/debian-12-netinst.iso";
+    w.pve().add_volume("local", iso, "iso");
+    w.spec.image = crate::spec::Image::Volume {
+        storage: "local".into(),
+        volume: iso.into(),
+        kind: crate::spec::VolumeKind::Iso,
+    };
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("create_vm"), 1, "{:?}", w.pve().calls());
+    let vmid = w.record().vmid().expect("created");
+    let config = w.pve().vm(vmid).expect("the VM").config;
+    assert_eq!(
+        config.get("ide2").map(String::as_str),
+        Some("local:iso/debian-12-netinst.iso,media=cdrom"),
+        "{config:?}"
+    );
+    assert_eq!(
+        config.get("boot").map(String::as_str),
+        Some("order=scsi0;ide2")
+    );
+    let scsi0 = config.get("scsi0").expect("a boot disk");
+    assert!(!scsi0.contains("import-from"), "{scsi0}");
+    assert!(!config.contains_key("serial0"), "{config:?}");
+    // proxsync's defaults for what the spec leaves out, and the spec's NIC.
+    for (key, value) in [
+        ("scsihw", "virtio-scsi-single"),
+        ("ostype", "l26"),
+        ("agent", "1"),
+    ] {
+        assert_eq!(
+            config.get(key).map(String::as_str),
+            Some(value),
+            "{config:?}"
+        );
+    }
+    assert!(
+        config
+            .get("net0")
+            .is_some_and(|n| n.contains("bridge=vmbr0")),
+        "{config:?}"
+    );
+}
+
+/// Without the `next-id` range (a token without Sys.Audit on `/`), the VMID comes from
+/// `/cluster/nextid`, past the ids this install's other intents reserve and those PVE calls
+/// taken, in one create request.
+#[tokio::test(start_paused = true)]
+async fn without_the_range_nextid_is_asked_past_our_reservations() {
+    let w = World::new("");
+    // Another spec's create in flight holds 100 (not on PVE yet); someone's VM holds 101.
+    let mut other = SpecRecord {
+        site: "lab".into(),
+        ..Default::default()
+    };
+    let intent = VmState::Creating {
+        vmid: 100,
+        node: "pve1".into(),
+        task: None,
+        started_ms: START_MS,
+        clone_of: None,
+    };
+    w.store
+        .transition("db-01", &mut other, intent)
+        .expect("intent");
+    w.pve().add_vm(101, "pve1", &[("name", "theirs")]);
+    w.pve().fault(
+        "cluster_options",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "GET".into(),
+            path: "/cluster/options".into(),
+            status: 403,
+            message: "Permission check failed (/, Sys.Audit)".into(),
+            errors: Default::default(),
+        }),
+    );
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    w.assert_exists(102);
+    assert_eq!(w.pve().count("next_id"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// With the range, the VMID is the lowest the listing and our intents leave free, in one
+/// create request: a VM listed at an id (or an intent holding it) is never asked to be made
+/// there.
+#[tokio::test(start_paused = true)]
+async fn the_lowest_id_the_listing_leaves_free_is_taken_in_one_request() {
+    let w = World::new("");
+    w.pve().add_vm(100, "pve1", &[("name", "theirs")]);
+    let mut other = SpecRecord {
+        site: "lab".into(),
+        ..Default::default()
+    };
+    let intent = VmState::Creating {
+        vmid: 101,
+        node: "pve1".into(),
+        task: None,
+        started_ms: START_MS,
+        clone_of: None,
+    };
+    w.store
+        .transition("db-01", &mut other, intent)
+        .expect("intent");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    w.assert_exists(102);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("next_id"), 0);
+}
+
+/// A VM carrying this spec's marker that no record knows (the database lost) is adopted:
+/// recorded with its marker's uid, `Provisioned` as Adopted, and the spec's deletion policy
+/// remembered for when the spec is removed, as a create remembers it.
+#[tokio::test(start_paused = true)]
+async fn a_vm_no_record_knows_is_adopted_with_the_specs_deletion_policy() {
+    for (extra, orphan) in [("", false), ("  deletionPolicy: Orphan\n", true)] {
+        let w = World::new(extra);
+        assert_eq!(w.run(w.create()).await, Outcome::Done);
+        let made = w.record();
+        assert_eq!(made.orphan_on_delete, orphan, "{extra}");
+        assert!(made.provisioned && !made.adopted, "{made:?}");
+        let vmid = made.vmid().expect("created");
+        w.store.remove(&w.spec.name).expect("the database lost");
+        assert_eq!(w.run(w.adopt(vmid)).await, Outcome::Done);
+        let rec = w.record();
+        assert!(rec.provisioned && rec.adopted, "{rec:?}");
+        assert_eq!(rec.uid, made.uid);
+        assert_eq!(rec.orphan_on_delete, orphan, "{extra}");
+        w.assert_exists(vmid);
+    }
+}
+
+/// A record that saw its VM made keeps `Provisioned` as Created when it adopts the VM again
+/// (lost from one cycle's listing, found by its marker the next).
+#[tokio::test(start_paused = true)]
+async fn a_record_that_made_its_vm_adopts_it_again_as_created() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let mut rec = w.record();
+    let vmid = rec.vmid().expect("created");
+    w.store
+        .transition(&w.spec.name, &mut rec, VmState::Absent)
+        .expect("back to Absent");
+    assert_eq!(w.run(w.adopt(vmid)).await, Outcome::Done);
+    let rec = w.record();
+    assert!(rec.provisioned && !rec.adopted, "{rec:?}");
+    w.assert_exists(vmid);
+}
+
+/// PVE's refusal of a create at a taken id (the listing leaves out guests the token may not
+/// audit): qemu-server's `unable to create VM N - VM N already exists on node 'X'`.
+fn already_exists(vmid: u32) -> crate::pve::Error {
+    crate::pve::Error::Api {
+        method: "POST".into(),
+        path: format!("/nodes/pve1/qemu/{TEMPLATE}/clone"),
+        status: 500,
+        message: format!("unable to create VM {vmid} - VM {vmid} already exists on node 'pve2'"),
+        errors: Default::default(),
+    }
+}
+
+/// A VMID someone else holds is never taken: the next id is tried, five ids at most in one
+/// action, each intent released with its refusal.
+#[tokio::test(start_paused = true)]
+async fn a_taken_vmid_is_skipped_five_times_at_most() {
+    let w = World::new("");
+    for vmid in 100..105 {
+        w.pve()
+            .fault("clone_vm", Fault::Refuse(already_exists(vmid)));
+    }
+    let outcome = w.run(w.create()).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(e.message.contains("already exists"), "{e:?}");
+    let tried: Vec<String> = w
+        .pve()
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("clone_vm"))
+        .collect();
+    let expected: Vec<String> = (100..105)
+        .map(|id| format!("clone_vm pve1 {TEMPLATE} newid={id}"))
+        .collect();
+    assert_eq!(tried, expected);
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A create PVE refused before doing anything (a parameter it rejects) is not sent again with
+/// another id, and its intent is released: nothing was made.
+#[tokio::test(start_paused = true)]
+async fn a_refused_create_is_not_retried_and_releases_its_intent() {
+    let w = World::new("");
+    w.pve().fault(
+        "clone_vm",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "POST".into(),
+            path: format!("/nodes/pve1/qemu/{TEMPLATE}/clone"),
+            status: 400,
+            message: "Parameter verification failed.".into(),
+            errors: [("storage".to_string(), "no such storage 'x'".to_string())].into(),
+        }),
+    );
+    let outcome = w.run(w.create()).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A VM that is gone when its spec's removal comes (deleted by hand) leaves nothing to delete:
+/// the spec is forgotten. A fresh read that fails tells nothing: the record stays.
+#[tokio::test(start_paused = true)]
+async fn a_removal_forgets_only_a_vm_that_is_gone() {
+    let w = World::new("    powerState: stopped\n");
+    let vmid = w.made().await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable("/nodes/pve1/qemu/100/config")),
+    );
+    let outcome = w.run(w.remove(vmid, false)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    w.assert_exists(vmid);
+    assert_eq!(w.pve().count("delete_vm"), 0);
+    let gone = w.run_changed(w.remove(vmid, false), |pve| pve.remove_vm(vmid));
+    assert_eq!(gone.await, Outcome::Done);
+    assert!(w.store.specs().expect("records").is_empty());
+    assert_eq!(w.pve().count("delete_vm"), 0);
+}
+
+/// `deletionPolicy: Orphan`: the VM stays as it is, without this install's tag and marker; the
+/// tags others put on it stay, and a VM left with no tag has none.
+#[tokio::test(start_paused = true)]
+async fn a_release_drops_only_this_installs_tag_and_marker() {
+    for hand_tag in [true, false] {
+        let w = World::new("  deletionPolicy: Orphan\n");
+        let vmid = w.made().await;
+        if hand_tag {
+            w.pve().edit_vm(vmid, |vm| {
+                vm.config
+                    .insert("tags".into(), "keep-me;proxsync.main".into());
+            });
+        }
+        assert!(w.tags(vmid).contains(&"proxsync.main".to_string()));
+        assert_eq!(w.run(w.remove(vmid, true)).await, Outcome::Done);
+        let vm = w.pve().vm(vmid).expect("the VM stays");
+        if hand_tag {
+            assert_eq!(w.tags(vmid), ["keep-me"]);
+        } else {
+            assert!(!vm.config.contains_key("tags"), "{:?}", vm.config);
+        }
+        assert_eq!(w.marker_of(vmid), None);
+        assert!(
+            vm.config["description"].ends_with("Released by proxsync."),
+            "{:?}",
+            vm.config
+        );
+        assert!(w.store.specs().expect("records").is_empty());
+        assert_eq!(w.pve().count("delete_vm"), 0);
+    }
+}
+
+/// An orphan of this install: its tag and a marker of this install that verifies.
+fn add_orphan(w: &World, vmid: u32, tags: &str, signed: bool) {
+    let marker = crate::ownership::Marker::signed(&w.key, "main", "old", "00aa00aa00aa00aa", vmid);
+    let marker = if signed {
+        marker
+    } else {
+        crate::ownership::Marker {
+            mac: None,
+            ..marker
+        }
+    };
+    w.pve().add_vm(
+        vmid,
+        "pve1",
+        &[
+            ("name", "old"),
+            ("tags", tags),
+            ("description", &marker.description()),
+        ],
+    );
+}
+
+fn delete_orphan(vmid: u32) -> Action {
+    Action::DeleteOrphan {
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    }
+}
+
+/// A stopped orphan past its grace period is deleted once it is verifiably this install's
+/// (tag and verifying marker, read again); its delete task is waited for like any other.
+#[tokio::test(start_paused = true)]
+async fn an_orphan_is_deleted_when_tag_and_marker_say_it_is_ours() {
+    let w = World::new("");
+    add_orphan(&w, 200, "proxsync.main", true);
+    w.pve().set_task_end(TaskEnd::Held);
+    let outcome = w.run(delete_orphan(200)).await;
+    let Outcome::StillRunning { upid } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(w.pve().vm(200).is_some(), "its task still runs");
+    w.pve().end_task(&upid, "OK");
+    assert!(w.pve().vm(200).is_none());
+    add_orphan(&w, 201, "proxsync.main", true);
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    assert_eq!(w.run(delete_orphan(201)).await, Outcome::Done);
+    assert!(w.pve().vm(201).is_none());
+}
+
+/// An orphan is not deleted on half the evidence: the tag without a marker that verifies (a
+/// typed one), or the marker without the tag (removed by a person).
+#[tokio::test(start_paused = true)]
+async fn an_orphan_missing_its_tag_or_its_signed_marker_is_not_deleted() {
+    let w = World::new("");
+    add_orphan(&w, 200, "proxsync.main", false);
+    add_orphan(&w, 201, "web", true);
+    for vmid in [200, 201] {
+        let outcome = w.run(delete_orphan(vmid)).await;
+        let Outcome::Failed(e) = outcome else {
+            panic!("{vmid}: {outcome:?}");
+        };
+        assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+        assert!(w.pve().vm(vmid).is_some());
+    }
+    assert_eq!(w.pve().count("delete_vm"), 0);
+}
+
+/// The old owner's side of a hand-over: only this install's tag goes (tags others added
+/// stay), the marker stays for the next owner to verify, and the spec is forgotten.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_drops_only_this_installs_tag_and_keeps_the_marker() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config
+            .insert("tags".into(), "keep-me;proxsync.main".into());
+    });
+    let before = w.marker_of(vmid).expect("a marker");
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    assert_eq!(w.tags(vmid), ["keep-me"]);
+    assert_eq!(w.marker_of(vmid), Some(before));
+    assert!(w.store.specs().expect("records").is_empty());
+    assert!(w.pve().vm(vmid).is_some());
+}
+
+/// A marker from before signing (vouched for by the record's uid) is handed over signed for
+/// this VMID, so the next owner can verify it.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_signs_an_unsigned_marker_for_the_next_owner() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let uid = w.record().uid;
+    let unsigned = crate::ownership::Marker {
+        mac: None,
+        ..w.marker_of(vmid).expect("a marker")
+    };
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config
+            .insert("description".into(), unsigned.description());
+    });
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    let m = w.marker_of(vmid).expect("a marker");
+    assert!(m.verifies(&w.key, vmid), "{m:?}");
+    assert_eq!(m.uid, uid);
+}
+
+/// A hand-over finds its VM gone (deleted by hand): the spec is forgotten. A fresh read that
+/// fails tells nothing: the record stays.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_forgets_only_a_vm_that_is_gone() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable("/nodes/pve1/qemu/100/config")),
+    );
+    let outcome = w.run(w.hand_over(vmid)).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    w.assert_exists(vmid);
+    let gone = w.run_changed(w.hand_over(vmid), |pve| pve.remove_vm(vmid));
+    assert_eq!(gone.await, Outcome::Done);
+    assert!(w.store.specs().expect("records").is_empty());
+}
+
+/// A spec leaves the selector while its clone's answer was lost and the clone made the VM:
+/// the VM is found, and handed over (its tags written, the record forgotten), not forgotten
+/// with it.
+#[tokio::test(start_paused = true)]
+async fn a_create_in_flight_of_a_spec_leaving_is_handed_over_once_found() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    w.pve().clear_calls();
+    assert_eq!(w.run(w.hand_over(vmid)).await, Outcome::Done);
+    assert_eq!(w.pve().count("set_config"), 1, "{:?}", w.pve().calls());
+    assert!(w.marker_of(vmid).is_some_and(|m| m.verifies(&w.key, vmid)));
+    assert!(w.store.specs().expect("records").is_empty());
+}
+
+/// The new owner's side: a released VM whose marker names this spec for another install and
+/// verifies with the shared key is taken over: its marker re-signed for this install (same
+/// uid) and this install's tag added.
+#[tokio::test(start_paused = true)]
+async fn a_released_vm_of_another_install_is_taken_over() {
+    let w = World::new("");
+    let theirs =
+        crate::ownership::Marker::signed(&w.key, "other", "web-01", "00bb00bb00bb00bb", 300);
+    w.pve().add_vm(
+        300,
+        "pve1",
+        &[("name", "web-01"), ("description", &theirs.description())],
+    );
+    let outcome = w.run(w.adopt(300)).await;
+    assert!(
+        matches!(outcome, Outcome::Done | Outcome::StillRunning { .. }),
+        "{outcome:?}"
+    );
+    let m = w.marker_of(300).expect("a marker");
+    assert_eq!(
+        (m.install.as_str(), m.uid.as_str()),
+        ("main", "00bb00bb00bb00bb")
+    );
+    assert!(m.verifies(&w.key, 300));
+    assert!(w.tags(300).contains(&"proxsync.main".to_string()));
+    assert_eq!(w.record().uid, "00bb00bb00bb00bb");
+}
+
+/// The take-over reads the VM again: a marker changed since the cycle's read (here typed over
+/// by hand, its MAC gone) is refused, and the VM is not touched.
+#[tokio::test(start_paused = true)]
+async fn a_take_over_refuses_a_marker_that_no_longer_verifies() {
+    let w = World::new("");
+    let theirs =
+        crate::ownership::Marker::signed(&w.key, "other", "web-01", "00bb00bb00bb00bb", 300);
+    w.pve().add_vm(
+        300,
+        "pve1",
+        &[("name", "web-01"), ("description", &theirs.description())],
+    );
+    let typed = crate::ownership::Marker {
+        mac: None,
+        ..theirs
+    };
+    let outcome = w
+        .run_changed(w.adopt(300), |pve| {
+            pve.edit_vm(300, |vm| {
+                vm.config.insert("description".into(), typed.description());
+            });
+        })
+        .await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.marker_of(300).map(|m| m.install), Some("other".into()));
+}
+
+/// The spec of [`World::new`] made from an installer ISO (a `qmcreate`, locking the new VM
+/// with `create`), the ISO on `local`.
+fn iso_world() -> World {
+    let mut w = World::new("");
+    let iso = "local:iso/debian-12-netinst.iso";
+    w.pve().add_volume("local", iso, "iso");
+    w.spec.image = crate::spec::Image::Volume {
+        storage: "local".into(),
+        volume: iso.into(),
+        kind: crate::spec::VolumeKind::Iso,
+    };
+    w
+}
+
+/// A create whose answer was lost while its `qmcreate` runs: the VM locked `create` by its own
+/// task is waited for by that task, never judged foreign and made again.
+#[tokio::test(start_paused = true)]
+async fn a_vm_locked_create_by_its_running_task_is_waited_for() {
+    let w = iso_world();
+    w.pve().set_task_end(TaskEnd::Held);
+    w.pve().fault("create_vm", Fault::LoseAnswer);
+    assert!(matches!(w.run(w.create()).await, Outcome::Failed(_)));
+    let (vmid, upid) = w.intent();
+    assert_eq!(upid, None);
+    let running = w.pve().running_tasks();
+    assert!(
+        running[0].contains(&format!(":qmcreate:{vmid}:")),
+        "{running:?}"
+    );
+    tokio::time::advance(w.site.request_window).await;
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(
+        outcome,
+        Outcome::StillRunning {
+            upid: running[0].clone()
+        }
+    );
+    assert_eq!(w.intent(), (vmid, Some(running[0].clone())));
+    assert_eq!(w.pve().count("create_vm"), 1, "{:?}", w.pve().calls());
+}
+
+/// A read of the intent's VMID that fails tells nothing: the intent stays and nothing is
+/// created, even past the request window.
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_of_the_intents_vmid_creates_nothing() {
+    let w = World::new("");
+    let vmid = w.create_answer_lost(false).await;
+    tokio::time::advance(w.site.request_window).await;
+    w.pve().fault(
+        "vm_config",
+        Fault::Refuse(unavailable(&format!("/nodes/pve1/qemu/{vmid}/config"))),
+    );
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.intent(), (vmid, None));
+    assert_eq!(w.pve().count("clone_vm"), 1, "the first only");
+}
+
+/// A confirmed rename: the VM of spec `old` (its marker verified) is re-labelled for the new
+/// spec, keeping its uid, and the record moves to the new name; a VM that does not carry the
+/// old spec's marker is not touched.
+#[tokio::test(start_paused = true)]
+async fn a_rename_relabels_only_the_old_specs_vm() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let rec = w.record();
+    w.store
+        .rename(&w.spec.name, "old", &rec)
+        .expect("the old name");
+    let old = crate::ownership::Marker::signed(&w.key, "main", "old", &rec.uid, vmid);
+    let relabel = Action::Relabel {
+        spec: w.spec.name.clone(),
+        from: "old".into(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    };
+    // Another spec's marker: not the old spec's VM. (The new spec's own marker is a re-label
+    // already done, whose answer was lost: see `tests/renames.rs`.)
+    let other = crate::ownership::Marker::signed(&w.key, "main", "db-01", &rec.uid, vmid);
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("description".into(), other.description());
+    });
+    w.pve().clear_calls();
+    let outcome = w.run(relabel.clone()).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, crate::category::Category::Conflict, "{e:?}");
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("description".into(), old.description());
+    });
+    assert_eq!(w.run(relabel).await, Outcome::Done);
+    let m = w.marker_of(vmid).expect("a marker");
+    assert_eq!(
+        (m.spec.as_str(), m.uid.as_str()),
+        ("web-01", rec.uid.as_str())
+    );
+    assert!(m.verifies(&w.key, vmid));
+    let names: Vec<String> = w.store.specs().expect("records").into_keys().collect();
+    assert_eq!(names, ["web-01"]);
 }

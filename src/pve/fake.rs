@@ -8,8 +8,9 @@
 //!   with the task's end. A clone's task is `qmclone` naming the **template**, on the
 //!   template's node, and a clone to another node stays on the template's node until its end;
 //! - a failed create or clone task leaves no VM (qemu-server removes what it made);
-//! - running tasks are listed with `RUNNING`; `?vmid=N` lists only tasks naming N (so not a
-//!   clone's);
+//! - running tasks are listed with `RUNNING` and their start time (the UPID's, in whole seconds
+//!   of the fake's clock, [`FakePve::set_clock`]); `?vmid=N` lists only tasks naming N (so not
+//!   a clone's);
 //! - a VMID taken is `unable to create VM N - VM N already exists on node 'X'`, a missing VM
 //!   `Configuration file 'nodes/X/qemu-server/N.conf' does not exist`, a locked one
 //!   `VM is locked (L)`, a stale digest `checksum mismatch (file change by other user?)`;
@@ -20,7 +21,8 @@
 //! (`gate::permit`): refused without one, logged as `refused <method> <args>`, nothing changed.
 //!
 //! Not modelled: pending values of a running VM (nothing is ever pending), hotplug, the guest
-//! agent (always "not running"), permissions, storages beyond `local-lvm` and `local`.
+//! agent (always "not running"), permissions, storages beyond `local-lvm`, `local` and those
+//! [`FakePve::add_shared_storage`] adds.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -35,6 +37,7 @@ use super::types::{
     VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
+use crate::clock::Clock;
 use crate::gate::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
 
 /// A VM as the fake holds it.
@@ -101,6 +104,10 @@ struct State {
     pid: u32,
     /// The root CA's fingerprint `root_ca_fingerprint` answers.
     root_ca: String,
+    /// Storages shared by every node (`images` content), beside `local-lvm` and `local`.
+    shared_storages: Vec<String>,
+    /// The nodes' clock: a task's start time.
+    clock: Clock,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -147,6 +154,8 @@ impl FakePve {
                 affinities: BTreeMap::new(),
                 pid: 0x1000,
                 root_ca: vec!["FA"; 32].join(":"),
+                shared_storages: Vec::new(),
+                clock: Clock::system(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -191,6 +200,64 @@ impl FakePve {
     /// Sets (or with `None` removes) a key of VM `vmid`'s config, as a person would.
     pub fn set_config_value(&self, vmid: u32, key: &str, value: Option<&str>) {
         self.lock().set_value(vmid, key, value);
+    }
+
+    /// Destroys VM `vmid` as a human would (`qm destroy`), outside proxsync.
+    pub fn remove_vm(&self, vmid: u32) {
+        self.lock().vms.remove(&vmid);
+        self.changed.notify_waiters();
+    }
+
+    /// Changes VM `vmid` as a human or another program would (a lock, a config key, its power).
+    pub fn edit_vm(&self, vmid: u32, edit: impl FnOnce(&mut FakeVm)) {
+        {
+            let mut s = self.lock();
+            let vm = s.vms.get_mut(&vmid).expect("edit_vm: no such VM");
+            edit(vm);
+            *s.generation.entry(vmid).or_default() += 1;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// A storage for disk images shared by every node (as Ceph RBD or NFS would be).
+    pub fn add_shared_storage(&self, storage: &str) {
+        self.lock().shared_storages.push(storage.to_string());
+    }
+
+    /// A volume on `storage` (`content`: `iso`, `import`, `images`), as an upload leaves it.
+    pub fn add_volume(&self, storage: &str, volid: &str, content: &str) {
+        self.lock()
+            .volumes
+            .entry(storage.to_string())
+            .or_default()
+            .push(StorageVolume {
+                volid: volid.to_string(),
+                content: Some(content.to_string()),
+                format: volid.rsplit_once('.').map(|(_, ext)| ext.to_string()),
+                size: Some(1 << 30),
+                vmid: None,
+                ctime: None,
+            });
+    }
+
+    /// The clock the nodes stamp their tasks with (the system's by default); tests with paused
+    /// time pass the one their actions read.
+    pub fn set_clock(&self, clock: Clock) {
+        self.lock().clock = clock;
+    }
+
+    /// Starts a task of someone else's (`vzdump` of a backup job, a `qmclone` of a template
+    /// to another VMID), running until [`FakePve::end_task`] and changing nothing. Its UPID.
+    pub fn start_task(&self, node: &str, kind: &str, id: &str) -> String {
+        let upid = {
+            let mut s = self.lock();
+            let end = std::mem::replace(&mut s.task_end, TaskEnd::Held);
+            let upid = s.task(node, kind, id, None, None);
+            s.task_end = end;
+            upid
+        };
+        self.changed.notify_waiters();
+        upid.to_string()
     }
 
     pub fn set_task_end(&self, end: TaskEnd) {
@@ -379,9 +446,10 @@ impl State {
         on_fail: Option<Effect>,
     ) -> Upid {
         self.pid += 1;
+        let starttime = self.clock.now_ms() / 1000;
         let upid: Upid = format!(
-            "UPID:{node}:{:08X}:00000001:{:08X}:{kind}:{id}:fake@pve:",
-            self.pid, self.pid
+            "UPID:{node}:{:08X}:00000001:{starttime:08X}:{kind}:{id}:fake@pve:",
+            self.pid
         )
         .parse()
         .expect("the fake writes valid UPIDs");
@@ -465,7 +533,9 @@ impl State {
                 id: Some(t.upid.id.clone()),
                 user: Some(t.upid.user.clone()),
                 status: Some("RUNNING".into()),
-                starttime: None,
+                // pve-manager `PVE/API2/Tasks.pm` `node_tasks`: each entry is the decoded UPID
+                // (`PVE::Tools::upid_decode`), its `starttime` the UPID's.
+                starttime: Some(t.upid.starttime),
                 endtime: None,
             })
             .collect()
@@ -486,21 +556,27 @@ fn finish(s: &mut State, i: usize, exit: &str) {
     }
 }
 
-fn storages() -> Vec<NodeStorage> {
-    let storage = |name: &str, kind: &str, content: &str| NodeStorage {
+fn storages(shared: &[String]) -> Vec<NodeStorage> {
+    let storage = |name: &str, kind: &str, content: &str, shared: bool| NodeStorage {
         storage: name.into(),
         kind: Some(kind.into()),
         content: Some(content.into()),
         active: Some(true),
         enabled: Some(true),
-        shared: Some(false),
+        shared: Some(shared),
         avail: Some(1 << 40),
         total: Some(1 << 41),
     };
-    vec![
-        storage("local-lvm", "lvmthin", "images,rootdir"),
-        storage("local", "dir", "iso,import,vztmpl,backup"),
-    ]
+    let mut all = vec![
+        storage("local-lvm", "lvmthin", "images,rootdir", false),
+        storage("local", "dir", "iso,import,vztmpl,backup", false),
+    ];
+    all.extend(
+        shared
+            .iter()
+            .map(|name| storage(name, "rbd", "images,rootdir", true)),
+    );
+    all
 }
 
 impl Pve for FakePve {
@@ -633,8 +709,8 @@ impl Pve for FakePve {
         node: &str,
         content: Option<&str>,
     ) -> Result<Vec<NodeStorage>, Error> {
-        self.call("node_storages", node.to_string(), |_| {
-            Ok(storages()
+        self.call("node_storages", node.to_string(), |s| {
+            Ok(storages(&s.shared_storages)
                 .into_iter()
                 .filter(|st| content.is_none_or(|c| st.has_content(c)))
                 .collect())
