@@ -75,16 +75,26 @@ Examples:
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
-    /// Show what a reconcile would do now against the live clusters, without doing it;
-    /// exit 0 no changes, 2 changes, 1 error.
+    /// Show what a reconcile would do now against the live clusters, field by field, without
+    /// doing it; exit 0 no changes, 2 changes, 1 error (an unreachable site, an invalid spec, a
+    /// refused commit, a spec set not read completely: the reason on stderr).
     #[command(after_help = "\
 Examples:
   proxsync plan --config /etc/proxsync/proxsync.toml
-  proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do")]
+  proxsync plan web-01 db-01                                  these specs only, never a removal
+  proxsync plan --json | jq .changes                          the same as data
+  proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do
+                                                              (specs not in ./specs count as
+                                                              removed, and are labelled so)")]
     Plan {
+        /// Only these specs (metadata.name): their changes, never another spec's removal.
+        names: Vec<String>,
         /// Read specs from these files or directories instead of the configured git source.
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
+        /// JSON instead of text (the errors still on stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Ask the running daemon to reconcile now (one spec: also retry it at once if it is
     /// backing off).
@@ -169,7 +179,7 @@ pub fn run(cli: Cli) -> ExitCode {
             what: Accept::Site { site },
         } => accept_site_cmd(cli.config, site),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
-        Command::Plan { specs } => plan_cmd(cli.config, specs),
+        Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
         Command::Schema => schema(),
     }
 }
@@ -646,54 +656,63 @@ fn print_run_report(
     }
 }
 
-fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
-    let Inputs { config, specs, .. } =
-        match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
-            Ok(x) => x,
-            Err(code) => return code,
-        };
+fn plan_cmd(
+    config_path: Option<PathBuf>,
+    names: Vec<String>,
+    spec_paths: Vec<PathBuf>,
+    json: bool,
+) -> ExitCode {
+    let Inputs {
+        config,
+        specs,
+        refused,
+        ..
+    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let plan = match rt.block_on(crate::engine::plan_only(&config, &specs)) {
+    let names = crate::plan_report::names(&names);
+    let view = match rt.block_on(crate::engine::plan_view(&config, &specs)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let by_name = crate::engine::specs_by_name(&specs);
-    for action in &plan.actions {
-        println!("{}", crate::engine::describe(action, &by_name));
-    }
-    for (name, verdict) in &plan.verdicts {
-        if !matches!(
-            verdict,
-            crate::plan::Verdict::UpToDate { .. } | crate::plan::Verdict::Acting
-        ) {
-            println!(
-                "! {name}: {}",
-                serde_json::to_string(verdict).unwrap_or_default()
-            );
+    let scope = crate::plan_report::Scope {
+        names: names.as_ref(),
+        from_files: !spec_paths.is_empty(),
+    };
+    let mut report = rt.block_on(crate::plan_report::build(&view, &specs, &scope));
+    report.errors.splice(
+        0..0,
+        crate::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
+    );
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
+    } else {
+        print!("{}", report.render());
     }
-    for o in &plan.orphans {
-        println!(
-            "! orphan VM {} on {}/{} ({}): {}",
-            o.vmid, o.site, o.node, o.power, o.disposition
+    for e in &report.errors {
+        eprintln!("error: {e}");
+    }
+    if !report.errors.is_empty() {
+        eprintln!(
+            "error: this plan is incomplete ({} error(s) above): exit 1",
+            report.errors.len()
         );
     }
-    for refusal in &plan.refused {
-        println!("refused: {refusal}");
-    }
-    if plan.actions.is_empty() {
-        println!("no changes");
-        ExitCode::SUCCESS
-    } else {
-        println!("{} change(s)", plan.actions.len());
-        ExitCode::from(2)
-    }
+    ExitCode::from(report.exit_code())
 }
 
 fn schema() -> ExitCode {

@@ -1272,6 +1272,23 @@ fn set_marker(
 /// Plans without acting (for `proxsync plan`): reads the state database if it can (the
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
+    plan_view(config, specs).await.map(|v| v.plan)
+}
+
+/// A plan with what it was made from: `proxsync plan` reads the converged VMs' configs with
+/// the sites' clients to show each change field by field, and names the sites it could not read.
+pub struct PlanView {
+    pub plan: Plan,
+    pub views: BTreeMap<String, SiteView>,
+    pub records: BTreeMap<String, SpecRecord>,
+    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    /// The marker key, when it exists (a plan never makes one).
+    pub marker_key: Option<MarkerKey>,
+    pub install_id: String,
+}
+
+/// [`plan_only`], keeping what the plan was made from.
+pub async fn plan_view(config: &Config, specs: &SpecSet) -> Result<PlanView, EngineError> {
     let sites = site_clients(config)?;
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
@@ -1317,7 +1334,7 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         .collect();
     let chash = config_hash(config);
     let orphans_seen = BTreeMap::new();
-    Ok(plan(&PlanInput {
+    let plan = plan(&PlanInput {
         install_id: &config.install_id,
         desired: &specs.specs,
         invalid: &invalid,
@@ -1331,7 +1348,15 @@ pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineE
         config_hash: &chash,
         now_ms: now_ms(),
         retry_transient_now: false,
-    }))
+    });
+    Ok(PlanView {
+        plan,
+        views,
+        records,
+        sites,
+        marker_key: key,
+        install_id: config.install_id.clone(),
+    })
 }
 
 /// The valid specs of `specs` by name, for [`describe`]: built once for a list of actions (a

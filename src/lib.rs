@@ -24,6 +24,7 @@ pub mod observe;
 pub mod ownership;
 pub mod par;
 pub mod plan;
+pub mod plan_report;
 pub mod pve;
 pub mod selector;
 pub mod site_identity;

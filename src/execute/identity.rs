@@ -48,8 +48,12 @@ pub(super) fn is_ours(
 
 /// Whether the config's marker is exactly the signed one this VM should carry (else converge
 /// rewrites it: a marker from before signing, or signed with a lost key).
-pub(super) fn marker_is_current(ctx: &ExecCtx<impl Pve>, cfg: &VmConfig, vmid: u32) -> bool {
+pub(super) fn marker_is_current(
+    key: &crate::ownership::MarkerKey,
+    cfg: &VmConfig,
+    vmid: u32,
+) -> bool {
     cfg.description()
         .and_then(Marker::parse)
-        .is_some_and(|m| m.verifies(&ctx.marker_key, vmid))
+        .is_some_and(|m| m.verifies(key, vmid))
 }

@@ -295,6 +295,11 @@ impl VmParams {
         self.values.get(key).map(String::as_str)
     }
 
+    /// Every property and its value, in key order (`delete` among them).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     pub(super) fn form(&self) -> Vec<(&str, String)> {
         self.values
             .iter()
