@@ -491,6 +491,12 @@ fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    if let Some(name) = &name
+        && let Err(e) = known_spec(&config, name)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match rt.block_on(crate::control::request(&config.state_dir, name.as_deref())) {
         Ok(answer) => {
             println!(
@@ -519,8 +525,13 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
             && std::env::var_os("NO_COLOR").is_none(),
         now: std::time::SystemTime::now(),
     };
+    // The daemon's state first (not in JSON, whose shape scripts rely on).
+    let daemon = (!opts.json && opts.name.is_none()).then(|| daemon_line(&config));
     match crate::status_view::render(&config.status_dir, &opts) {
         Ok(text) => {
+            if let Some(line) = daemon {
+                println!("{line}");
+            }
             print!("{text}");
             ExitCode::SUCCESS
         }
@@ -529,6 +540,87 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
             ExitCode::FAILURE
         }
     }
+}
+
+/// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
+/// control socket and `_summary.yaml`.
+fn daemon_line(config: &Config) -> String {
+    let now = std::time::SystemTime::now();
+    let ago = |t: std::time::SystemTime| {
+        crate::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
+    };
+    let summary: Option<crate::status::SummaryFile> =
+        std::fs::read_to_string(config.status_dir.join(crate::status::SUMMARY_FILE))
+            .ok()
+            .and_then(|text| serde_saphyr::from_str(&text).ok());
+    let last = summary.as_ref().map(|s| {
+        let when = crate::status::parse_rfc3339(&s.last_cycle)
+            .map(ago)
+            .unwrap_or_else(|| "at an unknown time".into());
+        let outcome = match &s.source_error {
+            Some(e) => format!("the source could not be read: {e}"),
+            None => format!(
+                "{} of {} spec(s) Ready, {} stalled",
+                s.ready, s.specs, s.stalled
+            ),
+        };
+        format!("last cycle {when}: {outcome}")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let state = match rt {
+        Ok(rt) => rt.block_on(crate::control::daemon_state(&config.state_dir)),
+        Err(e) => Err(e.to_string()),
+    };
+    match state {
+        Ok(d) => {
+            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(d.since_ms);
+            format!(
+                "Daemon:      running since {} ({}, pid {}); {}",
+                crate::status::rfc3339(since),
+                ago(since),
+                d.pid,
+                last.unwrap_or_else(|| "no cycle finished yet".into())
+            )
+        }
+        Err(why) => format!(
+            "Daemon:      not running ({why}); {}",
+            match last {
+                Some(last) => format!("what follows is from its {last}"),
+                None => "no cycle ever finished".into(),
+            }
+        ),
+    }
+}
+
+/// Whether `name` is a spec of the configured source (valid or not) and this install's: a
+/// reconcile of anything else would do nothing. When the source cannot be read here the
+/// daemon is asked all the same.
+fn known_spec(config: &Config, name: &str) -> Result<(), String> {
+    let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
+        return Ok(());
+    };
+    let set = &read.specs;
+    if let Some(spec) = set.specs.iter().find(|s| s.name == name) {
+        if !config.selects(spec) {
+            return Err(format!(
+                "spec {name} is outside [source] selector: another install reconciles it"
+            ));
+        }
+        return Ok(());
+    }
+    if set.invalid_names().contains(name) {
+        return Ok(());
+    }
+    let names: Vec<&str> = set.specs.iter().map(|s| s.name.as_str()).collect();
+    let hint = crate::spec::closest(name, names.iter().copied())
+        .map(|n| format!("; did you mean {n}?"))
+        .unwrap_or_default();
+    Err(format!(
+        "no such spec: {name} (no spec in the source at commit {} has metadata.name {name}{hint})",
+        &read.commit[..read.commit.len().min(12)]
+    ))
 }
 
 fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {

@@ -558,7 +558,7 @@ mod tests {
         let rec = SpecRecord {
             attempts: 3,
             last_error: Some(Box::new(crate::state::ErrorRecord {
-                category: crate::category::Category::Transient,
+                category: crate::category::Category::NetworkError,
                 message: "connection reset".into(),
                 at_ms: 0,
                 inputs: String::new(),
@@ -573,7 +573,7 @@ mod tests {
         );
         assert_eq!(
             text,
-            "backing off until 14:20:23 UTC (in 5m), 3rd attempt: transient: connection reset"
+            "backing off until 14:20:23 UTC (in 5m), 3rd attempt: NetworkError: connection reset"
         );
         assert!(!text.contains('{'), "no JSON: {text}");
     }

@@ -41,6 +41,7 @@ mod names;
 mod networks;
 pub mod renames;
 mod schema;
+mod suggest;
 mod units;
 mod validate;
 mod yaml;
@@ -64,6 +65,7 @@ pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode
 pub use load::{assemble, check_duplicates, check_sites, load_paths};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
+pub use suggest::closest;
 pub use units::{GIB, KIB, MIB, TIB};
 
 /// The largest spec file read, in bytes (1 MiB). Larger files are refused before being read.

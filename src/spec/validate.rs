@@ -180,12 +180,7 @@ pub(super) fn object<'n>(
         if let Some(allowed) = allowed
             && !allowed.contains(&k.as_str())
         {
-            let hint = allowed
-                .iter()
-                .find(|a| {
-                    a.eq_ignore_ascii_case(k)
-                        || a.to_lowercase() == k.replace(['-', '_'], "").to_lowercase()
-                })
+            let hint = super::closest(k, allowed.iter().copied())
                 .map_or(String::new(), |a| format!(" (did you mean {a:?}?)"));
             ctx.error(
                 key.pos,
@@ -848,12 +843,8 @@ pub(super) fn enum_field<T: Copy>(
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
         return Some(*v);
     }
-    let hint = choices
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(s))
-        .map_or(String::new(), |(name, _)| {
-            format!(" (did you mean {name:?}?)")
-        });
+    let hint = super::closest(s, names.iter().copied())
+        .map_or(String::new(), |name| format!(" (did you mean {name:?}?)"));
     ctx.error(
         n.pos,
         format!(
