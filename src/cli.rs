@@ -228,8 +228,16 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     let mut set = spec::load_paths(&paths);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-        set.diagnostics
-            .extend(spec::check_sites(&set.specs, &sites));
+        let unknown_site = spec::check_sites(&set.specs, &sites);
+        // A spec naming no configured site is not valid for this config: not counted as such.
+        let names: std::collections::BTreeSet<&str> = unknown_site
+            .iter()
+            .filter_map(|d| d.spec.as_deref())
+            .collect();
+        let names: std::collections::BTreeSet<String> =
+            names.into_iter().map(str::to_string).collect();
+        set.specs.retain(|s| !names.contains(&s.name));
+        set.diagnostics.extend(unknown_site);
         // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
         // hold such a field.
         if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -260,6 +268,14 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             files.len()
         );
         return ExitCode::FAILURE;
+    }
+    if set.specs.is_empty() && set.diagnostics.is_empty() {
+        let under: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        println!(
+            "no spec files found under {} (spec files end in .yaml or .yml)",
+            under.join(", ")
+        );
+        return ExitCode::SUCCESS;
     }
     println!(
         "ok: {} spec(s) in {} file(s) valid{}",

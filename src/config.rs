@@ -45,7 +45,7 @@ impl fmt::Display for Secret {
 /// An error in the configuration: the file, and a message naming the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: cannot read the config: {source}")]
+    #[error("{path}: cannot read the config: {source}{hint}", hint = read_hint(.path, .source))]
     Read {
         path: PathBuf,
         #[source]
@@ -431,6 +431,24 @@ struct RawReconcile {
     orphan_grace: Option<String>,
     max_delete_fraction: Option<f64>,
     max_parallel_reboots: Option<i64>,
+}
+
+/// What to do when the config cannot be read: where else it may be named, where the example
+/// is, or the group that may read it.
+fn read_hint(path: &Path, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "; name the config with --config FILE or the PROXSYNC_CONFIG environment variable \
+             (default {DEFAULT_PATH}), or start from the example: cp \
+             /usr/share/doc/proxsync/examples/proxsync.toml {}",
+            path.display()
+        ),
+        std::io::ErrorKind::PermissionDenied => " (the config and /etc/proxsync are readable by \
+             root and the proxsync group only: run as root, or add your user to the group with \
+             `sudo adduser $USER proxsync` and log in again)"
+            .to_string(),
+        _ => String::new(),
+    }
 }
 
 impl Config {

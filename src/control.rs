@@ -279,8 +279,9 @@ pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
     .map_err(|_| "the daemon did not answer within 5 s".to_string())?
     .map_err(|e| e.to_string())?;
     match reply.trim_end().strip_prefix("ok ") {
-        Some(json) => serde_json::from_str(json)
-            .map_err(|e| format!("unreadable state from the daemon: {e}")),
+        Some(json) => {
+            serde_json::from_str(json).map_err(|e| format!("unreadable state from the daemon: {e}"))
+        }
         None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
     }
 }

@@ -451,7 +451,7 @@ impl Engine {
             _ => (self.sites.clone(), BTreeMap::new()),
         };
         if let Some(scope) = &scope {
-            tracing::debug!(sites = ?scope, "after a push: looking again at the sites it touched");
+            tracing::debug!(sites = %scope.iter().map(String::as_str).collect::<Vec<_>>().join(","), "after a push: looking again at the sites it touched");
         }
         let mut fresh = FreshConfigs::new();
         let mut views = observe_all(
@@ -536,7 +536,7 @@ impl Engine {
             self.store.set_orphans(&first.orphans_seen)?;
         }
         for action in &first.actions {
-            tracing::info!(action = ?action, "planned");
+            log_planned(action);
         }
 
         let mut results = Vec::new();
@@ -1357,6 +1357,42 @@ pub async fn plan_view(config: &Config, specs: &SpecSet) -> Result<PlanView, Eng
         marker_key: key,
         install_id: config.install_id.clone(),
     })
+}
+
+/// Logs a planned action as plain fields (journald's structured fields): its kind, spec, site,
+/// node, VMID and, for an update, what differs.
+fn log_planned(action: &Action) {
+    let (kind, vmid) = match action {
+        Action::Create { .. } => ("create", None),
+        Action::ResumeCreate { vmid, .. } => ("resume", Some(*vmid)),
+        Action::Adopt { vmid, .. } => ("adopt", Some(*vmid)),
+        Action::Converge { vmid, .. } => ("update", Some(*vmid)),
+        Action::Migrate { vmid, .. } => ("migrate", Some(*vmid)),
+        Action::Remove {
+            vmid,
+            release: false,
+            ..
+        } => ("delete", Some(*vmid)),
+        Action::Remove { vmid, .. } => ("release", Some(*vmid)),
+        Action::Forget { .. } => ("forget", None),
+        Action::Relabel { vmid, .. } => ("rename", Some(*vmid)),
+        Action::HandOver { vmid, .. } => ("handover", Some(*vmid)),
+        Action::DeleteOrphan { vmid, .. } => ("delete-orphan", Some(*vmid)),
+    };
+    let (site, node) = action.node().unwrap_or_default();
+    let why = match action {
+        Action::Converge { why, .. } => why.join(", "),
+        _ => String::new(),
+    };
+    tracing::info!(
+        action = kind,
+        spec = action.spec().unwrap_or(""),
+        site,
+        node,
+        vmid = vmid.map(|v| v.to_string()).unwrap_or_default(),
+        why,
+        "planned"
+    );
 }
 
 /// The valid specs of `specs` by name, for [`describe`]: built once for a list of actions (a

@@ -108,14 +108,16 @@ fn an_update_is_shown_field_by_field_as_the_run_applies_it() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(client.set_config(
-        "pve1",
-        vmid,
-        &proxsync::pve::VmParams::new()
-            .set("cores", 1)
-            .set("memory", 1024),
-        None,
-    ))
+    rt.block_on(
+        client.set_config(
+            "pve1",
+            vmid,
+            &proxsync::pve::VmParams::new()
+                .set("cores", 1)
+                .set("memory", 1024),
+            None,
+        ),
+    )
     .unwrap();
 
     pve.clear_requests();
@@ -185,7 +187,10 @@ fn naming_specs_plans_them_alone_and_spec_files_label_removals() {
     assert!(ws.run_once().0);
     assert_eq!(owned_vms(&mut pve).len(), 2);
     ws.commit_specs(&[
-        ("a.yaml", spec("web-01", "pve1", "9000", "    tags: [new]\n")),
+        (
+            "a.yaml",
+            spec("web-01", "pve1", "9000", "    tags: [new]\n"),
+        ),
         ("b.yaml", spec("web-02", "pve1", "9000", "")),
         ("c.yaml", spec("web-03", "pve1", "9000", "")),
     ]);

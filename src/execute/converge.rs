@@ -165,7 +165,7 @@ async fn converge_vm(
     };
     let (params, mut changed) = config_diff(ctx, spec, rec, vmid, &cfg, &pending)?;
     if !changed.is_empty() {
-        tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
+        tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the VM config");
         if allocates_volume(&params) {
             // A new EFI or TPM volume: PVE allocates it while it answers, which on slow storage
             // outlasts pveproxy's 30 s forward (596, an unknown outcome); the asynchronous

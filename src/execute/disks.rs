@@ -88,7 +88,7 @@ pub(super) async fn converge_disks(
     if changes.is_empty() {
         return Ok(DiskStep::Done(false));
     }
-    tracing::info!(spec = %spec.name, vmid, changed = ?changes.changed, "updating the disks");
+    tracing::info!(spec = %spec.name, vmid, changed = %changes.changed.join(","), "updating the disks");
     let mut params = changes.params;
     if !changes.detach.is_empty() {
         params = params.delete_keys(&changes.detach);
@@ -200,7 +200,7 @@ pub(super) async fn destroy_disks(
     // The bindings are durable before the request: a crash after it resolves by what the
     // slot holds then (`gate::volume::destroy`), never by destroying whatever is there.
     ctx.store.put(&spec.name, rec)?;
-    tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
+    tracing::warn!(spec = %spec.name, vmid, slots = %slots.join(","), "destroying disks (destroyDisks)");
     let params = VmParams::default().delete_keys(&slots).force_delete();
     if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?
         && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
