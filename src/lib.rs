@@ -28,6 +28,7 @@ pub mod plan_report;
 pub mod pve;
 pub mod selector;
 pub mod site_identity;
+pub mod sops;
 pub mod source;
 pub mod spec;
 pub mod state;
