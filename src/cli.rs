@@ -225,7 +225,21 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut set = spec::load_paths(&paths);
+    // SOPS-encrypted specs open with the config's identity, else SOPS_AGE_KEY_FILE (as sops
+    // itself reads it); without either only their structure is checked.
+    let keyring = match (&config, std::env::var_os("SOPS_AGE_KEY_FILE")) {
+        (Some(c), _) if c.sops_identity_path().is_some() => Some(c.sops_keyring()),
+        (_, Some(file)) => Some(
+            crate::sops::Keyring::load(std::path::Path::new(&file))
+                .unwrap_or_else(crate::sops::Keyring::unavailable),
+        ),
+        _ => None,
+    };
+    let secrets = match &keyring {
+        Some(k) => spec::Secrets::Decrypt(k),
+        None => spec::Secrets::StructureOnly,
+    };
+    let mut set = spec::load_paths_with(&paths, secrets);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
         let unknown_site = spec::check_sites(&set.specs, &sites);
@@ -332,8 +346,10 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
             }
         }
     } else {
-        spec::load_paths(&spec_paths)
+        let keyring = config.sops_keyring();
+        spec::load_paths_with(&spec_paths, spec::Secrets::Decrypt(&keyring))
     };
+    spec_checks.extend(crate::doctor::check_sops(&config, &set));
     spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
         level: crate::doctor::Level::Fail,
         subject: "spec".into(),
@@ -414,7 +430,12 @@ fn load_inputs(
             }
         }
     } else {
-        (spec::load_paths(spec_paths), None, None)
+        let keyring = config.sops_keyring();
+        (
+            spec::load_paths_with(spec_paths, spec::Secrets::Decrypt(&keyring)),
+            None,
+            None,
+        )
     };
     if let (Some(r), Some(commit)) = (&refused, &commit) {
         eprintln!(

@@ -69,6 +69,9 @@ pub struct Config {
     /// `marker_key_file`: the marker key, when not `<state_dir>/marker.key` (see
     /// [`Config::marker_key_path`]). Installs that hand specs to each other share one.
     pub marker_key_file: Option<PathBuf>,
+    /// `sops_age_identity_file`: the age identities that open SOPS-encrypted specs (see
+    /// [`Config::sops_keyring`]).
+    pub sops_age_identity_file: Option<PathBuf>,
     pub source: SourceConfig,
     pub sites: Vec<SiteConfig>,
     pub reconcile: ReconcileConfig,
@@ -360,6 +363,7 @@ struct RawConfig {
     state_dir: Option<PathBuf>,
     status_dir: Option<PathBuf>,
     marker_key_file: Option<PathBuf>,
+    sops_age_identity_file: Option<PathBuf>,
     source: Option<RawSource>,
     #[serde(default)]
     site: Vec<RawSite>,
@@ -451,6 +455,13 @@ fn read_hint(path: &Path, e: &std::io::Error) -> String {
     }
 }
 
+/// The systemd credential holding the age identities for SOPS-encrypted specs.
+pub const SOPS_CREDENTIAL: &str = "sops-age-identity";
+
+/// Why an encrypted spec cannot be opened when no identity is configured.
+pub const NO_SOPS_IDENTITY: &str = "no age identity is configured: set sops_age_identity_file \
+     in the config, or pass the systemd credential sops-age-identity (LoadCredential=)";
+
 impl Config {
     /// Reads and validates the config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -513,6 +524,30 @@ impl Config {
             }
         }
         crate::ownership::MarkerKey::path(&self.state_dir)
+    }
+
+    /// Where the age identities for SOPS-encrypted specs are: `sops_age_identity_file` if set,
+    /// else the systemd credential `$CREDENTIALS_DIRECTORY/sops-age-identity` when it exists
+    /// (`LoadCredential=sops-age-identity:...`); `None` when neither.
+    pub fn sops_identity_path(&self) -> Option<PathBuf> {
+        if let Some(path) = &self.sops_age_identity_file {
+            return Some(path.clone());
+        }
+        let dir = std::env::var_os("CREDENTIALS_DIRECTORY")?;
+        let credential = Path::new(&dir).join(SOPS_CREDENTIAL);
+        credential.is_file().then_some(credential)
+    }
+
+    /// The keyring that opens SOPS-encrypted specs. Without an identity, or when it cannot be
+    /// read, a keyring that says why: every encrypted spec is then `DecryptionFailed`, the
+    /// others are unaffected.
+    pub fn sops_keyring(&self) -> crate::sops::Keyring {
+        match self.sops_identity_path() {
+            Some(path) => {
+                crate::sops::Keyring::load(&path).unwrap_or_else(crate::sops::Keyring::unavailable)
+            }
+            None => crate::sops::Keyring::unavailable(NO_SOPS_IDENTITY),
+        }
     }
 
     /// Whether a spec is this install's: it matches `[source] selector` (every spec does
@@ -615,6 +650,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
     };
 
     let marker_key_file = raw.marker_key_file.map(|p| resolve(base, p));
+    let sops_age_identity_file = raw.sops_age_identity_file.map(|p| resolve(base, p));
     let source = match raw.source {
         None => {
             return Err(
@@ -633,6 +669,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         state_dir,
         status_dir,
         marker_key_file,
+        sops_age_identity_file,
         source,
         sites,
         reconcile,

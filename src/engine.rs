@@ -773,7 +773,15 @@ impl Engine {
                 .filter(|d| d.spec.as_deref() == Some(name))
                 .map(|d| d.to_string())
                 .collect();
-            let mut st = invalid_status(name, records.get(name), &messages, None);
+            let undecryptable = specs
+                .errors()
+                .filter(|d| d.spec.as_deref() == Some(name))
+                .all(|d| d.decryption);
+            let mut st = if undecryptable {
+                crate::status::decryption_failed_status(name, records.get(name), &messages, None)
+            } else {
+                invalid_status(name, records.get(name), &messages, None)
+            };
             let ready = st.conditions.iter().find(|c| c.kind == kinds::READY);
             if let (Some(c), Some(ready)) = (commit, ready) {
                 let version = Version::Invalid(&ready.message);

@@ -61,6 +61,8 @@ pub struct Source {
     /// The repository read: the local path, or the mirror of a remote.
     repo: PathBuf,
     cache: ParseCache,
+    /// Opens SOPS-encrypted specs (the config's age identities).
+    keyring: Arc<crate::sops::Keyring>,
     pub interval: Duration,
     /// `[source] verify`: the signatures a tip needs before it is read.
     verify: Option<CommitVerification>,
@@ -89,6 +91,7 @@ impl Source {
             state_dir: config.state_dir.clone(),
             remember: true,
             refusal: None,
+            keyring: Arc::new(config.sops_keyring()),
         }
     }
 
@@ -121,7 +124,13 @@ impl Source {
     /// verifies, else those of the last verified commit (with the refusal), else an error.
     pub fn read(&mut self) -> Result<ReadSpecs, SourceError> {
         let Some(how) = self.verify.clone() else {
-            return read_commit_cached(&self.repo, &self.branch, &self.dir, &mut self.cache);
+            return read_at(
+                &self.repo,
+                Rev::Branch(&self.branch),
+                &self.dir,
+                &mut self.cache,
+                &self.keyring,
+            );
         };
         let tip = self.tip()?;
         match verify::verify_commit(&self.repo, &tip, &how) {
@@ -139,7 +148,13 @@ impl Source {
                 {
                     tracing::warn!(error = %e, "cannot remember the verified commit");
                 }
-                read_at(&self.repo, Rev::Commit(&tip), &self.dir, &mut self.cache)
+                read_at(
+                    &self.repo,
+                    Rev::Commit(&tip),
+                    &self.dir,
+                    &mut self.cache,
+                    &self.keyring,
+                )
             }
             Err(reason) => {
                 let refusal = Refusal {
@@ -176,7 +191,13 @@ impl Source {
                  so nothing is applied"
             )));
         }
-        let mut read = read_at(&self.repo, Rev::Commit(&last), &self.dir, &mut self.cache)?;
+        let mut read = read_at(
+            &self.repo,
+            Rev::Commit(&last),
+            &self.dir,
+            &mut self.cache,
+            &self.keyring,
+        )?;
         read.refused = Some(refusal);
         Ok(read)
     }
@@ -357,7 +378,8 @@ pub fn read_commit_cached(
     dir: &Path,
     cache: &mut ParseCache,
 ) -> Result<ReadSpecs, SourceError> {
-    read_at(repo_path, Rev::Branch(branch), dir, cache)
+    let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+    read_at(repo_path, Rev::Branch(branch), dir, cache, &none)
 }
 
 /// Which commit to read: a branch's tip, or one commit by id (a verified one).
@@ -400,6 +422,7 @@ fn read_at(
     rev: Rev<'_>,
     dir: &Path,
     cache: &mut ParseCache,
+    keyring: &crate::sops::Keyring,
 ) -> Result<ReadSpecs, SourceError> {
     let err = |message: String| SourceError {
         location: repo_path.display().to_string(),
@@ -444,7 +467,8 @@ fn read_at(
     // each spec's hashes worked out once here.
     let files = crate::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
-            let (file_specs, file_diags) = spec::parse_file(&key.0, &bytes);
+            let (file_specs, file_diags) =
+                spec::parse_file_with(&key.0, &bytes, spec::Secrets::Decrypt(keyring));
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());
