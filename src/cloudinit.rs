@@ -497,6 +497,39 @@ mod tests {
         (label, primary, joliet)
     }
 
+    /// A seed of user-data decrypted from SOPS is named, and its instance-id made, from the
+    /// ciphertext: two secrets under one ciphertext give one name, so the name (kept in the
+    /// state database and logs) says nothing about the secret.
+    #[test]
+    fn a_sealed_seed_is_named_by_its_ciphertext() {
+        let sealed = |ud: &str| {
+            let mut s = spec(ud, None);
+            s.user_data_sealed = Some("ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]".into());
+            build_seed("main", &s, "0123456789abcdef", &[]).unwrap()
+        };
+        let (a, b) = (
+            sealed("#cloud-config\na: 1\n"),
+            sealed("#cloud-config\na: 2\n"),
+        );
+        assert_eq!(a.file_name, b.file_name);
+        assert_eq!(
+            a.files[0].data, b.files[0].data,
+            "meta-data, with the instance-id"
+        );
+        assert_ne!(
+            a.files[1].data, b.files[1].data,
+            "the user-data itself is the secret"
+        );
+        let plain = build_seed(
+            "main",
+            &spec("#cloud-config\na: 1\n", None),
+            "0123456789abcdef",
+            &[],
+        )
+        .unwrap();
+        assert_ne!(plain.file_name, a.file_name);
+    }
+
     fn spec(user_data: &str, ci: Option<CloudInit>) -> Spec {
         let yaml = format!(
             "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \

@@ -67,6 +67,8 @@ pub use load::{assemble, check_duplicates, check_sites, load_paths, load_paths_w
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
 pub use sealed::Secrets;
+#[doc(hidden)]
+pub use sealed::seal_for_tests;
 pub use suggest::closest;
 pub use units::{GIB, KIB, MIB, TIB};
 

@@ -329,3 +329,171 @@ fn remove_user_data(doc: &mut Node) {
         entries.retain(|(k, _)| !matches!(&k.value, Value::Str(s) if s == USER_DATA[2]));
     }
 }
+
+/// For tests: `text` (one spec document whose `spec.forProvider.userData` is written on the one
+/// line `user_data_line`) encrypted as `sops --encrypt --encrypted-regex '^userData$' --age
+/// <recipient>` writes it: the value, the data key wrapped for `recipient`, the MAC.
+#[doc(hidden)]
+pub fn seal_for_tests(text: &str, user_data_line: &str, recipient: &str) -> String {
+    let key = [0x5a; 32];
+    let iv = [0x3c; 32];
+    let (mut docs, _) = super::yaml::parse_documents("t.yaml", text);
+    let mut values = Vec::new();
+    let _ = mac_values(&mut docs[0], &mut Vec::new(), &key, &mut values, &mut None);
+    let (_, plain) = user_data_line
+        .split_once("userData:")
+        .expect("a userData line");
+    let (parsed, _) = super::yaml::parse_documents("u.yaml", &format!("v:{plain}"));
+    let plain = match &parsed[0].value {
+        Value::Map(e) => match &e[0].1.value {
+            Value::Str(s) => s.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    let enc = sops::encrypt_value(&key, &iv, &Plain::Str(plain), "spec:forProvider:userData:");
+    let lastmodified = "2026-01-02T03:04:05Z";
+    let mac = sops::encrypt_value(&key, &iv, &Plain::Str(sops::mac(&values)), lastmodified);
+    let wrapped = sops::wrap_data_key(recipient, &key).expect("an age recipient");
+    let indent = &user_data_line[..user_data_line.len() - user_data_line.trim_start().len()];
+    let armored: String = wrapped
+        .lines()
+        .map(|l| format!("          {l}\n"))
+        .collect();
+    format!(
+        "{}sops:\n  age:\n    - recipient: {recipient}\n      enc: |\n{armored}  lastmodified: \
+         \"{lastmodified}\"\n  mac: {mac}\n  encrypted_regex: ^userData$\n  version: 3.9.0\n",
+        text.replace(user_data_line, &format!("{indent}userData: {enc}"))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::parse_file_with;
+
+    const SECRET: &str = "join-token-7f3a9";
+    const LINE: &str = "    userData: \"#cloud-config\\npassword: join-token-7f3a9\\n\"";
+
+    fn plain() -> String {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: web-01\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    image: \"9000\"\n    cpu: 2\n    \
+             memory: 2Gi\n{LINE}\n"
+        )
+    }
+
+    fn keyring() -> (Keyring, String) {
+        let id = age::x25519::Identity::generate();
+        let text = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
+        (
+            Keyring::parse(&text, "age.key").unwrap(),
+            id.to_public().to_string(),
+        )
+    }
+
+    #[test]
+    fn an_encrypted_user_data_opens_with_the_identity() {
+        let (ring, recipient) = keyring();
+        let sealed = seal_for_tests(&plain(), LINE, &recipient);
+        assert!(!sealed.contains(SECRET), "{sealed}");
+        let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::Decrypt(&ring));
+        assert!(diags.is_empty(), "{diags:?}");
+        let s = &specs[0];
+        assert_eq!(
+            s.user_data.as_deref(),
+            Some("#cloud-config\npassword: join-token-7f3a9\n")
+        );
+        let ciphertext = s.user_data_sealed.as_deref().unwrap();
+        assert!(ciphertext.starts_with("ENC[AES256_GCM,"));
+        // The spec's hash is the ciphertext's: another secret under the same ciphertext hashes
+        // the same, so the hash (state database, status files) says nothing about it.
+        let mut other = s.clone();
+        other.user_data = Some("#cloud-config\npassword: something-else\n".into());
+        assert_eq!(crate::plan::spec_hash(s), crate::plan::spec_hash(&other));
+        assert_eq!(
+            crate::plan::content_hash(s),
+            crate::plan::content_hash(&other)
+        );
+    }
+
+    #[test]
+    fn a_wrong_key_or_a_changed_file_is_a_decryption_failure_without_the_value() {
+        let (_, recipient) = keyring();
+        let (other, _) = keyring();
+        let sealed = seal_for_tests(&plain(), LINE, &recipient);
+        let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::Decrypt(&other));
+        assert!(specs.is_empty());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(diags[0].decryption && diags[0].is_error());
+        assert_eq!(diags[0].spec.as_deref(), Some("web-01"));
+        assert!(diags[0].message.contains(&recipient), "{}", diags[0]);
+
+        // A plain value changed by hand: the MAC no longer matches.
+        let (ring, recipient) = keyring();
+        let sealed = seal_for_tests(&plain(), LINE, &recipient).replace("cpu: 2", "cpu: 3");
+        let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::Decrypt(&ring));
+        assert!(specs.is_empty());
+        assert!(diags[0].decryption, "{diags:?}");
+        assert!(diags[0].message.contains("MAC"), "{}", diags[0]);
+        assert!(!diags[0].message.contains(SECRET));
+
+        // No identity at all.
+        let (specs, diags) = crate::spec::parse_file("w.yaml", sealed.as_bytes());
+        assert!(specs.is_empty());
+        assert!(diags[0].message.contains("no age identity"), "{}", diags[0]);
+    }
+
+    #[test]
+    fn without_a_key_the_structure_is_checked() {
+        let (_, recipient) = keyring();
+        let sealed = seal_for_tests(&plain(), LINE, &recipient);
+        let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::StructureOnly);
+        assert_eq!(specs.len(), 1);
+        assert!(specs[0].user_data.is_none());
+        assert_eq!(diags.len(), 1);
+        assert!(!diags[0].is_error(), "{}", diags[0]);
+
+        let broken = sealed.replacen(",iv:", ",iv:!!", 1);
+        let (specs, diags) = parse_file_with("w.yaml", broken.as_bytes(), Secrets::StructureOnly);
+        assert!(specs.is_empty());
+        assert!(diags[0].is_error() && !diags[0].decryption, "{diags:?}");
+        assert!(diags[0].message.contains("iv"), "{}", diags[0]);
+    }
+
+    #[test]
+    fn only_user_data_may_be_encrypted() {
+        let (ring, recipient) = keyring();
+        let sealed = seal_for_tests(&plain(), LINE, &recipient);
+        let enc = sealed
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("userData: "))
+            .unwrap()
+            .to_string();
+        let moved = sealed.replace("node: pve1", &format!("node: {enc}"));
+        let (_, diags) = parse_file_with("w.yaml", moved.as_bytes(), Secrets::Decrypt(&ring));
+        assert!(
+            diags[0]
+                .message
+                .contains("spec.forProvider.node is encrypted"),
+            "{}",
+            diags[0]
+        );
+    }
+
+    #[test]
+    fn invalid_decrypted_user_data_is_reported_without_it() {
+        let (ring, recipient) = keyring();
+        let line = "    userData: \"password: join-token-7f3a9\\n\"";
+        let text = plain().replace(LINE, line);
+        let sealed = seal_for_tests(&text, line, &recipient);
+        let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::Decrypt(&ring));
+        assert!(specs.is_empty());
+        assert!(
+            diags[0].message.contains("decrypted from SOPS"),
+            "{}",
+            diags[0]
+        );
+        assert!(!diags[0].message.contains(SECRET), "{}", diags[0]);
+    }
+}
