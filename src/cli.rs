@@ -136,6 +136,25 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh or fish).
+    #[command(after_help = "\
+Examples:
+  proxsync completions bash > ~/.local/share/bash-completion/completions/proxsync
+  proxsync completions zsh > ~/.zfunc/_proxsync
+  proxsync completions fish > ~/.config/fish/completions/proxsync.fish
+
+The Debian package installs them for every user.")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write a man page per subcommand (proxsync.1, proxsync-plan.1, ...) into DIR: what the
+    /// package ships.
+    #[command(hide = true)]
+    Manpages {
+        /// The directory to write into (made if missing).
+        dir: PathBuf,
+    },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
@@ -181,6 +200,26 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
         Command::Schema => schema(),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics when its writer fails (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "proxsync", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        Command::Manpages { dir } => match manpages(&dir) {
+            Ok(n) => {
+                println!("{n} man page(s) written to {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -842,6 +881,30 @@ fn plan_cmd(
         );
     }
     ExitCode::from(report.exit_code())
+}
+
+/// `proxsync.1` and one page per subcommand (`proxsync-plan.1`, `proxsync-accept-site.1`),
+/// from the clap definitions; returns how many.
+fn manpages(dir: &std::path::Path) -> std::io::Result<usize> {
+    fn write(dir: &std::path::Path, cmd: &clap::Command) -> std::io::Result<usize> {
+        // `build` names each subcommand's page `proxsync-plan`, `proxsync-accept-site`.
+        let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        std::fs::write(dir.join(format!("{name}.1")), page)?;
+        let mut n = 1;
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            n += write(dir, sub)?;
+        }
+        Ok(n)
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    write(dir, &cmd)
 }
 
 fn schema() -> ExitCode {
