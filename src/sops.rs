@@ -308,7 +308,7 @@ pub fn encrypt_value(key: &[u8; 32], iv: &[u8; 32], plain: &Plain, aad: &str) ->
 #[doc(hidden)]
 pub fn wrap_data_key(recipient: &str, key: &[u8; 32]) -> Result<String, String> {
     use std::io::Write;
-    let r: age::x25519::Recipient = recipient.parse().map_err(|e| format!("{e}"))?;
+    let r: age::x25519::Recipient = recipient.parse().map_err(|e: &str| e.to_string())?;
     let enc = age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient))
         .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -397,7 +397,7 @@ mod tests {
         );
         let ring = Keyring::parse(&text, "test.key").unwrap();
         let recipient = id.to_public().to_string();
-        assert_eq!(ring.recipients(), [recipient.clone()]);
+        assert_eq!(ring.recipients(), std::slice::from_ref(&recipient));
         let wrapped = wrap_data_key(&recipient, &KEY).unwrap();
         assert_eq!(
             ring.data_key(&[(recipient.clone(), wrapped.clone())])
