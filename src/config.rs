@@ -336,22 +336,28 @@ impl NotifyConfig {
 
 /// `https://`, or plain `http://` to this machine only (a local relay, tests).
 pub fn check_notify_url(url: &str) -> Result<(), String> {
-    let local = ["http://127.0.0.1", "http://localhost", "http://[::1]"];
-    let is_local = local.iter().any(|l| {
-        url.strip_prefix(l)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
-    });
-    if url.starts_with("https://") && url.len() > "https://".len() || is_local {
-        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("must not contain whitespace".into());
-        }
-        return Ok(());
+    // Before parsing: the parser would trim or encode whitespace rather than refuse it.
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain whitespace".into());
     }
-    Err(
+    let refused = || {
         "must be an https:// URL (plain http only to 127.0.0.1, localhost or [::1]: a \
          notification would cross the network in clear)"
-            .into(),
-    )
+            .to_string()
+    };
+    // The parser's error names what is wrong, never the URL (which may be a secret).
+    let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+    let local = match parsed.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::LOCALHOST,
+        Some(url::Host::Ipv6(ip)) => ip == std::net::Ipv6Addr::LOCALHOST,
+        None => return Err(refused()),
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if local => Ok(()),
+        _ => Err(refused()),
+    }
 }
 
 // ---- the file as written -------------------------------------------------------------------
@@ -1539,6 +1545,10 @@ repo = "group/sub/vms"
         assert!(check_notify_url("http://[::1]:9").is_ok());
         assert!(check_notify_url("http://localhost.evil.example/").is_err());
         assert!(check_notify_url("http://127.0.0.1.nip.io/").is_err());
+        assert!(check_notify_url("http://127.0.0.1@evil.example/").is_err());
+        assert!(check_notify_url("https://").is_err());
+        assert!(check_notify_url("https://hooks.example/x y").is_err());
+        assert!(check_notify_url("https://hooks.example/services/T0/B0/x").is_ok());
     }
 
     #[test]
