@@ -1093,46 +1093,24 @@ fn opt_duration(key: &str, value: Option<String>, default: Duration) -> Result<D
 
 /// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const VALID: &str =
-        "write a number with a unit s, m, h or d, for example \"30s\", \"5m\" or \"1h30m\"";
+    const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\", \
+                         \"1h30m\" or \"1h 30m\"";
     let text = text.trim();
     if text.is_empty() {
         return Err(format!("empty duration; {VALID}"));
     }
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit: u64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return Err(format!("unexpected {c:?}; {VALID}")),
-        };
-        if digits.is_empty() {
-            return Err(format!("a unit without a number; {VALID}"));
-        }
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| format!("number too large; {VALID}"))?;
-        total = n
-            .checked_mul(unit)
-            .and_then(|s| total.checked_add(s))
-            .filter(|t| *t <= 365 * 86400)
-            .ok_or_else(|| "longer than a year".to_string())?;
-        digits.clear();
-    }
-    if !digits.is_empty() {
-        return Err(format!("a number without a unit; {VALID}"));
-    }
-    if total == 0 {
+    // jiff's friendly format (`1h30m`, `1h 30m`, `2 days`); a day is 24 hours here.
+    let span: jiff::Span = text.parse().map_err(|e| format!("{e}; {VALID}"))?;
+    let d = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("{e}; {VALID}"))?;
+    if d.is_negative() || d.is_zero() {
         return Err(format!("must be longer than zero; {VALID}"));
     }
-    Ok(Duration::from_secs(total))
+    if d.as_secs() > 365 * 86400 {
+        return Err("longer than a year".to_string());
+    }
+    Duration::try_from(d).map_err(|e| e.to_string())
 }
 
 /// Parses `AB:CD:...` (32 bytes, colons optional, any case) as `pvenode cert info` prints it.
@@ -1275,7 +1253,8 @@ max_delete_fraction = 0.5
         let cases = [
             (MINIMAL.replace("[source]", "bogus = 1\n[source]"), "bogus"),
             (
-                MINIMAL.replace("branch", "x") + "\n[reconcile]\nresync_interval = \"5 minutes\"\n",
+                MINIMAL.replace("branch", "x")
+                    + "\n[reconcile]\nresync_interval = \"5 fortnights\"\n",
                 "resync_interval",
             ),
             (
@@ -1384,16 +1363,12 @@ max_delete_fraction = 0.5
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        for bad in [
-            "",
-            "5",
-            "m",
-            "5 m",
-            "-5s",
-            "0s",
-            "99999999999999999999s",
-            "400d",
-        ] {
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration("2d").unwrap(),
+            Duration::from_secs(2 * 86400)
+        );
+        for bad in ["", "5", "m", "-5s", "0s", "99999999999999999999s", "400d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
     }
