@@ -596,9 +596,9 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
     let opts = crate::status_view::ViewOptions {
         name,
         json,
-        // Colour on a terminal, unless NO_COLOR is set (no-color.org).
-        color: std::io::IsTerminal::is_terminal(&std::io::stdout())
-            && std::env::var_os("NO_COLOR").is_none(),
+        // Colour on a terminal, unless NO_COLOR (no-color.org), CLICOLOR=0 or TERM=dumb says
+        // otherwise; CLICOLOR_FORCE forces it (anstream's rules, as clap's help follows them).
+        color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
         now: std::time::SystemTime::now(),
     };
     // The daemon's state first (not in JSON, whose shape scripts rely on).

@@ -240,3 +240,26 @@ fn an_unreadable_config_says_what_to_do() {
     assert!(text.contains("proxsync group"), "{text}");
     assert!(text.contains("adduser $USER proxsync"), "{text}");
 }
+
+#[test]
+fn status_colours_follow_the_usual_variables() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    let status = |vars: &[(&str, &str)]| {
+        let mut c = Command::cargo_bin("proxsync").unwrap();
+        c.args(["status", "--config"]).arg(ws.config());
+        for v in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
+            c.env_remove(v);
+        }
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        out(&c.output().unwrap())
+    };
+    // Not a terminal: plain, unless forced; NO_COLOR wins over everything (no-color.org).
+    assert!(!status(&[]).contains('\x1b'));
+    assert!(status(&[("CLICOLOR_FORCE", "1")]).contains("\x1b[32mTrue\x1b[0m"));
+    assert!(!status(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]).contains('\x1b'));
+}
