@@ -75,16 +75,26 @@ Examples:
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
     },
-    /// Show what a reconcile would do now against the live clusters, without doing it;
-    /// exit 0 no changes, 2 changes, 1 error.
+    /// Show what a reconcile would do now against the live clusters, field by field, without
+    /// doing it; exit 0 no changes, 2 changes, 1 error (an unreachable site, an invalid spec, a
+    /// refused commit, a spec set not read completely: the reason on stderr).
     #[command(after_help = "\
 Examples:
   proxsync plan --config /etc/proxsync/proxsync.toml
-  proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do")]
+  proxsync plan web-01 db-01                                  these specs only, never a removal
+  proxsync plan --json | jq .changes                          the same as data
+  proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do
+                                                              (specs not in ./specs count as
+                                                              removed, and are labelled so)")]
     Plan {
+        /// Only these specs (metadata.name): their changes, never another spec's removal.
+        names: Vec<String>,
         /// Read specs from these files or directories instead of the configured git source.
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
+        /// JSON instead of text (the errors still on stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Ask the running daemon to reconcile now (one spec: also retry it at once if it is
     /// backing off).
@@ -131,6 +141,25 @@ Examples:
     Accept {
         #[command(subcommand)]
         what: Accept,
+    },
+    /// Print a shell completion script (bash, zsh or fish).
+    #[command(after_help = "\
+Examples:
+  proxsync completions bash > ~/.local/share/bash-completion/completions/proxsync
+  proxsync completions zsh > ~/.zfunc/_proxsync
+  proxsync completions fish > ~/.config/fish/completions/proxsync.fish
+
+The Debian package installs them for every user.")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write a man page per subcommand (proxsync.1, proxsync-plan.1, ...) into DIR: what the
+    /// package ships.
+    #[command(hide = true)]
+    Manpages {
+        /// The directory to write into (made if missing).
+        dir: PathBuf,
     },
     /// Print the JSON Schema of the spec format (for editors' YAML language servers).
     #[command(after_help = "\
@@ -179,12 +208,32 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
         Command::Status { name, json } => status_cmd(cli.config, name, json),
-        Command::Plan { specs } => plan_cmd(cli.config, specs),
+        Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
         Command::Accept { what } => match what {
             Accept::Commit { commit } => accept_commit_cmd(cli.config, &commit),
             Accept::Site { site } => accept_site_cmd(cli.config, site),
         },
         Command::Schema => schema(),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics when its writer fails (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "proxsync", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        Command::Manpages { dir } => match manpages(&dir) {
+            Ok(n) => {
+                println!("{n} man page(s) written to {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -234,11 +283,33 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             eprintln!("warning: {w}");
         }
     }
-    let mut set = spec::load_paths(&paths);
+    // SOPS-encrypted specs open with the config's identity, else SOPS_AGE_KEY_FILE (as sops
+    // itself reads it); without either only their structure is checked.
+    let keyring = match (&config, std::env::var_os("SOPS_AGE_KEY_FILE")) {
+        (Some(c), _) if c.sops_identity_path().is_some() => Some(c.sops_keyring()),
+        (_, Some(file)) => Some(
+            crate::sops::Keyring::load(std::path::Path::new(&file))
+                .unwrap_or_else(crate::sops::Keyring::unavailable),
+        ),
+        _ => None,
+    };
+    let secrets = match &keyring {
+        Some(k) => spec::Secrets::Decrypt(k),
+        None => spec::Secrets::StructureOnly,
+    };
+    let mut set = spec::load_paths_with(&paths, secrets);
     if let Some(config) = &config {
         let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-        set.diagnostics
-            .extend(spec::check_sites(&set.specs, &sites));
+        let unknown_site = spec::check_sites(&set.specs, &sites);
+        // A spec naming no configured site is not valid for this config: not counted as such.
+        let names: std::collections::BTreeSet<&str> = unknown_site
+            .iter()
+            .filter_map(|d| d.spec.as_deref())
+            .collect();
+        let names: std::collections::BTreeSet<String> =
+            names.into_iter().map(str::to_string).collect();
+        set.specs.retain(|s| !names.contains(&s.name));
+        set.diagnostics.extend(unknown_site);
         // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
         // hold such a field.
         if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -269,6 +340,14 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             files.len()
         );
         return ExitCode::FAILURE;
+    }
+    if set.specs.is_empty() && set.diagnostics.is_empty() {
+        let under: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        println!(
+            "no spec files found under {} (spec files end in .yaml or .yml)",
+            under.join(", ")
+        );
+        return ExitCode::SUCCESS;
     }
     println!(
         "ok: {} spec(s) in {} file(s) valid{}",
@@ -326,8 +405,10 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
             }
         }
     } else {
-        spec::load_paths(&spec_paths)
+        let keyring = config.sops_keyring();
+        spec::load_paths_with(&spec_paths, spec::Secrets::Decrypt(&keyring))
     };
+    spec_checks.extend(crate::doctor::check_sops(&config, &set));
     spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
         level: crate::doctor::Level::Fail,
         subject: "spec".into(),
@@ -410,7 +491,13 @@ fn load_inputs(
             }
         }
     } else {
-        (spec::load_paths(spec_paths), None, None, None)
+        let keyring = config.sops_keyring();
+        (
+            spec::load_paths_with(spec_paths, spec::Secrets::Decrypt(&keyring)),
+            None,
+            None,
+            None,
+        )
     };
     if let (Some(r), Some(commit)) = (&refused, &commit) {
         eprintln!(
@@ -511,6 +598,12 @@ fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    if let Some(name) = &name
+        && let Err(e) = known_spec(&config, name)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match rt.block_on(crate::control::request(&config.state_dir, name.as_deref())) {
         Ok(answer) => {
             println!(
@@ -534,13 +627,18 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
     let opts = crate::status_view::ViewOptions {
         name,
         json,
-        // Colour on a terminal, unless NO_COLOR is set (no-color.org).
-        color: std::io::IsTerminal::is_terminal(&std::io::stdout())
-            && std::env::var_os("NO_COLOR").is_none(),
+        // Colour on a terminal, unless NO_COLOR (no-color.org), CLICOLOR=0 or TERM=dumb says
+        // otherwise; CLICOLOR_FORCE forces it (anstream's rules, as clap's help follows them).
+        color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
         now: std::time::SystemTime::now(),
     };
+    // The daemon's state first (not in JSON, whose shape scripts rely on).
+    let daemon = (!opts.json && opts.name.is_none()).then(|| daemon_line(&config));
     match crate::status_view::render(&config.status_dir, &opts) {
         Ok(text) => {
+            if let Some(line) = daemon {
+                println!("{line}");
+            }
             print!("{text}");
             ExitCode::SUCCESS
         }
@@ -549,6 +647,87 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
             ExitCode::FAILURE
         }
     }
+}
+
+/// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
+/// control socket and `_summary.yaml`.
+fn daemon_line(config: &Config) -> String {
+    let now = std::time::SystemTime::now();
+    let ago = |t: std::time::SystemTime| {
+        crate::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
+    };
+    let summary: Option<crate::status::SummaryFile> =
+        std::fs::read_to_string(config.status_dir.join(crate::status::SUMMARY_FILE))
+            .ok()
+            .and_then(|text| serde_saphyr::from_str(&text).ok());
+    let last = summary.as_ref().map(|s| {
+        let when = crate::status::parse_rfc3339(&s.last_cycle)
+            .map(ago)
+            .unwrap_or_else(|| "at an unknown time".into());
+        let outcome = match &s.source_error {
+            Some(e) => format!("the source could not be read: {e}"),
+            None => format!(
+                "{} of {} spec(s) Ready, {} stalled",
+                s.ready, s.specs, s.stalled
+            ),
+        };
+        format!("last cycle {when}: {outcome}")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let state = match rt {
+        Ok(rt) => rt.block_on(crate::control::daemon_state(&config.state_dir)),
+        Err(e) => Err(e.to_string()),
+    };
+    match state {
+        Ok(d) => {
+            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(d.since_ms);
+            format!(
+                "Daemon:      running since {} ({}, pid {}); {}",
+                crate::status::rfc3339(since),
+                ago(since),
+                d.pid,
+                last.unwrap_or_else(|| "no cycle finished yet".into())
+            )
+        }
+        Err(why) => format!(
+            "Daemon:      not running ({why}); {}",
+            match last {
+                Some(last) => format!("what follows is from its {last}"),
+                None => "no cycle ever finished".into(),
+            }
+        ),
+    }
+}
+
+/// Whether `name` is a spec of the configured source (valid or not) and this install's: a
+/// reconcile of anything else would do nothing. When the source cannot be read here the
+/// daemon is asked all the same.
+fn known_spec(config: &Config, name: &str) -> Result<(), String> {
+    let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
+        return Ok(());
+    };
+    let set = &read.specs;
+    if let Some(spec) = set.specs.iter().find(|s| s.name == name) {
+        if !config.selects(spec) {
+            return Err(format!(
+                "spec {name} is outside [source] selector: another install reconciles it"
+            ));
+        }
+        return Ok(());
+    }
+    if set.invalid_names().contains(name) {
+        return Ok(());
+    }
+    let names: Vec<&str> = set.specs.iter().map(|s| s.name.as_str()).collect();
+    let hint = crate::spec::closest(name, names.iter().copied())
+        .map(|n| format!("; did you mean {n}?"))
+        .unwrap_or_default();
+    Err(format!(
+        "no such spec: {name} (no spec in the source at commit {} has metadata.name {name}{hint})",
+        &read.commit[..read.commit.len().min(12)]
+    ))
 }
 
 fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {
@@ -689,10 +868,16 @@ fn print_rewind(rewound: Option<&crate::source::Rewind>) {
     }
 }
 
-fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
+fn plan_cmd(
+    config_path: Option<PathBuf>,
+    names: Vec<String>,
+    spec_paths: Vec<PathBuf>,
+    json: bool,
+) -> ExitCode {
     let Inputs {
         config,
         specs,
+        refused,
         rewound,
         ..
     } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
@@ -703,45 +888,76 @@ fn plan_cmd(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode 
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    let names = crate::plan_report::names(&names);
+    if let Some(r) = &rewound {
+        eprintln!(
+            "warning: commit {} does not descend from {}, the commit applied before it: a \
+             rewind, whose deletes are judged as one batch",
+            r.batch.commit, r.batch.from
+        );
+    }
     let rewind = rewound.as_ref().map(|r| &r.batch);
-    let plan = match rt.block_on(crate::engine::plan_only_rewound(&config, &specs, rewind)) {
+    let view = match rt.block_on(crate::engine::plan_view(&config, &specs, rewind)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let by_name = crate::engine::specs_by_name(&specs);
-    for action in &plan.actions {
-        println!("{}", crate::engine::describe(action, &by_name));
-    }
-    for (name, verdict) in &plan.verdicts {
-        if !matches!(
-            verdict,
-            crate::plan::Verdict::UpToDate { .. } | crate::plan::Verdict::Acting
-        ) {
-            println!(
-                "! {name}: {}",
-                serde_json::to_string(verdict).unwrap_or_default()
-            );
+    let scope = crate::plan_report::Scope {
+        names: names.as_ref(),
+        from_files: !spec_paths.is_empty(),
+    };
+    let mut report = rt.block_on(crate::plan_report::build(&view, &specs, &scope));
+    report.errors.splice(
+        0..0,
+        crate::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
+    );
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
+    } else {
+        print!("{}", report.render());
     }
-    for o in &plan.orphans {
-        println!(
-            "! orphan VM {} on {}/{} ({}): {}",
-            o.vmid, o.site, o.node, o.power, o.disposition
+    for e in &report.errors {
+        eprintln!("error: {e}");
+    }
+    if !report.errors.is_empty() {
+        eprintln!(
+            "error: this plan is incomplete ({} error(s) above): exit 1",
+            report.errors.len()
         );
     }
-    for refusal in &plan.refused {
-        println!("refused: {refusal}");
+    ExitCode::from(report.exit_code())
+}
+
+/// `proxsync.1` and one page per subcommand (`proxsync-plan.1`, `proxsync-accept-site.1`),
+/// from the clap definitions; returns how many.
+fn manpages(dir: &std::path::Path) -> std::io::Result<usize> {
+    fn write(dir: &std::path::Path, cmd: &clap::Command) -> std::io::Result<usize> {
+        // `build` names each subcommand's page `proxsync-plan`, `proxsync-accept-site`.
+        let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        std::fs::write(dir.join(format!("{name}.1")), page)?;
+        let mut n = 1;
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            n += write(dir, sub)?;
+        }
+        Ok(n)
     }
-    if plan.actions.is_empty() {
-        println!("no changes");
-        ExitCode::SUCCESS
-    } else {
-        println!("{} change(s)", plan.actions.len());
-        ExitCode::from(2)
-    }
+    std::fs::create_dir_all(dir)?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    write(dir, &cmd)
 }
 
 /// `proxsync accept commit`: records the acceptance, then asks a running daemon to reconcile

@@ -192,10 +192,13 @@ pub fn build_seed(
     let network = ci.and_then(|c| network_config(c, macs));
     // The instance-id is stable for the same inputs and changes with them, as PVE's own
     // (cloud-init runs its once-per-instance modules again when it changes).
-    let inputs = format!(
-        "{uid}\n{user_data}\n{}",
-        network.as_deref().unwrap_or_default()
-    );
+    // A value decrypted from SOPS enters the instance-id and the file name as its ciphertext,
+    // so neither, both kept outside the VM (state database, logs), derives from the secret.
+    let shown = match spec.user_data_sealed.as_deref() {
+        Some(ciphertext) => self::user_data(ciphertext, ci),
+        None => user_data.clone(),
+    };
+    let inputs = format!("{uid}\n{shown}\n{}", network.as_deref().unwrap_or_default());
     let iid = format!("iid-{uid}-{}", &sha256_hex(inputs.as_bytes())[..12]);
     let meta = format!(
         "instance-id: {}\nlocal-hostname: {}\n",
@@ -220,7 +223,11 @@ pub fn build_seed(
     }
     let image = iso9660(SEED_LABEL, &files);
     let sha256 = sha256_hex(&image);
-    let file_name = seed_file_name(install_id, &spec.name, &sha256);
+    let named_by = match &spec.user_data_sealed {
+        Some(_) => sha256_hex(inputs.as_bytes()),
+        None => sha256.clone(),
+    };
+    let file_name = seed_file_name(install_id, &spec.name, &named_by);
     Some(Seed {
         files,
         image,
@@ -488,6 +495,39 @@ mod tests {
         let joliet = trees.pop().unwrap();
         let primary = trees.pop().unwrap();
         (label, primary, joliet)
+    }
+
+    /// A seed of user-data decrypted from SOPS is named, and its instance-id made, from the
+    /// ciphertext: two secrets under one ciphertext give one name, so the name (kept in the
+    /// state database and logs) says nothing about the secret.
+    #[test]
+    fn a_sealed_seed_is_named_by_its_ciphertext() {
+        let sealed = |ud: &str| {
+            let mut s = spec(ud, None);
+            s.user_data_sealed = Some("ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]".into());
+            build_seed("main", &s, "0123456789abcdef", &[]).unwrap()
+        };
+        let (a, b) = (
+            sealed("#cloud-config\na: 1\n"),
+            sealed("#cloud-config\na: 2\n"),
+        );
+        assert_eq!(a.file_name, b.file_name);
+        assert_eq!(
+            a.files[0].data, b.files[0].data,
+            "meta-data, with the instance-id"
+        );
+        assert_ne!(
+            a.files[1].data, b.files[1].data,
+            "the user-data itself is the secret"
+        );
+        let plain = build_seed(
+            "main",
+            &spec("#cloud-config\na: 1\n", None),
+            "0123456789abcdef",
+            &[],
+        )
+        .unwrap();
+        assert_ne!(plain.file_name, a.file_name);
     }
 
     fn spec(user_data: &str, ci: Option<CloudInit>) -> Spec {

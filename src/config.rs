@@ -45,7 +45,7 @@ impl fmt::Display for Secret {
 /// An error in the configuration: the file, and a message naming the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: cannot read the config: {source}")]
+    #[error("{path}: cannot read the config: {source}{hint}", hint = read_hint(.path, .source))]
     Read {
         path: PathBuf,
         #[source]
@@ -69,6 +69,9 @@ pub struct Config {
     /// `marker_key_file`: the marker key, when not `<state_dir>/marker.key` (see
     /// [`Config::marker_key_path`]). Installs that hand specs to each other share one.
     pub marker_key_file: Option<PathBuf>,
+    /// `sops_age_identity_file`: the age identities that open SOPS-encrypted specs (see
+    /// [`Config::sops_keyring`]).
+    pub sops_age_identity_file: Option<PathBuf>,
     pub source: SourceConfig,
     pub sites: Vec<SiteConfig>,
     pub reconcile: ReconcileConfig,
@@ -333,22 +336,28 @@ impl NotifyConfig {
 
 /// `https://`, or plain `http://` to this machine only (a local relay, tests).
 pub fn check_notify_url(url: &str) -> Result<(), String> {
-    let local = ["http://127.0.0.1", "http://localhost", "http://[::1]"];
-    let is_local = local.iter().any(|l| {
-        url.strip_prefix(l)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
-    });
-    if url.starts_with("https://") && url.len() > "https://".len() || is_local {
-        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("must not contain whitespace".into());
-        }
-        return Ok(());
+    // Before parsing: the parser would trim or encode whitespace rather than refuse it.
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain whitespace".into());
     }
-    Err(
+    let refused = || {
         "must be an https:// URL (plain http only to 127.0.0.1, localhost or [::1]: a \
          notification would cross the network in clear)"
-            .into(),
-    )
+            .to_string()
+    };
+    // The parser's error names what is wrong, never the URL (which may be a secret).
+    let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+    let local = match parsed.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::LOCALHOST,
+        Some(url::Host::Ipv6(ip)) => ip == std::net::Ipv6Addr::LOCALHOST,
+        None => return Err(refused()),
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if local => Ok(()),
+        _ => Err(refused()),
+    }
 }
 
 // ---- the file as written -------------------------------------------------------------------
@@ -360,6 +369,7 @@ struct RawConfig {
     state_dir: Option<PathBuf>,
     status_dir: Option<PathBuf>,
     marker_key_file: Option<PathBuf>,
+    sops_age_identity_file: Option<PathBuf>,
     source: Option<RawSource>,
     #[serde(default)]
     site: Vec<RawSite>,
@@ -433,6 +443,31 @@ struct RawReconcile {
     max_parallel_reboots: Option<i64>,
 }
 
+/// What to do when the config cannot be read: where else it may be named, where the example
+/// is, or the group that may read it.
+fn read_hint(path: &Path, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "; name the config with --config FILE or the PROXSYNC_CONFIG environment variable \
+             (default {DEFAULT_PATH}), or start from the example: cp \
+             /usr/share/doc/proxsync/examples/proxsync.toml {}",
+            path.display()
+        ),
+        std::io::ErrorKind::PermissionDenied => " (the config and /etc/proxsync are readable by \
+             root and the proxsync group only: run as root, or add your user to the group with \
+             `sudo adduser $USER proxsync` and log in again)"
+            .to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The systemd credential holding the age identities for SOPS-encrypted specs.
+pub const SOPS_CREDENTIAL: &str = "sops-age-identity";
+
+/// Why an encrypted spec cannot be opened when no identity is configured.
+pub const NO_SOPS_IDENTITY: &str = "no age identity is configured: set sops_age_identity_file \
+     in the config, or pass the systemd credential sops-age-identity (LoadCredential=)";
+
 impl Config {
     /// Reads and validates the config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -495,6 +530,30 @@ impl Config {
             }
         }
         crate::ownership::MarkerKey::path(&self.state_dir)
+    }
+
+    /// Where the age identities for SOPS-encrypted specs are: `sops_age_identity_file` if set,
+    /// else the systemd credential `$CREDENTIALS_DIRECTORY/sops-age-identity` when it exists
+    /// (`LoadCredential=sops-age-identity:...`); `None` when neither.
+    pub fn sops_identity_path(&self) -> Option<PathBuf> {
+        if let Some(path) = &self.sops_age_identity_file {
+            return Some(path.clone());
+        }
+        let dir = std::env::var_os("CREDENTIALS_DIRECTORY")?;
+        let credential = Path::new(&dir).join(SOPS_CREDENTIAL);
+        credential.is_file().then_some(credential)
+    }
+
+    /// The keyring that opens SOPS-encrypted specs. Without an identity, or when it cannot be
+    /// read, a keyring that says why: every encrypted spec is then `DecryptionFailed`, the
+    /// others are unaffected.
+    pub fn sops_keyring(&self) -> crate::sops::Keyring {
+        match self.sops_identity_path() {
+            Some(path) => {
+                crate::sops::Keyring::load(&path).unwrap_or_else(crate::sops::Keyring::unavailable)
+            }
+            None => crate::sops::Keyring::unavailable(NO_SOPS_IDENTITY),
+        }
     }
 
     /// Whether a spec is this install's: it matches `[source] selector` (every spec does
@@ -616,6 +675,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
     };
 
     let marker_key_file = raw.marker_key_file.map(|p| resolve(base, p));
+    let sops_age_identity_file = raw.sops_age_identity_file.map(|p| resolve(base, p));
     let source = match raw.source {
         None => {
             return Err(
@@ -634,6 +694,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         state_dir,
         status_dir,
         marker_key_file,
+        sops_age_identity_file,
         source,
         sites,
         reconcile,
@@ -1052,46 +1113,24 @@ fn opt_duration(key: &str, value: Option<String>, default: Duration) -> Result<D
 
 /// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const VALID: &str =
-        "write a number with a unit s, m, h or d, for example \"30s\", \"5m\" or \"1h30m\"";
+    const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\", \
+                         \"1h30m\" or \"1h 30m\"";
     let text = text.trim();
     if text.is_empty() {
         return Err(format!("empty duration; {VALID}"));
     }
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit: u64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return Err(format!("unexpected {c:?}; {VALID}")),
-        };
-        if digits.is_empty() {
-            return Err(format!("a unit without a number; {VALID}"));
-        }
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| format!("number too large; {VALID}"))?;
-        total = n
-            .checked_mul(unit)
-            .and_then(|s| total.checked_add(s))
-            .filter(|t| *t <= 365 * 86400)
-            .ok_or_else(|| "longer than a year".to_string())?;
-        digits.clear();
-    }
-    if !digits.is_empty() {
-        return Err(format!("a number without a unit; {VALID}"));
-    }
-    if total == 0 {
+    // jiff's friendly format (`1h30m`, `1h 30m`, `2 days`); a day is 24 hours here.
+    let span: jiff::Span = text.parse().map_err(|e| format!("{e}; {VALID}"))?;
+    let d = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("{e}; {VALID}"))?;
+    if d.is_negative() || d.is_zero() {
         return Err(format!("must be longer than zero; {VALID}"));
     }
-    Ok(Duration::from_secs(total))
+    if d.as_secs() > 365 * 86400 {
+        return Err("longer than a year".to_string());
+    }
+    Duration::try_from(d).map_err(|e| e.to_string())
 }
 
 /// Parses `AB:CD:...` (32 bytes, colons optional, any case) as `pvenode cert info` prints it.
@@ -1271,7 +1310,8 @@ max_delete_fraction = 0.5
         let cases = [
             (MINIMAL.replace("[source]", "bogus = 1\n[source]"), "bogus"),
             (
-                MINIMAL.replace("branch", "x") + "\n[reconcile]\nresync_interval = \"5 minutes\"\n",
+                MINIMAL.replace("branch", "x")
+                    + "\n[reconcile]\nresync_interval = \"5 fortnights\"\n",
                 "resync_interval",
             ),
             (
@@ -1380,16 +1420,12 @@ max_delete_fraction = 0.5
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        for bad in [
-            "",
-            "5",
-            "m",
-            "5 m",
-            "-5s",
-            "0s",
-            "99999999999999999999s",
-            "400d",
-        ] {
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration("2d").unwrap(),
+            Duration::from_secs(2 * 86400)
+        );
+        for bad in ["", "5", "m", "-5s", "0s", "99999999999999999999s", "400d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -1541,6 +1577,10 @@ repo = "group/sub/vms"
         assert!(check_notify_url("http://[::1]:9").is_ok());
         assert!(check_notify_url("http://localhost.evil.example/").is_err());
         assert!(check_notify_url("http://127.0.0.1.nip.io/").is_err());
+        assert!(check_notify_url("http://127.0.0.1@evil.example/").is_err());
+        assert!(check_notify_url("https://").is_err());
+        assert!(check_notify_url("https://hooks.example/x y").is_err());
+        assert!(check_notify_url("https://hooks.example/services/T0/B0/x").is_ok());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The daemon's control socket: `proxsync reconcile [NAME]` asks the running daemon to
 //! reconcile now, and `proxsync plan` reads the daemon's state records through it (redb lets
-//! one process hold the database). One line per request (`reconcile`, `reconcile NAME` or
-//! `records`), one line back (`ok ...` or `error ...`). The socket lives in `state_dir`
+//! one process hold the database), and `proxsync status` asks whether it runs. One line per
+//! request (`reconcile`, `reconcile NAME`, `records` or `state`), one line back (`ok ...` or `error ...`). The socket lives in `state_dir`
 //! (`control.sock`, mode 0660 from the moment it appears there), so the daemon's group can
 //! use it and nobody else.
 //!
@@ -52,6 +52,17 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET)
 }
 
+/// When this process began serving the socket, for the `state` request.
+static SERVING_SINCE: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+
+/// The running daemon as the `state` request tells it: its process and since when it serves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DaemonState {
+    pub pid: u32,
+    /// Unix ms.
+    pub since_ms: u64,
+}
+
 /// Listens on the socket and forwards each valid reconcile request; answers `records` from
 /// `store`. Replaces a stale socket file.
 pub fn serve(
@@ -62,6 +73,7 @@ pub fn serve(
     let path = socket_path(state_dir);
     crate::state::create_state_dir(state_dir)?;
     let listener = Arc::new(bind_private(state_dir, &path)?);
+    SERVING_SINCE.get_or_init(std::time::SystemTime::now);
     let accept = move || {
         let listener = listener.clone();
         async move { listener.accept().await.map(|(stream, _)| stream) }
@@ -175,6 +187,20 @@ async fn answer(
         };
         return reply;
     }
+    if line.trim() == "state" {
+        let since_ms = SERVING_SINCE
+            .get()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64);
+        let state = DaemonState {
+            pid: std::process::id(),
+            since_ms,
+        };
+        return match serde_json::to_string(&state) {
+            Ok(json) => format!("ok {json}\n"),
+            Err(e) => format!("error {e}\n"),
+        };
+    }
     match parse(line) {
         Ok(req) => {
             let what = req.spec.clone().unwrap_or_else(|| "every spec".into());
@@ -229,6 +255,33 @@ pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, Str
     .map_err(|e| e.to_string())?;
     match reply.trim_end().strip_prefix("ok ") {
         Some(ok) => Ok(ok.to_string()),
+        None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
+    }
+}
+
+/// Whether a daemon serves `state_dir`'s socket, and since when (`proxsync status`). `Err`
+/// says why not (nothing listens: not running).
+pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
+    let path = socket_path(state_dir);
+    let mut stream = UnixStream::connect(&path)
+        .await
+        .map_err(|e| format!("nothing answers on {}: {e}", path.display()))?;
+    stream
+        .write_all(b"state\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        BufReader::new(stream).read_line(&mut reply),
+    )
+    .await
+    .map_err(|_| "the daemon did not answer within 5 s".to_string())?
+    .map_err(|e| e.to_string())?;
+    match reply.trim_end().strip_prefix("ok ") {
+        Some(json) => {
+            serde_json::from_str(json).map_err(|e| format!("unreadable state from the daemon: {e}"))
+        }
         None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
     }
 }

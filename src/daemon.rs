@@ -343,7 +343,10 @@ impl Daemon {
             // A full cycle: the one it follows may have taken the push's specs already.
             Event::FollowUpDue => self.cycle(None, false).await,
             Event::Request(req) => {
-                tracing::info!(spec = ?req.spec, "reconcile requested");
+                tracing::info!(
+                    spec = req.spec.as_deref().unwrap_or("(all)"),
+                    "reconcile requested"
+                );
                 if self.source.is_remote() {
                     self.next_fetch = Instant::now();
                 }

@@ -455,7 +455,7 @@ impl Engine {
             _ => (self.sites.clone(), BTreeMap::new()),
         };
         if let Some(scope) = &scope {
-            tracing::debug!(sites = ?scope, "after a push: looking again at the sites it touched");
+            tracing::debug!(sites = %scope.iter().map(String::as_str).collect::<Vec<_>>().join(","), "after a push: looking again at the sites it touched");
         }
         let mut fresh = FreshConfigs::new();
         let mut views = observe_all(
@@ -541,7 +541,7 @@ impl Engine {
             self.store.set_orphans(&first.orphans_seen)?;
         }
         for action in &first.actions {
-            tracing::info!(action = ?action, "planned");
+            log_planned(action);
         }
 
         let mut results = Vec::new();
@@ -779,7 +779,15 @@ impl Engine {
                 .filter(|d| d.spec.as_deref() == Some(name))
                 .map(|d| d.to_string())
                 .collect();
-            let mut st = invalid_status(name, records.get(name), &messages, None);
+            let undecryptable = specs
+                .errors()
+                .filter(|d| d.spec.as_deref() == Some(name))
+                .all(|d| d.decryption);
+            let mut st = if undecryptable {
+                crate::status::decryption_failed_status(name, records.get(name), &messages, None)
+            } else {
+                invalid_status(name, records.get(name), &messages, None)
+            };
             let ready = st.conditions.iter().find(|c| c.kind == kinds::READY);
             if let (Some(c), Some(ready)) = (commit, ready) {
                 let version = Version::Invalid(&ready.message);
@@ -1286,16 +1294,28 @@ fn set_marker(
 /// Plans without acting (for `proxsync plan`): reads the state database if it can (the
 /// daemon may hold it) and writes nothing.
 pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
-    plan_only_rewound(config, specs, None).await
+    plan_view(config, specs, None).await.map(|v| v.plan)
 }
 
-/// [`plan_only`] for specs of a commit that rewinds the branch: its deletes are judged as one
-/// batch, as a cycle would.
-pub async fn plan_only_rewound(
+/// A plan with what it was made from: `proxsync plan` reads the converged VMs' configs with
+/// the sites' clients to show each change field by field, and names the sites it could not read.
+pub struct PlanView {
+    pub plan: Plan,
+    pub views: BTreeMap<String, SiteView>,
+    pub records: BTreeMap<String, SpecRecord>,
+    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    /// The marker key, when it exists (a plan never makes one).
+    pub marker_key: Option<MarkerKey>,
+    pub install_id: String,
+}
+
+/// [`plan_only`], keeping what the plan was made from. `rewind`: the specs are of a commit that
+/// rewinds the branch, whose deletes are judged as one batch, as a cycle would.
+pub async fn plan_view(
     config: &Config,
     specs: &SpecSet,
     rewind: Option<&crate::plan::RewindBatch>,
-) -> Result<Plan, EngineError> {
+) -> Result<PlanView, EngineError> {
     let sites = site_clients(config)?;
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
@@ -1341,7 +1361,7 @@ pub async fn plan_only_rewound(
         .collect();
     let chash = config_hash(config);
     let orphans_seen = BTreeMap::new();
-    Ok(plan(&PlanInput {
+    let plan = plan(&PlanInput {
         install_id: &config.install_id,
         desired: &specs.specs,
         invalid: &invalid,
@@ -1356,7 +1376,51 @@ pub async fn plan_only_rewound(
         now_ms: now_ms(),
         retry_transient_now: false,
         rewind,
-    }))
+    });
+    Ok(PlanView {
+        plan,
+        views,
+        records,
+        sites,
+        marker_key: key,
+        install_id: config.install_id.clone(),
+    })
+}
+
+/// Logs a planned action as plain fields (journald's structured fields): its kind, spec, site,
+/// node, VMID and, for an update, what differs.
+fn log_planned(action: &Action) {
+    let (kind, vmid) = match action {
+        Action::Create { .. } => ("create", None),
+        Action::ResumeCreate { vmid, .. } => ("resume", Some(*vmid)),
+        Action::Adopt { vmid, .. } => ("adopt", Some(*vmid)),
+        Action::Converge { vmid, .. } => ("update", Some(*vmid)),
+        Action::Migrate { vmid, .. } => ("migrate", Some(*vmid)),
+        Action::Remove {
+            vmid,
+            release: false,
+            ..
+        } => ("delete", Some(*vmid)),
+        Action::Remove { vmid, .. } => ("release", Some(*vmid)),
+        Action::Forget { .. } => ("forget", None),
+        Action::Relabel { vmid, .. } => ("rename", Some(*vmid)),
+        Action::HandOver { vmid, .. } => ("handover", Some(*vmid)),
+        Action::DeleteOrphan { vmid, .. } => ("delete-orphan", Some(*vmid)),
+    };
+    let (site, node) = action.node().unwrap_or_default();
+    let why = match action {
+        Action::Converge { why, .. } => why.join(", "),
+        _ => String::new(),
+    };
+    tracing::info!(
+        action = kind,
+        spec = action.spec().unwrap_or(""),
+        site,
+        node,
+        vmid = vmid.map(|v| v.to_string()).unwrap_or_default(),
+        why,
+        "planned"
+    );
 }
 
 /// The valid specs of `specs` by name, for [`describe`]: built once for a list of actions (a

@@ -89,6 +89,8 @@ pub struct Source {
     /// The repository read: the local path, or the mirror of a remote.
     repo: PathBuf,
     cache: ParseCache,
+    /// Opens SOPS-encrypted specs (the config's age identities).
+    keyring: Arc<crate::sops::Keyring>,
     pub interval: Duration,
     /// `[source] verify`: the signatures a tip needs before it is read.
     verify: Option<CommitVerification>,
@@ -124,6 +126,7 @@ impl Source {
             refusal: None,
             descent: None,
             rewound_names: None,
+            keyring: Arc::new(config.sops_keyring()),
         }
     }
 
@@ -256,7 +259,13 @@ impl Source {
                 tracing::warn!(error = %e, "cannot remember the applied commit");
             }
         }
-        let mut read = read_at(&self.repo, Rev::Commit(&tip), &self.dir, &mut self.cache)?;
+        let mut read = read_at(
+            &self.repo,
+            Rev::Commit(&tip),
+            &self.dir,
+            &mut self.cache,
+            &self.keyring,
+        )?;
         read.rewound = rewound.map(|(from, at_ms)| self.rewind(tip, from, at_ms, detected));
         Ok(read)
     }
@@ -273,6 +282,7 @@ impl Source {
                     Rev::Commit(&from),
                     &self.dir,
                     &mut ParseCache::new(),
+                    &self.keyring,
                 ) {
                     Ok(read) => Some(
                         read.specs
@@ -350,7 +360,13 @@ impl Source {
                  so nothing is applied"
             )));
         }
-        let mut read = read_at(&self.repo, Rev::Commit(&last), &self.dir, &mut self.cache)?;
+        let mut read = read_at(
+            &self.repo,
+            Rev::Commit(&last),
+            &self.dir,
+            &mut self.cache,
+            &self.keyring,
+        )?;
         read.refused = Some(refusal);
         // The commit in use may itself be an accepted rewind, still reported.
         if let Some(Applied {
@@ -706,7 +722,8 @@ pub fn read_commit_cached(
     dir: &Path,
     cache: &mut ParseCache,
 ) -> Result<ReadSpecs, SourceError> {
-    read_at(repo_path, Rev::Branch(branch), dir, cache)
+    let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+    read_at(repo_path, Rev::Branch(branch), dir, cache, &none)
 }
 
 /// Which commit to read: a branch's tip, or one commit by id (a verified one).
@@ -749,6 +766,7 @@ fn read_at(
     rev: Rev<'_>,
     dir: &Path,
     cache: &mut ParseCache,
+    keyring: &crate::sops::Keyring,
 ) -> Result<ReadSpecs, SourceError> {
     let err = |message: String| SourceError {
         location: repo_path.display().to_string(),
@@ -793,7 +811,8 @@ fn read_at(
     // each spec's hashes worked out once here.
     let files = crate::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
-            let (file_specs, file_diags) = spec::parse_file(&key.0, &bytes);
+            let (file_specs, file_diags) =
+                spec::parse_file_with(&key.0, &bytes, spec::Secrets::Decrypt(keyring));
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());

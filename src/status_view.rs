@@ -835,12 +835,13 @@ impl Paint {
         if !self.0 || text.is_empty() {
             return text.to_string();
         }
-        let code = match color {
-            Color::Green => "32",
-            Color::Red => "31",
-            Color::Yellow => "33",
-        };
-        format!("\x1b[{code}m{text}\x1b[0m")
+        let style = match color {
+            Color::Green => anstyle::AnsiColor::Green,
+            Color::Red => anstyle::AnsiColor::Red,
+            Color::Yellow => anstyle::AnsiColor::Yellow,
+        }
+        .on_default();
+        format!("{style}{text}{style:#}")
     }
 }
 

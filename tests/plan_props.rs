@@ -389,6 +389,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         image: Image::Template { vmid: 9000 },
         image_pos: Pos::START,
         user_data: None,
+        user_data_sealed: None,
         cloud_init: None,
         power_state: if g.running {
             PowerState::Running

@@ -193,9 +193,17 @@ fn only_tips_signed_by_an_allowed_ssh_signer_are_applied() {
         "{status}"
     );
 
-    // plan never plans from the refused tip.
+    // plan never plans from the refused tip, and a refused tip is an error (exit 1): CI must
+    // not pass a commit nobody could verify.
     let out = ws.proxsync(&["plan"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "error: commit {unsigned} was refused (the commit is not signed)"
+        )),
+        "{}",
+        text(&out)
+    );
     assert!(!text(&out).contains("new-01"), "{}", text(&out));
     assert!(
         text(&out).contains(&format!("warning: commit {unsigned} refused")),

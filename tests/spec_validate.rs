@@ -34,7 +34,7 @@ const HOSTILE: &[(&str, usize, usize, &str)] = &[
         "disks.yaml",
         14,
         17,
-        "disks[0].format \"qcow\" is not valid; valid values are: raw, qcow2, vmdk",
+        "disks[0].format \"qcow\" is not valid (did you mean \"qcow2\"?); valid values are: raw, qcow2, vmdk",
     ),
     (
         "disks.yaml",

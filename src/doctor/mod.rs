@@ -14,6 +14,7 @@ mod privileges;
 mod resources;
 mod same_install;
 mod signing;
+mod sops;
 mod source;
 mod versions;
 
@@ -22,6 +23,7 @@ use privileges::check_privileges;
 pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
 pub use signing::check_tip;
+pub use sops::check_sops;
 pub use source::check_rewind;
 pub use versions::version_diagnostics;
 

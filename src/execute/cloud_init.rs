@@ -384,7 +384,7 @@ pub(super) async fn converge_cloud_init(
     }
     if !changed.is_empty() || !deletes.is_empty() {
         // Names of what changed only: never values (keys, user-data).
-        tracing::info!(spec = %spec.name, vmid, changed = ?changed, removed = ?deletes, "updating cloud-init");
+        tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), removed = %deletes.join(","), "updating cloud-init");
         // `POST .../config`: a new cloud-init drive allocates a volume, and PVE does that in a
         // task (the synchronous PUT is for changes that allocate nothing).
         if let Some(upid) = client.set_config_async(node, vmid, &params, None).await?

@@ -13,11 +13,12 @@ use crate::spec::{PowerState, Spec};
 use crate::state::{SpecRecord, VmState};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
-use super::identity::{checked_site, marker, verified};
+use super::identity::{checked_site, verified};
 use super::reboot::{pending_keys, reboot_if_due};
 use super::{
     ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, wait,
 };
+use crate::ownership::{Marker, MarkerKey};
 
 /// The boot disk's key and size in bytes, from the config.
 pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
@@ -165,7 +166,7 @@ async fn converge_vm(
     };
     let (params, mut changed) = config_diff(ctx, spec, rec, &ours, &cfg, &pending)?;
     if !changed.is_empty() {
-        tracing::info!(spec = %spec.name, vmid, changed = ?changed, "updating the VM config");
+        tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the VM config");
         if allocates_volume(&params) {
             // A new EFI or TPM volume: PVE allocates it while it answers, which on slow storage
             // outlasts pveproxy's 30 s forward (596, an unknown outcome); the asynchronous
@@ -517,12 +518,34 @@ fn config_diff(
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ActionError> {
+    config_changes(
+        &ctx.marker_key,
+        &ctx.install_id,
+        spec,
+        rec,
+        ours,
+        cfg,
+        pending,
+    )
+}
+
+/// [`config_diff`] with the marker key and install id it signs and merges with: `plan` asks it
+/// too, so what `plan` shows is the update a converge sends.
+fn config_changes(
+    key: &MarkerKey,
+    install_id: &str,
+    spec: &Spec,
+    rec: &SpecRecord,
+    ours: &VerifiedMarker,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<(VmParams, Vec<&'static str>), ActionError> {
     let effective = |key: &str| effective_value(cfg, pending, key);
     let hw = super::hardware::hardware_changes(spec, &effective, &spec.storage)?;
     let mut params = hw.params;
     let mut changed: Vec<&str> = hw.changed;
     let mut delete = hw.delete;
-    if let Some((description, what)) = description_change(ctx, spec, rec, ours, cfg) {
+    if let Some((description, what)) = description_change(key, install_id, spec, rec, ours, cfg) {
         // The VM's own marker, as verified: the gate's permit to write it again.
         let permit =
             crate::gate::permit::sign(ours).map_err(|why| fail(Category::Conflict, why))?;
@@ -549,7 +572,7 @@ fn config_diff(
     params = params.merge(nics.params);
     changed.extend(nics.changed);
     delete.extend(nics.delete);
-    if let Some(tags) = tags_change(ctx, spec, rec, cfg) {
+    if let Some(tags) = tags_change(install_id, spec, rec, cfg) {
         params = params.tags(&tags)?;
         changed.push("tags");
     }
@@ -560,12 +583,73 @@ fn config_diff(
     Ok((params, changed))
 }
 
+/// One config key a converge would change: its value now (`None`: absent) and the one sent
+/// (`None`: removed).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigChange {
+    pub key: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+/// What a converge of VM `vmid` would change in its config, key by key, from its config and
+/// pending values as read now: the update [`converge`] sends, computed by the same function.
+/// The description is named without its text (`key` "description" or "marker"). `ours`: the
+/// VM's marker as the gate verified it, as a converge verifies it first.
+pub fn preview_config(
+    key: &MarkerKey,
+    install_id: &str,
+    spec: &Spec,
+    rec: &SpecRecord,
+    ours: &VerifiedMarker,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<Vec<ConfigChange>, String> {
+    let (params, changed) =
+        config_changes(key, install_id, spec, rec, ours, cfg, pending).map_err(|e| e.message)?;
+    let mut out = Vec::new();
+    for (k, new) in params.entries() {
+        match k {
+            "delete" => out.extend(new.split(',').map(|d| ConfigChange {
+                key: d.to_string(),
+                old: effective_value(cfg, pending, d),
+                new: None,
+            })),
+            // Its text and MAC are noise in a plan: what changes is named.
+            "description" => out.push(ConfigChange {
+                key: changed
+                    .iter()
+                    .find(|c| matches!(**c, "description" | "marker"))
+                    .unwrap_or(&"description")
+                    .to_string(),
+                old: None,
+                new: None,
+            }),
+            _ => {
+                let old = effective_value(cfg, pending, k);
+                // PVE reads an absent `sockets` as 1: sent beside `cores`, it changes nothing.
+                let unchanged =
+                    old.as_deref() == Some(new) || (k == "sockets" && old.is_none() && new == "1");
+                if !unchanged {
+                    out.push(ConfigChange {
+                        key: k.to_string(),
+                        old,
+                        new: Some(new.to_string()),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The description to write, and what it changes: the text above the marker when the spec
 /// declares another, or the marker. A marker from before signing (or signed with a lost key,
 /// the record vouching for the VM) is rewritten signed for this VMID; the rest of the
 /// description stays, unless the spec declares the text above the marker.
 fn description_change(
-    ctx: &ExecCtx<impl Pve>,
+    key: &MarkerKey,
+    install_id: &str,
     spec: &Spec,
     rec: &SpecRecord,
     ours: &VerifiedMarker,
@@ -581,7 +665,7 @@ fn description_change(
     if !text_differs && ours.signed() {
         return None;
     }
-    let signed = marker(ctx, spec, rec, vmid);
+    let signed = Marker::signed(key, install_id, &spec.name, &rec.uid, vmid);
     let base = spec.hardware.description.as_deref().unwrap_or(current);
     let what = if text_differs {
         "description"
@@ -593,7 +677,7 @@ fn description_change(
 
 /// The VM's tags after the three-way merge (tags added by hand stay), when they differ.
 fn tags_change(
-    ctx: &ExecCtx<impl Pve>,
+    install_id: &str,
     spec: &Spec,
     rec: &SpecRecord,
     cfg: &VmConfig,
@@ -602,7 +686,7 @@ fn tags_change(
         &cfg.tags(),
         &rec.applied_tags,
         &spec.tags,
-        &ownership_tag(&ctx.install_id),
+        &ownership_tag(install_id),
     );
     let mut current = cfg.tags();
     current.sort();
@@ -659,10 +743,7 @@ async fn grow_disk(
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
     let VmRef { node, vmid, .. } = vm;
-    if let Some((disk, size)) = boot_disk(cfg)
-        && size < spec.disk_bytes
-        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
-    {
+    if let Some((disk, size)) = disk_to_grow(spec, rec, cfg) {
         tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
         let resize = client
             .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
@@ -678,6 +759,25 @@ async fn grow_disk(
         rec.applied_disk_bytes = Some(spec.disk_bytes);
     }
     Ok(None)
+}
+
+/// The boot disk [`grow_disk`] grows and its size now: the short form's disk, smaller than the
+/// spec's and not grown to it before.
+fn disk_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<(String, u64)> {
+    boot_disk(cfg).filter(|(_, size)| {
+        spec.disks.is_none()
+            && *size < spec.disk_bytes
+            && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+    })
+}
+
+/// The boot disk a converge grows, as a change of its size in bytes (for `plan`).
+pub fn preview_disk(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<ConfigChange> {
+    disk_to_grow(spec, rec, cfg).map(|(disk, size)| ConfigChange {
+        key: disk,
+        old: Some(size.to_string()),
+        new: Some(spec.disk_bytes.to_string()),
+    })
 }
 
 /// The addresses worth showing: not loopback, not IPv6 link-local.

@@ -582,7 +582,12 @@ pub(super) async fn resume_create(
                 )));
             }
             found @ (Found::Foreign | Found::Free) => {
-                tracing::info!(spec = %spec.name, vmid = vm.vmid, ?found, "the interrupted create never made a VM; creating anew");
+                let found = if matches!(found, Found::Foreign) {
+                    "someone else's VM"
+                } else {
+                    "nothing"
+                };
+                tracing::info!(spec = %spec.name, vmid = vm.vmid, found, "the interrupted create never made a VM; creating anew");
                 abandon(ctx, spec, rec)?;
                 return create(ctx, vm.site, spec, rec).await;
             }

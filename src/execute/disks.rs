@@ -97,7 +97,7 @@ pub(super) async fn converge_disks(
     if changes.is_empty() {
         return Ok(DiskStep::Done(false));
     }
-    tracing::info!(spec = %spec.name, vmid, changed = ?changes.changed, "updating the disks");
+    tracing::info!(spec = %spec.name, vmid, changed = %changes.changed.join(","), "updating the disks");
     let mut params = changes.params;
     if let Some(permit) = &detach {
         params = params.detach(permit)?;
@@ -224,7 +224,8 @@ pub(super) async fn destroy_disks(
             return Err(fail(
                 Category::Conflict,
                 format!(
-                    "{slot} of VM {vmid} changed while this converge ran (it held {volume});                      nothing destroyed, the next converge looks again"
+                    "{slot} of VM {vmid} changed while this converge ran (it held {volume}); \
+                     nothing destroyed, the next converge looks again"
                 ),
             ));
         }
@@ -238,7 +239,7 @@ pub(super) async fn destroy_disks(
         .map_err(|why| fail(Category::Conflict, why))?;
         params = params.destroy_drive(&permit)?;
     }
-    tracing::warn!(spec = %spec.name, vmid, slots = ?slots, "destroying disks (destroyDisks)");
+    tracing::warn!(spec = %spec.name, vmid, slots = %slots.join(","), "destroying disks (destroyDisks)");
     if let Some(upid) = client
         .set_config_async(node, vmid, &params, now_cfg.digest())
         .await?

@@ -135,7 +135,7 @@ async fn ensure_affinity(
 ) -> Result<bool, ActionError> {
     let changed = match client.ha_affinity(kind, id).await? {
         None => {
-            tracing::info!(id, kind = kind.word(), nodes = ?params.nodes, "making the VM's HA node affinity");
+            tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "making the VM's HA node affinity");
             client.add_ha_affinity(kind, id, params).await?;
             true
         }
@@ -143,7 +143,7 @@ async fn ensure_affinity(
             may_change(kind.word(), id, current.comment.as_deref(), &params.comment)
                 .map_err(|why| fail(Category::ConfigurationError, why))?;
             if params.differs_from(kind, &current) {
-                tracing::info!(id, kind = kind.word(), nodes = ?params.nodes, "changing the VM's HA node affinity");
+                tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "changing the VM's HA node affinity");
                 client
                     .update_ha_affinity(kind, id, params, current.digest.as_deref())
                     .await?;

@@ -52,6 +52,7 @@ use crate::spec::Spec;
 use crate::state::{ErrorKind, SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
+pub use self::converge::{ConfigChange, preview_config, preview_disk};
 use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
 pub use self::handover::sign_over;

@@ -86,6 +86,14 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
     }
+    // A value decrypted from SOPS is hashed as its ciphertext: the hash, kept in the state
+    // database and status files, then says nothing about the secret.
+    let sealed = spec.user_data_sealed.clone();
+    let user_data = if sealed.is_some() {
+        &sealed
+    } else {
+        &spec.user_data
+    };
     let h = Hashed {
         vm_name,
         node: &spec.node,
@@ -95,7 +103,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         storage: &spec.storage,
         network: &spec.network,
         image: &spec.image,
-        user_data: &spec.user_data,
+        user_data,
         cloud_init: spec.cloud_init.as_deref(),
         power: spec.power_state,
         tags: &spec.tags,

@@ -400,6 +400,11 @@ impl VmParams {
         self.values.get(key).map(String::as_str)
     }
 
+    /// Every property and its value, in key order (`delete` among them).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     pub(super) fn form(&self) -> Vec<(&str, String)> {
         self.values
             .iter()
@@ -415,18 +420,16 @@ fn not_allowed(what: &str, permit: &Permit) -> Error {
         permit.act()
     ))
 }
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - _ . ~`).
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 pub fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
 
 /// A clone of a template.

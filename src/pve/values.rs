@@ -53,24 +53,11 @@ pub(crate) fn is_drive_key(k: &str) -> bool {
     })
 }
 
+/// Decodes `%XX` escapes (PVE's `sshkeys`); anything else, a stray `%` included, stays.
 pub(crate) fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The MAC address of `net0..` from their `virtio=BC:24:11:..,bridge=..` values.
@@ -205,6 +192,20 @@ pub fn pve_bool(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn percent_escapes_round_trip_as_pve_stores_sshkeys() {
+        let keys = "ssh-ed25519 AAAA+/= alice@laptop\nssh-rsa BBBB~_.- bob";
+        let encoded = crate::pve::percent_encode(keys);
+        assert_eq!(
+            encoded,
+            "ssh-ed25519%20AAAA%2B%2F%3D%20alice%40laptop%0Assh-rsa%20BBBB~_.-%20bob"
+        );
+        assert_eq!(percent_decode(&encoded), keys);
+        // PVE writes lower-case escapes too; a stray `%` stays.
+        assert_eq!(percent_decode("a%2fb%zz%"), "a/b%zz%");
+    }
+
     use super::*;
 
     #[test]

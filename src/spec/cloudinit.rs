@@ -90,42 +90,10 @@ pub fn check_user(user: &str) -> Result<(), String> {
     }
 }
 
+/// Standard base64 with padding, as OpenSSH writes a key's blob.
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || !s.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes = s.as_bytes();
-    let pad = bytes.iter().rev().take_while(|b| **b == b'=').count();
-    if pad > 2 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    for (i, chunk) in bytes.chunks(4).enumerate() {
-        let last = i == bytes.len() / 4 - 1;
-        let mut n = 0u32;
-        for (j, c) in chunk.iter().enumerate() {
-            let v = if *c == b'=' && last && j >= 4 - pad {
-                0
-            } else {
-                value(*c)?
-            };
-            n = (n << 6) | v;
-        }
-        let b = n.to_be_bytes();
-        let keep = if last { 3 - pad } else { 3 };
-        out.extend_from_slice(&b[1..1 + keep]);
-    }
-    Some(out)
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).ok()
 }
 
 /// One `sshKeys` entry: `<type> <base64 blob> [comment]` on one line, the blob naming the same
@@ -504,6 +472,8 @@ mod tests {
         assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
         assert_eq!(base64_decode("aGVsbG8h"), Some(b"hello!".to_vec()));
         assert_eq!(base64_decode("aG=s"), None);
+        assert_eq!(base64_decode(""), Some(Vec::new()));
+        assert_eq!(base64_decode("aGk"), None, "unpadded");
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Diagnostic {
     /// Stalled) from "this spec was removed". An error with `spec: None` could not be tied to a
     /// name (e.g. a YAML syntax error), so the set of specs of that run is incomplete.
     pub spec: Option<String>,
+    /// A SOPS-encrypted value that does not open (no matching identity, a changed file): the
+    /// spec is `DecryptionFailed` rather than `ValidationFailed`.
+    #[serde(skip)]
+    pub decryption: bool,
 }
 
 impl Diagnostic {
@@ -66,6 +70,7 @@ impl Diagnostic {
             severity: Severity::Error,
             message: message.into(),
             spec: None,
+            decryption: false,
         }
     }
 

@@ -512,9 +512,7 @@ pub fn check_cpu_type(s: &str) -> Result<(), String> {
     {
         return Ok(());
     }
-    let hint = CPU_MODELS
-        .iter()
-        .find(|m| m.eq_ignore_ascii_case(s))
+    let hint = super::closest(s, CPU_MODELS.iter().copied())
         .map_or(String::new(), |m| format!(" (did you mean {m:?}?)"));
     Err(format!(
         "{FP}.cpuType {s:?} is not a CPU model Proxmox VE knows{hint}; use host, a built-in \

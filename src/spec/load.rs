@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs, parse_file};
+use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs};
 
 /// Loads spec files and directories. A directory is walked recursively in sorted order for
 /// `*.yaml` and `*.yml` files, skipping hidden entries (names starting with `.`, e.g. `.git`);
@@ -14,6 +14,12 @@ use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs, parse_file};
 /// named directly is read whatever its extension. Every file is parsed, then names are checked
 /// for duplicates; specs whose name is duplicated are left out of [`SpecSet::specs`].
 pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
+    let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+    load_paths_with(paths, super::Secrets::Decrypt(&none))
+}
+
+/// [`load_paths`], opening SOPS-encrypted specs as `secrets` says.
+pub fn load_paths_with(paths: &[PathBuf], secrets: super::Secrets) -> SpecSet {
     let mut files = Vec::new();
     let mut diags = Vec::new();
     for path in paths {
@@ -41,7 +47,7 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
 
     let mut specs = Specs::default();
     for file in &files {
-        let (file_specs, file_diags) = load_file(file);
+        let (file_specs, file_diags) = load_file(file, secrets);
         file_specs.into_iter().for_each(|s| specs.push(s));
         diags.extend(file_diags);
     }
@@ -194,7 +200,7 @@ fn check_symlink(root: &Path, path: &Path, name: &str) -> Result<(), Option<Stri
 }
 
 /// Reads and parses one file, refusing oversized and non-regular files before reading them.
-fn load_file(path: &Path) -> (Vec<Spec>, Vec<Diagnostic>) {
+fn load_file(path: &Path, secrets: super::Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
     let shown = path.display().to_string();
     let fail = |msg: String| (Vec::new(), vec![Diagnostic::error(&shown, Pos::START, msg)]);
     let meta = match fs::metadata(path) {
@@ -219,7 +225,7 @@ fn load_file(path: &Path) -> (Vec<Spec>, Vec<Diagnostic>) {
     if let Err(e) = read {
         return fail(format!("cannot read {shown}: {e}"));
     }
-    parse_file(&shown, &bytes)
+    super::parse_file_with(&shown, &bytes, secrets)
 }
 
 /// Reports every spec whose `metadata.name` was already used by an earlier spec (in another

@@ -41,6 +41,8 @@ mod names;
 mod networks;
 pub mod renames;
 mod schema;
+mod sealed;
+mod suggest;
 mod units;
 mod validate;
 mod yaml;
@@ -61,9 +63,13 @@ pub use hardware::{
 };
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
-pub use load::{assemble, check_duplicates, check_sites, load_paths};
+pub use load::{assemble, check_duplicates, check_sites, load_paths, load_paths_with};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
+pub use sealed::Secrets;
+#[doc(hidden)]
+pub use sealed::seal_for_tests;
+pub use suggest::closest;
 pub use units::{GIB, KIB, MIB, TIB};
 
 /// The largest spec file read, in bytes (1 MiB). Larger files are refused before being read.
@@ -148,6 +154,10 @@ pub struct Spec {
     /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`]: YAML starting with
     /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
+    /// The SOPS ciphertext `user_data` was decrypted from: hashes and seed names use it in
+    /// place of the plaintext, so nothing derived from the secret leaves the VM's path.
+    #[serde(skip)]
+    pub user_data_sealed: Option<String>,
     /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
     /// Boxed: most specs have none, and a `Spec` is held per spec for the daemon's life.
     pub cloud_init: Option<Box<CloudInit>>,
@@ -481,10 +491,17 @@ impl SpecSet {
     }
 }
 
-/// Parses and validates one file's bytes. Pure: no I/O. `file` is used in diagnostics.
+/// Parses and validates one file's bytes. Pure: no I/O. `file` is used in diagnostics. A
+/// SOPS-encrypted document does not open (no identity): see [`parse_file_with`].
 ///
 /// Returns the valid specs of every document and all diagnostics (sorted by position).
 pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
+    let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+    parse_file_with(file, bytes, Secrets::Decrypt(&none))
+}
+
+/// [`parse_file`], opening SOPS-encrypted documents as `secrets` says.
+pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
     if bytes.len() > MAX_FILE_BYTES {
         let d = Diagnostic::error(
             file,
@@ -503,11 +520,32 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
     // A UTF-8 byte order mark is harmless; drop it so it is not taken as content.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
-    let (docs, mut diags) = yaml::parse_documents(file, text);
+    let (mut docs, mut diags) = yaml::parse_documents(file, text);
     let mut ctx = validate::Ctx::new(file);
     let specs: Vec<Spec> = docs
-        .iter()
-        .filter_map(|doc| validate::validate_document(&mut ctx, doc))
+        .iter_mut()
+        .filter_map(|doc| match sealed::open(file, doc, secrets) {
+            sealed::Opened::Plain => validate::validate_document(&mut ctx, doc),
+            sealed::Opened::Decrypted { at, ciphertext } => {
+                ctx.sealed = Some(at);
+                let spec = validate::validate_document(&mut ctx, doc);
+                ctx.sealed = None;
+                spec.map(|s| Spec {
+                    user_data_sealed: Some(ciphertext),
+                    ..s
+                })
+            }
+            sealed::Opened::Unopened(warning) => {
+                let spec = validate::validate_document(&mut ctx, doc);
+                ctx.diags
+                    .push(warning.for_spec(spec.as_ref().map(|s| s.name.as_str())));
+                spec
+            }
+            sealed::Opened::Refused(d) => {
+                ctx.refuse(d.for_spec(validate::document_name(doc).as_deref()));
+                None
+            }
+        })
         .collect();
     diags.extend(ctx.diags);
     diags.sort_by_key(|d| d.pos);

@@ -23,6 +23,8 @@ pub struct Ctx<'a> {
     /// Everything found so far, in the order found.
     pub diags: Vec<Diagnostic>,
     errors: usize,
+    /// Where the document's `userData` decrypted from SOPS is: its errors do not show it.
+    pub(super) sealed: Option<Pos>,
 }
 
 impl<'a> Ctx<'a> {
@@ -32,7 +34,14 @@ impl<'a> Ctx<'a> {
             file,
             diags: Vec::new(),
             errors: 0,
+            sealed: None,
         }
+    }
+
+    /// Records a diagnostic made elsewhere (a SOPS document that does not open) as an error.
+    pub(super) fn refuse(&mut self, d: Diagnostic) {
+        self.errors += 1;
+        self.diags.push(d);
     }
 
     pub(super) fn error(&mut self, pos: Pos, message: impl Into<String>) {
@@ -53,6 +62,21 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.error(pos, e)).ok()
+    }
+}
+
+/// The document's `metadata.name` when it is a plain string, read without validating (to
+/// attribute a SOPS refusal to its spec).
+pub(super) fn document_name(root: &Node) -> Option<String> {
+    let find = |n: &Node, key: &str| match &n.value {
+        Value::Map(entries) => entries
+            .iter()
+            .find_map(|(k, v)| matches!(&k.value, Value::Str(s) if s == key).then(|| v.clone())),
+        _ => None,
+    };
+    match find(&find(root, "metadata")?, "name")?.value {
+        Value::Str(s) if super::names::check_spec_name(&s).is_ok() => Some(s),
+        _ => None,
     }
 }
 
@@ -180,12 +204,7 @@ pub(super) fn object<'n>(
         if let Some(allowed) = allowed
             && !allowed.contains(&k.as_str())
         {
-            let hint = allowed
-                .iter()
-                .find(|a| {
-                    a.eq_ignore_ascii_case(k)
-                        || a.to_lowercase() == k.replace(['-', '_'], "").to_lowercase()
-                })
+            let hint = super::closest(k, allowed.iter().copied())
                 .map_or(String::new(), |a| format!(" (did you mean {a:?}?)"));
             ctx.error(
                 key.pos,
@@ -422,6 +441,7 @@ fn assemble(
         image,
         image_pos,
         user_data: guest.user_data,
+        user_data_sealed: None,
         cloud_init: guest.cloud_init.map(Box::new),
         power_state: guest.power_state,
         tags: guest.tags,
@@ -819,6 +839,24 @@ pub(super) fn size_field(
 
 fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     let s = string(ctx, n, "spec.forProvider.userData", "a #cloud-config block")?;
+    if ctx.sealed == Some(n.pos) {
+        // Decrypted from SOPS: its errors would quote the secret; say what, not where.
+        let ok = s.len() <= MAX_USER_DATA_BYTES
+            && !s.contains('\0')
+            && super::cloudinit::check_user_data(s).is_ok();
+        if !ok {
+            ctx.error(
+                n.pos,
+                format!(
+                    "spec.forProvider.userData (decrypted from SOPS) is not valid user-data: \
+                     #cloud-config YAML or a #! script of at most {MAX_USER_DATA_BYTES} bytes; \
+                     the details are not shown as the value is secret (check it with sops -d)"
+                ),
+            );
+            return None;
+        }
+        return Some(s.to_string());
+    }
     if s.len() > MAX_USER_DATA_BYTES {
         ctx.error(
             n.pos,
@@ -848,12 +886,8 @@ pub(super) fn enum_field<T: Copy>(
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
         return Some(*v);
     }
-    let hint = choices
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(s))
-        .map_or(String::new(), |(name, _)| {
-            format!(" (did you mean {name:?}?)")
-        });
+    let hint = super::closest(s, names.iter().copied())
+        .map_or(String::new(), |name| format!(" (did you mean {name:?}?)"));
     ctx.error(
         n.pos,
         format!(

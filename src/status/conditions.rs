@@ -534,6 +534,31 @@ fn step_of(action: &Action) -> Option<(Reason, String)> {
 }
 
 /// The status of a spec that failed validation: its VM (if any) is left as it is.
+/// [`invalid_status`] of a spec whose SOPS-encrypted value does not open: `Stalled` with
+/// `DecryptionFailed`. `messages` never hold the value.
+pub(crate) fn decryption_failed_status(
+    name: &str,
+    rec: Option<&SpecRecord>,
+    messages: &[String],
+    commit: Option<&str>,
+) -> SpecStatus {
+    let mut st = invalid_status(name, rec, messages, commit);
+    let message = format!(
+        "the spec's encrypted userData does not open; its VM (if any) is left exactly as it is \
+         until it does: {}",
+        messages.join("; ")
+    );
+    for c in &mut st.conditions {
+        if c.kind == kinds::READY {
+            c.message = message.clone();
+        } else if c.kind == kinds::STALLED {
+            c.reason = Reason::DecryptionFailed;
+            c.message = message.clone();
+        }
+    }
+    st
+}
+
 pub(crate) fn invalid_status(
     name: &str,
     rec: Option<&SpecRecord>,

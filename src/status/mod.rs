@@ -48,7 +48,9 @@ mod time;
 mod transitions;
 
 pub(crate) use commits::{SpecCommits, Version};
-pub(crate) use conditions::{FromPlan, has_condition, invalid_status, removed_status, spec_status};
+pub(crate) use conditions::{
+    FromPlan, decryption_failed_status, has_condition, invalid_status, removed_status, spec_status,
+};
 pub use files::{StatusDir, valid_name};
 pub use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};

@@ -112,6 +112,9 @@ pub enum Reason {
     TaskFailed,
     /// `Stalled` True: the spec is invalid.
     ValidationFailed,
+    /// `Stalled` True: the spec's SOPS-encrypted `userData` does not open (no matching age
+    /// identity, or the file changed after it was encrypted).
+    DecryptionFailed,
     /// `Stalled` True: an object the VM needs (or the VM itself) is gone.
     NotFound,
     /// `Stalled` True: the VMID or name is taken by something proxsync does not manage.
@@ -150,7 +153,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 51] = [
+    pub const ALL: [Reason; 52] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -187,6 +190,7 @@ impl Reason {
         Reason::NetworkError,
         Reason::TaskFailed,
         Reason::ValidationFailed,
+        Reason::DecryptionFailed,
         Reason::NotFound,
         Reason::AlreadyExists,
         Reason::Conflict,
@@ -243,6 +247,7 @@ impl Reason {
             Reason::NetworkError => "NetworkError",
             Reason::TaskFailed => "TaskFailed",
             Reason::ValidationFailed => "ValidationFailed",
+            Reason::DecryptionFailed => "DecryptionFailed",
             Reason::NotFound => "NotFound",
             Reason::AlreadyExists => "AlreadyExists",
             Reason::Conflict => "Conflict",
@@ -375,6 +380,7 @@ pub const STALLED: &[Reason] = &[
     Reason::QuotaExceeded,
     Reason::ImageNotFound,
     Reason::ValidationFailed,
+    Reason::DecryptionFailed,
     Reason::StaleLock,
     Reason::Protected,
     Reason::SiteIdentityChanged,

@@ -1,4 +1,5 @@
-//! RFC 3339 timestamps, as the status files write them.
+//! RFC 3339 timestamps, as the status files write them: the strict syntax here, the
+//! calendar (dates, leap years, the epoch) jiff's.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -6,41 +7,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// express; [`rfc3339`] clamps to it.
 pub(super) const MIN_UNIX: i64 = -62_167_219_200;
 pub(super) const MAX_UNIX: i64 = 253_402_300_799;
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day count since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => 0,
-    }
-}
 
 /// RFC 3339 in UTC with whole seconds (`2025-03-01T12:00:00Z`), as Kubernetes writes
 /// `lastTransitionTime`. Sub-seconds are dropped; times outside years 0000-9999 are clamped.
@@ -63,18 +29,19 @@ pub fn unix_secs(t: SystemTime) -> i64 {
     }
 }
 
+/// The Unix epoch as a civil date-time in UTC: jiff's civil type spans years 0000-9999 whole,
+/// where its `Timestamp` stops short of 9999-12-31 (an offset must fit).
+const EPOCH: jiff::civil::DateTime = jiff::civil::date(1970, 1, 1).at(0, 0, 0, 0);
+
 /// [`rfc3339`] of whole seconds since the Unix epoch.
 pub fn rfc3339_secs(secs: i64) -> String {
-    let secs = secs.clamp(MIN_UNIX, MAX_UNIX);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    // In range by the clamp, so the fallback is never taken.
+    EPOCH
+        .checked_add(jiff::SignedDuration::from_secs(
+            secs.clamp(MIN_UNIX, MAX_UNIX),
+        ))
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
 }
 
 /// Parses an RFC 3339 date-time (`2025-03-01T12:00:00Z`, `…T12:00:00.5+02:00`, `t`/`z` in
@@ -93,17 +60,25 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     }
     let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
     let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    let month = u32::try_from(month).ok()?;
-    let day = u32::try_from(day).ok()?;
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
+    // jiff refuses an impossible date (2025-02-29) and hour; a leap second (60) is the next
+    // second's start, as before.
+    let date = jiff::civil::Date::new(
+        i16::try_from(year).ok()?,
+        i8::try_from(month).ok()?,
+        i8::try_from(day).ok()?,
+    )
+    .ok()?;
+    if second > 60 {
         return None;
     }
+    let leap = second == 60;
+    let time = jiff::civil::Time::new(
+        i8::try_from(hour).ok()?,
+        i8::try_from(minute).ok()?,
+        i8::try_from(if leap { 59 } else { second }).ok()?,
+        0,
+    )
+    .ok()?;
     let mut i = 19;
     let mut nanos: u32 = 0;
     if b.get(i) == Some(&b'.') {
@@ -145,8 +120,7 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     if i != b.len() {
         return None;
     }
-    let secs =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    let secs = date.to_datetime(time).duration_since(EPOCH).as_secs() + i64::from(leap) - offset;
     let base = if secs >= 0 {
         UNIX_EPOCH.checked_add(Duration::from_secs(secs.unsigned_abs()))?
     } else {

@@ -1,0 +1,653 @@
+//! What `proxsync plan` shows and how it exits: each action with what it changes field by
+//! field, the specs that get no action and why, in words, and what makes the plan unfit to be
+//! trusted (an unreachable site, an invalid spec, a refused commit, a spec set not read
+//! completely, a VM whose config cannot be read).
+//!
+//! A converge's field changes are the update the run would send: `execute::preview_config`
+//! and `execute::preview_disk` are the functions the converge itself calls, applied to the
+//! VM's config and pending values read now. Nothing here decides what to do.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::engine::PlanView;
+use crate::execute::ConfigChange;
+use crate::observe::Power;
+use crate::plan::{Action, Verdict};
+use crate::spec::{PowerState, Spec, SpecSet};
+use crate::state::SpecRecord;
+
+/// Which specs the report is about.
+pub struct Scope<'a> {
+    /// `plan NAME...`: only these specs' actions and verdicts, never a removal nor an orphan.
+    pub names: Option<&'a BTreeSet<String>>,
+    /// The specs come from `--specs` files, not the source: a removal may only mean a spec is
+    /// not among those files, and is labelled so.
+    pub from_files: bool,
+}
+
+/// The plan as `proxsync plan` prints it (`--json`: as data).
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub changes: Vec<Change>,
+    /// Specs that get no action this cycle, and why (up-to-date specs are left out).
+    pub held: Vec<Held>,
+    pub orphans: Vec<crate::plan::Orphan>,
+    /// Safety valves that refused deletes.
+    pub refused: Vec<String>,
+    /// Why this plan cannot be trusted as complete; any makes `plan` exit 1.
+    pub errors: Vec<String>,
+}
+
+/// One action.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    #[serde(flatten)]
+    pub action: Action,
+    /// For an update: each field it changes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<Field>,
+    /// For an update: what else it brings in line, by name (compared only when applied).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
+    /// For a removal: why the spec counts as removed (`specRemoved`, or `notInSpecFiles` when
+    /// the specs come from `--specs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal: Option<&'static str>,
+    /// The line `plan` prints.
+    pub text: String,
+}
+
+/// A field an update changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Field {
+    pub field: String,
+    /// `None`: not set now.
+    pub old: Option<String>,
+    /// `None`: removed.
+    pub new: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<&'static str>,
+}
+
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.field.as_str() {
+            "marker" => return f.write_str("marker re-signed"),
+            "description" if self.old.is_none() && self.new.is_none() => {
+                return f.write_str("description");
+            }
+            _ => {}
+        }
+        let old = self.old.as_deref().unwrap_or("unset");
+        let new = self.new.as_deref().unwrap_or("removed");
+        write!(f, "{} {old} -> {new}", self.field)?;
+        if let Some(unit) = self.unit {
+            write!(f, " {unit}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A spec that gets no action, and why.
+#[derive(Debug, Serialize)]
+pub struct Held {
+    pub spec: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// The verdict in words.
+    pub text: String,
+}
+
+impl Report {
+    /// The exit code `plan` promises: 1 when anything kept the plan from being complete, else
+    /// 2 when there are changes, 0 when there are none.
+    pub fn exit_code(&self) -> u8 {
+        if !self.errors.is_empty() {
+            1
+        } else if self.changes.is_empty() {
+            0
+        } else {
+            2
+        }
+    }
+
+    /// The text `plan` prints on stdout (the errors go to stderr).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.changes {
+            out.push_str(&c.text);
+            out.push('\n');
+        }
+        for h in &self.held {
+            out.push_str(&format!("! {}: {}\n", h.spec, h.text));
+        }
+        for o in &self.orphans {
+            out.push_str(&format!(
+                "! orphan VM {} on {}/{} ({}): {}\n",
+                o.vmid, o.site, o.node, o.power, o.disposition
+            ));
+        }
+        for r in &self.refused {
+            out.push_str(&format!("refused: {r}\n"));
+        }
+        if self.changes.is_empty() {
+            out.push_str("no changes\n");
+        } else {
+            out.push_str(&format!("{} change(s)\n", self.changes.len()));
+        }
+        out
+    }
+}
+
+/// Builds the report of `view` for `specs` (the set the plan was made of): reads the config of
+/// every VM an update or adoption would change (two GETs each), nothing else.
+pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Report {
+    let by_name = crate::engine::specs_by_name(specs);
+    let in_scope = |name: Option<&str>| match (scope.names, name) {
+        (None, _) => true,
+        (Some(names), Some(n)) => names.contains(n),
+        (Some(_), None) => false,
+    };
+    let mut report = Report::default();
+    for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
+        let mut change = Change {
+            action: action.clone(),
+            fields: Vec::new(),
+            also: Vec::new(),
+            removal: None,
+            text: crate::engine::describe(action, &by_name),
+        };
+        match action {
+            Action::Converge {
+                spec,
+                site,
+                node,
+                vmid,
+                why,
+            } => {
+                if let Some(s) = by_name.get(spec.as_str()) {
+                    match vm_changes(view, s, site, node, *vmid, why).await {
+                        Ok((fields, also)) => {
+                            change.text = update_line(spec, site, node, *vmid, &fields, &also);
+                            change.fields = fields;
+                            change.also = also;
+                        }
+                        Err(e) => report.errors.push(format!(
+                            "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
+                             what its update changes: {e}"
+                        )),
+                    }
+                }
+            }
+            Action::Remove { .. } | Action::Forget { .. } => {
+                change.removal = Some(if scope.from_files {
+                    change.text.push_str(
+                        " [not among the --specs files: the source may still hold this spec; \
+                         name specs instead (proxsync plan NAME...) to leave the others out]",
+                    );
+                    "notInSpecFiles"
+                } else {
+                    "specRemoved"
+                });
+            }
+            _ => {}
+        }
+        report.changes.push(change);
+    }
+    let now = crate::clock::now_ms();
+    for (name, verdict) in &view.plan.verdicts {
+        if !in_scope(Some(name)) || matches!(verdict, Verdict::UpToDate { .. } | Verdict::Acting) {
+            continue;
+        }
+        report.held.push(Held {
+            spec: name.clone(),
+            verdict: verdict.clone(),
+            text: verdict_words(verdict, view.records.get(name), now),
+        });
+    }
+    if scope.names.is_none() {
+        report.orphans = view.plan.orphans.clone();
+        report.refused = view.plan.refused.clone();
+    }
+    // The sites this plan depends on: every configured one, or the named specs' sites.
+    let wanted: Option<BTreeSet<&str>> = scope.names.map(|names| {
+        names
+            .iter()
+            .filter_map(|n| by_name.get(n.as_str()))
+            .map(|s| s.site.as_str())
+            .chain(
+                names
+                    .iter()
+                    .filter_map(|n| view.records.get(n))
+                    .map(|r| r.site.as_str()),
+            )
+            .collect()
+    });
+    for (site, v) in &view.views {
+        if let Some(error) = &v.error
+            && wanted.as_ref().is_none_or(|w| w.contains(site.as_str()))
+        {
+            report
+                .errors
+                .push(format!("site {site} could not be read: {error}"));
+        }
+    }
+    report
+}
+
+/// The errors of the inputs themselves, which make `plan` exit 1 whatever it finds: invalid
+/// specs (named, or all when no names), a spec set not read completely, a name that is no
+/// spec, a refused commit.
+pub fn input_errors(
+    specs: &SpecSet,
+    names: Option<&BTreeSet<String>>,
+    refused: Option<&crate::verify::Refusal>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Some(r) = refused {
+        errors.push(format!(
+            "commit {} was refused ({}): this plan is of the last verified commit, not of the \
+             branch tip",
+            r.commit, r.reason
+        ));
+    }
+    if !specs.is_complete() {
+        errors.push(
+            "the spec set could not be read completely (see the errors above): no removal is \
+             planned, and what is unreadable is not planned at all"
+                .to_string(),
+        );
+    }
+    let invalid = specs.invalid_names();
+    let invalid: Vec<&str> = match names {
+        None => invalid.into_iter().collect(),
+        Some(names) => invalid.into_iter().filter(|n| names.contains(*n)).collect(),
+    };
+    if !invalid.is_empty() {
+        errors.push(format!(
+            "invalid spec(s): {} (see the errors above; proxsync validate lists them); their \
+             VMs are left as they are",
+            invalid.join(", ")
+        ));
+    }
+    if let Some(names) = names {
+        let known: BTreeSet<&str> = specs
+            .specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain(specs.invalid_names())
+            .collect();
+        for n in names.iter().filter(|n| !known.contains(n.as_str())) {
+            errors.push(format!(
+                "no such spec: {n} (no spec has metadata.name {n}; proxsync status lists them)"
+            ));
+        }
+    }
+    errors
+}
+
+/// What an update of VM `vmid` changes: its config field by field (as the converge computes
+/// it from the config and pending values read now), its boot disk, its power, and the parts
+/// compared only when applied.
+async fn vm_changes(
+    view: &PlanView,
+    spec: &Spec,
+    site: &str,
+    node: &str,
+    vmid: u32,
+    why: &[String],
+) -> Result<(Vec<Field>, Vec<String>), String> {
+    let ctx = view
+        .sites
+        .get(site)
+        .ok_or_else(|| format!("site {site} is not configured"))?;
+    let cfg = ctx
+        .client
+        .vm_config(node, vmid)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pending = ctx
+        .client
+        .vm_pending(node, vmid)
+        .await
+        .map_err(|e| e.to_string())?;
+    let rec = view.records.get(&spec.name).cloned().unwrap_or_default();
+    // Without a key file (a plan never makes one) no marker verifies: the run makes the key
+    // and re-signs, so a throwaway key shows the same.
+    let key = view
+        .marker_key
+        .clone()
+        .unwrap_or_else(|| crate::ownership::MarkerKey::from_bytes([0; 32]));
+    // As a converge does first: the site as observed, the VM's marker verified (the record
+    // vouching for it when the key is not there).
+    let checked = view
+        .views
+        .get(site)
+        .ok_or_else(|| format!("site {site} was not observed"))
+        .and_then(crate::gate::site::checked)?;
+    let ours = crate::gate::identity::verify(
+        &checked,
+        &key,
+        &view.install_id,
+        vmid,
+        cfg.description(),
+        Some(&spec.name),
+        Some(&rec.uid),
+    )
+    .map_err(|why| why.to_string())?;
+    let mut changes =
+        crate::execute::preview_config(&key, &view.install_id, spec, &rec, &ours, &cfg, &pending)?;
+    changes.extend(crate::execute::preview_disk(spec, &rec, &cfg));
+    let mut fields: Vec<Field> = changes.into_iter().map(field).collect();
+    let power = view
+        .views
+        .get(site)
+        .and_then(|v| v.vms.get(&vmid))
+        .map(|vm| vm.power);
+    match (spec.power_state, power) {
+        (PowerState::Running, Some(Power::Stopped)) => {
+            fields.push(power_field("stopped", "running"))
+        }
+        (PowerState::Stopped, Some(Power::Running)) => {
+            fields.push(power_field("running", "stopped"))
+        }
+        _ => {}
+    }
+    Ok((fields, also(spec, why)))
+}
+
+fn power_field(old: &str, new: &str) -> Field {
+    Field {
+        field: "power".into(),
+        old: Some(old.into()),
+        new: Some(new.into()),
+        unit: None,
+    }
+}
+
+/// A config change as the plan shows it: memory in MiB, a disk's size in GiB.
+fn field(c: ConfigChange) -> Field {
+    let disk = crate::pve::values::is_drive_key(&c.key)
+        && c.old.as_deref().is_some_and(|v| v.parse::<u64>().is_ok());
+    if disk {
+        let gib = |v: Option<String>| {
+            v.and_then(|v| v.parse::<u64>().ok())
+                .map(|b| format!("{}", b as f64 / (1u64 << 30) as f64))
+        };
+        return Field {
+            field: format!("disk {}", c.key),
+            old: gib(c.old),
+            new: gib(c.new),
+            unit: Some("GiB"),
+        };
+    }
+    let unit = (c.key == "memory").then_some("MiB");
+    let old = if c.key == "memory" {
+        // `current=1024,...` in newer releases: the size is the first part.
+        c.old.map(|m| {
+            m.trim_start_matches("current=")
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+    } else {
+        c.old
+    };
+    Field {
+        field: c.key,
+        old,
+        new: c.new,
+        unit,
+    }
+}
+
+/// What an update brings in line beyond the config, disk and power: named only, as the run
+/// compares these when it applies the spec (cloud-init, HA, pool, `disks`, a reboot).
+fn also(spec: &Spec, why: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    if why.iter().any(|w| w == "spec changed") {
+        if spec.cloud_init.is_some() || spec.user_data.is_some() {
+            out.push("cloud-init".to_string());
+        }
+        if spec.ha.is_some() {
+            out.push("ha".to_string());
+        }
+        if spec.hardware.pool.is_some() {
+            out.push("pool".to_string());
+        }
+        if spec.disks.is_some() || !spec.destroy_disks.is_empty() {
+            out.push("disks".to_string());
+        }
+    }
+    for w in why {
+        match w.as_str() {
+            "ha" if !out.iter().any(|o| o == "ha") => out.push("ha".into()),
+            "reboot" => out.push("reboot to apply what waits for the next start".into()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `~ update  web-01: VM 100 on lab/pve1: memory 1024 -> 2048 MiB, cores 1 -> 2, ...`.
+fn update_line(
+    spec: &str,
+    site: &str,
+    node: &str,
+    vmid: u32,
+    fields: &[Field],
+    also: &[String],
+) -> String {
+    let mut parts: Vec<String> = fields.iter().map(Field::to_string).collect();
+    if !also.is_empty() {
+        parts.push(format!("checks {}", also.join(", ")));
+    }
+    if parts.is_empty() {
+        parts.push("records the new spec (nothing on the VM differs)".into());
+    }
+    format!(
+        "~ update  {spec}: VM {vmid} on {site}/{node}: {}",
+        parts.join(", ")
+    )
+}
+
+/// A verdict in words, with the record's attempts and last error where it has them.
+pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -> String {
+    match verdict {
+        Verdict::UpToDate { vmid } => format!("VM {vmid} matches the spec"),
+        Verdict::Acting => "changes planned".into(),
+        Verdict::Migrating { from, to, vmid } => format!(
+            "VM {vmid} is moving from node {from} to node {to}; other changes wait until it is there"
+        ),
+        Verdict::BackingOff { until_ms } => {
+            let mut text = format!("backing off until {}", clock_time(*until_ms, now_ms));
+            if let Some(rec) = rec.filter(|r| r.attempts > 0) {
+                text.push_str(&format!(", {} attempt", ordinal(rec.attempts)));
+            }
+            if let Some(e) = rec.and_then(|r| r.last_error.as_ref()) {
+                text.push_str(&format!(": {}: {}", e.category, e.message));
+            }
+            text
+        }
+        Verdict::NodeUnhealthy { node, quorate } => {
+            if *quorate {
+                format!("node {node} is offline; waiting for it")
+            } else {
+                "the cluster has lost quorum; waiting for it".into()
+            }
+        }
+        Verdict::SiteUnreachable { error } => format!("its site could not be read: {error}"),
+        Verdict::SiteIdentityChanged { message } => message.clone(),
+        Verdict::Unknown { vmid } => format!(
+            "VM {vmid} is listed with an unknown state (its node may be offline); not judged"
+        ),
+        Verdict::Invalid => {
+            "the spec is invalid (proxsync validate says why); its VM is left as it is".into()
+        }
+        Verdict::RenameSuspected { from, vmid } => format!(
+            "looks like a rename of {from} (VM {vmid}): add the annotation \
+             proxsync.io/renamed-from: {from} to confirm it; nothing is created or deleted \
+             until then"
+        ),
+        Verdict::SiteMoved { from, vmid } => format!(
+            "moved to another site, and its VM {vmid} is still on site {from}: delete it there \
+             to have it created here, or move the spec back"
+        ),
+        Verdict::RenameUnproven { from, vmid, why } => format!(
+            "the rename from {from} is held: the record names VM {vmid}, and its marker does \
+             not show it is {from}'s ({why}); nothing is created or deleted until a person \
+             decides"
+        ),
+        Verdict::UnverifiedClaim { vmid } => format!(
+            "VM {vmid} claims this spec with a marker that does not verify: if it is this \
+             spec's VM, proxsync adopt NAME --vmid {vmid}; else remove its marker"
+        ),
+        Verdict::HeldByInstall { install, vmid } => format!(
+            "VM {vmid} is still held by install {install} (its proxsync.{install} tag); it is \
+             taken over once that install has handed it over"
+        ),
+    }
+}
+
+/// `14:20:23 UTC (in 5m)`, with the date when it is not today.
+fn clock_time(at_ms: u64, now_ms: u64) -> String {
+    let ts = |ms: u64| jiff::Timestamp::from_millisecond(ms as i64).ok();
+    let (Some(at), Some(now)) = (ts(at_ms), ts(now_ms)) else {
+        return format!("{at_ms} ms after the epoch");
+    };
+    let (at, now) = (
+        at.to_zoned(jiff::tz::TimeZone::UTC),
+        now.to_zoned(jiff::tz::TimeZone::UTC),
+    );
+    let when = if at.date() == now.date() {
+        at.strftime("%H:%M:%S UTC").to_string()
+    } else {
+        at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+    };
+    let until = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms));
+    if at_ms > now_ms {
+        format!("{when} (in {})", crate::status_view::human(until))
+    } else {
+        when
+    }
+}
+
+/// 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// The specs of a report's scope that its names select, for `plan NAME...`.
+pub fn names(list: &[String]) -> Option<BTreeSet<String>> {
+    (!list.is_empty()).then(|| list.iter().cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals() {
+        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111]
+            .into_iter()
+            .map(ordinal)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
+                "111th"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_backoff_is_said_in_words_with_attempt_and_error() {
+        // 2026-11-25 14:20:23 UTC.
+        let until = 1_795_616_423_000;
+        let rec = SpecRecord {
+            attempts: 3,
+            last_error: Some(Box::new(crate::state::ErrorRecord {
+                category: crate::category::Category::NetworkError,
+                message: "connection reset".into(),
+                at_ms: 0,
+                inputs: String::new(),
+                kind: Default::default(),
+            })),
+            ..Default::default()
+        };
+        let text = verdict_words(
+            &Verdict::BackingOff { until_ms: until },
+            Some(&rec),
+            until - 300_000,
+        );
+        assert_eq!(
+            text,
+            "backing off until 14:20:23 UTC (in 5m), 3rd attempt: NetworkError: connection reset"
+        );
+        assert!(!text.contains('{'), "no JSON: {text}");
+    }
+
+    #[test]
+    fn fields_read_as_old_to_new_with_units() {
+        let f = field(ConfigChange {
+            key: "memory".into(),
+            old: Some("1024".into()),
+            new: Some("2048".into()),
+        });
+        assert_eq!(f.to_string(), "memory 1024 -> 2048 MiB");
+        let f = field(ConfigChange {
+            key: "cores".into(),
+            old: None,
+            new: Some("2".into()),
+        });
+        assert_eq!(f.to_string(), "cores unset -> 2");
+        let f = field(ConfigChange {
+            key: "scsi0".into(),
+            old: Some((8u64 << 30).to_string()),
+            new: Some((20u64 << 30).to_string()),
+        });
+        assert_eq!(f.to_string(), "disk scsi0 8 -> 20 GiB");
+        let f = field(ConfigChange {
+            key: "net1".into(),
+            old: Some("virtio=BC:24:11:00:00:01,bridge=vmbr0".into()),
+            new: None,
+        });
+        assert_eq!(
+            f.to_string(),
+            "net1 virtio=BC:24:11:00:00:01,bridge=vmbr0 -> removed"
+        );
+        assert_eq!(
+            power_field("stopped", "running").to_string(),
+            "power stopped -> running"
+        );
+    }
+
+    #[test]
+    fn exit_codes() {
+        let mut r = Report::default();
+        assert_eq!(r.exit_code(), 0);
+        r.changes.push(Change {
+            action: Action::Forget { spec: "a".into() },
+            fields: vec![],
+            also: vec![],
+            removal: None,
+            text: String::new(),
+        });
+        assert_eq!(r.exit_code(), 2);
+        r.errors.push("site lab could not be read".into());
+        assert_eq!(r.exit_code(), 1);
+    }
+}
