@@ -1119,6 +1119,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if text.is_empty() {
         return Err(format!("empty duration; {VALID}"));
     }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("a number without a unit; {VALID}"));
+    }
     // jiff's friendly format (`1h30m`, `1h 30m`, `2 days`); a day is 24 hours here.
     let span: jiff::Span = text.parse().map_err(|e| format!("{e}; {VALID}"))?;
     let d = span

@@ -62,7 +62,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         storage: &'a str,
         network: &'a str,
         image: &'a crate::spec::Image,
-        user_data: &'a Option<String>,
+        user_data: Option<&'a str>,
         // Absent without cloudInit, so the hashes of specs without it stay as they were.
         #[serde(skip_serializing_if = "Option::is_none")]
         cloud_init: Option<&'a crate::spec::CloudInit>,
@@ -88,12 +88,10 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
     }
     // A value decrypted from SOPS is hashed as its ciphertext: the hash, kept in the state
     // database and status files, then says nothing about the secret.
-    let sealed = spec.user_data_sealed.clone();
-    let user_data = if sealed.is_some() {
-        &sealed
-    } else {
-        &spec.user_data
-    };
+    let user_data = spec
+        .user_data_sealed
+        .as_deref()
+        .or(spec.user_data.as_deref());
     let h = Hashed {
         vm_name,
         node: &spec.node,

@@ -157,7 +157,7 @@ pub struct Spec {
     /// The SOPS ciphertext `user_data` was decrypted from: hashes and seed names use it in
     /// place of the plaintext, so nothing derived from the secret leaves the VM's path.
     #[serde(skip)]
-    pub user_data_sealed: Option<String>,
+    pub user_data_sealed: Option<Box<str>>,
     /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
     /// Boxed: most specs have none, and a `Spec` is held per spec for the daemon's life.
     pub cloud_init: Option<Box<CloudInit>>,
@@ -531,7 +531,7 @@ pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>
                 let spec = validate::validate_document(&mut ctx, doc);
                 ctx.sealed = None;
                 spec.map(|s| Spec {
-                    user_data_sealed: Some(ciphertext),
+                    user_data_sealed: Some(ciphertext.into()),
                     ..s
                 })
             }
