@@ -8,6 +8,7 @@ pub mod category;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;
+pub mod concurrency;
 pub mod config;
 pub mod control;
 pub mod daemon;

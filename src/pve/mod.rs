@@ -63,6 +63,7 @@ mod error;
 pub mod ha;
 pub mod migrate;
 pub mod task;
+pub mod pace;
 pub mod tasks;
 pub mod tls;
 pub mod types;

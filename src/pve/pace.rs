@@ -1,0 +1,213 @@
+//! How long one node's tasks of one kind usually take, learnt from the waits that saw such
+//! tasks end, so that a wait reads its task first when it has most likely ended: a 2 s clone
+//! is read at about 2 s and costs one read, where reading it young and then at a pace set by
+//! its age cost several and noticed its end up to a quarter of its age late.
+//!
+//! The estimate follows the duration by which [`HIT_PERMILLE`] of the tasks have ended (a
+//! quantile, tracked by steps): a task already ended at its first read moves it down a little,
+//! one still running moves it up nine times as much (at least to the middle of the two reads
+//! around its end). Tasks of one length settle the estimate a few percent above that length;
+//! tasks that suddenly take longer raise it at once, shorter ones lower it slowly. Pure: no
+//! clock, no I/O; the offsets are counted from the wait's start.
+
+use std::time::Duration;
+
+/// The share (per mille) of tasks the first read at the estimate should find ended.
+pub const HIT_PERMILLE: u64 = 900;
+
+/// How far a task still running at its first read moves the estimate up (per mille of it); a
+/// task found ended moves it down by `STEP * (1000 - HIT) / HIT`, so that in the long run
+/// [`HIT_PERMILLE`] of the first reads find their task ended.
+const STEP_PERMILLE: u64 = 40;
+
+/// The reads after a first read at the estimate that found the task running, before the wait
+/// goes on at the pace of the overrun: at 1, 2 and 4 steps after the previous read.
+pub const FOLLOW_UPS: u32 = 3;
+
+/// The shortest pause before a follow-up read.
+const MIN_FOLLOW_UP: Duration = Duration::from_millis(20);
+
+/// The smallest estimate: a task is never read before this (a read sent together with the
+/// request's answer finds most tasks still forking).
+const MIN_ESTIMATE: Duration = Duration::from_millis(5);
+
+/// The learnt duration of one node's tasks of one kind (none until a wait saw one end).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pace {
+    estimate: Option<Duration>,
+}
+
+/// What one wait saw of a task that ended well, as offsets from the wait's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// The last read that found the task running; `None`: the first read found it ended.
+    pub running: Option<Duration>,
+    /// The read that found it ended.
+    pub ended: Duration,
+}
+
+impl Pace {
+    /// When to read a task of this kind first, counted from the wait's start: at the estimate;
+    /// `None` while nothing was learnt.
+    pub fn first_read(&self) -> Option<Duration> {
+        self.estimate
+    }
+
+    /// Learns from one wait that saw its task end well.
+    pub fn learn(&mut self, seen: Seen) {
+        let next = match (self.estimate, seen.running) {
+            // The first: where it was seen ended bounds it (and half of that, when the very
+            // first read found it ended).
+            (None, Some(_)) => seen.ended,
+            (None, None) => seen.ended / 2,
+            (Some(est), None) => {
+                // est * (1 - STEP * (1 - HIT) / HIT), in parts per million.
+                let down = STEP_PERMILLE * (1000 - HIT_PERMILLE) * 1000 / HIT_PERMILLE;
+                ratio(est, 1_000_000 - down, 1_000_000)
+            }
+            (Some(est), Some(running)) => {
+                let middle = running + (seen.ended.saturating_sub(running)) / 2;
+                scale(est, 1000 + STEP_PERMILLE).max(middle)
+            }
+        };
+        self.estimate = Some(next.max(MIN_ESTIMATE));
+    }
+}
+
+/// The pause before follow-up read `k` (1-based) of a task first read at `planned` and found
+/// running: 1, 2, then 4 steps of [`STEP_PERMILLE`] of the plan (at least [`MIN_FOLLOW_UP`]);
+/// `None` past [`FOLLOW_UPS`].
+pub fn follow_up(planned: Duration, k: u32) -> Option<Duration> {
+    if k == 0 || k > FOLLOW_UPS {
+        return None;
+    }
+    let step = scale(planned, STEP_PERMILLE).max(MIN_FOLLOW_UP);
+    Some(step * (1 << (k - 1)))
+}
+
+fn scale(d: Duration, permille: u64) -> Duration {
+    ratio(d, permille, 1000)
+}
+
+fn ratio(d: Duration, num: u64, den: u64) -> Duration {
+    let nanos = d.as_nanos().saturating_mul(u128::from(num)) / u128::from(den.max(1));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A wait of a task lasting `took`, first read at `first` then every `every`.
+    fn wait(first: Duration, every: Duration, took: Duration) -> Seen {
+        if first >= took {
+            return Seen {
+                running: None,
+                ended: first,
+            };
+        }
+        let mut at = first;
+        while at + every < took {
+            at += every;
+        }
+        Seen {
+            running: Some(at),
+            ended: at + every,
+        }
+    }
+
+    #[test]
+    fn nothing_is_known_until_a_task_ended() {
+        let mut p = Pace::default();
+        assert_eq!(p.first_read(), None);
+        // A 2 s clone read young, then every 250 ms: ended seen at 2.1 s.
+        p.learn(wait(ms(100), ms(250), ms(2000)));
+        assert_eq!(p.first_read(), Some(ms(2100)));
+        // A quick task found ended at its first read: at most that long.
+        let mut q = Pace::default();
+        q.learn(Seen {
+            running: None,
+            ended: ms(100),
+        });
+        assert_eq!(q.first_read(), Some(ms(50)));
+    }
+
+    #[test]
+    fn tasks_of_one_length_are_read_a_little_after_they_end_most_of_the_time() {
+        for took in [ms(1000), ms(2000), ms(30_000)] {
+            let mut p = Pace::default();
+            p.learn(wait(ms(100), ms(250), took));
+            let (mut hits, mut late) = (0, Duration::ZERO);
+            for _ in 0..200 {
+                let first = p.first_read().unwrap();
+                let step = follow_up(first, 1).unwrap();
+                let seen = wait(first, step, took);
+                hits += u32::from(seen.running.is_none());
+                late += seen.ended - took;
+                p.learn(seen);
+            }
+            let est = p.first_read().unwrap();
+            assert!(
+                est >= scale(took, 990) && est <= scale(took, 1050),
+                "{took:?}: settled at {est:?}"
+            );
+            assert!(hits >= 150, "{took:?}: {hits} of 200 read once");
+            assert!(
+                late / 200 <= scale(took, 40),
+                "{took:?}: noticed {:?} late on average",
+                late / 200
+            );
+        }
+    }
+
+    #[test]
+    fn a_longer_task_raises_the_estimate_at_once_a_shorter_one_slowly() {
+        let mut p = Pace::default();
+        p.learn(Seen {
+            running: Some(ms(1900)),
+            ended: ms(2000),
+        });
+        // Now one takes 10 s: seen running at 8 s, ended at 12 s.
+        p.learn(Seen {
+            running: Some(ms(8000)),
+            ended: ms(12_000),
+        });
+        assert_eq!(p.first_read(), Some(ms(10_000)), "the middle of its end");
+        // A quicker one, found ended at the first read, lowers it by 0.44 %.
+        p.learn(Seen {
+            running: None,
+            ended: ms(10_000),
+        });
+        assert_eq!(p.first_read(), Some(Duration::from_micros(9_955_560)));
+    }
+
+    #[test]
+    fn never_read_before_the_floor() {
+        let mut p = Pace::default();
+        p.learn(Seen {
+            running: None,
+            ended: ms(1),
+        });
+        for _ in 0..1000 {
+            p.learn(Seen {
+                running: None,
+                ended: ms(5),
+            });
+        }
+        assert_eq!(p.first_read(), Some(MIN_ESTIMATE));
+    }
+
+    #[test]
+    fn follow_ups_double_from_a_step_of_the_plan() {
+        assert_eq!(follow_up(ms(2000), 0), None);
+        assert_eq!(follow_up(ms(2000), 1), Some(ms(80)));
+        assert_eq!(follow_up(ms(2000), 2), Some(ms(160)));
+        assert_eq!(follow_up(ms(2000), 3), Some(ms(320)));
+        assert_eq!(follow_up(ms(2000), 4), None);
+        assert_eq!(follow_up(ms(50), 1), Some(MIN_FOLLOW_UP), "at least 20 ms");
+    }
+}
