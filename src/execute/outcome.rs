@@ -102,7 +102,7 @@ pub(super) fn retrying(
     rec.note(
         now,
         action_name(action),
-        &format!("{}: {}; trying again", e.category, e.message),
+        &format!("trying again after {}: {}", e.category, e.message),
     );
     tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock timeout; trying again this cycle");
     if let Err(e) = ctx.store.put(spec_name, &rec) {

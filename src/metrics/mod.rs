@@ -688,6 +688,7 @@ mod tests {
             nodes_online: (0..nodes_online).map(|i| format!("n{i}")).collect(),
             nodes_offline: (nodes_online..3).map(|i| format!("n{i}")).collect(),
             error: None,
+            parallel: Vec::new(),
         };
         CycleReport {
             plan,
