@@ -516,7 +516,7 @@ def measure_create(d, fake, ws, n):
         'writes_per_vm': round(sum(v for k, v in reqs['by_method'].items() if k != 'GET') / n, 2),
         'by_path': reqs['by_path'],
         'proxsync_cpu_s': round(cpu, 2), 'fakepve_cpu_s': round(fcpu, 2),
-        'latency_s': LATENCY, 'max_parallel_per_node': 2,
+        'latency_s': LATENCY, 'concurrency': 'default',
         'peak_rss_kb': d.hwm_kb(),
     }
 

@@ -1,5 +1,6 @@
-//! Running the plan's actions against Proxmox VE, with at most `max_parallel_per_node` at once
-//! per node, and keeping the state database true at every step.
+//! Running the plan's actions against Proxmox VE, with at most each node's limit at once
+//! (`crate::concurrency`, up to `max_parallel_per_node`), and keeping the state database true
+//! at every step.
 //!
 //! Invariants (see ARCHITECTURE.md):
 //! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
@@ -211,6 +212,7 @@ pub struct ExecCtx<P = Client> {
     pub config_hash: String,
     /// How long one action waits for a task before leaving it running.
     pub task_wait: Duration,
+    /// The limit of actions at once per node where the site's client keeps none of its own.
     pub max_parallel_per_node: u32,
     /// At most this many reboots (`rebootPolicy`) started per site this cycle.
     pub max_parallel_reboots: u32,

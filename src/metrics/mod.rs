@@ -3,8 +3,8 @@
 //!
 //! [`Metrics`] is a cheap handle (an `Option<Arc<_>>`): with metrics off it is `None` and
 //! every record call is one branch. Labels are bounded by construction: site names and the
-//! install id come from the config, methods, endpoints, task types, outcomes, conditions and
-//! reasons from fixed sets in proxsync's own code (an endpoint is the path with its node,
+//! install id come from the config, node names from the site's cluster, methods, endpoints,
+//! task types, outcomes, conditions and reasons from fixed sets in proxsync's own code (an endpoint is the path with its node,
 //! VMID, UPID, storage and volume replaced by placeholders; a task type PVE sends that is not
 //! known is `other`). No spec name, VMID or secret is ever a label or a value.
 
