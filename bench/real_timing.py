@@ -130,7 +130,7 @@ def run_proxsync(args, run, rep, tmp):
         reqs = bench.count_requests(fake.requests())
         vms, running = check_vms(fake, args.n, [bench.spec_name(i) for i in range(1, args.n + 1)])
         stalled = stalled_specs(ws)
-        clones = reqs['by_path'].get('POST /nodes/{node}/qemu/{vmid}/clone', 0)
+        clones = sum(c for k, c in reqs['by_path'].items() if k.startswith('POST ') and k.endswith('/clone'))
         return {
             'tool': 'proxsync', 'run': run, 'rep': rep, 'wall_s': round(wall, 2),
             'requests': reqs['total'], 'requests_per_vm': round(reqs['total'] / args.n, 2),
@@ -283,13 +283,18 @@ def main():
     p.add_argument('--lock-wait', type=float, default=10.0, help="PVE's lock timeout (seconds)")
     p.add_argument('--timeout', type=float, default=1800)
     p.add_argument('--out', default=os.path.join(bench.ROOT, 'bench', 'results'))
+    p.add_argument('--keep', metavar='DIR', help='work in DIR (new or empty) and keep it: daemon logs, databases')
     args = p.parse_args()
     runs = [r for r in args.runs.split(',') if r]
     for r in runs:
         reconcile_config(r)
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    tmp = tempfile.mkdtemp(prefix='proxsync-realtime-')
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        tmp = os.path.abspath(args.keep)
+    else:
+        tmp = tempfile.mkdtemp(prefix='proxsync-realtime-')
     with open('/proc/loadavg') as fh:
         load_before = fh.read().split()[:3]
     results = []
@@ -307,7 +312,8 @@ def main():
                     args.forks, rep, r['wall_s'], r['requests_per_vm']))
                 results.append(r)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     with open('/proc/loadavg') as fh:
         load_after = fh.read().split()[:3]
     out = {'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'args': vars(args), 'load_before': load_before,

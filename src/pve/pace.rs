@@ -4,11 +4,14 @@
 //! its age cost several and noticed its end up to a quarter of its age late.
 //!
 //! The estimate follows the duration by which [`HIT_PERMILLE`] of the tasks have ended (a
-//! quantile, tracked by steps): a task already ended at its first read moves it down a little,
-//! one still running moves it up nine times as much (at least to the middle of the two reads
-//! around its end). Tasks of one length settle the estimate a few percent above that length;
-//! tasks that suddenly take longer raise it at once, shorter ones lower it slowly. Pure: no
-//! clock, no I/O; the offsets are counted from the wait's start.
+//! quantile, tracked by steps): a task first read at the estimate and found ended moves it down
+//! a little, one still running moves it up nine times as much (at least to the middle of the
+//! two reads around its end). Tasks of one length settle the estimate a few percent above that
+//! length; tasks that suddenly take longer raise it at once, shorter ones lower it slowly. The
+//! first estimate is the middle of the two reads around the first end seen (the waits before
+//! it read more often, see `tasks`), and a wait that was not read at the estimate only moves
+//! it when its two reads show it wrong. Pure: no clock, no I/O; the offsets are counted from
+//! the wait's start.
 
 use std::time::Duration;
 
@@ -53,22 +56,22 @@ impl Pace {
         self.estimate
     }
 
-    /// Learns from one wait that saw its task end well.
-    pub fn learn(&mut self, seen: Seen) {
-        let next = match (self.estimate, seen.running) {
-            // The first: where it was seen ended bounds it (and half of that, when the very
-            // first read found it ended).
-            (None, Some(_)) => seen.ended,
-            (None, None) => seen.ended / 2,
-            (Some(est), None) => {
+    /// Learns from one wait that saw its task end well; `planned`: its first read was at the
+    /// estimate ([`first_read`](Self::first_read) when the wait began).
+    pub fn learn(&mut self, seen: Seen, planned: bool) {
+        let lo = seen.running.unwrap_or_default();
+        let middle = lo + seen.ended.saturating_sub(lo) / 2;
+        let next = match (self.estimate, planned, seen.running) {
+            (None, _, _) => middle,
+            // Not read at the estimate: only a task that ended before it or ran past it tells.
+            (Some(est), false, _) if est > seen.ended || est <= lo => middle,
+            (Some(est), false, _) => est,
+            (Some(est), true, None) => {
                 // est * (1 - STEP * (1 - HIT) / HIT), in parts per million.
                 let down = STEP_PERMILLE * (1000 - HIT_PERMILLE) * 1000 / HIT_PERMILLE;
                 ratio(est, 1_000_000 - down, 1_000_000)
             }
-            (Some(est), Some(running)) => {
-                let middle = running + (seen.ended.saturating_sub(running)) / 2;
-                scale(est, 1000 + STEP_PERMILLE).max(middle)
-            }
+            (Some(est), true, Some(_)) => scale(est, 1000 + STEP_PERMILLE).max(middle),
         };
         self.estimate = Some(next.max(MIN_ESTIMATE));
     }
@@ -121,26 +124,70 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_known_until_a_task_ended() {
+    fn nothing_is_known_until_a_task_ended_then_the_middle_of_its_end() {
         let mut p = Pace::default();
         assert_eq!(p.first_read(), None);
-        // A 2 s clone read young, then every 250 ms: ended seen at 2.1 s.
-        p.learn(wait(ms(100), ms(250), ms(2000)));
-        assert_eq!(p.first_read(), Some(ms(2100)));
+        // A 2 s clone read young, then every 250 ms: running at 1.85 s, ended at 2.1 s.
+        p.learn(wait(ms(100), ms(250), ms(2000)), false);
+        assert_eq!(p.first_read(), Some(Duration::from_micros(1_975_000)));
         // A quick task found ended at its first read: at most that long.
         let mut q = Pace::default();
-        q.learn(Seen {
-            running: None,
-            ended: ms(100),
-        });
+        q.learn(
+            Seen {
+                running: None,
+                ended: ms(100),
+            },
+            false,
+        );
         assert_eq!(q.first_read(), Some(ms(50)));
+    }
+
+    #[test]
+    fn a_wait_not_read_at_the_estimate_moves_it_only_when_it_shows_it_wrong() {
+        let mut p = Pace::default();
+        p.learn(
+            Seen {
+                running: Some(ms(1800)),
+                ended: ms(2200),
+            },
+            false,
+        );
+        assert_eq!(p.first_read(), Some(ms(2000)));
+        // Other waits of the same first round: around the estimate, nothing changes...
+        for _ in 0..5 {
+            p.learn(
+                Seen {
+                    running: Some(ms(1900)),
+                    ended: ms(2150),
+                },
+                false,
+            );
+        }
+        assert_eq!(p.first_read(), Some(ms(2000)), "not 4 % up per wait");
+        // ...but one that ended before it, or ran past it, does.
+        p.learn(
+            Seen {
+                running: Some(ms(1700)),
+                ended: ms(1900),
+            },
+            false,
+        );
+        assert_eq!(p.first_read(), Some(ms(1800)));
+        p.learn(
+            Seen {
+                running: Some(ms(2500)),
+                ended: ms(2700),
+            },
+            false,
+        );
+        assert_eq!(p.first_read(), Some(ms(2600)));
     }
 
     #[test]
     fn tasks_of_one_length_are_read_a_little_after_they_end_most_of_the_time() {
         for took in [ms(1000), ms(2000), ms(30_000)] {
             let mut p = Pace::default();
-            p.learn(wait(ms(100), ms(250), took));
+            p.learn(wait(ms(100), ms(250), took), false);
             let (mut hits, mut late) = (0, Duration::ZERO);
             for _ in 0..200 {
                 let first = p.first_read().unwrap();
@@ -148,7 +195,7 @@ mod tests {
                 let seen = wait(first, step, took);
                 hits += u32::from(seen.running.is_none());
                 late += seen.ended - took;
-                p.learn(seen);
+                p.learn(seen, true);
             }
             let est = p.first_read().unwrap();
             assert!(
@@ -167,36 +214,52 @@ mod tests {
     #[test]
     fn a_longer_task_raises_the_estimate_at_once_a_shorter_one_slowly() {
         let mut p = Pace::default();
-        p.learn(Seen {
-            running: Some(ms(1900)),
-            ended: ms(2000),
-        });
-        // Now one takes 10 s: seen running at 8 s, ended at 12 s.
-        p.learn(Seen {
-            running: Some(ms(8000)),
-            ended: ms(12_000),
-        });
+        p.learn(
+            Seen {
+                running: Some(ms(1900)),
+                ended: ms(2100),
+            },
+            false,
+        );
+        assert_eq!(p.first_read(), Some(ms(2000)));
+        // Now one takes 10 s: read at 2 s and on, seen running at 8 s, ended at 12 s.
+        p.learn(
+            Seen {
+                running: Some(ms(8000)),
+                ended: ms(12_000),
+            },
+            true,
+        );
         assert_eq!(p.first_read(), Some(ms(10_000)), "the middle of its end");
         // A quicker one, found ended at the first read, lowers it by 0.44 %.
-        p.learn(Seen {
-            running: None,
-            ended: ms(10_000),
-        });
+        p.learn(
+            Seen {
+                running: None,
+                ended: ms(10_000),
+            },
+            true,
+        );
         assert_eq!(p.first_read(), Some(Duration::from_micros(9_955_560)));
     }
 
     #[test]
     fn never_read_before_the_floor() {
         let mut p = Pace::default();
-        p.learn(Seen {
-            running: None,
-            ended: ms(1),
-        });
-        for _ in 0..1000 {
-            p.learn(Seen {
+        p.learn(
+            Seen {
                 running: None,
-                ended: ms(5),
-            });
+                ended: ms(1),
+            },
+            false,
+        );
+        for _ in 0..1000 {
+            p.learn(
+                Seen {
+                    running: None,
+                    ended: ms(5),
+                },
+                true,
+            );
         }
         assert_eq!(p.first_read(), Some(MIN_ESTIMATE));
     }

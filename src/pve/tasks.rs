@@ -11,8 +11,10 @@
 //!   after a restart), is read once after [`FIRST_POLL`], so a quick one costs one read; then
 //!   it is polled every [`MIN_INTERVAL`] while younger than 0.5 s, every 0.5 s, 1 s, ... (the
 //!   largest power-of-two multiple of [`MIN_INTERVAL`] not above its age, or past its usual
-//!   duration, not above its overrun) up to `task_poll_max`. The pause never exceeds the task's
-//!   age, so a task is noticed at most its own duration late (and `task_poll_max` at most);
+//!   duration, not above its overrun; for the first tasks of a type on a node, which teach the
+//!   others when to be read, not above a quarter of its age) up to `task_poll_max`. The pause
+//!   never exceeds the task's age, so a task is noticed at most its own duration late (and
+//!   `task_poll_max` at most);
 //! - **at most [`TASK_POLLS_PER_SITE`] task reads are in flight per site** (a status, a log, a
 //!   listing), however many actions wait;
 //! - **waits on one node share that node's listing**: with two or more waits on a node, a poll
@@ -168,7 +170,8 @@ impl TaskWatcher {
                         ended: sent.saturating_duration_since(began),
                     };
                     let outcome = self.ended(client, upid, status).await;
-                    self.learn(client, &node.0, upid, began, fresh, seen, &outcome);
+                    let how = (fresh, planned.is_some());
+                    self.learn(client, &node.0, upid, began, how, seen, &outcome);
                     return outcome;
                 }
                 if Instant::now() >= deadline {
@@ -181,15 +184,17 @@ impl TaskWatcher {
             let now = Instant::now();
             due = match planned.and_then(|p| follow_up(p, reads)) {
                 Some(pause) => now + pause,
-                // Past its usual end, a task is polled as if it started then.
-                None => next_poll(
-                    self.epoch,
-                    now,
-                    poll_interval(
-                        age(now).saturating_sub(planned.unwrap_or_default()),
-                        client.task_poll_max,
-                    ),
-                ),
+                None => {
+                    // Past its usual end, a task is polled as if it started then; the first of
+                    // its kind on the node four times as often as its age says, so that its
+                    // end, which the next ones are read at, is known within a quarter.
+                    let age = match planned {
+                        Some(usual) => age(now).saturating_sub(usual),
+                        None if fresh => age(now) / 4,
+                        None => age(now),
+                    };
+                    next_poll(self.epoch, now, poll_interval(age, client.task_poll_max))
+                }
             };
         }
     }
@@ -204,7 +209,7 @@ impl TaskWatcher {
         node: &NodeWaits,
         upid: &Upid,
         began: Instant,
-        fresh: bool,
+        (fresh, planned): (bool, bool),
         seen: Seen,
         outcome: &Result<TaskOutcome, Error>,
     ) {
@@ -215,7 +220,7 @@ impl TaskWatcher {
                     .unwrap_or_else(|e| e.into_inner())
                     .entry(upid.kind.clone())
                     .or_default()
-                    .learn(seen);
+                    .learn(seen, planned);
                 client.task_took(&upid.node, &upid.kind, began, seen.ended);
             }
             Err(e) if e.is_lock_timeout() => client.overloaded(&upid.node, began),
