@@ -86,6 +86,8 @@ struct NodeWaits {
     waiting: AtomicUsize,
     /// Per task type, how long such tasks take on this node.
     paces: Mutex<HashMap<String, Pace>>,
+    /// Woken when a task type's first duration is learnt here.
+    learned: tokio::sync::Notify,
     /// Held while the listing is read: one listing in flight per node; waits due at the same
     /// instant take the one read for it.
     listing: tokio::sync::Mutex<Option<Listing>>,
@@ -144,19 +146,45 @@ impl TaskWatcher {
         // A task started just now (its UPID's whole second, less than a second ago) is read
         // when its type usually ends here; an older one, as its age says.
         let fresh = upid.age_at_least(SystemTime::now()) < Duration::from_secs(1);
-        let planned = if fresh { node.0.pace(&upid.kind) } else { None };
+        let mut planned = if fresh { node.0.pace(&upid.kind) } else { None };
+        let first_planned = planned.is_some();
         let mut due = began + planned.unwrap_or_else(|| first_poll_delay(age(began)));
         let mut reads = 0;
+        // Reads since the wait was planned at its kind's usual end (the follow-ups count them).
+        let mut since_plan = 0;
         // When (since `began`) a read last found the task running.
         let mut running: Option<Duration> = None;
         loop {
-            tokio::time::sleep_until(due.min(deadline).into()).await;
+            if fresh && planned.is_none() {
+                // One of the first of its kind on the node: when another wait learns how long
+                // such tasks take, this one is read at that time too, not at its next poll.
+                let learned = node.0.learned.notified();
+                tokio::pin!(learned);
+                learned.as_mut().enable();
+                if node.0.pace(&upid.kind).is_none() {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due.min(deadline).into()) => {}
+                        () = &mut learned => {}
+                    }
+                }
+                if let Some(usual) = node.0.pace(&upid.kind) {
+                    planned = Some(usual);
+                    since_plan = 0;
+                    if Instant::now() < began + usual {
+                        due = began + usual;
+                        continue;
+                    }
+                }
+            } else {
+                tokio::time::sleep_until(due.min(deadline).into()).await;
+            }
             let last = Instant::now() >= deadline;
-            // The first poll reads the status (a quick task ends there), and so do the
-            // follow-ups of a task read at its usual end and the last poll.
-            let personal = reads == 0 || planned.is_some_and(|_| reads <= FOLLOW_UPS);
+            // The first poll reads the status (a quick task ends there), and so do the read at
+            // the kind's usual end, its follow-ups and the last poll.
+            let personal = reads == 0 || planned.is_some_and(|_| since_plan <= FOLLOW_UPS);
             let shared = !personal && !last && node.0.waiting.load(Ordering::Relaxed) >= 2;
             reads += 1;
+            since_plan += 1;
             if !(shared
                 && self
                     .listed_running(client, &node.0, &upid.node, due, upid)
@@ -170,7 +198,7 @@ impl TaskWatcher {
                         ended: sent.saturating_duration_since(began),
                     };
                     let outcome = self.ended(client, upid, status).await;
-                    let how = (fresh, planned.is_some());
+                    let how = (fresh, first_planned);
                     self.learn(client, &node.0, upid, began, how, seen, &outcome);
                     return outcome;
                 }
@@ -182,7 +210,7 @@ impl TaskWatcher {
                 running = Some(due.saturating_duration_since(began));
             }
             let now = Instant::now();
-            due = match planned.and_then(|p| follow_up(p, reads)) {
+            due = match planned.and_then(|p| follow_up(p, since_plan)) {
                 Some(pause) => now + pause,
                 None => {
                     // Past its usual end, a task is polled as if it started then; the first of
@@ -215,12 +243,16 @@ impl TaskWatcher {
     ) {
         match outcome {
             Ok(_) if fresh => {
-                node.paces
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(upid.kind.clone())
-                    .or_default()
-                    .learn(seen, planned);
+                let first = {
+                    let mut paces = node.paces.lock().unwrap_or_else(|e| e.into_inner());
+                    let pace = paces.entry(upid.kind.clone()).or_default();
+                    let first = pace.first_read().is_none();
+                    pace.learn(seen, planned);
+                    first
+                };
+                if first {
+                    node.learned.notify_waiters();
+                }
                 client.task_took(&upid.node, &upid.kind, began, seen.ended);
             }
             Err(e) if e.is_lock_timeout() => client.overloaded(&upid.node, began),
