@@ -147,7 +147,8 @@ impl TaskWatcher {
         // when its type usually ends here; an older one, as its age says.
         let fresh = upid.age_at_least(SystemTime::now()) < Duration::from_secs(1);
         let mut planned = if fresh { node.0.pace(&upid.kind) } else { None };
-        let first_planned = planned.is_some();
+        // The estimate the first read was made at, for learning (not one learnt meanwhile).
+        let first_planned = planned;
         let mut due = began + planned.unwrap_or_else(|| first_poll_delay(age(began)));
         let mut reads = 0;
         // Reads since the wait was planned at its kind's usual end (the follow-ups count them).
@@ -237,7 +238,7 @@ impl TaskWatcher {
         node: &NodeWaits,
         upid: &Upid,
         began: Instant,
-        (fresh, planned): (bool, bool),
+        (fresh, planned): (bool, Option<Duration>),
         seen: Seen,
         outcome: &Result<TaskOutcome, Error>,
     ) {
