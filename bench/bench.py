@@ -405,7 +405,7 @@ def spec_text(i, tags=None):
 
 
 class Workspace:
-    def __init__(self, base, fake, n):
+    def __init__(self, base, fake, n, reconcile=''):
         self.dir = base
         self.n = n
         self.repo = os.path.join(base, 'checkout')
@@ -427,7 +427,8 @@ class Workspace:
         with open(self.config, 'w') as fh:
             fh.write('install_id = "%s"\nstate_dir = "%s"\nstatus_dir = "%s"\n\n'
                      '[source]\npath = "%s"\nbranch = "main"\n\n'
-                     '[reconcile]\nresync_interval = "1h"\n' % (INSTALL_ID, self.state, self.status, self.bare))
+                     '[reconcile]\nresync_interval = "1h"\n%s' % (INSTALL_ID, self.state, self.status, self.bare,
+                                                                   reconcile))
             for s, f in enumerate(fakes):
                 fh.write('\n[[site]]\nname = "%s"\nendpoint = "%s"\ntoken_id = "%s"\n'
                          'token_secret_file = "%s"\nca_file = "%s"\n' % (
@@ -515,7 +516,7 @@ def measure_create(d, fake, ws, n):
         'writes_per_vm': round(sum(v for k, v in reqs['by_method'].items() if k != 'GET') / n, 2),
         'by_path': reqs['by_path'],
         'proxsync_cpu_s': round(cpu, 2), 'fakepve_cpu_s': round(fcpu, 2),
-        'latency_s': LATENCY, 'max_parallel_per_node': 2,
+        'latency_s': LATENCY, 'concurrency': 'default',
         'peak_rss_kb': d.hwm_kb(),
     }
 

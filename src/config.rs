@@ -180,10 +180,24 @@ pub enum OrphanPolicy {
     Report,
 }
 
+/// How many actions run at once per node (`[reconcile] concurrency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConcurrencyMode {
+    /// Each node's own limit, found by itself up to `max_parallel_per_node`
+    /// (`crate::concurrency`).
+    Adaptive,
+    /// Always `max_parallel_per_node`.
+    Fixed,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcileConfig {
     pub resync_interval: Duration,
+    /// The most actions at once per node: the cap of the adaptive limit, or the limit itself
+    /// when `concurrency` is fixed.
     pub max_parallel_per_node: u32,
+    pub concurrency: ConcurrencyMode,
     pub orphans: OrphanPolicy,
     pub orphan_grace: Duration,
     /// Refuse a commit that would delete more than this share of the managed VMs.
@@ -196,7 +210,8 @@ impl Default for ReconcileConfig {
     fn default() -> Self {
         ReconcileConfig {
             resync_interval: Duration::from_secs(300),
-            max_parallel_per_node: 2,
+            max_parallel_per_node: 10,
+            concurrency: ConcurrencyMode::Adaptive,
             orphans: OrphanPolicy::DeleteStopped,
             orphan_grace: Duration::from_secs(600),
             max_delete_fraction: 0.5,
@@ -437,6 +452,7 @@ struct RawSite {
 struct RawReconcile {
     resync_interval: Option<String>,
     max_parallel_per_node: Option<i64>,
+    concurrency: Option<ConcurrencyMode>,
     orphans: Option<OrphanPolicy>,
     orphan_grace: Option<String>,
     max_delete_fraction: Option<f64>,
@@ -766,6 +782,7 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
             defaults.resync_interval,
         )?,
         max_parallel_per_node,
+        concurrency: r.concurrency.unwrap_or(defaults.concurrency),
         orphans: r.orphans.unwrap_or(defaults.orphans),
         orphan_grace: opt_duration(
             "[reconcile] orphan_grace",
@@ -1224,6 +1241,8 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.source.dir, PathBuf::from("."));
         assert_eq!(c.source.interval, Duration::from_secs(60));
         assert_eq!(c.reconcile, ReconcileConfig::default());
+        assert_eq!(c.reconcile.max_parallel_per_node, 10);
+        assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Adaptive);
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
     }
@@ -1288,11 +1307,14 @@ ca_file  = "/etc/proxsync/us-sfvalley-ca.pem"
 [reconcile]
 resync_interval = "5m"
 max_parallel_per_node = 2
+concurrency = "fixed"
 orphans = "delete-stopped"
 orphan_grace = "10m"
 max_delete_fraction = 0.5
 "#;
         let c = parse(text).unwrap();
+        assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Fixed);
+        assert_eq!(c.reconcile.max_parallel_per_node, 2);
         assert_eq!(
             c.sites[0].trust,
             Trust::CaFile("/etc/proxsync/us-sfvalley-ca.pem".into())
@@ -1324,6 +1346,10 @@ max_delete_fraction = 0.5
             (
                 MINIMAL.to_string() + "\n[reconcile]\norphans = \"nuke\"\n",
                 "orphans",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\nconcurrency = \"max\"\n",
+                "concurrency",
             ),
             (MINIMAL.replace("https://pve1", "http://pve1"), "endpoint"),
             (

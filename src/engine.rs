@@ -137,6 +137,12 @@ pub fn site_clients_metered(
             let client = ClientOptions::for_site(site)
                 .and_then(Client::new)
                 .map(|c| c.with_metrics(metrics.for_site(&site.name)))
+                .map(|c| {
+                    c.with_parallelism(
+                        config.reconcile.concurrency == crate::config::ConcurrencyMode::Adaptive,
+                        config.reconcile.max_parallel_per_node,
+                    )
+                })
                 .map_err(|e| EngineError::Site {
                     site: site.name.clone(),
                     message: e.to_string(),
@@ -700,7 +706,7 @@ impl Engine {
             stalled: last.stalled,
             backing_off: last.backing_off,
             invalid: last.specs.saturating_sub(specs.specs.len()),
-            sites: views.values().map(site_summary).collect(),
+            sites: self.site_summaries(views),
             cycle_ms,
             refused: last.plan.refused.clone(),
             ..self.summary(commit, self.clock.system_time())
@@ -840,7 +846,7 @@ impl Engine {
             stalled: counts.stalled,
             backing_off: counts.backing_off,
             invalid: counts.invalid,
-            sites: views.values().map(site_summary).collect(),
+            sites: self.site_summaries(views),
             cycle_ms,
             refused: refused.to_vec(),
             ..self.summary(commit, now)
@@ -870,6 +876,25 @@ impl Engine {
             .write_summary(&summary)
             .map_err(status_err(&self.config.status_dir))?;
         Ok(())
+    }
+
+    /// Each site of the summary, from its view, with the actions each node takes at once now
+    /// (its client's `crate::concurrency` limits).
+    fn site_summaries(
+        &self,
+        views: &BTreeMap<String, SiteView>,
+    ) -> Vec<crate::status::SiteSummary> {
+        views
+            .values()
+            .map(|v| crate::status::SiteSummary {
+                parallel: self
+                    .sites
+                    .get(&v.name)
+                    .map(|s| s.client.parallel_limits())
+                    .unwrap_or_default(),
+                ..site_summary(v)
+            })
+            .collect()
     }
 
     /// A summary of `commit` at `last_cycle` with what the engine holds between cycles (the

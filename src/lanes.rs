@@ -4,13 +4,21 @@
 //! A semaphore per node with one spawned task per job keeps every waiting job alive as a task
 //! (its future, and what it was given to work on): an adoption of 10,000 VMs held 10,000 of
 //! them at once. Here the waiting jobs are plain items in their key's queue, and a job's task
-//! (and whatever `start` builds for it) is made only when its key has room.
+//! (and whatever `start` builds for it) is made only when its key has room. A key's limit is
+//! asked again whenever a job ends (it may change while jobs run), and a job may hand its item
+//! back to the end of its key's queue ([`Next::Again`]) to run again when there is room.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
 
 use tokio::task::{Id, JoinSet};
+
+/// What a job of [`run_again`] ends with: its result, or its item to run again later.
+pub enum Next<T, R> {
+    Done(R),
+    Again(T),
+}
 
 /// Runs `start(item)` for every item, at most `limit(key)` at once per key, each key's items
 /// in their order. Returns the results in the order the jobs ended; a job that panicked is
@@ -22,7 +30,28 @@ pub async fn run<K, T, R, Fut>(
 ) -> Vec<R>
 where
     K: Eq + Hash + Clone,
+    T: Send + 'static,
     Fut: Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    run_again(items, limit, |item| {
+        let job = start(item);
+        async move { Next::<T, R>::Done(job.await) }
+    })
+    .await
+}
+
+/// As [`run`], where a job may end with [`Next::Again`]: its item goes to the end of its key's
+/// queue and is started again when the key has room.
+pub async fn run_again<K, T, R, Fut>(
+    items: impl IntoIterator<Item = (K, T)>,
+    limit: impl Fn(&K) -> usize,
+    mut start: impl FnMut(T) -> Fut,
+) -> Vec<R>
+where
+    K: Eq + Hash + Clone,
+    T: Send + 'static,
+    Fut: Future<Output = Next<T, R>> + Send + 'static,
     R: Send + 'static,
 {
     // Per key: the items waiting, and how many of its jobs run.
@@ -50,20 +79,24 @@ where
         let Some(joined) = set.join_next_with_id().await else {
             break;
         };
-        let id = match joined {
-            Ok((id, r)) => {
+        let (id, again) = match joined {
+            Ok((id, Next::Done(r))) => {
                 out.push(r);
-                id
+                (id, None)
             }
+            Ok((id, Next::Again(item))) => (id, Some(item)),
             Err(e) => {
                 tracing::error!(error = %e, "a job panicked or was cancelled");
-                e.id()
+                (e.id(), None)
             }
         };
         if let Some(key) = running.remove(&id)
-            && let Some((_, busy)) = lanes.get_mut(&key)
+            && let Some((waiting, busy)) = lanes.get_mut(&key)
         {
             *busy -= 1;
+            if let Some(item) = again {
+                waiting.push_back(item);
+            }
         }
     }
     out
@@ -126,5 +159,62 @@ mod tests {
             let order: Vec<_> = started.iter().filter(|i| *i % 3 == key).collect();
             assert!(order.is_sorted(), "each key's items start in their order");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_handed_back_runs_again_after_the_others_and_a_limit_is_asked_again() {
+        use std::sync::Mutex;
+        // Key "a" has room for 3, then for 1 once the first job has ended.
+        let limit_now = Arc::new(AtomicUsize::new(3));
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let now = Arc::new(AtomicUsize::new(0));
+        let most_after_cut = Arc::new(AtomicUsize::new(0));
+        let items = (0..6).map(|i| ("a", (i, 0)));
+        let out = run_again(
+            items,
+            |_| limit_now.load(Ordering::SeqCst),
+            |(i, tries): (usize, u32)| {
+                let (limit_now, started, now, most) = (
+                    limit_now.clone(),
+                    started.clone(),
+                    now.clone(),
+                    most_after_cut.clone(),
+                );
+                async move {
+                    started.lock().unwrap().push((i, tries));
+                    let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    if limit_now.load(Ordering::SeqCst) == 1 {
+                        most.fetch_max(running, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10 * (i as u64 + 1))).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    limit_now.store(1, Ordering::SeqCst);
+                    // Item 1 is handed back once.
+                    if i == 1 && tries == 0 {
+                        Next::Again((i, tries + 1))
+                    } else {
+                        Next::Done(i)
+                    }
+                }
+            },
+        )
+        .await;
+        let mut done = out.clone();
+        done.sort();
+        assert_eq!(
+            done,
+            [0, 1, 2, 3, 4, 5],
+            "every item once, item 1 after its second run"
+        );
+        let started = started.lock().unwrap().clone();
+        assert_eq!(started.len(), 7);
+        assert_eq!(started[..3], [(0, 0), (1, 0), (2, 0)], "3 at once at first");
+        assert_eq!(
+            *started.last().unwrap(),
+            (1, 1),
+            "handed back: after the others"
+        );
+        // Once the limit fell to 1, new jobs started only when the others had ended.
+        assert_eq!(most_after_cut.load(Ordering::SeqCst), 1);
     }
 }

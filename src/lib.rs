@@ -9,6 +9,7 @@ pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;
+pub mod concurrency;
 pub mod config;
 pub mod control;
 pub mod daemon;

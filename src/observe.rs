@@ -268,8 +268,9 @@ pub enum MarkerRead {
     NotYet,
 }
 
-/// Reads the markers of `vms` (VMID, node) of one site side by side, at most `per_node` at
-/// once on each node (the same limit actions keep), answers in the order of `vms`.
+/// Reads the markers of `vms` (VMID, node) of one site side by side, at most the node's limit
+/// at once (the same limit actions keep: the client's, else `per_node`), answers in the order
+/// of `vms`.
 pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
     client: &Arc<C>,
     vms: Vec<(u32, String)>,
@@ -280,9 +281,15 @@ pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
         .into_iter()
         .enumerate()
         .map(|(i, (vmid, node))| (node.clone(), (i, vmid, node)));
+    // Within each node's limit of work at once, as its actions are.
     let mut out = crate::lanes::run(
         jobs,
-        |_| per_node as usize,
+        |node: &String| {
+            AsRef::<P>::as_ref(&**client)
+                .parallel_limit(node)
+                .unwrap_or(per_node)
+                .max(1) as usize
+        },
         |(i, vmid, node): (usize, u32, String)| {
             let client = client.clone();
             async move { (i, vmid, read_marker((*client).as_ref(), &node, vmid).await) }

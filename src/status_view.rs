@@ -522,6 +522,9 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
             cut(&problems.join("; "), TARGET_WIDTH)
         );
     }
+    if let Some(line) = parallel_line(&s.sites) {
+        let _ = writeln!(out, "At once:     {line}");
+    }
     let last = match parse_rfc3339(&s.last_cycle) {
         Some(t) => ago(now, t),
         None => "unknown".to_string(),
@@ -555,6 +558,24 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
         };
         let _ = writeln!(out, "Request:     {what}, handled {handled}");
     }
+}
+
+/// The actions proxsync may run at once per node, `site/node N, ...`; `None` before any.
+fn parallel_line(sites: &[crate::status::SiteRecord]) -> Option<String> {
+    let nodes: Vec<String> = sites
+        .iter()
+        .flat_map(|site| {
+            site.parallel_per_node
+                .iter()
+                .map(move |(node, n)| format!("{}/{} {n}", clean(&site.name), clean(node)))
+        })
+        .collect();
+    (!nodes.is_empty()).then(|| {
+        cut(
+            &format!("{} (actions per node)", nodes.join(", ")),
+            TARGET_WIDTH,
+        )
+    })
 }
 
 /// Why a site is not healthy, or `None` when it is.
@@ -1250,6 +1271,7 @@ mod tests {
                     nodes_online: vec!["pve1".into(), "pve2".into()],
                     nodes_offline: vec![],
                     error: None,
+                    parallel: vec![],
                 },
                 SiteSummary {
                     name: "eu-fra".into(),
@@ -1258,6 +1280,7 @@ mod tests {
                     nodes_online: vec![],
                     nodes_offline: vec![],
                     error: Some("connection refused".into()),
+                    parallel: vec![],
                 },
             ],
             last_cycle: t(T0 + 288),
@@ -1294,6 +1317,24 @@ mod tests {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("no row for {name} in\n{text}"))
+    }
+
+    #[test]
+    fn the_summary_says_how_many_actions_each_node_takes_at_once() {
+        let site = |name: &str, parallel: &[(&str, u32)]| crate::status::SiteRecord {
+            name: name.into(),
+            parallel_per_node: parallel.iter().map(|(n, k)| (n.to_string(), *k)).collect(),
+            ..Default::default()
+        };
+        assert_eq!(parallel_line(&[site("lab", &[])]), None);
+        assert_eq!(
+            parallel_line(&[
+                site("lab", &[("pve2", 2), ("pve1", 8)]),
+                site("edge", &[("e1", 1)])
+            ])
+            .as_deref(),
+            Some("lab/pve1 8, lab/pve2 2, edge/e1 1 (actions per node)")
+        );
     }
 
     #[test]
@@ -1729,6 +1770,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 nodes_online: vec!["pve1".into()],
                 nodes_offline: vec!["pve2".into(), "pve3".into()],
                 error: None,
+                parallel: vec![],
             }],
             last_cycle: t(T0 - 3 * 86_400),
             cycle_ms: 5,

@@ -1625,3 +1625,96 @@ async fn pools_are_listed_by_audit_read_by_id_and_changed_with_allocate() {
     let pve = start(Some("prod"), &["lab", "prod"]);
     assert_eq!(move_to(&Api::new(&pve), "lab").await, 200);
 }
+
+// ------------------------------------------------------------------- storage contention
+
+/// More clones at once than a node's storage takes (the harness's `clone_contention`): a clone
+/// started while `max_clones` others clone on its node waits the storage lock's timeout and
+/// fails with PVE's words, and nothing is left at its VMID, as PVE does:
+/// - pve-storage `src/PVE/Storage/Plugin.pm` (at 0c56bad) `cluster_lock_storage`: a local
+///   storage is locked with `PVE::Tools::lock_file("/var/lock/pve-manager/pve-storage-$storeid",
+///   $timeout, ...)`;
+/// - pve-common `src/PVE/Tools.pm` (at f665029) `lock_file_full`: `$timeout = 10 if
+///   !$timeout`, and on the alarm `$@ = "can't lock file '$filename' - got timeout\n"`;
+/// - qemu-server `src/PVE/API2/Qemu.pm` (at e6352be6) `clone_vm`: the worker's error path frees
+///   the new volumes, removes the firewall config, `unlink $conffile` ("last thing before die")
+///   and dies `"clone failed: $err"`, which `fork_worker` writes as the task's `TASK ERROR:` line
+///   (pve-common `src/PVE/RESTEnvironment.pm`), the exit status `PVE::UPID::read_status` answers.
+#[tokio::test]
+async fn a_clone_beyond_the_storage_s_capacity_fails_on_the_storage_lock_and_leaves_nothing() {
+    let mut pve = FakePve::start(common::default_scenario());
+    let api = Api::new(&pve);
+    // 1 PVE s = 50 ms: a clone takes 0.5 s, the lock's timeout 10 PVE s (0.5 s).
+    pve.set_time_scale(0.05);
+    pve.create_timing(0.0, 10.0, 0.0);
+    pve.clone_contention(Some(1), 10.0);
+    let clone = |newid: u32| json!({"newid": newid, "name": format!("web-{newid}"), "full": 1, "storage": "local-lvm"});
+    let path = format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone");
+    let first = api.start_task(&path, clone(301)).await;
+    let second = api.start_task(&path, clone(302)).await;
+    // While it waits for the lock, the second clone's VM holds only the temporary config.
+    let cfg = api.get("/nodes/pve1/qemu/302/config").await;
+    assert_eq!(cfg["lock"], "clone", "{cfg}");
+
+    assert_eq!(api.wait("pve1", &first).await, "OK");
+    assert_eq!(
+        api.wait("pve1", &second).await,
+        "clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"
+    );
+    let log = api
+        .get(&format!("/nodes/pve1/tasks/{second}/log?limit=0"))
+        .await;
+    let last = log.as_array().and_then(|l| l.last()).cloned().unwrap();
+    assert_eq!(
+        last["t"],
+        "TASK ERROR: clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"
+    );
+    // Nothing at its VMID: no config, not listed, no volume; the first clone is whole.
+    let gone = api.get_raw("/nodes/pve1/qemu/302/config").await;
+    assert_eq!(gone.status, 500, "{}", gone.text);
+    assert!(gone.text.contains("does not exist"), "{}", gone.text);
+    assert!(api.resource(302).await.is_none());
+    let volumes = api.get("/nodes/pve1/storage/local-lvm/content").await;
+    assert!(
+        !volumes.to_string().contains("vm-302-"),
+        "the failed clone's volumes are freed: {volumes}"
+    );
+    assert!(volumes.to_string().contains("vm-301-disk"), "{volumes}");
+    assert_eq!(api.resource(301).await.unwrap()["name"], "web-301");
+
+    // Once the storage is free again, the next clone goes through; without the model any
+    // number clone at once.
+    assert_eq!(
+        api.wait("pve1", &api.start_task(&path, clone(303)).await)
+            .await,
+        "OK"
+    );
+    pve.clone_contention(None, 10.0);
+    let a = api.start_task(&path, clone(304)).await;
+    let b = api.start_task(&path, clone(305)).await;
+    assert_eq!(api.wait("pve1", &a).await, "OK");
+    assert_eq!(api.wait("pve1", &b).await, "OK");
+}
+
+/// `new_vm_timing`: a cloned VM's start is a task that runs for its PVE seconds, then the VM
+/// runs (the bench's real-timing scenario: a start takes about a second, as on PVE).
+#[tokio::test]
+async fn a_new_vm_s_start_takes_its_time() {
+    let mut pve = FakePve::start(common::default_scenario());
+    let api = Api::new(&pve);
+    pve.set_time_scale(0.05);
+    pve.new_vm_timing(20.0);
+    let path = format!("/nodes/pve1/qemu/{TEMPLATE_VMID}/clone");
+    let upid = api
+        .start_task(&path, json!({"newid": 310, "name": "web-310", "full": 1}))
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let start = api
+        .start_task("/nodes/pve1/qemu/310/status/start", json!({}))
+        .await;
+    let st = api.get(&format!("/nodes/pve1/tasks/{start}/status")).await;
+    assert_eq!(st["status"], "running", "{st}");
+    assert_eq!(api.wait("pve1", &start).await, "OK");
+    let cur = api.get("/nodes/pve1/qemu/310/status/current").await;
+    assert_eq!(cur["status"], "running", "{cur}");
+}

@@ -129,7 +129,7 @@ fn scrape(endpoint: &Endpoint) -> std::io::Result<(Answer, Exposition)> {
 }
 
 /// Every metric family proxsync exposes (docs/metrics.md lists the same).
-const FAMILIES: [&str; 21] = [
+const FAMILIES: [&str; 22] = [
     "proxsync_build",
     "proxsync_specs",
     "proxsync_specs_backing_off",
@@ -142,6 +142,7 @@ const FAMILIES: [&str; 21] = [
     "proxsync_pve_request_duration_seconds",
     "proxsync_pve_tasks_started",
     "proxsync_pve_tasks_failed",
+    "proxsync_parallel_limit",
     "proxsync_orphans",
     "proxsync_delete_valve_trips",
     "proxsync_delete_valve_tripped",
@@ -330,6 +331,10 @@ fn a_running_daemon_serves_metrics_that_parse_and_follow_its_cycles() {
         answer.body
     );
     assert_eq!(value(&m, "proxsync_pve_tasks_failed", &[]), 0.0);
+    // pve1's limit of actions at once grew from 2 with the clones, resizes and starts that
+    // ended in their usual time (adaptive, the default, up to 10).
+    let limit = value(&m, "proxsync_parallel_limit", &[lab, ("node", "pve1")]);
+    assert!((3.0..=10.0).contains(&limit), "{limit}:\n{}", answer.body);
     // The site as observed: up, quorate, both nodes online.
     assert_eq!(value(&m, "proxsync_site_up", &[lab]), 1.0);
     assert_eq!(value(&m, "proxsync_site_quorate", &[lab]), 1.0);

@@ -137,6 +137,91 @@ async fn a_failed_listing_falls_back_to_status_reads() {
     );
 }
 
+/// A task of a type its node has seen end is first read when such tasks end there: after one
+/// 1 s task taught the node (read young, then as its age says: about four reads), five more
+/// cost about one read each, where each cost four before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_first_read_when_its_kind_usually_ends_on_its_node() {
+    let mut pve = FakePve::start(default_scenario());
+    pve.set_time_scale(1.0);
+    let c = Arc::new(pve.client());
+    let first = start_tasks(&mut pve, 1, 1.0);
+    task_polls(&mut pve, true);
+    assert_eq!(wait_all(c.clone(), first).await, [TaskOutcome::Ok]);
+    let learning = count(&task_polls(&mut pve, true), "status");
+    assert!(learning >= 3, "read young, then by its age: {learning}");
+    let more = start_tasks(&mut pve, 5, 1.0);
+    let outcomes = wait_all(c, more).await;
+    assert!(
+        outcomes.iter().all(|o| *o == TaskOutcome::Ok),
+        "{outcomes:?}"
+    );
+    let polls = task_polls(&mut pve, false);
+    assert!(
+        count(&polls, "status") <= 7,
+        "about one read per task: {polls}"
+    );
+}
+
+/// The client's limit of actions at once on a node (`proxsync::concurrency`): it grows as the
+/// node's tasks end in their usual time, and is cut by a task that died on a lock timeout and
+/// by a 503, never by an answer about a VM; other nodes keep their own. Fixed, it is the cap.
+#[tokio::test]
+async fn the_node_limit_grows_with_flat_tasks_and_is_cut_by_overload() {
+    let mut pve = FakePve::start(default_scenario());
+    pve.set_time_scale(1.0);
+    let c = Arc::new(pve.client());
+    assert_eq!(c.parallel_limit("pve1"), 2, "it starts low");
+    let quick = start_tasks(&mut pve, 4, 0.0);
+    wait_all(c.clone(), quick).await;
+    assert_eq!(
+        c.parallel_limit("pve1"),
+        6,
+        "one more per task that ended in its time"
+    );
+    assert_eq!(c.parallel_limit("pve2"), 2);
+
+    let locked = pve
+        .call(
+            "task_with_log",
+            json!({"node": "pve1", "type": "qmstart", "id": "500",
+                   "error": "can't lock file '/var/lock/qemu-server/lock-500.conf' - got timeout"}),
+        )
+        .expect("task_with_log");
+    let upid: pve::Upid = locked.as_str().expect("a UPID").parse().expect("parses");
+    let err = c
+        .wait_task(&upid, Duration::from_secs(30))
+        .await
+        .expect_err("the task failed");
+    assert!(err.is_lock_timeout(), "{err}");
+    assert_eq!(c.parallel_limit("pve1"), 4, "6 cut to 70 %");
+
+    // An answer about a VM is not load.
+    let missing = c.vm_config("pve1", 4242).await.expect_err("no such VM");
+    assert!(missing.is_not_found(), "{missing}");
+    assert_eq!(c.parallel_limit("pve1"), 4);
+    // A busy node is (the read is retried and succeeds).
+    pve.fail_times(
+        "GET",
+        "/nodes/pve1/qemu/9000/config",
+        503,
+        "Service Unavailable",
+        1,
+    );
+    c.vm_config("pve1", 9000).await.expect("read on the retry");
+    assert_eq!(c.parallel_limit("pve1"), 2, "4 cut to 70 %");
+    assert_eq!(
+        c.parallel_limits(),
+        [("pve1".to_string(), 2)],
+        "the nodes learnt about"
+    );
+
+    let fixed = Arc::new(pve.client().with_parallelism(false, 5));
+    let quick = start_tasks(&mut pve, 2, 0.0);
+    wait_all(fixed.clone(), quick).await;
+    assert_eq!(fixed.parallel_limit("pve1"), 5);
+}
+
 /// The spec files of `n` VMs `web-NN` on node pve1, cloned from template 9000.
 fn specs(n: usize) -> Vec<(String, String)> {
     (1..=n)

@@ -315,7 +315,11 @@ async fn finish_create(
         Err(e) if e.task_failed => {
             // The task ended badly. What it left decides: our VM (kept, converged next time),
             // nothing (the intent is released), or something still busy (kept).
-            match inspect(ctx, site, &spec.name, rec, vm.vmid, true).await? {
+            let known = match sent {
+                JustSent::Yes => Known::OwnTaskEnded,
+                JustSent::No => Known::TaskEnded,
+            };
+            match inspect_known(ctx, site, &spec.name, rec, vm.vmid, known).await? {
                 Found::Ours(node) => record_created(ctx, &spec.name, rec, vm.vmid, &node)?,
                 Found::Free | Found::Foreign => abandon(ctx, spec, rec)?,
                 Found::Busy { .. } | Found::Stale { .. } => {}
@@ -367,6 +371,23 @@ pub(super) enum Found {
     Free,
 }
 
+/// What is known of a create intent's request when its VMID is inspected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Known {
+    /// Nothing: the request may still be on its way (a create resumed after a restart).
+    Nothing,
+    /// The task recorded for the intent ended, so no request is on its way. The UPID may have
+    /// been found after a restart (the one running clone of the template), not answered.
+    TaskEnded,
+    /// The task PVE answered this action's own request with ended: the intent's only request.
+    /// Another running clone of the template makes another VMID (each intent sends one
+    /// request, and every earlier intent for this VMID was settled before it was freed), so
+    /// when the VMID holds nothing, nothing of ours can still appear there. PVE removes a
+    /// failed clone's config before its task ends (qemu-server `PVE/API2/Qemu.pm` `clone_vm`:
+    /// `unlink $conffile; # avoid races -> last thing before die`).
+    OwnTaskEnded,
+}
+
 /// Reads what became of a create intent (the invariant: a VM at a VMID reserved by an intent
 /// is never judged foreign while it may still be ours). `settled`: the request's task is
 /// known to have ended, so no request can still be on its way.
@@ -378,6 +399,24 @@ pub(super) async fn inspect(
     vmid: u32,
     settled: bool,
 ) -> Result<Found, ActionError> {
+    let known = if settled {
+        Known::TaskEnded
+    } else {
+        Known::Nothing
+    };
+    inspect_known(ctx, site, spec_name, rec, vmid, known).await
+}
+
+/// [`inspect`], with what is known of the intent's request.
+async fn inspect_known(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec_name: &str,
+    rec: &SpecRecord,
+    vmid: u32,
+    known: Known,
+) -> Result<Found, ActionError> {
+    let settled = known != Known::Nothing;
     let VmState::Creating {
         node: intent_node,
         started_ms,
@@ -419,8 +458,9 @@ pub(super) async fn inspect(
             _ => Ok(Found::Foreign),
         },
         None => {
-            let tasks =
-                creator_tasks(site, vmid, intent_node, clone_of.as_ref(), *started_ms).await?;
+            // After this action's own task ended, the template's other clones make other VMs.
+            let clone_of = clone_of.as_ref().filter(|_| known != Known::OwnTaskEnded);
+            let tasks = creator_tasks(site, vmid, intent_node, clone_of, *started_ms).await?;
             if !tasks.is_empty() {
                 return Ok(busy(vmid, "create", tasks));
             }

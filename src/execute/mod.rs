@@ -1,5 +1,6 @@
-//! Running the plan's actions against Proxmox VE, with at most `max_parallel_per_node` at once
-//! per node, and keeping the state database true at every step.
+//! Running the plan's actions against Proxmox VE, with at most each node's limit at once
+//! (`crate::concurrency`, up to `max_parallel_per_node`), and keeping the state database true
+//! at every step.
 //!
 //! Invariants (see ARCHITECTURE.md):
 //! - No create or clone request is sent before its intent (spec, VMID, node) is durable in
@@ -43,6 +44,7 @@ pub use self::reboot::RebootSlots;
 pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
 use crate::clock::Clock;
+use crate::lanes::Next;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
@@ -211,6 +213,7 @@ pub struct ExecCtx<P = Client> {
     pub config_hash: String,
     /// How long one action waits for a task before leaving it running.
     pub task_wait: Duration,
+    /// The limit of actions at once per node where the site's client keeps none of its own.
     pub max_parallel_per_node: u32,
     /// At most this many reboots (`rebootPolicy`) started per site this cycle.
     pub max_parallel_reboots: u32,
@@ -257,43 +260,95 @@ pub const CLOUDINIT_PENDING: &str = "cloudinit";
 /// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
 pub use crate::clock::now_ms;
 
-/// Runs the actions: in parallel, at most `max_parallel_per_node` per node. Only the running
-/// actions are tasks, each given a copy of its record when it starts (`lanes`): with one task
-/// per action from the start, an adoption of 10,000 VMs held 10,000 tasks and records (11 MiB).
+/// Runs the actions: in parallel, at most each node's limit at once (its site's client's
+/// [`Pve::parallel_limit`], asked again as actions end; `max_parallel_per_node` for a PVE that
+/// keeps none). Only the running actions are tasks, each given a copy of its record when it
+/// starts (`lanes`): with one task per action from the start, an adoption of 10,000 VMs held
+/// 10,000 tasks and records (11 MiB). A create whose clone or create died on a lock timeout
+/// and left nothing is tried again in the same cycle, after the node's other actions
+/// ([`create_again`]).
 pub async fn execute<P: Pve>(
     ctx: Arc<ExecCtx<P>>,
     actions: Vec<Action>,
     records: &BTreeMap<String, SpecRecord>,
 ) -> Vec<ActionResult> {
-    let per_node = ctx.max_parallel_per_node.max(1) as usize;
+    let per_node = ctx.max_parallel_per_node.max(1);
     // Handed over one by one: no Vec of every action with its node beside the plan's.
     let lanes = actions
         .into_iter()
-        .map(|action| (limit_node(&ctx, &action), action));
+        .map(|action| (limit_node(&ctx, &action), (action, 1)));
     // `None`: not limited (`Forget`).
     let limit = |node: &Option<(String, String)>| match node {
-        Some(_) => per_node,
+        Some((site, node)) => ctx
+            .sites
+            .get(site)
+            .and_then(|s| s.client.parallel_limit(node))
+            .unwrap_or(per_node)
+            .max(1) as usize,
         None => usize::MAX,
     };
-    let mut results = crate::lanes::run(lanes, limit, |action: Action| {
-        let rec = action.spec().and_then(|s| records.get(s)).cloned();
+    let mut results = crate::lanes::run_again(lanes, limit, |(action, attempt): (Action, u32)| {
+        // A first attempt starts from the cycle's records; another from what the last wrote.
+        let rec = if attempt == 1 {
+            action.spec().and_then(|s| records.get(s)).cloned()
+        } else {
+            None
+        };
         let ctx = ctx.clone();
         async move {
             if *ctx.shutdown.borrow() {
-                return ActionResult {
+                return Next::Done(ActionResult {
                     action,
                     outcome: Outcome::Waiting {
                         reason: "proxsync is stopping; not started".into(),
                     },
-                };
+                });
             }
-            let outcome = run_action(&ctx, &action, rec).await;
-            ActionResult { action, outcome }
+            let rec = match (attempt, action.spec()) {
+                (1, _) | (_, None) => rec,
+                (_, Some(spec)) => match ctx.store.record(spec) {
+                    Ok(rec) => rec,
+                    Err(e) => {
+                        let outcome = Outcome::Failed(e.into());
+                        return Next::Done(ActionResult { action, outcome });
+                    }
+                },
+            };
+            match run_action(&ctx, &action, rec, attempt).await {
+                Some(outcome) => Next::Done(ActionResult { action, outcome }),
+                None => Next::Again((action, attempt + 1)),
+            }
         }
     })
     .await;
     results.sort_by(|a, b| a.action.cmp(&b.action));
     results
+}
+
+/// How many times one cycle tries a create whose clone or create PVE gave up on a lock timeout.
+pub const CREATE_TRIES: u32 = 5;
+
+/// Whether `attempt` of `action`, which ended with `outcome` and left the spec's record as
+/// `rec`, is tried again in this cycle: a create whose clone or create died on a lock timeout
+/// (the node's storage or a config lock was too busy: `pve::is_lock_timeout`), whose intent is
+/// released (the VMID verifiably holds nothing of ours and no request is on its way: `create`
+/// keeps the intent otherwise), while proxsync is not stopping. The node's limit was cut by
+/// the same failure, so the try comes when the node has room again.
+fn create_again(
+    ctx: &ExecCtx<impl Pve>,
+    action: &Action,
+    rec: &SpecRecord,
+    outcome: &Outcome,
+    attempt: u32,
+) -> bool {
+    matches!(action, Action::Create { .. })
+        && attempt < CREATE_TRIES
+        && matches!(rec.vm, crate::state::VmState::Absent)
+        && !*ctx.shutdown.borrow()
+        && matches!(outcome, Outcome::Failed(e)
+            if e.category == Category::LockError
+                && e.kind == ErrorKind::Plain
+                && crate::pve::is_lock_timeout(&e.message))
 }
 
 /// The (site, node) whose `max_parallel_per_node` limit an action counts against. An adoption
@@ -317,7 +372,14 @@ fn limit_node(ctx: &ExecCtx<impl Pve>, action: &Action) -> Option<(String, Strin
     Some((site.clone(), node))
 }
 
-async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRecord>) -> Outcome {
+/// Runs one attempt of an action and records its outcome; `None`: it is to be tried again
+/// ([`create_again`]), its failure noted in the spec's history without a backoff.
+async fn run_action(
+    ctx: &ExecCtx<impl Pve>,
+    action: &Action,
+    rec: Option<SpecRecord>,
+    attempt: u32,
+) -> Option<Outcome> {
     let mut rec = rec.unwrap_or_default();
     let result = match action {
         Action::Create { spec, site, .. } => {
@@ -409,10 +471,14 @@ async fn run_action(ctx: &ExecCtx<impl Pve>, action: &Action, rec: Option<SpecRe
     if let Action::Relabel { from, .. } = action
         && !ctx.store.record(from).is_ok_and(|r| r.is_none())
     {
-        return result;
+        return Some(result);
+    }
+    if create_again(ctx, action, &rec, &result, attempt) {
+        outcome::retrying(ctx, action, rec, &result);
+        return None;
     }
     outcome::record(ctx, action, rec, &result);
-    result
+    Some(result)
 }
 
 async fn with_spec<'a, P: Pve, F, Fut>(ctx: &'a ExecCtx<P>, name: &str, f: F) -> Outcome

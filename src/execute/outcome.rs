@@ -87,6 +87,29 @@ pub(super) fn record(
     }
 }
 
+/// Notes a failed attempt that this cycle tries again (`execute::create_again`) in the spec's
+/// history: no attempt is counted and no backoff set, the next attempt follows.
+pub(super) fn retrying(
+    ctx: &ExecCtx<impl Pve>,
+    action: &Action,
+    mut rec: SpecRecord,
+    result: &Outcome,
+) {
+    let (Some(spec_name), Outcome::Failed(e)) = (action.spec(), result) else {
+        return;
+    };
+    let now = ctx.clock.now_ms();
+    rec.note(
+        now,
+        action_name(action),
+        &format!("trying again after {}: {}", e.category, e.message),
+    );
+    tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock timeout; trying again this cycle");
+    if let Err(e) = ctx.store.put(spec_name, &rec) {
+        tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
+    }
+}
+
 fn action_name(action: &Action) -> &'static str {
     match action {
         Action::Create { .. } => "create",

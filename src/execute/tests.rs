@@ -73,7 +73,8 @@ impl World {
     }
 
     /// Runs one action as `execute` does (the record read from the store, the outcome
-    /// recorded), after observing the site as a cycle does.
+    /// recorded), after observing the site as a cycle does; once, even where `execute` would
+    /// try a create again.
     async fn run(&self, action: Action) -> Outcome {
         self.run_changed(action, |_| {}).await
     }
@@ -81,6 +82,24 @@ impl World {
     /// [`World::run`], with the cluster changed by `change` between the cycle's observation
     /// and the action (someone acting meanwhile).
     async fn run_changed(&self, action: Action, change: impl FnOnce(&FakePve)) -> Outcome {
+        let ctx = self.ctx().await;
+        change(self.pve());
+        let rec = self.store.specs().expect("records").remove(&self.spec.name);
+        run_action(&ctx, &action, rec, CREATE_TRIES)
+            .await
+            .expect("a last attempt is recorded")
+    }
+
+    /// Runs `actions` through `execute` (the node's limit, tries again), after observing the
+    /// site as a cycle does.
+    async fn execute(&self, actions: Vec<Action>) -> Vec<ActionResult> {
+        let ctx = Arc::new(self.ctx().await);
+        let records = self.store.specs().expect("records");
+        execute(ctx, actions, &records).await
+    }
+
+    /// The context of a cycle that has just observed the site.
+    async fn ctx(&self) -> ExecCtx<FakePve> {
         let mut view = observe_site("lab", &self.site.client).await;
         // The markers the engine would read, without a logged call.
         for vm in view.vms.values_mut() {
@@ -95,7 +114,12 @@ impl World {
             vm.marker = marker.map(Arc::new);
             vm.marker_read = true;
         }
-        let ctx = ExecCtx {
+        self.ctx_of(view)
+    }
+
+    /// The context of a cycle whose observation of the site left `view`.
+    fn ctx_of(&self, view: SiteView) -> ExecCtx<FakePve> {
+        ExecCtx {
             store: self.store.clone(),
             install_id: "main".into(),
             sites: [("lab".to_string(), self.site.clone())].into(),
@@ -112,10 +136,7 @@ impl World {
             fresh_configs: Default::default(),
             clock: self.clock.clone(),
             vmid_cursors: Default::default(),
-        };
-        change(self.pve());
-        let rec = self.store.specs().expect("records").remove(&self.spec.name);
-        run_action(&ctx, &action, rec).await
+        }
     }
 
     fn create(&self) -> Action {
@@ -735,26 +756,11 @@ async fn a_relabel_of_a_vm_with_another_uid_is_refused_before_any_write() {
 /// [`World::run`] with the cycle's view of the site given (`view`), as the observation left it.
 impl World {
     async fn run_seen(&self, action: Action, view: SiteView) -> Outcome {
-        let ctx = ExecCtx {
-            store: self.store.clone(),
-            install_id: "main".into(),
-            sites: [("lab".to_string(), self.site.clone())].into(),
-            specs: [(self.spec.name.clone(), Arc::new(self.spec.clone()))].into(),
-            views: [("lab".to_string(), view)].into(),
-            config_hash: String::new(),
-            task_wait: self.task_wait,
-            max_parallel_per_node: 2,
-            max_parallel_reboots: 1,
-            reboot_slots: Default::default(),
-            shutdown: tokio::sync::watch::channel(false).1,
-            node_facts: Default::default(),
-            marker_key: self.key.clone(),
-            fresh_configs: Default::default(),
-            clock: self.clock.clone(),
-            vmid_cursors: Default::default(),
-        };
+        let ctx = self.ctx_of(view);
         let rec = self.store.specs().expect("records").remove(&self.spec.name);
-        run_action(&ctx, &action, rec).await
+        run_action(&ctx, &action, rec, CREATE_TRIES)
+            .await
+            .expect("a last attempt is recorded")
     }
 }
 
@@ -1631,4 +1637,181 @@ async fn a_rename_relabels_only_the_old_specs_vm() {
     assert!(m.verifies(&w.key, vmid));
     let names: Vec<String> = w.store.specs().expect("records").into_keys().collect();
     assert_eq!(names, ["web-01"]);
+}
+
+/// PVE's words when a clone finds its node's storage too busy (qemu-server `clone_vm` dies with
+/// `clone failed: $err`, pve-common `lock_file_full`'s `can't lock file '...' - got timeout`).
+const STORAGE_LOCK_TIMEOUT: &str =
+    "clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout";
+
+/// Someone else's clone of the template, still running on pve1 (its task names the template,
+/// as every clone's does).
+async fn another_clone_running(w: &World) -> String {
+    w.pve().set_task_end(TaskEnd::Held);
+    let req = crate::pve::CloneRequest {
+        newid: 500,
+        name: "other".into(),
+        description: String::new(),
+        full: true,
+        storage: None,
+        target: None,
+        pool: None,
+    };
+    let upid = w
+        .pve()
+        .clone_vm("pve1", TEMPLATE, &req)
+        .await
+        .expect("a clone");
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    w.pve().clear_calls();
+    upid.to_string()
+}
+
+/// A clone that died on the storage's lock timeout left nothing, while other clones of the
+/// template still run: its own task's end settles the intent (the others make other VMIDs),
+/// so the intent is released and the create is tried again in the same cycle: one VM, the
+/// failure in the history, no backoff.
+#[tokio::test(start_paused = true)]
+async fn a_clone_that_died_on_a_lock_timeout_is_tried_again_in_the_same_cycle() {
+    let w = World::new("");
+    let other = another_clone_running(&w).await;
+    w.pve().next_task_ends("qmclone", STORAGE_LOCK_TIMEOUT);
+    let results = w.execute(vec![w.create()]).await;
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].outcome, Outcome::Done, "{results:?}");
+    assert_eq!(w.pve().count("clone_vm"), 2, "{:?}", w.pve().calls());
+    let rec = w.record();
+    let VmState::Exists { vmid, .. } = rec.vm else {
+        panic!("{rec:?}");
+    };
+    assert_eq!(vmid, 101, "the next free VMID: 100 was the failed clone's");
+    assert!(w.pve().vm(100).is_none(), "the failed clone left nothing");
+    assert_eq!((rec.attempts, rec.next_attempt_ms), (0, None), "{rec:?}");
+    assert!(rec.last_error.is_none(), "{rec:?}");
+    let history = history(&w);
+    assert!(
+        history.contains("create: trying again after LockError: task ")
+            && history.contains("got timeout"),
+        "{history}"
+    );
+    assert!(w.store.allocations("lab").expect("allocations").len() <= 1);
+    // The other clone was never touched.
+    assert!(w.pve().running_tasks().contains(&other));
+}
+
+/// The same failure of a clone found after a restart (its UPID recorded, perhaps found as the
+/// template's one running clone, not answered to this action): the other clones of the
+/// template may still be making the VM, so the intent is kept, as before.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_clone_that_died_keeps_its_intent_while_other_clones_run() {
+    let w = World::new("");
+    let (vmid, upid) = create_left_running(&w).await;
+    another_clone_running(&w).await;
+    w.pve().end_task(&upid, STORAGE_LOCK_TIMEOUT);
+    let results = w.execute(vec![w.resume()]).await;
+    let Outcome::Failed(e) = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert_eq!(e.category, Category::LockError);
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(
+        w.intent(),
+        (vmid, Some(upid)),
+        "the intent and its UPID stay"
+    );
+}
+
+/// A lock timeout every time: tried `CREATE_TRIES` times in the cycle, then recorded with a
+/// backoff, retried later and never Stalled (a busy node needs no human).
+#[tokio::test(start_paused = true)]
+async fn a_create_is_tried_a_few_times_per_cycle_then_backs_off_without_stalling() {
+    let w = World::new("");
+    for _ in 0..CREATE_TRIES + 1 {
+        w.pve().next_task_ends("qmclone", STORAGE_LOCK_TIMEOUT);
+    }
+    let results = w.execute(vec![w.create()]).await;
+    let Outcome::Failed(e) = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert_eq!(e.category, Category::LockError);
+    assert!(!e.needs_human(), "retried, never Stalled: {e:?}");
+    assert_eq!(
+        w.pve().count("clone_vm"),
+        CREATE_TRIES as usize,
+        "{:?}",
+        w.pve().calls()
+    );
+    let rec = w.record();
+    assert_eq!(rec.vm, VmState::Absent);
+    assert_eq!(rec.attempts, 1, "one failed action, however many tries");
+    assert!(rec.next_attempt_ms.is_some(), "{rec:?}");
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// Only a lock timeout is tried again at once: a clone that failed for another reason waits
+/// for its backoff.
+#[tokio::test(start_paused = true)]
+async fn a_clone_that_failed_otherwise_is_not_tried_again_in_the_cycle() {
+    let w = World::new("");
+    w.pve().next_task_ends(
+        "qmclone",
+        "clone failed: lvcreate 'pve/vm-100-disk-0' error: out of space",
+    );
+    let results = w.execute(vec![w.create()]).await;
+    assert!(
+        matches!(results[0].outcome, Outcome::Failed(_)),
+        "{results:?}"
+    );
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.record().attempts, 1);
+}
+
+/// `execute` runs at most the node's limit as the client says it now, not the configured
+/// `max_parallel_per_node` (2 here).
+#[tokio::test(start_paused = true)]
+async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
+    let w = World::new("");
+    w.pve().set_parallel_limit(Some(1));
+    w.pve().set_task_end(TaskEnd::Held);
+    let specs = ["web-01", "web-02", "web-03"];
+    let mut ctx = w.ctx().await;
+    ctx.specs = specs
+        .iter()
+        .map(|n| {
+            let mut spec = w.spec.clone();
+            spec.name = n.to_string();
+            spec.vm_name = n.to_string();
+            (n.to_string(), Arc::new(spec))
+        })
+        .collect();
+    let actions: Vec<Action> = specs
+        .iter()
+        .map(|n| Action::Create {
+            spec: n.to_string(),
+            site: "lab".into(),
+            node: "pve1".into(),
+        })
+        .collect();
+    let ctx = Arc::new(ctx);
+    let run = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { execute(ctx, actions, &BTreeMap::new()).await }
+    });
+    // End each task as it comes; never more than one running.
+    let mut most = 0;
+    while !run.is_finished() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let running = w.pve().running_tasks();
+        most = most.max(running.len());
+        for upid in running {
+            w.pve().end_task(&upid, "OK");
+        }
+    }
+    let results = run.await.expect("joined");
+    assert!(
+        results.iter().all(|r| r.outcome == Outcome::Done),
+        "{results:?}"
+    );
+    assert_eq!(most, 1, "one action at a time on pve1");
+    assert_eq!(w.pve().count("clone_vm"), 3);
 }

@@ -3,8 +3,8 @@
 //!
 //! [`Metrics`] is a cheap handle (an `Option<Arc<_>>`): with metrics off it is `None` and
 //! every record call is one branch. Labels are bounded by construction: site names and the
-//! install id come from the config, methods, endpoints, task types, outcomes, conditions and
-//! reasons from fixed sets in proxsync's own code (an endpoint is the path with its node,
+//! install id come from the config, node names from the site's cluster, methods, endpoints,
+//! task types, outcomes, conditions and reasons from fixed sets in proxsync's own code (an endpoint is the path with its node,
 //! VMID, UPID, storage and volume replaced by placeholders; a task type PVE sends that is not
 //! known is `other`). No spec name, VMID or secret is ever a label or a value.
 
@@ -118,6 +118,12 @@ struct TaskLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    site: Arc<str>,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NotifyLabels {
     target: String,
     r#type: &'static str,
@@ -156,6 +162,7 @@ struct Registered {
     request_duration: HistogramFamily<LatencyLabels>,
     tasks_started: Family<TaskLabels, Counter>,
     tasks_failed: Family<TaskLabels, Counter>,
+    parallel_limit: Family<NodeLabels, Gauge>,
     orphans: Family<OrphanLabels, Gauge>,
     valve_trips: Counter,
     valve_tripped: Gauge,
@@ -305,6 +312,21 @@ impl SiteMetrics {
             r.tasks_failed.get_or_create(&task_labels(site, kind)).inc();
         }
     }
+
+    /// Sets how many actions may run at once on `node` (a cluster node of this site: bounded).
+    pub fn parallel_limit(&self, node: &str, limit: u32) {
+        if let Some((r, site)) = &self.0
+            && !node.is_empty()
+        {
+            let labels = NodeLabels {
+                site: site.clone(),
+                node: node.to_string(),
+            };
+            r.parallel_limit
+                .get_or_create(&labels)
+                .set(i64::from(limit));
+        }
+    }
 }
 
 impl Registered {
@@ -333,6 +355,7 @@ impl Registered {
             request_duration: Family::new_with_constructor(|| Histogram::new(REQUEST_BUCKETS)),
             tasks_started: Family::default(),
             tasks_failed: Family::default(),
+            parallel_limit: Family::default(),
             orphans: Family::default(),
             valve_trips: Counter::default(),
             valve_tripped: Gauge::default(),
@@ -403,6 +426,12 @@ impl Registered {
             "pve_tasks_failed",
             "Proxmox VE tasks that stopped with an error, by site and type",
             m.tasks_failed.clone(),
+        );
+        r.register(
+            "parallel_limit",
+            "Actions proxsync may run at once on the node now (adaptive up to max_parallel_per_node, \
+             or that number when fixed), by site and node, once proxsync has learnt something there",
+            m.parallel_limit.clone(),
         );
         r.register(
             "orphans",
@@ -659,6 +688,7 @@ mod tests {
             nodes_online: (0..nodes_online).map(|i| format!("n{i}")).collect(),
             nodes_offline: (nodes_online..3).map(|i| format!("n{i}")).collect(),
             error: None,
+            parallel: Vec::new(),
         };
         CycleReport {
             plan,

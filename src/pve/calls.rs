@@ -30,6 +30,13 @@ macro_rules! pve_calls {
                 fn $name(&self $(, $arg: $ty)*)
                     -> impl Future<Output = Result<$ret, Error>> + Send;
             )*
+
+            /// How many actions may run at once on `node` now ([`Client::parallel_limit`]);
+            /// `None`: `max_parallel_per_node` as configured (a PVE that keeps no limit of
+            /// its own, the in-memory fake).
+            fn parallel_limit(&self, _node: &str) -> Option<u32> {
+                None
+            }
         }
 
         impl Pve for Client {
@@ -39,6 +46,10 @@ macro_rules! pve_calls {
                     Client::$name(self $(, $arg)*)
                 }
             )*
+
+            fn parallel_limit(&self, node: &str) -> Option<u32> {
+                Some(Client::parallel_limit(self, node))
+            }
         }
     };
 }

@@ -100,6 +100,10 @@ pub struct Client {
     pub(crate) tasks: super::tasks::TaskWatcher,
     /// Where requests and tasks are counted (off unless [`Client::with_metrics`]).
     pub(crate) metrics: crate::metrics::SiteMetrics,
+    /// How many actions may run at once per node, fed by this client's requests and task
+    /// waits (adaptive up to the default `max_parallel_per_node` unless
+    /// [`Client::with_parallelism`]).
+    limits: crate::concurrency::NodeLimits,
 }
 
 impl std::fmt::Debug for Client {
@@ -158,7 +162,47 @@ impl Client {
             task_poll_max: Duration::from_secs(2),
             tasks: super::tasks::TaskWatcher::new(),
             metrics: Default::default(),
+            limits: crate::concurrency::NodeLimits::new(
+                true,
+                crate::config::ReconcileConfig::default().max_parallel_per_node,
+            ),
         })
+    }
+
+    /// Runs at most `cap` actions at once per node: each node's own limit up to it when
+    /// `adaptive` (`crate::concurrency`), else always `cap`.
+    pub fn with_parallelism(mut self, adaptive: bool, cap: u32) -> Client {
+        self.limits = crate::concurrency::NodeLimits::new(adaptive, cap);
+        self
+    }
+
+    /// How many actions may run at once on `node` now.
+    pub fn parallel_limit(&self, node: &str) -> u32 {
+        self.limits.limit(node)
+    }
+
+    /// Each node something was learnt about, with its limit now (for the status summary).
+    pub fn parallel_limits(&self) -> Vec<(String, u32)> {
+        self.limits.limits()
+    }
+
+    /// A task of `kind` on `node`, begun at `began`, ended well after `took`.
+    pub(crate) fn task_took(&self, node: &str, kind: &str, began: Instant, took: Duration) {
+        let limit = self
+            .limits
+            .task_ended(node, kind, began, took, Instant::now());
+        self.metrics.parallel_limit(node, limit);
+    }
+
+    /// `node` said it is overloaded about work begun at `began`.
+    pub(crate) fn overloaded(&self, node: &str, began: Instant) {
+        let limit = self.limits.overloaded(node, began, Instant::now());
+        tracing::debug!(
+            node,
+            limit,
+            "PVE is overloaded; actions at once on the node"
+        );
+        self.metrics.parallel_limit(node, limit);
     }
 
     /// Counts this client's requests and tasks in `metrics` (a site's handle).
@@ -410,6 +454,9 @@ impl Client {
                 tracing::debug!(%method, path, elapsed_ms, error = %err, "PVE request failed");
                 self.metrics
                     .request(method.as_str(), path, None, started.elapsed());
+                if err.is_overload() {
+                    self.overloaded(node_of(path), started);
+                }
                 return Err(err);
             }
         };
@@ -426,9 +473,24 @@ impl Client {
             .get::<hyper::ext::ReasonPhrase>()
             .and_then(|r| std::str::from_utf8(r.as_bytes()).ok())
             .map(str::to_string);
-        let body = read_body(method, path, response).await?;
-        envelope(method, path, status, reason, &body)
+        let answer = match read_body(method, path, response).await {
+            Ok(body) => envelope(method, path, status, reason, &body),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &answer
+            && e.is_overload()
+        {
+            self.overloaded(node_of(path), started);
+        }
+        answer
     }
+}
+
+/// The node a request's path names (`/nodes/{node}/...`), or "" for a cluster-wide one.
+fn node_of(path: &str) -> &str {
+    path.strip_prefix("/nodes/")
+        .map(|rest| rest.split('/').next().unwrap_or_default())
+        .unwrap_or_default()
 }
 
 /// The pause before retry `attempt` (1-based) of a read: exponential from 200 ms, capped at

@@ -122,6 +122,39 @@ impl Error {
         self.category() == Category::LockError
     }
 
+    /// PVE gave up waiting for a lock ([`is_lock_timeout`]): the node or its storage is busier
+    /// than its lock timeout allows, and nothing was done under the lock.
+    pub fn is_lock_timeout(&self) -> bool {
+        match self {
+            Error::Api { message, .. } => is_lock_timeout(message),
+            Error::TaskFailed { exitstatus, .. } => is_lock_timeout(exitstatus),
+            _ => false,
+        }
+    }
+
+    /// True when the failure says the node is overloaded rather than something about the
+    /// request or the VM: a request that timed out, a lock timeout (in an answer or a task's
+    /// exit status), or a 5xx that names no such fact (a gateway error, pveproxy's 595/596, an
+    /// error text proxsync has no better name for). `already exists`, `does not exist`, `VM is
+    /// locked (backup)`, a digest mismatch and the like are answers, not load. The adaptive
+    /// concurrency (`crate::concurrency`) cuts the node's limit on these.
+    pub fn is_overload(&self) -> bool {
+        match self {
+            Error::Transport { kind, .. } => *kind == TransportKind::Timeout,
+            Error::TaskFailed { .. } => self.is_lock_timeout(),
+            Error::Api { status, .. } if *status >= 500 && *status != 501 => {
+                match self.category() {
+                    Category::LockError => self.is_lock_timeout(),
+                    Category::ProxmoxError | Category::NetworkError | Category::NodeUnhealthy => {
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// The VMID is taken (`unable to create VM N - VM N already exists on node '...'`).
     pub fn is_already_exists(&self) -> bool {
         self.category() == Category::AlreadyExists
@@ -190,13 +223,31 @@ fn vmid_taken(t: &str) -> bool {
     })
 }
 
+/// PVE's words for a lock it gave up waiting for: pve-common `src/PVE/Tools.pm`
+/// `lock_file_full` (at f665029) sets `$@ = "can't lock file '$filename' - $@"` when
+/// `run_with_timeout` dies with `"got timeout\n"` (a VM's config lock,
+/// `/var/lock/qemu-server/lock-N.conf`, and a local storage's, pve-storage
+/// `src/PVE/Storage/Plugin.pm` `cluster_lock_storage`: `/var/lock/pve-manager/pve-storage-ID`);
+/// a shared storage's lock is pve-cluster `src/PVE/Cluster.pm` `$cfs_lock` (at 7091d92):
+/// `"cfs-lock '$lockid' error: got lock request timeout\n"`. A clone that dies on one is
+/// `clone failed: can't lock file ...` (qemu-server `PVE/API2/Qemu.pm` `clone_vm`).
+pub fn is_lock_timeout(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("can't lock file") && t.contains("got timeout")
+        || t.contains("cfs-lock") && t.contains("got lock request timeout")
+}
+
 /// Maps PVE's wording (from its sources) to a category, where the wording is specific.
 fn classify_text(text: &str) -> Option<Category> {
     let t = text.to_ascii_lowercase();
     let has = |s: &str| t.contains(s);
     if vmid_taken(&t) {
         Some(Category::AlreadyExists)
-    } else if has("vm is locked") || has("can't lock file") || has("got timeout") && has("lock") {
+    } else if has("vm is locked")
+        || has("can't lock file")
+        || has("got timeout") && has("lock")
+        || is_lock_timeout(text)
+    {
         Some(Category::LockError)
     } else if has("no quorum") || has("cluster not ready") {
         Some(Category::NodeUnhealthy)
@@ -410,6 +461,82 @@ mod tests {
         }
         // Neither proven refused nor a transport failure: still not proof that nothing ran.
         assert!(!api(500, "something new").surely_not_executed());
+    }
+
+    #[test]
+    fn lock_timeouts_are_lock_errors_and_overload() {
+        let local = "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout";
+        let shared = "cfs-lock 'storage-ceph' error: got lock request timeout";
+        let config = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
+        for text in [local, shared, config] {
+            assert!(is_lock_timeout(text), "{text}");
+            let e = api(500, text);
+            assert_eq!(e.category(), Category::LockError, "{text}");
+            assert!(e.is_lock_timeout() && e.is_overload(), "{text}");
+            // A clone's task dies with it (qemu-server clone_vm: `die "clone failed: $err"`).
+            let task = Error::TaskFailed {
+                upid: "u".into(),
+                exitstatus: format!("clone failed: {text}"),
+                log_tail: vec![],
+            };
+            assert_eq!(task.category(), Category::LockError, "{text}");
+            assert!(task.is_lock_timeout() && task.is_overload(), "{text}");
+            assert!(!task.category().needs_human(), "retried, never Stalled");
+        }
+        // A lock a task holds is an answer about the VM, not load.
+        let held = api(500, "VM is locked (backup)");
+        assert!(held.is_lock() && !held.is_lock_timeout() && !held.is_overload());
+    }
+
+    #[test]
+    fn only_load_counts_as_overload() {
+        let timeout = Error::Transport {
+            method: "GET".into(),
+            path: "/nodes/pve1/qemu/100/config".into(),
+            kind: TransportKind::Timeout,
+            message: "timed out".into(),
+        };
+        assert!(timeout.is_overload());
+        let connect = Error::Transport {
+            method: "GET".into(),
+            path: "/nodes/pve1/qemu/100/config".into(),
+            kind: TransportKind::Connect,
+            message: "connection refused".into(),
+        };
+        assert!(
+            !connect.is_overload(),
+            "a refused connection is not a busy node"
+        );
+        for e in [
+            api(502, "Bad Gateway"),
+            api(503, "Service Unavailable"),
+            api(596, "Connection timed out"),
+            api(500, "got timeout"),
+            api(500, "fork failed: Resource temporarily unavailable"),
+        ] {
+            assert!(e.is_overload(), "{e}");
+        }
+        for e in [
+            api(
+                500,
+                "unable to create VM 100 - VM 100 already exists on node 'pve1'",
+            ),
+            api(
+                500,
+                "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist",
+            ),
+            api(500, "checksum mismatch (file change by other user?)"),
+            api(501, "Method 'GET /x' not implemented"),
+            api(400, "Parameter verification failed."),
+            api(403, "Permission check failed (/vms/100, VM.Allocate)"),
+            Error::TaskFailed {
+                upid: "u".into(),
+                exitstatus: "start failed: QEMU exited with code 1".into(),
+                log_tail: vec![],
+            },
+        ] {
+            assert!(!e.is_overload(), "{e}");
+        }
     }
 
     #[test]

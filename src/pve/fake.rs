@@ -108,6 +108,10 @@ struct State {
     shared_storages: Vec<String>,
     /// The nodes' clock: a task's start time.
     clock: Clock,
+    /// (task type, exit status): the next task of that type ends at once with it.
+    task_exits: Vec<(String, String)>,
+    /// What `parallel_limit` answers for every node (`None`: as configured).
+    parallel_limit: Option<u32>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -156,6 +160,8 @@ impl FakePve {
                 root_ca: vec!["FA"; 32].join(":"),
                 shared_storages: Vec::new(),
                 clock: Clock::system(),
+                task_exits: Vec::new(),
+                parallel_limit: None,
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -262,6 +268,19 @@ impl FakePve {
 
     pub fn set_task_end(&self, end: TaskEnd) {
         self.lock().task_end = end;
+    }
+
+    /// The next task of type `kind` (`qmclone`, ...) ends at once with `exit`, however tasks
+    /// end otherwise (a failed clone leaves no VM).
+    pub fn next_task_ends(&self, kind: &str, exit: &str) {
+        self.lock()
+            .task_exits
+            .push((kind.to_string(), exit.to_string()));
+    }
+
+    /// What [`Pve::parallel_limit`] answers for every node (`None`: the configured limit).
+    pub fn set_parallel_limit(&self, limit: Option<u32>) {
+        self.lock().parallel_limit = limit;
     }
 
     /// The next call of `method` (a [`Pve`] method's name) meets `fault`.
@@ -459,8 +478,11 @@ impl State {
             on_ok,
             on_fail,
         });
-        if self.task_end == TaskEnd::AtOnce {
-            let i = self.tasks.len() - 1;
+        let i = self.tasks.len() - 1;
+        if let Some(at) = self.task_exits.iter().position(|(k, _)| k == kind) {
+            let (_, exit) = self.task_exits.remove(at);
+            finish(self, i, &exit);
+        } else if self.task_end == TaskEnd::AtOnce {
             finish(self, i, "OK");
         }
         upid
@@ -1153,6 +1175,10 @@ impl Pve for FakePve {
     }
 
     /// Waits on the fake's changes (no polling), within `timeout` of tokio's time.
+    fn parallel_limit(&self, _node: &str) -> Option<u32> {
+        self.lock().parallel_limit
+    }
+
     async fn wait_task(&self, upid: &Upid, timeout: Duration) -> Result<TaskOutcome, Error> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut first = true;

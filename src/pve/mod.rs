@@ -62,6 +62,7 @@ mod client;
 mod error;
 pub mod ha;
 pub mod migrate;
+pub mod pace;
 pub mod task;
 pub mod tasks;
 pub mod tls;
@@ -71,7 +72,7 @@ pub(crate) mod values;
 pub use api::{CloneRequest, VmParams, percent_encode};
 pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
-pub use error::{Error, Summary, TransportKind};
+pub use error::{Error, Summary, TransportKind, is_lock_timeout};
 pub use task::{LockHolder, TaskOutcome, Upid};
 pub use tasks::TASK_POLLS_PER_SITE;
 #[cfg(test)]

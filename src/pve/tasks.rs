@@ -1,12 +1,20 @@
-//! Waiting for tasks without crowding a site (issue 15): [`Client::wait_task`] is
-//! [`TaskWatcher::wait`]. A caller still awaits one task's outcome; behind it
+//! Waiting for tasks without crowding a site: [`Client::wait_task`] is [`TaskWatcher::wait`].
+//! A caller still awaits one task's outcome; behind it
 //!
-//! - **the pause between polls grows with the task's age** (its start is in the UPID): a task
-//!   that has just started is read once after [`FIRST_POLL`], so a quick one costs one read; then
+//! - **a task is first read when such tasks usually end on its node**: each node keeps, per
+//!   task type, how long they took ([`super::pace`], learnt from the waits that saw one end),
+//!   and a task just started is first read then, so it mostly costs one read and is noticed a
+//!   few percent of its duration late. One still running is read again at 1, 2 and 4 small
+//!   steps ([`super::pace::follow_up`]), then at the pace of its overrun (below);
+//! - **otherwise the pause between polls grows with the task's age** (its start is in the
+//!   UPID): a task of a type not seen ending on its node yet, or an older one (a wait resumed
+//!   after a restart), is read once after [`FIRST_POLL`], so a quick one costs one read; then
 //!   it is polled every [`MIN_INTERVAL`] while younger than 0.5 s, every 0.5 s, 1 s, ... (the
-//!   largest power-of-two multiple of [`MIN_INTERVAL`] not above its age) up to
-//!   `task_poll_max`. The pause never exceeds the task's age, so a task is noticed at most its
-//!   own duration late (and `task_poll_max` at most);
+//!   largest power-of-two multiple of [`MIN_INTERVAL`] not above its age, or past its usual
+//!   duration, not above its overrun; for the first tasks of a type on a node, which teach the
+//!   others when to be read, not above a quarter of its age) up to `task_poll_max`. The pause
+//!   never exceeds the task's age, so a task is noticed at most its own duration late (and
+//!   `task_poll_max` at most);
 //! - **at most [`TASK_POLLS_PER_SITE`] task reads are in flight per site** (a status, a log, a
 //!   listing), however many actions wait;
 //! - **waits on one node share that node's listing**: with two or more waits on a node, a poll
@@ -34,6 +42,9 @@
 //! forwards each to the node's pvedaemon, which runs 3 workers by default
 //! (`PVE/Service/pvedaemon.pm` line 18, `max_workers => 3`) shared with the creates and
 //! config writes. `max_parallel_per_node` counts actions per node, not reads per site.
+//!
+//! Each wait also tells the site's [`crate::concurrency::NodeLimits`] how its task went: how
+//! long a task that ended well took, and a lock timeout it died of.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -45,6 +56,7 @@ use tokio::sync::Semaphore;
 
 use super::client::Client;
 use super::error::Error;
+use super::pace::{FOLLOW_UPS, Pace, Seen, follow_up};
 use super::task::{TaskOutcome, Upid, classify_exit};
 use super::types::TaskStatus;
 
@@ -68,10 +80,14 @@ pub(crate) struct TaskWatcher {
     nodes: Mutex<HashMap<String, Arc<NodeWaits>>>,
 }
 
-/// The waits on one node and its latest active listing.
+/// The waits on one node, its latest active listing and how long its tasks take.
 #[derive(Default)]
 struct NodeWaits {
     waiting: AtomicUsize,
+    /// Per task type, how long such tasks take on this node.
+    paces: Mutex<HashMap<String, Pace>>,
+    /// Woken when a task type's first duration is learnt here.
+    learned: tokio::sync::Notify,
     /// Held while the listing is read: one listing in flight per node; waits due at the same
     /// instant take the one read for it.
     listing: tokio::sync::Mutex<Option<Listing>>,
@@ -127,33 +143,121 @@ impl TaskWatcher {
             upid.age_at_least(SystemTime::now())
                 .max(now.saturating_duration_since(began))
         };
-        let mut due = began + first_poll_delay(age(began));
-        let mut first = true;
+        // A task started just now (its UPID's whole second, less than a second ago) is read
+        // when its type usually ends here; an older one, as its age says.
+        let fresh = upid.age_at_least(SystemTime::now()) < Duration::from_secs(1);
+        let mut planned = if fresh { node.0.pace(&upid.kind) } else { None };
+        // The estimate the first read was made at, for learning (not one learnt meanwhile).
+        let first_planned = planned;
+        let mut due = began + planned.unwrap_or_else(|| first_poll_delay(age(began)));
+        let mut reads = 0;
+        // Reads since the wait was planned at its kind's usual end (the follow-ups count them).
+        let mut since_plan = 0;
+        // When (since `began`) a read last found the task running.
+        let mut running: Option<Duration> = None;
         loop {
-            tokio::time::sleep_until(due.min(deadline).into()).await;
+            if fresh && planned.is_none() {
+                // One of the first of its kind on the node: when another wait learns how long
+                // such tasks take, this one is read at that time too, not at its next poll.
+                let learned = node.0.learned.notified();
+                tokio::pin!(learned);
+                learned.as_mut().enable();
+                if node.0.pace(&upid.kind).is_none() {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due.min(deadline).into()) => {}
+                        () = &mut learned => {}
+                    }
+                }
+                if let Some(usual) = node.0.pace(&upid.kind) {
+                    planned = Some(usual);
+                    since_plan = 0;
+                    if Instant::now() < began + usual {
+                        due = began + usual;
+                        continue;
+                    }
+                }
+            } else {
+                tokio::time::sleep_until(due.min(deadline).into()).await;
+            }
             let last = Instant::now() >= deadline;
-            // The first poll reads the status (a quick task ends there); so does the last.
-            let shared = !first && !last && node.0.waiting.load(Ordering::Relaxed) >= 2;
-            first = false;
+            // The first poll reads the status (a quick task ends there), and so do the read at
+            // the kind's usual end, its follow-ups and the last poll.
+            let personal = reads == 0 || planned.is_some_and(|_| since_plan <= FOLLOW_UPS);
+            let shared = !personal && !last && node.0.waiting.load(Ordering::Relaxed) >= 2;
+            reads += 1;
+            since_plan += 1;
             if !(shared
                 && self
                     .listed_running(client, &node.0, &upid.node, due, upid)
                     .await)
             {
-                let status = self.read(client.task_status(upid)).await?;
+                let (status, sent) = self.read_at(client.task_status(upid)).await;
+                let status = status?;
                 if status.status != "running" {
-                    return self.ended(client, upid, status).await;
+                    let seen = Seen {
+                        running,
+                        ended: sent.saturating_duration_since(began),
+                    };
+                    let outcome = self.ended(client, upid, status).await;
+                    let how = (fresh, first_planned);
+                    self.learn(client, &node.0, upid, began, how, seen, &outcome);
+                    return outcome;
                 }
                 if Instant::now() >= deadline {
                     return Ok(TaskOutcome::StillRunning);
                 }
+                running = Some(sent.saturating_duration_since(began));
+            } else {
+                running = Some(due.saturating_duration_since(began));
             }
             let now = Instant::now();
-            due = next_poll(
-                self.epoch,
-                now,
-                poll_interval(age(now), client.task_poll_max),
-            );
+            due = match planned.and_then(|p| follow_up(p, since_plan)) {
+                Some(pause) => now + pause,
+                None => {
+                    // Past its usual end, a task is polled as if it started then; the first of
+                    // its kind on the node four times as often as its age says, so that its
+                    // end, which the next ones are read at, is known within a quarter.
+                    let age = match planned {
+                        Some(usual) => age(now).saturating_sub(usual),
+                        None if fresh => age(now) / 4,
+                        None => age(now),
+                    };
+                    next_poll(self.epoch, now, poll_interval(age, client.task_poll_max))
+                }
+            };
+        }
+    }
+
+    /// What a wait saw of its ended task: how long such tasks take on the node (a task that
+    /// ended well and started when the wait began), and the node's limit of actions at once
+    /// (`crate::concurrency`: a flat duration raises it, a lock timeout cuts it).
+    #[allow(clippy::too_many_arguments)]
+    fn learn(
+        &self,
+        client: &Client,
+        node: &NodeWaits,
+        upid: &Upid,
+        began: Instant,
+        (fresh, planned): (bool, Option<Duration>),
+        seen: Seen,
+        outcome: &Result<TaskOutcome, Error>,
+    ) {
+        match outcome {
+            Ok(_) if fresh => {
+                let first = {
+                    let mut paces = node.paces.lock().unwrap_or_else(|e| e.into_inner());
+                    let pace = paces.entry(upid.kind.clone()).or_default();
+                    let first = pace.first_read().is_none();
+                    pace.learn(seen, planned);
+                    first
+                };
+                if first {
+                    node.learned.notify_waiters();
+                }
+                client.task_took(&upid.node, &upid.kind, began, seen.ended);
+            }
+            Err(e) if e.is_lock_timeout() => client.overloaded(&upid.node, began),
+            _ => {}
         }
     }
 
@@ -215,9 +319,29 @@ impl TaskWatcher {
 
     /// One task read, within the site's [`TASK_POLLS_PER_SITE`].
     async fn read<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        self.read_at(call).await.0
+    }
+
+    /// [`read`](Self::read), with when it was sent (once the site let it go).
+    async fn read_at<T>(
+        &self,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> (Result<T, Error>, Instant) {
         // Never closed, so the permit always comes; without one the read would still be right.
         let _permit = self.reads.acquire().await.ok();
-        call.await
+        let sent = Instant::now();
+        (call.await, sent)
+    }
+}
+
+impl NodeWaits {
+    /// When a task of type `kind` is best first read here, since its wait began.
+    fn pace(&self, kind: &str) -> Option<Duration> {
+        self.paces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(kind)
+            .and_then(Pace::first_read)
     }
 }
 

@@ -206,6 +206,11 @@ impl StatusDir {
                     nodes_online: site.nodes_online.iter().map(|n| clip(n)).collect(),
                     nodes_offline: site.nodes_offline.iter().map(|n| clip(n)).collect(),
                     error: site.error.as_deref().map(clip),
+                    parallel_per_node: site
+                        .parallel
+                        .iter()
+                        .map(|(node, n)| (clip(node), *n))
+                        .collect(),
                 })
                 .collect(),
             refused: s.refused.iter().map(|r| clip(r)).collect(),

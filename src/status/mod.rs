@@ -18,6 +18,7 @@
 //!
 //! The operator's reference for these files is `docs/status.md`.
 
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::path::PathBuf;
@@ -291,6 +292,9 @@ pub struct SiteSummary {
     pub nodes_online: Vec<String>,
     pub nodes_offline: Vec<String>,
     pub error: Option<String>,
+    /// Per node, how many actions proxsync may run there at once now (`crate::concurrency`),
+    /// for the nodes it has learnt about.
+    pub parallel: Vec<(String, u32)>,
 }
 
 /// A VM proxsync manages (by its marker) that no spec describes any more.
@@ -419,6 +423,9 @@ pub struct SiteRecord {
     pub nodes_offline: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Per node, the actions proxsync may run there at once now.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub parallel_per_node: BTreeMap<String, u32>,
 }
 
 /// `_summary.yaml`.

@@ -27,6 +27,7 @@ pub(crate) fn site_summary(v: &SiteView) -> SiteSummary {
             .map(|(n, _)| n.clone())
             .collect(),
         error: v.error.clone(),
+        parallel: Vec::new(),
     }
 }
 

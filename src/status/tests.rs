@@ -914,6 +914,7 @@ fn summary() -> SummaryStatus {
             nodes_online: vec!["pve1".into(), "pve2".into()],
             nodes_offline: vec!["pve3".into()],
             error: None,
+            parallel: vec![("pve1".into(), 6), ("pve2".into(), 2)],
         }],
         last_cycle: t(T0),
         cycle_ms: 420,
@@ -931,6 +932,10 @@ fn summary_round_trips_and_skips_identical_writes() {
     assert_eq!(f.commit.as_deref(), Some("abc123"));
     assert_eq!((f.specs, f.ready, f.stalled), (3, 2, 1));
     assert_eq!(f.sites[0].nodes_offline, ["pve3"]);
+    assert_eq!(
+        f.sites[0].parallel_per_node,
+        [("pve1".to_string(), 6), ("pve2".to_string(), 2)].into()
+    );
     assert_eq!(f.last_cycle, "2025-03-01T12:00:00Z");
     assert_eq!(f.cycle_ms, 420);
     assert!(f.refused[0].starts_with("refused to delete 7 of 10"));

@@ -576,6 +576,22 @@ impl FakePve {
         );
     }
 
+    /// VMs made by a create or clone from now on take `start_secs` PVE seconds to start (as a
+    /// real guest's start takes about a second).
+    pub fn new_vm_timing(&mut self, start_secs: f64) {
+        self.must("new_vm_timing", json!({"start_secs": start_secs}));
+    }
+
+    /// At most `max_clones` clones at once per node (`None`: no limit): a `qmclone` task started
+    /// while that many clone on its node waits `wait_secs` PVE seconds and fails with PVE's
+    /// storage-lock timeout, leaving nothing at its VMID. Needs `create_timing`'s `clone_secs`.
+    pub fn clone_contention(&mut self, max_clones: Option<u32>, wait_secs: f64) {
+        self.must(
+            "clone_contention",
+            json!({"max_clones": max_clones, "wait_secs": wait_secs}),
+        );
+    }
+
     /// Carry out the next `times` `method` requests whose path ends with `suffix` (or match a
     /// schema template), then answer `596 Connection timed out` with no body instead, as pveproxy
     /// does when its forward to the node fails after the node got the request.

@@ -29,6 +29,15 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         `target` stays on the source node. Name, description and tags appear when the task ends.
         answer_delay: the POST's answer (the UPID) comes that many PVE seconds after the locked
         VM exists. All zero (the default) turns it off.
+    new_vm_timing(start_secs=0)
+        A VM made by a create or clone takes start_secs PVE seconds to start (fakepve's
+        per-VM `start_secs`, which set_vm changes one VM at a time).
+    clone_contention(max_clones=None, wait_secs=10)
+        A node's storage takes max_clones clones at once: a qmclone task started while that many
+        are cloning on its node waits wait_secs PVE seconds (lock_file_full's default timeout)
+        and fails with `clone failed: can't lock file '/var/lock/pve-manager/pve-storage-ID' -
+        got timeout`, leaving nothing at its VMID (see HarnessPve.task). Needs create_timing's
+        clone_secs > 0. None turns it off.
     lose_answer(method, suffix, status=596, message='Connection timed out', times=1)
         The next `times` matching requests are carried out, then the client gets `status` with
         reason `message` and no body (pveproxy passing on a failed forward) instead of the answer.
@@ -235,6 +244,15 @@ class HarnessPve(FakePve):
         self.answer_delay = 0.0
         # vmid -> the name a VM gets when its create/clone task ends (it has none until then).
         self.unborn = {}
+        # new_vm_timing: PVE seconds the start of a VM made by a create or clone takes.
+        self.new_vm_start_secs = 0.0
+        # clone_contention: clones one node's storage takes at once (None: no limit), how long a
+        # further one waits for the storage lock, the clones cloning per node, and the storage
+        # of each clone in flight (newid -> storage id, for the lock file's name).
+        self.clone_limit = None
+        self.clone_lock_wait = 10.0
+        self.cloning = {}
+        self.clone_storage = {}
         # create_timing's listed_name: the listing names a VM in its window `VM <vmid>`.
         self.window_listed_name = False
         # lose_answer rules, (METHOD, suffix) -> {'status', 'message', 'times'}; the answers lost.
@@ -554,8 +572,12 @@ class HarnessPve(FakePve):
     async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
         """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone."""
         secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
+        if secs is not None and vm is not None:
+            vm.start_secs = self.new_vm_start_secs
         if secs is None or vm is None or not (secs or self.answer_delay):
             return await super().task(node, ttype, tid, user, body, vm=vm, lock=lock, log=log)
+        storage = self.clone_storage.pop(vm.vmid, None) if ttype == 'qmclone' else None
+        contended = ttype == 'qmclone' and self.clone_limit is not None
         # The VM exists now, made by _qm_create / _qm_clone. PVE first writes a config holding
         # only the lock: AbstractConfig::create_and_lock_config (`$conf->{lock} = $lock //
         # 'create'`) for a create, `file_set_contents($conffile, "# qmclone temporary file\nlock:
@@ -573,7 +595,13 @@ class HarnessPve(FakePve):
 
         async def slow():
             try:
-                await self.pause(secs)
+                if contended and self.cloning.get(node, 0) >= self.clone_limit:
+                    await self.storage_lock_timeout(vm, storage)
+                self.cloning[node] = self.cloning.get(node, 0) + 1
+                try:
+                    await self.pause(secs)
+                finally:
+                    self.cloning[node] -= 1
             finally:
                 # The body goes on from the config fakepve made (a create's body writes its own).
                 vm.config, vm.name = final_config, final_name
@@ -583,6 +611,22 @@ class HarnessPve(FakePve):
         upid = await super().task(node, ttype, tid, user, slow, vm=vm, lock=lock, log=log)
         await self.pause(self.answer_delay)
         return upid
+
+    async def storage_lock_timeout(self, vm, storage):
+        """clone_contention: a clone that finds its node's storage taking as many clones as it can.
+        pve-storage src/PVE/Storage/Plugin.pm (at 0c56bad) `cluster_lock_storage` takes a local
+        storage's lock with `PVE::Tools::lock_file("$lockdir/$lockid", $timeout, ...)`, lockid
+        `pve-storage-$storeid`, lockdir `/var/lock/pve-manager` (a shared one: pve-cluster's cfs
+        lock); pve-common src/PVE/Tools.pm (at f665029) `lock_file_full` waits `$timeout = 10 if
+        !$timeout` seconds and sets `$@ = "can't lock file '$filename' - $@"` with `got timeout`.
+        qemu-server src/PVE/API2/Qemu.pm (at e6352be6) `clone_vm` then frees the volumes it made,
+        removes the firewall config and `unlink $conffile; # avoid races -> last thing before die`,
+        and dies `"clone failed: $err"`: the task fails and nothing is left at the VMID."""
+        await self.pause(self.clone_lock_wait)
+        if vm in self.vms:
+            self.vms.remove(vm)
+        raise TaskError("clone failed: can't lock file '/var/lock/pve-manager/pve-storage-{0}' - got timeout".format(
+            storage or 'local-lvm'))
 
     async def _qm_clone(self, v, user):
         """qemu-server src/PVE/API2/Qemu.pm clone_vm: to another node, every volume of the source
@@ -606,7 +650,18 @@ class HarnessPve(FakePve):
                     sid, _name = volume_ref(volume)
                     if sid is None or not (self.storages.get(sid) or {}).get('shared'):
                         raise PveError(500, "can't clone VM to node '{0}' (VM uses local storage)".format(target))
+        if self.clone_limit is not None:
+            self.clone_storage[int(v['newid'])] = v.get('storage') or self._clone_source_storage(source)
         return await super()._qm_clone(v, user)
+
+    @staticmethod
+    def _clone_source_storage(source):
+        """The storage of the source's first disk (a clone without `storage` allocates there)."""
+        for _key, volume, _props in drives_of((source.config if source else None) or {}):
+            sid, _name = volume_ref(volume) if volume and volume not in ('none', 'cdrom') else (None, None)
+            if sid:
+                return sid
+        return None
 
     async def _resources(self, request):
         response = await super()._resources(request)
@@ -2111,6 +2166,25 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def new_vm_timing(self, start_secs=0):
+        """A VM made by a create or clone takes start_secs PVE seconds to start."""
+        value = float(start_secs)
+        if value < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.new_vm_start_secs = value
+
+    def clone_contention(self, max_clones=None, wait_secs=10):
+        """At most max_clones clones at once per node; a further one fails after wait_secs PVE
+        seconds with PVE's storage-lock timeout (see COMMANDS). None: no limit."""
+        if max_clones is not None and (isinstance(max_clones, bool) or not isinstance(max_clones, int)
+                                       or max_clones < 0):
+            raise BadArgs('max_clones must be a whole number >= 0 or null')
+        wait = float(wait_secs)
+        if wait < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.clone_limit = max_clones
+        self.pve.clone_lock_wait = wait
 
     def ha_resources(self):
         """{vmid: config} of the HA resources made through the API."""
