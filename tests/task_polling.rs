@@ -146,7 +146,7 @@ async fn a_task_is_first_read_when_its_kind_usually_ends_on_its_node() {
     let mut pve = FakePve::start(default_scenario());
     pve.set_time_scale(1.0);
     let c = Arc::new(pve.client());
-    let mut wave = async |pve: &mut FakePve, n: usize| {
+    let wave = async |pve: &mut FakePve, n: usize| {
         let upids = start_tasks(pve, n, 1.0);
         task_polls(pve, true);
         let outcomes = wait_all(c.clone(), upids).await;
