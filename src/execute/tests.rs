@@ -1639,6 +1639,85 @@ async fn a_rename_relabels_only_the_old_specs_vm() {
     assert_eq!(names, ["web-01"]);
 }
 
+/// An old spec's record that holds no VM (its VM was never recorded, or the record was
+/// rebuilt empty): the VM whose marker names the old spec is taken as an adoption would, its
+/// record `Exists` under the new name with the spec's deletion policy, and the empty record
+/// goes.
+#[tokio::test(start_paused = true)]
+async fn a_rename_from_an_empty_record_takes_the_vm_as_an_adoption() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let rec = w.record();
+    let empty = SpecRecord {
+        uid: rec.uid.clone(),
+        orphan_on_delete: true,
+        ..SpecRecord::default()
+    };
+    w.store.remove(&w.spec.name).expect("dropped");
+    w.store
+        .put("old", &empty)
+        .expect("the old name's empty record");
+    let old = crate::ownership::Marker::signed(&w.key, "main", "old", &rec.uid, vmid);
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("description".into(), old.description());
+    });
+    let relabel = Action::Relabel {
+        spec: w.spec.name.clone(),
+        from: "old".into(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid,
+    };
+    assert_eq!(w.run(relabel).await, Outcome::Done);
+    let now = w.record();
+    assert_eq!(now.vmid(), Some(vmid), "{now:?}");
+    assert!(now.provisioned && now.adopted, "{now:?}");
+    assert!(
+        !now.orphan_on_delete,
+        "the spec's deletionPolicy (Delete), not the old record's"
+    );
+    let names: Vec<String> = w.store.specs().expect("records").into_keys().collect();
+    assert_eq!(names, ["web-01"]);
+}
+
+/// A removed spec that managed `protection`: the flag is cleared in an update of its own, then
+/// the VM is deleted (PVE refuses to delete a protected VM).
+#[tokio::test(start_paused = true)]
+async fn a_removed_spec_clears_the_protection_it_set_then_deletes() {
+    let w = World::new("    protection: true\n");
+    let (vmid, remove) = made_and_removed(&w).await;
+    assert_eq!(
+        w.pve()
+            .vm(vmid)
+            .expect("vm")
+            .config
+            .get("protection")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(w.run(remove).await, Outcome::Done);
+    assert!(w.pve().vm(vmid).is_none(), "{:?}", w.pve().calls());
+}
+
+/// A protection flag the removed spec did not set stops the delete before the VM is powered
+/// off: it keeps running, and the error names the flag.
+#[tokio::test(start_paused = true)]
+async fn a_protection_set_by_hand_stops_the_delete_before_the_shutdown() {
+    let w = World::new("");
+    let (vmid, remove) = made_and_removed(&w).await;
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.insert("protection".into(), "1".into());
+    });
+    let outcome = w.run(remove).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(e.message.contains("protection"), "{e:?}");
+    let vm = w.pve().vm(vmid).expect("kept");
+    assert!(vm.running, "not powered off: {:?}", w.pve().calls());
+    assert_eq!(w.pve().count("delete_vm"), 0, "{:?}", w.pve().calls());
+}
+
 /// PVE's words when a clone finds its node's storage too busy (qemu-server `clone_vm` dies with
 /// `clone failed: $err`, pve-common `lock_file_full`'s `can't lock file '...' - got timeout`).
 const STORAGE_LOCK_TIMEOUT: &str =

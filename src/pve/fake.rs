@@ -992,6 +992,17 @@ impl Pve for FakePve {
         self.permitted("delete_vm", &format!("{node} {vmid}"), check)?;
         self.call("delete_vm", format!("{node} {vmid}"), |s| {
             s.unlocked(node, vmid)?;
+            // qemu-server's destroy_vm checks the flag first (`check_protection`).
+            if s.vm(node, vmid)?
+                .config
+                .get("protection")
+                .is_some_and(|v| v == "1")
+            {
+                return Err(api(
+                    500,
+                    format!("can't remove VM {vmid} - protection mode enabled"),
+                ));
+            }
             if s.vm(node, vmid)?.running {
                 return Err(api(500, format!("VM {vmid} is running - destroy failed")));
             }
