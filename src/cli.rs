@@ -469,7 +469,7 @@ struct Inputs {
     specs: spec::SpecSet,
     commit: Option<String>,
     /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
-    refused: Option<crate::verify::Refusal>,
+    refused: Option<crate::source::verify::Refusal>,
     /// The commit does not descend from the commit applied before it.
     rewound: Option<crate::source::Rewind>,
 }

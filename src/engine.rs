@@ -63,7 +63,7 @@ pub struct CycleReport {
     pub site_health: Vec<crate::status::SiteSummary>,
     /// The branch tip not applied this cycle (`[source] verify`): its commit and why; the
     /// specs came from the last verified commit.
-    pub source_refusal: Option<crate::verify::Refusal>,
+    pub source_refusal: Option<crate::source::verify::Refusal>,
     /// Nothing this cycle reads had changed since the last cycle, which acted on nothing, and
     /// no deadline of its plan had come: its plan, statuses and counts are this cycle's
     /// (nothing was planned and no status built; only the summary was written).
@@ -263,7 +263,7 @@ pub struct Engine {
     pub source_error: Option<SourceTrouble>,
     /// The branch tip refused by `[source] verify` (the last verified commit is being used),
     /// for the summary and the cycle's report.
-    pub source_refusal: Option<crate::verify::Refusal>,
+    pub source_refusal: Option<crate::source::verify::Refusal>,
     /// The commit applied rewinds the branch: for the summary, and the valves judge its
     /// deletes as one batch.
     pub source_rewind: Option<crate::source::Rewind>,

@@ -5,7 +5,6 @@
 
 pub mod backoff;
 pub mod category;
-pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;
@@ -37,4 +36,4 @@ pub mod spec;
 pub mod state;
 pub mod status;
 pub mod status_view;
-pub mod verify;
+pub mod util;

@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use crate::gate::site::ClusterShape;
 use crate::ownership::Marker;
-use crate::pve::types::{ClusterHealth, ClusterStatusEntry, ListedStatus, VmConfig, VmResource};
+use crate::pve::types::{
+    ClusterHealth, ClusterShape, ClusterStatusEntry, ListedStatus, VmConfig, VmResource,
+};
 use crate::pve::{Error, Pve};
 
 /// A VM's power state as listed.
@@ -175,7 +176,7 @@ impl SiteView {
 /// stable within a process, which is all that comparing two cycles needs).
 pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = crate::plan::FnvHasher::default();
+    let mut h = crate::util::fnv::FnvHasher::default();
     views.hash(&mut h);
     h.finish()
 }

@@ -245,7 +245,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
 pub fn input_errors(
     specs: &SpecSet,
     names: Option<&BTreeSet<String>>,
-    refused: Option<&crate::verify::Refusal>,
+    refused: Option<&crate::source::verify::Refusal>,
 ) -> Vec<String> {
     let mut errors = Vec::new();
     if let Some(r) = refused {

@@ -1752,7 +1752,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         sd.write_summary(&SummaryStatus {
             commit: None,
             source_error: Some("fetch failed: connection reset\nby peer".into()),
-            refused_commit: Some(crate::verify::Refusal {
+            refused_commit: Some(crate::source::verify::Refusal {
                 commit: "0123456789abcdef0123456789abcdef01234567".into(),
                 kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
                 reason: "signed by a key that is not in the allowed signers file\n(SHA256:x)"

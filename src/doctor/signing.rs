@@ -9,7 +9,7 @@ use super::{Check, Level, check};
 use crate::config::{CommitVerification, Config};
 use crate::gate::commit::RefusalKind;
 use crate::source::ReadSpecs;
-use crate::verify;
+use crate::source::verify;
 
 const SUBJECT: &str = "signed commits";
 
@@ -182,7 +182,7 @@ pub fn check_tip(config: &Config, read: &ReadSpecs) -> Option<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::Refusal;
+    use crate::source::verify::Refusal;
 
     fn config(verify: &str) -> Config {
         let text = format!(

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::hash::{FnvHashMap, FnvHashSet};
+use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 use super::PlanInput;
 use crate::observe::{ObservedVm, SiteView};

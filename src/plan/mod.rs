@@ -36,9 +36,12 @@ mod removals;
 mod rename;
 mod spec;
 
+pub use crate::util::fnv::{
+    FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, fnv, fnv_from, fnv_hex,
+};
 pub use hash::{
-    FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, MIN_REBOOT_INTERVAL, content_hash, drift,
-    fnv, fnv_from, fnv_hex, inputs_hash, merge_tags, reboot_due, remember_hashes, spec_hash,
+    MIN_REBOOT_INTERVAL, content_hash, drift, inputs_hash, merge_tags, reboot_due, remember_hashes,
+    spec_hash,
 };
 
 /// Everything the planner looks at.

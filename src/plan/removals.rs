@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::hash::{FnvHashMap, FnvHashSet};
 use super::rename::{Fate, Renames};
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
 use crate::state::{SpecRecord, VmState};
+use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 /// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or
 /// release their VM, or forget the record when the VM is gone too; a spec now outside the

@@ -918,3 +918,54 @@ mod tests {
         assert_eq!(log[1].n, 2);
     }
 }
+
+/// Who the cluster says it is in `GET /cluster/status` (not how it is: no `online`, `quorate`,
+/// `local` or `version`, which change without the cluster changing). A change of it is what
+/// makes the root CA be read again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClusterShape {
+    /// The corosync cluster name; `None` on a standalone node (no `cluster` entry).
+    pub cluster: Option<String>,
+    /// Every node, sorted by name.
+    pub nodes: Vec<ShapeNode>,
+}
+
+/// One node entry of `GET /cluster/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShapeNode {
+    pub name: String,
+    /// corosync's node id (0 for a standalone node).
+    pub nodeid: Option<u64>,
+    /// The address the node name resolves to on the cluster.
+    pub ip: Option<String>,
+}
+
+impl ClusterShape {
+    /// The shape of `GET /cluster/status`'s entries (pve-manager `PVE/API2/Cluster.pm`
+    /// `get_status`: a `cluster` entry only on a clustered node, then one `node` entry per
+    /// member).
+    pub fn from_entries(entries: &[ClusterStatusEntry]) -> ClusterShape {
+        let cluster = entries
+            .iter()
+            .find(|e| e.kind == "cluster")
+            .map(|e| e.name.clone().unwrap_or_default());
+        let mut nodes: Vec<ShapeNode> = entries
+            .iter()
+            .filter(|e| e.kind == "node")
+            .filter_map(|e| {
+                Some(ShapeNode {
+                    name: e.name.clone()?,
+                    nodeid: e.nodeid,
+                    ip: e.ip.clone(),
+                })
+            })
+            .collect();
+        nodes.sort();
+        ClusterShape { cluster, nodes }
+    }
+
+    /// The node names, sorted.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+}

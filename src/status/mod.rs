@@ -45,9 +45,9 @@ mod files;
 pub mod kinds;
 pub mod reasons;
 mod summary;
-mod time;
 mod transitions;
 
+pub use crate::util::time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
 pub(crate) use commits::{SpecCommits, Version};
 pub(crate) use conditions::{
     FromPlan, decryption_failed_status, has_condition, invalid_status, removed_status, spec_status,
@@ -55,7 +55,6 @@ pub(crate) use conditions::{
 pub use files::{StatusDir, valid_name};
 pub use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
-pub use time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
 
 // ------------------------------------------------------------------------------------------
 // Engine-facing input types
@@ -232,7 +231,7 @@ pub struct SummaryStatus {
     pub commit: Option<String>,
     pub source_error: Option<String>,
     /// The branch tip `[source] verify` refused; `commit` is then the last verified one.
-    pub refused_commit: Option<crate::verify::Refusal>,
+    pub refused_commit: Option<crate::source::verify::Refusal>,
     pub specs: usize,
     pub ready: usize,
     pub stalled: usize,

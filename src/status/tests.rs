@@ -1,6 +1,6 @@
 use super::files::check_name;
-use super::time::{MAX_UNIX, MIN_UNIX};
 use super::*;
+use crate::util::time::{MAX_UNIX, MIN_UNIX};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
@@ -961,7 +961,7 @@ fn summary_round_trips_and_skips_identical_writes() {
     );
 
     let mut s3 = s2.clone();
-    s3.refused_commit = Some(crate::verify::Refusal {
+    s3.refused_commit = Some(crate::source::verify::Refusal {
         commit: "f00d".repeat(10),
         kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
         reason: "the commit is not signed".into(),

@@ -127,7 +127,7 @@ pub fn verify_word(how: &CommitVerification) -> &'static str {
 /// The kind of the commit's signature, `None` when it has none.
 fn signature_kind(repo: &Path, commit: &str) -> Result<Option<Kind>, String> {
     let cannot = |e: git2::Error| format!("cannot read commit {commit}: {}", e.message());
-    crate::source::allow_foreign_owner();
+    super::allow_foreign_owner();
     let repo = git2::Repository::open(repo).map_err(cannot)?;
     let oid = git2::Oid::from_str(commit).map_err(cannot)?;
     match repo.extract_signature(&oid, None) {
@@ -159,7 +159,7 @@ fn clean_git(home: &Path) -> Command {
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_NO_REPLACE_OBJECTS", "1");
     // The repository of a git server belongs to another user; proxsync only reads it (see
-    // `source::allow_foreign_owner`), and the settings below override its config.
+    // `super::allow_foreign_owner`), and the settings below override its config.
     for setting in [
         "safe.directory=*",
         "gpg.program=gpg",

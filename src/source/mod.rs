@@ -4,22 +4,25 @@
 //! system `git` (ssh agent, known_hosts and credential helpers come for free, as in Argo CD).
 //! Parsed files are cached by path and blob id, so an unchanged file is not parsed again.
 //! With `[source] verify`, the tip is read only when its signature verifies
-//! ([`crate::verify`]); a refused tip leaves the last verified commit in use. The tip is
-//! compared with the last commit applied ([`crate::chain`]): one that does not descend from
+//! ([`verify`]); a refused tip leaves the last verified commit in use. The tip is
+//! compared with the last commit applied ([`chain`]): one that does not descend from
 //! it is a rewind, refused with `verify` until an operator accepts it, applied and reported
 //! without ([`crate::gate::commit`] decides).
+
+pub mod chain;
+pub mod verify;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::chain::{self, Applied};
+use self::chain::Applied;
+use self::verify::Refusal;
 use crate::config::{CommitVerification, Config, SourceLocation};
 use crate::gate::commit::{self as gate, Evidence, Permit, Signature};
 use crate::plan::RewindBatch;
 use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet, Specs};
-use crate::verify::{self, Refusal};
 
 /// Specs read from a commit.
 #[derive(Debug, Clone)]

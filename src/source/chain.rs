@@ -3,7 +3,7 @@
 //! the commit an operator accepted over it (`accepted-commit`, `proxsync accept commit`).
 //! Small line-based files, each naming its source and branch (a config that points elsewhere
 //! starts afresh), written atomically with mode 0600. What they mean is decided in
-//! [`crate::gate::commit`]; the last verified commit is [`crate::verify`]'s.
+//! [`crate::gate::commit`]; the last verified commit is [`crate::source::verify`]'s.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -88,7 +88,7 @@ pub fn record_acceptance(
          source {location}\nbranch {branch}\ncommit {}\nover {}\naccepted-at {}\nby {}\n",
         accepted.commit,
         accepted.over,
-        crate::status::rfc3339(at),
+        crate::util::time::rfc3339(at),
         by.replace(['\n', '\r'], " ")
     );
     write_private(state_dir, ACCEPTED_FILE, &text)?;

@@ -1,0 +1,5 @@
+//! Small helpers below every layer: hashing and timestamps. They know nothing of specs,
+//! Proxmox or reconciling, and import nothing of the crate.
+
+pub mod fnv;
+pub mod time;
