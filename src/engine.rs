@@ -40,49 +40,7 @@ pub enum EngineError {
     Refused(String),
 }
 
-/// What one cycle did.
-#[derive(Debug, Clone)]
-pub struct CycleReport {
-    /// The plan that was executed.
-    pub plan: Plan,
-    pub results: Vec<ActionResult>,
-    /// The plan made after the actions, when there were any (else `plan` says what is true).
-    pub after: Option<Plan>,
-    pub ready: usize,
-    pub specs: usize,
-    pub stalled: usize,
-    pub backing_off: usize,
-    pub sites: usize,
-    pub sites_healthy: usize,
-    pub cycle_ms: u64,
-    /// The earliest backoff deadline of any spec (unix ms), to wake up for it.
-    pub next_attempt_ms: Option<u64>,
-    /// How many specs (invalid ones included) carry each (condition, status, reason).
-    pub conditions: BTreeMap<ConditionKey, usize>,
-    /// Each site as observed at the end of the cycle (for notifications and metrics).
-    pub site_health: Vec<crate::status::SiteSummary>,
-    /// The branch tip not applied this cycle (`[source] verify`): its commit and why; the
-    /// specs came from the last verified commit.
-    pub source_refusal: Option<crate::source::verify::Refusal>,
-    /// Nothing this cycle reads had changed since the last cycle, which acted on nothing, and
-    /// no deadline of its plan had come: its plan, statuses and counts are this cycle's
-    /// (nothing was planned and no status built; only the summary was written).
-    pub unchanged: bool,
-    /// The sites a cycle after a push looked at and acted on, when it looked at only those
-    /// (the others as the last cycle saw them); `None`: every site was observed.
-    pub scope: Option<BTreeSet<String>>,
-}
-
-/// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
-/// constants of `status` and its [`Reason`](crate::status::Reason)s.
-pub type ConditionKey = (&'static str, &'static str, crate::status::Reason);
-
-impl CycleReport {
-    /// True when every valid spec is Ready and there is no invalid spec.
-    pub fn all_ready(&self) -> bool {
-        self.ready == self.specs
-    }
-}
+pub use crate::report::{ConditionKey, CycleReport};
 
 /// Checks that each spec's site is configured; a spec naming an unknown site is an invalid
 /// spec (an error tied to its name), taken out of the desired set, so its VM is left alone.
@@ -136,7 +94,7 @@ pub fn site_clients_metered(
         .map(|site| {
             let client = ClientOptions::for_site(site)
                 .and_then(Client::new)
-                .map(|c| c.with_metrics(metrics.for_site(&site.name)))
+                .map(|c| c.with_metrics(Arc::new(metrics.for_site(&site.name))))
                 .map(|c| {
                     c.with_parallelism(
                         config.reconcile.concurrency == crate::config::ConcurrencyMode::Adaptive,

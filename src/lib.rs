@@ -26,6 +26,7 @@ pub mod ownership;
 pub mod par;
 pub mod plan;
 pub mod plan_report;
+pub mod report;
 pub mod pve;
 pub mod redact;
 pub mod selector;

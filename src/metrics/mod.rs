@@ -23,7 +23,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::engine::CycleReport;
+use crate::report::CycleReport;
 use crate::plan::OrphanDisposition;
 use crate::status::Reason;
 
@@ -190,7 +190,7 @@ impl Metrics {
     }
 
     /// Records the `[[notify]]` targets' counts (`Notifier::stats`), replacing the last ones.
-    pub fn notify_targets(&self, stats: &[crate::notify::TargetStats]) {
+    pub fn notify_targets(&self, stats: &[crate::report::TargetStats]) {
         let Some(r) = &self.0 else { return };
         let _scrape = r.cycle_lock.lock().unwrap_or_else(|e| e.into_inner());
         r.notify_messages.clear();
@@ -273,6 +273,22 @@ impl Metrics {
             let _ = prometheus_client::encoding::text::encode(&mut out, &r.registry);
         }
         out
+    }
+}
+
+/// The client's counts ([`crate::pve::Meter`]) go to this site's series.
+impl crate::pve::Meter for SiteMetrics {
+    fn request(&self, method: &str, path: &str, status: Option<u16>, took: Duration) {
+        SiteMetrics::request(self, method, path, status, took)
+    }
+    fn task_started(&self, kind: &str) {
+        SiteMetrics::task_started(self, kind)
+    }
+    fn task_failed(&self, kind: &str) {
+        SiteMetrics::task_failed(self, kind)
+    }
+    fn parallel_limit(&self, node: &str, limit: u32) {
+        SiteMetrics::parallel_limit(self, node, limit)
     }
 }
 
@@ -799,7 +815,7 @@ mod tests {
     #[test]
     fn notify_targets_are_replaced_by_each_snapshot() {
         let m = Metrics::new("main");
-        let stats = |sent, failing: bool| crate::notify::TargetStats {
+        let stats = |sent, failing: bool| crate::report::TargetStats {
             name: "ops".into(),
             kind: "webhook",
             sent,

@@ -27,24 +27,7 @@ const ATTEMPTS: u32 = 7;
 /// A response body is read up to this many bytes, for the error message.
 const MAX_ERROR_BODY: usize = 2048;
 
-/// How one target is doing, for `_summary.yaml` and the metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TargetStats {
-    pub name: String,
-    /// `webhook`, `slack`, `gitea`, `github` or `gitlab`.
-    pub kind: &'static str,
-    /// Messages delivered (a forge's message is one status per commit).
-    pub sent: u64,
-    /// Messages given up: a permanent error, or every attempt failed.
-    pub failures: u64,
-    /// Batches dropped because the queue was full.
-    pub dropped: u64,
-    /// The last failure's error (never a secret: URLs are left out).
-    pub last_error: Option<String>,
-    /// Since when the target fails (the first failure after a success); `None` when the last
-    /// message was delivered.
-    pub failing_since: Option<SystemTime>,
-}
+pub use crate::report::TargetStats;
 
 /// A configured target, ready to send: its secrets read and its HTTP client built.
 pub struct Target {

@@ -98,8 +98,8 @@ pub struct Client {
     pub(crate) task_poll_max: Duration,
     /// The site's task waits: their pace, shared listings and the limit on task reads.
     pub(crate) tasks: super::tasks::TaskWatcher,
-    /// Where requests and tasks are counted (off unless [`Client::with_metrics`]).
-    pub(crate) metrics: crate::metrics::SiteMetrics,
+    /// Where requests and tasks are counted (nowhere unless [`Client::with_metrics`]).
+    pub(crate) metrics: std::sync::Arc<dyn super::Meter>,
     /// How many actions may run at once per node, fed by this client's requests and task
     /// waits (adaptive up to the default `max_parallel_per_node` unless
     /// [`Client::with_parallelism`]).
@@ -161,7 +161,7 @@ impl Client {
             read_retry_budget: opts.read_retry_budget,
             task_poll_max: Duration::from_secs(2),
             tasks: super::tasks::TaskWatcher::new(),
-            metrics: Default::default(),
+            metrics: std::sync::Arc::new(super::NoMeter),
             limits: crate::concurrency::NodeLimits::new(
                 true,
                 crate::config::ReconcileConfig::default().max_parallel_per_node,
@@ -205,8 +205,8 @@ impl Client {
         self.metrics.parallel_limit(node, limit);
     }
 
-    /// Counts this client's requests and tasks in `metrics` (a site's handle).
-    pub fn with_metrics(mut self, metrics: crate::metrics::SiteMetrics) -> Client {
+    /// Counts this client's requests and tasks in `metrics` (the daemon's: a site's handle).
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<dyn super::Meter>) -> Client {
         self.metrics = metrics;
         self
     }
