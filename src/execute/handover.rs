@@ -18,8 +18,8 @@ use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
 use super::converge::check_lock;
-use super::create::{Found, inspect, record_created};
 use super::identity::{checked_site, verified};
+use super::intent::{Found, inspect, record_created};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as

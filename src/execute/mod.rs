@@ -24,6 +24,7 @@ mod ha;
 mod handover;
 pub mod hardware;
 mod identity;
+mod intent;
 mod migrate;
 pub mod network;
 mod outcome;

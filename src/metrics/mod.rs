@@ -23,8 +23,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::report::CycleReport;
 use crate::plan::OrphanDisposition;
+use crate::report::CycleReport;
 use crate::status::Reason;
 
 pub use server::{CONTENT_TYPE, Server, serve};

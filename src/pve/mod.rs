@@ -73,8 +73,8 @@ pub(crate) mod values;
 pub use api::{CloneRequest, VmParams, percent_encode};
 pub use calls::Pve;
 pub use client::{Client, ClientOptions, Credentials};
-pub use meter::{Meter, NoMeter};
 pub use error::{Error, Summary, TransportKind, is_lock_timeout};
+pub use meter::{Meter, NoMeter};
 pub use task::{LockHolder, TaskOutcome, Upid};
 pub use tasks::TASK_POLLS_PER_SITE;
 #[cfg(test)]
