@@ -51,14 +51,6 @@ pub enum Relabel {
     Done { uid: String },
 }
 
-impl Relabel {
-    pub fn uid(&self) -> &str {
-        match self {
-            Relabel::Resign { uid } | Relabel::Done { uid } => uid,
-        }
-    }
-}
-
 /// Why a VM's marker may not be re-signed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
