@@ -7,13 +7,13 @@ use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::{
     SeedCheck, cloudinit_drive_removal, seed_attach, seed_delete, seed_on_storage, seed_uploaded,
 };
-use crate::pve::types::{NodeStorage, PendingEntry, VmConfig};
+use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, nic_macs, percent_decode};
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
-use super::preflight::check_storage;
+use super::preflight::pick_seed_storage;
 use super::{ActionError, ExecCtx, SiteCtx, fail, protected, wait};
 
 /// Slots for PVE's cloud-init drive when the VM has none (never `ide2`, the installer CD-ROM).
@@ -163,37 +163,6 @@ async fn seed_storage(client: &impl Pve, spec: &Spec) -> Result<String, ActionEr
     pick_seed_storage(&storages, spec)
 }
 
-/// [`seed_storage`] from a storage listing (pre-flight has one already).
-pub(super) fn pick_seed_storage(
-    storages: &[NodeStorage],
-    spec: &Spec,
-) -> Result<String, ActionError> {
-    if let Some(s) = spec
-        .cloud_init
-        .as_ref()
-        .and_then(|c| c.seed_storage.as_ref())
-    {
-        check_storage(storages, s, "iso", &spec.node)?;
-        return Ok(s.clone());
-    }
-    storages
-        .iter()
-        .filter(|s| s.has_content("iso") && s.active != Some(false) && s.enabled != Some(false))
-        .map(|s| s.storage.clone())
-        .min()
-        .ok_or_else(|| {
-            fail(
-                Category::ConfigurationError,
-                format!(
-                    "userData needs a storage with iso content on node {} for its seed image, and \
-                     there is none; add iso to a storage's content types or set \
-                     spec.forProvider.cloudInit.seedStorage",
-                    spec.node
-                ),
-            )
-        })
-}
-
 /// Deletes the seed images of `ours`'s spec on `storage` except `keep` (best effort: a failure
 /// is logged and retried at the next change), each with the gate's permit
 /// (`gate::volume::seed_delete`). Only this spec's VM ever uses them.
@@ -279,7 +248,7 @@ pub(super) async fn converge_cloud_init(
             // It goes in the update that attaches the seed, which PVE refuses on a protected VM.
             let drive = cloudinit_drive_slot(cfg);
             if let Some(slot) = &drive {
-                let protection = super::converge::protection_of(spec, cfg);
+                let protection = super::vm::protection_of(spec, cfg);
                 drive_permit =
                     Some(cloudinit_drive_removal(ours, protection, slot).map_err(protected)?);
             }

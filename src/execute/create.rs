@@ -554,9 +554,7 @@ pub(super) async fn relabel(
     rec.uid = permit.uid().to_string();
     match permit {
         Relabeled::Resign(permit) => {
-            if let Some(waiting) =
-                super::converge::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await?
-            {
+            if let Some(waiting) = super::vm::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await? {
                 return Ok(waiting);
             }
             let signed = marker(ctx, spec, rec, vm.vmid);

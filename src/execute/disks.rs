@@ -62,7 +62,7 @@ pub(super) async fn converge_disks(
         return Ok(DiskStep::Done(false));
     }
     let VmRef { node, vmid, .. } = vm;
-    let effective = |key: &str| super::converge::effective_value(cfg, pending, key);
+    let effective = |key: &str| super::vm::effective_value(cfg, pending, key);
     let pending_delete: Vec<String> = pending
         .iter()
         .filter(|p| p.delete == Some(true))
@@ -77,7 +77,7 @@ pub(super) async fn converge_disks(
     );
     keys.sort();
     keys.dedup();
-    let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
+    let boot = super::vm::boot_disk(cfg).map(|(k, _)| k);
     let mut changes = disk_changes(spec, &effective, &keys, &pending_delete, boot.as_deref())
         .map_err(|why| fail(Category::ConfigurationError, why))?;
     // The gate's permit for the detach; none on a protected VM, whose drives stay.
@@ -169,7 +169,7 @@ pub(super) async fn destroy_disks(
         v.destroys
             .retain(|d| followed && spec.destroy_disks.contains(&d.slot));
     }
-    let boot = super::converge::boot_disk(cfg).map(|(k, _)| k);
+    let boot = super::vm::boot_disk(cfg).map(|(k, _)| k);
     // Each slot to destroy with the volume it holds, which its destroy is bound to.
     let mut bound: Vec<(String, String)> = Vec::new();
     for slot in &spec.destroy_disks {

@@ -17,9 +17,9 @@ use crate::pve::{Pve, VmParams};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
-use super::converge::check_lock;
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
+use super::vm::check_lock;
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as

@@ -8,7 +8,8 @@ use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
-use super::converge::{check_lock, converge, read_own_config};
+use super::converge::converge;
+use super::vm::{check_lock, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
 pub(super) async fn migrate(

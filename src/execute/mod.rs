@@ -33,6 +33,7 @@ mod reboot;
 mod remove;
 #[cfg(test)]
 mod tests;
+mod vm;
 mod vmid;
 
 use std::collections::{BTreeMap, HashMap};

@@ -11,7 +11,6 @@ use crate::pve::values::is_drive_key;
 use crate::pve::{Error as PveError, Pve};
 use crate::spec::{Image, Spec, VolumeKind};
 
-use super::cloud_init::pick_seed_storage;
 use super::{ActionError, ExecCtx, SiteCtx, fail};
 
 /// What a create starts from, once resolved and checked.
@@ -472,4 +471,36 @@ async fn check_volume(
             volume: volume.to_string(),
         },
     })
+}
+
+/// The storage a spec's cloud-init seed image goes to, from the node's storage listing: its
+/// `seedStorage` (checked), else the first active storage with iso content.
+pub(super) fn pick_seed_storage(
+    storages: &[NodeStorage],
+    spec: &Spec,
+) -> Result<String, ActionError> {
+    if let Some(s) = spec
+        .cloud_init
+        .as_ref()
+        .and_then(|c| c.seed_storage.as_ref())
+    {
+        check_storage(storages, s, "iso", &spec.node)?;
+        return Ok(s.clone());
+    }
+    storages
+        .iter()
+        .filter(|s| s.has_content("iso") && s.active != Some(false) && s.enabled != Some(false))
+        .map(|s| s.storage.clone())
+        .min()
+        .ok_or_else(|| {
+            fail(
+                Category::ConfigurationError,
+                format!(
+                    "userData needs a storage with iso content on node {} for its seed image, and \
+                     there is none; add iso to a storage's content types or set \
+                     spec.forProvider.cloudInit.seedStorage",
+                    spec.node
+                ),
+            )
+        })
 }

@@ -11,14 +11,14 @@ use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::SpecRecord;
 
-use super::converge::settle_ha;
+use super::vm::settle_ha;
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, wait};
 
 /// The keys proxsync manages that wait for the VM's next start (what `RebootPending` shows).
 pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
     pending
         .iter()
-        .filter(|p| p.is_pending() && super::converge::reported_pending(&p.key))
+        .filter(|p| p.is_pending() && super::vm::reported_pending(&p.key))
         .map(|p| p.key.clone())
         .collect()
 }

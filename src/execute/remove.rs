@@ -10,9 +10,9 @@ use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::state::{SpecRecord, VmState};
 
 use super::cloud_init::{remove_old_seeds, seed_slots};
-use super::converge::{check_lock, power_off};
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
+use super::vm::{check_lock, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and

@@ -1,0 +1,316 @@
+//! The helpers every VM action shares: reading a VM's own config (verified to carry its
+//! marker), its lock, boot disk, pending values and protection, powering it off, and letting
+//! the HA stack settle.
+
+use super::identity::{checked_site, verified};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, stale_lock, wait};
+use crate::category::Category;
+use crate::gate::identity::VerifiedMarker;
+use crate::gate::volume::Protection;
+use crate::pve::types::{PendingEntry, VmConfig};
+use crate::pve::values::{is_drive_key, parse_pve_size, pve_bool};
+use crate::pve::{LockHolder, Pve, TaskOutcome};
+use crate::spec::Spec;
+use crate::state::{SpecRecord, VmState};
+
+/// How long the guest gets to power off before PVE's shutdown task stops it.
+const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
+
+/// The boot disk's key and size in bytes, from the config.
+pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
+    let order = cfg
+        .get("boot")
+        .and_then(|b| b.strip_prefix("order="))
+        .map(|o| o.split(';').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let candidates = order
+        .into_iter()
+        .chain(["scsi0", "virtio0", "sata0", "ide0"].map(String::from));
+    // `order=` names NICs (`net0`) and passed-through devices too: only drives are disks,
+    // and PVE's resize takes only a drive key (else a 400).
+    for key in candidates.filter(|k| is_drive_key(k)) {
+        if let Some(v) = cfg.get(&key)
+            && !v.contains("media=cdrom")
+            && !v.contains("cloudinit")
+        {
+            let size = v
+                .split(',')
+                .find_map(|p| p.strip_prefix("size="))
+                .and_then(parse_pve_size);
+            return Some((key, size.unwrap_or(0)));
+        }
+    }
+    None
+}
+
+/// Who holds a VM's lock, as PVE sets it: `Ok(None)` when unlocked; `Waiting` while a task
+/// that can hold this kind of lock runs (a backup job names no VM, a clone names its source
+/// and runs on the source's node); a hibernated VM (`suspended`) is waiting for a start, never
+/// stale; only a lock that no running task can hold is reported with `qm unlock`.
+pub(super) async fn check_lock(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    node: &str,
+    vmid: u32,
+    cfg: &VmConfig,
+) -> Result<Option<Outcome>, ActionError> {
+    let Some(lock) = cfg.lock() else {
+        return Ok(None);
+    };
+    let holder = LockHolder::of(lock);
+    if holder == LockHolder::NoTask {
+        return Ok(Some(Outcome::Waiting {
+            reason: format!(
+                "VM {vmid} is hibernated (lock: {lock}); proxsync changes nothing on it until it is \
+                 resumed (qm start {vmid}, or powerState: running in the spec)"
+            ),
+        }));
+    }
+    // The VM's node first; a clone's task runs on its source's node, which may be any other.
+    let mut nodes = vec![node.to_string()];
+    if lock == "clone" {
+        let view = ctx.views.get(&site.name);
+        nodes.extend(
+            view.into_iter()
+                .flat_map(|v| v.health.nodes.iter())
+                .filter(|(n, online)| **online && n.as_str() != node)
+                .map(|(n, _)| n.clone()),
+        );
+    }
+    for n in &nodes {
+        let tasks = site.client.active_tasks(n).await?;
+        if let Some(t) = tasks
+            .iter()
+            .find(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), vmid))
+        {
+            return Ok(Some(Outcome::Waiting {
+                reason: format!(
+                    "VM {vmid} is locked ({lock}) by task {}; waiting for it",
+                    t.upid
+                ),
+            }));
+        }
+    }
+    // Only a human can tell whether the lock is really stale.
+    Err(stale_lock(format!(
+        "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
+         interrupted operation). After checking that nothing is running on it, clear it on the \
+         node with: qm unlock {vmid}"
+    )))
+}
+
+/// The VM's `protection` as it is after this converge's config update (a declared one is
+/// applied at once: qemu-server's fast-plug options), for the steps that remove drives (PVE
+/// refuses removing any drive of a protected VM).
+pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
+    Protection {
+        on: spec
+            .hardware
+            .protection
+            .unwrap_or_else(|| cfg.get("protection").is_some_and(pve_bool)),
+        managed: spec.hardware.protection,
+    }
+}
+
+/// A fresh read of the VM's config, verified to carry the spec's marker (the gate's
+/// [`VerifiedMarker`], from which the permits of converge's guarded edits are made). A VM that
+/// is gone or not ours sends the spec back to Pending.
+pub(super) async fn read_own_config(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<(VmConfig, VerifiedMarker), ActionError> {
+    let VmRef { node, vmid, .. } = vm;
+    let checked = checked_site(ctx, vm.site)?;
+    let cfg = match client.vm_config(node, vmid).await {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
+            return Err(fail(
+                Category::NotFound,
+                format!("VM {vmid} is gone; it will be created again"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Identity, from a fresh read, before any change.
+    match verified(ctx, &checked, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
+        Ok(ours) => Ok((cfg, ours)),
+        Err(why) => {
+            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
+            Err(fail(
+                Category::Conflict,
+                format!(
+                    "VM {vmid} does not carry the marker of spec {}: not touching it ({why})",
+                    spec.name
+                ),
+            ))
+        }
+    }
+}
+
+/// A config key's value as it will be: the pending value when one waits for the next start,
+/// else the current one.
+pub(super) fn effective_value(
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+    key: &str,
+) -> Option<String> {
+    match pending
+        .iter()
+        .find(|p| p.key == key)
+        .and_then(|p| p.pending.as_ref())
+    {
+        Some(serde_json::Value::String(v)) => Some(v.clone()),
+        Some(v) => Some(v.to_string()),
+        None => cfg.get(key).map(str::to_string),
+    }
+}
+
+/// The config keys whose change waits for the VM's next start, as proxsync reports them: the
+/// ones it manages (PVE applies the others' changes, or queues those a human made).
+pub(super) fn reported_pending(key: &str) -> bool {
+    const KEYS: [&str; 16] = [
+        "cores",
+        "sockets",
+        "memory",
+        "balloon",
+        "cpu",
+        "numa",
+        "bios",
+        "machine",
+        "scsihw",
+        "vga",
+        "serial0",
+        "ostype",
+        "agent",
+        "efidisk0",
+        "tpmstate0",
+        "boot",
+    ];
+    let nic = key
+        .strip_prefix("net")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    KEYS.contains(&key) || nic || is_drive_key(key)
+}
+
+/// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which
+/// stops the VM when the guest has not powered off after the timeout. It is also the only
+/// shutdown a paused VM takes: qemu-server `PVE/API2/Qemu.pm` `vm_shutdown` checks
+/// `vm_is_paused` before forking and, without `forceStop`, dies `VM is paused - cannot
+/// shutdown` (with it: `VM is paused - stop instead of shutdown`). A paused VM lists as
+/// `running` (`qmpstatus: paused`). If the shutdown is refused that way anyway, or its task
+/// fails, a `stop` with `overrule-shutdown=1` follows, so it aborts a shutdown still running
+/// instead of queueing behind its config lock. An HA-managed VM's `hastop` task only hands the
+/// request to the HA manager: the VM's state is waited for, not the task.
+pub(super) async fn power_off(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    node: &str,
+    vmid: u32,
+    rec: &mut SpecRecord,
+) -> Result<Option<Outcome>, ActionError> {
+    let client = &site.client;
+    // A shutdown or stop still running from an earlier cycle (one interrupted, or one that
+    // outlived the wait) is waited for, not answered with a second one queued behind it.
+    let running = client.active_vm_tasks(node, vmid).await?;
+    if let Some(upid) = running
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.task_type().as_deref(),
+                Some("qmshutdown" | "qmstop" | "hastop")
+            )
+        })
+        .find_map(|t| t.upid.parse::<crate::pve::Upid>().ok())
+    {
+        tracing::info!(vmid, upid = %upid, "waiting for the power-off task already running");
+        match wait(ctx, client, &upid, rec).await {
+            Ok(TaskOutcome::StillRunning) => {
+                return Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            Ok(_) if !client.vm_running(node, vmid).await? => {
+                return settle_ha(ctx, client, node, vmid, &upid, false).await;
+            }
+            // It failed, or the VM still runs: go on with our own shutdown and stop.
+            _ => {}
+        }
+    }
+    let shutdown = match client
+        .shutdown_vm(node, vmid, SHUTDOWN_TIMEOUT_SECS, true)
+        .await
+    {
+        Ok(upid) => Some(upid),
+        Err(e) if e.pve_message().contains("VM is paused") => {
+            tracing::info!(vmid, "the VM is paused and refuses a shutdown: stopping it");
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(upid) = shutdown {
+        match wait(ctx, client, &upid, rec).await {
+            Ok(TaskOutcome::StillRunning) => {
+                return Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            Ok(_) => return settle_ha(ctx, client, node, vmid, &upid, false).await,
+            // The shutdown task failed: stop the VM.
+            Err(_) => {}
+        }
+    }
+    let upid = match client.stop_vm(node, vmid, true).await {
+        // An HA-managed VM: PVE refuses `overrule-shutdown` ("Not applicable for HA
+        // resources."); a 400 executed nothing, so the plain stop is safe to send.
+        Err(e) if e.status() == Some(400) && e.to_string().contains("overrule-shutdown") => {
+            client.stop_vm(node, vmid, false).await?
+        }
+        other => other?,
+    };
+    match wait(ctx, client, &upid, rec).await? {
+        TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
+            upid: upid.to_string(),
+        })),
+        _ => settle_ha(ctx, client, node, vmid, &upid, false).await,
+    }
+}
+
+/// After a power task ended: for an HA-managed VM (`hastart`/`hastop`, which end as soon as
+/// the HA manager has the request: pve-manager/qemu-server `fork_worker('hastop', ...)` runs
+/// `ha-manager crm-command stop`), waits up to the task wait for the VM to reach the state;
+/// `Some(Waiting)` when it has not yet. Any other task changed the state itself: `None`.
+pub(super) async fn settle_ha(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    node: &str,
+    vmid: u32,
+    upid: &crate::pve::Upid,
+    want_running: bool,
+) -> Result<Option<Outcome>, ActionError> {
+    if !matches!(upid.kind.as_str(), "hastart" | "hastop") {
+        return Ok(None);
+    }
+    let deadline = tokio::time::Instant::now() + ctx.task_wait;
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        if client.vm_running(node, vmid).await? == want_running {
+            return Ok(None);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline || *ctx.shutdown.borrow() {
+            let what = if want_running { "start" } else { "stop" };
+            return Ok(Some(Outcome::Waiting {
+                reason: format!(
+                    "VM {vmid} is HA-managed: the HA manager has the request to {what} it \
+                     (task {upid}) but has not done it yet; checking again"
+                ),
+            }));
+        }
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(2));
+    }
+}
