@@ -695,8 +695,9 @@ mod tests {
         assert!(
             err.contains("scsi1 (to detach)")
                 && err.contains("scsi2 (to destroy)")
-                && err.contains("protection: false"),
-            "{err}"
+                && err.contains("protection: false in the spec (proxsync clears the flag first)")
+                && !err.contains("qm set"),
+            "the spec manages the flag: the fix is in the spec: {err}"
         );
         let by_hand = Protection {
             on: true,
