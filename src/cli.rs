@@ -710,7 +710,7 @@ fn known_spec(config: &Config, name: &str) -> Result<(), String> {
     };
     let set = &read.specs;
     if let Some(spec) = set.specs.iter().find(|s| s.name == name) {
-        if !config.selects(spec) {
+        if !config.selects(&spec.labels) {
             return Err(format!(
                 "spec {name} is outside [source] selector: another install reconciles it"
             ));

@@ -4,6 +4,7 @@
 //! would be valid. Secrets are only ever read from files (or systemd credentials) and are
 //! wrapped in [`Secret`], whose `Debug` and `Display` never show the value.
 
+use crate::util::duration::parse_duration;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -572,13 +573,13 @@ impl Config {
         }
     }
 
-    /// Whether a spec is this install's: it matches `[source] selector` (every spec does
+    /// Whether a spec with `labels` is this install's: it matches `[source] selector` (every spec does
     /// without one). The others are other installs' business.
-    pub fn selects(&self, spec: &crate::spec::Spec) -> bool {
+    pub fn selects(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
         self.source
             .selector
             .as_ref()
-            .is_none_or(|s| s.matches(&spec.labels))
+            .is_none_or(|s| s.matches(labels))
     }
 
     /// What is allowed but unwise in the config (`validate` and `doctor` show it): a
@@ -1126,31 +1127,6 @@ fn opt_duration(key: &str, value: Option<String>, default: Duration) -> Result<D
         None => Ok(default),
         Some(v) => parse_duration(&v).map_err(|m| format!("{key} = {v:?}: {m}")),
     }
-}
-
-/// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\", \
-                         \"1h30m\" or \"1h 30m\"";
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(format!("empty duration; {VALID}"));
-    }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("a number without a unit; {VALID}"));
-    }
-    // jiff's friendly format (`1h30m`, `1h 30m`, `2 days`); a day is 24 hours here.
-    let span: jiff::Span = text.parse().map_err(|e| format!("{e}; {VALID}"))?;
-    let d = span
-        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
-        .map_err(|e| format!("{e}; {VALID}"))?;
-    if d.is_negative() || d.is_zero() {
-        return Err(format!("must be longer than zero; {VALID}"));
-    }
-    if d.as_secs() > 365 * 86400 {
-        return Err("longer than a year".to_string());
-    }
-    Duration::try_from(d).map_err(|e| e.to_string())
 }
 
 /// Parses `AB:CD:...` (32 bytes, colons optional, any case) as `pvenode cert info` prints it.

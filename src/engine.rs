@@ -48,7 +48,7 @@ pub use crate::report::{ConditionKey, CycleReport};
 /// manages them.
 pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-    let mine = set.specs.iter().filter(|s| config.selects(s));
+    let mine = set.specs.iter().filter(|s| config.selects(&s.labels));
     let diagnostics = crate::spec::check_sites(mine, &sites);
     let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
     set.specs.retain(|s| !unknown.contains(&s.name));
@@ -65,7 +65,7 @@ pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Spec
     }
     // The specs are shared, not copied.
     let (mine, theirs): (Vec<_>, Vec<_>) =
-        (specs.specs.shared().iter().cloned()).partition(|s| config.selects(s));
+        (specs.specs.shared().iter().cloned()).partition(|s| config.selects(&s.labels));
     let set = SpecSet {
         specs: mine.into_iter().collect(),
         diagnostics: specs.diagnostics.clone(),
@@ -1533,7 +1533,7 @@ pub async fn adopt_by_hand(
         .iter()
         .find(|s| s.name == name)
         .ok_or_else(|| refused(format!("no valid spec named {name} in the source")))?;
-    if !config.selects(spec) {
+    if !config.selects(&spec.labels) {
         return Err(refused(format!(
             "spec {name} is outside [source] selector = \"{}\": another install manages it",
             config

@@ -106,7 +106,7 @@ pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
         .ok()
         .flatten();
     // Another install's specs (outside `[source] selector`) are its business.
-    let specs: Vec<&Spec> = specs.iter().filter(|s| config.selects(s)).collect();
+    let specs: Vec<&Spec> = specs.iter().filter(|s| config.selects(&s.labels)).collect();
     for spec in &specs {
         if config.site(&spec.site).is_none() {
             out.push(check(

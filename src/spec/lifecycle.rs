@@ -309,7 +309,7 @@ fn duration_secs(ctx: &mut Ctx, n: &Node, path: &str) -> Option<u32> {
     let s = string(ctx, n, path, "\"3m\"")?;
     let d = ctx.check(
         n.pos,
-        crate::config::parse_duration(s).map_err(|e| format!("{path} {s:?}: {e}")),
+        crate::util::duration::parse_duration(s).map_err(|e| format!("{path} {s:?}: {e}")),
     )?;
     if d.as_secs() > 86_400 {
         let pos: Pos = n.pos;
