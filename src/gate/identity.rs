@@ -202,7 +202,8 @@ pub(crate) mod tests {
             vouched,
         ) {
             Ok(v) => format!("{:?} {} {}", v.trust(), v.spec(), v.uid()),
-            Err(e) => e.0,
+            // What the user reads: the refusal's Display, not its field.
+            Err(e) => e.to_string(),
         }
     }
 
