@@ -34,7 +34,7 @@ pub fn delay(spec: &str, attempts: u32, needs_human: bool) -> Duration {
 /// ±10% of `base`, from a hash of the name and attempt.
 fn jitter(base: Duration, spec: &str, attempts: u32) -> Duration {
     // FNV-1a: tiny, stable across builds and platforms.
-    let h = crate::plan::fnv(spec.bytes().chain(attempts.to_le_bytes()));
+    let h = crate::util::fnv::fnv(spec.bytes().chain(attempts.to_le_bytes()));
     let permille = (h % 201) as i64 - 100; // -100..=100 -> ±10.0%
     let ms = base.as_millis() as i64;
     Duration::from_millis((ms + ms * permille / 1000).max(1) as u64)

@@ -71,7 +71,7 @@ pub fn serve(
     store: Option<std::sync::Arc<crate::state::Store>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
-    crate::state::create_state_dir(state_dir)?;
+    crate::util::state_dir::create_state_dir(state_dir)?;
     let listener = Arc::new(bind_private(state_dir, &path)?);
     SERVING_SINCE.get_or_init(std::time::SystemTime::now);
     let accept = move || {

@@ -711,7 +711,7 @@ impl Engine {
         // Each file names the commit its spec's version was first applied at (read from the
         // file once after a start): a push rewrites the files of the specs it changed.
         for spec in &specs.specs {
-            let hash = crate::plan::spec_hash(spec);
+            let hash = crate::spec::spec_hash(spec);
             let spec_commit = commit.map(|c| {
                 let status_dir = &self.status;
                 let previous = || status_dir.read_spec(&spec.name).ok().flatten();
@@ -1297,7 +1297,7 @@ pub struct PlanView {
 pub async fn plan_view(
     config: &Config,
     specs: &SpecSet,
-    rewind: Option<&crate::plan::RewindBatch>,
+    rewind: Option<&crate::source::chain::RewindBatch>,
 ) -> Result<PlanView, EngineError> {
     let sites = site_clients(config)?;
     let (specs, theirs) = shard(config, specs);

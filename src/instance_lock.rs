@@ -25,7 +25,7 @@ impl InstanceLock {
     pub fn acquire(state_dir: &Path) -> Result<InstanceLock, String> {
         let path = state_dir.join(LOCK_FILE);
         let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
-        crate::state::create_state_dir(state_dir).map_err(|e| {
+        crate::util::state_dir::create_state_dir(state_dir).map_err(|e| {
             format!(
                 "{}: cannot create the state directory: {e}",
                 state_dir.display()

@@ -158,7 +158,7 @@ impl MarkerKey {
             .fill(&mut bytes)
             .map_err(|_| "the system's random source failed".to_string())?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            crate::state::create_state_dir(dir)
+            crate::util::state_dir::create_state_dir(dir)
                 .map_err(|e| format!("{}: cannot create the directory: {e}", dir.display()))?;
         }
         // Written whole to a file of our own, then linked into place: the link fails if

@@ -69,7 +69,7 @@ fn read(path: &Path) -> Result<Option<SiteIdentity>, String> {
     };
     let file: IdentityFile = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a site identity file: {e}", path.display()))?;
-    let root_ca = crate::gate::site::normalize_fingerprint(&file.identity.root_ca)
+    let root_ca = crate::pve::tls::normalize_fingerprint(&file.identity.root_ca)
         .ok_or_else(|| format!("{}: rootCa is not a SHA-256 fingerprint", path.display()))?;
     Ok(Some(SiteIdentity {
         root_ca,
@@ -85,7 +85,7 @@ fn write(path: &Path, site: &str, identity: &SiteIdentity, how: &str) -> Result<
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     let dir = path.parent().unwrap_or(Path::new("."));
     let state_dir = dir.parent().unwrap_or(Path::new("."));
-    crate::state::create_state_dir(state_dir).map_err(fail)?;
+    crate::util::state_dir::create_state_dir(state_dir).map_err(fail)?;
     match std::fs::DirBuilder::new().mode(0o750).create(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(e)),
         _ => {}

@@ -350,7 +350,7 @@ pub struct SpecRecord {
     pub vm: VmState,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
-    /// The same without the names (`plan::content_hash`): a new spec with this content in the
+    /// The same without the names (`spec::content_hash`): a new spec with this content in the
     /// commit that removes this one is a rename, not a delete plus a create.
     pub applied_content: Option<String>,
     /// The spec's own tags (user tags and tenant tag) as last applied, for the three-way merge
@@ -505,26 +505,6 @@ impl SpecRecord {
     }
 }
 
-/// Creates `state_dir` with mode 0700 if it is missing (its parents as the umask says); an
-/// existing directory is left as it is (systemd's `StateDirectory=` makes it with
-/// `StateDirectoryMode=`). Everyone creating files in `state_dir` calls this first, so the
-/// directory never exists with the umask's mode.
-pub fn create_state_dir(state_dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    if state_dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = state_dir.parent()
-        && !parent.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(parent)?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(state_dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && state_dir.is_dir() => Ok(()),
-        other => other,
-    }
-}
-
 /// Whether `path` holds no database yet: absent, empty, or begun but never finished. redb
 /// writes its magic number (the file's first 9 bytes) last, once the new database and its
 /// header are on disk; a file whose first 9 bytes are still zero was never finished, so
@@ -616,7 +596,7 @@ impl Store {
             path: path.clone(),
             message,
         };
-        create_state_dir(state_dir)
+        crate::util::state_dir::create_state_dir(state_dir)
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
         if needs_new_database(&path).map_err(|e| fail(format!("cannot read the file: {e}")))? {
             create_database(state_dir, &path).map_err(fail)?;

@@ -19,13 +19,13 @@ use proxsync::config::{OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
-    Action, Duplicate, OrphanDisposition, Plan, PlanInput, RewindBatch, Verdict, inputs_hash,
-    merge_tags, plan, spec_hash,
+    Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
 };
 use proxsync::pve::types::ClusterHealth;
+use proxsync::source::chain::RewindBatch;
 use proxsync::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, MaintenanceWindow, Pos,
-    PowerState, RebootMode, RebootPolicy, Spec, Specs,
+    PowerState, RebootMode, RebootPolicy, Spec, Specs, spec_hash,
 };
 use proxsync::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
@@ -2623,7 +2623,7 @@ fn a_rewind_from_an_unreadable_commit_deletes_nothing() {
     assert!(p.refused[0].contains("can no longer be read"), "{p:?}");
 }
 
-// ---- the gate: every action the planner emits shows its evidence (`gate::planned`) ---------
+// ---- the gate: every action the planner emits shows its evidence (`plan::evidence::planned`) ---------
 
 /// Every action kind, by name (`Remove` with `release` is `Release`). An exhaustive `match`: a
 /// new kind does not compile here without being counted.
@@ -2764,7 +2764,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
 
 /// Property 11, the gate's rules for the planner: every action the planner emits, in worlds
 /// with forged and copied markers, lost records, a site reaching another cluster, rewinds,
-/// renames and specs handed over, shows the evidence its kind needs (`gate::planned`). And the
+/// renames and specs handed over, shows the evidence its kind needs (`plan::evidence::planned`). And the
 /// worlds reach every action kind, so the property cannot hold for want of actions: each kind
 /// is counted over the run, and one never planned fails the test. The cases come from a fixed
 /// seed, so the count does not depend on luck.
@@ -2791,7 +2791,7 @@ fn every_planned_action_shows_the_evidence_its_kind_needs() {
         };
         let p = plan(&input);
         for a in &p.actions {
-            if let Err(missing) = proxsync::gate::planned(a, &input) {
+            if let Err(missing) = proxsync::plan::evidence::planned(a, &input) {
                 return Err(TestCaseError::fail(format!(
                     "{a:?} was planned without its evidence: {missing}\n{t:?}"
                 )));
@@ -3085,7 +3085,7 @@ fn a_forged_claim_is_only_reported() {
 /// needs a marker with the old spec's uid.
 #[test]
 fn the_gate_refuses_actions_without_their_evidence() {
-    use proxsync::gate::planned;
+    use proxsync::plan::evidence::planned;
     let adopt = Action::Adopt {
         spec: "web".into(),
         site: SITE.into(),

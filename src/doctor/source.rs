@@ -51,8 +51,8 @@ pub fn check_rewind(read: &ReadSpecs) -> Option<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::RewindBatch;
     use crate::source::Rewind;
+    use crate::source::chain::RewindBatch;
 
     #[test]
     fn a_rewind_is_a_warning_naming_both_commits() {

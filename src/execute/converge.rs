@@ -4,10 +4,11 @@
 use crate::category::Category;
 use crate::gate::identity::VerifiedMarker;
 use crate::ownership::ownership_tag;
-use crate::plan::{merge_tags, spec_hash};
+use crate::plan::merge_tags;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::pve_size;
 use crate::pve::{Pve, TaskOutcome, VmParams};
+use crate::spec::spec_hash;
 use crate::spec::{PowerState, Spec};
 use crate::state::{SpecRecord, VmState};
 
@@ -258,7 +259,7 @@ async fn converge_vm(
         return Err(super::protected(why));
     }
     rec.applied_hash = Some(spec_hash(spec));
-    rec.applied_content = Some(crate::plan::content_hash(spec));
+    rec.applied_content = Some(crate::spec::content_hash(spec));
     rec.provisioned = true;
     // The record maps the spec to the VM where it is now (moved by the HA manager or by hand,
     // or a delete that failed on a spec that came back); the outcome writes the rest.

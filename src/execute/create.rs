@@ -459,8 +459,8 @@ pub(super) async fn adopt(
         && adoption_is_current(ctx, site_name, spec, rec, vm, cfg)
     {
         rec.applied_tags = spec.tags.clone();
-        rec.applied_hash = Some(crate::plan::spec_hash(spec));
-        rec.applied_content = Some(crate::plan::content_hash(spec));
+        rec.applied_hash = Some(crate::spec::spec_hash(spec));
+        rec.applied_content = Some(crate::spec::content_hash(spec));
         rec.applied_protection = spec.hardware.protection;
         // No `destroyDisks` (`adoption_is_current`): one listed later is first applied then.
         rec.destroy_disks_vmid = Some(vmid);

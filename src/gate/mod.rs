@@ -22,15 +22,14 @@
 //! refused before it is sent ([`permit::check_write`]). Only the decision functions here make
 //! one, each from verified evidence: [`identity::VerifiedMarker`] (made on a
 //! [`site::SiteChecked`]), the recorded volumes, the rename evidence, the HA mark.
-//! [`planned`] is the planner's side: the evidence each kind of planned action needs.
+//! The planner's side, the evidence each kind of planned action needs, is
+//! `plan::evidence`: it reads the plan's actions, so it stands above the planner, which asks
+//! the gate (a rename's evidence) and so stands above it.
 
 pub mod commit;
 pub mod ha;
 pub mod identity;
 pub mod permit;
-pub mod planned;
 pub mod rename;
 pub mod site;
 pub mod volume;
-
-pub use planned::{Missing, planned};

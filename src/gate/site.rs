@@ -156,21 +156,10 @@ fn same_fingerprint(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
-/// A SHA-256 fingerprint as PVE writes it, upper-cased: 32 hex bytes joined by `:` (the API
-/// schema's pattern `([A-Fa-f0-9]{2}:){31}[A-Fa-f0-9]{2}`), else `None`.
-pub fn normalize_fingerprint(text: &str) -> Option<String> {
-    let text = text.trim();
-    let ok = text.len() == 95
-        && text.split(':').count() == 32
-        && text
-            .split(':')
-            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
-    ok.then(|| text.to_ascii_uppercase())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::pve::tls::normalize_fingerprint;
     use crate::pve::types::ClusterStatusEntry;
 
     /// A site the cycle checked: a reachable view of it.

@@ -172,7 +172,7 @@ fn cycle_facts<'a>(
         specs
             .specs
             .iter()
-            .map(|s| (s.name.clone(), crate::plan::spec_hash(s)))
+            .map(|s| (s.name.clone(), crate::spec::spec_hash(s)))
             .chain(
                 invalid
                     .iter()

@@ -1,123 +1,12 @@
-//! Hashes of what a spec asks for (FNV-1a), the tag merge and drift detection.
+//! The tag merge, drift detection, reboot timing and the inputs' hash (a spec's own hashes are
+//! `spec::hash`).
 
 use std::collections::BTreeSet;
 
-use serde::Serialize;
-
 use crate::observe::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
-use crate::spec::{Hashes, PowerState, RebootMode, Spec};
+use crate::spec::{PowerState, RebootMode, Spec, spec_hash};
 use crate::state::SpecRecord;
-use crate::util::fnv::FnvHasher;
-
-/// A stable hash of what a spec asks for (not where it is written), hex. Kept with a spec the
-/// source parsed ([`remember_hashes`]), else worked out.
-pub fn spec_hash(spec: &Spec) -> String {
-    format!("{:016x}", hashes(spec).0)
-}
-
-/// What a spec asks for without its names (`metadata.name` and the VM name): equal for a spec
-/// and its rename.
-pub fn content_hash(spec: &Spec) -> String {
-    format!("{:016x}", hashes(spec).1)
-}
-
-/// Works out a spec's hashes once, when it is parsed, and keeps them with it: a cycle then
-/// reads them instead of serialising each spec again. A spec changed afterwards must be
-/// given them again.
-pub fn remember_hashes(spec: &mut Spec) {
-    spec.hashes = Hashes(Some(work_out(spec)));
-}
-
-/// The spec's (hash, content hash): kept, or worked out.
-fn hashes(spec: &Spec) -> (u64, u64) {
-    match spec.hashes.0 {
-        Some(kept) => {
-            debug_assert_eq!(
-                kept,
-                work_out(spec),
-                "spec {} changed after its hashes were kept",
-                spec.name
-            );
-            kept
-        }
-        None => work_out(spec),
-    }
-}
-
-/// The spec's hash and content hash (the hash with an empty VM name).
-fn work_out(spec: &Spec) -> (u64, u64) {
-    (hash_named(spec, &spec.vm_name), hash_named(spec, ""))
-}
-
-/// FNV-1a of the JSON of what the spec asks for, its VM name being `vm_name`. The JSON is
-/// hashed as it is written, never held.
-fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
-    #[derive(Serialize)]
-    struct Hashed<'a> {
-        vm_name: &'a str,
-        node: &'a str,
-        cpu: u32,
-        memory_mib: u64,
-        disk_bytes: u64,
-        storage: &'a str,
-        network: &'a str,
-        image: &'a crate::spec::Image,
-        user_data: Option<&'a str>,
-        // Absent without cloudInit, so the hashes of specs without it stay as they were.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        cloud_init: Option<&'a crate::spec::CloudInit>,
-        power: PowerState,
-        tags: &'a [String],
-        // Absent without `ha`, so the hashes of specs without it stay as they were.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        ha: Option<&'a crate::spec::Ha>,
-        // Absent without any hardware field, so the hashes of older specs stay as they were
-        // (an unchanged spec is not "changed" by an upgrade).
-        #[serde(skip_serializing_if = "crate::spec::Hardware::is_empty")]
-        hardware: &'a crate::spec::Hardware,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        networks: Option<&'a Vec<crate::spec::Nic>>,
-        // Absent without `disks`, so the hashes of specs with `disk`/`storage` stay as they were.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        disks: Option<&'a Vec<crate::spec::Disk>>,
-        #[serde(skip_serializing_if = "<[String]>::is_empty")]
-        destroy_disks: &'a [String],
-        /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
-        /// VM with a marker from before signing is converged (and its marker signed) once.
-        identity: u32,
-    }
-    // A value decrypted from SOPS is hashed as its ciphertext: the hash, kept in the state
-    // database and status files, then says nothing about the secret.
-    let user_data = spec
-        .user_data_sealed
-        .as_deref()
-        .or(spec.user_data.as_deref());
-    let h = Hashed {
-        vm_name,
-        node: &spec.node,
-        cpu: spec.cpu,
-        memory_mib: spec.memory_mib,
-        disk_bytes: spec.disk_bytes,
-        storage: &spec.storage,
-        network: &spec.network,
-        image: &spec.image,
-        user_data,
-        cloud_init: spec.cloud_init.as_deref(),
-        power: spec.power_state,
-        tags: &spec.tags,
-        ha: spec.ha.as_deref(),
-        hardware: &spec.hardware,
-        networks: spec.networks.as_ref(),
-        disks: spec.disks.as_ref(),
-        destroy_disks: &spec.destroy_disks,
-        identity: 2,
-    };
-    let mut out = FnvHasher::default();
-    // Writing to FnvHasher cannot fail, and these types always serialise.
-    let _ = serde_json::to_writer(&mut out, &h);
-    std::hash::Hasher::finish(&out)
-}
 
 /// The inputs whose change resets a spec's backoff.
 pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {
@@ -240,26 +129,6 @@ pub fn reboot_due_changes_at(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> Opti
 mod tests {
     use super::*;
     use crate::spec::RebootPolicy;
-    use crate::util::fnv::fnv_hex;
-
-    #[test]
-    fn kept_hashes_are_the_hashes_earlier_releases_stored() {
-        let mut spec = crate::spec::test_spec("    tags: [web]\n    cpu: 4\n");
-        // `applied_hash` values written by earlier releases (FNV-1a of the JSON string): a
-        // change here would converge every VM once after an upgrade.
-        let json = |vm_name: &str| {
-            format!(
-                r#"{{"vm_name":"{vm_name}","node":"pve1","cpu":4,"memory_mib":2048,"disk_bytes":34359738368,"storage":"local-lvm","network":"vmbr0","image":{{"template":{{"vmid":9000}}}},"user_data":null,"power":"running","tags":["web"],"identity":2}}"#
-            )
-        };
-        let (hash, content) = (spec_hash(&spec), content_hash(&spec));
-        assert_eq!(hash, fnv_hex(json("web-01").as_bytes()));
-        assert_eq!(hash, "4bd0f6f084d8bebb");
-        assert_eq!(content, fnv_hex(json("").as_bytes()));
-        remember_hashes(&mut spec);
-        assert!(spec.hashes.0.is_some());
-        assert_eq!((spec_hash(&spec), content_hash(&spec)), (hash, content));
-    }
 
     #[test]
     fn a_reboot_is_due_only_when_pending_allowed_and_not_too_soon() {

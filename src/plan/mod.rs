@@ -30,19 +30,18 @@ use crate::pve::Upid;
 use crate::spec::Specs;
 use crate::state::SpecRecord;
 
+pub mod evidence;
 mod hash;
 mod index;
 mod removals;
 mod rename;
 mod spec;
 
+use crate::source::chain::RewindBatch;
 pub use crate::util::fnv::{
     FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, fnv, fnv_from, fnv_hex,
 };
-pub use hash::{
-    MIN_REBOOT_INTERVAL, content_hash, drift, inputs_hash, merge_tags, reboot_due, remember_hashes,
-    spec_hash,
-};
+pub use hash::{MIN_REBOOT_INTERVAL, drift, inputs_hash, merge_tags, reboot_due};
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
@@ -75,23 +74,6 @@ pub struct PlanInput<'a> {
     pub retry_transient_now: bool,
     /// The applied commit rewound the branch: its deletes are judged as one batch.
     pub rewind: Option<&'a RewindBatch>,
-}
-
-/// A commit applied although it does not descend from the commit applied before it (a
-/// rewind). While it is the applied commit, the valves judge its deletes as one batch: every
-/// VM of a removed spec still to be deleted, released or handed over, planned this cycle or
-/// not (its node offline, its site unreadable), counts, against the managed VMs without those
-/// of the specs it added (the VMs it creates do not dilute its deletes). So the batch cannot
-/// slip under `max_delete_fraction` by being spread over cycles or mixed with its creates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RewindBatch {
-    /// The commit applied.
-    pub commit: String,
-    /// The commit applied before it.
-    pub from: String,
-    /// The names of `from`'s specs (valid and invalid); `None` when it can no longer be read,
-    /// and then the batch cannot be judged and every delete is refused.
-    pub from_specs: Option<BTreeSet<String>>,
 }
 
 /// What to do.

@@ -423,10 +423,10 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Opti
 
 /// Why a rewind's deletes are refused, if they are: the whole batch (`batch` VMs, planned
 /// this cycle or not) against the managed VMs without those of the specs the rewind added,
-/// which it creates (see [`crate::plan::RewindBatch`]).
+/// which it creates (see [`crate::source::chain::RewindBatch`]).
 fn rewind_refusal(
     input: &PlanInput<'_>,
-    rewind: &crate::plan::RewindBatch,
+    rewind: &crate::source::chain::RewindBatch,
     batch: usize,
     handing: &str,
 ) -> Option<String> {

@@ -17,10 +17,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::index::SiteIndex;
-use super::{Action, Duplicate, PlanInput, Verdict, content_hash};
+use super::{Action, Duplicate, PlanInput, Verdict};
 use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
 use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
+use crate::spec::content_hash;
 use crate::state::{SpecRecord, VmState};
 
 /// A removed spec whose VM a new spec takes over.

@@ -8,8 +8,8 @@ use super::client::Client;
 use super::error::Error;
 use super::task::{TaskOutcome, Upid};
 use super::types::*;
-use crate::gate::permit::{Act, Grant, Permit, check_write};
 use crate::ownership::Marker;
+use crate::pve::permit::{Act, Grant, Permit, check_write};
 
 /// The cluster's root CA among a node's certificates (pve-cluster `src/PVE/Cluster/Setup.pm`:
 /// `$pveca_cert_fn = "$pmxcfs_base_dir/pve-root-ca.pem"`).
@@ -522,7 +522,7 @@ impl Client {
                 ))
             })?;
         let fingerprint = root.fingerprint.as_deref().unwrap_or("");
-        crate::gate::site::normalize_fingerprint(fingerprint).ok_or_else(|| {
+        crate::pve::tls::normalize_fingerprint(fingerprint).ok_or_else(|| {
             decode(format!(
                 "{ROOT_CA_FILE}'s fingerprint {fingerprint:?} is not a SHA-256 fingerprint"
             ))
@@ -669,7 +669,7 @@ impl Client {
         volume: &str,
         permit: &Permit,
     ) -> Result<Option<Upid>, Error> {
-        crate::gate::permit::check_delete_volume(volume, permit).map_err(Error::NotPermitted)?;
+        crate::pve::permit::check_delete_volume(volume, permit).map_err(Error::NotPermitted)?;
         check_part("volume", volume)?;
         let path = format!(
             "/nodes/{}/storage/{}/content/{}",
@@ -903,7 +903,7 @@ impl Client {
         destroy_unreferenced: bool,
         permit: &Permit,
     ) -> Result<Upid, Error> {
-        crate::gate::permit::check_delete_vm(vmid, permit).map_err(Error::NotPermitted)?;
+        crate::pve::permit::check_delete_vm(vmid, permit).map_err(Error::NotPermitted)?;
         let path = format!("/nodes/{}/qemu/{vmid}", seg(node)?);
         let query = [
             ("purge", flag(purge)),

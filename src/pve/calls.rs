@@ -16,7 +16,7 @@ use super::types::{
     NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
-use crate::gate::permit::Permit;
+use crate::pve::permit::Permit;
 
 /// Declares [`Pve`] from one list of calls and implements it for [`Client`] by calling the
 /// inherent method of the same name: one place to add a call, and no way for the two to drift.

@@ -38,7 +38,7 @@ use super::types::{
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::clock::Clock;
-use crate::gate::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
+use crate::pve::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
 
 /// A VM as the fake holds it.
 #[derive(Debug, Clone, PartialEq)]

@@ -174,9 +174,9 @@ impl Client {
         &self,
         kind: AffinityKind,
         id: &str,
-        permit: &crate::gate::permit::Permit,
+        permit: &crate::pve::permit::Permit,
     ) -> Result<(), Error> {
-        crate::gate::permit::check_remove_affinity(id, permit).map_err(Error::NotPermitted)?;
+        crate::pve::permit::check_remove_affinity(id, permit).map_err(Error::NotPermitted)?;
         let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
         let _: serde_json::Value = self.delete(&path, &[]).await?;
         Ok(())

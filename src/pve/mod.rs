@@ -64,6 +64,7 @@ pub mod ha;
 mod meter;
 pub mod migrate;
 pub mod pace;
+pub mod permit;
 pub mod task;
 pub mod tasks;
 pub mod tls;

@@ -5,6 +5,7 @@
 //! starts afresh), written atomically with mode 0600. What they mean is decided in
 //! [`crate::gate::commit`]; the last verified commit is [`crate::source::verify`]'s.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -127,7 +128,7 @@ fn write_private(state_dir: &Path, name: &str, text: &str) -> Result<(), String>
     use std::os::unix::fs::OpenOptionsExt;
     let path = state_dir.join(name);
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-    crate::state::create_state_dir(state_dir).map_err(fail)?;
+    crate::util::state_dir::create_state_dir(state_dir).map_err(fail)?;
     let tmp = state_dir.join(format!(".{name}.tmp"));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -143,6 +144,23 @@ fn write_private(state_dir: &Path, name: &str, text: &str) -> Result<(), String>
     std::fs::File::open(state_dir)
         .and_then(|d| d.sync_all())
         .map_err(fail)
+}
+
+/// A commit applied although it does not descend from the commit applied before it (a
+/// rewind). While it is the applied commit, the valves judge its deletes as one batch: every
+/// VM of a removed spec still to be deleted, released or handed over, planned this cycle or
+/// not (its node offline, its site unreadable), counts, against the managed VMs without those
+/// of the specs it added (the VMs it creates do not dilute its deletes). So the batch cannot
+/// slip under `max_delete_fraction` by being spread over cycles or mixed with its creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindBatch {
+    /// The commit applied.
+    pub commit: String,
+    /// The commit applied before it.
+    pub from: String,
+    /// The names of `from`'s specs (valid and invalid); `None` when it can no longer be read,
+    /// and then the batch cannot be judged and every delete is refused.
+    pub from_specs: Option<BTreeSet<String>>,
 }
 
 #[cfg(test)]

@@ -17,11 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::chain::Applied;
+use self::chain::{Applied, RewindBatch};
 use self::verify::Refusal;
 use crate::config::{CommitVerification, Config, SourceLocation};
 use crate::gate::commit::{self as gate, Evidence, Permit, Signature};
-use crate::plan::RewindBatch;
 use crate::spec::{self, Diagnostic, MAX_FILE_BYTES, Pos, SpecSet, Specs};
 
 /// Specs read from a commit.
@@ -538,7 +537,7 @@ impl Source {
         if !self.repo.join("HEAD").exists() {
             // The mirror's parent is state_dir: created 0700, as the database does.
             if let Some(parent) = self.repo.parent() {
-                crate::state::create_state_dir(parent)
+                crate::util::state_dir::create_state_dir(parent)
                     .map_err(|e| err(format!("cannot create {}: {e}", parent.display())))?;
             }
             let mut init = mirror_git();
@@ -820,7 +819,7 @@ fn read_at(
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());
             shared.extend(file_specs.into_iter().map(|mut s| {
-                crate::plan::remember_hashes(&mut s);
+                crate::spec::remember_hashes(&mut s);
                 Arc::new(s)
             }));
             let file_specs = shared;

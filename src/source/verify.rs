@@ -502,7 +502,7 @@ pub fn remember(
     }
     let path = state_dir.join(VERIFIED_FILE);
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-    crate::state::create_state_dir(state_dir).map_err(fail)?;
+    crate::util::state_dir::create_state_dir(state_dir).map_err(fail)?;
     let text = format!(
         "# The last commit whose signature proxsync verified ([source] verify); it is applied\n\
          # while the branch tip is refused. Written by proxsync.\n\

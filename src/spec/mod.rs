@@ -34,6 +34,7 @@ mod diag;
 mod disks;
 mod ha;
 mod hardware;
+mod hash;
 mod image;
 mod lifecycle;
 mod load;
@@ -61,6 +62,7 @@ pub use hardware::{
     Bios, CPU_MODELS, DEFAULT_OS_TYPE, DEFAULT_SCSI_HARDWARE, Hardware, OS_TYPES, SCSI_HARDWARE,
     Startup, TPM_VERSIONS, VGA_TYPES, check_cpu_type, check_machine, check_pool,
 };
+pub use hash::{content_hash, remember_hashes, spec_hash};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{assemble, check_duplicates, check_sites, load_paths, load_paths_with};
@@ -197,13 +199,13 @@ pub struct Spec {
     /// from `disks` only detaches it). Never the boot disk.
     pub destroy_disks: Vec<String>,
     /// The spec's hashes, worked out once when the git source parses it
-    /// ([`crate::plan::remember_hashes`]), so a cycle does not serialise every spec again.
+    /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
     /// Not part of the spec's content: ignored by `==` and never serialised.
     #[serde(skip)]
     pub hashes: Hashes,
 }
 
-/// What [`crate::plan::spec_hash`] and [`crate::plan::content_hash`] return for a spec, kept
+/// What [`spec_hash`] and [`content_hash`] return for a spec, kept
 /// with it. Empty (`Default`) for a spec built or changed in code: the hashes are then worked
 /// out when asked for.
 #[derive(Debug, Clone, Copy, Default)]

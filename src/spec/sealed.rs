@@ -410,10 +410,10 @@ mod tests {
         // the same, so the hash (state database, status files) says nothing about it.
         let mut other = s.clone();
         other.user_data = Some("#cloud-config\npassword: something-else\n".into());
-        assert_eq!(crate::plan::spec_hash(s), crate::plan::spec_hash(&other));
+        assert_eq!(crate::spec::spec_hash(s), crate::spec::spec_hash(&other));
         assert_eq!(
-            crate::plan::content_hash(s),
-            crate::plan::content_hash(&other)
+            crate::spec::content_hash(s),
+            crate::spec::content_hash(&other)
         );
     }
 

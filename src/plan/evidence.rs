@@ -1,4 +1,5 @@
 //! The planner's side of the gate: the evidence each kind of action needs in the plan's inputs.
+//! Above the gate (it reads the plan's actions), beside the planner it checks.
 //!
 //! [`planned`] states, for every [`Action`] kind (an exhaustive `match`: a new kind does not
 //! compile without its rule), what the cycle's inputs must show before the planner may emit it.
@@ -6,7 +7,7 @@
 //! and checked against it by a property test over random worlds (`tests/plan_props.rs`): forged
 //! and copied markers, lost records, sites reaching another cluster, rewinds, renames, specs
 //! handed over. `execute` asks the gate again, from a fresh read, before anything is sent
-//! ([`super::permit`]).
+//! ([`crate::gate::permit`]).
 //!
 //! Every action needs its site observed and shown to reach its recorded cluster (a view the
 //! observation left unreachable gets none); a removal (a delete, a release, a hand-over, an
@@ -16,13 +17,13 @@
 
 use std::fmt;
 
+use super::{Action, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
-use crate::plan::{Action, PlanInput};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
-use super::rename::{Evidence, Recorded, may_relabel};
+use crate::gate::rename::{Evidence, Recorded, may_relabel};
 
 /// What an action lacks: the evidence its kind needs that the inputs do not show.
 #[derive(Debug, Clone, PartialEq, Eq)]
