@@ -897,7 +897,14 @@ fn plan_cmd(
         );
     }
     let rewind = rewound.as_ref().map(|r| &r.batch);
-    let view = match rt.block_on(crate::engine::plan_view(&config, &specs, rewind)) {
+    let records = match rt.block_on(crate::control::plan_records(&config.state_dir)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {}: {e}", config.state_dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let view = match rt.block_on(crate::engine::plan_view(&config, &specs, records, rewind)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");

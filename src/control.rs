@@ -286,6 +286,22 @@ pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
     }
 }
 
+/// The state records `proxsync plan` plans with: read from the database, or, while the
+/// daemon holds it, asked of the daemon (none before the first cycle made the database).
+pub async fn plan_records(
+    state_dir: &Path,
+) -> Result<std::collections::BTreeMap<String, crate::state::SpecRecord>, String> {
+    if let Some(records) = crate::state::read_specs_snapshot(state_dir) {
+        return Ok(records);
+    }
+    if !state_dir.join(crate::state::DB_FILE).exists() {
+        return Ok(Default::default());
+    }
+    records(state_dir)
+        .await
+        .map_err(|e| format!("the state database is in use and the daemon did not answer: {e}"))
+}
+
 /// The running daemon's state records (for `proxsync plan` while the daemon holds the
 /// database).
 pub async fn records(

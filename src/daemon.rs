@@ -228,7 +228,7 @@ impl Daemon {
             }
             None => (Metrics::off(), None),
         };
-        let mut engine = Engine::with_metrics(config.clone(), &metrics)?;
+        let mut engine = Engine::with_meters(config.clone(), &|site| metrics.meter(site))?;
         engine.set_shutdown(stop.clone());
         let source = Source::new(&config);
         let (refs_tx, refs) = mpsc::channel(64);
@@ -678,7 +678,7 @@ impl Daemon {
 async fn open_engine(config: &Config, metrics: &Metrics) -> Result<Engine, EngineError> {
     let mut tries = 0;
     loop {
-        match Engine::with_metrics(config.clone(), metrics) {
+        match Engine::with_meters(config.clone(), &|site| metrics.meter(site)) {
             Err(EngineError::State(e)) if tries < 50 => {
                 tries += 1;
                 tracing::debug!(error = %e, "state database still held; retrying");

@@ -1,5 +1,5 @@
 //! One reconcile cycle: observe every site, plan, act, and write status. `run --once`,
-//! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_only`]).
+//! `plan` and the daemon's loop all go through [`Engine::reconcile`] (or [`plan_view`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -10,11 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
-use crate::metrics::Metrics;
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site_answered, read_markers};
 use crate::ownership::{Marker, MarkerKey};
 use crate::plan::{Action, FnvHashMap, FnvHashSet, Plan, PlanInput, fnv_hex, plan};
-use crate::pve::{Client, ClientOptions};
+use crate::pve::{Client, ClientOptions, Meter, NoMeter};
 use crate::site_identity::{self, SiteChecks};
 use crate::spec::{SpecSet, Specs};
 use crate::state::{SpecRecord, Store};
@@ -78,15 +77,24 @@ fn names(specs: &Specs) -> BTreeSet<String> {
     specs.iter().map(|s| s.name.clone()).collect()
 }
 
-/// Builds the per-site clients (reads the token secrets).
-pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
-    site_clients_metered(config, &Metrics::off())
+/// A site's meter, by site name: where its client counts requests and tasks (the daemon's
+/// metrics; [`no_meter`] elsewhere).
+pub type MeterFor<'a> = &'a dyn Fn(&str) -> Arc<dyn Meter>;
+
+/// Counts nothing.
+pub fn no_meter(_site: &str) -> Arc<dyn Meter> {
+    Arc::new(NoMeter)
 }
 
-/// As [`site_clients`], each client counting its requests and tasks in `metrics`.
+/// Builds the per-site clients (reads the token secrets).
+pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
+    site_clients_metered(config, &no_meter)
+}
+
+/// As [`site_clients`], each client counting its requests and tasks in `meter_for(site)`.
 pub fn site_clients_metered(
     config: &Config,
-    metrics: &Metrics,
+    meter_for: MeterFor<'_>,
 ) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
     config
         .sites
@@ -94,7 +102,7 @@ pub fn site_clients_metered(
         .map(|site| {
             let client = ClientOptions::for_site(site)
                 .and_then(Client::new)
-                .map(|c| c.with_metrics(Arc::new(metrics.for_site(&site.name))))
+                .map(|c| c.with_metrics(meter_for(&site.name)))
                 .map(|c| {
                     c.with_parallelism(
                         config.reconcile.concurrency == crate::config::ConcurrencyMode::Adaptive,
@@ -255,11 +263,11 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, EngineError> {
-        Engine::with_metrics(config, &Metrics::off())
+        Engine::with_meters(config, &no_meter)
     }
 
-    /// An engine whose site clients count their requests and tasks in `metrics`.
-    pub fn with_metrics(config: Config, metrics: &Metrics) -> Result<Engine, EngineError> {
+    /// An engine whose site clients count their requests and tasks in `meter_for(site)`.
+    pub fn with_meters(config: Config, meter_for: MeterFor<'_>) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
         let key_path = config.marker_key_path();
         let marker_key = Arc::new(MarkerKey::load_or_create_file(&key_path).map_err(
@@ -268,7 +276,7 @@ impl Engine {
                 message,
             },
         )?);
-        let sites = site_clients_metered(&config, metrics)?;
+        let sites = site_clients_metered(&config, meter_for)?;
         let identities = SiteChecks::new(&config.state_dir, true);
         let status = StatusDir::open(&config.status_dir).map_err(|e| EngineError::Status {
             path: config.status_dir.display().to_string(),
@@ -1274,12 +1282,6 @@ fn set_marker(
     }
 }
 
-/// Plans without acting (for `proxsync plan`): reads the state database if it can (the
-/// daemon may hold it) and writes nothing.
-pub async fn plan_only(config: &Config, specs: &SpecSet) -> Result<Plan, EngineError> {
-    plan_view(config, specs, None).await.map(|v| v.plan)
-}
-
 /// A plan with what it was made from: `proxsync plan` reads the converged VMs' configs with
 /// the sites' clients to show each change field by field, and names the sites it could not read.
 pub struct PlanView {
@@ -1292,11 +1294,14 @@ pub struct PlanView {
     pub install_id: String,
 }
 
-/// [`plan_only`], keeping what the plan was made from. `rewind`: the specs are of a commit that
-/// rewinds the branch, whose deletes are judged as one batch, as a cycle would.
+/// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
+/// nothing. `records`: the state database's (`control::plan_records` reads them, from the
+/// daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
+/// branch, whose deletes are judged as one batch, as a cycle would.
 pub async fn plan_view(
     config: &Config,
     specs: &SpecSet,
+    records: BTreeMap<String, SpecRecord>,
     rewind: Option<&crate::source::chain::RewindBatch>,
 ) -> Result<PlanView, EngineError> {
     let sites = site_clients(config)?;
@@ -1304,21 +1309,6 @@ pub async fn plan_view(
     let specs = specs.as_ref();
     let elsewhere = names(&theirs);
     let config_sharded = config.source.selector.is_some();
-    // The daemon holds the database while it runs: then ask it for the records.
-    let records = match crate::state::read_specs_snapshot(&config.state_dir) {
-        Some(r) => r,
-        None if config.state_dir.join(crate::state::DB_FILE).exists() => {
-            crate::control::records(&config.state_dir)
-                .await
-                .map_err(|e| EngineError::Status {
-                    path: config.state_dir.display().to_string(),
-                    message: format!(
-                        "the state database is in use and the daemon did not answer: {e}"
-                    ),
-                })?
-        }
-        None => BTreeMap::new(),
-    };
     let mut cache = HashMap::new();
     // Read-only: a missing key is not made here (then no marker verifies).
     let key = MarkerKey::load_file(&config.marker_key_path())

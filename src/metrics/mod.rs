@@ -223,6 +223,11 @@ impl Metrics {
         SiteMetrics(self.0.as_ref().map(|r| (r.clone(), Arc::from(site))))
     }
 
+    /// [`Metrics::for_site`] as the meter a site's client holds (the engine's `MeterFor`).
+    pub fn meter(&self, site: &str) -> Arc<dyn crate::pve::Meter> {
+        Arc::new(self.for_site(site))
+    }
+
     /// Records a finished reconcile cycle: `report` with the commit it applied, or `None` when
     /// the cycle failed. The gauges (specs, orphans, sites) are replaced as a whole.
     pub fn cycle_finished(&self, report: Option<(&CycleReport, &str)>, took: Duration) {
