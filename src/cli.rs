@@ -630,7 +630,7 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
         // Colour on a terminal, unless NO_COLOR (no-color.org), CLICOLOR=0 or TERM=dumb says
         // otherwise; CLICOLOR_FORCE forces it (anstream's rules, as clap's help follows them).
         color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
-        now: std::time::SystemTime::now(),
+        now: crate::clock::system_now(),
     };
     // The daemon's state first (not in JSON, whose shape scripts rely on).
     let daemon = (!opts.json && opts.name.is_none()).then(|| daemon_line(&config));
@@ -652,7 +652,7 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
 /// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
 /// control socket and `_summary.yaml`.
 fn daemon_line(config: &Config) -> String {
-    let now = std::time::SystemTime::now();
+    let now = crate::clock::system_now();
     let ago = |t: std::time::SystemTime| {
         crate::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
     };
@@ -979,6 +979,7 @@ fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
         .or_else(|_| std::env::var("USER"))
         .unwrap_or_else(|_| "?".into());
     // SAFETY: getuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
     let uid = unsafe { libc::getuid() };
     let by = format!("{user} (uid {uid})");
     let (message, recorded) = match crate::source::Source::new(&config).accept(commit, &by) {

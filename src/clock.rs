@@ -48,10 +48,16 @@ impl fmt::Debug for Clock {
     }
 }
 
-/// The system's wall clock in milliseconds since the Unix epoch (0 before 1970). For callers
-/// outside a cycle (the CLI, the daemon's deadlines); a cycle reads its [`Clock`].
-pub fn now_ms() -> u64 {
+/// The system's wall clock, for callers outside a cycle (the CLI, the daemon, metrics and
+/// notifications); a cycle reads its [`Clock`]. The one place that reads it (`clippy.toml`).
+#[allow(clippy::disallowed_methods)]
+pub fn system_now() -> SystemTime {
     SystemTime::now()
+}
+
+/// [`system_now`] in milliseconds since the Unix epoch (0 before 1970).
+pub fn now_ms() -> u64 {
+    system_now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)

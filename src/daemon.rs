@@ -385,7 +385,7 @@ impl Daemon {
             }
             engine.last_request = Some(RequestSummary {
                 spec: req.spec,
-                handled_at: SystemTime::now(),
+                handled_at: crate::clock::system_now(),
             });
         }
         let report = match &self.desired {
@@ -712,7 +712,7 @@ fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String>
 
 /// The interval with ±10% jitter, so daemons fetching one remote spread out.
 fn jittered(d: Duration) -> Duration {
-    let nanos = SystemTime::now()
+    let nanos = crate::clock::system_now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|t| t.subsec_nanos())
         .unwrap_or(0);

@@ -1106,6 +1106,8 @@ fn action_site<'a>(
 /// recorded cluster, and reads the markers the planner needs.
 // Many arguments because: the engine's caches (markers, site identities) and what the cycle
 // reads, each borrowed for this call only.
+// Long because: the sites listed in parallel, then the markers read that the planner needs,
+// with the caches kept in step; one pass over the records.
 #[allow(clippy::too_many_arguments)]
 async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,

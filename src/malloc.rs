@@ -26,6 +26,7 @@ const MMAP_THRESHOLD: i32 = 128 * 1024;
 pub fn tune_for_daemon() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter under the allocator's own lock.
+    #[allow(unsafe_code)]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, ARENAS);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
@@ -37,6 +38,7 @@ pub fn tune_for_daemon() {
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists; it is thread-safe.
+    #[allow(unsafe_code)]
     unsafe {
         libc::malloc_trim(0);
     }

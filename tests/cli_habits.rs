@@ -59,14 +59,13 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        unsafe { libc_kill(self.0.id() as i32, 15) };
+        // SAFETY: kill has no memory preconditions; the pid is this test's child.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM)
+        };
         let _ = self.0.wait();
     }
-}
-
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 #[test]

@@ -132,7 +132,7 @@ impl Drop for Daemon {
 }
 
 fn rand_u32() -> u32 {
-    std::time::SystemTime::now()
+    proxsync::clock::system_now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
@@ -491,7 +491,7 @@ fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
         .unwrap_or_else(|| panic!("a record for no-image:\n{out}"));
     assert!(rec.next_attempt_ms.is_some(), "in backoff: {rec:?}\n{out}");
     // As if the backoff had run out a moment ago.
-    let now = std::time::SystemTime::now()
+    let now = proxsync::clock::system_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
@@ -770,6 +770,7 @@ fn set_fd_limit(pid: u32, limit: u64) {
         rlim_max: 0,
     };
     // SAFETY: prlimit on a valid pid, reading into a valid struct.
+    #[allow(unsafe_code)]
     let rc = unsafe {
         libc::prlimit(
             pid as libc::pid_t,
@@ -784,6 +785,7 @@ fn set_fd_limit(pid: u32, limit: u64) {
         rlim_max: old.rlim_max,
     };
     // SAFETY: prlimit on a valid pid with a valid new limit and no old limit to fill.
+    #[allow(unsafe_code)]
     let rc = unsafe {
         libc::prlimit(
             pid as libc::pid_t,

@@ -204,6 +204,8 @@ async fn pool_checks(
 /// and for a tagged one on `.../<bridge>/<vlan>` for its `vlan` and each VLAN of its `trunks`
 /// (not the bridge itself). A grant on the bridge that propagates covers its VLANs. An SDN
 /// VNet's zone is not read: it gets a warning naming the path to grant.
+// Long because: the bridges and VLANs gathered from the specs, then one permission read per
+// path, as PVE checks them at create.
 async fn sdn_checks(
     client: &Client,
     site: &SiteConfig,

@@ -483,6 +483,8 @@ pub(super) async fn adopt(
 /// the old spec's record; without one, the new spec's record is written as an adoption's).
 /// Interrupted between the two (a crash, a lost answer), the next attempt finds the marker
 /// already naming the new spec with the recorded uid and only moves the record.
+// Long because: the marker re-signed, then the record moved in one transaction, each step
+// checked against the evidence in its order; interrupted, the next attempt resumes between them.
 pub(super) async fn relabel(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,

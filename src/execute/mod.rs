@@ -376,6 +376,7 @@ fn limit_node(ctx: &ExecCtx<impl Pve>, action: &Action) -> Option<(String, Strin
 
 /// Runs one attempt of an action and records its outcome; `None`: it is to be tried again
 /// ([`create_again`]), its failure noted in the spec's history without a backoff.
+// Long because: one arm per action kind, each a call; then the outcome recorded as one step.
 async fn run_action(
     ctx: &ExecCtx<impl Pve>,
     action: &Action,

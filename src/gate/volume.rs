@@ -142,6 +142,8 @@ pub struct DestroyStep {
 /// listed), and only until it is done. A slot listed before the record followed the VM (an
 /// adoption, a rebuilt database, an older release) is bound to nothing: what the spec's author
 /// meant is unknown, and a destroy cannot be undone, so nothing in it is destroyed.
+// Long because: one decision over every state a slot's binding and contents can be in; each
+// arm says its case.
 pub fn destroy(
     vmid: u32,
     slot: &str,

@@ -88,7 +88,7 @@ impl Target {
         let secret = self.secret.as_ref().unwrap_or(&no_secret);
         match self.kind {
             NotifyKind::Webhook => {
-                let now = SystemTime::now()
+                let now = crate::clock::system_now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
@@ -114,7 +114,7 @@ fn message_id() -> String {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 16];
     if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
-        let nanos = SystemTime::now()
+        let nanos = crate::clock::system_now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
@@ -221,7 +221,9 @@ async fn run(target: Target, queue: Arc<Queue>) {
                 tracing::warn!(target = %target.name, %error, "notification not delivered");
                 stats.failures += 1;
                 stats.last_error = Some(error);
-                stats.failing_since.get_or_insert_with(SystemTime::now);
+                stats
+                    .failing_since
+                    .get_or_insert_with(crate::clock::system_now);
             }
         }
     }

@@ -50,7 +50,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
@@ -126,6 +126,7 @@ impl TaskWatcher {
     }
 
     /// Polls a task until it stops or `timeout` passes; see [`Client::wait_task`].
+    // Long because: one poll loop whose pace, shared listing and end are one state each turn.
     pub(crate) async fn wait(
         &self,
         client: &Client,
@@ -140,12 +141,12 @@ impl TaskWatcher {
         let node = self.register(&upid.node);
         // Both bounds are at most the true age: a clock skew only changes the pace.
         let age = |now: Instant| {
-            upid.age_at_least(SystemTime::now())
+            upid.age_at_least(crate::clock::system_now())
                 .max(now.saturating_duration_since(began))
         };
         // A task started just now (its UPID's whole second, less than a second ago) is read
         // when its type usually ends here; an older one, as its age says.
-        let fresh = upid.age_at_least(SystemTime::now()) < Duration::from_secs(1);
+        let fresh = upid.age_at_least(crate::clock::system_now()) < Duration::from_secs(1);
         let mut planned = if fresh { node.0.pace(&upid.kind) } else { None };
         // The estimate the first read was made at, for learning (not one learnt meanwhile).
         let first_planned = planned;

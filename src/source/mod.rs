@@ -434,7 +434,7 @@ impl Source {
             &location,
             &self.branch,
             &accepted,
-            std::time::SystemTime::now(),
+            crate::clock::system_now(),
             by,
         )
         .map_err(|e| self.error(e))?;
@@ -648,6 +648,7 @@ pub(crate) fn allow_foreign_owner() {
     ONCE.call_once(|| {
         // SAFETY: a process-wide libgit2 setting, written once before any repository is
         // opened by this process (`call_once` orders it before every later open).
+        #[allow(unsafe_code)]
         if let Err(e) = unsafe { git2::opts::set_verify_owner_validation(false) } {
             tracing::warn!(error = %e, "cannot relax libgit2's ownership check");
         }

@@ -1,0 +1,519 @@
+//! Keeps the structure ARCHITECTURE.md describes true, by reading `src/` (no build, no network):
+//! - the layers: a top-level module imports only modules of layers below its own (so no cycle
+//!   between modules, and no arrow that runs back up); the planner and the specs only from
+//!   their allow-lists;
+//! - the gate and the planner are pure: no async, no I/O, no clock;
+//! - a permit is made only by the gate;
+//! - a function longer than 100 lines says why (`// Long because: ...`);
+//! - ARCHITECTURE.md names only files that exist.
+//!
+//! Reading the wall clock outside `clock` is refused by clippy (`clippy.toml`). Test code
+//! (`#[cfg(test)]` items and the files they declare) is not checked: tests may reach anywhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom up. A module may import the modules of the layers below its own, never
+/// one of its own layer or above. A new top-level module must be placed here.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("helpers that import nothing of the crate", &["util"]),
+    (
+        "foundation: knows nothing of specs or Proxmox",
+        &[
+            "backoff",
+            "category",
+            "clock",
+            "concurrency",
+            "lanes",
+            "malloc",
+            "par",
+            "redact",
+            "selector",
+            "sops",
+        ],
+    ),
+    ("the marker and its key", &["ownership"]),
+    ("the daemon's configuration", &["config"]),
+    ("specs: parsing and validation", &["spec"]),
+    (
+        "the Proxmox VE client; cloud-init seed images",
+        &["pve", "cloudinit"],
+    ),
+    (
+        "the state database; what a cycle observed",
+        &["state", "observe"],
+    ),
+    ("the gate: decisions on evidence", &["gate"]),
+    ("the git source: commits -> specs", &["source"]),
+    ("the pure planner", &["plan"]),
+    ("acting on Proxmox VE", &["execute"]),
+    ("status files", &["status"]),
+    (
+        "what a cycle did; reading status; the control socket",
+        &["report", "status_view", "control"],
+    ),
+    (
+        "site identity checks; metrics",
+        &["site_identity", "metrics"],
+    ),
+    ("the reconcile cycle", &["engine"]),
+    (
+        "the process shell: notifications, checks, plan reports, the instance lock",
+        &["notify", "doctor", "plan_report", "instance_lock"],
+    ),
+    ("the daemon", &["daemon"]),
+    ("the command line", &["cli"]),
+];
+
+/// Modules held to a narrower list than their layer allows.
+const ALLOW_LISTS: &[(&str, &[&str])] = &[
+    (
+        "plan",
+        &[
+            "config",
+            "gate",
+            "observe",
+            "ownership",
+            "pve",
+            "source",
+            "spec",
+            "state",
+            "util",
+        ],
+    ),
+    ("spec", &["config", "ownership", "sops", "util"]),
+];
+
+/// Pure code: decisions on values handed in.
+const PURE: &[&str] = &["src/plan/", "src/gate/"];
+const IMPURE_WORDS: &[&str] = &[
+    "async fn",
+    ".await",
+    "std::fs",
+    "std::net",
+    "tokio::",
+    "reqwest",
+    "SystemTime",
+    "Instant::now",
+    "crate::clock",
+];
+
+const LONG_FUNCTION: usize = 100;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One source file with its test code blanked out.
+struct Source {
+    path: String,
+    /// The file's lines; those of `#[cfg(test)]` items are empty.
+    lines: Vec<String>,
+}
+
+impl Source {
+    fn module(&self) -> &str {
+        let rel = self.path.strip_prefix("src/").unwrap();
+        match rel.split_once('/') {
+            Some((dir, _)) => dir,
+            None => rel.strip_suffix(".rs").unwrap(),
+        }
+    }
+
+    /// Lines outside comments, with their numbers.
+    fn code(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.as_str()))
+            .filter(|(_, l)| !l.trim_start().starts_with("//"))
+    }
+}
+
+/// Every `.rs` file under `src/` that is not test code.
+fn sources() -> Vec<Source> {
+    let mut files = Vec::new();
+    walk(&root().join("src"), &mut files);
+    files.sort();
+    let mut test_files = BTreeSet::new();
+    let mut out = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let path = file
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let (lines, declared) = without_tests(&text);
+        for m in declared {
+            // `#[cfg(test)] mod m;` in src/a/mod.rs or src/a.rs declares src/a/m.rs.
+            let dir = file.parent().unwrap();
+            let base = match file.file_stem().unwrap().to_str().unwrap() {
+                "mod" | "lib" => dir.to_path_buf(),
+                stem => dir.join(stem),
+            };
+            test_files.insert(base.join(format!("{m}.rs")));
+            test_files.insert(base.join(&m).join("mod.rs"));
+        }
+        out.push((file.clone(), Source { path, lines }));
+    }
+    out.into_iter()
+        .filter(|(f, _)| !test_files.contains(f))
+        .map(|(_, s)| s)
+        .collect()
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The file's lines with each `#[cfg(test)]` item blanked (rustfmt's layout: the item ends at
+/// the first line holding its indentation and `}`), and the modules such items declare.
+fn without_tests(text: &str) -> (Vec<String>, Vec<String>) {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut declared = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[cfg(test)]" {
+            i += 1;
+            continue;
+        }
+        let indent = &lines[i][..lines[i].len() - lines[i].trim_start().len()];
+        let close = format!("{indent}}}");
+        let mut j = i + 1;
+        // Further attributes of the same item.
+        while j < lines.len() && lines[j].trim_start().starts_with("#[") {
+            j += 1;
+        }
+        let end = if j < lines.len() && lines[j].trim_end().ends_with(';') {
+            let item = lines[j].trim();
+            if let Some(name) = item
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+            {
+                declared.push(name.trim_end_matches(';').to_string());
+            }
+            j
+        } else {
+            (j..lines.len()).find(|&k| lines[k] == close).unwrap_or(j)
+        };
+        let last = end.min(lines.len() - 1);
+        for line in &mut lines[i..=last] {
+            line.clear();
+        }
+        i = end + 1;
+    }
+    (lines, declared)
+}
+
+/// The top-level modules `line` names as `crate::m`.
+fn crate_paths(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        // `proxsync_crate::`, `$crate::` are not paths of this crate.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if end > 0 {
+            out.push(&rest[..end]);
+        }
+    }
+    out
+}
+
+fn layer_of() -> BTreeMap<&'static str, usize> {
+    let mut out = BTreeMap::new();
+    for (rank, (_, modules)) in LAYERS.iter().enumerate() {
+        for m in *modules {
+            assert!(
+                out.insert(*m, rank).is_none(),
+                "{m} is in two layers of LAYERS"
+            );
+        }
+    }
+    out
+}
+
+/// The top-level modules `src/lib.rs` declares.
+fn lib_modules() -> Vec<String> {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|l| {
+            l.trim()
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .map(|m| m.trim_end_matches(';').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let layers = layer_of();
+    let missing: Vec<String> = lib_modules()
+        .into_iter()
+        .filter(|m| !layers.contains_key(m.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "modules with no place in tests/tidy.rs's LAYERS: {missing:?}; add each to the layer \
+         whose modules it may import from below, and to ARCHITECTURE.md's module table"
+    );
+    let gone: Vec<&str> = layers
+        .keys()
+        .filter(|m| !lib_modules().iter().any(|l| l == *m))
+        .copied()
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "LAYERS names modules src/lib.rs does not declare: {gone:?}"
+    );
+}
+
+#[test]
+fn every_import_runs_down_the_layers() {
+    let layers = layer_of();
+    let mut wrong = Vec::new();
+    for src in sources() {
+        let from = src.module().to_string();
+        let Some(&rank) = layers.get(from.as_str()) else {
+            continue; // every_module_has_a_layer says so
+        };
+        let allowed = ALLOW_LISTS
+            .iter()
+            .find(|(m, _)| *m == from)
+            .map(|(_, a)| *a);
+        for (n, line) in src.code() {
+            for to in crate_paths(line) {
+                if to == from {
+                    continue;
+                }
+                let Some(&to_rank) = layers.get(to) else {
+                    continue;
+                };
+                if to_rank >= rank {
+                    wrong.push(format!(
+                        "{}:{n}: {from} (layer {rank}: {}) imports {to} (layer {to_rank}: {}): \
+                         an arrow that runs {}",
+                        src.path,
+                        LAYERS[rank].0,
+                        LAYERS[to_rank].0,
+                        if to_rank == rank {
+                            "across a layer"
+                        } else {
+                            "back up"
+                        }
+                    ));
+                } else if allowed.is_some_and(|a| !a.contains(&to)) {
+                    wrong.push(format!(
+                        "{}:{n}: {from} imports {to}, which is not on its allow-list {:?}",
+                        src.path,
+                        allowed.unwrap()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers (tests/tidy.rs LAYERS; ARCHITECTURE.md \"Layers\"): move the \
+         item down to a layer both can import, or hand it in from above:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_gate_and_the_planner_are_pure() {
+    let mut wrong = Vec::new();
+    for src in sources() {
+        if !PURE.iter().any(|p| src.path.starts_with(p)) {
+            continue;
+        }
+        for (n, line) in src.code() {
+            for word in IMPURE_WORDS {
+                if line.contains(word) {
+                    wrong.push(format!("{}:{n}: {word}", src.path));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the gate and the planner decide on values handed in: no async, I/O or clock:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn only_the_gate_makes_permits() {
+    let mut wrong = Vec::new();
+    for src in sources() {
+        if src.path.starts_with("src/gate/") || src.path == "src/pve/permit.rs" {
+            continue;
+        }
+        for (n, line) in src.code() {
+            if line.contains("Permit::new(") {
+                wrong.push(format!("{}:{n}", src.path));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a permit is made only by the gate's decision functions (src/gate/), from verified \
+         evidence; ask the gate for one instead:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Functions (with a body) of `src`, as (name, first line, last line).
+fn functions(src: &Source) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    let lines = &src.lines;
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let Some(at) = trimmed.find("fn ") else {
+            continue;
+        };
+        let head = &trimmed[..at];
+        let is_fn = head.split_whitespace().all(|w| {
+            ["pub", "async", "const", "unsafe", "extern"].contains(&w) || w.starts_with("pub(")
+        });
+        if !is_fn || trimmed.starts_with("//") {
+            continue;
+        }
+        let name: String = trimmed[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = &line[..line.len() - trimmed.len()];
+        // The signature ends at `{` (a body) or `;` (a declaration).
+        let Some(open) = (i..lines.len()).find(|&k| {
+            let l = lines[k].trim_end();
+            l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+        }) else {
+            continue;
+        };
+        let l = lines[open].trim_end();
+        if l.ends_with(';') {
+            continue;
+        }
+        if l.ends_with('}') {
+            continue; // a one-line body
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = (open + 1..lines.len()).find(|&k| lines[k] == close) {
+            out.push((name, i + 1, end + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_long_function_says_why() {
+    let mut wrong = Vec::new();
+    for src in sources() {
+        for (name, first, last) in functions(&src) {
+            let length = last - first + 1;
+            if length <= LONG_FUNCTION {
+                continue;
+            }
+            // The line stands in the body, or among the comments and attributes just above.
+            let above = (0..first - 1)
+                .rev()
+                .take_while(|&k| {
+                    let l = src.lines[k].trim_start();
+                    l.starts_with("//") || l.starts_with("#[")
+                })
+                .last()
+                .unwrap_or(first - 1);
+            let says_why = src.lines[above..last]
+                .iter()
+                .any(|l| l.trim_start().starts_with("// Long because:"));
+            if !says_why {
+                wrong.push(format!("{}:{first}: {name} ({length} lines)", src.path));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "functions over {LONG_FUNCTION} lines without a `// Long because: ...` line saying why \
+         they are one function (or split them):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn architecture_names_only_files_that_exist() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut missing = BTreeSet::new();
+    for word in text.split(|c: char| c == '`' || c.is_whitespace() || "()[],;:".contains(c)) {
+        let word = word.trim_end_matches('.');
+        let is_path = [
+            "src/",
+            "tests/",
+            "scripts/",
+            "bench/",
+            "docs/",
+            "packaging/",
+            "systemd/",
+        ]
+        .iter()
+        .any(|p| word.starts_with(p));
+        if !is_path || word.contains('*') || word.contains('{') || word.contains('<') {
+            continue;
+        }
+        if !root().join(word).exists() {
+            missing.insert(word.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names files that are not in the repository: {missing:?}"
+    );
+}
+
+#[test]
+fn the_checks_see_what_they_check() {
+    // The reading above is by text: make sure it finds what it must, so a broken reader does
+    // not pass quietly.
+    let (lines, declared) = without_tests(
+        "use crate::a::B;\n#[cfg(test)]\nmod tests {\n    use crate::z;\n}\n#[cfg(test)]\nmod more;\nfn f() {}\n",
+    );
+    assert_eq!(lines[0], "use crate::a::B;");
+    assert!(lines[1..7].iter().all(String::is_empty), "{lines:?}");
+    assert_eq!(lines[7], "fn f() {}");
+    assert_eq!(declared, ["more"]);
+    assert_eq!(
+        crate_paths("use crate::plan::{A, B}; x(crate::spec::f, $crate::no)"),
+        ["plan", "spec"]
+    );
+    let src = Source {
+        path: "src/x.rs".into(),
+        lines: "pub async fn long(\n    a: u32,\n) -> u32 {\n    a\n}\nfn decl(&self);\nfn one() { 1 }\n"
+            .lines()
+            .map(str::to_string)
+            .collect(),
+    };
+    assert_eq!(functions(&src), [("long".to_string(), 1, 5)]);
+    let all = sources();
+    assert!(all.iter().any(|s| s.path == "src/plan/mod.rs"));
+    assert!(
+        !all.iter().any(|s| s.path == "src/execute/tests.rs"),
+        "test files are skipped"
+    );
+    assert!(layer_of().len() >= 30);
+}
