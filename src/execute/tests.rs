@@ -1613,7 +1613,7 @@ async fn a_rename_relabels_only_the_old_specs_vm() {
         vmid,
     };
     // Another spec's marker: not the old spec's VM. (The new spec's own marker is a re-label
-    // already done, whose answer was lost: see `tests/renames.rs`.)
+    // already done, whose answer was lost: see `tests/it/cycle/renames.rs`.)
     let other = crate::ownership::Marker::signed(&w.key, "main", "db-01", &rec.uid, vmid);
     w.pve().edit_vm(vmid, |vm| {
         vm.config.insert("description".into(), other.description());

@@ -404,7 +404,7 @@ impl Registered {
             m.cycles.clone(),
         );
         // Histograms carry their unit in the name only, without a `# UNIT` line: the spec allows
-        // one, but openmetrics-parser (tests/metrics.rs) refuses it on a histogram.
+        // one, but openmetrics-parser (tests/it/features/metrics.rs) refuses it on a histogram.
         r.register(
             "reconcile_cycle_duration_seconds",
             "How long reconcile cycles took, waits for PVE tasks included",

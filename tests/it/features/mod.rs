@@ -1,0 +1,10 @@
+//! What a person meets: the daemon, the CLI, doctor, plan, metrics, notifications, SOPS, the package.
+
+mod cli_habits;
+mod daemon;
+mod doctor;
+mod metrics;
+mod notify;
+mod packaging;
+mod plan_cli;
+mod sops;

@@ -1,0 +1,264 @@
+//! `proxsync plan` as CI gates a merge on it: exit 0 only when the plan is complete and empty,
+//! 2 with changes, 1 when anything kept it from being complete (an unreachable site, an invalid
+//! spec, a refused commit in `tests/signed_commits.rs`), each reason on stderr; every change
+//! field by field (the update the run then sends), `--json`, `plan NAME...`, `--specs`'
+//! removals labelled, verdicts in words.
+
+use crate::common;
+
+use assert_cmd::Command;
+use common::engine::{Workspace, owned_vms, spec, text};
+use common::{FakePve, default_scenario};
+
+/// `proxsync plan <args>` through assert_cmd.
+fn plan(ws: &Workspace, args: &[&str]) -> std::process::Output {
+    Command::cargo_bin("proxsync")
+        .unwrap()
+        .arg("plan")
+        .args(args)
+        .arg("--config")
+        .arg(ws.config())
+        .env("PROXSYNC_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Points site `lab` at a port nothing listens on.
+fn break_endpoint(ws: &Workspace, pve: &FakePve) {
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let config = config.replace(pve.url(), &format!("https://127.0.0.1:{port}"));
+    std::fs::write(ws.config(), config).unwrap();
+}
+
+#[test]
+fn an_unreachable_site_is_exit_1_not_no_changes() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    assert_eq!(owned_vms(&mut pve).len(), 1);
+    assert_eq!(plan(&ws, &[]).status.code(), Some(0));
+
+    break_endpoint(&ws, &pve);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("error: site lab could not be read:"),
+        "{}",
+        text(&out)
+    );
+    let json = plan(&ws, &["--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        doc["errors"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("site lab could not be read"),
+        "{doc}"
+    );
+}
+
+#[test]
+fn an_invalid_spec_is_exit_1_with_its_reason() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "    cpus: 8\n")),
+    ]);
+    assert!(!ws.run_once().0);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(stderr(&out).contains("b.yaml:"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("error: invalid spec(s): web-02"),
+        "{}",
+        text(&out)
+    );
+    // Naming only the valid spec plans it alone: complete, no changes.
+    let out = plan(&ws, &["web-01"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn an_update_is_shown_field_by_field_as_the_run_applies_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    let (vmid, _) = owned_vms(&mut pve)[0].clone();
+    let vmid = vmid as u32;
+
+    // Stopped by hand and shrunk to 1 core and 1 GiB.
+    pve.set_vm(vmid, serde_json::json!({"status": "stopped"}));
+    let client = pve.client();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(
+        client.set_config(
+            "pve1",
+            vmid,
+            &proxsync::pve::VmParams::new()
+                .set("cores", 1)
+                .set("memory", 1024),
+            None,
+        ),
+    )
+    .unwrap();
+
+    pve.clear_requests();
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let line = stdout(&out)
+        .lines()
+        .find(|l| l.starts_with("~ update  web-01"))
+        .unwrap_or_else(|| panic!("no update line: {}", text(&out)))
+        .to_string();
+    for part in [
+        "memory 1024 -> 2048 MiB",
+        "cores 1 -> 2",
+        "power stopped -> running",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from {line:?}");
+    }
+    assert!(
+        pve.requests().iter().all(|r| r.method == "GET"),
+        "plan only reads"
+    );
+
+    let json = plan(&ws, &["--json"]);
+    assert_eq!(json.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let change = &doc["changes"][0];
+    assert_eq!(change["action"], "converge", "{doc}");
+    assert_eq!(change["spec"], "web-01");
+    let fields = change["fields"].as_array().unwrap();
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|f| f["field"] == name)
+            .unwrap_or_else(|| panic!("no field {name} in {doc}"))
+            .clone()
+    };
+    assert_eq!(field("memory")["old"], "1024");
+    assert_eq!(field("memory")["new"], "2048");
+    assert_eq!(field("memory")["unit"], "MiB");
+    assert_eq!(field("cores")["old"], "1");
+    assert_eq!(field("power")["new"], "running");
+
+    // The run then does exactly that.
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert_eq!(
+        vm["config"]["memory"].to_string().trim_matches('"'),
+        field("memory")["new"].as_str().unwrap()
+    );
+    assert_eq!(
+        vm["config"]["cores"].to_string().trim_matches('"'),
+        field("cores")["new"].as_str().unwrap()
+    );
+    assert_eq!(vm["status"], "running");
+    assert_eq!(plan(&ws, &[]).status.code(), Some(0));
+}
+
+#[test]
+fn naming_specs_plans_them_alone_and_spec_files_label_removals() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    assert!(ws.run_once().0);
+    assert_eq!(owned_vms(&mut pve).len(), 2);
+    ws.commit_specs(&[
+        (
+            "a.yaml",
+            spec("web-01", "pve1", "9000", "    tags: [new]\n"),
+        ),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+        ("c.yaml", spec("web-03", "pve1", "9000", "")),
+    ]);
+
+    // One spec by name: its update only; nothing about the others, never a removal.
+    let out = plan(&ws, &["web-01"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let o = stdout(&out);
+    assert!(o.contains("~ update  web-01"), "{o}");
+    assert!(o.contains("tags "), "{o}");
+    assert!(!o.contains("web-02") && !o.contains("web-03"), "{o}");
+    assert!(o.contains("1 change(s)"), "{o}");
+    let out = plan(&ws, &["web-02"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A name that is no spec.
+    let out = plan(&ws, &["nosuch"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("no such spec: nosuch"),
+        "{}",
+        text(&out)
+    );
+
+    // --specs: the specs not among the files count as removed, and say so.
+    let dir = ws.path("branch");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.yaml"),
+        spec("web-01", "pve1", "9000", "    tags: [new]\n"),
+    )
+    .unwrap();
+    let out = plan(&ws, &["--specs", dir.to_str().unwrap()]);
+    let o = stdout(&out);
+    let removal = o
+        .lines()
+        .find(|l| l.contains("web-02"))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(removal.starts_with("- delete  web-02"), "{removal}");
+    assert!(removal.contains("not among the --specs files"), "{removal}");
+    let json = plan(&ws, &["--specs", dir.to_str().unwrap(), "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let removal = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["spec"] == "web-02")
+        .unwrap();
+    assert_eq!(removal["removal"], "notInSpecFiles", "{doc}");
+}
+
+#[test]
+fn a_backoff_is_said_in_words() {
+    let pve_scenario = default_scenario();
+    let mut pve = FakePve::start(pve_scenario);
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    pve.fail("POST", "/clone", 400, "storage is on fire");
+    assert!(!ws.run_once().0);
+    let out = plan(&ws, &[]);
+    let o = stdout(&out);
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("! web-01: "))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(line.starts_with("! web-01: backing off until "), "{line}");
+    assert!(line.contains("UTC"), "{line}");
+    assert!(line.contains("1st attempt: "), "{line}");
+    assert!(line.contains("storage is on fire"), "{line}");
+    assert!(!line.contains('{'), "no JSON: {line}");
+}
