@@ -28,6 +28,7 @@ pub mod plan;
 pub mod plan_report;
 pub mod pve;
 pub mod redact;
+pub mod render;
 pub mod report;
 pub mod selector;
 pub mod site_identity;

@@ -17,8 +17,8 @@ const ARENAS: i32 = 1;
 /// starts at 128 KiB and raises the threshold to the size of each mapped block freed (up to
 /// 32 MiB): after the first cycle freed a listing's body or a Vec of 10,000 records, such
 /// temporaries came from the heap, where what the cycle kept around them held their pages.
-/// Setting it fixes it (and turns the raise off). Measured at 10,000 specs (BENCHMARKS.md,
-/// "Memory at 10,000 specs, session 22"): the adoption's peak 64 -> 59 MiB.
+/// Setting it fixes it (and turns the raise off); BENCHMARKS.md, "Memory at 10,000 specs",
+/// has the figures.
 const MMAP_THRESHOLD: i32 = 128 * 1024;
 
 /// Limits glibc's arenas ([`ARENAS`]) and fixes its mmap threshold ([`MMAP_THRESHOLD`]). Call

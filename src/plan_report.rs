@@ -3,8 +3,8 @@
 //! trusted (an unreachable site, an invalid spec, a refused commit, a spec set not read
 //! completely, a VM whose config cannot be read).
 //!
-//! A converge's field changes are the update the run would send: `execute::preview_config`
-//! and `execute::preview_disk` are the functions the converge itself calls, applied to the
+//! A converge's field changes are the update the run would send: `render::preview_config`
+//! and `render::preview_disk` are the functions the converge itself calls, applied to the
 //! VM's config and pending values read now. Nothing here decides what to do.
 
 use std::collections::BTreeSet;
@@ -12,9 +12,9 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::engine::PlanView;
-use crate::execute::ConfigChange;
 use crate::observe::Power;
 use crate::plan::{Action, Verdict};
+use crate::render::ConfigChange;
 use crate::spec::{PowerState, Spec, SpecSet};
 use crate::state::SpecRecord;
 
@@ -340,8 +340,8 @@ async fn vm_changes(
     )
     .map_err(|why| why.to_string())?;
     let mut changes =
-        crate::execute::preview_config(&key, &view.install_id, spec, &rec, &ours, &cfg, &pending)?;
-    changes.extend(crate::execute::preview_disk(spec, &rec, &cfg));
+        crate::render::preview_config(&key, &view.install_id, spec, &rec, &ours, &cfg, &pending)?;
+    changes.extend(crate::render::preview_disk(spec, &rec, &cfg));
     let mut fields: Vec<Field> = changes.into_iter().map(field).collect();
     let power = view
         .views

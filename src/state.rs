@@ -636,10 +636,9 @@ impl Store {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(SPECS).map_err(|e| self.err(e))?;
         // Collected first and built at once: a map built from sorted entries has full nodes,
-        // one filled by inserting in order about half-empty ones (a record is 600 bytes, so
-        // that was 4-5 MiB at 10,000 specs). The Vec is sized at once from the table's count:
-        // grown by doubling, 10,000 records took a block for 16,384 (6 MiB) and, while it
-        // moved, the one for 8,192 beside it.
+        // one filled by inserting in order about half-empty ones. The Vec is sized at once from
+        // the table's count: grown by doubling, it would hold up to twice the records' room,
+        // and while it moves, the old block beside it (BENCHMARKS.md, memory).
         let count = table.len().map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         for entry in table.iter().map_err(|e| self.err(e))? {

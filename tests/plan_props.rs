@@ -1857,10 +1857,10 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
 
 // ---- converged values are stable under PVE's spelling -------------------------------------
 
-use proxsync::execute::disks::{create_drives, disk_changes};
-use proxsync::execute::hardware::hardware_changes;
-use proxsync::execute::network::network_changes;
 use proxsync::pve::VmParams;
+use proxsync::render::disks::{create_drives, disk_changes};
+use proxsync::render::hardware::hardware_changes;
+use proxsync::render::network::network_changes;
 use proxsync::spec::{Bios, Hardware, Nic, Startup};
 
 prop_compose! {

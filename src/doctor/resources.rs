@@ -78,7 +78,7 @@ pub(super) async fn check_spec_needs(
             .disks
             .iter()
             .flatten()
-            .filter_map(|d| crate::execute::disks::format_refusal(d, node_storages))
+            .filter_map(|d| crate::render::disks::format_refusal(d, node_storages))
         {
             out.push(check(
                 Level::Fail,

@@ -1,10 +1,7 @@
 //! Bringing an existing VM in line with its spec: config fields, cloud-init, disk size, power
 //! state, and what waits for the next start.
 
-use crate::category::Category;
 use crate::gate::identity::VerifiedMarker;
-use crate::ownership::ownership_tag;
-use crate::plan::merge_tags;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::pve_size;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -15,11 +12,9 @@ use crate::state::{SpecRecord, VmState};
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{checked_site, verified};
 use super::reboot::{pending_keys, reboot_if_due};
-use super::vm::{
-    boot_disk, check_lock, effective_value, power_off, protection_of, read_own_config, settle_ha,
-};
-use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, VmRef, fail, site, wait};
-use crate::ownership::{Marker, MarkerKey};
+use super::vm::{check_lock, power_off, protection_of, read_own_config, settle_ha};
+use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, VmRef, site, wait};
+use crate::render::current::boot_disk;
 
 /// Brings an existing VM in line with its spec, after verifying it is the spec's.
 pub(super) async fn converge(
@@ -301,7 +296,7 @@ fn config_read_again(
     ];
     let cloud_init = spec.cloud_init.is_some()
         || spec.user_data.is_some()
-        || !super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+        || !crate::render::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
     !changed.is_empty() && (cloud_init || changed.iter().any(|c| !KEEPS_DISKS.contains(c)))
 }
 
@@ -326,7 +321,7 @@ pub(super) fn adoption_is_current(
         && spec.hardware.pool.is_none()
         && spec.disks.is_none()
         && spec.destroy_disks.is_empty()
-        && super::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
+        && crate::render::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
     if !simple || cfg.lock().is_some() {
         return false;
     }
@@ -355,9 +350,8 @@ pub(super) fn adoption_is_current(
     power_matches && disk_grown && config_matches && listing_matches
 }
 
-/// The declared fields that differ from the VM's config, compared with PVE's normalised values
-/// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
-/// to send and the names of what it changes.
+/// The update this converge sends ([`crate::render::config::config_changes`] with the cycle's
+/// marker key and install id).
 fn config_diff(
     ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
@@ -366,7 +360,7 @@ fn config_diff(
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ActionError> {
-    config_changes(
+    crate::render::config::config_changes(
         &ctx.marker_key,
         &ctx.install_id,
         spec,
@@ -375,182 +369,7 @@ fn config_diff(
         cfg,
         pending,
     )
-}
-
-/// [`config_diff`] with the marker key and install id it signs and merges with: `plan` asks it
-/// too, so what `plan` shows is the update a converge sends.
-fn config_changes(
-    key: &MarkerKey,
-    install_id: &str,
-    spec: &Spec,
-    rec: &SpecRecord,
-    ours: &VerifiedMarker,
-    cfg: &VmConfig,
-    pending: &[PendingEntry],
-) -> Result<(VmParams, Vec<&'static str>), ActionError> {
-    let effective = |key: &str| effective_value(cfg, pending, key);
-    let hw = super::hardware::hardware_changes(spec, &effective, &spec.storage)?;
-    let mut params = hw.params;
-    let mut changed: Vec<&str> = hw.changed;
-    let mut delete = hw.delete;
-    if let Some((description, what)) = description_change(key, install_id, spec, rec, ours, cfg) {
-        // The VM's own marker, as verified: the gate's permit to write it again.
-        let permit =
-            crate::gate::permit::sign(ours).map_err(|why| fail(Category::Conflict, why))?;
-        params = params.marker(&permit, description)?;
-        changed.push(what);
-    }
-    if cfg.get("name") != Some(spec.vm_name.as_str()) {
-        params = params.set("name", &spec.vm_name);
-        changed.push("name");
-    }
-    let memory = effective("memory")
-        .and_then(|m| {
-            m.trim_start_matches("current=")
-                .split(',')
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .unwrap_or(512);
-    if memory != spec.memory_mib {
-        params = params.set("memory", spec.memory_mib);
-        changed.push("memory");
-    }
-    let nics = super::network::network_changes(spec, &effective)?;
-    params = params.merge(nics.params);
-    changed.extend(nics.changed);
-    delete.extend(nics.delete);
-    if let Some(tags) = tags_change(install_id, spec, rec, cfg) {
-        params = params.tags(&tags)?;
-        changed.push("tags");
-    }
-    if !delete.is_empty() {
-        delete.sort_unstable();
-        params = params.delete_keys(&delete);
-    }
-    Ok((params, changed))
-}
-
-/// One config key a converge would change: its value now (`None`: absent) and the one sent
-/// (`None`: removed).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ConfigChange {
-    pub key: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
-}
-
-/// What a converge of VM `vmid` would change in its config, key by key, from its config and
-/// pending values as read now: the update [`converge`] sends, computed by the same function.
-/// The description is named without its text (`key` "description" or "marker"). `ours`: the
-/// VM's marker as the gate verified it, as a converge verifies it first.
-pub fn preview_config(
-    key: &MarkerKey,
-    install_id: &str,
-    spec: &Spec,
-    rec: &SpecRecord,
-    ours: &VerifiedMarker,
-    cfg: &VmConfig,
-    pending: &[PendingEntry],
-) -> Result<Vec<ConfigChange>, String> {
-    let (params, changed) =
-        config_changes(key, install_id, spec, rec, ours, cfg, pending).map_err(|e| e.message)?;
-    let mut out = Vec::new();
-    for (k, new) in params.entries() {
-        match k {
-            "delete" => out.extend(new.split(',').map(|d| ConfigChange {
-                key: d.to_string(),
-                old: effective_value(cfg, pending, d),
-                new: None,
-            })),
-            // Its text and MAC are noise in a plan: what changes is named.
-            "description" => out.push(ConfigChange {
-                key: changed
-                    .iter()
-                    .find(|c| matches!(**c, "description" | "marker"))
-                    .unwrap_or(&"description")
-                    .to_string(),
-                old: None,
-                new: None,
-            }),
-            _ => {
-                let old = effective_value(cfg, pending, k);
-                // PVE reads an absent `sockets` as 1: sent beside `cores`, it changes nothing.
-                let unchanged =
-                    old.as_deref() == Some(new) || (k == "sockets" && old.is_none() && new == "1");
-                if !unchanged {
-                    out.push(ConfigChange {
-                        key: k.to_string(),
-                        old,
-                        new: Some(new.to_string()),
-                    });
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The description to write, and what it changes: the text above the marker when the spec
-/// declares another, or the marker. A marker from before signing (or signed with a lost key,
-/// the record vouching for the VM) is rewritten signed for this VMID; the rest of the
-/// description stays, unless the spec declares the text above the marker.
-fn description_change(
-    key: &MarkerKey,
-    install_id: &str,
-    spec: &Spec,
-    rec: &SpecRecord,
-    ours: &VerifiedMarker,
-    cfg: &VmConfig,
-) -> Option<(String, &'static str)> {
-    let vmid = ours.vmid();
-    let current = cfg.description().unwrap_or("");
-    let text_differs = spec
-        .hardware
-        .description
-        .as_deref()
-        .is_some_and(|text| description_text(current) != text);
-    if !text_differs && ours.signed() {
-        return None;
-    }
-    let signed = Marker::signed(key, install_id, &spec.name, &rec.uid, vmid);
-    let base = spec.hardware.description.as_deref().unwrap_or(current);
-    let what = if text_differs {
-        "description"
-    } else {
-        "marker"
-    };
-    Some((signed.replace_in(base), what))
-}
-
-/// The VM's tags after the three-way merge (tags added by hand stay), when they differ.
-fn tags_change(
-    install_id: &str,
-    spec: &Spec,
-    rec: &SpecRecord,
-    cfg: &VmConfig,
-) -> Option<Vec<String>> {
-    let tags = merge_tags(
-        &cfg.tags(),
-        &rec.applied_tags,
-        &spec.tags,
-        &ownership_tag(install_id),
-    );
-    let mut current = cfg.tags();
-    current.sort();
-    current.dedup();
-    (tags != current).then_some(tags)
-}
-
-/// The description without proxsync's marker line: the text a spec's `description` sets.
-fn description_text(description: &str) -> String {
-    description
-        .lines()
-        .filter(|l| !l.contains(crate::ownership::MARKER_PREFIX))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim_end()
-        .to_string()
+    .map_err(ActionError::from)
 }
 
 /// Grows the boot disk to the spec's size (disks only grow). `Some` when the resize task
@@ -564,7 +383,7 @@ async fn grow_disk(
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
     let VmRef { node, vmid, .. } = vm;
-    if let Some((disk, size)) = disk_to_grow(spec, rec, cfg) {
+    if let Some((disk, size)) = crate::render::config::disk_to_grow(spec, rec, cfg) {
         tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
         let resize = client
             .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
@@ -582,25 +401,6 @@ async fn grow_disk(
     Ok(None)
 }
 
-/// The boot disk [`grow_disk`] grows and its size now: the short form's disk, smaller than the
-/// spec's and not grown to it before.
-fn disk_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<(String, u64)> {
-    boot_disk(cfg).filter(|(_, size)| {
-        spec.disks.is_none()
-            && *size < spec.disk_bytes
-            && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
-    })
-}
-
-/// The boot disk a converge grows, as a change of its size in bytes (for `plan`).
-pub fn preview_disk(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<ConfigChange> {
-    disk_to_grow(spec, rec, cfg).map(|(disk, size)| ConfigChange {
-        key: disk,
-        old: Some(size.to_string()),
-        new: Some(spec.disk_bytes.to_string()),
-    })
-}
-
 /// The addresses worth showing: not loopback, not IPv6 link-local.
 fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
     let mut out: Vec<String> = ifaces
@@ -615,27 +415,4 @@ fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> 
     out.sort();
     out.dedup();
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn boot_disk_is_found() {
-        let cfg: VmConfig = serde_json::from_str(
-            r#"{"boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-100-disk-0,size=2G","ide2":"local:iso/x.iso,media=cdrom"}"#,
-        )
-        .unwrap();
-        assert_eq!(boot_disk(&cfg), Some(("scsi0".into(), 2 << 30)));
-        let cfg: VmConfig =
-            serde_json::from_str(r#"{"virtio0":"local-lvm:vm-100-disk-0,size=10G"}"#).unwrap();
-        assert_eq!(boot_disk(&cfg), Some(("virtio0".into(), 10 << 30)));
-        // A network boot first: the NIC is no disk to grow.
-        let cfg: VmConfig = serde_json::from_str(
-            r#"{"boot":"order=net0;scsi0","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","scsi0":"local-lvm:vm-100-disk-0,size=2G"}"#,
-        )
-        .unwrap();
-        assert_eq!(boot_disk(&cfg), Some(("scsi0".into(), 2 << 30)));
-    }
 }

@@ -241,13 +241,14 @@ async fn send_create(
             // The boot disk (scsi0 in the short form) and, with `disks`, every other disk.
             params = match source {
                 Source::Iso { .. } => {
-                    let (params, boot) = super::disks::create_drives(spec, params, None)?;
+                    let (params, boot) = crate::render::disks::create_drives(spec, params, None)?;
                     params
                         .cdrom("ide2", volume)?
                         .set("boot", format!("order={boot};ide2"))
                 }
                 _ => {
-                    let (params, boot) = super::disks::create_drives(spec, params, Some(volume))?;
+                    let (params, boot) =
+                        crate::render::disks::create_drives(spec, params, Some(volume))?;
                     let params = params.set("boot", format!("order={boot}"));
                     // Cloud images expect a serial port; kept unless the spec says otherwise.
                     if spec.hardware.serial_console.is_none() {
@@ -266,8 +267,8 @@ async fn send_create(
 /// empty config), else proxsync's defaults (`virtio-scsi-single`, `l26`, the agent on).
 fn create_params(spec: &Spec) -> Result<VmParams, PveError> {
     let hw = &spec.hardware;
-    let changes = super::hardware::hardware_changes(spec, &|_| None, &spec.storage)?;
-    let nics = super::network::network_changes(spec, &|_| None)?;
+    let changes = crate::render::hardware::hardware_changes(spec, &|_| None, &spec.storage)?;
+    let nics = crate::render::network::network_changes(spec, &|_| None)?;
     let mut params = changes.params.merge(nics.params);
     if hw.scsi_hardware.is_none() {
         params = params.set("scsihw", crate::spec::DEFAULT_SCSI_HARDWARE);

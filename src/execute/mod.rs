@@ -22,11 +22,9 @@ mod create;
 pub mod disks;
 mod ha;
 mod handover;
-pub mod hardware;
 mod identity;
 mod intent;
 mod migrate;
-pub mod network;
 mod outcome;
 mod preflight;
 mod reboot;
@@ -56,7 +54,6 @@ use crate::spec::Spec;
 use crate::state::{ErrorKind, SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
-pub use self::converge::{ConfigChange, preview_config, preview_disk};
 use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
 pub use self::handover::sign_over;
@@ -92,6 +89,15 @@ impl From<PveError> for ActionError {
             category: e.category(),
             message,
             kind: ErrorKind::Plain,
+        }
+    }
+}
+
+impl From<crate::render::ConfigError> for ActionError {
+    fn from(e: crate::render::ConfigError) -> Self {
+        match e {
+            crate::render::ConfigError::Params(e) => e.into(),
+            crate::render::ConfigError::Refused(why) => fail(Category::Conflict, why),
         }
     }
 }
@@ -265,8 +271,8 @@ pub use crate::clock::now_ms;
 /// Runs the actions: in parallel, at most each node's limit at once (its site's client's
 /// [`Pve::parallel_limit`], asked again as actions end; `max_parallel_per_node` for a PVE that
 /// keeps none). Only the running actions are tasks, each given a copy of its record when it
-/// starts (`lanes`): with one task per action from the start, an adoption of 10,000 VMs held
-/// 10,000 tasks and records (11 MiB). A create whose clone or create died on a lock timeout
+/// starts (`lanes`): one task per action from the start would hold a task and a record for
+/// every VM of a large adoption at once. A create whose clone or create died on a lock timeout
 /// and left nothing is tried again in the same cycle, after the node's other actions
 /// ([`create_again`]).
 pub async fn execute<P: Pve>(

@@ -107,7 +107,7 @@ pub(super) async fn preflight(
     check_storage(storages, &spec.storage, "images", &spec.node)?;
     for disk in spec.disks.iter().flatten() {
         check_storage(storages, &disk.storage, "images", &spec.node)?;
-        if let Some(why) = super::disks::format_refusal(disk, storages) {
+        if let Some(why) = crate::render::disks::format_refusal(disk, storages) {
             return Err(fail(Category::ConfigurationError, why));
         }
     }

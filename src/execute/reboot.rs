@@ -18,7 +18,7 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, wait};
 pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
     pending
         .iter()
-        .filter(|p| p.is_pending() && super::vm::reported_pending(&p.key))
+        .filter(|p| p.is_pending() && crate::render::current::reported_pending(&p.key))
         .map(|p| p.key.clone())
         .collect()
 }

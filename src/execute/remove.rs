@@ -9,11 +9,12 @@ use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::state::{SpecRecord, VmState};
 
-use super::cloud_init::{remove_old_seeds, seed_slots};
+use super::cloud_init::remove_old_seeds;
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
 use super::vm::{check_lock, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
+use crate::render::cloud_init::seed_slots;
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.

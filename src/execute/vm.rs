@@ -7,41 +7,14 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, stale_lock, wai
 use crate::category::Category;
 use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::Protection;
-use crate::pve::types::{PendingEntry, VmConfig};
-use crate::pve::values::{is_drive_key, parse_pve_size, pve_bool};
+use crate::pve::types::VmConfig;
+use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::state::{SpecRecord, VmState};
 
 /// How long the guest gets to power off before PVE's shutdown task stops it.
 const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
-
-/// The boot disk's key and size in bytes, from the config.
-pub(super) fn boot_disk(cfg: &VmConfig) -> Option<(String, u64)> {
-    let order = cfg
-        .get("boot")
-        .and_then(|b| b.strip_prefix("order="))
-        .map(|o| o.split(';').map(str::to_string).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let candidates = order
-        .into_iter()
-        .chain(["scsi0", "virtio0", "sata0", "ide0"].map(String::from));
-    // `order=` names NICs (`net0`) and passed-through devices too: only drives are disks,
-    // and PVE's resize takes only a drive key (else a 400).
-    for key in candidates.filter(|k| is_drive_key(k)) {
-        if let Some(v) = cfg.get(&key)
-            && !v.contains("media=cdrom")
-            && !v.contains("cloudinit")
-        {
-            let size = v
-                .split(',')
-                .find_map(|p| p.strip_prefix("size="))
-                .and_then(parse_pve_size);
-            return Some((key, size.unwrap_or(0)));
-        }
-    }
-    None
-}
 
 /// Who holds a VM's lock, as PVE sets it: `Ok(None)` when unlocked; `Waiting` while a task
 /// that can hold this kind of lock runs (a backup job names no VM, a clone names its source
@@ -149,51 +122,6 @@ pub(super) async fn read_own_config(
             ))
         }
     }
-}
-
-/// A config key's value as it will be: the pending value when one waits for the next start,
-/// else the current one.
-pub(super) fn effective_value(
-    cfg: &VmConfig,
-    pending: &[PendingEntry],
-    key: &str,
-) -> Option<String> {
-    match pending
-        .iter()
-        .find(|p| p.key == key)
-        .and_then(|p| p.pending.as_ref())
-    {
-        Some(serde_json::Value::String(v)) => Some(v.clone()),
-        Some(v) => Some(v.to_string()),
-        None => cfg.get(key).map(str::to_string),
-    }
-}
-
-/// The config keys whose change waits for the VM's next start, as proxsync reports them: the
-/// ones it manages (PVE applies the others' changes, or queues those a human made).
-pub(super) fn reported_pending(key: &str) -> bool {
-    const KEYS: [&str; 16] = [
-        "cores",
-        "sockets",
-        "memory",
-        "balloon",
-        "cpu",
-        "numa",
-        "bios",
-        "machine",
-        "scsihw",
-        "vga",
-        "serial0",
-        "ostype",
-        "agent",
-        "efidisk0",
-        "tpmstate0",
-        "boot",
-    ];
-    let nic = key
-        .strip_prefix("net")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    KEYS.contains(&key) || nic || is_drive_key(key)
 }
 
 /// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which

@@ -1,5 +1,5 @@
 //! Choosing the VMID of a new VM from the cycle's listing, so a create costs no
-//! `GET /cluster/nextid` while the listing still shows a free id (issue 15).
+//! `GET /cluster/nextid` while the listing still shows a free id.
 //!
 //! What PVE does (pve-manager 9.2.11 `14a22df`, pve-cluster `7091d92`):
 //! - `GET /cluster/nextid` (pve-manager `PVE/API2/Cluster.pm:1012-1051`) reads

@@ -1459,7 +1459,7 @@ mod tests {
 
 #[cfg(test)]
 mod unseen_specs {
-    //! Specs the reader cannot see must not look removed (issue 11).
+    //! Specs the reader cannot see must not look removed.
     use super::*;
     use std::process::Command;
 
