@@ -72,6 +72,66 @@ pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Spec
     (Cow::Owned(set), theirs.into_iter().collect())
 }
 
+/// What a cycle's actions are run with, beside its first look.
+struct Acting<'a> {
+    /// This install's specs.
+    specs: &'a SpecSet,
+    /// Other installs' specs (a hand-over converges their VMs' tags).
+    theirs: &'a Specs,
+    invalid: &'a BTreeSet<String>,
+    elsewhere: &'a BTreeSet<String>,
+    config_hash: &'a str,
+    /// The sites this cycle observed (all, or those a push touched): looked at again after.
+    observed_sites: &'a BTreeMap<String, Arc<SiteCtx>>,
+}
+
+/// What acting left: the results, the plan after acting, and the views and records it saw.
+type AfterActing = (
+    Vec<ActionResult>,
+    Plan,
+    BTreeMap<String, SiteView>,
+    BTreeMap<String, SpecRecord>,
+);
+
+/// What a cycle plans from besides what it observes and the records: the same for its first
+/// plan, the plan after acting and `plan_view`'s.
+struct PlanBasis<'a> {
+    config: &'a Config,
+    specs: &'a SpecSet,
+    invalid: &'a BTreeSet<String>,
+    elsewhere: &'a BTreeSet<String>,
+    config_hash: &'a str,
+    retry_transient_now: bool,
+    rewind: Option<&'a crate::source::chain::RewindBatch>,
+}
+
+impl PlanBasis<'_> {
+    fn plan(
+        &self,
+        sites: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        orphans_seen: &BTreeMap<(String, u32), u64>,
+        now_ms: u64,
+    ) -> Plan {
+        plan(&PlanInput {
+            install_id: &self.config.install_id,
+            desired: &self.specs.specs,
+            invalid: self.invalid,
+            elsewhere: self.elsewhere,
+            sharded: self.config.source.selector.is_some(),
+            complete: self.specs.is_complete(),
+            sites,
+            records,
+            orphans_seen,
+            reconcile: &self.config.reconcile,
+            config_hash: self.config_hash,
+            now_ms,
+            retry_transient_now: self.retry_transient_now,
+            rewind: self.rewind,
+        })
+    }
+}
+
 /// The names of specs.
 fn names(specs: &Specs) -> BTreeSet<String> {
     specs.iter().map(|s| s.name.clone()).collect()
@@ -393,7 +453,6 @@ impl Engine {
         let last_look = self.last_look.take();
         let (specs, theirs) = shard(&self.config, all_specs);
         let specs = specs.as_ref();
-        let config_sharded = self.config.source.selector.is_some();
         // Records read again from the database are not known to be the last cycle's.
         let last = last.filter(|_| self.records.is_some());
         let records = match self.records.take() {
@@ -411,24 +470,7 @@ impl Engine {
             .as_ref()
             .filter(|_| after_push)
             .and_then(|look| push_scope(look, all_specs, &invalid, &records, &chash, &self.sites));
-        // A full cycle drops the last look before observing (it is as big as the new views).
-        let (observed_sites, stale) = match (&scope, last_look) {
-            (Some(scope), Some(look)) => (
-                self.sites
-                    .iter()
-                    .filter(|(name, _)| scope.contains(*name))
-                    .map(|(name, site)| (name.clone(), site.clone()))
-                    .collect(),
-                look.views
-                    .into_iter()
-                    .filter(|(name, _)| !scope.contains(name))
-                    .collect(),
-            ),
-            _ => (self.sites.clone(), BTreeMap::new()),
-        };
-        if let Some(scope) = &scope {
-            tracing::debug!(sites = %scope.iter().map(String::as_str).collect::<Vec<_>>().join(","), "after a push: looking again at the sites it touched");
-        }
+        let (observed_sites, stale) = self.sites_to_observe(scope.as_ref(), last_look);
         let mut fresh = FreshConfigs::new();
         let mut views = observe_all(
             &observed_sites,
@@ -478,23 +520,16 @@ impl Engine {
             return report;
         }
         let elsewhere = names(&theirs);
-        let input = PlanInput {
-            install_id: &self.config.install_id,
-            desired: &specs.specs,
+        let basis = PlanBasis {
+            config: &self.config,
+            specs,
             invalid: &invalid,
             elsewhere: &elsewhere,
-            sharded: config_sharded,
-            complete: specs.is_complete(),
-            sites: &views,
-            records: &records,
-            orphans_seen: &orphans_seen,
-            reconcile: &self.config.reconcile,
             config_hash: &chash,
-            now_ms,
             retry_transient_now: self.retry_transient_now,
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
         };
-        let mut first = plan(&input);
+        let mut first = basis.plan(&views, &records, &orphans_seen, now_ms);
         if let Some(scope) = &scope {
             // Planned on views of the last cycle: acted on by the next full cycle, which looks.
             first
@@ -516,86 +551,24 @@ impl Engine {
             log_planned(action);
         }
 
-        let mut results = Vec::new();
         // After actions, look again, so status says what is true now. The first look's records
         // and views go to the actions and are dropped before the second look: held together
-        // they were a push's peak (two record maps and two views of 10,000 VMs).
-        let (after_plan, views, records) = if first.actions.is_empty() {
-            (None, views, records)
+        // they were a push's peak (two record maps and two views of thousands of VMs).
+        let (results, after_plan, views, records) = if first.actions.is_empty() {
+            (Vec::new(), None, views, records)
         } else {
-            // The sites not looked at again keep their views (the actions are not on them).
-            let (views, stale): (BTreeMap<_, _>, BTreeMap<_, _>) = views
-                .into_iter()
-                .partition(|(name, _)| observed_sites.contains_key(name));
-            // Only the specs the actions name (a push changing one spec of 10,000 clones one).
-            let acted: BTreeSet<&str> = first.actions.iter().filter_map(Action::spec).collect();
-            let ctx = Arc::new(ExecCtx {
-                store: self.store.clone(),
-                install_id: self.config.install_id.clone(),
-                sites: self.sites.clone(),
-                // Other installs' specs too: a hand-over brings its VM's tags in line with the
-                // spec as it now reads.
-                // Shared, not copied: an adoption of thousands of VMs would copy every spec.
-                specs: specs
-                    .specs
-                    .shared()
-                    .iter()
-                    .chain(theirs.shared())
-                    .filter(|s| acted.contains(s.name.as_str()))
-                    .map(|s| (s.name.clone(), s.clone()))
-                    .collect(),
-                views,
-                config_hash: chash.clone(),
-                task_wait: self.task_wait,
-                max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
-                max_parallel_reboots: self.config.reconcile.max_parallel_reboots,
-                reboot_slots: Default::default(),
-                shutdown: self.shutdown.clone(),
-                node_facts: Default::default(),
-                marker_key: self.marker_key.clone(),
-                fresh_configs: std::mem::take(&mut fresh),
-                vmid_cursors: Default::default(),
-                clock: self.clock.clone(),
-            });
-            // What the actions write is read again after them, not every record.
-            self.store.take_written();
-            results = execute(ctx, first.actions.clone(), &records).await;
-            let records = self.records_after_acting(records)?;
-            // VMIDs may have been freed and reused by this cycle's deletes and creates: the
-            // markers cached for the sites acted on are no longer trusted.
-            self.markers
-                .retain(|site, _| !observed_sites.contains_key(site));
-            let orphans_seen = self.store.orphans()?;
-            let mut views = observe_all(
-                &observed_sites,
-                &self.config,
+            let acting = Acting {
                 specs,
-                &records,
-                &mut self.markers,
-                &mut self.identities,
-                Some(&self.marker_key),
-                None,
-            )
-            .await;
-            views.extend(stale);
-            // Built anew, not from `input`, which borrows the dropped records and views.
-            let input = PlanInput {
-                install_id: &self.config.install_id,
-                desired: &specs.specs,
+                theirs: &theirs,
                 invalid: &invalid,
                 elsewhere: &elsewhere,
-                sharded: config_sharded,
-                complete: specs.is_complete(),
-                sites: &views,
-                records: &records,
-                orphans_seen: &orphans_seen,
-                reconcile: &self.config.reconcile,
                 config_hash: &chash,
-                now_ms: self.clock.now_ms(),
-                retry_transient_now: self.retry_transient_now,
-                rewind: self.source_rewind.as_ref().map(|r| &r.batch),
+                observed_sites: &observed_sites,
             };
-            (Some(plan(&input)), views, records)
+            let (results, after, views, records) = self
+                .act_and_look_again(&acting, &first.actions, views, records, fresh)
+                .await?;
+            (results, Some(after), views, records)
         };
         let report = self.write_status(
             specs,
@@ -617,18 +590,133 @@ impl Engine {
             ..report
         };
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {
-            let until_ms = [
-                report.plan.valid_until_ms,
-                report.next_attempt_ms.unwrap_or(u64::MAX),
-                now_ms.saturating_add(FULL_CYCLE_INTERVAL.as_millis() as u64),
-            ];
-            self.idle = Some(IdleCycle {
-                inputs,
-                report: report.clone(),
-                until_ms: until_ms.into_iter().min().unwrap_or(now_ms),
-            });
+            self.remember_idle(inputs, &report, now_ms);
         }
         Ok(report)
+    }
+
+    /// The sites a cycle observes, and the views it keeps from the last look: every site, or
+    /// after a push the sites of `scope` (the others keep their views). A full cycle drops the
+    /// last look before observing (it is as big as the new views).
+    fn sites_to_observe(
+        &self,
+        scope: Option<&BTreeSet<String>>,
+        last_look: Option<LastLook>,
+    ) -> (BTreeMap<String, Arc<SiteCtx>>, BTreeMap<String, SiteView>) {
+        match (scope, last_look) {
+            (Some(scope), Some(look)) => {
+                tracing::debug!(sites = %scope.iter().map(String::as_str).collect::<Vec<_>>().join(","), "after a push: looking again at the sites it touched");
+                (
+                    self.sites
+                        .iter()
+                        .filter(|(name, _)| scope.contains(*name))
+                        .map(|(name, site)| (name.clone(), site.clone()))
+                        .collect(),
+                    look.views
+                        .into_iter()
+                        .filter(|(name, _)| !scope.contains(name))
+                        .collect(),
+                )
+            }
+            _ => (self.sites.clone(), BTreeMap::new()),
+        }
+    }
+
+    /// Keeps a cycle that planned nothing as the idle one: its plan and statuses hold while
+    /// its inputs do, until the plan's validity, the next backoff deadline or the full-cycle
+    /// interval ends.
+    fn remember_idle(&mut self, inputs: CycleInputs, report: &CycleReport, now_ms: u64) {
+        let until_ms = [
+            report.plan.valid_until_ms,
+            report.next_attempt_ms.unwrap_or(u64::MAX),
+            now_ms.saturating_add(FULL_CYCLE_INTERVAL.as_millis() as u64),
+        ];
+        self.idle = Some(IdleCycle {
+            inputs,
+            report: report.clone(),
+            until_ms: until_ms.into_iter().min().unwrap_or(now_ms),
+        });
+    }
+
+    /// Runs `actions`, then looks again at the sites the cycle observed and plans, so status
+    /// says what is true now. Returns the results, the plan after acting, and the views and
+    /// records it was made from.
+    async fn act_and_look_again(
+        &mut self,
+        acting: &Acting<'_>,
+        actions: &[Action],
+        views: BTreeMap<String, SiteView>,
+        records: BTreeMap<String, SpecRecord>,
+        fresh: FreshConfigs,
+    ) -> Result<AfterActing, EngineError> {
+        let observed_sites = acting.observed_sites;
+        // The sites not looked at again keep their views (the actions are not on them).
+        let (views, stale): (BTreeMap<_, _>, BTreeMap<_, _>) = views
+            .into_iter()
+            .partition(|(name, _)| observed_sites.contains_key(name));
+        // Only the specs the actions name (a push changing one spec of thousands clones one).
+        let acted: BTreeSet<&str> = actions.iter().filter_map(Action::spec).collect();
+        let ctx = Arc::new(ExecCtx {
+            store: self.store.clone(),
+            install_id: self.config.install_id.clone(),
+            sites: self.sites.clone(),
+            // Other installs' specs too: a hand-over brings its VM's tags in line with the
+            // spec as it now reads.
+            // Shared, not copied: an adoption of thousands of VMs would copy every spec.
+            specs: acting
+                .specs
+                .specs
+                .shared()
+                .iter()
+                .chain(acting.theirs.shared())
+                .filter(|s| acted.contains(s.name.as_str()))
+                .map(|s| (s.name.clone(), s.clone()))
+                .collect(),
+            views,
+            config_hash: acting.config_hash.to_string(),
+            task_wait: self.task_wait,
+            max_parallel_per_node: self.config.reconcile.max_parallel_per_node,
+            max_parallel_reboots: self.config.reconcile.max_parallel_reboots,
+            reboot_slots: Default::default(),
+            shutdown: self.shutdown.clone(),
+            node_facts: Default::default(),
+            marker_key: self.marker_key.clone(),
+            fresh_configs: fresh,
+            vmid_cursors: Default::default(),
+            clock: self.clock.clone(),
+        });
+        // What the actions write is read again after them, not every record.
+        self.store.take_written();
+        let results = execute(ctx, actions.to_vec(), &records).await;
+        let records = self.records_after_acting(records)?;
+        // VMIDs may have been freed and reused by this cycle's deletes and creates: the
+        // markers cached for the sites acted on are no longer trusted.
+        self.markers
+            .retain(|site, _| !observed_sites.contains_key(site));
+        let orphans_seen = self.store.orphans()?;
+        let mut views = observe_all(
+            observed_sites,
+            &self.config,
+            acting.specs,
+            &records,
+            &mut self.markers,
+            &mut self.identities,
+            Some(&self.marker_key),
+            None,
+        )
+        .await;
+        views.extend(stale);
+        let basis = PlanBasis {
+            config: &self.config,
+            specs: acting.specs,
+            invalid: acting.invalid,
+            elsewhere: acting.elsewhere,
+            config_hash: acting.config_hash,
+            retry_transient_now: self.retry_transient_now,
+            rewind: self.source_rewind.as_ref().map(|r| &r.batch),
+        };
+        let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
+        Ok((results, after, views, records))
     }
 
     /// `records` with the records the actions wrote or removed read again (a push at 50,000
@@ -1310,7 +1398,6 @@ pub async fn plan_view(
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
     let elsewhere = names(&theirs);
-    let config_sharded = config.source.selector.is_some();
     let mut cache = HashMap::new();
     // Read-only: a missing key is not made here (then no marker verifies).
     let key = MarkerKey::load_file(&config.marker_key_path())
@@ -1336,22 +1423,16 @@ pub async fn plan_view(
         .collect();
     let chash = config_hash(config);
     let orphans_seen = BTreeMap::new();
-    let plan = plan(&PlanInput {
-        install_id: &config.install_id,
-        desired: &specs.specs,
+    let basis = PlanBasis {
+        config,
+        specs,
         invalid: &invalid,
         elsewhere: &elsewhere,
-        sharded: config_sharded,
-        complete: specs.is_complete(),
-        sites: &views,
-        records: &records,
-        orphans_seen: &orphans_seen,
-        reconcile: &config.reconcile,
         config_hash: &chash,
-        now_ms: now_ms(),
         retry_transient_now: false,
         rewind,
-    });
+    };
+    let plan = basis.plan(&views, &records, &orphans_seen, now_ms());
     Ok(PlanView {
         plan,
         views,
