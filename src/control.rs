@@ -68,7 +68,7 @@ pub struct DaemonState {
 pub fn serve(
     state_dir: &Path,
     requests: mpsc::Sender<Request>,
-    store: Option<std::sync::Arc<crate::state::Store>>,
+    store: Option<std::sync::Arc<crate::store::Store>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     crate::util::state_dir::create_state_dir(state_dir)?;
@@ -154,7 +154,7 @@ fn bind_private(state_dir: &Path, path: &Path) -> std::io::Result<UnixListener> 
 async fn handle(
     stream: UnixStream,
     requests: mpsc::Sender<Request>,
-    store: Option<std::sync::Arc<crate::state::Store>>,
+    store: Option<std::sync::Arc<crate::store::Store>>,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
@@ -174,7 +174,7 @@ async fn handle(
 async fn answer(
     line: &str,
     requests: mpsc::Sender<Request>,
-    store: Option<std::sync::Arc<crate::state::Store>>,
+    store: Option<std::sync::Arc<crate::store::Store>>,
 ) -> String {
     if line.trim() == "records" {
         let reply = match store.as_ref().map(|s| s.specs()) {
@@ -290,11 +290,11 @@ pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
 /// daemon holds it, asked of the daemon (none before the first cycle made the database).
 pub async fn plan_records(
     state_dir: &Path,
-) -> Result<std::collections::BTreeMap<String, crate::state::SpecRecord>, String> {
-    if let Some(records) = crate::state::read_specs_snapshot(state_dir) {
+) -> Result<std::collections::BTreeMap<String, crate::store::SpecRecord>, String> {
+    if let Some(records) = crate::store::read_specs_snapshot(state_dir) {
         return Ok(records);
     }
-    if !state_dir.join(crate::state::DB_FILE).exists() {
+    if !state_dir.join(crate::store::DB_FILE).exists() {
         return Ok(Default::default());
     }
     records(state_dir)
@@ -306,7 +306,7 @@ pub async fn plan_records(
 /// database).
 pub async fn records(
     state_dir: &Path,
-) -> Result<std::collections::BTreeMap<String, crate::state::SpecRecord>, String> {
+) -> Result<std::collections::BTreeMap<String, crate::store::SpecRecord>, String> {
     let path = socket_path(state_dir);
     let mut stream = UnixStream::connect(&path)
         .await
@@ -464,9 +464,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::channel(4);
         let store =
-            std::sync::Arc::new(crate::state::Store::open(&dir.path().join("state")).unwrap());
+            std::sync::Arc::new(crate::store::Store::open(&dir.path().join("state")).unwrap());
         store
-            .put("web-01", &crate::state::SpecRecord::default())
+            .put("web-01", &crate::store::SpecRecord::default())
             .unwrap();
         // A stale socket file from an earlier run is replaced.
         std::fs::write(socket_path(dir.path()), "stale").unwrap();

@@ -16,11 +16,11 @@ use crate::plan::{Action, FnvHashMap, FnvHashSet, Plan, PlanInput, fnv_hex, plan
 use crate::pve::{Client, ClientOptions, Meter, NoMeter};
 use crate::site_identity::{self, SiteChecks};
 use crate::spec::{SpecSet, Specs};
-use crate::state::{SpecRecord, Store};
 use crate::status::{
     ConditionStatus as S, FromPlan, LastStatus, RequestSummary, SpecCommits, SpecStatus, StatusDir,
     SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
+use crate::store::{SpecRecord, Store};
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
 /// the next cycle waits again).
@@ -29,7 +29,7 @@ pub const TASK_WAIT: Duration = Duration::from_secs(600);
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("{0}")]
-    State(#[from] crate::state::StateError),
+    State(#[from] crate::store::StateError),
     #[error("site {site}: {message}")]
     Site { site: String, message: String },
     #[error("status directory {path}: {message}")]
@@ -866,7 +866,7 @@ impl Engine {
         for (name, rec) in records.iter().filter(|(_, r)| {
             r.last_error
                 .as_ref()
-                .is_some_and(|e| e.kind == crate::state::ErrorKind::Protected)
+                .is_some_and(|e| e.kind == crate::store::ErrorKind::Protected)
         }) {
             if !specs.specs.iter().any(|s| &s.name == name) {
                 let view = views.get(&rec.site);
@@ -1670,7 +1670,7 @@ pub async fn adopt_by_hand(
     rec.provisioned = true;
     rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
     rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");
-    let adopted = crate::state::VmState::Exists {
+    let adopted = crate::store::VmState::Exists {
         vmid,
         node: node.clone(),
     };

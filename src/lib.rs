@@ -35,7 +35,7 @@ pub mod site_identity;
 pub mod sops;
 pub mod source;
 pub mod spec;
-pub mod state;
 pub mod status;
 pub mod status_view;
+pub mod store;
 pub mod util;

@@ -16,7 +16,7 @@ use crate::observe::Power;
 use crate::plan::{Action, Verdict};
 use crate::render::ConfigChange;
 use crate::spec::{PowerState, Spec, SpecSet};
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 /// Which specs the report is about.
 pub struct Scope<'a> {
@@ -579,7 +579,7 @@ mod tests {
         let until = 1_795_616_423_000;
         let rec = SpecRecord {
             attempts: 3,
-            last_error: Some(Box::new(crate::state::ErrorRecord {
+            last_error: Some(Box::new(crate::store::ErrorRecord {
                 category: crate::category::Category::NetworkError,
                 message: "connection reset".into(),
                 at_ms: 0,

@@ -27,7 +27,7 @@ use proxsync::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, MaintenanceWindow, Pos,
     PowerState, RebootMode, RebootPolicy, Spec, Specs, spec_hash,
 };
-use proxsync::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
+use proxsync::store::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
 const INSTALL: &str = "main";
 const SITE: &str = "lab";

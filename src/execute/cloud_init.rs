@@ -11,7 +11,7 @@ use crate::pve::types::VmConfig;
 use crate::pve::values::nic_macs;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::Spec;
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 use super::preflight::pick_seed_storage;
 use super::{ActionError, ExecCtx, SiteCtx, fail, protected, wait};

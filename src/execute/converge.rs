@@ -7,7 +7,7 @@ use crate::pve::values::pve_size;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::spec_hash;
 use crate::spec::{PowerState, Spec};
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{checked_site, verified};

@@ -8,7 +8,7 @@ use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::{CloneRequest, Error as PveError, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
-use crate::state::{CloneSource, SpecRecord, VmState};
+use crate::store::{CloneSource, SpecRecord, VmState};
 
 use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{checked_site, desired_tags, marker, verified};

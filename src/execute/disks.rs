@@ -9,7 +9,7 @@ use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{DriveValue, pve_size};
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::Spec;
-use crate::state::{DestroyState, SpecRecord};
+use crate::store::{DestroyState, SpecRecord};
 
 use super::{ActionError, ExecCtx, VmRef, fail, wait};
 use crate::render::current::{boot_disk, effective_value};

@@ -10,7 +10,7 @@ use crate::gate::identity::VerifiedMarker;
 use crate::pve::Pve;
 use crate::pve::ha::{AffinityKind, AffinityParams, HaParams};
 use crate::spec::{Ha, Spec};
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 use super::{ActionError, ExecCtx, SiteCtx, fail};
 

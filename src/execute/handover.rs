@@ -15,7 +15,7 @@ use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
 use crate::pve::{Pve, VmParams};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};

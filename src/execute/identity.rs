@@ -9,7 +9,7 @@ use crate::ownership::{Marker, ownership_tag};
 use crate::pve::Pve;
 use crate::pve::types::VmConfig;
 use crate::spec::Spec;
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 use super::{ActionError, ExecCtx, fail};
 

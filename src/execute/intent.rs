@@ -3,7 +3,7 @@
 //! hand-over and remove all judge an intent by it.
 
 use crate::pve::{LockHolder, Pve, Upid};
-use crate::state::{CloneSource, SpecRecord, VmState};
+use crate::store::{CloneSource, SpecRecord, VmState};
 
 use super::identity::{checked_site, verified};
 use super::{ActionError, ExecCtx, SiteCtx};

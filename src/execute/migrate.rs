@@ -6,7 +6,7 @@
 use crate::category::Category;
 use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 use super::converge::converge;
 use super::vm::{check_lock, read_own_config};

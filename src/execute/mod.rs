@@ -51,7 +51,7 @@ use crate::pve::types::{NodeStorage, Version};
 pub use crate::pve::values::parse_pve_size;
 use crate::pve::{Client, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
-use crate::state::{ErrorKind, SpecRecord, Store, TaskRecord};
+use crate::store::{ErrorKind, SpecRecord, Store, TaskRecord};
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
@@ -102,8 +102,8 @@ impl From<crate::render::ConfigError> for ActionError {
     }
 }
 
-impl From<crate::state::StateError> for ActionError {
-    fn from(e: crate::state::StateError) -> Self {
+impl From<crate::store::StateError> for ActionError {
+    fn from(e: crate::store::StateError) -> Self {
         ActionError {
             category: Category::ConfigurationError,
             message: e.to_string(),
@@ -351,7 +351,7 @@ fn create_again(
 ) -> bool {
     matches!(action, Action::Create { .. })
         && attempt < CREATE_TRIES
-        && matches!(rec.vm, crate::state::VmState::Absent)
+        && matches!(rec.vm, crate::store::VmState::Absent)
         && !*ctx.shutdown.borrow()
         && matches!(outcome, Outcome::Failed(e)
             if e.category == Category::LockError

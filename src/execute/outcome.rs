@@ -4,7 +4,7 @@
 use crate::backoff;
 use crate::plan::{Action, inputs_hash};
 use crate::pve::Pve;
-use crate::state::{ErrorRecord, SpecRecord};
+use crate::store::{ErrorRecord, SpecRecord};
 
 use super::{ExecCtx, Outcome};
 

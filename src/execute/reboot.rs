@@ -9,7 +9,7 @@ use crate::plan::reboot_due;
 use crate::pve::types::PendingEntry;
 use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 use super::vm::settle_ha;
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, wait};

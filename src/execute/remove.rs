@@ -7,7 +7,7 @@ use crate::ownership::ownership_tag;
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 use super::cloud_init::remove_old_seeds;
 use super::identity::{checked_site, verified};

@@ -12,7 +12,7 @@ use crate::observe::observe_site;
 use crate::ownership::MarkerKey;
 use crate::pve::fake::{FakePve, Fault, TaskEnd};
 use crate::spec::test_spec;
-use crate::state::VmState;
+use crate::store::VmState;
 
 /// Unix ms when each test starts (the clock follows tokio's paused time from there).
 const START_MS: u64 = 1_800_000_000_000;
@@ -526,7 +526,7 @@ async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     assert!(!w.pve().vm(vmid).expect("vm").config.contains_key("scsi1"));
     let bound = w.record().disk_destroy("scsi1").cloned().expect("bound");
-    assert_eq!(bound.state, crate::state::DestroyState::Bound);
+    assert_eq!(bound.state, crate::store::DestroyState::Bound);
     assert_eq!(bound.volume.as_deref(), Some(volume));
 
     w.pve().clear_calls();
@@ -538,7 +538,7 @@ async fn a_destroy_with_a_lost_answer_is_never_sent_again() {
         w.pve().calls()
     );
     let done = w.record().disk_destroy("scsi1").cloned().expect("kept");
-    assert_eq!(done.state, crate::state::DestroyState::Destroyed);
+    assert_eq!(done.state, crate::store::DestroyState::Destroyed);
     assert!(
         history(&w).contains("no longer attached"),
         "{}",
@@ -875,7 +875,7 @@ const CLONE_LEFTOVER: &[(&str, &str)] = &[
 
 fn stale_lock_error(outcome: Outcome) -> ActionError {
     match outcome {
-        Outcome::Failed(e) if e.kind == crate::state::ErrorKind::StaleLock => e,
+        Outcome::Failed(e) if e.kind == crate::store::ErrorKind::StaleLock => e,
         other => panic!("not a stale lock: {other:?}"),
     }
 }

@@ -11,7 +11,7 @@ use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 /// How long the guest gets to power off before PVE's shutdown task stops it.
 const SHUTDOWN_TIMEOUT_SECS: u32 = 120;

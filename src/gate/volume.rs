@@ -19,7 +19,7 @@
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
 use crate::pve::types::StorageVolume;
-use crate::state::{DestroyState, DiskDestroy, SeedUpload};
+use crate::store::{DestroyState, DiskDestroy, SeedUpload};
 
 // ---- seeds ----
 

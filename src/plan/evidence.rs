@@ -21,7 +21,7 @@ use super::{Action, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 use crate::gate::rename::{Evidence, Recorded, may_relabel};
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::observe::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
 use crate::spec::{PowerState, RebootMode, Spec, spec_hash};
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 /// The inputs whose change resets a spec's backoff.
 pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {

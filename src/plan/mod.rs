@@ -28,7 +28,7 @@ use crate::observe::SiteView;
 use crate::ownership::ownership_tag;
 use crate::pve::Upid;
 use crate::spec::Specs;
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 pub mod evidence;
 mod hash;

@@ -8,7 +8,7 @@ use super::rename::{Fate, Renames};
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::observe::{ObservedVm, Power, SiteView};
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 /// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or

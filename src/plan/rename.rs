@@ -22,7 +22,7 @@ use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
 use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
 use crate::spec::content_hash;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 /// A removed spec whose VM a new spec takes over.
 pub(super) struct Rename<'a> {
@@ -517,7 +517,7 @@ mod tests {
     use crate::ownership::Marker;
     use crate::pve::types::ClusterHealth;
     use crate::spec::{Spec, Specs, parse_file};
-    use crate::state::{SpecRecord, VmState};
+    use crate::store::{SpecRecord, VmState};
 
     const NOW: u64 = 10_000_000;
 

@@ -4,7 +4,7 @@ use super::index::SiteIndex;
 use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash};
 use crate::observe::{ObservedVm, SiteView};
 use crate::spec::Spec;
-use crate::state::{SpecRecord, VmState};
+use crate::store::{SpecRecord, VmState};
 
 /// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
 /// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.

@@ -10,7 +10,7 @@ use crate::plan::merge_tags;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::Spec;
-use crate::state::SpecRecord;
+use crate::store::SpecRecord;
 
 use super::current::{boot_disk, effective_value};
 

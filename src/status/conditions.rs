@@ -12,7 +12,7 @@ use crate::execute::Outcome;
 use crate::observe::{ObservedVm, SiteView};
 use crate::plan::{Action, Duplicate, Verdict};
 use crate::spec::Spec;
-use crate::state::{ErrorKind, ErrorRecord, SpecRecord, VmState};
+use crate::store::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
 fn at(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)

@@ -483,7 +483,7 @@ fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
     ws.commit_specs(&[("a.yaml", spec("no-image", "pve1", "9999", ""))]);
     ws.push();
     let (_, out) = ws.run_once();
-    let store = proxsync::state::Store::open(&ws.path("state")).unwrap();
+    let store = proxsync::store::Store::open(&ws.path("state")).unwrap();
     let mut rec = store
         .specs()
         .unwrap()
@@ -623,10 +623,10 @@ fn a_shutdown_future_during_a_clone_returns_after_the_cycle_recorded_its_upid() 
         (result, rx.recv().unwrap())
     };
     assert_eq!(result, Ok(()));
-    let store = proxsync::state::Store::open(&ws.path("state")).unwrap();
+    let store = proxsync::store::Store::open(&ws.path("state")).unwrap();
     let rec = store.specs().unwrap().remove("slow-01").expect("a record");
     match &rec.vm {
-        proxsync::state::VmState::Creating { task, .. } => {
+        proxsync::store::VmState::Creating { task, .. } => {
             assert!(task.is_some(), "the clone's UPID is recorded: {rec:?}")
         }
         other => panic!("still creating when stopped mid-clone: {other:?}"),
