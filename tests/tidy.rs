@@ -518,3 +518,109 @@ fn the_checks_see_what_they_check() {
     );
     assert!(layer_of().len() >= 30);
 }
+
+/// Licences a dependency proxsync ships with may carry (one of an `OR`, all of an `AND`).
+/// Dev-dependencies are not shipped: openmetrics-parser (LGPL-3.0) only checks test output.
+const SHIPPABLE_LICENCES: &[&str] = &[
+    "Apache-2.0",
+    "Apache-2.0 WITH LLVM-exception",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "BSL-1.0",
+    "CC0-1.0",
+    "ISC",
+    "MIT",
+    "Unicode-3.0",
+    "Unlicense",
+    "Zlib",
+];
+
+/// Whether an SPDX expression (as crates.io holds them: `A OR B`, `A/B`, `(A OR B) AND C`) is
+/// satisfied by [`SHIPPABLE_LICENCES`].
+fn shippable(expression: &str) -> bool {
+    let expression = expression.replace(['(', ')'], " ");
+    // AND binds tighter than OR; crates.io's `/` is an old spelling of OR.
+    expression
+        .split(" OR ")
+        .flat_map(|a| a.split('/'))
+        .any(|alternative| {
+            alternative
+                .split(" AND ")
+                .all(|part| SHIPPABLE_LICENCES.contains(&part.trim()))
+        })
+}
+
+#[test]
+fn shipped_dependencies_have_licences_we_can_ship() {
+    assert!(shippable("MIT OR Apache-2.0") && shippable("Apache-2.0/MIT"));
+    assert!(shippable("(MIT OR Apache-2.0) AND Unicode-3.0"));
+    assert!(!shippable("LGPL-3.0") && !shippable("MIT AND GPL-3.0"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rustc = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names its host");
+    // Offline: the build that ran this test fetched every crate it reads.
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let licence: BTreeMap<&str, (&str, &str)> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let id = p["id"].as_str().unwrap();
+            let name = p["name"].as_str().unwrap();
+            (id, (name, p["license"].as_str().unwrap_or("")))
+        })
+        .collect();
+    let nodes: BTreeMap<&str, &serde_json::Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["id"].as_str().unwrap(), n))
+        .collect();
+    // The closure of proxsync's normal and build dependencies (not its dev-dependencies).
+    let root_id = meta["resolve"]["root"].as_str().unwrap();
+    let mut shipped = BTreeSet::new();
+    let mut todo = vec![root_id];
+    while let Some(id) = todo.pop() {
+        for dep in nodes[id]["deps"].as_array().unwrap() {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].as_str() != Some("dev"));
+            let dep_id = dep["pkg"].as_str().unwrap();
+            if normal && shipped.insert(dep_id) {
+                todo.push(dep_id);
+            }
+        }
+    }
+    assert!(shipped.len() > 100, "the dependency graph was read");
+    let wrong: Vec<String> = shipped
+        .iter()
+        .map(|id| licence[id])
+        .filter(|(_, l)| !shippable(l))
+        .map(|(name, l)| format!("{name}: {l:?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "dependencies whose licence is not on tests/tidy.rs's SHIPPABLE_LICENCES (add the \
+         licence there only after reading it; README.md's dependency section says why each \
+         crate is used): {wrong:?}"
+    );
+}
