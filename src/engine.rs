@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::execute::{ActionResult, ExecCtx, FreshConfigs, Outcome, SiteCtx, execute, now_ms};
 use crate::observe::{MarkerRead, SiteView, needs_marker, observe_site_answered, read_markers};
@@ -21,6 +20,7 @@ use crate::status::{
     SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 use crate::store::{SpecRecord, Store};
+use crate::util::clock::Clock;
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
 /// the next cycle waits again).

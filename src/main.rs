@@ -3,5 +3,5 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    proxsync::cli::run(proxsync::cli::Cli::parse())
+    proxsync::shell::cli::run(proxsync::shell::cli::Cli::parse())
 }

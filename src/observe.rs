@@ -283,7 +283,7 @@ pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
         .enumerate()
         .map(|(i, (vmid, node))| (node.clone(), (i, vmid, node)));
     // Within each node's limit of work at once, as its actions are.
-    let mut out = crate::lanes::run(
+    let mut out = crate::util::lanes::run(
         jobs,
         |node: &String| {
             AsRef::<P>::as_ref(&**client)

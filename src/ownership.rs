@@ -275,7 +275,7 @@ pub fn new_uid() -> String {
     if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
         // The OS random source failing is near impossible; fall back to time and pid, which
         // is still unique enough for a marker (it only has to differ between specs).
-        let t = crate::clock::system_now()
+        let t = crate::util::clock::system_now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);

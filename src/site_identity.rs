@@ -94,7 +94,7 @@ fn write(path: &Path, site: &str, identity: &SiteIdentity, how: &str) -> Result<
     let file = IdentityFile {
         site: site.to_string(),
         identity: identity.clone(),
-        at: crate::status::rfc3339(crate::clock::system_now()),
+        at: crate::status::rfc3339(crate::util::clock::system_now()),
         how: how.to_string(),
     };
     let mut text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;

@@ -43,8 +43,6 @@ use tokio::sync::{Mutex, OnceCell};
 pub use self::reboot::RebootSlots;
 pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
-use crate::clock::Clock;
-use crate::lanes::Next;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
@@ -52,6 +50,8 @@ pub use crate::pve::values::parse_pve_size;
 use crate::pve::{Client, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::store::{ErrorKind, SpecRecord, Store, TaskRecord};
+use crate::util::clock::Clock;
+use crate::util::lanes::Next;
 
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
@@ -266,7 +266,7 @@ type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 pub const CLOUDINIT_PENDING: &str = "cloudinit";
 
 /// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
-pub use crate::clock::now_ms;
+pub use crate::util::clock::now_ms;
 
 /// Runs the actions: in parallel, at most each node's limit at once (its site's client's
 /// [`Pve::parallel_limit`], asked again as actions end; `max_parallel_per_node` for a PVE that
@@ -295,40 +295,41 @@ pub async fn execute<P: Pve>(
             .max(1) as usize,
         None => usize::MAX,
     };
-    let mut results = crate::lanes::run_again(lanes, limit, |(action, attempt): (Action, u32)| {
-        // A first attempt starts from the cycle's records; another from what the last wrote.
-        let rec = if attempt == 1 {
-            action.spec().and_then(|s| records.get(s)).cloned()
-        } else {
-            None
-        };
-        let ctx = ctx.clone();
-        async move {
-            if *ctx.shutdown.borrow() {
-                return Next::Done(ActionResult {
-                    action,
-                    outcome: Outcome::Waiting {
-                        reason: "proxsync is stopping; not started".into(),
-                    },
-                });
-            }
-            let rec = match (attempt, action.spec()) {
-                (1, _) | (_, None) => rec,
-                (_, Some(spec)) => match ctx.store.record(spec) {
-                    Ok(rec) => rec,
-                    Err(e) => {
-                        let outcome = Outcome::Failed(e.into());
-                        return Next::Done(ActionResult { action, outcome });
-                    }
-                },
+    let mut results =
+        crate::util::lanes::run_again(lanes, limit, |(action, attempt): (Action, u32)| {
+            // A first attempt starts from the cycle's records; another from what the last wrote.
+            let rec = if attempt == 1 {
+                action.spec().and_then(|s| records.get(s)).cloned()
+            } else {
+                None
             };
-            match run_action(&ctx, &action, rec, attempt).await {
-                Some(outcome) => Next::Done(ActionResult { action, outcome }),
-                None => Next::Again((action, attempt + 1)),
+            let ctx = ctx.clone();
+            async move {
+                if *ctx.shutdown.borrow() {
+                    return Next::Done(ActionResult {
+                        action,
+                        outcome: Outcome::Waiting {
+                            reason: "proxsync is stopping; not started".into(),
+                        },
+                    });
+                }
+                let rec = match (attempt, action.spec()) {
+                    (1, _) | (_, None) => rec,
+                    (_, Some(spec)) => match ctx.store.record(spec) {
+                        Ok(rec) => rec,
+                        Err(e) => {
+                            let outcome = Outcome::Failed(e.into());
+                            return Next::Done(ActionResult { action, outcome });
+                        }
+                    },
+                };
+                match run_action(&ctx, &action, rec, attempt).await {
+                    Some(outcome) => Next::Done(ActionResult { action, outcome }),
+                    None => Next::Again((action, attempt + 1)),
+                }
             }
-        }
-    })
-    .await;
+        })
+        .await;
     results.sort_by(|a, b| a.action.cmp(&b.action));
     results
 }

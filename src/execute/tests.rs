@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::clock::Clock;
 use crate::observe::observe_site;
 use crate::ownership::MarkerKey;
 use crate::pve::fake::{FakePve, Fault, TaskEnd};
 use crate::spec::test_spec;
 use crate::store::VmState;
+use crate::util::clock::Clock;
 
 /// Unix ms when each test starts (the clock follows tokio's paused time from there).
 const START_MS: u64 = 1_800_000_000_000;

@@ -37,8 +37,8 @@ use super::types::{
     VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
-use crate::clock::Clock;
 use crate::pve::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
+use crate::util::clock::Clock;
 
 /// A VM as the fake holds it.
 #[derive(Debug, Clone, PartialEq)]

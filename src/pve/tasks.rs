@@ -141,12 +141,12 @@ impl TaskWatcher {
         let node = self.register(&upid.node);
         // Both bounds are at most the true age: a clock skew only changes the pace.
         let age = |now: Instant| {
-            upid.age_at_least(crate::clock::system_now())
+            upid.age_at_least(crate::util::clock::system_now())
                 .max(now.saturating_duration_since(began))
         };
         // A task started just now (its UPID's whole second, less than a second ago) is read
         // when its type usually ends here; an older one, as its age says.
-        let fresh = upid.age_at_least(crate::clock::system_now()) < Duration::from_secs(1);
+        let fresh = upid.age_at_least(crate::util::clock::system_now()) < Duration::from_secs(1);
         let mut planned = if fresh { node.0.pace(&upid.kind) } else { None };
         // The estimate the first read was made at, for learning (not one learnt meanwhile).
         let first_planned = planned;

@@ -231,7 +231,7 @@ impl Source {
         permit: &Permit,
         applied: Option<Applied>,
     ) -> Result<ReadSpecs, SourceError> {
-        let now_ms = crate::clock::now_ms();
+        let now_ms = crate::util::clock::now_ms();
         let rewound = match (permit.rewound_from(), applied) {
             (Some(from), _) => Some((from.to_string(), now_ms)),
             // Still the commit a rewind applied: it stays reported until the next commit.
@@ -434,7 +434,7 @@ impl Source {
             &location,
             &self.branch,
             &accepted,
-            crate::clock::system_now(),
+            crate::util::clock::system_now(),
             by,
         )
         .map_err(|e| self.error(e))?;
@@ -812,7 +812,7 @@ fn read_at(
     }
     // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time),
     // each spec's hashes worked out once here.
-    let files = crate::par::map(files, |file| match file {
+    let files = crate::util::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
             let (file_specs, file_diags) =
                 spec::parse_file_with(&key.0, &bytes, spec::Secrets::Decrypt(keyring));

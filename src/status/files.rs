@@ -433,7 +433,7 @@ impl StatusDir {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return;
         };
-        let now = crate::clock::system_now();
+        let now = crate::util::clock::system_now();
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };

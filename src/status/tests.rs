@@ -828,7 +828,7 @@ fn open_creates_the_directory_and_cleans_old_temps() {
     drop(sd);
     let stale = dir.join(".web-01.yaml.tmp-1");
     fs::write(&stale, "x").unwrap();
-    let old = crate::clock::system_now() - Duration::from_secs(3600);
+    let old = crate::util::clock::system_now() - Duration::from_secs(3600);
     File::options()
         .write(true)
         .open(&stale)

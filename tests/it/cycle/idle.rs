@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use common::engine::{Workspace, spec};
 use common::{FakePve, default_scenario};
-use proxsync::clock::{Clock, now_ms};
 use proxsync::config::Config;
 use proxsync::engine::{CycleReport, Engine, check_spec_sites};
 use proxsync::plan::{Action, Verdict};
 use proxsync::spec::SpecSet;
+use proxsync::util::clock::{Clock, now_ms};
 
 /// An engine on a workspace whose repository holds `files`, and the specs of its commit.
 struct Setup {

@@ -132,7 +132,7 @@ impl Drop for Daemon {
 }
 
 fn rand_u32() -> u32 {
-    proxsync::clock::system_now()
+    proxsync::util::clock::system_now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
@@ -491,7 +491,7 @@ fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
         .unwrap_or_else(|| panic!("a record for no-image:\n{out}"));
     assert!(rec.next_attempt_ms.is_some(), "in backoff: {rec:?}\n{out}");
     // As if the backoff had run out a moment ago.
-    let now = proxsync::clock::system_now()
+    let now = proxsync::util::clock::system_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
@@ -525,7 +525,7 @@ fn a_past_backoff_deadline_with_no_action_does_not_spin_the_loop() {
     assert!(daemon.stop());
 }
 
-/// Runs `proxsync::daemon::run` in this process until `stop` says so (polled from a thread,
+/// Runs `proxsync::shell::daemon::run` in this process until `stop` says so (polled from a thread,
 /// since the fake's controls block), returning its result and how long it took after the
 /// shutdown future completed.
 fn run_in_process(
@@ -548,7 +548,7 @@ fn run_in_process(
     let result = rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(60),
-            proxsync::daemon::run(ws.config(), shutdown),
+            proxsync::shell::daemon::run(ws.config(), shutdown),
         )
         .await
     });

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::engine::{Workspace, spec};
 use common::{FakePve, default_scenario};
 use proxsync::config::Config;
-use proxsync::notify::{CommitState, Event, Notifier, SIGNATURE_HEADER};
+use proxsync::telemetry::notify::{CommitState, Event, Notifier, SIGNATURE_HEADER};
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 const KEY: &str = "test-hmac-key";
@@ -389,7 +389,7 @@ async fn a_full_queue_drops_its_oldest_batches_and_says_how_many() {
     let notifier = Notifier::start(&cfg).unwrap().unwrap();
     // The test runtime has one thread: the sender runs only once this test awaits, so all
     // of these batches are queued first.
-    let batches = proxsync::notify::QUEUE_CAPACITY + 6;
+    let batches = proxsync::telemetry::notify::QUEUE_CAPACITY + 6;
     for i in 0..batches {
         notifier.send(&[Event::SpecReady {
             spec: format!("s{i}"),
@@ -398,7 +398,7 @@ async fn a_full_queue_drops_its_oldest_batches_and_says_how_many() {
     let v = rx.next().await.json();
     assert_eq!(v["dropped"], 6);
     let events = v["events"].as_array().unwrap();
-    assert_eq!(events.len(), proxsync::notify::QUEUE_CAPACITY);
+    assert_eq!(events.len(), proxsync::telemetry::notify::QUEUE_CAPACITY);
     assert_eq!(events[0]["spec"], "s6", "the oldest were dropped");
     assert_eq!(notifier.stats()[0].dropped, 6);
 }

@@ -202,7 +202,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Run { once, specs } => {
             // Only the long-running command: `status` and `plan` parse files on every core,
             // where one arena would make the threads queue for the allocator.
-            crate::malloc::tune_for_daemon();
+            crate::shell::malloc::tune_for_daemon();
             run_cmd(cli.config, once, specs)
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
@@ -317,7 +317,9 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
             .build()
         {
             set.diagnostics
-                .extend(rt.block_on(crate::doctor::version_diagnostics(config, &set.specs)));
+                .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
+                    config, &set.specs,
+                )));
         }
     }
     let mut err = std::io::stderr().lock();
@@ -378,10 +380,10 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     let set = if spec_paths.is_empty() {
         match crate::source::read_configured(&config, crate::source::Use::Inspect) {
             Ok(read) => {
-                spec_checks.extend(crate::doctor::check_tip(&config, &read));
-                spec_checks.extend(crate::doctor::check_rewind(&read));
-                spec_checks.push(crate::doctor::Check {
-                    level: crate::doctor::Level::Ok,
+                spec_checks.extend(crate::shell::doctor::check_tip(&config, &read));
+                spec_checks.extend(crate::shell::doctor::check_rewind(&read));
+                spec_checks.push(crate::shell::doctor::Check {
+                    level: crate::shell::doctor::Level::Ok,
                     subject: "source".into(),
                     message: format!(
                         "{} spec(s) at commit {}",
@@ -393,8 +395,8 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
                 read.specs
             }
             Err(e) => {
-                spec_checks.push(crate::doctor::Check {
-                    level: crate::doctor::Level::Fail,
+                spec_checks.push(crate::shell::doctor::Check {
+                    level: crate::shell::doctor::Level::Fail,
                     subject: "source".into(),
                     message: e.to_string(),
                     fix: Some(
@@ -408,9 +410,9 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         let keyring = config.sops_keyring();
         spec::load_paths_with(&spec_paths, spec::Secrets::Decrypt(&keyring))
     };
-    spec_checks.extend(crate::doctor::check_sops(&config, &set));
-    spec_checks.extend(set.errors().map(|d| crate::doctor::Check {
-        level: crate::doctor::Level::Fail,
+    spec_checks.extend(crate::shell::doctor::check_sops(&config, &set));
+    spec_checks.extend(set.errors().map(|d| crate::shell::doctor::Check {
+        level: crate::shell::doctor::Level::Fail,
         subject: "spec".into(),
         message: d.to_string(),
         fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
@@ -426,7 +428,7 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut checks = runtime.block_on(crate::doctor::run(&config, &specs));
+    let mut checks = runtime.block_on(crate::shell::doctor::run(&config, &specs));
     checks.extend(spec_checks);
     let mut out = std::io::stdout().lock();
     for c in &checks {
@@ -434,18 +436,18 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     }
     let fails = checks
         .iter()
-        .filter(|c| c.level == crate::doctor::Level::Fail)
+        .filter(|c| c.level == crate::shell::doctor::Level::Fail)
         .count();
     let warns = checks
         .iter()
-        .filter(|c| c.level == crate::doctor::Level::Warn)
+        .filter(|c| c.level == crate::shell::doctor::Level::Warn)
         .count();
     let _ = writeln!(
         out,
         "{} check(s): {fails} failed, {warns} warning(s)",
         checks.len()
     );
-    if crate::doctor::failed(&checks) {
+    if crate::shell::doctor::failed(&checks) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -527,8 +529,8 @@ fn load_inputs(
 
 /// Takes the state directory for this process (one proxsync per state directory), or says
 /// who holds it.
-fn hold_state_dir(config: &Config) -> Result<crate::instance_lock::InstanceLock, ExitCode> {
-    crate::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
+fn hold_state_dir(config: &Config) -> Result<crate::shell::instance_lock::InstanceLock, ExitCode> {
+    crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::FAILURE
     })
@@ -604,7 +606,10 @@ fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
-    match rt.block_on(crate::control::request(&config.state_dir, name.as_deref())) {
+    match rt.block_on(crate::shell::control::request(
+        &config.state_dir,
+        name.as_deref(),
+    )) {
         Ok(answer) => {
             println!(
                 "{answer}; the time it was handled shows as lastRequest in {}",
@@ -624,17 +629,17 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
         Ok(c) => c,
         Err(code) => return code,
     };
-    let opts = crate::status_view::ViewOptions {
+    let opts = crate::shell::status_view::ViewOptions {
         name,
         json,
         // Colour on a terminal, unless NO_COLOR (no-color.org), CLICOLOR=0 or TERM=dumb says
         // otherwise; CLICOLOR_FORCE forces it (anstream's rules, as clap's help follows them).
         color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
-        now: crate::clock::system_now(),
+        now: crate::util::clock::system_now(),
     };
     // The daemon's state first (not in JSON, whose shape scripts rely on).
     let daemon = (!opts.json && opts.name.is_none()).then(|| daemon_line(&config));
-    match crate::status_view::render(&config.status_dir, &opts) {
+    match crate::shell::status_view::render(&config.status_dir, &opts) {
         Ok(text) => {
             if let Some(line) = daemon {
                 println!("{line}");
@@ -652,9 +657,9 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
 /// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
 /// control socket and `_summary.yaml`.
 fn daemon_line(config: &Config) -> String {
-    let now = crate::clock::system_now();
+    let now = crate::util::clock::system_now();
     let ago = |t: std::time::SystemTime| {
-        crate::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
+        crate::shell::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
     };
     let summary: Option<crate::status::SummaryFile> =
         std::fs::read_to_string(config.status_dir.join(crate::status::SUMMARY_FILE))
@@ -677,7 +682,7 @@ fn daemon_line(config: &Config) -> String {
         .enable_all()
         .build();
     let state = match rt {
-        Ok(rt) => rt.block_on(crate::control::daemon_state(&config.state_dir)),
+        Ok(rt) => rt.block_on(crate::shell::control::daemon_state(&config.state_dir)),
         Err(e) => Err(e.to_string()),
     };
     match state {
@@ -744,8 +749,8 @@ fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -
     };
     let path = config_path.unwrap_or_else(default_config_path);
     let daemon = async {
-        let shutdown = crate::daemon::shutdown_signals()?;
-        crate::daemon::run(path, shutdown).await
+        let shutdown = crate::shell::daemon::shutdown_signals()?;
+        crate::shell::daemon::run(path, shutdown).await
     };
     match rt.block_on(daemon) {
         Ok(()) => ExitCode::SUCCESS,
@@ -837,7 +842,7 @@ fn print_run_report(
         (0, _) => String::new(),
         (n, Some(at)) => format!(
             ", {n} backing off (next attempt in {})",
-            crate::status_view::human(std::time::Duration::from_millis(
+            crate::shell::status_view::human(std::time::Duration::from_millis(
                 at.saturating_sub(crate::execute::now_ms())
             ))
         ),
@@ -888,7 +893,7 @@ fn plan_cmd(
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let names = crate::plan_report::names(&names);
+    let names = crate::shell::plan_report::names(&names);
     if let Some(r) = &rewound {
         eprintln!(
             "warning: commit {} does not descend from {}, the commit applied before it: a \
@@ -897,7 +902,7 @@ fn plan_cmd(
         );
     }
     let rewind = rewound.as_ref().map(|r| &r.batch);
-    let records = match rt.block_on(crate::control::plan_records(&config.state_dir)) {
+    let records = match rt.block_on(crate::shell::control::plan_records(&config.state_dir)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {}: {e}", config.state_dir.display());
@@ -911,14 +916,14 @@ fn plan_cmd(
             return ExitCode::FAILURE;
         }
     };
-    let scope = crate::plan_report::Scope {
+    let scope = crate::shell::plan_report::Scope {
         names: names.as_ref(),
         from_files: !spec_paths.is_empty(),
     };
-    let mut report = rt.block_on(crate::plan_report::build(&view, &specs, &scope));
+    let mut report = rt.block_on(crate::shell::plan_report::build(&view, &specs, &scope));
     report.errors.splice(
         0..0,
-        crate::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
+        crate::shell::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
     );
     if json {
         match serde_json::to_string_pretty(&report) {
@@ -997,12 +1002,12 @@ fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(crate::control::request(&config.state_dir, None)) {
+    match rt.block_on(crate::shell::control::request(&config.state_dir, None)) {
         Ok(answer) => println!("the daemon was asked to apply it: {answer}"),
         Err(_) => println!(
             "no daemon answers on {}: the next `proxsync run --once`, or the daemon when it \
              starts, applies it",
-            crate::control::socket_path(&config.state_dir).display()
+            crate::shell::control::socket_path(&config.state_dir).display()
         ),
     }
     ExitCode::SUCCESS

@@ -198,7 +198,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
         }
         report.changes.push(change);
     }
-    let now = crate::clock::now_ms();
+    let now = crate::util::clock::now_ms();
     for (name, verdict) in &view.plan.verdicts {
         if !in_scope(Some(name)) || matches!(verdict, Verdict::UpToDate { .. } | Verdict::Acting) {
             continue;
@@ -531,7 +531,7 @@ fn clock_time(at_ms: u64, now_ms: u64) -> String {
     };
     let until = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms));
     if at_ms > now_ms {
-        format!("{when} (in {})", crate::status_view::human(until))
+        format!("{when} (in {})", crate::shell::status_view::human(until))
     } else {
         when
     }

@@ -293,7 +293,7 @@ fn load_listing<T: Named>(dir: &Path) -> Result<Listing<T>, ViewError> {
     }
 
     // Parsing 10,000 status files is nearly all of `proxsync status`: side by side.
-    let loaded = crate::par::map(names, |name| {
+    let loaded = crate::util::par::map(names, |name| {
         let path = dir.join(format!("{name}.yaml"));
         let file = load::<T>(&path);
         (name, path, file)

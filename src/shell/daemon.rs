@@ -18,13 +18,13 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
-use crate::control;
 use crate::engine::{CycleReport, Engine, EngineError};
 use crate::execute::now_ms;
-use crate::instance_lock::InstanceLock;
-use crate::metrics::Metrics;
+use crate::shell::control;
+use crate::shell::instance_lock::InstanceLock;
 use crate::source::Source;
 use crate::status::RequestSummary;
+use crate::telemetry::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -37,7 +37,7 @@ pub enum DaemonError {
     #[error("{0}")]
     Source(#[from] crate::source::SourceError),
     #[error("{0}")]
-    Notify(#[from] crate::notify::NotifyError),
+    Notify(#[from] crate::telemetry::notify::NotifyError),
     /// The metrics listener could not bind (the message names `[metrics] listen`).
     #[error("{0}")]
     Metrics(String),
@@ -160,12 +160,12 @@ struct Daemon {
     watchdog: Option<Duration>,
     watchdog_tick: tokio::time::Interval,
     /// The `[[notify]]` targets, when any: each cycle's transitions are queued for them.
-    notifier: Option<crate::notify::Notifier>,
+    notifier: Option<crate::telemetry::notify::Notifier>,
     /// The refused tip last notified (`[source] verify`): a refusal is sent once per commit.
     refusal_notified: Option<String>,
     /// Counted across reloads; off without `[metrics] listen`.
     metrics: Metrics,
-    metrics_server: Option<crate::metrics::Server>,
+    metrics_server: Option<crate::telemetry::metrics::Server>,
 }
 
 fn notify(states: &[NotifyState]) {
@@ -221,8 +221,8 @@ impl Daemon {
         let (metrics, metrics_server) = match &config.metrics {
             Some(listen) => {
                 let metrics = Metrics::new(&config.install_id);
-                let server =
-                    crate::metrics::serve(listen, metrics.clone()).map_err(DaemonError::Metrics)?;
+                let server = crate::telemetry::metrics::serve(listen, metrics.clone())
+                    .map_err(DaemonError::Metrics)?;
                 tracing::info!(listen = %listen, "serving metrics at /metrics");
                 (metrics, Some(server))
             }
@@ -236,7 +236,7 @@ impl Daemon {
         let (request_tx, requests) = mpsc::channel(16);
         let control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
         let hangup = signal(SignalKind::hangup())?;
-        let notifier = crate::notify::Notifier::start(&config)?;
+        let notifier = crate::telemetry::notify::Notifier::start(&config)?;
         let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
         let mut watchdog_tick =
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
@@ -385,7 +385,7 @@ impl Daemon {
             }
             engine.last_request = Some(RequestSummary {
                 spec: req.spec,
-                handled_at: crate::clock::system_now(),
+                handled_at: crate::util::clock::system_now(),
             });
         }
         let report = match &self.desired {
@@ -458,7 +458,7 @@ impl Daemon {
     /// cycle: the resync, and a backoff deadline still ahead, at least 1 s away.
     fn cycle_done(&mut self, report: Option<&(CycleReport, String)>) {
         // Before STATUS: a reader of the RSS after a cycle sees it without the freed memory.
-        crate::malloc::release_free_memory();
+        crate::shell::malloc::release_free_memory();
         if !self.ready_sent {
             // After the first full observation (or the first attempt at one).
             notify(&[NotifyState::Ready]);
@@ -646,11 +646,12 @@ impl Daemon {
         self.engine = Some(engine);
         // Checked by `reload_config`; on a failure now (a secret file removed since), the
         // daemon goes on without notifications rather than stop.
-        self.notifier = crate::notify::Notifier::reload(self.notifier.take(), &self.config)
-            .unwrap_or_else(|e| {
-                tracing::error!(error = %e, "notifications stopped");
-                None
-            });
+        self.notifier =
+            crate::telemetry::notify::Notifier::reload(self.notifier.take(), &self.config)
+                .unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "notifications stopped");
+                    None
+                });
         self.next_fetch = Instant::now();
         self.force_read = true;
         Ok(())
@@ -694,7 +695,7 @@ async fn open_engine(config: &Config, metrics: &Metrics) -> Result<Engine, Engin
 fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String> {
     let new = Config::load(path).map_err(|e| e.to_string())?;
     crate::engine::site_clients(&new).map_err(|e| e.to_string())?;
-    crate::notify::Notifier::check(&new).map_err(|e| e.to_string())?;
+    crate::telemetry::notify::Notifier::check(&new).map_err(|e| e.to_string())?;
     if new.state_dir != old.state_dir {
         return Err(format!(
             "state_dir changed ({} -> {}): restart the service to move the state",
@@ -712,7 +713,7 @@ fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String>
 
 /// The interval with ±10% jitter, so daemons fetching one remote spread out.
 fn jittered(d: Duration) -> Duration {
-    let nanos = crate::clock::system_now()
+    let nanos = crate::util::clock::system_now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|t| t.subsec_nanos())
         .unwrap_or(0);

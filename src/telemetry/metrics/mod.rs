@@ -239,7 +239,8 @@ impl Metrics {
             return;
         };
         let _scrape = r.cycle_lock.lock().unwrap_or_else(|e| e.into_inner());
-        r.last_success.set(unix_seconds(crate::clock::system_now()));
+        r.last_success
+            .set(unix_seconds(crate::util::clock::system_now()));
         r.applied_commit.clear();
         r.applied_commit
             .get_or_create(&CommitLabels {
@@ -410,7 +411,8 @@ impl Registered {
             "How long reconcile cycles took, waits for PVE tasks included",
             m.cycle_duration.clone(),
         );
-        m.started.set(unix_seconds(crate::clock::system_now()));
+        m.started
+            .set(unix_seconds(crate::util::clock::system_now()));
         r.register_with_unit(
             "start_time",
             "When this daemon started (unix time)",
@@ -827,7 +829,7 @@ mod tests {
             failures: 2,
             dropped: 0,
             last_error: failing.then(|| "HTTP 401".to_string()),
-            failing_since: failing.then(crate::clock::system_now),
+            failing_since: failing.then(crate::util::clock::system_now),
         };
         m.notify_targets(&[stats(5, true)]);
         let s = samples(&m);

@@ -73,7 +73,7 @@ pub fn serve(
     let path = socket_path(state_dir);
     crate::util::state_dir::create_state_dir(state_dir)?;
     let listener = Arc::new(bind_private(state_dir, &path)?);
-    SERVING_SINCE.get_or_init(crate::clock::system_now);
+    SERVING_SINCE.get_or_init(crate::util::clock::system_now);
     let accept = move || {
         let listener = listener.clone();
         async move { listener.accept().await.map(|(stream, _)| stream) }

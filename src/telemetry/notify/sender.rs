@@ -88,7 +88,7 @@ impl Target {
         let secret = self.secret.as_ref().unwrap_or(&no_secret);
         match self.kind {
             NotifyKind::Webhook => {
-                let now = crate::clock::system_now()
+                let now = crate::util::clock::system_now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
@@ -114,7 +114,7 @@ fn message_id() -> String {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 16];
     if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
-        let nanos = crate::clock::system_now()
+        let nanos = crate::util::clock::system_now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
@@ -223,7 +223,7 @@ async fn run(target: Target, queue: Arc<Queue>) {
                 stats.last_error = Some(error);
                 stats
                     .failing_since
-                    .get_or_insert_with(crate::clock::system_now);
+                    .get_or_insert_with(crate::util::clock::system_now);
             }
         }
     }
@@ -330,7 +330,7 @@ async fn send_once(target: &Target, request: &Request) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::notify::events::CommitState;
+    use crate::telemetry::notify::events::CommitState;
 
     fn state(commit: &str, state: CommitState) -> Event {
         Event::CommitState {
