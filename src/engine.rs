@@ -1642,13 +1642,10 @@ pub async fn adopt_by_hand(
         site: spec.site.clone(),
         message: e.to_string(),
     };
-    let listed = site.client.vm_resources().await.map_err(site_err)?;
-    let node = listed
-        .iter()
-        .find(|r| r.is_qemu() && r.vmid == vmid)
-        .map(|r| r.node.clone())
+    let (node, cfg) = crate::execute::find_vm(&site.client, vmid)
+        .await
+        .map_err(site_err)?
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
-    let cfg = site.client.vm_config(&node, vmid).await.map_err(site_err)?;
     let handed = config.source.selector.is_some();
     let marker = cfg
         .description()

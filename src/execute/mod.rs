@@ -59,6 +59,7 @@ use self::handover::hand_over;
 pub use self::handover::sign_over;
 use self::migrate::migrate;
 use self::remove::{delete_orphan, forget, remove};
+pub use self::vm::find_vm;
 
 /// A failure of one action, with its category.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -124,6 +124,24 @@ pub(super) async fn read_own_config(
     }
 }
 
+/// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`
+/// when the site has no QEMU VM with that VMID.
+pub async fn find_vm(
+    client: &impl Pve,
+    vmid: u32,
+) -> Result<Option<(String, VmConfig)>, crate::pve::Error> {
+    let listed = client.vm_resources().await?;
+    let Some(node) = listed
+        .iter()
+        .find(|r| r.is_qemu() && r.vmid == vmid)
+        .map(|r| r.node.clone())
+    else {
+        return Ok(None);
+    };
+    let cfg = client.vm_config(&node, vmid).await?;
+    Ok(Some((node, cfg)))
+}
+
 /// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which
 /// stops the VM when the guest has not powered off after the timeout. It is also the only
 /// shutdown a paused VM takes: qemu-server `PVE/API2/Qemu.pm` `vm_shutdown` checks

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::diag::Pos;
-use super::validate::{Ctx, Obj, object, string};
+use super::fields::{Ctx, Obj, object, string};
 use super::yaml::{Node, Value, parse_documents};
 use super::{CloudInit, IpConfig, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS};
 

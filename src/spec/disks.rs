@@ -9,10 +9,10 @@
 
 use serde::Serialize;
 
+use super::fields::{Ctx, Obj, enum_field, object, size_field, string};
 use super::hardware::bool_field;
 use super::names::check_storage;
 use super::units::{GIB, format_bytes};
-use super::validate::{Ctx, Obj, enum_field, object, size_field, string};
 use super::yaml::{Node, Value};
 use super::{DEFAULT_DISK_BYTES, DEFAULT_STORAGE, MAX_DISK_BYTES, MIN_DISK_BYTES};
 

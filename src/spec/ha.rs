@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use super::PowerState;
 use super::diag::Pos;
+use super::fields::{Ctx, enum_field, object, string};
 use super::hardware::bool_field;
 use super::names::check_node;
-use super::validate::{Ctx, enum_field, object, string};
 use super::yaml::{Node, Value};
 
 pub(super) const FIELDS: &[&str] = &[

@@ -9,9 +9,9 @@
 
 use serde::Serialize;
 
+use super::fields::{Ctx, Obj, enum_field, object, string};
 use super::names::check_property_chars;
 use super::units::{MIB, format_bytes, parse_size, plain_number};
-use super::validate::{Ctx, Obj, enum_field, object, string};
 use super::yaml::{Node, Value};
 use super::{MAX_CPU, MAX_VMID, MIN_VMID};
 use crate::ownership::MARKER_PREFIX;

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::diag::Pos;
-use super::validate::{Ctx, Obj, enum_field, string};
+use super::fields::{Ctx, Obj, enum_field, string};
 use super::yaml::{Node, Value};
 
 /// Default `shutdownTimeout`: how long a guest gets to power off cleanly (PVE's `timeout`).

@@ -32,6 +32,7 @@
 mod cloudinit;
 mod diag;
 mod disks;
+mod fields;
 mod ha;
 mod hardware;
 mod hash;
@@ -523,7 +524,7 @@ pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let (mut docs, mut diags) = yaml::parse_documents(file, text);
-    let mut ctx = validate::Ctx::new(file);
+    let mut ctx = fields::Ctx::new(file);
     let specs: Vec<Spec> = docs
         .iter_mut()
         .filter_map(|doc| match sealed::open(file, doc, secrets) {

@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
+use super::fields::{Ctx, Obj, enum_field, object, string};
 use super::hardware::{bool_field, int_field};
 use super::names::{check_bridge, check_property_chars};
-use super::validate::{Ctx, Obj, enum_field, object, string};
 use super::yaml::{Node, Value};
 
 /// PVE's NIC models (`net[n]` `model`).

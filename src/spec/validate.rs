@@ -1,14 +1,13 @@
 //! From a located YAML tree to a typed [`Spec`], collecting every problem on the way.
 
-use std::collections::HashMap;
-
-use super::diag::{Diagnostic, Pos};
+use super::diag::Pos;
+use super::fields::{Ctx, Obj, TOP, enum_field, object, size_field, string};
 use super::image::{image_from_int, parse_image};
 use super::names::{
     check_bridge, check_node, check_site, check_spec_name, check_storage, check_tag, check_tenant,
     check_vm_name,
 };
-use super::units::{GIB, MIB, format_bytes, parse_size, plain_number};
+use super::units::{GIB, MIB};
 use super::yaml::{Node, Value};
 use super::{
     API_VERSIONS, DEFAULT_CPU, DEFAULT_DISK_BYTES, DEFAULT_MEMORY_MIB, DEFAULT_NETWORK,
@@ -16,54 +15,6 @@ use super::{
     MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec, TENANT_LABELS,
 };
 use super::{CloudInit, Image};
-
-/// Collects the diagnostics of one file.
-pub struct Ctx<'a> {
-    file: &'a str,
-    /// Everything found so far, in the order found.
-    pub diags: Vec<Diagnostic>,
-    errors: usize,
-    /// Where the document's `userData` decrypted from SOPS is: its errors do not show it.
-    pub(super) sealed: Option<Pos>,
-}
-
-impl<'a> Ctx<'a> {
-    /// A context for `file`.
-    pub fn new(file: &'a str) -> Self {
-        Ctx {
-            file,
-            diags: Vec::new(),
-            errors: 0,
-            sealed: None,
-        }
-    }
-
-    /// Records a diagnostic made elsewhere (a SOPS document that does not open) as an error.
-    pub(super) fn refuse(&mut self, d: Diagnostic) {
-        self.errors += 1;
-        self.diags.push(d);
-    }
-
-    pub(super) fn error(&mut self, pos: Pos, message: impl Into<String>) {
-        self.errors += 1;
-        self.diags.push(Diagnostic::error(self.file, pos, message));
-    }
-
-    fn warning(&mut self, pos: Pos, message: impl Into<String>) {
-        self.diags
-            .push(Diagnostic::warning(self.file, pos, message));
-    }
-
-    /// Records `Err` as an error at `pos`; passes `Ok` through.
-    /// Errors recorded so far.
-    pub(super) fn error_count(&self) -> usize {
-        self.errors
-    }
-
-    pub(super) fn check<T>(&mut self, pos: Pos, result: Result<T, String>) -> Option<T> {
-        result.map_err(|e| self.error(pos, e)).ok()
-    }
-}
 
 /// The document's `metadata.name` when it is a plain string, read without validating (to
 /// attribute a SOPS refusal to its spec).
@@ -81,7 +32,6 @@ pub(super) fn document_name(root: &Node) -> Option<String> {
 }
 
 /// How the document's top-level mapping is named in messages.
-const TOP: &str = "the document";
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
 const METADATA_FIELDS: &[&str] = &["name", "labels", "annotations"];
 const SPEC_FIELDS: &[&str] = &["forProvider", "deletionPolicy", "providerConfigRef"];
@@ -110,157 +60,16 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "ha",
 ];
 
-/// The fields of one mapping, after duplicate and unknown keys were reported.
-pub(super) struct Obj<'n> {
-    pub(super) path: String,
-    pub(super) pos: Pos,
-    pub(super) entries: Vec<(&'n str, Pos, &'n Node)>,
-}
-
-impl<'n> Obj<'n> {
-    /// The value of `key`, unless absent or null (YAML `key:` with nothing means "not set").
-    pub(super) fn get(&self, key: &str) -> Option<&'n Node> {
-        self.entries
-            .iter()
-            .find(|(k, _, _)| *k == key)
-            .map(|(_, _, v)| *v)
-            .filter(|v| v.value != Value::Null)
-    }
-
-    pub(super) fn path(&self, key: &str) -> String {
-        if self.path == TOP {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.path)
-        }
-    }
-
-    /// Where `key` is written, if present (even with a null value).
-    fn key_pos(&self, key: &str) -> Option<Pos> {
-        self.entries
-            .iter()
-            .find(|(k, _, _)| *k == key)
-            .map(|(_, p, _)| *p)
-    }
-
-    /// The value of a required `key`; reports it missing (at the mapping) otherwise.
-    fn required(&self, ctx: &mut Ctx, key: &str, what: &str) -> Option<&'n Node> {
-        let node = self.get(key);
-        if node.is_none() {
-            ctx.error(
-                self.pos,
-                format!("missing required field {}: {what}", self.path(key)),
-            );
-        }
-        node
-    }
-}
-
-/// Reads a mapping. `allowed: None` accepts any (string) key, as for labels.
-pub(super) fn object<'n>(
-    ctx: &mut Ctx,
-    node: &'n Node,
-    path: &str,
-    allowed: Option<&[&str]>,
-) -> Option<Obj<'n>> {
-    let Value::Map(map) = &node.value else {
-        let fields = allowed.map_or(String::new(), |a| {
-            format!(" with the fields {}", a.join(", "))
-        });
-        ctx.error(
-            node.pos,
-            format!(
-                "{path} must be a mapping{fields}; found {}",
-                node.value.describe()
-            ),
-        );
-        return None;
-    };
-    let mut obj = Obj {
-        path: path.to_string(),
-        pos: node.pos,
-        entries: Vec::new(),
-    };
-    let mut seen: HashMap<&str, Pos> = HashMap::new();
-    for (key, value) in map {
-        let Value::Str(k) = &key.value else {
-            ctx.error(
-                key.pos,
-                format!(
-                    "keys in {path} must be strings; found {}",
-                    key.value.describe()
-                ),
-            );
-            continue;
-        };
-        if let Some(first) = seen.get(k.as_str()) {
-            ctx.error(
-                key.pos,
-                format!("duplicate key {k:?} in {path} (first at line {}, column {}); each key may appear once", first.line, first.column),
-            );
-            continue;
-        }
-        seen.insert(k, key.pos);
-        if let Some(allowed) = allowed
-            && !allowed.contains(&k.as_str())
-        {
-            let hint = super::closest(k, allowed.iter().copied())
-                .map_or(String::new(), |a| format!(" (did you mean {a:?}?)"));
-            ctx.error(
-                key.pos,
-                format!(
-                    "unknown field {k:?} in {path}{hint}; valid fields are: {}",
-                    allowed.join(", ")
-                ),
-            );
-            continue;
-        }
-        obj.entries.push((k, key.pos, value));
-    }
-    Some(obj)
-}
-
-/// A string value, or an error naming what was found instead.
-pub(super) fn string<'n>(
-    ctx: &mut Ctx,
-    node: &'n Node,
-    path: &str,
-    example: &str,
-) -> Option<&'n str> {
-    match &node.value {
-        Value::Str(s) => Some(s),
-        Value::Int(i) => {
-            ctx.error(
-                node.pos,
-                format!(
-                    "{path} must be a string; found the integer {i} (write it quoted: \"{i}\")"
-                ),
-            );
-            None
-        }
-        other => {
-            ctx.error(
-                node.pos,
-                format!(
-                    "{path} must be a string (e.g. {example}); found {}",
-                    other.describe()
-                ),
-            );
-            None
-        }
-    }
-}
-
 /// Validates one document. Returns the spec if the document has no error; diagnostics go to
 /// `ctx` (attributed to the spec's name when it is known).
 pub fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
     let first_diag = ctx.diags.len();
-    let errors_before = ctx.errors;
+    let errors_before = ctx.error_count();
     let (spec, name) = document(ctx, root);
     for d in &mut ctx.diags[first_diag..] {
         d.spec = name.clone();
     }
-    if ctx.errors > errors_before {
+    if ctx.error_count() > errors_before {
         None
     } else {
         spec
@@ -293,7 +102,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let parts = for_provider(ctx, &fp, name.as_deref());
     let spec = match (api_version, deletion_policy, parts.complete()) {
         (Some(api_version), Some(deletion_policy), Some(parts)) => {
-            assemble(ctx.file, api_version, meta, deletion_policy, parts)
+            assemble(ctx.file(), api_version, meta, deletion_policy, parts)
         }
         _ => None,
     };
@@ -800,43 +609,6 @@ fn cpu_field(ctx: &mut Ctx, n: &Node) -> Option<u32> {
     }
 }
 
-/// A size in bytes within `[min, max]`.
-pub(super) fn size_field(
-    ctx: &mut Ctx,
-    n: &Node,
-    path: &str,
-    unit: u64,
-    unit_name: &str,
-    min: u64,
-    max: u64,
-) -> Option<u64> {
-    let bytes = match &n.value {
-        Value::Int(i) => plain_number(*i, unit, unit_name),
-        Value::Str(s) => parse_size(s, unit, unit_name),
-        Value::Float(f) => Err(format!(
-            "{f} is not a whole number; write a whole number with a unit, e.g. 1536Mi rather than 1.5Gi"
-        )),
-        other => Err(format!(
-            "expected a size such as 8Gi or a number of {unit_name}; found {}",
-            other.describe()
-        )),
-    };
-    let bytes = ctx.check(n.pos, bytes.map_err(|e| format!("{path}: {e}")))?;
-    if !(min..=max).contains(&bytes) {
-        ctx.error(
-            n.pos,
-            format!(
-                "{path} is {}, outside the allowed range {} .. {}",
-                format_bytes(bytes),
-                format_bytes(min),
-                format_bytes(max)
-            ),
-        );
-        return None;
-    }
-    Some(bytes)
-}
-
 fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     let s = string(ctx, n, "spec.forProvider.userData", "a #cloud-config block")?;
     if ctx.sealed == Some(n.pos) {
@@ -873,29 +645,6 @@ fn user_data_field(ctx: &mut Ctx, n: &Node) -> Option<String> {
     }
     ctx.check(n.pos, super::cloudinit::check_user_data(s))?;
     Some(s.to_string())
-}
-
-pub(super) fn enum_field<T: Copy>(
-    ctx: &mut Ctx,
-    n: &Node,
-    path: &str,
-    choices: &[(&str, T)],
-) -> Option<T> {
-    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
-    let s = string(ctx, n, path, names.first().copied().unwrap_or_default())?;
-    if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
-        return Some(*v);
-    }
-    let hint = super::closest(s, names.iter().copied())
-        .map_or(String::new(), |name| format!(" (did you mean {name:?}?)"));
-    ctx.error(
-        n.pos,
-        format!(
-            "{path} {s:?} is not valid{hint}; valid values are: {}",
-            names.join(", ")
-        ),
-    );
-    None
 }
 
 fn tags_field(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
