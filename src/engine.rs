@@ -16,7 +16,7 @@ use crate::pve::{Client, ClientOptions, Meter, NoMeter};
 use crate::site_identity::{self, SiteChecks};
 use crate::spec::{SpecSet, Specs};
 use crate::status::{
-    ConditionStatus as S, FromPlan, LastStatus, RequestSummary, SpecCommits, SpecStatus, StatusDir,
+    ConditionStatus as S, FromPlan, LastStatus, RequestSummary, SpecStatus, StatusDir,
     SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 use crate::store::{SpecRecord, Store};
@@ -274,7 +274,9 @@ pub struct Engine {
     config: Config,
     store: Arc<Store>,
     sites: BTreeMap<String, Arc<SiteCtx>>,
-    status: StatusDir,
+    /// The status directory, and what this process last wrote there: an idle cycle hands it
+    /// nothing and lists no directory.
+    status: crate::status::Writer,
     /// Markers read from VM configs, by site and vmid: a VM's marker is read once.
     markers: MarkerCache,
     /// Each site's cluster identity as seen and recorded (`site_identity`): its root CA is
@@ -303,15 +305,6 @@ pub struct Engine {
     /// The records as the last cycle left them (the engine is the database's only writer):
     /// an idle cycle decodes nothing.
     records: Option<BTreeMap<String, SpecRecord>>,
-    /// What is kept of the status each spec was last given (a hash, and what notifications
-    /// read), and the set of names written: an idle cycle hands the status writer nothing and
-    /// lists no directory.
-    written: HashMap<String, LastStatus>,
-    /// A hash of the names written by the last cycle (specs and records): the directory is
-    /// listed for stale files only when it changes.
-    written_names: Option<u64>,
-    /// The commit each spec's status names: the one its current version was first applied at.
-    commits: SpecCommits,
     /// The wall clock of plans, actions and status files (the system's; tests set their own).
     clock: Clock,
     /// The last cycle if it acted on nothing, with its cached `records` untouched since (see
@@ -342,6 +335,7 @@ impl Engine {
             path: config.status_dir.display().to_string(),
             message: e.to_string(),
         })?;
+        let status = crate::status::Writer::new(status);
         Ok(Engine {
             config,
             store,
@@ -359,9 +353,6 @@ impl Engine {
             notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
             records: None,
-            written: HashMap::new(),
-            written_names: None,
-            commits: SpecCommits::default(),
             clock: Clock::system(),
             idle: None,
             last_look: None,
@@ -404,7 +395,7 @@ impl Engine {
     /// What is kept of the status each spec was last given, by name: the specs of the
     /// commit, and removed specs whose VM is not gone yet (for notifications).
     pub fn statuses(&self) -> &HashMap<String, LastStatus> {
-        &self.written
+        self.status.statuses()
     }
 
     /// The state database (the control socket serves its records to `proxsync plan`).
@@ -808,12 +799,8 @@ impl Engine {
         // file once after a start): a push rewrites the files of the specs it changed.
         for spec in &specs.specs {
             let hash = crate::spec::spec_hash(spec);
-            let spec_commit = commit.map(|c| {
-                let status_dir = &self.status;
-                let previous = || status_dir.read_spec(&spec.name).ok().flatten();
-                self.commits
-                    .commit_of(&spec.name, Version::Valid(&hash), c, previous)
-            });
+            let spec_commit =
+                commit.map(|c| self.status.commit_of(&spec.name, Version::Valid(&hash), c));
             let st = spec_status(
                 spec,
                 records.get(&spec.name),
@@ -828,7 +815,9 @@ impl Engine {
             );
             counts.add(&st);
             counts.tally(&st);
-            self.write_spec_if_changed(st, now)?;
+            self.status
+                .write_spec_if_changed(st, now)
+                .map_err(status_err(&self.config.status_dir))?;
             names.add(&spec.name);
         }
         for name in specs.invalid_names() {
@@ -851,14 +840,12 @@ impl Engine {
             let ready = st.conditions.iter().find(|c| c.kind == kinds::READY);
             if let (Some(c), Some(ready)) = (commit, ready) {
                 let version = Version::Invalid(&ready.message);
-                let status_dir = &self.status;
-                let at = self.commits.commit_of(name, version, c, || {
-                    status_dir.read_spec(name).ok().flatten()
-                });
-                st.commit = Some(at);
+                st.commit = Some(self.status.commit_of(name, version, c));
             }
             counts.tally(&st);
-            self.write_spec_if_changed(st, now)?;
+            self.status
+                .write_spec_if_changed(st, now)
+                .map_err(status_err(&self.config.status_dir))?;
             names.add(name);
         }
         // A removed spec whose VM its protection flag keeps (the spec did not set the flag)
@@ -871,12 +858,14 @@ impl Engine {
             if !specs.specs.iter().any(|s| &s.name == name) {
                 let view = views.get(&rec.site);
                 let st = crate::status::removed_status(name, rec, view);
-                self.write_spec_if_changed(st, now)?;
+                self.status
+                    .write_spec_if_changed(st, now)
+                    .map_err(status_err(&self.config.status_dir))?;
             }
         }
         let count = specs.specs.len() + counts.invalid;
         let current = specs.specs.iter().map(|s| s.name.as_str());
-        self.commits
+        self.status
             .forget_others(count, current.chain(specs.invalid_names()));
         // Status files of specs that are gone with their VM (looked for when the set of
         // specs changed, and on the first cycle).
@@ -888,7 +877,15 @@ impl Engine {
         for old in after.renamed.keys() {
             names.add(old);
         }
-        self.remove_stale_spec_files(specs, records, &after.renamed, names.finish())?;
+        let current = specs.specs.iter().map(|s| s.name.as_str());
+        self.status
+            .remove_stale(
+                current.chain(specs.invalid_names()),
+                records,
+                &after.renamed,
+                names.finish(),
+            )
+            .map_err(status_err(&self.config.status_dir))?;
         let orphans = crate::status::orphan_entries(&after.orphans);
         self.status
             .write_orphans(&orphans, now)
@@ -979,52 +976,6 @@ impl Engine {
                     since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
                 }),
         }
-    }
-
-    /// Writes a spec's status file unless the status is the one it was last given.
-    fn write_spec_if_changed(
-        &mut self,
-        st: SpecStatus,
-        now: SystemTime,
-    ) -> Result<(), EngineError> {
-        let hash = st.content_hash();
-        if self.written.get(&st.name).map(|w| w.hash) != Some(hash) {
-            self.status
-                .write_spec(&st, now)
-                .map_err(status_err(&self.config.status_dir))?;
-            self.written
-                .insert(st.name.clone(), LastStatus::of(&st, hash));
-        }
-        Ok(())
-    }
-
-    /// Removes the status files of specs that are gone with their VM, and of the old names of
-    /// renamed specs (`renamed`), when the names hash (`names`) differs from the last cycle's.
-    fn remove_stale_spec_files(
-        &mut self,
-        specs: &SpecSet,
-        records: &BTreeMap<String, SpecRecord>,
-        renamed: &BTreeMap<String, String>,
-        names: u64,
-    ) -> Result<(), EngineError> {
-        let status_err = status_err(&self.config.status_dir);
-        if self.written_names != Some(names) {
-            let written: BTreeSet<&str> = specs
-                .specs
-                .iter()
-                .map(|s| s.name.as_str())
-                .chain(specs.invalid_names())
-                .collect();
-            for name in self.status.spec_names().map_err(status_err)? {
-                let kept = records.contains_key(&name) && !renamed.contains_key(&name);
-                if !written.contains(name.as_str()) && !kept {
-                    self.status.remove_spec(&name).map_err(status_err)?;
-                    self.written.remove(&name);
-                }
-            }
-            self.written_names = Some(names);
-        }
-        Ok(())
     }
 }
 

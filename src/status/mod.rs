@@ -46,6 +46,7 @@ pub mod kinds;
 pub mod reasons;
 mod summary;
 mod transitions;
+mod writer;
 
 pub use crate::util::time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
 pub(crate) use commits::{SpecCommits, Version};
@@ -55,6 +56,7 @@ pub(crate) use conditions::{
 pub use files::{StatusDir, valid_name};
 pub use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
+pub use writer::Writer;
 
 // ------------------------------------------------------------------------------------------
 // Engine-facing input types
