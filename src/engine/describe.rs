@@ -1,0 +1,145 @@
+//! Actions in words: the log line of each planned action, and `plan`'s description of it.
+
+use super::*;
+
+/// Logs a planned action as plain fields (journald's structured fields): its kind, spec, site,
+/// node, VMID and, for an update, what differs.
+pub(super) fn log_planned(action: &Action) {
+    let (kind, vmid) = match action {
+        Action::Create { .. } => ("create", None),
+        Action::ResumeCreate { vmid, .. } => ("resume", Some(*vmid)),
+        Action::Adopt { vmid, .. } => ("adopt", Some(*vmid)),
+        Action::Converge { vmid, .. } => ("update", Some(*vmid)),
+        Action::Migrate { vmid, .. } => ("migrate", Some(*vmid)),
+        Action::Remove {
+            vmid,
+            release: false,
+            ..
+        } => ("delete", Some(*vmid)),
+        Action::Remove { vmid, .. } => ("release", Some(*vmid)),
+        Action::Forget { .. } => ("forget", None),
+        Action::Relabel { vmid, .. } => ("rename", Some(*vmid)),
+        Action::HandOver { vmid, .. } => ("handover", Some(*vmid)),
+        Action::DeleteOrphan { vmid, .. } => ("delete-orphan", Some(*vmid)),
+    };
+    let (site, node) = action.node().unwrap_or_default();
+    let why = match action {
+        Action::Converge { why, .. } => why.join(", "),
+        _ => String::new(),
+    };
+    tracing::info!(
+        action = kind,
+        spec = action.spec().unwrap_or(""),
+        site,
+        node,
+        vmid = vmid.map(|v| v.to_string()).unwrap_or_default(),
+        why,
+        "planned"
+    );
+}
+
+/// The valid specs of `specs` by name, for [`describe`]: built once for a list of actions (a
+/// search per action was quadratic in `plan`'s output of 10,000 creates).
+pub fn specs_by_name(specs: &SpecSet) -> FnvHashMap<&str, &crate::spec::Spec> {
+    specs.specs.iter().map(|s| (s.name.as_str(), s)).collect()
+}
+
+/// A short line per action, for `proxsync plan` and logs; `specs` from [`specs_by_name`].
+// Long because: one arm per action kind, each its one line of text.
+pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -> String {
+    let spec = |name: &str| specs.get(name).copied();
+    match action {
+        Action::Create {
+            spec: name,
+            site,
+            node,
+        } => {
+            let from = spec(name)
+                .map(|s| format!(" from {}", image_text(&s.image)))
+                .unwrap_or_default();
+            format!("+ create  {name}: new VM on {site}/{node}{from}")
+        }
+        Action::ResumeCreate {
+            spec,
+            site,
+            node,
+            vmid,
+            upid,
+        } => format!(
+            "~ resume  {spec}: finish the create of VM {vmid} on {site}/{node}{}",
+            upid.as_ref()
+                .map(|u| format!(" (task {u})"))
+                .unwrap_or_default()
+        ),
+        Action::Adopt { spec, site, vmid } => {
+            format!("~ adopt   {spec}: VM {vmid} on {site} carries its marker")
+        }
+        Action::Relabel {
+            spec,
+            from,
+            site,
+            node,
+            vmid,
+        } => format!("~ rename  {from} -> {spec}: VM {vmid} on {site}/{node} is re-labelled"),
+        Action::Converge {
+            spec,
+            site,
+            node,
+            vmid,
+            why,
+        } => {
+            format!(
+                "~ update  {spec}: VM {vmid} on {site}/{node}: {}",
+                why.join(", ")
+            )
+        }
+        Action::Migrate {
+            spec,
+            site,
+            node,
+            vmid,
+            target,
+        } => format!("~ migrate {spec}: VM {vmid} on {site} from node {node} to node {target}"),
+        Action::Remove {
+            spec,
+            site,
+            node,
+            vmid,
+            release: false,
+        } => {
+            format!("- delete  {spec}: VM {vmid} on {site}/{node} (spec removed)")
+        }
+        Action::Remove {
+            spec,
+            site,
+            vmid,
+            release: true,
+            ..
+        } => {
+            format!(
+                "- release {spec}: VM {vmid} on {site} stays, no longer managed (deletionPolicy: Orphan)"
+            )
+        }
+        Action::Forget { spec } => format!("- forget  {spec}: spec removed and its VM is gone"),
+        Action::HandOver {
+            spec,
+            site,
+            node,
+            vmid,
+        } => format!(
+            "- handover {spec}: VM {vmid} on {site}/{node} stays; the spec is outside [source] \
+             selector, so the install it now matches takes the VM over"
+        ),
+        Action::DeleteOrphan { site, node, vmid } => {
+            format!("- delete  orphan VM {vmid} on {site}/{node} (stopped, past its grace period)")
+        }
+    }
+}
+
+pub(super) fn image_text(image: &crate::spec::Image) -> String {
+    match image {
+        crate::spec::Image::Template { vmid } => format!("template {vmid}"),
+        crate::spec::Image::Volume { volume, .. } => volume.clone(),
+        crate::spec::Image::Name(n) => n.clone(),
+    }
+}

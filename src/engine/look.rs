@@ -1,0 +1,308 @@
+//! A cycle's look at its sites: which sites a push's cycle looks at again, the observation of
+//! every site in parallel with its identity checked, and the markers the planner needs, read
+//! or vouched for by the records (the engine's marker cache).
+
+use super::*;
+
+/// Markers read from VM configs: site -> VMID -> the marker (`None`: read, none there).
+/// The markers known per site, kept across cycles (a cycle clones pointers, not strings).
+pub(super) type MarkerCache = HashMap<String, SiteMarkers>;
+
+#[derive(Default)]
+pub(super) struct SiteMarkers {
+    /// Read from configs (`None`: read, and the VM has none).
+    read: FnvHashMap<u32, Option<Arc<Marker>>>,
+    /// Vouched for by a record and never read this process: built once, not each cycle.
+    vouched: FnvHashMap<u32, Option<Arc<Marker>>>,
+}
+
+/// The sites a cycle after a push looks at again (see [`Engine::reconcile_after_push`]): for
+/// each spec the push added, removed or changed (any field, its position included), its old
+/// and new site and its record's; for each spec that became or stopped being invalid, its
+/// record's site. `None` (every site) when the set's completeness or the config changed
+/// since `last` (either may change what happens at every site). A site without a last view
+/// is looked at too.
+pub(super) fn push_scope(
+    last: &LastLook,
+    specs: &SpecSet,
+    invalid: &BTreeSet<String>,
+    records: &BTreeMap<String, SpecRecord>,
+    config_hash: &str,
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+) -> Option<BTreeSet<String>> {
+    if last.complete != specs.is_complete() || last.config_hash != config_hash {
+        return None;
+    }
+    let mut scope = BTreeSet::new();
+    let mut touch = |name: &str, site: Option<&str>| {
+        scope.extend(site.map(str::to_string));
+        scope.extend(records.get(name).map(|r| r.site.clone()));
+    };
+    let mut before: FnvHashMap<&str, &Arc<crate::spec::Spec>> = last
+        .specs
+        .shared()
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    for spec in specs.specs.shared() {
+        match before.remove(spec.name.as_str()) {
+            // The source's cache shares an unchanged file's specs: mostly a pointer compare.
+            Some(old) if Arc::ptr_eq(old, spec) || old == spec => {}
+            Some(old) => {
+                touch(&old.name, Some(&old.site));
+                touch(&spec.name, Some(&spec.site));
+            }
+            None => touch(&spec.name, Some(&spec.site)),
+        }
+    }
+    for (name, old) in before {
+        touch(name, Some(&old.site));
+    }
+    for name in invalid.symmetric_difference(&last.invalid) {
+        touch(name, None);
+    }
+    // A site without a last view (there is one even of an unreachable site, unless
+    // observing it failed outright) is looked at too.
+    let unseen: Vec<String> = sites
+        .keys()
+        .filter(|name| !last.views.contains_key(*name))
+        .cloned()
+        .collect();
+    scope.extend(unseen);
+    Some(scope)
+}
+
+/// The site an action is on; a record's forgetting is on its record's site.
+pub(super) fn action_site<'a>(
+    action: &'a Action,
+    records: &'a BTreeMap<String, SpecRecord>,
+) -> Option<&'a str> {
+    match action {
+        Action::Forget { spec } => records.get(spec).map(|r| r.site.as_str()),
+        Action::Adopt { site, .. } => Some(site),
+        other => other.node().map(|(site, _)| site),
+    }
+}
+
+/// Observes `sites` (every site, or those a push touched) in parallel, checks each is its
+/// recorded cluster, and reads the markers the planner needs.
+// Many arguments because: the engine's caches (markers, site identities) and what the cycle
+// reads, each borrowed for this call only.
+// Long because: the sites listed in parallel, then the markers read that the planner needs,
+// with the caches kept in step; one pass over the records.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn observe_all(
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+    config: &Config,
+    specs: &SpecSet,
+    records: &BTreeMap<String, SpecRecord>,
+    cache: &mut MarkerCache,
+    identities: &mut SiteChecks,
+    key: Option<&MarkerKey>,
+    mut fresh: Option<&mut FreshConfigs>,
+) -> BTreeMap<String, SiteView> {
+    let verifies = |m: &Option<Arc<Marker>>, vmid: u32| {
+        m.as_ref()
+            .is_some_and(|m| key.is_some_and(|k| m.verifies(k, vmid)))
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for (name, site) in sites {
+        let (name, site) = (name.clone(), site.clone());
+        let last = identities.last_seen(&name);
+        set.spawn(async move {
+            let (view, answering) = observe_site_answered(&name, &site.client).await;
+            let seen = site_identity::see(&site.client, &view, answering.as_deref(), last).await;
+            (view, seen)
+        });
+    }
+    let mut views = BTreeMap::new();
+    while let Some(joined) = set.join_next().await {
+        if let Ok((mut view, seen)) = joined {
+            // Another cluster than the recorded one leaves the view unreachable: nothing on it
+            // is judged or touched (gate::site).
+            identities.judge(&mut view, seen);
+            views.insert(view.name.clone(), view);
+        }
+    }
+    // Each site's records, grouped in one pass (not a pass over every record per site).
+    let mut site_records: BTreeMap<&str, Vec<(&str, &SpecRecord)>> = BTreeMap::new();
+    for (spec_name, rec) in records {
+        site_records
+            .entry(rec.site.as_str())
+            .or_default()
+            .push((spec_name.as_str(), rec));
+    }
+    let no_records = Vec::new();
+    let tag = crate::ownership::ownership_tag(&config.install_id);
+    // Forget the cached markers of sites no longer configured (`sites` may be some of them).
+    cache.retain(|site_name, _| config.sites.iter().any(|s| s.name == *site_name));
+    for (name, view) in views.iter_mut() {
+        let Some(site) = sites.get(name) else {
+            continue;
+        };
+        let records = site_records.get(name.as_str()).unwrap_or(&no_records);
+        // FNV: built each cycle with a VMID per record.
+        let mut known = FnvHashSet::with_capacity_and_hasher(records.len(), Default::default());
+        known.extend(records.iter().filter_map(|(_, r)| r.vmid()));
+        // A VM named like a spec that is not the spec's recorded VM is read too (once, then
+        // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
+        // ownership tag only when converged). The names are gathered only if such a VM shows.
+        let spec_names = std::cell::OnceCell::new();
+        let is_spec_vm_name = |vm_name: &str| {
+            spec_names
+                .get_or_init(|| {
+                    specs
+                        .specs
+                        .iter()
+                        .filter(|s| s.site == *name)
+                        .map(|s| s.vm_name.as_str())
+                        .collect::<FnvHashSet<&str>>()
+                })
+                .contains(vm_name)
+        };
+        let cache = cache.entry(name.clone()).or_default();
+        // Forget cached markers of VMs that are gone (a VMID may be reused).
+        cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
+        let mut to_read = Vec::new();
+        for vmid in needs_marker(view, &config.install_id, &known, is_spec_vm_name) {
+            match cache.read.get(&vmid) {
+                Some(m) => set_marker(view, vmid, m.clone(), &verifies),
+                None => {
+                    let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
+                    to_read.push((vmid, node.unwrap_or_default()));
+                }
+            }
+        }
+        let per_node = config.reconcile.max_parallel_per_node;
+        for (vmid, read) in read_markers(site, to_read, per_node).await {
+            match read {
+                Ok(MarkerRead::Read { marker, config }) => {
+                    let marker = marker.map(Arc::new);
+                    cache.read.insert(vmid, marker.clone());
+                    if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
+                        fresh.insert((name.clone(), vmid), cfg);
+                    }
+                    set_marker(view, vmid, marker, &verifies);
+                }
+                // Being made: unread, so nothing is judged on it this cycle.
+                Ok(MarkerRead::NotYet) => {}
+                // Unread: not known to be ours, so not touched this cycle.
+                Err(e) => {
+                    tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");
+                }
+            }
+        }
+        // Known VMs: their marker was verified when created or adopted; the tag shows in the
+        // listing, and execute re-reads the config before any change.
+        for vmid in &known {
+            if let Some(vm) = view.vms.get_mut(vmid)
+                && let Some(Some(m)) = cache.read.get(vmid)
+            {
+                vm.marker = Some(m.clone());
+                vm.marker_read = true;
+                // Known by the record: it vouches for the VM even with a marker from before
+                // signing (converge rewrites that one signed).
+                vm.marker_verified = true;
+            }
+        }
+        // Known VMs whose marker was never read this process: mark from the record. Markers
+        // of VMs gone or read since stay until they outnumber the records.
+        if cache.vouched.len() > records.len() {
+            cache.vouched.clear();
+        }
+        for (spec_name, rec) in records {
+            if let Some(vmid) = rec.vm.made_vmid()
+                && let Some(vm) = view.vms.get_mut(&vmid)
+                && !vm.marker_read
+                && vm.has_tag(&tag)
+            {
+                // The record vouches for it: we made or adopted this VM at this VMID.
+                let slot = cache.vouched.entry(vmid).or_default();
+                vm.marker = Some(vouched_marker(
+                    slot,
+                    &config.install_id,
+                    spec_name,
+                    &rec.uid,
+                ));
+                vm.marker_verified = true;
+            }
+        }
+    }
+    views
+}
+
+/// The marker a record vouches for: the one `slot` holds from an earlier cycle while it
+/// names the same install, spec and uid; else a new one, kept in `slot`.
+pub(super) fn vouched_marker(
+    slot: &mut Option<Arc<Marker>>,
+    install: &str,
+    spec: &str,
+    uid: &str,
+) -> Arc<Marker> {
+    match slot {
+        Some(m) if m.install == install && m.spec == spec && m.uid == uid => m.clone(),
+        _ => slot
+            .insert(Arc::new(Marker {
+                install: install.to_string(),
+                spec: spec.to_string(),
+                uid: uid.to_string(),
+                mac: None,
+            }))
+            .clone(),
+    }
+}
+
+/// Sets what a marker read found on the listed VM.
+pub(super) fn set_marker(
+    view: &mut SiteView,
+    vmid: u32,
+    marker: Option<Arc<Marker>>,
+    verifies: &impl Fn(&Option<Arc<Marker>>, u32) -> bool,
+) {
+    if let Some(vm) = view.vms.get_mut(&vmid) {
+        vm.marker_verified = verifies(&marker, vmid);
+        vm.marker = marker;
+        vm.marker_read = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vouched_marker_is_reused_only_while_it_says_the_same() {
+        let mut slot = None;
+        let first = vouched_marker(&mut slot, "main", "web", "u1");
+        assert_eq!(
+            (
+                first.install.as_str(),
+                first.spec.as_str(),
+                first.uid.as_str()
+            ),
+            ("main", "web", "u1")
+        );
+        let again = vouched_marker(&mut slot, "main", "web", "u1");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same marker is not built again"
+        );
+        // A renamed spec, a new uid or another install: never the stale marker.
+        for (install, spec, uid) in [
+            ("main", "web-2", "u1"),
+            ("main", "web", "u2"),
+            ("b", "web", "u1"),
+        ] {
+            let mut slot = Some(first.clone());
+            let m = vouched_marker(&mut slot, install, spec, uid);
+            assert_eq!(
+                (m.install.as_str(), m.spec.as_str(), m.uid.as_str()),
+                (install, spec, uid)
+            );
+            assert!(
+                Arc::ptr_eq(&m, slot.as_ref().unwrap()),
+                "kept for the next cycle"
+            );
+        }
+    }
+}

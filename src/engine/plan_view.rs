@@ -1,0 +1,74 @@
+//! `proxsync plan`: a plan made without acting, with what it was made from.
+
+use super::*;
+
+/// A plan with what it was made from: `proxsync plan` reads the converged VMs' configs with
+/// the sites' clients to show each change field by field, and names the sites it could not read.
+pub struct PlanView {
+    pub plan: Plan,
+    pub views: BTreeMap<String, SiteView>,
+    pub records: BTreeMap<String, SpecRecord>,
+    pub sites: BTreeMap<String, Arc<SiteCtx>>,
+    /// The marker key, when it exists (a plan never makes one).
+    pub marker_key: Option<MarkerKey>,
+    pub install_id: String,
+}
+
+/// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
+/// nothing. `records`: the state database's (`control::plan_records` reads them, from the
+/// daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
+/// branch, whose deletes are judged as one batch, as a cycle would.
+pub async fn plan_view(
+    config: &Config,
+    specs: &SpecSet,
+    records: BTreeMap<String, SpecRecord>,
+    rewind: Option<&crate::source::chain::RewindBatch>,
+) -> Result<PlanView, EngineError> {
+    let sites = site_clients(config)?;
+    let (specs, theirs) = shard(config, specs);
+    let specs = specs.as_ref();
+    let elsewhere = names(&theirs);
+    let mut cache = HashMap::new();
+    // Read-only: a missing key is not made here (then no marker verifies).
+    let key = MarkerKey::load_file(&config.marker_key_path())
+        .ok()
+        .flatten();
+    // Read-only: a first contact is recorded by a cycle, not by a plan.
+    let mut identities = SiteChecks::new(&config.state_dir, false);
+    let views = observe_all(
+        &sites,
+        config,
+        specs,
+        &records,
+        &mut cache,
+        &mut identities,
+        key.as_ref(),
+        None,
+    )
+    .await;
+    let invalid: BTreeSet<String> = specs
+        .invalid_names()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let chash = config_hash(config);
+    let orphans_seen = BTreeMap::new();
+    let basis = PlanBasis {
+        config,
+        specs,
+        invalid: &invalid,
+        elsewhere: &elsewhere,
+        config_hash: &chash,
+        retry_transient_now: false,
+        rewind,
+    };
+    let plan = basis.plan(&views, &records, &orphans_seen, now_ms());
+    Ok(PlanView {
+        plan,
+        views,
+        records,
+        sites,
+        marker_key: key,
+        install_id: config.install_id.clone(),
+    })
+}
