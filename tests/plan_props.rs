@@ -2602,6 +2602,21 @@ fn a_rewind_within_the_fraction_deletes() {
     assert_eq!(removes(&p), ["a8", "a9"], "{p:?}");
 }
 
+/// At exactly `max_delete_fraction` (5 of 10 at 0.5) a rewind's deletes happen: the valve
+/// refuses only more than the fraction, as it does outside a rewind.
+#[test]
+fn a_rewind_at_exactly_the_fraction_deletes() {
+    let mut w = fleet(10, &[], true);
+    desire(&mut w, &["a0", "a1", "a2", "a3", "a4"]);
+    let rewind = rewind_from(10);
+    let p = plan(&PlanInput {
+        rewind: Some(&rewind),
+        ..w.input()
+    });
+    assert_eq!(removes(&p), ["a5", "a6", "a7", "a8", "a9"], "{p:?}");
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+}
+
 /// When the commit rewound from can no longer be read, its deletes cannot be judged as one
 /// batch: refused.
 #[test]
