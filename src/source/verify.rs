@@ -791,6 +791,31 @@ mod tests {
         );
     }
 
+    /// A commit with no signature reads as unsigned; a commit object that cannot be read (here
+    /// a corrupt loose object) is an error, never taken for an unsigned commit.
+    #[test]
+    fn an_unreadable_commit_is_an_error_not_unsigned() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let tree = repo.treebuilder(None).unwrap().write().unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let who = git2::Signature::now("t", "t@example.org").unwrap();
+        let commit = repo
+            .commit(None, &who, &who, "unsigned", &tree, &[])
+            .unwrap()
+            .to_string();
+        assert_eq!(signature_kind(dir.path(), &commit), Ok(None));
+        let corrupt = "ab".repeat(20);
+        let objects = dir.path().join(".git/objects").join(&corrupt[..2]);
+        std::fs::create_dir_all(&objects).unwrap();
+        std::fs::write(objects.join(&corrupt[2..]), b"not a zlib stream").unwrap();
+        let err = signature_kind(dir.path(), &corrupt).unwrap_err();
+        assert!(
+            err.starts_with(&format!("cannot read commit {corrupt}")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn signature_kinds_from_the_armour() {
         assert_eq!(Kind::of(b"-----BEGIN SSH SIGNATURE-----\nU1N"), Kind::Ssh);
