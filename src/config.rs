@@ -205,6 +205,9 @@ pub struct ReconcileConfig {
     pub max_delete_fraction: f64,
     /// At most this many reboots (for `rebootPolicy`) started per site and cycle.
     pub max_parallel_reboots: u32,
+    /// Refuse a cycle that would take over more than this many existing VMs by consent
+    /// (`proxsync.io/adopt`): a wrong directory cannot take over a cluster unnoticed.
+    pub max_adopt_per_cycle: u32,
 }
 
 impl Default for ReconcileConfig {
@@ -217,6 +220,7 @@ impl Default for ReconcileConfig {
             orphan_grace: Duration::from_secs(600),
             max_delete_fraction: 0.5,
             max_parallel_reboots: 1,
+            max_adopt_per_cycle: 100,
         }
     }
 }
@@ -458,6 +462,7 @@ struct RawReconcile {
     orphan_grace: Option<String>,
     max_delete_fraction: Option<f64>,
     max_parallel_reboots: Option<i64>,
+    max_adopt_per_cycle: Option<i64>,
 }
 
 /// What to do when the config cannot be read: where else it may be named, where the example
@@ -766,6 +771,16 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
             ));
         }
     };
+    let max_adopt_per_cycle = match r.max_adopt_per_cycle {
+        None => defaults.max_adopt_per_cycle,
+        Some(n) if (0..=100_000).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(format!(
+                "[reconcile] max_adopt_per_cycle = {n}: must be between 0 (no adoption by \
+                 consent) and 100000"
+            ));
+        }
+    };
     let max_delete_fraction = match r.max_delete_fraction {
         None => defaults.max_delete_fraction,
         Some(f) if f > 0.0 && f <= 1.0 => f,
@@ -792,6 +807,7 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
         )?,
         max_delete_fraction,
         max_parallel_reboots,
+        max_adopt_per_cycle,
     };
     if reconcile.resync_interval < Duration::from_secs(10) {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());

@@ -406,6 +406,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         allow_recreate_on_site_change: false,
         ha: None,
         renamed_from: None,
+        adopt: None,
         hardware: Default::default(),
         networks: None,
         disks: None,
@@ -933,6 +934,36 @@ impl Sim {
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
                 self.converge(&spec, rec, *vmid);
             }
+            Action::AdoptByConsent { spec, vmid, .. } => {
+                let spec = self.spec(spec);
+                let tag = owner_tag();
+                let uid = uid_of(&spec.name);
+                let Some(vm) = self.world.vms_mut().get_mut(vmid) else {
+                    self.conflicts
+                        .push(format!("adopt {} of VM {vmid}: gone", spec.name));
+                    return;
+                };
+                vm.tags.push(tag);
+                vm.marker = Some(Arc::new(Marker {
+                    install: INSTALL.into(),
+                    spec: spec.name.clone(),
+                    uid: uid.clone(),
+                    mac: None,
+                }));
+                let node = vm.node.clone();
+                let mut rec = self
+                    .world
+                    .records
+                    .get(&spec.name)
+                    .cloned()
+                    .unwrap_or_default();
+                rec.uid = uid;
+                rec.site = SITE.to_string();
+                rec.vm = VmState::Exists { vmid: *vmid, node };
+                rec.provisioned = true;
+                rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
+                self.converge(&spec, rec, *vmid);
+            }
             Action::Migrate {
                 spec, vmid, target, ..
             } => {
@@ -1047,6 +1078,7 @@ fn action_vmid(a: &Action) -> Option<u32> {
     match a {
         Action::ResumeCreate { vmid, .. }
         | Action::Adopt { vmid, .. }
+        | Action::AdoptByConsent { vmid, .. }
         | Action::Converge { vmid, .. }
         | Action::Migrate { vmid, .. }
         | Action::Remove { vmid, .. }
@@ -2647,6 +2679,7 @@ fn kind(a: &Action) -> &'static str {
         Action::Create { .. } => "Create",
         Action::ResumeCreate { .. } => "ResumeCreate",
         Action::Adopt { .. } => "Adopt",
+        Action::AdoptByConsent { .. } => "AdoptByConsent",
         Action::Converge { .. } => "Converge",
         Action::Migrate { .. } => "Migrate",
         Action::Remove { release: false, .. } => "Remove",
@@ -2658,10 +2691,11 @@ fn kind(a: &Action) -> &'static str {
     }
 }
 
-const KINDS: [&str; 11] = [
+const KINDS: [&str; 12] = [
     "Create",
     "ResumeCreate",
     "Adopt",
+    "AdoptByConsent",
     "Converge",
     "Migrate",
     "Remove",
@@ -2691,6 +2725,10 @@ struct Twists {
     refused_site: bool,
     /// A rewind applied: from a commit still readable (`true`) or not.
     rewind: Option<bool>,
+    /// A desired spec `imp-<n>` consenting to take over VM 400 (`proxsync.io/adopt`), and VM
+    /// 400 as it is then: bare (0), renamed (1), tagged by an install (2), carrying a marker
+    /// (3), gone (4), on another node (5), not yet read (6).
+    consent: Option<(u8, usize)>,
 }
 
 prop_compose! {
@@ -2702,8 +2740,9 @@ prop_compose! {
         lost in prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
         refused_site in prop::bool::weighted(0.05),
         rewind in prop::option::weighted(0.2, any::<bool>()),
+        consent in prop::option::weighted(0.3, (0..7u8, 0..2usize)),
     ) -> Twists {
-        Twists { rename, elsewhere, forged, copied, lost, refused_site, rewind }
+        Twists { rename, elsewhere, forged, copied, lost, refused_site, rewind, consent }
     }
 }
 
@@ -2742,6 +2781,47 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         w.desired.retain(|s| !moved.contains(&s.name));
         w.elsewhere = moved;
         w.sharded = true;
+    }
+    if let Some((how, node)) = t.consent {
+        let name = format!("imp-{how}");
+        let mut spec = make_spec(
+            &name,
+            &SpecGen {
+                node,
+                cpu: 2,
+                mem_mib: 1024,
+                disk_gib: 2,
+                running: true,
+                tags: 0,
+                orphan_policy: true,
+            },
+        );
+        spec.image = Image::Existing;
+        spec.adopt = Some(proxsync::spec::AdoptConsent {
+            vmid: 400,
+            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+        });
+        let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
+        match how {
+            1 => vm.name = Some("someone-else".into()),
+            2 => vm.tags = vec!["proxsync.other".into()],
+            3 => {
+                vm.marker = Some(Arc::new(Marker {
+                    install: "other".into(),
+                    spec: name.clone(),
+                    uid: "u9".into(),
+                    mac: None,
+                }))
+            }
+            5 => vm.node = NODES[(node + 1) % NODES.len()].to_string(),
+            6 => vm.marker_read = false,
+            _ => {}
+        }
+        if how != 4 {
+            w.vms_mut().insert(400, vm);
+        }
+        w.roles.insert(name, Role::Desired);
+        w.desired.push(spec);
     }
     let vmids: Vec<u32> = w.vms().keys().copied().collect();
     for (i, vmid) in vmids.iter().enumerate() {

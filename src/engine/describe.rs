@@ -9,6 +9,7 @@ pub(super) fn log_planned(action: &Action) {
         Action::Create { .. } => ("create", None),
         Action::ResumeCreate { vmid, .. } => ("resume", Some(*vmid)),
         Action::Adopt { vmid, .. } => ("adopt", Some(*vmid)),
+        Action::AdoptByConsent { vmid, .. } => ("adopt-consent", Some(*vmid)),
         Action::Converge { vmid, .. } => ("update", Some(*vmid)),
         Action::Migrate { vmid, .. } => ("migrate", Some(*vmid)),
         Action::Remove {
@@ -74,6 +75,16 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
         Action::Adopt { spec, site, vmid } => {
             format!("~ adopt   {spec}: VM {vmid} on {site} carries its marker")
         }
+        Action::AdoptByConsent {
+            spec,
+            site,
+            node,
+            vmid,
+        } => format!(
+            "~ adopt   {spec}: VM {vmid} on {site}/{node}, by the spec's consent ({}): its \
+             marker and tag are written",
+            crate::spec::ADOPT
+        ),
         Action::Relabel {
             spec,
             from,
@@ -141,5 +152,6 @@ pub(super) fn image_text(image: &crate::spec::Image) -> String {
         crate::spec::Image::Template { vmid } => format!("template {vmid}"),
         crate::spec::Image::Volume { volume, .. } => volume.clone(),
         crate::spec::Image::Name(n) => n.clone(),
+        crate::spec::Image::Existing => "no image (adopts an existing VM)".to_string(),
     }
 }

@@ -17,6 +17,7 @@
 //!   the next cycle waits for it again.
 
 mod cloud_init;
+mod consent;
 mod converge;
 mod create;
 pub mod disks;
@@ -416,6 +417,17 @@ async fn run_action(
         }
         Action::Adopt { spec, site, vmid } => {
             with_spec(ctx, spec, |s| adopt(ctx, site, s, &mut rec, *vmid)).await
+        }
+        Action::AdoptByConsent {
+            spec,
+            site,
+            node,
+            vmid,
+        } => {
+            with_spec(ctx, spec, |s| {
+                consent::adopt_by_consent(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+            })
+            .await
         }
         Action::Converge {
             spec,

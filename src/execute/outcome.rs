@@ -115,6 +115,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Create { .. } => "create",
         Action::ResumeCreate { .. } => "resume-create",
         Action::Adopt { .. } => "adopt",
+        Action::AdoptByConsent { .. } => "adopt-by-consent",
         Action::Relabel { .. } => "rename",
         Action::Converge { .. } => "converge",
         Action::Migrate { .. } => "migrate",

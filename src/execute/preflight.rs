@@ -126,6 +126,15 @@ pub(super) async fn preflight(
     }
     let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
     match &spec.image {
+        // The planner never creates for a spec that adopts; this is the last line.
+        Image::Existing => Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "spec {} has no image: it adopts an existing VM ({}), so proxsync cannot make                  one; name an image in spec.forProvider.image to let it create a VM",
+                spec.name,
+                crate::spec::ADOPT
+            ),
+        )),
         Image::Template { vmid } => match template_in_view(*vmid) {
             Some(t) => clone_source(ctx, site, spec, storages, *vmid, &t.node).await,
             None => Err(fail(

@@ -175,6 +175,76 @@ pub fn adopt_by_hand(
     Ok(Permit::new(site.site(), vmid, Act::TakeOver { marker }))
 }
 
+/// What a VM's config shows of who it is, read right before an adoption by consent.
+#[derive(Debug, Clone, Copy)]
+pub struct Bare<'a> {
+    pub vmid: u32,
+    pub name: Option<&'a str>,
+    pub smbios1: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub tags: &'a [String],
+}
+
+/// Taking over VM `vm.vmid`, which a spec consents to (`proxsync.io/adopt` with the VM's
+/// uuid), on a checked site: the VMID is the consent's, the smbios1 uuid and the name are the
+/// ones recorded in the spec (a VMID freed and reused is another VM), and no install has a
+/// claim on it (no marker line of any install, no `proxsync.*` tag). This install's first
+/// marker, for `spec` and the new `uid`, is written.
+pub fn adopt_by_consent(
+    site: &SiteChecked,
+    consent: &crate::spec::AdoptConsent,
+    vm: Bare<'_>,
+    install_id: &str,
+    spec: &str,
+    vm_name: &str,
+    uid: &str,
+) -> Result<Permit, String> {
+    let vmid = vm.vmid;
+    if consent.vmid != vmid {
+        return Err(format!(
+            "VM {vmid} is not the VM spec {spec} consents to take over ({})",
+            consent.vmid
+        ));
+    }
+    let uuid = vm
+        .smbios1
+        .and_then(|s| crate::pve::values::prop_value(s, "uuid", None))
+        .map(str::to_ascii_lowercase);
+    if uuid.as_deref() != Some(consent.uuid.as_str()) {
+        return Err(format!(
+            "VM {vmid} has smbios1 uuid {}, not {} as when spec {spec} was written: another VM \
+             holds the VMID now; import it again if it is the one to adopt",
+            uuid.as_deref().unwrap_or("(none)"),
+            consent.uuid
+        ));
+    }
+    if vm.name != Some(vm_name) {
+        return Err(format!(
+            "VM {vmid} is named {}, not {vm_name} as spec {spec} says",
+            vm.name.unwrap_or("(no name)")
+        ));
+    }
+    if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
+        return Err(format!(
+            "VM {vmid} carries the ownership tag {tag}: an install of proxsync manages it"
+        ));
+    }
+    if let Some(d) = vm.description
+        && d.contains(crate::ownership::MARKER_PREFIX)
+    {
+        return Err(format!(
+            "VM {vmid} carries a proxsync marker line: it is some install's, never taken by \
+             consent"
+        ));
+    }
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: uid.to_string(),
+    };
+    Ok(Permit::new(site.site(), vmid, Act::Adopt { marker }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

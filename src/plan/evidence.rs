@@ -53,6 +53,12 @@ pub fn planned(action: &Action, input: &PlanInput<'_>) -> Checked {
             ..
         } => resume_create(input, spec, site, node, *vmid),
         Action::Adopt { spec, site, vmid } => adopt(input, spec, site, *vmid),
+        Action::AdoptByConsent {
+            spec,
+            site,
+            node,
+            vmid,
+        } => adopt_by_consent(input, spec, site, node, *vmid),
         Action::Converge {
             spec,
             site,
@@ -387,6 +393,41 @@ fn adopt(input: &PlanInput<'_>, spec: &str, site: &str, vmid: u32) -> Checked {
     }
     missing(format!(
         "VM {vmid} carries no verified marker of spec {spec} (or another install still holds it)"
+    ))
+}
+
+/// An adoption by consent: the spec names the VMID in its consent, has no record of a VM, and
+/// the VM is listed on that node with the spec's VM name, read, without a marker or any
+/// install's tag.
+fn adopt_by_consent(
+    input: &PlanInput<'_>,
+    spec: &str,
+    site: &str,
+    node: &str,
+    vmid: u32,
+) -> Checked {
+    let (s, view) = desired_on(input, spec, site)?;
+    if s.adopt.as_ref().map(|c| c.vmid) != Some(vmid) {
+        return missing(format!(
+            "spec {spec} does not consent to take over VM {vmid} (proxsync.io/adopt)"
+        ));
+    }
+    if input.records.get(spec).is_some_and(|r| r.vm.vmid().is_some()) {
+        return missing(format!("spec {spec} already has a VM in its record"));
+    }
+    let vm = listed(view, vmid)?;
+    on_node(input, site, vm, node)?;
+    let bare = vm.marker_read
+        && vm.marker.is_none()
+        && !vm.template
+        && vm.name.as_deref() == Some(s.vm_name.as_str())
+        && !vm.tags.iter().any(|t| t.starts_with("proxsync."));
+    if bare {
+        return Ok(());
+    }
+    missing(format!(
+        "VM {vmid} is not a bare VM named {} (read, without a marker or an install's tag)",
+        s.vm_name
     ))
 }
 

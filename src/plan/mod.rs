@@ -100,6 +100,15 @@ pub enum Action {
         site: String,
         vmid: u32,
     },
+    /// The spec consents to take over VM `vmid` (`proxsync.io/adopt`), which carries no marker
+    /// and no install's tag: after its uuid and name are checked again, the signed marker and
+    /// the ownership tag are written in one config update. The next cycle converges it.
+    AdoptByConsent {
+        spec: String,
+        site: String,
+        node: String,
+        vmid: u32,
+    },
     /// Bring an existing VM to the spec (declared fields only).
     Converge {
         spec: String,
@@ -159,6 +168,7 @@ impl Action {
         match self {
             Action::Create { site, node, .. }
             | Action::ResumeCreate { site, node, .. }
+            | Action::AdoptByConsent { site, node, .. }
             | Action::Converge { site, node, .. }
             | Action::Migrate { site, node, .. }
             | Action::Remove { site, node, .. }
@@ -175,6 +185,7 @@ impl Action {
             Action::Create { spec, .. }
             | Action::ResumeCreate { spec, .. }
             | Action::Adopt { spec, .. }
+            | Action::AdoptByConsent { spec, .. }
             | Action::Converge { spec, .. }
             | Action::Migrate { spec, .. }
             | Action::Remove { spec, .. }
@@ -238,6 +249,14 @@ pub enum Verdict {
     /// the VM over yet (or an unrelated install uses the same spec and VM name). Nothing is
     /// created or adopted until the tag is gone.
     HeldByInstall { install: String, vmid: u32 },
+    /// The spec consents to take over VM `vmid` (`proxsync.io/adopt`), and it is refused:
+    /// `why` says what differs from the consent (the VM is gone, renamed, carries a marker or
+    /// an install's tag) and what to do. Nothing is created or changed.
+    AdoptRefused { vmid: u32, why: String },
+    /// This cycle would take over `count` VMs by consent, more than `[reconcile]
+    /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
+    /// come in smaller commits.
+    AdoptionsHeld { count: usize, max: u32 },
 }
 
 /// An orphan: owned by this install, matching no spec and no record.
@@ -429,9 +448,33 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
     removals::apply_valves(input, removals, held_back, &mut out);
+    adoption_valve(input, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out
+}
+
+/// More adoptions by consent than `max_adopt_per_cycle`: none of them this cycle (a wrong
+/// directory of imported specs must not take over a cluster in one commit unnoticed).
+fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
+    let max = input.reconcile.max_adopt_per_cycle;
+    let is_consent = |a: &Action| matches!(a, Action::AdoptByConsent { .. });
+    let count = out.actions.iter().filter(|a| is_consent(a)).count();
+    if count <= max as usize {
+        return;
+    }
+    for action in out.actions.iter().filter(|a| is_consent(a)) {
+        if let Some(spec) = action.spec() {
+            out.verdicts
+                .insert(spec.to_string(), Verdict::AdoptionsHeld { count, max });
+        }
+    }
+    out.actions.retain(|a| !is_consent(a));
+    out.refused.push(format!(
+        "{count} VMs would be taken over by consent (proxsync.io/adopt), more than [reconcile] \
+         max_adopt_per_cycle = {max}: none is taken; raise the limit or commit the imported \
+         specs in smaller parts"
+    ));
 }
 
 /// Until when `out` is the plan of its inputs at any instant from `input.now_ms` on, from what

@@ -79,7 +79,72 @@ pub(super) fn plan_spec(
     {
         return verdict;
     }
+    if let Some(consent) = &spec.adopt {
+        return adopt_by_consent(spec, consent, view, backoff, actions);
+    }
     create(spec, view, index, backoff, actions)
+}
+
+/// The spec consents to take over an existing VM (`proxsync.io/adopt`) and no VM of its own is
+/// known: take that VM when the listing shows it still is the one consented to (its name, no
+/// install's tag, no marker). Its uuid is checked by execute, from its config, right before
+/// the write. Never a create: the consent names a VM, not an image.
+fn adopt_by_consent(
+    spec: &Spec,
+    consent: &crate::spec::AdoptConsent,
+    view: &SiteView,
+    backoff: Option<u64>,
+    actions: &mut Vec<Action>,
+) -> Verdict {
+    let vmid = consent.vmid;
+    let refused = |why: String| Verdict::AdoptRefused { vmid, why };
+    let Some(vm) = view.vms.get(&vmid) else {
+        return refused(format!(
+            "VM {vmid} does not exist on site {} (or is not a QEMU VM); remove the \
+             proxsync.io/adopt annotations and name an image to create a new VM",
+            spec.site
+        ));
+    };
+    if vm.is_unknown() || !vm.marker_read {
+        return Verdict::Unknown { vmid };
+    }
+    if vm.template {
+        return refused(format!("VM {vmid} is a template; proxsync adopts only VMs"));
+    }
+    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+        return refused(format!(
+            "VM {vmid} is named {}, not {} as when the spec was written: it may be another VM \
+             at a reused VMID; import it again to adopt it",
+            vm.name.as_deref().unwrap_or("(no name)"),
+            spec.vm_name
+        ));
+    }
+    if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
+        return refused(format!(
+            "VM {vmid} carries the ownership tag {tag}: an install of proxsync manages it; it is \
+             never taken by consent"
+        ));
+    }
+    if let Some(m) = &vm.marker {
+        return refused(format!(
+            "VM {vmid} carries the proxsync marker of spec {} of install {}: it is never taken \
+             by consent (proxsync adopt confirms a VM of this install's)",
+            m.spec, m.install
+        ));
+    }
+    if let Some(until_ms) = backoff {
+        return Verdict::BackingOff { until_ms };
+    }
+    if !view.node_healthy(&vm.node) {
+        return unhealthy(view, &vm.node);
+    }
+    actions.push(Action::AdoptByConsent {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm.node.clone(),
+        vmid,
+    });
+    Verdict::Acting
 }
 
 /// The verdict of a spec on a site that is not to be judged: unreachable, or reaching another

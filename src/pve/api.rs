@@ -346,7 +346,8 @@ impl VmParams {
             Act::Sign { marker }
             | Act::Relabel { marker }
             | Act::HandOver { marker }
-            | Act::TakeOver { marker } => found.is_some_and(|m| {
+            | Act::TakeOver { marker }
+            | Act::Adopt { marker } => found.is_some_and(|m| {
                 m.install == marker.install && m.spec == marker.spec && m.uid == marker.uid
             }),
             _ => false,

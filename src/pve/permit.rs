@@ -46,6 +46,9 @@ pub enum Act {
     HandOver { marker: MarkerId },
     /// Write this install's `marker` on a VM another install handed over.
     TakeOver { marker: MarkerId },
+    /// Write this install's first `marker` on a VM no install made, which a spec consents to
+    /// take over (`proxsync.io/adopt`).
+    Adopt { marker: MarkerId },
     /// Write `marker` for the spec a VM is renamed to.
     Relabel { marker: MarkerId },
     /// Write the VM's own `marker` again, signed (converge).
@@ -68,6 +71,7 @@ impl Act {
         match self {
             Act::HandOver { marker }
             | Act::TakeOver { marker }
+            | Act::Adopt { marker }
             | Act::Relabel { marker }
             | Act::Sign { marker } => Some(marker),
             _ => None,

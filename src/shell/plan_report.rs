@@ -511,6 +511,10 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
             "VM {vmid} is still held by install {install} (its proxsync.{install} tag); it is \
              taken over once that install has handed it over"
         ),
+        Verdict::AdoptRefused { vmid, why } => format!("adopting VM {vmid} is refused: {why}"),
+        Verdict::AdoptionsHeld { count, max } => format!(
+            "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
+        ),
     }
 }
 

@@ -29,6 +29,7 @@
 //! is left alone (not treated as removed); an error without a name means the run's set of specs
 //! is incomplete ([`SpecSet::is_complete`]).
 
+mod adopt;
 mod cloudinit;
 mod diag;
 mod disks;
@@ -184,6 +185,9 @@ pub struct Spec {
     /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
     /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
     pub renamed_from: Option<String>,
+    /// `proxsync.io/adopt` and `proxsync.io/adopt-uuid`: consent to take over the VM with
+    /// this VMID and smbios1 uuid, which proxsync did not make (`proxsync import` writes it).
+    pub adopt: Option<AdoptConsent>,
     /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
     /// is left as the VM has it. Shared: the specs without any ([`Hardware::is_empty`], most
     /// of them) hold one empty value ([`Hardware::shared`]) instead of 280 bytes each.
@@ -223,6 +227,20 @@ impl Eq for Hashes {}
 
 /// The annotation that confirms a rename of `metadata.name`.
 pub const RENAMED_FROM: &str = "proxsync.io/renamed-from";
+/// The annotation that consents to take over an existing VM: its VMID.
+pub const ADOPT: &str = "proxsync.io/adopt";
+/// The annotation beside [`ADOPT`]: the VM's `smbios1` uuid when the spec was written.
+pub const ADOPT_UUID: &str = "proxsync.io/adopt-uuid";
+
+/// A spec's consent to take over VM `vmid`, which proxsync did not make: only while the VM
+/// still has smbios1 `uuid` and the spec's VM name, carries no marker and no install's tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptConsent {
+    pub vmid: u32,
+    /// Lower-case.
+    pub uuid: String,
+}
 
 /// Largest number of `cloudInit.sshKeys`.
 pub const MAX_SSH_KEYS: usize = 64;
@@ -317,6 +335,8 @@ pub enum Image {
     },
     /// A template name, or else the file stem of a volume on the node's storages.
     Name(String),
+    /// None: the spec adopts an existing VM (`proxsync.io/adopt`) and cannot make one.
+    Existing,
 }
 
 /// The content type of an image volume.

@@ -99,7 +99,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some((deletion_policy, fp)) = spec_section(ctx, &top) else {
         return (None, name);
     };
-    let parts = for_provider(ctx, &fp, name.as_deref());
+    let parts = for_provider(ctx, &fp, name.as_deref(), meta.adopt.is_some());
     let spec = match (api_version, deletion_policy, parts.complete()) {
         (Some(api_version), Some(deletion_policy), Some(parts)) => {
             assemble(ctx.file(), api_version, meta, deletion_policy, parts)
@@ -124,7 +124,8 @@ struct ForProvider {
     ha: Option<Option<super::Ha>>,
 }
 
-fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> ForProvider {
+/// `adopting`: the spec consents to take over an existing VM, so `image` may be absent.
+fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> ForProvider {
     let placement = placement(ctx, fp, name);
     let resources = resources(ctx, fp);
     let hardware = super::hardware::hardware(
@@ -139,7 +140,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> ForProvider {
         Some(d) => super::disks::destroy_disks_field(ctx, fp, d.as_deref()),
         None => None,
     };
-    let image = image_field(ctx, fp);
+    let image = image_field(ctx, fp, adopting);
     let guest = guest(ctx, fp);
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
@@ -259,6 +260,7 @@ fn assemble(
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),
         renamed_from: meta.renamed_from,
+        adopt: meta.adopt,
         hardware: hardware.shared(),
         networks,
         disks,
@@ -311,6 +313,8 @@ struct Metadata {
     /// Every label whose value is a string (what `[source] selector` matches).
     labels: std::collections::BTreeMap<String, String>,
     renamed_from: Option<String>,
+    /// `proxsync.io/adopt` with `proxsync.io/adopt-uuid`: consent to take over one VM.
+    adopt: Option<super::AdoptConsent>,
 }
 
 /// `metadata`: the name, the tenant label and the `proxsync.io/renamed-from` annotation.
@@ -321,6 +325,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
         tenant: None,
         labels: Default::default(),
         renamed_from: None,
+        adopt: None,
     };
     let meta = top.required(ctx, "metadata", "a mapping with name (and optional labels)");
     let Some(meta) = meta.and_then(|n| object(ctx, n, "metadata", Some(METADATA_FIELDS))) else {
@@ -338,14 +343,26 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
     if let Some(annotations) = meta.get("annotations")
         && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
     {
+        let mut adopt_vmid = None;
+        let mut adopt_uuid = None;
         for (k, _, v) in &obj.entries {
             let text = string(ctx, v, &obj.path(k), "\"text\"");
-            if *k == crate::spec::RENAMED_FROM
-                && let Some(old) = text
-            {
-                out.renamed_from = ctx.check(v.pos, check_spec_name(old).map(|()| old.to_string()));
+            let Some(text) = text else { continue };
+            match *k {
+                crate::spec::RENAMED_FROM => {
+                    out.renamed_from =
+                        ctx.check(v.pos, check_spec_name(text).map(|()| text.to_string()));
+                }
+                crate::spec::ADOPT => {
+                    adopt_vmid = Some((ctx.check(v.pos, super::adopt::check_vmid(text)), v.pos))
+                }
+                crate::spec::ADOPT_UUID => {
+                    adopt_uuid = Some((ctx.check(v.pos, super::adopt::check_uuid(text)), v.pos))
+                }
+                _ => {}
             }
         }
+        out.adopt = super::adopt::consent(ctx, adopt_vmid, adopt_uuid);
     }
     out
 }
@@ -494,7 +511,11 @@ fn resources(ctx: &mut Ctx, fp: &Obj) -> Option<Resources> {
 }
 
 /// `forProvider.image`: a template VMID, a volume ID or an image name, and where it is written.
-fn image_field(ctx: &mut Ctx, fp: &Obj) -> Option<(Image, Pos)> {
+/// A spec that adopts an existing VM may have none ([`Image::Existing`]).
+fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> {
+    if adopting && fp.get("image").is_none() {
+        return Some((Image::Existing, fp.pos));
+    }
     fp.required(ctx, "image", "a template VMID, a volume ID or an image name")
         .and_then(|n| {
             let image = match &n.value {

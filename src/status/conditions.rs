@@ -264,7 +264,9 @@ fn ready_and_reconciling(
             v @ (Verdict::RenameSuspected { .. }
             | Verdict::RenameUnproven { .. }
             | Verdict::SiteMoved { .. }
-            | Verdict::UnverifiedClaim { .. }),
+            | Verdict::UnverifiedClaim { .. }
+            | Verdict::AdoptRefused { .. }
+            | Verdict::AdoptionsHeld { .. }),
         ) => {
             let (reason, msg) = for_a_person(spec, v);
             (
@@ -331,6 +333,21 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
                  If it is this spec's VM: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
                  remove the proxsync-id line from its description",
                 spec.name
+            ),
+        ),
+        Verdict::AdoptRefused { vmid, why } => (
+            Reason::AdoptRefused,
+            format!(
+                "this spec consents to take over VM {vmid} ({}), and it is not taken: {why}",
+                crate::spec::ADOPT
+            ),
+        ),
+        Verdict::AdoptionsHeld { count, max } => (
+            Reason::AdoptRefused,
+            format!(
+                "{count} VMs would be taken over by consent this cycle, more than [reconcile] \
+                 max_adopt_per_cycle = {max}: none is taken. Raise the limit, or commit the \
+                 imported specs in smaller parts"
             ),
         ),
         _ => (Reason::NotReady, String::new()),
@@ -514,6 +531,13 @@ fn step_of(action: &Action) -> Option<(Reason, String)> {
         Action::Adopt { vmid, .. } => Some((
             Reason::Adopting,
             format!("taking over VM {vmid}, which carries this spec's marker"),
+        )),
+        Action::AdoptByConsent { vmid, .. } => Some((
+            Reason::Adopting,
+            format!(
+                "taking over VM {vmid}, as the spec consents ({})",
+                crate::spec::ADOPT
+            ),
         )),
         Action::Converge { vmid, why, .. } => {
             let has = |w: &str| why.iter().any(|x| x == w);

@@ -89,6 +89,10 @@ pub enum Reason {
     BackingOff,
     /// `Reconciling` True: taking over an existing VM that matches the spec.
     Adopting,
+    /// `Ready` False / `Reconciling` False: the spec consents to take over a VM
+    /// (`proxsync.io/adopt`) that is not, or no longer, the one consented to, or more VMs
+    /// would be taken over at once than `max_adopt_per_cycle` allows.
+    AdoptRefused,
     // ---- Stalled ----
     /// `Stalled` False: proxsync is making progress or has nothing to do.
     NotStalled,
@@ -153,7 +157,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 52] = [
+    pub const ALL: [Reason; 53] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -167,6 +171,7 @@ impl Reason {
         Reason::Failed,
         Reason::DuplicateVm,
         Reason::UnverifiedClaim,
+        Reason::AdoptRefused,
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
@@ -224,6 +229,7 @@ impl Reason {
             Reason::Failed => "Failed",
             Reason::DuplicateVm => "DuplicateVM",
             Reason::UnverifiedClaim => "UnverifiedClaim",
+            Reason::AdoptRefused => "AdoptRefused",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
@@ -336,6 +342,7 @@ pub const READY: &[Reason] = &[
     Reason::Migrating,
     Reason::DuplicateVm,
     Reason::UnverifiedClaim,
+    Reason::AdoptRefused,
     Reason::SiteMoved,
     Reason::RenameSuspected,
     Reason::RenameUnproven,
@@ -366,6 +373,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::RenameUnproven,
     Reason::SiteMoved,
     Reason::UnverifiedClaim,
+    Reason::AdoptRefused,
     Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human

@@ -528,6 +528,12 @@ async fn image_check(
         .filter(|r| r.is_qemu() && r.template == Some(true))
         .collect();
     match &spec.image {
+        Image::Existing => check(
+            Level::Ok,
+            subject,
+            "none: the spec adopts an existing VM (proxsync.io/adopt)".to_string(),
+            None,
+        ),
         Image::Template { vmid } => template_check(subject, resources, &templates, *vmid),
         Image::Volume {
             storage,

@@ -1,0 +1,90 @@
+//! Adoption by consent: a spec written by `proxsync import` (`proxsync.io/adopt` with the VM's
+//! smbios1 uuid) takes over the VM it names, which no install made.
+//!
+//! The VM's config is read right before the one write, and the gate
+//! (`gate::permit::adopt_by_consent`) checks it: the consented VMID, the recorded uuid and
+//! name, no marker line and no `proxsync.*` tag. The signed marker and this install's tag are
+//! then written in one config update guarded by the config's digest, and the record follows.
+//! Interrupted between the two, the next cycle finds the VM carrying this install's verified
+//! marker and adopts it as any VM with its marker. Then the VM is converged at once: a spec
+//! that `import` wrote sends nothing more.
+
+use crate::category::Category;
+use crate::gate::permit::{self, Bare};
+use crate::ownership::{Marker, new_uid};
+use crate::pve::Pve;
+use crate::spec::Spec;
+use crate::store::{SpecRecord, VmState};
+
+use super::converge::converge;
+use super::identity::checked_site;
+use super::vm::check_lock;
+use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site};
+
+pub(super) async fn adopt_by_consent(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let site_ctx = site(ctx, vm.site)?;
+    let checked = checked_site(ctx, vm.site)?;
+    let Some(consent) = spec.adopt.as_ref() else {
+        return Err(fail(
+            Category::Conflict,
+            format!("spec {} does not consent to take over a VM", spec.name),
+        ));
+    };
+    let cfg = match site_ctx.client.vm_config(vm.node, vm.vmid).await {
+        Ok(cfg) => cfg,
+        Err(e) if e.is_not_found() => {
+            return Err(fail(
+                Category::NotFound,
+                format!("VM {} is gone from node {}; nothing adopted", vm.vmid, vm.node),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(waiting) = check_lock(ctx, site_ctx, vm.node, vm.vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let uid = new_uid();
+    let tags = cfg.tags();
+    let bare = Bare {
+        vmid: vm.vmid,
+        name: cfg.get("name"),
+        smbios1: cfg.get("smbios1"),
+        description: cfg.description(),
+        tags: &tags,
+    };
+    let permit = permit::adopt_by_consent(
+        &checked,
+        consent,
+        bare,
+        &ctx.install_id,
+        &spec.name,
+        &spec.vm_name,
+        &uid,
+    )
+    .map_err(|why| fail(Category::Conflict, format!("{why}; nothing adopted")))?;
+    let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &uid, vm.vmid);
+    super::handover::sign_over(&site_ctx.client, vm.node, vm.vmid, &cfg, &signed, &permit)
+        .await?;
+    tracing::info!(spec = %spec.name, vmid = vm.vmid, "adopted by the spec's consent");
+    rec.uid = uid;
+    rec.site = vm.site.to_string();
+    rec.adopted = true;
+    rec.provisioned = true;
+    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.note(
+        ctx.clock.now_ms(),
+        "adopt",
+        &format!("VM {} taken over by the spec's consent", vm.vmid),
+    );
+    let adopted = VmState::Exists {
+        vmid: vm.vmid,
+        node: vm.node.to_string(),
+    };
+    ctx.store.transition(&spec.name, rec, adopted)?;
+    converge(ctx, vm, spec, rec).await
+}
