@@ -3438,3 +3438,157 @@ fn a_refusal_holds_back_only_the_deletes() {
     assert!(p.refused.is_empty(), "{:?}", p.refused);
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
+
+// ---- adoption by consent (`proxsync.io/adopt`): one deterministic test per decision ---------
+
+/// A world with `n` specs `imp-0..` consenting to take over VMs 400.., each VM as `vm` makes it.
+fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
+    let mut w = one_spec_world(vec![], true, true);
+    w.desired = Specs::default();
+    w.roles.clear();
+    for i in 0..n {
+        let name = format!("imp-{i}");
+        let mut spec = make_spec(
+            &name,
+            &SpecGen {
+                node: 0,
+                cpu: 2,
+                mem_mib: 1024,
+                disk_gib: 2,
+                running: true,
+                tags: 0,
+                orphan_policy: true,
+            },
+        );
+        spec.image = Image::Existing;
+        spec.adopt = Some(proxsync::spec::AdoptConsent {
+            vmid: 400 + i,
+            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+        });
+        let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
+        w.vms_mut().insert(observed.vmid, observed);
+        w.roles.insert(name, Role::Desired);
+        w.desired.push(spec);
+    }
+    w
+}
+
+fn consent_verdict(vm: impl Fn(ObservedVm) -> ObservedVm) -> (Plan, Verdict) {
+    let w = consent_world(1, vm);
+    let p = plan(&w.input());
+    let v = p.verdicts["imp-0"].clone();
+    (p, v)
+}
+
+#[test]
+fn a_bare_vm_named_as_consented_is_adopted_never_created() {
+    let (p, v) = consent_verdict(|vm| vm);
+    assert_eq!(v, Verdict::Acting);
+    assert_eq!(
+        p.actions,
+        [Action::AdoptByConsent {
+            spec: "imp-0".into(),
+            site: SITE.into(),
+            node: NODES[0].into(),
+            vmid: 400,
+        }]
+    );
+}
+
+#[test]
+fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
+    let cases: Vec<(&str, Box<dyn Fn(ObservedVm) -> ObservedVm>)> = vec![
+        (
+            "is named other",
+            Box::new(|mut vm| {
+                vm.name = Some("other".into());
+                vm
+            }),
+        ),
+        (
+            "ownership tag proxsync.other",
+            Box::new(|mut vm| {
+                vm.tags = vec!["proxsync.other".into()];
+                vm
+            }),
+        ),
+        (
+            "marker of spec imp-0 of install other",
+            Box::new(|mut vm| {
+                vm.marker = Some(Arc::new(Marker {
+                    install: "other".into(),
+                    spec: "imp-0".into(),
+                    uid: "u9".into(),
+                    mac: None,
+                }));
+                vm
+            }),
+        ),
+        (
+            "is a template",
+            Box::new(|mut vm| {
+                vm.template = true;
+                vm
+            }),
+        ),
+        (
+            "does not exist",
+            Box::new(|mut vm| {
+                vm.vmid = 401;
+                vm
+            }),
+        ),
+    ];
+    for (why, twist) in cases {
+        let (p, v) = consent_verdict(twist);
+        assert!(p.actions.is_empty(), "{why}: {p:?}");
+        let Verdict::AdoptRefused { vmid: 400, why: said } = &v else {
+            panic!("{why}: {v:?}");
+        };
+        assert!(said.contains(why), "{why}: {said}");
+    }
+}
+
+#[test]
+fn a_consented_vm_not_yet_read_waits() {
+    let (p, v) = consent_verdict(|mut vm| {
+        vm.marker_read = false;
+        vm
+    });
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert_eq!(v, Verdict::Unknown { vmid: 400 });
+}
+
+#[test]
+fn a_consented_vm_on_an_offline_node_waits() {
+    let mut w = consent_world(1, |vm| vm);
+    let site = w.sites.get_mut(SITE).expect("site");
+    site.health = ClusterHealth {
+        quorate: true,
+        nodes: [(NODES[0].to_string(), false), (NODES[1].to_string(), true)]
+            .into_iter()
+            .collect(),
+    };
+    let p = plan(&w.input());
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(p.verdicts["imp-0"], Verdict::NodeUnhealthy { .. }),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn adoptions_beyond_the_valve_take_none() {
+    let mut w = consent_world(3, |vm| vm);
+    w.reconcile.max_adopt_per_cycle = 3;
+    let p = plan(&w.input());
+    assert_eq!(p.actions.len(), 3, "at the limit: {p:?}");
+    w.reconcile.max_adopt_per_cycle = 2;
+    let p = plan(&w.input());
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert_eq!(
+        p.verdicts["imp-1"],
+        Verdict::AdoptionsHeld { count: 3, max: 2 }
+    );
+    assert!(p.refused[0].contains("max_adopt_per_cycle = 2"), "{p:?}");
+}

@@ -285,6 +285,61 @@ mod tests {
     }
 
     #[test]
+    fn an_adoption_by_consent_needs_the_consented_bare_vm() {
+        let consent = crate::spec::AdoptConsent {
+            vmid: 105,
+            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+        };
+        let none: Vec<String> = Vec::new();
+        let smbios = "uuid=3F2504E0-4F89-11D3-9A0C-0305E82C3301,manufacturer=QUVNVQ==";
+        let bare = Bare {
+            vmid: 105,
+            name: Some("db"),
+            smbios1: Some(smbios),
+            description: Some("billing\n"),
+            tags: &none,
+        };
+        let adopt = |vm: Bare<'_>| {
+            adopt_by_consent(&checked("lab"), &consent, vm, "main", "db", "db", "u7")
+        };
+        let p = adopt(bare).unwrap();
+        let Act::Adopt { marker } = p.act() else {
+            panic!("not an adoption: {:?}", p.act());
+        };
+        assert_eq!((p.site(), p.vmid()), ("lab", 105));
+        assert_eq!(
+            (marker.install.as_str(), marker.spec.as_str(), marker.uid.as_str()),
+            ("main", "db", "u7")
+        );
+        let tagged = tags(&["web", "proxsync.other"]);
+        let refused = [
+            (Bare { vmid: 106, ..bare }, "not the VM spec db consents"),
+            (
+                Bare {
+                    smbios1: Some("uuid=00000000-0000-0000-0000-000000000000"),
+                    ..bare
+                },
+                "another VM holds the VMID",
+            ),
+            (Bare { smbios1: None, ..bare }, "uuid (none)"),
+            (Bare { name: Some("db2"), ..bare }, "named db2"),
+            (Bare { name: None, ..bare }, "(no name)"),
+            (Bare { tags: &tagged, ..bare }, "ownership tag proxsync.other"),
+            (
+                Bare {
+                    description: Some("x proxsync-id: install=other spec=db uid=u1"),
+                    ..bare
+                },
+                "marker line",
+            ),
+        ];
+        for (vm, why) in refused {
+            let e = adopt(vm).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+
+    #[test]
     fn a_removal_needs_the_specs_marker() {
         let p = remove(&ours("web", 100), "web", false).unwrap();
         assert_eq!((p.site(), p.vmid(), p.act()), ("lab", 100, &Act::DeleteVm));

@@ -20,7 +20,7 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["site", "node", "image"],
+        "required": ["site", "node"],
         "properties": {
             "site": {"description": "A [[site]] of the proxsync config.", "type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
             "node": {"description": "The Proxmox node.", "type": "string", "pattern": "^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"},
@@ -42,7 +42,7 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
             "storage": {"description": "Storage for the disk (default local-lvm).", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
             "network": {"description": "Bridge for net0 (default vmbr0).", "type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
             "image": {
-                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), or a template/image name.",
+                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), or a template/image name. Required, unless metadata.annotations has proxsync.io/adopt (the spec takes over an existing VM).",
                 "oneOf": [
                     {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
                     {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:[a-zA-Z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
@@ -302,7 +302,15 @@ pub fn json_schema() -> Value {
                             "tenant.sankofa.nexus/id": {"$ref": "#/$defs/tenant"}
                         }
                     },
-                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}}
+                    "annotations": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "properties": {
+                            "proxsync.io/renamed-from": {"description": "The spec's previous metadata.name: its VM is re-labelled, not replaced.", "type": "string"},
+                            "proxsync.io/adopt": {"description": "Take over the existing VM with this VMID (written by proxsync import).", "type": "string", "pattern": "^[1-9][0-9]{2,8}$"},
+                            "proxsync.io/adopt-uuid": {"description": "The VM's smbios1 uuid when the spec was written: a reused VMID is never taken.", "type": "string", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
+                        }
+                    }
                 }
             },
             "spec": {
@@ -342,7 +350,7 @@ mod tests {
         assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema");
         let fp = &s["properties"]["spec"]["properties"]["forProvider"];
         assert_eq!(fp["additionalProperties"], false);
-        assert_eq!(fp["required"], json!(["site", "node", "image"]));
+        assert_eq!(fp["required"], json!(["site", "node"]));
         assert!(fp["properties"]["userData"].is_object());
         assert_eq!(fp["properties"]["cloudInit"]["additionalProperties"], false);
         for field in super::super::ha::FIELDS {

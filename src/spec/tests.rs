@@ -360,3 +360,58 @@ fn a_set_made_from_specs_holds_no_spare_room() {
     let set = Specs::from(specs);
     assert_eq!(set.0.capacity(), set.len());
 }
+
+const ADOPTING: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxVM
+metadata:
+  name: db
+  annotations:
+    proxsync.io/adopt: \"105\"
+    proxsync.io/adopt-uuid: 3F2504E0-4F89-11D3-9A0C-0305E82C3301
+spec:
+  forProvider:
+    site: us-sfvalley
+    node: pve1
+";
+
+#[test]
+fn a_spec_consenting_to_adopt_needs_no_image() {
+    let (specs, diags) = parse(ADOPTING);
+    assert!(diags.is_empty(), "{diags:?}");
+    assert_eq!(specs[0].image, Image::Existing);
+    assert_eq!(
+        specs[0].adopt,
+        Some(AdoptConsent {
+            vmid: 105,
+            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()
+        })
+    );
+    // Without the consent, the image is required as before.
+    let (specs, diags) = parse(&MINIMAL.replace("    image: 9000\n", ""));
+    assert!(specs.is_empty());
+    assert!(diags[0].contains("missing required field spec.forProvider.image"), "{diags:?}");
+}
+
+#[test]
+fn a_consent_needs_both_annotations_and_valid_values() {
+    let without_uuid: String = ADOPTING
+        .lines()
+        .filter(|l| !l.contains("adopt-uuid"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (specs, diags) = parse(&without_uuid);
+    assert!(specs.is_empty());
+    assert!(diags[0].starts_with("t.yaml:6:24: error:"), "{diags:?}");
+    assert!(diags[0].contains("needs proxsync.io/adopt-uuid"), "{diags:?}");
+    let without_vmid: String = ADOPTING
+        .lines()
+        .filter(|l| !l.contains("adopt:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (_, diags) = parse(&without_vmid);
+    assert!(diags[0].contains("without proxsync.io/adopt"), "{diags:?}");
+    let (_, diags) = parse(&ADOPTING.replace("\"105\"", "\"5\""));
+    assert!(diags[0].contains("is not a VMID"), "{diags:?}");
+    let (_, diags) = parse(&ADOPTING.replace("3F2504E0-", "3F2504E0"));
+    assert!(diags[0].contains("is not a uuid"), "{diags:?}");
+}
