@@ -28,6 +28,7 @@ pub mod config;
 pub mod engine;
 pub mod execute;
 pub mod gate;
+pub mod import;
 pub mod observe;
 pub mod ownership;
 pub mod plan;

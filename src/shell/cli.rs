@@ -118,6 +118,36 @@ Examples:
         #[arg(long)]
         vmid: u32,
     },
+    /// Write specs from a site's existing VMs, each consenting to adopt its VM at the next
+    /// cycle after it is committed (`proxsync.io/adopt`). Reads only: no VM is changed.
+    #[command(after_help = "\
+Examples:
+  proxsync import --site eu-fra --vmid 105 --vmid 106     two VMs, to stdout
+  proxsync import --site eu-fra --pool prod --out specs/eu-fra/prod
+  proxsync import --site eu-fra --unmanaged --out specs/eu-fra   every VM no install manages")]
+    Import {
+        /// The site (a [[site]] of the config).
+        #[arg(long)]
+        site: String,
+        /// A VM to import (repeatable).
+        #[arg(long = "vmid")]
+        vmids: Vec<u32>,
+        /// The VMs of this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// The VMs with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// The VMs on this node.
+        #[arg(long)]
+        node: Option<String>,
+        /// Only VMs no proxsync install manages (alone: every such VM of the site).
+        #[arg(long)]
+        unmanaged: bool,
+        /// Write one <name>.yaml per VM into DIR (never overwriting a file) instead of stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Show the status files as a table (or one spec in detail, or JSON).
     #[command(after_help = "\
 Examples:
@@ -207,6 +237,29 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
         Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
+        Command::Import {
+            site,
+            vmids,
+            pool,
+            tag,
+            node,
+            unmanaged,
+            out,
+        } => {
+            let selection = crate::import::Selection {
+                vmids,
+                pool,
+                tag,
+                node,
+                unmanaged,
+            };
+            match load_config(cli.config) {
+                Ok(config) => {
+                    crate::shell::import_cmd::run(&config, &site, &selection, out.as_deref())
+                }
+                Err(code) => code,
+            }
+        }
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
         Command::Accept { what } => match what {

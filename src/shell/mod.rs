@@ -6,6 +6,7 @@ pub mod cli;
 pub mod control;
 pub mod daemon;
 pub mod doctor;
+pub mod import_cmd;
 pub mod instance_lock;
 pub mod malloc;
 pub mod plan_report;

@@ -1,0 +1,109 @@
+//! `proxsync import`: specs written from the VMs a site already has.
+//!
+//! One listing of the site selects the VMs; each selected VM's config is read once, one VM
+//! after another (an import never storms the API), and [`spec_text`] writes its spec. Nothing
+//! is written to any VM: the specs carry the consent to adopt (`proxsync.io/adopt` with the
+//! VM's smbios1 uuid), which the daemon acts on once they are committed.
+
+pub mod spec_text;
+
+use std::collections::BTreeSet;
+
+use crate::pve::Pve;
+use crate::pve::types::ListedStatus;
+
+pub use spec_text::{Imported, VmFacts};
+
+/// Which VMs of the site to import: those matching every filter given.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub vmids: Vec<u32>,
+    pub pool: Option<String>,
+    pub tag: Option<String>,
+    pub node: Option<String>,
+    /// Only VMs no install of proxsync manages (no `proxsync.*` tag).
+    pub unmanaged: bool,
+}
+
+impl Selection {
+    /// True when no filter is given (an import of every VM must be asked for explicitly,
+    /// with `unmanaged`).
+    pub fn is_empty(&self) -> bool {
+        self.vmids.is_empty()
+            && self.pool.is_none()
+            && self.tag.is_none()
+            && self.node.is_none()
+            && !self.unmanaged
+    }
+}
+
+/// What an import found: a spec per VM it could write, and the VMs it could not, with why.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub specs: Vec<Imported>,
+    pub skipped: Vec<(u32, String)>,
+}
+
+/// Writes a spec for each VM of `site` that `selection` selects. `taken`: spec names already
+/// in use (the repository's), which the new specs do not reuse.
+pub async fn import(
+    client: &impl Pve,
+    site: &str,
+    selection: &Selection,
+    mut taken: BTreeSet<String>,
+) -> Result<Report, crate::pve::Error> {
+    let mut report = Report::default();
+    let listing = client.vm_resources().await?;
+    for &vmid in &selection.vmids {
+        if !listing.iter().any(|r| r.vmid == vmid && r.is_qemu()) {
+            report
+                .skipped
+                .push((vmid, format!("no QEMU VM {vmid} on site {site}")));
+        }
+    }
+    let selected = listing.iter().filter(|r| {
+        r.is_qemu()
+            && (selection.vmids.is_empty() || selection.vmids.contains(&r.vmid))
+            && selection.pool.as_ref().is_none_or(|p| r.pool.as_ref() == Some(p))
+            && selection.tag.as_ref().is_none_or(|t| r.tags.contains(t))
+            && selection.node.as_ref().is_none_or(|n| &r.node == n)
+            && !(selection.unmanaged && r.tags.iter().any(|t| t.starts_with("proxsync")))
+    });
+    for r in selected {
+        if r.template == Some(true) {
+            report
+                .skipped
+                .push((r.vmid, "a template: proxsync clones templates, never adopts them".into()));
+            continue;
+        }
+        if r.status == Some(ListedStatus::Unknown) {
+            report.skipped.push((
+                r.vmid,
+                format!("its state is unknown (node {} offline?); import it later", r.node),
+            ));
+            continue;
+        }
+        let config = match client.vm_config(&r.node, r.vmid).await {
+            Ok(c) => c,
+            Err(e) if e.is_not_found() => {
+                report.skipped.push((r.vmid, "gone while importing".into()));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let facts = VmFacts {
+            site,
+            vmid: r.vmid,
+            node: &r.node,
+            running: r.status == Some(ListedStatus::Running),
+            pool: r.pool.as_deref(),
+            ha_state: r.hastate.as_deref(),
+            config: &config,
+        };
+        match spec_text::spec_text(&facts, &mut taken) {
+            Ok(spec) => report.specs.push(spec),
+            Err(why) => report.skipped.push((r.vmid, why)),
+        }
+    }
+    Ok(report)
+}
