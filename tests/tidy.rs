@@ -56,6 +56,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the git source: commits -> specs", &["source"]),
     ("the pure planner", &["plan"]),
     ("a spec as PVE parameters, pure", &["render"]),
+    ("specs written from existing VMs", &["import"]),
     ("acting on Proxmox VE", &["execute"]),
     ("status files", &["status"]),
     (
@@ -74,6 +75,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shell::doctor",
             "shell::plan_report",
             "shell::instance_lock",
+            "shell::import_cmd",
         ],
     ),
     ("the daemon", &["shell::daemon"]),

@@ -54,10 +54,82 @@ const BOOKKEEPING: [&str; 8] = [
 /// no name, no smbios1 uuid, or a claim of some proxsync install on it.
 pub fn spec_text(vm: &VmFacts<'_>, taken: &mut BTreeSet<String>) -> Result<Imported, String> {
     let cfg = vm.config;
+    let (vm_name, uuid) = adoptable(vm)?;
+    let name = spec_name(vm_name, vm.vmid, taken);
+    let mut w = Writer::default();
+    let mut known: BTreeSet<String> = ["name", "cores", "sockets", "memory", "tags", "description"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let mut notes: Vec<String> = Vec::new();
+    let (tags, tenant) = tags_and_tenant(cfg, &mut notes);
+    w.line(0, "apiVersion", Some("proxsync.io/v1"));
+    w.line(0, "kind", Some("ProxmoxVM"));
+    w.line(0, "metadata", None);
+    w.line(2, "name", Some(&name));
+    if let Some(t) = &tenant {
+        w.line(2, "labels", None);
+        w.line(4, "tenant-id", Some(t));
+    }
+    w.line(2, "annotations", None);
+    w.line(4, crate::spec::ADOPT, Some(&vm.vmid.to_string()));
+    w.line(4, crate::spec::ADOPT_UUID, Some(&uuid));
+    w.line(0, "spec", None);
+    w.comment(
+        2,
+        "Orphan: removing this spec releases the VM, never deletes it. Delete once you trust it.",
+    );
+    w.line(2, "deletionPolicy", Some("Orphan"));
+    w.line(2, "forProvider", None);
+    w.line(4, "site", Some(vm.site));
+    w.line(4, "node", Some(vm.node));
+    w.line(4, "name", Some(vm_name));
+    if !vm.running {
+        w.line(4, "powerState", Some("stopped"));
+    }
+    cpu_and_memory(&mut w, cfg, &mut known, &mut notes);
+    firmware(&mut w, cfg, &mut known, &mut notes);
+    options(&mut w, vm, &mut known, &mut notes);
+    if !tags.is_empty() {
+        w.list(4, "tags", &tags);
+    }
+    if let Some(text) = description(cfg, &mut notes) {
+        w.line(4, "description", Some(&text));
+    }
+    disks(&mut w, cfg, &mut known, &mut notes);
+    networks(&mut w, cfg, &mut known, &mut notes);
+    cloud_init(&mut w, cfg, &mut known, &mut notes);
+    if let Some(state) = vm.ha_state {
+        notes.push(format!(
+            "the VM is an HA resource (state {state}); it stays as PVE's HA manager has it (add \
+             ha: to manage it)"
+        ));
+    }
+    let left_alone = left_alone(cfg, &known);
+    let mut text = header(vm, vm_name, &left_alone, &notes);
+    text.push_str(&w.out);
+    Ok(Imported {
+        name,
+        vmid: vm.vmid,
+        text,
+        left_alone,
+    })
+}
+
+/// The VM's name and smbios1 uuid (lower-case), unless a spec cannot adopt it: no name, no
+/// uuid, or a claim of some proxsync install on it (a tag or a marker line).
+fn adoptable<'c>(vm: &VmFacts<'c>) -> Result<(&'c str, String), String> {
+    let cfg = vm.config;
     let vmid = vm.vmid;
     let vm_name = cfg.get("name").ok_or_else(|| {
         format!("VM {vmid} has no name; give it one (qm set {vmid} --name NAME) and import again")
     })?;
+    if crate::spec::check_vm_name(vm_name).is_err() {
+        return Err(format!(
+            "VM {vmid} has no valid name ({vm_name:?} is not a DNS name); give it one (qm set \
+             {vmid} --name NAME) and import again"
+        ));
+    }
     let uuid = cfg
         .get("smbios1")
         .and_then(|s| prop_value(s, "uuid", None))
@@ -82,98 +154,52 @@ pub fn spec_text(vm: &VmFacts<'_>, taken: &mut BTreeSet<String>) -> Result<Impor
             "VM {vmid} carries a proxsync marker line: some install of proxsync made it"
         ));
     }
-    let name = spec_name(vm_name, vmid, taken);
-    let mut w = Writer::default();
-    let mut known: BTreeSet<String> = ["name", "cores", "sockets", "memory", "tags", "description"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    let mut notes: Vec<String> = Vec::new();
+    Ok((vm_name, uuid.to_ascii_lowercase()))
+}
 
-    let fp = &mut w;
-    fp.line(0, "apiVersion", Some("proxsync.io/v1"));
-    fp.line(0, "kind", Some("ProxmoxVM"));
-    fp.line(0, "metadata", None);
-    fp.line(2, "name", Some(&name));
-    let (tags, tenant) = tags_and_tenant(cfg, &mut notes);
-    if let Some(t) = &tenant {
-        fp.line(2, "labels", None);
-        fp.line(4, "tenant-id", Some(t));
-    }
-    fp.line(2, "annotations", None);
-    fp.line(4, crate::spec::ADOPT, Some(&vmid.to_string()));
-    fp.line(4, crate::spec::ADOPT_UUID, Some(&uuid.to_ascii_lowercase()));
-    fp.line(0, "spec", None);
-    fp.comment(
-        2,
-        "Orphan: removing this spec releases the VM, never deletes it. Delete once you trust it.",
-    );
-    fp.line(2, "deletionPolicy", Some("Orphan"));
-    fp.line(2, "forProvider", None);
-    fp.line(4, "site", Some(vm.site));
-    fp.line(4, "node", Some(vm.node));
-    fp.line(4, "name", Some(vm_name));
-    if !vm.running {
-        fp.line(4, "powerState", Some("stopped"));
-    }
-    cpu_and_memory(fp, cfg, &mut known, &mut notes);
-    firmware(fp, cfg, &mut known, &mut notes);
-    options(fp, vm, &mut known, &mut notes);
-    if !tags.is_empty() {
-        fp.list(4, "tags", &tags);
-    }
-    if let Some(text) = description(cfg, &mut notes) {
-        fp.line(4, "description", Some(&text));
-    }
-    disks(fp, cfg, &mut known, &mut notes);
-    networks(fp, cfg, &mut known, &mut notes);
-    cloud_init(fp, cfg, &mut known, &mut notes);
-    if let Some(state) = vm.ha_state {
-        notes.push(format!(
-            "the VM is an HA resource (state {state}); it stays as PVE's HA manager has it (add \
-             ha: to manage it)"
-        ));
-    }
-
-    let mut left_alone: Vec<String> = cfg
+/// The config keys no field of the spec declares (PVE's bookkeeping aside).
+fn left_alone(cfg: &VmConfig, known: &BTreeSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = cfg
         .values
         .iter()
         .filter(|(k, _)| !known.contains(k.as_str()) && !BOOKKEEPING.contains(&k.as_str()))
+        .filter(|(k, _)| k.as_str() != "parent")
         .map(|(k, v)| left_alone_entry(k, v))
         .collect();
     if cfg.get("parent").is_some() {
-        left_alone.retain(|k| !k.starts_with("parent"));
-        left_alone.push("snapshots".into());
+        out.push("snapshots".into());
     }
+    out
+}
+
+/// The comments above the document: where it came from, what adopting does, what is left
+/// alone, and the notes.
+fn header(vm: &VmFacts<'_>, vm_name: &str, left_alone: &[String], notes: &[String]) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "# Written by `proxsync import` from VM {vmid} ({vm_name}) on site {}, node {}.",
-        vm.site, vm.node
+        "# Written by `proxsync import` from VM {} ({vm_name}) on site {}, node {}.",
+        vm.vmid, vm.site, vm.node
     );
     text.push_str(
         "# Its first cycle adopts the VM: proxsync's marker line and tag are written, nothing \
          else\n# (`proxsync plan` shows it). Fields left out are not managed.\n",
     );
     if !left_alone.is_empty() {
-        text.push_str("# Left alone (the spec format cannot express them; proxsync never touches them):\n");
+        text.push_str(
+            "# Left alone (the spec format cannot express them; proxsync never touches them):\n",
+        );
         for chunk in wrap(&left_alone.join(", "), 88) {
             let _ = writeln!(text, "#   {chunk}");
         }
     }
-    for n in &notes {
+    for n in notes {
         for (i, chunk) in wrap(n, 88).iter().enumerate() {
             let lead = if i == 0 { "Note: " } else { "  " };
             let _ = writeln!(text, "# {lead}{chunk}");
         }
     }
-    text.push_str(&w.out);
-    Ok(Imported {
-        name,
-        vmid,
-        text,
-        left_alone,
-    })
+    text
 }
 
 /// A valid, unique spec name from a VM name: lower-cased, other characters made `-`, at most
@@ -295,7 +321,7 @@ fn firmware(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
     }
     let vga = cfg.get("vga").and_then(|v| prop_value(v, "type", Some("type")));
     if cfg.get("serial0") == Some("socket") && vga == Some("serial0") {
-        w.line(4, "serialConsole", Some("true"));
+        w.flag(4, "serialConsole", true);
         known.extend(["serial0".to_string(), "vga".to_string()]);
     } else if let Some(v) = vga {
         if VGA_TYPES.contains(&v) {

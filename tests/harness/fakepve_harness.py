@@ -663,6 +663,32 @@ class HarnessPve(FakePve):
                 return sid
         return None
 
+    @staticmethod
+    def _vm_maxdisk(vm):
+        """A VM's maxdisk as PVE lists it: the size of the first disk of its boot order that is
+        not a CD-ROM (qemu-server PVE/QemuServer/Drive.pm bootdisk_size and get_bootdisks,
+        which vmstatus reports), the legacy bootdisk without an order, 0 without either. fakepve
+        takes the alphabetically first drive, so a VM whose efidisk0 or sata0 sorts before its
+        boot disk would be listed with that drive's size."""
+        conf = vm.config
+        boot = str(conf.get('boot') or '')
+        if 'order=' in boot:
+            order = boot.split('order=', 1)[1].split(',')[0]
+            disks = [d for d in re.split(r'[;\s]+', order) if d]
+        elif conf.get('bootdisk'):
+            disks = [str(conf['bootdisk'])]
+        else:
+            disks = []
+        for key in disks:
+            value = str(conf.get(key) or '')
+            if not re.fullmatch(r'(ide|sata|scsi|virtio)\d+', key) or not value:
+                continue
+            if 'media=cdrom' in value or value.split(',')[0] in ('none', 'cdrom'):
+                continue
+            m = re.search(r'size=(\d+(?:\.\d+)?)([KMGT])?', value)
+            return int(float(m.group(1)) * SIZE_UNITS.get(m.group(2) or 'G', 1)) if m else 0
+        return 0
+
     async def _resources(self, request):
         response = await super()._resources(request)
         if not self.unborn:

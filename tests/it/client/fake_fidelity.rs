@@ -1718,3 +1718,42 @@ async fn a_new_vm_s_start_takes_its_time() {
     let cur = api.get("/nodes/pve1/qemu/310/status/current").await;
     assert_eq!(cur["status"], "running", "{cur}");
 }
+
+/// The listing's `maxdisk` is the size of the first disk of the VM's boot order that is not a
+/// CD-ROM (qemu-server `bootdisk_size`, which `vmstatus` reports), not of the drive whose name
+/// sorts first: an `efidisk0` or a `sata0` beside an `scsi0` boot disk is not the boot disk.
+/// Without a boot order or a legacy `bootdisk`, PVE lists 0.
+#[tokio::test]
+async fn the_listed_maxdisk_is_the_boot_order_s_first_disk() {
+    let vm = |vmid: u32, config: Value| {
+        json!({"vmid": vmid, "name": format!("vm{vmid}"), "node": "pve1", "config": config})
+    };
+    let pve = Scenario::default()
+        .vm(vm(
+            701,
+            json!({"boot": "order=ide2;scsi0;net0", "efidisk0": "local-lvm:vm-701-disk-1,size=4M",
+                   "ide2": "local:iso/x.iso,media=cdrom", "sata0": "local-lvm:vm-701-disk-2,size=10G",
+                   "scsi0": "local-lvm:vm-701-disk-0,size=32G"}),
+        ))
+        .vm(vm(
+            702,
+            json!({"boot": "cdn", "bootdisk": "virtio1", "scsi0": "local-lvm:vm-702-disk-0,size=8G",
+                   "virtio1": "local-lvm:vm-702-disk-1,size=16G"}),
+        ))
+        .vm(vm(703, json!({"scsi0": "local-lvm:vm-703-disk-0,size=8G"})))
+        .start();
+    let api = Api::new(&pve);
+    let listed = api.get("/cluster/resources?type=vm").await;
+    let maxdisk = |vmid: u64| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["vmid"] == vmid)
+            .map(|r| r["maxdisk"].as_u64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(maxdisk(701), 32 << 30, "{listed}");
+    assert_eq!(maxdisk(702), 16 << 30, "{listed}");
+    assert_eq!(maxdisk(703), 0, "{listed}");
+}

@@ -3,6 +3,7 @@
 mod cli_habits;
 mod daemon;
 mod doctor;
+mod import;
 mod metrics;
 mod notify;
 mod packaging;
