@@ -2797,10 +2797,10 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
             },
         );
         spec.image = Image::Existing;
-        spec.adopt = Some(proxsync::spec::AdoptConsent {
+        spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400,
             uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
-        });
+        }));
         let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
         match how {
             1 => vm.name = Some("someone-else".into()),
@@ -3461,10 +3461,10 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
             },
         );
         spec.image = Image::Existing;
-        spec.adopt = Some(proxsync::spec::AdoptConsent {
+        spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400 + i,
             uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
-        });
+        }));
         let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
         w.vms_mut().insert(observed.vmid, observed);
         w.roles.insert(name, Role::Desired);
@@ -3497,7 +3497,8 @@ fn a_bare_vm_named_as_consented_is_adopted_never_created() {
 
 #[test]
 fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
-    let cases: Vec<(&str, Box<dyn Fn(ObservedVm) -> ObservedVm>)> = vec![
+    type Twist = Box<dyn Fn(ObservedVm) -> ObservedVm>;
+    let cases: Vec<(&str, Twist)> = vec![
         (
             "is named other",
             Box::new(|mut vm| {
@@ -3542,7 +3543,11 @@ fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
     for (why, twist) in cases {
         let (p, v) = consent_verdict(twist);
         assert!(p.actions.is_empty(), "{why}: {p:?}");
-        let Verdict::AdoptRefused { vmid: 400, why: said } = &v else {
+        let Verdict::AdoptRefused {
+            vmid: 400,
+            why: said,
+        } = &v
+        else {
             panic!("{why}: {v:?}");
         };
         assert!(said.contains(why), "{why}: {said}");

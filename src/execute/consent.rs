@@ -40,7 +40,10 @@ pub(super) async fn adopt_by_consent(
         Err(e) if e.is_not_found() => {
             return Err(fail(
                 Category::NotFound,
-                format!("VM {} is gone from node {}; nothing adopted", vm.vmid, vm.node),
+                format!(
+                    "VM {} is gone from node {}; nothing adopted",
+                    vm.vmid, vm.node
+                ),
             ));
         }
         Err(e) => return Err(e.into()),
@@ -68,8 +71,7 @@ pub(super) async fn adopt_by_consent(
     )
     .map_err(|why| fail(Category::Conflict, format!("{why}; nothing adopted")))?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &uid, vm.vmid);
-    super::handover::sign_over(&site_ctx.client, vm.node, vm.vmid, &cfg, &signed, &permit)
-        .await?;
+    super::handover::sign_over(&site_ctx.client, vm.node, vm.vmid, &cfg, &signed, &permit).await?;
     tracing::info!(spec = %spec.name, vmid = vm.vmid, "adopted by the spec's consent");
     rec.uid = uid;
     rec.site = vm.site.to_string();

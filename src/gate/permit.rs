@@ -308,7 +308,11 @@ mod tests {
         };
         assert_eq!((p.site(), p.vmid()), ("lab", 105));
         assert_eq!(
-            (marker.install.as_str(), marker.spec.as_str(), marker.uid.as_str()),
+            (
+                marker.install.as_str(),
+                marker.spec.as_str(),
+                marker.uid.as_str()
+            ),
             ("main", "db", "u7")
         );
         let tagged = tags(&["web", "proxsync.other"]);
@@ -321,10 +325,28 @@ mod tests {
                 },
                 "another VM holds the VMID",
             ),
-            (Bare { smbios1: None, ..bare }, "uuid (none)"),
-            (Bare { name: Some("db2"), ..bare }, "named db2"),
+            (
+                Bare {
+                    smbios1: None,
+                    ..bare
+                },
+                "uuid (none)",
+            ),
+            (
+                Bare {
+                    name: Some("db2"),
+                    ..bare
+                },
+                "named db2",
+            ),
             (Bare { name: None, ..bare }, "(no name)"),
-            (Bare { tags: &tagged, ..bare }, "ownership tag proxsync.other"),
+            (
+                Bare {
+                    tags: &tagged,
+                    ..bare
+                },
+                "ownership tag proxsync.other",
+            ),
             (
                 Bare {
                     description: Some("x proxsync-id: install=other spec=db uid=u1"),

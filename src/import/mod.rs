@@ -64,22 +64,29 @@ pub async fn import(
     let selected = listing.iter().filter(|r| {
         r.is_qemu()
             && (selection.vmids.is_empty() || selection.vmids.contains(&r.vmid))
-            && selection.pool.as_ref().is_none_or(|p| r.pool.as_ref() == Some(p))
+            && selection
+                .pool
+                .as_ref()
+                .is_none_or(|p| r.pool.as_ref() == Some(p))
             && selection.tag.as_ref().is_none_or(|t| r.tags.contains(t))
             && selection.node.as_ref().is_none_or(|n| &r.node == n)
             && !(selection.unmanaged && r.tags.iter().any(|t| t.starts_with("proxsync")))
     });
     for r in selected {
         if r.template == Some(true) {
-            report
-                .skipped
-                .push((r.vmid, "a template: proxsync clones templates, never adopts them".into()));
+            report.skipped.push((
+                r.vmid,
+                "a template: proxsync clones templates, never adopts them".into(),
+            ));
             continue;
         }
         if r.status == Some(ListedStatus::Unknown) {
             report.skipped.push((
                 r.vmid,
-                format!("its state is unknown (node {} offline?); import it later", r.node),
+                format!(
+                    "its state is unknown (node {} offline?); import it later",
+                    r.node
+                ),
             ));
             continue;
         }

@@ -15,9 +15,8 @@ use crate::pve::values::{DriveValue, NetValue, percent_decode, prop_value, pve_b
 use crate::render::cloud_init::cloudinit_drive_slot;
 use crate::render::current::boot_disk;
 use crate::spec::{
-    DISK_CACHES, GIB, MAX_NICS, MIB, NET_MODELS, OS_TYPES, SCSI_HARDWARE,
-    TPM_VERSIONS, VGA_TYPES, check_cpu_type, check_machine, check_mac, check_pool, check_slot,
-    check_spec_name, check_tag,
+    DISK_CACHES, GIB, MAX_NICS, MIB, NET_MODELS, OS_TYPES, SCSI_HARDWARE, TPM_VERSIONS, VGA_TYPES,
+    check_cpu_type, check_mac, check_machine, check_pool, check_slot, check_spec_name, check_tag,
 };
 
 /// What the import knows of one VM: its listing entry and its config.
@@ -242,7 +241,9 @@ fn tags_and_tenant(cfg: &VmConfig, notes: &mut Vec<String>) -> (Vec<String>, Opt
         } else if check_tag(&t).is_ok() && !t.starts_with("tenant_") {
             tags.push(t);
         } else {
-            notes.push(format!("tag {t} is kept on the VM but not written in the spec"));
+            notes.push(format!(
+                "tag {t} is kept on the VM but not written in the spec"
+            ));
         }
     }
     tags.sort();
@@ -250,7 +251,12 @@ fn tags_and_tenant(cfg: &VmConfig, notes: &mut Vec<String>) -> (Vec<String>, Opt
     (tags, tenant)
 }
 
-fn cpu_and_memory(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes: &mut Vec<String>) {
+fn cpu_and_memory(
+    w: &mut Writer,
+    cfg: &VmConfig,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
     let number = |k: &str| cfg.get(k).and_then(|v| v.parse::<u32>().ok());
     let cores = number("cores").unwrap_or(1);
     w.num(4, "cpu", cores);
@@ -269,7 +275,9 @@ fn cpu_and_memory(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, 
             w.line(4, "balloon", Some(&format!("{b}Mi")));
             known.insert("balloon".into());
         } else {
-            notes.push(format!("balloon {b} MiB is outside what a spec holds (0, or 16 MiB to the memory)"));
+            notes.push(format!(
+                "balloon {b} MiB is outside what a spec holds (0, or 16 MiB to the memory)"
+            ));
         }
     }
     if let Some(cpu) = cfg.get("cpu") {
@@ -314,12 +322,16 @@ fn firmware(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
         known.insert("scsihw".into());
     }
     if let Some(tpm) = cfg.get("tpmstate0")
-        && let Some(v) = DriveValue::parse(tpm).get("version").filter(|v| TPM_VERSIONS.contains(v))
+        && let Some(v) = DriveValue::parse(tpm)
+            .get("version")
+            .filter(|v| TPM_VERSIONS.contains(v))
     {
         w.line(4, "tpm", Some(v));
         known.insert("tpmstate0".into());
     }
-    let vga = cfg.get("vga").and_then(|v| prop_value(v, "type", Some("type")));
+    let vga = cfg
+        .get("vga")
+        .and_then(|v| prop_value(v, "type", Some("type")));
     if cfg.get("serial0") == Some("socket") && vga == Some("serial0") {
         w.flag(4, "serialConsole", true);
         known.extend(["serial0".to_string(), "vga".to_string()]);
@@ -334,7 +346,12 @@ fn firmware(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
 }
 
 /// The agent, OS type, start at boot, startup order, protection and pool.
-fn options(w: &mut Writer, vm: &VmFacts<'_>, known: &mut BTreeSet<String>, notes: &mut Vec<String>) {
+fn options(
+    w: &mut Writer,
+    vm: &VmFacts<'_>,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
     let cfg = vm.config;
     if let Some(a) = cfg.get("agent") {
         let on = prop_value(a, "enabled", Some("enabled")).is_some_and(pve_bool);
@@ -354,7 +371,11 @@ fn options(w: &mut Writer, vm: &VmFacts<'_>, known: &mut BTreeSet<String>, notes
     if let Some(s) = cfg.get("startup") {
         let number =
             |key: &str| prop_value(s, key, Some("order")).and_then(|v| v.parse::<u64>().ok());
-        let parts = [("order", number("order")), ("upDelay", number("up")), ("downDelay", number("down"))];
+        let parts = [
+            ("order", number("order")),
+            ("upDelay", number("up")),
+            ("downDelay", number("down")),
+        ];
         let set: Vec<String> = parts
             .iter()
             .filter_map(|(k, v)| v.map(|v| format!("{k}: {v}")))
@@ -382,7 +403,9 @@ fn description(cfg: &VmConfig, notes: &mut Vec<String>) -> Option<String> {
     if text.is_empty() {
         return None;
     }
-    let control = text.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+    let control = text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t');
     if text.len() > 7680 || control {
         notes.push(
             "the description is longer than 7680 bytes or holds control characters: kept, not \
@@ -418,7 +441,9 @@ fn disks(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes: &m
     // The boot disk first: the image's disk.
     list.sort_by_key(|(k, _)| Some(k) != boot.as_ref());
     if list.is_empty() {
-        notes.push("the VM has no disk; the spec's default disk would be made at a create only".into());
+        notes.push(
+            "the VM has no disk; the spec's default disk would be made at a create only".into(),
+        );
         return;
     }
     if !inexpressible.is_empty() {
@@ -443,7 +468,10 @@ fn disks(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes: &m
         let storage = drive.volume.split_once(':').map_or("", |(s, _)| s);
         let size = drive.size().unwrap_or(GIB) / GIB;
         if drive.size().is_some_and(|s| s % GIB != 0) {
-            notes.push(format!("disk {slot} is {} MiB, written as {size}Gi: disks only grow, so it stays as it is", drive.size().unwrap_or(0) / MIB));
+            notes.push(format!(
+                "disk {slot} is {} MiB, written as {size}Gi: disks only grow, so it stays as it is",
+                drive.size().unwrap_or(0) / MIB
+            ));
         }
         w.raw(4, &format!("- slot: {slot}"));
         w.line(6, "size", Some(&format!("{size}Gi")));
@@ -474,7 +502,10 @@ fn networks(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
     let nic_keys: Vec<&String> = cfg
         .values
         .keys()
-        .filter(|k| k.strip_prefix("net").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|k| {
+            k.strip_prefix("net")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .collect();
     let Some(net0) = cfg.get("net0").map(NetValue::parse) else {
         notes.push(
@@ -507,7 +538,10 @@ fn networks(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
     w.line(4, "networks", None);
     for (i, n) in nics.iter().enumerate() {
         known.insert(format!("net{i}"));
-        w.raw(4, &format!("- bridge: {}", quoted(n.get("bridge").unwrap_or_default())));
+        w.raw(
+            4,
+            &format!("- bridge: {}", quoted(n.get("bridge").unwrap_or_default())),
+        );
         w.line(6, "model", n.model.as_deref());
         if let Some(mac) = n.mac.as_deref().and_then(|m| check_mac(m).ok()) {
             w.line(6, "mac", Some(&mac));
@@ -530,7 +564,12 @@ fn networks(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes:
 }
 
 /// PVE's cloud-init options, when the VM has a cloud-init drive.
-fn cloud_init(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, notes: &mut Vec<String>) {
+fn cloud_init(
+    w: &mut Writer,
+    cfg: &VmConfig,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
     if cloudinit_drive_slot(cfg).is_none() {
         return;
     }
@@ -557,7 +596,12 @@ fn cloud_init(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, note
         let key = format!("ipconfig{i}");
         let Some(v) = cfg.get(&key) else { break };
         let part = |k: &str| prop_value(v, k, None);
-        let fields = [("ip", part("ip")), ("gateway", part("gw")), ("ip6", part("ip6")), ("gateway6", part("gw6"))];
+        let fields = [
+            ("ip", part("ip")),
+            ("gateway", part("gw")),
+            ("ip6", part("ip6")),
+            ("gateway6", part("gw6")),
+        ];
         let set: Vec<String> = fields
             .iter()
             .filter_map(|(k, v)| v.map(|v| format!("{k}: {}", quoted(v))))
@@ -572,7 +616,11 @@ fn cloud_init(w: &mut Writer, cfg: &VmConfig, known: &mut BTreeSet<String>, note
         lines.raw(6, &format!("ipConfig: [{}]", ips.join(", ")));
     }
     if let Some(ns) = cfg.get("nameserver") {
-        let list: Vec<String> = ns.split([' ', ',', ';']).filter(|s| !s.is_empty()).map(String::from).collect();
+        let list: Vec<String> = ns
+            .split([' ', ',', ';'])
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
         if !list.is_empty() {
             lines.list(6, "nameservers", &list);
             known.insert("nameserver".into());
@@ -628,10 +676,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 /// A YAML scalar: plain when it cannot be read as anything but a string, else double-quoted
 /// (JSON's quoting is valid YAML).
 fn quoted(s: &str) -> String {
-    let plain = s
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic())
+    let plain = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
         && !matches!(

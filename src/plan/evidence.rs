@@ -412,7 +412,11 @@ fn adopt_by_consent(
             "spec {spec} does not consent to take over VM {vmid} (proxsync.io/adopt)"
         ));
     }
-    if input.records.get(spec).is_some_and(|r| r.vm.vmid().is_some()) {
+    if input
+        .records
+        .get(spec)
+        .is_some_and(|r| r.vm.vmid().is_some())
+    {
         return missing(format!("spec {spec} already has a VM in its record"));
     }
     let vm = listed(view, vmid)?;

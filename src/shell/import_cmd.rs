@@ -44,7 +44,10 @@ pub fn run(config: &Config, site: &str, selection: &Selection, out: Option<&Path
             return ExitCode::FAILURE;
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

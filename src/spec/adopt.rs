@@ -46,9 +46,11 @@ pub(super) fn consent(
     ctx: &mut Ctx,
     vmid: Option<(Option<u32>, Pos)>,
     uuid: Option<(Option<String>, Pos)>,
-) -> Option<AdoptConsent> {
+) -> Option<Box<AdoptConsent>> {
     match (vmid, uuid) {
-        (Some((Some(vmid), _)), Some((Some(uuid), _))) => Some(AdoptConsent { vmid, uuid }),
+        (Some((Some(vmid), _)), Some((Some(uuid), _))) => {
+            Some(Box::new(AdoptConsent { vmid, uuid }))
+        }
         (Some((_, pos)), None) => {
             ctx.error(
                 pos,

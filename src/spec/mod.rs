@@ -188,7 +188,8 @@ pub struct Spec {
     pub renamed_from: Option<String>,
     /// `proxsync.io/adopt` and `proxsync.io/adopt-uuid`: consent to take over the VM with
     /// this VMID and smbios1 uuid, which proxsync did not make (`proxsync import` writes it).
-    pub adopt: Option<AdoptConsent>,
+    /// Boxed: most specs have none.
+    pub adopt: Option<Box<AdoptConsent>>,
     /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
     /// is left as the VM has it. Shared: the specs without any ([`Hardware::is_empty`], most
     /// of them) hold one empty value ([`Hardware::shared`]) instead of 280 bytes each.

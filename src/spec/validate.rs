@@ -314,7 +314,7 @@ struct Metadata {
     labels: std::collections::BTreeMap<String, String>,
     renamed_from: Option<String>,
     /// `proxsync.io/adopt` with `proxsync.io/adopt-uuid`: consent to take over one VM.
-    adopt: Option<super::AdoptConsent>,
+    adopt: Option<Box<super::AdoptConsent>>,
 }
 
 /// `metadata`: the name, the tenant label and the `proxsync.io/renamed-from` annotation.

@@ -1725,9 +1725,7 @@ async fn a_new_vm_s_start_takes_its_time() {
 /// Without a boot order or a legacy `bootdisk`, PVE lists 0.
 #[tokio::test]
 async fn the_listed_maxdisk_is_the_boot_order_s_first_disk() {
-    let vm = |vmid: u32, config: Value| {
-        json!({"vmid": vmid, "name": format!("vm{vmid}"), "node": "pve1", "config": config})
-    };
+    let vm = |vmid: u32, config: Value| json!({"vmid": vmid, "name": format!("vm{vmid}"), "node": "pve1", "config": config});
     let pve = Scenario::default()
         .vm(vm(
             701,

@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 const VMS: u32 = 30;
 
 fn uuid(i: u32) -> String {
-    format!("3f2504e0-4f89-11d3-9a0c-{:012x}", 0x0305_e82c_0000_u64 + u64::from(i))
+    format!(
+        "3f2504e0-4f89-11d3-9a0c-{:012x}",
+        0x0305_e82c_0000_u64 + u64::from(i)
+    )
 }
 
 /// VM `500 + i`, made by hand: each of ten kinds of VM, three times.
@@ -32,39 +35,57 @@ fn varied_vm(i: u32) -> Value {
         "net0": format!("virtio={},bridge=vmbr0", mac(0)),
         "ostype": "l26",
     });
-    let mut vm = json!({"vmid": vmid, "node": if i % 2 == 0 { "pve1" } else { "pve2" },
+    let mut vm = json!({"vmid": vmid, "node": if i.is_multiple_of(2) { "pve1" } else { "pve2" },
                         "status": "running"});
     let c = config.as_object_mut().unwrap();
     match i % 10 {
         0 => {
             c.insert("bios".into(), json!("ovmf"));
             c.insert("machine".into(), json!("pc-q35-9.2+pve1"));
-            c.insert("efidisk0".into(), json!(format!(
-                "local-lvm:vm-{vmid}-disk-1,efitype=4m,pre-enrolled-keys=1,size=4M"
-            )));
-            c.insert("tpmstate0".into(), json!(format!(
-                "local-lvm:vm-{vmid}-disk-2,size=4M,version=v2.0"
-            )));
+            c.insert(
+                "efidisk0".into(),
+                json!(format!(
+                    "local-lvm:vm-{vmid}-disk-1,efitype=4m,pre-enrolled-keys=1,size=4M"
+                )),
+            );
+            c.insert(
+                "tpmstate0".into(),
+                json!(format!("local-lvm:vm-{vmid}-disk-2,size=4M,version=v2.0")),
+            );
             c.insert("ostype".into(), json!("win11"));
         }
         1 => {
-            c.insert("scsi1".into(), json!(format!(
-                "data:vm-{vmid}-disk-1,cache=writeback,iothread=1,size=100G"
-            )));
-            c.insert("virtio2".into(), json!(format!(
-                "local-lvm:vm-{vmid}-disk-2,backup=0,discard=on,size=20G"
-            )));
-            c.insert("sata0".into(), json!(format!(
-                "local-lvm:vm-{vmid}-disk-3,replicate=0,size=10G,ssd=1"
-            )));
+            c.insert(
+                "scsi1".into(),
+                json!(format!(
+                    "data:vm-{vmid}-disk-1,cache=writeback,iothread=1,size=100G"
+                )),
+            );
+            c.insert(
+                "virtio2".into(),
+                json!(format!(
+                    "local-lvm:vm-{vmid}-disk-2,backup=0,discard=on,size=20G"
+                )),
+            );
+            c.insert(
+                "sata0".into(),
+                json!(format!(
+                    "local-lvm:vm-{vmid}-disk-3,replicate=0,size=10G,ssd=1"
+                )),
+            );
         }
         2 => {
-            c.insert("net1".into(), json!(format!(
-                "e1000={},bridge=vmbr1,firewall=1,tag=20", mac(1)
-            )));
-            c.insert("net2".into(), json!(format!(
-                "virtio={},bridge=vmbr0,mtu=1,queues=4,rate=12.5,trunks=10;20-30", mac(2)
-            )));
+            c.insert(
+                "net1".into(),
+                json!(format!("e1000={},bridge=vmbr1,firewall=1,tag=20", mac(1))),
+            );
+            c.insert(
+                "net2".into(),
+                json!(format!(
+                    "virtio={},bridge=vmbr0,mtu=1,queues=4,rate=12.5,trunks=10;20-30",
+                    mac(2)
+                )),
+            );
         }
         3 => {
             vm["ha_state"] = json!("started");
@@ -73,19 +94,29 @@ fn varied_vm(i: u32) -> Value {
             vm["pool"] = json!("prod");
         }
         5 => {
-            c.insert("ide0".into(), json!(format!("local-lvm:vm-{vmid}-cloudinit,media=cdrom")));
+            c.insert(
+                "ide0".into(),
+                json!(format!("local-lvm:vm-{vmid}-cloudinit,media=cdrom")),
+            );
             c.insert("ciuser".into(), json!("ops"));
-            c.insert("sshkeys".into(), json!(
-                "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOps%20ops%40example%0A"
-            ));
+            c.insert(
+                "sshkeys".into(),
+                json!("ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOps%20ops%40example%0A"),
+            );
             c.insert("ipconfig0".into(), json!("ip=10.0.0.5/24,gw=10.0.0.1"));
             c.insert("nameserver".into(), json!("10.0.0.53 10.0.0.54"));
             c.insert("searchdomain".into(), json!("example.org"));
             c.insert("ciupgrade".into(), json!("0"));
         }
         6 => {
-            c.insert("ide2".into(), json!("local:iso/debian-12.7.0-amd64-netinst.iso,media=cdrom"));
-            c.insert("unused0".into(), json!(format!("local-lvm:vm-{vmid}-disk-9")));
+            c.insert(
+                "ide2".into(),
+                json!("local:iso/debian-12.7.0-amd64-netinst.iso,media=cdrom"),
+            );
+            c.insert(
+                "unused0".into(),
+                json!(format!("local-lvm:vm-{vmid}-disk-9")),
+            );
             c.insert("boot".into(), json!("order=ide2;scsi0;net0"));
         }
         7 => {
@@ -120,7 +151,10 @@ fn varied_vm(i: u32) -> Value {
 
 fn scenario() -> Scenario {
     let mut s = Scenario::default()
-        .storage("data", json!({"type": "dir", "path": "/srv/data", "content": "images"}))
+        .storage(
+            "data",
+            json!({"type": "dir", "path": "/srv/data", "content": "images"}),
+        )
         .set("pools", json!(["prod"]));
     for i in 0..VMS {
         s = s.vm(varied_vm(i));
@@ -145,12 +179,25 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
     let mut pve = scenario().start();
     let ws = Workspace::new(&pve);
     let dir = ws.path("repo/imported");
-    let out = ws.proxsync(&["import", "--site", "lab", "--unmanaged", "--out", dir.to_str().unwrap()]);
+    let out = ws.proxsync(&[
+        "import",
+        "--site",
+        "lab",
+        "--unmanaged",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("30 spec(s) written"), "{said}");
-    assert!(said.contains("skipped VM 600: VM 600 has no valid name"), "{said}");
-    assert!(!said.contains("VM 601"), "--unmanaged leaves out a managed VM: {said}");
+    assert!(
+        said.contains("skipped VM 600: VM 600 has no valid name"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("VM 601"),
+        "--unmanaged leaves out a managed VM: {said}"
+    );
     assert!(said.contains("skipped VM 9000: a template"), "{said}");
     let theirs = ws.proxsync(&["import", "--site", "lab", "--vmid", "601"]);
     assert_eq!(theirs.status.code(), Some(1));
@@ -191,7 +238,12 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
     let not_ready: Vec<String> = std::fs::read_dir(ws.path("status"))
         .unwrap()
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".yaml").map(String::from))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".yaml")
+                .map(String::from)
+        })
         .filter(|n| !n.starts_with('_'))
         .map(|n| (n.clone(), ws.condition(&n, "Ready")))
         .filter(|(_, (s, _, _))| s != "True")
@@ -223,7 +275,10 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
         let (_, provisioned, _) = ws.condition(&name, "Provisioned");
         assert_eq!(provisioned, "Adopted", "{name}");
         let vm = pve.vm(500 + i);
-        let tags = vm["config"]["tags"].as_str().unwrap_or_default().to_string();
+        let tags = vm["config"]["tags"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         assert!(tags.contains("proxsync.test"), "{name}: {tags}");
     }
 
@@ -252,7 +307,11 @@ fn a_vmid_reused_by_another_vm_is_never_taken() {
     let sent = writes(&mut pve, since);
     assert!(sent.is_empty(), "{sent:#?}\n{out}");
     let (ready, reason, message) = ws.condition("app-01-example-com", "Ready");
-    assert_eq!((ready.as_str(), reason.as_str()), ("False", "Failed"), "{message}");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "Failed"),
+        "{message}"
+    );
     assert!(message.contains("not 3f2504e0"), "{message}");
     assert!(message.contains("another VM holds the VMID"), "{message}");
 }

@@ -213,6 +213,12 @@ async fn a_webhook_message_is_signed_over_its_exact_body() {
     assert_eq!(v["events"][0]["reason"], "ImageNotFound");
     assert_eq!(v["events"][1]["type"], "commit_state");
     assert_eq!(v["events"][1]["state"], "failure");
+    // The stats are updated once the answer is read, after the receiver has the message.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while notifier.stats()[0].sent == 0 {
+        assert!(Instant::now() < deadline, "{:?}", notifier.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(notifier.stats()[0].sent, 1);
 }
 
