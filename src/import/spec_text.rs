@@ -732,3 +732,195 @@ impl Writer {
         let _ = writeln!(self.out, "{:indent$}# {text}", "");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Image, parse_file};
+
+    fn config(pairs: &[(&str, &str)]) -> VmConfig {
+        VmConfig {
+            values: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    const UUID: &str = "uuid=3F2504E0-4F89-11D3-9A0C-0305E82C3301";
+
+    fn import(cfg: &VmConfig) -> Result<Imported, String> {
+        let vm = VmFacts {
+            site: "lab",
+            vmid: 105,
+            node: "pve1",
+            running: true,
+            pool: None,
+            ha_state: None,
+            config: cfg,
+        };
+        spec_text(&vm, &mut BTreeSet::new())
+    }
+
+    fn parsed(imported: &Imported) -> crate::spec::Spec {
+        let (specs, diags) = parse_file("imported.yaml", imported.text.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}\n{}", imported.text);
+        specs.into_iter().next().expect("one spec")
+    }
+
+    #[test]
+    fn spec_names_are_valid_and_unique() {
+        let mut taken = BTreeSet::new();
+        assert_eq!(
+            spec_name("DB_Primary.example.com", 105, &mut taken),
+            "db-primary-example-com"
+        );
+        assert_eq!(
+            spec_name("db-primary.example.com", 106, &mut taken),
+            "db-primary-example-com-106"
+        );
+        assert_eq!(spec_name("---", 107, &mut taken), "vm-107");
+        let long = "a".repeat(80);
+        let name = spec_name(&long, 108, &mut taken);
+        assert_eq!(name.len(), 63);
+        assert_eq!(
+            spec_name(&long, 109, &mut taken),
+            format!("{}-109", "a".repeat(59))
+        );
+    }
+
+    #[test]
+    fn every_managed_field_is_written_as_the_vm_has_it() {
+        let cfg = config(&[
+            ("name", "db-01"),
+            ("smbios1", UUID),
+            ("cores", "2"),
+            ("sockets", "2"),
+            ("memory", "4096"),
+            ("balloon", "1024"),
+            ("cpu", "host,flags=+aes"),
+            ("bios", "ovmf"),
+            (
+                "efidisk0",
+                "local-lvm:vm-105-disk-1,efitype=4m,pre-enrolled-keys=1,size=4M",
+            ),
+            ("tpmstate0", "local-lvm:vm-105-disk-2,size=4M,version=v2.0"),
+            ("boot", "order=virtio1;net0"),
+            ("scsi0", "data:vm-105-disk-0,cache=writeback,size=100G"),
+            ("virtio1", "local-lvm:vm-105-disk-3,discard=on,size=32G"),
+            (
+                "net0",
+                "virtio=bc:24:11:00:00:01,bridge=vmbr0,tag=20,firewall=1",
+            ),
+            (
+                "net1",
+                "e1000=BC:24:11:00:00:02,bridge=vmbr1,trunks=10;20-30,rate=12.5",
+            ),
+            ("ide0", "local-lvm:vm-105-cloudinit,media=cdrom"),
+            ("ciuser", "ops"),
+            ("ipconfig0", "ip=10.0.0.5/24,gw=10.0.0.1"),
+            ("tags", "web;tenant_acme"),
+            ("description", "Billing\nowner: ops\n"),
+            ("startup", "order=2,up=30"),
+            ("hostpci0", "0000:01:00.0"),
+        ]);
+        let imported = import(&cfg).unwrap();
+        let spec = parsed(&imported);
+        assert_eq!(spec.name, "db-01");
+        assert_eq!(spec.image, Image::Existing);
+        assert_eq!(spec.adopt.as_ref().map(|c| c.vmid), Some(105));
+        assert_eq!((spec.cpu, spec.hardware.sockets), (2, Some(2)));
+        assert_eq!(
+            (spec.memory_mib, spec.hardware.balloon_mib),
+            (4096, Some(1024))
+        );
+        assert_eq!(spec.hardware.cpu_type.as_deref(), Some("host"));
+        assert_eq!(spec.hardware.pre_enrolled_keys, Some(true));
+        assert_eq!(spec.hardware.tpm.as_deref(), Some("v2.0"));
+        assert_eq!(
+            spec.hardware.description.as_deref(),
+            Some("Billing\nowner: ops")
+        );
+        assert_eq!(spec.tenant.as_deref(), Some("acme"));
+        assert_eq!(spec.tags, ["tenant_acme", "web"]);
+        let disks = spec.disks.as_ref().unwrap();
+        assert_eq!(
+            disks
+                .iter()
+                .map(|d| (d.slot.as_str(), d.size_bytes / GIB, d.boot))
+                .collect::<Vec<_>>(),
+            [("virtio1", 32, true), ("scsi0", 100, false)],
+            "the boot order's disk first"
+        );
+        assert_eq!(disks[0].discard, Some(true));
+        assert_eq!(disks[1].cache.as_deref(), Some("writeback"));
+        let nics = spec.networks.as_ref().unwrap();
+        assert_eq!(nics[0].mac.as_deref(), Some("BC:24:11:00:00:01"));
+        assert_eq!((nics[0].vlan, nics[0].firewall), (Some(20), Some(true)));
+        assert_eq!(nics[1].trunks.as_deref(), Some("10;20-30"));
+        assert_eq!(nics[1].model, "e1000");
+        let ci = spec.cloud_init.as_ref().unwrap();
+        assert_eq!(ci.user.as_deref(), Some("ops"));
+        assert_eq!(ci.ip_config[0].to_pve(), "ip=10.0.0.5/24,gw=10.0.0.1");
+        assert_eq!(
+            imported.left_alone,
+            ["hostpci0", "ide0 (CD-ROM local-lvm:vm-105-cloudinit)"]
+        );
+        assert!(
+            imported.text.contains("#   hostpci0, ide0"),
+            "{}",
+            imported.text
+        );
+    }
+
+    #[test]
+    fn a_list_that_would_lose_a_disk_or_a_nic_is_the_short_form() {
+        let cfg = config(&[
+            ("name", "old"),
+            ("smbios1", UUID),
+            ("boot", "order=scsi0"),
+            ("scsi0", "local-lvm:vm-105-disk-0,size=20G"),
+            ("ide1", "local-lvm:vm-105-disk-1,size=8G"),
+            ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+            ("net2", "virtio=BC:24:11:00:00:03,bridge=vmbr1"),
+        ]);
+        let imported = import(&cfg).unwrap();
+        let spec = parsed(&imported);
+        assert!(
+            spec.disks.is_none() && spec.networks.is_none(),
+            "{}",
+            imported.text
+        );
+        assert_eq!(
+            (spec.disk_bytes, spec.storage.as_str()),
+            (20 * GIB, "local-lvm")
+        );
+        assert_eq!(spec.network, "vmbr0");
+        assert!(
+            imported
+                .text
+                .contains("disks ide1 cannot be written as a list")
+        );
+        assert!(imported.text.contains("only net0's bridge is managed"));
+        assert!(imported.left_alone.contains(&"ide1".to_string()));
+        assert!(imported.left_alone.contains(&"net2".to_string()));
+    }
+
+    #[test]
+    fn a_vm_some_install_claims_or_without_identity_is_refused() {
+        let base = [("name", "db-01"), ("smbios1", UUID)];
+        let with = |extra: (&str, &str)| {
+            let mut pairs = base.to_vec();
+            pairs.push(extra);
+            import(&config(&pairs)).unwrap_err()
+        };
+        assert!(with(("tags", "proxsync.main")).contains("tag proxsync.main"));
+        assert!(
+            with(("description", "x\nproxsync-id: install=a spec=b uid=c")).contains("marker line")
+        );
+        let e = import(&config(&[("name", "db-01")])).unwrap_err();
+        assert!(e.contains("no smbios1 uuid"), "{e}");
+        let e = import(&config(&[("smbios1", UUID)])).unwrap_err();
+        assert!(e.contains("has no name"), "{e}");
+    }
+}
