@@ -63,6 +63,10 @@ pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !dup_names.contains(&s.name));
     diags.extend(duplicates);
+    let shared = check_consents(&specs);
+    let sharing: HashSet<String> = shared.iter().filter_map(|d| d.spec.clone()).collect();
+    specs.retain(|s| !sharing.contains(&s.name));
+    diags.extend(shared);
 
     let annotated = specs.iter().any(|s| s.renamed_from.is_some());
     let (renames, held) = if !annotated {
@@ -249,6 +253,41 @@ pub fn check_duplicates<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Di
             None => {
                 first.insert(&spec.name, spec);
             }
+        }
+    }
+    diags
+}
+
+/// Reports every spec that consents to take over a VM (`proxsync.io/adopt`) another spec of the
+/// same site consents to as well: a VM is one spec's, so none of them takes it (each is held as
+/// invalid, its VM left alone) until one consent is left.
+pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diagnostic> {
+    let mut by_vm: HashMap<(&str, u32), Vec<&Spec>> = HashMap::new();
+    for spec in specs {
+        if let Some(c) = &spec.adopt {
+            by_vm.entry((&spec.site, c.vmid)).or_default().push(spec);
+        }
+    }
+    let mut diags = Vec::new();
+    for ((site, vmid), claimants) in by_vm.into_iter().filter(|(_, v)| v.len() > 1) {
+        for spec in &claimants {
+            let others: Vec<String> = (claimants.iter())
+                .filter(|o| o.name != spec.name)
+                .map(|o| format!("{} ({}:{})", o.name, o.file, o.pos.line))
+                .collect();
+            diags.push(
+                Diagnostic::error(
+                    &spec.file,
+                    spec.pos,
+                    format!(
+                        "metadata.annotations.{}: VM {vmid} on site {site} is also taken over by \
+                         spec {}; a VM is one spec's: keep the annotations on one of them",
+                        super::ADOPT,
+                        others.join(", ")
+                    ),
+                )
+                .for_spec(Some(&spec.name)),
+            );
         }
     }
     diags

@@ -422,3 +422,24 @@ fn a_consent_needs_both_annotations_and_valid_values() {
     let (_, diags) = parse(&ADOPTING.replace("3F2504E0-", "3F2504E0"));
     assert!(diags[0].contains("is not a uuid"), "{diags:?}");
 }
+
+#[test]
+fn two_specs_consenting_to_one_vm_are_both_held() {
+    let other = ADOPTING.replace("name: db", "name: db-copy");
+    let set = assemble(
+        [parse(ADOPTING).0, parse(&other).0, parse(MINIMAL).0]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Vec::new(),
+    );
+    let names: Vec<&str> = set.specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["web-01"]);
+    assert_eq!(set.diagnostics.len(), 2, "{:?}", set.diagnostics);
+    let text = set.diagnostics[0].to_string();
+    assert!(
+        text.contains("VM 105 on site us-sfvalley is also taken over by spec"),
+        "{text}"
+    );
+    assert!(set.diagnostics.iter().all(|d| d.spec.is_some()));
+}
