@@ -96,20 +96,6 @@ pub struct Grant {
     act: Act,
 }
 
-impl Grant {
-    pub fn site(&self) -> &str {
-        &self.site
-    }
-
-    pub fn vmid(&self) -> u32 {
-        self.vmid
-    }
-
-    pub fn act(&self) -> &Act {
-        &self.act
-    }
-}
-
 impl Permit {
     /// Made by the gate's decision functions only (`src/gate/`; `tests/tidy.rs` checks that
     /// no other module calls it).
