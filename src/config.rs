@@ -192,6 +192,18 @@ pub enum ConcurrencyMode {
     Fixed,
 }
 
+/// Whether proxsync acts on a spec's VM (`spec.managementPolicy`, Crossplane's
+/// `managementPolicies`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum ManagementPolicy {
+    /// Create, change, power and delete the VM as the spec says (the default).
+    #[default]
+    Full,
+    /// Never create, change, start, stop, migrate or delete it: observe it and report how it
+    /// differs from the spec.
+    Observe,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcileConfig {
     pub resync_interval: Duration,
@@ -208,6 +220,9 @@ pub struct ReconcileConfig {
     /// Refuse a cycle that would take over more than this many existing VMs by consent
     /// (`proxsync.io/adopt`): a wrong directory cannot take over a cluster unnoticed.
     pub max_adopt_per_cycle: u32,
+    /// The `managementPolicy` of a spec that sets none: `observe` makes the whole install
+    /// observe-only.
+    pub management_policy: ManagementPolicy,
 }
 
 impl Default for ReconcileConfig {
@@ -221,6 +236,7 @@ impl Default for ReconcileConfig {
             max_delete_fraction: 0.5,
             max_parallel_reboots: 1,
             max_adopt_per_cycle: 100,
+            management_policy: ManagementPolicy::Full,
         }
     }
 }
@@ -463,6 +479,7 @@ struct RawReconcile {
     max_delete_fraction: Option<f64>,
     max_parallel_reboots: Option<i64>,
     max_adopt_per_cycle: Option<i64>,
+    management_policy: Option<String>,
 }
 
 /// What to do when the config cannot be read: where else it may be named, where the example
@@ -781,6 +798,16 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
             ));
         }
     };
+    let management_policy = match r.management_policy.as_deref() {
+        None | Some("full") => ManagementPolicy::Full,
+        Some("observe") => ManagementPolicy::Observe,
+        Some(other) => {
+            return Err(format!(
+                "[reconcile] management_policy = {other:?}: must be \"full\" (act on the VMs) or \
+                 \"observe\" (only report how they differ from their specs)"
+            ));
+        }
+    };
     let max_delete_fraction = match r.max_delete_fraction {
         None => defaults.max_delete_fraction,
         Some(f) if f > 0.0 && f <= 1.0 => f,
@@ -808,6 +835,7 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
         max_delete_fraction,
         max_parallel_reboots,
         max_adopt_per_cycle,
+        management_policy,
     };
     if reconcile.resync_interval < Duration::from_secs(10) {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());

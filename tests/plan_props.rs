@@ -15,7 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use proxsync::category::Category;
-use proxsync::config::{OrphanPolicy, ReconcileConfig};
+use proxsync::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
 use proxsync::observe::{ObservedVm, Power, SiteView};
 use proxsync::ownership::{Marker, ownership_tag};
 use proxsync::plan::{
@@ -402,6 +402,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         } else {
             DeletionPolicy::Delete
         },
+        management_policy: None,
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,
@@ -2729,6 +2730,10 @@ struct Twists {
     /// 400 as it is then: bare (0), renamed (1), tagged by an install (2), carrying a marker
     /// (3), gone (4), on another node (5), not yet read (6).
     consent: Option<(u8, usize)>,
+    /// Desired specs made observe-only (`managementPolicy: Observe`), by bit; or the whole
+    /// install (`[reconcile] management_policy = "observe"`).
+    observe: u8,
+    observe_all: bool,
 }
 
 prop_compose! {
@@ -2741,8 +2746,13 @@ prop_compose! {
         refused_site in prop::bool::weighted(0.05),
         rewind in prop::option::weighted(0.2, any::<bool>()),
         consent in prop::option::weighted(0.3, (0..7u8, 0..2usize)),
+        observe in prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
+        observe_all in prop::bool::weighted(0.05),
     ) -> Twists {
-        Twists { rename, elsewhere, forged, copied, lost, refused_site, rewind, consent }
+        Twists {
+            rename, elsewhere, forged, copied, lost, refused_site, rewind, consent, observe,
+            observe_all,
+        }
     }
 }
 
@@ -2844,6 +2854,20 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
             w.records.remove(name);
         }
     }
+    if t.observe != 0 {
+        let specs: Vec<Spec> = w.desired.iter().cloned().collect();
+        let mut desired = Specs::default();
+        for (i, mut spec) in specs.into_iter().enumerate() {
+            if t.observe & (1 << (i % 8)) != 0 {
+                spec.management_policy = Some(ManagementPolicy::Observe);
+            }
+            desired.push(spec);
+        }
+        w.desired = desired;
+    }
+    if t.observe_all {
+        w.reconcile.management_policy = ManagementPolicy::Observe;
+    }
     if t.refused_site {
         for view in w.sites.values_mut() {
             view.error = Some("site lab reaches another cluster".into());
@@ -2885,6 +2909,20 @@ fn every_planned_action_shows_the_evidence_its_kind_needs() {
             ..w.input()
         };
         let p = plan(&input);
+        let observed = |name: &str| {
+            input.reconcile.management_policy == ManagementPolicy::Observe
+                || input.desired.iter().any(|s| {
+                    s.name == name && s.management_policy == Some(ManagementPolicy::Observe)
+                })
+        };
+        if let Some(a) = p.actions.iter().find(|a| {
+            a.spec().is_some_and(observed)
+                || input.reconcile.management_policy == ManagementPolicy::Observe
+        }) {
+            return Err(TestCaseError::fail(format!(
+                "{a:?} was planned for an observe-only spec or install\n{t:?}"
+            )));
+        }
         for a in &p.actions {
             if let Err(missing) = proxsync::plan::evidence::planned(a, &input) {
                 return Err(TestCaseError::fail(format!(

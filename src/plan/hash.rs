@@ -90,6 +90,73 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     why
 }
 
+/// One field in which an observed VM (`managementPolicy: Observe`) differs from its spec, with
+/// the spec's value and the VM's, as the cluster listing shows them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldDrift {
+    pub field: &'static str,
+    pub spec: String,
+    pub vm: String,
+}
+
+impl std::fmt::Display for FieldDrift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: spec {}, VM {}", self.field, self.spec, self.vm)
+    }
+}
+
+/// How `vm` differs from `spec` in what the listing shows (node, name, CPUs, memory, the boot
+/// disk's size, power, tags, HA), field by field: what an observe-only spec reports. No
+/// request: the listing is read once per cycle anyway.
+pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
+    let mut out = Vec::new();
+    let mut push =
+        |field: &'static str, spec: String, vm: String| out.push(FieldDrift { field, spec, vm });
+    if vm.node != spec.node {
+        push("node", spec.node.clone(), vm.node.clone());
+    }
+    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+        push(
+            "name",
+            spec.vm_name.clone(),
+            vm.name.clone().unwrap_or_default(),
+        );
+    }
+    let vcpus = spec.hardware.vcpus(spec.cpu);
+    if let Some(c) = vm.cpus.filter(|c| *c != vcpus) {
+        push("cpu", vcpus.to_string(), c.to_string());
+    }
+    let mib = |b: u64| format!("{} MiB", b / (1024 * 1024));
+    if let Some(m) = vm
+        .memory_bytes
+        .filter(|m| *m != spec.memory_mib * 1024 * 1024)
+    {
+        push("memory", format!("{} MiB", spec.memory_mib), mib(m));
+    }
+    if let Some(d) = vm.disk_bytes.filter(|d| *d < spec.disk_bytes) {
+        push("disk", mib(spec.disk_bytes), mib(d));
+    }
+    let power = match (spec.power_state, vm.power) {
+        (PowerState::Running, Power::Stopped) => Some(("running", "stopped")),
+        (PowerState::Stopped, Power::Running) => Some(("stopped", "running")),
+        _ => None,
+    };
+    if let Some((want, have)) = power {
+        push("power", want.into(), have.into());
+    }
+    if spec.tags.iter().any(|t| !vm.tags.contains(t)) {
+        push("tags", spec.tags.join(";"), vm.tags.join(";"));
+    }
+    if spec
+        .ha
+        .as_ref()
+        .is_some_and(|ha| ha.state != crate::spec::HaState::Ignored && vm.ha_state.is_none())
+    {
+        push("ha", "managed".into(), "not managed".into());
+    }
+    out
+}
+
 /// The least time between two reboots of one VM by proxsync (`rebootPolicy`).
 pub const MIN_REBOOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
 

@@ -41,7 +41,9 @@ use crate::source::chain::RewindBatch;
 pub use crate::util::fnv::{
     FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, fnv, fnv_from, fnv_hex,
 };
-pub use hash::{MIN_REBOOT_INTERVAL, drift, inputs_hash, merge_tags, reboot_due};
+pub use hash::{
+    FieldDrift, MIN_REBOOT_INTERVAL, drift, inputs_hash, merge_tags, observed_drift, reboot_due,
+};
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
@@ -253,6 +255,13 @@ pub enum Verdict {
     /// `why` says what differs from the consent (the VM is gone, renamed, carries a marker or
     /// an install's tag) and what to do. Nothing is created or changed.
     AdoptRefused { vmid: u32, why: String },
+    /// The spec is observe-only (`managementPolicy: Observe`): nothing is done for it. `vmid`:
+    /// its VM (by record, marker or consent), `None` when there is none; `drift`: how the VM
+    /// differs from the spec in what the listing shows.
+    Observed {
+        vmid: Option<u32>,
+        drift: Vec<FieldDrift>,
+    },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
     /// come in smaller commits.
@@ -425,7 +434,12 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
             reboots_change = reboots_change.min(at);
         }
-        let verdict = match renames.decide(input, spec, &mut out.actions) {
+        // An observe-only spec is not re-labelled either: it gets no action of any kind.
+        let renamed = match spec::observes(input, spec) {
+            true => None,
+            false => renames.decide(input, spec, &mut out.actions),
+        };
+        let verdict = match renamed {
             Some(v) => v,
             None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
         };
@@ -447,11 +461,31 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     out.renamed = (renames.by_spec.iter())
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
+    let removals = observe_only(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
     adoption_valve(input, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out
+}
+
+/// An install that observes only (`[reconcile] management_policy = "observe"`) removes
+/// nothing: no delete, release or hand-over of a removed spec's VM, no orphan deleted. They
+/// are reported in `refused`.
+fn observe_only(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
+    if input.reconcile.management_policy != crate::config::ManagementPolicy::Observe
+        || removals.is_empty()
+    {
+        return removals;
+    }
+    out.refused.push(format!(
+        "{} removal(s) not done: [reconcile] management_policy = \"observe\" takes no action",
+        removals.len()
+    ));
+    for o in (out.orphans.iter_mut()).filter(|o| o.disposition == OrphanDisposition::Deleting) {
+        o.disposition = OrphanDisposition::Refused;
+    }
+    Vec::new()
 }
 
 /// More adoptions by consent than `max_adopt_per_cycle`: none of them this cycle (a wrong

@@ -61,6 +61,9 @@ pub(super) fn plan_spec(
     if view.error.is_some() {
         return not_readable(view);
     }
+    if observes(input, spec) {
+        return observe(input, spec, rec, tag, index, view);
+    }
     if let Some(verdict) = site_move(input, spec, rec, actions) {
         return verdict;
     }
@@ -145,6 +148,46 @@ fn adopt_by_consent(
         vmid,
     });
     Verdict::Acting
+}
+
+/// Whether the spec is observe-only: its `managementPolicy`, else the config's.
+pub(super) fn observes(input: &PlanInput<'_>, spec: &Spec) -> bool {
+    spec.management_policy
+        .unwrap_or(input.reconcile.management_policy)
+        == crate::spec::ManagementPolicy::Observe
+}
+
+/// An observe-only spec (`managementPolicy: Observe`): its VM (by record, marker, or the VM its
+/// consent names) compared with the spec from the listing, and no action of any kind, not even
+/// finishing a create in flight or an adoption.
+fn observe(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    tag: &str,
+    index: Option<&SiteIndex<'_>>,
+    view: &SiteView,
+) -> Verdict {
+    let consented = || {
+        let c = spec.adopt.as_ref()?;
+        view.vms
+            .get(&c.vmid)
+            .filter(|vm| !vm.template && vm.name.as_deref() == Some(spec.vm_name.as_str()))
+    };
+    let vm = by_record(input, spec, rec, tag, view)
+        .or_else(|| by_marker(spec, rec, index))
+        .or_else(consented);
+    match vm {
+        Some(vm) if vm.is_unknown() => Verdict::Unknown { vmid: vm.vmid },
+        Some(vm) => Verdict::Observed {
+            vmid: Some(vm.vmid),
+            drift: super::observed_drift(spec, vm),
+        },
+        None => Verdict::Observed {
+            vmid: None,
+            drift: Vec::new(),
+        },
+    }
 }
 
 /// The verdict of a spec on a site that is not to be judged: unreachable, or reaching another

@@ -512,6 +512,23 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
              taken over once that install has handed it over"
         ),
         Verdict::AdoptRefused { vmid, why } => format!("adopting VM {vmid} is refused: {why}"),
+        Verdict::Observed { vmid: None, .. } => {
+            "observe-only: no VM of the spec found; nothing is created".into()
+        }
+        Verdict::Observed {
+            vmid: Some(vmid),
+            drift,
+        } if drift.is_empty() => format!("observe-only: VM {vmid} matches the spec"),
+        Verdict::Observed {
+            vmid: Some(vmid),
+            drift,
+        } => {
+            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
+            format!(
+                "observe-only: VM {vmid} differs (not applied): {}",
+                fields.join("; ")
+            )
+        }
         Verdict::AdoptionsHeld { count, max } => format!(
             "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
         ),

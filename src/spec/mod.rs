@@ -55,6 +55,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use crate::config::ManagementPolicy;
 pub use diag::{Diagnostic, Pos, Severity};
 pub use disks::{
     DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,
@@ -173,6 +174,9 @@ pub struct Spec {
     pub tags: Vec<String>,
     /// What happens to the VM when the spec is removed; default delete.
     pub deletion_policy: DeletionPolicy,
+    /// `spec.managementPolicy`: `Observe` takes no action on the VM, only reports how it differs;
+    /// `None`: the config's `[reconcile] management_policy` (default `Full`).
+    pub management_policy: Option<ManagementPolicy>,
     /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,

@@ -322,6 +322,10 @@ pub fn json_schema() -> Value {
                         "description": "Delete (default): delete the VM when the spec is removed. Orphan: leave it.",
                         "enum": ["Delete", "Orphan"]
                     },
+                    "managementPolicy": {
+                        "description": "Full: proxsync acts on the VM. Observe: it never creates, changes, powers or deletes it, only reports how it differs. Default: the config's [reconcile] management_policy (full).",
+                        "enum": ["Full", "Observe"]
+                    },
                     "providerConfigRef": {
                         "description": "Accepted for compatibility with the Crossplane provider; ignored with a warning.",
                         "type": "object"

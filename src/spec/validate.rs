@@ -34,7 +34,12 @@ pub(super) fn document_name(root: &Node) -> Option<String> {
 /// How the document's top-level mapping is named in messages.
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
 const METADATA_FIELDS: &[&str] = &["name", "labels", "annotations"];
-const SPEC_FIELDS: &[&str] = &["forProvider", "deletionPolicy", "providerConfigRef"];
+const SPEC_FIELDS: &[&str] = &[
+    "forProvider",
+    "deletionPolicy",
+    "managementPolicy",
+    "providerConfigRef",
+];
 const FOR_PROVIDER_FIELDS: &[&str] = &[
     "site",
     "node",
@@ -96,13 +101,13 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let api_version = api_version_and_kind(ctx, &top);
     let meta = metadata(ctx, &top, root.pos);
     let name = meta.name.clone();
-    let Some((deletion_policy, fp)) = spec_section(ctx, &top) else {
+    let Some((policies, fp)) = spec_section(ctx, &top) else {
         return (None, name);
     };
     let parts = for_provider(ctx, &fp, name.as_deref(), meta.adopt.is_some());
-    let spec = match (api_version, deletion_policy, parts.complete()) {
-        (Some(api_version), Some(deletion_policy), Some(parts)) => {
-            assemble(ctx.file(), api_version, meta, deletion_policy, parts)
+    let spec = match (api_version, policies, parts.complete()) {
+        (Some(api_version), Some(policies), Some(parts)) => {
+            assemble(ctx.file(), api_version, meta, policies, parts)
         }
         _ => None,
     };
@@ -202,9 +207,13 @@ fn assemble(
     file: &str,
     api_version: String,
     meta: Metadata,
-    deletion_policy: DeletionPolicy,
+    policies: Policies,
     parts: Parts,
 ) -> Option<Spec> {
+    let Policies {
+        deletion: deletion_policy,
+        management: management_policy,
+    } = policies;
     let Parts {
         placement,
         mut resources,
@@ -256,6 +265,7 @@ fn assemble(
         power_state: guest.power_state,
         tags: guest.tags,
         deletion_policy,
+        management_policy,
         reboot,
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),
@@ -369,7 +379,14 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
 
 /// `spec`: the deletion policy (`None` when invalid) and the `forProvider` mapping, or `None`
 /// when either mapping is missing or not a mapping.
-fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPolicy>, Obj<'n>)> {
+/// `spec.deletionPolicy` and `spec.managementPolicy`.
+struct Policies {
+    deletion: DeletionPolicy,
+    /// `None`: the config's `[reconcile] management_policy`.
+    management: Option<super::ManagementPolicy>,
+}
+
+fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<Policies>, Obj<'n>)> {
     let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
     let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
     if let Some(at) = spec.key_pos("providerConfigRef") {
@@ -391,6 +408,26 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPoli
             ],
         ),
     };
+    let management_policy = match spec.get("managementPolicy") {
+        None => Some(None),
+        Some(n) => enum_field(
+            ctx,
+            n,
+            "spec.managementPolicy",
+            &[
+                ("Full", super::ManagementPolicy::Full),
+                ("Observe", super::ManagementPolicy::Observe),
+            ],
+        )
+        .map(Some),
+    };
+    let policies = match (deletion_policy, management_policy) {
+        (Some(deletion), Some(management)) => Some(Policies {
+            deletion,
+            management,
+        }),
+        _ => None,
+    };
     let fp = spec.required(
         ctx,
         "forProvider",
@@ -402,7 +439,7 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<DeletionPoli
         .copied()
         .collect();
     let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(&fields)))?;
-    Some((deletion_policy, fp))
+    Some((policies, fp))
 }
 
 /// Where the VM goes and its name.

@@ -72,8 +72,13 @@ pub(crate) fn spec_status(
         duplicate,
         action: planned,
     } = plan;
-    // The VM once made: a create in flight shows no VMID yet.
-    let vmid = rec.and_then(|r| r.vm.made_vmid());
+    // The VM once made: a create in flight shows no VMID yet. An observe-only spec's VM may be
+    // one no record names (the VM its consent names).
+    let observed = match verdict {
+        Some(Verdict::Observed { vmid, .. }) => *vmid,
+        _ => None,
+    };
+    let vmid = rec.and_then(|r| r.vm.made_vmid()).or(observed);
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
         name: spec.name.clone(),
@@ -111,6 +116,9 @@ pub(crate) fn spec_status(
     }
     c.push(ready);
     c.push(reconciling);
+    if let Some(Verdict::Observed { vmid, drift }) = verdict {
+        c.push(synced(*vmid, drift));
+    }
     c.push(match verdict {
         // A person must fix the site's endpoint or accept its cluster, whatever the record says.
         Some(Verdict::SiteIdentityChanged { message }) => ConditionInput::new(
@@ -123,6 +131,34 @@ pub(crate) fn spec_status(
     });
     st.conditions = c;
     st
+}
+
+/// `Synced` of an observe-only spec: whether its VM matches it, each differing field with the
+/// spec's value and the VM's.
+fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift]) -> ConditionInput {
+    match vmid {
+        None => ConditionInput::new(
+            kinds::SYNCED,
+            S::False,
+            Reason::Drifted,
+            "no VM of the spec was found; nothing is created while it is observe-only",
+        ),
+        Some(id) if drift.is_empty() => ConditionInput::new(
+            kinds::SYNCED,
+            S::True,
+            Reason::InSync,
+            format!("VM {id} matches the spec in what the cluster listing shows"),
+        ),
+        Some(id) => {
+            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
+            ConditionInput::new(
+                kinds::SYNCED,
+                S::False,
+                Reason::Drifted,
+                format!("VM {id} differs from the spec: {}", fields.join("; ")),
+            )
+        }
+    }
 }
 
 /// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
@@ -272,6 +308,30 @@ fn ready_and_reconciling(
             (
                 ConditionInput::new(kinds::READY, S::False, reason, msg.clone()),
                 ConditionInput::new(kinds::RECONCILING, S::False, reason, msg),
+            )
+        }
+        Some(Verdict::Observed { vmid, drift }) => {
+            let ready = match (vmid, drift.is_empty()) {
+                (Some(id), true) => ConditionInput::new(
+                    kinds::READY,
+                    S::True,
+                    Reason::Observed,
+                    format!("VM {id} matches the spec in what the cluster listing shows"),
+                ),
+                _ => ConditionInput {
+                    kind: kinds::READY,
+                    ..synced(*vmid, drift)
+                },
+            };
+            (
+                ready,
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::False,
+                    Reason::Observing,
+                    "managementPolicy: Observe: proxsync never creates, changes, powers or \
+                     deletes this VM; set Full to apply the spec",
+                ),
             )
         }
         Some(Verdict::Migrating { from, to, vmid }) => {
@@ -819,6 +879,7 @@ mod tests {
             kinds::NODE_HEALTHY => reasons::NODE_HEALTHY,
             kinds::PROVISIONED => reasons::PROVISIONED,
             kinds::REBOOT_PENDING => reasons::REBOOT_PENDING,
+            kinds::SYNCED => reasons::SYNCED,
             other => panic!("condition {other} has no list of reasons"),
         };
         let check = |st: &SpecStatus| {

@@ -15,15 +15,20 @@ pub const PROVISIONED: &str = "Provisioned";
 /// while the engine reports it.
 pub const REBOOT_PENDING: &str = "RebootPending";
 
+/// Whether an observe-only spec's VM (`managementPolicy: Observe`) matches it. Present only
+/// for such specs.
+pub const SYNCED: &str = "Synced";
+
 /// The condition types every spec file always carries, in file order.
 pub const STANDARD: [&str; 5] = [READY, RECONCILING, STALLED, NODE_HEALTHY, PROVISIONED];
 
 /// The order conditions are written in; types not listed here follow, sorted by name.
-pub const ORDER: [&str; 6] = [
+pub const ORDER: [&str; 7] = [
     READY,
     RECONCILING,
     STALLED,
     NODE_HEALTHY,
     PROVISIONED,
     REBOOT_PENDING,
+    SYNCED,
 ];

@@ -93,6 +93,16 @@ pub enum Reason {
     /// (`proxsync.io/adopt`) that is not, or no longer, the one consented to, or more VMs
     /// would be taken over at once than `max_adopt_per_cycle` allows.
     AdoptRefused,
+    /// `Ready` True: the spec is observe-only (`managementPolicy: Observe`) and its VM matches
+    /// it in what the listing shows.
+    Observed,
+    /// `Ready` False and `Synced` False: the observe-only spec's VM differs from it (each field
+    /// with both values), or there is no VM; nothing is done about it.
+    Drifted,
+    /// `Reconciling` False: the spec is observe-only; proxsync takes no action for it.
+    Observing,
+    /// `Synced` True: the observe-only spec's VM matches it in what the listing shows.
+    InSync,
     // ---- Stalled ----
     /// `Stalled` False: proxsync is making progress or has nothing to do.
     NotStalled,
@@ -157,7 +167,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 53] = [
+    pub const ALL: [Reason; 57] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -172,6 +182,10 @@ impl Reason {
         Reason::DuplicateVm,
         Reason::UnverifiedClaim,
         Reason::AdoptRefused,
+        Reason::Observed,
+        Reason::Drifted,
+        Reason::Observing,
+        Reason::InSync,
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
@@ -230,6 +244,10 @@ impl Reason {
             Reason::DuplicateVm => "DuplicateVM",
             Reason::UnverifiedClaim => "UnverifiedClaim",
             Reason::AdoptRefused => "AdoptRefused",
+            Reason::Observed => "Observed",
+            Reason::Drifted => "Drifted",
+            Reason::Observing => "Observing",
+            Reason::InSync => "InSync",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
@@ -343,6 +361,8 @@ pub const READY: &[Reason] = &[
     Reason::DuplicateVm,
     Reason::UnverifiedClaim,
     Reason::AdoptRefused,
+    Reason::Observed,
+    Reason::Drifted,
     Reason::SiteMoved,
     Reason::RenameSuspected,
     Reason::RenameUnproven,
@@ -374,6 +394,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::SiteMoved,
     Reason::UnverifiedClaim,
     Reason::AdoptRefused,
+    Reason::Observing,
     Reason::SiteIdentityChanged,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
@@ -410,5 +431,7 @@ pub const PROVISIONED: &[Reason] = &[
     Reason::Adopted,
     Reason::NotYetObserved,
 ];
+/// Reasons of `Synced`.
+pub const SYNCED: &[Reason] = &[Reason::InSync, Reason::Drifted];
 /// Reasons of `RebootPending`.
 pub const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];

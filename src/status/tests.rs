@@ -1127,6 +1127,7 @@ fn docs_and_reasons_agree() {
         (kinds::NODE_HEALTHY, reasons::NODE_HEALTHY),
         (kinds::PROVISIONED, reasons::PROVISIONED),
         (kinds::REBOOT_PENDING, reasons::REBOOT_PENDING),
+        (kinds::SYNCED, reasons::SYNCED),
     ] {
         assert_eq!(
             documented.get(kind),
