@@ -6,6 +6,7 @@ mod doctor;
 mod import;
 mod metrics;
 mod notify;
+mod observe;
 mod packaging;
 mod plan_cli;
 mod sops;
