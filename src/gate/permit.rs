@@ -457,7 +457,9 @@ mod tests {
         let marker = signed("main", "web", "u1", 100);
         for values in [
             vec![("cores", "4"), ("memory", "2048")],
-            vec![("delete", "vga,net2,balloon")],
+            vec![("delete", "vga,net2,balloon,scsihw")],
+            // PVE's cloud-init drive as the config lists it once made.
+            vec![("ide2", "local-lvm:vm-100-cloudinit,media=cdrom")],
             vec![("tags", "proxsync.main;web")],
             vec![
                 ("scsi1", "local-lvm:8,cache=none"),
@@ -514,6 +516,30 @@ mod tests {
             assert!(
                 why.contains(what) && why.contains("nothing was sent"),
                 "{values:?}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_seed_attach_allows_only_its_slot_and_volume() {
+        let seed = "local:iso/proxsync-main-web-seed.iso";
+        let permit = || {
+            Permit::new(
+                "lab",
+                100,
+                Act::AttachSeed {
+                    slot: "ide3".into(),
+                    volume: seed.into(),
+                },
+            )
+        };
+        let cdrom = |v: &str| format!("{v},media=cdrom");
+        assert_eq!(check(100, &[("ide3", &cdrom(seed))], &[&permit()]), Ok(()));
+        for (slot, volume) in [("sata3", seed), ("ide3", "local:iso/other.iso")] {
+            let why = check(100, &[(slot, &cdrom(volume))], &[&permit()]).unwrap_err();
+            assert!(
+                why.contains(&format!("attaching the image {volume}")),
+                "{why}"
             );
         }
     }
