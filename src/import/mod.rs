@@ -45,12 +45,14 @@ pub struct Report {
 }
 
 /// Writes a spec for each VM of `site` that `selection` selects. `taken`: spec names already
-/// in use (the repository's), which the new specs do not reuse.
+/// in use (the repository's), which the new specs do not reuse; `observe`: the specs are
+/// observe-only (`managementPolicy: Observe`).
 pub async fn import(
     client: &impl Pve,
     site: &str,
     selection: &Selection,
     mut taken: BTreeSet<String>,
+    observe: bool,
 ) -> Result<Report, crate::pve::Error> {
     let mut report = Report::default();
     let listing = client.vm_resources().await?;
@@ -107,7 +109,7 @@ pub async fn import(
             ha_state: r.hastate.as_deref(),
             config: &config,
         };
-        match spec_text::spec_text(&facts, &mut taken) {
+        match spec_text::spec_text(&facts, &mut taken, observe) {
             Ok(spec) => report.specs.push(spec),
             Err(why) => report.skipped.push((r.vmid, why)),
         }

@@ -51,7 +51,13 @@ const BOOKKEEPING: [&str; 8] = [
 /// The spec of `vm`, named after the VM (made a valid spec name, unique among `taken`, which
 /// gets it). Refused (`Err`, saying what to do) for a VM that a spec cannot adopt: one with
 /// no name, no smbios1 uuid, or a claim of some proxsync install on it.
-pub fn spec_text(vm: &VmFacts<'_>, taken: &mut BTreeSet<String>) -> Result<Imported, String> {
+/// `observe`: the spec is observe-only (`managementPolicy: Observe`), to watch the VM before
+/// letting proxsync act on it.
+pub fn spec_text(
+    vm: &VmFacts<'_>,
+    taken: &mut BTreeSet<String>,
+    observe: bool,
+) -> Result<Imported, String> {
     let cfg = vm.config;
     let (vm_name, uuid) = adoptable(vm)?;
     let name = spec_name(vm_name, vm.vmid, taken);
@@ -79,6 +85,13 @@ pub fn spec_text(vm: &VmFacts<'_>, taken: &mut BTreeSet<String>) -> Result<Impor
         "Orphan: removing this spec releases the VM, never deletes it. Delete once you trust it.",
     );
     w.line(2, "deletionPolicy", Some("Orphan"));
+    if observe {
+        w.comment(
+            2,
+            "Observe: proxsync only reports how the VM differs (no adoption, no change). Remove it to let go.",
+        );
+        w.line(2, "managementPolicy", Some("Observe"));
+    }
     w.line(2, "forProvider", None);
     w.line(4, "site", Some(vm.site));
     w.line(4, "node", Some(vm.node));
@@ -759,7 +772,7 @@ mod tests {
             ha_state: None,
             config: cfg,
         };
-        spec_text(&vm, &mut BTreeSet::new())
+        spec_text(&vm, &mut BTreeSet::new(), false)
     }
 
     fn parsed(imported: &Imported) -> crate::spec::Spec {

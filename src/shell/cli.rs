@@ -147,6 +147,10 @@ Examples:
         /// Write one <name>.yaml per VM into DIR (never overwriting a file) instead of stdout.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Write observe-only specs (managementPolicy: Observe): their VMs' drift is reported,
+        /// nothing is adopted or changed until the line is removed.
+        #[arg(long)]
+        observe: bool,
     },
     /// Show the status files as a table (or one spec in detail, or JSON).
     #[command(after_help = "\
@@ -245,6 +249,7 @@ pub fn run(cli: Cli) -> ExitCode {
             node,
             unmanaged,
             out,
+            observe,
         } => {
             let selection = crate::import::Selection {
                 vmids,
@@ -254,9 +259,13 @@ pub fn run(cli: Cli) -> ExitCode {
                 unmanaged,
             };
             match load_config(cli.config) {
-                Ok(config) => {
-                    crate::shell::import_cmd::run(&config, &site, &selection, out.as_deref())
-                }
+                Ok(config) => crate::shell::import_cmd::run(
+                    &config,
+                    &site,
+                    &selection,
+                    out.as_deref(),
+                    observe,
+                ),
                 Err(code) => code,
             }
         }

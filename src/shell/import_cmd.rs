@@ -10,7 +10,14 @@ use crate::pve::{Client, ClientOptions};
 
 /// Imports the VMs of `site` that `selection` selects; `out`: a directory to write one
 /// `<name>.yaml` per VM into (never overwriting a file), else stdout as one YAML stream.
-pub fn run(config: &Config, site: &str, selection: &Selection, out: Option<&Path>) -> ExitCode {
+/// `observe`: write observe-only specs.
+pub fn run(
+    config: &Config,
+    site: &str,
+    selection: &Selection,
+    out: Option<&Path>,
+    observe: bool,
+) -> ExitCode {
     let Some(site_config) = config.site(site) else {
         let names: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
         eprintln!(
@@ -54,7 +61,9 @@ pub fn run(config: &Config, site: &str, selection: &Selection, out: Option<&Path
             return ExitCode::FAILURE;
         }
     };
-    let report = match rt.block_on(crate::import::import(&client, site, selection, taken)) {
+    let report = match rt.block_on(crate::import::import(
+        &client, site, selection, taken, observe,
+    )) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: site {site}: {e}");
@@ -77,10 +86,16 @@ pub fn run(config: &Config, site: &str, selection: &Selection, out: Option<&Path
         return ExitCode::FAILURE;
     }
     eprintln!(
-        "{} spec(s) written, {} VM(s) skipped. Commit them: each VM is adopted at the next cycle \
-         (its marker line and tag written, nothing else); `proxsync plan` shows it first.",
+        "{} spec(s) written, {} VM(s) skipped. {}",
         report.specs.len(),
-        report.skipped.len()
+        report.skipped.len(),
+        if observe {
+            "Commit them: each VM is observed (its drift reported, nothing changed) until you \
+             remove managementPolicy: Observe; then it is adopted."
+        } else {
+            "Commit them: each VM is adopted at the next cycle (its marker line and tag written, \
+             nothing else); `proxsync plan` shows it first."
+        }
     );
     if report.specs.is_empty() && !report.skipped.is_empty() {
         return ExitCode::FAILURE;

@@ -105,7 +105,11 @@ pub(crate) fn spec_status(
     // NodeHealthy: the VM's node, or the spec's node before there is a VM.
     let node = st.node.clone();
     c.push(node_healthy(view, &node));
-    c.push(provisioned(rec, vmid));
+    let mut prov = provisioned(rec, vmid);
+    if let (Reason::NotCreated, Some(id)) = (prov.reason, observed) {
+        prov.message = format!("VM {id} exists and is observed only: neither made nor adopted");
+    }
+    c.push(prov);
     c.push(reboot_pending(rec));
 
     let error = rec.and_then(|r| r.last_error.as_deref());

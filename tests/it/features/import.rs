@@ -315,3 +315,60 @@ fn a_vmid_reused_by_another_vm_is_never_taken() {
     assert!(message.contains("not 3f2504e0"), "{message}");
     assert!(message.contains("another VM holds the VMID"), "{message}");
 }
+
+#[test]
+fn imported_to_observe_nothing_is_written_until_the_observe_line_goes() {
+    let mut pve = Scenario::default()
+        .vm(varied_vm(1))
+        .vm(varied_vm(8))
+        .start();
+    let ws = Workspace::new(&pve);
+    let out = ws.proxsync(&[
+        "import",
+        "--site",
+        "lab",
+        "--vmid",
+        "501",
+        "--vmid",
+        "508",
+        "--observe",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stream = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stream.matches("managementPolicy: Observe").count(),
+        2,
+        "{stream}"
+    );
+    ws.commit_specs(&[("imported.yaml", stream.clone())]);
+    let since = pve.requests().last().map_or(0, |r| r.seq + 1);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let sent = writes(&mut pve, since);
+    assert!(sent.is_empty(), "observing sends nothing: {sent:#?}");
+    for name in ["app-01-example-com", "app-08-example-com"] {
+        let (synced, reason, message) = ws.condition(name, "Synced");
+        assert_eq!(
+            (synced.as_str(), reason.as_str()),
+            ("True", "InSync"),
+            "{name}: {message}"
+        );
+        let (_, provisioned, _) = ws.condition(name, "Provisioned");
+        assert_eq!(
+            provisioned, "NotCreated",
+            "{name}: not adopted while observed"
+        );
+    }
+
+    // Let go: the consent takes the VMs over.
+    ws.commit_specs(&[(
+        "imported.yaml",
+        stream.replace("  managementPolicy: Observe\n", ""),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    for name in ["app-01-example-com", "app-08-example-com"] {
+        let (_, provisioned, _) = ws.condition(name, "Provisioned");
+        assert_eq!(provisioned, "Adopted", "{name}");
+    }
+}
