@@ -791,6 +791,36 @@ mod tests {
         );
     }
 
+    /// A path goes into git's `-c key=value` only on one line: a newline would start another
+    /// setting.
+    #[test]
+    fn a_config_path_is_one_line() {
+        assert_eq!(
+            config_path("gpg.ssh.allowedSignersFile", Path::new("/etc/proxsync/signers")),
+            Ok("gpg.ssh.allowedSignersFile=/etc/proxsync/signers".to_string())
+        );
+        let why = config_path("k", Path::new("/tmp/a\ngpg.program=/bin/sh")).unwrap_err();
+        assert!(why.contains("not valid UTF-8 on one line"), "{why}");
+    }
+
+    /// An OpenPGP keyring gpg cannot import is an error, never an empty trust list. Needs gpg
+    /// (Debian: apt install gpg), as `[source] verify` with OpenPGP keys does.
+    #[test]
+    fn a_keyring_gpg_cannot_import_is_an_error() {
+        let home = tempfile::tempdir().unwrap();
+        let keyring = home.path().join("keys.asc");
+        std::fs::write(&keyring, "not an OpenPGP key\n").unwrap();
+        let why = import_keyring(home.path(), &keyring).unwrap_err();
+        assert!(
+            why.starts_with(&format!("cannot import the keyring {}", keyring.display())),
+            "{why}"
+        );
+        let missing = home.path().join("missing.asc");
+        let home = tempfile::tempdir().unwrap();
+        let why = import_keyring(home.path(), &missing).unwrap_err();
+        assert!(why.starts_with("cannot read the keyring"), "{why}");
+    }
+
     /// A commit with no signature reads as unsigned; a commit object that cannot be read (here
     /// a corrupt loose object) is an error, never taken for an unsigned commit.
     #[test]
