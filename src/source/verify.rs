@@ -796,7 +796,10 @@ mod tests {
     #[test]
     fn a_config_path_is_one_line() {
         assert_eq!(
-            config_path("gpg.ssh.allowedSignersFile", Path::new("/etc/proxsync/signers")),
+            config_path(
+                "gpg.ssh.allowedSignersFile",
+                Path::new("/etc/proxsync/signers")
+            ),
             Ok("gpg.ssh.allowedSignersFile=/etc/proxsync/signers".to_string())
         );
         let why = config_path("k", Path::new("/tmp/a\ngpg.program=/bin/sh")).unwrap_err();

@@ -540,6 +540,12 @@ fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
 /// `Ready` and `Reconciling` of a VM that matches its spec.
 fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
     let mut message = format!("VM {vmid} matches the spec");
+    if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
+        message.push_str(&format!(
+            "; the {} annotations did their work (the VM is this spec's): remove them",
+            crate::spec::ADOPT
+        ));
+    }
     if let Some(vm) = vm
         && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
     {

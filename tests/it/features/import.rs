@@ -287,6 +287,11 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
     assert!(ok, "{out}");
     let sent = writes(&mut pve, since);
     assert!(sent.is_empty(), "a second cycle sends nothing: {sent:#?}");
+    let (_, _, message) = ws.condition("app-00-example-com", "Ready");
+    assert!(
+        message.contains("proxsync.io/adopt annotations did their work"),
+        "{message}"
+    );
 }
 
 #[test]
