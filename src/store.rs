@@ -455,6 +455,20 @@ pub enum DestroyState {
     Unbound,
 }
 
+/// A person's confirmation that VM `vmid` is spec `spec`'s (`proxsync adopt`), after the
+/// checks `engine::adopt_by_hand` made: what [`Store::record_adoption`] writes, directly or
+/// through the running daemon's control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adoption {
+    pub spec: String,
+    pub site: String,
+    pub node: String,
+    pub vmid: u32,
+    /// The uid of the VM's marker.
+    pub uid: String,
+    pub orphan_on_delete: bool,
+}
+
 impl SpecRecord {
     /// Adds a history entry, most recent first, keeping 10.
     pub fn note(&mut self, at_ms: u64, action: &str, outcome: &str) {
@@ -673,6 +687,39 @@ impl Store {
         self.written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `a`: spec `a.spec`'s VM is `a.vmid`, adopted. Refused (nothing written) when the
+    /// spec's record maps it to another VM, or a create or delete of it is in flight.
+    pub fn record_adoption(&self, a: &Adoption, now_ms: u64) -> Result<(), String> {
+        let mut rec = self
+            .record(&a.spec)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        if let Some(other) = rec.vmid().filter(|v| *v != a.vmid) {
+            return Err(format!(
+                "spec {} already maps to VM {other}; nothing changed",
+                a.spec
+            ));
+        }
+        if matches!(rec.vm, VmState::Creating { .. } | VmState::Deleting { .. }) {
+            return Err(format!(
+                "spec {}'s VM {} is being created or deleted; nothing changed",
+                a.spec, a.vmid
+            ));
+        }
+        rec.uid = a.uid.clone();
+        rec.site = a.site.clone();
+        rec.adopted = true;
+        rec.provisioned = true;
+        rec.orphan_on_delete = a.orphan_on_delete;
+        rec.note(now_ms, "adopt", "confirmed by hand (proxsync adopt)");
+        let adopted = VmState::Exists {
+            vmid: a.vmid,
+            node: a.node.clone(),
+        };
+        self.transition(&a.spec, &mut rec, adopted)
+            .map_err(|e| e.to_string())
     }
 
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not

@@ -4,11 +4,12 @@ use super::*;
 
 /// `proxsync adopt NAME --vmid N`: a person confirms that VM `vmid` is spec `name`'s although
 /// its marker does not verify (the marker key was lost, or the VM comes from a release before
-/// signing). The VM must carry this install's marker naming the spec; the record written here
-/// vouches for it, and the next cycle converges it and signs its marker. A sharded install
-/// (`[source] selector`) also takes a VM another install handed over without a shared marker
-/// key: its marker names the spec, no install's tag is left on it, and it is signed over to
-/// this install at once. Needs the state database, so it runs while the daemon is stopped.
+/// signing). The VM must carry this install's marker naming the spec; the record the caller
+/// writes from the answer ([`Store::record_adoption`], directly or through the running
+/// daemon) vouches for it, and the next cycle converges it and signs its marker. A sharded
+/// install (`[source] selector`) also takes a VM another install handed over without a shared
+/// marker key: its marker names the spec, no install's tag is left on it, and it is signed over
+/// to this install at once. `records`: the state's records (the daemon's while it runs).
 // Long because: the refusals in the order a person meets them (spec, selector, VM, marker,
 // tags), then the one takeover; each check names what to do.
 pub async fn adopt_by_hand(
@@ -16,7 +17,8 @@ pub async fn adopt_by_hand(
     specs: &SpecSet,
     name: &str,
     vmid: u32,
-) -> Result<String, EngineError> {
+    records: &BTreeMap<String, SpecRecord>,
+) -> Result<crate::store::Adoption, EngineError> {
     let refused = |m: String| EngineError::Refused(m);
     let spec = specs
         .specs
@@ -38,14 +40,11 @@ pub async fn adopt_by_hand(
     let site = sites
         .get(&spec.site)
         .ok_or_else(|| refused(format!("site {} is not configured", spec.site)))?;
-    let store = Store::open(&config.state_dir).map_err(|e| {
-        refused(format!(
-            "{e}; if the daemon runs, stop it (systemctl stop proxsync), adopt, and start it again"
-        ))
-    })?;
-    let mut records = store.specs()?;
-    let mut rec = records.remove(name).unwrap_or_default();
-    if let Some(other) = rec.vmid().filter(|v| *v != vmid) {
+    if let Some(other) = records
+        .get(name)
+        .and_then(SpecRecord::vmid)
+        .filter(|v| *v != vmid)
+    {
         return Err(refused(format!(
             "spec {name} already maps to VM {other}; nothing changed"
         )));
@@ -78,22 +77,86 @@ pub async fn adopt_by_hand(
     if marker.install != config.install_id {
         take_over_by_hand(config, &site.client, &checked, &node, vmid, &cfg, &marker).await?;
     }
-    rec.uid = marker.uid;
-    rec.site = spec.site.clone();
-    rec.adopted = true;
-    rec.provisioned = true;
-    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
-    rec.note(now_ms(), "adopt", "confirmed by hand (proxsync adopt)");
-    let adopted = crate::store::VmState::Exists {
+    Ok(crate::store::Adoption {
+        spec: name.to_string(),
+        site: spec.site.clone(),
+        node,
         vmid,
-        node: node.clone(),
-    };
-    store.transition(name, &mut rec, adopted)?;
-    Ok(format!(
-        "VM {vmid} on {}/{node} is now spec {name}'s; the next cycle converges it and signs its \
-         marker",
-        spec.site
-    ))
+        uid: marker.uid,
+        orphan_on_delete: spec.deletion_policy == crate::spec::DeletionPolicy::Orphan,
+    })
+}
+
+/// A VM whose marker names this install and one of its specs but does not verify (a lost
+/// marker key, a marker from before signing), and that no record maps: what
+/// `proxsync adopt --all-unverified` lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnverifiedClaim {
+    pub spec: String,
+    pub site: String,
+    pub node: String,
+    pub vmid: u32,
+    pub name: Option<String>,
+}
+
+/// Every [`UnverifiedClaim`] on the configured sites: one listing per site, then a config read
+/// for each VM carrying this install's tag or named as a spec's VM, one at a time. Reads only.
+pub async fn unverified_claims(
+    config: &Config,
+    specs: &SpecSet,
+    records: &BTreeMap<String, SpecRecord>,
+) -> Result<Vec<UnverifiedClaim>, EngineError> {
+    let key = MarkerKey::load_file(&config.marker_key_path())
+        .ok()
+        .flatten();
+    let tag = crate::ownership::ownership_tag(&config.install_id);
+    let ours: BTreeMap<&str, &crate::spec::Spec> = (specs.specs.iter())
+        .filter(|s| config.selects(&s.labels))
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let vm_names: BTreeSet<&str> = ours.values().map(|s| s.vm_name.as_str()).collect();
+    let recorded: BTreeSet<(&str, u32)> = (records.iter())
+        .filter_map(|(n, r)| r.vm.made_vmid().map(|v| (n.as_str(), v)))
+        .collect();
+    let mut out = Vec::new();
+    for (name, site) in site_clients(config)? {
+        let site_err = |e: crate::pve::Error| EngineError::Site {
+            site: name.clone(),
+            message: e.to_string(),
+        };
+        let listing = site.client.vm_resources().await.map_err(site_err)?;
+        let candidates = listing.iter().filter(|r| {
+            r.is_qemu()
+                && r.template != Some(true)
+                && (r.tags.contains(&tag)
+                    || r.name.as_deref().is_some_and(|n| vm_names.contains(n)))
+        });
+        for r in candidates {
+            let cfg = match site.client.vm_config(&r.node, r.vmid).await {
+                Ok(c) => c,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(site_err(e)),
+            };
+            let Some(m) = cfg.description().and_then(Marker::parse) else {
+                continue;
+            };
+            let claims = m.install == config.install_id
+                && ours.get(m.spec.as_str()).is_some_and(|s| s.site == name)
+                && !key.as_ref().is_some_and(|k| m.verifies(k, r.vmid))
+                && !recorded.contains(&(m.spec.as_str(), r.vmid));
+            if claims {
+                out.push(UnverifiedClaim {
+                    spec: m.spec.clone(),
+                    site: name.clone(),
+                    node: r.node.clone(),
+                    vmid: r.vmid,
+                    name: r.name.clone(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.site, a.vmid).cmp(&(&b.site, b.vmid)));
+    Ok(out)
 }
 
 /// `proxsync adopt` of a VM another install handed over without sharing its marker key: only

@@ -29,7 +29,7 @@ mod look;
 mod plan_view;
 mod sites;
 
-pub use self::adopt::adopt_by_hand;
+pub use self::adopt::{UnverifiedClaim, adopt_by_hand, unverified_claims};
 use self::counts::*;
 use self::describe::log_planned;
 pub use self::describe::{describe, specs_by_name};
@@ -411,6 +411,7 @@ impl Engine {
         after_push: bool,
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
+        self.reload_written()?;
         let last = self.idle.take();
         let last_look = self.last_look.take();
         let (specs, theirs) = shard(&self.config, all_specs);
@@ -679,6 +680,26 @@ impl Engine {
         };
         let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
         Ok((results, after, views, records))
+    }
+
+    /// Records written since the last cycle by another hand than the cycle's (a `proxsync
+    /// adopt` confirmed through the control socket) are read again, and the idle cycle is
+    /// dropped: the next cycle plans with them.
+    fn reload_written(&mut self) -> Result<(), EngineError> {
+        let written = self.store.take_written();
+        if written.is_empty() {
+            return Ok(());
+        }
+        self.idle = None;
+        if let Some(cache) = self.records.as_mut() {
+            for name in written {
+                match self.store.record(&name)? {
+                    Some(rec) => cache.insert(name, rec),
+                    None => cache.remove(&name),
+                };
+            }
+        }
+        Ok(())
     }
 
     /// `records` with the records the actions wrote or removed read again (a push at 50,000

@@ -107,16 +107,27 @@ Examples:
         name: Option<String>,
     },
     /// Confirm by hand that a VM is a spec's although its marker does not verify (the marker
-    /// key was lost, or the VM predates signed markers). Run while the daemon is stopped.
+    /// key was lost, or the VM predates signed markers). Through the daemon when it runs.
     #[command(after_help = "\
 Examples:
-  proxsync adopt web-01 --vmid 105   VM 105 (carrying web-01's proxsync-id line) is web-01's")]
+  proxsync adopt web-01 --vmid 105       VM 105 (carrying web-01's proxsync-id line) is web-01's
+  proxsync adopt --all-unverified        list every VM whose marker names this install and a spec
+                                         but does not verify (after a lost marker.key)
+  proxsync adopt --all-unverified --yes  confirm them all")]
     Adopt {
         /// The spec (metadata.name).
-        name: String,
+        #[arg(required_unless_present = "all_unverified", requires = "vmid")]
+        name: Option<String>,
         /// The VM's VMID.
-        #[arg(long)]
-        vmid: u32,
+        #[arg(long, requires = "name")]
+        vmid: Option<u32>,
+        /// Every VM whose marker names this install and one of its specs but does not verify,
+        /// and that no record maps (listed only, unless --yes).
+        #[arg(long, conflicts_with_all = ["name", "vmid"])]
+        all_unverified: bool,
+        /// With --all-unverified: confirm every VM listed.
+        #[arg(long, requires = "all_unverified")]
+        yes: bool,
     },
     /// Write specs from a site's existing VMs, each consenting to adopt its VM at the next
     /// cycle after it is committed (`proxsync.io/adopt`). Reads only: no VM is changed.
@@ -240,7 +251,15 @@ pub fn run(cli: Cli) -> ExitCode {
             run_cmd(cli.config, once, specs)
         }
         Command::Reconcile { name } => reconcile_cmd(cli.config, name),
-        Command::Adopt { name, vmid } => adopt_cmd(cli.config, name, vmid),
+        Command::Adopt {
+            name,
+            vmid,
+            all_unverified,
+            yes,
+        } => {
+            let one = name.zip(vmid);
+            adopt_cmd(cli.config, one, all_unverified && yes)
+        }
         Command::Import {
             site,
             vmids,
@@ -598,29 +617,101 @@ fn hold_state_dir(config: &Config) -> Result<crate::shell::instance_lock::Instan
     })
 }
 
-fn adopt_cmd(config_path: Option<PathBuf>, name: String, vmid: u32) -> ExitCode {
+/// `proxsync adopt NAME --vmid N` (`one`), or `--all-unverified` (`one` None; `yes`: confirm
+/// them, else list them). Each confirmation is checked against the VM, then recorded: in the
+/// state database, or through the running daemon, which holds it.
+fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool) -> ExitCode {
     let Inputs { config, specs, .. } =
         match load_inputs(config_path, &[], crate::source::Use::Inspect) {
             Ok(x) => x,
             Err(code) => return code,
         };
-    let _lock = match hold_state_dir(&config) {
-        Ok(lock) => lock,
-        Err(code) => return code,
-    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(crate::engine::adopt_by_hand(&config, &specs, &name, vmid)) {
-        Ok(message) => {
-            println!("{message}");
-            ExitCode::SUCCESS
-        }
+    let records = match rt.block_on(crate::shell::control::plan_records(&config.state_dir)) {
+        Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            eprintln!("error: {}: {e}", config.state_dir.display());
+            return ExitCode::FAILURE;
         }
+    };
+    let confirm: Vec<(String, u32)> = match one {
+        Some(one) => vec![one],
+        None => {
+            let claims =
+                match rt.block_on(crate::engine::unverified_claims(&config, &specs, &records)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+            for c in &claims {
+                println!(
+                    "{}\tVM {} ({}) on {}/{}",
+                    c.spec,
+                    c.vmid,
+                    c.name.as_deref().unwrap_or("no name"),
+                    c.site,
+                    c.node
+                );
+            }
+            if !yes {
+                eprintln!(
+                    "{} VM(s) whose marker names this install but does not verify; nothing \
+                     changed. Check them, then confirm them all with --yes",
+                    claims.len()
+                );
+                return ExitCode::SUCCESS;
+            }
+            claims.into_iter().map(|c| (c.spec, c.vmid)).collect()
+        }
+    };
+    let mut failed = false;
+    for (name, vmid) in confirm {
+        let checked = rt.block_on(crate::engine::adopt_by_hand(
+            &config, &specs, &name, vmid, &records,
+        ));
+        let recorded = checked
+            .map_err(|e| e.to_string())
+            .and_then(|adoption| record_adoption(&rt, &config, &adoption));
+        match recorded {
+            Ok(()) => println!(
+                "VM {vmid} is now spec {name}'s; the next cycle converges it and signs its marker"
+            ),
+            Err(e) => {
+                eprintln!("error: {name} (VM {vmid}): {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Writes `adoption` in the state database, or asks the daemon to when it holds it.
+fn record_adoption(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    adoption: &crate::store::Adoption,
+) -> Result<(), String> {
+    match crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir) {
+        Ok(_lock) => {
+            let store = crate::store::Store::open(&config.state_dir).map_err(|e| e.to_string())?;
+            store.record_adoption(adoption, crate::util::clock::now_ms())
+        }
+        // The daemon runs: it holds the database, and records it.
+        Err(_) => rt
+            .block_on(crate::shell::control::record_adoption(
+                &config.state_dir,
+                adoption,
+            ))
+            .map(|_| ()),
     }
 }
 

@@ -187,6 +187,9 @@ async fn answer(
         };
         return reply;
     }
+    if let Some(json) = line.trim().strip_prefix("adopt ") {
+        return adopt(json, store.as_deref());
+    }
     if line.trim() == "state" {
         let since_ms = SERVING_SINCE
             .get()
@@ -210,6 +213,57 @@ async fn answer(
             }
         }
         Err(e) => format!("error {e}\n"),
+    }
+}
+
+/// `adopt <json>`: records a person's confirmation (`proxsync adopt`, whose checks the command
+/// made) in the daemon's state database, which the command cannot open while the daemon runs.
+fn adopt(json: &str, store: Option<&crate::store::Store>) -> String {
+    let adoption: crate::store::Adoption = match serde_json::from_str(json) {
+        Ok(a) => a,
+        Err(e) => return format!("error not an adoption: {e}\n"),
+    };
+    if !crate::status::valid_name(&adoption.spec) {
+        return format!("error {:?} is not a spec name\n", adoption.spec);
+    }
+    let Some(store) = store else {
+        return "error no state database\n".to_string();
+    };
+    match store.record_adoption(&adoption, crate::util::clock::now_ms()) {
+        Ok(()) => {
+            tracing::info!(spec = %adoption.spec, vmid = adoption.vmid, "adoption confirmed by hand (proxsync adopt)");
+            format!("ok VM {} is now spec {}'s\n", adoption.vmid, adoption.spec)
+        }
+        Err(e) => format!("error {e}\n"),
+    }
+}
+
+/// Asks the running daemon to record `adoption` (`proxsync adopt` while the daemon holds the
+/// state database).
+pub async fn record_adoption(
+    state_dir: &Path,
+    adoption: &crate::store::Adoption,
+) -> Result<String, String> {
+    let path = socket_path(state_dir);
+    let mut stream = UnixStream::connect(&path)
+        .await
+        .map_err(|e| format!("cannot reach the daemon at {}: {e}", path.display()))?;
+    let json = serde_json::to_string(adoption).map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("adopt {json}\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        BufReader::new(stream).read_line(&mut reply),
+    )
+    .await
+    .map_err(|_| "the daemon did not answer within 30 s".to_string())?
+    .map_err(|e| e.to_string())?;
+    match reply.trim_end().strip_prefix("ok ") {
+        Some(ok) => Ok(ok.to_string()),
+        None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
     }
 }
 

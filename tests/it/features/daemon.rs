@@ -1031,3 +1031,67 @@ fn a_password_in_the_source_url_is_never_shown() {
         Vec::<String>::new()
     );
 }
+
+/// After a lost `marker.key`, `proxsync adopt --all-unverified` lists every VM whose marker
+/// names this install and one of its specs (nothing changed), and `--yes` confirms them all
+/// through the running daemon, which holds the state database: every spec is Ready again
+/// without stopping it.
+#[test]
+fn a_lost_marker_key_is_confirmed_in_bulk_through_the_running_daemon() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let before = owned_vms(&mut pve);
+    ws.remove_state_and_key();
+    let d = Daemon::start(&ws, None);
+    let unverified = |name: &str| {
+        std::fs::read_to_string(ws.path(&format!("status/{name}.yaml")))
+            .is_ok_and(|t| t.contains("UnverifiedClaim"))
+    };
+    wait_until(
+        "both specs UnverifiedClaim",
+        Duration::from_secs(30),
+        || unverified("web-01") && unverified("web-02"),
+    );
+
+    let list = ws.proxsync(&["adopt", "--all-unverified"]);
+    assert!(list.status.success(), "{}", text(&list));
+    let listed = String::from_utf8_lossy(&list.stdout).to_string();
+    for (vmid, name) in &before {
+        assert!(
+            listed.contains(&format!("{name}\tVM {vmid} ({name}) on lab/")),
+            "{listed}"
+        );
+    }
+    assert!(text(&list).contains("nothing changed"), "{}", text(&list));
+    assert!(unverified("web-01"), "a listing confirms nothing");
+
+    let yes = ws.proxsync(&["adopt", "--all-unverified", "--yes"]);
+    assert!(yes.status.success(), "{}\n{}", text(&yes), d.log());
+    assert!(ws.proxsync(&["reconcile"]).status.success());
+    let ready = |name: &str| {
+        std::fs::read_to_string(ws.path(&format!("status/{name}.yaml")))
+            .is_ok_and(|t| t.contains("reason: Available"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(ready("web-01") && ready("web-02")) {
+        assert!(
+            Instant::now() < deadline,
+            "both specs Ready: not within 30 s\n{}\n{}",
+            std::fs::read_to_string(ws.path("status/web-01.yaml")).unwrap_or_default(),
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(owned_vms(&mut pve), before, "nothing created or deleted");
+    assert!(
+        d.log().contains("adoption confirmed by hand"),
+        "{}",
+        d.log()
+    );
+}
