@@ -1894,3 +1894,118 @@ async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
     assert_eq!(most, 1, "one action at a time on pve1");
     assert_eq!(w.pve().count("clone_vm"), 3);
 }
+
+// ---- adoption by consent (`proxsync.io/adopt`) ----------------------------------------------
+
+const CONSENT_UUID: &str = "3f2504e0-4f89-11d3-9a0c-0305e82c3301";
+
+/// A world whose spec consents to take over VM 300, a bare VM (made by hand) named as the spec
+/// says, with the uuid the consent records.
+fn consenting() -> World {
+    let mut w = World::new("");
+    w.spec.image = crate::spec::Image::Existing;
+    w.spec.adopt = Some(Box::new(crate::spec::AdoptConsent {
+        vmid: 300,
+        uuid: CONSENT_UUID.into(),
+    }));
+    let name = w.spec.vm_name.clone();
+    w.pve().add_vm(
+        300,
+        "pve1",
+        &[
+            ("name", &name),
+            ("smbios1", "uuid=3F2504E0-4F89-11D3-9A0C-0305E82C3301"),
+            ("scsi0", "local-lvm:vm-300-disk-0,size=32G"),
+            ("boot", "order=scsi0"),
+            ("description", "made by hand"),
+            ("tags", "web"),
+        ],
+    );
+    w
+}
+
+fn adopt_by_consent(w: &World) -> Action {
+    Action::AdoptByConsent {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid: 300,
+    }
+}
+
+/// The consented VM gets this install's signed marker (the description above it kept) and tag
+/// in one write, and the record maps the spec to it, adopted.
+#[tokio::test(start_paused = true)]
+async fn a_consented_bare_vm_is_signed_tagged_and_recorded() {
+    let w = consenting();
+    assert_eq!(w.run(adopt_by_consent(&w)).await, Outcome::Done);
+    let m = w.marker_of(300).expect("a marker");
+    assert_eq!((m.install.as_str(), m.spec.as_str()), ("main", "web-01"));
+    assert!(m.verifies(&w.key, 300));
+    let description = w.pve().vm(300).unwrap().config["description"].clone();
+    assert!(description.starts_with("made by hand\n"), "{description}");
+    assert_eq!(w.tags(300), ["proxsync.main", "web"]);
+    let rec = w.record();
+    assert_eq!(rec.vmid(), Some(300));
+    assert!(rec.adopted && rec.provisioned, "{rec:?}");
+    assert_eq!(rec.uid, m.uid);
+    assert!(
+        rec.history.iter().any(|h| h.action == "adopt"),
+        "{:?}",
+        rec.history
+    );
+    assert_eq!(w.pve().count("create_vm") + w.pve().count("clone_vm"), 0);
+}
+
+/// Read right before the write, the VM must still be the one consented to: another uuid (a
+/// reused VMID), a marker line, an install's tag, or a VM gone: nothing is written, nothing
+/// recorded.
+#[tokio::test(start_paused = true)]
+async fn a_consent_is_checked_against_the_config_read_right_before_the_write() {
+    let cases: [(&str, Option<&str>, &str); 4] = [
+        (
+            "smbios1",
+            Some("uuid=00000000-0000-0000-0000-000000000000"),
+            "another VM holds the VMID",
+        ),
+        (
+            "description",
+            Some("x\nproxsync-id: install=other spec=web-01 uid=u9"),
+            "marker line",
+        ),
+        (
+            "tags",
+            Some("proxsync.other"),
+            "ownership tag proxsync.other",
+        ),
+        ("name", Some("someone-else"), "is named someone-else"),
+    ];
+    for (key, value, why) in cases {
+        let w = consenting();
+        let outcome = w
+            .run_changed(adopt_by_consent(&w), |pve| {
+                pve.set_config_value(300, key, value)
+            })
+            .await;
+        let Outcome::Failed(e) = outcome else {
+            panic!("{key}: {outcome:?}");
+        };
+        assert_eq!(e.category, Category::Conflict, "{key}");
+        assert!(e.message.contains(why), "{key}: {}", e.message);
+        assert_eq!(
+            w.pve().count("set_config"),
+            0,
+            "{key}: {:?}",
+            w.pve().calls()
+        );
+        assert_eq!(w.record().vmid(), None, "{key}");
+    }
+    let w = consenting();
+    let outcome = w
+        .run_changed(adopt_by_consent(&w), |pve| pve.remove_vm(300))
+        .await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, Category::NotFound, "{}", e.message);
+}
