@@ -210,6 +210,8 @@ pub struct LastStatus {
     pub ready: bool,
     /// `Stalled`'s reason and message while it is True.
     pub stalled: Option<(Reason, String)>,
+    /// `Synced`'s message while it is False: an observe-only spec's VM differs from it.
+    pub drifted: Option<String>,
 }
 
 impl LastStatus {
@@ -223,6 +225,11 @@ impl LastStatus {
             hash,
             ready: is_true(kinds::READY).is_some(),
             stalled: is_true(kinds::STALLED).map(|c| (c.reason, c.message.clone())),
+            drifted: st
+                .conditions
+                .iter()
+                .find(|c| c.kind == kinds::SYNCED && c.status == ConditionStatus::False)
+                .map(|c| c.message.clone()),
         }
     }
 }

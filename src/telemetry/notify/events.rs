@@ -24,6 +24,9 @@ pub enum Event {
     },
     /// A spec became Ready (created, or recovered).
     SpecReady { spec: String },
+    /// An observe-only spec's VM (`managementPolicy: Observe`) now differs from it, or
+    /// differs otherwise: `message` lists each field with the spec's value and the VM's.
+    SpecDrifted { spec: String, message: String },
     /// A removed spec's VM was deleted.
     SpecDeleted {
         spec: String,
@@ -112,6 +115,8 @@ pub struct SpecFacts<'a> {
     pub ready: bool,
     /// Stalled's reason and message when Stalled is True.
     pub stalled: Option<(Reason, &'a str)>,
+    /// Synced's message when an observe-only spec's VM differs from it.
+    pub drifted: Option<&'a str>,
 }
 
 /// A site as a cycle saw it.
@@ -160,6 +165,8 @@ pub struct SpecMemory {
     /// Text, not a [`Reason`]: read back from status files an earlier run (of any release)
     /// wrote.
     pub stalled_reason: Option<String>,
+    /// Synced's message while False.
+    pub drifted: Option<String>,
 }
 
 /// The state of the commit being applied.
@@ -270,6 +277,7 @@ impl Tracker {
             if before.is_some_and(|b| {
                 b.ready == now.ready
                     && b.stalled_reason.as_deref() == stalled_reason.map(Reason::as_str)
+                    && b.drifted.as_deref() == now.drifted
             }) {
                 continue;
             }
@@ -288,11 +296,20 @@ impl Tracker {
                     spec: name.to_string(),
                 });
             }
+            if let Some(message) = now.drifted
+                && before.drifted.as_deref() != Some(message)
+            {
+                events.push(Event::SpecDrifted {
+                    spec: name.to_string(),
+                    message: message.to_string(),
+                });
+            }
             self.specs.insert(
                 name.to_string(),
                 SpecMemory {
                     ready: now.ready,
                     stalled_reason: stalled_reason.map(|r| r.to_string()),
+                    drifted: now.drifted.map(str::to_string),
                 },
             );
         }
@@ -400,7 +417,8 @@ fn commit_state(memory: &CommitMemory, facts: &CycleFacts<'_>) -> (CommitState, 
                 reason: reason.to_string(),
                 message: message.to_string(),
             }),
-            Some(s) if s.ready => {}
+            // An observe-only spec whose VM differs is as far as proxsync takes it.
+            Some(s) if s.ready || s.drifted.is_some() => {}
             _ => converging = true,
         }
     }
@@ -483,18 +501,21 @@ mod tests {
         SpecFacts {
             ready: true,
             stalled: None,
+            drifted: None,
         }
     }
     fn converging() -> SpecFacts<'static> {
         SpecFacts {
             ready: false,
             stalled: None,
+            drifted: None,
         }
     }
     fn stalled(reason: Reason) -> SpecFacts<'static> {
         SpecFacts {
             ready: false,
             stalled: Some((reason, "what to do")),
+            drifted: None,
         }
     }
 
@@ -538,6 +559,40 @@ mod tests {
 
         // The same cycle again: nothing.
         assert_eq!(t.observe(&cycle(C1, &[("a", ready(), "h1")])), vec![]);
+    }
+
+    /// An observe-only spec's drift is told once per difference, and does not hold its commit
+    /// pending: proxsync takes it no further.
+    #[test]
+    fn a_drift_is_told_once_and_settles_its_commit() {
+        let drifted = |m: &'static str| SpecFacts {
+            ready: false,
+            stalled: None,
+            drifted: Some(m),
+        };
+        let mut t = Tracker::default();
+        let e = t.observe(&cycle(
+            C1,
+            &[("a", drifted("memory: spec 4096 MiB, VM 2048 MiB"), "h1")],
+        ));
+        assert!(e.contains(&Event::SpecDrifted {
+            spec: "a".into(),
+            message: "memory: spec 4096 MiB, VM 2048 MiB".into()
+        }));
+        assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
+        let same = t.observe(&cycle(
+            C1,
+            &[("a", drifted("memory: spec 4096 MiB, VM 2048 MiB"), "h1")],
+        ));
+        assert_eq!(same, vec![]);
+        let other = t.observe(&cycle(
+            C1,
+            &[("a", drifted("power: spec running, VM stopped"), "h1")],
+        ));
+        assert!(
+            matches!(other.as_slice(), [Event::SpecDrifted { .. }]),
+            "{other:?}"
+        );
     }
 
     #[test]
@@ -682,6 +737,7 @@ mod tests {
             SpecMemory {
                 ready: false,
                 stalled_reason: Some("ImageNotFound".into()),
+                drifted: None,
             },
         );
         b.specs.insert(
@@ -689,6 +745,7 @@ mod tests {
             SpecMemory {
                 ready: true,
                 stalled_reason: None,
+                drifted: None,
             },
         );
         b.sites.insert("s1".into(), false);

@@ -223,6 +223,7 @@ fn spec_facts<'a>(
     let facts_of = |st: &'a LastStatus| SpecFacts {
         ready: st.ready,
         stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
+        drifted: st.drifted.as_deref(),
     };
     specs
         .specs
@@ -276,6 +277,10 @@ fn baseline(config: &Config) -> Baseline {
                 SpecMemory {
                     ready: is_true(kinds::READY).is_some(),
                     stalled_reason: is_true(kinds::STALLED).map(|c| c.reason.clone()),
+                    drifted: f
+                        .condition(kinds::SYNCED)
+                        .filter(|c| c.status == ConditionStatus::False)
+                        .map(|c| c.message.clone()),
                 },
             );
         }

@@ -147,6 +147,9 @@ fn slack_line(e: &Event) -> String {
             message,
         } => format!(":red_circle: `{spec}` Stalled: {reason}: {message}"),
         Event::SpecReady { spec } => format!(":large_green_circle: `{spec}` Ready"),
+        Event::SpecDrifted { spec, message } => {
+            format!(":warning: `{spec}` drifted (observe-only, not applied): {message}")
+        }
         Event::SpecDeleted { spec, site, vmid } => {
             format!(":wastebasket: `{spec}` removed: VM {vmid} on {site} deleted")
         }
