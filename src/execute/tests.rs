@@ -2008,4 +2008,29 @@ async fn a_consent_is_checked_against_the_config_read_right_before_the_write() {
         panic!("{outcome:?}");
     };
     assert_eq!(e.category, Category::NotFound, "{}", e.message);
+    assert!(
+        e.message.contains("VM 300 is gone from node pve1"),
+        "{}",
+        e.message
+    );
+    // Another error of the read is that error, not a VM gone.
+    let w = consenting();
+    let outcome = w
+        .run_changed(adopt_by_consent(&w), |pve| {
+            pve.fault(
+                "vm_config",
+                Fault::Refuse(crate::pve::Error::Api {
+                    method: "GET".into(),
+                    path: "/nodes/pve1/qemu/300/config".into(),
+                    status: 403,
+                    message: "Permission check failed (/vms/300, VM.Audit)".into(),
+                    errors: Default::default(),
+                }),
+            )
+        })
+        .await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, Category::PermissionDenied, "{}", e.message);
 }
