@@ -100,6 +100,11 @@ pub async fn import(
             }
             Err(e) => return Err(e),
         };
+        // An HA-managed VM's resource: one more read, only for those.
+        let ha = match r.hastate {
+            Some(_) => client.ha_resource(r.vmid).await?,
+            None => None,
+        };
         let facts = VmFacts {
             site,
             vmid: r.vmid,
@@ -107,6 +112,7 @@ pub async fn import(
             running: r.status == Some(ListedStatus::Running),
             pool: r.pool.as_deref(),
             ha_state: r.hastate.as_deref(),
+            ha: ha.as_ref(),
             config: &config,
         };
         match spec_text::spec_text(&facts, &mut taken, observe) {

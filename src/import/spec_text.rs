@@ -29,6 +29,8 @@ pub struct VmFacts<'a> {
     pub pool: Option<&'a str>,
     /// The HA manager's state, when the VM is an HA resource.
     pub ha_state: Option<&'a str>,
+    /// Its HA resource, when it is one and it could be read.
+    pub ha: Option<&'a crate::pve::ha::HaResource>,
     pub config: &'a VmConfig,
 }
 
@@ -96,7 +98,14 @@ pub fn spec_text(
     w.line(4, "site", Some(vm.site));
     w.line(4, "node", Some(vm.node));
     w.line(4, "name", Some(vm_name));
-    if !vm.running {
+    let ha = ha_fields(vm, &mut notes);
+    // The HA manager decides an HA-managed VM's power: the spec says what it keeps.
+    let running = match ha.as_ref().map(|h| h.0) {
+        Some("started") => true,
+        Some("stopped") => false,
+        _ => vm.running,
+    };
+    if !running {
         w.line(4, "powerState", Some("stopped"));
     }
     cpu_and_memory(&mut w, cfg, &mut known, &mut notes);
@@ -111,11 +120,16 @@ pub fn spec_text(
     disks(&mut w, cfg, &mut known, &mut notes);
     networks(&mut w, cfg, &mut known, &mut notes);
     cloud_init(&mut w, cfg, &mut known, &mut notes);
-    if let Some(state) = vm.ha_state {
-        notes.push(format!(
-            "the VM is an HA resource (state {state}); it stays as PVE's HA manager has it (add \
-             ha: to manage it)"
-        ));
+    if let Some((state, max_restart, max_relocate, group)) = ha {
+        let group = group
+            .map(|g| format!(", group: {}", quoted(g)))
+            .unwrap_or_default();
+        w.raw(
+            4,
+            &format!(
+                "ha: {{state: {state}, maxRestart: {max_restart}, maxRelocate: {max_relocate}{group}}}"
+            ),
+        );
     }
     let left_alone = left_alone(cfg, &known);
     let mut text = header(vm, vm_name, &left_alone, &notes);
@@ -167,6 +181,36 @@ fn adoptable<'c>(vm: &VmFacts<'c>) -> Result<(&'c str, String), String> {
         ));
     }
     Ok((vm_name, uuid.to_ascii_lowercase()))
+}
+
+/// The VM's HA resource as a spec holds it: state, restarts, relocations and its PVE 8 group
+/// (a PVE 9 rule is left as it is: a spec without `ha.nodes` never touches one).
+fn ha_fields<'a>(
+    vm: &VmFacts<'a>,
+    notes: &mut Vec<String>,
+) -> Option<(&'a str, u64, u64, Option<&'a str>)> {
+    let state = vm.ha_state?;
+    let Some(res) = vm.ha else {
+        notes.push(format!(
+            "the VM is an HA resource (state {state}) whose settings could not be read: it stays \
+             as PVE's HA manager has it (add ha: to manage it)"
+        ));
+        return None;
+    };
+    let state = res.state.as_deref().unwrap_or("started");
+    if !matches!(state, "started" | "stopped" | "ignored") {
+        notes.push(format!(
+            "the VM's HA state is {state}, which a spec cannot hold: HA is left as it is"
+        ));
+        return None;
+    }
+    let tries = |n: Option<u64>| n.unwrap_or(1);
+    Some((
+        state,
+        tries(res.max_restart),
+        tries(res.max_relocate),
+        res.group.as_deref(),
+    ))
 }
 
 /// The config keys no field of the spec declares (PVE's bookkeeping aside).
@@ -770,6 +814,7 @@ mod tests {
             running: true,
             pool: None,
             ha_state: None,
+            ha: None,
             config: cfg,
         };
         spec_text(&vm, &mut BTreeSet::new(), false)
@@ -917,6 +962,43 @@ mod tests {
         assert!(imported.text.contains("only net0's bridge is managed"));
         assert!(imported.left_alone.contains(&"ide1".to_string()));
         assert!(imported.left_alone.contains(&"net2".to_string()));
+    }
+
+    #[test]
+    fn an_ha_resource_is_written_and_decides_the_power() {
+        let cfg = config(&[("name", "db-01"), ("smbios1", UUID)]);
+        let res = |state: &str| crate::pve::ha::HaResource {
+            sid: "vm:105".into(),
+            state: Some(state.into()),
+            group: Some("prod".into()),
+            max_restart: Some(3),
+            max_relocate: None,
+            comment: None,
+            digest: None,
+        };
+        let import_ha = |r: &crate::pve::ha::HaResource, running: bool| {
+            let vm = VmFacts {
+                site: "lab",
+                vmid: 105,
+                node: "pve1",
+                running,
+                pool: None,
+                ha_state: Some("started"),
+                ha: Some(r),
+                config: &cfg,
+            };
+            spec_text(&vm, &mut BTreeSet::new(), false).unwrap()
+        };
+        // Listed stopped, kept started by the HA manager: the spec says running.
+        let started = import_ha(&res("started"), false);
+        let spec = parsed(&started);
+        assert_eq!(spec.power_state, crate::spec::PowerState::Running);
+        let ha = spec.ha.as_deref().expect("ha");
+        assert_eq!((ha.max_restart, ha.max_relocate), (3, 1));
+        assert_eq!(ha.group.as_deref(), Some("prod"));
+        let error = import_ha(&res("error"), true);
+        assert!(parsed(&error).ha.is_none());
+        assert!(error.text.contains("HA state is error"), "{}", error.text);
     }
 
     #[test]

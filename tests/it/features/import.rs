@@ -88,7 +88,7 @@ fn varied_vm(i: u32) -> Value {
             );
         }
         3 => {
-            vm["ha_state"] = json!("started");
+            // Made an HA resource by hand once the fake runs (`make_ha`).
         }
         4 => {
             vm["pool"] = json!("prod");
@@ -174,9 +174,27 @@ fn writes(pve: &mut FakePve, since: u64) -> Vec<common::RecordedRequest> {
         .collect()
 }
 
+/// VMs 503, 513 and 523 made HA resources by hand (restarted twice at most).
+fn make_ha(pve: &FakePve) {
+    let client = pve.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for vmid in [503, 513, 523] {
+        let params = proxsync::pve::ha::HaParams {
+            state: "started".into(),
+            group: None,
+            max_restart: 2,
+            max_relocate: 1,
+            comment: "by hand".into(),
+        };
+        rt.block_on(client.add_ha_resource(vmid, &params)).unwrap();
+    }
+}
+
 #[test]
 fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_written() {
     let mut pve = scenario().start();
+    make_ha(&pve);
+    let made = pve.requests().last().map_or(0, |r| r.seq + 1);
     let ws = Workspace::new(&pve);
     let dir = ws.path("repo/imported");
     let out = ws.proxsync(&[
@@ -206,7 +224,7 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
         "{}",
         text(&theirs)
     );
-    assert!(writes(&mut pve, 0).is_empty(), "import only reads");
+    assert!(writes(&mut pve, made).is_empty(), "import only reads");
 
     // What cannot be expressed is listed as left alone.
     let pci = std::fs::read_to_string(dir.join("app-07-example-com.yaml")).unwrap();
@@ -217,6 +235,11 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
         "{iso}"
     );
     assert!(dir.join("db-primary-09.yaml").exists());
+    let ha = std::fs::read_to_string(dir.join("app-03-example-com.yaml")).unwrap();
+    assert!(
+        ha.contains("ha: {state: started, maxRestart: 2, maxRelocate: 1}"),
+        "{ha}"
+    );
 
     ws.git(&["add", "-A"]);
     ws.git(&["commit", "-q", "-m", "imported"]);
