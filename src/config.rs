@@ -223,6 +223,22 @@ pub struct ReconcileConfig {
     /// The `managementPolicy` of a spec that sets none: `observe` makes the whole install
     /// observe-only.
     pub management_policy: ManagementPolicy,
+    /// Directories of the spec repository (as a spec's `specFile` shows its path) whose specs
+    /// are observe-only unless they set `managementPolicy`.
+    pub observe_paths: Vec<String>,
+}
+
+impl ReconcileConfig {
+    /// The `managementPolicy` of a spec that sets none, from file `file` (its path in the
+    /// spec repository): observe under one of `observe_paths`, else `management_policy`.
+    pub fn default_policy(&self, file: &str) -> ManagementPolicy {
+        let path = std::path::Path::new(file.trim_start_matches("./"));
+        if self.observe_paths.iter().any(|dir| path.starts_with(dir)) {
+            ManagementPolicy::Observe
+        } else {
+            self.management_policy
+        }
+    }
 }
 
 impl Default for ReconcileConfig {
@@ -237,6 +253,7 @@ impl Default for ReconcileConfig {
             max_parallel_reboots: 1,
             max_adopt_per_cycle: 100,
             management_policy: ManagementPolicy::Full,
+            observe_paths: Vec::new(),
         }
     }
 }
@@ -480,6 +497,7 @@ struct RawReconcile {
     max_parallel_reboots: Option<i64>,
     max_adopt_per_cycle: Option<i64>,
     management_policy: Option<String>,
+    observe_paths: Option<Vec<String>>,
 }
 
 /// What to do when the config cannot be read: where else it may be named, where the example
@@ -808,6 +826,21 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
             ));
         }
     };
+    let observe_paths: Vec<String> = r
+        .observe_paths
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
+        .collect();
+    if let Some(bad) = observe_paths
+        .iter()
+        .find(|p| p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c == ".."))
+    {
+        return Err(format!(
+            "[reconcile] observe_paths: {bad:?} is not a directory of the spec repository; write \
+             it as the specs' paths show it, e.g. \"eu-fra/prod\""
+        ));
+    }
     let max_delete_fraction = match r.max_delete_fraction {
         None => defaults.max_delete_fraction,
         Some(f) if f > 0.0 && f <= 1.0 => f,
@@ -836,6 +869,7 @@ fn build_reconcile(r: RawReconcile) -> Result<ReconcileConfig, String> {
         max_parallel_reboots,
         max_adopt_per_cycle,
         management_policy,
+        observe_paths,
     };
     if reconcile.resync_interval < Duration::from_secs(10) {
         return Err("[reconcile] resync_interval: must be at least 10s, so an idle daemon never storms the API".into());
@@ -1251,6 +1285,29 @@ token_id = "proxsync@pve!gitops"
     }
 
     #[test]
+    fn observe_paths_are_directories_of_the_repository() {
+        let c =
+            parse(&(MINIMAL.to_string() + "\n[reconcile]\nobserve_paths = [\"./eu-fra/prod/\"]\n"))
+                .unwrap();
+        let r = &c.reconcile;
+        assert_eq!(r.observe_paths, ["eu-fra/prod"]);
+        assert_eq!(
+            r.default_policy("eu-fra/prod/db.yaml"),
+            ManagementPolicy::Observe
+        );
+        assert_eq!(
+            r.default_policy("./eu-fra/prod/x/y.yaml"),
+            ManagementPolicy::Observe
+        );
+        assert_eq!(
+            r.default_policy("eu-fra/production.yaml"),
+            ManagementPolicy::Full
+        );
+        assert_eq!(r.default_policy("eu-fra/app.yaml"), ManagementPolicy::Full);
+        assert_eq!(ReconcileConfig::default().max_adopt_per_cycle, 100);
+    }
+
+    #[test]
     fn defaults_apply() {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.install_id, "main");
@@ -1366,6 +1423,18 @@ max_delete_fraction = 0.5
             (
                 MINIMAL.to_string() + "\n[reconcile]\norphans = \"nuke\"\n",
                 "orphans",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\nmanagement_policy = \"watch\"\n",
+                "management_policy",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\nobserve_paths = [\"../prod\"]\n",
+                "observe_paths",
+            ),
+            (
+                MINIMAL.to_string() + "\n[reconcile]\nmax_adopt_per_cycle = -1\n",
+                "max_adopt_per_cycle",
             ),
             (
                 MINIMAL.to_string() + "\n[reconcile]\nconcurrency = \"max\"\n",

@@ -3635,3 +3635,32 @@ fn adoptions_beyond_the_valve_take_none() {
     );
     assert!(p.refused[0].contains("max_adopt_per_cycle = 2"), "{p:?}");
 }
+
+/// A spec under one of `[reconcile] observe_paths` is observe-only unless it says otherwise:
+/// no create for it; the same spec with `managementPolicy: Full` is created.
+#[test]
+fn a_spec_under_an_observed_directory_gets_no_action_unless_it_says_full() {
+    let mut w = one_spec_world(vec![], true, true);
+    w.reconcile.observe_paths = vec!["specs".into()];
+    let p = plan(&w.input());
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(p.verdicts["web"], Verdict::Observed { vmid: None, .. }),
+        "{p:?}"
+    );
+    w.reconcile.observe_paths = vec!["spec".into()];
+    assert_eq!(
+        plan(&w.input()).actions.len(),
+        1,
+        "a directory, not a prefix of a name"
+    );
+    w.reconcile.observe_paths = vec!["specs".into()];
+    let specs: Vec<Spec> = w.desired.iter().cloned().collect();
+    let mut desired = Specs::default();
+    for mut s in specs {
+        s.management_policy = Some(ManagementPolicy::Full);
+        desired.push(s);
+    }
+    w.desired = desired;
+    assert_eq!(plan(&w.input()).actions.len(), 1);
+}

@@ -150,11 +150,14 @@ fn adopt_by_consent(
     Verdict::Acting
 }
 
-/// Whether the spec is observe-only: its `managementPolicy`, else the config's.
+/// Whether the spec is observe-only: its `managementPolicy`, else the config's for its file
+/// (`observe_paths`, `management_policy`).
 pub(super) fn observes(input: &PlanInput<'_>, spec: &Spec) -> bool {
-    spec.management_policy
-        .unwrap_or(input.reconcile.management_policy)
-        == crate::spec::ManagementPolicy::Observe
+    let policy = match spec.management_policy {
+        Some(p) => p,
+        None => input.reconcile.default_policy(&spec.file),
+    };
+    policy == crate::spec::ManagementPolicy::Observe
 }
 
 /// An observe-only spec (`managementPolicy: Observe`): its VM (by record, marker, or the VM its
