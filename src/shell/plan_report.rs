@@ -183,6 +183,30 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
                     }
                 }
             }
+            Action::AdoptByConsent {
+                spec,
+                site,
+                node,
+                vmid,
+            } => {
+                if let Some(s) = by_name.get(spec.as_str()) {
+                    match adoption_changes(view, s, site, node, *vmid).await {
+                        Ok(fields) => {
+                            let then: Vec<String> = fields.iter().map(Field::to_string).collect();
+                            change.text.push_str(&if then.is_empty() {
+                                "; nothing else differs".to_string()
+                            } else {
+                                format!("; then: {}", then.join(", "))
+                            });
+                            change.fields = fields;
+                        }
+                        Err(e) => report.errors.push(format!(
+                            "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
+                             what its adoption changes: {e}"
+                        )),
+                    }
+                }
+            }
             Action::Remove { .. } | Action::Forget { .. } => {
                 change.removal = Some(if scope.from_files {
                     change.text.push_str(
@@ -324,6 +348,58 @@ async fn vm_changes(
         .unwrap_or_else(|| crate::ownership::MarkerKey::from_bytes([0; 32]));
     // As a converge does first: the site as observed, the VM's marker verified (the record
     // vouching for it when the key is not there).
+    let fields = compared(view, spec, site, vmid, &key, &rec, &cfg, &pending)?;
+    Ok((fields, also(spec, why)))
+}
+
+/// What the converge right after an adoption by consent would change, besides the marker and
+/// the tag the adoption writes: the VM's config as it will be then (a throwaway uid in the
+/// marker), compared as a converge compares it.
+async fn adoption_changes(
+    view: &PlanView,
+    spec: &Spec,
+    site: &str,
+    node: &str,
+    vmid: u32,
+) -> Result<Vec<Field>, String> {
+    let ctx = view
+        .sites
+        .get(site)
+        .ok_or_else(|| format!("site {site} is not configured"))?;
+    let mut cfg = (ctx.client.vm_config(node, vmid).await).map_err(|e| e.to_string())?;
+    let pending = (ctx.client.vm_pending(node, vmid).await).map_err(|e| e.to_string())?;
+    let key = view
+        .marker_key
+        .clone()
+        .unwrap_or_else(|| crate::ownership::MarkerKey::from_bytes([0; 32]));
+    let rec = SpecRecord {
+        uid: "preview".into(),
+        ..Default::default()
+    };
+    let marker =
+        crate::ownership::Marker::signed(&key, &view.install_id, &spec.name, &rec.uid, vmid);
+    let description = marker.replace_in(cfg.description().unwrap_or(""));
+    let mut tags = cfg.tags();
+    tags.push(crate::ownership::ownership_tag(&view.install_id));
+    cfg.values.insert("description".into(), description);
+    cfg.values.insert("tags".into(), tags.join(";"));
+    compared(view, spec, site, vmid, &key, &rec, &cfg, &pending)
+}
+
+/// What a converge of VM `vmid` would change from `cfg` and `pending`, field by field, its
+/// marker verified first as a converge verifies it (the record `rec` vouching for it).
+// Many arguments because: what one read of the VM gave, and the record and key it is judged with.
+#[allow(clippy::too_many_arguments)]
+fn compared(
+    view: &PlanView,
+    spec: &Spec,
+    site: &str,
+    vmid: u32,
+    key: &crate::ownership::MarkerKey,
+    rec: &SpecRecord,
+    cfg: &crate::pve::types::VmConfig,
+    pending: &[crate::pve::types::PendingEntry],
+) -> Result<Vec<Field>, String> {
     let checked = view
         .views
         .get(site)
@@ -331,7 +407,7 @@ async fn vm_changes(
         .and_then(crate::gate::site::checked)?;
     let ours = crate::gate::identity::verify(
         &checked,
-        &key,
+        key,
         &view.install_id,
         vmid,
         cfg.description(),
@@ -340,8 +416,8 @@ async fn vm_changes(
     )
     .map_err(|why| why.to_string())?;
     let mut changes =
-        crate::render::preview_config(&key, &view.install_id, spec, &rec, &ours, &cfg, &pending)?;
-    changes.extend(crate::render::preview_disk(spec, &rec, &cfg));
+        crate::render::preview_config(key, &view.install_id, spec, rec, &ours, cfg, pending)?;
+    changes.extend(crate::render::preview_disk(spec, rec, cfg));
     let mut fields: Vec<Field> = changes.into_iter().map(field).collect();
     let power = view
         .views
@@ -357,7 +433,7 @@ async fn vm_changes(
         }
         _ => {}
     }
-    Ok((fields, also(spec, why)))
+    Ok(fields)
 }
 
 fn power_field(old: &str, new: &str) -> Field {

@@ -255,6 +255,17 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
         changes.iter().all(|c| c["action"] == "adoptByConsent"),
         "only adoptions: {doc}"
     );
+    for c in changes {
+        assert!(c.get("fields").is_none(), "nothing else differs: {c}");
+        let text = c["text"].as_str().unwrap();
+        assert!(text.ends_with("; nothing else differs"), "{text}");
+    }
+    let human = ws.proxsync(&["plan"]);
+    assert!(
+        text(&human).contains("~ adopt   app-07-example-com: VM 507 on lab/pve2"),
+        "{}",
+        text(&human)
+    );
 
     let since = pve.requests().last().map_or(0, |r| r.seq + 1);
     let (ok, out) = ws.run_once();
@@ -399,4 +410,27 @@ fn imported_to_observe_nothing_is_written_until_the_observe_line_goes() {
         let (_, provisioned, _) = ws.condition(name, "Provisioned");
         assert_eq!(provisioned, "Adopted", "{name}");
     }
+}
+
+/// `plan` shows what the converge right after an adoption changes besides the marker and the
+/// tag: here the memory a person raised in the imported spec.
+#[test]
+fn plan_shows_what_an_adoption_changes_beyond_the_marker() {
+    let pve = Scenario::default().vm(varied_vm(1)).start();
+    let ws = Workspace::new(&pve);
+    let out = ws.proxsync(&["import", "--site", "lab", "--vmid", "501"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let spec = String::from_utf8(out.stdout).unwrap();
+    assert!(spec.contains("memory: \"2048Mi\""), "{spec}");
+    ws.commit_specs(&[(
+        "app.yaml",
+        spec.replace("memory: \"2048Mi\"", "memory: 4Gi"),
+    )]);
+    let plan = ws.proxsync(&["plan"]);
+    assert_eq!(plan.status.code(), Some(2), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("its marker and tag are written; then: memory 2048 -> 4096 MiB"),
+        "{}",
+        text(&plan)
+    );
 }
