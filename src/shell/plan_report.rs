@@ -143,6 +143,84 @@ impl Report {
     }
 }
 
+/// One planned action as `plan` shows it: an update's fields and an adoption's, read from the
+/// VM's config; a removal labelled. What cannot be read goes to `errors`.
+async fn change_of(
+    view: &PlanView,
+    by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
+    scope: &Scope<'_>,
+    action: &Action,
+    errors: &mut Vec<String>,
+) -> Change {
+    let mut change = Change {
+        action: action.clone(),
+        fields: Vec::new(),
+        also: Vec::new(),
+        removal: None,
+        text: crate::engine::describe(action, by_name),
+    };
+    match action {
+        Action::Converge {
+            spec,
+            site,
+            node,
+            vmid,
+            why,
+        } => {
+            if let Some(s) = by_name.get(spec.as_str()) {
+                match vm_changes(view, s, site, node, *vmid, why).await {
+                    Ok((fields, also)) => {
+                        change.text = update_line(spec, site, node, *vmid, &fields, &also);
+                        change.fields = fields;
+                        change.also = also;
+                    }
+                    Err(e) => errors.push(format!(
+                        "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
+                         what its update changes: {e}"
+                    )),
+                }
+            }
+        }
+        Action::AdoptByConsent {
+            spec,
+            site,
+            node,
+            vmid,
+        } => {
+            if let Some(s) = by_name.get(spec.as_str()) {
+                match adoption_changes(view, s, site, node, *vmid).await {
+                    Ok(fields) => {
+                        let then: Vec<String> = fields.iter().map(Field::to_string).collect();
+                        change.text.push_str(&if then.is_empty() {
+                            "; nothing else differs".to_string()
+                        } else {
+                            format!("; then: {}", then.join(", "))
+                        });
+                        change.fields = fields;
+                    }
+                    Err(e) => errors.push(format!(
+                        "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
+                         what its adoption changes: {e}"
+                    )),
+                }
+            }
+        }
+        Action::Remove { .. } | Action::Forget { .. } => {
+            change.removal = Some(if scope.from_files {
+                change.text.push_str(
+                    " [not among the --specs files: the source may still hold this spec; \
+                     name specs instead (proxsync plan NAME...) to leave the others out]",
+                );
+                "notInSpecFiles"
+            } else {
+                "specRemoved"
+            });
+        }
+        _ => {}
+    }
+    change
+}
+
 /// Builds the report of `view` for `specs` (the set the plan was made of): reads the config of
 /// every VM an update or adoption would change (two GETs each), nothing else.
 pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Report {
@@ -154,72 +232,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
     };
     let mut report = Report::default();
     for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
-        let mut change = Change {
-            action: action.clone(),
-            fields: Vec::new(),
-            also: Vec::new(),
-            removal: None,
-            text: crate::engine::describe(action, &by_name),
-        };
-        match action {
-            Action::Converge {
-                spec,
-                site,
-                node,
-                vmid,
-                why,
-            } => {
-                if let Some(s) = by_name.get(spec.as_str()) {
-                    match vm_changes(view, s, site, node, *vmid, why).await {
-                        Ok((fields, also)) => {
-                            change.text = update_line(spec, site, node, *vmid, &fields, &also);
-                            change.fields = fields;
-                            change.also = also;
-                        }
-                        Err(e) => report.errors.push(format!(
-                            "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
-                             what its update changes: {e}"
-                        )),
-                    }
-                }
-            }
-            Action::AdoptByConsent {
-                spec,
-                site,
-                node,
-                vmid,
-            } => {
-                if let Some(s) = by_name.get(spec.as_str()) {
-                    match adoption_changes(view, s, site, node, *vmid).await {
-                        Ok(fields) => {
-                            let then: Vec<String> = fields.iter().map(Field::to_string).collect();
-                            change.text.push_str(&if then.is_empty() {
-                                "; nothing else differs".to_string()
-                            } else {
-                                format!("; then: {}", then.join(", "))
-                            });
-                            change.fields = fields;
-                        }
-                        Err(e) => report.errors.push(format!(
-                            "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
-                             what its adoption changes: {e}"
-                        )),
-                    }
-                }
-            }
-            Action::Remove { .. } | Action::Forget { .. } => {
-                change.removal = Some(if scope.from_files {
-                    change.text.push_str(
-                        " [not among the --specs files: the source may still hold this spec; \
-                         name specs instead (proxsync plan NAME...) to leave the others out]",
-                    );
-                    "notInSpecFiles"
-                } else {
-                    "specRemoved"
-                });
-            }
-            _ => {}
-        }
+        let change = change_of(view, &by_name, scope, action, &mut report.errors).await;
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();
