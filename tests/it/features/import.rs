@@ -208,6 +208,21 @@ fn thirty_varied_vms_round_trip_through_import_with_only_their_marker_and_tag_wr
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("30 spec(s) written"), "{said}");
+    // One listing, one config read per VM that could be a spec, one HA read per HA VM.
+    let reads: Vec<String> = pve
+        .requests_since(made)
+        .into_iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    let count = |part: &str| reads.iter().filter(|r| r.contains(part)).count();
+    assert_eq!(count("/cluster/resources"), 1, "{reads:#?}");
+    assert_eq!(
+        count("/config"),
+        31,
+        "VMs 500-529 and the nameless 600: {reads:#?}"
+    );
+    assert_eq!(count("/cluster/ha/resources/vm:"), 3, "{reads:#?}");
+    assert_eq!(reads.len(), 35, "{reads:#?}");
     assert!(
         said.contains("skipped VM 600: VM 600 has no valid name"),
         "{said}"
