@@ -791,6 +791,38 @@ mod tests {
         );
     }
 
+    /// An expired signature is refused as expired (gpg says EXPSIG in place of GOODSIG).
+    #[test]
+    fn an_expired_openpgp_signature_says_so() {
+        let out = "[GNUPG:] NEWSIG\n[GNUPG:] KEY_CONSIDERED ABCD 0\n\
+                   [GNUPG:] EXPSIG 0123456789ABCDEF ci <ci@example.org>\n\
+                   [GNUPG:] VALIDSIG ABCDEF0123456789 2026-01-01\n";
+        assert_eq!(
+            openpgp_verdict(true, out),
+            Err("the signature has expired".to_string())
+        );
+    }
+
+    /// A key file is a regular file the daemon can read, at most 16 MiB (a keyring of many
+    /// keys is a few MiB): a directory, a missing file or a larger file is refused unread.
+    #[test]
+    fn a_key_file_is_a_readable_regular_file_of_at_most_16_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys.asc");
+        let file = std::fs::File::create(&keys).unwrap();
+        // Sparse: no 16 MiB written.
+        file.set_len(2 * 1024 * 1024).unwrap();
+        assert_eq!(readable_key_file(&keys), Ok(()));
+        file.set_len(MAX_KEY_FILE_BYTES).unwrap();
+        assert_eq!(readable_key_file(&keys), Ok(()));
+        file.set_len(MAX_KEY_FILE_BYTES + 1).unwrap();
+        let why = readable_key_file(&keys).unwrap_err();
+        assert!(why.contains("a key file may be at most 16777216"), "{why}");
+        let why = readable_key_file(dir.path()).unwrap_err();
+        assert!(why.ends_with("is not a regular file"), "{why}");
+        assert!(readable_key_file(&dir.path().join("missing")).is_err());
+    }
+
     /// A path goes into git's `-c key=value` only on one line: a newline would start another
     /// setting.
     #[test]
