@@ -889,6 +889,94 @@ mod tests {
         assert_eq!(Kind::of(b"junk"), Kind::Unknown);
     }
 
+    /// Only a commit id (40 or more hex digits) is read back: neither a short hex string nor a
+    /// long word.
+    #[test]
+    fn a_remembered_commit_must_be_a_commit_id() {
+        let dir = tempfile::tempdir().unwrap();
+        for commit in ["abc123".to_string(), "z".repeat(40)] {
+            std::fs::write(
+                dir.path().join(VERIFIED_FILE),
+                format!("source /srv/vms.git\nbranch main\ncommit {commit}\n"),
+            )
+            .unwrap();
+            assert_eq!(
+                last_verified(dir.path(), "/srv/vms.git", "main"),
+                None,
+                "{commit}"
+            );
+        }
+    }
+
+    /// `doctor`'s check of an allowed signers file: each key line read by ssh-keygen (ed25519
+    /// and ECDSA types), comments and blanks skipped, the count of keys; a bad line named by
+    /// its number. Needs ssh-keygen (Debian: openssh-client), as `[source] verify` does.
+    #[test]
+    fn allowed_signers_are_counted_and_a_bad_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut lines = vec!["# ci keys".to_string(), String::new()];
+        for (kind, name) in [("ed25519", "a"), ("ecdsa", "b")] {
+            let key = dir.path().join(name);
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", kind, "-N", "", "-C", "", "-f"])
+                .arg(&key)
+                .output()
+                .expect("ssh-keygen runs (Debian: apt install openssh-client)");
+            assert!(out.status.success(), "{out:?}");
+            let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+            lines.push(format!("{name}@example.org {}", public.trim()));
+        }
+        let signers = dir.path().join("allowed_signers");
+        std::fs::write(&signers, lines.join("\n") + "\n").unwrap();
+        assert_eq!(check_allowed_signers(&signers), Ok(2));
+        lines.push("c@example.org not-a-key".into());
+        std::fs::write(&signers, lines.join("\n") + "\n").unwrap();
+        let why = check_allowed_signers(&signers).unwrap_err();
+        assert!(why.contains("allowed_signers line 5: expected"), "{why}");
+    }
+
+    /// `doctor`'s reading of an OpenPGP keyring: a usable key is listed as usable. Needs gpg
+    /// (Debian: apt install gpg).
+    #[test]
+    fn a_keyring_lists_its_usable_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("gnupg");
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&home).unwrap();
+        }
+        // Key generation needs gpg's agent (started here, stopped at the end).
+        let gpg = |args: &[&str]| {
+            let out = Command::new("gpg")
+                .arg("--homedir")
+                .arg(&home)
+                .args(["--batch", "--quiet", "--pinentry-mode", "loopback"])
+                .args(args)
+                .output()
+                .expect("gpg runs (Debian: apt install gpg)");
+            assert!(out.status.success(), "gpg {args:?}: {out:?}");
+            out.stdout
+        };
+        gpg(&[
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "ci@example.org",
+            "ed25519",
+            "sign",
+            "1d",
+        ]);
+        let keyring = dir.path().join("keys.asc");
+        std::fs::write(&keyring, gpg(&["--armor", "--export"])).unwrap();
+        let keys = keyring_keys(&keyring).unwrap();
+        assert_eq!((keys.usable.len(), keys.unusable.len()), (1, 0), "{keys:?}");
+        let _ = Command::new("gpgconf")
+            .arg("--homedir")
+            .arg(&home)
+            .args(["--kill", "all"])
+            .output();
+    }
+
     #[test]
     fn the_verified_commit_is_remembered_per_source_and_branch() {
         let dir = tempfile::tempdir().unwrap();
