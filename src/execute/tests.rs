@@ -1949,6 +1949,7 @@ async fn a_consented_bare_vm_is_signed_tagged_and_recorded() {
     assert_eq!(rec.vmid(), Some(300));
     assert!(rec.adopted && rec.provisioned, "{rec:?}");
     assert_eq!(rec.uid, m.uid);
+    assert!(!rec.orphan_on_delete, "the spec's deletionPolicy is Delete");
     assert!(
         rec.history.iter().any(|h| h.action == "adopt"),
         "{:?}",

@@ -943,7 +943,10 @@ mod tests {
         let home = dir.path().join("gnupg");
         {
             use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new().mode(0o700).create(&home).unwrap();
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&home)
+                .unwrap();
         }
         // Key generation needs gpg's agent (started here, stopped at the end).
         let gpg = |args: &[&str]| {
