@@ -929,10 +929,16 @@ mod tests {
         let signers = dir.path().join("allowed_signers");
         std::fs::write(&signers, lines.join("\n") + "\n").unwrap();
         assert_eq!(check_allowed_signers(&signers), Ok(2));
-        lines.push("c@example.org not-a-key".into());
-        std::fs::write(&signers, lines.join("\n") + "\n").unwrap();
-        let why = check_allowed_signers(&signers).unwrap_err();
-        assert!(why.contains("allowed_signers line 5: expected"), "{why}");
+        for bad in ["c@example.org not-a-key", "c@example.org ssh-ed25519"] {
+            let mut with_bad = lines.clone();
+            with_bad.push(bad.to_string());
+            std::fs::write(&signers, with_bad.join("\n") + "\n").unwrap();
+            let why = check_allowed_signers(&signers).unwrap_err();
+            assert!(
+                why.contains("allowed_signers line 5: expected"),
+                "{bad}: {why}"
+            );
+        }
     }
 
     /// `doctor`'s reading of an OpenPGP keyring: a usable key is listed as usable. Needs gpg
