@@ -244,23 +244,31 @@ pub async fn record_adoption(
     state_dir: &Path,
     adoption: &crate::store::Adoption,
 ) -> Result<String, String> {
+    let json = serde_json::to_string(adoption).map_err(|e| e.to_string())?;
+    ask(
+        state_dir,
+        &format!("adopt {json}\n"),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// Sends one request line to the running daemon and returns its `ok` answer, or its `error`
+/// answer as the error.
+async fn ask(state_dir: &Path, line: &str, wait: Duration) -> Result<String, String> {
     let path = socket_path(state_dir);
     let mut stream = UnixStream::connect(&path)
         .await
         .map_err(|e| format!("cannot reach the daemon at {}: {e}", path.display()))?;
-    let json = serde_json::to_string(adoption).map_err(|e| e.to_string())?;
     stream
-        .write_all(format!("adopt {json}\n").as_bytes())
+        .write_all(line.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut reply = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        BufReader::new(stream).read_line(&mut reply),
-    )
-    .await
-    .map_err(|_| "the daemon did not answer within 30 s".to_string())?
-    .map_err(|e| e.to_string())?;
+    tokio::time::timeout(wait, BufReader::new(stream).read_line(&mut reply))
+        .await
+        .map_err(|_| format!("the daemon did not answer within {} s", wait.as_secs()))?
+        .map_err(|e| e.to_string())?;
     match reply.trim_end().strip_prefix("ok ") {
         Some(ok) => Ok(ok.to_string()),
         None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
@@ -361,27 +369,8 @@ pub async fn plan_records(
 pub async fn records(
     state_dir: &Path,
 ) -> Result<std::collections::BTreeMap<String, crate::store::SpecRecord>, String> {
-    let path = socket_path(state_dir);
-    let mut stream = UnixStream::connect(&path)
-        .await
-        .map_err(|e| format!("cannot reach the daemon at {}: {e}", path.display()))?;
-    stream
-        .write_all(b"records\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        BufReader::new(stream).read_line(&mut reply),
-    )
-    .await
-    .map_err(|_| "the daemon did not answer within 30 s".to_string())?
-    .map_err(|e| e.to_string())?;
-    match reply.trim_end().strip_prefix("ok ") {
-        Some(json) => serde_json::from_str(json)
-            .map_err(|e| format!("unreadable records from the daemon: {e}")),
-        None => Err(reply.trim_end().trim_start_matches("error ").to_string()),
-    }
+    let json = ask(state_dir, "records\n", Duration::from_secs(30)).await?;
+    serde_json::from_str(&json).map_err(|e| format!("unreadable records from the daemon: {e}"))
 }
 
 #[cfg(test)]
