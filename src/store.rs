@@ -28,6 +28,29 @@ const ALLOCATIONS: TableDefinition<&str, &str> = TableDefinition::new("allocatio
 /// `site/vmid` -> unix ms when the orphan was first seen.
 const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
 
+/// Spec name (or [`SUSPEND_ALL`]) -> JSON [`Suspension`]: what takes no action until resumed.
+const SUSPENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("suspensions");
+
+/// The key of `proxsync suspend --all`: every spec, and every orphan, is left alone.
+pub const SUSPEND_ALL: &str = "*";
+
+/// A spec suspended: observed and reported, no action of any kind taken for it, and its
+/// removal from git waits. Set by `spec.suspend` in git or by `proxsync suspend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspension {
+    /// `git` for `spec.suspend`; else the person who ran `proxsync suspend` (as the command
+    /// said, with the uid the daemon saw on its socket).
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Since when (unix ms).
+    pub at_ms: u64,
+    /// From `spec.suspend`: lifted when the spec no longer says so. Kept when the spec is
+    /// removed from git, so its removal waits until `proxsync resume`.
+    #[serde(default)]
+    pub from_git: bool,
+}
+
 /// The file name of the database inside `state_dir`.
 pub const DB_FILE: &str = "proxsync.redb";
 
@@ -576,6 +599,7 @@ fn create_tables(tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
     tx.open_table(SPECS)?;
     tx.open_table(ALLOCATIONS)?;
     tx.open_table(ORPHANS)?;
+    tx.open_table(SUSPENSIONS)?;
     Ok(())
 }
 
@@ -586,6 +610,8 @@ pub struct Store {
     /// The names of the spec records written or removed since [`Store::take_written`]: the
     /// engine reads those again after acting, not every record.
     written: std::sync::Mutex<BTreeSet<String>>,
+    /// A suspension was set or lifted since [`Store::take_suspensions_changed`].
+    suspensions_changed: std::sync::atomic::AtomicBool,
 }
 
 fn key(site: &str, vmid: u32) -> String {
@@ -623,6 +649,7 @@ impl Store {
             db,
             path,
             written: Default::default(),
+            suspensions_changed: Default::default(),
         };
         // A database made by an earlier release may lack a table.
         store.write(create_tables)?;
@@ -869,6 +896,74 @@ impl Store {
         Ok(out)
     }
 
+    /// Every suspension: spec name (or [`SUSPEND_ALL`]) -> who, why and since when. An entry
+    /// that cannot be read is kept as a suspension by an unknown hand: leaving a VM alone is
+    /// the safe reading.
+    pub fn suspensions(&self) -> Result<BTreeMap<String, Suspension>, StateError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(SUSPENSIONS).map_err(|e| self.err(e))?;
+        let mut out = BTreeMap::new();
+        for entry in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            let s = serde_json::from_slice(v.value()).unwrap_or_else(|_| Suspension {
+                by: "unknown (an unreadable entry)".into(),
+                reason: None,
+                at_ms: 0,
+                from_git: false,
+            });
+            out.insert(k.value().to_string(), s);
+        }
+        Ok(out)
+    }
+
+    /// Suspends `name` (or every spec: [`SUSPEND_ALL`]) with `s`, replacing its suspension.
+    pub fn suspend(&self, name: &str, s: &Suspension) -> Result<(), StateError> {
+        let json = serde_json::to_vec(s).map_err(|e| self.err(e))?;
+        self.write(|tx| {
+            tx.open_table(SUSPENSIONS)?.insert(name, json.as_slice())?;
+            Ok(())
+        })?;
+        self.mark_suspensions_changed();
+        Ok(())
+    }
+
+    /// Lifts the suspension of `name` (every suspension when `name` is [`SUSPEND_ALL`]);
+    /// returns the names lifted.
+    pub fn resume(&self, name: &str) -> Result<Vec<String>, StateError> {
+        let mut lifted = Vec::new();
+        self.write(|tx| {
+            let mut table = tx.open_table(SUSPENSIONS)?;
+            lifted = match name {
+                SUSPEND_ALL => table
+                    .iter()?
+                    .filter_map(|e| e.ok().map(|(k, _)| k.value().to_string()))
+                    .collect(),
+                _ => vec![name.to_string()],
+            };
+            let mut found = Vec::new();
+            for k in &lifted {
+                if table.remove(k.as_str())?.is_some() {
+                    found.push(k.clone());
+                }
+            }
+            lifted = found;
+            Ok(())
+        })?;
+        if !lifted.is_empty() {
+            self.mark_suspensions_changed();
+        }
+        Ok(lifted)
+    }
+
+    fn mark_suspensions_changed(&self) {
+        (self.suspensions_changed).store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a suspension was set or lifted since the last call.
+    pub fn take_suspensions_changed(&self) -> bool {
+        (self.suspensions_changed).swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Replaces the orphan sightings with `current` in one transaction.
     pub fn set_orphans(&self, current: &BTreeMap<(String, u32), u64>) -> Result<(), StateError> {
         self.write(|tx| {
@@ -891,18 +986,41 @@ impl Store {
 /// Reads the records of a database another process may hold open (for `proxsync plan`):
 /// `None` when there is no database or it is locked.
 pub fn read_specs_snapshot(state_dir: &Path) -> Option<BTreeMap<String, SpecRecord>> {
+    read_snapshot(state_dir, SPECS, false)
+}
+
+/// The suspensions, read as [`read_specs_snapshot`] reads the records (a database of a release
+/// without suspensions has none).
+pub fn read_suspensions_snapshot(state_dir: &Path) -> Option<BTreeMap<String, Suspension>> {
+    read_snapshot(state_dir, SUSPENSIONS, true)
+}
+
+/// The readable entries of one JSON-valued table of a database another process may hold
+/// open; `None` when there is no database or it is locked. `missing_is_empty`: a table an
+/// older release did not make reads as empty.
+fn read_snapshot<T: serde::de::DeserializeOwned>(
+    state_dir: &Path,
+    table: TableDefinition<&str, &[u8]>,
+    missing_is_empty: bool,
+) -> Option<BTreeMap<String, T>> {
     let path = state_dir.join(DB_FILE);
     if !path.exists() {
         return None;
     }
     let db = redb::ReadOnlyDatabase::open(&path).ok()?;
     let tx = db.begin_read().ok()?;
-    let table = tx.open_table(SPECS).ok()?;
+    let table = match tx.open_table(table) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) if missing_is_empty => {
+            return Some(BTreeMap::new());
+        }
+        Err(_) => return None,
+    };
     let mut out = BTreeMap::new();
     for entry in table.iter().ok()? {
         let (k, v) = entry.ok()?;
-        if let Ok(rec) = serde_json::from_slice(v.value()) {
-            out.insert(k.value().to_string(), rec);
+        if let Ok(value) = serde_json::from_slice(v.value()) {
+            out.insert(k.value().to_string(), value);
         }
     }
     Some(out)

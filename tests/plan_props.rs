@@ -310,6 +310,8 @@ struct World {
     /// VMs whose create task is still running: not listed yet, they appear after the
     /// current round unless `ResumeCreate` waited for them.
     in_flight: BTreeMap<u32, ObservedVm>,
+    /// `proxsync suspend`s (and recorded `spec.suspend`s).
+    suspensions: BTreeMap<String, proxsync::store::Suspension>,
 }
 
 impl World {
@@ -329,6 +331,7 @@ impl World {
             now_ms: self.now_ms,
             retry_transient_now: false,
             rewind: None,
+            suspensions: &self.suspensions,
         }
     }
 
@@ -403,6 +406,8 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
             DeletionPolicy::Delete
         },
         management_policy: None,
+        suspend: false,
+        depends_on: Vec::new(),
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,
@@ -731,6 +736,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         },
         now_ms: g.now_ms,
         in_flight,
+        suspensions: BTreeMap::new(),
         elsewhere: BTreeSet::new(),
         sharded: false,
     }

@@ -96,6 +96,7 @@ struct Acting<'a> {
     invalid: &'a BTreeSet<String>,
     elsewhere: &'a BTreeSet<String>,
     config_hash: &'a str,
+    suspensions: &'a Suspensions,
     /// The sites this cycle observed (all, or those a push touched): looked at again after.
     observed_sites: &'a BTreeMap<String, Arc<SiteCtx>>,
 }
@@ -118,7 +119,11 @@ struct PlanBasis<'a> {
     config_hash: &'a str,
     retry_transient_now: bool,
     rewind: Option<&'a crate::source::chain::RewindBatch>,
+    suspensions: &'a Suspensions,
 }
+
+/// The suspensions of the state database, by spec name or [`crate::store::SUSPEND_ALL`].
+pub type Suspensions = BTreeMap<String, crate::store::Suspension>;
 
 impl PlanBasis<'_> {
     fn plan(
@@ -143,6 +148,7 @@ impl PlanBasis<'_> {
             now_ms,
             retry_transient_now: self.retry_transient_now,
             rewind: self.rewind,
+            suspensions: self.suspensions,
         })
     }
 }
@@ -283,6 +289,8 @@ pub struct Engine {
     idle: Option<IdleCycle>,
     /// What the last cycle that ended looked at (dropped before a full cycle observes).
     last_look: Option<LastLook>,
+    /// The suspensions as the database holds them; read again when one is set or lifted.
+    suspensions: Option<Arc<Suspensions>>,
 }
 
 impl Engine {
@@ -327,6 +335,7 @@ impl Engine {
             clock: Clock::system(),
             idle: None,
             last_look: None,
+            suspensions: None,
         })
     }
 
@@ -412,6 +421,7 @@ impl Engine {
     ) -> Result<CycleReport, EngineError> {
         let started = Instant::now();
         self.reload_written()?;
+        let suspensions = self.suspensions(&all_specs.specs, commit)?;
         let last = self.idle.take();
         let last_look = self.last_look.take();
         let (specs, theirs) = shard(&self.config, all_specs);
@@ -491,6 +501,7 @@ impl Engine {
             config_hash: &chash,
             retry_transient_now: self.retry_transient_now,
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
+            suspensions: &suspensions,
         };
         let mut first = basis.plan(&views, &records, &orphans_seen, now_ms);
         if let Some(scope) = &scope {
@@ -526,6 +537,7 @@ impl Engine {
                 invalid: &invalid,
                 elsewhere: &elsewhere,
                 config_hash: &chash,
+                suspensions: &suspensions,
                 observed_sites: &observed_sites,
             };
             let (results, after, views, records) = self
@@ -677,9 +689,83 @@ impl Engine {
             config_hash: acting.config_hash,
             retry_transient_now: self.retry_transient_now,
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
+            suspensions: acting.suspensions,
         };
         let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
         Ok((results, after, views, records))
+    }
+
+    /// The suspensions to plan with: read from the database at the first cycle and after
+    /// `proxsync suspend`/`resume` changed them, with `spec.suspend` brought in line. A
+    /// spec's `spec.suspend` is recorded (by `git` and `commit`, and when), and forgotten when
+    /// the spec no longer says it; a removed spec's stays, so its removal waits until `proxsync
+    /// resume`, unless the spec's record is gone too. A change drops the idle cycle: statuses
+    /// say who suspended.
+    fn suspensions(
+        &mut self,
+        specs: &Specs,
+        commit: Option<&str>,
+    ) -> Result<Arc<Suspensions>, EngineError> {
+        let changed = self.store.take_suspensions_changed();
+        let mut held = match self.suspensions.take() {
+            Some(s) if !changed => s,
+            _ => {
+                self.idle = None;
+                Arc::new(self.store.suspensions()?)
+            }
+        };
+        let records = self.records.as_ref();
+        let mut lift = Vec::new();
+        let from_git: Vec<&String> = (held.iter().filter(|(_, s)| s.from_git))
+            .map(|(name, _)| name)
+            .collect();
+        // Built only when `spec.suspend` was recorded: an idle cycle builds nothing.
+        let suspend: FnvHashMap<&str, bool> = match from_git.is_empty() {
+            true => FnvHashMap::default(),
+            false => specs.iter().map(|s| (s.name.as_str(), s.suspend)).collect(),
+        };
+        for name in from_git {
+            let keep = match suspend.get(name.as_str()) {
+                Some(suspended) => *suspended,
+                None => records.is_none_or(|r| r.contains_key(name)),
+            };
+            if !keep {
+                lift.push(name.clone());
+            }
+        }
+        let by = match commit {
+            Some(c) => format!("git commit {}", &c[..c.len().min(12)]),
+            None => "git".to_string(),
+        };
+        let now_ms = self.clock.now_ms();
+        let add: Vec<&str> = (specs.iter())
+            .filter(|s| s.suspend && !held.contains_key(&s.name))
+            .map(|s| s.name.as_str())
+            .collect();
+        if lift.is_empty() && add.is_empty() {
+            self.suspensions = Some(held.clone());
+            return Ok(held);
+        }
+        let map = Arc::make_mut(&mut held);
+        for name in lift {
+            self.store.resume(&name)?;
+            map.remove(&name);
+        }
+        for name in add {
+            let s = crate::store::Suspension {
+                by: by.clone(),
+                reason: None,
+                at_ms: now_ms,
+                from_git: true,
+            };
+            self.store.suspend(name, &s)?;
+            map.insert(name.to_string(), s);
+        }
+        // Written here and known here: not read again.
+        self.store.take_suspensions_changed();
+        self.idle = None;
+        self.suspensions = Some(held.clone());
+        Ok(held)
     }
 
     /// Records written since the last cycle by another hand than the cycle's (a `proxsync

@@ -15,13 +15,14 @@ pub struct PlanView {
 }
 
 /// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
-/// nothing. `records`: the state database's (`control::plan_records` reads them, from the
-/// daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
+/// nothing. `records` and `suspensions`: the state database's (`control::plan_records` and
+/// `control::plan_suspensions` read them, from the daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
 /// branch, whose deletes are judged as one batch, as a cycle would.
 pub async fn plan_view(
     config: &Config,
     specs: &SpecSet,
     records: BTreeMap<String, SpecRecord>,
+    suspensions: Suspensions,
     rewind: Option<&crate::source::chain::RewindBatch>,
 ) -> Result<PlanView, EngineError> {
     let sites = site_clients(config)?;
@@ -61,6 +62,7 @@ pub async fn plan_view(
         config_hash: &chash,
         retry_transient_now: false,
         rewind,
+        suspensions: &suspensions,
     };
     let plan = basis.plan(&views, &records, &orphans_seen, now_ms());
     Ok(PlanView {

@@ -76,6 +76,9 @@ pub struct PlanInput<'a> {
     pub retry_transient_now: bool,
     /// The applied commit rewound the branch: its deletes are judged as one batch.
     pub rewind: Option<&'a RewindBatch>,
+    /// The suspensions the state database holds (`proxsync suspend`, and `spec.suspend` once
+    /// recorded): by spec name, or [`crate::store::SUSPEND_ALL`].
+    pub suspensions: &'a BTreeMap<String, crate::store::Suspension>,
 }
 
 /// What to do.
@@ -262,6 +265,13 @@ pub enum Verdict {
         vmid: Option<u32>,
         drift: Vec<FieldDrift>,
     },
+    /// The spec is suspended (`spec.suspend`, `proxsync suspend`): observed as `Observed` is,
+    /// and no action of any kind is taken for it until resumed.
+    Suspended {
+        vmid: Option<u32>,
+        drift: Vec<FieldDrift>,
+        by: Box<crate::store::Suspension>,
+    },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
     /// come in smaller commits.
@@ -434,8 +444,9 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
             reboots_change = reboots_change.min(at);
         }
-        // An observe-only spec is not re-labelled either: it gets no action of any kind.
-        let renamed = match spec::observes(input, spec) {
+        // An observe-only or suspended spec is not re-labelled either: it gets no action of
+        // any kind.
+        let renamed = match spec::hands_off(input, spec) {
             true => None,
             false => renames.decide(input, spec, &mut out.actions),
         };
@@ -462,6 +473,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
     let removals = observe_only(input, removals, &mut out);
+    let removals = suspended_removals(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
     adoption_valve(input, &mut out);
     out.actions.sort();
@@ -486,6 +498,72 @@ fn observe_only(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) ->
         o.disposition = OrphanDisposition::Refused;
     }
     Vec::new()
+}
+
+/// The removals of suspended specs wait, each reported in `refused`; under `proxsync suspend
+/// --all` every removal and orphan delete waits. Forgetting the record of a spec whose VM is
+/// gone too is no action on a VM, and goes on.
+fn suspended_removals(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
+    if input.suspensions.is_empty() || removals.is_empty() {
+        return removals;
+    }
+    let all = input.suspensions.get(crate::store::SUSPEND_ALL);
+    let mut kept = Vec::with_capacity(removals.len());
+    let mut waiting = 0;
+    for action in removals {
+        let held = match (&action, action.spec()) {
+            (Action::Forget { .. }, _) => None,
+            (_, Some(name)) => input.suspensions.get(name).or(all),
+            (_, None) => all,
+        };
+        let Some(by) = held else {
+            kept.push(action);
+            continue;
+        };
+        waiting += 1;
+        if all.is_none()
+            && let Some(name) = action.spec()
+        {
+            out.refused.push(format!(
+                "the removal of spec {name}'s VM waits: the spec is suspended ({}); \
+                 `proxsync resume {name}` lets it proceed",
+                suspension_words(by)
+            ));
+        }
+    }
+    if let Some(by) = all
+        && waiting > 0
+    {
+        out.refused.push(format!(
+            "{waiting} removal(s) wait: every spec is suspended ({}); `proxsync resume --all` \
+             lets them proceed",
+            suspension_words(by)
+        ));
+        for o in (out.orphans.iter_mut()).filter(|o| o.disposition == OrphanDisposition::Deleting) {
+            o.disposition = OrphanDisposition::Refused;
+        }
+    }
+    kept
+}
+
+/// Who suspended, since when and why, in words.
+pub fn suspension_words(s: &crate::store::Suspension) -> String {
+    let when = match s.at_ms {
+        0 => String::new(),
+        ms => format!(
+            " at {}",
+            crate::util::time::rfc3339_secs((ms / 1000) as i64)
+        ),
+    };
+    let why = s
+        .reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    match s.from_git {
+        true => format!("spec.suspend in git{when}{why}"),
+        false => format!("by {}{when}{why}", s.by),
+    }
 }
 
 /// More adoptions by consent than `max_adopt_per_cycle`: none of them this cycle (a wrong

@@ -619,6 +619,7 @@ mod tests {
                 now_ms: NOW,
                 retry_transient_now: false,
                 rewind: None,
+                suspensions: &BTreeMap::new(),
             })
         }
     }

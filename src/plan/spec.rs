@@ -61,6 +61,16 @@ pub(super) fn plan_spec(
     if view.error.is_some() {
         return not_readable(view);
     }
+    if let Some(by) = suspension(input, spec) {
+        return match observe(input, spec, rec, tag, index, view) {
+            Verdict::Observed { vmid, drift } => Verdict::Suspended {
+                vmid,
+                drift,
+                by: Box::new(by),
+            },
+            other => other,
+        };
+    }
     if observes(input, spec) {
         return observe(input, spec, rec, tag, index, view);
     }
@@ -148,6 +158,30 @@ fn adopt_by_consent(
         vmid,
     });
     Verdict::Acting
+}
+
+/// Whether the planner takes no action of any kind for the spec: it is suspended or
+/// observe-only.
+pub(super) fn hands_off(input: &PlanInput<'_>, spec: &Spec) -> bool {
+    observes(input, spec) || suspension(input, spec).is_some()
+}
+
+/// What suspends the spec, if anything: a suspension of its name (`proxsync suspend NAME`, or
+/// its `spec.suspend` once recorded), `proxsync suspend --all`, or `spec.suspend` not recorded
+/// yet.
+pub(super) fn suspension(input: &PlanInput<'_>, spec: &Spec) -> Option<crate::store::Suspension> {
+    // A recorded `spec.suspend` the spec no longer says is lifted (the engine forgets it).
+    let by_name = (input.suspensions.get(&spec.name)).filter(|s| spec.suspend || !s.from_git);
+    let recorded = by_name.or_else(|| input.suspensions.get(crate::store::SUSPEND_ALL));
+    match recorded {
+        Some(s) => Some(s.clone()),
+        None => spec.suspend.then(|| crate::store::Suspension {
+            by: "git".into(),
+            reason: None,
+            at_ms: 0,
+            from_git: true,
+        }),
+    }
 }
 
 /// Whether the spec is observe-only: its `managementPolicy`, else the config's for its file

@@ -129,6 +129,38 @@ Examples:
         #[arg(long, requires = "all_unverified")]
         yes: bool,
     },
+    /// Hands off: no action of any kind for a spec's VM (or every spec's) until `proxsync
+    /// resume`; it is still observed and its drift reported, and its removal from git waits.
+    /// Kept in the state database; through the daemon when it runs.
+    #[command(after_help = "\
+Examples:
+  proxsync suspend db-01 --reason \"restoring a backup by hand\"
+  proxsync suspend --all --reason \"cluster upgrade\"    every spec, and no orphan is deleted
+  proxsync resume db-01")]
+    Suspend {
+        /// The spec (metadata.name); a removed spec's name holds its VM's removal.
+        #[arg(required_unless_present = "all")]
+        name: Option<String>,
+        /// Every spec (and no orphan deleted), including specs added later.
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+        /// Why, shown in the status (at most 200 characters).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Lift a suspension made by `proxsync suspend` (or a removed spec's `spec.suspend`).
+    #[command(after_help = "\
+Examples:
+  proxsync resume db-01
+  proxsync resume --all                   every suspension made at runtime")]
+    Resume {
+        /// The spec (metadata.name).
+        #[arg(required_unless_present = "all")]
+        name: Option<String>,
+        /// Every suspension.
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+    },
     /// Write specs from a site's existing VMs, each consenting to adopt its VM at the next
     /// cycle after it is committed (`proxsync.io/adopt`). Reads only: no VM is changed.
     #[command(after_help = "\
@@ -287,6 +319,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 ),
                 Err(code) => code,
             }
+        }
+        Command::Suspend { name, all, reason } => {
+            crate::shell::suspend_cmd::suspend(cli.config, name.filter(|_| !all), reason)
+        }
+        Command::Resume { name, all } => {
+            crate::shell::suspend_cmd::resume(cli.config, name.filter(|_| !all))
         }
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
@@ -535,7 +573,7 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -862,7 +900,7 @@ fn daemon_line(config: &Config) -> String {
 /// Whether `name` is a spec of the configured source (valid or not) and this install's: a
 /// reconcile of anything else would do nothing. When the source cannot be read here the
 /// daemon is asked all the same.
-fn known_spec(config: &Config, name: &str) -> Result<(), String> {
+pub(crate) fn known_spec(config: &Config, name: &str) -> Result<(), String> {
     let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
         return Ok(());
     };
@@ -1062,7 +1100,16 @@ fn plan_cmd(
             return ExitCode::FAILURE;
         }
     };
-    let view = match rt.block_on(crate::engine::plan_view(&config, &specs, records, rewind)) {
+    let suspensions = match rt.block_on(crate::shell::control::plan_suspensions(&config.state_dir))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", config.state_dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let planned = crate::engine::plan_view(&config, &specs, records, suspensions, rewind);
+    let view = match rt.block_on(planned) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -1180,7 +1227,7 @@ fn schema() -> ExitCode {
 }
 
 /// Loads the config (`--config`, else the default path); on error says so on stderr.
-fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
+pub(crate) fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
     let path = config_path.unwrap_or_else(default_config_path);
     Config::load(&path).map_err(|e| {
         eprintln!("error: {e}");

@@ -156,6 +156,8 @@ async fn handle(
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
 ) -> std::io::Result<()> {
+    // Who asks, as the kernel says: recorded with a suspension.
+    let uid = stream.peer_cred().ok().map(|c| c.uid());
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     // A request is one short line; a client that sends nothing is dropped.
@@ -163,7 +165,7 @@ async fn handle(
     let n = tokio::time::timeout(READ_TIMEOUT, reader.read_line(&mut line))
         .await
         .unwrap_or(Ok(0))?;
-    let reply = answer(&line[..n.min(line.len())], requests, store).await;
+    let reply = answer(&line[..n.min(line.len())], requests, store, uid).await;
     // A client that does not read its answer gives its slot back too.
     tokio::time::timeout(WRITE_TIMEOUT, write.write_all(reply.as_bytes()))
         .await
@@ -175,7 +177,24 @@ async fn answer(
     line: &str,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
+    uid: Option<u32>,
 ) -> String {
+    if let Some(json) = line.trim().strip_prefix("suspend ") {
+        return changed(suspend(json, store.as_deref(), uid), requests).await;
+    }
+    if let Some(name) = line.trim().strip_prefix("resume ") {
+        return changed(resume(name, store.as_deref()), requests).await;
+    }
+    if line.trim() == "suspensions" {
+        return match store.as_ref().map(|s| s.suspensions()) {
+            Some(Ok(held)) => match serde_json::to_string(&held) {
+                Ok(json) => format!("ok {json}\n"),
+                Err(e) => format!("error {e}\n"),
+            },
+            Some(Err(e)) => format!("error {e}\n"),
+            None => "error no state database\n".to_string(),
+        };
+    }
     if line.trim() == "records" {
         let reply = match store.as_ref().map(|s| s.specs()) {
             Some(Ok(records)) => match serde_json::to_string(&records) {
@@ -236,6 +255,129 @@ fn adopt(json: &str, store: Option<&crate::store::Store>) -> String {
         }
         Err(e) => format!("error {e}\n"),
     }
+}
+
+/// A suspension asked for through the socket (`proxsync suspend` while the daemon runs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SuspendRequest {
+    /// A spec name, or [`crate::store::SUSPEND_ALL`].
+    pub name: String,
+    pub suspension: crate::store::Suspension,
+}
+
+/// Whether `name` may be suspended or resumed: a spec name, or [`crate::store::SUSPEND_ALL`].
+pub fn suspendable(name: &str) -> bool {
+    name == crate::store::SUSPEND_ALL || crate::status::valid_name(name)
+}
+
+/// `suspend <json>`: records a suspension; the uid the socket saw is added to who asked.
+fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) -> String {
+    let mut req: SuspendRequest = match serde_json::from_str(json) {
+        Ok(r) => r,
+        Err(e) => return format!("error not a suspension: {e}\n"),
+    };
+    if !suspendable(&req.name) {
+        return format!("error {:?} is not a spec name\n", req.name);
+    }
+    let Some(store) = store else {
+        return "error no state database\n".to_string();
+    };
+    if let Some(uid) = uid {
+        req.suspension.by = format!("{} (uid {uid})", req.suspension.by);
+    }
+    req.suspension.from_git = false;
+    match store.suspend(&req.name, &req.suspension) {
+        Ok(()) => {
+            tracing::info!(spec = %req.name, by = %req.suspension.by, "suspended (proxsync suspend)");
+            format!("ok {} suspended\n", shown(&req.name))
+        }
+        Err(e) => format!("error {e}\n"),
+    }
+}
+
+/// `resume NAME`: lifts a suspension (`*`: all of them).
+fn resume(name: &str, store: Option<&crate::store::Store>) -> String {
+    let name = name.trim();
+    if !suspendable(name) {
+        return format!("error {name:?} is not a spec name\n");
+    }
+    let Some(store) = store else {
+        return "error no state database\n".to_string();
+    };
+    match store.resume(name) {
+        Ok(lifted) => {
+            tracing::info!(spec = %name, lifted = lifted.len(), "resumed (proxsync resume)");
+            format!("ok {}\n", resumed_words(name, &lifted))
+        }
+        Err(e) => format!("error {e}\n"),
+    }
+}
+
+/// What a resume did, in words.
+pub fn resumed_words(name: &str, lifted: &[String]) -> String {
+    match (name, lifted.len()) {
+        (crate::store::SUSPEND_ALL, 0) => "nothing was suspended".to_string(),
+        (crate::store::SUSPEND_ALL, n) => format!("{n} suspension(s) lifted"),
+        (_, 0) => {
+            format!("{name} was not suspended at runtime (spec.suspend in git is lifted in git)")
+        }
+        _ => format!("{name} resumed"),
+    }
+}
+
+/// A spec name, or `every spec` for [`crate::store::SUSPEND_ALL`].
+pub fn shown(name: &str) -> &str {
+    match name {
+        crate::store::SUSPEND_ALL => "every spec",
+        other => other,
+    }
+}
+
+/// After a suspension changed, a cycle is queued so statuses say so at once.
+async fn changed(reply: String, requests: mpsc::Sender<Request>) -> String {
+    if reply.starts_with("ok ") {
+        let _ = requests.send(Request { spec: None }).await;
+    }
+    reply
+}
+
+/// Asks the running daemon to record a suspension (`proxsync suspend` while the daemon holds
+/// the state database).
+pub async fn suspend_through_daemon(
+    state_dir: &Path,
+    req: &SuspendRequest,
+) -> Result<String, String> {
+    let json = serde_json::to_string(req).map_err(|e| e.to_string())?;
+    ask(
+        state_dir,
+        &format!("suspend {json}\n"),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// Asks the running daemon to lift a suspension (`*`: all).
+pub async fn resume_through_daemon(state_dir: &Path, name: &str) -> Result<String, String> {
+    ask(
+        state_dir,
+        &format!("resume {name}\n"),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// The suspensions for `proxsync plan`: read beside a running daemon, or asked of it.
+pub async fn plan_suspensions(state_dir: &Path) -> Result<crate::engine::Suspensions, String> {
+    if let Some(held) = crate::store::read_suspensions_snapshot(state_dir) {
+        return Ok(held);
+    }
+    if !state_dir.join(crate::store::DB_FILE).exists() {
+        return Ok(Default::default());
+    }
+    let json = ask(state_dir, "suspensions\n", Duration::from_secs(30))
+        .await
+        .map_err(|e| format!("the state database is in use and the daemon did not answer: {e}"))?;
+    serde_json::from_str(&json).map_err(|e| format!("unreadable suspensions from the daemon: {e}"))
 }
 
 /// Asks the running daemon to record `adoption` (`proxsync adopt` while the daemon holds the

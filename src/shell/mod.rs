@@ -11,3 +11,4 @@ pub mod instance_lock;
 pub mod malloc;
 pub mod plan_report;
 pub mod status_view;
+pub mod suspend_cmd;

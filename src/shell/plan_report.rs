@@ -621,6 +621,17 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
         Verdict::AdoptionsHeld { count, max } => format!(
             "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
         ),
+        Verdict::Suspended { vmid, drift, by } => {
+            let vm = match (vmid, drift.is_empty()) {
+                (None, _) => "no VM of the spec found; nothing is created".to_string(),
+                (Some(id), true) => format!("VM {id} matches the spec"),
+                (Some(id), false) => {
+                    let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
+                    format!("VM {id} differs (not applied): {}", fields.join("; "))
+                }
+            };
+            format!("suspended ({}): {vm}", crate::plan::suspension_words(by))
+        }
     }
 }
 

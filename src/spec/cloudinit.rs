@@ -3,8 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::diag::Pos;
-use super::fields::{Ctx, Obj, object, string};
+use super::fields::{Ctx, Obj, object, string, string_list};
 use super::yaml::{Node, Value, parse_documents};
 use super::{CloudInit, IpConfig, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS};
 
@@ -224,41 +223,6 @@ pub fn check_search_domain(s: &str) -> Result<(), String> {
             "{PATH}.searchDomain {s:?} is not a DNS name (e.g. example.net)"
         ))
     }
-}
-
-fn string_list(
-    ctx: &mut Ctx,
-    n: &Node,
-    path: &str,
-    example: &str,
-    max: usize,
-) -> Option<Vec<(String, Pos)>> {
-    let Value::Seq(items) = &n.value else {
-        ctx.error(
-            n.pos,
-            format!(
-                "{path} must be a list, e.g. [{example}]; found {}",
-                n.value.describe()
-            ),
-        );
-        return None;
-    };
-    if items.len() > max {
-        ctx.error(
-            n.pos,
-            format!("{path} has {} entries; at most {max}", items.len()),
-        );
-        return None;
-    }
-    let mut out = Vec::new();
-    let mut ok = true;
-    for item in items {
-        match string(ctx, item, path, example) {
-            Some(s) => out.push((s.to_string(), item.pos)),
-            None => ok = false,
-        }
-    }
-    ok.then_some(out)
 }
 
 fn opt_string(

@@ -265,3 +265,39 @@ pub(super) fn enum_field<T: Copy>(
     );
     None
 }
+
+/// A list of strings, at most `max`, each with where it is written.
+pub(super) fn string_list(
+    ctx: &mut Ctx,
+    n: &Node,
+    path: &str,
+    example: &str,
+    max: usize,
+) -> Option<Vec<(String, Pos)>> {
+    let Value::Seq(items) = &n.value else {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list, e.g. [{example}]; found {}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    if items.len() > max {
+        ctx.error(
+            n.pos,
+            format!("{path} has {} entries; at most {max}", items.len()),
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut ok = true;
+    for item in items {
+        match string(ctx, item, path, example) {
+            Some(s) => out.push((s.to_string(), item.pos)),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}

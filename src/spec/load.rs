@@ -67,6 +67,11 @@ pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     let sharing: HashSet<String> = shared.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !sharing.contains(&s.name));
     diags.extend(shared);
+    let named: HashSet<String> = diags.iter().filter_map(|d| d.spec.clone()).collect();
+    let tangled = check_dependencies(&specs, |n| named.contains(n));
+    let held: HashSet<String> = tangled.iter().filter_map(|d| d.spec.clone()).collect();
+    specs.retain(|s| !held.contains(&s.name));
+    diags.extend(tangled);
 
     let annotated = specs.iter().any(|s| s.renamed_from.is_some());
     let (renames, held) = if !annotated {
@@ -291,6 +296,102 @@ pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diag
         }
     }
     diags
+}
+
+/// Reports every spec whose `dependsOn` names a spec that does not exist (neither in `specs`
+/// nor `invalid`: a spec with errors whose name was read), and every spec on a dependency
+/// cycle, naming the cycle. Such specs are held as invalid: their VMs are left alone.
+pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
+    let by_name: HashMap<&str, &Spec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut diags = Vec::new();
+    for spec in specs.iter().filter(|s| !s.depends_on.is_empty()) {
+        for dep in &spec.depends_on {
+            if by_name.contains_key(dep.as_str()) || invalid(dep) {
+                continue;
+            }
+            let hint = super::closest(dep, by_name.keys().copied())
+                .map(|c| format!("; did you mean {c}?"))
+                .unwrap_or_default();
+            diags.push(
+                Diagnostic::error(
+                    &spec.file,
+                    spec.pos,
+                    format!("spec.dependsOn names {dep}, which is no spec of the repository{hint}"),
+                )
+                .for_spec(Some(&spec.name)),
+            );
+        }
+    }
+    for cycle in dependency_cycles(&by_name) {
+        let shown = cycle.join(" -> ") + " -> " + cycle[0];
+        for name in &cycle {
+            let spec = by_name[name];
+            diags.push(
+                Diagnostic::error(
+                    &spec.file,
+                    spec.pos,
+                    format!(
+                        "spec.dependsOn makes a cycle: {shown}; nothing on it can start first. \
+                         Remove one of these dependencies"
+                    ),
+                )
+                .for_spec(Some(&spec.name)),
+            );
+        }
+    }
+    diags
+}
+
+/// The dependency cycles among `specs`, each once, as the names along it (a spec that depends
+/// on itself is a cycle of one). Depth-first with an explicit stack: a chain of thousands of
+/// specs cannot overflow the thread's stack.
+fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let mut names: Vec<&str> = specs.keys().copied().collect();
+    names.sort_unstable();
+    let mut mark: HashMap<&str, Mark> = names.iter().map(|n| (*n, Mark::New)).collect();
+    let deps = |n: &str| -> Vec<&'a str> {
+        let mut d: Vec<&str> = specs[n]
+            .depends_on
+            .iter()
+            .filter_map(|d| specs.get_key_value(d.as_str()).map(|(k, _)| *k))
+            .collect();
+        d.sort_unstable();
+        d
+    };
+    let mut cycles = Vec::new();
+    for start in names {
+        if mark[start] != Mark::New {
+            continue;
+        }
+        // The path from `start`, each with the dependencies still to visit.
+        let mut path: Vec<(&str, Vec<&str>)> = vec![(start, deps(start))];
+        mark.insert(start, Mark::OnPath);
+        while let Some((_, todo)) = path.last_mut() {
+            let Some(next) = todo.pop() else {
+                let (done, _) = path.pop().expect("not empty");
+                mark.insert(done, Mark::Done);
+                continue;
+            };
+            match mark[next] {
+                Mark::New => {
+                    mark.insert(next, Mark::OnPath);
+                    path.push((next, deps(next)));
+                }
+                Mark::OnPath => {
+                    let from = path.iter().position(|(n, _)| *n == next).expect("on path");
+                    cycles.push(path[from..].iter().map(|(n, _)| *n).collect());
+                }
+                Mark::Done => {}
+            }
+        }
+    }
+    cycles
 }
 
 /// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),

@@ -177,6 +177,12 @@ pub struct Spec {
     /// `spec.managementPolicy`: `Observe` takes no action on the VM, only reports how it differs;
     /// `None`: the config's `[reconcile] management_policy` (default `Full`).
     pub management_policy: Option<ManagementPolicy>,
+    /// `spec.suspend`: no action of any kind for the spec's VM, only observed and reported
+    /// (as `proxsync suspend` does at runtime).
+    pub suspend: bool,
+    /// `spec.dependsOn`: specs that must be Ready before this one's VM is created or started,
+    /// or rebooted for a change; removed after it. Checked to exist and form no cycle.
+    pub depends_on: Vec<String>,
     /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,

@@ -38,6 +38,8 @@ const SPEC_FIELDS: &[&str] = &[
     "forProvider",
     "deletionPolicy",
     "managementPolicy",
+    "suspend",
+    "dependsOn",
     "providerConfigRef",
 ];
 const FOR_PROVIDER_FIELDS: &[&str] = &[
@@ -213,6 +215,8 @@ fn assemble(
     let Policies {
         deletion: deletion_policy,
         management: management_policy,
+        suspend,
+        depends_on,
     } = policies;
     let Parts {
         placement,
@@ -266,6 +270,8 @@ fn assemble(
         tags: guest.tags,
         deletion_policy,
         management_policy,
+        suspend,
+        depends_on,
         reboot,
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),
@@ -355,7 +361,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
     {
         let mut adopt_vmid = None;
         let mut adopt_uuid = None;
-        for (k, _, v) in &obj.entries {
+        for (k, k_pos, v) in &obj.entries {
             let text = string(ctx, v, &obj.path(k), "\"text\"");
             let Some(text) = text else { continue };
             match *k {
@@ -369,7 +375,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
                 crate::spec::ADOPT_UUID => {
                     adopt_uuid = Some((ctx.check(v.pos, super::adopt::check_uuid(text)), v.pos))
                 }
-                _ => {}
+                other => unknown_annotation(ctx, other, *k_pos),
             }
         }
         out.adopt = super::adopt::consent(ctx, adopt_vmid, adopt_uuid);
@@ -377,13 +383,73 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
     out
 }
 
+/// The annotations proxsync reads; any other key under `proxsync.io/` is a mistake.
+const ANNOTATIONS: [&str; 3] = [
+    crate::spec::RENAMED_FROM,
+    crate::spec::ADOPT,
+    crate::spec::ADOPT_UUID,
+];
+
+/// An annotation under `proxsync.io/` that proxsync does not know is an error: a typo would
+/// otherwise be a silent no-op (`proxsync.io/renamed-form` confirming no rename). Other
+/// annotations are the user's.
+fn unknown_annotation(ctx: &mut Ctx, key: &str, at: Pos) {
+    if !key.starts_with("proxsync.io/") {
+        return;
+    }
+    let hint = match key {
+        "proxsync.io/suspend" => "; to suspend the spec write spec.suspend: true".to_string(),
+        "proxsync.io/depends-on" | "proxsync.io/dependsOn" => {
+            "; write spec.dependsOn: [NAME, ...]".to_string()
+        }
+        _ => match super::closest(key, ANNOTATIONS) {
+            Some(c) => format!("; did you mean {c}?"),
+            None => String::new(),
+        },
+    };
+    ctx.error(
+        at,
+        format!(
+            "metadata.annotations: unknown proxsync annotation {key:?}; the known ones are {}{hint}",
+            ANNOTATIONS.join(", ")
+        ),
+    );
+}
+
 /// `spec`: the deletion policy (`None` when invalid) and the `forProvider` mapping, or `None`
 /// when either mapping is missing or not a mapping.
-/// `spec.deletionPolicy` and `spec.managementPolicy`.
+/// `spec.dependsOn`: spec names, each once; whether they exist and form no cycle is checked
+/// over the whole set (`load::check_dependencies`).
+fn depends_on(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
+    let items = super::fields::string_list(ctx, n, "spec.dependsOn", "db-01", MAX_DEPENDS_ON)?;
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (name, pos) in items {
+        if let Err(e) = check_spec_name(&name) {
+            ctx.error(pos, format!("spec.dependsOn: {e}"));
+            ok = false;
+        } else if out.contains(&name) {
+            ctx.error(pos, format!("spec.dependsOn names {name} twice"));
+            ok = false;
+        } else {
+            out.push(name);
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The most specs one spec may depend on.
+pub const MAX_DEPENDS_ON: usize = 64;
+
+/// `spec.deletionPolicy`, `spec.managementPolicy`, `spec.suspend` and `spec.dependsOn`.
 struct Policies {
     deletion: DeletionPolicy,
     /// `None`: the config's `[reconcile] management_policy`.
     management: Option<super::ManagementPolicy>,
+    /// `spec.suspend`.
+    suspend: bool,
+    /// `spec.dependsOn`: names of specs, each once.
+    depends_on: Vec<String>,
 }
 
 fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<Policies>, Obj<'n>)> {
@@ -421,10 +487,20 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<Policies>, O
         )
         .map(Some),
     };
-    let policies = match (deletion_policy, management_policy) {
-        (Some(deletion), Some(management)) => Some(Policies {
+    let suspend = match spec.get("suspend") {
+        None => Some(false),
+        Some(n) => super::hardware::bool_field(ctx, n, "spec.suspend"),
+    };
+    let depends_on = match spec.get("dependsOn") {
+        None => Some(Vec::new()),
+        Some(n) => depends_on(ctx, n),
+    };
+    let policies = match (deletion_policy, management_policy, suspend, depends_on) {
+        (Some(deletion), Some(management), Some(suspend), Some(depends_on)) => Some(Policies {
             deletion,
             management,
+            suspend,
+            depends_on,
         }),
         _ => None,
     };

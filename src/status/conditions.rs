@@ -75,7 +75,7 @@ pub(crate) fn spec_status(
     // The VM once made: a create in flight shows no VMID yet. An observe-only spec's VM may be
     // one no record names (the VM its consent names).
     let observed = match verdict {
-        Some(Verdict::Observed { vmid, .. }) => *vmid,
+        Some(Verdict::Observed { vmid, .. } | Verdict::Suspended { vmid, .. }) => *vmid,
         _ => None,
     };
     let vmid = rec.and_then(|r| r.vm.made_vmid()).or(observed);
@@ -120,8 +120,13 @@ pub(crate) fn spec_status(
     }
     c.push(ready);
     c.push(reconciling);
-    if let Some(Verdict::Observed { vmid, drift }) = verdict {
-        c.push(synced(*vmid, drift));
+    match verdict {
+        Some(Verdict::Observed { vmid, drift }) => c.push(synced(*vmid, drift, "observe-only")),
+        Some(Verdict::Suspended { vmid, drift, by }) => {
+            c.push(synced(*vmid, drift, "suspended"));
+            c.push(suspended(spec, by));
+        }
+        _ => {}
     }
     c.push(match verdict {
         // A person must fix the site's endpoint or accept its cluster, whatever the record says.
@@ -139,13 +144,14 @@ pub(crate) fn spec_status(
 
 /// `Synced` of an observe-only spec: whether its VM matches it, each differing field with the
 /// spec's value and the VM's.
-fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift]) -> ConditionInput {
+/// `while`: why nothing is done (`observe-only`, `suspended`).
+fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift], while_: &str) -> ConditionInput {
     match vmid {
         None => ConditionInput::new(
             kinds::SYNCED,
             S::False,
             Reason::Drifted,
-            "no VM of the spec was found; nothing is created while it is observe-only",
+            format!("no VM of the spec was found; nothing is created while it is {while_}"),
         ),
         Some(id) if drift.is_empty() => ConditionInput::new(
             kinds::SYNCED,
@@ -163,6 +169,27 @@ fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift]) -> ConditionInpu
             )
         }
     }
+}
+
+/// `Suspended` True: who suspended the spec, since when and why, and how to resume it.
+fn suspended(spec: &Spec, by: &crate::store::Suspension) -> ConditionInput {
+    let resume = match (by.from_git, spec.suspend) {
+        (true, _) => "remove spec.suspend to resume it".to_string(),
+        (false, true) => format!(
+            "`proxsync resume {}` and removing spec.suspend resume it",
+            spec.name
+        ),
+        (false, false) => format!("`proxsync resume {}` resumes it", spec.name),
+    };
+    ConditionInput::new(
+        kinds::SUSPENDED,
+        S::True,
+        Reason::Suspended,
+        format!(
+            "suspended {}; no action is taken for its VM; {resume}",
+            crate::plan::suspension_words(by)
+        ),
+    )
 }
 
 /// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
@@ -324,7 +351,7 @@ fn ready_and_reconciling(
                 ),
                 _ => ConditionInput {
                     kind: kinds::READY,
-                    ..synced(*vmid, drift)
+                    ..synced(*vmid, drift, "observe-only")
                 },
             };
             (
@@ -335,6 +362,31 @@ fn ready_and_reconciling(
                     Reason::Observing,
                     "managementPolicy: Observe: proxsync never creates, changes, powers or \
                      deletes this VM; set Full to apply the spec",
+                ),
+            )
+        }
+        Some(Verdict::Suspended { vmid, drift, by }) => {
+            let ready = match (vmid, drift.is_empty()) {
+                (Some(id), true) => ConditionInput::new(
+                    kinds::READY,
+                    S::True,
+                    Reason::Suspended,
+                    format!("VM {id} matches the spec in what the cluster listing shows"),
+                ),
+                _ => ConditionInput {
+                    kind: kinds::READY,
+                    reason: Reason::Suspended,
+                    ..synced(*vmid, drift, "suspended")
+                },
+            };
+            let words = crate::plan::suspension_words(by);
+            (
+                ready,
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::False,
+                    Reason::Suspended,
+                    format!("suspended {words}: proxsync takes no action for this VM"),
                 ),
             )
         }
@@ -890,6 +942,7 @@ mod tests {
             kinds::PROVISIONED => reasons::PROVISIONED,
             kinds::REBOOT_PENDING => reasons::REBOOT_PENDING,
             kinds::SYNCED => reasons::SYNCED,
+            kinds::SUSPENDED => reasons::SUSPENDED,
             other => panic!("condition {other} has no list of reasons"),
         };
         let check = |st: &SpecStatus| {

@@ -19,11 +19,15 @@ pub const REBOOT_PENDING: &str = "RebootPending";
 /// for such specs.
 pub const SYNCED: &str = "Synced";
 
+/// That the spec is suspended (`spec.suspend`, `proxsync suspend`): who, since when and why.
+/// Present only while it is.
+pub const SUSPENDED: &str = "Suspended";
+
 /// The condition types every spec file always carries, in file order.
 pub const STANDARD: [&str; 5] = [READY, RECONCILING, STALLED, NODE_HEALTHY, PROVISIONED];
 
 /// The order conditions are written in; types not listed here follow, sorted by name.
-pub const ORDER: [&str; 7] = [
+pub const ORDER: [&str; 8] = [
     READY,
     RECONCILING,
     STALLED,
@@ -31,4 +35,5 @@ pub const ORDER: [&str; 7] = [
     PROVISIONED,
     REBOOT_PENDING,
     SYNCED,
+    SUSPENDED,
 ];

@@ -212,6 +212,8 @@ pub struct LastStatus {
     pub stalled: Option<(Reason, String)>,
     /// `Synced`'s message while it is False: an observe-only spec's VM differs from it.
     pub drifted: Option<String>,
+    /// `Suspended`'s message while the spec is suspended.
+    pub suspended: Option<String>,
 }
 
 impl LastStatus {
@@ -230,6 +232,7 @@ impl LastStatus {
                 .iter()
                 .find(|c| c.kind == kinds::SYNCED && c.status == ConditionStatus::False)
                 .map(|c| c.message.clone()),
+            suspended: is_true(kinds::SUSPENDED).map(|c| c.message.clone()),
         }
     }
 }

@@ -103,6 +103,12 @@ pub enum Reason {
     Observing,
     /// `Synced` True: the observe-only spec's VM matches it in what the listing shows.
     InSync,
+    /// `Ready`, `Reconciling` False and `Suspended` True: the spec is suspended (`spec.suspend`,
+    /// `proxsync suspend`); no action of any kind is taken for it.
+    Suspended,
+    /// `Reconciling` True: the spec waits for a spec it depends on (`dependsOn`) to be Ready
+    /// before its VM is created, started or rebooted.
+    WaitingForDependencies,
     // ---- Stalled ----
     /// `Stalled` False: proxsync is making progress or has nothing to do.
     NotStalled,
@@ -167,7 +173,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 57] = [
+    pub const ALL: [Reason; 59] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -186,6 +192,8 @@ impl Reason {
         Reason::Drifted,
         Reason::Observing,
         Reason::InSync,
+        Reason::Suspended,
+        Reason::WaitingForDependencies,
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
@@ -248,6 +256,8 @@ impl Reason {
             Reason::Drifted => "Drifted",
             Reason::Observing => "Observing",
             Reason::InSync => "InSync",
+            Reason::Suspended => "Suspended",
+            Reason::WaitingForDependencies => "WaitingForDependencies",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
@@ -368,6 +378,8 @@ pub const READY: &[Reason] = &[
     Reason::RenameUnproven,
     Reason::HeldByInstall,
     Reason::SiteIdentityChanged,
+    Reason::Suspended,
+    Reason::WaitingForDependencies,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[Reason] = &[
@@ -396,6 +408,8 @@ pub const RECONCILING: &[Reason] = &[
     Reason::AdoptRefused,
     Reason::Observing,
     Reason::SiteIdentityChanged,
+    Reason::Suspended,
+    Reason::WaitingForDependencies,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
@@ -433,5 +447,7 @@ pub const PROVISIONED: &[Reason] = &[
 ];
 /// Reasons of `Synced`.
 pub const SYNCED: &[Reason] = &[Reason::InSync, Reason::Drifted];
+/// Reasons of `Suspended`.
+pub const SUSPENDED: &[Reason] = &[Reason::Suspended];
 /// Reasons of `RebootPending`.
 pub const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];

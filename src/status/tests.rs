@@ -1128,6 +1128,7 @@ fn docs_and_reasons_agree() {
         (kinds::PROVISIONED, reasons::PROVISIONED),
         (kinds::REBOOT_PENDING, reasons::REBOOT_PENDING),
         (kinds::SYNCED, reasons::SYNCED),
+        (kinds::SUSPENDED, reasons::SUSPENDED),
     ] {
         assert_eq!(
             documented.get(kind),

@@ -27,6 +27,11 @@ pub enum Event {
     /// An observe-only spec's VM (`managementPolicy: Observe`) now differs from it, or
     /// differs otherwise: `message` lists each field with the spec's value and the VM's.
     SpecDrifted { spec: String, message: String },
+    /// A spec was suspended (`spec.suspend`, `proxsync suspend`): `message` says by whom,
+    /// since when and why. No action is taken for its VM until it is resumed.
+    SpecSuspended { spec: String, message: String },
+    /// A suspended spec was resumed: proxsync acts on its VM again.
+    SpecResumed { spec: String },
     /// A removed spec's VM was deleted.
     SpecDeleted {
         spec: String,
@@ -117,6 +122,8 @@ pub struct SpecFacts<'a> {
     pub stalled: Option<(Reason, &'a str)>,
     /// Synced's message when an observe-only spec's VM differs from it.
     pub drifted: Option<&'a str>,
+    /// Suspended's message while the spec is suspended.
+    pub suspended: Option<&'a str>,
 }
 
 /// A site as a cycle saw it.
@@ -167,6 +174,8 @@ pub struct SpecMemory {
     pub stalled_reason: Option<String>,
     /// Synced's message while False.
     pub drifted: Option<String>,
+    /// Whether the spec was suspended.
+    pub suspended: bool,
 }
 
 /// The state of the commit being applied.
@@ -278,6 +287,7 @@ impl Tracker {
                 b.ready == now.ready
                     && b.stalled_reason.as_deref() == stalled_reason.map(Reason::as_str)
                     && b.drifted.as_deref() == now.drifted
+                    && b.suspended == now.suspended.is_some()
             }) {
                 continue;
             }
@@ -296,6 +306,16 @@ impl Tracker {
                     spec: name.to_string(),
                 });
             }
+            match (now.suspended, before.suspended) {
+                (Some(message), false) => events.push(Event::SpecSuspended {
+                    spec: name.to_string(),
+                    message: message.to_string(),
+                }),
+                (None, true) => events.push(Event::SpecResumed {
+                    spec: name.to_string(),
+                }),
+                _ => {}
+            }
             if let Some(message) = now.drifted
                 && before.drifted.as_deref() != Some(message)
             {
@@ -310,6 +330,7 @@ impl Tracker {
                     ready: now.ready,
                     stalled_reason: stalled_reason.map(|r| r.to_string()),
                     drifted: now.drifted.map(str::to_string),
+                    suspended: now.suspended.is_some(),
                 },
             );
         }
@@ -502,6 +523,7 @@ mod tests {
             ready: true,
             stalled: None,
             drifted: None,
+            suspended: None,
         }
     }
     fn converging() -> SpecFacts<'static> {
@@ -509,6 +531,7 @@ mod tests {
             ready: false,
             stalled: None,
             drifted: None,
+            suspended: None,
         }
     }
     fn stalled(reason: Reason) -> SpecFacts<'static> {
@@ -516,6 +539,7 @@ mod tests {
             ready: false,
             stalled: Some((reason, "what to do")),
             drifted: None,
+            suspended: None,
         }
     }
 
@@ -569,6 +593,7 @@ mod tests {
             ready: false,
             stalled: None,
             drifted: Some(m),
+            suspended: None,
         };
         let mut t = Tracker::default();
         let e = t.observe(&cycle(
@@ -738,6 +763,7 @@ mod tests {
                 ready: false,
                 stalled_reason: Some("ImageNotFound".into()),
                 drifted: None,
+                suspended: false,
             },
         );
         b.specs.insert(
@@ -746,6 +772,7 @@ mod tests {
                 ready: true,
                 stalled_reason: None,
                 drifted: None,
+                suspended: false,
             },
         );
         b.sites.insert("s1".into(), false);

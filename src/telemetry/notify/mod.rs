@@ -224,6 +224,7 @@ fn spec_facts<'a>(
         ready: st.ready,
         stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
         drifted: st.drifted.as_deref(),
+        suspended: st.suspended.as_deref(),
     };
     specs
         .specs
@@ -281,6 +282,7 @@ fn baseline(config: &Config) -> Baseline {
                         .condition(kinds::SYNCED)
                         .filter(|c| c.status == ConditionStatus::False)
                         .map(|c| c.message.clone()),
+                    suspended: is_true(kinds::SUSPENDED).is_some(),
                 },
             );
         }

@@ -150,6 +150,12 @@ fn slack_line(e: &Event) -> String {
         Event::SpecDrifted { spec, message } => {
             format!(":warning: `{spec}` drifted (observe-only, not applied): {message}")
         }
+        Event::SpecSuspended { spec, message } => {
+            format!(":double_vertical_bar: `{spec}` {message}")
+        }
+        Event::SpecResumed { spec } => {
+            format!(":arrow_forward: `{spec}` resumed: proxsync acts on its VM again")
+        }
         Event::SpecDeleted { spec, site, vmid } => {
             format!(":wastebasket: `{spec}` removed: VM {vmid} on {site} deleted")
         }
