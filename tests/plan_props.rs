@@ -407,7 +407,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         },
         management_policy: None,
         suspend: false,
-        depends_on: Vec::new(),
+        depends_on: Box::default(),
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,

@@ -182,7 +182,8 @@ pub struct Spec {
     pub suspend: bool,
     /// `spec.dependsOn`: specs that must be Ready before this one's VM is created or started,
     /// or rebooted for a change; removed after it. Checked to exist and form no cycle.
-    pub depends_on: Vec<String>,
+    /// Boxed slice: most specs have none, and a `Spec` is held per spec.
+    pub depends_on: Box<[String]>,
     /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
     /// until its next start; default never (reported as `RebootPending` only).
     pub reboot: RebootPolicy,

@@ -271,7 +271,7 @@ fn assemble(
         deletion_policy,
         management_policy,
         suspend,
-        depends_on,
+        depends_on: depends_on.into_boxed_slice(),
         reboot,
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),

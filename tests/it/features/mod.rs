@@ -10,3 +10,4 @@ mod observe;
 mod packaging;
 mod plan_cli;
 mod sops;
+mod suspend;

@@ -1,0 +1,201 @@
+//! Suspend and resume against fakepve: a suspended spec (`proxsync suspend`, `spec.suspend`,
+//! or `--all`) gets reads only across change and removal, its status says who suspended it,
+//! and resuming lets the next cycle apply what waited.
+
+use crate::common;
+
+use common::engine::{Workspace, owned_vms, spec, text};
+use common::{FakePve, default_scenario};
+
+fn writes_since(pve: &mut FakePve, since: u64) -> Vec<String> {
+    pve.requests_since(since)
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn next_seq(pve: &mut FakePve) -> u64 {
+    pve.requests().last().map_or(0, |r| r.seq + 1)
+}
+
+fn summary(ws: &Workspace) -> String {
+    std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap()
+}
+
+fn memory_of(pve: &mut FakePve, vmid: u32) -> String {
+    let vm = pve.vm(vmid);
+    let v = |v: &serde_json::Value| v.to_string().trim_matches('"').to_string();
+    match v(&vm["pending"]["memory"]).as_str() {
+        "null" => v(&vm["config"]["memory"]),
+        pending => pending.to_string(),
+    }
+}
+
+fn vmid_of(pve: &mut FakePve, name: &str) -> u32 {
+    let vms = owned_vms(pve);
+    vms.iter().find(|(_, n)| n == name).expect(name).0 as u32
+}
+
+#[test]
+fn a_suspended_spec_gets_reads_only_and_its_removal_waits_until_it_is_resumed() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    assert!(ws.run_once().0);
+    let web1 = vmid_of(&mut pve, "web-01");
+
+    let out = ws.proxsync(&["suspend", "web-01", "--reason", "restoring a backup"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(ws.proxsync(&["suspend", "web-02"]).status.success());
+    let unknown = ws.proxsync(&["suspend", "web-99"]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown).contains("no such spec: web-99"),
+        "{}",
+        text(&unknown)
+    );
+
+    // web-01 changed, web-02 removed: neither happens.
+    let changed = spec("web-01", "pve1", "9000", "").replace("memory: 2Gi", "memory: 4Gi");
+    ws.commit_specs(&[("a.yaml", changed)]);
+    let since = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 2, "web-02's VM is kept");
+    let (status, reason, message) = ws.condition("web-01", "Suspended");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Suspended"));
+    assert!(message.contains("restoring a backup"), "{message}");
+    assert!(message.contains("proxsync resume web-01"), "{message}");
+    let (ready, reason, message) = ws.condition("web-01", "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "Suspended"));
+    assert!(
+        message.contains("memory: spec 4096 MiB, VM 2048 MiB"),
+        "{message}"
+    );
+    let (_, reason, _) = ws.condition("web-01", "Reconciling");
+    assert_eq!(reason, "Suspended");
+    assert!(
+        summary(&ws).contains("the removal of spec web-02's VM waits"),
+        "{}",
+        summary(&ws)
+    );
+    let listed = text(&ws.proxsync(&["status"]));
+    assert!(listed.contains("Suspended"), "{listed}");
+
+    // Resumed: the next cycle applies both.
+    let out = ws.proxsync(&["resume", "web-01"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(ws.proxsync(&["resume", "web-02"]).status.success());
+    assert!(ws.run_once().0);
+    assert_eq!(memory_of(&mut pve, web1), "4096");
+    assert_eq!(owned_vms(&mut pve).len(), 1, "web-02's VM deleted");
+    assert!(
+        !ws.status("web-01").to_string().contains("\"Suspended\""),
+        "{}",
+        ws.status("web-01")
+    );
+}
+
+#[test]
+fn spec_suspend_in_git_holds_the_vm_and_its_removal_until_resumed() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    // A second spec stays: removing every spec is refused by a valve of its own.
+    let db = || {
+        (
+            "db.yaml",
+            spec("db-01", "pve1", "9000", "").replace("cpu: 2", "cpu: 4"),
+        )
+    };
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", "")), db()]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let suspended = |memory: &str| {
+        spec("web-01", "pve1", "9000", "")
+            .replace("memory: 2Gi", memory)
+            .replacen("spec:\n", "spec:\n  suspend: true\n", 1)
+    };
+    ws.commit_specs(&[("a.yaml", suspended("memory: 4Gi")), db()]);
+    let since = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+    let (_, reason, message) = ws.condition("web-01", "Suspended");
+    assert_eq!(reason, "Suspended");
+    assert!(message.contains("spec.suspend in git"), "{message}");
+    assert!(message.contains("remove spec.suspend"), "{message}");
+
+    // Removed from git while suspended: the VM stays until a person resumes the name.
+    ws.commit_specs(&[db()]);
+    let since = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 2);
+    assert!(
+        summary(&ws).contains("proxsync resume web-01"),
+        "{}",
+        summary(&ws)
+    );
+    let out = ws.proxsync(&["resume", "web-01"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("web-01 resumed"), "{}", text(&out));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 1, "deleted once resumed");
+}
+
+#[test]
+fn lifting_spec_suspend_in_git_applies_what_waited() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let text4 = spec("web-01", "pve1", "9000", "").replace("memory: 2Gi", "memory: 4Gi");
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    let vmid = vmid_of(&mut pve, "web-01");
+    ws.commit_specs(&[(
+        "a.yaml",
+        text4.replacen("spec:\n", "spec:\n  suspend: true\n", 1),
+    )]);
+    ws.run_once();
+    assert_eq!(memory_of(&mut pve, vmid), "2048");
+    ws.commit_specs(&[("a.yaml", text4)]);
+    assert!(ws.run_once().0);
+    assert_eq!(memory_of(&mut pve, vmid), "4096");
+}
+
+#[test]
+fn suspend_all_holds_every_spec_and_new_ones_until_resume_all() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    let out = ws.proxsync(&["suspend", "--all", "--reason", "cluster upgrade"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // web-01 removed, web-02 added (another content: not a rename).
+    let web2 = spec("web-02", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi");
+    ws.commit_specs(&[("b.yaml", web2)]);
+    let since = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+    let (_, _, message) = ws.condition("web-02", "Suspended");
+    assert!(message.contains("cluster upgrade"), "{message}");
+    assert!(
+        summary(&ws).contains("proxsync resume --all"),
+        "{}",
+        summary(&ws)
+    );
+    let out = ws.proxsync(&["resume", "--all"]);
+    assert!(
+        text(&out).contains("1 suspension(s) lifted"),
+        "{}",
+        text(&out)
+    );
+    ws.run_once();
+    let names: Vec<String> = owned_vms(&mut pve).into_iter().map(|(_, n)| n).collect();
+    // web-01's delete is now the valve's to judge (one of one managed VM: refused).
+    assert_eq!(names, ["web-01", "web-02"]);
+    assert!(!summary(&ws).contains("suspended"), "{}", summary(&ws));
+}
