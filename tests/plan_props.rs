@@ -27,7 +27,7 @@ use proxsync::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, MaintenanceWindow, Pos,
     PowerState, RebootMode, RebootPolicy, Spec, Specs, spec_hash,
 };
-use proxsync::store::{ErrorKind, ErrorRecord, SpecRecord, VmState};
+use proxsync::store::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
 
 const INSTALL: &str = "main";
 const SITE: &str = "lab";
@@ -2740,6 +2740,11 @@ struct Twists {
     /// install (`[reconcile] management_policy = "observe"`).
     observe: u8,
     observe_all: bool,
+    /// Desired specs suspended, by bit: by `spec.suspend` (even index) or `proxsync suspend`
+    /// (odd); removed specs suspended by name, by bit; or `proxsync suspend --all`.
+    suspend: u8,
+    suspend_removed: u8,
+    suspend_all: bool,
 }
 
 prop_compose! {
@@ -2754,10 +2759,13 @@ prop_compose! {
         consent in prop::option::weighted(0.3, (0..7u8, 0..2usize)),
         observe in prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
         observe_all in prop::bool::weighted(0.05),
+        suspend in prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
+        suspend_removed in prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
+        suspend_all in prop::bool::weighted(0.05),
     ) -> Twists {
         Twists {
             rename, elsewhere, forged, copied, lost, refused_site, rewind, consent, observe,
-            observe_all,
+            observe_all, suspend, suspend_removed, suspend_all,
         }
     }
 }
@@ -2874,6 +2882,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
     if t.observe_all {
         w.reconcile.management_policy = ManagementPolicy::Observe;
     }
+    suspend(w, t);
     if t.refused_site {
         for view in w.sites.values_mut() {
             view.error = Some("site lab reaches another cluster".into());
@@ -2885,6 +2894,55 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         from: "2".repeat(40),
         from_specs: readable.then(|| w.roles.keys().cloned().collect()),
     })
+}
+
+/// A suspension by a person, as `proxsync suspend` records it.
+fn by_hand() -> Suspension {
+    Suspension {
+        by: "alice (uid 1000)".into(),
+        reason: Some("maintenance".into()),
+        at_ms: 1,
+        from_git: false,
+    }
+}
+
+/// The suspensions of `t`: `spec.suspend` on some desired specs, `proxsync suspend` of others
+/// and of some removed specs, or `--all`.
+fn suspend(w: &mut World, t: &Twists) {
+    if t.suspend != 0 {
+        let specs: Vec<Spec> = w.desired.iter().cloned().collect();
+        let mut desired = Specs::default();
+        for (i, mut spec) in specs.into_iter().enumerate() {
+            if t.suspend & (1 << (i % 8)) != 0 {
+                match i % 2 {
+                    0 => spec.suspend = true,
+                    _ => drop(w.suspensions.insert(spec.name.clone(), by_hand())),
+                }
+            }
+            desired.push(spec);
+        }
+        w.desired = desired;
+    }
+    let removed: Vec<String> = (w.roles.iter())
+        .filter(|(_, r)| **r == Role::Removed)
+        .map(|(n, _)| n.clone())
+        .collect();
+    for (i, name) in removed.iter().enumerate() {
+        if t.suspend_removed & (1 << (i % 8)) != 0 {
+            w.suspensions.insert(name.clone(), by_hand());
+        }
+    }
+    if t.suspend_all {
+        w.suspensions.insert(SUSPEND_ALL.into(), by_hand());
+    }
+}
+
+/// Whether the plan of `input` must take no action for `name`: the spec is suspended (by
+/// `spec.suspend` or by name), or every spec is.
+fn suspended(input: &PlanInput<'_>, name: &str) -> bool {
+    input.suspensions.contains_key(SUSPEND_ALL)
+        || input.suspensions.contains_key(name)
+        || input.desired.iter().any(|s| s.name == name && s.suspend)
 }
 
 /// Property 11, the gate's rules for the planner: every action the planner emits, in worlds
@@ -2927,6 +2985,17 @@ fn every_planned_action_shows_the_evidence_its_kind_needs() {
         }) {
             return Err(TestCaseError::fail(format!(
                 "{a:?} was planned for an observe-only spec or install\n{t:?}"
+            )));
+        }
+        // A suspended spec gets no action; forgetting the record of one whose VM is gone too
+        // touches no VM. Under `--all` no VM is touched at all.
+        if let Some(a) = p.actions.iter().find(|a| match (a, a.spec()) {
+            (Action::Forget { .. }, _) => false,
+            (_, Some(name)) => suspended(&input, name),
+            (_, None) => input.suspensions.contains_key(SUSPEND_ALL),
+        }) {
+            return Err(TestCaseError::fail(format!(
+                "{a:?} was planned for a suspended spec\n{t:?}"
             )));
         }
         for a in &p.actions {

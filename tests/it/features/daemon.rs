@@ -1095,3 +1095,69 @@ fn a_lost_marker_key_is_confirmed_in_bulk_through_the_running_daemon() {
         d.log()
     );
 }
+
+/// `proxsync suspend` while the daemon runs goes through its control socket (the daemon holds
+/// the state database): the next cycle, which the request queues, shows the spec Suspended
+/// with the reason and the uid the socket saw; a change meanwhile is not applied; `resume`
+/// lifts it and the change follows.
+#[test]
+fn suspend_and_resume_go_through_the_running_daemon() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = owned_vms(&mut pve)[0].0 as u32;
+    let d = Daemon::start(&ws, None);
+    let status = || std::fs::read_to_string(ws.path("status/web-01.yaml")).unwrap_or_default();
+    wait_until("the control socket", Duration::from_secs(30), || {
+        ws.path("state/control.sock").exists()
+    });
+
+    let out = ws.proxsync(&["suspend", "web-01", "--reason", "disk replacement"]);
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    let uid = format!("(uid {})", own_uid());
+    wait_until("web-01 Suspended", Duration::from_secs(30), || {
+        let s = status();
+        s.contains("type: Suspended") && s.contains("disk replacement") && s.contains(&uid)
+    });
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec("web-01", "pve1", "9000", "").replace("memory: 2Gi", "memory: 4Gi"),
+    )]);
+    assert!(ws.proxsync(&["reconcile"]).status.success());
+    wait_until("the drift reported", Duration::from_secs(30), || {
+        status().contains("memory: spec 4096 MiB, VM 2048 MiB")
+    });
+    assert_eq!(
+        pve.vm(vmid)["config"]["memory"]
+            .to_string()
+            .trim_matches('"'),
+        "2048"
+    );
+
+    let out = ws.proxsync(&["resume", "web-01"]);
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    wait_until("web-01 resumed and Ready", Duration::from_secs(30), || {
+        let s = status();
+        !s.contains("type: Suspended") && s.contains("reason: Available")
+    });
+    let vm = pve.vm(vmid);
+    let memory = |v: &serde_json::Value| v.to_string().trim_matches('"').to_string();
+    assert!(
+        memory(&vm["config"]["memory"]) == "4096" || memory(&vm["pending"]["memory"]) == "4096",
+        "{vm}"
+    );
+    assert!(
+        d.log().contains("suspended (proxsync suspend)"),
+        "{}",
+        d.log()
+    );
+}
+
+/// This process's uid, from /proc (no libc call in tests).
+fn own_uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
