@@ -342,8 +342,8 @@ pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<
     diags
 }
 
-/// The dependency cycles among `specs`, each once, as the names along it (a spec that depends
-/// on itself is a cycle of one). Depth-first with an explicit stack: a chain of thousands of
+/// The dependency cycles among `specs`, each once, as the names along it from the first name
+/// in order (a spec that depends on itself is a cycle of one). Depth-first with an explicit stack: a chain of thousands of
 /// specs cannot overflow the thread's stack.
 fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>> {
     #[derive(Clone, Copy, PartialEq)]
@@ -385,7 +385,11 @@ fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>
                 }
                 Mark::OnPath => {
                     let from = path.iter().position(|(n, _)| *n == next).expect("on path");
-                    cycles.push(path[from..].iter().map(|(n, _)| *n).collect());
+                    let mut cycle: Vec<&str> = path[from..].iter().map(|(n, _)| *n).collect();
+                    // Told from its first name, as the same cycle always reads.
+                    let first = (0..cycle.len()).min_by_key(|i| cycle[*i]).unwrap_or(0);
+                    cycle.rotate_left(first);
+                    cycles.push(cycle);
                 }
                 Mark::Done => {}
             }

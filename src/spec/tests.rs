@@ -444,3 +444,112 @@ fn two_specs_consenting_to_one_vm_are_both_held() {
     );
     assert!(set.diagnostics.iter().all(|d| d.spec.is_some()));
 }
+
+/// `MINIMAL` named `name`, with `extra` lines under `spec:`.
+fn with_spec_lines(name: &str, extra: &str) -> String {
+    MINIMAL
+        .replace("name: web-01", &format!("name: {name}"))
+        .replacen("spec:\n", &format!("spec:\n{extra}"), 1)
+}
+
+#[test]
+fn suspend_and_depends_on_are_read() {
+    let (specs, diags) = parse(&with_spec_lines(
+        "app-01",
+        "  suspend: true\n  dependsOn: [db-01, dns-01]\n",
+    ));
+    assert!(diags.is_empty(), "{diags:?}");
+    assert!(specs[0].suspend);
+    assert_eq!(&*specs[0].depends_on, ["db-01", "dns-01"]);
+    let (specs, _) = parse(MINIMAL);
+    assert!(!specs[0].suspend && specs[0].depends_on.is_empty());
+}
+
+#[test]
+fn bad_suspend_and_depends_on_are_errors_at_their_line() {
+    let (specs, diags) = parse(&with_spec_lines(
+        "app-01",
+        "  suspend: yes\n  dependsOn: [db-01, db-01, \"Bad Name\"]\n",
+    ));
+    assert!(specs.is_empty());
+    let all = diags.join("\n");
+    assert!(all.contains("t.yaml:6:"), "{all}");
+    assert!(all.contains("write true or false"), "{all}");
+    assert!(all.contains("spec.dependsOn names db-01 twice"), "{all}");
+    assert!(all.contains("t.yaml:7:"), "{all}");
+    let (_, diags) = parse(&with_spec_lines("app-01", "  dependsOn: db-01\n"));
+    assert!(
+        diags.join("\n").contains("spec.dependsOn must be a list"),
+        "{diags:?}"
+    );
+}
+
+#[test]
+fn unknown_proxsync_annotations_are_errors_and_others_are_the_users() {
+    let annotated = |key: &str| {
+        MINIMAL.replacen(
+            "  name: web-01\n",
+            &format!("  name: web-01\n  annotations:\n    {key}: \"x\"\n"),
+            1,
+        )
+    };
+    let (specs, diags) = parse(&annotated("example.com/owner"));
+    assert!(diags.is_empty() && specs.len() == 1, "{diags:?}");
+    let (specs, diags) = parse(&annotated("proxsync.io/suspend"));
+    assert!(specs.is_empty());
+    assert!(diags[0].contains("t.yaml:6:5"), "{diags:?}");
+    assert!(diags[0].contains("spec.suspend: true"), "{diags:?}");
+    let (_, diags) = parse(&annotated("proxsync.io/renamed-form"));
+    assert!(
+        diags[0].contains("did you mean proxsync.io/renamed-from?"),
+        "{diags:?}"
+    );
+}
+
+#[test]
+fn unknown_dependencies_and_cycles_are_held_with_the_cycle_named() {
+    let set = |docs: &[String]| {
+        let specs = docs.iter().flat_map(|d| parse(d).0).collect();
+        assemble(specs, Vec::new())
+    };
+    let s = set(&[
+        with_spec_lines("web-01", "  dependsOn: [db-01]\n"),
+        with_spec_lines("db-01", "  dependsOn: [dns-01]\n"),
+        with_spec_lines("dns-01", "  dependsOn: [web-01]\n"),
+        with_spec_lines("app-01", "  dependsOn: [web-01]\n"),
+        with_spec_lines("lone-01", "  dependsOn: [db-02]\n"),
+        with_spec_lines("self-01", "  dependsOn: [self-01]\n"),
+        MINIMAL.replace("web-01", "ok-01"),
+    ]);
+    let names: Vec<&str> = s.specs.iter().map(|s| s.name.as_str()).collect();
+    // app-01 depends on a held spec, which exists: it waits, it is not held.
+    assert_eq!(names, ["app-01", "ok-01"]);
+    let text: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
+    let all = text.join("\n");
+    assert!(
+        all.contains("cycle: db-01 -> dns-01 -> web-01 -> db-01"),
+        "{all}"
+    );
+    assert!(all.contains("cycle: self-01 -> self-01"), "{all}");
+    assert!(
+        all.contains("names db-02, which is no spec of the repository; did you mean db-01?"),
+        "{all}"
+    );
+    assert!(s.diagnostics.iter().all(|d| d.spec.is_some()));
+    assert_eq!(s.diagnostics.len(), 5, "{all}");
+}
+
+/// A chain of thousands of dependencies is walked without recursion.
+#[test]
+fn a_long_dependency_chain_is_checked_without_overflowing() {
+    let docs: Vec<String> = (0..5000)
+        .map(|i| match i {
+            0 => MINIMAL.replace("web-01", "n-0"),
+            _ => with_spec_lines(&format!("n-{i}"), &format!("  dependsOn: [n-{}]\n", i - 1)),
+        })
+        .collect();
+    let specs = docs.iter().flat_map(|d| parse(d).0).collect();
+    let s = assemble(specs, Vec::new());
+    assert!(s.diagnostics.is_empty());
+    assert_eq!(s.specs.len(), 5000);
+}
