@@ -493,6 +493,8 @@ impl Engine {
             return report;
         }
         let elsewhere = names(&theirs);
+        let mut records = records;
+        self.records_follow_specs(specs, &mut records)?;
         let basis = PlanBasis {
             config: &self.config,
             specs,
@@ -766,6 +768,30 @@ impl Engine {
         self.idle = None;
         self.suspensions = Some(held.clone());
         Ok(held)
+    }
+
+    /// Brings into each record what it keeps of its spec for when the spec is gone, and that
+    /// no converge carries because it is not applied to the VM: `deletionPolicy` (switched to
+    /// Orphan to keep a VM, its removal must release it) and `dependsOn` (removals go in
+    /// reverse order). Written durably before the cycle plans; nothing when nothing changed.
+    fn records_follow_specs(
+        &self,
+        specs: &SpecSet,
+        records: &mut BTreeMap<String, SpecRecord>,
+    ) -> Result<(), EngineError> {
+        for spec in specs.specs.iter() {
+            let Some(rec) = records.get_mut(&spec.name) else {
+                continue;
+            };
+            let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+            if rec.orphan_on_delete == orphan && *rec.depends_on == *spec.depends_on {
+                continue;
+            }
+            rec.orphan_on_delete = orphan;
+            rec.depends_on = spec.depends_on.clone();
+            self.store.put(&spec.name, rec)?;
+        }
+        Ok(())
     }
 
     /// Records written since the last cycle by another hand than the cycle's (a `proxsync

@@ -281,3 +281,35 @@ fn an_unreadable_vm_holds_back_only_the_spec_it_may_be() {
     assert_ne!(status, "True", "a waits for its node");
     assert_eq!(owned_vms(&mut pve).len(), 2, "{out}");
 }
+
+/// `deletionPolicy` changed on a VM that exists (Delete -> Orphan, to keep it) is what its
+/// removal follows: the VM is released, not deleted; and back (Orphan -> Delete) it is deleted.
+/// The policy is no part of the spec's hash, so no converge carries it into the record.
+#[test]
+fn a_deletion_policy_changed_after_the_create_is_the_one_its_removal_follows() {
+    for (first, then, kept) in [
+        ("", "  deletionPolicy: Orphan\n", true),
+        ("  deletionPolicy: Orphan\n", "", false),
+    ] {
+        let mut pve = FakePve::start(default_scenario());
+        let ws = Workspace::new(&pve);
+        let web = |policy: &str| {
+            spec("web-01", "pve1", "9000", "").replacen("spec:\n", &format!("spec:\n{policy}"), 1)
+        };
+        let db = || {
+            (
+                "db.yaml",
+                spec("db-01", "pve1", "9000", "").replace("cpu: 2", "cpu: 3"),
+            )
+        };
+        ws.commit_specs(&[("web.yaml", web(first)), db()]);
+        assert!(ws.run_once().0);
+        ws.commit_specs(&[("web.yaml", web(then)), db()]);
+        assert!(ws.run_once().0);
+        ws.commit_specs(&[db()]);
+        let (_, out) = ws.run_once();
+        let names: Vec<String> = owned_vms(&mut pve).into_iter().map(|(_, n)| n).collect();
+        let web_left = pve.requests().iter().any(|r| r.method == "DELETE");
+        assert_eq!(!web_left, kept, "{then:?}: {names:?}\n{out}");
+    }
+}
