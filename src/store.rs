@@ -498,6 +498,18 @@ pub struct Adoption {
 }
 
 impl SpecRecord {
+    /// Takes what the record keeps of its spec for when the spec is gone (`deletionPolicy`,
+    /// `dependsOn`); whether anything changed.
+    pub fn follow(&mut self, spec: &crate::spec::Spec) -> bool {
+        let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+        if self.orphan_on_delete == orphan && self.depends_on == spec.depends_on {
+            return false;
+        }
+        self.orphan_on_delete = orphan;
+        self.depends_on = spec.depends_on.clone();
+        true
+    }
+
     /// Adds a history entry, most recent first, keeping 10.
     pub fn note(&mut self, at_ms: u64, action: &str, outcome: &str) {
         self.history.insert(

@@ -122,6 +122,20 @@ struct PlanBasis<'a> {
     suspensions: &'a Suspensions,
 }
 
+/// The most waves of dependants one cycle acts on after its first actions (`dependsOn`): a
+/// longer chain goes on at the next cycle.
+const MAX_DEPENDENCY_WAVES: usize = 8;
+
+/// The specs `plan` holds for `dependsOn`: until a dependency is Ready, or (removed) until
+/// the VMs of their dependants are gone.
+fn waiting_for_dependencies(plan: &Plan) -> BTreeSet<String> {
+    (plan.verdicts.iter())
+        .filter(|(_, v)| matches!(v, crate::plan::Verdict::WaitingForDependencies { .. }))
+        .map(|(name, _)| name.clone())
+        .chain(plan.removals_waiting.iter().cloned())
+        .collect()
+}
+
 /// The suspensions of the state database, by spec name or [`crate::store::SUSPEND_ALL`].
 pub type Suspensions = BTreeMap<String, crate::store::Suspension>;
 
@@ -542,9 +556,35 @@ impl Engine {
                 suspensions: &suspensions,
                 observed_sites: &observed_sites,
             };
-            let (results, after, views, records) = self
+            let (mut results, mut after, mut views, mut records) = self
                 .act_and_look_again(&acting, &first.actions, views, records, fresh)
                 .await?;
+            // Specs that waited for a dependency this cycle made Ready go on in the same cycle,
+            // one wave per link of the chain (database, then application, then proxy).
+            let mut waiting = waiting_for_dependencies(&first);
+            for _ in 0..MAX_DEPENDENCY_WAVES {
+                let next: Vec<Action> = (after.actions.iter())
+                    .filter(|a| a.spec().is_some_and(|s| waiting.contains(s)))
+                    .filter(|a| {
+                        scope.as_ref().is_none_or(|scope| {
+                            action_site(a, &records).is_some_and(|site| scope.contains(site))
+                        })
+                    })
+                    .cloned()
+                    .collect();
+                if next.is_empty() || *self.shutdown.borrow() {
+                    break;
+                }
+                waiting = waiting_for_dependencies(&after);
+                for action in &next {
+                    log_planned(action);
+                }
+                let wave = self
+                    .act_and_look_again(&acting, &next, views, records, FreshConfigs::new())
+                    .await?;
+                results.extend(wave.0);
+                (after, views, records) = (wave.1, wave.2, wave.3);
+            }
             (results, Some(after), views, records)
         };
         let report = self.write_status(
@@ -783,13 +823,9 @@ impl Engine {
             let Some(rec) = records.get_mut(&spec.name) else {
                 continue;
             };
-            let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
-            if rec.orphan_on_delete == orphan && *rec.depends_on == *spec.depends_on {
-                continue;
+            if rec.follow(spec) {
+                self.store.put(&spec.name, rec)?;
             }
-            rec.orphan_on_delete = orphan;
-            rec.depends_on = spec.depends_on.clone();
-            self.store.put(&spec.name, rec)?;
         }
         Ok(())
     }

@@ -77,7 +77,7 @@ pub(super) async fn adopt_by_consent(
     rec.site = vm.site.to_string();
     rec.adopted = true;
     rec.provisioned = true;
-    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.follow(spec);
     rec.note(
         ctx.clock.now_ms(),
         "adopt",

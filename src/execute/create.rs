@@ -33,7 +33,7 @@ pub(super) async fn create(
         rec.uid = new_uid();
     }
     rec.site = site_name.to_string();
-    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.follow(spec);
     let clone_of = match &source {
         Source::Clone {
             template,
@@ -443,7 +443,7 @@ pub(super) async fn adopt(
     // hand-over); a record that already had it keeps what it said.
     rec.adopted = rec.adopted || !rec.provisioned;
     rec.provisioned = true;
-    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.follow(spec);
     let adopted = VmState::Exists {
         vmid,
         node: node.clone(),
@@ -573,7 +573,7 @@ pub(super) async fn relabel(
         }
     }
     rec.site = vm.site.to_string();
-    rec.orphan_on_delete = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+    rec.follow(spec);
     // Converge (which also records the VM's node, should it have moved) brings the rest (the
     // VM's name) in line next.
     rec.applied_hash = None;

@@ -30,6 +30,7 @@ use crate::pve::Upid;
 use crate::spec::Specs;
 use crate::store::SpecRecord;
 
+mod dependencies;
 pub mod evidence;
 mod hash;
 mod index;
@@ -272,6 +273,9 @@ pub enum Verdict {
         drift: Vec<FieldDrift>,
         by: Box<crate::store::Suspension>,
     },
+    /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
+    /// started or rebooted until it is.
+    WaitingForDependencies { on: String },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
     /// come in smaller commits.
@@ -367,6 +371,10 @@ pub struct Plan {
     /// changes nothing; 0 (the default) claims nothing.
     #[serde(skip)]
     pub valid_until_ms: u64,
+    /// Removed specs whose VM's removal waits for the VM of a removed spec that depended on
+    /// it (`dependsOn`: dependants go first).
+    #[serde(skip)]
+    pub removals_waiting: BTreeSet<String>,
 }
 
 /// Two or more VMs carry the marker of one spec.
@@ -476,6 +484,9 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     let removals = suspended_removals(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
     adoption_valve(input, &mut out);
+    // After the valves, which judge every removal due at once: an order spreading them over
+    // cycles must not spread them under the valves' limits.
+    dependencies::hold(input, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out

@@ -621,6 +621,9 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
         Verdict::AdoptionsHeld { count, max } => format!(
             "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
         ),
+        Verdict::WaitingForDependencies { on } => format!(
+            "waits for {on} to be Ready (dependsOn) before its VM is created, started or rebooted"
+        ),
         Verdict::Suspended { vmid, drift, by } => {
             let vm = match (vmid, drift.is_empty()) {
                 (None, _) => "no VM of the spec found; nothing is created".to_string(),

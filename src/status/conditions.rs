@@ -365,6 +365,21 @@ fn ready_and_reconciling(
                 ),
             )
         }
+        Some(Verdict::WaitingForDependencies { on }) => {
+            let msg = format!(
+                "waiting for {on} to be Ready (dependsOn): the VM is not created, started or \
+                 rebooted until then"
+            );
+            (
+                ConditionInput::new(kinds::READY, S::False, Reason::WaitingForDependencies, &msg),
+                ConditionInput::new(
+                    kinds::RECONCILING,
+                    S::True,
+                    Reason::WaitingForDependencies,
+                    msg,
+                ),
+            )
+        }
         Some(Verdict::Suspended { vmid, drift, by }) => {
             let ready = match (vmid, drift.is_empty()) {
                 (Some(id), true) => ConditionInput::new(

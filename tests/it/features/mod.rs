@@ -7,6 +7,7 @@ mod import;
 mod metrics;
 mod notify;
 mod observe;
+mod order;
 mod packaging;
 mod plan_cli;
 mod sops;

@@ -1,0 +1,86 @@
+//! `dependsOn`: a spec's VM is created, started or rebooted only once every spec it depends
+//! on is Ready; removals go dependants first. Applied to a plan after each spec's decision,
+//! from the verdicts of this cycle (a dependency acting this cycle is not Ready yet).
+
+use super::{Action, Plan, PlanInput, Verdict};
+use crate::util::fnv::FnvHashSet;
+
+/// Holds the actions that would create, start or reboot the VM of a spec whose dependency is
+/// not Ready (its verdict becomes [`Verdict::WaitingForDependencies`], naming the first one
+/// not Ready), and the removal of a gone spec while a gone spec that depended on it still has
+/// its VM.
+pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
+    hold_starts(input, out);
+    hold_removals(input, out);
+}
+
+/// Whether spec `name` is Ready as far as this cycle's plan knows: its VM matches it (or, for
+/// an observe-only or suspended spec, is listed matching it).
+fn ready(out: &Plan, name: &str) -> bool {
+    match out.verdicts.get(name) {
+        Some(Verdict::UpToDate { .. }) => true,
+        Some(Verdict::Observed { vmid, drift } | Verdict::Suspended { vmid, drift, .. }) => {
+            vmid.is_some() && drift.is_empty()
+        }
+        _ => false,
+    }
+}
+
+/// Whether `action` creates, starts or reboots its spec's VM: what waits for dependencies.
+/// Other changes of a running VM go on.
+fn starts(action: &Action) -> bool {
+    match action {
+        Action::Create { .. } => true,
+        Action::Converge { why, .. } => why.iter().any(|w| w == "start" || w == "reboot"),
+        _ => false,
+    }
+}
+
+fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
+    let mut held: FnvHashSet<String> = FnvHashSet::default();
+    for spec in input.desired.iter().filter(|s| !s.depends_on.is_empty()) {
+        let Some(on) = spec.depends_on.iter().find(|d| !ready(out, d)) else {
+            continue;
+        };
+        let name = spec.name.as_str();
+        if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(a)) {
+            continue;
+        }
+        out.verdicts.insert(
+            spec.name.clone(),
+            Verdict::WaitingForDependencies { on: on.clone() },
+        );
+        held.insert(spec.name.clone());
+    }
+    if !held.is_empty() {
+        out.actions
+            .retain(|a| !(starts(a) && a.spec().is_some_and(|s| held.contains(s))));
+    }
+}
+
+/// A gone spec's VM is removed after the VMs of the gone specs that depended on it: while one
+/// of those still has its VM (removed this cycle, held, or waiting), its removal waits.
+fn hold_removals(input: &PlanInput<'_>, out: &mut Plan) {
+    let removing = |a: &Action| matches!(a, Action::Remove { release: false, .. });
+    if !out.actions.iter().any(removing) {
+        return;
+    }
+    // The dependencies of gone specs whose VM still exists.
+    let needed: FnvHashSet<&str> = (input.records.iter())
+        .filter(|(name, rec)| {
+            !rec.depends_on.is_empty() && rec.vmid().is_some() && !out.verdicts.contains_key(*name)
+        })
+        .flat_map(|(_, rec)| rec.depends_on.iter().map(String::as_str))
+        .collect();
+    if needed.is_empty() {
+        return;
+    }
+    let waiting = &mut out.removals_waiting;
+    out.actions.retain(|a| {
+        let held = removing(a) && a.spec().is_some_and(|s| needed.contains(s));
+        if held && let Some(spec) = a.spec() {
+            waiting.insert(spec.to_string());
+        }
+        !held
+    });
+}
