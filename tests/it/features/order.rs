@@ -52,7 +52,7 @@ fn a_chain_is_created_in_order_in_one_cycle_and_removed_in_reverse() {
 
     // The three removed at once: web-01's VM goes first, db-01's last.
     let keep = ("keep.yaml", depending("keep-01", "5Gi", &[]));
-    ws.commit_specs(&[keep.clone()]);
+    ws.commit_specs(&[keep]);
     let vmids: std::collections::BTreeMap<String, u64> = owned_vms(&mut pve)
         .into_iter()
         .map(|(id, n)| (n, id))
