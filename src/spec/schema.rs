@@ -326,6 +326,17 @@ pub fn json_schema() -> Value {
                         "description": "Full: proxsync acts on the VM. Observe: it never creates, changes, powers or deletes it, only reports how it differs. Default: the config's [reconcile] management_policy (full).",
                         "enum": ["Full", "Observe"]
                     },
+                    "suspend": {
+                        "description": "true: no action of any kind for the VM (create, change, power, migration, delete) until it is false again; still observed and reported. A removed spec that was suspended keeps its VM until `proxsync resume NAME`.",
+                        "type": "boolean"
+                    },
+                    "dependsOn": {
+                        "description": "Specs (metadata.name) that must be Ready before this VM is created, started or rebooted; removed after it. No cycles.",
+                        "type": "array",
+                        "maxItems": 64,
+                        "uniqueItems": true,
+                        "items": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}
+                    },
                     "providerConfigRef": {
                         "description": "Accepted for compatibility with the Crossplane provider; ignored with a warning.",
                         "type": "object"

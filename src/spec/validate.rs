@@ -426,6 +426,7 @@ fn depends_on(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
     let mut ok = true;
     for (name, pos) in items {
         if let Err(e) = check_spec_name(&name) {
+            let e = e.replacen("metadata.name", "the name", 1);
             ctx.error(pos, format!("spec.dependsOn: {e}"));
             ok = false;
         } else if out.contains(&name) {
