@@ -59,7 +59,11 @@ fn real_timing_pve() -> FakePve {
     pve
 }
 
-/// Six specs over two nodes: clones of each node's template and `import-from` creates.
+/// The chain of three (`dependsOn`): index 3 depends on 1, and 5 on 3.
+const CHAIN: [(usize, usize); 2] = [(3, 1), (5, 3)];
+
+/// Six specs over two nodes: clones of each node's template and `import-from` creates, three
+/// of them a chain ([`CHAIN`]).
 fn specs(names: &[String], extra: &str) -> Vec<(String, String)> {
     names
         .iter()
@@ -71,7 +75,12 @@ fn specs(names: &[String], extra: &str) -> Vec<(String, String)> {
                 (_, "pve1") => "9000".to_string(),
                 _ => TEMPLATE2.to_string(),
             };
-            (format!("{n}.yaml"), spec(n, node, &image, extra))
+            let mut text = spec(n, node, &image, extra);
+            if let Some((_, on)) = CHAIN.iter().find(|(d, _)| *d == i) {
+                let deps = format!("spec:\n  dependsOn: [{}]\n", names[*on]);
+                text = text.replacen("spec:\n", &deps, 1);
+            }
+            (format!("{n}.yaml"), text)
         })
         .collect()
 }
@@ -113,8 +122,19 @@ fn kill_rounds(
         let _ = child.kill();
         let _ = child.wait();
         let where_ = format!("{phase} round {round} (seed {seed}, kill after {delay} ms)");
-        for (spec, vmids) in marker_claims(pve) {
+        let claims = marker_claims(pve);
+        for (spec, vmids) in &claims {
             assert!(vmids.len() <= 1, "{where_}: VMs {vmids:?} claim {spec}");
+        }
+        // A dependant's VM is made only once its dependency's is Ready.
+        for (dependant, on) in CHAIN {
+            let name = |i: usize| format!("crash-{i}");
+            if claims.contains_key(&name(dependant)) && phase == "create" {
+                assert!(
+                    claims.contains_key(&name(on)),
+                    "{where_}: crash-{dependant} has a VM before crash-{on}: {claims:?}"
+                );
+            }
         }
         // Counted by VMID: a VM in its create window has no name and no marker yet.
         let n = vm_count(pve);
