@@ -1124,6 +1124,8 @@ mod tests {
             vm_name: name.into(),
             state: "running".into(),
             ip_addresses: vec!["10.0.0.5".into()],
+            tags: vec![],
+            labels: Default::default(),
             commit: Some(COMMIT.into()),
             spec_file: Some(format!("{site}/{name}.yaml")),
             provisioned: true,
