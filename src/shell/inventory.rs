@@ -134,8 +134,8 @@ pub fn group_name(prefix: &str, parts: &[&str]) -> String {
     name
 }
 
-/// The address Ansible should connect to: the first global IPv4 address of the guest agent's
-/// list, else its first global IPv6 one. Loopback (127.0.0.0/8, ::1), link-local
+/// The address Ansible should connect to: the first usable IPv4 address of the guest agent's
+/// list (private ones count), else its first usable IPv6 one. Loopback (127.0.0.0/8, ::1), link-local
 /// (169.254.0.0/16, fe80::/10), unspecified and multicast addresses are skipped, as is text
 /// that is not an address. `None` when nothing is left: no address is made up.
 pub fn ansible_host(addresses: &[String]) -> Option<String> {
@@ -332,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn ansible_host_is_the_first_global_ipv4_else_ipv6_never_made_up() {
+    fn ansible_host_is_the_first_usable_ipv4_else_ipv6_never_made_up() {
         let a = |v: &[&str]| ansible_host(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(
             a(&["2001:db8::5", "10.0.0.5", "192.0.2.7"]).as_deref(),
