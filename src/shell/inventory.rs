@@ -135,9 +135,9 @@ pub fn group_name(prefix: &str, parts: &[&str]) -> String {
 }
 
 /// The address Ansible should connect to: the first usable IPv4 address of the guest agent's
-/// list (private ones count), else its first usable IPv6 one. Loopback (127.0.0.0/8, ::1), link-local
-/// (169.254.0.0/16, fe80::/10), unspecified and multicast addresses are skipped, as is text
-/// that is not an address. `None` when nothing is left: no address is made up.
+/// list (private ones count), else its first usable IPv6 one. Loopback (127.0.0.0/8, ::1),
+/// link-local (169.254.0.0/16, fe80::/10), unspecified, broadcast and multicast addresses are
+/// skipped, as is text that is not an address. `None` when nothing is left: none is made up.
 pub fn ansible_host(addresses: &[String]) -> Option<String> {
     let usable: Vec<IpAddr> = addresses
         .iter()
