@@ -76,6 +76,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shell::plan_report",
             "shell::instance_lock",
             "shell::import_cmd",
+            "shell::inventory",
         ],
     ),
     ("the daemon", &["shell::daemon"]),

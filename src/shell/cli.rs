@@ -208,6 +208,33 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Print the VMs of the status files as an Ansible inventory: JSON in the dynamic-inventory
+    /// format (`--list`, the default; `--host NAME`), or YAML. Hosts by spec name, groups by
+    /// site, node, tag and label, variables from the status; no Proxmox API call.
+    #[command(after_help = "\
+Examples:
+  proxsync inventory | jq '._meta.hostvars'      every host's variables
+  proxsync inventory --host web-01               one host's variables ({} when unknown)
+  proxsync inventory --yaml > inventory.yml      a static copy (ansible-playbook -i inventory.yml)
+
+As a dynamic inventory script, proxsync-inventory.sh:
+  #!/bin/sh
+  exec proxsync inventory --config /etc/proxsync/proxsync.toml \"$@\"
+then: ansible-playbook -i proxsync-inventory.sh site.yml
+
+Groups: site_<site>, node_<node>, tag_<tag>, label_<key>_<value>, every character but
+letters, digits and _ made _ (site eu-fra -> site_eu_fra).")]
+    Inventory {
+        /// YAML (Ansible's YAML inventory format) instead of JSON.
+        #[arg(long, conflicts_with = "host")]
+        yaml: bool,
+        /// Print one host's variables as JSON (`{}` for an unknown host).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+        /// The whole inventory (the default; Ansible's script protocol passes it).
+        #[arg(long, conflicts_with = "host")]
+        list: bool,
+    },
     /// Accept what a safety check refused, naming it: it is recorded in the state directory,
     /// and the running daemon is asked to reconcile.
     #[command(after_help = "\
@@ -327,6 +354,19 @@ pub fn run(cli: Cli) -> ExitCode {
             crate::shell::suspend_cmd::resume(cli.config, name.filter(|_| !all))
         }
         Command::Status { name, json } => status_cmd(cli.config, name, json),
+        // `--list` is what prints by default; Ansible's script protocol passes it.
+        Command::Inventory {
+            yaml,
+            host,
+            list: _,
+        } => {
+            let output = match (host, yaml) {
+                (Some(name), _) => crate::shell::inventory::Output::Host(name),
+                (None, true) => crate::shell::inventory::Output::Yaml,
+                (None, false) => crate::shell::inventory::Output::List,
+            };
+            inventory_cmd(cli.config, &output)
+        }
         Command::Plan { names, specs, json } => plan_cmd(cli.config, names, specs, json),
         Command::Accept { what } => match what {
             Accept::Commit { commit } => accept_commit_cmd(cli.config, &commit),
@@ -837,6 +877,32 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
             }
             print!("{text}");
             ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `proxsync inventory`: the inventory on stdout, notes on files left out on stderr.
+fn inventory_cmd(
+    config_path: Option<PathBuf>,
+    output: &crate::shell::inventory::Output,
+) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match crate::shell::inventory::render(&config.status_dir, output) {
+        Ok((text, notes)) => {
+            for n in notes {
+                eprintln!("note: {n}");
+            }
+            match std::io::stdout().write_all(text.as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,6 +1,6 @@
 //! The process shell: the command line, the daemon's event loop, the control socket, the
 //! instance lock and allocator tuning, and what the commands print (`status`, `plan`,
-//! `doctor`). It wires the layers below together and decides nothing they decide.
+//! `doctor`, `inventory`). It wires the layers below together and decides nothing they decide.
 
 pub mod cli;
 pub mod control;
@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod import_cmd;
 pub mod instance_lock;
+pub mod inventory;
 pub mod malloc;
 pub mod plan_report;
 pub mod status_view;

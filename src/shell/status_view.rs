@@ -113,7 +113,24 @@ fn io_hint(e: &io::Error) -> &'static str {
 
 /// Renders the status files of `status_dir` as `opts` asks. The text ends with a newline.
 pub fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
-    // Never create the directory (StatusDir::open would).
+    check_dir(status_dir)?;
+    match &opts.name {
+        Some(name) => render_one(status_dir, name, opts),
+        None => render_list(status_dir, opts),
+    }
+}
+
+/// The spec status files of `status_dir`, parsed as the `--json` list reads them (sorted by
+/// name), and a note for each file left out or renamed (for stderr). What `proxsync inventory`
+/// is built from.
+pub fn spec_files(status_dir: &Path) -> Result<(Vec<SpecFile>, Vec<String>), ViewError> {
+    check_dir(status_dir)?;
+    let listing = load_listing::<SpecFile>(status_dir)?;
+    Ok((listing.specs, listing.notes))
+}
+
+/// The status directory exists and is a directory; it is never created (StatusDir::open would).
+fn check_dir(status_dir: &Path) -> Result<(), ViewError> {
     match std::fs::metadata(status_dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
@@ -133,10 +150,7 @@ pub fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError
             });
         }
     }
-    match &opts.name {
-        Some(name) => render_one(status_dir, name, opts),
-        None => render_list(status_dir, opts),
-    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------
@@ -986,7 +1000,7 @@ fn is_unsafe(c: char) -> bool {
 /// serde_json leaves DEL, C1 controls (U+0080-U+009F, which some terminals obey) and bidi
 /// overrides raw; escape them as `\uXXXX`, which is the same JSON. They can only occur inside
 /// strings, and every one of them is in the BMP. Adds the final newline.
-fn json_for_terminal(json: String) -> String {
+pub(crate) fn json_for_terminal(json: String) -> String {
     let mut out = String::with_capacity(json.len() + 1);
     for c in json.chars() {
         if c != '\n' && is_unsafe(c) {
@@ -1124,6 +1138,8 @@ mod tests {
             vm_name: name.into(),
             state: "running".into(),
             ip_addresses: vec!["10.0.0.5".into()],
+            tags: vec![],
+            labels: Default::default(),
             commit: Some(COMMIT.into()),
             spec_file: Some(format!("{site}/{name}.yaml")),
             provisioned: true,

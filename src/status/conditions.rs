@@ -88,6 +88,8 @@ pub(crate) fn spec_status(
             .unwrap_or_else(|| spec.node.clone()),
         vm_id: vmid,
         vm_name: spec.vm_name.clone(),
+        tags: spec.tags.clone(),
+        labels: spec.labels.clone(),
         state: match (rec.map(|r| &r.vm), vm) {
             (Some(VmState::Creating { .. }), _) => "creating".into(),
             (Some(VmState::Deleting { .. }), _) => "deleting".into(),

@@ -66,6 +66,8 @@ fn content_hash(f: &SpecFile) -> u64 {
         vm_name,
         state,
         ip_addresses,
+        tags,
+        labels,
         commit,
         spec_file,
         observed_generation,
@@ -84,6 +86,8 @@ fn content_hash(f: &SpecFile) -> u64 {
     vm_name.hash(&mut h);
     state.hash(&mut h);
     ip_addresses.hash(&mut h);
+    tags.hash(&mut h);
+    labels.hash(&mut h);
     commit.hash(&mut h);
     spec_file.hash(&mut h);
     observed_generation.hash(&mut h);
@@ -513,6 +517,8 @@ mod write_bench {
             vm_name: "web-01".into(),
             state: "running".into(),
             ip_addresses: vec!["10.0.0.5".into()],
+            tags: vec![],
+            labels: Default::default(),
             commit: Some(commit.into()),
             spec_file: Some("vms/web-01.yaml".into()),
             provisioned: true,

@@ -175,6 +175,10 @@ pub struct SpecStatus {
     /// `running | stopped | unknown | absent | creating | deleting`.
     pub state: String,
     pub ip_addresses: Vec<String>,
+    /// The spec's tags (its `tags` and the tenant's), sorted: what `proxsync inventory` groups by.
+    pub tags: Vec<String>,
+    /// The spec's `metadata.labels`: what `proxsync inventory` groups by.
+    pub labels: BTreeMap<String, String>,
     /// The source commit at which this version of the spec was first applied
     /// ([`SpecCommits`]).
     pub commit: Option<String>,
@@ -397,6 +401,12 @@ pub struct SpecFile {
     pub vm_name: String,
     pub state: String,
     pub ip_addresses: Vec<String>,
+    /// The spec's tags; absent when it has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The spec's `metadata.labels`; absent when it has none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -25,6 +25,8 @@ fn spec(name: &str) -> SpecStatus {
         vm_name: "web-01".into(),
         state: "running".into(),
         ip_addresses: vec!["10.0.0.5".into()],
+        tags: vec![],
+        labels: BTreeMap::new(),
         commit: Some("0123456".into()),
         spec_file: Some("vms/web-01.yaml".into()),
         provisioned: true,
@@ -611,6 +613,34 @@ fn task_backoff_and_fields_round_trip() {
     let text = fs::read_to_string(sd.path().join("web-01.yaml")).unwrap();
     assert!(!text.contains("vmId"), "{text}");
     assert!(text.contains("nextAttempt:"), "{text}");
+}
+
+#[test]
+fn tags_and_labels_are_written_and_read_back_and_absent_when_none() {
+    let (_d, mut sd) = tmpdir();
+    let s = spec("web-01");
+    sd.write_spec(&s, t(T0)).unwrap();
+    let text = fs::read_to_string(sd.path().join("web-01.yaml")).unwrap();
+    assert!(
+        !text.contains("tags:") && !text.contains("labels:"),
+        "{text}"
+    );
+
+    let mut s = spec("web-01");
+    s.tags = vec!["frontend".into(), "web".into()];
+    s.labels = BTreeMap::from([("role".to_string(), "db".to_string())]);
+    assert!(
+        sd.write_spec(&s, t(T0 + 10)).unwrap(),
+        "a new tag is a change"
+    );
+    let f = sd.read_spec("web-01").unwrap().unwrap();
+    assert_eq!(f.tags, ["frontend", "web"]);
+    assert_eq!(f.labels.get("role").map(String::as_str), Some("db"));
+    let text = fs::read_to_string(sd.path().join("web-01.yaml")).unwrap();
+    assert!(
+        text.contains("tags:") && text.contains("role: db"),
+        "{text}"
+    );
 }
 
 #[test]

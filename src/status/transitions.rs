@@ -102,6 +102,8 @@ pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: Syste
         vm_name: clip(&s.vm_name),
         state: clip(&s.state),
         ip_addresses: s.ip_addresses.iter().map(|a| clip(a)).collect(),
+        tags: s.tags.iter().map(|t| clip(t)).collect(),
+        labels: s.labels.iter().map(|(k, v)| (clip(k), clip(v))).collect(),
         commit: s.commit.as_deref().map(clip),
         spec_file: s.spec_file.as_deref().map(clip),
         observed_generation: s.observed_generation.as_deref().map(clip),

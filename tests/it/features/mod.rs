@@ -4,6 +4,7 @@ mod cli_habits;
 mod daemon;
 mod doctor;
 mod import;
+mod inventory;
 mod metrics;
 mod notify;
 mod observe;
