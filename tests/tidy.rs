@@ -79,7 +79,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shell::inventory",
         ],
     ),
-    ("the daemon", &["shell::daemon"]),
+    (
+        "the daemon; suspend and resume",
+        &["shell::daemon", "shell::suspend_cmd"],
+    ),
     ("the command line", &["shell::cli"]),
 ];
 

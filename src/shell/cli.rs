@@ -298,6 +298,7 @@ SiteIdentityChanged message. If the endpoint is wrong instead, fix it in the con
 }
 
 /// Runs a parsed command line and returns the process exit code.
+// Long because: one arm per subcommand, each only unpacking its arguments into a call.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging();
     match cli.command {
@@ -347,12 +348,19 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(code) => code,
             }
         }
-        Command::Suspend { name, all, reason } => {
-            crate::shell::suspend_cmd::suspend(cli.config, name.filter(|_| !all), reason)
-        }
-        Command::Resume { name, all } => {
-            crate::shell::suspend_cmd::resume(cli.config, name.filter(|_| !all))
-        }
+        Command::Suspend { name, all, reason } => match load_config(cli.config) {
+            Ok(config) => crate::shell::suspend_cmd::suspend(
+                &config,
+                name.filter(|_| !all),
+                reason,
+                known_spec,
+            ),
+            Err(code) => code,
+        },
+        Command::Resume { name, all } => match load_config(cli.config) {
+            Ok(config) => crate::shell::suspend_cmd::resume(&config, name.filter(|_| !all)),
+            Err(code) => code,
+        },
         Command::Status { name, json } => status_cmd(cli.config, name, json),
         // `--list` is what prints by default; Ansible's script protocol passes it.
         Command::Inventory {
@@ -613,7 +621,7 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     }
 }
 
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -966,7 +974,7 @@ fn daemon_line(config: &Config) -> String {
 /// Whether `name` is a spec of the configured source (valid or not) and this install's: a
 /// reconcile of anything else would do nothing. When the source cannot be read here the
 /// daemon is asked all the same.
-pub(crate) fn known_spec(config: &Config, name: &str) -> Result<(), String> {
+fn known_spec(config: &Config, name: &str) -> Result<(), String> {
     let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
         return Ok(());
     };
@@ -1293,7 +1301,7 @@ fn schema() -> ExitCode {
 }
 
 /// Loads the config (`--config`, else the default path); on error says so on stderr.
-pub(crate) fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
+fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
     let path = config_path.unwrap_or_else(default_config_path);
     Config::load(&path).map_err(|e| {
         eprintln!("error: {e}");

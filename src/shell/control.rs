@@ -367,7 +367,9 @@ pub async fn resume_through_daemon(state_dir: &Path, name: &str) -> Result<Strin
 }
 
 /// The suspensions for `proxsync plan`: read beside a running daemon, or asked of it.
-pub async fn plan_suspensions(state_dir: &Path) -> Result<crate::engine::Suspensions, String> {
+pub async fn plan_suspensions(
+    state_dir: &Path,
+) -> Result<std::collections::BTreeMap<String, crate::store::Suspension>, String> {
     if let Some(held) = crate::store::read_suspensions_snapshot(state_dir) {
         return Ok(held);
     }

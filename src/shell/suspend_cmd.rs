@@ -2,11 +2,9 @@
 //! runtime, kept in the state database, as `flux suspend` does. Written directly when no
 //! daemon runs, else through the daemon's control socket (it holds the database).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::config::Config;
-use crate::shell::cli::{load_config, runtime};
 use crate::shell::control::{self, SuspendRequest};
 use crate::store::{SUSPEND_ALL, Store, Suspension};
 
@@ -14,18 +12,18 @@ use crate::store::{SUSPEND_ALL, Store, Suspension};
 /// in one short line.
 pub const MAX_REASON: usize = 200;
 
+/// Whether a name is a spec of the configured source (the command line's check, handed in).
+pub type KnownSpec = fn(&Config, &str) -> Result<(), String>;
+
 /// `proxsync suspend NAME|--all [--reason TEXT]` (`name` `None`: every spec).
 pub fn suspend(
-    config_path: Option<PathBuf>,
+    config: &Config,
     name: Option<String>,
     reason: Option<String>,
+    known_spec: KnownSpec,
 ) -> ExitCode {
-    let config = match load_config(config_path) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
     let name = name.unwrap_or_else(|| SUSPEND_ALL.to_string());
-    if let Err(e) = check(&config, &name, reason.as_deref()) {
+    if let Err(e) = check(config, &name, reason.as_deref(), known_spec) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -39,7 +37,7 @@ pub fn suspend(
         },
     };
     let done = with_store(
-        &config,
+        config,
         |store| {
             store
                 .suspend(&name, &req.suspension)
@@ -72,18 +70,14 @@ pub fn suspend(
 }
 
 /// `proxsync resume NAME|--all`.
-pub fn resume(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {
-    let config = match load_config(config_path) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub fn resume(config: &Config, name: Option<String>) -> ExitCode {
     let name = name.unwrap_or_else(|| SUSPEND_ALL.to_string());
     if !control::suspendable(&name) {
         eprintln!("error: {name:?} is not a spec name");
         return ExitCode::FAILURE;
     }
     let done = with_store(
-        &config,
+        config,
         |store| (store.resume(&name)).map(|lifted| control::resumed_words(&name, &lifted)),
         |rt| rt.block_on(control::resume_through_daemon(&config.state_dir, &name)),
     );
@@ -101,7 +95,12 @@ pub fn resume(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {
 
 /// A suspension of `name` may be recorded: a spec of the source (or a removed spec whose
 /// record remains: its removal is held), or every spec; a reason that fits a status line.
-fn check(config: &Config, name: &str, reason: Option<&str>) -> Result<(), String> {
+fn check(
+    config: &Config,
+    name: &str,
+    reason: Option<&str>,
+    known_spec: KnownSpec,
+) -> Result<(), String> {
     if let Some(r) = reason {
         if r.chars().count() > MAX_REASON {
             return Err(format!(
@@ -119,7 +118,7 @@ fn check(config: &Config, name: &str, reason: Option<&str>) -> Result<(), String
     if !control::suspendable(name) {
         return Err(format!("{name:?} is not a spec name"));
     }
-    match crate::shell::cli::known_spec(config, name) {
+    match known_spec(config, name) {
         Ok(()) => Ok(()),
         Err(e) => {
             let recorded = crate::store::read_specs_snapshot(&config.state_dir)
@@ -142,7 +141,10 @@ fn with_store(
             direct(&store).map_err(|e| e.to_string())
         }
         Err(_) => {
-            let rt = runtime().map_err(|_| "cannot start the async runtime".to_string())?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the async runtime: {e}"))?;
             through_daemon(&rt)
         }
     }
