@@ -408,6 +408,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         management_policy: None,
         suspend: false,
         depends_on: Box::default(),
+        defaults: None,
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,

@@ -37,6 +37,8 @@ pub enum Command {
 Examples:
   proxsync validate                      every spec under the current directory
   proxsync validate web.yaml db.yaml     just these files
+  proxsync validate --effective eu-fra/web-01.yaml
+                                         web-01 with eu-fra's _defaults.yaml merged in
   proxsync validate --config proxsync.toml specs/
                                          also check that each spec's site is configured
 
@@ -44,6 +46,10 @@ In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- 
     Validate {
         /// Files or directories (searched recursively for *.yaml and *.yml); default: `.`.
         paths: Vec<PathBuf>,
+        /// Print each spec of the one FILE as it is with its directories' `_defaults.yaml`
+        /// merged in (a default's values commented with their file and line), then validate it.
+        #[arg(long, value_name = "FILE", conflicts_with = "paths")]
+        effective: Option<PathBuf>,
     },
     /// Check the config, each site (DNS, TCP, TLS, token, privileges, version, quorum, nodes)
     /// and what the specs need (storages, bridges, images); exit 1 on any failure. The specs are
@@ -302,7 +308,19 @@ SiteIdentityChanged message. If the endpoint is wrong instead, fix it in the con
 pub fn run(cli: Cli) -> ExitCode {
     init_logging();
     match cli.command {
-        Command::Validate { paths } => validate(cli.config, paths),
+        Command::Validate { paths, effective } => match effective {
+            Some(file) => match spec::effective_yaml(&file) {
+                Ok(text) => {
+                    print!("{text}");
+                    validate(cli.config, vec![file])
+                }
+                Err(diags) => {
+                    diags.iter().for_each(|d| eprintln!("{d}"));
+                    ExitCode::FAILURE
+                }
+            },
+            None => validate(cli.config, paths),
+        },
         Command::Doctor { specs } => doctor(cli.config, specs),
         Command::Run { once, specs } => {
             // Only the long-running command: `status` and `plan` parse files on every core,
@@ -490,15 +508,18 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         }
     }
     let mut err = std::io::stderr().lock();
-    for d in &set.diagnostics {
+    // A value in a `_defaults.yaml` is checked in every spec below it: its problem is told once.
+    let mut told = std::collections::HashSet::new();
+    let shown: Vec<&spec::Diagnostic> = (set.diagnostics.iter())
+        .filter(|d| told.insert((d.file.as_str(), d.pos, d.message.as_str())))
+        .collect();
+    for d in &shown {
         let _ = writeln!(err, "{d}");
     }
-    let errors = set
-        .diagnostics
-        .iter()
+    let errors = (shown.iter())
         .filter(|d| d.severity == spec::Severity::Error)
         .count();
-    let warnings = set.diagnostics.len() - errors;
+    let warnings = shown.len() - errors;
     let files: std::collections::BTreeSet<&str> =
         set.specs.iter().map(|s| s.file.as_str()).collect();
     if errors > 0 {

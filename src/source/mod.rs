@@ -657,7 +657,10 @@ pub(crate) fn allow_foreign_owner() {
 
 /// Parsed files by (path, blob id): their specs, shared with the spec sets read (an unchanged
 /// spec is held once however many commits are read), and their diagnostics.
-pub type ParseCache = HashMap<(String, git2::Oid), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
+/// Keyed by the file, its blob and its defaults' fingerprint
+/// (`spec::defaults::DefaultsSet::fingerprint`): a changed `_defaults.yaml` parses the files
+/// below it again.
+pub type ParseCache = HashMap<(String, git2::Oid, u64), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
 
 /// What an entry of the spec directory's tree is to the reader.
 #[derive(Debug, PartialEq, Eq)]
@@ -787,16 +790,26 @@ fn read_at(
     let odb = repo
         .odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
+    let (defaults, entries): (Vec<SpecFile>, Vec<SpecFile>) = entries
+        .into_iter()
+        .partition(|(shown, _)| spec::defaults::is_defaults_file(shown));
+    // Small and few: read every time. One that cannot be read holds the specs below it.
+    let defaults = spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
+        let bytes = read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
+        (shown, bytes)
+    }));
+    diags.extend(defaults.diagnostics.iter().cloned());
     // Each file, in order: parsed before (taken from the cache), refused unread, or its bytes
     // to parse.
     enum File {
-        Parsed(SpecFile, Parsed),
+        Parsed(CacheKey, Parsed),
         Refused(Diagnostic),
-        Parse(SpecFile, Vec<u8>),
+        Parse(CacheKey, Vec<u8>),
     }
     let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
-        let key = (shown, oid);
+        let fingerprint = if defaults.is_empty() { 0 } else { defaults.fingerprint(&shown) };
+        let key = (shown, oid, fingerprint);
         if let Some(parsed) = cache.remove(&key) {
             files.push(File::Parsed(key, parsed));
             continue;
@@ -815,7 +828,7 @@ fn read_at(
     let files = crate::util::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
             let (file_specs, file_diags) =
-                spec::parse_file_with(&key.0, &bytes, spec::Secrets::Decrypt(keyring));
+                defaults.parse_file(&key.0, &bytes, spec::Secrets::Decrypt(keyring));
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());
@@ -921,6 +934,9 @@ fn spec_tree<'r>(
 
 /// A spec file: its path as shown, and its blob.
 type SpecFile = (String, git2::Oid);
+
+/// A spec file's key in the [`ParseCache`].
+type CacheKey = (String, git2::Oid, u64);
 
 /// A spec file's specs and diagnostics.
 type Parsed = (Vec<Arc<spec::Spec>>, Vec<Diagnostic>);

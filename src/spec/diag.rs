@@ -5,22 +5,32 @@ use std::fmt;
 use serde::Serialize;
 
 /// A position in a spec file, 1-based line and column (columns count characters, not bytes).
+/// A value a spec takes from a `_defaults.yaml` (see `defaults`) is at a position in that
+/// file: `source` says which (0: the spec's own file; N: the Nth defaults file of the spec's
+/// chain, outermost first).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Pos {
     /// 1-based line.
     pub line: usize,
     /// 1-based column, in characters.
     pub column: usize,
+    /// Which file: 0 the spec's own; N the Nth `_defaults.yaml` applied to it.
+    #[serde(skip)]
+    pub source: u32,
 }
 
 impl Pos {
-    /// A position from a 1-based line and column.
+    /// A position from a 1-based line and column, in the file at hand.
     pub const fn new(line: usize, column: usize) -> Self {
-        Pos { line, column }
+        Pos {
+            line,
+            column,
+            source: 0,
+        }
     }
 
     /// The start of a file: used for problems that concern a whole file.
-    pub const START: Pos = Pos { line: 1, column: 1 };
+    pub const START: Pos = Pos::new(1, 1);
 }
 
 impl fmt::Display for Pos {

@@ -14,6 +14,9 @@ pub(super) const TOP: &str = "the document";
 /// Collects the diagnostics of one file.
 pub struct Ctx<'a> {
     file: &'a str,
+    /// The `_defaults.yaml` files the document's values may come from ([`Pos::source`] N is
+    /// `defaults[N - 1]`).
+    pub(super) defaults: &'a [std::sync::Arc<super::defaults::Defaults>],
     /// Everything found so far, in the order found.
     pub diags: Vec<Diagnostic>,
     errors: usize,
@@ -26,6 +29,7 @@ impl<'a> Ctx<'a> {
     pub fn new(file: &'a str) -> Self {
         Ctx {
             file,
+            defaults: &[],
             diags: Vec::new(),
             errors: 0,
             sealed: None,
@@ -40,12 +44,22 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn error(&mut self, pos: Pos, message: impl Into<String>) {
         self.errors += 1;
-        self.diags.push(Diagnostic::error(self.file, pos, message));
+        let (file, pos) = self.locate(pos);
+        self.diags.push(Diagnostic::error(file, pos, message));
     }
 
     pub(super) fn warning(&mut self, pos: Pos, message: impl Into<String>) {
-        self.diags
-            .push(Diagnostic::warning(self.file, pos, message));
+        let (file, pos) = self.locate(pos);
+        self.diags.push(Diagnostic::warning(file, pos, message));
+    }
+
+    /// The file `pos` is in, and `pos` in it.
+    fn locate(&self, pos: Pos) -> (&'a str, Pos) {
+        let defaults: &'a [std::sync::Arc<super::defaults::Defaults>] = self.defaults;
+        match (pos.source as usize).checked_sub(1).and_then(|i| defaults.get(i)) {
+            Some(d) => (d.file.as_str(), Pos::new(pos.line, pos.column)),
+            None => (self.file, pos),
+        }
     }
 
     /// Errors recorded so far.

@@ -45,13 +45,93 @@ pub fn load_paths_with(paths: &[PathBuf], secrets: super::Secrets) -> SpecSet {
         }
     }
 
+    let (defaults, files): (Vec<PathBuf>, Vec<PathBuf>) = files
+        .into_iter()
+        .partition(|f| super::defaults::is_defaults_file(&f.display().to_string()));
+    let defaults = read_defaults(paths, defaults, &mut diags);
+    diags.extend(defaults.diagnostics.iter().cloned());
     let mut specs = Specs::default();
     for file in &files {
-        let (file_specs, file_diags) = load_file(file, secrets);
+        let (file_specs, file_diags) = load_file(file, secrets, &defaults);
         file_specs.into_iter().for_each(|s| specs.push(s));
         diags.extend(file_diags);
     }
     assemble(specs, diags)
+}
+
+/// The effective spec documents of spec file `path`: its `_defaults.yaml` chain merged in,
+/// as YAML, each value a defaults file gave followed by a comment naming that file and line.
+/// SOPS-encrypted values are shown as written (never decrypted here).
+pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let defaults = read_defaults(&[path.to_path_buf()], Vec::new(), &mut diags);
+    let shown = path.display().to_string();
+    let chain = match defaults.chain(&shown) {
+        Ok(chain) => chain,
+        Err(_) => {
+            diags.extend(defaults.diagnostics.iter().cloned());
+            return Err(diags);
+        }
+    };
+    let bytes = fs::read(path).map_err(|e| {
+        vec![Diagnostic::error(&shown, Pos::START, format!("cannot read {shown}: {e}"))]
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (docs, parsed) = super::yaml::parse_documents(&shown, &text);
+    if parsed.iter().any(Diagnostic::is_error) {
+        return Err(parsed);
+    }
+    let texts: Vec<String> = (docs.iter())
+        .map(|doc| super::defaults::to_yaml(&super::defaults::apply(&chain, doc), &chain))
+        .collect();
+    Ok(texts.join("---\n"))
+}
+
+/// The `_defaults.yaml` files that apply to what `paths` name: `found` (in the directories
+/// walked), and those of each named path's directory and the directories above it, up to the
+/// repository's top (the first holding `.git`).
+fn read_defaults(
+    paths: &[PathBuf],
+    found: Vec<PathBuf>,
+    diags: &mut Vec<Diagnostic>,
+) -> super::defaults::DefaultsSet {
+    let mut all = found;
+    for path in paths {
+        let mut dir = match path.is_dir() {
+            true => Some(path.as_path()),
+            false => path.parent(),
+        };
+        while let Some(d) = dir {
+            let candidate = d.join(super::defaults::DEFAULTS_FILE);
+            if candidate.is_file() {
+                all.push(candidate);
+            }
+            if d.join(".git").exists() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    // One file named two ways (`./x` and `x`) is read once.
+    let mut seen = HashSet::new();
+    all.retain(|p| seen.insert(fs::canonicalize(p).unwrap_or_else(|_| p.clone())));
+    let mut read = Vec::new();
+    for path in all {
+        let shown = path.display().to_string();
+        match fs::read(&path) {
+            Ok(bytes) => read.push((shown, bytes)),
+            Err(e) => {
+                diags.push(Diagnostic::error(
+                    &shown,
+                    Pos::START,
+                    format!("cannot read {shown}: {e}"),
+                ));
+                // Unread, it holds every spec below it (as a broken one does).
+                read.push((shown, Vec::new()));
+            }
+        }
+    }
+    super::defaults::DefaultsSet::parse(read)
 }
 
 /// Makes a [`SpecSet`] from every file's specs and diagnostics: checks for duplicate names
@@ -209,7 +289,11 @@ fn check_symlink(root: &Path, path: &Path, name: &str) -> Result<(), Option<Stri
 }
 
 /// Reads and parses one file, refusing oversized and non-regular files before reading them.
-fn load_file(path: &Path, secrets: super::Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
+fn load_file(
+    path: &Path,
+    secrets: super::Secrets,
+    defaults: &super::defaults::DefaultsSet,
+) -> (Vec<Spec>, Vec<Diagnostic>) {
     let shown = path.display().to_string();
     let fail = |msg: String| (Vec::new(), vec![Diagnostic::error(&shown, Pos::START, msg)]);
     let meta = match fs::metadata(path) {
@@ -234,7 +318,7 @@ fn load_file(path: &Path, secrets: super::Secrets) -> (Vec<Spec>, Vec<Diagnostic
     if let Err(e) = read {
         return fail(format!("cannot read {shown}: {e}"));
     }
-    super::parse_file_with(&shown, &bytes, secrets)
+    defaults.parse_file(&shown, &bytes, secrets)
 }
 
 /// Reports every spec whose `metadata.name` was already used by an earlier spec (in another
@@ -414,8 +498,8 @@ pub fn check_sites<'a>(
         .filter(|s| !sites.contains(&s.site.as_str()))
         .map(|s| {
             Diagnostic::error(
-                &s.file,
-                s.site_pos,
+                s.file_of(s.site_pos),
+                Pos::new(s.site_pos.line, s.site_pos.column),
                 format!(
                     "site {:?} is not a [[site]] of the proxsync config; {valid}",
                     s.site

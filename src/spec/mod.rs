@@ -31,6 +31,7 @@
 
 mod adopt;
 mod cloudinit;
+pub mod defaults;
 mod diag;
 mod disks;
 mod fields;
@@ -68,7 +69,9 @@ pub use hardware::{
 pub use hash::{content_hash, remember_hashes, spec_hash};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
-pub use load::{assemble, check_duplicates, check_sites, load_paths, load_paths_with};
+pub use load::{
+    assemble, check_duplicates, check_sites, effective_yaml, load_paths, load_paths_with,
+};
 pub use names::{check_spec_name, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::json_schema;
@@ -216,6 +219,10 @@ pub struct Spec {
     /// `destroyDisks`: slots whose attached disk is destroyed with its data (removing a disk
     /// from `disks` only detaches it). Never the boot disk.
     pub destroy_disks: Vec<String>,
+    /// The `_defaults.yaml` files the spec took values from, outermost first (`None`: none):
+    /// a position with [`Pos::source`] N is in the Nth ([`Spec::file_of`]).
+    #[serde(skip)]
+    pub defaults: Option<Arc<Vec<String>>>,
     /// The spec's hashes, worked out once when the git source parses it
     /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
     /// Not part of the spec's content: ignored by `==` and never serialised.
@@ -396,6 +403,18 @@ pub struct Specs(Vec<Arc<Spec>>);
 pub type SpecsIter<'a> =
     std::iter::Map<std::slice::Iter<'a, Arc<Spec>>, fn(&'a Arc<Spec>) -> &'a Spec>;
 
+impl Spec {
+    /// The file `pos` (one of the spec's positions) is in: the spec's own, or the
+    /// `_defaults.yaml` the value came from.
+    pub fn file_of(&self, pos: Pos) -> &str {
+        let from = (pos.source as usize).checked_sub(1);
+        match from.and_then(|i| self.defaults.as_ref()?.get(i)) {
+            Some(f) => f,
+            None => &self.file,
+        }
+    }
+}
+
 impl Specs {
     pub fn iter(&self) -> SpecsIter<'_> {
         self.0.iter().map(|s| &**s)
@@ -538,6 +557,17 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
 
 /// [`parse_file`], opening SOPS-encrypted documents as `secrets` says.
 pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
+    parse_file_defaulted(file, bytes, secrets, &[])
+}
+
+/// [`parse_file_with`], each document taking the values of `chain` it does not set itself
+/// (the `_defaults.yaml` files of its directory and above, outermost first; see [`defaults`]).
+pub fn parse_file_defaulted(
+    file: &str,
+    bytes: &[u8],
+    secrets: Secrets,
+    chain: &[Arc<defaults::Defaults>],
+) -> (Vec<Spec>, Vec<Diagnostic>) {
     if bytes.len() > MAX_FILE_BYTES {
         let d = Diagnostic::error(
             file,
@@ -558,13 +588,27 @@ pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>
 
     let (mut docs, mut diags) = yaml::parse_documents(file, text);
     let mut ctx = fields::Ctx::new(file);
+    ctx.defaults = chain;
+    // The files a spec's positions may be in, shared by the file's specs.
+    let files: Option<Arc<Vec<String>>> =
+        (!chain.is_empty()).then(|| Arc::new(chain.iter().map(|d| d.file.clone()).collect()));
+    let with_files = |s: Spec| Spec {
+        defaults: files.clone(),
+        ..s
+    };
+    // A sealed document is opened as written (its MAC covers its own values), then the
+    // defaults are merged under it.
+    let validate = |ctx: &mut fields::Ctx, doc: &yaml::Node| match chain.is_empty() {
+        true => validate::validate_document(ctx, doc),
+        false => validate::validate_document(ctx, &defaults::apply(chain, doc)).map(with_files),
+    };
     let specs: Vec<Spec> = docs
         .iter_mut()
         .filter_map(|doc| match sealed::open(file, doc, secrets) {
-            sealed::Opened::Plain => validate::validate_document(&mut ctx, doc),
+            sealed::Opened::Plain => validate(&mut ctx, doc),
             sealed::Opened::Decrypted { at, ciphertext } => {
                 ctx.sealed = Some(at);
-                let spec = validate::validate_document(&mut ctx, doc);
+                let spec = validate(&mut ctx, doc);
                 ctx.sealed = None;
                 spec.map(|s| Spec {
                     user_data_sealed: Some(ciphertext.into()),
@@ -572,7 +616,7 @@ pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>
                 })
             }
             sealed::Opened::Unopened(warning) => {
-                let spec = validate::validate_document(&mut ctx, doc);
+                let spec = validate(&mut ctx, doc);
                 ctx.diags
                     .push(warning.for_spec(spec.as_ref().map(|s| s.name.as_str())));
                 spec

@@ -281,6 +281,7 @@ fn assemble(
         networks,
         disks,
         destroy_disks,
+        defaults: None,
         hashes: Default::default(),
     })
 }

@@ -1,0 +1,447 @@
+//! `_defaults.yaml` (`kind: ProxmoxDefaults`): values every spec in its directory and below
+//! takes unless it sets them itself.
+//!
+//! ```yaml
+//! apiVersion: proxsync.io/v1
+//! kind: ProxmoxDefaults
+//! metadata:
+//!   labels: {team: web}          # merged into each spec's labels
+//! spec:
+//!   deletionPolicy: Orphan
+//!   forProvider:
+//!     site: eu-fra
+//!     cloudInit: {user: ops, sshKeys: ["ssh-ed25519 AAAA... ops"]}
+//! ```
+//!
+//! The merge is of the YAML trees, before validation: mappings are merged key by key at every
+//! depth and the spec wins; a list or a scalar the spec sets replaces the default's whole (a
+//! spec's `tags: [db]` is its tags, not added to the default's); a key the spec sets to
+//! nothing (`pool:`) unsets the default. Defaults deeper in the tree apply over those above
+//! them. Each merged value keeps its position in the file it came from, so an error points at
+//! the defaults file and line when the value is the default's. What validation makes of the
+//! result is the spec: its hash, and so its update, is of the effective spec.
+
+use std::sync::Arc;
+
+use super::diag::{Diagnostic, Pos};
+use super::yaml::{Node, Value};
+
+/// The file name of a defaults file, in any directory of the spec tree.
+pub const DEFAULTS_FILE: &str = "_defaults.yaml";
+/// The `kind` of a defaults file.
+pub const DEFAULTS_KIND: &str = "ProxmoxDefaults";
+
+/// One parsed `_defaults.yaml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    /// The file, as shown in diagnostics.
+    pub file: String,
+    /// The directory it applies to, `/`-separated, no trailing `/` (`""`: the top).
+    pub dir: String,
+    /// `metadata` (labels and annotations) and `spec`, as a document's top-level mapping.
+    tree: Node,
+    /// A hash of the file's bytes (what a parse cache keys on).
+    hash: u64,
+}
+
+/// Whether a path (as the loaders show it) is a defaults file.
+pub fn is_defaults_file(path: &str) -> bool {
+    path.rsplit('/').next() == Some(DEFAULTS_FILE)
+}
+
+/// The directory of `path`, `/`-separated (`""` for a file at the top).
+pub fn dir_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(dir, _)| dir)
+}
+
+/// The defaults that apply to the spec file `path`, outermost first: those whose directory is
+/// the file's or one above it.
+pub fn chain_for(all: &[Arc<Defaults>], path: &str) -> Vec<Arc<Defaults>> {
+    let dir = dir_of(path);
+    let mut chain: Vec<Arc<Defaults>> = (all.iter())
+        .filter(|d| {
+            d.dir.is_empty()
+                || dir == d.dir
+                || dir
+                    .strip_prefix(d.dir.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+        .cloned()
+        .collect();
+    chain.sort_by_key(|d| d.dir.len());
+    chain
+}
+
+/// Parses a defaults file's bytes: one document, `kind: ProxmoxDefaults`, a supported
+/// `apiVersion`, `spec` a mapping, `metadata` only `labels` and `annotations`. Its values are
+/// checked where they are used: in each spec they are merged into.
+pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnostic>> {
+    let error = |pos: Pos, message: String| vec![Diagnostic::error(file, pos, message)];
+    if bytes.len() > super::MAX_FILE_BYTES {
+        return Err(error(Pos::START, "file is larger than 1 MiB".into()));
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| error(Pos::START, "file is not UTF-8 text".into()))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (mut docs, diags) = super::yaml::parse_documents(file, text);
+    if diags.iter().any(Diagnostic::is_error) {
+        return Err(diags);
+    }
+    if docs.len() != 1 {
+        return Err(error(
+            Pos::START,
+            format!(
+                "{DEFAULTS_FILE} holds {} documents; it holds exactly one, of kind {DEFAULTS_KIND}",
+                docs.len()
+            ),
+        ));
+    }
+    let doc = docs.remove(0);
+    let Value::Map(entries) = &doc.value else {
+        return Err(error(
+            doc.pos,
+            format!("a {DEFAULTS_KIND} document is a mapping with apiVersion, kind, metadata and spec"),
+        ));
+    };
+    let mut problems = Vec::new();
+    let mut tree = Vec::new();
+    let (mut kind, mut api) = (None, None);
+    for (k, v) in entries {
+        match (key(k), &v.value) {
+            (Some("apiVersion"), Value::Str(s)) if super::API_VERSIONS.contains(&s.as_str()) => {
+                api = Some(())
+            }
+            (Some("apiVersion"), _) => problems.push(Diagnostic::error(
+                file,
+                v.pos,
+                format!("apiVersion must be one of {}", super::API_VERSIONS.join(", ")),
+            )),
+            (Some("kind"), Value::Str(s)) if s == DEFAULTS_KIND => kind = Some(()),
+            (Some("kind"), _) => problems.push(Diagnostic::error(
+                file,
+                v.pos,
+                format!("the kind of {DEFAULTS_FILE} is {DEFAULTS_KIND}"),
+            )),
+            (Some("spec"), Value::Map(_)) => tree.push((k.clone(), v.clone())),
+            (Some("metadata"), Value::Map(m)) => {
+                for (mk, _) in m {
+                    if !matches!(key(mk), Some("labels" | "annotations")) {
+                        problems.push(Diagnostic::error(
+                            file,
+                            mk.pos,
+                            format!(
+                                "metadata of {DEFAULTS_FILE} may hold labels and annotations; \
+                                 each spec names itself"
+                            ),
+                        ));
+                    }
+                }
+                tree.push((k.clone(), v.clone()));
+            }
+            (Some(name @ ("spec" | "metadata")), _) => problems.push(Diagnostic::error(
+                file,
+                v.pos,
+                format!("{name} must be a mapping; found {}", v.value.describe()),
+            )),
+            _ => problems.push(Diagnostic::error(
+                file,
+                k.pos,
+                format!("unknown field; a {DEFAULTS_KIND} has apiVersion, kind, metadata and spec"),
+            )),
+        }
+    }
+    if api.is_none() || kind.is_none() {
+        problems.push(Diagnostic::error(
+            file,
+            doc.pos,
+            format!(
+                "a {DEFAULTS_FILE} needs apiVersion: {} and kind: {DEFAULTS_KIND}",
+                super::API_VERSIONS[0]
+            ),
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Defaults {
+        hash: crate::util::fnv::fnv(bytes.iter().copied()),
+        file: file.to_string(),
+        dir: dir_of(file).to_string(),
+        tree: Node {
+            pos: doc.pos,
+            value: Value::Map(tree),
+        },
+    })
+}
+
+/// The string of a mapping key, if it is one.
+fn key(n: &Node) -> Option<&str> {
+    match &n.value {
+        Value::Str(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// `doc` (a spec document) with `chain`'s values merged under it, each default's nodes at
+/// their position in its file (`Pos::source` N: `chain[N - 1]`).
+pub fn apply(chain: &[Arc<Defaults>], doc: &Node) -> Node {
+    let mut base: Option<Node> = None;
+    for (i, d) in chain.iter().enumerate() {
+        let mut tree = d.tree.clone();
+        tag(&mut tree, i as u32 + 1);
+        base = Some(match base {
+            None => tree,
+            Some(b) => merge(&b, &tree),
+        });
+    }
+    match base {
+        None => doc.clone(),
+        Some(b) => merge(&b, doc),
+    }
+}
+
+/// Marks every node of `n` as from source `source`.
+fn tag(n: &mut Node, source: u32) {
+    n.pos.source = source;
+    match &mut n.value {
+        Value::Seq(items) => items.iter_mut().for_each(|i| tag(i, source)),
+        Value::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
+            tag(k, source);
+            tag(v, source);
+        }),
+        _ => {}
+    }
+}
+
+/// `over` merged over `base`: two mappings key by key (recursively, `over`'s keys in its
+/// order, then `base`'s others); anything else is `over`'s.
+fn merge(base: &Node, over: &Node) -> Node {
+    let (Value::Map(b), Value::Map(o)) = (&base.value, &over.value) else {
+        return over.clone();
+    };
+    let mut entries: Vec<(Node, Node)> = Vec::with_capacity(b.len() + o.len());
+    for (k, v) in o {
+        let under = (b.iter()).find(|(bk, _)| bk.value == k.value && key(bk).is_some());
+        let first = !entries.iter().any(|(ek, _)| ek.value == k.value);
+        match under {
+            Some((_, bv)) if first => entries.push((k.clone(), merge(bv, v))),
+            _ => entries.push((k.clone(), v.clone())),
+        }
+    }
+    for (k, v) in b {
+        if !o.iter().any(|(ok, _)| ok.value == k.value) {
+            entries.push((k.clone(), v.clone()));
+        }
+    }
+    Node {
+        pos: over.pos,
+        value: Value::Map(entries),
+    }
+}
+
+/// The YAML text of `n` (the effective spec `validate --effective` prints), each value the
+/// defaults gave followed by a comment naming the file and line it came from.
+pub fn to_yaml(n: &Node, chain: &[Arc<Defaults>]) -> String {
+    let mut out = String::new();
+    write_node(&mut out, n, 0, chain);
+    out
+}
+
+/// Where a node came from, as a trailing comment (nothing for the spec's own values).
+fn origin(n: &Node, chain: &[Arc<Defaults>]) -> String {
+    match (n.pos.source as usize).checked_sub(1).and_then(|i| chain.get(i)) {
+        Some(d) => format!("  # {}:{}", d.file, n.pos.line),
+        None => String::new(),
+    }
+}
+
+fn write_node(out: &mut String, n: &Node, indent: usize, chain: &[Arc<Defaults>]) {
+    let pad = " ".repeat(indent);
+    match &n.value {
+        Value::Map(entries) if !entries.is_empty() => {
+            for (k, v) in entries {
+                let name = scalar(&k.value);
+                match &v.value {
+                    Value::Map(m) if !m.is_empty() => {
+                        out.push_str(&format!("{pad}{name}:{}\n", origin(k, chain)));
+                        write_node(out, v, indent + 2, chain);
+                    }
+                    Value::Seq(s) if !s.is_empty() => {
+                        out.push_str(&format!("{pad}{name}:{}\n", origin(v, chain)));
+                        write_node(out, v, indent, chain);
+                    }
+                    other => out.push_str(&format!(
+                        "{pad}{name}: {}{}\n",
+                        inline(other),
+                        origin(v, chain)
+                    )),
+                }
+            }
+        }
+        Value::Seq(items) if !items.is_empty() => {
+            for item in items {
+                match &item.value {
+                    Value::Map(m) if !m.is_empty() => {
+                        // The first entry on the dash's line, the rest under it.
+                        let mut text = String::new();
+                        write_node(&mut text, item, indent + 2, chain);
+                        let body = text.trim_start();
+                        out.push_str(&format!("{pad}- {body}"));
+                    }
+                    other => out.push_str(&format!(
+                        "{pad}- {}{}\n",
+                        inline(other),
+                        origin(item, chain)
+                    )),
+                }
+            }
+        }
+        other => out.push_str(&format!("{pad}{}\n", inline(other))),
+    }
+}
+
+/// A value on one line: scalars as YAML reads them back; an empty mapping or list as `{}`/`[]`;
+/// a nested one as flow JSON (valid YAML).
+fn inline(v: &Value) -> String {
+    match v {
+        Value::Map(m) if m.is_empty() => "{}".into(),
+        Value::Seq(s) if s.is_empty() => "[]".into(),
+        Value::Map(_) | Value::Seq(_) => serde_json::to_string(&to_json(v)).unwrap_or_default(),
+        other => scalar(other),
+    }
+}
+
+fn to_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Null => serde_json::Value::Null,
+        Value::Bool(b) => (*b).into(),
+        Value::Int(i) => i64::try_from(*i).map_or_else(|_| i.to_string().into(), Into::into),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
+        Value::Str(s) => s.clone().into(),
+        Value::Seq(items) => items.iter().map(|i| to_json(&i.value)).collect(),
+        Value::Map(entries) => (entries.iter())
+            .map(|(k, v)| (scalar(&k.value).trim_matches('"').to_string(), to_json(&v.value)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+    }
+}
+
+/// A scalar as YAML reads it back: a string is quoted (JSON style) unless it is plain text
+/// YAML would read as the same string.
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Str(s) if plain(s) => s.clone(),
+        Value::Str(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Seq(_) | Value::Map(_) => inline(v),
+    }
+}
+
+/// Whether `s` can be written unquoted and read back as the same string.
+fn plain(s: &str) -> bool {
+    let reserved = ["true", "false", "null", "yes", "no", "on", "off", "~", ""];
+    !reserved.contains(&s.to_ascii_lowercase().as_str())
+        && s.parse::<f64>().is_err()
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./@+=".contains(c))
+}
+
+/// The `_defaults.yaml` files of a spec tree: those that parse, and those that do not (every
+/// spec below one of those is held: read without it, it could mean another VM, or delete one
+/// the defaults said to orphan).
+#[derive(Debug, Default)]
+pub struct DefaultsSet {
+    good: Vec<Arc<Defaults>>,
+    /// (file, directory) of each defaults file that does not parse.
+    broken: Vec<(String, String)>,
+    /// The broken files' errors.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl DefaultsSet {
+    /// Parses each `(file, bytes)`.
+    pub fn parse(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> DefaultsSet {
+        let mut set = DefaultsSet::default();
+        for (file, bytes) in files {
+            match parse_defaults(&file, &bytes) {
+                Ok(d) => set.good.push(Arc::new(d)),
+                Err(diags) => {
+                    set.broken.push((file.clone(), dir_of(&file).to_string()));
+                    set.diagnostics.extend(diags);
+                }
+            }
+        }
+        set
+    }
+
+    /// Whether there is no defaults file at all.
+    pub fn is_empty(&self) -> bool {
+        self.good.is_empty() && self.broken.is_empty()
+    }
+
+    /// The chain of spec file `path` (see [`chain_for`]), or the broken defaults file that
+    /// holds it.
+    pub fn chain(&self, path: &str) -> Result<Vec<Arc<Defaults>>, &str> {
+        let dir = dir_of(path);
+        let under = |d: &str| {
+            d.is_empty() || dir == d || dir.strip_prefix(d).is_some_and(|r| r.starts_with('/'))
+        };
+        if let Some((file, _)) = self.broken.iter().find(|(_, d)| under(d)) {
+            return Err(file);
+        }
+        Ok(chain_for(&self.good, path))
+    }
+
+    /// A hash of the chain of `path` (the files and what they say), for a parse cache: a spec
+    /// file is parsed again when its defaults change.
+    pub fn fingerprint(&self, path: &str) -> u64 {
+        let mut h = crate::util::fnv::FnvHasher::default();
+        match self.chain(path) {
+            Ok(chain) => chain.iter().for_each(|d| {
+                std::hash::Hasher::write(&mut h, d.file.as_bytes());
+                std::hash::Hasher::write_u64(&mut h, d.hash);
+            }),
+            Err(broken) => std::hash::Hasher::write(&mut h, broken.as_bytes()),
+        }
+        std::hash::Hasher::finish(&h)
+    }
+
+    /// Parses spec file `file` with its chain; a file under a broken defaults file gives no
+    /// spec, only an error per document naming its spec (so its VM is left alone, not taken
+    /// as removed).
+    pub fn parse_file(
+        &self,
+        file: &str,
+        bytes: &[u8],
+        secrets: super::Secrets,
+    ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
+        match self.chain(file) {
+            Ok(chain) => super::parse_file_defaulted(file, bytes, secrets, &chain),
+            Err(broken) => (Vec::new(), held(file, bytes, broken)),
+        }
+    }
+}
+
+/// An error per document of spec file `file`, named for its spec when the name can be read:
+/// the defaults file `broken` above it has errors.
+fn held(file: &str, bytes: &[u8], broken: &str) -> Vec<Diagnostic> {
+    let message = format!(
+        "not read: {broken}, which applies to this file, has errors; fix it first (its specs' \
+         VMs are left as they are meanwhile)"
+    );
+    let text = String::from_utf8_lossy(bytes);
+    let (docs, _) = super::yaml::parse_documents(file, &text);
+    if docs.is_empty() {
+        return vec![Diagnostic::error(file, Pos::START, message)];
+    }
+    (docs.iter())
+        .map(|doc| {
+            let name = super::validate::document_name(doc);
+            Diagnostic::error(file, doc.pos, message.clone()).for_spec(name.as_deref())
+        })
+        .collect()
+}
