@@ -795,7 +795,8 @@ fn read_at(
         .partition(|(shown, _)| spec::defaults::is_defaults_file(shown));
     // Small and few: read every time. One that cannot be read holds the specs below it.
     let defaults = spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
-        let bytes = read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
+        let bytes =
+            read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
         (shown, bytes)
     }));
     diags.extend(defaults.diagnostics.iter().cloned());
@@ -808,7 +809,11 @@ fn read_at(
     }
     let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
-        let fingerprint = if defaults.is_empty() { 0 } else { defaults.fingerprint(&shown) };
+        let fingerprint = if defaults.is_empty() {
+            0
+        } else {
+            defaults.fingerprint(&shown)
+        };
         let key = (shown, oid, fingerprint);
         if let Some(parsed) = cache.remove(&key) {
             files.push(File::Parsed(key, parsed));

@@ -100,7 +100,9 @@ pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnost
     let Value::Map(entries) = &doc.value else {
         return Err(error(
             doc.pos,
-            format!("a {DEFAULTS_KIND} document is a mapping with apiVersion, kind, metadata and spec"),
+            format!(
+                "a {DEFAULTS_KIND} document is a mapping with apiVersion, kind, metadata and spec"
+            ),
         ));
     };
     let mut problems = Vec::new();
@@ -114,7 +116,10 @@ pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnost
             (Some("apiVersion"), _) => problems.push(Diagnostic::error(
                 file,
                 v.pos,
-                format!("apiVersion must be one of {}", super::API_VERSIONS.join(", ")),
+                format!(
+                    "apiVersion must be one of {}",
+                    super::API_VERSIONS.join(", ")
+                ),
             )),
             (Some("kind"), Value::Str(s)) if s == DEFAULTS_KIND => kind = Some(()),
             (Some("kind"), _) => problems.push(Diagnostic::error(
@@ -249,7 +254,10 @@ pub fn to_yaml(n: &Node, chain: &[Arc<Defaults>]) -> String {
 
 /// Where a node came from, as a trailing comment (nothing for the spec's own values).
 fn origin(n: &Node, chain: &[Arc<Defaults>]) -> String {
-    match (n.pos.source as usize).checked_sub(1).and_then(|i| chain.get(i)) {
+    match (n.pos.source as usize)
+        .checked_sub(1)
+        .and_then(|i| chain.get(i))
+    {
         Some(d) => format!("  # {}:{}", d.file, n.pos.line),
         None => String::new(),
     }
@@ -316,11 +324,18 @@ fn to_json(v: &Value) -> serde_json::Value {
         Value::Null => serde_json::Value::Null,
         Value::Bool(b) => (*b).into(),
         Value::Int(i) => i64::try_from(*i).map_or_else(|_| i.to_string().into(), Into::into),
-        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
+        Value::Float(f) => {
+            serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into)
+        }
         Value::Str(s) => s.clone().into(),
         Value::Seq(items) => items.iter().map(|i| to_json(&i.value)).collect(),
         Value::Map(entries) => (entries.iter())
-            .map(|(k, v)| (scalar(&k.value).trim_matches('"').to_string(), to_json(&v.value)))
+            .map(|(k, v)| {
+                (
+                    scalar(&k.value).trim_matches('"').to_string(),
+                    to_json(&v.value),
+                )
+            })
             .collect::<serde_json::Map<_, _>>()
             .into(),
     }
@@ -345,7 +360,9 @@ fn plain(s: &str) -> bool {
     let reserved = ["true", "false", "null", "yes", "no", "on", "off", "~", ""];
     !reserved.contains(&s.to_ascii_lowercase().as_str())
         && s.parse::<f64>().is_err()
-        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./@+=".contains(c))
 }
@@ -444,4 +461,230 @@ fn held(file: &str, bytes: &[u8], broken: &str) -> Vec<Diagnostic> {
             Diagnostic::error(file, doc.pos, message.clone()).for_spec(name.as_deref())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults(file: &str, text: &str) -> Arc<Defaults> {
+        Arc::new(parse_defaults(file, text.as_bytes()).expect("parses"))
+    }
+
+    const TOP: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxDefaults
+metadata:
+  labels: {team: web}
+spec:
+  deletionPolicy: Orphan
+  forProvider:
+    site: eu-fra
+    node: pve1
+    image: \"9000\"
+    tags: [web, prod]
+    pool: shared
+    cloudInit: {user: ops, nameservers: [192.0.2.53]}
+";
+
+    const DEEPER: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxDefaults
+spec:
+  forProvider:
+    node: pve2
+";
+
+    const SPEC: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxVM
+metadata:
+  name: web-01
+  labels: {role: frontend}
+spec:
+  forProvider:
+    tags: [db]
+    pool:
+    cloudInit: {ipConfig: [{ip: dhcp}]}
+";
+
+    fn parse_with(
+        chain: &[Arc<Defaults>],
+        file: &str,
+        text: &str,
+    ) -> (Vec<super::super::Spec>, Vec<String>) {
+        let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+        let (specs, diags) = super::super::parse_file_defaulted(
+            file,
+            text.as_bytes(),
+            super::super::Secrets::Decrypt(&none),
+            chain,
+        );
+        (specs, diags.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn maps_merge_deeply_the_spec_wins_lists_are_replaced_and_nothing_unsets() {
+        let chain = [
+            defaults("_defaults.yaml", TOP),
+            defaults("eu/_defaults.yaml", DEEPER),
+        ];
+        let (specs, diags) = parse_with(&chain, "eu/web.yaml", SPEC);
+        assert!(diags.is_empty(), "{diags:?}");
+        let s = &specs[0];
+        assert_eq!(s.site, "eu-fra");
+        assert_eq!(
+            s.node, "pve2",
+            "the deeper defaults file wins over the outer one"
+        );
+        assert_eq!(s.tags, ["db"], "a list is replaced, not added to");
+        assert_eq!(
+            s.hardware.pool, None,
+            "`pool:` with nothing unsets the default"
+        );
+        assert_eq!(s.deletion_policy, super::super::DeletionPolicy::Orphan);
+        let ci = s.cloud_init.as_deref().expect("cloudInit");
+        assert_eq!(ci.user.as_deref(), Some("ops"), "merged key by key");
+        assert_eq!(ci.nameservers, ["192.0.2.53"]);
+        assert_eq!(ci.ip_config.len(), 1);
+        assert_eq!(s.labels.get("team").map(String::as_str), Some("web"));
+        assert_eq!(s.labels.get("role").map(String::as_str), Some("frontend"));
+        assert_eq!(s.file_of(s.site_pos), "_defaults.yaml");
+        assert_eq!(s.site_pos.line, 8);
+        assert_eq!(s.file_of(s.pos), "eu/web.yaml");
+    }
+
+    #[test]
+    fn the_hash_is_of_the_effective_spec() {
+        let chain = [defaults("_defaults.yaml", TOP)];
+        let (a, _) = parse_with(&chain, "web.yaml", SPEC);
+        let changed = [defaults(
+            "_defaults.yaml",
+            &TOP.replace("node: pve1", "node: pve3"),
+        )];
+        let (b, _) = parse_with(&changed, "web.yaml", SPEC);
+        assert_ne!(
+            super::super::spec_hash(&a[0]),
+            super::super::spec_hash(&b[0])
+        );
+    }
+
+    #[test]
+    fn an_error_in_a_default_points_at_the_defaults_file_and_line() {
+        let chain = [defaults(
+            "eu/_defaults.yaml",
+            &DEEPER.replace("node: pve2", "cpu: four"),
+        )];
+        let (specs, diags) = parse_with(
+            &chain,
+            "eu/web.yaml",
+            &SPEC.replace(
+                "    tags: [db]\n",
+                "    tags: [db]\n    site: x\n    node: n\n    image: \"9000\"\n",
+            ),
+        );
+        assert!(specs.is_empty());
+        assert!(
+            diags
+                .iter()
+                .any(|d| d.starts_with("eu/_defaults.yaml:5:10: error: spec.forProvider.cpu")),
+            "{diags:?}"
+        );
+    }
+
+    #[test]
+    fn a_defaults_file_applies_to_its_directory_and_below_only() {
+        let all = [
+            defaults("eu/_defaults.yaml", DEEPER),
+            defaults("_defaults.yaml", TOP),
+            defaults("eu-fra/_defaults.yaml", DEEPER),
+        ];
+        let files = |path: &str| -> Vec<String> {
+            chain_for(&all, path)
+                .iter()
+                .map(|d| d.file.clone())
+                .collect()
+        };
+        assert_eq!(
+            files("eu/a/web.yaml"),
+            ["_defaults.yaml", "eu/_defaults.yaml"]
+        );
+        assert_eq!(
+            files("eu/web.yaml"),
+            ["_defaults.yaml", "eu/_defaults.yaml"]
+        );
+        assert_eq!(
+            files("eu-fra/web.yaml"),
+            ["_defaults.yaml", "eu-fra/_defaults.yaml"]
+        );
+        assert_eq!(files("web.yaml"), ["_defaults.yaml"]);
+    }
+
+    #[test]
+    fn a_defaults_file_is_refused_unless_it_is_one_proxmox_defaults() {
+        let refused = |text: &str| {
+            parse_defaults("_defaults.yaml", text.as_bytes()).unwrap_err()[0].to_string()
+        };
+        assert!(
+            refused(&TOP.replace("ProxmoxDefaults", "ProxmoxVM"))
+                .contains("the kind of _defaults.yaml is ProxmoxDefaults")
+        );
+        assert!(
+            refused(&TOP.replace("  labels: {team: web}", "  name: web-01"))
+                .contains("each spec names itself")
+        );
+        assert!(refused(&format!("{TOP}---\n{DEEPER}")).contains("holds 2 documents"));
+        assert!(
+            refused("apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec: 3\n")
+                .contains("spec must be a mapping")
+        );
+    }
+
+    #[test]
+    fn specs_below_a_broken_defaults_file_are_held_by_name() {
+        let set = DefaultsSet::parse([
+            ("eu/_defaults.yaml".to_string(), b"kind: [".to_vec()),
+            ("_defaults.yaml".to_string(), TOP.as_bytes().to_vec()),
+        ]);
+        assert!(!set.diagnostics.is_empty());
+        let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
+        let (specs, diags) = set.parse_file(
+            "eu/web.yaml",
+            SPEC.as_bytes(),
+            super::super::Secrets::Decrypt(&none),
+        );
+        assert!(specs.is_empty());
+        assert_eq!(
+            diags[0].spec.as_deref(),
+            Some("web-01"),
+            "held, not taken as removed"
+        );
+        assert!(diags[0].message.contains("eu/_defaults.yaml"), "{diags:?}");
+        let (specs, _) = set.parse_file(
+            "web.yaml",
+            SPEC.as_bytes(),
+            super::super::Secrets::Decrypt(&none),
+        );
+        assert_eq!(
+            specs.len(),
+            1,
+            "a spec outside the broken file's directory is read"
+        );
+    }
+
+    #[test]
+    fn the_effective_yaml_reads_back_as_the_same_spec() {
+        let chain = [
+            defaults("_defaults.yaml", TOP),
+            defaults("eu/_defaults.yaml", DEEPER),
+        ];
+        let (docs, _) = super::super::yaml::parse_documents("eu/web.yaml", SPEC);
+        let text = to_yaml(&apply(&chain, &docs[0]), &chain);
+        assert!(text.contains("node: pve2  # eu/_defaults.yaml:5"), "{text}");
+        let (direct, _) = parse_with(&chain, "eu/web.yaml", SPEC);
+        let (back, diags) = parse_with(&[], "eu/web.yaml", &text);
+        assert!(diags.is_empty(), "{diags:?}\n{text}");
+        assert_eq!(
+            super::super::spec_hash(&direct[0]),
+            super::super::spec_hash(&back[0]),
+            "{text}"
+        );
+    }
 }

@@ -56,7 +56,10 @@ impl<'a> Ctx<'a> {
     /// The file `pos` is in, and `pos` in it.
     fn locate(&self, pos: Pos) -> (&'a str, Pos) {
         let defaults: &'a [std::sync::Arc<super::defaults::Defaults>] = self.defaults;
-        match (pos.source as usize).checked_sub(1).and_then(|i| defaults.get(i)) {
+        match (pos.source as usize)
+            .checked_sub(1)
+            .and_then(|i| defaults.get(i))
+        {
             Some(d) => (d.file.as_str(), Pos::new(pos.line, pos.column)),
             None => (self.file, pos),
         }

@@ -74,7 +74,11 @@ pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
         }
     };
     let bytes = fs::read(path).map_err(|e| {
-        vec![Diagnostic::error(&shown, Pos::START, format!("cannot read {shown}: {e}"))]
+        vec![Diagnostic::error(
+            &shown,
+            Pos::START,
+            format!("cannot read {shown}: {e}"),
+        )]
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let (docs, parsed) = super::yaml::parse_documents(&shown, &text);

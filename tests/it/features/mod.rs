@@ -2,6 +2,7 @@
 
 mod cli_habits;
 mod daemon;
+mod defaults;
 mod doctor;
 mod import;
 mod inventory;
