@@ -508,11 +508,7 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         }
     }
     let mut err = std::io::stderr().lock();
-    // A value in a `_defaults.yaml` is checked in every spec below it: its problem is told once.
-    let mut told = std::collections::HashSet::new();
-    let shown: Vec<&spec::Diagnostic> = (set.diagnostics.iter())
-        .filter(|d| told.insert((d.file.as_str(), d.pos, d.message.as_str())))
-        .collect();
+    let shown = once_each(&set.diagnostics);
     for d in &shown {
         let _ = writeln!(err, "{d}");
     }
@@ -550,6 +546,15 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         }
     );
     ExitCode::SUCCESS
+}
+
+/// Each diagnostic once: a value in a `_defaults.yaml` is checked in every spec below it, and
+/// its problem is told once.
+fn once_each(diags: &[spec::Diagnostic]) -> Vec<&spec::Diagnostic> {
+    let mut told = std::collections::HashSet::new();
+    (diags.iter())
+        .filter(|d| told.insert((d.file.as_str(), d.pos, d.message.as_str())))
+        .collect()
 }
 
 // Long because: the check groups in their order (config, specs, signing, each site), each

@@ -105,13 +105,47 @@ pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnost
             ),
         ));
     };
+    let (tree, problems) = top_level(file, entries);
+    let mut problems = problems;
+    let found = |name: &str| tree.iter().any(|(k, _)| key(k) == Some(name));
+    if !found("apiVersion") || !found("kind") {
+        problems.push(Diagnostic::error(
+            file,
+            doc.pos,
+            format!(
+                "a {DEFAULTS_FILE} needs apiVersion: {} and kind: {DEFAULTS_KIND}",
+                super::API_VERSIONS[0]
+            ),
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Defaults {
+        hash: crate::util::fnv::fnv(bytes.iter().copied()),
+        file: file.to_string(),
+        dir: dir_of(file).to_string(),
+        tree: Node {
+            pos: doc.pos,
+            // apiVersion and kind are the defaults file's own, never a spec's.
+            value: Value::Map(
+                (tree.into_iter())
+                    .filter(|(k, _)| matches!(key(k), Some("metadata" | "spec")))
+                    .collect(),
+            ),
+        },
+    })
+}
+
+/// The checked top-level entries of a defaults document: `apiVersion` and `kind` (kept to
+/// say they were found), `metadata` and `spec`; and the problems found.
+fn top_level(file: &str, entries: &[(Node, Node)]) -> (Vec<(Node, Node)>, Vec<Diagnostic>) {
     let mut problems = Vec::new();
     let mut tree = Vec::new();
-    let (mut kind, mut api) = (None, None);
     for (k, v) in entries {
         match (key(k), &v.value) {
             (Some("apiVersion"), Value::Str(s)) if super::API_VERSIONS.contains(&s.as_str()) => {
-                api = Some(())
+                tree.push((k.clone(), v.clone()))
             }
             (Some("apiVersion"), _) => problems.push(Diagnostic::error(
                 file,
@@ -121,7 +155,9 @@ pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnost
                     super::API_VERSIONS.join(", ")
                 ),
             )),
-            (Some("kind"), Value::Str(s)) if s == DEFAULTS_KIND => kind = Some(()),
+            (Some("kind"), Value::Str(s)) if s == DEFAULTS_KIND => {
+                tree.push((k.clone(), v.clone()))
+            }
             (Some("kind"), _) => problems.push(Diagnostic::error(
                 file,
                 v.pos,
@@ -155,28 +191,7 @@ pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnost
             )),
         }
     }
-    if api.is_none() || kind.is_none() {
-        problems.push(Diagnostic::error(
-            file,
-            doc.pos,
-            format!(
-                "a {DEFAULTS_FILE} needs apiVersion: {} and kind: {DEFAULTS_KIND}",
-                super::API_VERSIONS[0]
-            ),
-        ));
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    Ok(Defaults {
-        hash: crate::util::fnv::fnv(bytes.iter().copied()),
-        file: file.to_string(),
-        dir: dir_of(file).to_string(),
-        tree: Node {
-            pos: doc.pos,
-            value: Value::Map(tree),
-        },
-    })
+    (tree, problems)
 }
 
 /// The string of a mapping key, if it is one.
