@@ -409,6 +409,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         suspend: false,
         depends_on: Box::default(),
         defaults: None,
+        set: None,
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,

@@ -233,6 +233,11 @@ fn tag(n: &mut Node, source: u32) {
     }
 }
 
+/// [`merge`], for a set's per-member overrides.
+pub(super) fn merge_nodes(base: &Node, over: &Node) -> Node {
+    merge(base, over)
+}
+
 /// `over` merged over `base`: two mappings key by key (recursively, `over`'s keys in its
 /// order, then `base`'s others); anything else is `over`'s.
 fn merge(base: &Node, over: &Node) -> Node {

@@ -42,6 +42,12 @@ impl<'a> Ctx<'a> {
         self.diags.push(d);
     }
 
+    /// Records diagnostics made elsewhere (a set's own problems), counting the errors.
+    pub(super) fn refuse_all(&mut self, diags: Vec<Diagnostic>) {
+        self.errors += diags.iter().filter(|d| d.is_error()).count();
+        self.diags.extend(diags);
+    }
+
     pub(super) fn error(&mut self, pos: Pos, message: impl Into<String>) {
         self.errors += 1;
         let (file, pos) = self.locate(pos);

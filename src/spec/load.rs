@@ -85,7 +85,20 @@ pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
     if parsed.iter().any(Diagnostic::is_error) {
         return Err(parsed);
     }
-    let texts: Vec<String> = (docs.iter())
+    // A set shows as its members.
+    let mut members = Vec::new();
+    for doc in docs {
+        if !super::sets::is_set(&doc) {
+            members.push(doc);
+            continue;
+        }
+        let (expanded, problems) = super::sets::expand(&shown, &doc);
+        if problems.iter().any(Diagnostic::is_error) {
+            return Err(problems);
+        }
+        members.extend(expanded.into_iter().map(|(m, _)| m));
+    }
+    let texts: Vec<String> = (members.iter())
         .map(|doc| super::defaults::to_yaml(&super::defaults::apply(&chain, doc), &chain))
         .collect();
     Ok(texts.join("---\n"))

@@ -45,6 +45,7 @@ mod names;
 mod networks;
 pub mod renames;
 mod schema;
+pub mod sets;
 mod sealed;
 mod suggest;
 mod units;
@@ -223,6 +224,9 @@ pub struct Spec {
     /// a position with [`Pos::source`] N is in the Nth ([`Spec::file_of`]).
     #[serde(skip)]
     pub defaults: Option<Arc<Vec<String>>>,
+    /// The `ProxmoxVMSet` the spec is a member of (`None`: a spec of its own). Boxed: most
+    /// specs are not.
+    pub set: Option<Box<sets::SetMember>>,
     /// The spec's hashes, worked out once when the git source parses it
     /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
     /// Not part of the spec's content: ignored by `==` and never serialised.
@@ -598,32 +602,58 @@ pub fn parse_file_defaulted(
     };
     // A sealed document is opened as written (its MAC covers its own values), then the
     // defaults are merged under it.
-    let validate = |ctx: &mut fields::Ctx, doc: &yaml::Node| match chain.is_empty() {
+    let validate_one = |ctx: &mut fields::Ctx, doc: &yaml::Node| match chain.is_empty() {
         true => validate::validate_document(ctx, doc),
         false => validate::validate_document(ctx, &defaults::apply(chain, doc)).map(with_files),
     };
+    // A set's members are validated one by one, as specs of their own.
+    let validate = |ctx: &mut fields::Ctx, doc: &yaml::Node| -> Vec<Spec> {
+        if !sets::is_set(doc) {
+            return validate_one(ctx, doc).into_iter().collect();
+        }
+        let (members, problems) = sets::expand(file, doc);
+        ctx.refuse_all(problems);
+        let mut made = Vec::new();
+        for (member_doc, member) in members {
+            if let Some(spec) = validate_one(ctx, &member_doc) {
+                made.push(Spec {
+                    set: Some(Box::new(member)),
+                    ..spec
+                });
+            }
+        }
+        let overlaps = sets::address_overlaps(&made);
+        let held: std::collections::HashSet<String> =
+            overlaps.iter().filter_map(|d| d.spec.clone()).collect();
+        ctx.refuse_all(overlaps);
+        made.retain(|s| !held.contains(&s.name));
+        made
+    };
     let specs: Vec<Spec> = docs
         .iter_mut()
-        .filter_map(|doc| match sealed::open(file, doc, secrets) {
+        .flat_map(|doc| match sealed::open(file, doc, secrets) {
             sealed::Opened::Plain => validate(&mut ctx, doc),
             sealed::Opened::Decrypted { at, ciphertext } => {
                 ctx.sealed = Some(at);
-                let spec = validate(&mut ctx, doc);
+                let specs = validate(&mut ctx, doc);
                 ctx.sealed = None;
-                spec.map(|s| Spec {
-                    user_data_sealed: Some(ciphertext.into()),
-                    ..s
-                })
+                let sealed: Box<str> = ciphertext.into();
+                (specs.into_iter())
+                    .map(|s| Spec {
+                        user_data_sealed: Some(sealed.clone()),
+                        ..s
+                    })
+                    .collect()
             }
             sealed::Opened::Unopened(warning) => {
-                let spec = validate(&mut ctx, doc);
+                let specs = validate(&mut ctx, doc);
                 ctx.diags
-                    .push(warning.for_spec(spec.as_ref().map(|s| s.name.as_str())));
-                spec
+                    .push(warning.for_spec(specs.first().map(|s| s.name.as_str())));
+                specs
             }
             sealed::Opened::Refused(d) => {
                 ctx.refuse(d.for_spec(validate::document_name(doc).as_deref()));
-                None
+                Vec::new()
             }
         })
         .collect();

@@ -282,6 +282,7 @@ fn assemble(
         disks,
         destroy_disks,
         defaults: None,
+        set: None,
         hashes: Default::default(),
     })
 }

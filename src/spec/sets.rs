@@ -1,0 +1,443 @@
+//! `kind: ProxmoxVMSet`: N alike VMs from one template, each member an ordinary spec.
+//!
+//! ```yaml
+//! apiVersion: proxsync.io/v1
+//! kind: ProxmoxVMSet
+//! metadata:
+//!   name: web
+//! spec:
+//!   replicas: 3                     # or names: [web-a, web-b]
+//!   namePattern: "web-{index:02}"   # default "<set name>-{index:02}"; index from 1
+//!   placement: {nodes: [pve1, pve2], maxPerNode: 2}   # round-robin by index
+//!   maxUnavailable: 1               # reboots a template change needs, this many at a time
+//!   template:                       # a ProxmoxVM's spec
+//!     forProvider:
+//!       site: lab
+//!       image: "9000"
+//!       cloudInit: {ipConfig: [{ip: "10.0.1.{index+10}/24", gateway: 10.0.1.1}]}
+//!   overrides:
+//!     web-02: {forProvider: {memory: 8Gi}}
+//! ```
+//!
+//! The set is expanded into `ProxmoxVM` documents before validation, from the set's own YAML
+//! nodes (so every error points at the set file's line), and each member is validated, hashed,
+//! planned, created and reported as any spec: markers, intents, valves and status files hold
+//! for it unchanged. In the template's strings `{index}`, `{index:02}` and `{index+N}`
+//! (`{index-N}`) become the member's index, and `{name}` its name. A problem of the set itself
+//! (replicas, names, placement) makes every member it could name invalid; when it cannot name
+//! them, the spec set is incomplete and nothing is removed.
+
+use std::collections::BTreeMap;
+
+use super::diag::{Diagnostic, Pos};
+use super::yaml::{Node, Value};
+
+/// The kind of a set document.
+pub const SET_KIND: &str = "ProxmoxVMSet";
+/// The most members of one set.
+pub const MAX_REPLICAS: u64 = 1000;
+
+/// Which set a member spec belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetMember {
+    /// The set's `metadata.name`.
+    pub set: String,
+    /// 1-based.
+    pub index: u32,
+    /// How many of the set's members may be unavailable at once for a reboot a change needs.
+    pub max_unavailable: u32,
+    /// The set's desired members.
+    pub replicas: u32,
+}
+
+/// Whether `doc` is a set document.
+pub fn is_set(doc: &Node) -> bool {
+    entry(doc, "kind").is_some_and(|k| matches!(&k.value, Value::Str(s) if s == SET_KIND))
+}
+
+/// The value of `key` in mapping `n`.
+fn entry<'n>(n: &'n Node, key: &str) -> Option<&'n Node> {
+    match &n.value {
+        Value::Map(entries) => entries
+            .iter()
+            .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == key))
+            .map(|(_, v)| v)
+            .filter(|v| v.value != Value::Null),
+        _ => None,
+    }
+}
+
+fn str_node(s: &str, pos: Pos) -> Node {
+    Node {
+        pos,
+        value: Value::Str(s.to_string()),
+    }
+}
+
+/// A set document as member documents, each with its membership; or the set's problems, each
+/// for the member names it could read.
+pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic>) {
+    let mut diags = Vec::new();
+    let mut err = |pos: Pos, message: String| diags.push(Diagnostic::error(file, pos, message));
+    let meta = entry(doc, "metadata");
+    let name_node = meta.and_then(|m| entry(m, "name"));
+    let set_name = match name_node.map(|n| &n.value) {
+        Some(Value::Str(s)) if super::check_spec_name(s).is_ok() => s.clone(),
+        _ => {
+            err(doc.pos, "a ProxmoxVMSet needs metadata.name, a valid name (e.g. web)".into());
+            return (Vec::new(), diags);
+        }
+    };
+    let name_pos = name_node.map_or(doc.pos, |n| n.pos);
+    let Some(spec) = entry(doc, "spec").filter(|s| matches!(s.value, Value::Map(_))) else {
+        err(doc.pos, "a ProxmoxVMSet needs spec, a mapping with replicas (or names) and template".into());
+        return (Vec::new(), diags);
+    };
+    const FIELDS: [&str; 9] = [
+        "replicas", "names", "namePattern", "template", "overrides", "placement", "maxUnavailable",
+        "suspend", "dependsOn",
+    ];
+    if let Value::Map(entries) = &spec.value {
+        for (k, _) in entries {
+            let known = matches!(&k.value, Value::Str(s) if FIELDS.contains(&s.as_str()));
+            if !known {
+                err(k.pos, format!("unknown field of a ProxmoxVMSet's spec; valid: {}", FIELDS.join(", ")));
+            }
+        }
+    }
+    let names = member_names(&set_name, spec, &mut err);
+    let template = entry(spec, "template").filter(|t| matches!(t.value, Value::Map(_)));
+    if template.is_none() {
+        err(spec.pos, "spec.template is required: a mapping holding a ProxmoxVM's spec (forProvider, ...)".into());
+    }
+    let max_unavailable = match entry(spec, "maxUnavailable").map(|n| (&n.value, n.pos)) {
+        None => 1,
+        Some((Value::Int(i), _)) if (1..=MAX_REPLICAS as i128).contains(i) => *i as u32,
+        Some((_, pos)) => {
+            err(pos, format!("spec.maxUnavailable must be a whole number from 1 to {MAX_REPLICAS}"));
+            1
+        }
+    };
+    let nodes = placement(spec, names.as_ref().map_or(0, Vec::len), &mut err);
+    let overrides = overrides(spec, names.as_deref().unwrap_or(&[]), &mut err);
+    let Some(names) = names else {
+        return (Vec::new(), diags);
+    };
+    if !diags.is_empty() || template.is_none() {
+        // The set cannot be read as meant: each member it names is held.
+        let held = names.iter().map(|(n, _)| {
+            Diagnostic::error(
+                file,
+                name_pos,
+                format!("member {n} of set {set_name} is not read: the set has errors"),
+            )
+            .for_spec(Some(n))
+        });
+        let mut out: Vec<Diagnostic> = diags.into_iter().map(|d| d.for_spec(names.first().map(|(n, _)| n.as_str()))).collect();
+        out.extend(held);
+        return (Vec::new(), out);
+    }
+    let template = template.expect("checked");
+    let replicas = names.len() as u32;
+    let mut members = Vec::with_capacity(names.len());
+    for (i, (member, pos)) in names.iter().enumerate() {
+        let index = i as u32 + 1;
+        let mut body = substitute(template, index, member);
+        for key in ["suspend", "dependsOn"] {
+            if let Some(v) = entry(spec, key) {
+                set_key(&mut body, key, v.clone());
+            }
+        }
+        if let Some((node, node_pos)) = nodes.as_ref().and_then(|n| n.get(i)) {
+            let fp = forprovider(&mut body);
+            if entry(fp, "node").is_none() {
+                set_key(fp, "node", str_node(node, *node_pos));
+            }
+        }
+        if let Some(o) = overrides.get(member.as_str()) {
+            body = super::defaults::merge_nodes(&body, &substitute(o, index, member));
+        }
+        let mut meta_entries = vec![(str_node("name", name_pos), str_node(member, *pos))];
+        if let Some(labels) = meta.and_then(|m| entry(m, "labels")) {
+            meta_entries.push((str_node("labels", labels.pos), labels.clone()));
+        }
+        let api = entry(doc, "apiVersion").cloned().unwrap_or_else(|| str_node("", doc.pos));
+        let member_doc = Node {
+            pos: doc.pos,
+            value: Value::Map(vec![
+                (str_node("apiVersion", api.pos), api),
+                (str_node("kind", doc.pos), str_node(super::KIND, doc.pos)),
+                (
+                    str_node("metadata", name_pos),
+                    Node {
+                        pos: name_pos,
+                        value: Value::Map(meta_entries),
+                    },
+                ),
+                (str_node("spec", template.pos), body),
+            ]),
+        };
+        members.push((
+            member_doc,
+            SetMember {
+                set: set_name.clone(),
+                index,
+                max_unavailable,
+                replicas,
+            },
+        ));
+    }
+    (members, diags)
+}
+
+/// `spec.names`, or `replicas` names from `namePattern`, each with where it is written.
+fn member_names(
+    set: &str,
+    spec: &Node,
+    err: &mut impl FnMut(Pos, String),
+) -> Option<Vec<(String, Pos)>> {
+    let mut out = Vec::new();
+    match (entry(spec, "names"), entry(spec, "replicas")) {
+        (Some(_), Some(r)) => {
+            err(r.pos, "spec.names and spec.replicas: name the members or count them, not both".into());
+            return None;
+        }
+        (Some(list), None) => {
+            let Value::Seq(items) = &list.value else {
+                err(list.pos, "spec.names must be a list of spec names".into());
+                return None;
+            };
+            for item in items {
+                match &item.value {
+                    Value::Str(s) => out.push((s.clone(), item.pos)),
+                    other => {
+                        err(item.pos, format!("spec.names: a name is a string; found {}", other.describe()));
+                        return None;
+                    }
+                }
+            }
+        }
+        (None, Some(r)) => {
+            let count = match &r.value {
+                Value::Int(i) if (0..=MAX_REPLICAS as i128).contains(i) => *i as u32,
+                other => {
+                    err(r.pos, format!("spec.replicas must be a whole number from 0 to {MAX_REPLICAS}; found {}", other.describe()));
+                    return None;
+                }
+            };
+            let pattern_node = entry(spec, "namePattern");
+            let pattern = match pattern_node.map(|n| &n.value) {
+                None => format!("{set}-{{index:02}}"),
+                Some(Value::Str(p)) if p.contains("{index") => p.clone(),
+                Some(_) => {
+                    err(pattern_node.map_or(spec.pos, |n| n.pos), "spec.namePattern must be a string holding {index} (e.g. \"web-{index:02}\")".into());
+                    return None;
+                }
+            };
+            let pos = pattern_node.or(Some(r)).map_or(spec.pos, |n| n.pos);
+            for index in 1..=count {
+                out.push((fill(&pattern, index, ""), pos));
+            }
+        }
+        (None, None) => {
+            err(spec.pos, "a ProxmoxVMSet needs spec.replicas (with namePattern) or spec.names".into());
+            return None;
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (n, pos) in &out {
+        if let Err(e) = super::check_spec_name(n) {
+            err(*pos, format!("member name {n:?}: {e}"));
+            return None;
+        }
+        if !seen.insert(n.clone()) {
+            err(*pos, format!("member name {n} is given twice"));
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// `placement.nodes` spread round-robin over the members (`None` without placement), checked
+/// against `maxPerNode`.
+fn placement(spec: &Node, members: usize, err: &mut impl FnMut(Pos, String)) -> Option<Vec<(String, Pos)>> {
+    let p = entry(spec, "placement")?;
+    let Some(nodes) = entry(p, "nodes") else {
+        err(p.pos, "spec.placement needs nodes: a list of node names".into());
+        return None;
+    };
+    let Value::Seq(items) = &nodes.value else {
+        err(nodes.pos, "spec.placement.nodes must be a list of node names".into());
+        return None;
+    };
+    let mut names = Vec::new();
+    for item in items {
+        match &item.value {
+            Value::Str(s) => names.push((s.clone(), item.pos)),
+            other => {
+                err(item.pos, format!("a node name is a string; found {}", other.describe()));
+                return None;
+            }
+        }
+    }
+    if names.is_empty() {
+        err(nodes.pos, "spec.placement.nodes is empty: name at least one node".into());
+        return None;
+    }
+    if let Some(m) = entry(p, "maxPerNode") {
+        match &m.value {
+            Value::Int(i) if *i >= 1 => {
+                let room = names.len() as i128 * i;
+                if (members as i128) > room {
+                    err(m.pos, format!("{members} members on {} node(s) at most {i} per node: room for {room}; add nodes or raise maxPerNode", names.len()));
+                    return None;
+                }
+            }
+            _ => {
+                err(m.pos, "spec.placement.maxPerNode must be a whole number of at least 1".into());
+                return None;
+            }
+        }
+    }
+    Some((0..members).map(|i| names[i % names.len()].clone()).collect())
+}
+
+/// `overrides`, by member name; a name that is no member is an error.
+fn overrides<'n>(
+    spec: &'n Node,
+    names: &[(String, Pos)],
+    err: &mut impl FnMut(Pos, String),
+) -> BTreeMap<String, &'n Node> {
+    let mut out = BTreeMap::new();
+    let Some(o) = entry(spec, "overrides") else {
+        return out;
+    };
+    let Value::Map(entries) = &o.value else {
+        err(o.pos, "spec.overrides must be a mapping of member name -> spec fields".into());
+        return out;
+    };
+    for (k, v) in entries {
+        match &k.value {
+            Value::Str(s) if names.iter().any(|(n, _)| n == s) => {
+                out.insert(s.clone(), v);
+            }
+            _ => err(k.pos, format!("spec.overrides: {} is no member of the set", k.value.describe())),
+        }
+    }
+    out
+}
+
+/// The `forProvider` mapping of a spec body, made when absent.
+fn forprovider(body: &mut Node) -> &mut Node {
+    if entry(body, "forProvider").is_none() {
+        set_key(body, "forProvider", Node { pos: body.pos, value: Value::Map(Vec::new()) });
+    }
+    let Value::Map(entries) = &mut body.value else {
+        unreachable!("a spec body is a mapping")
+    };
+    let (_, v) = entries
+        .iter_mut()
+        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == "forProvider"))
+        .expect("just set");
+    v
+}
+
+/// Sets `key` of mapping `n` to `value` (replacing it).
+fn set_key(n: &mut Node, key: &str, value: Node) {
+    if let Value::Map(entries) = &mut n.value {
+        entries.retain(|(k, _)| !matches!(&k.value, Value::Str(s) if s == key));
+        entries.push((str_node(key, value.pos), value));
+    }
+}
+
+/// `n` with `{index...}` and `{name}` filled in every string.
+fn substitute(n: &Node, index: u32, name: &str) -> Node {
+    let value = match &n.value {
+        Value::Str(s) if s.contains('{') => Value::Str(fill(s, index, name)),
+        Value::Seq(items) => Value::Seq(items.iter().map(|i| substitute(i, index, name)).collect()),
+        Value::Map(entries) => Value::Map(
+            entries
+                .iter()
+                .map(|(k, v)| (k.clone(), substitute(v, index, name)))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    Node { pos: n.pos, value }
+}
+
+/// `{index}`, `{index:0W}`, `{index+N}`, `{index-N}` (with `:0W` too) and `{name}` in `s`.
+/// Anything else in braces is left as written (validation says what is wrong with it).
+pub fn fill(s: &str, index: u32, name: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let Some(len) = rest[start..].find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &rest[start + 1..start + len];
+        match placeholder(inner, index, name) {
+            Some(v) => out.push_str(&v),
+            None => out.push_str(&rest[start..=start + len]),
+        }
+        rest = &rest[start + len + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn placeholder(inner: &str, index: u32, name: &str) -> Option<String> {
+    if inner == "name" {
+        return Some(name.to_string());
+    }
+    let (expr, width) = match inner.split_once(':') {
+        Some((e, w)) => (e, Some(w.strip_prefix('0')?.parse::<usize>().ok()?)),
+        None => (inner, None),
+    };
+    let rest = expr.strip_prefix("index")?;
+    let value = match rest.chars().next() {
+        None => i64::from(index),
+        Some('+') => i64::from(index) + rest[1..].trim().parse::<i64>().ok()?,
+        Some('-') => i64::from(index) - rest[1..].trim().parse::<i64>().ok()?,
+        _ => return None,
+    };
+    Some(match width {
+        Some(w) => format!("{value:0w$}"),
+        None => value.to_string(),
+    })
+}
+
+/// The addresses given to more than one member of a set (`cloudInit.ipConfig`'s `ip` and
+/// `ip6`, without the prefix length): each told at the later member.
+pub fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    let mut out = Vec::new();
+    for spec in members {
+        let Some(ci) = spec.cloud_init.as_deref() else {
+            continue;
+        };
+        for ip in ci.ip_config.iter().flat_map(|c| [c.ip.as_deref(), c.ip6.as_deref()]).flatten() {
+            if matches!(ip, "dhcp" | "auto") {
+                continue;
+            }
+            let addr = ip.split('/').next().unwrap_or(ip).to_string();
+            match seen.get(&addr) {
+                Some(first) => out.push(
+                    Diagnostic::error(
+                        &spec.file,
+                        spec.pos,
+                        format!("address {addr} is given to {first} too; each member needs its own (a pattern such as 10.0.1.{{index+10}})"),
+                    )
+                    .for_spec(Some(&spec.name)),
+                ),
+                None => {
+                    seen.insert(addr, spec.name.as_str());
+                }
+            }
+        }
+    }
+    out
+}
