@@ -126,11 +126,18 @@ struct PlanBasis<'a> {
 /// longer chain goes on at the next cycle.
 const MAX_DEPENDENCY_WAVES: usize = 8;
 
-/// The specs `plan` holds for `dependsOn`: until a dependency is Ready, or (removed) until
-/// the VMs of their dependants are gone.
+/// The specs `plan` holds for their turn: until a dependency is Ready (`dependsOn`), until a
+/// set member's reboot fits `maxUnavailable`, or (removed) until the VMs of their dependants
+/// are gone.
 fn waiting_for_dependencies(plan: &Plan) -> BTreeSet<String> {
     (plan.verdicts.iter())
-        .filter(|(_, v)| matches!(v, crate::plan::Verdict::WaitingForDependencies { .. }))
+        .filter(|(_, v)| {
+            matches!(
+                v,
+                crate::plan::Verdict::WaitingForDependencies { .. }
+                    | crate::plan::Verdict::RollingOut { .. }
+            )
+        })
         .map(|(name, _)| name.clone())
         .chain(plan.removals_waiting.iter().cloned())
         .collect()
@@ -560,7 +567,8 @@ impl Engine {
                 .act_and_look_again(&acting, &first.actions, views, records, fresh)
                 .await?;
             // Specs that waited for a dependency this cycle made Ready go on in the same cycle,
-            // one wave per link of the chain (database, then application, then proxy).
+            // one wave per link of the chain (database, then application, then proxy); and a
+            // set's reboots roll on, `maxUnavailable` at a time.
             let mut waiting = waiting_for_dependencies(&first);
             for _ in 0..MAX_DEPENDENCY_WAVES {
                 let next: Vec<Action> = (after.actions.iter())

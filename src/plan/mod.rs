@@ -36,6 +36,7 @@ mod hash;
 mod index;
 mod removals;
 mod rename;
+mod rollout;
 mod spec;
 
 use crate::source::chain::RewindBatch;
@@ -276,6 +277,9 @@ pub enum Verdict {
     /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
     /// started or rebooted until it is.
     WaitingForDependencies { on: String },
+    /// The spec is a member of set `set`, and rebooting it for a change now would make more
+    /// than `max_unavailable` of its members unavailable: it waits for its turn.
+    RollingOut { set: String, max_unavailable: u32 },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
     /// come in smaller commits.
@@ -487,6 +491,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     // After the valves, which judge every removal due at once: an order spreading them over
     // cycles must not spread them under the valves' limits.
     dependencies::hold(input, &mut out);
+    rollout::hold(input, &mut out);
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out

@@ -311,7 +311,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate { paths, effective } => match effective {
             Some(file) => match spec::effective_yaml(&file) {
                 Ok(text) => {
-                    print!("{text}");
+                    // A reader that stops early (`| head`) is no error.
+                    let _ = std::io::stdout().lock().write_all(text.as_bytes());
                     validate(cli.config, vec![file])
                 }
                 Err(diags) => {
@@ -535,7 +536,8 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    println!(
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "ok: {} spec(s) in {} file(s) valid{}",
         set.specs.len(),
         files.len(),

@@ -621,6 +621,12 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
         Verdict::AdoptionsHeld { count, max } => format!(
             "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
         ),
+        Verdict::RollingOut {
+            set,
+            max_unavailable,
+        } => format!(
+            "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
+        ),
         Verdict::WaitingForDependencies { on } => format!(
             "waits for {on} to be Ready (dependsOn) before its VM is created, started or rebooted"
         ),

@@ -85,37 +85,63 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
     let set_name = match name_node.map(|n| &n.value) {
         Some(Value::Str(s)) if super::check_spec_name(s).is_ok() => s.clone(),
         _ => {
-            err(doc.pos, "a ProxmoxVMSet needs metadata.name, a valid name (e.g. web)".into());
+            err(
+                doc.pos,
+                "a ProxmoxVMSet needs metadata.name, a valid name (e.g. web)".into(),
+            );
             return (Vec::new(), diags);
         }
     };
     let name_pos = name_node.map_or(doc.pos, |n| n.pos);
     let Some(spec) = entry(doc, "spec").filter(|s| matches!(s.value, Value::Map(_))) else {
-        err(doc.pos, "a ProxmoxVMSet needs spec, a mapping with replicas (or names) and template".into());
+        err(
+            doc.pos,
+            "a ProxmoxVMSet needs spec, a mapping with replicas (or names) and template".into(),
+        );
         return (Vec::new(), diags);
     };
     const FIELDS: [&str; 9] = [
-        "replicas", "names", "namePattern", "template", "overrides", "placement", "maxUnavailable",
-        "suspend", "dependsOn",
+        "replicas",
+        "names",
+        "namePattern",
+        "template",
+        "overrides",
+        "placement",
+        "maxUnavailable",
+        "suspend",
+        "dependsOn",
     ];
     if let Value::Map(entries) = &spec.value {
         for (k, _) in entries {
             let known = matches!(&k.value, Value::Str(s) if FIELDS.contains(&s.as_str()));
             if !known {
-                err(k.pos, format!("unknown field of a ProxmoxVMSet's spec; valid: {}", FIELDS.join(", ")));
+                err(
+                    k.pos,
+                    format!(
+                        "unknown field of a ProxmoxVMSet's spec; valid: {}",
+                        FIELDS.join(", ")
+                    ),
+                );
             }
         }
     }
     let names = member_names(&set_name, spec, &mut err);
     let template = entry(spec, "template").filter(|t| matches!(t.value, Value::Map(_)));
     if template.is_none() {
-        err(spec.pos, "spec.template is required: a mapping holding a ProxmoxVM's spec (forProvider, ...)".into());
+        err(
+            spec.pos,
+            "spec.template is required: a mapping holding a ProxmoxVM's spec (forProvider, ...)"
+                .into(),
+        );
     }
     let max_unavailable = match entry(spec, "maxUnavailable").map(|n| (&n.value, n.pos)) {
         None => 1,
         Some((Value::Int(i), _)) if (1..=MAX_REPLICAS as i128).contains(i) => *i as u32,
         Some((_, pos)) => {
-            err(pos, format!("spec.maxUnavailable must be a whole number from 1 to {MAX_REPLICAS}"));
+            err(
+                pos,
+                format!("spec.maxUnavailable must be a whole number from 1 to {MAX_REPLICAS}"),
+            );
             1
         }
     };
@@ -134,7 +160,10 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
             )
             .for_spec(Some(n))
         });
-        let mut out: Vec<Diagnostic> = diags.into_iter().map(|d| d.for_spec(names.first().map(|(n, _)| n.as_str()))).collect();
+        let mut out: Vec<Diagnostic> = diags
+            .into_iter()
+            .map(|d| d.for_spec(names.first().map(|(n, _)| n.as_str())))
+            .collect();
         out.extend(held);
         return (Vec::new(), out);
     }
@@ -162,7 +191,9 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         if let Some(labels) = meta.and_then(|m| entry(m, "labels")) {
             meta_entries.push((str_node("labels", labels.pos), labels.clone()));
         }
-        let api = entry(doc, "apiVersion").cloned().unwrap_or_else(|| str_node("", doc.pos));
+        let api = entry(doc, "apiVersion")
+            .cloned()
+            .unwrap_or_else(|| str_node("", doc.pos));
         let member_doc = Node {
             pos: doc.pos,
             value: Value::Map(vec![
@@ -200,7 +231,10 @@ fn member_names(
     let mut out = Vec::new();
     match (entry(spec, "names"), entry(spec, "replicas")) {
         (Some(_), Some(r)) => {
-            err(r.pos, "spec.names and spec.replicas: name the members or count them, not both".into());
+            err(
+                r.pos,
+                "spec.names and spec.replicas: name the members or count them, not both".into(),
+            );
             return None;
         }
         (Some(list), None) => {
@@ -212,7 +246,10 @@ fn member_names(
                 match &item.value {
                     Value::Str(s) => out.push((s.clone(), item.pos)),
                     other => {
-                        err(item.pos, format!("spec.names: a name is a string; found {}", other.describe()));
+                        err(
+                            item.pos,
+                            format!("spec.names: a name is a string; found {}", other.describe()),
+                        );
                         return None;
                     }
                 }
@@ -222,7 +259,13 @@ fn member_names(
             let count = match &r.value {
                 Value::Int(i) if (0..=MAX_REPLICAS as i128).contains(i) => *i as u32,
                 other => {
-                    err(r.pos, format!("spec.replicas must be a whole number from 0 to {MAX_REPLICAS}; found {}", other.describe()));
+                    err(
+                        r.pos,
+                        format!(
+                            "spec.replicas must be a whole number from 0 to {MAX_REPLICAS}; found {}",
+                            other.describe()
+                        ),
+                    );
                     return None;
                 }
             };
@@ -241,7 +284,10 @@ fn member_names(
             }
         }
         (None, None) => {
-            err(spec.pos, "a ProxmoxVMSet needs spec.replicas (with namePattern) or spec.names".into());
+            err(
+                spec.pos,
+                "a ProxmoxVMSet needs spec.replicas (with namePattern) or spec.names".into(),
+            );
             return None;
         }
     }
@@ -261,14 +307,24 @@ fn member_names(
 
 /// `placement.nodes` spread round-robin over the members (`None` without placement), checked
 /// against `maxPerNode`.
-fn placement(spec: &Node, members: usize, err: &mut impl FnMut(Pos, String)) -> Option<Vec<(String, Pos)>> {
+fn placement(
+    spec: &Node,
+    members: usize,
+    err: &mut impl FnMut(Pos, String),
+) -> Option<Vec<(String, Pos)>> {
     let p = entry(spec, "placement")?;
     let Some(nodes) = entry(p, "nodes") else {
-        err(p.pos, "spec.placement needs nodes: a list of node names".into());
+        err(
+            p.pos,
+            "spec.placement needs nodes: a list of node names".into(),
+        );
         return None;
     };
     let Value::Seq(items) = &nodes.value else {
-        err(nodes.pos, "spec.placement.nodes must be a list of node names".into());
+        err(
+            nodes.pos,
+            "spec.placement.nodes must be a list of node names".into(),
+        );
         return None;
     };
     let mut names = Vec::new();
@@ -276,13 +332,19 @@ fn placement(spec: &Node, members: usize, err: &mut impl FnMut(Pos, String)) -> 
         match &item.value {
             Value::Str(s) => names.push((s.clone(), item.pos)),
             other => {
-                err(item.pos, format!("a node name is a string; found {}", other.describe()));
+                err(
+                    item.pos,
+                    format!("a node name is a string; found {}", other.describe()),
+                );
                 return None;
             }
         }
     }
     if names.is_empty() {
-        err(nodes.pos, "spec.placement.nodes is empty: name at least one node".into());
+        err(
+            nodes.pos,
+            "spec.placement.nodes is empty: name at least one node".into(),
+        );
         return None;
     }
     if let Some(m) = entry(p, "maxPerNode") {
@@ -290,17 +352,30 @@ fn placement(spec: &Node, members: usize, err: &mut impl FnMut(Pos, String)) -> 
             Value::Int(i) if *i >= 1 => {
                 let room = names.len() as i128 * i;
                 if (members as i128) > room {
-                    err(m.pos, format!("{members} members on {} node(s) at most {i} per node: room for {room}; add nodes or raise maxPerNode", names.len()));
+                    err(
+                        m.pos,
+                        format!(
+                            "{members} members on {} node(s) at most {i} per node: room for {room}; add nodes or raise maxPerNode",
+                            names.len()
+                        ),
+                    );
                     return None;
                 }
             }
             _ => {
-                err(m.pos, "spec.placement.maxPerNode must be a whole number of at least 1".into());
+                err(
+                    m.pos,
+                    "spec.placement.maxPerNode must be a whole number of at least 1".into(),
+                );
                 return None;
             }
         }
     }
-    Some((0..members).map(|i| names[i % names.len()].clone()).collect())
+    Some(
+        (0..members)
+            .map(|i| names[i % names.len()].clone())
+            .collect(),
+    )
 }
 
 /// `overrides`, by member name; a name that is no member is an error.
@@ -314,7 +389,10 @@ fn overrides<'n>(
         return out;
     };
     let Value::Map(entries) = &o.value else {
-        err(o.pos, "spec.overrides must be a mapping of member name -> spec fields".into());
+        err(
+            o.pos,
+            "spec.overrides must be a mapping of member name -> spec fields".into(),
+        );
         return out;
     };
     for (k, v) in entries {
@@ -322,7 +400,13 @@ fn overrides<'n>(
             Value::Str(s) if names.iter().any(|(n, _)| n == s) => {
                 out.insert(s.clone(), v);
             }
-            _ => err(k.pos, format!("spec.overrides: {} is no member of the set", k.value.describe())),
+            _ => err(
+                k.pos,
+                format!(
+                    "spec.overrides: {} is no member of the set",
+                    k.value.describe()
+                ),
+            ),
         }
     }
     out
@@ -331,7 +415,14 @@ fn overrides<'n>(
 /// The `forProvider` mapping of a spec body, made when absent.
 fn forprovider(body: &mut Node) -> &mut Node {
     if entry(body, "forProvider").is_none() {
-        set_key(body, "forProvider", Node { pos: body.pos, value: Value::Map(Vec::new()) });
+        set_key(
+            body,
+            "forProvider",
+            Node {
+                pos: body.pos,
+                value: Value::Map(Vec::new()),
+            },
+        );
     }
     let Value::Map(entries) = &mut body.value else {
         unreachable!("a spec body is a mapping")
@@ -419,7 +510,12 @@ pub fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
         let Some(ci) = spec.cloud_init.as_deref() else {
             continue;
         };
-        for ip in ci.ip_config.iter().flat_map(|c| [c.ip.as_deref(), c.ip6.as_deref()]).flatten() {
+        for ip in ci
+            .ip_config
+            .iter()
+            .flat_map(|c| [c.ip.as_deref(), c.ip6.as_deref()])
+            .flatten()
+        {
             if matches!(ip, "dhcp" | "auto") {
                 continue;
             }

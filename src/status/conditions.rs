@@ -367,6 +367,19 @@ fn ready_and_reconciling(
                 ),
             )
         }
+        Some(Verdict::RollingOut {
+            set,
+            max_unavailable,
+        }) => {
+            let msg = format!(
+                "a change needs a reboot, and set {set} reboots at most {max_unavailable} \
+                 member(s) at a time (maxUnavailable): this one waits its turn"
+            );
+            (
+                ConditionInput::new(kinds::READY, S::False, Reason::RollingOut, &msg),
+                ConditionInput::new(kinds::RECONCILING, S::True, Reason::RollingOut, msg),
+            )
+        }
         Some(Verdict::WaitingForDependencies { on }) => {
             let msg = format!(
                 "waiting for {on} to be Ready (dependsOn): the VM is not created, started or \

@@ -109,6 +109,9 @@ pub enum Reason {
     /// `Reconciling` True: the spec waits for a spec it depends on (`dependsOn`) to be Ready
     /// before its VM is created, started or rebooted.
     WaitingForDependencies,
+    /// `Ready` False / `Reconciling` True: a set member waits its turn to be rebooted for a
+    /// change (`maxUnavailable`).
+    RollingOut,
     // ---- Stalled ----
     /// `Stalled` False: proxsync is making progress or has nothing to do.
     NotStalled,
@@ -173,7 +176,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 59] = [
+    pub const ALL: [Reason; 60] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -194,6 +197,7 @@ impl Reason {
         Reason::InSync,
         Reason::Suspended,
         Reason::WaitingForDependencies,
+        Reason::RollingOut,
         Reason::HeldByInstall,
         Reason::SiteMoved,
         Reason::RenameSuspected,
@@ -258,6 +262,7 @@ impl Reason {
             Reason::InSync => "InSync",
             Reason::Suspended => "Suspended",
             Reason::WaitingForDependencies => "WaitingForDependencies",
+            Reason::RollingOut => "RollingOut",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
             Reason::RenameSuspected => "RenameSuspected",
@@ -380,6 +385,7 @@ pub const READY: &[Reason] = &[
     Reason::SiteIdentityChanged,
     Reason::Suspended,
     Reason::WaitingForDependencies,
+    Reason::RollingOut,
 ];
 /// Reasons of `Reconciling`.
 pub const RECONCILING: &[Reason] = &[
@@ -410,6 +416,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::SiteIdentityChanged,
     Reason::Suspended,
     Reason::WaitingForDependencies,
+    Reason::RollingOut,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff

@@ -1,0 +1,57 @@
+//! A `ProxmoxVMSet`'s members are rebooted for a change at most `maxUnavailable` at a time:
+//! a template change that needs a reboot (under the members' `rebootPolicy`) rolls through the
+//! set instead of taking it down at once.
+
+use std::collections::BTreeMap;
+
+use super::{Action, Plan, PlanInput, Verdict};
+use crate::util::fnv::FnvHashSet;
+
+/// Holds the reboots of a set's members beyond what its `maxUnavailable` leaves: members not
+/// Ready for another reason (creating, failing, waiting) count as unavailable first; the
+/// lowest indexes reboot first. A held member's verdict is [`Verdict::RollingOut`].
+pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
+    let reboots =
+        |a: &Action| matches!(a, Action::Converge { why, .. } if why.iter().any(|w| w == "reboot"));
+    if !out.actions.iter().any(reboots) {
+        return;
+    }
+    let rebooting: FnvHashSet<&str> = (out.actions.iter())
+        .filter(|a| reboots(a))
+        .filter_map(Action::spec)
+        .collect();
+    // Per set: (maxUnavailable, members busy otherwise, members that would reboot by index).
+    let mut sets: BTreeMap<&str, (u32, u32, Vec<(u32, &str)>)> = BTreeMap::new();
+    for spec in input.desired.iter() {
+        let Some(m) = spec.set.as_deref() else {
+            continue;
+        };
+        let entry = sets
+            .entry(m.set.as_str())
+            .or_insert((m.max_unavailable, 0, Vec::new()));
+        if rebooting.contains(spec.name.as_str()) {
+            entry.2.push((m.index, spec.name.as_str()));
+        } else if !matches!(out.verdicts.get(&spec.name), Some(Verdict::UpToDate { .. })) {
+            entry.1 += 1;
+        }
+    }
+    let mut held: FnvHashSet<String> = FnvHashSet::default();
+    for (set, (max, busy, mut members)) in sets {
+        members.sort_unstable();
+        let room = max.saturating_sub(busy) as usize;
+        for (_, name) in members.into_iter().skip(room) {
+            held.insert(name.to_string());
+            out.verdicts.insert(
+                name.to_string(),
+                Verdict::RollingOut {
+                    set: set.to_string(),
+                    max_unavailable: max,
+                },
+            );
+        }
+    }
+    if !held.is_empty() {
+        out.actions
+            .retain(|a| !(reboots(a) && a.spec().is_some_and(|s| held.contains(s))));
+    }
+}
