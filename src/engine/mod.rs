@@ -902,6 +902,7 @@ impl Engine {
             sites: self.site_summaries(views),
             cycle_ms,
             refused: last.plan.refused.clone(),
+            sets: self.set_summaries(specs),
             ..self.summary(commit, self.clock.system_time())
         };
         self.status
@@ -1048,6 +1049,7 @@ impl Engine {
             sites: self.site_summaries(views),
             cycle_ms,
             refused: refused.to_vec(),
+            sets: self.set_summaries(specs),
             ..self.summary(commit, now)
         };
         self.status
@@ -1064,6 +1066,31 @@ impl Engine {
                 self.clock.now_ms(),
             )
         })
+    }
+
+    /// Each `ProxmoxVMSet` of `specs`: its desired members and those Ready, from the statuses
+    /// just written (or kept by an idle cycle). Nothing is built without a set.
+    fn set_summaries(&self, specs: &SpecSet) -> Vec<crate::status::SetSummary> {
+        let mut sets: BTreeMap<&str, crate::status::SetSummary> = BTreeMap::new();
+        let statuses = self.status.statuses();
+        for spec in specs.specs.iter() {
+            let Some(m) = spec.set.as_deref() else {
+                continue;
+            };
+            let set = sets
+                .entry(m.set.as_str())
+                .or_insert_with(|| crate::status::SetSummary {
+                    name: m.set.clone(),
+                    desired: u64::from(m.replicas),
+                    ..Default::default()
+                });
+            match statuses.get(&spec.name).is_some_and(|s| s.ready) {
+                true => set.ready += 1,
+                false if set.not_ready.len() < 20 => set.not_ready.push(spec.name.clone()),
+                false => {}
+            }
+        }
+        sets.into_values().collect()
     }
 
     /// Writes `_summary.yaml` when no commit can be applied (the tip refused by
@@ -1123,6 +1150,7 @@ impl Engine {
                     from: r.batch.from.clone(),
                     since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
                 }),
+            sets: Vec::new(),
         }
     }
 }

@@ -1305,6 +1305,7 @@ mod tests {
             last_request: None,
             notify_failures: vec![],
             rewind: None,
+            sets: Vec::new(),
         })
         .unwrap();
         sd.write_orphans(
@@ -1807,6 +1808,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 from: "fedcba9876543210fedcba9876543210fedcba98".into(),
                 since: t(T0 - 600),
             }),
+            sets: Vec::new(),
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();

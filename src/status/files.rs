@@ -240,6 +240,7 @@ impl StatusDir {
                 from: clip(&r.from),
                 since: rfc3339(r.since),
             }),
+            sets: s.sets.clone(),
         };
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {

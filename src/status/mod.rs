@@ -265,6 +265,22 @@ pub struct SummaryStatus {
     pub notify_failures: Vec<NotifyFailure>,
     /// The applied commit does not descend from the one applied before it.
     pub rewind: Option<RewindSummary>,
+    /// Each `ProxmoxVMSet`: its desired and Ready members.
+    pub sets: Vec<SetSummary>,
+}
+
+/// One `ProxmoxVMSet` in the summary, as a Deployment's status counts its replicas.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SetSummary {
+    pub name: String,
+    /// Members the set asks for.
+    pub desired: u64,
+    /// Members whose `Ready` is True.
+    pub ready: u64,
+    /// Members not Ready, by name (at most 20 listed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_ready: Vec<String>,
 }
 
 /// A rewind in effect: `commit`, applied since `since`, does not descend from `from`, the
@@ -479,6 +495,9 @@ pub struct SummaryFile {
     /// The applied commit does not descend from the one applied before it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewind: Option<RewindRecord>,
+    /// Each `ProxmoxVMSet`: desired and Ready members.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<SetSummary>,
 }
 
 /// `rewind` of `_summary.yaml`.
