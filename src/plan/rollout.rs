@@ -1,6 +1,8 @@
 //! A `ProxmoxVMSet`'s members are rebooted for a change at most `maxUnavailable` at a time:
 //! a template change that needs a reboot (under the members' `rebootPolicy`) rolls through the
-//! set instead of taking it down at once.
+//! set instead of taking it down at once. A converge reboots in the same action when what it
+//! applies goes pending, so every converge of a running member whose policy reboots counts;
+//! members whose policy never reboots take a change all at once (nothing goes down).
 
 use std::collections::BTreeMap;
 
@@ -11,8 +13,15 @@ use crate::util::fnv::FnvHashSet;
 /// Ready for another reason (creating, failing, waiting) count as unavailable first; the
 /// lowest indexes reboot first. A held member's verdict is [`Verdict::RollingOut`].
 pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
-    let reboots =
-        |a: &Action| matches!(a, Action::Converge { why, .. } if why.iter().any(|w| w == "reboot"));
+    if input.desired.iter().all(|s| s.set.is_none()) {
+        return;
+    }
+    // The members whose `rebootPolicy` lets a converge reboot them.
+    let may_reboot: FnvHashSet<&str> = (input.desired.iter())
+        .filter(|s| s.set.is_some() && s.reboot.mode != crate::spec::RebootMode::Never)
+        .map(|s| s.name.as_str())
+        .collect();
+    let reboots = |a: &Action| may_reboot_now(input, &may_reboot, a);
     if !out.actions.iter().any(reboots) {
         return;
     }
@@ -54,4 +63,27 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         out.actions
             .retain(|a| !(reboots(a) && a.spec().is_some_and(|s| held.contains(s))));
     }
+}
+
+/// Whether `a` may reboot a set member's VM: a reboot planned for pending changes, or any
+/// converge of a running member whose policy reboots (the converge reboots in the same action
+/// when the change it applies goes pending).
+fn may_reboot_now(input: &PlanInput<'_>, may_reboot: &FnvHashSet<&str>, a: &Action) -> bool {
+    let Action::Converge {
+        spec,
+        site,
+        vmid,
+        why,
+        ..
+    } = a
+    else {
+        return false;
+    };
+    if !may_reboot.contains(spec.as_str()) {
+        return false;
+    }
+    let running = (input.sites.get(site))
+        .and_then(|v| v.vms.get(vmid))
+        .is_some_and(|vm| vm.power == crate::observe::Power::Running);
+    running && !why.is_empty()
 }

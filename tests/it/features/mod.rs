@@ -12,5 +12,6 @@ mod observe;
 mod order;
 mod packaging;
 mod plan_cli;
+mod sets;
 mod sops;
 mod suspend;
