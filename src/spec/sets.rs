@@ -93,6 +93,24 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         }
     };
     let name_pos = name_node.map_or(doc.pos, |n| n.pos);
+    if let Some(Value::Map(entries)) = meta.map(|m| &m.value) {
+        for (k, _) in entries {
+            if !matches!(&k.value, Value::Str(s) if s == "name" || s == "labels") {
+                err(k.pos, "a ProxmoxVMSet's metadata holds name and labels (its members carry the labels)".into());
+            }
+        }
+    }
+    if let Value::Map(entries) = &doc.value {
+        for (k, _) in entries {
+            let known = matches!(&k.value, Value::Str(s) if ["apiVersion", "kind", "metadata", "spec"].contains(&s.as_str()));
+            if !known {
+                err(
+                    k.pos,
+                    "unknown field; a ProxmoxVMSet has apiVersion, kind, metadata and spec".into(),
+                );
+            }
+        }
+    }
     let Some(spec) = entry(doc, "spec").filter(|s| matches!(s.value, Value::Map(_))) else {
         err(
             doc.pos,
@@ -536,4 +554,110 @@ pub fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (Vec<crate::spec::Spec>, Vec<String>) {
+        let (specs, diags) = crate::spec::parse_file("web.yaml", text.as_bytes());
+        (specs, diags.iter().map(ToString::to_string).collect())
+    }
+
+    const SET: &str = "apiVersion: proxsync.io/v1
+kind: ProxmoxVMSet
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 3
+  maxUnavailable: 2
+  suspend: true
+  placement: {nodes: [pve1, pve2, pve3]}
+  template:
+    forProvider:
+      site: lab
+      image: \"9000\"
+      name: \"{name}.example.org\"
+      cloudInit: {ipConfig: [{ip: \"10.0.1.{index+10}/24\"}]}
+  overrides:
+    web-03: {forProvider: {node: pve9}}
+";
+
+    #[test]
+    fn patterns_fill_the_index_and_the_name() {
+        assert_eq!(fill("web-{index:02}", 7, "x"), "web-07");
+        assert_eq!(fill("10.0.{index+10}.{index-1}", 3, "x"), "10.0.13.2");
+        assert_eq!(fill("{name}.lab", 1, "db-01"), "db-01.lab");
+        assert_eq!(fill("{other} {index", 1, "x"), "{other} {index");
+        assert_eq!(
+            fill("{index:3}", 1, "x"),
+            "{index:3}",
+            "a width is written 0N"
+        );
+    }
+
+    #[test]
+    fn members_are_specs_of_their_own_with_the_sets_fields() {
+        let (specs, diags) = parse(SET);
+        assert!(diags.is_empty(), "{diags:?}");
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["web-01", "web-02", "web-03"]);
+        let nodes: Vec<&str> = specs.iter().map(|s| s.node.as_str()).collect();
+        assert_eq!(
+            nodes,
+            ["pve1", "pve2", "pve9"],
+            "round-robin, an override wins"
+        );
+        assert_eq!(specs[1].vm_name, "web-02.example.org");
+        let ip = |s: &crate::spec::Spec| s.cloud_init.as_ref().unwrap().ip_config[0].ip.clone();
+        assert_eq!(ip(&specs[2]).as_deref(), Some("10.0.1.13/24"));
+        assert!(specs.iter().all(|s| s.suspend && s.labels["app"] == "web"));
+        let m = specs[1].set.as_deref().unwrap();
+        assert_eq!(
+            (m.set.as_str(), m.index, m.max_unavailable, m.replicas),
+            ("web", 2, 2, 3)
+        );
+        // Each member hashes as itself: no two alike.
+        assert_ne!(
+            crate::spec::spec_hash(&specs[0]),
+            crate::spec::spec_hash(&specs[1])
+        );
+    }
+
+    #[test]
+    fn a_set_with_errors_holds_every_member_it_names() {
+        let (specs, diags) = parse(&SET.replace("maxUnavailable: 2", "maxUnavailable: 0"));
+        assert!(specs.is_empty());
+        let all = diags.join("\n");
+        assert!(
+            all.contains("web.yaml:8:19: error: spec.maxUnavailable"),
+            "{all}"
+        );
+        for n in ["web-01", "web-02", "web-03"] {
+            assert!(
+                all.contains(&format!("member {n} of set web is not read")),
+                "{all}"
+            );
+        }
+        let (_, d) = crate::spec::parse_file(
+            "web.yaml",
+            SET.replace("replicas: 3", "replicas: many").as_bytes(),
+        );
+        assert!(
+            d.iter().any(|d| d.is_error() && d.spec.is_none()),
+            "unnamed: the set is incomplete"
+        );
+    }
+
+    #[test]
+    fn names_placement_and_overrides_are_checked() {
+        let bad = |from: &str, to: &str| parse(&SET.replace(from, to)).1.join("\n");
+        assert!(bad("replicas: 3", "names: [a-1, a-1]").contains("given twice"));
+        assert!(bad("replicas: 3", "replicas: 3\n  names: [a]").contains("not both"));
+        assert!(bad("[pve1, pve2, pve3]}", "[pve1], maxPerNode: 2}").contains("room for 2"));
+        assert!(bad("web-03: {", "web-04: {").contains("no member of the set"));
+        assert!(bad("  labels: {app: web}", "  annotations: {a: b}").contains("name and labels"));
+    }
 }

@@ -39,10 +39,17 @@ fn a_set_makes_its_members_scales_down_from_the_top_and_rolls_a_reboot_through_t
         let vm = pve.vm(*vmid as u32);
         assert_eq!(vm["node"], ["pve1", "pve2"][i % 2], "{name}: {vm}");
         let ip = vm["config"]["ipconfig0"].to_string();
-        assert!(ip.contains(&format!("ip=10.0.1.{}/24", 11 + i)), "{name}: {ip}");
+        assert!(
+            ip.contains(&format!("ip=10.0.1.{}/24", 11 + i)),
+            "{name}: {ip}"
+        );
         let cores = vm["config"]["cores"].to_string();
         // cpu: 1 is PVE's default, which a create may leave out of the config.
-        assert_eq!(cores.trim_matches('"') == "2", name == "web-02", "{name}: {vm}");
+        assert_eq!(
+            cores.trim_matches('"') == "2",
+            name == "web-02",
+            "{name}: {vm}"
+        );
     }
     let s = summary(&ws);
     assert!(s.contains("name: web") && s.contains("desired: 3"), "{s}");
@@ -73,10 +80,18 @@ fn a_set_makes_its_members_scales_down_from_the_top_and_rolls_a_reboot_through_t
     let members: Vec<String> = order.iter().map(vmid_of).collect();
     let mut runs = members.clone();
     runs.dedup();
-    assert_eq!(runs.len(), 2, "one member after the other, never interleaved: {order:?}");
+    assert_eq!(
+        runs.len(),
+        2,
+        "one member after the other, never interleaved: {order:?}"
+    );
     for (vmid, _) in owned_vms(&mut pve) {
         let vm = pve.vm(vmid as u32);
-        assert_eq!(vm["config"]["memory"].to_string().trim_matches('"'), "2048", "{vm}");
+        assert_eq!(
+            vm["config"]["memory"].to_string().trim_matches('"'),
+            "2048",
+            "{vm}"
+        );
         assert_eq!(vm["status"], "running");
     }
 }
@@ -97,5 +112,8 @@ fn a_set_with_overlapping_addresses_or_unknown_overrides_is_refused_at_its_line(
     let out = ws.proxsync(&["validate", dir.to_str().unwrap()]);
     let text = common::engine::text(&out);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("web-09") && text.contains("no member of the set"), "{text}");
+    assert!(
+        text.contains("web-09") && text.contains("no member of the set"),
+        "{text}"
+    );
 }
