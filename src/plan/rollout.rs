@@ -9,6 +9,16 @@ use std::collections::BTreeMap;
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::util::fnv::FnvHashSet;
 
+/// One set's rollout this cycle.
+struct Roll<'a> {
+    /// `maxUnavailable`.
+    max: u32,
+    /// Members not Ready for another reason.
+    busy: u32,
+    /// Members a converge may reboot, by index.
+    rebooting: Vec<(u32, &'a str)>,
+}
+
 /// Holds the reboots of a set's members beyond what its `maxUnavailable` leaves: members not
 /// Ready for another reason (creating, failing, waiting) count as unavailable first; the
 /// lowest indexes reboot first. A held member's verdict is [`Verdict::RollingOut`].
@@ -29,23 +39,29 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         .filter(|a| reboots(a))
         .filter_map(Action::spec)
         .collect();
-    // Per set: (maxUnavailable, members busy otherwise, members that would reboot by index).
-    let mut sets: BTreeMap<&str, (u32, u32, Vec<(u32, &str)>)> = BTreeMap::new();
+    let mut sets: BTreeMap<&str, Roll<'_>> = BTreeMap::new();
     for spec in input.desired.iter() {
         let Some(m) = spec.set.as_deref() else {
             continue;
         };
-        let entry = sets
-            .entry(m.set.as_str())
-            .or_insert((m.max_unavailable, 0, Vec::new()));
+        let entry = sets.entry(m.set.as_str()).or_insert(Roll {
+            max: m.max_unavailable,
+            busy: 0,
+            rebooting: Vec::new(),
+        });
         if rebooting.contains(spec.name.as_str()) {
-            entry.2.push((m.index, spec.name.as_str()));
+            entry.rebooting.push((m.index, spec.name.as_str()));
         } else if !matches!(out.verdicts.get(&spec.name), Some(Verdict::UpToDate { .. })) {
-            entry.1 += 1;
+            entry.busy += 1;
         }
     }
     let mut held: FnvHashSet<String> = FnvHashSet::default();
-    for (set, (max, busy, mut members)) in sets {
+    for (set, roll) in sets {
+        let Roll {
+            max,
+            busy,
+            rebooting: mut members,
+        } = roll;
         members.sort_unstable();
         let room = max.saturating_sub(busy) as usize;
         for (_, name) in members.into_iter().skip(room) {

@@ -407,6 +407,33 @@ pub struct Specs(Vec<Arc<Spec>>);
 pub type SpecsIter<'a> =
     std::iter::Map<std::slice::Iter<'a, Arc<Spec>>, fn(&'a Arc<Spec>) -> &'a Spec>;
 
+/// The valid members of set document `doc`, each validated by `validate_one`; the set's own
+/// problems and overlapping addresses go to `ctx` (the members they concern held).
+fn validate_set(
+    ctx: &mut fields::Ctx,
+    file: &str,
+    doc: &yaml::Node,
+    validate_one: &dyn Fn(&mut fields::Ctx, &yaml::Node) -> Option<Spec>,
+) -> Vec<Spec> {
+    let (members, problems) = sets::expand(file, doc);
+    ctx.refuse_all(problems);
+    let mut made = Vec::new();
+    for (member_doc, member) in members {
+        if let Some(spec) = validate_one(ctx, &member_doc) {
+            made.push(Spec {
+                set: Some(Box::new(member)),
+                ..spec
+            });
+        }
+    }
+    let overlaps = sets::address_overlaps(&made);
+    let held: std::collections::HashSet<String> =
+        overlaps.iter().filter_map(|d| d.spec.clone()).collect();
+    ctx.refuse_all(overlaps);
+    made.retain(|s| !held.contains(&s.name));
+    made
+}
+
 impl Spec {
     /// The file `pos` (one of the spec's positions) is in: the spec's own, or the
     /// `_defaults.yaml` the value came from.
@@ -608,26 +635,10 @@ pub fn parse_file_defaulted(
     };
     // A set's members are validated one by one, as specs of their own.
     let validate = |ctx: &mut fields::Ctx, doc: &yaml::Node| -> Vec<Spec> {
-        if !sets::is_set(doc) {
-            return validate_one(ctx, doc).into_iter().collect();
+        match sets::is_set(doc) {
+            true => validate_set(ctx, file, doc, &validate_one),
+            false => validate_one(ctx, doc).into_iter().collect(),
         }
-        let (members, problems) = sets::expand(file, doc);
-        ctx.refuse_all(problems);
-        let mut made = Vec::new();
-        for (member_doc, member) in members {
-            if let Some(spec) = validate_one(ctx, &member_doc) {
-                made.push(Spec {
-                    set: Some(Box::new(member)),
-                    ..spec
-                });
-            }
-        }
-        let overlaps = sets::address_overlaps(&made);
-        let held: std::collections::HashSet<String> =
-            overlaps.iter().filter_map(|d| d.spec.clone()).collect();
-        ctx.refuse_all(overlaps);
-        made.retain(|s| !held.contains(&s.name));
-        made
     };
     let specs: Vec<Spec> = docs
         .iter_mut()

@@ -93,24 +93,6 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         }
     };
     let name_pos = name_node.map_or(doc.pos, |n| n.pos);
-    if let Some(Value::Map(entries)) = meta.map(|m| &m.value) {
-        for (k, _) in entries {
-            if !matches!(&k.value, Value::Str(s) if s == "name" || s == "labels") {
-                err(k.pos, "a ProxmoxVMSet's metadata holds name and labels (its members carry the labels)".into());
-            }
-        }
-    }
-    if let Value::Map(entries) = &doc.value {
-        for (k, _) in entries {
-            let known = matches!(&k.value, Value::Str(s) if ["apiVersion", "kind", "metadata", "spec"].contains(&s.as_str()));
-            if !known {
-                err(
-                    k.pos,
-                    "unknown field; a ProxmoxVMSet has apiVersion, kind, metadata and spec".into(),
-                );
-            }
-        }
-    }
     let Some(spec) = entry(doc, "spec").filter(|s| matches!(s.value, Value::Map(_))) else {
         err(
             doc.pos,
@@ -118,31 +100,7 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         );
         return (Vec::new(), diags);
     };
-    const FIELDS: [&str; 9] = [
-        "replicas",
-        "names",
-        "namePattern",
-        "template",
-        "overrides",
-        "placement",
-        "maxUnavailable",
-        "suspend",
-        "dependsOn",
-    ];
-    if let Value::Map(entries) = &spec.value {
-        for (k, _) in entries {
-            let known = matches!(&k.value, Value::Str(s) if FIELDS.contains(&s.as_str()));
-            if !known {
-                err(
-                    k.pos,
-                    format!(
-                        "unknown field of a ProxmoxVMSet's spec; valid: {}",
-                        FIELDS.join(", ")
-                    ),
-                );
-            }
-        }
-    }
+    unknown_fields(doc, meta, spec, &mut err);
     let names = member_names(&set_name, spec, &mut err);
     let template = entry(spec, "template").filter(|t| matches!(t.value, Value::Map(_)));
     if template.is_none() {
@@ -205,28 +163,7 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         if let Some(o) = overrides.get(member.as_str()) {
             body = super::defaults::merge_nodes(&body, &substitute(o, index, member));
         }
-        let mut meta_entries = vec![(str_node("name", name_pos), str_node(member, *pos))];
-        if let Some(labels) = meta.and_then(|m| entry(m, "labels")) {
-            meta_entries.push((str_node("labels", labels.pos), labels.clone()));
-        }
-        let api = entry(doc, "apiVersion")
-            .cloned()
-            .unwrap_or_else(|| str_node("", doc.pos));
-        let member_doc = Node {
-            pos: doc.pos,
-            value: Value::Map(vec![
-                (str_node("apiVersion", api.pos), api),
-                (str_node("kind", doc.pos), str_node(super::KIND, doc.pos)),
-                (
-                    str_node("metadata", name_pos),
-                    Node {
-                        pos: name_pos,
-                        value: Value::Map(meta_entries),
-                    },
-                ),
-                (str_node("spec", template.pos), body),
-            ]),
-        };
+        let member_doc = member_doc(doc, meta, (member, *pos), name_pos, body, template.pos);
         members.push((
             member_doc,
             SetMember {
@@ -238,6 +175,87 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         ));
     }
     (members, diags)
+}
+
+/// Reports the fields a set does not have, at each level.
+fn unknown_fields(doc: &Node, meta: Option<&Node>, spec: &Node, err: &mut impl FnMut(Pos, String)) {
+    if let Some(Value::Map(entries)) = meta.map(|m| &m.value) {
+        for (k, _) in entries {
+            if !matches!(&k.value, Value::Str(s) if s == "name" || s == "labels") {
+                err(k.pos, "a ProxmoxVMSet's metadata holds name and labels (its members carry the labels)".into());
+            }
+        }
+    }
+    if let Value::Map(entries) = &doc.value {
+        for (k, _) in entries {
+            let known = matches!(&k.value, Value::Str(s) if ["apiVersion", "kind", "metadata", "spec"].contains(&s.as_str()));
+            if !known {
+                err(
+                    k.pos,
+                    "unknown field; a ProxmoxVMSet has apiVersion, kind, metadata and spec".into(),
+                );
+            }
+        }
+    }
+    const FIELDS: [&str; 9] = [
+        "replicas",
+        "names",
+        "namePattern",
+        "template",
+        "overrides",
+        "placement",
+        "maxUnavailable",
+        "suspend",
+        "dependsOn",
+    ];
+    if let Value::Map(entries) = &spec.value {
+        for (k, _) in entries {
+            let known = matches!(&k.value, Value::Str(s) if FIELDS.contains(&s.as_str()));
+            if !known {
+                err(
+                    k.pos,
+                    format!(
+                        "unknown field of a ProxmoxVMSet's spec; valid: {}",
+                        FIELDS.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A member's `ProxmoxVM` document: the set's apiVersion and labels, the member's name, and
+/// `body` as its spec.
+fn member_doc(
+    doc: &Node,
+    meta: Option<&Node>,
+    (member, pos): (&str, Pos),
+    name_pos: Pos,
+    body: Node,
+    spec_pos: Pos,
+) -> Node {
+    let mut meta_entries = vec![(str_node("name", name_pos), str_node(member, pos))];
+    if let Some(labels) = meta.and_then(|m| entry(m, "labels")) {
+        meta_entries.push((str_node("labels", labels.pos), labels.clone()));
+    }
+    let api = entry(doc, "apiVersion")
+        .cloned()
+        .unwrap_or_else(|| str_node("", doc.pos));
+    Node {
+        pos: doc.pos,
+        value: Value::Map(vec![
+            (str_node("apiVersion", api.pos), api),
+            (str_node("kind", doc.pos), str_node(super::KIND, doc.pos)),
+            (
+                str_node("metadata", name_pos),
+                Node {
+                    pos: name_pos,
+                    value: Value::Map(meta_entries),
+                },
+            ),
+            (str_node("spec", spec_pos), body),
+        ]),
+    }
 }
 
 /// `spec.names`, or `replicas` names from `namePattern`, each with where it is written.
