@@ -837,7 +837,11 @@ fn examples_are_valid_and_cover_every_form() {
     assert!(has(&|s| s.disks.as_ref().is_some_and(|d| d.len() == 2
         && d[0].boot
         && d[1].slot == "scsi1")));
-    assert!((8..=10).contains(&set.specs.len()), "{}", set.specs.len());
+    // A set and a defaults file are among the examples.
+    assert!(has(&|s| s.set.as_ref().is_some_and(|m| m.set == "worker" && m.replicas == 3)));
+    assert!(has(&|s| s.defaults.is_some() && s.site == "eu-fra"));
+    assert!(has(&|s| !s.depends_on.is_empty()));
+    assert!((11..=14).contains(&set.specs.len()), "{}", set.specs.len());
 }
 
 /// The hardware fields of `forProvider`.
