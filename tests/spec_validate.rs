@@ -838,7 +838,10 @@ fn examples_are_valid_and_cover_every_form() {
         && d[0].boot
         && d[1].slot == "scsi1")));
     // A set and a defaults file are among the examples.
-    assert!(has(&|s| s.set.as_ref().is_some_and(|m| m.set == "worker" && m.replicas == 3)));
+    assert!(has(&|s| s
+        .set
+        .as_ref()
+        .is_some_and(|m| m.set == "worker" && m.replicas == 3)));
     assert!(has(&|s| s.defaults.is_some() && s.site == "eu-fra"));
     assert!(has(&|s| !s.depends_on.is_empty()));
     assert!((11..=14).contains(&set.specs.len()), "{}", set.specs.len());

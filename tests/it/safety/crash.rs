@@ -279,3 +279,34 @@ fn sigkill_during_creates_updates_and_deletes_never_duplicates_or_orphans_d() {
 fn sigkill_during_creates_updates_and_deletes_never_duplicates_or_orphans_e() {
     crash_part(4);
 }
+
+/// A `ProxmoxVMSet` of 10 members over both nodes, from both nodes' templates by name
+/// pattern: created under random kills, then scaled down to 7 under kills. One VM per member,
+/// none left of the removed ones.
+fn crash_set(seed: u64) {
+    let mut pve = real_timing_pve();
+    let ws = Workspace::new(&pve);
+    let set = |replicas: u32| {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: crew\nspec:\n  \
+             replicas: {replicas}\n  placement: {{nodes: [pve1, pve2]}}\n  template:\n    \
+             forProvider:\n      site: lab\n      image: \"local:import/debian-12-genericcloud-amd64.qcow2\"\n      \
+             cpu: 1\n      memory: 1Gi\n      disk: 8Gi\n"
+        )
+    };
+    let names = |n: usize| (1..=n).map(|i| format!("crew-{i:02}")).collect::<Vec<_>>();
+    let mut rng = Lcg(seed);
+    commit(&ws, &[("crew.yaml".to_string(), set(10))]);
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 10);
+    converge_and_check(&mut pve, &ws, &names(10), seed, "set create");
+    commit(&ws, &[("crew.yaml".to_string(), set(7))]);
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "set scale-down", 10);
+    converge_and_check(&mut pve, &ws, &names(7), seed, "set scale-down");
+}
+
+#[test]
+fn sigkill_during_a_sets_creates_and_scale_down_never_duplicates_or_orphans() {
+    for seed in seeds(0) {
+        crash_set(seed);
+    }
+}
