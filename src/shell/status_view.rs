@@ -515,6 +515,30 @@ fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
         count(s.backing_off, "backing off", Color::Yellow),
         count(s.invalid, "invalid", Color::Red),
     );
+    if !s.sets.is_empty() {
+        let sets: Vec<String> = (s.sets.iter())
+            .map(|set| {
+                let waiting = match set.not_ready.as_slice() {
+                    [] => String::new(),
+                    names => format!(
+                        " (not Ready: {})",
+                        names
+                            .iter()
+                            .map(|n| clean(n))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                format!(
+                    "{} {}/{} Ready{waiting}",
+                    clean(&set.name),
+                    set.ready,
+                    set.desired
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "Sets:        {}", sets.join("; "));
+    }
     let healthy = s
         .sites
         .iter()

@@ -54,6 +54,8 @@ fn a_set_makes_its_members_scales_down_from_the_top_and_rolls_a_reboot_through_t
     let s = summary(&ws);
     assert!(s.contains("name: web") && s.contains("desired: 3"), "{s}");
     assert!(s.contains("ready: 3"), "{s}");
+    let shown = common::engine::text(&ws.proxsync(&["status"]));
+    assert!(shown.contains("Sets:        web 3/3 Ready"), "{shown}");
 
     // Scaled down: the highest index goes.
     ws.commit_specs(&[("web.yaml", set(2, "1Gi"))]);
