@@ -3,7 +3,20 @@
 //! from the verdicts of this cycle (a dependency acting this cycle is not Ready yet).
 
 use super::{Action, Plan, PlanInput, Verdict};
-use crate::util::fnv::FnvHashSet;
+use crate::util::fnv::{FnvHashMap, FnvHashSet};
+
+/// The members of each `ProxmoxVMSet` among the desired specs, by set name.
+fn set_members<'a>(input: &PlanInput<'a>) -> FnvHashMap<&'a str, Vec<&'a str>> {
+    let mut sets: FnvHashMap<&str, Vec<&str>> = FnvHashMap::default();
+    for spec in input.desired.iter() {
+        if let Some(m) = spec.set.as_deref() {
+            sets.entry(m.set.as_str())
+                .or_default()
+                .push(spec.name.as_str());
+        }
+    }
+    sets
+}
 
 /// Holds the actions that would create, start or reboot the VM of a spec whose dependency is
 /// not Ready (its verdict becomes [`Verdict::WaitingForDependencies`], naming the first one
@@ -38,18 +51,36 @@ fn starts(action: &Action) -> bool {
 
 fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
     let mut held: FnvHashSet<String> = FnvHashSet::default();
+    let mut sets: Option<FnvHashMap<&str, Vec<&str>>> = None;
     for spec in input.desired.iter().filter(|s| !s.depends_on.is_empty()) {
-        let Some(on) = spec.depends_on.iter().find(|d| !ready(out, d)) else {
+        // A set's name stands for its members: Ready when every one is.
+        let mut not_ready = None;
+        for dep in spec.depends_on.iter() {
+            let is_spec = out.verdicts.contains_key(dep);
+            let members = match is_spec {
+                true => None,
+                false => sets
+                    .get_or_insert_with(|| set_members(input))
+                    .get(dep.as_str()),
+            };
+            let waiting = match members {
+                Some(m) => m.iter().find(|n| !ready(out, n)).map(|n| n.to_string()),
+                None => (!ready(out, dep)).then(|| dep.clone()),
+            };
+            if waiting.is_some() {
+                not_ready = waiting;
+                break;
+            }
+        }
+        let Some(on) = not_ready else {
             continue;
         };
         let name = spec.name.as_str();
         if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(a)) {
             continue;
         }
-        out.verdicts.insert(
-            spec.name.clone(),
-            Verdict::WaitingForDependencies { on: on.clone() },
-        );
+        out.verdicts
+            .insert(spec.name.clone(), Verdict::WaitingForDependencies { on });
         held.insert(spec.name.clone());
     }
     if !held.is_empty() {

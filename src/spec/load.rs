@@ -404,10 +404,12 @@ pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diag
 /// cycle, naming the cycle. Such specs are held as invalid: their VMs are left alone.
 pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
     let by_name: HashMap<&str, &Spec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    let sets = set_members(specs);
     let mut diags = Vec::new();
     for spec in specs.iter().filter(|s| !s.depends_on.is_empty()) {
         for dep in &spec.depends_on {
-            if by_name.contains_key(dep.as_str()) || invalid(dep) {
+            if by_name.contains_key(dep.as_str()) || sets.contains_key(dep.as_str()) || invalid(dep)
+            {
                 continue;
             }
             let hint = super::closest(dep, by_name.keys().copied())
@@ -423,7 +425,7 @@ pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<
             );
         }
     }
-    for cycle in dependency_cycles(&by_name) {
+    for cycle in dependency_cycles(&by_name, &sets) {
         let shown = cycle.join(" -> ") + " -> " + cycle[0];
         for name in &cycle {
             let spec = by_name[name];
@@ -446,7 +448,10 @@ pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<
 /// The dependency cycles among `specs`, each once, as the names along it from the first name
 /// in order (a spec that depends on itself is a cycle of one). Depth-first with an explicit stack: a chain of thousands of
 /// specs cannot overflow the thread's stack.
-fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>> {
+fn dependency_cycles<'a>(
+    specs: &HashMap<&'a str, &'a Spec>,
+    sets: &HashMap<&'a str, Vec<&'a str>>,
+) -> Vec<Vec<&'a str>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
@@ -457,10 +462,12 @@ fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>
     names.sort_unstable();
     let mut mark: HashMap<&str, Mark> = names.iter().map(|n| (*n, Mark::New)).collect();
     let deps = |n: &str| -> Vec<&'a str> {
-        let mut d: Vec<&str> = specs[n]
-            .depends_on
-            .iter()
-            .filter_map(|d| specs.get_key_value(d.as_str()).map(|(k, _)| *k))
+        // A set stands for its members.
+        let mut d: Vec<&str> = (specs[n].depends_on.iter())
+            .flat_map(|d| match specs.get_key_value(d.as_str()) {
+                Some((k, _)) => vec![*k],
+                None => sets.get(d.as_str()).cloned().unwrap_or_default(),
+            })
             .collect();
         d.sort_unstable();
         d
@@ -497,6 +504,19 @@ fn dependency_cycles<'a>(specs: &HashMap<&'a str, &'a Spec>) -> Vec<Vec<&'a str>
         }
     }
     cycles
+}
+
+/// The members of each `ProxmoxVMSet`, by set name.
+fn set_members(specs: &Specs) -> HashMap<&str, Vec<&str>> {
+    let mut sets: HashMap<&str, Vec<&str>> = HashMap::new();
+    for spec in specs.iter() {
+        if let Some(m) = spec.set.as_deref() {
+            sets.entry(m.set.as_str())
+                .or_default()
+                .push(spec.name.as_str());
+        }
+    }
+    sets
 }
 
 /// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),

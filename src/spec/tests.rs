@@ -555,3 +555,39 @@ fn a_long_dependency_chain_is_checked_without_overflowing() {
     assert!(s.diagnostics.is_empty());
     assert_eq!(s.specs.len(), 5000);
 }
+
+#[test]
+fn a_sets_name_in_depends_on_stands_for_its_members() {
+    let set = "apiVersion: proxsync.io/v1
+kind: ProxmoxVMSet
+metadata:
+  name: db
+spec:
+  replicas: 2
+  dependsOn: [app-01]
+  template:
+    forProvider: {site: s, node: n, image: \"9000\"}
+";
+    let specs: Vec<Spec> = [
+        parse(set).0,
+        parse(&with_spec_lines("app-01", "  dependsOn: [db]\n")).0,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let s = assemble(specs.into_iter().collect(), Vec::new());
+    let all: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(
+        all.iter()
+            .any(|d| d.contains("cycle: app-01 -> db-01 -> app-01")),
+        "{all:?}"
+    );
+    let ok = [
+        parse(&set.replace("  dependsOn: [app-01]\n", "")).0,
+        parse(&with_spec_lines("app-01", "  dependsOn: [db]\n")).0,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(assemble(ok, Vec::new()).diagnostics.is_empty());
+}

@@ -115,3 +115,24 @@ fn a_dependency_cycle_is_refused_by_validate_naming_it() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("cycle: a-01 -> b-01 -> a-01"), "{text}");
 }
+
+/// A set's name in `dependsOn` stands for all its members: the dependant is made once every
+/// member is Ready.
+#[test]
+fn a_spec_depending_on_a_set_waits_for_all_its_members() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: db\nspec:\n  \
+               replicas: 2\n  template:\n    forProvider:\n      site: lab\n      node: pve1\n      \
+               image: \"9000\"\n      disk: 8Gi\n"
+        .to_string();
+    ws.commit_specs(&[
+        ("db.yaml", set),
+        ("app.yaml", depending("app-01", "3Gi", &["db"])),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let order = clone_order(&mut pve);
+    assert_eq!(order.len(), 3, "{out}");
+    assert_eq!(order[2], "app-01", "{order:?}\n{out}");
+}
