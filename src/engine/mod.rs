@@ -26,6 +26,7 @@ mod adopt;
 mod counts;
 mod describe;
 mod look;
+mod placement;
 mod plan_view;
 mod sites;
 
@@ -515,6 +516,9 @@ impl Engine {
         }
         let elsewhere = names(&theirs);
         let mut records = records;
+        // A set's FreeMemory members get their nodes from this look (none: borrowed as is).
+        let placed = placement::place(specs, &views, &records);
+        let specs = placed.as_ref();
         self.records_follow_specs(specs, &mut records)?;
         let basis = PlanBasis {
             config: &self.config,

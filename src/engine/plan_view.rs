@@ -47,6 +47,9 @@ pub async fn plan_view(
         None,
     )
     .await;
+    // A set's FreeMemory members placed as a cycle would place them.
+    let placed = super::placement::place(specs, &views, &records);
+    let specs = placed.as_ref();
     let invalid: BTreeSet<String> = specs
         .invalid_names()
         .into_iter()

@@ -49,6 +49,25 @@ pub struct SetMember {
     pub max_unavailable: u32,
     /// The set's desired members.
     pub replicas: u32,
+    /// `placement.strategy: FreeMemory`: the nodes the member may be placed on; the engine
+    /// picks the one with the least memory given to VMs in the listing when the member has no
+    /// VM yet, and keeps it where its VM is after (`None`: the spec's node is the member's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<Box<[String]>>,
+    /// `placement.maxPerNode`, which a FreeMemory placement keeps to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_per_node: Option<u32>,
+}
+
+/// `spec.placement`: the nodes by index, and how the members are spread.
+struct Placement {
+    /// The node of each member by index (round-robin).
+    nodes: Vec<(String, Pos)>,
+    /// `placement.nodes`, as written.
+    all: Box<[String]>,
+    /// `strategy: FreeMemory`: the engine places each member when it has no VM yet.
+    free_memory: bool,
+    max_per_node: Option<u32>,
 }
 
 /// Whether `doc` is a set document.
@@ -154,15 +173,25 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
                 set_key(&mut body, key, v.clone());
             }
         }
-        if let Some((node, node_pos)) = nodes.as_ref().and_then(|n| n.get(i)) {
+        // By index; with FreeMemory a stand-in the engine replaces (validated all the same).
+        let mut placed = false;
+        if let Some((node, node_pos)) = nodes.as_ref().and_then(|p| p.nodes.get(i)) {
             let fp = forprovider(&mut body);
             if entry(fp, "node").is_none() {
                 set_key(fp, "node", str_node(node, *node_pos));
+                placed = true;
             }
         }
         if let Some(o) = overrides.get(member.as_str()) {
-            body = super::defaults::merge_nodes(&body, &substitute(o, index, member));
+            let over = substitute(o, index, member);
+            let names_node = entry(&over, "forProvider").and_then(|fp| entry(fp, "node"));
+            placed &= names_node.is_none();
+            body = super::defaults::merge_nodes(&body, &over);
         }
+        let candidates = nodes
+            .as_ref()
+            .filter(|p| placed && p.free_memory)
+            .map(|p| p.all.clone());
         let member_doc = member_doc(doc, meta, (member, *pos), name_pos, body, template.pos);
         members.push((
             member_doc,
@@ -171,6 +200,8 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
                 index,
                 max_unavailable,
                 replicas,
+                candidates,
+                max_per_node: nodes.as_ref().and_then(|p| p.max_per_node),
             },
         ));
     }
@@ -343,11 +374,7 @@ fn member_names(
 
 /// `placement.nodes` spread round-robin over the members (`None` without placement), checked
 /// against `maxPerNode`.
-fn placement(
-    spec: &Node,
-    members: usize,
-    err: &mut impl FnMut(Pos, String),
-) -> Option<Vec<(String, Pos)>> {
+fn placement(spec: &Node, members: usize, err: &mut impl FnMut(Pos, String)) -> Option<Placement> {
     let p = entry(spec, "placement")?;
     let Some(nodes) = entry(p, "nodes") else {
         err(
@@ -383,9 +410,25 @@ fn placement(
         );
         return None;
     }
+    let free_memory = match entry(p, "strategy").map(|n| (&n.value, n.pos)) {
+        None => false,
+        Some((Value::Str(s), _)) if s == "RoundRobin" => false,
+        Some((Value::Str(s), _)) if s == "FreeMemory" => true,
+        Some((_, pos)) => {
+            err(
+                pos,
+                "spec.placement.strategy is RoundRobin (by index, the default) or FreeMemory (the \
+                 node with the least memory given to VMs, when a member is made)"
+                    .into(),
+            );
+            return None;
+        }
+    };
+    let mut max_per_node = None;
     if let Some(m) = entry(p, "maxPerNode") {
         match &m.value {
-            Value::Int(i) if *i >= 1 => {
+            Value::Int(i) if (1..=i128::from(u32::MAX)).contains(i) => {
+                max_per_node = Some(*i as u32);
                 let room = names.len() as i128 * i;
                 if (members as i128) > room {
                     err(
@@ -407,11 +450,14 @@ fn placement(
             }
         }
     }
-    Some(
-        (0..members)
+    Some(Placement {
+        nodes: (0..members)
             .map(|i| names[i % names.len()].clone())
             .collect(),
-    )
+        all: names.iter().map(|(n, _)| n.clone()).collect(),
+        free_memory,
+        max_per_node,
+    })
 }
 
 /// `overrides`, by member name; a name that is no member is an error.

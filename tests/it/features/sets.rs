@@ -119,3 +119,55 @@ fn a_set_with_overlapping_addresses_or_unknown_overrides_is_refused_at_its_line(
         "{text}"
     );
 }
+
+/// `placement.strategy: FreeMemory`: each member without a VM goes to the node with the
+/// least memory given to VMs in the listing (the template's 2 GiB on pve1 counts), members
+/// placed before it included; once made, a member stays where its VM is.
+#[test]
+fn free_memory_placement_fills_the_emptier_node_and_keeps_members_where_they_are() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let free = |replicas: u32, extra: &str| {
+        set(replicas, "1Gi").replace(
+            "placement: {nodes: [pve1, pve2]}",
+            &format!("placement: {{nodes: [pve1, pve2], strategy: FreeMemory{extra}}}"),
+        )
+    };
+    ws.commit_specs(&[("web.yaml", free(3, ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let nodes = |pve: &mut FakePve| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = owned_vms(pve)
+            .into_iter()
+            .map(|(id, n)| {
+                (
+                    n,
+                    pve.vm(id as u32)["node"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let placed = nodes(&mut pve);
+    let expect = |a: &str, b: &str, c: &str| {
+        vec![
+            ("web-01".to_string(), a.to_string()),
+            ("web-02".to_string(), b.to_string()),
+            ("web-03".to_string(), c.to_string()),
+        ]
+    };
+    // pve1 holds the 2 GiB template: web-01 and web-02 (1 GiB each) go to pve2, then a tie
+    // at 2 GiB goes to the first node.
+    assert_eq!(placed, expect("pve2", "pve2", "pve1"), "{out}");
+
+    // Another cycle moves nothing, even with more memory on pve2 now.
+    let since = pve.requests().last().map_or(0, |r| r.seq + 1);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        pve.requests_since(since).iter().all(|r| r.method == "GET"),
+        "{out}"
+    );
+    assert_eq!(nodes(&mut pve), placed);
+}
