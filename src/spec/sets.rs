@@ -173,25 +173,10 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
                 set_key(&mut body, key, v.clone());
             }
         }
-        // By index; with FreeMemory a stand-in the engine replaces (validated all the same).
-        let mut placed = false;
-        if let Some((node, node_pos)) = nodes.as_ref().and_then(|p| p.nodes.get(i)) {
-            let fp = forprovider(&mut body);
-            if entry(fp, "node").is_none() {
-                set_key(fp, "node", str_node(node, *node_pos));
-                placed = true;
-            }
-        }
-        if let Some(o) = overrides.get(member.as_str()) {
-            let over = substitute(o, index, member);
-            let names_node = entry(&over, "forProvider").and_then(|fp| entry(fp, "node"));
-            placed &= names_node.is_none();
-            body = super::defaults::merge_nodes(&body, &over);
-        }
-        let candidates = nodes
-            .as_ref()
-            .filter(|p| placed && p.free_memory)
-            .map(|p| p.all.clone());
+        let over = overrides
+            .get(member.as_str())
+            .map(|o| substitute(o, index, member));
+        let (body, candidates) = place_member(body, nodes.as_ref(), i, over.as_ref());
         let member_doc = member_doc(doc, meta, (member, *pos), name_pos, body, template.pos);
         members.push((
             member_doc,
@@ -206,6 +191,34 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         ));
     }
     (members, diags)
+}
+
+/// `body` with member `i`'s node by index (unless the template names one) and its override
+/// merged over it; and, with `strategy: FreeMemory` and no node written for it, the nodes the
+/// engine chooses among (the node by index then only stands in).
+fn place_member(
+    mut body: Node,
+    nodes: Option<&Placement>,
+    i: usize,
+    over: Option<&Node>,
+) -> (Node, Option<Box<[String]>>) {
+    let mut placed = false;
+    if let Some((node, node_pos)) = nodes.and_then(|p| p.nodes.get(i)) {
+        let fp = forprovider(&mut body);
+        if entry(fp, "node").is_none() {
+            set_key(fp, "node", str_node(node, *node_pos));
+            placed = true;
+        }
+    }
+    if let Some(over) = over {
+        let names_node = entry(over, "forProvider").and_then(|fp| entry(fp, "node"));
+        placed &= names_node.is_none();
+        body = super::defaults::merge_nodes(&body, over);
+    }
+    let candidates = nodes
+        .filter(|p| placed && p.free_memory)
+        .map(|p| p.all.clone());
+    (body, candidates)
 }
 
 /// Reports the fields a set does not have, at each level.
