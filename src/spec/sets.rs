@@ -36,6 +36,9 @@ use super::yaml::{Node, Value};
 pub const SET_KIND: &str = "ProxmoxVMSet";
 /// The most members of one set.
 pub const MAX_REPLICAS: u64 = 1000;
+/// The most YAML nodes a set's members may hold together (the template's times the members):
+/// a set cannot make one file's parse take gigabytes.
+pub const MAX_EXPANDED_NODES: usize = 2_000_000;
 
 /// Which set a member spec belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -164,6 +167,25 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
     }
     let template = template.expect("checked");
     let replicas = names.len() as u32;
+    let size = node_count(template) + overrides.values().map(|o| node_count(o)).sum::<usize>();
+    if size.saturating_mul(names.len()) > MAX_EXPANDED_NODES {
+        let message = format!(
+            "the set's {} members of {size} YAML nodes each are more than {MAX_EXPANDED_NODES} \
+             nodes together; split the set or make its template smaller",
+            names.len()
+        );
+        let first = names.first().map(|(n, _)| n.as_str());
+        let mut out = vec![Diagnostic::error(file, name_pos, message).for_spec(first)];
+        out.extend(names.iter().skip(1).map(|(n, _)| {
+            Diagnostic::error(
+                file,
+                name_pos,
+                format!("member {n} of set {set_name} is not read: the set is too large"),
+            )
+            .for_spec(Some(n))
+        }));
+        return (Vec::new(), out);
+    }
     let mut members = Vec::with_capacity(names.len());
     for (i, (member, pos)) in names.iter().enumerate() {
         let index = i as u32 + 1;
@@ -322,6 +344,16 @@ fn member_names(
                 err(list.pos, "spec.names must be a list of spec names".into());
                 return None;
             };
+            if items.len() as u64 > MAX_REPLICAS {
+                err(
+                    list.pos,
+                    format!(
+                        "spec.names has {} names; a set has at most {MAX_REPLICAS}",
+                        items.len()
+                    ),
+                );
+                return None;
+            }
             for item in items {
                 match &item.value {
                     Value::Str(s) => out.push((s.clone(), item.pos)),
@@ -537,6 +569,22 @@ fn set_key(n: &mut Node, key: &str, value: Node) {
     }
 }
 
+/// How many YAML nodes `n` holds, itself included; a long string counts by its length too
+/// (each member holds its own copy).
+fn node_count(n: &Node) -> usize {
+    match &n.value {
+        Value::Seq(items) => 1 + items.iter().map(node_count).sum::<usize>(),
+        Value::Map(entries) => {
+            1 + entries
+                .iter()
+                .map(|(k, v)| node_count(k) + node_count(v))
+                .sum::<usize>()
+        }
+        Value::Str(s) => 1 + s.len() / 64,
+        _ => 1,
+    }
+}
+
 /// `n` with `{index...}` and `{name}` filled in every string.
 fn substitute(n: &Node, index: u32, name: &str) -> Node {
     let value = match &n.value {
@@ -580,14 +628,24 @@ fn placeholder(inner: &str, index: u32, name: &str) -> Option<String> {
         return Some(name.to_string());
     }
     let (expr, width) = match inner.split_once(':') {
-        Some((e, w)) => (e, Some(w.strip_prefix('0')?.parse::<usize>().ok()?)),
+        // A width of 1 to 9 digits; anything else is left as written.
+        Some((e, w)) => (
+            e,
+            Some(
+                w.strip_prefix('0')?
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|w| (1..=9).contains(w))?,
+            ),
+        ),
         None => (inner, None),
     };
     let rest = expr.strip_prefix("index")?;
+    let offset = |n: &str| n.trim().parse::<i64>().ok();
     let value = match rest.chars().next() {
         None => i64::from(index),
-        Some('+') => i64::from(index) + rest[1..].trim().parse::<i64>().ok()?,
-        Some('-') => i64::from(index) - rest[1..].trim().parse::<i64>().ok()?,
+        Some('+') => i64::from(index).checked_add(offset(&rest[1..])?)?,
+        Some('-') => i64::from(index).checked_sub(offset(&rest[1..])?)?,
         _ => return None,
     };
     Some(match width {
@@ -736,5 +794,67 @@ spec:
         assert!(bad("[pve1, pve2, pve3]}", "[pve1], maxPerNode: 2}").contains("room for 2"));
         assert!(bad("web-03: {", "web-04: {").contains("no member of the set"));
         assert!(bad("  labels: {app: web}", "  annotations: {a: b}").contains("name and labels"));
+    }
+
+    #[test]
+    fn odd_patterns_neither_panic_nor_overflow() {
+        assert_eq!(fill("w{index:070000}", 1, "x"), "w{index:070000}");
+        assert_eq!(
+            fill("{index+9223372036854775807}", 5, "x"),
+            "{index+9223372036854775807}"
+        );
+        assert_eq!(
+            fill("{index-9223372036854775807}", 5, "x"),
+            "-9223372036854775802"
+        );
+        let text = SET.replace(
+            "      name: \"{name}.example.org\"",
+            "      name: \"w{index:070000}\"",
+        );
+        let r = std::panic::catch_unwind(|| parse(&text));
+        assert!(r.is_ok(), "panicked");
+    }
+
+    #[test]
+    fn a_set_too_large_to_expand_is_held_not_built() {
+        let big = "x".repeat(900_000);
+        let text = SET
+            .replace("replicas: 3", "replicas: 1000")
+            .replace(
+                "      site: lab\n",
+                &format!("      site: lab\n      userData: \"{big}\"\n"),
+            )
+            .replace(
+                "  overrides:\n    web-03: {forProvider: {node: pve9}}\n",
+                "",
+            )
+            .replace("  placement: {nodes: [pve1, pve2, pve3]}\n", "");
+        let (specs, diags) = parse(&text);
+        assert!(specs.is_empty());
+        assert!(diags[0].contains("more than 2000000"), "{:?}", &diags[..2]);
+        // Every member held by name, or (past the file's diagnostics cap) the set incomplete:
+        // either way none is taken as removed.
+        let (specs, d) = crate::spec::parse_file("web.yaml", text.as_bytes());
+        let set = crate::spec::assemble(specs.into(), d);
+        let invalid = set.invalid_names();
+        assert!(
+            !set.is_complete()
+                || (1..=1000).all(|i| invalid.contains(format!("web-{i:02}").as_str()))
+        );
+    }
+
+    /// A set document that fails before it is expanded (a misspelt kind, a SOPS refusal) is
+    /// not taken for a spec named like the set: nothing is read as removed.
+    #[test]
+    fn a_set_that_cannot_be_read_is_never_a_spec_of_its_name() {
+        for text in [
+            SET.replace("ProxmoxVMSet", "ProxmoxVmSet"),
+            format!("{SET}sops:\n  mac: x\n"),
+        ] {
+            let (specs, diags) = crate::spec::parse_file("web.yaml", text.as_bytes());
+            let set = crate::spec::assemble(specs.into(), diags);
+            assert!(!set.is_complete(), "{:?}", set.diagnostics);
+            assert!(!set.invalid_names().contains("web"));
+        }
     }
 }

@@ -25,9 +25,26 @@ pub(super) fn document_name(root: &Node) -> Option<String> {
             .find_map(|(k, v)| matches!(&k.value, Value::Str(s) if s == key).then(|| v.clone())),
         _ => None,
     };
+    if !is_vm_kind(root) {
+        return None;
+    }
     match find(&find(root, "metadata")?, "name")?.value {
         Value::Str(s) if super::names::check_spec_name(&s).is_ok() => Some(s),
         _ => None,
+    }
+}
+
+/// Whether the document says `kind: ProxmoxVM`, or says no kind (then it is read as one).
+fn is_vm_kind(root: &Node) -> bool {
+    let Value::Map(entries) = &root.value else {
+        return false;
+    };
+    match entries
+        .iter()
+        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == "kind"))
+    {
+        None => true,
+        Some((_, v)) => matches!(&v.value, Value::Str(s) if s == KIND),
     }
 }
 
@@ -73,6 +90,10 @@ pub fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
     let first_diag = ctx.diags.len();
     let errors_before = ctx.error_count();
     let (spec, name) = document(ctx, root);
+    // A document of another kind (a misspelt `ProxmoxVMSet`) is not the spec its
+    // `metadata.name` names: its errors are tied to no name, so the set reads as incomplete
+    // and nothing is taken as removed (not the members a set of that name has).
+    let name = name.filter(|_| is_vm_kind(root));
     for d in &mut ctx.diags[first_diag..] {
         d.spec = name.clone();
     }
