@@ -170,6 +170,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// Whether the action removes a VM from this install: a delete, a release, a hand-over,
+    /// an orphan's delete, or forgetting a gone spec's record.
+    pub fn removes(&self) -> bool {
+        matches!(
+            self,
+            Action::Remove { .. }
+                | Action::HandOver { .. }
+                | Action::DeleteOrphan { .. }
+                | Action::Forget { .. }
+        )
+    }
+
     /// The node the action runs on (for per-node limits), if any.
     pub fn node(&self) -> Option<(&str, &str)> {
         match self {
@@ -485,8 +497,15 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
     let removals = observe_only(input, removals, &mut out);
-    let removals = suspended_removals(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
+    // After the valves, which judge every removal due at once: holding a suspended spec's
+    // removal must not bring the others under `max_delete_fraction`.
+    let (removals, others): (Vec<Action>, Vec<Action>) = std::mem::take(&mut out.actions)
+        .into_iter()
+        .partition(Action::removes);
+    out.actions = others;
+    let kept = suspended_removals(input, removals, &mut out);
+    out.actions.extend(kept);
     adoption_valve(input, &mut out);
     // After the valves, which judge every removal due at once: an order spreading them over
     // cycles must not spread them under the valves' limits.

@@ -170,13 +170,20 @@ fn lifting_spec_suspend_in_git_applies_what_waited() {
 fn suspend_all_holds_every_spec_and_new_ones_until_resume_all() {
     let mut pve = FakePve::start(default_scenario());
     let ws = Workspace::new(&pve);
-    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let keep = || {
+        (
+            "k.yaml",
+            spec("keep-01", "pve1", "9000", "").replace("cpu: 2", "cpu: 3"),
+        )
+    };
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", "")), keep()]);
     assert!(ws.run_once().0);
     let out = ws.proxsync(&["suspend", "--all", "--reason", "cluster upgrade"]);
     assert!(out.status.success(), "{}", text(&out));
-    // web-01 removed, web-02 added (another content: not a rename).
+    // web-01 removed (1 of 2: the valve allows it), web-02 added (another content: not a
+    // rename).
     let web2 = spec("web-02", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi");
-    ws.commit_specs(&[("b.yaml", web2)]);
+    ws.commit_specs(&[("b.yaml", web2.clone()), keep()]);
     let since = next_seq(&mut pve);
     let (_, out) = ws.run_once();
     assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
@@ -193,9 +200,36 @@ fn suspend_all_holds_every_spec_and_new_ones_until_resume_all() {
         "{}",
         text(&out)
     );
-    ws.run_once();
-    let names: Vec<String> = owned_vms(&mut pve).into_iter().map(|(_, n)| n).collect();
-    // web-01's delete is now the valve's to judge (one of one managed VM: refused).
-    assert_eq!(names, ["web-01", "web-02"]);
+    assert!(ws.run_once().0);
+    let mut names: Vec<String> = owned_vms(&mut pve).into_iter().map(|(_, n)| n).collect();
+    names.sort();
+    assert_eq!(names, ["keep-01", "web-02"], "web-01 deleted, web-02 made");
     assert!(!summary(&ws).contains("suspended"), "{}", summary(&ws));
+}
+
+/// A suspended spec's removal is held only after the valves judged the cycle's removals all
+/// together: 3 of 4 removed in one commit are refused whole, one of them suspended or not.
+#[test]
+fn a_suspension_never_splits_a_batch_of_removals_under_the_valve() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(&pve, "[reconcile]\nmax_delete_fraction = 0.5\n");
+    let s = |n: &str, mem: &str| {
+        spec(n, "pve1", "9000", "").replace("memory: 2Gi", &format!("memory: {mem}"))
+    };
+    ws.commit_specs(&[
+        ("a.yaml", s("web-01", "1Gi")),
+        ("b.yaml", s("web-02", "2Gi")),
+        ("c.yaml", s("web-03", "3Gi")),
+        ("d.yaml", s("web-04", "4Gi")),
+    ]);
+    assert!(ws.run_once().0);
+    assert!(ws.proxsync(&["suspend", "web-01"]).status.success());
+    ws.commit_specs(&[("d.yaml", s("web-04", "4Gi"))]);
+    let (_, out) = ws.run_once();
+    assert_eq!(owned_vms(&mut pve).len(), 4, "{out}");
+    assert!(
+        summary(&ws).contains("max_delete_fraction"),
+        "{}",
+        summary(&ws)
+    );
 }
