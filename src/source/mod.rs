@@ -792,13 +792,28 @@ fn read_at(
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
     let (defaults, entries): (Vec<SpecFile>, Vec<SpecFile>) = entries
         .into_iter()
+        .partition(|(shown, _)| spec::defaults::is_meant_as_defaults(shown));
+    let (defaults, misnamed): (Vec<SpecFile>, Vec<SpecFile>) = defaults
+        .into_iter()
         .partition(|(shown, _)| spec::defaults::is_defaults_file(shown));
     // Small and few: read every time. One that cannot be read holds the specs below it.
-    let defaults = spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
-        let bytes =
-            read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
-        (shown, bytes)
-    }));
+    let mut defaults =
+        spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
+            let bytes =
+                read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
+            (shown, bytes)
+        }));
+    for (shown, _) in misnamed {
+        defaults.add_broken(&shown, "its name is not _defaults.yaml");
+    }
+    // Meant as defaults, refused unread (a symlink, a .YAML): it holds the specs below it too.
+    let refused: Vec<String> = (diags.iter())
+        .map(|d| d.file.clone())
+        .filter(|f| spec::defaults::is_meant_as_defaults(f))
+        .collect();
+    for file in refused {
+        defaults.add_broken(&file, "it is not a plain file of that name");
+    }
     diags.extend(defaults.diagnostics.iter().cloned());
     // Each file, in order: parsed before (taken from the cache), refused unread, or its bytes
     // to parse.
@@ -1600,6 +1615,24 @@ mod unseen_specs {
             errs.iter()
                 .any(|e| e.starts_with("prod/all:1:1:") && e.contains("symlink")),
             "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_defaults_file_holds_the_specs_below() {
+        let dir = repo_with(&[(
+            "common/defaults.txt",
+            b"apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  deletionPolicy: Orphan\n",
+        )]);
+        let d = dir.path();
+        std::os::unix::fs::symlink("common/defaults.txt", d.join("_defaults.yaml")).unwrap();
+        git(d, &["add", "-A"]);
+        git(d, &["commit", "-q", "-m", "link"]);
+        let read = read_commit(d, "main", Path::new(".")).unwrap();
+        assert!(
+            !read.specs.specs.iter().any(|s| s.name == "web-01"),
+            "read without its defaults: {:?}",
+            errors(&read)
         );
     }
 

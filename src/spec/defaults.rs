@@ -49,6 +49,14 @@ pub fn is_defaults_file(path: &str) -> bool {
     path.rsplit('/').next() == Some(DEFAULTS_FILE)
 }
 
+/// Whether a path names what is meant as a defaults file but is not read as one:
+/// `_defaults.yml`, another case (`_Defaults.yaml`), or, when the loader could not read it as
+/// a plain file (a symlink, a pipe), `_defaults.yaml` itself. The specs below it are held.
+pub fn is_meant_as_defaults(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    name == DEFAULTS_FILE || name == "_defaults.yml"
+}
+
 /// The directory of `path`, `/`-separated (`""` for a file at the top).
 pub fn dir_of(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(dir, _)| dir)
@@ -378,11 +386,12 @@ fn scalar(v: &Value) -> String {
 /// Whether `s` can be written unquoted and read back as the same string.
 fn plain(s: &str) -> bool {
     let reserved = ["true", "false", "null", "yes", "no", "on", "off", "~", ""];
+    // A leading digit could read back as a number (`0x1f`, `1_000`, `0o17`): quoted.
     !reserved.contains(&s.to_ascii_lowercase().as_str())
         && s.parse::<f64>().is_err()
         && s.chars()
             .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./@+=".contains(c))
 }
@@ -402,17 +411,48 @@ pub struct DefaultsSet {
 impl DefaultsSet {
     /// Parses each `(file, bytes)`.
     pub fn parse(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> DefaultsSet {
+        DefaultsSet::parse_keyed(files.into_iter().map(|(file, bytes)| {
+            let dir = dir_of(&file).to_string();
+            (file, dir, bytes)
+        }))
+    }
+
+    /// Parses each `(file as shown, directory it applies to, bytes)`: the filesystem loader
+    /// keys them by canonical directory, so a path named `.` or `../eu` finds the defaults
+    /// above it, and only those.
+    pub fn parse_keyed(files: impl IntoIterator<Item = (String, String, Vec<u8>)>) -> DefaultsSet {
         let mut set = DefaultsSet::default();
-        for (file, bytes) in files {
+        for (file, dir, bytes) in files {
             match parse_defaults(&file, &bytes) {
-                Ok(d) => set.good.push(Arc::new(d)),
+                Ok(d) => set.good.push(Arc::new(Defaults { dir, ..d })),
                 Err(diags) => {
-                    set.broken.push((file.clone(), dir_of(&file).to_string()));
+                    set.broken.push((file.clone(), dir));
                     set.diagnostics.extend(diags);
                 }
             }
         }
         set
+    }
+
+    /// Holds every spec below `file`, a defaults file that could not be read as one (`why`).
+    pub fn add_broken(&mut self, file: &str, why: &str) {
+        self.add_broken_keyed(file, dir_of(file), why);
+    }
+
+    /// [`DefaultsSet::add_broken`], applying to directory `dir` (see `parse_keyed`).
+    pub fn add_broken_keyed(&mut self, file: &str, dir: &str, why: &str) {
+        if self.broken.iter().any(|(f, _)| f == file) {
+            return;
+        }
+        self.broken.push((file.to_string(), dir.to_string()));
+        self.diagnostics.push(Diagnostic::error(
+            file,
+            Pos::START,
+            format!(
+                "{file} is not read as the directory's defaults ({why}); the specs below it are \
+                 held until it is a plain file named {DEFAULTS_FILE}"
+            ),
+        ));
     }
 
     /// Whether there is no defaults file at all.
@@ -456,7 +496,19 @@ impl DefaultsSet {
         bytes: &[u8],
         secrets: super::Secrets,
     ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
-        match self.chain(file) {
+        self.parse_file_keyed(file, file, bytes, secrets)
+    }
+
+    /// [`DefaultsSet::parse_file`], the chain found by `key` (the file's canonical path for
+    /// the filesystem loader; see `parse_keyed`).
+    pub fn parse_file_keyed(
+        &self,
+        file: &str,
+        key: &str,
+        bytes: &[u8],
+        secrets: super::Secrets,
+    ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
+        match self.chain(key) {
             Ok(chain) => super::parse_file_defaulted(file, bytes, secrets, &chain),
             Err(broken) => (Vec::new(), held(file, bytes, broken)),
         }
@@ -706,5 +758,34 @@ spec:
             super::super::spec_hash(&back[0]),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_effective_yaml_quotes_what_would_read_back_as_a_number() {
+        let text = "a: \"0x1f\"\nb: \"1_000\"\nc: \"0o17\"\nd: \"10.0.1.11/24\"\ne: web-01\n";
+        let (docs, _) = super::super::yaml::parse_documents("a.yaml", text);
+        let written = to_yaml(&docs[0], &[]);
+        let (back, _) = super::super::yaml::parse_documents("a.yaml", &written);
+        assert_eq!(docs[0].value, back[0].value, "{written}");
+    }
+
+    #[test]
+    fn a_defaults_file_named_otherwise_holds_the_specs_beside_it() {
+        for name in ["_defaults.yml", "_Defaults.yaml"] {
+            let dir = tempfile::tempdir().unwrap();
+            let defaults = "apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  deletionPolicy: Orphan\n";
+            std::fs::write(dir.path().join(name), defaults).unwrap();
+            let spec = SPEC.replace(
+                "    pool:\n",
+                "    site: s\n    node: n\n    image: \"9000\"\n",
+            );
+            std::fs::write(dir.path().join("web.yaml"), spec).unwrap();
+            let set = super::super::load_paths(&[dir.path().to_path_buf()]);
+            assert!(set.specs.is_empty(), "{name}: read without its defaults");
+            assert!(
+                set.invalid_names().contains("web-01"),
+                "{name}: held by name"
+            );
+        }
     }
 }

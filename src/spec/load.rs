@@ -47,8 +47,35 @@ pub fn load_paths_with(paths: &[PathBuf], secrets: super::Secrets) -> SpecSet {
 
     let (defaults, files): (Vec<PathBuf>, Vec<PathBuf>) = files
         .into_iter()
+        .partition(|f| super::defaults::is_meant_as_defaults(&f.display().to_string()));
+    let (defaults, misnamed): (Vec<PathBuf>, Vec<PathBuf>) = defaults
+        .into_iter()
         .partition(|f| super::defaults::is_defaults_file(&f.display().to_string()));
-    let defaults = read_defaults(paths, defaults, &mut diags);
+    let mut defaults = read_defaults(paths, defaults, &mut diags);
+    let broken_dir = |shown: &str| {
+        let dir = Path::new(shown).parent().unwrap_or(Path::new("."));
+        canonical(dir).display().to_string()
+    };
+    for path in misnamed {
+        let shown = path.display().to_string();
+        defaults.add_broken_keyed(
+            &shown,
+            &broken_dir(&shown),
+            "its name is not _defaults.yaml",
+        );
+    }
+    // Meant as defaults, refused unread (a symlink out of the tree, a pipe, a .YAML).
+    let refused: Vec<String> = (diags.iter())
+        .map(|d| d.file.clone())
+        .filter(|f| super::defaults::is_meant_as_defaults(f))
+        .collect();
+    for file in refused {
+        defaults.add_broken_keyed(
+            &file,
+            &broken_dir(&file),
+            "it is not a plain file of that name",
+        );
+    }
     diags.extend(defaults.diagnostics.iter().cloned());
     let mut specs = Specs::default();
     for file in &files {
@@ -66,7 +93,7 @@ pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let defaults = read_defaults(&[path.to_path_buf()], Vec::new(), &mut diags);
     let shown = path.display().to_string();
-    let chain = match defaults.chain(&shown) {
+    let chain = match defaults.chain(&canonical(path).display().to_string()) {
         Ok(chain) => chain,
         Err(_) => {
             diags.extend(defaults.diagnostics.iter().cloned());
@@ -112,16 +139,20 @@ fn read_defaults(
     found: Vec<PathBuf>,
     diags: &mut Vec<Diagnostic>,
 ) -> super::defaults::DefaultsSet {
-    let mut all = found;
+    // (as shown, canonical path)
+    let mut all: Vec<(String, PathBuf)> = (found.iter())
+        .map(|p| (p.display().to_string(), canonical(p)))
+        .collect();
     for path in paths {
-        let mut dir = match path.is_dir() {
-            true => Some(path.as_path()),
-            false => path.parent(),
+        let start = canonical(path);
+        let mut dir = match start.is_dir() {
+            true => Some(start.as_path()),
+            false => start.parent(),
         };
         while let Some(d) = dir {
             let candidate = d.join(super::defaults::DEFAULTS_FILE);
             if candidate.is_file() {
-                all.push(candidate);
+                all.push((candidate.display().to_string(), candidate.clone()));
             }
             if d.join(".git").exists() {
                 break;
@@ -129,14 +160,16 @@ fn read_defaults(
             dir = d.parent();
         }
     }
-    // One file named two ways (`./x` and `x`) is read once.
+    // One file named two ways (`./x` and `/abs/x`) is read once, as first named.
     let mut seen = HashSet::new();
-    all.retain(|p| seen.insert(fs::canonicalize(p).unwrap_or_else(|_| p.clone())));
+    all.retain(|(_, c)| seen.insert(c.clone()));
     let mut read = Vec::new();
-    for path in all {
-        let shown = path.display().to_string();
+    for (shown, path) in all {
+        let dir = path
+            .parent()
+            .map_or_else(String::new, |d| d.display().to_string());
         match fs::read(&path) {
-            Ok(bytes) => read.push((shown, bytes)),
+            Ok(bytes) => read.push((shown, dir, bytes)),
             Err(e) => {
                 diags.push(Diagnostic::error(
                     &shown,
@@ -144,11 +177,21 @@ fn read_defaults(
                     format!("cannot read {shown}: {e}"),
                 ));
                 // Unread, it holds every spec below it (as a broken one does).
-                read.push((shown, Vec::new()));
+                read.push((shown, dir, Vec::new()));
             }
         }
     }
-    super::defaults::DefaultsSet::parse(read)
+    super::defaults::DefaultsSet::parse_keyed(read)
+}
+
+/// `path` made absolute and canonical (symlinks resolved): what defaults are matched by. A
+/// path that cannot be resolved is made absolute as written.
+fn canonical(path: &Path) -> PathBuf {
+    fs::canonicalize(path).unwrap_or_else(|_| {
+        std::env::current_dir()
+            .map(|cwd| cwd.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    })
 }
 
 /// Makes a [`SpecSet`] from every file's specs and diagnostics: checks for duplicate names
@@ -335,7 +378,8 @@ fn load_file(
     if let Err(e) = read {
         return fail(format!("cannot read {shown}: {e}"));
     }
-    defaults.parse_file(&shown, &bytes, secrets)
+    let key = canonical(path).display().to_string();
+    defaults.parse_file_keyed(&shown, &key, &bytes, secrets)
 }
 
 /// Reports every spec whose `metadata.name` was already used by an earlier spec (in another

@@ -115,3 +115,38 @@ fn a_broken_defaults_file_holds_the_specs_below_it() {
     assert_eq!(reason, "ValidationFailed");
     assert!(message.contains("_defaults.yaml"), "{message}");
 }
+
+/// Paths given relative to a subdirectory find the defaults above them by where they are, not
+/// by how they are written: `.` inside a directory takes the top's `_defaults.yaml`, and
+/// `../eu` from a sibling never takes the sibling's.
+#[test]
+fn relative_paths_find_the_defaults_where_the_files_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    for d in ["eu", "us"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let write = |path: &str, text: &str| std::fs::write(root.join(path), text).unwrap();
+    write("_defaults.yaml", &defaults(2).replace("cpu: 2", "cpu: 3"));
+    write(
+        "us/_defaults.yaml",
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  forProvider: {cpu: 8}\n",
+    );
+    write("eu/web.yaml", &short_spec("web-01", "1Gi"));
+    let effective = |cwd: &str, path: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(["validate", "--effective", path])
+            .current_dir(root.join(cwd))
+            .output()
+            .unwrap();
+        text(&out)
+    };
+    let from_eu = effective("eu", "web.yaml");
+    assert!(from_eu.contains("cpu: 3"), "{from_eu}");
+    let from_us = effective("us", "../eu/web.yaml");
+    assert!(
+        from_us.contains("cpu: 3") && !from_us.contains("cpu: 8"),
+        "{from_us}"
+    );
+}
