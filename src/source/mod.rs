@@ -790,30 +790,7 @@ fn read_at(
     let odb = repo
         .odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
-    let (defaults, entries): (Vec<SpecFile>, Vec<SpecFile>) = entries
-        .into_iter()
-        .partition(|(shown, _)| spec::defaults::is_meant_as_defaults(shown));
-    let (defaults, misnamed): (Vec<SpecFile>, Vec<SpecFile>) = defaults
-        .into_iter()
-        .partition(|(shown, _)| spec::defaults::is_defaults_file(shown));
-    // Small and few: read every time. One that cannot be read holds the specs below it.
-    let mut defaults =
-        spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
-            let bytes =
-                read_blob(&repo, &odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
-            (shown, bytes)
-        }));
-    for (shown, _) in misnamed {
-        defaults.add_broken(&shown, "its name is not _defaults.yaml");
-    }
-    // Meant as defaults, refused unread (a symlink, a .YAML): it holds the specs below it too.
-    let refused: Vec<String> = (diags.iter())
-        .map(|d| d.file.clone())
-        .filter(|f| spec::defaults::is_meant_as_defaults(f))
-        .collect();
-    for file in refused {
-        defaults.add_broken(&file, "it is not a plain file of that name");
-    }
+    let (defaults, entries) = tree_defaults(&repo, &odb, entries, &diags);
     diags.extend(defaults.diagnostics.iter().cloned());
     // Each file, in order: parsed before (taken from the cache), refused unread, or its bytes
     // to parse.
@@ -881,6 +858,41 @@ fn read_at(
         refused: None,
         rewound: None,
     })
+}
+
+/// The `_defaults.yaml` files among `entries` (parsed; one that cannot be read, is named
+/// otherwise, or was refused unread in `diags` held as broken), and the spec files left.
+fn tree_defaults(
+    repo: &git2::Repository,
+    odb: &git2::Odb<'_>,
+    entries: Vec<SpecFile>,
+    diags: &[Diagnostic],
+) -> (spec::defaults::DefaultsSet, Vec<SpecFile>) {
+    let (defaults, entries): (Vec<SpecFile>, Vec<SpecFile>) = entries
+        .into_iter()
+        .partition(|(shown, _)| spec::defaults::is_meant_as_defaults(shown));
+    let (defaults, misnamed): (Vec<SpecFile>, Vec<SpecFile>) = defaults
+        .into_iter()
+        .partition(|(shown, _)| spec::defaults::is_defaults_file(shown));
+    // Small and few: read every time. One that cannot be read holds the specs below it.
+    let mut defaults =
+        spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
+            let bytes =
+                read_blob(repo, odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
+            (shown, bytes)
+        }));
+    for (shown, _) in misnamed {
+        defaults.add_broken(&shown, "its name is not _defaults.yaml");
+    }
+    // Meant as defaults, refused unread (a symlink, a .YAML): it holds the specs below it too.
+    let refused: Vec<String> = (diags.iter())
+        .map(|d| d.file.clone())
+        .filter(|f| spec::defaults::is_meant_as_defaults(f))
+        .collect();
+    for file in refused {
+        defaults.add_broken(&file, "it is not a plain file of that name");
+    }
+    (defaults, entries)
 }
 
 /// The size over which an object named as a parent is not read (a commit is a few KiB).

@@ -167,24 +167,8 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
     }
     let template = template.expect("checked");
     let replicas = names.len() as u32;
-    let size = node_count(template) + overrides.values().map(|o| node_count(o)).sum::<usize>();
-    if size.saturating_mul(names.len()) > MAX_EXPANDED_NODES {
-        let message = format!(
-            "the set's {} members of {size} YAML nodes each are more than {MAX_EXPANDED_NODES} \
-             nodes together; split the set or make its template smaller",
-            names.len()
-        );
-        let first = names.first().map(|(n, _)| n.as_str());
-        let mut out = vec![Diagnostic::error(file, name_pos, message).for_spec(first)];
-        out.extend(names.iter().skip(1).map(|(n, _)| {
-            Diagnostic::error(
-                file,
-                name_pos,
-                format!("member {n} of set {set_name} is not read: the set is too large"),
-            )
-            .for_spec(Some(n))
-        }));
-        return (Vec::new(), out);
+    if let Some(held) = too_large(file, &set_name, name_pos, &names, template, &overrides) {
+        return (Vec::new(), held);
     }
     let mut members = Vec::with_capacity(names.len());
     for (i, (member, pos)) in names.iter().enumerate() {
@@ -213,6 +197,38 @@ pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic
         ));
     }
     (members, diags)
+}
+
+/// When the members would hold more than [`MAX_EXPANDED_NODES`] YAML nodes together: the
+/// error, and each member held by name.
+fn too_large(
+    file: &str,
+    set_name: &str,
+    name_pos: Pos,
+    names: &[(String, Pos)],
+    template: &Node,
+    overrides: &BTreeMap<String, &Node>,
+) -> Option<Vec<Diagnostic>> {
+    let size = node_count(template) + overrides.values().map(|o| node_count(o)).sum::<usize>();
+    if size.saturating_mul(names.len()) <= MAX_EXPANDED_NODES {
+        return None;
+    }
+    let message = format!(
+        "the set's {} members of {size} YAML nodes each are more than {MAX_EXPANDED_NODES} \
+         nodes together; split the set or make its template smaller",
+        names.len()
+    );
+    let first = names.first().map(|(n, _)| n.as_str());
+    let mut out = vec![Diagnostic::error(file, name_pos, message).for_spec(first)];
+    out.extend(names.iter().skip(1).map(|(n, _)| {
+        Diagnostic::error(
+            file,
+            name_pos,
+            format!("member {n} of set {set_name} is not read: the set is too large"),
+        )
+        .for_spec(Some(n))
+    }));
+    Some(out)
 }
 
 /// `body` with member `i`'s node by index (unless the template names one) and its override
