@@ -3554,6 +3554,473 @@ fn a_refusal_holds_back_only_the_deletes() {
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
+// ---- dependsOn and suspend: one deterministic test per decision ----------------------------
+
+/// Spec `name` of `w` (desired) gets its VM `vmid` on `pve1`, running exactly as the spec says,
+/// and a record of it as applied: Ready (`UpToDate`).
+fn settle(w: &mut World, name: &str, vmid: u32) {
+    add_managed(w, name, vmid, NODES[0]);
+    let spec = w.desired.iter().find(|s| s.name == name).expect("desired");
+    let hash = spec_hash(spec);
+    w.records.get_mut(name).expect("the record").applied_hash = Some(hash);
+}
+
+/// Spec `name` of `w` depends on `on`, in that order.
+fn depend(w: &mut World, name: &str, on: &[&str]) {
+    let i = w
+        .desired
+        .iter()
+        .position(|s| s.name == name)
+        .expect("desired");
+    w.desired[i].depends_on = on.iter().map(|d| d.to_string()).collect();
+}
+
+/// `removals_world` (spec `web` on `pve1`, no VM: a create) with specs `db` (VM 101) and `dns`
+/// (VM 102) Ready, and `solo` (no VM, no dependency: a create).
+fn deps_world() -> World {
+    let mut w = removals_world(vec![]);
+    desire(&mut w, &["db", "dns", "solo"]);
+    settle(&mut w, "db", 101);
+    settle(&mut w, "dns", 102);
+    w
+}
+
+/// The kind and spec of each action of a plan, in its order.
+fn acts(p: &Plan) -> Vec<(&'static str, Option<&str>)> {
+    p.actions.iter().map(|a| (kind(a), a.spec())).collect()
+}
+
+fn waiting_on(on: &str) -> Verdict {
+    Verdict::WaitingForDependencies { on: on.into() }
+}
+
+/// A create waits while a dependency is not Ready, and names the first one not Ready in
+/// `dependsOn`'s order; the dependency's own action and other specs' creates go on.
+#[test]
+fn a_create_waits_until_every_dependency_is_ready() {
+    let mut w = deps_world();
+    depend(&mut w, "web", &["db", "dns"]);
+    let p = plan(&w.input());
+    assert_eq!(
+        acts(&p),
+        vec![("Create", Some("solo")), ("Create", Some("web"))]
+    );
+    assert_eq!(p.verdicts["web"], Verdict::Acting);
+
+    // db drifted (a converge: not Ready this cycle).
+    w.vms_mut().get_mut(&101).unwrap().cpus = Some(8);
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], waiting_on("db"));
+    assert_eq!(
+        acts(&p),
+        vec![("Create", Some("solo")), ("Converge", Some("db"))]
+    );
+    // Both not Ready: the first in dependsOn's order.
+    w.vms_mut().get_mut(&102).unwrap().cpus = Some(8);
+    assert_eq!(plan(&w.input()).verdicts["web"], waiting_on("db"));
+    // Only the second not Ready: that one.
+    w.vms_mut().get_mut(&101).unwrap().cpus = Some(2);
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], waiting_on("dns"));
+    assert_eq!(
+        acts(&p),
+        vec![("Create", Some("solo")), ("Converge", Some("dns"))]
+    );
+    assert!(p.removals_waiting.is_empty(), "{p:?}");
+}
+
+/// Of a spec whose dependency is not Ready, only what starts its VM waits: a start or a reboot;
+/// another change of its running VM goes on.
+#[test]
+fn only_a_start_or_a_reboot_waits_for_dependencies() {
+    // web's VM 100 exists; db has none (a create: not Ready).
+    let world = || {
+        let mut w = deps_world();
+        settle(&mut w, "web", 100);
+        w.vms_mut().remove(&101);
+        w.records.remove("db");
+        depend(&mut w, "web", &["db"]);
+        w
+    };
+    let w = world();
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], Verdict::UpToDate { vmid: 100 });
+    assert_eq!(p.verdicts["db"], Verdict::Acting);
+
+    let mut w = world();
+    w.vms_mut().get_mut(&100).unwrap().cpus = Some(8);
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], Verdict::Acting, "a cpu change goes on");
+    assert_eq!(
+        acts(&p),
+        vec![
+            ("Create", Some("db")),
+            ("Create", Some("solo")),
+            ("Converge", Some("web"))
+        ]
+    );
+
+    let mut w = world();
+    w.vms_mut().get_mut(&100).unwrap().power = Power::Stopped;
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], waiting_on("db"), "a start waits");
+    assert_eq!(
+        acts(&p),
+        vec![("Create", Some("db")), ("Create", Some("solo"))]
+    );
+    // With db Ready the start goes on.
+    settle(&mut w, "db", 101);
+    let p = plan(&w.input());
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Converge { spec, why, .. } if spec == "web" && why == &["start"])),
+        "{p:?}"
+    );
+
+    let mut w = world();
+    w.desired[0].reboot = RebootPolicy {
+        mode: RebootMode::IfNeeded,
+        ..Default::default()
+    };
+    w.records.get_mut("web").unwrap().reboot_pending = vec!["cores".into()];
+    let p = plan(&w.input());
+    assert_eq!(p.verdicts["web"], waiting_on("db"), "a reboot waits");
+    assert_eq!(
+        acts(&p),
+        vec![("Create", Some("db")), ("Create", Some("solo"))]
+    );
+    settle(&mut w, "db", 101);
+    let p = plan(&w.input());
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Converge { spec, why, .. } if spec == "web" && why == &["reboot"])),
+        "{p:?}"
+    );
+}
+
+/// An observe-only or suspended dependency is Ready when its VM is listed matching it: not
+/// when it has none, nor when it drifted.
+#[test]
+fn an_observed_or_suspended_dependency_is_ready_only_when_its_vm_matches() {
+    let mut w = deps_world();
+    depend(&mut w, "web", &["db"]);
+    let creates_web = |w: &World| {
+        let p = plan(&w.input());
+        let created = acts(&p).contains(&("Create", Some("web")));
+        assert_eq!(
+            created,
+            p.verdicts["web"] == Verdict::Acting,
+            "{:?}",
+            p.verdicts
+        );
+        created
+    };
+    w.suspensions.insert("db".into(), by_hand());
+    assert!(matches!(
+        plan(&w.input()).verdicts["db"],
+        Verdict::Suspended {
+            vmid: Some(101),
+            ..
+        }
+    ));
+    assert!(creates_web(&w), "suspended, its VM matching");
+    w.vms_mut().get_mut(&101).unwrap().cpus = Some(8);
+    assert!(!creates_web(&w), "suspended, its VM drifted");
+    w.vms_mut().get_mut(&101).unwrap().cpus = Some(2);
+    w.suspensions.clear();
+
+    let i = w.desired.iter().position(|s| s.name == "db").unwrap();
+    w.desired[i].management_policy = Some(ManagementPolicy::Observe);
+    assert!(creates_web(&w), "observed, its VM matching");
+    w.vms_mut().get_mut(&101).unwrap().memory_bytes = Some(4 * GIB);
+    assert!(!creates_web(&w), "observed, its VM drifted");
+    w.vms_mut().remove(&101);
+    w.records.remove("db");
+    assert_eq!(
+        plan(&w.input()).verdicts["db"],
+        Verdict::Observed {
+            vmid: None,
+            drift: Vec::new()
+        }
+    );
+    assert!(!creates_web(&w), "observed, no VM");
+}
+
+/// A gone spec's VM is deleted only after the VMs of the gone specs that depended on it (as
+/// their records say); a desired spec's record, a record without a VM, a release and a
+/// desired dependency hold nothing.
+#[test]
+fn a_gone_specs_vm_is_deleted_after_its_gone_dependants() {
+    let world = || {
+        let mut w = removals_world(vec![
+            owned_vm(200, NODES[0], "app"),
+            owned_vm(201, NODES[0], "base"),
+        ]);
+        for (name, vmid) in [("app", 200), ("base", 201)] {
+            w.records
+                .insert(name.into(), record_at(name, vmid, NODES[0]));
+        }
+        w.records.get_mut("app").unwrap().depends_on = ["base".to_string()].into();
+        w
+    };
+    fn removed(p: &Plan) -> Vec<(&'static str, Option<&str>)> {
+        acts(p)
+            .into_iter()
+            .filter(|(k, _)| *k != "Create")
+            .collect()
+    }
+    let w = world();
+    let p = plan(&w.input());
+    assert_eq!(removed(&p), vec![("Remove", Some("app"))]);
+    assert_eq!(p.removals_waiting, BTreeSet::from(["base".to_string()]));
+
+    // app's VM is gone: its record is forgotten, base goes.
+    let mut w = world();
+    w.vms_mut().remove(&200);
+    w.records.get_mut("app").unwrap().vm = VmState::Absent;
+    let p = plan(&w.input());
+    assert_eq!(
+        removed(&p),
+        vec![("Remove", Some("base")), ("Forget", Some("app"))]
+    );
+    assert!(p.removals_waiting.is_empty(), "{p:?}");
+
+    // base is released (deletionPolicy: Orphan), not deleted: no order to keep.
+    let mut w = world();
+    w.records.get_mut("base").unwrap().orphan_on_delete = true;
+    let p = plan(&w.input());
+    assert_eq!(
+        removed(&p),
+        vec![("Remove", Some("app")), ("Release", Some("base"))]
+    );
+    assert!(p.removals_waiting.is_empty(), "{p:?}");
+
+    // The dependant is desired (its record says it depended on base): base goes.
+    let mut w = world();
+    w.records.remove("app");
+    w.vms_mut().remove(&200);
+    settle(&mut w, "web", 100);
+    w.records.get_mut("web").unwrap().depends_on = ["base".to_string()].into();
+    let p = plan(&w.input());
+    assert_eq!(removed(&p), vec![("Remove", Some("base"))]);
+    assert!(p.removals_waiting.is_empty(), "{p:?}");
+
+    // A gone spec depended on a desired one (web, being created): the create goes on.
+    let mut w = world();
+    w.records.get_mut("app").unwrap().depends_on = ["web".to_string()].into();
+    let p = plan(&w.input());
+    assert_eq!(
+        acts(&p),
+        vec![
+            ("Create", Some("web")),
+            ("Remove", Some("app")),
+            ("Remove", Some("base"))
+        ]
+    );
+    assert!(p.removals_waiting.is_empty(), "{p:?}");
+}
+
+/// `spec.suspend`, `proxsync suspend NAME` and `proxsync suspend --all` each suspend a spec:
+/// verdict `Suspended`, no action. A recorded `spec.suspend` the spec no longer says is lifted;
+/// a suspension of another spec changes nothing.
+#[test]
+fn a_suspended_spec_gets_no_action() {
+    let git = |at_ms: u64| Suspension {
+        by: "git".into(),
+        reason: None,
+        at_ms,
+        from_git: true,
+    };
+    let suspended_by = |w: &World| {
+        let p = plan(&w.input());
+        match &p.verdicts["web"] {
+            Verdict::Suspended { vmid: None, by, .. } => {
+                assert!(p.actions.is_empty(), "{p:?}");
+                Some((**by).clone())
+            }
+            Verdict::Acting => {
+                assert_eq!(acts(&p), vec![("Create", Some("web"))]);
+                None
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let mut w = removals_world(vec![]);
+    assert_eq!(suspended_by(&w), None);
+    w.suspensions.insert("db".into(), by_hand());
+    assert_eq!(suspended_by(&w), None, "another spec's suspension");
+
+    w.desired[0].suspend = true;
+    assert_eq!(
+        suspended_by(&w),
+        Some(git(0)),
+        "spec.suspend, not recorded yet"
+    );
+    w.suspensions.insert("web".into(), git(5));
+    assert_eq!(suspended_by(&w), Some(git(5)), "spec.suspend, recorded");
+    w.desired[0].suspend = false;
+    assert_eq!(suspended_by(&w), None, "spec.suspend removed from the spec");
+
+    w.suspensions.insert("web".into(), by_hand());
+    assert_eq!(suspended_by(&w), Some(by_hand()), "proxsync suspend web");
+    w.suspensions.remove("web");
+    w.suspensions.insert(SUSPEND_ALL.into(), by_hand());
+    assert_eq!(suspended_by(&w), Some(by_hand()), "proxsync suspend --all");
+}
+
+/// A suspended or observe-only spec renamed from a removed one is not re-labelled (no action
+/// of any kind); the removed spec's VM is kept for it.
+#[test]
+fn a_suspended_or_observed_rename_is_not_relabelled() {
+    let world = || {
+        let mut w = removals_world(vec![owned_vm(201, NODES[0], "old")]);
+        w.records
+            .insert("old".into(), record_at("old", 201, NODES[0]));
+        w.desired[0].renamed_from = Some("old".into());
+        w
+    };
+    let w = world();
+    assert_eq!(acts(&plan(&w.input())), vec![("Relabel", Some("web"))]);
+
+    let mut w = world();
+    w.suspensions.insert("web".into(), by_hand());
+    let p = plan(&w.input());
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(p.verdicts["web"], Verdict::Suspended { .. }),
+        "{p:?}"
+    );
+    let mut w = world();
+    w.desired[0].management_policy = Some(ManagementPolicy::Observe);
+    let p = plan(&w.input());
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(p.verdicts["web"], Verdict::Observed { .. }),
+        "{p:?}"
+    );
+}
+
+/// The VM of a suspended gone spec is neither deleted nor handed over, each said in `refused`;
+/// forgetting the record of a suspended spec whose VM is gone goes on, and so do the removals
+/// of specs not suspended and orphan deletes.
+#[test]
+fn a_suspended_gone_specs_vm_waits() {
+    let git = Suspension {
+        by: "git".into(),
+        reason: None,
+        at_ms: 0,
+        from_git: true,
+    };
+    let mut w = removals_world(vec![
+        owned_vm(200, NODES[0], "old"),
+        owned_vm(201, NODES[0], "older"),
+        owned_vm(202, NODES[0], "oldest"),
+        owned_vm(300, NODES[0], "orphan"),
+    ]);
+    w.orphans_seen.insert((SITE.into(), 300), 0);
+    for (name, vmid) in [("old", 200), ("older", 201), ("oldest", 202)] {
+        w.records
+            .insert(name.into(), record_at(name, vmid, NODES[0]));
+    }
+    w.records
+        .insert("vanished".into(), record_at("vanished", 400, NODES[0]));
+    w.suspensions.insert("old".into(), by_hand());
+    w.suspensions.insert("oldest".into(), git);
+    w.suspensions.insert("vanished".into(), by_hand());
+    let p = plan(&w.input());
+    assert_eq!(
+        acts(&p),
+        vec![
+            ("Create", Some("web")),
+            ("Remove", Some("older")),
+            ("Forget", Some("vanished")),
+            ("DeleteOrphan", None)
+        ]
+    );
+    assert_eq!(disposition_of(&p, 300), Some(&OrphanDisposition::Deleting));
+    assert_eq!(
+        p.refused,
+        vec![
+            "the removal of spec old's VM waits: the spec is suspended (by alice (uid 1000) at \
+             1970-01-01T00:00:00Z: maintenance); `proxsync resume old` lets it proceed"
+                .to_string(),
+            "the removal of spec oldest's VM waits: the spec is suspended (spec.suspend in \
+             git); `proxsync resume oldest` lets it proceed"
+                .to_string(),
+        ]
+    );
+
+    // A spec that left the selector: its hand-over waits the same way.
+    let mut w = moved_web_world();
+    w.desired.push(make_spec(
+        "db",
+        &SpecGen {
+            node: 1,
+            cpu: 2,
+            mem_mib: 1024,
+            disk_gib: 2,
+            running: true,
+            tags: 0,
+            orphan_policy: false,
+        },
+    ));
+    w.reconcile.max_delete_fraction = 1.0;
+    assert!(acts(&plan(&w.input())).contains(&("HandOver", Some("web"))));
+    w.suspensions.insert("web".into(), by_hand());
+    let p = plan(&w.input());
+    assert_eq!(acts(&p), vec![("Create", Some("db"))]);
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+}
+
+/// Under `proxsync suspend --all` no VM is removed: every delete, release, hand-over and orphan
+/// delete waits, said once in `refused`; the orphans due for deletion are listed as refused,
+/// the others as they were. Forgetting a record whose VM is gone goes on, and alone it is
+/// no removal that waits.
+#[test]
+fn under_suspend_all_no_vm_is_removed() {
+    let mut running = owned_vm(301, NODES[0], "orphan2");
+    running.power = Power::Running;
+    let mut w = removals_world(vec![
+        owned_vm(200, NODES[0], "old"),
+        owned_vm(201, NODES[0], "older"),
+        owned_vm(300, NODES[0], "orphan"),
+        running,
+    ]);
+    w.orphans_seen.insert((SITE.into(), 300), 0);
+    w.orphans_seen.insert((SITE.into(), 301), 0);
+    for (name, vmid) in [("old", 200), ("older", 201)] {
+        w.records
+            .insert(name.into(), record_at(name, vmid, NODES[0]));
+    }
+    w.records.get_mut("older").unwrap().orphan_on_delete = true;
+    w.records
+        .insert("vanished".into(), record_at("vanished", 400, NODES[0]));
+    w.suspensions.insert(SUSPEND_ALL.into(), by_hand());
+    let p = plan(&w.input());
+    assert_eq!(acts(&p), vec![("Forget", Some("vanished"))]);
+    assert_eq!(
+        p.refused,
+        vec![
+            "3 removal(s) wait: every spec is suspended (by alice (uid 1000) at \
+             1970-01-01T00:00:00Z: maintenance); `proxsync resume --all` lets them proceed"
+                .to_string()
+        ]
+    );
+    assert_eq!(disposition_of(&p, 300), Some(&OrphanDisposition::Refused));
+    assert_eq!(disposition_of(&p, 301), Some(&OrphanDisposition::Reported));
+
+    let mut quiet = removals_world(vec![]);
+    quiet
+        .records
+        .insert("vanished".into(), record_at("vanished", 400, NODES[0]));
+    quiet.suspensions.insert(SUSPEND_ALL.into(), by_hand());
+    let p = plan(&quiet.input());
+    assert_eq!(acts(&p), vec![("Forget", Some("vanished"))]);
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+}
+
 // ---- adoption by consent (`proxsync.io/adopt`): one deterministic test per decision ---------
 
 /// A world with `n` specs `imp-0..` consenting to take over VMs 400.., each VM as `vm` makes it.
