@@ -3700,6 +3700,30 @@ fn only_a_start_or_a_reboot_waits_for_dependencies() {
     );
 }
 
+/// A converge of a running VM whose `rebootPolicy` reboots may reboot it in the same action
+/// (the change it applies goes pending): it waits for the dependencies as a reboot does; the
+/// same change under `Never` goes on.
+#[test]
+fn a_converge_that_may_reboot_waits_for_dependencies() {
+    let world = |mode: RebootMode| {
+        let mut w = deps_world();
+        settle(&mut w, "web", 100);
+        w.vms_mut().remove(&101);
+        w.records.remove("db");
+        depend(&mut w, "web", &["db"]);
+        w.desired[0].reboot = RebootPolicy {
+            mode,
+            ..Default::default()
+        };
+        w.vms_mut().get_mut(&100).unwrap().cpus = Some(8);
+        w
+    };
+    let p = plan(&world(RebootMode::IfNeeded).input());
+    assert_eq!(p.verdicts["web"], waiting_on("db"), "{p:?}");
+    let p = plan(&world(RebootMode::Never).input());
+    assert_eq!(p.verdicts["web"], Verdict::Acting, "{p:?}");
+}
+
 /// An observe-only or suspended dependency is Ready when its VM is listed matching it: not
 /// when it has none, nor when it drifted.
 #[test]

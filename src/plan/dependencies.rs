@@ -39,18 +39,19 @@ fn ready(out: &Plan, name: &str) -> bool {
     }
 }
 
-/// Whether `action` creates, starts or reboots its spec's VM: what waits for dependencies.
-/// Other changes of a running VM go on.
-fn starts(action: &Action) -> bool {
+/// Whether `action` creates, starts or reboots `spec`'s VM: what waits for dependencies
+/// (a converge whose `rebootPolicy` reboots in the same action counts). Other changes of a
+/// running VM go on.
+fn starts(input: &PlanInput<'_>, spec: &crate::spec::Spec, action: &Action) -> bool {
     match action {
         Action::Create { .. } => true,
-        Action::Converge { why, .. } => why.iter().any(|w| w == "start" || w == "reboot"),
-        _ => false,
+        Action::Converge { why, .. } if why.iter().any(|w| w == "start") => true,
+        _ => super::may_reboot(input, spec, action),
     }
 }
 
 fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
-    let mut held: FnvHashSet<String> = FnvHashSet::default();
+    let mut held: FnvHashMap<String, &crate::spec::Spec> = FnvHashMap::default();
     let mut sets: Option<FnvHashMap<&str, Vec<&str>>> = None;
     for spec in input.desired.iter().filter(|s| !s.depends_on.is_empty()) {
         // A set's name stands for its members: Ready when every one is.
@@ -76,16 +77,19 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
             continue;
         };
         let name = spec.name.as_str();
-        if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(a)) {
+        if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(input, spec, a)) {
             continue;
         }
         out.verdicts
             .insert(spec.name.clone(), Verdict::WaitingForDependencies { on });
-        held.insert(spec.name.clone());
+        held.insert(spec.name.clone(), spec);
     }
     if !held.is_empty() {
         out.actions
-            .retain(|a| !(starts(a) && a.spec().is_some_and(|s| held.contains(s))));
+            .retain(|a| match a.spec().and_then(|s| held.get(s)) {
+                Some(spec) => !starts(input, spec, a),
+                None => true,
+            });
     }
 }
 

@@ -581,6 +581,27 @@ fn suspended_removals(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Pl
     kept
 }
 
+/// Whether `action`, for `spec`, may reboot the spec's running VM: a reboot planned for
+/// pending changes, or any converge of a running VM whose `rebootPolicy` reboots (the converge
+/// reboots in the same action when what it applies goes pending).
+pub(super) fn may_reboot(input: &PlanInput<'_>, spec: &crate::spec::Spec, action: &Action) -> bool {
+    let Action::Converge {
+        site, vmid, why, ..
+    } = action
+    else {
+        return false;
+    };
+    if why.iter().any(|w| w == "reboot") {
+        return true;
+    }
+    if spec.reboot.mode == crate::spec::RebootMode::Never || why.is_empty() {
+        return false;
+    }
+    (input.sites.get(site))
+        .and_then(|v| v.vms.get(vmid))
+        .is_some_and(|vm| vm.power == crate::observe::Power::Running)
+}
+
 /// Who suspended, since when and why, in words.
 pub fn suspension_words(s: &crate::store::Suspension) -> String {
     let when = match s.at_ms {

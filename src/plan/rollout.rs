@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::{Action, Plan, PlanInput, Verdict};
-use crate::util::fnv::FnvHashSet;
+use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 /// One set's rollout this cycle.
 struct Roll<'a> {
@@ -26,12 +26,13 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
     if input.desired.iter().all(|s| s.set.is_none()) {
         return;
     }
-    // The members whose `rebootPolicy` lets a converge reboot them.
-    let may_reboot: FnvHashSet<&str> = (input.desired.iter())
-        .filter(|s| s.set.is_some() && s.reboot.mode != crate::spec::RebootMode::Never)
-        .map(|s| s.name.as_str())
+    let members: FnvHashMap<&str, &crate::spec::Spec> = (input.desired.iter())
+        .filter(|s| s.set.is_some())
+        .map(|s| (s.name.as_str(), s))
         .collect();
-    let reboots = |a: &Action| may_reboot_now(input, &may_reboot, a);
+    let reboots = |a: &Action| {
+        (a.spec().and_then(|n| members.get(n))).is_some_and(|s| super::may_reboot(input, s, a))
+    };
     if !out.actions.iter().any(reboots) {
         return;
     }
@@ -79,27 +80,4 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         out.actions
             .retain(|a| !(reboots(a) && a.spec().is_some_and(|s| held.contains(s))));
     }
-}
-
-/// Whether `a` may reboot a set member's VM: a reboot planned for pending changes, or any
-/// converge of a running member whose policy reboots (the converge reboots in the same action
-/// when the change it applies goes pending).
-fn may_reboot_now(input: &PlanInput<'_>, may_reboot: &FnvHashSet<&str>, a: &Action) -> bool {
-    let Action::Converge {
-        spec,
-        site,
-        vmid,
-        why,
-        ..
-    } = a
-    else {
-        return false;
-    };
-    if !may_reboot.contains(spec.as_str()) {
-        return false;
-    }
-    let running = (input.sites.get(site))
-        .and_then(|v| v.vms.get(vmid))
-        .is_some_and(|vm| vm.power == crate::observe::Power::Running);
-    running && !why.is_empty()
 }
