@@ -501,12 +501,18 @@ impl SpecRecord {
     /// Takes what the record keeps of its spec for when the spec is gone (`deletionPolicy`,
     /// `dependsOn`); whether anything changed.
     pub fn follow(&mut self, spec: &crate::spec::Spec) -> bool {
+        self.follow_with(spec, &spec.depends_on)
+    }
+
+    /// [`SpecRecord::follow`], with `depends_on` the spec's dependencies as names of specs
+    /// (a set's name given as its members': the removal order matches them).
+    pub fn follow_with(&mut self, spec: &crate::spec::Spec, depends_on: &[String]) -> bool {
         let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
-        if self.orphan_on_delete == orphan && self.depends_on == spec.depends_on {
+        if self.orphan_on_delete == orphan && *self.depends_on == *depends_on {
             return false;
         }
         self.orphan_on_delete = orphan;
-        self.depends_on = spec.depends_on.clone();
+        self.depends_on = depends_on.into();
         true
     }
 

@@ -123,6 +123,19 @@ struct PlanBasis<'a> {
     suspensions: &'a Suspensions,
 }
 
+/// Each set's members, by set name.
+fn set_members(specs: &SpecSet) -> BTreeMap<&str, Vec<String>> {
+    let mut sets: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for spec in specs.specs.iter() {
+        if let Some(m) = spec.set.as_deref() {
+            sets.entry(m.set.as_str())
+                .or_default()
+                .push(spec.name.clone());
+        }
+    }
+    sets
+}
+
 /// The most waves of dependants one cycle acts on after its first actions (`dependsOn`): a
 /// longer chain goes on at the next cycle.
 const MAX_DEPENDENCY_WAVES: usize = 8;
@@ -717,7 +730,9 @@ impl Engine {
         // What the actions write is read again after them, not every record.
         self.store.take_written();
         let results = execute(ctx, actions.to_vec(), &records).await;
-        let records = self.records_after_acting(records)?;
+        let mut records = self.records_after_acting(records)?;
+        // The records the actions made keep what they need of their specs from now on.
+        self.records_follow_specs(acting.specs, &mut records)?;
         // VMIDs may have been freed and reused by this cycle's deletes and creates: the
         // markers cached for the sites acted on are no longer trusted.
         self.markers
@@ -831,11 +846,34 @@ impl Engine {
         specs: &SpecSet,
         records: &mut BTreeMap<String, SpecRecord>,
     ) -> Result<(), EngineError> {
+        // A set's name in `dependsOn` is kept as its members' names (built only when a spec
+        // names a set).
+        let mut sets: Option<BTreeMap<&str, Vec<String>>> = None;
+        let mut names: Option<FnvHashSet<&str>> = None;
         for spec in specs.specs.iter() {
             let Some(rec) = records.get_mut(&spec.name) else {
                 continue;
             };
-            if rec.follow(spec) {
+            let names_a_set = spec.depends_on.iter().any(|d| {
+                let names = names
+                    .get_or_insert_with(|| specs.specs.iter().map(|s| s.name.as_str()).collect());
+                !names.contains(d.as_str())
+            });
+            let depends_on: std::borrow::Cow<'_, [String]> = match names_a_set {
+                false => std::borrow::Cow::Borrowed(&spec.depends_on),
+                true => {
+                    let sets = sets.get_or_insert_with(|| set_members(specs));
+                    (spec.depends_on.iter())
+                        .flat_map(|d| {
+                            sets.get(d.as_str())
+                                .cloned()
+                                .unwrap_or_else(|| vec![d.clone()])
+                        })
+                        .collect::<Vec<String>>()
+                        .into()
+                }
+            };
+            if rec.follow_with(spec, &depends_on) {
                 self.store.put(&spec.name, rec)?;
             }
         }

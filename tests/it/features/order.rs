@@ -136,3 +136,39 @@ fn a_spec_depending_on_a_set_waits_for_all_its_members() {
     assert_eq!(order.len(), 3, "{out}");
     assert_eq!(order[2], "app-01", "{order:?}\n{out}");
 }
+
+/// A set and a spec depending on it, removed together: the dependant's VM goes first.
+#[test]
+fn a_set_and_its_dependant_removed_together_go_dependant_first() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(&pve, "[reconcile]\nmax_delete_fraction = 1.0\n");
+    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: db\nspec:\n  \
+               replicas: 2\n  template:\n    forProvider:\n      site: lab\n      node: pve1\n      \
+               image: \"9000\"\n      disk: 8Gi\n"
+        .to_string();
+    ws.commit_specs(&[
+        ("db.yaml", set),
+        ("zz.yaml", depending("zz-app-01", "3Gi", &["db"])),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmids: std::collections::BTreeMap<String, u64> = owned_vms(&mut pve)
+        .into_iter()
+        .map(|(id, n)| (n, id))
+        .collect();
+    ws.commit_specs(&[("keep.yaml", depending("keep-01", "5Gi", &[]))]);
+    let since = pve.requests().last().map_or(0, |r| r.seq + 1);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let deleted: Vec<u64> = pve
+        .requests_since(since)
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .filter_map(|r| r.path.rsplit('/').next()?.parse().ok())
+        .collect();
+    assert_eq!(deleted.len(), 3, "{out}");
+    assert_eq!(
+        deleted[0], vmids["zz-app-01"],
+        "{deleted:?} {vmids:?}\n{out}"
+    );
+}
