@@ -978,6 +978,43 @@ impl Store {
         Ok(lifted)
     }
 
+    /// Brings the suspensions of `spec.suspend` in line, in one transaction: each of `lift` is
+    /// removed only while it is still from git, each of `add` written only where there is no
+    /// suspension of that name (one made by `proxsync suspend` stays as it is).
+    pub fn sync_git_suspensions(
+        &self,
+        lift: &[String],
+        add: &[(String, Suspension)],
+    ) -> Result<(), StateError> {
+        let mut added = Vec::with_capacity(add.len());
+        for (name, s) in add {
+            added.push((name, serde_json::to_vec(s).map_err(|e| self.err(e))?));
+        }
+        self.write(|tx| {
+            let mut table = tx.open_table(SUSPENSIONS)?;
+            for name in lift {
+                let from_git = (table.get(name.as_str())?)
+                    .and_then(|v| serde_json::from_slice::<Suspension>(v.value()).ok())
+                    .is_some_and(|s| s.from_git);
+                if from_git {
+                    table.remove(name.as_str())?;
+                }
+            }
+            for (name, json) in &added {
+                if table.get(name.as_str())?.is_none() {
+                    table.insert(name.as_str(), json.as_slice())?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether a suspension was set or lifted since the last
+    /// [`Store::take_suspensions_changed`], leaving the mark.
+    pub fn suspensions_changed(&self) -> bool {
+        (self.suspensions_changed).load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn mark_suspensions_changed(&self) {
         (self.suspensions_changed).store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -1423,6 +1460,41 @@ mod tests {
         drop(store);
         let snap = read_specs_snapshot(dir.path()).unwrap();
         assert!(snap.contains_key("a"));
+    }
+
+    /// `spec.suspend` is brought in line without touching a `proxsync suspend` of the same
+    /// name: one made between the engine's read and its write is neither lifted nor
+    /// overwritten.
+    #[test]
+    fn git_suspensions_never_lift_or_overwrite_one_made_by_hand() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let git = |at_ms| Suspension {
+            by: "git".into(),
+            reason: None,
+            at_ms,
+            from_git: true,
+        };
+        let hand = Suspension {
+            by: "alice".into(),
+            reason: Some("backup".into()),
+            at_ms: 5,
+            from_git: false,
+        };
+        store.suspend("a", &git(1)).unwrap();
+        store.suspend("b", &hand).unwrap();
+        store.suspend("c", &hand).unwrap();
+        store
+            .sync_git_suspensions(
+                &["a".to_string(), "b".to_string()],
+                &[("c".to_string(), git(9)), ("d".to_string(), git(9))],
+            )
+            .unwrap();
+        let held = store.suspensions().unwrap();
+        assert!(!held.contains_key("a"), "a git suspension is lifted");
+        assert_eq!(held["b"], hand, "one by hand is not lifted");
+        assert_eq!(held["c"], hand, "nor overwritten");
+        assert_eq!(held["d"], git(9));
     }
 
     #[test]

@@ -597,7 +597,8 @@ impl Engine {
                     })
                     .cloned()
                     .collect();
-                if next.is_empty() || *self.shutdown.borrow() {
+                // A suspension made meanwhile is honoured before any further wave acts.
+                if next.is_empty() || *self.shutdown.borrow() || self.store.suspensions_changed() {
                     break;
                 }
                 waiting = waiting_for_dependencies(&after);
@@ -776,7 +777,7 @@ impl Engine {
         commit: Option<&str>,
     ) -> Result<Arc<Suspensions>, EngineError> {
         let changed = self.store.take_suspensions_changed();
-        let mut held = match self.suspensions.take() {
+        let held = match self.suspensions.take() {
             Some(s) if !changed => s,
             _ => {
                 self.idle = None;
@@ -815,23 +816,22 @@ impl Engine {
             self.suspensions = Some(held.clone());
             return Ok(held);
         }
-        let map = Arc::make_mut(&mut held);
-        for name in lift {
-            self.store.resume(&name)?;
-            map.remove(&name);
-        }
-        for name in add {
-            let s = crate::store::Suspension {
-                by: by.clone(),
-                reason: None,
-                at_ms: now_ms,
-                from_git: true,
-            };
-            self.store.suspend(name, &s)?;
-            map.insert(name.to_string(), s);
-        }
-        // Written here and known here: not read again.
-        self.store.take_suspensions_changed();
+        let add: Vec<(String, crate::store::Suspension)> = (add.into_iter())
+            .map(|name| {
+                let s = crate::store::Suspension {
+                    by: by.clone(),
+                    reason: None,
+                    at_ms: now_ms,
+                    from_git: true,
+                };
+                (name.to_string(), s)
+            })
+            .collect();
+        // Checked and written in one transaction: a `proxsync suspend` of the same name that
+        // came in since the read is kept, never lifted or overwritten. Read again after: what
+        // the socket wrote meanwhile is planned with too.
+        self.store.sync_git_suspensions(&lift, &add)?;
+        let held = Arc::new(self.store.suspensions()?);
         self.idle = None;
         self.suspensions = Some(held.clone());
         Ok(held)
