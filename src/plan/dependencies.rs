@@ -29,7 +29,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
 
 /// Whether spec `name` is Ready as far as this cycle's plan knows: its VM matches it (or, for
 /// an observe-only or suspended spec, is listed matching it).
-fn ready(out: &Plan, name: &str) -> bool {
+pub(super) fn ready(out: &Plan, name: &str) -> bool {
     match out.verdicts.get(name) {
         Some(Verdict::UpToDate { .. }) => true,
         Some(Verdict::Observed { vmid, drift } | Verdict::Suspended { vmid, drift, .. }) => {

@@ -52,7 +52,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         });
         if rebooting.contains(spec.name.as_str()) {
             entry.rebooting.push((m.index, spec.name.as_str()));
-        } else if !matches!(out.verdicts.get(&spec.name), Some(Verdict::UpToDate { .. })) {
+        } else if !super::dependencies::ready(out, &spec.name) {
             entry.busy += 1;
         }
     }

@@ -282,6 +282,9 @@ fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) ->
     let Some(store) = store else {
         return "error no state database\n".to_string();
     };
+    let clean = |t: &str| -> String { t.chars().filter(|c| !c.is_control()).take(200).collect() };
+    req.suspension.by = clean(&req.suspension.by);
+    req.suspension.reason = req.suspension.reason.as_deref().map(clean);
     if let Some(uid) = uid {
         req.suspension.by = format!("{} (uid {uid})", req.suspension.by);
     }

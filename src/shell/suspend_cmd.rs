@@ -112,6 +112,11 @@ fn check(
             return Err("--reason must be one line without control characters".into());
         }
     }
+    // The request goes to the daemon in one line of at most 1024 bytes.
+    let line = name.len() + reason.map_or(0, str::len) + who().len() + 200;
+    if line > 1000 {
+        return Err("--reason is too long for the daemon's request line; shorten it".into());
+    }
     if name == SUSPEND_ALL {
         return Ok(());
     }
