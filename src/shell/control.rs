@@ -282,9 +282,8 @@ fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) ->
     let Some(store) = store else {
         return "error no state database\n".to_string();
     };
-    let clean = |t: &str| -> String { t.chars().filter(|c| !c.is_control()).take(200).collect() };
-    req.suspension.by = clean(&req.suspension.by);
-    req.suspension.reason = req.suspension.reason.as_deref().map(clean);
+    req.suspension.by = one_line(&req.suspension.by);
+    req.suspension.reason = req.suspension.reason.as_deref().map(one_line);
     if let Some(uid) = uid {
         req.suspension.by = format!("{} (uid {uid})", req.suspension.by);
     }
@@ -296,6 +295,11 @@ fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) ->
         }
         Err(e) => format!("error {e}\n"),
     }
+}
+
+/// `t` without control characters, at most 200 characters: what a status line shows of it.
+fn one_line(t: &str) -> String {
+    t.chars().filter(|c| !c.is_control()).take(200).collect()
 }
 
 /// `resume NAME`: lifts a suspension (`*`: all of them).
