@@ -232,3 +232,17 @@ pub fn marker_claims(pve: &mut FakePve) -> std::collections::BTreeMap<String, Ve
     }
     out
 }
+
+/// The non-GET requests fakepve logged from sequence number `since` on, as `METHOD path`.
+pub fn writes_since(pve: &mut FakePve, since: u64) -> Vec<String> {
+    pve.requests_since(since)
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+/// The sequence number fakepve gives its next request.
+pub fn next_seq(pve: &mut FakePve) -> u64 {
+    pve.requests().last().map_or(0, |r| r.seq + 1)
+}

@@ -5,23 +5,11 @@
 
 use crate::common;
 
-use common::engine::{Workspace, owned_vms, spec};
+use common::engine::{Workspace, next_seq, owned_vms, spec, writes_since};
 use common::{FakePve, default_scenario};
 
 fn observing(text: String) -> String {
     text.replacen("spec:\n", "spec:\n  managementPolicy: Observe\n", 1)
-}
-
-fn writes_since(pve: &mut FakePve, since: u64) -> Vec<String> {
-    pve.requests_since(since)
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect()
-}
-
-fn next_seq(pve: &mut FakePve) -> u64 {
-    pve.requests().last().map_or(0, |r| r.seq + 1)
 }
 
 #[test]

@@ -122,10 +122,7 @@ fn a_dependency_cycle_is_refused_by_validate_naming_it() {
 fn a_spec_depending_on_a_set_waits_for_all_its_members() {
     let mut pve = FakePve::start(default_scenario());
     let ws = Workspace::new(&pve);
-    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: db\nspec:\n  \
-               replicas: 2\n  template:\n    forProvider:\n      site: lab\n      node: pve1\n      \
-               image: \"9000\"\n      disk: 8Gi\n"
-        .to_string();
+    let set = db_set();
     ws.commit_specs(&[
         ("db.yaml", set),
         ("app.yaml", depending("app-01", "3Gi", &["db"])),
@@ -142,10 +139,7 @@ fn a_spec_depending_on_a_set_waits_for_all_its_members() {
 fn a_set_and_its_dependant_removed_together_go_dependant_first() {
     let mut pve = FakePve::start(default_scenario());
     let ws = Workspace::with_extra(&pve, "[reconcile]\nmax_delete_fraction = 1.0\n");
-    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: db\nspec:\n  \
-               replicas: 2\n  template:\n    forProvider:\n      site: lab\n      node: pve1\n      \
-               image: \"9000\"\n      disk: 8Gi\n"
-        .to_string();
+    let set = db_set();
     ws.commit_specs(&[
         ("db.yaml", set),
         ("zz.yaml", depending("zz-app-01", "3Gi", &["db"])),
@@ -171,4 +165,12 @@ fn a_set_and_its_dependant_removed_together_go_dependant_first() {
         deleted[0], vmids["zz-app-01"],
         "{deleted:?} {vmids:?}\n{out}"
     );
+}
+
+/// A set `db` of two members on pve1.
+fn db_set() -> String {
+    "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: db\nspec:\n  replicas: 2\n  \
+     template:\n    forProvider:\n      site: lab\n      node: pve1\n      image: \"9000\"\n      \
+     disk: 8Gi\n"
+        .to_string()
 }

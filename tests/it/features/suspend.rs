@@ -4,20 +4,8 @@
 
 use crate::common;
 
-use common::engine::{Workspace, owned_vms, spec, text};
+use common::engine::{Workspace, next_seq, owned_vms, spec, text, writes_since};
 use common::{FakePve, default_scenario};
-
-fn writes_since(pve: &mut FakePve, since: u64) -> Vec<String> {
-    pve.requests_since(since)
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect()
-}
-
-fn next_seq(pve: &mut FakePve) -> u64 {
-    pve.requests().last().map_or(0, |r| r.seq + 1)
-}
 
 fn summary(ws: &Workspace) -> String {
     std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap()
