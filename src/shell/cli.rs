@@ -911,7 +911,8 @@ fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) ->
             if let Some(line) = daemon {
                 println!("{line}");
             }
-            print!("{text}");
+            // A reader that stops early (`| head`) is no error, and no panic.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -1229,14 +1230,18 @@ fn plan_cmd(
     );
     if json {
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => {
+                let _ = writeln!(std::io::stdout().lock(), "{text}");
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         }
     } else {
-        print!("{}", report.render());
+        let _ = std::io::stdout()
+            .lock()
+            .write_all(report.render().as_bytes());
     }
     for e in &report.errors {
         eprintln!("error: {e}");
@@ -1318,7 +1323,7 @@ fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
 fn schema() -> ExitCode {
     match serde_json::to_string_pretty(&spec::json_schema()) {
         Ok(text) => {
-            println!("{text}");
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {

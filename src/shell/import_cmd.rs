@@ -77,7 +77,11 @@ pub fn run(
         Some(dir) => write_files(dir, &report.specs),
         None => {
             let docs: Vec<&str> = report.specs.iter().map(|s| s.text.as_str()).collect();
-            print!("{}", docs.join("---\n"));
+            // A reader that stops early (`| head`) is no error, and no panic.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stdout().lock(),
+                docs.join("---\n").as_bytes(),
+            );
             Ok(())
         }
     };

@@ -262,3 +262,27 @@ fn status_colours_follow_the_usual_variables() {
     assert!(status(&[("CLICOLOR_FORCE", "1")]).contains("\x1b[32mTrue\x1b[0m"));
     assert!(!status(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]).contains('\x1b'));
 }
+
+/// Output into a pipe whose reader has gone (`proxsync schema | head -1`, `status | head`) is
+/// no error and never a panic.
+#[test]
+fn a_reader_that_stops_early_is_no_panic() {
+    for args in [
+        &["schema"][..],
+        &["validate", "--effective", "specs.example/eu-fra/app.yaml"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The read end closed before the command writes: its writes fail with EPIPE.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(output.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
