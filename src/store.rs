@@ -951,25 +951,29 @@ impl Store {
     }
 
     /// Lifts the suspension of `name` (every suspension when `name` is [`SUSPEND_ALL`]);
-    /// returns the names lifted.
-    pub fn resume(&self, name: &str) -> Result<Vec<String>, StateError> {
-        let mut lifted = Vec::new();
+    /// returns those lifted.
+    pub fn resume(&self, name: &str) -> Result<Vec<(String, Suspension)>, StateError> {
+        let mut lifted: Vec<(String, Suspension)> = Vec::new();
         self.write(|tx| {
             let mut table = tx.open_table(SUSPENSIONS)?;
-            lifted = match name {
+            let names: Vec<String> = match name {
                 SUSPEND_ALL => table
                     .iter()?
                     .filter_map(|e| e.ok().map(|(k, _)| k.value().to_string()))
                     .collect(),
                 _ => vec![name.to_string()],
             };
-            let mut found = Vec::new();
-            for k in &lifted {
-                if table.remove(k.as_str())?.is_some() {
-                    found.push(k.clone());
+            for k in names {
+                if let Some(v) = table.remove(k.as_str())? {
+                    let s = serde_json::from_slice(v.value()).unwrap_or(Suspension {
+                        by: "unknown".into(),
+                        reason: None,
+                        at_ms: 0,
+                        from_git: false,
+                    });
+                    lifted.push((k, s));
                 }
             }
-            lifted = found;
             Ok(())
         })?;
         if !lifted.is_empty() {

@@ -3591,7 +3591,10 @@ fn acts(p: &Plan) -> Vec<(&'static str, Option<&str>)> {
 }
 
 fn waiting_on(on: &str) -> Verdict {
-    Verdict::WaitingForDependencies { on: on.into() }
+    Verdict::WaitingForDependencies {
+        on: on.into(),
+        elsewhere: false,
+    }
 }
 
 /// A create waits while a dependency is not Ready, and names the first one not Ready in
@@ -3697,6 +3700,24 @@ fn only_a_start_or_a_reboot_waits_for_dependencies() {
             .iter()
             .any(|a| matches!(a, Action::Converge { spec, why, .. } if spec == "web" && why == &["reboot"])),
         "{p:?}"
+    );
+}
+
+/// A dependency on another install's spec (outside the selector) is never seen Ready here:
+/// the wait says so.
+#[test]
+fn a_dependency_on_another_installs_spec_says_it_is_never_seen_ready() {
+    let mut w = deps_world();
+    depend(&mut w, "web", &["theirs"]);
+    w.elsewhere.insert("theirs".into());
+    w.sharded = true;
+    let p = plan(&w.input());
+    assert_eq!(
+        p.verdicts["web"],
+        Verdict::WaitingForDependencies {
+            on: "theirs".into(),
+            elsewhere: true
+        }
     );
 }
 

@@ -80,8 +80,13 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
         if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(input, spec, a)) {
             continue;
         }
-        out.verdicts
-            .insert(spec.name.clone(), Verdict::WaitingForDependencies { on });
+        out.verdicts.insert(
+            spec.name.clone(),
+            Verdict::WaitingForDependencies {
+                elsewhere: input.elsewhere.contains(&on),
+                on,
+            },
+        );
         held.insert(spec.name.clone(), spec);
     }
     if !held.is_empty() {

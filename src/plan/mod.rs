@@ -288,7 +288,13 @@ pub enum Verdict {
     },
     /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
     /// started or rebooted until it is.
-    WaitingForDependencies { on: String },
+    WaitingForDependencies {
+        on: String,
+        /// `on` is another install's spec (outside `[source] selector`): this install never
+        /// sees it Ready, so the wait lasts until the spec stops naming it.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        elsewhere: bool,
+    },
     /// The spec is a member of set `set`, and rebooting it for a change now would make more
     /// than `max_unavailable` of its members unavailable: it waits for its turn.
     RollingOut { set: String, max_unavailable: u32 },

@@ -320,15 +320,24 @@ fn resume(name: &str, store: Option<&crate::store::Store>) -> String {
     }
 }
 
-/// What a resume did, in words.
-pub fn resumed_words(name: &str, lifted: &[String]) -> String {
+/// What a resume did, in words. A recorded `spec.suspend` comes back at the next cycle while
+/// the spec still says it: the words say so.
+pub fn resumed_words(name: &str, lifted: &[(String, crate::store::Suspension)]) -> String {
+    let from_git = lifted.iter().any(|(_, s)| s.from_git);
+    let git = match from_git {
+        true => {
+            "; a spec that still says spec.suspend: true is suspended again at the next \
+                 cycle: remove it from the spec"
+        }
+        false => "",
+    };
     match (name, lifted.len()) {
         (crate::store::SUSPEND_ALL, 0) => "nothing was suspended".to_string(),
-        (crate::store::SUSPEND_ALL, n) => format!("{n} suspension(s) lifted"),
+        (crate::store::SUSPEND_ALL, n) => format!("{n} suspension(s) lifted{git}"),
         (_, 0) => {
             format!("{name} was not suspended at runtime (spec.suspend in git is lifted in git)")
         }
-        _ => format!("{name} resumed"),
+        _ => format!("{name} resumed{git}"),
     }
 }
 

@@ -627,8 +627,13 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
         } => format!(
             "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
         ),
-        Verdict::WaitingForDependencies { on } => format!(
-            "waits for {on} to be Ready (dependsOn) before its VM is created, started or rebooted"
+        Verdict::WaitingForDependencies { on, elsewhere } => format!(
+            "waits for {on} to be Ready (dependsOn) before its VM is created, started or \
+             rebooted{}",
+            match elsewhere {
+                true => "; it is another install's spec, never seen Ready here",
+                false => "",
+            }
         ),
         Verdict::Suspended { vmid, drift, by } => {
             let vm = match (vmid, drift.is_empty()) {

@@ -380,11 +380,17 @@ fn ready_and_reconciling(
                 ConditionInput::new(kinds::RECONCILING, S::True, Reason::RollingOut, msg),
             )
         }
-        Some(Verdict::WaitingForDependencies { on }) => {
-            let msg = format!(
+        Some(Verdict::WaitingForDependencies { on, elsewhere }) => {
+            let mut msg = format!(
                 "waiting for {on} to be Ready (dependsOn): the VM is not created, started or \
                  rebooted until then"
             );
+            if *elsewhere {
+                msg.push_str(&format!(
+                    "; {on} is another install's spec (outside [source] selector), which this \
+                     install never sees Ready: depend only on this install's specs"
+                ));
+            }
             (
                 ConditionInput::new(kinds::READY, S::False, Reason::WaitingForDependencies, &msg),
                 ConditionInput::new(

@@ -130,6 +130,7 @@ fn spec_suspend_in_git_holds_the_vm_and_its_removal_until_resumed() {
     let out = ws.proxsync(&["resume", "web-01"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("web-01 resumed"), "{}", text(&out));
+    assert!(text(&out).contains("suspended again"), "{}", text(&out));
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     assert_eq!(owned_vms(&mut pve).len(), 1, "deleted once resumed");
