@@ -635,18 +635,25 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
                 false => "",
             }
         ),
-        Verdict::Suspended { vmid, drift, by } => {
-            let vm = match (vmid, drift.is_empty()) {
-                (None, _) => "no VM of the spec found; nothing is created".to_string(),
-                (Some(id), true) => format!("VM {id} matches the spec"),
-                (Some(id), false) => {
-                    let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
-                    format!("VM {id} differs (not applied): {}", fields.join("; "))
-                }
-            };
-            format!("suspended ({}): {vm}", crate::plan::suspension_words(by))
-        }
+        Verdict::Suspended { vmid, drift, by } => suspended_words(*vmid, drift, by),
     }
+}
+
+/// A suspended spec's verdict in words: who suspended it, and how its VM compares.
+fn suspended_words(
+    vmid: Option<u32>,
+    drift: &[crate::plan::FieldDrift],
+    by: &crate::store::Suspension,
+) -> String {
+    let vm = match (vmid, drift.is_empty()) {
+        (None, _) => "no VM of the spec found; nothing is created".to_string(),
+        (Some(id), true) => format!("VM {id} matches the spec"),
+        (Some(id), false) => {
+            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
+            format!("VM {id} differs (not applied): {}", fields.join("; "))
+        }
+    };
+    format!("suspended ({}): {vm}", crate::plan::suspension_words(by))
 }
 
 /// `14:20:23 UTC (in 5m)`, with the date when it is not today.
