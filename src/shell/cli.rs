@@ -275,8 +275,14 @@ The Debian package installs them for every user.")]
     #[command(after_help = "\
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
   proxsync schema > .proxsync.schema.json
-  # yaml-language-server: $schema=.proxsync.schema.json")]
-    Schema,
+  # yaml-language-server: $schema=.proxsync.schema.json
+  proxsync schema --kind ProxmoxVMSet > .proxsync-set.schema.json      for set files
+  proxsync schema --kind ProxmoxDefaults > .proxsync-defaults.schema.json   for _defaults.yaml")]
+    Schema {
+        /// The kind: ProxmoxVM (default), ProxmoxVMSet or ProxmoxDefaults.
+        #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxVMSet", "ProxmoxDefaults"])]
+        kind: String,
+    },
 }
 
 /// What `proxsync accept` accepts.
@@ -399,7 +405,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Accept::Commit { commit } => accept_commit_cmd(cli.config, &commit),
             Accept::Site { site } => accept_site_cmd(cli.config, site),
         },
-        Command::Schema => schema(),
+        Command::Schema { kind } => schema(&kind),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             // Into memory first: clap_complete panics when its writer fails (a closed pipe).
@@ -1320,8 +1326,13 @@ fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn schema() -> ExitCode {
-    match serde_json::to_string_pretty(&spec::json_schema()) {
+fn schema(kind: &str) -> ExitCode {
+    let schema = match kind {
+        "ProxmoxVMSet" => spec::set_schema(),
+        "ProxmoxDefaults" => spec::defaults_schema(),
+        _ => spec::json_schema(),
+    };
+    match serde_json::to_string_pretty(&schema) {
         Ok(text) => {
             let _ = writeln!(std::io::stdout().lock(), "{text}");
             ExitCode::SUCCESS

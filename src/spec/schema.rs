@@ -355,6 +355,105 @@ pub fn json_schema() -> Value {
     })
 }
 
+/// A ProxmoxVM's `spec` with nothing required (a default or a template may leave anything to
+/// the spec or the member), for the other kinds' schemas.
+fn partial_vm_spec() -> Value {
+    let mut spec = json_schema()["properties"]["spec"].clone();
+    fn unrequire(v: &mut Value) {
+        if let Value::Object(map) = v {
+            map.remove("required");
+            if let Some(Value::Object(props)) = map.get_mut("properties") {
+                props.values_mut().for_each(unrequire);
+            }
+        }
+    }
+    unrequire(&mut spec);
+    spec
+}
+
+/// The JSON Schema of a `ProxmoxDefaults` document (`_defaults.yaml`).
+pub fn defaults_schema() -> Value {
+    let vm = json_schema();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://proxsync.io/schemas/proxmoxdefaults.json",
+        "title": "ProxmoxDefaults",
+        "description": "Values every spec in this directory and below takes unless it sets them (_defaults.yaml): mappings merged, the spec wins, lists replaced.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "spec"],
+        "properties": {
+            "apiVersion": {"enum": API_VERSIONS},
+            "kind": {"const": super::defaults::DEFAULTS_KIND},
+            "metadata": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "labels": vm["properties"]["metadata"]["properties"]["labels"].clone(),
+                    "annotations": vm["properties"]["metadata"]["properties"]["annotations"].clone()
+                }
+            },
+            "spec": partial_vm_spec()
+        },
+        "$defs": vm["$defs"].clone()
+    })
+}
+
+/// The JSON Schema of a `ProxmoxVMSet` document.
+pub fn set_schema() -> Value {
+    let vm = json_schema();
+    let name = vm["properties"]["metadata"]["properties"]["name"].clone();
+    let member = partial_vm_spec();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://proxsync.io/schemas/proxmoxvmset.json",
+        "title": "ProxmoxVMSet",
+        "description": "N alike VMs from one template; each member is a spec of its own.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"enum": API_VERSIONS},
+            "kind": {"const": super::sets::SET_KIND},
+            "metadata": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name"],
+                "properties": {
+                    "name": name,
+                    "labels": vm["properties"]["metadata"]["properties"]["labels"].clone()
+                }
+            },
+            "spec": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["template"],
+                "properties": {
+                    "replicas": {"description": "How many members (with namePattern); or give names.", "type": "integer", "minimum": 0, "maximum": super::sets::MAX_REPLICAS},
+                    "names": {"description": "The members' names, instead of replicas.", "type": "array", "maxItems": super::sets::MAX_REPLICAS, "uniqueItems": true, "items": name},
+                    "namePattern": {"description": "Members' names, {index} (from 1), {index:02} zero-padded. Default <set name>-{index:02}.", "type": "string", "pattern": "\\{index"},
+                    "placement": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["nodes"],
+                        "properties": {
+                            "nodes": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                            "strategy": {"description": "RoundRobin (by index, default) or FreeMemory (the node with the least memory given to VMs, when a member is made).", "enum": ["RoundRobin", "FreeMemory"]},
+                            "maxPerNode": {"type": "integer", "minimum": 1}
+                        }
+                    },
+                    "maxUnavailable": {"description": "Members rebooted at a time for a change (default 1).", "type": "integer", "minimum": 1},
+                    "suspend": vm["properties"]["spec"]["properties"]["suspend"].clone(),
+                    "dependsOn": vm["properties"]["spec"]["properties"]["dependsOn"].clone(),
+                    "template": member.clone(),
+                    "overrides": {"description": "Per member name: spec fields merged over the template.", "type": "object", "additionalProperties": member}
+                }
+            }
+        },
+        "$defs": vm["$defs"].clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +473,37 @@ mod tests {
                 "ha.{field}"
             );
         }
+    }
+
+    /// The other kinds' schemas take the VM's fields, none required, and name their own.
+    #[test]
+    fn the_set_and_defaults_schemas_take_the_vm_spec_with_nothing_required() {
+        let set = set_schema();
+        assert_eq!(set["properties"]["kind"]["const"], "ProxmoxVMSet");
+        let template = &set["properties"]["spec"]["properties"]["template"];
+        assert!(template.get("required").is_none());
+        let fp = &template["properties"]["forProvider"];
+        assert!(fp.get("required").is_none() && fp["properties"]["cpu"].is_object());
+        assert!(
+            set["properties"]["spec"]["properties"]["placement"]["properties"]["strategy"]
+                .is_object()
+        );
+        let d = defaults_schema();
+        assert_eq!(d["properties"]["kind"]["const"], "ProxmoxDefaults");
+        assert!(
+            d["properties"]["spec"]["properties"]["forProvider"]
+                .get("required")
+                .is_none()
+        );
+        assert!(
+            d["properties"]["metadata"]["properties"]
+                .get("name")
+                .is_none()
+        );
+        // The VM's own schema is unchanged by them.
+        assert_eq!(
+            json_schema()["properties"]["spec"]["properties"]["forProvider"]["required"],
+            json!(["site", "node"])
+        );
     }
 }
