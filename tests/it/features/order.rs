@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::engine::{Workspace, owned_vms, spec};
+use common::engine::{Workspace, next_seq, owned_vms, spec};
 use common::{FakePve, default_scenario};
 
 /// `spec` with `dependsOn` and a memory size of its own (no two specs alike: not renames).
@@ -57,15 +57,10 @@ fn a_chain_is_created_in_order_in_one_cycle_and_removed_in_reverse() {
         .into_iter()
         .map(|(id, n)| (n, id))
         .collect();
-    let since = pve.requests().last().map_or(0, |r| r.seq + 1);
+    let since = next_seq(&mut pve);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
-    let deleted: Vec<u64> = pve
-        .requests_since(since)
-        .into_iter()
-        .filter(|r| r.method == "DELETE")
-        .filter_map(|r| r.path.rsplit('/').next()?.parse().ok())
-        .collect();
+    let deleted = deleted_since(&mut pve, since);
     assert_eq!(
         deleted,
         [vmids["web-01"], vmids["app-01"], vmids["db-01"]],
@@ -151,15 +146,10 @@ fn a_set_and_its_dependant_removed_together_go_dependant_first() {
         .map(|(id, n)| (n, id))
         .collect();
     ws.commit_specs(&[("keep.yaml", depending("keep-01", "5Gi", &[]))]);
-    let since = pve.requests().last().map_or(0, |r| r.seq + 1);
+    let since = next_seq(&mut pve);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
-    let deleted: Vec<u64> = pve
-        .requests_since(since)
-        .into_iter()
-        .filter(|r| r.method == "DELETE")
-        .filter_map(|r| r.path.rsplit('/').next()?.parse().ok())
-        .collect();
+    let deleted = deleted_since(&mut pve, since);
     assert_eq!(deleted.len(), 3, "{out}");
     assert_eq!(
         deleted[0], vmids["zz-app-01"],
@@ -173,4 +163,13 @@ fn db_set() -> String {
      template:\n    forProvider:\n      site: lab\n      node: pve1\n      image: \"9000\"\n      \
      disk: 8Gi\n"
         .to_string()
+}
+
+/// The VMIDs deleted from sequence number `since` on, in the order the deletes were sent.
+fn deleted_since(pve: &mut FakePve, since: u64) -> Vec<u64> {
+    pve.requests_since(since)
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .filter_map(|r| r.path.rsplit('/').next()?.parse().ok())
+        .collect()
 }
