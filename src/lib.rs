@@ -17,8 +17,8 @@
 //! - [`observe`], [`store`]: what a cycle saw; the state database;
 //! - [`pve`]: the Proxmox VE client; [`cloudinit`]: seed images;
 //! - [`spec`], [`config`], [`ownership`]: what people write, and the marker;
-//! - [`backoff`], [`category`], [`concurrency`], [`redact`], [`selector`], [`sops`], [`util`]:
-//!   the foundation.
+//! - [`backoff`], [`category`], [`concurrency`], [`guest`], [`redact`], [`selector`], [`sops`],
+//!   [`util`]: the foundation.
 
 pub mod backoff;
 pub mod category;
@@ -28,6 +28,7 @@ pub mod config;
 pub mod engine;
 pub mod execute;
 pub mod gate;
+pub mod guest;
 pub mod import;
 pub mod observe;
 pub mod ownership;

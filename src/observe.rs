@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use crate::guest::GuestKind;
 use crate::ownership::Marker;
 use crate::pve::types::{
     ClusterHealth, ClusterShape, ClusterStatusEntry, ListedStatus, VmConfig, VmResource,
@@ -38,6 +39,8 @@ impl Power {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
     pub vmid: u32,
+    /// A QEMU VM or an LXC container (both share the VMID space and the same rules).
+    pub kind: GuestKind,
     pub node: String,
     pub name: Option<String>,
     pub power: Power,
@@ -61,7 +64,8 @@ pub struct ObservedVm {
 
 impl ObservedVm {
     /// Taken by value: the strings move over, nothing is copied.
-    pub fn from_resource(r: VmResource) -> ObservedVm {
+    /// `kind`: the listing's (see [`VmResource::guest_kind`]).
+    pub fn from_resource(r: VmResource, kind: GuestKind) -> ObservedVm {
         let power = match r.status {
             Some(ListedStatus::Running) if r.name.is_some() => Power::Running,
             Some(ListedStatus::Stopped) if r.name.is_some() => Power::Stopped,
@@ -72,6 +76,7 @@ impl ObservedVm {
         tags.dedup();
         ObservedVm {
             vmid: r.vmid,
+            kind,
             node: r.node,
             name: r.name,
             power,
@@ -124,9 +129,9 @@ pub struct SiteView {
     /// Why the site could not be observed, if it could not.
     pub error: Option<String>,
     pub health: ClusterHealth,
-    /// QEMU VMs by VMID (containers are not proxsync's business).
+    /// QEMU VMs and LXC containers by VMID (each with its `kind`).
     pub vms: BTreeMap<u32, ObservedVm>,
-    /// The VMIDs of the listing's other guests (containers): taken for a new VM all the same.
+    /// The VMIDs of the listing's guests of any other type: taken for a new guest all the same.
     pub other_vmids: BTreeSet<u32>,
     /// Who the cluster says it is (`GET /cluster/status`): when it changes, the site's root CA
     /// is read again to check it is still the recorded cluster (`gate::site`).
@@ -195,14 +200,16 @@ pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, 
             let health = ClusterHealth::from_entries(&status);
             let cluster = ClusterShape::from_entries(&status);
             let answering = ClusterStatusEntry::answering_node(&status);
-            // One pass, each VM moved once: a listing holds every guest of the site.
+            // One pass, each guest moved once: a listing holds every guest of the site. VMs and
+            // containers are observed alike; any other type only takes its VMID.
             let mut other_vmids = BTreeSet::new();
-            let mut qemu = Vec::with_capacity(resources.len());
+            let mut guests = Vec::with_capacity(resources.len());
             for r in resources {
-                if r.is_qemu() {
-                    qemu.push((r.vmid, ObservedVm::from_resource(r)));
-                } else {
-                    other_vmids.insert(r.vmid);
+                match r.guest_kind() {
+                    Some(kind) => guests.push((r.vmid, ObservedVm::from_resource(r, kind))),
+                    None => {
+                        other_vmids.insert(r.vmid);
+                    }
                 }
             }
             let view = SiteView {
@@ -210,7 +217,7 @@ pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, 
                 error: None,
                 health,
                 other_vmids,
-                vms: BTreeMap::from_iter(qemu),
+                vms: BTreeMap::from_iter(guests),
                 cluster,
                 identity_changed: false,
             };
@@ -241,8 +248,13 @@ pub fn needs_marker<S: BuildHasher>(
 }
 
 /// Reads a VM's description marker. A VM that vanished reads as "no marker".
-pub async fn read_marker(client: &impl Pve, node: &str, vmid: u32) -> Result<MarkerRead, Error> {
-    match client.vm_config(node, vmid).await {
+pub async fn read_marker(
+    client: &impl Pve,
+    node: &str,
+    kind: GuestKind,
+    vmid: u32,
+) -> Result<MarkerRead, Error> {
+    match client.vm_config(node, kind, vmid).await {
         // A create or clone still running has not written its description yet.
         Ok(cfg) if matches!(cfg.lock(), Some("create" | "clone")) => Ok(MarkerRead::NotYet),
         Ok(cfg) => Ok(MarkerRead::Read {
@@ -269,19 +281,19 @@ pub enum MarkerRead {
     NotYet,
 }
 
-/// Reads the markers of `vms` (VMID, node) of one site side by side, at most the node's limit
+/// Reads the markers of `vms` (VMID, node, kind) of one site side by side, at most the node's limit
 /// at once (the same limit actions keep: the client's, else `per_node`), answers in the order
 /// of `vms`.
 pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
     client: &Arc<C>,
-    vms: Vec<(u32, String)>,
+    vms: Vec<(u32, String, GuestKind)>,
     per_node: u32,
 ) -> Vec<(u32, Result<MarkerRead, Error>)> {
     // Only the reads under way are tasks (10,000 VMs to read with an empty database).
     let jobs = vms
         .into_iter()
         .enumerate()
-        .map(|(i, (vmid, node))| (node.clone(), (i, vmid, node)));
+        .map(|(i, (vmid, node, kind))| (node.clone(), (i, vmid, node, kind)));
     // Within each node's limit of work at once, as its actions are.
     let mut out = crate::util::lanes::run(
         jobs,
@@ -291,9 +303,12 @@ pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
                 .unwrap_or(per_node)
                 .max(1) as usize
         },
-        |(i, vmid, node): (usize, u32, String)| {
+        |(i, vmid, node, kind): (usize, u32, String, GuestKind)| {
             let client = client.clone();
-            async move { (i, vmid, read_marker((*client).as_ref(), &node, vmid).await) }
+            async move {
+                let read = read_marker((*client).as_ref(), &node, kind, vmid).await;
+                (i, vmid, read)
+            }
         },
     )
     .await;
@@ -311,29 +326,37 @@ mod tests {
 
     #[test]
     fn unknown_is_never_absent() {
-        let fresh = ObservedVm::from_resource(res(
-            r#"{"id":"qemu/101","vmid":101,"node":"pve1","status":"unknown"}"#,
-        ));
+        let fresh = ObservedVm::from_resource(
+            res(r#"{"id":"qemu/101","vmid":101,"node":"pve1","status":"unknown"}"#),
+            GuestKind::Qemu,
+        );
         assert!(fresh.is_unknown());
-        let nameless = ObservedVm::from_resource(res(
-            r#"{"id":"qemu/102","vmid":102,"node":"pve1","status":"running"}"#,
-        ));
+        let nameless = ObservedVm::from_resource(
+            res(r#"{"id":"qemu/102","vmid":102,"node":"pve1","status":"running"}"#),
+            GuestKind::Qemu,
+        );
         assert!(
             nameless.is_unknown(),
             "a VM without a name is not judged yet"
         );
-        let ok = ObservedVm::from_resource(res(
-            r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"Web;proxsync.main"}"#,
-        ));
+        let ok = ObservedVm::from_resource(
+            res(
+                r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"Web;proxsync.main"}"#,
+            ),
+            GuestKind::Qemu,
+        );
         assert_eq!(ok.power, Power::Stopped);
         assert_eq!(ok.tags, vec!["proxsync.main", "web"]);
     }
 
     #[test]
     fn ownership_needs_tag_and_marker() {
-        let mut vm = ObservedVm::from_resource(res(
-            r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"proxsync.main"}"#,
-        ));
+        let mut vm = ObservedVm::from_resource(
+            res(
+                r#"{"id":"qemu/103","vmid":103,"node":"pve1","name":"a","status":"stopped","tags":"proxsync.main"}"#,
+            ),
+            GuestKind::Qemu,
+        );
         assert!(!vm.owned_by("main"), "no marker read yet");
         let marker = |install: &str| {
             Some(Arc::new(Marker {
@@ -370,7 +393,7 @@ mod tests {
                 r#"{{"id":"qemu/{id}","vmid":{id},"node":"pve1","name":"{name}","status":"stopped","tags":"{tags}","template":{}}}"#,
                 u8::from(template)
             ));
-            vms.insert(id, ObservedVm::from_resource(r));
+            vms.insert(id, ObservedVm::from_resource(r, GuestKind::Qemu));
         }
         let view = SiteView {
             name: "lab".into(),

@@ -374,6 +374,8 @@ fn tags_of(mask: u8) -> Vec<String> {
 fn make_spec(name: &str, g: &SpecGen) -> Spec {
     Spec {
         name: name.to_string(),
+        kind: proxsync::guest::GuestKind::Qemu,
+        container: None,
         file: format!("specs/{name}.yaml"),
         pos: Pos::new(4, 9),
         api_version: "proxsync.io/v1".to_string(),
@@ -432,6 +434,7 @@ fn sorted_tags(tags: impl IntoIterator<Item = String>) -> Vec<String> {
 
 fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
     ObservedVm {
+        kind: proxsync::guest::GuestKind::Qemu,
         vmid,
         node: node.to_string(),
         name: Some(name.to_string()),

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "backoff",
             "category",
             "concurrency",
+            "guest",
             "redact",
             "selector",
             "shell::malloc",
@@ -96,6 +97,7 @@ const ALLOW_LISTS: &[(&str, &[&str])] = &[
         &[
             "config",
             "gate",
+            "guest",
             "observe",
             "ownership",
             "pve",
@@ -105,7 +107,7 @@ const ALLOW_LISTS: &[(&str, &[&str])] = &[
             "util",
         ],
     ),
-    ("spec", &["config", "ownership", "sops", "util"]),
+    ("spec", &["config", "guest", "ownership", "sops", "util"]),
 ];
 
 /// Pure code: decisions on values handed in.

@@ -58,7 +58,7 @@ pub async fn adopt_by_hand(
         site: spec.site.clone(),
         message: e.to_string(),
     };
-    let (node, cfg) = crate::execute::find_vm(&site.client, vmid)
+    let (node, kind, cfg) = crate::execute::find_vm(&site.client, vmid)
         .await
         .map_err(site_err)?
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
@@ -75,7 +75,15 @@ pub async fn adopt_by_hand(
             ))
         })?;
     if marker.install != config.install_id {
-        take_over_by_hand(config, &site.client, &checked, &node, vmid, &cfg, &marker).await?;
+        take_over_by_hand(
+            config,
+            &site.client,
+            &checked,
+            (&node, kind, vmid),
+            &cfg,
+            &marker,
+        )
+        .await?;
     }
     Ok(crate::store::Adoption {
         spec: name.to_string(),
@@ -126,13 +134,14 @@ pub async fn unverified_claims(
         };
         let listing = site.client.vm_resources().await.map_err(site_err)?;
         let candidates = listing.iter().filter(|r| {
-            r.is_qemu()
+            r.guest_kind().is_some()
                 && r.template != Some(true)
                 && (r.tags.contains(&tag)
                     || r.name.as_deref().is_some_and(|n| vm_names.contains(n)))
         });
         for r in candidates {
-            let cfg = match site.client.vm_config(&r.node, r.vmid).await {
+            let kind = r.guest_kind().unwrap_or_default();
+            let cfg = match site.client.vm_config(&r.node, kind, r.vmid).await {
                 Ok(c) => c,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(site_err(e)),
@@ -166,8 +175,7 @@ pub(super) async fn take_over_by_hand(
     config: &Config,
     client: &Client,
     checked: &crate::gate::site::SiteChecked,
-    node: &str,
-    vmid: u32,
+    (node, kind, vmid): (&str, crate::guest::GuestKind, u32),
     cfg: &crate::pve::types::VmConfig,
     marker: &Marker,
 ) -> Result<(), EngineError> {
@@ -191,7 +199,7 @@ pub(super) async fn take_over_by_hand(
         message,
     })?;
     let signed = Marker::signed(&key, &config.install_id, &marker.spec, &marker.uid, vmid);
-    crate::execute::sign_over(client, node, vmid, cfg, &signed, &permit)
+    crate::execute::sign_over(client, node, kind, vmid, cfg, &signed, &permit)
         .await
         .map_err(|e| EngineError::Refused(format!("VM {vmid}: {e}; nothing changed")))
 }

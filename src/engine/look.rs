@@ -168,8 +168,12 @@ pub(super) async fn observe_all(
             match cache.read.get(&vmid) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
-                    let node = view.vms.get(&vmid).map(|vm| vm.node.clone());
-                    to_read.push((vmid, node.unwrap_or_default()));
+                    let (node, kind) = view
+                        .vms
+                        .get(&vmid)
+                        .map(|vm| (vm.node.clone(), vm.kind))
+                        .unwrap_or_default();
+                    to_read.push((vmid, node, kind));
                 }
             }
         }

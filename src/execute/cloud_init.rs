@@ -7,6 +7,7 @@ use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::{
     SeedCheck, cloudinit_drive_removal, seed_attach, seed_delete, seed_on_storage, seed_uploaded,
 };
+use crate::guest::GuestKind;
 use crate::pve::types::VmConfig;
 use crate::pve::values::nic_macs;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -98,7 +99,7 @@ pub(super) async fn converge_cloud_init(
     let mut changed: Vec<String> = Vec::new();
     // Values waiting for the next start count as set (PVE keeps changes to a running VM's
     // cloud-init options pending).
-    let effective = with_pending(cfg, client.vm_pending(node, vmid).await?);
+    let effective = with_pending(cfg, client.vm_pending(node, GuestKind::Qemu, vmid).await?);
     let cfg = &effective;
     let mut params = cloud_init_params(spec, cfg, VmParams::new(), &mut changed)?;
     let mut deletes: Vec<String> = Vec::new();
@@ -265,7 +266,7 @@ async fn remove_unused_seeds(
         .collect();
     // Never an image the VM still names, now or at its next start.
     let in_use: Vec<String> = client
-        .vm_pending(node, vmid)
+        .vm_pending(node, GuestKind::Qemu, vmid)
         .await?
         .into_iter()
         .flat_map(|p| [p.value, p.pending])

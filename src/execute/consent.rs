@@ -35,7 +35,7 @@ pub(super) async fn adopt_by_consent(
             format!("spec {} does not consent to take over a VM", spec.name),
         ));
     };
-    let cfg = match site_ctx.client.vm_config(vm.node, vm.vmid).await {
+    let cfg = match site_ctx.client.vm_config(vm.node, vm.kind, vm.vmid).await {
         Ok(cfg) => cfg,
         Err(e) if e.is_not_found() => {
             return Err(fail(
@@ -48,7 +48,7 @@ pub(super) async fn adopt_by_consent(
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(waiting) = check_lock(ctx, site_ctx, vm.node, vm.vmid, &cfg).await? {
+    if let Some(waiting) = check_lock(ctx, site_ctx, vm.node, vm.kind, vm.vmid, &cfg).await? {
         return Ok(waiting);
     }
     let uid = new_uid();
@@ -71,7 +71,16 @@ pub(super) async fn adopt_by_consent(
     )
     .map_err(|why| fail(Category::Conflict, format!("{why}; nothing adopted")))?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &uid, vm.vmid);
-    super::handover::sign_over(&site_ctx.client, vm.node, vm.vmid, &cfg, &signed, &permit).await?;
+    super::handover::sign_over(
+        &site_ctx.client,
+        vm.node,
+        vm.kind,
+        vm.vmid,
+        &cfg,
+        &signed,
+        &permit,
+    )
+    .await?;
     tracing::info!(spec = %spec.name, vmid = vm.vmid, "adopted by the spec's consent");
     rec.uid = uid;
     rec.site = vm.site.to_string();

@@ -49,6 +49,7 @@ async fn converge_vm(
     let VmRef {
         site: site_name,
         node,
+        kind,
         vmid,
     } = vm;
     let site = site(ctx, site_name)?;
@@ -57,7 +58,7 @@ async fn converge_vm(
     if cfg.lock() == Some("suspended") && spec.power_state == PowerState::Running {
         // Hibernated: a start resumes it from its saved state; the config follows next cycle.
         tracing::info!(spec = %spec.name, vmid, "resuming the hibernated VM");
-        let upid = client.start_vm(node, vmid).await?;
+        let upid = client.start_vm(node, kind, vmid).await?;
         if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
             return Ok(Outcome::StillRunning {
                 upid: upid.to_string(),
@@ -67,7 +68,7 @@ async fn converge_vm(
             reason: format!("VM {vmid} was resumed from hibernation; converging it next"),
         });
     }
-    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+    if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);
     }
     // Declared fields only, compared with PVE's normalised values. A value waiting for a
@@ -75,7 +76,7 @@ async fn converge_vm(
     let pending = if just_created {
         Vec::new()
     } else {
-        client.vm_pending(node, vmid).await?
+        client.vm_pending(node, kind, vmid).await?
     };
     let (params, mut changed) = config_diff(ctx, spec, rec, &ours, &cfg, &pending)?;
     if !changed.is_empty() {
@@ -95,7 +96,9 @@ async fn converge_vm(
                 });
             }
         } else {
-            client.set_config(node, vmid, &params, cfg.digest()).await?;
+            client
+                .set_config(node, kind, vmid, &params, cfg.digest())
+                .await?;
         }
     }
     rec.applied_tags = spec.tags.clone();
@@ -111,7 +114,7 @@ async fn converge_vm(
     // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
     // a new VM boots with it.
     let cfg = if config_read_again(ctx, spec, &cfg, &changed) {
-        client.vm_config(node, vmid).await?
+        client.vm_config(node, kind, vmid).await?
     } else {
         cfg
     };
@@ -182,24 +185,24 @@ async fn converge_vm(
 
     // Power state last, read now: the cycle's listing may describe an earlier VM with this
     // VMID (deleted and reused within the cycle), or a state this action changed.
-    let is_running = !just_created && client.vm_running(node, vmid).await?;
+    let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
     match spec.power_state {
         PowerState::Running if !is_running => {
-            let upid = client.start_vm(node, vmid).await?;
+            let upid = client.start_vm(node, kind, vmid).await?;
             if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
                 ctx.store.put(&spec.name, rec)?;
                 return Ok(Outcome::StillRunning {
                     upid: upid.to_string(),
                 });
             }
-            if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, true).await? {
+            if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, true).await? {
                 ctx.store.put(&spec.name, rec)?;
                 return Ok(o);
             }
             changed.push("power");
         }
         PowerState::Stopped if is_running => {
-            if let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
+            if let Some(o) = power_off(ctx, site, node, kind, vmid, rec).await? {
                 ctx.store.put(&spec.name, rec)?;
                 return Ok(o);
             }
@@ -216,7 +219,7 @@ async fn converge_vm(
     let pending = if changed.is_empty() {
         pending
     } else if is_running {
-        client.vm_pending(node, vmid).await?
+        client.vm_pending(node, kind, vmid).await?
     } else {
         Vec::new()
     };
@@ -382,11 +385,13 @@ async fn grow_disk(
     rec: &mut SpecRecord,
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     if let Some((disk, size)) = crate::render::config::disk_to_grow(spec, rec, cfg) {
         tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
         let resize = client
-            .resize_disk(node, vmid, &disk, &pve_size(spec.disk_bytes), None)
+            .resize_disk(node, kind, vmid, &disk, &pve_size(spec.disk_bytes), None)
             .await?;
         if let Some(upid) = resize
             && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?

@@ -105,7 +105,7 @@ pub(super) async fn create(
         site,
         spec,
         rec,
-        VmRef::new(site_name, &spec.node, vmid),
+        VmRef::new(site_name, &spec.node, spec.kind, vmid),
         &upid,
         JustSent::Yes,
     )
@@ -321,7 +321,7 @@ async fn finish_create(
                 JustSent::Yes => Known::OwnTaskEnded,
                 JustSent::No => Known::TaskEnded,
             };
-            match inspect_known(ctx, site, &spec.name, rec, vm.vmid, known).await? {
+            match inspect_known(ctx, site, &spec.name, rec, vm.kind, vm.vmid, known).await? {
                 Found::Ours(node) => record_created(ctx, &spec.name, rec, vm.vmid, &node)?,
                 Found::Free | Found::Foreign => abandon(ctx, spec, rec)?,
                 Found::Busy { .. } | Found::Stale { .. } => {}
@@ -353,11 +353,12 @@ pub(super) async fn resume_create(
     let deadline = tokio::time::Instant::now() + ctx.task_wait;
     let mut pause = Duration::from_millis(500);
     loop {
-        match inspect(ctx, site, &spec.name, rec, vm.vmid, false).await? {
+        match inspect(ctx, site, &spec.name, rec, vm.kind, vm.vmid, false).await? {
             Found::Ours(node) => {
                 tracing::info!(spec = %spec.name, vmid = vm.vmid, "found the VM of an interrupted create");
                 record_created(ctx, &spec.name, rec, vm.vmid, &node)?;
-                return converge(ctx, VmRef::new(vm.site, &node, vm.vmid), spec, rec).await;
+                return converge(ctx, VmRef::new(vm.site, &node, vm.kind, vm.vmid), spec, rec)
+                    .await;
             }
             Found::Busy {
                 upid: Some(upid), ..
@@ -431,7 +432,7 @@ pub(super) async fn adopt(
     } else {
         // Handed over by another install: it becomes this install's first.
         let site = site(ctx, site_name)?;
-        match super::handover::take_over(ctx, site, &node, spec, vmid).await? {
+        match super::handover::take_over(ctx, site, &node, spec.kind, spec, vmid).await? {
             super::handover::TakeOver::Taken(uid) => uid,
             super::handover::TakeOver::Not(outcome) => return Ok(outcome),
         }
@@ -473,7 +474,13 @@ pub(super) async fn adopt(
         rec.ip_addresses.clear();
         return Ok(Outcome::Done);
     }
-    converge(ctx, VmRef::new(site_name, &node, vmid), spec, rec).await
+    converge(
+        ctx,
+        VmRef::new(site_name, &node, spec.kind, vmid),
+        spec,
+        rec,
+    )
+    .await
 }
 
 /// A confirmed rename of `metadata.name`: the VM of spec `from` becomes `spec`'s. The gate
@@ -515,7 +522,7 @@ pub(super) async fn relabel(
         None => (None, false),
     };
     let checked = checked_site(ctx, vm.site)?;
-    let cfg = site.client.vm_config(vm.node, vm.vmid).await?;
+    let cfg = site.client.vm_config(vm.node, vm.kind, vm.vmid).await?;
     let found = cfg.description().and_then(Marker::parse);
     let record = moved.as_ref().and_then(|r| {
         Some(Recorded {
@@ -557,14 +564,16 @@ pub(super) async fn relabel(
     rec.uid = permit.uid().to_string();
     match permit {
         Relabeled::Resign(permit) => {
-            if let Some(waiting) = super::vm::check_lock(ctx, site, vm.node, vm.vmid, &cfg).await? {
+            if let Some(waiting) =
+                super::vm::check_lock(ctx, site, vm.node, vm.kind, vm.vmid, &cfg).await?
+            {
                 return Ok(waiting);
             }
             let signed = marker(ctx, spec, rec, vm.vmid);
             let params = VmParams::new()
                 .marker(&permit, signed.replace_in(cfg.description().unwrap_or("")))?;
             site.client
-                .set_config(vm.node, vm.vmid, &params, cfg.digest())
+                .set_config(vm.node, vm.kind, vm.vmid, &params, cfg.digest())
                 .await?;
             tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM is re-labelled");
         }

@@ -45,7 +45,9 @@ pub(super) async fn converge_disks(
     if spec.disks.is_none() {
         return Ok(DiskStep::Done(false));
     }
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let effective = |key: &str| effective_value(cfg, pending, key);
     let pending_delete: Vec<String> = pending
         .iter()
@@ -113,7 +115,7 @@ pub(super) async fn converge_disks(
     for (slot, bytes) in &changes.grow {
         tracing::info!(spec = %spec.name, vmid, disk = %slot, to = bytes, "growing the disk");
         if let Some(upid) = client
-            .resize_disk(node, vmid, slot, &pve_size(*bytes), None)
+            .resize_disk(node, kind, vmid, slot, &pve_size(*bytes), None)
             .await?
             && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
         {
@@ -145,7 +147,9 @@ pub(super) async fn destroy_disks(
     protection: Protection,
     held: &mut Vec<String>,
 ) -> Result<DiskStep, ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let now = ctx.clock.now_ms();
     let followed = rec.destroy_disks_vmid == Some(vmid);
     if let Some(v) = rec.volumes.as_mut() {
@@ -199,7 +203,7 @@ pub(super) async fn destroy_disks(
     // What the slots hold now, not when this converge began: the destroy is checked against a
     // fresh read and sent with its digest, so a disk swapped into a slot in between makes PVE
     // refuse the request rather than destroy that disk.
-    let now_cfg = client.vm_config(node, vmid).await?;
+    let now_cfg = client.vm_config(node, kind, vmid).await?;
     // One permit per slot, each bound to the volume its recorded destroy names.
     let mut params = VmParams::default();
     for (slot, volume) in &bound {

@@ -10,6 +10,7 @@
 use crate::category::Category;
 use crate::gate::identity::{VerifiedMarker, verify_handed};
 use crate::gate::permit::{self, Permit};
+use crate::guest::GuestKind;
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
@@ -45,12 +46,12 @@ pub(super) async fn hand_over(
         }
         let mut node = vm.node.to_string();
         if let VmState::Creating { .. } = rec.vm {
-            match settle_create(ctx, site, spec_name, rec, vm.vmid).await? {
+            match settle_create(ctx, site, spec_name, rec, vm.kind, vm.vmid).await? {
                 Ok(at) => node = at,
                 Err(outcome) => return Ok(outcome),
             }
         }
-        let cfg = match client.vm_config(&node, vm.vmid).await {
+        let cfg = match client.vm_config(&node, vm.kind, vm.vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
                 ctx.store.remove(spec_name)?;
@@ -79,14 +80,14 @@ pub(super) async fn hand_over(
                 return Ok(Outcome::Done);
             }
         };
-        if let Some(waiting) = check_lock(ctx, site, &node, vm.vmid, &cfg).await? {
+        if let Some(waiting) = check_lock(ctx, site, &node, vm.kind, vm.vmid, &cfg).await? {
             return Ok(waiting);
         }
         let permit =
             permit::hand_over(&ours, spec_name).map_err(|why| fail(Category::Conflict, why))?;
         let params = hand_over_params(ctx, &cfg, rec, spec_name, &ours, &permit)?;
         client
-            .set_config(&node, vm.vmid, &params, cfg.digest())
+            .set_config(&node, vm.kind, vm.vmid, &params, cfg.digest())
             .await?;
         tracing::info!(
             spec = spec_name,
@@ -108,9 +109,10 @@ async fn settle_create(
     site: &SiteCtx<impl Pve>,
     spec_name: &str,
     rec: &mut SpecRecord,
+    kind: GuestKind,
     vmid: u32,
 ) -> Result<Result<String, Outcome>, ActionError> {
-    match inspect(ctx, site, spec_name, rec, vmid, false).await? {
+    match inspect(ctx, site, spec_name, rec, kind, vmid, false).await? {
         Found::Ours(at) => {
             record_created(ctx, spec_name, rec, vmid, &at)?;
             Ok(Ok(at))
@@ -184,11 +186,12 @@ pub(super) async fn take_over(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     node: &str,
+    kind: GuestKind,
     spec: &Spec,
     vmid: u32,
 ) -> Result<TakeOver, ActionError> {
     let checked = checked_site(ctx, &site.name)?;
-    let cfg = site.client.vm_config(node, vmid).await?;
+    let cfg = site.client.vm_config(node, kind, vmid).await?;
     let theirs = verify_handed(
         &checked,
         &ctx.marker_key,
@@ -212,7 +215,7 @@ pub(super) async fn take_over(
             reason: format!("VM {vmid} carries the ownership tag {held}: not released yet"),
         }));
     }
-    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+    if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(TakeOver::Not(waiting));
     }
     let permit = permit::take_over(&theirs, &ctx.install_id, &spec.name, &cfg.tags())
@@ -224,7 +227,7 @@ pub(super) async fn take_over(
         theirs.uid(),
         vmid,
     );
-    sign_over(&site.client, node, vmid, &cfg, &signed, &permit).await?;
+    sign_over(&site.client, node, kind, vmid, &cfg, &signed, &permit).await?;
     tracing::info!(
         spec = %spec.name,
         vmid,
@@ -243,6 +246,7 @@ pub(super) async fn take_over(
 pub async fn sign_over(
     client: &impl Pve,
     node: &str,
+    kind: GuestKind,
     vmid: u32,
     cfg: &VmConfig,
     signed: &Marker,
@@ -255,5 +259,7 @@ pub async fn sign_over(
     let params = VmParams::new()
         .marker(permit, signed.replace_in(cfg.description().unwrap_or("")))?
         .tags(&tags)?;
-    client.set_config(node, vmid, &params, cfg.digest()).await
+    client
+        .set_config(node, kind, vmid, &params, cfg.digest())
+        .await
 }

@@ -2,6 +2,7 @@
 //! create still in flight (its task, its lock, the request window), or nothing. Create, resume,
 //! hand-over and remove all judge an intent by it.
 
+use crate::guest::GuestKind;
 use crate::pve::{LockHolder, Pve, Upid};
 use crate::store::{CloneSource, SpecRecord, VmState};
 
@@ -70,6 +71,7 @@ pub(super) async fn inspect(
     site: &SiteCtx<impl Pve>,
     spec_name: &str,
     rec: &SpecRecord,
+    kind: GuestKind,
     vmid: u32,
     settled: bool,
 ) -> Result<Found, ActionError> {
@@ -78,7 +80,7 @@ pub(super) async fn inspect(
     } else {
         Known::Nothing
     };
-    inspect_known(ctx, site, spec_name, rec, vmid, known).await
+    inspect_known(ctx, site, spec_name, rec, kind, vmid, known).await
 }
 
 /// [`inspect`], with what is known of the intent's request.
@@ -87,6 +89,7 @@ pub(super) async fn inspect_known(
     site: &SiteCtx<impl Pve>,
     spec_name: &str,
     rec: &SpecRecord,
+    kind: GuestKind,
     vmid: u32,
     known: Known,
 ) -> Result<Found, ActionError> {
@@ -102,7 +105,7 @@ pub(super) async fn inspect_known(
     };
     let checked = checked_site(ctx, &site.name)?;
     let nodes = candidate_nodes(ctx, site, vmid, intent_node, clone_of.as_ref());
-    let found = first_config(site, &nodes, vmid).await?;
+    let found = first_config(site, &nodes, kind, vmid).await?;
     let creating_lock = |lock: &str| lock == "create" || lock == "clone";
     match found {
         Some((node, cfg)) => match cfg.lock() {
@@ -184,10 +187,11 @@ fn candidate_nodes<'a>(
 async fn first_config(
     site: &SiteCtx<impl Pve>,
     nodes: &[&str],
+    kind: GuestKind,
     vmid: u32,
 ) -> Result<Option<(String, crate::pve::types::VmConfig)>, ActionError> {
     for node in nodes {
-        match site.client.vm_config(node, vmid).await {
+        match site.client.vm_config(node, kind, vmid).await {
             Ok(cfg) => return Ok(Some((node.to_string(), cfg))),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
@@ -216,8 +220,8 @@ fn within_request_window(
     ctx.clock.now_ms() < started_ms.saturating_add(window)
 }
 
-/// The running tasks that can be making VM `vmid`: a `qmcreate` naming it on its node, or a
-/// `qmclone` of its template on the template's node started after the intent (less a minute
+/// The running tasks that can be making guest `vmid`: a `qmcreate` (`vzcreate`) naming it on
+/// its node, or a `qmclone` (`vzclone`) of its template on the template's node started after the intent (less a minute
 /// for clock skew).
 async fn creator_tasks(
     site: &SiteCtx<impl Pve>,
@@ -237,7 +241,7 @@ async fn creator_tasks(
     if let Some(c) = clone_of {
         let since = (started_ms / 1000).saturating_sub(60);
         for t in site.client.active_tasks(&c.node).await? {
-            if t.task_type().as_deref() == Some("qmclone")
+            if matches!(t.task_type().as_deref(), Some("qmclone" | "vzclone"))
                 && t.task_id() == c.vmid.to_string()
                 && t.starttime.is_none_or(|s| s >= since)
                 && let Ok(u) = t.upid.parse::<Upid>()

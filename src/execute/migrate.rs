@@ -19,16 +19,20 @@ pub(super) async fn migrate(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let site = site(ctx, vm.site)?;
     let client = &site.client;
     let (cfg, _) = read_own_config(ctx, client, vm, spec, rec).await?;
     // A migration already under way (ours from before a restart, or the HA manager's) holds
     // the `migrate` lock: wait for it rather than ask again.
-    if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+    if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);
     }
-    let pre = client.migrate_precondition(node, vmid, target).await?;
+    let pre = client
+        .migrate_precondition(node, kind, vmid, target)
+        .await?;
     if let Some(why) = pre.blocker(target) {
         // A configuration error: a human must act (the spec is `Stalled`).
         return Err(fail(
@@ -76,5 +80,5 @@ pub(super) async fn migrate(
         },
     )?;
     // The spec changed (its node at least): bring the VM in line where it is now.
-    converge(ctx, VmRef::new(vm.site, target, vmid), spec, rec).await
+    converge(ctx, vm.on(target), spec, rec).await
 }

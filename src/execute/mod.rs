@@ -44,6 +44,7 @@ use tokio::sync::{Mutex, OnceCell};
 pub use self::reboot::RebootSlots;
 pub use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
+use crate::guest::GuestKind;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
@@ -198,18 +199,38 @@ impl<P: Pve> SiteCtx<P> {
 /// Added to a site's request timeout for [`SiteCtx::request_window`].
 const REQUEST_WINDOW_MARGIN: Duration = Duration::from_secs(5);
 
-/// A VM by where it is: site, node and VMID.
+/// A guest by where it is: site, node, its kind (the API path) and VMID.
 #[derive(Debug, Clone, Copy)]
 struct VmRef<'a> {
     site: &'a str,
     node: &'a str,
+    kind: GuestKind,
     vmid: u32,
 }
 
 impl<'a> VmRef<'a> {
-    fn new(site: &'a str, node: &'a str, vmid: u32) -> Self {
-        VmRef { site, node, vmid }
+    fn new(site: &'a str, node: &'a str, kind: GuestKind, vmid: u32) -> Self {
+        VmRef {
+            site,
+            node,
+            kind,
+            vmid,
+        }
     }
+
+    /// The same guest on another node (a migration's target).
+    fn on(self, node: &'a str) -> Self {
+        VmRef { node, ..self }
+    }
+}
+
+/// The kind of guest at `vmid` as this cycle's listing shows it (a VM when it is not listed:
+/// then nothing is there to act on, and a read on either path finds nothing).
+fn listed_kind(ctx: &ExecCtx<impl Pve>, site: &str, vmid: u32) -> GuestKind {
+    ctx.views
+        .get(site)
+        .and_then(|v| v.vms.get(&vmid))
+        .map_or(GuestKind::Qemu, |vm| vm.kind)
 }
 
 /// What every action needs.
@@ -407,7 +428,7 @@ async fn run_action(
             with_spec(ctx, spec, |s| {
                 resume_create(
                     ctx,
-                    VmRef::new(site, node, *vmid),
+                    VmRef::new(site, node, s.kind, *vmid),
                     s,
                     &mut rec,
                     upid.as_deref().cloned(),
@@ -425,7 +446,7 @@ async fn run_action(
             vmid,
         } => {
             with_spec(ctx, spec, |s| {
-                consent::adopt_by_consent(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+                consent::adopt_by_consent(ctx, VmRef::new(site, node, s.kind, *vmid), s, &mut rec)
             })
             .await
         }
@@ -437,7 +458,7 @@ async fn run_action(
             ..
         } => {
             with_spec(ctx, spec, |s| {
-                converge(ctx, VmRef::new(site, node, *vmid), s, &mut rec)
+                converge(ctx, VmRef::new(site, node, s.kind, *vmid), s, &mut rec)
             })
             .await
         }
@@ -449,7 +470,13 @@ async fn run_action(
             target,
         } => {
             with_spec(ctx, spec, |s| {
-                migrate(ctx, VmRef::new(site, node, *vmid), target, s, &mut rec)
+                migrate(
+                    ctx,
+                    VmRef::new(site, node, s.kind, *vmid),
+                    target,
+                    s,
+                    &mut rec,
+                )
             })
             .await
         }
@@ -459,14 +486,20 @@ async fn run_action(
             node,
             vmid,
             release,
-        } => remove(ctx, VmRef::new(site, node, *vmid), spec, &mut rec, *release).await,
+        } => {
+            let vm = VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid);
+            remove(ctx, vm, spec, &mut rec, *release).await
+        }
         Action::Forget { spec } => forget(ctx, spec).await,
         Action::HandOver {
             spec,
             site,
             node,
             vmid,
-        } => hand_over(ctx, VmRef::new(site, node, *vmid), spec, &mut rec).await,
+        } => {
+            let vm = VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid);
+            hand_over(ctx, vm, spec, &mut rec).await
+        }
         Action::Relabel {
             spec,
             from,
@@ -478,7 +511,14 @@ async fn run_action(
             match ctx.store.record(from) {
                 Ok(old) => {
                     with_spec(ctx, spec, |s| {
-                        relabel(ctx, VmRef::new(site, node, *vmid), from, old, s, &mut rec)
+                        relabel(
+                            ctx,
+                            VmRef::new(site, node, s.kind, *vmid),
+                            from,
+                            old,
+                            s,
+                            &mut rec,
+                        )
                     })
                     .await
                 }
@@ -486,7 +526,11 @@ async fn run_action(
             }
         }
         Action::DeleteOrphan { site, node, vmid } => {
-            delete_orphan(ctx, VmRef::new(site, node, *vmid)).await
+            delete_orphan(
+                ctx,
+                VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid),
+            )
+            .await
         }
     };
     // A rename that failed before moving the record: the old spec's record still stands, and

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::category::Category;
+use crate::guest::GuestKind;
 use crate::pve::types::{
     IMPORT_CONTENT_SINCE, IMPORT_FROM_SINCE, NodeStorage, Version, VmConfig, check_import_extension,
 };
@@ -59,6 +60,7 @@ async fn template_config(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     node: &str,
+    kind: GuestKind,
     vmid: u32,
 ) -> Result<Arc<VmConfig>, ActionError> {
     let key = (site.name.clone(), vmid);
@@ -72,7 +74,7 @@ async fn template_config(
         .clone();
     let cfg = cell
         .get_or_try_init(|| async {
-            Ok::<_, PveError>(Arc::new(site.client.vm_config(node, vmid).await?))
+            Ok::<_, PveError>(Arc::new(site.client.vm_config(node, kind, vmid).await?))
         })
         .await?;
     Ok(cfg.clone())
@@ -251,7 +253,7 @@ async fn clone_source(
                 ),
             ));
         }
-        let cfg = template_config(ctx, site, template_node, template).await?;
+        let cfg = template_config(ctx, site, template_node, spec.kind, template).await?;
         let source_storages = node_facts(ctx, site, template_node).await?;
         let local = local_volumes(&cfg, &source_storages.0);
         if !local.is_empty() {
@@ -453,8 +455,9 @@ async fn check_volume(
         }
         VolumeKind::Images => "images",
         VolumeKind::Iso => "iso",
+        VolumeKind::Vztmpl => "vztmpl",
     };
-    if kind != VolumeKind::Iso && !features.import_from {
+    if matches!(kind, VolumeKind::Images | VolumeKind::Import) && !features.import_from {
         return Err(too_old(
             version,
             "the import-from disk option",

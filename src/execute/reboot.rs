@@ -33,7 +33,9 @@ pub(super) async fn reboot_if_due(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     if !reboot_due(spec, rec, ctx.clock.now_ms()) {
         return Ok(None);
     }
@@ -57,7 +59,7 @@ pub(super) async fn reboot_if_due(
         spec = %spec.name, vmid, pending = ?rec.reboot_pending, timeout, force,
         "rebooting the VM to apply its pending changes (rebootPolicy)"
     );
-    let upid = client.shutdown_vm(node, vmid, timeout, force).await?;
+    let upid = client.shutdown_vm(node, kind, vmid, timeout, force).await?;
     match wait(ctx, client, &upid, rec).await {
         Ok(TaskOutcome::StillRunning) => {
             return Ok(Some(Outcome::StillRunning {
@@ -65,7 +67,7 @@ pub(super) async fn reboot_if_due(
             }));
         }
         Ok(_) => {
-            if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, false).await? {
+            if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, false).await? {
                 return Ok(Some(o));
             }
         }
@@ -76,16 +78,16 @@ pub(super) async fn reboot_if_due(
     // retried with the usual backoff, or at once when the spec changes).
     rec.last_reboot_ms = Some(ctx.clock.now_ms());
     ctx.store.put(&spec.name, rec)?;
-    let upid = client.start_vm(node, vmid).await?;
+    let upid = client.start_vm(node, kind, vmid).await?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
         return Ok(Some(Outcome::StillRunning {
             upid: upid.to_string(),
         }));
     }
-    if let Some(o) = settle_ha(ctx, client, node, vmid, &upid, true).await? {
+    if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, true).await? {
         return Ok(Some(o));
     }
-    rec.reboot_pending = pending_keys(&client.vm_pending(node, vmid).await?);
+    rec.reboot_pending = pending_keys(&client.vm_pending(node, kind, vmid).await?);
     Ok(None)
 }
 
@@ -128,13 +130,15 @@ async fn ha_reboot(
     rec: &mut SpecRecord,
     timeout: u32,
 ) -> Result<Option<Outcome>, ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let client = &site.client;
     tracing::info!(
         spec = %spec.name, vmid, pending = ?rec.reboot_pending, timeout,
         "rebooting the HA-managed VM with PVE's reboot (clean only) to apply its pending changes (rebootPolicy)"
     );
-    let upid = client.reboot_vm(node, vmid, timeout).await?;
+    let upid = client.reboot_vm(node, kind, vmid, timeout).await?;
     match wait(ctx, client, &upid, rec).await {
         Ok(TaskOutcome::StillRunning) => {
             return Ok(Some(Outcome::StillRunning {
@@ -147,7 +151,7 @@ async fn ha_reboot(
     }
     rec.last_reboot_ms = Some(ctx.clock.now_ms());
     ctx.store.put(&spec.name, rec)?;
-    rec.reboot_pending = pending_keys(&client.vm_pending(node, vmid).await?);
+    rec.reboot_pending = pending_keys(&client.vm_pending(node, kind, vmid).await?);
     Ok(None)
 }
 

@@ -30,6 +30,7 @@ pub(super) async fn remove(
     let VmRef {
         site: site_name,
         node,
+        kind,
         vmid,
     } = vm;
     let result: Result<Outcome, ActionError> = async {
@@ -44,7 +45,7 @@ pub(super) async fn remove(
         // for a resumed create (a VM that may still become ours is never forgotten).
         let mut node = node.to_string();
         if let VmState::Creating { .. } = rec.vm {
-            match inspect(ctx, site, spec_name, rec, vmid, false).await? {
+            match inspect(ctx, site, spec_name, rec, kind, vmid, false).await? {
                 Found::Ours(at) => {
                     record_created(ctx, spec_name, rec, vmid, &at)?;
                     node = at;
@@ -69,7 +70,7 @@ pub(super) async fn remove(
             }
         }
         let node = node.as_str();
-        let cfg = match client.vm_config(node, vmid).await {
+        let cfg = match client.vm_config(node, kind, vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
                 ctx.store.remove(spec_name)?;
@@ -90,14 +91,16 @@ pub(super) async fn remove(
                 return Ok(Outcome::Done);
             }
         };
-        if let Some(waiting) = check_lock(ctx, site, node, vmid, &cfg).await? {
+        if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
             return Ok(waiting);
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
             let permit = permit::remove(&ours, spec_name, true).map_err(conflict)?;
             let params = release_params(ctx, &cfg, &permit)?;
-            client.set_config(node, vmid, &params, cfg.digest()).await?;
+            client
+                .set_config(node, kind, vmid, &params, cfg.digest())
+                .await?;
             tracing::info!(spec = spec_name, vmid, "released (deletionPolicy: Orphan)");
             ctx.store.remove(spec_name)?;
             return Ok(Outcome::Done);
@@ -106,18 +109,18 @@ pub(super) async fn remove(
         unprotect(
             ctx,
             client,
-            VmRef::new(site_name, node, vmid),
+            VmRef::new(site_name, node, kind, vmid),
             spec_name,
             rec,
             &cfg,
         )
         .await?;
-        let running = client.vm_running(node, vmid).await?;
-        if running && let Some(o) = power_off(ctx, site, node, vmid, rec).await? {
+        let running = client.vm_running(node, kind, vmid).await?;
+        if running && let Some(o) = power_off(ctx, site, node, kind, vmid, rec).await? {
             return Ok(o);
         }
         // Identity once more, just before the delete.
-        let cfg = client.vm_config(node, vmid).await?;
+        let cfg = client.vm_config(node, kind, vmid).await?;
         let ours = verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).map_err(
             |why| {
                 fail(
@@ -130,7 +133,7 @@ pub(super) async fn remove(
         unprotect(
             ctx,
             client,
-            VmRef::new(site_name, node, vmid),
+            VmRef::new(site_name, node, kind, vmid),
             spec_name,
             rec,
             &cfg,
@@ -141,7 +144,9 @@ pub(super) async fn remove(
             .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
             .collect();
         let permit = permit::remove(&ours, spec_name, false).map_err(conflict)?;
-        let upid = client.delete_vm(node, vmid, true, true, &permit).await?;
+        let upid = client
+            .delete_vm(node, kind, vmid, true, true, &permit)
+            .await?;
         ctx.store.transition(
             spec_name,
             rec,
@@ -181,7 +186,9 @@ async fn unprotect(
     rec: &mut SpecRecord,
     cfg: &VmConfig,
 ) -> Result<(), ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let protection = Protection {
         on: cfg.get("protection").is_some_and(pve_bool),
         managed: rec.applied_protection,
@@ -195,7 +202,9 @@ async fn unprotect(
                 "clearing the protection its removed spec set, to delete the VM"
             );
             let params = VmParams::new().set("protection", "0");
-            client.set_config(node, vmid, &params, cfg.digest()).await?;
+            client
+                .set_config(node, kind, vmid, &params, cfg.digest())
+                .await?;
             rec.note(
                 ctx.clock.now_ms(),
                 "protection cleared",
@@ -272,13 +281,14 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
     let VmRef {
         site: site_name,
         node,
+        kind,
         vmid,
     } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
         let checked = checked_site(ctx, site_name)?;
         let client = &site.client;
-        let cfg = client.vm_config(node, vmid).await?;
+        let cfg = client.vm_config(node, kind, vmid).await?;
         // This install's tag and a marker whose MAC verifies for this VMID (no record vouches
         // for an orphan): the gate's permit, or nothing is deleted.
         let permit = verified(ctx, &checked, &cfg, vmid, None, None)
@@ -306,7 +316,9 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             node,
             "deleting a stopped orphan past its grace period"
         );
-        let upid = client.delete_vm(node, vmid, true, true, &permit).await?;
+        let upid = client
+            .delete_vm(node, kind, vmid, true, true, &permit)
+            .await?;
         let mut scratch = SpecRecord::default();
         match wait(ctx, client, &upid, &mut scratch).await? {
             TaskOutcome::StillRunning => Ok(Outcome::StillRunning {

@@ -7,6 +7,7 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, stale_lock, wai
 use crate::category::Category;
 use crate::gate::identity::VerifiedMarker;
 use crate::gate::volume::Protection;
+use crate::guest::GuestKind;
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
@@ -24,6 +25,7 @@ pub(super) async fn check_lock(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     node: &str,
+    kind: GuestKind,
     vmid: u32,
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
@@ -65,10 +67,11 @@ pub(super) async fn check_lock(
         }
     }
     // Only a human can tell whether the lock is really stale.
+    let (noun, cli) = (kind.noun(), kind.cli());
     Err(stale_lock(format!(
-        "VM {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed or \
-         interrupted operation). After checking that nothing is running on it, clear it on the \
-         node with: qm unlock {vmid}"
+        "{noun} {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed \
+         or interrupted operation). After checking that nothing is running on it, clear it on \
+         the node with: {cli} unlock {vmid}"
     )))
 }
 
@@ -95,9 +98,11 @@ pub(super) async fn read_own_config(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<(VmConfig, VerifiedMarker), ActionError> {
-    let VmRef { node, vmid, .. } = vm;
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let checked = checked_site(ctx, vm.site)?;
-    let cfg = match client.vm_config(node, vmid).await {
+    let cfg = match client.vm_config(node, kind, vmid).await {
         Ok(c) => c,
         Err(e) if e.is_not_found() => {
             ctx.store.transition(&spec.name, rec, VmState::Absent)?;
@@ -125,21 +130,21 @@ pub(super) async fn read_own_config(
 }
 
 /// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`
-/// when the site has no QEMU VM with that VMID.
+/// when the site has no VM or container with that VMID.
 pub async fn find_vm(
     client: &impl Pve,
     vmid: u32,
-) -> Result<Option<(String, VmConfig)>, crate::pve::Error> {
+) -> Result<Option<(String, GuestKind, VmConfig)>, crate::pve::Error> {
     let listed = client.vm_resources().await?;
-    let Some(node) = listed
+    let Some((node, kind)) = listed
         .iter()
-        .find(|r| r.is_qemu() && r.vmid == vmid)
-        .map(|r| r.node.clone())
+        .filter(|r| r.vmid == vmid)
+        .find_map(|r| Some((r.node.clone(), r.guest_kind()?)))
     else {
         return Ok(None);
     };
-    let cfg = client.vm_config(&node, vmid).await?;
-    Ok(Some((node, cfg)))
+    let cfg = client.vm_config(&node, kind, vmid).await?;
+    Ok(Some((node, kind, cfg)))
 }
 
 /// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which
@@ -155,6 +160,7 @@ pub(super) async fn power_off(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     node: &str,
+    kind: GuestKind,
     vmid: u32,
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
@@ -167,7 +173,7 @@ pub(super) async fn power_off(
         .filter(|t| {
             matches!(
                 t.task_type().as_deref(),
-                Some("qmshutdown" | "qmstop" | "hastop")
+                Some("qmshutdown" | "qmstop" | "vzshutdown" | "vzstop" | "hastop")
             )
         })
         .find_map(|t| t.upid.parse::<crate::pve::Upid>().ok())
@@ -179,15 +185,15 @@ pub(super) async fn power_off(
                     upid: upid.to_string(),
                 }));
             }
-            Ok(_) if !client.vm_running(node, vmid).await? => {
-                return settle_ha(ctx, client, node, vmid, &upid, false).await;
+            Ok(_) if !client.vm_running(node, kind, vmid).await? => {
+                return settle_ha(ctx, client, node, kind, vmid, &upid, false).await;
             }
             // It failed, or the VM still runs: go on with our own shutdown and stop.
             _ => {}
         }
     }
     let shutdown = match client
-        .shutdown_vm(node, vmid, SHUTDOWN_TIMEOUT_SECS, true)
+        .shutdown_vm(node, kind, vmid, SHUTDOWN_TIMEOUT_SECS, true)
         .await
     {
         Ok(upid) => Some(upid),
@@ -204,16 +210,16 @@ pub(super) async fn power_off(
                     upid: upid.to_string(),
                 }));
             }
-            Ok(_) => return settle_ha(ctx, client, node, vmid, &upid, false).await,
+            Ok(_) => return settle_ha(ctx, client, node, kind, vmid, &upid, false).await,
             // The shutdown task failed: stop the VM.
             Err(_) => {}
         }
     }
-    let upid = match client.stop_vm(node, vmid, true).await {
+    let upid = match client.stop_vm(node, kind, vmid, true).await {
         // An HA-managed VM: PVE refuses `overrule-shutdown` ("Not applicable for HA
         // resources."); a 400 executed nothing, so the plain stop is safe to send.
         Err(e) if e.status() == Some(400) && e.to_string().contains("overrule-shutdown") => {
-            client.stop_vm(node, vmid, false).await?
+            client.stop_vm(node, kind, vmid, false).await?
         }
         other => other?,
     };
@@ -221,7 +227,7 @@ pub(super) async fn power_off(
         TaskOutcome::StillRunning => Ok(Some(Outcome::StillRunning {
             upid: upid.to_string(),
         })),
-        _ => settle_ha(ctx, client, node, vmid, &upid, false).await,
+        _ => settle_ha(ctx, client, node, kind, vmid, &upid, false).await,
     }
 }
 
@@ -233,6 +239,7 @@ pub(super) async fn settle_ha(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     node: &str,
+    kind: GuestKind,
     vmid: u32,
     upid: &crate::pve::Upid,
     want_running: bool,
@@ -243,7 +250,7 @@ pub(super) async fn settle_ha(
     let deadline = tokio::time::Instant::now() + ctx.task_wait;
     let mut delay = std::time::Duration::from_millis(200);
     loop {
-        if client.vm_running(node, vmid).await? == want_running {
+        if client.vm_running(node, kind, vmid).await? == want_running {
             return Ok(None);
         }
         let now = tokio::time::Instant::now();

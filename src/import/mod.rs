@@ -92,7 +92,10 @@ pub async fn import(
             ));
             continue;
         }
-        let config = match client.vm_config(&r.node, r.vmid).await {
+        let config = match client
+            .vm_config(&r.node, crate::guest::GuestKind::Qemu, r.vmid)
+            .await
+        {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
                 report.skipped.push((r.vmid, "gone while importing".into()));

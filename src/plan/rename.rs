@@ -559,6 +559,7 @@ mod tests {
         /// A tagged VM on `site` whose marker names `spec` (verifying when `verified`).
         fn vm(&mut self, site: &str, vmid: u32, spec: &str, power: Power, verified: bool) {
             let vm = ObservedVm {
+                kind: crate::guest::GuestKind::Qemu,
                 vmid,
                 node: "pve1".into(),
                 name: Some(spec.into()),

@@ -8,6 +8,7 @@ use super::client::Client;
 use super::error::Error;
 use super::task::{TaskOutcome, Upid};
 use super::types::*;
+use crate::guest::GuestKind;
 use crate::ownership::Marker;
 use crate::pve::permit::{Act, Grant, Permit, check_write};
 
@@ -692,15 +693,25 @@ impl Client {
 
     /// `GET /nodes/{node}/qemu/{vmid}/config`: at once; includes `digest` and `lock`.
     /// Fails with NotFound (`Configuration file ... does not exist`) for a VM that is gone.
-    pub async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig, Error> {
-        let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
+    pub async fn vm_config(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<VmConfig, Error> {
+        let path = format!("/nodes/{}/{kind}/{vmid}/config", seg(node)?);
         self.get(&path, &[]).await
     }
 
     /// `GET /nodes/{node}/qemu/{vmid}/pending`: at once; each config key with its current
     /// value and the value that waits for a reboot (`pending`), or a pending `delete`.
-    pub async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Vec<PendingEntry>, Error> {
-        let path = format!("/nodes/{}/qemu/{vmid}/pending", seg(node)?);
+    pub async fn vm_pending(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<PendingEntry>, Error> {
+        let path = format!("/nodes/{}/{kind}/{vmid}/pending", seg(node)?);
         self.get(&path, &[]).await
     }
 
@@ -710,12 +721,13 @@ impl Client {
     pub async fn set_config(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
         params.permitted(vmid)?;
-        let path = format!("/nodes/{}/qemu/{vmid}/config", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}/config", seg(node)?);
         let mut form = params.form();
         if let Some(d) = digest {
             form.push(("digest", d.to_string()));
@@ -786,6 +798,46 @@ impl Client {
         self.task_started("POST", &path, upid)
     }
 
+    /// `POST /nodes/{node}/lxc`: a `vzcreate` task (`lock: create` on the new config until it
+    /// ends, pve-container `API2/LXC.pm` `create_vm`). `vmid` is the caller's allocation;
+    /// `already exists` (AlreadyExists) means take another id.
+    pub async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/lxc", seg(node)?);
+        let mut form = params.form();
+        form.push(("vmid", vmid.to_string()));
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    /// `POST /nodes/{node}/lxc/{template}/clone`: a `vzclone` task. The container's name is
+    /// its `hostname`; a clone takes no tags (set with a config change after the task).
+    pub async fn clone_ct(
+        &self,
+        node: &str,
+        template: u32,
+        req: &CloneRequest,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/lxc/{template}/clone", seg(node)?);
+        let mut form = vec![
+            ("newid", req.newid.to_string()),
+            ("hostname", req.name.clone()),
+            ("description", req.description.clone()),
+            ("full", flag(req.full)),
+        ];
+        if let Some(s) = &req.storage {
+            form.push(("storage", seg(s)?.to_string()));
+        }
+        if let Some(t) = &req.target {
+            form.push(("target", seg(t)?.to_string()));
+        }
+        if let Some(p) = &req.pool {
+            check_part("pool", p)?;
+            form.push(("pool", p.clone()));
+        }
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
     /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a `resize` task on PVE 8+ (`Some`; qemu-server
     /// `PVE/API2/Qemu.pm` `resize_vm`: `fork_worker('resize', ...)`), done at once on PVE 7
     /// (`None`). `size` is absolute (`100G`) or relative (`+10G`); PVE refuses
@@ -793,12 +845,13 @@ impl Client {
     pub async fn resize_disk(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         disk: &str,
         size: &str,
         digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
-        let path = format!("/nodes/{}/qemu/{vmid}/resize", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}/resize", seg(node)?);
         let mut form = vec![("disk", disk.to_string()), ("size", size.to_string())];
         if let Some(d) = digest {
             form.push(("digest", d.to_string()));
@@ -811,19 +864,19 @@ impl Client {
 
     /// `GET .../status/current`: at once; whether the VM runs now (`status`: `running` or
     /// `stopped`).
-    pub async fn vm_running(&self, node: &str, vmid: u32) -> Result<bool, Error> {
+    pub async fn vm_running(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<bool, Error> {
         #[derive(serde::Deserialize)]
         struct Current {
             status: String,
         }
-        let path = format!("/nodes/{}/qemu/{vmid}/status/current", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}/status/current", seg(node)?);
         let c: Current = self.get(&path, &[]).await?;
         Ok(c.status == "running")
     }
 
     /// `POST .../status/start`: a `qmstart` task.
-    pub async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
-        self.power(node, vmid, "start", &[]).await
+    pub async fn start_vm(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<Upid, Error> {
+        self.power(node, kind, vmid, "start", &[]).await
     }
 
     /// `POST .../status/shutdown`: a `qmshutdown` task (ACPI); `timeout` seconds, and with
@@ -831,12 +884,14 @@ impl Client {
     pub async fn shutdown_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         timeout_secs: u32,
         force_stop: bool,
     ) -> Result<Upid, Error> {
         self.power(
             node,
+            kind,
             vmid,
             "shutdown",
             &[
@@ -851,9 +906,16 @@ impl Client {
     /// (never a hard stop: the task fails when the guest does not power off), after which PVE
     /// starts the VM again, applying what was pending (qemu-server `vm_reboot`). It is no HA
     /// request: PVE does not hand it to the HA manager.
-    pub async fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Result<Upid, Error> {
+    pub async fn reboot_vm(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        timeout_secs: u32,
+    ) -> Result<Upid, Error> {
         self.power(
             node,
+            kind,
             vmid,
             "reboot",
             &[("timeout", timeout_secs.to_string())],
@@ -868,6 +930,7 @@ impl Client {
     pub async fn stop_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         overrule_shutdown: bool,
     ) -> Result<Upid, Error> {
@@ -876,17 +939,18 @@ impl Client {
         } else {
             Vec::new()
         };
-        self.power(node, vmid, "stop", &form).await
+        self.power(node, kind, vmid, "stop", &form).await
     }
 
     async fn power(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         action: &str,
         form: &[(&str, String)],
     ) -> Result<Upid, Error> {
-        let path = format!("/nodes/{}/qemu/{vmid}/status/{action}", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}/status/{action}", seg(node)?);
         let upid: String = self.post(&path, form).await?;
         self.task_started("POST", &path, upid)
     }
@@ -899,13 +963,14 @@ impl Client {
     pub async fn delete_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         purge: bool,
         destroy_unreferenced: bool,
         permit: &Permit,
     ) -> Result<Upid, Error> {
         crate::pve::permit::check_delete_vm(vmid, permit).map_err(Error::NotPermitted)?;
-        let path = format!("/nodes/{}/qemu/{vmid}", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}", seg(node)?);
         let query = [
             ("purge", flag(purge)),
             ("destroy-unreferenced-disks", flag(destroy_unreferenced)),

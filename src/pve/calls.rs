@@ -16,6 +16,7 @@ use super::types::{
     NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
+use crate::guest::GuestKind;
 use crate::pve::permit::Permit;
 
 /// Declares [`Pve`] from one list of calls and implements it for [`Client`] by calling the
@@ -103,14 +104,16 @@ pve_calls! {
     ) -> Option<Upid>;
     /// `GET /nodes/{node}/network?type=any_bridge`.
     fn node_bridges(&self, node: &str) -> Vec<NetworkInterface>;
-    /// `GET .../qemu/{vmid}/config`.
-    fn vm_config(&self, node: &str, vmid: u32) -> VmConfig;
-    /// `GET .../qemu/{vmid}/pending`.
-    fn vm_pending(&self, node: &str, vmid: u32) -> Vec<PendingEntry>;
-    /// `PUT .../qemu/{vmid}/config`: synchronous. A guarded edit needs its permit in `params`.
+    /// `GET .../{qemu,lxc}/{vmid}/config`.
+    fn vm_config(&self, node: &str, kind: GuestKind, vmid: u32) -> VmConfig;
+    /// `GET .../{qemu,lxc}/{vmid}/pending`.
+    fn vm_pending(&self, node: &str, kind: GuestKind, vmid: u32) -> Vec<PendingEntry>;
+    /// `PUT .../{qemu,lxc}/{vmid}/config`: synchronous. A guarded edit needs its permit in
+    /// `params`.
     fn set_config(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         params: &VmParams,
         digest: Option<&str>,
@@ -128,29 +131,43 @@ pve_calls! {
     fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Upid;
     /// `POST .../qemu/{template}/clone`: a `qmclone` task.
     fn clone_vm(&self, node: &str, template: u32, req: &CloneRequest) -> Upid;
-    /// `PUT .../qemu/{vmid}/resize`.
+    /// `POST /nodes/{node}/lxc`: a `vzcreate` task.
+    fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Upid;
+    /// `POST .../lxc/{template}/clone`: a `vzclone` task.
+    fn clone_ct(&self, node: &str, template: u32, req: &CloneRequest) -> Upid;
+    /// `PUT .../{qemu,lxc}/{vmid}/resize`.
     fn resize_disk(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         disk: &str,
         size: &str,
         digest: Option<&str>,
     ) -> Option<Upid>;
-    /// `GET .../status/current`: whether the VM runs.
-    fn vm_running(&self, node: &str, vmid: u32) -> bool;
+    /// `GET .../status/current`: whether the guest runs.
+    fn vm_running(&self, node: &str, kind: GuestKind, vmid: u32) -> bool;
     /// `POST .../status/start`.
-    fn start_vm(&self, node: &str, vmid: u32) -> Upid;
+    fn start_vm(&self, node: &str, kind: GuestKind, vmid: u32) -> Upid;
     /// `POST .../status/shutdown`.
-    fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32, force_stop: bool) -> Upid;
+    fn shutdown_vm(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        timeout_secs: u32,
+        force_stop: bool,
+    ) -> Upid;
     /// `POST .../status/stop`.
-    fn stop_vm(&self, node: &str, vmid: u32, overrule_shutdown: bool) -> Upid;
-    /// `POST .../status/reboot`: a `qmreboot` task.
-    fn reboot_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Upid;
-    /// `DELETE /nodes/{node}/qemu/{vmid}`: a `qmdestroy` task, with the gate's permit.
+    fn stop_vm(&self, node: &str, kind: GuestKind, vmid: u32, overrule_shutdown: bool) -> Upid;
+    /// `POST .../status/reboot`: a `qmreboot` or `vzreboot` task.
+    fn reboot_vm(&self, node: &str, kind: GuestKind, vmid: u32, timeout_secs: u32) -> Upid;
+    /// `DELETE /nodes/{node}/{qemu,lxc}/{vmid}`: a `qmdestroy` or `vzdestroy` task, with the
+    /// gate's permit.
     fn delete_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         purge: bool,
         destroy_unreferenced: bool,
@@ -162,8 +179,14 @@ pve_calls! {
     fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
     /// `GET .../agent/network-get-interfaces`.
     fn agent_interfaces(&self, node: &str, vmid: u32) -> Vec<AgentInterface>;
-    /// `GET .../qemu/{vmid}/migrate?target=T`.
-    fn migrate_precondition(&self, node: &str, vmid: u32, target: &str) -> MigratePrecondition;
+    /// `GET .../{qemu,lxc}/{vmid}/migrate?target=T`.
+    fn migrate_precondition(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        target: &str,
+    ) -> MigratePrecondition;
     /// `POST .../qemu/{vmid}/migrate`: a `qmigrate` (or `hamigrate`) task.
     fn migrate_vm(
         &self,
@@ -172,6 +195,16 @@ pve_calls! {
         target: &str,
         online: bool,
         with_local_disks: bool,
+    ) -> Upid;
+    /// `POST .../lxc/{vmid}/migrate`: a `vzmigrate` (or `hamigrate`) task; a running
+    /// container only with `restart`.
+    fn migrate_ct(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        restart: bool,
+        timeout_secs: u32,
     ) -> Upid;
     /// `GET /cluster/ha/resources/vm:N`.
     fn ha_resource(&self, vmid: u32) -> Option<HaResource>;

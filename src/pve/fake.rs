@@ -37,6 +37,7 @@ use super::types::{
     VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
+use crate::guest::GuestKind;
 use crate::pve::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
 use crate::util::clock::Clock;
 
@@ -44,6 +45,8 @@ use crate::util::clock::Clock;
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeVm {
     pub node: String,
+    /// A QEMU VM or an LXC container: a call on the other kind's path does not find it.
+    pub kind: GuestKind,
     /// The config file's keys (no `digest`: the fake adds it when read).
     pub config: BTreeMap<String, String>,
     pub running: bool,
@@ -132,11 +135,23 @@ fn api(status: u16, message: impl Into<String>) -> Error {
     }
 }
 
-fn not_found(node: &str, vmid: u32) -> Error {
+fn not_found(node: &str, kind: GuestKind, vmid: u32) -> Error {
+    let dir = match kind {
+        GuestKind::Qemu => "qemu-server",
+        GuestKind::Lxc => "lxc",
+    };
     api(
         500,
-        format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"),
+        format!("Configuration file 'nodes/{node}/{dir}/{vmid}.conf' does not exist"),
     )
+}
+
+/// A call's arguments in the log: `node vmid` for a VM, `node lxc/vmid` for a container.
+fn at(node: &str, kind: GuestKind, vmid: u32) -> String {
+    match kind {
+        GuestKind::Qemu => format!("{node} {vmid}"),
+        GuestKind::Lxc => format!("{node} lxc/{vmid}"),
+    }
 }
 
 impl FakePve {
@@ -184,11 +199,17 @@ impl FakePve {
 
     /// A stopped VM with `config` (`template=1` makes a template).
     pub fn add_vm(&self, vmid: u32, node: &str, config: &[(&str, &str)]) {
+        self.add_guest(GuestKind::Qemu, vmid, node, config);
+    }
+
+    /// A stopped guest of `kind` with `config`.
+    pub fn add_guest(&self, kind: GuestKind, vmid: u32, node: &str, config: &[(&str, &str)]) {
         let mut s = self.lock();
         s.vms.insert(
             vmid,
             FakeVm {
                 node: node.into(),
+                kind,
                 config: config
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -386,15 +407,15 @@ impl FakePve {
 }
 
 impl State {
-    fn vm(&self, node: &str, vmid: u32) -> Result<&FakeVm, Error> {
+    fn vm(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<&FakeVm, Error> {
         self.vms
             .get(&vmid)
-            .filter(|vm| vm.node == node)
-            .ok_or_else(|| not_found(node, vmid))
+            .filter(|vm| vm.node == node && vm.kind == kind)
+            .ok_or_else(|| not_found(node, kind, vmid))
     }
 
-    fn unlocked(&self, node: &str, vmid: u32) -> Result<(), Error> {
-        match self.vm(node, vmid)?.config.get("lock") {
+    fn unlocked(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<(), Error> {
+        match self.vm(node, kind, vmid)?.config.get("lock") {
             Some(lock) => Err(api(500, format!("VM is locked ({lock})"))),
             None => Ok(()),
         }
@@ -500,7 +521,13 @@ impl State {
         config: BTreeMap<String, String>,
         final_node: String,
     ) -> Upid {
-        let early = if kind == "qmclone" {
+        // pve-container's tasks (`vz*`) make containers.
+        let guest = if kind.starts_with("vz") {
+            GuestKind::Lxc
+        } else {
+            GuestKind::Qemu
+        };
+        let early = if kind == "qmclone" || kind == "vzclone" {
             [
                 ("description", " qmclone temporary file"),
                 ("lock", "clone"),
@@ -513,6 +540,7 @@ impl State {
             vmid,
             FakeVm {
                 node: task_node.to_string(),
+                kind: guest,
                 config: early
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -534,8 +562,21 @@ impl State {
         self.task(task_node, kind, id, Some(on_ok), Some(on_fail))
     }
 
-    fn power(&mut self, node: &str, vmid: u32, kind: &str, running: bool) -> Result<Upid, Error> {
-        self.unlocked(node, vmid)?;
+    /// A power task: `qm<action>` for a VM, `vz<action>` for a container.
+    fn power(
+        &mut self,
+        node: &str,
+        guest: GuestKind,
+        vmid: u32,
+        action: &str,
+        running: bool,
+    ) -> Result<Upid, Error> {
+        self.unlocked(node, guest, vmid)?;
+        let kind = match guest {
+            GuestKind::Qemu => format!("qm{action}"),
+            GuestKind::Lxc => format!("vz{action}"),
+        };
+        let kind = kind.as_str();
         let on_ok: Effect = Box::new(move |s: &mut State| {
             if let Some(vm) = s.vms.get_mut(&vmid) {
                 vm.running = running;
@@ -661,12 +702,21 @@ impl Pve for FakePve {
             Ok(s.vms
                 .iter()
                 .map(|(vmid, vm)| VmResource {
-                    qemu_id: true,
-                    kind: Some(GuestType::Qemu),
+                    qemu_id: vm.kind == GuestKind::Qemu,
+                    kind: Some(match vm.kind {
+                        GuestKind::Qemu => GuestType::Qemu,
+                        GuestKind::Lxc => GuestType::Lxc,
+                    }),
                     vmid: *vmid,
                     node: vm.node.clone(),
-                    // A VM in its create window has no name yet.
-                    name: vm.config.get("name").cloned(),
+                    // A VM in its create window has no name yet; a container's is its hostname.
+                    name: vm
+                        .config
+                        .get(match vm.kind {
+                            GuestKind::Qemu => "name",
+                            GuestKind::Lxc => "hostname",
+                        })
+                        .cloned(),
                     status: Some(if vm.running {
                         ListedStatus::Running
                     } else {
@@ -813,17 +863,22 @@ impl Pve for FakePve {
         })
     }
 
-    async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig, Error> {
-        self.call("vm_config", format!("{node} {vmid}"), |s| {
-            let mut values = s.vm(node, vmid)?.config.clone();
+    async fn vm_config(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<VmConfig, Error> {
+        self.call("vm_config", at(node, kind, vmid), |s| {
+            let mut values = s.vm(node, kind, vmid)?.config.clone();
             values.insert("digest".into(), s.digest(vmid));
             Ok(VmConfig { values })
         })
     }
 
-    async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Vec<PendingEntry>, Error> {
-        self.call("vm_pending", format!("{node} {vmid}"), |s| {
-            Ok(s.vm(node, vmid)?
+    async fn vm_pending(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<PendingEntry>, Error> {
+        self.call("vm_pending", at(node, kind, vmid), |s| {
+            Ok(s.vm(node, kind, vmid)?
                 .config
                 .iter()
                 .map(|(k, v)| PendingEntry {
@@ -839,17 +894,14 @@ impl Pve for FakePve {
     async fn set_config(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         params: &VmParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
-        self.permitted(
-            "set_config",
-            &format!("{node} {vmid}"),
-            params.permitted(vmid),
-        )?;
-        self.call("set_config", format!("{node} {vmid}"), |s| {
-            s.unlocked(node, vmid)?;
+        self.permitted("set_config", &at(node, kind, vmid), params.permitted(vmid))?;
+        self.call("set_config", at(node, kind, vmid), |s| {
+            s.unlocked(node, kind, vmid)?;
             s.check_digest(vmid, digest)?;
             s.write_config(vmid, params);
             Ok(())
@@ -866,7 +918,7 @@ impl Pve for FakePve {
         let args = format!("{node} {vmid}");
         self.permitted("set_config_async", &args, params.permitted(vmid))?;
         self.call("set_config_async", args, |s| {
-            s.unlocked(node, vmid)?;
+            s.unlocked(node, GuestKind::Qemu, vmid)?;
             s.check_digest(vmid, digest)?;
             s.write_config(vmid, params);
             Ok(None)
@@ -896,7 +948,7 @@ impl Pve for FakePve {
     async fn clone_vm(&self, node: &str, template: u32, req: &CloneRequest) -> Result<Upid, Error> {
         let args = format!("{node} {template} newid={}", req.newid);
         self.call("clone_vm", args, |s| {
-            let mut config = s.vm(node, template)?.config.clone();
+            let mut config = s.vm(node, GuestKind::Qemu, template)?.config.clone();
             s.taken(req.newid)?;
             // A clone copies the config (not `template`) and takes name and description.
             config.remove("template");
@@ -914,16 +966,63 @@ impl Pve for FakePve {
         })
     }
 
+    async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+        self.call("create_ct", at(node, GuestKind::Lxc, vmid), |s| {
+            s.vm_node_ok(node)?;
+            s.taken(vmid)?;
+            // What pve-container keeps of the create's parameters: the config, not the
+            // template, storage or keys.
+            let config = params
+                .form()
+                .into_iter()
+                .filter(|(k, _)| {
+                    !["ostemplate", "storage", "ssh-public-keys", "password"].contains(k)
+                })
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            Ok(s.make_vm(
+                node,
+                "vzcreate",
+                &vmid.to_string(),
+                vmid,
+                config,
+                node.into(),
+            ))
+        })
+    }
+
+    async fn clone_ct(&self, node: &str, template: u32, req: &CloneRequest) -> Result<Upid, Error> {
+        let args = format!("{node} lxc/{template} newid={}", req.newid);
+        self.call("clone_ct", args, |s| {
+            let mut config = s.vm(node, GuestKind::Lxc, template)?.config.clone();
+            s.taken(req.newid)?;
+            config.remove("template");
+            config.insert("hostname".into(), req.name.clone());
+            config.insert("description".into(), req.description.clone());
+            let target = req.target.clone().unwrap_or_else(|| node.to_string());
+            Ok(s.make_vm(
+                node,
+                "vzclone",
+                &template.to_string(),
+                req.newid,
+                config,
+                target,
+            ))
+        })
+    }
+
     async fn resize_disk(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         disk: &str,
         size: &str,
         _digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
-        self.call("resize_disk", format!("{node} {vmid} {disk} {size}"), |s| {
-            s.unlocked(node, vmid)?;
+        let args = format!("{} {disk} {size}", at(node, kind, vmid));
+        self.call("resize_disk", args, |s| {
+            s.unlocked(node, kind, vmid)?;
             let (disk, size) = (disk.to_string(), size.to_string());
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 if let Some(value) = s.vms.get_mut(&vmid).and_then(|vm| vm.config.get_mut(&disk)) {
@@ -944,56 +1043,70 @@ impl Pve for FakePve {
         })
     }
 
-    async fn vm_running(&self, node: &str, vmid: u32) -> Result<bool, Error> {
-        self.call("vm_running", format!("{node} {vmid}"), |s| {
-            Ok(s.vm(node, vmid)?.running)
+    async fn vm_running(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<bool, Error> {
+        self.call("vm_running", at(node, kind, vmid), |s| {
+            Ok(s.vm(node, kind, vmid)?.running)
         })
     }
 
-    async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
-        self.call("start_vm", format!("{node} {vmid}"), |s| {
-            s.power(node, vmid, "qmstart", true)
+    async fn start_vm(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<Upid, Error> {
+        self.call("start_vm", at(node, kind, vmid), |s| {
+            s.power(node, kind, vmid, "start", true)
         })
     }
 
     async fn shutdown_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         _timeout_secs: u32,
         _force_stop: bool,
     ) -> Result<Upid, Error> {
-        self.call("shutdown_vm", format!("{node} {vmid}"), |s| {
-            s.power(node, vmid, "qmshutdown", false)
+        self.call("shutdown_vm", at(node, kind, vmid), |s| {
+            s.power(node, kind, vmid, "shutdown", false)
         })
     }
 
-    async fn reboot_vm(&self, node: &str, vmid: u32, _timeout_secs: u32) -> Result<Upid, Error> {
-        self.call("reboot_vm", format!("{node} {vmid}"), |s| {
-            s.power(node, vmid, "qmreboot", true)
+    async fn reboot_vm(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        _timeout_secs: u32,
+    ) -> Result<Upid, Error> {
+        self.call("reboot_vm", at(node, kind, vmid), |s| {
+            s.power(node, kind, vmid, "reboot", true)
         })
     }
 
-    async fn stop_vm(&self, node: &str, vmid: u32, _overrule: bool) -> Result<Upid, Error> {
-        self.call("stop_vm", format!("{node} {vmid}"), |s| {
-            s.power(node, vmid, "qmstop", false)
+    async fn stop_vm(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        _overrule: bool,
+    ) -> Result<Upid, Error> {
+        self.call("stop_vm", at(node, kind, vmid), |s| {
+            s.power(node, kind, vmid, "stop", false)
         })
     }
 
     async fn delete_vm(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         _purge: bool,
         _destroy_unreferenced: bool,
         permit: &Permit,
     ) -> Result<Upid, Error> {
         let check = check_delete_vm(vmid, permit).map_err(Error::NotPermitted);
-        self.permitted("delete_vm", &format!("{node} {vmid}"), check)?;
-        self.call("delete_vm", format!("{node} {vmid}"), |s| {
-            s.unlocked(node, vmid)?;
+        self.permitted("delete_vm", &at(node, kind, vmid), check)?;
+        self.call("delete_vm", at(node, kind, vmid), |s| {
+            s.unlocked(node, kind, vmid)?;
             // qemu-server's destroy_vm checks the flag first (`check_protection`).
-            if s.vm(node, vmid)?
+            if s.vm(node, kind, vmid)?
                 .config
                 .get("protection")
                 .is_some_and(|v| v == "1")
@@ -1003,7 +1116,7 @@ impl Pve for FakePve {
                     format!("can't remove VM {vmid} - protection mode enabled"),
                 ));
             }
-            if s.vm(node, vmid)?.running {
+            if s.vm(node, kind, vmid)?.running {
                 return Err(api(500, format!("VM {vmid} is running - destroy failed")));
             }
             // qemu-server's destroy_vm leaves `lock: destroyed` until the config goes.
@@ -1020,7 +1133,10 @@ impl Pve for FakePve {
             });
             Ok(s.task(
                 node,
-                "qmdestroy",
+                match kind {
+                    GuestKind::Qemu => "qmdestroy",
+                    GuestKind::Lxc => "vzdestroy",
+                },
                 &vmid.to_string(),
                 Some(on_ok),
                 Some(on_fail),
@@ -1049,11 +1165,13 @@ impl Pve for FakePve {
     async fn migrate_precondition(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         target: &str,
     ) -> Result<MigratePrecondition, Error> {
-        self.call("migrate_precondition", format!("{node} {vmid} {target}"), |s| {
-            let running = s.vm(node, vmid)?.running;
+        let args = format!("{} {target}", at(node, kind, vmid));
+        self.call("migrate_precondition", args, |s| {
+            let running = s.vm(node, kind, vmid)?.running;
             let others: Vec<&String> = s.nodes.keys().filter(|n| *n != node).collect();
             serde_json::from_value(serde_json::json!({
                 "running": running, "allowed_nodes": others, "local_disks": [], "local_resources": [],
@@ -1071,7 +1189,7 @@ impl Pve for FakePve {
         _with_local_disks: bool,
     ) -> Result<Upid, Error> {
         self.call("migrate_vm", format!("{node} {vmid} {target}"), |s| {
-            s.unlocked(node, vmid)?;
+            s.unlocked(node, GuestKind::Qemu, vmid)?;
             let target = target.to_string();
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 if let Some(vm) = s.vms.get_mut(&vmid) {
@@ -1079,6 +1197,33 @@ impl Pve for FakePve {
                 }
             });
             Ok(s.task(node, "qmigrate", &vmid.to_string(), Some(on_ok), None))
+        })
+    }
+
+    async fn migrate_ct(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        restart: bool,
+        _timeout_secs: u32,
+    ) -> Result<Upid, Error> {
+        let args = format!(
+            "{} {target} restart={restart}",
+            at(node, GuestKind::Lxc, vmid)
+        );
+        self.call("migrate_ct", args, |s| {
+            s.unlocked(node, GuestKind::Lxc, vmid)?;
+            if s.vm(node, GuestKind::Lxc, vmid)?.running && !restart {
+                return Err(api(500, "CT is running - use online or restart"));
+            }
+            let target = target.to_string();
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    vm.node = target;
+                }
+            });
+            Ok(s.task(node, "vzmigrate", &vmid.to_string(), Some(on_ok), None))
         })
     }
 
@@ -1274,7 +1419,7 @@ mod tests {
             VmParams::new().tags(&["web"]).unwrap(),
         ] {
             let err = pve
-                .set_config("pve1", 100, &params, None)
+                .set_config("pve1", crate::guest::GuestKind::Qemu, 100, &params, None)
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::NotPermitted(_)), "{err}");
@@ -1293,15 +1438,29 @@ mod tests {
         let ours = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
         let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
         let err = pve
-            .delete_vm("pve1", 100, true, true, &release)
+            .delete_vm(
+                "pve1",
+                crate::guest::GuestKind::Qemu,
+                100,
+                true,
+                true,
+                &release,
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, Error::NotPermitted(_)), "{err}");
         let delete = crate::gate::permit::remove(&ours, "web", false).unwrap();
         assert!(
-            pve.delete_vm("pve1", 101, true, true, &delete)
-                .await
-                .is_err()
+            pve.delete_vm(
+                "pve1",
+                crate::guest::GuestKind::Qemu,
+                101,
+                true,
+                true,
+                &delete
+            )
+            .await
+            .is_err()
         );
         assert!(
             pve.delete_volume("pve1", "local", "local:iso/x.iso", &delete)
@@ -1315,9 +1474,16 @@ mod tests {
         );
         assert_eq!(pve.vm(100), before);
         // With its permit, the delete is carried out.
-        pve.delete_vm("pve1", 100, true, true, &delete)
-            .await
-            .unwrap();
+        pve.delete_vm(
+            "pve1",
+            crate::guest::GuestKind::Qemu,
+            100,
+            true,
+            true,
+            &delete,
+        )
+        .await
+        .unwrap();
         assert_eq!(pve.vm(100), None);
     }
 }

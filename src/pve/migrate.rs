@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::api::{flag, seg};
 use super::types::opt_bool;
 use super::{Client, Error, Upid};
+use crate::guest::GuestKind;
 
 /// `GET /nodes/{node}/qemu/{vmid}/migrate?target=T`: what would block a migration. PVE checks
 /// the lock first (a locked VM is an error), then lists the nodes the VM's storages reach, the
@@ -107,10 +108,11 @@ impl Client {
     pub async fn migrate_precondition(
         &self,
         node: &str,
+        kind: GuestKind,
         vmid: u32,
         target: &str,
     ) -> Result<MigratePrecondition, Error> {
-        let path = format!("/nodes/{}/qemu/{vmid}/migrate", seg(node)?);
+        let path = format!("/nodes/{}/{kind}/{vmid}/migrate", seg(node)?);
         self.get(&path, &[("target", seg(target)?.to_string())])
             .await
     }
@@ -134,6 +136,29 @@ impl Client {
         }
         if with_local_disks {
             form.push(("with-local-disks", flag(true)));
+        }
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    /// `POST /nodes/{node}/lxc/{vmid}/migrate`: a `vzmigrate` task (or `hamigrate`). A running
+    /// container cannot move live: with `restart` PVE shuts it down (waiting `timeout_secs`
+    /// before it stops it hard), moves it and starts it on the target (pve-container
+    /// `API2/LXC.pm` `migrate_vm`: "CT is running - use online or restart" otherwise). Local
+    /// volumes are copied with it.
+    pub async fn migrate_ct(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        restart: bool,
+        timeout_secs: u32,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/lxc/{vmid}/migrate", seg(node)?);
+        let mut form = vec![("target", seg(target)?.to_string())];
+        if restart {
+            form.push(("restart", flag(true)));
+            form.push(("timeout", timeout_secs.to_string()));
         }
         let upid: String = self.post(&path, &form).await?;
         self.task_started("POST", &path, upid)

@@ -160,13 +160,15 @@ impl LockHolder {
     pub fn of(lock: &str) -> LockHolder {
         match lock {
             "suspended" => LockHolder::NoTask,
-            "create" => LockHolder::OfVm(&["qmcreate", "qmrestore"]),
-            "clone" => LockHolder::AnyId(&["qmclone"]),
+            // qemu-server's task types, then pve-container's (`pct`): one VMID is one guest, so
+            // a task of either kind naming it can only be that guest's.
+            "create" => LockHolder::OfVm(&["qmcreate", "qmrestore", "vzcreate", "vzrestore"]),
+            "clone" => LockHolder::AnyId(&["qmclone", "vzclone"]),
             "backup" => LockHolder::AnyId(&["vzdump"]),
-            "migrate" => LockHolder::OfVm(&["qmigrate", "hamigrate"]),
-            "snapshot" => LockHolder::OfVm(&["qmsnapshot"]),
-            "snapshot-delete" => LockHolder::OfVm(&["qmdelsnapshot"]),
-            "rollback" => LockHolder::OfVm(&["qmrollback"]),
+            "migrate" => LockHolder::OfVm(&["qmigrate", "hamigrate", "vzmigrate"]),
+            "snapshot" => LockHolder::OfVm(&["qmsnapshot", "vzsnapshot"]),
+            "snapshot-delete" => LockHolder::OfVm(&["qmdelsnapshot", "vzdelsnapshot"]),
+            "rollback" => LockHolder::OfVm(&["qmrollback", "vzrollback"]),
             "suspending" => LockHolder::OfVm(&["qmsuspend"]),
             _ => LockHolder::AnyTaskOfVm,
         }
@@ -203,6 +205,10 @@ mod tests {
         assert_eq!(LockHolder::of("suspended"), LockHolder::NoTask);
         assert!(!LockHolder::of("suspended").may_be("qmstart", "105", 105));
         assert!(LockHolder::of("something-new").may_be("qmfoo", "105", 105));
+        // pve-container's tasks hold a container's locks.
+        assert!(create.may_be("vzcreate", "105", 105));
+        assert!(LockHolder::of("clone").may_be("vzclone", "9100", 105));
+        assert!(LockHolder::of("migrate").may_be("vzmigrate", "105", 105));
     }
 
     #[test]

@@ -360,6 +360,17 @@ impl VmResource {
         self.kind == Some(GuestType::Qemu) || self.qemu_id
     }
 
+    /// The guest's kind: a QEMU VM, an LXC container, or neither (`None`: another type).
+    pub fn guest_kind(&self) -> Option<crate::guest::GuestKind> {
+        if self.is_qemu() {
+            Some(crate::guest::GuestKind::Qemu)
+        } else if self.kind == Some(GuestType::Lxc) {
+            Some(crate::guest::GuestKind::Lxc)
+        } else {
+            None
+        }
+    }
+
     /// Tags as a list, lower-cased as PVE compares them.
     pub fn tag_list(&self) -> &[String] {
         &self.tags

@@ -344,12 +344,12 @@ async fn vm_changes(
         .ok_or_else(|| format!("site {site} is not configured"))?;
     let cfg = ctx
         .client
-        .vm_config(node, vmid)
+        .vm_config(node, spec.kind, vmid)
         .await
         .map_err(|e| e.to_string())?;
     let pending = ctx
         .client
-        .vm_pending(node, vmid)
+        .vm_pending(node, spec.kind, vmid)
         .await
         .map_err(|e| e.to_string())?;
     let rec = view.records.get(&spec.name).cloned().unwrap_or_default();
@@ -379,8 +379,9 @@ async fn adoption_changes(
         .sites
         .get(site)
         .ok_or_else(|| format!("site {site} is not configured"))?;
-    let mut cfg = (ctx.client.vm_config(node, vmid).await).map_err(|e| e.to_string())?;
-    let pending = (ctx.client.vm_pending(node, vmid).await).map_err(|e| e.to_string())?;
+    let mut cfg = (ctx.client.vm_config(node, spec.kind, vmid).await).map_err(|e| e.to_string())?;
+    let pending =
+        (ctx.client.vm_pending(node, spec.kind, vmid).await).map_err(|e| e.to_string())?;
     let key = view
         .marker_key
         .clone()

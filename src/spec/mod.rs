@@ -31,6 +31,7 @@
 
 mod adopt;
 mod cloudinit;
+pub mod container;
 pub mod defaults;
 mod diag;
 mod disks;
@@ -58,6 +59,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use crate::config::ManagementPolicy;
+pub use crate::guest::GuestKind;
 pub use diag::{Diagnostic, Pos, Severity};
 pub use disks::{
     DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,
@@ -92,8 +94,10 @@ pub const MAX_DIAGNOSTICS_PER_FILE: usize = 200;
 
 /// The accepted `apiVersion`s: proxsync's own, and the seed Crossplane provider's.
 pub const API_VERSIONS: [&str; 2] = ["proxsync.io/v1", "proxmox.sankofa.nexus/v1alpha1"];
-/// The only accepted `kind`.
+/// The `kind` of a VM spec.
 pub const KIND: &str = "ProxmoxVM";
+/// The `kind` of a container spec.
+pub const LXC_KIND: &str = "ProxmoxLXC";
 /// Label keys that set the tenant (the seed accepted both).
 pub const TENANT_LABELS: [&str; 2] = ["tenant-id", "tenant.sankofa.nexus/id"];
 
@@ -125,6 +129,9 @@ pub struct Spec {
     /// `metadata.name`: the identity of the spec, unique in the repository; a lowercase DNS
     /// label (1-63 of `a-z0-9-`), so it is always a safe status file stem.
     pub name: String,
+    /// What the spec makes: a QEMU VM (`kind: ProxmoxVM`) or an LXC container
+    /// (`kind: ProxmoxLXC`, with [`Spec::container`]).
+    pub kind: GuestKind,
     /// The file the spec came from.
     pub file: String,
     /// Where `metadata.name` is (the document start if it was missing).
@@ -224,6 +231,10 @@ pub struct Spec {
     /// a position with [`Pos::source`] N is in the Nth ([`Spec::file_of`]).
     #[serde(skip)]
     pub defaults: Option<Arc<Vec<String>>>,
+    /// A container's own fields (`kind: ProxmoxLXC`); `None` for a VM. For a container,
+    /// `cpu` is its cores, `disk_bytes`/`storage` its root filesystem, `image` its template,
+    /// `vm_name` its hostname, and the VM-only fields are empty.
+    pub container: Option<Box<container::Container>>,
     /// The `ProxmoxVMSet` the spec is a member of (`None`: a spec of its own). Boxed: most
     /// specs are not.
     pub set: Option<Box<sets::SetMember>>,
@@ -374,6 +385,8 @@ pub enum VolumeKind {
     Import,
     /// `iso` content (`storage:iso/X.iso`): attached as an installer CD-ROM next to an empty disk.
     Iso,
+    /// `vztmpl` content (`storage:vztmpl/X.tar.zst`): a container's OS template.
+    Vztmpl,
 }
 
 /// Desired power state (`forProvider.powerState`: `running` | `stopped`).

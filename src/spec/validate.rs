@@ -11,8 +11,9 @@ use super::units::{GIB, MIB};
 use super::yaml::{Node, Value};
 use super::{
     API_VERSIONS, DEFAULT_CPU, DEFAULT_DISK_BYTES, DEFAULT_MEMORY_MIB, DEFAULT_NETWORK,
-    DEFAULT_STORAGE, DeletionPolicy, KIND, MAX_CPU, MAX_DISK_BYTES, MAX_MEMORY_BYTES,
-    MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec, TENANT_LABELS,
+    DEFAULT_STORAGE, DeletionPolicy, GuestKind, KIND, LXC_KIND, MAX_CPU, MAX_DISK_BYTES,
+    MAX_MEMORY_BYTES, MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec,
+    TENANT_LABELS,
 };
 use super::{CloudInit, Image};
 
@@ -34,7 +35,8 @@ pub(super) fn document_name(root: &Node) -> Option<String> {
     }
 }
 
-/// Whether the document says `kind: ProxmoxVM`, or says no kind (then it is read as one).
+/// Whether the document says `kind: ProxmoxVM` or `ProxmoxLXC`, or says no kind (then it is
+/// read as a VM).
 fn is_vm_kind(root: &Node) -> bool {
     let Value::Map(entries) = &root.value else {
         return false;
@@ -44,7 +46,7 @@ fn is_vm_kind(root: &Node) -> bool {
         .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == "kind"))
     {
         None => true,
-        Some((_, v)) => matches!(&v.value, Value::Str(s) if s == KIND),
+        Some((_, v)) => matches!(&v.value, Value::Str(s) if s == KIND || s == LXC_KIND),
     }
 }
 
@@ -121,13 +123,16 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some(top) = object(ctx, root, TOP, Some(TOP_FIELDS)) else {
         return (None, None);
     };
-    let api_version = api_version_and_kind(ctx, &top);
+    let (api_version, kind) = api_version_and_kind(ctx, &top);
     let meta = metadata(ctx, &top, root.pos);
     let name = meta.name.clone();
-    let Some((policies, fp)) = spec_section(ctx, &top) else {
+    let Some((policies, fp)) = spec_section(ctx, &top, kind) else {
         return (None, name);
     };
-    let parts = for_provider(ctx, &fp, name.as_deref(), meta.adopt.is_some());
+    let parts = match kind {
+        GuestKind::Qemu => for_provider(ctx, &fp, name.as_deref(), meta.adopt.is_some()),
+        GuestKind::Lxc => container_for_provider(ctx, &fp, name.as_deref(), meta.adopt.is_some()),
+    };
     let spec = match (api_version, policies, parts.complete()) {
         (Some(api_version), Some(policies), Some(parts)) => {
             assemble(ctx.file(), api_version, meta, policies, parts)
@@ -150,6 +155,57 @@ struct ForProvider {
     reboot: Option<super::RebootPolicy>,
     allow_recreate_on_site_change: Option<bool>,
     ha: Option<Option<super::Ha>>,
+    /// A container's own fields (`None`: it had errors; `Some(None)`: a VM).
+    container: Option<Option<super::container::Container>>,
+}
+
+/// `spec.forProvider` of a container: its own fields, the hardware fields it shares with a
+/// VM, and the lifecycle fields read as a VM's.
+fn container_for_provider(
+    ctx: &mut Ctx,
+    fp: &Obj,
+    name: Option<&str>,
+    adopting: bool,
+) -> ForProvider {
+    let placement = placement(ctx, fp, name);
+    let own = super::container::container(ctx, fp, name, adopting);
+    let shared = super::container::shared_hardware(fp);
+    let hardware = super::hardware::hardware(ctx, &shared, None, None);
+    let guest = guest(ctx, fp);
+    let reboot = super::lifecycle::reboot_policy(ctx, fp);
+    let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
+    let (placement, resources, image, container) = match own {
+        Some((common, ct)) => (
+            placement.map(|mut p| {
+                p.vm_name = common.vm_name.clone();
+                p
+            }),
+            Some(Resources {
+                cpu: common.cpu,
+                memory_mib: common.memory_mib,
+                disk_bytes: common.disk_bytes,
+                storage: common.storage,
+                network: common.network,
+            }),
+            Some((common.image, common.image_pos)),
+            Some(Some(ct)),
+        ),
+        None => (placement, None, None, None),
+    };
+    ForProvider {
+        placement,
+        resources,
+        hardware,
+        networks: Some(None),
+        disks: Some(None),
+        destroy_disks: Some(Vec::new()),
+        image,
+        guest,
+        reboot,
+        allow_recreate_on_site_change,
+        ha: Some(None),
+        container,
+    }
 }
 
 /// `adopting`: the spec consents to take over an existing VM, so `image` may be absent.
@@ -189,6 +245,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
         reboot,
         allow_recreate_on_site_change,
         ha,
+        container: Some(None),
     }
 }
 
@@ -205,6 +262,7 @@ struct Parts {
     reboot: super::RebootPolicy,
     allow_recreate_on_site_change: bool,
     ha: Option<super::Ha>,
+    container: Option<super::container::Container>,
 }
 
 impl ForProvider {
@@ -221,6 +279,7 @@ impl ForProvider {
             reboot: self.reboot?,
             allow_recreate_on_site_change: self.allow_recreate_on_site_change?,
             ha: self.ha?,
+            container: self.container?,
         })
     }
 }
@@ -251,6 +310,7 @@ fn assemble(
         reboot,
         allow_recreate_on_site_change,
         ha,
+        container,
     } = parts;
     if let Some(t) = &meta.tenant {
         guest.tags.push(format!("tenant_{t}"));
@@ -267,6 +327,11 @@ fn assemble(
     }
     Some(Spec {
         name: meta.name?,
+        kind: if container.is_some() {
+            GuestKind::Lxc
+        } else {
+            GuestKind::Qemu
+        },
         file: file.to_string(),
         pos: meta.name_pos,
         api_version,
@@ -303,13 +368,15 @@ fn assemble(
         disks,
         destroy_disks,
         defaults: None,
+        container: container.map(Box::new),
         set: None,
         hashes: Default::default(),
     })
 }
 
-/// `apiVersion`, checked to be supported; `kind` is checked too.
-fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> Option<String> {
+/// `apiVersion`, checked to be supported, and what `kind` makes (a VM when it is missing or
+/// wrong: the wrong kind is reported).
+fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind) {
     let api_version = top
         .required(
             ctx,
@@ -331,16 +398,33 @@ fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> Option<String> {
                 None
             }
         });
+    let mut kind = GuestKind::Qemu;
     if let Some(n) = top.required(ctx, "kind", KIND)
         && let Some(s) = string(ctx, n, "kind", KIND)
-        && s != KIND
     {
-        ctx.error(
-            n.pos,
-            format!("kind {s:?} is not supported; the only kind is {KIND}"),
-        );
+        if s == LXC_KIND {
+            kind = GuestKind::Lxc;
+        } else if s != KIND {
+            let kinds = [
+                KIND,
+                LXC_KIND,
+                super::sets::SET_KIND,
+                super::defaults::DEFAULTS_KIND,
+            ];
+            let hint = super::closest(s, kinds.iter().copied())
+                .map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
+            ctx.error(
+                n.pos,
+                format!(
+                    "kind {s:?} is not supported{hint}; a spec is a {KIND} or a {LXC_KIND} (a \
+                     {} groups alike VMs; {} belongs in a _defaults.yaml)",
+                    super::sets::SET_KIND,
+                    super::defaults::DEFAULTS_KIND
+                ),
+            );
+        }
     }
-    api_version
+    (api_version, kind)
 }
 
 /// What `metadata` says, each part `None` when absent or invalid.
@@ -476,7 +560,11 @@ struct Policies {
     depends_on: Vec<String>,
 }
 
-fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<Policies>, Obj<'n>)> {
+fn spec_section<'n>(
+    ctx: &mut Ctx,
+    top: &Obj<'n>,
+    kind: GuestKind,
+) -> Option<(Option<Policies>, Obj<'n>)> {
     let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
     let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
     if let Some(at) = spec.key_pos("providerConfigRef") {
@@ -531,13 +619,23 @@ fn spec_section<'n>(ctx: &mut Ctx, top: &Obj<'n>) -> Option<(Option<Policies>, O
     let fp = spec.required(
         ctx,
         "forProvider",
-        "a mapping with at least site, node and image",
+        match kind {
+            GuestKind::Qemu => "a mapping with at least site, node and image",
+            GuestKind::Lxc => "a mapping with at least site, node and template",
+        },
     );
-    let fields: Vec<&str> = FOR_PROVIDER_FIELDS
-        .iter()
-        .chain(super::hardware::FIELDS)
-        .copied()
-        .collect();
+    let fields: Vec<&str> = match kind {
+        GuestKind::Qemu => FOR_PROVIDER_FIELDS
+            .iter()
+            .chain(super::hardware::FIELDS)
+            .copied()
+            .collect(),
+        GuestKind::Lxc => super::container::FIELDS
+            .iter()
+            .chain(super::container::SHARED_HARDWARE)
+            .copied()
+            .collect(),
+    };
     let fp = fp.and_then(|n| object(ctx, n, "spec.forProvider", Some(&fields)))?;
     Some((policies, fp))
 }

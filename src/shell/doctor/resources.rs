@@ -544,6 +544,7 @@ async fn image_check(
                 VolumeKind::Images => "images",
                 VolumeKind::Import => "import",
                 VolumeKind::Iso => "iso",
+                VolumeKind::Vztmpl => "vztmpl",
             };
             if *kind == VolumeKind::Import
                 && let Err(why) = check_import_extension(volume)

@@ -33,12 +33,13 @@ pub(super) async fn check_same_install(
     let tag = ownership_tag(install_id);
     let tagged: Vec<&VmResource> = resources
         .iter()
-        .filter(|r| r.is_qemu() && !r.template.unwrap_or(false))
+        .filter(|r| r.guest_kind().is_some() && !r.template.unwrap_or(false))
         .filter(|r| r.tag_list().iter().any(|t| t.eq_ignore_ascii_case(&tag)))
         .collect();
     let mut foreign = Vec::new();
     for r in &tagged {
-        let cfg = match client.vm_config(&r.node, r.vmid).await {
+        let kind = r.guest_kind().unwrap_or_default();
+        let cfg = match client.vm_config(&r.node, kind, r.vmid).await {
             Ok(cfg) => cfg,
             // Gone since the listing, or unreadable: not judged.
             Err(_) => continue,

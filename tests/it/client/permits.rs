@@ -47,7 +47,10 @@ fn fake() -> FakePve {
 async fn ours(c: &Client) -> VerifiedMarker {
     let view = proxsync::observe::observe_site("lab", c).await;
     let site = gate::site::checked(&view).expect("a reachable site");
-    let cfg = c.vm_config("pve1", VMID).await.expect("the VM");
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, VMID)
+        .await
+        .expect("the VM");
     verify(
         &site,
         &key(),
@@ -98,7 +101,11 @@ async fn a_guarded_config_write_without_its_permit_sends_nothing() {
             .unwrap(),
     ];
     for params in &writes {
-        refused(c.set_config("pve1", VMID, params, None).await.unwrap_err());
+        refused(
+            c.set_config("pve1", proxsync::guest::GuestKind::Qemu, VMID, params, None)
+                .await
+                .unwrap_err(),
+        );
         refused(
             c.set_config_async("pve1", VMID, params, None)
                 .await
@@ -111,9 +118,15 @@ async fn a_guarded_config_write_without_its_permit_sends_nothing() {
     let cores = VmParams::new()
         .set("cores", 2)
         .tags(&["proxsync.main", "db"]);
-    c.set_config("pve1", VMID, &cores.unwrap(), None)
-        .await
-        .unwrap();
+    c.set_config(
+        "pve1",
+        proxsync::guest::GuestKind::Qemu,
+        VMID,
+        &cores.unwrap(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(pve.requests().len(), 1);
 }
 
@@ -131,14 +144,29 @@ async fn a_detach_is_sent_with_its_permit_only() {
     };
     let detach = volume::detach(&ours, off, &["scsi1".to_string()]).unwrap();
     let params = VmParams::new().detach(&detach).unwrap();
-    refused(c.set_config("pve1", 121, &params, None).await.unwrap_err());
+    refused(
+        c.set_config("pve1", proxsync::guest::GuestKind::Qemu, 121, &params, None)
+            .await
+            .unwrap_err(),
+    );
     let sign = permit::sign(&ours).unwrap();
     assert!(VmParams::new().detach(&sign).is_err());
     assert!(VmParams::new().destroy_drive(&detach).is_err());
     assert_eq!(pve.requests(), Vec::new());
 
-    c.set_config("pve1", VMID, &params, None).await.unwrap();
-    let cfg = c.vm_config("pve1", VMID).await.unwrap();
+    c.set_config(
+        "pve1",
+        proxsync::guest::GuestKind::Qemu,
+        VMID,
+        &params,
+        None,
+    )
+    .await
+    .unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, VMID)
+        .await
+        .unwrap();
     assert_eq!(cfg.get("scsi1"), None);
     assert_eq!(cfg.get("unused0"), Some("local-lvm:vm-120-disk-1"));
 }

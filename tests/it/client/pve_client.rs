@@ -180,7 +180,10 @@ async fn clone_configure_resize_power_and_delete() {
     let c = client(&pve);
     clone_template(&c, 120, "web-01").await;
 
-    let cfg = c.vm_config("pve1", 120).await.unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 120)
+        .await
+        .unwrap();
     assert_eq!(cfg.get("name"), Some("web-01"));
     assert_eq!(
         cfg.description(),
@@ -196,16 +199,31 @@ async fn clone_configure_resize_power_and_delete() {
         .unwrap()
         .nic("net0", "vmbr1")
         .unwrap();
-    c.set_config("pve1", 120, &params, Some(&digest))
+    c.set_config(
+        "pve1",
+        proxsync::guest::GuestKind::Qemu,
+        120,
+        &params,
+        Some(&digest),
+    )
+    .await
+    .unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 120)
         .await
         .unwrap();
-    let cfg = c.vm_config("pve1", 120).await.unwrap();
     assert_eq!(cfg.get("cores"), Some("4"));
     assert_eq!(cfg.tags(), vec!["proxsync.main", "web"]);
     assert!(cfg.get("net0").unwrap().contains("bridge=vmbr1"), "{cfg:?}");
     // ... and one with the stale digest is refused as a conflict.
     let err = c
-        .set_config("pve1", 120, &VmParams::new().set("cores", 2), Some(&digest))
+        .set_config(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            120,
+            &VmParams::new().set("cores", 2),
+            Some(&digest),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), Category::Conflict, "{err}");
@@ -217,27 +235,49 @@ async fn clone_configure_resize_power_and_delete() {
 
     // Resize is a task on PVE 8+.
     let upid = c
-        .resize_disk("pve1", 120, "scsi0", "20G", None)
+        .resize_disk(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            120,
+            "scsi0",
+            "20G",
+            None,
+        )
         .await
         .unwrap();
     let upid = upid.expect("PVE 9 answers resize with a task");
     wait_ok(&c, &upid).await;
 
-    let upid = c.start_vm("pve1", 120).await.unwrap();
+    let upid = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 120)
+        .await
+        .unwrap();
     wait_ok(&c, &upid).await;
     assert_eq!(pve.vm(120)["status"], "running");
-    let upid = c.shutdown_vm("pve1", 120, 60, true).await.unwrap();
+    let upid = c
+        .shutdown_vm("pve1", proxsync::guest::GuestKind::Qemu, 120, 60, true)
+        .await
+        .unwrap();
     wait_ok(&c, &upid).await;
     assert_eq!(pve.vm(120)["status"], "stopped");
-    let upid = c.start_vm("pve1", 120).await.unwrap();
+    let upid = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 120)
+        .await
+        .unwrap();
     wait_ok(&c, &upid).await;
-    let upid = c.stop_vm("pve1", 120, false).await.unwrap();
+    let upid = c
+        .stop_vm("pve1", proxsync::guest::GuestKind::Qemu, 120, false)
+        .await
+        .unwrap();
     wait_ok(&c, &upid).await;
 
     // A delete needs the gate's permit: the VM's marker verified on a checked site.
     let view = proxsync::observe::observe_site("lab", &c).await;
     let site = gate::site::checked(&view).unwrap();
-    let cfg = c.vm_config("pve1", 120).await.unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 120)
+        .await
+        .unwrap();
     let ours = gate::identity::verify(
         &site,
         &key(),
@@ -252,22 +292,49 @@ async fn clone_configure_resize_power_and_delete() {
     // Used on another VM, or a permit of another act: refused, and nothing is sent.
     let sent = pve.requests().len();
     let err = c
-        .delete_vm("pve1", 121, true, true, &permit)
+        .delete_vm(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            121,
+            true,
+            true,
+            &permit,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotPermitted(_)), "{err}");
     let release = gate::permit::remove(&ours, "web-01", true).unwrap();
     let err = c
-        .delete_vm("pve1", 120, true, true, &release)
+        .delete_vm(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            120,
+            true,
+            true,
+            &release,
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("nothing was sent"), "{err}");
     assert_eq!(pve.requests().len(), sent, "no request left");
 
-    let upid = c.delete_vm("pve1", 120, true, true, &permit).await.unwrap();
+    let upid = c
+        .delete_vm(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            120,
+            true,
+            true,
+            &permit,
+        )
+        .await
+        .unwrap();
     assert_eq!(upid.kind, "qmdestroy");
     wait_ok(&c, &upid).await;
-    let err = c.vm_config("pve1", 120).await.unwrap_err();
+    let err = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 120)
+        .await
+        .unwrap_err();
     assert!(err.is_not_found(), "{err}");
     assert!(err.pve_message().contains("does not exist"), "{err}");
     let req = pve
@@ -312,7 +379,10 @@ async fn create_with_import_cdrom_cloudinit_and_sshkeys() {
     assert_eq!(upid.kind, "qmcreate");
     wait_ok(&c, &upid).await;
 
-    let cfg = c.vm_config("pve1", 130).await.unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 130)
+        .await
+        .unwrap();
     assert_eq!(cfg.get("name"), Some("db-01"));
     assert_eq!(cfg.tags(), vec!["proxsync.main", "tenant_customer-123"]);
     assert!(cfg.get("ide0").unwrap().contains("media=cdrom"), "{cfg:?}");
@@ -365,7 +435,13 @@ async fn locks_are_reported_with_the_task_that_holds_them() {
 
     pve.hold_config_lock(150, None);
     let err = c
-        .set_config("pve1", 150, &VmParams::new().set("cores", 2), None)
+        .set_config(
+            "pve1",
+            proxsync::guest::GuestKind::Qemu,
+            150,
+            &VmParams::new().set("cores", 2),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(err.is_lock(), "{err}");
@@ -374,11 +450,17 @@ async fn locks_are_reported_with_the_task_that_holds_them() {
 
     // A leftover lock (an interrupted clone) shows in the config, and no task holds it.
     pve.snapshot_lock(150, "clone");
-    let cfg = c.vm_config("pve1", 150).await.unwrap();
+    let cfg = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 150)
+        .await
+        .unwrap();
     assert_eq!(cfg.lock(), Some("clone"));
     assert!(c.active_vm_tasks("pve1", 150).await.unwrap().is_empty());
     // PVE checks the lock inside the start worker: the task fails with the lock's words.
-    let upid = c.start_vm("pve1", 150).await.unwrap();
+    let upid = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 150)
+        .await
+        .unwrap();
     let err = c.wait_task(&upid, WAIT).await.unwrap_err();
     assert!(err.is_lock(), "{err}");
     assert!(err.pve_message().contains("VM is locked (clone)"), "{err}");
@@ -391,7 +473,10 @@ async fn a_task_slower_than_our_wait_is_still_running_not_failed() {
     clone_template(&c, 160, "slow").await;
     pve.set_time_scale(1.0);
     pve.set_vm(160, json!({"start_secs": 3}));
-    let upid = c.start_vm("pve1", 160).await.unwrap();
+    let upid = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 160)
+        .await
+        .unwrap();
     let outcome = c
         .wait_task(&upid, Duration::from_millis(300))
         .await
@@ -422,7 +507,10 @@ async fn a_failed_task_carries_its_exit_status_and_log() {
         170,
         json!({"start_error": "volume 'local-lvm:vm-170-disk-0' does not exist"}),
     );
-    let upid = c.start_vm("pve1", 170).await.unwrap();
+    let upid = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 170)
+        .await
+        .unwrap();
     let err = c.wait_task(&upid, WAIT).await.unwrap_err();
     match &err {
         Error::TaskFailed {
@@ -460,7 +548,10 @@ async fn server_errors_keep_pves_text_and_map_to_categories() {
     ];
     for (status, message, category) in cases {
         pve.fail("GET", "/nodes/pve1/qemu/9000/config", status, message);
-        let err = c.vm_config("pve1", 9000).await.unwrap_err();
+        let err = c
+            .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 9000)
+            .await
+            .unwrap_err();
         assert_eq!(err.status(), Some(status), "{err}");
         assert_eq!(err.pve_message(), message);
         assert_eq!(err.category(), category, "{err}");
@@ -530,14 +621,20 @@ async fn offline_nodes_and_lost_quorum_show_in_health() {
         .find(|v| v.vmid == 190)
         .expect("still listed");
     assert_eq!(vm.status, Some(proxsync::pve::types::ListedStatus::Unknown));
-    let err = c.vm_config("pve1", 190).await.unwrap_err();
+    let err = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 190)
+        .await
+        .unwrap_err();
     assert_eq!(err.category(), Category::NodeUnhealthy, "{err}");
     pve.set_node_offline("pve1", false);
 
     pve.lose_quorum();
     let health = c.cluster_health().await.unwrap();
     assert!(!health.quorate && !health.node_healthy("pve2"));
-    let err = c.start_vm("pve1", 190).await.unwrap_err();
+    let err = c
+        .start_vm("pve1", proxsync::guest::GuestKind::Qemu, 190)
+        .await
+        .unwrap_err();
     assert_eq!(err.category(), Category::NodeUnhealthy, "{err}");
 }
 
@@ -699,7 +796,9 @@ async fn ticket_login_is_the_fallback_and_renews_itself() {
     clone_template_as(&c, 220).await;
     // Tickets revoked (expired): the next call logs in again by itself.
     pve.revoke_tickets();
-    c.vm_config("pve1", 220).await.expect("re-login after 401");
+    c.vm_config("pve1", proxsync::guest::GuestKind::Qemu, 220)
+        .await
+        .expect("re-login after 401");
     let logins = pve
         .requests()
         .iter()

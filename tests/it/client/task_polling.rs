@@ -202,7 +202,10 @@ async fn the_node_limit_grows_with_flat_tasks_and_is_cut_by_overload() {
     assert_eq!(c.parallel_limit("pve1"), 4, "6 cut to 70 %");
 
     // An answer about a VM is not load.
-    let missing = c.vm_config("pve1", 4242).await.expect_err("no such VM");
+    let missing = c
+        .vm_config("pve1", proxsync::guest::GuestKind::Qemu, 4242)
+        .await
+        .expect_err("no such VM");
     assert!(missing.is_not_found(), "{missing}");
     assert_eq!(c.parallel_limit("pve1"), 4);
     // A busy node is (the read is retried and succeeds).
@@ -213,7 +216,9 @@ async fn the_node_limit_grows_with_flat_tasks_and_is_cut_by_overload() {
         "Service Unavailable",
         1,
     );
-    c.vm_config("pve1", 9000).await.expect("read on the retry");
+    c.vm_config("pve1", proxsync::guest::GuestKind::Qemu, 9000)
+        .await
+        .expect("read on the retry");
     assert_eq!(c.parallel_limit("pve1"), 2, "4 cut to 70 %");
     assert_eq!(
         c.parallel_limits(),

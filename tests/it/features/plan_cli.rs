@@ -111,6 +111,7 @@ fn an_update_is_shown_field_by_field_as_the_run_applies_it() {
     rt.block_on(
         client.set_config(
             "pve1",
+            proxsync::guest::GuestKind::Qemu,
             vmid,
             &proxsync::pve::VmParams::new()
                 .set("cores", 1)

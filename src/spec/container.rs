@@ -1,0 +1,995 @@
+//! `kind: ProxmoxLXC`: an LXC container's own fields, checked against pve-container's schema
+//! (`/nodes/{node}/lxc` of PVE 8.4 and 9.x). What a container shares with a VM (placement,
+//! power, tags, `onBoot`, `startup`, `protection`, `pool`, `vmId`, `description`, the reboot
+//! policy, `deletionPolicy`, `dependsOn`) goes through the same code as a VM's; what the
+//! planner compares goes into the spec's common fields: `cores` is `cpu`, `rootfs` is `disk`
+//! and `storage`, the first network's bridge is `network`, `hostname` is the VM name and
+//! `template` is the image.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+use super::fields::{Ctx, Obj, enum_field, object, size_field, string, string_list};
+use super::hardware::{bool_field, int_field};
+use super::image::{MAX_VMID, MIN_VMID};
+use super::names::{check_bridge, check_property_chars, check_storage};
+use super::units::{GIB, MIB, TIB};
+use super::yaml::{Node, Value};
+use super::{Image, VolumeKind};
+
+/// The `forProvider` fields of a container, besides the hardware fields it shares with a VM
+/// (`onBoot`, `startup`, `protection`, `pool`, `vmId`, `description`).
+pub const FIELDS: &[&str] = &[
+    "site",
+    "node",
+    "hostname",
+    "template",
+    "unprivileged",
+    "features",
+    "cores",
+    "cpuLimit",
+    "cpuUnits",
+    "memory",
+    "swap",
+    "rootfs",
+    "mountPoints",
+    "destroyVolumes",
+    "networks",
+    "nameserver",
+    "searchdomain",
+    "timezone",
+    "console",
+    "tty",
+    "arch",
+    "osType",
+    "sshPublicKeys",
+    "password",
+    "powerState",
+    "tags",
+    "rebootPolicy",
+    "maintenanceWindow",
+    "shutdownTimeout",
+    "forceStopAfter",
+    "allowRecreateOnSiteChange",
+];
+
+/// The hardware fields a container shares with a VM.
+pub const SHARED_HARDWARE: &[&str] = &[
+    "onBoot",
+    "startup",
+    "protection",
+    "pool",
+    "vmId",
+    "description",
+];
+
+/// Default `cores` of a container.
+pub const DEFAULT_CORES: u32 = 1;
+/// Default `memory` of a container: 512 MiB (pve-container's default).
+pub const DEFAULT_MEMORY_MIB: u64 = 512;
+/// Default root filesystem size: 8 GiB.
+pub const DEFAULT_ROOTFS_BYTES: u64 = 8 * GIB;
+/// Smallest `memory`: 16 MiB (pve-container's minimum).
+const MIN_MEMORY_BYTES: u64 = 16 * MIB;
+/// Largest `cores` (pve-container: 1..8192).
+const MAX_CORES: u64 = 8192;
+/// At most this many NICs (`net0`..`net31`) and mount points (`mp0`..`mp255`).
+pub const MAX_CT_NICS: usize = 32;
+pub const MAX_MOUNT_POINTS: usize = 256;
+/// pve-container's `arch` values.
+pub const ARCHES: [&str; 6] = ["amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"];
+/// pve-container's `ostype` values.
+pub const OS_TYPES: [&str; 11] = [
+    "debian",
+    "devuan",
+    "ubuntu",
+    "centos",
+    "fedora",
+    "opensuse",
+    "archlinux",
+    "alpine",
+    "gentoo",
+    "nixos",
+    "unmanaged",
+];
+/// Mount types `features.mount` may allow (pve-container: `[^;]+` names such as nfs, cifs).
+const MOUNT_TYPE_EXAMPLE: &str = "nfs";
+
+/// A container's own fields (`kind: ProxmoxLXC`). Optional fields are managed only when set:
+/// an absent one is left as PVE has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    /// `unprivileged` (default true): set at create only; PVE cannot change it afterwards.
+    pub unprivileged: bool,
+    pub features: Option<Features>,
+    /// `cpulimit`, as PVE writes it (`1.5`; `0` is no limit).
+    pub cpu_limit: Option<String>,
+    pub cpu_units: Option<u32>,
+    pub swap_mib: Option<u64>,
+    /// `None`: one NIC `eth0` on `network` with DHCP at create, not managed after.
+    pub networks: Option<Vec<CtNic>>,
+    /// `None`: mount points are not managed.
+    pub mount_points: Option<Vec<MountPoint>>,
+    /// Mount point slots (`mp1`) whose volume is destroyed when it leaves `mountPoints`.
+    pub destroy_volumes: Vec<String>,
+    pub nameserver: Option<Vec<String>>,
+    pub searchdomain: Option<String>,
+    pub timezone: Option<String>,
+    pub console: Option<bool>,
+    pub tty: Option<u32>,
+    /// Set at create only (from the template when absent).
+    pub arch: Option<String>,
+    pub os_type: Option<String>,
+    /// Given to PVE at create only, as it takes them (`ssh-public-keys`).
+    pub ssh_public_keys: Vec<String>,
+    /// Where the root password is read from at create (never the password itself).
+    pub password: Option<PasswordSource>,
+}
+
+/// `features`: what the container may do (pve-container's `features` property string).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Features {
+    pub nesting: Option<bool>,
+    pub keyctl: Option<bool>,
+    pub fuse: Option<bool>,
+    /// `mount=nfs;cifs`: file system types the container may mount.
+    pub mount: Vec<String>,
+}
+
+impl Features {
+    /// PVE's property string (`nesting=1,keyctl=1,mount=nfs;cifs`), keys in PVE's order.
+    pub fn property_string(&self) -> String {
+        let mut parts = Vec::new();
+        for (key, v) in [
+            ("fuse", self.fuse),
+            ("keyctl", self.keyctl),
+            ("nesting", self.nesting),
+        ] {
+            if let Some(v) = v {
+                parts.push(format!("{key}={}", u8::from(v)));
+            }
+        }
+        if !self.mount.is_empty() {
+            parts.push(format!("mount={}", self.mount.join(";")));
+        }
+        parts.join(",")
+    }
+}
+
+/// One of `networks`: the container's `netN`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CtNic {
+    /// The interface's name inside the container (`eth0`).
+    pub name: String,
+    pub bridge: String,
+    pub vlan: Option<u16>,
+    pub firewall: Option<bool>,
+    /// `dhcp`, `manual` or an address with its prefix (`10.0.0.5/24`).
+    pub ip: Option<String>,
+    pub gateway: Option<String>,
+    /// `dhcp`, `auto`, `manual` or an address with its prefix.
+    pub ip6: Option<String>,
+    pub gateway6: Option<String>,
+    pub mtu: Option<u32>,
+    /// MB/s, as PVE writes it.
+    pub rate: Option<String>,
+    /// Kept once PVE generated one (`hwaddr`); set only when the spec names it.
+    pub mac: Option<String>,
+}
+
+/// One of `mountPoints`: a volume the container mounts (`mpN`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MountPoint {
+    /// `mp0`..`mp255`.
+    pub slot: String,
+    /// Where it is mounted in the container (`/srv/data`).
+    pub path: String,
+    pub storage: String,
+    pub size_bytes: u64,
+    pub backup: Option<bool>,
+    pub acl: Option<bool>,
+    pub quota: Option<bool>,
+    pub read_only: Option<bool>,
+}
+
+/// Where a container's root password comes from: a file, or a systemd credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PasswordSource {
+    File(String),
+    Credential(String),
+}
+
+/// What the common parts of the spec take from a container's fields.
+pub(super) struct Common {
+    pub vm_name: String,
+    pub cpu: u32,
+    pub memory_mib: u64,
+    pub disk_bytes: u64,
+    pub storage: String,
+    pub network: String,
+    pub image: Image,
+    pub image_pos: super::Pos,
+}
+
+/// Reads a container's own fields. `name`: the spec's (the default hostname); `adopting`:
+/// a consent to take over an existing container, so `template` may be absent.
+pub(super) fn container(
+    ctx: &mut Ctx,
+    fp: &Obj,
+    name: Option<&str>,
+    adopting: bool,
+) -> Option<(Common, Container)> {
+    let errors = ctx.error_count();
+    let hostname = match fp.get("hostname") {
+        Some(n) => string(ctx, n, "spec.forProvider.hostname", "dns-01").and_then(|s| {
+            ctx.check(n.pos, super::names::check_vm_name(s))
+                .map(|()| s.to_string())
+        }),
+        None => name.map(str::to_string),
+    };
+    let image = template(ctx, fp, adopting);
+    let cores = fp
+        .get("cores")
+        .map(|n| int_field(ctx, n, "spec.forProvider.cores", 1, MAX_CORES).map(|v| v as u32));
+    let memory = fp.get("memory").map(|n| {
+        size_field(
+            ctx,
+            n,
+            "spec.forProvider.memory",
+            MIB,
+            "MiB",
+            MIN_MEMORY_BYTES,
+            2 * TIB,
+        )
+        .map(|b| b / MIB)
+    });
+    let swap = fp.get("swap").map(|n| {
+        size_field(ctx, n, "spec.forProvider.swap", MIB, "MiB", 0, 2 * TIB).map(|b| b / MIB)
+    });
+    let rootfs = rootfs(ctx, fp);
+    let networks = fp.get("networks").map(|n| networks(ctx, n));
+    let mount_points = fp.get("mountPoints").map(|n| mount_points(ctx, n));
+    let destroy_volumes = destroy_volumes(ctx, fp, mount_points.as_ref().and_then(|m| m.as_ref()));
+    let ct = Container {
+        unprivileged: fp
+            .get("unprivileged")
+            .and_then(|n| bool_field(ctx, n, "unprivileged"))
+            .unwrap_or(true),
+        features: fp.get("features").and_then(|n| features(ctx, n)),
+        cpu_limit: fp.get("cpuLimit").and_then(|n| cpu_limit(ctx, n)),
+        cpu_units: fp
+            .get("cpuUnits")
+            .and_then(|n| int_field(ctx, n, "spec.forProvider.cpuUnits", 0, 500_000))
+            .map(|v| v as u32),
+        swap_mib: swap.flatten(),
+        networks: networks.flatten(),
+        mount_points: mount_points.flatten(),
+        destroy_volumes: destroy_volumes.unwrap_or_default(),
+        nameserver: fp.get("nameserver").and_then(|n| nameservers(ctx, n)),
+        searchdomain: fp.get("searchdomain").and_then(|n| {
+            let s = string(ctx, n, "spec.forProvider.searchdomain", "example.org")?;
+            ctx.check(n.pos, check_domain(s)).map(|()| s.to_string())
+        }),
+        timezone: fp.get("timezone").and_then(|n| timezone(ctx, n)),
+        console: fp
+            .get("console")
+            .and_then(|n| bool_field(ctx, n, "console")),
+        tty: fp
+            .get("tty")
+            .and_then(|n| int_field(ctx, n, "spec.forProvider.tty", 0, 6))
+            .map(|v| v as u32),
+        arch: fp.get("arch").and_then(|n| one_of(ctx, n, "arch", &ARCHES)),
+        os_type: fp
+            .get("osType")
+            .and_then(|n| one_of(ctx, n, "osType", &OS_TYPES)),
+        ssh_public_keys: fp
+            .get("sshPublicKeys")
+            .and_then(|n| ssh_keys(ctx, n))
+            .unwrap_or_default(),
+        password: fp.get("password").and_then(|n| password(ctx, n)),
+    };
+    if ctx.error_count() != errors {
+        return None;
+    }
+    let (storage, disk_bytes) = rootfs?;
+    let network = ct
+        .networks
+        .as_ref()
+        .and_then(|n| n.first())
+        .map_or_else(|| super::DEFAULT_NETWORK.to_string(), |n| n.bridge.clone());
+    let (image, image_pos) = image?;
+    let common = Common {
+        vm_name: hostname?,
+        cpu: cores.flatten().unwrap_or(DEFAULT_CORES),
+        memory_mib: memory.flatten().unwrap_or(DEFAULT_MEMORY_MIB),
+        disk_bytes,
+        storage,
+        network,
+        image,
+        image_pos,
+    };
+    Some((common, ct))
+}
+
+/// `template`: a `vztmpl` volume (`local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst`),
+/// the VMID of a CT template to clone, or a CT template's name.
+fn template(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, super::Pos)> {
+    if adopting && fp.get("template").is_none() {
+        return Some((Image::Existing, fp.pos));
+    }
+    let forms = "a vztmpl volume (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst), the \
+                 VMID of a CT template (e.g. 9100) or a CT template's name";
+    let n = fp.required(ctx, "template", forms)?;
+    let parsed = match &n.value {
+        Value::Int(i) => match u32::try_from(*i) {
+            Ok(vmid) if (MIN_VMID..=MAX_VMID).contains(&u64::from(vmid)) => {
+                Ok(Image::Template { vmid })
+            }
+            _ => Err(format!(
+                "template {i} is not a valid VMID: Proxmox VMIDs are 100..999999999"
+            )),
+        },
+        Value::Str(s) => parse_template(s, forms),
+        other => Err(format!(
+            "spec.forProvider.template must be {forms}; found {}",
+            other.describe()
+        )),
+    };
+    ctx.check(n.pos, parsed).map(|i| (i, n.pos))
+}
+
+fn parse_template(text: &str, forms: &str) -> Result<Image, String> {
+    match super::image::parse_image(text) {
+        Ok(Image::Volume { .. }) => Err(format!(
+            "template {text:?} is not in `vztmpl` content; a container is made from {forms}"
+        )),
+        Ok(other) => Ok(other),
+        Err(e) => {
+            // `parse_image` refuses vztmpl volumes (they hold no VM disk): they are exactly
+            // what a container is made from.
+            let Some((storage, volname)) = text.split_once(':') else {
+                return Err(e);
+            };
+            let archive = volname.strip_prefix("vztmpl/").ok_or_else(|| {
+                format!(
+                    "template {text:?} is not in `vztmpl` content; a container is made from {forms}"
+                )
+            })?;
+            check_storage(storage)?;
+            check_property_chars("template", text)?;
+            let ok_ext = [".tar.gz", ".tar.xz", ".tar.zst", ".tgz", ".tar"]
+                .iter()
+                .any(|ext| archive.ends_with(ext) && archive.len() > ext.len());
+            if !ok_ext || archive.contains('/') || archive.starts_with('.') {
+                return Err(format!(
+                    "template {text:?} is not a container template archive: expected \
+                     storage:vztmpl/NAME.tar.zst (or .tar.gz, .tar.xz), as `pveam list {storage}` \
+                     shows them"
+                ));
+            }
+            Ok(Image::Volume {
+                storage: storage.to_string(),
+                volume: text.to_string(),
+                kind: VolumeKind::Vztmpl,
+            })
+        }
+    }
+}
+
+/// `rootfs`: `{storage, size}` (defaults: `local-lvm`, 8Gi). Grow-only, like a VM's disk.
+fn rootfs(ctx: &mut Ctx, fp: &Obj) -> Option<(String, u64)> {
+    let Some(n) = fp.get("rootfs") else {
+        return Some((super::DEFAULT_STORAGE.to_string(), DEFAULT_ROOTFS_BYTES));
+    };
+    let obj = object(
+        ctx,
+        n,
+        "spec.forProvider.rootfs",
+        Some(&["storage", "size"]),
+    )?;
+    let storage = match obj.get("storage") {
+        None => Some(super::DEFAULT_STORAGE.to_string()),
+        Some(s) => string(ctx, s, "spec.forProvider.rootfs.storage", "local-lvm")
+            .and_then(|v| ctx.check(s.pos, check_storage(v)).map(|()| v.to_string())),
+    };
+    let size = match obj.get("size") {
+        None => Some(DEFAULT_ROOTFS_BYTES),
+        Some(s) => size_field(
+            ctx,
+            s,
+            "spec.forProvider.rootfs.size",
+            GIB,
+            "GiB",
+            GIB,
+            super::MAX_DISK_BYTES,
+        ),
+    };
+    Some((storage?, size?))
+}
+
+fn features(ctx: &mut Ctx, n: &Node) -> Option<Features> {
+    let path = "spec.forProvider.features";
+    let obj = object(ctx, n, path, Some(&["nesting", "keyctl", "fuse", "mount"]))?;
+    let mut f = Features {
+        nesting: obj
+            .get("nesting")
+            .and_then(|v| bool_field(ctx, v, "features.nesting")),
+        keyctl: obj
+            .get("keyctl")
+            .and_then(|v| bool_field(ctx, v, "features.keyctl")),
+        fuse: obj
+            .get("fuse")
+            .and_then(|v| bool_field(ctx, v, "features.fuse")),
+        mount: Vec::new(),
+    };
+    if let Some(m) = obj.get("mount") {
+        let types = string_list(ctx, m, &format!("{path}.mount"), MOUNT_TYPE_EXAMPLE, 16)?;
+        for (t, pos) in types {
+            let ok = !t.is_empty()
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                ctx.error(
+                    pos,
+                    format!(
+                        "{path}.mount {t:?} is not a file system type: letters, digits, '.', '_' \
+                         and '-' (e.g. nfs, cifs)"
+                    ),
+                );
+                return None;
+            }
+            f.mount.push(t);
+        }
+    }
+    Some(f)
+}
+
+/// `cpuLimit`: 0..8192 CPUs, fractions allowed (pve-container `cpulimit`).
+fn cpu_limit(ctx: &mut Ctx, n: &Node) -> Option<String> {
+    let path = "spec.forProvider.cpuLimit";
+    let value = match &n.value {
+        Value::Int(i) => Some(*i as f64),
+        Value::Float(f) => Some(*f),
+        Value::Str(s) => s.parse::<f64>().ok(),
+        _ => None,
+    };
+    match value {
+        Some(v) if (0.0..=8192.0).contains(&v) && v.is_finite() => {
+            // PVE keeps it as written; two decimals are as fine as a scheduler shares.
+            let text = format!("{:.2}", v);
+            let text = text.trim_end_matches('0').trim_end_matches('.').to_string();
+            Some(if text.is_empty() { "0".into() } else { text })
+        }
+        _ => {
+            ctx.error(
+                n.pos,
+                format!(
+                    "{path} must be a number of CPUs from 0 (no limit) to 8192, e.g. 1.5; found {}",
+                    n.value.describe()
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn one_of(ctx: &mut Ctx, n: &Node, field: &str, choices: &[&str]) -> Option<String> {
+    let pairs: Vec<(&str, &str)> = choices.iter().map(|c| (*c, *c)).collect();
+    enum_field(ctx, n, &format!("spec.forProvider.{field}"), &pairs).map(str::to_string)
+}
+
+fn networks(ctx: &mut Ctx, n: &Node) -> Option<Vec<CtNic>> {
+    let path = "spec.forProvider.networks";
+    let Value::Seq(items) = &n.value else {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list of NICs, e.g. [{{name: eth0, bridge: vmbr0, ip: dhcp}}]; found {}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    if items.is_empty() || items.len() > MAX_CT_NICS {
+        ctx.error(
+            n.pos,
+            format!("{path} has {} NICs; 1 to {MAX_CT_NICS}", items.len()),
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match nic(ctx, item, &format!("{path}[{i}]")) {
+            Some(nic) => {
+                if let Some(first) = out.iter().position(|o: &CtNic| o.name == nic.name) {
+                    ctx.error(
+                        item.pos,
+                        format!(
+                            "{path}[{i}].name {:?} is also the name of networks[{first}]; each \
+                             interface in the container needs its own name",
+                            nic.name
+                        ),
+                    );
+                    ok = false;
+                }
+                out.push(nic);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+const NIC_FIELDS: &[&str] = &[
+    "name", "bridge", "vlan", "firewall", "ip", "gateway", "ip6", "gateway6", "mtu", "rate", "mac",
+];
+
+fn nic(ctx: &mut Ctx, n: &Node, path: &str) -> Option<CtNic> {
+    let obj = object(ctx, n, path, Some(NIC_FIELDS))?;
+    let errors = ctx.error_count();
+    let name = obj.required(
+        ctx,
+        "name",
+        "the interface's name in the container, e.g. eth0",
+    );
+    let name = name.and_then(|v| {
+        let s = string(ctx, v, &format!("{path}.name"), "eth0")?;
+        ctx.check(v.pos, check_ifname(s)).map(|()| s.to_string())
+    });
+    let bridge = obj.required(ctx, "bridge", "e.g. vmbr0").and_then(|v| {
+        let s = string(ctx, v, &format!("{path}.bridge"), "vmbr0")?;
+        ctx.check(v.pos, check_bridge(s)).map(|()| s.to_string())
+    });
+    let text = |ctx: &mut Ctx, key: &str, check: fn(&str) -> Result<(), String>| {
+        obj.get(key).and_then(|v| {
+            let s = string(ctx, v, &format!("{path}.{key}"), "dhcp")?;
+            ctx.check(v.pos, check(s).map_err(|e| format!("{path}.{key}: {e}")))
+                .map(|()| s.to_string())
+        })
+    };
+    let mut nic = CtNic {
+        name: String::new(),
+        bridge: String::new(),
+        vlan: obj
+            .get("vlan")
+            .and_then(|v| int_field(ctx, v, &format!("{path}.vlan"), 1, 4094))
+            .map(|v| v as u16),
+        firewall: obj
+            .get("firewall")
+            .and_then(|v| bool_field(ctx, v, &format!("{path}.firewall"))),
+        ip: text(ctx, "ip", check_ip4),
+        gateway: text(ctx, "gateway", |s| {
+            s.parse::<Ipv4Addr>()
+                .map(|_| ())
+                .map_err(|_| format!("{s:?} is not an IPv4 address"))
+        }),
+        ip6: text(ctx, "ip6", check_ip6),
+        gateway6: text(ctx, "gateway6", |s| {
+            s.parse::<Ipv6Addr>()
+                .map(|_| ())
+                .map_err(|_| format!("{s:?} is not an IPv6 address"))
+        }),
+        mtu: obj
+            .get("mtu")
+            .and_then(|v| int_field(ctx, v, &format!("{path}.mtu"), 64, 65535))
+            .map(|v| v as u32),
+        rate: obj.get("rate").and_then(|v| {
+            let r = match &v.value {
+                Value::Int(i) if *i >= 0 => Some(i.to_string()),
+                Value::Float(f) if *f >= 0.0 && f.is_finite() => Some(f.to_string()),
+                _ => None,
+            };
+            if r.is_none() {
+                ctx.error(
+                    v.pos,
+                    format!(
+                        "{path}.rate must be a rate in MB/s, e.g. 12.5; found {}",
+                        v.value.describe()
+                    ),
+                );
+            }
+            r
+        }),
+        mac: obj.get("mac").and_then(|v| {
+            let s = string(ctx, v, &format!("{path}.mac"), "BC:24:11:00:00:01")?;
+            ctx.check(v.pos, super::networks::check_mac(s))
+        }),
+    };
+    if nic.gateway.is_some() && !nic.ip.as_deref().is_some_and(|ip| ip.contains('/')) {
+        ctx.error(
+            obj.get("gateway").map_or(obj.pos, |g| g.pos),
+            format!(
+                "{path}.gateway needs a static ip (an address with its prefix, e.g. 10.0.0.5/24)"
+            ),
+        );
+    }
+    if nic.gateway6.is_some() && !nic.ip6.as_deref().is_some_and(|ip| ip.contains('/')) {
+        ctx.error(
+            obj.get("gateway6").map_or(obj.pos, |g| g.pos),
+            format!("{path}.gateway6 needs a static ip6 (an address with its prefix)"),
+        );
+    }
+    if ctx.error_count() != errors {
+        return None;
+    }
+    nic.name = name?;
+    nic.bridge = bridge?;
+    Some(nic)
+}
+
+/// A network interface name as pve-container takes it (`[a-zA-Z0-9_.-]`, at most 15).
+fn check_ifname(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 15
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "interface name {s:?} is not valid: 1 to 15 letters, digits, '_', '.' or '-' (e.g. eth0)"
+        ))
+    }
+}
+
+fn check_ip4(s: &str) -> Result<(), String> {
+    if s == "dhcp" || s == "manual" {
+        return Ok(());
+    }
+    let ok = s.split_once('/').is_some_and(|(a, p)| {
+        a.parse::<Ipv4Addr>().is_ok() && p.parse::<u8>().is_ok_and(|p| p <= 32)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not dhcp, manual or an IPv4 address with its prefix (10.0.0.5/24)"
+        ))
+    }
+}
+
+fn check_ip6(s: &str) -> Result<(), String> {
+    if matches!(s, "dhcp" | "auto" | "manual") {
+        return Ok(());
+    }
+    let ok = s.split_once('/').is_some_and(|(a, p)| {
+        a.parse::<Ipv6Addr>().is_ok() && p.parse::<u8>().is_ok_and(|p| p <= 128)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not dhcp, auto, manual or an IPv6 address with its prefix (fd00::5/64)"
+        ))
+    }
+}
+
+fn nameservers(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
+    let list = string_list(ctx, n, "spec.forProvider.nameserver", "1.1.1.1", 3)?;
+    let mut out = Vec::new();
+    for (s, pos) in list {
+        if s.parse::<std::net::IpAddr>().is_err() {
+            ctx.error(
+                pos,
+                format!("spec.forProvider.nameserver {s:?} is not an IP address"),
+            );
+            return None;
+        }
+        out.push(s);
+    }
+    Some(out)
+}
+
+fn check_domain(s: &str) -> Result<(), String> {
+    super::names::check_vm_name(s).map_err(|_| {
+        format!("spec.forProvider.searchdomain {s:?} is not a DNS domain (e.g. example.org)")
+    })
+}
+
+/// `timezone`: `host`, or a zone name such as `Europe/Berlin` (pve-container takes the names
+/// of the zone database; the container's template must know it).
+fn timezone(ctx: &mut Ctx, n: &Node) -> Option<String> {
+    let s = string(ctx, n, "spec.forProvider.timezone", "Europe/Berlin")?;
+    let ok = s == "host"
+        || (!s.is_empty()
+            && s.len() <= 64
+            && !s.starts_with('/')
+            && !s.contains("..")
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+')));
+    if ok {
+        Some(s.to_string())
+    } else {
+        ctx.error(
+            n.pos,
+            format!("spec.forProvider.timezone {s:?} is not a time zone: host, or a name such as Europe/Berlin"),
+        );
+        None
+    }
+}
+
+fn ssh_keys(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
+    let list = string_list(
+        ctx,
+        n,
+        "spec.forProvider.sshPublicKeys",
+        "ssh-ed25519 AAAA... ops@example",
+        super::MAX_SSH_KEYS,
+    )?;
+    let mut out = Vec::new();
+    for (key, pos) in list {
+        let ok = key.starts_with("ssh-") || key.starts_with("ecdsa-") || key.starts_with("sk-");
+        if !ok || key.contains('\n') || key.split_whitespace().count() < 2 {
+            ctx.error(
+                pos,
+                "spec.forProvider.sshPublicKeys holds an entry that is not one OpenSSH public key \
+                 line (type, key and an optional comment, e.g. ssh-ed25519 AAAA... ops@example)",
+            );
+            return None;
+        }
+        out.push(key);
+    }
+    Some(out)
+}
+
+/// `password`: `{file: /etc/proxsync/ct-root}` or `{credential: ct-root}` (a systemd
+/// credential); never the password itself.
+fn password(ctx: &mut Ctx, n: &Node) -> Option<PasswordSource> {
+    let path = "spec.forProvider.password";
+    if let Value::Str(_) = n.value {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must not hold the password: a spec lives in git. Write {{file: \
+                 /etc/proxsync/ct-root-password}} or {{credential: ct-root-password}} (a systemd \
+                 credential)"
+            ),
+        );
+        return None;
+    }
+    let obj = object(ctx, n, path, Some(&["file", "credential"]))?;
+    match (obj.get("file"), obj.get("credential")) {
+        (Some(f), None) => {
+            let s = string(
+                ctx,
+                f,
+                &format!("{path}.file"),
+                "/etc/proxsync/ct-root-password",
+            )?;
+            if !s.starts_with('/') {
+                ctx.error(
+                    f.pos,
+                    format!("{path}.file must be an absolute path; found {s:?}"),
+                );
+                return None;
+            }
+            Some(PasswordSource::File(s.to_string()))
+        }
+        (None, Some(c)) => {
+            let s = string(ctx, c, &format!("{path}.credential"), "ct-root-password")?;
+            let ok = !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                && !s.starts_with('.');
+            if !ok {
+                ctx.error(
+                    c.pos,
+                    format!("{path}.credential {s:?} is not a credential name (letters, digits, '_', '-', '.')"),
+                );
+                return None;
+            }
+            Some(PasswordSource::Credential(s.to_string()))
+        }
+        _ => {
+            ctx.error(
+                n.pos,
+                format!("{path} needs exactly one of file or credential"),
+            );
+            None
+        }
+    }
+}
+
+fn mount_points(ctx: &mut Ctx, n: &Node) -> Option<Vec<MountPoint>> {
+    let path = "spec.forProvider.mountPoints";
+    let Value::Seq(items) = &n.value else {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} must be a list, e.g. [{{slot: mp0, path: /srv/data, storage: local-lvm, size: 10Gi}}]; found {}",
+                n.value.describe()
+            ),
+        );
+        return None;
+    };
+    if items.len() > MAX_MOUNT_POINTS {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} has {} entries; at most {MAX_MOUNT_POINTS}",
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let mut out: Vec<MountPoint> = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let Some(mp) = mount_point(ctx, item, &format!("{path}[{i}]")) else {
+            ok = false;
+            continue;
+        };
+        if out.iter().any(|o| o.slot == mp.slot) {
+            ctx.error(
+                item.pos,
+                format!("{path}[{i}].slot {} is listed twice", mp.slot),
+            );
+            ok = false;
+        }
+        if out.iter().any(|o| o.path == mp.path) {
+            ctx.error(
+                item.pos,
+                format!("{path}[{i}].path {} is mounted twice", mp.path),
+            );
+            ok = false;
+        }
+        out.push(mp);
+    }
+    ok.then_some(out)
+}
+
+const MOUNT_FIELDS: &[&str] = &[
+    "slot", "path", "storage", "size", "bind", "backup", "acl", "quota", "readOnly",
+];
+
+fn mount_point(ctx: &mut Ctx, n: &Node, path: &str) -> Option<MountPoint> {
+    let obj = object(ctx, n, path, Some(MOUNT_FIELDS))?;
+    let errors = ctx.error_count();
+    if let Some(b) = obj.get("bind") {
+        ctx.error(
+            b.pos,
+            format!(
+                "{path}.bind: a bind mount of a host path can only be set by root@pam itself; \
+                 PVE refuses it to every API token, proxsync's included (pve-container: \"Only \
+                 root can pass arbitrary filesystem paths.\"). Use a volume (storage and size), \
+                 or add the bind mount by hand with pct set and leave it out of the spec"
+            ),
+        );
+    }
+    let slot = obj.required(ctx, "slot", "mp0 to mp255").and_then(|v| {
+        let s = string(ctx, v, &format!("{path}.slot"), "mp0")?;
+        ctx.check(v.pos, check_mp_slot(s)).map(|()| s.to_string())
+    });
+    let mount_path = obj
+        .required(
+            ctx,
+            "path",
+            "where it is mounted in the container, e.g. /srv/data",
+        )
+        .and_then(|v| {
+            let s = string(ctx, v, &format!("{path}.path"), "/srv/data")?;
+            ctx.check(v.pos, check_mount_path(s))
+                .map(|()| s.to_string())
+        });
+    let storage = obj
+        .required(ctx, "storage", "e.g. local-lvm")
+        .and_then(|v| {
+            let s = string(ctx, v, &format!("{path}.storage"), "local-lvm")?;
+            ctx.check(v.pos, check_storage(s)).map(|()| s.to_string())
+        });
+    let size = obj.required(ctx, "size", "e.g. 10Gi").and_then(|v| {
+        size_field(
+            ctx,
+            v,
+            &format!("{path}.size"),
+            GIB,
+            "GiB",
+            GIB,
+            super::MAX_DISK_BYTES,
+        )
+    });
+    let flag = |ctx: &mut Ctx, key: &str| {
+        obj.get(key)
+            .and_then(|v| bool_field(ctx, v, &format!("{path}.{key}")))
+    };
+    let backup = flag(ctx, "backup");
+    let acl = flag(ctx, "acl");
+    let quota = flag(ctx, "quota");
+    let read_only = flag(ctx, "readOnly");
+    if ctx.error_count() != errors {
+        return None;
+    }
+    Some(MountPoint {
+        slot: slot?,
+        path: mount_path?,
+        storage: storage?,
+        size_bytes: size?,
+        backup,
+        acl,
+        quota,
+        read_only,
+    })
+}
+
+/// `mp0`..`mp255`.
+pub fn check_mp_slot(s: &str) -> Result<(), String> {
+    let ok = s.strip_prefix("mp").is_some_and(|n| {
+        !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && (n == "0" || !n.starts_with('0'))
+            && n.parse::<usize>().is_ok_and(|n| n < MAX_MOUNT_POINTS)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("mount point slot {s:?} is not mp0 to mp255"))
+    }
+}
+
+/// An absolute path without `..`, `,` or `=` (it goes into the property string as `mp=`).
+fn check_mount_path(s: &str) -> Result<(), String> {
+    let ok = s.starts_with('/')
+        && s != "/"
+        && s.len() <= 255
+        && !s.split('/').any(|part| part == "..")
+        && !s
+            .chars()
+            .any(|c| matches!(c, ',' | '=' | ';') || c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount path {s:?} must be an absolute path other than / without '..', ',', '=', ';' \
+             or white space (e.g. /srv/data)"
+        ))
+    }
+}
+
+/// `destroyVolumes`: slots (`mp1`) whose volume is destroyed, not kept as `unusedN`, once
+/// they leave `mountPoints`. A slot still listed there is refused (it would be both).
+fn destroy_volumes(
+    ctx: &mut Ctx,
+    fp: &Obj,
+    mounts: Option<&Vec<MountPoint>>,
+) -> Option<Vec<String>> {
+    let n = fp.get("destroyVolumes")?;
+    let path = "spec.forProvider.destroyVolumes";
+    let list = string_list(ctx, n, path, "mp1", MAX_MOUNT_POINTS)?;
+    let mut out = Vec::new();
+    for (s, pos) in list {
+        if s == "rootfs" {
+            ctx.error(pos, format!("{path}: rootfs is never destroyed; delete the container instead (deletionPolicy: Delete)"));
+            return None;
+        }
+        ctx.check(pos, check_mp_slot(&s))?;
+        if mounts.is_some_and(|m| m.iter().any(|mp| mp.slot == s)) {
+            ctx.error(
+                pos,
+                format!("{path} lists {s}, which mountPoints still mounts; remove it from mountPoints to destroy its volume"),
+            );
+            return None;
+        }
+        out.push(s);
+    }
+    Some(out)
+}
+
+/// The mapping `forProvider` of a container restricted to the hardware fields it shares with
+/// a VM, for `hardware::hardware`.
+pub(super) fn shared_hardware<'n>(fp: &Obj<'n>) -> Obj<'n> {
+    Obj {
+        path: fp.path.clone(),
+        pos: fp.pos,
+        entries: fp
+            .entries
+            .iter()
+            .filter(|(k, _, _)| SHARED_HARDWARE.contains(k))
+            .cloned()
+            .collect(),
+    }
+}
