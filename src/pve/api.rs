@@ -1085,6 +1085,25 @@ impl Client {
         node: &str,
         vmid: u32,
     ) -> Result<Vec<AgentInterface>, Error> {
+        self.guest_interfaces(node, crate::guest::GuestKind::Qemu, vmid)
+            .await
+    }
+
+    /// A guest's interfaces and addresses: a VM's from its guest agent
+    /// (`.../agent/network-get-interfaces`, `{result: [...]}`), a container's from
+    /// `.../lxc/{vmid}/interfaces` (the same `name` and `ip-addresses` per interface, a list;
+    /// `null` for a stopped container).
+    pub async fn guest_interfaces(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<AgentInterface>, Error> {
+        if kind == GuestKind::Lxc {
+            let path = format!("/nodes/{}/lxc/{vmid}/interfaces", seg(node)?);
+            let listed: Option<Vec<AgentInterface>> = self.get(&path, &[]).await?;
+            return Ok(listed.unwrap_or_default());
+        }
         #[derive(serde::Deserialize)]
         struct Answer {
             #[serde(default)]

@@ -30,7 +30,7 @@ fn container(spec: &Spec) -> Result<&Container, PveError> {
 
 /// A size in GiB as pve-container's `storage:size` takes it (`8`, `0.5`).
 fn gib(bytes: u64) -> String {
-    if bytes % GIB == 0 {
+    if bytes.is_multiple_of(GIB) {
         (bytes / GIB).to_string()
     } else {
         let v = format!("{:.3}", bytes as f64 / GIB as f64);
@@ -41,7 +41,11 @@ fn gib(bytes: u64) -> String {
 /// The options of a new container besides its template, storage and secrets: hostname,
 /// resources, root filesystem, NICs, mount points, DNS, features and the shared hardware
 /// fields, as converge would set them on an empty config.
-pub fn create_params(spec: &Spec, description: String, tags: &[String]) -> Result<VmParams, PveError> {
+pub fn create_params(
+    spec: &Spec,
+    description: String,
+    tags: &[String],
+) -> Result<VmParams, PveError> {
     let ct = container(spec)?;
     let empty = |_: &str| None;
     let mut out = own_changes(spec, ct, &empty)?;
@@ -206,15 +210,12 @@ fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes,
     if let Some(features) = &ct.features {
         let want = features.property_string();
         if !same_props(current("features").as_deref().unwrap_or(""), &want) {
-            let flags: Vec<(&str, bool)> = [
-                ("fuse", features.fuse),
-                ("keyctl", features.keyctl),
-                ("nesting", features.nesting),
-            ]
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, v?)))
-            .collect();
-            out.set("features", |p| p.features(&flags, &features.mount))?;
+            let flags: Vec<(&str, bool)> = features
+                .nesting
+                .map(|n| ("nesting", n))
+                .into_iter()
+                .collect();
+            out.set("features", |p| p.features(&flags, &[]))?;
         }
     }
     Ok(out)
@@ -277,7 +278,10 @@ fn networks(nics: &[CtNic], current: Current, out: &mut Changes) -> Result<(), P
         let now = current(&slot);
         let parts = nic_parts(nic, now.as_deref());
         let want: Vec<String> = parts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if !now.as_deref().is_some_and(|n| same_props(n, &want.join(","))) {
+        if !now
+            .as_deref()
+            .is_some_and(|n| same_props(n, &want.join(",")))
+        {
             out.set("networks", |p| p.property(&slot, None, &parts))?;
         }
     }
@@ -303,10 +307,8 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> Vec<(&'static str, String)> {
             .find_map(|p| p.strip_prefix("hwaddr="))
             .map(str::to_string)
     });
-    let mut parts: Vec<(&'static str, String)> = vec![
-        ("name", nic.name.clone()),
-        ("bridge", nic.bridge.clone()),
-    ];
+    let mut parts: Vec<(&'static str, String)> =
+        vec![("name", nic.name.clone()), ("bridge", nic.bridge.clone())];
     if let Some(mac) = nic.mac.clone().or(now_mac) {
         parts.push(("hwaddr", mac));
     }
@@ -342,7 +344,11 @@ pub fn rootfs_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<u
 
 /// The mount points smaller than the spec's size: (slot, size now).
 pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
-    let Some(mps) = spec.container.as_deref().and_then(|c| c.mount_points.as_ref()) else {
+    let Some(mps) = spec
+        .container
+        .as_deref()
+        .and_then(|c| c.mount_points.as_ref())
+    else {
         return Vec::new();
     };
     mps.iter()
@@ -360,13 +366,20 @@ pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
 /// The mount points in the config that `mountPoints` no longer lists (only when it is
 /// managed): each is detached (PVE keeps its volume as `unusedN`).
 pub fn mount_points_removed(spec: &Spec, cfg: &VmConfig) -> Vec<String> {
-    let Some(mps) = spec.container.as_deref().and_then(|c| c.mount_points.as_ref()) else {
+    let Some(mps) = spec
+        .container
+        .as_deref()
+        .and_then(|c| c.mount_points.as_ref())
+    else {
         return Vec::new();
     };
     cfg.values
         .keys()
         .map(String::as_str)
-        .filter(|k| k.strip_prefix("mp").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|k| {
+            k.strip_prefix("mp")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .filter(|k| !mps.iter().any(|mp| mp.slot == *k))
         .map(str::to_string)
         .collect()
@@ -449,7 +462,10 @@ mod tests {
                 ("cores", "2"),
                 ("memory", "1024"),
                 ("swap", "512"),
-                ("net0", "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth",
+                ),
             ],
         );
         assert!(c.changed.is_empty(), "{:?}", c.changed);
@@ -462,7 +478,10 @@ mod tests {
             &spec,
             &[
                 ("cores", "1"),
-                ("net0", "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth",
+                ),
                 ("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth"),
             ],
         );
@@ -472,7 +491,10 @@ mod tests {
         );
         let map = cfg(&[("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth")]);
         let current = |k: &str| map.get(k).cloned();
-        assert_eq!(nics_removed(spec.container.as_deref().unwrap(), &current), vec!["net1"]);
+        assert_eq!(
+            nics_removed(spec.container.as_deref().unwrap(), &current),
+            vec!["net1"]
+        );
     }
 
     #[test]
