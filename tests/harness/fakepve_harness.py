@@ -121,6 +121,8 @@ Scenario key `pools`: pool ids that exist.
         A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
         `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
         template true).
+    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0)
+        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds.
     ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
         A container's dump (config, pending, status, lock); every container; a person's change.
     add_vm_before(method, suffix, vmid, **add_vm args)
@@ -2223,6 +2225,14 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0):
+        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs)."""
+        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs)]
+        if any(v < 0 for v in values):
+            raise BadArgs('times must not be negative')
+        for key, value in zip(('create', 'clone', 'destroy', 'migrate'), values):
+            self.pve.ct_secs[key] = value
 
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""

@@ -582,6 +582,21 @@ impl FakePve {
         );
     }
 
+    /// A container's `vzcreate`, `vzclone`, `vzdestroy` and `vzmigrate` take these PVE seconds.
+    pub fn ct_timing(
+        &mut self,
+        create_secs: f64,
+        clone_secs: f64,
+        destroy_secs: f64,
+        migrate_secs: f64,
+    ) {
+        self.must(
+            "ct_timing",
+            json!({"create_secs": create_secs, "clone_secs": clone_secs,
+                   "destroy_secs": destroy_secs, "migrate_secs": migrate_secs}),
+        );
+    }
+
     /// VMs made by a create or clone from now on take `start_secs` PVE seconds to start (as a
     /// real guest's start takes about a second).
     pub fn new_vm_timing(&mut self, start_secs: f64) {
