@@ -2035,3 +2035,61 @@ async fn a_consent_is_checked_against_the_config_read_right_before_the_write() {
     };
     assert_eq!(e.category, Category::PermissionDenied, "{}", e.message);
 }
+
+/// The container spec `web-01` made from a `vztmpl` archive on pve1 (a `vzcreate`).
+fn ct_world() -> World {
+    let mut w = World::new("");
+    let archive = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+    w.pve().add_volume("local", archive, "vztmpl");
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {archive}\n"
+    );
+    let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    w.spec = specs.remove(0);
+    w
+}
+
+/// pve-container writes a new container's whole config, marker included and without its
+/// `create` lock, partway through the `vzcreate`: a create whose answer was lost, found that
+/// way while its task still runs, is waited for by that task, never taken as made (and
+/// converged, or started, half made) and never made again.
+#[tokio::test(start_paused = true)]
+async fn a_container_written_unlocked_by_its_running_create_is_waited_for() {
+    let w = ct_world();
+    w.pve().set_task_end(TaskEnd::Held);
+    w.pve().fault("create_ct", Fault::LoseAnswer);
+    assert!(matches!(w.run(w.create()).await, Outcome::Failed(_)));
+    let (vmid, upid) = w.intent();
+    assert_eq!(upid, None);
+    let running = w.pve().running_tasks();
+    assert!(
+        running[0].contains(&format!(":vzcreate:{vmid}:")),
+        "{running:?}"
+    );
+    // The config as pve-container writes it mid-task: the marker the request carried, no lock.
+    let marker = crate::ownership::Marker::signed(&w.key, "main", "web-01", &w.record().uid, vmid);
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.remove("lock");
+        vm.config.insert("description".into(), marker.description());
+        vm.config.insert("hostname".into(), "web-01".into());
+    });
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(
+        outcome,
+        Outcome::StillRunning {
+            upid: running[0].clone()
+        }
+    );
+    assert_eq!(w.intent(), (vmid, Some(running[0].clone())));
+    assert_eq!(w.pve().count("create_ct"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("start_vm"), 0, "{:?}", w.pve().calls());
+    // Once the task ended, the container is the spec's: recorded, converged and started.
+    w.pve().end_task(&running[0], "OK");
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
+    assert!(w.pve().vm(vmid).is_some_and(|vm| vm.running));
+    assert_eq!(w.pve().count("create_ct"), 1);
+}
