@@ -58,7 +58,8 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             let from = spec(name)
                 .map(|s| format!(" from {}", image_text(&s.image)))
                 .unwrap_or_default();
-            format!("+ create  {name}: new VM on {site}/{node}{from}")
+            let noun = spec(name).map_or("VM", |s| s.kind.noun());
+            format!("+ create  {name}: new {noun} on {site}/{node}{from}")
         }
         Action::ResumeCreate {
             spec,

@@ -52,6 +52,7 @@ pub const FIELDS: &[&str] = &[
     "shutdownTimeout",
     "forceStopAfter",
     "allowRecreateOnSiteChange",
+    "ha",
 ];
 
 /// The hardware fields a container shares with a VM.
@@ -209,6 +210,14 @@ pub(super) fn container(
     adopting: bool,
 ) -> Option<(Common, Container)> {
     let errors = ctx.error_count();
+    if let Some(at) = fp.key_pos("ha") {
+        ctx.error(
+            at,
+            "spec.forProvider.ha is not managed for containers yet: proxsync keeps the HA \
+             resources of VMs (vm:N) only. Make the container an HA resource by hand \
+             (ha-manager add ct:VMID) and leave ha out of its spec",
+        );
+    }
     let hostname = match fp.get("hostname") {
         Some(n) => string(ctx, n, "spec.forProvider.hostname", "dns-01").and_then(|s| {
             ctx.check(n.pos, super::names::check_vm_name(s))
