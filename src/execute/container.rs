@@ -6,18 +6,20 @@
 //! (the intent before the create, the task waits, the marker read again before each change,
 //! power, reboots, removal) is the VM's code, addressed by [`crate::guest::GuestKind`].
 
+use crate::category::Category;
+use crate::gate::volume::{self as gate, SlotHolds};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_size;
 use crate::pve::{CloneRequest, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::container::PasswordSource;
 use crate::spec::{PowerState, Spec};
-use crate::store::{SpecRecord, VmState};
+use crate::store::{DestroyState, SpecRecord, VmState};
 
 use super::identity::{desired_tags, marker};
 use super::preflight::Source;
 use super::reboot::{pending_keys, reboot_if_due};
 use super::vm::{check_lock, power_off, protection_of, read_own_config, settle_ha};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, protected, site, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, protected, site, wait};
 
 /// The create or clone request of a new container; the intent is durable before it is sent
 /// (`create::create`). Its identity (hostname and marker; tags where PVE takes them) travels
@@ -126,6 +128,9 @@ pub(super) async fn converge(
         &pending,
     )
     .map_err(ActionError::from)?;
+    // `destroyVolumes`: each slot's destroy bound, durably, to the volume it holds before the
+    // detach below moves it to `unusedN`.
+    bind_volume_destroys(ctx, vmid, spec, rec, &cfg)?;
     // A mount point leaving `mountPoints` is detached (its volume kept as `unusedN`), under
     // the gate's permit; a protected container keeps it (PVE would refuse the whole update).
     let protection = protection_of(spec, &cfg);
@@ -148,6 +153,9 @@ pub(super) async fn converge(
     }
     rec.applied_tags = spec.tags.clone();
     rec.applied_protection = spec.hardware.protection;
+    if destroy_detached(ctx, client, &ours, vm, spec, rec, protection, &mut held).await? {
+        changed.push("volumes destroyed");
+    }
     if let Some(pool) = &spec.hardware.pool
         && !client.pool_vmids(pool).await?.contains(&vmid)
     {
@@ -271,4 +279,170 @@ async fn grow(
         }
     }
     Ok(None)
+}
+
+/// The volume a container's mount point value names (`local-lvm:vm-101-disk-1,mp=/srv`), or
+/// what it is when proxsync never destroys it (a bind mount of a host path, a device).
+fn mount_volume(value: &str) -> SlotHolds<'_> {
+    let volume = value.split(',').next().unwrap_or_default();
+    if volume.starts_with('/') {
+        SlotHolds::Kept("bind or device mount")
+    } else if volume.contains(':') {
+        SlotHolds::Disk(volume)
+    } else {
+        SlotHolds::Nothing
+    }
+}
+
+/// The `unusedN` entry holding `volume`, if any.
+fn unused_holding<'c>(cfg: &'c VmConfig, volume: &str) -> Option<&'c str> {
+    cfg.values
+        .iter()
+        .find(|(k, v)| k.starts_with("unused") && v.split(',').next() == Some(volume))
+        .map(|(k, _)| k.as_str())
+}
+
+/// `destroyVolumes`, first step: each listed slot's destroy bound to the volume it holds when
+/// first applied (the gate's [`gate::destroy`]: a slot listed before the record followed the
+/// container is bound to nothing and never destroyed), recorded before anything is detached.
+/// A slot detached already holds its bound volume in an `unusedN` entry.
+fn bind_volume_destroys(
+    ctx: &ExecCtx<impl Pve>,
+    vmid: u32,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+) -> Result<(), ActionError> {
+    let slots: Vec<String> = spec
+        .container
+        .as_ref()
+        .map(|c| c.destroy_volumes.clone())
+        .unwrap_or_default();
+    let followed = rec.destroy_disks_vmid == Some(vmid);
+    if let Some(v) = rec.volumes.as_mut() {
+        v.destroys.retain(|d| followed && slots.contains(&d.slot));
+    }
+    let now = ctx.clock.now_ms();
+    let mut newly_bound = false;
+    for slot in &slots {
+        let bound_volume = rec
+            .disk_destroy(slot)
+            .filter(|b| b.state == DestroyState::Bound)
+            .and_then(|b| b.volume.clone());
+        let holds = match cfg.get(slot) {
+            Some(value) => mount_volume(value),
+            None => match bound_volume.as_deref() {
+                Some(v) if unused_holding(cfg, v).is_some() => SlotHolds::Disk(v),
+                _ => SlotHolds::Nothing,
+            },
+        };
+        let before = rec.disk_destroy(slot).cloned();
+        let step =
+            gate::destroy(vmid, slot, holds, before.as_ref(), followed, now).map_err(|why| {
+                fail(
+                    Category::ConfigurationError,
+                    why.replace("destroyDisks", "destroyVolumes"),
+                )
+            })?;
+        if let Some(note) = &step.note {
+            let note = note.replace("destroyDisks", "destroyVolumes");
+            tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
+            rec.note(now, "destroyVolumes", &note);
+        }
+        newly_bound |= step.binding.state == DestroyState::Bound
+            && before
+                .as_ref()
+                .is_none_or(|b| b.state != DestroyState::Bound);
+        let destroys = &mut rec.volumes_mut().destroys;
+        destroys.retain(|d| &d.slot != slot);
+        destroys.push(step.binding);
+    }
+    rec.destroy_disks_vmid = Some(vmid);
+    rec.tidy_volumes();
+    if newly_bound {
+        // Durable before the detach that follows: a crash after it resolves by what the slot
+        // (or its `unusedN` entry) holds then.
+        ctx.store.put(&spec.name, rec)?;
+    }
+    Ok(())
+}
+
+/// `destroyVolumes`, second step: each bound volume found detached (in an `unusedN` entry of
+/// a config read now) is freed, under the gate's permit bound to it, in one update sent with
+/// that read's digest. A running container's detach waits for its next start; its volume is
+/// freed by the converge after it. `true` when a volume was freed.
+#[allow(clippy::too_many_arguments)]
+async fn destroy_detached(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    ours: &crate::gate::identity::VerifiedMarker,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    protection: crate::gate::volume::Protection,
+    held: &mut Vec<String>,
+) -> Result<bool, ActionError> {
+    let bound: Vec<(String, String)> = rec
+        .volumes
+        .iter()
+        .flat_map(|v| v.destroys.iter())
+        .filter(|d| d.state == DestroyState::Bound)
+        .filter_map(|d| Some((d.slot.clone(), d.volume.clone()?)))
+        .collect();
+    if bound.is_empty() {
+        return Ok(false);
+    }
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let now_cfg = client.vm_config(node, kind, vmid).await?;
+    let mut params = crate::pve::VmParams::default();
+    let mut freed = Vec::new();
+    for (slot, volume) in &bound {
+        let Some(unused) = unused_holding(&now_cfg, volume) else {
+            continue;
+        };
+        match gate::destroy_unused(
+            ours,
+            slot,
+            unused,
+            volume,
+            rec.disk_destroy(slot),
+            protection,
+        ) {
+            Ok(permit) => {
+                params = params.destroy_unused(&permit)?;
+                freed.push((slot.clone(), volume.clone()));
+            }
+            Err(_) if protection.on => held.push(slot.clone()),
+            Err(why) => return Err(fail(Category::Conflict, why)),
+        }
+    }
+    if freed.is_empty() {
+        return Ok(false);
+    }
+    tracing::warn!(spec = %spec.name, vmid, volumes = ?freed, "destroying detached volumes (destroyVolumes)");
+    client
+        .set_config(node, kind, vmid, &params, now_cfg.digest())
+        .await?;
+    let now = ctx.clock.now_ms();
+    for (slot, volume) in &freed {
+        if let Some(d) = rec
+            .volumes
+            .as_mut()
+            .and_then(|v| v.destroys.iter_mut().find(|d| &d.slot == slot))
+        {
+            d.state = DestroyState::Destroyed;
+            d.at_ms = now;
+        }
+        rec.note(
+            now,
+            "volume destroyed",
+            &format!(
+                "{slot} ({volume}) destroyed as destroyVolumes asks; its data is gone. \
+                 destroyVolumes never applies to {slot} again: a volume put there later is kept"
+            ),
+        );
+    }
+    Ok(true)
 }

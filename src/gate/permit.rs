@@ -483,7 +483,13 @@ mod tests {
         let marker = signed("main", "web", "u1", 100);
         for (values, what) in [
             (vec![("delete", "scsi1")], "detaching drive scsi1"),
-            (vec![("delete", "cores;unused0")], "detaching drive unused0"),
+            // Deleting an unusedN entry frees its volume: a destroy, with or without force.
+            (
+                vec![("delete", "cores;unused0")],
+                "destroying drive unused0",
+            ),
+            // A container's mount point holds a volume as a drive does.
+            (vec![("delete", "mp1")], "detaching drive mp1"),
             (
                 vec![("delete", "scsi1"), ("force", "1")],
                 "destroying drive scsi1",

@@ -391,6 +391,38 @@ pub fn destroy_drive(
     Ok(Permit::new(vm.site(), vmid, act))
 }
 
+/// The permit to destroy a container's volume that `destroyVolumes` names by its mount point
+/// `slot`, once detached to `unused` (pve-container frees a volume when its `unusedN` entry
+/// is deleted; a mount point cannot be destroyed in place): only the volume the slot's
+/// destroy is bound to ([`destroy`], recorded before the detach), found in `unused` now; not
+/// on a protected container.
+pub fn destroy_unused(
+    vm: &VerifiedMarker,
+    slot: &str,
+    unused: &str,
+    holds: &str,
+    binding: Option<&DiskDestroy>,
+    protection: Protection,
+) -> Result<Permit, String> {
+    own(vm)?;
+    let vmid = vm.vmid();
+    let bound = binding.is_some_and(|b| {
+        b.slot == slot && b.state == DestroyState::Bound && b.volume.as_deref() == Some(holds)
+    });
+    if !bound || !unused.starts_with("unused") {
+        return Err(format!(
+            "{unused} of container {vmid} holds {holds}, which no recorded destroy of {slot} is \
+             bound to: {holds} is kept"
+        ));
+    }
+    drive_removal(vmid, protection, &[], &[slot.to_string()])?;
+    let act = Act::Destroy {
+        slot: unused.to_string(),
+        volume: holds.to_string(),
+    };
+    Ok(Permit::new(vm.site(), vmid, act))
+}
+
 /// The permit to attach the seed image `volid` to VM `vm` in `slot`: a seed of the VM's install
 /// and spec ([`crate::cloudinit::is_seed_of`]), listed by the storage as proxsync uploaded it
 /// ([`seed_on_storage`]). `Err`: upload it (again) first.
@@ -810,6 +842,37 @@ mod tests {
         let slots = vec!["scsi2".to_string()];
         assert!(detach(&vm, OFF, &slots).is_ok());
         assert!(detach(&vm, on, &slots).is_err());
+    }
+
+    /// `destroyVolumes`: a container's mount point is freed from the `unusedN` entry it was
+    /// detached to, only the volume its destroy is bound to.
+    #[test]
+    fn a_containers_volume_is_freed_from_unused_only_as_bound() {
+        let vm = ours("data-01", 101);
+        let mut b = bound(DestroyState::Bound, Some(V), None);
+        b.slot = "mp1".into();
+        let p = destroy_unused(&vm, "mp1", "unused0", V, Some(&b), OFF).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::Destroy {
+                slot: "unused0".into(),
+                volume: V.into()
+            }
+        );
+        // Another volume in the entry, a destroy done or never bound, another slot's binding,
+        // an entry that is no unusedN, a protected container: no permit.
+        assert!(destroy_unused(&vm, "mp1", "unused0", W, Some(&b), OFF).is_err());
+        let mut done = b.clone();
+        done.state = DestroyState::Destroyed;
+        assert!(destroy_unused(&vm, "mp1", "unused0", V, Some(&done), OFF).is_err());
+        assert!(destroy_unused(&vm, "mp1", "unused0", V, None, OFF).is_err());
+        assert!(destroy_unused(&vm, "mp2", "unused0", V, Some(&b), OFF).is_err());
+        assert!(destroy_unused(&vm, "mp1", "mp1", V, Some(&b), OFF).is_err());
+        let on = Protection {
+            on: true,
+            managed: None,
+        };
+        assert!(destroy_unused(&vm, "mp1", "unused0", V, Some(&b), on).is_err());
     }
 
     #[test]

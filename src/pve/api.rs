@@ -404,6 +404,18 @@ impl VmParams {
         Ok(self.add_deletes(&[slot]).set("force", "1").granted(permit))
     }
 
+    /// Frees the volume of an `unusedN` entry `permit` allows (`gate::volume::destroy_unused`):
+    /// `delete=unusedN`, which destroys the volume.
+    pub fn destroy_unused(self, permit: &Permit) -> Result<Self, Error> {
+        let Act::Destroy { slot, .. } = permit.act() else {
+            return Err(not_allowed("a destroy", permit));
+        };
+        if !slot.starts_with("unused") {
+            return Err(not_allowed("freeing an unused volume", permit));
+        }
+        Ok(self.add_deletes(&[slot]).granted(permit))
+    }
+
     /// Writes `description`, whose marker line is the one `permit` allows (a re-signing, a
     /// re-label, a hand-over or a take-over).
     pub fn marker(self, permit: &Permit, description: String) -> Result<Self, Error> {

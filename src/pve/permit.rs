@@ -211,7 +211,11 @@ fn edits<'a>(values: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Edit> 
         match *key {
             "delete" => {
                 for k in split_list(value) {
-                    if holds_volume(k) {
+                    // Deleting an `unusedN` entry frees its volume, with or without `force`
+                    // (qemu-server and pve-container alike): always a destroy.
+                    if k.starts_with("unused") && holds_volume(k) {
+                        out.push(Edit::Destroy(k.to_string()));
+                    } else if holds_volume(k) {
                         out.push(if force {
                             Edit::Destroy(k.to_string())
                         } else {

@@ -201,6 +201,8 @@ pub(super) struct Common {
     pub image_pos: super::Pos,
 }
 
+// Long because: every field of a container read in the order written, each error reported,
+// then the parts the spec's common fields take.
 /// Reads a container's own fields. `name`: the spec's (the default hostname); `adopting`:
 /// a consent to take over an existing container, so `template` may be absent.
 pub(super) fn container(
@@ -967,6 +969,16 @@ fn destroy_volumes(
 ) -> Option<Vec<String>> {
     let n = fp.get("destroyVolumes")?;
     let path = "spec.forProvider.destroyVolumes";
+    if mounts.is_none() {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} needs mountPoints: a slot leaves mountPoints to be destroyed, and without \
+                 mountPoints proxsync does not manage the container's mount points at all"
+            ),
+        );
+        return None;
+    }
     let list = string_list(ctx, n, path, "mp1", MAX_MOUNT_POINTS)?;
     let mut out = Vec::new();
     for (s, pos) in list {

@@ -745,6 +745,11 @@ impl FakePve {
         serde_json::from_value(self.must("vms", json!({}))).expect("a list")
     }
 
+    /// Every storage with its options and volumes, as the harness's `storages` shows them.
+    pub fn storages(&mut self) -> Value {
+        self.must("storages", json!({}))
+    }
+
     /// One container: `{vmid, name (its hostname), node, status, template, lock, pool, config,
     /// pending, ha_state}`.
     pub fn ct(&mut self, vmid: u32) -> Value {

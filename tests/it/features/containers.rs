@@ -281,3 +281,87 @@ fn a_container_moves_to_another_node_with_a_restart_migration() {
         "{ct}"
     );
 }
+
+/// Whether any container's config still names `volume` (in a mount point or an `unusedN`
+/// entry): fakepve's storage lists a container's volumes from the configs (pve-storage's
+/// `vdisk_list` names them by owner), so a volume no config names has been freed.
+fn still_held(pve: &mut FakePve, volume: &str) -> bool {
+    pve.cts().iter().any(|ct| {
+        ct["config"].as_object().is_some_and(|cfg| {
+            cfg.values().any(|v| {
+                v.as_str()
+                    .is_some_and(|v| v.split(',').next() == Some(volume))
+            })
+        })
+    })
+}
+
+#[test]
+fn destroy_volumes_frees_only_the_volume_its_slot_held_and_a_removed_mount_point_is_kept() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let keep = ("keep.yaml", ct_spec("keep-02", ""));
+    let mounts = "    powerState: stopped\n    mountPoints:\n      \
+                  - {slot: mp0, path: /srv/a, storage: local-lvm, size: 1Gi}\n      \
+                  - {slot: mp1, path: /srv/b, storage: local-lvm, size: 1Gi}\n";
+    ws.commit_specs(&[("data.yaml", ct_spec("data-01", mounts)), keep.clone()]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "data-01").expect("data-01");
+    let volume_of = |ct: &Value, slot: &str| {
+        config_str(ct, slot)
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (mp0, mp1) = (volume_of(&ct, "mp0"), volume_of(&ct, "mp1"));
+    assert!(mp0.contains(':') && mp1.contains(':'), "{ct}");
+    assert!(still_held(&mut pve, &mp1));
+
+    // Both leave mountPoints; only mp1 is listed in destroyVolumes: mp0's volume is kept as
+    // unusedN, mp1's is freed.
+    let gone = "    powerState: stopped\n    mountPoints: []\n    destroyVolumes: [mp1]\n";
+    ws.commit_specs(&[("data.yaml", ct_spec("data-01", gone)), keep.clone()]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    let unused: Vec<String> = ct["config"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("unused"))
+        .map(|(_, v)| v.as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(unused, vec![mp0.clone()], "{ct}");
+    assert!(config_str(&ct, "mp1").is_empty(), "{ct}");
+    assert!(!still_held(&mut pve, &mp1), "mp1's volume freed");
+    assert!(still_held(&mut pve, &mp0), "mp0's volume kept");
+    let history = ws.status("data-01").to_string();
+    assert!(
+        history.contains("destroyed as destroyVolumes asks"),
+        "{history}"
+    );
+
+    // A volume a person attaches in mp1 afterwards (the slot still listed) is never
+    // destroyed: the destroy was bound to the volume it freed, once. Out of mountPoints, it is
+    // detached and kept.
+    let by_hand = "local-lvm:vm-100-disk-9";
+    pve.set_ct(
+        vmid,
+        json!({"config": {"mp1": format!("{by_hand},mp=/srv/b,size=1G")}}),
+    );
+    // (A change by hand shows in no listing; a change of the spec makes the converge look.)
+    let tagged = format!("{gone}    tags: [data]\n");
+    ws.commit_specs(&[("data.yaml", ct_spec("data-01", &tagged)), keep]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        still_held(&mut pve, by_hand),
+        "the later volume is kept: {out}"
+    );
+    let ct = pve.ct(vmid);
+    assert!(config_str(&ct, "mp1").is_empty(), "detached: {ct}");
+    let history = ws.status("data-01").to_string();
+    assert!(history.contains("no longer applies to mp1"), "{history}");
+}

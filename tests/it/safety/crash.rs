@@ -105,10 +105,10 @@ fn specs(names: &[String], extra: &str) -> Vec<(String, String)> {
                 (_, "pve1") => "9000".to_string(),
                 _ => TEMPLATE2.to_string(),
             };
-            let mut text = match i {
-                1 => ct_spec(n, node, VZTMPL, extra),
-                4 => ct_spec(n, node, &CT_TEMPLATE.to_string(), extra),
-                _ => spec(n, node, &image, extra),
+            let mut text = match CONTAINERS.iter().position(|c| *c == i) {
+                Some(0) => ct_spec(n, node, VZTMPL, extra),
+                Some(_) => ct_spec(n, node, &CT_TEMPLATE.to_string(), extra),
+                None => spec(n, node, &image, extra),
             };
             if let Some((_, on)) = CHAIN.iter().find(|(d, _)| *d == i) {
                 let deps = format!("spec:\n  dependsOn: [{}]\n", names[*on]);
