@@ -365,3 +365,68 @@ fn destroy_volumes_frees_only_the_volume_its_slot_held_and_a_removed_mount_point
     let history = ws.status("data-01").to_string();
     assert!(history.contains("no longer applies to mp1"), "{history}");
 }
+
+/// Runs twice, past a 1 s orphan grace period in between.
+fn run_past_grace(ws: &Workspace) -> String {
+    let (_, first) = ws.run_once();
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    let (_, second) = ws.run_once();
+    format!("{first}\n---\n{second}")
+}
+
+/// After a lost database, a container whose spec is gone is an orphan: reported, and deleted
+/// (stopped, past the grace period) on the container's own path; a container carrying a typed
+/// marker that does not verify is never deleted; an empty commit deletes nothing at all.
+#[test]
+fn orphaned_containers_pass_the_valves_and_a_forged_marker_deletes_nothing() {
+    let mut pve = scenario().start();
+    let ws = Workspace::with_extra(
+        &pve,
+        "[reconcile]\norphans = \"delete-stopped\"\norphan_grace = \"1s\"\n",
+    );
+    let stopped = "    powerState: stopped\n";
+    let files = |names: &[&str]| -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| (format!("{n}.yaml"), ct_spec(n, stopped)))
+            .collect()
+    };
+    let commit = |names: &[&str]| {
+        let f = files(names);
+        let refs: Vec<(&str, String)> = f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        ws.commit_specs(&refs);
+    };
+    commit(&["a", "b", "c"]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(owned_cts(&mut pve).len(), 3, "{out}");
+    // A person's container with this install's tag and a typed marker naming spec c.
+    pve.call(
+        "add_ct",
+        json!({"vmid": 777, "name": "c", "config": {
+            "tags": "proxsync.test",
+            "description": "proxsync-id: install=test spec=c uid=0000000000000000 mac=00000000000000000000000000000000"}}),
+    )
+    .unwrap();
+
+    // An empty commit after a lost database: the valve refuses every delete.
+    ws.remove_state();
+    ws.commit_specs(&[]);
+    let out = run_past_grace(&ws);
+    assert_eq!(owned_cts(&mut pve).len(), 4, "nothing deleted: {out}");
+
+    // Spec c removed (a and b kept): c's container is deleted as an orphan, the typed marker's
+    // container is kept.
+    commit(&["a", "b"]);
+    let since = next_seq(&mut pve);
+    let out = run_past_grace(&ws);
+    let left: Vec<u32> = owned_cts(&mut pve).into_iter().map(|(v, _)| v).collect();
+    assert_eq!(left.len(), 3, "{left:?}: {out}");
+    assert!(left.contains(&777), "the forged marker's container is kept: {out}");
+    let deletes: Vec<String> = writes_since(&mut pve, since)
+        .into_iter()
+        .filter(|w| w.starts_with("DELETE"))
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}: {out}");
+    assert!(deletes[0].contains("/lxc/"), "{deletes:?}");
+}
