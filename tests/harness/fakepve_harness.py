@@ -121,8 +121,10 @@ Scenario key `pools`: pool ids that exist.
         A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
         `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
         template true).
-    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0)
-        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds.
+    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, create_tail_secs=0)
+        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds; a vzcreate
+        writes the new container's whole config without its `create` lock create_tail_secs before
+        it ends (pve-container writes it after the OS detection, then sets the container up).
     ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
         A container's dump (config, pending, status, lock); every container; a person's change.
     add_vm_before(method, suffix, vmid, **add_vm args)
@@ -291,6 +293,29 @@ class HarnessPve(FakePve):
         self.standalone = False
         # The cluster's root CA, /etc/pve/pve-root-ca.pem, as (PEM text, DER bytes): the certificate the fake serves.
         self.root_ca = None
+        # ct_timing's create_tail: PVE seconds a vzcreate goes on after it wrote the new container's
+        # whole config without its `create` lock (pve-container API2/LXC.pm create_vm writes the
+        # config after the OS detection, then sets the container up), and the containers in a
+        # vzcreate now.
+        self.ct_create_tail_secs = 0.0
+        self.ct_creating = set()
+
+    async def _lxc_create(self, user, v):
+        # Noted before fakepve's create starts the task; its body's first ceph_io comes right
+        # after it wrote the unlocked config.
+        if not v.get('restore'):
+            self.ct_creating.add(int(v['vmid']))
+        try:
+            return await super()._lxc_create(user, v)
+        except Exception:
+            self.ct_creating.discard(int(v['vmid']))
+            raise
+
+    async def ceph_io(self, vm, keys=None):
+        await super().ceph_io(vm, keys)
+        if getattr(vm, 'vmid', None) in self.ct_creating and hasattr(vm, 'guest') and vm.guest.startswith('lxc/'):
+            self.ct_creating.discard(vm.vmid)
+            await self.pause(self.ct_create_tail_secs)
 
     def _record(self, request, body):
         super()._record(request, body)
@@ -2226,13 +2251,15 @@ class Commands(object):
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
 
-    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0):
-        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs)."""
-        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs)]
+    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, create_tail_secs=0):
+        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs); a
+        vzcreate goes on create_tail_secs more after it wrote the config without its lock."""
+        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs, create_tail_secs)]
         if any(v < 0 for v in values):
             raise BadArgs('times must not be negative')
         for key, value in zip(('create', 'clone', 'destroy', 'migrate'), values):
             self.pve.ct_secs[key] = value
+        self.pve.ct_create_tail_secs = values[4]
 
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""

@@ -243,6 +243,44 @@ async fn a_slow_create_holds_only_lock_create_until_its_task_ends() {
     assert!(res.get("lock").is_none(), "{res}");
 }
 
+/// pve-container's `vzcreate` holds `lock: create` only until it has detected the template's
+/// OS; then it writes the container's whole config, without the lock, and goes on setting the
+/// container up (API2/LXC.pm `create_vm`): the config says nothing of the running task.
+#[tokio::test]
+async fn a_slow_container_create_writes_its_config_unlocked_before_its_task_ends() {
+    let mut pve = Scenario::default()
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.zst",
+            126_000_000,
+            "vztmpl",
+        )
+        .start();
+    let api = Api::new(&pve);
+    pve.set_time_scale(SCALE);
+    pve.ct_timing(50.0, 0.0, 0.0, 0.0, 100.0);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc",
+            json!({"vmid": 320, "hostname": "dns", "description": "managed",
+                   "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+                   "rootfs": "local-lvm:4"}),
+        )
+        .await;
+    let cfg = api.get("/nodes/pve1/lxc/320/config").await;
+    assert_eq!(cfg["lock"], "create", "locked at first: {cfg}");
+    // Past the OS detection (0.5 s), before the end (1.5 s): written whole, unlocked, running.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let cfg = api.get("/nodes/pve1/lxc/320/config").await;
+    assert!(cfg.get("lock").is_none(), "{cfg}");
+    assert_eq!(cfg["hostname"], "dns");
+    assert_eq!(cfg["description"], "managed");
+    let active = api.tasks("pve1", "?source=active&vmid=320").await;
+    assert_eq!(active.len(), 1, "the vzcreate still runs: {active:?}");
+    assert_eq!(active[0]["type"], "vzcreate");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+}
+
 #[tokio::test]
 async fn a_slow_clone_to_another_node_shows_the_temporary_config_on_the_source_node() {
     // PVE clones to another node only from shared storage.

@@ -582,18 +582,22 @@ impl FakePve {
         );
     }
 
-    /// A container's `vzcreate`, `vzclone`, `vzdestroy` and `vzmigrate` take these PVE seconds.
+    /// A container's `vzcreate`, `vzclone`, `vzdestroy` and `vzmigrate` take these PVE seconds;
+    /// a `vzcreate` writes the container's whole config without its `create` lock `tail` seconds
+    /// before it ends (as pve-container does, after the OS detection).
     pub fn ct_timing(
         &mut self,
         create_secs: f64,
         clone_secs: f64,
         destroy_secs: f64,
         migrate_secs: f64,
+        tail: f64,
     ) {
         self.must(
             "ct_timing",
             json!({"create_secs": create_secs, "clone_secs": clone_secs,
-                   "destroy_secs": destroy_secs, "migrate_secs": migrate_secs}),
+                   "destroy_secs": destroy_secs, "migrate_secs": migrate_secs,
+                   "create_tail_secs": tail}),
         );
     }
 

@@ -422,7 +422,10 @@ fn orphaned_containers_pass_the_valves_and_a_forged_marker_deletes_nothing() {
     let out = run_past_grace(&ws);
     let left: Vec<u32> = owned_cts(&mut pve).into_iter().map(|(v, _)| v).collect();
     assert_eq!(left.len(), 3, "{left:?}: {out}");
-    assert!(left.contains(&777), "the forged marker's container is kept: {out}");
+    assert!(
+        left.contains(&777),
+        "the forged marker's container is kept: {out}"
+    );
     let deletes: Vec<String> = writes_since(&mut pve, since)
         .into_iter()
         .filter(|w| w.starts_with("DELETE"))

@@ -72,8 +72,9 @@ fn real_timing_pve() -> FakePve {
     // the locked VM exists.
     pve.slow_network(0.02, 0.01, None);
     pve.create_timing_listed(0.4, 0.4, 0.15, true);
-    // A container's create, clone, delete and move take time too.
-    pve.ct_timing(0.4, 0.4, 0.2, 0.3);
+    // A container's create, clone, delete and move take time too; a create writes the
+    // unlocked config 0.3 s before it ends.
+    pve.ct_timing(0.2, 0.4, 0.2, 0.3, 0.3);
     pve
 }
 
