@@ -115,8 +115,16 @@ pub fn preview_config(
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<Vec<ConfigChange>, String> {
-    let (params, changed) = config_changes(key, install_id, spec, rec, ours, cfg, pending)
-        .map_err(|e| e.to_string())?;
+    // A container's update is pve-container's options, as its converge sends them.
+    let (params, changed) = match spec.kind {
+        crate::guest::GuestKind::Qemu => {
+            config_changes(key, install_id, spec, rec, ours, cfg, pending)
+        }
+        crate::guest::GuestKind::Lxc => {
+            super::container::container_changes(key, install_id, spec, rec, ours, cfg, pending)
+        }
+    }
+    .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for (k, new) in params.entries() {
         match k {
@@ -227,6 +235,13 @@ pub fn disk_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<(St
 
 /// The boot disk a converge grows, as a change of its size in bytes (for `plan`).
 pub fn preview_disk(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<ConfigChange> {
+    if spec.kind == crate::guest::GuestKind::Lxc {
+        return super::container::rootfs_to_grow(spec, rec, cfg).map(|size| ConfigChange {
+            key: "rootfs".into(),
+            old: Some(size.to_string()),
+            new: Some(spec.disk_bytes.to_string()),
+        });
+    }
     disk_to_grow(spec, rec, cfg).map(|(disk, size)| ConfigChange {
         key: disk,
         old: Some(size.to_string()),

@@ -140,6 +140,14 @@ fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
         .replace("bridge: vmbr0", "bridge: vmbr1")
         .replace("size: 8Gi", "size: 12Gi");
     ws.commit_specs(&[("dns.yaml", ct_spec("dns-01", &changed)), keep.clone()]);
+    // `plan` shows the container's own update, field by field, as the converge computes it.
+    let plan = common::engine::text(&ws.proxsync(&["plan"]));
+    assert!(plan.contains("cores 2 -> 3"), "{plan}");
+    assert!(plan.contains("rootfs"), "{plan}");
+    assert!(
+        !plan.contains("scsihw") && !plan.contains("name "),
+        "no VM field: {plan}"
+    );
     let since = next_seq(&mut pve);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
