@@ -875,4 +875,56 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// A container spec named like a VM's: the container spec (`kind: ProxmoxLXC`).
+    fn ct_spec(name: &str) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    template: \"9100\"\n"
+        );
+        let (mut specs, diags) = parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    }
+
+    /// A spec whose guest is of the other kind, found by its record or by its marker, is held:
+    /// no converge of the wrong kind, no create beside it, no adoption; a guest of the spec's
+    /// own kind is its own.
+    #[test]
+    fn a_guest_of_the_other_kind_is_held_never_converged_or_replaced() {
+        for by_record in [true, false] {
+            let mut w = World::new(&[ct_spec("dns")]);
+            w.vm("lab", 100, "dns", Power::Running, true);
+            if by_record {
+                w.record("dns", "lab", 100);
+            }
+            let p = w.plan();
+            assert_eq!(
+                p.verdicts["dns"],
+                Verdict::KindChanged {
+                    vmid: 100,
+                    found: crate::guest::GuestKind::Qemu
+                },
+                "by record: {by_record}: {p:?}"
+            );
+            assert!(p.actions.is_empty(), "{p:?}");
+            // The same guest as a container: the spec's own.
+            w.sites
+                .get_mut("lab")
+                .unwrap()
+                .vms
+                .get_mut(&100)
+                .unwrap()
+                .kind = crate::guest::GuestKind::Lxc;
+            let p = w.plan();
+            assert!(
+                !matches!(p.verdicts["dns"], Verdict::KindChanged { .. }),
+                "{p:?}"
+            );
+            assert!(
+                !p.actions.iter().any(|a| matches!(a, Action::Create { .. })),
+                "{p:?}"
+            );
+        }
+    }
 }
