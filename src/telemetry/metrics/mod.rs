@@ -42,7 +42,7 @@ const REQUEST_BUCKETS: [f64; 12] = [
 /// The task types proxsync starts (PVE's UPID `type` field: a disk resize is `resize`, an
 /// upload `imgcopy`, a volume delete `imgdel`; an HA-managed VM's start, stop and migration
 /// `hastart`, `hastop`, `hamigrate`); any other is counted as `other`.
-const TASK_TYPES: [&str; 16] = [
+const TASK_TYPES: [&str; 24] = [
     "qmcreate",
     "qmclone",
     "qmconfig",
@@ -59,6 +59,15 @@ const TASK_TYPES: [&str; 16] = [
     "imgcopy",
     "imgdel",
     "download",
+    // A container's (pve-container's `pct` tasks).
+    "vzcreate",
+    "vzclone",
+    "vzstart",
+    "vzshutdown",
+    "vzstop",
+    "vzreboot",
+    "vzdestroy",
+    "vzmigrate",
 ];
 
 /// The metrics of one daemon. Clone freely; `Metrics::default()` is off.
