@@ -32,6 +32,10 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     new_vm_timing(start_secs=0)
         A VM made by a create or clone takes start_secs PVE seconds to start (fakepve's
         per-VM `start_secs`, which set_vm changes one VM at a time).
+    ct_timing(create_secs=0, start_secs=0)
+        A container's create (`vzcreate`) task takes create_secs PVE seconds (fakepve's
+        `ct_secs['create']`), and a container made by a create takes start_secs PVE seconds to
+        start (fakepve's per-container `start_secs`).
     clone_contention(max_clones=None, wait_secs=10)
         A node's storage takes max_clones clones at once: a qmclone task started while that many
         are cloning on its node waits wait_secs PVE seconds (lock_file_full's default timeout)
@@ -246,6 +250,8 @@ class HarnessPve(FakePve):
         self.unborn = {}
         # new_vm_timing: PVE seconds the start of a VM made by a create or clone takes.
         self.new_vm_start_secs = 0.0
+        # ct_timing: PVE seconds the start of a container made by a create takes.
+        self.new_ct_start_secs = 0.0
         # clone_contention: clones one node's storage takes at once (None: no limit), how long a
         # further one waits for the storage lock, the clones cloning per node, and the storage
         # of each clone in flight (newid -> storage id, for the lock file's name).
@@ -571,6 +577,8 @@ class HarnessPve(FakePve):
 
     async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
         """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone."""
+        if ttype == 'vzcreate' and vm is not None:
+            vm.start_secs = self.new_ct_start_secs
         secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
         if secs is not None and vm is not None:
             vm.start_secs = self.new_vm_start_secs
@@ -2199,6 +2207,15 @@ class Commands(object):
         if value < 0:
             raise BadArgs('times must not be negative')
         self.pve.new_vm_start_secs = value
+
+    def ct_timing(self, create_secs=0, start_secs=0):
+        """A container's vzcreate task takes create_secs PVE seconds, and a container made by a
+        create takes start_secs PVE seconds to start."""
+        create, start = float(create_secs), float(start_secs)
+        if create < 0 or start < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.ct_secs['create'] = create
+        self.pve.new_ct_start_secs = start
 
     def clone_contention(self, max_clones=None, wait_secs=10):
         """At most max_clones clones at once per node; a further one fails after wait_secs PVE
