@@ -681,6 +681,17 @@ fn secret_path(
     }
 }
 
+/// Reads a secret a spec names: `file`, else the systemd credential `credential`
+/// (`$CREDENTIALS_DIRECTORY/<credential>`). Errors name the file, never the content.
+pub fn read_credential(
+    file: Option<&Path>,
+    credential: &str,
+    what: &str,
+) -> Result<Secret, String> {
+    let path = secret_path(file, credential, "file", "the spec")?;
+    read_secret_file(&path, what)
+}
+
 /// Reads a one-line secret file (at most 4 KiB), trimmed. Errors never echo the content.
 fn read_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
     let len = std::fs::metadata(path)

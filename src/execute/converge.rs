@@ -46,6 +46,9 @@ async fn converge_vm(
     rec: &mut SpecRecord,
     just_created: bool,
 ) -> Result<Outcome, ActionError> {
+    if spec.kind == crate::guest::GuestKind::Lxc {
+        return super::container::converge(ctx, vm, spec, rec, just_created).await;
+    }
     let VmRef {
         site: site_name,
         node,
@@ -318,7 +321,9 @@ pub(super) fn adoption_is_current(
     cfg: &VmConfig,
 ) -> bool {
     let vmid = vm.vmid;
-    let simple = spec.cloud_init.is_none()
+    // A container's converge compares its own options: it always runs.
+    let simple = spec.kind == crate::guest::GuestKind::Qemu
+        && spec.cloud_init.is_none()
         && spec.user_data.is_none()
         && spec.ha.is_none()
         && spec.hardware.pool.is_none()
@@ -407,7 +412,7 @@ async fn grow_disk(
 }
 
 /// The addresses worth showing: not loopback, not IPv6 link-local.
-fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
+pub(super) fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
     let mut out: Vec<String> = ifaces
         .iter()
         .filter(|i| i.name != "lo")

@@ -206,6 +206,9 @@ async fn send_create(
     vmid: u32,
     source: &Source,
 ) -> Result<Upid, PveError> {
+    if spec.kind == crate::guest::GuestKind::Lxc {
+        return super::container::send_create(ctx, site, spec, rec, vmid, source).await;
+    }
     // Identity travels in the creating call (name and marker; tags where PVE takes them), so
     // a finished create or clone is recognisable without a second request.
     let description = marker(ctx, spec, rec, vmid).description();
@@ -225,6 +228,10 @@ async fn send_create(
             };
             site.client.clone_vm(template_node, *template, &req).await
         }
+        Source::OsTemplate { .. } => Err(PveError::Setup(format!(
+            "spec {}: a VM is not made from a container template",
+            spec.name
+        ))),
         Source::Import { volume } | Source::Iso { volume } => {
             let description = match &spec.hardware.description {
                 Some(text) => marker(ctx, spec, rec, vmid).replace_in(text),

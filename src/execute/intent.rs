@@ -130,6 +130,16 @@ pub(super) async fn inspect_known(
                 })
             }
             _ if verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).is_ok() => {
+                // pve-container writes a new container's whole config, without the lock,
+                // partway through its `vzcreate` (after the OS detection): its task, not the
+                // lock, says when it is made.
+                if kind == GuestKind::Lxc && !settled {
+                    let tasks =
+                        creator_tasks(site, vmid, &node, clone_of.as_ref(), *started_ms).await?;
+                    if !tasks.is_empty() {
+                        return Ok(busy(vmid, "create", tasks));
+                    }
+                }
                 Ok(Found::Ours(node))
             }
             _ => Ok(Found::Foreign),

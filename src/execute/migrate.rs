@@ -4,7 +4,8 @@
 //! with PVE's reason.
 
 use crate::category::Category;
-use crate::pve::{Pve, TaskOutcome};
+use crate::guest::GuestKind;
+use crate::pve::{Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::store::{SpecRecord, VmState};
 
@@ -30,6 +31,34 @@ pub(super) async fn migrate(
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);
     }
+    let upid = match kind {
+        GuestKind::Qemu => start_vm_migration(client, vm, target, spec).await?,
+        GuestKind::Lxc => {
+            // A container cannot move live: PVE shuts it down (stopped after the spec's
+            // shutdownTimeout), moves it with its local volumes and starts it on the target.
+            tracing::info!(
+                spec = %spec.name, vmid, from = node, to = target,
+                "migrating the container to the node its spec names (a restart migration)"
+            );
+            client
+                .migrate_ct(node, vmid, target, true, spec.reboot.shutdown_timeout_secs)
+                .await?
+        }
+    };
+    finish_migration(ctx, vm, target, spec, rec, upid).await
+}
+
+/// A VM's migration: PVE's pre-check says what would block it, then the migrate task (live
+/// for a running VM).
+async fn start_vm_migration(
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    target: &str,
+    spec: &Spec,
+) -> Result<Upid, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
     let pre = client
         .migrate_precondition(node, kind, vmid, target)
         .await?;
@@ -53,9 +82,23 @@ pub(super) async fn migrate(
         spec = %spec.name, vmid, from = node, to = target, online, with_local_disks,
         "migrating the VM to the node its spec names"
     );
-    let upid = client
+    Ok(client
         .migrate_vm(node, vmid, target, online, with_local_disks)
-        .await?;
+        .await?)
+}
+
+/// After the migrate task was sent: recorded, waited for, and the guest recorded on its new
+/// node (an HA-managed one when the HA manager has moved it).
+async fn finish_migration(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    target: &str,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    upid: Upid,
+) -> Result<Outcome, ActionError> {
+    let vmid = vm.vmid;
+    let client = &site(ctx, vm.site)?.client;
     rec.last_task = Some(Box::new(super::task_record(ctx, &upid, "running")));
     ctx.store.put(&spec.name, rec)?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {

@@ -18,6 +18,7 @@
 
 mod cloud_init;
 mod consent;
+mod container;
 mod converge;
 mod create;
 pub mod disks;

@@ -27,6 +27,10 @@ pub(super) enum Source {
     Iso {
         volume: String,
     },
+    /// A container made from a `vztmpl` archive (`ostemplate`).
+    OsTemplate {
+        volume: String,
+    },
 }
 
 /// A node's storages and bridges, read once per cycle and node however many creates need
@@ -106,7 +110,19 @@ pub(super) async fn preflight(
     let client = &site.client;
     let facts = node_facts(ctx, site, &spec.node).await?;
     let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
-    check_storage(storages, &spec.storage, "images", &spec.node)?;
+    // A container's volumes are `rootdir` content, a VM's `images`.
+    let content = match spec.kind {
+        GuestKind::Qemu => "images",
+        GuestKind::Lxc => "rootdir",
+    };
+    check_storage(storages, &spec.storage, content, &spec.node)?;
+    let mounts = spec
+        .container
+        .iter()
+        .flat_map(|c| c.mount_points.iter().flatten());
+    for mp in mounts {
+        check_storage(storages, &mp.storage, "rootdir", &spec.node)?;
+    }
     for disk in spec.disks.iter().flatten() {
         check_storage(storages, &disk.storage, "images", &spec.node)?;
         if let Some(why) = crate::render::disks::format_refusal(disk, storages) {
@@ -126,7 +142,12 @@ pub(super) async fn preflight(
     {
         return Err(fail(Category::ConfigurationError, why));
     }
-    let template_in_view = |vmid: u32| view.vms.get(&vmid).filter(|vm| vm.template);
+    // A VM is cloned from a VM template, a container from a container template.
+    let template_in_view = |vmid: u32| {
+        view.vms
+            .get(&vmid)
+            .filter(|vm| vm.template && vm.kind == spec.kind)
+    };
     match &spec.image {
         // The planner never creates for a spec that adopts; this is the last line.
         Image::Existing => Err(fail(
@@ -142,9 +163,14 @@ pub(super) async fn preflight(
             None => Err(fail(
                 Category::ImageNotFound,
                 format!(
-                    "template {vmid} does not exist on site {} (or is not a template); create it or \
-                     name an existing template in spec.forProvider.image",
-                    site.name
+                    "template {vmid} does not exist on site {} (or is not a {} template); create it \
+                     or name an existing template in spec.forProvider.{}",
+                    site.name,
+                    spec.kind.noun(),
+                    match spec.kind {
+                        GuestKind::Qemu => "image",
+                        GuestKind::Lxc => "template",
+                    }
                 ),
             )),
         },
@@ -162,7 +188,9 @@ pub(super) async fn preflight(
             let templates: Vec<_> = view
                 .vms
                 .values()
-                .filter(|vm| vm.template && vm.name.as_deref() == Some(name.as_str()))
+                .filter(|vm| {
+                    vm.template && vm.kind == spec.kind && vm.name.as_deref() == Some(name.as_str())
+                })
                 .collect();
             match templates.as_slice() {
                 [t] => return clone_source(ctx, site, spec, storages, t.vmid, &t.node).await,
@@ -180,6 +208,16 @@ pub(super) async fn preflight(
                     ));
                 }
             }
+            if spec.kind == GuestKind::Lxc {
+                return Err(fail(
+                    Category::ImageNotFound,
+                    format!(
+                        "template {name:?}: no container template of that name on site {}; name \
+                         a vztmpl volume (local:vztmpl/NAME.tar.zst) or a CT template's VMID",
+                        site.name
+                    ),
+                ));
+            }
             volume_by_name(site, storages, spec, name, version).await
         }
     }
@@ -192,11 +230,13 @@ fn check_bridge(
     bridges: &[crate::pve::types::NetworkInterface],
     spec: &Spec,
 ) -> Result<(), ActionError> {
-    let wanted: Vec<&str> = match &spec.networks {
-        Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
-        None => vec![spec.network.as_str()],
+    let ct_nics = spec.container.as_ref().and_then(|c| c.networks.as_ref());
+    let wanted: Vec<&str> = match (&spec.networks, ct_nics) {
+        (Some(nics), _) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+        (None, Some(nics)) => nics.iter().map(|n| n.bridge.as_str()).collect(),
+        (None, None) => vec![spec.network.as_str()],
     };
-    let field = if spec.networks.is_some() {
+    let field = if spec.networks.is_some() || ct_nics.is_some() {
         "spec.forProvider.networks"
     } else {
         "spec.forProvider.network"
@@ -302,7 +342,10 @@ fn local_volumes(cfg: &VmConfig, storages: &[NodeStorage]) -> Vec<String> {
 /// A key PVE's `foreach_volume` visits: the drives, `efidisk0` and `tpmstate0` (not
 /// `unused*`).
 fn is_volume_key(k: &str) -> bool {
-    is_drive_key(k) || k == "efidisk0" || k == "tpmstate0"
+    let mount_point = k
+        .strip_prefix("mp")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    is_drive_key(k) || k == "efidisk0" || k == "tpmstate0" || k == "rootfs" || mount_point
 }
 
 /// An image named by file stem (no template has the name): the one unowned volume with that
@@ -477,6 +520,9 @@ async fn check_volume(
     }
     Ok(match kind {
         VolumeKind::Iso => Source::Iso {
+            volume: volume.to_string(),
+        },
+        VolumeKind::Vztmpl => Source::OsTemplate {
             volume: volume.to_string(),
         },
         _ => Source::Import {

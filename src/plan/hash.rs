@@ -63,7 +63,15 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     }
     // Changes PVE keeps pending until a reboot are not re-applied each cycle.
     let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
-    if vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu)) && !pending("cores") {
+    // A container with a CPU limit lists the limit (pve-container's vmstatus), not its cores.
+    let cpus_listed = spec
+        .container
+        .as_ref()
+        .is_none_or(|c| c.cpu_limit.is_none());
+    if cpus_listed
+        && vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu))
+        && !pending("cores")
+    {
         why.push("cpu".into());
     }
     if vm

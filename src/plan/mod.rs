@@ -259,6 +259,13 @@ pub enum Verdict {
     /// reported until a person removes it there (then the spec is created on its new site) or
     /// moves the spec back.
     SiteMoved { from: String, vmid: u32 },
+    /// The spec's guest `vmid` (by its record or its marker) is a `found` (a VM where the spec
+    /// now asks for a container, or the other way round). Neither converged, replaced nor
+    /// deleted: a person removes the old guest or changes the kind back.
+    KindChanged {
+        vmid: u32,
+        found: crate::guest::GuestKind,
+    },
     /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.

@@ -82,9 +82,15 @@ pub(super) fn plan_spec(
     }
     let backoff = backoff(input, spec, rec);
     if let Some(vm) = by_record(input, spec, rec, tag, view) {
+        if let Some(held) = other_kind(spec, vm) {
+            return held;
+        }
         return converge(input, spec, rec, view, vm, backoff, actions);
     }
     if let Some(vm) = by_marker(spec, rec, index) {
+        if let Some(held) = other_kind(spec, vm) {
+            return held;
+        }
         return adopt(spec, view, vm, actions);
     }
     if input.sharded
@@ -319,6 +325,16 @@ fn backoff(input: &PlanInput<'_>, spec: &Spec, rec: Option<&SpecRecord>) -> Opti
     (until > input.now_ms && same_inputs).then_some(until)
 }
 
+/// The spec's guest is of the other kind (the spec's `kind` changed, or a marker copied onto
+/// a guest of the other kind): held for a person, never converged as the wrong kind, never
+/// replaced by a create beside it.
+fn other_kind(spec: &Spec, vm: &ObservedVm) -> Option<Verdict> {
+    (vm.kind != spec.kind).then_some(Verdict::KindChanged {
+        vmid: vm.vmid,
+        found: vm.kind,
+    })
+}
+
 /// The VM of the record's VMID, while it is ours.
 fn by_record<'v>(
     input: &PlanInput<'_>,
@@ -400,6 +416,9 @@ fn from_another_install(
     }
     if !vm.marker_verified {
         return Some(Verdict::UnverifiedClaim { vmid: vm.vmid });
+    }
+    if let Some(held) = other_kind(spec, vm) {
+        return Some(held);
     }
     Some(adopt(spec, view, vm, actions))
 }

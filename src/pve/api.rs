@@ -26,11 +26,35 @@ const ROOT_CA_FILE: &str = "pve-root-ca.pem";
 /// ownership tag or attaches an image carries the gate's permit for it (the builders `detach`,
 /// `destroy_drive`, `marker`, `drop_marker`, `drop_ownership`, `attach_seed`); the client
 /// refuses to send one without ([`VmParams::permitted`], `gate::permit::check_write`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct VmParams {
     values: BTreeMap<String, String>,
     /// The permits of the guarded edits among `values`.
     grants: Vec<Grant>,
+}
+
+/// Keys whose values are secrets: never shown, not even in a debug print.
+const SECRET_KEYS: [&str; 1] = ["password"];
+
+impl std::fmt::Debug for VmParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: BTreeMap<&str, &str> = self
+            .values
+            .iter()
+            .map(|(k, v)| {
+                let v = if SECRET_KEYS.contains(&k.as_str()) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), v)
+            })
+            .collect();
+        f.debug_struct("VmParams")
+            .field("values", &shown)
+            .field("grants", &self.grants)
+            .finish()
+    }
 }
 
 /// A part of a property string (`bridge=X`, `S:0,import-from=V`) may not hold these.
@@ -254,6 +278,47 @@ impl VmParams {
     pub fn checked(self, key: &str, value: &str) -> Result<Self, Error> {
         check_part(key, value)?;
         Ok(self.set(key, value))
+    }
+
+    /// A property string made of a spec's values: `first` written bare (a volume, `S:8`),
+    /// then `key=value` parts, each value checked so it cannot add an option
+    /// (`net0=name=eth0,bridge=vmbr0,ip=dhcp`, `mp0=local-lvm:10,mp=/srv/data`).
+    pub fn property(
+        self,
+        key: &str,
+        first: Option<&str>,
+        parts: &[(&str, String)],
+    ) -> Result<Self, Error> {
+        let mut out: Vec<String> = Vec::new();
+        if let Some(f) = first {
+            check_part(key, f)?;
+            out.push(f.to_string());
+        }
+        for (k, v) in parts {
+            check_part(k, v)?;
+            out.push(format!("{k}={v}"));
+        }
+        Ok(self.set(key, out.join(",")))
+    }
+
+    /// A container's `features`: `nesting=1,keyctl=0,mount=nfs;cifs`, each mount type checked.
+    pub fn features(self, flags: &[(&str, bool)], mount: &[String]) -> Result<Self, Error> {
+        let mut out: Vec<String> = flags
+            .iter()
+            .map(|(k, v)| format!("{k}={}", u8::from(*v)))
+            .collect();
+        for t in mount {
+            check_part("mount type", t)?;
+        }
+        if !mount.is_empty() {
+            out.push(format!("mount={}", mount.join(";")));
+        }
+        Ok(self.set("features", out.join(",")))
+    }
+
+    /// A secret value (a container's root `password`): sent as given, never shown by `Debug`.
+    pub fn secret(self, key: &str, value: &str) -> Self {
+        self.set(key, value)
     }
 
     /// A property string whose default key `sub` (written bare, first) becomes `value`,
@@ -1020,6 +1085,25 @@ impl Client {
         node: &str,
         vmid: u32,
     ) -> Result<Vec<AgentInterface>, Error> {
+        self.guest_interfaces(node, crate::guest::GuestKind::Qemu, vmid)
+            .await
+    }
+
+    /// A guest's interfaces and addresses: a VM's from its guest agent
+    /// (`.../agent/network-get-interfaces`, `{result: [...]}`), a container's from
+    /// `.../lxc/{vmid}/interfaces` (the same `name` and `ip-addresses` per interface, a list;
+    /// `null` for a stopped container).
+    pub async fn guest_interfaces(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<AgentInterface>, Error> {
+        if kind == GuestKind::Lxc {
+            let path = format!("/nodes/{}/lxc/{vmid}/interfaces", seg(node)?);
+            let listed: Option<Vec<AgentInterface>> = self.get(&path, &[]).await?;
+            return Ok(listed.unwrap_or_default());
+        }
         #[derive(serde::Deserialize)]
         struct Answer {
             #[serde(default)]

@@ -179,6 +179,8 @@ pve_calls! {
     fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
     /// `GET .../agent/network-get-interfaces`.
     fn agent_interfaces(&self, node: &str, vmid: u32) -> Vec<AgentInterface>;
+    /// A VM's agent interfaces, or `GET .../lxc/{vmid}/interfaces` for a container.
+    fn guest_interfaces(&self, node: &str, kind: GuestKind, vmid: u32) -> Vec<AgentInterface>;
     /// `GET .../{qemu,lxc}/{vmid}/migrate?target=T`.
     fn migrate_precondition(
         &self,

@@ -527,7 +527,9 @@ impl State {
         } else {
             GuestKind::Qemu
         };
-        let early = if kind == "qmclone" || kind == "vzclone" {
+        // qemu-server locks a clone `clone` (with a temporary description); pve-container
+        // locks a new container `create`, a clone's too.
+        let early = if kind == "qmclone" {
             [
                 ("description", " qmclone temporary file"),
                 ("lock", "clone"),
@@ -1160,6 +1162,20 @@ impl Pve for FakePve {
         self.call("agent_interfaces", format!("{node} {vmid}"), |_| {
             Err(api(500, "QEMU guest agent is not running"))
         })
+    }
+
+    async fn guest_interfaces(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<AgentInterface>, Error> {
+        match kind {
+            GuestKind::Qemu => self.agent_interfaces(node, vmid).await,
+            GuestKind::Lxc => {
+                self.call("guest_interfaces", at(node, kind, vmid), |_| Ok(Vec::new()))
+            }
+        }
     }
 
     async fn migrate_precondition(

@@ -179,8 +179,9 @@ fn split_list(list: &str) -> impl Iterator<Item = &str> {
 
 /// A config key that holds a volume: deleting it detaches or destroys one.
 fn holds_volume(key: &str) -> bool {
+    // A container's mount points (`mpN`) hold volumes too.
     [
-        "ide", "sata", "scsi", "virtio", "efidisk", "tpmstate", "unused",
+        "ide", "sata", "scsi", "virtio", "efidisk", "tpmstate", "unused", "mp",
     ]
     .iter()
     .any(|p| {

@@ -154,6 +154,10 @@ pub enum LockHolder {
     AnyId(&'static [&'static str]),
     /// A lock this table does not know: any task naming the VM.
     AnyTaskOfVm,
+    /// A new container's `create`: a `vzcreate`/`vzrestore` (or a VM's `qmcreate`/
+    /// `qmrestore`) naming it, or a `vzclone` with any id (it names the source container:
+    /// pve-container locks the new one `create`, not `clone`).
+    Create,
 }
 
 impl LockHolder {
@@ -162,13 +166,15 @@ impl LockHolder {
             "suspended" => LockHolder::NoTask,
             // qemu-server's task types, then pve-container's (`pct`): one VMID is one guest, so
             // a task of either kind naming it can only be that guest's.
-            "create" => LockHolder::OfVm(&["qmcreate", "qmrestore", "vzcreate", "vzrestore"]),
+            "create" => LockHolder::Create,
             "clone" => LockHolder::AnyId(&["qmclone", "vzclone"]),
             "backup" => LockHolder::AnyId(&["vzdump"]),
             "migrate" => LockHolder::OfVm(&["qmigrate", "hamigrate", "vzmigrate"]),
             "snapshot" => LockHolder::OfVm(&["qmsnapshot", "vzsnapshot"]),
             "snapshot-delete" => LockHolder::OfVm(&["qmdelsnapshot", "vzdelsnapshot"]),
             "rollback" => LockHolder::OfVm(&["qmrollback", "vzrollback"]),
+            // A container cloned from (the clone's task names it) or a volume moved.
+            "disk" => LockHolder::OfVm(&["vzclone", "move_volume"]),
             "suspending" => LockHolder::OfVm(&["qmsuspend"]),
             _ => LockHolder::AnyTaskOfVm,
         }
@@ -182,6 +188,10 @@ impl LockHolder {
             LockHolder::OfVm(kinds) => of_vm && kinds.contains(&kind),
             LockHolder::AnyId(kinds) => kinds.contains(&kind),
             LockHolder::AnyTaskOfVm => of_vm,
+            LockHolder::Create => {
+                (of_vm && ["qmcreate", "qmrestore", "vzcreate", "vzrestore"].contains(&kind))
+                    || kind == "vzclone"
+            }
         }
     }
 }
@@ -208,6 +218,10 @@ mod tests {
         // pve-container's tasks hold a container's locks.
         assert!(create.may_be("vzcreate", "105", 105));
         assert!(LockHolder::of("clone").may_be("vzclone", "9100", 105));
+        // pve-container locks a clone `create`, and its task names the source.
+        assert!(create.may_be("vzclone", "9100", 105));
+        assert!(!create.may_be("vzstart", "105", 105));
+        assert!(LockHolder::of("disk").may_be("vzclone", "9100", 9100));
         assert!(LockHolder::of("migrate").may_be("vzmigrate", "105", 105));
     }
 

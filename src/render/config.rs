@@ -157,7 +157,7 @@ pub fn preview_config(
 /// declares another, or the marker. A marker from before signing (or signed with a lost key,
 /// the record vouching for the VM) is rewritten signed for this VMID; the rest of the
 /// description stays, unless the spec declares the text above the marker.
-fn description_change(
+pub(super) fn description_change(
     key: &MarkerKey,
     install_id: &str,
     spec: &Spec,
@@ -186,7 +186,7 @@ fn description_change(
 }
 
 /// The VM's tags after the three-way merge (tags added by hand stay), when they differ.
-fn tags_change(
+pub(super) fn tags_change(
     install_id: &str,
     spec: &Spec,
     rec: &SpecRecord,

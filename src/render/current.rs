@@ -66,10 +66,27 @@ pub fn reported_pending(key: &str) -> bool {
         "tpmstate0",
         "boot",
     ];
-    let nic = key
-        .strip_prefix("net")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    KEYS.contains(&key) || nic || is_drive_key(key)
+    // What pve-container keeps pending on a running container (`vmconfig_hotplug_pending`
+    // applies memory, swap, CPU limits and NICs at once).
+    const CONTAINER_KEYS: [&str; 8] = [
+        "rootfs",
+        "nameserver",
+        "searchdomain",
+        "features",
+        "timezone",
+        "console",
+        "tty",
+        "swap",
+    ];
+    let numbered = |prefix: &str| {
+        key.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    KEYS.contains(&key)
+        || CONTAINER_KEYS.contains(&key)
+        || numbered("net")
+        || numbered("mp")
+        || is_drive_key(key)
 }
 
 #[cfg(test)]

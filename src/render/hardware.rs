@@ -23,7 +23,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn set(
+    pub(super) fn set(
         &mut self,
         what: &'static str,
         f: impl FnOnce(VmParams) -> Result<VmParams, PveError>,
@@ -208,7 +208,7 @@ fn console(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveEr
 }
 
 /// The agent, OS type, start at boot, startup order and protection.
-fn options(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError> {
+pub(super) fn options(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError> {
     let hw = &spec.hardware;
     if let Some(agent) = hw.agent {
         let cur = current("agent");

@@ -5,6 +5,7 @@
 
 pub mod cloud_init;
 pub mod config;
+pub mod container;
 pub mod current;
 pub mod disks;
 pub mod hardware;

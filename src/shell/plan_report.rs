@@ -588,6 +588,11 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
             "moved to another site, and its VM {vmid} is still on site {from}: delete it there \
              to have it created here, or move the spec back"
         ),
+        Verdict::KindChanged { vmid, found } => format!(
+            "its guest {vmid} is a {}, and the spec asks for the other kind: delete {vmid} to \
+             have it made anew, or change kind back; nothing is created or deleted until then",
+            found.noun()
+        ),
         Verdict::RenameUnproven { from, vmid, why } => format!(
             "the rename from {from} is held: the record names VM {vmid}, and its marker does \
              not show it is {from}'s ({why}); nothing is created or deleted until a person \

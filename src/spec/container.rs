@@ -93,8 +93,6 @@ pub const OS_TYPES: [&str; 11] = [
     "nixos",
     "unmanaged",
 ];
-/// Mount types `features.mount` may allow (pve-container: `[^;]+` names such as nfs, cifs).
-const MOUNT_TYPE_EXAMPLE: &str = "nfs";
 
 /// A container's own fields (`kind: ProxmoxLXC`). Optional fields are managed only when set:
 /// an absent one is left as PVE has it.
@@ -128,33 +126,20 @@ pub struct Container {
     pub password: Option<PasswordSource>,
 }
 
-/// `features`: what the container may do (pve-container's `features` property string).
+/// `features`: what the container may do (pve-container's `features` property string). Only
+/// `nesting` can be set by an API token: pve-container leaves every other flag to root@pam
+/// itself (`check_ct_modify_config_perm`), so the spec refuses them with that reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Features {
     pub nesting: Option<bool>,
-    pub keyctl: Option<bool>,
-    pub fuse: Option<bool>,
-    /// `mount=nfs;cifs`: file system types the container may mount.
-    pub mount: Vec<String>,
 }
 
 impl Features {
-    /// PVE's property string (`nesting=1,keyctl=1,mount=nfs;cifs`), keys in PVE's order.
+    /// PVE's property string (`nesting=1`).
     pub fn property_string(&self) -> String {
-        let mut parts = Vec::new();
-        for (key, v) in [
-            ("fuse", self.fuse),
-            ("keyctl", self.keyctl),
-            ("nesting", self.nesting),
-        ] {
-            if let Some(v) = v {
-                parts.push(format!("{key}={}", u8::from(v)));
-            }
-        }
-        if !self.mount.is_empty() {
-            parts.push(format!("mount={}", self.mount.join(";")));
-        }
-        parts.join(",")
+        self.nesting
+            .map(|v| format!("nesting={}", u8::from(v)))
+            .unwrap_or_default()
     }
 }
 
@@ -254,12 +239,15 @@ pub(super) fn container(
     let networks = fp.get("networks").map(|n| networks(ctx, n));
     let mount_points = fp.get("mountPoints").map(|n| mount_points(ctx, n));
     let destroy_volumes = destroy_volumes(ctx, fp, mount_points.as_ref().and_then(|m| m.as_ref()));
+    let unprivileged = fp
+        .get("unprivileged")
+        .and_then(|n| bool_field(ctx, n, "unprivileged"))
+        .unwrap_or(true);
     let ct = Container {
-        unprivileged: fp
-            .get("unprivileged")
-            .and_then(|n| bool_field(ctx, n, "unprivileged"))
-            .unwrap_or(true),
-        features: fp.get("features").and_then(|n| features(ctx, n)),
+        unprivileged,
+        features: fp
+            .get("features")
+            .and_then(|n| features(ctx, n, unprivileged)),
         cpu_limit: fp.get("cpuLimit").and_then(|n| cpu_limit(ctx, n)),
         cpu_units: fp
             .get("cpuUnits")
@@ -411,41 +399,52 @@ fn rootfs(ctx: &mut Ctx, fp: &Obj) -> Option<(String, u64)> {
     Some((storage?, size?))
 }
 
-fn features(ctx: &mut Ctx, n: &Node) -> Option<Features> {
+fn features(ctx: &mut Ctx, n: &Node, unprivileged: bool) -> Option<Features> {
     let path = "spec.forProvider.features";
-    let obj = object(ctx, n, path, Some(&["nesting", "keyctl", "fuse", "mount"]))?;
-    let mut f = Features {
-        nesting: obj
-            .get("nesting")
-            .and_then(|v| bool_field(ctx, v, "features.nesting")),
-        keyctl: obj
-            .get("keyctl")
-            .and_then(|v| bool_field(ctx, v, "features.keyctl")),
-        fuse: obj
-            .get("fuse")
-            .and_then(|v| bool_field(ctx, v, "features.fuse")),
-        mount: Vec::new(),
-    };
-    if let Some(m) = obj.get("mount") {
-        let types = string_list(ctx, m, &format!("{path}.mount"), MOUNT_TYPE_EXAMPLE, 16)?;
-        for (t, pos) in types {
-            let ok = !t.is_empty()
-                && t.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-            if !ok {
-                ctx.error(
-                    pos,
-                    format!(
-                        "{path}.mount {t:?} is not a file system type: letters, digits, '.', '_' \
-                         and '-' (e.g. nfs, cifs)"
-                    ),
-                );
-                return None;
-            }
-            f.mount.push(t);
+    let obj = object(
+        ctx,
+        n,
+        path,
+        Some(&[
+            "nesting",
+            "keyctl",
+            "fuse",
+            "mount",
+            "mknod",
+            "force_rw_sys",
+        ]),
+    )?;
+    let mut ok = true;
+    for flag in ["keyctl", "fuse", "mount", "mknod", "force_rw_sys"] {
+        if let Some(at) = obj.key_pos(flag) {
+            ctx.error(
+                at,
+                format!(
+                    "{path}.{flag}: PVE lets only root@pam itself change feature flags other than \
+                     nesting (pve-container: \"changing feature flags (except nesting) is only \
+                     allowed for root@pam\"), and proxsync signs in with an API token, which is \
+                     never root@pam. Set it by hand (pct set VMID --features ...) and leave \
+                     features out of the spec, or use nesting alone"
+                ),
+            );
+            ok = false;
         }
     }
-    Some(f)
+    if !unprivileged {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} on a privileged container (unprivileged: false) can only be set by \
+                 root@pam itself (pve-container: \"changing feature flags for privileged \
+                 container is only allowed for root@pam\"); proxsync's API token cannot"
+            ),
+        );
+        ok = false;
+    }
+    let nesting = obj
+        .get("nesting")
+        .and_then(|v| bool_field(ctx, v, "features.nesting"));
+    ok.then_some(Features { nesting })
 }
 
 /// `cpuLimit`: 0..8192 CPUs, fractions allowed (pve-container `cpulimit`).

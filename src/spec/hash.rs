@@ -80,6 +80,9 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         disks: Option<&'a Vec<super::Disk>>,
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         destroy_disks: &'a [String],
+        // Absent for a VM, so the hashes of VM specs stay as they were.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        container: Option<&'a super::container::Container>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -108,6 +111,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         networks: spec.networks.as_ref(),
         disks: spec.disks.as_ref(),
         destroy_disks: &spec.destroy_disks,
+        container: spec.container.as_deref(),
         identity: 2,
     };
     let mut out = FnvHasher::default();

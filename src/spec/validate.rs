@@ -168,7 +168,18 @@ fn container_for_provider(
     adopting: bool,
 ) -> ForProvider {
     let placement = placement(ctx, fp, name);
-    let own = super::container::container(ctx, fp, name, adopting);
+    if adopting {
+        ctx.error(
+            fp.pos,
+            format!(
+                "{} (adoption by consent) is for VMs: it names a VM by its smbios1 uuid, which a \
+                 container has not. A container of this install is adopted by its marker; one \
+                 made elsewhere is not taken over",
+                super::ADOPT
+            ),
+        );
+    }
+    let own = super::container::container(ctx, fp, name, false);
     let shared = super::container::shared_hardware(fp);
     let hardware = super::hardware::hardware(ctx, &shared, None, None);
     let guest = guest(ctx, fp);

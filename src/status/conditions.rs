@@ -333,6 +333,7 @@ fn ready_and_reconciling(
             v @ (Verdict::RenameSuspected { .. }
             | Verdict::RenameUnproven { .. }
             | Verdict::SiteMoved { .. }
+            | Verdict::KindChanged { .. }
             | Verdict::UnverifiedClaim { .. }
             | Verdict::AdoptRefused { .. }
             | Verdict::AdoptionsHeld { .. }),
@@ -464,6 +465,20 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
                  Move the spec back to site {from}, or move what you need off VM {vmid}, delete it \
                  on {from}, and the VM is then created on site {}",
                 spec.site, spec.site
+            ),
+        ),
+        Verdict::KindChanged { vmid, found } => (
+            Reason::KindChanged,
+            format!(
+                "this spec asks for a {} ({}), and its guest {vmid} is a {}. proxsync never \
+                 replaces a guest by one of the other kind by itself (a delete and a create). \
+                 Change kind back, or move what you need off {vmid} and delete it ({} destroy \
+                 {vmid}): the {} is then created",
+                spec.kind.noun(),
+                spec.kind.spec_kind(),
+                found.noun(),
+                found.cli(),
+                spec.kind.noun()
             ),
         ),
         Verdict::RenameUnproven { from, vmid, why } => (

@@ -60,6 +60,10 @@ pub enum Reason {
     /// `Ready` False / `Reconciling` False: the spec names another site than the one its VM is on;
     /// proxsync does not move VMs between clusters (see the message for what to do).
     SiteMoved,
+    /// `Ready` False / `Reconciling` False: the spec's guest is of the other kind (a VM for a
+    /// `ProxmoxLXC` spec, or a container for a `ProxmoxVM`); proxsync never replaces one kind
+    /// by the other by itself.
+    KindChanged,
     /// `Ready` False / `Reconciling` False: the commit removes a spec and adds this one with the
     /// same content; nothing is deleted or created until the `proxsync.io/renamed-from` annotation
     /// confirms a rename.
@@ -176,7 +180,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 60] = [
+    pub const ALL: [Reason; 61] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -200,6 +204,7 @@ impl Reason {
         Reason::RollingOut,
         Reason::HeldByInstall,
         Reason::SiteMoved,
+        Reason::KindChanged,
         Reason::RenameSuspected,
         Reason::RenameUnproven,
         Reason::SiteIdentityChanged,
@@ -265,6 +270,7 @@ impl Reason {
             Reason::RollingOut => "RollingOut",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
+            Reason::KindChanged => "KindChanged",
             Reason::RenameSuspected => "RenameSuspected",
             Reason::RenameUnproven => "RenameUnproven",
             Reason::SiteIdentityChanged => "SiteIdentityChanged",
@@ -379,6 +385,7 @@ pub const READY: &[Reason] = &[
     Reason::Observed,
     Reason::Drifted,
     Reason::SiteMoved,
+    Reason::KindChanged,
     Reason::RenameSuspected,
     Reason::RenameUnproven,
     Reason::HeldByInstall,
@@ -410,6 +417,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::RenameSuspected,
     Reason::RenameUnproven,
     Reason::SiteMoved,
+    Reason::KindChanged,
     Reason::UnverifiedClaim,
     Reason::AdoptRefused,
     Reason::Observing,

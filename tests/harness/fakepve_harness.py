@@ -121,8 +121,14 @@ Scenario key `pools`: pool ids that exist.
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
         {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}
         or {"next-id": {"lower": 5000}}.
-    add_ct(vmid, node='pve1', status='stopped', name=None)
-        A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too.
+    add_ct(vmid, node='pve1', status='stopped', name=None, config=None, template=False)
+        A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
+        `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
+        template true).
+    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0)
+        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds.
+    ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
+        A container's dump (config, pending, status, lock); every container; a person's change.
     add_vm_before(method, suffix, vmid, **add_vm args)
         Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
         add_vm does: someone else making a guest between proxsync's listing and its request.
@@ -195,7 +201,7 @@ from fakepve.server import SECRET_FORM, USER, ok, params
 PROTOCOL = sys.stdout
 sys.stdout = sys.stderr
 
-SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'files', 'tokens', 'users',
+SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'cts', 'files', 'tokens', 'users',
                  'grants', 'version', 'time_scale', 'quorate', 'bridges', 'bridge_mtus', 'cluster_name', 'datacenter',
                  'standalone')
 # FakeVm attributes set_vm (and add_vm) may change.
@@ -1982,6 +1988,10 @@ def apply_scenario(pve, sc):
         if not isinstance(vm, dict) or 'vmid' not in vm:
             raise BadArgs('vms: each entry needs a vmid: {0!r}'.format(vm))
         add_vm(pve, **vm)
+    for ct in sc.get('cts') or []:
+        if not isinstance(ct, dict) or 'vmid' not in ct:
+            raise BadArgs('cts: each entry needs a vmid: {0!r}'.format(ct))
+        add_container(pve, **ct)
     for f in sc.get('files') or []:
         pve.store_file(f['storage'], f['name'], int(f.get('size', 0)), f.get('content', 'iso'))
     for tok in sc.get('tokens') or []:
@@ -2013,6 +2023,29 @@ def apply_scenario(pve, sc):
 
 
 # ------------------------------------------------------------------ commands
+
+
+CT_ARGS = ('vmid', 'name', 'node', 'status', 'config', 'template', 'lock', 'pool')
+
+
+def add_container(pve, **kwargs):
+    """A container (fakepve's FakeCt) with its config; `template: true` makes a CT template."""
+    unknown = sorted(set(kwargs) - set(CT_ARGS))
+    if unknown:
+        raise BadArgs('cts: unknown keys {0}; known: {1}'.format(', '.join(unknown), ', '.join(CT_ARGS)))
+    kwargs['vmid'] = int(kwargs['vmid'])
+    try:
+        return pve.add_ct(**kwargs)
+    except ValueError as e:
+        raise BadArgs(str(e)) from None
+
+
+def dump_ct(ct):
+    return jsonable({
+        'vmid': ct.vmid, 'name': ct.name, 'node': ct.node, 'status': ct.status, 'template': ct.template,
+        'lock': ct.lock, 'pool': ct.pool, 'config': ct.config, 'pending': ct.pending,
+        'ha_state': ct.ha_state,
+    })
 
 
 def vm_of(pve, vmid):
@@ -2201,6 +2234,14 @@ class Commands(object):
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
 
+    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0):
+        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs)."""
+        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs)]
+        if any(v < 0 for v in values):
+            raise BadArgs('times must not be negative')
+        for key, value in zip(('create', 'clone', 'destroy', 'migrate'), values):
+            self.pve.ct_secs[key] = value
+
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""
         value = float(start_secs)
@@ -2303,13 +2344,38 @@ class Commands(object):
         "list", "user-allow-list": ["a"]}, "registered-tags": ["b"]} or {"next-id": {"lower": 5000}}."""
         self.pve.datacenter = dict(options)
 
-    def add_ct(self, vmid, node='pve1', status='stopped', name=None):
+    def add_ct(self, vmid, node='pve1', status='stopped', name=None, config=None, template=False):
         """Add a container (fakepve's own): /cluster/resources lists it as `lxc`, and its VMID is taken."""
-        try:
-            ct = self.pve.add_ct(int(vmid), name=name, node=node, status=status)
-        except ValueError as e:
-            raise BadArgs(str(e)) from None
+        ct = add_container(self.pve, vmid=vmid, node=node, status=status, name=name, config=config,
+                           template=template)
         return {'vmid': ct.vmid, 'node': ct.node, 'status': ct.status}
+
+    def ct(self, vmid):
+        """A container's dump: vmid, name (hostname), node, status, template, lock, config, pending."""
+        ct = self.pve.ct(int(vmid))
+        if ct is None:
+            raise BadArgs('no container {0}'.format(vmid))
+        return dump_ct(ct)
+
+    def cts(self):
+        """Every container's dump, like ct."""
+        return [dump_ct(ct) for ct in self.pve.cts]
+
+    def set_ct(self, vmid, config=None, status=None, lock=None):
+        """Change a container as a person would: config keys (None removes one), its status, its lock."""
+        ct = self.pve.ct(int(vmid))
+        if ct is None:
+            raise BadArgs('no container {0}'.format(vmid))
+        for key, value in (config or {}).items():
+            if value is None:
+                ct.config.pop(key, None)
+            else:
+                ct.config[key] = value
+        if status is not None:
+            ct.status = status
+        if lock is not None:
+            ct.lock = lock or None
+        return dump_ct(ct)
 
     def add_vm_before(self, method, suffix, vmid, **kwargs):
         """Before the next METHOD request whose path ends with suffix (or matches a schema template) is

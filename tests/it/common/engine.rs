@@ -214,13 +214,15 @@ pub fn owned_vms(pve: &mut FakePve) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// Every VM of the fake whose description carries a `proxsync-id:` marker of install `test`,
-/// grouped by the spec the marker names: spec -> VMIDs. Counts VMs whether or not they are
-/// tagged or named yet, so a second VM for one spec cannot hide.
+/// Every VM and container of the fake whose description carries a `proxsync-id:` marker of
+/// install `test`, grouped by the spec the marker names: spec -> VMIDs. Counts guests whether
+/// or not they are tagged or named yet, so a second guest for one spec cannot hide.
 #[allow(dead_code)]
 pub fn marker_claims(pve: &mut FakePve) -> std::collections::BTreeMap<String, Vec<u64>> {
     let mut out: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    for vm in pve.vms() {
+    let mut guests = pve.vms();
+    guests.extend(pve.cts());
+    for vm in guests {
         let description = vm["config"]["description"].as_str().unwrap_or("");
         if let Some(m) = proxsync::ownership::Marker::parse(description)
             && m.install == "test"

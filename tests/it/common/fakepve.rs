@@ -130,6 +130,12 @@ impl Scenario {
         self.push("vms", vm)
     }
 
+    /// Add a container: `{"vmid", "name", "node", "status", "template", "config", "lock",
+    /// "pool"}` (`"template": true`: a CT template to clone).
+    pub fn ct(self, ct: Value) -> Self {
+        self.push("cts", ct)
+    }
+
     pub fn node(self, name: &str, online: bool) -> Self {
         self.push("nodes", json!({"name": name, "online": online}))
     }
@@ -576,6 +582,21 @@ impl FakePve {
         );
     }
 
+    /// A container's `vzcreate`, `vzclone`, `vzdestroy` and `vzmigrate` take these PVE seconds.
+    pub fn ct_timing(
+        &mut self,
+        create_secs: f64,
+        clone_secs: f64,
+        destroy_secs: f64,
+        migrate_secs: f64,
+    ) {
+        self.must(
+            "ct_timing",
+            json!({"create_secs": create_secs, "clone_secs": clone_secs,
+                   "destroy_secs": destroy_secs, "migrate_secs": migrate_secs}),
+        );
+    }
+
     /// VMs made by a create or clone from now on take `start_secs` PVE seconds to start (as a
     /// real guest's start takes about a second).
     pub fn new_vm_timing(&mut self, start_secs: f64) {
@@ -722,6 +743,24 @@ impl FakePve {
     /// Every VM's dump, like [`vm`](Self::vm).
     pub fn vms(&mut self) -> Vec<Value> {
         serde_json::from_value(self.must("vms", json!({}))).expect("a list")
+    }
+
+    /// One container: `{vmid, name (its hostname), node, status, template, lock, pool, config,
+    /// pending, ha_state}`.
+    pub fn ct(&mut self, vmid: u32) -> Value {
+        self.must("ct", json!({"vmid": vmid}))
+    }
+
+    /// Every container's dump, like [`ct`](Self::ct).
+    pub fn cts(&mut self) -> Vec<Value> {
+        serde_json::from_value(self.must("cts", json!({}))).expect("a list")
+    }
+
+    /// A person's change of a container: config keys (`null` removes one), status, lock.
+    pub fn set_ct(&mut self, vmid: u32, change: Value) -> Value {
+        let mut args = change;
+        args["vmid"] = json!(vmid);
+        self.must("set_ct", args)
     }
 
     /// Every request fakepve received (those that failed authentication too), oldest first.

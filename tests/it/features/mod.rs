@@ -1,6 +1,7 @@
 //! What a person meets: the daemon, the CLI, doctor, plan, metrics, notifications, SOPS, the package.
 
 mod cli_habits;
+mod containers;
 mod daemon;
 mod defaults;
 mod doctor;

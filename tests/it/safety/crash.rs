@@ -12,6 +12,10 @@
 //! construction: the intent is durable before each create, and a VM at a reserved VMID is
 //! never judged foreign while it may still be ours.
 //!
+//! Two of the six specs are containers (`kind: ProxmoxLXC`: one from a `vztmpl` archive, one
+//! cloned from a CT template), whose `vzcreate` writes the config without its lock before the
+//! task ends: the same guarantees hold for them, counted over VMs and containers together.
+//!
 //! `PROXSYNC_CRASH_SEEDS=N` runs N seeds in each of the five tests (default 2, 10 in all);
 //! `PROXSYNC_CRASH_SEED=S` replays one seed.
 
@@ -40,9 +44,21 @@ const KILLS: usize = 25;
 /// The second node's template.
 const TEMPLATE2: u32 = 9001;
 
-/// Two nodes, a template on each, real task durations and late answers.
+/// The CT template on the first node.
+const CT_TEMPLATE: u32 = 9100;
+const VZTMPL: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+
+/// Two nodes, a VM template on each, a CT template and a container archive, real task
+/// durations and late answers.
 fn real_timing_pve() -> FakePve {
     let mut scenario = default_scenario();
+    scenario["files"].as_array_mut().unwrap().push(json!({
+        "storage": "local", "name": "debian-12-standard_12.7-1_amd64.tar.zst",
+        "size": 126_000_000_u64, "content": "vztmpl"}));
+    scenario["cts"] = json!([{
+        "vmid": CT_TEMPLATE, "name": "alpine-ct", "node": "pve1", "template": true,
+        "config": {"hostname": "alpine-ct", "rootfs": "local-lvm:base-9100-disk-0,size=4G",
+                   "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:91:00,ip=dhcp,type=veth"}}]);
     let mut t2 = scenario["vms"][0].clone();
     t2["vmid"] = json!(TEMPLATE2);
     t2["node"] = json!("pve2");
@@ -56,14 +72,28 @@ fn real_timing_pve() -> FakePve {
     // the locked VM exists.
     pve.slow_network(0.02, 0.01, None);
     pve.create_timing_listed(0.4, 0.4, 0.15, true);
+    // A container's create, clone, delete and move take time too.
+    pve.ct_timing(0.4, 0.4, 0.2, 0.3);
     pve
+}
+
+/// The specs that are containers: index 1 (made from a vztmpl archive, on pve2, the head of
+/// the chain) and 4 (a clone of the CT template, on pve1, removed in the second phase).
+const CONTAINERS: [usize; 2] = [1, 4];
+
+/// A container spec on `node`, from `template`.
+fn ct_spec(name: &str, node: &str, template: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    \
+         site: lab\n    node: {node}\n    template: \"{template}\"\n    cores: 2\n    memory: 2Gi\n{extra}"
+    )
 }
 
 /// The chain of three (`dependsOn`): index 3 depends on 1, and 5 on 3.
 const CHAIN: [(usize, usize); 2] = [(3, 1), (5, 3)];
 
-/// Six specs over two nodes: clones of each node's template and `import-from` creates, three
-/// of them a chain ([`CHAIN`]).
+/// Six specs over two nodes: clones of each node's template, `import-from` creates and two
+/// containers ([`CONTAINERS`]), three of them a chain ([`CHAIN`]).
 fn specs(names: &[String], extra: &str) -> Vec<(String, String)> {
     names
         .iter()
@@ -75,7 +105,11 @@ fn specs(names: &[String], extra: &str) -> Vec<(String, String)> {
                 (_, "pve1") => "9000".to_string(),
                 _ => TEMPLATE2.to_string(),
             };
-            let mut text = spec(n, node, &image, extra);
+            let mut text = match i {
+                1 => ct_spec(n, node, VZTMPL, extra),
+                4 => ct_spec(n, node, &CT_TEMPLATE.to_string(), extra),
+                _ => spec(n, node, &image, extra),
+            };
             if let Some((_, on)) = CHAIN.iter().find(|(d, _)| *d == i) {
                 let deps = format!("spec:\n  dependsOn: [{}]\n", names[*on]);
                 text = text.replacen("spec:\n", &deps, 1);
@@ -90,12 +124,18 @@ fn commit(ws: &Workspace, files: &[(String, String)]) {
     ws.commit_specs(&refs);
 }
 
-/// VMs other than the templates.
+/// VMs and containers other than the templates.
 fn vm_count(pve: &mut FakePve) -> usize {
-    pve.vms()
-        .iter()
+    guests(pve).len()
+}
+
+/// Every VM and container but the templates.
+fn guests(pve: &mut FakePve) -> Vec<serde_json::Value> {
+    let mut all = pve.vms();
+    all.extend(pve.cts());
+    all.into_iter()
         .filter(|v| v["template"] != json!(true))
-        .count()
+        .collect()
 }
 
 /// Runs `proxsync run --once` `KILLS` times, each killed after a random delay, checking after
@@ -175,11 +215,11 @@ fn converge_and_check(pve: &mut FakePve, ws: &Workspace, names: &[String], seed:
         let (s, _, m) = ws.condition(n, "Ready");
         assert_eq!(s, "True", "{phase}: {n} (seed {seed}): {m}");
     }
-    let vms = pve.vms();
+    let vms = guests(pve);
     assert_eq!(
-        vms.iter().filter(|v| v["template"] != json!(true)).count(),
+        vms.len(),
         names.len(),
-        "{phase}: no stray VMs (seed {seed}): {vms:?}"
+        "{phase}: no stray VMs or containers (seed {seed}): {vms:?}"
     );
     for vm in &vms {
         assert!(
@@ -211,6 +251,7 @@ fn crash_seed(seed: u64) {
     for (i, (_, text)) in files.iter_mut().enumerate() {
         *text = text
             .replace("cpu: 2", "cpu: 3")
+            .replace("cores: 2", "cores: 3")
             .replace("memory: 2Gi", "memory: 3Gi");
         if i == 0 {
             text.push_str("    powerState: stopped\n");
@@ -220,7 +261,7 @@ fn crash_seed(seed: u64) {
     kill_rounds(&mut pve, &ws, &mut rng, seed, "update+delete", names.len());
     converge_and_check(&mut pve, &ws, &kept, seed, "update+delete");
     // The update reached every VM (pending until the next start on a running one).
-    for vm in pve.vms().iter().filter(|v| v["template"] != json!(true)) {
+    for vm in guests(&mut pve).iter() {
         let cores = if vm["pending"]["cores"].is_null() {
             &vm["config"]["cores"]
         } else {

@@ -1,0 +1,539 @@
+//! A container's config as its spec asks for it, pure: the parameters of its create
+//! (`POST /nodes/{node}/lxc`), and the update a converge sends to an existing one, compared
+//! with PVE's values the way pve-container writes them (an absent key is PVE's default). A
+//! create renders the same options against an empty config, so a new container and a
+//! converged one get the same values. Only declared fields are compared: an absent optional
+//! field is left as the container has it.
+
+use crate::gate::identity::VerifiedMarker;
+use crate::ownership::MarkerKey;
+use crate::pve::types::{PendingEntry, VmConfig};
+use crate::pve::values::{parse_pve_size, pve_bool};
+use crate::pve::{Error as PveError, VmParams};
+use crate::spec::container::{Container, CtNic, MountPoint};
+use crate::spec::{GIB, Spec};
+use crate::store::SpecRecord;
+
+use super::config::{ConfigError, description_change, tags_change};
+use super::current::effective_value;
+use super::hardware::{Changes, Current};
+
+/// The container's own fields of a spec (`None` for a VM spec: nothing to render).
+fn container(spec: &Spec) -> Result<&Container, PveError> {
+    spec.container.as_deref().ok_or_else(|| {
+        PveError::Setup(format!(
+            "spec {} is not a container (kind: ProxmoxLXC)",
+            spec.name
+        ))
+    })
+}
+
+/// A size in GiB as pve-container's `storage:size` takes it (`8`, `0.5`).
+fn gib(bytes: u64) -> String {
+    if bytes.is_multiple_of(GIB) {
+        (bytes / GIB).to_string()
+    } else {
+        let v = format!("{:.3}", bytes as f64 / GIB as f64);
+        v.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// The options of a new container besides its template, storage and secrets: hostname,
+/// resources, root filesystem, NICs, mount points, DNS, features and the shared hardware
+/// fields, as converge would set them on an empty config.
+pub fn create_params(
+    spec: &Spec,
+    description: String,
+    tags: &[String],
+) -> Result<VmParams, PveError> {
+    let ct = container(spec)?;
+    let empty = |_: &str| None;
+    let mut out = own_changes(spec, ct, &empty)?;
+    super::hardware::options(spec, &empty, &mut out)?;
+    let mut params = out
+        .params
+        .checked("hostname", &spec.vm_name)?
+        .property(
+            "rootfs",
+            Some(&format!("{}:{}", spec.storage, gib(spec.disk_bytes))),
+            &[],
+        )?
+        .set("memory", spec.memory_mib)
+        .set("unprivileged", u8::from(ct.unprivileged))
+        .set("description", description)
+        .tags(tags)?;
+    if ct.networks.is_none() {
+        // No `networks`: one NIC on the spec's bridge, DHCP, left alone afterwards.
+        params = params.property(
+            "net0",
+            None,
+            &[
+                ("name", "eth0".into()),
+                ("bridge", spec.network.clone()),
+                ("ip", "dhcp".into()),
+            ],
+        )?;
+    }
+    for mp in ct.mount_points.iter().flatten() {
+        params = mount_point(params, mp)?;
+    }
+    if let Some(arch) = &ct.arch {
+        params = params.checked("arch", arch)?;
+    }
+    if let Some(pool) = &spec.hardware.pool {
+        params = params.checked("pool", pool)?;
+    }
+    if !ct.ssh_public_keys.is_empty() {
+        params = params.set("ssh-public-keys", ct.ssh_public_keys.join("\n"));
+    }
+    Ok(params)
+}
+
+/// A new mount point: `mp0=STORAGE:SIZE,mp=/srv/data,backup=1`.
+fn mount_point(params: VmParams, mp: &MountPoint) -> Result<VmParams, PveError> {
+    let mut parts = vec![("mp", mp.path.clone())];
+    for (key, v) in [
+        ("backup", mp.backup),
+        ("acl", mp.acl),
+        ("quota", mp.quota),
+        ("ro", mp.read_only),
+    ] {
+        if let Some(v) = v {
+            parts.push((key, u8::from(v).to_string()));
+        }
+    }
+    params.property(
+        &mp.slot,
+        Some(&format!("{}:{}", mp.storage, gib(mp.size_bytes))),
+        &parts,
+    )
+}
+
+/// The update that brings an existing container to its spec: the changes of its own fields
+/// and the shared hardware fields, its hostname, the description and marker, the tags, the
+/// mount points it lacks (`mountPoints` listed, not yet in the config). A value waiting for
+/// the next start counts as set. The marker is written only under the gate's permit.
+pub fn container_changes(
+    key: &MarkerKey,
+    install_id: &str,
+    spec: &Spec,
+    rec: &SpecRecord,
+    ours: &VerifiedMarker,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+) -> Result<(VmParams, Vec<&'static str>), ConfigError> {
+    let ct = container(spec)?;
+    let effective = |key: &str| effective_value(cfg, pending, key);
+    let mut out = own_changes(spec, ct, &effective)?;
+    super::hardware::options(spec, &effective, &mut out)?;
+    if effective("hostname").as_deref() != Some(spec.vm_name.as_str()) {
+        out.set("hostname", |p| p.checked("hostname", &spec.vm_name))?;
+    }
+    for mp in ct.mount_points.iter().flatten() {
+        if effective(&mp.slot).is_none() {
+            out.set("mountPoints", |p| mount_point(p, mp))?;
+        }
+    }
+    let Changes {
+        mut params,
+        mut changed,
+        delete,
+    } = out;
+    let nics_gone = nics_removed(ct, &effective);
+    if !nics_gone.is_empty() {
+        params = params.delete_keys(&nics_gone);
+        if !changed.contains(&"networks") {
+            changed.push("networks");
+        }
+    }
+    if let Some((description, what)) = description_change(key, install_id, spec, rec, ours, cfg) {
+        let permit = crate::gate::permit::sign(ours).map_err(ConfigError::Refused)?;
+        params = params.marker(&permit, description)?;
+        changed.push(what);
+    }
+    if let Some(tags) = tags_change(install_id, spec, rec, cfg) {
+        params = params.tags(&tags)?;
+        changed.push("tags");
+    }
+    if !delete.is_empty() {
+        params = params.delete_keys(&delete);
+    }
+    Ok((params, changed))
+}
+
+/// A number a config holds (`cores: 2`, `cpulimit: 1.5`), as text PVE would write back.
+fn number(current: Current, key: &str) -> Option<String> {
+    current(key).map(|v| {
+        let v = v.trim();
+        match v.parse::<f64>() {
+            Ok(n) if n.fract() == 0.0 => format!("{}", n as i64),
+            Ok(n) => {
+                let t = format!("{n:.3}");
+                t.trim_end_matches('0').trim_end_matches('.').to_string()
+            }
+            Err(_) => v.to_string(),
+        }
+    })
+}
+
+/// Cores, memory, swap, CPU limit and units, NICs, DNS, time zone, console and OS type.
+fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes, PveError> {
+    let mut out = Changes::default();
+    // pve-container: no `cores` is every host CPU; the spec always says how many.
+    if number(current, "cores") != Some(spec.cpu.to_string()) {
+        out.set("cores", |p| Ok(p.set("cores", spec.cpu)))?;
+    }
+    // pve-container's defaults: memory 512, swap 512.
+    let memory = number(current, "memory").unwrap_or_else(|| "512".into());
+    if memory != spec.memory_mib.to_string() {
+        out.set("memory", |p| Ok(p.set("memory", spec.memory_mib)))?;
+    }
+    if let Some(swap) = ct.swap_mib
+        && number(current, "swap").unwrap_or_else(|| "512".into()) != swap.to_string()
+    {
+        out.set("swap", |p| Ok(p.set("swap", swap)))?;
+    }
+    if let Some(limit) = &ct.cpu_limit
+        && number(current, "cpulimit").unwrap_or_else(|| "0".into()) != *limit
+    {
+        out.set("cpuLimit", |p| p.checked("cpulimit", limit))?;
+    }
+    if let Some(units) = ct.cpu_units
+        && number(current, "cpuunits") != Some(units.to_string())
+    {
+        out.set("cpuUnits", |p| Ok(p.set("cpuunits", units)))?;
+    }
+    if let Some(nics) = &ct.networks {
+        networks(nics, current, &mut out)?;
+    }
+    dns_and_console(ct, current, &mut out)?;
+    if let Some(features) = &ct.features {
+        let want = features.property_string();
+        if !same_props(current("features").as_deref().unwrap_or(""), &want) {
+            let flags: Vec<(&str, bool)> = features
+                .nesting
+                .map(|n| ("nesting", n))
+                .into_iter()
+                .collect();
+            out.set("features", |p| p.features(&flags, &[]))?;
+        }
+    }
+    Ok(out)
+}
+
+/// `nameserver`, `searchdomain`, `timezone`, `console`, `tty` and `ostype`.
+fn dns_and_console(ct: &Container, current: Current, out: &mut Changes) -> Result<(), PveError> {
+    if let Some(servers) = &ct.nameserver {
+        let now: Vec<String> = current("nameserver")
+            .map(|v| v.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        if &now != servers {
+            let joined = servers.join(" ");
+            out.set("nameserver", |p| Ok(p.set("nameserver", joined)))?;
+        }
+    }
+    for (field, key, want) in [
+        ("searchdomain", "searchdomain", ct.searchdomain.as_deref()),
+        ("timezone", "timezone", ct.timezone.as_deref()),
+        ("osType", "ostype", ct.os_type.as_deref()),
+    ] {
+        if let Some(want) = want
+            && current(key).as_deref() != Some(want)
+        {
+            out.set(field, |p| p.checked(key, want))?;
+        }
+    }
+    if let Some(console) = ct.console
+        && current("console").is_none_or(|v| pve_bool(&v)) != console
+    {
+        out.set("console", |p| Ok(p.set("console", u8::from(console))))?;
+    }
+    if let Some(tty) = ct.tty
+        && number(current, "tty").unwrap_or_else(|| "2".into()) != tty.to_string()
+    {
+        out.set("tty", |p| Ok(p.set("tty", tty)))?;
+    }
+    Ok(())
+}
+
+/// Whether two property strings hold the same `key=value` parts, in any order.
+fn same_props(a: &str, b: &str) -> bool {
+    let parts = |s: &str| {
+        let mut v: Vec<String> = s
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    };
+    parts(a) == parts(b)
+}
+
+/// The NICs: each `netN` rewritten when a declared option differs, keeping the MAC PVE
+/// generated (`hwaddr`) unless the spec names one; a NIC beyond the list is removed.
+fn networks(nics: &[CtNic], current: Current, out: &mut Changes) -> Result<(), PveError> {
+    for (i, nic) in nics.iter().enumerate() {
+        let slot = format!("net{i}");
+        let now = current(&slot);
+        let parts = nic_parts(nic, now.as_deref());
+        let want: Vec<String> = parts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !now
+            .as_deref()
+            .is_some_and(|n| same_props(n, &want.join(",")))
+        {
+            out.set("networks", |p| p.property(&slot, None, &parts))?;
+        }
+    }
+    Ok(())
+}
+
+/// The NICs beyond `networks` (only when it is managed): removed.
+fn nics_removed(ct: &Container, current: Current) -> Vec<String> {
+    let Some(nics) = &ct.networks else {
+        return Vec::new();
+    };
+    (nics.len()..crate::spec::container::MAX_CT_NICS)
+        .map(|i| format!("net{i}"))
+        .filter(|slot| current(slot).is_some())
+        .collect()
+}
+
+/// A NIC's options as pve-container writes them: `name`, `bridge`, `hwaddr`, `ip`, `gw`,
+/// `ip6`, `gw6`, `tag`, `firewall`, `mtu`, `rate`, `type=veth`.
+fn nic_parts(nic: &CtNic, now: Option<&str>) -> Vec<(&'static str, String)> {
+    let now_mac = now.and_then(|n| {
+        n.split(',')
+            .find_map(|p| p.strip_prefix("hwaddr="))
+            .map(str::to_string)
+    });
+    let mut parts: Vec<(&'static str, String)> =
+        vec![("name", nic.name.clone()), ("bridge", nic.bridge.clone())];
+    if let Some(mac) = nic.mac.clone().or(now_mac) {
+        parts.push(("hwaddr", mac));
+    }
+    for (key, v) in [
+        ("ip", nic.ip.clone()),
+        ("gw", nic.gateway.clone()),
+        ("ip6", nic.ip6.clone()),
+        ("gw6", nic.gateway6.clone()),
+        ("tag", nic.vlan.map(|v| v.to_string())),
+        ("firewall", nic.firewall.map(|f| u8::from(f).to_string())),
+        ("mtu", nic.mtu.map(|m| m.to_string())),
+        ("rate", nic.rate.clone()),
+    ] {
+        if let Some(v) = v {
+            parts.push((key, v));
+        }
+    }
+    parts.push(("type", "veth".into()));
+    parts
+}
+
+/// The root filesystem's size now, when it is smaller than the spec's and not grown to it
+/// before (`rootfs` only grows, with `PUT .../resize`).
+pub fn rootfs_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<u64> {
+    let size = cfg
+        .get("rootfs")?
+        .split(',')
+        .find_map(|p| p.strip_prefix("size="))
+        .and_then(parse_pve_size)?;
+    (size < spec.disk_bytes && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes))
+        .then_some(size)
+}
+
+/// The mount points smaller than the spec's size: (slot, size now).
+pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
+    let Some(mps) = spec
+        .container
+        .as_deref()
+        .and_then(|c| c.mount_points.as_ref())
+    else {
+        return Vec::new();
+    };
+    mps.iter()
+        .filter_map(|mp| {
+            let size = cfg
+                .get(&mp.slot)?
+                .split(',')
+                .find_map(|p| p.strip_prefix("size="))
+                .and_then(parse_pve_size)?;
+            (size < mp.size_bytes).then(|| (mp.slot.clone(), size))
+        })
+        .collect()
+}
+
+/// The mount points in the config that `mountPoints` no longer lists (only when it is
+/// managed): each is detached (PVE keeps its volume as `unusedN`).
+pub fn mount_points_removed(spec: &Spec, cfg: &VmConfig) -> Vec<String> {
+    let Some(mps) = spec
+        .container
+        .as_deref()
+        .and_then(|c| c.mount_points.as_ref())
+    else {
+        return Vec::new();
+    };
+    cfg.values
+        .keys()
+        .map(String::as_str)
+        .filter(|k| {
+            k.strip_prefix("mp")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter(|k| !mps.iter().any(|mp| mp.slot == *k))
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn ct_spec(extra: &str) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\nspec:\n  \
+             forProvider:\n    site: s\n    node: pve1\n    template: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n{extra}"
+        );
+        let (specs, diags) = crate::spec::parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        specs.into_iter().next().expect("one spec")
+    }
+
+    fn cfg(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn changes(spec: &Spec, pairs: &[(&str, &str)]) -> Changes {
+        let map = cfg(pairs);
+        let current = |k: &str| map.get(k).cloned();
+        own_changes(spec, spec.container.as_deref().unwrap(), &current).unwrap()
+    }
+
+    #[test]
+    fn a_create_carries_every_declared_option() {
+        let spec = ct_spec(
+            "    cores: 2\n    memory: 1Gi\n    swap: 256Mi\n    cpuLimit: 1.5\n    \
+             rootfs: {storage: local-lvm, size: 10Gi}\n    features: {nesting: true}\n    \
+             networks:\n      - {name: eth0, bridge: vmbr0, ip: 10.0.0.5/24, gateway: 10.0.0.1, vlan: 20}\n    \
+             mountPoints:\n      - {slot: mp0, path: /srv/data, storage: local-lvm, size: 4Gi, backup: true}\n    \
+             nameserver: [1.1.1.1, 9.9.9.9]\n    onBoot: true\n",
+        );
+        let p = create_params(&spec, "d".into(), &["proxsync.main".into()]).unwrap();
+        assert_eq!(p.get("cores"), Some("2"));
+        assert_eq!(p.get("memory"), Some("1024"));
+        assert_eq!(p.get("swap"), Some("256"));
+        assert_eq!(p.get("cpulimit"), Some("1.5"));
+        assert_eq!(p.get("rootfs"), Some("local-lvm:10"));
+        assert_eq!(p.get("features"), Some("nesting=1"));
+        assert_eq!(
+            p.get("net0"),
+            Some("name=eth0,bridge=vmbr0,ip=10.0.0.5/24,gw=10.0.0.1,tag=20,type=veth")
+        );
+        assert_eq!(p.get("mp0"), Some("local-lvm:4,mp=/srv/data,backup=1"));
+        assert_eq!(p.get("nameserver"), Some("1.1.1.1 9.9.9.9"));
+        assert_eq!(p.get("onboot"), Some("1"));
+        assert_eq!(p.get("unprivileged"), Some("1"));
+        assert_eq!(p.get("hostname"), Some("dns-01"));
+        assert_eq!(p.get("tags"), Some("proxsync.main"));
+    }
+
+    #[test]
+    fn without_networks_a_create_gets_one_dhcp_nic() {
+        let spec = ct_spec("");
+        let p = create_params(&spec, "d".into(), &[]).unwrap();
+        assert_eq!(p.get("net0"), Some("name=eth0,bridge=vmbr0,ip=dhcp"));
+        assert_eq!(p.get("cores"), Some("1"));
+        assert_eq!(p.get("memory"), Some("512"));
+        assert_eq!(p.get("rootfs"), Some("local-lvm:8"));
+    }
+
+    #[test]
+    fn a_container_as_its_spec_says_needs_nothing() {
+        let spec = ct_spec(
+            "    cores: 2\n    memory: 1Gi\n    swap: 512Mi\n    networks:\n      - {name: eth0, bridge: vmbr0, ip: dhcp}\n",
+        );
+        let c = changes(
+            &spec,
+            &[
+                ("cores", "2"),
+                ("memory", "1024"),
+                ("swap", "512"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth",
+                ),
+            ],
+        );
+        assert!(c.changed.is_empty(), "{:?}", c.changed);
+    }
+
+    #[test]
+    fn a_changed_nic_keeps_its_generated_mac() {
+        let spec = ct_spec("    networks:\n      - {name: eth0, bridge: vmbr1, ip: dhcp}\n");
+        let c = changes(
+            &spec,
+            &[
+                ("cores", "1"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth",
+                ),
+                ("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth"),
+            ],
+        );
+        assert_eq!(
+            c.params.get("net0"),
+            Some("name=eth0,bridge=vmbr1,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth")
+        );
+        let map = cfg(&[("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth")]);
+        let current = |k: &str| map.get(k).cloned();
+        assert_eq!(
+            nics_removed(spec.container.as_deref().unwrap(), &current),
+            vec!["net1"]
+        );
+    }
+
+    #[test]
+    fn only_declared_fields_are_compared() {
+        let spec = ct_spec("");
+        // Swap, limits, DNS and features as someone set them: not the spec's business.
+        let c = changes(
+            &spec,
+            &[
+                ("cores", "1"),
+                ("swap", "2048"),
+                ("cpulimit", "2"),
+                ("nameserver", "8.8.8.8"),
+                ("features", "nesting=1"),
+            ],
+        );
+        assert!(c.changed.is_empty(), "{:?}", c.changed);
+        let c = changes(&spec, &[("cores", "4")]);
+        assert_eq!(c.changed, vec!["cores"]);
+    }
+
+    #[test]
+    fn the_root_filesystem_only_grows() {
+        let spec = ct_spec("    rootfs: {size: 10Gi}\n");
+        let rec = SpecRecord::default();
+        let small = crate::pve::types::VmConfig {
+            values: cfg(&[("rootfs", "local-lvm:vm-101-disk-0,size=8G")]),
+        };
+        assert_eq!(rootfs_to_grow(&spec, &rec, &small), Some(8 * GIB));
+        let big = crate::pve::types::VmConfig {
+            values: cfg(&[("rootfs", "local-lvm:vm-101-disk-0,size=12G")]),
+        };
+        assert_eq!(rootfs_to_grow(&spec, &rec, &big), None);
+    }
+
+    #[test]
+    fn a_value_that_would_add_an_option_is_refused() {
+        let mut spec = ct_spec("");
+        spec.vm_name = "a,b=c".into();
+        assert!(create_params(&spec, "d".into(), &[]).is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! `kind: ProxmoxLXC` against fakepve's containers (`fakepve.lxc`): made from a `vztmpl`
+//! archive or a CT template, signed and tagged like a VM, converged (options, a NIC keeping its
+//! MAC, the root filesystem grown), adopted by its marker after a lost database, held when its
+//! guest is a VM, moved with a restart migration, and deleted only as the gate allows.
+
+use serde_json::{Value, json};
+
+use crate::common;
+
+use common::engine::{Workspace, next_seq, writes_since};
+use common::{FakePve, Scenario};
+
+const VZTMPL: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+const CT_TEMPLATE: u32 = 9100;
+
+/// The default scenario with a container template archive and a CT template.
+fn scenario() -> Scenario {
+    Scenario::default()
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.zst",
+            126_000_000,
+            "vztmpl",
+        )
+        .ct(json!({
+            "vmid": CT_TEMPLATE, "name": "alpine-ct", "node": "pve1", "template": true,
+            "config": {"hostname": "alpine-ct", "rootfs": "local-lvm:base-9100-disk-0,size=4G",
+                       "ostype": "alpine", "memory": 256, "swap": 0,
+                       "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:91:00,ip=dhcp,type=veth"}
+        }))
+}
+
+fn ct_spec(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {VZTMPL}\n{extra}"
+    )
+}
+
+/// The containers install `test` owns (by tag), as (vmid, dump).
+fn owned_cts(pve: &mut FakePve) -> Vec<(u32, Value)> {
+    pve.cts()
+        .into_iter()
+        .filter(|ct| {
+            ct["config"]["tags"]
+                .as_str()
+                .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t == "proxsync.test"))
+        })
+        .map(|ct| (ct["vmid"].as_u64().unwrap_or(0) as u32, ct))
+        .collect()
+}
+
+/// The owned container named `name` (its hostname).
+fn named(pve: &mut FakePve, name: &str) -> Option<(u32, Value)> {
+    owned_cts(pve)
+        .into_iter()
+        .find(|(_, ct)| ct["name"] == name)
+}
+
+fn config_str(ct: &Value, key: &str) -> String {
+    match &ct["config"][key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let extra = "    cores: 2\n    memory: 1Gi\n    swap: 256Mi\n    \
+                 rootfs: {storage: local-lvm, size: 8Gi}\n    \
+                 networks:\n      - {name: eth0, bridge: vmbr0, ip: 10.0.5.10/24, gateway: 10.0.5.1}\n    \
+                 nameserver: [1.1.1.1]\n    tags: [dns]\n";
+    // A second spec keeps the set from being emptied when dns-01 is removed (that valve).
+    let keep = ("keep.yaml", ct_spec("keep-01", ""));
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-01", extra)), keep.clone()]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(
+        owned_cts(&mut pve).len(),
+        2,
+        "one container per spec: {out}"
+    );
+    let (vmid, ct) = &named(&mut pve, "dns-01").expect("dns-01");
+    assert_eq!(ct["name"], "dns-01", "{ct}");
+    assert_eq!(ct["status"], "running", "{ct}");
+    assert_eq!(config_str(ct, "cores"), "2", "{ct}");
+    assert_eq!(config_str(ct, "memory"), "1024", "{ct}");
+    assert_eq!(config_str(ct, "swap"), "256", "{ct}");
+    assert_eq!(config_str(ct, "nameserver"), "1.1.1.1", "{ct}");
+    assert_eq!(config_str(ct, "unprivileged"), "1", "{ct}");
+    let net0 = config_str(ct, "net0");
+    assert!(
+        net0.contains("ip=10.0.5.10/24") && net0.contains("gw=10.0.5.1"),
+        "{net0}"
+    );
+    let description = config_str(ct, "description");
+    let marker = proxsync::ownership::Marker::parse(&description).expect("a marker");
+    assert_eq!(
+        (marker.install.as_str(), marker.spec.as_str()),
+        ("test", "dns-01")
+    );
+    assert!(config_str(ct, "tags").contains("dns"), "{ct}");
+    let (status, reason, _) = ws.condition("dns-01", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Available"),
+        "{out}"
+    );
+    let created: Vec<String> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/lxc"))
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(created.len(), 2, "one vzcreate per spec");
+    assert!(
+        created[0].contains("ostemplate=local%3Avztmpl%2Fdebian-12-standard_12.7-1_amd64.tar.zst"),
+        "{}",
+        created[0]
+    );
+
+    // Settled: a second cycle writes nothing.
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+
+    // A change of cores, the bridge and the root filesystem's size: one config update keeping
+    // the MAC PVE generated, one resize, no new container.
+    let mac = net0
+        .split(',')
+        .find_map(|p| p.strip_prefix("hwaddr="))
+        .expect("a generated MAC")
+        .to_string();
+    let changed = extra
+        .replace("cores: 2", "cores: 3")
+        .replace("bridge: vmbr0", "bridge: vmbr1")
+        .replace("size: 8Gi", "size: 12Gi");
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-01", &changed)), keep.clone()]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let writes = writes_since(&mut pve, since);
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.starts_with("PUT") && w.ends_with(&format!("/lxc/{vmid}/config"))),
+        "{writes:?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.starts_with("PUT") && w.ends_with(&format!("/lxc/{vmid}/resize"))),
+        "{writes:?}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.starts_with("POST") && w.ends_with("/lxc")),
+        "{writes:?}"
+    );
+    let ct = pve.ct(*vmid);
+    assert_eq!(config_str(&ct, "cores"), "3", "{ct}");
+    let net0 = config_str(&ct, "net0");
+    assert!(
+        net0.contains("bridge=vmbr1") && net0.contains(&format!("hwaddr={mac}")),
+        "{net0}"
+    );
+    assert!(config_str(&ct, "rootfs").contains("size=12G"), "{ct}");
+
+    // Removed from git: stopped and deleted, the container's own delete path.
+    ws.commit_specs(&[keep]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(named(&mut pve, "dns-01").is_none(), "{out}");
+    let writes = writes_since(&mut pve, since);
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.starts_with("DELETE") && w.ends_with(&format!("/lxc/{vmid}"))),
+        "{writes:?}"
+    );
+    assert!(!writes.iter().any(|w| w.contains("/qemu/")), "{writes:?}");
+}
+
+#[test]
+fn a_container_is_cloned_from_a_ct_template_and_adopted_after_a_lost_database() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let spec = ct_spec("cache-01", "    memory: 256Mi\n").replace(VZTMPL, &CT_TEMPLATE.to_string());
+    ws.commit_specs(&[("cache.yaml", spec.clone())]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let cts = owned_cts(&mut pve);
+    assert_eq!(cts.len(), 1, "{out}");
+    let (vmid, ct) = &cts[0];
+    assert_eq!(ct["name"], "cache-01", "{ct}");
+    assert!(
+        pve.requests()
+            .iter()
+            .any(|r| r.method == "POST" && r.path.ends_with(&format!("/lxc/{CT_TEMPLATE}/clone"))),
+        "a vzclone of the template"
+    );
+
+    // The state database is lost: the container is found by its marker, not made twice.
+    ws.remove_state();
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let cts = owned_cts(&mut pve);
+    assert_eq!(cts.len(), 1, "{out}");
+    assert_eq!(cts[0].0, *vmid);
+    assert!(
+        !writes_since(&mut pve, since)
+            .iter()
+            .any(|w| w.ends_with("/clone") || w.ends_with("/lxc")),
+        "{out}"
+    );
+    let (status, _, _) = ws.condition("cache-01", "Ready");
+    assert_eq!(status, "True", "{out}");
+}
+
+#[test]
+fn a_spec_whose_guest_is_of_the_other_kind_is_held_and_nothing_is_deleted() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let vm = common::engine::spec("app-01", "pve1", "9000", "");
+    ws.commit_specs(&[("app.yaml", vm)]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vms = common::engine::owned_vms(&mut pve);
+    assert_eq!(vms.len(), 1, "{out}");
+
+    // The same name, now a container: the VM is kept and the spec held, never a create beside
+    // it nor a delete of it.
+    ws.commit_specs(&[("app.yaml", ct_spec("app-01", ""))]);
+    let since = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(&mut pve, since), Vec::<String>::new(), "{out}");
+    assert_eq!(common::engine::owned_vms(&mut pve).len(), 1);
+    assert!(owned_cts(&mut pve).is_empty());
+    let (status, reason, message) = ws.condition("app-01", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "KindChanged"),
+        "{message}"
+    );
+    assert!(message.contains("qm destroy"), "{message}");
+}
+
+#[test]
+fn a_container_moves_to_another_node_with_a_restart_migration() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-02", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = owned_cts(&mut pve).remove(0);
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct_spec("dns-02", "").replace("node: pve1", "node: pve2"),
+    )]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let migrate: Vec<_> = pve
+        .requests_since(since)
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with(&format!("/lxc/{vmid}/migrate")))
+        .collect();
+    assert_eq!(migrate.len(), 1, "{out}");
+    assert!(migrate[0].body.contains("restart=1"), "{}", migrate[0].body);
+    let ct = pve.ct(vmid);
+    assert_eq!(
+        (ct["node"].as_str(), ct["status"].as_str()),
+        (Some("pve2"), Some("running")),
+        "{ct}"
+    );
+}
