@@ -32,10 +32,6 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     new_vm_timing(start_secs=0)
         A VM made by a create or clone takes start_secs PVE seconds to start (fakepve's
         per-VM `start_secs`, which set_vm changes one VM at a time).
-    ct_timing(create_secs=0, start_secs=0)
-        A container's create (`vzcreate`) task takes create_secs PVE seconds (fakepve's
-        `ct_secs['create']`), and a container made by a create takes start_secs PVE seconds to
-        start (fakepve's per-container `start_secs`).
     clone_contention(max_clones=None, wait_secs=10)
         A node's storage takes max_clones clones at once: a qmclone task started while that many
         are cloning on its node waits wait_secs PVE seconds (lock_file_full's default timeout)
@@ -125,8 +121,10 @@ Scenario key `pools`: pool ids that exist.
         A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
         `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
         template true).
-    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0)
-        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds.
+    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0)
+        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds; a
+        container made by a vzcreate takes start_secs PVE seconds to start (fakepve's
+        per-container `start_secs`).
     ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
         A container's dump (config, pending, status, lock); every container; a person's change.
     add_vm_before(method, suffix, vmid, **add_vm args)
@@ -2234,13 +2232,15 @@ class Commands(object):
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
 
-    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0):
-        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs)."""
-        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs)]
+    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0):
+        """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs); a
+        container made by a vzcreate takes start_secs PVE seconds to start."""
+        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs, start_secs)]
         if any(v < 0 for v in values):
             raise BadArgs('times must not be negative')
         for key, value in zip(('create', 'clone', 'destroy', 'migrate'), values):
             self.pve.ct_secs[key] = value
+        self.pve.new_ct_start_secs = values[4]
 
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""
@@ -2248,15 +2248,6 @@ class Commands(object):
         if value < 0:
             raise BadArgs('times must not be negative')
         self.pve.new_vm_start_secs = value
-
-    def ct_timing(self, create_secs=0, start_secs=0):
-        """A container's vzcreate task takes create_secs PVE seconds, and a container made by a
-        create takes start_secs PVE seconds to start."""
-        create, start = float(create_secs), float(start_secs)
-        if create < 0 or start < 0:
-            raise BadArgs('times must not be negative')
-        self.pve.ct_secs['create'] = create
-        self.pve.new_ct_start_secs = start
 
     def clone_contention(self, max_clones=None, wait_secs=10):
         """At most max_clones clones at once per node; a further one fails after wait_secs PVE
