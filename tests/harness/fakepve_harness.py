@@ -121,10 +121,12 @@ Scenario key `pools`: pool ids that exist.
         A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
         `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
         template true).
-    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, create_tail_secs=0)
-        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds; a vzcreate
-        writes the new container's whole config without its `create` lock create_tail_secs before
-        it ends (pve-container writes it after the OS detection, then sets the container up).
+    ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0, create_tail_secs=0)
+        A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds; a
+        container made by a vzcreate takes start_secs PVE seconds to start (fakepve's
+        per-container `start_secs`); a vzcreate writes the new container's whole config without its
+        `create` lock create_tail_secs before it ends (pve-container writes it after the OS
+        detection, then sets the container up).
     ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
         A container's dump (config, pending, status, lock); every container; a person's change.
     add_vm_before(method, suffix, vmid, **add_vm args)
@@ -254,6 +256,8 @@ class HarnessPve(FakePve):
         self.unborn = {}
         # new_vm_timing: PVE seconds the start of a VM made by a create or clone takes.
         self.new_vm_start_secs = 0.0
+        # ct_timing: PVE seconds the start of a container made by a create takes.
+        self.new_ct_start_secs = 0.0
         # clone_contention: clones one node's storage takes at once (None: no limit), how long a
         # further one waits for the storage lock, the clones cloning per node, and the storage
         # of each clone in flight (newid -> storage id, for the lock file's name).
@@ -602,6 +606,8 @@ class HarnessPve(FakePve):
 
     async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
         """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone."""
+        if ttype == 'vzcreate' and vm is not None:
+            vm.start_secs = self.new_ct_start_secs
         secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
         if secs is not None and vm is not None:
             vm.start_secs = self.new_vm_start_secs
@@ -2251,15 +2257,19 @@ class Commands(object):
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
 
-    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, create_tail_secs=0):
+    def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0,
+                  create_tail_secs=0):
         """vzcreate / vzclone / vzdestroy / vzmigrate take these PVE seconds (fakepve's ct_secs); a
-        vzcreate goes on create_tail_secs more after it wrote the config without its lock."""
-        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs, create_tail_secs)]
+        container made by a vzcreate takes start_secs PVE seconds to start; a vzcreate goes on
+        create_tail_secs more after it wrote the config without its lock."""
+        values = [float(v) for v in (create_secs, clone_secs, destroy_secs, migrate_secs, start_secs,
+                                     create_tail_secs)]
         if any(v < 0 for v in values):
             raise BadArgs('times must not be negative')
         for key, value in zip(('create', 'clone', 'destroy', 'migrate'), values):
             self.pve.ct_secs[key] = value
-        self.pve.ct_create_tail_secs = values[4]
+        self.pve.new_ct_start_secs = values[4]
+        self.pve.ct_create_tail_secs = values[5]
 
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""
