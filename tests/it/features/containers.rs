@@ -441,3 +441,50 @@ fn orphaned_containers_pass_the_valves_and_a_forged_marker_deletes_nothing() {
     assert_eq!(deletes.len(), 1, "{deletes:?}: {out}");
     assert!(deletes[0].contains("/lxc/"), "{deletes:?}");
 }
+
+/// A change pve-container keeps pending on a running container (its DNS) is reported as
+/// `RebootPending` and waits under the default policy; with `rebootPolicy: IfNeeded` the
+/// container is rebooted on its own path and nothing is pending after.
+#[test]
+fn a_pending_change_of_a_running_container_follows_the_reboot_policy() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct_spec("dns-03", "    searchdomain: a.example\n"),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = named(&mut pve, "dns-03").expect("made");
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct_spec("dns-03", "    searchdomain: b.example\n"),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    assert_eq!(ct["pending"]["searchdomain"], "b.example", "pending: {ct}");
+    assert_eq!(ws.condition("dns-03", "RebootPending").0, "True", "{out}");
+
+    let policy = "    searchdomain: b.example\n    rebootPolicy: IfNeeded\n";
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-03", policy))]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let writes = writes_since(&mut pve, since);
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.ends_with(&format!("/lxc/{vmid}/status/reboot"))
+                || w.ends_with(&format!("/lxc/{vmid}/status/shutdown"))),
+        "{writes:?}"
+    );
+    let ct = pve.ct(vmid);
+    assert_eq!(
+        config_str(&ct, "searchdomain"),
+        "b.example",
+        "applied: {ct}"
+    );
+    assert_eq!(ct["status"], "running", "{ct}");
+    assert_eq!(ws.condition("dns-03", "RebootPending").0, "False", "{out}");
+}
