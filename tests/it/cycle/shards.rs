@@ -62,6 +62,15 @@ fn tenant_spec(name: &str, tenant: &str) -> String {
     )
 }
 
+/// [`tenant_spec`] as a container (`kind: ProxmoxLXC` from Debian's container template).
+fn tenant_ct(name: &str, tenant: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\n  labels:\n    \
+         tenant-id: {tenant}\nspec:\n  forProvider:\n    site: lab\n    node: pve1\n    \
+         template: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n"
+    )
+}
+
 /// One VM of the fake, as this test looks at it.
 #[derive(Debug, Clone, PartialEq)]
 struct Vm {
@@ -72,9 +81,11 @@ struct Vm {
     config: serde_json::Value,
 }
 
-/// Every VM of the fake but the template.
+/// Every VM and container of the fake but the template.
 fn vms(pve: &mut FakePve) -> Vec<Vm> {
-    pve.vms()
+    let mut guests = pve.vms();
+    guests.extend(pve.cts());
+    guests
         .into_iter()
         .filter(|v| v["vmid"].as_u64() != Some(9000))
         .map(|v| {
@@ -202,13 +213,25 @@ fn one_vm(pve: &mut FakePve, vmid: u32, step: &str) -> Vm {
 /// Moves spec `web-x` from A's shard to B's (one commit changing its label) and runs the
 /// installs in `order`; the VM must keep its VMID, never be deleted or doubled, and end B's.
 fn move_spec(b_first: bool) {
-    let mut pve = FakePve::start(default_scenario());
+    move_spec_of(b_first, tenant_spec);
+}
+
+/// [`move_spec`] with `web-x` made by `make` (a VM's spec or a container's).
+fn move_spec_of(b_first: bool, make: fn(&str, &str) -> String) {
+    let mut scenario = default_scenario();
+    scenario["files"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+        "storage": "local", "name": "debian-12-standard_12.7-1_amd64.tar.zst",
+        "size": 126_000_000_u64, "content": "vztmpl"}));
+    let mut pve = FakePve::start(scenario);
     let keys = tempfile::tempdir().unwrap();
     let (a, b) = two_installs(&pve, keys.path());
     // web-a1 stays A's: the move is one of A's two VMs, within max_delete_fraction.
     a.commit_specs(&[
         ("a1.yaml", tenant_spec("web-a1", "a")),
-        ("x.yaml", tenant_spec("web-x", "a")),
+        ("x.yaml", make("web-x", "a")),
         ("b1.yaml", tenant_spec("web-b1", "b")),
     ]);
     for ws in [&a, &b] {
@@ -221,7 +244,7 @@ fn move_spec(b_first: bool) {
 
     a.commit_specs(&[
         ("a1.yaml", tenant_spec("web-a1", "a")),
-        ("x.yaml", tenant_spec("web-x", "b")),
+        ("x.yaml", make("web-x", "b")),
         ("b1.yaml", tenant_spec("web-b1", "b")),
     ]);
     if b_first {
@@ -303,6 +326,13 @@ fn a_spec_moved_between_shards_keeps_its_vm_old_owner_first() {
 #[test]
 fn a_spec_moved_between_shards_keeps_its_vm_new_owner_first() {
     move_spec(true);
+}
+
+/// A container spec moved between shards: handed over and taken over the same way, on the
+/// container's path, never recreated.
+#[test]
+fn a_container_moved_between_shards_keeps_its_container() {
+    move_spec_of(true, tenant_ct);
 }
 
 /// A selector that suddenly matches nothing (a typo) hands nothing over: the valve refuses.
