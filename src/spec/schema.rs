@@ -98,6 +98,10 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                 "description": "Extra Proxmox tags (lower case). proxsync.* and tenant_* are reserved.",
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[a-z0-9_][a-z0-9_+.-]*$"}
+            },
+            "allowRecreateOnSiteChange": {
+                "description": "When the spec names another site than its VM's, create a VM on the new site at once; the old one stays, listed in _orphans.yaml, until a person deletes it. Default false: nothing is created while the old VM exists (SiteMoved).",
+                "type": "boolean"
             }
         }
     })
@@ -472,6 +476,20 @@ mod tests {
                 fp["properties"]["ha"]["properties"].get(field).is_some(),
                 "ha.{field}"
             );
+        }
+    }
+
+    /// Every field the validator reads in a VM's `forProvider` is in the schema, which refuses
+    /// any other (`additionalProperties: false`).
+    #[test]
+    fn the_vm_schema_has_every_for_provider_field() {
+        let s = json_schema();
+        let props = &s["properties"]["spec"]["properties"]["forProvider"]["properties"];
+        let fields = super::super::validate::FOR_PROVIDER_FIELDS
+            .iter()
+            .chain(super::super::hardware::FIELDS);
+        for field in fields {
+            assert!(props.get(field).is_some(), "{field}");
         }
     }
 
