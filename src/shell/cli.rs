@@ -276,11 +276,12 @@ The Debian package installs them for every user.")]
 Example (VS Code / yaml-language-server): save it and put this first in a spec file:
   proxsync schema > .proxsync.schema.json
   # yaml-language-server: $schema=.proxsync.schema.json
+  proxsync schema --kind ProxmoxLXC > .proxsync-lxc.schema.json       for container specs
   proxsync schema --kind ProxmoxVMSet > .proxsync-set.schema.json      for set files
   proxsync schema --kind ProxmoxDefaults > .proxsync-defaults.schema.json   for _defaults.yaml")]
     Schema {
-        /// The kind: ProxmoxVM (default), ProxmoxVMSet or ProxmoxDefaults.
-        #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxVMSet", "ProxmoxDefaults"])]
+        /// The kind: ProxmoxVM (default), ProxmoxLXC, ProxmoxVMSet or ProxmoxDefaults.
+        #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxLXC", "ProxmoxVMSet", "ProxmoxDefaults"])]
         kind: String,
     },
 }
@@ -1328,6 +1329,7 @@ fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> ExitCode {
 
 fn schema(kind: &str) -> ExitCode {
     let schema = match kind {
+        "ProxmoxLXC" => spec::lxc_schema(),
         "ProxmoxVMSet" => spec::set_schema(),
         "ProxmoxDefaults" => spec::defaults_schema(),
         _ => spec::json_schema(),

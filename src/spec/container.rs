@@ -535,7 +535,7 @@ fn networks(ctx: &mut Ctx, n: &Node) -> Option<Vec<CtNic>> {
     ok.then_some(out)
 }
 
-const NIC_FIELDS: &[&str] = &[
+pub(super) const NIC_FIELDS: &[&str] = &[
     "name", "bridge", "vlan", "firewall", "ip", "gateway", "ip6", "gateway6", "mtu", "rate", "mac",
 ];
 
@@ -853,7 +853,7 @@ fn mount_points(ctx: &mut Ctx, n: &Node) -> Option<Vec<MountPoint>> {
     ok.then_some(out)
 }
 
-const MOUNT_FIELDS: &[&str] = &[
+pub(super) const MOUNT_FIELDS: &[&str] = &[
     "slot", "path", "storage", "size", "bind", "backup", "acl", "quota", "readOnly",
 ];
 

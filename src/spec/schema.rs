@@ -5,13 +5,14 @@
 
 use serde_json::{Value, json};
 
+use super::container::{ARCHES, MAX_CT_NICS, MAX_MOUNT_POINTS, OS_TYPES as CT_OS_TYPES};
 use super::disks::{DISK_CACHES, DISK_FORMATS, MAX_DISKS};
 use super::hardware::{
     MAX_DESCRIPTION, MAX_SOCKETS, MAX_STARTUP, OS_TYPES, SCSI_HARDWARE, TPM_VERSIONS, VGA_TYPES,
 };
 use super::networks::{MAX_NICS, NET_MODELS};
 use super::{
-    API_VERSIONS, KIND, MAX_CPU, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS,
+    API_VERSIONS, KIND, LXC_KIND, MAX_CPU, MAX_IP_CONFIGS, MAX_NAMESERVERS, MAX_SSH_KEYS,
     MAX_USER_DATA_BYTES, MAX_VMID, MIN_VMID,
 };
 
@@ -98,6 +99,10 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                 "description": "Extra Proxmox tags (lower case). proxsync.* and tenant_* are reserved.",
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[a-z0-9_][a-z0-9_+.-]*$"}
+            },
+            "allowRecreateOnSiteChange": {
+                "description": "When the spec names another site than its VM's, create a VM on the new site at once; the old one stays, listed in _orphans.yaml, until a person deletes it. Default false: nothing is created while the old VM exists (SiteMoved).",
+                "type": "boolean"
             }
         }
     })
@@ -255,18 +260,21 @@ fn cloud_init_schema() -> Value {
     })
 }
 
+/// A size: a number with a unit, or a plain number of `plain` units; `minimum` 0 lets a
+/// plain 0 through (swap).
+fn size_schema(plain: &str, example: &str, minimum: u64) -> Value {
+    json!({
+        "description": format!("Ki/Mi/Gi/Ti (binary) or K/M/G/T (decimal), case-insensitive; a plain number is {plain}. Example: {example}"),
+        "oneOf": [
+            {"type": "integer", "minimum": minimum},
+            {"type": "string", "pattern": "^[0-9]+([KkMmGgTt][Ii]?)?$"}
+        ]
+    })
+}
+
 /// The JSON Schema of one spec document (a `ProxmoxVM`).
 pub fn json_schema() -> Value {
-    let size = |plain: &str, example: &str| {
-        json!({
-            "description": format!("Ki/Mi/Gi/Ti (binary) or K/M/G/T (decimal), case-insensitive; a plain number is {plain}. Example: {example}"),
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "string", "pattern": "^[0-9]+([KkMmGgTt][Ii]?)?$"}
-            ]
-        })
-    };
-    let mut for_provider = for_provider_schema(size);
+    let mut for_provider = for_provider_schema(|plain, example| size_schema(plain, example, 1));
     if let (Some(props), Value::Object(hw)) = (
         for_provider["properties"].as_object_mut(),
         hardware_schema(),
@@ -352,6 +360,272 @@ pub fn json_schema() -> Value {
                 "pattern": "^[a-z0-9_+.-]{1,63}$"
             }
         }
+    })
+}
+
+/// `schema` with its `description` replaced (a VM's field, said of a container).
+fn described(mut schema: Value, description: &str) -> Value {
+    schema["description"] = json!(description);
+    schema
+}
+
+/// The `forProvider` fields of a container that are only a container's: what it is made from,
+/// its resources, DNS, console and first-boot secrets.
+fn lxc_own_schema() -> Value {
+    let size = |plain: &str, example: &str| size_schema(plain, example, 1);
+    let count = |d: &str, min: u64, max: u64| {
+        json!({"description": d, "oneOf": [
+            {"type": "integer", "minimum": min, "maximum": max},
+            {"type": "string", "pattern": "^[0-9]+$"}
+        ]})
+    };
+    let storage = json!({"description": "A storage with rootdir content (default local-lvm).", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"});
+    json!({
+        "hostname": {
+            "description": "The container's hostname (a DNS name); defaults to metadata.name.",
+            "type": "string",
+            "maxLength": 253,
+            "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)*[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"
+        },
+        "template": {
+            "description": "What the container is made from: a vztmpl archive as `pveam list <storage>` shows it (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst; .tar.zst, .tar.gz, .tar.xz, .tgz or .tar), the VMID of a CT template (cloned, e.g. 9100), or a CT template's name.",
+            "oneOf": [
+                {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
+                {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:vztmpl/[A-Za-z0-9_+-][A-Za-z0-9._+-]*\\.(tar\\.gz|tar\\.xz|tar\\.zst|tgz|tar)|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
+            ]
+        },
+        "unprivileged": {
+            "description": "Run the container unprivileged: its root is not root on the host (default true). Set at create only: PVE cannot change it afterwards. false (a privileged container) needs Sys.Modify on / on PVE 9, and takes no features.",
+            "type": "boolean"
+        },
+        "features": {
+            "description": "Feature flags (PVE's features). Only nesting can be set: pve-container lets only root@pam itself change the other flags (keyctl, fuse, mount, mknod, force_rw_sys), or any flag of a privileged container, and proxsync signs in with an API token, which is never root@pam. Set those by hand (pct set) and leave features out of the spec.",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "nesting": {"description": "Let the container nest namespaces (containers, Docker, systemd's sandboxing); needs VM.Allocate. Unprivileged containers only.", "type": "boolean"}
+            }
+        },
+        "cores": count("CPU cores (PVE's cores; default 1).", 1, 8192),
+        "cpuLimit": {
+            "description": "CPU time limit in CPUs, fractions allowed (PVE's cpulimit, 0..8192); 0 is no limit. Example: 1.5",
+            "oneOf": [
+                {"type": "number", "minimum": 0, "maximum": 8192},
+                {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}
+            ]
+        },
+        "cpuUnits": count("CPU weight against other guests (PVE's cpuunits).", 0, 500_000),
+        "memory": size("MiB", "1Gi; range 16Mi..2Ti, default 512Mi"),
+        "swap": size_schema("MiB", "512Mi; range 0..2Ti; PVE makes 512Mi when unset", 0),
+        "rootfs": {
+            "description": "The root filesystem (PVE's rootfs). It only grows.",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "storage": storage,
+                "size": size("GiB", "8Gi; range 1Gi..100Ti, default 8Gi")
+            }
+        },
+        "nameserver": {
+            "description": "DNS servers, IP addresses (PVE's nameserver); without it the container uses the host's.",
+            "type": "array",
+            "maxItems": 3,
+            "items": {"type": "string", "pattern": "^[0-9A-Fa-f:.]+$"}
+        },
+        "searchdomain": {
+            "description": "DNS search domain (PVE's searchdomain); without it the host's.",
+            "type": "string",
+            "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)*[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"
+        },
+        "timezone": {
+            "description": "host, or a time zone name such as Europe/Berlin (PVE's timezone; the template must know it).",
+            "type": "string",
+            "maxLength": 64,
+            "pattern": "^(host|[A-Za-z0-9_+-][A-Za-z0-9/_+-]*)$"
+        },
+        "console": {"description": "Attach a console device, /dev/console (PVE's console; default true).", "type": "boolean"},
+        "tty": count("Number of ttys (PVE's tty; default 2).", 0, 6),
+        "arch": {"description": "OS architecture (PVE's arch). Set at create only; detected from the template when absent.", "enum": ARCHES},
+        "osType": {"description": "OS type (PVE's ostype): how PVE sets up the container's network, hostname and users; detected from the template when absent. unmanaged: PVE sets up nothing.", "enum": CT_OS_TYPES},
+        "sshPublicKeys": {
+            "description": "OpenSSH public keys for root, one line each (PVE's ssh-public-keys). Given at create only.",
+            "type": "array",
+            "maxItems": MAX_SSH_KEYS,
+            "items": {"type": "string", "pattern": "^(ssh-|ecdsa-|sk-)[^\\s]+\\s+[^\\s]+[^\\n\\r]*$"}
+        },
+        "password": {
+            "description": "Where the root password is read from at create: a file or a systemd credential. Never the password itself: a spec lives in git.",
+            "oneOf": [
+                {"type": "object", "additionalProperties": false, "required": ["file"], "properties": {
+                    "file": {"description": "An absolute path, e.g. /etc/proxsync/ct-root-password.", "type": "string", "pattern": "^/"}
+                }},
+                {"type": "object", "additionalProperties": false, "required": ["credential"], "properties": {
+                    "credential": {"description": "A systemd credential's name (LoadCredential=), e.g. ct-root-password.", "type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"}
+                }}
+            ]
+        }
+    })
+}
+
+/// A container's `networks`, `mountPoints` and `destroyVolumes`.
+fn lxc_devices_schema() -> Value {
+    let slot = json!({"type": "string", "pattern": "^mp([0-9]|[1-9][0-9]|1[0-9]{2}|2[0-4][0-9]|25[0-5])$"});
+    let flag = |d: &str| json!({"description": d, "type": "boolean"});
+    json!({
+        "networks": {
+            "description": "The container's NICs (PVE's netN), net0 first. Every option is declared; a NIC beyond the list is removed. Without networks: one NIC eth0 on vmbr0 with DHCP at create, left alone after. Without mac, the MAC PVE generated is kept.",
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_CT_NICS,
+            "items": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name", "bridge"],
+                "properties": {
+                    "name": {"description": "The interface's name in the container, e.g. eth0; each NIC its own.", "type": "string", "pattern": "^[a-zA-Z0-9_.-]{1,15}$"},
+                    "bridge": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
+                    "vlan": {"type": "integer", "minimum": 1, "maximum": 4094},
+                    "firewall": {"type": "boolean"},
+                    "ip": {"description": "dhcp, manual, or an IPv4 address with its prefix (10.0.0.5/24).", "type": "string", "pattern": "^(dhcp|manual|([0-9]{1,3}\\.){3}[0-9]{1,3}/[0-9]{1,2})$"},
+                    "gateway": {"description": "IPv4 gateway (static ip only).", "type": "string", "pattern": "^([0-9]{1,3}\\.){3}[0-9]{1,3}$"},
+                    "ip6": {"description": "dhcp, auto, manual, or an IPv6 address with its prefix (fd00::5/64).", "type": "string", "pattern": "^(dhcp|auto|manual|[0-9a-fA-F:.]+/[0-9]{1,3})$"},
+                    "gateway6": {"description": "IPv6 gateway (static ip6 only).", "type": "string", "pattern": "^[0-9a-fA-F:.]+$"},
+                    "mtu": {"type": "integer", "minimum": 64, "maximum": 65535},
+                    "rate": {"description": "MB/s.", "type": "number", "minimum": 0},
+                    "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"}
+                }
+            }
+        },
+        "mountPoints": {
+            "description": "Volumes the container mounts (PVE's mpN). One added to the list is created; one removed is detached (PVE keeps its volume as unusedN) unless destroyVolumes lists its slot. Sizes only grow. Without mountPoints, mount points are left alone. No bind mounts of host paths: PVE lets only root@pam itself set them.",
+            "type": "array",
+            "maxItems": MAX_MOUNT_POINTS,
+            "items": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["slot", "path", "storage", "size"],
+                "properties": {
+                    "slot": described(slot.clone(), "mp0 to mp255."),
+                    "path": {"description": "Where it is mounted in the container: an absolute path other than /, without '..', ',', '=', ';' or white space (e.g. /srv/data).", "type": "string", "maxLength": 255, "pattern": "^/[^,=;\\s]+$"},
+                    "storage": {"description": "A storage with rootdir content.", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
+                    "size": size_schema("GiB", "10Gi; range 1Gi..100Ti", 1),
+                    "backup": flag("Include it in backups (PVE's backup)."),
+                    "acl": flag("POSIX ACLs on (PVE's acl)."),
+                    "quota": flag("User quotas in the container (PVE's quota)."),
+                    "readOnly": flag("Mount it read-only (PVE's ro).")
+                }
+            }
+        },
+        "destroyVolumes": {
+            "description": "Mount point slots whose volume is destroyed with its data once they leave mountPoints (instead of kept as unusedN). Not a slot mountPoints still lists; never rootfs.",
+            "type": "array",
+            "maxItems": MAX_MOUNT_POINTS,
+            "items": slot
+        }
+    })
+}
+
+/// `spec.forProvider` of a container: its own fields, the hardware fields it shares with a VM
+/// and the VM's placement and lifecycle fields, said of a container.
+fn lxc_for_provider_schema() -> Value {
+    let vm = for_provider_schema(|plain, example| size_schema(plain, example, 1));
+    let hardware = hardware_schema();
+    let mut props = serde_json::Map::new();
+    for field in super::container::FIELDS {
+        if let Some(v) = vm["properties"].get(*field) {
+            props.insert(field.to_string(), v.clone());
+        }
+    }
+    for field in super::container::SHARED_HARDWARE {
+        if let Some(v) = hardware.get(*field) {
+            props.insert(field.to_string(), v.clone());
+        }
+    }
+    for own in [lxc_own_schema(), lxc_devices_schema()] {
+        if let Value::Object(own) = own {
+            props.extend(own);
+        }
+    }
+    let container_said = [
+        ("onBoot", "Start the container when its node boots."),
+        (
+            "protection",
+            "PVE refuses to remove the container or its volumes.",
+        ),
+        (
+            "vmId",
+            "Create the container with this VMID (refused if another guest holds it).",
+        ),
+        (
+            "rebootPolicy",
+            "Whether proxsync restarts a running container to apply changes PVE keeps pending until its next start (rootfs, a changed mount point, nameserver, features, ...): Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
+        ),
+        (
+            "allowRecreateOnSiteChange",
+            "When the spec names another site than its container's, create a container on the new site at once; the old one stays, listed in _orphans.yaml, until a person deletes it. Default false: nothing is created while the old container exists (SiteMoved).",
+        ),
+    ];
+    for (field, description) in container_said {
+        if let Some(v) = props.get_mut(field) {
+            v["description"] = json!(description);
+        }
+    }
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["site", "node", "template"],
+        "properties": props
+    })
+}
+
+/// The JSON Schema of a `ProxmoxLXC` document: a container. Its `spec` and `metadata` are a
+/// VM's but for `forProvider` and the consent to adopt (a container is adopted by its marker
+/// only).
+pub fn lxc_schema() -> Value {
+    let vm = json_schema();
+    let mut metadata = vm["properties"]["metadata"].clone();
+    let annotations = &mut metadata["properties"]["annotations"]["properties"];
+    for adopt in [super::ADOPT, super::ADOPT_UUID] {
+        annotations[adopt] = json!(false);
+    }
+    let mut spec = vm["properties"]["spec"].clone();
+    let policies = &mut spec["properties"];
+    policies["forProvider"] = lxc_for_provider_schema();
+    for (field, description) in [
+        (
+            "deletionPolicy",
+            "Delete (default): delete the container when the spec is removed. Orphan: leave it.",
+        ),
+        (
+            "managementPolicy",
+            "Full: proxsync acts on the container. Observe: it never creates, changes, powers or deletes it, only reports how it differs. Default: the config's [reconcile] management_policy (full).",
+        ),
+        (
+            "suspend",
+            "true: no action of any kind for the container (create, change, power, migration, delete) until it is false again; still observed and reported. A removed spec that was suspended keeps its container until `proxsync resume NAME`.",
+        ),
+        (
+            "dependsOn",
+            "Specs (metadata.name) that must be Ready before this container is created, started or restarted; removed after it. No cycles.",
+        ),
+    ] {
+        policies[field]["description"] = json!(description);
+    }
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://proxsync.io/schemas/proxmoxlxc.json",
+        "title": "ProxmoxLXC",
+        "description": "An LXC container that proxsync keeps in a Proxmox VE cluster.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"enum": API_VERSIONS},
+            "kind": {"const": LXC_KIND},
+            "metadata": metadata,
+            "spec": spec
+        },
+        "$defs": vm["$defs"].clone()
     })
 }
 
@@ -473,6 +747,106 @@ mod tests {
                 "ha.{field}"
             );
         }
+    }
+
+    /// Every field the validator reads in a VM's `forProvider` is in the schema, which refuses
+    /// any other (`additionalProperties: false`).
+    #[test]
+    fn the_vm_schema_has_every_for_provider_field() {
+        let s = json_schema();
+        let props = &s["properties"]["spec"]["properties"]["forProvider"]["properties"];
+        let fields = super::super::validate::FOR_PROVIDER_FIELDS
+            .iter()
+            .chain(super::super::hardware::FIELDS);
+        for field in fields {
+            assert!(props.get(field).is_some(), "{field}");
+        }
+    }
+
+    /// The container's schema names exactly the fields its validator reads (it refuses any
+    /// other), with the enumerations and ranges of `container.rs`.
+    #[test]
+    fn the_lxc_schema_has_every_container_field_and_no_other() {
+        use super::super::container::{FIELDS, MOUNT_FIELDS, NIC_FIELDS, SHARED_HARDWARE};
+        let keys = |v: &Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |fields: &mut dyn Iterator<Item = &&str>| -> Vec<String> {
+            let mut k: Vec<String> = fields.map(|f| f.to_string()).collect();
+            k.sort();
+            k
+        };
+        let s = lxc_schema();
+        assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        assert_eq!(s["properties"]["kind"]["const"], "ProxmoxLXC");
+        let fp = &s["properties"]["spec"]["properties"]["forProvider"];
+        assert_eq!(fp["additionalProperties"], false);
+        assert_eq!(fp["required"], json!(["site", "node", "template"]));
+        let props = &fp["properties"];
+        assert_eq!(
+            keys(props),
+            sorted(&mut FIELDS.iter().chain(SHARED_HARDWARE))
+        );
+        // Each of the container's own fields says what it is.
+        let own = [lxc_own_schema(), lxc_devices_schema()];
+        for field in own.iter().flat_map(|o| o.as_object().unwrap().keys()) {
+            assert!(props[field]["description"].is_string(), "{field}");
+        }
+        assert_eq!(
+            keys(&props["networks"]["items"]["properties"]),
+            sorted(&mut NIC_FIELDS.iter())
+        );
+        assert_eq!(props["networks"]["maxItems"], 32);
+        // `bind` is read only to refuse it (root@pam's own).
+        assert_eq!(
+            keys(&props["mountPoints"]["items"]["properties"]),
+            sorted(&mut MOUNT_FIELDS.iter().filter(|f| **f != "bind"))
+        );
+        assert_eq!(
+            keys(&props["rootfs"]["properties"]),
+            ["size".to_string(), "storage".to_string()]
+        );
+        assert_eq!(
+            keys(&props["features"]["properties"]),
+            ["nesting".to_string()]
+        );
+        assert_eq!(
+            props["arch"]["enum"],
+            json!(super::super::container::ARCHES)
+        );
+        assert_eq!(
+            props["osType"]["enum"],
+            json!(super::super::container::OS_TYPES)
+        );
+        assert_eq!(props["memory"]["oneOf"][0]["minimum"], 1);
+        assert_eq!(props["swap"]["oneOf"][0]["minimum"], 0);
+        assert_eq!(props["cores"]["oneOf"][0]["maximum"], 8192);
+        assert_eq!(props["tty"]["oneOf"][0]["maximum"], 6);
+        let password = props["password"]["oneOf"].as_array().unwrap();
+        assert_eq!(password[0]["required"], json!(["file"]));
+        assert_eq!(password[1]["required"], json!(["credential"]));
+        assert!(
+            props["onBoot"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("container")
+        );
+        // A container is adopted by its marker, never by consent.
+        let annotations = &s["properties"]["metadata"]["properties"]["annotations"]["properties"];
+        assert_eq!(annotations["proxsync.io/adopt"], false);
+        assert!(annotations["proxsync.io/renamed-from"].is_object());
+        // The VM's schema is not changed by it.
+        let vm = json_schema();
+        let vm_fp = &vm["properties"]["spec"]["properties"]["forProvider"]["properties"];
+        assert!(
+            vm_fp["onBoot"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("VM")
+        );
+        assert!(vm_fp.get("template").is_none());
     }
 
     /// The other kinds' schemas take the VM's fields, none required, and name their own.

@@ -61,7 +61,7 @@ const SPEC_FIELDS: &[&str] = &[
     "dependsOn",
     "providerConfigRef",
 ];
-const FOR_PROVIDER_FIELDS: &[&str] = &[
+pub(super) const FOR_PROVIDER_FIELDS: &[&str] = &[
     "site",
     "node",
     "name",

@@ -1,8 +1,9 @@
 //! The token's privileges: every one proxsync needs, read on the exact ACL path PVE checks it
 //! on (`GET /access/permissions?path=P`: the token's effective privileges on P, as PVE
 //! evaluates them: propagation, roles, `NoAccess`, the token/user intersection), those the
-//! specs' options need (`startup`, a custom CPU model, `pool`), and whether PVE lets it set the
-//! tags it writes. The NICs' SDN paths are checked with the bridges (`resources`).
+//! specs' options need (`startup`, a custom CPU model, `pool`; a container's storages, its
+//! template, a privileged container), and whether PVE lets it set the tags it writes. The
+//! NICs' SDN paths are checked with the bridges (`resources`), a container's NICs included.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +11,7 @@ use super::{Check, Level, check};
 use crate::config::SiteConfig;
 use crate::pve::Client;
 use crate::pve::types::Version;
-use crate::spec::Spec;
+use crate::spec::{GuestKind, Image, Spec, VolumeKind};
 
 /// Privileges proxsync needs, and the ACL path each is checked on.
 pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
@@ -64,6 +65,30 @@ pub fn agent_privileges(version: &Version) -> &'static [&'static str] {
 /// model assignment with Mapping.Use"), which pve-manager 9.1.15 is the first to depend on.
 pub const CPU_MAPPING_SINCE: (u32, u32, u32) = (9, 1, 15);
 
+/// What pve-container checks on `/vms/{vmid}` (or `/pool/{pool}`, `check_vm_perm`) to create
+/// and configure a container (`PVE/LXC.pm` `check_ct_modify_config_perm`, `PVE/API2/LXC.pm`
+/// `create_vm`, `PVE/API2/LXC/Status.pm`): VM.Allocate for the create and for
+/// `features: nesting`; CPU for cores, cpulimit, cpuunits; Memory for memory and swap; Network
+/// for hostname, nameserver, searchdomain and each `netN`; Disk for rootfs and `mpN` (and
+/// `resize`); Options for everything else, `resize` too (it passes `disk` through the same
+/// check); PowerMgmt to start, stop and shut down. Each is in [`REQUIRED_PRIVILEGES`] already:
+/// listed so a container's needs stay complete if that list ever narrows.
+pub const CT_PRIVILEGES: &[(&str, &str)] = &[
+    ("/vms", "VM.Allocate"),
+    ("/vms", "VM.Config.CPU"),
+    ("/vms", "VM.Config.Memory"),
+    ("/vms", "VM.Config.Network"),
+    ("/vms", "VM.Config.Disk"),
+    ("/vms", "VM.Config.Options"),
+    ("/vms", "VM.PowerMgmt"),
+];
+
+/// The first PVE release whose create refuses a privileged container (`unprivileged: false`)
+/// without Sys.Modify on `/`: pve-container 6.0.6 (commit 4cc73b7 "create/restore: require
+/// Sys.Modify for privileged containers", `PVE/API2/LXC.pm` `create_vm`), which every PVE 9
+/// release has (9.0 came out with a later one). PVE 8's pve-container 5.x checks nothing.
+pub const PRIVILEGED_CT_SYS_MODIFY_SINCE: (u32, u32, u32) = (9, 0, 0);
+
 /// One requirement: any of `any` on `path`, and the spec option that needs it (for the
 /// message), if not every spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,8 +133,12 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
     }
     out.push(Need::new("/vms", agent_privileges(version), None));
     // qemu-server `PVE/API2/Qemu.pm` `$check_vm_modify_config_perm`: "special case for startup
-    // since it changes host behaviour", Sys.Modify on `/`, at create and on every change.
-    if let Some(s) = specs.iter().find(|s| s.hardware.startup.is_some()) {
+    // since it changes host behaviour", Sys.Modify on `/`, at create and on every change. Not
+    // a container's: pve-container checks VM.Config.Options for it like any other option.
+    if let Some(s) = specs
+        .iter()
+        .find(|s| s.kind == GuestKind::Qemu && s.hardware.startup.is_some())
+    {
         out.push(Need::new(
             "/",
             &["Sys.Modify"],
@@ -150,8 +179,79 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
             ));
         }
     }
+    for s in specs.iter().filter(|s| s.kind == GuestKind::Lxc) {
+        out.extend(container_needs(version, s));
+    }
     let mut seen = BTreeSet::new();
     out.retain(|n| seen.insert((n.path.clone(), n.any.clone())));
+    out
+}
+
+/// What a container spec needs beyond a VM's, as pve-container and pve-storage check it at
+/// create (`POST /nodes/{node}/lxc`), clone and on a change.
+fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
+    let why = |what: String| Some(format!("{what} of spec {}", s.name));
+    let mut out: Vec<Need> = CT_PRIVILEGES
+        .iter()
+        .map(|(path, p)| Need::new(*path, &[*p], why("a container".into())))
+        .collect();
+    // `create_vm`'s `$check_and_activate_storage` and `check_ct_modify_config_perm` for a new
+    // `STORAGE:SIZE` volume: Datastore.AllocateSpace on the storage of rootfs and of each mpN
+    // (a clone checks it on its target storage, the rootfs's here).
+    out.push(Need::new(
+        format!("/storage/{}", s.storage),
+        &["Datastore.AllocateSpace"],
+        why(format!("rootfs on {}", s.storage)),
+    ));
+    let mounts = s
+        .container
+        .iter()
+        .flat_map(|c| c.mount_points.iter().flatten());
+    for mp in mounts {
+        out.push(Need::new(
+            format!("/storage/{}", mp.storage),
+            &["Datastore.AllocateSpace"],
+            why(format!("mountPoints {} on {}", mp.slot, mp.storage)),
+        ));
+    }
+    match &s.image {
+        // pve-storage `PVE/Storage.pm` `check_volume_access` for the `ostemplate`: Datastore.
+        // Allocate on the storage passes; else a vztmpl volume needs AllocateSpace or Audit.
+        Image::Volume {
+            storage,
+            volume,
+            kind: VolumeKind::Vztmpl,
+        } => out.push(Need::new(
+            format!("/storage/{storage}"),
+            &[
+                "Datastore.AllocateSpace",
+                "Datastore.Audit",
+                "Datastore.Allocate",
+            ],
+            why(format!("template {volume}")),
+        )),
+        // The clone (`POST .../lxc/{vmid}/clone`): VM.Clone on the template itself.
+        Image::Template { vmid } => out.push(Need::new(
+            format!("/vms/{vmid}"),
+            &["VM.Clone"],
+            why(format!("template {vmid}, cloned")),
+        )),
+        _ => {}
+    }
+    // A privileged container made from an archive (a clone is checked for nothing of the kind).
+    let privileged = s.container.as_ref().is_some_and(|c| !c.unprivileged);
+    let from_archive = matches!(s.image, Image::Volume { .. });
+    if privileged && from_archive && version.triple() >= PRIVILEGED_CT_SYS_MODIFY_SINCE {
+        out.push(Need::new(
+            "/",
+            &["Sys.Modify"],
+            why(
+                "unprivileged: false (pve-container 6.0.6 and later, PVE 9, create a \
+                 privileged container only for it)"
+                    .into(),
+            ),
+        ));
+    }
     out
 }
 
@@ -306,13 +406,120 @@ mod tests {
     }
 
     fn missing_from_base(v: &str, extra: &str) -> Vec<String> {
-        let spec = crate::spec::test_spec(extra);
+        added(v, &crate::spec::test_spec(extra))
+    }
+
+    /// What `spec` needs beyond a site's base (`needs` of no spec), as `PRIVS PATH`.
+    fn added(v: &str, spec: &Spec) -> Vec<String> {
         let base = needs(&version(v), &[]);
-        needs(&version(v), &[&spec])
+        needs(&version(v), &[spec])
             .into_iter()
             .filter(|n| !base.contains(n))
             .map(|n| format!("{} {}", n.any.join("|"), n.path))
             .collect()
+    }
+
+    /// Container `dns-01` (site `lab`, node `pve1`) with `extra` lines in its `forProvider`.
+    fn ct_spec(extra: &str) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata: {{name: dns-01}}\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n{extra}"
+        );
+        let (mut specs, diags) = crate::spec::parse_file("dns.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    }
+
+    const ARCHIVE: &str = "    template: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n";
+
+    #[test]
+    fn a_privileged_container_needs_sys_modify_on_pve_9_only() {
+        let privileged = ct_spec(&format!(
+            "{ARCHIVE}    unprivileged: false\n    networks: [{{name: eth0, bridge: vmbr0, ip: dhcp}}]\n"
+        ));
+        let on_9 = added("9.1.2", &privileged);
+        assert!(on_9.contains(&"Sys.Modify /".to_string()), "{on_9:?}");
+        assert!(added("9.0.3", &privileged).contains(&"Sys.Modify /".to_string()));
+        assert!(
+            !added("8.4.1", &privileged)
+                .iter()
+                .any(|n| n.starts_with("Sys.Modify"))
+        );
+        // Unprivileged (the default): nothing on / at all.
+        let unprivileged = ct_spec(ARCHIVE);
+        assert!(
+            !added("9.1.2", &unprivileged)
+                .iter()
+                .any(|n| n.ends_with(" /"))
+        );
+        // A clone of a CT template is not checked for it.
+        let clone = ct_spec("    template: 9100\n    unprivileged: false\n");
+        assert!(
+            !added("9.1.2", &clone)
+                .iter()
+                .any(|n| n.starts_with("Sys.Modify"))
+        );
+        let why = needs(&version("9.1.2"), &[&privileged])
+            .into_iter()
+            .find(|n| n.any == ["Sys.Modify"])
+            .and_then(|n| n.why)
+            .unwrap();
+        assert!(
+            why.contains("unprivileged: false") && why.contains("dns-01"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_container_needs_its_template_and_volume_storages() {
+        let spec = ct_spec(&format!(
+            "{ARCHIVE}    rootfs: {{storage: fast, size: 8Gi}}\n    mountPoints:\n      - \
+             {{slot: mp0, path: /srv/data, storage: bulk, size: 10Gi}}\n"
+        ));
+        assert_eq!(
+            added("8.4.1", &spec),
+            [
+                "Datastore.AllocateSpace /storage/fast",
+                "Datastore.AllocateSpace /storage/bulk",
+                "Datastore.AllocateSpace|Datastore.Audit|Datastore.Allocate /storage/local",
+            ]
+        );
+        // By default the root filesystem is on local-lvm.
+        assert!(
+            added("9.1.2", &ct_spec(ARCHIVE))
+                .contains(&"Datastore.AllocateSpace /storage/local-lvm".to_string())
+        );
+    }
+
+    #[test]
+    fn a_container_cloned_from_a_template_needs_vm_clone_on_it() {
+        let added = added("9.1.2", &ct_spec("    template: 9100\n"));
+        assert_eq!(
+            added,
+            [
+                "Datastore.AllocateSpace /storage/local-lvm",
+                "VM.Clone /vms/9100"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_container_needs_what_pve_container_checks_on_vms() {
+        let spec = ct_spec(&format!("{ARCHIVE}    features: {{nesting: true}}\n"));
+        let all = needs(&version("9.1.2"), &[&spec]);
+        for (path, p) in CT_PRIVILEGES {
+            assert!(
+                all.iter().any(|n| n.path == *path && n.any == [*p]),
+                "{p} on {path}"
+            );
+        }
+        // A container's startup is VM.Config.Options to pve-container, not Sys.Modify on /.
+        let startup = ct_spec(&format!("{ARCHIVE}    startup: {{order: 1}}\n"));
+        assert!(
+            !added("9.1.2", &startup)
+                .iter()
+                .any(|n| n.starts_with("Sys.Modify"))
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::pve::types::{
     ClusterHealth, NetworkInterface, NodeStorage, VmResource, check_import_extension,
 };
 use crate::pve::{Client, Error};
-use crate::spec::{Image, Spec, VolumeKind};
+use crate::spec::{Image, Nic, Spec, VolumeKind};
 
 // Long because: each healthy node's storages and bridges are read once, then every spec is
 // checked against them, one `Check` per missing thing.
@@ -88,8 +88,8 @@ pub(super) async fn check_spec_needs(
             ));
         }
         for bridge in spec_bridges(spec) {
-            if seen.insert(("bridge", node.to_string(), bridge.to_string())) {
-                out.push(bridge_check(site, node, node_bridges, spec, bridge));
+            if seen.insert(("bridge", node.to_string(), bridge.clone())) {
+                out.push(bridge_check(site, node, node_bridges, spec, &bridge));
             }
         }
         out.extend(mtu_checks(site, node, node_bridges, spec));
@@ -102,11 +102,32 @@ pub(super) async fn check_spec_needs(
     out
 }
 
-/// The bridges a spec's NICs name, in order.
-fn spec_bridges(spec: &Spec) -> Vec<&str> {
-    match &spec.networks {
-        Some(nics) => nics.iter().map(|n| n.bridge.as_str()).collect(),
-        None => vec![spec.network.as_str()],
+/// The bridges a spec's NICs name, in order, each once.
+fn spec_bridges(spec: &Spec) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for nic in spec_nics(spec) {
+        if !out.contains(&nic.bridge) {
+            out.push(nic.bridge);
+        }
+    }
+    out
+}
+
+/// A spec's NICs as PVE checks their bridges: a VM's `networks`, a container's (pve-container
+/// `check_bridge_access` checks its bridge and VLAN as qemu-server does a VM's), or the one NIC
+/// on `network` of either.
+fn spec_nics(spec: &Spec) -> Vec<Nic> {
+    let ct_nics = spec.container.as_ref().and_then(|c| c.networks.as_ref());
+    match (ct_nics, &spec.networks) {
+        (Some(nics), _) => nics
+            .iter()
+            .map(|n| Nic {
+                vlan: n.vlan,
+                ..Nic::on_bridge(&n.bridge)
+            })
+            .collect(),
+        (None, Some(nics)) => nics.clone(),
+        (None, None) => vec![Nic::on_bridge(&spec.network)],
     }
 }
 
@@ -220,11 +241,7 @@ async fn sdn_checks(
         let Some(listed) = bridges.get(spec.node.as_str()) else {
             continue;
         };
-        let nics = match &spec.networks {
-            Some(nics) => nics.clone(),
-            None => vec![crate::spec::Nic::on_bridge(&spec.network)],
-        };
-        for nic in &nics {
+        for nic in &spec_nics(spec) {
             match listed.iter().find(|i| i.iface == nic.bridge) {
                 // Not listed: the bridge check says so.
                 None => {}
@@ -739,5 +756,33 @@ mod tests {
         nic.vlan = None;
         nic.trunks = Some("7-7".into());
         assert_eq!(nic_vlans(&nic), [7]);
+    }
+
+    /// A container's NICs are checked as a VM's: each bridge, on its VLAN when tagged.
+    #[test]
+    fn a_containers_nics_are_each_checked_with_their_vlan() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata: {name: dns-01}\n\
+                    spec:\n  forProvider:\n    site: lab\n    node: pve1\n    template: 9100\n    \
+                    networks:\n      - {name: eth0, bridge: vmbr0, ip: dhcp}\n      - \
+                    {name: eth1, bridge: vmbr1, vlan: 20, ip: manual}\n      - \
+                    {name: eth2, bridge: vmbr0, vlan: 30, ip: manual}\n";
+        let (specs, diags) = crate::spec::parse_file("dns.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        let nics: Vec<(String, Vec<u16>)> = spec_nics(&specs[0])
+            .iter()
+            .map(|n| (n.bridge.clone(), nic_vlans(n)))
+            .collect();
+        assert_eq!(
+            nics,
+            [
+                ("vmbr0".to_string(), vec![]),
+                ("vmbr1".to_string(), vec![20]),
+                ("vmbr0".to_string(), vec![30]),
+            ]
+        );
+        assert_eq!(spec_bridges(&specs[0]), ["vmbr0", "vmbr1"]);
+        // Without networks: the one NIC on `network`, as a VM's short form.
+        let vm = crate::spec::test_spec("    network: vmbr2\n");
+        assert_eq!(spec_bridges(&vm), ["vmbr2"]);
     }
 }
