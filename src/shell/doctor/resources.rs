@@ -62,14 +62,27 @@ pub(super) async fn check_spec_needs(
             continue;
         };
         let disk_storages = spec.disks.iter().flatten().map(|d| &d.storage);
-        for storage in std::iter::once(&spec.storage).chain(disk_storages) {
-            if seen.insert(("storage", node.to_string(), storage.clone())) {
+        // A container's root filesystem and mount points are `rootdir` content.
+        let mount_storages = spec
+            .container
+            .iter()
+            .flat_map(|c| c.mount_points.iter().flatten())
+            .map(|mp| &mp.storage);
+        let content = match spec.kind {
+            crate::guest::GuestKind::Qemu => "images",
+            crate::guest::GuestKind::Lxc => "rootdir",
+        };
+        let all = std::iter::once(&spec.storage)
+            .chain(disk_storages)
+            .chain(mount_storages);
+        for storage in all {
+            if seen.insert(("storage", node.to_string(), format!("{storage} {content}"))) {
                 out.push(storage_check(
                     site,
                     node,
                     node_storages,
                     storage,
-                    "images",
+                    content,
                     &spec.name,
                 ));
             }
@@ -540,9 +553,10 @@ async fn image_check(
     spec: &Spec,
 ) -> Check {
     let subject = format!("{} image of {}", site.name, spec.name);
+    // A VM is cloned from a VM template, a container from a container template.
     let templates: Vec<&VmResource> = resources
         .iter()
-        .filter(|r| r.is_qemu() && r.template == Some(true))
+        .filter(|r| r.guest_kind() == Some(spec.kind) && r.template == Some(true))
         .collect();
     match &spec.image {
         Image::Existing => check(
@@ -551,7 +565,9 @@ async fn image_check(
             "none: the spec adopts an existing VM (proxsync.io/adopt)".to_string(),
             None,
         ),
-        Image::Template { vmid } => template_check(subject, resources, &templates, *vmid),
+        Image::Template { vmid } => {
+            template_check(subject, resources, &templates, *vmid, spec.kind)
+        }
         Image::Volume {
             storage,
             volume,
@@ -608,8 +624,21 @@ fn template_check(
     resources: &[VmResource],
     templates: &[&VmResource],
     vmid: u32,
+    kind: crate::guest::GuestKind,
 ) -> Check {
     match resources.iter().find(|r| r.vmid == vmid) {
+        Some(r) if r.guest_kind() != Some(kind) => check(
+            Level::Fail,
+            subject,
+            format!(
+                "{vmid} ({}) is not a {}: a {} is made from a {} template",
+                r.name.as_deref().unwrap_or("?"),
+                kind.noun(),
+                kind.noun(),
+                kind.noun()
+            ),
+            Some("name a template of the spec's kind".into()),
+        ),
         Some(r) if r.template == Some(true) => check(
             Level::Ok,
             subject,

@@ -488,3 +488,24 @@ fn a_pending_change_of_a_running_container_follows_the_reboot_policy() {
     assert_eq!(ct["status"], "running", "{ct}");
     assert_eq!(ws.condition("dns-03", "RebootPending").0, "False", "{out}");
 }
+
+/// `doctor` checks a container's storages for `rootdir` content and its template's kind.
+#[test]
+fn doctor_checks_a_containers_storage_content_and_template_kind() {
+    let pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let on_local = ct_spec("ct-a", "    rootfs: {storage: local, size: 4Gi}\n");
+    let from_vm_template = ct_spec("ct-b", "").replace(VZTMPL, "9000");
+    ws.commit_specs(&[("a.yaml", on_local), ("b.yaml", from_vm_template)]);
+    let out = common::engine::text(&ws.proxsync(&["doctor"]));
+    assert!(
+        out.lines()
+            .any(|l| l.contains("FAIL") && l.contains("local") && l.contains("rootdir")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("FAIL") && l.contains("9000") && l.contains("not a container")),
+        "{out}"
+    );
+}
