@@ -430,7 +430,16 @@ fn ready_and_reconciling(
         Some(Verdict::Migrating { from, to, vmid }) => {
             let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome, None);
             if ready.reason == Reason::Updating {
-                let message = format!("migrating VM {vmid} from node {from} to node {to}");
+                // A container cannot move live: PVE stops it, moves it and starts it again.
+                let message = match spec.kind {
+                    crate::guest::GuestKind::Qemu => {
+                        format!("migrating VM {vmid} from node {from} to node {to}")
+                    }
+                    crate::guest::GuestKind::Lxc => format!(
+                        "migrating container {vmid} from node {from} to node {to} with a restart \
+                         migration: it is shut down, moved and started again there"
+                    ),
+                };
                 ready =
                     ConditionInput::new(kinds::READY, S::False, Reason::Migrating, message.clone());
                 reconciling =
