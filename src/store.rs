@@ -360,6 +360,10 @@ pub struct HistoryEntry {
     pub outcome: String,
 }
 
+fn is_qemu(kind: &crate::guest::GuestKind) -> bool {
+    *kind == crate::guest::GuestKind::Qemu
+}
+
 /// What proxsync remembers about one spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -371,6 +375,12 @@ pub struct SpecRecord {
     /// [`Store::transition`] (or a fresh record's first write).
     #[serde(flatten, with = "stored_state")]
     pub vm: VmState,
+    /// The kind of guest `vm` is (set where the guest is made or taken: the create's intent,
+    /// an adoption, a re-label): a spec whose `kind` changed since is held, never answered by
+    /// a create or a call on the other kind's path. Absent (a VM) in records of a VM, as in
+    /// every record of an earlier release.
+    #[serde(skip_serializing_if = "is_qemu")]
+    pub kind: crate::guest::GuestKind,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
     /// The same without the names (`spec::content_hash`): a new spec with this content in the

@@ -87,6 +87,7 @@ pub(super) async fn adopt_by_consent(
     rec.adopted = true;
     rec.provisioned = true;
     rec.follow(spec);
+    rec.kind = vm.kind;
     rec.note(
         ctx.clock.now_ms(),
         "adopt",

@@ -67,6 +67,8 @@ pub(super) async fn create(
             // The new VM's `destroyDisks` are followed from its start: each is bound to what
             // its slot holds when first applied (a template's disk, for a clone).
             rec.destroy_disks_vmid = Some(vmid);
+            // What the intent makes: a later change of the spec's kind is held, not answered.
+            rec.kind = spec.kind;
             if let Some(v) = rec.volumes.as_mut() {
                 v.destroys.clear();
             }
@@ -351,6 +353,21 @@ pub(super) async fn resume_create(
     upid: Option<Upid>,
 ) -> Result<Outcome, ActionError> {
     let site = site(ctx, vm.site)?;
+    // The intent makes the other kind of guest than the spec now asks for (the planner holds
+    // such a spec; this is the last line): neither finished as the new kind nor made again.
+    if vm.kind != spec.kind {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "the create in flight of {} {} was sent for a {}, and the spec is now a {}: \
+                 nothing is created or converged until a person decides",
+                vm.kind.noun(),
+                vm.vmid,
+                vm.kind.spec_kind(),
+                spec.kind.spec_kind()
+            ),
+        ));
+    }
     if let Some(upid) = upid {
         tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");
         return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
@@ -452,6 +469,7 @@ pub(super) async fn adopt(
     rec.adopted = rec.adopted || !rec.provisioned;
     rec.provisioned = true;
     rec.follow(spec);
+    rec.kind = vm.map_or(spec.kind, |vm| vm.kind);
     let adopted = VmState::Exists {
         vmid,
         node: node.clone(),
@@ -590,6 +608,7 @@ pub(super) async fn relabel(
     }
     rec.site = vm.site.to_string();
     rec.follow(spec);
+    rec.kind = vm.kind;
     // Converge (which also records the VM's node, should it have moved) brings the rest (the
     // VM's name) in line next.
     rec.applied_hash = None;

@@ -225,13 +225,20 @@ impl<'a> VmRef<'a> {
     }
 }
 
-/// The kind of guest at `vmid` as this cycle's listing shows it (a VM when it is not listed:
-/// then nothing is there to act on, and a read on either path finds nothing).
-fn listed_kind(ctx: &ExecCtx<impl Pve>, site: &str, vmid: u32) -> GuestKind {
+/// The kind of guest at `vmid` as this cycle's listing shows it, else as the spec's record
+/// made or took it (a create in flight is not listed yet), else a VM (an orphan is listed).
+fn listed_kind(
+    ctx: &ExecCtx<impl Pve>,
+    site: &str,
+    vmid: u32,
+    rec: Option<&SpecRecord>,
+) -> GuestKind {
     ctx.views
         .get(site)
         .and_then(|v| v.vms.get(&vmid))
-        .map_or(GuestKind::Qemu, |vm| vm.kind)
+        .map(|vm| vm.kind)
+        .or(rec.map(|r| r.kind))
+        .unwrap_or(GuestKind::Qemu)
 }
 
 /// What every action needs.
@@ -415,6 +422,8 @@ async fn run_action(
     attempt: u32,
 ) -> Option<Outcome> {
     let mut rec = rec.unwrap_or_default();
+    // A create in flight is resumed on the path of the kind its intent made.
+    let rec_kind = rec.kind;
     let result = match action {
         Action::Create { spec, site, .. } => {
             with_spec(ctx, spec, |s| create(ctx, site, s, &mut rec)).await
@@ -429,7 +438,7 @@ async fn run_action(
             with_spec(ctx, spec, |s| {
                 resume_create(
                     ctx,
-                    VmRef::new(site, node, s.kind, *vmid),
+                    VmRef::new(site, node, rec_kind, *vmid),
                     s,
                     &mut rec,
                     upid.as_deref().cloned(),
@@ -488,7 +497,8 @@ async fn run_action(
             vmid,
             release,
         } => {
-            let vm = VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid);
+            let kind = listed_kind(ctx, site, *vmid, Some(&rec));
+            let vm = VmRef::new(site, node, kind, *vmid);
             remove(ctx, vm, spec, &mut rec, *release).await
         }
         Action::Forget { spec } => forget(ctx, spec).await,
@@ -498,7 +508,8 @@ async fn run_action(
             node,
             vmid,
         } => {
-            let vm = VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid);
+            let kind = listed_kind(ctx, site, *vmid, Some(&rec));
+            let vm = VmRef::new(site, node, kind, *vmid);
             hand_over(ctx, vm, spec, &mut rec).await
         }
         Action::Relabel {
@@ -529,7 +540,7 @@ async fn run_action(
         Action::DeleteOrphan { site, node, vmid } => {
             delete_orphan(
                 ctx,
-                VmRef::new(site, node, listed_kind(ctx, site, *vmid), *vmid),
+                VmRef::new(site, node, listed_kind(ctx, site, *vmid, None), *vmid),
             )
             .await
         }

@@ -2093,3 +2093,30 @@ async fn a_container_written_unlocked_by_its_running_create_is_waited_for() {
     assert!(w.pve().vm(vmid).is_some_and(|vm| vm.running));
     assert_eq!(w.pve().count("create_ct"), 1);
 }
+
+/// A VM's create whose answer was lost, then the spec turned into a container of the same
+/// name: the create in flight is neither taken as the container's nor answered with a
+/// container beside the VM (found in review: `inspect` read only the container's path, saw
+/// nothing, and made a second guest).
+#[tokio::test(start_paused = true)]
+async fn a_kind_changed_while_its_create_is_in_flight_makes_no_second_guest() {
+    let mut w = World::new("");
+    let vmid = w.create_answer_lost(true).await;
+    assert!(w.pve().vm(vmid).is_some(), "the VM was made");
+    let archive = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+    w.pve().add_volume("local", archive, "vztmpl");
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {archive}\n"
+    );
+    let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    w.spec = specs.remove(0);
+    tokio::time::advance(w.site.request_window).await;
+    w.pve().clear_calls();
+    let outcome = w.run(w.resume()).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.pve().count("create_ct"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.intent().0, vmid, "the intent stays");
+}

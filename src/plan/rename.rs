@@ -927,4 +927,45 @@ mod tests {
             );
         }
     }
+
+    /// A create in flight sent for a VM, and the spec now a container: held, neither resumed
+    /// as the container's nor answered with a create.
+    #[test]
+    fn a_create_in_flight_of_the_other_kind_is_held() {
+        let mut w = World::new(&[ct_spec("dns")]);
+        w.records.insert(
+            "dns".into(),
+            SpecRecord {
+                uid: "uid-dns".into(),
+                site: "lab".into(),
+                vm: VmState::Creating {
+                    vmid: 100,
+                    node: "pve1".into(),
+                    task: None,
+                    started_ms: NOW - 1000,
+                    clone_of: None,
+                },
+                ..Default::default()
+            },
+        );
+        let p = w.plan();
+        assert_eq!(
+            p.verdicts["dns"],
+            Verdict::KindChanged {
+                vmid: 100,
+                found: crate::guest::GuestKind::Qemu
+            },
+            "{p:?}"
+        );
+        assert!(p.actions.is_empty(), "{p:?}");
+        // Made by a container's intent: resumed.
+        w.records.get_mut("dns").unwrap().kind = crate::guest::GuestKind::Lxc;
+        let p = w.plan();
+        assert!(
+            p.actions
+                .iter()
+                .any(|a| matches!(a, Action::ResumeCreate { vmid: 100, .. })),
+            "{p:?}"
+        );
+    }
 }

@@ -288,12 +288,22 @@ fn resume_create(
     view: &SiteView,
     actions: &mut Vec<Action>,
 ) -> Option<Verdict> {
+    let rec = rec?;
     let VmState::Creating {
         vmid, node, task, ..
-    } = &rec?.vm
+    } = &rec.vm
     else {
         return None;
     };
+    // The create in flight makes the other kind of guest (the spec's `kind` changed since its
+    // intent): finished as neither kind, and no create of the new kind beside it. A person
+    // decides, as for a made guest of the other kind.
+    if rec.kind != spec.kind {
+        return Some(Verdict::KindChanged {
+            vmid: *vmid,
+            found: rec.kind,
+        });
+    }
     if !view.node_healthy(node) {
         return Some(unhealthy(view, node));
     }
