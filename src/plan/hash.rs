@@ -63,15 +63,7 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     }
     // Changes PVE keeps pending until a reboot are not re-applied each cycle.
     let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
-    // A container with a CPU limit lists the limit (pve-container's vmstatus), not its cores.
-    let cpus_listed = spec
-        .container
-        .as_ref()
-        .is_none_or(|c| c.cpu_limit.is_none());
-    if cpus_listed
-        && vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu))
-        && !pending("cores")
-    {
+    if vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu)) && !pending("cores") {
         why.push("cpu".into());
     }
     if vm
@@ -90,12 +82,21 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     {
         why.push("ha".into());
     }
-    if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
+    // A running container lists its root filesystem's `df` total (pve-container `vmstatus`),
+    // always a little below the volume's size: its growth is the converge's, from the config.
+    if listed_disk_is_the_volume(spec, vm)
+        && vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
         && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
     {
         why.push("disk".into());
     }
     why
+}
+
+/// Whether the listing's `maxdisk` is the boot volume's size: a VM's, and a stopped
+/// container's (a running container's is its file system's `df` total).
+fn listed_disk_is_the_volume(spec: &Spec, vm: &ObservedVm) -> bool {
+    spec.kind == crate::guest::GuestKind::Qemu || vm.power != Power::Running
 }
 
 /// One field in which an observed VM (`managementPolicy: Observe`) differs from its spec, with
@@ -141,7 +142,10 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
     {
         push("memory", format!("{} MiB", spec.memory_mib), mib(m));
     }
-    if let Some(d) = vm.disk_bytes.filter(|d| *d < spec.disk_bytes) {
+    if let Some(d) = vm
+        .disk_bytes
+        .filter(|d| *d < spec.disk_bytes && listed_disk_is_the_volume(spec, vm))
+    {
         push("disk", mib(spec.disk_bytes), mib(d));
     }
     let power = match (spec.power_state, vm.power) {

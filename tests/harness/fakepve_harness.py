@@ -304,6 +304,13 @@ class HarnessPve(FakePve):
         self.ct_create_tail_secs = 0.0
         self.ct_creating = set()
 
+    def _maxdisk(self, ct):
+        """A running container's `maxdisk` as pve-container's vmstatus lists it: its root file system's
+        `df` total (`PVE::Tools::df("/proc/$pid/root/")`), a few percent below the volume's size (ext4's
+        own metadata); a stopped one's, the size in its config (fakepve 0.5.0 lists that always)."""
+        size = super()._maxdisk(ct)
+        return size * 97 // 100 if ct.status == 'running' else size
+
     async def _lxc_create(self, user, v):
         # Noted before fakepve's create starts the task; its body's first ceph_io comes right
         # after it wrote the unlocked config.

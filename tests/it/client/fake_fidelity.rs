@@ -243,6 +243,25 @@ async fn a_slow_create_holds_only_lock_create_until_its_task_ends() {
     assert!(res.get("lock").is_none(), "{res}");
 }
 
+/// pve-container's vmstatus lists a running container's `maxdisk` as its root file system's
+/// `df` total, below the volume's size; a stopped one's as the size in its config.
+#[tokio::test]
+async fn a_running_containers_listed_disk_is_its_file_systems_size() {
+    let mut pve = Scenario::default()
+        .ct(json!({"vmid": 330, "name": "ct", "config": {"rootfs": "local-lvm:vm-330-disk-0,size=8G"}}))
+        .start();
+    let api = Api::new(&pve);
+    let listed = |v: &Value| v["maxdisk"].as_u64().unwrap_or(0);
+    let stopped = api.resource(330).await.expect("listed");
+    assert_eq!(listed(&stopped), 8 << 30, "{stopped}");
+    pve.set_ct(330, json!({"status": "running"}));
+    let running = api.resource(330).await.expect("listed");
+    assert!(
+        listed(&running) < 8 << 30 && listed(&running) > 7 << 30,
+        "{running}"
+    );
+}
+
 /// pve-container's `vzcreate` holds `lock: create` only until it has detected the template's
 /// OS; then it writes the container's whole config, without the lock, and goes on setting the
 /// container up (API2/LXC.pm `create_vm`): the config says nothing of the running task.
