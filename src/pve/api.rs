@@ -301,6 +301,31 @@ impl VmParams {
         Ok(self.set(key, out.join(",")))
     }
 
+    /// [`VmParams::property`] keeping `kept`: parts of the current value PVE wrote (each one
+    /// `key=value` part of it, split at its commas), passed on as they are; the spec's `parts`
+    /// are checked.
+    pub fn property_keeping(
+        self,
+        key: &str,
+        parts: &[(&str, String)],
+        kept: &[String],
+    ) -> Result<Self, Error> {
+        let mut out: Vec<String> = Vec::new();
+        for (k, v) in parts {
+            check_part(k, v)?;
+            out.push(format!("{k}={v}"));
+        }
+        for part in kept {
+            if part.contains(',') {
+                return Err(Error::Setup(format!(
+                    "{key}: {part:?} is more than one part of a property string"
+                )));
+            }
+            out.push(part.clone());
+        }
+        Ok(self.set(key, out.join(",")))
+    }
+
     /// A container's `features`: `nesting=1,keyctl=0,mount=nfs;cifs`, each mount type checked.
     pub fn features(self, flags: &[(&str, bool)], mount: &[String]) -> Result<Self, Error> {
         let mut out: Vec<String> = flags

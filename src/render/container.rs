@@ -207,15 +207,24 @@ fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes,
         networks(nics, current, &mut out)?;
     }
     dns_and_console(ct, current, &mut out)?;
-    if let Some(features) = &ct.features {
-        let want = features.property_string();
-        if !same_props(current("features").as_deref().unwrap_or(""), &want) {
-            let flags: Vec<(&str, bool)> = features
-                .nesting
-                .map(|n| ("nesting", n))
-                .into_iter()
+    // Only `nesting` is the spec's (the other flags are root@pam's): the others are kept as
+    // they are, so PVE sees only nesting change.
+    if let Some(nesting) = ct.features.as_ref().and_then(|f| f.nesting) {
+        let now = current("features").unwrap_or_default();
+        let now_nesting = now
+            .split(',')
+            .find_map(|p| p.strip_prefix("nesting="))
+            .is_some_and(pve_bool);
+        if now_nesting != nesting {
+            let kept: Vec<String> = now
+                .split(',')
+                .filter(|p| !p.is_empty() && !p.starts_with("nesting="))
+                .map(str::to_string)
                 .collect();
-            out.set("features", |p| p.features(&flags, &[]))?;
+            let parts = [("nesting", u8::from(nesting).to_string())];
+            out.set("features", |p| {
+                p.property_keeping("features", &parts, &kept)
+            })?;
         }
     }
     Ok(out)
@@ -276,13 +285,14 @@ fn networks(nics: &[CtNic], current: Current, out: &mut Changes) -> Result<(), P
     for (i, nic) in nics.iter().enumerate() {
         let slot = format!("net{i}");
         let now = current(&slot);
-        let parts = nic_parts(nic, now.as_deref());
-        let want: Vec<String> = parts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (declared, kept) = nic_parts(nic, now.as_deref());
+        let mut want: Vec<String> = declared.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        want.extend(kept.iter().cloned());
         if !now
             .as_deref()
             .is_some_and(|n| same_props(n, &want.join(",")))
         {
-            out.set("networks", |p| p.property(&slot, None, &parts))?;
+            out.set("networks", |p| p.property_keeping(&slot, &declared, &kept))?;
         }
     }
     Ok(())
@@ -299,20 +309,15 @@ fn nics_removed(ct: &Container, current: Current) -> Vec<String> {
         .collect()
 }
 
-/// A NIC's options as pve-container writes them: `name`, `bridge`, `hwaddr`, `ip`, `gw`,
-/// `ip6`, `gw6`, `tag`, `firewall`, `mtu`, `rate`, `type=veth`.
-fn nic_parts(nic: &CtNic, now: Option<&str>) -> Vec<(&'static str, String)> {
-    let now_mac = now.and_then(|n| {
-        n.split(',')
-            .find_map(|p| p.strip_prefix("hwaddr="))
-            .map(str::to_string)
-    });
-    let mut parts: Vec<(&'static str, String)> =
+/// A NIC's options: the spec's (`name`, `bridge`, and `hwaddr`, `ip`, `gw`, `ip6`, `gw6`, `tag`,
+/// `firewall`, `mtu`, `rate` when declared), and the parts of the NIC as it is that the spec
+/// does not declare, kept as PVE wrote them (the MAC PVE generated, `type`, `link_down`,
+/// `trunks`, an address the spec leaves alone). A new NIC gets `type=veth`.
+fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Vec<String>) {
+    let mut declared: Vec<(&'static str, String)> =
         vec![("name", nic.name.clone()), ("bridge", nic.bridge.clone())];
-    if let Some(mac) = nic.mac.clone().or(now_mac) {
-        parts.push(("hwaddr", mac));
-    }
     for (key, v) in [
+        ("hwaddr", nic.mac.clone()),
         ("ip", nic.ip.clone()),
         ("gw", nic.gateway.clone()),
         ("ip6", nic.ip6.clone()),
@@ -323,11 +328,22 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> Vec<(&'static str, String)> {
         ("rate", nic.rate.clone()),
     ] {
         if let Some(v) = v {
-            parts.push((key, v));
+            declared.push((key, v));
         }
     }
-    parts.push(("type", "veth".into()));
-    parts
+    let kept: Vec<String> = match now {
+        Some(now) => now
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .filter(|p| {
+                let key = p.split_once('=').map_or(*p, |(k, _)| k);
+                !declared.iter().any(|(k, _)| *k == key)
+            })
+            .map(str::to_string)
+            .collect(),
+        None => vec!["type=veth".to_string()],
+    };
+    (declared, kept)
 }
 
 /// The root filesystem's size now, when it is smaller than the spec's and not grown to it
@@ -487,7 +503,7 @@ mod tests {
         );
         assert_eq!(
             c.params.get("net0"),
-            Some("name=eth0,bridge=vmbr1,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,type=veth")
+            Some("name=eth0,bridge=vmbr1,ip=dhcp,hwaddr=BC:24:11:AA:BB:CC,type=veth")
         );
         let map = cfg(&[("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth")]);
         let current = |k: &str| map.get(k).cloned();
@@ -495,6 +511,43 @@ mod tests {
             nics_removed(spec.container.as_deref().unwrap(), &current),
             vec!["net1"]
         );
+    }
+
+    /// What the spec does not declare of a NIC stays as it is (found in review: a NIC
+    /// without `ip` lost the template's `ip=dhcp`, and its `link_down`), and of `features`
+    /// only nesting is written (a flag root@pam set, such as keyctl, is kept: PVE refuses a
+    /// token any change of it).
+    #[test]
+    fn undeclared_nic_options_and_feature_flags_are_kept() {
+        let spec = ct_spec(
+            "    networks:\n      - {name: eth0, bridge: vmbr1}\n    features: {nesting: true}\n",
+        );
+        let c = changes(
+            &spec,
+            &[
+                ("cores", "1"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,link_down=1,type=veth",
+                ),
+                ("features", "keyctl=1,nesting=0"),
+            ],
+        );
+        assert_eq!(
+            c.params.get("net0"),
+            Some("name=eth0,bridge=vmbr1,hwaddr=BC:24:11:AA:BB:CC,ip=dhcp,link_down=1,type=veth")
+        );
+        assert_eq!(c.params.get("features"), Some("nesting=1,keyctl=1"));
+        // Nesting as the spec says: nothing written, whatever else is set.
+        let c = changes(
+            &spec,
+            &[
+                ("cores", "1"),
+                ("net0", "name=eth0,bridge=vmbr1,ip=dhcp,type=veth"),
+                ("features", "fuse=1,nesting=1"),
+            ],
+        );
+        assert!(c.changed.is_empty(), "{:?}", c.changed);
     }
 
     #[test]
