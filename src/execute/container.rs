@@ -118,7 +118,7 @@ pub(super) async fn converge(
     } else {
         client.vm_pending(node, kind, vmid).await?
     };
-    let (mut params, mut changed) = crate::render::container::container_changes(
+    let (params, mut changed) = crate::render::container::container_changes(
         &ctx.marker_key,
         &ctx.install_id,
         spec,
@@ -130,27 +130,25 @@ pub(super) async fn converge(
     .map_err(ActionError::from)?;
     // `destroyVolumes`: each slot's destroy bound, durably, to the volume it holds before the
     // detach below moves it to `unusedN`.
-    bind_volume_destroys(ctx, vmid, spec, rec, &cfg)?;
-    // A mount point leaving `mountPoints` is detached (its volume kept as `unusedN`), under
-    // the gate's permit; a protected container keeps it (PVE would refuse the whole update).
-    let protection = protection_of(spec, &cfg);
-    let removed = crate::render::container::mount_points_removed(spec, &cfg);
-    let mut held = Vec::new();
-    if !removed.is_empty() {
-        match crate::gate::volume::detach(&ours, protection, &removed) {
-            Ok(permit) => {
-                params = params.detach(&permit)?;
-                changed.push("mountPoints");
-            }
-            Err(_) => held = removed,
-        }
-    }
+    bind_volume_destroys(ctx, vmid, spec, rec, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the container config");
         client
             .set_config(node, kind, vmid, &params, cfg.digest())
             .await?;
     }
+    // Mount points added or detached in a request of their own, after the update above made
+    // the spec's `protection` the container's: pve-container checks every added, changed or
+    // removed mount point against the config as it is (`check_protection`) and refuses the
+    // whole update for one. A protected container keeps them as they are (said in its status).
+    let protection = protection_of(spec, &cfg);
+    let mut held = Vec::new();
+    match mount_points(client, &ours, vm, spec, &cfg, protection).await? {
+        MountStep::Done(true) => changed.push("mountPoints"),
+        MountStep::Done(false) => {}
+        MountStep::Held(slots) => held = slots,
+    }
+
     rec.applied_tags = spec.tags.clone();
     rec.applied_protection = spec.hardware.protection;
     if destroy_detached(ctx, client, &ours, vm, spec, rec, protection, &mut held).await? {
@@ -214,8 +212,22 @@ pub(super) async fn converge(
     } else {
         Vec::new()
     };
-    if let Err(why) = crate::gate::volume::drive_removal(vmid, protection, &held, &[]) {
-        return Err(protected(why));
+    if !held.is_empty() {
+        let fix = match protection.managed {
+            Some(true) => {
+                "set protection: false in the spec (proxsync clears the flag first)".into()
+            }
+            _ => format!(
+                "clear the flag (pct set {vmid} --protection 0, or protection: false in the spec)"
+            ),
+        };
+        return Err(protected(format!(
+            "container {vmid} has protection set, and PVE refuses to add, change or remove a \
+             mount point of a protected container: {} stay as they are while the rest of the \
+             spec is applied. To change them, {fix}; to keep them, list them in mountPoints as \
+             they are",
+            held.join(", ")
+        )));
     }
     rec.applied_hash = Some(crate::spec::spec_hash(spec));
     rec.applied_content = Some(crate::spec::content_hash(spec));
@@ -312,6 +324,7 @@ fn bind_volume_destroys(
     spec: &Spec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
+    pending: &[crate::pve::types::PendingEntry],
 ) -> Result<(), ActionError> {
     let slots: Vec<String> = spec
         .container
@@ -329,7 +342,14 @@ fn bind_volume_destroys(
             .disk_destroy(slot)
             .filter(|b| b.state == DestroyState::Bound)
             .and_then(|b| b.volume.clone());
-        let holds = match cfg.get(slot) {
+        // A running container's detach waits for its next start, and `GET .../config` shows
+        // the slot as it will be (gone): its pending entry still names the volume it holds.
+        let pending_value = pending
+            .iter()
+            .find(|p| &p.key == slot && p.delete == Some(true))
+            .and_then(|p| p.value.as_ref())
+            .and_then(|v| v.as_str());
+        let holds = match cfg.get(slot).or(pending_value) {
             Some(value) => mount_volume(value),
             None => match bound_volume.as_deref() {
                 Some(v) if unused_holding(cfg, v).is_some() => SlotHolds::Disk(v),
@@ -445,4 +465,53 @@ async fn destroy_detached(
         );
     }
     Ok(true)
+}
+
+/// What the mount point step did.
+enum MountStep {
+    /// `true`: a mount point was added or detached.
+    Done(bool),
+    /// The container is protected: these slots are kept as they are.
+    Held(Vec<String>),
+}
+
+/// The mount points `mountPoints` adds, and those it no longer lists detached (PVE keeps
+/// their volumes as `unusedN`) under the gate's permit, in one update sent with a config read
+/// now. Not on a protected container, whose mount points PVE refuses to touch.
+async fn mount_points(
+    client: &impl Pve,
+    ours: &crate::gate::identity::VerifiedMarker,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    cfg: &VmConfig,
+    protection: crate::gate::volume::Protection,
+) -> Result<MountStep, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let added = crate::render::container::mount_point_additions(spec, cfg)?;
+    let removed = crate::render::container::mount_points_removed(spec, cfg);
+    if added.is_empty() && removed.is_empty() {
+        return Ok(MountStep::Done(false));
+    }
+    if protection.on {
+        let mut slots: Vec<String> = added.iter().map(|(slot, _)| slot.clone()).collect();
+        slots.extend(removed);
+        return Ok(MountStep::Held(slots));
+    }
+    let mut params = crate::pve::VmParams::default();
+    for (_, mp) in &added {
+        params = crate::render::container::mount_point(params, mp)?;
+    }
+    if !removed.is_empty() {
+        let permit = crate::gate::volume::detach(ours, protection, &removed)
+            .map_err(|why| fail(Category::Conflict, why))?;
+        params = params.detach(&permit)?;
+    }
+    let now = client.vm_config(node, kind, vmid).await?;
+    tracing::info!(spec = %spec.name, vmid, added = added.len(), detached = ?removed, "updating the container's mount points");
+    client
+        .set_config(node, kind, vmid, &params, now.digest())
+        .await?;
+    Ok(MountStep::Done(true))
 }

@@ -90,7 +90,7 @@ pub fn create_params(
 }
 
 /// A new mount point: `mp0=STORAGE:SIZE,mp=/srv/data,backup=1`.
-fn mount_point(params: VmParams, mp: &MountPoint) -> Result<VmParams, PveError> {
+pub fn mount_point(params: VmParams, mp: &MountPoint) -> Result<VmParams, PveError> {
     let mut parts = vec![("mp", mp.path.clone())];
     for (key, v) in [
         ("backup", mp.backup),
@@ -110,9 +110,10 @@ fn mount_point(params: VmParams, mp: &MountPoint) -> Result<VmParams, PveError> 
 }
 
 /// The update that brings an existing container to its spec: the changes of its own fields
-/// and the shared hardware fields, its hostname, the description and marker, the tags, the
-/// mount points it lacks (`mountPoints` listed, not yet in the config). A value waiting for
-/// the next start counts as set. The marker is written only under the gate's permit.
+/// and the shared hardware fields, its hostname, the description and marker, the tags (its
+/// mount points are an update of their own: [`mount_point_additions`],
+/// [`mount_points_removed`]). A value waiting for the next start counts as set. The marker is
+/// written only under the gate's permit.
 pub fn container_changes(
     key: &MarkerKey,
     install_id: &str,
@@ -128,11 +129,6 @@ pub fn container_changes(
     super::hardware::options(spec, &effective, &mut out)?;
     if effective("hostname").as_deref() != Some(spec.vm_name.as_str()) {
         out.set("hostname", |p| p.checked("hostname", &spec.vm_name))?;
-    }
-    for mp in ct.mount_points.iter().flatten() {
-        if effective(&mp.slot).is_none() {
-            out.set("mountPoints", |p| mount_point(p, mp))?;
-        }
     }
     let Changes {
         mut params,
@@ -377,6 +373,21 @@ pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
             (size < mp.size_bytes).then(|| (mp.slot.clone(), size))
         })
         .collect()
+}
+
+/// The mount points `mountPoints` lists that the config has not (by slot), to add.
+pub fn mount_point_additions<'s>(
+    spec: &'s Spec,
+    cfg: &VmConfig,
+) -> Result<Vec<(String, &'s MountPoint)>, PveError> {
+    let ct = container(spec)?;
+    Ok(ct
+        .mount_points
+        .iter()
+        .flatten()
+        .filter(|mp| cfg.get(&mp.slot).is_none())
+        .map(|mp| (mp.slot.clone(), mp))
+        .collect())
 }
 
 /// The mount points in the config that `mountPoints` no longer lists (only when it is

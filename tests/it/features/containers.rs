@@ -509,3 +509,138 @@ fn doctor_checks_a_containers_storage_content_and_template_kind() {
         "{out}"
     );
 }
+
+/// `destroyVolumes` on a running container, whose detach waits for its next start: the
+/// binding holds through it and the volume is freed after (found in review: the pending
+/// detach read as an empty slot marked the destroy done, and the volume stayed in unusedN).
+#[test]
+fn destroy_volumes_of_a_running_container_waits_for_its_detach_and_frees_the_volume() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let mounts = "    mountPoints:\n      \
+                  - {slot: mp1, path: /srv/b, storage: local-lvm, size: 1Gi}\n";
+    ws.commit_specs(&[("data.yaml", ct_spec("data-09", mounts))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "data-09").expect("data-09");
+    assert_eq!(ct["status"], "running", "{ct}");
+    let mp1 = config_str(&ct, "mp1")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    // mp1 leaves mountPoints, destroyVolumes names it: a detach PVE keeps pending.
+    let gone = "    mountPoints: []\n    destroyVolumes: [mp1]\n";
+    ws.commit_specs(&[("data.yaml", ct_spec("data-09", gone))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    // The reboot policy lets it restart: the detach applies, mp1's volume lands in unusedN.
+    let reboot = format!("{gone}    rebootPolicy: IfNeeded\n");
+    ws.commit_specs(&[("data.yaml", ct_spec("data-09", &reboot))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    // Any later converge.
+    let tagged = format!("{reboot}    tags: [data]\n");
+    ws.commit_specs(&[("data.yaml", ct_spec("data-09", &tagged))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    assert!(
+        !still_held(&mut pve, &mp1),
+        "destroyVolumes never freed {mp1}: {ct}"
+    );
+}
+
+/// A protected container given a new mount point: PVE refuses to add one to it (found in
+/// review: the whole update was refused with it, every cycle); the rest applies, the mount
+/// point is held and said so.
+#[test]
+fn a_new_mount_point_on_a_protected_container_holds_only_itself() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("p.yaml", ct_spec("prot-01", "    protection: true\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = named(&mut pve, "prot-01").expect("made");
+    let more = "    protection: true\n    memory: 1Gi\n    mountPoints:\n      \
+                - {slot: mp0, path: /srv/a, storage: local-lvm, size: 1Gi}\n";
+    ws.commit_specs(&[("p.yaml", ct_spec("prot-01", more))]);
+    let (_, out) = ws.run_once();
+    let ct = pve.ct(vmid);
+    assert_eq!(config_str(&ct, "memory"), "1024", "the rest applies: {ct}");
+    assert!(config_str(&ct, "mp0").is_empty(), "{ct}");
+    let (status, _, message) = ws.condition("prot-01", "Ready");
+    assert_eq!(status, "False", "{out}");
+    assert!(
+        message.contains("mp0") && message.contains("protection"),
+        "{message}"
+    );
+}
+
+/// Protection turned off and a mount point removed in one commit: the flag first, then the
+/// detach (found in review: one update, refused for the flag still set, every cycle).
+#[test]
+fn protection_cleared_and_a_mount_point_removed_in_one_commit_both_apply() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let before = "    powerState: stopped\n    protection: true\n    mountPoints:\n      \
+                  - {slot: mp0, path: /srv/a, storage: local-lvm, size: 1Gi}\n";
+    ws.commit_specs(&[("p.yaml", ct_spec("prot-02", before))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, _) = named(&mut pve, "prot-02").expect("made");
+    let after = "    powerState: stopped\n    protection: false\n    mountPoints: []\n";
+    ws.commit_specs(&[("p.yaml", ct_spec("prot-02", after))]);
+    for _ in 0..2 {
+        let (ok, out) = ws.run_once();
+    }
+    let ct = pve.ct(vmid);
+    assert!(
+        config_str(&ct, "protection") != "1",
+        "still protected: {ct}"
+    );
+}
+
+/// `features: {nesting: true}` where root@pam set keyctl=1 by hand (Docker in LXC): written
+/// with keyctl kept (found in review: keyctl dropped, which PVE refuses a token, every cycle).
+#[test]
+fn a_feature_flag_set_by_hand_is_kept_when_nesting_is_written() {
+    let privs = [
+        "VM.Allocate",
+        "VM.Config.CPU",
+        "VM.Config.Memory",
+        "VM.Config.Network",
+        "VM.Config.Options",
+        "VM.Config.Disk",
+        "VM.PowerMgmt",
+        "VM.Audit",
+        "VM.Clone",
+        "VM.Migrate",
+        "VM.Console",
+        "VM.Monitor",
+        "Datastore.AllocateSpace",
+        "Datastore.Audit",
+        "Datastore.Allocate",
+        "SDN.Use",
+        "Sys.Audit",
+        "Sys.Modify",
+        "Sys.Console",
+        "Pool.Audit",
+        "Pool.Allocate",
+        "VM.Config.HWType",
+        "VM.Config.Cloudinit",
+    ];
+    let mut pve = scenario().grant(common::TOKEN_ID, "/", &privs).start();
+    let ws = Workspace::new(&pve);
+    let spec = "    features: {nesting: true}\n";
+    ws.commit_specs(&[("f.yaml", ct_spec("feat-01", spec))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "feat-01").expect("made");
+    // root@pam adds keyctl (pct set --features keyctl=1,nesting=1).
+    pve.set_ct(vmid, json!({"config": {"features": "keyctl=1,nesting=1"}}));
+    let tagged = format!("{spec}    tags: [x]\n");
+    ws.commit_specs(&[("f.yaml", ct_spec("feat-01", &tagged))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+}
