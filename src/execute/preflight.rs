@@ -278,6 +278,29 @@ async fn clone_source(
     template: u32,
     template_node: &str,
 ) -> Result<Source, ActionError> {
+    // A clone is as privileged as its template: pve-container copies `unprivileged`.
+    if let Some(ct) = &spec.container {
+        let cfg = template_config(ctx, site, template_node, spec.kind, template).await?;
+        let privileged = !cfg
+            .get("unprivileged")
+            .is_some_and(crate::pve::values::pve_bool);
+        if privileged == ct.unprivileged {
+            let (spec_says, template_is) = if ct.unprivileged {
+                ("unprivileged", "privileged")
+            } else {
+                ("privileged", "unprivileged")
+            };
+            return Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "CT template {template} is {template_is}, and the spec asks for an \
+                     {spec_says} container: a clone takes its template's (pve-container copies \
+                     `unprivileged`). Clone an {spec_says} template, or make the container from \
+                     a vztmpl archive"
+                ),
+            ));
+        }
+    }
     if template_node != spec.node {
         if !storages
             .iter()

@@ -291,6 +291,25 @@ pub(super) fn container(
             .unwrap_or_default(),
         password: fp.get("password").and_then(|n| password(ctx, n)),
     };
+    // A clone takes its template's root password, keys and architecture: pve-container's
+    // clone has no such parameters, so the spec cannot say them for one.
+    let cloned = matches!(image, Some((Image::Template { .. } | Image::Name(_), _)));
+    for (field, set) in [
+        ("password", ct.password.is_some()),
+        ("sshPublicKeys", !ct.ssh_public_keys.is_empty()),
+        ("arch", ct.arch.is_some()),
+    ] {
+        if cloned && set {
+            ctx.error(
+                fp.key_pos(field).unwrap_or(fp.pos),
+                format!(
+                    "spec.forProvider.{field} is given at a create from a vztmpl archive only; a \
+                     clone of a CT template takes its template's (pve-container's clone has no \
+                     such parameter): remove it, or name a vztmpl archive in template"
+                ),
+            );
+        }
+    }
     if ctx.error_count() != errors {
         return None;
     }
@@ -778,6 +797,11 @@ fn password(ctx: &mut Ctx, n: &Node) -> Option<PasswordSource> {
                 );
                 return None;
             }
+            let name = s.rsplit('/').next().unwrap_or_default();
+            if let Some(why) = proxsyncs_own_secret(name) {
+                ctx.error(f.pos, format!("{path}.file {s:?} {why}"));
+                return None;
+            }
             Some(PasswordSource::File(s.to_string()))
         }
         (None, Some(c)) => {
@@ -793,6 +817,10 @@ fn password(ctx: &mut Ctx, n: &Node) -> Option<PasswordSource> {
                 );
                 return None;
             }
+            if let Some(why) = proxsyncs_own_secret(s) {
+                ctx.error(c.pos, format!("{path}.credential {s:?} {why}"));
+                return None;
+            }
             Some(PasswordSource::Credential(s.to_string()))
         }
         _ => {
@@ -803,6 +831,21 @@ fn password(ctx: &mut Ctx, n: &Node) -> Option<PasswordSource> {
             None
         }
     }
+}
+
+/// Why a file or credential `name` may not be a container's root password: it is named as
+/// one of proxsync's own secrets (a site's API token, the marker key, the SOPS identity, a
+/// notification target's URL or secret), which a spec would otherwise hand to a guest's root.
+fn proxsyncs_own_secret(name: &str) -> Option<&'static str> {
+    let own = name == crate::ownership::KEY_FILE
+        || name == "sops-age-identity"
+        || name.ends_with(".token")
+        || name.starts_with("notify-");
+    own.then_some(
+        "is named as one of proxsync's own secrets (a site's token, the marker key, the SOPS \
+         identity, a notification's URL or secret): a spec may not give it to a container as its \
+         root password; keep the password in a file or credential of its own",
+    )
 }
 
 fn mount_points(ctx: &mut Ctx, n: &Node) -> Option<Vec<MountPoint>> {
@@ -1011,5 +1054,83 @@ pub(super) fn shared_hardware<'n>(fp: &Obj<'n>) -> Obj<'n> {
             .filter(|(k, _, _)| SHARED_HARDWARE.contains(k))
             .cloned()
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn parse(extra: &str, template: &str) -> Vec<String> {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: ct-01\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    template: \"{template}\"\n{extra}"
+        );
+        let (_, diags) = crate::spec::parse_file("ct.yaml", yaml.as_bytes());
+        diags.into_iter().map(|d| d.to_string()).collect()
+    }
+
+    const ARCHIVE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+
+    #[test]
+    fn what_pve_refuses_a_token_or_a_clone_is_refused_with_the_reason() {
+        assert!(parse("", ARCHIVE).is_empty());
+        let keys = "    sshPublicKeys: [\"ssh-ed25519 AAAAC3Nza ops@x\"]\n";
+        assert!(parse(keys, ARCHIVE).is_empty());
+        let errs = parse(keys, "9100");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("sshPublicKeys") && e.contains("clone")),
+            "{errs:?}"
+        );
+        let errs = parse("    features: {nesting: true, keyctl: true}\n", ARCHIVE);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("keyctl") && e.contains("root@pam")),
+            "{errs:?}"
+        );
+        let errs = parse(
+            "    unprivileged: false\n    features: {nesting: true}\n",
+            ARCHIVE,
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("privileged container")),
+            "{errs:?}"
+        );
+        let errs = parse(
+            "    mountPoints: [{slot: mp0, path: /srv, storage: local-lvm, size: 1Gi, bind: /srv}]\n",
+            ARCHIVE,
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("bind") && e.contains("root@pam")),
+            "{errs:?}"
+        );
+        let errs = parse("    password: hunter2\n", ARCHIVE);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("must not hold the password")),
+            "{errs:?}"
+        );
+        assert!(errs.iter().all(|e| !e.contains("hunter2")), "{errs:?}");
+        for own in [
+            "{credential: lab.token}",
+            "{file: /var/lib/proxsync/marker.key}",
+            "{credential: sops-age-identity}",
+        ] {
+            let errs = parse(&format!("    password: {own}\n"), ARCHIVE);
+            assert!(
+                errs.iter().any(|e| e.contains("proxsync's own secrets")),
+                "{own}: {errs:?}"
+            );
+        }
+        assert!(parse("    password: {credential: ct-root}\n", ARCHIVE).is_empty());
+        let errs = parse("    destroyVolumes: [mp1]\n", ARCHIVE);
+        assert!(
+            errs.iter().any(|e| e.contains("needs mountPoints")),
+            "{errs:?}"
+        );
+        let errs = parse("    template: local:iso/x.iso\n", ARCHIVE);
+        assert!(!errs.is_empty(), "a duplicate key at least");
+        let errs = parse("", "local:iso/debian.iso");
+        assert!(errs.iter().any(|e| e.contains("vztmpl")), "{errs:?}");
     }
 }

@@ -644,3 +644,24 @@ fn a_feature_flag_set_by_hand_is_kept_when_nesting_is_written() {
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
 }
+
+/// A clone is as privileged as its template (pve-container copies `unprivileged`): a spec
+/// asking for an unprivileged container is not cloned from a privileged template (found in
+/// review: the clone silently made a privileged container).
+#[test]
+fn an_unprivileged_container_is_never_cloned_from_a_privileged_template() {
+    let mut pve = scenario()
+        .ct(json!({
+            "vmid": 9101, "name": "old-ct", "node": "pve1", "template": true,
+            "config": {"hostname": "old-ct", "unprivileged": 0,
+                       "rootfs": "local-lvm:base-9101-disk-0,size=4G"}
+        }))
+        .start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("p.yaml", ct_spec("priv-01", "").replace(VZTMPL, "9101"))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(owned_cts(&mut pve).is_empty(), "{out}");
+    let (_, _, message) = ws.condition("priv-01", "Ready");
+    assert!(message.contains("privileged"), "{message}");
+}
