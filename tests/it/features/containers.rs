@@ -591,10 +591,11 @@ fn protection_cleared_and_a_mount_point_removed_in_one_commit_both_apply() {
     let (vmid, _) = named(&mut pve, "prot-02").expect("made");
     let after = "    powerState: stopped\n    protection: false\n    mountPoints: []\n";
     ws.commit_specs(&[("p.yaml", ct_spec("prot-02", after))]);
-    for _ in 0..2 {
-        let (ok, out) = ws.run_once();
-    }
+    // One cycle: the flag cleared, then the mount point detached (kept as unusedN).
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
     let ct = pve.ct(vmid);
+    assert!(config_str(&ct, "mp0").is_empty(), "detached: {ct}");
     assert!(
         config_str(&ct, "protection") != "1",
         "still protected: {ct}"
@@ -636,13 +637,15 @@ fn a_feature_flag_set_by_hand_is_kept_when_nesting_is_written() {
     ws.commit_specs(&[("f.yaml", ct_spec("feat-01", spec))]);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
-    let (vmid, ct) = named(&mut pve, "feat-01").expect("made");
+    let (vmid, _) = named(&mut pve, "feat-01").expect("made");
     // root@pam adds keyctl (pct set --features keyctl=1,nesting=1).
     pve.set_ct(vmid, json!({"config": {"features": "keyctl=1,nesting=1"}}));
     let tagged = format!("{spec}    tags: [x]\n");
     ws.commit_specs(&[("f.yaml", ct_spec("feat-01", &tagged))]);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
+    let features = config_str(&pve.ct(vmid), "features");
+    assert!(features.contains("keyctl=1") && features.contains("nesting=1"), "{features}");
 }
 
 /// A clone is as privileged as its template (pve-container copies `unprivileged`): a spec
