@@ -62,6 +62,14 @@ pub async fn adopt_by_hand(
         .await
         .map_err(site_err)?
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
+    if kind != spec.kind {
+        return Err(refused(format!(
+            "{vmid} is a {} and spec {name} is a {}: proxsync adopts a guest only for a spec of \
+             its kind",
+            kind.noun(),
+            spec.kind.spec_kind()
+        )));
+    }
     let handed = config.source.selector.is_some();
     let marker = cfg
         .description()

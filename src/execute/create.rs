@@ -399,12 +399,13 @@ pub(super) async fn resume_create(
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
             Found::Stale { lock, node } => {
+                let (noun, cli, id) = (vm.kind.noun(), vm.kind.cli(), vm.vmid);
                 return Err(stale_lock(format!(
-                    "VM {} on node {node} is locked ({lock}) and no task holds the lock: an \
-                     interrupted create or clone, perhaps this spec's. proxsync keeps VMID {} \
-                     reserved and creates nothing until it is resolved. Look at it (qm config {}); \
-                     if it is an empty leftover, remove it with: qm unlock {} && qm destroy {}",
-                    vm.vmid, vm.vmid, vm.vmid, vm.vmid, vm.vmid
+                    "{noun} {id} on node {node} is locked ({lock}) and no task holds the lock: an \
+                     interrupted create or clone, perhaps this spec's. proxsync keeps VMID {id} \
+                     reserved and creates nothing until it is resolved. Look at it ({cli} config \
+                     {id}); if it is an empty leftover, remove it with: {cli} unlock {id} && \
+                     {cli} destroy {id}"
                 )));
             }
             found @ (Found::Foreign | Found::Free) => {

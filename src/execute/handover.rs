@@ -121,10 +121,12 @@ async fn settle_create(
             reason: format!("{reason}; handing it over after (its spec left the selector)"),
         })),
         Found::Stale { lock, node } => Err(stale_lock(format!(
-            "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
+            "{} {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
              interrupted create of spec {spec_name}, which left this install's selector. \
-             Look at it (qm config {vmid}); if it is an empty leftover: qm unlock {vmid} \
-             && qm destroy {vmid}"
+             Look at it ({cli} config {vmid}); if it is an empty leftover: {cli} unlock {vmid} \
+             && {cli} destroy {vmid}",
+            kind.noun(),
+            cli = kind.cli()
         ))),
         Found::Foreign | Found::Free => {
             // Forgetting the record releases the VMID its intent reserved.

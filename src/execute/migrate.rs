@@ -34,8 +34,9 @@ pub(super) async fn migrate(
     let upid = match kind {
         GuestKind::Qemu => start_vm_migration(client, vm, target, spec).await?,
         GuestKind::Lxc => {
-            // A container cannot move live: PVE shuts it down (stopped after the spec's
-            // shutdownTimeout), moves it with its local volumes and starts it on the target.
+            // A container cannot move live: PVE shuts it down within the spec's
+            // shutdownTimeout (never hard: one still up fails the task, reported, and the move
+            // is tried again), moves it with its local volumes and starts it on the target.
             tracing::info!(
                 spec = %spec.name, vmid, from = node, to = target,
                 "migrating the container to the node its spec names (a restart migration)"

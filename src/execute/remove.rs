@@ -56,10 +56,12 @@ pub(super) async fn remove(
                     });
                 }
                 Found::Stale { lock, node } => {
+                    let (noun, cli) = (kind.noun(), kind.cli());
                     return Err(stale_lock(format!(
-                        "VM {vmid} on node {node} is locked ({lock}) and no task holds the lock: \
-                         an interrupted create of removed spec {spec_name}. Look at it (qm config \
-                         {vmid}); if it is an empty leftover: qm unlock {vmid} && qm destroy {vmid}"
+                        "{noun} {vmid} on node {node} is locked ({lock}) and no task holds the \
+                         lock: an interrupted create of removed spec {spec_name}. Look at it \
+                         ({cli} config {vmid}); if it is an empty leftover: {cli} unlock {vmid} \
+                         && {cli} destroy {vmid}"
                     )));
                 }
                 Found::Foreign | Found::Free => {

@@ -496,6 +496,16 @@ fn plan_rename(
             quorate: view.health.quorate,
         };
     }
+    // Renamed and made the other kind in one change: the old guest is held, not re-labelled
+    // as a guest it is not.
+    if let Some(vm) = view.vms.get(&r.vmid)
+        && vm.kind != spec.kind
+    {
+        return Verdict::KindChanged {
+            vmid: r.vmid,
+            found: vm.kind,
+        };
+    }
     actions.push(Action::Relabel {
         spec: spec.name.clone(),
         from: r.from.to_string(),
@@ -967,5 +977,29 @@ mod tests {
                 .any(|a| matches!(a, Action::ResumeCreate { vmid: 100, .. })),
             "{p:?}"
         );
+    }
+
+    /// Renamed and turned into a container in one change: the old VM is held, not re-labelled
+    /// (found in review: the re-label read the container's path, found nothing, every cycle),
+    /// and nothing is deleted or created.
+    #[test]
+    fn a_rename_to_the_other_kind_is_held() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: new\n  \
+                    annotations:\n    proxsync.io/renamed-from: old\nspec:\n  forProvider:\n    \
+                    site: lab\n    node: pve1\n    template: \"9100\"\n";
+        let (mut specs, diags) = parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        let mut w = World::new(&[specs.remove(0)]);
+        w.vm("lab", 100, "old", Power::Running, true);
+        let p = w.plan();
+        assert_eq!(
+            p.verdicts["new"],
+            Verdict::KindChanged {
+                vmid: 100,
+                found: crate::guest::GuestKind::Qemu
+            },
+            "{p:?}"
+        );
+        assert!(p.actions.is_empty(), "{p:?}");
     }
 }

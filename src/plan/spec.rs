@@ -117,7 +117,11 @@ fn adopt_by_consent(
 ) -> Verdict {
     let vmid = consent.vmid;
     let refused = |why: String| Verdict::AdoptRefused { vmid, why };
-    let Some(vm) = view.vms.get(&vmid) else {
+    let Some(vm) = view
+        .vms
+        .get(&vmid)
+        .filter(|vm| vm.kind == crate::guest::GuestKind::Qemu)
+    else {
         return refused(format!(
             "VM {vmid} does not exist on site {} (or is not a QEMU VM); remove the \
              proxsync.io/adopt annotations and name an image to create a new VM",

@@ -142,10 +142,12 @@ impl Client {
     }
 
     /// `POST /nodes/{node}/lxc/{vmid}/migrate`: a `vzmigrate` task (or `hamigrate`). A running
-    /// container cannot move live: with `restart` PVE shuts it down (waiting `timeout_secs`
-    /// before it stops it hard), moves it and starts it on the target (pve-container
-    /// `API2/LXC.pm` `migrate_vm`: "CT is running - use online or restart" otherwise). Local
-    /// volumes are copied with it.
+    /// container cannot move live: with `restart` PVE shuts it down within `timeout_secs`
+    /// (`lxc-stop --nokill`: never hard; a container still up then fails the task with
+    /// "container did not stop"), moves it with its local volumes and starts it on the target;
+    /// a failure after the shutdown starts it again where it was (pve-container `Migrate.pm`).
+    /// Without `restart`, a running container is refused ("can't migrate running container
+    /// without --online or --restart").
     pub async fn migrate_ct(
         &self,
         node: &str,

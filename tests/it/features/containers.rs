@@ -645,7 +645,10 @@ fn a_feature_flag_set_by_hand_is_kept_when_nesting_is_written() {
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     let features = config_str(&pve.ct(vmid), "features");
-    assert!(features.contains("keyctl=1") && features.contains("nesting=1"), "{features}");
+    assert!(
+        features.contains("keyctl=1") && features.contains("nesting=1"),
+        "{features}"
+    );
 }
 
 /// A clone is as privileged as its template (pve-container copies `unprivileged`): a spec
