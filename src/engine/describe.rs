@@ -49,6 +49,9 @@ pub fn specs_by_name(specs: &SpecSet) -> FnvHashMap<&str, &crate::spec::Spec> {
 // Long because: one arm per action kind, each its one line of text.
 pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -> String {
     let spec = |name: &str| specs.get(name).copied();
+    // `VM` or `container`, as the spec's kind says (a removed spec's guest: `VM`).
+    let noun = |name: &str| spec(name).map_or("VM", |s| s.kind.noun());
+    let spec_kind = |name: &str| spec(name).map(|s| s.kind);
     match action {
         Action::Create {
             spec: name,
@@ -58,8 +61,10 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             let from = spec(name)
                 .map(|s| format!(" from {}", image_text(&s.image)))
                 .unwrap_or_default();
-            let noun = spec(name).map_or("VM", |s| s.kind.noun());
-            format!("+ create  {name}: new {noun} on {site}/{node}{from}")
+            format!(
+                "+ create  {name}: new {} on {site}/{node}{from}",
+                noun(name)
+            )
         }
         Action::ResumeCreate {
             spec,
@@ -68,13 +73,17 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             vmid,
             upid,
         } => format!(
-            "~ resume  {spec}: finish the create of VM {vmid} on {site}/{node}{}",
+            "~ resume  {spec}: finish the create of {} {vmid} on {site}/{node}{}",
+            noun(spec),
             upid.as_ref()
                 .map(|u| format!(" (task {u})"))
                 .unwrap_or_default()
         ),
         Action::Adopt { spec, site, vmid } => {
-            format!("~ adopt   {spec}: VM {vmid} on {site} carries its marker")
+            format!(
+                "~ adopt   {spec}: {} {vmid} on {site} carries its marker",
+                noun(spec)
+            )
         }
         Action::AdoptByConsent {
             spec,
@@ -92,7 +101,10 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             site,
             node,
             vmid,
-        } => format!("~ rename  {from} -> {spec}: VM {vmid} on {site}/{node} is re-labelled"),
+        } => format!(
+            "~ rename  {from} -> {spec}: {} {vmid} on {site}/{node} is re-labelled",
+            noun(spec)
+        ),
         Action::Converge {
             spec,
             site,
@@ -101,7 +113,8 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             why,
         } => {
             format!(
-                "~ update  {spec}: VM {vmid} on {site}/{node}: {}",
+                "~ update  {spec}: {} {vmid} on {site}/{node}: {}",
+                noun(spec),
                 why.join(", ")
             )
         }
@@ -111,7 +124,16 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             node,
             vmid,
             target,
-        } => format!("~ migrate {spec}: VM {vmid} on {site} from node {node} to node {target}"),
+        } => {
+            let restart = match spec_kind(spec) {
+                Some(crate::guest::GuestKind::Lxc) => " (a restart migration)",
+                _ => "",
+            };
+            format!(
+                "~ migrate {spec}: {} {vmid} on {site} from node {node} to node {target}{restart}",
+                noun(spec)
+            )
+        }
         Action::Remove {
             spec,
             site,

@@ -170,7 +170,8 @@ async fn change_of(
             if let Some(s) = by_name.get(spec.as_str()) {
                 match vm_changes(view, s, site, node, *vmid, why).await {
                     Ok((fields, also)) => {
-                        change.text = update_line(spec, site, node, *vmid, &fields, &also);
+                        let at = (s.kind.noun(), site.as_str(), node.as_str(), *vmid);
+                        change.text = update_line(spec, at, &fields, &also);
                         change.fields = fields;
                         change.also = also;
                     }
@@ -524,12 +525,11 @@ fn also(spec: &Spec, why: &[String]) -> Vec<String> {
     out
 }
 
-/// `~ update  web-01: VM 100 on lab/pve1: memory 1024 -> 2048 MiB, cores 1 -> 2, ...`.
+/// `~ update  web-01: VM 100 on lab/pve1: memory 1024 -> 2048 MiB, cores 1 -> 2, ...` (a
+/// container's: `container 100`).
 fn update_line(
     spec: &str,
-    site: &str,
-    node: &str,
-    vmid: u32,
+    (noun, site, node, vmid): (&str, &str, &str, u32),
     fields: &[Field],
     also: &[String],
 ) -> String {
@@ -541,7 +541,7 @@ fn update_line(
         parts.push("records the new spec (nothing on the VM differs)".into());
     }
     format!(
-        "~ update  {spec}: VM {vmid} on {site}/{node}: {}",
+        "~ update  {spec}: {noun} {vmid} on {site}/{node}: {}",
         parts.join(", ")
     )
 }

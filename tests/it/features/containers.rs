@@ -143,6 +143,7 @@ fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
     // `plan` shows the container's own update, field by field, as the converge computes it.
     let plan = common::engine::text(&ws.proxsync(&["plan"]));
     assert!(plan.contains("cores 2 -> 3"), "{plan}");
+    assert!(plan.contains("~ update  dns-01: container"), "{plan}");
     assert!(plan.contains("rootfs"), "{plan}");
     assert!(
         !plan.contains("scsihw") && !plan.contains("name "),
