@@ -651,7 +651,7 @@ fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
 
 /// `Ready` and `Reconciling` of a VM that matches its spec.
 fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
-    let mut message = format!("VM {vmid} matches the spec");
+    let mut message = format!("{} {vmid} matches the spec", spec.kind.noun());
     if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
         message.push_str(&format!(
             "; the {} annotations did their work (the VM is this spec's): remove them",

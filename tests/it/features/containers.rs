@@ -103,7 +103,8 @@ fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
         ("test", "dns-01")
     );
     assert!(config_str(ct, "tags").contains("dns"), "{ct}");
-    let (status, reason, _) = ws.condition("dns-01", "Ready");
+    let (status, reason, message) = ws.condition("dns-01", "Ready");
+    assert!(message.starts_with("container "), "{message}");
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("True", "Available"),
