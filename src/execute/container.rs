@@ -18,7 +18,7 @@ use crate::store::{DestroyState, SpecRecord, VmState};
 use super::identity::{desired_tags, marker};
 use super::preflight::Source;
 use super::reboot::{pending_keys, reboot_if_due};
-use super::vm::{check_lock, power_off, protection_of, read_own_config, settle_ha};
+use super::vm::{PowerStep, check_lock, converge_power, protection_of, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, protected, site, wait};
 
 /// The create or clone request of a new container; the intent is durable before it is sent
@@ -164,29 +164,10 @@ pub(super) async fn converge(
         return Ok(o);
     }
     let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
-    match spec.power_state {
-        PowerState::Running if !is_running => {
-            let upid = client.start_vm(node, kind, vmid).await?;
-            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(Outcome::StillRunning {
-                    upid: upid.to_string(),
-                });
-            }
-            if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, true).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(o);
-            }
-            changed.push("power");
-        }
-        PowerState::Stopped if is_running => {
-            if let Some(o) = power_off(ctx, site, node, kind, vmid, rec).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(o);
-            }
-            changed.push("power");
-        }
-        _ => {}
+    match converge_power(ctx, site, vm, spec, rec, is_running).await? {
+        PowerStep::Changed => changed.push("power"),
+        PowerStep::Unchanged => {}
+        PowerStep::Ended(o) => return Ok(o),
     }
     // pve-container keeps a running container's changes it cannot hot-plug pending until the
     // next start; the reboot policy decides when that is.

@@ -12,7 +12,7 @@ use crate::store::{SpecRecord, VmState};
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{checked_site, verified};
 use super::reboot::{pending_keys, reboot_if_due};
-use super::vm::{check_lock, power_off, protection_of, read_own_config, settle_ha};
+use super::vm::{PowerStep, check_lock, converge_power, protection_of, read_own_config};
 use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, VmRef, site, wait};
 use crate::render::current::boot_disk;
 
@@ -189,29 +189,10 @@ async fn converge_vm(
     // Power state last, read now: the cycle's listing may describe an earlier VM with this
     // VMID (deleted and reused within the cycle), or a state this action changed.
     let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
-    match spec.power_state {
-        PowerState::Running if !is_running => {
-            let upid = client.start_vm(node, kind, vmid).await?;
-            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(Outcome::StillRunning {
-                    upid: upid.to_string(),
-                });
-            }
-            if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, true).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(o);
-            }
-            changed.push("power");
-        }
-        PowerState::Stopped if is_running => {
-            if let Some(o) = power_off(ctx, site, node, kind, vmid, rec).await? {
-                ctx.store.put(&spec.name, rec)?;
-                return Ok(o);
-            }
-            changed.push("power");
-        }
-        _ => {}
+    match converge_power(ctx, site, vm, spec, rec, is_running).await? {
+        PowerStep::Changed => changed.push("power"),
+        PowerStep::Unchanged => {}
+        PowerStep::Ended(o) => return Ok(o),
     }
 
     // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a

@@ -11,7 +11,7 @@ use crate::guest::GuestKind;
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
-use crate::spec::Spec;
+use crate::spec::{PowerState, Spec};
 use crate::store::{SpecRecord, VmState};
 
 /// How long the guest gets to power off before PVE's shutdown task stops it.
@@ -228,6 +228,55 @@ pub(super) async fn power_off(
             upid: upid.to_string(),
         })),
         _ => settle_ha(ctx, client, node, kind, vmid, &upid, false).await,
+    }
+}
+
+/// What a converge's power step did.
+pub(super) enum PowerStep {
+    Unchanged,
+    /// Started or shut down.
+    Changed,
+    /// The action ends here (a task outlived the wait, the HA manager has the request).
+    Ended(Outcome),
+}
+
+/// A converge's power step, last, from `is_running` read just before: the guest started or
+/// shut down as the spec's `powerState` says (its record kept when the action ends here).
+pub(super) async fn converge_power(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    is_running: bool,
+) -> Result<PowerStep, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    match spec.power_state {
+        PowerState::Running if !is_running => {
+            let upid = client.start_vm(node, kind, vmid).await?;
+            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(PowerStep::Ended(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            if let Some(o) = settle_ha(ctx, client, node, kind, vmid, &upid, true).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(PowerStep::Ended(o));
+            }
+            Ok(PowerStep::Changed)
+        }
+        PowerState::Stopped if is_running => {
+            if let Some(o) = power_off(ctx, site, node, kind, vmid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(PowerStep::Ended(o));
+            }
+            Ok(PowerStep::Changed)
+        }
+        _ => Ok(PowerStep::Unchanged),
     }
 }
 
