@@ -1156,6 +1156,7 @@ mod tests {
     fn healthy(name: &str, site: &str, node: &str, vm_id: u32) -> SpecStatus {
         SpecStatus {
             name: name.to_string(),
+            kind: Default::default(),
             site: site.into(),
             node: node.into(),
             vm_id: Some(vm_id),

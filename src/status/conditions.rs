@@ -82,6 +82,7 @@ pub(crate) fn spec_status(
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
         name: spec.name.clone(),
+        kind: spec.kind,
         site: spec.site.clone(),
         node: vm
             .map(|v| v.node.clone())
@@ -773,6 +774,7 @@ pub(crate) fn invalid_status(
 ) -> SpecStatus {
     let mut st = SpecStatus {
         name: name.to_string(),
+        kind: rec.map(|r| r.kind).unwrap_or_default(),
         site: rec.map(|r| r.site.clone()).unwrap_or_default(),
         node: rec
             .and_then(|r| r.vm.node())
@@ -816,6 +818,7 @@ pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteVie
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
         name: name.to_string(),
+        kind: rec.kind,
         site: rec.site.clone(),
         node: rec.vm.node().map(str::to_string).unwrap_or_default(),
         vm_id: vmid,

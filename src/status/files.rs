@@ -60,6 +60,7 @@ fn content_hash(f: &SpecFile) -> u64 {
     // Every field named, so that a new one cannot be left out by mistake.
     let SpecFile {
         name,
+        kind,
         site,
         node,
         vm_id,
@@ -80,6 +81,7 @@ fn content_hash(f: &SpecFile) -> u64 {
     } = f;
     let mut h = DefaultHasher::new();
     name.hash(&mut h);
+    kind.hash(&mut h);
     site.hash(&mut h);
     node.hash(&mut h);
     vm_id.hash(&mut h);
@@ -511,6 +513,7 @@ mod write_bench {
 
     fn status(name: String, commit: &str) -> SpecStatus {
         SpecStatus {
+            kind: Default::default(),
             name,
             site: "lab".into(),
             node: "pve1".into(),

@@ -168,6 +168,8 @@ pub struct AttemptSummary {
 pub struct SpecStatus {
     /// `metadata.name`: the file stem; must be a lowercase DNS label.
     pub name: String,
+    /// What the spec makes (a removed or invalid spec's: what its record made).
+    pub kind: crate::guest::GuestKind,
     pub site: String,
     pub node: String,
     pub vm_id: Option<u32>,
@@ -410,6 +412,9 @@ pub struct AttemptRecord {
 #[serde(default, rename_all = "camelCase")]
 pub struct SpecFile {
     pub name: String,
+    /// `ProxmoxLXC` for a container; absent for a VM (as in every file before containers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub site: String,
     pub node: String,
     #[serde(skip_serializing_if = "Option::is_none")]

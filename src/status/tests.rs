@@ -19,6 +19,7 @@ fn cond(kind: &'static str, status: ConditionStatus, reason: Reason) -> Conditio
 fn spec(name: &str) -> SpecStatus {
     SpecStatus {
         name: name.to_string(),
+        kind: Default::default(),
         site: "lab".into(),
         node: "pve1".into(),
         vm_id: Some(101),

@@ -96,6 +96,7 @@ pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: Syste
 
     SpecFile {
         name: s.name.clone(),
+        kind: (s.kind == crate::guest::GuestKind::Lxc).then(|| s.kind.spec_kind().to_string()),
         site: clip(&s.site),
         node: clip(&s.node),
         vm_id: s.vm_id,

@@ -106,6 +106,11 @@ fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
     let (status, reason, message) = ws.condition("dns-01", "Ready");
     assert!(message.starts_with("container "), "{message}");
     assert_eq!(
+        ws.status("dns-01")["kind"],
+        "ProxmoxLXC",
+        "the status file says what it is"
+    );
+    assert_eq!(
         (status.as_str(), reason.as_str()),
         ("True", "Available"),
         "{out}"
@@ -244,6 +249,12 @@ fn a_spec_whose_guest_is_of_the_other_kind_is_held_and_nothing_is_deleted() {
     assert!(ok, "{out}");
     let vms = common::engine::owned_vms(&mut pve);
     assert_eq!(vms.len(), 1, "{out}");
+    // A VM's status file names no kind, as before containers.
+    assert!(
+        ws.status("app-01").get("kind").is_none(),
+        "{}",
+        ws.status("app-01")
+    );
 
     // The same name, now a container: the VM is kept and the spec held, never a create beside
     // it nor a delete of it.
