@@ -10,11 +10,12 @@ use crate::category::Category;
 use crate::gate::volume::{self as gate, SlotHolds};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_size;
-use crate::pve::{CloneRequest, Error as PveError, Pve, TaskOutcome, Upid};
+use crate::pve::{Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::container::PasswordSource;
 use crate::spec::{PowerState, Spec};
 use crate::store::{DestroyState, SpecRecord, VmState};
 
+use super::create::clone_request;
 use super::identity::{desired_tags, marker};
 use super::preflight::Source;
 use super::reboot::{pending_keys, reboot_if_due};
@@ -42,15 +43,7 @@ pub(super) async fn send_create(
             template,
             template_node,
         } => {
-            let req = CloneRequest {
-                newid: vmid,
-                name: spec.vm_name.clone(),
-                description,
-                full: true,
-                storage: Some(spec.storage.clone()),
-                target: (template_node != &spec.node).then(|| spec.node.clone()),
-                pool: spec.hardware.pool.clone(),
-            };
+            let req = clone_request(spec, vmid, description, template_node);
             site.client.clone_ct(template_node, *template, &req).await
         }
         Source::OsTemplate { volume } => {

@@ -219,15 +219,7 @@ async fn send_create(
             template,
             template_node,
         } => {
-            let req = CloneRequest {
-                newid: vmid,
-                name: spec.vm_name.clone(),
-                description,
-                full: true,
-                storage: Some(spec.storage.clone()),
-                target: (template_node != &spec.node).then(|| spec.node.clone()),
-                pool: spec.hardware.pool.clone(),
-            };
+            let req = clone_request(spec, vmid, description, template_node);
             site.client.clone_vm(template_node, *template, &req).await
         }
         Source::OsTemplate { .. } => Err(PveError::Setup(format!(
@@ -269,6 +261,26 @@ async fn send_create(
             };
             site.client.create_vm(&spec.node, vmid, &params).await
         }
+    }
+}
+
+/// The clone of a template for spec's new guest `vmid` (a VM's or a container's): a full copy
+/// on the spec's storage, to the spec's node when the template is elsewhere, in its pool,
+/// its name and marker (`description`) in the request.
+pub(super) fn clone_request(
+    spec: &Spec,
+    vmid: u32,
+    description: String,
+    template_node: &str,
+) -> CloneRequest {
+    CloneRequest {
+        newid: vmid,
+        name: spec.vm_name.clone(),
+        description,
+        full: true,
+        storage: Some(spec.storage.clone()),
+        target: (template_node != spec.node).then(|| spec.node.clone()),
+        pool: spec.hardware.pool.clone(),
     }
 }
 

@@ -863,11 +863,7 @@ impl Client {
     /// `POST /nodes/{node}/qemu`: a `qmcreate` task. `vmid` must be set in `params` by the
     /// caller's allocator; `already exists` (AlreadyExists) means take another id.
     pub async fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
-        let path = format!("/nodes/{}/qemu", seg(node)?);
-        let mut form = params.form();
-        form.push(("vmid", vmid.to_string()));
-        let upid: String = self.post(&path, &form).await?;
-        self.task_started("POST", &path, upid)
+        self.create_guest(node, GuestKind::Qemu, vmid, params).await
     }
 
     /// `POST /nodes/{node}/qemu/{template}/clone`: a `qmclone` task. A clone cannot set tags;
@@ -878,10 +874,57 @@ impl Client {
         template: u32,
         req: &CloneRequest,
     ) -> Result<Upid, Error> {
-        let path = format!("/nodes/{}/qemu/{template}/clone", seg(node)?);
+        self.clone_guest(node, GuestKind::Qemu, template, req).await
+    }
+
+    /// `POST /nodes/{node}/lxc`: a `vzcreate` task (`lock: create` on the new config until
+    /// pve-container has detected the template's OS: `API2/LXC.pm` `create_vm`). `vmid` is the
+    /// caller's allocation; `already exists` (AlreadyExists) means take another id.
+    pub async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+        self.create_guest(node, GuestKind::Lxc, vmid, params).await
+    }
+
+    /// `POST /nodes/{node}/lxc/{template}/clone`: a `vzclone` task. The container's name is
+    /// its `hostname`; a clone takes no tags (set with a config change after the task).
+    pub async fn clone_ct(
+        &self,
+        node: &str,
+        template: u32,
+        req: &CloneRequest,
+    ) -> Result<Upid, Error> {
+        self.clone_guest(node, GuestKind::Lxc, template, req).await
+    }
+
+    async fn create_guest(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        params: &VmParams,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/{kind}", seg(node)?);
+        let mut form = params.form();
+        form.push(("vmid", vmid.to_string()));
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    async fn clone_guest(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        template: u32,
+        req: &CloneRequest,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/{kind}/{template}/clone", seg(node)?);
+        // A container's name is its hostname.
+        let name_key = match kind {
+            GuestKind::Qemu => "name",
+            GuestKind::Lxc => "hostname",
+        };
         let mut form = vec![
             ("newid", req.newid.to_string()),
-            ("name", req.name.clone()),
+            (name_key, req.name.clone()),
             ("description", req.description.clone()),
             ("full", flag(req.full)),
         ];
@@ -893,46 +936,6 @@ impl Client {
         }
         if let Some(p) = &req.pool {
             // A form value, not a path: nested pools (`prod/web`) carry '/'.
-            check_part("pool", p)?;
-            form.push(("pool", p.clone()));
-        }
-        let upid: String = self.post(&path, &form).await?;
-        self.task_started("POST", &path, upid)
-    }
-
-    /// `POST /nodes/{node}/lxc`: a `vzcreate` task (`lock: create` on the new config until it
-    /// ends, pve-container `API2/LXC.pm` `create_vm`). `vmid` is the caller's allocation;
-    /// `already exists` (AlreadyExists) means take another id.
-    pub async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
-        let path = format!("/nodes/{}/lxc", seg(node)?);
-        let mut form = params.form();
-        form.push(("vmid", vmid.to_string()));
-        let upid: String = self.post(&path, &form).await?;
-        self.task_started("POST", &path, upid)
-    }
-
-    /// `POST /nodes/{node}/lxc/{template}/clone`: a `vzclone` task. The container's name is
-    /// its `hostname`; a clone takes no tags (set with a config change after the task).
-    pub async fn clone_ct(
-        &self,
-        node: &str,
-        template: u32,
-        req: &CloneRequest,
-    ) -> Result<Upid, Error> {
-        let path = format!("/nodes/{}/lxc/{template}/clone", seg(node)?);
-        let mut form = vec![
-            ("newid", req.newid.to_string()),
-            ("hostname", req.name.clone()),
-            ("description", req.description.clone()),
-            ("full", flag(req.full)),
-        ];
-        if let Some(s) = &req.storage {
-            form.push(("storage", seg(s)?.to_string()));
-        }
-        if let Some(t) = &req.target {
-            form.push(("target", seg(t)?.to_string()));
-        }
-        if let Some(p) = &req.pool {
             check_part("pool", p)?;
             form.push(("pool", p.clone()));
         }
