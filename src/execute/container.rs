@@ -88,7 +88,7 @@ fn root_password(spec: &Spec) -> Result<Option<crate::config::Secret>, PveError>
 }
 
 // Long because: the converge steps in their request order (config, pool, mount points, root
-// filesystem, power, what waits for the next start), each of which may end the action early.
+// filesystem, HA, power, what waits for the next start), each of which may end the action early.
 /// Brings an existing container in line with its spec, after verifying it is the spec's.
 pub(super) async fn converge(
     ctx: &ExecCtx<impl Pve>,
@@ -155,6 +155,10 @@ pub(super) async fn converge(
     }
     if let Some(o) = grow(ctx, client, vm, spec, rec, &cfg).await? {
         return Ok(o);
+    }
+    // The HA resource before the power step: the HA manager then owns starts and stops.
+    if super::ha::converge_ha(ctx, site, &ours, spec, rec).await? {
+        changed.push("ha");
     }
     let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
     match converge_power(ctx, site, vm, spec, rec, is_running).await? {

@@ -1,12 +1,13 @@
-//! Keeping a VM's HA resource as its spec's `ha` says: added when missing, changed when it
+//! Keeping a guest's HA resource (`vm:N`, a container's `ct:N`) as its spec's `ha` says: added when missing, changed when it
 //! differs, removed when the spec drops `ha` and proxsync had added it (one a person added is
-//! left alone). `ha.nodes` becomes a group of the VM's own on PVE 8 and a node-affinity rule on
+//! left alone). `ha.nodes` becomes a group of the guest's own on PVE 8 and a node-affinity rule on
 //! PVE 9, made, changed and removed by proxsync only as `gate::ha` allows; removing the
 //! resource on PVE 9 never takes a person's rule with it (`purge=0`).
 
 use crate::category::Category;
 use crate::gate::ha::{affinity_id, affinity_mark, may_change, may_remove};
 use crate::gate::identity::VerifiedMarker;
+use crate::guest::GuestKind;
 use crate::pve::Pve;
 use crate::pve::ha::{AffinityKind, AffinityParams, HaParams};
 use crate::spec::{Ha, Spec};
@@ -27,6 +28,7 @@ pub(super) async fn converge_ha(
 ) -> Result<bool, ActionError> {
     let client = &site.client;
     let vmid = ours.vmid();
+    let guest = spec.kind;
     let mark = affinity_mark(&ctx.install_id, &spec.name);
     let now_ms = ctx.clock.now_ms();
     let Some(ha) = &spec.ha else {
@@ -38,10 +40,10 @@ pub(super) async fn converge_ha(
         if kind == AffinityKind::Rule {
             drop_affinity(client, kind, ours, &spec.name, &mark, now_ms, rec).await?;
         }
-        if client.ha_resource(vmid).await?.is_some() {
+        if client.ha_resource(guest, vmid).await?.is_some() {
             tracing::info!(spec = %spec.name, vmid, "removing the HA resource (ha removed from the spec)");
             client
-                .remove_ha_resource(vmid, kind == AffinityKind::Rule)
+                .remove_ha_resource(guest, vmid, kind == AffinityKind::Rule)
                 .await?;
         }
         if kind == AffinityKind::Group {
@@ -60,7 +62,7 @@ pub(super) async fn converge_ha(
         .get(&site.name)
         .and_then(|v| v.vms.get(&vmid))
         .and_then(|vm| vm.ha_state.as_deref());
-    if let Some(why) = error_state(listed, vmid, ha) {
+    if let Some(why) = error_state(listed, guest, vmid, ha) {
         return Err(fail(Category::ConfigurationError, why));
     }
     let affinity = (!ha.nodes.is_empty()).then(|| AffinityParams {
@@ -70,7 +72,7 @@ pub(super) async fn converge_ha(
             .map(|n| (n.node.clone(), n.priority))
             .collect(),
         strict: ha.strict,
-        sid: format!("vm:{vmid}"),
+        sid: guest.ha_sid(vmid),
         comment: mark.clone(),
     });
     let id = affinity_id(vmid);
@@ -90,21 +92,21 @@ pub(super) async fn converge_ha(
         max_relocate: ha.max_relocate,
         comment: format!("proxsync {}: spec {}", ctx.install_id, spec.name),
     };
-    changed |= match client.ha_resource(vmid).await? {
+    changed |= match client.ha_resource(guest, vmid).await? {
         None => {
-            tracing::info!(spec = %spec.name, vmid, state = %want.state, "adding the VM to the HA manager");
+            tracing::info!(spec = %spec.name, vmid, state = %want.state, "adding the {} to the HA manager", guest.noun());
             client
-                .add_ha_resource(vmid, &want)
+                .add_ha_resource(guest, vmid, &want)
                 .await
-                .map_err(|e| refused_in_error_state(e, vmid, ha))?;
+                .map_err(|e| refused_in_error_state(e, guest, vmid, ha))?;
             true
         }
         Some(current) if want.differs_from(&current) => {
-            tracing::info!(spec = %spec.name, vmid, "updating the VM's HA resource");
+            tracing::info!(spec = %spec.name, vmid, "updating the {}'s HA resource", guest.noun());
             client
-                .update_ha_resource(vmid, &want, current.digest.as_deref())
+                .update_ha_resource(guest, vmid, &want, current.digest.as_deref())
                 .await
-                .map_err(|e| refused_in_error_state(e, vmid, ha))?;
+                .map_err(|e| refused_in_error_state(e, guest, vmid, ha))?;
             true
         }
         Some(_) => false,
@@ -135,7 +137,7 @@ async fn ensure_affinity(
 ) -> Result<bool, ActionError> {
     let changed = match client.ha_affinity(kind, id).await? {
         None => {
-            tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "making the VM's HA node affinity");
+            tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "making the HA node affinity");
             client.add_ha_affinity(kind, id, params).await?;
             true
         }
@@ -143,7 +145,7 @@ async fn ensure_affinity(
             may_change(kind.word(), id, current.comment.as_deref(), &params.comment)
                 .map_err(|why| fail(Category::ConfigurationError, why))?;
             if params.differs_from(kind, &current) {
-                tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "changing the VM's HA node affinity");
+                tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "changing the HA node affinity");
                 client
                     .update_ha_affinity(kind, id, params, current.digest.as_deref())
                     .await?;
@@ -202,26 +204,36 @@ async fn drop_affinity(
 /// The HA manager puts a service it gave up on in `error` (the listing's `hastate`); PVE then
 /// refuses every change of it but disabling it (pve-ha-manager `API2/HA/Resources.pm`
 /// `check_service_state`), a start included (`ha-manager set --state started`).
-fn error_state(listed: Option<&str>, vmid: u32, ha: &Ha) -> Option<String> {
-    (listed == Some("error")).then(|| error_state_message(vmid, ha))
+fn error_state(listed: Option<&str>, guest: GuestKind, vmid: u32, ha: &Ha) -> Option<String> {
+    (listed == Some("error")).then(|| error_state_message(guest, vmid, ha))
 }
 
-fn error_state_message(vmid: u32, ha: &Ha) -> String {
+fn error_state_message(guest: GuestKind, vmid: u32, ha: &Ha) -> String {
+    let sid = guest.ha_sid(vmid);
     format!(
-        "the HA resource vm:{vmid} is in the error state: the HA manager gave up on the VM, and PVE \
-         refuses every change of it but disabling it (\"service 'vm:{vmid}' in error state, must \
+        "the HA resource {sid} is in the error state: the HA manager gave up on the {}, and PVE \
+         refuses every change of it but disabling it (\"service '{sid}' in error state, must \
          be disabled and fixed first\"). Find the cause (ha-manager status, the node's journal), \
-         fix it, then run `ha-manager set vm:{vmid} --state disabled`; proxsync then sets it to \
+         fix it, then run `ha-manager set {sid} --state disabled`; proxsync then sets it to \
          {} again (at its next attempt, or at once after `proxsync reconcile <spec>`)",
+        guest.noun(),
         ha.state.as_str()
     )
 }
 
 /// PVE's refusal of a change of a service in `error` (the listing was older), as
 /// [`error_state`] says it.
-fn refused_in_error_state(e: crate::pve::Error, vmid: u32, ha: &Ha) -> ActionError {
+fn refused_in_error_state(
+    e: crate::pve::Error,
+    guest: GuestKind,
+    vmid: u32,
+    ha: &Ha,
+) -> ActionError {
     if e.pve_message().contains("in error state") {
-        fail(Category::ConfigurationError, error_state_message(vmid, ha))
+        fail(
+            Category::ConfigurationError,
+            error_state_message(guest, vmid, ha),
+        )
     } else {
         e.into()
     }
@@ -235,15 +247,22 @@ mod tests {
     fn a_service_in_error_is_refused_with_pve_s_words_and_the_fix() {
         let spec = crate::spec::test_spec("    ha: {}\n");
         let ha = spec.ha.as_deref().unwrap();
-        assert!(error_state(Some("started"), 100, ha).is_none());
-        assert!(error_state(None, 100, ha).is_none());
-        let why = error_state(Some("error"), 100, ha).unwrap();
+        assert!(error_state(Some("started"), GuestKind::Qemu, 100, ha).is_none());
+        assert!(error_state(None, GuestKind::Qemu, 100, ha).is_none());
+        let why = error_state(Some("error"), GuestKind::Qemu, 100, ha).unwrap();
         assert!(
             why.contains("in error state, must be disabled and fixed first"),
             "{why}"
         );
         assert!(
             why.contains("ha-manager set vm:100 --state disabled") && why.contains("started again"),
+            "{why}"
+        );
+        let why = error_state(Some("error"), GuestKind::Lxc, 101, ha).unwrap();
+        assert!(
+            why.contains("service 'ct:101' in error state")
+                && why.contains("ha-manager set ct:101 --state disabled")
+                && why.contains("gave up on the container"),
             "{why}"
         );
     }

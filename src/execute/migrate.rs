@@ -108,10 +108,11 @@ async fn finish_migration(
         });
     }
     if upid.kind == "hamigrate" {
-        // The HA manager moves the VM after this task ends; the listing shows when.
+        // The HA manager moves the guest after this task ends; the listing shows when.
         return Ok(Outcome::Waiting {
             reason: format!(
-                "the HA manager was asked to migrate VM {vmid} to node {target}; waiting for it"
+                "the HA manager was asked to migrate {} {vmid} to node {target}; waiting for it",
+                vm.kind.noun()
             ),
         });
     }

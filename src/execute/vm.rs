@@ -201,6 +201,9 @@ pub(super) async fn power_off(
             tracing::info!(vmid, "the VM is paused and refuses a shutdown: stopping it");
             None
         }
+        // Off already (the HA manager acting on a resource state just set, or a person):
+        // pve-container refuses before any task, `CT N not running`.
+        Err(e) if refused_as_already(&e, vmid, "not running") => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     if let Some(upid) = shutdown {
@@ -256,7 +259,16 @@ pub(super) async fn converge_power(
     let client = &site.client;
     match spec.power_state {
         PowerState::Running if !is_running => {
-            let upid = client.start_vm(node, kind, vmid).await?;
+            let upid = match client.start_vm(node, kind, vmid).await {
+                Ok(upid) => upid,
+                // Started meanwhile (the HA manager acting on the resource the HA step just
+                // made, or a person): pve-container refuses before any task, `CT N already
+                // running`.
+                Err(e) if refused_as_already(&e, vmid, "already running") => {
+                    return Ok(PowerStep::Changed);
+                }
+                Err(e) => return Err(e.into()),
+            };
             if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
                 ctx.store.put(&spec.name, rec)?;
                 return Ok(PowerStep::Ended(Outcome::StillRunning {
@@ -278,6 +290,15 @@ pub(super) async fn converge_power(
         }
         _ => Ok(PowerStep::Unchanged),
     }
+}
+
+/// Whether PVE refused a power request because the guest is in that state already (`CT 101
+/// already running`, `CT 101 not running`): an answer before any task, so nothing ran.
+fn refused_as_already(e: &crate::pve::Error, vmid: u32, state: &str) -> bool {
+    e.status() == Some(500)
+        && e.pve_message()
+            .trim_end()
+            .ends_with(&format!(" {vmid} {state}"))
 }
 
 /// After a power task ended: for an HA-managed VM (`hastart`/`hastop`, which end as soon as
@@ -314,5 +335,58 @@ pub(super) async fn settle_ha(
         }
         tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(std::time::Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_as_already;
+    use crate::pve::Error;
+
+    fn api(status: u16, message: &str) -> Error {
+        Error::Api {
+            method: "POST".into(),
+            path: "/nodes/pve1/lxc/101/status/start".into(),
+            status,
+            message: message.into(),
+            errors: Default::default(),
+        }
+    }
+
+    /// Only pve-container's refusal of this guest in that state counts as done: another
+    /// guest's, another state's, or a failed task's words do not.
+    #[test]
+    fn a_refusal_as_already_in_the_state_is_recognised_only_as_pve_words_it() {
+        assert!(refused_as_already(
+            &api(500, "CT 101 already running\n"),
+            101,
+            "already running"
+        ));
+        assert!(refused_as_already(
+            &api(500, "CT 101 not running"),
+            101,
+            "not running"
+        ));
+        assert!(!refused_as_already(
+            &api(500, "CT 1101 not running"),
+            101,
+            "not running"
+        ));
+        assert!(!refused_as_already(
+            &api(500, "CT 101 not running"),
+            101,
+            "already running"
+        ));
+        assert!(!refused_as_already(
+            &api(403, "CT 101 not running"),
+            101,
+            "not running"
+        ));
+        let task = Error::TaskFailed {
+            upid: "UPID:pve1:1:2:3:vzstart:101:x@pve:".into(),
+            exitstatus: "CT 101 already running".into(),
+            log_tail: Vec::new(),
+        };
+        assert!(!refused_as_already(&task, 101, "already running"));
     }
 }

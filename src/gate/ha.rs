@@ -12,8 +12,9 @@ pub fn affinity_mark(install_id: &str, spec: &str) -> String {
     format!("proxsync {install_id}: spec {spec}")
 }
 
-/// The id of the group or rule proxsync makes for VM `vmid` (PVE's `pve-configid`: a letter
-/// first). A VMID is the cluster's, so two installs never share one.
+/// The id of the group or rule proxsync makes for guest `vmid` (PVE's `pve-configid`: a letter
+/// first), a container's too. A VMID is the cluster's, shared by VMs and containers, so two
+/// guests or installs never share one.
 pub fn affinity_id(vmid: u32) -> String {
     format!("proxsync-vm{vmid}")
 }

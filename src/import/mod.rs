@@ -105,7 +105,11 @@ pub async fn import(
         };
         // An HA-managed VM's resource: one more read, only for those.
         let ha = match r.hastate {
-            Some(_) => client.ha_resource(r.vmid).await?,
+            Some(_) => {
+                client
+                    .ha_resource(crate::guest::GuestKind::Qemu, r.vmid)
+                    .await?
+            }
             None => None,
         };
         let facts = VmFacts {

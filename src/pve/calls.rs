@@ -208,14 +208,20 @@ pve_calls! {
         restart: bool,
         timeout_secs: u32,
     ) -> Upid;
-    /// `GET /cluster/ha/resources/vm:N`.
-    fn ha_resource(&self, vmid: u32) -> Option<HaResource>;
+    /// `GET /cluster/ha/resources/{vm|ct}:N`.
+    fn ha_resource(&self, kind: GuestKind, vmid: u32) -> Option<HaResource>;
     /// `POST /cluster/ha/resources`.
-    fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> ();
-    /// `PUT /cluster/ha/resources/vm:N`.
-    fn update_ha_resource(&self, vmid: u32, params: &HaParams, digest: Option<&str>) -> ();
-    /// `DELETE /cluster/ha/resources/vm:N` (`purge=0` with `keep_rules`).
-    fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> ();
+    fn add_ha_resource(&self, kind: GuestKind, vmid: u32, params: &HaParams) -> ();
+    /// `PUT /cluster/ha/resources/{vm|ct}:N`.
+    fn update_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        params: &HaParams,
+        digest: Option<&str>,
+    ) -> ();
+    /// `DELETE /cluster/ha/resources/{vm|ct}:N` (`purge=0` with `keep_rules`).
+    fn remove_ha_resource(&self, kind: GuestKind, vmid: u32, keep_rules: bool) -> ();
     /// `GET /cluster/ha/groups/{id}` or `.../rules/{id}`.
     fn ha_affinity(&self, kind: AffinityKind, id: &str) -> Option<HaAffinity>;
     /// `POST /cluster/ha/groups` or `.../rules`.

@@ -1243,10 +1243,10 @@ impl Pve for FakePve {
         })
     }
 
-    async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, Error> {
-        self.call("ha_resource", vmid.to_string(), |s| {
+    async fn ha_resource(&self, kind: GuestKind, vmid: u32) -> Result<Option<HaResource>, Error> {
+        self.call("ha_resource", kind.ha_sid(vmid), |s| {
             Ok(s.ha.get(&vmid).map(|p| HaResource {
-                sid: format!("vm:{vmid}"),
+                sid: kind.ha_sid(vmid),
                 state: Some(p.state.clone()),
                 group: p.group.clone(),
                 max_restart: Some(u64::from(p.max_restart)),
@@ -1257,8 +1257,13 @@ impl Pve for FakePve {
         })
     }
 
-    async fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> Result<(), Error> {
-        self.call("add_ha_resource", vmid.to_string(), |s| {
+    async fn add_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        params: &HaParams,
+    ) -> Result<(), Error> {
+        self.call("add_ha_resource", kind.ha_sid(vmid), |s| {
             s.ha.insert(vmid, params.clone());
             Ok(())
         })
@@ -1266,18 +1271,25 @@ impl Pve for FakePve {
 
     async fn update_ha_resource(
         &self,
+        kind: GuestKind,
         vmid: u32,
         params: &HaParams,
         _digest: Option<&str>,
     ) -> Result<(), Error> {
-        self.call("update_ha_resource", vmid.to_string(), |s| {
+        self.call("update_ha_resource", kind.ha_sid(vmid), |s| {
             s.ha.insert(vmid, params.clone());
             Ok(())
         })
     }
 
-    async fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> Result<(), Error> {
-        self.call("remove_ha_resource", format!("{vmid} {keep_rules}"), |s| {
+    async fn remove_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        keep_rules: bool,
+    ) -> Result<(), Error> {
+        let what = format!("{} {keep_rules}", kind.ha_sid(vmid));
+        self.call("remove_ha_resource", what, |s| {
             s.ha.remove(&vmid);
             Ok(())
         })

@@ -1,11 +1,12 @@
 //! The HA manager's resources (pve-ha-manager `PVE/API2/HA/Resources.pm`): reading, adding,
-//! changing and removing `vm:<vmid>`. Reading needs Sys.Audit on `/`, the others Sys.Console
+//! changing and removing `vm:<vmid>` and `ct:<vmid>`. Reading needs Sys.Audit on `/`, the others Sys.Console
 //! on `/`. Each answers at once (the CRM acts on the new state afterwards).
 
 use serde::Deserialize;
 
 use super::types::opt_u64;
 use super::{Client, Error};
+use crate::guest::GuestKind;
 
 /// One HA resource as `GET /cluster/ha/resources/{sid}` answers it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -25,7 +26,7 @@ pub struct HaResource {
     pub digest: Option<String>,
 }
 
-/// What proxsync sets on a VM's HA resource.
+/// What proxsync sets on a guest's HA resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaParams {
     pub state: String,
@@ -59,15 +60,15 @@ impl HaParams {
     }
 }
 
-fn sid(vmid: u32) -> String {
-    format!("vm:{vmid}")
-}
-
 impl Client {
-    /// `GET /cluster/ha/resources/vm:N`; `None` when the VM is not an HA resource (PVE answers
-    /// 500 `no such resource 'vm:N'`).
-    pub async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, Error> {
-        let path = format!("/cluster/ha/resources/{}", sid(vmid));
+    /// `GET /cluster/ha/resources/{vm|ct}:N`; `None` when the guest is not an HA resource (PVE
+    /// answers 500 `no such resource 'vm:N'`).
+    pub async fn ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Option<HaResource>, Error> {
+        let path = format!("/cluster/ha/resources/{}", kind.ha_sid(vmid));
         match self.get(&path, &[]).await {
             Ok(r) => Ok(Some(r)),
             Err(e) if e.pve_message().contains("no such resource") => Ok(None),
@@ -75,22 +76,29 @@ impl Client {
         }
     }
 
-    /// `POST /cluster/ha/resources`: makes the VM an HA resource.
-    pub async fn add_ha_resource(&self, vmid: u32, params: &HaParams) -> Result<(), Error> {
+    /// `POST /cluster/ha/resources`: makes the guest an HA resource.
+    pub async fn add_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        params: &HaParams,
+    ) -> Result<(), Error> {
         let mut form = params.form();
-        form.push(("sid", sid(vmid)));
+        form.push(("sid", kind.ha_sid(vmid)));
         let _: serde_json::Value = self.post("/cluster/ha/resources", &form).await?;
         Ok(())
     }
 
-    /// `PUT /cluster/ha/resources/vm:N` (+`digest`: refused if someone changed it meanwhile).
+    /// `PUT /cluster/ha/resources/{vm|ct}:N` (+`digest`: refused if someone changed it
+    /// meanwhile).
     pub async fn update_ha_resource(
         &self,
+        kind: GuestKind,
         vmid: u32,
         params: &HaParams,
         digest: Option<&str>,
     ) -> Result<(), Error> {
-        let path = format!("/cluster/ha/resources/{}", sid(vmid));
+        let path = format!("/cluster/ha/resources/{}", kind.ha_sid(vmid));
         let mut form = params.form();
         if params.group.is_none() {
             form.push(("delete", "group".to_string()));
@@ -102,13 +110,19 @@ impl Client {
         Ok(())
     }
 
-    /// `DELETE /cluster/ha/resources/vm:N`: the VM is no longer HA-managed (it keeps running).
+    /// `DELETE /cluster/ha/resources/{vm|ct}:N`: the guest is no longer HA-managed (it keeps
+    /// running).
     /// With `keep_rules` (PVE 9), `purge=0`: pve-ha-manager 5.0.7+ otherwise removes the
     /// resource from every rule and deletes a rule it was the only resource of (`purge`
     /// defaults to 1), an admin's included. A release before 5.0.7 has no `purge` (and purges
     /// nothing): its 400 naming `purge` executed nothing, so the plain DELETE follows.
-    pub async fn remove_ha_resource(&self, vmid: u32, keep_rules: bool) -> Result<(), Error> {
-        let path = format!("/cluster/ha/resources/{}", sid(vmid));
+    pub async fn remove_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        keep_rules: bool,
+    ) -> Result<(), Error> {
+        let path = format!("/cluster/ha/resources/{}", kind.ha_sid(vmid));
         if keep_rules {
             match self
                 .delete::<serde_json::Value>(&path, &[("purge", "0".to_string())])

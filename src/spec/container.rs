@@ -212,14 +212,6 @@ pub(super) fn container(
     adopting: bool,
 ) -> Option<(Common, Container)> {
     let errors = ctx.error_count();
-    if let Some(at) = fp.key_pos("ha") {
-        ctx.error(
-            at,
-            "spec.forProvider.ha is not managed for containers yet: proxsync keeps the HA \
-             resources of VMs (vm:N) only. Make the container an HA resource by hand \
-             (ha-manager add ct:VMID) and leave ha out of its spec",
-        );
-    }
     let hostname = match fp.get("hostname") {
         Some(n) => string(ctx, n, "spec.forProvider.hostname", "dns-01").and_then(|s| {
             ctx.check(n.pos, super::names::check_vm_name(s))
@@ -1132,5 +1124,24 @@ mod tests {
         assert!(!errs.is_empty(), "a duplicate key at least");
         let errs = parse("", "local:iso/debian.iso");
         assert!(errs.iter().any(|e| e.contains("vztmpl")), "{errs:?}");
+    }
+
+    /// `ha` is read as a VM's: checked against the power state, its nodes parsed.
+    #[test]
+    fn ha_is_read_as_a_vms_is() {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: ct-01\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    template: \"{ARCHIVE}\"\n    \
+             ha: {{maxRestart: 2, nodes: [pve1:2, pve2]}}\n"
+        );
+        let (spec, diags) = crate::spec::parse_file("ct.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        let ha = spec[0].ha.as_deref().expect("ha");
+        assert_eq!((ha.max_restart, ha.nodes.len()), (2, 2));
+        let errs = parse(
+            "    powerState: stopped\n    ha: {state: started}\n",
+            ARCHIVE,
+        );
+        assert!(errs.iter().any(|e| e.contains("ha.state")), "{errs:?}");
     }
 }

@@ -561,6 +561,10 @@ fn lxc_for_provider_schema() -> Value {
             "Whether proxsync restarts a running container to apply changes PVE keeps pending until its next start (rootfs, a changed mount point, nameserver, features, ...): Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
         ),
         (
+            "ha",
+            "The container as a resource of Proxmox VE's HA manager (ct:<vmid>). state follows powerState unless ignored. A node change under HA is the HA manager's relocation: a clean shutdown, the move, a start.",
+        ),
+        (
             "allowRecreateOnSiteChange",
             "When the spec names another site than its container's, create a container on the new site at once; the old one stays, listed in _orphans.yaml, until a person deletes it. Default false: nothing is created while the old container exists (SiteMoved).",
         ),

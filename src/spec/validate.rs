@@ -185,6 +185,7 @@ fn container_for_provider(
     let guest = guest(ctx, fp);
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
+    let ha = ha_field(ctx, fp, guest.as_ref());
     let (placement, resources, image, container) = match own {
         Some((common, ct)) => (
             placement.map(|mut p| {
@@ -214,7 +215,7 @@ fn container_for_provider(
         guest,
         reboot,
         allow_recreate_on_site_change,
-        ha: Some(None),
+        ha,
         container,
     }
 }
@@ -239,11 +240,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
     let guest = guest(ctx, fp);
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
-    let ha = match (fp.get("ha"), &guest) {
-        (None, _) => Some(None),
-        (Some(n), Some(g)) => super::ha::ha_field(ctx, n, g.power_state).map(Some),
-        (Some(_), None) => None,
-    };
+    let ha = ha_field(ctx, fp, guest.as_ref());
     ForProvider {
         placement,
         resources,
@@ -257,6 +254,15 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
         allow_recreate_on_site_change,
         ha,
         container: Some(None),
+    }
+}
+
+/// `ha`, read against the power state (`None` when it or the power state has an error).
+fn ha_field(ctx: &mut Ctx, fp: &Obj, guest: Option<&Guest>) -> Option<Option<super::Ha>> {
+    match (fp.get("ha"), guest) {
+        (None, _) => Some(None),
+        (Some(n), Some(g)) => super::ha::ha_field(ctx, n, g.power_state).map(Some),
+        (Some(_), None) => None,
     }
 }
 

@@ -69,8 +69,8 @@ storage)`); `PUT .../resize` is a `resize` task that grows the drive's `size=` (
 answer `total`.
 
     ha_resources() / remove_ha(vmid)
-        The HA resources made through `/cluster/ha/resources` ({vmid: config}); a person's
-        `ha-manager remove vm:N`.
+        The HA resources made through `/cluster/ha/resources` ({vmid: config}), a container's
+        (`ct:N`) too; a person's `ha-manager remove vm:N`.
     ha_groups() / ha_rules() / set_ha_group(group, nodes, restricted=0, comment=None) /
     set_ha_rule(rule, resources, nodes, strict=0, comment=None)
         PVE 8's HA groups and PVE 9's node-affinity rules; a person's group or rule.
@@ -82,7 +82,9 @@ answer `total`.
 
 HA resources as pve-ha-manager's API2/HA/Resources.pm: `GET`/`POST /cluster/ha/resources`, `GET`/
 `PUT`/`DELETE .../{sid}` (`no such resource`, `already defined`, `digest`, Sys.Audit to read,
-Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state. The
+Sys.Console to change); the CRM starts or stops the VM `ha_delay` PVE seconds after the state. A
+container is `ct:N` (PVECT.pm: `resource 'ct:N' - guest with ID N is not a container` for a VM), its
+start and stop the same `hastart`/`hastop` tasks, which set the resource's state as a VM's do. The
 version decides groups or rules (pve-ha-manager 4.x for PVE 8, 5.x for 9): PVE 8 has
 `/cluster/ha/groups` and no rules (501) nor `purge`; PVE 9 has `/cluster/ha/rules` (node-affinity)
 once no group is left, refuses a resource's `group` then ("ha groups have been migrated to rules"),
@@ -127,8 +129,9 @@ Scenario key `pools`: pool ids that exist.
         per-container `start_secs`); a vzcreate writes the new container's whole config without its
         `create` lock create_tail_secs before it ends (pve-container writes it after the OS
         detection, then sets the container up).
-    ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None)
-        A container's dump (config, pending, status, lock); every container; a person's change.
+    ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None, ha_state=None)
+        A container's dump (config, pending, status, lock, ha_state); every container; a person's
+        change.
     add_vm_before(method, suffix, vmid, **add_vm args)
         Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
         add_vm does: someone else making a guest between proxsync's listing and its request.
@@ -310,6 +313,42 @@ class HarnessPve(FakePve):
         own metadata); a stopped one's, the size in its config (fakepve 0.5.0 lists that always)."""
         size = super()._maxdisk(ct)
         return size * 97 // 100 if ct.status == 'running' else size
+
+    async def _lxc_migrate(self, user, v):
+        """pve-container API2/LXC.pm migrate_vm of an HA-managed container: after the same checks,
+        an `hamigrate` task that only hands `ha-manager migrate ct:N TARGET` to the HA manager and
+        ends; ha_delay PVE seconds later the LRM relocates it (pve-ha-manager PVECT.pm migrate: a
+        clean shutdown, an offline migration holding lock `migrate`, a start on the target while
+        its state is `started`). fakepve 0.5.0 moves it inside the task."""
+        ct = self._here(v)
+        if ct is None or not ct.ha_managed:
+            return await super()._lxc_migrate(user, v)
+        target = v['target']
+        if target == v['node']:
+            raise PveError(400, 'Parameter verification failed.', {'target': 'target is local node.'})
+        self.need_quorum()
+        if target not in self.nodes:
+            raise PveError(500, "no such cluster node '{0}'".format(target))
+        if ct.status == 'running' and not v.get('online') and not v.get('restart'):
+            raise PveError(500, "can't migrate running container without --online or --restart")
+
+        async def relocate():
+            await self.pause(self.ha_delay)
+            ct.status, ct.pid = 'stopped', None
+            ct.lock = 'migrate'
+            try:
+                await self.pause(self.ct_secs['migrate'])
+                ct.node = target
+            finally:
+                ct.lock = None
+            if ct.ha_state == 'started':
+                self._apply(ct)
+                ct.status, ct.started_at, ct.pid = 'running', time.time(), next(self._ct_pids)
+
+        async def ha():
+            asyncio.ensure_future(relocate())
+            return 'Requesting HA migration for CT {0} to node {1}'.format(ct.vmid, target)
+        return await self._ct_task(ct, 'hamigrate', user, ha, lock=False)
 
     async def _lxc_create(self, user, v):
         # Noted before fakepve's create starts the task; its body's first ceph_io comes right
@@ -1096,7 +1135,7 @@ class HarnessPve(FakePve):
     # ------------------------------------------------------------ HA resources
 
     HA_DEFAULTS = {'state': 'started', 'max_restart': 1, 'max_relocate': 1}
-    HA_ERROR = "service 'vm:{0}' in error state, must be disabled and fixed first"
+    HA_ERROR = "service '{0}' in error state, must be disabled and fixed first"
 
     def _pve9(self):
         return self._version_tuple(self.version) >= (9, 0, 0)
@@ -1107,13 +1146,32 @@ class HarnessPve(FakePve):
         (pve-ha-manager 4.x) has groups and no rules."""
         return self._pve9() and not self.ha_groups
 
-    def _ha_vm(self, sid):
-        """PVE::HA::Config::parse_sid: `vm:N` or a bare N; `no such resource` for others."""
-        m = re.fullmatch(r'(?:vm:)?(\d+)', str(sid))
-        vm = self.vm(int(m.group(1))) if m else None
-        if vm is None:
+    @staticmethod
+    def _ha_sid(guest):
+        """The guest's service id: `vm:N`, a container's `ct:N`."""
+        return '{0}:{1}'.format('ct' if _is_ct(guest) else 'vm', guest.vmid)
+
+    def _ha_vm(self, sid, creating=False):
+        """The guest a service id names. PVE::HA::Config::parse_sid: `vm:N`, `ct:N`, or a bare N
+        (its type from the cluster's VM list); `no such resource` for another, or for a guest of
+        the other type. Creating one checks it as PVEVM.pm / PVECT.pm `exists` do: `resource 'ct:N'
+        does not exist in cluster`, `resource 'ct:N' - guest with ID N is not a container`."""
+        m = re.fullmatch(r'(?:(vm|ct):)?(\d+)', str(sid))
+        vmid = int(m.group(2)) if m else None
+        guest = (self.vm(vmid) or self.ct(vmid)) if m else None
+        if m and creating:
+            kind = m.group(1) or ('ct' if _is_ct(guest) else 'vm')
+            full = '{0}:{1}'.format(kind, vmid)
+            if guest is None:
+                raise PveError(500, "resource '{0}' does not exist in cluster".format(full))
+            if (kind == 'ct') != _is_ct(guest):
+                raise PveError(500, "resource '{0}' - guest with ID {1} is not a {2}".format(
+                    full, vmid, 'container' if kind == 'ct' else 'VM'))
+        elif guest is not None and m.group(1) and (m.group(1) == 'ct') != _is_ct(guest):
+            guest = None
+        if guest is None:
             raise PveError(500, "no such resource '{0}'".format(sid))
-        return vm
+        return guest
 
     def _ha_config(self, vm):
         """The resource's config: the harness's record, else one made by set_vm(ha_state=...)."""
@@ -1125,7 +1183,12 @@ class HarnessPve(FakePve):
     def _ha_stop_now(self, vm, timeout):
         """The LRM's stop: PVE/HA/Resources/PVEVM.pm shutdown, `$params->{timeout} = $shutdown_timeout;
         $params->{forceStop} = 1` (a timeout of 0: vm_stop). A guest that does not power off within the
-        timeout is stopped hard, counted in hard_stops."""
+        timeout is stopped hard, counted in hard_stops. A container (PVECT.pm shutdown) is stopped."""
+        if _is_ct(vm):
+            if vm.status == 'running':
+                vm.status = 'stopped'
+                vm.pid = None
+            return
         if vm.status == 'running':
             if not (timeout and vm.acpi and vm.shutdown_secs <= timeout):
                 self.hard_stops[vm.vmid] = self.hard_stops.get(vm.vmid, 0) + 1
@@ -1144,7 +1207,12 @@ class HarnessPve(FakePve):
         vm.ha_state = 'stopped' if state == 'disabled' else state
 
         def act():
-            if state == 'started' and vm.status != 'running':
+            if state == 'started' and vm.status != 'running' and _is_ct(vm):
+                self._apply(vm)
+                vm.status = 'running'
+                vm.started_at = time.time()
+                vm.pid = next(self._ct_pids)
+            elif state == 'started' and vm.status != 'running':
                 vm.apply_pending()
                 vm.status = vm.qmpstatus = 'running'
                 vm.started_at = time.time()
@@ -1158,18 +1226,26 @@ class HarnessPve(FakePve):
         else:
             act()
 
+    async def _ct_ha(self, ct, user, state, timeout=None):
+        """pve-container vm_start / vm_stop / vm_shutdown for an HA-managed container: the same
+        `hastart` and `hastop` tasks as a VM's (`ha-manager set ct:N --state started`, `ha-manager
+        crm-command stop ct:N TIMEOUT`), which fakepve 0.5.0 runs without the resource's config."""
+        if state == 'started':
+            return await self._ha_start_task(ct, user)
+        return await self._ha_stop_task(ct, user, 0 if timeout is None else int(timeout))
+
     async def _ha_start_task(self, vm, user):
         """qemu-server vm_start for an HA-managed VM: an `hastart` task running `ha-manager set vm:N
         --state started`, which the HA API refuses for a service in `error` (API2/HA/Resources.pm
         check_service_state); run_command then dies `command '...' failed: exit code 255`."""
-        log = ['Requesting HA start for VM {0}'.format(vm.vmid)]
+        log = ['Requesting HA start for {0} {1}'.format('CT' if _is_ct(vm) else 'VM', vm.vmid)]
         if vm.ha_state == 'error':
-            cmd = "ha-manager set vm:{0} --state started".format(vm.vmid)
+            cmd = "ha-manager set {0} --state started".format(self._ha_sid(vm))
 
             async def refused():
                 raise TaskError("command '{0}' failed: exit code 255".format(cmd))
             return await self.task(vm.node, 'hastart', vm.vmid, user, refused, lock=False,
-                                   log=log + [self.HA_ERROR.format(vm.vmid)])
+                                   log=log + [self.HA_ERROR.format(self._ha_sid(vm))])
 
         async def body():
             res = self.ha_resources.get(vm.vmid)
@@ -1199,10 +1275,11 @@ class HarnessPve(FakePve):
             else:
                 act()
         return await self.task(vm.node, 'hastop', vm.vmid, user, body, lock=False,
-                               log=['Requesting HA stop for VM {0}'.format(vm.vmid)])
+                               log=['Requesting HA stop for {0} {1}'.format('CT' if _is_ct(vm) else 'VM', vm.vmid)])
 
     def _ha_answer(self, vm, res):
-        out = {'sid': 'vm:{0}'.format(vm.vmid), 'type': 'vm', 'digest': self._digest(res)}
+        sid = self._ha_sid(vm)
+        out = {'sid': sid, 'type': sid.split(':')[0], 'digest': self._digest(res)}
         out.update({k: v for k, v in res.items() if v is not None})
         if self._groups_migrated():
             # Resources.pm $api_copy_config: `delete $scfg->{group} if $exclude_group_property`.
@@ -1216,8 +1293,8 @@ class HarnessPve(FakePve):
     async def _harness_ha_list(self, values, user):
         """GET /cluster/ha/resources (Sys.Audit on /)."""
         self.require(user, '/', 'Sys.Audit')
-        return [self._ha_answer(vm, self._ha_config(vm)) for vm in sorted(self.vms, key=lambda v: v.vmid)
-                if self._ha_config(vm) is not None]
+        guests = sorted(list(self.vms) + list(self.cts), key=lambda v: v.vmid)
+        return [self._ha_answer(vm, self._ha_config(vm)) for vm in guests if self._ha_config(vm) is not None]
 
     async def _harness_ha_read(self, values, user):
         """GET /cluster/ha/resources/{sid}: pve-ha-manager API2/HA/Resources.pm read; `no such
@@ -1259,9 +1336,9 @@ class HarnessPve(FakePve):
         self.require(user, '/', 'Sys.Console')
         self.need_quorum()
         self._ha_group_param(values, update=False)
-        vm = self._ha_vm(values.get('sid', ''))
+        vm = self._ha_vm(values.get('sid', ''), creating=True)
         if self._ha_config(vm) is not None:
-            raise PveError(500, "resource ID 'vm:{0}' already defined".format(vm.vmid))
+            raise PveError(500, "resource ID '{0}' already defined".format(self._ha_sid(vm)))
         res = dict(self.HA_DEFAULTS)
         res.update(self._ha_params(values))
         self.ha_resources[vm.vmid] = res
@@ -1276,7 +1353,7 @@ class HarnessPve(FakePve):
         self._ha_group_param(values, update=True)
         vm = self._ha_vm(values['sid'])
         if vm.ha_state == 'error' and values.get('state') != 'disabled':
-            raise PveError(500, self.HA_ERROR.format(vm.vmid))
+            raise PveError(500, self.HA_ERROR.format(self._ha_sid(vm)))
         res = self._ha_config(vm)
         if res is None:
             raise PveError(500, "no such resource '{0}'".format(values['sid']))
@@ -1307,11 +1384,11 @@ class HarnessPve(FakePve):
                                     'additional properties')
         vm = self._ha_vm(values['sid'])
         if self._ha_config(vm) is None:
-            raise PveError(500, "cannot delete service 'vm:{0}', not HA managed!".format(vm.vmid))
+            raise PveError(500, "cannot delete service '{0}', not HA managed!".format(self._ha_sid(vm)))
         self.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
         if self._ha_purge() and str(values.get('purge', 1)).lower() not in ('0', 'false'):
-            sid = 'vm:{0}'.format(vm.vmid)
+            sid = self._ha_sid(vm)
             for rule_id in list(self.ha_rules):
                 rule = self.ha_rules[rule_id]
                 if sid in rule['resources']:
@@ -1403,7 +1480,8 @@ class HarnessPve(FakePve):
         return None
 
     async def _harness_ha_group_delete(self, values, user):
-        """DELETE /cluster/ha/groups/{group}: `ha group is used by service 'vm:N'` while a resource names it."""
+        """DELETE /cluster/ha/groups/{group}: `ha group is used by service 'vm:N'` (or `ct:N`) while a
+        resource names it."""
         self.require(user, '/', 'Sys.Console')
         self._groups_gate('delete group')
         group_id = values['group']
@@ -1411,7 +1489,9 @@ class HarnessPve(FakePve):
             raise PveError(500, "no such ha group '{0}'".format(group_id))
         for vmid, res in sorted(self.ha_resources.items()):
             if res.get('group') == group_id:
-                raise PveError(500, "ha group is used by service 'vm:{0}'".format(vmid))
+                guest = self.vm(vmid) or self.ct(vmid)
+                sid = self._ha_sid(guest) if guest is not None else 'vm:{0}'.format(vmid)
+                raise PveError(500, "ha group is used by service '{0}'".format(sid))
         del self.ha_groups[group_id]
         return None
 
@@ -1428,13 +1508,20 @@ class HarnessPve(FakePve):
             out['comment'] = r['comment']
         return out
 
+    def _ha_managed_sid(self, sid):
+        """Whether `sid` (vm:N or ct:N) names an HA resource of a guest of that type."""
+        m = re.fullmatch(r'(vm|ct):(\d+)', sid)
+        if not m or int(m.group(2)) not in self.ha_resources:
+            return False
+        guest = self.vm(int(m.group(2))) or self.ct(int(m.group(2)))
+        return guest is not None and self._ha_sid(guest) == sid
+
     def _rule_values(self, values, rule):
         if values.get('resources') is not None:
             rule['resources'] = sorted(set(x for x in re.split(r'[,;\s]+', str(values['resources'])) if x))
             if not rule['resources']:
                 raise PveError(500, 'no resources were specified')
-            unmanaged = [sid for sid in rule['resources']
-                         if not re.fullmatch(r'vm:\d+', sid) or int(sid[3:]) not in self.ha_resources]
+            unmanaged = [sid for sid in rule['resources'] if not self._ha_managed_sid(sid)]
             if unmanaged:
                 raise PveError(500, 'cannot use unmanaged resource(s) {0}.'.format(', '.join(unmanaged)))
         if values.get('nodes') is not None:
@@ -2070,6 +2157,11 @@ def add_container(pve, **kwargs):
         raise BadArgs(str(e)) from None
 
 
+def _is_ct(guest):
+    """Whether a guest of the model is a container (fakepve's, listed as lxc/N)."""
+    return str(getattr(guest, 'guest', '')).startswith('lxc/')
+
+
 def dump_ct(ct):
     return jsonable({
         'vmid': ct.vmid, 'name': ct.name, 'node': ct.node, 'status': ct.status, 'template': ct.template,
@@ -2302,8 +2394,10 @@ class Commands(object):
         return {str(k): v for k, v in self.pve.ha_resources.items()}
 
     def remove_ha(self, vmid):
-        """A person removes the VM's HA resource (`ha-manager remove vm:N`)."""
-        vm = vm_of(self.pve, vmid)
+        """A person removes the guest's HA resource (`ha-manager remove vm:N` or `ct:N`)."""
+        vm = self.pve.vm(int(vmid)) or self.pve.ct(int(vmid))
+        if vm is None:
+            raise BadArgs('no guest {0}'.format(vmid))
         self.pve.ha_resources.pop(vm.vmid, None)
         vm.ha_state = None
 
@@ -2388,8 +2482,9 @@ class Commands(object):
         """Every container's dump, like ct."""
         return [dump_ct(ct) for ct in self.pve.cts]
 
-    def set_ct(self, vmid, config=None, status=None, lock=None):
-        """Change a container as a person would: config keys (None removes one), its status, its lock."""
+    def set_ct(self, vmid, config=None, status=None, lock=None, ha_state=None):
+        """Change a container as a person would: config keys (None removes one), its status, its lock,
+        its HA state as the listing shows it (`error`: the HA manager gave up on it)."""
         ct = self.pve.ct(int(vmid))
         if ct is None:
             raise BadArgs('no container {0}'.format(vmid))
@@ -2402,6 +2497,8 @@ class Commands(object):
             ct.status = status
         if lock is not None:
             ct.lock = lock or None
+        if ha_state is not None:
+            ct.ha_state = ha_state or None
         return dump_ct(ct)
 
     def add_vm_before(self, method, suffix, vmid, **kwargs):

@@ -1624,6 +1624,136 @@ async fn the_ha_stack_stops_a_guest_hard_after_the_timeout() {
     );
 }
 
+/// pve-ha-manager's service ids: a container is `ct:N` (`PVE/HA/Resources/PVECT.pm`
+/// `exists`: "resource 'ct:N' - guest with ID N is not a container" for a VM, and the other way
+/// round), listed with `type: ct`; adding it with state `started` makes the CRM start it.
+/// pve-container's `vm_stop` / `vm_start` of an HA-managed container are the `hastop` and
+/// `hastart` requests a VM's are, and set the resource's state.
+#[tokio::test]
+async fn a_container_is_an_ha_resource_as_ct_n() {
+    let mut pve = with_vm(500)
+        .ct(json!({"vmid": 501, "name": "ct501", "config": {"rootfs": "local-lvm:vm-501-disk-0,size=8G"}}))
+        .start();
+    let api = Api::new(&pve);
+    let api = &api;
+    let add = |sid: &'static str| async move {
+        api.post_form("/cluster/ha/resources", &[("sid", sid)])
+            .await
+    };
+    let a = add("vm:501").await;
+    assert_eq!(a.status, 500, "{}", a.text);
+    assert!(
+        a.text.contains("guest with ID 501 is not a VM"),
+        "{}",
+        a.text
+    );
+    let a = add("ct:500").await;
+    assert!(
+        a.text
+            .contains("resource 'ct:500' - guest with ID 500 is not a container"),
+        "{}",
+        a.text
+    );
+    assert_eq!(add("ct:501").await.status, 200);
+    assert_eq!(api.resource(501).await.unwrap()["status"], "running");
+    let read = api.get("/cluster/ha/resources/ct:501").await;
+    assert_eq!(
+        (&read["sid"], &read["type"]),
+        (&json!("ct:501"), &json!("ct"))
+    );
+    let missing = api.get_raw("/cluster/ha/resources/vm:501").await;
+    assert!(
+        missing.text.contains("no such resource 'vm:501'"),
+        "{}",
+        missing.text
+    );
+    let listed = api.get("/cluster/ha/resources").await;
+    assert_eq!(listed[0]["sid"], "ct:501", "{listed}");
+
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc/501/status/shutdown",
+            json!({"timeout": 30}),
+        )
+        .await;
+    assert!(upid.contains(":hastop:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(501).await.unwrap()["status"], "stopped");
+    assert_eq!(
+        pve.call("ha_resources", json!({})).unwrap()["501"]["state"],
+        "stopped"
+    );
+    let upid = api
+        .start_task("/nodes/pve1/lxc/501/status/start", json!({}))
+        .await;
+    assert!(upid.contains(":hastart:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(501).await.unwrap()["status"], "running");
+    assert_eq!(
+        pve.call("ha_resources", json!({})).unwrap()["501"]["state"],
+        "started"
+    );
+
+    // In `error`, the hastart is refused as a VM's is.
+    pve.set_ct(501, json!({"status": "stopped", "ha_state": "error"}));
+    let upid = api
+        .start_task("/nodes/pve1/lxc/501/status/start", json!({}))
+        .await;
+    let status = api.wait("pve1", &upid).await;
+    assert!(
+        status.contains("ha-manager set ct:501 --state started"),
+        "{status}"
+    );
+}
+
+/// pve-container `migrate_vm` of an HA-managed container: an `hamigrate` task that hands the
+/// move to the HA manager and ends; the LRM then relocates it (`PVECT.pm` `migrate`: shut
+/// down, moved offline, started on the target while its state is `started`).
+#[tokio::test]
+async fn an_ha_managed_container_is_relocated_by_the_ha_manager() {
+    let mut pve = Scenario::default()
+        .ct(json!({"vmid": 510, "name": "ct510", "status": "running", "config": {"rootfs": "local-lvm:vm-510-disk-0,size=8G"}}))
+        .start();
+    pve.set_time_scale(SCALE);
+    pve.call("set_model", json!({"ha_delay": 100})).unwrap();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "ct:510")])
+            .await
+            .status,
+        200
+    );
+    let refused = api
+        .post("/nodes/pve1/lxc/510/migrate", json!({"target": "pve2"}))
+        .await;
+    assert!(
+        refused
+            .text
+            .contains("can't migrate running container without --online or --restart"),
+        "{}",
+        refused.text
+    );
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc/510/migrate",
+            json!({"target": "pve2", "restart": 1}),
+        )
+        .await;
+    assert!(upid.contains(":hamigrate:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    // The task ended before the move: still on pve1.
+    assert_eq!(api.resource(510).await.unwrap()["node"], "pve1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = api.resource(510).await.unwrap();
+        if r["node"] == "pve2" && r["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not relocated: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 // ------------------------------------------------------------------------------ pools
 
 /// pve-manager `PVE/API2/Pool.pm`: `GET /pools` lists only the pools the caller has

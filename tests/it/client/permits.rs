@@ -194,6 +194,7 @@ async fn a_volume_or_an_ha_rule_is_removed_with_its_permit_only() {
         comment: mark.clone(),
     };
     c.add_ha_resource(
+        proxsync::guest::GuestKind::Qemu,
         VMID,
         &proxsync::pve::ha::HaParams {
             state: "stopped".into(),

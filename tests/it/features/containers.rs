@@ -684,3 +684,97 @@ fn an_unprivileged_container_is_never_cloned_from_a_privileged_template() {
     let (_, _, message) = ws.condition("priv-01", "Ready");
     assert!(message.contains("privileged"), "{message}");
 }
+
+/// A container's `ha`: its HA resource is `ct:N`, made, changed and removed as a VM's `vm:N`;
+/// its node change is the HA manager's relocation (`hamigrate`), its stop the HA manager's
+/// (`hastop`), never pve-container's own migration or shutdown.
+#[test]
+fn a_container_under_ha_is_a_ct_resource_moved_and_stopped_by_the_ha_manager() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let ha = "    ha: {maxRestart: 2}\n";
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-03", ha))]);
+    let (ok, out) = ws.run_once();
+    assert!(
+        ok,
+        "{out} {:?} {:?}",
+        ws.condition("dns-03", "Ready"),
+        pve.cts()
+    );
+    let (vmid, ct) = owned_cts(&mut pve).remove(0);
+    assert_eq!(
+        (ct["status"].as_str(), ct["ha_state"].as_str()),
+        (Some("running"), Some("started")),
+        "{ct} {:?} {out}",
+        ws.condition("dns-03", "Ready")
+    );
+    let res = pve.call("ha_resources", json!({})).unwrap()[vmid.to_string()].clone();
+    assert_eq!(res["max_restart"], 2, "{res}");
+    let added: Vec<_> = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/cluster/ha/resources"))
+        .collect();
+    assert!(
+        added.len() == 1 && added[0].body.contains(&format!("sid=ct%3A{vmid}")),
+        "{added:?}"
+    );
+    assert_eq!(ws.condition("dns-03", "Ready").0, "True", "{out}");
+
+    // Another node: the HA manager relocates it.
+    let moved = ct_spec("dns-03", ha).replace("node: pve1", "node: pve2");
+    ws.commit_specs(&[("dns.yaml", moved.clone())]);
+    let (_, out) = ws.run_once();
+    assert!(
+        out.contains("the HA manager was asked to migrate container"),
+        "{out}"
+    );
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    assert_eq!(
+        (ct["node"].as_str(), ct["status"].as_str()),
+        (Some("pve2"), Some("running")),
+        "{ct} {out}"
+    );
+    let types: Vec<String> = pve
+        .tasks()
+        .into_iter()
+        .filter(|t| t["id"] == json!(vmid.to_string()))
+        .map(|t| t["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        types.contains(&"hamigrate".to_string()) && !types.contains(&"vzmigrate".to_string()),
+        "{types:?}"
+    );
+
+    // Stopped: through the HA manager.
+    ws.commit_specs(&[(
+        "dns.yaml",
+        moved.replace("    ha:", "    powerState: stopped\n    ha:"),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    assert_eq!(
+        (ct["status"].as_str(), ct["ha_state"].as_str()),
+        (Some("stopped"), Some("stopped")),
+        "{ct} {out}"
+    );
+    let direct: Vec<Value> = pve
+        .tasks()
+        .into_iter()
+        .filter(|t| t["type"] == "vzshutdown" || t["type"] == "vzstop")
+        .collect();
+    assert!(direct.is_empty(), "{direct:?}");
+
+    // ha dropped: the resource proxsync added is removed.
+    ws.commit_specs(&[("dns.yaml", moved.replace(ha, "    powerState: stopped\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        pve.call("ha_resources", json!({})).unwrap()[vmid.to_string()].is_null(),
+        "{out}"
+    );
+    assert_eq!(pve.ct(vmid)["ha_state"], Value::Null, "{out}");
+}

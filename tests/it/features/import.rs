@@ -186,7 +186,8 @@ fn make_ha(pve: &FakePve) {
             max_relocate: 1,
             comment: "by hand".into(),
         };
-        rt.block_on(client.add_ha_resource(vmid, &params)).unwrap();
+        rt.block_on(client.add_ha_resource(proxsync::guest::GuestKind::Qemu, vmid, &params))
+            .unwrap();
     }
 }
 
