@@ -2094,6 +2094,32 @@ async fn a_container_written_unlocked_by_its_running_create_is_waited_for() {
     assert_eq!(w.pve().count("create_ct"), 1);
 }
 
+/// qemu-server holds a new VM's `clone` (or `create`) lock until its config is whole: a VM
+/// found unlocked and carrying the spec's marker is made, and taken as the spec's whatever a
+/// lagging task listing still shows (only a container's create is judged by its task: above).
+#[tokio::test(start_paused = true)]
+async fn a_vm_found_unlocked_and_marked_is_the_specs_whatever_the_listing_shows() {
+    let w = World::new("");
+    w.pve().set_task_end(TaskEnd::Held);
+    let vmid = w.create_answer_lost(true).await;
+    let running = w.pve().running_tasks();
+    assert!(
+        running.iter().any(|t| t.contains(":qmclone:9000:")),
+        "{running:?}"
+    );
+    let marker = crate::ownership::Marker::signed(&w.key, "main", "web-01", &w.record().uid, vmid);
+    w.pve().edit_vm(vmid, |vm| {
+        vm.config.remove("lock");
+        vm.config.insert("description".into(), marker.description());
+    });
+    w.pve().set_task_end(TaskEnd::AtOnce);
+    w.pve().clear_calls();
+    let outcome = w.run(w.resume()).await;
+    assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
+    w.assert_exists(vmid);
+    assert_eq!(w.pve().count("clone_vm"), 0);
+}
+
 /// A VM's create whose answer was lost, then the spec turned into a container of the same
 /// name: the create in flight is neither taken as the container's nor answered with a
 /// container beside the VM (found in review: `inspect` read only the container's path, saw
