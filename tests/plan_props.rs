@@ -2828,7 +2828,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         spec.image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400,
-            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+            proof: proxsync::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
         match how {
@@ -4093,7 +4093,7 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
         spec.image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400 + i,
-            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+            proof: proxsync::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
         w.vms_mut().insert(observed.vmid, observed);

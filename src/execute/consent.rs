@@ -1,5 +1,6 @@
 //! Adoption by consent: a spec written by `proxsync import` (`proxsync.io/adopt` with the VM's
-//! smbios1 uuid) takes over the VM it names, which no install made.
+//! smbios1 uuid, or a container's first NIC's MAC) takes over the guest it names, which no
+//! install made.
 //!
 //! The VM's config is read right before the one write, and the gate
 //! (`gate::permit::adopt_by_consent`) checks it: the consented VMID, the recorded uuid and
@@ -11,6 +12,7 @@
 
 use crate::category::Category;
 use crate::gate::permit::{self, Bare};
+use crate::guest::GuestKind;
 use crate::ownership::{Marker, new_uid};
 use crate::pve::Pve;
 use crate::spec::Spec;
@@ -32,7 +34,7 @@ pub(super) async fn adopt_by_consent(
     let Some(consent) = spec.adopt.as_ref() else {
         return Err(fail(
             Category::Conflict,
-            format!("spec {} does not consent to take over a VM", spec.name),
+            format!("spec {} does not consent to take over a guest", spec.name),
         ));
     };
     let cfg = match site_ctx.client.vm_config(vm.node, vm.kind, vm.vmid).await {
@@ -41,8 +43,10 @@ pub(super) async fn adopt_by_consent(
             return Err(fail(
                 Category::NotFound,
                 format!(
-                    "VM {} is gone from node {}; nothing adopted",
-                    vm.vmid, vm.node
+                    "{} {} is gone from node {}; nothing adopted",
+                    vm.kind.noun(),
+                    vm.vmid,
+                    vm.node
                 ),
             ));
         }
@@ -53,12 +57,24 @@ pub(super) async fn adopt_by_consent(
     }
     let uid = new_uid();
     let tags = cfg.tags();
-    let bare = Bare {
-        vmid: vm.vmid,
-        name: cfg.get("name"),
-        smbios1: cfg.get("smbios1"),
-        description: cfg.description(),
-        tags: &tags,
+    let hwaddr = cfg.first_hwaddr();
+    let bare = match vm.kind {
+        GuestKind::Qemu => Bare {
+            vmid: vm.vmid,
+            name: cfg.get("name"),
+            smbios1: cfg.get("smbios1"),
+            hwaddr: None,
+            description: cfg.description(),
+            tags: &tags,
+        },
+        GuestKind::Lxc => Bare {
+            vmid: vm.vmid,
+            name: cfg.get("hostname"),
+            smbios1: None,
+            hwaddr: hwaddr.as_deref(),
+            description: cfg.description(),
+            tags: &tags,
+        },
     };
     let permit = permit::adopt_by_consent(
         &checked,
@@ -91,7 +107,11 @@ pub(super) async fn adopt_by_consent(
     rec.note(
         ctx.clock.now_ms(),
         "adopt",
-        &format!("VM {} taken over by the spec's consent", vm.vmid),
+        &format!(
+            "{} {} taken over by the spec's consent",
+            vm.kind.noun(),
+            vm.vmid
+        ),
     );
     let adopted = VmState::Exists {
         vmid: vm.vmid,

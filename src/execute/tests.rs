@@ -1906,7 +1906,7 @@ fn consenting() -> World {
     w.spec.image = crate::spec::Image::Existing;
     w.spec.adopt = Some(Box::new(crate::spec::AdoptConsent {
         vmid: 300,
-        uuid: CONSENT_UUID.into(),
+        proof: crate::spec::AdoptProof::Uuid(CONSENT_UUID.into()),
     }));
     let name = w.spec.vm_name.clone();
     w.pve().add_vm(
@@ -1967,7 +1967,7 @@ async fn a_consent_is_checked_against_the_config_read_right_before_the_write() {
         (
             "smbios1",
             Some("uuid=00000000-0000-0000-0000-000000000000"),
-            "another VM holds the VMID",
+            "another guest holds the VMID",
         ),
         (
             "description",

@@ -175,21 +175,53 @@ pub fn adopt_by_hand(
     Ok(Permit::new(site.site(), vmid, Act::TakeOver { marker }))
 }
 
-/// What a VM's config shows of who it is, read right before an adoption by consent.
+/// Whether `vm` still has the value its consent pins (a reused VMID is another guest).
+fn proven(vm: &Bare<'_>, proof: &crate::spec::AdoptProof, spec: &str) -> Result<(), String> {
+    let vmid = vm.vmid;
+    let (found, want, what) = match proof {
+        crate::spec::AdoptProof::Uuid(want) => (
+            vm.smbios1
+                .and_then(|s| crate::pve::values::prop_value(s, "uuid", None))
+                .map(str::to_ascii_lowercase),
+            want,
+            format!("VM {vmid} has smbios1 uuid"),
+        ),
+        crate::spec::AdoptProof::Hwaddr(want) => (
+            vm.hwaddr.map(str::to_ascii_uppercase),
+            want,
+            format!("container {vmid}'s first NIC has MAC"),
+        ),
+    };
+    if found.as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} {}, not {want} as when spec {spec} was written: another guest holds the VMID \
+         now; import it again if it is the one to adopt",
+        found.as_deref().unwrap_or("(none)"),
+    ))
+}
+
+/// What a guest's config shows of who it is, read right before an adoption by consent.
 #[derive(Debug, Clone, Copy)]
 pub struct Bare<'a> {
     pub vmid: u32,
+    /// A VM's `name`, a container's `hostname`.
     pub name: Option<&'a str>,
+    /// A VM's `smbios1`.
     pub smbios1: Option<&'a str>,
+    /// A container's first NIC's `hwaddr`.
+    pub hwaddr: Option<&'a str>,
     pub description: Option<&'a str>,
     pub tags: &'a [String],
 }
 
-/// Taking over VM `vm.vmid`, which a spec consents to (`proxsync.io/adopt` with the VM's
-/// uuid), on a checked site: the VMID is the consent's, the smbios1 uuid and the name are the
-/// ones recorded in the spec (a VMID freed and reused is another VM), and no install has a
-/// claim on it (no marker line of any install, no `proxsync.*` tag). This install's first
-/// marker, for `spec` and the new `uid`, is written.
+/// Taking over guest `vm.vmid`, which a spec consents to (`proxsync.io/adopt` with the VM's
+/// uuid or the container's MAC), on a checked site: the VMID is the consent's, the proof
+/// (smbios1 uuid, first NIC's MAC) and the name are the ones recorded in the spec (a VMID
+/// freed and reused is another guest), and no install has a claim on it (no marker line of
+/// any install, no `proxsync.*` tag). This install's first marker, for `spec` and the new
+/// `uid`, is written.
 pub fn adopt_by_consent(
     site: &SiteChecked,
     consent: &crate::spec::AdoptConsent,
@@ -206,18 +238,7 @@ pub fn adopt_by_consent(
             consent.vmid
         ));
     }
-    let uuid = vm
-        .smbios1
-        .and_then(|s| crate::pve::values::prop_value(s, "uuid", None))
-        .map(str::to_ascii_lowercase);
-    if uuid.as_deref() != Some(consent.uuid.as_str()) {
-        return Err(format!(
-            "VM {vmid} has smbios1 uuid {}, not {} as when spec {spec} was written: another VM \
-             holds the VMID now; import it again if it is the one to adopt",
-            uuid.as_deref().unwrap_or("(none)"),
-            consent.uuid
-        ));
-    }
+    proven(&vm, &consent.proof, spec)?;
     if vm.name != Some(vm_name) {
         return Err(format!(
             "VM {vmid} is named {}, not {vm_name} as spec {spec} says",
@@ -288,7 +309,7 @@ mod tests {
     fn an_adoption_by_consent_needs_the_consented_bare_vm() {
         let consent = crate::spec::AdoptConsent {
             vmid: 105,
-            uuid: "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+            proof: crate::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         };
         let none: Vec<String> = Vec::new();
         let smbios = "uuid=3F2504E0-4F89-11D3-9A0C-0305E82C3301,manufacturer=QUVNVQ==";
@@ -296,6 +317,7 @@ mod tests {
             vmid: 105,
             name: Some("db"),
             smbios1: Some(smbios),
+            hwaddr: Some("BC:24:11:00:00:01"),
             description: Some("billing\n"),
             tags: &none,
         };
@@ -323,7 +345,7 @@ mod tests {
                     smbios1: Some("uuid=00000000-0000-0000-0000-000000000000"),
                     ..bare
                 },
-                "another VM holds the VMID",
+                "another guest holds the VMID",
             ),
             (
                 Bare {
@@ -356,6 +378,55 @@ mod tests {
             ),
         ];
         for (vm, why) in refused {
+            let e = adopt(vm).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+
+    /// A container's consent is pinned by its first NIC's MAC (it has no smbios1 uuid).
+    #[test]
+    fn a_containers_consent_is_proven_by_its_nics_mac() {
+        let consent = crate::spec::AdoptConsent {
+            vmid: 105,
+            proof: crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()),
+        };
+        let none: Vec<String> = Vec::new();
+        let bare = Bare {
+            vmid: 105,
+            name: Some("dns"),
+            smbios1: None,
+            hwaddr: Some("bc:24:11:5e:0a:01"),
+            description: None,
+            tags: &none,
+        };
+        let adopt = |vm: Bare<'_>| {
+            adopt_by_consent(&checked("lab"), &consent, vm, "main", "dns", "dns", "u7")
+        };
+        assert!(adopt(bare).is_ok());
+        for (vm, why) in [
+            (
+                Bare {
+                    hwaddr: Some("BC:24:11:5E:0A:02"),
+                    ..bare
+                },
+                "first NIC has MAC BC:24:11:5E:0A:02, not BC:24:11:5E:0A:01",
+            ),
+            (
+                Bare {
+                    hwaddr: None,
+                    ..bare
+                },
+                "MAC (none)",
+            ),
+            (
+                Bare {
+                    smbios1: Some("uuid=3f2504e0-4f89-11d3-9a0c-0305e82c3301"),
+                    hwaddr: None,
+                    ..bare
+                },
+                "MAC (none)",
+            ),
+        ] {
             let e = adopt(vm).unwrap_err();
             assert!(e.contains(why), "{why}: {e}");
         }

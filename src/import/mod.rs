@@ -1,14 +1,17 @@
-//! `proxsync import`: specs written from the VMs a site already has.
+//! `proxsync import`: specs written from the VMs and containers a site already has.
 //!
-//! One listing of the site selects the VMs; each selected VM's config is read once, one VM
-//! after another (an import never storms the API), and [`spec_text`] writes its spec. Nothing
-//! is written to any VM: the specs carry the consent to adopt (`proxsync.io/adopt` with the
-//! VM's smbios1 uuid), which the daemon acts on once they are committed.
+//! One listing of the site selects the guests; each selected guest's config is read once, one
+//! after another (an import never storms the API), and [`spec_text`] (a VM) or
+//! [`container_text`] (a container) writes its spec. Nothing is written to any guest: the
+//! specs carry the consent to adopt (`proxsync.io/adopt` with the VM's smbios1 uuid or the
+//! container's first NIC's MAC), which the daemon acts on once they are committed.
 
+pub mod container_text;
 pub mod spec_text;
 
 use std::collections::BTreeSet;
 
+use crate::guest::GuestKind;
 use crate::pve::Pve;
 use crate::pve::types::ListedStatus;
 
@@ -57,14 +60,17 @@ pub async fn import(
     let mut report = Report::default();
     let listing = client.vm_resources().await?;
     for &vmid in &selection.vmids {
-        if !listing.iter().any(|r| r.vmid == vmid && r.is_qemu()) {
+        if !listing
+            .iter()
+            .any(|r| r.vmid == vmid && r.guest_kind().is_some())
+        {
             report
                 .skipped
-                .push((vmid, format!("no QEMU VM {vmid} on site {site}")));
+                .push((vmid, format!("no VM or container {vmid} on site {site}")));
         }
     }
     let selected = listing.iter().filter(|r| {
-        r.is_qemu()
+        r.guest_kind().is_some()
             && (selection.vmids.is_empty() || selection.vmids.contains(&r.vmid))
             && selection
                 .pool
@@ -75,6 +81,7 @@ pub async fn import(
             && !(selection.unmanaged && r.tags.iter().any(|t| t.starts_with("proxsync")))
     });
     for r in selected {
+        let Some(kind) = r.guest_kind() else { continue };
         if r.template == Some(true) {
             report.skipped.push((
                 r.vmid,
@@ -92,10 +99,7 @@ pub async fn import(
             ));
             continue;
         }
-        let config = match client
-            .vm_config(&r.node, crate::guest::GuestKind::Qemu, r.vmid)
-            .await
-        {
+        let config = match client.vm_config(&r.node, kind, r.vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
                 report.skipped.push((r.vmid, "gone while importing".into()));
@@ -105,14 +109,11 @@ pub async fn import(
         };
         // An HA-managed VM's resource: one more read, only for those.
         let ha = match r.hastate {
-            Some(_) => {
-                client
-                    .ha_resource(crate::guest::GuestKind::Qemu, r.vmid)
-                    .await?
-            }
+            Some(_) => client.ha_resource(kind, r.vmid).await?,
             None => None,
         };
         let facts = VmFacts {
+            kind,
             site,
             vmid: r.vmid,
             node: &r.node,
@@ -122,7 +123,11 @@ pub async fn import(
             ha: ha.as_ref(),
             config: &config,
         };
-        match spec_text::spec_text(&facts, &mut taken, observe) {
+        let written = match kind {
+            GuestKind::Qemu => spec_text::spec_text(&facts, &mut taken, observe),
+            GuestKind::Lxc => container_text::container_text(&facts, &mut taken, observe),
+        };
+        match written {
             Ok(spec) => report.specs.push(spec),
             Err(why) => report.skipped.push((r.vmid, why)),
         }

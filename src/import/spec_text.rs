@@ -19,9 +19,10 @@ use crate::spec::{
     check_cpu_type, check_mac, check_machine, check_pool, check_slot, check_spec_name, check_tag,
 };
 
-/// What the import knows of one VM: its listing entry and its config.
+/// What the import knows of one guest: its listing entry and its config.
 #[derive(Debug, Clone, Copy)]
 pub struct VmFacts<'a> {
+    pub kind: crate::guest::GuestKind,
     pub site: &'a str,
     pub vmid: u32,
     pub node: &'a str,
@@ -185,7 +186,7 @@ fn adoptable<'c>(vm: &VmFacts<'c>) -> Result<(&'c str, String), String> {
 
 /// The VM's HA resource as a spec holds it: state, restarts, relocations and its PVE 8 group
 /// (a PVE 9 rule is left as it is: a spec without `ha.nodes` never touches one).
-fn ha_fields<'a>(
+pub(super) fn ha_fields<'a>(
     vm: &VmFacts<'a>,
     notes: &mut Vec<String>,
 ) -> Option<(&'a str, u64, u64, Option<&'a str>)> {
@@ -214,7 +215,7 @@ fn ha_fields<'a>(
 }
 
 /// The config keys no field of the spec declares (PVE's bookkeeping aside).
-fn left_alone(cfg: &VmConfig, known: &BTreeSet<String>) -> Vec<String> {
+pub(super) fn left_alone(cfg: &VmConfig, known: &BTreeSet<String>) -> Vec<String> {
     let mut out: Vec<String> = cfg
         .values
         .iter()
@@ -230,16 +231,23 @@ fn left_alone(cfg: &VmConfig, known: &BTreeSet<String>) -> Vec<String> {
 
 /// The comments above the document: where it came from, what adopting does, what is left
 /// alone, and the notes.
-fn header(vm: &VmFacts<'_>, vm_name: &str, left_alone: &[String], notes: &[String]) -> String {
+pub(super) fn header(
+    vm: &VmFacts<'_>,
+    vm_name: &str,
+    left_alone: &[String],
+    notes: &[String],
+) -> String {
     let mut text = String::new();
+    let noun = vm.kind.noun();
     let _ = writeln!(
         text,
-        "# Written by `proxsync import` from VM {} ({vm_name}) on site {}, node {}.",
+        "# Written by `proxsync import` from {noun} {} ({vm_name}) on site {}, node {}.",
         vm.vmid, vm.site, vm.node
     );
-    text.push_str(
-        "# Its first cycle adopts the VM: proxsync's marker line and tag are written, nothing \
-         else\n# (`proxsync plan` shows it). Fields left out are not managed.\n",
+    let _ = writeln!(
+        text,
+        "# Its first cycle adopts the {noun}: proxsync's marker line and tag are written, nothing \
+         else\n# (`proxsync plan` shows it). Fields left out are not managed.",
     );
     if !left_alone.is_empty() {
         text.push_str(
@@ -286,7 +294,10 @@ pub fn spec_name(vm_name: &str, vmid: u32, taken: &mut BTreeSet<String>) -> Stri
 }
 
 /// The VM's tags a spec can hold, and the tenant of a `tenant_<id>` tag (a label in a spec).
-fn tags_and_tenant(cfg: &VmConfig, notes: &mut Vec<String>) -> (Vec<String>, Option<String>) {
+pub(super) fn tags_and_tenant(
+    cfg: &VmConfig,
+    notes: &mut Vec<String>,
+) -> (Vec<String>, Option<String>) {
     let mut tags = Vec::new();
     let mut tenant = None;
     for t in cfg.tags() {
@@ -419,6 +430,17 @@ fn options(
         w.line(4, "osType", Some(os));
         known.insert("ostype".into());
     }
+    shared_options(w, vm, known, notes);
+}
+
+/// `onBoot`, `protection`, `startup`, `pool` and `vmId`: a VM's and a container's alike.
+pub(super) fn shared_options(
+    w: &mut Writer,
+    vm: &VmFacts<'_>,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
+    let cfg = vm.config;
     for (field, key) in [("onBoot", "onboot"), ("protection", "protection")] {
         if let Some(v) = cfg.get(key) {
             w.flag(4, field, pve_bool(v));
@@ -455,7 +477,7 @@ fn options(
 }
 
 /// The description above any marker, when a spec can hold it.
-fn description(cfg: &VmConfig, notes: &mut Vec<String>) -> Option<String> {
+pub(super) fn description(cfg: &VmConfig, notes: &mut Vec<String>) -> Option<String> {
     let text = cfg.description()?.trim_end().to_string();
     if text.is_empty() {
         return None;
@@ -732,7 +754,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// A YAML scalar: plain when it cannot be read as anything but a string, else double-quoted
 /// (JSON's quoting is valid YAML).
-fn quoted(s: &str) -> String {
+pub(super) fn quoted(s: &str) -> String {
     let plain = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
@@ -749,14 +771,14 @@ fn quoted(s: &str) -> String {
 
 /// Builds the document line by line.
 #[derive(Default)]
-struct Writer {
-    out: String,
+pub(super) struct Writer {
+    pub(super) out: String,
 }
 
 impl Writer {
     /// `key: value` with a string value (quoted when YAML would read it as anything else), or
     /// `key:` opening a mapping.
-    fn line(&mut self, indent: usize, key: &str, value: Option<&str>) {
+    pub(super) fn line(&mut self, indent: usize, key: &str, value: Option<&str>) {
         let key = quoted(key);
         match value {
             Some(v) => {
@@ -768,24 +790,24 @@ impl Writer {
         }
     }
 
-    fn num(&mut self, indent: usize, key: &str, n: impl std::fmt::Display) {
+    pub(super) fn num(&mut self, indent: usize, key: &str, n: impl std::fmt::Display) {
         let _ = writeln!(self.out, "{:indent$}{key}: {n}", "");
     }
 
-    fn flag(&mut self, indent: usize, key: &str, b: bool) {
+    pub(super) fn flag(&mut self, indent: usize, key: &str, b: bool) {
         let _ = writeln!(self.out, "{:indent$}{key}: {b}", "");
     }
 
-    fn raw(&mut self, indent: usize, text: &str) {
+    pub(super) fn raw(&mut self, indent: usize, text: &str) {
         let _ = writeln!(self.out, "{:indent$}{text}", "");
     }
 
-    fn list(&mut self, indent: usize, key: &str, items: &[String]) {
+    pub(super) fn list(&mut self, indent: usize, key: &str, items: &[String]) {
         let items: Vec<String> = items.iter().map(|i| quoted(i)).collect();
         let _ = writeln!(self.out, "{:indent$}{key}: [{}]", "", items.join(", "));
     }
 
-    fn comment(&mut self, indent: usize, text: &str) {
+    pub(super) fn comment(&mut self, indent: usize, text: &str) {
         let _ = writeln!(self.out, "{:indent$}# {text}", "");
     }
 }
@@ -808,6 +830,7 @@ mod tests {
 
     fn import(cfg: &VmConfig) -> Result<Imported, String> {
         let vm = VmFacts {
+            kind: crate::guest::GuestKind::Qemu,
             site: "lab",
             vmid: 105,
             node: "pve1",
@@ -978,6 +1001,7 @@ mod tests {
         };
         let import_ha = |r: &crate::pve::ha::HaResource, running: bool| {
             let vm = VmFacts {
+                kind: crate::guest::GuestKind::Qemu,
                 site: "lab",
                 vmid: 105,
                 node: "pve1",

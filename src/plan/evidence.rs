@@ -422,6 +422,7 @@ fn adopt_by_consent(
     let vm = listed(view, vmid)?;
     on_node(input, site, vm, node)?;
     let bare = vm.marker_read
+        && vm.kind == s.kind
         && vm.marker.is_none()
         && !vm.template
         && vm.name.as_deref() == Some(s.vm_name.as_str())
@@ -430,7 +431,9 @@ fn adopt_by_consent(
         return Ok(());
     }
     missing(format!(
-        "VM {vmid} is not a bare VM named {} (read, without a marker or an install's tag)",
+        "{} {vmid} is not a bare {} named {} (read, without a marker or an install's tag)",
+        s.kind.noun(),
+        s.kind.noun(),
         s.vm_name
     ))
 }

@@ -116,15 +116,16 @@ fn adopt_by_consent(
     actions: &mut Vec<Action>,
 ) -> Verdict {
     let vmid = consent.vmid;
+    let noun = spec.kind.noun();
     let refused = |why: String| Verdict::AdoptRefused { vmid, why };
-    let Some(vm) = view
-        .vms
-        .get(&vmid)
-        .filter(|vm| vm.kind == crate::guest::GuestKind::Qemu)
-    else {
+    let Some(vm) = view.vms.get(&vmid).filter(|vm| vm.kind == spec.kind) else {
+        let (made_from, field) = match spec.kind {
+            crate::guest::GuestKind::Qemu => ("an image", "image"),
+            crate::guest::GuestKind::Lxc => ("a template", "template"),
+        };
         return refused(format!(
-            "VM {vmid} does not exist on site {} (or is not a QEMU VM); remove the \
-             proxsync.io/adopt annotations and name an image to create a new VM",
+            "{noun} {vmid} does not exist on site {} (or is not a {noun}); remove the \
+             proxsync.io/adopt annotations and name {made_from} ({field}) to create a new {noun}",
             spec.site
         ));
     };
@@ -132,26 +133,28 @@ fn adopt_by_consent(
         return Verdict::Unknown { vmid };
     }
     if vm.template {
-        return refused(format!("VM {vmid} is a template; proxsync adopts only VMs"));
+        return refused(format!(
+            "{noun} {vmid} is a template; proxsync adopts only guests that run"
+        ));
     }
     if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
         return refused(format!(
-            "VM {vmid} is named {}, not {} as when the spec was written: it may be another VM \
-             at a reused VMID; import it again to adopt it",
+            "{noun} {vmid} is named {}, not {} as when the spec was written: it may be another \
+             guest at a reused VMID; import it again to adopt it",
             vm.name.as_deref().unwrap_or("(no name)"),
             spec.vm_name
         ));
     }
     if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
         return refused(format!(
-            "VM {vmid} carries the ownership tag {tag}: an install of proxsync manages it; it is \
-             never taken by consent"
+            "{noun} {vmid} carries the ownership tag {tag}: an install of proxsync manages it; \
+             it is never taken by consent"
         ));
     }
     if let Some(m) = &vm.marker {
         return refused(format!(
-            "VM {vmid} carries the proxsync marker of spec {} of install {}: it is never taken \
-             by consent (proxsync adopt confirms a VM of this install's)",
+            "{noun} {vmid} carries the proxsync marker of spec {} of install {}: it is never \
+             taken by consent (proxsync adopt confirms a guest of this install's)",
             m.spec, m.install
         ));
     }
@@ -217,9 +220,11 @@ fn observe(
 ) -> Verdict {
     let consented = || {
         let c = spec.adopt.as_ref()?;
-        view.vms
-            .get(&c.vmid)
-            .filter(|vm| !vm.template && vm.name.as_deref() == Some(spec.vm_name.as_str()))
+        view.vms.get(&c.vmid).filter(|vm| {
+            vm.kind == spec.kind
+                && !vm.template
+                && vm.name.as_deref() == Some(spec.vm_name.as_str())
+        })
     };
     let vm = by_record(input, spec, rec, tag, view)
         .or_else(|| by_marker(spec, rec, index))

@@ -534,6 +534,14 @@ impl VmConfig {
     pub fn tags(&self) -> Vec<String> {
         split_tags(self.get("tags").unwrap_or(""))
     }
+    /// The MAC of a container's first NIC: the lowest `netN` (net0..net31) with a `hwaddr`,
+    /// upper-case. What a container's consent to adopt pins.
+    pub fn first_hwaddr(&self) -> Option<String> {
+        (0..32).find_map(|i| {
+            let net = self.get(&format!("net{i}"))?;
+            super::values::prop_value(net, "hwaddr", None).map(str::to_ascii_uppercase)
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for VmConfig {

@@ -1,9 +1,11 @@
-//! `proxsync.io/adopt` and `proxsync.io/adopt-uuid`: a spec's consent to take over one VM that
-//! proxsync did not make (written by `proxsync import`). The consent names the VMID and pins
-//! the VM's `smbios1` uuid, so a VMID freed and reused by another VM is never taken.
+//! `proxsync.io/adopt` with `proxsync.io/adopt-uuid` (a VM) or `proxsync.io/adopt-hwaddr` (a
+//! container): a spec's consent to take over one guest that proxsync did not make (written by
+//! `proxsync import`). The consent names the VMID and pins a random value PVE wrote at the
+//! guest's create (a VM's `smbios1` uuid; a container, which has none, its first NIC's MAC),
+//! so a VMID freed and reused by another guest is never taken.
 
 use super::fields::Ctx;
-use super::{AdoptConsent, MAX_VMID, MIN_VMID, Pos};
+use super::{AdoptConsent, AdoptProof, GuestKind, MAX_VMID, MIN_VMID, Pos};
 
 /// The VMID of `proxsync.io/adopt`: a string holding a VMID.
 pub(super) fn check_vmid(text: &str) -> Result<u32, String> {
@@ -40,25 +42,69 @@ pub(super) fn check_uuid(text: &str) -> Result<String, String> {
     }
 }
 
-/// The consent when both annotations are written and valid; one without the other is an
-/// error (the uuid is what keeps a reused VMID from being taken).
-pub(super) fn consent(
-    ctx: &mut Ctx,
-    vmid: Option<(Option<u32>, Pos)>,
-    uuid: Option<(Option<String>, Pos)>,
-) -> Option<Box<AdoptConsent>> {
-    match (vmid, uuid) {
-        (Some((Some(vmid), _)), Some((Some(uuid), _))) => {
-            Some(Box::new(AdoptConsent { vmid, uuid }))
+/// The MAC of `proxsync.io/adopt-hwaddr`: as PVE writes a NIC's `hwaddr`, kept upper-case.
+pub(super) fn check_hwaddr(text: &str) -> Result<String, String> {
+    super::check_mac(text).map_err(|_| {
+        format!(
+            "metadata.annotations.{}: {text:?} is not a MAC address; write the container's first \
+             NIC's hwaddr as `pct config VMID | grep net` shows it (e.g. BC:24:11:5E:0A:01)",
+            super::ADOPT_HWADDR
+        )
+    })
+}
+
+/// The annotations of a consent as written: the VMID, a VM's uuid and a container's MAC,
+/// each with where it is written (`None` inside: written but invalid, already reported).
+#[derive(Default)]
+pub(super) struct Written {
+    pub vmid: Option<(Option<u32>, Pos)>,
+    pub uuid: Option<(Option<String>, Pos)>,
+    pub hwaddr: Option<(Option<String>, Pos)>,
+}
+
+/// The consent when the VMID and the proof of the spec's kind (a VM's uuid, a container's
+/// MAC) are written and valid; one without the other, or the other kind's proof, is an error
+/// (the proof is what keeps a reused VMID from being taken).
+pub(super) fn consent(ctx: &mut Ctx, kind: GuestKind, w: Written) -> Option<Box<AdoptConsent>> {
+    let (proof_key, what, wrong) = match kind {
+        GuestKind::Qemu => (super::ADOPT_UUID, "the VM's smbios1 uuid", &w.hwaddr),
+        GuestKind::Lxc => (
+            super::ADOPT_HWADDR,
+            "the MAC of the container's first NIC",
+            &w.uuid,
+        ),
+    };
+    if let Some((_, pos)) = wrong {
+        let wrong_key = match kind {
+            GuestKind::Qemu => super::ADOPT_HWADDR,
+            GuestKind::Lxc => super::ADOPT_UUID,
+        };
+        ctx.error(
+            *pos,
+            format!(
+                "metadata.annotations.{wrong_key} is not a {}'s: a {} is adopted with {proof_key} \
+                 ({what}); proxsync import writes the right one",
+                kind.noun(),
+                kind.noun()
+            ),
+        );
+        return None;
+    }
+    let proof = match kind {
+        GuestKind::Qemu => w.uuid.map(|(u, pos)| (u.map(AdoptProof::Uuid), pos)),
+        GuestKind::Lxc => w.hwaddr.map(|(m, pos)| (m.map(AdoptProof::Hwaddr), pos)),
+    };
+    match (w.vmid, proof) {
+        (Some((Some(vmid), _)), Some((Some(proof), _))) => {
+            Some(Box::new(AdoptConsent { vmid, proof }))
         }
         (Some((_, pos)), None) => {
             ctx.error(
                 pos,
                 format!(
-                    "metadata.annotations.{} needs {} beside it: the VM's smbios1 uuid, so a \
-                     VMID reused by another VM is never taken (proxsync import writes both)",
+                    "metadata.annotations.{} needs {proof_key} beside it: {what}, so a VMID \
+                     reused by another guest is never taken (proxsync import writes both)",
                     super::ADOPT,
-                    super::ADOPT_UUID
                 ),
             );
             None
@@ -67,9 +113,8 @@ pub(super) fn consent(
             ctx.error(
                 pos,
                 format!(
-                    "metadata.annotations.{} without {}: write the VMID to adopt too, or \
-                     remove it",
-                    super::ADOPT_UUID,
+                    "metadata.annotations.{proof_key} without {}: write the VMID to adopt too, \
+                     or remove it",
                     super::ADOPT
                 ),
             );
@@ -96,5 +141,11 @@ mod tests {
         assert!(check_uuid("3f2504e0-4f89-11d3-9a0c-0305e82c330").is_err());
         assert!(check_uuid("3f2504e0-4f89-11d3-9a0c-0305e82c330g").is_err());
         assert!(check_uuid("3f2504e04f8911d39a0c0305e82c3301").is_err());
+        assert_eq!(
+            check_hwaddr("bc:24:11:5e:0a:01").as_deref(),
+            Ok("BC:24:11:5E:0A:01")
+        );
+        assert!(check_hwaddr("BC:24:11:5E:0A").is_err());
+        assert!(check_hwaddr("01:24:11:5E:0A:01").is_err(), "multicast");
     }
 }

@@ -1126,6 +1126,52 @@ mod tests {
         assert!(errs.iter().any(|e| e.contains("vztmpl")), "{errs:?}");
     }
 
+    /// A container's consent to adopt is pinned by its NIC's MAC, a VM's by its smbios1 uuid:
+    /// the other kind's proof, or none, is refused with the annotation to write.
+    #[test]
+    fn a_containers_consent_needs_its_mac_not_a_uuid() {
+        let doc = |kind: &str, annotations: &str, fp: &str| {
+            let yaml = format!(
+                "apiVersion: proxsync.io/v1\nkind: {kind}\nmetadata:\n  name: ct-01\n  \
+                 annotations:\n{annotations}spec:\n  forProvider:\n    site: lab\n    node: pve1\n{fp}"
+            );
+            let (specs, diags) = crate::spec::parse_file("ct.yaml", yaml.as_bytes());
+            let errs: Vec<String> = diags.into_iter().map(|d| d.to_string()).collect();
+            (specs, errs)
+        };
+        let mac =
+            "    proxsync.io/adopt: \"120\"\n    proxsync.io/adopt-hwaddr: \"bc:24:11:5e:0a:01\"\n";
+        let (specs, errs) = doc("ProxmoxLXC", mac, "");
+        assert!(
+            errs.is_empty(),
+            "no template needed when adopting: {errs:?}"
+        );
+        assert_eq!(
+            specs[0].adopt.as_deref().map(|c| c.proof.clone()),
+            Some(crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()))
+        );
+        let uuid = "    proxsync.io/adopt: \"120\"\n    proxsync.io/adopt-uuid: \"3f2504e0-4f89-11d3-9a0c-0305e82c3301\"\n";
+        let (_, errs) = doc("ProxmoxLXC", uuid, "");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("adopt-uuid is not a container's")
+                    && e.contains("proxsync.io/adopt-hwaddr")),
+            "{errs:?}"
+        );
+        let (_, errs) = doc("ProxmoxVM", mac, "");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("adopt-hwaddr is not a VM's")),
+            "{errs:?}"
+        );
+        let (_, errs) = doc("ProxmoxLXC", "    proxsync.io/adopt: \"120\"\n", "");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("needs proxsync.io/adopt-hwaddr")),
+            "{errs:?}"
+        );
+    }
+
     /// `ha` is read as a VM's: checked against the power state, its nodes parsed.
     #[test]
     fn ha_is_read_as_a_vms_is() {

@@ -266,15 +266,28 @@ pub const RENAMED_FROM: &str = "proxsync.io/renamed-from";
 pub const ADOPT: &str = "proxsync.io/adopt";
 /// The annotation beside [`ADOPT`]: the VM's `smbios1` uuid when the spec was written.
 pub const ADOPT_UUID: &str = "proxsync.io/adopt-uuid";
+/// The annotation beside [`ADOPT`] for a container, which has no smbios1 uuid: the MAC
+/// (`hwaddr`) of its first NIC when the spec was written.
+pub const ADOPT_HWADDR: &str = "proxsync.io/adopt-hwaddr";
 
-/// A spec's consent to take over VM `vmid`, which proxsync did not make: only while the VM
-/// still has smbios1 `uuid` and the spec's VM name, carries no marker and no install's tag.
+/// A spec's consent to take over guest `vmid`, which proxsync did not make: only while the
+/// guest still has the `proof` and the spec's name, carries no marker and no install's tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptConsent {
     pub vmid: u32,
-    /// Lower-case.
-    pub uuid: String,
+    pub proof: AdoptProof,
+}
+
+/// What tells the consented guest from another at a reused VMID: random values PVE wrote at
+/// its create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AdoptProof {
+    /// A VM's smbios1 uuid, lower-case (`proxsync.io/adopt-uuid`).
+    Uuid(String),
+    /// A container's first NIC's MAC, upper-case (`proxsync.io/adopt-hwaddr`).
+    Hwaddr(String),
 }
 
 /// Largest number of `cloudInit.sshKeys`.

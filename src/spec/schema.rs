@@ -388,7 +388,7 @@ fn lxc_own_schema() -> Value {
             "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)*[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"
         },
         "template": {
-            "description": "What the container is made from: a vztmpl archive as `pveam list <storage>` shows it (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst; .tar.zst, .tar.gz, .tar.xz, .tgz or .tar), the VMID of a CT template (cloned, e.g. 9100), or a CT template's name.",
+            "description": "What the container is made from: a vztmpl archive as `pveam list <storage>` shows it (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst; .tar.zst, .tar.gz, .tar.xz, .tgz or .tar), the VMID of a CT template (cloned, e.g. 9100), or a CT template's name. Required unless the spec adopts an existing container (proxsync.io/adopt).",
             "oneOf": [
                 {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
                 {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:vztmpl/[A-Za-z0-9_+-][A-Za-z0-9._+-]*\\.(tar\\.gz|tar\\.xz|tar\\.zst|tgz|tar)|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
@@ -577,21 +577,26 @@ fn lxc_for_provider_schema() -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["site", "node", "template"],
+        "required": ["site", "node"],
         "properties": props
     })
 }
 
 /// The JSON Schema of a `ProxmoxLXC` document: a container. Its `spec` and `metadata` are a
-/// VM's but for `forProvider` and the consent to adopt (a container is adopted by its marker
-/// only).
+/// VM's but for `forProvider` and the consent to adopt (pinned by a NIC's MAC: a container
+/// has no smbios1 uuid).
 pub fn lxc_schema() -> Value {
     let vm = json_schema();
     let mut metadata = vm["properties"]["metadata"].clone();
     let annotations = &mut metadata["properties"]["annotations"]["properties"];
-    for adopt in [super::ADOPT, super::ADOPT_UUID] {
-        annotations[adopt] = json!(false);
-    }
+    annotations[super::ADOPT_UUID] = json!(false);
+    annotations[super::ADOPT]["description"] =
+        json!("Take over the existing container with this VMID (written by proxsync import).");
+    annotations[super::ADOPT_HWADDR] = json!({
+        "description": "The MAC (hwaddr) of the container's first NIC when the spec was written: a reused VMID is never taken.",
+        "type": "string",
+        "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
+    });
     let mut spec = vm["properties"]["spec"].clone();
     let policies = &mut spec["properties"];
     policies["forProvider"] = lxc_for_provider_schema();
@@ -787,7 +792,11 @@ mod tests {
         assert_eq!(s["properties"]["kind"]["const"], "ProxmoxLXC");
         let fp = &s["properties"]["spec"]["properties"]["forProvider"];
         assert_eq!(fp["additionalProperties"], false);
-        assert_eq!(fp["required"], json!(["site", "node", "template"]));
+        // `template` is required unless the spec adopts (said in its description).
+        assert_eq!(fp["required"], json!(["site", "node"]));
+        let annotations = &s["properties"]["metadata"]["properties"]["annotations"]["properties"];
+        assert_eq!(annotations[crate::spec::ADOPT_UUID], json!(false));
+        assert!(annotations[crate::spec::ADOPT_HWADDR]["pattern"].is_string());
         let props = &fp["properties"];
         assert_eq!(
             keys(props),
@@ -837,9 +846,13 @@ mod tests {
                 .unwrap()
                 .contains("container")
         );
-        // A container is adopted by its marker, never by consent.
-        let annotations = &s["properties"]["metadata"]["properties"]["annotations"]["properties"];
-        assert_eq!(annotations["proxsync.io/adopt"], false);
+        // A container's consent is pinned by its NIC's MAC.
+        assert!(
+            annotations["proxsync.io/adopt"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("container")
+        );
         assert!(annotations["proxsync.io/renamed-from"].is_object());
         // The VM's schema is not changed by it.
         let vm = json_schema();

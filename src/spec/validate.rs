@@ -124,7 +124,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
         return (None, None);
     };
     let (api_version, kind) = api_version_and_kind(ctx, &top);
-    let meta = metadata(ctx, &top, root.pos);
+    let meta = metadata(ctx, &top, root.pos, kind);
     let name = meta.name.clone();
     let Some((policies, fp)) = spec_section(ctx, &top, kind) else {
         return (None, name);
@@ -168,18 +168,7 @@ fn container_for_provider(
     adopting: bool,
 ) -> ForProvider {
     let placement = placement(ctx, fp, name);
-    if adopting {
-        ctx.error(
-            fp.pos,
-            format!(
-                "{} (adoption by consent) is for VMs: it names a VM by its smbios1 uuid, which a \
-                 container has not. A container of this install is adopted by its marker; one \
-                 made elsewhere is not taken over",
-                super::ADOPT
-            ),
-        );
-    }
-    let own = super::container::container(ctx, fp, name, false);
+    let own = super::container::container(ctx, fp, name, adopting);
     let shared = super::container::shared_hardware(fp);
     let hardware = super::hardware::hardware(ctx, &shared, None, None);
     let guest = guest(ctx, fp);
@@ -457,8 +446,9 @@ struct Metadata {
     adopt: Option<Box<super::AdoptConsent>>,
 }
 
-/// `metadata`: the name, the tenant label and the `proxsync.io/renamed-from` annotation.
-fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
+/// `metadata`: the name, the tenant label and the `proxsync.io/renamed-from` annotation, and
+/// a consent to adopt (its proof the `kind`'s).
+fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos, kind: GuestKind) -> Metadata {
     let mut out = Metadata {
         name: None,
         name_pos: root_pos,
@@ -483,8 +473,7 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
     if let Some(annotations) = meta.get("annotations")
         && let Some(obj) = object(ctx, annotations, "metadata.annotations", None)
     {
-        let mut adopt_vmid = None;
-        let mut adopt_uuid = None;
+        let mut adopt = super::adopt::Written::default();
         for (k, k_pos, v) in &obj.entries {
             let text = string(ctx, v, &obj.path(k), "\"text\"");
             let Some(text) = text else { continue };
@@ -494,24 +483,28 @@ fn metadata(ctx: &mut Ctx, top: &Obj, root_pos: Pos) -> Metadata {
                         ctx.check(v.pos, check_spec_name(text).map(|()| text.to_string()));
                 }
                 crate::spec::ADOPT => {
-                    adopt_vmid = Some((ctx.check(v.pos, super::adopt::check_vmid(text)), v.pos))
+                    adopt.vmid = Some((ctx.check(v.pos, super::adopt::check_vmid(text)), v.pos))
                 }
                 crate::spec::ADOPT_UUID => {
-                    adopt_uuid = Some((ctx.check(v.pos, super::adopt::check_uuid(text)), v.pos))
+                    adopt.uuid = Some((ctx.check(v.pos, super::adopt::check_uuid(text)), v.pos))
+                }
+                crate::spec::ADOPT_HWADDR => {
+                    adopt.hwaddr = Some((ctx.check(v.pos, super::adopt::check_hwaddr(text)), v.pos))
                 }
                 other => unknown_annotation(ctx, other, *k_pos),
             }
         }
-        out.adopt = super::adopt::consent(ctx, adopt_vmid, adopt_uuid);
+        out.adopt = super::adopt::consent(ctx, kind, adopt);
     }
     out
 }
 
 /// The annotations proxsync reads; any other key under `proxsync.io/` is a mistake.
-const ANNOTATIONS: [&str; 3] = [
+const ANNOTATIONS: [&str; 4] = [
     crate::spec::RENAMED_FROM,
     crate::spec::ADOPT,
     crate::spec::ADOPT_UUID,
+    crate::spec::ADOPT_HWADDR,
 ];
 
 /// An annotation under `proxsync.io/` that proxsync does not know is an error: a typo would

@@ -368,7 +368,10 @@ fn a_vmid_reused_by_another_vm_is_never_taken() {
         "{message}"
     );
     assert!(message.contains("not 3f2504e0"), "{message}");
-    assert!(message.contains("another VM holds the VMID"), "{message}");
+    assert!(
+        message.contains("another guest holds the VMID"),
+        "{message}"
+    );
 }
 
 #[test]

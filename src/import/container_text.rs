@@ -1,0 +1,388 @@
+//! A container's spec from its config, pure: what `proxsync import` writes for one container.
+//!
+//! As for a VM ([`super::spec_text`]), each field proxsync manages is written as the container
+//! has it now, so the first cycle after the import finds nothing to change but the marker and
+//! the tag. Its NICs and mount points are left alone: a spec without `networks` or
+//! `mountPoints` never touches them (converge manages them only when the spec lists them).
+//! The consent pins the container by its first NIC's MAC: it has no smbios1 uuid.
+
+use std::collections::BTreeSet;
+
+use crate::pve::types::VmConfig;
+use crate::pve::values::{parse_pve_size, prop_value, pve_bool};
+use crate::spec::container::OS_TYPES;
+use crate::spec::{GIB, MIB, check_vm_name};
+
+use super::spec_text::{
+    Imported, VmFacts, Writer, description, ha_fields, header, left_alone, shared_options,
+    spec_name, tags_and_tenant,
+};
+
+/// The spec of container `ct`, named after its hostname (made a valid spec name, unique among
+/// `taken`, which gets it). Refused (`Err`, saying what to do) for a container a spec cannot
+/// adopt: no valid hostname, no NIC with a MAC, or a claim of some proxsync install on it.
+pub fn container_text(
+    ct: &VmFacts<'_>,
+    taken: &mut BTreeSet<String>,
+    observe: bool,
+) -> Result<Imported, String> {
+    let cfg = ct.config;
+    let (hostname, hwaddr) = adoptable(ct)?;
+    let name = spec_name(hostname, ct.vmid, taken);
+    let mut w = Writer::default();
+    let mut known: BTreeSet<String> = ["hostname", "cores", "memory", "tags", "description"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let mut notes: Vec<String> = Vec::new();
+    let (tags, tenant) = tags_and_tenant(cfg, &mut notes);
+    w.line(0, "apiVersion", Some("proxsync.io/v1"));
+    w.line(0, "kind", Some(crate::spec::LXC_KIND));
+    w.line(0, "metadata", None);
+    w.line(2, "name", Some(&name));
+    if let Some(t) = &tenant {
+        w.line(2, "labels", None);
+        w.line(4, "tenant-id", Some(t));
+    }
+    w.line(2, "annotations", None);
+    w.line(4, crate::spec::ADOPT, Some(&ct.vmid.to_string()));
+    w.line(4, crate::spec::ADOPT_HWADDR, Some(&hwaddr));
+    w.line(0, "spec", None);
+    w.comment(
+        2,
+        "Orphan: removing this spec releases the container, never deletes it. Delete once you trust it.",
+    );
+    w.line(2, "deletionPolicy", Some("Orphan"));
+    if observe {
+        w.comment(
+            2,
+            "Observe: proxsync only reports how the container differs (no adoption, no change). Remove it to let go.",
+        );
+        w.line(2, "managementPolicy", Some("Observe"));
+    }
+    w.line(2, "forProvider", None);
+    w.line(4, "site", Some(ct.site));
+    w.line(4, "node", Some(ct.node));
+    w.line(4, "hostname", Some(hostname));
+    let ha = ha_fields(ct, &mut notes);
+    // The HA manager decides an HA-managed container's power: the spec says what it keeps.
+    let running = match ha.as_ref().map(|h| h.0) {
+        Some("started") => true,
+        Some("stopped") => false,
+        _ => ct.running,
+    };
+    if !running {
+        w.line(4, "powerState", Some("stopped"));
+    }
+    resources(&mut w, cfg, &mut known, &mut notes);
+    own_options(&mut w, cfg, &mut known, &mut notes);
+    shared_options(&mut w, ct, &mut known, &mut notes);
+    if !tags.is_empty() {
+        w.list(4, "tags", &tags);
+    }
+    if let Some(text) = description(cfg, &mut notes) {
+        w.line(4, "description", Some(&text));
+    }
+    if let Some((state, max_restart, max_relocate, group)) = ha {
+        let group = group
+            .map(|g| format!(", group: {}", super::spec_text::quoted(g)))
+            .unwrap_or_default();
+        w.raw(
+            4,
+            &format!(
+                "ha: {{state: {state}, maxRestart: {max_restart}, maxRelocate: {max_relocate}{group}}}"
+            ),
+        );
+    }
+    let left_alone = left_alone(cfg, &known);
+    let mut text = header(ct, hostname, &left_alone, &notes);
+    text.push_str(&w.out);
+    Ok(Imported {
+        name,
+        vmid: ct.vmid,
+        text,
+        left_alone,
+    })
+}
+
+/// The container's hostname and first NIC's MAC, unless a spec cannot adopt it: no valid
+/// hostname, no NIC with a MAC (nothing would tell it from another container at its VMID), or
+/// a claim of some proxsync install on it (a tag or a marker line).
+fn adoptable<'c>(ct: &VmFacts<'c>) -> Result<(&'c str, String), String> {
+    let cfg = ct.config;
+    let vmid = ct.vmid;
+    let hostname = cfg
+        .get("hostname")
+        .filter(|h| check_vm_name(h).is_ok())
+        .ok_or_else(|| {
+            format!(
+                "container {vmid} has no valid hostname (a DNS name); give it one (pct set {vmid} \
+                 --hostname NAME) and import again"
+            )
+        })?;
+    let hwaddr = cfg.first_hwaddr().ok_or_else(|| {
+        format!(
+            "container {vmid} has no NIC with a MAC address, and a container has no smbios1 \
+             uuid: nothing would tell it from another container at VMID {vmid}, so it cannot be \
+             adopted by consent. Give it a NIC (pct set {vmid} --net0 name=eth0,bridge=vmbr0) and \
+             import again"
+        )
+    })?;
+    if let Some(tag) = cfg.tags().into_iter().find(|t| t.starts_with("proxsync")) {
+        return Err(format!(
+            "container {vmid} carries the tag {tag}: an install of proxsync manages it (proxsync \
+             adopt confirms a container of this install's)"
+        ));
+    }
+    if cfg
+        .description()
+        .is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX))
+    {
+        return Err(format!(
+            "container {vmid} carries a proxsync marker line: some install of proxsync made it"
+        ));
+    }
+    Ok((hostname, hwaddr))
+}
+
+/// A size as the spec writes it: whole GiB, else whole MiB.
+fn size_text(bytes: u64) -> String {
+    if bytes.is_multiple_of(GIB) {
+        format!("{}Gi", bytes / GIB)
+    } else {
+        format!("{}Mi", bytes.div_ceil(MIB))
+    }
+}
+
+/// Cores, memory, swap, CPU limits and the root filesystem.
+fn resources(
+    w: &mut Writer,
+    cfg: &VmConfig,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
+    let number = |k: &str| cfg.get(k).and_then(|v| v.trim().parse::<u64>().ok());
+    let cores = number("cores").unwrap_or(0);
+    if cores == 0 {
+        notes.push(
+            "the container has no cores limit (every host CPU); a spec always says how many: \
+             cores: 1 is written, which the first cycle sets. Change it before committing"
+                .into(),
+        );
+    }
+    w.num(4, "cores", cores.max(1));
+    let memory = number("memory").unwrap_or(512);
+    w.line(4, "memory", Some(&format!("{memory}Mi")));
+    if let Some(swap) = number("swap") {
+        w.line(4, "swap", Some(&format!("{swap}Mi")));
+        known.insert("swap".into());
+    }
+    if let Some(limit) = cfg
+        .get("cpulimit")
+        .filter(|l| l.parse::<f64>().is_ok_and(|v| v > 0.0))
+    {
+        w.raw(4, &format!("cpuLimit: {limit}"));
+    }
+    known.insert("cpulimit".into());
+    if let Some(units) = number("cpuunits") {
+        w.num(4, "cpuUnits", units);
+        known.insert("cpuunits".into());
+    }
+    let Some(rootfs) = cfg.get("rootfs") else {
+        return;
+    };
+    let volume = rootfs.split(',').next().unwrap_or_default();
+    let storage = volume.split_once(':').map(|(s, _)| s);
+    let size = prop_value(rootfs, "size", None).and_then(parse_pve_size);
+    match (storage, size) {
+        (Some(storage), Some(size)) if size > 0 => {
+            w.raw(
+                4,
+                &format!("rootfs: {{storage: {storage}, size: {}}}", size_text(size)),
+            );
+            known.insert("rootfs".into());
+        }
+        _ => notes.push(format!(
+            "rootfs {volume} has no storage and size a spec holds: the spec's default (8Gi on \
+             local-lvm) would grow it; write rootfs before committing"
+        )),
+    }
+}
+
+/// `unprivileged`, `features` (nesting), DNS and the OS type.
+fn own_options(
+    w: &mut Writer,
+    cfg: &VmConfig,
+    known: &mut BTreeSet<String>,
+    notes: &mut Vec<String>,
+) {
+    let unprivileged = cfg.get("unprivileged").is_some_and(pve_bool);
+    if !unprivileged {
+        w.flag(4, "unprivileged", false);
+    }
+    known.insert("unprivileged".into());
+    if let Some(features) = cfg.get("features") {
+        let nesting = prop_value(features, "nesting", None).is_some_and(pve_bool);
+        let others = features
+            .split(',')
+            .any(|p| !p.is_empty() && !p.starts_with("nesting="));
+        if nesting && unprivileged {
+            w.raw(4, "features: {nesting: true}");
+            if !others {
+                known.insert("features".into());
+            }
+        }
+        if others || (nesting && !unprivileged) {
+            notes.push(format!(
+                "features {features} are kept as they are: a spec holds only nesting, and only \
+                 for an unprivileged container"
+            ));
+        }
+    }
+    if let Some(servers) = cfg.get("nameserver") {
+        let list: Vec<String> = servers.split_whitespace().map(str::to_string).collect();
+        w.list(4, "nameserver", &list);
+        known.insert("nameserver".into());
+    }
+    if let Some(domain) = cfg.get("searchdomain") {
+        w.line(4, "searchdomain", Some(domain));
+        known.insert("searchdomain".into());
+    }
+    if let Some(os) = cfg.get("ostype").filter(|o| OS_TYPES.contains(o)) {
+        w.line(4, "osType", Some(os));
+        known.insert("ostype".into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::parse_file;
+
+    fn config(pairs: &[(&str, &str)]) -> VmConfig {
+        VmConfig {
+            values: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn import(cfg: &VmConfig, running: bool) -> Result<Imported, String> {
+        let ct = VmFacts {
+            kind: crate::guest::GuestKind::Lxc,
+            site: "lab",
+            vmid: 120,
+            node: "pve2",
+            running,
+            pool: Some("infra"),
+            ha_state: None,
+            ha: None,
+            config: cfg,
+        };
+        container_text(&ct, &mut BTreeSet::new(), false)
+    }
+
+    const NET0: &str = "name=eth0,bridge=vmbr0,hwaddr=bc:24:11:5e:0a:01,ip=dhcp,type=veth";
+
+    /// Every field a container spec holds is written as the container has it, and the result
+    /// parses as a spec whose consent pins the first NIC's MAC.
+    #[test]
+    fn a_containers_fields_are_written_as_it_has_them() {
+        let cfg = config(&[
+            ("hostname", "dns-fra-02"),
+            ("cores", "2"),
+            ("memory", "1024"),
+            ("swap", "256"),
+            ("cpulimit", "1.5"),
+            ("rootfs", "local-lvm:vm-120-disk-0,size=12G"),
+            ("net0", NET0),
+            (
+                "net1",
+                "name=eth1,bridge=vmbr1,hwaddr=BC:24:11:5E:0A:02,type=veth",
+            ),
+            ("mp0", "local-lvm:vm-120-disk-1,mp=/srv,size=4G"),
+            ("unprivileged", "1"),
+            ("features", "nesting=1,keyctl=1"),
+            ("nameserver", "9.9.9.9 1.1.1.1"),
+            ("searchdomain", "example.org"),
+            ("ostype", "debian"),
+            ("onboot", "1"),
+            ("tags", "dns;prod"),
+            ("description", "resolver\n"),
+            ("arch", "amd64"),
+        ]);
+        let imported = import(&cfg, true).unwrap();
+        let (specs, diags) = parse_file("ct.yaml", imported.text.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}\n{}", imported.text);
+        let spec = &specs[0];
+        assert_eq!(spec.kind, crate::guest::GuestKind::Lxc);
+        assert_eq!(
+            spec.adopt.as_deref().map(|c| (c.vmid, c.proof.clone())),
+            Some((
+                120,
+                crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into())
+            ))
+        );
+        assert_eq!(
+            (spec.name.as_str(), spec.vm_name.as_str()),
+            ("dns-fra-02", "dns-fra-02")
+        );
+        assert_eq!((spec.cpu, spec.memory_mib), (2, 1024));
+        assert_eq!(spec.disk_bytes, 12 * GIB);
+        assert_eq!(spec.storage, "local-lvm");
+        let ct = spec.container.as_deref().unwrap();
+        assert_eq!(ct.swap_mib, Some(256));
+        assert_eq!(ct.cpu_limit.as_deref(), Some("1.5"));
+        assert!(
+            ct.networks.is_none() && ct.mount_points.is_none(),
+            "left alone"
+        );
+        assert_eq!(ct.features.as_ref().and_then(|f| f.nesting), Some(true));
+        assert_eq!(
+            ct.nameserver.as_deref(),
+            Some(&["9.9.9.9".to_string(), "1.1.1.1".to_string()][..])
+        );
+        assert_eq!(ct.os_type.as_deref(), Some("debian"));
+        assert_eq!(spec.tags, vec!["dns".to_string(), "prod".to_string()]);
+        for kept in ["net0", "net1", "mp0", "arch", "features"] {
+            assert!(
+                imported.left_alone.iter().any(|k| k == kept),
+                "{kept}: {:?}",
+                imported.left_alone
+            );
+        }
+        assert!(
+            imported.text.contains("keyctl"),
+            "the note names the kept flags"
+        );
+        assert!(
+            imported.text.contains("from container 120"),
+            "{}",
+            imported.text
+        );
+        // Stopped, privileged: said so.
+        let mut cfg = cfg;
+        cfg.values.insert("unprivileged".into(), "0".into());
+        let imported = import(&cfg, false).unwrap();
+        let (specs, diags) = parse_file("ct.yaml", imported.text.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}\n{}", imported.text);
+        let ct = specs[0].container.as_deref().unwrap();
+        assert!(!ct.unprivileged && ct.features.is_none());
+        assert_eq!(specs[0].power_state, crate::spec::PowerState::Stopped);
+    }
+
+    #[test]
+    fn a_container_without_a_mac_or_claimed_is_refused() {
+        let bare = config(&[
+            ("hostname", "x"),
+            ("rootfs", "local-lvm:vm-120-disk-0,size=8G"),
+        ]);
+        let why = import(&bare, true).unwrap_err();
+        assert!(why.contains("no NIC with a MAC"), "{why}");
+        let tagged = config(&[("hostname", "x"), ("net0", NET0), ("tags", "proxsync.main")]);
+        assert!(import(&tagged, true).unwrap_err().contains("proxsync.main"));
+        let unnamed = config(&[("net0", NET0)]);
+        assert!(import(&unnamed, true).unwrap_err().contains("hostname"));
+    }
+}
