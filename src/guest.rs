@@ -50,6 +50,11 @@ impl GuestKind {
         }
     }
 
+    /// One guest of this kind named in a message: `VM 101` or `container 101`.
+    pub fn named(self, vmid: u32) -> String {
+        format!("{} {vmid}", self.noun())
+    }
+
     /// PVE's command line tool for the kind, named in advice (`qm unlock 100`).
     pub fn cli(self) -> &'static str {
         match self {
@@ -76,5 +81,11 @@ mod tests {
         assert_eq!(GuestKind::Qemu.ha_sid(100), "vm:100");
         assert_eq!(GuestKind::Lxc.ha_sid(101), "ct:101");
         assert_eq!(GuestKind::Lxc.spec_kind(), "ProxmoxLXC");
+    }
+
+    #[test]
+    fn named_says_the_kind_and_the_vmid() {
+        assert_eq!(GuestKind::Qemu.named(101), "VM 101");
+        assert_eq!(GuestKind::Lxc.named(101), "container 101");
     }
 }

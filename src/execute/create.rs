@@ -459,9 +459,14 @@ pub(super) async fn adopt(
         .and_then(|vm| vm.marker.clone())
         .filter(|m| m.spec == spec.name)
     else {
+        let kind = vm.map_or(spec.kind, |vm| vm.kind);
         return Err(fail(
             Category::Conflict,
-            format!("VM {vmid} does not carry the marker of spec {}", spec.name),
+            format!(
+                "{} does not carry the marker of spec {}",
+                kind.named(vmid),
+                spec.name
+            ),
         ));
     };
     let uid = if m.install == ctx.install_id {
@@ -546,10 +551,10 @@ pub(super) async fn relabel(
         return Err(fail(
             Category::Conflict,
             format!(
-                "the record of spec {from} has a create or delete of VM {} in flight: not \
-                 re-labelling VM {} until it ends",
-                r.vmid().unwrap_or_default(),
-                vm.vmid
+                "the record of spec {from} has a create or delete of {} in flight: not \
+                 re-labelling {} until it ends",
+                r.kind.named(r.vmid().unwrap_or_default()),
+                vm.kind.named(vm.vmid)
             ),
         ));
     }
@@ -573,8 +578,9 @@ pub(super) async fn relabel(
         fail(
             Category::Conflict,
             format!(
-                "not re-labelling VM {} from spec {from} to {}: {why}",
-                vm.vmid, spec.name
+                "not re-labelling {} from spec {from} to {}: {why}",
+                vm.kind.named(vm.vmid),
+                spec.name
             ),
         )
     };

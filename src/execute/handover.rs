@@ -206,15 +206,19 @@ pub(super) async fn take_over(
         fail(
             Category::Conflict,
             format!(
-                "VM {vmid} no longer carries a verifying marker of spec {} from another install \
+                "{} no longer carries a verifying marker of spec {} from another install \
                  ({why}); not adopting it",
+                kind.named(vmid),
                 spec.name
             ),
         )
     })?;
     if let Some(held) = cfg.tags().iter().find(|t| t.starts_with("proxsync.")) {
         return Ok(TakeOver::Not(Outcome::Waiting {
-            reason: format!("VM {vmid} carries the ownership tag {held}: not released yet"),
+            reason: format!(
+                "{} carries the ownership tag {held}: not released yet",
+                kind.named(vmid)
+            ),
         }));
     }
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {

@@ -113,13 +113,14 @@ pub(super) async fn inspect_known(
                 let tasks =
                     creator_tasks(site, vmid, &node, clone_of.as_ref(), *started_ms).await?;
                 if !tasks.is_empty() {
-                    return Ok(busy(vmid, lock, tasks));
+                    return Ok(busy(kind, vmid, lock, tasks));
                 }
                 if !settled && within_request_window(ctx, site, *started_ms) {
                     // The task listing may lag behind the config it wrote.
                     return Ok(Found::Busy {
                         reason: format!(
-                            "VM {vmid} is locked ({lock}) by a create or clone that started moments ago"
+                            "{} is locked ({lock}) by a create or clone that started moments ago",
+                            kind.named(vmid)
                         ),
                         upid: None,
                     });
@@ -137,7 +138,7 @@ pub(super) async fn inspect_known(
                     let tasks =
                         creator_tasks(site, vmid, &node, clone_of.as_ref(), *started_ms).await?;
                     if !tasks.is_empty() {
-                        return Ok(busy(vmid, "create", tasks));
+                        return Ok(busy(kind, vmid, "create", tasks));
                     }
                 }
                 Ok(Found::Ours(node))
@@ -149,14 +150,15 @@ pub(super) async fn inspect_known(
             let clone_of = clone_of.as_ref().filter(|_| known != Known::OwnTaskEnded);
             let tasks = creator_tasks(site, vmid, intent_node, clone_of, *started_ms).await?;
             if !tasks.is_empty() {
-                return Ok(busy(vmid, "create", tasks));
+                return Ok(busy(kind, vmid, "create", tasks));
             }
             if !settled && within_request_window(ctx, site, *started_ms) {
                 let ago = ctx.clock.now_ms().saturating_sub(*started_ms) / 1000;
                 return Ok(Found::Busy {
                     reason: format!(
-                        "VM {vmid} does not exist yet; the create request sent {ago}s ago may still \
-                         arrive, so it is not sent again before its request timeout has passed"
+                        "{} does not exist yet; the create request sent {ago}s ago may still \
+                         arrive, so it is not sent again before its request timeout has passed",
+                        kind.named(vmid)
                     ),
                     upid: None,
                 });
@@ -210,9 +212,10 @@ async fn first_config(
     Ok(None)
 }
 
-fn busy(vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
+fn busy(kind: GuestKind, vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
     let reason = format!(
-        "VM {vmid} is being made ({lock}) by task {}; waiting for it",
+        "{} is being made ({lock}) by task {}; waiting for it",
+        kind.named(vmid),
         tasks[0]
     );
     let upid = (tasks.len() == 1).then(|| tasks[0].clone());

@@ -5,6 +5,7 @@
 //! running: the next cycle starts it, which applies the pending changes too.
 
 use crate::category::Category;
+use crate::guest::GuestKind;
 use crate::plan::reboot_due;
 use crate::pve::types::PendingEntry;
 use crate::pve::{Pve, TaskOutcome};
@@ -71,7 +72,7 @@ pub(super) async fn reboot_if_due(
                 return Ok(Some(o));
             }
         }
-        Err(e) if e.task_failed && !force => return Err(given_up(vmid, timeout, e)),
+        Err(e) if e.task_failed && !force => return Err(given_up(kind, vmid, timeout, e)),
         Err(e) => return Err(e.into()),
     }
     // Stopped: this counts as a reboot (a guest that refused to shut down did not, and is
@@ -91,17 +92,23 @@ pub(super) async fn reboot_if_due(
     Ok(None)
 }
 
-/// The guest did not power off within `timeout`: the VM keeps running, its changes pending.
-fn given_up(vmid: u32, timeout: u32, e: super::WaitError) -> ActionError {
-    fail(
-        Category::TaskFailed,
-        format!(
+/// The guest did not power off within `timeout`: it keeps running, its changes pending. A
+/// VM's shutdown is the guest's ACPI (or agent) shutdown; a container's is its init's.
+fn given_up(kind: GuestKind, vmid: u32, timeout: u32, e: super::WaitError) -> ActionError {
+    let why = ActionError::from(e).message;
+    let message = match kind {
+        GuestKind::Qemu => format!(
             "the reboot of VM {vmid} was given up: the guest did not shut down within {timeout} s \
-             ({}). It keeps running with its changes pending; set forceStopAfter to stop it hard \
-             after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)",
-            ActionError::from(e).message
+             ({why}). It keeps running with its changes pending; set forceStopAfter to stop it \
+             hard after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)"
         ),
-    )
+        GuestKind::Lxc => format!(
+            "the reboot of container {vmid} was given up: the container did not shut down within \
+             {timeout} s ({why}). It keeps running with its changes pending; set forceStopAfter \
+             to stop it hard after a while, or check why its init does not shut it down"
+        ),
+    };
+    fail(Category::TaskFailed, message)
 }
 
 /// Whether the VM is HA-managed: the spec puts it under the HA manager, or the listing shows
@@ -146,7 +153,7 @@ async fn ha_reboot(
             }));
         }
         Ok(_) => {}
-        Err(e) if e.task_failed => return Err(given_up(vmid, timeout, e)),
+        Err(e) if e.task_failed => return Err(given_up(kind, vmid, timeout, e)),
         Err(e) => return Err(e.into()),
     }
     rec.last_reboot_ms = Some(ctx.clock.now_ms());
@@ -169,5 +176,36 @@ impl RebootSlots {
         }
         *n += 1;
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> super::super::WaitError {
+        super::super::WaitError {
+            task_failed: true,
+            error: fail(Category::TaskFailed, "shutdown timed out"),
+        }
+    }
+
+    /// A container's given-up reboot names it a container and gives a container's advice; a
+    /// VM's keeps its ACPI advice.
+    #[test]
+    fn a_given_up_reboot_names_the_guest_and_advises_for_its_kind() {
+        let ct = given_up(GuestKind::Lxc, 101, 60, failed()).message;
+        assert!(
+            ct.starts_with("the reboot of container 101 was given up: the container did not"),
+            "{ct}"
+        );
+        assert!(ct.contains("set forceStopAfter"), "{ct}");
+        assert!(
+            !ct.contains("ACPI") && !ct.contains("qemu-guest-agent"),
+            "{ct}"
+        );
+        let vm = given_up(GuestKind::Qemu, 100, 60, failed()).message;
+        assert!(vm.starts_with("the reboot of VM 100 was given up"), "{vm}");
+        assert!(vm.contains("qemu-guest-agent or acpid"), "{vm}");
     }
 }

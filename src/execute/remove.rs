@@ -127,7 +127,10 @@ pub(super) async fn remove(
             |why| {
                 fail(
                     Category::Conflict,
-                    format!("VM {vmid} changed identity during the delete ({why}); not deleting"),
+                    format!(
+                        "{} changed identity during the delete ({why}); not deleting",
+                        kind.named(vmid)
+                    ),
                 )
             },
         )?;
@@ -210,7 +213,10 @@ async fn unprotect(
             rec.note(
                 ctx.clock.now_ms(),
                 "protection cleared",
-                &format!("VM {vmid}: its removed spec managed protection; cleared to delete it"),
+                &format!(
+                    "{}: its removed spec managed protection; cleared to delete it",
+                    kind.named(vmid)
+                ),
             );
             Ok(())
         }
@@ -299,7 +305,10 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             .map_err(|why| {
                 fail(
                     Category::Conflict,
-                    format!("VM {vmid} is not ours any more ({why}); not deleting"),
+                    format!(
+                        "{} is not ours any more ({why}); not deleting",
+                        kind.named(vmid)
+                    ),
                 )
             })?;
         if cfg.lock().is_some() {

@@ -2146,3 +2146,50 @@ async fn a_kind_changed_while_its_create_is_in_flight_makes_no_second_guest() {
     assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
     assert_eq!(w.intent().0, vmid, "the intent stays");
 }
+
+/// A container's messages name it a container, not a VM: a create request that may still
+/// arrive (the intent), and a marker changed between the plan and a converge (its config read).
+#[tokio::test(start_paused = true)]
+async fn a_containers_messages_name_it_a_container() {
+    let mut w = ct_world();
+    w.pve().fault(
+        "create_ct",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "POST".into(),
+            path: "/nodes/pve1/lxc".into(),
+            status: 596,
+            message: "Connection timed out".into(),
+            errors: Default::default(),
+        }),
+    );
+    assert!(matches!(w.run(w.create()).await, Outcome::Failed(_)));
+    let (vmid, _) = w.intent();
+    w.task_wait = Duration::ZERO;
+    let outcome = w.run(w.resume()).await;
+    let Outcome::Waiting { reason } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        reason.starts_with(&format!("container {vmid} does not exist yet;")),
+        "{reason}"
+    );
+
+    let w = ct_world();
+    let vmid = w.made().await;
+    let theirs = crate::ownership::Marker::signed(&w.key, "main", "db-01", "u9", vmid);
+    let outcome = w
+        .run_changed(converge_action(&w, vmid), |pve| {
+            pve.set_config_value(vmid, "description", Some(&theirs.description()));
+        })
+        .await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        e.message.starts_with(&format!(
+            "container {vmid} does not carry the marker of spec web-01"
+        )),
+        "{}",
+        e.message
+    );
+}

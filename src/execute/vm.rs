@@ -60,7 +60,8 @@ pub(super) async fn check_lock(
         {
             return Ok(Some(Outcome::Waiting {
                 reason: format!(
-                    "VM {vmid} is locked ({lock}) by task {}; waiting for it",
+                    "{} is locked ({lock}) by task {}; waiting for it",
+                    kind.named(vmid),
                     t.upid
                 ),
             }));
@@ -108,7 +109,7 @@ pub(super) async fn read_own_config(
             ctx.store.transition(&spec.name, rec, VmState::Absent)?;
             return Err(fail(
                 Category::NotFound,
-                format!("VM {vmid} is gone; it will be created again"),
+                format!("{} is gone; it will be created again", kind.named(vmid)),
             ));
         }
         Err(e) => return Err(e.into()),
@@ -121,7 +122,8 @@ pub(super) async fn read_own_config(
             Err(fail(
                 Category::Conflict,
                 format!(
-                    "VM {vmid} does not carry the marker of spec {}: not touching it ({why})",
+                    "{} does not carry the marker of spec {}: not touching it ({why})",
+                    kind.named(vmid),
                     spec.name
                 ),
             ))
@@ -328,8 +330,9 @@ pub(super) async fn settle_ha(
             let what = if want_running { "start" } else { "stop" };
             return Ok(Some(Outcome::Waiting {
                 reason: format!(
-                    "VM {vmid} is HA-managed: the HA manager has the request to {what} it \
-                     (task {upid}) but has not done it yet; checking again"
+                    "{} is HA-managed: the HA manager has the request to {what} it (task \
+                     {upid}) but has not done it yet; checking again",
+                    kind.named(vmid)
                 ),
             }));
         }

@@ -9,6 +9,7 @@ use super::{
     TaskSummary, kinds,
 };
 use crate::execute::Outcome;
+use crate::guest::GuestKind;
 use crate::observe::{ObservedVm, SiteView};
 use crate::plan::{Action, Duplicate, Verdict};
 use crate::spec::Spec;
@@ -108,25 +109,31 @@ pub(crate) fn spec_status(
     // NodeHealthy: the VM's node, or the spec's node before there is a VM.
     let node = st.node.clone();
     c.push(node_healthy(view, &node));
-    let mut prov = provisioned(rec, vmid);
+    let kind = spec.kind;
+    let mut prov = provisioned(kind, rec, vmid);
     if let (Reason::NotCreated, Some(id)) = (prov.reason, observed) {
-        prov.message = format!("VM {id} exists and is observed only: neither made nor adopted");
+        prov.message = format!(
+            "{} exists and is observed only: neither made nor adopted",
+            kind.named(id)
+        );
     }
     c.push(prov);
-    c.push(reboot_pending(rec));
+    c.push(reboot_pending(kind, rec));
 
     let error = rec.and_then(|r| r.last_error.as_deref());
     let (mut ready, reconciling) =
         ready_and_reconciling(spec, rec, vm, verdict, outcome, error, planned);
     if let Some(d) = duplicate {
-        ready = duplicate_vm(d);
+        ready = duplicate_vm(kind, d);
     }
     c.push(ready);
     c.push(reconciling);
     match verdict {
-        Some(Verdict::Observed { vmid, drift }) => c.push(synced(*vmid, drift, "observe-only")),
+        Some(Verdict::Observed { vmid, drift }) => {
+            c.push(synced(kind, *vmid, drift, "observe-only"));
+        }
         Some(Verdict::Suspended { vmid, drift, by }) => {
-            c.push(synced(*vmid, drift, "suspended"));
+            c.push(synced(kind, *vmid, drift, "suspended"));
             c.push(suspended(spec, by));
         }
         _ => {}
@@ -148,19 +155,27 @@ pub(crate) fn spec_status(
 /// `Synced` of an observe-only spec: whether its VM matches it, each differing field with the
 /// spec's value and the VM's.
 /// `while`: why nothing is done (`observe-only`, `suspended`).
-fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift], while_: &str) -> ConditionInput {
+fn synced(
+    kind: GuestKind,
+    vmid: Option<u32>,
+    drift: &[crate::plan::FieldDrift],
+    while_: &str,
+) -> ConditionInput {
     match vmid {
         None => ConditionInput::new(
             kinds::SYNCED,
             S::False,
             Reason::Drifted,
-            format!("no VM of the spec was found; nothing is created while it is {while_}"),
+            format!(
+                "no {} of the spec was found; nothing is created while it is {while_}",
+                kind.noun()
+            ),
         ),
         Some(id) if drift.is_empty() => ConditionInput::new(
             kinds::SYNCED,
             S::True,
             Reason::InSync,
-            format!("VM {id} matches the spec in what the cluster listing shows"),
+            matches_listing(kind, id),
         ),
         Some(id) => {
             let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
@@ -168,9 +183,31 @@ fn synced(vmid: Option<u32>, drift: &[crate::plan::FieldDrift], while_: &str) ->
                 kinds::SYNCED,
                 S::False,
                 Reason::Drifted,
-                format!("VM {id} differs from the spec: {}", fields.join("; ")),
+                format!(
+                    "{} differs from the spec: {}",
+                    kind.named(id),
+                    fields.join("; ")
+                ),
             )
         }
+    }
+}
+
+/// The guest matches its spec as far as the cluster listing shows (an observe-only or
+/// suspended spec's guest).
+fn matches_listing(kind: GuestKind, vmid: u32) -> String {
+    format!(
+        "{} matches the spec in what the cluster listing shows",
+        kind.named(vmid)
+    )
+}
+
+/// Several guests named in one message: `VMs` for a VM's spec; `guests` for a container's, as
+/// the others that claim it may be of either kind.
+fn several(kind: GuestKind) -> &'static str {
+    match kind {
+        GuestKind::Qemu => "VMs",
+        GuestKind::Lxc => "guests",
     }
 }
 
@@ -189,27 +226,28 @@ fn suspended(spec: &Spec, by: &crate::store::Suspension) -> ConditionInput {
         S::True,
         Reason::Suspended,
         format!(
-            "suspended {}; no action is taken for its VM; {resume}",
-            crate::plan::suspension_words(by)
+            "suspended {}; no action is taken for its {}; {resume}",
+            crate::plan::suspension_words(by),
+            spec.kind.noun()
         ),
     )
 }
 
 /// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
-fn duplicate_vm(d: &Duplicate) -> ConditionInput {
+fn duplicate_vm(kind: GuestKind, d: &Duplicate) -> ConditionInput {
     let extras: Vec<String> = d.extras.iter().map(u32::to_string).collect();
+    let (kept, noun, many) = (kind.named(d.kept), kind.noun(), several(kind));
     if let Some(from) = &d.renamed_from {
         return ConditionInput::new(
             kinds::READY,
             S::False,
             Reason::DuplicateVm,
             format!(
-                "VM {} is this spec's, and VMs {} on site {} claim it too, among them the VM of \
-                 spec {from}, which this spec is renamed from ({}): the spec had a VM of its own \
-                 already. proxsync never deletes spec {from}'s VM while the annotation names it: \
-                 check them and delete what you do not need by hand, or remove the annotation \
-                 (spec {from}'s VM is then an orphan of this install)",
-                d.kept,
+                "{kept} is this spec's, and {many} {} on site {} claim it too, among them the \
+                 {noun} of spec {from}, which this spec is renamed from ({}): the spec had a \
+                 {noun} of its own already. proxsync never deletes spec {from}'s {noun} while the \
+                 annotation names it: check them and delete what you do not need by hand, or \
+                 remove the annotation (spec {from}'s {noun} is then an orphan of this install)",
                 extras.join(", "),
                 d.site,
                 crate::spec::RENAMED_FROM,
@@ -221,13 +259,12 @@ fn duplicate_vm(d: &Duplicate) -> ConditionInput {
         S::False,
         Reason::DuplicateVm,
         format!(
-            "VMs {} and {} on site {} all carry this spec's marker; VM {} is the spec's, the others \
-             are listed in _orphans.yaml (deleted when tagged, stopped and past the orphan grace \
-             period; otherwise delete them by hand after checking them)",
+            "{many} {} and {} on site {} all carry this spec's marker; {kept} is the spec's, the \
+             others are listed in _orphans.yaml (deleted when tagged, stopped and past the orphan \
+             grace period; otherwise delete them by hand after checking them)",
             d.kept,
             extras.join(", "),
             d.site,
-            d.kept
         ),
     )
 }
@@ -245,6 +282,7 @@ fn ready_and_reconciling(
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let vmid = rec.and_then(|r| r.vm.made_vmid());
+    let (kind, noun) = (spec.kind, spec.kind.noun());
     match verdict {
         Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
         Some(Verdict::BackingOff { until_ms }) => {
@@ -303,22 +341,23 @@ fn ready_and_reconciling(
                 kinds::READY,
                 S::Unknown,
                 Reason::NotReady,
-                format!("VM {vmid} is listed with an unknown state"),
+                format!("{} is listed with an unknown state", kind.named(*vmid)),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
                 Reason::NotReady,
-                "waiting for the VM's state",
+                format!("waiting for the {noun}'s state"),
             ),
         ),
         Some(Verdict::HeldByInstall { install, vmid }) => {
             let msg = format!(
-                "VM {vmid} carries this spec's marker for install {install} and that install's \
+                "{} carries this spec's marker for install {install} and that install's \
                  ownership tag: the spec moved here from install {install} ([source] selector), \
-                 which hands the VM over at its next cycle (its tag removed); this install then \
-                 adopts it. Nothing is created meanwhile. If install {install} is unrelated and \
-                 only uses the same spec and VM name, rename one of them"
+                 which hands the {noun} over at its next cycle (its tag removed); this install \
+                 then adopts it. Nothing is created meanwhile. If install {install} is unrelated \
+                 and only uses the same spec and {noun} name, rename one of them",
+                kind.named(*vmid)
             );
             (
                 ConditionInput::new(kinds::READY, S::False, Reason::HeldByInstall, msg),
@@ -326,7 +365,10 @@ fn ready_and_reconciling(
                     kinds::RECONCILING,
                     S::True,
                     Reason::HeldByInstall,
-                    format!("waiting for install {install} to hand VM {vmid} over"),
+                    format!(
+                        "waiting for install {install} to hand {} over",
+                        kind.named(*vmid)
+                    ),
                 ),
             )
         }
@@ -351,11 +393,11 @@ fn ready_and_reconciling(
                     kinds::READY,
                     S::True,
                     Reason::Observed,
-                    format!("VM {id} matches the spec in what the cluster listing shows"),
+                    matches_listing(kind, *id),
                 ),
                 _ => ConditionInput {
                     kind: kinds::READY,
-                    ..synced(*vmid, drift, "observe-only")
+                    ..synced(kind, *vmid, drift, "observe-only")
                 },
             };
             (
@@ -364,8 +406,10 @@ fn ready_and_reconciling(
                     kinds::RECONCILING,
                     S::False,
                     Reason::Observing,
-                    "managementPolicy: Observe: proxsync never creates, changes, powers or \
-                     deletes this VM; set Full to apply the spec",
+                    format!(
+                        "managementPolicy: Observe: proxsync never creates, changes, powers or \
+                         deletes this {noun}; set Full to apply the spec"
+                    ),
                 ),
             )
         }
@@ -384,7 +428,7 @@ fn ready_and_reconciling(
         }
         Some(Verdict::WaitingForDependencies { on, elsewhere }) => {
             let mut msg = format!(
-                "waiting for {on} to be Ready (dependsOn): the VM is not created, started or \
+                "waiting for {on} to be Ready (dependsOn): the {noun} is not created, started or \
                  rebooted until then"
             );
             if *elsewhere {
@@ -409,12 +453,12 @@ fn ready_and_reconciling(
                     kinds::READY,
                     S::True,
                     Reason::Suspended,
-                    format!("VM {id} matches the spec in what the cluster listing shows"),
+                    matches_listing(kind, *id),
                 ),
                 _ => ConditionInput {
                     kind: kinds::READY,
                     reason: Reason::Suspended,
-                    ..synced(*vmid, drift, "suspended")
+                    ..synced(kind, *vmid, drift, "suspended")
                 },
             };
             let words = crate::plan::suspension_words(by);
@@ -424,19 +468,17 @@ fn ready_and_reconciling(
                     kinds::RECONCILING,
                     S::False,
                     Reason::Suspended,
-                    format!("suspended {words}: proxsync takes no action for this VM"),
+                    format!("suspended {words}: proxsync takes no action for this {noun}"),
                 ),
             )
         }
         Some(Verdict::Migrating { from, to, vmid }) => {
-            let (mut ready, mut reconciling) = acting(rec, Some(*vmid), outcome, None);
+            let (mut ready, mut reconciling) = acting(kind, rec, Some(*vmid), outcome, None);
             if ready.reason == Reason::Updating {
                 // A container cannot move live: PVE stops it, moves it and starts it again.
-                let message = match spec.kind {
-                    crate::guest::GuestKind::Qemu => {
-                        format!("migrating VM {vmid} from node {from} to node {to}")
-                    }
-                    crate::guest::GuestKind::Lxc => format!(
+                let message = match kind {
+                    GuestKind::Qemu => format!("migrating VM {vmid} from node {from} to node {to}"),
+                    GuestKind::Lxc => format!(
                         "migrating container {vmid} from node {from} to node {to} with a restart \
                          migration: it is shut down, moved and started again there"
                     ),
@@ -449,32 +491,36 @@ fn ready_and_reconciling(
             (ready, reconciling)
         }
         Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
-            acting(rec, vmid, outcome, planned)
+            acting(kind, rec, vmid, outcome, planned)
         }
     }
 }
 
 /// The verdicts that hold a spec until a person decides, with the reason and what to do.
 fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
+    let (kind, noun) = (spec.kind, spec.kind.noun());
     match verdict {
         Verdict::RenameSuspected { from, vmid } => (
             Reason::RenameSuspected,
             format!(
                 "this commit removes spec {from} and adds this one with the same content: a rename of \
-                 metadata.name? Neither is VM {vmid} deleted nor a new VM created. To keep VM {vmid} \
+                 metadata.name? Neither is {named} deleted nor a new {noun} created. To keep {named} \
                  under this name, add the annotation {}: {from} to this spec's metadata; to replace \
                  it, change the content or remove the specs in separate commits",
-                crate::spec::RENAMED_FROM
+                crate::spec::RENAMED_FROM,
+                named = kind.named(*vmid)
             ),
         ),
         Verdict::SiteMoved { from, vmid } => (
             Reason::SiteMoved,
             format!(
-                "VM {vmid} of this spec is on site {from}, and the spec now names site {}. proxsync \
-                 never moves a VM between clusters by itself (a create here and a delete there). \
-                 Move the spec back to site {from}, or move what you need off VM {vmid}, delete it \
-                 on {from}, and the VM is then created on site {}",
-                spec.site, spec.site
+                "{named} of this spec is on site {from}, and the spec now names site {}. proxsync \
+                 never moves a {noun} between clusters by itself (a create here and a delete there). \
+                 Move the spec back to site {from}, or move what you need off {named}, delete it \
+                 on {from}, and the {noun} is then created on site {}",
+                spec.site,
+                spec.site,
+                named = kind.named(*vmid)
             ),
         ),
         Verdict::KindChanged { vmid, found } => (
@@ -494,37 +540,41 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
         Verdict::RenameUnproven { from, vmid, why } => (
             Reason::RenameUnproven,
             format!(
-                "this spec is renamed from {from} ({}), whose record names VM {vmid}, but VM \
-                 {vmid} is not shown to be {from}'s: {why}. Neither is it re-labelled nor deleted, \
-                 and no VM is created for this spec. If VM {vmid} is the one to keep, check its \
+                "this spec is renamed from {from} ({}), whose record names {named}, but {named} \
+                 is not shown to be {from}'s: {why}. Neither is it re-labelled nor deleted, and no \
+                 {noun} is created for this spec. If {named} is the one to keep, check its \
                  proxsync-id line; otherwise remove the annotation (then {from} is removed as any \
                  removed spec)",
-                crate::spec::RENAMED_FROM
+                crate::spec::RENAMED_FROM,
+                named = kind.named(*vmid)
             ),
         ),
         Verdict::UnverifiedClaim { vmid } => (
             Reason::UnverifiedClaim,
             format!(
-                "VM {vmid} claims this spec but its marker does not verify (copied from another VM, \
+                "{} claims this spec but its marker does not verify (copied from another {noun}, \
                  typed by hand, or signed with a lost marker key); nothing is created while it does. \
-                 If it is this spec's VM: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
+                 If it is this spec's {noun}: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
                  remove the proxsync-id line from its description",
+                kind.named(*vmid),
                 spec.name
             ),
         ),
         Verdict::AdoptRefused { vmid, why } => (
             Reason::AdoptRefused,
             format!(
-                "this spec consents to take over VM {vmid} ({}), and it is not taken: {why}",
+                "this spec consents to take over {} ({}), and it is not taken: {why}",
+                kind.named(*vmid),
                 crate::spec::ADOPT
             ),
         ),
         Verdict::AdoptionsHeld { count, max } => (
             Reason::AdoptRefused,
             format!(
-                "{count} VMs would be taken over by consent this cycle, more than [reconcile] \
+                "{count} {} would be taken over by consent this cycle, more than [reconcile] \
                  max_adopt_per_cycle = {max}: none is taken. Raise the limit, or commit the \
-                 imported specs in smaller parts"
+                 imported specs in smaller parts",
+                several(kind)
             ),
         ),
         _ => (Reason::NotReady, String::new()),
@@ -599,7 +649,7 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
 }
 
 /// `Provisioned`, from the record.
-fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
+fn provisioned(kind: GuestKind, rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
     if let Some(r) = rec.filter(|r| r.provisioned) {
         let (reason, how) = if r.adopted {
             (Reason::Adopted, "taken over")
@@ -610,20 +660,20 @@ fn provisioned(rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
             kinds::PROVISIONED,
             S::True,
             reason,
-            format!("VM {} ({how})", vmid.unwrap_or(0)),
+            format!("{} ({how})", kind.named(vmid.unwrap_or(0))),
         )
     } else {
         ConditionInput::new(
             kinds::PROVISIONED,
             S::False,
             Reason::NotCreated,
-            "no VM yet",
+            format!("no {} yet", kind.noun()),
         )
     }
 }
 
 /// `RebootPending`, from the changes the record says take effect at the next start.
-fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
+fn reboot_pending(kind: GuestKind, rec: Option<&SpecRecord>) -> ConditionInput {
     let pending = rec.map(|r| r.reboot_pending.clone()).unwrap_or_default();
     if pending.is_empty() {
         ConditionInput::new(
@@ -638,8 +688,9 @@ fn reboot_pending(rec: Option<&SpecRecord>) -> ConditionInput {
             S::True,
             Reason::PendingChanges,
             format!(
-                "{} take effect at the next start of the VM{} (proxsync does not reboot it)",
+                "{} take effect at the next start of the {}{} (proxsync does not reboot it)",
                 pending.join(", "),
+                kind.noun(),
                 if pending.iter().any(|k| k == "cloudinit") {
                     "; cloud-init reads its new settings then"
                 } else {
@@ -655,8 +706,9 @@ fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInpu
     let mut message = format!("{} {vmid} matches the spec", spec.kind.noun());
     if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
         message.push_str(&format!(
-            "; the {} annotations did their work (the VM is this spec's): remove them",
-            crate::spec::ADOPT
+            "; the {} annotations did their work (the {} is this spec's): remove them",
+            crate::spec::ADOPT,
+            spec.kind.noun()
         ));
     }
     if let Some(vm) = vm
@@ -677,24 +729,26 @@ fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInpu
 /// `Ready` and `Reconciling` while proxsync acts (or is about to): the step, from this cycle's
 /// outcome or the record's phase.
 fn acting(
+    kind: GuestKind,
     rec: Option<&SpecRecord>,
     vmid: Option<u32>,
     outcome: Option<&Outcome>,
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
+    let noun = kind.noun();
     let (reason, message) = match (outcome, rec.map(|r| &r.vm)) {
         (Some(Outcome::StillRunning { upid }), _) => {
             (Reason::WaitingForTask, format!("task {upid} still running"))
         }
         (Some(Outcome::Waiting { reason }), _) => (Reason::WaitingForLock, reason.clone()),
         (Some(Outcome::Failed(e)), _) => (Reason::Failed, format!("{}: {}", e.category, e.message)),
-        (_, Some(VmState::Creating { .. })) => (Reason::Creating, "creating the VM".to_string()),
-        (_, Some(VmState::Deleting { .. })) => (Reason::Deleting, "deleting the VM".to_string()),
-        _ if vmid.is_none() => (Reason::Creating, "the VM will be created".to_string()),
-        _ => (Reason::Updating, "the VM will be updated".to_string()),
+        (_, Some(VmState::Creating { .. })) => (Reason::Creating, format!("creating the {noun}")),
+        (_, Some(VmState::Deleting { .. })) => (Reason::Deleting, format!("deleting the {noun}")),
+        _ if vmid.is_none() => (Reason::Creating, format!("the {noun} will be created")),
+        _ => (Reason::Updating, format!("the {noun} will be updated")),
     };
     if reason == Reason::Updating
-        && let Some((step, message)) = planned.and_then(step_of)
+        && let Some((step, message)) = planned.and_then(|a| step_of(kind, a))
     {
         return (
             ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
@@ -709,16 +763,20 @@ fn acting(
 
 /// `Reconciling`'s step for the action still planned for a spec whose VM exists: taking it
 /// over, starting or stopping it, growing its disk, or changing its config.
-fn step_of(action: &Action) -> Option<(Reason, String)> {
+fn step_of(kind: GuestKind, action: &Action) -> Option<(Reason, String)> {
     match action {
         Action::Adopt { vmid, .. } => Some((
             Reason::Adopting,
-            format!("taking over VM {vmid}, which carries this spec's marker"),
+            format!(
+                "taking over {}, which carries this spec's marker",
+                kind.named(*vmid)
+            ),
         )),
         Action::AdoptByConsent { vmid, .. } => Some((
             Reason::Adopting,
             format!(
-                "taking over VM {vmid}, as the spec consents ({})",
+                "taking over {}, as the spec consents ({})",
+                kind.named(*vmid),
                 crate::spec::ADOPT
             ),
         )),
@@ -733,7 +791,7 @@ fn step_of(action: &Action) -> Option<(Reason, String)> {
             };
             Some((
                 step,
-                format!("VM {vmid} will be updated: {}", why.join(", ")),
+                format!("{} will be updated: {}", kind.named(*vmid), why.join(", ")),
             ))
         }
         _ => None,
@@ -751,8 +809,9 @@ pub(crate) fn decryption_failed_status(
 ) -> SpecStatus {
     let mut st = invalid_status(name, rec, messages, commit);
     let message = format!(
-        "the spec's encrypted userData does not open; its VM (if any) is left exactly as it is \
+        "the spec's encrypted userData does not open; its {} (if any) is left exactly as it is \
          until it does: {}",
+        recorded_noun(rec),
         messages.join("; ")
     );
     for c in &mut st.conditions {
@@ -764,6 +823,12 @@ pub(crate) fn decryption_failed_status(
         }
     }
     st
+}
+
+/// The word for the guest of a spec that is not read (invalid, or its secret does not open):
+/// its record's kind; `guest` without a record, as the kind is not known then.
+fn recorded_noun(rec: Option<&SpecRecord>) -> &'static str {
+    rec.map_or("guest", |r| r.kind.noun())
 }
 
 pub(crate) fn invalid_status(
@@ -791,7 +856,8 @@ pub(crate) fn invalid_status(
     };
     common(rec, &mut st);
     let message = format!(
-        "the spec is invalid; its VM (if any) is left exactly as it is until the spec is fixed: {}",
+        "the spec is invalid; its {} (if any) is left exactly as it is until the spec is fixed: {}",
+        recorded_noun(rec),
         messages.join("; ")
     );
     st.conditions = vec![
@@ -828,7 +894,8 @@ pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteVie
     common(Some(rec), &mut st);
     let error = rec.last_error.as_deref();
     let message = format!(
-        "the spec was removed; its VM is not deleted: {}",
+        "the spec was removed; its {} is not deleted: {}",
+        rec.kind.noun(),
         error.map(|e| e.message.as_str()).unwrap_or_default()
     );
     st.conditions = vec![
@@ -1093,6 +1160,91 @@ mod tests {
                 .find(|c| c.kind == kinds::READY)
                 .unwrap();
             assert_eq!(ready.reason, Reason::Updating);
+        }
+    }
+
+    /// A container's spec names its guest a container in the conditions' messages (the step,
+    /// `Provisioned`, `RebootPending`, a verdict for a person, a create to come); a VM's spec
+    /// keeps saying VM.
+    #[test]
+    fn a_containers_conditions_name_it_a_container() {
+        let made = SpecRecord {
+            vm: VmState::Exists {
+                vmid: 100,
+                node: "pve1".into(),
+            },
+            provisioned: true,
+            reboot_pending: vec!["memory".into()],
+            ..Default::default()
+        };
+        let converge = Action::Converge {
+            spec: "web-01".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid: 100,
+            why: vec!["cpu".into()],
+        };
+        let moved = Verdict::SiteMoved {
+            from: "other".into(),
+            vmid: 100,
+        };
+        let message = |kind: GuestKind,
+                       rec: Option<&SpecRecord>,
+                       verdict: &Verdict,
+                       action: Option<&Action>,
+                       of: &str| {
+            let mut spec = crate::spec::test_spec("");
+            spec.kind = kind;
+            let plan = FromPlan {
+                verdict: Some(verdict),
+                duplicate: None,
+                action,
+            };
+            let st = spec_status(&spec, rec, None, plan, None, None);
+            let c = st.conditions.iter().find(|c| c.kind == of).unwrap();
+            c.message.clone()
+        };
+        let kinds_ = [
+            (GuestKind::Qemu, "VM 100", "VM"),
+            (GuestKind::Lxc, "container 100", "container"),
+        ];
+        for (kind, named, noun) in kinds_ {
+            let step = message(
+                kind,
+                Some(&made),
+                &Verdict::Acting,
+                Some(&converge),
+                kinds::RECONCILING,
+            );
+            assert_eq!(step, format!("{named} will be updated: cpu"));
+            let prov = message(
+                kind,
+                Some(&made),
+                &Verdict::Acting,
+                None,
+                kinds::PROVISIONED,
+            );
+            assert_eq!(prov, format!("{named} (created)"));
+            let pending = message(
+                kind,
+                Some(&made),
+                &Verdict::Acting,
+                None,
+                kinds::REBOOT_PENDING,
+            );
+            assert_eq!(
+                pending,
+                format!(
+                    "memory take effect at the next start of the {noun} (proxsync does not reboot it)"
+                )
+            );
+            let ready = message(kind, Some(&made), &moved, None, kinds::READY);
+            assert!(
+                ready.starts_with(&format!("{named} of this spec is on site other")),
+                "{ready}"
+            );
+            let ready = message(kind, None, &Verdict::Acting, None, kinds::READY);
+            assert_eq!(ready, format!("the {noun} will be created"));
         }
     }
 }
