@@ -14,8 +14,8 @@ use crate::spec::container::OS_TYPES;
 use crate::spec::{GIB, MIB, check_vm_name};
 
 use super::spec_text::{
-    Imported, VmFacts, Writer, description, ha_fields, header, left_alone, shared_options,
-    spec_name, tags_and_tenant,
+    Head, Imported, VmFacts, Writer, description, ha_line, head_lines, header, left_alone,
+    shared_options, spec_name, tags_and_tenant,
 };
 
 /// The spec of container `ct`, named after its hostname (made a valid spec name, unique among
@@ -36,44 +36,13 @@ pub fn container_text(
         .collect();
     let mut notes: Vec<String> = Vec::new();
     let (tags, tenant) = tags_and_tenant(cfg, &mut notes);
-    w.line(0, "apiVersion", Some("proxsync.io/v1"));
-    w.line(0, "kind", Some(crate::spec::LXC_KIND));
-    w.line(0, "metadata", None);
-    w.line(2, "name", Some(&name));
-    if let Some(t) = &tenant {
-        w.line(2, "labels", None);
-        w.line(4, "tenant-id", Some(t));
-    }
-    w.line(2, "annotations", None);
-    w.line(4, crate::spec::ADOPT, Some(&ct.vmid.to_string()));
-    w.line(4, crate::spec::ADOPT_HWADDR, Some(&hwaddr));
-    w.line(0, "spec", None);
-    w.comment(
-        2,
-        "Orphan: removing this spec releases the container, never deletes it. Delete once you trust it.",
-    );
-    w.line(2, "deletionPolicy", Some("Orphan"));
-    if observe {
-        w.comment(
-            2,
-            "Observe: proxsync only reports how the container differs (no adoption, no change). Remove it to let go.",
-        );
-        w.line(2, "managementPolicy", Some("Observe"));
-    }
-    w.line(2, "forProvider", None);
-    w.line(4, "site", Some(ct.site));
-    w.line(4, "node", Some(ct.node));
-    w.line(4, "hostname", Some(hostname));
-    let ha = ha_fields(ct, &mut notes);
-    // The HA manager decides an HA-managed container's power: the spec says what it keeps.
-    let running = match ha.as_ref().map(|h| h.0) {
-        Some("started") => true,
-        Some("stopped") => false,
-        _ => ct.running,
+    let head = Head {
+        name: &name,
+        guest_name: hostname,
+        tenant: tenant.as_deref(),
+        proof: (crate::spec::ADOPT_HWADDR, &hwaddr),
     };
-    if !running {
-        w.line(4, "powerState", Some("stopped"));
-    }
+    let ha = head_lines(&mut w, ct, &head, observe, &mut notes);
     resources(&mut w, cfg, &mut known, &mut notes);
     own_options(&mut w, cfg, &mut known, &mut notes);
     shared_options(&mut w, ct, &mut known, &mut notes);
@@ -83,17 +52,7 @@ pub fn container_text(
     if let Some(text) = description(cfg, &mut notes) {
         w.line(4, "description", Some(&text));
     }
-    if let Some((state, max_restart, max_relocate, group)) = ha {
-        let group = group
-            .map(|g| format!(", group: {}", super::spec_text::quoted(g)))
-            .unwrap_or_default();
-        w.raw(
-            4,
-            &format!(
-                "ha: {{state: {state}, maxRestart: {max_restart}, maxRelocate: {max_relocate}{group}}}"
-            ),
-        );
-    }
+    ha_line(&mut w, ha);
     let left_alone = left_alone(cfg, &known);
     let mut text = header(ct, hostname, &left_alone, &notes);
     text.push_str(&w.out);

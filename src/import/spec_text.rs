@@ -71,44 +71,13 @@ pub fn spec_text(
         .collect();
     let mut notes: Vec<String> = Vec::new();
     let (tags, tenant) = tags_and_tenant(cfg, &mut notes);
-    w.line(0, "apiVersion", Some("proxsync.io/v1"));
-    w.line(0, "kind", Some("ProxmoxVM"));
-    w.line(0, "metadata", None);
-    w.line(2, "name", Some(&name));
-    if let Some(t) = &tenant {
-        w.line(2, "labels", None);
-        w.line(4, "tenant-id", Some(t));
-    }
-    w.line(2, "annotations", None);
-    w.line(4, crate::spec::ADOPT, Some(&vm.vmid.to_string()));
-    w.line(4, crate::spec::ADOPT_UUID, Some(&uuid));
-    w.line(0, "spec", None);
-    w.comment(
-        2,
-        "Orphan: removing this spec releases the VM, never deletes it. Delete once you trust it.",
-    );
-    w.line(2, "deletionPolicy", Some("Orphan"));
-    if observe {
-        w.comment(
-            2,
-            "Observe: proxsync only reports how the VM differs (no adoption, no change). Remove it to let go.",
-        );
-        w.line(2, "managementPolicy", Some("Observe"));
-    }
-    w.line(2, "forProvider", None);
-    w.line(4, "site", Some(vm.site));
-    w.line(4, "node", Some(vm.node));
-    w.line(4, "name", Some(vm_name));
-    let ha = ha_fields(vm, &mut notes);
-    // The HA manager decides an HA-managed VM's power: the spec says what it keeps.
-    let running = match ha.as_ref().map(|h| h.0) {
-        Some("started") => true,
-        Some("stopped") => false,
-        _ => vm.running,
+    let head = Head {
+        name: &name,
+        guest_name: vm_name,
+        tenant: tenant.as_deref(),
+        proof: (crate::spec::ADOPT_UUID, &uuid),
     };
-    if !running {
-        w.line(4, "powerState", Some("stopped"));
-    }
+    let ha = head_lines(&mut w, vm, &head, observe, &mut notes);
     cpu_and_memory(&mut w, cfg, &mut known, &mut notes);
     firmware(&mut w, cfg, &mut known, &mut notes);
     options(&mut w, vm, &mut known, &mut notes);
@@ -121,6 +90,93 @@ pub fn spec_text(
     disks(&mut w, cfg, &mut known, &mut notes);
     networks(&mut w, cfg, &mut known, &mut notes);
     cloud_init(&mut w, cfg, &mut known, &mut notes);
+    ha_line(&mut w, ha);
+    let left_alone = left_alone(cfg, &known);
+    let mut text = header(vm, vm_name, &left_alone, &notes);
+    text.push_str(&w.out);
+    Ok(Imported {
+        name,
+        vmid: vm.vmid,
+        text,
+        left_alone,
+    })
+}
+
+/// What names the spec and its guest: the spec's name, the guest's (a VM's `name`, a
+/// container's `hostname`), the tenant, and the consent's proof (its annotation and value).
+pub(super) struct Head<'a> {
+    pub name: &'a str,
+    pub guest_name: &'a str,
+    pub tenant: Option<&'a str>,
+    pub proof: (&'static str, &'a str),
+}
+
+/// An HA resource's fields as a spec holds them: state, restarts, relocations, PVE 8 group.
+pub(super) type HaFields<'a> = (&'a str, u64, u64, Option<&'a str>);
+
+/// The document up to the guest's own fields: apiVersion and kind, metadata with the tenant
+/// label and the consent, the orphan deletion policy (and observe-only when asked), site,
+/// node, the guest's name and its power state, which the HA manager decides for an HA
+/// resource. Returns the HA fields, for [`ha_line`].
+pub(super) fn head_lines<'a>(
+    w: &mut Writer,
+    vm: &VmFacts<'a>,
+    head: &Head<'_>,
+    observe: bool,
+    notes: &mut Vec<String>,
+) -> Option<HaFields<'a>> {
+    let noun = vm.kind.noun();
+    w.line(0, "apiVersion", Some("proxsync.io/v1"));
+    w.line(0, "kind", Some(vm.kind.spec_kind()));
+    w.line(0, "metadata", None);
+    w.line(2, "name", Some(head.name));
+    if let Some(t) = head.tenant {
+        w.line(2, "labels", None);
+        w.line(4, "tenant-id", Some(t));
+    }
+    w.line(2, "annotations", None);
+    w.line(4, crate::spec::ADOPT, Some(&vm.vmid.to_string()));
+    w.line(4, head.proof.0, Some(head.proof.1));
+    w.line(0, "spec", None);
+    w.comment(
+        2,
+        &format!(
+            "Orphan: removing this spec releases the {noun}, never deletes it. Delete once you trust it."
+        ),
+    );
+    w.line(2, "deletionPolicy", Some("Orphan"));
+    if observe {
+        w.comment(
+            2,
+            &format!(
+                "Observe: proxsync only reports how the {noun} differs (no adoption, no change). Remove it to let go."
+            ),
+        );
+        w.line(2, "managementPolicy", Some("Observe"));
+    }
+    w.line(2, "forProvider", None);
+    w.line(4, "site", Some(vm.site));
+    w.line(4, "node", Some(vm.node));
+    let name_field = match vm.kind {
+        crate::guest::GuestKind::Qemu => "name",
+        crate::guest::GuestKind::Lxc => "hostname",
+    };
+    w.line(4, name_field, Some(head.guest_name));
+    let ha = ha_fields(vm, notes);
+    // The HA manager decides an HA resource's power: the spec says what it keeps.
+    let running = match ha.as_ref().map(|h| h.0) {
+        Some("started") => true,
+        Some("stopped") => false,
+        _ => vm.running,
+    };
+    if !running {
+        w.line(4, "powerState", Some("stopped"));
+    }
+    ha
+}
+
+/// `ha:` with the fields [`head_lines`] returned, when the guest is an HA resource.
+pub(super) fn ha_line(w: &mut Writer, ha: Option<HaFields<'_>>) {
     if let Some((state, max_restart, max_relocate, group)) = ha {
         let group = group
             .map(|g| format!(", group: {}", quoted(g)))
@@ -132,15 +188,6 @@ pub fn spec_text(
             ),
         );
     }
-    let left_alone = left_alone(cfg, &known);
-    let mut text = header(vm, vm_name, &left_alone, &notes);
-    text.push_str(&w.out);
-    Ok(Imported {
-        name,
-        vmid: vm.vmid,
-        text,
-        left_alone,
-    })
 }
 
 /// The VM's name and smbios1 uuid (lower-case), unless a spec cannot adopt it: no name, no
@@ -186,10 +233,7 @@ fn adoptable<'c>(vm: &VmFacts<'c>) -> Result<(&'c str, String), String> {
 
 /// The VM's HA resource as a spec holds it: state, restarts, relocations and its PVE 8 group
 /// (a PVE 9 rule is left as it is: a spec without `ha.nodes` never touches one).
-pub(super) fn ha_fields<'a>(
-    vm: &VmFacts<'a>,
-    notes: &mut Vec<String>,
-) -> Option<(&'a str, u64, u64, Option<&'a str>)> {
+fn ha_fields<'a>(vm: &VmFacts<'a>, notes: &mut Vec<String>) -> Option<HaFields<'a>> {
     let state = vm.ha_state?;
     let Some(res) = vm.ha else {
         notes.push(format!(
@@ -754,7 +798,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// A YAML scalar: plain when it cannot be read as anything but a string, else double-quoted
 /// (JSON's quoting is valid YAML).
-pub(super) fn quoted(s: &str) -> String {
+fn quoted(s: &str) -> String {
     let plain = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
