@@ -28,6 +28,7 @@ pub fn container_text(
 ) -> Result<Imported, String> {
     let cfg = ct.config;
     let (hostname, hwaddr) = adoptable(ct)?;
+    let rootfs = rootfs(ct)?;
     let name = spec_name(hostname, ct.vmid, taken);
     let mut w = Writer::default();
     let mut known: BTreeSet<String> = ["hostname", "cores", "memory", "tags", "description"]
@@ -44,6 +45,8 @@ pub fn container_text(
     };
     let ha = head_lines(&mut w, ct, &head, observe, &mut notes);
     resources(&mut w, cfg, &mut known, &mut notes);
+    w.raw(4, &rootfs);
+    known.insert("rootfs".into());
     own_options(&mut w, cfg, &mut known, &mut notes);
     shared_options(&mut w, ct, &mut known, &mut notes);
     if !tags.is_empty() {
@@ -65,8 +68,9 @@ pub fn container_text(
 }
 
 /// The container's hostname and first NIC's MAC, unless a spec cannot adopt it: no valid
-/// hostname, no NIC with a MAC (nothing would tell it from another container at its VMID), or
-/// a claim of some proxsync install on it (a tag or a marker line).
+/// hostname, no NIC with a MAC (nothing would tell it from another container at its VMID), no
+/// `cores` (a spec always has some: its first cycle would cut the container to them), or a
+/// claim of some proxsync install on it (a tag or a marker line).
 fn adoptable<'c>(ct: &VmFacts<'c>) -> Result<(&'c str, String), String> {
     let cfg = ct.config;
     let vmid = ct.vmid;
@@ -87,6 +91,17 @@ fn adoptable<'c>(ct: &VmFacts<'c>) -> Result<(&'c str, String), String> {
              import again"
         )
     })?;
+    if cfg
+        .get("cores")
+        .and_then(|c| c.trim().parse::<u32>().ok())
+        .is_none_or(|c| c == 0)
+    {
+        return Err(format!(
+            "container {vmid} has no cores set (it may use every host CPU), and a spec always \
+             sets cores: adopting it would cut it to the spec's. Set them (pct set {vmid} \
+             --cores N) and import again"
+        ));
+    }
     if let Some(tag) = cfg.tags().into_iter().find(|t| t.starts_with("proxsync")) {
         return Err(format!(
             "container {vmid} carries the tag {tag}: an install of proxsync manages it (proxsync \
@@ -104,16 +119,39 @@ fn adoptable<'c>(ct: &VmFacts<'c>) -> Result<(&'c str, String), String> {
     Ok((hostname, hwaddr))
 }
 
-/// A size as the spec writes it: whole GiB, else whole MiB.
-fn size_text(bytes: u64) -> String {
-    if bytes.is_multiple_of(GIB) {
-        format!("{}Gi", bytes / GIB)
-    } else {
-        format!("{}Mi", bytes.div_ceil(MIB))
+/// `rootfs: {storage, size}` as the container has it, unless a spec cannot hold it exactly:
+/// without it the spec's default (8Gi on local-lvm) would grow the volume, and a size off by a
+/// rounding would too. An unlimited subvolume (`size=0`, ZFS or a directory) has no size a spec
+/// holds.
+fn rootfs(ct: &VmFacts<'_>) -> Result<String, String> {
+    let vmid = ct.vmid;
+    let rootfs = ct.config.get("rootfs").unwrap_or_default();
+    let storage = rootfs
+        .split(',')
+        .next()
+        .and_then(|v| v.split_once(':'))
+        .map(|(s, _)| s)
+        .filter(|s| crate::spec::check_storage(s).is_ok());
+    let size = prop_value(rootfs, "size", None).and_then(parse_pve_size);
+    let text = match size {
+        Some(b) if b >= GIB && b.is_multiple_of(GIB) => format!("{}Gi", b / GIB),
+        Some(b) if b >= GIB && b.is_multiple_of(MIB) => format!("{}Mi", b / MIB),
+        _ => String::new(),
+    };
+    match storage {
+        Some(storage) if !text.is_empty() => {
+            Ok(format!("rootfs: {{storage: {storage}, size: {text}}}"))
+        }
+        _ => Err(format!(
+            "container {vmid}'s rootfs ({rootfs:?}) has no storage and size a spec holds (a \
+             volume of 1 GiB or more in whole MiB; an unlimited subvolume, size=0, has none), \
+             and without one the spec's default, 8Gi, would resize it; give it a size (pct \
+             resize {vmid} rootfs SIZE) or write its spec by hand"
+        )),
     }
 }
 
-/// Cores, memory, swap, CPU limits and the root filesystem.
+/// Cores, memory, swap and CPU limits.
 fn resources(
     w: &mut Writer,
     cfg: &VmConfig,
@@ -121,50 +159,32 @@ fn resources(
     notes: &mut Vec<String>,
 ) {
     let number = |k: &str| cfg.get(k).and_then(|v| v.trim().parse::<u64>().ok());
-    let cores = number("cores").unwrap_or(0);
-    if cores == 0 {
-        notes.push(
-            "the container has no cores limit (every host CPU); a spec always says how many: \
-             cores: 1 is written, which the first cycle sets. Change it before committing"
-                .into(),
-        );
-    }
-    w.num(4, "cores", cores.max(1));
+    // Set: `adoptable` refuses a container without.
+    w.num(4, "cores", number("cores").unwrap_or(1));
     let memory = number("memory").unwrap_or(512);
     w.line(4, "memory", Some(&format!("{memory}Mi")));
     if let Some(swap) = number("swap") {
         w.line(4, "swap", Some(&format!("{swap}Mi")));
         known.insert("swap".into());
     }
-    if let Some(limit) = cfg
-        .get("cpulimit")
-        .filter(|l| l.parse::<f64>().is_ok_and(|v| v > 0.0))
-    {
-        w.raw(4, &format!("cpuLimit: {limit}"));
+    match cfg.get("cpulimit").map(|l| (l, l.trim().parse::<f64>())) {
+        // 0 is no limit, as is no key.
+        Some((_, Ok(v))) if v == 0.0 => {
+            known.insert("cpulimit".into());
+        }
+        // The spec keeps two decimals: a limit it cannot hold exactly is left alone.
+        Some((limit, Ok(v))) if (v * 100.0).fract() == 0.0 && (0.0..=8192.0).contains(&v) => {
+            w.raw(4, &format!("cpuLimit: {}", limit.trim()));
+            known.insert("cpulimit".into());
+        }
+        Some((limit, _)) => notes.push(format!(
+            "cpulimit {limit} is kept as it is: a spec holds a limit of at most two decimals"
+        )),
+        None => {}
     }
-    known.insert("cpulimit".into());
     if let Some(units) = number("cpuunits") {
         w.num(4, "cpuUnits", units);
         known.insert("cpuunits".into());
-    }
-    let Some(rootfs) = cfg.get("rootfs") else {
-        return;
-    };
-    let volume = rootfs.split(',').next().unwrap_or_default();
-    let storage = volume.split_once(':').map(|(s, _)| s);
-    let size = prop_value(rootfs, "size", None).and_then(parse_pve_size);
-    match (storage, size) {
-        (Some(storage), Some(size)) if size > 0 => {
-            w.raw(
-                4,
-                &format!("rootfs: {{storage: {storage}, size: {}}}", size_text(size)),
-            );
-            known.insert("rootfs".into());
-        }
-        _ => notes.push(format!(
-            "rootfs {volume} has no storage and size a spec holds: the spec's default (8Gi on \
-             local-lvm) would grow it; write rootfs before committing"
-        )),
     }
 }
 
@@ -198,14 +218,27 @@ fn own_options(
             ));
         }
     }
+    // What the spec's own checks accept (at most three addresses; one domain), else kept.
     if let Some(servers) = cfg.get("nameserver") {
         let list: Vec<String> = servers.split_whitespace().map(str::to_string).collect();
-        w.list(4, "nameserver", &list);
-        known.insert("nameserver".into());
+        if list.len() <= 3 && list.iter().all(|s| s.parse::<std::net::IpAddr>().is_ok()) {
+            w.list(4, "nameserver", &list);
+            known.insert("nameserver".into());
+        } else {
+            notes.push(format!(
+                "nameserver {servers:?} is kept as it is: a spec holds up to three addresses"
+            ));
+        }
     }
     if let Some(domain) = cfg.get("searchdomain") {
-        w.line(4, "searchdomain", Some(domain));
-        known.insert("searchdomain".into());
+        if check_vm_name(domain).is_ok() {
+            w.line(4, "searchdomain", Some(domain));
+            known.insert("searchdomain".into());
+        } else {
+            notes.push(format!(
+                "searchdomain {domain:?} is kept as it is: a spec holds one domain"
+            ));
+        }
     }
     if let Some(os) = cfg.get("ostype").filter(|o| OS_TYPES.contains(o)) {
         w.line(4, "osType", Some(os));
@@ -331,15 +364,66 @@ mod tests {
         assert_eq!(specs[0].power_state, crate::spec::PowerState::Stopped);
     }
 
+    /// What a spec cannot hold exactly is never written so that the first cycle would change
+    /// it: a container without cores or a rootfs size is skipped, a CPU limit of three
+    /// decimals, four nameservers or a list of search domains are kept as they are.
+    #[test]
+    fn what_a_spec_cannot_hold_exactly_is_skipped_or_left_alone() {
+        let base = [
+            ("hostname", "x"),
+            ("net0", NET0),
+            ("cores", "1"),
+            ("rootfs", "local-lvm:vm-120-disk-0,size=8G"),
+        ];
+        let with = |key: &str, value: Option<&str>| {
+            let mut c = config(&base);
+            match value {
+                Some(v) => c.values.insert(key.into(), v.into()),
+                None => c.values.remove(key),
+            };
+            import(&c, true)
+        };
+        assert!(with("cores", None).unwrap_err().contains("no cores set"));
+        for rootfs in [
+            "local-zfs:subvol-120-disk-0,size=0T",
+            "local-lvm:vm-120-disk-0,size=512M",
+            "local-lvm:vm-120-disk-0,size=1049088K",
+            "local-lvm:vm-120-disk-0",
+        ] {
+            let why = with("rootfs", Some(rootfs)).unwrap_err();
+            assert!(why.contains("rootfs"), "{rootfs}: {why}");
+        }
+        let odd = with("rootfs", Some("local-lvm:vm-120-disk-0,size=1536M")).unwrap();
+        assert!(odd.text.contains("size: 1536Mi"), "{}", odd.text);
+        for (key, value) in [
+            ("cpulimit", "0.125"),
+            ("nameserver", "1.1.1.1 1.0.0.1 9.9.9.9 8.8.8.8"),
+            ("searchdomain", "a.example b.example"),
+        ] {
+            let imported = with(key, Some(value)).unwrap();
+            let (_, diags) = parse_file("ct.yaml", imported.text.as_bytes());
+            assert!(diags.is_empty(), "{key}: {diags:?}\n{}", imported.text);
+            assert!(imported.left_alone.iter().any(|k| k == key), "{key}");
+        }
+        let limited = with("cpulimit", Some("1.25")).unwrap();
+        assert!(limited.text.contains("cpuLimit: 1.25"), "{}", limited.text);
+    }
+
     #[test]
     fn a_container_without_a_mac_or_claimed_is_refused() {
         let bare = config(&[
             ("hostname", "x"),
+            ("cores", "1"),
             ("rootfs", "local-lvm:vm-120-disk-0,size=8G"),
         ]);
         let why = import(&bare, true).unwrap_err();
         assert!(why.contains("no NIC with a MAC"), "{why}");
-        let tagged = config(&[("hostname", "x"), ("net0", NET0), ("tags", "proxsync.main")]);
+        let tagged = config(&[
+            ("hostname", "x"),
+            ("net0", NET0),
+            ("cores", "1"),
+            ("tags", "proxsync.main"),
+        ]);
         assert!(import(&tagged, true).unwrap_err().contains("proxsync.main"));
         let unnamed = config(&[("net0", NET0)]);
         assert!(import(&unnamed, true).unwrap_err().contains("hostname"));

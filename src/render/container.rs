@@ -343,18 +343,21 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
 }
 
 /// The root filesystem's size now, when it is smaller than the spec's and not grown to it
-/// before (`rootfs` only grows, with `PUT .../resize`).
+/// before (`rootfs` only grows, with `PUT .../resize`). An unlimited subvolume (`size=0`, ZFS
+/// or a directory) is never "grown": that would put a quota on it.
 pub fn rootfs_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<u64> {
     let size = cfg
         .get("rootfs")?
         .split(',')
         .find_map(|p| p.strip_prefix("size="))
-        .and_then(parse_pve_size)?;
+        .and_then(parse_pve_size)
+        .filter(|s| *s > 0)?;
     (size < spec.disk_bytes && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes))
         .then_some(size)
 }
 
-/// The mount points smaller than the spec's size: (slot, size now).
+/// The mount points smaller than the spec's size: (slot, size now); an unlimited subvolume
+/// (`size=0`) never is.
 pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
     let Some(mps) = spec
         .container
@@ -369,7 +372,8 @@ pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
                 .get(&mp.slot)?
                 .split(',')
                 .find_map(|p| p.strip_prefix("size="))
-                .and_then(parse_pve_size)?;
+                .and_then(parse_pve_size)
+                .filter(|s| *s > 0)?;
             (size < mp.size_bytes).then(|| (mp.slot.clone(), size))
         })
         .collect()
@@ -438,6 +442,35 @@ mod tests {
         let map = cfg(pairs);
         let current = |k: &str| map.get(k).cloned();
         own_changes(spec, spec.container.as_deref().unwrap(), &current).unwrap()
+    }
+
+    /// An unlimited subvolume (`size=0`) is never resized to the spec's size: that would put a
+    /// quota on it. A sized volume smaller than the spec's is.
+    #[test]
+    fn an_unlimited_subvolume_is_never_grown() {
+        let spec = ct_spec(
+            "    rootfs: {storage: local-zfs, size: 8Gi}\n    \
+             mountPoints:\n      - {slot: mp0, path: /srv, storage: local-zfs, size: 4Gi}\n",
+        );
+        let rec = SpecRecord::default();
+        let config = |rootfs: &str, mp0: &str| VmConfig {
+            values: cfg(&[("rootfs", rootfs), ("mp0", mp0)]),
+        };
+        let unlimited = config(
+            "local-zfs:subvol-120-disk-0,size=0T",
+            "local-zfs:subvol-120-disk-1,mp=/srv,size=0T",
+        );
+        assert_eq!(rootfs_to_grow(&spec, &rec, &unlimited), None);
+        assert!(mount_points_to_grow(&spec, &unlimited).is_empty());
+        let small = config(
+            "local-zfs:subvol-120-disk-0,size=4G",
+            "local-zfs:subvol-120-disk-1,mp=/srv,size=2G",
+        );
+        assert_eq!(rootfs_to_grow(&spec, &rec, &small), Some(4 << 30));
+        assert_eq!(
+            mount_points_to_grow(&spec, &small),
+            vec![("mp0".to_string(), 2 << 30)]
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode
 pub use load::{
     assemble, check_duplicates, check_sites, effective_yaml, load_paths, load_paths_with,
 };
-pub use names::{check_spec_name, check_tag, check_vm_name};
+pub use names::{check_spec_name, check_storage, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
 pub use schema::{defaults_schema, json_schema, lxc_schema, set_schema};
 pub use sealed::Secrets;

@@ -805,7 +805,9 @@ fn containers_made_by_hand_round_trip_through_import_and_a_reused_vmid_is_never_
             "pve1",
             "BC:24:11:5E:0A:01",
             json!({"cores": 2, "memory": 1024, "swap": 256, "rootfs": "local-lvm:vm-120-disk-0,size=12G",
-                   "mp0": "local-lvm:vm-120-disk-1,mp=/srv,size=4G", "nameserver": "9.9.9.9",
+                   "mp0": "local-lvm:vm-120-disk-1,mp=/srv,size=4G", "nameserver": "9.9.9.9 2620:fe::fe",
+                   "searchdomain": "example.org", "cpulimit": "1.5", "cpuunits": 200,
+                   "startup": "order=2,up=30", "protection": 1,
                    "features": "nesting=1", "onboot": 1, "tags": "dns"}),
         ))
         .ct(hand_made_ct(121, "cache-b", "pve2", "BC:24:11:5E:0B:01", json!({})))
