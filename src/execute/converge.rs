@@ -316,7 +316,7 @@ pub(super) fn adoption_is_current(
     }
     let Some(ours) = checked_site(ctx, site_name)
         .ok()
-        .and_then(|site| verified(ctx, &site, cfg, vmid, Some(&spec.name), None).ok())
+        .and_then(|site| verified(ctx, &site, cfg, spec.kind, vmid, Some(&spec.name), None).ok())
     else {
         return false;
     };

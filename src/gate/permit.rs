@@ -279,7 +279,17 @@ mod tests {
 
     fn ours(spec: &str, vmid: u32) -> VerifiedMarker {
         let d = signed("main", spec, "u1", vmid);
-        verify(&checked("lab"), &key(), "main", vmid, Some(&d), None, None).unwrap()
+        verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            crate::guest::GuestKind::Qemu,
+            vmid,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap()
     }
 
     fn vouched(spec: &str, vmid: u32) -> VerifiedMarker {
@@ -288,6 +298,7 @@ mod tests {
             &checked("lab"),
             &key(),
             "main",
+            crate::guest::GuestKind::Qemu,
             vmid,
             Some(&d),
             None,
@@ -298,7 +309,16 @@ mod tests {
 
     fn theirs(spec: &str, vmid: u32) -> VerifiedMarker {
         let d = signed("other", spec, "u1", vmid);
-        verify_handed(&checked("lab"), &key(), "main", vmid, Some(&d), spec).unwrap()
+        verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            crate::guest::GuestKind::Qemu,
+            vmid,
+            Some(&d),
+            spec,
+        )
+        .unwrap()
     }
 
     fn tags(t: &[&str]) -> Vec<String> {

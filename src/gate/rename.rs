@@ -332,7 +332,17 @@ mod tests {
             Some(_) => format!("proxsync-id: install=main spec={spec} uid={uid}"),
             None => Marker::signed(&key, "main", spec, uid, 100).description(),
         };
-        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, vouched).unwrap()
+        crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            vouched,
+        )
+        .unwrap()
     }
 
     #[test]

@@ -766,7 +766,17 @@ mod tests {
         let key = crate::gate::identity::tests::key();
         let d = crate::ownership::Marker::signed(&key, "main", spec, "u1", vmid).description();
         let site = crate::gate::site::tests::checked("lab");
-        crate::gate::identity::verify(&site, &key, "main", vmid, Some(&d), None, None).unwrap()
+        crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Qemu,
+            vmid,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap()
     }
 
     const OFF: Protection = Protection {

@@ -424,6 +424,7 @@ fn compared(
         &checked,
         key,
         &view.install_id,
+        spec.kind,
         vmid,
         cfg.description(),
         Some(&spec.name),
