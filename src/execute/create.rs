@@ -586,6 +586,7 @@ pub(super) async fn relabel(
     };
     // What the config shows, as the planner judged it: the refusal says why in its words.
     let evidence = Evidence {
+        kind: vm.kind,
         vmid: vm.vmid,
         site: vm.site,
         marker: found.as_ref(),
