@@ -375,8 +375,8 @@ mod tests {
             why.starts_with(
                 "container 100's marker does not verify (copied from another container"
             ) && why.ends_with(
-                "if it is spec old's container, remove the annotation and \
-                                  confirm it with proxsync adopt"
+                "if it is spec old's container, remove the annotation and confirm it \
+                 with proxsync adopt"
             ),
             "{why}"
         );
@@ -385,7 +385,7 @@ mod tests {
         assert!(
             far.to_string().starts_with(
                 "the container is on site lab and the renamed spec names site eu: a \
-                              rename never moves a container between clusters"
+                 rename never moves a container between clusters"
             ),
             "{far}"
         );
