@@ -213,7 +213,7 @@ async fn unprotect(
         on: cfg.get("protection").is_some_and(pve_bool),
         managed: rec.applied_protection,
     };
-    match vm_delete(vmid, protection).map_err(protected)? {
+    match vm_delete(kind, vmid, protection).map_err(protected)? {
         DeleteProtection::Unprotected => Ok(()),
         DeleteProtection::Clear => {
             tracing::info!(
@@ -336,7 +336,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             on: cfg.get("protection").is_some_and(pve_bool),
             managed: None,
         };
-        vm_delete(vmid, protection).map_err(protected)?;
+        vm_delete(kind, vmid, protection).map_err(protected)?;
         tracing::info!(
             vmid,
             node,
