@@ -191,6 +191,7 @@ pub(super) async fn take_over_by_hand(
     // gate's evidence for a marker this install cannot verify.
     let by_hand = crate::gate::permit::ByHand {
         spec: &marker.spec,
+        kind,
         vmid,
     };
     let permit = crate::gate::permit::adopt_by_hand(

@@ -335,8 +335,8 @@ fn bind_volume_destroys(
             },
         };
         let before = rec.disk_destroy(slot).cloned();
-        let step =
-            gate::destroy(vmid, slot, holds, before.as_ref(), followed, now).map_err(|why| {
+        let step = gate::destroy(spec.kind, vmid, slot, holds, before.as_ref(), followed, now)
+            .map_err(|why| {
                 fail(
                     Category::ConfigurationError,
                     why.replace("destroyDisks", "destroyVolumes"),

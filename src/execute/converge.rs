@@ -237,7 +237,9 @@ async fn converge_vm(
     };
     // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
     // converge tries again; `Stalled` says what to do).
-    if let Err(why) = crate::gate::volume::drive_removal(vmid, protection, &held, &destroy_held) {
+    if let Err(why) =
+        crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held)
+    {
         return Err(super::protected(why));
     }
     rec.applied_hash = Some(spec_hash(spec));
@@ -316,7 +318,7 @@ pub(super) fn adoption_is_current(
     }
     let Some(ours) = checked_site(ctx, site_name)
         .ok()
-        .and_then(|site| verified(ctx, &site, cfg, vmid, Some(&spec.name), None).ok())
+        .and_then(|site| verified(ctx, &site, cfg, spec.kind, vmid, Some(&spec.name), None).ok())
     else {
         return false;
     };

@@ -586,6 +586,7 @@ pub(super) async fn relabel(
     };
     // What the config shows, as the planner judged it: the refusal says why in its words.
     let evidence = Evidence {
+        kind: vm.kind,
         vmid: vm.vmid,
         site: vm.site,
         marker: found.as_ref(),
@@ -597,8 +598,16 @@ pub(super) async fn relabel(
     may_relabel(&ctx.install_id, from, &spec.name, &spec.site, &evidence)
         .map_err(|why| refused(why.to_string()))?;
     // The gate's permit, from the marker verified for this VMID on this checked site.
-    let ours = verified(ctx, &checked, &cfg, vm.vmid, None, record.map(|r| r.uid))
-        .map_err(|why| refused(why.0))?;
+    let ours = verified(
+        ctx,
+        &checked,
+        &cfg,
+        vm.kind,
+        vm.vmid,
+        None,
+        record.map(|r| r.uid),
+    )
+    .map_err(|why| refused(why.0))?;
     let permit = rename::relabel(&ours, from, &spec.name, &spec.site, record)
         .map_err(|why| refused(why.to_string()))?;
     let was_moved = moved.is_some();

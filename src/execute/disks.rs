@@ -174,8 +174,16 @@ pub(super) async fn destroy_disks(
             Some(_) if boot.as_deref() == Some(slot.as_str()) => SlotHolds::Kept("boot disk"),
             Some(v) => SlotHolds::Disk(&v.volume),
         };
-        let step = gate::destroy(vmid, slot, holds, rec.disk_destroy(slot), followed, now)
-            .map_err(|why| fail(Category::ConfigurationError, why))?;
+        let step = gate::destroy(
+            kind,
+            vmid,
+            slot,
+            holds,
+            rec.disk_destroy(slot),
+            followed,
+            now,
+        )
+        .map_err(|why| fail(Category::ConfigurationError, why))?;
         if let Some(note) = &step.note {
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
             rec.note(now, "destroyDisks", note);
@@ -193,7 +201,7 @@ pub(super) async fn destroy_disks(
     if slots.is_empty() {
         return Ok(DiskStep::Done(false));
     }
-    if gate::drive_removal(vmid, protection, &[], &slots).is_err() {
+    if gate::drive_removal(kind, vmid, protection, &[], &slots).is_err() {
         held.extend(slots);
         return Ok(DiskStep::Done(false));
     }

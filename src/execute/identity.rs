@@ -5,6 +5,7 @@
 use crate::category::Category;
 use crate::gate::identity::{NotOurs, VerifiedMarker, verify};
 use crate::gate::site::{SiteChecked, checked};
+use crate::guest::GuestKind;
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::Pve;
 use crate::pve::types::VmConfig;
@@ -41,13 +42,15 @@ pub(super) fn checked_site(
     checked(view).map_err(|why| fail(Category::Conflict, why))
 }
 
-/// The gate's answer for the config of VM `vmid` on `site`: this install's marker (and, when
-/// `spec` is given, that spec's), its MAC verifying for this VMID or the state database
-/// vouching for it (`vouched_uid`: the uid recorded for the spec whose record names this VMID).
+/// The gate's answer for the config of guest `vmid` (a `kind`) on `site`: this install's marker
+/// (and, when `spec` is given, that spec's), its MAC verifying for this VMID or the state
+/// database vouching for it (`vouched_uid`: the uid recorded for the spec whose record names
+/// this VMID).
 pub(super) fn verified(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteChecked,
     cfg: &VmConfig,
+    kind: GuestKind,
     vmid: u32,
     spec: Option<&str>,
     vouched_uid: Option<&str>,
@@ -56,6 +59,7 @@ pub(super) fn verified(
         site,
         &ctx.marker_key,
         &ctx.install_id,
+        kind,
         vmid,
         cfg.description(),
         spec,

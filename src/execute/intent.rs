@@ -130,7 +130,17 @@ pub(super) async fn inspect_known(
                     node,
                 })
             }
-            _ if verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).is_ok() => {
+            _ if verified(
+                ctx,
+                &checked,
+                &cfg,
+                kind,
+                vmid,
+                Some(spec_name),
+                Some(&rec.uid),
+            )
+            .is_ok() =>
+            {
                 // pve-container writes a new container's whole config, without the lock,
                 // partway through its `vzcreate` (after the OS detection): its task, not the
                 // lock, says when it is made.

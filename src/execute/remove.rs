@@ -80,7 +80,15 @@ pub(super) async fn remove(
             }
             Err(e) => return Err(e.into()),
         };
-        let ours = match verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)) {
+        let ours = match verified(
+            ctx,
+            &checked,
+            &cfg,
+            kind,
+            vmid,
+            Some(spec_name),
+            Some(&rec.uid),
+        ) {
             Ok(ours) => ours,
             Err(why) => {
                 tracing::warn!(
@@ -123,17 +131,24 @@ pub(super) async fn remove(
         }
         // Identity once more, just before the delete.
         let cfg = client.vm_config(node, kind, vmid).await?;
-        let ours = verified(ctx, &checked, &cfg, vmid, Some(spec_name), Some(&rec.uid)).map_err(
-            |why| {
-                fail(
-                    Category::Conflict,
-                    format!(
-                        "{} changed identity during the delete ({why}); not deleting",
-                        kind.named(vmid)
-                    ),
-                )
-            },
-        )?;
+        let ours = verified(
+            ctx,
+            &checked,
+            &cfg,
+            kind,
+            vmid,
+            Some(spec_name),
+            Some(&rec.uid),
+        )
+        .map_err(|why| {
+            fail(
+                Category::Conflict,
+                format!(
+                    "{} changed identity during the delete ({why}); not deleting",
+                    kind.named(vmid)
+                ),
+            )
+        })?;
         // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
         unprotect(
             ctx,
@@ -198,7 +213,7 @@ async fn unprotect(
         on: cfg.get("protection").is_some_and(pve_bool),
         managed: rec.applied_protection,
     };
-    match vm_delete(vmid, protection).map_err(protected)? {
+    match vm_delete(kind, vmid, protection).map_err(protected)? {
         DeleteProtection::Unprotected => Ok(()),
         DeleteProtection::Clear => {
             tracing::info!(
@@ -299,7 +314,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
         let cfg = client.vm_config(node, kind, vmid).await?;
         // This install's tag and a marker whose MAC verifies for this VMID (no record vouches
         // for an orphan): the gate's permit, or nothing is deleted.
-        let permit = verified(ctx, &checked, &cfg, vmid, None, None)
+        let permit = verified(ctx, &checked, &cfg, kind, vmid, None, None)
             .map_err(|why| why.0)
             .and_then(|ours| permit::delete_orphan(&ours, &cfg.tags()))
             .map_err(|why| {
@@ -321,7 +336,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             on: cfg.get("protection").is_some_and(pve_bool),
             managed: None,
         };
-        vm_delete(vmid, protection).map_err(protected)?;
+        vm_delete(kind, vmid, protection).map_err(protected)?;
         tracing::info!(
             vmid,
             node,

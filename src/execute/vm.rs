@@ -115,7 +115,15 @@ pub(super) async fn read_own_config(
         Err(e) => return Err(e.into()),
     };
     // Identity, from a fresh read, before any change.
-    match verified(ctx, &checked, &cfg, vmid, Some(&spec.name), Some(&rec.uid)) {
+    match verified(
+        ctx,
+        &checked,
+        &cfg,
+        kind,
+        vmid,
+        Some(&spec.name),
+        Some(&rec.uid),
+    ) {
         Ok(ours) => Ok((cfg, ours)),
         Err(why) => {
             ctx.store.transition(&spec.name, rec, VmState::Absent)?;

@@ -97,8 +97,17 @@ mod tests {
         let key = crate::gate::identity::tests::key();
         let site = crate::gate::site::tests::checked("lab");
         let d = crate::ownership::Marker::signed(&key, "main", "web-01", "u1", 100).description();
-        let vm =
-            crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, None).unwrap();
+        let vm = crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
         let permit = may_remove(
             &vm,
             rule,

@@ -14,6 +14,7 @@
 use std::fmt;
 
 use super::site::SiteChecked;
+use crate::guest::GuestKind;
 use crate::ownership::{Marker, MarkerKey};
 
 /// Why a marker is trusted.
@@ -31,6 +32,8 @@ pub enum Trust {
 #[derive(Debug, PartialEq, Eq)]
 pub struct VerifiedMarker {
     site: String,
+    /// What the VMID holds, as the caller read it: only the messages about it use it.
+    kind: GuestKind,
     vmid: u32,
     marker: Marker,
     trust: Trust,
@@ -46,6 +49,16 @@ impl VerifiedMarker {
 
     pub fn vmid(&self) -> u32 {
         self.vmid
+    }
+
+    /// What the VMID holds (a VM or a container), for the messages that name it.
+    pub fn kind(&self) -> GuestKind {
+        self.kind
+    }
+
+    /// The guest in a message: `VM 101` or `container 101`.
+    pub fn named(&self) -> String {
+        self.kind.named(self.vmid)
     }
 
     pub fn install(&self) -> &str {
@@ -90,30 +103,35 @@ impl fmt::Display for NotOurs {
     }
 }
 
-/// Whether `description`, the config of VM `vmid` on `site`, carries this install's marker
-/// (and, when `spec` is given, that spec's) and the marker is to be trusted: its MAC verifies
-/// for this VMID, or the state database vouches for the VM (`vouched_uid`: the uid recorded for
-/// the spec whose record names this VMID). A marker typed by hand or copied from another VM is
-/// never trusted.
+/// Whether `description`, the config of guest `vmid` (a `kind`) on `site`, carries this
+/// install's marker (and, when `spec` is given, that spec's) and the marker is to be trusted: its
+/// MAC verifies for this VMID, or the state database vouches for the VM (`vouched_uid`: the uid
+/// recorded for the spec whose record names this VMID). A marker typed by hand or copied from
+/// another VM is never trusted. `kind` only words the messages: the decision is the same.
+// Many arguments because: the guest read (site, kind, VMID, description), the key and install
+// it is judged with, and what the caller expects (spec, record).
+#[allow(clippy::too_many_arguments)]
 pub fn verify(
     site: &SiteChecked,
     key: &MarkerKey,
     install_id: &str,
+    kind: GuestKind,
     vmid: u32,
     description: Option<&str>,
     spec: Option<&str>,
     vouched_uid: Option<&str>,
 ) -> Result<VerifiedMarker, NotOurs> {
-    let marker = parsed(vmid, description)?;
+    let marker = parsed(kind, vmid, description)?;
+    let named = kind.named(vmid);
     if marker.install != install_id {
         return Err(NotOurs(format!(
-            "VM {vmid} carries the marker of install {}, not {install_id}'s",
+            "{named} carries the marker of install {}, not {install_id}'s",
             marker.install
         )));
     }
     if let Some(spec) = spec.filter(|s| *s != marker.spec) {
         return Err(NotOurs(format!(
-            "VM {vmid} carries the marker of spec {}, not of {spec}",
+            "{named} carries the marker of spec {}, not of {spec}",
             marker.spec
         )));
     }
@@ -123,12 +141,14 @@ pub fn verify(
         Trust::Record
     } else {
         return Err(NotOurs(format!(
-            "VM {vmid}'s marker does not verify (copied from another VM, typed by hand, or \
-             signed with a lost marker key) and no record vouches for it"
+            "{named}'s marker does not verify (copied from another {}, typed by hand, or \
+             signed with a lost marker key) and no record vouches for it",
+            kind.noun()
         )));
     };
     Ok(VerifiedMarker {
         site: site.site().to_string(),
+        kind,
         vmid,
         marker,
         trust,
@@ -136,33 +156,37 @@ pub fn verify(
     })
 }
 
-/// Whether `description`, the config of VM `vmid` on `site`, carries the marker of spec `spec`
-/// for another install, whose MAC verifies with this install's key (installs that hand VMs over
-/// share one). Only a MAC counts: no record of this install vouches for another's VM.
+/// Whether `description`, the config of guest `vmid` (a `kind`) on `site`, carries the marker
+/// of spec `spec` for another install, whose MAC verifies with this install's key (installs that
+/// hand VMs over share one). Only a MAC counts: no record of this install vouches for another's
+/// VM.
 pub fn verify_handed(
     site: &SiteChecked,
     key: &MarkerKey,
     install_id: &str,
+    kind: GuestKind,
     vmid: u32,
     description: Option<&str>,
     spec: &str,
 ) -> Result<VerifiedMarker, NotOurs> {
-    let marker = parsed(vmid, description)?;
+    let marker = parsed(kind, vmid, description)?;
+    let named = kind.named(vmid);
     if marker.spec != spec || marker.install == install_id {
         return Err(NotOurs(format!(
-            "VM {vmid} carries the marker of spec {} of install {}, not of spec {spec} from \
+            "{named} carries the marker of spec {} of install {}, not of spec {spec} from \
              another install",
             marker.spec, marker.install
         )));
     }
     if !marker.verifies(key, vmid) {
         return Err(NotOurs(format!(
-            "VM {vmid}'s marker (install {}) does not verify with this install's marker key",
+            "{named}'s marker (install {}) does not verify with this install's marker key",
             marker.install
         )));
     }
     Ok(VerifiedMarker {
         site: site.site().to_string(),
+        kind,
         vmid,
         marker,
         trust: Trust::Mac,
@@ -170,10 +194,11 @@ pub fn verify_handed(
     })
 }
 
-fn parsed(vmid: u32, description: Option<&str>) -> Result<Marker, NotOurs> {
+fn parsed(kind: GuestKind, vmid: u32, description: Option<&str>) -> Result<Marker, NotOurs> {
     description.and_then(Marker::parse).ok_or_else(|| {
         NotOurs(format!(
-            "VM {vmid} carries no proxsync marker in its description"
+            "{} carries no proxsync marker in its description",
+            kind.named(vmid)
         ))
     })
 }
@@ -196,6 +221,7 @@ pub(crate) mod tests {
             &checked("lab"),
             &key(),
             "main",
+            GuestKind::Qemu,
             vmid,
             Some(description),
             spec,
@@ -212,7 +238,17 @@ pub(crate) mod tests {
         let d = signed("main", "web", "u1", 100);
         assert_eq!(ask(&d, 100, Some("web"), None), "Mac web u1");
         assert_eq!(ask(&d, 100, None, None), "Mac web u1");
-        let v = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
+        let v = verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!((v.site(), v.vmid(), v.install()), ("lab", 100, "main"));
         assert!(v.signed());
         // Human notes around it change nothing.
@@ -239,10 +275,19 @@ pub(crate) mod tests {
         assert!(ask(&theirs, 100, None, None).contains("install other"));
         assert!(ask("made by hand", 100, None, None).contains("no proxsync marker"));
         assert!(
-            verify(&checked("lab"), &key(), "main", 100, None, None, None)
-                .unwrap_err()
-                .0
-                .contains("no proxsync marker")
+            verify(
+                &checked("lab"),
+                &key(),
+                "main",
+                GuestKind::Qemu,
+                100,
+                None,
+                None,
+                None
+            )
+            .unwrap_err()
+            .0
+            .contains("no proxsync marker")
         );
         // Signed with another key (a lost key, another install's key).
         let other_key = Marker::signed(&MarkerKey::from_bytes([8; 32]), "main", "web", "u1", 100);
@@ -260,6 +305,7 @@ pub(crate) mod tests {
             &checked("lab"),
             &key(),
             "main",
+            GuestKind::Qemu,
             100,
             Some(old),
             None,
@@ -270,14 +316,120 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_containers_refusals_name_the_container() {
+        let lxc = |vmid: u32, description: Option<&str>, spec: Option<&str>| {
+            let site = checked("lab");
+            let k = key();
+            verify(
+                &site,
+                &k,
+                "main",
+                GuestKind::Lxc,
+                vmid,
+                description,
+                spec,
+                None,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let d = signed("main", "dns", "u1", 105);
+        assert_eq!(
+            lxc(106, Some(&d), None),
+            "container 106's marker does not verify (copied from another container, typed by \
+             hand, or signed with a lost marker key) and no record vouches for it"
+        );
+        assert_eq!(
+            lxc(105, Some(&d), Some("web")),
+            "container 105 carries the marker of spec dns, not of web"
+        );
+        assert_eq!(
+            lxc(105, None, None),
+            "container 105 carries no proxsync marker in its description"
+        );
+        let theirs = signed("other", "dns", "u1", 105);
+        let v = verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Lxc,
+            105,
+            Some(&theirs),
+            "dns",
+        )
+        .unwrap();
+        assert_eq!(
+            (v.kind(), v.named()),
+            (GuestKind::Lxc, "container 105".to_string())
+        );
+        let why = verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Lxc,
+            105,
+            Some(&theirs),
+            "web",
+        )
+        .unwrap_err();
+        assert!(
+            why.0
+                .starts_with("container 105 carries the marker of spec dns of install other"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn a_handed_over_marker_verifies_only_by_its_mac() {
         let theirs = signed("other", "web", "u1", 100);
-        let v = verify_handed(&checked("lab"), &key(), "main", 100, Some(&theirs), "web").unwrap();
+        let v = verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Qemu,
+            100,
+            Some(&theirs),
+            "web",
+        )
+        .unwrap();
         assert_eq!((v.install(), v.spec(), v.uid()), ("other", "web", "u1"));
         // Copied to another VMID, another spec, or this install's own marker: refused.
-        assert!(verify_handed(&checked("lab"), &key(), "main", 101, Some(&theirs), "web").is_err());
-        assert!(verify_handed(&checked("lab"), &key(), "main", 100, Some(&theirs), "db").is_err());
+        assert!(
+            verify_handed(
+                &checked("lab"),
+                &key(),
+                "main",
+                GuestKind::Qemu,
+                101,
+                Some(&theirs),
+                "web"
+            )
+            .is_err()
+        );
+        assert!(
+            verify_handed(
+                &checked("lab"),
+                &key(),
+                "main",
+                GuestKind::Qemu,
+                100,
+                Some(&theirs),
+                "db"
+            )
+            .is_err()
+        );
         let ours = signed("main", "web", "u1", 100);
-        assert!(verify_handed(&checked("lab"), &key(), "main", 100, Some(&ours), "web").is_err());
+        assert!(
+            verify_handed(
+                &checked("lab"),
+                &key(),
+                "main",
+                GuestKind::Qemu,
+                100,
+                Some(&ours),
+                "web"
+            )
+            .is_err()
+        );
     }
 }

@@ -24,6 +24,7 @@
 
 use super::identity::{Trust, VerifiedMarker};
 use super::site::SiteChecked;
+use crate::guest::GuestKind;
 use crate::ownership::{Marker, ownership_tag};
 pub use crate::pve::permit::{
     Act, Grant, MarkerId, Permit, check_delete_vm, check_delete_volume, check_remove_affinity,
@@ -38,8 +39,8 @@ pub(super) fn own(vm: &VerifiedMarker) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "VM {} carries the marker of install {}: not this install's to act on",
-        vm.vmid(),
+        "{} carries the marker of install {}: not this install's to act on",
+        vm.named(),
         vm.install()
     ))
 }
@@ -50,8 +51,8 @@ fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "VM {} carries the marker of spec {}, not of {spec}",
-        vm.vmid(),
+        "{} carries the marker of spec {}, not of {spec}",
+        vm.named(),
         vm.spec()
     ))
 }
@@ -78,17 +79,17 @@ pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, String> {
 /// stopped, unlocked, unprotected and past its grace period is the plan's and the caller's.
 pub fn delete_orphan(vm: &VerifiedMarker, tags: &[String]) -> Result<Permit, String> {
     own(vm)?;
-    let vmid = vm.vmid();
+    let (vmid, named) = (vm.vmid(), vm.named());
     if vm.trust() != Trust::Mac {
         return Err(format!(
-            "VM {vmid}'s marker does not verify for VM {vmid}: an orphan is deleted only on a \
-             signed marker"
+            "{named}'s marker does not verify for {named}: an orphan is deleted only on a signed \
+             marker"
         ));
     }
     let tag = ownership_tag(vm.install());
     if !tags.contains(&tag) {
         return Err(format!(
-            "VM {vmid} does not carry the ownership tag {tag}: not deleting it"
+            "{named} does not carry the ownership tag {tag}: not deleting it"
         ));
     }
     Ok(Permit::new(vm.site(), vmid, Act::DeleteVm))
@@ -115,10 +116,11 @@ pub fn take_over(
     let vmid = vm.vmid();
     if vm.is_own() || vm.spec() != spec || vm.trust() != Trust::Mac {
         return Err(format!(
-            "VM {vmid} does not carry a verifying marker of spec {spec} from another install"
+            "{} does not carry a verifying marker of spec {spec} from another install",
+            vm.named()
         ));
     }
-    released(vmid, vm.install(), tags)?;
+    released(&vm.named(), vm.install(), tags)?;
     let marker = MarkerId {
         install: install_id.to_string(),
         spec: spec.to_string(),
@@ -127,20 +129,23 @@ pub fn take_over(
     Ok(Permit::new(vm.site(), vmid, Act::TakeOver { marker }))
 }
 
-fn released(vmid: u32, install: &str, tags: &[String]) -> Result<(), String> {
+/// No `proxsync.*` tag is left among `tags` of the guest `named` (`VM 101`).
+fn released(named: &str, install: &str, tags: &[String]) -> Result<(), String> {
     match tags.iter().find(|t| t.starts_with("proxsync.")) {
         Some(tag) => Err(format!(
-            "VM {vmid} carries install {install}'s marker and the ownership tag {tag}: that \
+            "{named} carries install {install}'s marker and the ownership tag {tag}: that \
              install has not handed it over yet; wait until it has (its tag removed)"
         )),
         None => Ok(()),
     }
 }
 
-/// A person's confirmation that VM `vmid` is spec `spec`'s: `proxsync adopt SPEC --vmid N`.
+/// A person's confirmation that guest `vmid` is spec `spec`'s: `proxsync adopt SPEC --vmid N`.
 #[derive(Debug, Clone, Copy)]
 pub struct ByHand<'a> {
     pub spec: &'a str,
+    /// What the VMID holds, as listed: only the messages use it.
+    pub kind: GuestKind,
     pub vmid: u32,
 }
 
@@ -156,17 +161,18 @@ pub fn adopt_by_hand(
     description: Option<&str>,
     tags: &[String],
 ) -> Result<Permit, String> {
-    let ByHand { spec, vmid } = by_hand;
+    let ByHand { spec, kind, vmid } = by_hand;
+    let named = kind.named(vmid);
     let m = description
         .and_then(Marker::parse)
         .filter(|m| m.spec == spec && m.install != install_id)
         .ok_or_else(|| {
             format!(
-                "VM {vmid} does not carry the marker of spec {spec} of another install: nothing \
+                "{named} does not carry the marker of spec {spec} of another install: nothing \
                  to take over"
             )
         })?;
-    released(vmid, &m.install, tags)?;
+    released(&named, &m.install, tags)?;
     let marker = MarkerId {
         install: install_id.to_string(),
         spec: spec.to_string(),
@@ -232,29 +238,35 @@ pub fn adopt_by_consent(
     uid: &str,
 ) -> Result<Permit, String> {
     let vmid = vm.vmid;
+    // The proof is the spec's kind's (a VM's uuid, a container's MAC), as is the guest.
+    let kind = match consent.proof {
+        crate::spec::AdoptProof::Uuid(_) => GuestKind::Qemu,
+        crate::spec::AdoptProof::Hwaddr(_) => GuestKind::Lxc,
+    };
+    let (named, noun) = (kind.named(vmid), kind.noun());
     if consent.vmid != vmid {
         return Err(format!(
-            "VM {vmid} is not the VM spec {spec} consents to take over ({})",
+            "{named} is not the {noun} spec {spec} consents to take over ({})",
             consent.vmid
         ));
     }
     proven(&vm, &consent.proof, spec)?;
     if vm.name != Some(vm_name) {
         return Err(format!(
-            "VM {vmid} is named {}, not {vm_name} as spec {spec} says",
+            "{named} is named {}, not {vm_name} as spec {spec} says",
             vm.name.unwrap_or("(no name)")
         ));
     }
     if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
         return Err(format!(
-            "VM {vmid} carries the ownership tag {tag}: an install of proxsync manages it"
+            "{named} carries the ownership tag {tag}: an install of proxsync manages it"
         ));
     }
     if let Some(d) = vm.description
         && d.contains(crate::ownership::MARKER_PREFIX)
     {
         return Err(format!(
-            "VM {vmid} carries a proxsync marker line: it is some install's, never taken by \
+            "{named} carries a proxsync marker line: it is some install's, never taken by \
              consent"
         ));
     }
@@ -279,7 +291,17 @@ mod tests {
 
     fn ours(spec: &str, vmid: u32) -> VerifiedMarker {
         let d = signed("main", spec, "u1", vmid);
-        verify(&checked("lab"), &key(), "main", vmid, Some(&d), None, None).unwrap()
+        verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            crate::guest::GuestKind::Qemu,
+            vmid,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap()
     }
 
     fn vouched(spec: &str, vmid: u32) -> VerifiedMarker {
@@ -288,6 +310,7 @@ mod tests {
             &checked("lab"),
             &key(),
             "main",
+            crate::guest::GuestKind::Qemu,
             vmid,
             Some(&d),
             None,
@@ -298,7 +321,16 @@ mod tests {
 
     fn theirs(spec: &str, vmid: u32) -> VerifiedMarker {
         let d = signed("other", spec, "u1", vmid);
-        verify_handed(&checked("lab"), &key(), "main", vmid, Some(&d), spec).unwrap()
+        verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            crate::guest::GuestKind::Qemu,
+            vmid,
+            Some(&d),
+            spec,
+        )
+        .unwrap()
     }
 
     fn tags(t: &[&str]) -> Vec<String> {
@@ -455,6 +487,89 @@ mod tests {
         assert_eq!((marker.spec.as_str(), marker.uid.as_str()), ("web", "u1"));
     }
 
+    /// A container's refusals name it as one; the decisions are the VM's.
+    #[test]
+    fn a_containers_refusals_say_container() {
+        let d = signed("main", "web", "u1", 105);
+        let ct = verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Lxc,
+            105,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            remove(&ct, "db", false).unwrap_err(),
+            "container 105 carries the marker of spec web, not of db"
+        );
+        assert_eq!(
+            delete_orphan(&ct, &tags(&["web"])).unwrap_err(),
+            "container 105 does not carry the ownership tag proxsync.main: not deleting it"
+        );
+        let theirs = signed("other", "web", "u1", 105);
+        let ct = verify_handed(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Lxc,
+            105,
+            Some(&theirs),
+            "web",
+        )
+        .unwrap();
+        assert_eq!(
+            hand_over(&ct, "web").unwrap_err(),
+            "container 105 carries the marker of install other: not this install's to act on"
+        );
+        let why = take_over(&ct, "main", "web", &tags(&["proxsync.other"])).unwrap_err();
+        assert!(
+            why.starts_with("container 105 carries install other's marker"),
+            "{why}"
+        );
+        let by_hand = ByHand {
+            spec: "web",
+            kind: GuestKind::Lxc,
+            vmid: 105,
+        };
+        assert_eq!(
+            adopt_by_hand(&checked("lab"), by_hand, "main", None, &[]).unwrap_err(),
+            "container 105 does not carry the marker of spec web of another install: nothing to \
+             take over"
+        );
+        let consent = crate::spec::AdoptConsent {
+            vmid: 105,
+            proof: crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()),
+        };
+        let none: Vec<String> = Vec::new();
+        let bare = Bare {
+            vmid: 106,
+            name: Some("dns"),
+            smbios1: None,
+            hwaddr: Some("BC:24:11:5E:0A:01"),
+            description: None,
+            tags: &none,
+        };
+        let adopt =
+            |vm| adopt_by_consent(&checked("lab"), &consent, vm, "main", "dns", "dns", "u7");
+        assert_eq!(
+            adopt(bare).unwrap_err(),
+            "container 106 is not the container spec dns consents to take over (105)"
+        );
+        let named = adopt(Bare {
+            vmid: 105,
+            name: Some("ns"),
+            ..bare
+        });
+        assert_eq!(
+            named.unwrap_err(),
+            "container 105 is named ns, not dns as spec dns says"
+        );
+    }
+
     #[test]
     fn an_orphan_is_deleted_only_signed_and_tagged() {
         let tagged = tags(&["proxsync.main", "web"]);
@@ -489,6 +604,7 @@ mod tests {
 
         let by_hand = ByHand {
             spec: "web",
+            kind: GuestKind::Qemu,
             vmid: 100,
         };
         let typed = "proxsync-id: install=other spec=web uid=u9";

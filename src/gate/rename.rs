@@ -16,11 +16,14 @@ use std::fmt;
 
 use super::identity::VerifiedMarker;
 use super::permit::{Act, MarkerId, Permit, own};
+use crate::guest::GuestKind;
 use crate::ownership::Marker;
 
 /// What is known of the VM a rename would re-label.
 #[derive(Debug, Clone, Copy)]
 pub struct Evidence<'a> {
+    /// What the VMID holds (a VM or a container): only the messages use it.
+    pub kind: GuestKind,
     pub vmid: u32,
     /// The site the VM is listed on.
     pub site: &'a str,
@@ -54,8 +57,13 @@ pub enum Relabel {
 /// Why a VM's marker may not be re-signed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
-    /// The VM is the old spec's, but on another site than the new spec names.
-    OtherSite { vm_site: String, spec_site: String },
+    /// The VM is the old spec's, but on another site than the new spec names. (`kind`: what
+    /// it is, for the message.)
+    OtherSite {
+        kind: GuestKind,
+        vm_site: String,
+        spec_site: String,
+    },
     /// Nothing shows the VM is the old spec's: what was found and what to do.
     NotShown(String),
 }
@@ -63,11 +71,16 @@ pub enum Refused {
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refused::OtherSite { vm_site, spec_site } => write!(
+            Refused::OtherSite {
+                kind,
+                vm_site,
+                spec_site,
+            } => write!(
                 f,
-                "the VM is on site {vm_site} and the renamed spec names site {spec_site}: a rename \
-                 never moves a VM between clusters; the spec waits (SiteMoved) until the VM is \
-                 removed on {vm_site} or the spec names {vm_site} again"
+                "the {noun} is on site {vm_site} and the renamed spec names site {spec_site}: a \
+                 rename never moves a {noun} between clusters; the spec waits (SiteMoved) until \
+                 the {noun} is removed on {vm_site} or the spec names {vm_site} again",
+                noun = kind.noun()
             ),
             Refused::NotShown(why) => f.write_str(why),
         }
@@ -83,7 +96,8 @@ pub fn may_relabel(
     to_site: &str,
     ev: &Evidence<'_>,
 ) -> Result<Relabel, Refused> {
-    let vmid = ev.vmid;
+    let (vmid, kind) = (ev.vmid, ev.kind);
+    let named = kind.named(vmid);
     let not_shown = |why: String| Err(Refused::NotShown(why));
     if from == to {
         return not_shown(format!("spec {to} cannot be renamed from itself"));
@@ -92,46 +106,52 @@ pub fn may_relabel(
         && (r.site != ev.site || r.vmid != vmid)
     {
         return not_shown(format!(
-            "the record of spec {from} names VM {} on site {}, not VM {vmid} on site {}",
-            r.vmid, r.site, ev.site
+            "the record of spec {from} names {} on site {}, not {named} on site {}",
+            kind.named(r.vmid),
+            r.site,
+            ev.site
         ));
     }
     let Some(m) = ev.marker else {
         return not_shown(format!(
-            "VM {vmid} carries no proxsync marker: it is not shown to be spec {from}'s; nothing \
+            "{named} carries no proxsync marker: it is not shown to be spec {from}'s; nothing \
              is re-labelled"
         ));
     };
     if m.install != install_id {
         return not_shown(format!(
-            "VM {vmid} carries the marker of install {}, not {install_id}'s",
+            "{named} carries the marker of install {}, not {install_id}'s",
             m.install
         ));
     }
     if m.spec != from && m.spec != to {
         return not_shown(format!(
-            "VM {vmid} carries the marker of spec {}, not of {from}",
+            "{named} carries the marker of spec {}, not of {from}",
             m.spec
         ));
     }
     let uid = ev.record.map(|r| r.uid).unwrap_or(m.uid.as_str());
     if m.uid != uid {
         return not_shown(format!(
-            "VM {vmid}'s marker carries uid {}, and the record of spec {from} uid {uid}: it is \
-             another VM",
-            m.uid
+            "{named}'s marker carries uid {}, and the record of spec {from} uid {uid}: it is \
+             another {}",
+            m.uid,
+            kind.noun()
         ));
     }
     let vouched = ev.record.is_some_and(|r| !r.uid.is_empty());
     if !ev.mac_verifies && !vouched {
         return not_shown(format!(
-            "VM {vmid}'s marker does not verify (copied from another VM, typed by hand, or signed \
-             with a lost marker key) and no record vouches for it: it is not re-labelled; if it \
-             is spec {from}'s VM, remove the annotation and confirm it with proxsync adopt"
+            "{named}'s marker does not verify (copied from another {noun}, typed by hand, or \
+             signed with a lost marker key) and no record vouches for it: it is not re-labelled; \
+             if it is spec {from}'s {noun}, remove the annotation and confirm it with proxsync \
+             adopt",
+            noun = kind.noun()
         ));
     }
     if ev.site != to_site {
         return Err(Refused::OtherSite {
+            kind,
             vm_site: ev.site.to_string(),
             spec_site: to_site.to_string(),
         });
@@ -177,6 +197,7 @@ pub fn relabel(
 ) -> Result<Relabeled, Refused> {
     own(vm).map_err(Refused::NotShown)?;
     let ev = Evidence {
+        kind: vm.kind(),
         vmid: vm.vmid(),
         site: vm.site(),
         marker: Some(vm.marker()),
@@ -225,6 +246,7 @@ mod tests {
         record: Option<Recorded<'static>>,
     ) -> Evidence<'a> {
         Evidence {
+            kind: GuestKind::Qemu,
             vmid: 100,
             site: "lab",
             marker: Some(m),
@@ -315,6 +337,7 @@ mod tests {
         assert_eq!(
             r,
             Err(Refused::OtherSite {
+                kind: GuestKind::Qemu,
                 vm_site: "lab".into(),
                 spec_site: "eu".into()
             })
@@ -325,6 +348,49 @@ mod tests {
         assert!(matches!(r, Err(Refused::NotShown(_))), "{r:?}");
     }
 
+    /// A container's refusals name it as one; the decisions are a VM's.
+    #[test]
+    fn a_containers_refusals_say_container() {
+        let m = marker("old", "u1");
+        let ct = |m, record| Evidence {
+            kind: GuestKind::Lxc,
+            vmid: 100,
+            site: "lab",
+            marker: m,
+            mac_verifies: false,
+            record,
+        };
+        assert_eq!(
+            refused(ask(&ct(None, None))),
+            "container 100 carries no proxsync marker: it is not shown to be spec old's; nothing \
+             is re-labelled"
+        );
+        let elsewhere = Recorded { vmid: 7, ..RECORD };
+        assert_eq!(
+            refused(ask(&ct(Some(&m), Some(elsewhere)))),
+            "the record of spec old names container 7 on site lab, not container 100 on site lab"
+        );
+        let why = refused(ask(&ct(Some(&m), None)));
+        assert!(
+            why.starts_with(
+                "container 100's marker does not verify (copied from another container"
+            ) && why.ends_with(
+                "if it is spec old's container, remove the annotation and confirm it \
+                 with proxsync adopt"
+            ),
+            "{why}"
+        );
+        let on_lab = ct(Some(&m), Some(RECORD));
+        let far = may_relabel("main", "old", "new", "eu", &on_lab).unwrap_err();
+        assert!(
+            far.to_string().starts_with(
+                "the container is on site lab and the renamed spec names site eu: a \
+                 rename never moves a container between clusters"
+            ),
+            "{far}"
+        );
+    }
+
     fn verified(spec: &str, uid: &str, vouched: Option<&str>) -> VerifiedMarker {
         let key = crate::gate::identity::tests::key();
         let site = crate::gate::site::tests::checked("lab");
@@ -332,7 +398,17 @@ mod tests {
             Some(_) => format!("proxsync-id: install=main spec={spec} uid={uid}"),
             None => Marker::signed(&key, "main", spec, uid, 100).description(),
         };
-        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, vouched).unwrap()
+        crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            vouched,
+        )
+        .unwrap()
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
+use crate::guest::GuestKind;
 use crate::pve::types::StorageVolume;
 use crate::store::{DestroyState, DiskDestroy, SeedUpload};
 
@@ -136,7 +137,8 @@ pub struct DestroyStep {
     pub note: Option<String>,
 }
 
-/// The decision for `slot` of `destroyDisks` on VM `vmid`: destroy its volume only when the
+/// The decision for `slot` of `destroyDisks` on guest `vmid` (a `kind`, which only words the
+/// messages; a container's caller says `destroyVolumes`): destroy its volume only when the
 /// destroy is bound to it, that is when the slot held it as the destroy was first applied
 /// (`binding` `None` while `followed`: the record has followed the VM since before the slot was
 /// listed), and only until it is done. A slot listed before the record followed the VM (an
@@ -145,6 +147,7 @@ pub struct DestroyStep {
 // Long because: one decision over every state a slot's binding and contents can be in; each
 // arm says its case.
 pub fn destroy(
+    kind: GuestKind,
     vmid: u32,
     slot: &str,
     holds: SlotHolds<'_>,
@@ -152,10 +155,11 @@ pub fn destroy(
     followed: bool,
     now_ms: u64,
 ) -> Result<DestroyStep, String> {
+    let named = kind.named(vmid);
     let current = match holds {
         SlotHolds::Kept(what) => {
             return Err(format!(
-                "destroyDisks names {slot} of VM {vmid}, which is its {what}: refused; remove it \
+                "destroyDisks names {slot} of {named}, which is its {what}: refused; remove it \
                  from destroyDisks"
             ));
         }
@@ -177,18 +181,24 @@ pub fn destroy(
             note,
         })
     };
-    let how_to = |volume: &str| {
-        format!(
+    let how_to = |volume: &str| match kind {
+        GuestKind::Qemu => format!(
             "to keep it, list {slot} in disks and remove it from destroyDisks; to destroy it: qm \
              set {vmid} --delete {slot} --force 1 (VM {vmid}'s volume {volume})"
-        )
+        ),
+        // pve-container moves a detached volume to `unusedN`, and frees it when that goes.
+        GuestKind::Lxc => format!(
+            "to keep it, list {slot} in mountPoints and remove it from destroyDisks; to destroy \
+             it: pct set {vmid} --delete {slot}, then pct set {vmid} --delete the unusedN entry \
+             that holds it ({named}'s volume {volume})"
+        ),
     };
     let Some(b) = binding else {
         if !followed {
             let note = current.as_ref().map(|v| {
                 format!(
                     "destroyDisks names {slot}, but proxsync has no record of the volume that \
-                     destroy was written for (it began following VM {vmid} after: an adoption, \
+                     destroy was written for (it began following {named} after: an adoption, \
                      a rebuilt state database or an older release): {v} in {slot} is not \
                      destroyed; {}",
                     how_to(v)
@@ -233,7 +243,7 @@ pub fn destroy(
             let bound = b.volume.clone().unwrap_or_default();
             let note = match &current {
                 None => format!(
-                    "{slot} ({bound}) is no longer attached to VM {vmid} after the destroy sent \
+                    "{slot} ({bound}) is no longer attached to {named} after the destroy sent \
                      for destroyDisks"
                 ),
                 Some(w) => format!(
@@ -285,11 +295,12 @@ pub struct Protection {
     pub managed: Option<bool>,
 }
 
-/// Whether drives may be removed from VM `vmid` (`detach`: slots leaving `disks`; `destroy`:
+/// Whether drives may be removed from guest `vmid`, a `kind` (`detach`: slots leaving `disks`; `destroy`:
 /// slots of `destroyDisks`): PVE refuses removing any drive of a protected VM, and fails the
 /// whole update with it (qemu-server `PVE/API2/Qemu.pm` `update_vm_api`, the `delete` loop's
 /// `check_protection`), so they must not be sent with anything else.
 pub fn drive_removal(
+    kind: GuestKind,
     vmid: u32,
     protection: Protection,
     detach: &[String],
@@ -306,13 +317,19 @@ pub fn drive_removal(
     let fix = match protection.managed {
         Some(true) => "set protection: false in the spec (proxsync clears the flag first)".into(),
         _ => format!(
-            "clear the flag (qm set {vmid} --protection 0, or protection: false in the spec)"
+            "clear the flag ({} set {vmid} --protection 0, or protection: false in the spec)",
+            kind.cli()
         ),
     };
+    let (named, noun) = (kind.named(vmid), kind.noun());
+    let (drive, listed) = match kind {
+        GuestKind::Qemu => ("drive", "disks"),
+        GuestKind::Lxc => ("mount point", "mountPoints"),
+    };
     Err(format!(
-        "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
+        "{named} has protection set, and PVE refuses to remove any {drive} of a protected {noun}: \
          {} stay attached while the rest of the spec is applied. To remove them, {fix}; to keep \
-         them, list them in disks again",
+         them, list them in {listed} again",
         slots.join(", ")
     ))
 }
@@ -351,7 +368,7 @@ pub fn detach(
     slots: &[String],
 ) -> Result<Permit, String> {
     own(vm)?;
-    drive_removal(vm.vmid(), protection, slots, &[])?;
+    drive_removal(vm.kind(), vm.vmid(), protection, slots, &[])?;
     let slots = slots.to_vec();
     Ok(Permit::new(vm.site(), vm.vmid(), Act::Detach { slots }))
 }
@@ -383,7 +400,7 @@ pub fn destroy_drive(
              (no destroy of it is recorded as pending): {volume} is kept"
         ));
     }
-    drive_removal(vmid, protection, &[], &[slot.to_string()])?;
+    drive_removal(vm.kind(), vmid, protection, &[], &[slot.to_string()])?;
     let act = Act::Destroy {
         slot: slot.to_string(),
         volume: volume.to_string(),
@@ -415,7 +432,7 @@ pub fn destroy_unused(
              bound to: {holds} is kept"
         ));
     }
-    drive_removal(vmid, protection, &[], &[slot.to_string()])?;
+    drive_removal(vm.kind(), vmid, protection, &[], &[slot.to_string()])?;
     let act = Act::Destroy {
         slot: unused.to_string(),
         volume: holds.to_string(),
@@ -478,7 +495,7 @@ pub fn seed_delete(vm: &VerifiedMarker, volid: &str, in_use: &[String]) -> Resul
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
-/// What a delete of VM `vmid` does about its `protection` flag.
+/// What a delete of a guest does about its `protection` flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteProtection {
     /// Not protected: delete it.
@@ -491,18 +508,25 @@ pub enum DeleteProtection {
 /// Whether the removed spec's VM `vmid` may be deleted as far as `protection` goes: PVE
 /// refuses to delete a protected VM (qemu-server `PVE/API2/Qemu.pm` `destroy_vm`:
 /// `can't remove VM N - protection mode enabled`). The flag is cleared only when the spec
-/// managed it; one set by someone else stops the delete before the VM is powered off.
-pub fn vm_delete(vmid: u32, protection: Protection) -> Result<DeleteProtection, String> {
+/// managed it; one set by someone else stops the delete before the VM is powered off. `kind`
+/// (a VM or a container) only words the refusal.
+pub fn vm_delete(
+    kind: GuestKind,
+    vmid: u32,
+    protection: Protection,
+) -> Result<DeleteProtection, String> {
     match protection {
         Protection { on: false, .. } => Ok(DeleteProtection::Unprotected),
         Protection {
             managed: Some(_), ..
         } => Ok(DeleteProtection::Clear),
         Protection { managed: None, .. } => Err(format!(
-            "VM {vmid} has protection set, and no spec of this install set it: PVE refuses to \
-             delete a protected VM, so proxsync neither powers it off nor deletes it. To delete \
-             it, clear the flag: qm set {vmid} --protection 0 (or Options > Protection in the \
-             web UI)"
+            "{} has protection set, and no spec of this install set it: PVE refuses to delete a \
+             protected {}, so proxsync neither powers it off nor deletes it. To delete it, clear \
+             the flag: {} set {vmid} --protection 0 (or Options > Protection in the web UI)",
+            kind.named(vmid),
+            kind.noun(),
+            kind.cli()
         )),
     }
 }
@@ -610,17 +634,44 @@ mod tests {
 
     #[test]
     fn a_destroy_first_applied_is_bound_to_what_the_slot_holds() {
-        let s = destroy(100, "scsi1", SlotHolds::Disk(V), None, true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(V),
+            None,
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy.as_deref(), Some(V));
         assert_eq!(s.binding.state, DestroyState::Bound);
         assert_eq!(s.binding.volume.as_deref(), Some(V));
         assert_eq!(s.binding.at_ms, 9);
         assert!(s.note.is_none());
         // An empty slot: bound to nothing, done; a disk put there later is never destroyed.
-        let s = destroy(100, "scsi1", SlotHolds::Nothing, None, true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Nothing,
+            None,
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Destroyed);
-        let later = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&s.binding), true, 10).unwrap();
+        let later = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(W),
+            Some(&s.binding),
+            true,
+            10,
+        )
+        .unwrap();
         assert_eq!(later.destroy, None);
         let note = later.note.unwrap();
         assert!(note.contains("was empty") && note.contains(W), "{note}");
@@ -630,16 +681,43 @@ mod tests {
     fn a_bound_destroy_is_sent_until_its_volume_is_gone_and_then_never() {
         let b = bound(DestroyState::Bound, Some(V), None);
         // Still there (refused, or a crash before the request left): sent again.
-        let s = destroy(100, "scsi1", SlotHolds::Disk(V), Some(&b), true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(V),
+            Some(&b),
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy.as_deref(), Some(V));
         assert_eq!(s.binding, b);
         // Gone (a crash between the destroy and the record): done, and said so.
-        let s = destroy(100, "scsi1", SlotHolds::Nothing, Some(&b), true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Nothing,
+            Some(&b),
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Destroyed);
         assert!(s.note.unwrap().contains("no longer attached"));
         // Another volume there now: done, and that one is kept.
-        let s = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&b), true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(W),
+            Some(&b),
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Destroyed);
         assert_eq!(s.binding.reported.as_deref(), Some(W));
@@ -651,7 +729,16 @@ mod tests {
         let done = bound(DestroyState::Destroyed, Some(V), None);
         // The same volume id again (PVE re-uses vm-N-disk-M): still another disk.
         for now in [V, W] {
-            let s = destroy(100, "scsi1", SlotHolds::Disk(now), Some(&done), true, 9).unwrap();
+            let s = destroy(
+                GuestKind::Qemu,
+                100,
+                "scsi1",
+                SlotHolds::Disk(now),
+                Some(&done),
+                true,
+                9,
+            )
+            .unwrap();
             assert_eq!(s.destroy, None);
             let note = s.note.unwrap();
             assert!(
@@ -664,6 +751,7 @@ mod tests {
             assert_eq!(s.binding.state, DestroyState::Destroyed);
             // Reported once.
             let again = destroy(
+                GuestKind::Qemu,
                 100,
                 "scsi1",
                 SlotHolds::Disk(now),
@@ -673,25 +761,70 @@ mod tests {
             );
             assert_eq!(again.unwrap().note, None);
         }
-        let s = destroy(100, "scsi1", SlotHolds::Nothing, Some(&done), true, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Nothing,
+            Some(&done),
+            true,
+            9,
+        )
+        .unwrap();
         assert_eq!((s.destroy, s.note), (None, None));
     }
 
     #[test]
     fn without_a_record_following_the_vm_nothing_is_destroyed() {
-        let s = destroy(100, "scsi1", SlotHolds::Disk(V), None, false, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(V),
+            None,
+            false,
+            9,
+        )
+        .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Unbound);
         let note = s.note.unwrap();
         assert!(note.contains("no record of the volume") && note.contains(V));
         // Said once; a disk put there later is not destroyed either.
-        let again = destroy(100, "scsi1", SlotHolds::Disk(V), Some(&s.binding), true, 10).unwrap();
+        let again = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(V),
+            Some(&s.binding),
+            true,
+            10,
+        )
+        .unwrap();
         assert_eq!((again.destroy, again.note), (None, None));
-        let later = destroy(100, "scsi1", SlotHolds::Disk(W), Some(&s.binding), true, 10).unwrap();
+        let later = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Disk(W),
+            Some(&s.binding),
+            true,
+            10,
+        )
+        .unwrap();
         assert_eq!(later.destroy, None);
         assert!(later.note.unwrap().contains(W));
         // Empty then: nothing to say.
-        let s = destroy(100, "scsi1", SlotHolds::Nothing, None, false, 9).unwrap();
+        let s = destroy(
+            GuestKind::Qemu,
+            100,
+            "scsi1",
+            SlotHolds::Nothing,
+            None,
+            false,
+            9,
+        )
+        .unwrap();
         assert_eq!((s.destroy, s.note), (None, None));
         assert_eq!(s.binding.state, DestroyState::Unbound);
     }
@@ -700,6 +833,7 @@ mod tests {
     fn the_boot_disk_a_cdrom_or_the_cloud_init_drive_is_refused() {
         for followed in [true, false] {
             let err = destroy(
+                GuestKind::Qemu,
                 100,
                 "scsi0",
                 SlotHolds::Kept("boot disk"),
@@ -719,13 +853,29 @@ mod tests {
             on: false,
             managed: None,
         };
-        assert!(drive_removal(100, off, &slots(&["scsi1"]), &slots(&["scsi2"])).is_ok());
+        assert!(
+            drive_removal(
+                GuestKind::Qemu,
+                100,
+                off,
+                &slots(&["scsi1"]),
+                &slots(&["scsi2"])
+            )
+            .is_ok()
+        );
         let by_spec = Protection {
             on: true,
             managed: Some(true),
         };
-        assert!(drive_removal(100, by_spec, &[], &[]).is_ok());
-        let err = drive_removal(100, by_spec, &slots(&["scsi1"]), &slots(&["scsi2"])).unwrap_err();
+        assert!(drive_removal(GuestKind::Qemu, 100, by_spec, &[], &[]).is_ok());
+        let err = drive_removal(
+            GuestKind::Qemu,
+            100,
+            by_spec,
+            &slots(&["scsi1"]),
+            &slots(&["scsi2"]),
+        )
+        .unwrap_err();
         assert!(
             err.contains("scsi1 (to detach)")
                 && err.contains("scsi2 (to destroy)")
@@ -737,7 +887,8 @@ mod tests {
             on: true,
             managed: None,
         };
-        let err = drive_removal(100, by_hand, &slots(&["scsi1"]), &[]).unwrap_err();
+        let err =
+            drive_removal(GuestKind::Qemu, 100, by_hand, &slots(&["scsi1"]), &[]).unwrap_err();
         assert!(err.contains("qm set 100 --protection 0"), "{err}");
     }
 
@@ -763,10 +914,16 @@ mod tests {
 
     /// The VM `vmid` of spec `spec`, its signed marker verified on site lab.
     fn ours(spec: &str, vmid: u32) -> VerifiedMarker {
+        guest(GuestKind::Qemu, spec, vmid)
+    }
+
+    /// The guest `vmid` (a `kind`) of spec `spec`, its signed marker verified on site lab.
+    fn guest(kind: GuestKind, spec: &str, vmid: u32) -> VerifiedMarker {
         let key = crate::gate::identity::tests::key();
         let d = crate::ownership::Marker::signed(&key, "main", spec, "u1", vmid).description();
         let site = crate::gate::site::tests::checked("lab");
-        crate::gate::identity::verify(&site, &key, "main", vmid, Some(&d), None, None).unwrap()
+        crate::gate::identity::verify(&site, &key, "main", kind, vmid, Some(&d), None, None)
+            .unwrap()
     }
 
     const OFF: Protection = Protection {
@@ -879,25 +1036,81 @@ mod tests {
     fn a_protected_vm_is_deleted_only_when_its_spec_managed_the_flag() {
         let p = |on, managed| Protection { on, managed };
         assert_eq!(
-            vm_delete(7, p(false, None)),
+            vm_delete(GuestKind::Qemu, 7, p(false, None)),
             Ok(DeleteProtection::Unprotected)
         );
         assert_eq!(
-            vm_delete(7, p(false, Some(true))),
+            vm_delete(GuestKind::Qemu, 7, p(false, Some(true))),
             Ok(DeleteProtection::Unprotected)
         );
         assert_eq!(
-            vm_delete(7, p(true, Some(true))),
+            vm_delete(GuestKind::Qemu, 7, p(true, Some(true))),
             Ok(DeleteProtection::Clear)
         );
         assert_eq!(
-            vm_delete(7, p(true, Some(false))),
+            vm_delete(GuestKind::Qemu, 7, p(true, Some(false))),
             Ok(DeleteProtection::Clear)
         );
-        let err = vm_delete(7, p(true, None)).unwrap_err();
+        let err = vm_delete(GuestKind::Qemu, 7, p(true, None)).unwrap_err();
         assert!(
             err.contains("protection") && err.contains("qm set 7 --protection 0"),
             "{err}"
+        );
+    }
+
+    /// A container's messages name it, its `pct` and its mountPoints; the decisions are a VM's.
+    #[test]
+    fn a_containers_messages_say_container() {
+        let p = |on, managed| Protection { on, managed };
+        assert_eq!(
+            vm_delete(GuestKind::Lxc, 7, p(true, None)).unwrap_err(),
+            "container 7 has protection set, and no spec of this install set it: PVE refuses to \
+             delete a protected container, so proxsync neither powers it off nor deletes it. To \
+             delete it, clear the flag: pct set 7 --protection 0 (or Options > Protection in the \
+             web UI)"
+        );
+        let ct = guest(GuestKind::Lxc, "data-01", 101);
+        let mut b = bound(DestroyState::Bound, Some(V), None);
+        b.slot = "mp1".into();
+        assert_eq!(
+            destroy_unused(&ct, "mp1", "unused0", V, Some(&b), p(true, None)).unwrap_err(),
+            "container 101 has protection set, and PVE refuses to remove any mount point of \
+             a protected container: mp1 (to destroy) stay attached while the rest of the \
+             spec is applied. To remove them, clear the flag (pct set 101 --protection 0, or \
+             protection: false in the spec); to keep them, list them in mountPoints again"
+        );
+        let kept = destroy(
+            GuestKind::Lxc,
+            101,
+            "rootfs",
+            SlotHolds::Kept("root disk"),
+            None,
+            true,
+            9,
+        );
+        assert_eq!(
+            kept.unwrap_err(),
+            "destroyDisks names rootfs of container 101, which is its root disk: refused; remove \
+             it from destroyDisks"
+        );
+        let unbound = destroy(
+            GuestKind::Lxc,
+            101,
+            "mp1",
+            SlotHolds::Disk(V),
+            None,
+            false,
+            9,
+        );
+        let note = unbound.unwrap().note.unwrap();
+        assert!(
+            note.contains("it began following container 101 after")
+                && note.ends_with(&format!(
+                    "to keep it, list mp1 in mountPoints and remove it from destroyDisks; to \
+                     destroy it: pct set 101 --delete mp1, then pct set 101 --delete the unusedN \
+                     entry that holds it (container 101's volume {V})"
+                )),
+            "{note}"
         );
     }
 }

@@ -551,6 +551,7 @@ fn relabel(
         return Ok(());
     }
     let ev = Evidence {
+        kind: vm.kind,
         vmid,
         site,
         marker: vm.marker.as_deref(),

@@ -390,6 +390,7 @@ fn recorded(input: &PlanInput<'_>, site: &str, vmid: u32) -> bool {
 
 fn evidence<'v>(vm: &'v ObservedVm, site: &'v str, record: Option<Recorded<'v>>) -> Evidence<'v> {
     Evidence {
+        kind: vm.kind,
         vmid: vm.vmid,
         site,
         marker: vm.marker.as_deref(),

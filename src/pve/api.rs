@@ -1374,7 +1374,17 @@ mod tests {
         let key = crate::gate::identity::tests::key();
         let d = Marker::signed(&key, "main", "web", "u1", 100).description();
         let site = crate::gate::site::tests::checked("lab");
-        crate::gate::identity::verify(&site, &key, "main", 100, Some(&d), None, None).unwrap()
+        crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap()
     }
 
     #[test]

@@ -1463,7 +1463,17 @@ mod tests {
 
         // A permit of another act, or for another VM: refused as well.
         let d = pve.vm(100).unwrap().config["description"].clone();
-        let ours = verify(&checked("lab"), &key(), "main", 100, Some(&d), None, None).unwrap();
+        let ours = verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            crate::guest::GuestKind::Qemu,
+            100,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
         let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
         let err = pve
             .delete_vm(

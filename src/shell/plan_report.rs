@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::engine::PlanView;
+use crate::guest::GuestKind;
 use crate::observe::Power;
 use crate::plan::{Action, Verdict};
 use crate::render::ConfigChange;
@@ -176,8 +177,9 @@ async fn change_of(
                         change.also = also;
                     }
                     Err(e) => errors.push(format!(
-                        "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
-                         what its update changes: {e}"
+                        "{spec}: cannot read {}'s config on {site}/{node} to say what its \
+                         update changes: {e}",
+                        s.kind.named(*vmid)
                     )),
                 }
             }
@@ -200,8 +202,9 @@ async fn change_of(
                         change.fields = fields;
                     }
                     Err(e) => errors.push(format!(
-                        "{spec}: cannot read VM {vmid}'s config on {site}/{node} to say \
-                         what its adoption changes: {e}"
+                        "{spec}: cannot read {}'s config on {site}/{node} to say what its \
+                         adoption changes: {e}",
+                        s.kind.named(*vmid)
                     )),
                 }
             }
@@ -237,6 +240,14 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();
+    // A spec's guest is of its kind; a spec not at hand, of its record's.
+    let kind_of = |name: &str| {
+        by_name
+            .get(name)
+            .map(|s| s.kind)
+            .or_else(|| view.records.get(name).map(|r| r.kind))
+            .unwrap_or_default()
+    };
     for (name, verdict) in &view.plan.verdicts {
         if !in_scope(Some(name)) || matches!(verdict, Verdict::UpToDate { .. } | Verdict::Acting) {
             continue;
@@ -244,7 +255,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
         report.held.push(Held {
             spec: name.clone(),
             verdict: verdict.clone(),
-            text: verdict_words(verdict, view.records.get(name), now),
+            text: verdict_words(verdict, kind_of(name), view.records.get(name), now),
         });
     }
     if scope.names.is_none() {
@@ -424,6 +435,7 @@ fn compared(
         &checked,
         key,
         &view.install_id,
+        spec.kind,
         vmid,
         cfg.description(),
         Some(&spec.name),
@@ -538,7 +550,9 @@ fn update_line(
         parts.push(format!("checks {}", also.join(", ")));
     }
     if parts.is_empty() {
-        parts.push("records the new spec (nothing on the VM differs)".into());
+        parts.push(format!(
+            "records the new spec (nothing on the {noun} differs)"
+        ));
     }
     format!(
         "~ update  {spec}: {noun} {vmid} on {site}/{node}: {}",
@@ -546,13 +560,22 @@ fn update_line(
     )
 }
 
-/// A verdict in words, with the record's attempts and last error where it has them.
-pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -> String {
+/// A verdict in words, with the record's attempts and last error where it has them. `kind`:
+/// what the spec's guest is (a VM or a container).
+// Long because: one arm per verdict, each its words.
+pub fn verdict_words(
+    verdict: &Verdict,
+    kind: GuestKind,
+    rec: Option<&SpecRecord>,
+    now_ms: u64,
+) -> String {
+    let noun = kind.noun();
     match verdict {
-        Verdict::UpToDate { vmid } => format!("VM {vmid} matches the spec"),
+        Verdict::UpToDate { vmid } => format!("{} matches the spec", kind.named(*vmid)),
         Verdict::Acting => "changes planned".into(),
         Verdict::Migrating { from, to, vmid } => format!(
-            "VM {vmid} is moving from node {from} to node {to}; other changes wait until it is there"
+            "{} is moving from node {from} to node {to}; other changes wait until it is there",
+            kind.named(*vmid)
         ),
         Verdict::BackingOff { until_ms } => {
             let mut text = format!("backing off until {}", clock_time(*until_ms, now_ms));
@@ -574,19 +597,22 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
         Verdict::SiteUnreachable { error } => format!("its site could not be read: {error}"),
         Verdict::SiteIdentityChanged { message } => message.clone(),
         Verdict::Unknown { vmid } => format!(
-            "VM {vmid} is listed with an unknown state (its node may be offline); not judged"
+            "{} is listed with an unknown state (its node may be offline); not judged",
+            kind.named(*vmid)
         ),
         Verdict::Invalid => {
-            "the spec is invalid (proxsync validate says why); its VM is left as it is".into()
+            format!("the spec is invalid (proxsync validate says why); its {noun} is left as it is")
         }
         Verdict::RenameSuspected { from, vmid } => format!(
-            "looks like a rename of {from} (VM {vmid}): add the annotation \
+            "looks like a rename of {from} ({}): add the annotation \
              proxsync.io/renamed-from: {from} to confirm it; nothing is created or deleted \
-             until then"
+             until then",
+            kind.named(*vmid)
         ),
         Verdict::SiteMoved { from, vmid } => format!(
-            "moved to another site, and its VM {vmid} is still on site {from}: delete it there \
-             to have it created here, or move the spec back"
+            "moved to another site, and its {} is still on site {from}: delete it there \
+             to have it created here, or move the spec back",
+            kind.named(*vmid)
         ),
         Verdict::KindChanged { vmid, found } => format!(
             "its guest {vmid} is a {}, and the spec asks for the other kind: delete {vmid} to \
@@ -594,33 +620,39 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
             found.noun()
         ),
         Verdict::RenameUnproven { from, vmid, why } => format!(
-            "the rename from {from} is held: the record names VM {vmid}, and its marker does \
+            "the rename from {from} is held: the record names {}, and its marker does \
              not show it is {from}'s ({why}); nothing is created or deleted until a person \
-             decides"
+             decides",
+            kind.named(*vmid)
         ),
         Verdict::UnverifiedClaim { vmid } => format!(
-            "VM {vmid} claims this spec with a marker that does not verify: if it is this \
-             spec's VM, proxsync adopt NAME --vmid {vmid}; else remove its marker"
+            "{} claims this spec with a marker that does not verify: if it is this \
+             spec's {noun}, proxsync adopt NAME --vmid {vmid}; else remove its marker",
+            kind.named(*vmid)
         ),
         Verdict::HeldByInstall { install, vmid } => format!(
-            "VM {vmid} is still held by install {install} (its proxsync.{install} tag); it is \
-             taken over once that install has handed it over"
+            "{} is still held by install {install} (its proxsync.{install} tag); it is \
+             taken over once that install has handed it over",
+            kind.named(*vmid)
         ),
-        Verdict::AdoptRefused { vmid, why } => format!("adopting VM {vmid} is refused: {why}"),
+        Verdict::AdoptRefused { vmid, why } => {
+            format!("adopting {} is refused: {why}", kind.named(*vmid))
+        }
         Verdict::Observed { vmid: None, .. } => {
-            "observe-only: no VM of the spec found; nothing is created".into()
+            format!("observe-only: no {noun} of the spec found; nothing is created")
         }
         Verdict::Observed {
             vmid: Some(vmid),
             drift,
-        } if drift.is_empty() => format!("observe-only: VM {vmid} matches the spec"),
+        } if drift.is_empty() => format!("observe-only: {} matches the spec", kind.named(*vmid)),
         Verdict::Observed {
             vmid: Some(vmid),
             drift,
         } => {
             let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
             format!(
-                "observe-only: VM {vmid} differs (not applied): {}",
+                "observe-only: {} differs (not applied): {}",
+                kind.named(*vmid),
                 fields.join("; ")
             )
         }
@@ -634,29 +666,35 @@ pub fn verdict_words(verdict: &Verdict, rec: Option<&SpecRecord>, now_ms: u64) -
             "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
         ),
         Verdict::WaitingForDependencies { on, elsewhere } => format!(
-            "waits for {on} to be Ready (dependsOn) before its VM is created, started or \
+            "waits for {on} to be Ready (dependsOn) before its {noun} is created, started or \
              rebooted{}",
             match elsewhere {
                 true => "; it is another install's spec, never seen Ready here",
                 false => "",
             }
         ),
-        Verdict::Suspended { vmid, drift, by } => suspended_words(*vmid, drift, by),
+        Verdict::Suspended { vmid, drift, by } => suspended_words(kind, *vmid, drift, by),
     }
 }
 
-/// A suspended spec's verdict in words: who suspended it, and how its VM compares.
+/// A suspended spec's verdict in words: who suspended it, and how its guest (a `kind`)
+/// compares.
 fn suspended_words(
+    kind: GuestKind,
     vmid: Option<u32>,
     drift: &[crate::plan::FieldDrift],
     by: &crate::store::Suspension,
 ) -> String {
     let vm = match (vmid, drift.is_empty()) {
-        (None, _) => "no VM of the spec found; nothing is created".to_string(),
-        (Some(id), true) => format!("VM {id} matches the spec"),
+        (None, _) => format!("no {} of the spec found; nothing is created", kind.noun()),
+        (Some(id), true) => format!("{} matches the spec", kind.named(id)),
         (Some(id), false) => {
             let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
-            format!("VM {id} differs (not applied): {}", fields.join("; "))
+            format!(
+                "{} differs (not applied): {}",
+                kind.named(id),
+                fields.join("; ")
+            )
         }
     };
     format!("suspended ({}): {vm}", crate::plan::suspension_words(by))
@@ -738,6 +776,7 @@ mod tests {
         };
         let text = verdict_words(
             &Verdict::BackingOff { until_ms: until },
+            GuestKind::Qemu,
             Some(&rec),
             until - 300_000,
         );
@@ -746,6 +785,47 @@ mod tests {
             "backing off until 14:20:23 UTC (in 5m), 3rd attempt: NetworkError: connection reset"
         );
         assert!(!text.contains('{'), "no JSON: {text}");
+    }
+
+    #[test]
+    fn a_containers_verdicts_name_the_container() {
+        let words = |v: Verdict, kind| verdict_words(&v, kind, None, 0);
+        assert_eq!(
+            words(Verdict::UpToDate { vmid: 105 }, GuestKind::Qemu),
+            "VM 105 matches the spec"
+        );
+        assert_eq!(
+            words(Verdict::UpToDate { vmid: 105 }, GuestKind::Lxc),
+            "container 105 matches the spec"
+        );
+        let moved = Verdict::SiteMoved {
+            from: "lab".into(),
+            vmid: 105,
+        };
+        assert_eq!(
+            words(moved, GuestKind::Lxc),
+            "moved to another site, and its container 105 is still on site lab: delete it there \
+             to have it created here, or move the spec back"
+        );
+        let claim = words(Verdict::UnverifiedClaim { vmid: 105 }, GuestKind::Lxc);
+        assert!(
+            claim.starts_with("container 105 claims this spec")
+                && claim.contains("if it is this spec's container, proxsync adopt"),
+            "{claim}"
+        );
+        let none = Verdict::Observed {
+            vmid: None,
+            drift: Vec::new(),
+        };
+        assert_eq!(
+            words(none, GuestKind::Lxc),
+            "observe-only: no container of the spec found; nothing is created"
+        );
+        assert_eq!(
+            update_line("dns", ("container", "lab", "pve1", 105), &[], &[]),
+            "~ update  dns: container 105 on lab/pve1: records the new spec (nothing on the \
+             container differs)"
+        );
     }
 
     #[test]

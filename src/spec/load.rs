@@ -430,10 +430,12 @@ pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diag
                     &spec.file,
                     spec.pos,
                     format!(
-                        "metadata.annotations.{}: VM {vmid} on site {site} is also taken over by \
-                         spec {}; a VM is one spec's: keep the annotations on one of them",
+                        "metadata.annotations.{}: {} on site {site} is also taken over by spec \
+                         {}; a {} is one spec's: keep the annotations on one of them",
                         super::ADOPT,
-                        others.join(", ")
+                        spec.kind.named(vmid),
+                        others.join(", "),
+                        spec.kind.noun()
                     ),
                 )
                 .for_spec(Some(&spec.name)),

@@ -447,6 +447,29 @@ fn two_specs_consenting_to_one_vm_are_both_held() {
     assert!(set.diagnostics.iter().all(|d| d.spec.is_some()));
 }
 
+/// Two container specs consenting to one VMID: the diagnostic names a container.
+#[test]
+fn two_container_specs_consenting_to_one_guest_name_a_container() {
+    let as_container = |mut s: Spec| {
+        s.kind = GuestKind::Lxc;
+        s
+    };
+    let other = ADOPTING.replace("name: db", "name: db-copy");
+    let specs: Vec<Spec> = [parse(ADOPTING).0, parse(&other).0]
+        .into_iter()
+        .flatten()
+        .map(as_container)
+        .collect();
+    let diags = super::load::check_consents(&specs);
+    assert_eq!(diags.len(), 2, "{diags:?}");
+    let text = diags[0].to_string();
+    assert!(
+        text.contains("container 105 on site us-sfvalley is also taken over by spec db")
+            && text.contains("; a container is one spec's: keep the annotations on one of them"),
+        "{text}"
+    );
+}
+
 /// `MINIMAL` named `name`, with `extra` lines under `spec:`.
 fn with_spec_lines(name: &str, extra: &str) -> String {
     MINIMAL

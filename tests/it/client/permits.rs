@@ -55,6 +55,7 @@ async fn ours(c: &Client) -> VerifiedMarker {
         &site,
         &key(),
         "main",
+        proxsync::guest::GuestKind::Qemu,
         VMID,
         cfg.description(),
         Some(SPEC),

@@ -282,6 +282,7 @@ async fn clone_configure_resize_power_and_delete() {
         &site,
         &key(),
         "main",
+        proxsync::guest::GuestKind::Qemu,
         120,
         cfg.description(),
         Some("web-01"),
