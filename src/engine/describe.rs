@@ -175,6 +175,6 @@ pub(super) fn image_text(image: &crate::spec::Image) -> String {
         crate::spec::Image::Template { vmid } => format!("template {vmid}"),
         crate::spec::Image::Volume { volume, .. } => volume.clone(),
         crate::spec::Image::Name(n) => n.clone(),
-        crate::spec::Image::Existing => "no image (adopts an existing VM)".to_string(),
+        crate::spec::Image::Existing => "nothing (adopts an existing guest)".to_string(),
     }
 }

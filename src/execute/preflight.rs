@@ -150,14 +150,22 @@ pub(super) async fn preflight(
     };
     match &spec.image {
         // The planner never creates for a spec that adopts; this is the last line.
-        Image::Existing => Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "spec {} has no image: it adopts an existing VM ({}), so proxsync cannot make                  one; name an image in spec.forProvider.image to let it create a VM",
-                spec.name,
-                crate::spec::ADOPT
-            ),
-        )),
+        Image::Existing => {
+            let (noun, field) = match spec.kind {
+                GuestKind::Qemu => ("VM", "image"),
+                GuestKind::Lxc => ("container", "template"),
+            };
+            Err(fail(
+                Category::ConfigurationError,
+                format!(
+                    "spec {} has no {field}: it adopts an existing {noun} ({}), so proxsync \
+                     cannot make one; name one in spec.forProvider.{field} to let it create a \
+                     {noun}",
+                    spec.name,
+                    crate::spec::ADOPT
+                ),
+            ))
+        }
         Image::Template { vmid } => match template_in_view(*vmid) {
             Some(t) => clone_source(ctx, site, spec, storages, *vmid, &t.node).await,
             None => Err(fail(

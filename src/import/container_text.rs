@@ -169,7 +169,7 @@ fn resources(
     }
     match cfg.get("cpulimit").map(|l| (l, l.trim().parse::<f64>())) {
         // 0 is no limit, as is no key.
-        Some((_, Ok(v))) if v == 0.0 => {
+        Some((_, Ok(0.0))) => {
             known.insert("cpulimit".into());
         }
         // The spec keeps two decimals: a limit it cannot hold exactly is left alone.

@@ -237,15 +237,17 @@ fn ha_fields<'a>(vm: &VmFacts<'a>, notes: &mut Vec<String>) -> Option<HaFields<'
     let state = vm.ha_state?;
     let Some(res) = vm.ha else {
         notes.push(format!(
-            "the VM is an HA resource (state {state}) whose settings could not be read: it stays \
-             as PVE's HA manager has it (add ha: to manage it)"
+            "the {} is an HA resource (state {state}) whose settings could not be read: it stays \
+             as PVE's HA manager has it (add ha: to manage it)",
+            vm.kind.noun()
         ));
         return None;
     };
     let state = res.state.as_deref().unwrap_or("started");
     if !matches!(state, "started" | "stopped" | "ignored") {
         notes.push(format!(
-            "the VM's HA state is {state}, which a spec cannot hold: HA is left as it is"
+            "the {}'s HA state is {state}, which a spec cannot hold: HA is left as it is",
+            vm.kind.noun()
         ));
         return None;
     }

@@ -595,7 +595,7 @@ pub fn lxc_schema() -> Value {
     annotations[super::ADOPT_HWADDR] = json!({
         "description": "The MAC (hwaddr) of the container's first NIC when the spec was written: a reused VMID is never taken.",
         "type": "string",
-        "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
+        "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"
     });
     let mut spec = vm["properties"]["spec"].clone();
     let policies = &mut spec["properties"];
