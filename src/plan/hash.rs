@@ -209,6 +209,121 @@ mod tests {
     use super::*;
     use crate::spec::RebootPolicy;
 
+    /// The guest as the listing shows it once `spec` was applied: nothing differs.
+    fn applied(spec: &Spec) -> (ObservedVm, SpecRecord) {
+        let vm = ObservedVm {
+            kind: spec.kind,
+            vmid: 100,
+            node: spec.node.clone(),
+            name: Some(spec.vm_name.clone()),
+            power: Power::Running,
+            tags: vec![ownership_tag("main")],
+            cpus: Some(spec.hardware.vcpus(spec.cpu)),
+            memory_bytes: Some(spec.memory_mib << 20),
+            disk_bytes: Some(spec.disk_bytes),
+            lock: None,
+            ha_state: None,
+            template: false,
+            marker: None,
+            marker_read: true,
+            marker_verified: true,
+        };
+        let rec = SpecRecord {
+            applied_hash: Some(spec_hash(spec)),
+            ..Default::default()
+        };
+        (vm, rec)
+    }
+
+    fn container(extra: &str) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata: {{name: dns-01}}\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    template: \"9100\"\n{extra}"
+        );
+        let (mut specs, diags) = crate::spec::parse_file("ct.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    }
+
+    /// A change PVE keeps pending is not re-applied each cycle, but only that one.
+    #[test]
+    fn only_the_pending_key_is_spared_from_drift() {
+        let spec = crate::spec::test_spec("");
+        let (mut vm, mut rec) = applied(&spec);
+        assert!(drift(&spec, &rec, &vm, "main").is_empty());
+        vm.cpus = Some(7);
+        assert_eq!(drift(&spec, &rec, &vm, "main"), ["cpu"]);
+        rec.reboot_pending = vec!["memory".into()];
+        assert_eq!(drift(&spec, &rec, &vm, "main"), ["cpu"]);
+        rec.reboot_pending = vec!["cores".into()];
+        assert!(drift(&spec, &rec, &vm, "main").is_empty());
+    }
+
+    /// A spec that wants its guest HA-managed drifts when the listing shows no HA state (a
+    /// person removed the resource); `ignored` is not listed with one.
+    #[test]
+    fn a_missing_ha_resource_is_drift_unless_ignored() {
+        for (ha, listed, drifts) in [
+            ("    ha: {}\n", None, true),
+            ("    ha: {}\n", Some("started"), false),
+            ("    ha: {state: ignored}\n", None, false),
+            ("", None, false),
+        ] {
+            let spec = crate::spec::test_spec(ha);
+            let (mut vm, rec) = applied(&spec);
+            vm.ha_state = listed.map(str::to_string);
+            let why = drift(&spec, &rec, &vm, "main");
+            assert_eq!(
+                why.contains(&"ha".to_string()),
+                drifts,
+                "{ha} {listed:?}: {why:?}"
+            );
+        }
+    }
+
+    /// A listed disk below the spec's is drift for a VM and a stopped container; a running
+    /// container lists its file system's `df` total, always below, so it is not; nor is a
+    /// disk already grown to the spec's size.
+    #[test]
+    fn a_small_listed_disk_is_drift_only_where_it_is_the_volume() {
+        for (spec, power, drifts) in [
+            (crate::spec::test_spec(""), Power::Running, true),
+            (container(""), Power::Stopped, true),
+            (container(""), Power::Running, false),
+        ] {
+            let (mut vm, mut rec) = applied(&spec);
+            vm.power = power;
+            let stopped = spec.power_state == PowerState::Running && power == Power::Stopped;
+            vm.disk_bytes = Some(spec.disk_bytes);
+            assert!(
+                !drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()),
+                "the same size"
+            );
+            assert!(observed_drift(&spec, &vm).iter().all(|d| d.field != "disk"));
+            vm.disk_bytes = Some(spec.disk_bytes - (1 << 20));
+            let why = drift(&spec, &rec, &vm, "main");
+            assert_eq!(
+                why.contains(&"disk".to_string()),
+                drifts,
+                "{power:?}: {why:?}"
+            );
+            assert_eq!(why.contains(&"start".to_string()), stopped);
+            let observed = observed_drift(&spec, &vm);
+            assert_eq!(
+                observed.iter().any(|d| d.field == "disk"),
+                drifts,
+                "{observed:?}"
+            );
+            rec.applied_disk_bytes = Some(spec.disk_bytes);
+            assert!(!drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()));
+            rec.applied_disk_bytes = Some(spec.disk_bytes - (2 << 20));
+            assert_eq!(
+                drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()),
+                drifts
+            );
+        }
+    }
+
     #[test]
     fn a_reboot_is_due_only_when_pending_allowed_and_not_too_soon() {
         let mut spec = crate::spec::test_spec("");
