@@ -4169,6 +4169,13 @@ fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
                 vm
             }),
         ),
+        (
+            "(or is not a VM)",
+            Box::new(|mut vm| {
+                vm.kind = proxsync::guest::GuestKind::Lxc;
+                vm
+            }),
+        ),
     ];
     for (why, twist) in cases {
         let (p, v) = consent_verdict(twist);
