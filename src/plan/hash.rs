@@ -281,6 +281,36 @@ mod tests {
         }
     }
 
+    /// What an observe-only spec reports, field by field: the power state either way, a tag
+    /// the spec has and the guest lacks, an HA resource it wants and the guest has not.
+    #[test]
+    fn observed_drift_names_power_tags_and_ha() {
+        let fields = |spec: &Spec, vm: &ObservedVm| -> Vec<&'static str> {
+            observed_drift(spec, vm).iter().map(|d| d.field).collect()
+        };
+        let spec = crate::spec::test_spec("    tags: [web]\n    ha: {}\n");
+        let (mut vm, _) = applied(&spec);
+        vm.tags.push("web".into());
+        vm.ha_state = Some("started".into());
+        assert!(fields(&spec, &vm).is_empty(), "{:?}", fields(&spec, &vm));
+        vm.power = Power::Stopped;
+        assert_eq!(fields(&spec, &vm), ["power"]);
+        let stopped = crate::spec::test_spec("    powerState: stopped\n    tags: [web]\n");
+        let (mut off, _) = applied(&stopped);
+        off.tags.push("web".into());
+        assert_eq!(fields(&stopped, &off), ["power"]);
+        off.power = Power::Stopped;
+        assert!(fields(&stopped, &off).is_empty());
+        vm.power = Power::Running;
+        vm.tags.retain(|t| t != "web");
+        assert_eq!(fields(&spec, &vm), ["tags"]);
+        vm.tags.push("web".into());
+        vm.ha_state = None;
+        assert_eq!(fields(&spec, &vm), ["ha"]);
+        let ignored = crate::spec::test_spec("    tags: [web]\n    ha: {state: ignored}\n");
+        assert!(fields(&ignored, &vm).is_empty());
+    }
+
     /// A listed disk below the spec's is drift for a VM and a stopped container; a running
     /// container lists its file system's `df` total, always below, so it is not; nor is a
     /// disk already grown to the spec's size.
