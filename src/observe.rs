@@ -131,8 +131,12 @@ pub struct SiteView {
     pub health: ClusterHealth,
     /// QEMU VMs and LXC containers by VMID (each with its `kind`).
     pub vms: BTreeMap<u32, ObservedVm>,
-    /// The VMIDs of the listing's guests of any other type: taken for a new guest all the same.
+    /// The VMIDs of the listing's guests of any other type, or whose entry could not be read:
+    /// taken for a new guest all the same.
     pub other_vmids: BTreeSet<u32>,
+    /// The listing's entries that could not be read (a garbled answer): the view is
+    /// incomplete, so nothing is created or deleted on the site this cycle.
+    pub unreadable: Vec<String>,
     /// Who the cluster says it is (`GET /cluster/status`): when it changes, the site's root CA
     /// is read again to check it is still the recorded cluster (`gate::site`).
     pub cluster: ClusterShape,
@@ -153,6 +157,7 @@ impl SiteView {
             },
             vms: BTreeMap::new(),
             other_vmids: BTreeSet::new(),
+            unreadable: Vec::new(),
             cluster: ClusterShape::default(),
             identity_changed: false,
         }
@@ -169,6 +174,27 @@ impl SiteView {
 
     pub fn reachable(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// The listing had entries that could not be read: a guest may be missing from `vms`, so
+    /// nothing may be created or deleted on the strength of this view.
+    pub fn incomplete(&self) -> bool {
+        !self.unreadable.is_empty()
+    }
+
+    /// Why the view is incomplete, in a sentence for a status: which entries, and what holds.
+    pub fn incomplete_why(&self) -> String {
+        let shown: Vec<&str> = self.unreadable.iter().take(3).map(String::as_str).collect();
+        let more = self.unreadable.len().saturating_sub(shown.len());
+        format!(
+            "site {}'s listing (/cluster/resources) has {} entr{} proxsync cannot read ({}{}): \
+             nothing is created or deleted there until it reads whole",
+            self.name,
+            self.unreadable.len(),
+            if self.unreadable.len() == 1 { "y" } else { "ies" },
+            shown.join("; "),
+            if more > 0 { format!("; and {more} more") } else { String::new() }
+        )
     }
 
     /// True when the site is reachable, quorate and the node online.
@@ -203,8 +229,13 @@ pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, 
             // One pass, each guest moved once: a listing holds every guest of the site. VMs and
             // containers are observed alike; any other type only takes its VMID.
             let mut other_vmids = BTreeSet::new();
-            let mut guests = Vec::with_capacity(resources.len());
-            for r in resources {
+            let mut guests = Vec::with_capacity(resources.guests.len());
+            let mut unreadable = Vec::with_capacity(resources.unreadable.len());
+            for entry in resources.unreadable {
+                other_vmids.extend(entry.vmid);
+                unreadable.push(entry.to_string());
+            }
+            for r in resources.guests {
                 match r.guest_kind() {
                     Some(kind) => guests.push((r.vmid, ObservedVm::from_resource(r, kind))),
                     None => {
@@ -217,6 +248,7 @@ pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, 
                 error: None,
                 health,
                 other_vmids,
+                unreadable,
                 vms: BTreeMap::from_iter(guests),
                 cluster,
                 identity_changed: false,
@@ -404,6 +436,7 @@ mod tests {
             },
             vms,
             other_vmids: BTreeSet::new(),
+            unreadable: Vec::new(),
             cluster: ClusterShape::default(),
             identity_changed: false,
         };

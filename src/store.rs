@@ -278,6 +278,10 @@ pub enum ErrorKind {
     /// The VM's `protection` flag stops a delete or a drive removal that its spec does not
     /// let proxsync clear: a person clears it (or changes the spec). `Stalled` (`Protected`).
     Protected,
+    /// The guest the record names carries no marker of its spec (a person edited its notes)
+    /// and nothing else shows it is the spec's: a person confirms it (`proxsync adopt`) or
+    /// removes it. Nothing is created meanwhile. `Stalled` (`MarkerMissing`).
+    MarkerMissing,
 }
 
 /// One failure, as kept for backoff and status.
@@ -440,6 +444,20 @@ pub struct SpecRecord {
     /// Seeds uploaded and destroys bound (boxed: most records have neither).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Box<Volumes>>,
+    /// The own identity of the guest `vm` names (a VM's smbios1 uuid, a container's first
+    /// NIC's MAC), read from its config while its marker verified: it shows the guest is still
+    /// the spec's after a person removed the marker line from its notes
+    /// (`gate::identity::verify_by_identity`). Records of earlier releases have none until the
+    /// guest's next converge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<RecordedIdentity>,
+}
+
+/// A guest's own identity, as read at one VMID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedIdentity {
+    pub vmid: u32,
+    pub id: crate::guest::GuestId,
 }
 
 /// The volume evidence of one spec: what proxsync recorded when it wrote a volume.
@@ -505,9 +523,32 @@ pub struct Adoption {
     /// The uid of the VM's marker.
     pub uid: String,
     pub orphan_on_delete: bool,
+    /// The guest's own identity as the command read it (kept as the record's, see
+    /// [`SpecRecord::identity`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::guest::GuestId>,
 }
 
 impl SpecRecord {
+    /// The identity recorded for the guest at `vmid`, if any (one recorded at another VMID
+    /// says nothing of this one).
+    pub fn identity_at(&self, vmid: u32) -> Option<&crate::guest::GuestId> {
+        self.identity
+            .as_ref()
+            .filter(|r| r.vmid == vmid)
+            .map(|r| &r.id)
+    }
+
+    /// Keeps `id`, read from the config of the guest at `vmid` whose marker just verified, as
+    /// the guest's identity. `None` (none, or not a well-formed one) keeps what was recorded.
+    pub fn remember_identity(&mut self, vmid: u32, id: Option<crate::guest::GuestId>) {
+        if let Some(id) = id
+            && self.identity_at(vmid) != Some(&id)
+        {
+            self.identity = Some(RecordedIdentity { vmid, id });
+        }
+    }
+
     /// Takes what the record keeps of its spec for when the spec is gone (`deletionPolicy`,
     /// `dependsOn`); whether anything changed.
     pub fn follow(&mut self, spec: &crate::spec::Spec) -> bool {
@@ -773,6 +814,12 @@ impl Store {
         rec.adopted = true;
         rec.provisioned = true;
         rec.orphan_on_delete = a.orphan_on_delete;
+        rec.remember_identity(a.vmid, a.identity.clone());
+        // What needed a person (an unverified marker, a missing one) is settled: the next
+        // cycle acts on the spec at once, not at the end of its backoff.
+        rec.attempts = 0;
+        rec.next_attempt_ms = None;
+        rec.last_error = None;
         rec.note(now_ms, "adopt", "confirmed by hand (proxsync adopt)");
         let adopted = VmState::Exists {
             vmid: a.vmid,

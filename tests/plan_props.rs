@@ -718,6 +718,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         health,
         vms,
         other_vmids: Default::default(),
+        unreadable: Vec::new(),
         cluster: Default::default(),
         identity_changed: false,
     };
@@ -2828,7 +2829,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         spec.image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400,
-            proof: proxsync::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
         match how {
@@ -4093,7 +4094,7 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
         spec.image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400 + i,
-            proof: proxsync::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
         w.vms_mut().insert(observed.vmid, observed);

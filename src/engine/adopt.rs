@@ -71,14 +71,37 @@ pub async fn adopt_by_hand(
         )));
     }
     let handed = config.source.selector.is_some();
+    let rec = records.get(name);
+    let no_marker_line = !cfg
+        .description()
+        .is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX));
+    let names_it = rec.is_some_and(|r| {
+        r.site == spec.site && matches!(r.vm, crate::store::VmState::Exists { vmid: v, .. } if v == vmid)
+    });
+    if no_marker_line && names_it {
+        // The record's guest, whose notes lost the marker line (`MarkerMissing`).
+        let uid = rec.map(|r| r.uid.clone()).unwrap_or_default();
+        remark_by_hand(config, &site.client, &checked, spec, (&node, kind, vmid), &cfg, rec).await?;
+        return Ok(crate::store::Adoption {
+            spec: name.to_string(),
+            site: spec.site.clone(),
+            node,
+            vmid,
+            uid,
+            orphan_on_delete: spec.deletion_policy == crate::spec::DeletionPolicy::Orphan,
+            identity: cfg.guest_id(kind),
+        });
+    }
     let marker = cfg
         .description()
         .and_then(Marker::parse)
         .filter(|m| (m.install == config.install_id || handed) && m.spec == name)
         .ok_or_else(|| {
             refused(format!(
-                "VM {vmid} does not carry the marker of spec {name} of install {}; proxsync adopts \
-                 only a VM whose description has that proxsync-id line",
+                "{} does not carry the marker of spec {name} of install {}; proxsync adopts \
+                 only a guest whose description has that proxsync-id line, or the guest the \
+                 spec's record names when its notes lost the line",
+                kind.named(vmid),
                 config.install_id
             ))
         })?;
@@ -100,7 +123,47 @@ pub async fn adopt_by_hand(
         vmid,
         uid: marker.uid,
         orphan_on_delete: spec.deletion_policy == crate::spec::DeletionPolicy::Orphan,
+        identity: cfg.guest_id(kind),
     })
+}
+
+/// `proxsync adopt` of the guest the spec's record names, whose notes lost the marker line: the
+/// person's confirmation is the gate's evidence (`gate::permit::remark_by_hand`), and the
+/// record's marker is written back below the notes at once (with this install's tag), guarded
+/// by the config's digest.
+async fn remark_by_hand(
+    config: &Config,
+    client: &Client,
+    checked: &crate::gate::site::SiteChecked,
+    spec: &crate::spec::Spec,
+    (node, kind, vmid): (&str, crate::guest::GuestKind, u32),
+    cfg: &crate::pve::types::VmConfig,
+    rec: Option<&SpecRecord>,
+) -> Result<(), EngineError> {
+    let uid = rec.map(|r| r.uid.as_str()).unwrap_or_default();
+    let by_hand = crate::gate::permit::ByHand {
+        spec: &spec.name,
+        kind,
+        vmid,
+    };
+    let permit = crate::gate::permit::remark_by_hand(
+        checked,
+        by_hand,
+        &config.install_id,
+        rec.and_then(SpecRecord::vmid),
+        uid,
+        cfg.description(),
+    )
+    .map_err(EngineError::Refused)?;
+    let key_path = config.marker_key_path();
+    let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
+        path: key_path.display().to_string(),
+        message,
+    })?;
+    let signed = Marker::signed(&key, &config.install_id, &spec.name, uid, vmid);
+    crate::execute::sign_over(client, node, kind, vmid, cfg, &signed, &permit)
+        .await
+        .map_err(|e| EngineError::Refused(format!("{}: {e}; nothing changed", kind.named(vmid))))
 }
 
 /// A VM whose marker names this install and one of its specs but does not verify (a lost
@@ -141,7 +204,7 @@ pub async fn unverified_claims(
             message: e.to_string(),
         };
         let listing = site.client.vm_resources().await.map_err(site_err)?;
-        let candidates = listing.iter().filter(|r| {
+        let candidates = listing.guests.iter().filter(|r| {
             r.guest_kind().is_some()
                 && r.template != Some(true)
                 && (r.tags.contains(&tag)

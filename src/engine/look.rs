@@ -72,18 +72,6 @@ pub(super) fn push_scope(
     Some(scope)
 }
 
-/// The site an action is on; a record's forgetting is on its record's site.
-pub(super) fn action_site<'a>(
-    action: &'a Action,
-    records: &'a BTreeMap<String, SpecRecord>,
-) -> Option<&'a str> {
-    match action {
-        Action::Forget { spec } => records.get(spec).map(|r| r.site.as_str()),
-        Action::Adopt { site, .. } => Some(site),
-        other => other.node().map(|(site, _)| site),
-    }
-}
-
 /// Observes `sites` (every site, or those a push touched) in parallel, checks each is its
 /// recorded cluster, and reads the markers the planner needs.
 // Many arguments because: the engine's caches (markers, site identities) and what the cycle

@@ -548,7 +548,7 @@ impl Engine {
             // Planned on views of the last cycle: acted on by the next full cycle, which looks.
             first
                 .actions
-                .retain(|a| action_site(a, &records).is_some_and(|site| scope.contains(site)));
+                .retain(|a| a.site(&records).is_some_and(|site| scope.contains(site)));
         }
         tracing::debug!(
             observe_ms,
@@ -592,7 +592,7 @@ impl Engine {
                     .filter(|a| a.spec().is_some_and(|s| waiting.contains(s)))
                     .filter(|a| {
                         scope.as_ref().is_none_or(|scope| {
-                            action_site(a, &records).is_some_and(|site| scope.contains(site))
+                            a.site(&records).is_some_and(|site| scope.contains(site))
                         })
                     })
                     .cloned()

@@ -104,6 +104,7 @@ pub(super) async fn adopt_by_consent(
     rec.provisioned = true;
     rec.follow(spec);
     rec.kind = vm.kind;
+    rec.remember_identity(vm.vmid, cfg.guest_id(vm.kind));
     rec.note(
         ctx.clock.now_ms(),
         "adopt",

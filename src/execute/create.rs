@@ -28,6 +28,7 @@ pub(super) async fn create(
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
     let site = site(ctx, site_name)?;
+    confirm_gone(ctx, site, spec, rec).await?;
     let source = preflight(ctx, site, spec).await?;
     if rec.uid.is_empty() {
         rec.uid = new_uid();
@@ -112,6 +113,43 @@ pub(super) async fn create(
         JustSent::Yes,
     )
     .await
+}
+
+/// The plan creates a guest for a spec whose record still names one (this cycle's listing did
+/// not show it): it is gone only when PVE says so, its VMID free over the whole cluster (`GET
+/// /cluster/nextid?vmid=N`, one request; a config read asks only one node). A listing that
+/// lost the guest (an answer garbled on its way, a token that cannot see it) makes no second
+/// guest: the record stays, and nothing is created.
+async fn confirm_gone(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<(), ActionError> {
+    let Some(vmid) = rec.vm.made_vmid().filter(|_| rec.site == site.name) else {
+        return Ok(());
+    };
+    let named = rec.kind.named(vmid);
+    if !site.client.vmid_is_free(vmid).await? {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "{named}, which the spec's record names, is not in this cycle's listing of site \
+                 {}, but PVE says VMID {vmid} is taken: the listing is incomplete, or the token \
+                 cannot see the guest (VM.Audit on /vms/{vmid}). Nothing is created for the spec \
+                 while it may exist",
+                site.name
+            ),
+        ));
+    }
+    tracing::info!(spec = %spec.name, vmid, "the spec's guest is gone: PVE says its VMID is free");
+    rec.note(
+        ctx.clock.now_ms(),
+        "create",
+        &format!("{named} is gone (PVE says VMID {vmid} is free): making the spec a new one"),
+    );
+    ctx.store.transition(&spec.name, rec, VmState::Absent)?;
+    Ok(())
 }
 
 /// Records the task of the create in flight (its answer, or the task found after a restart).
@@ -500,6 +538,10 @@ pub(super) async fn adopt(
     // the marker first (`read_own_config`). The guest's addresses are not read here; the next
     // converge reads them.
     let fresh = ctx.fresh_configs.get(&(site_name.to_string(), vmid));
+    if let Some(cfg) = fresh {
+        // Its marker verified in this cycle's read of this config.
+        rec.remember_identity(vmid, cfg.guest_id(rec.kind));
+    }
     if let (Some(vm), Some(cfg)) = (vm, fresh)
         && adoption_is_current(ctx, site_name, spec, rec, vm, cfg)
     {

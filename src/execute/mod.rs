@@ -141,6 +141,15 @@ fn protected(message: impl Into<String>) -> ActionError {
     }
 }
 
+/// The guest a record names does not show it is the spec's (its marker line removed or
+/// changed by a person): a person confirms it (`proxsync adopt`) or removes it.
+fn marker_missing(message: impl Into<String>) -> ActionError {
+    ActionError {
+        kind: ErrorKind::MarkerMissing,
+        ..fail(Category::Conflict, message)
+    }
+}
+
 /// How an action ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -501,7 +510,7 @@ async fn run_action(
             let vm = VmRef::new(site, node, kind, *vmid);
             remove(ctx, vm, spec, &mut rec, *release).await
         }
-        Action::Forget { spec } => forget(ctx, spec).await,
+        Action::Forget { spec } => forget(ctx, spec, &rec).await,
         Action::HandOver {
             spec,
             site,

@@ -292,7 +292,33 @@ pub(super) async fn delete_in_flight(
     }
 }
 
-pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str) -> Outcome {
+/// Forgets the record of a spec whose guest this cycle's listing did not show (the spec
+/// removed, or moved to another site). A record that names a made guest is forgotten only when
+/// PVE says its VMID is free (`GET /cluster/nextid?vmid=N`): a listing that lost the guest
+/// never makes it unmanaged (nor, for a moved spec, a second guest on the new site).
+pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
+    if let Some(vmid) = rec.vm.made_vmid() {
+        let taken = match site(ctx, &rec.site) {
+            Ok(site) => site.client.vmid_is_free(vmid).await.map(|free| !free),
+            // The site left the config: nothing there can be asked (or done).
+            Err(e) => return Outcome::Failed(e),
+        };
+        match taken {
+            Ok(false) => {}
+            Ok(true) => {
+                return Outcome::Failed(fail(
+                    Category::Conflict,
+                    format!(
+                        "{} is not in this cycle's listing of site {}, but PVE says VMID {vmid} \
+                         is taken: the record of spec {spec_name} is kept",
+                        rec.kind.named(vmid),
+                        rec.site
+                    ),
+                ));
+            }
+            Err(e) => return Outcome::Failed(e.into()),
+        }
+    }
     // Also releases the VMID of a create intent.
     match ctx.store.remove(spec_name) {
         Ok(()) => Outcome::Done,

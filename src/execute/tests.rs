@@ -1906,7 +1906,7 @@ fn consenting() -> World {
     w.spec.image = crate::spec::Image::Existing;
     w.spec.adopt = Some(Box::new(crate::spec::AdoptConsent {
         vmid: 300,
-        proof: crate::spec::AdoptProof::Uuid(CONSENT_UUID.into()),
+        proof: crate::guest::GuestId::Uuid(CONSENT_UUID.into()),
     }));
     let name = w.spec.vm_name.clone();
     w.pve().add_vm(

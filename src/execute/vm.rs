@@ -3,11 +3,14 @@
 //! the HA stack settle.
 
 use super::identity::{checked_site, verified};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, stale_lock, wait};
+use super::{
+    ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, marker_missing, stale_lock, wait,
+};
 use crate::category::Category;
-use crate::gate::identity::VerifiedMarker;
+use crate::gate::identity::{NotOurs, Recorded, VerifiedMarker, verify_by_identity};
 use crate::gate::volume::Protection;
 use crate::guest::GuestKind;
+use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
@@ -89,9 +92,14 @@ pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
     }
 }
 
-/// A fresh read of the VM's config, verified to carry the spec's marker (the gate's
-/// [`VerifiedMarker`], from which the permits of converge's guarded edits are made). A VM that
-/// is gone or not ours sends the spec back to Pending.
+/// A fresh read of the guest's config, verified to carry the spec's marker (the gate's
+/// [`VerifiedMarker`], from which the permits of converge's guarded edits are made).
+///
+/// The guest the record names stays the spec's until it is shown gone: no answer of this read
+/// changes the record's VMID, but for a guest shown to be another one (see [`not_the_specs`]).
+/// A guest whose notes lost the marker line is the spec's when its own identity is the
+/// recorded one (`gate::identity::verify_by_identity`): converge writes the line back. A
+/// config whose marker verifies has its identity recorded.
 pub(super) async fn read_own_config(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -105,17 +113,23 @@ pub(super) async fn read_own_config(
     let checked = checked_site(ctx, vm.site)?;
     let cfg = match client.vm_config(node, kind, vmid).await {
         Ok(c) => c,
+        // Gone from the node the listing showed: removed, or moved by a person since. The
+        // record keeps it; a create is sent only once PVE says the VMID is free
+        // (`create::gone`).
         Err(e) if e.is_not_found() => {
-            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
             return Err(fail(
                 Category::NotFound,
-                format!("{} is gone; it will be created again", kind.named(vmid)),
+                format!(
+                    "{} is not on node {node} any more; it is looked for again at the next \
+                     cycle, and made again only once PVE says VMID {vmid} is free",
+                    kind.named(vmid)
+                ),
             ));
         }
         Err(e) => return Err(e.into()),
     };
     // Identity, from a fresh read, before any change.
-    match verified(
+    let why = match verified(
         ctx,
         &checked,
         &cfg,
@@ -124,19 +138,123 @@ pub(super) async fn read_own_config(
         Some(&spec.name),
         Some(&rec.uid),
     ) {
-        Ok(ours) => Ok((cfg, ours)),
-        Err(why) => {
-            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
-            Err(fail(
-                Category::Conflict,
-                format!(
-                    "{} does not carry the marker of spec {}: not touching it ({why})",
+        Ok(ours) => {
+            rec.remember_identity(vmid, cfg.guest_id(kind));
+            return Ok((cfg, ours));
+        }
+        Err(why) => why,
+    };
+    let recorded = Recorded {
+        spec: &spec.name,
+        uid: &rec.uid,
+        identity: rec.identity_at(vmid),
+    };
+    let found = cfg.guest_id(kind);
+    match verify_by_identity(
+        &checked,
+        &ctx.install_id,
+        kind,
+        vmid,
+        cfg.description(),
+        found.as_ref(),
+        recorded,
+    ) {
+        Ok(ours) => {
+            tracing::info!(spec = %spec.name, vmid, "the guest's notes lost the marker line; its identity is the recorded one: writing the line back");
+            rec.note(
+                ctx.clock.now_ms(),
+                "converge",
+                &format!(
+                    "{} carries no marker line (its notes were edited); its {} is the recorded \
+                     one: the marker line is written back below the notes",
                     kind.named(vmid),
-                    spec.name
+                    found.map(|f| f.to_string()).unwrap_or_default()
                 ),
-            ))
+            );
+            Ok((cfg, ours))
+        }
+        Err(not) => Err(not_the_specs(ctx, client, vm, spec, rec, &cfg, why, not).await),
+    }
+}
+
+/// The guest the record names does not show it is the spec's (`why`: the marker check's
+/// refusal; `not`: the identity check's). It is another guest only when it carries neither
+/// this install's tag nor any marker line of this install, and its identity is not the
+/// recorded one (none was recorded, or a well-formed other one shows): a VMID someone freed and
+/// reused. That is read twice (one answer, garbled or not, never changes the record), then the
+/// VMID is released, and the next cycle makes the spec a new guest. Anything else is the
+/// spec's guest whose marker a person removed or changed: `Stalled` (`MarkerMissing`), the
+/// record kept, nothing created, until a person confirms it or removes it.
+// Many arguments because: the action's context, the guest and spec, the config read and the
+// two refusals it was judged on.
+#[allow(clippy::too_many_arguments)]
+async fn not_the_specs(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    cfg: &VmConfig,
+    why: NotOurs,
+    not: NotOurs,
+) -> ActionError {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let tag = ownership_tag(&ctx.install_id);
+    let another = |cfg: &VmConfig| {
+        let ours_marked = cfg
+            .description()
+            .and_then(Marker::parse)
+            .is_some_and(|m| m.install == ctx.install_id);
+        let recorded = rec.identity_at(vmid);
+        let found = cfg.guest_id(kind);
+        let other_identity = match (recorded, found.as_ref()) {
+            (Some(want), Some(found)) => want != found,
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        !cfg.tags().contains(&tag) && !ours_marked && other_identity
+    };
+    if another(cfg) {
+        match client.vm_config(node, kind, vmid).await {
+            Ok(again) if another(&again) => {
+                return match ctx.store.transition(&spec.name, rec, VmState::Absent) {
+                    Ok(()) => fail(
+                        Category::Conflict,
+                        format!(
+                            "{} is another guest now (no tag {tag}, no marker of this install, \
+                             and not the recorded identity, read twice): the spec's {} is \
+                             gone; a new one is made at the next cycle",
+                            kind.named(vmid),
+                            kind.noun()
+                        ),
+                    ),
+                    Err(e) => e.into(),
+                };
+            }
+            Ok(_) => {
+                return fail(
+                    Category::Conflict,
+                    format!(
+                        "{} answered two reads of its config differently; nothing is judged \
+                         on it this cycle",
+                        kind.named(vmid)
+                    ),
+                );
+            }
+            Err(e) => return e.into(),
         }
     }
+    let (named, noun) = (kind.named(vmid), kind.noun());
+    marker_missing(format!(
+        "{named} does not carry the marker of spec {name} ({why}; {not}). It is still the {noun} \
+         the spec's record names, so nothing is created for the spec while it exists. If it is \
+         the spec's {noun}: proxsync adopt {name} --vmid {vmid} (the marker line is written back \
+         below its notes); if it is not: remove the tag {tag} from it, and the next cycle makes \
+         the spec a new {noun}",
+        name = spec.name
+    ))
 }
 
 /// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`
@@ -146,7 +264,15 @@ pub async fn find_vm(
     vmid: u32,
 ) -> Result<Option<(String, GuestKind, VmConfig)>, crate::pve::Error> {
     let listed = client.vm_resources().await?;
+    if let Some(entry) = listed.unreadable.iter().find(|e| e.vmid == Some(vmid)) {
+        return Err(crate::pve::Error::Decode {
+            method: "GET".into(),
+            path: "/cluster/resources".into(),
+            message: entry.to_string(),
+        });
+    }
     let Some((node, kind)) = listed
+        .guests
         .iter()
         .filter(|r| r.vmid == vmid)
         .find_map(|r| Some((r.node.clone(), r.guest_kind()?)))

@@ -14,7 +14,7 @@
 use std::fmt;
 
 use super::site::SiteChecked;
-use crate::guest::GuestKind;
+use crate::guest::{GuestId, GuestKind};
 use crate::ownership::{Marker, MarkerKey};
 
 /// Why a marker is trusted.
@@ -25,6 +25,10 @@ pub enum Trust {
     /// The state database vouches for it: the spec's record names this VMID and the marker's
     /// uid.
     Record,
+    /// The guest carries no marker line at all (a person edited its notes), and its own
+    /// identity (a VM's smbios1 uuid, a container's first NIC's MAC) is the one the spec's
+    /// record keeps for this VMID: the marker is the record's, written back by converge.
+    Identity,
 }
 
 /// A VM's marker, verified for its VMID on a checked site. Made only by [`verify`] (a marker of
@@ -192,6 +196,89 @@ pub fn verify_handed(
         trust: Trust::Mac,
         own: false,
     })
+}
+
+/// What a record knows of the guest it names, for [`verify_by_identity`].
+#[derive(Debug, Clone, Copy)]
+pub struct Recorded<'a> {
+    /// The spec whose record it is.
+    pub spec: &'a str,
+    /// The record's uid: the marker written back carries it.
+    pub uid: &'a str,
+    /// The guest's own identity as the record keeps it for this VMID.
+    pub identity: Option<&'a GuestId>,
+}
+
+/// Whether the guest `vmid` (a `kind`) on `site`, which the spec's record names, is still the
+/// spec's although its description carries no marker line (a person replaced the notes): its
+/// own identity as its config shows it now (`found`) is the one the record keeps for this VMID
+/// (`recorded`). Then the record's marker (this install, the spec, the record's uid) stands for
+/// it, and converge writes it back below the person's text. A description with any marker
+/// line (another spec's, another install's, one that does not verify) is not judged here: the
+/// marker check ([`verify`]) refused it, and a person decides.
+// Many arguments because: the guest read (site, kind, VMID, description, identity), the
+// install, and what the record knows.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_by_identity(
+    site: &SiteChecked,
+    install_id: &str,
+    kind: GuestKind,
+    vmid: u32,
+    description: Option<&str>,
+    found: Option<&GuestId>,
+    recorded: Recorded<'_>,
+) -> Result<VerifiedMarker, NotOurs> {
+    let named = kind.named(vmid);
+    if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
+        return Err(NotOurs(format!(
+            "{named}'s notes hold a proxsync-id line that is not spec {}'s",
+            recorded.spec
+        )));
+    }
+    let (want, found) = match (recorded.identity, found) {
+        (Some(want), Some(found)) => (want, found),
+        (None, _) => {
+            return Err(NotOurs(format!(
+                "{named} carries no proxsync marker line, and proxsync has not recorded its \
+                 identity to show it is still spec {}'s",
+                recorded.spec
+            )));
+        }
+        (Some(want), None) => {
+            return Err(NotOurs(format!(
+                "{named} carries no proxsync marker line, and its config shows no {} to compare \
+                 with the recorded {want}",
+                identity_word(kind)
+            )));
+        }
+    };
+    if want.kind() != kind || want != found || recorded.uid.is_empty() {
+        return Err(NotOurs(format!(
+            "{named} carries no proxsync marker line, and its {found} is not the recorded {}",
+            want.value()
+        )));
+    }
+    Ok(VerifiedMarker {
+        site: site.site().to_string(),
+        kind,
+        vmid,
+        marker: Marker {
+            install: install_id.to_string(),
+            spec: recorded.spec.to_string(),
+            uid: recorded.uid.to_string(),
+            mac: None,
+        },
+        trust: Trust::Identity,
+        own: true,
+    })
+}
+
+/// What identifies a guest of `kind`, in words.
+fn identity_word(kind: GuestKind) -> &'static str {
+    match kind {
+        GuestKind::Qemu => "smbios1 uuid",
+        GuestKind::Lxc => "NIC MAC",
+    }
 }
 
 fn parsed(kind: GuestKind, vmid: u32, description: Option<&str>) -> Result<Marker, NotOurs> {

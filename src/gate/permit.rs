@@ -181,18 +181,54 @@ pub fn adopt_by_hand(
     Ok(Permit::new(site.site(), vmid, Act::TakeOver { marker }))
 }
 
+/// `proxsync adopt SPEC --vmid N` of the guest spec `spec`'s record names (`recorded_vmid`),
+/// whose notes lost their marker line (the spec is `Stalled`, `MarkerMissing`): on a checked
+/// site, the guest a person named is the record's and its description holds no marker line at
+/// all (one of another spec or install is not written over). The record's marker (this
+/// install, the spec, the record's `uid`) is written back below the notes.
+pub fn remark_by_hand(
+    site: &SiteChecked,
+    by_hand: ByHand<'_>,
+    install_id: &str,
+    recorded_vmid: Option<u32>,
+    uid: &str,
+    description: Option<&str>,
+) -> Result<Permit, String> {
+    let ByHand { spec, kind, vmid } = by_hand;
+    let named = kind.named(vmid);
+    if recorded_vmid != Some(vmid) || uid.is_empty() {
+        return Err(format!(
+            "{named} is not the {} spec {spec}'s record names: proxsync writes a missing marker \
+             line back only on the guest it made or adopted",
+            kind.noun()
+        ));
+    }
+    if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
+        return Err(format!(
+            "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
+             if the guest is the spec's"
+        ));
+    }
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: uid.to_string(),
+    };
+    Ok(Permit::new(site.site(), vmid, Act::Sign { marker }))
+}
+
 /// Whether `vm` still has the value its consent pins (a reused VMID is another guest).
-fn proven(vm: &Bare<'_>, proof: &crate::spec::AdoptProof, spec: &str) -> Result<(), String> {
+fn proven(vm: &Bare<'_>, proof: &crate::guest::GuestId, spec: &str) -> Result<(), String> {
     let vmid = vm.vmid;
     let (found, want, what) = match proof {
-        crate::spec::AdoptProof::Uuid(want) => (
+        crate::guest::GuestId::Uuid(want) => (
             vm.smbios1
                 .and_then(|s| crate::pve::values::prop_value(s, "uuid", None))
                 .map(str::to_ascii_lowercase),
             want,
             format!("VM {vmid} has smbios1 uuid"),
         ),
-        crate::spec::AdoptProof::Hwaddr(want) => (
+        crate::guest::GuestId::Hwaddr(want) => (
             vm.hwaddr.map(str::to_ascii_uppercase),
             want,
             format!("container {vmid}'s first NIC has MAC"),
@@ -240,8 +276,8 @@ pub fn adopt_by_consent(
     let vmid = vm.vmid;
     // The proof is the spec's kind's (a VM's uuid, a container's MAC), as is the guest.
     let kind = match consent.proof {
-        crate::spec::AdoptProof::Uuid(_) => GuestKind::Qemu,
-        crate::spec::AdoptProof::Hwaddr(_) => GuestKind::Lxc,
+        crate::guest::GuestId::Uuid(_) => GuestKind::Qemu,
+        crate::guest::GuestId::Hwaddr(_) => GuestKind::Lxc,
     };
     let (named, noun) = (kind.named(vmid), kind.noun());
     if consent.vmid != vmid {
@@ -341,7 +377,7 @@ mod tests {
     fn an_adoption_by_consent_needs_the_consented_bare_vm() {
         let consent = crate::spec::AdoptConsent {
             vmid: 105,
-            proof: crate::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: crate::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         };
         let none: Vec<String> = Vec::new();
         let smbios = "uuid=3F2504E0-4F89-11D3-9A0C-0305E82C3301,manufacturer=QUVNVQ==";
@@ -420,7 +456,7 @@ mod tests {
     fn a_containers_consent_is_proven_by_its_nics_mac() {
         let consent = crate::spec::AdoptConsent {
             vmid: 105,
-            proof: crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()),
+            proof: crate::guest::GuestId::Hwaddr("BC:24:11:5E:0A:01".into()),
         };
         let none: Vec<String> = Vec::new();
         let bare = Bare {
@@ -542,7 +578,7 @@ mod tests {
         );
         let consent = crate::spec::AdoptConsent {
             vmid: 105,
-            proof: crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()),
+            proof: crate::guest::GuestId::Hwaddr("BC:24:11:5E:0A:01".into()),
         };
         let none: Vec<String> = Vec::new();
         let bare = Bare {

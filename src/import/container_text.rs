@@ -313,7 +313,7 @@ mod tests {
             spec.adopt.as_deref().map(|c| (c.vmid, c.proof.clone())),
             Some((
                 120,
-                crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into())
+                crate::guest::GuestId::Hwaddr("BC:24:11:5E:0A:01".into())
             ))
         );
         assert_eq!(

@@ -58,7 +58,14 @@ pub async fn import(
     observe: bool,
 ) -> Result<Report, crate::pve::Error> {
     let mut report = Report::default();
-    let listing = client.vm_resources().await?;
+    let listed = client.vm_resources().await?;
+    for entry in &listed.unreadable {
+        report.skipped.push((
+            entry.vmid.unwrap_or(0),
+            format!("site {site}'s listing has an entry proxsync cannot read: {entry}"),
+        ));
+    }
+    let listing = &listed.guests;
     for &vmid in &selection.vmids {
         if !listing
             .iter()

@@ -198,6 +198,15 @@ impl Action {
         }
     }
 
+    /// The site the action is on; a record's forgetting is on its record's site.
+    pub fn site<'a>(&'a self, records: &'a BTreeMap<String, SpecRecord>) -> Option<&'a str> {
+        match self {
+            Action::Forget { spec } => records.get(spec).map(|r| r.site.as_str()),
+            Action::Adopt { site, .. } => Some(site),
+            other => other.node().map(|(site, _)| site),
+        }
+    }
+
     /// The spec the action is for, if any.
     pub fn spec(&self) -> Option<&str> {
         match self {
@@ -239,6 +248,10 @@ pub enum Verdict {
     SiteIdentityChanged { message: String },
     /// The VM is listed but its state is unknown (node offline, just created): not judged.
     Unknown { vmid: u32 },
+    /// No guest of the spec is listed, and the site's listing has entries that could not be
+    /// read (`SiteView::incomplete`): the guest may be among them, so none is created this
+    /// cycle. `why` names the entries.
+    ListingIncomplete { why: String },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
     /// The commit removes spec `from` and adds this one with the same content: probably a
@@ -510,6 +523,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
     let removals = observe_only(input, removals, &mut out);
+    let removals = incomplete_listings(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
     // After the valves, which judge every removal due at once: holding a suspended spec's
     // removal must not bring the others under `max_delete_fraction`.
@@ -546,6 +560,41 @@ fn observe_only(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) ->
         o.disposition = OrphanDisposition::Refused;
     }
     Vec::new()
+}
+
+/// No removal on a site whose listing had entries that could not be read: the guests of its
+/// records may be among them, so a record is not forgotten, and a delete waits for a whole
+/// view. Each site's held removals are reported in `refused`.
+fn incomplete_listings(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
+    let incomplete: BTreeMap<&str, &crate::observe::SiteView> = (input.sites.iter())
+        .filter(|(_, v)| v.incomplete())
+        .map(|(name, v)| (name.as_str(), v))
+        .collect();
+    if incomplete.is_empty() || removals.is_empty() {
+        return removals;
+    }
+    let site_of = |a: &'_ Action| a.site(input.records).map(str::to_string);
+    let (held, kept): (Vec<Action>, Vec<Action>) = removals
+        .into_iter()
+        .partition(|a| site_of(a).is_some_and(|s| incomplete.contains_key(s.as_str())));
+    let mut by_site: BTreeMap<String, usize> = BTreeMap::new();
+    for a in &held {
+        if let Some(site) = site_of(a) {
+            *by_site.entry(site).or_default() += 1;
+        }
+        if let Action::DeleteOrphan { site, vmid, .. } = a
+            && let Some(o) = (out.orphans.iter_mut()).find(|o| o.site == *site && o.vmid == *vmid)
+        {
+            o.disposition = OrphanDisposition::Refused;
+        }
+    }
+    for (site, n) in by_site {
+        out.refused.push(format!(
+            "{n} removal(s) on site {site} not done: {}",
+            incomplete[site.as_str()].incomplete_why()
+        ));
+    }
+    kept
 }
 
 /// The removals of suspended specs wait, each reported in `refused`; under `proxsync suspend

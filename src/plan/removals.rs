@@ -71,7 +71,7 @@ pub(super) fn held_back(
         let Some(view) = input.sites.get(&rec.site) else {
             return false;
         };
-        if !view.reachable() {
+        if !view.reachable() || view.incomplete() {
             return rec.vmid().is_some();
         }
         match rec.vmid().and_then(|id| view.vms.get(&id)) {

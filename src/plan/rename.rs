@@ -554,6 +554,7 @@ mod tests {
                 },
                 vms: BTreeMap::new(),
                 other_vmids: BTreeSet::new(),
+                unreadable: Vec::new(),
                 cluster: Default::default(),
                 identity_changed: false,
             };

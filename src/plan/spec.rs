@@ -274,7 +274,9 @@ fn site_move(
     let gone = input
         .sites
         .get(&r.site)
-        .is_some_and(|old| old.reachable() && !old.vms.contains_key(&vmid) && !creating);
+        .is_some_and(|old| {
+            old.reachable() && !old.incomplete() && !old.vms.contains_key(&vmid) && !creating
+        });
     if gone || (spec.allow_recreate_on_site_change && !creating) {
         // Its VM was removed on the old site (or the spec allows a new VM while the old one
         // stays, listed as an orphan by its marker; never while a create there may still be
@@ -466,6 +468,12 @@ fn create(
     // decides (`proxsync adopt`, or delete the VM).
     if let Some(vmid) = index.and_then(|i| i.unverified_by_spec.get(spec.name.as_str())) {
         return Verdict::UnverifiedClaim { vmid: *vmid };
+    }
+    // The spec's guest may be among the listing's entries that could not be read.
+    if view.incomplete() {
+        return Verdict::ListingIncomplete {
+            why: view.incomplete_why(),
+        };
     }
     if let Some(until_ms) = backoff {
         return Verdict::BackingOff { until_ms };

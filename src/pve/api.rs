@@ -633,8 +633,9 @@ impl Client {
         })
     }
 
-    /// `GET /cluster/resources?type=vm`: at once; every guest of the cluster (QEMU and LXC).
-    pub async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
+    /// `GET /cluster/resources?type=vm`: at once; every guest of the cluster (QEMU and LXC),
+    /// and the entries that could not be read.
+    pub async fn vm_resources(&self) -> Result<Listing, Error> {
         self.get("/cluster/resources", &[("type", "vm".into())])
             .await
     }

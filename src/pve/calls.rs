@@ -13,7 +13,7 @@ use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, NetworkInterface,
-    NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig, VmResource,
+    Listing, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -65,7 +65,7 @@ pve_calls! {
     /// `GET /nodes/{node}/certificates/info`: the root CA's fingerprint.
     fn root_ca_fingerprint(&self, node: &str) -> String;
     /// `GET /cluster/resources?type=vm`.
-    fn vm_resources(&self) -> Vec<VmResource>;
+    fn vm_resources(&self) -> Listing;
     /// `GET /pools?poolid=P`: the pool's VMIDs.
     fn pool_vmids(&self, poolid: &str) -> Vec<u32>;
     /// `PUT /pools`: moves a VM into a pool.

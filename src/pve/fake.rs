@@ -34,7 +34,7 @@ use super::task::classify_exit;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
     NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
-    VmResource, split_tags,
+    VmResource, split_tags, Listing,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -699,9 +699,10 @@ impl Pve for FakePve {
         })
     }
 
-    async fn vm_resources(&self) -> Result<Vec<VmResource>, Error> {
+    async fn vm_resources(&self) -> Result<Listing, Error> {
         self.call("vm_resources", String::new(), |s| {
-            Ok(s.vms
+            let guests = s
+                .vms
                 .iter()
                 .map(|(vmid, vm)| VmResource {
                     qemu_id: vm.kind == GuestKind::Qemu,
@@ -733,7 +734,11 @@ impl Pve for FakePve {
                     maxmem: None,
                     maxdisk: None,
                 })
-                .collect())
+                .collect();
+            Ok(Listing {
+                guests,
+                unreadable: Vec::new(),
+            })
         })
     }
 

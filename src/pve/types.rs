@@ -332,6 +332,71 @@ pub struct VmResource {
     pub maxdisk: Option<u64>,
 }
 
+/// `GET /cluster/resources?type=vm` as read: the entries that decode, and what is known of
+/// those that do not. Each entry is decoded alone, so a garbled one (a field of the wrong
+/// type, no `vmid` or `node`) costs only itself, and is counted: a site whose listing has one
+/// is observed incomplete (nothing created or deleted there that cycle).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    pub guests: Vec<VmResource>,
+    pub unreadable: Vec<UnreadableEntry>,
+}
+
+/// A listing entry that could not be read: its VMID when that much could, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableEntry {
+    pub vmid: Option<u32>,
+    pub error: String,
+}
+
+impl std::fmt::Display for UnreadableEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.vmid {
+            Some(vmid) => write!(f, "the entry of VMID {vmid}: {}", self.error),
+            None => write!(f, "an entry without a readable VMID: {}", self.error),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Listing {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Borrowed: each entry is a slice of the answer, decoded once.
+        let entries: Vec<&'de serde_json::value::RawValue> = Vec::deserialize(d)?;
+        let mut listing = Listing {
+            guests: Vec::with_capacity(entries.len()),
+            unreadable: Vec::new(),
+        };
+        for raw in entries {
+            match serde_json::from_str::<VmResource>(raw.get()) {
+                Ok(r) => listing.guests.push(r),
+                Err(e) => {
+                    #[derive(Deserialize)]
+                    struct JustVmid {
+                        #[serde(default, deserialize_with = "opt_u32")]
+                        vmid: Option<u32>,
+                    }
+                    let vmid = serde_json::from_str::<JustVmid>(raw.get())
+                        .ok()
+                        .and_then(|j| j.vmid);
+                    // What the answer held may be anything (10 KiB of it): the start says
+                    // enough.
+                    let mut error = e.to_string();
+                    if error.len() > 160 {
+                        let mut end = 160;
+                        while !error.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        error.truncate(end);
+                        error.push_str("...");
+                    }
+                    listing.unreadable.push(UnreadableEntry { vmid, error });
+                }
+            }
+        }
+        Ok(listing)
+    }
+}
+
 /// A listed guest's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -533,6 +598,19 @@ impl VmConfig {
     }
     pub fn tags(&self) -> Vec<String> {
         split_tags(self.get("tags").unwrap_or(""))
+    }
+    /// The guest's own identity as this config shows it (`guest::GuestId`): a VM's smbios1
+    /// uuid, a container's first NIC's MAC; `None` when it has none or not a well-formed one.
+    pub fn guest_id(&self, kind: crate::guest::GuestKind) -> Option<crate::guest::GuestId> {
+        match kind {
+            crate::guest::GuestKind::Qemu => self
+                .get("smbios1")
+                .and_then(|s| super::values::prop_value(s, "uuid", None))
+                .and_then(crate::guest::GuestId::uuid),
+            crate::guest::GuestKind::Lxc => self
+                .first_hwaddr()
+                .and_then(|mac| crate::guest::GuestId::hwaddr(&mac)),
+        }
     }
     /// The MAC of a container's first NIC: the lowest `netN` (net0..net31) with a `hwaddr`,
     /// upper-case. What a container's consent to adopt pins.
@@ -790,6 +868,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("tag string"), "{err}");
+    }
+
+    #[test]
+    fn a_garbled_listing_entry_costs_only_itself_and_is_counted() {
+        let json = r#"[
+          {"id":"qemu/100","type":"qemu","vmid":100,"node":"pve1","name":"a","status":"running"},
+          {"id":"qemu/101","type":"qemu","vmid":101,"node":"pve1","tags":7},
+          {"id":"qemu/102","type":"qemu","vmid":102},
+          {"id":"qemu/103","type":"qemu","vmid":-1,"node":"pve1"},
+          {"id":null,"vmid":"104","node":"pve1"},
+          "garbage"
+        ]"#;
+        let listing: Listing = serde_json::from_str(json).unwrap();
+        assert_eq!(listing.guests.len(), 1);
+        assert_eq!(listing.guests[0].vmid, 100);
+        let vmids: Vec<Option<u32>> = listing.unreadable.iter().map(|u| u.vmid).collect();
+        assert_eq!(vmids, [Some(101), Some(102), None, Some(104), None]);
+        assert!(
+            listing.unreadable[1].to_string().contains("the entry of VMID 102"),
+            "{}",
+            listing.unreadable[1]
+        );
+        // Not a list at all: the listing itself is unreadable.
+        assert!(serde_json::from_str::<Listing>(r#"{"a":1}"#).is_err());
     }
 
     #[test]

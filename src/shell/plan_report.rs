@@ -595,6 +595,7 @@ pub fn verdict_words(
             }
         }
         Verdict::SiteUnreachable { error } => format!("its site could not be read: {error}"),
+        Verdict::ListingIncomplete { why } => format!("no create: {why}"),
         Verdict::SiteIdentityChanged { message } => message.clone(),
         Verdict::Unknown { vmid } => format!(
             "{} is listed with an unknown state (its node may be offline); not judged",

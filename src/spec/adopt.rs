@@ -5,7 +5,8 @@
 //! so a VMID freed and reused by another guest is never taken.
 
 use super::fields::Ctx;
-use super::{AdoptConsent, AdoptProof, GuestKind, MAX_VMID, MIN_VMID, Pos};
+use super::{AdoptConsent, GuestKind, MAX_VMID, MIN_VMID, Pos};
+use crate::guest::GuestId;
 
 /// The VMID of `proxsync.io/adopt`: a string holding a VMID.
 pub(super) fn check_vmid(text: &str) -> Result<u32, String> {
@@ -91,8 +92,8 @@ pub(super) fn consent(ctx: &mut Ctx, kind: GuestKind, w: Written) -> Option<Box<
         return None;
     }
     let proof = match kind {
-        GuestKind::Qemu => w.uuid.map(|(u, pos)| (u.map(AdoptProof::Uuid), pos)),
-        GuestKind::Lxc => w.hwaddr.map(|(m, pos)| (m.map(AdoptProof::Hwaddr), pos)),
+        GuestKind::Qemu => w.uuid.map(|(u, pos)| (u.map(GuestId::Uuid), pos)),
+        GuestKind::Lxc => w.hwaddr.map(|(m, pos)| (m.map(GuestId::Hwaddr), pos)),
     };
     match (w.vmid, proof) {
         (Some((Some(vmid), _)), Some((Some(proof), _))) => {

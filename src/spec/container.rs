@@ -1148,7 +1148,7 @@ mod tests {
         );
         assert_eq!(
             specs[0].adopt.as_deref().map(|c| c.proof.clone()),
-            Some(crate::spec::AdoptProof::Hwaddr("BC:24:11:5E:0A:01".into()))
+            Some(crate::guest::GuestId::Hwaddr("BC:24:11:5E:0A:01".into()))
         );
         let uuid = "    proxsync.io/adopt: \"120\"\n    proxsync.io/adopt-uuid: \"3f2504e0-4f89-11d3-9a0c-0305e82c3301\"\n";
         let (_, errs) = doc("ProxmoxLXC", uuid, "");

@@ -60,6 +60,7 @@ use serde::Serialize;
 
 pub use crate::config::ManagementPolicy;
 pub use crate::guest::GuestKind;
+use crate::guest::GuestId;
 pub use diag::{Diagnostic, Pos, Severity};
 pub use disks::{
     DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,
@@ -276,18 +277,7 @@ pub const ADOPT_HWADDR: &str = "proxsync.io/adopt-hwaddr";
 #[serde(rename_all = "camelCase")]
 pub struct AdoptConsent {
     pub vmid: u32,
-    pub proof: AdoptProof,
-}
-
-/// What tells the consented guest from another at a reused VMID: random values PVE wrote at
-/// its create.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum AdoptProof {
-    /// A VM's smbios1 uuid, lower-case (`proxsync.io/adopt-uuid`).
-    Uuid(String),
-    /// A container's first NIC's MAC, upper-case (`proxsync.io/adopt-hwaddr`).
-    Hwaddr(String),
+    pub proof: GuestId,
 }
 
 /// Largest number of `cloudInit.sshKeys`.

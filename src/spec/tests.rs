@@ -387,7 +387,7 @@ fn a_spec_consenting_to_adopt_needs_no_image() {
         specs[0].adopt,
         Some(Box::new(AdoptConsent {
             vmid: 105,
-            proof: crate::spec::AdoptProof::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into())
+            proof: crate::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into())
         }))
     );
     // Without the consent, the image is required as before.

@@ -336,6 +336,15 @@ fn ready_and_reconciling(
                 "waiting for the site",
             ),
         ),
+        Some(Verdict::ListingIncomplete { why }) => (
+            ConditionInput::new(kinds::READY, S::Unknown, Reason::NotReady, why.clone()),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                Reason::NotReady,
+                "waiting for a listing of the site that reads whole",
+            ),
+        ),
         Some(Verdict::Unknown { vmid }) => (
             ConditionInput::new(
                 kinds::READY,
@@ -589,6 +598,7 @@ fn stalled(error: Option<&ErrorRecord>) -> ConditionInput {
             let reason = match e.kind {
                 ErrorKind::StaleLock => Reason::StaleLock,
                 ErrorKind::Protected => Reason::Protected,
+                ErrorKind::MarkerMissing => Reason::MarkerMissing,
                 ErrorKind::Plain => Reason::for_category(e.category),
             };
             ConditionInput::new(kinds::STALLED, S::True, reason, e.message.clone())

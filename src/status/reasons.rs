@@ -155,6 +155,10 @@ pub enum Reason {
     /// `Stalled` True: the VM's `protection` flag stops a delete or a drive removal, and the
     /// spec does not let proxsync clear it.
     Protected,
+    /// `Stalled` True: the guest the spec's record names carries no marker of the spec (a
+    /// person edited its notes) and nothing else shows it is the spec's; nothing is created
+    /// until a person confirms it (`proxsync adopt`) or removes it.
+    MarkerMissing,
     // ---- NodeHealthy ----
     /// `NodeHealthy` True: the node is online and the cluster quorate.
     NodeOnline,
@@ -180,7 +184,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 61] = [
+    pub const ALL: [Reason; 62] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -233,6 +237,7 @@ impl Reason {
         Reason::ProxmoxError,
         Reason::StaleLock,
         Reason::Protected,
+        Reason::MarkerMissing,
         Reason::NodeOnline,
         Reason::NodeOffline,
         Reason::NoQuorum,
@@ -299,6 +304,7 @@ impl Reason {
             Reason::ProxmoxError => "ProxmoxError",
             Reason::StaleLock => "StaleLock",
             Reason::Protected => "Protected",
+            Reason::MarkerMissing => "MarkerMissing",
             Reason::NodeOnline => "NodeOnline",
             Reason::NodeOffline => "NodeOffline",
             Reason::NoQuorum => "NoQuorum",
@@ -441,6 +447,7 @@ pub const STALLED: &[Reason] = &[
     Reason::DecryptionFailed,
     Reason::StaleLock,
     Reason::Protected,
+    Reason::MarkerMissing,
     Reason::SiteIdentityChanged,
     Reason::NotYetObserved,
 ];

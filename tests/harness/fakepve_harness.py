@@ -43,6 +43,23 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         reason `message` and no body (pveproxy passing on a failed forward) instead of the answer.
     lost_answers()
         [{method, path, status, body}] of the answers lose_answer threw away (the UPIDs, ...).
+    garble(rate=0.6, seed=0, paths=None, max_mutations=3)
+        A broken server or proxy garbling successful answers at random: with probability rate (drawn
+        from the harness's own random.Random(seed), so a run repeats given the same request order) a
+        2xx answer `{"data": ...}` gets 1 to max_mutations mutations, each at a random place inside
+        `data` (a dict key or list index at a random depth, data's own keys or items included): the
+        value becomes null, a huge or negative number (2**63, 1e300, -1, -2**31) or an odd string
+        ("", "garbage", NUL, an emoji, "-1", "NaN", 10 KiB), or the key or the list item is dropped.
+        A scalar or empty `data` (a POST's UPID, null) is replaced as a whole. Only the answer sent is
+        garbled: the request is carried out as sent (a create still creates the VM). Error answers
+        (4xx, 5xx, fail's, lose_answer's) and the login ticket (/access/ticket) are never garbled.
+        paths: path substrings (["/cluster/resources", "/config"]): only the answers to requests whose
+        path holds one of them. rate=0 turns it off; lose_answer, flaky_network and slow_network work
+        alongside it (a lost or dropped answer is not garbled).
+    garbled(reset=False)
+        {answers, garbled, by_path}: the answers garble could have garbled while on, how many it did,
+        and those by API path without /api2/json (`/nodes/pve1/qemu/100/config`); reset=True zeroes
+        them after reading.
     backup(vmid, secs=30, single=False)
         A vzdump job: a `vzdump` task with an EMPTY id (a job over several guests; single=True: the
         id is vmid, as a one-guest vzdump), the VM holding `lock: backup` for secs PVE seconds.
@@ -180,6 +197,7 @@ import hashlib
 import inspect
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -219,10 +237,56 @@ PROXMOX_OUI = 'BC:24:11'
 STOP_TIMEOUT = 3.0
 # pveproxy's forward timeout (PVE seconds), pve-http-server PVE/APIServer/AnyEvent.pm proxy_request.
 PROXY_TIMEOUT = 30.0
+# garble's replacement values: huge and negative numbers, odd strings.
+GARBLE_NUMBERS = (2 ** 63, 1e300, -1, -2 ** 31)
+GARBLE_STRINGS = ('', 'garbage', '\u0000', '\U0001f4a5', '-1', 'NaN', 'x' * 10240)
+API_PREFIX = re.compile(r'^/api2/(?:json|extjs)(?=/|$)')
 
 
 class BadArgs(Exception):
     """A command's arguments are wrong."""
+
+
+def garble_value(rng, old, kind=None):
+    """A replacement for old of this kind ('null', 'number', 'string'; None: any), never old itself."""
+    for _ in range(20):
+        kind = kind or rng.choice(('null', 'number', 'string'))
+        new = None if kind == 'null' else rng.choice(GARBLE_NUMBERS if kind == 'number' else GARBLE_STRINGS)
+        if not (type(new) is type(old) and new == old):
+            return new
+        kind = None
+    return new
+
+
+def garble_once(rng, data):
+    """data (a fresh copy, parsed from the answer) with one mutation at a random place: a depth among
+    those data has, then one of the dict keys or list indexes at that depth (0: data's own), then null,
+    a number, an odd string or a drop of the key or item. A scalar or empty data is replaced whole."""
+    places = {}
+    stack = [((), data)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            children = list(node.items())
+        elif isinstance(node, list):
+            children = list(enumerate(node))
+        else:
+            continue
+        for key, child in children:
+            places.setdefault(len(path), []).append(path + (key,))
+            stack.append((path + (key,), child))
+    if not places:
+        return garble_value(rng, data)
+    where = rng.choice(places[rng.choice(sorted(places))])
+    container = data
+    for key in where[:-1]:
+        container = container[key]
+    kind = rng.choice(('null', 'number', 'string', 'drop'))
+    if kind == 'drop':
+        del container[where[-1]]  # the key from its dict, the item from its list
+    else:
+        container[where[-1]] = garble_value(rng, container[where[-1]], kind)
+    return data
 
 
 def jsonable(value):
@@ -273,6 +337,14 @@ class HarnessPve(FakePve):
         # lose_answer rules, (METHOD, suffix) -> {'status', 'message', 'times'}; the answers lost.
         self.lost_rules = {}
         self.lost = []
+        # garble: the share of successful answers garbled (0: off), the path substrings it garbles
+        # (None: every path), the most mutations per answer, its own random generator (apart from
+        # fakepve's, which flaky_network and slow_network draw from) and its counts.
+        self.garble_rate = 0.0
+        self.garble_paths = None
+        self.garble_max = 3
+        self.garble_random = random.Random(0)
+        self.garble_counts = {'answers': 0, 'garbled': 0, 'by_path': {}}
         # UPIDs of qmshutdown tasks a stop with overrule-shutdown aborted.
         self.overruled_shutdowns = set()
         # vmid -> HA resource config ({state, group, max_restart, max_relocate, comment}).
@@ -880,7 +952,7 @@ class HarnessPve(FakePve):
                 break
         response = await super()._answer(request, handler, generic, path_node)
         if rule is None:
-            return response
+            return self._garble(request, response)
         self.lost.append({'method': request.method, 'path': request.path, 'status': response.status,
                           'body': getattr(response, 'text', None)})
         # pveproxy (pve-http-server src/PVE/APIServer/AnyEvent.pm, proxy_request) forwards with
@@ -890,6 +962,50 @@ class HarnessPve(FakePve):
         lost = web.Response(status=rule['status'], reason=rule['message'], body=b'')
         lost.force_close()
         return lost
+
+    # ------------------------------------------------------------ garbled answers
+
+    def _garble(self, request, response):
+        """The answer, garbled at random if garble is on and it is a successful `{"data": ...}` one
+        (see garble in COMMANDS). It works on a copy parsed from the serialized answer, after the
+        handler did its work, so the model never sees a garbled value."""
+        if not self.garble_rate or not isinstance(response, web.Response) or not 200 <= response.status < 300:
+            return response
+        if response.content_type != 'application/json' or not isinstance(response.body, (bytes, bytearray)):
+            return response
+        path = request.path
+        if path.rstrip('/').endswith('/access/ticket'):
+            return response
+        if self.garble_paths is not None and not any(p in path for p in self.garble_paths):
+            return response
+        try:
+            body = json.loads(response.text)
+        except ValueError:
+            return response
+        if not isinstance(body, dict) or 'data' not in body:
+            return response
+        counts = self.garble_counts
+        counts['answers'] += 1
+        rng = self.garble_random
+        if rng.random() >= self.garble_rate:
+            return response
+        plain = json.dumps(body)
+        data = body['data']
+        for _ in range(rng.randint(1, self.garble_max)):
+            data = garble_once(rng, data)
+        # Mutations may undo each other (a scalar data replaced twice, back to what it was): go on
+        # until the client sees something else.
+        for _ in range(20):
+            if json.dumps(dict(body, data=data)) != plain:
+                break
+            data = garble_once(rng, data)
+        body['data'] = data
+        response.text = json.dumps(body)
+        response.headers.pop('Content-Length', None)
+        counts['garbled'] += 1
+        key = API_PREFIX.sub('', path) or '/'
+        counts['by_path'][key] = counts['by_path'].get(key, 0) + 1
+        return response
 
     # fakepve registers every _routes_* table in front of its catch-all route (see fakepve/routing.py);
     # fakepve itself answers /nodes/{node}/network with a fixed vmbr0 and eno1.
@@ -2449,6 +2565,41 @@ class Commands(object):
     def lost_answers(self):
         """The answers lose_answer threw away, oldest first: [{method, path, status, body}]."""
         return list(self.pve.lost)
+
+    def garble(self, rate=0.6, seed=0, paths=None, max_mutations=3):
+        """A broken server or proxy: garble a share `rate` of the successful `{"data": ...}` answers
+        (of requests whose path holds one of `paths`, if given) with 1 to max_mutations mutations each,
+        drawn from random.Random(seed); errors and the login ticket never. rate=0 turns it off."""
+        try:
+            rate = float(rate)
+            max_mutations = int(max_mutations)
+        except (TypeError, ValueError):
+            raise BadArgs('rate must be a number and max_mutations an integer') from None
+        if not 0 <= rate <= 1:
+            raise BadArgs('rate must be between 0 and 1')
+        if max_mutations < 1:
+            raise BadArgs('max_mutations must be at least 1')
+        if isinstance(paths, str):
+            paths = [paths]
+        if paths is not None:
+            if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+                raise BadArgs('paths must be a non-empty list of path substrings, or null for every path')
+            paths = list(paths)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise BadArgs('seed must be an integer')
+        self.pve.garble_rate = rate
+        self.pve.garble_paths = paths
+        self.pve.garble_max = max_mutations
+        self.pve.garble_random.seed(seed)
+
+    def garbled(self, reset=False):
+        """{answers, garbled, by_path}: the answers garble could have garbled while on, how many it
+        garbled, and those by API path; reset=True zeroes the counts after reading them."""
+        counts = self.pve.garble_counts
+        out = {'answers': counts['answers'], 'garbled': counts['garbled'], 'by_path': dict(counts['by_path'])}
+        if reset:
+            self.pve.garble_counts = {'answers': 0, 'garbled': 0, 'by_path': {}}
+        return out
 
     async def migrate(self, vmid, target, secs=20):
         return await self.pve.migrate(vm_of(self.pve, vmid).vmid, target, secs)

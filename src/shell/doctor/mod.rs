@@ -189,7 +189,7 @@ async fn check_site(
     out.push(identity::check_identity(&client, site, &config.state_dir, &status).await);
 
     let resources = match client.vm_resources().await {
-        Ok(r) => r,
+        Ok(r) => r.guests,
         Err(e) => {
             out.push(check(
                 Level::Fail,

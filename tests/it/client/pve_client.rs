@@ -108,6 +108,7 @@ async fn reads_version_health_resources_storage_and_bridges() {
 
     let vms = c.vm_resources().await.unwrap();
     let t = vms
+        .guests
         .iter()
         .find(|v| v.vmid == TEMPLATE_VMID)
         .expect("template listed");
@@ -230,7 +231,7 @@ async fn clone_configure_resize_power_and_delete() {
 
     // The tags now show in the one listing the daemon reads per cycle.
     let listed = c.vm_resources().await.unwrap();
-    let vm = listed.iter().find(|v| v.vmid == 120).unwrap();
+    let vm = listed.guests.iter().find(|v| v.vmid == 120).unwrap();
     assert_eq!(vm.tag_list(), vec!["proxsync.main", "web"]);
 
     // Resize is a task on PVE 8+.
@@ -618,6 +619,7 @@ async fn offline_nodes_and_lost_quorum_show_in_health() {
         .vm_resources()
         .await
         .unwrap()
+        .guests
         .into_iter()
         .find(|v| v.vmid == 190)
         .expect("still listed");

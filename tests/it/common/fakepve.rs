@@ -649,6 +649,28 @@ impl FakePve {
         serde_json::from_value(self.must("lost_answers", json!({}))).expect("a list")
     }
 
+    /// A broken server or proxy: garble a share `rate` (0 turns it off) of the successful answers
+    /// (2xx with `{"data": ...}`), of every path or of those containing one of `paths` (e.g.
+    /// `["/cluster/resources", "/config"]`). A garbled answer gets 1 to 3 mutations at random
+    /// places inside `data`: a value replaced by `null`, a huge or negative number or an odd
+    /// string (empty, NUL, emoji, `"NaN"`, 10 KiB), or a key or list item dropped; a scalar `data`
+    /// (a UPID) is replaced whole. The request itself is carried out as sent, and error answers
+    /// and the login ticket are never garbled. The harness draws from its own RNG seeded with
+    /// `seed`, so a run repeats given the same request order.
+    pub fn garble(&mut self, rate: f64, seed: u64, paths: Option<&[&str]>) {
+        self.must(
+            "garble",
+            json!({"rate": rate, "seed": seed, "paths": paths}),
+        );
+    }
+
+    /// What [`garble`](Self::garble) did so far: `{"answers": N, "garbled": M, "by_path":
+    /// {"/cluster/resources": count, ...}}`, `answers` being those it could have garbled while on
+    /// and `by_path` keyed by the API path without `/api2/json`.
+    pub fn garbled(&mut self) -> Value {
+        self.must("garbled", json!({}))
+    }
+
     /// A backup job over the VM for `secs` PVE seconds: a running `vzdump` task with an EMPTY id
     /// (a job over several guests, so `?vmid=` does not find it; `single`: the id is the vmid)
     /// and `lock: backup` on the VM meanwhile. Returns the task's UPID. Needs a time scale > 0.

@@ -1,0 +1,182 @@
+//! A person edits the notes of a managed guest in the web UI (its description, which holds
+//! proxsync's marker line): the guest stays the spec's, and never gets a second one beside it.
+//!
+//! - The marker line kept among the person's notes: the notes stay, the converge goes on.
+//! - The marker line dropped: the guest is still the one the record names. Its own identity
+//!   (a VM's smbios1 uuid, a container's first NIC's MAC, recorded when proxsync made it)
+//!   agrees with the record, so the marker line is written back below the person's text and
+//!   the spec's change is applied. Without that evidence (a record of a release that did not
+//!   keep it) the spec is `Stalled` (`MarkerMissing`) naming the guest and `proxsync adopt`,
+//!   nothing is created, and the confirmation writes the line back.
+
+use serde_json::{Value, json};
+
+use crate::common;
+
+use common::engine::{Workspace, marker_claims, spec};
+use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, token_header, verified_client};
+
+const VZTMPL: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+
+fn scenario() -> Scenario {
+    Scenario::default().file(
+        "local",
+        "debian-12-standard_12.7-1_amd64.tar.zst",
+        126_000_000,
+        "vztmpl",
+    )
+}
+
+fn ct_spec(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {VZTMPL}\n    \
+         networks:\n      - {{name: eth0, bridge: vmbr0, ip: dhcp}}\n{extra}"
+    )
+}
+
+/// What a person's edit in the web UI's Notes panel sends: `PUT .../config` with the new
+/// description, over the API like any other client.
+fn edit_notes(pve: &FakePve, kind: &str, vmid: u64, text: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = verified_client(&pve.ca_pem());
+    let path = format!("/nodes/pve1/{kind}/{vmid}/config");
+    let status = rt.block_on(async {
+        client
+            .put(pve.api_url(&path))
+            .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
+            .form(&[("description", text)])
+            .send()
+            .await
+            .expect("PUT config")
+            .status()
+    });
+    assert!(status.is_success(), "PUT {path}: {status}");
+}
+
+/// The memory a guest is to have (MiB): a pending value (a running VM takes memory at its next
+/// start) or its config's.
+fn memory(guest: &Value) -> Option<u64> {
+    let value = |v: &Value| v.as_u64().or_else(|| v.as_str()?.parse().ok());
+    value(&guest["pending"]["memory"]).or_else(|| value(&guest["config"]["memory"]))
+}
+
+fn description(guest: &Value) -> String {
+    guest["config"]["description"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Every guest of the fake, VMs and containers, by VMID (the template and CT template aside).
+fn guests(pve: &mut FakePve) -> Vec<u64> {
+    let mut all = pve.vms();
+    all.extend(pve.cts());
+    let mut ids: Vec<u64> = all
+        .iter()
+        .filter(|g| g["config"]["template"].as_u64().unwrap_or(0) == 0)
+        .filter(|g| g["template"] != json!(true) && g["template"] != json!(1))
+        .filter_map(|g| g["vmid"].as_u64())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The notes edit of the issue, for a VM: the marker line dropped, the tag kept, then a commit
+/// that raises the memory. Without the fix the first cycle fails and the second creates a
+/// second VM for the spec.
+#[test]
+fn a_vm_whose_notes_lost_the_marker_line_is_marked_again_and_converged() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("notes-vm.yaml", spec("notes-vm", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID");
+    let before = guests(&mut pve);
+
+    edit_notes(&pve, "qemu", vmid, "Owner: team-db, ticket OPS-1234");
+    ws.commit_specs(&[(
+        "notes-vm.yaml",
+        spec("notes-vm", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    for round in 0..3 {
+        let (ok, out) = ws.run_once();
+        assert!(ok, "round {round}: {out}");
+    }
+    assert_eq!(guests(&mut pve), before, "no second guest");
+    let vm = pve.vm(vmid as u32);
+    assert_eq!(memory(&vm), Some(3072), "{vm}");
+    let text = description(&vm);
+    assert!(
+        text.starts_with("Owner: team-db, ticket OPS-1234\n"),
+        "the person's notes stay, first: {text}"
+    );
+    let m = proxsync::ownership::Marker::parse(&text).expect("the marker line is back");
+    assert_eq!((m.install.as_str(), m.spec.as_str()), ("test", "notes-vm"));
+    assert_eq!(marker_claims(&mut pve)["notes-vm"], vec![vmid]);
+    let history = ws.status("notes-vm").to_string();
+    assert!(
+        history.contains("the marker line is written back below the notes"),
+        "the history says what happened: {history}"
+    );
+}
+
+/// The marker line kept among new notes: nothing of the person's text is lost, and the spec's
+/// change is applied with no description write at all.
+#[test]
+fn notes_edited_around_the_marker_line_are_kept() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("notes-vm.yaml", spec("notes-vm", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID");
+    let marker_line = description(&pve.vm(vmid as u32))
+        .lines()
+        .find(|l| l.contains("proxsync-id:"))
+        .expect("a marker line")
+        .to_string();
+    let notes = format!("Owner: team-db\n{marker_line}\nRunbook: https://wiki/db");
+    edit_notes(&pve, "qemu", vmid, &notes);
+    ws.commit_specs(&[(
+        "notes-vm.yaml",
+        spec("notes-vm", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vm = pve.vm(vmid as u32);
+    assert_eq!(memory(&vm), Some(3072), "{vm}");
+    assert_eq!(description(&vm), notes, "the notes are the person's, as written");
+}
+
+/// The same edit on a container: its first NIC's MAC is its identity.
+#[test]
+fn a_container_whose_notes_lost_the_marker_line_is_marked_again_and_converged() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("notes-ct.yaml", ct_spec("notes-ct", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("notes-ct")["vmId"].as_u64().expect("a VMID");
+    let before = guests(&mut pve);
+
+    edit_notes(&pve, "lxc", vmid, "DNS for the lab; ask #infra");
+    ws.commit_specs(&[("notes-ct.yaml", ct_spec("notes-ct", "    memory: 1Gi\n"))]);
+    for round in 0..3 {
+        let (ok, out) = ws.run_once();
+        assert!(ok, "round {round}: {out}");
+    }
+    assert_eq!(guests(&mut pve), before, "no second guest");
+    let ct = pve.ct(vmid as u32);
+    assert_eq!(memory(&ct), Some(1024), "{ct}");
+    let text = description(&ct);
+    assert!(text.starts_with("DNS for the lab; ask #infra\n"), "{text}");
+    assert!(
+        proxsync::ownership::Marker::parse(&text).is_some(),
+        "the marker line is back: {text}"
+    );
+}
