@@ -180,3 +180,89 @@ fn a_container_whose_notes_lost_the_marker_line_is_marked_again_and_converged() 
         "the marker line is back: {text}"
     );
 }
+
+/// The record of a release that did not keep a guest's identity (it is recorded at the next
+/// converge, which this edit comes before): the guest cannot be shown to be the spec's, so the
+/// spec is `Stalled` (`MarkerMissing`) naming it and the command, nothing is created through
+/// several cycles, and `proxsync adopt` writes the line back, after which the change is applied.
+#[test]
+fn without_a_recorded_identity_the_spec_stalls_until_a_person_confirms_it() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("notes-vm.yaml", spec("notes-vm", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID");
+    {
+        let store = proxsync::store::Store::open(&ws.path("state")).unwrap();
+        let mut rec = store.record("notes-vm").unwrap().expect("a record");
+        assert!(rec.identity.is_some(), "the create recorded the identity");
+        rec.identity = None;
+        store.put("notes-vm", &rec).unwrap();
+    }
+    let before = guests(&mut pve);
+
+    edit_notes(&pve, "qemu", vmid, "Owner: team-db, ticket OPS-1234");
+    ws.commit_specs(&[(
+        "notes-vm.yaml",
+        spec("notes-vm", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    for round in 0..3 {
+        let (ok, out) = ws.run_once();
+        assert!(!ok, "round {round}: not Ready while the guest is unconfirmed: {out}");
+        assert_eq!(guests(&mut pve), before, "round {round}: no second guest");
+    }
+    let (status, reason, message) = ws.condition("notes-vm", "Stalled");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "MarkerMissing"), "{message}");
+    assert!(
+        message.contains(&format!("VM {vmid}"))
+            && message.contains(&format!("proxsync adopt notes-vm --vmid {vmid}")),
+        "names the guest and the command: {message}"
+    );
+    assert_eq!(
+        description(&pve.vm(vmid as u32)),
+        "Owner: team-db, ticket OPS-1234",
+        "nothing was written while unconfirmed"
+    );
+
+    let out = ws.proxsync(&["adopt", "notes-vm", "--vmid", &vmid.to_string()]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+    let text = description(&pve.vm(vmid as u32));
+    assert!(text.starts_with("Owner: team-db, ticket OPS-1234\n"), "{text}");
+    assert!(proxsync::ownership::Marker::parse(&text).is_some(), "{text}");
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(guests(&mut pve), before);
+    assert_eq!(memory(&pve.vm(vmid as u32)), Some(3072));
+}
+
+/// A guest at the record's VMID that is not the spec's at all (the spec's guest was destroyed
+/// by hand and someone's new VM took the VMID: no tag, no marker, another smbios1 uuid): the
+/// VMID is released after two reads agree, and the spec gets a new guest; the stranger is
+/// never touched.
+#[test]
+fn a_stranger_at_the_records_vmid_is_left_alone_and_the_spec_made_anew() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("notes-vm.yaml", spec("notes-vm", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID") as u32;
+    pve.remove_vm(vmid);
+    pve.add_vm(json!({
+        "vmid": vmid, "name": "notes-vm", "node": "pve1", "status": "running",
+        "config": {"smbios1": "uuid=0b4a5d3e-1111-4222-8333-944455556666", "memory": "1024"}
+    }));
+    ws.commit_specs(&[(
+        "notes-vm.yaml",
+        spec("notes-vm", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    let _ = ws.run_once();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let new = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID") as u32;
+    assert_ne!(new, vmid, "a new guest for the spec");
+    let stranger = pve.vm(vmid);
+    assert_eq!(stranger["config"]["memory"].as_str(), Some("1024"), "{stranger}");
+    assert!(stranger["config"]["description"].is_null(), "{stranger}");
+}
