@@ -84,9 +84,10 @@ impl GuestId {
     pub fn uuid(uuid: &str) -> Option<GuestId> {
         let groups: Vec<&str> = uuid.split('-').collect();
         let shape = groups.len() == 5
-            && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| {
-                g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit())
-            });
+            && groups
+                .iter()
+                .zip([8, 4, 4, 4, 12])
+                .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()));
         // An all-zero uuid is no guest's own.
         let zero = uuid.bytes().all(|b| b == b'0' || b == b'-');
         (shape && !zero).then(|| GuestId::Uuid(uuid.to_ascii_lowercase()))
@@ -147,15 +148,25 @@ mod tests {
             GuestId::uuid("3F2504E0-4F89-11D3-9A0C-0305E82C3301"),
             Some(GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()))
         );
-        for bad in ["", "garbage", "3f2504e0-4f89-11d3-9a0c", "00000000-0000-0000-0000-000000000000",
-                    "3f2504e0-4f89-11d3-9a0c-0305e82c330g"] {
+        for bad in [
+            "",
+            "garbage",
+            "3f2504e0-4f89-11d3-9a0c",
+            "00000000-0000-0000-0000-000000000000",
+            "3f2504e0-4f89-11d3-9a0c-0305e82c330g",
+        ] {
             assert_eq!(GuestId::uuid(bad), None, "{bad:?}");
         }
         assert_eq!(
             GuestId::hwaddr("bc:24:11:5e:0a:01"),
             Some(GuestId::Hwaddr("BC:24:11:5E:0A:01".into()))
         );
-        for bad in ["", "BC:24:11:5E:0A", "01:00:5E:00:00:01", "BC:24:11:5E:0A:0Z"] {
+        for bad in [
+            "",
+            "BC:24:11:5E:0A",
+            "01:00:5E:00:00:01",
+            "BC:24:11:5E:0A:0Z",
+        ] {
             assert_eq!(GuestId::hwaddr(bad), None, "{bad:?}");
         }
         assert_eq!(GuestId::Uuid("u".into()).kind(), GuestKind::Qemu);

@@ -191,9 +191,17 @@ impl SiteView {
              nothing is created or deleted there until it reads whole",
             self.name,
             self.unreadable.len(),
-            if self.unreadable.len() == 1 { "y" } else { "ies" },
+            if self.unreadable.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            },
             shown.join("; "),
-            if more > 0 { format!("; and {more} more") } else { String::new() }
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
         )
     }
 

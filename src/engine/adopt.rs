@@ -76,12 +76,22 @@ pub async fn adopt_by_hand(
         .description()
         .is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX));
     let names_it = rec.is_some_and(|r| {
-        r.site == spec.site && matches!(r.vm, crate::store::VmState::Exists { vmid: v, .. } if v == vmid)
+        r.site == spec.site
+            && matches!(r.vm, crate::store::VmState::Exists { vmid: v, .. } if v == vmid)
     });
     if no_marker_line && names_it {
         // The record's guest, whose notes lost the marker line (`MarkerMissing`).
         let uid = rec.map(|r| r.uid.clone()).unwrap_or_default();
-        remark_by_hand(config, &site.client, &checked, spec, (&node, kind, vmid), &cfg, rec).await?;
+        remark_by_hand(
+            config,
+            &site.client,
+            &checked,
+            spec,
+            (&node, kind, vmid),
+            &cfg,
+            rec,
+        )
+        .await?;
         return Ok(crate::store::Adoption {
             spec: name.to_string(),
             site: spec.site.clone(),

@@ -8,6 +8,8 @@ use crate::store::{CloneSource, SpecRecord, VmState};
 
 use super::identity::{checked_site, verified};
 use super::{ActionError, ExecCtx, SiteCtx};
+use crate::gate::site::SiteChecked;
+use crate::pve::types::VmConfig;
 
 /// The VM of an intent exists on `node`: the record maps the spec to it, and the VMID
 /// reservation goes in the same transaction (PVE itself now keeps the id taken).
@@ -40,7 +42,8 @@ pub(super) enum Found {
     /// A config locked by a create or clone that no running task can hold: an interrupted
     /// create. Never judged foreign: a human decides.
     Stale { lock: String, node: String },
-    /// A complete VM without this spec's marker: someone else's; ours was never made.
+    /// A complete VM without this spec's marker, as three reads agree (and named otherwise than
+    /// the spec's guest): someone else's; ours was never made.
     Foreign,
     /// Nothing at the VMID and nothing that could still make it.
     Free,
@@ -153,7 +156,7 @@ pub(super) async fn inspect_known(
                 }
                 Ok(Found::Ours(node))
             }
-            _ => Ok(Found::Foreign),
+            _ => corroborated(ctx, site, &checked, spec_name, rec, kind, vmid, node, &cfg).await,
         },
         None => {
             // After this action's own task ended, the template's other clones make other VMs.
@@ -176,6 +179,65 @@ pub(super) async fn inspect_known(
             Ok(Found::Free)
         }
     }
+}
+
+/// A complete guest at the intent's VMID whose config (`first`) does not carry the spec's
+/// marker. It is someone else's (`Foreign`: the intent's VMID is released) only on evidence
+/// that no garbled answer gives: three reads agree that it is unlocked and unmarked and, for a
+/// spec still in the set, named otherwise than the spec's guest (a create or clone names its
+/// guest in the request itself). A guest of the spec's name is the intent's: the converge that
+/// follows reads its marker again, and never changes a guest without it (`vm::read_own_config`).
+// Many arguments because: the intent (site, spec, record, guest) and the read it is judged on.
+#[allow(clippy::too_many_arguments)]
+async fn corroborated(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    checked: &SiteChecked,
+    spec_name: &str,
+    rec: &SpecRecord,
+    kind: GuestKind,
+    vmid: u32,
+    node: String,
+    first: &VmConfig,
+) -> Result<Found, ActionError> {
+    let vm_name = ctx.specs.get(spec_name).map(|s| s.vm_name.as_str());
+    let name_key = match kind {
+        GuestKind::Qemu => "name",
+        GuestKind::Lxc => "hostname",
+    };
+    if vm_name.is_some() && first.get(name_key) == vm_name {
+        return Ok(Found::Ours(node));
+    }
+    let unmarked = |cfg: &VmConfig| {
+        !matches!(cfg.lock(), Some("create" | "clone"))
+            && verified(
+                ctx,
+                checked,
+                cfg,
+                kind,
+                vmid,
+                Some(spec_name),
+                Some(&rec.uid),
+            )
+            .is_err()
+            && (vm_name.is_none() || cfg.get(name_key) != vm_name)
+    };
+    for _ in 0..2 {
+        match site.client.vm_config(&node, kind, vmid).await {
+            Ok(cfg) if unmarked(&cfg) => {}
+            Ok(_) => {
+                return Ok(Found::Busy {
+                    reason: format!(
+                        "{} answered reads of its config differently; read again",
+                        kind.named(vmid)
+                    ),
+                    upid: None,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Found::Foreign)
 }
 
 /// Where an intent's VM can be, each node once, in this order: where this cycle's listing saw

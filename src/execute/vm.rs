@@ -111,77 +111,86 @@ pub(super) async fn read_own_config(
         node, kind, vmid, ..
     } = vm;
     let checked = checked_site(ctx, vm.site)?;
-    let cfg = match client.vm_config(node, kind, vmid).await {
-        Ok(c) => c,
-        // Gone from the node the listing showed: removed, or moved by a person since. The
-        // record keeps it; a create is sent only once PVE says the VMID is free
-        // (`create::gone`).
-        Err(e) if e.is_not_found() => {
-            return Err(fail(
-                Category::NotFound,
-                format!(
-                    "{} is not on node {node} any more; it is looked for again at the next \
-                     cycle, and made again only once PVE says VMID {vmid} is free",
-                    kind.named(vmid)
-                ),
-            ));
+    // A guest that does not show it is the spec's is read once more before it is judged: one
+    // answer (garbled on its way, or read mid-edit) never stalls the spec.
+    let mut reads = 0;
+    loop {
+        reads += 1;
+        let cfg = match client.vm_config(node, kind, vmid).await {
+            Ok(c) => c,
+            // Gone from the node the listing showed: removed, or moved by a person since. The
+            // record keeps it; a create is sent only once PVE says the VMID is free
+            // (`create::confirm_gone`).
+            Err(e) if e.is_not_found() => {
+                return Err(fail(
+                    Category::NotFound,
+                    format!(
+                        "{} is not on node {node} any more; it is looked for again at the next \
+                         cycle, and made again only once PVE says VMID {vmid} is free",
+                        kind.named(vmid)
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // Identity, from a fresh read, before any change.
+        let why = match verified(
+            ctx,
+            &checked,
+            &cfg,
+            kind,
+            vmid,
+            Some(&spec.name),
+            Some(&rec.uid),
+        ) {
+            Ok(ours) => {
+                rec.remember_identity(vmid, cfg.guest_id(kind));
+                return Ok((cfg, ours));
+            }
+            Err(why) => why,
+        };
+        let recorded = Recorded {
+            spec: &spec.name,
+            uid: &rec.uid,
+            identity: rec.identity_at(vmid),
+        };
+        let found = cfg.guest_id(kind);
+        match verify_by_identity(
+            &checked,
+            &ctx.install_id,
+            kind,
+            vmid,
+            cfg.description(),
+            found.as_ref(),
+            recorded,
+        ) {
+            Ok(ours) => {
+                tracing::info!(spec = %spec.name, vmid, "the guest's notes lost the marker line; its identity is the recorded one: writing the line back");
+                rec.note(
+                    ctx.clock.now_ms(),
+                    "converge",
+                    &format!(
+                        "{} carries no marker line (its notes were edited); its {} is the \
+                         recorded one: the marker line is written back below the notes",
+                        kind.named(vmid),
+                        found.map(|f| f.to_string()).unwrap_or_default()
+                    ),
+                );
+                return Ok((cfg, ours));
+            }
+            Err(_) if reads < 2 => {}
+            Err(not) => {
+                return Err(not_the_specs(ctx, client, vm, spec, rec, &cfg, why, not).await);
+            }
         }
-        Err(e) => return Err(e.into()),
-    };
-    // Identity, from a fresh read, before any change.
-    let why = match verified(
-        ctx,
-        &checked,
-        &cfg,
-        kind,
-        vmid,
-        Some(&spec.name),
-        Some(&rec.uid),
-    ) {
-        Ok(ours) => {
-            rec.remember_identity(vmid, cfg.guest_id(kind));
-            return Ok((cfg, ours));
-        }
-        Err(why) => why,
-    };
-    let recorded = Recorded {
-        spec: &spec.name,
-        uid: &rec.uid,
-        identity: rec.identity_at(vmid),
-    };
-    let found = cfg.guest_id(kind);
-    match verify_by_identity(
-        &checked,
-        &ctx.install_id,
-        kind,
-        vmid,
-        cfg.description(),
-        found.as_ref(),
-        recorded,
-    ) {
-        Ok(ours) => {
-            tracing::info!(spec = %spec.name, vmid, "the guest's notes lost the marker line; its identity is the recorded one: writing the line back");
-            rec.note(
-                ctx.clock.now_ms(),
-                "converge",
-                &format!(
-                    "{} carries no marker line (its notes were edited); its {} is the recorded \
-                     one: the marker line is written back below the notes",
-                    kind.named(vmid),
-                    found.map(|f| f.to_string()).unwrap_or_default()
-                ),
-            );
-            Ok((cfg, ours))
-        }
-        Err(not) => Err(not_the_specs(ctx, client, vm, spec, rec, &cfg, why, not).await),
     }
 }
 
 /// The guest the record names does not show it is the spec's (`why`: the marker check's
 /// refusal; `not`: the identity check's). It is another guest only when it carries neither
 /// this install's tag nor any marker line of this install, and its identity is not the
-/// recorded one (none was recorded, or a well-formed other one shows): a VMID someone freed and
-/// reused. That is read twice (one answer, garbled or not, never changes the record), then the
+/// recorded one (a well-formed other one shows, or none was recorded and it is named otherwise
+/// than the spec's guest): a VMID someone freed and reused. That is read twice (one answer, garbled or not, never changes the record), then the
 /// VMID is released, and the next cycle makes the spec a new guest. Anything else is the
 /// spec's guest whose marker a person removed or changed: `Stalled` (`MarkerMissing`), the
 /// record kept, nothing created, until a person confirms it or removes it.
@@ -209,9 +218,16 @@ async fn not_the_specs(
             .is_some_and(|m| m.install == ctx.install_id);
         let recorded = rec.identity_at(vmid);
         let found = cfg.guest_id(kind);
+        let name_key = match kind {
+            GuestKind::Qemu => "name",
+            GuestKind::Lxc => "hostname",
+        };
         let other_identity = match (recorded, found.as_ref()) {
             (Some(want), Some(found)) => want != found,
-            (None, _) => true,
+            // Nothing recorded to compare (a record of an earlier release, a guest just made):
+            // its name is the spec's guest's if it is that guest (PVE names a guest in the
+            // request that makes it).
+            (None, _) => cfg.get(name_key) != Some(spec.vm_name.as_str()),
             (Some(_), None) => false,
         };
         !cfg.tags().contains(&tag) && !ours_marked && other_identity

@@ -26,9 +26,11 @@ pub fn merge_tags(
         .iter()
         .filter(|t| !desired.contains(t))
         .collect();
+    // A tag PVE could not hold (a garbled answer's) is nobody's to keep: writing it back
+    // would only be refused.
     let mut out: BTreeSet<String> = current
         .iter()
-        .filter(|t| !removed.contains(t))
+        .filter(|t| !removed.contains(t) && crate::spec::check_tag(t).is_ok())
         .cloned()
         .collect();
     out.extend(desired.iter().cloned());
@@ -279,6 +281,20 @@ mod tests {
                 "{ha} {listed:?}: {why:?}"
             );
         }
+    }
+
+    /// The three-way merge keeps a tag added by hand and drops one the spec no longer has; a
+    /// tag PVE could not hold (a garbled answer's) is not written back.
+    #[test]
+    fn merged_tags_keep_hand_tags_but_never_garbage() {
+        let s = |v: &[&str]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let merged = merge_tags(
+            &s(&["old", "by-hand", "\u{1f4a5}", "-1", "proxsync.main"]),
+            &s(&["old"]),
+            &s(&["web"]),
+            "proxsync.main",
+        );
+        assert_eq!(merged, s(&["by-hand", "proxsync.main", "web"]));
     }
 
     /// What an observe-only spec reports, field by field: the power state either way, a tag

@@ -565,7 +565,11 @@ fn observe_only(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) ->
 /// No removal on a site whose listing had entries that could not be read: the guests of its
 /// records may be among them, so a record is not forgotten, and a delete waits for a whole
 /// view. Each site's held removals are reported in `refused`.
-fn incomplete_listings(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
+fn incomplete_listings(
+    input: &PlanInput<'_>,
+    removals: Vec<Action>,
+    out: &mut Plan,
+) -> Vec<Action> {
     let incomplete: BTreeMap<&str, &crate::observe::SiteView> = (input.sites.iter())
         .filter(|(_, v)| v.incomplete())
         .map(|(name, v)| (name.as_str(), v))

@@ -271,12 +271,9 @@ fn site_move(
     let r = rec.filter(|r| !r.site.is_empty() && r.site != spec.site)?;
     let vmid = r.vmid()?;
     let creating = matches!(r.vm, VmState::Creating { .. });
-    let gone = input
-        .sites
-        .get(&r.site)
-        .is_some_and(|old| {
-            old.reachable() && !old.incomplete() && !old.vms.contains_key(&vmid) && !creating
-        });
+    let gone = input.sites.get(&r.site).is_some_and(|old| {
+        old.reachable() && !old.incomplete() && !old.vms.contains_key(&vmid) && !creating
+    });
     if gone || (spec.allow_recreate_on_site_change && !creating) {
         // Its VM was removed on the old site (or the spec allows a new VM while the old one
         // stays, listed as an orphan by its marker; never while a create there may still be

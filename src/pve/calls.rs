@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
-    AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, NetworkInterface,
-    Listing, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
+    AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, Listing,
+    NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;

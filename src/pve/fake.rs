@@ -33,8 +33,8 @@ use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
-    NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
-    VmResource, split_tags, Listing,
+    Listing, NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version,
+    VmConfig, VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;

@@ -886,7 +886,9 @@ mod tests {
         let vmids: Vec<Option<u32>> = listing.unreadable.iter().map(|u| u.vmid).collect();
         assert_eq!(vmids, [Some(101), Some(102), None, Some(104), None]);
         assert!(
-            listing.unreadable[1].to_string().contains("the entry of VMID 102"),
+            listing.unreadable[1]
+                .to_string()
+                .contains("the entry of VMID 102"),
             "{}",
             listing.unreadable[1]
         );

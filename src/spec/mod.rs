@@ -59,8 +59,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use crate::config::ManagementPolicy;
-pub use crate::guest::GuestKind;
 use crate::guest::GuestId;
+pub use crate::guest::GuestKind;
 pub use diag::{Diagnostic, Pos, Severity};
 pub use disks::{
     DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,

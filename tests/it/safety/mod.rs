@@ -3,6 +3,7 @@
 mod crash;
 mod create_window;
 mod duplicates;
+mod garbled;
 mod notes;
 mod repo_safety;
 mod signed_commits;

@@ -150,7 +150,11 @@ fn notes_edited_around_the_marker_line_are_kept() {
     assert!(ok, "{out}");
     let vm = pve.vm(vmid as u32);
     assert_eq!(memory(&vm), Some(3072), "{vm}");
-    assert_eq!(description(&vm), notes, "the notes are the person's, as written");
+    assert_eq!(
+        description(&vm),
+        notes,
+        "the notes are the person's, as written"
+    );
 }
 
 /// The same edit on a container: its first NIC's MAC is its identity.
@@ -209,11 +213,18 @@ fn without_a_recorded_identity_the_spec_stalls_until_a_person_confirms_it() {
     )]);
     for round in 0..3 {
         let (ok, out) = ws.run_once();
-        assert!(!ok, "round {round}: not Ready while the guest is unconfirmed: {out}");
+        assert!(
+            !ok,
+            "round {round}: not Ready while the guest is unconfirmed: {out}"
+        );
         assert_eq!(guests(&mut pve), before, "round {round}: no second guest");
     }
     let (status, reason, message) = ws.condition("notes-vm", "Stalled");
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "MarkerMissing"), "{message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "MarkerMissing"),
+        "{message}"
+    );
     assert!(
         message.contains(&format!("VM {vmid}"))
             && message.contains(&format!("proxsync adopt notes-vm --vmid {vmid}")),
@@ -228,8 +239,14 @@ fn without_a_recorded_identity_the_spec_stalls_until_a_person_confirms_it() {
     let out = ws.proxsync(&["adopt", "notes-vm", "--vmid", &vmid.to_string()]);
     assert!(out.status.success(), "{}", common::engine::text(&out));
     let text = description(&pve.vm(vmid as u32));
-    assert!(text.starts_with("Owner: team-db, ticket OPS-1234\n"), "{text}");
-    assert!(proxsync::ownership::Marker::parse(&text).is_some(), "{text}");
+    assert!(
+        text.starts_with("Owner: team-db, ticket OPS-1234\n"),
+        "{text}"
+    );
+    assert!(
+        proxsync::ownership::Marker::parse(&text).is_some(),
+        "{text}"
+    );
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     assert_eq!(guests(&mut pve), before);
@@ -263,6 +280,10 @@ fn a_stranger_at_the_records_vmid_is_left_alone_and_the_spec_made_anew() {
     let new = ws.status("notes-vm")["vmId"].as_u64().expect("a VMID") as u32;
     assert_ne!(new, vmid, "a new guest for the spec");
     let stranger = pve.vm(vmid);
-    assert_eq!(stranger["config"]["memory"].as_str(), Some("1024"), "{stranger}");
+    assert_eq!(
+        stranger["config"]["memory"].as_str(),
+        Some("1024"),
+        "{stranger}"
+    );
     assert!(stranger["config"]["description"].is_null(), "{stranger}");
 }
