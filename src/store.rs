@@ -38,12 +38,13 @@ pub const SUSPEND_ALL: &str = "*";
 /// removal from git waits. Set by `spec.suspend` in git or by `proxsync suspend`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Suspension {
-    /// `git` for `spec.suspend`; else the person who ran `proxsync suspend` (as the command
-    /// said, with the uid the daemon saw on its socket).
+    /// `git` for `spec.suspend`; else who ran `proxsync suspend`: through the daemon, the user
+    /// and uid of the socket's peer as the daemon saw them (never what the command said);
+    /// written directly, the command's user.
     pub by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Since when (unix ms).
+    /// Since when (unix ms): the daemon's clock for a suspension through its socket.
     pub at_ms: u64,
     /// From `spec.suspend`: lifted when the spec no longer says so. Kept when the spec is
     /// removed from git, so its removal waits until `proxsync resume`.

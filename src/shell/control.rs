@@ -180,7 +180,12 @@ async fn answer(
     uid: Option<u32>,
 ) -> String {
     if let Some(json) = line.trim().strip_prefix("suspend ") {
-        return changed(suspend(json, store.as_deref(), uid), requests).await;
+        // Who asks is the socket's peer, as the kernel says, named by this host's user
+        // database (which may ask a directory service: off the async threads).
+        let by = tokio::task::spawn_blocking(move || peer_words(uid))
+            .await
+            .unwrap_or_else(|_| peer_words(None));
+        return changed(suspend(json, store.as_deref(), by), requests).await;
     }
     if let Some(name) = line.trim().strip_prefix("resume ") {
         return changed(resume(name, store.as_deref()), requests).await;
@@ -257,12 +262,15 @@ fn adopt(json: &str, store: Option<&crate::store::Store>) -> String {
     }
 }
 
-/// A suspension asked for through the socket (`proxsync suspend` while the daemon runs).
+/// A suspension asked for through the socket (`proxsync suspend` while the daemon runs): the
+/// name and why. Who and when are the daemon's to say (the socket's peer uid, its own clock):
+/// whatever else a client sends (an earlier release sent its own `by` and `at_ms`) is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SuspendRequest {
     /// A spec name, or [`crate::store::SUSPEND_ALL`].
     pub name: String,
-    pub suspension: crate::store::Suspension,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Whether `name` may be suspended or resumed: a spec name, or [`crate::store::SUSPEND_ALL`].
@@ -270,9 +278,10 @@ pub fn suspendable(name: &str) -> bool {
     name == crate::store::SUSPEND_ALL || crate::status::valid_name(name)
 }
 
-/// `suspend <json>`: records a suspension; the uid the socket saw is added to who asked.
-fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) -> String {
-    let mut req: SuspendRequest = match serde_json::from_str(json) {
+/// `suspend <json>`: records a suspension by `by` (the socket's peer, [`peer_words`]) at the
+/// daemon's own clock; of the request only the name and the reason are taken.
+fn suspend(json: &str, store: Option<&crate::store::Store>, by: String) -> String {
+    let req: SuspendRequest = match serde_json::from_str(json) {
         Ok(r) => r,
         Err(e) => return format!("error not a suspension: {e}\n"),
     };
@@ -282,19 +291,52 @@ fn suspend(json: &str, store: Option<&crate::store::Store>, uid: Option<u32>) ->
     let Some(store) = store else {
         return "error no state database\n".to_string();
     };
-    req.suspension.by = one_line(&req.suspension.by);
-    req.suspension.reason = req.suspension.reason.as_deref().map(one_line);
-    if let Some(uid) = uid {
-        req.suspension.by = format!("{} (uid {uid})", req.suspension.by);
-    }
-    req.suspension.from_git = false;
-    match store.suspend(&req.name, &req.suspension) {
+    let suspension = crate::store::Suspension {
+        by,
+        reason: (req.reason.as_deref().map(one_line)).filter(|r| !r.trim().is_empty()),
+        at_ms: crate::util::clock::now_ms(),
+        from_git: false,
+    };
+    match store.suspend(&req.name, &suspension) {
         Ok(()) => {
-            tracing::info!(spec = %req.name, by = %req.suspension.by, "suspended (proxsync suspend)");
+            tracing::info!(spec = %req.name, by = %suspension.by, "suspended (proxsync suspend)");
             format!("ok {} suspended\n", shown(&req.name))
         }
         Err(e) => format!("error {e}\n"),
     }
+}
+
+/// Who is behind the socket's peer uid, in words: the user's name in this host's user
+/// database and the uid (`alice (uid 1000)`), the uid alone when it names no user.
+fn peer_words(uid: Option<u32>) -> String {
+    match uid {
+        Some(uid) => match user_name(uid) {
+            Some(name) => format!("{name} (uid {uid})"),
+            None => format!("uid {uid}"),
+        },
+        None => "an unknown user (the socket gave no peer credentials)".to_string(),
+    }
+}
+
+/// The name of user `uid` in this host's user database (`getpwuid_r`), if it has one.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: `passwd` is plain old data (integers and pointers), valid all zero.
+    #[allow(unsafe_code)]
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size passed; getpwuid_r writes the
+    // entry's strings into `buf` only and sets `found` to `&pwd` or null.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success `pw_name` points at a NUL-terminated string inside `buf`, alive here.
+    #[allow(unsafe_code)]
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    let name: String = one_line(&name.to_string_lossy()).chars().take(64).collect();
+    (!name.is_empty()).then_some(name)
 }
 
 /// `t` without control characters, at most 200 characters: what a status line shows of it.
@@ -659,6 +701,35 @@ mod tests {
             })
         );
         assert!(next.await.unwrap().is_ok());
+        server.abort();
+    }
+
+    /// A suspension through the socket is recorded as the daemon sees it: who from the
+    /// socket's peer uid, when from its own clock. What the client says of either (here a
+    /// forged `by`, an old `at_ms` and `from_git`) is not taken; its reason is.
+    #[tokio::test]
+    async fn a_suspension_through_the_socket_records_the_peer_uid_and_the_daemons_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::channel(4);
+        let store =
+            std::sync::Arc::new(crate::store::Store::open(&dir.path().join("state")).unwrap());
+        let server = serve(dir.path(), tx, Some(store.clone())).unwrap();
+        let forged = r#"suspend {"name":"web-01","reason":"restoring a backup","suspension":{"by":"mallory","reason":"restoring a backup","at_ms":1,"from_git":true}}"#;
+        let before = crate::util::clock::now_ms();
+        let answer = ask(dir.path(), &format!("{forged}\n"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(answer.contains("web-01 suspended"), "{answer}");
+        let held = store.suspensions().unwrap();
+        let s = &held["web-01"];
+        // SAFETY: getuid has no preconditions and cannot fail.
+        #[allow(unsafe_code)]
+        let uid = unsafe { libc::getuid() };
+        assert!(s.by.contains(&format!("uid {uid}")), "{s:?}");
+        assert!(!s.by.contains("mallory"), "{s:?}");
+        assert!(s.at_ms >= before, "{s:?}");
+        assert!(!s.from_git, "{s:?}");
+        assert_eq!(s.reason.as_deref(), Some("restoring a backup"), "{s:?}");
         server.abort();
     }
 

@@ -27,22 +27,22 @@ pub fn suspend(
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    let reason = reason.filter(|r| !r.trim().is_empty());
     let req = SuspendRequest {
         name: name.clone(),
-        suspension: Suspension {
-            by: who(),
-            reason: reason.filter(|r| !r.trim().is_empty()),
-            at_ms: crate::util::clock::now_ms(),
-            from_git: false,
-        },
+        reason: reason.clone(),
+    };
+    // Written here, the command says who and when; through the daemon, the daemon does
+    // (the socket's peer uid, its own clock).
+    let direct = Suspension {
+        by: who(),
+        reason,
+        at_ms: crate::util::clock::now_ms(),
+        from_git: false,
     };
     let done = with_store(
         config,
-        |store| {
-            store
-                .suspend(&name, &req.suspension)
-                .map(|()| String::new())
-        },
+        |store| store.suspend(&name, &direct).map(|()| String::new()),
         |rt| rt.block_on(control::suspend_through_daemon(&config.state_dir, &req)),
     );
     match done {
@@ -113,7 +113,7 @@ fn check(
         }
     }
     // The request goes to the daemon in one line of at most 1024 bytes.
-    let line = name.len() + reason.map_or(0, str::len) + who().len() + 200;
+    let line = name.len() + reason.map_or(0, str::len) + 200;
     if line > 1000 {
         return Err("--reason is too long for the daemon's request line; shorten it".into());
     }
@@ -155,7 +155,9 @@ fn with_store(
     }
 }
 
-/// Who runs the command: the user behind `sudo`, else the login name.
+/// Who runs the command, when it writes the database itself (it can open it, so it is trusted
+/// as far as the database is): the user behind `sudo`, else the login name. Through the
+/// daemon this is not sent: the daemon names the socket's peer uid.
 fn who() -> String {
     ["SUDO_USER", "USER", "LOGNAME"]
         .iter()
