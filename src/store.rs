@@ -422,6 +422,11 @@ pub struct SpecRecord {
     /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone (kept in
     /// line with the spec every cycle that plans).
     pub orphan_on_delete: bool,
+    /// The spec was observe-only when last seen (its `managementPolicy`, or the config's for
+    /// its file: `observe_paths`, `management_policy`), remembered for when the spec is gone:
+    /// a removed spec keeps the policy, so its VM gets no action (`plan::hands_off`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub observe_only: bool,
     /// The spec's `dependsOn`, remembered for when the spec is gone: removals go dependants
     /// first.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -552,20 +557,30 @@ impl SpecRecord {
     }
 
     /// Takes what the record keeps of its spec for when the spec is gone (`deletionPolicy`,
-    /// `dependsOn`); whether anything changed.
+    /// `dependsOn`; whether it is observe-only is left as it was); whether anything changed.
     pub fn follow(&mut self, spec: &crate::spec::Spec) -> bool {
-        self.follow_with(spec, &spec.depends_on)
+        self.follow_with(spec, &spec.depends_on, self.observe_only)
     }
 
     /// [`SpecRecord::follow`], with `depends_on` the spec's dependencies as names of specs
-    /// (a set's name given as its members': the removal order matches them).
-    pub fn follow_with(&mut self, spec: &crate::spec::Spec, depends_on: &[String]) -> bool {
+    /// (a set's name given as its members': the removal order matches them), and whether the
+    /// spec is observe-only now (`Spec::policy`, which needs the config).
+    pub fn follow_with(
+        &mut self,
+        spec: &crate::spec::Spec,
+        depends_on: &[String],
+        observe_only: bool,
+    ) -> bool {
         let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
-        if self.orphan_on_delete == orphan && *self.depends_on == *depends_on {
+        if self.orphan_on_delete == orphan
+            && *self.depends_on == *depends_on
+            && self.observe_only == observe_only
+        {
             return false;
         }
         self.orphan_on_delete = orphan;
         self.depends_on = depends_on.into();
+        self.observe_only = observe_only;
         true
     }
 

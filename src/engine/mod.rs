@@ -839,8 +839,10 @@ impl Engine {
 
     /// Brings into each record what it keeps of its spec for when the spec is gone, and that
     /// no converge carries because it is not applied to the VM: `deletionPolicy` (switched to
-    /// Orphan to keep a VM, its removal must release it) and `dependsOn` (removals go in
-    /// reverse order). Written durably before the cycle plans; nothing when nothing changed.
+    /// Orphan to keep a VM, its removal must release it), `dependsOn` (removals go in
+    /// reverse order) and whether the spec is observe-only (a removed spec keeps the policy it
+    /// was last seen with: its VM gets no action). Written durably before the cycle plans;
+    /// nothing when nothing changed.
     fn records_follow_specs(
         &self,
         specs: &SpecSet,
@@ -873,7 +875,9 @@ impl Engine {
                         .into()
                 }
             };
-            if rec.follow_with(spec, &depends_on) {
+            let observe_only =
+                spec.policy(&self.config.reconcile) == crate::spec::ManagementPolicy::Observe;
+            if rec.follow_with(spec, &depends_on, observe_only) {
                 self.store.put(&spec.name, rec)?;
             }
         }

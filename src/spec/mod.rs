@@ -451,6 +451,15 @@ fn validate_set(
 }
 
 impl Spec {
+    /// The spec's management policy: its own `managementPolicy`, else the config's for its
+    /// file (`[reconcile] observe_paths`, then `management_policy`).
+    pub fn policy(&self, reconcile: &crate::config::ReconcileConfig) -> ManagementPolicy {
+        match self.management_policy {
+            Some(p) => p,
+            None => reconcile.default_policy(&self.file),
+        }
+    }
+
     /// The file `pos` (one of the spec's positions) is in: the spec's own, or the
     /// `_defaults.yaml` the value came from.
     pub fn file_of(&self, pos: Pos) -> &str {
