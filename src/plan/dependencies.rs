@@ -32,7 +32,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
 pub(super) fn ready(out: &Plan, name: &str) -> bool {
     match out.verdicts.get(name) {
         Some(Verdict::UpToDate { .. }) => true,
-        Some(Verdict::Observed { vmid, drift } | Verdict::Suspended { vmid, drift, .. }) => {
+        Some(Verdict::Observed { vmid, drift, .. } | Verdict::Suspended { vmid, drift, .. }) => {
             vmid.is_some() && drift.is_empty()
         }
         _ => false,

@@ -32,6 +32,7 @@ use crate::store::SpecRecord;
 
 mod dependencies;
 pub mod evidence;
+mod hands_off;
 mod hash;
 mod index;
 mod removals;
@@ -207,6 +208,23 @@ impl Action {
         }
     }
 
+    /// The guest the action names, as (site, VMID): every kind's but a create's and a
+    /// record's forgetting.
+    pub fn guest(&self) -> Option<(&str, u32)> {
+        match self {
+            Action::ResumeCreate { site, vmid, .. }
+            | Action::Adopt { site, vmid, .. }
+            | Action::AdoptByConsent { site, vmid, .. }
+            | Action::Converge { site, vmid, .. }
+            | Action::Migrate { site, vmid, .. }
+            | Action::Remove { site, vmid, .. }
+            | Action::Relabel { site, vmid, .. }
+            | Action::HandOver { site, vmid, .. }
+            | Action::DeleteOrphan { site, vmid, .. } => Some((site, *vmid)),
+            Action::Create { .. } | Action::Forget { .. } => None,
+        }
+    }
+
     /// The spec the action is for, if any.
     pub fn spec(&self) -> Option<&str> {
         match self {
@@ -292,19 +310,27 @@ pub enum Verdict {
     /// `why` says what differs from the consent (the VM is gone, renamed, carries a marker or
     /// an install's tag) and what to do. Nothing is created or changed.
     AdoptRefused { vmid: u32, why: String },
-    /// The spec is observe-only (`managementPolicy: Observe`): nothing is done for it. `vmid`:
-    /// its VM (by record, marker or consent), `None` when there is none; `drift`: how the VM
-    /// differs from the spec in what the listing shows.
+    /// The spec is observe-only (`managementPolicy: Observe`, `observe_paths`, the install's
+    /// policy): nothing is done for it. `vmid`: its VM (by record, marker or consent), `None`
+    /// when there is none; `drift`: how the VM differs from the spec in what the listing shows.
+    /// `renamed_from`: the spec is renamed from that removed spec, which was observe-only when
+    /// last seen: its VM (`vmid`) is not re-labelled, and nothing is done for this spec.
     Observed {
         vmid: Option<u32>,
         drift: Vec<FieldDrift>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        renamed_from: Option<String>,
     },
     /// The spec is suspended (`spec.suspend`, `proxsync suspend`): observed as `Observed` is,
-    /// and no action of any kind is taken for it until resumed.
+    /// and no action of any kind is taken for it until resumed. `renamed_from`: the suspension
+    /// is that of the removed spec this one is renamed from: its VM (`vmid`) is not re-labelled,
+    /// and nothing is done for this spec, until that name is resumed.
     Suspended {
         vmid: Option<u32>,
         drift: Vec<FieldDrift>,
         by: Box<crate::store::Suspension>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        renamed_from: Option<String>,
     },
     /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
     /// started or rebooted until it is.
@@ -484,6 +510,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
     let indexes = index::site_indexes(input, &tag);
     let renames = rename::renames(input, &desired_names, &indexes);
+    let hands_off = hands_off::HandsOff::new(input);
     let mut reboots_change = u64::MAX;
     // Collected, then built at once: a map built from sorted entries has full nodes, one
     // filled by inserting in order about half-empty ones.
@@ -494,15 +521,22 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
             reboots_change = reboots_change.min(at);
         }
-        // An observe-only or suspended spec is not re-labelled either: it gets no action of
-        // any kind.
-        let renamed = match spec::hands_off(input, spec) {
-            true => None,
-            false => renames.decide(input, spec, &mut out.actions),
+        // An observe-only or suspended spec gets no action of any kind, a re-label included;
+        // nor does a spec renamed from one (the rename and all after it wait).
+        let held = match hands_off.spec(spec) {
+            Some(cause) => Some((cause, None)),
+            None => (renames.decided_from(spec))
+                .and_then(|(from, old)| Some((hands_off.name(from)?, old))),
         };
-        let verdict = match renamed {
-            Some(v) => v,
-            None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+        let verdict = match held {
+            Some((cause, old)) => {
+                let looked = spec::look(input, spec, rec, &tag, index, old);
+                hands_off::verdict(&spec.name, looked, cause)
+            }
+            None => match renames.decide(input, spec, &mut out.actions) {
+                Some(v) => v,
+                None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+            },
         };
         let duplicate = spec::duplicate(spec, rec, index, &verdict);
         if let Some(d) = renames.duplicate(spec, duplicate) {
@@ -522,44 +556,25 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     out.renamed = (renames.by_spec.iter())
         .map(|(to, r)| (r.from.to_string(), to.to_string()))
         .collect();
-    let removals = observe_only(input, removals, &mut out);
     let removals = incomplete_listings(input, removals, &mut out);
     removals::apply_valves(input, removals, held_back, &mut out);
-    // After the valves, which judge every removal due at once: holding a suspended spec's
-    // removal must not bring the others under `max_delete_fraction`.
-    let (removals, others): (Vec<Action>, Vec<Action>) = std::mem::take(&mut out.actions)
-        .into_iter()
-        .partition(Action::removes);
-    out.actions = others;
-    let kept = suspended_removals(input, removals, &mut out);
-    out.actions.extend(kept);
     adoption_valve(input, &mut out);
     // After the valves, which judge every removal due at once: an order spreading them over
     // cycles must not spread them under the valves' limits.
     dependencies::hold(input, &mut out);
     rollout::hold(input, &mut out);
+    // Last, over every action of every kind: the removals of hands-off specs among them
+    // (after the valves, which judge every removal due at once: holding a suspended or
+    // observe-only spec's removal must not bring the others under `max_delete_fraction`).
+    hands_off::hold(&hands_off, &mut out, |name| {
+        let spec = input.desired.iter().find(|s| s.name == name)?;
+        let index = indexes.get(spec.site.as_str());
+        let rec = input.records.get(name);
+        Some(spec::look(input, spec, rec, &tag, index, None))
+    });
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);
     out
-}
-
-/// An install that observes only (`[reconcile] management_policy = "observe"`) removes
-/// nothing: no delete, release or hand-over of a removed spec's VM, no orphan deleted. They
-/// are reported in `refused`.
-fn observe_only(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
-    if input.reconcile.management_policy != crate::config::ManagementPolicy::Observe
-        || removals.is_empty()
-    {
-        return removals;
-    }
-    out.refused.push(format!(
-        "{} removal(s) not done: [reconcile] management_policy = \"observe\" takes no action",
-        removals.len()
-    ));
-    for o in (out.orphans.iter_mut()).filter(|o| o.disposition == OrphanDisposition::Deleting) {
-        o.disposition = OrphanDisposition::Refused;
-    }
-    Vec::new()
 }
 
 /// No removal on a site whose listing had entries that could not be read: the guests of its
@@ -597,52 +612,6 @@ fn incomplete_listings(
             "{n} removal(s) on site {site} not done: {}",
             incomplete[site.as_str()].incomplete_why()
         ));
-    }
-    kept
-}
-
-/// The removals of suspended specs wait, each reported in `refused`; under `proxsync suspend
-/// --all` every removal and orphan delete waits. Forgetting the record of a spec whose VM is
-/// gone too is no action on a VM, and goes on.
-fn suspended_removals(input: &PlanInput<'_>, removals: Vec<Action>, out: &mut Plan) -> Vec<Action> {
-    if input.suspensions.is_empty() || removals.is_empty() {
-        return removals;
-    }
-    let all = input.suspensions.get(crate::store::SUSPEND_ALL);
-    let mut kept = Vec::with_capacity(removals.len());
-    let mut waiting = 0;
-    for action in removals {
-        let held = match (&action, action.spec()) {
-            (Action::Forget { .. }, _) => None,
-            (_, Some(name)) => input.suspensions.get(name).or(all),
-            (_, None) => all,
-        };
-        let Some(by) = held else {
-            kept.push(action);
-            continue;
-        };
-        waiting += 1;
-        if all.is_none()
-            && let Some(name) = action.spec()
-        {
-            out.refused.push(format!(
-                "the removal of spec {name}'s VM waits: the spec is suspended ({}); \
-                 `proxsync resume {name}` lets it proceed",
-                suspension_words(by)
-            ));
-        }
-    }
-    if let Some(by) = all
-        && waiting > 0
-    {
-        out.refused.push(format!(
-            "{waiting} removal(s) wait: every spec is suspended ({}); `proxsync resume --all` \
-             lets them proceed",
-            suspension_words(by)
-        ));
-        for o in (out.orphans.iter_mut()).filter(|o| o.disposition == OrphanDisposition::Deleting) {
-            o.disposition = OrphanDisposition::Refused;
-        }
     }
     kept
 }

@@ -117,6 +117,25 @@ impl<'a> Renames<'a> {
         }
     }
 
+    /// The removed spec `spec` is renamed from, when the rename decides the spec (see
+    /// [`Renames::decide`]: a re-label, or a wait), with its VM as (site, VMID) when found: a
+    /// hands-off source covering that spec holds the rename and all after it.
+    pub(super) fn decided_from<'s>(
+        &'s self,
+        spec: &'s Spec,
+    ) -> Option<(&'s str, Option<(&'s str, u32)>)> {
+        if self.waiting.contains_key(spec.name.as_str()) {
+            return (spec.renamed_from.as_deref()).map(|from| (from, None));
+        }
+        let r = self.by_spec.get(spec.name.as_str())?;
+        match r.fate {
+            Fate::Relabel | Fate::Unproven { .. } | Fate::OnOtherSite { wait: true, .. } => {
+                Some((r.from, Some((r.site, r.vmid))))
+            }
+            Fate::OnOtherSite { wait: false, .. } | Fate::Second { .. } => None,
+        }
+    }
+
     /// The old spec's VM as a second VM of `spec`, besides `found` (VMs carrying its marker).
     pub(super) fn duplicate(&self, spec: &Spec, found: Option<Duplicate>) -> Option<Duplicate> {
         let r = self.by_spec.get(spec.name.as_str());

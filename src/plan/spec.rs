@@ -41,10 +41,10 @@ pub(super) fn duplicate(
     })
 }
 
-/// The decision for one valid spec that is not a rename. Checked in this order, each step
-/// returning when it decides: the site can be read; the spec moved sites; a create in flight
-/// is resumed; the VM is found (by record, else by marker: adopted), else created; a found
-/// VM is converged when it drifted.
+/// The decision for one valid spec that is neither hands-off (`hands_off`, asked first) nor a
+/// rename. Checked in this order, each step returning when it decides: the site can be read;
+/// the spec moved sites; a create in flight is resumed; the VM is found (by record, else by
+/// marker: adopted), else created; a found VM is converged when it drifted.
 pub(super) fn plan_spec(
     input: &PlanInput<'_>,
     spec: &Spec,
@@ -60,19 +60,6 @@ pub(super) fn plan_spec(
     };
     if view.error.is_some() {
         return not_readable(view);
-    }
-    if let Some(by) = suspension(input, spec) {
-        return match observe(input, spec, rec, tag, index, view) {
-            Verdict::Observed { vmid, drift } => Verdict::Suspended {
-                vmid,
-                drift,
-                by: Box::new(by),
-            },
-            other => other,
-        };
-    }
-    if observes(input, spec) {
-        return observe(input, spec, rec, tag, index, view);
     }
     if let Some(verdict) = site_move(input, spec, rec, actions) {
         return verdict;
@@ -173,38 +160,38 @@ fn adopt_by_consent(
     Verdict::Acting
 }
 
-/// Whether the planner takes no action of any kind for the spec: it is suspended or
-/// observe-only.
-pub(super) fn hands_off(input: &PlanInput<'_>, spec: &Spec) -> bool {
-    observes(input, spec) || suspension(input, spec).is_some()
-}
-
-/// What suspends the spec, if anything: a suspension of its name (`proxsync suspend NAME`, or
-/// its `spec.suspend` once recorded), `proxsync suspend --all`, or `spec.suspend` not recorded
-/// yet.
-pub(super) fn suspension(input: &PlanInput<'_>, spec: &Spec) -> Option<crate::store::Suspension> {
-    // A recorded `spec.suspend` the spec no longer says is lifted (the engine forgets it).
-    let by_name = (input.suspensions.get(&spec.name)).filter(|s| spec.suspend || !s.from_git);
-    let recorded = by_name.or_else(|| input.suspensions.get(crate::store::SUSPEND_ALL));
-    match recorded {
-        Some(s) => Some(s.clone()),
-        None => spec.suspend.then(|| crate::store::Suspension {
-            by: "git".into(),
-            reason: None,
-            at_ms: 0,
-            from_git: true,
-        }),
-    }
-}
-
-/// Whether the spec is observe-only: its `managementPolicy`, else the config's for its file
-/// (`observe_paths`, `management_policy`).
-pub(super) fn observes(input: &PlanInput<'_>, spec: &Spec) -> bool {
-    let policy = match spec.management_policy {
-        Some(p) => p,
-        None => input.reconcile.default_policy(&spec.file),
+/// How a hands-off spec's guest compares with the spec, as the verdict `Observed` (which
+/// `hands_off::verdict` makes the spec's), or why it cannot be judged (its site unreadable, its
+/// state unknown). The guest: `old` (site, VMID), the VM of the spec this one is renamed from;
+/// else the spec's own, found as [`observe`] finds it.
+pub(super) fn look(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    tag: &str,
+    index: Option<&SiteIndex<'_>>,
+    old: Option<(&str, u32)>,
+) -> Verdict {
+    let site = old.map_or(spec.site.as_str(), |(site, _)| site);
+    let Some(view) = input.sites.get(site) else {
+        return Verdict::SiteUnreachable {
+            error: format!("site {site:?} is not in the config"),
+        };
     };
-    policy == crate::spec::ManagementPolicy::Observe
+    if view.error.is_some() {
+        return not_readable(view);
+    }
+    let Some((_, vmid)) = old else {
+        return observe(input, spec, rec, tag, index, view);
+    };
+    match view.vms.get(&vmid) {
+        Some(vm) if vm.is_unknown() => Verdict::Unknown { vmid },
+        vm => Verdict::Observed {
+            vmid: vm.map(|vm| vm.vmid),
+            drift: vm.map_or_else(Vec::new, |vm| super::observed_drift(spec, vm)),
+            renamed_from: None,
+        },
+    }
 }
 
 /// An observe-only spec (`managementPolicy: Observe`): its VM (by record, marker, or the VM its
@@ -234,10 +221,12 @@ fn observe(
         Some(vm) => Verdict::Observed {
             vmid: Some(vm.vmid),
             drift: super::observed_drift(spec, vm),
+            renamed_from: None,
         },
         None => Verdict::Observed {
             vmid: None,
             drift: Vec::new(),
+            renamed_from: None,
         },
     }
 }

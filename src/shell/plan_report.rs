@@ -639,16 +639,29 @@ pub fn verdict_words(
         Verdict::AdoptRefused { vmid, why } => {
             format!("adopting {} is refused: {why}", kind.named(*vmid))
         }
+        Verdict::Observed {
+            renamed_from: Some(from),
+            vmid,
+            ..
+        } => format!(
+            "held: spec {from}, which this spec is renamed from, was observe-only when last \
+             seen, so its {noun}{} is not re-labelled and nothing is done for this spec; put \
+             spec {from} back with managementPolicy: Full for one cycle to let the rename \
+             proceed",
+            vmid.map(|id| format!(" {id}")).unwrap_or_default()
+        ),
         Verdict::Observed { vmid: None, .. } => {
             format!("observe-only: no {noun} of the spec found; nothing is created")
         }
         Verdict::Observed {
             vmid: Some(vmid),
             drift,
+            ..
         } if drift.is_empty() => format!("observe-only: {} matches the spec", kind.named(*vmid)),
         Verdict::Observed {
             vmid: Some(vmid),
             drift,
+            ..
         } => {
             let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
             format!(
@@ -674,17 +687,24 @@ pub fn verdict_words(
                 false => "",
             }
         ),
-        Verdict::Suspended { vmid, drift, by } => suspended_words(kind, *vmid, drift, by),
+        Verdict::Suspended {
+            vmid,
+            drift,
+            by,
+            renamed_from,
+        } => suspended_words(kind, *vmid, drift, by, renamed_from.as_deref()),
     }
 }
 
-/// A suspended spec's verdict in words: who suspended it, and how its guest (a `kind`)
+/// A suspended spec's verdict in words: who suspended it (through `renamed_from`, the spec
+/// it is renamed from, when that one's suspension holds it), and how its guest (a `kind`)
 /// compares.
 fn suspended_words(
     kind: GuestKind,
     vmid: Option<u32>,
     drift: &[crate::plan::FieldDrift],
     by: &crate::store::Suspension,
+    renamed_from: Option<&str>,
 ) -> String {
     let vm = match (vmid, drift.is_empty()) {
         (None, _) => format!("no {} of the spec found; nothing is created", kind.noun()),
@@ -698,7 +718,14 @@ fn suspended_words(
             )
         }
     };
-    format!("suspended ({}): {vm}", crate::plan::suspension_words(by))
+    let words = crate::plan::suspension_words(by);
+    match renamed_from {
+        Some(from) => format!(
+            "suspended through spec {from}, which this spec is renamed from ({words}): the \
+             rename waits for `proxsync resume {from}`; {vm}"
+        ),
+        None => format!("suspended ({words}): {vm}"),
+    }
 }
 
 /// `14:20:23 UTC (in 5m)`, with the date when it is not today.
@@ -817,6 +844,7 @@ mod tests {
         let none = Verdict::Observed {
             vmid: None,
             drift: Vec::new(),
+            renamed_from: None,
         };
         assert_eq!(
             words(none, GuestKind::Lxc),

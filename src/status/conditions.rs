@@ -129,12 +129,17 @@ pub(crate) fn spec_status(
     c.push(ready);
     c.push(reconciling);
     match verdict {
-        Some(Verdict::Observed { vmid, drift }) => {
+        Some(Verdict::Observed { vmid, drift, .. }) => {
             c.push(synced(kind, *vmid, drift, "observe-only"));
         }
-        Some(Verdict::Suspended { vmid, drift, by }) => {
+        Some(Verdict::Suspended {
+            vmid,
+            drift,
+            by,
+            renamed_from,
+        }) => {
             c.push(synced(kind, *vmid, drift, "suspended"));
-            c.push(suspended(spec, by));
+            c.push(suspended(spec, by, renamed_from.as_deref()));
         }
         _ => {}
     }
@@ -212,7 +217,30 @@ fn several(kind: GuestKind) -> &'static str {
 }
 
 /// `Suspended` True: who suspended the spec, since when and why, and how to resume it.
-fn suspended(spec: &Spec, by: &crate::store::Suspension) -> ConditionInput {
+fn suspended(
+    spec: &Spec,
+    by: &crate::store::Suspension,
+    renamed_from: Option<&str>,
+) -> ConditionInput {
+    if let Some(from) = renamed_from {
+        let resume = match by.from_git {
+            true => format!(
+                "`proxsync resume {from}` resumes it (spec.suspend in git, kept since spec {from} was removed)"
+            ),
+            false => format!("`proxsync resume {from}` resumes it"),
+        };
+        return ConditionInput::new(
+            kinds::SUSPENDED,
+            S::True,
+            Reason::Suspended,
+            format!(
+                "suspended through spec {from}, which this spec is renamed from ({}): its {} is \
+                 neither re-labelled nor changed; {resume}",
+                crate::plan::suspension_words(by),
+                spec.kind.noun()
+            ),
+        );
+    }
     let resume = match (by.from_git, spec.suspend) {
         (true, _) => "remove spec.suspend to resume it".to_string(),
         (false, true) => format!(
@@ -396,7 +424,25 @@ fn ready_and_reconciling(
                 ConditionInput::new(kinds::RECONCILING, S::False, reason, msg),
             )
         }
-        Some(Verdict::Observed { vmid, drift }) => {
+        Some(Verdict::Observed {
+            vmid,
+            renamed_from: Some(from),
+            ..
+        }) => {
+            let vm = vmid
+                .map(|id| kind.named(id))
+                .unwrap_or_else(|| format!("its {noun}"));
+            let msg = format!(
+                "spec {from}, which this spec is renamed from, was observe-only when last seen: \
+                 {vm} is not re-labelled, and nothing is done for this spec; put spec {from} \
+                 back with managementPolicy: Full for one cycle to let the rename proceed"
+            );
+            (
+                ConditionInput::new(kinds::READY, S::False, Reason::Observing, &msg),
+                ConditionInput::new(kinds::RECONCILING, S::False, Reason::Observing, msg),
+            )
+        }
+        Some(Verdict::Observed { vmid, drift, .. }) => {
             let ready = match (vmid, drift.is_empty()) {
                 (Some(id), true) => ConditionInput::new(
                     kinds::READY,
@@ -456,7 +502,9 @@ fn ready_and_reconciling(
                 ),
             )
         }
-        Some(Verdict::Suspended { vmid, drift, by }) => {
+        Some(Verdict::Suspended {
+            vmid, drift, by, ..
+        }) => {
             let ready = match (vmid, drift.is_empty()) {
                 (Some(id), true) => ConditionInput::new(
                     kinds::READY,

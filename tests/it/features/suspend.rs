@@ -222,3 +222,75 @@ fn a_suspension_never_splits_a_batch_of_removals_under_the_valve() {
         summary(&ws)
     );
 }
+
+/// Issue 41 item 2: `proxsync suspend app`, then a commit renaming `app` to `app-new`
+/// (`proxsync.io/renamed-from: app`) with 4 cores. The suspension of the old name holds the
+/// rename and everything after it: the VM is neither re-labelled nor changed, `app-new` says
+/// it is suspended through `app`, and `proxsync resume app` lets both happen.
+#[test]
+fn a_suspension_of_the_old_name_holds_a_rename_until_resumed() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let db = || {
+        (
+            "db.yaml",
+            spec("db-01", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+        )
+    };
+    ws.commit_specs(&[("app.yaml", spec("app", "pve1", "9000", "")), db()]);
+    assert!(ws.run_once().0);
+    let vmid = vmid_of(&mut pve, "app");
+    let out = ws.proxsync(&["suspend", "app", "--reason", "restoring a backup by hand"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let renamed = spec("app-new", "pve1", "9000", "")
+        .replace(
+            "  name: app-new\n",
+            "  name: app-new\n  annotations:\n    proxsync.io/renamed-from: app\n",
+        )
+        .replace("cpu: 2", "cpu: 4");
+    ws.commit_specs(&[("app.yaml", renamed), db()]);
+    for round in 0..2 {
+        let since = next_seq(&mut pve);
+        let (_, out) = ws.run_once();
+        assert_eq!(
+            writes_since(&mut pve, since),
+            Vec::<String>::new(),
+            "round {round}: {out}"
+        );
+        let claims = common::engine::marker_claims(&mut pve);
+        assert_eq!(claims.get("app"), Some(&vec![vmid as u64]), "{claims:?}");
+        assert_eq!(claims.get("app-new"), None, "{claims:?}");
+        assert_eq!(
+            pve.vm(vmid)["config"]["cores"]
+                .to_string()
+                .trim_matches('"'),
+            "2"
+        );
+        let (status, reason, message) = ws.condition("app-new", "Suspended");
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "Suspended"));
+        assert!(message.contains("restoring a backup by hand"), "{message}");
+        assert!(message.contains("proxsync resume app`"), "{message}");
+        let (_, reason, message) = ws.condition("app-new", "Ready");
+        assert_eq!(reason, "Suspended", "{message}");
+    }
+
+    let out = ws.proxsync(&["resume", "app"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let _ = ws.run_once();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let claims = common::engine::marker_claims(&mut pve);
+    assert_eq!(
+        claims.get("app-new"),
+        Some(&vec![vmid as u64]),
+        "{claims:?}"
+    );
+    assert_eq!(claims.get("app"), None, "{claims:?}");
+    let cores = pve.vm(vmid)["config"]["cores"].to_string();
+    let pending = pve.vm(vmid)["pending"]["cores"].to_string();
+    assert!(
+        cores.trim_matches('"') == "4" || pending.trim_matches('"') == "4",
+        "{cores} {pending}"
+    );
+}
