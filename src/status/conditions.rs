@@ -1106,6 +1106,22 @@ mod tests {
                 install: "b".into(),
                 vmid: 100,
             },
+            Verdict::Observed {
+                vmid: Some(100),
+                drift: Vec::new(),
+                renamed_from: None,
+            },
+            Verdict::Observed {
+                vmid: Some(100),
+                drift: Vec::new(),
+                renamed_from: Some("old".into()),
+            },
+            Verdict::Suspended {
+                vmid: Some(100),
+                drift: Vec::new(),
+                by: Box::new(by_hand()),
+                renamed_from: Some("old".into()),
+            },
         ];
         let outcomes = [
             None,
@@ -1224,6 +1240,60 @@ mod tests {
     /// A container's spec names its guest a container in the conditions' messages (the step,
     /// `Provisioned`, `RebootPending`, a verdict for a person, a create to come); a VM's spec
     /// keeps saying VM.
+    fn by_hand() -> crate::store::Suspension {
+        crate::store::Suspension {
+            by: "alice (uid 1000)".into(),
+            reason: Some("restoring a backup by hand".into()),
+            at_ms: 0,
+            from_git: false,
+        }
+    }
+
+    /// A spec held through the spec it is renamed from says so, and names the spec whose
+    /// resume (or whose return as Full) lets the rename proceed, never itself.
+    #[test]
+    fn a_spec_held_through_the_spec_it_is_renamed_from_names_that_spec() {
+        let spec = crate::spec::test_spec("");
+        let condition = |verdict: &Verdict, of: &str| {
+            let plan = FromPlan {
+                verdict: Some(verdict),
+                duplicate: None,
+                action: None,
+            };
+            let st = spec_status(&spec, None, None, plan, None, None);
+            let c = st.conditions.iter().find(|c| c.kind == of).unwrap();
+            (c.status, c.reason, c.message.clone())
+        };
+        let suspended = Verdict::Suspended {
+            vmid: Some(100),
+            drift: Vec::new(),
+            by: Box::new(by_hand()),
+            renamed_from: Some("app".into()),
+        };
+        let (status, reason, message) = condition(&suspended, kinds::SUSPENDED);
+        assert_eq!((status, reason), (S::True, Reason::Suspended));
+        assert!(
+            message.contains("through spec app")
+                && message.contains("restoring a backup by hand")
+                && message.contains("`proxsync resume app`")
+                && !message.contains(&format!("resume {}", spec.name)),
+            "{message}"
+        );
+        let observed = Verdict::Observed {
+            vmid: Some(100),
+            drift: Vec::new(),
+            renamed_from: Some("app".into()),
+        };
+        for of in [kinds::READY, kinds::RECONCILING] {
+            let (status, reason, message) = condition(&observed, of);
+            assert_eq!((status, reason), (S::False, Reason::Observing), "{of}");
+            assert!(
+                message.contains("spec app") && message.contains("VM 100 is not re-labelled"),
+                "{of}: {message}"
+            );
+        }
+    }
+
     #[test]
     fn a_containers_conditions_name_it_a_container() {
         let made = SpecRecord {

@@ -103,7 +103,9 @@ pub enum Reason {
     /// `Ready` False and `Synced` False: the observe-only spec's VM differs from it (each field
     /// with both values), or there is no VM; nothing is done about it.
     Drifted,
-    /// `Reconciling` False: the spec is observe-only; proxsync takes no action for it.
+    /// `Reconciling` False: the spec is observe-only; proxsync takes no action for it. Also
+    /// `Ready` False: the spec is renamed from a removed spec that was observe-only when last
+    /// seen, whose VM is not re-labelled.
     Observing,
     /// `Synced` True: the observe-only spec's VM matches it in what the listing shows.
     InSync,
@@ -390,6 +392,7 @@ pub const READY: &[Reason] = &[
     Reason::AdoptRefused,
     Reason::Observed,
     Reason::Drifted,
+    Reason::Observing,
     Reason::SiteMoved,
     Reason::KindChanged,
     Reason::RenameSuspected,
