@@ -502,7 +502,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         };
         let verdict = match renamed {
             Some(v) => v,
-            None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+            None => spec::plan_spec(input, spec, rec, index, &mut out.actions),
         };
         let duplicate = spec::duplicate(spec, rec, index, &verdict);
         if let Some(d) = renames.duplicate(spec, duplicate) {

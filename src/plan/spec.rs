@@ -49,7 +49,6 @@ pub(super) fn plan_spec(
     input: &PlanInput<'_>,
     spec: &Spec,
     rec: Option<&SpecRecord>,
-    tag: &str,
     index: Option<&SiteIndex<'_>>,
     actions: &mut Vec<Action>,
 ) -> Verdict {
@@ -62,7 +61,7 @@ pub(super) fn plan_spec(
         return not_readable(view);
     }
     if let Some(by) = suspension(input, spec) {
-        return match observe(input, spec, rec, tag, index, view) {
+        return match observe(spec, rec, index, view) {
             Verdict::Observed { vmid, drift } => Verdict::Suspended {
                 vmid,
                 drift,
@@ -72,7 +71,7 @@ pub(super) fn plan_spec(
         };
     }
     if observes(input, spec) {
-        return observe(input, spec, rec, tag, index, view);
+        return observe(spec, rec, index, view);
     }
     if let Some(verdict) = site_move(input, spec, rec, actions) {
         return verdict;
@@ -81,7 +80,7 @@ pub(super) fn plan_spec(
         return verdict;
     }
     let backoff = backoff(input, spec, rec);
-    if let Some(vm) = by_record(input, spec, rec, tag, view) {
+    if let Some(vm) = by_record(rec, view) {
         if let Some(held) = other_kind(spec, vm) {
             return held;
         }
@@ -211,10 +210,8 @@ pub(super) fn observes(input: &PlanInput<'_>, spec: &Spec) -> bool {
 /// consent names) compared with the spec from the listing, and no action of any kind, not even
 /// finishing a create in flight or an adoption.
 fn observe(
-    input: &PlanInput<'_>,
     spec: &Spec,
     rec: Option<&SpecRecord>,
-    tag: &str,
     index: Option<&SiteIndex<'_>>,
     view: &SiteView,
 ) -> Verdict {
@@ -226,7 +223,7 @@ fn observe(
                 && vm.name.as_deref() == Some(spec.vm_name.as_str())
         })
     };
-    let vm = by_record(input, spec, rec, tag, view)
+    let vm = by_record(rec, view)
         .or_else(|| by_marker(spec, rec, index))
         .or_else(consented);
     match vm {
@@ -353,27 +350,14 @@ fn other_kind(spec: &Spec, vm: &ObservedVm) -> Option<Verdict> {
     })
 }
 
-/// The VM of the record's VMID, while it is ours.
-fn by_record<'v>(
-    input: &PlanInput<'_>,
-    spec: &Spec,
-    rec: Option<&SpecRecord>,
-    tag: &str,
-    view: &'v SiteView,
-) -> Option<&'v ObservedVm> {
+/// The guest at the record's VMID, whatever it shows: the record's guest stays the spec's until
+/// it is shown gone. Whether it still is the spec's is judged by execute on a fresh read of its
+/// config (`vm::read_own_config`): its marker, else its own identity (the line written back),
+/// else a stranger at a reused VMID (the VMID released) or a `MarkerMissing` stall; never by
+/// the listing or a marker read once.
+fn by_record<'v>(rec: Option<&SpecRecord>, view: &'v SiteView) -> Option<&'v ObservedVm> {
     rec.and_then(|r| r.vm.made_vmid())
         .and_then(|id| view.vms.get(&id))
-        // The VMID is ours only while the VM carries our tag, or our marker; a VMID reused
-        // by someone else after a hand delete is not ours.
-        .filter(|vm| {
-            vm.is_unknown()
-                || vm.has_tag(tag)
-                || vm
-                    .marker
-                    .as_ref()
-                    .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
-                || !vm.marker_read
-        })
 }
 
 /// The VM carrying the spec's marker: the one with the recorded uid, else the lowest VMID
