@@ -12,7 +12,7 @@ use crate::store::{SpecRecord, VmState};
 use super::cloud_init::remove_old_seeds;
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
-use super::vm::{check_lock, power_off};
+use super::vm::{Own, Whose, check_lock, own_config, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
 use crate::render::cloud_init::seed_slots;
 
@@ -35,7 +35,7 @@ pub(super) async fn remove(
     } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
-        let checked = checked_site(ctx, site_name)?;
+        checked_site(ctx, site_name)?;
         let client = &site.client;
         // A failed delete task falls through: look again and retry the delete.
         if let Some(settled) = delete_in_flight(ctx, client, spec_name, rec).await? {
@@ -72,31 +72,22 @@ pub(super) async fn remove(
             }
         }
         let node = node.as_str();
-        let cfg = match client.vm_config(node, kind, vmid).await {
-            Ok(c) => c,
-            Err(e) if e.is_not_found() => {
+        let vm = VmRef::new(site_name, node, kind, vmid);
+        // A removed spec's name is known; its guest's name is not.
+        let whose = Whose {
+            spec: spec_name,
+            vm_name: None,
+        };
+        let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await {
+            Ok(Own::Ours(cfg, ours)) => (cfg, ours),
+            // Gone already: nothing to remove.
+            Err(e) if e.category == Category::NotFound => {
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }
-            Err(e) => return Err(e.into()),
-        };
-        let ours = match verified(
-            ctx,
-            &checked,
-            &cfg,
-            kind,
-            vmid,
-            Some(spec_name),
-            Some(&rec.uid),
-        ) {
-            Ok(ours) => ours,
-            Err(why) => {
-                tracing::warn!(
-                    spec = spec_name,
-                    vmid,
-                    %why,
-                    "VM does not carry the spec's marker: forgetting it, not touching it"
-                );
+            Err(e) => return Err(e),
+            Ok(Own::Stranger(why)) => {
+                tracing::warn!(spec = spec_name, vmid, %why, "forgetting the removed spec's record, not touching the guest");
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }
@@ -130,25 +121,15 @@ pub(super) async fn remove(
             return Ok(o);
         }
         // Identity once more, just before the delete.
-        let cfg = client.vm_config(node, kind, vmid).await?;
-        let ours = verified(
-            ctx,
-            &checked,
-            &cfg,
-            kind,
-            vmid,
-            Some(spec_name),
-            Some(&rec.uid),
-        )
-        .map_err(|why| {
-            fail(
-                Category::Conflict,
-                format!(
-                    "{} changed identity during the delete ({why}); not deleting",
-                    kind.named(vmid)
-                ),
-            )
-        })?;
+        let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await? {
+            Own::Ours(cfg, ours) => (cfg, ours),
+            Own::Stranger(why) => {
+                return Err(fail(
+                    Category::Conflict,
+                    format!("{why}: it changed identity during the delete; not deleting"),
+                ));
+            }
+        };
         // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
         unprotect(
             ctx,
