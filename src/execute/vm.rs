@@ -187,7 +187,14 @@ pub(super) async fn own_config(
             Some(&rec.uid),
         ) {
             Ok(ours) => {
-                rec.remember_identity(vmid, cfg.guest_id(kind));
+                let id = cfg.guest_id(kind);
+                if id.is_some() && rec.identity_at(vmid) != id.as_ref() {
+                    rec.remember_identity(vmid, id);
+                    // Durable at once, not with the action's outcome: a kill later in this
+                    // action must not lose what shows the guest is the spec's when a person
+                    // edits its notes.
+                    ctx.store.put(whose.spec, rec)?;
+                }
                 return Ok(Own::Ours(cfg, ours));
             }
             Err(why) => why,

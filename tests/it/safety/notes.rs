@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::common;
 
 use common::engine::{Workspace, marker_claims, spec};
-use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, token_header, verified_client};
+use common::{FakePve, Scenario};
 
 const VZTMPL: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
 
@@ -35,26 +35,9 @@ fn ct_spec(name: &str, extra: &str) -> String {
     )
 }
 
-/// What a person's edit in the web UI's Notes panel sends: `PUT .../config` with the new
-/// description, over the API like any other client.
+/// A person's edit in the web UI's Notes panel, which PVE takes.
 fn edit_notes(pve: &FakePve, kind: &str, vmid: u64, text: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = verified_client(&pve.ca_pem());
-    let path = format!("/nodes/pve1/{kind}/{vmid}/config");
-    let status = rt.block_on(async {
-        client
-            .put(pve.api_url(&path))
-            .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
-            .form(&[("description", text)])
-            .send()
-            .await
-            .expect("PUT config")
-            .status()
-    });
-    assert!(status.is_success(), "PUT {path}: {status}");
+    assert!(pve.edit_notes("pve1", kind, vmid, text), "PVE took the edit");
 }
 
 /// The memory a guest is to have (MiB): a pending value (a running VM takes memory at its next
