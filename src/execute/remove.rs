@@ -273,12 +273,14 @@ pub(super) async fn delete_in_flight(
     }
 }
 
-/// Forgets the record of a spec whose guest this cycle's listing did not show (the spec
-/// removed, or moved to another site). A record that names a made guest is forgotten only when
-/// PVE says its VMID is free (`GET /cluster/nextid?vmid=N`): a listing that lost the guest
-/// never makes it unmanaged (nor, for a moved spec, a second guest on the new site).
+/// Forgets a spec's record: its spec removed and its guest gone, or moved to another site (its
+/// guest gone there, or kept under `allowRecreateOnSiteChange`). A record whose made guest
+/// this cycle's listing did not show is forgotten only when PVE says its VMID is free (`GET
+/// /cluster/nextid?vmid=N`): a listing that lost the guest never makes it unmanaged (nor, for a
+/// moved spec, a second guest on the new site).
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
-    if let Some(vmid) = rec.vm.made_vmid() {
+    let listed = |vmid: u32| (ctx.views.get(&rec.site)).is_some_and(|v| v.vms.contains_key(&vmid));
+    if let Some(vmid) = rec.vm.made_vmid().filter(|id| !listed(*id)) {
         let taken = match site(ctx, &rec.site) {
             Ok(site) => site.client.vmid_is_free(vmid).await.map(|free| !free),
             // The site left the config: nothing there can be asked (or done).

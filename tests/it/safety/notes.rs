@@ -37,7 +37,10 @@ fn ct_spec(name: &str, extra: &str) -> String {
 
 /// A person's edit in the web UI's Notes panel, which PVE takes.
 fn edit_notes(pve: &FakePve, kind: &str, vmid: u64, text: &str) {
-    assert!(pve.edit_notes("pve1", kind, vmid, text), "PVE took the edit");
+    assert!(
+        pve.edit_notes("pve1", kind, vmid, text),
+        "PVE took the edit"
+    );
 }
 
 /// The memory a guest is to have (MiB): a pending value (a running VM takes memory at its next
