@@ -1,9 +1,10 @@
 //! Deleting or releasing a spec's VM, forgetting a spec, and deleting stopped orphans.
 
 use crate::category::Category;
+use crate::gate::identity::{Trust, VerifiedMarker};
 use crate::gate::permit::{self, Permit};
 use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
-use crate::ownership::ownership_tag;
+use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -80,8 +81,12 @@ pub(super) async fn remove(
         };
         let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await {
             Ok(Own::Ours(cfg, ours)) => (cfg, ours),
-            // Gone already: nothing to remove.
+            // Not on its node: gone only when PVE says its VMID is free (it may have moved
+            // since the listing).
             Err(e) if e.category == Category::NotFound => {
+                if !client.vmid_is_free(vmid).await? {
+                    return Err(e);
+                }
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }
@@ -94,6 +99,9 @@ pub(super) async fn remove(
         };
         if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
             return Ok(waiting);
+        }
+        if ours.trust() == Trust::Identity {
+            return mark_again(ctx, client, vm, spec_name, rec, &cfg, &ours).await;
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
@@ -248,6 +256,46 @@ fn release_params(
 /// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended and
 /// the spec is forgotten; `None`: no delete in flight, or its task failed (the VM is still
 /// there).
+/// A removed spec's guest shown the spec's by its identity, its notes without the marker line:
+/// the line is written back below the notes (the config's digest guarding the write), and the
+/// guest is removed at the next cycle on the marker itself (`gate::permit::remove`).
+async fn mark_again(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+    ours: &VerifiedMarker,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let Some(digest) = cfg.digest() else {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "{}'s config came without its digest; read again",
+                kind.named(vmid)
+            ),
+        ));
+    };
+    let permit = permit::sign(ours).map_err(conflict)?;
+    let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &rec.uid, vmid);
+    let params =
+        VmParams::new().marker(&permit, signed.replace_in(cfg.description().unwrap_or("")))?;
+    client
+        .set_config(node, kind, vmid, &params, Some(digest))
+        .await?;
+    Ok(Outcome::Waiting {
+        reason: format!(
+            "{} carried no marker line (its notes were edited): written back below the notes; \
+             removed at the next cycle",
+            kind.named(vmid)
+        ),
+    })
+}
+
 pub(super) async fn delete_in_flight(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -280,12 +328,10 @@ pub(super) async fn delete_in_flight(
 /// moved spec, a second guest on the new site).
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
     let listed = |vmid: u32| (ctx.views.get(&rec.site)).is_some_and(|v| v.vms.contains_key(&vmid));
-    if let Some(vmid) = rec.vm.made_vmid().filter(|id| !listed(*id)) {
-        let taken = match site(ctx, &rec.site) {
-            Ok(site) => site.client.vmid_is_free(vmid).await.map(|free| !free),
-            // The site left the config: nothing there can be asked (or done).
-            Err(e) => return Outcome::Failed(e),
-        };
+    // A site that left the config: nothing there can be asked, or done (as before the check).
+    let site = ctx.sites.get(&rec.site);
+    if let (Some(vmid), Some(site)) = (rec.vm.made_vmid().filter(|id| !listed(*id)), site) {
+        let taken = site.client.vmid_is_free(vmid).await.map(|free| !free);
         match taken {
             Ok(false) => {}
             Ok(true) => {

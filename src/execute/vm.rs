@@ -141,12 +141,15 @@ pub(super) async fn read_own_config(
 /// A fresh read of the config of the guest the record names, judged before any change.
 ///
 /// The guest stays the spec's until it is shown gone: no answer of this read changes the
-/// record. Its marker verifies (its identity is then recorded); or its notes lost the marker
-/// line and its own identity is the recorded one (`gate::identity::verify_by_identity`: the
-/// caller writes the line back); or, read once more, a stranger holds the VMID
-/// ([`judge_unmarked`]); else the spec is `Stalled` (`MarkerMissing`). A guest not on the
-/// listed node is an error: a create follows only once PVE says its VMID is free
-/// (`create::confirm_gone`).
+/// record. Its marker verifies (its identity is then recorded, durably at once); or its notes
+/// lost the marker line, it carries this install's tag and its own identity is the recorded one
+/// on three reads that agree (`gate::identity::verify_by_identity`: the caller writes the line
+/// back below the notes, so a garbled answer never stands for them); or, read again, another
+/// guest holds the VMID or a person let it go ([`judge_unmarked`]); else the spec is
+/// `Stalled` (`MarkerMissing`). A guest not on the listed node is an error: a create follows
+/// only once PVE says its VMID is free (`create::confirm_gone`).
+// Long because: the reads in their order, each judged by the marker, then the identity, with
+// what a streak of agreeing reads must show; the loop ends in one of four answers.
 pub(super) async fn own_config(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -158,11 +161,9 @@ pub(super) async fn own_config(
         node, kind, vmid, ..
     } = vm;
     let checked = checked_site(ctx, vm.site)?;
-    // A guest that does not show it is the spec's is read once more before it is judged: one
-    // answer (garbled on its way, or read mid-edit) never stalls the spec.
-    let mut reads = 0;
-    loop {
-        reads += 1;
+    // The notes, tags and digest of the reads that showed the recorded identity, in a row.
+    let mut streak: Vec<(Option<String>, Vec<String>, Option<String>)> = Vec::new();
+    for read in 1..=IDENTITY_READS + 1 {
         let cfg = match client.vm_config(node, kind, vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
@@ -210,11 +211,28 @@ pub(super) async fn own_config(
             &ctx.install_id,
             kind,
             vmid,
-            cfg.description(),
+            (cfg.description(), &cfg.tags()),
             found.as_ref(),
             recorded,
         ) {
             Ok(ours) => {
+                // The write that follows is guarded by the digest: a read without one is no
+                // read to write the line back from.
+                let seen = (
+                    cfg.description().map(str::to_string),
+                    cfg.tags(),
+                    cfg.digest().map(str::to_string),
+                );
+                if streak.last() != Some(&seen) || seen.2.is_none() {
+                    streak.clear();
+                }
+                if seen.2.is_none() {
+                    continue;
+                }
+                streak.push(seen);
+                if streak.len() < IDENTITY_READS {
+                    continue;
+                }
                 tracing::info!(
                     spec = whose.spec,
                     vmid,
@@ -232,21 +250,50 @@ pub(super) async fn own_config(
                 );
                 return Ok(Own::Ours(cfg, ours));
             }
-            Err(_) if reads < 2 => {}
-            Err(not) => return judge_unmarked(ctx, client, vm, whose, rec, &cfg, why, not).await,
+            Err(not) => {
+                streak.clear();
+                // One answer (garbled on its way, or read mid-edit) never judges the guest.
+                if read >= 2 {
+                    return judge_unmarked(ctx, client, vm, whose, rec, &cfg, why, not).await;
+                }
+            }
         }
     }
+    Err(fail(
+        Category::Conflict,
+        format!(
+            "{} answered reads of its config differently; nothing is judged on it this cycle",
+            kind.named(vmid)
+        ),
+    ))
+}
+
+/// How many reads in a row must show a guest without its marker line, with this install's tag
+/// and its recorded identity, before the line is written back: the notes it is written below
+/// must be the guest's, not a garbled answer's.
+const IDENTITY_READS: usize = 3;
+
+/// What the config of a guest without the spec's marker shows of whose it is.
+enum Unmarked {
+    /// Another guest holds the VMID, or a person let it go: the reason.
+    Stranger(String),
+    /// It may be the spec's guest: a person decides (what to tell them).
+    Missing,
 }
 
 /// The guest the record names does not show it is the spec's (`why`: the marker check's
-/// refusal; `not`: the identity check's). It is a stranger when it carries the signed marker of
-/// another spec or install, or when it carries neither this install's tag nor any marker line
-/// of this install and its identity is not the recorded one
-/// (a well-formed other one shows, or none was recorded and it is named otherwise than the
-/// spec's guest): a VMID someone freed and reused. That is read twice (one answer, garbled or
-/// not, never changes the record). Anything else is the spec's guest whose marker a person
-/// removed or changed: `Stalled` (`MarkerMissing`), the record kept, nothing created, until a
-/// person confirms it or removes it.
+/// refusal; `not`: the identity check's). It is let go (`Own::Stranger`) when two reads agree
+/// that:
+/// - it carries another spec's or install's marker, signed for this VMID (re-labelled, handed
+///   over, or the VMID reused by another of this install's guests), unless it still carries
+///   this install's tag and the recorded identity (someone pasted an old marker: stall);
+/// - or it carries neither this install's tag nor any marker of this install (a person let it
+///   go, or a stranger at a reused VMID), unless nothing recorded tells it from the spec's
+///   guest made moments ago (no identity recorded, and the spec's guest's name: stall).
+///
+/// Anything else is the spec's guest whose marker a person removed or changed: `Stalled`
+/// (`MarkerMissing`), the record kept, nothing made or changed, until a person confirms it or
+/// removes it.
 // Many arguments because: the action's context, the guest and whose it is, the config read and
 // the two refusals it was judged on.
 #[allow(clippy::too_many_arguments)]
@@ -264,47 +311,67 @@ async fn judge_unmarked(
         node, kind, vmid, ..
     } = vm;
     let tag = ownership_tag(&ctx.install_id);
-    let name_key = match kind {
-        GuestKind::Qemu => "name",
-        GuestKind::Lxc => "hostname",
-    };
-    let stranger = |cfg: &VmConfig| {
+    let named = kind.named(vmid);
+    let judge = |cfg: &VmConfig| -> Unmarked {
         let marker = cfg.description().and_then(Marker::parse);
-        // Another spec's or install's marker, signed for this VMID with the key: the guest is
-        // that one's (re-labelled, handed over), shown by what no garbled answer can forge.
-        if marker.as_ref().is_some_and(|m| {
+        let tagged = cfg.tags().contains(&tag);
+        let found = cfg.guest_id(kind);
+        let recorded = rec.identity_at(vmid);
+        let same = recorded.is_some() && recorded == found.as_ref();
+        if let Some(m) = marker.as_ref().filter(|m| {
             (m.install != ctx.install_id || m.spec != whose.spec)
                 && m.verifies(&ctx.marker_key, vmid)
         }) {
-            return true;
+            if tagged && same {
+                return Unmarked::Missing;
+            }
+            return Unmarked::Stranger(format!(
+                "{named} carries the marker of spec {} of install {}, signed for it",
+                m.spec, m.install
+            ));
         }
-        let ours_marked = marker.is_some_and(|m| m.install == ctx.install_id);
-        let other_identity = match (rec.identity_at(vmid), cfg.guest_id(kind).as_ref()) {
-            (Some(want), Some(found)) => want != found,
-            // Nothing recorded to compare (a record of an earlier release, a guest just
-            // made): it is the spec's guest if it has that guest's name (PVE names a guest in
-            // the request that makes it); a removed spec's name is not known.
-            (None, _) => whose
-                .vm_name
-                .is_none_or(|name| cfg.get(name_key) != Some(name)),
-            (Some(_), None) => false,
+        if tagged || marker.is_some_and(|m| m.install == ctx.install_id) {
+            return Unmarked::Missing;
+        }
+        let name_key = match kind {
+            GuestKind::Qemu => "name",
+            GuestKind::Lxc => "hostname",
         };
-        !cfg.tags().contains(&tag) && !ours_marked && other_identity
+        // A guest made moments ago by this install (a clone is tagged by its first converge)
+        // has the spec's guest's name and nothing recorded yet: never let go on that.
+        let maybe_new = recorded.is_none()
+            && whose
+                .vm_name
+                .is_some_and(|name| cfg.get(name_key) == Some(name));
+        if maybe_new {
+            return Unmarked::Missing;
+        }
+        Unmarked::Stranger(match (same, recorded) {
+            (true, _) => format!(
+                "{named} carries neither the tag {tag} nor a marker of this install: a person \
+                 let it go"
+            ),
+            (false, Some(want)) => format!(
+                "{named} carries neither the tag {tag} nor a marker of this install, and not \
+                 the recorded {want}: another guest holds the VMID"
+            ),
+            (false, None) => {
+                format!("{named} carries neither the tag {tag} nor a marker of this install")
+            }
+        })
     };
-    let named = kind.named(vmid);
-    if stranger(cfg) {
+    if let Unmarked::Stranger(_) = judge(cfg) {
         return match client.vm_config(node, kind, vmid).await {
-            Ok(again) if stranger(&again) => Ok(Own::Stranger(format!(
-                "{named} is another guest now (no tag {tag}, no marker of this install, and not \
-                 the recorded identity, read twice)"
-            ))),
-            Ok(_) => Err(fail(
-                Category::Conflict,
-                format!(
-                    "{named} answered two reads of its config differently; nothing is judged on \
-                     it this cycle"
-                ),
-            )),
+            Ok(again) => match judge(&again) {
+                Unmarked::Stranger(why) => Ok(Own::Stranger(format!("{why} (read twice)"))),
+                Unmarked::Missing => Err(fail(
+                    Category::Conflict,
+                    format!(
+                        "{named} answered two reads of its config differently; nothing is \
+                         judged on it this cycle"
+                    ),
+                )),
+            },
             Err(e) => Err(e.into()),
         };
     }
@@ -313,14 +380,15 @@ async fn judge_unmarked(
         Some(_) => format!(
             "nothing is made for the spec while it exists, and nothing is done to it. If it is \
              the spec's {noun}: proxsync adopt {spec} --vmid {vmid} (the marker line is written \
-             back below its notes); if it is not: remove the tag {tag} from it, and the next \
+             back below its notes); if it is not: delete it, or remove the tag {tag} and any \
+             proxsync-id line from it (and rename it, if it has the spec's name), and the next \
              cycle makes the spec a new {noun}"
         ),
         // The spec is removed: there is nothing to adopt it for.
         None => format!(
             "it is not deleted on a marker it does not carry. Delete it by hand ({} destroy \
-             {vmid}) if it is the removed spec's, or remove the tag {tag} from it to keep it: the \
-             record then lets it go",
+             {vmid}) if it is the removed spec's, or remove the tag {tag} and any proxsync-id \
+             line from it to keep it: the record then lets it go",
             kind.cli()
         ),
     };

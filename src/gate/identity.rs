@@ -210,12 +210,15 @@ pub struct Recorded<'a> {
 }
 
 /// Whether the guest `vmid` (a `kind`) on `site`, which the spec's record names, is still the
-/// spec's although its description carries no marker line (a person replaced the notes): its
-/// own identity as its config shows it now (`found`) is the one the record keeps for this VMID
-/// (`recorded`). Then the record's marker (this install, the spec, the record's uid) stands for
-/// it, and converge writes it back below the person's text. A description with any marker
+/// spec's although its description carries no marker line (a person replaced the notes): it
+/// still carries this install's ownership tag (a guest without both is never taken back), and
+/// its own identity as its config shows it now (`found`) is the one the record keeps for this
+/// VMID (`recorded`). Then the record's marker (this install, the spec, the record's uid)
+/// stands for it, and converge writes it back below the person's text; a delete or release
+/// waits for the marker itself ([`super::permit::remove`]). A description with any marker
 /// line (another spec's, another install's, one that does not verify) is not judged here: the
-/// marker check ([`verify`]) refused it, and a person decides.
+/// marker check ([`verify`]) refused it, and a person decides. `notes`: the config's
+/// description and tags.
 // Many arguments because: the guest read (site, kind, VMID, description, identity), the
 // install, and what the record knows.
 #[allow(clippy::too_many_arguments)]
@@ -224,7 +227,7 @@ pub fn verify_by_identity(
     install_id: &str,
     kind: GuestKind,
     vmid: u32,
-    description: Option<&str>,
+    (description, tags): (Option<&str>, &[String]),
     found: Option<&GuestId>,
     recorded: Recorded<'_>,
 ) -> Result<VerifiedMarker, NotOurs> {
@@ -233,6 +236,12 @@ pub fn verify_by_identity(
         return Err(NotOurs(format!(
             "{named}'s notes hold a proxsync-id line that is not spec {}'s",
             recorded.spec
+        )));
+    }
+    let tag = crate::ownership::ownership_tag(install_id);
+    if !tags.contains(&tag) {
+        return Err(NotOurs(format!(
+            "{named} carries neither a proxsync marker line nor the tag {tag}"
         )));
     }
     let (want, found) = match (recorded.identity, found) {

@@ -59,9 +59,20 @@ fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), String> {
 
 /// The removal of spec `spec`'s VM: its delete, or with `release` (`deletionPolicy: Orphan`)
 /// its release (this install's tag and marker removed, the VM kept). The VM's marker must
-/// name `spec` (verified or vouched for by the spec's record).
+/// name `spec` (verified or vouched for by the spec's record): its identity alone is not
+/// enough.
 pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, String> {
     of_spec(vm, spec)?;
+    // A guest shown the spec's only by its identity (its notes lost the marker line) gets the
+    // line back first; it is deleted or released only on the marker itself.
+    if vm.trust() == Trust::Identity {
+        return Err(format!(
+            "{} carries no marker line: it is written back first, and the {} removed at the \
+             next cycle",
+            vm.named(),
+            vm.kind().noun()
+        ));
+    }
     let act = if release { Act::Release } else { Act::DeleteVm };
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
@@ -204,6 +215,48 @@ pub fn remark_by_hand(
         ));
     }
     if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
+        return Err(format!(
+            "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
+             if the guest is the spec's"
+        ));
+    }
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: uid.to_string(),
+    };
+    Ok(Permit::new(site.site(), vmid, Act::Sign { marker }))
+}
+
+/// `proxsync adopt SPEC --vmid N` of a guest no record names that carries this install's tag
+/// and the spec's guest's name but no marker line (`Verdict::Unmarked`: its notes replaced
+/// after the record was lost): on a checked site, the person's confirmation stands for the
+/// marker. The description holds no marker line at all (one of another spec or install is not
+/// written over). This install's marker for the spec, with `uid`, is written below the notes.
+// Many arguments because: the guest read (description, tags, name) and what the person named.
+#[allow(clippy::too_many_arguments)]
+pub fn mark_unrecorded_by_hand(
+    site: &SiteChecked,
+    by_hand: ByHand<'_>,
+    install_id: &str,
+    uid: &str,
+    description: Option<&str>,
+    tags: &[String],
+    name: Option<&str>,
+    vm_name: &str,
+) -> Result<Permit, String> {
+    let ByHand { spec, kind, vmid } = by_hand;
+    let named = kind.named(vmid);
+    let tag = ownership_tag(install_id);
+    if !tags.contains(&tag) || name != Some(vm_name) {
+        return Err(format!(
+            "{named} is neither the guest spec {spec}'s record names nor one with the tag {tag} \
+             and the spec's {} name {vm_name}: proxsync adopts it only with a proxsync-id line \
+             of the spec",
+            kind.noun()
+        ));
+    }
+    if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) || uid.is_empty() {
         return Err(format!(
             "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
              if the guest is the spec's"

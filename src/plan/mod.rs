@@ -279,6 +279,11 @@ pub enum Verdict {
         vmid: u32,
         found: crate::guest::GuestKind,
     },
+    /// No guest of the spec is known, and guest `vmid`, which no record explains, carries this
+    /// install's tag and the spec's guest's name but no marker line (a person replaced its notes,
+    /// and the record was lost): nothing is created until a person confirms it (`proxsync
+    /// adopt`) or removes the tag.
+    Unmarked { vmid: u32 },
     /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.

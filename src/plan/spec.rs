@@ -450,6 +450,12 @@ fn create(
     if let Some(vmid) = index.and_then(|i| i.unverified_by_spec.get(spec.name.as_str())) {
         return Verdict::UnverifiedClaim { vmid: *vmid };
     }
+    // A guest with this install's tag and the spec's guest's name but no marker line, which no
+    // record explains: the spec's own, its notes replaced, after the record was lost? Never a
+    // second one beside it: a person decides (`proxsync adopt`, or the tag removed).
+    if let Some(vmid) = index.and_then(|i| i.unmarked_tagged_by_name.get(spec.vm_name.as_str())) {
+        return Verdict::Unmarked { vmid: *vmid };
+    }
     // The spec's guest may be among the listing's entries that could not be read.
     if view.incomplete() {
         return Verdict::ListingIncomplete {
