@@ -528,4 +528,85 @@ pub(crate) mod tests {
             .is_err()
         );
     }
+
+    /// A guest whose notes lost the marker line is the spec's only with this install's tag and
+    /// the recorded identity of its kind, read now, and a uid to write back; any marker line
+    /// (another spec's, a typed one) is for a person.
+    #[test]
+    fn identity_stands_for_a_missing_marker_only_with_the_tag_and_the_recorded_id() {
+        let uuid = GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        let other = GuestId::uuid("0b4a5d3e-1111-4222-8333-944455556666").unwrap();
+        let mac = GuestId::hwaddr("BC:24:11:5E:0A:01").unwrap();
+        let tagged = vec!["proxsync.main".to_string(), "web".to_string()];
+        let ask = |description: Option<&str>,
+                   tags: &[String],
+                   found: Option<&GuestId>,
+                   recorded: Option<&GuestId>,
+                   uid: &str| {
+            verify_by_identity(
+                &checked("lab"),
+                "main",
+                GuestKind::Qemu,
+                100,
+                (description, tags),
+                found,
+                Recorded {
+                    spec: "web",
+                    uid,
+                    identity: recorded,
+                },
+            )
+        };
+        let v = ask(Some("Owner: ops"), &tagged, Some(&uuid), Some(&uuid), "u1").unwrap();
+        assert_eq!(
+            (v.trust(), v.spec(), v.uid(), v.install()),
+            (Trust::Identity, "web", "u1", "main")
+        );
+        assert!(!v.signed(), "converge writes the line back, signed");
+        assert_eq!(v.vmid(), 100);
+        assert!(ask(None, &tagged, Some(&uuid), Some(&uuid), "u1").is_ok());
+
+        let refused = [
+            ask(
+                Some("proxsync-id: install=main spec=db uid=u9"),
+                &tagged,
+                Some(&uuid),
+                Some(&uuid),
+                "u1",
+            ),
+            ask(
+                Some("Owner: ops"),
+                &["web".to_string()],
+                Some(&uuid),
+                Some(&uuid),
+                "u1",
+            ),
+            ask(Some("Owner: ops"), &tagged, Some(&uuid), None, "u1"),
+            ask(Some("Owner: ops"), &tagged, None, Some(&uuid), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&other), Some(&uuid), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&mac), Some(&mac), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&uuid), Some(&uuid), ""),
+        ];
+        for (i, r) in refused.iter().enumerate() {
+            assert!(r.is_err(), "case {i}: {r:?}");
+        }
+        assert!(
+            refused[1]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("nor the tag proxsync.main"),
+            "{:?}",
+            refused[1]
+        );
+        assert!(
+            refused[4]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("is not the recorded"),
+            "{:?}",
+            refused[4]
+        );
+    }
 }

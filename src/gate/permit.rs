@@ -659,6 +659,87 @@ mod tests {
         );
     }
 
+    /// A guest shown the spec's by its identity alone (its notes lost the marker line) gets
+    /// the line back (`sign`), but is deleted or released only on the marker itself.
+    #[test]
+    fn identity_writes_the_marker_back_but_never_removes() {
+        let uuid = crate::guest::GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        let tags = vec!["proxsync.main".to_string()];
+        let by_identity = crate::gate::identity::verify_by_identity(
+            &checked("lab"),
+            "main",
+            GuestKind::Qemu,
+            100,
+            (Some("Owner: ops"), &tags),
+            Some(&uuid),
+            crate::gate::identity::Recorded {
+                spec: "web",
+                uid: "u1",
+                identity: Some(&uuid),
+            },
+        )
+        .unwrap();
+        let p = sign(&by_identity).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::Sign {
+                marker: MarkerId {
+                    install: "main".into(),
+                    spec: "web".into(),
+                    uid: "u1".into()
+                }
+            }
+        );
+        for release in [false, true] {
+            let e = remove(&by_identity, "web", release).unwrap_err();
+            assert!(e.contains("written back first"), "{e}");
+        }
+        assert!(remove(&ours("web", 100), "web", false).is_ok());
+    }
+
+    /// `proxsync adopt` writes a missing marker line back only on the guest the spec's record
+    /// names (or, no record naming one, a guest with this install's tag and the spec's guest's
+    /// name), and never over another marker line.
+    #[test]
+    fn a_missing_marker_is_written_back_by_hand_only_on_the_specs_guest() {
+        let by_hand = ByHand {
+            spec: "web",
+            kind: GuestKind::Qemu,
+            vmid: 100,
+        };
+        let site = checked("lab");
+        let ok =
+            remark_by_hand(&site, by_hand, "main", Some(100), "u1", Some("Owner: ops")).unwrap();
+        assert_eq!((ok.vmid(), ok.site()), (100, "lab"));
+        assert!(
+            matches!(ok.act(), Act::Sign { marker } if marker.uid == "u1" && marker.spec == "web")
+        );
+        assert!(remark_by_hand(&site, by_hand, "main", Some(101), "u1", None).is_err());
+        assert!(remark_by_hand(&site, by_hand, "main", None, "u1", None).is_err());
+        assert!(remark_by_hand(&site, by_hand, "main", Some(100), "", None).is_err());
+        let typed = Some("proxsync-id: install=main spec=db uid=u9");
+        assert!(remark_by_hand(&site, by_hand, "main", Some(100), "u1", typed).is_err());
+
+        let tagged = vec!["proxsync.main".to_string()];
+        let unrecorded = |tags: &[String], name: Option<&str>, description: Option<&str>| {
+            mark_unrecorded_by_hand(&site, by_hand, "main", "u2", description, tags, name, "web")
+        };
+        let ok = unrecorded(&tagged, Some("web"), Some("Owner: ops")).unwrap();
+        assert!(matches!(ok.act(), Act::Sign { marker } if marker.uid == "u2"));
+        assert!(
+            unrecorded(&[], Some("web"), None).is_err(),
+            "without the tag"
+        );
+        assert!(
+            unrecorded(&tagged, Some("db"), None).is_err(),
+            "another name"
+        );
+        assert!(
+            unrecorded(&tagged, Some("web"), typed).is_err(),
+            "another marker line"
+        );
+    }
+
     #[test]
     fn an_orphan_is_deleted_only_signed_and_tagged() {
         let tagged = tags(&["proxsync.main", "web"]);
