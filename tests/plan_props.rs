@@ -823,15 +823,40 @@ impl Sim {
     }
 
     /// `converge`: identity first, then the declared fields; the record as applied.
+    /// A guest without the spec's marker is judged as `vm::read_own_config` does: with
+    /// this install's tag and no marker line, its identity is the recorded one (every record
+    /// here was made by a create or adoption that recorded it) and the line is written back;
+    /// with neither the tag nor a marker of this install, a stranger holds the VMID and it is
+    /// released (`Absent`); anything else stalls (`MarkerMissing`), the record kept.
     fn converge(&mut self, spec: &Spec, mut rec: SpecRecord, vmid: u32) {
         let vms = self.world.vms_mut();
-        let Some(vm) = vms.get_mut(&vmid).filter(|vm| marker_is(vm, &spec.name)) else {
+        let Some(vm) = vms.get_mut(&vmid) else {
             self.conflicts
-                .push(format!("converge {} on VM {vmid}: not its VM", spec.name));
-            rec.vm = VmState::Absent;
-            self.world.records.insert(spec.name.clone(), rec);
+                .push(format!("converge {} on VM {vmid}: not listed", spec.name));
             return;
         };
+        if !marker_is(vm, &spec.name) {
+            let tagged = vm.has_tag(&owner_tag());
+            let ours = vm.marker.as_ref().is_some_and(|m| m.install == INSTALL);
+            if tagged && vm.marker.is_none() && vm.marker_read {
+                vm.marker = Some(Arc::new(Marker {
+                    install: INSTALL.to_string(),
+                    spec: spec.name.clone(),
+                    uid: rec.uid.clone(),
+                    mac: None,
+                }));
+            } else if !tagged && !ours {
+                rec.vm = VmState::Absent;
+                self.world.records.insert(spec.name.clone(), rec);
+                return;
+            } else {
+                self.conflicts.push(format!(
+                    "converge {} on VM {vmid}: MarkerMissing",
+                    spec.name
+                ));
+                return;
+            }
+        }
         vm.name = Some(spec.vm_name.clone());
         vm.cpus = Some(u64::from(spec.cpu));
         vm.memory_bytes = Some(spec.memory_mib * MIB);
@@ -881,12 +906,24 @@ impl Sim {
             Action::Create { spec, node, .. } => {
                 let spec = self.spec(spec);
                 assert_eq!(node, &spec.node, "a create on another node than the spec's");
-                let rec = self
+                let mut rec = self
                     .world
                     .records
                     .get(&spec.name)
                     .cloned()
                     .unwrap_or_default();
+                // `create::confirm_gone`: a record's guest is gone only when its VMID is free.
+                if let Some(id) = rec.vm.made_vmid() {
+                    if self.world.vms().contains_key(&id) || self.world.in_flight.contains_key(&id)
+                    {
+                        self.conflicts.push(format!(
+                            "create {}: VMID {id} of its record is taken",
+                            spec.name
+                        ));
+                        return;
+                    }
+                    rec.vm = VmState::Absent;
+                }
                 let vmid = self.fresh_vmid();
                 self.create_at(&spec, rec, vmid, &spec.node);
             }
@@ -1461,6 +1498,95 @@ proptest! {
                 prop_assert!(
                     matches!(p.verdicts.get(&spec.name), Some(Verdict::SiteIdentityChanged { .. })),
                     "{}: {:?}", spec.name, p.verdicts.get(&spec.name)
+                );
+            }
+        }
+    }
+
+    /// 4c2. A guest the record names stays the spec's while it is listed, whatever the
+    /// listing and a marker read show of it: its marker line gone (a person's notes edit),
+    /// its tag gone, another spec's or install's marker. No create and no forgetting for the
+    /// spec: `execute` judges the guest on a fresh read before anything else.
+    #[test]
+    fn a_recorded_guest_is_never_replaced_while_listed(
+        (entries, extras, g) in gens(),
+        gone in any::<u8>(),
+        untag in any::<u8>(),
+    ) {
+        let mut w = build(&entries, &extras, &g, false);
+        let recorded: BTreeMap<String, u32> = w
+            .records
+            .iter()
+            .filter(|(n, _)| w.desired.iter().any(|s| &s.name == *n))
+            .filter_map(|(n, r)| Some((n.clone(), r.vm.made_vmid()?)))
+            .filter(|(_, id)| w.vms().contains_key(id))
+            .collect();
+        for (i, vmid) in recorded.values().enumerate() {
+            let vm = w.vms_mut().get_mut(vmid).expect("listed");
+            if gone & (1 << (i % 8)) != 0 {
+                vm.marker = None;
+                vm.marker_read = true;
+                vm.marker_verified = false;
+            }
+            if untag & (1 << (i % 8)) != 0 {
+                vm.tags.retain(|t| *t != owner_tag());
+            }
+        }
+        let p = plan(&w.input());
+        for a in &p.actions {
+            if let Action::Create { spec, .. } | Action::Forget { spec } = a {
+                prop_assert!(
+                    !recorded.contains_key(spec),
+                    "{a:?} while the record's guest {} is listed", recorded[spec]
+                );
+            }
+        }
+    }
+
+    /// 4c3. A listing with an entry that cannot be read (a garbled answer) may be missing any
+    /// guest, a record's among them: nothing is created and nothing removed on the site, and
+    /// the specs that would be created say why.
+    #[test]
+    fn an_unreadable_listing_entry_creates_and_removes_nothing(
+        (entries, extras, g) in gens(),
+        hidden in any::<prop::sample::Index>(),
+    ) {
+        let mut w = build(&entries, &extras, &g, false);
+        let complete = plan(&w.input());
+        // The entry that could not be read stands for one listed guest, gone from the view.
+        let ids: Vec<u32> = w.vms().keys().copied().collect();
+        let entry = match ids.is_empty() {
+            true => "an entry without a readable VMID: garbage".to_string(),
+            false => {
+                let id = ids[hidden.index(ids.len())];
+                w.vms_mut().remove(&id);
+                format!("the entry of VMID {id}: invalid type")
+            }
+        };
+        for view in w.sites.values_mut() {
+            view.unreadable = vec![entry.clone()];
+        }
+        let p = plan(&w.input());
+        for a in &p.actions {
+            prop_assert!(
+                !matches!(
+                    a,
+                    Action::Create { .. }
+                        | Action::Remove { .. }
+                        | Action::Forget { .. }
+                        | Action::HandOver { .. }
+                        | Action::DeleteOrphan { .. }
+                ),
+                "{a:?} on a site whose listing is incomplete"
+            );
+        }
+        // Where the whole listing created, the incomplete one says why it does not.
+        for a in &complete.actions {
+            if let Action::Create { spec, .. } = a {
+                let v = p.verdicts.get(spec);
+                prop_assert!(
+                    !matches!(v, Some(Verdict::Acting) | Some(Verdict::UpToDate { .. })),
+                    "{spec}: {v:?}"
                 );
             }
         }

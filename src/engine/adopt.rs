@@ -79,19 +79,18 @@ pub async fn adopt_by_hand(
         r.site == spec.site
             && matches!(r.vm, crate::store::VmState::Exists { vmid: v, .. } if v == vmid)
     });
-    if no_marker_line && names_it {
-        // The record's guest, whose notes lost the marker line (`MarkerMissing`).
-        let uid = rec.map(|r| r.uid.clone()).unwrap_or_default();
-        remark_by_hand(
-            config,
-            &site.client,
-            &checked,
-            spec,
-            (&node, kind, vmid),
-            &cfg,
-            rec,
-        )
-        .await?;
+    // No record names a guest of the spec (it was lost): a guest with this install's tag and
+    // the spec's guest's name (`Verdict::Unmarked`).
+    let unrecorded = rec.is_none_or(|r| r.vm.vmid().is_none());
+    if no_marker_line && (names_it || unrecorded) {
+        // The record's guest, or the spec's by its tag and name, whose notes lost the marker
+        // line (`MarkerMissing`).
+        let uid = rec
+            .map(|r| r.uid.clone())
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(crate::ownership::new_uid);
+        let guest = (node.as_str(), kind, vmid);
+        remark_by_hand(config, &site.client, &checked, spec, guest, &cfg, rec, &uid).await?;
         return Ok(crate::store::Adoption {
             spec: name.to_string(),
             site: spec.site.clone(),
@@ -137,10 +136,14 @@ pub async fn adopt_by_hand(
     })
 }
 
-/// `proxsync adopt` of the guest the spec's record names, whose notes lost the marker line: the
-/// person's confirmation is the gate's evidence (`gate::permit::remark_by_hand`), and the
-/// record's marker is written back below the notes at once (with this install's tag), guarded
-/// by the config's digest.
+/// `proxsync adopt` of the guest the spec's record names, or (no record naming one) of a guest
+/// with this install's tag and the spec's guest's name, whose notes lost the marker line: the
+/// person's confirmation is the gate's evidence (`gate::permit::remark_by_hand`,
+/// `mark_unrecorded_by_hand`), and the marker (the record's uid, or a new one) is written
+/// below the notes at once (with this install's tag), guarded by the config's digest.
+// Many arguments because: the install, the site's client and check, the spec, the guest and its
+// config, and the record and uid the marker carries.
+#[allow(clippy::too_many_arguments)]
 async fn remark_by_hand(
     config: &Config,
     client: &Client,
@@ -149,22 +152,45 @@ async fn remark_by_hand(
     (node, kind, vmid): (&str, crate::guest::GuestKind, u32),
     cfg: &crate::pve::types::VmConfig,
     rec: Option<&SpecRecord>,
+    uid: &str,
 ) -> Result<(), EngineError> {
-    let uid = rec.map(|r| r.uid.as_str()).unwrap_or_default();
     let by_hand = crate::gate::permit::ByHand {
         spec: &spec.name,
         kind,
         vmid,
     };
-    let permit = crate::gate::permit::remark_by_hand(
-        checked,
-        by_hand,
-        &config.install_id,
-        rec.and_then(SpecRecord::vmid),
-        uid,
-        cfg.description(),
-    )
+    let recorded = rec.and_then(SpecRecord::vmid);
+    let name_key = match kind {
+        crate::guest::GuestKind::Qemu => "name",
+        crate::guest::GuestKind::Lxc => "hostname",
+    };
+    let permit = match recorded {
+        Some(_) => crate::gate::permit::remark_by_hand(
+            checked,
+            by_hand,
+            &config.install_id,
+            recorded,
+            uid,
+            cfg.description(),
+        ),
+        None => crate::gate::permit::mark_unrecorded_by_hand(
+            checked,
+            by_hand,
+            &config.install_id,
+            uid,
+            cfg.description(),
+            &cfg.tags(),
+            cfg.get(name_key),
+            &spec.vm_name,
+        ),
+    }
     .map_err(EngineError::Refused)?;
+    if cfg.digest().is_none() {
+        return Err(EngineError::Refused(format!(
+            "{}'s config came without its digest; try again",
+            kind.named(vmid)
+        )));
+    }
     let key_path = config.marker_key_path();
     let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
         path: key_path.display().to_string(),

@@ -1,9 +1,10 @@
 //! Deleting or releasing a spec's VM, forgetting a spec, and deleting stopped orphans.
 
 use crate::category::Category;
+use crate::gate::identity::{Trust, VerifiedMarker};
 use crate::gate::permit::{self, Permit};
 use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
-use crate::ownership::ownership_tag;
+use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -12,7 +13,7 @@ use crate::store::{SpecRecord, VmState};
 use super::cloud_init::remove_old_seeds;
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
-use super::vm::{check_lock, power_off};
+use super::vm::{Own, Whose, check_lock, own_config, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
 use crate::render::cloud_init::seed_slots;
 
@@ -35,7 +36,7 @@ pub(super) async fn remove(
     } = vm;
     let result: Result<Outcome, ActionError> = async {
         let site = site(ctx, site_name)?;
-        let checked = checked_site(ctx, site_name)?;
+        checked_site(ctx, site_name)?;
         let client = &site.client;
         // A failed delete task falls through: look again and retry the delete.
         if let Some(settled) = delete_in_flight(ctx, client, spec_name, rec).await? {
@@ -72,37 +73,35 @@ pub(super) async fn remove(
             }
         }
         let node = node.as_str();
-        let cfg = match client.vm_config(node, kind, vmid).await {
-            Ok(c) => c,
-            Err(e) if e.is_not_found() => {
+        let vm = VmRef::new(site_name, node, kind, vmid);
+        // A removed spec's name is known; its guest's name is not.
+        let whose = Whose {
+            spec: spec_name,
+            vm_name: None,
+        };
+        let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await {
+            Ok(Own::Ours(cfg, ours)) => (cfg, ours),
+            // Not on its node: gone only when PVE says its VMID is free (it may have moved
+            // since the listing).
+            Err(e) if e.category == Category::NotFound => {
+                if !client.vmid_is_free(vmid).await? {
+                    return Err(e);
+                }
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }
-            Err(e) => return Err(e.into()),
-        };
-        let ours = match verified(
-            ctx,
-            &checked,
-            &cfg,
-            kind,
-            vmid,
-            Some(spec_name),
-            Some(&rec.uid),
-        ) {
-            Ok(ours) => ours,
-            Err(why) => {
-                tracing::warn!(
-                    spec = spec_name,
-                    vmid,
-                    %why,
-                    "VM does not carry the spec's marker: forgetting it, not touching it"
-                );
+            Err(e) => return Err(e),
+            Ok(Own::Stranger(why)) => {
+                tracing::warn!(spec = spec_name, vmid, %why, "forgetting the removed spec's record, not touching the guest");
                 ctx.store.remove(spec_name)?;
                 return Ok(Outcome::Done);
             }
         };
         if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
             return Ok(waiting);
+        }
+        if ours.trust() == Trust::Identity {
+            return mark_again(ctx, client, vm, spec_name, rec, &cfg, &ours).await;
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
@@ -130,25 +129,15 @@ pub(super) async fn remove(
             return Ok(o);
         }
         // Identity once more, just before the delete.
-        let cfg = client.vm_config(node, kind, vmid).await?;
-        let ours = verified(
-            ctx,
-            &checked,
-            &cfg,
-            kind,
-            vmid,
-            Some(spec_name),
-            Some(&rec.uid),
-        )
-        .map_err(|why| {
-            fail(
-                Category::Conflict,
-                format!(
-                    "{} changed identity during the delete ({why}); not deleting",
-                    kind.named(vmid)
-                ),
-            )
-        })?;
+        let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await? {
+            Own::Ours(cfg, ours) => (cfg, ours),
+            Own::Stranger(why) => {
+                return Err(fail(
+                    Category::Conflict,
+                    format!("{why}: it changed identity during the delete; not deleting"),
+                ));
+            }
+        };
         // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
         unprotect(
             ctx,
@@ -267,6 +256,46 @@ fn release_params(
 /// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended and
 /// the spec is forgotten; `None`: no delete in flight, or its task failed (the VM is still
 /// there).
+/// A removed spec's guest shown the spec's by its identity, its notes without the marker line:
+/// the line is written back below the notes (the config's digest guarding the write), and the
+/// guest is removed at the next cycle on the marker itself (`gate::permit::remove`).
+async fn mark_again(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+    ours: &VerifiedMarker,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let Some(digest) = cfg.digest() else {
+        return Err(fail(
+            Category::Conflict,
+            format!(
+                "{}'s config came without its digest; read again",
+                kind.named(vmid)
+            ),
+        ));
+    };
+    let permit = permit::sign(ours).map_err(conflict)?;
+    let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &rec.uid, vmid);
+    let params =
+        VmParams::new().marker(&permit, signed.replace_in(cfg.description().unwrap_or("")))?;
+    client
+        .set_config(node, kind, vmid, &params, Some(digest))
+        .await?;
+    Ok(Outcome::Waiting {
+        reason: format!(
+            "{} carried no marker line (its notes were edited): written back below the notes; \
+             removed at the next cycle",
+            kind.named(vmid)
+        ),
+    })
+}
+
 pub(super) async fn delete_in_flight(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -292,17 +321,17 @@ pub(super) async fn delete_in_flight(
     }
 }
 
-/// Forgets the record of a spec whose guest this cycle's listing did not show (the spec
-/// removed, or moved to another site). A record that names a made guest is forgotten only when
-/// PVE says its VMID is free (`GET /cluster/nextid?vmid=N`): a listing that lost the guest
-/// never makes it unmanaged (nor, for a moved spec, a second guest on the new site).
+/// Forgets a spec's record: its spec removed and its guest gone, or moved to another site (its
+/// guest gone there, or kept under `allowRecreateOnSiteChange`). A record whose made guest
+/// this cycle's listing did not show is forgotten only when PVE says its VMID is free (`GET
+/// /cluster/nextid?vmid=N`): a listing that lost the guest never makes it unmanaged (nor, for a
+/// moved spec, a second guest on the new site).
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
-    if let Some(vmid) = rec.vm.made_vmid() {
-        let taken = match site(ctx, &rec.site) {
-            Ok(site) => site.client.vmid_is_free(vmid).await.map(|free| !free),
-            // The site left the config: nothing there can be asked (or done).
-            Err(e) => return Outcome::Failed(e),
-        };
+    let listed = |vmid: u32| (ctx.views.get(&rec.site)).is_some_and(|v| v.vms.contains_key(&vmid));
+    // A site that left the config: nothing there can be asked, or done (as before the check).
+    let site = ctx.sites.get(&rec.site);
+    if let (Some(vmid), Some(site)) = (rec.vm.made_vmid().filter(|id| !listed(*id)), site) {
+        let taken = site.client.vmid_is_free(vmid).await.map(|free| !free);
         match taken {
             Ok(false) => {}
             Ok(true) => {

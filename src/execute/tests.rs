@@ -2186,10 +2186,66 @@ async fn a_containers_messages_name_it_a_container() {
         panic!("{outcome:?}");
     };
     assert!(
-        e.message.starts_with(&format!(
-            "container {vmid} does not carry the marker of spec web-01"
-        )),
+        e.message
+            .starts_with(&format!("container {vmid} is another guest now"))
+            && e.message.contains("the spec's container is gone"),
         "{}",
         e.message
     );
+}
+
+/// The plan creates for a spec whose record names a guest this cycle's listing lost: PVE says
+/// the VMID is taken, so nothing is created and the record stays; once PVE says it is free
+/// (the guest destroyed), the spec gets a new guest.
+#[tokio::test(start_paused = true)]
+async fn no_create_for_a_record_whose_guest_only_the_listing_lost() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    w.pve().clear_calls();
+    let mut view = observe_site("lab", &w.site.client).await;
+    view.vms.remove(&vmid);
+    let outcome = w.run_seen(w.create(), view).await;
+    let Outcome::Failed(e) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        e.message
+            .contains(&format!("PVE says VMID {vmid} is taken")),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.record().vm.made_vmid(), Some(vmid));
+
+    w.pve().remove_vm(vmid);
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
+    assert!(w.record().vm.made_vmid().is_some());
+    assert!(
+        w.record()
+            .history
+            .iter()
+            .any(|h| h.outcome.contains("is gone (PVE says VMID")),
+        "{:?}",
+        w.record().history
+    );
+}
+
+/// Forgetting a record whose guest the listing did not show waits for PVE's word that its
+/// VMID is free: a listing that lost the guest never makes it unmanaged.
+#[tokio::test(start_paused = true)]
+async fn a_record_is_forgotten_only_when_pve_says_its_vmid_is_free() {
+    let w = World::new("");
+    let vmid = w.made().await;
+    let forget = Action::Forget {
+        spec: w.spec.name.clone(),
+    };
+    let mut view = observe_site("lab", &w.site.client).await;
+    view.vms.remove(&vmid);
+    let outcome = w.run_seen(forget.clone(), view).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(w.record().vm.made_vmid(), Some(vmid), "the record is kept");
+    w.pve().remove_vm(vmid);
+    assert_eq!(w.run(forget).await, Outcome::Done);
+    assert!(w.store.record(&w.spec.name).unwrap().is_none());
 }

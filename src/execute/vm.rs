@@ -92,14 +92,26 @@ pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
     }
 }
 
-/// A fresh read of the guest's config, verified to carry the spec's marker (the gate's
-/// [`VerifiedMarker`], from which the permits of converge's guarded edits are made).
-///
-/// The guest the record names stays the spec's until it is shown gone: no answer of this read
-/// changes the record's VMID, but for a guest shown to be another one (see [`not_the_specs`]).
-/// A guest whose notes lost the marker line is the spec's when its own identity is the
-/// recorded one (`gate::identity::verify_by_identity`): converge writes the line back. A
-/// config whose marker verifies has its identity recorded.
+/// Whose guest a record names: the spec's name, and its guest's name when the spec is still in
+/// the set (a removed spec's is not known).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Whose<'a> {
+    pub spec: &'a str,
+    pub vm_name: Option<&'a str>,
+}
+
+/// What a fresh read of the record's guest shows.
+pub(super) enum Own {
+    /// The spec's: its config and the gate's [`VerifiedMarker`], from which the permits of the
+    /// guarded edits are made.
+    Ours(VmConfig, VerifiedMarker),
+    /// Another guest holds the VMID (read twice, see [`judge_unmarked`]): the spec's is gone.
+    Stranger(String),
+}
+
+/// A fresh read of the guest's config, verified to carry the spec's marker, for a converge:
+/// [`own_config`], a stranger at the VMID releasing the record's VMID (the next cycle makes the
+/// spec a new guest).
 pub(super) async fn read_own_config(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -107,20 +119,53 @@ pub(super) async fn read_own_config(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<(VmConfig, VerifiedMarker), ActionError> {
+    let whose = Whose {
+        spec: &spec.name,
+        vm_name: Some(&spec.vm_name),
+    };
+    match own_config(ctx, client, vm, whose, rec).await? {
+        Own::Ours(cfg, ours) => Ok((cfg, ours)),
+        Own::Stranger(why) => {
+            ctx.store.transition(&spec.name, rec, VmState::Absent)?;
+            Err(fail(
+                Category::Conflict,
+                format!(
+                    "{why}: the spec's {} is gone; a new one is made at the next cycle",
+                    vm.kind.noun()
+                ),
+            ))
+        }
+    }
+}
+
+/// A fresh read of the config of the guest the record names, judged before any change.
+///
+/// The guest stays the spec's until it is shown gone: no answer of this read changes the
+/// record. Its marker verifies (its identity is then recorded, durably at once); or its notes
+/// lost the marker line, it carries this install's tag and its own identity is the recorded one
+/// on three reads that agree (`gate::identity::verify_by_identity`: the caller writes the line
+/// back below the notes, so a garbled answer never stands for them); or, read again, another
+/// guest holds the VMID or a person let it go ([`judge_unmarked`]); else the spec is
+/// `Stalled` (`MarkerMissing`). A guest not on the listed node is an error: a create follows
+/// only once PVE says its VMID is free (`create::confirm_gone`).
+// Long because: the reads in their order, each judged by the marker, then the identity, with
+// what a streak of agreeing reads must show; the loop ends in one of four answers.
+pub(super) async fn own_config(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    vm: VmRef<'_>,
+    whose: Whose<'_>,
+    rec: &mut SpecRecord,
+) -> Result<Own, ActionError> {
     let VmRef {
         node, kind, vmid, ..
     } = vm;
     let checked = checked_site(ctx, vm.site)?;
-    // A guest that does not show it is the spec's is read once more before it is judged: one
-    // answer (garbled on its way, or read mid-edit) never stalls the spec.
-    let mut reads = 0;
-    loop {
-        reads += 1;
+    // The notes, tags and digest of the reads that showed the recorded identity, in a row.
+    let mut streak: Vec<(Option<String>, Vec<String>, Option<String>)> = Vec::new();
+    for read in 1..=IDENTITY_READS + 1 {
         let cfg = match client.vm_config(node, kind, vmid).await {
             Ok(c) => c,
-            // Gone from the node the listing showed: removed, or moved by a person since. The
-            // record keeps it; a create is sent only once PVE says the VMID is free
-            // (`create::confirm_gone`).
             Err(e) if e.is_not_found() => {
                 return Err(fail(
                     Category::NotFound,
@@ -133,24 +178,30 @@ pub(super) async fn read_own_config(
             }
             Err(e) => return Err(e.into()),
         };
-        // Identity, from a fresh read, before any change.
         let why = match verified(
             ctx,
             &checked,
             &cfg,
             kind,
             vmid,
-            Some(&spec.name),
+            Some(whose.spec),
             Some(&rec.uid),
         ) {
             Ok(ours) => {
-                rec.remember_identity(vmid, cfg.guest_id(kind));
-                return Ok((cfg, ours));
+                let id = cfg.guest_id(kind);
+                if id.is_some() && rec.identity_at(vmid) != id.as_ref() {
+                    rec.remember_identity(vmid, id);
+                    // Durable at once, not with the action's outcome: a kill later in this
+                    // action must not lose what shows the guest is the spec's when a person
+                    // edits its notes.
+                    ctx.store.put(whose.spec, rec)?;
+                }
+                return Ok(Own::Ours(cfg, ours));
             }
             Err(why) => why,
         };
         let recorded = Recorded {
-            spec: &spec.name,
+            spec: whose.spec,
             uid: &rec.uid,
             identity: rec.identity_at(vmid),
         };
@@ -160,15 +211,36 @@ pub(super) async fn read_own_config(
             &ctx.install_id,
             kind,
             vmid,
-            cfg.description(),
+            (cfg.description(), &cfg.tags()),
             found.as_ref(),
             recorded,
         ) {
             Ok(ours) => {
-                tracing::info!(spec = %spec.name, vmid, "the guest's notes lost the marker line; its identity is the recorded one: writing the line back");
+                // The write that follows is guarded by the digest: a read without one is no
+                // read to write the line back from.
+                let seen = (
+                    cfg.description().map(str::to_string),
+                    cfg.tags(),
+                    cfg.digest().map(str::to_string),
+                );
+                if streak.last() != Some(&seen) || seen.2.is_none() {
+                    streak.clear();
+                }
+                if seen.2.is_none() {
+                    continue;
+                }
+                streak.push(seen);
+                if streak.len() < IDENTITY_READS {
+                    continue;
+                }
+                tracing::info!(
+                    spec = whose.spec,
+                    vmid,
+                    "the guest's notes lost the marker line; its identity is the recorded one: writing the line back"
+                );
                 rec.note(
                     ctx.clock.now_ms(),
-                    "converge",
+                    "identity",
                     &format!(
                         "{} carries no marker line (its notes were edited); its {} is the \
                          recorded one: the marker line is written back below the notes",
@@ -176,101 +248,154 @@ pub(super) async fn read_own_config(
                         found.map(|f| f.to_string()).unwrap_or_default()
                     ),
                 );
-                return Ok((cfg, ours));
+                return Ok(Own::Ours(cfg, ours));
             }
-            Err(_) if reads < 2 => {}
             Err(not) => {
-                return Err(not_the_specs(ctx, client, vm, spec, rec, &cfg, why, not).await);
+                streak.clear();
+                // One answer (garbled on its way, or read mid-edit) never judges the guest.
+                if read >= 2 {
+                    return judge_unmarked(ctx, client, vm, whose, rec, &cfg, why, not).await;
+                }
             }
         }
     }
+    Err(fail(
+        Category::Conflict,
+        format!(
+            "{} answered reads of its config differently; nothing is judged on it this cycle",
+            kind.named(vmid)
+        ),
+    ))
+}
+
+/// How many reads in a row must show a guest without its marker line, with this install's tag
+/// and its recorded identity, before the line is written back: the notes it is written below
+/// must be the guest's, not a garbled answer's.
+const IDENTITY_READS: usize = 3;
+
+/// What the config of a guest without the spec's marker shows of whose it is.
+enum Unmarked {
+    /// Another guest holds the VMID, or a person let it go: the reason.
+    Stranger(String),
+    /// It may be the spec's guest: a person decides (what to tell them).
+    Missing,
 }
 
 /// The guest the record names does not show it is the spec's (`why`: the marker check's
-/// refusal; `not`: the identity check's). It is another guest only when it carries neither
-/// this install's tag nor any marker line of this install, and its identity is not the
-/// recorded one (a well-formed other one shows, or none was recorded and it is named otherwise
-/// than the spec's guest): a VMID someone freed and reused. That is read twice (one answer, garbled or not, never changes the record), then the
-/// VMID is released, and the next cycle makes the spec a new guest. Anything else is the
-/// spec's guest whose marker a person removed or changed: `Stalled` (`MarkerMissing`), the
-/// record kept, nothing created, until a person confirms it or removes it.
-// Many arguments because: the action's context, the guest and spec, the config read and the
-// two refusals it was judged on.
+/// refusal; `not`: the identity check's). It is let go (`Own::Stranger`) when two reads agree
+/// that:
+/// - it carries another spec's or install's marker, signed for this VMID (re-labelled, handed
+///   over, or the VMID reused by another of this install's guests), unless it still carries
+///   this install's tag and the recorded identity (someone pasted an old marker: stall);
+/// - or it carries neither this install's tag nor any marker of this install (a person let it
+///   go, or a stranger at a reused VMID), unless nothing recorded tells it from the spec's
+///   guest made moments ago (no identity recorded, and the spec's guest's name: stall).
+///
+/// Anything else is the spec's guest whose marker a person removed or changed: `Stalled`
+/// (`MarkerMissing`), the record kept, nothing made or changed, until a person confirms it or
+/// removes it.
+// Many arguments because: the action's context, the guest and whose it is, the config read and
+// the two refusals it was judged on.
 #[allow(clippy::too_many_arguments)]
-async fn not_the_specs(
+async fn judge_unmarked(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     vm: VmRef<'_>,
-    spec: &Spec,
-    rec: &mut SpecRecord,
+    whose: Whose<'_>,
+    rec: &SpecRecord,
     cfg: &VmConfig,
     why: NotOurs,
     not: NotOurs,
-) -> ActionError {
+) -> Result<Own, ActionError> {
     let VmRef {
         node, kind, vmid, ..
     } = vm;
     let tag = ownership_tag(&ctx.install_id);
-    let another = |cfg: &VmConfig| {
-        let ours_marked = cfg
-            .description()
-            .and_then(Marker::parse)
-            .is_some_and(|m| m.install == ctx.install_id);
-        let recorded = rec.identity_at(vmid);
+    let named = kind.named(vmid);
+    let judge = |cfg: &VmConfig| -> Unmarked {
+        let marker = cfg.description().and_then(Marker::parse);
+        let tagged = cfg.tags().contains(&tag);
         let found = cfg.guest_id(kind);
+        let recorded = rec.identity_at(vmid);
+        let same = recorded.is_some() && recorded == found.as_ref();
+        if let Some(m) = marker.as_ref().filter(|m| {
+            (m.install != ctx.install_id || m.spec != whose.spec)
+                && m.verifies(&ctx.marker_key, vmid)
+        }) {
+            if tagged && same {
+                return Unmarked::Missing;
+            }
+            return Unmarked::Stranger(format!(
+                "{named} carries the marker of spec {} of install {}, signed for it",
+                m.spec, m.install
+            ));
+        }
+        if tagged || marker.is_some_and(|m| m.install == ctx.install_id) {
+            return Unmarked::Missing;
+        }
         let name_key = match kind {
             GuestKind::Qemu => "name",
             GuestKind::Lxc => "hostname",
         };
-        let other_identity = match (recorded, found.as_ref()) {
-            (Some(want), Some(found)) => want != found,
-            // Nothing recorded to compare (a record of an earlier release, a guest just made):
-            // its name is the spec's guest's if it is that guest (PVE names a guest in the
-            // request that makes it).
-            (None, _) => cfg.get(name_key) != Some(spec.vm_name.as_str()),
-            (Some(_), None) => false,
-        };
-        !cfg.tags().contains(&tag) && !ours_marked && other_identity
-    };
-    if another(cfg) {
-        match client.vm_config(node, kind, vmid).await {
-            Ok(again) if another(&again) => {
-                return match ctx.store.transition(&spec.name, rec, VmState::Absent) {
-                    Ok(()) => fail(
-                        Category::Conflict,
-                        format!(
-                            "{} is another guest now (no tag {tag}, no marker of this install, \
-                             and not the recorded identity, read twice): the spec's {} is \
-                             gone; a new one is made at the next cycle",
-                            kind.named(vmid),
-                            kind.noun()
-                        ),
-                    ),
-                    Err(e) => e.into(),
-                };
+        // A guest made moments ago by this install (a clone is tagged by its first converge)
+        // has the spec's guest's name and nothing recorded yet: never let go on that.
+        let maybe_new = recorded.is_none()
+            && whose
+                .vm_name
+                .is_some_and(|name| cfg.get(name_key) == Some(name));
+        if maybe_new {
+            return Unmarked::Missing;
+        }
+        Unmarked::Stranger(match (same, recorded) {
+            (true, _) => format!(
+                "{named} carries neither the tag {tag} nor a marker of this install: a person \
+                 let it go"
+            ),
+            (false, Some(want)) => format!(
+                "{named} carries neither the tag {tag} nor a marker of this install, and not \
+                 the recorded {want}: another guest holds the VMID"
+            ),
+            (false, None) => {
+                format!("{named} carries neither the tag {tag} nor a marker of this install")
             }
-            Ok(_) => {
-                return fail(
+        })
+    };
+    if let Unmarked::Stranger(_) = judge(cfg) {
+        return match client.vm_config(node, kind, vmid).await {
+            Ok(again) => match judge(&again) {
+                Unmarked::Stranger(why) => Ok(Own::Stranger(format!("{why} (read twice)"))),
+                Unmarked::Missing => Err(fail(
                     Category::Conflict,
                     format!(
-                        "{} answered two reads of its config differently; nothing is judged \
-                         on it this cycle",
-                        kind.named(vmid)
+                        "{named} answered two reads of its config differently; nothing is \
+                         judged on it this cycle"
                     ),
-                );
-            }
-            Err(e) => return e.into(),
-        }
+                )),
+            },
+            Err(e) => Err(e.into()),
+        };
     }
-    let (named, noun) = (kind.named(vmid), kind.noun());
-    marker_missing(format!(
-        "{named} does not carry the marker of spec {name} ({why}; {not}). It is still the {noun} \
-         the spec's record names, so nothing is created for the spec while it exists. If it is \
-         the spec's {noun}: proxsync adopt {name} --vmid {vmid} (the marker line is written back \
-         below its notes); if it is not: remove the tag {tag} from it, and the next cycle makes \
-         the spec a new {noun}",
-        name = spec.name
-    ))
+    let (noun, spec) = (kind.noun(), whose.spec);
+    let what_to_do = match whose.vm_name {
+        Some(_) => format!(
+            "nothing is made for the spec while it exists, and nothing is done to it. If it is \
+             the spec's {noun}: proxsync adopt {spec} --vmid {vmid} (the marker line is written \
+             back below its notes); if it is not: delete it, or remove the tag {tag} and any \
+             proxsync-id line from it (and rename it, if it has the spec's name), and the next \
+             cycle makes the spec a new {noun}"
+        ),
+        // The spec is removed: there is nothing to adopt it for.
+        None => format!(
+            "it is not deleted on a marker it does not carry. Delete it by hand ({} destroy \
+             {vmid}) if it is the removed spec's, or remove the tag {tag} and any proxsync-id \
+             line from it to keep it: the record then lets it go",
+            kind.cli()
+        ),
+    };
+    Err(marker_missing(format!(
+        "{named} does not carry the marker of spec {spec} ({why}; {not}). It is still the {noun} \
+         the spec's record names, so {what_to_do}"
+    )))
 }
 
 /// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`

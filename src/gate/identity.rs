@@ -210,12 +210,15 @@ pub struct Recorded<'a> {
 }
 
 /// Whether the guest `vmid` (a `kind`) on `site`, which the spec's record names, is still the
-/// spec's although its description carries no marker line (a person replaced the notes): its
-/// own identity as its config shows it now (`found`) is the one the record keeps for this VMID
-/// (`recorded`). Then the record's marker (this install, the spec, the record's uid) stands for
-/// it, and converge writes it back below the person's text. A description with any marker
+/// spec's although its description carries no marker line (a person replaced the notes): it
+/// still carries this install's ownership tag (a guest without both is never taken back), and
+/// its own identity as its config shows it now (`found`) is the one the record keeps for this
+/// VMID (`recorded`). Then the record's marker (this install, the spec, the record's uid)
+/// stands for it, and converge writes it back below the person's text; a delete or release
+/// waits for the marker itself ([`super::permit::remove`]). A description with any marker
 /// line (another spec's, another install's, one that does not verify) is not judged here: the
-/// marker check ([`verify`]) refused it, and a person decides.
+/// marker check ([`verify`]) refused it, and a person decides. `notes`: the config's
+/// description and tags.
 // Many arguments because: the guest read (site, kind, VMID, description, identity), the
 // install, and what the record knows.
 #[allow(clippy::too_many_arguments)]
@@ -224,7 +227,7 @@ pub fn verify_by_identity(
     install_id: &str,
     kind: GuestKind,
     vmid: u32,
-    description: Option<&str>,
+    (description, tags): (Option<&str>, &[String]),
     found: Option<&GuestId>,
     recorded: Recorded<'_>,
 ) -> Result<VerifiedMarker, NotOurs> {
@@ -233,6 +236,12 @@ pub fn verify_by_identity(
         return Err(NotOurs(format!(
             "{named}'s notes hold a proxsync-id line that is not spec {}'s",
             recorded.spec
+        )));
+    }
+    let tag = crate::ownership::ownership_tag(install_id);
+    if !tags.contains(&tag) {
+        return Err(NotOurs(format!(
+            "{named} carries neither a proxsync marker line nor the tag {tag}"
         )));
     }
     let (want, found) = match (recorded.identity, found) {
@@ -517,6 +526,87 @@ pub(crate) mod tests {
                 "web"
             )
             .is_err()
+        );
+    }
+
+    /// A guest whose notes lost the marker line is the spec's only with this install's tag and
+    /// the recorded identity of its kind, read now, and a uid to write back; any marker line
+    /// (another spec's, a typed one) is for a person.
+    #[test]
+    fn identity_stands_for_a_missing_marker_only_with_the_tag_and_the_recorded_id() {
+        let uuid = GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        let other = GuestId::uuid("0b4a5d3e-1111-4222-8333-944455556666").unwrap();
+        let mac = GuestId::hwaddr("BC:24:11:5E:0A:01").unwrap();
+        let tagged = vec!["proxsync.main".to_string(), "web".to_string()];
+        let ask = |description: Option<&str>,
+                   tags: &[String],
+                   found: Option<&GuestId>,
+                   recorded: Option<&GuestId>,
+                   uid: &str| {
+            verify_by_identity(
+                &checked("lab"),
+                "main",
+                GuestKind::Qemu,
+                100,
+                (description, tags),
+                found,
+                Recorded {
+                    spec: "web",
+                    uid,
+                    identity: recorded,
+                },
+            )
+        };
+        let v = ask(Some("Owner: ops"), &tagged, Some(&uuid), Some(&uuid), "u1").unwrap();
+        assert_eq!(
+            (v.trust(), v.spec(), v.uid(), v.install()),
+            (Trust::Identity, "web", "u1", "main")
+        );
+        assert!(!v.signed(), "converge writes the line back, signed");
+        assert_eq!(v.vmid(), 100);
+        assert!(ask(None, &tagged, Some(&uuid), Some(&uuid), "u1").is_ok());
+
+        let refused = [
+            ask(
+                Some("proxsync-id: install=main spec=db uid=u9"),
+                &tagged,
+                Some(&uuid),
+                Some(&uuid),
+                "u1",
+            ),
+            ask(
+                Some("Owner: ops"),
+                &["web".to_string()],
+                Some(&uuid),
+                Some(&uuid),
+                "u1",
+            ),
+            ask(Some("Owner: ops"), &tagged, Some(&uuid), None, "u1"),
+            ask(Some("Owner: ops"), &tagged, None, Some(&uuid), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&other), Some(&uuid), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&mac), Some(&mac), "u1"),
+            ask(Some("Owner: ops"), &tagged, Some(&uuid), Some(&uuid), ""),
+        ];
+        for (i, r) in refused.iter().enumerate() {
+            assert!(r.is_err(), "case {i}: {r:?}");
+        }
+        assert!(
+            refused[1]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("nor the tag proxsync.main"),
+            "{:?}",
+            refused[1]
+        );
+        assert!(
+            refused[4]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("is not the recorded"),
+            "{:?}",
+            refused[4]
         );
     }
 }

@@ -59,9 +59,20 @@ fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), String> {
 
 /// The removal of spec `spec`'s VM: its delete, or with `release` (`deletionPolicy: Orphan`)
 /// its release (this install's tag and marker removed, the VM kept). The VM's marker must
-/// name `spec` (verified or vouched for by the spec's record).
+/// name `spec` (verified or vouched for by the spec's record): its identity alone is not
+/// enough.
 pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, String> {
     of_spec(vm, spec)?;
+    // A guest shown the spec's only by its identity (its notes lost the marker line) gets the
+    // line back first; it is deleted or released only on the marker itself.
+    if vm.trust() == Trust::Identity {
+        return Err(format!(
+            "{} carries no marker line: it is written back first, and the {} removed at the \
+             next cycle",
+            vm.named(),
+            vm.kind().noun()
+        ));
+    }
     let act = if release { Act::Release } else { Act::DeleteVm };
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
@@ -204,6 +215,48 @@ pub fn remark_by_hand(
         ));
     }
     if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
+        return Err(format!(
+            "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
+             if the guest is the spec's"
+        ));
+    }
+    let marker = MarkerId {
+        install: install_id.to_string(),
+        spec: spec.to_string(),
+        uid: uid.to_string(),
+    };
+    Ok(Permit::new(site.site(), vmid, Act::Sign { marker }))
+}
+
+/// `proxsync adopt SPEC --vmid N` of a guest no record names that carries this install's tag
+/// and the spec's guest's name but no marker line (`Verdict::Unmarked`: its notes replaced
+/// after the record was lost): on a checked site, the person's confirmation stands for the
+/// marker. The description holds no marker line at all (one of another spec or install is not
+/// written over). This install's marker for the spec, with `uid`, is written below the notes.
+// Many arguments because: the guest read (description, tags, name) and what the person named.
+#[allow(clippy::too_many_arguments)]
+pub fn mark_unrecorded_by_hand(
+    site: &SiteChecked,
+    by_hand: ByHand<'_>,
+    install_id: &str,
+    uid: &str,
+    description: Option<&str>,
+    tags: &[String],
+    name: Option<&str>,
+    vm_name: &str,
+) -> Result<Permit, String> {
+    let ByHand { spec, kind, vmid } = by_hand;
+    let named = kind.named(vmid);
+    let tag = ownership_tag(install_id);
+    if !tags.contains(&tag) || name != Some(vm_name) {
+        return Err(format!(
+            "{named} is neither the guest spec {spec}'s record names nor one with the tag {tag} \
+             and the spec's {} name {vm_name}: proxsync adopts it only with a proxsync-id line \
+             of the spec",
+            kind.noun()
+        ));
+    }
+    if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) || uid.is_empty() {
         return Err(format!(
             "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
              if the guest is the spec's"
@@ -603,6 +656,87 @@ mod tests {
         assert_eq!(
             named.unwrap_err(),
             "container 105 is named ns, not dns as spec dns says"
+        );
+    }
+
+    /// A guest shown the spec's by its identity alone (its notes lost the marker line) gets
+    /// the line back (`sign`), but is deleted or released only on the marker itself.
+    #[test]
+    fn identity_writes_the_marker_back_but_never_removes() {
+        let uuid = crate::guest::GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        let tags = vec!["proxsync.main".to_string()];
+        let by_identity = crate::gate::identity::verify_by_identity(
+            &checked("lab"),
+            "main",
+            GuestKind::Qemu,
+            100,
+            (Some("Owner: ops"), &tags),
+            Some(&uuid),
+            crate::gate::identity::Recorded {
+                spec: "web",
+                uid: "u1",
+                identity: Some(&uuid),
+            },
+        )
+        .unwrap();
+        let p = sign(&by_identity).unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::Sign {
+                marker: MarkerId {
+                    install: "main".into(),
+                    spec: "web".into(),
+                    uid: "u1".into()
+                }
+            }
+        );
+        for release in [false, true] {
+            let e = remove(&by_identity, "web", release).unwrap_err();
+            assert!(e.contains("written back first"), "{e}");
+        }
+        assert!(remove(&ours("web", 100), "web", false).is_ok());
+    }
+
+    /// `proxsync adopt` writes a missing marker line back only on the guest the spec's record
+    /// names (or, no record naming one, a guest with this install's tag and the spec's guest's
+    /// name), and never over another marker line.
+    #[test]
+    fn a_missing_marker_is_written_back_by_hand_only_on_the_specs_guest() {
+        let by_hand = ByHand {
+            spec: "web",
+            kind: GuestKind::Qemu,
+            vmid: 100,
+        };
+        let site = checked("lab");
+        let ok =
+            remark_by_hand(&site, by_hand, "main", Some(100), "u1", Some("Owner: ops")).unwrap();
+        assert_eq!((ok.vmid(), ok.site()), (100, "lab"));
+        assert!(
+            matches!(ok.act(), Act::Sign { marker } if marker.uid == "u1" && marker.spec == "web")
+        );
+        assert!(remark_by_hand(&site, by_hand, "main", Some(101), "u1", None).is_err());
+        assert!(remark_by_hand(&site, by_hand, "main", None, "u1", None).is_err());
+        assert!(remark_by_hand(&site, by_hand, "main", Some(100), "", None).is_err());
+        let typed = Some("proxsync-id: install=main spec=db uid=u9");
+        assert!(remark_by_hand(&site, by_hand, "main", Some(100), "u1", typed).is_err());
+
+        let tagged = vec!["proxsync.main".to_string()];
+        let unrecorded = |tags: &[String], name: Option<&str>, description: Option<&str>| {
+            mark_unrecorded_by_hand(&site, by_hand, "main", "u2", description, tags, name, "web")
+        };
+        let ok = unrecorded(&tagged, Some("web"), Some("Owner: ops")).unwrap();
+        assert!(matches!(ok.act(), Act::Sign { marker } if marker.uid == "u2"));
+        assert!(
+            unrecorded(&[], Some("web"), None).is_err(),
+            "without the tag"
+        );
+        assert!(
+            unrecorded(&tagged, Some("db"), None).is_err(),
+            "another name"
+        );
+        assert!(
+            unrecorded(&tagged, Some("web"), typed).is_err(),
+            "another marker line"
         );
     }
 

@@ -201,9 +201,10 @@ fn named_by_a_record(input: &PlanInput<'_>, site: &str, vmid: u32) -> bool {
         .any(|r| r.site == site && r.vmid() == Some(vmid))
 }
 
-/// The spec is desired on `site`, its record names VM `vmid` there (a VM it made or adopted),
-/// and the VM is still the spec's as far as the listing shows: this install's tag or the spec's
-/// marker on it, or a marker not read (`execute` reads and verifies it before any change).
+/// The spec is desired on `site` and its record names VM `vmid` there (a VM it made or
+/// adopted), listed. The record's guest stays the spec's until it is shown gone: whether it
+/// still is (its marker, else its own identity) `execute` reads and judges before any change
+/// (`vm::read_own_config`), and it changes nothing on a guest it cannot show is the spec's.
 fn recorded_vm<'a>(
     input: &'a PlanInput<'_>,
     spec: &str,
@@ -219,19 +220,7 @@ fn recorded_vm<'a>(
             "no record of spec {spec} names VM {vmid} on site {site}"
         )));
     }
-    let vm = listed(view, vmid)?;
-    let tag = crate::ownership::ownership_tag(input.install_id);
-    let marker_ours = vm
-        .marker
-        .as_ref()
-        .is_some_and(|m| m.install == input.install_id && m.spec == spec);
-    if !(vm.has_tag(&tag) || marker_ours || !vm.marker_read) {
-        return Err(Missing(format!(
-            "VM {vmid} carries neither this install's tag nor spec {spec}'s marker: another \
-             VM now holds the recorded VMID"
-        )));
-    }
-    Ok(vm)
+    listed(view, vmid)
 }
 
 /// A delete, release or hand-over may be planned at all: the spec set was read completely, the

@@ -22,6 +22,10 @@ pub(super) struct SiteIndex<'a> {
     /// VMs whose marker names this install but does not verify, by the spec it claims (the
     /// lowest VMID): a copy, a typed marker, or a lost marker key.
     pub(super) unverified_by_spec: FnvHashMap<&'a str, u32>,
+    /// VMs with this install's tag, read and without any marker line, that no record explains:
+    /// by name (the lowest VMID). A guest whose notes a person replaced, after the record that
+    /// named it was lost: it may be the spec of its name's.
+    pub(super) unmarked_tagged_by_name: FnvHashMap<&'a str, u32>,
     /// VMs whose marker names another install, by the spec it names (verified or not): a VM
     /// handed over to this install, or still held by the other one.
     pub(super) other_install_by_spec: FnvHashMap<&'a str, Vec<&'a ObservedVm>>,
@@ -39,6 +43,7 @@ impl<'a> SiteIndex<'a> {
             unread_by_name: FnvHashMap::default(),
             unread_tagged_nameless: FnvHashMap::default(),
             unverified_by_spec: FnvHashMap::default(),
+            unmarked_tagged_by_name: FnvHashMap::default(),
             other_install_by_spec: FnvHashMap::default(),
         };
         for vm in view.vms.values().filter(|vm| !vm.template) {
@@ -57,6 +62,15 @@ impl<'a> SiteIndex<'a> {
                     .entry(m.spec.as_str())
                     .or_default()
                     .push(vm);
+            }
+            if vm.marker_read
+                && vm.marker.is_none()
+                && vm.has_tag(tag)
+                && !known.contains(&vm.vmid)
+                && let Some(name) = vm.name.as_deref()
+            {
+                let entry = index.unmarked_tagged_by_name.entry(name).or_insert(vm.vmid);
+                *entry = (*entry).min(vm.vmid);
             }
             if !vm.marker_read && !known.contains(&vm.vmid) {
                 match vm.name.as_deref() {

@@ -297,6 +297,11 @@ pub enum Verdict {
         vmid: u32,
         found: crate::guest::GuestKind,
     },
+    /// No guest of the spec is known, and guest `vmid`, which no record explains, carries this
+    /// install's tag and the spec's guest's name but no marker line (a person replaced its notes,
+    /// and the record was lost): nothing is created until a person confirms it (`proxsync
+    /// adopt`) or removes the tag.
+    Unmarked { vmid: u32 },
     /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.
@@ -530,12 +535,12 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         };
         let verdict = match held {
             Some((cause, old)) => {
-                let looked = spec::look(input, spec, rec, &tag, index, old);
+                let looked = spec::look(input, spec, rec, index, old);
                 hands_off::verdict(&spec.name, looked, cause)
             }
             None => match renames.decide(input, spec, &mut out.actions) {
                 Some(v) => v,
-                None => spec::plan_spec(input, spec, rec, &tag, index, &mut out.actions),
+                None => spec::plan_spec(input, spec, rec, index, &mut out.actions),
             },
         };
         let duplicate = spec::duplicate(spec, rec, index, &verdict);
@@ -570,7 +575,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         let spec = input.desired.iter().find(|s| s.name == name)?;
         let index = indexes.get(spec.site.as_str());
         let rec = input.records.get(name);
-        Some(spec::look(input, spec, rec, &tag, index, None))
+        Some(spec::look(input, spec, rec, index, None))
     });
     out.actions.sort();
     out.valid_until_ms = valid_until(input, &out).min(reboots_change);

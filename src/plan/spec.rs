@@ -49,7 +49,6 @@ pub(super) fn plan_spec(
     input: &PlanInput<'_>,
     spec: &Spec,
     rec: Option<&SpecRecord>,
-    tag: &str,
     index: Option<&SiteIndex<'_>>,
     actions: &mut Vec<Action>,
 ) -> Verdict {
@@ -68,7 +67,7 @@ pub(super) fn plan_spec(
         return verdict;
     }
     let backoff = backoff(input, spec, rec);
-    if let Some(vm) = by_record(input, spec, rec, tag, view) {
+    if let Some(vm) = by_record(rec, view) {
         if let Some(held) = other_kind(spec, vm) {
             return held;
         }
@@ -168,7 +167,6 @@ pub(super) fn look(
     input: &PlanInput<'_>,
     spec: &Spec,
     rec: Option<&SpecRecord>,
-    tag: &str,
     index: Option<&SiteIndex<'_>>,
     old: Option<(&str, u32)>,
 ) -> Verdict {
@@ -182,7 +180,7 @@ pub(super) fn look(
         return not_readable(view);
     }
     let Some((_, vmid)) = old else {
-        return observe(input, spec, rec, tag, index, view);
+        return observe(spec, rec, index, view);
     };
     match view.vms.get(&vmid) {
         Some(vm) if vm.is_unknown() => Verdict::Unknown { vmid },
@@ -198,10 +196,8 @@ pub(super) fn look(
 /// consent names) compared with the spec from the listing, and no action of any kind, not even
 /// finishing a create in flight or an adoption.
 fn observe(
-    input: &PlanInput<'_>,
     spec: &Spec,
     rec: Option<&SpecRecord>,
-    tag: &str,
     index: Option<&SiteIndex<'_>>,
     view: &SiteView,
 ) -> Verdict {
@@ -213,7 +209,7 @@ fn observe(
                 && vm.name.as_deref() == Some(spec.vm_name.as_str())
         })
     };
-    let vm = by_record(input, spec, rec, tag, view)
+    let vm = by_record(rec, view)
         .or_else(|| by_marker(spec, rec, index))
         .or_else(consented);
     match vm {
@@ -342,27 +338,14 @@ fn other_kind(spec: &Spec, vm: &ObservedVm) -> Option<Verdict> {
     })
 }
 
-/// The VM of the record's VMID, while it is ours.
-fn by_record<'v>(
-    input: &PlanInput<'_>,
-    spec: &Spec,
-    rec: Option<&SpecRecord>,
-    tag: &str,
-    view: &'v SiteView,
-) -> Option<&'v ObservedVm> {
+/// The guest at the record's VMID, whatever it shows: the record's guest stays the spec's until
+/// it is shown gone. Whether it still is the spec's is judged by execute on a fresh read of its
+/// config (`vm::read_own_config`): its marker, else its own identity (the line written back),
+/// else a stranger at a reused VMID (the VMID released) or a `MarkerMissing` stall; never by
+/// the listing or a marker read once.
+fn by_record<'v>(rec: Option<&SpecRecord>, view: &'v SiteView) -> Option<&'v ObservedVm> {
     rec.and_then(|r| r.vm.made_vmid())
         .and_then(|id| view.vms.get(&id))
-        // The VMID is ours only while the VM carries our tag, or our marker; a VMID reused
-        // by someone else after a hand delete is not ours.
-        .filter(|vm| {
-            vm.is_unknown()
-                || vm.has_tag(tag)
-                || vm
-                    .marker
-                    .as_ref()
-                    .is_some_and(|m| m.install == input.install_id && m.spec == spec.name)
-                || !vm.marker_read
-        })
 }
 
 /// The VM carrying the spec's marker: the one with the recorded uid, else the lowest VMID
@@ -454,6 +437,12 @@ fn create(
     // decides (`proxsync adopt`, or delete the VM).
     if let Some(vmid) = index.and_then(|i| i.unverified_by_spec.get(spec.name.as_str())) {
         return Verdict::UnverifiedClaim { vmid: *vmid };
+    }
+    // A guest with this install's tag and the spec's guest's name but no marker line, which no
+    // record explains: the spec's own, its notes replaced, after the record was lost? Never a
+    // second one beside it: a person decides (`proxsync adopt`, or the tag removed).
+    if let Some(vmid) = index.and_then(|i| i.unmarked_tagged_by_name.get(spec.vm_name.as_str())) {
+        return Verdict::Unmarked { vmid: *vmid };
     }
     // The spec's guest may be among the listing's entries that could not be read.
     if view.incomplete() {

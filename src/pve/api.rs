@@ -688,7 +688,16 @@ impl Client {
             .get::<serde_json::Value>("/cluster/nextid", &[("vmid", vmid.to_string())])
             .await
         {
-            Ok(_) => Ok(true),
+            // PVE answers the VMID asked for: anything else is no answer to trust (a free VMID
+            // lets a guest be made, or a record be forgotten).
+            Ok(v) => match lenient_vmid("/cluster/nextid", v)? {
+                answered if answered == vmid => Ok(true),
+                answered => Err(Error::Decode {
+                    method: "GET".into(),
+                    path: "/cluster/nextid".into(),
+                    message: format!("asked whether VMID {vmid} is free, PVE answered {answered}"),
+                }),
+            },
             Err(Error::Api {
                 status: 400,
                 errors,

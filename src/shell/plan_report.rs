@@ -626,6 +626,11 @@ pub fn verdict_words(
              decides",
             kind.named(*vmid)
         ),
+        Verdict::Unmarked { vmid } => format!(
+            "{} has this install's tag and the spec's {noun} name but no marker line: if it is \
+             this spec's {noun}, proxsync adopt NAME --vmid {vmid}; else remove its tag",
+            kind.named(*vmid)
+        ),
         Verdict::UnverifiedClaim { vmid } => format!(
             "{} claims this spec with a marker that does not verify: if it is this \
              spec's {noun}, proxsync adopt NAME --vmid {vmid}; else remove its marker",

@@ -415,6 +415,7 @@ fn ready_and_reconciling(
             | Verdict::SiteMoved { .. }
             | Verdict::KindChanged { .. }
             | Verdict::UnverifiedClaim { .. }
+            | Verdict::Unmarked { .. }
             | Verdict::AdoptRefused { .. }
             | Verdict::AdoptionsHeld { .. }),
         ) => {
@@ -603,6 +604,18 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
                  proxsync-id line; otherwise remove the annotation (then {from} is removed as any \
                  removed spec)",
                 crate::spec::RENAMED_FROM,
+                named = kind.named(*vmid)
+            ),
+        ),
+        Verdict::Unmarked { vmid } => (
+            Reason::MarkerMissing,
+            format!(
+                "{named} carries this install's tag and this spec's {noun} name but no \
+                 proxsync-id line (its notes were replaced?), and no record names it: nothing is \
+                 created while it may be this spec's {noun}. If it is: proxsync adopt {} --vmid \
+                 {vmid} (the line is written back below its notes); otherwise remove the tag \
+                 proxsync.<install_id> from it, or delete it",
+                spec.name,
                 named = kind.named(*vmid)
             ),
         ),

@@ -159,7 +159,9 @@ pub enum Reason {
     Protected,
     /// `Stalled` True: the guest the spec's record names carries no marker of the spec (a
     /// person edited its notes) and nothing else shows it is the spec's; nothing is created
-    /// until a person confirms it (`proxsync adopt`) or removes it.
+    /// until a person confirms it (`proxsync adopt`) or removes it. `Ready` False /
+    /// `Reconciling` False: no record names a guest of the spec, and a guest with this
+    /// install's tag and the spec's guest's name carries no marker line.
     MarkerMissing,
     // ---- NodeHealthy ----
     /// `NodeHealthy` True: the node is online and the cluster quorate.
@@ -389,6 +391,7 @@ pub const READY: &[Reason] = &[
     Reason::Migrating,
     Reason::DuplicateVm,
     Reason::UnverifiedClaim,
+    Reason::MarkerMissing,
     Reason::AdoptRefused,
     Reason::Observed,
     Reason::Drifted,
@@ -428,6 +431,7 @@ pub const RECONCILING: &[Reason] = &[
     Reason::SiteMoved,
     Reason::KindChanged,
     Reason::UnverifiedClaim,
+    Reason::MarkerMissing,
     Reason::AdoptRefused,
     Reason::Observing,
     Reason::SiteIdentityChanged,

@@ -671,6 +671,27 @@ impl FakePve {
         self.must("garbled", json!({}))
     }
 
+    /// A person's edit of a guest's notes (its description) in the web UI: `PUT
+    /// /nodes/{node}/{kind}/{vmid}/config` with `description`, over the API as any client
+    /// sends it (`kind`: `qemu` or `lxc`). Whether PVE took it (a locked guest refuses it).
+    pub fn edit_notes(&self, node: &str, kind: &str, vmid: u64, text: &str) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let client = verified_client(&self.ca_pem());
+        let url = self.api_url(&format!("/nodes/{node}/{kind}/{vmid}/config"));
+        rt.block_on(async {
+            client
+                .put(url)
+                .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
+                .form(&[("description", text)])
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+    }
+
     /// A backup job over the VM for `secs` PVE seconds: a running `vzdump` task with an EMPTY id
     /// (a job over several guests, so `?vmid=` does not find it; `single`: the id is the vmid)
     /// and `lock: backup` on the VM meanwhile. Returns the task's UPID. Needs a time scale > 0.

@@ -16,6 +16,10 @@
 //! cloned from a CT template), whose `vzcreate` writes the config without its lock before the
 //! task ends: the same guarantees hold for them, counted over VMs and containers together.
 //!
+//! Between kills of the update phase a person edits the notes of managed guests (the marker
+//! line dropped, or kept below new text): no second guest, and the line comes back below the
+//! person's text.
+//!
 //! `PROXSYNC_CRASH_SEEDS=N` runs N seeds in each of the five tests (default 2, 10 in all);
 //! `PROXSYNC_CRASH_SEED=S` replays one seed.
 
@@ -148,8 +152,14 @@ fn kill_rounds(
     seed: u64,
     phase: &str,
     max_vms: usize,
+    mut notes: Option<&mut Notes>,
 ) {
     for round in 0..KILLS {
+        if let Some(notes) = notes.as_deref_mut()
+            && round % 4 == 2
+        {
+            edit_some_notes(pve, rng, notes, round);
+        }
         let mut child = Command::new(env!("CARGO_BIN_EXE_proxsync"))
             .args(["run", "--once", "--config"])
             .arg(ws.config())
@@ -183,6 +193,64 @@ fn kill_rounds(
             n <= max_vms,
             "{where_}: {n} VMs, at most {max_vms} may exist: {:?}",
             pve.vms()
+        );
+    }
+}
+
+/// The notes edits of a phase: VMID -> the person's first line, as last written.
+type Notes = std::collections::BTreeMap<u64, String>;
+
+/// A person edits the notes of one managed guest, chosen by `rng`, between two kills: the
+/// marker line dropped, or kept below the new text. A guest locked by a task refuses it.
+fn edit_some_notes(pve: &mut FakePve, rng: &mut Lcg, notes: &mut Notes, round: usize) {
+    let mut marked: Vec<(serde_json::Value, &str)> = pve
+        .vms()
+        .into_iter()
+        .map(|g| (g, "qemu"))
+        .chain(pve.cts().into_iter().map(|g| (g, "lxc")))
+        .filter(|(g, _)| {
+            let text = g["config"]["description"].as_str().unwrap_or("");
+            proxsync::ownership::Marker::parse(text).is_some()
+        })
+        .collect();
+    if marked.is_empty() {
+        return;
+    }
+    let (guest, kind) = marked.swap_remove(rng.next(marked.len() as u64) as usize);
+    let vmid = guest["vmid"].as_u64().unwrap_or(0);
+    let line = (guest["config"]["description"].as_str().unwrap_or(""))
+        .lines()
+        .find(|l| l.contains("proxsync-id:"))
+        .unwrap_or("")
+        .to_string();
+    let owner = format!("Owner: ops (edit in round {round})");
+    let text = match rng.next(2) {
+        0 => owner.clone(),
+        _ => format!("{owner}\n{line}"),
+    };
+    let node = guest["node"].as_str().unwrap_or("pve1");
+    if pve.edit_notes(node, kind, vmid, &text) {
+        notes.insert(vmid, owner);
+    }
+}
+
+/// Every guest whose notes a person edited still has them, first, and carries its marker line
+/// again below them.
+fn check_notes(pve: &mut FakePve, notes: &Notes, seed: u64) {
+    let mut guests = pve.vms();
+    guests.extend(pve.cts());
+    for (vmid, owner) in notes {
+        let Some(g) = guests.iter().find(|g| g["vmid"].as_u64() == Some(*vmid)) else {
+            continue; // its spec was removed, and it with it
+        };
+        let text = g["config"]["description"].as_str().unwrap_or("");
+        assert!(
+            text.starts_with(owner.as_str()),
+            "the person's notes of {vmid} stay (seed {seed}): {text:?}"
+        );
+        assert!(
+            proxsync::ownership::Marker::parse(text).is_some(),
+            "{vmid} carries its marker line again (seed {seed}): {text:?}"
         );
     }
 }
@@ -243,7 +311,7 @@ fn crash_seed(seed: u64) {
     commit(&ws, &specs(&names, ""));
     let mut rng = Lcg(seed);
 
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "create", names.len());
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "create", names.len(), None);
     converge_and_check(&mut pve, &ws, &names, seed, "create");
 
     // Updates for four specs (more CPU and memory, one stopped) and two specs removed.
@@ -259,8 +327,28 @@ fn crash_seed(seed: u64) {
         }
     }
     commit(&ws, &files);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "update+delete", names.len());
+    // A person edits the notes of managed guests between kills (the marker line dropped or
+    // kept): never a second guest, and the line comes back below the notes.
+    let mut notes = Notes::new();
+    kill_rounds(
+        &mut pve,
+        &ws,
+        &mut rng,
+        seed,
+        "update+delete",
+        names.len(),
+        Some(&mut notes),
+    );
+    // The next change of each spec writes the marker line back below the edited notes (an
+    // idle guest's notes are not read: the listing does not show them).
+    for (_, text) in files.iter_mut() {
+        *text = text
+            .replace("cpu: 3", "cpu: 4")
+            .replace("cores: 3", "cores: 4");
+    }
+    commit(&ws, &files);
     converge_and_check(&mut pve, &ws, &kept, seed, "update+delete");
+    check_notes(&mut pve, &notes, seed);
     // The update reached every VM (pending until the next start on a running one).
     for vm in guests(&mut pve).iter() {
         let cores = if vm["pending"]["cores"].is_null() {
@@ -268,7 +356,7 @@ fn crash_seed(seed: u64) {
         } else {
             &vm["pending"]["cores"]
         };
-        assert_eq!(cores.to_string().trim_matches('"'), "3", "{vm}");
+        assert_eq!(cores.to_string().trim_matches('"'), "4", "{vm}");
     }
 }
 
@@ -339,10 +427,10 @@ fn crash_set(seed: u64) {
     let names = |n: usize| (1..=n).map(|i| format!("crew-{i:02}")).collect::<Vec<_>>();
     let mut rng = Lcg(seed);
     commit(&ws, &[("crew.yaml".to_string(), set(10))]);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 10);
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 10, None);
     converge_and_check(&mut pve, &ws, &names(10), seed, "set create");
     commit(&ws, &[("crew.yaml".to_string(), set(7))]);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "set scale-down", 10);
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "set scale-down", 10, None);
     converge_and_check(&mut pve, &ws, &names(7), seed, "set scale-down");
 }
 

@@ -170,3 +170,60 @@ fn seed(default: u64) -> u64 {
 fn garbled_answers_cost_no_second_guest_and_no_delete() {
     garbled_cycles(seed(7));
 }
+
+/// A person's notes, the marker line kept below them, survive garbled answers to config reads
+/// while the specs keep changing: no garbled description is ever written back as the notes.
+#[test]
+fn garbled_config_reads_never_overwrite_a_persons_notes() {
+    let mut pve = FakePve::start(Scenario::default());
+    let ws = Workspace::new(&pve);
+    let names = ["n1", "n2", "n3"];
+    let commit = |mib: u32| {
+        let files: Vec<(String, String)> = names
+            .iter()
+            .map(|n| {
+                let doc =
+                    spec(n, "pve1", "9000", "").replace("memory: 2Gi", &format!("memory: {mib}Mi"));
+                (format!("{n}.yaml"), doc)
+            })
+            .collect();
+        let files: Vec<(&str, String)> =
+            files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        ws.commit_specs(&files);
+    };
+    commit(1024);
+    let (ok, out) = bounded_run(&ws);
+    assert!(ok, "{out}");
+    let mut ids = Vec::new();
+    for n in names {
+        let vmid = ws.status(n)["vmId"].as_u64().expect("a VMID");
+        let text = pve.vm(vmid as u32)["config"]["description"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let line = text
+            .lines()
+            .find(|l| l.contains("proxsync-id:"))
+            .expect("a marker line")
+            .to_string();
+        assert!(pve.edit_notes("pve1", "qemu", vmid, &format!("RUNBOOK keep me\n{line}")));
+        ids.push(vmid as u32);
+    }
+    let seed = seed(3);
+    pve.garble(0.6, seed, Some(&["/config"]));
+    for round in 0..30u32 {
+        commit(1024 + 128 * (round % 4));
+        let (_, out) = bounded_run(&ws);
+        for &vmid in &ids {
+            let text = pve.vm(vmid)["config"]["description"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            assert!(
+                text.starts_with("RUNBOOK keep me\n"),
+                "seed {seed}, round {round}: VM {vmid}'s notes are now {:?}\n{out}",
+                &text[..text.len().min(120)]
+            );
+        }
+    }
+}

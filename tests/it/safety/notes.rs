@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::common;
 
 use common::engine::{Workspace, marker_claims, spec};
-use common::{FakePve, Scenario, TOKEN_ID, TOKEN_SECRET, token_header, verified_client};
+use common::{FakePve, Scenario};
 
 const VZTMPL: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
 
@@ -35,26 +35,12 @@ fn ct_spec(name: &str, extra: &str) -> String {
     )
 }
 
-/// What a person's edit in the web UI's Notes panel sends: `PUT .../config` with the new
-/// description, over the API like any other client.
+/// A person's edit in the web UI's Notes panel, which PVE takes.
 fn edit_notes(pve: &FakePve, kind: &str, vmid: u64, text: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = verified_client(&pve.ca_pem());
-    let path = format!("/nodes/pve1/{kind}/{vmid}/config");
-    let status = rt.block_on(async {
-        client
-            .put(pve.api_url(&path))
-            .header("Authorization", token_header(TOKEN_ID, TOKEN_SECRET))
-            .form(&[("description", text)])
-            .send()
-            .await
-            .expect("PUT config")
-            .status()
-    });
-    assert!(status.is_success(), "PUT {path}: {status}");
+    assert!(
+        pve.edit_notes("pve1", kind, vmid, text),
+        "PVE took the edit"
+    );
 }
 
 /// The memory a guest is to have (MiB): a pending value (a running VM takes memory at its next
@@ -286,4 +272,160 @@ fn a_stranger_at_the_records_vmid_is_left_alone_and_the_spec_made_anew() {
         "{stranger}"
     );
     assert!(stranger["config"]["description"].is_null(), "{stranger}");
+}
+
+/// A person lets a guest go the README's way, its tag and marker line removed (the same guest:
+/// its smbios1 uuid is the recorded one), then its spec is removed: it is neither deleted nor
+/// taken back; the record lets it go.
+#[test]
+fn a_guest_let_go_by_hand_is_never_deleted_with_its_removed_spec() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    let keep = [
+        ("a.yaml", spec("a", "pve1", "9000", "")),
+        ("b.yaml", spec("b", "pve1", "9000", "")),
+    ];
+    let mut files = keep.to_vec();
+    files.push(("web.yaml", spec("web", "pve1", "9000", "")));
+    ws.commit_specs(&files);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web")["vmId"].as_u64().expect("a VMID") as u32;
+    let smbios = pve.vm(vmid)["config"]["smbios1"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pve.remove_vm(vmid);
+    pve.add_vm(json!({
+        "vmid": vmid, "name": "kept-by-ops", "node": "pve1", "status": "stopped",
+        "config": {"smbios1": smbios, "memory": "1024", "description": "kept; do not touch"}
+    }));
+    ws.commit_specs(&keep);
+    let (_, out1) = ws.run_once();
+    let (_, out2) = ws.run_once();
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["name"], "kept-by-ops", "not deleted:\n{out1}\n{out2}");
+    assert_eq!(
+        description(&vm),
+        "kept; do not touch",
+        "not taken back: {vm}"
+    );
+    assert!(vm["config"]["tags"].is_null(), "not tagged again: {vm}");
+}
+
+/// Someone with only Options rights pastes an old marker of another spec, signed for this VMID
+/// (markers never expire, and PVE reuses the lowest free VMID). The guest keeps the tag and its
+/// recorded identity: it is still the spec's, so no second guest is made for the spec; the spec
+/// waits for a person.
+#[test]
+fn a_pasted_marker_of_another_spec_makes_no_second_guest() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web")["vmId"].as_u64().expect("a VMID");
+    let before = guests(&mut pve);
+    let key = proxsync::ownership::MarkerKey::load(&ws.path("state"))
+        .unwrap()
+        .expect("the install's key");
+    let old = proxsync::ownership::Marker::signed(&key, "test", "old-spec", "u-old", vmid as u32);
+    edit_notes(&pve, "qemu", vmid, &old.description());
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    let (_, out1) = ws.run_once();
+    let (_, out2) = ws.run_once();
+    assert_eq!(guests(&mut pve), before, "no second guest:\n{out1}\n{out2}");
+    let (status, reason, message) = ws.condition("web", "Stalled");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "MarkerMissing"),
+        "{message}"
+    );
+}
+
+/// A record of an earlier release (no identity) whose guest a person let go as the status
+/// says: tag and marker line removed, and renamed (it had the spec's guest's name). The record
+/// lets it go, and the spec gets a new guest; the old one is not touched.
+#[test]
+fn a_legacy_records_guest_let_go_as_the_status_says_is_left_alone() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web")["vmId"].as_u64().expect("a VMID") as u32;
+    {
+        let store = proxsync::store::Store::open(&ws.path("state")).unwrap();
+        let mut rec = store.record("web").unwrap().expect("a record");
+        rec.identity = None;
+        store.put("web", &rec).unwrap();
+    }
+    let smbios = pve.vm(vmid)["config"]["smbios1"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pve.remove_vm(vmid);
+    pve.add_vm(json!({
+        "vmid": vmid, "name": "web-old", "node": "pve1", "status": "running",
+        "config": {"smbios1": smbios, "memory": "2048", "description": "ops notes"}
+    }));
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web", "pve1", "9000", "").replace("memory: 2Gi", "memory: 3Gi"),
+    )]);
+    let _ = ws.run_once();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let new = ws.status("web")["vmId"].as_u64().expect("a VMID") as u32;
+    assert_ne!(new, vmid, "a new guest for the spec");
+    assert_eq!(
+        description(&pve.vm(vmid)),
+        "ops notes",
+        "the old one untouched"
+    );
+}
+
+/// The notes edit, then the state database lost: no record names the guest, which carries the
+/// tag and the spec's guest's name but no marker line. Nothing is created beside it (`Ready`
+/// False, `MarkerMissing`), and `proxsync adopt` confirms it.
+#[test]
+fn after_a_lost_database_an_unmarked_guest_of_the_specs_name_holds_the_create() {
+    let mut pve = FakePve::start(scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("web.yaml", spec("web", "pve1", "9000", ""))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("web")["vmId"].as_u64().expect("a VMID");
+    let before = guests(&mut pve);
+    edit_notes(&pve, "qemu", vmid, "Owner: team-web");
+    ws.remove_state();
+    for round in 0..2 {
+        let (ok, out) = ws.run_once();
+        assert!(!ok, "round {round}: {out}");
+        assert_eq!(
+            guests(&mut pve),
+            before,
+            "round {round}: no second guest\n{out}"
+        );
+    }
+    let (status, reason, message) = ws.condition("web", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "MarkerMissing"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("proxsync adopt web --vmid {vmid}")),
+        "{message}"
+    );
+    let out = ws.proxsync(&["adopt", "web", "--vmid", &vmid.to_string()]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(guests(&mut pve), before);
+    let text = description(&pve.vm(vmid as u32));
+    assert!(text.starts_with("Owner: team-web\n"), "{text}");
 }
