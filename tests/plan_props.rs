@@ -510,8 +510,10 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 if rec_points_at_vm {
                     marker = MarkerGen::Ours;
                 }
-                if marker != MarkerGen::Ours && marker != MarkerGen::Absent {
-                    // Another install's VM does not carry our tag.
+                if marker != MarkerGen::Ours {
+                    // Another install's VM does not carry our tag; nor does one that converges
+                    // by itself without our marker (read and unmarked with our tag and the
+                    // spec's name, it holds the spec's create for a person: `Unmarked`).
                     tagged = false;
                 }
             }
@@ -697,6 +699,12 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 vm.tags = vec![owner_tag()];
                 vm.marker = (marker(INSTALL, &borrowed)).map(Arc::new);
             }
+        }
+        // With this install's tag, no marker and a spec's guest's name, it holds that spec's
+        // create for a person (`Verdict::Unmarked`): a world that converges by itself names
+        // it otherwise.
+        if conv && vm.has_tag(&owner_tag()) && vm.marker.is_none() {
+            vm.name = Some(format!("tagged-{j}"));
         }
         if let Some(ago) = x.seen_ago {
             orphans_seen.insert((SITE.to_string(), vmid), g.now_ms - ago);

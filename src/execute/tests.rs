@@ -2186,9 +2186,9 @@ async fn a_containers_messages_name_it_a_container() {
         panic!("{outcome:?}");
     };
     assert!(
-        e.message
-            .starts_with(&format!("container {vmid} is another guest now"))
-            && e.message.contains("the spec's container is gone"),
+        e.message.starts_with(&format!(
+            "container {vmid} carries the marker of spec db-01 of install main"
+        )) && e.message.contains("the spec's container is gone"),
         "{}",
         e.message
     );
