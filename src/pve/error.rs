@@ -132,7 +132,8 @@ impl Error {
         }
     }
 
-    /// The VM config is locked (`VM is locked (clone)`, `can't lock file ... got timeout`).
+    /// The guest's config is locked (`VM is locked (clone)`, `CT is locked (disk)`, `can't lock
+    /// file ... got timeout`).
     pub fn is_lock(&self) -> bool {
         self.category() == Category::LockError
     }
@@ -217,8 +218,8 @@ impl Error {
 }
 
 /// PVE's words for a lock it gave up waiting for (`pve::texts`, [`Meaning::is_contention`]):
-/// pve-common `lock_file_full`'s `can't lock file '...' - got timeout` (a VM's config lock or a
-/// local storage's), pve-cluster `$cfs_lock`'s `cfs-lock '...' error: got lock request timeout`
+/// pve-common `lock_file_full`'s `can't lock file '...' - got timeout` (a VM's or a container's
+/// config lock, or a local storage's), pve-cluster `$cfs_lock`'s `cfs-lock '...' error: got lock request timeout`
 /// (a shared storage's). A clone that dies on one is `clone failed: can't lock file ...`
 /// (qemu-server `clone_vm`).
 pub fn is_lock_timeout(text: &str) -> bool {
@@ -252,6 +253,25 @@ mod tests {
     fn pve_texts_map_to_categories() {
         let cases = [
             (500, "VM is locked (clone)", Category::LockError),
+            // pve-container's words for the same facts (pve-guest-common check_lock with
+            // guest_type `CT`; pve-common assert_if_modified).
+            (500, "CT is locked (disk)", Category::LockError),
+            (500, "CT is locked (backup)", Category::LockError),
+            (
+                500,
+                "detected modified configuration - file changed by other user? Try again.",
+                Category::Conflict,
+            ),
+            (
+                500,
+                "can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout",
+                Category::LockError,
+            ),
+            (
+                500,
+                "Configuration file 'nodes/pve1/lxc/101.conf' does not exist",
+                Category::NotFound,
+            ),
             (
                 500,
                 "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
@@ -270,6 +290,12 @@ mod tests {
             (
                 500,
                 "checksum mismatch (file change by other user?)",
+                Category::Conflict,
+            ),
+            // qemu-server before 8.2.5 (PVE 8.0 to 8.2) spelt it so.
+            (
+                500,
+                "checksum missmatch (file change by other user?)",
                 Category::Conflict,
             ),
             (
@@ -481,9 +507,12 @@ mod tests {
             assert!(task.is_lock_timeout() && task.is_overload(), "{text}");
             assert!(!task.category().needs_human(), "retried, never Stalled");
         }
-        // A lock a task holds is an answer about the VM, not load.
-        let held = api(500, "VM is locked (backup)");
-        assert!(held.is_lock() && !held.is_lock_timeout() && !held.is_overload());
+        // A lock a task holds is an answer about the guest, not load.
+        for text in ["VM is locked (backup)", "CT is locked (disk)"] {
+            let held = api(500, text);
+            assert!(held.is_lock() && !held.is_lock_timeout() && !held.is_overload());
+            assert!(held.surely_not_executed(), "{text}");
+        }
     }
 
     #[test]

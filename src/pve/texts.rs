@@ -7,7 +7,9 @@
 //! Most of PVE's refusals are a plain `die` in an API handler or a task's worker: HTTP 500 (or
 //! a task's exit status) with the text and nothing else to tell them apart. So the text is
 //! what says whether a guest is locked, its config changed, its VMID is taken, or the node is
-//! too busy.
+//! too busy. qemu-server and pve-container word the same facts differently (`VM is locked`
+//! and `CT is locked`; `checksum mismatch` and `detected modified configuration`): both are
+//! rows, with the same meaning.
 //!
 //! A pattern is PVE's text with `*` for any text (none included) and `#` for a number (one or
 //! more digits); it matches anywhere in the message (PVE prefixes some: `clone failed: ...`,
@@ -158,6 +160,15 @@ pub const TEXTS: &[Text] = &[
             "clone failed: VM is locked (clone)",
         ],
     },
+    Text {
+        pattern: "CT is locked (*)",
+        meaning: Meaning::LockHeld,
+        source: "pve-guest-common src/PVE/AbstractConfig.pm check_lock and set_lock, \
+                 pve-container src/PVE/LXC/Config.pm guest_type `CT` (clone_vm's \
+                 `set_lock($vmid, 'disk')` on the source, update_vm, resize_vm, vm_start)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["CT is locked (disk)", "CT is locked (backup)"],
+    },
     // Lock contention: load.
     Text {
         pattern: "can't lock file '*' - got timeout",
@@ -170,6 +181,7 @@ pub const TEXTS: &[Text] = &[
         versions: "every PVE 8.x and 9.x",
         samples: &[
             "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
+            "can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout",
             "clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got \
              timeout",
         ],
@@ -190,6 +202,23 @@ pub const TEXTS: &[Text] = &[
                  resize_vm",
         versions: "PVE 8.3 and later (qemu-server 8.2.5 on)",
         samples: &["checksum mismatch (file change by other user?)"],
+    },
+    Text {
+        pattern: "checksum missmatch (file change by other user?)",
+        meaning: Meaning::DigestConflict,
+        source: "qemu-server src/PVE/API2/Qemu.pm $update_vm_api, resize_vm (the spelling \
+                 before commit be8c868f `fix typos in user-visible strings`)",
+        versions: "PVE 8.0 to 8.2 (qemu-server before 8.2.5)",
+        samples: &["checksum missmatch (file change by other user?)"],
+    },
+    Text {
+        pattern: "detected modified configuration - file changed by other user? Try again.",
+        meaning: Meaning::DigestConflict,
+        source: "pve-common src/PVE/Tools.pm assert_if_modified: pve-container \
+                 src/PVE/API2/LXC/Config.pm update_vm and src/PVE/API2/LXC.pm resize_vm, \
+                 pve-ha-manager (SectionConfig::assert_if_modified), qemu-server move_disk",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["detected modified configuration - file changed by other user? Try again."],
     },
     Text {
         pattern: "checksum mismatch: got '*' != expect '*'",
@@ -592,6 +621,7 @@ mod tests {
 
     #[test]
     fn the_lock_a_text_names() {
+        assert_eq!(held_lock("CT is locked (disk)"), Some("disk"));
         assert_eq!(
             held_lock("clone failed: VM is locked (backup)\n"),
             Some("backup")
@@ -613,12 +643,12 @@ mod tests {
         assert!(!matches("a*b", "ba"));
         assert!(matches("", "anything"));
         // Multi-byte text is read as bytes, never split into a panic.
-        assert!(matches("VM is locked (*)", "é VM is locked (dïsk) ü"));
+        assert!(matches("CT is locked (*)", "é CT is locked (dïsk) ü"));
         assert!(!matches("é", "E"));
         // Only the first MAX_SCAN bytes are read.
-        let far = format!("{}VM is locked (backup)", "x".repeat(MAX_SCAN));
-        assert!(!matches("VM is locked (*)", &far));
-        let huge = format!("{}{}", "VM is locked (backup)", "#*".repeat(1 << 20));
-        assert!(matches("VM is locked (*)", &huge));
+        let far = format!("{}CT is locked (disk)", "x".repeat(MAX_SCAN));
+        assert!(!matches("CT is locked (*)", &far));
+        let huge = format!("{}{}", "CT is locked (disk)", "#*".repeat(1 << 20));
+        assert!(matches("CT is locked (*)", &huge));
     }
 }
