@@ -138,30 +138,30 @@ impl Error {
         self.category() == Category::LockError
     }
 
-    /// PVE gave up waiting for a lock ([`is_lock_timeout`]): the node or its storage is busier
-    /// than its lock timeout allows, and nothing was done under the lock.
+    /// PVE could not get or keep a lock in time ([`is_lock_timeout`]): the node or its storage
+    /// is busier than its lock timeout allows.
     pub fn is_lock_timeout(&self) -> bool {
         self.meaning().is_some_and(Meaning::is_contention)
     }
 
     /// True when the failure says the node is overloaded rather than something about the
-    /// request or the VM: a request that timed out, a lock timeout (in an answer or a task's
-    /// exit status), or a 5xx that names no such fact (a gateway error, pveproxy's 595/596, an
-    /// error text proxsync has no better name for). `already exists`, `does not exist`, `VM is
-    /// locked (backup)`, a digest mismatch and the like are answers, not load. The adaptive
+    /// request or the guest: a request that timed out, lock contention (in an answer or a
+    /// task's exit status), a gateway's or pveproxy's 5xx, or a 5xx whose text proxsync does
+    /// not know. A text `pve::texts` knows is an answer unless it is lock contention: a lock a
+    /// task holds, a digest mismatch, `already exists`, `does not exist`, no quorum, a refusal
+    /// of the request as sent (`unable to shrink disk size`, an MTU above the bridge's) are not
+    /// load, however PVE's handler answered them (a plain `die` is HTTP 500). The adaptive
     /// concurrency (`crate::concurrency`) cuts the node's limit on these.
     pub fn is_overload(&self) -> bool {
         match self {
             Error::Transport { kind, .. } => *kind == TransportKind::Timeout,
             Error::TaskFailed { .. } => self.is_lock_timeout(),
+            Error::Api {
+                status: 502..=504 | 595..=597,
+                ..
+            } => true,
             Error::Api { status, .. } if *status >= 500 && *status != 501 => {
-                match self.category() {
-                    Category::LockError => self.is_lock_timeout(),
-                    Category::ProxmoxError | Category::NetworkError | Category::NodeUnhealthy => {
-                        true
-                    }
-                    _ => false,
-                }
+                self.meaning().is_none_or(Meaning::is_contention)
             }
             _ => false,
         }
@@ -196,7 +196,7 @@ impl Error {
     /// True only when PVE certainly did not carry the request out: it refused it before doing
     /// anything (parameters, authentication, permission, an unsupported call) or said why in
     /// words that mean "nothing was done" (`pve::texts::Meaning::nothing_done`: the VMID is
-    /// taken, the guest or its source is locked, no quorum).
+    /// taken, the guest or its source is locked, no quorum, a refusal of the request as sent).
     /// Everything else (any other 5xx, a transport error, an unreadable answer) may have
     /// started the work: a create that ends like that keeps its intent until a read settles it.
     pub fn surely_not_executed(&self) -> bool {
@@ -217,11 +217,12 @@ impl Error {
     }
 }
 
-/// PVE's words for a lock it gave up waiting for (`pve::texts`, [`Meaning::is_contention`]):
-/// pve-common `lock_file_full`'s `can't lock file '...' - got timeout` (a VM's or a container's
-/// config lock, or a local storage's), pve-cluster `$cfs_lock`'s `cfs-lock '...' error: got lock request timeout`
-/// (a shared storage's). A clone that dies on one is `clone failed: can't lock file ...`
-/// (qemu-server `clone_vm`).
+/// PVE's words for lock contention (`pve::texts`, [`Meaning::is_contention`]): it gave up
+/// waiting for a lock (pve-common `lock_file_full`'s `can't lock file '...' - got timeout`, a
+/// VM's or container's config lock or a local storage's; pve-cluster `$cfs_lock`'s `cfs-lock
+/// '...' error: got lock request timeout`, a shared storage's), or cut off work that held a
+/// cluster lock too long (`'storage-ID'-locked command timed out - aborting`). A clone that
+/// dies on one is `clone failed: can't lock file ...` (qemu-server `clone_vm`).
 pub fn is_lock_timeout(text: &str) -> bool {
     texts::meaning(text).is_some_and(Meaning::is_contention)
 }
@@ -368,6 +369,7 @@ mod tests {
                     want.unwrap_or(Category::ProxmoxError),
                     "{sample}"
                 );
+                assert_eq!(e.is_overload(), row.meaning.is_contention(), "{sample}");
                 assert_eq!(e.is_lock_timeout(), row.meaning.is_contention(), "{sample}");
                 assert_eq!(
                     e.surely_not_executed(),
@@ -384,6 +386,7 @@ mod tests {
                     want.unwrap_or(Category::TaskFailed),
                     "{sample}"
                 );
+                assert_eq!(task.is_overload(), row.meaning.is_contention(), "{sample}");
             }
         }
     }
@@ -492,7 +495,9 @@ mod tests {
         let local = "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout";
         let shared = "cfs-lock 'storage-ceph' error: got lock request timeout";
         let config = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
-        for text in [local, shared, config] {
+        // pve-cluster's $cfs_lock cut off work under a shared storage's lock at 60 s.
+        let held_long = "'storage-ceph'-locked command timed out - aborting";
+        for text in [local, shared, config, held_long] {
             assert!(is_lock_timeout(text), "{text}");
             let e = api(500, text);
             assert_eq!(e.category(), Category::LockError, "{text}");
@@ -553,6 +558,27 @@ mod tests {
                 "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist",
             ),
             api(500, "checksum mismatch (file change by other user?)"),
+            // Deterministic refusals, a plain `die` in PVE's handler (HTTP 500): answers.
+            api(500, "disk is already at specified size"),
+            api(500, "unable to shrink disk size"),
+            api(500, "shrinking disks is not supported"),
+            api(
+                500,
+                "net0: MTU size '9000' is bigger than bridge MTU '1500'",
+            ),
+            api(
+                500,
+                "Full clone of a running container is only possible from a snapshot",
+            ),
+            api(500, "CT is locked (disk)"),
+            api(
+                500,
+                "detected modified configuration - file changed by other user? Try again.",
+            ),
+            api(500, "CT 101 not running"),
+            api(500, "VM is paused - cannot shutdown"),
+            api(500, "cluster not ready - no quorum?"),
+            api(500, "no such resource 'ct:101'"),
             api(501, "Method 'GET /x' not implemented"),
             api(400, "Parameter verification failed."),
             api(403, "Permission check failed (/vms/100, VM.Allocate)"),
@@ -561,9 +587,16 @@ mod tests {
                 exitstatus: "start failed: QEMU exited with code 1".into(),
                 log_tail: vec![],
             },
+            Error::TaskFailed {
+                upid: "u".into(),
+                exitstatus: "net0: MTU size '9000' is bigger than bridge MTU '1500'".into(),
+                log_tail: vec![],
+            },
         ] {
             assert!(!e.is_overload(), "{e}");
         }
+        // A gateway's or pveproxy's 5xx is load whatever its reason phrase says.
+        assert!(api(596, "no such resource 'vm:1'").is_overload());
     }
 
     #[test]

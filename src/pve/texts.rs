@@ -38,6 +38,9 @@ pub enum Meaning {
     /// PVE gave up waiting for a lock (a config's flock, a storage's, a cfs lock): the node or
     /// its storage is busier than the lock's timeout allows. Load; nothing ran under the lock.
     LockTimeout,
+    /// Work under a cluster (cfs) lock ran past its 60 s and was cut off: lock contention, and
+    /// load; it may have done part of its work.
+    LockedTooLong,
     /// The config changed since the digest the request carried was read: read again.
     DigestConflict,
     /// An upload's checksum: the file arrived damaged (not a config's digest).
@@ -62,6 +65,13 @@ pub enum Meaning {
     NotRunning,
     /// A start of a guest that is running already.
     AlreadyRunning,
+    /// A container's resize to the size its volume has (pve-container refuses; qemu-server
+    /// just returns).
+    AlreadyAtSize,
+    /// A deterministic refusal of the request as sent (a shrink, an MTU above the bridge's, a
+    /// full clone of a running container, a clone to a node the volumes cannot reach): the
+    /// same request fails the same way until a person changes the spec or the cluster.
+    Refused,
     /// An HA resource, group or rule that does not exist.
     HaMissing,
     /// An HA resource in the `error` state refuses every change but `state=disabled`.
@@ -75,7 +85,9 @@ impl Meaning {
     /// status (or `TaskFailed`), the caller deciding what it means.
     pub fn category(self) -> Option<Category> {
         match self {
-            Meaning::LockHeld | Meaning::LockTimeout => Some(Category::LockError),
+            Meaning::LockHeld | Meaning::LockTimeout | Meaning::LockedTooLong => {
+                Some(Category::LockError)
+            }
             Meaning::DigestConflict => Some(Category::Conflict),
             Meaning::AlreadyExists => Some(Category::AlreadyExists),
             Meaning::NotFound | Meaning::HaMissing => Some(Category::NotFound),
@@ -84,18 +96,22 @@ impl Meaning {
             Meaning::PermissionDenied => Some(Category::PermissionDenied),
             Meaning::NotImplemented => Some(Category::ApiNotSupported),
             Meaning::ImageMissing => Some(Category::ImageNotFound),
-            Meaning::HaErrorState | Meaning::PoolMissing => Some(Category::ConfigurationError),
+            Meaning::Refused | Meaning::HaErrorState | Meaning::PoolMissing => {
+                Some(Category::ConfigurationError)
+            }
             Meaning::UploadDamaged
             | Meaning::VmPaused
             | Meaning::NotRunning
-            | Meaning::AlreadyRunning => None,
+            | Meaning::AlreadyRunning
+            | Meaning::AlreadyAtSize => None,
         }
     }
 
-    /// Lock contention: PVE could not get a lock in time (the node or its storage is too
-    /// busy).
+    /// Lock contention: PVE could not get (or keep) a lock in time. The only meaning that
+    /// says the node is overloaded (`crate::concurrency` cuts its limit); every other text is
+    /// an answer about the request or the guest.
     pub fn is_contention(self) -> bool {
-        matches!(self, Meaning::LockTimeout)
+        matches!(self, Meaning::LockTimeout | Meaning::LockedTooLong)
     }
 
     /// PVE refused before doing any of the work (its checks run before the change, the task
@@ -111,10 +127,13 @@ impl Meaning {
             | Meaning::VmPaused
             | Meaning::NotRunning
             | Meaning::AlreadyRunning
+            | Meaning::AlreadyAtSize
+            | Meaning::Refused
             | Meaning::HaMissing
             | Meaning::HaErrorState
             | Meaning::PoolMissing => true,
-            Meaning::UploadDamaged
+            Meaning::LockedTooLong
+            | Meaning::UploadDamaged
             | Meaning::NoSpace
             | Meaning::PermissionDenied
             | Meaning::NotImplemented
@@ -193,6 +212,14 @@ pub const TEXTS: &[Text] = &[
                  storage's lock, `storage-ID`)",
         versions: "every PVE 8.x and 9.x",
         samples: &["cfs-lock 'storage-ceph' error: got lock request timeout"],
+    },
+    Text {
+        pattern: "'*'-locked command timed out - aborting",
+        meaning: Meaning::LockedTooLong,
+        source: "pve-cluster src/PVE/Cluster.pm $cfs_lock (the code under the lock past its \
+                 `alarm(60)`)",
+        versions: "every PVE 8.x and 9.x (pve-cluster 6.2-1 on)",
+        samples: &["'storage-ceph'-locked command timed out - aborting"],
     },
     // A config changed under the request.
     Text {
@@ -394,6 +421,67 @@ pub const TEXTS: &[Text] = &[
         source: "qemu-server src/PVE/QemuServer.pm vm_start (in the qmstart task)",
         versions: "every PVE 8.x and 9.x",
         samples: &["VM 100 already running"],
+    },
+    // Sizes.
+    Text {
+        pattern: "disk is already at specified size",
+        meaning: Meaning::AlreadyAtSize,
+        source: "pve-container src/PVE/API2/LXC.pm resize_vm ($load_and_check, before the task \
+                 and again in it)",
+        versions: "every PVE 8.x and 9.x (pve-container 3.1-12 on)",
+        samples: &["disk is already at specified size"],
+    },
+    Text {
+        pattern: "unable to shrink disk size",
+        meaning: Meaning::Refused,
+        source: "pve-container src/PVE/API2/LXC.pm resize_vm",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["unable to shrink disk size"],
+    },
+    Text {
+        pattern: "shrinking disks is not supported",
+        meaning: Meaning::Refused,
+        source: "qemu-server src/PVE/API2/Qemu.pm resize_vm",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["shrinking disks is not supported"],
+    },
+    // Refusals of the request as sent.
+    Text {
+        pattern: "MTU size '#' is bigger than bridge MTU '#'",
+        meaning: Meaning::Refused,
+        source: "pve-container src/PVE/LXC/Config.pm update_pct_config (an update), \
+                 src/PVE/LXC.pm update_lxc_config (a start)",
+        versions: "every PVE 8.x and 9.x (pve-container 4.3-3 on)",
+        samples: &["net0: MTU size '9000' is bigger than bridge MTU '1500'"],
+    },
+    Text {
+        pattern: "Full clone of a running container is only possible from a snapshot",
+        meaning: Meaning::Refused,
+        source: "pve-container src/PVE/API2/LXC.pm clone_vm",
+        versions: "PVE 9.1 and later (pve-container 6.0.19 on)",
+        samples: &["Full clone of a running container is only possible from a snapshot"],
+    },
+    Text {
+        pattern: "Cannot do full clones on a running container without snapshots",
+        meaning: Meaning::Refused,
+        source: "pve-container src/PVE/API2/LXC.pm clone_vm (the words before commit 2682d64 \
+                 `api: clone: improve error message`)",
+        versions: "PVE 8.0 to 9.1 (pve-container before 6.0.19)",
+        samples: &["Cannot do full clones on a running container without snapshots"],
+    },
+    Text {
+        pattern: "can't clone VM to node '*' (VM uses local storage)",
+        meaning: Meaning::Refused,
+        source: "qemu-server src/PVE/API2/Qemu.pm clone_vm",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["can't clone VM to node 'pve2' (VM uses local storage)"],
+    },
+    Text {
+        pattern: "can't clone CT to node '*' (CT uses local storage)",
+        meaning: Meaning::Refused,
+        source: "pve-container src/PVE/API2/LXC.pm clone_vm",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["can't clone CT to node 'pve2' (CT uses local storage)"],
     },
     // HA.
     Text {
@@ -611,12 +699,14 @@ mod tests {
 
     #[test]
     fn what_each_meaning_says() {
-        assert!(Meaning::LockTimeout.is_contention());
+        assert!(Meaning::LockTimeout.is_contention() && Meaning::LockedTooLong.is_contention());
         assert!(!Meaning::LockHeld.is_contention());
-        assert!(Meaning::LockHeld.nothing_done() && !Meaning::NoSpace.nothing_done());
+        // Work under a cfs lock cut off at 60 s may have done part of it.
+        assert!(!Meaning::LockedTooLong.nothing_done());
+        assert!(Meaning::LockHeld.nothing_done() && Meaning::Refused.nothing_done());
         assert_eq!(Meaning::LockHeld.category(), Some(Category::LockError));
         assert_eq!(Meaning::DigestConflict.category(), Some(Category::Conflict));
-        assert_eq!(Meaning::VmPaused.category(), None);
+        assert_eq!(Meaning::AlreadyAtSize.category(), None);
     }
 
     #[test]
