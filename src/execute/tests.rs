@@ -2193,3 +2193,137 @@ async fn a_containers_messages_name_it_a_container() {
         e.message
     );
 }
+
+/// A container template to clone (on pve1).
+const CT_TEMPLATE: u32 = 9100;
+
+/// The container spec `web-01` cloned from CT template 9100 on pve1 (a `vzclone`).
+fn ct_clone_world() -> World {
+    let mut w = World::new("");
+    w.pve().add_guest(
+        crate::guest::GuestKind::Lxc,
+        CT_TEMPLATE,
+        "pve1",
+        &[
+            ("hostname", "alpine-ct"),
+            ("template", "1"),
+            ("unprivileged", "1"),
+            ("ostype", "alpine"),
+            ("rootfs", "local-lvm:base-9100-disk-0,size=4G"),
+        ],
+    );
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {CT_TEMPLATE}\n"
+    );
+    let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    w.spec = specs.remove(0);
+    w
+}
+
+/// pve-container's refusal of a clone while another clone copies the template: its clone_vm
+/// takes `set_lock($vmid, 'disk')` on the source first (pve-guest-common check_lock dies
+/// `CT is locked (disk)`), a plain `die`: HTTP 500.
+fn template_locked(lock: &str) -> Fault {
+    Fault::Refuse(crate::pve::Error::Api {
+        method: "POST".into(),
+        path: format!("/nodes/pve1/lxc/{CT_TEMPLATE}/clone"),
+        status: 500,
+        message: format!("CT is locked ({lock})"),
+        errors: Default::default(),
+    })
+}
+
+/// Another spec's clone of the CT template, copying on pve1: the template locked `disk`, its
+/// `vzclone` task (naming the template) running.
+fn ct_template_cloning(w: &World) -> String {
+    let upid = w
+        .pve()
+        .start_task("pve1", "vzclone", &CT_TEMPLATE.to_string());
+    w.pve().set_config_value(CT_TEMPLATE, "lock", Some("disk"));
+    upid
+}
+
+/// A second clone of a CT template while a first one copies it is refused `CT is locked
+/// (disk)`: nothing was made (the intent is released), the node is not overloaded, and once
+/// the clone holding the lock ends the create is tried again in the same cycle: one
+/// container, the refusal in the history, no backoff.
+#[tokio::test(start_paused = true)]
+async fn a_clone_refused_while_its_ct_template_is_cloned_waits_and_is_tried_again() {
+    let w = ct_clone_world();
+    let other = ct_template_cloning(&w);
+    w.pve().fault("clone_ct", template_locked("disk"));
+    let end_other = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        w.pve().set_config_value(CT_TEMPLATE, "lock", None);
+        w.pve().end_task(&other, "OK");
+    };
+    let (results, ()) = tokio::join!(w.execute(vec![w.create()]), end_other);
+    assert_eq!(results[0].outcome, Outcome::Done, "{results:?}");
+    assert_eq!(w.pve().count("clone_ct"), 2, "{:?}", w.pve().calls());
+    let rec = w.record();
+    let VmState::Exists { vmid, .. } = rec.vm else {
+        panic!("{rec:?}");
+    };
+    assert!(w.pve().vm(vmid).is_some_and(|ct| ct.running));
+    assert_eq!((rec.attempts, rec.next_attempt_ms), (0, None), "{rec:?}");
+    let history = history(&w);
+    assert!(
+        history.contains("create: trying again after LockError: ")
+            && history.contains("CT is locked (disk)"),
+        "{history}"
+    );
+}
+
+/// The clone holding the template's lock outlives the task wait: the spec waits (no error,
+/// no backoff, nothing reserved), and the next cycle creates it.
+#[tokio::test(start_paused = true)]
+async fn a_clone_whose_ct_template_stays_locked_by_a_running_clone_waits() {
+    let w = ct_clone_world();
+    let other = ct_template_cloning(&w);
+    w.pve().fault("clone_ct", template_locked("disk"));
+    let results = w.execute(vec![w.create()]).await;
+    let Outcome::Waiting { reason } = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert!(
+        reason.contains("container template 9100 is locked (disk) by task ")
+            && reason.contains(&other),
+        "{reason}"
+    );
+    let rec = w.record();
+    assert_eq!(rec.vm, VmState::Absent, "{rec:?}");
+    assert!(rec.last_error.is_none(), "{rec:?}");
+    assert_eq!(w.pve().count("clone_ct"), 1, "{:?}", w.pve().calls());
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A CT template left locked `disk` with no task holding it (an interrupted clone): nothing
+/// can be cloned from it until a person clears it, which the error says how to do.
+#[tokio::test(start_paused = true)]
+async fn a_ct_template_locked_with_no_task_holding_it_is_a_stale_lock() {
+    let w = ct_clone_world();
+    w.pve().set_config_value(CT_TEMPLATE, "lock", Some("disk"));
+    w.pve().fault("clone_ct", template_locked("disk"));
+    let results = w.execute(vec![w.create()]).await;
+    let Outcome::Failed(e) = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert_eq!(e.category, Category::LockError, "{e:?}");
+    assert_eq!(e.kind, crate::store::ErrorKind::StaleLock, "{e:?}");
+    assert!(
+        e.message
+            .starts_with("container template 9100 on node pve1 is locked (disk) and no task")
+            && e.message.contains("pct unlock 9100"),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert_eq!(
+        w.pve().count("clone_ct"),
+        1,
+        "tried once: {:?}",
+        w.pve().calls()
+    );
+}

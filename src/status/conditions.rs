@@ -1072,6 +1072,7 @@ mod tests {
                 category: crate::category::Category::PermissionDenied,
                 message: "403".into(),
                 kind: ErrorKind::Plain,
+                again: false,
             })),
         ];
         let listed = |kind: &str| match kind {
