@@ -26,6 +26,8 @@ struct World {
     store: Arc<Store>,
     site: Arc<SiteCtx<FakePve>>,
     spec: Spec,
+    /// More specs of the cycle, beside `spec`.
+    others: Vec<Spec>,
     key: Arc<MarkerKey>,
     clock: Clock,
     task_wait: Duration,
@@ -54,6 +56,7 @@ impl World {
             store,
             site: Arc::new(SiteCtx::new("lab", fake, REQUEST_TIMEOUT)),
             spec: test_spec(extra),
+            others: Vec::new(),
             key: Arc::new(MarkerKey::from_bytes([7; 32])),
             clock,
             task_wait: Duration::from_secs(5),
@@ -123,7 +126,10 @@ impl World {
             store: self.store.clone(),
             install_id: "main".into(),
             sites: [("lab".to_string(), self.site.clone())].into(),
-            specs: [(self.spec.name.clone(), Arc::new(self.spec.clone()))].into(),
+            specs: std::iter::once(&self.spec)
+                .chain(&self.others)
+                .map(|s| (s.name.clone(), Arc::new(s.clone())))
+                .collect(),
             views: [("lab".to_string(), view)].into(),
             config_hash: String::new(),
             task_wait: self.task_wait,
@@ -2222,21 +2228,9 @@ fn ct_clone_world() -> World {
     w
 }
 
-/// pve-container's refusal of a clone while another clone copies the template: its clone_vm
-/// takes `set_lock($vmid, 'disk')` on the source first (pve-guest-common check_lock dies
-/// `CT is locked (disk)`), a plain `die`: HTTP 500.
-fn template_locked(lock: &str) -> Fault {
-    Fault::Refuse(crate::pve::Error::Api {
-        method: "POST".into(),
-        path: format!("/nodes/pve1/lxc/{CT_TEMPLATE}/clone"),
-        status: 500,
-        message: format!("CT is locked ({lock})"),
-        errors: Default::default(),
-    })
-}
-
 /// Another spec's clone of the CT template, copying on pve1: the template locked `disk`, its
-/// `vzclone` task (naming the template) running.
+/// `vzclone` task (naming the template) running. The fake refuses a clone of it meanwhile as
+/// pve-container does: 500 `CT is locked (disk)`.
 fn ct_template_cloning(w: &World) -> String {
     let upid = w
         .pve()
@@ -2253,7 +2247,6 @@ fn ct_template_cloning(w: &World) -> String {
 async fn a_clone_refused_while_its_ct_template_is_cloned_waits_and_is_tried_again() {
     let w = ct_clone_world();
     let other = ct_template_cloning(&w);
-    w.pve().fault("clone_ct", template_locked("disk"));
     let end_other = async {
         tokio::time::sleep(Duration::from_secs(2)).await;
         w.pve().set_config_value(CT_TEMPLATE, "lock", None);
@@ -2282,7 +2275,6 @@ async fn a_clone_refused_while_its_ct_template_is_cloned_waits_and_is_tried_agai
 async fn a_clone_whose_ct_template_stays_locked_by_a_running_clone_waits() {
     let w = ct_clone_world();
     let other = ct_template_cloning(&w);
-    w.pve().fault("clone_ct", template_locked("disk"));
     let results = w.execute(vec![w.create()]).await;
     let Outcome::Waiting { reason } = &results[0].outcome else {
         panic!("{results:?}");
@@ -2305,7 +2297,6 @@ async fn a_clone_whose_ct_template_stays_locked_by_a_running_clone_waits() {
 async fn a_ct_template_locked_with_no_task_holding_it_is_a_stale_lock() {
     let w = ct_clone_world();
     w.pve().set_config_value(CT_TEMPLATE, "lock", Some("disk"));
-    w.pve().fault("clone_ct", template_locked("disk"));
     let results = w.execute(vec![w.create()]).await;
     let Outcome::Failed(e) = &results[0].outcome else {
         panic!("{results:?}");
@@ -2325,5 +2316,63 @@ async fn a_ct_template_locked_with_no_task_holding_it_is_a_stale_lock() {
         1,
         "tried once: {:?}",
         w.pve().calls()
+    );
+}
+
+/// Two container specs cloned from one CT template in one cycle: the fake, as pve-container,
+/// locks the template `disk` while the first clone copies, refuses the second `CT is locked
+/// (disk)`; the second waits for the first clone's task and is cloned when it ends. Both are
+/// made in the cycle, one container each.
+#[tokio::test(start_paused = true)]
+async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle() {
+    let mut w = ct_clone_world();
+    let mut second = w.spec.clone();
+    second.name = "web-02".into();
+    second.vm_name = "web-02".into();
+    w.others.push(second);
+    w.pve().set_task_end(TaskEnd::Held);
+    let first_clone_ends = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let running = w.pve().running_tasks();
+        assert_eq!(running.len(), 1, "one clone copies at a time: {running:?}");
+        let locked = w.pve().vm(CT_TEMPLATE).expect("template").config;
+        assert_eq!(locked.get("lock").map(String::as_str), Some("disk"));
+        w.pve().set_task_end(TaskEnd::AtOnce);
+        w.pve().end_task(&running[0], "OK");
+    };
+    let create = |spec: &Spec| Action::Create {
+        spec: spec.name.clone(),
+        site: "lab".into(),
+        node: spec.node.clone(),
+    };
+    let actions = vec![create(&w.spec), create(&w.others[0])];
+    let (results, ()) = tokio::join!(w.execute(actions), first_clone_ends);
+    for r in &results {
+        assert_eq!(r.outcome, Outcome::Done, "{results:?}");
+    }
+    let calls = w.pve().calls();
+    assert_eq!(w.pve().count("clone_ct"), 3, "{calls:?}");
+    let records = w.store.specs().expect("records");
+    let vmids: Vec<u32> = ["web-01", "web-02"]
+        .iter()
+        .map(|n| records[*n].vmid().expect("made"))
+        .collect();
+    assert_ne!(vmids[0], vmids[1]);
+    let retried: Vec<&String> = records
+        .iter()
+        .filter(|(_, r)| {
+            r.history
+                .iter()
+                .any(|h| h.outcome.contains("CT is locked (disk)"))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(retried.len(), 1, "{records:?}");
+    assert!(records.values().all(|r| r.last_error.is_none()));
+    let template = w.pve().vm(CT_TEMPLATE).expect("template");
+    assert_eq!(
+        template.config.get("lock"),
+        None,
+        "unlocked when the clone ended"
     );
 }
