@@ -2376,3 +2376,34 @@ async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle()
         "unlocked when the clone ended"
     );
 }
+
+/// pve-container resizes by the volume's real size, not the config's `size=`: a rootfs whose
+/// config says less than its volume has is refused `disk is already at specified size` (a plain
+/// `die`, HTTP 500). The volume is at the spec's size: the converge is done, the size recorded,
+/// no error and no overload.
+#[tokio::test(start_paused = true)]
+async fn a_container_volume_already_at_the_specs_size_counts_as_grown() {
+    let w = ct_world();
+    let vmid = w.made().await;
+    let rootfs = w.pve().vm(vmid).expect("made").config["rootfs"].clone();
+    let volume = rootfs.split(',').next().unwrap_or_default().to_string();
+    w.pve()
+        .set_config_value(vmid, "rootfs", Some(&format!("{volume},size=4G")));
+    w.pve().fault(
+        "resize_disk",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "PUT".into(),
+            path: format!("/nodes/pve1/lxc/{vmid}/resize"),
+            status: 500,
+            message: "disk is already at specified size".into(),
+            errors: Default::default(),
+        }),
+    );
+    let mut rec = w.record();
+    rec.applied_disk_bytes = None;
+    w.store.put(&w.spec.name, &rec).expect("record");
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("resize_disk"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.record().applied_disk_bytes, Some(w.spec.disk_bytes));
+}
