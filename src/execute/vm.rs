@@ -449,10 +449,9 @@ pub(super) async fn converge_power(
 /// already running`, `CT 101 not running`: `pve::texts`): an answer before any task, so
 /// nothing ran.
 fn refused_as_already(e: &crate::pve::Error, vmid: u32, state: Meaning) -> bool {
-    let id = vmid.to_string();
     e.status() == Some(500)
         && e.meaning() == Some(state)
-        && e.pve_message().split_whitespace().any(|w| w == id)
+        && crate::pve::texts::names_vmid(e.pve_message(), vmid)
 }
 
 /// After a power task ended: for an HA-managed VM (`hastart`/`hastop`, which end as soon as

@@ -543,6 +543,13 @@ pub fn held_lock(text: &str) -> Option<&str> {
     Some(lock).filter(|l| !l.is_empty())
 }
 
+/// Whether `text` names guest `vmid` (`CT 101 not running`: the number as a word of its own,
+/// not a part of `1101`).
+pub fn names_vmid(text: &str, vmid: u32) -> bool {
+    let id = vmid.to_string();
+    text.split(|c: char| !c.is_ascii_digit()).any(|w| w == id)
+}
+
 /// One step of a pattern.
 #[derive(Clone, Copy)]
 enum Step {
@@ -718,6 +725,14 @@ mod tests {
         );
         assert_eq!(held_lock("VM is locked ()"), None);
         assert_eq!(held_lock("can't lock file '/x' - got timeout"), None);
+    }
+
+    #[test]
+    fn a_text_names_its_guest_by_the_whole_number() {
+        assert!(names_vmid("CT 101 not running\n", 101));
+        assert!(names_vmid("service 'ct:101' in error state", 101));
+        assert!(!names_vmid("CT 1101 not running", 101));
+        assert!(!names_vmid("CT 10 not running", 101));
     }
 
     #[test]
