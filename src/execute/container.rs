@@ -8,6 +8,7 @@
 
 use crate::category::Category;
 use crate::gate::volume::{self as gate, SlotHolds};
+use crate::pve::texts::{self, Meaning};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_size;
 use crate::pve::{Error as PveError, Pve, TaskOutcome, Upid};
@@ -221,7 +222,10 @@ pub(super) async fn converge(
 }
 
 /// The root filesystem and the mount points grown to the spec's sizes (`PUT .../resize`, a
-/// task; they only grow). `Some` when a resize outlived the wait.
+/// task; they only grow). `Some` when a resize outlived the wait. pve-container compares the
+/// volume's real size, not the config's `size=`, and refuses a resize to it `disk is already
+/// at specified size` (API2/LXC.pm resize_vm, before its task and again in it): that volume is
+/// at the spec's size, done.
 async fn grow(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -253,16 +257,31 @@ async fn grow(
     }
     for (disk, from, to) in resizes {
         tracing::info!(spec = %spec.name, vmid, disk = %disk, from, to, "growing the container's volume");
-        let resize = client
+        let resize = match client
             .resize_disk(node, kind, vmid, &disk, &pve_size(to), None)
-            .await?;
-        if let Some(upid) = resize
-            && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+            .await
         {
-            ctx.store.put(&spec.name, rec)?;
-            return Ok(Some(Outcome::StillRunning {
-                upid: upid.to_string(),
-            }));
+            Err(e) if e.meaning() == Some(Meaning::AlreadyAtSize) => None,
+            other => other?,
+        };
+        let waited = match resize {
+            Some(upid) => Some((wait(ctx, client, &upid, rec).await, upid)),
+            None => None,
+        };
+        match waited {
+            Some((Ok(TaskOutcome::StillRunning), upid)) => {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Some(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                }));
+            }
+            Some((Err(e), _))
+                if !(e.task_failed
+                    && texts::meaning(&e.error.message) == Some(Meaning::AlreadyAtSize)) =>
+            {
+                return Err(e.into());
+            }
+            _ => {}
         }
         if disk == "rootfs" {
             rec.applied_disk_bytes = Some(spec.disk_bytes);

@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::category::Category;
 use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
 use crate::ownership::{Marker, new_uid};
-use crate::pve::{CloneRequest, Error as PveError, Pve, TaskOutcome, Upid, VmParams};
+use crate::pve::texts;
+use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
 use crate::spec::Spec;
 use crate::store::{CloneSource, SpecRecord, VmState};
 
@@ -46,7 +47,7 @@ pub(super) async fn create(
         _ => None,
     };
 
-    let (vmid, upid) = {
+    let sent = {
         let mut allocator = site.allocator.lock().await;
         let mut skip: Vec<u32> = ctx.store.allocations(site_name)?.into_keys().collect();
         let mut attempt = 0;
@@ -80,7 +81,7 @@ pub(super) async fn create(
                     rec.last_task = Some(Box::new(task_record(ctx, &upid, "running")));
                     record_task(ctx, &spec.name, rec, &upid)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
-                    break (vmid, upid);
+                    break Ok((vmid, upid));
                 }
                 Err(e) if e.is_already_exists() && attempt < 5 && spec.hardware.vm_id.is_none() => {
                     // Someone took the id after the listing (or nextid) showed it free, or the
@@ -92,7 +93,7 @@ pub(super) async fn create(
                 Err(e) if e.surely_not_executed() => {
                     // PVE refused it before doing anything: nothing was created.
                     abandon(ctx, spec, rec)?;
-                    return Err(e.into());
+                    break Err(e);
                 }
                 Err(e) => {
                     // Anything else (a 5xx, a lost or unreadable answer) may have started the
@@ -102,6 +103,11 @@ pub(super) async fn create(
                 }
             }
         }
+    };
+    // The site's allocation is free again: a refused clone may wait for its template here.
+    let (vmid, upid) = match sent {
+        Ok(sent) => sent,
+        Err(e) => return refused(ctx, site, spec, clone_of.as_ref(), e).await,
     };
     finish_create(
         ctx,
@@ -113,6 +119,60 @@ pub(super) async fn create(
         JustSent::Yes,
     )
     .await
+}
+
+/// A create or clone PVE refused before doing anything (its intent released). A clone refused
+/// because its template is locked waits for the task that holds the lock, up to the task wait,
+/// and is then tried again in this cycle ([`super::ActionError::again`]): pve-container's
+/// clone locks its source `disk` for the whole copy (`set_lock($vmid, 'disk')` in clone_vm),
+/// so a second clone of one CT template is refused `CT is locked (disk)` while the first
+/// copies; a backup's `lock: backup` refuses a VM template's (qemu-server clone_vm's
+/// check_lock). While the task still runs the spec waits; a template locked with no task that
+/// can hold the lock is a stale lock only a person can clear (`pct unlock`, `qm unlock`).
+async fn refused(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+    clone_of: Option<&CloneSource>,
+    e: PveError,
+) -> Result<Outcome, ActionError> {
+    let (Some(template), Some(lock)) = (clone_of, texts::held_lock(e.pve_message())) else {
+        return Err(e.into());
+    };
+    let (noun, cli, id, node) = (
+        spec.kind.noun(),
+        spec.kind.cli(),
+        template.vmid,
+        &template.node,
+    );
+    let holder = LockHolder::of(lock);
+    let tasks = site.client.active_tasks(node).await?;
+    let Some(upid) = tasks
+        .iter()
+        .filter(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), id))
+        .find_map(|t| t.upid.parse::<Upid>().ok())
+    else {
+        return Err(stale_lock(format!(
+            "{noun} template {id} on node {node} is locked ({lock}) and no task holds the lock \
+             (an interrupted clone, backup or volume move), so nothing can be cloned from it. \
+             After checking that nothing is running on it, clear it on the node with: {cli} \
+             unlock {id}"
+        )));
+    };
+    tracing::info!(spec = %spec.name, template = id, lock, upid = %upid, "the template is locked by a running task; waiting for it before cloning");
+    match super::wait_until_stop(ctx, &site.client, &upid).await {
+        Ok(TaskOutcome::StillRunning) => Ok(Outcome::Waiting {
+            reason: format!(
+                "{noun} template {id} is locked ({lock}) by task {upid}; the clone is sent once \
+                 it ends"
+            ),
+        }),
+        Ok(_) | Err(PveError::TaskFailed { .. }) => Err(ActionError {
+            again: true,
+            ..e.into()
+        }),
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// The plan creates a guest for a spec whose record still names one (this cycle's listing did

@@ -229,7 +229,7 @@ fn refused_in_error_state(
     vmid: u32,
     ha: &Ha,
 ) -> ActionError {
-    if e.pve_message().contains("in error state") {
+    if e.meaning() == Some(crate::pve::texts::Meaning::HaErrorState) {
         fail(
             Category::ConfigurationError,
             error_state_message(guest, vmid, ha),

@@ -71,6 +71,9 @@ pub struct ActionError {
     pub message: String,
     /// What it is beyond its category (a stale lock).
     pub kind: ErrorKind,
+    /// A create that is tried again in this cycle ([`create_again`]): its clone was refused
+    /// while a task held its template's lock, and that task has ended.
+    pub again: bool,
 }
 
 impl ActionError {
@@ -93,6 +96,7 @@ impl From<PveError> for ActionError {
             category: e.category(),
             message,
             kind: ErrorKind::Plain,
+            again: false,
         }
     }
 }
@@ -112,6 +116,7 @@ impl From<crate::store::StateError> for ActionError {
             category: Category::ConfigurationError,
             message: e.to_string(),
             kind: ErrorKind::Plain,
+            again: false,
         }
     }
 }
@@ -121,6 +126,7 @@ fn fail(category: Category, message: impl Into<String>) -> ActionError {
         category,
         message: message.into(),
         kind: ErrorKind::Plain,
+        again: false,
     }
 }
 
@@ -374,15 +380,19 @@ pub async fn execute<P: Pve>(
     results
 }
 
-/// How many times one cycle tries a create whose clone or create PVE gave up on a lock timeout.
+/// How many times one cycle tries a create whose clone or create PVE gave up on a lock timeout,
+/// or whose clone waited for its template's lock.
 pub const CREATE_TRIES: u32 = 5;
 
 /// Whether `attempt` of `action`, which ended with `outcome` and left the spec's record as
-/// `rec`, is tried again in this cycle: a create whose clone or create died on a lock timeout
-/// (the node's storage or a config lock was too busy: `pve::is_lock_timeout`), whose intent is
-/// released (the VMID verifiably holds nothing of ours and no request is on its way: `create`
-/// keeps the intent otherwise), while proxsync is not stopping. The node's limit was cut by
-/// the same failure, so the try comes when the node has room again.
+/// `rec`, is tried again in this cycle: a create whose clone or create died on lock contention
+/// (the node's storage or a config lock was too busy: `pve::is_lock_timeout`), or whose clone
+/// PVE refused while a task held the template's lock and that task has ended
+/// ([`ActionError::again`]: pve-container locks a template `disk` for each clone of it), whose
+/// intent is released (the VMID verifiably holds nothing of ours and no request is on its
+/// way: `create` keeps the intent otherwise), while proxsync is not stopping. After a lock
+/// timeout the node's limit was cut by the same failure, so the try comes when the node has
+/// room again.
 fn create_again(
     ctx: &ExecCtx<impl Pve>,
     action: &Action,
@@ -397,7 +407,7 @@ fn create_again(
         && matches!(outcome, Outcome::Failed(e)
             if e.category == Category::LockError
                 && e.kind == ErrorKind::Plain
-                && crate::pve::is_lock_timeout(&e.message))
+                && (e.again || crate::pve::is_lock_timeout(&e.message)))
 }
 
 /// The (site, node) whose `max_parallel_per_node` limit an action counts against. An adoption
@@ -601,17 +611,16 @@ fn task_record(ctx: &ExecCtx<impl Pve>, upid: &Upid, status: &str) -> TaskRecord
     }
 }
 
-/// Waits for a task; records how it ended in `rec.last_task`.
-async fn wait(
+/// Waits for a task, up to the task wait; when proxsync is stopping, `StillRunning` at once.
+async fn wait_until_stop(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
     upid: &Upid,
-    rec: &mut SpecRecord,
-) -> Result<TaskOutcome, WaitError> {
+) -> Result<TaskOutcome, PveError> {
     // When stopping, the wait ends at once: callers record the UPID before they wait, so the
     // next start resumes it.
     let mut shutdown = ctx.shutdown.clone();
-    let waited = tokio::select! {
+    tokio::select! {
         r = client.wait_task(upid, ctx.task_wait) => r,
         _ = async {
             // Without a sender (no daemon) there is no stop to wait for.
@@ -619,7 +628,17 @@ async fn wait(
                 std::future::pending::<()>().await;
             }
         } => Ok(TaskOutcome::StillRunning),
-    };
+    }
+}
+
+/// Waits for a task; records how it ended in `rec.last_task`.
+async fn wait(
+    ctx: &ExecCtx<impl Pve>,
+    client: &impl Pve,
+    upid: &Upid,
+    rec: &mut SpecRecord,
+) -> Result<TaskOutcome, WaitError> {
+    let waited = wait_until_stop(ctx, client, upid).await;
     match waited {
         Ok(outcome) => {
             let status = match &outcome {

@@ -104,7 +104,7 @@ pub(super) fn retrying(
         action_name(action),
         &format!("trying again after {}: {}", e.category, e.message),
     );
-    tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock timeout; trying again this cycle");
+    tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock; trying again this cycle");
     if let Err(e) = ctx.store.put(spec_name, &rec) {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
     }

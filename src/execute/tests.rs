@@ -26,6 +26,8 @@ struct World {
     store: Arc<Store>,
     site: Arc<SiteCtx<FakePve>>,
     spec: Spec,
+    /// More specs of the cycle, beside `spec`.
+    others: Vec<Spec>,
     key: Arc<MarkerKey>,
     clock: Clock,
     task_wait: Duration,
@@ -54,6 +56,7 @@ impl World {
             store,
             site: Arc::new(SiteCtx::new("lab", fake, REQUEST_TIMEOUT)),
             spec: test_spec(extra),
+            others: Vec::new(),
             key: Arc::new(MarkerKey::from_bytes([7; 32])),
             clock,
             task_wait: Duration::from_secs(5),
@@ -123,7 +126,10 @@ impl World {
             store: self.store.clone(),
             install_id: "main".into(),
             sites: [("lab".to_string(), self.site.clone())].into(),
-            specs: [(self.spec.name.clone(), Arc::new(self.spec.clone()))].into(),
+            specs: std::iter::once(&self.spec)
+                .chain(&self.others)
+                .map(|s| (s.name.clone(), Arc::new(s.clone())))
+                .collect(),
             views: [("lab".to_string(), view)].into(),
             config_hash: String::new(),
             task_wait: self.task_wait,
@@ -2248,4 +2254,212 @@ async fn a_record_is_forgotten_only_when_pve_says_its_vmid_is_free() {
     w.pve().remove_vm(vmid);
     assert_eq!(w.run(forget).await, Outcome::Done);
     assert!(w.store.record(&w.spec.name).unwrap().is_none());
+}
+
+/// A container template to clone (on pve1).
+const CT_TEMPLATE: u32 = 9100;
+
+/// The container spec `web-01` cloned from CT template 9100 on pve1 (a `vzclone`).
+fn ct_clone_world() -> World {
+    let mut w = World::new("");
+    w.pve().add_guest(
+        crate::guest::GuestKind::Lxc,
+        CT_TEMPLATE,
+        "pve1",
+        &[
+            ("hostname", "alpine-ct"),
+            ("template", "1"),
+            ("unprivileged", "1"),
+            ("ostype", "alpine"),
+            ("rootfs", "local-lvm:base-9100-disk-0,size=4G"),
+        ],
+    );
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    template: {CT_TEMPLATE}\n"
+    );
+    let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    w.spec = specs.remove(0);
+    w
+}
+
+/// Another spec's clone of the CT template, copying on pve1: the template locked `disk`, its
+/// `vzclone` task (naming the template) running. The fake refuses a clone of it meanwhile as
+/// pve-container does: 500 `CT is locked (disk)`.
+fn ct_template_cloning(w: &World) -> String {
+    let upid = w
+        .pve()
+        .start_task("pve1", "vzclone", &CT_TEMPLATE.to_string());
+    w.pve().set_config_value(CT_TEMPLATE, "lock", Some("disk"));
+    upid
+}
+
+/// A second clone of a CT template while a first one copies it is refused `CT is locked
+/// (disk)`: nothing was made (the intent is released), the node is not overloaded, and once
+/// the clone holding the lock ends the create is tried again in the same cycle: one
+/// container, the refusal in the history, no backoff.
+#[tokio::test(start_paused = true)]
+async fn a_clone_refused_while_its_ct_template_is_cloned_waits_and_is_tried_again() {
+    let w = ct_clone_world();
+    let other = ct_template_cloning(&w);
+    let end_other = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        w.pve().set_config_value(CT_TEMPLATE, "lock", None);
+        w.pve().end_task(&other, "OK");
+    };
+    let (results, ()) = tokio::join!(w.execute(vec![w.create()]), end_other);
+    assert_eq!(results[0].outcome, Outcome::Done, "{results:?}");
+    assert_eq!(w.pve().count("clone_ct"), 2, "{:?}", w.pve().calls());
+    let rec = w.record();
+    let VmState::Exists { vmid, .. } = rec.vm else {
+        panic!("{rec:?}");
+    };
+    assert!(w.pve().vm(vmid).is_some_and(|ct| ct.running));
+    assert_eq!((rec.attempts, rec.next_attempt_ms), (0, None), "{rec:?}");
+    let history = history(&w);
+    assert!(
+        history.contains("create: trying again after LockError: ")
+            && history.contains("CT is locked (disk)"),
+        "{history}"
+    );
+}
+
+/// The clone holding the template's lock outlives the task wait: the spec waits (no error,
+/// no backoff, nothing reserved), and the next cycle creates it.
+#[tokio::test(start_paused = true)]
+async fn a_clone_whose_ct_template_stays_locked_by_a_running_clone_waits() {
+    let w = ct_clone_world();
+    let other = ct_template_cloning(&w);
+    let results = w.execute(vec![w.create()]).await;
+    let Outcome::Waiting { reason } = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert!(
+        reason.contains("container template 9100 is locked (disk) by task ")
+            && reason.contains(&other),
+        "{reason}"
+    );
+    let rec = w.record();
+    assert_eq!(rec.vm, VmState::Absent, "{rec:?}");
+    assert!(rec.last_error.is_none(), "{rec:?}");
+    assert_eq!(w.pve().count("clone_ct"), 1, "{:?}", w.pve().calls());
+    assert!(w.store.allocations("lab").expect("allocations").is_empty());
+}
+
+/// A CT template left locked `disk` with no task holding it (an interrupted clone): nothing
+/// can be cloned from it until a person clears it, which the error says how to do.
+#[tokio::test(start_paused = true)]
+async fn a_ct_template_locked_with_no_task_holding_it_is_a_stale_lock() {
+    let w = ct_clone_world();
+    w.pve().set_config_value(CT_TEMPLATE, "lock", Some("disk"));
+    let results = w.execute(vec![w.create()]).await;
+    let Outcome::Failed(e) = &results[0].outcome else {
+        panic!("{results:?}");
+    };
+    assert_eq!(e.category, Category::LockError, "{e:?}");
+    assert_eq!(e.kind, crate::store::ErrorKind::StaleLock, "{e:?}");
+    assert!(
+        e.message
+            .starts_with("container template 9100 on node pve1 is locked (disk) and no task")
+            && e.message.contains("pct unlock 9100"),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.record().vm, VmState::Absent);
+    assert_eq!(
+        w.pve().count("clone_ct"),
+        1,
+        "tried once: {:?}",
+        w.pve().calls()
+    );
+}
+
+/// Two container specs cloned from one CT template in one cycle: the fake, as pve-container,
+/// locks the template `disk` while the first clone copies, refuses the second `CT is locked
+/// (disk)`; the second waits for the first clone's task and is cloned when it ends. Both are
+/// made in the cycle, one container each.
+#[tokio::test(start_paused = true)]
+async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle() {
+    let mut w = ct_clone_world();
+    let mut second = w.spec.clone();
+    second.name = "web-02".into();
+    second.vm_name = "web-02".into();
+    w.others.push(second);
+    w.pve().set_task_end(TaskEnd::Held);
+    let first_clone_ends = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let running = w.pve().running_tasks();
+        assert_eq!(running.len(), 1, "one clone copies at a time: {running:?}");
+        let locked = w.pve().vm(CT_TEMPLATE).expect("template").config;
+        assert_eq!(locked.get("lock").map(String::as_str), Some("disk"));
+        w.pve().set_task_end(TaskEnd::AtOnce);
+        w.pve().end_task(&running[0], "OK");
+    };
+    let create = |spec: &Spec| Action::Create {
+        spec: spec.name.clone(),
+        site: "lab".into(),
+        node: spec.node.clone(),
+    };
+    let actions = vec![create(&w.spec), create(&w.others[0])];
+    let (results, ()) = tokio::join!(w.execute(actions), first_clone_ends);
+    for r in &results {
+        assert_eq!(r.outcome, Outcome::Done, "{results:?}");
+    }
+    let calls = w.pve().calls();
+    assert_eq!(w.pve().count("clone_ct"), 3, "{calls:?}");
+    let records = w.store.specs().expect("records");
+    let vmids: Vec<u32> = ["web-01", "web-02"]
+        .iter()
+        .map(|n| records[*n].vmid().expect("made"))
+        .collect();
+    assert_ne!(vmids[0], vmids[1]);
+    let retried: Vec<&String> = records
+        .iter()
+        .filter(|(_, r)| {
+            r.history
+                .iter()
+                .any(|h| h.outcome.contains("CT is locked (disk)"))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(retried.len(), 1, "{records:?}");
+    assert!(records.values().all(|r| r.last_error.is_none()));
+    let template = w.pve().vm(CT_TEMPLATE).expect("template");
+    assert_eq!(
+        template.config.get("lock"),
+        None,
+        "unlocked when the clone ended"
+    );
+}
+
+/// pve-container resizes by the volume's real size, not the config's `size=`: a rootfs whose
+/// config says less than its volume has is refused `disk is already at specified size` (a plain
+/// `die`, HTTP 500). The volume is at the spec's size: the converge is done, the size recorded,
+/// no error and no overload.
+#[tokio::test(start_paused = true)]
+async fn a_container_volume_already_at_the_specs_size_counts_as_grown() {
+    let w = ct_world();
+    let vmid = w.made().await;
+    let rootfs = w.pve().vm(vmid).expect("made").config["rootfs"].clone();
+    let volume = rootfs.split(',').next().unwrap_or_default().to_string();
+    w.pve()
+        .set_config_value(vmid, "rootfs", Some(&format!("{volume},size=4G")));
+    w.pve().fault(
+        "resize_disk",
+        Fault::Refuse(crate::pve::Error::Api {
+            method: "PUT".into(),
+            path: format!("/nodes/pve1/lxc/{vmid}/resize"),
+            status: 500,
+            message: "disk is already at specified size".into(),
+            errors: Default::default(),
+        }),
+    );
+    let mut rec = w.record();
+    rec.applied_disk_bytes = None;
+    w.store.put(&w.spec.name, &rec).expect("record");
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
+    assert_eq!(w.pve().count("resize_disk"), 1, "{:?}", w.pve().calls());
+    assert_eq!(w.record().applied_disk_bytes, Some(w.spec.disk_bytes));
 }

@@ -11,6 +11,7 @@ use crate::gate::identity::{NotOurs, Recorded, VerifiedMarker, verify_by_identit
 use crate::gate::volume::Protection;
 use crate::guest::GuestKind;
 use crate::ownership::{Marker, ownership_tag};
+use crate::pve::texts::Meaning;
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{LockHolder, Pve, TaskOutcome};
@@ -474,13 +475,13 @@ pub(super) async fn power_off(
         .await
     {
         Ok(upid) => Some(upid),
-        Err(e) if e.pve_message().contains("VM is paused") => {
+        Err(e) if e.meaning() == Some(Meaning::VmPaused) => {
             tracing::info!(vmid, "the VM is paused and refuses a shutdown: stopping it");
             None
         }
         // Off already (the HA manager acting on a resource state just set, or a person):
         // pve-container refuses before any task, `CT N not running`.
-        Err(e) if refused_as_already(&e, vmid, "not running") => return Ok(None),
+        Err(e) if refused_as_already(&e, vmid, Meaning::NotRunning) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     if let Some(upid) = shutdown {
@@ -498,7 +499,7 @@ pub(super) async fn power_off(
     let upid = match client.stop_vm(node, kind, vmid, true).await {
         // An HA-managed VM: PVE refuses `overrule-shutdown` ("Not applicable for HA
         // resources."); a 400 executed nothing, so the plain stop is safe to send.
-        Err(e) if e.status() == Some(400) && e.to_string().contains("overrule-shutdown") => {
+        Err(e) if e.rejects_parameter("overrule-shutdown") => {
             client.stop_vm(node, kind, vmid, false).await?
         }
         other => other?,
@@ -541,7 +542,7 @@ pub(super) async fn converge_power(
                 // Started meanwhile (the HA manager acting on the resource the HA step just
                 // made, or a person): pve-container refuses before any task, `CT N already
                 // running`.
-                Err(e) if refused_as_already(&e, vmid, "already running") => {
+                Err(e) if refused_as_already(&e, vmid, Meaning::AlreadyRunning) => {
                     return Ok(PowerStep::Changed);
                 }
                 Err(e) => return Err(e.into()),
@@ -569,13 +570,13 @@ pub(super) async fn converge_power(
     }
 }
 
-/// Whether PVE refused a power request because the guest is in that state already (`CT 101
-/// already running`, `CT 101 not running`): an answer before any task, so nothing ran.
-fn refused_as_already(e: &crate::pve::Error, vmid: u32, state: &str) -> bool {
+/// Whether PVE refused a power request because guest `vmid` is in that state already (`CT 101
+/// already running`, `CT 101 not running`: `pve::texts`): an answer before any task, so
+/// nothing ran.
+fn refused_as_already(e: &crate::pve::Error, vmid: u32, state: Meaning) -> bool {
     e.status() == Some(500)
-        && e.pve_message()
-            .trim_end()
-            .ends_with(&format!(" {vmid} {state}"))
+        && e.meaning() == Some(state)
+        && crate::pve::texts::names_vmid(e.pve_message(), vmid)
 }
 
 /// After a power task ended: for an HA-managed VM (`hastart`/`hastop`, which end as soon as
@@ -620,6 +621,7 @@ pub(super) async fn settle_ha(
 mod tests {
     use super::refused_as_already;
     use crate::pve::Error;
+    use crate::pve::texts::Meaning;
 
     fn api(status: u16, message: &str) -> Error {
         Error::Api {
@@ -638,33 +640,33 @@ mod tests {
         assert!(refused_as_already(
             &api(500, "CT 101 already running\n"),
             101,
-            "already running"
+            Meaning::AlreadyRunning
         ));
         assert!(refused_as_already(
             &api(500, "CT 101 not running"),
             101,
-            "not running"
+            Meaning::NotRunning
         ));
         assert!(!refused_as_already(
             &api(500, "CT 1101 not running"),
             101,
-            "not running"
+            Meaning::NotRunning
         ));
         assert!(!refused_as_already(
             &api(500, "CT 101 not running"),
             101,
-            "already running"
+            Meaning::AlreadyRunning
         ));
         assert!(!refused_as_already(
             &api(403, "CT 101 not running"),
             101,
-            "not running"
+            Meaning::NotRunning
         ));
         let task = Error::TaskFailed {
             upid: "UPID:pve1:1:2:3:vzstart:101:x@pve:".into(),
             exitstatus: "CT 101 already running".into(),
             log_tail: Vec::new(),
         };
-        assert!(!refused_as_already(&task, 101, "already running"));
+        assert!(!refused_as_already(&task, 101, Meaning::AlreadyRunning));
     }
 }

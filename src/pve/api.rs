@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::client::Client;
 use super::error::Error;
 use super::task::{TaskOutcome, Upid};
+use super::texts::{self, Meaning};
 use super::types::*;
 use crate::guest::GuestKind;
 use crate::ownership::Marker;
@@ -703,8 +704,10 @@ impl Client {
                 errors,
                 message,
                 ..
-            }) if errors.values().any(|m| m.contains("already exists"))
-                || message.contains("already exists") =>
+            }) if errors
+                .values()
+                .chain([&message])
+                .any(|m| texts::meaning(m) == Some(Meaning::AlreadyExists)) =>
             {
                 Ok(false)
             }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::texts::{self, Meaning};
 use crate::category::Category;
 
 /// Why a transport-level failure happened.
@@ -89,67 +90,78 @@ impl Error {
         }
     }
 
-    /// The category of PRODUCT.md §4 this failure belongs to.
-    pub fn category(&self) -> Category {
+    /// What PVE's words (an answer's message or a task's exit status) mean, when they are
+    /// one of the texts `pve::texts` knows.
+    pub fn meaning(&self) -> Option<Meaning> {
         match self {
-            Error::Api {
-                status, message, ..
-            } => match *status {
+            Error::Api { message, .. } => texts::meaning(message),
+            Error::TaskFailed { exitstatus, .. } => texts::meaning(exitstatus),
+            _ => None,
+        }
+    }
+
+    /// PVE refused this parameter of the request (a 400 whose per-parameter errors name it):
+    /// nothing was done.
+    pub fn rejects_parameter(&self, name: &str) -> bool {
+        matches!(self, Error::Api { status: 400, errors, .. } if errors.contains_key(name))
+    }
+
+    /// The category of PRODUCT.md §4 this failure belongs to: by the HTTP status, else by
+    /// PVE's words (`pve::texts`).
+    pub fn category(&self) -> Category {
+        let by_text = || self.meaning().and_then(Meaning::category);
+        match self {
+            Error::Api { status, .. } => match *status {
                 401 => Category::AuthenticationError,
                 403 => Category::PermissionDenied,
-                400 => classify_text(message).unwrap_or(Category::ConfigurationError),
+                400 => by_text().unwrap_or(Category::ConfigurationError),
                 501 => Category::ApiNotSupported,
                 // pveproxy could not reach the node that owns the resource.
                 595 | 596 => Category::NodeUnhealthy,
                 502..=504 => Category::NetworkError,
-                _ => classify_text(message).unwrap_or(Category::ProxmoxError),
+                _ => by_text().unwrap_or(Category::ProxmoxError),
             },
             Error::Transport { kind, .. } => match kind {
                 TransportKind::Tls => Category::ConfigurationError,
                 TransportKind::Connect | TransportKind::Timeout => Category::NetworkError,
             },
             Error::Decode { .. } => Category::ProxmoxError,
-            Error::TaskFailed { exitstatus, .. } => {
-                classify_text(exitstatus).unwrap_or(Category::TaskFailed)
-            }
+            Error::TaskFailed { .. } => by_text().unwrap_or(Category::TaskFailed),
             Error::Setup(_) => Category::ConfigurationError,
             Error::NotPermitted(_) => Category::Conflict,
         }
     }
 
-    /// The VM config is locked (`VM is locked (clone)`, `can't lock file ... got timeout`).
+    /// The guest's config is locked (`VM is locked (clone)`, `CT is locked (disk)`, `can't lock
+    /// file ... got timeout`).
     pub fn is_lock(&self) -> bool {
         self.category() == Category::LockError
     }
 
-    /// PVE gave up waiting for a lock ([`is_lock_timeout`]): the node or its storage is busier
-    /// than its lock timeout allows, and nothing was done under the lock.
+    /// PVE could not get or keep a lock in time ([`is_lock_timeout`]): the node or its storage
+    /// is busier than its lock timeout allows.
     pub fn is_lock_timeout(&self) -> bool {
-        match self {
-            Error::Api { message, .. } => is_lock_timeout(message),
-            Error::TaskFailed { exitstatus, .. } => is_lock_timeout(exitstatus),
-            _ => false,
-        }
+        self.meaning().is_some_and(Meaning::is_contention)
     }
 
     /// True when the failure says the node is overloaded rather than something about the
-    /// request or the VM: a request that timed out, a lock timeout (in an answer or a task's
-    /// exit status), or a 5xx that names no such fact (a gateway error, pveproxy's 595/596, an
-    /// error text proxsync has no better name for). `already exists`, `does not exist`, `VM is
-    /// locked (backup)`, a digest mismatch and the like are answers, not load. The adaptive
+    /// request or the guest: a request that timed out, lock contention (in an answer or a
+    /// task's exit status), a gateway's or pveproxy's 5xx, or a 5xx whose text proxsync does
+    /// not know. A text `pve::texts` knows is an answer unless it is lock contention: a lock a
+    /// task holds, a digest mismatch, `already exists`, `does not exist`, no quorum, a refusal
+    /// of the request as sent (`unable to shrink disk size`, an MTU above the bridge's) are not
+    /// load, however PVE's handler answered them (a plain `die` is HTTP 500). The adaptive
     /// concurrency (`crate::concurrency`) cuts the node's limit on these.
     pub fn is_overload(&self) -> bool {
         match self {
             Error::Transport { kind, .. } => *kind == TransportKind::Timeout,
             Error::TaskFailed { .. } => self.is_lock_timeout(),
+            Error::Api {
+                status: 502..=504 | 595..=597,
+                ..
+            } => true,
             Error::Api { status, .. } if *status >= 500 && *status != 501 => {
-                match self.category() {
-                    Category::LockError => self.is_lock_timeout(),
-                    Category::ProxmoxError | Category::NetworkError | Category::NodeUnhealthy => {
-                        true
-                    }
-                    _ => false,
-                }
+                self.meaning().is_none_or(Meaning::is_contention)
             }
             _ => false,
         }
@@ -160,7 +172,7 @@ impl Error {
         self.category() == Category::AlreadyExists
     }
 
-    /// The VM does not exist (`Configuration file '...' does not exist`).
+    /// The guest does not exist (`Configuration file '...' does not exist`).
     pub fn is_not_found(&self) -> bool {
         self.category() == Category::NotFound
     }
@@ -183,7 +195,8 @@ impl Error {
 
     /// True only when PVE certainly did not carry the request out: it refused it before doing
     /// anything (parameters, authentication, permission, an unsupported call) or said why in
-    /// words that mean "nothing was done" (the VMID is taken, the VM is locked, no quorum).
+    /// words that mean "nothing was done" (`pve::texts::Meaning::nothing_done`: the VMID is
+    /// taken, the guest or its source is locked, no quorum, a refusal of the request as sent).
     /// Everything else (any other 5xx, a transport error, an unreadable answer) may have
     /// started the work: a create that ends like that keeps its intent until a read settles it.
     pub fn surely_not_executed(&self) -> bool {
@@ -192,10 +205,7 @@ impl Error {
                 status: 400 | 401 | 403 | 501,
                 ..
             } => true,
-            Error::Api { status: 500, .. } => matches!(
-                self.category(),
-                Category::AlreadyExists | Category::LockError | Category::NodeUnhealthy
-            ),
+            Error::Api { status: 500, .. } => self.meaning().is_some_and(Meaning::nothing_done),
             Error::Transport {
                 kind: TransportKind::Tls,
                 ..
@@ -207,77 +217,14 @@ impl Error {
     }
 }
 
-/// `VM 100 already exists`, `CT 100 already exists` (and `config file already exists`):
-/// the VMID is taken. A storage's `disk image '...' already exists` is not.
-fn vmid_taken(t: &str) -> bool {
-    if t.contains("config file already exists") {
-        return true;
-    }
-    t.match_indices(" already exists").any(|(at, _)| {
-        let before = &t[..at];
-        let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        digits > 0 && {
-            let rest = before[..before.len() - digits].trim_end();
-            rest.ends_with("vm") || rest.ends_with("ct")
-        }
-    })
-}
-
-/// PVE's words for a lock it gave up waiting for: pve-common `src/PVE/Tools.pm`
-/// `lock_file_full` (at f665029) sets `$@ = "can't lock file '$filename' - $@"` when
-/// `run_with_timeout` dies with `"got timeout\n"` (a VM's config lock,
-/// `/var/lock/qemu-server/lock-N.conf`, and a local storage's, pve-storage
-/// `src/PVE/Storage/Plugin.pm` `cluster_lock_storage`: `/var/lock/pve-manager/pve-storage-ID`);
-/// a shared storage's lock is pve-cluster `src/PVE/Cluster.pm` `$cfs_lock` (at 7091d92):
-/// `"cfs-lock '$lockid' error: got lock request timeout\n"`. A clone that dies on one is
-/// `clone failed: can't lock file ...` (qemu-server `PVE/API2/Qemu.pm` `clone_vm`).
+/// PVE's words for lock contention (`pve::texts`, [`Meaning::is_contention`]): it gave up
+/// waiting for a lock (pve-common `lock_file_full`'s `can't lock file '...' - got timeout`, a
+/// VM's or container's config lock or a local storage's; pve-cluster `$cfs_lock`'s `cfs-lock
+/// '...' error: got lock request timeout`, a shared storage's), or cut off work that held a
+/// cluster lock too long (`'storage-ID'-locked command timed out - aborting`). A clone that
+/// dies on one is `clone failed: can't lock file ...` (qemu-server `clone_vm`).
 pub fn is_lock_timeout(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("can't lock file") && t.contains("got timeout")
-        || t.contains("cfs-lock") && t.contains("got lock request timeout")
-}
-
-/// Maps PVE's wording (from its sources) to a category, where the wording is specific.
-fn classify_text(text: &str) -> Option<Category> {
-    let t = text.to_ascii_lowercase();
-    let has = |s: &str| t.contains(s);
-    if vmid_taken(&t) {
-        Some(Category::AlreadyExists)
-    } else if has("vm is locked")
-        || has("can't lock file")
-        || has("got timeout") && has("lock")
-        || is_lock_timeout(text)
-    {
-        Some(Category::LockError)
-    } else if has("no quorum") || has("cluster not ready") {
-        Some(Category::NodeUnhealthy)
-    } else if has("checksum mismatch: got") {
-        // An upload that arrived damaged (pve-storage `PVE/API2/Storage/Status.pm` upload:
-        // `die "checksum mismatch: got '$checksum_got' != expect '$checksum'\n"`): the file,
-        // not the config, changed; sending it again may help.
-        None
-    } else if has("checksum mismatch") || has("digest") && has("mismatch") {
-        // The config digest (`checksum mismatch (file change by other user?)`).
-        Some(Category::Conflict)
-    } else if has("configuration file") && has("does not exist")
-        || has("unable to find configuration file for vm")
-    {
-        Some(Category::NotFound)
-    } else if has("no space left") || has("not enough space") || has("quota") {
-        Some(Category::QuotaExceeded)
-    } else if has("permission check failed") {
-        Some(Category::PermissionDenied)
-    } else if has("not implemented") {
-        Some(Category::ApiNotSupported)
-    } else if has("no such volume")
-        || has("volume") && has("does not exist")
-        || has("unable to parse volume")
-        || has("no such template")
-    {
-        Some(Category::ImageNotFound)
-    } else {
-        None
-    }
+    texts::meaning(text).is_some_and(Meaning::is_contention)
 }
 
 /// A short human summary: category plus PVE's text.
@@ -307,6 +254,25 @@ mod tests {
     fn pve_texts_map_to_categories() {
         let cases = [
             (500, "VM is locked (clone)", Category::LockError),
+            // pve-container's words for the same facts (pve-guest-common check_lock with
+            // guest_type `CT`; pve-common assert_if_modified).
+            (500, "CT is locked (disk)", Category::LockError),
+            (500, "CT is locked (backup)", Category::LockError),
+            (
+                500,
+                "detected modified configuration - file changed by other user? Try again.",
+                Category::Conflict,
+            ),
+            (
+                500,
+                "can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout",
+                Category::LockError,
+            ),
+            (
+                500,
+                "Configuration file 'nodes/pve1/lxc/101.conf' does not exist",
+                Category::NotFound,
+            ),
             (
                 500,
                 "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
@@ -322,10 +288,15 @@ mod tests {
                 "unable to create VM 100 - VM 100 already exists on node 'pve2'",
                 Category::AlreadyExists,
             ),
-            (500, "checksum mismatch", Category::Conflict),
             (
                 500,
                 "checksum mismatch (file change by other user?)",
+                Category::Conflict,
+            ),
+            // qemu-server before 8.2.5 (PVE 8.0 to 8.2) spelt it so.
+            (
+                500,
+                "checksum missmatch (file change by other user?)",
                 Category::Conflict,
             ),
             (
@@ -382,6 +353,62 @@ mod tests {
         for (status, message, want) in cases {
             assert_eq!(api(status, message).category(), want, "{status} {message}");
         }
+    }
+
+    /// The classifier says of each text of the table what its row says: in an answer (HTTP
+    /// 500, a plain `die` in PVE's handler) and in a task's exit status alike.
+    #[test]
+    fn every_text_of_the_table_is_classified_as_its_row_says() {
+        for row in texts::TEXTS {
+            for sample in row.samples {
+                let e = api(500, sample);
+                let want = row.meaning.category();
+                assert_eq!(e.meaning(), Some(row.meaning), "{sample}");
+                assert_eq!(
+                    e.category(),
+                    want.unwrap_or(Category::ProxmoxError),
+                    "{sample}"
+                );
+                assert_eq!(e.is_overload(), row.meaning.is_contention(), "{sample}");
+                assert_eq!(e.is_lock_timeout(), row.meaning.is_contention(), "{sample}");
+                assert_eq!(
+                    e.surely_not_executed(),
+                    row.meaning.nothing_done(),
+                    "{sample}"
+                );
+                let task = Error::TaskFailed {
+                    upid: "u".into(),
+                    exitstatus: sample.to_string(),
+                    log_tail: vec![],
+                };
+                assert_eq!(
+                    task.category(),
+                    want.unwrap_or(Category::TaskFailed),
+                    "{sample}"
+                );
+                assert_eq!(task.is_overload(), row.meaning.is_contention(), "{sample}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_parameter_is_named_by_its_key() {
+        let mut errors = BTreeMap::new();
+        errors.insert(
+            "overrule-shutdown".to_string(),
+            "Not applicable for HA resources.".to_string(),
+        );
+        let e = Error::Api {
+            method: "POST".into(),
+            path: "/nodes/pve1/qemu/100/status/stop".into(),
+            status: 400,
+            message: "Parameter verification failed.".into(),
+            errors,
+        };
+        assert!(e.rejects_parameter("overrule-shutdown"));
+        assert!(!e.rejects_parameter("purge"));
+        // A text naming the parameter is not its refusal.
+        assert!(!api(500, "overrule-shutdown failed").rejects_parameter("overrule-shutdown"));
     }
 
     #[test]
@@ -468,7 +495,9 @@ mod tests {
         let local = "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout";
         let shared = "cfs-lock 'storage-ceph' error: got lock request timeout";
         let config = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
-        for text in [local, shared, config] {
+        // pve-cluster's $cfs_lock cut off work under a shared storage's lock at 60 s.
+        let held_long = "'storage-ceph'-locked command timed out - aborting";
+        for text in [local, shared, config, held_long] {
             assert!(is_lock_timeout(text), "{text}");
             let e = api(500, text);
             assert_eq!(e.category(), Category::LockError, "{text}");
@@ -483,9 +512,12 @@ mod tests {
             assert!(task.is_lock_timeout() && task.is_overload(), "{text}");
             assert!(!task.category().needs_human(), "retried, never Stalled");
         }
-        // A lock a task holds is an answer about the VM, not load.
-        let held = api(500, "VM is locked (backup)");
-        assert!(held.is_lock() && !held.is_lock_timeout() && !held.is_overload());
+        // A lock a task holds is an answer about the guest, not load.
+        for text in ["VM is locked (backup)", "CT is locked (disk)"] {
+            let held = api(500, text);
+            assert!(held.is_lock() && !held.is_lock_timeout() && !held.is_overload());
+            assert!(held.surely_not_executed(), "{text}");
+        }
     }
 
     #[test]
@@ -526,6 +558,27 @@ mod tests {
                 "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist",
             ),
             api(500, "checksum mismatch (file change by other user?)"),
+            // Deterministic refusals, a plain `die` in PVE's handler (HTTP 500): answers.
+            api(500, "disk is already at specified size"),
+            api(500, "unable to shrink disk size"),
+            api(500, "shrinking disks is not supported"),
+            api(
+                500,
+                "net0: MTU size '9000' is bigger than bridge MTU '1500'",
+            ),
+            api(
+                500,
+                "Full clone of a running container is only possible from a snapshot",
+            ),
+            api(500, "CT is locked (disk)"),
+            api(
+                500,
+                "detected modified configuration - file changed by other user? Try again.",
+            ),
+            api(500, "CT 101 not running"),
+            api(500, "VM is paused - cannot shutdown"),
+            api(500, "cluster not ready - no quorum?"),
+            api(500, "no such resource 'ct:101'"),
             api(501, "Method 'GET /x' not implemented"),
             api(400, "Parameter verification failed."),
             api(403, "Permission check failed (/vms/100, VM.Allocate)"),
@@ -534,9 +587,16 @@ mod tests {
                 exitstatus: "start failed: QEMU exited with code 1".into(),
                 log_tail: vec![],
             },
+            Error::TaskFailed {
+                upid: "u".into(),
+                exitstatus: "net0: MTU size '9000' is bigger than bridge MTU '1500'".into(),
+                log_tail: vec![],
+            },
         ] {
             assert!(!e.is_overload(), "{e}");
         }
+        // A gateway's or pveproxy's 5xx is load whatever its reason phrase says.
+        assert!(api(596, "no such resource 'vm:1'").is_overload());
     }
 
     #[test]

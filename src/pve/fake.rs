@@ -11,9 +11,17 @@
 //! - running tasks are listed with `RUNNING` and their start time (the UPID's, in whole seconds
 //!   of the fake's clock, [`FakePve::set_clock`]); `?vmid=N` lists only tasks naming N (so not
 //!   a clone's);
-//! - a VMID taken is `unable to create VM N - VM N already exists on node 'X'`, a missing VM
-//!   `Configuration file 'nodes/X/qemu-server/N.conf' does not exist`, a locked one
-//!   `VM is locked (L)`, a stale digest `checksum mismatch (file change by other user?)`;
+//! - PVE's words, each kind's own (`pve::texts` has them all): a VMID taken is `unable to
+//!   create VM N - VM N already exists on node 'X'` (`CT` for containers), a missing guest
+//!   `Configuration file 'nodes/X/qemu-server/N.conf' does not exist` (`lxc/N.conf`), a locked
+//!   VM `VM is locked (L)` and a container `CT is locked (L)` (pve-guest-common check_lock and
+//!   each kind's guest_type), a stale digest `checksum mismatch (file change by other user?)`
+//!   for a VM (qemu-server update_vm_api) and `detected modified configuration - file changed
+//!   by other user? Try again.` for a container (pve-common assert_if_modified);
+//! - a clone refuses a locked source (clone_vm's check_lock, both kinds); a container's clone
+//!   locks its source `disk` until its `vzclone` task ends (pve-container clone_vm's
+//!   `set_lock($vmid, 'disk')`), so a second clone of one CT template meanwhile is refused
+//!   `CT is locked (disk)`;
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!
@@ -414,9 +422,11 @@ impl State {
             .ok_or_else(|| not_found(node, kind, vmid))
     }
 
+    /// pve-guest-common `AbstractConfig::check_lock`: `die $class->guest_type() . " is locked
+    /// ($conf->{lock})\n"`, the guest type `VM` (qemu-server) or `CT` (pve-container).
     fn unlocked(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<(), Error> {
         match self.vm(node, kind, vmid)?.config.get("lock") {
-            Some(lock) => Err(api(500, format!("VM is locked ({lock})"))),
+            Some(lock) => Err(api(500, format!("{} is locked ({lock})", guest_type(kind)))),
             None => Ok(()),
         }
     }
@@ -454,21 +464,33 @@ impl State {
         *self.generation.entry(vmid).or_default() += 1;
     }
 
-    fn check_digest(&self, vmid: u32, digest: Option<&str>) -> Result<(), Error> {
+    /// A stale digest: qemu-server's `update_vm_api` dies `checksum mismatch (file change by
+    /// other user?)`; pve-container's `update_vm` calls pve-common `assert_if_modified`.
+    fn check_digest(&self, kind: GuestKind, vmid: u32, digest: Option<&str>) -> Result<(), Error> {
         match digest {
-            Some(d) if d != self.digest(vmid) => {
-                Err(api(500, "checksum mismatch (file change by other user?)"))
-            }
+            Some(d) if d != self.digest(vmid) => Err(api(
+                500,
+                match kind {
+                    GuestKind::Qemu => "checksum mismatch (file change by other user?)",
+                    GuestKind::Lxc => {
+                        "detected modified configuration - file changed by other user? Try again."
+                    }
+                },
+            )),
             _ => Ok(()),
         }
     }
 
-    fn taken(&self, vmid: u32) -> Result<(), Error> {
+    /// A new guest of `kind` at `vmid`: pve-cluster `check_vmid_unused` names the guest there
+    /// (`VM` or `CT`), after the create's `unable to create VM|CT N - `.
+    fn taken(&self, kind: GuestKind, vmid: u32) -> Result<(), Error> {
         match self.vms.get(&vmid) {
             Some(vm) => Err(api(
                 500,
                 format!(
-                    "unable to create VM {vmid} - VM {vmid} already exists on node '{}'",
+                    "unable to create {} {vmid} - {} {vmid} already exists on node '{}'",
+                    guest_type(kind),
+                    guest_type(vm.kind),
                     vm.node
                 ),
             )),
@@ -511,7 +533,9 @@ impl State {
 
     /// A create or clone: the VM exists at once holding only the lock (and, for a clone, the
     /// temporary file's comment); `config` is written when the task ends, and the VM goes if
-    /// it fails.
+    /// it fails. `locked_source`: the guest a container's clone locked `disk`, unlocked when
+    /// the task ends either way.
+    #[allow(clippy::too_many_arguments)]
     fn make_vm(
         &mut self,
         task_node: &str,
@@ -520,6 +544,7 @@ impl State {
         vmid: u32,
         config: BTreeMap<String, String>,
         final_node: String,
+        locked_source: Option<u32>,
     ) -> Upid {
         // pve-container's tasks (`vz*`) make containers.
         let guest = if kind.starts_with("vz") {
@@ -557,11 +582,27 @@ impl State {
                 vm.node = final_node;
             }
             *s.generation.entry(vmid).or_default() += 1;
+            s.unlock_source(locked_source);
         });
         let on_fail: Effect = Box::new(move |s: &mut State| {
             s.vms.remove(&vmid);
+            s.unlock_source(locked_source);
         });
         self.task(task_node, kind, id, Some(on_ok), Some(on_fail))
+    }
+
+    /// pve-container clone_vm's end, well or not: `remove_lock($vmid, 'disk')` on the source.
+    fn unlock_source(&mut self, source: Option<u32>) {
+        let Some(vmid) = source else {
+            return;
+        };
+        if self
+            .vms
+            .get(&vmid)
+            .is_some_and(|vm| vm.config.get("lock").is_some_and(|l| l == "disk"))
+        {
+            self.set_value(vmid, "lock", None);
+        }
     }
 
     /// A power task: `qm<action>` for a VM, `vz<action>` for a container.
@@ -604,6 +645,15 @@ impl State {
                 endtime: None,
             })
             .collect()
+    }
+}
+
+/// PVE's word for a guest of `kind` in its messages (`guest_type` of qemu-server's
+/// `QemuConfig` and pve-container's `LXC::Config`).
+fn guest_type(kind: GuestKind) -> &'static str {
+    match kind {
+        GuestKind::Qemu => "VM",
+        GuestKind::Lxc => "CT",
     }
 }
 
@@ -909,7 +959,7 @@ impl Pve for FakePve {
         self.permitted("set_config", &at(node, kind, vmid), params.permitted(vmid))?;
         self.call("set_config", at(node, kind, vmid), |s| {
             s.unlocked(node, kind, vmid)?;
-            s.check_digest(vmid, digest)?;
+            s.check_digest(kind, vmid, digest)?;
             s.write_config(vmid, params);
             Ok(())
         })
@@ -926,7 +976,7 @@ impl Pve for FakePve {
         self.permitted("set_config_async", &args, params.permitted(vmid))?;
         self.call("set_config_async", args, |s| {
             s.unlocked(node, GuestKind::Qemu, vmid)?;
-            s.check_digest(vmid, digest)?;
+            s.check_digest(GuestKind::Qemu, vmid, digest)?;
             s.write_config(vmid, params);
             Ok(None)
         })
@@ -935,7 +985,7 @@ impl Pve for FakePve {
     async fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
         self.call("create_vm", format!("{node} {vmid}"), |s| {
             s.vm_node_ok(node)?;
-            s.taken(vmid)?;
+            s.taken(GuestKind::Qemu, vmid)?;
             let config = params
                 .form()
                 .into_iter()
@@ -948,6 +998,7 @@ impl Pve for FakePve {
                 vmid,
                 config,
                 node.into(),
+                None,
             ))
         })
     }
@@ -956,7 +1007,9 @@ impl Pve for FakePve {
         let args = format!("{node} {template} newid={}", req.newid);
         self.call("clone_vm", args, |s| {
             let mut config = s.vm(node, GuestKind::Qemu, template)?.config.clone();
-            s.taken(req.newid)?;
+            // qemu-server clone_vm: `PVE::QemuConfig->check_lock($conf)` on the source.
+            s.unlocked(node, GuestKind::Qemu, template)?;
+            s.taken(GuestKind::Qemu, req.newid)?;
             // A clone copies the config (not `template`) and takes name and description.
             config.remove("template");
             config.insert("name".into(), req.name.clone());
@@ -969,6 +1022,7 @@ impl Pve for FakePve {
                 req.newid,
                 config,
                 target,
+                None,
             ))
         })
     }
@@ -976,7 +1030,7 @@ impl Pve for FakePve {
     async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
         self.call("create_ct", at(node, GuestKind::Lxc, vmid), |s| {
             s.vm_node_ok(node)?;
-            s.taken(vmid)?;
+            s.taken(GuestKind::Lxc, vmid)?;
             // What pve-container keeps of the create's parameters: the config, not the
             // template, storage or keys.
             let config = params
@@ -994,6 +1048,7 @@ impl Pve for FakePve {
                 vmid,
                 config,
                 node.into(),
+                None,
             ))
         })
     }
@@ -1002,7 +1057,11 @@ impl Pve for FakePve {
         let args = format!("{node} lxc/{template} newid={}", req.newid);
         self.call("clone_ct", args, |s| {
             let mut config = s.vm(node, GuestKind::Lxc, template)?.config.clone();
-            s.taken(req.newid)?;
+            // pve-container clone_vm: `set_lock($vmid, 'disk')` on the source first (its
+            // check_lock refuses a locked one), then create_and_lock_config for the new one.
+            s.unlocked(node, GuestKind::Lxc, template)?;
+            s.taken(GuestKind::Lxc, req.newid)?;
+            s.set_value(template, "lock", Some("disk"));
             config.remove("template");
             config.insert("hostname".into(), req.name.clone());
             config.insert("description".into(), req.description.clone());
@@ -1014,6 +1073,7 @@ impl Pve for FakePve {
                 req.newid,
                 config,
                 target,
+                Some(template),
             ))
         })
     }
@@ -1112,7 +1172,8 @@ impl Pve for FakePve {
         self.permitted("delete_vm", &at(node, kind, vmid), check)?;
         self.call("delete_vm", at(node, kind, vmid), |s| {
             s.unlocked(node, kind, vmid)?;
-            // qemu-server's destroy_vm checks the flag first (`check_protection`).
+            // destroy_vm checks the flag first (`check_protection`), each kind in its words
+            // (qemu-server `can't remove VM N`, pve-container `can't remove CT N`).
             if s.vm(node, kind, vmid)?
                 .config
                 .get("protection")
@@ -1120,11 +1181,22 @@ impl Pve for FakePve {
             {
                 return Err(api(
                     500,
-                    format!("can't remove VM {vmid} - protection mode enabled"),
+                    format!(
+                        "can't remove {} {vmid} - protection mode enabled",
+                        guest_type(kind)
+                    ),
                 ));
             }
             if s.vm(node, kind, vmid)?.running {
-                return Err(api(500, format!("VM {vmid} is running - destroy failed")));
+                return Err(api(
+                    500,
+                    match kind {
+                        GuestKind::Qemu => format!("VM {vmid} is running - destroy failed"),
+                        GuestKind::Lxc => {
+                            format!("unable to destroy CT {vmid} - container is running")
+                        }
+                    },
+                ));
             }
             // qemu-server's destroy_vm leaves `lock: destroyed` until the config goes.
             if let Some(vm) = s.vms.get_mut(&vmid) {
@@ -1528,5 +1600,99 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(pve.vm(100), None);
+    }
+
+    /// A failure's text as the fake wrote it, and what `pve::texts` makes of it.
+    fn words(e: Error) -> (String, Option<crate::pve::texts::Meaning>) {
+        (e.pve_message().to_string(), e.meaning())
+    }
+
+    /// Each kind in its own words (pve-guest-common check_lock with qemu-server's `VM` and
+    /// pve-container's `CT`; qemu-server's digest text and pve-common assert_if_modified's),
+    /// each a text of the table with the meaning of its row.
+    #[tokio::test]
+    async fn a_container_is_locked_and_conflicts_in_pve_containers_words() {
+        use crate::guest::GuestKind::{Lxc, Qemu};
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_vm(100, "pve1", &[("lock", "backup")]);
+        pve.add_guest(Lxc, 101, "pve1", &[("lock", "backup")]);
+        let params = VmParams::new().set("memory", "512");
+        let vm = pve.set_config("pve1", Qemu, 100, &params, None).await;
+        let ct = pve.set_config("pve1", Lxc, 101, &params, None).await;
+        assert_eq!(
+            words(vm.unwrap_err()),
+            ("VM is locked (backup)".into(), Some(Meaning::LockHeld))
+        );
+        assert_eq!(
+            words(ct.unwrap_err()),
+            ("CT is locked (backup)".into(), Some(Meaning::LockHeld))
+        );
+        for vmid in [100, 101] {
+            pve.set_config_value(vmid, "lock", None);
+        }
+        let stale = Some("0000000000000000000000000000000000000000");
+        let vm = pve.set_config("pve1", Qemu, 100, &params, stale).await;
+        let ct = pve.set_config("pve1", Lxc, 101, &params, stale).await;
+        let (text, meaning) = words(vm.unwrap_err());
+        assert_eq!(text, "checksum mismatch (file change by other user?)");
+        assert_eq!(meaning, Some(Meaning::DigestConflict));
+        let ct = ct.unwrap_err();
+        assert_eq!(ct.category(), crate::category::Category::Conflict);
+        assert_eq!(
+            words(ct),
+            (
+                "detected modified configuration - file changed by other user? Try again.".into(),
+                Some(Meaning::DigestConflict)
+            )
+        );
+        let taken = pve.create_ct("pve1", 100, &params).await.unwrap_err();
+        assert_eq!(
+            words(taken),
+            (
+                "unable to create CT 100 - VM 100 already exists on node 'pve1'".into(),
+                Some(Meaning::AlreadyExists)
+            )
+        );
+    }
+
+    /// pve-container's clone locks its source `disk` for the whole copy: a second clone of
+    /// the template meanwhile is refused `CT is locked (disk)` (nothing made), and the lock
+    /// goes when the clone's task ends, well or not.
+    #[tokio::test]
+    async fn a_container_clone_locks_its_template_while_it_copies() {
+        use crate::guest::GuestKind::Lxc;
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_guest(Lxc, 9100, "pve1", &[("template", "1"), ("hostname", "t")]);
+        pve.set_task_end(TaskEnd::Held);
+        let clone = |newid: u32| CloneRequest {
+            newid,
+            name: format!("c{newid}"),
+            description: String::new(),
+            full: true,
+            storage: None,
+            target: None,
+            pool: None,
+        };
+        let lock = |pve: &FakePve| pve.vm(9100).unwrap().config.get("lock").cloned();
+        let first = pve.clone_ct("pve1", 9100, &clone(200)).await.unwrap();
+        assert_eq!(lock(&pve).as_deref(), Some("disk"));
+        let second = pve.clone_ct("pve1", 9100, &clone(201)).await.unwrap_err();
+        assert_eq!(second.status(), Some(500));
+        assert_eq!(
+            words(second.clone()),
+            ("CT is locked (disk)".into(), Some(Meaning::LockHeld))
+        );
+        assert!(second.surely_not_executed() && !second.is_overload());
+        assert!(pve.vm(201).is_none(), "nothing made");
+        pve.end_task(first.as_str(), "OK");
+        assert_eq!(lock(&pve), None);
+        // A clone that fails unlocks its template too (pve-container removes the lock first).
+        let failed = pve.clone_ct("pve1", 9100, &clone(202)).await.unwrap();
+        assert_eq!(lock(&pve).as_deref(), Some("disk"));
+        pve.end_task(failed.as_str(), "clone failed: storage error");
+        assert_eq!(lock(&pve), None);
+        assert!(pve.vm(202).is_none());
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use super::texts::Meaning;
 use super::types::opt_u64;
 use super::{Client, Error};
 use crate::guest::GuestKind;
@@ -71,7 +72,7 @@ impl Client {
         let path = format!("/cluster/ha/resources/{}", kind.ha_sid(vmid));
         match self.get(&path, &[]).await {
             Ok(r) => Ok(Some(r)),
-            Err(e) if e.pve_message().contains("no such resource") => Ok(None),
+            Err(e) if e.meaning() == Some(Meaning::HaMissing) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -128,7 +129,7 @@ impl Client {
                 .delete::<serde_json::Value>(&path, &[("purge", "0".to_string())])
                 .await
             {
-                Err(e) if e.status() == Some(400) && e.to_string().contains("purge") => {}
+                Err(e) if e.rejects_parameter("purge") => {}
                 other => return other.map(|_| ()),
             }
         }
@@ -146,7 +147,7 @@ impl Client {
         let path = format!("{}/{}", kind.path(), super::api::seg(id)?);
         match self.get(&path, &[]).await {
             Ok(a) => Ok(Some(a)),
-            Err(e) if e.pve_message().contains(kind.missing()) => Ok(None),
+            Err(e) if e.meaning() == Some(Meaning::HaMissing) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -227,14 +228,6 @@ impl AffinityKind {
         match self {
             AffinityKind::Group => "group",
             AffinityKind::Rule => "rule",
-        }
-    }
-
-    /// PVE's words for one that does not exist.
-    fn missing(self) -> &'static str {
-        match self {
-            AffinityKind::Group => "no such ha group",
-            AffinityKind::Rule => "no such ha rule",
         }
     }
 

@@ -54,7 +54,8 @@
 //! | [`Client::wait_task`] | polls the status, or the node's active listing when several waits share a node ([`tasks`]); at most [`TASK_POLLS_PER_SITE`] task reads per site at once | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |
 //!
 //! Every failure keeps PVE's text verbatim ([`Error::pve_message`]) and maps to a
-//! [`crate::category::Category`] ([`Error::category`]).
+//! [`crate::category::Category`] ([`Error::category`]). The PVE texts proxsync recognises, what
+//! each means, and where PVE says it, are one table: [`texts`].
 
 mod api;
 mod calls;
@@ -67,6 +68,7 @@ pub mod pace;
 pub mod permit;
 pub mod task;
 pub mod tasks;
+pub mod texts;
 pub mod tls;
 pub mod types;
 pub(crate) mod values;

@@ -1149,6 +1149,7 @@ mod tests {
                 category: crate::category::Category::PermissionDenied,
                 message: "403".into(),
                 kind: ErrorKind::Plain,
+                again: false,
             })),
         ];
         let listed = |kind: &str| match kind {

@@ -62,7 +62,13 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         them after reading.
     backup(vmid, secs=30, single=False)
         A vzdump job: a `vzdump` task with an EMPTY id (a job over several guests; single=True: the
-        id is vmid, as a one-guest vzdump), the VM holding `lock: backup` for secs PVE seconds.
+        id is vmid, as a one-guest vzdump), the guest (a VM or a container) holding `lock: backup`
+        for secs PVE seconds.
+    hold_config_lock(vmid, secs=None) / release_config_lock(vmid) / snapshot_lock(vmid, lock) /
+    unlock(vmid)
+        Another process holding the guest's config file lock (a write meanwhile waits, then fails
+        with `can't lock file '...' - got timeout`), a lock left in its config, the lock cleared: a
+        VM's or a container's.
     hibernate(vmid)
         The VM as after `qm suspend --todisk`: stopped, `lock: suspended`, no task; start resumes.
     set_standalone(on=True)
@@ -77,6 +83,19 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         {in_flight, max_in_flight, status, listings}: GET requests under /nodes/{node}/tasks (a
         task's status or log, a node's task listing) being answered now, the most at once, and how
         many status reads and listings were answered (since the last reset=True, which zeroes them).
+
+Containers speak pve-container's words, not qemu-server's (fakepve 0.5.0's `fakepve.lxc` already does, so
+the harness adds only the commands above for containers; tests/it/client/fake_fidelity.rs checks each):
+a locked container is refused `CT is locked (<lock>)` (pve-guest-common src/PVE/AbstractConfig.pm
+check_lock, `die $class->guest_type() . " is locked ($conf->{lock})\n"`, pve-container src/PVE/LXC/Config.pm
+guest_type `CT`), a stale digest `detected modified configuration - file changed by other user? Try again.`
+(pve-common src/PVE/Tools.pm assert_if_modified, from pve-container src/PVE/API2/LXC/Config.pm update_vm and
+src/PVE/API2/LXC.pm resize_vm), a config lock held too long `can't lock file
+'/run/lock/lxc/pve-config-N.lock' - got timeout` (pve-container LXC/Config.pm config_file_lock, pve-common
+lock_file_full); a container clone (src/PVE/API2/LXC.pm clone_vm) puts `lock: disk` on its SOURCE
+(`set_lock($vmid, 'disk')`) for the whole copy (ct_timing's clone_secs), so a second clone of one CT template
+meanwhile is refused at once, 500 `CT is locked (disk)`, and the lock goes when the vzclone task ends, well or
+not (`remove_lock($vmid, 'disk')`); a container's backup holds `lock: backup` (src/PVE/VZDump/LXC.pm lock_vm).
 
 Power, clone, resize and logs as qemu-server / pve-manager do (fakepve 0.5.0 does not): a paused VM
 refuses `shutdown` without forceStop (`VM is paused - cannot shutdown`) and is stopped with it; `stop`
@@ -2293,6 +2312,30 @@ def vm_of(pve, vmid):
     return vm
 
 
+def guest_of(pve, vmid):
+    """The VM or container with this id (fakepve's guest())."""
+    guest = pve.guest(int(vmid))
+    if guest is None:
+        raise BadArgs('no VM or container {0}'.format(vmid))
+    return guest
+
+
+def guest_type(guest):
+    """PVE's word for the guest in its messages: qemu-server's and pve-container's guest_type."""
+    return 'CT' if _is_ct(guest) else 'VM'
+
+
+def set_guest_lock(guest, lock):
+    """The lock in the guest's config (None: cleared). fakepve keeps a VM's in its config too; a
+    container's config shows its `lock` attribute."""
+    guest.lock = lock
+    if not _is_ct(guest):
+        if lock is None:
+            guest.config.pop('lock', None)
+        else:
+            guest.config['lock'] = lock
+
+
 def dump_vm(vm):
     return jsonable({
         'vmid': vm.vmid, 'name': vm.name, 'node': vm.node, 'status': vm.status, 'qmpstatus': vm.qmpstatus,
@@ -2379,22 +2422,23 @@ class Commands(object):
         self.pve.regain_quorum()
 
     async def hold_config_lock(self, vmid, secs=None):
-        """Hold the VM's config lock for secs PVE seconds (None: until release_config_lock)."""
-        vm = vm_of(self.pve, vmid)
+        """Hold the guest's config lock for secs PVE seconds (None: until release_config_lock): a
+        VM's (/var/lock/qemu-server/lock-N.conf) or a container's (/run/lock/lxc/pve-config-N.lock)."""
+        vm = guest_of(self.pve, vmid)
         try:
             await self.pve.hold_config_lock(vm.vmid, secs)
         except TaskError as e:
-            raise BadArgs('config lock of VM {0} is already held: {1}'.format(vm.vmid, e)) from None
+            raise BadArgs('config lock of {0} {1} is already held: {2}'.format(guest_type(vm), vm.vmid, e)) from None
         return None
 
     def release_config_lock(self, vmid):
-        self.pve.release_config_lock(vm_of(self.pve, vmid).vmid)
+        self.pve.release_config_lock(guest_of(self.pve, vmid).vmid)
 
     def snapshot_lock(self, vmid, lock='snapshot'):
-        self.pve.snapshot_lock(vm_of(self.pve, vmid).vmid, lock)
+        set_guest_lock(guest_of(self.pve, vmid), lock)
 
     def unlock(self, vmid):
-        self.pve.unlock(vm_of(self.pve, vmid).vmid)
+        set_guest_lock(guest_of(self.pve, vmid), None)
 
     def time_scale(self, value):
         self.pve.time_scale = float(value)
@@ -2408,23 +2452,22 @@ class Commands(object):
         pve-manager PVE/API2/VZDump.pm: `$taskid = $local_vmids->[0] if scalar(@{$local_vmids})
         == 1; ... fork_worker('vzdump', $taskid, ...)`: a job over several guests (a scheduled
         backup) has an EMPTY id, so `GET .../tasks?vmid=N` does not list it; single=True gives
-        the one-guest id. The guest holds `lock: backup` (VZDump::QemuServer prepare) meanwhile.
+        the one-guest id. The guest holds `lock: backup` meanwhile (a VM: VZDump::QemuServer prepare; a
+        container: pve-container src/PVE/VZDump/LXC.pm lock_vm, `set_lock($vmid, 'backup')`).
         """
         pve = self.pve
-        vm = vm_of(pve, vmid)
+        vm = guest_of(pve, vmid)
         if vm.lock:
-            raise BadArgs('VM {0} is locked ({1})'.format(vm.vmid, vm.lock))
-        vm.lock = 'backup'
-        vm.config['lock'] = 'backup'
+            raise BadArgs('{0} is locked ({1})'.format(guest_type(vm), vm.lock))
+        set_guest_lock(vm, 'backup')
 
         async def body():
             try:
                 await pve.pause(secs)
             finally:
                 if vm.lock == 'backup':
-                    vm.lock = None
-                    vm.config.pop('lock', None)
-            return 'INFO: Finished Backup of VM {0}'.format(vm.vmid)
+                    set_guest_lock(vm, None)
+            return 'INFO: Finished Backup of {0} {1}'.format(guest_type(vm), vm.vmid)
         return await pve.task(vm.node, 'vzdump', vm.vmid if single else '', 'root@pam', body, lock=False,
                               log=['INFO: starting new backup job: vzdump {0}'.format(vm.vmid)])
 

@@ -165,7 +165,7 @@ async fn pool_checks(
         let subject = format!("{} pool {pool}", site.name);
         out.push(match client.pool_vmids(pool).await {
             Ok(_) => check(Level::Ok, subject, "exists", None),
-            Err(e) if e.pve_message().contains("does not exist") => check(
+            Err(e) if e.meaning() == Some(crate::pve::texts::Meaning::PoolMissing) => check(
                 Level::Fail,
                 subject,
                 format!("no such pool (spec {spec})"),

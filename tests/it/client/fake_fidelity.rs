@@ -1942,3 +1942,163 @@ async fn the_listed_maxdisk_is_the_boot_order_s_first_disk() {
     assert_eq!(maxdisk(702), 16 << 30, "{listed}");
     assert_eq!(maxdisk(703), 0, "{listed}");
 }
+
+// ------------------------------------------------ containers in pve-container's words
+
+/// A container of the default scenario with a disk, and CT template 9100 to clone (on pve1).
+fn with_containers() -> Scenario {
+    Scenario::default()
+        .ct(json!({"vmid": 330, "name": "ct", "node": "pve1",
+                   "config": {"hostname": "ct", "rootfs": "local-lvm:vm-330-disk-0,size=8G"}}))
+        .ct(
+            json!({"vmid": 9100, "name": "alpine-ct", "node": "pve1", "template": true,
+                   "config": {"hostname": "alpine-ct", "template": 1, "ostype": "alpine",
+                              "rootfs": "local-lvm:base-9100-disk-0,size=4G"}}),
+        )
+}
+
+/// The text of a refused request, and what proxsync's table of PVE's texts makes of it.
+fn refusal(a: &Answer) -> (u16, String, Option<proxsync::pve::texts::Meaning>) {
+    let message = a.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_end()
+        .to_string();
+    let meaning = proxsync::pve::texts::meaning(&message);
+    (a.status, message, meaning)
+}
+
+/// A container answers in pve-container's words, not qemu-server's, each a text of
+/// `proxsync::pve::texts` with its row's meaning: a container locked by its backup (pve-container
+/// VZDump/LXC.pm lock_vm) is refused `CT is locked (backup)` (pve-guest-common check_lock with
+/// guest_type `CT`), a stale digest `detected modified configuration - file changed by other
+/// user? Try again.` (pve-common assert_if_modified, from update_vm), a config lock another
+/// process holds `can't lock file '/run/lock/lxc/pve-config-N.lock' - got timeout` (pve-container
+/// config_file_lock). proxsync's client classifies them as qemu-server's equivalents.
+#[tokio::test]
+async fn a_container_is_locked_and_conflicts_in_pve_containers_words() {
+    use proxsync::guest::GuestKind::Lxc;
+    use proxsync::pve::texts::Meaning;
+    let mut pve = with_containers().start();
+    let api = Api::new(&pve);
+    let client = pve.client();
+    let params = proxsync::pve::VmParams::new().set("memory", "1024");
+    let path = "/nodes/pve1/lxc/330/config";
+    pve.set_time_scale(SCALE);
+    let backup = pve.backup(330, 100.0, true);
+    let cfg = api.get(path).await;
+    assert_eq!(cfg["lock"], "backup", "{cfg}");
+    assert_eq!(
+        refusal(&api.put_form(path, &[("memory", "1024")]).await),
+        (500, "CT is locked (backup)".into(), Some(Meaning::LockHeld))
+    );
+    let e = client
+        .set_config("pve1", Lxc, 330, &params, None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.category(), proxsync::category::Category::LockError, "{e}");
+    assert!(!e.is_overload() && e.surely_not_executed(), "{e}");
+    assert_eq!(api.wait("pve1", &backup).await, "OK");
+
+    let stale = "0000000000000000000000000000000000000000";
+    let a = api
+        .put_form(path, &[("memory", "1024"), ("digest", stale)])
+        .await;
+    assert_eq!(
+        refusal(&a),
+        (
+            500,
+            "detected modified configuration - file changed by other user? Try again.".into(),
+            Some(Meaning::DigestConflict)
+        )
+    );
+    let e = client
+        .set_config("pve1", Lxc, 330, &params, Some(stale))
+        .await
+        .unwrap_err();
+    assert_eq!(e.category(), proxsync::category::Category::Conflict, "{e}");
+    assert!(!e.is_overload(), "{e}");
+
+    pve.hold_config_lock(330, None);
+    assert_eq!(
+        refusal(&api.put_form(path, &[("memory", "1024")]).await),
+        (
+            500,
+            "can't lock file '/run/lock/lxc/pve-config-330.lock' - got timeout".into(),
+            Some(Meaning::LockTimeout)
+        )
+    );
+    pve.release_config_lock(330);
+    let a = api.put_form(path, &[("memory", "1024")]).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+/// pve-container's clone (API2/LXC.pm clone_vm) puts `lock: disk` on its SOURCE for the whole
+/// copy (`set_lock($vmid, 'disk')`, then `remove_lock` when the worker ends): a second clone of
+/// one CT template meanwhile is refused at once, 500 `CT is locked (disk)`, with nothing made;
+/// its `vzclone` task names the template, so proxsync finds who holds the lock; once it ends the
+/// template is free again.
+#[tokio::test]
+async fn a_container_clone_locks_its_template_disk_until_its_task_ends() {
+    use proxsync::pve::LockHolder;
+    use proxsync::pve::texts::{self, Meaning};
+    let mut pve = with_containers().start();
+    let api = Api::new(&pve);
+    // A clone takes 50 PVE s: 0.5 s.
+    pve.set_time_scale(SCALE);
+    pve.ct_timing(0.0, 50.0, 0.0, 0.0, 0.0);
+    let path = "/nodes/pve1/lxc/9100/clone";
+    let clone = |newid: u32| json!({"newid": newid, "hostname": format!("c{newid}"), "full": 1, "storage": "local-lvm"});
+    let first = api.start_task(path, clone(301)).await;
+    let template = api.get("/nodes/pve1/lxc/9100/config").await;
+    assert_eq!(template["lock"], "disk", "{template}");
+    assert_eq!(api.resource(9100).await.expect("listed")["lock"], "disk");
+    let running = api.tasks("pve1", "?source=active").await;
+    let holder = LockHolder::of("disk");
+    assert!(
+        running.iter().any(|t| {
+            holder.may_be(
+                t["type"].as_str().unwrap_or_default(),
+                t["id"].as_str().unwrap_or_default(),
+                9100,
+            )
+        }),
+        "the vzclone naming the template holds its lock: {running:?}"
+    );
+
+    let second = api.post(path, clone(302)).await;
+    let (status, message, meaning) = refusal(&second);
+    assert_eq!(
+        (status, message.as_str(), meaning),
+        (500, "CT is locked (disk)", Some(Meaning::LockHeld))
+    );
+    assert_eq!(texts::held_lock(&message), Some("disk"));
+    assert!(api.resource(302).await.is_none(), "nothing made");
+    let e = pve
+        .client()
+        .clone_ct(
+            "pve1",
+            9100,
+            &proxsync::pve::CloneRequest {
+                newid: 303,
+                name: "c303".into(),
+                description: String::new(),
+                full: true,
+                storage: Some("local-lvm".into()),
+                target: None,
+                pool: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_lock() && !e.is_overload() && e.surely_not_executed(),
+        "{e}"
+    );
+
+    assert_eq!(api.wait("pve1", &first).await, "OK");
+    let template = api.get("/nodes/pve1/lxc/9100/config").await;
+    assert!(template.get("lock").is_none(), "{template}");
+    let again = api.start_task(path, clone(302)).await;
+    assert_eq!(api.wait("pve1", &again).await, "OK");
+}

@@ -1,7 +1,9 @@
 //! `kind: ProxmoxLXC` against fakepve's containers (`fakepve.lxc`): made from a `vztmpl`
 //! archive or a CT template, signed and tagged like a VM, converged (options, a NIC keeping its
 //! MAC, the root filesystem grown), adopted by its marker after a lost database, held when its
-//! guest is a VM, moved with a restart migration, and deleted only as the gate allows.
+//! guest is a VM, moved with a restart migration, and deleted only as the gate allows; two
+//! cloned from one CT template in one cycle (pve-container locks it `disk` for each copy), and
+//! a template left locked.
 
 use serde_json::{Value, json};
 
@@ -237,6 +239,88 @@ fn a_container_is_cloned_from_a_ct_template_and_adopted_after_a_lost_database() 
     );
     let (status, _, _) = ws.condition("cache-01", "Ready");
     assert_eq!(status, "True", "{out}");
+}
+
+/// `run --once` with the client's debug lines (an overload cut says `PVE is overloaded`).
+fn run_once_debug(ws: &Workspace) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["run", "--once", "--config"])
+        .arg(ws.config())
+        .env("PROXSYNC_LOG", "info,proxsync::pve::client=debug")
+        .output()
+        .expect("run proxsync");
+    (out.status.success(), common::engine::text(&out))
+}
+
+/// Two specs cloned from one CT template in one cycle, as a person's commit of a set of
+/// containers makes them: pve-container's clone locks its template `disk` for the whole copy,
+/// so the second clone is refused at once, 500 `CT is locked (disk)`, while the first copies.
+/// proxsync takes that for the lock it is, not for an overloaded node: it waits for the first
+/// clone's task and clones again in the same cycle. Both Ready after one `run --once`, the
+/// node's limit never cut.
+#[test]
+fn two_specs_cloned_from_one_ct_template_are_both_made_in_one_cycle() {
+    let mut pve = scenario().start();
+    // 1 PVE s = 50 ms: a clone copies for 1 s.
+    pve.set_time_scale(0.05);
+    pve.ct_timing(0.0, 20.0, 0.0, 0.0, 0.0);
+    let ws = Workspace::new(&pve);
+    let spec =
+        |name: &str| ct_spec(name, "    memory: 256Mi\n").replace(VZTMPL, &CT_TEMPLATE.to_string());
+    ws.commit_specs(&[("a.yaml", spec("cache-01")), ("b.yaml", spec("cache-02"))]);
+    let (ok, out) = run_once_debug(&ws);
+    assert!(ok, "{out}");
+    assert_eq!(
+        owned_cts(&mut pve).len(),
+        2,
+        "one container per spec: {out}"
+    );
+    for name in ["cache-01", "cache-02"] {
+        let (status, reason, message) = ws.condition(name, "Ready");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "Available"),
+            "{name}: {message}\n{out}"
+        );
+    }
+    // The second clone did meet the first's lock, and was sent again after it ended.
+    assert!(
+        out.contains("the template is locked by a running task; waiting for it before cloning"),
+        "{out}"
+    );
+    let clones = pve
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with(&format!("/lxc/{CT_TEMPLATE}/clone")))
+        .count();
+    assert_eq!(clones, 3, "{out}");
+    assert!(!out.contains("PVE is overloaded"), "no overload cut: {out}");
+    assert_eq!(pve.ct(CT_TEMPLATE)["lock"], Value::Null);
+}
+
+/// A CT template left locked `disk` with no task holding it (a clone that was interrupted):
+/// nothing can be cloned from it, and the spec says what a person must do, `pct unlock`.
+#[test]
+fn a_ct_template_left_locked_is_reported_with_pct_unlock() {
+    let mut pve = scenario().start();
+    pve.set_ct(CT_TEMPLATE, json!({"lock": "disk"}));
+    let ws = Workspace::new(&pve);
+    let spec = ct_spec("cache-01", "").replace(VZTMPL, &CT_TEMPLATE.to_string());
+    ws.commit_specs(&[("cache.yaml", spec)]);
+    let (_, out) = run_once_debug(&ws);
+    assert!(owned_cts(&mut pve).is_empty(), "{out}");
+    let (status, reason, message) = ws.condition("cache-01", "Stalled");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "StaleLock"),
+        "{message}\n{out}"
+    );
+    assert!(
+        message.contains("container template 9100 on node pve1 is locked (disk)")
+            && message.contains("pct unlock 9100"),
+        "{message}"
+    );
+    assert!(!out.contains("PVE is overloaded"), "{out}");
 }
 
 #[test]
