@@ -122,7 +122,11 @@ impl Workspace {
             }
         }
         for (name, text) in files {
-            std::fs::write(repo.join(name), text).unwrap();
+            let path = repo.join(name);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).unwrap();
+            }
+            std::fs::write(path, text).unwrap();
         }
         self.git(&["add", "-A"]);
         self.git(&["commit", "-q", "--allow-empty", "-m", "specs"]);

@@ -246,6 +246,20 @@ fn python() -> PathBuf {
     p
 }
 
+/// A program of the test venv beside its Python (`ansible-playbook`: `scripts/setup-fakepve`
+/// installs ansible-core, pinned, beside fakepve). A missing one fails the test, saying how to
+/// get it: never a skip.
+pub fn venv_program(name: &str) -> PathBuf {
+    let p = python().with_file_name(name);
+    assert!(
+        p.exists(),
+        "{} not found: this test runs a real ansible-core (PyPI ansible-core==2.19.14) from the \
+         test venv; {SETUP_HINT}",
+        p.display()
+    );
+    p
+}
+
 fn harness_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/fakepve_harness.py")
 }

@@ -6,5 +6,5 @@ pub mod fakepve;
 
 pub use fakepve::{
     FakePve, RecordedRequest, Scenario, TEMPLATE_NAME, TEMPLATE_VMID, TOKEN_ID, TOKEN_SECRET,
-    default_scenario, token_header, verified_client,
+    default_scenario, token_header, venv_program, verified_client,
 };
