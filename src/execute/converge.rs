@@ -394,18 +394,59 @@ async fn grow_disk(
     Ok(None)
 }
 
-/// The addresses worth showing: not loopback, not IPv6 link-local.
+/// The addresses worth showing: not loopback, not IPv6 link-local. The guest (its agent, or a
+/// container's own network namespace) says what they are, so whoever is root in it can say
+/// anything: only text that parses as an IP address is kept, in its canonical form, and
+/// nothing else of the answer (interface names, the agent's OS fields) goes anywhere.
 pub(super) fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
     let mut out: Vec<String> = ifaces
         .iter()
         .filter(|i| i.name != "lo")
         .flat_map(|i| &i.ip_addresses)
-        .map(|a| a.ip_address.clone())
-        .filter(|ip| {
-            !ip.starts_with("127.") && ip != "::1" && !ip.to_ascii_lowercase().starts_with("fe80:")
+        .filter_map(|a| a.ip_address.parse::<std::net::IpAddr>().ok())
+        .filter(|ip| match ip {
+            std::net::IpAddr::V4(v4) => !v4.is_loopback(),
+            std::net::IpAddr::V6(v6) => !(v6.is_loopback() || v6.is_unicast_link_local()),
         })
+        .map(|ip| ip.to_string())
         .collect();
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guest_addresses;
+    use crate::pve::types::AgentInterface;
+
+    /// What root inside a guest can make its agent report: only addresses come out.
+    #[test]
+    fn a_guest_reports_addresses_and_nothing_else_is_kept() {
+        let ifaces: Vec<AgentInterface> = serde_json::from_value(serde_json::json!([
+            {"name": "lo", "ip-addresses": [{"ip-address": "127.0.0.1"}, {"ip-address": "::1"}]},
+            {"name": "eth0", "ip-addresses": [
+                {"ip-address": "192.0.2.10", "ip-address-type": "ipv4", "prefix": 24},
+                {"ip-address": "{{ lookup('pipe','touch MARK2') }}"},
+                {"ip-address": "<!channel>"},
+                {"ip-address": "10.0.0.5\n# forged: line"},
+                {"ip-address": "\u{1b}[2J10.0.0.6"},
+                {"ip-address": " 10.0.0.7 "},
+                {"ip-address": "fe80::1%eth0"},
+                {"ip-address": "FE80::BE24:11FF:FE4C:1"},
+                {"ip-address": "2001:DB8::0005"},
+                {"ip-address": "127.0.0.2"},
+                {"ip-address": ""},
+            ]},
+            {"name": "{{ lookup('pipe','touch MARK3') }}", "ip-addresses": [
+                {"ip-address": "192.0.2.10"},
+                {"ip-address": "198.51.100.7"},
+            ]},
+        ]))
+        .unwrap();
+        assert_eq!(
+            guest_addresses(&ifaces),
+            ["192.0.2.10", "198.51.100.7", "2001:db8::5"]
+        );
+    }
 }

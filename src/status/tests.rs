@@ -674,55 +674,69 @@ fn long_messages_are_truncated_on_a_char_boundary() {
     assert_eq!(clip(&"a".repeat(1025)).len(), 1024);
 }
 
+/// Text YAML would read as something else, or that a consumer of the files (Ansible, Slack, a
+/// terminal) would act on: every one is written and read back as the same string.
+const NASTY: &[&str] = &[
+    "True",
+    "false",
+    "null",
+    "~",
+    "yes",
+    "No",
+    "on",
+    "0x1F",
+    "1e3",
+    "0123",
+    "12:30:00",
+    "2025-03-01",
+    "- item",
+    "key: value",
+    "# comment",
+    "&anchor",
+    "*alias",
+    "!tag",
+    "|",
+    ">",
+    "'single'",
+    "\"double\"",
+    "back\\slash",
+    "line1\nline2\n",
+    "tab\there",
+    "  leading and trailing  ",
+    "",
+    "\u{0}\u{1}\u{7f}\u{85}\u{2028}\u{feff}",
+    "---",
+    "...",
+    "{a: 1}",
+    "[1, 2]",
+    "% directive",
+    "@at",
+    "`tick`",
+    "ünïcödé ✓ 😀",
+    "\r\n",
+    "a: b # c",
+    "? q",
+    "=",
+    "<<",
+    "{{ lookup('pipe','touch MARK') }}",
+    "{% raw %}",
+    "!unsafe x",
+    "!!python/object/apply:os.system ['touch MARK']",
+    "<!channel> <https://evil.example|click>",
+    "\u{1b}[2J\u{1b}]0;title\u{7}",
+    "\u{202e}gpj.exe",
+    "vms/{{ x }}.yaml",
+];
+
 #[test]
 fn hostile_strings_round_trip() {
     let (_d, mut sd) = tmpdir();
-    let nasty = [
-        "True",
-        "false",
-        "null",
-        "~",
-        "yes",
-        "No",
-        "on",
-        "0x1F",
-        "1e3",
-        "0123",
-        "12:30:00",
-        "2025-03-01",
-        "- item",
-        "key: value",
-        "# comment",
-        "&anchor",
-        "*alias",
-        "!tag",
-        "|",
-        ">",
-        "'single'",
-        "\"double\"",
-        "back\\slash",
-        "line1\nline2\n",
-        "tab\there",
-        "  leading and trailing  ",
-        "",
-        "\u{0}\u{1}\u{7f}\u{85}\u{2028}\u{feff}",
-        "---",
-        "...",
-        "{a: 1}",
-        "[1, 2]",
-        "% directive",
-        "@at",
-        "`tick`",
-        "ünïcödé ✓ 😀",
-        "\r\n",
-        "a: b # c",
-        "? q",
-        "=",
-        "<<",
-    ];
-    for (i, v) in nasty.iter().enumerate() {
+    for (i, v) in NASTY.iter().enumerate() {
         let mut s = spec("web-01");
         s.vm_name = v.to_string();
+        s.spec_file = Some(v.to_string());
+        s.tags = vec![v.to_string()];
+        s.labels = BTreeMap::from([(v.to_string(), v.to_string())]);
         s.node = v.to_string();
         s.state = v.to_string();
         s.ip_addresses = vec![v.to_string(), "::1".into()];
@@ -746,8 +760,11 @@ fn hostile_strings_round_trip() {
         assert_eq!(f.vm_name, *v);
         assert_eq!(f.node, *v);
         assert_eq!(f.state, *v);
-        assert_eq!(f.ip_addresses[0], *v);
+        assert_eq!(f.ip_addresses, ["::1"], "only an address is written");
         assert_eq!(f.commit.as_deref(), Some(*v));
+        assert_eq!(f.spec_file.as_deref(), Some(*v));
+        assert_eq!(f.tags, [*v]);
+        assert_eq!(f.labels, BTreeMap::from([(v.to_string(), v.to_string())]));
         assert_eq!(get(&f, kinds::REBOOT_PENDING).message, *v);
         assert_eq!(f.history[0].action, *v);
         // and the writer sees its own file as unchanged
@@ -1029,6 +1046,92 @@ fn summary_round_trips_and_skips_identical_writes() {
             "2025-03-01T12:00:00Z"
         )
     );
+}
+
+#[test]
+fn hostile_strings_round_trip_through_the_summary_and_orphans() {
+    let (_d, mut sd) = tmpdir();
+    for (i, v) in NASTY.iter().enumerate() {
+        let v = v.to_string();
+        let mut s = summary();
+        s.commit = Some(v.clone());
+        s.source_error = Some(v.clone());
+        s.refused_commit = Some(crate::source::verify::Refusal {
+            commit: v.clone(),
+            kind: crate::gate::commit::RefusalKind::UnverifiedSignature,
+            reason: v.clone(),
+        });
+        s.last_request = Some(RequestSummary {
+            spec: Some(v.clone()),
+            handled_at: t(T0),
+        });
+        s.notify_failures = vec![NotifyFailure {
+            target: v.clone(),
+            kind: v.clone(),
+            failures: 1,
+            last_error: v.clone(),
+            since: t(T0),
+        }];
+        s.sites[0].name = v.clone();
+        s.sites[0].nodes_online = vec![v.clone()];
+        s.sites[0].error = Some(v.clone());
+        s.sites[0].parallel = vec![(v.clone(), 3)];
+        s.refused = vec![v.clone()];
+        s.sets = vec![SetSummary {
+            name: v.clone(),
+            desired: 2,
+            ready: 1,
+            not_ready: vec![v.clone()],
+        }];
+        s.last_cycle = t(T0 + i as u64);
+        assert!(sd.write_summary(&s).unwrap(), "{v:?}");
+        let f = sd
+            .read_summary()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{v:?} did not parse back"));
+        let site = &f.sites[0];
+        let refused = f.refused_commit.as_ref().unwrap();
+        let request = f.last_request.as_ref().unwrap();
+        let notify = &f.notify_failures[0];
+        let set = &f.sets[0];
+        for got in [
+            f.commit.as_deref(),
+            f.source_error.as_deref(),
+            Some(refused.commit.as_str()),
+            Some(refused.message.as_str()),
+            request.spec.as_deref(),
+            Some(notify.target.as_str()),
+            Some(notify.kind.as_str()),
+            Some(notify.last_error.as_str()),
+            Some(site.name.as_str()),
+            Some(site.nodes_online[0].as_str()),
+            site.error.as_deref(),
+            site.parallel_per_node.keys().next().map(String::as_str),
+            Some(f.refused[0].as_str()),
+            Some(set.name.as_str()),
+            Some(set.not_ready[0].as_str()),
+        ] {
+            assert_eq!(got, Some(v.as_str()));
+        }
+
+        let orphan = OrphanEntry {
+            site: v.clone(),
+            vm_id: 7,
+            node: v.clone(),
+            name: Some(v.clone()),
+            state: v.clone(),
+            first_seen: t(T0),
+            action: v.clone(),
+            duplicate_of: Some(v.clone()),
+        };
+        sd.write_orphans(&[orphan], t(T0)).unwrap();
+        let o = &sd.read_orphans().unwrap().expect("parses back").orphans[0];
+        for got in [&o.site, &o.node, &o.state, &o.action] {
+            assert_eq!(*got, v);
+        }
+        assert_eq!(o.name.as_deref(), Some(v.as_str()));
+        assert_eq!(o.duplicate_of.as_deref(), Some(v.as_str()));
+    }
 }
 
 #[test]

@@ -102,7 +102,12 @@ pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: Syste
         vm_id: s.vm_id,
         vm_name: clip(&s.vm_name),
         state: clip(&s.state),
-        ip_addresses: s.ip_addresses.iter().map(|a| clip(a)).collect(),
+        // What the guest said; `execute` keeps only addresses, a record an older release
+        // wrote may hold any text it sent.
+        ip_addresses: (s.ip_addresses.iter())
+            .filter(|a| a.parse::<std::net::IpAddr>().is_ok())
+            .cloned()
+            .collect(),
         tags: s.tags.iter().map(|t| clip(t)).collect(),
         labels: s.labels.iter().map(|(k, v)| (clip(k), clip(v))).collect(),
         commit: s.commit.as_deref().map(clip),
