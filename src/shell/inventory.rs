@@ -18,8 +18,18 @@
 //! part with every character other than an ASCII letter, digit or `_` replaced by `_`; a host
 //! in none of them is in `ungrouped`. Host variables ([`host_vars`]) are `proxsync_*` copies of
 //! what the status file holds; a status file holds nothing secret (`status` module).
+//!
+//! Ansible evaluates Jinja in every string of an inventory it has not been told is unsafe, and
+//! these strings come from specs (a committer chooses a file's path, labels) and from guests
+//! (root inside a VM chooses what its agent reports). So every string value the inventory hands
+//! Ansible is marked unsafe ([`mark_unsafe`]: `{"__ansible_unsafe": ...}` in the JSON, `!unsafe`
+//! in the YAML), and Ansible keeps it as text. Keys cannot be marked: host names are spec
+//! names (DNS labels), group names are sanitised, variable names are ours, and a label whose
+//! key Ansible could read as a template (`{{`, `{%`, `{#`) is left out of `proxsync_labels`
+//! with a note. Addresses are kept only when they parse as IP addresses.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -39,11 +49,15 @@ pub enum Output {
     Yaml,
 }
 
-/// An inventory: host -> variables, group -> hosts.
+/// An inventory: host -> variables, group -> hosts. The variables are plain values here;
+/// [`Inventory::list_json`], [`Inventory::host_json`] and [`Inventory::yaml`] mark every string
+/// unsafe for Ansible.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inventory {
     pub hosts: BTreeMap<String, Map<String, Value>>,
     pub groups: BTreeMap<String, BTreeSet<String>>,
+    /// What was left out, and why (for stderr).
+    pub notes: Vec<String>,
 }
 
 /// Why the inventory could not be printed.
@@ -55,16 +69,14 @@ pub enum InventoryError {
     /// Rendering JSON failed (not expected).
     #[error("could not render JSON: {0}")]
     Json(#[from] serde_json::Error),
-    /// Rendering YAML failed (not expected).
-    #[error("could not render YAML: {0}")]
-    Yaml(String),
 }
 
 /// Reads the spec status files of `status_dir` and renders the inventory as `output` asks
 /// (ending with a newline). Also returns the notes on files left out, for stderr.
 pub fn render(status_dir: &Path, output: &Output) -> Result<(String, Vec<String>), InventoryError> {
-    let (specs, notes) = status_view::spec_files(status_dir)?;
+    let (specs, mut notes) = status_view::spec_files(status_dir)?;
     let inventory = build(&specs);
+    notes.extend(inventory.notes.iter().cloned());
     let text = match output {
         Output::List => {
             status_view::json_for_terminal(serde_json::to_string_pretty(&inventory.list_json())?)
@@ -96,9 +108,23 @@ pub fn build(specs: &[SpecFile]) -> Inventory {
         for g in groups {
             inv.groups.entry(g).or_default().insert(f.name.clone());
         }
-        inv.hosts.insert(f.name.clone(), host_vars(f));
+        let vars = host_vars(f);
+        for key in f.labels.keys().filter(|k| is_template(k)) {
+            inv.notes.push(format!(
+                "{}: label {} left out of proxsync_labels: Ansible could read its key as a \
+                 template, and a key cannot be marked unsafe",
+                f.name,
+                serde_json::to_string(key).unwrap_or_default()
+            ));
+        }
+        inv.hosts.insert(f.name.clone(), vars);
     }
     inv
+}
+
+/// Whether Ansible could take `s` for a Jinja template: it holds a start of one.
+fn is_template(s: &str) -> bool {
+    ["{{", "{%", "{#"].iter().any(|start| s.contains(start))
 }
 
 /// Ansible's group of hosts in no other group.
@@ -189,9 +215,15 @@ pub fn host_vars(f: &SpecFile) -> Map<String, Value> {
     if let Some(c) = ready.filter(|c| !c.reason.is_empty()) {
         vars.insert("proxsync_ready_reason".into(), c.reason.clone().into());
     }
-    vars.insert("proxsync_addresses".into(), json!(f.ip_addresses));
+    // Only addresses: a file an older release wrote may hold any text the guest sent.
+    let addresses: Vec<&String> = (f.ip_addresses.iter())
+        .filter(|a| a.parse::<IpAddr>().is_ok())
+        .collect();
+    vars.insert("proxsync_addresses".into(), json!(addresses));
     vars.insert("proxsync_tags".into(), json!(f.tags));
-    vars.insert("proxsync_labels".into(), json!(f.labels));
+    let labels: BTreeMap<&String, &String> =
+        f.labels.iter().filter(|(k, _)| !is_template(k)).collect();
+    vars.insert("proxsync_labels".into(), json!(labels));
     if let Some(c) = &f.commit {
         vars.insert("proxsync_commit".into(), c.clone().into());
     }
@@ -203,10 +235,13 @@ pub fn host_vars(f: &SpecFile) -> Map<String, Value> {
 
 impl Inventory {
     /// `--list`: the dynamic-inventory JSON, every host's variables under `_meta.hostvars`
-    /// (so Ansible never calls `--host`).
+    /// (so Ansible never calls `--host`), every string among them marked unsafe.
     pub fn list_json(&self) -> Value {
+        let hostvars: Map<String, Value> = (self.hosts.iter())
+            .map(|(host, vars)| (host.clone(), mark_unsafe(&Value::Object(vars.clone()))))
+            .collect();
         let mut top = Map::new();
-        top.insert("_meta".into(), json!({ "hostvars": self.hosts }));
+        top.insert("_meta".into(), json!({ "hostvars": hostvars }));
         top.insert(
             "all".into(),
             json!({ "children": self.groups.keys().collect::<Vec<_>>() }),
@@ -217,12 +252,16 @@ impl Inventory {
         Value::Object(top)
     }
 
-    /// `--host NAME`: the host's variables, `{}` for a host the inventory does not hold.
+    /// `--host NAME`: the host's variables (strings marked unsafe), `{}` for a host the
+    /// inventory does not hold.
     pub fn host_json(&self, name: &str) -> Value {
-        Value::Object(self.hosts.get(name).cloned().unwrap_or_default())
+        mark_unsafe(&Value::Object(
+            self.hosts.get(name).cloned().unwrap_or_default(),
+        ))
     }
 
-    /// `--yaml`: `all: {hosts: {HOST: vars}, children: {GROUP: {hosts: {HOST: {}}}}}`.
+    /// `--yaml`: `all: {hosts: {HOST: vars}, children: {GROUP: {hosts: {HOST: {}}}}}`, every
+    /// string value tagged `!unsafe`, every key and string double-quoted ([`yaml_quoted`]).
     pub fn yaml(&self) -> Result<String, InventoryError> {
         let children: Map<String, Value> = self
             .groups
@@ -236,16 +275,109 @@ impl Inventory {
             })
             .collect();
         let doc = json!({ "all": { "hosts": self.hosts, "children": children } });
-        let opts = serde_saphyr::ser_options! {
-            prefer_block_scalars: false,
-        };
-        let mut text = serde_saphyr::to_string_with_options(&doc, opts)
-            .map_err(|e| InventoryError::Yaml(e.to_string()))?;
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
+        let mut text = String::new();
+        yaml_block(&mut text, &doc, 0);
         Ok(text)
     }
+}
+
+/// `v` with every string in it (not the keys) marked unsafe for Ansible,
+/// `{"__ansible_unsafe": "..."}`: Ansible's JSON decoder makes it a string it never templates.
+pub fn mark_unsafe(v: &Value) -> Value {
+    match v {
+        Value::String(s) => json!({ "__ansible_unsafe": s }),
+        Value::Array(items) => Value::Array(items.iter().map(mark_unsafe).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), mark_unsafe(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// YAML in block style: a mapping's entries or a sequence's items, one per line at `indent`
+/// spaces. Strings are `!unsafe "..."`, keys `"..."`, an empty mapping or sequence is
+/// written `{}` or `[]`.
+fn yaml_block(out: &mut String, v: &Value, indent: usize) {
+    let pad = " ".repeat(indent);
+    let nested = |out: &mut String, v: &Value| match v {
+        Value::Object(m) if !m.is_empty() => {
+            out.push('\n');
+            yaml_block(out, v, indent + 2);
+        }
+        Value::Array(a) if !a.is_empty() => {
+            out.push('\n');
+            yaml_block(out, v, indent + 2);
+        }
+        scalar => {
+            out.push(' ');
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    };
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                out.push_str(&pad);
+                out.push_str(&yaml_quoted(k));
+                out.push(':');
+                nested(out, v);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                out.push_str(&pad);
+                out.push('-');
+                nested(out, v);
+            }
+        }
+        scalar => {
+            out.push_str(&pad);
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+}
+
+/// A scalar (or an empty collection) as YAML: a string `!unsafe "..."`.
+fn yaml_scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("!unsafe {}", yaml_quoted(s)),
+        Value::Object(_) => "{}".to_string(),
+        Value::Array(_) => "[]".to_string(),
+        // null, true/false and numbers are the same words in YAML.
+        other => other.to_string(),
+    }
+}
+
+/// A YAML double-quoted scalar that any YAML 1.1 or 1.2 reader (Ansible's PyYAML) reads back
+/// as `s`, and that holds nothing a terminal acts on: `\` and `"` escaped, and every control
+/// character, line or paragraph separator, bidi control, BOM and non-character as `\xXX`,
+/// `\uXXXX` or `\UXXXXXXXX` (PyYAML refuses most of them raw, and folds line breaks).
+pub fn yaml_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control()
+                || status_view::is_unsafe(c)
+                || matches!(c, '\u{feff}' | '\u{fffe}' | '\u{ffff}') =>
+            {
+                let n = u32::from(c);
+                let _ = match n {
+                    0..=0xff => write!(out, "\\x{n:02x}"),
+                    0x100..=0xffff => write!(out, "\\u{n:04x}"),
+                    _ => write!(out, "\\U{n:08x}"),
+                };
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -297,6 +429,23 @@ mod tests {
         db.conditions[0].status = S::False;
         db.conditions[0].reason = "NotRunning".into();
         vec![db, web]
+    }
+
+    /// `v` as Ansible reads it: each `{"__ansible_unsafe": s}` back to `s`. Panics on a string
+    /// that is not marked so.
+    fn read_marked(v: &Value) -> Value {
+        match v {
+            Value::Object(m) if m.len() == 1 && m.contains_key("__ansible_unsafe") => {
+                assert!(m["__ansible_unsafe"].is_string(), "{v}");
+                m["__ansible_unsafe"].clone()
+            }
+            Value::String(s) => panic!("{s:?} is not marked unsafe"),
+            Value::Array(a) => Value::Array(a.iter().map(read_marked).collect()),
+            Value::Object(m) => {
+                Value::Object(m.iter().map(|(k, v)| (k.clone(), read_marked(v))).collect())
+            }
+            other => other.clone(),
+        }
     }
 
     fn is_group_name(g: &str) -> bool {
@@ -425,7 +574,13 @@ mod tests {
             hostvars.keys().collect::<Vec<_>>(),
             ["db-01", "lost-01", "web-01"]
         );
-        assert_eq!(hostvars["web-01"]["ansible_host"], "10.0.0.5");
+        assert_eq!(
+            hostvars["web-01"]["ansible_host"],
+            json!({"__ansible_unsafe": "10.0.0.5"})
+        );
+        for (host, vars) in hostvars {
+            assert_eq!(read_marked(vars), Value::Object(inv.hosts[host].clone()));
+        }
         // Every top-level key but _meta and all is a group with hosts, and a child of all.
         let top = doc.as_object().unwrap();
         assert_eq!(top.len(), groups.len() + 2);
@@ -446,7 +601,10 @@ mod tests {
         let inv = build(&two());
         let list = inv.list_json();
         assert_eq!(inv.host_json("web-01"), list["_meta"]["hostvars"]["web-01"]);
-        assert_eq!(inv.host_json("db-01")["proxsync_node"], "pve2");
+        assert_eq!(
+            read_marked(&inv.host_json("db-01"))["proxsync_node"],
+            "pve2"
+        );
         assert_eq!(inv.host_json("nope"), json!({}));
         assert_eq!(inv.host_json(""), json!({}));
     }
@@ -455,12 +613,32 @@ mod tests {
     fn yaml_is_the_yaml_inventory_format() {
         let inv = build(&two());
         let text = inv.yaml().unwrap();
-        assert!(text.starts_with("all:\n"), "{text}");
-        let doc: Value = serde_saphyr::from_str(&text).unwrap();
+        assert!(text.starts_with("\"all\":\n"), "{text}");
+        assert!(
+            text.contains("      \"proxsync_site\": !unsafe \"eu-fra\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("      \"proxsync_tags\":\n        - !unsafe \"frontend\"\n"),
+            "{text}"
+        );
+        assert!(text.contains("      \"proxsync_vmid\": 101\n"), "{text}");
+        assert!(text.contains("      \"proxsync_labels\": {}\n"), "{text}");
+        // Every string value is tagged: a line holding a string value holds `!unsafe`.
+        for line in text.lines() {
+            let value = line.trim_start().trim_start_matches("- ");
+            let value = value.split_once("\": ").map_or(value, |(_, v)| v);
+            assert!(
+                !value.starts_with('"') || line.trim_start().ends_with(':'),
+                "{line}"
+            );
+        }
+        // Ansible reads `!unsafe "x"` as the string x; serde_saphyr reads the tag's scalar.
+        let doc: Value = serde_saphyr::from_str(&text.replace("!unsafe ", "")).unwrap();
         let all = &doc["all"];
         assert_eq!(
             all["hosts"]["web-01"],
-            inv.list_json()["_meta"]["hostvars"]["web-01"]
+            read_marked(&inv.list_json()["_meta"]["hostvars"]["web-01"])
         );
         assert_eq!(all["hosts"]["db-01"]["proxsync_ready"], json!(false));
         assert_eq!(
@@ -481,6 +659,100 @@ mod tests {
         let text = build(&[odd]).yaml().unwrap();
         for v in ["\"yes\"", "\"0123\"", "\"null\""] {
             assert!(text.contains(v), "{v}: {text}");
+        }
+    }
+
+    /// A spec's committer chose the file path and the labels, root in the guest the
+    /// addresses: none of it may reach Ansible as a template.
+    fn hostile() -> SpecFile {
+        let mut f = file("web-01", "eu-fra", "pve1", &[]);
+        f.spec_file = Some("vms/{{ lookup('pipe','touch MARK') }}.yaml".into());
+        f.ip_addresses = vec![
+            "{{ lookup('pipe','touch MARK2') }}".into(),
+            "192.0.2.10".into(),
+            "10.0.0.5\n- evil".into(),
+        ];
+        f.vm_name = "{% raw %}".into();
+        f.node = "{# x #}".into();
+        f.labels = BTreeMap::from([
+            ("role".to_string(), "{{ 7 * 7 }}".to_string()),
+            (
+                "{{ lookup('pipe','touch MARK3') }}".to_string(),
+                "v".to_string(),
+            ),
+            ("{%x".to_string(), "v".to_string()),
+        ]);
+        f
+    }
+
+    #[test]
+    fn every_string_is_marked_unsafe_and_addresses_are_addresses() {
+        let inv = build(&[hostile()]);
+        let list = inv.list_json();
+        let vars = read_marked(&list["_meta"]["hostvars"]["web-01"]);
+        assert_eq!(
+            vars["proxsync_spec_file"],
+            "vms/{{ lookup('pipe','touch MARK') }}.yaml"
+        );
+        assert_eq!(vars["proxsync_vm_name"], "{% raw %}");
+        assert_eq!(vars["ansible_host"], "192.0.2.10");
+        assert_eq!(vars["proxsync_addresses"], json!(["192.0.2.10"]));
+        // A key cannot be marked: a label whose key could be a template is left out, and said.
+        assert_eq!(vars["proxsync_labels"], json!({"role": "{{ 7 * 7 }}"}));
+        assert_eq!(inv.notes.len(), 2, "{:?}", inv.notes);
+        assert!(
+            inv.notes[0].contains("web-01: label \"{%x\" left out of proxsync_labels"),
+            "{:?}",
+            inv.notes
+        );
+        // Its group is still made, from the sanitised name.
+        assert!(
+            inv.groups
+                .contains_key("label____lookup__pipe___touch_MARK3______v"),
+            "{:?}",
+            inv.groups.keys()
+        );
+        assert_eq!(read_marked(&inv.host_json("web-01")), vars);
+        assert_eq!(
+            inv.host_json("web-01")["proxsync_spec_file"],
+            json!({"__ansible_unsafe": "vms/{{ lookup('pipe','touch MARK') }}.yaml"})
+        );
+        let text = inv.yaml().unwrap();
+        assert!(
+            text.contains(
+                "\"proxsync_spec_file\": !unsafe \"vms/{{ lookup('pipe','touch MARK') }}.yaml\"\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("MARK2") && !text.contains("'touch MARK3'"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn yaml_strings_read_back_as_written_and_hold_no_control_character() {
+        for s in [
+            "plain",
+            "",
+            "\"quoted\" and \\backslash\\",
+            "line1\nline2\r\n\ttab",
+            "\u{1b}[2J\u{1b}]0;pwned\u{7}\u{9b}31m\u{7f}\u{85}",
+            "\u{202e}evil\u{2066}\u{2028}\u{2029}\u{feff}\u{fffe}",
+            "ünïcödé ✓ 😀",
+            "!unsafe x",
+            "{{ x }} #not-a-comment: - [a] {b} &c *d |e >f %g @h `i",
+            "yes",
+            "~",
+        ] {
+            let q = yaml_quoted(s);
+            assert!(
+                !q.chars()
+                    .any(|c| c.is_control() || status_view::is_unsafe(c) || c == '\u{feff}'),
+                "{q:?}"
+            );
+            let back: String = serde_saphyr::from_str(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+            assert_eq!(back, s, "{q}");
         }
     }
 
@@ -514,7 +786,7 @@ mod tests {
         let (text, notes) = render(&dir, &Output::List).unwrap();
         let doc: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
-            doc["_meta"]["hostvars"]["web-01"]["ansible_host"],
+            read_marked(&doc["_meta"]["hostvars"]["web-01"]["ansible_host"]),
             "10.0.0.5"
         );
         assert_eq!(doc["_meta"]["hostvars"]["web-01"]["proxsync_ready"], true);
@@ -524,11 +796,11 @@ mod tests {
 
         let (text, _) = render(&dir, &Output::Host("web-01".into())).unwrap();
         let vars: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(vars["proxsync_tags"], json!(["web"]));
+        assert_eq!(read_marked(&vars["proxsync_tags"]), json!(["web"]));
         let (text, _) = render(&dir, &Output::Host("bad-01".into())).unwrap();
         assert_eq!(text, "{}\n");
         let (text, _) = render(&dir, &Output::Yaml).unwrap();
-        assert!(text.contains("site_eu_fra:"), "{text}");
+        assert!(text.contains("\"site_eu_fra\":"), "{text}");
 
         let missing = d.path().join("nothing");
         let err = render(&missing, &Output::List).unwrap_err();

@@ -1012,7 +1012,7 @@ fn clean(s: &str) -> String {
 }
 
 /// Control characters (C0, DEL, C1), line/paragraph separators and bidi controls.
-fn is_unsafe(c: char) -> bool {
+pub(crate) fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
