@@ -449,13 +449,56 @@ fn init_logging() {
             .try_init(),
         None => tracing_subscriber::registry()
             .with(filter)
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr),
-            )
+            .with(stderr_layer(
+                std::io::stderr,
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ))
             .try_init(),
     };
+}
+
+/// The log on stderr: one line per event, its fields as [`log_fields`] writes them. (The
+/// journal takes each field apart, with its own length: a value cannot forge a field or an
+/// entry there, and `journalctl` shows a value holding control characters as a blob.)
+fn stderr_layer<S, W>(writer: W, ansi: bool) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer)
+        .fmt_fields(log_fields())
+}
+
+/// Fields as tracing's default writes them (the message, then `name=value`), every value with
+/// its control characters, line and paragraph separators and bidi controls escaped (`\n`,
+/// `\u{1b}`): a value holds a spec file's path, a label, PVE's or a guest's words, and the
+/// default writes a `%` field's text as it is, so a line break in one started a forged log
+/// line and an escape sequence reached the terminal.
+fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use std::fmt::Write as _;
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let mut clean = String::with_capacity(text.len());
+        for c in text.chars() {
+            match c {
+                '\n' => clean.push_str("\\n"),
+                '\r' => clean.push_str("\\r"),
+                '\t' => clean.push_str("\\t"),
+                c if crate::shell::status_view::is_unsafe(c) => {
+                    let _ = write!(clean, "\\u{{{:x}}}", u32::from(c));
+                }
+                c => clean.push(c),
+            }
+        }
+        match field.name() {
+            "message" => w.write_str(&clean),
+            name => write!(w, "{}={clean}", name.trim_start_matches("r#")),
+        }
+    })
+    .delimited(" ")
 }
 
 fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
@@ -1358,4 +1401,55 @@ fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
 /// The default config path, used by subcommands that need a config.
 pub fn default_config_path() -> PathBuf {
     PathBuf::from(config::DEFAULT_PATH)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    /// A writer into a shared buffer, for a subscriber under test.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_logged_value_cannot_forge_a_line_or_drive_the_terminal() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let buf = Buffer::default();
+        let writer = buf.clone();
+        let subscriber =
+            tracing_subscriber::registry().with(super::stderr_layer(move || writer.clone(), false));
+        // What a committer can name a spec file, and what PVE or a guest can say.
+        let file = "vms/x.yaml\n2025-01-01T00:00:00Z  INFO proxsync: forged\u{1b}[2J\u{202e}";
+        let message = format!("{file}: error: bad\r\u{9b}31m");
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(file = %file, spec = "web\n01", "{message}");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(out.matches('\n').count(), 1, "{out}");
+        assert!(out.ends_with('\n'), "{out}");
+        assert!(
+            !out.trim_end()
+                .chars()
+                .any(|c| c.is_control() || crate::shell::status_view::is_unsafe(c)),
+            "{out:?}"
+        );
+        assert!(
+            out.contains(
+                "vms/x.yaml\\n2025-01-01T00:00:00Z  INFO proxsync: forged\\u{1b}[2J\\u{202e}: \
+                 error: bad\\r\\u{9b}31m file=vms/x.yaml\\n2025"
+            ),
+            "{out}"
+        );
+        assert!(out.contains(r#"spec="web\n01""#), "{out}");
+    }
 }
