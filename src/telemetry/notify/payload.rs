@@ -210,6 +210,12 @@ fn slack_line(e: &Event) -> String {
             short(from)
         ),
     };
+    // One line per event: a line break in a message (a spec file's path, PVE's words) would
+    // start what reads as another event.
+    let line: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     escape(&super::clip_chars(&line, 500))
 }
 
@@ -217,7 +223,9 @@ fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
 }
 
-/// Slack's three control characters.
+/// Slack's three control characters, as Slack's "Escaping text" asks: `&`, `<` and `>` as
+/// `&amp;`, `&lt;` and `&gt;`, so no text is read as markup (`<!channel>`, `<!here>`,
+/// `<@U123>`, `<https://x|label>`).
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -389,6 +397,188 @@ mod tests {
         );
         assert!(text.contains("…and 11 more"), "{text}");
         assert_eq!(text.lines().count(), 1 + MAX_SLACK_LINES + 1);
+    }
+
+    /// Text a committer (a spec file's path, a label in a validation message), PVE or a guest
+    /// (an error, a VM's name) can put in an event's strings.
+    const HOSTILE: &[&str] = &[
+        "<!channel>",
+        "<!here|here>",
+        "<https://evil.example/login|click to re-authenticate>",
+        "<@U0123ABC> <#C0123ABC>",
+        "&lt;!channel&gt; & &amp;",
+        "line1\n:large_green_circle: `db-01` Ready\r\n",
+        "{{ lookup('pipe','touch MARK') }}",
+        "\"quoted\" \\back\\slash\u{0}\u{1b}[2J\u{7f}\u{85}\u{2028}\u{202e}",
+        "</script><script>alert(1)</script>",
+    ];
+
+    /// One event of every kind, each string field `s`.
+    fn every_event(s: &str) -> Vec<Event> {
+        let s = || s.to_string();
+        vec![
+            Event::SpecStalled {
+                spec: s(),
+                reason: s(),
+                message: s(),
+            },
+            Event::SpecReady { spec: s() },
+            Event::SpecDrifted {
+                spec: s(),
+                message: s(),
+            },
+            Event::SpecSuspended {
+                spec: s(),
+                message: s(),
+            },
+            Event::SpecResumed { spec: s() },
+            Event::SpecDeleted {
+                spec: s(),
+                site: s(),
+                vmid: 1,
+            },
+            Event::SpecReleased {
+                spec: s(),
+                site: s(),
+                vmid: 1,
+            },
+            Event::OrphanFound {
+                site: s(),
+                vmid: 1,
+                name: Some(s()),
+                duplicate_of: Some(s()),
+            },
+            Event::OrphanDeleted { site: s(), vmid: 1 },
+            Event::DeletesRefused {
+                reasons: vec![s(), s()],
+            },
+            Event::SiteUnreachable {
+                site: s(),
+                error: s(),
+            },
+            Event::SiteReachable { site: s() },
+            Event::CommitState {
+                commit: s(),
+                state: CommitState::Failure,
+                description: s(),
+                stalled: vec![super::super::events::StalledSpec {
+                    spec: s(),
+                    reason: s(),
+                    message: s(),
+                }],
+            },
+            Event::CommitRefused {
+                commit: s(),
+                reason: s(),
+            },
+            Event::CommitRewound {
+                commit: s(),
+                from: s(),
+            },
+        ]
+    }
+
+    #[test]
+    fn hostile_text_reaches_slack_as_text_one_line_per_event() {
+        for h in HOSTILE {
+            let events = every_event(h);
+            let r = slack(
+                "https://hooks.example/T/B/X",
+                "main",
+                &Message {
+                    events: events.clone(),
+                    dropped: 0,
+                },
+            );
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            let text = v["text"].as_str().unwrap();
+            // No markup at all: proxsync's messages never link or mention.
+            assert!(!text.contains(['<', '>']), "{text}");
+            for (at, _) in text.match_indices('&') {
+                let rest = &text[at..];
+                assert!(
+                    ["&amp;", "&lt;", "&gt;"]
+                        .iter()
+                        .any(|e| rest.starts_with(e)),
+                    "{text}"
+                );
+            }
+            assert_eq!(text.lines().count(), 1 + events.len(), "{text}");
+            assert!(
+                !text.contains(|c: char| c.is_control() && c != '\n'),
+                "{text:?}"
+            );
+            // Slack shows the text as it was, its line breaks as spaces.
+            let shown = text
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&");
+            let flat: String = h
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            assert!(shown.contains(&flat), "{flat:?} not in {shown}");
+        }
+    }
+
+    #[test]
+    fn hostile_text_reaches_the_webhook_as_it_was_signed() {
+        for h in HOSTILE {
+            let events = every_event(h);
+            let msg = Message {
+                events: events.clone(),
+                dropped: 0,
+            };
+            let r = webhook("https://h.example/x", &Secret::new("k"), h, &msg, "id", 1);
+            let sig = r
+                .headers
+                .iter()
+                .find(|x| x.name == SIGNATURE_HEADER)
+                .unwrap();
+            assert_eq!(sig.value, signature(b"k", &r.body));
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["install_id"], *h);
+            assert_eq!(v["events"], serde_json::to_value(&events).unwrap());
+            assert_eq!(v["events"][0]["message"], *h);
+        }
+    }
+
+    #[test]
+    fn hostile_text_reaches_a_forge_as_its_description_only() {
+        let token = Secret::new("t");
+        for h in HOSTILE {
+            let msg = Message {
+                events: vec![
+                    Event::CommitState {
+                        commit: SHA.into(),
+                        state: CommitState::Failure,
+                        description: h.to_string(),
+                        stalled: vec![],
+                    },
+                    // A commit id that is no commit id goes in no URL.
+                    Event::CommitRefused {
+                        commit: h.to_string(),
+                        reason: h.to_string(),
+                    },
+                ],
+                dropped: 0,
+            };
+            for kind in [NotifyKind::Gitea, NotifyKind::Github, NotifyKind::Gitlab] {
+                let rs =
+                    commit_statuses(kind, "https://g.example", "ops/vms", &token, "main", &msg);
+                assert_eq!(rs.len(), 1, "{kind:?}");
+                assert!(
+                    rs[0].url.ends_with(&format!("/statuses/{SHA}")),
+                    "{}",
+                    rs[0].url
+                );
+                let v: serde_json::Value = serde_json::from_slice(&rs[0].body).unwrap();
+                assert_eq!(v["description"], *h, "{kind:?}");
+                for header in &rs[0].headers {
+                    assert!(!header.value.contains(*h), "{kind:?}");
+                }
+            }
+        }
     }
 
     #[test]
