@@ -866,6 +866,55 @@ mod tests {
         );
     }
 
+    /// Label values come from the config (sites, targets), the cluster (nodes) and git (the
+    /// commit), never from a spec or a guest; whatever they hold, a scrape parses and reads
+    /// them back as they were (prometheus-client escapes `\\`, `"` and line breaks since
+    /// 0.25.2), and the strings of specs and guests in a cycle's report appear nowhere.
+    #[test]
+    fn label_values_are_escaped_and_spec_text_is_no_label() {
+        let odd = "a\"b\\c\nd} e{x=\"y\"} 1\n# EOF";
+        let hostile = "{{ lookup('pipe','touch MARK') }} <!channel>";
+        let m = Metrics::new("main");
+        let site = m.for_site(odd);
+        site.parallel_limit(odd, 3);
+        site.request(
+            "GET",
+            "/nodes/x\ny/qemu",
+            Some(200),
+            Duration::from_millis(1),
+        );
+        let mut r = report();
+        r.site_health[0].name = odd.into();
+        r.plan.orphans[0].name = Some(hostile.into());
+        r.plan.orphans[0].site = odd.into();
+        r.plan.refused = vec![hostile.into()];
+        m.cycle_finished(Some((&r, "0123abc\"}\n#")), Duration::from_millis(5));
+        m.notify_targets(&[crate::report::TargetStats {
+            name: odd.into(),
+            kind: "slack",
+            sent: 1,
+            failures: 0,
+            dropped: 0,
+            last_error: Some(hostile.into()),
+            failing_since: None,
+        }]);
+        let got = samples(&m);
+        for want in [
+            format!("proxsync_parallel_limit{{node={odd},site={odd}}} 3"),
+            format!("proxsync_site_up{{site={odd}}} 1"),
+            format!("proxsync_orphans{{disposition=reported,site={odd}}} 1"),
+            "proxsync_applied_commit{commit=0123abc} 1".to_string(),
+            format!("proxsync_notify_messages{{result=sent,target={odd},type=slack}} 1"),
+        ] {
+            assert!(got.contains(&want), "{want:?} not in {got:#?}");
+        }
+        let text = m.encode();
+        assert!(
+            !text.contains("MARK") && !text.contains("channel"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn off_records_nothing_and_encodes_nothing() {
         let m = Metrics::off();
