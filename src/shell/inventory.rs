@@ -757,6 +757,36 @@ mod tests {
     }
 
     #[test]
+    fn no_output_holds_anything_a_terminal_acts_on() {
+        let d = tempfile::tempdir().unwrap();
+        let mut sd = StatusDir::open(d.path()).unwrap();
+        let nasty = "\u{1b}[2J\u{1b}]0;pwned\u{7}line1\nline2\r\u{202e}evil\u{9b}31m\u{85}\u{2028}";
+        let st = SpecStatus {
+            name: "web-01".into(),
+            site: nasty.into(),
+            node: nasty.into(),
+            vm_name: nasty.into(),
+            state: nasty.into(),
+            spec_file: Some(nasty.into()),
+            tags: vec![nasty.into()],
+            labels: BTreeMap::from([(nasty.to_string(), nasty.to_string())]),
+            ..SpecStatus::default()
+        };
+        sd.write_spec(&st, UNIX_EPOCH + Duration::from_secs(1_740_830_400))
+            .unwrap();
+        for output in [Output::List, Output::Host("web-01".into()), Output::Yaml] {
+            let (text, _) = render(d.path(), &output).unwrap();
+            assert!(text.contains("line1"), "{output:?}: {text}");
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| c != '\n' && (c.is_control() || status_view::is_unsafe(c))),
+                "{output:?}: {text:?}"
+            );
+        }
+    }
+
+    #[test]
     fn render_reads_the_files_the_status_writer_writes() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("status");

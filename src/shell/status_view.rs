@@ -1882,6 +1882,10 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         s.vm_name = nasty.into();
         s.ip_addresses = vec![nasty.into()];
         s.commit = Some(nasty.into());
+        // A committer names the file, the tags and labels.
+        s.spec_file = Some(nasty.into());
+        s.tags = vec![nasty.into()];
+        s.labels = [(nasty.to_string(), nasty.to_string())].into();
         set(&mut s, c(kinds::READY, F, Reason::Failed, nasty));
         set(
             &mut s,
