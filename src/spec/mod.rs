@@ -665,13 +665,36 @@ pub fn parse_file_defaulted(
             false => validate_one(ctx, doc).into_iter().collect(),
         }
     };
+    // A sealed document takes no defaults: its SOPS MAC covers its own file only, and a
+    // `_defaults.yaml` (which anyone who may commit can write, without the key) could add what
+    // the MAC keeps out, such as an SSH key into the guest that holds the secret.
+    let as_written =
+        |ctx: &mut fields::Ctx, doc: &yaml::Node| validate::validate_document(ctx, doc);
+    let validate_sealed = |ctx: &mut fields::Ctx, doc: &yaml::Node| -> Vec<Spec> {
+        if !chain.is_empty() {
+            let files: Vec<&str> = chain.iter().map(|d| d.file.as_str()).collect();
+            ctx.diags.push(Diagnostic::warning(
+                file,
+                Pos::START,
+                format!(
+                    "this SOPS-encrypted spec takes no values from {} (its MAC covers only this \
+                     file): write what it needs here",
+                    files.join(", ")
+                ),
+            ));
+        }
+        match sets::is_set(doc) {
+            true => validate_set(ctx, file, doc, &as_written),
+            false => as_written(ctx, doc).into_iter().collect(),
+        }
+    };
     let specs: Vec<Spec> = docs
         .iter_mut()
         .flat_map(|doc| match sealed::open(file, doc, secrets) {
             sealed::Opened::Plain => validate(&mut ctx, doc),
             sealed::Opened::Decrypted { at, ciphertext } => {
                 ctx.sealed = Some(at);
-                let specs = validate(&mut ctx, doc);
+                let specs = validate_sealed(&mut ctx, doc);
                 ctx.sealed = None;
                 let sealed: Box<str> = ciphertext.into();
                 (specs.into_iter())
@@ -682,7 +705,7 @@ pub fn parse_file_defaulted(
                     .collect()
             }
             sealed::Opened::Unopened(warning) => {
-                let specs = validate(&mut ctx, doc);
+                let specs = validate_sealed(&mut ctx, doc);
                 ctx.diags
                     .push(warning.for_spec(specs.first().map(|s| s.name.as_str())));
                 specs

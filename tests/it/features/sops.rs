@@ -230,3 +230,42 @@ fn validate_checks_the_structure_without_a_key() {
         text(&o)
     );
 }
+
+/// A `_defaults.yaml` beside a SOPS-encrypted spec adds nothing to it: the SOPS MAC covers the
+/// spec's own file only, and anyone who may commit, without the key, could otherwise add what
+/// the file keeps out (here a tag; an SSH key into the guest that holds the secret alike). A
+/// plain spec beside it takes the default; `validate` says why the sealed one does not.
+#[test]
+fn a_sealed_spec_takes_no_defaults() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let key = ws.path("age.key");
+    let recipient = identity(&key, 0o640);
+    use_identity(&ws, &key);
+    let defaults = "apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  forProvider:\n    \
+                    tags: [from-defaults]\n";
+    ws.commit_specs(&[
+        ("_defaults.yaml", defaults.to_string()),
+        ("web.yaml", sealed_spec("web", &recipient)),
+        ("plain.yaml", spec("plain", "pve1", "9000", "")),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let mut tags = |name: &str| -> String {
+        let vmid = ws.status(name)["vmId"].as_u64().expect("a VMID") as u32;
+        pve.vm(vmid)["config"]["tags"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let (plain, web) = (tags("plain"), tags("web"));
+    assert!(plain.contains("from-defaults"), "{plain}");
+    assert!(!web.contains("from-defaults"), "{web}");
+    let out = proxsync(&ws, &["validate", ws.path("repo").to_str().unwrap()]);
+    let shown = text(&out);
+    assert!(
+        shown.contains("this SOPS-encrypted spec takes no values from")
+            && shown.contains("_defaults.yaml (its MAC covers only this file)"),
+        "{shown}"
+    );
+}
