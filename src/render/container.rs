@@ -11,7 +11,7 @@ use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{Container, CtNic, MountPoint};
-use crate::spec::{GIB, Spec};
+use crate::spec::{MIB, Spec};
 use crate::store::SpecRecord;
 
 use super::config::{ConfigError, description_change, tags_change};
@@ -28,14 +28,23 @@ fn container(spec: &Spec) -> Result<&Container, PveError> {
     })
 }
 
-/// A size in GiB as pve-container's `storage:size` takes it (`8`, `0.5`).
+/// A new volume's size as pve-container's `storage:size` takes it: GiB, written exactly
+/// (`8`, `0.5`, `1.07421875`). pve-container allocates `int($size_gb * 1024) * 1024` KiB
+/// (`src/PVE/LXC.pm` `create_disks`, `$NEW_DISK_RE` `^([^:\s]+):(\d+(\.\d+)?)$`): whole MiB,
+/// the rest cut off. So the size is rounded up to a whole MiB and written with every decimal
+/// it needs (a MiB is 1/1024 GiB, at most ten decimals, each exact in a double), and the
+/// config then says `size=` the spec's size (or the MiB above it), never the MiB below: three
+/// decimals made `1100Mi` `1.074`, stored as `size=1099M`, and every later cycle asked to
+/// grow it to `1100M` (found in review).
 fn gib(bytes: u64) -> String {
-    if bytes.is_multiple_of(GIB) {
-        (bytes / GIB).to_string()
-    } else {
-        let v = format!("{:.3}", bytes as f64 / GIB as f64);
-        v.trim_end_matches('0').trim_end_matches('.').to_string()
+    let mib = bytes.div_ceil(MIB);
+    let (whole, part) = (mib / 1024, mib % 1024);
+    if part == 0 {
+        return whole.to_string();
     }
+    // part / 1024 = part * 5^10 / 10^10: ten decimals, exact.
+    let decimals = format!("{:010}", part * 9_765_625);
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
 }
 
 /// The options of a new container besides its template, storage and secrets: hostname,
@@ -419,6 +428,7 @@ pub fn mount_points_removed(spec: &Spec, cfg: &VmConfig) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::GIB;
     use std::collections::BTreeMap;
 
     fn ct_spec(extra: &str) -> Spec {
@@ -499,6 +509,57 @@ mod tests {
         assert_eq!(p.get("unprivileged"), Some("1"));
         assert_eq!(p.get("hostname"), Some("dns-01"));
         assert_eq!(p.get("tags"), Some("proxsync.main"));
+    }
+
+    /// What pve-container stores for a size [`gib`] wrote: `int($size_gb * 1024) * 1024` KiB
+    /// (`create_disks`), Perl's number from the text a double as here.
+    fn pve_stores(text: &str) -> u64 {
+        let gb: f64 = text.parse().unwrap();
+        (gb * 1024.0) as u64 * 1024 * 1024
+    }
+
+    /// A new volume's size is written so that PVE stores the spec's (found in review: three
+    /// decimals made `1100Mi` `1.074`, stored as 1099M, and the volume grown every cycle).
+    #[test]
+    fn a_new_volume_is_stored_at_the_size_the_spec_says() {
+        assert_eq!(gib(8 * GIB), "8");
+        assert_eq!(gib(512 * MIB), "0.5");
+        assert_eq!(gib(1100 * MIB), "1.07421875");
+        assert_eq!(gib(MIB), "0.0009765625");
+        for mib in [
+            1,
+            2,
+            3,
+            511,
+            1023,
+            1025,
+            1100,
+            1536,
+            4097,
+            10_239,
+            65_535,
+            1 << 22,
+        ] {
+            let bytes = mib * MIB;
+            assert_eq!(
+                pve_stores(&gib(bytes)),
+                bytes,
+                "{mib} MiB as {}",
+                gib(bytes)
+            );
+        }
+        // Not a whole MiB (a decimal unit): the MiB above it, never below.
+        let ten_g = 10_000_000_000;
+        assert_eq!(pve_stores(&gib(ten_g)), 9537 * MIB);
+        assert!(pve_stores(&gib(ten_g)) >= ten_g);
+        assert!(pve_stores(&gib(MIB + 1)) >= MIB + 1);
+        let spec = ct_spec(
+            "    rootfs: {storage: local-lvm, size: 1100Mi}\n    \
+             mountPoints:\n      - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n",
+        );
+        let p = create_params(&spec, "d".into(), &[]).unwrap();
+        assert_eq!(p.get("rootfs"), Some("local-lvm:1.07421875"));
+        assert_eq!(p.get("mp0"), Some("local-lvm:1.07421875,mp=/srv"));
     }
 
     #[test]
