@@ -181,6 +181,16 @@ fn number(current: Current, key: &str) -> Option<String> {
     })
 }
 
+/// Whether the config's `cpuunits` is what PVE stores for the spec's `want`: pve-common
+/// `CGroup::clamp_cpu_shares` keeps 0..10000 on cgroup v2 (the spec allows no more) and raises
+/// a weight below 2 to 2 on cgroup v1 (a PVE 8 node booted with the legacy hierarchy).
+fn cpu_units_kept(want: u32, now: Option<&str>) -> bool {
+    let Some(now) = now.and_then(|n| n.parse::<u32>().ok()) else {
+        return false;
+    };
+    now == want || (want < 2 && now == 2)
+}
+
 /// Cores, memory, swap, CPU limit and units, NICs, DNS, time zone, console and OS type.
 fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes, PveError> {
     let mut out = Changes::default();
@@ -204,7 +214,7 @@ fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes,
         out.set("cpuLimit", |p| p.checked("cpulimit", limit))?;
     }
     if let Some(units) = ct.cpu_units
-        && number(current, "cpuunits") != Some(units.to_string())
+        && !cpu_units_kept(units, number(current, "cpuunits").as_deref())
     {
         out.set("cpuUnits", |p| Ok(p.set("cpuunits", units)))?;
     }
@@ -552,7 +562,7 @@ mod tests {
         let ten_g = 10_000_000_000;
         assert_eq!(pve_stores(&gib(ten_g)), 9537 * MIB);
         assert!(pve_stores(&gib(ten_g)) >= ten_g);
-        assert!(pve_stores(&gib(MIB + 1)) >= MIB + 1);
+        assert_eq!(pve_stores(&gib(MIB + 1)), 2 * MIB);
         let spec = ct_spec(
             "    rootfs: {storage: local-lvm, size: 1100Mi}\n    \
              mountPoints:\n      - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n",
@@ -653,6 +663,33 @@ mod tests {
             ],
         );
         assert!(c.changed.is_empty(), "{:?}", c.changed);
+    }
+
+    /// `cpuUnits` as PVE stores it: as written up to 10000 (the spec allows no more), a weight
+    /// below 2 raised to 2 on a cgroup v1 node (pve-common `clamp_cpu_shares`); never written
+    /// again for that.
+    #[test]
+    fn cpu_units_are_compared_as_pve_stores_them() {
+        for (want, now, same) in [
+            (100, "100", true),
+            (10_000, "10000", true),
+            (0, "0", true),
+            (0, "2", true),
+            (1, "2", true),
+            (3, "2", false),
+            (100, "1024", false),
+        ] {
+            let spec = ct_spec(&format!("    cpuUnits: {want}\n"));
+            let c = changes(&spec, &[("cores", "1"), ("cpuunits", now)]);
+            assert_eq!(
+                c.changed.is_empty(),
+                same,
+                "{want} vs {now}: {:?}",
+                c.changed
+            );
+        }
+        let spec = ct_spec("    cpuUnits: 100\n");
+        assert_eq!(changes(&spec, &[("cores", "1")]).changed, vec!["cpuUnits"]);
     }
 
     #[test]

@@ -414,7 +414,11 @@ fn lxc_own_schema() -> Value {
                 {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}
             ]
         },
-        "cpuUnits": count("CPU weight against other guests (PVE's cpuunits).", 0, 500_000),
+        "cpuUnits": count(
+            "CPU weight against other guests (PVE's cpuunits): at most 10000, what PVE keeps on cgroup v2.",
+            0,
+            10_000,
+        ),
         "memory": size("MiB", "1Gi; range 16Mi..2Ti, default 512Mi"),
         "swap": size_schema("MiB", "512Mi; range 0..2Ti; PVE makes 512Mi when unset", 0),
         "rootfs": {
