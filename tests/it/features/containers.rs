@@ -813,6 +813,11 @@ fn a_container_under_ha_is_a_ct_resource_moved_and_stopped_by_the_ha_manager() {
         out.contains("the HA manager was asked to migrate container"),
         "{out}"
     );
+    // The HA manager's relocation takes no shutdownTimeout: said so.
+    assert!(
+        out.contains("within its own 60 s, not shutdownTimeout"),
+        "{out}"
+    );
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     let ct = pve.ct(vmid);
