@@ -130,6 +130,12 @@ pub(super) async fn preflight(
         }
     }
     check_bridge(bridges, spec)?;
+    if let Some(why) = crate::render::container::mtu_refusals(spec, bridges)
+        .into_iter()
+        .next()
+    {
+        return Err(fail(Category::ConfigurationError, why));
+    }
     if spec.user_data.is_some() {
         // The seed image needs an `iso` storage: known now, not after the VM exists.
         pick_seed_storage(storages, spec)?;

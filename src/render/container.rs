@@ -7,7 +7,7 @@
 
 use crate::gate::identity::VerifiedMarker;
 use crate::ownership::MarkerKey;
-use crate::pve::types::{PendingEntry, VmConfig};
+use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{Container, CtNic, MountPoint};
@@ -359,6 +359,36 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
         None => vec!["type=veth".to_string()],
     };
     (declared, kept)
+}
+
+/// A container's NICs whose `mtu` is above their bridge's (its listed `mtu`, else Linux's
+/// 1500), each said as PVE would refuse it: pve-container's create and config update die
+/// `netN: MTU size 'X' is bigger than bridge MTU 'Y'` before any task (`src/PVE/LXC/Config.pm`
+/// `update_pct_config`, `read_bridge_mtu`), so the create would fail as a whole. A VM's NIC is
+/// refused only at its start (qemu-server). The create's pre-flight and `doctor` ask it.
+pub fn mtu_refusals(spec: &Spec, bridges: &[NetworkInterface]) -> Vec<String> {
+    let nics = spec
+        .container
+        .as_ref()
+        .and_then(|c| c.networks.as_ref())
+        .map_or(&[][..], Vec::as_slice);
+    nics.iter()
+        .enumerate()
+        .filter_map(|(i, nic)| {
+            let mtu = nic.mtu?;
+            let bridge = bridges.iter().find(|b| b.iface == nic.bridge)?;
+            let bridge_mtu = bridge.mtu.unwrap_or(1500);
+            (u64::from(mtu) > bridge_mtu).then(|| {
+                format!(
+                    "networks[{i}] (net{i}) has mtu {mtu}, above the MTU of bridge {} on node {} \
+                     ({bridge_mtu}): PVE refuses the container's NIC (pve-container: \"net{i}: \
+                     MTU size '{mtu}' is bigger than bridge MTU '{bridge_mtu}'\"); set its mtu to \
+                     at most {bridge_mtu}, or raise the bridge's MTU on the node",
+                    nic.bridge, spec.node
+                )
+            })
+        })
+        .collect()
 }
 
 /// The root filesystem's size now, when it is smaller than the spec's and not grown to it

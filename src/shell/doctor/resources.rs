@@ -422,14 +422,26 @@ fn join_names(names: &BTreeSet<String>) -> String {
 /// A virtio NIC's `mtu` above its bridge's fails the VM's start (qemu-server
 /// `PVE/QemuServer.pm` `print_netdevice_full`: `MTU '$mtu' is bigger than the bridge MTU`);
 /// the bridge's is the listing's `mtu`, else Linux's default 1500. Below 576 is refused by
-/// validation already.
+/// validation already. A container's NIC above its bridge's fails its create and any config
+/// update (pve-container `update_pct_config`; `render::container::mtu_refusals`).
 fn mtu_checks(
     site: &SiteConfig,
     node: &str,
     node_bridges: &[NetworkInterface],
     spec: &Spec,
 ) -> Vec<Check> {
-    let mut out = Vec::new();
+    // A container's NIC is refused at its create and every config update.
+    let mut out: Vec<Check> = crate::render::container::mtu_refusals(spec, node_bridges)
+        .into_iter()
+        .map(|why| {
+            check(
+                Level::Fail,
+                format!("{} spec {} networks", site.name, spec.name),
+                why,
+                None,
+            )
+        })
+        .collect();
     for (i, nic) in spec.networks.iter().flatten().enumerate() {
         let Some(mtu) = nic.mtu.filter(|m| *m != 1 && nic.model == "virtio") else {
             continue;
