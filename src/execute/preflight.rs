@@ -535,7 +535,19 @@ async fn check_volume(
         }
         VolumeKind::Images => "images",
         VolumeKind::Iso => "iso",
-        VolumeKind::Vztmpl => "vztmpl",
+        VolumeKind::Vztmpl => {
+            let image = Image::Volume {
+                storage: storage.to_string(),
+                volume: volume.to_string(),
+                kind,
+            };
+            if let Some(why) =
+                crate::spec::container::archive_refusal(&image, version.triple(), &version.version)
+            {
+                return Err(fail(Category::ApiNotSupported, why));
+            }
+            "vztmpl"
+        }
     };
     if matches!(kind, VolumeKind::Images | VolumeKind::Import) && !features.import_from {
         return Err(too_old(

@@ -2305,8 +2305,12 @@ async fn a_template_archive_is_named_as_pve_storage_parses_it() {
             assert_eq!(a.status, 200, "{version} {name}: {}", a.text);
         } else {
             assert_eq!(
-                refusal(&a).1,
-                format!("unable to parse directory volume name 'vztmpl/{name}'"),
+                refusal(&a),
+                (
+                    500,
+                    format!("unable to parse directory volume name 'vztmpl/{name}'"),
+                    Some(proxsync::pve::texts::Meaning::Refused)
+                ),
                 "{version} {name}"
             );
             assert!(api.resource(343).await.is_none(), "{version} {name}");

@@ -1045,3 +1045,36 @@ fn a_container_nic_above_its_bridges_mtu_is_caught_before_the_create_and_by_doct
     assert!(ok, "{out}");
     assert!(named(&mut pve, "dns-06").is_some(), "{out}");
 }
+
+/// `doctor` and the create's pre-flight know which archives the site's pve-storage takes: a
+/// `.tar.bz2` only from PVE 8.3 (pve-storage 8.2.6).
+#[test]
+fn a_bz2_archive_is_refused_on_a_site_older_than_pve_8_3() {
+    let mut pve = scenario()
+        .set("version", json!("8.2.7"))
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.bz2",
+            126_000_000,
+            "vztmpl",
+        )
+        .start();
+    let ws = Workspace::new(&pve);
+    let spec = ct_spec("dns-09", "").replace(".tar.zst", ".tar.bz2");
+    ws.commit_specs(&[("dns.yaml", spec)]);
+    let doctor = common::engine::text(&ws.proxsync(&["doctor"]));
+    assert!(
+        doctor.lines().any(|l| l.contains("FAIL")
+            && l.contains("spec dns-09 template")
+            && l.contains("from Proxmox VE 8.3")),
+        "{doctor}"
+    );
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(named(&mut pve, "dns-09").is_none(), "{out}");
+    let (_, reason, message) = ws.condition("dns-09", "Stalled");
+    assert!(
+        message.contains(".tar.bz2 archive, which pve-storage takes from Proxmox VE 8.3"),
+        "{reason}: {message}"
+    );
+}
