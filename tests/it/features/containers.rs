@@ -1078,3 +1078,33 @@ fn a_bz2_archive_is_refused_on_a_site_older_than_pve_8_3() {
         "{reason}: {message}"
     );
 }
+
+/// pve-container clones a container to another node onto the storage the request names and
+/// checks only that one is shared (`clone_vm`: `$sid = $storage if defined($storage)`), and
+/// proxsync always names the spec's: a CT template on local storage clones to another node onto
+/// shared storage (found in review: proxsync refused it, as qemu-server would a VM template).
+#[test]
+fn a_ct_template_on_local_storage_is_cloned_to_another_node_onto_shared_storage() {
+    let mut pve = scenario()
+        .set(
+            "storages",
+            json!({
+                "local": {"type": "dir", "path": "/var/lib/vz", "content": "iso,import,vztmpl,snippets"},
+                "local-lvm": {"type": "lvmthin", "vgname": "pve", "thinpool": "data",
+                              "content": "images,rootdir"},
+                "nfs": {"type": "nfs", "server": "10.0.0.9", "export": "/pve", "path": "/mnt/pve/nfs",
+                        "shared": 1, "content": "images,rootdir"},
+            }),
+        )
+        .start();
+    let ws = Workspace::new(&pve);
+    let spec = ct_spec("cache-02", "    rootfs: {storage: nfs, size: 4Gi}\n")
+        .replace(VZTMPL, &CT_TEMPLATE.to_string())
+        .replace("node: pve1", "node: pve2");
+    ws.commit_specs(&[("cache.yaml", spec)]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (_, ct) = named(&mut pve, "cache-02").expect("cloned");
+    assert_eq!(ct["node"], "pve2", "{ct}");
+    assert!(config_str(&ct, "rootfs").starts_with("nfs:"), "{ct}");
+}
