@@ -66,26 +66,43 @@ pub(super) async fn send_create(
     }
 }
 
+/// The shortest root password pve-container takes (its create's `password`: `minLength => 5`).
+const MIN_PASSWORD_CHARS: usize = 5;
+
 /// The root password a container spec names (from its file or systemd credential), read
-/// right before the create; never logged, never kept.
+/// right before the create; never logged, never kept. One PVE would refuse (shorter than
+/// [`MIN_PASSWORD_CHARS`]) is refused here, before any request, its length and never its text
+/// said.
 fn root_password(spec: &Spec) -> Result<Option<crate::config::Secret>, PveError> {
     let Some(source) = spec.container.as_ref().and_then(|c| c.password.as_ref()) else {
         return Ok(None);
     };
-    let read = match source {
-        PasswordSource::File(path) => {
-            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password")
-        }
-        PasswordSource::Credential(name) => {
-            crate::config::read_credential(None, name, "root password")
-        }
+    let (read, from) = match source {
+        PasswordSource::File(path) => (
+            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password"),
+            format!("file {path}"),
+        ),
+        PasswordSource::Credential(name) => (
+            crate::config::read_credential(None, name, "root password"),
+            format!("credential {name}"),
+        ),
     };
-    read.map(Some).map_err(|why| {
+    let setup = |why: String| {
         PveError::Setup(format!(
             "spec {}: spec.forProvider.password: {why}",
             spec.name
         ))
-    })
+    };
+    let password = read.map_err(setup)?;
+    let chars = password.expose().chars().count();
+    if chars < MIN_PASSWORD_CHARS {
+        return Err(setup(format!(
+            "the root password in {from} has {chars} characters, and PVE takes one of at least \
+             {MIN_PASSWORD_CHARS} (pve-container's create: `password` minLength 5); write a \
+             longer one there"
+        )));
+    }
+    Ok(Some(password))
 }
 
 // Long because: the converge steps in their request order (config, pool, mount points, root
@@ -511,4 +528,39 @@ async fn mount_points(
         .set_config(node, kind, vmid, &params, now.digest())
         .await?;
     Ok(MountStep::Done(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_reading(path: &std::path::Path) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\nspec:\n  \
+             forProvider:\n    site: s\n    node: pve1\n    template: \
+             local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n    password: {{file: {}}}\n",
+            path.display()
+        );
+        let (specs, diags) = crate::spec::parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        specs.into_iter().next().expect("one spec")
+    }
+
+    /// A root password PVE would refuse (its create's `password` has `minLength` 5) is refused
+    /// before the create, saying its length and never its text.
+    #[test]
+    fn a_root_password_shorter_than_pve_takes_is_refused_before_the_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ct-root");
+        std::fs::write(&path, "abcd\n").unwrap();
+        let why = root_password(&spec_reading(&path)).unwrap_err().to_string();
+        assert!(
+            why.contains("has 4 characters") && why.contains("at least 5"),
+            "{why}"
+        );
+        assert!(!why.contains("abcd"), "{why}");
+        std::fs::write(&path, "abcde\n").unwrap();
+        let ok = root_password(&spec_reading(&path)).unwrap().unwrap();
+        assert_eq!(ok.expose(), "abcde");
+    }
 }
