@@ -193,7 +193,11 @@ pub(super) async fn converge(
     } else {
         Vec::new()
     };
+    let hostname_waits = hostname_waits_for_start(rec, &changed, is_running);
     rec.reboot_pending = pending_keys(&pending);
+    if hostname_waits && spec.power_state == PowerState::Running {
+        rec.reboot_pending.push(HOSTNAME_PENDING.to_string());
+    }
     if is_running && let Some(o) = reboot_if_due(ctx, site, vm, spec, rec).await? {
         ctx.store.put(&spec.name, rec)?;
         return Ok(o);
@@ -236,6 +240,26 @@ pub(super) async fn converge(
         ctx.store.transition(&spec.name, rec, here)?;
     }
     Ok(Outcome::Done)
+}
+
+/// The `reboot_pending` key of a hostname a running container has only at its next start
+/// (status: RebootPending).
+pub(super) const HOSTNAME_PENDING: &str = "hostname";
+
+/// Whether the container's guest still runs under another name than its config's: a hostname
+/// changed while it ran, by this converge or one before it, and it has not been started since
+/// (this converge did not start it). pve-container takes `hostname` into the config at once
+/// (`src/PVE/LXC/Config.pm` `$LXC_FASTPLUG_OPTIONS`) and so lists nothing pending, but the
+/// guest gets it only at its next start: the kernel's name from the generated `lxc.uts.name`
+/// (`src/PVE/LXC.pm` `update_lxc_config`), `/etc/hostname` and `/etc/hosts` from the pre-start
+/// hook (`src/lxc-pve-prestart-hook`, `PVE::LXC::Setup::Base` `pre_start_hook` ->
+/// `set_hostname`). A start (a reboot by proxsync, or this converge's) clears it; a restart by
+/// hand is not seen, and a reboot the policy allows then restarts it once more.
+fn hostname_waits_for_start(rec: &SpecRecord, changed: &[&str], is_running: bool) -> bool {
+    let was_running_before = is_running && !changed.contains(&"power");
+    was_running_before
+        && (changed.contains(&"hostname")
+            || rec.reboot_pending.iter().any(|k| k == HOSTNAME_PENDING))
 }
 
 /// The root filesystem and the mount points grown to the spec's sizes (`PUT .../resize`, a

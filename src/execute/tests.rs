@@ -2515,3 +2515,42 @@ async fn a_new_containers_volumes_are_stored_at_the_specs_sizes_and_never_grown(
     );
     assert_eq!(w.record().applied_disk_bytes, Some(1100 << 20));
 }
+
+/// A hostname changed on a running container reaches the guest only at its next start
+/// (pve-container takes it into the config at once and lists nothing pending): it is
+/// `RebootPending` while the container runs, and the reboot `rebootPolicy` allows is a
+/// shutdown and a start, never PVE's container reboot (which kills after its timeout), an
+/// HA-managed container's too.
+#[tokio::test(start_paused = true)]
+async fn a_running_containers_new_hostname_waits_for_a_start_and_is_never_a_killing_reboot() {
+    let mut w = ct_world();
+    w.spec = ct_spec_with("    ha: {}\n");
+    let vmid = w.made().await;
+    assert!(w.pve().vm(vmid).expect("made").running);
+    w.spec = ct_spec_with("    hostname: web-renamed\n    ha: {}\n");
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(
+        w.pve().vm(vmid).expect("made").config["hostname"],
+        "web-renamed"
+    );
+    assert_eq!(w.record().reboot_pending, vec!["hostname".to_string()]);
+    assert_eq!(w.pve().count("shutdown_vm"), 0, "{:?}", w.pve().calls());
+    // Another converge while it runs: still waiting for a start.
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(w.record().reboot_pending, vec!["hostname".to_string()]);
+
+    // The policy allows a reboot: a shutdown and a start.
+    w.spec = ct_spec_with("    hostname: web-renamed\n    ha: {}\n    rebootPolicy: IfNeeded\n");
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    let calls = w.pve().calls();
+    assert_eq!(w.pve().count("reboot_vm"), 0, "{calls:?}");
+    assert_eq!(
+        (w.pve().count("shutdown_vm"), w.pve().count("start_vm")),
+        (1, 1),
+        "{calls:?}"
+    );
+    assert!(w.record().reboot_pending.is_empty(), "{:?}", w.record());
+    assert!(w.pve().vm(vmid).expect("made").running);
+}

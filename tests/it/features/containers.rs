@@ -1108,3 +1108,49 @@ fn a_ct_template_on_local_storage_is_cloned_to_another_node_onto_shared_storage(
     assert_eq!(ct["node"], "pve2", "{ct}");
     assert!(config_str(&ct, "rootfs").starts_with("nfs:"), "{ct}");
 }
+
+/// A hostname changed on a running container reaches the guest only at its next start
+/// (pve-container's pre-start hook writes it): `RebootPending` until then, and under
+/// `rebootPolicy` an HA-managed container is shut down and started through the HA manager,
+/// never rebooted by PVE, whose container reboot kills it once its timeout passes.
+#[test]
+fn a_hostname_change_waits_for_a_start_and_an_ha_containers_reboot_never_kills() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let ha = "    ha: {}\n";
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-08", ha))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "dns-08").expect("made");
+    assert_eq!(ct["status"], "running", "{ct}");
+    let renamed = format!("    hostname: dns-08b\n{ha}");
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-08", &renamed))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ct = pve.ct(vmid);
+    assert_eq!(config_str(&ct, "hostname"), "dns-08b", "{ct}");
+    let (status, _, message) = ws.condition("dns-08", "RebootPending");
+    assert_eq!(status, "True", "{message}\n{out}");
+    assert!(message.contains("hostname"), "{message}");
+
+    // Its init takes 120 s to shut it down, within the spec's 180 s.
+    pve.set_ct(vmid, json!({"shutdown_secs": 120}));
+    let policy = format!("{renamed}    rebootPolicy: IfNeeded\n");
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-08", &policy))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let kinds: Vec<String> = pve
+        .tasks()
+        .into_iter()
+        .filter(|t| t["id"] == json!(vmid.to_string()))
+        .map(|t| t["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        kinds.contains(&"hastop".to_string()) && kinds.contains(&"hastart".to_string()),
+        "{kinds:?}"
+    );
+    assert!(!kinds.contains(&"vzreboot".to_string()), "{kinds:?}");
+    assert_eq!(pve.call("hard_stops", json!({})).unwrap(), json!({}));
+    assert_eq!(pve.ct(vmid)["status"], "running");
+    assert_eq!(ws.condition("dns-08", "RebootPending").0, "False", "{out}");
+}
