@@ -2554,3 +2554,36 @@ async fn a_running_containers_new_hostname_waits_for_a_start_and_is_never_a_kill
     assert!(w.record().reboot_pending.is_empty(), "{:?}", w.record());
     assert!(w.pve().vm(vmid).expect("made").running);
 }
+
+/// pve-container's own locks that no task holds each get their own advice: `mounted` is
+/// cleared by `pct unmount`, `destroyed` by destroying again, and `fstrim` (held by the `pct
+/// fstrim` command, not a task) is waited for, never called stale.
+#[tokio::test(start_paused = true)]
+async fn a_containers_own_locks_get_pve_containers_advice() {
+    let w = ct_world();
+    let vmid = w.made().await;
+    w.pve().clear_calls();
+    for (lock, advice) in [("mounted", "pct unmount"), ("destroyed", "pct destroy")] {
+        w.pve().set_config_value(vmid, "lock", Some(lock));
+        let outcome = w.run(converge_action(&w, vmid)).await;
+        let Outcome::Failed(e) = &outcome else {
+            panic!("{lock}: {outcome:?}");
+        };
+        assert_eq!(e.kind, crate::store::ErrorKind::StaleLock, "{lock}: {e:?}");
+        assert!(
+            e.message.contains(&format!("{advice} {vmid}")) && !e.message.contains("unlock"),
+            "{lock}: {}",
+            e.message
+        );
+    }
+    w.pve().set_config_value(vmid, "lock", Some("fstrim"));
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    let Outcome::Waiting { reason } = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        reason.contains("`pct fstrim`") && reason.contains("runs no task"),
+        "{reason}"
+    );
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+}
