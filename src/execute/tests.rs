@@ -2587,3 +2587,69 @@ async fn a_containers_own_locks_get_pve_containers_advice() {
     );
     assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
 }
+
+/// A consent over a privileged container compares `unprivileged` before it writes anything: a
+/// spec that says unprivileged (the default) would have the converge ask for its `features`,
+/// which only root@pam may set on a privileged container. With `unprivileged: false` it is
+/// taken over.
+#[tokio::test(start_paused = true)]
+async fn a_consent_over_a_privileged_container_compares_unprivileged_first() {
+    let consent = "  annotations:\n    proxsync.io/adopt: \"300\"\n    \
+                   proxsync.io/adopt-hwaddr: \"BC:24:11:5E:0A:01\"\n";
+    let spec_with = |fp: &str| {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\n{consent}\
+             spec:\n  forProvider:\n    site: lab\n    node: pve1\n{fp}"
+        );
+        let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    };
+    let world = |fp: &str| {
+        let mut w = World::new("");
+        w.spec = spec_with(fp);
+        w.pve().add_guest(
+            crate::guest::GuestKind::Lxc,
+            300,
+            "pve1",
+            &[
+                ("hostname", "web-01"),
+                ("cores", "1"),
+                ("rootfs", "local-lvm:vm-300-disk-0,size=8G"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:0A:01,ip=dhcp,type=veth",
+                ),
+            ],
+        );
+        w
+    };
+    let action = |w: &World| Action::AdoptByConsent {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid: 300,
+    };
+    let w = world("    cores: 1\n    features: {nesting: true}\n");
+    let outcome = w.run(action(&w)).await;
+    let Outcome::Failed(e) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, Category::ConfigurationError, "{}", e.message);
+    assert!(
+        e.message.contains("is privileged") && e.message.contains("nothing adopted"),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.record().vmid(), None);
+
+    let w = world("    cores: 1\n    unprivileged: false\n");
+    assert_eq!(
+        w.run(action(&w)).await,
+        Outcome::Done,
+        "{:?}",
+        w.pve().calls()
+    );
+    assert_eq!(w.record().vmid(), Some(300));
+}

@@ -133,6 +133,12 @@ pub fn container_changes(
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ConfigError> {
     let ct = container(spec)?;
+    // `features` on a privileged container are root@pam's alone: never asked for.
+    if ct.features.is_some()
+        && let Some(why) = privilege_mismatch(spec, cfg)
+    {
+        return Err(PveError::Setup(why).into());
+    }
     let effective = |key: &str| effective_value(cfg, pending, key);
     let mut out = own_changes(spec, ct, &effective)?;
     super::hardware::options(spec, &effective, &mut out)?;
@@ -164,6 +170,37 @@ pub fn container_changes(
         params = params.delete_keys(&delete);
     }
     Ok((params, changed))
+}
+
+/// Why the spec's `unprivileged` is not the container's, if it is not: PVE sets it at create
+/// only (pve-container `update_pct_config`: `unable to modify read-only option:
+/// 'unprivileged'`), and a config without `unprivileged: 1` is a privileged container, whose
+/// `features` only root@pam may change (`check_ct_modify_config_perm`: "changing feature flags
+/// for privileged container is only allowed for root@pam"). A spec that says otherwise than its
+/// container would ask for what PVE refuses an API token: an adoption by consent checks it
+/// before it writes anything, and a converge before it sends `features`.
+pub fn privilege_mismatch(spec: &Spec, cfg: &VmConfig) -> Option<String> {
+    let ct = spec.container.as_deref()?;
+    let unprivileged = cfg.get("unprivileged").is_some_and(pve_bool);
+    if unprivileged == ct.unprivileged {
+        return None;
+    }
+    let is = if unprivileged {
+        "unprivileged"
+    } else {
+        "privileged"
+    };
+    let fix = if unprivileged {
+        "remove unprivileged: false from the spec"
+    } else {
+        "write unprivileged: false in the spec (and no features: on a privileged container only \
+         root@pam may set them)"
+    };
+    Some(format!(
+        "spec {} says unprivileged: {}, and its container is {is}; PVE sets that at create only, \
+         and proxsync's token could not apply the spec as written: {fix}",
+        spec.name, ct.unprivileged
+    ))
 }
 
 /// A number a config holds (`cores: 2`, `cpulimit: 1.5`), as text PVE would write back.
@@ -720,6 +757,28 @@ mod tests {
         }
         let spec = ct_spec("    cpuUnits: 100\n");
         assert_eq!(changes(&spec, &[("cores", "1")]).changed, vec!["cpuUnits"]);
+    }
+
+    /// A spec's `unprivileged` against its container's: `features` are never sent to a
+    /// privileged container (only root@pam may set them there), whatever the spec says.
+    #[test]
+    fn features_are_never_asked_of_a_privileged_container() {
+        let spec = ct_spec("    features: {nesting: true}\n");
+        let privileged = VmConfig {
+            values: cfg(&[("cores", "1"), ("hostname", "dns-01")]),
+        };
+        let why = privilege_mismatch(&spec, &privileged).expect("a mismatch");
+        assert!(
+            why.contains("says unprivileged: true") && why.contains("is privileged"),
+            "{why}"
+        );
+        let unprivileged = VmConfig {
+            values: cfg(&[("cores", "1"), ("unprivileged", "1")]),
+        };
+        assert_eq!(privilege_mismatch(&spec, &unprivileged), None);
+        let stated = ct_spec("    unprivileged: false\n");
+        assert_eq!(privilege_mismatch(&stated, &privileged), None);
+        assert!(privilege_mismatch(&stated, &unprivileged).is_some());
     }
 
     #[test]
