@@ -641,6 +641,14 @@ impl Client {
             .await
     }
 
+    /// `GET /cluster/resources?type=node`: at once; every node with its memory (`maxmem`,
+    /// `mem`), the entries that decode. Read only when a set's member is to be placed by free
+    /// memory (`engine::placement`).
+    pub async fn node_resources(&self) -> Result<NodeResources, Error> {
+        self.get("/cluster/resources", &[("type", "node".into())])
+            .await
+    }
+
     /// `GET /pools`: at once; the pools the token may see.
     pub async fn pools(&self) -> Result<Vec<PoolEntry>, Error> {
         self.get("/pools", &[]).await

@@ -41,8 +41,8 @@ use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
-    Listing, NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version,
-    VmConfig, VmResource, split_tags,
+    Listing, NetworkInterface, NodeResource, NodeResources, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -126,6 +126,9 @@ struct State {
     /// The real size of each container volume the fake allocated (bytes), which its config's
     /// `size=` may no longer say (a person's edit, `pct rescan` not run).
     ct_volumes: BTreeMap<String, u64>,
+    /// Each node's (`maxmem`, `mem`) as `/cluster/resources?type=node` lists them; a node not
+    /// here is listed without them.
+    node_memory: BTreeMap<String, (u64, u64)>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -189,6 +192,7 @@ impl FakePve {
                 task_exits: Vec::new(),
                 parallel_limit: None,
                 ct_volumes: BTreeMap::new(),
+                node_memory: BTreeMap::new(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -256,6 +260,13 @@ impl FakePve {
             *s.generation.entry(vmid).or_default() += 1;
         }
         self.changed.notify_waiters();
+    }
+
+    /// Node `node`'s memory as pvestatd reports it: `maxmem` bytes, `mem` of them in use.
+    pub fn set_node_memory(&self, node: &str, maxmem: u64, mem: u64) {
+        self.lock()
+            .node_memory
+            .insert(node.to_string(), (maxmem, mem));
     }
 
     /// A storage for disk images shared by every node (as Ceph RBD or NFS would be).
@@ -878,6 +889,25 @@ impl Pve for FakePve {
                 guests,
                 unreadable: Vec::new(),
             })
+        })
+    }
+
+    async fn node_resources(&self) -> Result<NodeResources, Error> {
+        self.call("node_resources", String::new(), |s| {
+            Ok(NodeResources(
+                s.nodes
+                    .iter()
+                    .map(|(node, online)| {
+                        let memory = s.node_memory.get(node).filter(|_| *online);
+                        NodeResource {
+                            node: node.clone(),
+                            status: Some(if *online { "online" } else { "offline" }.into()),
+                            maxmem: memory.map(|m| m.0),
+                            mem: memory.map(|m| m.1),
+                        }
+                    })
+                    .collect(),
+            ))
         })
     }
 
