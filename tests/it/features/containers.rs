@@ -1154,3 +1154,68 @@ fn a_hostname_change_waits_for_a_start_and_an_ha_containers_reboot_never_kills()
     assert_eq!(pve.ct(vmid)["status"], "running");
     assert_eq!(ws.condition("dns-08", "RebootPending").0, "False", "{out}");
 }
+
+/// A container's new volumes are stored at the spec's sizes: pve-container allocates
+/// `int($size_gb * 1024)` MiB of what it is sent (`create_disks`), and the harness's thin LVM
+/// makes whole 4 MiB extents, so a size sent as `1.074` was stored as 1099M on a 1100 MiB
+/// volume, whose grow `resize_vm` refuses (it compares the volume) at every converge (found in
+/// review). Sent exactly, the config says 1100M and nothing is grown.
+#[test]
+fn a_containers_volumes_are_stored_at_the_specs_sizes_and_never_grown_again() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let sizes = "    rootfs: {storage: local-lvm, size: 1100Mi}\n    \
+                 mountPoints:\n      - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n";
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-05", sizes))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "dns-05").expect("made");
+    for key in ["rootfs", "mp0"] {
+        assert!(config_str(&ct, key).ends_with(",size=1100M"), "{key}: {ct}");
+    }
+    // A later change converges the container: no resize.
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct_spec("dns-05", &format!("{sizes}    cores: 2\n")),
+    )]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let writes = writes_since(&mut pve, since);
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.ends_with(&format!("/lxc/{vmid}/config"))),
+        "{writes:?}"
+    );
+    assert!(!writes.iter().any(|w| w.ends_with("/resize")), "{writes:?}");
+}
+
+/// A container already in its spec's pool stays there: a later converge sends no `PUT /pools`
+/// (found in review: the pool's members were read as VMs only, so the container was moved
+/// into the pool again at every converge).
+#[test]
+fn a_container_in_its_specs_pool_is_not_moved_again() {
+    let mut pve = scenario().set("pools", json!(["infra"])).start();
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("dns.yaml", ct_spec("dns-07", "    pool: infra\n"))]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (vmid, ct) = named(&mut pve, "dns-07").expect("made");
+    assert_eq!(ct["pool"], "infra", "{ct}");
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct_spec("dns-07", "    pool: infra\n    cores: 2\n"),
+    )]);
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let writes = writes_since(&mut pve, since);
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.ends_with(&format!("/lxc/{vmid}/config"))),
+        "{writes:?}"
+    );
+    assert!(!writes.iter().any(|w| w.contains("/pools")), "{writes:?}");
+}
