@@ -22,6 +22,10 @@
 //!   locks its source `disk` until its `vzclone` task ends (pve-container clone_vm's
 //!   `set_lock($vmid, 'disk')`), so a second clone of one CT template meanwhile is refused
 //!   `CT is locked (disk)`;
+//! - a container's new volume (`STORAGE:GB` in a create or update) is allocated as pve-container
+//!   does: `int($size_gb * 1024)` MiB written into its config, thin LVM's (`local-lvm`) volume
+//!   in whole 4 MiB extents; a container's resize compares the volume's real size (`unable to
+//!   shrink disk size`, `disk is already at specified size`);
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!

@@ -725,7 +725,7 @@ pub fn set_schema() -> Value {
                         "required": ["nodes"],
                         "properties": {
                             "nodes": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                            "strategy": {"description": "RoundRobin (by index, default) or FreeMemory (the node with the least memory given to VMs, when a member is made).", "enum": ["RoundRobin", "FreeMemory"]},
+                            "strategy": {"description": "RoundRobin (by index, default) or FreeMemory (the node with the most free memory of its own, maxmem - mem, when a member is made).", "enum": ["RoundRobin", "FreeMemory"]},
                             "maxPerNode": {"type": "integer", "minimum": 1}
                         }
                     },
