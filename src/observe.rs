@@ -220,6 +220,19 @@ pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
     h.finish()
 }
 
+/// Each node's free memory (`maxmem - mem`, bytes) as `/cluster/resources?type=node` lists it:
+/// one request, made only when a set's member is to be placed by free memory
+/// (`engine::placement`), never by an idle cycle. A node listed without both is left out.
+pub async fn node_free_memory(client: &impl Pve) -> Result<BTreeMap<String, u64>, Error> {
+    Ok(client
+        .node_resources()
+        .await?
+        .0
+        .into_iter()
+        .filter_map(|n| Some((n.node.clone(), n.free_memory()?)))
+        .collect())
+}
+
 /// Reads one site: two requests, in parallel.
 pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
     observe_site_answered(name, client).await.0

@@ -529,8 +529,10 @@ impl Engine {
         }
         let elsewhere = names(&theirs);
         let mut records = records;
-        // A set's FreeMemory members get their nodes from this look (none: borrowed as is).
-        let placed = placement::place(specs, &views, &records);
+        // A set's FreeMemory members get their nodes from this look and, only when one has no
+        // VM yet, its site's nodes' memory (none: borrowed as is).
+        let free = placement::free_memory(specs, &records, &views, &observed_sites).await;
+        let placed = placement::place(specs, &views, &records, &free);
         let specs = placed.as_ref();
         self.records_follow_specs(specs, &mut records)?;
         let basis = PlanBasis {

@@ -48,7 +48,8 @@ pub async fn plan_view(
     )
     .await;
     // A set's FreeMemory members placed as a cycle would place them.
-    let placed = super::placement::place(specs, &views, &records);
+    let free = super::placement::free_memory(specs, &records, &views, &sites).await;
+    let placed = super::placement::place(specs, &views, &records, &free);
     let specs = placed.as_ref();
     let invalid: BTreeSet<String> = specs
         .invalid_names()

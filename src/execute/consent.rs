@@ -15,6 +15,7 @@ use crate::gate::permit::{self, Bare};
 use crate::guest::GuestKind;
 use crate::ownership::{Marker, new_uid};
 use crate::pve::Pve;
+use crate::pve::types::VmConfig;
 use crate::spec::Spec;
 use crate::store::{SpecRecord, VmState};
 
@@ -37,24 +38,10 @@ pub(super) async fn adopt_by_consent(
             format!("spec {} does not consent to take over a guest", spec.name),
         ));
     };
-    let cfg = match site_ctx.client.vm_config(vm.node, vm.kind, vm.vmid).await {
+    let cfg = match read_consented(ctx, vm, spec).await? {
         Ok(cfg) => cfg,
-        Err(e) if e.is_not_found() => {
-            return Err(fail(
-                Category::NotFound,
-                format!(
-                    "{} {} is gone from node {}; nothing adopted",
-                    vm.kind.noun(),
-                    vm.vmid,
-                    vm.node
-                ),
-            ));
-        }
-        Err(e) => return Err(e.into()),
+        Err(waiting) => return Ok(waiting),
     };
-    if let Some(waiting) = check_lock(ctx, site_ctx, vm.node, vm.kind, vm.vmid, &cfg).await? {
-        return Ok(waiting);
-    }
     let uid = new_uid();
     let tags = cfg.tags();
     let hwaddr = cfg.first_hwaddr();
@@ -120,4 +107,41 @@ pub(super) async fn adopt_by_consent(
     };
     ctx.store.transition(&spec.name, rec, adopted)?;
     converge(ctx, vm, spec, rec).await
+}
+
+/// The consented guest's config, read right before the write: `Err(Waiting)` while a task
+/// holds its lock; an error when it is gone, or when the spec's `unprivileged` is not the
+/// container's (PVE keeps it, and the converge after the adoption would ask for what PVE
+/// refuses an API token: a privileged container's features).
+async fn read_consented(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+) -> Result<Result<VmConfig, Outcome>, ActionError> {
+    let site_ctx = site(ctx, vm.site)?;
+    let cfg = match site_ctx.client.vm_config(vm.node, vm.kind, vm.vmid).await {
+        Ok(cfg) => cfg,
+        Err(e) if e.is_not_found() => {
+            return Err(fail(
+                Category::NotFound,
+                format!(
+                    "{} {} is gone from node {}; nothing adopted",
+                    vm.kind.noun(),
+                    vm.vmid,
+                    vm.node
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(waiting) = check_lock(ctx, site_ctx, vm.node, vm.kind, vm.vmid, &cfg).await? {
+        return Ok(Err(waiting));
+    }
+    if let Some(why) = crate::render::container::privilege_mismatch(spec, &cfg) {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!("{why}; nothing adopted"),
+        ));
+    }
+    Ok(Ok(cfg))
 }

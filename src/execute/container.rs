@@ -66,26 +66,43 @@ pub(super) async fn send_create(
     }
 }
 
+/// The shortest root password pve-container takes (its create's `password`: `minLength => 5`).
+const MIN_PASSWORD_CHARS: usize = 5;
+
 /// The root password a container spec names (from its file or systemd credential), read
-/// right before the create; never logged, never kept.
+/// right before the create; never logged, never kept. One PVE would refuse (shorter than
+/// [`MIN_PASSWORD_CHARS`]) is refused here, before any request, its length and never its text
+/// said.
 fn root_password(spec: &Spec) -> Result<Option<crate::config::Secret>, PveError> {
     let Some(source) = spec.container.as_ref().and_then(|c| c.password.as_ref()) else {
         return Ok(None);
     };
-    let read = match source {
-        PasswordSource::File(path) => {
-            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password")
-        }
-        PasswordSource::Credential(name) => {
-            crate::config::read_credential(None, name, "root password")
-        }
+    let (read, from) = match source {
+        PasswordSource::File(path) => (
+            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password"),
+            format!("file {path}"),
+        ),
+        PasswordSource::Credential(name) => (
+            crate::config::read_credential(None, name, "root password"),
+            format!("credential {name}"),
+        ),
     };
-    read.map(Some).map_err(|why| {
+    let setup = |why: String| {
         PveError::Setup(format!(
             "spec {}: spec.forProvider.password: {why}",
             spec.name
         ))
-    })
+    };
+    let password = read.map_err(setup)?;
+    let chars = password.expose().chars().count();
+    if chars < MIN_PASSWORD_CHARS {
+        return Err(setup(format!(
+            "the root password in {from} has {chars} characters, and PVE takes one of at least \
+             {MIN_PASSWORD_CHARS} (pve-container's create: `password` minLength 5); write a \
+             longer one there"
+        )));
+    }
+    Ok(Some(password))
 }
 
 // Long because: the converge steps in their request order (config, pool, mount points, root
@@ -176,7 +193,11 @@ pub(super) async fn converge(
     } else {
         Vec::new()
     };
+    let hostname_waits = hostname_waits_for_start(rec, &changed, is_running);
     rec.reboot_pending = pending_keys(&pending);
+    if hostname_waits && spec.power_state == PowerState::Running {
+        rec.reboot_pending.push(HOSTNAME_PENDING.to_string());
+    }
     if is_running && let Some(o) = reboot_if_due(ctx, site, vm, spec, rec).await? {
         ctx.store.put(&spec.name, rec)?;
         return Ok(o);
@@ -219,6 +240,26 @@ pub(super) async fn converge(
         ctx.store.transition(&spec.name, rec, here)?;
     }
     Ok(Outcome::Done)
+}
+
+/// The `reboot_pending` key of a hostname a running container has only at its next start
+/// (status: RebootPending).
+pub(super) const HOSTNAME_PENDING: &str = "hostname";
+
+/// Whether the container's guest still runs under another name than its config's: a hostname
+/// changed while it ran, by this converge or one before it, and it has not been started since
+/// (this converge did not start it). pve-container takes `hostname` into the config at once
+/// (`src/PVE/LXC/Config.pm` `$LXC_FASTPLUG_OPTIONS`) and so lists nothing pending, but the
+/// guest gets it only at its next start: the kernel's name from the generated `lxc.uts.name`
+/// (`src/PVE/LXC.pm` `update_lxc_config`), `/etc/hostname` and `/etc/hosts` from the pre-start
+/// hook (`src/lxc-pve-prestart-hook`, `PVE::LXC::Setup::Base` `pre_start_hook` ->
+/// `set_hostname`). A start (a reboot by proxsync, or this converge's) clears it; a restart by
+/// hand is not seen, and a reboot the policy allows then restarts it once more.
+fn hostname_waits_for_start(rec: &SpecRecord, changed: &[&str], is_running: bool) -> bool {
+    let was_running_before = is_running && !changed.contains(&"power");
+    was_running_before
+        && (changed.contains(&"hostname")
+            || rec.reboot_pending.iter().any(|k| k == HOSTNAME_PENDING))
 }
 
 /// The root filesystem and the mount points grown to the spec's sizes (`PUT .../resize`, a
@@ -511,4 +552,39 @@ async fn mount_points(
         .set_config(node, kind, vmid, &params, now.digest())
         .await?;
     Ok(MountStep::Done(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_reading(path: &std::path::Path) -> Spec {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\nspec:\n  \
+             forProvider:\n    site: s\n    node: pve1\n    template: \
+             local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n    password: {{file: {}}}\n",
+            path.display()
+        );
+        let (specs, diags) = crate::spec::parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        specs.into_iter().next().expect("one spec")
+    }
+
+    /// A root password PVE would refuse (its create's `password` has `minLength` 5) is refused
+    /// before the create, saying its length and never its text.
+    #[test]
+    fn a_root_password_shorter_than_pve_takes_is_refused_before_the_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ct-root");
+        std::fs::write(&path, "abcd\n").unwrap();
+        let why = root_password(&spec_reading(&path)).unwrap_err().to_string();
+        assert!(
+            why.contains("has 4 characters") && why.contains("at least 5"),
+            "{why}"
+        );
+        assert!(!why.contains("abcd"), "{why}");
+        std::fs::write(&path, "abcde\n").unwrap();
+        let ok = root_password(&spec_reading(&path)).unwrap().unwrap();
+        assert_eq!(ok.expose(), "abcde");
+    }
 }

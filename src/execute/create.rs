@@ -146,17 +146,29 @@ async fn refused(
         &template.node,
     );
     let holder = LockHolder::of(lock);
+    if holder == LockHolder::Command {
+        // Tried again at the next cycle: no task to wait for.
+        let reason = super::vm::command_lock_reason(spec.kind, id, node, lock);
+        return Ok(Outcome::Waiting {
+            reason: format!("template: {reason}"),
+        });
+    }
     let tasks = site.client.active_tasks(node).await?;
     let Some(upid) = tasks
         .iter()
         .filter(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), id))
         .find_map(|t| t.upid.parse::<Upid>().ok())
     else {
+        let advice = match lock {
+            "mounted" | "destroyed" => super::vm::unheld_lock_advice(spec.kind, id, lock),
+            _ => format!(
+                "an interrupted clone, backup or volume move. After checking that nothing is \
+                 running on it, clear it on the node with: {cli} unlock {id}"
+            ),
+        };
         return Err(stale_lock(format!(
-            "{noun} template {id} on node {node} is locked ({lock}) and no task holds the lock \
-             (an interrupted clone, backup or volume move), so nothing can be cloned from it. \
-             After checking that nothing is running on it, clear it on the node with: {cli} \
-             unlock {id}"
+            "{noun} template {id} on node {node} is locked ({lock}) and no task holds the lock, \
+             so nothing can be cloned from it: {advice}"
         )));
     };
     tracing::info!(spec = %spec.name, template = id, lock, upid = %upid, "the template is locked by a running task; waiting for it before cloning");

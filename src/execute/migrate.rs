@@ -13,6 +13,11 @@ use super::converge::converge;
 use super::vm::{check_lock, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
 
+/// The HA manager's shutdown timeout of a container it relocates: pve-ha-manager
+/// `src/PVE/HA/Resources/PVECT.pm` `migrate` calls `shutdown` without one, which takes
+/// `$timeout // 60`.
+const HA_CT_SHUTDOWN_SECS: u32 = 60;
+
 pub(super) async fn migrate(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
@@ -36,7 +41,11 @@ pub(super) async fn migrate(
         GuestKind::Lxc => {
             // A container cannot move live: PVE shuts it down within the spec's
             // shutdownTimeout (never hard: one still up fails the task, reported, and the move
-            // is tried again), moves it with its local volumes and starts it on the target.
+            // is tried again), moves it with its local volumes and starts it on the target. An
+            // HA-managed one's move is the HA manager's (`hamigrate`), which takes no timeout:
+            // its relocation shuts the container down within HA's own 60 s, clean
+            // (pve-ha-manager `PVECT.pm` `migrate` -> `shutdown` without one: `$timeout // 60`),
+            // and one still up then stays where it is, running.
             tracing::info!(
                 spec = %spec.name, vmid, from = node, to = target,
                 "migrating the container to the node its spec names (a restart migration)"
@@ -109,9 +118,17 @@ async fn finish_migration(
     }
     if upid.kind == "hamigrate" {
         // The HA manager moves the guest after this task ends; the listing shows when.
+        let how = match vm.kind {
+            GuestKind::Qemu => String::new(),
+            GuestKind::Lxc => format!(
+                " (it shuts the container down within its own {HA_CT_SHUTDOWN_SECS} s, not \
+                 shutdownTimeout; one still up then stays on its node)"
+            ),
+        };
         return Ok(Outcome::Waiting {
             reason: format!(
-                "the HA manager was asked to migrate {} {vmid} to node {target}; waiting for it",
+                "the HA manager was asked to migrate {} {vmid} to node {target}{how}; waiting \
+                 for it",
                 vm.kind.noun()
             ),
         });

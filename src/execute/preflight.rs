@@ -130,6 +130,12 @@ pub(super) async fn preflight(
         }
     }
     check_bridge(bridges, spec)?;
+    if let Some(why) = crate::render::container::mtu_refusals(spec, bridges)
+        .into_iter()
+        .next()
+    {
+        return Err(fail(Category::ConfigurationError, why));
+    }
     if spec.user_data.is_some() {
         // The seed image needs an `iso` storage: known now, not after the VM exists.
         pick_seed_storage(storages, spec)?;
@@ -272,12 +278,15 @@ fn check_bridge(
 }
 
 /// A clone of `template`. To another node than the template's, PVE wants the target storage
-/// and every volume of the template (disks, an ISO in a CD-ROM drive, the cloud-init drive)
-/// on shared storage: qemu-server `PVE/API2/Qemu.pm` `clone_vm` dies `can't clone to
-/// non-shared storage '$storage'`, then `$check_storage_access_clone` sets `$sharedvm = 0` for
-/// any volume (CD-ROM or not, only `none` and `cdrom` skipped) whose storage is not `shared`,
-/// and `die "can't clone VM to node '$target' (VM uses local storage)\n" if $target &&
-/// !$sharedvm`. The template's config is read once per cycle.
+/// shared (both kinds: `can't clone to non-shared storage '$storage'`), and a VM template's
+/// every volume (disks, an ISO in a CD-ROM drive, the cloud-init drive) on shared storage too:
+/// qemu-server `PVE/API2/Qemu.pm` `clone_vm`'s `$check_storage_access_clone` sets `$sharedvm =
+/// 0` for any volume (CD-ROM or not, only `none` and `cdrom` skipped) whose storage is not
+/// `shared`, and `die "can't clone VM to node '$target' (VM uses local storage)\n" if $target
+/// && !$sharedvm`. pve-container's `clone_vm` asks it of the storage each volume is copied to
+/// (`$sid = $storage if defined($storage)`), and proxsync always names that storage (the
+/// spec's `rootfs` one): a CT template on local storage clones to any node onto shared storage.
+/// The template's config is read once per cycle.
 async fn clone_source(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
@@ -323,6 +332,13 @@ async fn clone_source(
                     spec.node, spec.storage, spec.node
                 ),
             ));
+        }
+        if spec.kind == GuestKind::Lxc {
+            // Copied onto the spec's (shared) storage, wherever the template's volumes are.
+            return Ok(Source::Clone {
+                template,
+                template_node: template_node.to_string(),
+            });
         }
         let cfg = template_config(ctx, site, template_node, spec.kind, template).await?;
         let source_storages = node_facts(ctx, site, template_node).await?;
@@ -529,7 +545,19 @@ async fn check_volume(
         }
         VolumeKind::Images => "images",
         VolumeKind::Iso => "iso",
-        VolumeKind::Vztmpl => "vztmpl",
+        VolumeKind::Vztmpl => {
+            let image = Image::Volume {
+                storage: storage.to_string(),
+                volume: volume.to_string(),
+                kind,
+            };
+            if let Some(why) =
+                crate::spec::container::archive_refusal(&image, version.triple(), &version.version)
+            {
+                return Err(fail(Category::ApiNotSupported, why));
+            }
+            "vztmpl"
+        }
     };
     if matches!(kind, VolumeKind::Images | VolumeKind::Import) && !features.import_from {
         return Err(too_old(

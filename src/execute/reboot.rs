@@ -3,6 +3,14 @@
 //! then a start. At most `max_parallel_reboots` per site and cycle, and at most one per VM per
 //! [`crate::plan::MIN_REBOOT_INTERVAL`]. A crash between the two leaves a stopped VM whose spec says
 //! running: the next cycle starts it, which applies the pending changes too.
+//!
+//! Each kind's own rule: an HA-managed VM without `forceStopAfter` gets PVE's reboot, which is
+//! clean in qemu-server ([`ha_reboot`]). A container never does: pve-container's reboot kills
+//! it once the timeout passes (`src/PVE/LXC.pm` `vm_reboot`: `vm_stop($vmid, 0, $timeout, 1);
+//! # kill if timeout exceeds`), so a container is always shut down (with `shutdownTimeout`, or
+//! `forceStopAfter` and hard after it) and started. An HA-managed one's shutdown is the HA
+//! manager's, which is clean for a container (pve-ha-manager `PVECT.pm` `shutdown` passes no
+//! `forceStop`): one that does not stop in time is left running, its service in `error`.
 
 use crate::category::Category;
 use crate::guest::GuestKind;
@@ -53,7 +61,8 @@ pub(super) async fn reboot_if_due(
         Some(secs) => (secs, true),
         None => (policy.shutdown_timeout_secs, false),
     };
-    if !force && ha_managed(ctx, site, vmid, spec) {
+    // Never a container's: pve-container's reboot stops hard after the timeout.
+    if !force && kind == GuestKind::Qemu && ha_managed(ctx, site, vmid, spec) {
         return ha_reboot(ctx, site, vm, spec, rec, timeout).await;
     }
     tracing::info!(
@@ -128,7 +137,8 @@ fn ha_managed(ctx: &ExecCtx<impl Pve>, site: &SiteCtx<impl Pve>, vmid: u32, spec
 /// stops the guest hard once the timeout passes (pve-ha-manager `PVE/HA/Resources/PVEVM.pm`
 /// `shutdown`: `forceStop => 1`), so it is rebooted with PVE's own reboot instead, which is
 /// no HA request: a clean shutdown within `timeout`, failing rather than stopping hard, after
-/// which PVE starts the VM again with its pending changes (qemu-server `vm_reboot`).
+/// which PVE starts the VM again with its pending changes (qemu-server `vm_reboot`). Only a
+/// VM's: a container's reboot kills it after the timeout (see the module's doc).
 async fn ha_reboot(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,

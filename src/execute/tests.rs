@@ -2463,3 +2463,193 @@ async fn a_container_volume_already_at_the_specs_size_counts_as_grown() {
     assert_eq!(w.pve().count("resize_disk"), 1, "{:?}", w.pve().calls());
     assert_eq!(w.record().applied_disk_bytes, Some(w.spec.disk_bytes));
 }
+
+/// A container spec of `web-01` from the archive `ct_world` adds, with `extra` fields.
+fn ct_spec_with(extra: &str) -> Spec {
+    let yaml = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    \
+         template: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n{extra}"
+    );
+    let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    specs.remove(0)
+}
+
+/// A new container's volumes are stored at the spec's sizes (the fake allocates them as
+/// pve-container does, `int($size_gb * 1024)` MiB), so a later converge grows nothing (found
+/// in review: `1100Mi` was sent as `1.074`, stored as 1099M, and grown at every converge).
+#[tokio::test(start_paused = true)]
+async fn a_new_containers_volumes_are_stored_at_the_specs_sizes_and_never_grown() {
+    let mut w = ct_world();
+    w.spec = ct_spec_with(
+        "    rootfs: {storage: local-lvm, size: 1100Mi}\n    mountPoints:\n      \
+         - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n",
+    );
+    let vmid = w.made().await;
+    let config = w.pve().vm(vmid).expect("made").config;
+    for key in ["rootfs", "mp0"] {
+        assert!(
+            config[key].ends_with(",size=1100M"),
+            "{key}: {}",
+            config[key]
+        );
+    }
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(w.pve().count("resize_disk"), 0, "{:?}", w.pve().calls());
+    // The fake resizes as pve-container does: by the volume's real size, whatever the config
+    // says.
+    let rootfs = config["rootfs"].replace("size=1100M", "size=1G");
+    w.pve().set_config_value(vmid, "rootfs", Some(&rootfs));
+    let mut rec = w.record();
+    rec.applied_disk_bytes = None;
+    w.store.put(&w.spec.name, &rec).expect("record");
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    let calls = w.pve().calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == &format!("resize_disk pve1 lxc/{vmid} rootfs 1100M")),
+        "{calls:?}"
+    );
+    assert_eq!(w.record().applied_disk_bytes, Some(1100 << 20));
+}
+
+/// A hostname changed on a running container reaches the guest only at its next start
+/// (pve-container takes it into the config at once and lists nothing pending): it is
+/// `RebootPending` while the container runs, and the reboot `rebootPolicy` allows is a
+/// shutdown and a start, never PVE's container reboot (which kills after its timeout), an
+/// HA-managed container's too.
+#[tokio::test(start_paused = true)]
+async fn a_running_containers_new_hostname_waits_for_a_start_and_is_never_a_killing_reboot() {
+    let mut w = ct_world();
+    w.spec = ct_spec_with("    ha: {}\n");
+    let vmid = w.made().await;
+    assert!(w.pve().vm(vmid).expect("made").running);
+    w.spec = ct_spec_with("    hostname: web-renamed\n    ha: {}\n");
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(
+        w.pve().vm(vmid).expect("made").config["hostname"],
+        "web-renamed"
+    );
+    assert_eq!(w.record().reboot_pending, vec!["hostname".to_string()]);
+    assert_eq!(w.pve().count("shutdown_vm"), 0, "{:?}", w.pve().calls());
+    // Another converge while it runs: still waiting for a start.
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    assert_eq!(w.record().reboot_pending, vec!["hostname".to_string()]);
+
+    // The policy allows a reboot: a shutdown and a start.
+    w.spec = ct_spec_with("    hostname: web-renamed\n    ha: {}\n    rebootPolicy: IfNeeded\n");
+    w.pve().clear_calls();
+    assert_eq!(w.run(converge_action(&w, vmid)).await, Outcome::Done);
+    let calls = w.pve().calls();
+    assert_eq!(w.pve().count("reboot_vm"), 0, "{calls:?}");
+    assert_eq!(
+        (w.pve().count("shutdown_vm"), w.pve().count("start_vm")),
+        (1, 1),
+        "{calls:?}"
+    );
+    assert!(w.record().reboot_pending.is_empty(), "{:?}", w.record());
+    assert!(w.pve().vm(vmid).expect("made").running);
+}
+
+/// pve-container's own locks that no task holds each get their own advice: `mounted` is
+/// cleared by `pct unmount`, `destroyed` by destroying again, and `fstrim` (held by the `pct
+/// fstrim` command, not a task) is waited for, never called stale.
+#[tokio::test(start_paused = true)]
+async fn a_containers_own_locks_get_pve_containers_advice() {
+    let w = ct_world();
+    let vmid = w.made().await;
+    w.pve().clear_calls();
+    for (lock, advice) in [("mounted", "pct unmount"), ("destroyed", "pct destroy")] {
+        w.pve().set_config_value(vmid, "lock", Some(lock));
+        let outcome = w.run(converge_action(&w, vmid)).await;
+        let Outcome::Failed(e) = &outcome else {
+            panic!("{lock}: {outcome:?}");
+        };
+        assert_eq!(e.kind, crate::store::ErrorKind::StaleLock, "{lock}: {e:?}");
+        assert!(
+            e.message.contains(&format!("{advice} {vmid}")) && !e.message.contains("unlock"),
+            "{lock}: {}",
+            e.message
+        );
+    }
+    w.pve().set_config_value(vmid, "lock", Some("fstrim"));
+    let outcome = w.run(converge_action(&w, vmid)).await;
+    let Outcome::Waiting { reason } = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        reason.contains("`pct fstrim`") && reason.contains("runs no task"),
+        "{reason}"
+    );
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+}
+
+/// A consent over a privileged container compares `unprivileged` before it writes anything: a
+/// spec that says unprivileged (the default) would have the converge ask for its `features`,
+/// which only root@pam may set on a privileged container. With `unprivileged: false` it is
+/// taken over.
+#[tokio::test(start_paused = true)]
+async fn a_consent_over_a_privileged_container_compares_unprivileged_first() {
+    let consent = "  annotations:\n    proxsync.io/adopt: \"300\"\n    \
+                   proxsync.io/adopt-hwaddr: \"BC:24:11:5E:0A:01\"\n";
+    let spec_with = |fp: &str| {
+        let yaml = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: web-01\n{consent}\
+             spec:\n  forProvider:\n    site: lab\n    node: pve1\n{fp}"
+        );
+        let (mut specs, diags) = crate::spec::parse_file("web.yaml", yaml.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}");
+        specs.remove(0)
+    };
+    let world = |fp: &str| {
+        let mut w = World::new("");
+        w.spec = spec_with(fp);
+        w.pve().add_guest(
+            crate::guest::GuestKind::Lxc,
+            300,
+            "pve1",
+            &[
+                ("hostname", "web-01"),
+                ("cores", "1"),
+                ("rootfs", "local-lvm:vm-300-disk-0,size=8G"),
+                (
+                    "net0",
+                    "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:0A:01,ip=dhcp,type=veth",
+                ),
+            ],
+        );
+        w
+    };
+    let action = |w: &World| Action::AdoptByConsent {
+        spec: w.spec.name.clone(),
+        site: "lab".into(),
+        node: "pve1".into(),
+        vmid: 300,
+    };
+    let w = world("    cores: 1\n    features: {nesting: true}\n");
+    let outcome = w.run(action(&w)).await;
+    let Outcome::Failed(e) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(e.category, Category::ConfigurationError, "{}", e.message);
+    assert!(
+        e.message.contains("is privileged") && e.message.contains("nothing adopted"),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.pve().count("set_config"), 0, "{:?}", w.pve().calls());
+    assert_eq!(w.record().vmid(), None);
+
+    let w = world("    cores: 1\n    unprivileged: false\n");
+    assert_eq!(
+        w.run(action(&w)).await,
+        Outcome::Done,
+        "{:?}",
+        w.pve().calls()
+    );
+    assert_eq!(w.record().vmid(), Some(300));
+}

@@ -23,8 +23,9 @@ const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
 
 /// Who holds a VM's lock, as PVE sets it: `Ok(None)` when unlocked; `Waiting` while a task
 /// that can hold this kind of lock runs (a backup job names no VM, a clone names its source
-/// and runs on the source's node); a hibernated VM (`suspended`) is waiting for a start, never
-/// stale; only a lock that no running task can hold is reported with `qm unlock`.
+/// and runs on the source's node), or while a container's `fstrim` runs (a command, not a
+/// task); a hibernated VM (`suspended`) is waiting for a start, never stale; a lock that no
+/// running task can hold is reported with how to clear it ([`unheld_lock_advice`]).
 pub(super) async fn check_lock(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
@@ -45,8 +46,17 @@ pub(super) async fn check_lock(
             ),
         }));
     }
+    if holder == LockHolder::Command {
+        return Ok(Some(Outcome::Waiting {
+            reason: command_lock_reason(kind, vmid, node, lock),
+        }));
+    }
     // The VM's node first; a clone's task runs on its source's node, which may be any other.
-    let mut nodes = vec![node.to_string()];
+    let mut nodes = if holder == LockHolder::Person {
+        Vec::new()
+    } else {
+        vec![node.to_string()]
+    };
     if lock == "clone" {
         let view = ctx.views.get(&site.name);
         nodes.extend(
@@ -72,12 +82,47 @@ pub(super) async fn check_lock(
         }
     }
     // Only a human can tell whether the lock is really stale.
-    let (noun, cli) = (kind.noun(), kind.cli());
     Err(stale_lock(format!(
-        "{noun} {vmid} on node {node} is locked ({lock}) but no task holds the lock (a crashed \
-         or interrupted operation). After checking that nothing is running on it, clear it on \
-         the node with: {cli} unlock {vmid}"
+        "{} on node {node} is locked ({lock}) but no task holds the lock: {}",
+        kind.named(vmid),
+        unheld_lock_advice(kind, vmid, lock)
     )))
+}
+
+/// What a guest's lock that no running task holds says, and how a person clears it as PVE's
+/// own tools do: `mounted` by `pct unmount` (`pct mount` left it; an unlock would leave the
+/// file systems mounted), `destroyed` by destroying it again (pve-container and qemu-server
+/// lock a guest `destroyed` while their destroy frees its volumes, so the guest is partly gone),
+/// any other with `unlock` once nothing runs on it.
+pub(super) fn unheld_lock_advice(kind: GuestKind, vmid: u32, lock: &str) -> String {
+    let cli = kind.cli();
+    match lock {
+        "mounted" => format!(
+            "its file systems are mounted on the host (`{cli} mount` sets the lock and leaves it \
+             until `{cli} unmount`). When done with them, unmount them on the node with: {cli} \
+             unmount {vmid}"
+        ),
+        "destroyed" => format!(
+            "a destroy of it was interrupted (PVE locks a guest `destroyed` while it frees its \
+             volumes), so it is partly gone. Finish the destroy on the node with: {cli} destroy \
+             {vmid}"
+        ),
+        _ => format!(
+            "a crashed or interrupted operation. After checking that nothing is running on it, \
+             clear it on the node with: {cli} unlock {vmid}"
+        ),
+    }
+}
+
+/// A lock a command holds while it runs, not a task (`fstrim`): waited for; if no such command
+/// runs, a person clears it.
+pub(super) fn command_lock_reason(kind: GuestKind, vmid: u32, node: &str, lock: &str) -> String {
+    let cli = kind.cli();
+    format!(
+        "{} is locked ({lock}) by `{cli} {lock}`, a command on node {node} that runs no task; \
+         waiting for it to end (if none runs there, clear the lock with: {cli} unlock {vmid})",
+        kind.named(vmid)
+    )
 }
 
 /// The VM's `protection` as it is after this converge's config update (a declared one is

@@ -182,9 +182,18 @@ fn resources(
         )),
         None => {}
     }
-    if let Some(units) = number("cpuunits") {
-        w.num(4, "cpuUnits", units);
-        known.insert("cpuunits".into());
+    match number("cpuunits") {
+        Some(units) if units <= u64::from(crate::spec::container::MAX_CPU_UNITS) => {
+            w.num(4, "cpuUnits", units);
+            known.insert("cpuunits".into());
+        }
+        // A cgroup v1 node keeps up to 500000; a spec holds what cgroup v2 keeps.
+        Some(units) => notes.push(format!(
+            "cpuunits {units} is kept as it is: a spec holds at most {}, what PVE keeps on \
+             cgroup v2",
+            crate::spec::container::MAX_CPU_UNITS
+        )),
+        None => {}
     }
 }
 
@@ -221,7 +230,11 @@ fn own_options(
     // What the spec's own checks accept (at most three addresses; one domain), else kept.
     if let Some(servers) = cfg.get("nameserver") {
         let list: Vec<String> = servers.split_whitespace().map(str::to_string).collect();
-        if list.len() <= 3 && list.iter().all(|s| s.parse::<std::net::IpAddr>().is_ok()) {
+        if list.len() <= 3
+            && list
+                .iter()
+                .all(|s| crate::spec::container::check_nameserver(s).is_ok())
+        {
             w.list(4, "nameserver", &list);
             known.insert("nameserver".into());
         } else {
@@ -399,6 +412,8 @@ mod tests {
             ("cpulimit", "0.125"),
             ("nameserver", "1.1.1.1 1.0.0.1 9.9.9.9 8.8.8.8"),
             ("searchdomain", "a.example b.example"),
+            // A cgroup v1 node's weight: a spec holds what cgroup v2 keeps (found in review).
+            ("cpuunits", "20000"),
         ] {
             let imported = with(key, Some(value)).unwrap();
             let (_, diags) = parse_file("ct.yaml", imported.text.as_bytes());
@@ -407,6 +422,17 @@ mod tests {
         }
         let limited = with("cpulimit", Some("1.25")).unwrap();
         assert!(limited.text.contains("cpuLimit: 1.25"), "{}", limited.text);
+        // A link-local nameserver with its interface, as pve-container takes it.
+        let scoped = with("nameserver", Some("fe80::1%eth0 9.9.9.9")).unwrap();
+        let (specs, diags) = parse_file("ct.yaml", scoped.text.as_bytes());
+        assert!(diags.is_empty(), "{diags:?}\n{}", scoped.text);
+        assert_eq!(
+            specs[0]
+                .container
+                .as_deref()
+                .and_then(|c| c.nameserver.clone()),
+            Some(vec!["fe80::1%eth0".to_string(), "9.9.9.9".to_string()])
+        );
     }
 
     #[test]

@@ -641,25 +641,29 @@ impl Client {
             .await
     }
 
+    /// `GET /cluster/resources?type=node`: at once; every node with its memory (`maxmem`,
+    /// `mem`), the entries that decode. Read only when a set's member is to be placed by free
+    /// memory (`engine::placement`).
+    pub async fn node_resources(&self) -> Result<NodeResources, Error> {
+        self.get("/cluster/resources", &[("type", "node".into())])
+            .await
+    }
+
     /// `GET /pools`: at once; the pools the token may see.
     pub async fn pools(&self) -> Result<Vec<PoolEntry>, Error> {
         self.get("/pools", &[]).await
     }
 
-    /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests. A pool that does not
-    /// exist is an error (PVE: 500 `pool 'P' does not exist`).
+    /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests, VMs and containers (a
+    /// member's `type` is `qemu` or `lxc`, pve-manager `PVE/API2/Pool.pm` `index`; its storages
+    /// are `storage` and have no VMID). A pool that does not exist is an error (PVE: 500 `pool
+    /// 'P' does not exist`).
     pub async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
         check_part("pool", poolid)?;
         let pools: Vec<PoolEntry> = self
             .get("/pools", &[("poolid", poolid.to_string())])
             .await?;
-        Ok(pools
-            .into_iter()
-            .filter(|p| p.poolid == poolid)
-            .flat_map(|p| p.members)
-            .filter(|m| m.kind.as_deref() == Some("qemu"))
-            .filter_map(|m| m.vmid)
-            .collect())
+        Ok(guests_of_pool(pools, poolid))
     }
 
     /// `PUT /pools` (`poolid`, `vms`, `allow-move=1`): at once; moves VM `vmid` into the pool
@@ -1237,6 +1241,18 @@ impl Client {
     }
 }
 
+/// The VMIDs of pool `poolid`'s guests in a `GET /pools?poolid=P` answer: its VMs (`qemu`) and
+/// containers (`lxc`); its storages have none.
+fn guests_of_pool(pools: Vec<PoolEntry>, poolid: &str) -> Vec<u32> {
+    pools
+        .into_iter()
+        .filter(|p| p.poolid == poolid)
+        .flat_map(|p| p.members)
+        .filter(|m| matches!(m.kind.as_deref(), Some("qemu" | "lxc")))
+        .filter_map(|m| m.vmid)
+        .collect()
+}
+
 fn lenient_vmid(path: &str, v: serde_json::Value) -> Result<u32, Error> {
     let n = match &v {
         serde_json::Value::String(s) => s.trim().parse::<u32>().ok(),
@@ -1253,6 +1269,24 @@ fn lenient_vmid(path: &str, v: serde_json::Value) -> Result<u32, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool's containers are its guests as much as its VMs (found in review: only `qemu`
+    /// members were kept, so a container already in its spec's pool was moved into it again at
+    /// every converge).
+    #[test]
+    fn a_pools_guests_are_its_vms_and_its_containers() {
+        // As pve-manager's Pool.pm `index` answers `GET /pools?poolid=web`.
+        let pools: Vec<PoolEntry> = serde_json::from_str(
+            r#"[{"poolid": "web", "members": [
+                {"id": "qemu/100", "type": "qemu", "vmid": 100, "node": "pve1"},
+                {"id": "lxc/101", "type": "lxc", "vmid": 101, "node": "pve1"},
+                {"id": "storage/pve1/local", "type": "storage", "node": "pve1", "storage": "local"}
+            ]}]"#,
+        )
+        .unwrap();
+        assert_eq!(guests_of_pool(pools.clone(), "web"), vec![100, 101]);
+        assert!(guests_of_pool(pools, "db").is_empty());
+    }
 
     #[test]
     fn property_strings_cannot_be_smuggled_into() {

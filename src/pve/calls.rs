@@ -13,7 +13,8 @@ use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, Listing,
-    NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version, VmConfig,
+    NetworkInterface, NodeResources, NodeStorage, PendingEntry, StorageVolume, TaskListEntry,
+    Version, VmConfig,
 };
 use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -66,6 +67,8 @@ pve_calls! {
     fn root_ca_fingerprint(&self, node: &str) -> String;
     /// `GET /cluster/resources?type=vm`.
     fn vm_resources(&self) -> Listing;
+    /// `GET /cluster/resources?type=node`: the nodes' memory.
+    fn node_resources(&self) -> NodeResources;
     /// `GET /pools?poolid=P`: the pool's VMIDs.
     fn pool_vmids(&self, poolid: &str) -> Vec<u32>;
     /// `PUT /pools`: moves a VM into a pool.

@@ -22,6 +22,10 @@
 //!   locks its source `disk` until its `vzclone` task ends (pve-container clone_vm's
 //!   `set_lock($vmid, 'disk')`), so a second clone of one CT template meanwhile is refused
 //!   `CT is locked (disk)`;
+//! - a container's new volume (`STORAGE:GB` in a create or update) is allocated as pve-container
+//!   does: `int($size_gb * 1024)` MiB written into its config, thin LVM's (`local-lvm`) volume
+//!   in whole 4 MiB extents; a container's resize compares the volume's real size (`unable to
+//!   shrink disk size`, `disk is already at specified size`);
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!
@@ -41,8 +45,8 @@ use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
-    Listing, NetworkInterface, NodeStorage, PendingEntry, StorageVolume, TaskListEntry, Version,
-    VmConfig, VmResource, split_tags,
+    Listing, NetworkInterface, NodeResource, NodeResources, NodeStorage, PendingEntry,
+    StorageVolume, TaskListEntry, Version, VmConfig, VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -123,6 +127,12 @@ struct State {
     task_exits: Vec<(String, String)>,
     /// What `parallel_limit` answers for every node (`None`: as configured).
     parallel_limit: Option<u32>,
+    /// The real size of each container volume the fake allocated (bytes), which its config's
+    /// `size=` may no longer say (a person's edit, `pct rescan` not run).
+    ct_volumes: BTreeMap<String, u64>,
+    /// Each node's (`maxmem`, `mem`) as `/cluster/resources?type=node` lists them; a node not
+    /// here is listed without them.
+    node_memory: BTreeMap<String, (u64, u64)>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -185,6 +195,8 @@ impl FakePve {
                 clock: Clock::system(),
                 task_exits: Vec::new(),
                 parallel_limit: None,
+                ct_volumes: BTreeMap::new(),
+                node_memory: BTreeMap::new(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -252,6 +264,13 @@ impl FakePve {
             *s.generation.entry(vmid).or_default() += 1;
         }
         self.changed.notify_waiters();
+    }
+
+    /// Node `node`'s memory as pvestatd reports it: `maxmem` bytes, `mem` of them in use.
+    pub fn set_node_memory(&self, node: &str, maxmem: u64, mem: u64) {
+        self.lock()
+            .node_memory
+            .insert(node.to_string(), (maxmem, mem));
     }
 
     /// A storage for disk images shared by every node (as Ceph RBD or NFS would be).
@@ -447,10 +466,20 @@ impl State {
     }
 
     fn write_config(&mut self, vmid: u32, params: &VmParams) {
+        let is_ct = self
+            .vms
+            .get(&vmid)
+            .is_some_and(|vm| vm.kind == GuestKind::Lxc);
+        let mut form = params.form();
+        if is_ct {
+            for (key, value) in form.iter_mut() {
+                *value = self.allocate_ct_volume(vmid, key, value);
+            }
+        }
         let Some(vm) = self.vms.get_mut(&vmid) else {
             return;
         };
-        for (key, value) in params.form() {
+        for (key, value) in form {
             if key == "delete" {
                 for k in value.split(',') {
                     vm.config.remove(k.trim());
@@ -462,6 +491,81 @@ impl State {
             }
         }
         *self.generation.entry(vmid).or_default() += 1;
+    }
+
+    /// A container's mount point (`rootfs`, `mpN`) written as a new volume, `STORAGE:GB`,
+    /// allocated as pve-container does (`src/PVE/LXC.pm` `create_disks`: `$size_kb =
+    /// int(${size_gb} * 1024) * 1024`, whole MiB, and that size written into the config). On
+    /// `local-lvm` (thin LVM) the volume itself is made in whole extents, 4 MiB by default
+    /// (pve-storage `LvmThinPlugin.pm` `alloc_image`: `lvcreate -V ${size}k`, which LVM rounds
+    /// up), so its real size may be above the config's. Any other value is returned as it is.
+    fn allocate_ct_volume(&mut self, vmid: u32, key: &str, value: &str) -> String {
+        let mount_point = key == "rootfs"
+            || key
+                .strip_prefix("mp")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let (volume, rest) = value.split_once(',').unwrap_or((value, ""));
+        let new_disk = volume.split_once(':').and_then(|(storage, gb)| {
+            let digits = gb.replace('.', "");
+            (!digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && gb.matches('.').count() <= 1)
+                .then(|| (storage, gb.parse::<f64>().ok()))
+        });
+        let (true, Some((storage, Some(gb)))) = (mount_point, new_disk) else {
+            return value.to_string();
+        };
+        let bytes = (gb * 1024.0).floor() as u64 * 1024 * 1024;
+        let n = (0..)
+            .find(|n| {
+                !self
+                    .ct_volumes
+                    .contains_key(&format!("{storage}:vm-{vmid}-disk-{n}"))
+            })
+            .unwrap_or(0);
+        let volid = format!("{storage}:vm-{vmid}-disk-{n}");
+        let extent = 4 << 20;
+        let real = if storage == "local-lvm" {
+            bytes.div_ceil(extent) * extent
+        } else {
+            bytes
+        };
+        self.ct_volumes.insert(volid.clone(), real);
+        let mut parts = vec![volid];
+        parts.extend(
+            rest.split(',')
+                .filter(|p| !p.is_empty() && !p.starts_with("size="))
+                .map(str::to_string),
+        );
+        parts.push(format!("size={}", super::values::pve_size(bytes)));
+        parts.join(",")
+    }
+
+    /// pve-container `resize_vm`'s checks before its task: the volume's real size
+    /// (`volume_size_info`, not the config's `size=`) against the request, `unable to shrink disk
+    /// size` and `disk is already at specified size`. A volume the fake did not allocate is at
+    /// its config's size.
+    fn ct_resize_checks(&self, vmid: u32, disk: &str, size: &str) -> Result<(), Error> {
+        let Some(value) = self.vms.get(&vmid).and_then(|vm| vm.config.get(disk)) else {
+            return Ok(());
+        };
+        let volume = value.split(',').next().unwrap_or_default();
+        let now = self.ct_volumes.get(volume).copied().or_else(|| {
+            value
+                .split(',')
+                .find_map(|p| p.strip_prefix("size="))
+                .and_then(crate::pve::values::parse_pve_size)
+        });
+        let (Some(now), Some(want)) = (now, crate::pve::values::parse_pve_size(size)) else {
+            return Ok(());
+        };
+        if want < now {
+            return Err(api(500, "unable to shrink disk size"));
+        }
+        if want == now {
+            return Err(api(500, "disk is already at specified size"));
+        }
+        Ok(())
     }
 
     /// A stale digest: qemu-server's `update_vm_api` dies `checksum mismatch (file change by
@@ -792,6 +896,25 @@ impl Pve for FakePve {
         })
     }
 
+    async fn node_resources(&self) -> Result<NodeResources, Error> {
+        self.call("node_resources", String::new(), |s| {
+            Ok(NodeResources(
+                s.nodes
+                    .iter()
+                    .map(|(node, online)| {
+                        let memory = s.node_memory.get(node).filter(|_| *online);
+                        NodeResource {
+                            node: node.clone(),
+                            status: Some(if *online { "online" } else { "offline" }.into()),
+                            maxmem: memory.map(|m| m.0),
+                            mem: memory.map(|m| m.1),
+                        }
+                    })
+                    .collect(),
+            ))
+        })
+    }
+
     async fn pool_vmids(&self, poolid: &str) -> Result<Vec<u32>, Error> {
         self.call("pool_vmids", poolid.to_string(), |s| {
             s.pools
@@ -1039,7 +1162,10 @@ impl Pve for FakePve {
                 .filter(|(k, _)| {
                     !["ostemplate", "storage", "ssh-public-keys", "password"].contains(k)
                 })
-                .map(|(k, v)| (k.to_string(), v))
+                .map(|(k, v)| {
+                    let v = s.allocate_ct_volume(vmid, k, &v);
+                    (k.to_string(), v)
+                })
                 .collect();
             Ok(s.make_vm(
                 node,
@@ -1090,6 +1216,9 @@ impl Pve for FakePve {
         let args = format!("{} {disk} {size}", at(node, kind, vmid));
         self.call("resize_disk", args, |s| {
             s.unlocked(node, kind, vmid)?;
+            if kind == GuestKind::Lxc {
+                s.ct_resize_checks(vmid, disk, size)?;
+            }
             let (disk, size) = (disk.to_string(), size.to_string());
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 if let Some(value) = s.vms.get_mut(&vmid).and_then(|vm| vm.config.get_mut(&disk)) {
@@ -1097,7 +1226,11 @@ impl Pve for FakePve {
                         .split(',')
                         .filter(|p| !p.starts_with("size="))
                         .collect();
+                    let volume = rest.first().map(|v| v.to_string()).unwrap_or_default();
                     *value = format!("{},size={size}", rest.join(","));
+                    if let Some(bytes) = crate::pve::values::parse_pve_size(&size) {
+                        s.ct_volumes.entry(volume).and_modify(|b| *b = bytes);
+                    }
                 }
             });
             Ok(Some(s.task(

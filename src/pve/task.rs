@@ -139,14 +139,21 @@ pub fn classify_exit(exitstatus: &str) -> Result<TaskOutcome, String> {
     Err(s.to_string())
 }
 
-/// Which running tasks can hold a VM's `lock` config property, as qemu-server and vzdump set
-/// it. Used to tell a lock that resolves by itself (wait) from one nothing holds any more
-/// (stale: only then may a human be told to `qm unlock`).
+/// Which running tasks can hold a VM's `lock` config property, as qemu-server, pve-container
+/// and vzdump set it. Used to tell a lock that resolves by itself (wait) from one nothing holds
+/// any more (stale: only then may a human be told how to clear it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockHolder {
     /// Nothing runs while the lock stands and it is not stale: `suspended` (hibernated; a
     /// start resumes it).
     NoTask,
+    /// A command on the node holds it while it runs, not a task, so no task listing shows it:
+    /// `fstrim` (pve-container `src/PVE/CLI/pct.pm` `fstrim`: `set_lock($vmid, 'fstrim')`, and
+    /// `remove_lock` when it is done). Waited for, never called stale.
+    Command,
+    /// A person's, left on purpose and held by nothing: `mounted` (`pct mount` sets it and
+    /// leaves it until `pct unmount`, `src/PVE/CLI/pct.pm` `mount`/`unmount`).
+    Person,
     /// Tasks of these types whose id is the VM's VMID.
     OfVm(&'static [&'static str]),
     /// Tasks of these types with any id: a clone's task names its source VM (and runs on the
@@ -164,6 +171,8 @@ impl LockHolder {
     pub fn of(lock: &str) -> LockHolder {
         match lock {
             "suspended" => LockHolder::NoTask,
+            "fstrim" => LockHolder::Command,
+            "mounted" => LockHolder::Person,
             // qemu-server's task types, then pve-container's (`pct`): one VMID is one guest, so
             // a task of either kind naming it can only be that guest's.
             "create" => LockHolder::Create,
@@ -184,7 +193,7 @@ impl LockHolder {
     pub fn may_be(&self, kind: &str, id: &str, vmid: u32) -> bool {
         let of_vm = id == vmid.to_string();
         match self {
-            LockHolder::NoTask => false,
+            LockHolder::NoTask | LockHolder::Command | LockHolder::Person => false,
             LockHolder::OfVm(kinds) => of_vm && kinds.contains(&kind),
             LockHolder::AnyId(kinds) => kinds.contains(&kind),
             LockHolder::AnyTaskOfVm => of_vm,
@@ -223,6 +232,12 @@ mod tests {
         assert!(!create.may_be("vzstart", "105", 105));
         assert!(LockHolder::of("disk").may_be("vzclone", "9100", 9100));
         assert!(LockHolder::of("migrate").may_be("vzmigrate", "105", 105));
+        // pve-container's own: `pct fstrim` holds its lock as a command, `pct mount` leaves
+        // one for `pct unmount`; a destroy holds `destroyed` as its task.
+        assert_eq!(LockHolder::of("fstrim"), LockHolder::Command);
+        assert_eq!(LockHolder::of("mounted"), LockHolder::Person);
+        assert!(!LockHolder::of("mounted").may_be("vzstart", "105", 105));
+        assert!(LockHolder::of("destroyed").may_be("vzdestroy", "105", 105));
     }
 
     #[test]

@@ -370,6 +370,17 @@ pub const TEXTS: &[Text] = &[
         samples: &["unable to parse volume ID 'debian.qcow2'"],
     },
     Text {
+        pattern: "unable to parse directory volume name '*'",
+        meaning: Meaning::Refused,
+        source: "pve-storage src/PVE/Storage/Plugin.pm parse_volname (a name its content's \
+                 pattern does not take: a vztmpl archive's `$VZTMPL_EXT_RE_1` in \
+                 src/PVE/Storage.pm), from pve-container src/PVE/API2/LXC.pm create_vm's \
+                 check_volume_access, before anything is made",
+        versions: "every PVE 8.x and 9.x (which archives it takes: .tar.bz2 from pve-storage \
+                   8.2.6, PVE 8.3; a bare .tar from 9.0.15, PVE 9.1)",
+        samples: &["unable to parse directory volume name 'vztmpl/debian-12.tgz'"],
+    },
+    Text {
         pattern: "volume '*:*' does not exist",
         meaning: Meaning::ImageMissing,
         source: "pve-storage src/PVE/Storage/Plugin.pm activate_volume",

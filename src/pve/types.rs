@@ -397,6 +397,43 @@ impl<'de> Deserialize<'de> for Listing {
     }
 }
 
+/// The nodes of `GET /cluster/resources?type=node`, as far as each entry reads: a node's
+/// memory as pvestatd last reported it (`maxmem`, `mem` in bytes; an offline node has
+/// neither). An entry that does not decode is left out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeResources(pub Vec<NodeResource>);
+
+/// One node of [`NodeResources`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeResource {
+    pub node: String,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub maxmem: Option<u64>,
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub mem: Option<u64>,
+}
+
+impl NodeResource {
+    /// The node's memory not in use (`maxmem - mem`), when both are known.
+    pub fn free_memory(&self) -> Option<u64> {
+        Some(self.maxmem?.saturating_sub(self.mem?))
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeResources {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let entries: Vec<&'de serde_json::value::RawValue> = Vec::deserialize(d)?;
+        Ok(NodeResources(
+            entries
+                .into_iter()
+                .filter_map(|raw| serde_json::from_str::<NodeResource>(raw.get()).ok())
+                .collect(),
+        ))
+    }
+}
+
 /// A listed guest's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -7,11 +7,11 @@
 
 use crate::gate::identity::VerifiedMarker;
 use crate::ownership::MarkerKey;
-use crate::pve::types::{PendingEntry, VmConfig};
+use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{Container, CtNic, MountPoint};
-use crate::spec::{GIB, Spec};
+use crate::spec::{MIB, Spec};
 use crate::store::SpecRecord;
 
 use super::config::{ConfigError, description_change, tags_change};
@@ -28,14 +28,23 @@ fn container(spec: &Spec) -> Result<&Container, PveError> {
     })
 }
 
-/// A size in GiB as pve-container's `storage:size` takes it (`8`, `0.5`).
+/// A new volume's size as pve-container's `storage:size` takes it: GiB, written exactly
+/// (`8`, `0.5`, `1.07421875`). pve-container allocates `int($size_gb * 1024) * 1024` KiB
+/// (`src/PVE/LXC.pm` `create_disks`, `$NEW_DISK_RE` `^([^:\s]+):(\d+(\.\d+)?)$`): whole MiB,
+/// the rest cut off. So the size is rounded up to a whole MiB and written with every decimal
+/// it needs (a MiB is 1/1024 GiB, at most ten decimals, each exact in a double), and the
+/// config then says `size=` the spec's size (or the MiB above it), never the MiB below: three
+/// decimals made `1100Mi` `1.074`, stored as `size=1099M`, and every later cycle asked to
+/// grow it to `1100M` (found in review).
 fn gib(bytes: u64) -> String {
-    if bytes.is_multiple_of(GIB) {
-        (bytes / GIB).to_string()
-    } else {
-        let v = format!("{:.3}", bytes as f64 / GIB as f64);
-        v.trim_end_matches('0').trim_end_matches('.').to_string()
+    let mib = bytes.div_ceil(MIB);
+    let (whole, part) = (mib / 1024, mib % 1024);
+    if part == 0 {
+        return whole.to_string();
     }
+    // part / 1024 = part * 5^10 / 10^10: ten decimals, exact.
+    let decimals = format!("{:010}", part * 9_765_625);
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
 }
 
 /// The options of a new container besides its template, storage and secrets: hostname,
@@ -124,6 +133,12 @@ pub fn container_changes(
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ConfigError> {
     let ct = container(spec)?;
+    // `features` on a privileged container are root@pam's alone: never asked for.
+    if ct.features.is_some()
+        && let Some(why) = privilege_mismatch(spec, cfg)
+    {
+        return Err(PveError::Setup(why).into());
+    }
     let effective = |key: &str| effective_value(cfg, pending, key);
     let mut out = own_changes(spec, ct, &effective)?;
     super::hardware::options(spec, &effective, &mut out)?;
@@ -157,6 +172,37 @@ pub fn container_changes(
     Ok((params, changed))
 }
 
+/// Why the spec's `unprivileged` is not the container's, if it is not: PVE sets it at create
+/// only (pve-container `update_pct_config`: `unable to modify read-only option:
+/// 'unprivileged'`), and a config without `unprivileged: 1` is a privileged container, whose
+/// `features` only root@pam may change (`check_ct_modify_config_perm`: "changing feature flags
+/// for privileged container is only allowed for root@pam"). A spec that says otherwise than its
+/// container would ask for what PVE refuses an API token: an adoption by consent checks it
+/// before it writes anything, and a converge before it sends `features`.
+pub fn privilege_mismatch(spec: &Spec, cfg: &VmConfig) -> Option<String> {
+    let ct = spec.container.as_deref()?;
+    let unprivileged = cfg.get("unprivileged").is_some_and(pve_bool);
+    if unprivileged == ct.unprivileged {
+        return None;
+    }
+    let is = if unprivileged {
+        "unprivileged"
+    } else {
+        "privileged"
+    };
+    let fix = if unprivileged {
+        "remove unprivileged: false from the spec"
+    } else {
+        "write unprivileged: false in the spec (and no features: on a privileged container only \
+         root@pam may set them)"
+    };
+    Some(format!(
+        "spec {} says unprivileged: {}, and its container is {is}; PVE sets that at create only, \
+         and proxsync's token could not apply the spec as written: {fix}",
+        spec.name, ct.unprivileged
+    ))
+}
+
 /// A number a config holds (`cores: 2`, `cpulimit: 1.5`), as text PVE would write back.
 fn number(current: Current, key: &str) -> Option<String> {
     current(key).map(|v| {
@@ -170,6 +216,16 @@ fn number(current: Current, key: &str) -> Option<String> {
             Err(_) => v.to_string(),
         }
     })
+}
+
+/// Whether the config's `cpuunits` is what PVE stores for the spec's `want`: pve-common
+/// `CGroup::clamp_cpu_shares` keeps 0..10000 on cgroup v2 (the spec allows no more) and raises
+/// a weight below 2 to 2 on cgroup v1 (a PVE 8 node booted with the legacy hierarchy).
+fn cpu_units_kept(want: u32, now: Option<&str>) -> bool {
+    let Some(now) = now.and_then(|n| n.parse::<u32>().ok()) else {
+        return false;
+    };
+    now == want || (want < 2 && now == 2)
 }
 
 /// Cores, memory, swap, CPU limit and units, NICs, DNS, time zone, console and OS type.
@@ -195,7 +251,7 @@ fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes,
         out.set("cpuLimit", |p| p.checked("cpulimit", limit))?;
     }
     if let Some(units) = ct.cpu_units
-        && number(current, "cpuunits") != Some(units.to_string())
+        && !cpu_units_kept(units, number(current, "cpuunits").as_deref())
     {
         out.set("cpuUnits", |p| Ok(p.set("cpuunits", units)))?;
     }
@@ -342,6 +398,36 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
     (declared, kept)
 }
 
+/// A container's NICs whose `mtu` is above their bridge's (its listed `mtu`, else Linux's
+/// 1500), each said as PVE would refuse it: pve-container's create and config update die
+/// `netN: MTU size 'X' is bigger than bridge MTU 'Y'` before any task (`src/PVE/LXC/Config.pm`
+/// `update_pct_config`, `read_bridge_mtu`), so the create would fail as a whole. A VM's NIC is
+/// refused only at its start (qemu-server). The create's pre-flight and `doctor` ask it.
+pub fn mtu_refusals(spec: &Spec, bridges: &[NetworkInterface]) -> Vec<String> {
+    let nics = spec
+        .container
+        .as_ref()
+        .and_then(|c| c.networks.as_ref())
+        .map_or(&[][..], Vec::as_slice);
+    nics.iter()
+        .enumerate()
+        .filter_map(|(i, nic)| {
+            let mtu = nic.mtu?;
+            let bridge = bridges.iter().find(|b| b.iface == nic.bridge)?;
+            let bridge_mtu = bridge.mtu.unwrap_or(1500);
+            (u64::from(mtu) > bridge_mtu).then(|| {
+                format!(
+                    "networks[{i}] (net{i}) has mtu {mtu}, above the MTU of bridge {} on node {} \
+                     ({bridge_mtu}): PVE refuses the container's NIC (pve-container: \"net{i}: \
+                     MTU size '{mtu}' is bigger than bridge MTU '{bridge_mtu}'\"); set its mtu to \
+                     at most {bridge_mtu}, or raise the bridge's MTU on the node",
+                    nic.bridge, spec.node
+                )
+            })
+        })
+        .collect()
+}
+
 /// The root filesystem's size now, when it is smaller than the spec's and not grown to it
 /// before (`rootfs` only grows, with `PUT .../resize`). An unlimited subvolume (`size=0`, ZFS
 /// or a directory) is never "grown": that would put a quota on it.
@@ -419,6 +505,7 @@ pub fn mount_points_removed(spec: &Spec, cfg: &VmConfig) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::GIB;
     use std::collections::BTreeMap;
 
     fn ct_spec(extra: &str) -> Spec {
@@ -499,6 +586,57 @@ mod tests {
         assert_eq!(p.get("unprivileged"), Some("1"));
         assert_eq!(p.get("hostname"), Some("dns-01"));
         assert_eq!(p.get("tags"), Some("proxsync.main"));
+    }
+
+    /// What pve-container stores for a size [`gib`] wrote: `int($size_gb * 1024) * 1024` KiB
+    /// (`create_disks`), Perl's number from the text a double as here.
+    fn pve_stores(text: &str) -> u64 {
+        let gb: f64 = text.parse().unwrap();
+        (gb * 1024.0) as u64 * 1024 * 1024
+    }
+
+    /// A new volume's size is written so that PVE stores the spec's (found in review: three
+    /// decimals made `1100Mi` `1.074`, stored as 1099M, and the volume grown every cycle).
+    #[test]
+    fn a_new_volume_is_stored_at_the_size_the_spec_says() {
+        assert_eq!(gib(8 * GIB), "8");
+        assert_eq!(gib(512 * MIB), "0.5");
+        assert_eq!(gib(1100 * MIB), "1.07421875");
+        assert_eq!(gib(MIB), "0.0009765625");
+        for mib in [
+            1,
+            2,
+            3,
+            511,
+            1023,
+            1025,
+            1100,
+            1536,
+            4097,
+            10_239,
+            65_535,
+            1 << 22,
+        ] {
+            let bytes = mib * MIB;
+            assert_eq!(
+                pve_stores(&gib(bytes)),
+                bytes,
+                "{mib} MiB as {}",
+                gib(bytes)
+            );
+        }
+        // Not a whole MiB (a decimal unit): the MiB above it, never below.
+        let ten_g = 10_000_000_000;
+        assert_eq!(pve_stores(&gib(ten_g)), 9537 * MIB);
+        assert!(pve_stores(&gib(ten_g)) >= ten_g);
+        assert_eq!(pve_stores(&gib(MIB + 1)), 2 * MIB);
+        let spec = ct_spec(
+            "    rootfs: {storage: local-lvm, size: 1100Mi}\n    \
+             mountPoints:\n      - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n",
+        );
+        let p = create_params(&spec, "d".into(), &[]).unwrap();
+        assert_eq!(p.get("rootfs"), Some("local-lvm:1.07421875"));
+        assert_eq!(p.get("mp0"), Some("local-lvm:1.07421875,mp=/srv"));
     }
 
     #[test]
@@ -592,6 +730,55 @@ mod tests {
             ],
         );
         assert!(c.changed.is_empty(), "{:?}", c.changed);
+    }
+
+    /// `cpuUnits` as PVE stores it: as written up to 10000 (the spec allows no more), a weight
+    /// below 2 raised to 2 on a cgroup v1 node (pve-common `clamp_cpu_shares`); never written
+    /// again for that.
+    #[test]
+    fn cpu_units_are_compared_as_pve_stores_them() {
+        for (want, now, same) in [
+            (100, "100", true),
+            (10_000, "10000", true),
+            (0, "0", true),
+            (0, "2", true),
+            (1, "2", true),
+            (3, "2", false),
+            (100, "1024", false),
+        ] {
+            let spec = ct_spec(&format!("    cpuUnits: {want}\n"));
+            let c = changes(&spec, &[("cores", "1"), ("cpuunits", now)]);
+            assert_eq!(
+                c.changed.is_empty(),
+                same,
+                "{want} vs {now}: {:?}",
+                c.changed
+            );
+        }
+        let spec = ct_spec("    cpuUnits: 100\n");
+        assert_eq!(changes(&spec, &[("cores", "1")]).changed, vec!["cpuUnits"]);
+    }
+
+    /// A spec's `unprivileged` against its container's: `features` are never sent to a
+    /// privileged container (only root@pam may set them there), whatever the spec says.
+    #[test]
+    fn features_are_never_asked_of_a_privileged_container() {
+        let spec = ct_spec("    features: {nesting: true}\n");
+        let privileged = VmConfig {
+            values: cfg(&[("cores", "1"), ("hostname", "dns-01")]),
+        };
+        let why = privilege_mismatch(&spec, &privileged).expect("a mismatch");
+        assert!(
+            why.contains("says unprivileged: true") && why.contains("is privileged"),
+            "{why}"
+        );
+        let unprivileged = VmConfig {
+            values: cfg(&[("cores", "1"), ("unprivileged", "1")]),
+        };
+        assert_eq!(privilege_mismatch(&spec, &unprivileged), None);
+        let stated = ct_spec("    unprivileged: false\n");
+        assert_eq!(privilege_mismatch(&stated, &privileged), None);
+        assert!(privilege_mismatch(&stated, &unprivileged).is_some());
     }
 
     #[test]

@@ -252,10 +252,7 @@ pub(super) fn container(
             .get("features")
             .and_then(|n| features(ctx, n, unprivileged)),
         cpu_limit: fp.get("cpuLimit").and_then(|n| cpu_limit(ctx, n)),
-        cpu_units: fp
-            .get("cpuUnits")
-            .and_then(|n| int_field(ctx, n, "spec.forProvider.cpuUnits", 0, 500_000))
-            .map(|v| v as u32),
+        cpu_units: fp.get("cpuUnits").and_then(|n| cpu_units(ctx, n)),
         swap_mib: swap.flatten(),
         networks: networks.flatten(),
         mount_points: mount_points.flatten(),
@@ -371,14 +368,14 @@ fn parse_template(text: &str, forms: &str) -> Result<Image, String> {
             })?;
             check_storage(storage)?;
             check_property_chars("template", text)?;
-            let ok_ext = [".tar.gz", ".tar.xz", ".tar.zst", ".tgz", ".tar"]
-                .iter()
-                .any(|ext| archive.ends_with(ext) && archive.len() > ext.len());
-            if !ok_ext || archive.contains('/') || archive.starts_with('.') {
+            if VztmplFormat::of(archive).is_none()
+                || archive.contains('/')
+                || archive.starts_with('.')
+            {
                 return Err(format!(
-                    "template {text:?} is not a container template archive: expected \
-                     storage:vztmpl/NAME.tar.zst (or .tar.gz, .tar.xz), as `pveam list {storage}` \
-                     shows them"
+                    "template {text:?} is not a container template archive: pve-storage takes \
+                     storage:vztmpl/NAME.tar.zst (or .tar.gz, .tar.xz, .tar.bz2 from PVE 8.3, a \
+                     bare .tar from PVE 9.1; never .tgz), as `pveam list {storage}` shows them"
                 ));
             }
             Ok(Image::Volume {
@@ -388,6 +385,83 @@ fn parse_template(text: &str, forms: &str) -> Result<Image, String> {
             })
         }
     }
+}
+
+/// A container template archive's format, as pve-storage names it by its extension
+/// (`src/PVE/Storage.pm` `$VZTMPL_EXT_RE_1 = qr/\.(?|(tar)(?!\.)|tar\.(gz|xz|zst|bz2))/i`,
+/// matched by `Plugin.pm` `parse_volname` as `vztmpl/([^/]+$VZTMPL_EXT_RE_1)$`), any case;
+/// `.tgz` never was one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VztmplFormat {
+    Gz,
+    Xz,
+    Zst,
+    /// From pve-storage 8.2.6 (commit 2627da2 `fix #5267: storage: add bzip2 support`), first
+    /// in PVE 8.3.
+    Bz2,
+    /// A bare tar, as OCI images are unpacked: from pve-storage 9.0.15 (commit 0d392b2 `allow
+    /// .tar container templates`), first in PVE 9.1.
+    Tar,
+}
+
+impl VztmplFormat {
+    /// The format of an archive's file name (`debian-12.tar.zst`), if pve-storage takes it:
+    /// something before its extension.
+    pub fn of(archive: &str) -> Option<VztmplFormat> {
+        let lower = archive.to_ascii_lowercase();
+        [
+            (".tar.gz", VztmplFormat::Gz),
+            (".tar.xz", VztmplFormat::Xz),
+            (".tar.zst", VztmplFormat::Zst),
+            (".tar.bz2", VztmplFormat::Bz2),
+            (".tar", VztmplFormat::Tar),
+        ]
+        .into_iter()
+        .find(|(ext, _)| lower.ends_with(ext) && lower.len() > ext.len())
+        .map(|(_, f)| f)
+    }
+
+    /// The format of a `vztmpl` volume (`local:vztmpl/debian-12.tar.zst`).
+    pub fn of_volume(volume: &str) -> Option<VztmplFormat> {
+        let archive = volume.split_once(':')?.1.strip_prefix("vztmpl/")?;
+        VztmplFormat::of(archive)
+    }
+
+    /// The first PVE release whose pve-storage takes the format (`None`: every 8.x and 9.x), and
+    /// the extension's name.
+    pub fn since(self) -> Option<((u32, u32, u32), &'static str)> {
+        match self {
+            VztmplFormat::Bz2 => Some(((8, 3, 0), ".tar.bz2")),
+            VztmplFormat::Tar => Some(((9, 1, 0), "bare .tar")),
+            VztmplFormat::Gz | VztmplFormat::Xz | VztmplFormat::Zst => None,
+        }
+    }
+}
+
+/// Why a site whose Proxmox VE release is `release` (`version`, as the site says it) refuses
+/// the spec's template archive, if it does: pve-storage takes `.tar.bz2` archives from PVE 8.3
+/// and bare `.tar` ones from PVE 9.1 ([`VztmplFormat::since`]); an older one's `parse_volname`
+/// dies `unable to parse directory volume name 'vztmpl/...'`. The spec cannot know the site's
+/// release: the create's pre-flight and `doctor` ask this.
+pub fn archive_refusal(image: &Image, release: (u32, u32, u32), version: &str) -> Option<String> {
+    let Image::Volume {
+        volume,
+        kind: VolumeKind::Vztmpl,
+        ..
+    } = image
+    else {
+        return None;
+    };
+    let (since, name) = VztmplFormat::of_volume(volume)?.since()?;
+    (release < since).then(|| {
+        format!(
+            "template {volume} is a {name} archive, which pve-storage takes from Proxmox VE \
+             {}.{} on; this site runs {version}, whose pve-storage refuses its name (\"unable to \
+             parse directory volume name\"): use a .tar.zst, .tar.xz or .tar.gz archive (pveam \
+             download), or upgrade the cluster",
+            since.0, since.1
+        )
+    })
 }
 
 /// `rootfs`: `{storage, size}` (defaults: `local-lvm`, 8Gi). Grow-only, like a VM's disk.
@@ -490,6 +564,39 @@ fn cpu_limit(ctx: &mut Ctx, n: &Node) -> Option<String> {
                 n.pos,
                 format!(
                     "{path} must be a number of CPUs from 0 (no limit) to 8192, e.g. 1.5; found {}",
+                    n.value.describe()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The largest `cpuUnits` PVE keeps: pve-container's create and update clamp the weight with
+/// pve-common `PVE::CGroup::clamp_cpu_shares` (`$shares = 10000 if $shares >= 10000`) on cgroup
+/// v2, the only mode of PVE 9 and the default of PVE 8. Its schema's 500000 is cgroup v1's.
+pub const MAX_CPU_UNITS: u32 = 10_000;
+
+/// `cpuUnits`: 0..[`MAX_CPU_UNITS`], the weights PVE keeps as written (a larger one would be
+/// stored as 10000 and written again at every cycle).
+fn cpu_units(ctx: &mut Ctx, n: &Node) -> Option<u32> {
+    let value = match &n.value {
+        Value::Int(i) => u32::try_from(*i).ok(),
+        Value::Str(s) if !s.is_empty() && s.len() < 10 && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        _ => None,
+    };
+    match value {
+        Some(v) if v <= MAX_CPU_UNITS => Some(v),
+        _ => {
+            ctx.error(
+                n.pos,
+                format!(
+                    "spec.forProvider.cpuUnits must be a whole number from 0 to {MAX_CPU_UNITS}, \
+                     the CPU weights PVE keeps (on cgroup v2, the only mode of PVE 9 and the \
+                     default of PVE 8, pve-container stores a larger one as {MAX_CPU_UNITS}: \
+                     pve-common CGroup::clamp_cpu_shares); found {}",
                     n.value.describe()
                 ),
             );
@@ -694,16 +801,49 @@ fn nameservers(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
     let list = string_list(ctx, n, "spec.forProvider.nameserver", "1.1.1.1", 3)?;
     let mut out = Vec::new();
     for (s, pos) in list {
-        if s.parse::<std::net::IpAddr>().is_err() {
-            ctx.error(
-                pos,
-                format!("spec.forProvider.nameserver {s:?} is not an IP address"),
-            );
+        if let Err(why) = check_nameserver(&s) {
+            ctx.error(pos, format!("spec.forProvider.nameserver {why}"));
             return None;
         }
         out.push(s);
     }
     Some(out)
+}
+
+/// A nameserver as pve-container takes it (`src/PVE/LXC/Config.pm` `verify_ip_with_ll_iface`):
+/// an IP address, or a link-local IPv6 one with the container's interface after `%`
+/// (`fe80::1%eth0`, the interface as pve-common `pve_verify_iface` takes it).
+pub fn check_nameserver(s: &str) -> Result<(), String> {
+    if s.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let scoped = s.split_once('%').is_some_and(|(addr, iface)| {
+        addr.starts_with("fe80:")
+            && addr.parse::<Ipv6Addr>().is_ok()
+            && iface.len() <= 30
+            && is_pve_iface(iface)
+    });
+    if scoped {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not an IP address (or a link-local IPv6 address with its interface, \
+             fe80::1%eth0)"
+        ))
+    }
+}
+
+/// pve-common `pve_verify_iface`: `^[a-z][a-z0-9_]{1,20}([:\.]\d+)?$`, any case.
+fn is_pve_iface(s: &str) -> bool {
+    let (name, suffix) = match s.find([':', '.']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && (2..=21).contains(&name.len())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && suffix.is_none_or(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn check_domain(s: &str) -> Result<(), String> {
@@ -1124,6 +1264,97 @@ mod tests {
         assert!(!errs.is_empty(), "a duplicate key at least");
         let errs = parse("", "local:iso/debian.iso");
         assert!(errs.iter().any(|e| e.contains("vztmpl")), "{errs:?}");
+    }
+
+    /// The archives pve-storage takes (`$VZTMPL_EXT_RE_1`, any case), and never `.tgz`.
+    #[test]
+    fn a_template_archive_is_named_as_pve_storage_takes_it() {
+        for ok in [
+            "local:vztmpl/debian-12.tar.zst",
+            "local:vztmpl/debian-12.tar.gz",
+            "local:vztmpl/debian-12.tar.xz",
+            "local:vztmpl/debian-12.tar.bz2",
+            "local:vztmpl/alpine-oci.tar",
+            "local:vztmpl/DEBIAN-12.TAR.ZST",
+        ] {
+            assert!(parse("", ok).is_empty(), "{ok}: {:?}", parse("", ok));
+        }
+        for bad in [
+            "local:vztmpl/debian-12.tgz",
+            "local:vztmpl/debian-12.tar.lz4",
+            "local:vztmpl/debian-12.zip",
+            "local:vztmpl/.tar.zst",
+        ] {
+            let errs = parse("", bad);
+            assert!(
+                errs.iter().any(|e| e.contains("never .tgz")),
+                "{bad}: {errs:?}"
+            );
+        }
+        use super::VztmplFormat as F;
+        assert_eq!(F::of("x.TAR.BZ2"), Some(F::Bz2));
+        assert_eq!(F::of_volume("local:vztmpl/x.tar"), Some(F::Tar));
+        assert_eq!(F::of("x.tar.gz.part"), None);
+        assert_eq!(F::Bz2.since().map(|s| s.0), Some((8, 3, 0)));
+        assert_eq!(F::Tar.since().map(|s| s.0), Some((9, 1, 0)));
+        assert_eq!(F::Zst.since(), None);
+        let image = |v: &str| super::Image::Volume {
+            storage: "local".into(),
+            volume: v.into(),
+            kind: super::VolumeKind::Vztmpl,
+        };
+        let bz2 = image("local:vztmpl/debian-12.tar.bz2");
+        let why = super::archive_refusal(&bz2, (8, 2, 7), "8.2.7").expect("refused");
+        assert!(
+            why.contains("from Proxmox VE 8.3") && why.contains("8.2.7"),
+            "{why}"
+        );
+        assert_eq!(super::archive_refusal(&bz2, (8, 3, 0), "8.3.0"), None);
+        let tar = image("local:vztmpl/alpine-oci.tar");
+        assert!(super::archive_refusal(&tar, (9, 0, 11), "9.0.11").is_some());
+        assert_eq!(super::archive_refusal(&tar, (9, 1, 1), "9.1.1"), None);
+        let zst = image("local:vztmpl/debian-12.tar.zst");
+        assert_eq!(super::archive_refusal(&zst, (8, 0, 0), "8.0.0"), None);
+    }
+
+    /// `cpuUnits` beyond what PVE keeps (10000 on cgroup v2) is refused naming the field and
+    /// the range; a nameserver may carry a link-local address's interface.
+    #[test]
+    fn cpu_units_and_nameservers_as_pve_keeps_them() {
+        assert!(parse("    cpuUnits: 10000\n", ARCHIVE).is_empty());
+        let errs = parse("    cpuUnits: 20000\n", ARCHIVE);
+        assert!(
+            errs.iter().any(|e| e.contains(
+                "spec.forProvider.cpuUnits must be a whole number \
+                                             from 0 to 10000"
+            ) && e.contains("clamp_cpu_shares")),
+            "{errs:?}"
+        );
+        assert!(
+            parse("    nameserver: [\"fe80::1%eth0\", 9.9.9.9]\n", ARCHIVE).is_empty(),
+            "{:?}",
+            parse("    nameserver: [\"fe80::1%eth0\"]\n", ARCHIVE)
+        );
+        for bad in [
+            "2001:db8::1%eth0",
+            "fe80::1%",
+            "fe80::1%0eth",
+            "10.0.0.1%eth0",
+        ] {
+            let errs = parse(&format!("    nameserver: [\"{bad}\"]\n"), ARCHIVE);
+            assert!(
+                errs.iter().any(|e| e.contains("is not an IP address")),
+                "{bad}: {errs:?}"
+            );
+        }
+        // The field's path once, not twice.
+        let errs = parse("    cores: 0\n", ARCHIVE);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("spec.forProvider.cores must")
+                    && !e.contains("spec.forProvider.spec")),
+            "{errs:?}"
+        );
     }
 
     /// A container's consent to adopt is pinned by its NIC's MAC, a VM's by its smbios1 uuid:

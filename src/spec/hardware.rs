@@ -462,6 +462,8 @@ pub(super) fn bool_field(ctx: &mut Ctx, n: &Node, field: &str) -> Option<bool> {
 
 /// A whole number in `min..=max` (a quoted number is accepted, as for `cpu`).
 pub(super) fn int_field(ctx: &mut Ctx, n: &Node, field: &str, min: u64, max: u64) -> Option<u64> {
+    // A container's fields name their whole path.
+    let field = field.strip_prefix("spec.forProvider.").unwrap_or(field);
     let value = match &n.value {
         Value::Int(i) => u64::try_from(*i).ok(),
         Value::Str(s) if !s.is_empty() && s.len() < 20 && s.bytes().all(|b| b.is_ascii_digit()) => {

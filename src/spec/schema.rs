@@ -414,7 +414,11 @@ fn lxc_own_schema() -> Value {
                 {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}
             ]
         },
-        "cpuUnits": count("CPU weight against other guests (PVE's cpuunits).", 0, 500_000),
+        "cpuUnits": count(
+            "CPU weight against other guests (PVE's cpuunits): at most 10000, what PVE keeps on cgroup v2.",
+            0,
+            10_000,
+        ),
         "memory": size("MiB", "1Gi; range 16Mi..2Ti, default 512Mi"),
         "swap": size_schema("MiB", "512Mi; range 0..2Ti; PVE makes 512Mi when unset", 0),
         "rootfs": {
@@ -721,7 +725,7 @@ pub fn set_schema() -> Value {
                         "required": ["nodes"],
                         "properties": {
                             "nodes": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                            "strategy": {"description": "RoundRobin (by index, default) or FreeMemory (the node with the least memory given to VMs, when a member is made).", "enum": ["RoundRobin", "FreeMemory"]},
+                            "strategy": {"description": "RoundRobin (by index, default) or FreeMemory (the node with the most free memory of its own, maxmem - mem, when a member is made).", "enum": ["RoundRobin", "FreeMemory"]},
                             "maxPerNode": {"type": "integer", "minimum": 1}
                         }
                     },

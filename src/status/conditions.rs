@@ -764,6 +764,8 @@ fn reboot_pending(kind: GuestKind, rec: Option<&SpecRecord>) -> ConditionInput {
                 kind.noun(),
                 if pending.iter().any(|k| k == "cloudinit") {
                     "; cloud-init reads its new settings then"
+                } else if pending.iter().any(|k| k == "hostname") {
+                    "; its guest gets the new hostname (and /etc/hosts) then"
                 } else {
                     ""
                 }

@@ -97,6 +97,20 @@ lock_file_full); a container clone (src/PVE/API2/LXC.pm clone_vm) puts `lock: di
 meanwhile is refused at once, 500 `CT is locked (disk)`, and the lock goes when the vzclone task ends, well or
 not (`remove_lock($vmid, 'disk')`); a container's backup holds `lock: backup` (src/PVE/VZDump/LXC.pm lock_vm).
 
+Containers' volumes, weights, NICs and templates as pve-container and pve-storage take them (fakepve 0.5.0
+does not): a new volume `STORAGE:GB` is `int($size_gb * 1024)` MiB, written so into its config (src/PVE/LXC.pm
+create_disks), on LVM in whole 4 MiB extents (lvcreate rounds up); `resize` compares the volume's real size
+(volume_size_info), not the config's size= (API2/LXC.pm resize_vm); `cpuunits` is stored at most 10000
+(pve-common CGroup.pm clamp_cpu_shares on cgroup v2, from create_vm and update_vm); a NIC's `mtu` above its
+bridge's is refused before anything, `netN: MTU size 'X' is bigger than bridge MTU 'Y'` (LXC/Config.pm
+update_pct_config, at create and update); a vztmpl archive's name is checked as pve-storage's parse_volname
+does (`.tar.gz|.tar.xz|.tar.zst`, `.tar.bz2` from PVE 8.3, a bare `.tar` from 9.1, any case; else
+`unable to parse directory volume name 'vztmpl/NAME'`). A container's reboot, and a shutdown with
+forceStop, kill it after the timeout (LXC.pm vm_reboot, vm_stop), counted in hard_stops. The HA manager's
+stop of a container is clean (PVECT.pm shutdown passes no forceStop): one not down within the timeout keeps
+running and its service goes to `error`; its relocation shuts it down within HA's own 60 s, whatever
+`timeout` the migrate request named, and one not down by then stays where it is.
+
 Power, clone, resize and logs as qemu-server / pve-manager do (fakepve 0.5.0 does not): a paused VM
 refuses `shutdown` without forceStop (`VM is paused - cannot shutdown`) and is stopped with it; `stop`
 with `overrule-shutdown` aborts the VM's running qmshutdown (a 400 for an HA-managed VM); a clone with
@@ -111,7 +125,8 @@ answer `total`.
     set_ha_rule(rule, resources, nodes, strict=0, comment=None)
         PVE 8's HA groups and PVE 9's node-affinity rules; a person's group or rule.
     hard_stops()
-        {vmid: n}: how often the HA stack stopped a VM hard.
+        {vmid: n}: how often the HA stack stopped a VM hard, or a container was killed after its
+        shutdown's timeout (its reboot, a forceStop shutdown).
     migrate_timing(secs=0)
         A qemu migration (`qmigrate`) holds `lock: migrate` for secs PVE seconds before the VM is
         on its target (times time_scale).
@@ -165,9 +180,12 @@ Scenario key `pools`: pool ids that exist.
         per-container `start_secs`); a vzcreate writes the new container's whole config without its
         `create` lock create_tail_secs before it ends (pve-container writes it after the OS
         detection, then sets the container up).
-    ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None, ha_state=None)
+    ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None, ha_state=None, shutdown_secs=None)
         A container's dump (config, pending, status, lock, ha_state); every container; a person's
-        change.
+        change (shutdown_secs: how long its init takes to shut it down).
+    volume_size(volume)
+        A container volume's real size in bytes, which its config's size= may not say (None: not made
+        by the harness).
     add_vm_before(method, suffix, vmid, **add_vm args)
         Before the next METHOD request whose path ends with suffix is carried out, add VM vmid as
         add_vm does: someone else making a guest between proxsync's listing and its request.
@@ -176,6 +194,10 @@ Scenario key `pools`: pool ids that exist.
     set_bridge_mtu(bridge, mtu=None)
         The bridge's MTU in /etc/network/interfaces (listed as `mtu`; default 1500). Scenario key
         `bridge_mtus`: {"vmbr1": 9000}.
+    set_node_memory(node, maxmem=None, mem=None)
+        A node's memory as /cluster/resources?type=node lists it: `maxmem` the host's, `mem` what is in
+        use, its running guests' memory added to the `mem` set here (fakepve 0.5.0 lists 2 of 8 GiB
+        for every node). Scenario key `node_memory`: {"pve2": {"maxmem": 34359738368}}.
 
 A storage option `alloc_secs`: making a volume there takes that many PVE seconds, so a synchronous
 `PUT .../config` that makes one (a new disk, `efidisk0`, `tpmstate0`) passes pveproxy's 30 s and is
@@ -234,7 +256,8 @@ from fakepve.model import PveError
 from fakepve.routing import param_error
 from fakepve.lxc import SIZE_UNITS, format_size
 from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
-from fakepve.lxc import split_props
+from fakepve.lxc import NEW_DISK as CT_NEW_DISK, mount_type, parse_mount, print_mount, split_props, volume_owner
+from fakepve.lxc import parse_size as parse_ct_size
 from fakepve.server import SECRET_FORM, USER, ok, params
 
 # stdout is the protocol channel: keep a handle on it and send stray prints to stderr.
@@ -243,7 +266,7 @@ sys.stdout = sys.stderr
 
 SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'cts', 'files', 'tokens', 'users',
                  'grants', 'version', 'time_scale', 'quorate', 'bridges', 'bridge_mtus', 'cluster_name', 'datacenter',
-                 'standalone')
+                 'standalone', 'node_memory')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
             'qmpstatus', 'ha_state', 'stats')
@@ -260,6 +283,16 @@ PROXY_TIMEOUT = 30.0
 GARBLE_NUMBERS = (2 ** 63, 1e300, -1, -2 ** 31)
 GARBLE_STRINGS = ('', 'garbage', '\u0000', '\U0001f4a5', '-1', 'NaN', 'x' * 10240)
 API_PREFIX = re.compile(r'^/api2/(?:json|extjs)(?=/|$)')
+# pve-storage src/PVE/Storage.pm $VZTMPL_EXT_RE_1 (any case), as Plugin.pm parse_volname matches a
+# vztmpl volume: `vztmpl/([^/]+$VZTMPL_EXT_RE_1)$`; .tar.bz2 from pve-storage 8.2.6 (PVE 8.3), a bare
+# .tar from 9.0.15 (PVE 9.1).
+VZTMPL_NAME = re.compile(r'^vztmpl/[^/]+\.(?:(tar)(?!\.)|tar\.(gz|xz|zst|bz2))$', re.I)
+# LVM's default physical extent: lvcreate and lvresize round a volume up to whole extents.
+LVM_EXTENT = 4 * 1024 ** 2
+# pve-common src/PVE/CGroup.pm clamp_cpu_shares on cgroup v2 (the only mode of PVE 9, PVE 8's default).
+CGROUP_V2_MAX_SHARES = 10000
+# pve-ha-manager src/PVE/HA/Resources/PVECT.pm shutdown: `my $shutdown_timeout = $timeout // 60`.
+HA_SHUTDOWN_TIMEOUT = 60
 
 
 class BadArgs(Exception):
@@ -397,6 +430,12 @@ class HarnessPve(FakePve):
         # vzcreate now.
         self.ct_create_tail_secs = 0.0
         self.ct_creating = set()
+        # volume id -> its real size in bytes (a container volume's, which its config's size= may not
+        # say: pve-container writes the size asked for, LVM makes whole extents).
+        self.volume_sizes = {}
+        # node -> {'maxmem', 'mem'}: its memory as pvestatd reports it (mem: in use besides the running
+        # guests, whose memory is added); unset: fakepve's 8 GiB and 2 GiB.
+        self.node_memory = {}
 
     def _maxdisk(self, ct):
         """A running container's `maxdisk` as pve-container's vmstatus lists it: its root file system's
@@ -408,9 +447,11 @@ class HarnessPve(FakePve):
     async def _lxc_migrate(self, user, v):
         """pve-container API2/LXC.pm migrate_vm of an HA-managed container: after the same checks,
         an `hamigrate` task that only hands `ha-manager migrate ct:N TARGET` to the HA manager and
-        ends; ha_delay PVE seconds later the LRM relocates it (pve-ha-manager PVECT.pm migrate: a
-        clean shutdown, an offline migration holding lock `migrate`, a start on the target while
-        its state is `started`). fakepve 0.5.0 moves it inside the task."""
+        ends (the request's `timeout` goes nowhere); ha_delay PVE seconds later the LRM relocates it
+        (pve-ha-manager PVECT.pm migrate: a clean shutdown within HA's own 60 s, an offline
+        migration holding lock `migrate`, a start on the target while its state is `started`; a
+        container not down in time stays where it is, running). fakepve 0.5.0 moves it inside the
+        task."""
         ct = self._here(v)
         if ct is None or not ct.ha_managed:
             return await super()._lxc_migrate(user, v)
@@ -425,6 +466,12 @@ class HarnessPve(FakePve):
 
         async def relocate():
             await self.pause(self.ha_delay)
+            # PVECT.pm migrate: `$class->shutdown($haenv, $id)`, no timeout: HA's own 60 s, clean, whatever
+            # `timeout` the request named. A container still up then makes migrate_vm die `can't migrate
+            # running container without --online or --restart`; the LRM answers ERROR and the CRM puts
+            # the service back to `started` where it is (Manager.pm next_state_migrate_relocate).
+            if ct.status == 'running' and ct.shutdown_secs > HA_SHUTDOWN_TIMEOUT:
+                return
             ct.status, ct.pid = 'stopped', None
             ct.lock = 'migrate'
             try:
@@ -442,6 +489,9 @@ class HarnessPve(FakePve):
         return await self._ct_task(ct, 'hamigrate', user, ha, lock=False)
 
     async def _lxc_create(self, user, v):
+        if not v.get('restore'):
+            self._check_vztmpl_name(v.get('ostemplate', ''))
+        self._ct_checks(v)
         # Noted before fakepve's create starts the task; its body's first ceph_io comes right
         # after it wrote the unlocked config.
         if not v.get('restore'):
@@ -451,6 +501,136 @@ class HarnessPve(FakePve):
         except Exception:
             self.ct_creating.discard(int(v['vmid']))
             raise
+
+    # ---- containers' volumes, weights, NICs and templates as pve-container and pve-storage take
+    # them (fakepve 0.5.0 allocates `GB * 1024**3` bytes, resizes by the config's size=, keeps any
+    # cpuunits, takes any MTU and any vztmpl name).
+
+    def _real_size(self, sid, size):
+        """The size a volume of `size` bytes has on storage sid: whole 4 MiB extents on LVM (pve-storage
+        LVMPlugin.pm / LvmThinPlugin.pm alloc_image `lvcreate ... ${size}k`, which LVM rounds up)."""
+        if self.storages.get(sid, {}).get('type') in ('lvm', 'lvmthin'):
+            return -(-size // LVM_EXTENT) * LVM_EXTENT
+        return size
+
+    def _realise(self, vmid, key, value, taken, default_storage=None):
+        """pve-container src/PVE/LXC.pm create_disks: a new volume `STORAGE:GB` is `int($size_gb * 1024)
+        * 1024` KiB, whole MiB with the rest cut off, and that size is written into the config
+        (`$mountpoint->{size} = $size_kb * 1024`); the volume itself may be larger (_real_size)."""
+        mount = parse_mount(value)
+        found = CT_NEW_DISK.match(mount.get('volume', ''))
+        if not found:
+            return super()._realise(vmid, key, value, taken, default_storage)
+        sid, gb = found.group(1), float(found.group(2))
+        mount['volume'] = self._allocate(vmid, sid, taken)
+        size = int(gb * 1024) * 1024 * 1024
+        mount['size'] = format_size(size) if size else '0'
+        self.volume_sizes[mount['volume']] = self._real_size(sid, size)
+        return print_mount(mount, key == 'rootfs')
+
+    def _ct_volume_size(self, mount):
+        """volume_size_info of a container's volume: its real size (the config's when the harness did
+        not make it)."""
+        real = self.volume_sizes.get(mount.get('volume'))
+        if real is not None:
+            return real
+        return parse_ct_size(mount.get('size', '')) or 4 * 1024 ** 3
+
+    async def _lxc_resize(self, user, v):
+        """pve-container src/PVE/API2/LXC.pm resize_vm: `volume_size_info` of the volume, not the config's
+        size=, is compared with the request (`unable to shrink disk size`, `disk is already at specified
+        size`, before the task and again in it); the config then says the size asked for
+        (`$mp->{size} = $newsize`), the volume has it in whole extents on LVM."""
+        ct = self._find_ct(v['node'], v['vmid'])
+        disk = v['disk']
+        text = str(v['size'])
+        extend = text.startswith('+')
+        request = parse_ct_size(text.lstrip('+'))
+        if request is None:
+            raise PveError(500, 'invalid size string')
+        if ct.lock:
+            raise PveError(500, 'CT is locked ({0})'.format(ct.lock))
+        self._check_modify_perm(user, ct.vmid, None, ct.config, {'disk': disk, 'size': text}, [],
+                                ct.config.get('unprivileged'))
+        if v.get('digest') and v['digest'] != ct.digest():
+            raise PveError(500, 'detected modified configuration - file changed by other user? Try again.')
+
+        def plan():
+            value = ct.config.get(disk)
+            if value is None:
+                raise PveError(500, 'format error\nvolume: property is missing and it is not optional')
+            mount = parse_mount(value)
+            if mount_type(mount['volume']) != 'volume':
+                raise PveError(500, "unable to parse volume ID '{0}'".format(mount['volume']))
+            owner = volume_owner(mount['volume'])
+            if owner not in (None, ct.vmid):
+                raise PveError(500, "can't resize mount point owned by another container ({0})".format(owner))
+            sid = mount['volume'].split(':')[0]
+            self.require(user, '/storage/' + sid, 'Datastore.AllocateSpace')
+            size = self._ct_volume_size(mount)
+            new = size + request if extend else request
+            if new < size:
+                raise PveError(500, 'unable to shrink disk size')
+            if new == size:
+                raise PveError(500, 'disk is already at specified size')
+            return mount, sid, new
+        plan()
+
+        async def body():
+            try:
+                mount, sid, new = plan()
+            except PveError as e:
+                raise TaskError(e.message) from e
+            await self.ceph_io(ct, [disk])
+            await self.pause(self.ct_secs['resize'])
+            mount['size'] = format_size(new)
+            self.volume_sizes[mount['volume']] = self._real_size(sid, new)
+            ct.config[disk] = print_mount(mount, disk == 'rootfs')
+        return await self._ct_task(ct, 'resize', user, body)
+
+    def _ct_checks(self, values):
+        """What pve-container's create and update do to their parameters before anything is written:
+        `cpuunits` clamped (API2/LXC.pm create_vm, API2/LXC/Config.pm update_vm:
+        `PVE::CGroup::clamp_cpu_shares`, at most 10000 on cgroup v2), and each NIC's MTU checked against
+        its bridge's (LXC/Config.pm update_pct_config: `die "$opt: MTU size '$mtu' is bigger than bridge
+        MTU '$bridge_mtu'\n"`, the bridge's from read_bridge_mtu: here its set MTU, else 1500)."""
+        if values.get('cpuunits') not in (None, ''):
+            values['cpuunits'] = min(int(values['cpuunits']), CGROUP_V2_MAX_SHARES)
+        for key in sorted(k for k in values if re.fullmatch(r'net\d+', k)):
+            props = split_props(values[key])[1]
+            if props.get('mtu'):
+                mtu, bridge_mtu = int(props['mtu']), int(self.bridge_mtus.get(props.get('bridge'), 1500))
+                if mtu > bridge_mtu:
+                    raise PveError(500, "{0}: MTU size '{1}' is bigger than bridge MTU '{2}'".format(
+                        key, mtu, bridge_mtu))
+
+    def _check_vztmpl_name(self, ostemplate):
+        """pve-storage Plugin.pm parse_volname (from create_vm's check_volume_access): a vztmpl volume is
+        named `NAME.tar.{gz,xz,zst}`, `.tar.bz2` from PVE 8.3 and a bare `.tar` from PVE 9.1, any case;
+        anything else dies `unable to parse directory volume name 'vztmpl/NAME'`."""
+        sid, colon, volname = str(ostemplate).partition(':')
+        if not colon or not volname.startswith('vztmpl/'):
+            return
+        m = VZTMPL_NAME.match(volname)
+        version = self._version_tuple(self.version)
+        ok = m is not None and not (
+            (m.group(2) or '').lower() == 'bz2' and version < (8, 3, 0)
+            or m.group(1) is not None and version < (9, 1, 0))
+        if not ok:
+            raise PveError(500, "unable to parse directory volume name '{0}'".format(volname))
+
+    async def _lxc_config_put(self, user, v):
+        self._ct_checks(v)
+        return await super()._lxc_config_put(user, v)
+
+    async def _ct_powerdown(self, ct, timeout, force):
+        """pve-container src/PVE/LXC.pm vm_stop with a clean shutdown: a container that does not stop
+        within the timeout is killed when forced, counted in hard_stops (as the HA stack's hard stops of a
+        VM are): a shutdown with forceStop, and every reboot (vm_reboot: `vm_stop($vmid, 0, $timeout, 1);
+        # kill if timeout exceeds`; fakepve's vzreboot forces it)."""
+        if force and ct.shutdown_secs > timeout:
+            self.hard_stops[ct.vmid] = self.hard_stops.get(ct.vmid, 0) + 1
+        await super()._ct_powerdown(ct, timeout, force)
 
     async def ceph_io(self, vm, keys=None):
         await super().ceph_io(vm, keys)
@@ -863,12 +1043,27 @@ class HarnessPve(FakePve):
             return int(float(m.group(1)) * SIZE_UNITS.get(m.group(2) or 'G', 1)) if m else 0
         return 0
 
+    def _node_used(self, node):
+        """The memory a node's running guests hold (their configured memory, MiB)."""
+        used = 0
+        for guest in list(self.vms) + list(self.cts):
+            if guest.node == node and guest.status == 'running':
+                used += int(str(guest.config.get('memory') or 512)) * 1024 ** 2
+        return used
+
     async def _resources(self, request):
+        """fakepve's /cluster/resources, and a node's memory as pvestatd reports it: `maxmem` the host's,
+        `mem` what is in use, the running guests' memory included (fakepve 0.5.0 lists 2 of 8 GiB
+        for every node, whatever runs there); node_memory sets a node's total and its own use."""
         response = await super()._resources(request)
-        if not self.unborn:
+        if response.status != 200:
             return response
         body = json.loads(response.text)
         for item in body.get('data') or []:
+            if item.get('type') == 'node' and 'maxmem' in item:
+                own = self.node_memory.get(item['node'], {})
+                item['maxmem'] = int(own.get('maxmem', item['maxmem']))
+                item['mem'] = min(item['maxmem'], int(own.get('mem', item['mem'])) + self._node_used(item['node']))
             if item.get('type') == 'qemu' and item.get('vmid') in self.unborn:
                 if self.window_listed_name:
                     item['name'] = 'VM {0}'.format(item['vmid'])
@@ -1318,11 +1513,18 @@ class HarnessPve(FakePve):
     def _ha_stop_now(self, vm, timeout):
         """The LRM's stop: PVE/HA/Resources/PVEVM.pm shutdown, `$params->{timeout} = $shutdown_timeout;
         $params->{forceStop} = 1` (a timeout of 0: vm_stop). A guest that does not power off within the
-        timeout is stopped hard, counted in hard_stops. A container (PVECT.pm shutdown) is stopped."""
+        timeout is stopped hard, counted in hard_stops. A container's (PVECT.pm shutdown) passes no
+        forceStop: one that does not stop within the timeout keeps running (vm_stop `--nokill`: "container
+        did not stop"), the LRM answers ERROR ("unable to stop service ... (still running)") and the CRM
+        puts the service in `error` (Manager.pm next_state_request_stop); a timeout of 0 stops it."""
         if _is_ct(vm):
-            if vm.status == 'running':
-                vm.status = 'stopped'
-                vm.pid = None
+            if vm.status != 'running':
+                return
+            if timeout and vm.shutdown_secs > timeout:
+                vm.ha_state = 'error'
+                return
+            vm.status = 'stopped'
+            vm.pid = None
             return
         if vm.status == 'running':
             if not (timeout and vm.acpi and vm.shutdown_secs <= timeout):
@@ -2269,6 +2471,9 @@ def apply_scenario(pve, sc):
         pve.bridge_mtus[bridge] = int(mtu)
     if 'datacenter' in sc:
         pve.datacenter = dict(sc['datacenter'])
+    # node -> {maxmem, mem} in bytes (see set_node_memory).
+    for node, memory in (sc.get('node_memory') or {}).items():
+        pve.node_memory[str(node)] = dict(memory)
     for name in sc.get('pools') or []:
         pve.pools.setdefault(str(name), set())
         pve._pool_meta(str(name))
@@ -2582,7 +2787,8 @@ class Commands(object):
                                    'nodes': self.pve._parse_nodes(nodes), 'comment': comment}
 
     def hard_stops(self):
-        """{vmid: n}: how often the HA stack stopped a VM hard (its guest did not power off in time)."""
+        """{vmid: n}: how often the HA stack stopped a VM hard (its guest did not power off in time), or a
+        container was killed after its shutdown's timeout."""
         return {str(k): v for k, v in self.pve.hard_stops.items()}
 
     def migrate_timing(self, secs=0):
@@ -2676,12 +2882,15 @@ class Commands(object):
         """Every container's dump, like ct."""
         return [dump_ct(ct) for ct in self.pve.cts]
 
-    def set_ct(self, vmid, config=None, status=None, lock=None, ha_state=None):
+    def set_ct(self, vmid, config=None, status=None, lock=None, ha_state=None, shutdown_secs=None):
         """Change a container as a person would: config keys (None removes one), its status, its lock,
-        its HA state as the listing shows it (`error`: the HA manager gave up on it)."""
+        its HA state as the listing shows it (`error`: the HA manager gave up on it); shutdown_secs: how
+        long its init takes to shut it down (PVE seconds)."""
         ct = self.pve.ct(int(vmid))
         if ct is None:
             raise BadArgs('no container {0}'.format(vmid))
+        if shutdown_secs is not None:
+            ct.shutdown_secs = float(shutdown_secs)
         for key, value in (config or {}).items():
             if value is None:
                 ct.config.pop(key, None)
@@ -2733,6 +2942,20 @@ class Commands(object):
 
     def set_bridges(self, bridges, node=None):
         set_bridges(self.pve, bridges, node)
+
+    def set_node_memory(self, node, maxmem=None, mem=None):
+        """A node's memory as /cluster/resources?type=node lists it: maxmem, the host's (bytes), and mem,
+        what it uses besides its running guests, whose memory is added; None keeps fakepve's 8 GiB / 2 GiB."""
+        own = self.pve.node_memory.setdefault(str(node), {})
+        if maxmem is not None:
+            own['maxmem'] = int(maxmem)
+        if mem is not None:
+            own['mem'] = int(mem)
+        return dict(own)
+
+    def volume_size(self, volume):
+        """A container volume's real size in bytes (None: the harness did not make it)."""
+        return self.pve.volume_sizes.get(volume)
 
     def set_bridge_mtu(self, bridge, mtu=None):
         """The bridge's MTU as /etc/network/interfaces sets it (the network listing's `mtu`); None: the

@@ -176,24 +176,28 @@ async fn pool_checks(
             Err(e) => check(Level::Fail, subject, e.to_string(), None),
         });
     }
-    // A VM of this install in another pool than its spec's is moved with `allow-move`, which
-    // needs Pool.Allocate on the pool it leaves too (`update_pool`: `$rpcenv->check($authuser,
-    // "/pool/$existing_pool", ['Pool.Allocate'])`). The VM is found by its listed name.
+    // A guest of this install in another pool than its spec's is moved with `allow-move`,
+    // which needs Pool.Allocate on the pool it leaves too (`update_pool`:
+    // `$rpcenv->check($authuser, "/pool/$existing_pool", ['Pool.Allocate'])`), a container as
+    // a VM. The guest is found by its listed name and kind.
     let mut leaving: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for r in resources
         .iter()
-        .filter(|r| r.is_qemu() && r.tags.iter().any(|t| t == ownership_tag))
+        .filter(|r| r.tags.iter().any(|t| t == ownership_tag))
     {
-        let (Some(from), Some(name)) = (r.pool.as_deref(), r.name.as_deref()) else {
+        let (Some(from), Some(name), Some(kind)) =
+            (r.pool.as_deref(), r.name.as_deref(), r.guest_kind())
+        else {
             continue;
         };
-        if let Some(spec) = specs
-            .iter()
-            .find(|s| s.vm_name == name && s.hardware.pool.as_deref().is_some_and(|to| to != from))
-        {
+        if let Some(spec) = specs.iter().find(|s| {
+            s.kind == kind
+                && s.vm_name == name
+                && s.hardware.pool.as_deref().is_some_and(|to| to != from)
+        }) {
             leaving.entry(from).or_default().push(format!(
-                "VM {} of spec {} (to {})",
-                r.vmid,
+                "{} of spec {} (to {})",
+                kind.named(r.vmid),
                 spec.name,
                 spec.hardware.pool.as_deref().unwrap_or_default()
             ));
@@ -418,14 +422,26 @@ fn join_names(names: &BTreeSet<String>) -> String {
 /// A virtio NIC's `mtu` above its bridge's fails the VM's start (qemu-server
 /// `PVE/QemuServer.pm` `print_netdevice_full`: `MTU '$mtu' is bigger than the bridge MTU`);
 /// the bridge's is the listing's `mtu`, else Linux's default 1500. Below 576 is refused by
-/// validation already.
+/// validation already. A container's NIC above its bridge's fails its create and any config
+/// update (pve-container `update_pct_config`; `render::container::mtu_refusals`).
 fn mtu_checks(
     site: &SiteConfig,
     node: &str,
     node_bridges: &[NetworkInterface],
     spec: &Spec,
 ) -> Vec<Check> {
-    let mut out = Vec::new();
+    // A container's NIC is refused at its create and every config update.
+    let mut out: Vec<Check> = crate::render::container::mtu_refusals(spec, node_bridges)
+        .into_iter()
+        .map(|why| {
+            check(
+                Level::Fail,
+                format!("{} spec {} networks", site.name, spec.name),
+                why,
+                None,
+            )
+        })
+        .collect();
     for (i, nic) in spec.networks.iter().flatten().enumerate() {
         let Some(mtu) = nic.mtu.filter(|m| *m != 1 && nic.model == "virtio") else {
             continue;

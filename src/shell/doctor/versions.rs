@@ -75,6 +75,27 @@ pub(super) fn ha_checks(site: &SiteConfig, version: &Version, specs: &[&Spec]) -
         .collect()
 }
 
+/// A line per container spec whose template archive this site's pve-storage does not take
+/// (`.tar.bz2` before PVE 8.3, a bare `.tar` before 9.1).
+pub(super) fn archive_checks(site: &SiteConfig, version: &Version, specs: &[&Spec]) -> Vec<Check> {
+    specs
+        .iter()
+        .filter_map(|s| {
+            let why = crate::spec::container::archive_refusal(
+                &s.image,
+                version.triple(),
+                &version.version,
+            )?;
+            Some(check(
+                Level::Fail,
+                format!("{} spec {} template", site.name, s.name),
+                format!("{}: {why}", s.file),
+                None,
+            ))
+        })
+        .collect()
+}
+
 /// `validate --config`: what the sites' PVE releases refuse in the specs (`ha.group` on PVE
 /// 9), as `file:line:col` errors. Only sites whose specs hold such a field are asked for their
 /// version (`GET /version`); a site that cannot be asked gets a warning saying so.

@@ -2102,3 +2102,374 @@ async fn a_container_clone_locks_its_template_disk_until_its_task_ends() {
     let again = api.start_task(path, clone(302)).await;
     assert_eq!(api.wait("pve1", &again).await, "OK");
 }
+
+// ---------------------- containers' volumes, weights, NICs and templates, and their HA power
+
+/// A container's create from the default scenario's archive on pve1 (`extra`: more options).
+fn ct_create(vmid: u32, extra: Value) -> Value {
+    let mut body = json!({
+        "vmid": vmid, "hostname": format!("ct{vmid}"),
+        "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+        "rootfs": "local-lvm:8",
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+fn with_archive() -> Scenario {
+    Scenario::default().file(
+        "local",
+        "debian-12-standard_12.7-1_amd64.tar.zst",
+        126_000_000,
+        "vztmpl",
+    )
+}
+
+/// pve-container `create_disks` allocates a new volume `STORAGE:GB` as `int($size_gb * 1024) *
+/// 1024` KiB and writes that size into the config; thin LVM makes the volume in whole 4 MiB
+/// extents. `resize_vm` compares the volume's real size (`volume_size_info`), not the config's
+/// `size=`: a grow to the size the volume has is refused `disk is already at specified size`
+/// (fakepve 0.5.0 allocated `GB * 1024**3` bytes and compared the config's size).
+#[tokio::test]
+async fn a_container_volume_is_allocated_and_resized_as_pve_container_does() {
+    use proxsync::pve::texts::Meaning;
+    let mut pve = with_archive().start();
+    let api = Api::new(&pve);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc",
+            ct_create(
+                340,
+                json!({"rootfs": "local-lvm:1.074", "mp0": "local-lvm:1.07421875,mp=/srv"}),
+            ),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/lxc/340/config").await;
+    let rootfs = cfg["rootfs"].as_str().unwrap().to_string();
+    assert!(rootfs.ends_with(",size=1099M"), "{cfg}");
+    assert!(
+        cfg["mp0"].as_str().unwrap().ends_with(",size=1100M"),
+        "{cfg}"
+    );
+    let volume = rootfs.split(',').next().unwrap();
+    // 1099 MiB asked for: LVM's volume is 1100 MiB (275 extents).
+    assert_eq!(
+        pve.call("volume_size", json!({"volume": volume})).unwrap(),
+        json!(1100u64 << 20)
+    );
+    let resize = |size: &'static str| {
+        let api = &api;
+        async move {
+            api.put_form(
+                "/nodes/pve1/lxc/340/resize",
+                &[("disk", "rootfs"), ("size", size)],
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        refusal(&resize("1100M").await),
+        (
+            500,
+            "disk is already at specified size".into(),
+            Some(Meaning::AlreadyAtSize)
+        )
+    );
+    assert_eq!(refusal(&resize("1G").await).1, "unable to shrink disk size");
+    let a = resize("1101M").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let upid = a.json()["data"].as_str().unwrap().to_string();
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/lxc/340/config").await;
+    assert!(
+        cfg["rootfs"].as_str().unwrap().ends_with(",size=1101M"),
+        "{cfg}"
+    );
+    assert_eq!(
+        pve.call("volume_size", json!({"volume": volume})).unwrap(),
+        json!(1104u64 << 20)
+    );
+}
+
+/// pve-container's create and update clamp `cpuunits` with pve-common
+/// `CGroup::clamp_cpu_shares`: at most 10000 on cgroup v2, PVE 9's only mode and PVE 8's
+/// default (fakepve 0.5.0 keeps any value its schema takes, up to 500000).
+#[tokio::test]
+async fn a_containers_cpuunits_are_stored_at_most_10000() {
+    let pve = with_archive().start();
+    let api = Api::new(&pve);
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc",
+            ct_create(341, json!({"cpuunits": 20000})),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let cfg = api.get("/nodes/pve1/lxc/341/config").await;
+    assert_eq!(
+        cfg["cpuunits"].to_string().trim_matches('"'),
+        "10000",
+        "{cfg}"
+    );
+    let a = api
+        .put_form("/nodes/pve1/lxc/341/config", &[("cpuunits", "500000")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let cfg = api.get("/nodes/pve1/lxc/341/config").await;
+    assert_eq!(
+        cfg["cpuunits"].to_string().trim_matches('"'),
+        "10000",
+        "{cfg}"
+    );
+    let a = api
+        .put_form("/nodes/pve1/lxc/341/config", &[("cpuunits", "512")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let cfg = api.get("/nodes/pve1/lxc/341/config").await;
+    assert_eq!(
+        cfg["cpuunits"].to_string().trim_matches('"'),
+        "512",
+        "{cfg}"
+    );
+}
+
+/// pve-container `update_pct_config` refuses a NIC whose `mtu` is above its bridge's before
+/// anything is done, at a create (nothing made, no task) and an update: `netN: MTU size 'X' is
+/// bigger than bridge MTU 'Y'`, a text proxsync reads as a refusal of the request as sent.
+#[tokio::test]
+async fn a_container_nic_above_its_bridges_mtu_is_refused_before_anything() {
+    use proxsync::pve::texts::Meaning;
+    let mut pve = with_archive().start();
+    let api = Api::new(&pve);
+    let jumbo = json!({"net0": "name=eth0,bridge=vmbr0,ip=dhcp,mtu=9000"});
+    let refused = api
+        .post("/nodes/pve1/lxc", ct_create(342, jumbo.clone()))
+        .await;
+    assert_eq!(
+        refusal(&refused),
+        (
+            500,
+            "net0: MTU size '9000' is bigger than bridge MTU '1500'".into(),
+            Some(Meaning::Refused)
+        )
+    );
+    assert!(api.resource(342).await.is_none(), "nothing made");
+    pve.call("set_bridge_mtu", json!({"bridge": "vmbr0", "mtu": 9000}))
+        .unwrap();
+    let upid = api
+        .start_task("/nodes/pve1/lxc", ct_create(342, jumbo))
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let a = api
+        .put_form(
+            "/nodes/pve1/lxc/342/config",
+            &[("net0", "name=eth0,bridge=vmbr1,ip=dhcp,mtu=9000")],
+        )
+        .await;
+    assert_eq!(
+        refusal(&a),
+        (
+            500,
+            "net0: MTU size '9000' is bigger than bridge MTU '1500'".into(),
+            Some(Meaning::Refused)
+        )
+    );
+}
+
+/// pve-storage `parse_volname` names a vztmpl archive by `$VZTMPL_EXT_RE_1`, any case:
+/// `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2` from PVE 8.3 (pve-storage 8.2.6), a bare `.tar`
+/// from PVE 9.1 (pve-storage 9.0.15), never `.tgz`; a create from another name dies `unable to
+/// parse directory volume name 'vztmpl/NAME'` before anything is made.
+#[tokio::test]
+async fn a_template_archive_is_named_as_pve_storage_parses_it() {
+    for (version, name, ok) in [
+        ("9.1.1", "debian-12.tgz", false),
+        ("9.1.1", "DEBIAN-12.TAR.ZST", true),
+        ("9.1.1", "alpine-oci.tar", true),
+        ("9.0.11", "alpine-oci.tar", false),
+        ("8.3.0", "debian-12.tar.bz2", true),
+        ("8.2.7", "debian-12.tar.bz2", false),
+        ("8.2.7", "debian-12.tar.xz", true),
+    ] {
+        let pve = Scenario::default()
+            .set("version", json!(version))
+            .file("local", name, 1_000_000, "vztmpl")
+            .start();
+        let api = Api::new(&pve);
+        let body = ct_create(343, json!({"ostemplate": format!("local:vztmpl/{name}")}));
+        let a = api.post("/nodes/pve1/lxc", body).await;
+        if ok {
+            assert_eq!(a.status, 200, "{version} {name}: {}", a.text);
+        } else {
+            assert_eq!(
+                refusal(&a),
+                (
+                    500,
+                    format!("unable to parse directory volume name 'vztmpl/{name}'"),
+                    Some(proxsync::pve::texts::Meaning::Refused)
+                ),
+                "{version} {name}"
+            );
+            assert!(api.resource(343).await.is_none(), "{version} {name}");
+        }
+    }
+}
+
+/// A container's reboot kills it once its timeout passes (pve-container `vm_reboot`:
+/// `vm_stop($vmid, 0, $timeout, 1); # kill if timeout exceeds`), counted in `hard_stops`. The HA
+/// manager's stop of a container is clean (pve-ha-manager `PVECT.pm` `shutdown` passes no
+/// `forceStop`): one that does not stop within the timeout keeps running and its service goes to
+/// `error` (LRM: "unable to stop service", Manager.pm `next_state_request_stop`).
+#[tokio::test]
+async fn a_containers_reboot_kills_and_the_ha_managers_stop_does_not() {
+    let mut pve = Scenario::default()
+        .ct(json!({"vmid": 344, "name": "ct344", "status": "running",
+                   "config": {"rootfs": "local-lvm:vm-344-disk-0,size=8G"}}))
+        .start();
+    let api = Api::new(&pve);
+    pve.set_ct(344, json!({"shutdown_secs": 120}));
+    let upid = api
+        .start_task("/nodes/pve1/lxc/344/status/reboot", json!({"timeout": 30}))
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(
+        pve.call("hard_stops", json!({})).unwrap(),
+        json!({"344": 1})
+    );
+
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "ct:344")])
+            .await
+            .status,
+        200
+    );
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc/344/status/shutdown",
+            json!({"timeout": 60, "forceStop": 1}),
+        )
+        .await;
+    assert!(upid.contains(":hastop:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let r = api.resource(344).await.unwrap();
+    assert_eq!(
+        (&r["status"], &r["hastate"]),
+        (&json!("running"), &json!("error")),
+        "{r}"
+    );
+    assert_eq!(
+        pve.call("hard_stops", json!({})).unwrap(),
+        json!({"344": 1})
+    );
+
+    // One that shuts down in time is stopped.
+    pve.set_ct(344, json!({"ha_state": "started", "shutdown_secs": 10}));
+    let upid = api
+        .start_task(
+            "/nodes/pve1/lxc/344/status/shutdown",
+            json!({"timeout": 60}),
+        )
+        .await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    assert_eq!(api.resource(344).await.unwrap()["status"], "stopped");
+}
+
+/// The HA manager's relocation of a container takes no timeout from the migrate request: its
+/// LRM shuts the container down within HA's own 60 s (`PVECT.pm` `migrate` -> `shutdown`,
+/// `$timeout // 60`), and one still up then stays where it is, running (migrate_vm refuses a
+/// running container without `restart`; the CRM puts the service back to `started`).
+#[tokio::test]
+async fn the_ha_managers_relocation_of_a_container_waits_its_own_60_s() {
+    let mut pve = Scenario::default()
+        .ct(json!({"vmid": 345, "name": "ct345", "status": "running",
+                   "config": {"rootfs": "local-lvm:vm-345-disk-0,size=8G"}}))
+        .start();
+    let api = Api::new(&pve);
+    assert_eq!(
+        api.post_form("/cluster/ha/resources", &[("sid", "ct:345")])
+            .await
+            .status,
+        200
+    );
+    pve.set_ct(345, json!({"shutdown_secs": 120}));
+    let move_it = json!({"target": "pve2", "restart": 1, "timeout": 300});
+    let upid = api
+        .start_task("/nodes/pve1/lxc/345/migrate", move_it.clone())
+        .await;
+    assert!(upid.contains(":hamigrate:"), "{upid}");
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    // The LRM's relocation has run (time scale 0: at the next turn of the fake's loop).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = api.resource(345).await.unwrap();
+    assert_eq!(
+        (&r["node"], &r["status"]),
+        (&json!("pve1"), &json!("running")),
+        "{r}"
+    );
+    pve.set_ct(345, json!({"shutdown_secs": 30}));
+    let upid = api.start_task("/nodes/pve1/lxc/345/migrate", move_it).await;
+    assert_eq!(api.wait("pve1", &upid).await, "OK");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = api.resource(345).await.unwrap();
+        if r["node"] == "pve2" && r["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not relocated: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `/cluster/resources?type=node` lists each node's memory as pvestatd reports it: the host's
+/// `maxmem`, and in `mem` what its running guests hold besides its own use (fakepve 0.5.0 lists
+/// 2 of 8 GiB for every node, whatever runs there).
+#[tokio::test]
+async fn a_nodes_memory_counts_its_running_guests() {
+    let mut pve = Scenario::default()
+        .set(
+            "node_memory",
+            json!({"pve2": {"maxmem": 32u64 << 30, "mem": 1u64 << 30}}),
+        )
+        .ct(
+            json!({"vmid": 346, "name": "ct346", "node": "pve2", "status": "running",
+                   "config": {"memory": 2048, "rootfs": "local-lvm:vm-346-disk-0,size=8G"}}),
+        )
+        .start();
+    let api = Api::new(&pve);
+    let nodes = api.get("/cluster/resources?type=node").await;
+    let node = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            node("pve2")["maxmem"].as_u64(),
+            node("pve2")["mem"].as_u64()
+        ),
+        (Some(32 << 30), Some(3 << 30))
+    );
+    assert_eq!(
+        (
+            node("pve1")["maxmem"].as_u64(),
+            node("pve1")["mem"].as_u64()
+        ),
+        (Some(8 << 30), Some(2 << 30))
+    );
+    pve.set_ct(346, json!({"status": "stopped"}));
+    let nodes = api.get("/cluster/resources?type=node").await;
+    let pve2 = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "pve2")
+        .unwrap();
+    assert_eq!(pve2["mem"].as_u64(), Some(1 << 30), "{pve2}");
+}

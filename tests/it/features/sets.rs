@@ -120,12 +120,18 @@ fn a_set_with_overlapping_addresses_or_unknown_overrides_is_refused_at_its_line(
     );
 }
 
-/// `placement.strategy: FreeMemory`: each member without a VM goes to the node with the
-/// least memory given to VMs in the listing (the template's 2 GiB on pve1 counts), members
-/// placed before it included; once made, a member stays where its VM is.
+/// `placement.strategy: FreeMemory`: each member without a VM goes to the node whose own
+/// memory is the most free (`maxmem - mem` of `/cluster/resources?type=node`), less what the
+/// members placed before it take; once made, a member stays where its VM is, and a cycle with
+/// no member to place reads no node's memory. Found in review: the strategy summed the memory
+/// of the guests listed on each node (pve1's stopped 2 GiB template included) and never looked
+/// at the nodes', so a 32 GiB pve2 got two members and an 8 GiB pve1 the third.
 #[test]
 fn free_memory_placement_fills_the_emptier_node_and_keeps_members_where_they_are() {
-    let mut pve = FakePve::start(default_scenario());
+    let mut scenario = default_scenario();
+    // pve2 is the bigger host: 32 GiB, 2 GiB of it in use (pve1: fakepve's 8 GiB, 2 in use).
+    scenario["node_memory"] = serde_json::json!({"pve2": {"maxmem": 32u64 << 30}});
+    let mut pve = FakePve::start(scenario);
     let ws = Workspace::new(&pve);
     let free = |replicas: u32, extra: &str| {
         set(replicas, "1Gi").replace(
@@ -136,6 +142,13 @@ fn free_memory_placement_fills_the_emptier_node_and_keeps_members_where_they_are
     ws.commit_specs(&[("web.yaml", free(3, ""))]);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
+    let node_reads = |pve: &mut FakePve, since: u64| {
+        pve.requests_since(since)
+            .into_iter()
+            .filter(|r| r.path.ends_with("/cluster/resources") && r.query == "type=node")
+            .count()
+    };
+    assert_eq!(node_reads(&mut pve, 0), 1, "read once, for the placement");
     let nodes = |pve: &mut FakePve| -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = owned_vms(pve)
             .into_iter()
@@ -157,11 +170,11 @@ fn free_memory_placement_fills_the_emptier_node_and_keeps_members_where_they_are
             ("web-03".to_string(), c.to_string()),
         ]
     };
-    // pve1 holds the 2 GiB template: web-01 and web-02 (1 GiB each) go to pve2, then a tie
-    // at 2 GiB goes to the first node.
-    assert_eq!(placed, expect("pve2", "pve2", "pve1"), "{out}");
+    // 30 GiB free on pve2 against 6 on pve1: every member (1 GiB each) goes to pve2.
+    assert_eq!(placed, expect("pve2", "pve2", "pve2"), "{out}");
 
-    // Another cycle moves nothing, even with more memory on pve2 now.
+    // Another cycle moves nothing, even with less memory free on pve2 now, and reads no node's
+    // memory: no member is to be placed.
     let since = pve.requests().last().map_or(0, |r| r.seq + 1);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
@@ -169,5 +182,6 @@ fn free_memory_placement_fills_the_emptier_node_and_keeps_members_where_they_are
         pve.requests_since(since).iter().all(|r| r.method == "GET"),
         "{out}"
     );
+    assert_eq!(node_reads(&mut pve, since), 0);
     assert_eq!(nodes(&mut pve), placed);
 }
