@@ -30,7 +30,10 @@ mod placement;
 mod plan_view;
 mod sites;
 
-pub use self::adopt::{UnverifiedClaim, adopt_by_hand, unverified_claims};
+pub use self::adopt::{
+    ClaimsBySpec, GuestTraits, Standing, UnverifiedClaim, adopt_by_hand, claims_by_spec,
+    unverified_claims,
+};
 use self::counts::*;
 use self::describe::log_planned;
 pub use self::describe::{describe, specs_by_name};

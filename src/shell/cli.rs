@@ -119,7 +119,8 @@ Examples:
   proxsync adopt web-01 --vmid 105       VM 105 (carrying web-01's proxsync-id line) is web-01's
   proxsync adopt --all-unverified        list every VM whose marker names this install and a spec
                                          but does not verify (after a lost marker.key)
-  proxsync adopt --all-unverified --yes  confirm them all")]
+  proxsync adopt --all-unverified --yes  confirm each spec one guest alone claims (a spec two
+                                         guests claim is listed, never confirmed)")]
     Adopt {
         /// The spec (metadata.name).
         #[arg(required_unless_present = "all_unverified", requires = "vmid")]
@@ -131,7 +132,9 @@ Examples:
         /// and that no record maps (listed only, unless --yes).
         #[arg(long, conflicts_with_all = ["name", "vmid"])]
         all_unverified: bool,
-        /// With --all-unverified: confirm every VM listed.
+        /// With --all-unverified: confirm each spec one guest alone claims; a spec two or more
+        /// guests claim is listed with what tells them apart and never confirmed (`adopt NAME
+        /// --vmid N`).
         #[arg(long, requires = "all_unverified")]
         yes: bool,
     },
@@ -758,6 +761,8 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
             return ExitCode::FAILURE;
         }
     };
+    // A spec two guests claim, left for a person to settle by name: not done as asked.
+    let mut held = false;
     let confirm: Vec<(String, u32)> = match one {
         Some(one) => vec![one],
         None => {
@@ -769,25 +774,48 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
                         return ExitCode::FAILURE;
                     }
                 };
-            for c in &claims {
-                println!(
-                    "{}\tVM {} ({}) on {}/{}",
-                    c.spec,
-                    c.vmid,
-                    c.name.as_deref().unwrap_or("no name"),
-                    c.site,
-                    c.node
+            let crate::engine::ClaimsBySpec { single, contested } =
+                crate::engine::claims_by_spec(claims);
+            for c in &single {
+                println!("{}\t{}", c.spec, claim_line(c));
+            }
+            for claims in contested.values() {
+                for c in claims {
+                    println!(
+                        "{}\t{}\t{}: {}",
+                        c.spec,
+                        claim_line(c),
+                        match c.standing {
+                            crate::engine::Standing::Unverified => "marker does not verify",
+                            crate::engine::Standing::Verified => "marker verifies",
+                            crate::engine::Standing::Recorded => "the spec's record names it",
+                        },
+                        c.traits.describe()
+                    );
+                }
+            }
+            for (spec, claims) in &contested {
+                let vmids: Vec<String> = claims.iter().map(|c| c.vmid.to_string()).collect();
+                eprintln!(
+                    "spec {spec} is claimed by {} guests ({}): anyone who may edit a guest's notes \
+                     and tags can give it a spec's marker, so --yes confirms none of them. \
+                     Compare them above (uuid, MACs, disks), then confirm the spec's own with: \
+                     proxsync adopt {spec} --vmid N",
+                    claims.len(),
+                    vmids.join(", ")
                 );
             }
             if !yes {
                 eprintln!(
-                    "{} VM(s) whose marker names this install but does not verify; nothing \
-                     changed. Check them, then confirm them all with --yes",
-                    claims.len()
+                    "{} guest(s) whose marker names this install but does not verify; nothing \
+                     changed. Check them, then confirm them with --yes (a spec two guests claim \
+                     only by name: proxsync adopt NAME --vmid N)",
+                    single.len() + contested.values().flatten().count()
                 );
                 return ExitCode::SUCCESS;
             }
-            claims.into_iter().map(|c| (c.spec, c.vmid)).collect()
+            held = !contested.is_empty();
+            single.into_iter().map(|c| (c.spec, c.vmid)).collect()
         }
     };
     let mut failed = false;
@@ -808,11 +836,22 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
             }
         }
     }
-    if failed {
+    if failed || held {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// One claim as `adopt --all-unverified` lists it: `VM N (name) on SITE/NODE`.
+fn claim_line(c: &crate::engine::UnverifiedClaim) -> String {
+    format!(
+        "{} ({}) on {}/{}",
+        c.kind.named(c.vmid),
+        c.name.as_deref().unwrap_or("no name"),
+        c.site,
+        c.node
+    )
 }
 
 /// Writes `adoption` in the state database, or asks the daemon to when it holds it.
