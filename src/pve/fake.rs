@@ -638,6 +638,7 @@ impl State {
                 kind: Some(t.upid.kind.clone()),
                 id: Some(t.upid.id.clone()),
                 user: Some(t.upid.user.clone()),
+                tokenid: None,
                 status: Some("RUNNING".into()),
                 // pve-manager `PVE/API2/Tasks.pm` `node_tasks`: each entry is the decoded UPID
                 // (`PVE::Tools::upid_decode`), its `starttime` the UPID's.

@@ -992,3 +992,79 @@ fn containers_made_by_hand_round_trip_through_import_and_a_reused_vmid_is_never_
         "a second cycle sends nothing: {sent:#?}\n{out}"
     );
 }
+
+/// A container's create (`vzcreate`) and clone (`vzclone`) take seconds; `run --once` is killed
+/// while the new container holds only `lock: create` (pve-container writes its config, marker
+/// included, when the task ends), then the state database is lost. Nothing names the container
+/// and its config says nothing, but its running task was started by this install's token: the
+/// next runs wait for it (`BeingMade`) and adopt it by its marker once the task ended. Never a
+/// second container beside it.
+#[test]
+fn a_container_killed_in_its_create_and_a_lost_database_is_waited_for_not_made_twice() {
+    for template in [VZTMPL.to_string(), CT_TEMPLATE.to_string()] {
+        let mut pve = scenario().start();
+        pve.set_time_scale(1.0);
+        pve.ct_timing(4.0, 4.0, 0.0, 0.0, 0.3);
+        let ws = Workspace::new(&pve);
+        let spec = ct_spec("db-01", "    memory: 256Mi\n").replace(VZTMPL, &template);
+        ws.commit_specs(&[("db.yaml", spec)]);
+        let made = |pve: &mut FakePve| -> Vec<Value> {
+            pve.cts()
+                .into_iter()
+                .filter(|ct| ct["template"] != json!(true))
+                .collect()
+        };
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(["run", "--once", "--config"])
+            .arg(ws.config())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start proxsync");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while made(&mut pve).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let cts = made(&mut pve);
+        assert_eq!(cts.len(), 1, "{template}: {cts:?}");
+        assert_eq!(cts[0]["config"]["lock"], "create", "{template}: {cts:?}");
+        ws.remove_state();
+
+        let (ok, out) = ws.run_once();
+        assert!(!ok, "{template}: waiting for the task: {out}");
+        let cts = made(&mut pve);
+        assert_eq!(
+            cts.len(),
+            1,
+            "{template}: no second container: {cts:?}\n{out}"
+        );
+        let (_, _, message) = ws.condition("db-01", "Ready");
+        assert!(
+            message.contains(&format!("container {} is being made by", cts[0]["vmid"])),
+            "{template}: {message}"
+        );
+
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        let mut outs = Vec::new();
+        loop {
+            let (ok, out) = ws.run_once();
+            outs.push(out);
+            if ok {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{template}: Ready within 40 s:\n{}",
+                outs.join("\n---\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let cts = made(&mut pve);
+        assert_eq!(cts.len(), 1, "{template}: {cts:?}");
+        assert!(cts[0]["lock"].is_null(), "{template}: {cts:?}");
+        assert_eq!(owned_cts(&mut pve).len(), 1, "{template}");
+        assert_eq!(ws.condition("db-01", "Ready").0, "True", "{template}");
+    }
+}
