@@ -31,6 +31,7 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
+pub mod seeds;
 #[cfg(test)]
 mod tests;
 mod vm;
