@@ -809,6 +809,7 @@ impl Engine {
             fresh_configs: fresh,
             vmid_cursors: Default::default(),
             clock: self.clock.clone(),
+            password_files: Arc::new(self.config.password_files()),
         });
         // What the actions write is read again after them, not every record.
         self.store.take_written();

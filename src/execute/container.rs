@@ -54,7 +54,7 @@ pub(super) async fn send_create(
                 &desired_tags(ctx, spec),
             )?
             .checked("ostemplate", volume)?;
-            if let Some(password) = root_password(spec)? {
+            if let Some(password) = root_password(ctx, spec)? {
                 params = params.secret("password", password.expose());
             }
             site.client.create_ct(&spec.node, vmid, &params).await
@@ -67,18 +67,19 @@ pub(super) async fn send_create(
 }
 
 /// The root password a container spec names (from its file or systemd credential), read
-/// right before the create; never logged, never kept.
-fn root_password(spec: &Spec) -> Result<Option<crate::config::Secret>, PveError> {
+/// right before the create; never logged, never kept. Only from where the config allows
+/// (`config::PasswordFiles`: a file in `container_password_dir`, never one of proxsync's own
+/// secrets, compared by identity).
+fn root_password(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+) -> Result<Option<crate::config::Secret>, PveError> {
     let Some(source) = spec.container.as_ref().and_then(|c| c.password.as_ref()) else {
         return Ok(None);
     };
     let read = match source {
-        PasswordSource::File(path) => {
-            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password")
-        }
-        PasswordSource::Credential(name) => {
-            crate::config::read_credential(None, name, "root password")
-        }
+        PasswordSource::File(path) => ctx.password_files.read(path),
+        PasswordSource::Credential(name) => ctx.password_files.read_credential(name),
     };
     read.map(Some).map_err(|why| {
         PveError::Setup(format!(

@@ -461,6 +461,41 @@ fn init_logging() {
     };
 }
 
+/// `validate --config`'s checks of the specs against the config: each spec's site is a
+/// configured one, a container's password file is where the config allows it, and what a
+/// site's PVE release refuses. A spec failing one is not counted as valid.
+fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
+    let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
+    let unknown_site = spec::check_sites(&set.specs, &sites);
+    // A spec naming no configured site is not valid for this config: not counted as such.
+    let names: std::collections::BTreeSet<&str> = unknown_site
+        .iter()
+        .filter_map(|d| d.spec.as_deref())
+        .collect();
+    let names: std::collections::BTreeSet<String> = names.into_iter().map(str::to_string).collect();
+    set.specs.retain(|s| !names.contains(&s.name));
+    set.diagnostics.extend(unknown_site);
+    // A container's root password only from where the config allows it.
+    let passwords = config.password_files();
+    let refused =
+        crate::spec::check_password_files(&set.specs, |path| passwords.check(path, false));
+    let names: std::collections::BTreeSet<String> =
+        (refused.iter()).filter_map(|d| d.spec.clone()).collect();
+    set.specs.retain(|s| !names.contains(&s.name));
+    set.diagnostics.extend(refused);
+    // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
+    // hold such a field.
+    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        set.diagnostics
+            .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
+                config, &set.specs,
+            )));
+    }
+}
+
 fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     let paths = if paths.is_empty() {
         vec![PathBuf::from(".")]
@@ -495,28 +530,7 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     };
     let mut set = spec::load_paths_with(&paths, secrets);
     if let Some(config) = &config {
-        let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-        let unknown_site = spec::check_sites(&set.specs, &sites);
-        // A spec naming no configured site is not valid for this config: not counted as such.
-        let names: std::collections::BTreeSet<&str> = unknown_site
-            .iter()
-            .filter_map(|d| d.spec.as_deref())
-            .collect();
-        let names: std::collections::BTreeSet<String> =
-            names.into_iter().map(str::to_string).collect();
-        set.specs.retain(|s| !names.contains(&s.name));
-        set.diagnostics.extend(unknown_site);
-        // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
-        // hold such a field.
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            set.diagnostics
-                .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
-                    config, &set.specs,
-                )));
-        }
+        check_against_config(config, &mut set);
     }
     let mut err = std::io::stderr().lock();
     let shown = once_each(&set.diagnostics);

@@ -567,6 +567,33 @@ fn set_members(specs: &Specs) -> HashMap<&str, Vec<&str>> {
 
 /// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
 /// at the `site` field, listing the valid names.
+/// The specs whose container root password file `check` refuses (the config's rules: `config::
+/// PasswordFiles`), each as an error at the spec; the check itself is the caller's (the spec
+/// reads no file).
+pub fn check_password_files<'a>(
+    specs: impl IntoIterator<Item = &'a Spec>,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Vec<Diagnostic> {
+    specs
+        .into_iter()
+        .filter_map(|s| {
+            let password = s.container.as_ref()?.password.as_ref()?;
+            let super::container::PasswordSource::File(path) = password else {
+                return None;
+            };
+            let why = check(path).err()?;
+            Some(
+                Diagnostic::error(
+                    s.file.as_str(),
+                    Pos::new(s.pos.line, s.pos.column),
+                    format!("spec.forProvider.password.file: {why}"),
+                )
+                .for_spec(Some(&s.name)),
+            )
+        })
+        .collect()
+}
+
 pub fn check_sites<'a>(
     specs: impl IntoIterator<Item = &'a Spec>,
     sites: &[&str],

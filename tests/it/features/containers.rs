@@ -1068,3 +1068,65 @@ fn a_container_killed_in_its_create_and_a_lost_database_is_waited_for_not_made_t
         assert_eq!(ws.condition("db-01", "Ready").0, "True", "{template}");
     }
 }
+
+/// A container's `password: {file: ...}` is read only from the directory the config allows
+/// (`container_password_dir`; none by default), and never when the file is, by device and
+/// inode, one of proxsync's own secrets: a spec naming a hard link of the site's token file is
+/// refused by `validate --config` and its create is never sent; the token never leaves.
+#[test]
+fn a_containers_password_comes_only_from_the_allowed_directory_never_from_our_secrets() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let dir = ws.path("passwords");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("ct-root"), "Root-pw-1\n").unwrap();
+    // The site's token under a name no rule of names would catch.
+    std::fs::hard_link(ws.path("lab.token"), dir.join("ct-web")).unwrap();
+    let with_password = |name: &str, file: &str| {
+        ct_spec(
+            name,
+            &format!("    password: {{file: {}}}\n", dir.join(file).display()),
+        )
+    };
+    ws.commit_specs(&[("good.yaml", with_password("good-01", "ct-root"))]);
+    let repo = ws.path("repo").display().to_string();
+
+    // No directory allowed: the error names the key.
+    let out = ws.proxsync(&["validate", &repo]);
+    let said = common::engine::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("container_password_dir"), "{said}");
+
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        format!("container_password_dir = \"{}\"\n{config}", dir.display()),
+    )
+    .unwrap();
+    let out = ws.proxsync(&["validate", &repo]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+
+    ws.commit_specs(&[
+        ("good.yaml", with_password("good-01", "ct-root")),
+        ("bad.yaml", with_password("bad-01", "ct-web")),
+    ]);
+    let out = ws.proxsync(&["validate", &repo]);
+    let said = common::engine::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("site lab's API token"), "{said}");
+    assert!(!said.contains(common::TOKEN_SECRET), "{said}");
+
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(!out.contains(common::TOKEN_SECRET), "{out}");
+    assert!(named(&mut pve, "good-01").is_some(), "{out}");
+    assert!(named(&mut pve, "bad-01").is_none(), "{out}");
+    let creates = pve
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/nodes/pve1/lxc"))
+        .count();
+    assert_eq!(creates, 1, "only good-01's create was sent\n{out}");
+    let (_, _, message) = ws.condition("bad-01", "Ready");
+    assert!(message.contains("site lab's API token"), "{message}");
+}
