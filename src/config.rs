@@ -101,6 +101,9 @@ pub struct SourceConfig {
     /// Which signatures a branch tip must carry before its specs are applied; `None` (the
     /// default) applies any commit.
     pub verify: Option<CommitVerification>,
+    /// `max_specs`: the most specs the source may hold, each set member counted, counted before
+    /// any set is expanded; past it no spec is read (`spec::SpecBudget`).
+    pub max_specs: u64,
 }
 
 /// `[source] verify`: the tip must be signed by one of these keys (read-only key material;
@@ -473,6 +476,7 @@ struct RawSource {
     allowed_signers: Option<PathBuf>,
     keyring: Option<PathBuf>,
     selector: Option<String>,
+    max_specs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -1323,8 +1327,26 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
         interval: opt_duration("[source] interval", s.interval, Duration::from_secs(60))?,
         verify,
         selector,
+        max_specs: match s.max_specs {
+            None => DEFAULT_MAX_SPECS,
+            Some(n) if (1..=MAX_MAX_SPECS).contains(&n) => n,
+            Some(n) => {
+                return Err(format!(
+                    "[source] max_specs = {n}: must be from 1 to {MAX_MAX_SPECS} (each set \
+                     member counts as a spec; the default is {})",
+                    DEFAULT_MAX_SPECS
+                ));
+            }
+        },
     })
 }
+
+/// `[source] max_specs` by default: four times the largest fleet measured (BENCHMARKS.md:
+/// 50,000 specs over 10 sites).
+pub const DEFAULT_MAX_SPECS: u64 = 200_000;
+
+/// The most `[source] max_specs` may say: ten times the default.
+const MAX_MAX_SPECS: u64 = 10 * DEFAULT_MAX_SPECS;
 
 /// `[source] verify` with the key file its kind needs (and not the other kind's).
 fn build_verify(
@@ -2049,6 +2071,19 @@ repo = "group/sub/vms"
         std::fs::hard_link(d.join("state/kept"), d.join("passwords/ct-state")).unwrap();
         let why = files.read(&at("passwords/ct-state")).unwrap_err();
         assert!(why.contains("the state directory"), "{why}");
+    }
+
+    #[test]
+    fn max_specs_has_a_default_well_above_the_largest_fleet_and_a_range() {
+        assert_eq!(parse(MINIMAL).unwrap().source.max_specs, 200_000);
+        let with = |n: &str| {
+            parse(&MINIMAL.replace("[source]\n", &format!("[source]\nmax_specs = {n}\n")))
+        };
+        assert_eq!(with("50").unwrap().source.max_specs, 50);
+        for bad in ["0", "2000001"] {
+            let why = with(bad).unwrap_err();
+            assert!(why.contains("[source] max_specs"), "{why}");
+        }
     }
 
     #[test]

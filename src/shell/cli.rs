@@ -528,7 +528,10 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         Some(k) => spec::Secrets::Decrypt(k),
         None => spec::Secrets::StructureOnly,
     };
-    let mut set = spec::load_paths_with(&paths, secrets);
+    // `[source] max_specs` of the config, else its default: never expanded past it.
+    let max_specs =
+        (config.as_ref()).map_or(crate::config::DEFAULT_MAX_SPECS, |c| c.source.max_specs);
+    let mut set = spec::load_paths_capped(&paths, secrets, max_specs);
     if let Some(config) = &config {
         check_against_config(config, &mut set);
     }
@@ -627,7 +630,8 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         }
     } else {
         let keyring = config.sops_keyring();
-        spec::load_paths_with(&spec_paths, spec::Secrets::Decrypt(&keyring))
+        let secrets = spec::Secrets::Decrypt(&keyring);
+        spec::load_paths_capped(&spec_paths, secrets, config.source.max_specs)
     };
     spec_checks.extend(crate::shell::doctor::check_sops(&config, &set));
     spec_checks.extend(set.errors().map(|d| crate::shell::doctor::Check {
@@ -713,8 +717,9 @@ fn load_inputs(
         }
     } else {
         let keyring = config.sops_keyring();
+        let secrets = spec::Secrets::Decrypt(&keyring);
         (
-            spec::load_paths_with(spec_paths, spec::Secrets::Decrypt(&keyring)),
+            spec::load_paths_capped(spec_paths, secrets, config.source.max_specs),
             None,
             None,
             None,
