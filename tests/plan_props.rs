@@ -450,6 +450,7 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
         marker_read: true,
         // The model's markers are genuine (signed by this install): verified.
         marker_verified: true,
+        making: None,
     }
 }
 
