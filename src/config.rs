@@ -1,4 +1,4 @@
-//! The daemon's TOML configuration (PRODUCT.md §2) and the secrets it points at.
+//! The daemon's TOML configuration (docs/config.md) and the secrets it points at.
 //!
 //! Parsing is strict: unknown keys are errors, and every error names the key and says what
 //! would be valid. Secrets are only ever read from files (or systemd credentials) and are

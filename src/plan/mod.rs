@@ -2,7 +2,7 @@
 //! actions of this cycle and a verdict per spec. No I/O, no clock: time is passed in, so the
 //! same inputs always give the same plan, and the planner is tested without any network.
 //!
-//! Rules (PRODUCT.md §3-4):
+//! Rules (docs/concepts.md, "How reconciling works"):
 //! - A VM is touched only if it is owned: this install's tag and marker, or known by VMID
 //!   from the state (whose marker is re-verified by `execute` before anything destructive).
 //! - A spec whose VM is missing gets a create, unless a VM with its marker exists (adopt) or a

@@ -2,7 +2,7 @@
 //! Python). Small on purpose: VMs (node, config, power), tasks that end at once, when the test
 //! says, or fail, faults on the next call of a method, and a log of every call.
 //!
-//! Where proxsync depends on it, it behaves as PVE does (shared/design/PVE-BEHAVIOUR.md):
+//! Where proxsync depends on it, it behaves as PVE does:
 //! - a create's config holds only `lock: create`, a clone's only `lock: clone` and the
 //!   `# qmclone temporary file` comment, until the task ends; name, description and tags come
 //!   with the task's end. A clone's task is `qmclone` naming the **template**, on the
