@@ -312,9 +312,23 @@ pub fn needs_marker<S: BuildHasher>(
     view.vms
         .values()
         .filter(|vm| !vm.template && !vm.marker_read && !known_vmids.contains(&vm.vmid))
-        .filter(|vm| vm.has_tag(&tag) || vm.name.as_deref().is_some_and(&is_spec_vm_name))
+        .filter(|vm| {
+            vm.has_tag(&tag)
+                || vm.name.as_deref().is_some_and(&is_spec_vm_name)
+                || made_since_listed(vm)
+        })
         .map(|vm| vm.vmid)
         .collect()
+}
+
+/// A guest listed locked `create` or `clone` (nameless and untagged until its task ends) that
+/// no running task of this install's token was making when the tasks were read after the
+/// listing ([`mark_in_making`]): its task may have ended between the two reads, its config now
+/// whole and its marker readable. Unread, it would look like nobody's, and a spec whose record
+/// was lost would be created a second time (found by the crash test under load). Another
+/// user's create is read too (`NotYet` while it runs), only while it is locked.
+fn made_since_listed(vm: &ObservedVm) -> bool {
+    vm.making.is_none() && matches!(vm.lock.as_deref(), Some("create" | "clone"))
 }
 
 /// Marks the guests of `view` that a create or clone of API token `token_id`
@@ -519,6 +533,18 @@ mod tests {
             ));
             vms.insert(id, ObservedVm::from_resource(r, GuestKind::Qemu));
         }
+        // Listed in a create's window, nameless and untagged: read when no running task of
+        // ours was making it when the tasks were read (it may have ended since the listing);
+        // not read while one is (held as being made).
+        for (id, making) in [(104, None), (105, Some(Making::Create))] {
+            let r = res(&format!(
+                r#"{{"id":"qemu/{id}","vmid":{id},"node":"pve1","status":"stopped","lock":"create"}}"#
+            ));
+            let mut vm = ObservedVm::from_resource(r, GuestKind::Qemu);
+            assert_eq!(vm.lock.as_deref(), Some("create"));
+            vm.making = making;
+            vms.insert(id, vm);
+        }
         let view = SiteView {
             name: "lab".into(),
             error: None,
@@ -536,7 +562,7 @@ mod tests {
         let unmapped: HashSet<&str> = ["db-01"].into();
         assert_eq!(
             needs_marker(&view, "main", &known, |n| unmapped.contains(n)),
-            vec![101, 102]
+            vec![101, 102, 104]
         );
     }
 }

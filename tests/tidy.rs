@@ -494,12 +494,10 @@ fn functions(src: &Source) -> Vec<(String, usize, usize)> {
 #[test]
 fn a_long_function_says_why() {
     let mut wrong = Vec::new();
+    let mut stale = Vec::new();
     for src in sources() {
         for (name, first, last) in functions(&src) {
             let length = last - first + 1;
-            if length <= LONG_FUNCTION {
-                continue;
-            }
             // The line stands in the body, or among the comments and attributes just above.
             let above = (0..first - 1)
                 .rev()
@@ -512,8 +510,11 @@ fn a_long_function_says_why() {
             let says_why = src.lines[above..last]
                 .iter()
                 .any(|l| l.trim_start().starts_with("// Long because:"));
-            if !says_why {
-                wrong.push(format!("{}:{first}: {name} ({length} lines)", src.path));
+            let here = format!("{}:{first}: {name} ({length} lines)", src.path);
+            match (length > LONG_FUNCTION, says_why) {
+                (true, false) => wrong.push(here),
+                (false, true) => stale.push(here),
+                _ => {}
             }
         }
     }
@@ -523,6 +524,37 @@ fn a_long_function_says_why() {
          they are one function (or split them):\n{}",
         wrong.join("\n")
     );
+    assert!(
+        stale.is_empty(),
+        "a `// Long because: ...` line on a function of at most {LONG_FUNCTION} lines (it was \
+         split or shortened since): drop the line\n{}",
+        stale.join("\n")
+    );
+}
+
+/// `scripts/commit-msg` (CONTRIBUTING: the hook) takes a subject of 72 characters and refuses
+/// one of 73, and a body not set off by a blank line.
+#[test]
+fn the_commit_message_hook_keeps_subjects_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let verdict = |message: String| {
+        let file = dir.path().join("COMMIT_EDITMSG");
+        std::fs::write(&file, message).unwrap();
+        let out = std::process::Command::new(root().join("scripts/commit-msg"))
+            .arg(&file)
+            .output()
+            .expect("run scripts/commit-msg (bash)");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let subject = |n: usize| "s".repeat(n);
+    assert!(verdict(format!("{}\n\nthe detail\n# a comment\n", subject(72))).0);
+    let (ok, said) = verdict(format!("{}\n", subject(73)));
+    assert!(!ok && said.contains("73 characters"), "{said}");
+    let (ok, said) = verdict("subject\nno blank line\n".to_string());
+    assert!(!ok && said.contains("blank"), "{said}");
 }
 
 #[test]

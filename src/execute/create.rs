@@ -20,8 +20,8 @@ use super::{
     ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, task_record, wait,
 };
 
-// Long because: preflight, then the allocation loop (intent, request, answer) whose every
-// arm keeps the invariant in place: the intent is durable before the request.
+/// Preflight, then the allocation loop (intent, request, answer), whose every arm keeps the
+/// invariant in place: the intent is durable before the request.
 pub(super) async fn create(
     ctx: &ExecCtx<impl Pve>,
     site_name: &str,

@@ -27,8 +27,6 @@ pub(super) enum DiskStep {
 /// adding, rewriting and detaching drives, then a resize per disk to grow. A detached disk is
 /// noted in the spec's history (its volume stays as `unusedN`). A protected VM gets no detach
 /// (PVE would refuse the whole update with it): its slots go to `held`.
-// Long because: one config update for every disk (added, rewritten, detached), then a resize
-// per disk to grow, sharing one view of the effective (pending or current) values.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn converge_disks(
     ctx: &ExecCtx<impl Pve>,

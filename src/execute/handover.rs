@@ -26,8 +26,6 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_loc
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
 /// a release is) and forgets the spec. The marker stays, signed for this VMID, so the next
 /// owner can verify it.
-// Long because: the steps in their request order (a delete or a create in flight first,
-// fresh read, identity, lock, the one config write, forget).
 pub(super) async fn hand_over(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,

@@ -212,8 +212,6 @@ pub type SweepKept = HashMap<(String, String), u32>;
 /// delete removes them) or a guest's config names the image. Only when a storage holds such an
 /// image are the configs of the site's guests read (one per guest, within the node's limit); a
 /// guest found naming one keeps it (`kept`). Returns how many were removed.
-// Long because: per site its checks, per node its storages, per storage its candidates, then
-// the reads that show no guest names them and the deletes, each through the gate.
 pub async fn sweep<P: Pve + 'static>(
     sites: &BTreeMap<String, Arc<SiteCtx<P>>>,
     input: &SweepInput<'_>,
@@ -277,8 +275,6 @@ struct SweptStorage<'a, P> {
 }
 
 impl<P: Pve + 'static> SweptStorage<'_, P> {
-    // Long because: the listing and its candidates, the reads of every guest that can reach the
-    // storage, then one gate decision and delete per candidate.
     async fn sweep(&self, input: &SweepInput<'_>, kept: &mut SweepKept) -> usize {
         let client = &self.site.client;
         let site_name = self.view.name.as_str();

@@ -56,7 +56,6 @@ pub fn free_seed_slot(cfg: &VmConfig) -> Option<&'static str> {
 }
 
 /// PVE's cloud-init options as the spec declares them (only declared fields).
-// Long because: one comparison per declared cloud-init field, each in PVE's normalisation.
 pub fn cloud_init_params(
     spec: &Spec,
     cfg: &VmConfig,

@@ -629,8 +629,6 @@ fn once_each(diags: &[spec::Diagnostic]) -> Vec<&spec::Diagnostic> {
         .collect()
 }
 
-// Long because: the check groups in their order (config, specs, signing, each site), each
-// printed as it ends, then one exit code for all of them.
 fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
     let path = config_path.unwrap_or_else(default_config_path);
     let config = match Config::load(&path) {

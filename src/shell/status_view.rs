@@ -353,8 +353,6 @@ struct ListJson<'a> {
     skipped: &'a [Skipped],
 }
 
-// Long because: the list view's sections in display order (summary, one line per spec,
-// orphans, skipped files), or all of them as JSON.
 fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     if opts.json {
         let listing = load_listing::<SpecFile>(dir)?;
