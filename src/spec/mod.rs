@@ -616,6 +616,40 @@ pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>
     parse_file_defaulted(file, bytes, secrets, &[])
 }
 
+/// The warning that a SOPS-encrypted document in `file` takes no values from `chain`, when
+/// there is one.
+fn no_defaults_for_sealed(file: &str, chain: &[Arc<defaults::Defaults>]) -> Option<Diagnostic> {
+    let files: Vec<&str> = chain.iter().map(|d| d.file.as_str()).collect();
+    (!files.is_empty()).then(|| {
+        Diagnostic::warning(
+            file,
+            Pos::START,
+            format!(
+                "this SOPS-encrypted spec takes no values from {} (its MAC covers only this file): \
+                 write what it needs here",
+                files.join(", ")
+            ),
+        )
+    })
+}
+
+/// A spec file's bytes as text: within the size limit, UTF-8, without a byte order mark.
+fn spec_text<'a>(file: &str, bytes: &'a [u8]) -> Result<&'a str, Diagnostic> {
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(Diagnostic::error(
+            file,
+            Pos::START,
+            format!(
+                "file is {} bytes, larger than the {MAX_FILE_BYTES} byte (1 MiB) limit for a spec file; split it",
+                bytes.len()
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| not_utf8(file, bytes, e.valid_up_to()))?;
+    // A UTF-8 byte order mark is harmless; drop it so it is not taken as content.
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(text))
+}
+
 /// [`parse_file_with`], each document taking the values of `chain` it does not set itself
 /// (the `_defaults.yaml` files of its directory and above, outermost first; see [`defaults`]).
 pub fn parse_file_defaulted(
@@ -624,23 +658,10 @@ pub fn parse_file_defaulted(
     secrets: Secrets,
     chain: &[Arc<defaults::Defaults>],
 ) -> (Vec<Spec>, Vec<Diagnostic>) {
-    if bytes.len() > MAX_FILE_BYTES {
-        let d = Diagnostic::error(
-            file,
-            Pos::START,
-            format!(
-                "file is {} bytes, larger than the {MAX_FILE_BYTES} byte (1 MiB) limit for a spec file; split it",
-                bytes.len()
-            ),
-        );
-        return (Vec::new(), vec![d]);
-    }
-    let text = match std::str::from_utf8(bytes) {
+    let text = match spec_text(file, bytes) {
         Ok(text) => text,
-        Err(e) => return (Vec::new(), vec![not_utf8(file, bytes, e.valid_up_to())]),
+        Err(d) => return (Vec::new(), vec![d]),
     };
-    // A UTF-8 byte order mark is harmless; drop it so it is not taken as content.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let (mut docs, mut diags) = yaml::parse_documents(file, text);
     let mut ctx = fields::Ctx::new(file);
@@ -671,18 +692,7 @@ pub fn parse_file_defaulted(
     let as_written =
         |ctx: &mut fields::Ctx, doc: &yaml::Node| validate::validate_document(ctx, doc);
     let validate_sealed = |ctx: &mut fields::Ctx, doc: &yaml::Node| -> Vec<Spec> {
-        if !chain.is_empty() {
-            let files: Vec<&str> = chain.iter().map(|d| d.file.as_str()).collect();
-            ctx.diags.push(Diagnostic::warning(
-                file,
-                Pos::START,
-                format!(
-                    "this SOPS-encrypted spec takes no values from {} (its MAC covers only this \
-                     file): write what it needs here",
-                    files.join(", ")
-                ),
-            ));
-        }
+        ctx.diags.extend(no_defaults_for_sealed(file, chain));
         match sets::is_set(doc) {
             true => validate_set(ctx, file, doc, &as_written),
             false => as_written(ctx, doc).into_iter().collect(),
