@@ -29,6 +29,7 @@ use crate::pve::texts::{self, Meaning};
 use crate::pve::{Error, Pve, TaskOutcome, Upid};
 
 pub mod coverage;
+pub mod durations;
 mod scenarios;
 mod sweep;
 
