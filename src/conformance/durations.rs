@@ -49,3 +49,50 @@ pub fn read_durations(state_dir: &Path, site: &str) -> BTreeMap<String, Duration
         .map(|(task, secs)| (task.clone(), Duration::from_secs_f64(*secs)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{Expect, Outcome, Step};
+
+    fn report(task: &str, secs: u64) -> Report {
+        Report {
+            steps: vec![Step {
+                name: "x".into(),
+                expected: Expect::Done,
+                task: Some(task.into()),
+                took: Duration::from_secs(secs),
+                outcome: Outcome::AsExpected,
+                text: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn each_sites_durations_are_kept_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        assert!(read_durations(&state, "lab").is_empty(), "no file yet");
+        write_durations(&state, "lab", &report("qmclone", 4)).unwrap();
+        write_durations(&state, "dr", &report("vzcreate", 7)).unwrap();
+        // A run that measured nothing keeps what the last one did.
+        write_durations(&state, "lab", &Report::default()).unwrap();
+        let lab = read_durations(&state, "lab");
+        assert_eq!(lab.len(), 1);
+        assert_eq!(lab["qmclone"], Duration::from_secs(4));
+        assert_eq!(
+            read_durations(&state, "dr")["vzcreate"],
+            Duration::from_secs(7)
+        );
+        assert!(read_durations(&state, "other").is_empty());
+        // A damaged file, or values no task takes, are no estimates.
+        std::fs::write(
+            durations_path(&state),
+            b"{\"lab\": {\"qmclone\": -1, \"x\": 1e12}}",
+        )
+        .unwrap();
+        assert!(read_durations(&state, "lab").is_empty());
+        std::fs::write(durations_path(&state), b"not json").unwrap();
+        assert!(read_durations(&state, "lab").is_empty());
+    }
+}

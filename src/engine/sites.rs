@@ -33,6 +33,14 @@ pub fn site_clients_metered(
                         config.reconcile.concurrency == crate::config::ConcurrencyMode::Adaptive,
                         config.reconcile.max_parallel_per_node,
                     )
+                    .with_task_estimates(
+                        crate::conformance::durations::read_durations(
+                            &config.state_dir,
+                            &site.name,
+                        )
+                        .into_iter()
+                        .collect(),
+                    )
                 })
                 .map_err(|e| EngineError::Site {
                     site: site.name.clone(),
