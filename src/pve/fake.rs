@@ -588,9 +588,9 @@ impl State {
         values: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<(), Error> {
         for (key, value) in values {
-            if !key
+            if key
                 .strip_prefix("net")
-                .is_some_and(|n| n.parse::<u8>().is_ok())
+                .is_none_or(|n| n.parse::<u8>().is_err())
             {
                 continue;
             }
