@@ -1,7 +1,7 @@
-//! The retry schedule of a failing spec (PRODUCT.md §4): 30s, 1m, 2m, 5m, then every 10m,
-//! each with up to ±10% jitter so specs failing together spread out. Errors that need a human
-//! wait the full cap at once. Nothing is terminal: the cap is retried for ever, and a change of
-//! the spec or the config resets the count.
+//! The retry schedule of a failing spec (docs/concepts.md, "Backoff"): 30s, 1m, 2m, 5m, then
+//! every 10m, each with up to ±10% jitter so specs failing together spread out. Errors that need
+//! a human wait the full cap at once. Nothing is terminal: the cap is retried for ever, and a
+//! change of the spec or the config resets the count.
 //!
 //! The jitter is derived from the spec name and the attempt number, not from a clock or a
 //! random source, so planning stays a pure function.

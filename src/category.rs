@@ -1,5 +1,5 @@
-//! Error categories (PRODUCT.md §4). Every failure proxsync reports carries one, so status
-//! files, backoff and the operator all speak the same words.
+//! Error categories (docs/status.md, "Conditions"). Every failure proxsync reports carries one,
+//! so status files, backoff and the operator all speak the same words.
 
 use std::fmt;
 

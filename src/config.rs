@@ -1,4 +1,4 @@
-//! The daemon's TOML configuration (PRODUCT.md §2) and the secrets it points at.
+//! The daemon's TOML configuration (docs/config.md) and the secrets it points at.
 //!
 //! Parsing is strict: unknown keys are errors, and every error names the key and says what
 //! would be valid. Secrets are only ever read from files (or systemd credentials) and are
@@ -73,6 +73,9 @@ pub struct Config {
     /// `sops_age_identity_file`: the age identities that open SOPS-encrypted specs (see
     /// [`Config::sops_keyring`]).
     pub sops_age_identity_file: Option<PathBuf>,
+    /// `container_password_dir`: the directory a container spec's `password: {file: ...}` must
+    /// name a file in; `None`: no password file is read (see [`PasswordFiles`]).
+    pub container_password_dir: Option<PathBuf>,
     pub source: SourceConfig,
     pub sites: Vec<SiteConfig>,
     pub reconcile: ReconcileConfig,
@@ -98,6 +101,9 @@ pub struct SourceConfig {
     /// Which signatures a branch tip must carry before its specs are applied; `None` (the
     /// default) applies any commit.
     pub verify: Option<CommitVerification>,
+    /// `max_specs`: the most specs the source may hold, each set member counted, counted before
+    /// any set is expanded; past it no spec is read (`spec::SpecBudget`).
+    pub max_specs: u64,
 }
 
 /// `[source] verify`: the tip must be signed by one of these keys (read-only key material;
@@ -423,6 +429,7 @@ struct RawConfig {
     status_dir: Option<PathBuf>,
     marker_key_file: Option<PathBuf>,
     sops_age_identity_file: Option<PathBuf>,
+    container_password_dir: Option<PathBuf>,
     source: Option<RawSource>,
     #[serde(default)]
     site: Vec<RawSite>,
@@ -469,6 +476,7 @@ struct RawSource {
     allowed_signers: Option<PathBuf>,
     keyring: Option<PathBuf>,
     selector: Option<String>,
+    max_specs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -681,29 +689,255 @@ fn secret_path(
     }
 }
 
-/// Reads a secret a spec names: `file`, else the systemd credential `credential`
-/// (`$CREDENTIALS_DIRECTORY/<credential>`). Errors name the file, never the content.
-pub fn read_credential(
-    file: Option<&Path>,
-    credential: &str,
-    what: &str,
-) -> Result<Secret, String> {
-    let path = secret_path(file, credential, "file", "the spec")?;
-    read_secret_file(&path, what)
+/// Where a container's root password may be read from (`password: {file: ...}` or
+/// `{credential: ...}` in its spec), so that a spec, which anyone who may push to the
+/// repository writes, cannot hand one of proxsync's own secrets to a container's root. A file
+/// must be in `container_password_dir` (none allowed without it), also after its symlinks are
+/// resolved; and neither a file nor a credential may be, by device and inode, a file the config
+/// names as a credential or key (a site's token, the marker key, the SOPS identity, a
+/// notification's URL or secret, the source's ssh key or token, the config itself), nor be in
+/// (or a hard link of a file in) the state directory or the systemd credentials directory. The
+/// file read is the file checked (the identity of the open file is compared again).
+#[derive(Debug, Clone, Default)]
+pub struct PasswordFiles {
+    /// `container_password_dir`.
+    dir: Option<PathBuf>,
+    /// The config file, for messages.
+    config: PathBuf,
+    /// proxsync's own secret files: what each is, and where.
+    own: Vec<(String, PathBuf)>,
+    /// Directories whose files are proxsync's: the state directory, the credentials directory.
+    own_dirs: Vec<(String, PathBuf)>,
+}
+
+/// A file's identity: device and inode.
+type FileId = (u64, u64);
+
+/// A file's identity: device and inode.
+fn identity(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+impl Config {
+    /// The rules for containers' root password files ([`PasswordFiles`]).
+    pub fn password_files(&self) -> PasswordFiles {
+        let mut own: Vec<(String, PathBuf)> = vec![
+            ("the marker key".into(), self.marker_key_path()),
+            ("the proxsync config".into(), self.path.clone()),
+        ];
+        own.extend((self.sops_identity_path()).map(|p| ("the SOPS age identity".to_string(), p)));
+        for site in &self.sites {
+            let credential = format!("{}.token", site.name);
+            if let Ok(p) = secret_path(site.token_secret_file.as_deref(), &credential, "", "") {
+                own.push((format!("site {}'s API token", site.name), p));
+            }
+        }
+        for n in &self.notify {
+            let what = format!("[[notify]] {}'s secret", n.name);
+            if let Ok(p) = secret_path(n.secret_file.as_deref(), &n.secret_credential(), "", "") {
+                own.push((what, p));
+            }
+            if let NotifyUrl::File(file) = &n.url {
+                let credential = format!("notify-{}.url", n.name);
+                if let Ok(p) = secret_path(file.as_deref(), &credential, "", "") {
+                    own.push((format!("[[notify]] {}'s URL", n.name), p));
+                }
+            }
+        }
+        if let SourceLocation::Url {
+            ssh_key_file,
+            token_file,
+            ..
+        } = &self.source.location
+        {
+            own.extend(
+                ssh_key_file
+                    .iter()
+                    .map(|p| ("[source] ssh_key_file".into(), p.clone())),
+            );
+            own.extend(
+                token_file
+                    .iter()
+                    .map(|p| ("[source] token_file".into(), p.clone())),
+            );
+        }
+        let mut own_dirs = vec![("the state directory".to_string(), self.state_dir.clone())];
+        if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+            own_dirs.push(("the credentials directory".into(), PathBuf::from(dir)));
+        }
+        PasswordFiles {
+            dir: self.container_password_dir.clone(),
+            config: self.path.clone(),
+            own,
+            own_dirs,
+        }
+    }
+}
+
+impl PasswordFiles {
+    /// Checks the password file `path` a container spec names. `must_exist`: at a create (the
+    /// file is read next); `validate` checks a file that is not there (the specs may be
+    /// checked on another machine) by its path alone. Errors name the file, never its content.
+    pub fn check(&self, path: &str, must_exist: bool) -> Result<(), String> {
+        self.checked(path, must_exist).map(|_| ())
+    }
+
+    /// The file's canonical path and identity once checked; `None` when it is not there and
+    /// need not be.
+    fn checked(&self, path: &str, must_exist: bool) -> Result<Option<(PathBuf, FileId)>, String> {
+        let Some(dir) = &self.dir else {
+            return Err(format!(
+                "password file {path:?}: the config allows no password files; set \
+                 container_password_dir in {} to the directory holding containers' root \
+                 password files (proxsync reads them only from there), or use {{credential: \
+                 NAME}}",
+                self.config.display()
+            ));
+        };
+        let given = Path::new(path);
+        let plain = given.is_absolute()
+            && given.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+        if !plain || !given.starts_with(dir) || given == dir {
+            return Err(format!(
+                "password file {path:?} is not in container_password_dir {} (no `..`): proxsync \
+                 reads containers' root passwords only from there",
+                dir.display()
+            ));
+        }
+        let canonical = match std::fs::canonicalize(given) {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
+            Err(e) => return Err(format!("password file {path}: {e}")),
+        };
+        let dir_canonical = std::fs::canonicalize(dir)
+            .map_err(|e| format!("container_password_dir {}: {e}", dir.display()))?;
+        if !canonical.starts_with(&dir_canonical) {
+            return Err(format!(
+                "password file {path:?} resolves to {}, outside container_password_dir {}",
+                canonical.display(),
+                dir.display()
+            ));
+        }
+        let meta =
+            std::fs::metadata(&canonical).map_err(|e| format!("password file {path}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("password file {path} is not a regular file"));
+        }
+        let id = identity(&meta);
+        self.not_own(path, &canonical, id)?;
+        Ok(Some((canonical, id)))
+    }
+
+    /// Refuses a file (`canonical`, of identity `id`) that is one of proxsync's own.
+    fn not_own(&self, path: &str, canonical: &Path, id: FileId) -> Result<(), String> {
+        let own_secret = |what: &str, at: &Path| {
+            format!(
+                "{path:?} is {what} ({}): a spec may not give one of proxsync's own secrets to \
+                 a container as its root password",
+                at.display()
+            )
+        };
+        for (what, at) in &self.own {
+            if std::fs::metadata(at).is_ok_and(|m| identity(&m) == id) {
+                return Err(own_secret(what, at));
+            }
+        }
+        for (what, dir) in &self.own_dirs {
+            let Ok(dir) = std::fs::canonicalize(dir) else {
+                continue;
+            };
+            if canonical.starts_with(&dir) {
+                return Err(own_secret(&format!("in {what}"), &dir));
+            }
+            // A hard link of one of its files elsewhere.
+            let linked = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find(|e| {
+                    std::fs::symlink_metadata(e.path())
+                        .is_ok_and(|m| m.is_file() && identity(&m) == id)
+                });
+            if let Some(e) = linked {
+                return Err(own_secret(&format!("a file of {what}"), &e.path()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the password file `path` after [`check`](Self::check), from the very file checked.
+    pub fn read(&self, path: &str) -> Result<Secret, String> {
+        let (canonical, id) = self
+            .checked(path, true)?
+            .ok_or_else(|| format!("password file {path} is not there"))?;
+        let file =
+            std::fs::File::open(&canonical).map_err(|e| format!("password file {path}: {e}"))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("password file {path}: {e}"))?;
+        if identity(&meta) != id {
+            return Err(format!(
+                "password file {path} changed while it was read; try again"
+            ));
+        }
+        read_secret_from(file, meta.len(), &canonical, "root password")
+    }
+
+    /// Reads the systemd credential `name` (`$CREDENTIALS_DIRECTORY/<name>`), unless it is one
+    /// of the files the config names as a credential or key.
+    pub fn read_credential(&self, name: &str) -> Result<Secret, String> {
+        let path = secret_path(None, name, "file", "the spec")?;
+        let meta = std::fs::metadata(&path)
+            .map_err(|e| format!("root password file {}: {e}", path.display()))?;
+        let id = identity(&meta);
+        for (what, at) in &self.own {
+            if std::fs::metadata(at).is_ok_and(|m| identity(&m) == id) {
+                return Err(format!(
+                    "credential {name:?} is {what} ({}): a spec may not give one of proxsync's \
+                     own secrets to a container as its root password",
+                    at.display()
+                ));
+            }
+        }
+        read_secret_file(&path, "root password")
+    }
 }
 
 /// Reads a one-line secret file (at most 4 KiB), trimmed. Errors never echo the content.
 fn read_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
-    let len = std::fs::metadata(path)
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("{what} file {}: {e}", path.display()))?;
+    let len = file
+        .metadata()
         .map_err(|e| format!("{what} file {}: {e}", path.display()))?
         .len();
+    read_secret_from(file, len, path, what)
+}
+
+/// [`read_secret_file`] of an open file of `len` bytes (`path` for messages).
+fn read_secret_from(
+    mut file: std::fs::File,
+    len: u64,
+    path: &Path,
+    what: &str,
+) -> Result<Secret, String> {
+    use std::io::Read;
     if len > 4096 {
         return Err(format!(
             "{what} file {} is {len} bytes; a secret file holds one line of at most 4096 bytes",
             path.display()
         ));
     }
-    let text = std::fs::read_to_string(path)
+    let mut text = String::new();
+    (&mut file)
+        .take(4097)
+        .read_to_string(&mut text)
         .map_err(|e| format!("{what} file {}: {e}", path.display()))?;
     let secret = text.trim();
     if secret.is_empty() {
@@ -744,6 +978,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
 
     let marker_key_file = raw.marker_key_file.map(|p| resolve(base, p));
     let sops_age_identity_file = raw.sops_age_identity_file.map(|p| resolve(base, p));
+    let container_password_dir = raw.container_password_dir.map(|p| resolve(base, p));
     let source = match raw.source {
         None => {
             return Err(
@@ -763,6 +998,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         status_dir,
         marker_key_file,
         sops_age_identity_file,
+        container_password_dir,
         source,
         sites,
         reconcile,
@@ -1091,8 +1327,26 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
         interval: opt_duration("[source] interval", s.interval, Duration::from_secs(60))?,
         verify,
         selector,
+        max_specs: match s.max_specs {
+            None => DEFAULT_MAX_SPECS,
+            Some(n) if (1..=MAX_MAX_SPECS).contains(&n) => n,
+            Some(n) => {
+                return Err(format!(
+                    "[source] max_specs = {n}: must be from 1 to {MAX_MAX_SPECS} (each set \
+                     member counts as a spec; the default is {})",
+                    DEFAULT_MAX_SPECS
+                ));
+            }
+        },
     })
 }
+
+/// `[source] max_specs` by default: four times the largest fleet measured (BENCHMARKS.md:
+/// 50,000 specs over 10 sites).
+pub const DEFAULT_MAX_SPECS: u64 = 200_000;
+
+/// The most `[source] max_specs` may say: ten times the default.
+const MAX_MAX_SPECS: u64 = 10 * DEFAULT_MAX_SPECS;
 
 /// `[source] verify` with the key file its kind needs (and not the other kind's).
 fn build_verify(
@@ -1742,6 +1996,94 @@ repo = "group/sub/vms"
             !err.contains("SECRETPART"),
             "the URL must not be echoed: {err}"
         );
+    }
+
+    /// A config in `dir` whose site token is `pve-secret` (no `.token` name to refuse it by), its
+    /// marker key `passwords/signing` (inside the password directory, under another name), and,
+    /// with `allow`, `container_password_dir = "passwords"`.
+    fn password_config(dir: &Path, allow: bool) -> Config {
+        std::fs::create_dir_all(dir.join("passwords")).unwrap();
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        for (file, text) in [
+            ("pve-secret", "tok-3f2a"),
+            ("passwords/signing", "key-9c1d"),
+            ("passwords/ct-root", "s3cret-root"),
+            ("state/kept", "state-thing"),
+        ] {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
+        let allowed = if allow {
+            "container_password_dir = \"passwords\"\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "state_dir = \"state\"\nmarker_key_file = \"passwords/signing\"\n{allowed}{MINIMAL}\
+             token_secret_file = \"pve-secret\"\n"
+        );
+        Config::parse(&dir.join("proxsync.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn a_containers_password_file_is_read_only_from_its_directory_and_never_a_secret_of_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let at = |rel: &str| d.join(rel).display().to_string();
+
+        // No directory allowed: no file at all, and the message names the key.
+        let none = password_config(d, false).password_files();
+        let why = none.check(&at("passwords/ct-root"), false).unwrap_err();
+        assert!(why.contains("container_password_dir"), "{why}");
+        assert!(none.read(&at("passwords/ct-root")).is_err());
+
+        let files = password_config(d, true).password_files();
+        assert_eq!(
+            files.read(&at("passwords/ct-root")).unwrap().expose(),
+            "s3cret-root"
+        );
+        // Not yet there: validate checks the path alone; a create needs the file.
+        assert!(files.check(&at("passwords/later"), false).is_ok());
+        assert!(files.check(&at("passwords/later"), true).is_err());
+        // Outside the directory, or out of it through `..` or a symlink.
+        for outside in [
+            at("pve-secret"),
+            format!("{}/../pve-secret", at("passwords")),
+            "passwords/ct-root".to_string(),
+        ] {
+            let why = files.check(&outside, false).unwrap_err();
+            assert!(
+                why.contains("not in container_password_dir"),
+                "{outside}: {why}"
+            );
+        }
+        std::os::unix::fs::symlink(d.join("pve-secret"), d.join("passwords/via-link")).unwrap();
+        let why = files.check(&at("passwords/via-link"), false).unwrap_err();
+        assert!(why.contains("outside container_password_dir"), "{why}");
+        // The same file as the site's token (a hard link), or the marker key the config keeps
+        // in the directory under another name: by device and inode, not by name.
+        std::fs::hard_link(d.join("pve-secret"), d.join("passwords/ct-web")).unwrap();
+        let why = files.read(&at("passwords/ct-web")).unwrap_err();
+        assert!(why.contains("site us-sfvalley's API token"), "{why}");
+        assert!(!why.contains("tok-3f2a"), "never the content: {why}");
+        let why = files.read(&at("passwords/signing")).unwrap_err();
+        assert!(why.contains("the marker key"), "{why}");
+        // A hard link of a file of the state directory.
+        std::fs::hard_link(d.join("state/kept"), d.join("passwords/ct-state")).unwrap();
+        let why = files.read(&at("passwords/ct-state")).unwrap_err();
+        assert!(why.contains("the state directory"), "{why}");
+    }
+
+    #[test]
+    fn max_specs_has_a_default_well_above_the_largest_fleet_and_a_range() {
+        assert_eq!(parse(MINIMAL).unwrap().source.max_specs, 200_000);
+        let with = |n: &str| {
+            parse(&MINIMAL.replace("[source]\n", &format!("[source]\nmax_specs = {n}\n")))
+        };
+        assert_eq!(with("50").unwrap().source.max_specs, 50);
+        for bad in ["0", "2000001"] {
+            let why = with(bad).unwrap_err();
+            assert!(why.contains("[source] max_specs"), "{why}");
+        }
     }
 
     #[test]

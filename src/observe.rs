@@ -60,6 +60,22 @@ pub struct ObservedVm {
     /// The marker's MAC verifies for this VMID with this install's key (or the state
     /// database vouches for the VM). Only a verified marker makes a VM this install's.
     pub marker_verified: bool,
+    /// Being made by a create or clone this install's token started, which no record explains
+    /// (see [`mark_in_making`]): it may be a spec's guest, judged by its marker once its task
+    /// ends; never a second one meanwhile.
+    pub making: Option<Making>,
+}
+
+/// How a listed guest is being made by this install's token ([`mark_in_making`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Making {
+    /// A create naming its VMID (`qmcreate`, `vzcreate`): the guest is made on its spec's node.
+    Create,
+    /// A clone (`qmclone`, `vzclone`, whose task names the template): listed on the template's
+    /// node until its task ends, so it may be the guest of a spec on any node.
+    Clone,
+    /// Its node's running tasks could not be read: it may be either.
+    Unread,
 }
 
 impl ObservedVm {
@@ -90,6 +106,7 @@ impl ObservedVm {
             marker: None,
             marker_read: false,
             marker_verified: false,
+            making: None,
         }
     }
 
@@ -298,6 +315,60 @@ pub fn needs_marker<S: BuildHasher>(
         .filter(|vm| vm.has_tag(&tag) || vm.name.as_deref().is_some_and(&is_spec_vm_name))
         .map(|vm| vm.vmid)
         .collect()
+}
+
+/// Marks the guests of `view` that a create or clone of API token `token_id`
+/// (`user@realm!tokenid`) is making ([`ObservedVm::making`]): listed locked `create` or
+/// `clone`, not a template, no record explaining them (`known_vmids`), with a running task on
+/// their node that can hold the lock (`LockHolder`: a create naming the VMID, or a clone) and
+/// that the token started. Such a guest holds only its lock until the task ends (pve-container
+/// writes a new container's config, marker included, only then; qemu-server a VM's), so it
+/// looks like nobody's: after a lost state database it is the only trace of a create in
+/// flight. One `GET /nodes/{node}/tasks?source=active` per node holding such a guest, none
+/// otherwise; a listing that cannot be read leaves its guests `Making::Unread` (held all
+/// the same).
+pub async fn mark_in_making<S: BuildHasher>(
+    view: &mut SiteView,
+    client: &impl Pve,
+    known_vmids: &HashSet<u32, S>,
+    token_id: &str,
+) {
+    let locked = |vm: &ObservedVm| {
+        !vm.template
+            && !known_vmids.contains(&vm.vmid)
+            && matches!(vm.lock.as_deref(), Some("create" | "clone"))
+    };
+    let nodes: BTreeSet<String> = (view.vms.values())
+        .filter(|vm| locked(vm))
+        .map(|vm| vm.node.clone())
+        .collect();
+    for node in nodes {
+        let tasks = client.active_tasks(&node).await;
+        for vm in view.vms.values_mut() {
+            if !locked(vm) || vm.node != node {
+                continue;
+            }
+            let holder = crate::pve::LockHolder::of(vm.lock.as_deref().unwrap_or_default());
+            vm.making = match &tasks {
+                Err(_) => Some(Making::Unread),
+                Ok(tasks) => tasks
+                    .iter()
+                    .filter(|t| t.is_running() && t.started_by(token_id))
+                    .filter_map(|t| {
+                        let kind = t.task_type().unwrap_or_default();
+                        let id = t.task_id();
+                        holder.may_be(&kind, &id, vm.vmid).then(|| {
+                            if id == vm.vmid.to_string() {
+                                Making::Create
+                            } else {
+                                Making::Clone
+                            }
+                        })
+                    })
+                    .max_by_key(|m| *m == Making::Create),
+            };
+        }
+    }
 }
 
 /// Reads a VM's description marker. A VM that vanished reads as "no marker".

@@ -1,6 +1,6 @@
 //! Property tests of the pure planner (`plan::plan`): determinism, convergence against an
 //! in-test model of what `execute` does to a cluster and to the state on success, and the
-//! safety rules of the planner's module documentation (PRODUCT.md §3-4).
+//! safety rules of the planner's module documentation (`src/plan/mod.rs`).
 //!
 //! Everything is generated small: at most 8 specs, 2 nodes, one site `lab`, a few extra VMs
 //! (orphans, VMs that are not ours, templates). No network and no clock: time is `now_ms`.
@@ -450,6 +450,7 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
         marker_read: true,
         // The model's markers are genuine (signed by this install): verified.
         marker_verified: true,
+        making: None,
     }
 }
 

@@ -202,20 +202,169 @@ async fn remark_by_hand(
         .map_err(|e| EngineError::Refused(format!("{}: {e}; nothing changed", kind.named(vmid))))
 }
 
-/// A VM whose marker names this install and one of its specs but does not verify (a lost
-/// marker key, a marker from before signing), and that no record maps: what
-/// `proxsync adopt --all-unverified` lists.
+/// A guest whose marker names this install and one of its specs: what `proxsync adopt
+/// --all-unverified` lists, for every spec that at least one guest claims with a marker that
+/// does not verify (a lost marker key, a marker from before signing, a copied or typed one)
+/// and that no record maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnverifiedClaim {
     pub spec: String,
     pub site: String,
     pub node: String,
+    pub kind: crate::guest::GuestKind,
     pub vmid: u32,
     pub name: Option<String>,
+    /// Why this guest claims the spec.
+    pub standing: Standing,
+    /// What tells it apart from another guest claiming the spec.
+    pub traits: GuestTraits,
 }
 
-/// Every [`UnverifiedClaim`] on the configured sites: one listing per site, then a config read
-/// for each VM carrying this install's tag or named as a spec's VM, one at a time. Reads only.
+/// How a guest claims a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Its marker does not verify, and no record maps it: only a person can confirm it.
+    Unverified,
+    /// Its marker verifies for its VMID with this install's key.
+    Verified,
+    /// The spec's record names it.
+    Recorded,
+}
+
+/// What tells one guest from another that claims the same spec, read from its config: what PVE
+/// made at random for it (a VM's smbios1 uuid, each NIC's MAC), its disks, and when it was
+/// made as far as its config says (qemu-server's `meta` ctime: written by a create; a clone
+/// keeps its template's). A person typing a marker into another guest's notes can copy none
+/// of these.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GuestTraits {
+    /// A VM's smbios1 uuid.
+    pub uuid: Option<String>,
+    /// Each NIC's MAC, `netN` order.
+    pub macs: Vec<String>,
+    /// Each disk as `slot=volume` with its size as PVE records it (no CD-ROM).
+    pub disks: Vec<String>,
+    /// The config's `meta` ctime, seconds since the epoch.
+    pub meta_ctime: Option<u64>,
+}
+
+impl GuestTraits {
+    /// The traits `cfg` shows of a guest of `kind`.
+    pub fn of(cfg: &crate::pve::types::VmConfig, kind: crate::guest::GuestKind) -> GuestTraits {
+        use crate::pve::values::{DriveValue, NetValue, prop_value};
+        let is_qemu = kind == crate::guest::GuestKind::Qemu;
+        let uuid = is_qemu
+            .then(|| cfg.get("smbios1").and_then(|s| prop_value(s, "uuid", None)))
+            .flatten()
+            .map(str::to_string);
+        let macs = (0..32)
+            .filter_map(|i| cfg.get(&format!("net{i}")))
+            .filter_map(|v| match kind {
+                crate::guest::GuestKind::Qemu => NetValue::parse(v).mac,
+                crate::guest::GuestKind::Lxc => prop_value(v, "hwaddr", None).map(str::to_string),
+            })
+            .map(|m| m.to_ascii_uppercase())
+            .collect();
+        let disk_key = |k: &str| {
+            let bus = k.trim_end_matches(|c: char| c.is_ascii_digit());
+            bus.len() < k.len()
+                && match kind {
+                    crate::guest::GuestKind::Qemu => {
+                        matches!(
+                            bus,
+                            "scsi" | "virtio" | "sata" | "ide" | "efidisk" | "tpmstate"
+                        )
+                    }
+                    crate::guest::GuestKind::Lxc => bus == "mp",
+                }
+                || (!is_qemu && k == "rootfs")
+        };
+        let disks = (cfg.values.iter())
+            .filter(|(k, _)| disk_key(k))
+            .map(|(k, v)| (k, DriveValue::parse(v)))
+            .filter(|(_, d)| !d.is_cdrom_or_cloudinit())
+            .map(|(k, d)| match d.get("size") {
+                Some(size) => format!("{k}={} ({size})", d.volume),
+                None => format!("{k}={}", d.volume),
+            })
+            .collect();
+        let meta_ctime = cfg
+            .get("meta")
+            .and_then(|m| prop_value(m, "ctime", None))
+            .and_then(|t| t.parse().ok());
+        GuestTraits {
+            uuid,
+            macs,
+            disks,
+            meta_ctime,
+        }
+    }
+
+    /// In words, for a person comparing two guests: `smbios1 uuid U; MACs M1, M2; disks D;
+    /// config meta ctime T`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(u) = &self.uuid {
+            parts.push(format!("smbios1 uuid {u}"));
+        }
+        if !self.macs.is_empty() {
+            parts.push(format!("MACs {}", self.macs.join(", ")));
+        }
+        if !self.disks.is_empty() {
+            parts.push(format!("disks {}", self.disks.join(", ")));
+        }
+        if let Some(t) = self.meta_ctime {
+            let when = crate::util::time::rfc3339_secs(i64::try_from(t).unwrap_or(i64::MAX));
+            parts.push(format!("config meta ctime {when}"));
+        }
+        if parts.is_empty() {
+            "its config shows no uuid, MAC or disk".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// The claims of [`unverified_claims`] split as `--all-unverified --yes` treats them:
+/// `single`, the specs one guest alone claims, with a marker that does not verify (each
+/// confirmed as `adopt NAME --vmid N` does); `contested`, the specs two or more guests claim
+/// (a guest can be given a spec's marker by anyone who may edit its notes), each with every
+/// claimant, which only a person's `adopt NAME --vmid N` settles.
+pub struct ClaimsBySpec {
+    pub single: Vec<UnverifiedClaim>,
+    pub contested: BTreeMap<String, Vec<UnverifiedClaim>>,
+}
+
+/// Splits `claims` (see [`ClaimsBySpec`]).
+pub fn claims_by_spec(claims: Vec<UnverifiedClaim>) -> ClaimsBySpec {
+    let mut by_spec: BTreeMap<String, Vec<UnverifiedClaim>> = BTreeMap::new();
+    for c in claims {
+        by_spec.entry(c.spec.clone()).or_default().push(c);
+    }
+    let mut out = ClaimsBySpec {
+        single: Vec::new(),
+        contested: BTreeMap::new(),
+    };
+    for (spec, mut claims) in by_spec {
+        match claims.as_slice() {
+            [one] if one.standing == Standing::Unverified => out.single.extend(claims.pop()),
+            [_] => {}
+            _ => {
+                out.contested.insert(spec, claims);
+            }
+        }
+    }
+    out.single
+        .sort_by(|a, b| (&a.site, a.vmid).cmp(&(&b.site, b.vmid)));
+    out
+}
+
+/// Every guest on the configured sites whose marker names this install and a spec of its site,
+/// for each spec that at least one of them claims with a marker that does not verify and no
+/// record maps ([`Standing::Unverified`]); the spec's other claimants (verified, or its
+/// record's guest) too, so that a spec two guests claim is never confirmed by `--yes`
+/// ([`claims_by_spec`]). One listing per site, then a config read for each guest carrying this
+/// install's tag or named as a spec's guest, one at a time. Reads only.
 pub async fn unverified_claims(
     config: &Config,
     specs: &SpecSet,
@@ -256,22 +405,38 @@ pub async fn unverified_claims(
             let Some(m) = cfg.description().and_then(Marker::parse) else {
                 continue;
             };
-            let claims = m.install == config.install_id
-                && ours.get(m.spec.as_str()).is_some_and(|s| s.site == name)
-                && !key.as_ref().is_some_and(|k| m.verifies(k, r.vmid))
-                && !recorded.contains(&(m.spec.as_str(), r.vmid));
-            if claims {
-                out.push(UnverifiedClaim {
-                    spec: m.spec.clone(),
-                    site: name.clone(),
-                    node: r.node.clone(),
-                    vmid: r.vmid,
-                    name: r.name.clone(),
-                });
+            if m.install != config.install_id
+                || ours.get(m.spec.as_str()).is_none_or(|s| s.site != name)
+            {
+                continue;
             }
+            let standing = if recorded.contains(&(m.spec.as_str(), r.vmid)) {
+                Standing::Recorded
+            } else if key.as_ref().is_some_and(|k| m.verifies(k, r.vmid)) {
+                Standing::Verified
+            } else {
+                Standing::Unverified
+            };
+            out.push(UnverifiedClaim {
+                spec: m.spec.clone(),
+                site: name.clone(),
+                node: r.node.clone(),
+                kind,
+                vmid: r.vmid,
+                name: r.name.clone(),
+                standing,
+                traits: GuestTraits::of(&cfg, kind),
+            });
         }
     }
-    out.sort_by(|a, b| (&a.site, a.vmid).cmp(&(&b.site, b.vmid)));
+    // Only the specs some guest claims unverified (a spec whose record maps another guest is
+    // refused by `adopt_by_hand` when confirmed).
+    let unverified: BTreeSet<String> = (out.iter())
+        .filter(|c| c.standing == Standing::Unverified)
+        .map(|c| c.spec.clone())
+        .collect();
+    out.retain(|c| unverified.contains(&c.spec));
+    out.sort_by(|a, b| (&a.site, &a.spec, a.vmid).cmp(&(&b.site, &b.spec, b.vmid)));
     Ok(out)
 }
 

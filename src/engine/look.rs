@@ -132,6 +132,11 @@ pub(super) async fn observe_all(
         // FNV: built each cycle with a VMID per record.
         let mut known = FnvHashSet::with_capacity_and_hasher(records.len(), Default::default());
         known.extend(records.iter().filter_map(|(_, r)| r.vmid()));
+        // A guest a create or clone of this install's token is making that no record explains
+        // (a lost database): held, never answered with a second one.
+        if let Some(token) = config.site(name).map(|s| s.token_id.as_str()) {
+            crate::observe::mark_in_making(view, &site.client, &known, token).await;
+        }
         // A VM named like a spec that is not the spec's recorded VM is read too (once, then
         // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
         // ownership tag only when converged). The names are gathered only if such a VM shows.

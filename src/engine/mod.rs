@@ -30,7 +30,10 @@ mod placement;
 mod plan_view;
 mod sites;
 
-pub use self::adopt::{UnverifiedClaim, adopt_by_hand, unverified_claims};
+pub use self::adopt::{
+    ClaimsBySpec, GuestTraits, Standing, UnverifiedClaim, adopt_by_hand, claims_by_spec,
+    unverified_claims,
+};
 use self::counts::*;
 use self::describe::log_planned;
 pub use self::describe::{describe, specs_by_name};
@@ -189,6 +192,26 @@ impl PlanBasis<'_> {
 }
 
 /// The names of specs.
+/// The sites where this install may keep seed images: a spec's there has `userData`, a record
+/// there recorded an upload, or this cycle removes a guest there (its seeds go with it, and an
+/// interrupted removal may have left some).
+fn seed_sites(
+    specs: &SpecSet,
+    records: &BTreeMap<String, SpecRecord>,
+    actions: &[Action],
+) -> BTreeSet<String> {
+    let specs = (specs.specs.iter())
+        .filter(|s| s.user_data.is_some())
+        .map(|s| s.site.clone());
+    let recorded = (records.values())
+        .filter(|r| r.volumes.as_ref().is_some_and(|v| !v.seeds.is_empty()))
+        .map(|r| r.site.clone());
+    let removing = (actions.iter())
+        .filter(|a| a.removes())
+        .filter_map(|a| a.site(records).map(str::to_string));
+    specs.chain(recorded).chain(removing).collect()
+}
+
 fn names(specs: &Specs) -> BTreeSet<String> {
     specs.iter().map(|s| s.name.clone()).collect()
 }
@@ -326,6 +349,9 @@ pub struct Engine {
     last_look: Option<LastLook>,
     /// The suspensions as the database holds them; read again when one is set or lifted.
     suspensions: Option<Arc<Suspensions>>,
+    /// Seed images of gone specs the sweep found a guest naming, kept while that guest is
+    /// listed (`execute::seeds::sweep`).
+    seeds_kept: crate::execute::seeds::SweepKept,
 }
 
 impl Engine {
@@ -371,6 +397,7 @@ impl Engine {
             idle: None,
             last_look: None,
             suspensions: None,
+            seeds_kept: Default::default(),
         })
     }
 
@@ -566,6 +593,8 @@ impl Engine {
         for action in &first.actions {
             log_planned(action);
         }
+        // Where this install's seed images may be, for the sweep after the actions.
+        let seed_sites = seed_sites(all_specs, &records, &first.actions);
 
         // After actions, look again, so status says what is true now. The first look's records
         // and views go to the actions and are dropped before the second look: held together
@@ -615,6 +644,17 @@ impl Engine {
             }
             (results, Some(after), views, records)
         };
+        if scope.is_none() {
+            self.sweep_seeds(
+                all_specs,
+                &invalid,
+                &records,
+                &views,
+                &seed_sites,
+                &suspensions,
+            )
+            .await;
+        }
         let report = self.write_status(
             specs,
             commit,
@@ -638,6 +678,48 @@ impl Engine {
             self.remember_idle(inputs, &report, now_ms);
         }
         Ok(report)
+    }
+
+    /// The seed sweep of a full cycle that planned (`execute::seeds::sweep`): this install's
+    /// seed images whose spec no source spec (valid or not, of any shard) or record names, on
+    /// `seed_sites`, unless a guest uses them. Not while the spec set is incomplete (a spec may
+    /// be unread), nothing is removed (an observing install, `suspend --all`) or the daemon
+    /// stops.
+    async fn sweep_seeds(
+        &mut self,
+        all_specs: &SpecSet,
+        invalid: &BTreeSet<String>,
+        records: &BTreeMap<String, SpecRecord>,
+        views: &BTreeMap<String, SiteView>,
+        seed_sites: &BTreeSet<String>,
+        suspensions: &Suspensions,
+    ) {
+        let removes_nothing = !all_specs.is_complete()
+            || self.config.reconcile.management_policy == crate::config::ManagementPolicy::Observe
+            || suspensions.contains_key(crate::store::SUSPEND_ALL)
+            || *self.shutdown.borrow();
+        if removes_nothing || seed_sites.is_empty() {
+            return;
+        }
+        let known_specs: BTreeSet<String> = (all_specs.specs.iter().map(|s| s.name.clone()))
+            .chain(invalid.iter().cloned())
+            .chain(records.keys().cloned())
+            .collect();
+        let input = crate::execute::seeds::SweepInput {
+            install_id: &self.config.install_id,
+            views,
+            known_specs: &known_specs,
+            seed_sites,
+            per_node: self.config.reconcile.max_parallel_per_node,
+            task_wait: self.task_wait,
+        };
+        let removed = crate::execute::seeds::sweep(&self.sites, &input, &mut self.seeds_kept).await;
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "seed sweep: removed seed images of specs that are gone"
+            );
+        }
     }
 
     /// The sites a cycle observes, and the views it keeps from the last look: every site, or
@@ -729,6 +811,7 @@ impl Engine {
             fresh_configs: fresh,
             vmid_cursors: Default::default(),
             clock: self.clock.clone(),
+            password_files: Arc::new(self.config.password_files()),
         });
         // What the actions write is read again after them, not every record.
         self.store.take_written();

@@ -54,7 +54,7 @@ pub(super) async fn send_create(
                 &desired_tags(ctx, spec),
             )?
             .checked("ostemplate", volume)?;
-            if let Some(password) = root_password(spec)? {
+            if let Some(password) = root_password(&ctx.password_files, spec)? {
                 params = params.secret("password", password.expose());
             }
             site.client.create_ct(&spec.node, vmid, &params).await
@@ -70,22 +70,22 @@ pub(super) async fn send_create(
 const MIN_PASSWORD_CHARS: usize = 5;
 
 /// The root password a container spec names (from its file or systemd credential), read
-/// right before the create; never logged, never kept. One PVE would refuse (shorter than
-/// [`MIN_PASSWORD_CHARS`]) is refused here, before any request, its length and never its text
-/// said.
-fn root_password(spec: &Spec) -> Result<Option<crate::config::Secret>, PveError> {
+/// right before the create; never logged, never kept. Only from where the config allows
+/// (`config::PasswordFiles`: a file in `container_password_dir`, never one of proxsync's own
+/// secrets, compared by identity). One PVE would refuse (shorter than [`MIN_PASSWORD_CHARS`])
+/// is refused here, before any request, its length and never its text said.
+fn root_password(
+    files: &crate::config::PasswordFiles,
+    spec: &Spec,
+) -> Result<Option<crate::config::Secret>, PveError> {
     let Some(source) = spec.container.as_ref().and_then(|c| c.password.as_ref()) else {
         return Ok(None);
     };
     let (read, from) = match source {
-        PasswordSource::File(path) => (
-            crate::config::read_credential(Some(std::path::Path::new(path)), "", "root password"),
-            format!("file {path}"),
-        ),
-        PasswordSource::Credential(name) => (
-            crate::config::read_credential(None, name, "root password"),
-            format!("credential {name}"),
-        ),
+        PasswordSource::File(path) => (files.read(path), format!("file {path}")),
+        PasswordSource::Credential(name) => {
+            (files.read_credential(name), format!("credential {name}"))
+        }
     };
     let setup = |why: String| {
         PveError::Setup(format!(
@@ -558,6 +558,18 @@ async fn mount_points(
 mod tests {
     use super::*;
 
+    /// The rules of a config allowing password files in `dir`.
+    fn allowing(dir: &std::path::Path) -> crate::config::PasswordFiles {
+        let text = format!(
+            "container_password_dir = \"{}\"\nstate_dir = \"{}\"\n\n[source]\npath = \"/srv/git/vms.git\"\n\n[[site]]\nname = \"s\"\nendpoint = \"https://pve.example:8006\"\ntoken_id = \"u@pve!t\"\n",
+            dir.display(),
+            dir.join("state").display()
+        );
+        let config = crate::config::Config::parse(&dir.join("proxsync.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        config.password_files()
+    }
+
     fn spec_reading(path: &std::path::Path) -> Spec {
         let yaml = format!(
             "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\nspec:\n  \
@@ -577,14 +589,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ct-root");
         std::fs::write(&path, "abcd\n").unwrap();
-        let why = root_password(&spec_reading(&path)).unwrap_err().to_string();
+        let why = root_password(&allowing(dir.path()), &spec_reading(&path))
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("has 4 characters") && why.contains("at least 5"),
             "{why}"
         );
         assert!(!why.contains("abcd"), "{why}");
         std::fs::write(&path, "abcde\n").unwrap();
-        let ok = root_password(&spec_reading(&path)).unwrap().unwrap();
+        let ok = root_password(&allowing(dir.path()), &spec_reading(&path))
+            .unwrap()
+            .unwrap();
         assert_eq!(ok.expose(), "abcde");
     }
 }

@@ -87,7 +87,8 @@ async fn converge_vm(
         if allocates_volume(&params) {
             // A new EFI or TPM volume: PVE allocates it while it answers, which on slow storage
             // outlasts pveproxy's 30 s forward (596, an unknown outcome); the asynchronous
-            // `POST` does it in a task (PVE-BEHAVIOUR.md, "Proxy answers").
+            // `POST` does it in a task (tests/it/client/fake_fidelity.rs, "slow volume
+            // allocation").
             if let Some(upid) = client
                 .set_config_async(node, vmid, &params, cfg.digest())
                 .await?

@@ -5,7 +5,7 @@
 //! resource on PVE 9 never takes a person's rule with it (`purge=0`).
 
 use crate::category::Category;
-use crate::gate::ha::{affinity_id, affinity_mark, may_change, may_remove};
+use crate::gate::ha::{affinity_id, affinity_mark, may_change, may_remove, may_remove_resource};
 use crate::gate::identity::VerifiedMarker;
 use crate::guest::GuestKind;
 use crate::pve::Pve;
@@ -41,9 +41,11 @@ pub(super) async fn converge_ha(
             drop_affinity(client, kind, ours, &spec.name, &mark, now_ms, rec).await?;
         }
         if client.ha_resource(guest, vmid).await?.is_some() {
+            let permit = may_remove_resource(ours, guest, rec.ha_applied)
+                .map_err(|why| fail(Category::Conflict, why))?;
             tracing::info!(spec = %spec.name, vmid, "removing the HA resource (ha removed from the spec)");
             client
-                .remove_ha_resource(guest, vmid, kind == AffinityKind::Rule)
+                .remove_ha_resource(guest, vmid, kind == AffinityKind::Rule, &permit)
                 .await?;
         }
         if kind == AffinityKind::Group {

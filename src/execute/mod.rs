@@ -31,6 +31,7 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
+pub mod seeds;
 #[cfg(test)]
 mod tests;
 mod vm;
@@ -285,6 +286,8 @@ pub struct ExecCtx<P = Client> {
     pub vmid_cursors: VmidCursors,
     /// The wall clock: intents, task records, reboots and backoff deadlines are stamped with it.
     pub clock: Clock,
+    /// Where a container's root password may be read from (`config::PasswordFiles`).
+    pub password_files: Arc<crate::config::PasswordFiles>,
 }
 
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An

@@ -10,12 +10,11 @@ use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::store::{SpecRecord, VmState};
 
-use super::cloud_init::remove_old_seeds;
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
+use super::seeds::{after_delete, seed_storages};
 use super::vm::{Own, Whose, check_lock, own_config, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
-use crate::render::cloud_init::seed_slots;
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.
@@ -148,10 +147,8 @@ pub(super) async fn remove(
             &cfg,
         )
         .await?;
-        let seeds: Vec<String> = seed_slots(&cfg, &ctx.install_id, spec_name)
-            .into_iter()
-            .filter_map(|(_, v)| v.split_once(':').map(|(s, _)| s.to_string()))
-            .collect();
+        // Where its seed images are: they hold its user data, and go with it.
+        let seeds = seed_storages(Some(&cfg), &ctx.install_id, spec_name, Some(rec));
         let permit = permit::remove(&ours, spec_name, false).map_err(conflict)?;
         let upid = client
             .delete_vm(node, kind, vmid, true, true, &permit)
@@ -171,11 +168,10 @@ pub(super) async fn remove(
                 upid: upid.to_string(),
             }),
             _ => {
+                // The VM's seed images go with it (best effort; before the record, so that a
+                // kill in between finds them again from the record).
+                after_delete(ctx, site_name, node, spec_name, vmid, &seeds).await;
                 ctx.store.remove(spec_name)?;
-                // The VM's seed images go with it (best effort).
-                for storage in seeds {
-                    remove_old_seeds(ctx, client, node, &storage, &ours, &[]).await;
-                }
                 Ok(Outcome::Done)
             }
         }
@@ -303,17 +299,24 @@ pub(super) async fn delete_in_flight(
     rec: &mut SpecRecord,
 ) -> Result<Option<Outcome>, ActionError> {
     let VmState::Deleting {
-        task: Some(upid), ..
+        vmid,
+        node,
+        task: Some(upid),
     } = &rec.vm
     else {
         return Ok(None);
     };
-    let upid = upid.clone();
+    let (vmid, node, upid) = (*vmid, node.clone(), upid.clone());
     match wait(ctx, client, &upid, rec).await {
         Ok(TaskOutcome::StillRunning) => Ok(Some(Outcome::StillRunning {
             upid: upid.to_string(),
         })),
         Ok(_) => {
+            // A delete resumed after a restart: its seed images, as the record knows them,
+            // go with the VM.
+            let seeds = seed_storages(None, &ctx.install_id, spec_name, Some(rec));
+            let site = rec.site.clone();
+            after_delete(ctx, &site, &node, spec_name, vmid, &seeds).await;
             ctx.store.remove(spec_name)?;
             Ok(Some(Outcome::Done))
         }
@@ -333,7 +336,13 @@ pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecR
     if let (Some(vmid), Some(site)) = (rec.vm.made_vmid().filter(|id| !listed(*id)), site) {
         let taken = site.client.vmid_is_free(vmid).await.map(|free| !free);
         match taken {
-            Ok(false) => {}
+            Ok(false) => {
+                // Gone (deleted by hand, say): its seed images, as the record knows them, go.
+                if let Some(node) = rec.vm.node() {
+                    let seeds = seed_storages(None, &ctx.install_id, spec_name, Some(rec));
+                    after_delete(ctx, &rec.site, node, spec_name, vmid, &seeds).await;
+                }
+            }
             Ok(true) => {
                 return Outcome::Failed(fail(
                     Category::Conflict,
@@ -369,9 +378,13 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
         let cfg = client.vm_config(node, kind, vmid).await?;
         // This install's tag and a marker whose MAC verifies for this VMID (no record vouches
         // for an orphan): the gate's permit, or nothing is deleted.
+        let mut spec = String::new();
         let permit = verified(ctx, &checked, &cfg, kind, vmid, None, None)
             .map_err(|why| why.0)
-            .and_then(|ours| permit::delete_orphan(&ours, &cfg.tags()))
+            .and_then(|ours| {
+                spec = ours.spec().to_string();
+                permit::delete_orphan(&ours, &cfg.tags())
+            })
             .map_err(|why| {
                 fail(
                     Category::Conflict,
@@ -397,6 +410,8 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             node,
             "deleting a stopped orphan past its grace period"
         );
+        // Its seed images (of the spec its marker names) go with it.
+        let seeds = seed_storages(Some(&cfg), &ctx.install_id, &spec, None);
         let upid = client
             .delete_vm(node, kind, vmid, true, true, &permit)
             .await?;
@@ -405,7 +420,10 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             TaskOutcome::StillRunning => Ok(Outcome::StillRunning {
                 upid: upid.to_string(),
             }),
-            _ => Ok(Outcome::Done),
+            _ => {
+                after_delete(ctx, site_name, node, &spec, vmid, &seeds).await;
+                Ok(Outcome::Done)
+            }
         }
     }
     .await;

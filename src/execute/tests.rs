@@ -142,6 +142,7 @@ impl World {
             fresh_configs: Default::default(),
             clock: self.clock.clone(),
             vmid_cursors: Default::default(),
+            password_files: Default::default(),
         }
     }
 

@@ -66,6 +66,29 @@ pub fn may_remove(
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
+/// Whether proxsync may remove guest `vm`'s HA resource (`vm:N`, `ct:N`, of `kind`): the
+/// guest is this install's (its verified marker) and the spec's record says proxsync added the
+/// resource (`applied`: `SpecRecord::ha_applied`); one a person added is left alone.
+pub fn may_remove_resource(
+    vm: &VerifiedMarker,
+    kind: crate::guest::GuestKind,
+    applied: bool,
+) -> Result<Permit, String> {
+    own(vm)?;
+    let sid = kind.ha_sid(vm.vmid());
+    if !applied {
+        return Err(format!(
+            "the HA resource {sid} is not recorded as added by proxsync for this spec: left to a \
+             person"
+        ));
+    }
+    Ok(Permit::new(
+        vm.site(),
+        vm.vmid(),
+        Act::RemoveHaResource { sid },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +147,23 @@ mod tests {
             }
         );
         assert!(may_remove(&vm, rule, "proxsync-vm100", None, Some(&mark), &mark).is_err());
+        // The resource: only one proxsync added, and only the guest's own.
+        let qemu = crate::guest::GuestKind::Qemu;
+        let resource = may_remove_resource(&vm, qemu, true).unwrap();
+        assert_eq!(
+            (resource.vmid(), resource.act()),
+            (
+                100,
+                &Act::RemoveHaResource {
+                    sid: "vm:100".into()
+                }
+            )
+        );
+        assert!(
+            may_remove_resource(&vm, qemu, false)
+                .unwrap_err()
+                .contains("left to a person")
+        );
         assert!(
             may_remove(
                 &vm,

@@ -3,11 +3,11 @@
 //! A [`Permit`] allows one act on one VM of one site: a delete of the VM, a release or a
 //! hand-over (the ownership tag removed), a take-over, a re-label or a re-signing (a marker
 //! written), a detach or a destroy of a drive, the attach of a seed image, the delete of a seed
-//! image, the removal of an HA group or rule. It has no public constructor and cannot be
+//! image, the removal of an HA resource, group or rule. It has no public constructor and cannot be
 //! cloned: only the gate's decision functions make one, each from verified evidence (a
 //! [`VerifiedMarker`], which needs a [`SiteChecked`]; the recorded volumes; the HA mark). The
 //! calls that act take one: `Pve::delete_vm`, `Pve::delete_volume` and
-//! `Pve::remove_ha_affinity` a `&Permit`, and a config write carries the permits of its guarded
+//! `Pve::remove_ha_affinity` and `Pve::remove_ha_resource` a `&Permit`, and a config write carries the permits of its guarded
 //! edits inside its `VmParams` (its builders `detach`, `destroy_drive`, `marker`, `release`,
 //! `drop_ownership`, `attach_seed` take one). [`check_write`] is the backstop every config write
 //! passes in the client (and the unit tests' fake): a guarded edit without a matching permit is
@@ -28,7 +28,7 @@ use crate::guest::GuestKind;
 use crate::ownership::{Marker, ownership_tag};
 pub use crate::pve::permit::{
     Act, Grant, MarkerId, Permit, check_delete_vm, check_delete_volume, check_remove_affinity,
-    check_write,
+    check_remove_ha_resource, check_write,
 };
 
 // ---- the acts on a VM of this install, from its verified marker ----

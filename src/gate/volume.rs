@@ -12,12 +12,17 @@
 //! - PVE refuses to remove any drive of a protected VM, and the VM itself ([`drive_removal`],
 //!   [`vm_delete`]).
 //!
+//! - A seed image goes once no guest uses it ([`seed_unused`]): after its spec's guest was
+//!   deleted, or (a sweep) once its spec is gone too; never while a guest's config names it.
+//!
 //! The permits of these acts ([`super::permit`]) are made here, on the VM's verified marker:
 //! [`seed_attach`], [`seed_delete`], [`destroy_drive`], [`detach`] and
-//! [`cloudinit_drive_removal`].
+//! [`cloudinit_drive_removal`]; and on a checked site alone, for a seed no guest uses:
+//! [`seed_unused`].
 
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
+use super::site::SiteChecked;
 use crate::guest::GuestKind;
 use crate::pve::types::StorageVolume;
 use crate::store::{DestroyState, DiskDestroy, SeedUpload};
@@ -495,6 +500,72 @@ pub fn seed_delete(vm: &VerifiedMarker, volid: &str, in_use: &[String]) -> Resul
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
+/// What is known of a seed image whose spec's guest is gone, or that no guest is known to use:
+/// see [`seed_unused`].
+#[derive(Debug, Clone, Copy)]
+pub struct SeedUnused<'a> {
+    /// The seed volume (`local:iso/proxsync.<install>.<spec>.<hash>.iso`).
+    pub volid: &'a str,
+    /// This install.
+    pub install: &'a str,
+    /// The spec whose seeds may go: the deleted guest's, or (a sweep) the volume's own.
+    pub spec: &'a str,
+    /// The guests of the site whose config, read now (its pending values too), names the volume.
+    pub named_by: &'a [u32],
+    /// The guests of the site that may use the spec's seeds (their marker, of any install, names
+    /// the spec; or it cannot be read; or a create of this install's token is making them) and
+    /// whose config could not be read now.
+    pub unread: &'a [u32],
+    /// The deleted guest (its delete task ended, or PVE says its VMID is free); `None` for a
+    /// sweep, which also needs `spec_gone`.
+    pub gone: Option<u32>,
+    /// For a sweep: no spec of the source (valid or not, of any shard) and no record has the
+    /// seed's spec's name, so no guest of this install is its any more.
+    pub spec_gone: bool,
+}
+
+/// The permit to delete seed image `volid` once no guest uses it, on a checked site: a seed of
+/// this install and of `spec` (by its name, which only proxsync writes), named by no guest's
+/// config read now and with no guest that may use the spec's seeds left unread; and either the
+/// spec's guest is gone (its delete ended: `gone`), or, for a sweep, the spec is gone too. The
+/// permit names no VM when it is a sweep's (VMID 0: PVE's VMIDs start at 100). The seed holds
+/// the guest's user data (with SOPS, the decrypted secret): it goes with the guest.
+pub fn seed_unused(site: &SiteChecked, s: SeedUnused<'_>) -> Result<Permit, String> {
+    match crate::cloudinit::parse_seed_file_name(s.volid) {
+        Some((install, spec, _)) if install == s.install && spec == s.spec => {}
+        _ => {
+            return Err(format!(
+                "{} is not a seed image of spec {} of install {}: not deleted",
+                s.volid, s.spec, s.install
+            ));
+        }
+    }
+    if let Some(vmid) = s.named_by.first() {
+        return Err(format!(
+            "guest {vmid} names the seed image {}: not deleted",
+            s.volid
+        ));
+    }
+    if let Some(vmid) = s.unread.first() {
+        return Err(format!(
+            "guest {vmid} may use spec {}'s seed images and its config could not be read: {} is \
+             not deleted",
+            s.spec, s.volid
+        ));
+    }
+    if s.gone.is_none() && !s.spec_gone {
+        return Err(format!(
+            "spec {} still exists (or its record does): its own converge removes the seed \
+             images it no longer uses, not a sweep; {} is not deleted",
+            s.spec, s.volid
+        ));
+    }
+    let act = Act::DeleteVolume {
+        volume: s.volid.to_string(),
+    };
+    Ok(Permit::new(site.site(), s.gone.unwrap_or(0), act))
+}
+
 /// What a delete of a guest does about its `protection` flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteProtection {
@@ -553,6 +624,69 @@ mod tests {
             volid: SEED.into(),
             size: 51200,
             ctime: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn a_seed_goes_only_once_no_guest_uses_it() {
+        let site = crate::gate::site::tests::checked("lab");
+        let gone = SeedUnused {
+            volid: SEED,
+            install: "main",
+            spec: "web-01",
+            named_by: &[],
+            unread: &[],
+            gone: Some(105),
+            spec_gone: false,
+        };
+        let permit = seed_unused(&site, gone).expect("the deleted guest's seed");
+        assert_eq!((permit.site(), permit.vmid()), ("lab", 105));
+        assert!(matches!(permit.act(), Act::DeleteVolume { volume } if volume == SEED));
+        // A sweep: only once the spec is gone too.
+        let swept = SeedUnused { gone: None, ..gone };
+        assert!(
+            seed_unused(&site, swept)
+                .unwrap_err()
+                .contains("still exists")
+        );
+        let permit = seed_unused(
+            &site,
+            SeedUnused {
+                spec_gone: true,
+                ..swept
+            },
+        )
+        .expect("a gone spec's seed");
+        assert_eq!(permit.vmid(), 0);
+        // Another guest names it (a copy of the VM keeps its CD-ROM), or may and cannot be read.
+        let named = SeedUnused {
+            named_by: &[201],
+            ..gone
+        };
+        assert!(
+            seed_unused(&site, named)
+                .unwrap_err()
+                .contains("guest 201 names")
+        );
+        let unread = SeedUnused {
+            unread: &[201],
+            ..gone
+        };
+        assert!(
+            seed_unused(&site, unread)
+                .unwrap_err()
+                .contains("could not be read")
+        );
+        // Only this install's seeds of that spec: another install's, another spec's, any file.
+        for volid in [
+            "local:iso/proxsync.other.web-01.0123456789ab.iso",
+            "local:iso/proxsync.main.web-02.0123456789ab.iso",
+            "local:iso/debian-12.iso",
+        ] {
+            assert!(
+                seed_unused(&site, SeedUnused { volid, ..gone }).is_err(),
+                "{volid}"
+            );
         }
     }
 

@@ -229,6 +229,7 @@ mod tests {
             marker: None,
             marker_read: true,
             marker_verified: true,
+            making: None,
         };
         let rec = SpecRecord {
             applied_hash: Some(spec_hash(spec)),

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 use super::PlanInput;
-use crate::observe::{ObservedVm, SiteView};
+use crate::guest::GuestKind;
+use crate::observe::{Making, ObservedVm, SiteView};
 
 /// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
 /// number of specs and VMs. Hash maps: only looked up, never walked in order, and string
@@ -19,6 +20,13 @@ pub(super) struct SiteIndex<'a> {
     /// created as usual.
     pub(super) unread_by_name: FnvHashMap<&'a str, u32>,
     pub(super) unread_tagged_nameless: FnvHashMap<&'a str, u32>,
+    /// Guests a create of this install's token is making, which no record explains
+    /// (`ObservedVm::making`), by kind and node (the lowest VMID); and those a clone (or a task
+    /// listing that could not be read) is making, by kind alone: a clone is listed on its
+    /// template's node until its task ends. A spec of that kind (on that node) without a guest
+    /// waits for them: its guest may be among them, its marker written when the task ends.
+    pub(super) making_on_node: FnvHashMap<(GuestKind, &'a str), u32>,
+    pub(super) making_anywhere: FnvHashMap<GuestKind, u32>,
     /// VMs whose marker names this install but does not verify, by the spec it claims (the
     /// lowest VMID): a copy, a typed marker, or a lost marker key.
     pub(super) unverified_by_spec: FnvHashMap<&'a str, u32>,
@@ -42,6 +50,8 @@ impl<'a> SiteIndex<'a> {
             by_marker: FnvHashMap::default(),
             unread_by_name: FnvHashMap::default(),
             unread_tagged_nameless: FnvHashMap::default(),
+            making_on_node: FnvHashMap::default(),
+            making_anywhere: FnvHashMap::default(),
             unverified_by_spec: FnvHashMap::default(),
             unmarked_tagged_by_name: FnvHashMap::default(),
             other_install_by_spec: FnvHashMap::default(),
@@ -71,6 +81,19 @@ impl<'a> SiteIndex<'a> {
             {
                 let entry = index.unmarked_tagged_by_name.entry(name).or_insert(vm.vmid);
                 *entry = (*entry).min(vm.vmid);
+            }
+            match vm.making {
+                Some(Making::Create) => {
+                    let entry = (index.making_on_node)
+                        .entry((vm.kind, vm.node.as_str()))
+                        .or_insert(vm.vmid);
+                    *entry = (*entry).min(vm.vmid);
+                }
+                Some(Making::Clone | Making::Unread) => {
+                    let entry = index.making_anywhere.entry(vm.kind).or_insert(vm.vmid);
+                    *entry = (*entry).min(vm.vmid);
+                }
+                None => {}
             }
             if !vm.marker_read && !known.contains(&vm.vmid) {
                 match vm.name.as_deref() {

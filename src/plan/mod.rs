@@ -2,7 +2,7 @@
 //! actions of this cycle and a verdict per spec. No I/O, no clock: time is passed in, so the
 //! same inputs always give the same plan, and the planner is tested without any network.
 //!
-//! Rules (PRODUCT.md §3-4):
+//! Rules (docs/concepts.md, "How reconciling works"):
 //! - A VM is touched only if it is owned: this install's tag and marker, or known by VMID
 //!   from the state (whose marker is re-verified by `execute` before anything destructive).
 //! - A spec whose VM is missing gets a create, unless a VM with its marker exists (adopt) or a
@@ -266,6 +266,11 @@ pub enum Verdict {
     SiteIdentityChanged { message: String },
     /// The VM is listed but its state is unknown (node offline, just created): not judged.
     Unknown { vmid: u32 },
+    /// No guest of the spec is known, and a create or clone this install's token started is
+    /// making guest `vmid`, which no record explains (the state database was lost while it
+    /// ran): it may be the spec's, so nothing is created until its task ends and its marker
+    /// can be read (`observe::mark_in_making`).
+    BeingMade { vmid: u32 },
     /// No guest of the spec is listed, and the site's listing has entries that could not be
     /// read (`SiteView::incomplete`): the guest may be among them, so none is created this
     /// cycle. `why` names the entries.

@@ -421,6 +421,18 @@ fn create(
     backoff: Option<u64>,
     actions: &mut Vec<Action>,
 ) -> Verdict {
+    // A guest a create or clone of this install's token is making, which no record explains
+    // (the state database was lost while the task ran): it holds only its lock until the task
+    // ends and may be this spec's. Wait, then judge it by its marker; never a second one.
+    let making = index.and_then(|i| {
+        i.making_on_node
+            .get(&(spec.kind, spec.node.as_str()))
+            .or_else(|| i.making_anywhere.get(&spec.kind))
+            .copied()
+    });
+    if let Some(vmid) = making {
+        return Verdict::BeingMade { vmid };
+    }
     // A VM that may be this spec's (its name, or tagged and nameless on its node) whose
     // marker could not be read: creating now could make a second one. Wait until it is read.
     let unread = index.and_then(|i| {

@@ -225,8 +225,15 @@ pve_calls! {
         params: &HaParams,
         digest: Option<&str>,
     ) -> ();
-    /// `DELETE /cluster/ha/resources/{vm|ct}:N` (`purge=0` with `keep_rules`).
-    fn remove_ha_resource(&self, kind: GuestKind, vmid: u32, keep_rules: bool) -> ();
+    /// `DELETE /cluster/ha/resources/{vm|ct}:N` (`purge=0` with `keep_rules`), with the gate's
+    /// permit.
+    fn remove_ha_resource(
+        &self,
+        kind: GuestKind,
+        vmid: u32,
+        keep_rules: bool,
+        permit: &Permit,
+    ) -> ();
     /// `GET /cluster/ha/groups/{id}` or `.../rules/{id}`.
     fn ha_affinity(&self, kind: AffinityKind, id: &str) -> Option<HaAffinity>;
     /// `POST /cluster/ha/groups` or `.../rules`.

@@ -106,8 +106,8 @@ impl Error {
         matches!(self, Error::Api { status: 400, errors, .. } if errors.contains_key(name))
     }
 
-    /// The category of PRODUCT.md §4 this failure belongs to: by the HTTP status, else by
-    /// PVE's words (`pve::texts`).
+    /// The category (docs/status.md, "Conditions") this failure belongs to: by the HTTP status,
+    /// else by PVE's words (`pve::texts`).
     pub fn category(&self) -> Category {
         let by_text = || self.meaning().and_then(Meaning::category);
         match self {

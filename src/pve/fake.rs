@@ -2,7 +2,7 @@
 //! Python). Small on purpose: VMs (node, config, power), tasks that end at once, when the test
 //! says, or fail, faults on the next call of a method, and a log of every call.
 //!
-//! Where proxsync depends on it, it behaves as PVE does (shared/design/PVE-BEHAVIOUR.md):
+//! Where proxsync depends on it, it behaves as PVE does:
 //! - a create's config holds only `lock: create`, a clone's only `lock: clone` and the
 //!   `# qmclone temporary file` comment, until the task ends; name, description and tags come
 //!   with the task's end. A clone's task is `qmclone` naming the **template**, on the
@@ -50,7 +50,9 @@ use super::types::{
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
-use crate::pve::permit::{Permit, check_delete_vm, check_delete_volume, check_remove_affinity};
+use crate::pve::permit::{
+    Permit, check_delete_vm, check_delete_volume, check_remove_affinity, check_remove_ha_resource,
+};
 use crate::util::clock::Clock;
 
 /// A VM as the fake holds it.
@@ -856,6 +858,7 @@ impl State {
                 kind: Some(t.upid.kind.clone()),
                 id: Some(t.upid.id.clone()),
                 user: Some(t.upid.user.clone()),
+                tokenid: None,
                 status: Some("RUNNING".into()),
                 // pve-manager `PVE/API2/Tasks.pm` `node_tasks`: each entry is the decoded UPID
                 // (`PVE::Tools::upid_decode`), its `starttime` the UPID's.
@@ -1768,8 +1771,12 @@ impl Pve for FakePve {
         kind: GuestKind,
         vmid: u32,
         keep_rules: bool,
+        permit: &Permit,
     ) -> Result<(), Error> {
         let what = format!("{} {keep_rules}", kind.ha_sid(vmid));
+        let check =
+            check_remove_ha_resource(&kind.ha_sid(vmid), permit).map_err(Error::NotPermitted);
+        self.permitted("remove_ha_resource", &what, check)?;
         self.call("remove_ha_resource", what, |s| {
             s.ha.remove(&vmid);
             Ok(())

@@ -116,14 +116,19 @@ impl Client {
     /// With `keep_rules` (PVE 9), `purge=0`: pve-ha-manager 5.0.7+ otherwise removes the
     /// resource from every rule and deletes a rule it was the only resource of (`purge`
     /// defaults to 1), an admin's included. A release before 5.0.7 has no `purge` (and purges
-    /// nothing): its 400 naming `purge` executed nothing, so the plain DELETE follows.
+    /// nothing): its 400 naming `purge` executed nothing, so the plain DELETE follows. Only
+    /// with the gate's permit for it (`gate::ha::may_remove_resource`); refused before sending
+    /// otherwise.
     pub async fn remove_ha_resource(
         &self,
         kind: GuestKind,
         vmid: u32,
         keep_rules: bool,
+        permit: &crate::pve::permit::Permit,
     ) -> Result<(), Error> {
-        let path = format!("/cluster/ha/resources/{}", kind.ha_sid(vmid));
+        let sid = kind.ha_sid(vmid);
+        crate::pve::permit::check_remove_ha_resource(&sid, permit).map_err(Error::NotPermitted)?;
+        let path = format!("/cluster/ha/resources/{sid}");
         if keep_rules {
             match self
                 .delete::<serde_json::Value>(&path, &[("purge", "0".to_string())])

@@ -63,6 +63,8 @@ pub enum Act {
     DeleteVolume { volume: String },
     /// Remove the HA group or rule `id` made for the VM.
     RemoveAffinity { id: String },
+    /// Remove the VM's HA resource `sid` (`vm:N`, `ct:N`), which proxsync added for it.
+    RemoveHaResource { sid: String },
 }
 
 impl Act {
@@ -296,6 +298,18 @@ pub fn check_delete_volume(volume: &str, permit: &Permit) -> Result<(), String> 
     Err(format!(
         "deleting volume {volume} needs the gate's permit for that delete; the one given is \
          {:?}: nothing was sent",
+        permit.act()
+    ))
+}
+
+/// Whether `permit` allows removing the HA resource `sid` (`vm:N`, `ct:N`).
+pub fn check_remove_ha_resource(sid: &str, permit: &Permit) -> Result<(), String> {
+    if matches!(permit.act(), Act::RemoveHaResource { sid: s } if s == sid) {
+        return Ok(());
+    }
+    Err(format!(
+        "removing the HA resource {sid} needs the gate's permit for it; the one given is {:?}: \
+         nothing was sent",
         permit.act()
     ))
 }

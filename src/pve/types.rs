@@ -732,8 +732,12 @@ pub struct TaskListEntry {
     pub kind: Option<String>,
     #[serde(default)]
     pub id: Option<String>,
+    /// Who started it: `user@realm!tokenid` for a token's running task in PVE's active
+    /// listing, `user@realm` with the token in `tokenid` in its archive.
     #[serde(default)]
     pub user: Option<String>,
+    #[serde(default)]
+    pub tokenid: Option<String>,
     /// `RUNNING` in PVE's active listing (absent in some fakes and old releases); the exit
     /// status once stopped.
     #[serde(default)]
@@ -762,6 +766,20 @@ impl TaskListEntry {
                 .ok()
                 .map(|u| u.kind.clone())
         })
+    }
+
+    /// Whether API token `token_id` (`user@realm!tokenid`) started the task: as the listing
+    /// says (either of PVE's shapes), else as its UPID says.
+    pub fn started_by(&self, token_id: &str) -> bool {
+        let user = match (&self.user, &self.tokenid) {
+            (Some(u), Some(t)) if !t.is_empty() && !u.contains('!') => format!("{u}!{t}"),
+            (Some(u), _) => u.clone(),
+            (None, _) => match self.upid.parse::<crate::pve::Upid>() {
+                Ok(u) => u.user,
+                Err(_) => return false,
+            },
+        };
+        user == token_id
     }
 
     /// The id the task names (a VMID, empty for a multi-guest backup), from the listing or
@@ -856,6 +874,28 @@ pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_task_is_a_tokens_in_either_of_pves_shapes() {
+        let entry = |user: Option<&str>, tokenid: Option<&str>| TaskListEntry {
+            upid: "UPID:pve1:0000A1B2:00000001:65000000:vzcreate:100:ops@pve!proxsync:".into(),
+            kind: None,
+            id: None,
+            user: user.map(str::to_string),
+            tokenid: tokenid.map(str::to_string),
+            status: None,
+            starttime: None,
+            endtime: None,
+        };
+        let token = "ops@pve!proxsync";
+        // The active listing keeps the UPID's user; the archive splits off the token.
+        assert!(entry(Some(token), None).started_by(token));
+        assert!(entry(Some("ops@pve"), Some("proxsync")).started_by(token));
+        assert!(entry(None, None).started_by(token));
+        assert!(!entry(Some("ops@pve"), None).started_by(token));
+        assert!(!entry(Some("ops@pve!other"), None).started_by(token));
+        assert!(!entry(Some("root@pam"), Some("proxsync")).started_by(token));
+    }
+
     use super::*;
 
     #[test]

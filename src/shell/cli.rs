@@ -58,7 +58,9 @@ In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- 
 Examples:
   proxsync doctor --config /etc/proxsync/proxsync.toml
   proxsync doctor --config proxsync.toml --specs specs/   also check the storages, bridges
-                                                          and images these specs name")]
+                                                          and images these specs name
+  proxsync doctor --config proxsync.toml --exercise       make, clone, resize, start, stop and
+                                                          delete a throwaway VM and container")]
     Doctor {
         /// Spec files or directories whose storages, bridges and images to check (default: the
         /// specs of the configured source).
@@ -139,7 +141,8 @@ Examples:
   proxsync adopt web-01 --vmid 105       VM 105 (carrying web-01's proxsync-id line) is web-01's
   proxsync adopt --all-unverified        list every VM whose marker names this install and a spec
                                          but does not verify (after a lost marker.key)
-  proxsync adopt --all-unverified --yes  confirm them all")]
+  proxsync adopt --all-unverified --yes  confirm each spec one guest alone claims (a spec two
+                                         guests claim is listed, never confirmed)")]
     Adopt {
         /// The spec (metadata.name).
         #[arg(required_unless_present = "all_unverified", requires = "vmid")]
@@ -151,7 +154,9 @@ Examples:
         /// and that no record maps (listed only, unless --yes).
         #[arg(long, conflicts_with_all = ["name", "vmid"])]
         all_unverified: bool,
-        /// With --all-unverified: confirm every VM listed.
+        /// With --all-unverified: confirm each spec one guest alone claims; a spec two or more
+        /// guests claim is listed with what tells them apart and never confirmed (`adopt NAME
+        /// --vmid N`).
         #[arg(long, requires = "all_unverified")]
         yes: bool,
     },
@@ -539,6 +544,41 @@ fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'sta
     .delimited(" ")
 }
 
+/// `validate --config`'s checks of the specs against the config: each spec's site is a
+/// configured one, a container's password file is where the config allows it, and what a
+/// site's PVE release refuses. A spec failing one is not counted as valid.
+fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
+    let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
+    let unknown_site = spec::check_sites(&set.specs, &sites);
+    // A spec naming no configured site is not valid for this config: not counted as such.
+    let names: std::collections::BTreeSet<&str> = unknown_site
+        .iter()
+        .filter_map(|d| d.spec.as_deref())
+        .collect();
+    let names: std::collections::BTreeSet<String> = names.into_iter().map(str::to_string).collect();
+    set.specs.retain(|s| !names.contains(&s.name));
+    set.diagnostics.extend(unknown_site);
+    // A container's root password only from where the config allows it.
+    let passwords = config.password_files();
+    let refused =
+        crate::spec::check_password_files(&set.specs, |path| passwords.check(path, false));
+    let names: std::collections::BTreeSet<String> =
+        (refused.iter()).filter_map(|d| d.spec.clone()).collect();
+    set.specs.retain(|s| !names.contains(&s.name));
+    set.diagnostics.extend(refused);
+    // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
+    // hold such a field.
+    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        set.diagnostics
+            .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
+                config, &set.specs,
+            )));
+    }
+}
+
 fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
     let paths = if paths.is_empty() {
         vec![PathBuf::from(".")]
@@ -571,30 +611,12 @@ fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> ExitCode {
         Some(k) => spec::Secrets::Decrypt(k),
         None => spec::Secrets::StructureOnly,
     };
-    let mut set = spec::load_paths_with(&paths, secrets);
+    // `[source] max_specs` of the config, else its default: never expanded past it.
+    let max_specs =
+        (config.as_ref()).map_or(crate::config::DEFAULT_MAX_SPECS, |c| c.source.max_specs);
+    let mut set = spec::load_paths_capped(&paths, secrets, max_specs);
     if let Some(config) = &config {
-        let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
-        let unknown_site = spec::check_sites(&set.specs, &sites);
-        // A spec naming no configured site is not valid for this config: not counted as such.
-        let names: std::collections::BTreeSet<&str> = unknown_site
-            .iter()
-            .filter_map(|d| d.spec.as_deref())
-            .collect();
-        let names: std::collections::BTreeSet<String> =
-            names.into_iter().map(str::to_string).collect();
-        set.specs.retain(|s| !names.contains(&s.name));
-        set.diagnostics.extend(unknown_site);
-        // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
-        // hold such a field.
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            set.diagnostics
-                .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
-                    config, &set.specs,
-                )));
-        }
+        check_against_config(config, &mut set);
     }
     let mut err = std::io::stderr().lock();
     let shown = once_each(&set.diagnostics);
@@ -763,7 +785,8 @@ fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
         }
     } else {
         let keyring = config.sops_keyring();
-        spec::load_paths_with(&spec_paths, spec::Secrets::Decrypt(&keyring))
+        let secrets = spec::Secrets::Decrypt(&keyring);
+        spec::load_paths_capped(&spec_paths, secrets, config.source.max_specs)
     };
     spec_checks.extend(crate::shell::doctor::check_sops(&config, &set));
     spec_checks.extend(set.errors().map(|d| crate::shell::doctor::Check {
@@ -849,8 +872,9 @@ fn load_inputs(
         }
     } else {
         let keyring = config.sops_keyring();
+        let secrets = spec::Secrets::Decrypt(&keyring);
         (
-            spec::load_paths_with(spec_paths, spec::Secrets::Decrypt(&keyring)),
+            spec::load_paths_capped(spec_paths, secrets, config.source.max_specs),
             None,
             None,
             None,
@@ -911,6 +935,8 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
             return ExitCode::FAILURE;
         }
     };
+    // A spec two guests claim, left for a person to settle by name: not done as asked.
+    let mut held = false;
     let confirm: Vec<(String, u32)> = match one {
         Some(one) => vec![one],
         None => {
@@ -922,25 +948,48 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
                         return ExitCode::FAILURE;
                     }
                 };
-            for c in &claims {
-                println!(
-                    "{}\tVM {} ({}) on {}/{}",
-                    c.spec,
-                    c.vmid,
-                    c.name.as_deref().unwrap_or("no name"),
-                    c.site,
-                    c.node
+            let crate::engine::ClaimsBySpec { single, contested } =
+                crate::engine::claims_by_spec(claims);
+            for c in &single {
+                println!("{}\t{}", c.spec, claim_line(c));
+            }
+            for claims in contested.values() {
+                for c in claims {
+                    println!(
+                        "{}\t{}\t{}: {}",
+                        c.spec,
+                        claim_line(c),
+                        match c.standing {
+                            crate::engine::Standing::Unverified => "marker does not verify",
+                            crate::engine::Standing::Verified => "marker verifies",
+                            crate::engine::Standing::Recorded => "the spec's record names it",
+                        },
+                        c.traits.describe()
+                    );
+                }
+            }
+            for (spec, claims) in &contested {
+                let vmids: Vec<String> = claims.iter().map(|c| c.vmid.to_string()).collect();
+                eprintln!(
+                    "spec {spec} is claimed by {} guests ({}): anyone who may edit a guest's notes \
+                     and tags can give it a spec's marker, so --yes confirms none of them. \
+                     Compare them above (uuid, MACs, disks), then confirm the spec's own with: \
+                     proxsync adopt {spec} --vmid N",
+                    claims.len(),
+                    vmids.join(", ")
                 );
             }
             if !yes {
                 eprintln!(
-                    "{} VM(s) whose marker names this install but does not verify; nothing \
-                     changed. Check them, then confirm them all with --yes",
-                    claims.len()
+                    "{} guest(s) whose marker names this install but does not verify; nothing \
+                     changed. Check them, then confirm them with --yes (a spec two guests claim \
+                     only by name: proxsync adopt NAME --vmid N)",
+                    single.len() + contested.values().flatten().count()
                 );
                 return ExitCode::SUCCESS;
             }
-            claims.into_iter().map(|c| (c.spec, c.vmid)).collect()
+            held = !contested.is_empty();
+            single.into_iter().map(|c| (c.spec, c.vmid)).collect()
         }
     };
     let mut failed = false;
@@ -961,11 +1010,22 @@ fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool
             }
         }
     }
-    if failed {
+    if failed || held {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// One claim as `adopt --all-unverified` lists it: `VM N (name) on SITE/NODE`.
+fn claim_line(c: &crate::engine::UnverifiedClaim) -> String {
+    format!(
+        "{} ({}) on {}/{}",
+        c.kind.named(c.vmid),
+        c.name.as_deref().unwrap_or("no name"),
+        c.site,
+        c.node
+    )
 }
 
 /// Writes `adoption` in the state database, or asks the daemon to when it holds it.

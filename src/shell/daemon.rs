@@ -1,4 +1,4 @@
-//! `proxsync run`: the event loop (PRODUCT.md §4 and §7).
+//! `proxsync run`: the event loop (docs/cli.md and docs/concepts.md).
 //!
 //! Triggers: a push that moves the branch (filesystem notifications on the repository's
 //! refs, no polling), a remote fetched every `interval` (with jitter), the resync interval, the

@@ -601,6 +601,11 @@ pub fn verdict_words(
             "{} is listed with an unknown state (its node may be offline); not judged",
             kind.named(*vmid)
         ),
+        Verdict::BeingMade { vmid } => format!(
+            "{} is being made by a create or clone of this install's token that no record \
+             names; nothing is created until its task ends and its marker can be read",
+            kind.named(*vmid)
+        ),
         Verdict::Invalid => {
             format!("the spec is invalid (proxsync validate says why); its {noun} is left as it is")
         }

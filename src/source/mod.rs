@@ -107,6 +107,8 @@ pub struct Source {
     descent: Option<(String, String, bool)>,
     /// The spec names of the commit a rewind came from, by that commit's id.
     rewound_names: Option<(String, Option<BTreeSet<String>>)>,
+    /// `[source] max_specs`: past it, a read holds no spec and one error.
+    max_specs: u64,
 }
 
 impl Source {
@@ -129,6 +131,7 @@ impl Source {
             descent: None,
             rewound_names: None,
             keyring: Arc::new(config.sops_keyring()),
+            max_specs: config.source.max_specs,
         }
     }
 
@@ -267,6 +270,7 @@ impl Source {
             &self.dir,
             &mut self.cache,
             &self.keyring,
+            self.max_specs,
         )?;
         read.rewound = rewound.map(|(from, at_ms)| self.rewind(tip, from, at_ms, detected));
         Ok(read)
@@ -285,6 +289,7 @@ impl Source {
                     &self.dir,
                     &mut ParseCache::new(),
                     &self.keyring,
+                    self.max_specs,
                 ) {
                     Ok(read) => Some(
                         read.specs
@@ -368,6 +373,7 @@ impl Source {
             &self.dir,
             &mut self.cache,
             &self.keyring,
+            self.max_specs,
         )?;
         read.refused = Some(refusal);
         // The commit in use may itself be an accepted rewind, still reported.
@@ -729,7 +735,8 @@ pub fn read_commit_cached(
     cache: &mut ParseCache,
 ) -> Result<ReadSpecs, SourceError> {
     let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
-    read_at(repo_path, Rev::Branch(branch), dir, cache, &none)
+    let max_specs = crate::config::DEFAULT_MAX_SPECS;
+    read_at(repo_path, Rev::Branch(branch), dir, cache, &none, max_specs)
 }
 
 /// Which commit to read: a branch's tip, or one commit by id (a verified one).
@@ -766,13 +773,18 @@ fn find_commit<'r>(
     }
 }
 
-/// Reads every spec file under `dir` at `rev` (see [`read_commit`]).
+/// Reads every spec file under `dir` at `rev` (see [`read_commit`]), holding at most
+/// `max_specs` specs (each set member counted before it is expanded, `spec::sets::SpecBudget`):
+/// past it, the read holds no spec and one error (an incomplete set: nothing removed).
+// Long because: the tree and its defaults, each file from the cache or parsed side by side
+// within the read's budget, then the cache rebuilt, or the read refused as a whole.
 fn read_at(
     repo_path: &Path,
     rev: Rev<'_>,
     dir: &Path,
     cache: &mut ParseCache,
     keyring: &crate::sops::Keyring,
+    max_specs: u64,
 ) -> Result<ReadSpecs, SourceError> {
     let err = |message: String| SourceError {
         location: repo_path.display().to_string(),
@@ -799,6 +811,7 @@ fn read_at(
         Refused(Diagnostic),
         Parse(CacheKey, Vec<u8>),
     }
+    let budget = spec::sets::SpecBudget::new(max_specs);
     let mut files = Vec::with_capacity(entries.len());
     for (shown, oid) in entries {
         let fingerprint = if defaults.is_empty() {
@@ -808,6 +821,9 @@ fn read_at(
         };
         let key = (shown, oid, fingerprint);
         if let Some(parsed) = cache.remove(&key) {
+            // Parsed before, within an earlier read's budget: counted in this one's.
+            budget.take(parsed.0.len() as u64);
+            budget.file_counted(&key.0, parsed.0.len() as u64);
             files.push(File::Parsed(key, parsed));
             continue;
         }
@@ -824,8 +840,8 @@ fn read_at(
     // each spec's hashes worked out once here.
     let files = crate::util::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
-            let (file_specs, file_diags) =
-                defaults.parse_file(&key.0, &bytes, spec::Secrets::Decrypt(keyring));
+            let secrets = spec::Secrets::Decrypt(keyring);
+            let (file_specs, file_diags) = defaults.parse_file(&key.0, &bytes, secrets, &budget);
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());
@@ -840,6 +856,19 @@ fn read_at(
     });
     // The cache is rebuilt from this tree's files: those gone from it leave.
     cache.clear();
+    if let Some(why) = budget.refusal() {
+        // Refused as a whole (and nothing cached: past the cap, sets were left unexpanded).
+        let shown = if rel.is_empty() { "." } else { rel };
+        return Ok(ReadSpecs {
+            specs: spec::SpecSet {
+                specs: Specs::default(),
+                diagnostics: vec![Diagnostic::error(shown, Pos::START, why)],
+            },
+            commit: commit.id().to_string(),
+            refused: None,
+            rewound: None,
+        });
+    }
     let mut specs = Specs::default();
     for file in files {
         match file {

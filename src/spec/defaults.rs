@@ -495,8 +495,9 @@ impl DefaultsSet {
         file: &str,
         bytes: &[u8],
         secrets: super::Secrets,
+        budget: &super::sets::SpecBudget,
     ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
-        self.parse_file_keyed(file, file, bytes, secrets)
+        self.parse_file_keyed(file, file, bytes, secrets, budget)
     }
 
     /// [`DefaultsSet::parse_file`], the chain found by `key` (the file's canonical path for
@@ -507,9 +508,10 @@ impl DefaultsSet {
         key: &str,
         bytes: &[u8],
         secrets: super::Secrets,
+        budget: &super::sets::SpecBudget,
     ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
         match self.chain(key) {
-            Ok(chain) => super::parse_file_defaulted(file, bytes, secrets, &chain),
+            Ok(chain) => super::parse_file_defaulted(file, bytes, secrets, &chain, budget),
             Err(broken) => (Vec::new(), held(file, bytes, broken)),
         }
     }
@@ -588,6 +590,7 @@ spec:
             text.as_bytes(),
             super::super::Secrets::Decrypt(&none),
             chain,
+            &super::super::sets::SpecBudget::unlimited(),
         );
         (specs, diags.iter().map(ToString::to_string).collect())
     }
@@ -721,6 +724,7 @@ spec:
             "eu/web.yaml",
             SPEC.as_bytes(),
             super::super::Secrets::Decrypt(&none),
+            &super::super::sets::SpecBudget::unlimited(),
         );
         assert!(specs.is_empty());
         assert_eq!(
@@ -733,6 +737,7 @@ spec:
             "web.yaml",
             SPEC.as_bytes(),
             super::super::Secrets::Decrypt(&none),
+            &super::super::sets::SpecBudget::unlimited(),
         );
         assert_eq!(
             specs.len(),

@@ -20,6 +20,13 @@ pub fn load_paths(paths: &[PathBuf]) -> SpecSet {
 
 /// [`load_paths`], opening SOPS-encrypted specs as `secrets` says.
 pub fn load_paths_with(paths: &[PathBuf], secrets: super::Secrets) -> SpecSet {
+    load_paths_capped(paths, secrets, crate::config::DEFAULT_MAX_SPECS)
+}
+
+/// [`load_paths_with`], holding at most `max_specs` specs (`[source] max_specs`, each set
+/// member counted before it is expanded: [`super::sets::SpecBudget`]): past it, no spec is
+/// read and the set holds one error saying so (nothing removed on its strength).
+pub fn load_paths_capped(paths: &[PathBuf], secrets: super::Secrets, max_specs: u64) -> SpecSet {
     let mut files = Vec::new();
     let mut diags = Vec::new();
     for path in paths {
@@ -78,8 +85,20 @@ pub fn load_paths_with(paths: &[PathBuf], secrets: super::Secrets) -> SpecSet {
     }
     diags.extend(defaults.diagnostics.iter().cloned());
     let mut specs = Specs::default();
+    let budget = super::sets::SpecBudget::new(max_specs);
     for file in &files {
-        let (file_specs, file_diags) = load_file(file, secrets, &defaults);
+        let (file_specs, file_diags) = load_file(file, secrets, &defaults, &budget);
+        if budget.spent() {
+            // Refused as a whole: what was read goes, nothing more is.
+            let shown = paths
+                .first()
+                .map_or_else(|| ".".into(), |p| p.display().to_string());
+            let why = budget.refusal().unwrap_or_default();
+            return SpecSet {
+                specs: Specs::default(),
+                diagnostics: vec![Diagnostic::error(&shown, Pos::START, why)],
+            };
+        }
         file_specs.into_iter().for_each(|s| specs.push(s));
         diags.extend(file_diags);
     }
@@ -353,6 +372,7 @@ fn load_file(
     path: &Path,
     secrets: super::Secrets,
     defaults: &super::defaults::DefaultsSet,
+    budget: &super::sets::SpecBudget,
 ) -> (Vec<Spec>, Vec<Diagnostic>) {
     let shown = path.display().to_string();
     let fail = |msg: String| (Vec::new(), vec![Diagnostic::error(&shown, Pos::START, msg)]);
@@ -379,7 +399,7 @@ fn load_file(
         return fail(format!("cannot read {shown}: {e}"));
     }
     let key = canonical(path).display().to_string();
-    defaults.parse_file_keyed(&shown, &key, &bytes, secrets)
+    defaults.parse_file_keyed(&shown, &key, &bytes, secrets, budget)
 }
 
 /// Reports every spec whose `metadata.name` was already used by an earlier spec (in another
@@ -567,6 +587,33 @@ fn set_members(specs: &Specs) -> HashMap<&str, Vec<&str>> {
 
 /// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
 /// at the `site` field, listing the valid names.
+/// The specs whose container root password file `check` refuses (the config's rules: `config::
+/// PasswordFiles`), each as an error at the spec; the check itself is the caller's (the spec
+/// reads no file).
+pub fn check_password_files<'a>(
+    specs: impl IntoIterator<Item = &'a Spec>,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Vec<Diagnostic> {
+    specs
+        .into_iter()
+        .filter_map(|s| {
+            let password = s.container.as_ref()?.password.as_ref()?;
+            let super::container::PasswordSource::File(path) = password else {
+                return None;
+            };
+            let why = check(path).err()?;
+            Some(
+                Diagnostic::error(
+                    s.file.as_str(),
+                    Pos::new(s.pos.line, s.pos.column),
+                    format!("spec.forProvider.password.file: {why}"),
+                )
+                .for_spec(Some(&s.name)),
+            )
+        })
+        .collect()
+}
+
 pub fn check_sites<'a>(
     specs: impl IntoIterator<Item = &'a Spec>,
     sites: &[&str],

@@ -74,7 +74,8 @@ pub use hash::{content_hash, remember_hashes, spec_hash};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{
-    assemble, check_duplicates, check_sites, effective_yaml, load_paths, load_paths_with,
+    assemble, check_duplicates, check_password_files, check_sites, effective_yaml, load_paths,
+    load_paths_capped, load_paths_with,
 };
 pub use names::{check_spec_name, check_storage, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
@@ -613,7 +614,7 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
 
 /// [`parse_file`], opening SOPS-encrypted documents as `secrets` says.
 pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
-    parse_file_defaulted(file, bytes, secrets, &[])
+    parse_file_defaulted(file, bytes, secrets, &[], &sets::SpecBudget::unlimited())
 }
 
 /// The warning that a SOPS-encrypted document in `file` takes no values from `chain`, when
@@ -651,13 +652,22 @@ fn spec_text<'a>(file: &str, bytes: &'a [u8]) -> Result<&'a str, Diagnostic> {
 }
 
 /// [`parse_file_with`], each document taking the values of `chain` it does not set itself
-/// (the `_defaults.yaml` files of its directory and above, outermost first; see [`defaults`]).
+/// (the `_defaults.yaml` files of its directory and above, outermost first; see [`defaults`]),
+/// its specs counted in `budget` before any is expanded or validated: past the budget's cap,
+/// nothing more is (the reader then refuses the whole read: [`sets::SpecBudget`]).
+// Long because: the file's checks, then one pass over its documents (counted, opened when
+// sealed, validated or expanded), then its diagnostics capped.
 pub fn parse_file_defaulted(
     file: &str,
     bytes: &[u8],
     secrets: Secrets,
     chain: &[Arc<defaults::Defaults>],
+    budget: &sets::SpecBudget,
 ) -> (Vec<Spec>, Vec<Diagnostic>) {
+    // The read is refused already: not even parsed.
+    if budget.spent() {
+        return (Vec::new(), Vec::new());
+    }
     let text = match spec_text(file, bytes) {
         Ok(text) => text,
         Err(d) => return (Vec::new(), vec![d]),
@@ -698,34 +708,47 @@ pub fn parse_file_defaulted(
             false => as_written(ctx, doc).into_iter().collect(),
         }
     };
+    let mut counted = 0u64;
     let specs: Vec<Spec> = docs
         .iter_mut()
-        .flat_map(|doc| match sealed::open(file, doc, secrets) {
-            sealed::Opened::Plain => validate(&mut ctx, doc),
-            sealed::Opened::Decrypted { at, ciphertext } => {
-                ctx.sealed = Some(at);
-                let specs = validate_sealed(&mut ctx, doc);
-                ctx.sealed = None;
-                let sealed: Box<str> = ciphertext.into();
-                (specs.into_iter())
-                    .map(|s| Spec {
-                        user_data_sealed: Some(sealed.clone()),
-                        ..s
-                    })
-                    .collect()
+        .flat_map(|doc| {
+            // Counted before anything is expanded: a set by its own replicas or names.
+            let n = match sets::is_set(doc) {
+                true => sets::member_count(doc),
+                false => 1,
+            };
+            counted = counted.saturating_add(n);
+            if !budget.take(n) {
+                return Vec::new();
             }
-            sealed::Opened::Unopened(warning) => {
-                let specs = validate_sealed(&mut ctx, doc);
-                ctx.diags
-                    .push(warning.for_spec(specs.first().map(|s| s.name.as_str())));
-                specs
-            }
-            sealed::Opened::Refused(d) => {
-                ctx.refuse(d.for_spec(validate::document_name(doc).as_deref()));
-                Vec::new()
+            match sealed::open(file, doc, secrets) {
+                sealed::Opened::Plain => validate(&mut ctx, doc),
+                sealed::Opened::Decrypted { at, ciphertext } => {
+                    ctx.sealed = Some(at);
+                    let specs = validate_sealed(&mut ctx, doc);
+                    ctx.sealed = None;
+                    let sealed: Box<str> = ciphertext.into();
+                    (specs.into_iter())
+                        .map(|s| Spec {
+                            user_data_sealed: Some(sealed.clone()),
+                            ..s
+                        })
+                        .collect()
+                }
+                sealed::Opened::Unopened(warning) => {
+                    let specs = validate_sealed(&mut ctx, doc);
+                    ctx.diags
+                        .push(warning.for_spec(specs.first().map(|s| s.name.as_str())));
+                    specs
+                }
+                sealed::Opened::Refused(d) => {
+                    ctx.refuse(d.for_spec(validate::document_name(doc).as_deref()));
+                    Vec::new()
+                }
             }
         })
         .collect();
+    budget.file_counted(file, counted);
     diags.extend(ctx.diags);
     diags.sort_by_key(|d| d.pos);
     if diags.len() > MAX_DIAGNOSTICS_PER_FILE {

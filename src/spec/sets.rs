@@ -40,6 +40,102 @@ pub const MAX_REPLICAS: u64 = 1000;
 /// a set cannot make one file's parse take gigabytes.
 pub const MAX_EXPANDED_NODES: usize = 2_000_000;
 
+/// The install-wide cap on specs (`[source] max_specs`), shared by every file of one read of
+/// the source (parsed side by side): each document takes one spec from it and each set its
+/// members, counted from the set's own `replicas` or `names` before it is expanded
+/// ([`member_count`]). Once the count passes the cap nothing more is expanded or validated
+/// (the rest is only counted), so the memory a read takes stays bounded by the cap, and the
+/// reader refuses the whole read with one error ([`SpecBudget::refusal`]).
+#[derive(Debug)]
+pub struct SpecBudget {
+    cap: u64,
+    counted: std::sync::atomic::AtomicU64,
+    /// The file holding the most specs, with their count, for the error.
+    largest: std::sync::Mutex<(u64, String)>,
+}
+
+impl SpecBudget {
+    pub fn new(cap: u64) -> SpecBudget {
+        SpecBudget {
+            cap,
+            counted: Default::default(),
+            largest: Default::default(),
+        }
+    }
+
+    /// No cap: for parsing one file on its own (tests, `validate --effective`).
+    pub fn unlimited() -> SpecBudget {
+        SpecBudget::new(u64::MAX)
+    }
+
+    /// Counts `n` specs; whether they are still within the cap (then expand and validate
+    /// them).
+    pub fn take(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let before = self.counted.fetch_add(n, Ordering::Relaxed);
+        before.saturating_add(n) <= self.cap
+    }
+
+    /// Whether the count already passed the cap (nothing more is expanded).
+    pub fn spent(&self) -> bool {
+        self.counted.load(std::sync::atomic::Ordering::Relaxed) > self.cap
+    }
+
+    /// Notes that `file` holds `n` specs.
+    pub fn file_counted(&self, file: &str, n: u64) {
+        if let Ok(mut largest) = self.largest.lock()
+            && n > largest.0
+        {
+            *largest = (n, file.to_string());
+        }
+    }
+
+    /// The one error of a read past the cap, `None` within it.
+    pub fn refusal(&self) -> Option<String> {
+        let counted = self.counted.load(std::sync::atomic::Ordering::Relaxed);
+        if counted <= self.cap {
+            return None;
+        }
+        let largest = self.largest.lock().map(|l| l.clone()).unwrap_or_default();
+        let most = match largest {
+            (n, file) if n > 0 => format!(" (the most in one file: {file}, {n})"),
+            _ => String::new(),
+        };
+        Some(format!(
+            "the spec files hold at least {counted} specs, each set member counted{most}: more \
+             than [source] max_specs = {}. No spec is read, nothing is created, changed or \
+             removed; split the specs between installs ([source] selector), or raise max_specs",
+            self.cap
+        ))
+    }
+}
+
+/// How many members set document `doc` names, from its own `spec.replicas` or `spec.names`
+/// alone (nothing expanded): what a [`SpecBudget`] counts for it. A set whose count cannot be
+/// read counts as none (its expansion reports why).
+pub fn member_count(doc: &Node) -> u64 {
+    let Some(spec) = entry(doc, "spec") else {
+        return 0;
+    };
+    match (entry(spec, "names"), entry(spec, "replicas")) {
+        (
+            Some(Node {
+                value: Value::Seq(items),
+                ..
+            }),
+            _,
+        ) => items.len() as u64,
+        (
+            None,
+            Some(Node {
+                value: Value::Int(i),
+                ..
+            }),
+        ) => u64::try_from(*i).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Which set a member spec belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -735,6 +831,57 @@ spec:
   overrides:
     web-03: {forProvider: {node: pve9}}
 ";
+
+    #[test]
+    fn members_are_counted_before_they_are_expanded_and_a_read_past_the_cap_holds_nothing() {
+        let doc = |text: &str| {
+            let (docs, diags) = crate::spec::yaml::parse_documents("web.yaml", text);
+            assert!(diags.is_empty(), "{diags:?}");
+            docs.into_iter().next().unwrap()
+        };
+        assert_eq!(member_count(&doc(SET)), 3);
+        assert_eq!(
+            member_count(&doc(&SET.replace("replicas: 3", "names: [a-1, a-2]"))),
+            2
+        );
+        // Unreadable counts (expand says why): none.
+        assert_eq!(
+            member_count(&doc(&SET.replace("replicas: 3", "replicas: -4"))),
+            0
+        );
+        assert_eq!(
+            member_count(&doc(&SET.replace("replicas: 3", "replicas: x"))),
+            0
+        );
+
+        // Three files of a set of 3 and one plain spec under a cap of 7: the third is not read.
+        let budget = SpecBudget::new(7);
+        let plain = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {name: NAME-solo}\n\
+                     spec: {forProvider: {site: lab, node: pve1, image: \"9000\"}}\n";
+        let mut made = 0;
+        for file in ["a.yaml", "b.yaml", "c.yaml"] {
+            let name = &file[..1];
+            let set = SET.replace("name: web", &format!("name: {name}"));
+            let set = set.replace("web-03", &format!("{name}-03"));
+            let text = format!("{set}---\n{}", plain.replace("NAME", name));
+            let (specs, _) = crate::spec::parse_file_defaulted(
+                file,
+                text.as_bytes(),
+                crate::spec::Secrets::StructureOnly,
+                &[],
+                &budget,
+            );
+            made += specs.len();
+        }
+        assert!(budget.spent());
+        assert!(made <= 7, "never more expanded than the cap: {made}");
+        let why = budget.refusal().unwrap();
+        assert!(
+            why.contains("at least 8 specs") && why.contains("max_specs = 7"),
+            "{why}"
+        );
+        assert!(SpecBudget::new(8).refusal().is_none());
+    }
 
     #[test]
     fn patterns_fill_the_index_and_the_name() {

@@ -387,6 +387,26 @@ fn ready_and_reconciling(
                 format!("waiting for the {noun}'s state"),
             ),
         ),
+        Some(Verdict::BeingMade { vmid }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::Unknown,
+                Reason::NotReady,
+                format!(
+                    "{} is being made by a create or clone of this install's token that no \
+                     record names (the state database was lost while it ran): it may be this \
+                     spec's {noun}, judged by its marker once the task ends; nothing is created \
+                     meanwhile",
+                    kind.named(*vmid)
+                ),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                Reason::NotReady,
+                format!("waiting for the task making {}", kind.named(*vmid)),
+            ),
+        ),
         Some(Verdict::HeldByInstall { install, vmid }) => {
             let msg = format!(
                 "{} carries this spec's marker for install {install} and that install's \
@@ -1102,6 +1122,7 @@ mod tests {
                 error: "down".into(),
             },
             Verdict::Unknown { vmid: 100 },
+            Verdict::BeingMade { vmid: 100 },
             Verdict::Invalid,
             Verdict::RenameSuspected {
                 from: "old".into(),

@@ -1,4 +1,4 @@
-//! Status files (PRODUCT.md §5): the observed state of every spec, written back as YAML.
+//! Status files (docs/status.md): the observed state of every spec, written back as YAML.
 //!
 //! The reconcile engine decides *what* the conditions are each cycle ([`SpecStatus`],
 //! [`SummaryStatus`], [`OrphanEntry`]); this module turns that into files on disk with the

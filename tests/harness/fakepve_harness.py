@@ -174,6 +174,9 @@ Scenario key `pools`: pool ids that exist.
         A container, as fakepve makes it: listed as `lxc`, its VMID taken for VMs too. Scenario key
         `cts`: [{vmid, name, node, status, config, template, lock, pool}] (a CT template to clone:
         template true).
+    destroy_timing(secs=0)
+        A VM's qmdestroy task takes secs PVE seconds before it frees the volumes and removes the
+        config (fakepve 0.5.0 removes them at once), so a stop can land while it runs.
     ct_timing(create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0, create_tail_secs=0)
         A container's vzcreate, vzclone, vzdestroy and vzmigrate take these PVE seconds; a
         container made by a vzcreate takes start_secs PVE seconds to start (fakepve's
@@ -436,6 +439,8 @@ class HarnessPve(FakePve):
         # node -> {'maxmem', 'mem'}: its memory as pvestatd reports it (mem: in use besides the running
         # guests, whose memory is added); unset: fakepve's 8 GiB and 2 GiB.
         self.node_memory = {}
+        # destroy_timing: PVE seconds a VM's qmdestroy takes before it removes the VM.
+        self.vm_destroy_secs = 0.0
 
     def _maxdisk(self, ct):
         """A running container's `maxdisk` as pve-container's vmstatus lists it: its root file system's
@@ -922,7 +927,15 @@ class HarnessPve(FakePve):
     # ------------------------------------------------------- create and clone timing
 
     async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
-        """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone."""
+        """fakepve's task(), plus create_timing's lock window for qmcreate and qmclone, and
+        destroy_timing's qmdestroy."""
+        if ttype == 'qmdestroy' and vm is not None and self.vm_destroy_secs:
+            destroy, secs = body, self.vm_destroy_secs
+
+            async def slow_destroy():
+                await self.pause(secs)
+                return await destroy()
+            return await super().task(node, ttype, tid, user, slow_destroy, vm=vm, lock=lock, log=log)
         if ttype == 'vzcreate' and vm is not None:
             vm.start_secs = self.new_ct_start_secs
         secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
@@ -2719,6 +2732,12 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def destroy_timing(self, secs=0):
+        """A VM's qmdestroy takes secs PVE seconds before it removes the VM (see COMMANDS)."""
+        if float(secs) < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.vm_destroy_secs = float(secs)
 
     def ct_timing(self, create_secs=0, clone_secs=0, destroy_secs=0, migrate_secs=0, start_secs=0,
                   create_tail_secs=0):

@@ -1,8 +1,8 @@
-//! The harness behaves like a real PVE cluster where proxsync's crash safety depends on it (see
-//! `../shared/design/PVE-BEHAVIOUR.md`): the task listing's `source`, the lock window of a slow
-//! create or clone, an answer lost after the request was carried out, a backup job's lock and
-//! empty task id, a hibernated VM, and a protected VM refusing the removal of its drives. Each
-//! test talks to the fake over HTTP, as PVE's clients do.
+//! The harness behaves like a real PVE cluster where proxsync's crash safety depends on it: the
+//! task listing's `source`, the lock window of a slow create or clone, an answer lost after the
+//! request was carried out, a backup job's lock and empty task id, a hibernated VM, and a protected
+//! VM refusing the removal of its drives. Each test talks to the fake over HTTP, as PVE's clients
+//! do.
 
 use crate::common;
 
@@ -1332,7 +1332,7 @@ async fn a_virtio_mtu_above_the_bridge_s_fails_the_start() {
 
 // ------------------------------------------------------------------- slow volume allocation
 
-/// PVE-BEHAVIOUR.md, "Proxy answers": pveproxy forwards with a 30 s timeout (pve-http-server
+/// Proxy answers: pveproxy forwards with a 30 s timeout (pve-http-server
 /// `PVE/APIServer/AnyEvent.pm` `proxy_request`, `timeout => 30`) and answers 596 without a body
 /// when it passes, though the node carried the request out. qemu-server's synchronous
 /// `PUT .../config` makes a new volume (an EFI disk, a TPM state) before it answers; the

@@ -1,7 +1,6 @@
 //! Real-cluster fidelity (issue #14): what proxsync does where a real PVE cluster behaves
-//! differently from the easy case, against the harness's model of it (see
-//! `../shared/design/PVE-BEHAVIOUR.md`): a paused VM, a clone to another node, a long task
-//! log, a network boot order, a new cloud-init drive, an HA-managed VM.
+//! differently from the easy case, against the harness's model of it: a paused VM, a clone to
+//! another node, a long task log, a network boot order, a new cloud-init drive, an HA-managed VM.
 
 use crate::common;
 

@@ -175,7 +175,7 @@ async fn a_detach_is_sent_with_its_permit_only() {
 /// A seed image deleted only with the permit for that very volume; an HA rule removed only with
 /// the permit for that rule.
 #[tokio::test]
-async fn a_volume_or_an_ha_rule_is_removed_with_its_permit_only() {
+async fn a_volume_an_ha_rule_or_resource_is_removed_with_its_permit_only() {
     let mut pve = fake();
     let c = pve.client();
     let ours = ours(&c).await;
@@ -224,6 +224,24 @@ async fn a_volume_or_an_ha_rule_is_removed_with_its_permit_only() {
             .await
             .unwrap_err(),
     );
+    let qemu = proxsync::guest::GuestKind::Qemu;
+    refused(
+        c.remove_ha_resource(qemu, VMID, true, &delete_vm)
+            .await
+            .unwrap_err(),
+    );
+    // The permit of another guest's resource (a container's `ct:N` at the same VMID).
+    let ct_resource =
+        gate::ha::may_remove_resource(&ours, proxsync::guest::GuestKind::Lxc, true).unwrap();
+    refused(
+        c.remove_ha_resource(qemu, VMID, true, &ct_resource)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        gate::ha::may_remove_resource(&ours, qemu, false).is_err(),
+        "a resource proxsync did not add is left to a person"
+    );
     assert_eq!(pve.requests(), Vec::new());
 
     let delete_seed = volume::seed_delete(&ours, &seed, &[]).unwrap();
@@ -235,8 +253,13 @@ async fn a_volume_or_an_ha_rule_is_removed_with_its_permit_only() {
     c.remove_ha_affinity(AffinityKind::Rule, &rule, &remove)
         .await
         .unwrap();
+    let resource = gate::ha::may_remove_resource(&ours, qemu, true).unwrap();
+    c.remove_ha_resource(qemu, VMID, false, &resource)
+        .await
+        .unwrap();
     let sent: Vec<String> = pve.requests().iter().map(|r| r.method.clone()).collect();
-    assert_eq!(sent, ["DELETE", "DELETE"]);
+    assert_eq!(sent, ["DELETE", "DELETE", "DELETE"]);
+    assert!(c.ha_resource(qemu, VMID).await.unwrap().is_none());
     assert!(
         c.ha_affinity(AffinityKind::Rule, &rule)
             .await

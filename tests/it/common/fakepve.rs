@@ -596,6 +596,11 @@ impl FakePve {
         );
     }
 
+    /// A VM's `qmdestroy` takes `secs` PVE seconds before it removes the VM.
+    pub fn destroy_timing(&mut self, secs: f64) {
+        self.must("destroy_timing", json!({"secs": secs}));
+    }
+
     /// A container's `vzcreate`, `vzclone`, `vzdestroy` and `vzmigrate` take these PVE seconds;
     /// a `vzcreate` writes the container's whole config without its `create` lock `tail` seconds
     /// before it ends (as pve-container does, after the OS detection).

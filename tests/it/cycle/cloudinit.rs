@@ -297,3 +297,200 @@ fn user_data_without_an_iso_storage_creates_nothing() {
     );
     assert!(message.contains("iso content"), "{message}");
 }
+
+/// A seed image holds its VM's user data (with SOPS, the decrypted secret): it goes with the
+/// VM. A spec removed and the daemon stopped while its `qmdestroy` runs: the record keeps the
+/// delete's task, the next run finds it ended and removes the VM's seed with it.
+#[test]
+fn a_delete_finished_after_a_restart_takes_the_seed_with_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(&pve, "[reconcile]\nmax_delete_fraction = 1.0\n");
+    let net = "    cloudInit:\n      ipConfig: [{ip: dhcp}]\n";
+    let keep = ("other.yaml", spec("other-01", "pve1", "9000", ""));
+    ws.commit_specs(&[
+        (
+            "web.yaml",
+            spec("web-01", "pve1", "9000", &format!("{USER_DATA_1}{net}")),
+        ),
+        keep.clone(),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(seeds(&pve).len(), 1, "{out}");
+    let vmid = owned_vms(&mut pve)
+        .into_iter()
+        .find(|(_, n)| n == "web-01")
+        .expect("web-01's VM")
+        .0;
+
+    pve.set_time_scale(1.0);
+    pve.destroy_timing(3.0);
+    ws.commit_specs(&[keep]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["run", "--once", "--config"])
+        .arg(ws.config())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start proxsync");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let destroying = |pve: &mut FakePve| {
+        pve.tasks()
+            .iter()
+            .any(|t| t["type"] == "qmdestroy" && t["status"] == "running")
+    };
+    while !destroying(&mut pve) {
+        assert!(std::time::Instant::now() < deadline, "a qmdestroy starts");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Stopped mid-delete (SIGTERM): the delete's task is recorded, not waited for.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stopped.success());
+    let _ = child.wait();
+    assert_eq!(seeds(&pve).len(), 1, "the seed stays while its VM does");
+    while pve.vms().iter().any(|v| v["vmid"].as_u64() == Some(vmid)) {
+        assert!(std::time::Instant::now() < deadline, "the qmdestroy ends");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(
+        seeds(&pve).is_empty(),
+        "the seed went with its VM: {:?}\n{out}",
+        isos(&pve)
+    );
+}
+
+/// The database lost and a spec removed: its VM is an orphan, deleted once stopped past the
+/// grace period, and its seed image goes with it; a hand clone of the VM (its CD-ROM copied)
+/// keeps the seed it names. Once the clone is gone too, the sweep of the next full cycle
+/// removes the seed: no spec or record names its spec, and no guest names it.
+#[test]
+fn an_orphan_deleted_after_a_lost_database_takes_its_seed_and_a_copy_keeps_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::with_extra(
+        &pve,
+        "[reconcile]\norphans = \"delete-stopped\"\norphan_grace = \"1s\"\nmax_delete_fraction = 1.0\n",
+    );
+    let net = "    cloudInit:\n      ipConfig: [{ip: dhcp}]\n";
+    let keep = (
+        "other.yaml",
+        spec("other-01", "pve1", "9000", &format!("{USER_DATA_2}{net}")),
+    );
+    ws.commit_specs(&[
+        (
+            "web.yaml",
+            spec("web-01", "pve1", "9000", &format!("{USER_DATA_1}{net}")),
+        ),
+        keep.clone(),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let seed = seeds(&pve);
+    assert_eq!(seed.len(), 1, "{out}");
+    let vmid = owned_vms(&mut pve)
+        .into_iter()
+        .find(|(_, n)| n == "web-01")
+        .expect("web-01's VM")
+        .0 as u32;
+
+    // A person's clone in the web UI: the config copied, seed CD-ROM and marker included.
+    let mut copy = pve.vm(vmid)["config"].clone();
+    copy["name"] = serde_json::json!("web-copy");
+    pve.add_vm(serde_json::json!({
+        "vmid": 301, "name": "web-copy", "node": "pve1", "status": "running", "config": copy,
+    }));
+
+    ws.remove_state();
+    ws.commit_specs(&[keep]);
+    pve.set_vm(vmid, serde_json::json!({"status": "stopped"}));
+    let (_, out) = ws.run_once();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let (_, more) = ws.run_once();
+    assert!(
+        !pve.vms()
+            .iter()
+            .any(|v| v["vmid"].as_u64() == Some(vmid as u64)),
+        "the orphan is deleted\n{out}\n{more}"
+    );
+    assert_eq!(
+        seeds(&pve),
+        seed,
+        "the copy names the seed: kept\n{out}\n{more}"
+    );
+
+    // The copy is deleted by hand: nothing names the seed, and its spec is gone.
+    pve.remove_vm(301);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert!(seeds(&pve).is_empty(), "swept: {:?}\n{out}", isos(&pve));
+}
+
+/// The sweep of a full cycle: this install's seed images of a spec no source spec or record
+/// names are removed, unless a guest's config names one; another install's are not; each
+/// storage is listed once. A file of a gone spec that a person attached to their own VM stays.
+#[test]
+fn the_sweep_removes_only_unnamed_seeds_of_gone_specs() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let net = "    cloudInit:\n      ipConfig: [{ip: dhcp}]\n";
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web-01", "pve1", "9000", &format!("{USER_DATA_1}{net}")),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let ours = seeds(&pve);
+    assert_eq!(ours.len(), 1, "{out}");
+    let gone = "proxsync.test.gone-01.0123456789ab.iso";
+    let named = "proxsync.test.gone-02.0123456789ab.iso";
+    let theirs = "proxsync.other.gone-03.0123456789ab.iso";
+    for file in [gone, named, theirs] {
+        pve.store_file("local", file, 51200, "iso");
+    }
+    pve.add_vm(serde_json::json!({
+        "vmid": 500, "name": "someone", "node": "pve1", "status": "stopped",
+        "config": {"name": "someone", "ide2": format!("local:iso/{named},media=cdrom")},
+    }));
+
+    pve.clear_requests();
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    // What the run sent (before this test's own reads of the storage).
+    let reqs = pve.requests();
+    let left = isos(&pve);
+    assert!(
+        !left.contains(&format!("local:iso/{gone}")),
+        "{left:?}\n{out}"
+    );
+    for kept in [named, theirs] {
+        assert!(
+            left.contains(&format!("local:iso/{kept}")),
+            "{left:?}\n{out}"
+        );
+    }
+    assert!(
+        left.contains(&ours[0]),
+        "the live spec's seed stays: {left:?}"
+    );
+    let listings = reqs
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/nodes/pve1/storage/local/content"))
+        .count();
+    assert_eq!(
+        listings, 1,
+        "one listing of the storage per full cycle: {reqs:#?}"
+    );
+    let deletes: Vec<&str> = reqs
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.path.as_str())
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert!(deletes[0].contains("gone-01"), "{deletes:?}");
+}

@@ -1219,3 +1219,141 @@ fn a_container_in_its_specs_pool_is_not_moved_again() {
     );
     assert!(!writes.iter().any(|w| w.contains("/pools")), "{writes:?}");
 }
+
+/// A container's create (`vzcreate`) and clone (`vzclone`) take seconds; `run --once` is killed
+/// while the new container holds only `lock: create` (pve-container writes its config, marker
+/// included, when the task ends), then the state database is lost. Nothing names the container
+/// and its config says nothing, but its running task was started by this install's token: the
+/// next runs wait for it (`BeingMade`) and adopt it by its marker once the task ended. Never a
+/// second container beside it.
+#[test]
+fn a_container_killed_in_its_create_and_a_lost_database_is_waited_for_not_made_twice() {
+    for template in [VZTMPL.to_string(), CT_TEMPLATE.to_string()] {
+        let mut pve = scenario().start();
+        pve.set_time_scale(1.0);
+        pve.ct_timing(4.0, 4.0, 0.0, 0.0, 0.3);
+        let ws = Workspace::new(&pve);
+        let spec = ct_spec("db-01", "    memory: 256Mi\n").replace(VZTMPL, &template);
+        ws.commit_specs(&[("db.yaml", spec)]);
+        let made = |pve: &mut FakePve| -> Vec<Value> {
+            pve.cts()
+                .into_iter()
+                .filter(|ct| ct["template"] != json!(true))
+                .collect()
+        };
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(["run", "--once", "--config"])
+            .arg(ws.config())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start proxsync");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while made(&mut pve).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let cts = made(&mut pve);
+        assert_eq!(cts.len(), 1, "{template}: {cts:?}");
+        assert_eq!(cts[0]["config"]["lock"], "create", "{template}: {cts:?}");
+        ws.remove_state();
+
+        let (ok, out) = ws.run_once();
+        assert!(!ok, "{template}: waiting for the task: {out}");
+        let cts = made(&mut pve);
+        assert_eq!(
+            cts.len(),
+            1,
+            "{template}: no second container: {cts:?}\n{out}"
+        );
+        let (_, _, message) = ws.condition("db-01", "Ready");
+        assert!(
+            message.contains(&format!("container {} is being made by", cts[0]["vmid"])),
+            "{template}: {message}"
+        );
+
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        let mut outs = Vec::new();
+        loop {
+            let (ok, out) = ws.run_once();
+            outs.push(out);
+            if ok {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{template}: Ready within 40 s:\n{}",
+                outs.join("\n---\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let cts = made(&mut pve);
+        assert_eq!(cts.len(), 1, "{template}: {cts:?}");
+        assert!(cts[0]["lock"].is_null(), "{template}: {cts:?}");
+        assert_eq!(owned_cts(&mut pve).len(), 1, "{template}");
+        assert_eq!(ws.condition("db-01", "Ready").0, "True", "{template}");
+    }
+}
+
+/// A container's `password: {file: ...}` is read only from the directory the config allows
+/// (`container_password_dir`; none by default), and never when the file is, by device and
+/// inode, one of proxsync's own secrets: a spec naming a hard link of the site's token file is
+/// refused by `validate --config` and its create is never sent; the token never leaves.
+#[test]
+fn a_containers_password_comes_only_from_the_allowed_directory_never_from_our_secrets() {
+    let mut pve = scenario().start();
+    let ws = Workspace::new(&pve);
+    let dir = ws.path("passwords");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("ct-root"), "Root-pw-1\n").unwrap();
+    // The site's token under a name no rule of names would catch.
+    std::fs::hard_link(ws.path("lab.token"), dir.join("ct-web")).unwrap();
+    let with_password = |name: &str, file: &str| {
+        ct_spec(
+            name,
+            &format!("    password: {{file: {}}}\n", dir.join(file).display()),
+        )
+    };
+    ws.commit_specs(&[("good.yaml", with_password("good-01", "ct-root"))]);
+    let repo = ws.path("repo").display().to_string();
+
+    // No directory allowed: the error names the key.
+    let out = ws.proxsync(&["validate", &repo]);
+    let said = common::engine::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("container_password_dir"), "{said}");
+
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        format!("container_password_dir = \"{}\"\n{config}", dir.display()),
+    )
+    .unwrap();
+    let out = ws.proxsync(&["validate", &repo]);
+    assert!(out.status.success(), "{}", common::engine::text(&out));
+
+    ws.commit_specs(&[
+        ("good.yaml", with_password("good-01", "ct-root")),
+        ("bad.yaml", with_password("bad-01", "ct-web")),
+    ]);
+    let out = ws.proxsync(&["validate", &repo]);
+    let said = common::engine::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("site lab's API token"), "{said}");
+    assert!(!said.contains(common::TOKEN_SECRET), "{said}");
+
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(!out.contains(common::TOKEN_SECRET), "{out}");
+    assert!(named(&mut pve, "good-01").is_some(), "{out}");
+    assert!(named(&mut pve, "bad-01").is_none(), "{out}");
+    let creates = pve
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/nodes/pve1/lxc"))
+        .count();
+    assert_eq!(creates, 1, "only good-01's create was sent\n{out}");
+    let (_, _, message) = ws.condition("bad-01", "Ready");
+    assert!(message.contains("site lab's API token"), "{message}");
+}

@@ -13,8 +13,13 @@
 //! never judged foreign while it may still be ours.
 //!
 //! Two of the six specs are containers (`kind: ProxmoxLXC`: one from a `vztmpl` archive, one
-//! cloned from a CT template), whose `vzcreate` writes the config without its lock before the
-//! task ends: the same guarantees hold for them, counted over VMs and containers together.
+//! cloned from a CT template), whose `vzcreate` takes seconds, holding only `lock: create`
+//! until it writes the config without its lock shortly before the task ends: the same
+//! guarantees hold for them, counted over VMs and containers together.
+//!
+//! In the create phases the state database is deleted after some kills (a cache loss): a
+//! guest in its create window then has neither a record nor a config that says whose it is,
+//! and its running task, started by this install's token, is what holds the next create.
 //!
 //! Between kills of the update phase a person edits the notes of managed guests (the marker
 //! line dropped, or kept below new text): no second guest, and the line comes back below the
@@ -76,9 +81,10 @@ fn real_timing_pve() -> FakePve {
     // the locked VM exists.
     pve.slow_network(0.02, 0.01, None);
     pve.create_timing_listed(0.4, 0.4, 0.15, true);
-    // A container's create, clone, delete and move take time too; a create writes the
-    // unlocked config 0.3 s before it ends.
-    pve.ct_timing(0.2, 0.4, 0.2, 0.3, 0.3);
+    // A container's create, clone, delete and move take time too, a create as long as on a
+    // real node (pve-container unpacks the archive: seconds), holding only `lock: create`
+    // until it writes the config, marker included, 0.3 s before it ends.
+    pve.ct_timing(2.5, 1.5, 0.2, 0.3, 0.3);
     pve
 }
 
@@ -144,7 +150,13 @@ fn guests(pve: &mut FakePve) -> Vec<serde_json::Value> {
 }
 
 /// Runs `proxsync run --once` `KILLS` times, each killed after a random delay, checking after
-/// each kill that no spec has two VMs and that there are never more VMs than `max_vms`.
+/// each kill that no spec has two VMs and that there are never more VMs than `max_vms`. With
+/// `lose_cache`, the state database (a cache: the README says deleting it is safe) is deleted
+/// after some kills, a create's intent with it: a guest in its create window then holds only
+/// its lock, and nothing names it.
+// Many arguments because: the fake, the workspace and the seed's generator, and what the phase
+// adds between kills.
+#[allow(clippy::too_many_arguments)]
 fn kill_rounds(
     pve: &mut FakePve,
     ws: &Workspace,
@@ -153,6 +165,7 @@ fn kill_rounds(
     phase: &str,
     max_vms: usize,
     mut notes: Option<&mut Notes>,
+    lose_cache: bool,
 ) {
     for round in 0..KILLS {
         if let Some(notes) = notes.as_deref_mut()
@@ -172,7 +185,14 @@ fn kill_rounds(
         // SIGKILL: no cleanup, no flush, nothing.
         let _ = child.kill();
         let _ = child.wait();
-        let where_ = format!("{phase} round {round} (seed {seed}, kill after {delay} ms)");
+        let lost = lose_cache && round % 5 == 3;
+        if lost {
+            let _ = std::fs::remove_file(ws.path("state/proxsync.redb"));
+        }
+        let where_ = format!(
+            "{phase} round {round} (seed {seed}, kill after {delay} ms{})",
+            if lost { ", state database deleted" } else { "" }
+        );
         let claims = marker_claims(pve);
         for (spec, vmids) in &claims {
             assert!(vmids.len() <= 1, "{where_}: VMs {vmids:?} claim {spec}");
@@ -311,7 +331,16 @@ fn crash_seed(seed: u64) {
     commit(&ws, &specs(&names, ""));
     let mut rng = Lcg(seed);
 
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "create", names.len(), None);
+    kill_rounds(
+        &mut pve,
+        &ws,
+        &mut rng,
+        seed,
+        "create",
+        names.len(),
+        None,
+        true,
+    );
     converge_and_check(&mut pve, &ws, &names, seed, "create");
 
     // Updates for four specs (more CPU and memory, one stopped) and two specs removed.
@@ -338,6 +367,7 @@ fn crash_seed(seed: u64) {
         "update+delete",
         names.len(),
         Some(&mut notes),
+        false,
     );
     // The next change of each spec writes the marker line back below the edited notes (an
     // idle guest's notes are not read: the listing does not show them).
@@ -427,10 +457,19 @@ fn crash_set(seed: u64) {
     let names = |n: usize| (1..=n).map(|i| format!("crew-{i:02}")).collect::<Vec<_>>();
     let mut rng = Lcg(seed);
     commit(&ws, &[("crew.yaml".to_string(), set(10))]);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 10, None);
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 10, None, true);
     converge_and_check(&mut pve, &ws, &names(10), seed, "set create");
     commit(&ws, &[("crew.yaml".to_string(), set(7))]);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "set scale-down", 10, None);
+    kill_rounds(
+        &mut pve,
+        &ws,
+        &mut rng,
+        seed,
+        "set scale-down",
+        10,
+        None,
+        false,
+    );
     converge_and_check(&mut pve, &ws, &names(7), seed, "set scale-down");
 }
 

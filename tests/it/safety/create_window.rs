@@ -182,3 +182,40 @@ fn locks_are_judged_by_who_can_hold_them() {
         "{message}\n{out}"
     );
 }
+
+/// Killed while the VM exists only as its lock (a clone's `lock: clone`, a create's `lock:
+/// create`, listed as `VM <vmid>` without this install's tag), then the state database lost:
+/// nothing names the VM, and nothing in its config says whose it is until the task ends. Its
+/// running task was started by this install's token, so the next runs wait for it (the spec
+/// `BeingMade`) and then adopt it by its marker: never a second VM.
+#[test]
+fn killed_in_the_window_and_the_database_lost_the_vm_is_waited_for() {
+    for (image, create, clone) in [("9000", 0.0, 4.0), (IMPORT, 4.0, 0.0)] {
+        let mut pve = timed_pve(create, clone, 0.0);
+        let ws = one_spec(&pve, image);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(["run", "--once", "--config"])
+            .arg(ws.config())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start proxsync");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while non_templates(&mut pve).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        ws.remove_state();
+        let (ok, out) = ws.run_once();
+        let vms = non_templates(&mut pve);
+        assert_eq!(vms.len(), 1, "{image}: no second VM: {vms:?}\n{out}");
+        assert!(!vms[0]["lock"].is_null(), "{image}: {vms:?}");
+        assert!(!ok, "{image}: waiting for the task: {out}");
+        let (_, _, message) = ws.condition("web", "Ready");
+        assert!(message.contains("is being made by"), "{image}: {message}");
+        let (ok, outs) = run_until_ready(&ws, 40);
+        assert!(ok, "{image}: {}", outs.join("\n---\n"));
+        assert_one_vm(&mut pve, &outs, 1);
+    }
+}

@@ -237,3 +237,113 @@ fn a_lost_marker_key_creates_nothing_and_adopt_takes_the_vm_back() {
     let wrong = ws.proxsync(&["adopt", "web", "--vmid", "9000"]);
     assert!(!wrong.status.success());
 }
+
+/// The whole state directory lost (the marker key with it), then a person allowed to edit only
+/// one VM's options types spec `db`'s marker into its notes and adds the install's tag (PVE's
+/// default `user-tag-access` lets them). `adopt --all-unverified` lists both VMs claiming `db`
+/// with what tells them apart; `--yes` confirms the spec one VM alone claims and none of
+/// `db`'s (exit 1), so the forged VM is neither recorded nor signed; the person's `adopt db
+/// --vmid N` settles it, and only the real VM is converged.
+#[test]
+fn adopt_all_unverified_yes_never_confirms_a_spec_two_vms_claim() {
+    let mut scenario = default_scenario();
+    // Someone's VM at the lowest VMID, made before proxsync's.
+    scenario["vms"].as_array_mut().unwrap().push(json!({
+        "vmid": 100, "name": "app", "node": "pve1", "status": "stopped",
+        "config": {"name": "app", "scsi0": "local-lvm:vm-100-disk-0,size=32G",
+                   "net0": "virtio=BC:24:11:AA:00:01,bridge=vmbr0",
+                   "smbios1": "uuid=11111111-2222-4333-8444-555555555555",
+                   "meta": "creation-qemu=8.1.5,ctime=1600000000"},
+    }));
+    let mut pve = FakePve::start(scenario);
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[
+        ("db.yaml", spec("db", "pve1", "9000", "")),
+        ("web.yaml", spec("web", "pve1", "9000", "")),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let db = ws.status("db")["vmId"].as_u64().expect("a VMID") as u32;
+    let web = ws.status("web")["vmId"].as_u64().expect("a VMID") as u32;
+    assert!(db > 100 && web > 100, "{db} {web}");
+
+    ws.remove_state_and_key();
+    let mut forged = pve.vm(100)["config"].clone();
+    forged["description"] = json!("proxsync-id: install=test spec=db uid=0123456789abcdef");
+    forged["tags"] = json!("proxsync.test");
+    pve.remove_vm(100);
+    pve.add_vm(
+        json!({"vmid": 100, "name": "app", "node": "pve1", "status": "stopped",
+                      "config": forged}),
+    );
+    let real_uuid = pve.vm(db)["config"]["smbios1"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("uuid=")
+        .to_string();
+
+    let list = ws.proxsync(&["adopt", "--all-unverified"]);
+    let listed = common::engine::text(&list);
+    assert!(list.status.success(), "{listed}");
+    for line in [
+        format!("web\tVM {web} (web) on lab/pve1\n"),
+        "db\tVM 100 (app) on lab/pve1\tmarker does not verify: smbios1 uuid 11111111".to_string(),
+        format!("db\tVM {db} (db) on lab/pve1\tmarker does not verify: smbios1 uuid {real_uuid}"),
+    ] {
+        assert!(listed.contains(&line), "{line:?} in:\n{listed}");
+    }
+    assert!(
+        listed.contains("MACs BC:24:11:AA:00:01")
+            && listed.contains("local-lvm:vm-100-disk-0 (32G)")
+            && listed.contains("config meta ctime 2020-09-13T12:26:40Z"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!("spec db is claimed by 2 guests (100, {db})")),
+        "{listed}"
+    );
+
+    let yes = ws.proxsync(&["adopt", "--all-unverified", "--yes"]);
+    let said = common::engine::text(&yes);
+    assert!(!yes.status.success(), "a spec left to a person: {said}");
+    assert!(
+        said.contains(&format!("VM {web} is now spec web's")) && !said.contains("is now spec db's"),
+        "{said}"
+    );
+    assert!(said.contains("proxsync adopt db --vmid N"), "{said}");
+    let (_, out) = ws.run_once();
+    let (_, reason, message) = ws.condition("db", "Ready");
+    assert_eq!(reason, "UnverifiedClaim", "{message}\n{out}");
+    assert_eq!(ws.condition("web", "Ready").1, "Available");
+    assert_eq!(
+        pve.vm(100)["config"]["description"],
+        json!("proxsync-id: install=test spec=db uid=0123456789abcdef"),
+        "the forged VM is neither recorded nor signed"
+    );
+
+    // The person compares them and names the real one.
+    let adopt = ws.proxsync(&["adopt", "db", "--vmid", &db.to_string()]);
+    assert!(adopt.status.success(), "{}", common::engine::text(&adopt));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(ws.status("db")["vmId"].as_u64(), Some(db as u64));
+    let key = MarkerKey::load(&ws.path("state"))
+        .unwrap()
+        .expect("a new key");
+    let signed = pve.vm(db)["config"]["description"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        Marker::parse(&signed).unwrap().verifies(&key, db),
+        "{signed}"
+    );
+    let forged = pve.vm(100)["config"]["description"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !Marker::parse(&forged).unwrap().verifies(&key, 100),
+        "the forged marker is never signed: {forged}"
+    );
+}

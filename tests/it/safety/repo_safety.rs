@@ -115,3 +115,81 @@ fn state_dir_and_database_are_private_from_the_start() {
     // Status files stay readable: that is what they are for.
     assert_eq!(mode("status/web-01.yaml"), 0o644);
 }
+
+/// 1,000 `ProxmoxVMSet` documents of `replicas: 1000` in one 162 KB file: each within every
+/// per-file and per-set limit, together a million specs. The members are counted before any
+/// set is expanded, and past `[source] max_specs` (200,000 by default) the read is refused
+/// with one error: `validate` says so within an address space of 1 GiB (it took 1.77 GiB to
+/// report a million valid specs).
+#[test]
+fn one_small_file_cannot_expand_to_a_million_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::new();
+    for i in 0..1000 {
+        yaml.push_str(&format!(
+            "---\napiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: s{i}}}\n\
+             spec:\n  replicas: 1000\n  template:\n    forProvider: {{site: lab, node: pve1, \
+             image: \"9000\"}}\n"
+        ));
+    }
+    assert!(yaml.len() < 170_000, "{}", yaml.len());
+    std::fs::write(dir.path().join("sets.yaml"), &yaml).unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" validate \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_proxsync"))
+        .arg(dir.path())
+        .output()
+        .expect("sh");
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert_eq!(said.matches("error:").count(), 1, "one error: {said}");
+    assert!(
+        said.contains("[source] max_specs = 200000") && said.contains("No spec is read"),
+        "{said}"
+    );
+    assert!(said.contains("0 valid spec(s)"), "{said}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A commit past `[source] max_specs` holds no spec and one error: nothing is created and,
+/// the set being incomplete, nothing is removed; the next commit within the cap applies.
+#[test]
+fn a_commit_past_max_specs_creates_and_removes_nothing() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        config.replace("[source]\n", "[source]\nmax_specs = 20\n"),
+    )
+    .unwrap();
+    let web = ("web.yaml", spec("web-01", "pve1", "9000", ""));
+    ws.commit_specs(std::slice::from_ref(&web));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {name: crew}\nspec:\n  \
+               replicas: 25\n  template:\n    forProvider: {site: lab, node: pve1, image: \"9000\", \
+               cpu: 1, memory: 1Gi, disk: 8Gi}\n";
+    ws.commit_specs(&[("crew.yaml", set.to_string())]);
+    let (_, out) = ws.run_once();
+    assert_eq!(out.matches("error:").count(), 1, "one error: {out}");
+    assert!(out.contains("max_specs = 20"), "{out}");
+    assert_eq!(
+        names(&mut pve),
+        ["web-01"],
+        "nothing created or deleted: {out}"
+    );
+    ws.commit_specs(&[
+        ("crew.yaml", set.replace("replicas: 25", "replicas: 2")),
+        web,
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(names(&mut pve), ["crew-01", "crew-02", "web-01"], "{out}");
+}
