@@ -65,6 +65,20 @@ impl Concurrency {
         }
     }
 
+    /// [`Concurrency::new`], each task type in `baselines` taken to last that long when the
+    /// node is not busy (what `doctor --exercise` measured) until its own tasks say otherwise:
+    /// the first task that takes much longer cuts the limit, as a later one would.
+    pub fn with_baselines(cap: u32, baselines: &HashMap<String, Duration>) -> Concurrency {
+        let mut c = Concurrency::new(cap);
+        c.baselines.extend(
+            baselines
+                .iter()
+                .filter(|(kind, _)| LOAD_TASKS.contains(&kind.as_str()))
+                .map(|(k, d)| (k.clone(), *d)),
+        );
+        c
+    }
+
     /// How many actions may run at once now.
     pub fn limit(&self) -> u32 {
         (self.window.floor() as u32).clamp(1, self.cap)
@@ -130,6 +144,8 @@ pub struct NodeLimits {
     adaptive: bool,
     cap: u32,
     nodes: Mutex<HashMap<String, Concurrency>>,
+    /// Each node's first estimates of its task types ([`Concurrency::with_baselines`]).
+    seeds: HashMap<String, Duration>,
 }
 
 impl NodeLimits {
@@ -138,7 +154,15 @@ impl NodeLimits {
             adaptive,
             cap: cap.max(1),
             nodes: Mutex::new(HashMap::new()),
+            seeds: HashMap::new(),
         }
+    }
+
+    /// Every node's first estimate of how long each task type takes (by its type:
+    /// `qmclone`, ...), before any of its tasks was seen.
+    pub fn seeded(mut self, seeds: HashMap<String, Duration>) -> NodeLimits {
+        self.seeds = seeds;
+        self
     }
 
     /// How many actions may run at once on `node` now.
@@ -191,7 +215,7 @@ impl NodeLimits {
         let mut nodes = self.lock();
         let c = nodes
             .entry(node.to_string())
-            .or_insert_with(|| Concurrency::new(self.cap));
+            .or_insert_with(|| Concurrency::with_baselines(self.cap, &self.seeds));
         if self.adaptive {
             f(c);
             c.limit()
@@ -358,5 +382,26 @@ mod tests {
         assert_eq!(fixed.overloaded("pve1", t0, t0), 5);
         assert_eq!(fixed.task_ended("pve1", "qmclone", t0, ms(9), t0), 5);
         assert_eq!(fixed.limits(), [("pve1".to_string(), 5)]);
+    }
+
+    #[test]
+    fn seeded_estimates_judge_a_nodes_first_tasks() {
+        let t0 = Instant::now();
+        let seeds = HashMap::from([
+            ("qmclone".to_string(), ms(2000)),
+            ("qmshutdown".to_string(), ms(1)),
+        ]);
+        // Unseeded, a first clone of 10 s only sets the baseline and raises the limit.
+        let plain = NodeLimits::new(true, 10);
+        assert_eq!(plain.task_ended("pve1", "qmclone", t0, ms(10_000), t0), 3);
+        // Seeded with the exercise's 2 s, the same clone is much longer than usual: a cut.
+        let seeded = NodeLimits::new(true, 10).seeded(seeds);
+        assert_eq!(seeded.task_ended("pve1", "qmclone", t0, ms(10_000), t0), 1);
+        // A clone in the usual time raises it; a type that tells no load is not seeded.
+        let seeded =
+            NodeLimits::new(true, 10).seeded(HashMap::from([("qmclone".to_string(), ms(2000))]));
+        assert_eq!(seeded.task_ended("pve2", "qmclone", t0, ms(2100), t0), 3);
+        let c = Concurrency::with_baselines(10, &HashMap::from([("qmshutdown".into(), ms(1))]));
+        assert!(c.baselines.is_empty());
     }
 }

@@ -25,6 +25,7 @@ pub mod category;
 pub mod cloudinit;
 pub mod concurrency;
 pub mod config;
+pub mod conformance;
 pub mod engine;
 pub mod execute;
 pub mod gate;

@@ -54,6 +54,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["store", "observe"],
     ),
     ("the gate: decisions on evidence", &["gate"]),
+    (
+        "the conformance suite: scenarios over the client",
+        &["conformance"],
+    ),
     ("the git source: commits -> specs", &["source"]),
     ("the pure planner", &["plan"]),
     ("a spec as PVE parameters, pure", &["render"]),

@@ -33,6 +33,14 @@ pub fn site_clients_metered(
                         config.reconcile.concurrency == crate::config::ConcurrencyMode::Adaptive,
                         config.reconcile.max_parallel_per_node,
                     )
+                    .with_task_estimates(
+                        crate::conformance::durations::read_durations(
+                            &config.state_dir,
+                            &site.name,
+                        )
+                        .into_iter()
+                        .collect(),
+                    )
                 })
                 .map_err(|e| EngineError::Site {
                     site: site.name.clone(),
@@ -44,4 +52,45 @@ pub fn site_clients_metered(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A site's client takes `doctor --exercise`'s durations as each node's first estimates:
+    /// a first clone far slower than the exercise's cuts the node's limit, where without them
+    /// it only sets the baseline and raises it.
+    #[test]
+    fn each_sites_client_starts_from_the_exercises_durations() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lab.token"), "secret\n").unwrap();
+        let state = dir.path().join("state");
+        let text = format!(
+            "state_dir = \"{}\"\n\n[reconcile]\nconcurrency = \"adaptive\"\n\n[source]\n\
+             path = \"{}\"\n\n[[site]]\nname = \"lab\"\nendpoint = \"https://pve.example:8006\"\n\
+             token_id = \"proxsync@pve!gitops\"\ntoken_secret_file = \"lab.token\"\n",
+            state.display(),
+            dir.path().join("repo").display()
+        );
+        let config = Config::parse(&dir.path().join("proxsync.toml"), &text).unwrap();
+        let first_clone = |config: &Config| {
+            let clients = site_clients(config).unwrap();
+            let client = &clients["lab"].client;
+            client.task_took("pve1", "qmclone", Instant::now(), Duration::from_secs(10));
+            client.parallel_limit("pve1")
+        };
+        assert_eq!(first_clone(&config), 3, "no estimates: the baseline is set");
+        let mut measured = crate::conformance::Report::default();
+        measured.steps.push(crate::conformance::Step {
+            name: "vm clone".into(),
+            expected: crate::conformance::Expect::Done,
+            task: Some("qmclone".into()),
+            took: Duration::from_secs(2),
+            outcome: crate::conformance::Outcome::AsExpected,
+            text: None,
+        });
+        crate::conformance::durations::write_durations(&state, "lab", &measured).unwrap();
+        assert_eq!(first_clone(&config), 1, "5 times the exercise's 2 s: a cut");
+    }
 }

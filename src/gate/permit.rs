@@ -367,8 +367,91 @@ pub fn adopt_by_consent(
     Ok(Permit::new(site.site(), vmid, Act::Adopt { marker }))
 }
 
+// ---- the guests an exercise made ----
+
+/// How an exercise (`proxsync doctor --exercise`, the conformance suite) marks each guest it
+/// makes, so that it, and only it, deletes them again: a pool of its own, a name prefix and a
+/// line of its own in the description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExerciseMarks<'a> {
+    /// The pool every guest it makes joins (`proxsync-exercise`).
+    pub pool: &'a str,
+    /// The start of every name it gives (`proxsync-exercise-`).
+    pub prefix: &'a str,
+    /// The line it writes into every description.
+    pub marker: &'a str,
+}
+
+/// What a guest shows of who made it, read right before its delete: the pool from the
+/// cluster's listing, the rest from its config.
+#[derive(Debug, Clone, Copy)]
+pub struct Made<'a> {
+    pub vmid: u32,
+    pub kind: GuestKind,
+    pub pool: Option<&'a str>,
+    /// A VM's `name`, a container's `hostname`.
+    pub name: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub template: bool,
+}
+
+/// The delete of guest `guest.vmid`, on evidence that an exercise marked `marks` made it: it
+/// is in the exercise's pool, its name is the prefix and more, a line of its description is
+/// the exercise's marker, and it is neither a template nor a guest any install manages (a
+/// `proxsync-id:` line). Anything less, and it is someone else's: not deleted. Marks that
+/// would match any guest (an empty pool, prefix or marker) prove nothing.
+pub fn exercise_delete(
+    site: &str,
+    marks: ExerciseMarks<'_>,
+    guest: Made<'_>,
+) -> Result<Permit, String> {
+    let named = guest.kind.named(guest.vmid);
+    if [marks.pool, marks.prefix, marks.marker]
+        .iter()
+        .any(|m| m.trim().is_empty())
+    {
+        return Err(format!(
+            "an exercise's pool, name prefix and marker must each say something: {marks:?} \
+             would take {named} without proof"
+        ));
+    }
+    if guest.pool != Some(marks.pool) {
+        return Err(format!(
+            "{named} is in pool {}, not the exercise's pool {}: not the exercise's to delete",
+            guest.pool.unwrap_or("(none)"),
+            marks.pool
+        ));
+    }
+    let name = guest.name.unwrap_or_default();
+    if name.len() <= marks.prefix.len() || !name.starts_with(marks.prefix) {
+        return Err(format!(
+            "{named} is named {:?}, not {}...: not the exercise's to delete",
+            name, marks.prefix
+        ));
+    }
+    let description = guest.description.unwrap_or_default();
+    if !description.lines().any(|l| l.trim() == marks.marker.trim()) {
+        return Err(format!(
+            "{named}'s description lacks the exercise's line {:?}: not the exercise's to delete",
+            marks.marker
+        ));
+    }
+    if description.contains(crate::ownership::MARKER_PREFIX) {
+        return Err(format!(
+            "{named} carries a proxsync-id line: a guest an install manages, never an \
+             exercise's"
+        ));
+    }
+    if guest.template {
+        return Err(format!(
+            "{named} is a template: an exercise makes none, so it deletes none"
+        ));
+    }
+    Ok(Permit::new(site, guest.vmid, Act::DeleteVm))
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::gate::identity::tests::key;
     use crate::gate::identity::{verify, verify_handed};
@@ -960,5 +1043,151 @@ mod tests {
         assert!(check_delete_vm(100, &release).is_err());
         assert!(check_delete_volume("local:iso/x.iso", &delete).is_err());
         assert!(check_remove_affinity("proxsync-vm100", &delete).is_err());
+    }
+    const MARKS: ExerciseMarks<'static> = ExerciseMarks {
+        pool: "proxsync-exercise",
+        prefix: "proxsync-exercise-",
+        marker: "proxsync-exercise: made by proxsync doctor --exercise",
+    };
+
+    fn made(kind: GuestKind) -> Made<'static> {
+        Made {
+            vmid: 120,
+            kind,
+            pool: Some("proxsync-exercise"),
+            name: Some("proxsync-exercise-vm"),
+            description: Some("notes\nproxsync-exercise: made by proxsync doctor --exercise\n"),
+            template: false,
+        }
+    }
+
+    /// A delete for the other test modules (`pve::fake`): the exercise's evidence, complete.
+    pub(crate) fn exercise_permit(site: &str, vmid: u32) -> Permit {
+        exercise_delete(
+            site,
+            MARKS,
+            Made {
+                vmid,
+                ..made(GuestKind::Qemu)
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_exercise_deletes_a_guest_with_its_pool_prefix_and_marker() {
+        for kind in [GuestKind::Qemu, GuestKind::Lxc] {
+            let permit = exercise_delete("lab", MARKS, made(kind)).unwrap();
+            assert_eq!((permit.site(), permit.vmid()), ("lab", 120));
+            assert_eq!(permit.act(), &Act::DeleteVm);
+            assert!(check_delete_vm(120, &permit).is_ok());
+            assert!(check_delete_vm(121, &permit).is_err(), "that guest only");
+        }
+        assert_eq!(exercise_permit("lab", 7).vmid(), 7);
+    }
+
+    #[test]
+    fn an_exercise_refuses_a_guest_lacking_any_of_its_marks() {
+        let base = made(GuestKind::Lxc);
+        let refused = [
+            ("no pool", Made { pool: None, ..base }),
+            (
+                "another pool",
+                Made {
+                    pool: Some("prod"),
+                    ..base
+                },
+            ),
+            (
+                "a pool's look-alike",
+                Made {
+                    pool: Some("proxsync-exercise-2"),
+                    ..base
+                },
+            ),
+            ("no name", Made { name: None, ..base }),
+            (
+                "another name",
+                Made {
+                    name: Some("web-01"),
+                    ..base
+                },
+            ),
+            (
+                "the prefix alone",
+                Made {
+                    name: Some("proxsync-exercise-"),
+                    ..base
+                },
+            ),
+            (
+                "the prefix inside",
+                Made {
+                    name: Some("x-proxsync-exercise-vm"),
+                    ..base
+                },
+            ),
+            (
+                "no description",
+                Made {
+                    description: None,
+                    ..base
+                },
+            ),
+            (
+                "another description",
+                Made {
+                    description: Some("web server"),
+                    ..base
+                },
+            ),
+            (
+                "the marker inside a line",
+                Made {
+                    description: Some("not proxsync-exercise: made by proxsync doctor --exercise"),
+                    ..base
+                },
+            ),
+            (
+                "a managed guest's line too",
+                Made {
+                    description: Some(
+                        "proxsync-exercise: made by proxsync doctor --exercise\n\
+                         proxsync-id: install=main spec=web uid=u1",
+                    ),
+                    ..base
+                },
+            ),
+            (
+                "a template",
+                Made {
+                    template: true,
+                    ..base
+                },
+            ),
+        ];
+        for (why, guest) in refused {
+            let err = exercise_delete("lab", MARKS, guest).expect_err(why);
+            assert!(err.contains("container 120"), "{why}: {err}");
+        }
+        for weak in [
+            ExerciseMarks { pool: "", ..MARKS },
+            ExerciseMarks {
+                prefix: "",
+                ..MARKS
+            },
+            ExerciseMarks {
+                marker: " ",
+                ..MARKS
+            },
+        ] {
+            let guest = Made {
+                pool: Some(weak.pool),
+                name: Some("proxsync-exercise-vm"),
+                description: Some(" \n"),
+                ..base
+            };
+            assert!(exercise_delete("lab", weak, guest).is_err(), "{weak:?}");
+        }
     }
 }

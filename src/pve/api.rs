@@ -679,6 +679,19 @@ impl Client {
         Ok(())
     }
 
+    /// `POST /pools` (`poolid`, `comment`): at once; a new, empty pool (pve-manager
+    /// `PVE/API2/Pool.pm` create_pool: `pool 'P' already exists` for one that does; the
+    /// token needs `Pool.Allocate` on `/pool/P`).
+    pub async fn create_pool(&self, poolid: &str, comment: &str) -> Result<(), Error> {
+        check_part("pool", poolid)?;
+        let form = [
+            ("poolid", poolid.to_string()),
+            ("comment", comment.to_string()),
+        ];
+        let _: serde_json::Value = self.post("/pools", &form).await?;
+        Ok(())
+    }
+
     /// `GET /cluster/nextid`: at once; the lowest VMID of the datacenter's `next-id` range no
     /// guest has (PVE sends it as a string). It reserves nothing (see `execute::vmid`).
     pub async fn next_id(&self) -> Result<u32, Error> {

@@ -73,6 +73,8 @@ pve_calls! {
     fn pool_vmids(&self, poolid: &str) -> Vec<u32>;
     /// `PUT /pools`: moves a VM into a pool.
     fn move_to_pool(&self, poolid: &str, vmid: u32) -> ();
+    /// `POST /pools`: a new, empty resource pool.
+    fn create_pool(&self, poolid: &str, comment: &str) -> ();
     /// `GET /cluster/nextid`.
     fn next_id(&self) -> u32;
     /// `GET /cluster/nextid?vmid=N`.

@@ -176,6 +176,21 @@ impl Client {
         self
     }
 
+    /// Each node's adaptive limit starts from these estimates of how long each task type
+    /// takes (`doctor --exercise`'s durations, `conformance::durations`); after
+    /// [`Client::with_parallelism`].
+    pub fn with_task_estimates(
+        mut self,
+        estimates: std::collections::HashMap<String, Duration>,
+    ) -> Client {
+        let limits = std::mem::replace(
+            &mut self.limits,
+            crate::concurrency::NodeLimits::new(false, 1),
+        );
+        self.limits = limits.seeded(estimates);
+        self
+    }
+
     /// How many actions may run at once on `node` now.
     pub fn parallel_limit(&self, node: &str) -> u32 {
         self.limits.limit(node)

@@ -102,6 +102,9 @@ struct Task {
     exit: Option<String>,
     on_ok: Option<Effect>,
     on_fail: Option<Effect>,
+    /// When a task of a type with a duration ([`FakePve::set_task_duration`]) ends `OK`, in
+    /// tokio's time.
+    ends_at: Option<tokio::time::Instant>,
 }
 
 struct State {
@@ -135,6 +138,8 @@ struct State {
     /// Each node's (`maxmem`, `mem`) as `/cluster/resources?type=node` lists them; a node not
     /// here is listed without them.
     node_memory: BTreeMap<String, (u64, u64)>,
+    /// How long tasks of a type run before they end `OK` by themselves (tokio's time).
+    task_durations: HashMap<String, Duration>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -199,6 +204,7 @@ impl FakePve {
                 parallel_limit: None,
                 ct_volumes: BTreeMap::new(),
                 node_memory: BTreeMap::new(),
+                task_durations: HashMap::new(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -206,7 +212,9 @@ impl FakePve {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A test that panicked while holding it has failed already.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.finish_due();
+        s
     }
 
     /// The cluster's root CA is now `fingerprint` (as if the endpoint reached another cluster).
@@ -318,6 +326,23 @@ impl FakePve {
 
     pub fn set_task_end(&self, end: TaskEnd) {
         self.lock().task_end = end;
+    }
+
+    /// Tasks of type `kind` (`qmclone`, `vzclone`, ...) started from now on run for `took` of
+    /// tokio's time, then end `OK` by themselves (a clone copying its disks: the window in
+    /// which its locks hold), however tasks end otherwise.
+    pub fn set_task_duration(&self, kind: &str, took: Duration) {
+        self.lock().task_durations.insert(kind.to_string(), took);
+    }
+
+    /// A resource pool (`POST /pools`), empty.
+    pub fn add_pool(&self, poolid: &str) {
+        self.lock().pools.entry(poolid.to_string()).or_default();
+    }
+
+    /// The members of pool `poolid`, if it exists.
+    pub fn pool(&self, poolid: &str) -> Option<Vec<u32>> {
+        self.lock().pools.get(poolid).cloned()
     }
 
     /// The next task of type `kind` (`qmclone`, ...) ends at once with `exit`, however tasks
@@ -543,29 +568,44 @@ impl State {
         parts.join(",")
     }
 
-    /// pve-container `resize_vm`'s checks before its task: the volume's real size
-    /// (`volume_size_info`, not the config's `size=`) against the request, `unable to shrink disk
-    /// size` and `disk is already at specified size`. A volume the fake did not allocate is at
-    /// its config's size.
-    fn ct_resize_checks(&self, vmid: u32, disk: &str, size: &str) -> Result<(), Error> {
-        let Some(value) = self.vms.get(&vmid).and_then(|vm| vm.config.get(disk)) else {
-            return Ok(());
-        };
+    /// The real size of guest `vmid`'s volume in `disk` (`volume_size_info`, not the config's
+    /// `size=`, for a container volume the fake allocated); any other volume is at its
+    /// config's size.
+    fn volume_size(&self, vmid: u32, disk: &str) -> Option<u64> {
+        let value = self.vms.get(&vmid).and_then(|vm| vm.config.get(disk))?;
         let volume = value.split(',').next().unwrap_or_default();
-        let now = self.ct_volumes.get(volume).copied().or_else(|| {
+        self.ct_volumes.get(volume).copied().or_else(|| {
             value
                 .split(',')
                 .find_map(|p| p.strip_prefix("size="))
                 .and_then(crate::pve::values::parse_pve_size)
-        });
-        let (Some(now), Some(want)) = (now, crate::pve::values::parse_pve_size(size)) else {
-            return Ok(());
-        };
-        if want < now {
-            return Err(api(500, "unable to shrink disk size"));
-        }
-        if want == now {
-            return Err(api(500, "disk is already at specified size"));
+        })
+    }
+
+    /// pve-container `LXC/Config.pm` update_pct_config (a create's and an update's): a NIC's
+    /// `mtu` above its bridge's is refused, `netN: MTU size 'X' is bigger than bridge MTU 'Y'`
+    /// (the fake's bridges have the default MTU, 1500).
+    fn check_ct_mtus<'a>(
+        &self,
+        values: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), Error> {
+        for (key, value) in values {
+            if key
+                .strip_prefix("net")
+                .is_none_or(|n| n.parse::<u8>().is_err())
+            {
+                continue;
+            }
+            let mtu = value
+                .split(',')
+                .find_map(|p| p.strip_prefix("mtu="))
+                .and_then(|m| m.parse::<u32>().ok());
+            if let Some(mtu) = mtu.filter(|m| *m > 1500) {
+                return Err(api(
+                    500,
+                    format!("{key}: MTU size '{mtu}' is bigger than bridge MTU '1500'"),
+                ));
+            }
         }
         Ok(())
     }
@@ -621,26 +661,44 @@ impl State {
         )
         .parse()
         .expect("the fake writes valid UPIDs");
+        let ends_at = self
+            .task_durations
+            .get(kind)
+            .map(|took| tokio::time::Instant::now() + *took);
         self.tasks.push(Task {
             upid: upid.clone(),
             exit: None,
             on_ok,
             on_fail,
+            ends_at,
         });
         let i = self.tasks.len() - 1;
         if let Some(at) = self.task_exits.iter().position(|(k, _)| k == kind) {
             let (_, exit) = self.task_exits.remove(at);
             finish(self, i, &exit);
-        } else if self.task_end == TaskEnd::AtOnce {
+        } else if self.task_end == TaskEnd::AtOnce && ends_at.is_none() {
             finish(self, i, "OK");
         }
         upid
     }
 
+    /// Ends `OK` every running task whose duration has passed.
+    fn finish_due(&mut self) {
+        let now = tokio::time::Instant::now();
+        while let Some(i) = self
+            .tasks
+            .iter()
+            .position(|t| t.exit.is_none() && t.ends_at.is_some_and(|at| at <= now))
+        {
+            finish(self, i, "OK");
+        }
+    }
+
     /// A create or clone: the VM exists at once holding only the lock (and, for a clone, the
     /// temporary file's comment); `config` is written when the task ends, and the VM goes if
     /// it fails. `locked_source`: the guest a container's clone locked `disk`, unlocked when
-    /// the task ends either way.
+    /// the task ends either way. `pool`: joined when the task ends well (qemu-server's and
+    /// pve-container's create and clone call `add_vm_to_pool` last in their workers).
     #[allow(clippy::too_many_arguments)]
     fn make_vm(
         &mut self,
@@ -651,6 +709,7 @@ impl State {
         config: BTreeMap<String, String>,
         final_node: String,
         locked_source: Option<u32>,
+        pool: Option<String>,
     ) -> Upid {
         // pve-container's tasks (`vz*`) make containers.
         let guest = if kind.starts_with("vz") {
@@ -689,12 +748,37 @@ impl State {
             }
             *s.generation.entry(vmid).or_default() += 1;
             s.unlock_source(locked_source);
+            if let Some(pool) = pool {
+                s.join_pool(&pool, vmid);
+            }
         });
         let on_fail: Effect = Box::new(move |s: &mut State| {
             s.vms.remove(&vmid);
             s.unlock_source(locked_source);
         });
         self.task(task_node, kind, id, Some(on_ok), Some(on_fail))
+    }
+
+    /// Guest `vmid` into pool `pool`, out of any other (a guest is in one pool at most).
+    fn join_pool(&mut self, pool: &str, vmid: u32) {
+        self.leave_pools(vmid);
+        self.pools.entry(pool.to_string()).or_default().push(vmid);
+    }
+
+    /// Guest `vmid` out of every pool (its destroy: `PVE::AccessControl::remove_vm_access`,
+    /// qemu-server's and pve-container's `destroy_vm`, purge or not).
+    fn leave_pools(&mut self, vmid: u32) {
+        for members in self.pools.values_mut() {
+            members.retain(|v| *v != vmid);
+        }
+    }
+
+    /// The pool guest `vmid` is in, as `/cluster/resources` lists it.
+    fn pool_of(&self, vmid: u32) -> Option<String> {
+        self.pools
+            .iter()
+            .find(|(_, members)| members.contains(&vmid))
+            .map(|(pool, _)| pool.clone())
     }
 
     /// pve-container clone_vm's end, well or not: `remove_lock($vmid, 'disk')` on the source.
@@ -721,17 +805,47 @@ impl State {
         running: bool,
     ) -> Result<Upid, Error> {
         self.unlocked(node, guest, vmid)?;
+        let now = self.vm(node, guest, vmid)?.running;
+        // The API handlers' checks, before any task: pve-container `API2/LXC/Status.pm`
+        // vm_start (`CT N already running`), vm_stop and vm_shutdown (`CT N not running`),
+        // vm_reboot (`VM N not running`, a VM's words); qemu-server `API2/Qemu.pm` vm_reboot
+        // (`VM N not running`).
+        let refused = match (guest, action, now) {
+            (GuestKind::Lxc, "start", true) => Some(format!("CT {vmid} already running")),
+            (GuestKind::Lxc, "stop" | "shutdown", false) => Some(format!("CT {vmid} not running")),
+            (_, "reboot", false) => Some(format!("VM {vmid} not running")),
+            _ => None,
+        };
+        if let Some(text) = refused {
+            return Err(api(500, text));
+        }
         let kind = match guest {
             GuestKind::Qemu => format!("qm{action}"),
             GuestKind::Lxc => format!("vz{action}"),
         };
         let kind = kind.as_str();
+        // qemu-server `QemuServer.pm` vm_start dies in its `qmstart` task.
+        if (guest, action, now) == (GuestKind::Qemu, "start", true) {
+            let exit = format!("VM {vmid} already running");
+            return Ok(self.failed_task(node, kind, &vmid.to_string(), &exit));
+        }
         let on_ok: Effect = Box::new(move |s: &mut State| {
             if let Some(vm) = s.vms.get_mut(&vmid) {
                 vm.running = running;
             }
         });
         Ok(self.task(node, kind, &vmid.to_string(), Some(on_ok), None))
+    }
+
+    /// A task that fails at once with `exit`, changing nothing (a check in PVE's worker).
+    fn failed_task(&mut self, node: &str, kind: &str, id: &str, exit: &str) -> Upid {
+        let end = std::mem::replace(&mut self.task_end, TaskEnd::Held);
+        let upid = self.task(node, kind, id, None, None);
+        self.task_end = end;
+        let i = self.tasks.len() - 1;
+        self.tasks[i].ends_at = None;
+        finish(self, i, exit);
+        upid
     }
 
     fn active(&self, node: &str, vmid: Option<u32>) -> Vec<TaskListEntry> {
@@ -753,6 +867,84 @@ impl State {
             })
             .collect()
     }
+}
+
+/// A VM's new disk (`scsi0=STORAGE:N[,options]`, N GiB) as qemu-server's create_disks
+/// allocates it: `STORAGE:vm-VMID-disk-K,options,size=NG` (every storage named as thin LVM
+/// names its volumes); any other value is returned as it is.
+fn allocate_vm_volume(
+    vmid: u32,
+    key: &str,
+    value: &str,
+    config: &BTreeMap<String, String>,
+) -> String {
+    let (volume, rest) = value.split_once(',').unwrap_or((value, ""));
+    let new = volume
+        .split_once(':')
+        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && *n != "0");
+    let Some((storage, gib)) = new.filter(|_| super::values::is_drive_key(key)) else {
+        return value.to_string();
+    };
+    let n = (0..)
+        .find(|n| {
+            let name = format!("{storage}:vm-{vmid}-disk-{n}");
+            !config.values().any(|v| v.split(',').next() == Some(&name))
+        })
+        .unwrap_or(0);
+    let mut parts = vec![format!("{storage}:vm-{vmid}-disk-{n}")];
+    parts.extend(
+        rest.split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string),
+    );
+    parts.push(format!("size={gib}G"));
+    parts.join(",")
+}
+
+/// pve-storage `Plugin.pm` parse_volname of a `vztmpl` archive (`$VZTMPL_EXT_RE_1` of
+/// `Storage.pm`, pve-storage 9.1: `.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2`, any
+/// case), from pve-container create_vm's check_volume_access, before anything is made.
+fn check_vztmpl_name(archive: &str) -> Result<(), Error> {
+    let volname = archive.split_once(':').map_or(archive, |(_, v)| v);
+    let Some(name) = volname.strip_prefix("vztmpl/") else {
+        return Ok(());
+    };
+    let lower = name.to_ascii_lowercase();
+    let ok = !name.contains('/')
+        && [".tar", ".tar.gz", ".tar.xz", ".tar.zst", ".tar.bz2"]
+            .iter()
+            .any(|ext| lower.len() > ext.len() && lower.ends_with(ext));
+    if ok {
+        return Ok(());
+    }
+    Err(api(
+        500,
+        format!("unable to parse directory volume name '{volname}'"),
+    ))
+}
+
+/// The size a resize asks for, in bytes: `+N` added to the volume's size `now` (both kinds'
+/// `resize_vm`: `$newsize += $size if $ext`), else `N` itself.
+fn requested_size(now: Option<u64>, size: &str) -> Option<u64> {
+    match size.strip_prefix('+') {
+        Some(more) => now?.checked_add(crate::pve::values::parse_pve_size(more)?),
+        None => crate::pve::values::parse_pve_size(size),
+    }
+}
+
+/// pve-container `resize_vm`'s checks before its task: the volume's real size against the
+/// request, `unable to shrink disk size` and `disk is already at specified size`.
+fn ct_resize_checks(now: Option<u64>, want: Option<u64>) -> Result<(), Error> {
+    let (Some(now), Some(want)) = (now, want) else {
+        return Ok(());
+    };
+    if want < now {
+        return Err(api(500, "unable to shrink disk size"));
+    }
+    if want == now {
+        return Err(api(500, "disk is already at specified size"));
+    }
+    Ok(())
 }
 
 /// PVE's word for a guest of `kind` in its messages (`guest_type` of qemu-server's
@@ -885,7 +1077,7 @@ impl Pve for FakePve {
                     tags: split_tags(vm.config.get("tags").map_or("", String::as_str)),
                     template: Some(vm.config.get("template").is_some_and(|t| t == "1")),
                     lock: vm.config.get("lock").cloned(),
-                    pool: None,
+                    pool: s.pool_of(*vmid),
                     hastate: None,
                     maxcpu: None,
                     maxmem: None,
@@ -929,10 +1121,21 @@ impl Pve for FakePve {
 
     async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
         self.call("move_to_pool", format!("{poolid} {vmid}"), |s| {
-            for members in s.pools.values_mut() {
-                members.retain(|v| *v != vmid);
+            s.join_pool(poolid, vmid);
+            Ok(())
+        })
+    }
+
+    async fn create_pool(&self, poolid: &str, _comment: &str) -> Result<(), Error> {
+        self.call("create_pool", poolid.to_string(), |s| {
+            // pve-manager PVE/API2/Pool.pm create_pool.
+            if s.pools.contains_key(poolid) {
+                return Err(api(
+                    500,
+                    format!("create pool failed: pool '{poolid}' already exists"),
+                ));
             }
-            s.pools.entry(poolid.to_string()).or_default().push(vmid);
+            s.pools.insert(poolid.to_string(), Vec::new());
             Ok(())
         })
     }
@@ -1086,6 +1289,9 @@ impl Pve for FakePve {
         self.call("set_config", at(node, kind, vmid), |s| {
             s.unlocked(node, kind, vmid)?;
             s.check_digest(kind, vmid, digest)?;
+            if kind == GuestKind::Lxc {
+                s.check_ct_mtus(params.entries())?;
+            }
             s.write_config(vmid, params);
             Ok(())
         })
@@ -1112,11 +1318,18 @@ impl Pve for FakePve {
         self.call("create_vm", format!("{node} {vmid}"), |s| {
             s.vm_node_ok(node)?;
             s.taken(GuestKind::Qemu, vmid)?;
-            let config = params
-                .form()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
+            let form = params.form();
+            let pool = form
+                .iter()
+                .find(|(k, _)| *k == "pool")
+                .map(|(_, v)| v.clone());
+            // `pool` is a parameter of the create, not a config key; a new disk `S:N` is
+            // allocated.
+            let mut config = BTreeMap::new();
+            for (k, v) in form.into_iter().filter(|(k, _)| *k != "pool") {
+                let v = allocate_vm_volume(vmid, k, &v, &config);
+                config.insert(k.to_string(), v);
+            }
             Ok(s.make_vm(
                 node,
                 "qmcreate",
@@ -1125,6 +1338,7 @@ impl Pve for FakePve {
                 config,
                 node.into(),
                 None,
+                pool,
             ))
         })
     }
@@ -1133,8 +1347,20 @@ impl Pve for FakePve {
         let args = format!("{node} {template} newid={}", req.newid);
         self.call("clone_vm", args, |s| {
             let mut config = s.vm(node, GuestKind::Qemu, template)?.config.clone();
-            // qemu-server clone_vm: `PVE::QemuConfig->check_lock($conf)` on the source.
+            // qemu-server clone_vm: `PVE::QemuConfig->check_lock($conf)` on the source, then
+            // (its `$load_and_check`, before the task) `unable to create VM N: config file
+            // already exists` for a config at the new VMID on this node. One on another node
+            // fails the task's write of its temporary config, here at once.
             s.unlocked(node, GuestKind::Qemu, template)?;
+            if s.vms.get(&req.newid).is_some_and(|vm| vm.node == node) {
+                return Err(api(
+                    500,
+                    format!(
+                        "unable to create VM {}: config file already exists",
+                        req.newid
+                    ),
+                ));
+            }
             s.taken(GuestKind::Qemu, req.newid)?;
             // A clone copies the config (not `template`) and takes name and description.
             config.remove("template");
@@ -1149,6 +1375,7 @@ impl Pve for FakePve {
                 config,
                 target,
                 None,
+                req.pool.clone(),
             ))
         })
     }
@@ -1157,13 +1384,26 @@ impl Pve for FakePve {
         self.call("create_ct", at(node, GuestKind::Lxc, vmid), |s| {
             s.vm_node_ok(node)?;
             s.taken(GuestKind::Lxc, vmid)?;
+            let form = params.form();
+            let value = |key: &str| form.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+            if let Some(archive) = value("ostemplate") {
+                check_vztmpl_name(archive)?;
+            }
+            s.check_ct_mtus(form.iter().map(|(k, v)| (*k, v.as_str())))?;
+            let pool = value("pool").cloned();
             // What pve-container keeps of the create's parameters: the config, not the
-            // template, storage or keys.
-            let config = params
-                .form()
+            // template, storage, keys or pool.
+            let config = form
                 .into_iter()
                 .filter(|(k, _)| {
-                    !["ostemplate", "storage", "ssh-public-keys", "password"].contains(k)
+                    ![
+                        "ostemplate",
+                        "storage",
+                        "ssh-public-keys",
+                        "password",
+                        "pool",
+                    ]
+                    .contains(k)
                 })
                 .map(|(k, v)| {
                     let v = s.allocate_ct_volume(vmid, k, &v);
@@ -1178,6 +1418,7 @@ impl Pve for FakePve {
                 config,
                 node.into(),
                 None,
+                pool,
             ))
         })
     }
@@ -1190,6 +1431,14 @@ impl Pve for FakePve {
             // check_lock refuses a locked one), then create_and_lock_config for the new one.
             s.unlocked(node, GuestKind::Lxc, template)?;
             s.taken(GuestKind::Lxc, req.newid)?;
+            // Then, lock and new config undone again: a full clone of a running container
+            // (pve-container 6.0.19 on, PVE 9.1; the fake is 9.1).
+            if req.full && s.vm(node, GuestKind::Lxc, template)?.running {
+                return Err(api(
+                    500,
+                    "Full clone of a running container is only possible from a snapshot",
+                ));
+            }
             s.set_value(template, "lock", Some("disk"));
             config.remove("template");
             config.insert("hostname".into(), req.name.clone());
@@ -1203,6 +1452,7 @@ impl Pve for FakePve {
                 config,
                 target,
                 Some(template),
+                req.pool.clone(),
             ))
         })
     }
@@ -1214,35 +1464,55 @@ impl Pve for FakePve {
         vmid: u32,
         disk: &str,
         size: &str,
-        _digest: Option<&str>,
+        digest: Option<&str>,
     ) -> Result<Option<Upid>, Error> {
         let args = format!("{} {disk} {size}", at(node, kind, vmid));
         self.call("resize_disk", args, |s| {
             s.unlocked(node, kind, vmid)?;
-            if kind == GuestKind::Lxc {
-                s.ct_resize_checks(vmid, disk, size)?;
+            let now = s.volume_size(vmid, disk);
+            let want = requested_size(now, size);
+            let id = vmid.to_string();
+            match kind {
+                // pve-container `API2/LXC.pm` resize_vm: its digest (assert_if_modified) and
+                // sizes checked before the task.
+                GuestKind::Lxc => {
+                    s.check_digest(kind, vmid, digest)?;
+                    ct_resize_checks(now, want)?;
+                }
+                // qemu-server `API2/Qemu.pm` resize_vm: every check in its `resize` task.
+                GuestKind::Qemu => {
+                    let stale = s.check_digest(kind, vmid, digest).err();
+                    let shrink = matches!((now, want), (Some(n), Some(w)) if w < n);
+                    if let Some(e) = stale {
+                        return Ok(Some(s.failed_task(node, "resize", &id, e.pve_message())));
+                    }
+                    if shrink {
+                        let text = "shrinking disks is not supported";
+                        return Ok(Some(s.failed_task(node, "resize", &id, text)));
+                    }
+                }
             }
-            let (disk, size) = (disk.to_string(), size.to_string());
+            let disk = disk.to_string();
             let on_ok: Effect = Box::new(move |s: &mut State| {
+                let Some(bytes) = want.filter(|w| Some(*w) != now) else {
+                    return; // qemu-server: `return if $size == $newsize`
+                };
                 if let Some(value) = s.vms.get_mut(&vmid).and_then(|vm| vm.config.get_mut(&disk)) {
                     let rest: Vec<&str> = value
                         .split(',')
                         .filter(|p| !p.starts_with("size="))
                         .collect();
                     let volume = rest.first().map(|v| v.to_string()).unwrap_or_default();
-                    *value = format!("{},size={size}", rest.join(","));
-                    if let Some(bytes) = crate::pve::values::parse_pve_size(&size) {
-                        s.ct_volumes.entry(volume).and_modify(|b| *b = bytes);
-                    }
+                    *value = format!(
+                        "{},size={}",
+                        rest.join(","),
+                        crate::pve::values::pve_size(bytes)
+                    );
+                    s.ct_volumes.entry(volume).and_modify(|b| *b = bytes);
                 }
+                *s.generation.entry(vmid).or_default() += 1;
             });
-            Ok(Some(s.task(
-                node,
-                "resize",
-                &vmid.to_string(),
-                Some(on_ok),
-                None,
-            )))
+            Ok(Some(s.task(node, "resize", &id, Some(on_ok), None)))
         })
     }
 
@@ -1340,6 +1610,7 @@ impl Pve for FakePve {
             }
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 s.vms.remove(&vmid);
+                s.leave_pools(vmid);
             });
             let on_fail: Effect = Box::new(move |s: &mut State| {
                 if let Some(vm) = s.vms.get_mut(&vmid) {
@@ -1601,7 +1872,16 @@ impl Pve for FakePve {
                     log_tail: vec![format!("TASK ERROR: {exit}")],
                 });
             }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            // A task with a duration ends by itself: woken then, if nothing else came first.
+            let ends_at = self
+                .lock()
+                .tasks
+                .iter()
+                .find(|t| &t.upid == upid)
+                .and_then(|t| t.ends_at);
+            let wake = ends_at.map_or(deadline, |at| at.min(deadline));
+            let timed_out = tokio::time::timeout_at(wake, changed).await.is_err();
+            if timed_out && wake == deadline && task_exit(&self.lock(), upid)?.is_none() {
                 return Ok(TaskOutcome::StillRunning);
             }
         }
@@ -1834,5 +2114,276 @@ mod tests {
         pve.end_task(failed.as_str(), "clone failed: storage error");
         assert_eq!(lock(&pve), None);
         assert!(pve.vm(202).is_none());
+    }
+    /// The power calls' answers, each kind in its words (pve-container `API2/LXC/Status.pm`
+    /// vm_start, vm_stop, vm_shutdown, vm_reboot; qemu-server `API2/Qemu.pm` vm_reboot and
+    /// `QemuServer.pm` vm_start, whose `already running` ends the `qmstart` task).
+    #[tokio::test]
+    async fn power_calls_are_refused_in_each_kinds_words() {
+        use crate::guest::GuestKind::{Lxc, Qemu};
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_vm(100, "pve1", &[]);
+        pve.add_guest(Lxc, 101, "pve1", &[]);
+        let refused = |r: Result<Upid, Error>| words(r.unwrap_err());
+        for (vmid, kind) in [(100, Qemu), (101, Lxc)] {
+            assert_eq!(
+                refused(pve.reboot_vm("pve1", kind, vmid, 60).await),
+                (format!("VM {vmid} not running"), Some(Meaning::NotRunning))
+            );
+        }
+        assert_eq!(
+            refused(pve.stop_vm("pve1", Lxc, 101, false).await),
+            ("CT 101 not running".into(), Some(Meaning::NotRunning))
+        );
+        assert_eq!(
+            refused(pve.shutdown_vm("pve1", Lxc, 101, 60, false).await),
+            ("CT 101 not running".into(), Some(Meaning::NotRunning))
+        );
+        for (vmid, kind) in [(100, Qemu), (101, Lxc)] {
+            let task = pve.start_vm("pve1", kind, vmid).await.unwrap();
+            pve.wait_task(&task, Duration::from_secs(1)).await.unwrap();
+        }
+        assert_eq!(
+            refused(pve.start_vm("pve1", Lxc, 101).await),
+            (
+                "CT 101 already running".into(),
+                Some(Meaning::AlreadyRunning)
+            )
+        );
+        let again = pve
+            .start_vm("pve1", Qemu, 100)
+            .await
+            .expect("a qmstart task");
+        let failed = pve.wait_task(&again, Duration::from_secs(1)).await;
+        assert_eq!(
+            words(failed.unwrap_err()),
+            (
+                "VM 100 already running".into(),
+                Some(Meaning::AlreadyRunning)
+            )
+        );
+        assert!(pve.vm(100).unwrap().running && pve.vm(101).unwrap().running);
+    }
+
+    /// A VM's new disk is allocated and sized in its config (qemu-server create_disks); a
+    /// resize takes `+N` as more than the volume's size, and a shrink fails its `resize` task
+    /// (qemu-server resize_vm) or is refused before it (pve-container resize_vm).
+    #[tokio::test]
+    async fn disks_are_allocated_and_resized_as_pve_does() {
+        use crate::guest::GuestKind::{Lxc, Qemu};
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        let params = VmParams::new()
+            .new_disk("scsi0", "local-lvm", 1)
+            .unwrap()
+            .set("name", "a");
+        let task = pve.create_vm("pve1", 100, &params).await.unwrap();
+        pve.wait_task(&task, Duration::from_secs(1)).await.unwrap();
+        let disk = |pve: &FakePve, vmid: u32, key: &str| pve.vm(vmid).unwrap().config[key].clone();
+        assert_eq!(disk(&pve, 100, "scsi0"), "local-lvm:vm-100-disk-0,size=1G");
+        let grow = pve
+            .resize_disk("pve1", Qemu, 100, "scsi0", "+1G", None)
+            .await
+            .unwrap()
+            .unwrap();
+        pve.wait_task(&grow, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(disk(&pve, 100, "scsi0"), "local-lvm:vm-100-disk-0,size=2G");
+        let shrink = pve
+            .resize_disk("pve1", Qemu, 100, "scsi0", "1G", None)
+            .await
+            .expect("a resize task")
+            .unwrap();
+        let failed = pve.wait_task(&shrink, Duration::from_secs(1)).await;
+        assert_eq!(
+            words(failed.unwrap_err()),
+            (
+                "shrinking disks is not supported".into(),
+                Some(Meaning::Refused)
+            )
+        );
+        assert_eq!(disk(&pve, 100, "scsi0"), "local-lvm:vm-100-disk-0,size=2G");
+
+        let ct = VmParams::new()
+            .set("rootfs", "local-lvm:2")
+            .set("hostname", "c");
+        let task = pve.create_ct("pve1", 101, &ct).await.unwrap();
+        pve.wait_task(&task, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(
+            pve.resize_disk("pve1", Lxc, 101, "rootfs", "2G", None)
+                .await
+                .map(|_| ())
+                .map_err(words),
+            Err((
+                "disk is already at specified size".into(),
+                Some(Meaning::AlreadyAtSize)
+            ))
+        );
+        let grow = pve
+            .resize_disk("pve1", Lxc, 101, "rootfs", "+1G", None)
+            .await
+            .unwrap()
+            .unwrap();
+        pve.wait_task(&grow, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(disk(&pve, 101, "rootfs"), "local-lvm:vm-101-disk-0,size=3G");
+    }
+
+    /// A create or clone joins its pool when its task ends well, not before (qemu-server and
+    /// pve-container call `add_vm_to_pool` last in their workers); the listing names the pool;
+    /// a destroy leaves it (`remove_vm_access`).
+    #[tokio::test]
+    async fn pools_are_joined_at_a_tasks_end_and_left_by_a_destroy() {
+        use crate::guest::GuestKind::Qemu;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_pool("scratch");
+        pve.set_task_end(TaskEnd::Held);
+        let params = VmParams::new().set("name", "a").set("pool", "scratch");
+        let task = pve.create_vm("pve1", 100, &params).await.unwrap();
+        assert_eq!(pve.pool("scratch"), Some(vec![]), "not before its end");
+        pve.end_task(task.as_str(), "OK");
+        assert_eq!(pve.pool("scratch"), Some(vec![100]));
+        assert!(
+            !pve.vm(100).unwrap().config.contains_key("pool"),
+            "no config key"
+        );
+        let listed = pve.vm_resources().await.unwrap().guests;
+        assert_eq!(listed[0].pool.as_deref(), Some("scratch"));
+        pve.set_task_end(TaskEnd::AtOnce);
+        let permit = crate::gate::permit::tests::exercise_permit("lab", 100);
+        pve.delete_vm("pve1", Qemu, 100, true, true, &permit)
+            .await
+            .unwrap();
+        assert_eq!(pve.pool("scratch"), Some(vec![]));
+        assert_eq!(
+            words(pve.pool_vmids("missing").await.unwrap_err()),
+            (
+                "pool 'missing' does not exist".into(),
+                Some(crate::pve::texts::Meaning::PoolMissing)
+            )
+        );
+    }
+
+    /// qemu-server clone_vm refuses a new VMID whose config is on the node before its task:
+    /// `unable to create VM N: config file already exists`.
+    #[tokio::test]
+    async fn a_clone_onto_a_vmid_taken_on_its_node_is_refused_in_qemu_servers_words() {
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_vm(9000, "pve1", &[("template", "1")]);
+        pve.add_vm(100, "pve1", &[("name", "there")]);
+        let req = CloneRequest {
+            newid: 100,
+            name: "c".into(),
+            description: String::new(),
+            full: true,
+            storage: None,
+            target: None,
+            pool: None,
+        };
+        let err = pve.clone_vm("pve1", 9000, &req).await.unwrap_err();
+        assert_eq!(
+            words(err),
+            (
+                "unable to create VM 100: config file already exists".into(),
+                Some(Meaning::AlreadyExists)
+            )
+        );
+        assert_eq!(pve.vm(100).unwrap().config["name"], "there");
+    }
+
+    /// pve-container's checks before anything is made: an archive name pve-storage's
+    /// parse_volname does not take, a NIC above its bridge's MTU (update_pct_config, at a
+    /// create and an update), a full clone of a running container (clone_vm).
+    #[tokio::test]
+    async fn a_container_is_refused_before_anything_is_made() {
+        use crate::guest::GuestKind::Lxc;
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        let archive = |name: &str| {
+            VmParams::new()
+                .set("ostemplate", format!("local:vztmpl/{name}"))
+                .set("hostname", "c")
+        };
+        let err = pve
+            .create_ct("pve1", 101, &archive("debian-12.tgz"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            words(err),
+            (
+                "unable to parse directory volume name 'vztmpl/debian-12.tgz'".into(),
+                Some(Meaning::Refused)
+            )
+        );
+        for ok in ["d.tar", "d.TAR.ZST", "d.tar.bz2", "d.tar.gz", "d.tar.xz"] {
+            let task = pve.create_ct("pve1", 102, &archive(ok)).await;
+            assert!(task.is_ok(), "{ok}");
+            pve.remove_vm(102);
+        }
+        let mtu = archive("d.tar.zst").set("net0", "name=eth0,bridge=vmbr0,mtu=9000");
+        let err = pve.create_ct("pve1", 103, &mtu).await.unwrap_err();
+        assert_eq!(
+            words(err),
+            (
+                "net0: MTU size '9000' is bigger than bridge MTU '1500'".into(),
+                Some(Meaning::Refused)
+            )
+        );
+        assert!(pve.vm(101).is_none() && pve.vm(103).is_none());
+        pve.add_guest(Lxc, 104, "pve1", &[("hostname", "r")]);
+        let nic = VmParams::new().set("net0", "name=eth0,bridge=vmbr0,mtu=1501");
+        assert_eq!(
+            pve.set_config("pve1", Lxc, 104, &nic, None)
+                .await
+                .unwrap_err()
+                .meaning(),
+            Some(Meaning::Refused)
+        );
+        pve.edit_vm(104, |vm| vm.running = true);
+        let req = CloneRequest {
+            newid: 105,
+            name: "c".into(),
+            description: String::new(),
+            full: true,
+            storage: None,
+            target: None,
+            pool: None,
+        };
+        let err = pve.clone_ct("pve1", 104, &req).await.unwrap_err();
+        assert_eq!(
+            words(err),
+            (
+                "Full clone of a running container is only possible from a snapshot".into(),
+                Some(Meaning::Refused)
+            )
+        );
+        assert!(pve.vm(105).is_none());
+        assert_eq!(pve.vm(104).unwrap().config.get("lock"), None);
+    }
+
+    /// A task type given a duration runs for it, then ends `OK` by itself: its locks hold
+    /// meanwhile, and a wait sees its end.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_with_a_duration_ends_by_itself() {
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_vm(9000, "pve1", &[("template", "1")]);
+        pve.set_task_duration("qmclone", Duration::from_secs(5));
+        let req = CloneRequest {
+            newid: 100,
+            name: "c".into(),
+            description: String::new(),
+            full: true,
+            storage: None,
+            target: None,
+            pool: None,
+        };
+        let task = pve.clone_vm("pve1", 9000, &req).await.unwrap();
+        assert_eq!(pve.vm(100).unwrap().config["lock"], "clone");
+        let short = pve.wait_task(&task, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(short, TaskOutcome::StillRunning);
+        let done = pve.wait_task(&task, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(done, TaskOutcome::Ok);
+        assert_eq!(pve.vm(100).unwrap().config.get("lock"), None);
+        assert_eq!(pve.vm(100).unwrap().config["name"], "c");
     }
 }

@@ -58,12 +58,34 @@ In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- 
 Examples:
   proxsync doctor --config /etc/proxsync/proxsync.toml
   proxsync doctor --config proxsync.toml --specs specs/   also check the storages, bridges
-                                                          and images these specs name")]
+                                                          and images these specs name
+  proxsync doctor --config proxsync.toml --exercise       make, clone, resize, start, stop and
+                                                          delete a throwaway VM and container")]
     Doctor {
         /// Spec files or directories whose storages, bridges and images to check (default: the
         /// specs of the configured source).
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
+        /// Instead of the checks: make a throwaway VM and container in the pool
+        /// proxsync-exercise, clone, resize, start, stop and delete them, and report each
+        /// task's duration and every answer that differs from what proxsync expects. Deletes
+        /// only what it proves it made; a run first deletes what a killed run left.
+        #[arg(long, conflicts_with = "specs")]
+        exercise: bool,
+        /// With --exercise: every scenario of the conformance suite (reboots, migrations, a
+        /// clone's lock, a stale digest, PVE's refusals), in the pool proxsync-conformance.
+        #[arg(long, requires = "exercise")]
+        conformance: bool,
+        /// With --exercise: the site (needed when several are configured).
+        #[arg(long, requires = "exercise", value_name = "NAME")]
+        site: Option<String>,
+        /// With --exercise: the node (default: the first online node).
+        #[arg(long, requires = "exercise", value_name = "NODE")]
+        node: Option<String>,
+        /// With --exercise: the container template, e.g.
+        /// local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (default: the first the node has).
+        #[arg(long, requires = "exercise", value_name = "VOLUME")]
+        ct_template: Option<String>,
     },
     /// The daemon: reconcile on every push, resync, backoff deadline and request, until
     /// SIGTERM. With --once, one full cycle (observe, act, wait for the tasks it started,
@@ -332,7 +354,25 @@ pub fn run(cli: Cli) -> ExitCode {
             },
             None => validate(cli.config, paths),
         },
-        Command::Doctor { specs } => doctor(cli.config, specs),
+        Command::Doctor {
+            specs,
+            exercise: true,
+            conformance,
+            site,
+            node,
+            ct_template,
+        } => {
+            debug_assert!(specs.is_empty(), "clap: --specs conflicts with --exercise");
+            let opts = crate::shell::doctor::exercise::ExerciseOptions {
+                site,
+                node,
+                ct_template,
+                conformance,
+                task_timeout: std::time::Duration::from_secs(600),
+            };
+            doctor_exercise(cli.config, &opts)
+        }
+        Command::Doctor { specs, .. } => doctor(cli.config, specs),
         Command::Run { once, specs } => {
             // Only the long-running command: `status` and `plan` parse files on every core,
             // where one arena would make the threads queue for the allocator.
@@ -627,6 +667,78 @@ fn once_each(diags: &[spec::Diagnostic]) -> Vec<&spec::Diagnostic> {
     (diags.iter())
         .filter(|d| told.insert((d.file.as_str(), d.pos, d.message.as_str())))
         .collect()
+}
+
+/// `doctor --exercise`: the report on stdout, the durations into the state directory; exit 1
+/// when an answer differs or the exercise could not begin.
+fn doctor_exercise(
+    config_path: Option<PathBuf>,
+    opts: &crate::shell::doctor::exercise::ExerciseOptions,
+) -> ExitCode {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("FAIL config: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (site, report) =
+        match runtime.block_on(crate::shell::doctor::exercise::exercise(&config, opts)) {
+            Ok(r) => r,
+            Err(e) => {
+                println!("FAIL exercise: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let mut out = std::io::stdout().lock();
+    for step in &report.steps {
+        let _ = writeln!(out, "{step}");
+    }
+    let durations = report.durations();
+    let _ = writeln!(
+        out,
+        "durations: {}",
+        durations
+            .iter()
+            .map(|(task, took)| format!("{task} {:.1}s", took.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Err(e) =
+        crate::conformance::durations::write_durations(&config.state_dir, &site, &report)
+    {
+        let _ = writeln!(out, "warn durations not kept: {e}");
+    }
+    let differs = report.differences().len();
+    let not_run = report
+        .steps
+        .iter()
+        .filter(|s| matches!(s.outcome, crate::conformance::Outcome::NotRun(_)))
+        .count();
+    let _ = writeln!(
+        out,
+        "{} step(s): {differs} differ from what proxsync expects, {not_run} not run",
+        report.steps.len()
+    );
+    if differs > 0 {
+        let _ = writeln!(
+            out,
+            "send this output to the proxsync maintainers (CONTRIBUTING.md: a real cluster's answers)"
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {

@@ -7,6 +7,7 @@ use crate::config::{Config, SiteConfig};
 use crate::spec::Spec;
 
 mod connection;
+pub mod exercise;
 mod health;
 mod identity;
 mod marker_key;

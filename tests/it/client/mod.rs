@@ -1,5 +1,6 @@
 //! The Proxmox VE client and the fake it runs against: requests, tasks, permits, fidelity to a real cluster.
 
+pub mod conformance;
 mod fake_fidelity;
 mod fakepve_wiring;
 mod fidelity;

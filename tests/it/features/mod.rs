@@ -5,6 +5,7 @@ mod containers;
 mod daemon;
 mod defaults;
 mod doctor;
+mod exercise;
 mod import;
 mod inventory;
 mod metrics;
