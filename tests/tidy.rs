@@ -80,14 +80,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shell::doctor",
             "shell::plan_report",
             "shell::instance_lock",
-            "shell::import_cmd",
             "shell::inventory",
         ],
     ),
     (
-        "the daemon; suspend and resume",
-        &["shell::daemon", "shell::suspend_cmd"],
+        "the daemon",
+        &["shell::daemon"],
     ),
+    ("the commands' bodies", &["shell::cmd"]),
     ("the command line", &["shell::cli"]),
 ];
 

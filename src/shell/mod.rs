@@ -3,13 +3,12 @@
 //! `doctor`, `inventory`). It wires the layers below together and decides nothing they decide.
 
 pub mod cli;
+pub mod cmd;
 pub mod control;
 pub mod daemon;
 pub mod doctor;
-pub mod import_cmd;
 pub mod instance_lock;
 pub mod inventory;
 pub mod malloc;
 pub mod plan_report;
 pub mod status_view;
-pub mod suspend_cmd;

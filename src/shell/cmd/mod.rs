@@ -1,0 +1,200 @@
+//! The commands' bodies, one module each (`proxsync <command>`); what they share: loading
+//! the config and the specs, the runtime, the state directory's lock, the daemon's line.
+
+pub mod accept;
+pub mod adopt;
+pub mod doctor;
+pub mod import;
+pub mod inventory;
+pub mod manpages;
+pub mod plan;
+pub mod reconcile;
+pub mod run;
+pub mod status;
+pub mod suspend;
+pub mod validate;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{self, Config};
+use crate::spec;
+
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+/// What a command works on: the config, the specs, and the commit they come from.
+pub(crate) struct Inputs {
+    config: Config,
+    specs: spec::SpecSet,
+    commit: Option<String>,
+    /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
+    refused: Option<crate::source::verify::Refusal>,
+    /// The commit does not descend from the commit applied before it.
+    rewound: Option<crate::source::Rewind>,
+}
+
+/// Loads the config and the specs (from `--specs`, else the configured source, verified when
+/// `[source] verify` is set).
+pub(crate) fn load_inputs(
+    config_path: Option<PathBuf>,
+    spec_paths: &[PathBuf],
+    purpose: crate::source::Use,
+) -> Result<Inputs, ExitCode> {
+    let config = load_config(config_path)?;
+    let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
+        match crate::source::read_configured(&config, purpose) {
+            Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::FAILURE);
+            }
+        }
+    } else {
+        let keyring = config.sops_keyring();
+        let secrets = spec::Secrets::Decrypt(&keyring);
+        (
+            spec::load_paths_capped(spec_paths, secrets, config.source.max_specs),
+            None,
+            None,
+            None,
+        )
+    };
+    if let (Some(r), Some(commit)) = (&refused, &commit) {
+        eprintln!(
+            "warning: commit {} refused: {}; using the last verified commit {commit}",
+            r.commit, r.reason
+        );
+    }
+    if let Some(r) = &rewound {
+        eprintln!(
+            "warning: commit {} does not descend from {}, the commit applied before it: a \
+             rewind; its deletes count as one batch against max_delete_fraction",
+            r.batch.commit, r.batch.from
+        );
+    }
+    crate::engine::check_spec_sites(&config, &mut specs);
+    for d in &specs.diagnostics {
+        eprintln!("{d}");
+    }
+    Ok(Inputs {
+        config,
+        specs,
+        commit,
+        refused,
+        rewound,
+    })
+}
+
+/// Takes the state directory for this process (one proxsync per state directory), or says
+/// who holds it.
+pub(crate) fn hold_state_dir(config: &Config) -> Result<crate::shell::instance_lock::InstanceLock, ExitCode> {
+    crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
+/// control socket and `_summary.yaml`.
+pub(crate) fn daemon_line(config: &Config) -> String {
+    let now = crate::util::clock::system_now();
+    let ago = |t: std::time::SystemTime| {
+        crate::shell::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
+    };
+    let summary: Option<crate::status::SummaryFile> =
+        std::fs::read_to_string(config.status_dir.join(crate::status::SUMMARY_FILE))
+            .ok()
+            .and_then(|text| serde_saphyr::from_str(&text).ok());
+    let last = summary.as_ref().map(|s| {
+        let when = crate::status::parse_rfc3339(&s.last_cycle)
+            .map(ago)
+            .unwrap_or_else(|| "at an unknown time".into());
+        let outcome = match &s.source_error {
+            Some(e) => format!("the source could not be read: {e}"),
+            None => format!(
+                "{} of {} spec(s) Ready, {} stalled",
+                s.ready, s.specs, s.stalled
+            ),
+        };
+        format!("last cycle {when}: {outcome}")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let state = match rt {
+        Ok(rt) => rt.block_on(crate::shell::control::daemon_state(&config.state_dir)),
+        Err(e) => Err(e.to_string()),
+    };
+    match state {
+        Ok(d) => {
+            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(d.since_ms);
+            format!(
+                "Daemon:      running since {} ({}, pid {}); {}",
+                crate::status::rfc3339(since),
+                ago(since),
+                d.pid,
+                last.unwrap_or_else(|| "no cycle finished yet".into())
+            )
+        }
+        Err(why) => format!(
+            "Daemon:      not running ({why}); {}",
+            match last {
+                Some(last) => format!("what follows is from its {last}"),
+                None => "no cycle ever finished".into(),
+            }
+        ),
+    }
+}
+
+/// Whether `name` is a spec of the configured source (valid or not) and this install's: a
+/// reconcile of anything else would do nothing. When the source cannot be read here the
+/// daemon is asked all the same.
+pub(crate) fn known_spec(config: &Config, name: &str) -> Result<(), String> {
+    let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
+        return Ok(());
+    };
+    let set = &read.specs;
+    if let Some(spec) = set.specs.iter().find(|s| s.name == name) {
+        if !config.selects(&spec.labels) {
+            return Err(format!(
+                "spec {name} is outside [source] selector: another install reconciles it"
+            ));
+        }
+        return Ok(());
+    }
+    if set.invalid_names().contains(name) {
+        return Ok(());
+    }
+    let names: Vec<&str> = set.specs.iter().map(|s| s.name.as_str()).collect();
+    let hint = crate::spec::closest(name, names.iter().copied())
+        .map(|n| format!("; did you mean {n}?"))
+        .unwrap_or_default();
+    Err(format!(
+        "no such spec: {name} (no spec in the source at commit {} has metadata.name {name}{hint})",
+        &read.commit[..read.commit.len().min(12)]
+    ))
+}
+
+/// Loads the config (`--config`, else the default path); on error says so on stderr.
+pub(crate) fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCode> {
+    let path = config_path.unwrap_or_else(default_config_path);
+    Config::load(&path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// The default config path, used by subcommands that need a config.
+pub fn default_config_path() -> PathBuf {
+    PathBuf::from(config::DEFAULT_PATH)
+}

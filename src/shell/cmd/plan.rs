@@ -1,0 +1,98 @@
+//! `proxsync plan`: what a cycle would do, in words or JSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{self, Config};
+use crate::spec;
+
+use super::*;
+
+pub(crate) fn plan_cmd(
+    config_path: Option<PathBuf>,
+    names: Vec<String>,
+    spec_paths: Vec<PathBuf>,
+    json: bool,
+) -> ExitCode {
+    let Inputs {
+        config,
+        specs,
+        refused,
+        rewound,
+        ..
+    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let names = crate::shell::plan_report::names(&names);
+    if let Some(r) = &rewound {
+        eprintln!(
+            "warning: commit {} does not descend from {}, the commit applied before it: a \
+             rewind, whose deletes are judged as one batch",
+            r.batch.commit, r.batch.from
+        );
+    }
+    let rewind = rewound.as_ref().map(|r| &r.batch);
+    let records = match rt.block_on(crate::shell::control::plan_records(&config.state_dir)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {}: {e}", config.state_dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let suspensions = match rt.block_on(crate::shell::control::plan_suspensions(&config.state_dir))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", config.state_dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let planned = crate::engine::plan_view(&config, &specs, records, suspensions, rewind);
+    let view = match rt.block_on(planned) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let scope = crate::shell::plan_report::Scope {
+        names: names.as_ref(),
+        from_files: !spec_paths.is_empty(),
+    };
+    let mut report = rt.block_on(crate::shell::plan_report::build(&view, &specs, &scope));
+    report.errors.splice(
+        0..0,
+        crate::shell::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
+    );
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => {
+                let _ = writeln!(std::io::stdout().lock(), "{text}");
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let _ = std::io::stdout()
+            .lock()
+            .write_all(report.render().as_bytes());
+    }
+    for e in &report.errors {
+        eprintln!("error: {e}");
+    }
+    if !report.errors.is_empty() {
+        eprintln!(
+            "error: this plan is incomplete ({} error(s) above): exit 1",
+            report.errors.len()
+        );
+    }
+    ExitCode::from(report.exit_code())
+}
