@@ -83,10 +83,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shell::inventory",
         ],
     ),
-    (
-        "the daemon",
-        &["shell::daemon"],
-    ),
+    ("the daemon", &["shell::daemon"]),
     ("the commands' bodies", &["shell::cmd"]),
     ("the command line", &["shell::cli"]),
 ];

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use super::cmd;
-use crate::config::{self, Config};
 use crate::spec;
 
 const EXAMPLES: &str = "\
@@ -408,23 +407,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 unmanaged,
             };
             match cmd::load_config(cli.config) {
-                Ok(config) => cmd::import::run(
-                    &config,
-                    &site,
-                    &selection,
-                    out.as_deref(),
-                    observe,
-                ),
+                Ok(config) => cmd::import::run(&config, &site, &selection, out.as_deref(), observe),
                 Err(code) => code,
             }
         }
         Command::Suspend { name, all, reason } => match cmd::load_config(cli.config) {
-            Ok(config) => cmd::suspend::suspend(
-                &config,
-                name.filter(|_| !all),
-                reason,
-                cmd::known_spec,
-            ),
+            Ok(config) => {
+                cmd::suspend::suspend(&config, name.filter(|_| !all), reason, cmd::known_spec)
+            }
             Err(code) => code,
         },
         Command::Resume { name, all } => match cmd::load_config(cli.config) {
@@ -450,7 +440,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Accept::Commit { commit } => cmd::accept::accept_commit_cmd(cli.config, &commit),
             Accept::Site { site } => cmd::accept::accept_site_cmd(cli.config, site),
         },
-        Command::Schema { kind } => cmd::manpages::schema(&kind),
+        Command::Schema { kind } => cmd::schema::schema(&kind),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             // Into memory first: clap_complete panics when its writer fails (a closed pipe).
@@ -461,7 +451,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(_) => ExitCode::FAILURE,
             }
         }
-        Command::Manpages { dir } => match cmd::manpages::manpages(&dir) {
+        Command::Manpages { dir } => match manpages(&dir) {
             Ok(n) => {
                 println!("{n} man page(s) written to {}", dir.display());
                 ExitCode::SUCCESS
@@ -543,6 +533,30 @@ fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'sta
         }
     })
     .delimited(" ")
+}
+
+/// `proxsync.1` and one page per subcommand (`proxsync-plan.1`, `proxsync-accept-site.1`),
+/// from the clap definitions; returns how many.
+fn manpages(dir: &std::path::Path) -> std::io::Result<usize> {
+    fn write(dir: &std::path::Path, cmd: &clap::Command) -> std::io::Result<usize> {
+        // `build` names each subcommand's page `proxsync-plan`, `proxsync-accept-site`.
+        let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        std::fs::write(dir.join(format!("{name}.1")), page)?;
+        let mut n = 1;
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            n += write(dir, sub)?;
+        }
+        Ok(n)
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    write(dir, &cmd)
 }
 
 #[cfg(test)]

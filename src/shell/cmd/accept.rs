@@ -1,11 +1,7 @@
 //! `proxsync accept`: a refused commit or a site's changed identity accepted.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-use crate::config::{self, Config};
-use crate::spec;
 
 use super::*;
 

@@ -1,18 +1,20 @@
 //! `proxsync adopt`: a spec's guest confirmed by hand, one or every unverified claim.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
-use crate::spec;
+use crate::config::Config;
 
 use super::*;
 
 /// `proxsync adopt NAME --vmid N` (`one`), or `--all-unverified` (`one` None; `yes`: confirm
 /// them, else list them). Each confirmation is checked against the VM, then recorded: in the
 /// state database, or through the running daemon, which holds it.
-pub(crate) fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>, yes: bool) -> ExitCode {
+pub(crate) fn adopt_cmd(
+    config_path: Option<PathBuf>,
+    one: Option<(String, u32)>,
+    yes: bool,
+) -> ExitCode {
     let Inputs { config, specs, .. } =
         match load_inputs(config_path, &[], crate::source::Use::Inspect) {
             Ok(x) => x,
@@ -44,35 +46,7 @@ pub(crate) fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>
                 };
             let crate::engine::ClaimsBySpec { single, contested } =
                 crate::engine::claims_by_spec(claims);
-            for c in &single {
-                println!("{}\t{}", c.spec, claim_line(c));
-            }
-            for claims in contested.values() {
-                for c in claims {
-                    println!(
-                        "{}\t{}\t{}: {}",
-                        c.spec,
-                        claim_line(c),
-                        match c.standing {
-                            crate::engine::Standing::Unverified => "marker does not verify",
-                            crate::engine::Standing::Verified => "marker verifies",
-                            crate::engine::Standing::Recorded => "the spec's record names it",
-                        },
-                        c.traits.describe()
-                    );
-                }
-            }
-            for (spec, claims) in &contested {
-                let vmids: Vec<String> = claims.iter().map(|c| c.vmid.to_string()).collect();
-                eprintln!(
-                    "spec {spec} is claimed by {} guests ({}): anyone who may edit a guest's notes \
-                     and tags can give it a spec's marker, so --yes confirms none of them. \
-                     Compare them above (uuid, MACs, disks), then confirm the spec's own with: \
-                     proxsync adopt {spec} --vmid N",
-                    claims.len(),
-                    vmids.join(", ")
-                );
-            }
+            print_claims(&single, &contested);
             if !yes {
                 eprintln!(
                     "{} guest(s) whose marker names this install but does not verify; nothing \
@@ -108,6 +82,43 @@ pub(crate) fn adopt_cmd(config_path: Option<PathBuf>, one: Option<(String, u32)>
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `adopt --all-unverified`'s listing: each claim on stdout, and on stderr why a spec two
+/// guests claim is confirmed by none of them.
+fn print_claims(
+    single: &[crate::engine::UnverifiedClaim],
+    contested: &std::collections::BTreeMap<String, Vec<crate::engine::UnverifiedClaim>>,
+) {
+    for c in single {
+        println!("{}\t{}", c.spec, claim_line(c));
+    }
+    for claims in contested.values() {
+        for c in claims {
+            println!(
+                "{}\t{}\t{}: {}",
+                c.spec,
+                claim_line(c),
+                match c.standing {
+                    crate::engine::Standing::Unverified => "marker does not verify",
+                    crate::engine::Standing::Verified => "marker verifies",
+                    crate::engine::Standing::Recorded => "the spec's record names it",
+                },
+                c.traits.describe()
+            );
+        }
+    }
+    for (spec, claims) in contested {
+        let vmids: Vec<String> = claims.iter().map(|c| c.vmid.to_string()).collect();
+        eprintln!(
+            "spec {spec} is claimed by {} guests ({}): anyone who may edit a guest's notes \
+             and tags can give it a spec's marker, so --yes confirms none of them. \
+             Compare them above (uuid, MACs, disks), then confirm the spec's own with: \
+             proxsync adopt {spec} --vmid N",
+            claims.len(),
+            vmids.join(", ")
+        );
     }
 }
 

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::spec;
 
 use super::*;

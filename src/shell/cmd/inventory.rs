@@ -4,9 +4,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
-use crate::spec;
-
 use super::*;
 
 /// `proxsync inventory`: the inventory on stdout, notes on files left out on stderr.

@@ -6,15 +6,14 @@ pub mod adopt;
 pub mod doctor;
 pub mod import;
 pub mod inventory;
-pub mod manpages;
 pub mod plan;
 pub mod reconcile;
 pub mod run;
+pub mod schema;
 pub mod status;
 pub mod suspend;
 pub mod validate;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -97,7 +96,9 @@ pub(crate) fn load_inputs(
 
 /// Takes the state directory for this process (one proxsync per state directory), or says
 /// who holds it.
-pub(crate) fn hold_state_dir(config: &Config) -> Result<crate::shell::instance_lock::InstanceLock, ExitCode> {
+pub(crate) fn hold_state_dir(
+    config: &Config,
+) -> Result<crate::shell::instance_lock::InstanceLock, ExitCode> {
     crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::FAILURE

@@ -1,11 +1,7 @@
 //! `proxsync reconcile`: asks the daemon for a cycle now, for one spec or all.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-use crate::config::{self, Config};
-use crate::spec;
 
 use super::*;
 

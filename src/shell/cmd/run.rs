@@ -1,15 +1,15 @@
 //! `proxsync run`: the daemon, or one cycle (`--once`) and its report.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
-use crate::spec;
-
 use super::*;
 
-pub(crate) fn run_cmd(config_path: Option<PathBuf>, once: bool, spec_paths: Vec<PathBuf>) -> ExitCode {
+pub(crate) fn run_cmd(
+    config_path: Option<PathBuf>,
+    once: bool,
+    spec_paths: Vec<PathBuf>,
+) -> ExitCode {
     if once {
         return run_once(config_path, &spec_paths);
     }

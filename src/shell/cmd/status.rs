@@ -4,12 +4,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
-use crate::spec;
-
 use super::*;
 
-pub(crate) fn status_cmd(config_path: Option<PathBuf>, name: Option<String>, json: bool) -> ExitCode {
+pub(crate) fn status_cmd(
+    config_path: Option<PathBuf>,
+    name: Option<String>,
+    json: bool,
+) -> ExitCode {
     let config = match load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,

@@ -4,10 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::spec;
-
-use super::*;
 
 /// `validate --config`'s checks of the specs against the config: each spec's site is a
 /// configured one, a container's password file is where the config allows it, and what a
