@@ -1,0 +1,331 @@
+//! The list view: the summary, one row per spec, the orphans, the files skipped.
+
+use super::*;
+
+#[derive(Serialize)]
+pub(super) struct ListJson<'a> {
+    summary: Option<&'a SummaryFile>,
+    specs: &'a [SpecFile],
+    orphans: &'a [OrphanRecord],
+    skipped: &'a [Skipped],
+}
+
+pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
+    if opts.json {
+        let listing = load_listing::<SpecFile>(dir)?;
+        let out = serde_json::to_string_pretty(&ListJson {
+            summary: listing.summary.as_ref(),
+            specs: &listing.specs,
+            orphans: &listing.orphans,
+            skipped: &listing.skipped,
+        })?;
+        return Ok(json_for_terminal(out));
+    }
+
+    let listing = load_listing::<SpecRow>(dir)?;
+    let p = Paint(opts.color);
+    let mut out = String::new();
+    if let Some(s) = &listing.summary {
+        summary_text(&mut out, s, opts.now, p);
+        out.push('\n');
+    }
+
+    if listing.specs.is_empty() {
+        let _ = writeln!(
+            out,
+            "No spec status files in {}.",
+            clean(&dir.display().to_string())
+        );
+    } else {
+        let rows: Vec<Vec<Cell>> = listing
+            .specs
+            .iter()
+            .map(|f| spec_row(f, opts.now))
+            .collect();
+        out.push_str(&table(
+            "",
+            &[
+                "NAME",
+                "SITE/NODE",
+                "VMID",
+                "STATE",
+                "READY",
+                "REASON",
+                "AGE",
+                "MESSAGE",
+            ],
+            &rows,
+            Some(TARGET_WIDTH),
+            p,
+        ));
+    }
+
+    if !listing.orphans.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOrphans ({}): VMs carrying this install's tag that no spec describes (or a second VM of a spec)",
+            listing.orphans.len()
+        );
+        let rows: Vec<Vec<Cell>> = listing
+            .orphans
+            .iter()
+            .map(|o| {
+                vec![
+                    Cell::plain(site_node(&o.site, &o.node)),
+                    Cell::plain(o.vm_id.to_string()),
+                    Cell::plain(match &o.duplicate_of {
+                        Some(spec) => format!(
+                            "{} (duplicate of {spec})",
+                            or_dash(o.name.as_deref().unwrap_or(""))
+                        ),
+                        None => or_dash(o.name.as_deref().unwrap_or("")),
+                    }),
+                    Cell::plain(or_dash(&o.state)),
+                    Cell::plain(age(opts.now, &o.first_seen)),
+                    Cell {
+                        text: or_dash(&o.action),
+                        color: (o.action.starts_with("will delete") || o.action == "deleted")
+                            .then_some(Color::Yellow),
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "",
+            &["SITE/NODE", "VMID", "NAME", "STATE", "AGE", "ACTION"],
+            &rows,
+            None,
+            p,
+        ));
+    }
+
+    if !listing.notes.is_empty() {
+        out.push('\n');
+        for n in &listing.notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+    Ok(out)
+}
+
+// Long because: one line per summary field, in display order, each only when it says
+// something.
+pub(super) fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
+    let commit = match s.commit.as_deref() {
+        Some(c) if !c.is_empty() => clean(&short_commit(c)),
+        _ => "none yet".to_string(),
+    };
+    let _ = writeln!(out, "Commit:      {commit}");
+    if let Some(e) = &s.source_error {
+        // Masked here too: an older release wrote the URL of a source error as it was.
+        let _ = writeln!(
+            out,
+            "Source:      {} (the last good commit is kept)",
+            p.paint(Color::Red, &clean(&crate::redact::urls(e)))
+        );
+    }
+    if let Some(r) = &s.refused_commit {
+        // An older release wrote the message as the reason.
+        let why = if r.message.is_empty() {
+            &r.reason
+        } else {
+            &r.message
+        };
+        let _ = writeln!(
+            out,
+            "Tip refused: {} (not applied; the last verified commit is kept)",
+            p.paint(
+                Color::Red,
+                &format!("{}: {}", clean(&short_commit(&r.commit)), clean(why))
+            )
+        );
+    }
+    if let Some(r) = &s.rewind {
+        let since = match parse_rfc3339(&r.since) {
+            Some(t) => format!(", applied {}", ago(now, t)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "Rewound:     {} (does not descend from {}, the commit applied before it{since}; its \
+             deletes count as one batch)",
+            p.paint(Color::Yellow, &clean(&short_commit(&r.commit))),
+            clean(&short_commit(&r.from))
+        );
+    }
+    let count = |n: u64, label: &str, color: Color| {
+        let text = format!("{n} {label}");
+        if n > 0 { p.paint(color, &text) } else { text }
+    };
+    let _ = writeln!(
+        out,
+        "Specs:       {} ({}, {}, {}, {})",
+        s.specs,
+        if s.ready == s.specs {
+            p.paint(Color::Green, &format!("{} Ready", s.ready))
+        } else {
+            format!("{} Ready", s.ready)
+        },
+        count(s.stalled, "Stalled", Color::Red),
+        count(s.backing_off, "backing off", Color::Yellow),
+        count(s.invalid, "invalid", Color::Red),
+    );
+    if !s.sets.is_empty() {
+        let sets: Vec<String> = (s.sets.iter())
+            .map(|set| {
+                let waiting = match set.not_ready.as_slice() {
+                    [] => String::new(),
+                    names => format!(
+                        " (not Ready: {})",
+                        names
+                            .iter()
+                            .map(|n| clean(n))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                format!(
+                    "{} {}/{} Ready{waiting}",
+                    clean(&set.name),
+                    set.ready,
+                    set.desired
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "Sets:        {}", sets.join("; "));
+    }
+    let healthy = s
+        .sites
+        .iter()
+        .filter(|site| site_problem(site).is_none())
+        .count();
+    let sites = format!("{healthy}/{} healthy", s.sites.len());
+    let problems: Vec<String> = s
+        .sites
+        .iter()
+        .filter_map(|site| site_problem(site).map(|why| format!("{}: {why}", clean(&site.name))))
+        .collect();
+    if problems.is_empty() {
+        let _ = writeln!(out, "Sites:       {}", p.paint(Color::Green, &sites));
+    } else {
+        let _ = writeln!(
+            out,
+            "Sites:       {} ({})",
+            p.paint(Color::Red, &sites),
+            cut(&problems.join("; "), TARGET_WIDTH)
+        );
+    }
+    if let Some(line) = parallel_line(&s.sites) {
+        let _ = writeln!(out, "At once:     {line}");
+    }
+    let last = match parse_rfc3339(&s.last_cycle) {
+        Some(t) => ago(now, t),
+        None => "unknown".to_string(),
+    };
+    let _ = writeln!(out, "Last cycle:  {last} (took {} ms)", s.cycle_ms);
+    for r in &s.refused {
+        let _ = writeln!(out, "Refused:     {}", p.paint(Color::Red, &clean(r)));
+    }
+    for f in &s.notify_failures {
+        let since = match parse_rfc3339(&f.since) {
+            Some(t) => format!("failing since {}", ago(now, t)),
+            None => "failing".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "Notify:      {} ({}) {since}, {} message(s) given up: {}",
+            clean(&f.target),
+            clean(&f.kind),
+            f.failures,
+            p.paint(Color::Red, &clean(&f.last_error))
+        );
+    }
+    if let Some(r) = &s.last_request {
+        let what = match r.spec.as_deref() {
+            Some(spec) => format!("reconcile {}", clean(spec)),
+            None => "reconcile (all specs)".to_string(),
+        };
+        let handled = match parse_rfc3339(&r.handled_at) {
+            Some(t) => ago(now, t),
+            None => "at an unknown time".to_string(),
+        };
+        let _ = writeln!(out, "Request:     {what}, handled {handled}");
+    }
+}
+
+/// The actions proxsync may run at once per node, `site/node N, ...`; `None` before any.
+pub(super) fn parallel_line(sites: &[crate::status::SiteRecord]) -> Option<String> {
+    let nodes: Vec<String> = sites
+        .iter()
+        .flat_map(|site| {
+            site.parallel_per_node
+                .iter()
+                .map(move |(node, n)| format!("{}/{} {n}", clean(&site.name), clean(node)))
+        })
+        .collect();
+    (!nodes.is_empty()).then(|| {
+        cut(
+            &format!("{} (actions per node)", nodes.join(", ")),
+            TARGET_WIDTH,
+        )
+    })
+}
+
+/// Why a site is not healthy, or `None` when it is.
+pub(super) fn site_problem(site: &crate::status::SiteRecord) -> Option<String> {
+    let mut why = Vec::new();
+    if !site.reachable {
+        why.push("unreachable".to_string());
+    } else if !site.quorate {
+        why.push("no quorum".to_string());
+    }
+    if !site.nodes_offline.is_empty() {
+        let nodes: Vec<String> = site.nodes_offline.iter().map(|n| clean(n)).collect();
+        why.push(format!("offline: {}", nodes.join(", ")));
+    }
+    if let Some(e) = &site.error {
+        why.push(clean(e));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
+pub(super) fn spec_row(f: &SpecRow, now: SystemTime) -> Vec<Cell> {
+    let ready = f.condition(kinds::READY);
+    let stalled = f
+        .condition(kinds::STALLED)
+        .filter(|c| c.status == ConditionStatus::True);
+    let ready_status = ready.map_or(ConditionStatus::Unknown, |c| c.status);
+    let (reason, reason_color, message) = match (stalled, ready) {
+        (Some(s), _) => (or_dash(&s.reason), Some(Color::Red), s.message.as_str()),
+        (None, Some(r)) => (or_dash(&r.reason), None, r.message.as_str()),
+        (None, None) => ("-".to_string(), None, ""),
+    };
+    let mut message = clean(message);
+    if let Some(b) = &f.backoff {
+        let when = match parse_rfc3339(&b.next_attempt) {
+            Some(t) => until(now, t),
+            None => "later".to_string(),
+        };
+        message = if message.is_empty() {
+            format!("retry {when}: {}", clean(&b.message))
+        } else {
+            format!("retry {when}: {message}")
+        };
+    }
+    vec![
+        Cell::plain(clean(&f.name)),
+        Cell::plain(site_node(&f.site, &f.node)),
+        Cell::plain(f.vm_id.map_or("-".to_string(), |v| v.to_string())),
+        Cell::plain(or_dash(&f.state)),
+        Cell {
+            text: ready_status.as_str().to_string(),
+            color: Some(positive(ready_status)),
+        },
+        Cell {
+            text: reason,
+            color: reason_color,
+        },
+        Cell::plain(ready.map_or("-".to_string(), |c| age(now, &c.last_transition_time))),
+        Cell::plain(message.trim().to_string()),
+    ]
+}
