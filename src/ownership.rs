@@ -42,16 +42,9 @@ impl Marker {
 
     /// Whether the MAC verifies for VM `vmid` with this install's key.
     pub fn verifies(&self, key: &MarkerKey, vmid: u32) -> bool {
-        self.mac.as_deref().is_some_and(|mac| {
-            let want = key.mac(&self.install, &self.spec, &self.uid, vmid);
-            // Constant time: the comparison does not tell how much of a forged MAC is right.
-            mac.len() == want.len()
-                && mac
-                    .bytes()
-                    .zip(want.bytes())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0
-        })
+        self.mac
+            .as_deref()
+            .is_some_and(|mac| same_mac(mac, &key.mac(&self.install, &self.spec, &self.uid, vmid)))
     }
 
     /// The marker line.
@@ -238,13 +231,120 @@ impl MarkerKey {
 
     /// HMAC-SHA256 over the fields, NUL-separated, first 16 bytes as hex.
     pub fn mac(&self, install: &str, spec: &str, uid: &str, vmid: u32) -> String {
+        self.sign(&format!(
+            "proxsync-marker-v1\0{install}\0{spec}\0{uid}\0{vmid}"
+        ))
+    }
+
+    /// HMAC-SHA256 over `message`, first 16 bytes as hex.
+    fn sign(&self, message: &str) -> String {
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
-        let message = format!("proxsync-marker-v1\0{install}\0{spec}\0{uid}\0{vmid}");
         let tag = ring::hmac::sign(&key, message.as_bytes());
         tag.as_ref()[..16]
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+}
+
+/// Whether two MACs are equal, in constant time: the comparison does not tell how much of a
+/// forged MAC is right.
+fn same_mac(got: &str, want: &str) -> bool {
+    got.len() == want.len()
+        && got
+            .bytes()
+            .zip(want.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// The signed part of the line an exercise (`doctor --exercise`, the conformance suite)
+/// writes into the description of each guest it makes, after its pool's sentence:
+/// `run=<id> started=<unix seconds> mac=<hex>`. The MAC is an HMAC with the install's
+/// [`MarkerKey`] over the pool, the run, its start, the guest's VMID and its identity
+/// (`guest::GuestId`; none for a clone, whose identity PVE picks while it copies). A line
+/// typed by hand fails on its MAC; one copied onto another guest fails on its VMID or
+/// identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExerciseLine {
+    /// The run that made the guest (16 hex digits).
+    pub run: String,
+    /// When that run began, in seconds since the epoch.
+    pub started: u64,
+    pub mac: String,
+}
+
+impl ExerciseLine {
+    /// The line for guest `vmid` (identity `identity`) of run `run`.
+    pub fn signed(
+        key: &MarkerKey,
+        pool: &str,
+        (run, started): (&str, u64),
+        vmid: u32,
+        identity: Option<&crate::guest::GuestId>,
+    ) -> ExerciseLine {
+        ExerciseLine {
+            run: run.to_string(),
+            started,
+            mac: key.sign(&Self::message(pool, run, started, vmid, identity)),
+        }
+    }
+
+    fn message(
+        pool: &str,
+        run: &str,
+        started: u64,
+        vmid: u32,
+        identity: Option<&crate::guest::GuestId>,
+    ) -> String {
+        let identity = identity.map(ToString::to_string).unwrap_or_default();
+        format!("proxsync-exercise-v1\0{pool}\0{run}\0{started}\0{vmid}\0{identity}")
+    }
+
+    /// The whole line: `head` (the pool's sentence), then the signed fields.
+    pub fn line(&self, head: &str) -> String {
+        format!(
+            "{head} run={} started={} mac={}",
+            self.run, self.started, self.mac
+        )
+    }
+
+    /// The first line of `description` that is `head` and the signed fields; `None` if there
+    /// is none or it is malformed.
+    pub fn parse(description: &str, head: &str) -> Option<ExerciseLine> {
+        let head = head.trim();
+        let rest = description
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(head)?.strip_prefix(' '))?;
+        let (mut run, mut started, mut mac) = (None, None, None);
+        for part in rest.split_whitespace() {
+            match part.split_once('=') {
+                Some(("run", v)) => run = Some(v),
+                Some(("started", v)) => started = v.parse::<u64>().ok(),
+                Some(("mac", v)) => mac = Some(v),
+                _ => return None,
+            }
+        }
+        let hex = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_hexdigit());
+        let (run, mac) = (run.filter(|r| hex(r))?, mac.filter(|m| hex(m))?);
+        Some(ExerciseLine {
+            run: run.to_string(),
+            started: started?,
+            mac: mac.to_string(),
+        })
+    }
+
+    /// Whether the MAC verifies for guest `vmid` of `pool` with identity `identity` (none: a
+    /// clone's line, signed before PVE picked its identity).
+    pub fn verifies(
+        &self,
+        key: &MarkerKey,
+        pool: &str,
+        vmid: u32,
+        identity: Option<&crate::guest::GuestId>,
+    ) -> bool {
+        let message = Self::message(pool, &self.run, self.started, vmid, identity);
+        same_mac(&self.mac, &key.sign(&message))
     }
 }
 
@@ -290,6 +390,54 @@ mod tests {
 
     fn key() -> MarkerKey {
         MarkerKey::from_bytes([7; 32])
+    }
+
+    #[test]
+    fn an_exercise_line_verifies_only_for_its_guest_and_key() {
+        use crate::guest::GuestId;
+        let head = "proxsync-exercise: a throwaway guest";
+        let id = GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        let other = GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3302").unwrap();
+        let line = ExerciseLine::signed(&key(), "px", ("0a1b", 1_700_000_000), 120, Some(&id));
+        let text = format!("notes\n{}\n", line.line(head));
+        let parsed = ExerciseLine::parse(&text, head).unwrap();
+        assert_eq!(parsed, line);
+        assert!(parsed.verifies(&key(), "px", 120, Some(&id)));
+        assert!(
+            !parsed.verifies(&key(), "px", 121, Some(&id)),
+            "another VMID"
+        );
+        assert!(
+            !parsed.verifies(&key(), "px", 120, Some(&other)),
+            "another guest"
+        );
+        assert!(!parsed.verifies(&key(), "px", 120, None), "no identity");
+        assert!(
+            !parsed.verifies(&key(), "py", 120, Some(&id)),
+            "another pool"
+        );
+        let stranger = MarkerKey::from_bytes([8; 32]);
+        assert!(
+            !parsed.verifies(&stranger, "px", 120, Some(&id)),
+            "another key"
+        );
+        // The unsigned sentence, a forged run or a line inside another proves nothing.
+        assert_eq!(ExerciseLine::parse(head, head), None);
+        let forged = text.replace("run=0a1b", "run=0a1c");
+        assert!(!ExerciseLine::parse(&forged, head).unwrap().verifies(
+            &key(),
+            "px",
+            120,
+            Some(&id)
+        ));
+        assert_eq!(
+            ExerciseLine::parse(&format!("x {}", line.line(head)), head),
+            None
+        );
+        assert_eq!(
+            ExerciseLine::parse(&format!("{} x=1", line.line(head)), head),
+            None
+        );
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! scenarios checks all three. `proxsync doctor --exercise` runs it on the operator's cluster.
 //!
 //! Each scenario makes throwaway guests, a VM and a container, in a pool of its own
-//! ([`Setup::pool`]), named with its prefix and carrying its marker line in the description,
+//! ([`Setup::pool`]), named with its prefix and carrying its line in the description, signed
+//! with the install's marker key for the guest's VMID and identity ([`Setup::marker_line`]),
 //! and deletes them again through the gate's [`crate::gate::permit::exercise_delete`]: only
-//! what it proves it made. Every run first sweeps that pool of the guests a killed run left
-//! ([`sweep`]), and sweeps it again at its end.
+//! what it proves it made, the proof read again before each step that changes a guest. Every
+//! run first sweeps that pool of the guests a killed run left ([`sweep`]; a live run's are
+//! left to it), and sweeps it again at its end.
 //!
 //! Each request is a [`Step`] of the [`Report`]: what proxsync expects (the request done, or a
 //! refusal in words of `pve::texts` that mean what the client takes them to), what PVE answered,
@@ -25,6 +27,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::gate::permit::ExerciseMarks;
+use crate::guest::GuestId;
+use crate::ownership::{ExerciseLine, MarkerKey};
 use crate::pve::texts::{self, Meaning};
 use crate::pve::{Error, Pve, TaskOutcome, Upid};
 
@@ -65,6 +69,45 @@ pub struct Setup {
     /// How long a task may take before the step says it is still running.
     pub task_timeout: Duration,
     pub scope: Scope,
+    /// The install's marker key: it signs each guest's line ([`Setup::marker_line`]).
+    pub key: MarkerKey,
+    /// This run.
+    pub run: Run,
+}
+
+/// A run of the suite: its id and start go into each guest's line, so a sweep tells a live
+/// run's guests from a killed one's.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// 16 hex digits, random.
+    pub id: String,
+    /// When it began, in seconds since the epoch.
+    pub started: u64,
+    /// Runs known to have ended (the last holder of the exercise's lock): their guests are
+    /// swept however young.
+    pub ended: Vec<String>,
+}
+
+impl Run {
+    /// A new run, begun now; `ended`: the runs known to have ended.
+    pub fn new(ended: Vec<String>) -> Run {
+        Run {
+            id: crate::ownership::new_uid(),
+            started: now_secs(),
+            ended,
+        }
+    }
+}
+
+/// How long a run may be live: a guest of another run younger than this, whose run is not
+/// known to have ended, is left to its own run by a sweep.
+pub const LIVE_RUN_SECS: u64 = 2 * 3600;
+
+/// Now, in seconds since the epoch.
+pub(crate) fn now_secs() -> u64 {
+    crate::util::clock::system_now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The pool `doctor --exercise` uses.
@@ -78,12 +121,20 @@ impl Setup {
         format!("{}-", self.pool)
     }
 
-    /// The line every guest made carries in its description.
+    /// The sentence every guest made carries in its description, before its signed fields
+    /// ([`Setup::marker_line`]).
     pub fn marker(&self) -> String {
         format!(
             "{}: a throwaway guest of proxsync's exercise; its next run deletes it",
             self.pool
         )
+    }
+
+    /// The line guest `vmid` (identity `identity`; none: a clone's, before PVE picks it)
+    /// carries in its description: the sentence, this run, and the install key's signature.
+    pub fn marker_line(&self, vmid: u32, identity: Option<&GuestId>) -> String {
+        let run = (self.run.id.as_str(), self.run.started);
+        ExerciseLine::signed(&self.key, &self.pool, run, vmid, identity).line(&self.marker())
     }
 }
 
@@ -93,6 +144,8 @@ pub(crate) fn marks<'a>(setup: &'a Setup, prefix: &'a str, marker: &'a str) -> E
         pool: &setup.pool,
         prefix,
         marker,
+        key: &setup.key,
+        now: now_secs(),
     }
 }
 

@@ -2,8 +2,9 @@
 //! run's too). Every delete goes through `gate::permit::exercise_delete`.
 
 use super::{Expect, Outcome, Report, Setup, Step, marks, step};
-use crate::gate::permit::{Made, exercise_delete};
-use crate::guest::GuestKind;
+use crate::gate::permit::{Made, Permit, exercise_delete, exercise_proof};
+use crate::guest::{GuestId, GuestKind};
+use crate::ownership::ExerciseLine;
 use crate::pve::texts::Meaning;
 use crate::pve::{Pve, TaskOutcome};
 
@@ -49,72 +50,195 @@ pub async fn sweep(pve: &impl Pve, setup: &Setup, report: &mut Report) {
         let Some(kind) = guest.guest_kind() else {
             continue;
         };
-        delete_own(pve, setup, report, kind, guest.vmid, "sweep").await;
+        delete_own(
+            pve,
+            setup,
+            report,
+            (kind, guest.vmid),
+            "sweep",
+            Whose::Sweep,
+        )
+        .await;
     }
 }
 
-/// The delete of guest `vmid` of `kind`, on the evidence read now (its listing entry and
-/// config): stopped first if it runs, waited for while a task holds it locked. `Ok(true)`:
-/// deleted. `what`: the step's name prefix (`sweep`, `vm`, `ct`).
+/// Whose guest a delete expects.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Whose<'a> {
+    /// This run's, with the identity it had when made (none: not read).
+    Ours(Option<&'a GuestId>),
+    /// Any run's that has ended: a sweep's. A live run's guests are left to it.
+    Sweep,
+}
+
+/// What a proof found: where the guest is, the delete's permit, its identity, its lock and
+/// the run that made it.
+pub(crate) struct Proven {
+    pub node: String,
+    pub permit: Permit,
+    pub identity: Option<GuestId>,
+    pub lock: Option<String>,
+    pub line: ExerciseLine,
+}
+
+/// Why a guest is not proven the suite's: a read failed (a difference), or it is not.
+pub(crate) enum Unproven {
+    Read(String),
+    NotOurs(String),
+}
+
+/// The delete of guest `vmid` of `kind`, each step on evidence read right before it: proven
+/// (the gate's [`exercise_delete`], and `whose`) before anything, again after a wait for its
+/// lock, before its stop and before its delete, each time the same guest (identity) of the
+/// same run. `Ok(true)`: deleted. `what`: the step's name prefix (`sweep`, `vm`, `ct`).
 pub(crate) async fn delete_own(
     pve: &impl Pve,
     setup: &Setup,
     report: &mut Report,
-    kind: GuestKind,
-    vmid: u32,
+    (kind, vmid): (GuestKind, u32),
     what: &str,
+    whose: Whose<'_>,
 ) -> bool {
     let name = format!("{what} delete {}", kind.named(vmid));
-    let (node, pool, config, template) = match evidence(pve, kind, vmid).await {
-        Ok(e) => e,
-        Err(e) => {
-            report.push(differs(&name, e));
-            return false;
-        }
-    };
-    let (prefix, marker) = (setup.prefix(), setup.marker());
-    let made = Made {
-        vmid,
-        kind,
-        pool: pool.as_deref(),
-        name: config.get(match kind {
-            GuestKind::Qemu => "name",
-            GuestKind::Lxc => "hostname",
-        }),
-        description: config.description(),
-        template,
-    };
-    let permit = match exercise_delete(&setup.site, marks(setup, &prefix, &marker), made) {
+    let first = match prove(pve, setup, kind, vmid).await {
         Ok(p) => p,
-        Err(why) => {
-            report.not_run(&name, Expect::Done, format!("left alone: {why}"));
-            return false;
-        }
+        Err(e) => return unproven(report, &name, e),
     };
-    if config.lock().is_some() && !wait_unlocked(pve, &node, kind, vmid).await {
+    if let Err(why) = check_whose(setup, &first, whose) {
+        report.not_run(&name, Expect::Done, format!("left alone: {why}"));
+        return false;
+    }
+    if let Some(lock) = &first.lock
+        && !wait_unlocked(pve, &first.node, kind, vmid).await
+    {
         let why = format!(
-            "left alone: it stays locked ({}); `{} unlock {vmid}` once no task holds it",
-            config.lock().unwrap_or_default(),
+            "left alone: it stays locked ({lock}); `{} unlock {vmid}` once no task holds it",
             kind.cli()
         );
         report.not_run(&name, Expect::Done, why);
         return false;
     }
-    if pve.vm_running(&node, kind, vmid).await.unwrap_or(false) {
+    let now = match again(pve, setup, (kind, vmid), &first).await {
+        Ok(p) => p,
+        Err(e) => return unproven(report, &name, e),
+    };
+    if pve.vm_running(&now.node, kind, vmid).await.unwrap_or(false) {
         let stop = format!("{what} stop {} before its delete", kind.named(vmid));
-        let request = pve.stop_vm(&node, kind, vmid, true);
+        let request = pve.stop_vm(&now.node, kind, vmid, true);
         step(pve, setup, report, &stop, Expect::Done, request).await;
     }
-    let request = pve.delete_vm(&node, kind, vmid, true, true, &permit);
+    let last = match again(pve, setup, (kind, vmid), &first).await {
+        Ok(p) => p,
+        Err(e) => return unproven(report, &name, e),
+    };
+    let request = pve.delete_vm(&last.node, kind, vmid, true, true, &last.permit);
     step(pve, setup, report, &name, Expect::Done, request).await
 }
 
-/// Where guest `vmid` is, its pool, config and whether it is a template, read now.
-async fn evidence(
+fn unproven(report: &mut Report, name: &str, e: Unproven) -> bool {
+    match e {
+        Unproven::Read(got) => report.push(differs(name, got)),
+        Unproven::NotOurs(why) => report.not_run(name, Expect::Done, format!("left alone: {why}")),
+    }
+    false
+}
+
+/// Whether the guest `proven` is the one `whose` expects.
+fn check_whose(setup: &Setup, proven: &Proven, whose: Whose<'_>) -> Result<(), String> {
+    let line = &proven.line;
+    match whose {
+        Whose::Ours(_) if line.run != setup.run.id => Err(format!(
+            "it carries the line of run {}, not of this run {}",
+            line.run, setup.run.id
+        )),
+        Whose::Ours(Some(want)) if proven.identity.as_ref() != Some(want) => Err(format!(
+            "it is no longer the guest this run made ({want}): another guest holds the VMID"
+        )),
+        Whose::Ours(_) => Ok(()),
+        Whose::Sweep => {
+            let age = super::now_secs().saturating_sub(line.started);
+            let live = line.run != setup.run.id
+                && !setup.run.ended.contains(&line.run)
+                && age < super::LIVE_RUN_SECS;
+            match live {
+                true => Err(format!(
+                    "a guest of run {}, begun {age}s ago, which may still run: left to it",
+                    line.run
+                )),
+                false => Ok(()),
+            }
+        }
+    }
+}
+
+/// The proof redone: the same guest (identity) of the same run as `first`.
+async fn again(
     pve: &impl Pve,
+    setup: &Setup,
+    (kind, vmid): (GuestKind, u32),
+    first: &Proven,
+) -> Result<Proven, Unproven> {
+    let now = prove(pve, setup, kind, vmid).await?;
+    if now.identity != first.identity || now.line.run != first.line.run {
+        return Err(Unproven::NotOurs(format!(
+            "{} changed while it waited: another guest holds the VMID",
+            kind.named(vmid)
+        )));
+    }
+    Ok(now)
+}
+
+/// The gate's proof, on evidence read now, that guest `vmid` is an exercise's.
+pub(crate) async fn prove(
+    pve: &impl Pve,
+    setup: &Setup,
     kind: GuestKind,
     vmid: u32,
-) -> Result<(String, Option<String>, crate::pve::types::VmConfig, bool), String> {
+) -> Result<Proven, Unproven> {
+    let e = evidence(pve, kind, vmid).await.map_err(Unproven::Read)?;
+    let (prefix, marker) = (setup.prefix(), setup.marker());
+    let identity = e.config.guest_id(kind);
+    let mut tags = e.tags.clone();
+    tags.extend(e.config.tags());
+    let made = Made {
+        vmid,
+        kind,
+        pool: e.pool.as_deref(),
+        name: e.config.get(match kind {
+            GuestKind::Qemu => "name",
+            GuestKind::Lxc => "hostname",
+        }),
+        description: e.config.description(),
+        template: e.template,
+        identity: identity.as_ref(),
+        tags: &tags,
+        ha: e.ha,
+    };
+    let marks = marks(setup, &prefix, &marker);
+    let line = exercise_proof(marks, made).map_err(Unproven::NotOurs)?;
+    let permit = exercise_delete(&setup.site, marks, made).map_err(Unproven::NotOurs)?;
+    Ok(Proven {
+        node: e.node,
+        permit,
+        lock: e.config.lock().map(str::to_string),
+        identity,
+        line,
+    })
+}
+
+/// What the cluster shows of a guest, read now.
+struct Evidence {
+    node: String,
+    pool: Option<String>,
+    config: crate::pve::types::VmConfig,
+    template: bool,
+    tags: Vec<String>,
+    ha: bool,
+}
+
+/// Where guest `vmid` is, its pool, config, tags, HA state and whether it is a template,
+/// read now.
+async fn evidence(pve: &impl Pve, kind: GuestKind, vmid: u32) -> Result<Evidence, String> {
     let listing = pve.vm_resources().await.map_err(|e| e.to_string())?;
     let entry = listing
         .guests
@@ -126,7 +250,17 @@ async fn evidence(
         .await
         .map_err(|e| e.to_string())?;
     let template = entry.template.unwrap_or(false) || config.get("template") == Some("1");
-    Ok((entry.node, entry.pool, config, template))
+    // An HA resource the listing does not show yet still counts (a read refused proves
+    // nothing either way; the listing's `hastate` is then the word).
+    let ha = entry.hastate.is_some() || matches!(pve.ha_resource(kind, vmid).await, Ok(Some(_)));
+    Ok(Evidence {
+        tags: entry.tag_list().to_vec(),
+        node: entry.node,
+        pool: entry.pool,
+        config,
+        template,
+        ha,
+    })
 }
 
 /// Waits (a while) for the tasks on guest `vmid` to end and its lock to go: true once the

@@ -22,7 +22,37 @@ fn setup(scope: Scope) -> Setup {
         pool: CONFORMANCE_POOL.into(),
         task_timeout: Duration::from_secs(60),
         scope,
+        key: crate::ownership::MarkerKey::from_bytes([5; 32]),
+        run: Run::new(vec![]),
     }
+}
+
+const UUID_A: &str = "uuid=3f2504e0-4f89-11d3-9a0c-0305e82c3301";
+const UUID_B: &str = "uuid=3f2504e0-4f89-11d3-9a0c-0305e82c3302";
+
+/// The line of guest `vmid` (smbios1 `smbios1`) made by run `run`, begun `age` seconds ago.
+fn line_of(
+    s: &Setup,
+    vmid: u32,
+    kind: GuestKind,
+    identity: &str,
+    (run, age): (&str, u64),
+) -> String {
+    let config = crate::pve::types::VmConfig {
+        values: [(
+            match kind {
+                GuestKind::Qemu => "smbios1",
+                GuestKind::Lxc => "net0",
+            }
+            .to_string(),
+            identity.to_string(),
+        )]
+        .into(),
+    };
+    let id = config.guest_id(kind).expect("an identity");
+    let started = now_secs() - age;
+    crate::ownership::ExerciseLine::signed(&s.key, &s.pool, (run, started), vmid, Some(&id))
+        .line(&s.marker())
 }
 
 /// Two nodes; a clone copies for 2 s (tokio's paused time), so its lock can be met.
@@ -191,42 +221,106 @@ async fn a_text_in_other_words_is_a_difference() {
     );
 }
 
-/// A killed run's guests (in the pool, named and marked) are deleted by the next run's sweep;
-/// a guest in the pool that lacks a mark, and a marked guest outside it, are left alone.
+/// A killed run's guests (in the pool, named and carrying its signed line) are deleted by the
+/// next run's sweep; a guest in the pool that lacks a mark, one whose line is forged or copied,
+/// a live run's, and a marked guest outside the pool are left alone.
 #[tokio::test(start_paused = true)]
 async fn the_sweep_deletes_a_killed_runs_guests_and_nothing_else() {
     let pve = fake();
     let s = setup(Scope::Full);
-    let marker = s.marker();
+    let old = ("0a0a", 3 * 3600);
     pve.add_pool(CONFORMANCE_POOL);
     let name = "proxsync-conformance-vm";
-    pve.add_vm(200, "pve1", &[("name", name), ("description", &marker)]);
+    let vm = |vmid: u32, name: &str, line: &str, smbios1: &str| {
+        pve.add_vm(
+            vmid,
+            "pve1",
+            &[("name", name), ("description", line), ("smbios1", smbios1)],
+        );
+    };
+    vm(
+        200,
+        name,
+        &line_of(&s, 200, GuestKind::Qemu, UUID_A, old),
+        UUID_A,
+    );
+    let ct_net = "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01";
     pve.add_guest(
         GuestKind::Lxc,
         201,
         "pve2",
         &[
             ("hostname", "proxsync-conformance-ct"),
-            ("description", &marker),
+            (
+                "description",
+                &line_of(&s, 201, GuestKind::Lxc, ct_net, old),
+            ),
+            ("net0", ct_net),
         ],
     );
     pve.edit_vm(201, |vm| vm.running = true);
-    pve.add_vm(202, "pve1", &[("name", "web-01"), ("description", &marker)]);
-    pve.add_vm(203, "pve1", &[("name", name), ("description", &marker)]);
-    for vmid in [200, 201, 202] {
+    vm(
+        202,
+        "web-01",
+        &line_of(&s, 202, GuestKind::Qemu, UUID_A, old),
+        UUID_A,
+    );
+    vm(
+        203,
+        name,
+        &line_of(&s, 203, GuestKind::Qemu, UUID_A, old),
+        UUID_A,
+    );
+    // The public sentence alone; a line copied from another guest; another VMID's line.
+    vm(204, name, &s.marker(), UUID_A);
+    vm(
+        205,
+        name,
+        &line_of(&s, 205, GuestKind::Qemu, UUID_A, old),
+        UUID_B,
+    );
+    vm(
+        206,
+        name,
+        &line_of(&s, 200, GuestKind::Qemu, UUID_A, old),
+        UUID_A,
+    );
+    // A live run's (an hour old), and an ended one's as young (the lock's last holder).
+    vm(
+        207,
+        name,
+        &line_of(&s, 207, GuestKind::Qemu, UUID_A, ("0b0b", 3600)),
+        UUID_A,
+    );
+    for vmid in [200, 201, 202, 204, 205, 206, 207] {
         pve.move_to_pool(CONFORMANCE_POOL, vmid).await.unwrap();
     }
     let mut report = Report::default();
     sweep(&pve, &s, &mut report).await;
     let all = listing(&report);
     assert!(pve.vm(200).is_none() && pve.vm(201).is_none(), "{all}");
-    assert!(pve.vm(202).is_some() && pve.vm(203).is_some(), "{all}");
-    assert_eq!(pve.pool(CONFORMANCE_POOL), Some(vec![202]));
-    let left = report.step("sweep delete VM 202").expect("reported");
-    assert!(
-        matches!(&left.outcome, Outcome::NotRun(why) if why.contains("not the exercise's")),
-        "{all}"
+    for vmid in 202..=207 {
+        assert!(pve.vm(vmid).is_some(), "{vmid}: {all}");
+    }
+    assert_eq!(
+        pve.pool(CONFORMANCE_POOL),
+        Some(vec![202, 204, 205, 206, 207])
     );
+    for (vmid, why) in [
+        (202, "not the exercise's"),
+        (204, "lacks the exercise's line"),
+        (205, "does not verify"),
+        (206, "does not verify"),
+        (207, "run 0b0b, begun 3600s ago, which may still run"),
+    ] {
+        let left = report
+            .step(&format!("sweep delete VM {vmid}"))
+            .expect("reported");
+        assert!(
+            matches!(&left.outcome, Outcome::NotRun(w) if w.contains(why)),
+            "{vmid}: {all}"
+        );
+    }
     assert!(
         report
             .step("sweep stop container 201 before its delete")
@@ -234,6 +328,92 @@ async fn the_sweep_deletes_a_killed_runs_guests_and_nothing_else() {
         "{all}"
     );
     assert!(report.differences().is_empty(), "{all}");
+    // The run whose lock was free (it has ended): its young guest is swept.
+    let ended = Setup {
+        run: Run::new(vec!["0b0b".into()]),
+        ..s.clone()
+    };
+    let mut report = Report::default();
+    sweep(&pve, &ended, &mut report).await;
+    assert!(pve.vm(207).is_none(), "{}", listing(&report));
+}
+
+/// A guest the sweep waits for (locked) is proven again after the wait: another guest at its
+/// VMID by then (another identity), and it is left alone.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_proves_a_guest_again_after_its_wait() {
+    let pve = fake();
+    let s = setup(Scope::Full);
+    pve.add_pool(CONFORMANCE_POOL);
+    let name = "proxsync-conformance-vm";
+    for vmid in [200, 201] {
+        let line = line_of(&s, vmid, GuestKind::Qemu, UUID_A, ("0a0a", 3 * 3600));
+        let config = [
+            ("name", name),
+            ("description", &line),
+            ("smbios1", UUID_A),
+            ("lock", "backup"),
+        ];
+        pve.add_vm(vmid, "pve1", &config);
+        pve.move_to_pool(CONFORMANCE_POOL, vmid).await.unwrap();
+    }
+    let swap = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // 200: its backup ends, and meanwhile another guest took its VMID, its line copied.
+        pve.edit_vm(200, |vm| {
+            vm.config.remove("lock");
+            vm.config.insert("smbios1".into(), UUID_B.into());
+        });
+        pve.edit_vm(201, |vm| {
+            vm.config.remove("lock");
+        });
+    };
+    let mut report = Report::default();
+    tokio::join!(sweep(&pve, &s, &mut report), swap);
+    let all = listing(&report);
+    assert!(pve.vm(200).is_some(), "{all}");
+    let left = report.step("sweep delete VM 200").expect("reported");
+    assert!(
+        matches!(&left.outcome, Outcome::NotRun(w) if w.contains("does not verify") || w.contains("changed while it waited")),
+        "{all}"
+    );
+    assert!(
+        pve.vm(201).is_none(),
+        "the same guest, unlocked: deleted. {all}"
+    );
+}
+
+/// A step of a scenario is not sent once the guest at its VMID is no longer the run's.
+#[tokio::test(start_paused = true)]
+async fn a_scenario_changes_nothing_once_its_vmid_holds_another_guest() {
+    let pve = fake();
+    let s = setup(Scope::Exercise);
+    let mut report = Report::default();
+    let vm = async { scenarios::vm(&pve, &s, &mut report).await };
+    let swap = async {
+        // Once the VM is made (its create takes no time): another guest at VMID 100.
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if pve.vm(101).is_some() {
+                break;
+            }
+        }
+        pve.edit_vm(100, |vm| {
+            vm.config.insert("smbios1".into(), UUID_B.into());
+        });
+    };
+    tokio::join!(vm, swap);
+    let all = listing(&report);
+    assert!(report.step("vm stop").is_none(), "never started: {all}");
+    for name in ["vm resize", "vm start", "vm delete VM 100"] {
+        let step = report.step(name).unwrap_or_else(|| panic!("{name}: {all}"));
+        assert!(
+            matches!(&step.outcome, Outcome::NotRun(w) if w.contains("does not verify")),
+            "{name}: {all}"
+        );
+    }
+    assert!(pve.vm(100).is_some(), "not deleted: {all}");
+    assert!(!pve.vm(100).unwrap().running, "{all}");
 }
 
 #[test]

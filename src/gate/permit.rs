@@ -24,8 +24,8 @@
 
 use super::identity::{Trust, VerifiedMarker};
 use super::site::SiteChecked;
-use crate::guest::GuestKind;
-use crate::ownership::{Marker, ownership_tag};
+use crate::guest::{GuestId, GuestKind};
+use crate::ownership::{ExerciseLine, Marker, MarkerKey, ownership_tag};
 pub use crate::pve::permit::{
     Act, Grant, MarkerId, Permit, check_delete_vm, check_delete_volume, check_remove_affinity,
     check_remove_ha_resource, check_write,
@@ -371,19 +371,28 @@ pub fn adopt_by_consent(
 
 /// How an exercise (`proxsync doctor --exercise`, the conformance suite) marks each guest it
 /// makes, so that it, and only it, deletes them again: a pool of its own, a name prefix and a
-/// line of its own in the description.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// line of its own in the description, signed with the install's marker key
+/// ([`ExerciseLine`]).
+#[derive(Debug, Clone, Copy)]
 pub struct ExerciseMarks<'a> {
     /// The pool every guest it makes joins (`proxsync-exercise`).
     pub pool: &'a str,
     /// The start of every name it gives (`proxsync-exercise-`).
     pub prefix: &'a str,
-    /// The line it writes into every description.
+    /// The sentence its line begins with, before the signed fields.
     pub marker: &'a str,
+    /// The install's marker key, which signs the line.
+    pub key: &'a MarkerKey,
+    /// Now, in seconds since the epoch (a clone's line is trusted for a while only).
+    pub now: u64,
 }
 
-/// What a guest shows of who made it, read right before its delete: the pool from the
-/// cluster's listing, the rest from its config.
+/// How long a clone's line (signed before PVE picked the clone's identity) proves the clone
+/// an exercise's: a day after its run began.
+pub const EXERCISE_PENDING_SECS: u64 = 24 * 3600;
+
+/// What a guest shows of who made it, read right before its delete: the pool and HA state
+/// from the cluster's listing and the HA resources, the rest from its config.
 #[derive(Debug, Clone, Copy)]
 pub struct Made<'a> {
     pub vmid: u32,
@@ -393,28 +402,59 @@ pub struct Made<'a> {
     pub name: Option<&'a str>,
     pub description: Option<&'a str>,
     pub template: bool,
+    /// Its identity (`VmConfig::guest_id`).
+    pub identity: Option<&'a GuestId>,
+    /// Its tags, the listing's and the config's.
+    pub tags: &'a [String],
+    /// Whether HA manages it (a delete's `purge` would drop its HA resource).
+    pub ha: bool,
 }
 
-/// The delete of guest `guest.vmid`, on evidence that an exercise marked `marks` made it: it
-/// is in the exercise's pool, its name is the prefix and more, a line of its description is
-/// the exercise's marker, and it is neither a template nor a guest any install manages (a
-/// `proxsync-id:` line). Anything less, and it is someone else's: not deleted. Marks that
-/// would match any guest (an empty pool, prefix or marker) prove nothing.
-pub fn exercise_delete(
-    site: &str,
-    marks: ExerciseMarks<'_>,
-    guest: Made<'_>,
-) -> Result<Permit, String> {
+/// The proof that an exercise marked `marks` made guest `guest.vmid`: it is in the exercise's
+/// pool, its name is the prefix and more, a line of its description is the exercise's,
+/// signed with the install's key for this VMID and this guest's identity (a clone's, for
+/// this VMID alone, within [`EXERCISE_PENDING_SECS`] of its run's start), and it is neither
+/// a template, nor a guest any install manages (a `proxsync-id:` line, a `proxsync.*` tag),
+/// nor HA-managed. Anything less, and it is someone else's. Marks that would match any guest
+/// (an empty pool, prefix or marker) prove nothing. The line proven, whose run made it.
+pub fn exercise_proof(marks: ExerciseMarks<'_>, guest: Made<'_>) -> Result<ExerciseLine, String> {
     let named = guest.kind.named(guest.vmid);
     if [marks.pool, marks.prefix, marks.marker]
         .iter()
         .any(|m| m.trim().is_empty())
     {
         return Err(format!(
-            "an exercise's pool, name prefix and marker must each say something: {marks:?} \
-             would take {named} without proof"
+            "an exercise's pool, name prefix and marker must each say something: pool {:?}, \
+             prefix {:?}, marker {:?} would take {named} without proof",
+            marks.pool, marks.prefix, marks.marker
         ));
     }
+    exercise_shown(marks, guest, &named)?;
+    let description = guest.description.unwrap_or_default();
+    let not_ours = |what: &str| format!("{named} {what}: not the exercise's to delete");
+    let line = ExerciseLine::parse(description, marks.marker)
+        .ok_or_else(|| not_ours(&format!("lacks the exercise's line {:?}", marks.marker)))?;
+    let (pool, vmid) = (marks.pool, guest.vmid);
+    let signed = guest
+        .identity
+        .is_some_and(|id| line.verifies(marks.key, pool, vmid, Some(id)));
+    let young = marks.now.saturating_sub(line.started) < EXERCISE_PENDING_SECS;
+    let pending = young && line.verifies(marks.key, pool, vmid, None);
+    if !signed && !pending {
+        return Err(not_ours(&format!(
+            "carries an exercise line whose signature does not verify for this VMID and \
+             guest ({})",
+            guest
+                .identity
+                .map_or("no identity".to_string(), ToString::to_string)
+        )));
+    }
+    Ok(line)
+}
+
+/// The unsigned part of [`exercise_proof`]: the pool, the name, and what no exercise's guest
+/// has.
+fn exercise_shown(marks: ExerciseMarks<'_>, guest: Made<'_>, named: &str) -> Result<(), String> {
     if guest.pool != Some(marks.pool) {
         return Err(format!(
             "{named} is in pool {}, not the exercise's pool {}: not the exercise's to delete",
@@ -429,17 +469,24 @@ pub fn exercise_delete(
             name, marks.prefix
         ));
     }
-    let description = guest.description.unwrap_or_default();
-    if !description.lines().any(|l| l.trim() == marks.marker.trim()) {
-        return Err(format!(
-            "{named}'s description lacks the exercise's line {:?}: not the exercise's to delete",
-            marks.marker
-        ));
-    }
-    if description.contains(crate::ownership::MARKER_PREFIX) {
+    if guest
+        .description
+        .is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX))
+    {
         return Err(format!(
             "{named} carries a proxsync-id line: a guest an install manages, never an \
              exercise's"
+        ));
+    }
+    if let Some(tag) = guest.tags.iter().find(|t| t.starts_with("proxsync.")) {
+        return Err(format!(
+            "{named} carries the ownership tag {tag}: a guest an install manages, never an \
+             exercise's"
+        ));
+    }
+    if guest.ha {
+        return Err(format!(
+            "{named} is HA-managed: an exercise makes no HA resource, and a delete would drop it"
         ));
     }
     if guest.template {
@@ -447,6 +494,16 @@ pub fn exercise_delete(
             "{named} is a template: an exercise makes none, so it deletes none"
         ));
     }
+    Ok(())
+}
+
+/// The delete of guest `guest.vmid`, on [`exercise_proof`] that an exercise made it.
+pub fn exercise_delete(
+    site: &str,
+    marks: ExerciseMarks<'_>,
+    guest: Made<'_>,
+) -> Result<Permit, String> {
+    exercise_proof(marks, guest)?;
     Ok(Permit::new(site, guest.vmid, Act::DeleteVm))
 }
 
@@ -1044,51 +1101,101 @@ pub(crate) mod tests {
         assert!(check_delete_volume("local:iso/x.iso", &delete).is_err());
         assert!(check_remove_affinity("proxsync-vm100", &delete).is_err());
     }
-    const MARKS: ExerciseMarks<'static> = ExerciseMarks {
-        pool: "proxsync-exercise",
-        prefix: "proxsync-exercise-",
-        marker: "proxsync-exercise: made by proxsync doctor --exercise",
-    };
+    const HEAD: &str = "proxsync-exercise: made by proxsync doctor --exercise";
+    const NOW: u64 = 1_800_000_000;
 
-    fn made(kind: GuestKind) -> Made<'static> {
+    fn exercise_key() -> MarkerKey {
+        MarkerKey::from_bytes([9; 32])
+    }
+
+    fn marks(key: &MarkerKey) -> ExerciseMarks<'_> {
+        ExerciseMarks {
+            pool: "proxsync-exercise",
+            prefix: "proxsync-exercise-",
+            marker: HEAD,
+            key,
+            now: NOW,
+        }
+    }
+
+    fn vm_id() -> GuestId {
+        GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap()
+    }
+
+    /// The description of guest `vmid` of run `0a1b` (begun `age` seconds ago), its line
+    /// signed for `identity`.
+    fn described(vmid: u32, identity: Option<&GuestId>, age: u64) -> String {
+        let line = ExerciseLine::signed(
+            &exercise_key(),
+            "proxsync-exercise",
+            ("0a1b", NOW - age),
+            vmid,
+            identity,
+        );
+        format!("notes\n{}\n", line.line(HEAD))
+    }
+
+    fn made<'a>(kind: GuestKind, description: &'a str, identity: &'a GuestId) -> Made<'a> {
         Made {
             vmid: 120,
             kind,
             pool: Some("proxsync-exercise"),
             name: Some("proxsync-exercise-vm"),
-            description: Some("notes\nproxsync-exercise: made by proxsync doctor --exercise\n"),
+            description: Some(description),
             template: false,
+            identity: Some(identity),
+            tags: &[],
+            ha: false,
         }
     }
 
     /// A delete for the other test modules (`pve::fake`): the exercise's evidence, complete.
     pub(crate) fn exercise_permit(site: &str, vmid: u32) -> Permit {
-        exercise_delete(
-            site,
-            MARKS,
-            Made {
-                vmid,
-                ..made(GuestKind::Qemu)
-            },
-        )
-        .unwrap()
+        let (key, id) = (exercise_key(), vm_id());
+        let description = described(vmid, Some(&id), 0);
+        let guest = Made {
+            vmid,
+            ..made(GuestKind::Qemu, &description, &id)
+        };
+        exercise_delete(site, marks(&key), guest).unwrap()
     }
 
     #[test]
-    fn an_exercise_deletes_a_guest_with_its_pool_prefix_and_marker() {
+    fn an_exercise_deletes_a_guest_with_its_pool_prefix_and_signed_line() {
+        let (key, id) = (exercise_key(), vm_id());
+        let description = described(120, Some(&id), 0);
         for kind in [GuestKind::Qemu, GuestKind::Lxc] {
-            let permit = exercise_delete("lab", MARKS, made(kind)).unwrap();
+            let permit =
+                exercise_delete("lab", marks(&key), made(kind, &description, &id)).unwrap();
             assert_eq!((permit.site(), permit.vmid()), ("lab", 120));
             assert_eq!(permit.act(), &Act::DeleteVm);
             assert!(check_delete_vm(120, &permit).is_ok());
             assert!(check_delete_vm(121, &permit).is_err(), "that guest only");
         }
+        let line = exercise_proof(marks(&key), made(GuestKind::Qemu, &description, &id)).unwrap();
+        assert_eq!((line.run.as_str(), line.started), ("0a1b", NOW));
         assert_eq!(exercise_permit("lab", 7).vmid(), 7);
+        // A clone's line (no identity yet): for a day after its run began.
+        let pending = described(120, None, EXERCISE_PENDING_SECS - 1);
+        assert!(exercise_delete("lab", marks(&key), made(GuestKind::Qemu, &pending, &id)).is_ok());
+        let old = described(120, None, EXERCISE_PENDING_SECS);
+        let err =
+            exercise_delete("lab", marks(&key), made(GuestKind::Qemu, &old, &id)).unwrap_err();
+        assert!(err.contains("does not verify"), "{err}");
     }
 
     #[test]
     fn an_exercise_refuses_a_guest_lacking_any_of_its_marks() {
-        let base = made(GuestKind::Lxc);
+        let (key, id) = (exercise_key(), vm_id());
+        let other_id = GuestId::uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3302").unwrap();
+        let good = described(120, Some(&id), 0);
+        let base = made(GuestKind::Lxc, &good, &id);
+        let public = format!("notes\n{HEAD}\n");
+        let forged = good.replace("mac=", "mac=0");
+        let other_vmid = described(121, Some(&id), 0);
+        let managed = format!("{good}proxsync-id: install=main spec=web uid=u1");
+        let inside = format!("not {}", good.lines().nth(1).unwrap());
+        let ours_tag = ["proxsync.main".to_string()];
         let refused = [
             ("no pool", Made { pool: None, ..base }),
             (
@@ -1142,22 +1249,62 @@ pub(crate) mod tests {
                 },
             ),
             (
-                "the marker inside a line",
+                "the public sentence alone",
                 Made {
-                    description: Some("not proxsync-exercise: made by proxsync doctor --exercise"),
+                    description: Some(&public),
+                    ..base
+                },
+            ),
+            (
+                "a forged signature",
+                Made {
+                    description: Some(&forged),
+                    ..base
+                },
+            ),
+            (
+                "another VMID's line",
+                Made {
+                    description: Some(&other_vmid),
+                    ..base
+                },
+            ),
+            (
+                "another guest at the VMID",
+                Made {
+                    identity: Some(&other_id),
+                    ..base
+                },
+            ),
+            (
+                "no identity",
+                Made {
+                    identity: None,
+                    ..base
+                },
+            ),
+            (
+                "the line inside another",
+                Made {
+                    description: Some(&inside),
                     ..base
                 },
             ),
             (
                 "a managed guest's line too",
                 Made {
-                    description: Some(
-                        "proxsync-exercise: made by proxsync doctor --exercise\n\
-                         proxsync-id: install=main spec=web uid=u1",
-                    ),
+                    description: Some(&managed),
                     ..base
                 },
             ),
+            (
+                "an ownership tag",
+                Made {
+                    tags: &ours_tag,
+                    ..base
+                },
+            ),
+            ("HA-managed", Made { ha: true, ..base }),
             (
                 "a template",
                 Made {
@@ -1167,24 +1314,30 @@ pub(crate) mod tests {
             ),
         ];
         for (why, guest) in refused {
-            let err = exercise_delete("lab", MARKS, guest).expect_err(why);
+            let err = exercise_delete("lab", marks(&key), guest).expect_err(why);
             assert!(err.contains("container 120"), "{why}: {err}");
         }
+        let stranger = MarkerKey::from_bytes([1; 32]);
+        assert!(
+            exercise_delete("lab", marks(&stranger), base).is_err(),
+            "another key"
+        );
         for weak in [
-            ExerciseMarks { pool: "", ..MARKS },
+            ExerciseMarks {
+                pool: "",
+                ..marks(&key)
+            },
             ExerciseMarks {
                 prefix: "",
-                ..MARKS
+                ..marks(&key)
             },
             ExerciseMarks {
                 marker: " ",
-                ..MARKS
+                ..marks(&key)
             },
         ] {
             let guest = Made {
                 pool: Some(weak.pool),
-                name: Some("proxsync-exercise-vm"),
-                description: Some(" \n"),
                 ..base
             };
             assert!(exercise_delete("lab", weak, guest).is_err(), "{weak:?}");

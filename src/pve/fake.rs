@@ -904,6 +904,31 @@ fn allocate_vm_volume(
 /// pve-storage `Plugin.pm` parse_volname of a `vztmpl` archive (`$VZTMPL_EXT_RE_1` of
 /// `Storage.pm`, pve-storage 9.1: `.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2`, any
 /// case), from pve-container create_vm's check_volume_access, before anything is made.
+/// A clone's own identity, as PVE gives it: a new smbios1 uuid (kept options), a new MAC for
+/// each NIC, made of the clone's VMID.
+fn new_identity(config: &mut BTreeMap<String, String>, newid: u32) {
+    for (key, value) in config.iter_mut() {
+        let parts: Vec<String> = value
+            .split(',')
+            .enumerate()
+            .map(|(i, part)| match part.split_once('=') {
+                Some(("uuid", _)) if key == "smbios1" => {
+                    format!("uuid=00000000-0000-4000-8000-{newid:012x}")
+                }
+                Some(("hwaddr", _)) if key.starts_with("net") => {
+                    format!(
+                        "hwaddr=BC:24:11:{:02X}:{:02X}:{i:02X}",
+                        newid >> 8 & 0xff,
+                        newid & 0xff
+                    )
+                }
+                _ => part.to_string(),
+            })
+            .collect();
+        *value = parts.join(",");
+    }
+}
+
 fn check_vztmpl_name(archive: &str) -> Result<(), Error> {
     let volname = archive.split_once(':').map_or(archive, |(_, v)| v);
     let Some(name) = volname.strip_prefix("vztmpl/") else {
@@ -1362,8 +1387,10 @@ impl Pve for FakePve {
                 ));
             }
             s.taken(GuestKind::Qemu, req.newid)?;
-            // A clone copies the config (not `template`) and takes name and description.
+            // A clone copies the config (not `template`) and takes name and description;
+            // qemu-server gives it a new smbios1 uuid.
             config.remove("template");
+            new_identity(&mut config, req.newid);
             config.insert("name".into(), req.name.clone());
             config.insert("description".into(), req.description.clone());
             let target = req.target.clone().unwrap_or_else(|| node.to_string());
@@ -1441,6 +1468,8 @@ impl Pve for FakePve {
             }
             s.set_value(template, "lock", Some("disk"));
             config.remove("template");
+            // pve-container gives each NIC of the clone a new MAC.
+            new_identity(&mut config, req.newid);
             config.insert("hostname".into(), req.name.clone());
             config.insert("description".into(), req.description.clone());
             let target = req.target.clone().unwrap_or_else(|| node.to_string());

@@ -83,7 +83,8 @@ Examples:
         #[arg(long, requires = "exercise", value_name = "NODE")]
         node: Option<String>,
         /// With --exercise: the container template, e.g.
-        /// local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (default: the first the node has).
+        /// local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (default: the first
+        /// distribution's archive, as pveam names them, the node has; never another template).
         #[arg(long, requires = "exercise", value_name = "VOLUME")]
         ct_template: Option<String>,
     },

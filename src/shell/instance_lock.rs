@@ -20,32 +20,94 @@ pub struct InstanceLock {
     _file: File,
 }
 
+/// The lock file of `doctor --exercise` inside `state_dir`: one exercise at a time, which the
+/// daemon's lock does not block.
+pub const EXERCISE_LOCK_FILE: &str = "exercise.lock";
+
+/// Held while this process runs an exercise; dropping it releases the lock.
+#[derive(Debug)]
+pub struct ExerciseLock {
+    _file: File,
+    /// The run the last holder of the lock wrote (it has ended: the lock was free).
+    pub previous_run: Option<String>,
+}
+
+impl ExerciseLock {
+    /// Takes the exercise's lock for run `run`, or says which process holds it.
+    pub fn acquire(state_dir: &Path, run: &str) -> Result<ExerciseLock, String> {
+        let path = state_dir.join(EXERCISE_LOCK_FILE);
+        let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
+        let (mut file, taken) = take(state_dir, &path)?;
+        let mut text = String::new();
+        // A PID and a run are a few bytes; more is no holder's.
+        let _ = (&file).take(64).read_to_string(&mut text);
+        let mut words = text.split_whitespace();
+        let (pid, previous_run) = (
+            words.next().and_then(|p| p.parse::<u32>().ok()),
+            words
+                .find_map(|w| w.strip_prefix("run="))
+                .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit()))
+                .map(str::to_string),
+        );
+        if !taken {
+            let holder = pid.map_or("another process".to_string(), |p| format!("PID {p}"));
+            let run = previous_run
+                .map(|r| format!(", run {r}"))
+                .unwrap_or_default();
+            return Err(format!(
+                "another proxsync doctor --exercise ({holder}{run}) holds {}: two exercises \
+                 at once could take each other's guests. Wait for it to end",
+                path.display()
+            ));
+        }
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{} run={run}", std::process::id()))
+            .map_err(|e| io_err("cannot write the PID", e))?;
+        Ok(ExerciseLock {
+            _file: file,
+            previous_run,
+        })
+    }
+}
+
+/// Opens the lock file `path` (made, mode 0600, with `state_dir` when missing) and tries to
+/// lock it: the file, and whether this process holds the lock now.
+fn take(state_dir: &Path, path: &Path) -> Result<(File, bool), String> {
+    let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
+    crate::util::state_dir::create_state_dir(state_dir).map_err(|e| {
+        format!(
+            "{}: cannot create the state directory: {e}",
+            state_dir.display()
+        )
+    })?;
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| io_err("cannot open the lock file", e))?
+    };
+    match file.try_lock() {
+        Ok(()) => Ok((file, true)),
+        Err(TryLockError::WouldBlock) => Ok((file, false)),
+        Err(TryLockError::Error(e)) => Err(io_err("cannot lock", e)),
+    }
+}
+
 impl InstanceLock {
     /// Takes the lock, or says which process holds it and what to do.
     pub fn acquire(state_dir: &Path) -> Result<InstanceLock, String> {
         let path = state_dir.join(LOCK_FILE);
         let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
-        crate::util::state_dir::create_state_dir(state_dir).map_err(|e| {
-            format!(
-                "{}: cannot create the state directory: {e}",
-                state_dir.display()
-            )
-        })?;
-        let mut file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| io_err("cannot open the lock file", e))?
-        };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(held_message(&mut file, state_dir, &path)),
-            Err(TryLockError::Error(e)) => return Err(io_err("cannot lock", e)),
+        let (mut file, taken) = take(state_dir, &path)?;
+        if !taken {
+            return Err(held_message(&mut file, state_dir, &path));
         }
         // Ours now: say who holds it, for the next one who tries.
         file.set_len(0)
@@ -92,7 +154,21 @@ mod tests {
         );
         drop(first);
         // Released with its holder: the next one takes it.
-        let _again = InstanceLock::acquire(&state).unwrap();
+        let again = InstanceLock::acquire(&state).unwrap();
+        // The exercise's lock is another: the daemon's does not block it, a second does.
+        let first = ExerciseLock::acquire(&state, "0a1b").unwrap();
+        assert_eq!(first.previous_run, None);
+        let e = ExerciseLock::acquire(&state, "0c0d").unwrap_err();
+        assert!(
+            e.contains(&format!("PID {}, run 0a1b", std::process::id()))
+                && e.contains(EXERCISE_LOCK_FILE),
+            "{e}"
+        );
+        drop(first);
+        // The next holder learns the last one's run, ended.
+        let next = ExerciseLock::acquire(&state, "0c0d").unwrap();
+        assert_eq!(next.previous_run.as_deref(), Some("0a1b"));
+        drop((again, next));
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

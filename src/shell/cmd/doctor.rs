@@ -33,31 +33,47 @@ pub(crate) fn doctor_exercise(
             return ExitCode::FAILURE;
         }
     };
-    let (site, report) =
-        match runtime.block_on(crate::shell::doctor::exercise::exercise(&config, opts)) {
-            Ok(r) => r,
-            Err(e) => {
-                println!("FAIL exercise: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    // One exercise at a time: two could each take the other's guests for a killed run's.
+    let run = crate::conformance::Run::new(vec![]);
+    let lock = match crate::shell::instance_lock::ExerciseLock::acquire(&config.state_dir, &run.id)
+    {
+        Ok(l) => l,
+        Err(e) => {
+            println!("FAIL exercise: {}", crate::shell::status_view::clean(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let run = crate::conformance::Run {
+        ended: lock.previous_run.iter().cloned().collect(),
+        ..run
+    };
+    let exercise = crate::shell::doctor::exercise::exercise(&config, opts, run);
+    let (site, report) = match runtime.block_on(exercise) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("FAIL exercise: {}", crate::shell::status_view::clean(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let mut out = std::io::stdout().lock();
-    for step in &report.steps {
-        let _ = writeln!(out, "{step}");
+    for line in crate::shell::doctor::exercise::report_lines(&report) {
+        let _ = writeln!(out, "{line}");
     }
     let durations = report.durations();
+    let durations = durations
+        .iter()
+        .map(|(task, took)| format!("{task} {:.1}s", took.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
     let _ = writeln!(
         out,
         "durations: {}",
-        durations
-            .iter()
-            .map(|(task, took)| format!("{task} {:.1}s", took.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(", ")
+        crate::shell::status_view::clean(&durations)
     );
     if let Err(e) =
         crate::conformance::durations::write_durations(&config.state_dir, &site, &report)
     {
+        let e = crate::shell::status_view::clean(&e.to_string());
         let _ = writeln!(out, "warn durations not kept: {e}");
     }
     let differs = report.differences().len();

@@ -34,7 +34,7 @@ use detail::*;
 use list::*;
 pub use text::human;
 use text::*;
-pub(crate) use text::{is_unsafe, json_for_terminal};
+pub(crate) use text::{clean, is_unsafe, json_for_terminal};
 
 use crate::status::{
     BackoffRecord, Condition, ConditionStatus, ORPHANS_FILE, OrphanRecord, OrphansFile,

@@ -125,7 +125,7 @@ pub(super) fn table(
 
 /// Replaces control characters (and bidi overrides) so file content cannot drive the
 /// terminal: line breaks and tabs become spaces, the rest `?`.
-pub(super) fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .map(|c| match c {
             '\n' | '\r' | '\t' | '\u{2028}' | '\u{2029}' => ' ',

@@ -36,6 +36,8 @@ pub fn setup(scope: Scope, pool: &str) -> Setup {
         pool: pool.into(),
         task_timeout: Duration::from_secs(30),
         scope,
+        key: proxsync::ownership::MarkerKey::from_bytes([5; 32]),
+        run: conformance::Run::new(vec![]),
     }
 }
 
