@@ -44,7 +44,7 @@ pub(super) fn check_signing(config: &Config) -> Vec<Check> {
             Some(match how {
                 CommitVerification::Ssh { .. } => format!(
                     "write one line per trusted key into {}: `PRINCIPAL KEYTYPE BASE64KEY` \
-                     (README, \"Signed commits\")",
+                     (docs/signing.md)",
                     path.display()
                 ),
                 CommitVerification::OpenPgp { .. } => format!(
@@ -165,8 +165,8 @@ pub fn check_tip(config: &Config, read: &ReadSpecs) -> Option<Check> {
             ),
             Some(match r.kind {
                 RefusalKind::UnverifiedSignature => {
-                    "sign the commit with a trusted key (`git commit -S`, README \"Signed \
-                     commits\") and push it, or add the signer's key to the key file and reload"
+                    "sign the commit with a trusted key (`git commit -S`, docs/signing.md) and push \
+                     it, or add the signer's key to the key file and reload"
                         .into()
                 }
                 RefusalKind::NotDescendant => format!(

@@ -15,11 +15,7 @@ pub(super) fn check_config_warnings(config: &Config) -> Vec<Check> {
                 Level::Warn,
                 "source",
                 w,
-                Some(
-                    "README, \"Configuration reference\": [source] token_file, or git's credential \
-                     helper"
-                        .into(),
-                ),
+                Some("[source] token_file (docs/config.md), or git's credential helper".into()),
             )
         })
         .collect()
