@@ -62,13 +62,7 @@ pub(super) async fn vm(pve: &impl Pve, setup: &Setup, report: &mut Report) {
         )
         .await;
     }
-    resize(pve, setup, report, &own, "scsi0").await;
-    power(pve, setup, report, &own).await;
-    migrate(pve, setup, report, &own).await;
-    if let Some(clone) = clone {
-        delete_own(pve, setup, report, (kind, clone.vmid), "vm", clone.whose()).await;
-    }
-    delete_and_look(pve, setup, report, &own).await;
+    life(pve, setup, report, &own, "scsi0", clone).await;
     if full {
         let missing = format!("{}-none", setup.pool);
         let read = async { pve.pool_vmids(&missing).await.map(|_| ()) };
@@ -126,13 +120,35 @@ pub(super) async fn ct(pve: &impl Pve, setup: &Setup, report: &mut Report) {
         )
         .await;
     }
-    resize(pve, setup, report, &own, "rootfs").await;
-    power(pve, setup, report, &own).await;
-    migrate(pve, setup, report, &own).await;
+    life(pve, setup, report, &own, "rootfs", clone).await;
+}
+
+/// What both kinds go through once made: `disk` grown, power, migration, then the clone and
+/// the guest deleted.
+async fn life(
+    pve: &impl Pve,
+    setup: &Setup,
+    report: &mut Report,
+    own: &Own,
+    disk: &str,
+    clone: Option<Own>,
+) {
+    resize(pve, setup, report, own, disk).await;
+    power(pve, setup, report, own).await;
+    migrate(pve, setup, report, own).await;
     if let Some(clone) = clone {
-        delete_own(pve, setup, report, (kind, clone.vmid), "ct", clone.whose()).await;
+        let word = kind_word(own.kind);
+        delete_own(
+            pve,
+            setup,
+            report,
+            (own.kind, clone.vmid),
+            word,
+            clone.whose(),
+        )
+        .await;
     }
-    delete_and_look(pve, setup, report, &own).await;
+    delete_and_look(pve, setup, report, own).await;
 }
 
 /// A free VMID (`/cluster/nextid`), or the step `what` not run.
