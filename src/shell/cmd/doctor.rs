@@ -15,23 +15,9 @@ pub(crate) fn doctor_exercise(
     config_path: Option<PathBuf>,
     opts: &crate::shell::doctor::exercise::ExerciseOptions,
 ) -> ExitCode {
-    let path = config_path.unwrap_or_else(default_config_path);
-    let config = match Config::load(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            println!("FAIL config: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match config_and_runtime(config_path) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     // One exercise at a time: two could each take the other's guests for a killed run's.
     let run = crate::conformance::Run::new(vec![]);
@@ -98,13 +84,9 @@ pub(crate) fn doctor_exercise(
 }
 
 pub(crate) fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> ExitCode {
-    let path = config_path.unwrap_or_else(default_config_path);
-    let config = match Config::load(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            println!("FAIL config: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match config_and_runtime(config_path) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let mut spec_checks = Vec::new();
     // The specs of `--specs`, else those of the configured source, as `plan` and `run` read.
@@ -150,16 +132,6 @@ pub(crate) fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> 
         fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
     }));
     let specs = set.specs;
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let mut checks = runtime.block_on(crate::shell::doctor::run(&config, &specs));
     checks.extend(spec_checks);
     let mut out = std::io::stdout().lock();
@@ -184,4 +156,23 @@ pub(crate) fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> 
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The config (a failure to load it is doctor's first `FAIL`) and a runtime for the checks.
+fn config_and_runtime(
+    config_path: Option<PathBuf>,
+) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
+    let path = config_path.unwrap_or_else(default_config_path);
+    let config = Config::load(&path).map_err(|e| {
+        println!("FAIL config: {e}");
+        ExitCode::FAILURE
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })?;
+    Ok((config, runtime))
 }
