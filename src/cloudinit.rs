@@ -186,15 +186,16 @@ pub fn build_seed(
     uid: &str,
     macs: &[Option<String>],
 ) -> Option<Seed> {
-    let ud = spec.user_data.as_deref()?;
-    let ci = spec.cloud_init.as_deref();
+    let vm = spec.vm()?;
+    let ud = vm.user_data.as_deref()?;
+    let ci = vm.cloud_init.as_deref();
     let user_data = user_data(ud, ci);
     let network = ci.and_then(|c| network_config(c, macs));
     // The instance-id is stable for the same inputs and changes with them, as PVE's own
     // (cloud-init runs its once-per-instance modules again when it changes).
     // A value decrypted from SOPS enters the instance-id and the file name as its ciphertext,
     // so neither, both kept outside the VM (state database, logs), derives from the secret.
-    let shown = match spec.user_data_sealed.as_deref() {
+    let shown = match spec.sealed.as_deref() {
         Some(ciphertext) => self::user_data(ciphertext, ci),
         None => user_data.clone(),
     };
@@ -203,7 +204,7 @@ pub fn build_seed(
     let meta = format!(
         "instance-id: {}\nlocal-hostname: {}\n",
         q(&iid),
-        q(&spec.vm_name)
+        q(spec.guest_name())
     );
     let mut files = vec![
         IsoFile {
@@ -223,7 +224,7 @@ pub fn build_seed(
     }
     let image = iso9660(SEED_LABEL, &files);
     let sha256 = sha256_hex(&image);
-    let named_by = match &spec.user_data_sealed {
+    let named_by = match &spec.sealed {
         Some(_) => sha256_hex(inputs.as_bytes()),
         None => sha256.clone(),
     };
@@ -504,7 +505,7 @@ mod tests {
     fn a_sealed_seed_is_named_by_its_ciphertext() {
         let sealed = |ud: &str| {
             let mut s = spec(ud, None);
-            s.user_data_sealed = Some("ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]".into());
+            s.sealed = Some("ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]".into());
             build_seed("main", &s, "0123456789abcdef", &[]).unwrap()
         };
         let (a, b) = (
@@ -539,7 +540,7 @@ mod tests {
         let (mut specs, diags) = crate::spec::parse_file("x.yaml", yaml.as_bytes());
         assert!(diags.is_empty(), "{diags:?}");
         let mut s = specs.remove(0);
-        s.cloud_init = ci.map(Box::new);
+        s.vm_mut().unwrap().cloud_init = ci.map(Box::new);
         s
     }
 
@@ -628,7 +629,7 @@ mod tests {
         let (_, _, files) = read_iso(&a.image);
         assert_eq!(files.len(), 2, "no network-config without networking");
         let mut s = spec("#cloud-config\n", None);
-        s.user_data = None;
+        s.vm_mut().unwrap().user_data = None;
         assert!(build_seed("main", &s, "u1", &[]).is_none());
     }
 

@@ -55,6 +55,14 @@ impl GuestKind {
         format!("{} {vmid}", self.noun())
     }
 
+    /// The spec field naming what a guest of this kind is made from: `image` or `template`.
+    pub fn image_field(self) -> &'static str {
+        match self {
+            GuestKind::Qemu => "image",
+            GuestKind::Lxc => "template",
+        }
+    }
+
     /// PVE's command line tool for the kind, named in advice (`qm unlock 100`).
     pub fn cli(self) -> &'static str {
         match self {

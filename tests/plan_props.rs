@@ -24,8 +24,8 @@ use proxsync::plan::{
 use proxsync::pve::types::ClusterHealth;
 use proxsync::source::chain::RewindBatch;
 use proxsync::spec::{
-    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Image, MIB, MaintenanceWindow, Pos,
-    PowerState, RebootMode, RebootPolicy, Spec, Specs, spec_hash,
+    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Guest, Image, MIB, MaintenanceWindow,
+    Pos, PowerState, RebootMode, RebootPolicy, Spec, Specs, VmSpec, spec_hash,
 };
 use proxsync::store::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
 
@@ -374,8 +374,6 @@ fn tags_of(mask: u8) -> Vec<String> {
 fn make_spec(name: &str, g: &SpecGen) -> Spec {
     Spec {
         name: name.to_string(),
-        kind: proxsync::guest::GuestKind::Qemu,
-        container: None,
         file: format!("specs/{name}.yaml"),
         pos: Pos::new(4, 9),
         api_version: "proxsync.io/v1".to_string(),
@@ -385,17 +383,22 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         site_pos: Pos::START,
         node: NODES[g.node].to_string(),
         node_pos: Pos::START,
-        vm_name: name.to_string(),
-        cpu: g.cpu,
-        memory_mib: g.mem_mib,
-        disk_bytes: g.disk_gib * GIB,
-        storage: "local-lvm".to_string(),
-        network: "vmbr0".to_string(),
-        image: Image::Template { vmid: 9000 },
-        image_pos: Pos::START,
-        user_data: None,
-        user_data_sealed: None,
-        cloud_init: None,
+        guest: Guest::Vm(VmSpec {
+            vm_name: name.to_string(),
+            cpu: g.cpu,
+            memory_mib: g.mem_mib,
+            disk_bytes: g.disk_gib * GIB,
+            storage: "local-lvm".to_string(),
+            network: "vmbr0".to_string(),
+            image: Image::Template { vmid: 9000 },
+            image_pos: Pos::START,
+            user_data: None,
+            cloud_init: None,
+            networks: None,
+            disks: None,
+            destroy_disks: Vec::new(),
+        }),
+        sealed: None,
         power_state: if g.running {
             PowerState::Running
         } else {
@@ -418,9 +421,6 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         renamed_from: None,
         adopt: None,
         hardware: Default::default(),
-        networks: None,
-        disks: None,
-        destroy_disks: Vec::new(),
         hashes: Default::default(),
     }
 }
@@ -532,9 +532,13 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 power,
             );
             vm.tags = tags.into_iter().collect();
-            vm.cpus = Some(u64::from(spec.cpu) + u64::from(v.cpu_drift));
-            vm.memory_bytes = Some((spec.memory_mib + if v.mem_drift { 256 } else { 0 }) * MIB);
-            vm.disk_bytes = Some(if v.disk_small { GIB } else { spec.disk_bytes });
+            vm.cpus = Some(u64::from(spec.cores()) + u64::from(v.cpu_drift));
+            vm.memory_bytes = Some((spec.memory_mib() + if v.mem_drift { 256 } else { 0 }) * MIB);
+            vm.disk_bytes = Some(if v.disk_small {
+                GIB
+            } else {
+                spec.root_disk_bytes()
+            });
             vm.lock = (v.locked && !conv).then(|| "backup".to_string());
             let (m, read) = match marker {
                 MarkerGen::Ours => (Some((INSTALL, name.clone())), true),
@@ -569,7 +573,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     "0000stale0000".to_string()
                 }),
                 applied_tags: tags_of(r.applied_tags),
-                applied_disk_bytes: r.applied_disk.then_some(spec.disk_bytes),
+                applied_disk_bytes: r.applied_disk.then_some(spec.root_disk_bytes()),
                 orphan_on_delete: spec.deletion_policy == DeletionPolicy::Orphan,
                 ..SpecRecord::default()
             };
@@ -805,16 +809,16 @@ impl Sim {
         }
         rec.site = SITE.to_string();
         rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
-        let mut vm = blank_vm(vmid, node, &spec.vm_name, Power::Stopped);
+        let mut vm = blank_vm(vmid, node, spec.guest_name(), Power::Stopped);
         vm.tags = sorted_tags(
             spec.tags
                 .iter()
                 .cloned()
                 .chain(std::iter::once(owner_tag())),
         );
-        vm.cpus = Some(u64::from(spec.cpu));
-        vm.memory_bytes = Some(spec.memory_mib * MIB);
-        vm.disk_bytes = Some(spec.disk_bytes);
+        vm.cpus = Some(u64::from(spec.cores()));
+        vm.memory_bytes = Some(spec.memory_mib() * MIB);
+        vm.disk_bytes = Some(spec.root_disk_bytes());
         vm.marker = Some(Arc::new(Marker {
             install: INSTALL.to_string(),
             spec: spec.name.clone(),
@@ -866,16 +870,18 @@ impl Sim {
                 return;
             }
         }
-        vm.name = Some(spec.vm_name.clone());
-        vm.cpus = Some(u64::from(spec.cpu));
-        vm.memory_bytes = Some(spec.memory_mib * MIB);
+        vm.name = Some(spec.guest_name().to_string());
+        vm.cpus = Some(u64::from(spec.cores()));
+        vm.memory_bytes = Some(spec.memory_mib() * MIB);
         vm.tags = merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag());
         rec.applied_tags = spec.tags.clone();
-        if vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
-            && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+        if vm.disk_bytes.is_some_and(|d| d < spec.root_disk_bytes())
+            && rec
+                .applied_disk_bytes
+                .is_none_or(|a| a < spec.root_disk_bytes())
         {
-            vm.disk_bytes = Some(spec.disk_bytes);
-            rec.applied_disk_bytes = Some(spec.disk_bytes);
+            vm.disk_bytes = Some(spec.root_disk_bytes());
+            rec.applied_disk_bytes = Some(spec.root_disk_bytes());
         }
         vm.power = match spec.power_state {
             PowerState::Running => Power::Running,
@@ -1346,9 +1352,9 @@ proptest! {
             prop_assert!(marker_is(vm, &spec.name), "{vm:?}");
             prop_assert!(vm.has_tag(&owner_tag()), "{vm:?}");
             prop_assert!(spec.tags.iter().all(|t| vm.has_tag(t)), "{vm:?}");
-            prop_assert_eq!(vm.cpus, Some(u64::from(spec.cpu)));
-            prop_assert_eq!(vm.memory_bytes, Some(spec.memory_mib * MIB));
-            prop_assert_eq!(vm.name.as_deref(), Some(spec.vm_name.as_str()));
+            prop_assert_eq!(vm.cpus, Some(u64::from(spec.cores())));
+            prop_assert_eq!(vm.memory_bytes, Some(spec.memory_mib() * MIB));
+            prop_assert_eq!(vm.name.as_deref(), Some(spec.guest_name()));
             let want = if spec.power_state == PowerState::Running { Power::Running } else { Power::Stopped };
             prop_assert_eq!(vm.power, want);
             prop_assert_eq!(w.records[&spec.name].vm.made_vmid(), Some(*vmid));
@@ -2260,9 +2266,9 @@ proptest! {
             node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
         });
         spec.hardware = hw.into();
-        spec.networks = nics;
+        spec.vm_mut().unwrap().networks = nics;
         let hw = hardware_changes(&spec, &|_| None, "local-lvm").unwrap();
-        let net = network_changes(&spec, &|_| None).unwrap();
+        let net = network_changes(spec.vm().unwrap(), &|_| None).unwrap();
         let sent = hw.params.merge(net.params);
         let stored: BTreeMap<String, String> = CONFIG_KEYS
             .iter()
@@ -2271,7 +2277,7 @@ proptest! {
         let current = |k: &str| stored.get(k).cloned();
         let again = hardware_changes(&spec, &current, "local-lvm").unwrap();
         prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
-        let again = network_changes(&spec, &current).unwrap();
+        let again = network_changes(spec.vm().unwrap(), &current).unwrap();
         prop_assert!(again.changed.is_empty(), "{:?} after {stored:?}", again.changed);
     }
 
@@ -2299,17 +2305,17 @@ proptest! {
                 d
             })
             .collect();
-        spec.disk_bytes = disks[0].size_bytes;
-        spec.storage = disks[0].storage.clone();
-        spec.disks = Some(disks);
-        let (sent, boot) = create_drives(&spec, VmParams::new(), None).unwrap();
+        spec.vm_mut().unwrap().disk_bytes = disks[0].size_bytes;
+        spec.vm_mut().unwrap().storage = disks[0].storage.clone();
+        spec.vm_mut().unwrap().disks = Some(disks);
+        let (sent, boot) = create_drives(spec.vm().unwrap(), VmParams::new(), None).unwrap();
         prop_assert_eq!(boot, "scsi0");
         let stored: BTreeMap<String, String> = DISK_SLOTS
             .iter()
             .filter_map(|k| sent.get(k).map(|v| (k.to_string(), pve_stores_drive(k, v, spelled, reverse))))
             .collect();
         let keys: Vec<String> = stored.keys().cloned().collect();
-        let again = disk_changes(&spec, &|k| stored.get(k).cloned(), &keys, &[], Some("scsi0")).unwrap();
+        let again = disk_changes(spec.vm().unwrap(), &|k| stored.get(k).cloned(), &keys, &[], Some("scsi0")).unwrap();
         prop_assert!(again.is_empty(), "{:?} after {stored:?}", again.changed);
     }
 }
@@ -2976,7 +2982,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
                 orphan_policy: true,
             },
         );
-        spec.image = Image::Existing;
+        spec.vm_mut().unwrap().image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400,
             proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
@@ -4529,7 +4535,7 @@ fn a_rename_from_a_hands_off_spec_waits_with_the_old_vm() {
         w.records
             .insert("old".into(), record_at("old", 201, NODES[0]));
         w.desired[0].renamed_from = Some("old".into());
-        w.desired[0].cpu = 4;
+        w.desired[0].vm_mut().unwrap().cpu = 4;
         w
     };
     assert_eq!(
@@ -4665,7 +4671,7 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
                 orphan_policy: true,
             },
         );
-        spec.image = Image::Existing;
+        spec.vm_mut().unwrap().image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
             vmid: 400 + i,
             proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),

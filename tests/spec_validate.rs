@@ -642,16 +642,16 @@ fn valid_fixtures() {
 
     let legacy = by("web-server-01");
     assert_eq!(legacy.api_version, "proxmox.sankofa.nexus/v1alpha1");
-    assert_eq!(legacy.image, Image::Name("debian-12-template".into()));
+    assert_eq!(*legacy.image(), Image::Name("debian-12-template".into()));
     assert_eq!(legacy.tags, ["tenant_customer-456"]);
-    assert_eq!(legacy.network, "vmbr1");
+    assert_eq!(legacy.bridge(), "vmbr1");
 
     let db = by("db-01");
-    assert_eq!(db.memory_mib, 4096);
-    assert_eq!(db.disk_bytes, 50 * spec::GIB);
-    assert_eq!(db.cpu, spec::DEFAULT_CPU);
+    assert_eq!(db.memory_mib(), 4096);
+    assert_eq!(db.root_disk_bytes(), 50 * spec::GIB);
+    assert_eq!(db.cores(), spec::DEFAULT_CPU);
     assert!(matches!(
-        db.image,
+        db.image(),
         Image::Volume {
             kind: VolumeKind::Import,
             ..
@@ -660,7 +660,7 @@ fn valid_fixtures() {
 
     let installer = by("installer-01");
     assert!(matches!(
-        installer.image,
+        installer.image(),
         Image::Volume {
             kind: VolumeKind::Iso,
             ..
@@ -670,11 +670,11 @@ fn valid_fixtures() {
     assert_eq!(installer.deletion_policy, DeletionPolicy::Orphan);
 
     let web = by("web-01");
-    assert_eq!(web.image, Image::Template { vmid: 9000 });
+    assert_eq!(*web.image(), Image::Template { vmid: 9000 });
     assert_eq!(web.tags, ["frontend", "tenant_customer-123", "web"]);
     assert_eq!(web.tenant.as_deref(), Some("customer-123"));
     assert_eq!(
-        web.user_data.as_deref(),
+        web.vm().unwrap().user_data.as_deref(),
         Some("#cloud-config\npackages: [nginx]\n")
     );
     assert_eq!((web.pos.line, web.pos.column), (4, 9));
@@ -806,23 +806,26 @@ fn examples_are_valid_and_cover_every_form() {
     );
     assert!(set.warnings().count() >= 1);
     let has = |f: &dyn Fn(&spec::Spec) -> bool| set.specs.iter().any(f);
-    assert!(has(&|s| matches!(s.image, Image::Template { vmid: 9000 })));
     assert!(has(&|s| matches!(
-        s.image,
+        s.image(),
+        Image::Template { vmid: 9000 }
+    )));
+    assert!(has(&|s| matches!(
+        s.image(),
         Image::Volume {
             kind: VolumeKind::Import,
             ..
         }
     )));
     assert!(has(&|s| matches!(
-        s.image,
+        s.image(),
         Image::Volume {
             kind: VolumeKind::Iso,
             ..
         }
     )));
     assert!(has(
-        &|s| matches!(&s.image, Image::Name(n) if n == "ubuntu-2404-template")
+        &|s| matches!(s.image(), Image::Name(n) if n == "ubuntu-2404-template")
     ));
     assert!(has(&|s| s.power_state == PowerState::Stopped));
     assert!(has(&|s| s.deletion_policy == DeletionPolicy::Orphan));
@@ -833,10 +836,15 @@ fn examples_are_valid_and_cover_every_form() {
     assert!(has(&|s| s.hardware.bios == Some(spec::Bios::Ovmf)
         && s.hardware.tpm.is_some()
         && s.hardware.pool.is_some()
-        && s.networks.as_ref().is_some_and(|n| n.len() == 2)));
-    assert!(has(&|s| s.disks.as_ref().is_some_and(|d| d.len() == 2
-        && d[0].boot
-        && d[1].slot == "scsi1")));
+        && s.vm()
+            .and_then(|vm| vm.networks.as_ref())
+            .is_some_and(|n| n.len() == 2)));
+    assert!(has(&|s| s
+        .vm()
+        .and_then(|vm| vm.disks.as_ref())
+        .is_some_and(|d| d.len() == 2
+            && d[0].boot
+            && d[1].slot == "scsi1")));
     // A set and a defaults file are among the examples.
     assert!(has(&|s| s
         .set

@@ -62,12 +62,12 @@ pub async fn adopt_by_hand(
         .await
         .map_err(site_err)?
         .ok_or_else(|| refused(format!("VM {vmid} does not exist on site {}", spec.site)))?;
-    if kind != spec.kind {
+    if kind != spec.kind() {
         return Err(refused(format!(
             "{vmid} is a {} and spec {name} is a {}: proxsync adopts a guest only for a spec of \
              its kind",
             kind.noun(),
-            spec.kind.spec_kind()
+            spec.kind().spec_kind()
         )));
     }
     let handed = config.source.selector.is_some();
@@ -181,7 +181,7 @@ async fn remark_by_hand(
             cfg.description(),
             &cfg.tags(),
             cfg.get(name_key),
-            &spec.vm_name,
+            spec.guest_name(),
         ),
     }
     .map_err(EngineError::Refused)?;
@@ -378,7 +378,7 @@ pub async fn unverified_claims(
         .filter(|s| config.selects(&s.labels))
         .map(|s| (s.name.as_str(), s))
         .collect();
-    let vm_names: BTreeSet<&str> = ours.values().map(|s| s.vm_name.as_str()).collect();
+    let vm_names: BTreeSet<&str> = ours.values().map(|s| s.guest_name()).collect();
     let recorded: BTreeSet<(&str, u32)> = (records.iter())
         .filter_map(|(n, r)| r.vm.made_vmid().map(|v| (n.as_str(), v)))
         .collect();

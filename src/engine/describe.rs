@@ -50,8 +50,8 @@ pub fn specs_by_name(specs: &SpecSet) -> FnvHashMap<&str, &crate::spec::Spec> {
 pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -> String {
     let spec = |name: &str| specs.get(name).copied();
     // `VM` or `container`, as the spec's kind says (a removed spec's guest: `VM`).
-    let noun = |name: &str| spec(name).map_or("VM", |s| s.kind.noun());
-    let spec_kind = |name: &str| spec(name).map(|s| s.kind);
+    let noun = |name: &str| spec(name).map_or("VM", |s| s.kind().noun());
+    let spec_kind = |name: &str| spec(name).map(|s| s.kind());
     match action {
         Action::Create {
             spec: name,
@@ -59,7 +59,7 @@ pub fn describe(action: &Action, specs: &FnvHashMap<&str, &crate::spec::Spec>) -
             node,
         } => {
             let from = spec(name)
-                .map(|s| format!(" from {}", image_text(&s.image)))
+                .map(|s| format!(" from {}", image_text(s.image())))
                 .unwrap_or_default();
             format!(
                 "+ create  {name}: new {} on {site}/{node}{from}",

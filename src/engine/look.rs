@@ -148,7 +148,7 @@ pub(super) async fn observe_all(
                         .specs
                         .iter()
                         .filter(|s| s.site == *name)
-                        .map(|s| s.vm_name.as_str())
+                        .map(|s| s.guest_name())
                         .collect::<FnvHashSet<&str>>()
                 })
                 .contains(vm_name)

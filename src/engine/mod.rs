@@ -201,7 +201,7 @@ fn seed_sites(
     actions: &[Action],
 ) -> BTreeSet<String> {
     let specs = (specs.specs.iter())
-        .filter(|s| s.user_data.is_some())
+        .filter(|s| s.vm().is_some_and(|vm| vm.user_data.is_some()))
         .map(|s| s.site.clone());
     let recorded = (records.values())
         .filter(|r| r.volumes.as_ref().is_some_and(|v| !v.seeds.is_empty()))

@@ -11,7 +11,7 @@ use crate::guest::GuestKind;
 use crate::pve::types::VmConfig;
 use crate::pve::values::nic_macs;
 use crate::pve::{Pve, TaskOutcome, VmParams};
-use crate::spec::Spec;
+use crate::spec::{Spec, VmSpec};
 use crate::store::SpecRecord;
 
 use super::preflight::pick_seed_storage;
@@ -30,9 +30,13 @@ pub(super) enum CloudInitStep {
 
 /// The storage for seed images: the spec's `cloudInit.seedStorage`, else the first active
 /// storage of the node with `iso` content.
-async fn seed_storage(client: &impl Pve, spec: &Spec) -> Result<String, ActionError> {
+async fn seed_storage(
+    client: &impl Pve,
+    spec: &Spec,
+    vm_spec: &VmSpec,
+) -> Result<String, ActionError> {
     let storages = client.node_storages(&spec.node, None).await?;
-    pick_seed_storage(&storages, spec)
+    pick_seed_storage(&storages, &spec.node, vm_spec)
 }
 
 /// Deletes the seed images of `ours`'s spec on `storage` except `keep` (best effort: a failure
@@ -81,10 +85,12 @@ pub(super) async fn remove_old_seeds(
 /// Brings the VM's cloud-init in line with the spec. Never logs user-data or keys.
 // Long because: PVE's options, then the seed image (built, uploaded, attached) or PVE's own
 // drive, then one config update; the branches share the update being built.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn converge_cloud_init(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &mut SpecRecord,
     ours: &VerifiedMarker,
     node: &str,
@@ -93,7 +99,7 @@ pub(super) async fn converge_cloud_init(
     let client = &site.client;
     let vmid = ours.vmid();
     let attached = seed_slots(cfg, &ctx.install_id, &spec.name);
-    if spec.cloud_init.is_none() && spec.user_data.is_none() && attached.is_empty() {
+    if vm_spec.cloud_init.is_none() && vm_spec.user_data.is_none() && attached.is_empty() {
         return Ok(CloudInitStep::Done(false));
     }
     let mut changed: Vec<String> = Vec::new();
@@ -101,16 +107,16 @@ pub(super) async fn converge_cloud_init(
     // cloud-init options pending).
     let effective = with_pending(cfg, client.vm_pending(node, GuestKind::Qemu, vmid).await?);
     let cfg = &effective;
-    let mut params = cloud_init_params(spec, cfg, VmParams::new(), &mut changed)?;
+    let mut params = cloud_init_params(vm_spec, cfg, VmParams::new(), &mut changed)?;
     let mut deletes: Vec<String> = Vec::new();
     // The gate's permit to detach PVE's cloud-init drive, when the seed takes its place.
     let mut drive_permit = None;
     let mut keep_seed: Option<(String, String)> = None; // (storage, volid)
-    match &spec.user_data {
+    match &vm_spec.user_data {
         Some(_) => {
             let macs = nic_macs(
                 cfg,
-                spec.cloud_init.as_ref().map_or(0, |c| c.ip_config.len()),
+                vm_spec.cloud_init.as_ref().map_or(0, |c| c.ip_config.len()),
             );
             let Some(seed) = crate::cloudinit::build_seed(&ctx.install_id, spec, &rec.uid, &macs)
             else {
@@ -124,7 +130,7 @@ pub(super) async fn converge_cloud_init(
                 drive_permit =
                     Some(cloudinit_drive_removal(ours, protection, slot).map_err(protected)?);
             }
-            let storage = seed_storage(client, spec).await?;
+            let storage = seed_storage(client, spec, vm_spec).await?;
             let volid = format!("{storage}:iso/{}", seed.file_name);
             // Attached (or kept attached) only as the file proxsync uploaded; anything else
             // under the seed's name is overwritten by a new upload first.
@@ -201,7 +207,7 @@ pub(super) async fn converge_cloud_init(
                 params = params.set(slot, EJECTED);
                 changed.push("userData removed".into());
             }
-            if spec.cloud_init.is_some() && cloudinit_drive_slot(cfg).is_none() {
+            if vm_spec.cloud_init.is_some() && cloudinit_drive_slot(cfg).is_none() {
                 let Some(slot) = free_slot(cfg, &CLOUDINIT_DRIVE_SLOTS) else {
                     return Err(fail(
                         Category::ConfigurationError,
@@ -211,7 +217,7 @@ pub(super) async fn converge_cloud_init(
                         ),
                     ));
                 };
-                params = params.cloudinit_drive(slot, &spec.storage)?;
+                params = params.cloudinit_drive(slot, spec.root_storage())?;
                 changed.push("cloud-init drive".into());
             }
         }

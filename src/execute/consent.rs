@@ -69,7 +69,7 @@ pub(super) async fn adopt_by_consent(
         bare,
         &ctx.install_id,
         &spec.name,
-        &spec.vm_name,
+        spec.guest_name(),
         &uid,
     )
     .map_err(|why| fail(Category::Conflict, format!("{why}; nothing adopted")))?;

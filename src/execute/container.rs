@@ -13,15 +13,14 @@ use crate::pve::types::VmConfig;
 use crate::pve::values::pve_size;
 use crate::pve::{Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::container::PasswordSource;
-use crate::spec::{PowerState, Spec};
-use crate::store::{DestroyState, SpecRecord, VmState};
+use crate::spec::{ContainerSpec, Spec};
+use crate::store::{DestroyState, SpecRecord};
 
 use super::create::clone_request;
 use super::identity::{desired_tags, marker};
 use super::preflight::Source;
-use super::reboot::{pending_keys, reboot_if_due};
-use super::vm::{PowerStep, check_lock, converge_power, protection_of, read_own_config};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, protected, site, wait};
+use super::vm::{check_lock, protection_of, read_own_config};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
 
 /// The create or clone request of a new container; the intent is durable before it is sent
 /// (`create::create`). Its identity (hostname and marker; tags where PVE takes them) travels
@@ -30,6 +29,7 @@ pub(super) async fn send_create(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
+    ct: &ContainerSpec,
     rec: &SpecRecord,
     vmid: u32,
     source: &Source,
@@ -50,11 +50,12 @@ pub(super) async fn send_create(
         Source::OsTemplate { volume } => {
             let mut params = crate::render::container::create_params(
                 spec,
+                ct,
                 description,
                 &desired_tags(ctx, spec),
             )?
             .checked("ostemplate", volume)?;
-            if let Some(password) = root_password(&ctx.password_files, spec)? {
+            if let Some(password) = root_password(&ctx.password_files, spec, ct)? {
                 params = params.secret("password", password.expose());
             }
             site.client.create_ct(&spec.node, vmid, &params).await
@@ -77,8 +78,9 @@ const MIN_PASSWORD_CHARS: usize = 5;
 fn root_password(
     files: &crate::config::PasswordFiles,
     spec: &Spec,
+    ct: &ContainerSpec,
 ) -> Result<Option<crate::config::Secret>, PveError> {
-    let Some(source) = spec.container.as_ref().and_then(|c| c.password.as_ref()) else {
+    let Some(source) = &ct.password else {
         return Ok(None);
     };
     let (read, from) = match source {
@@ -112,6 +114,7 @@ pub(super) async fn converge(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
+    ct: &ContainerSpec,
     rec: &mut SpecRecord,
     just_created: bool,
 ) -> Result<Outcome, ActionError> {
@@ -133,6 +136,7 @@ pub(super) async fn converge(
         &ctx.marker_key,
         &ctx.install_id,
         spec,
+        ct,
         rec,
         &ours,
         &cfg,
@@ -141,7 +145,7 @@ pub(super) async fn converge(
     .map_err(ActionError::from)?;
     // `destroyVolumes`: each slot's destroy bound, durably, to the volume it holds before the
     // detach below moves it to `unusedN`.
-    bind_volume_destroys(ctx, vmid, spec, rec, &cfg, &pending)?;
+    bind_volume_destroys(ctx, vmid, spec, ct, rec, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the container config");
         client
@@ -154,7 +158,7 @@ pub(super) async fn converge(
     // whole update for one. A protected container keeps them as they are (said in its status).
     let protection = protection_of(spec, &cfg);
     let mut held = Vec::new();
-    match mount_points(client, &ours, vm, spec, &cfg, protection).await? {
+    match mount_points(client, &ours, vm, spec, ct, &cfg, protection).await? {
         MountStep::Done(true) => changed.push("mountPoints"),
         MountStep::Done(false) => {}
         MountStep::Held(slots) => held = slots,
@@ -171,96 +175,57 @@ pub(super) async fn converge(
         client.move_to_pool(pool, vmid).await?;
         changed.push("pool");
     }
-    if let Some(o) = grow(ctx, client, vm, spec, rec, &cfg).await? {
+    if let Some(o) = grow(ctx, client, vm, spec, ct, rec, &cfg).await? {
         return Ok(o);
     }
     // The HA resource before the power step: the HA manager then owns starts and stops.
     if super::ha::converge_ha(ctx, site, &ours, spec, rec).await? {
         changed.push("ha");
     }
-    let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
-    match converge_power(ctx, site, vm, spec, rec, is_running).await? {
-        PowerStep::Changed => changed.push("power"),
-        PowerStep::Unchanged => {}
-        PowerStep::Ended(o) => return Ok(o),
-    }
-    // pve-container keeps a running container's changes it cannot hot-plug pending until the
-    // next start; the reboot policy decides when that is.
-    let pending = if changed.is_empty() {
-        pending
-    } else if is_running {
-        client.vm_pending(node, kind, vmid).await?
-    } else {
-        Vec::new()
+    let held = match held.is_empty() {
+        true => Ok(()),
+        false => Err(mount_points_held(vmid, protection, &held)),
     };
-    let hostname_waits = hostname_waits_for_start(rec, &changed, is_running);
-    rec.reboot_pending = pending_keys(&pending);
-    if hostname_waits && spec.power_state == PowerState::Running {
-        rec.reboot_pending.push(HOSTNAME_PENDING.to_string());
-    }
-    if is_running && let Some(o) = reboot_if_due(ctx, site, vm, spec, rec).await? {
-        ctx.store.put(&spec.name, rec)?;
-        return Ok(o);
-    }
-    // The container's addresses, as PVE reads them from its network namespace (best effort).
-    rec.ip_addresses = if spec.power_state == PowerState::Running && !changed.contains(&"power") {
-        client
-            .guest_interfaces(node, kind, vmid)
-            .await
-            .map(|ifaces| super::converge::guest_addresses(&ifaces))
-            .unwrap_or_default()
-    } else {
-        Vec::new()
+    let tail = super::converge::Tail {
+        waits: (HOSTNAME_PENDING, changed.contains(&"hostname")),
+        changed,
+        pending,
+        just_created,
+        held,
     };
-    if !held.is_empty() {
-        let fix = match protection.managed {
-            Some(true) => {
-                "set protection: false in the spec (proxsync clears the flag first)".into()
-            }
-            _ => format!(
-                "clear the flag (pct set {vmid} --protection 0, or protection: false in the spec)"
-            ),
-        };
-        return Err(protected(format!(
-            "container {vmid} has protection set, and PVE refuses to add, change or remove a \
-             mount point of a protected container: {} stay as they are while the rest of the \
-             spec is applied. To change them, {fix}; to keep them, list them in mountPoints as \
-             they are",
-            held.join(", ")
-        )));
-    }
-    rec.applied_hash = Some(crate::spec::spec_hash(spec));
-    rec.applied_content = Some(crate::spec::content_hash(spec));
-    rec.provisioned = true;
-    let here = VmState::Exists {
-        vmid,
-        node: node.to_string(),
+    super::converge::finish(ctx, site, vm, spec, rec, tail).await
+}
+
+/// Why a protected container's mount points stay as they are, and what to do.
+fn mount_points_held(
+    vmid: u32,
+    protection: crate::gate::volume::Protection,
+    held: &[String],
+) -> String {
+    let fix = match protection.managed {
+        Some(true) => "set protection: false in the spec (proxsync clears the flag first)".into(),
+        _ => format!(
+            "clear the flag (pct set {vmid} --protection 0, or protection: false in the spec)"
+        ),
     };
-    if rec.vm != here {
-        ctx.store.transition(&spec.name, rec, here)?;
-    }
-    Ok(Outcome::Done)
+    format!(
+        "container {vmid} has protection set, and PVE refuses to add, change or remove a mount \
+         point of a protected container: {} stay as they are while the rest of the spec is \
+         applied. To change them, {fix}; to keep them, list them in mountPoints as they are",
+        held.join(", ")
+    )
 }
 
 /// The `reboot_pending` key of a hostname a running container has only at its next start
-/// (status: RebootPending).
-pub(super) const HOSTNAME_PENDING: &str = "hostname";
-
-/// Whether the container's guest still runs under another name than its config's: a hostname
-/// changed while it ran, by this converge or one before it, and it has not been started since
-/// (this converge did not start it). pve-container takes `hostname` into the config at once
+/// (status: RebootPending): changed while it ran, by this converge or one before it, and not
+/// started since. pve-container takes `hostname` into the config at once
 /// (`src/PVE/LXC/Config.pm` `$LXC_FASTPLUG_OPTIONS`) and so lists nothing pending, but the
 /// guest gets it only at its next start: the kernel's name from the generated `lxc.uts.name`
 /// (`src/PVE/LXC.pm` `update_lxc_config`), `/etc/hostname` and `/etc/hosts` from the pre-start
 /// hook (`src/lxc-pve-prestart-hook`, `PVE::LXC::Setup::Base` `pre_start_hook` ->
-/// `set_hostname`). A start (a reboot by proxsync, or this converge's) clears it; a restart by
+/// `set_hostname`). A start (a reboot by proxsync, or a converge's) clears it; a restart by
 /// hand is not seen, and a reboot the policy allows then restarts it once more.
-fn hostname_waits_for_start(rec: &SpecRecord, changed: &[&str], is_running: bool) -> bool {
-    let was_running_before = is_running && !changed.contains(&"power");
-    was_running_before
-        && (changed.contains(&"hostname")
-            || rec.reboot_pending.iter().any(|k| k == HOSTNAME_PENDING))
-}
+pub(super) const HOSTNAME_PENDING: &str = "hostname";
 
 /// The root filesystem and the mount points grown to the spec's sizes (`PUT .../resize`, a
 /// task; they only grow). `Some` when a resize outlived the wait. pve-container compares the
@@ -272,6 +237,7 @@ async fn grow(
     client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
+    ct: &ContainerSpec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
@@ -279,12 +245,10 @@ async fn grow(
         node, kind, vmid, ..
     } = vm;
     let mut resizes: Vec<(String, u64, u64)> =
-        crate::render::container::mount_points_to_grow(spec, cfg)
+        crate::render::container::mount_points_to_grow(ct, cfg)
             .into_iter()
             .filter_map(|(slot, now)| {
-                let want = spec
-                    .container
-                    .as_ref()?
+                let want = ct
                     .mount_points
                     .as_ref()?
                     .iter()
@@ -293,8 +257,8 @@ async fn grow(
                 Some((slot, now, want))
             })
             .collect();
-    if let Some(now) = crate::render::container::rootfs_to_grow(spec, rec, cfg) {
-        resizes.insert(0, ("rootfs".to_string(), now, spec.disk_bytes));
+    if let Some(now) = crate::render::container::rootfs_to_grow(ct, rec, cfg) {
+        resizes.insert(0, ("rootfs".to_string(), now, ct.rootfs_bytes));
     }
     for (disk, from, to) in resizes {
         tracing::info!(spec = %spec.name, vmid, disk = %disk, from, to, "growing the container's volume");
@@ -325,7 +289,7 @@ async fn grow(
             _ => {}
         }
         if disk == "rootfs" {
-            rec.applied_disk_bytes = Some(spec.disk_bytes);
+            rec.applied_disk_bytes = Some(spec.root_disk_bytes());
         }
     }
     Ok(None)
@@ -360,22 +324,19 @@ fn bind_volume_destroys(
     ctx: &ExecCtx<impl Pve>,
     vmid: u32,
     spec: &Spec,
+    ct: &ContainerSpec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
     pending: &[crate::pve::types::PendingEntry],
 ) -> Result<(), ActionError> {
-    let slots: Vec<String> = spec
-        .container
-        .as_ref()
-        .map(|c| c.destroy_volumes.clone())
-        .unwrap_or_default();
+    let slots = &ct.destroy_volumes;
     let followed = rec.destroy_disks_vmid == Some(vmid);
     if let Some(v) = rec.volumes.as_mut() {
         v.destroys.retain(|d| followed && slots.contains(&d.slot));
     }
     let now = ctx.clock.now_ms();
     let mut newly_bound = false;
-    for slot in &slots {
+    for slot in slots {
         let bound_volume = rec
             .disk_destroy(slot)
             .filter(|b| b.state == DestroyState::Bound)
@@ -395,13 +356,21 @@ fn bind_volume_destroys(
             },
         };
         let before = rec.disk_destroy(slot).cloned();
-        let step = gate::destroy(spec.kind, vmid, slot, holds, before.as_ref(), followed, now)
-            .map_err(|why| {
-                fail(
-                    Category::ConfigurationError,
-                    why.replace("destroyDisks", "destroyVolumes"),
-                )
-            })?;
+        let step = gate::destroy(
+            spec.kind(),
+            vmid,
+            slot,
+            holds,
+            before.as_ref(),
+            followed,
+            now,
+        )
+        .map_err(|why| {
+            fail(
+                Category::ConfigurationError,
+                why.replace("destroyDisks", "destroyVolumes"),
+            )
+        })?;
         if let Some(note) = &step.note {
             let note = note.replace("destroyDisks", "destroyVolumes");
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
@@ -521,14 +490,15 @@ async fn mount_points(
     ours: &crate::gate::identity::VerifiedMarker,
     vm: VmRef<'_>,
     spec: &Spec,
+    ct: &ContainerSpec,
     cfg: &VmConfig,
     protection: crate::gate::volume::Protection,
 ) -> Result<MountStep, ActionError> {
     let VmRef {
         node, kind, vmid, ..
     } = vm;
-    let added = crate::render::container::mount_point_additions(spec, cfg)?;
-    let removed = crate::render::container::mount_points_removed(spec, cfg);
+    let added = crate::render::container::mount_point_additions(ct, cfg);
+    let removed = crate::render::container::mount_points_removed(ct, cfg);
     if added.is_empty() && removed.is_empty() {
         return Ok(MountStep::Done(false));
     }
@@ -589,18 +559,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ct-root");
         std::fs::write(&path, "abcd\n").unwrap();
-        let why = root_password(&allowing(dir.path()), &spec_reading(&path))
-            .unwrap_err()
-            .to_string();
+        let why = root_password(
+            &allowing(dir.path()),
+            &spec_reading(&path),
+            spec_reading(&path).container().unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             why.contains("has 4 characters") && why.contains("at least 5"),
             "{why}"
         );
         assert!(!why.contains("abcd"), "{why}");
         std::fs::write(&path, "abcde\n").unwrap();
-        let ok = root_password(&allowing(dir.path()), &spec_reading(&path))
-            .unwrap()
-            .unwrap();
+        let ok = root_password(
+            &allowing(dir.path()),
+            &spec_reading(&path),
+            spec_reading(&path).container().unwrap(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(ok.expose(), "abcde");
     }
 }

@@ -6,14 +6,14 @@ use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::pve_size;
 use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::spec_hash;
-use crate::spec::{PowerState, Spec};
+use crate::spec::{Guest, PowerState, Spec, VmSpec};
 use crate::store::{SpecRecord, VmState};
 
 use super::cloud_init::{CloudInitStep, converge_cloud_init};
 use super::identity::{checked_site, verified};
 use super::reboot::{pending_keys, reboot_if_due};
 use super::vm::{PowerStep, check_lock, converge_power, protection_of, read_own_config};
-use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, VmRef, site, wait};
+use super::{ActionError, CLOUDINIT_PENDING, ExecCtx, Outcome, SiteCtx, VmRef, site, wait};
 use crate::render::current::boot_disk;
 
 /// Brings an existing VM in line with its spec, after verifying it is the spec's.
@@ -23,7 +23,10 @@ pub(super) async fn converge(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
-    converge_vm(ctx, vm, spec, rec, false).await
+    match &spec.guest {
+        Guest::Vm(vm_spec) => converge_vm(ctx, vm, spec, vm_spec, rec, false).await,
+        Guest::Container(ct) => super::container::converge(ctx, vm, spec, ct, rec, false).await,
+    }
 }
 
 /// [`converge`] for a VM this action's own create or clone task has just made (and which PVE
@@ -34,7 +37,10 @@ pub(super) async fn converge_new(
     spec: &Spec,
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
-    converge_vm(ctx, vm, spec, rec, true).await
+    match &spec.guest {
+        Guest::Vm(vm_spec) => converge_vm(ctx, vm, spec, vm_spec, rec, true).await,
+        Guest::Container(ct) => super::container::converge(ctx, vm, spec, ct, rec, true).await,
+    }
 }
 
 // Long because: the converge steps in their request order (config, cloud-init, disk, power,
@@ -43,12 +49,10 @@ async fn converge_vm(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &mut SpecRecord,
     just_created: bool,
 ) -> Result<Outcome, ActionError> {
-    if spec.kind == crate::guest::GuestKind::Lxc {
-        return super::container::converge(ctx, vm, spec, rec, just_created).await;
-    }
     let VmRef {
         site: site_name,
         node,
@@ -81,7 +85,7 @@ async fn converge_vm(
     } else {
         client.vm_pending(node, kind, vmid).await?
     };
-    let (params, mut changed) = config_diff(ctx, spec, rec, &ours, &cfg, &pending)?;
+    let (params, mut changed) = config_diff(ctx, spec, vm_spec, rec, &ours, &cfg, &pending)?;
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the VM config");
         if allocates_volume(&params) {
@@ -117,13 +121,13 @@ async fn converge_vm(
 
     // cloud-init: PVE's options, its drive or proxsync's seed image. Before the power step, so
     // a new VM boots with it.
-    let cfg = if config_read_again(ctx, spec, &cfg, &changed) {
+    let cfg = if config_read_again(ctx, spec, vm_spec, &cfg, &changed) {
         client.vm_config(node, kind, vmid).await?
     } else {
         cfg
     };
     let cloudinit_changed =
-        match converge_cloud_init(ctx, site, spec, rec, &ours, node, &cfg).await? {
+        match converge_cloud_init(ctx, site, spec, vm_spec, rec, &ours, node, &cfg).await? {
             CloudInitStep::Done(c) => c,
             CloudInitStep::Running(upid) => {
                 ctx.store.put(&spec.name, rec)?;
@@ -150,6 +154,7 @@ async fn converge_vm(
         &ours,
         vm,
         spec,
+        vm_spec,
         rec,
         &cfg,
         &pending,
@@ -168,7 +173,7 @@ async fn converge_vm(
 
     // With `disks`: every disk added, its options, grown, or detached (`disks`).
     match super::disks::converge_disks(
-        ctx, client, &ours, vm, spec, rec, &cfg, &pending, protection, &mut held,
+        ctx, client, &ours, vm, spec, vm_spec, rec, &cfg, &pending, protection, &mut held,
     )
     .await?
     {
@@ -181,13 +186,64 @@ async fn converge_vm(
     }
 
     // Disks only grow (the short form's boot disk; `disks` grows its own).
-    if spec.disks.is_none()
-        && let Some(o) = grow_disk(ctx, client, vm, spec, rec, &cfg).await?
+    if vm_spec.disks.is_none()
+        && let Some(o) = grow_disk(ctx, client, vm, spec, vm_spec, rec, &cfg).await?
     {
         return Ok(o);
     }
 
-    // Power state last, read now: the cycle's listing may describe an earlier VM with this
+    // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
+    // converge tries again; `Stalled` says what to do).
+    let held = crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held);
+    let tail = Tail {
+        changed,
+        pending,
+        just_created,
+        waits: (CLOUDINIT_PENDING, cloudinit_changed),
+        held,
+    };
+    finish(ctx, site, vm, spec, rec, tail).await
+}
+
+/// What the kind's own steps of a converge leave to [`finish`], the steps every guest shares.
+pub(super) struct Tail {
+    /// What the converge changed so far (`power` is added by [`finish`]).
+    pub changed: Vec<&'static str>,
+    /// The guest's pending values as read before this converge's changes.
+    pub pending: Vec<PendingEntry>,
+    /// The guest was made by this action's own task: stopped, nothing pending.
+    pub just_created: bool,
+    /// A `reboot_pending` key PVE does not list, which the running guest takes only at its
+    /// next start (a VM's cloud-init, a container's hostname), and whether this converge
+    /// changed it.
+    pub waits: (&'static str, bool),
+    /// What the guest's protection kept as it is: said after everything else is applied.
+    pub held: Result<(), String>,
+}
+
+/// The end of every converge, a VM's or a container's: the power state, what waits for the
+/// next start, a reboot the policy allows, the guest's addresses, and the record of what was
+/// applied.
+pub(super) async fn finish(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    tail: Tail,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    let Tail {
+        mut changed,
+        pending,
+        just_created,
+        waits: (waits_key, waits_changed),
+        held,
+    } = tail;
+    // Power state last, read now: the cycle's listing may describe an earlier guest with this
     // VMID (deleted and reused within the cycle), or a state this action changed.
     let is_running = !just_created && client.vm_running(node, kind, vmid).await?;
     match converge_power(ctx, site, vm, spec, rec, is_running).await? {
@@ -196,11 +252,11 @@ async fn converge_vm(
         PowerStep::Ended(o) => return Ok(o),
     }
 
-    // What waits for the VM's next start (PVE applies CPU, memory and NIC changes of a
-    // running VM then, unless hotplug is on). proxsync reports it, and reboots only as the spec's
-    // rebootPolicy allows (`reboot`).
-    // PVE keeps a change pending only on a running VM; a stopped VM's changes (and what was
-    // pending on it) are applied at once or by the start, so it has nothing pending to read.
+    // What waits for the guest's next start (PVE applies a running guest's CPU, memory and
+    // NIC changes then, unless it can hot-plug them). proxsync reports it, and reboots only as
+    // the spec's rebootPolicy allows (`reboot`).
+    // PVE keeps a change pending only on a running guest; a stopped guest's changes (and what
+    // was pending on it) are applied at once or by the start, so it has nothing pending to read.
     let pending = if changed.is_empty() {
         pending
     } else if is_running {
@@ -209,45 +265,37 @@ async fn converge_vm(
         Vec::new()
     };
     let was_running_before = is_running && !changed.contains(&"power");
-    let cloudinit_pending = was_running_before
-        && (cloudinit_changed || rec.reboot_pending.iter().any(|k| k == CLOUDINIT_PENDING));
+    let still_waits =
+        was_running_before && (waits_changed || rec.reboot_pending.iter().any(|k| k == waits_key));
     rec.reboot_pending = pending_keys(&pending);
-    // cloud-init reads its inputs at boot: a change on a running VM applies at the next start
-    // (PVE regenerates its drive then; a new seed image is read then). Kept while the VM runs.
-    if cloudinit_pending && spec.power_state == PowerState::Running {
-        rec.reboot_pending.push(CLOUDINIT_PENDING.to_string());
+    // Kept while the guest runs: a VM's cloud-init reads its inputs at boot (PVE regenerates
+    // its drive then; a new seed image is read then), a container's guest takes its hostname
+    // at its start.
+    if still_waits && spec.power_state == PowerState::Running {
+        rec.reboot_pending.push(waits_key.to_string());
     }
     if is_running && let Some(o) = reboot_if_due(ctx, site, vm, spec, rec).await? {
         ctx.store.put(&spec.name, rec)?;
         return Ok(o);
     }
-    // The guest's addresses, when its agent answers (best effort: no agent is no error). Not
-    // asked right after this converge started the VM: its agent cannot be up yet.
-    let running_now = match spec.power_state {
-        PowerState::Running => true,
-        PowerState::Stopped => false,
-    };
-    rec.ip_addresses = if running_now && !changed.contains(&"power") {
+    // The guest's addresses, from a VM's agent or a container's network namespace (best
+    // effort: no answer is no error). Not asked right after this converge started the guest:
+    // its agent cannot be up yet.
+    rec.ip_addresses = if spec.power_state == PowerState::Running && !changed.contains(&"power") {
         client
-            .agent_interfaces(node, vmid)
+            .guest_interfaces(node, kind, vmid)
             .await
             .map(|ifaces| guest_addresses(&ifaces))
             .unwrap_or_default()
     } else {
         Vec::new()
     };
-    // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
-    // converge tries again; `Stalled` says what to do).
-    if let Err(why) =
-        crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held)
-    {
-        return Err(super::protected(why));
-    }
+    held.map_err(super::protected)?;
     rec.applied_hash = Some(spec_hash(spec));
     rec.applied_content = Some(crate::spec::content_hash(spec));
     rec.provisioned = true;
-    // The record maps the spec to the VM where it is now (moved by the HA manager or by hand,
-    // or a delete that failed on a spec that came back); the outcome writes the rest.
+    // The record maps the spec to the guest where it is now (moved by the HA manager or by
+    // hand, or a delete that failed on a spec that came back); the outcome writes the rest.
     let here = VmState::Exists {
         vmid,
         node: node.to_string(),
@@ -272,6 +320,7 @@ fn allocates_volume(params: &crate::pve::VmParams) -> bool {
 fn config_read_again(
     ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     cfg: &VmConfig,
     changed: &[&str],
 ) -> bool {
@@ -284,8 +333,8 @@ fn config_read_again(
         "cores",
         "pool",
     ];
-    let cloud_init = spec.cloud_init.is_some()
-        || spec.user_data.is_some()
+    let cloud_init = vm_spec.cloud_init.is_some()
+        || vm_spec.user_data.is_some()
         || !crate::render::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
     !changed.is_empty() && (cloud_init || changed.iter().any(|c| !KEEPS_DISKS.contains(c)))
 }
@@ -306,20 +355,23 @@ pub(super) fn adoption_is_current(
 ) -> bool {
     let vmid = vm.vmid;
     // A container's converge compares its own options: it always runs.
-    let simple = spec.kind == crate::guest::GuestKind::Qemu
-        && spec.cloud_init.is_none()
-        && spec.user_data.is_none()
-        && spec.ha.is_none()
+    let Some(vm_spec) = spec.vm().filter(|v| {
+        v.cloud_init.is_none()
+            && v.user_data.is_none()
+            && v.disks.is_none()
+            && v.destroy_disks.is_empty()
+    }) else {
+        return false;
+    };
+    let simple = spec.ha.is_none()
         && spec.hardware.pool.is_none()
-        && spec.disks.is_none()
-        && spec.destroy_disks.is_empty()
         && crate::render::cloud_init::seed_slots(cfg, &ctx.install_id, &spec.name).is_empty();
     if !simple || cfg.lock().is_some() {
         return false;
     }
     let Some(ours) = checked_site(ctx, site_name)
         .ok()
-        .and_then(|site| verified(ctx, &site, cfg, spec.kind, vmid, Some(&spec.name), None).ok())
+        .and_then(|site| verified(ctx, &site, cfg, spec.kind(), vmid, Some(&spec.name), None).ok())
     else {
         return false;
     };
@@ -328,9 +380,9 @@ pub(super) fn adoption_is_current(
         (PowerState::Running, crate::observe::Power::Running)
             | (PowerState::Stopped, crate::observe::Power::Stopped)
     );
-    let disk_grown = boot_disk(cfg).is_some_and(|(_, size)| size >= spec.disk_bytes);
-    let config_matches =
-        config_diff(ctx, spec, rec, &ours, cfg, &[]).is_ok_and(|(_, changed)| changed.is_empty());
+    let disk_grown = boot_disk(cfg).is_some_and(|(_, size)| size >= spec.root_disk_bytes());
+    let config_matches = config_diff(ctx, spec, vm_spec, rec, &ours, cfg, &[])
+        .is_ok_and(|(_, changed)| changed.is_empty());
     // The listing shows running values: cores or memory that differ from the config's wait
     // for a reboot, and the planner's drift sees them.
     let as_recorded = SpecRecord {
@@ -347,6 +399,7 @@ pub(super) fn adoption_is_current(
 fn config_diff(
     ctx: &ExecCtx<impl Pve>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &SpecRecord,
     ours: &VerifiedMarker,
     cfg: &VmConfig,
@@ -356,6 +409,7 @@ fn config_diff(
         &ctx.marker_key,
         &ctx.install_id,
         spec,
+        vm_spec,
         rec,
         ours,
         cfg,
@@ -371,16 +425,17 @@ async fn grow_disk(
     client: &impl Pve,
     vm: VmRef<'_>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
 ) -> Result<Option<Outcome>, ActionError> {
     let VmRef {
         node, kind, vmid, ..
     } = vm;
-    if let Some((disk, size)) = crate::render::config::disk_to_grow(spec, rec, cfg) {
-        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = spec.disk_bytes, "growing the disk");
+    if let Some((disk, size)) = crate::render::config::disk_to_grow(vm_spec, rec, cfg) {
+        tracing::info!(spec = %spec.name, vmid, disk = %disk, from = size, to = vm_spec.disk_bytes, "growing the disk");
         let resize = client
-            .resize_disk(node, kind, vmid, &disk, &pve_size(spec.disk_bytes), None)
+            .resize_disk(node, kind, vmid, &disk, &pve_size(vm_spec.disk_bytes), None)
             .await?;
         if let Some(upid) = resize
             && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
@@ -390,7 +445,7 @@ async fn grow_disk(
                 upid: upid.to_string(),
             }));
         }
-        rec.applied_disk_bytes = Some(spec.disk_bytes);
+        rec.applied_disk_bytes = Some(vm_spec.disk_bytes);
     }
     Ok(None)
 }

@@ -8,7 +8,8 @@ use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::texts;
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
-use crate::spec::Spec;
+use crate::render::vm::Boot;
+use crate::spec::{Guest, Spec};
 use crate::store::{CloneSource, SpecRecord, VmState};
 
 use super::converge::{adoption_is_current, converge, converge_new};
@@ -70,7 +71,7 @@ pub(super) async fn create(
             // its slot holds when first applied (a template's disk, for a clone).
             rec.destroy_disks_vmid = Some(vmid);
             // What the intent makes: a later change of the spec's kind is held, not answered.
-            rec.kind = spec.kind;
+            rec.kind = spec.kind();
             if let Some(v) = rec.volumes.as_mut() {
                 v.destroys.clear();
             }
@@ -114,7 +115,7 @@ pub(super) async fn create(
         site,
         spec,
         rec,
-        VmRef::new(site_name, &spec.node, spec.kind, vmid),
+        VmRef::new(site_name, &spec.node, spec.kind(), vmid),
         &upid,
         JustSent::Yes,
     )
@@ -140,15 +141,15 @@ async fn refused(
         return Err(e.into());
     };
     let (noun, cli, id, node) = (
-        spec.kind.noun(),
-        spec.kind.cli(),
+        spec.kind().noun(),
+        spec.kind().cli(),
         template.vmid,
         &template.node,
     );
     let holder = LockHolder::of(lock);
     if holder == LockHolder::Command {
         // Tried again at the next cycle: no task to wait for.
-        let reason = super::vm::command_lock_reason(spec.kind, id, node, lock);
+        let reason = super::vm::command_lock_reason(spec.kind(), id, node, lock);
         return Ok(Outcome::Waiting {
             reason: format!("template: {reason}"),
         });
@@ -160,7 +161,7 @@ async fn refused(
         .find_map(|t| t.upid.parse::<Upid>().ok())
     else {
         let advice = match lock {
-            "mounted" | "destroyed" => super::vm::unheld_lock_advice(spec.kind, id, lock),
+            "mounted" | "destroyed" => super::vm::unheld_lock_advice(spec.kind(), id, lock),
             _ => format!(
                 "an interrupted clone, backup or volume move. After checking that nothing is \
                  running on it, clear it on the node with: {cli} unlock {id}"
@@ -318,60 +319,39 @@ async fn send_create(
     vmid: u32,
     source: &Source,
 ) -> Result<Upid, PveError> {
-    if spec.kind == crate::guest::GuestKind::Lxc {
-        return super::container::send_create(ctx, site, spec, rec, vmid, source).await;
-    }
+    let vm = match &spec.guest {
+        Guest::Vm(vm) => vm,
+        Guest::Container(ct) => {
+            return super::container::send_create(ctx, site, spec, ct, rec, vmid, source).await;
+        }
+    };
     // Identity travels in the creating call (name and marker; tags where PVE takes them), so
     // a finished create or clone is recognisable without a second request.
-    let description = marker(ctx, spec, rec, vmid).description();
-    match source {
+    let signed = marker(ctx, spec, rec, vmid);
+    let boot = match source {
         Source::Clone {
             template,
             template_node,
         } => {
-            let req = clone_request(spec, vmid, description, template_node);
-            site.client.clone_vm(template_node, *template, &req).await
+            let req = clone_request(spec, vmid, signed.description(), template_node);
+            return site.client.clone_vm(template_node, *template, &req).await;
         }
-        Source::OsTemplate { .. } => Err(PveError::Setup(format!(
-            "spec {}: a VM is not made from a container template",
-            spec.name
-        ))),
-        Source::Import { volume } | Source::Iso { volume } => {
-            let description = match &spec.hardware.description {
-                Some(text) => marker(ctx, spec, rec, vmid).replace_in(text),
-                None => description,
-            };
-            let mut params = create_params(spec)?
-                .set("name", &spec.vm_name)
-                .set("description", description)
-                .tags(&desired_tags(ctx, spec))?
-                .set("memory", spec.memory_mib);
-            if let Some(pool) = &spec.hardware.pool {
-                params = params.checked("pool", pool)?;
-            }
-            // The boot disk (scsi0 in the short form) and, with `disks`, every other disk.
-            params = match source {
-                Source::Iso { .. } => {
-                    let (params, boot) = crate::render::disks::create_drives(spec, params, None)?;
-                    params
-                        .cdrom("ide2", volume)?
-                        .set("boot", format!("order={boot};ide2"))
-                }
-                _ => {
-                    let (params, boot) =
-                        crate::render::disks::create_drives(spec, params, Some(volume))?;
-                    let params = params.set("boot", format!("order={boot}"));
-                    // Cloud images expect a serial port; kept unless the spec says otherwise.
-                    if spec.hardware.serial_console.is_none() {
-                        params.set("serial0", "socket")
-                    } else {
-                        params
-                    }
-                }
-            };
-            site.client.create_vm(&spec.node, vmid, &params).await
+        Source::OsTemplate { .. } => {
+            return Err(PveError::Setup(format!(
+                "spec {}: a VM is not made from a container template",
+                spec.name
+            )));
         }
-    }
+        Source::Import { volume } => Boot::Import(volume),
+        Source::Iso { volume } => Boot::Installer(volume),
+    };
+    let description = match &spec.hardware.description {
+        Some(text) => signed.replace_in(text),
+        None => signed.description(),
+    };
+    let tags = desired_tags(ctx, spec);
+    let params = crate::render::vm::create_params(spec, vm, description, &tags, boot)?;
+    site.client.create_vm(&spec.node, vmid, &params).await
 }
 
 /// The clone of a template for spec's new guest `vmid` (a VM's or a container's): a full copy
@@ -385,32 +365,13 @@ pub(super) fn clone_request(
 ) -> CloneRequest {
     CloneRequest {
         newid: vmid,
-        name: spec.vm_name.clone(),
+        name: spec.guest_name().to_string(),
         description,
         full: true,
-        storage: Some(spec.storage.clone()),
+        storage: Some(spec.root_storage().to_string()),
         target: (template_node != spec.node).then(|| spec.node.clone()),
         pool: spec.hardware.pool.clone(),
     }
-}
-
-/// The parameters of a new VM's hardware: the spec's fields (as converge would set them on an
-/// empty config), else proxsync's defaults (`virtio-scsi-single`, `l26`, the agent on).
-fn create_params(spec: &Spec) -> Result<VmParams, PveError> {
-    let hw = &spec.hardware;
-    let changes = crate::render::hardware::hardware_changes(spec, &|_| None, &spec.storage)?;
-    let nics = crate::render::network::network_changes(spec, &|_| None)?;
-    let mut params = changes.params.merge(nics.params);
-    if hw.scsi_hardware.is_none() {
-        params = params.set("scsihw", crate::spec::DEFAULT_SCSI_HARDWARE);
-    }
-    if hw.os_type.is_none() {
-        params = params.set("ostype", crate::spec::DEFAULT_OS_TYPE);
-    }
-    if hw.agent.is_none() {
-        params = params.set("agent", "1");
-    }
-    Ok(params)
 }
 
 /// Whether this action sent the create (its task's VM is as PVE made it: stopped, nothing
@@ -477,7 +438,7 @@ pub(super) async fn resume_create(
     let site = site(ctx, vm.site)?;
     // The intent makes the other kind of guest than the spec now asks for (the planner holds
     // such a spec; this is the last line): neither finished as the new kind nor made again.
-    if vm.kind != spec.kind {
+    if vm.kind != spec.kind() {
         return Err(fail(
             Category::Conflict,
             format!(
@@ -486,7 +447,7 @@ pub(super) async fn resume_create(
                 vm.kind.noun(),
                 vm.vmid,
                 vm.kind.spec_kind(),
-                spec.kind.spec_kind()
+                spec.kind().spec_kind()
             ),
         ));
     }
@@ -569,7 +530,7 @@ pub(super) async fn adopt(
         .and_then(|vm| vm.marker.clone())
         .filter(|m| m.spec == spec.name)
     else {
-        let kind = vm.map_or(spec.kind, |vm| vm.kind);
+        let kind = vm.map_or(spec.kind(), |vm| vm.kind);
         return Err(fail(
             Category::Conflict,
             format!(
@@ -584,7 +545,7 @@ pub(super) async fn adopt(
     } else {
         // Handed over by another install: it becomes this install's first.
         let site = site(ctx, site_name)?;
-        match super::handover::take_over(ctx, site, &node, spec.kind, spec, vmid).await? {
+        match super::handover::take_over(ctx, site, &node, spec.kind(), spec, vmid).await? {
             super::handover::TakeOver::Taken(uid) => uid,
             super::handover::TakeOver::Not(outcome) => return Ok(outcome),
         }
@@ -597,7 +558,7 @@ pub(super) async fn adopt(
     rec.adopted = rec.adopted || !rec.provisioned;
     rec.provisioned = true;
     rec.follow(spec);
-    rec.kind = vm.map_or(spec.kind, |vm| vm.kind);
+    rec.kind = vm.map_or(spec.kind(), |vm| vm.kind);
     let adopted = VmState::Exists {
         vmid,
         node: node.clone(),
@@ -633,7 +594,7 @@ pub(super) async fn adopt(
     }
     converge(
         ctx,
-        VmRef::new(site_name, &node, spec.kind, vmid),
+        VmRef::new(site_name, &node, spec.kind(), vmid),
         spec,
         rec,
     )

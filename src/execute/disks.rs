@@ -8,7 +8,7 @@ use crate::gate::volume::{self as gate, Protection, SlotHolds};
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{DriveValue, pve_size};
 use crate::pve::{Pve, TaskOutcome, VmParams};
-use crate::spec::Spec;
+use crate::spec::{Spec, VmSpec};
 use crate::store::{DestroyState, SpecRecord};
 
 use super::{ActionError, ExecCtx, VmRef, fail, wait};
@@ -34,13 +34,14 @@ pub(super) async fn converge_disks(
     ours: &VerifiedMarker,
     vm: VmRef<'_>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
     pending: &[PendingEntry],
     protection: Protection,
     held: &mut Vec<String>,
 ) -> Result<DiskStep, ActionError> {
-    if spec.disks.is_none() {
+    if vm_spec.disks.is_none() {
         return Ok(DiskStep::Done(false));
     }
     let VmRef {
@@ -62,7 +63,7 @@ pub(super) async fn converge_disks(
     keys.sort();
     keys.dedup();
     let boot = boot_disk(cfg).map(|(k, _)| k);
-    let mut changes = disk_changes(spec, &effective, &keys, &pending_delete, boot.as_deref())
+    let mut changes = disk_changes(vm_spec, &effective, &keys, &pending_delete, boot.as_deref())
         .map_err(|why| fail(Category::ConfigurationError, why))?;
     // The gate's permit for the detach; none on a protected VM, whose drives stay.
     let mut detach = None;
@@ -139,6 +140,7 @@ pub(super) async fn destroy_disks(
     ours: &VerifiedMarker,
     vm: VmRef<'_>,
     spec: &Spec,
+    vm_spec: &VmSpec,
     rec: &mut SpecRecord,
     cfg: &VmConfig,
     pending: &[PendingEntry],
@@ -153,12 +155,12 @@ pub(super) async fn destroy_disks(
     if let Some(v) = rec.volumes.as_mut() {
         // Bindings belong to the VM the record followed, and to the slots still listed.
         v.destroys
-            .retain(|d| followed && spec.destroy_disks.contains(&d.slot));
+            .retain(|d| followed && vm_spec.destroy_disks.contains(&d.slot));
     }
     let boot = boot_disk(cfg).map(|(k, _)| k);
     // Each slot to destroy with the volume it holds, which its destroy is bound to.
     let mut bound: Vec<(String, String)> = Vec::new();
-    for slot in &spec.destroy_disks {
+    for slot in &vm_spec.destroy_disks {
         let pending_delete = pending
             .iter()
             .any(|p| &p.key == slot && p.delete == Some(true));

@@ -28,7 +28,7 @@ pub(super) async fn converge_ha(
 ) -> Result<bool, ActionError> {
     let client = &site.client;
     let vmid = ours.vmid();
-    let guest = spec.kind;
+    let guest = spec.kind();
     let mark = affinity_mark(&ctx.install_id, &spec.name);
     let now_ms = ctx.clock.now_ms();
     let Some(ha) = &spec.ha else {

@@ -200,7 +200,7 @@ async fn corroborated(
     node: String,
     first: &VmConfig,
 ) -> Result<Found, ActionError> {
-    let vm_name = ctx.specs.get(spec_name).map(|s| s.vm_name.as_str());
+    let vm_name = ctx.specs.get(spec_name).map(|s| s.guest_name());
     let name_key = match kind {
         GuestKind::Qemu => "name",
         GuestKind::Lxc => "hostname",

@@ -478,7 +478,7 @@ async fn run_action(
             vmid,
         } => {
             with_spec(ctx, spec, |s| {
-                consent::adopt_by_consent(ctx, VmRef::new(site, node, s.kind, *vmid), s, &mut rec)
+                consent::adopt_by_consent(ctx, VmRef::new(site, node, s.kind(), *vmid), s, &mut rec)
             })
             .await
         }
@@ -490,7 +490,7 @@ async fn run_action(
             ..
         } => {
             with_spec(ctx, spec, |s| {
-                converge(ctx, VmRef::new(site, node, s.kind, *vmid), s, &mut rec)
+                converge(ctx, VmRef::new(site, node, s.kind(), *vmid), s, &mut rec)
             })
             .await
         }
@@ -504,7 +504,7 @@ async fn run_action(
             with_spec(ctx, spec, |s| {
                 migrate(
                     ctx,
-                    VmRef::new(site, node, s.kind, *vmid),
+                    VmRef::new(site, node, s.kind(), *vmid),
                     target,
                     s,
                     &mut rec,
@@ -547,7 +547,7 @@ async fn run_action(
                     with_spec(ctx, spec, |s| {
                         relabel(
                             ctx,
-                            VmRef::new(site, node, s.kind, *vmid),
+                            VmRef::new(site, node, s.kind(), *vmid),
                             from,
                             old,
                             s,

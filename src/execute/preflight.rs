@@ -10,7 +10,7 @@ use crate::pve::types::{
 };
 use crate::pve::values::is_drive_key;
 use crate::pve::{Error as PveError, Pve};
-use crate::spec::{Image, Spec, VolumeKind};
+use crate::spec::{Guest, Image, Spec, VmSpec, VolumeKind};
 
 use super::{ActionError, ExecCtx, SiteCtx, fail};
 
@@ -111,22 +111,21 @@ pub(super) async fn preflight(
     let facts = node_facts(ctx, site, &spec.node).await?;
     let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
     // A container's volumes are `rootdir` content, a VM's `images`.
-    let content = match spec.kind {
-        GuestKind::Qemu => "images",
-        GuestKind::Lxc => "rootdir",
-    };
-    check_storage(storages, &spec.storage, content, &spec.node)?;
-    let mounts = spec
-        .container
-        .iter()
-        .flat_map(|c| c.mount_points.iter().flatten());
-    for mp in mounts {
-        check_storage(storages, &mp.storage, "rootdir", &spec.node)?;
-    }
-    for disk in spec.disks.iter().flatten() {
-        check_storage(storages, &disk.storage, "images", &spec.node)?;
-        if let Some(why) = crate::render::disks::format_refusal(disk, storages) {
-            return Err(fail(Category::ConfigurationError, why));
+    match &spec.guest {
+        Guest::Vm(vm) => {
+            check_storage(storages, &vm.storage, "images", &spec.node)?;
+            for disk in vm.disks.iter().flatten() {
+                check_storage(storages, &disk.storage, "images", &spec.node)?;
+                if let Some(why) = crate::render::disks::format_refusal(disk, storages) {
+                    return Err(fail(Category::ConfigurationError, why));
+                }
+            }
+        }
+        Guest::Container(ct) => {
+            check_storage(storages, &ct.storage, "rootdir", &spec.node)?;
+            for mp in ct.mount_points.iter().flatten() {
+                check_storage(storages, &mp.storage, "rootdir", &spec.node)?;
+            }
         }
     }
     check_bridge(bridges, spec)?;
@@ -136,9 +135,9 @@ pub(super) async fn preflight(
     {
         return Err(fail(Category::ConfigurationError, why));
     }
-    if spec.user_data.is_some() {
+    if let Some(vm) = spec.vm().filter(|vm| vm.user_data.is_some()) {
         // The seed image needs an `iso` storage: known now, not after the VM exists.
-        pick_seed_storage(storages, spec)?;
+        pick_seed_storage(storages, &spec.node, vm)?;
     }
     let version = site.version().await?;
     if let Some(why) = spec
@@ -152,15 +151,12 @@ pub(super) async fn preflight(
     let template_in_view = |vmid: u32| {
         view.vms
             .get(&vmid)
-            .filter(|vm| vm.template && vm.kind == spec.kind)
+            .filter(|vm| vm.template && vm.kind == spec.kind())
     };
-    match &spec.image {
+    match spec.image() {
         // The planner never creates for a spec that adopts; this is the last line.
         Image::Existing => {
-            let (noun, field) = match spec.kind {
-                GuestKind::Qemu => ("VM", "image"),
-                GuestKind::Lxc => ("container", "template"),
-            };
+            let (noun, field) = (spec.kind().noun(), spec.kind().image_field());
             Err(fail(
                 Category::ConfigurationError,
                 format!(
@@ -180,11 +176,8 @@ pub(super) async fn preflight(
                     "template {vmid} does not exist on site {} (or is not a {} template); create it \
                      or name an existing template in spec.forProvider.{}",
                     site.name,
-                    spec.kind.noun(),
-                    match spec.kind {
-                        GuestKind::Qemu => "image",
-                        GuestKind::Lxc => "template",
-                    }
+                    spec.kind().noun(),
+                    spec.kind().image_field(),
                 ),
             )),
         },
@@ -203,7 +196,9 @@ pub(super) async fn preflight(
                 .vms
                 .values()
                 .filter(|vm| {
-                    vm.template && vm.kind == spec.kind && vm.name.as_deref() == Some(name.as_str())
+                    vm.template
+                        && vm.kind == spec.kind()
+                        && vm.name.as_deref() == Some(name.as_str())
                 })
                 .collect();
             match templates.as_slice() {
@@ -222,7 +217,7 @@ pub(super) async fn preflight(
                     ));
                 }
             }
-            if spec.kind == GuestKind::Lxc {
+            if spec.kind() == GuestKind::Lxc {
                 return Err(fail(
                     Category::ImageNotFound,
                     format!(
@@ -244,17 +239,19 @@ fn check_bridge(
     bridges: &[crate::pve::types::NetworkInterface],
     spec: &Spec,
 ) -> Result<(), ActionError> {
-    let ct_nics = spec.container.as_ref().and_then(|c| c.networks.as_ref());
-    let wanted: Vec<&str> = match (&spec.networks, ct_nics) {
-        (Some(nics), _) => nics.iter().map(|n| n.bridge.as_str()).collect(),
-        (None, Some(nics)) => nics.iter().map(|n| n.bridge.as_str()).collect(),
-        (None, None) => vec![spec.network.as_str()],
+    let wanted: Option<Vec<&str>> = match &spec.guest {
+        Guest::Vm(vm) => {
+            (vm.networks.as_ref()).map(|nics| nics.iter().map(|n| n.bridge.as_str()).collect())
+        }
+        Guest::Container(ct) => {
+            (ct.networks.as_ref()).map(|nics| nics.iter().map(|n| n.bridge.as_str()).collect())
+        }
     };
-    let field = if spec.networks.is_some() || ct_nics.is_some() {
-        "spec.forProvider.networks"
-    } else {
-        "spec.forProvider.network"
+    let field = match wanted {
+        Some(_) => "spec.forProvider.networks",
+        None => "spec.forProvider.network",
     };
+    let wanted = wanted.unwrap_or_else(|| vec![spec.bridge()]);
     if let Some(missing) = wanted
         .into_iter()
         .find(|w| !bridges.iter().any(|b| b.iface == *w))
@@ -296,8 +293,8 @@ async fn clone_source(
     template_node: &str,
 ) -> Result<Source, ActionError> {
     // A clone is as privileged as its template: pve-container copies `unprivileged`.
-    if let Some(ct) = &spec.container {
-        let cfg = template_config(ctx, site, template_node, spec.kind, template).await?;
+    if let Some(ct) = &spec.container() {
+        let cfg = template_config(ctx, site, template_node, spec.kind(), template).await?;
         let privileged = !cfg
             .get("unprivileged")
             .is_some_and(crate::pve::values::pve_bool);
@@ -321,7 +318,7 @@ async fn clone_source(
     if template_node != spec.node {
         if !storages
             .iter()
-            .any(|s| s.storage == spec.storage && s.shared == Some(true))
+            .any(|s| s.storage == spec.root_storage() && s.shared == Some(true))
         {
             return Err(fail(
                 Category::ConfigurationError,
@@ -329,18 +326,20 @@ async fn clone_source(
                     "template {template} is on node {template_node}, and a clone to node {} needs shared \
                      storage, but {} is local to each node; put a copy of the template on {} or use a \
                      shared storage",
-                    spec.node, spec.storage, spec.node
+                    spec.node,
+                    spec.root_storage(),
+                    spec.node
                 ),
             ));
         }
-        if spec.kind == GuestKind::Lxc {
+        if spec.kind() == GuestKind::Lxc {
             // Copied onto the spec's (shared) storage, wherever the template's volumes are.
             return Ok(Source::Clone {
                 template,
                 template_node: template_node.to_string(),
             });
         }
-        let cfg = template_config(ctx, site, template_node, spec.kind, template).await?;
+        let cfg = template_config(ctx, site, template_node, spec.kind(), template).await?;
         let source_storages = node_facts(ctx, site, template_node).await?;
         let local = local_volumes(&cfg, &source_storages.0);
         if !local.is_empty() {
@@ -594,14 +593,11 @@ async fn check_volume(
 /// `seedStorage` (checked), else the first active storage with iso content.
 pub(super) fn pick_seed_storage(
     storages: &[NodeStorage],
-    spec: &Spec,
+    node: &str,
+    vm: &VmSpec,
 ) -> Result<String, ActionError> {
-    if let Some(s) = spec
-        .cloud_init
-        .as_ref()
-        .and_then(|c| c.seed_storage.as_ref())
-    {
-        check_storage(storages, s, "iso", &spec.node)?;
+    if let Some(s) = (vm.cloud_init.as_ref()).and_then(|c| c.seed_storage.as_ref()) {
+        check_storage(storages, s, "iso", node)?;
         return Ok(s.clone());
     }
     storages
@@ -616,7 +612,7 @@ pub(super) fn pick_seed_storage(
                     "userData needs a storage with iso content on node {} for its seed image, and \
                      there is none; add iso to a storage's content types or set \
                      spec.forProvider.cloudInit.seedStorage",
-                    spec.node
+                    node
                 ),
             )
         })

@@ -981,7 +981,7 @@ async fn a_late_request_is_found_while_the_resume_waits_up_to_task_wait() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let req = crate::pve::CloneRequest {
             newid: vmid,
-            name: w.spec.vm_name.clone(),
+            name: w.spec.guest_name().to_string(),
             description: crate::ownership::Marker::signed(&w.key, "main", "web-01", &uid, vmid)
                 .description(),
             full: true,
@@ -1085,7 +1085,7 @@ async fn an_iso_is_attached_as_a_cdrom_beside_an_empty_disk() {
     let mut w = World::new("");
     let iso = "local:iso/debian-12-netinst.iso";
     w.pve().add_volume("local", iso, "iso");
-    w.spec.image = crate::spec::Image::Volume {
+    w.spec.vm_mut().unwrap().image = crate::spec::Image::Volume {
         storage: "local".into(),
         volume: iso.into(),
         kind: crate::spec::VolumeKind::Iso,
@@ -1548,7 +1548,7 @@ fn iso_world() -> World {
     let mut w = World::new("");
     let iso = "local:iso/debian-12-netinst.iso";
     w.pve().add_volume("local", iso, "iso");
-    w.spec.image = crate::spec::Image::Volume {
+    w.spec.vm_mut().unwrap().image = crate::spec::Image::Volume {
         storage: "local".into(),
         volume: iso.into(),
         kind: crate::spec::VolumeKind::Iso,
@@ -1866,7 +1866,7 @@ async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
         .map(|n| {
             let mut spec = w.spec.clone();
             spec.name = n.to_string();
-            spec.vm_name = n.to_string();
+            spec.vm_mut().unwrap().vm_name = n.to_string();
             (n.to_string(), Arc::new(spec))
         })
         .collect();
@@ -1910,12 +1910,12 @@ const CONSENT_UUID: &str = "3f2504e0-4f89-11d3-9a0c-0305e82c3301";
 /// says, with the uuid the consent records.
 fn consenting() -> World {
     let mut w = World::new("");
-    w.spec.image = crate::spec::Image::Existing;
+    w.spec.vm_mut().unwrap().image = crate::spec::Image::Existing;
     w.spec.adopt = Some(Box::new(crate::spec::AdoptConsent {
         vmid: 300,
         proof: crate::guest::GuestId::Uuid(CONSENT_UUID.into()),
     }));
-    let name = w.spec.vm_name.clone();
+    let name = w.spec.guest_name().to_string();
     w.pve().add_vm(
         300,
         "pve1",
@@ -2385,7 +2385,7 @@ async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle()
     let mut w = ct_clone_world();
     let mut second = w.spec.clone();
     second.name = "web-02".into();
-    second.vm_name = "web-02".into();
+    second.container_mut().unwrap().hostname = "web-02".into();
     w.others.push(second);
     w.pve().set_task_end(TaskEnd::Held);
     let first_clone_ends = async {
@@ -2462,7 +2462,10 @@ async fn a_container_volume_already_at_the_specs_size_counts_as_grown() {
     let outcome = w.run(converge_action(&w, vmid)).await;
     assert_eq!(outcome, Outcome::Done, "{:?}", w.pve().calls());
     assert_eq!(w.pve().count("resize_disk"), 1, "{:?}", w.pve().calls());
-    assert_eq!(w.record().applied_disk_bytes, Some(w.spec.disk_bytes));
+    assert_eq!(
+        w.record().applied_disk_bytes,
+        Some(w.spec.root_disk_bytes())
+    );
 }
 
 /// A container spec of `web-01` from the archive `ct_world` adds, with `extra` fields.

@@ -167,7 +167,7 @@ pub(super) async fn read_own_config(
 ) -> Result<(VmConfig, VerifiedMarker), ActionError> {
     let whose = Whose {
         spec: &spec.name,
-        vm_name: Some(&spec.vm_name),
+        vm_name: Some(spec.guest_name()),
     };
     match own_config(ctx, client, vm, whose, rec).await? {
         Own::Ours(cfg, ours) => Ok((cfg, ours)),

@@ -321,7 +321,7 @@ mod tests {
         let (specs, diags) = parse_file("ct.yaml", imported.text.as_bytes());
         assert!(diags.is_empty(), "{diags:?}\n{}", imported.text);
         let spec = &specs[0];
-        assert_eq!(spec.kind, crate::guest::GuestKind::Lxc);
+        assert_eq!(spec.kind(), crate::guest::GuestKind::Lxc);
         assert_eq!(
             spec.adopt.as_deref().map(|c| (c.vmid, c.proof.clone())),
             Some((
@@ -330,13 +330,13 @@ mod tests {
             ))
         );
         assert_eq!(
-            (spec.name.as_str(), spec.vm_name.as_str()),
+            (spec.name.as_str(), spec.guest_name()),
             ("dns-fra-02", "dns-fra-02")
         );
-        assert_eq!((spec.cpu, spec.memory_mib), (2, 1024));
-        assert_eq!(spec.disk_bytes, 12 * GIB);
-        assert_eq!(spec.storage, "local-lvm");
-        let ct = spec.container.as_deref().unwrap();
+        assert_eq!((spec.cores(), spec.memory_mib()), (2, 1024));
+        assert_eq!(spec.root_disk_bytes(), 12 * GIB);
+        assert_eq!(spec.root_storage(), "local-lvm");
+        let ct = spec.container().unwrap();
         assert_eq!(ct.swap_mib, Some(256));
         assert_eq!(ct.cpu_limit.as_deref(), Some("1.5"));
         assert!(
@@ -372,7 +372,7 @@ mod tests {
         let imported = import(&cfg, false).unwrap();
         let (specs, diags) = parse_file("ct.yaml", imported.text.as_bytes());
         assert!(diags.is_empty(), "{diags:?}\n{}", imported.text);
-        let ct = specs[0].container.as_deref().unwrap();
+        let ct = specs[0].container().unwrap();
         assert!(!ct.unprivileged && ct.features.is_none());
         assert_eq!(specs[0].power_state, crate::spec::PowerState::Stopped);
     }
@@ -427,10 +427,7 @@ mod tests {
         let (specs, diags) = parse_file("ct.yaml", scoped.text.as_bytes());
         assert!(diags.is_empty(), "{diags:?}\n{}", scoped.text);
         assert_eq!(
-            specs[0]
-                .container
-                .as_deref()
-                .and_then(|c| c.nameserver.clone()),
+            specs[0].container().and_then(|c| c.nameserver.clone()),
             Some(vec!["fe80::1%eth0".to_string(), "9.9.9.9".to_string()])
         );
     }

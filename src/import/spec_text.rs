@@ -954,11 +954,11 @@ mod tests {
         let imported = import(&cfg).unwrap();
         let spec = parsed(&imported);
         assert_eq!(spec.name, "db-01");
-        assert_eq!(spec.image, Image::Existing);
+        assert_eq!(*spec.image(), Image::Existing);
         assert_eq!(spec.adopt.as_ref().map(|c| c.vmid), Some(105));
-        assert_eq!((spec.cpu, spec.hardware.sockets), (2, Some(2)));
+        assert_eq!((spec.cores(), spec.hardware.sockets), (2, Some(2)));
         assert_eq!(
-            (spec.memory_mib, spec.hardware.balloon_mib),
+            (spec.memory_mib(), spec.hardware.balloon_mib),
             (4096, Some(1024))
         );
         assert_eq!(spec.hardware.cpu_type.as_deref(), Some("host"));
@@ -970,7 +970,7 @@ mod tests {
         );
         assert_eq!(spec.tenant.as_deref(), Some("acme"));
         assert_eq!(spec.tags, ["tenant_acme", "web"]);
-        let disks = spec.disks.as_ref().unwrap();
+        let disks = spec.vm().unwrap().disks.as_ref().unwrap();
         assert_eq!(
             disks
                 .iter()
@@ -981,12 +981,12 @@ mod tests {
         );
         assert_eq!(disks[0].discard, Some(true));
         assert_eq!(disks[1].cache.as_deref(), Some("writeback"));
-        let nics = spec.networks.as_ref().unwrap();
+        let nics = spec.vm().unwrap().networks.as_ref().unwrap();
         assert_eq!(nics[0].mac.as_deref(), Some("BC:24:11:00:00:01"));
         assert_eq!((nics[0].vlan, nics[0].firewall), (Some(20), Some(true)));
         assert_eq!(nics[1].trunks.as_deref(), Some("10;20-30"));
         assert_eq!(nics[1].model, "e1000");
-        let ci = spec.cloud_init.as_ref().unwrap();
+        let ci = spec.vm().unwrap().cloud_init.as_ref().unwrap();
         assert_eq!(ci.user.as_deref(), Some("ops"));
         assert_eq!(ci.ip_config[0].to_pve(), "ip=10.0.0.5/24,gw=10.0.0.1");
         assert_eq!(
@@ -1014,15 +1014,15 @@ mod tests {
         let imported = import(&cfg).unwrap();
         let spec = parsed(&imported);
         assert!(
-            spec.disks.is_none() && spec.networks.is_none(),
+            spec.vm().unwrap().disks.is_none() && spec.vm().unwrap().networks.is_none(),
             "{}",
             imported.text
         );
         assert_eq!(
-            (spec.disk_bytes, spec.storage.as_str()),
+            (spec.root_disk_bytes(), spec.root_storage()),
             (20 * GIB, "local-lvm")
         );
-        assert_eq!(spec.network, "vmbr0");
+        assert_eq!(spec.bridge(), "vmbr0");
         assert!(
             imported
                 .text

@@ -317,7 +317,7 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
                 "VM {vmid} claims spec {spec} with a marker that does not verify"
             ));
         }
-        if !vm.marker_read && !known(vmid) && vm.name.as_deref() == Some(s.vm_name.as_str()) {
+        if !vm.marker_read && !known(vmid) && vm.name.as_deref() == Some(s.guest_name()) {
             return missing(format!(
                 "VM {vmid}, named like spec {spec}'s VM, has a marker not read yet"
             ));
@@ -411,19 +411,19 @@ fn adopt_by_consent(
     let vm = listed(view, vmid)?;
     on_node(input, site, vm, node)?;
     let bare = vm.marker_read
-        && vm.kind == s.kind
+        && vm.kind == s.kind()
         && vm.marker.is_none()
         && !vm.template
-        && vm.name.as_deref() == Some(s.vm_name.as_str())
+        && vm.name.as_deref() == Some(s.guest_name())
         && !vm.tags.iter().any(|t| t.starts_with("proxsync."));
     if bare {
         return Ok(());
     }
     missing(format!(
         "{} {vmid} is not a bare {} named {} (read, without a marker or an install's tag)",
-        s.kind.noun(),
-        s.kind.noun(),
-        s.vm_name
+        s.kind().noun(),
+        s.kind().noun(),
+        s.guest_name()
     ))
 }
 

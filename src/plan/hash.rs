@@ -46,7 +46,7 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     if rec.applied_hash.as_deref() != Some(hash.as_str()) {
         why.push("spec changed".to_string());
     }
-    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+    if vm.name.as_deref() != Some(spec.guest_name()) {
         why.push("name".into());
     }
     let tags = merge_tags(
@@ -65,12 +65,16 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     }
     // Changes PVE keeps pending until a reboot are not re-applied each cycle.
     let pending = |key: &str| rec.reboot_pending.iter().any(|k| k == key);
-    if vm.cpus.is_some_and(|c| c != spec.hardware.vcpus(spec.cpu)) && !pending("cores") {
+    if vm
+        .cpus
+        .is_some_and(|c| c != spec.hardware.vcpus(spec.cores()))
+        && !pending("cores")
+    {
         why.push("cpu".into());
     }
     if vm
         .memory_bytes
-        .is_some_and(|m| m != spec.memory_mib * 1024 * 1024)
+        .is_some_and(|m| m != spec.memory_mib() * 1024 * 1024)
         && !pending("memory")
     {
         why.push("memory".into());
@@ -87,8 +91,10 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     // A running container lists its root filesystem's `df` total (pve-container `vmstatus`),
     // always a little below the volume's size: its growth is the converge's, from the config.
     if listed_disk_is_the_volume(spec, vm)
-        && vm.disk_bytes.is_some_and(|d| d < spec.disk_bytes)
-        && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+        && vm.disk_bytes.is_some_and(|d| d < spec.root_disk_bytes())
+        && rec
+            .applied_disk_bytes
+            .is_none_or(|a| a < spec.root_disk_bytes())
     {
         why.push("disk".into());
     }
@@ -98,7 +104,7 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
 /// Whether the listing's `maxdisk` is the boot volume's size: a VM's, and a stopped
 /// container's (a running container's is its file system's `df` total).
 fn listed_disk_is_the_volume(spec: &Spec, vm: &ObservedVm) -> bool {
-    spec.kind == crate::guest::GuestKind::Qemu || vm.power != Power::Running
+    spec.kind() == crate::guest::GuestKind::Qemu || vm.power != Power::Running
 }
 
 /// One field in which an observed VM (`managementPolicy: Observe`) differs from its spec, with
@@ -126,29 +132,29 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
     if vm.node != spec.node {
         push("node", spec.node.clone(), vm.node.clone());
     }
-    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+    if vm.name.as_deref() != Some(spec.guest_name()) {
         push(
             "name",
-            spec.vm_name.clone(),
+            spec.guest_name().to_string(),
             vm.name.clone().unwrap_or_default(),
         );
     }
-    let vcpus = spec.hardware.vcpus(spec.cpu);
+    let vcpus = spec.hardware.vcpus(spec.cores());
     if let Some(c) = vm.cpus.filter(|c| *c != vcpus) {
         push("cpu", vcpus.to_string(), c.to_string());
     }
     let mib = |b: u64| format!("{} MiB", b / (1024 * 1024));
     if let Some(m) = vm
         .memory_bytes
-        .filter(|m| *m != spec.memory_mib * 1024 * 1024)
+        .filter(|m| *m != spec.memory_mib() * 1024 * 1024)
     {
-        push("memory", format!("{} MiB", spec.memory_mib), mib(m));
+        push("memory", format!("{} MiB", spec.memory_mib()), mib(m));
     }
     if let Some(d) = vm
         .disk_bytes
-        .filter(|d| *d < spec.disk_bytes && listed_disk_is_the_volume(spec, vm))
+        .filter(|d| *d < spec.root_disk_bytes() && listed_disk_is_the_volume(spec, vm))
     {
-        push("disk", mib(spec.disk_bytes), mib(d));
+        push("disk", mib(spec.root_disk_bytes()), mib(d));
     }
     let power = match (spec.power_state, vm.power) {
         (PowerState::Running, Power::Stopped) => Some(("running", "stopped")),
@@ -214,15 +220,15 @@ mod tests {
     /// The guest as the listing shows it once `spec` was applied: nothing differs.
     fn applied(spec: &Spec) -> (ObservedVm, SpecRecord) {
         let vm = ObservedVm {
-            kind: spec.kind,
+            kind: spec.kind(),
             vmid: 100,
             node: spec.node.clone(),
-            name: Some(spec.vm_name.clone()),
+            name: Some(spec.guest_name().to_string()),
             power: Power::Running,
             tags: vec![ownership_tag("main")],
-            cpus: Some(spec.hardware.vcpus(spec.cpu)),
-            memory_bytes: Some(spec.memory_mib << 20),
-            disk_bytes: Some(spec.disk_bytes),
+            cpus: Some(spec.hardware.vcpus(spec.cores())),
+            memory_bytes: Some(spec.memory_mib() << 20),
+            disk_bytes: Some(spec.root_disk_bytes()),
             lock: None,
             ha_state: None,
             template: false,
@@ -341,13 +347,13 @@ mod tests {
             let (mut vm, mut rec) = applied(&spec);
             vm.power = power;
             let stopped = spec.power_state == PowerState::Running && power == Power::Stopped;
-            vm.disk_bytes = Some(spec.disk_bytes);
+            vm.disk_bytes = Some(spec.root_disk_bytes());
             assert!(
                 !drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()),
                 "the same size"
             );
             assert!(observed_drift(&spec, &vm).iter().all(|d| d.field != "disk"));
-            vm.disk_bytes = Some(spec.disk_bytes - (1 << 20));
+            vm.disk_bytes = Some(spec.root_disk_bytes() - (1 << 20));
             let why = drift(&spec, &rec, &vm, "main");
             assert_eq!(
                 why.contains(&"disk".to_string()),
@@ -361,9 +367,9 @@ mod tests {
                 drifts,
                 "{observed:?}"
             );
-            rec.applied_disk_bytes = Some(spec.disk_bytes);
+            rec.applied_disk_bytes = Some(spec.root_disk_bytes());
             assert!(!drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()));
-            rec.applied_disk_bytes = Some(spec.disk_bytes - (2 << 20));
+            rec.applied_disk_bytes = Some(spec.root_disk_bytes() - (2 << 20));
             assert_eq!(
                 drift(&spec, &rec, &vm, "main").contains(&"disk".to_string()),
                 drifts

@@ -519,7 +519,7 @@ fn plan_rename(
     // Renamed and made the other kind in one change: the old guest is held, not re-labelled
     // as a guest it is not.
     if let Some(vm) = view.vms.get(&r.vmid)
-        && vm.kind != spec.kind
+        && vm.kind != spec.kind()
     {
         return Verdict::KindChanged {
             vmid: r.vmid,

@@ -102,10 +102,10 @@ fn adopt_by_consent(
     actions: &mut Vec<Action>,
 ) -> Verdict {
     let vmid = consent.vmid;
-    let noun = spec.kind.noun();
+    let noun = spec.kind().noun();
     let refused = |why: String| Verdict::AdoptRefused { vmid, why };
-    let Some(vm) = view.vms.get(&vmid).filter(|vm| vm.kind == spec.kind) else {
-        let (made_from, field) = match spec.kind {
+    let Some(vm) = view.vms.get(&vmid).filter(|vm| vm.kind == spec.kind()) else {
+        let (made_from, field) = match spec.kind() {
             crate::guest::GuestKind::Qemu => ("an image", "image"),
             crate::guest::GuestKind::Lxc => ("a template", "template"),
         };
@@ -123,12 +123,12 @@ fn adopt_by_consent(
             "{noun} {vmid} is a template; proxsync adopts only guests that run"
         ));
     }
-    if vm.name.as_deref() != Some(spec.vm_name.as_str()) {
+    if vm.name.as_deref() != Some(spec.guest_name()) {
         return refused(format!(
             "{noun} {vmid} is named {}, not {} as when the spec was written: it may be another \
              guest at a reused VMID; import it again to adopt it",
             vm.name.as_deref().unwrap_or("(no name)"),
-            spec.vm_name
+            spec.guest_name()
         ));
     }
     if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
@@ -204,9 +204,7 @@ fn observe(
     let consented = || {
         let c = spec.adopt.as_ref()?;
         view.vms.get(&c.vmid).filter(|vm| {
-            vm.kind == spec.kind
-                && !vm.template
-                && vm.name.as_deref() == Some(spec.vm_name.as_str())
+            vm.kind == spec.kind() && !vm.template && vm.name.as_deref() == Some(spec.guest_name())
         })
     };
     let vm = by_record(rec, view)
@@ -291,7 +289,7 @@ fn resume_create(
     // The create in flight makes the other kind of guest (the spec's `kind` changed since its
     // intent): finished as neither kind, and no create of the new kind beside it. A person
     // decides, as for a made guest of the other kind.
-    if rec.kind != spec.kind {
+    if rec.kind != spec.kind() {
         return Some(Verdict::KindChanged {
             vmid: *vmid,
             found: rec.kind,
@@ -332,7 +330,7 @@ fn backoff(input: &PlanInput<'_>, spec: &Spec, rec: Option<&SpecRecord>) -> Opti
 /// a guest of the other kind): held for a person, never converged as the wrong kind, never
 /// replaced by a create beside it.
 fn other_kind(spec: &Spec, vm: &ObservedVm) -> Option<Verdict> {
-    (vm.kind != spec.kind).then_some(Verdict::KindChanged {
+    (vm.kind != spec.kind()).then_some(Verdict::KindChanged {
         vmid: vm.vmid,
         found: vm.kind,
     })
@@ -426,8 +424,8 @@ fn create(
     // ends and may be this spec's. Wait, then judge it by its marker; never a second one.
     let making = index.and_then(|i| {
         i.making_on_node
-            .get(&(spec.kind, spec.node.as_str()))
-            .or_else(|| i.making_anywhere.get(&spec.kind))
+            .get(&(spec.kind(), spec.node.as_str()))
+            .or_else(|| i.making_anywhere.get(&spec.kind()))
             .copied()
     });
     if let Some(vmid) = making {
@@ -437,7 +435,7 @@ fn create(
     // marker could not be read: creating now could make a second one. Wait until it is read.
     let unread = index.and_then(|i| {
         i.unread_by_name
-            .get(spec.vm_name.as_str())
+            .get(spec.guest_name())
             .or_else(|| i.unread_tagged_nameless.get(spec.node.as_str()))
             .copied()
     });
@@ -453,7 +451,7 @@ fn create(
     // A guest with this install's tag and the spec's guest's name but no marker line, which no
     // record explains: the spec's own, its notes replaced, after the record was lost? Never a
     // second one beside it: a person decides (`proxsync adopt`, or the tag removed).
-    if let Some(vmid) = index.and_then(|i| i.unmarked_tagged_by_name.get(spec.vm_name.as_str())) {
+    if let Some(vmid) = index.and_then(|i| i.unmarked_tagged_by_name.get(spec.guest_name())) {
         return Verdict::Unmarked { vmid: *vmid };
     }
     // The spec's guest may be among the listing's entries that could not be read.

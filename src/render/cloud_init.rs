@@ -5,7 +5,7 @@
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::{is_drive_key, percent_decode};
 use crate::pve::{Error as PveError, VmParams};
-use crate::spec::Spec;
+use crate::spec::VmSpec;
 
 /// Slots for PVE's cloud-init drive when the VM has none (never `ide2`, the installer CD-ROM).
 pub const CLOUDINIT_DRIVE_SLOTS: [&str; 4] = ["ide0", "ide1", "sata1", "sata2"];
@@ -57,12 +57,12 @@ pub fn free_seed_slot(cfg: &VmConfig) -> Option<&'static str> {
 
 /// PVE's cloud-init options as the spec declares them (only declared fields).
 pub fn cloud_init_params(
-    spec: &Spec,
+    vm: &VmSpec,
     cfg: &VmConfig,
     mut params: VmParams,
     changed: &mut Vec<String>,
 ) -> Result<VmParams, PveError> {
-    let Some(ci) = &spec.cloud_init else {
+    let Some(ci) = &vm.cloud_init else {
         return Ok(params);
     };
     if let Some(user) = &ci.user

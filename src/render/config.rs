@@ -9,7 +9,7 @@ use crate::ownership::{Marker, MarkerKey, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::{Error as PveError, VmParams};
-use crate::spec::Spec;
+use crate::spec::{Guest, Spec, VmSpec};
 use crate::store::SpecRecord;
 
 use super::current::{boot_disk, effective_value};
@@ -42,17 +42,19 @@ impl From<PveError> for ConfigError {
 /// (a value waiting for a reboot counts as set: it is not sent again every cycle): the update
 /// to send and the names of what it changes. A converge sends it and `plan` shows it, so what
 /// `plan` shows is the update a converge sends.
+#[allow(clippy::too_many_arguments)]
 pub fn config_changes(
     key: &MarkerKey,
     install_id: &str,
     spec: &Spec,
+    vm: &VmSpec,
     rec: &SpecRecord,
     ours: &VerifiedMarker,
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ConfigError> {
     let effective = |key: &str| effective_value(cfg, pending, key);
-    let hw = super::hardware::hardware_changes(spec, &effective, &spec.storage)?;
+    let hw = super::hardware::hardware_changes(spec, &effective, &vm.storage)?;
     let mut params = hw.params;
     let mut changed: Vec<&str> = hw.changed;
     let mut delete = hw.delete;
@@ -62,8 +64,8 @@ pub fn config_changes(
         params = params.marker(&permit, description)?;
         changed.push(what);
     }
-    if cfg.get("name") != Some(spec.vm_name.as_str()) {
-        params = params.set("name", &spec.vm_name);
+    if cfg.get("name") != Some(vm.vm_name.as_str()) {
+        params = params.set("name", &vm.vm_name);
         changed.push("name");
     }
     let memory = effective("memory")
@@ -74,11 +76,11 @@ pub fn config_changes(
                 .and_then(|v| v.parse::<u64>().ok())
         })
         .unwrap_or(512);
-    if memory != spec.memory_mib {
-        params = params.set("memory", spec.memory_mib);
+    if memory != vm.memory_mib {
+        params = params.set("memory", vm.memory_mib);
         changed.push("memory");
     }
-    let nics = super::network::network_changes(spec, &effective)?;
+    let nics = super::network::network_changes(vm, &effective)?;
     params = params.merge(nics.params);
     changed.extend(nics.changed);
     delete.extend(nics.delete);
@@ -116,12 +118,10 @@ pub fn preview_config(
     pending: &[PendingEntry],
 ) -> Result<Vec<ConfigChange>, String> {
     // A container's update is pve-container's options, as its converge sends them.
-    let (params, changed) = match spec.kind {
-        crate::guest::GuestKind::Qemu => {
-            config_changes(key, install_id, spec, rec, ours, cfg, pending)
-        }
-        crate::guest::GuestKind::Lxc => {
-            super::container::container_changes(key, install_id, spec, rec, ours, cfg, pending)
+    let (params, changed) = match &spec.guest {
+        Guest::Vm(vm) => config_changes(key, install_id, spec, vm, rec, ours, cfg, pending),
+        Guest::Container(ct) => {
+            super::container::container_changes(key, install_id, spec, ct, rec, ours, cfg, pending)
         }
     }
     .map_err(|e| e.to_string())?;
@@ -225,26 +225,26 @@ fn description_text(description: &str) -> String {
 
 /// The boot disk a converge grows and its size now: the short form's disk, smaller than the
 /// spec's and not grown to it before.
-pub fn disk_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<(String, u64)> {
+pub fn disk_to_grow(vm: &VmSpec, rec: &SpecRecord, cfg: &VmConfig) -> Option<(String, u64)> {
     boot_disk(cfg).filter(|(_, size)| {
-        spec.disks.is_none()
-            && *size < spec.disk_bytes
-            && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes)
+        vm.disks.is_none()
+            && *size < vm.disk_bytes
+            && rec.applied_disk_bytes.is_none_or(|a| a < vm.disk_bytes)
     })
 }
 
 /// The boot disk a converge grows, as a change of its size in bytes (for `plan`).
 pub fn preview_disk(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<ConfigChange> {
-    if spec.kind == crate::guest::GuestKind::Lxc {
-        return super::container::rootfs_to_grow(spec, rec, cfg).map(|size| ConfigChange {
-            key: "rootfs".into(),
-            old: Some(size.to_string()),
-            new: Some(spec.disk_bytes.to_string()),
-        });
-    }
-    disk_to_grow(spec, rec, cfg).map(|(disk, size)| ConfigChange {
-        key: disk,
-        old: Some(size.to_string()),
-        new: Some(spec.disk_bytes.to_string()),
+    let (key, old) = match &spec.guest {
+        Guest::Vm(vm) => disk_to_grow(vm, rec, cfg)?,
+        Guest::Container(ct) => (
+            "rootfs".to_string(),
+            super::container::rootfs_to_grow(ct, rec, cfg)?,
+        ),
+    };
+    Some(ConfigChange {
+        key,
+        old: Some(old.to_string()),
+        new: Some(spec.root_disk_bytes().to_string()),
     })
 }

@@ -10,23 +10,13 @@ use crate::ownership::MarkerKey;
 use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
-use crate::spec::container::{Container, CtNic, MountPoint};
-use crate::spec::{MIB, Spec};
+use crate::spec::container::{CtNic, MountPoint};
+use crate::spec::{ContainerSpec, MIB, Spec};
 use crate::store::SpecRecord;
 
 use super::config::{ConfigError, description_change, tags_change};
 use super::current::effective_value;
 use super::hardware::{Changes, Current};
-
-/// The container's own fields of a spec (`None` for a VM spec: nothing to render).
-fn container(spec: &Spec) -> Result<&Container, PveError> {
-    spec.container.as_deref().ok_or_else(|| {
-        PveError::Setup(format!(
-            "spec {} is not a container (kind: ProxmoxLXC)",
-            spec.name
-        ))
-    })
-}
 
 /// A new volume's size as pve-container's `storage:size` takes it: GiB, written exactly
 /// (`8`, `0.5`, `1.07421875`). pve-container allocates `int($size_gb * 1024) * 1024` KiB
@@ -52,22 +42,22 @@ fn gib(bytes: u64) -> String {
 /// fields, as converge would set them on an empty config.
 pub fn create_params(
     spec: &Spec,
+    ct: &ContainerSpec,
     description: String,
     tags: &[String],
 ) -> Result<VmParams, PveError> {
-    let ct = container(spec)?;
     let empty = |_: &str| None;
-    let mut out = own_changes(spec, ct, &empty)?;
+    let mut out = own_changes(ct, &empty)?;
     super::hardware::options(spec, &empty, &mut out)?;
     let mut params = out
         .params
-        .checked("hostname", &spec.vm_name)?
+        .checked("hostname", &ct.hostname)?
         .property(
             "rootfs",
-            Some(&format!("{}:{}", spec.storage, gib(spec.disk_bytes))),
+            Some(&format!("{}:{}", ct.storage, gib(ct.rootfs_bytes))),
             &[],
         )?
-        .set("memory", spec.memory_mib)
+        .set("memory", ct.memory_mib)
         .set("unprivileged", u8::from(ct.unprivileged))
         .set("description", description)
         .tags(tags)?;
@@ -78,7 +68,7 @@ pub fn create_params(
             None,
             &[
                 ("name", "eth0".into()),
-                ("bridge", spec.network.clone()),
+                ("bridge", ct.network.clone()),
                 ("ip", "dhcp".into()),
             ],
         )?;
@@ -123,16 +113,17 @@ pub fn mount_point(params: VmParams, mp: &MountPoint) -> Result<VmParams, PveErr
 /// mount points are an update of their own: [`mount_point_additions`],
 /// [`mount_points_removed`]). A value waiting for the next start counts as set. The marker is
 /// written only under the gate's permit.
+#[allow(clippy::too_many_arguments)]
 pub fn container_changes(
     key: &MarkerKey,
     install_id: &str,
     spec: &Spec,
+    ct: &ContainerSpec,
     rec: &SpecRecord,
     ours: &VerifiedMarker,
     cfg: &VmConfig,
     pending: &[PendingEntry],
 ) -> Result<(VmParams, Vec<&'static str>), ConfigError> {
-    let ct = container(spec)?;
     // `features` on a privileged container are root@pam's alone: never asked for.
     if ct.features.is_some()
         && let Some(why) = privilege_mismatch(spec, cfg)
@@ -140,10 +131,10 @@ pub fn container_changes(
         return Err(PveError::Setup(why).into());
     }
     let effective = |key: &str| effective_value(cfg, pending, key);
-    let mut out = own_changes(spec, ct, &effective)?;
+    let mut out = own_changes(ct, &effective)?;
     super::hardware::options(spec, &effective, &mut out)?;
-    if effective("hostname").as_deref() != Some(spec.vm_name.as_str()) {
-        out.set("hostname", |p| p.checked("hostname", &spec.vm_name))?;
+    if effective("hostname").as_deref() != Some(ct.hostname.as_str()) {
+        out.set("hostname", |p| p.checked("hostname", &ct.hostname))?;
     }
     let Changes {
         mut params,
@@ -180,7 +171,7 @@ pub fn container_changes(
 /// container would ask for what PVE refuses an API token: an adoption by consent checks it
 /// before it writes anything, and a converge before it sends `features`.
 pub fn privilege_mismatch(spec: &Spec, cfg: &VmConfig) -> Option<String> {
-    let ct = spec.container.as_deref()?;
+    let ct = spec.container()?;
     let unprivileged = cfg.get("unprivileged").is_some_and(pve_bool);
     if unprivileged == ct.unprivileged {
         return None;
@@ -229,16 +220,16 @@ fn cpu_units_kept(want: u32, now: Option<&str>) -> bool {
 }
 
 /// Cores, memory, swap, CPU limit and units, NICs, DNS, time zone, console and OS type.
-fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes, PveError> {
+fn own_changes(ct: &ContainerSpec, current: Current) -> Result<Changes, PveError> {
     let mut out = Changes::default();
     // pve-container: no `cores` is every host CPU; the spec always says how many.
-    if number(current, "cores") != Some(spec.cpu.to_string()) {
-        out.set("cores", |p| Ok(p.set("cores", spec.cpu)))?;
+    if number(current, "cores") != Some(ct.cores.to_string()) {
+        out.set("cores", |p| Ok(p.set("cores", ct.cores)))?;
     }
     // pve-container's defaults: memory 512, swap 512.
     let memory = number(current, "memory").unwrap_or_else(|| "512".into());
-    if memory != spec.memory_mib.to_string() {
-        out.set("memory", |p| Ok(p.set("memory", spec.memory_mib)))?;
+    if memory != ct.memory_mib.to_string() {
+        out.set("memory", |p| Ok(p.set("memory", ct.memory_mib)))?;
     }
     if let Some(swap) = ct.swap_mib
         && number(current, "swap").unwrap_or_else(|| "512".into()) != swap.to_string()
@@ -283,7 +274,11 @@ fn own_changes(spec: &Spec, ct: &Container, current: Current) -> Result<Changes,
 }
 
 /// `nameserver`, `searchdomain`, `timezone`, `console`, `tty` and `ostype`.
-fn dns_and_console(ct: &Container, current: Current, out: &mut Changes) -> Result<(), PveError> {
+fn dns_and_console(
+    ct: &ContainerSpec,
+    current: Current,
+    out: &mut Changes,
+) -> Result<(), PveError> {
     if let Some(servers) = &ct.nameserver {
         let now: Vec<String> = current("nameserver")
             .map(|v| v.split_whitespace().map(str::to_string).collect())
@@ -351,7 +346,7 @@ fn networks(nics: &[CtNic], current: Current, out: &mut Changes) -> Result<(), P
 }
 
 /// The NICs beyond `networks` (only when it is managed): removed.
-fn nics_removed(ct: &Container, current: Current) -> Vec<String> {
+fn nics_removed(ct: &ContainerSpec, current: Current) -> Vec<String> {
     let Some(nics) = &ct.networks else {
         return Vec::new();
     };
@@ -405,8 +400,7 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
 /// refused only at its start (qemu-server). The create's pre-flight and `doctor` ask it.
 pub fn mtu_refusals(spec: &Spec, bridges: &[NetworkInterface]) -> Vec<String> {
     let nics = spec
-        .container
-        .as_ref()
+        .container()
         .and_then(|c| c.networks.as_ref())
         .map_or(&[][..], Vec::as_slice);
     nics.iter()
@@ -431,25 +425,21 @@ pub fn mtu_refusals(spec: &Spec, bridges: &[NetworkInterface]) -> Vec<String> {
 /// The root filesystem's size now, when it is smaller than the spec's and not grown to it
 /// before (`rootfs` only grows, with `PUT .../resize`). An unlimited subvolume (`size=0`, ZFS
 /// or a directory) is never "grown": that would put a quota on it.
-pub fn rootfs_to_grow(spec: &Spec, rec: &SpecRecord, cfg: &VmConfig) -> Option<u64> {
+pub fn rootfs_to_grow(ct: &ContainerSpec, rec: &SpecRecord, cfg: &VmConfig) -> Option<u64> {
     let size = cfg
         .get("rootfs")?
         .split(',')
         .find_map(|p| p.strip_prefix("size="))
         .and_then(parse_pve_size)
         .filter(|s| *s > 0)?;
-    (size < spec.disk_bytes && rec.applied_disk_bytes.is_none_or(|a| a < spec.disk_bytes))
+    (size < ct.rootfs_bytes && rec.applied_disk_bytes.is_none_or(|a| a < ct.rootfs_bytes))
         .then_some(size)
 }
 
 /// The mount points smaller than the spec's size: (slot, size now); an unlimited subvolume
 /// (`size=0`) never is.
-pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
-    let Some(mps) = spec
-        .container
-        .as_deref()
-        .and_then(|c| c.mount_points.as_ref())
-    else {
+pub fn mount_points_to_grow(ct: &ContainerSpec, cfg: &VmConfig) -> Vec<(String, u64)> {
+    let Some(mps) = &ct.mount_points else {
         return Vec::new();
     };
     mps.iter()
@@ -467,27 +457,21 @@ pub fn mount_points_to_grow(spec: &Spec, cfg: &VmConfig) -> Vec<(String, u64)> {
 
 /// The mount points `mountPoints` lists that the config has not (by slot), to add.
 pub fn mount_point_additions<'s>(
-    spec: &'s Spec,
+    ct: &'s ContainerSpec,
     cfg: &VmConfig,
-) -> Result<Vec<(String, &'s MountPoint)>, PveError> {
-    let ct = container(spec)?;
-    Ok(ct
-        .mount_points
+) -> Vec<(String, &'s MountPoint)> {
+    ct.mount_points
         .iter()
         .flatten()
         .filter(|mp| cfg.get(&mp.slot).is_none())
         .map(|mp| (mp.slot.clone(), mp))
-        .collect())
+        .collect()
 }
 
 /// The mount points in the config that `mountPoints` no longer lists (only when it is
 /// managed): each is detached (PVE keeps its volume as `unusedN`).
-pub fn mount_points_removed(spec: &Spec, cfg: &VmConfig) -> Vec<String> {
-    let Some(mps) = spec
-        .container
-        .as_deref()
-        .and_then(|c| c.mount_points.as_ref())
-    else {
+pub fn mount_points_removed(ct: &ContainerSpec, cfg: &VmConfig) -> Vec<String> {
+    let Some(mps) = &ct.mount_points else {
         return Vec::new();
     };
     cfg.values
@@ -528,7 +512,7 @@ mod tests {
     fn changes(spec: &Spec, pairs: &[(&str, &str)]) -> Changes {
         let map = cfg(pairs);
         let current = |k: &str| map.get(k).cloned();
-        own_changes(spec, spec.container.as_deref().unwrap(), &current).unwrap()
+        own_changes(spec.container().unwrap(), &current).unwrap()
     }
 
     /// An unlimited subvolume (`size=0`) is never resized to the spec's size: that would put a
@@ -547,15 +531,21 @@ mod tests {
             "local-zfs:subvol-120-disk-0,size=0T",
             "local-zfs:subvol-120-disk-1,mp=/srv,size=0T",
         );
-        assert_eq!(rootfs_to_grow(&spec, &rec, &unlimited), None);
-        assert!(mount_points_to_grow(&spec, &unlimited).is_empty());
+        assert_eq!(
+            rootfs_to_grow(spec.container().unwrap(), &rec, &unlimited),
+            None
+        );
+        assert!(mount_points_to_grow(spec.container().unwrap(), &unlimited).is_empty());
         let small = config(
             "local-zfs:subvol-120-disk-0,size=4G",
             "local-zfs:subvol-120-disk-1,mp=/srv,size=2G",
         );
-        assert_eq!(rootfs_to_grow(&spec, &rec, &small), Some(4 << 30));
         assert_eq!(
-            mount_points_to_grow(&spec, &small),
+            rootfs_to_grow(spec.container().unwrap(), &rec, &small),
+            Some(4 << 30)
+        );
+        assert_eq!(
+            mount_points_to_grow(spec.container().unwrap(), &small),
             vec![("mp0".to_string(), 2 << 30)]
         );
     }
@@ -569,7 +559,13 @@ mod tests {
              mountPoints:\n      - {slot: mp0, path: /srv/data, storage: local-lvm, size: 4Gi, backup: true}\n    \
              nameserver: [1.1.1.1, 9.9.9.9]\n    onBoot: true\n",
         );
-        let p = create_params(&spec, "d".into(), &["proxsync.main".into()]).unwrap();
+        let p = create_params(
+            &spec,
+            spec.container().unwrap(),
+            "d".into(),
+            &["proxsync.main".into()],
+        )
+        .unwrap();
         assert_eq!(p.get("cores"), Some("2"));
         assert_eq!(p.get("memory"), Some("1024"));
         assert_eq!(p.get("swap"), Some("256"));
@@ -634,7 +630,7 @@ mod tests {
             "    rootfs: {storage: local-lvm, size: 1100Mi}\n    \
              mountPoints:\n      - {slot: mp0, path: /srv, storage: local-lvm, size: 1100Mi}\n",
         );
-        let p = create_params(&spec, "d".into(), &[]).unwrap();
+        let p = create_params(&spec, spec.container().unwrap(), "d".into(), &[]).unwrap();
         assert_eq!(p.get("rootfs"), Some("local-lvm:1.07421875"));
         assert_eq!(p.get("mp0"), Some("local-lvm:1.07421875,mp=/srv"));
     }
@@ -642,7 +638,7 @@ mod tests {
     #[test]
     fn without_networks_a_create_gets_one_dhcp_nic() {
         let spec = ct_spec("");
-        let p = create_params(&spec, "d".into(), &[]).unwrap();
+        let p = create_params(&spec, spec.container().unwrap(), "d".into(), &[]).unwrap();
         assert_eq!(p.get("net0"), Some("name=eth0,bridge=vmbr0,ip=dhcp"));
         assert_eq!(p.get("cores"), Some("1"));
         assert_eq!(p.get("memory"), Some("512"));
@@ -690,7 +686,7 @@ mod tests {
         let map = cfg(&[("net1", "name=eth1,bridge=vmbr0,ip=dhcp,type=veth")]);
         let current = |k: &str| map.get(k).cloned();
         assert_eq!(
-            nics_removed(spec.container.as_deref().unwrap(), &current),
+            nics_removed(spec.container().unwrap(), &current),
             vec!["net1"]
         );
     }
@@ -807,17 +803,20 @@ mod tests {
         let small = crate::pve::types::VmConfig {
             values: cfg(&[("rootfs", "local-lvm:vm-101-disk-0,size=8G")]),
         };
-        assert_eq!(rootfs_to_grow(&spec, &rec, &small), Some(8 * GIB));
+        assert_eq!(
+            rootfs_to_grow(spec.container().unwrap(), &rec, &small),
+            Some(8 * GIB)
+        );
         let big = crate::pve::types::VmConfig {
             values: cfg(&[("rootfs", "local-lvm:vm-101-disk-0,size=12G")]),
         };
-        assert_eq!(rootfs_to_grow(&spec, &rec, &big), None);
+        assert_eq!(rootfs_to_grow(spec.container().unwrap(), &rec, &big), None);
     }
 
     #[test]
     fn a_value_that_would_add_an_option_is_refused() {
         let mut spec = ct_spec("");
-        spec.vm_name = "a,b=c".into();
-        assert!(create_params(&spec, "d".into(), &[]).is_err());
+        spec.container_mut().unwrap().hostname = "a,b=c".into();
+        assert!(create_params(&spec, spec.container().unwrap(), "d".into(), &[]).is_err());
     }
 }

@@ -23,7 +23,7 @@
 use crate::pve::types::NodeStorage;
 use crate::pve::values::{DriveValue, is_drive_key, pve_bool, pve_size};
 use crate::pve::{Error as PveError, VmParams};
-use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, Spec};
+use crate::spec::{Disk, GIB, RAW_ONLY_STORAGE_TYPES, VmSpec};
 
 use super::hardware::Current;
 
@@ -117,14 +117,14 @@ pub fn format_refusal(disk: &Disk, storages: &[NodeStorage]) -> Option<String> {
 /// The drives of a new VM made by a create (not a clone): the boot disk imported from
 /// `import` (or empty), every other disk new. Returns the params and the boot slot.
 pub fn create_drives(
-    spec: &Spec,
+    vm: &VmSpec,
     params: VmParams,
     import: Option<&str>,
 ) -> Result<(VmParams, String), PveError> {
     let short = [Disk {
         slot: "scsi0".into(),
-        size_bytes: spec.disk_bytes,
-        storage: spec.storage.clone(),
+        size_bytes: vm.disk_bytes,
+        storage: vm.storage.clone(),
         format: None,
         cache: None,
         discard: None,
@@ -134,7 +134,7 @@ pub fn create_drives(
         replicate: None,
         boot: true,
     }];
-    let disks: &[Disk] = spec.disks.as_deref().unwrap_or(&short);
+    let disks: &[Disk] = vm.disks.as_deref().unwrap_or(&short);
     let mut params = params;
     let mut boot_slot = "scsi0".to_string();
     for d in disks {
@@ -168,14 +168,14 @@ fn boot_slot_on_vm(boot: &Disk, current: Current, vm_boot_disk: Option<&str>) ->
 /// the keys whose removal waits for the next start; `drive_keys`: the drive keys of the config.
 /// Errors when a slot the spec wants holds a CD-ROM or the cloud-init drive.
 pub fn disk_changes(
-    spec: &Spec,
+    vm: &VmSpec,
     current: Current,
     drive_keys: &[String],
     pending_delete: &[String],
     vm_boot_disk: Option<&str>,
 ) -> Result<DiskChanges, String> {
     let mut out = DiskChanges::default();
-    let Some(disks) = &spec.disks else {
+    let Some(disks) = &vm.disks else {
         return Ok(out);
     };
     let mut managed: Vec<String> = Vec::new();
@@ -230,7 +230,7 @@ pub fn disk_changes(
     for key in drive_keys {
         if managed.contains(key)
             || pending_delete.contains(key)
-            || spec.destroy_disks.contains(key)
+            || vm.destroy_disks.contains(key)
             || !is_drive_key(key)
         {
             continue;
@@ -249,6 +249,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    use crate::spec::Spec;
+
     fn spec(disks: &str) -> Spec {
         crate::spec::test_spec(&format!("    disks:\n{disks}"))
     }
@@ -260,7 +262,14 @@ mod tests {
             .collect();
         let keys: Vec<String> = map.keys().cloned().collect();
         let pd: Vec<String> = pending_delete.iter().map(|s| s.to_string()).collect();
-        disk_changes(spec, &|k| map.get(k).cloned(), &keys, &pd, Some("scsi0")).unwrap()
+        disk_changes(
+            spec.vm().unwrap(),
+            &|k| map.get(k).cloned(),
+            &keys,
+            &pd,
+            Some("scsi0"),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -330,8 +339,14 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let keys: Vec<String> = map.keys().cloned().collect();
-        let err =
-            disk_changes(&s, &|k| map.get(k).cloned(), &keys, &[], Some("scsi0")).unwrap_err();
+        let err = disk_changes(
+            s.vm().unwrap(),
+            &|k| map.get(k).cloned(),
+            &keys,
+            &[],
+            Some("scsi0"),
+        )
+        .unwrap_err();
         assert!(err.contains("sata1"), "{err}");
     }
 
@@ -346,7 +361,14 @@ mod tests {
         )]
         .into();
         let keys: Vec<String> = map.keys().cloned().collect();
-        let c = disk_changes(&s, &|k| map.get(k).cloned(), &keys, &[], Some("virtio0")).unwrap();
+        let c = disk_changes(
+            s.vm().unwrap(),
+            &|k| map.get(k).cloned(),
+            &keys,
+            &[],
+            Some("virtio0"),
+        )
+        .unwrap();
         assert!(c.is_empty(), "{:?}", c.changed);
     }
 
@@ -358,7 +380,7 @@ mod tests {
         let storages = |kind: &str| -> Vec<NodeStorage> {
             serde_json::from_value(serde_json::json!([{"storage": "fast", "type": kind}])).unwrap()
         };
-        let disk = &s.disks.as_ref().unwrap()[1];
+        let disk = &s.vm().unwrap().disks.as_ref().unwrap()[1];
         for kind in ["lvmthin", "lvm", "zfspool", "rbd"] {
             let why = format_refusal(disk, &storages(kind)).expect(kind);
             assert!(why.contains("raw") && why.contains("fast"), "{why}");

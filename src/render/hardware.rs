@@ -62,12 +62,12 @@ fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError>
     };
     let (cores, sockets) = (number("cores"), number("sockets"));
     let wrong = match hw.sockets {
-        None => cores * sockets != spec.cpu,
-        Some(s) => cores != spec.cpu || sockets != s,
+        None => cores * sockets != spec.cores(),
+        Some(s) => cores != spec.cores() || sockets != s,
     };
     if wrong {
         out.set("cores", |p| {
-            Ok(p.set("cores", spec.cpu)
+            Ok(p.set("cores", spec.cores())
                 .set("sockets", hw.sockets.unwrap_or(1)))
         })?;
     }
@@ -92,7 +92,7 @@ fn cpu(spec: &Spec, current: Current, out: &mut Changes) -> Result<(), PveError>
         // Absent: the balloon device is on with the full memory as its target.
         let now = current("balloon")
             .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(spec.memory_mib);
+            .unwrap_or(spec.memory_mib());
         if now != b {
             out.set("balloon", |p| Ok(p.set("balloon", b)))?;
         }

@@ -10,5 +10,6 @@ pub mod current;
 pub mod disks;
 pub mod hardware;
 pub mod network;
+pub mod vm;
 
 pub use config::{ConfigChange, ConfigError, preview_config, preview_disk};

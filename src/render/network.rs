@@ -9,7 +9,7 @@
 
 use crate::pve::values::{NetValue, current_bridge, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
-use crate::spec::{MAX_NICS, Nic, Spec};
+use crate::spec::{MAX_NICS, Nic, VmSpec};
 
 use super::hardware::{Changes, Current};
 
@@ -27,12 +27,12 @@ const MANAGED: [&str; 7] = [
 ];
 
 /// The NIC changes that bring `current` to `spec`.
-pub fn network_changes(spec: &Spec, current: Current) -> Result<Changes, PveError> {
+pub fn network_changes(vm: &VmSpec, current: Current) -> Result<Changes, PveError> {
     let mut out = Changes::default();
-    let Some(nics) = &spec.networks else {
+    let Some(nics) = &vm.networks else {
         let net = current("net0").unwrap_or_else(|| "virtio".to_string());
-        if current_bridge(&net) != Some(spec.network.as_str()) {
-            out.params = VmParams::new().nic_bridge("net0", &net, &spec.network)?;
+        if current_bridge(&net) != Some(vm.network.as_str()) {
+            out.params = VmParams::new().nic_bridge("net0", &net, &vm.network)?;
             out.changed.push("net0");
         }
         return Ok(out);
@@ -115,6 +115,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    use crate::spec::Spec;
+
     fn spec(networks: &str) -> Spec {
         crate::spec::test_spec(networks)
     }
@@ -124,7 +126,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        network_changes(spec, &|k| map.get(k).cloned()).unwrap()
+        network_changes(spec.vm().unwrap(), &|k| map.get(k).cloned()).unwrap()
     }
 
     #[test]

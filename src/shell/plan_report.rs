@@ -171,7 +171,7 @@ async fn change_of(
             if let Some(s) = by_name.get(spec.as_str()) {
                 match vm_changes(view, s, site, node, *vmid, why).await {
                     Ok((fields, also)) => {
-                        let at = (s.kind.noun(), site.as_str(), node.as_str(), *vmid);
+                        let at = (s.kind().noun(), site.as_str(), node.as_str(), *vmid);
                         change.text = update_line(spec, at, &fields, &also);
                         change.fields = fields;
                         change.also = also;
@@ -179,7 +179,7 @@ async fn change_of(
                     Err(e) => errors.push(format!(
                         "{spec}: cannot read {}'s config on {site}/{node} to say what its \
                          update changes: {e}",
-                        s.kind.named(*vmid)
+                        s.kind().named(*vmid)
                     )),
                 }
             }
@@ -204,7 +204,7 @@ async fn change_of(
                     Err(e) => errors.push(format!(
                         "{spec}: cannot read {}'s config on {site}/{node} to say what its \
                          adoption changes: {e}",
-                        s.kind.named(*vmid)
+                        s.kind().named(*vmid)
                     )),
                 }
             }
@@ -244,7 +244,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
     let kind_of = |name: &str| {
         by_name
             .get(name)
-            .map(|s| s.kind)
+            .map(|s| s.kind())
             .or_else(|| view.records.get(name).map(|r| r.kind))
             .unwrap_or_default()
     };
@@ -356,12 +356,12 @@ async fn vm_changes(
         .ok_or_else(|| format!("site {site} is not configured"))?;
     let cfg = ctx
         .client
-        .vm_config(node, spec.kind, vmid)
+        .vm_config(node, spec.kind(), vmid)
         .await
         .map_err(|e| e.to_string())?;
     let pending = ctx
         .client
-        .vm_pending(node, spec.kind, vmid)
+        .vm_pending(node, spec.kind(), vmid)
         .await
         .map_err(|e| e.to_string())?;
     let rec = view.records.get(&spec.name).cloned().unwrap_or_default();
@@ -391,9 +391,10 @@ async fn adoption_changes(
         .sites
         .get(site)
         .ok_or_else(|| format!("site {site} is not configured"))?;
-    let mut cfg = (ctx.client.vm_config(node, spec.kind, vmid).await).map_err(|e| e.to_string())?;
+    let mut cfg =
+        (ctx.client.vm_config(node, spec.kind(), vmid).await).map_err(|e| e.to_string())?;
     let pending =
-        (ctx.client.vm_pending(node, spec.kind, vmid).await).map_err(|e| e.to_string())?;
+        (ctx.client.vm_pending(node, spec.kind(), vmid).await).map_err(|e| e.to_string())?;
     let key = view
         .marker_key
         .clone()
@@ -435,7 +436,7 @@ fn compared(
         &checked,
         key,
         &view.install_id,
-        spec.kind,
+        spec.kind(),
         vmid,
         cfg.description(),
         Some(&spec.name),
@@ -514,7 +515,8 @@ fn field(c: ConfigChange) -> Field {
 fn also(spec: &Spec, why: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     if why.iter().any(|w| w == "spec changed") {
-        if spec.cloud_init.is_some() || spec.user_data.is_some() {
+        let vm = spec.vm();
+        if vm.is_some_and(|vm| vm.cloud_init.is_some() || vm.user_data.is_some()) {
             out.push("cloud-init".to_string());
         }
         if spec.ha.is_some() {
@@ -523,7 +525,7 @@ fn also(spec: &Spec, why: &[String]) -> Vec<String> {
         if spec.hardware.pool.is_some() {
             out.push("pool".to_string());
         }
-        if spec.disks.is_some() || !spec.destroy_disks.is_empty() {
+        if vm.is_some_and(|vm| vm.disks.is_some() || !vm.destroy_disks.is_empty()) {
             out.push("disks".to_string());
         }
     }

@@ -1468,7 +1468,7 @@ mod tests {
         let web = by_name(&second, "web-01");
         assert!(Arc::ptr_eq(&by_name(&first, "web-01"), &web));
         assert!(web.hashes.0.is_some());
-        assert_eq!(by_name(&second, "db-01").cpu, 4);
+        assert_eq!(by_name(&second, "db-01").cores(), 4);
         assert_eq!(cache.len(), 2, "the old db.yaml left the cache");
         // Each file's specs are held in a Vec of their own size, not in the parse's buffer.
         for (specs, _) in cache.values() {

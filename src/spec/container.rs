@@ -96,10 +96,37 @@ pub const OS_TYPES: [&str; 11] = [
 ];
 
 /// A container's own fields (`kind: ProxmoxLXC`). Optional fields are managed only when set:
-/// an absent one is left as PVE has it.
+/// an absent one is left as PVE has it. The fields a VM has by other names (`hostname`,
+/// `cores`, `memory`, `rootfs`, the first bridge, `template`) are hashed beside a VM's
+/// (`spec::hash`), so they are not serialised here: a container's hash stays what earlier
+/// releases stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Container {
+pub struct ContainerSpec {
+    /// `hostname`, else `metadata.name`. A DNS name.
+    #[serde(skip)]
+    pub hostname: String,
+    /// `cores`; default [`DEFAULT_CORES`].
+    #[serde(skip)]
+    pub cores: u32,
+    /// `memory` in MiB; default [`DEFAULT_MEMORY_MIB`].
+    #[serde(skip)]
+    pub memory_mib: u64,
+    /// The size of `rootfs` in bytes; default [`DEFAULT_ROOTFS_BYTES`]. It only grows.
+    #[serde(skip)]
+    pub rootfs_bytes: u64,
+    /// The storage of `rootfs`.
+    #[serde(skip)]
+    pub storage: String,
+    /// The first NIC's bridge (default `vmbr0`).
+    #[serde(skip)]
+    pub network: String,
+    /// `template`: what the container is made from (a `vztmpl` archive or a CT template).
+    #[serde(skip)]
+    pub template: Image,
+    /// Where `template` is written.
+    #[serde(skip)]
+    pub template_pos: super::Pos,
     /// `unprivileged` (default true): set at create only; PVE cannot change it afterwards.
     pub unprivileged: bool,
     pub features: Option<Features>,
@@ -189,18 +216,6 @@ pub enum PasswordSource {
     Credential(String),
 }
 
-/// What the common parts of the spec take from a container's fields.
-pub(super) struct Common {
-    pub vm_name: String,
-    pub cpu: u32,
-    pub memory_mib: u64,
-    pub disk_bytes: u64,
-    pub storage: String,
-    pub network: String,
-    pub image: Image,
-    pub image_pos: super::Pos,
-}
-
 // Long because: every field of a container read in the order written, each error reported,
 // then the parts the spec's common fields take.
 /// Reads a container's own fields. `name`: the spec's (the default hostname); `adopting`:
@@ -210,7 +225,7 @@ pub(super) fn container(
     fp: &Obj,
     name: Option<&str>,
     adopting: bool,
-) -> Option<(Common, Container)> {
+) -> Option<ContainerSpec> {
     let errors = ctx.error_count();
     let hostname = match fp.get("hostname") {
         Some(n) => string(ctx, n, "spec.forProvider.hostname", "dns-01").and_then(|s| {
@@ -246,7 +261,15 @@ pub(super) fn container(
         .get("unprivileged")
         .and_then(|n| bool_field(ctx, n, "unprivileged"))
         .unwrap_or(true);
-    let ct = Container {
+    let mut ct = ContainerSpec {
+        hostname: String::new(),
+        cores: DEFAULT_CORES,
+        memory_mib: DEFAULT_MEMORY_MIB,
+        rootfs_bytes: DEFAULT_ROOTFS_BYTES,
+        storage: String::new(),
+        network: String::new(),
+        template: Image::Existing,
+        template_pos: fp.pos,
         unprivileged,
         features: fp
             .get("features")
@@ -308,18 +331,14 @@ pub(super) fn container(
         .as_ref()
         .and_then(|n| n.first())
         .map_or_else(|| super::DEFAULT_NETWORK.to_string(), |n| n.bridge.clone());
-    let (image, image_pos) = image?;
-    let common = Common {
-        vm_name: hostname?,
-        cpu: cores.flatten().unwrap_or(DEFAULT_CORES),
-        memory_mib: memory.flatten().unwrap_or(DEFAULT_MEMORY_MIB),
-        disk_bytes,
-        storage,
-        network,
-        image,
-        image_pos,
-    };
-    Some((common, ct))
+    (ct.template, ct.template_pos) = image?;
+    ct.hostname = hostname?;
+    ct.cores = cores.flatten().unwrap_or(DEFAULT_CORES);
+    ct.memory_mib = memory.flatten().unwrap_or(DEFAULT_MEMORY_MIB);
+    ct.rootfs_bytes = disk_bytes;
+    ct.storage = storage;
+    ct.network = network;
+    Some(ct)
 }
 
 /// `template`: a `vztmpl` volume (`local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst`),

@@ -615,7 +615,7 @@ spec:
             "`pool:` with nothing unsets the default"
         );
         assert_eq!(s.deletion_policy, super::super::DeletionPolicy::Orphan);
-        let ci = s.cloud_init.as_deref().expect("cloudInit");
+        let ci = s.vm().unwrap().cloud_init.as_deref().expect("cloudInit");
         assert_eq!(ci.user.as_deref(), Some("ops"), "merged key by key");
         assert_eq!(ci.nameservers, ["192.0.2.53"]);
         assert_eq!(ci.ip_config.len(), 1);

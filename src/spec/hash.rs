@@ -44,7 +44,7 @@ fn hashes(spec: &Spec) -> (u64, u64) {
 
 /// The spec's hash and content hash (the hash with an empty VM name).
 fn work_out(spec: &Spec) -> (u64, u64) {
-    (hash_named(spec, &spec.vm_name), hash_named(spec, ""))
+    (hash_named(spec, spec.guest_name()), hash_named(spec, ""))
 }
 
 /// FNV-1a of the JSON of what the spec asks for, its VM name being `vm_name`. The JSON is
@@ -82,36 +82,34 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         destroy_disks: &'a [String],
         // Absent for a VM, so the hashes of VM specs stay as they were.
         #[serde(skip_serializing_if = "Option::is_none")]
-        container: Option<&'a super::container::Container>,
+        container: Option<&'a super::ContainerSpec>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
     }
     // A value decrypted from SOPS is hashed as its ciphertext: the hash, kept in the state
     // database and status files, then says nothing about the secret.
-    let user_data = spec
-        .user_data_sealed
-        .as_deref()
-        .or(spec.user_data.as_deref());
+    let vm = spec.vm();
+    let user_data = (spec.sealed.as_deref()).or(vm.and_then(|v| v.user_data.as_deref()));
     let h = Hashed {
         vm_name,
         node: &spec.node,
-        cpu: spec.cpu,
-        memory_mib: spec.memory_mib,
-        disk_bytes: spec.disk_bytes,
-        storage: &spec.storage,
-        network: &spec.network,
-        image: &spec.image,
+        cpu: spec.cores(),
+        memory_mib: spec.memory_mib(),
+        disk_bytes: spec.root_disk_bytes(),
+        storage: spec.root_storage(),
+        network: spec.bridge(),
+        image: spec.image(),
         user_data,
-        cloud_init: spec.cloud_init.as_deref(),
+        cloud_init: vm.and_then(|v| v.cloud_init.as_deref()),
         power: spec.power_state,
         tags: &spec.tags,
         ha: spec.ha.as_deref(),
         hardware: &spec.hardware,
-        networks: spec.networks.as_ref(),
-        disks: spec.disks.as_ref(),
-        destroy_disks: &spec.destroy_disks,
-        container: spec.container.as_deref(),
+        networks: vm.and_then(|v| v.networks.as_ref()),
+        disks: vm.and_then(|v| v.disks.as_ref()),
+        destroy_disks: vm.map_or(&[], |v| &v.destroy_disks),
+        container: spec.container(),
         identity: 2,
     };
     let mut out = FnvHasher::default();

@@ -453,9 +453,9 @@ pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diag
                         "metadata.annotations.{}: {} on site {site} is also taken over by spec \
                          {}; a {} is one spec's: keep the annotations on one of them",
                         super::ADOPT,
-                        spec.kind.named(vmid),
+                        spec.kind().named(vmid),
                         others.join(", "),
-                        spec.kind.noun()
+                        spec.kind().noun()
                     ),
                 )
                 .for_spec(Some(&spec.name)),
@@ -597,7 +597,7 @@ pub fn check_password_files<'a>(
     specs
         .into_iter()
         .filter_map(|s| {
-            let password = s.container.as_ref()?.password.as_ref()?;
+            let password = s.container()?.password.as_ref()?;
             let super::container::PasswordSource::File(path) = password else {
                 return None;
             };

@@ -124,16 +124,16 @@ pub const DEFAULT_STORAGE: &str = "local-lvm";
 /// Default `network` bridge.
 pub const DEFAULT_NETWORK: &str = "vmbr0";
 
-/// One validated `ProxmoxVM` spec: the desired state of one VM.
+/// One validated spec: the desired state of one guest, a VM (`kind: ProxmoxVM`) or a container
+/// (`kind: ProxmoxLXC`). What every guest has (placement, power, policies, lifecycle) is here;
+/// what one kind has is in [`Spec::guest`], so a function that needs a VM's fields takes a
+/// [`VmSpec`] and one that needs a container's a [`ContainerSpec`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
     /// `metadata.name`: the identity of the spec, unique in the repository; a lowercase DNS
     /// label (1-63 of `a-z0-9-`), so it is always a safe status file stem.
     pub name: String,
-    /// What the spec makes: a QEMU VM (`kind: ProxmoxVM`) or an LXC container
-    /// (`kind: ProxmoxLXC`, with [`Spec::container`]).
-    pub kind: GuestKind,
     /// The file the spec came from.
     pub file: String,
     /// Where `metadata.name` is (the document start if it was missing).
@@ -148,10 +148,91 @@ pub struct Spec {
     pub site: String,
     /// Where `site` is written.
     pub site_pos: Pos,
-    /// The Proxmox node to place the VM on.
+    /// The Proxmox node to place the guest on.
     pub node: String,
     /// Where `node` is written.
     pub node_pos: Pos,
+    /// What the spec makes, with that kind's own fields.
+    pub guest: Guest,
+    /// The SOPS ciphertext the document's secret values were decrypted from: hashes and seed
+    /// names use it in place of the plaintext, so nothing derived from a secret leaves the
+    /// guest's path.
+    #[serde(skip)]
+    pub sealed: Option<Box<str>>,
+    /// Desired power state; default running.
+    pub power_state: PowerState,
+    /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
+    /// Never contains the ownership tag `proxsync.*` (refused in specs).
+    pub tags: Vec<String>,
+    /// What happens to the guest when the spec is removed; default delete.
+    pub deletion_policy: DeletionPolicy,
+    /// `spec.managementPolicy`: `Observe` takes no action on the guest, only reports how it
+    /// differs; `None`: the config's `[reconcile] management_policy` (default `Full`).
+    pub management_policy: Option<ManagementPolicy>,
+    /// `spec.suspend`: no action of any kind for the spec's guest, only observed and reported
+    /// (as `proxsync suspend` does at runtime).
+    pub suspend: bool,
+    /// `spec.dependsOn`: specs that must be Ready before this one's guest is created or
+    /// started, or rebooted for a change; removed after it. Checked to exist and form no cycle.
+    /// Boxed slice: most specs have none, and a `Spec` is held per spec.
+    pub depends_on: Box<[String]>,
+    /// Whether and when proxsync reboots the running guest to apply changes PVE keeps pending
+    /// until its next start; default never (reported as `RebootPending` only).
+    pub reboot: RebootPolicy,
+    /// `ha`: the guest as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
+    /// Boxed: most specs have none.
+    pub ha: Option<Box<Ha>>,
+    /// `allowRecreateOnSiteChange`: when the spec names another site than its guest's, create
+    /// one on the new site at once; the old one stays, listed in `_orphans.yaml`, until a
+    /// person deletes it. Default false: nothing is created while the old guest exists
+    /// (`SiteMoved`).
+    pub allow_recreate_on_site_change: bool,
+    /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
+    /// `metadata.name`, confirming a rename (its guest is re-labelled, not deleted and recreated).
+    pub renamed_from: Option<String>,
+    /// `proxsync.io/adopt` with `adopt-uuid` (a VM) or `adopt-hwaddr` (a container): consent
+    /// to take over the guest with this VMID and proof, which proxsync did not make
+    /// (`proxsync import` writes it). Boxed: most specs have none.
+    pub adopt: Option<Box<AdoptConsent>>,
+    /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
+    /// is left as the guest has it. A container sets only those it shares with a VM
+    /// ([`container::SHARED_HARDWARE`]). Shared: the specs without any
+    /// ([`Hardware::is_empty`], most of them) hold one empty value ([`Hardware::shared`])
+    /// instead of 280 bytes each.
+    #[serde(serialize_with = "hardware::serialize_shared")]
+    pub hardware: Arc<Hardware>,
+    /// The `_defaults.yaml` files the spec took values from, outermost first (`None`: none):
+    /// a position with [`Pos::source`] N is in the Nth ([`Spec::file_of`]).
+    #[serde(skip)]
+    pub defaults: Option<Arc<Vec<String>>>,
+    /// The `ProxmoxVMSet` the spec is a member of (`None`: a spec of its own). Boxed: most
+    /// specs are not.
+    pub set: Option<Box<sets::SetMember>>,
+    /// The spec's hashes, worked out once when the git source parses it
+    /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
+    /// Not part of the spec's content: ignored by `==` and never serialised.
+    #[serde(skip)]
+    pub hashes: Hashes,
+}
+
+/// What a spec makes, with the fields of that kind alone. Matched once at each entry that
+/// differs by kind (render, create, converge, import); the code after it takes the variant's
+/// fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+// A container's fields are boxed: most specs are VMs, and one spec of 50,000 held per spec.
+#[allow(clippy::large_enum_variant)]
+pub enum Guest {
+    /// `kind: ProxmoxVM`: a QEMU VM.
+    Vm(VmSpec),
+    /// `kind: ProxmoxLXC`: an LXC container.
+    Container(Box<ContainerSpec>),
+}
+
+/// A VM's own fields (`kind: ProxmoxVM`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmSpec {
     /// The VM name in Proxmox: `forProvider.name`, else `metadata.name`. A DNS name.
     pub vm_name: String,
     /// CPU cores, 1..=1024; default [`DEFAULT_CPU`].
@@ -173,52 +254,9 @@ pub struct Spec {
     /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`]: YAML starting with
     /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
-    /// The SOPS ciphertext `user_data` was decrypted from: hashes and seed names use it in
-    /// place of the plaintext, so nothing derived from the secret leaves the VM's path.
-    #[serde(skip)]
-    pub user_data_sealed: Option<Box<str>>,
-    /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init options.
-    /// Boxed: most specs have none, and a `Spec` is held per spec for the daemon's life.
+    /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init
+    /// options. Boxed: most specs have none.
     pub cloud_init: Option<Box<CloudInit>>,
-    /// Desired power state; default running.
-    pub power_state: PowerState,
-    /// The user's extra tags plus `tenant_<id>` when a tenant is set; sorted, no duplicates.
-    /// Never contains the ownership tag `proxsync.*` (refused in specs).
-    pub tags: Vec<String>,
-    /// What happens to the VM when the spec is removed; default delete.
-    pub deletion_policy: DeletionPolicy,
-    /// `spec.managementPolicy`: `Observe` takes no action on the VM, only reports how it differs;
-    /// `None`: the config's `[reconcile] management_policy` (default `Full`).
-    pub management_policy: Option<ManagementPolicy>,
-    /// `spec.suspend`: no action of any kind for the spec's VM, only observed and reported
-    /// (as `proxsync suspend` does at runtime).
-    pub suspend: bool,
-    /// `spec.dependsOn`: specs that must be Ready before this one's VM is created or started,
-    /// or rebooted for a change; removed after it. Checked to exist and form no cycle.
-    /// Boxed slice: most specs have none, and a `Spec` is held per spec.
-    pub depends_on: Box<[String]>,
-    /// Whether and when proxsync reboots the running VM to apply changes PVE keeps pending
-    /// until its next start; default never (reported as `RebootPending` only).
-    pub reboot: RebootPolicy,
-    /// `ha`: the VM as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
-    /// Boxed: most specs have none.
-    pub ha: Option<Box<Ha>>,
-    /// `allowRecreateOnSiteChange`: when the spec names another site than its VM's, create a
-    /// VM on the new site at once; the old VM stays, listed in `_orphans.yaml`, until a person
-    /// deletes it. Default false: nothing is created while the old VM exists (`SiteMoved`).
-    pub allow_recreate_on_site_change: bool,
-    /// `metadata.annotations["proxsync.io/renamed-from"]`: the spec's previous
-    /// `metadata.name`, confirming a rename (its VM is re-labelled, not deleted and recreated).
-    pub renamed_from: Option<String>,
-    /// `proxsync.io/adopt` and `proxsync.io/adopt-uuid`: consent to take over the VM with
-    /// this VMID and smbios1 uuid, which proxsync did not make (`proxsync import` writes it).
-    /// Boxed: most specs have none.
-    pub adopt: Option<Box<AdoptConsent>>,
-    /// The optional hardware and options (`cpuType`, `bios`, `pool`, ...); each absent field
-    /// is left as the VM has it. Shared: the specs without any ([`Hardware::is_empty`], most
-    /// of them) hold one empty value ([`Hardware::shared`]) instead of 280 bytes each.
-    #[serde(serialize_with = "hardware::serialize_shared")]
-    pub hardware: Arc<Hardware>,
     /// `networks`: every NIC, `net0` first; `None` for the short form (`network`, one virtio
     /// NIC whose bridge alone is managed).
     pub networks: Option<Vec<Nic>>,
@@ -229,23 +267,9 @@ pub struct Spec {
     /// `destroyDisks`: slots whose attached disk is destroyed with its data (removing a disk
     /// from `disks` only detaches it). Never the boot disk.
     pub destroy_disks: Vec<String>,
-    /// The `_defaults.yaml` files the spec took values from, outermost first (`None`: none):
-    /// a position with [`Pos::source`] N is in the Nth ([`Spec::file_of`]).
-    #[serde(skip)]
-    pub defaults: Option<Arc<Vec<String>>>,
-    /// A container's own fields (`kind: ProxmoxLXC`); `None` for a VM. For a container,
-    /// `cpu` is its cores, `disk_bytes`/`storage` its root filesystem, `image` its template,
-    /// `vm_name` its hostname, and the VM-only fields are empty.
-    pub container: Option<Box<container::Container>>,
-    /// The `ProxmoxVMSet` the spec is a member of (`None`: a spec of its own). Boxed: most
-    /// specs are not.
-    pub set: Option<Box<sets::SetMember>>,
-    /// The spec's hashes, worked out once when the git source parses it
-    /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
-    /// Not part of the spec's content: ignored by `==` and never serialised.
-    #[serde(skip)]
-    pub hashes: Hashes,
 }
+
+pub use container::ContainerSpec;
 
 /// What [`spec_hash`] and [`content_hash`] return for a spec, kept
 /// with it. Empty (`Default`) for a spec built or changed in code: the hashes are then worked
@@ -452,6 +476,111 @@ fn validate_set(
 }
 
 impl Spec {
+    /// What the spec makes: a QEMU VM or an LXC container.
+    pub fn kind(&self) -> GuestKind {
+        match self.guest {
+            Guest::Vm(_) => GuestKind::Qemu,
+            Guest::Container(_) => GuestKind::Lxc,
+        }
+    }
+
+    /// A VM's own fields; `None` for a container.
+    pub fn vm(&self) -> Option<&VmSpec> {
+        match &self.guest {
+            Guest::Vm(vm) => Some(vm),
+            Guest::Container(_) => None,
+        }
+    }
+
+    /// A container's own fields; `None` for a VM.
+    pub fn container(&self) -> Option<&ContainerSpec> {
+        match &self.guest {
+            Guest::Vm(_) => None,
+            Guest::Container(ct) => Some(ct),
+        }
+    }
+
+    /// A VM's own fields to change (in tests and defaults); `None` for a container.
+    pub fn vm_mut(&mut self) -> Option<&mut VmSpec> {
+        match &mut self.guest {
+            Guest::Vm(vm) => Some(vm),
+            Guest::Container(_) => None,
+        }
+    }
+
+    /// A container's own fields to change; `None` for a VM.
+    pub fn container_mut(&mut self) -> Option<&mut ContainerSpec> {
+        match &mut self.guest {
+            Guest::Vm(_) => None,
+            Guest::Container(ct) => Some(ct),
+        }
+    }
+
+    /// The guest's name in PVE: a VM's `name`, a container's `hostname`.
+    pub fn guest_name(&self) -> &str {
+        match &self.guest {
+            Guest::Vm(vm) => &vm.vm_name,
+            Guest::Container(ct) => &ct.hostname,
+        }
+    }
+
+    /// What the guest is made from: a VM's `image`, a container's `template`.
+    pub fn image(&self) -> &Image {
+        match &self.guest {
+            Guest::Vm(vm) => &vm.image,
+            Guest::Container(ct) => &ct.template,
+        }
+    }
+
+    /// Where [`Spec::image`] is written.
+    pub fn image_pos(&self) -> Pos {
+        match &self.guest {
+            Guest::Vm(vm) => vm.image_pos,
+            Guest::Container(ct) => ct.template_pos,
+        }
+    }
+
+    /// The guest's CPU cores: a VM's `cpu`, a container's `cores`.
+    pub fn cores(&self) -> u32 {
+        match &self.guest {
+            Guest::Vm(vm) => vm.cpu,
+            Guest::Container(ct) => ct.cores,
+        }
+    }
+
+    /// The guest's memory in MiB.
+    pub fn memory_mib(&self) -> u64 {
+        match &self.guest {
+            Guest::Vm(vm) => vm.memory_mib,
+            Guest::Container(ct) => ct.memory_mib,
+        }
+    }
+
+    /// The size of the disk the guest boots from, in bytes: a VM's boot disk, a container's
+    /// root filesystem.
+    pub fn root_disk_bytes(&self) -> u64 {
+        match &self.guest {
+            Guest::Vm(vm) => vm.disk_bytes,
+            Guest::Container(ct) => ct.rootfs_bytes,
+        }
+    }
+
+    /// The storage of the disk the guest boots from.
+    pub fn root_storage(&self) -> &str {
+        match &self.guest {
+            Guest::Vm(vm) => &vm.storage,
+            Guest::Container(ct) => &ct.storage,
+        }
+    }
+
+    /// The bridge of the guest's first NIC.
+    pub fn bridge(&self) -> &str {
+        match &self.guest {
+            Guest::Vm(vm) => &vm.network,
+            Guest::Container(ct) => &ct.network,
+        }
+    }
+
     /// The spec's management policy: its own `managementPolicy`, else the config's for its
     /// file (`[reconcile] observe_paths`, then `management_policy`).
     pub fn policy(&self, reconcile: &crate::config::ReconcileConfig) -> ManagementPolicy {
@@ -730,7 +859,7 @@ pub fn parse_file_defaulted(
                     let sealed: Box<str> = ciphertext.into();
                     (specs.into_iter())
                         .map(|s| Spec {
-                            user_data_sealed: Some(sealed.clone()),
+                            sealed: Some(sealed.clone()),
                             ..s
                         })
                         .collect()
@@ -797,6 +926,46 @@ pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
     );
     let (specs, diags) = parse_file("web.yaml", yaml.as_bytes());
     (specs, diags.iter().map(|d| d.to_string()).collect())
+}
+
+/// `spec` as a container with the VM's name, sizes and image and no options of its own: for
+/// tests of what only the kind changes (the words of a message).
+#[cfg(test)]
+pub(crate) fn as_test_container(spec: Spec) -> Spec {
+    let Guest::Vm(vm) = spec.guest else {
+        return spec;
+    };
+    let ct = ContainerSpec {
+        hostname: vm.vm_name,
+        cores: vm.cpu,
+        memory_mib: vm.memory_mib,
+        rootfs_bytes: vm.disk_bytes,
+        storage: vm.storage,
+        network: vm.network,
+        template: vm.image,
+        template_pos: vm.image_pos,
+        unprivileged: true,
+        features: None,
+        cpu_limit: None,
+        cpu_units: None,
+        swap_mib: None,
+        networks: None,
+        mount_points: None,
+        destroy_volumes: Vec::new(),
+        nameserver: None,
+        searchdomain: None,
+        timezone: None,
+        console: None,
+        tty: None,
+        arch: None,
+        os_type: None,
+        ssh_public_keys: Vec::new(),
+        password: None,
+    };
+    Spec {
+        guest: Guest::Container(Box::new(ct)),
+        ..spec
+    }
 }
 
 /// [`parse_test_spec`]'s spec, which must be valid.

@@ -401,15 +401,16 @@ mod tests {
         assert!(diags.is_empty(), "{diags:?}");
         let s = &specs[0];
         assert_eq!(
-            s.user_data.as_deref(),
+            s.vm().unwrap().user_data.as_deref(),
             Some("#cloud-config\npassword: join-token-7f3a9\n")
         );
-        let ciphertext = s.user_data_sealed.as_deref().unwrap();
+        let ciphertext = s.sealed.as_deref().unwrap();
         assert!(ciphertext.starts_with("ENC[AES256_GCM,"));
         // The spec's hash is the ciphertext's: another secret under the same ciphertext hashes
         // the same, so the hash (state database, status files) says nothing about it.
         let mut other = s.clone();
-        other.user_data = Some("#cloud-config\npassword: something-else\n".into());
+        other.vm_mut().unwrap().user_data =
+            Some("#cloud-config\npassword: something-else\n".into());
         assert_eq!(crate::spec::spec_hash(s), crate::spec::spec_hash(&other));
         assert_eq!(
             crate::spec::content_hash(s),
@@ -450,7 +451,7 @@ mod tests {
         let sealed = seal_for_tests(&plain(), LINE, &recipient);
         let (specs, diags) = parse_file_with("w.yaml", sealed.as_bytes(), Secrets::StructureOnly);
         assert_eq!(specs.len(), 1);
-        assert!(specs[0].user_data.is_none());
+        assert!(specs[0].vm().unwrap().user_data.is_none());
         assert_eq!(diags.len(), 1);
         assert!(!diags[0].is_error(), "{}", diags[0]);
 

@@ -772,7 +772,7 @@ pub fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
     let mut seen: BTreeMap<String, &str> = BTreeMap::new();
     let mut out = Vec::new();
     for spec in members {
-        let Some(ci) = spec.cloud_init.as_deref() else {
+        let Some(ci) = spec.vm().and_then(|vm| vm.cloud_init.as_deref()) else {
             continue;
         };
         for ip in ci
@@ -908,8 +908,12 @@ spec:
             ["pve1", "pve2", "pve9"],
             "round-robin, an override wins"
         );
-        assert_eq!(specs[1].vm_name, "web-02.example.org");
-        let ip = |s: &crate::spec::Spec| s.cloud_init.as_ref().unwrap().ip_config[0].ip.clone();
+        assert_eq!(specs[1].guest_name(), "web-02.example.org");
+        let ip = |s: &crate::spec::Spec| {
+            s.vm().unwrap().cloud_init.as_ref().unwrap().ip_config[0]
+                .ip
+                .clone()
+        };
         assert_eq!(ip(&specs[2]).as_deref(), Some("10.0.1.13/24"));
         assert!(specs.iter().all(|s| s.suspend && s.labels["app"] == "web"));
         let m = specs[1].set.as_deref().unwrap();

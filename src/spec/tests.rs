@@ -24,18 +24,18 @@ fn minimal_spec_gets_the_defaults() {
     assert!(diags.is_empty(), "{diags:?}");
     let s = &specs[0];
     assert_eq!(s.name, "web-01");
-    assert_eq!(s.vm_name, "web-01");
+    assert_eq!(s.guest_name(), "web-01");
     assert_eq!(s.pos, Pos::new(4, 9));
     assert_eq!(s.site_pos, Pos::new(7, 11));
-    assert_eq!(s.cpu, DEFAULT_CPU);
-    assert_eq!(s.memory_mib, DEFAULT_MEMORY_MIB);
-    assert_eq!(s.disk_bytes, DEFAULT_DISK_BYTES);
-    assert_eq!(s.storage, "local-lvm");
-    assert_eq!(s.network, "vmbr0");
-    assert_eq!(s.image, Image::Template { vmid: 9000 });
+    assert_eq!(s.cores(), DEFAULT_CPU);
+    assert_eq!(s.memory_mib(), DEFAULT_MEMORY_MIB);
+    assert_eq!(s.root_disk_bytes(), DEFAULT_DISK_BYTES);
+    assert_eq!(s.root_storage(), "local-lvm");
+    assert_eq!(s.bridge(), "vmbr0");
+    assert_eq!(*s.image(), Image::Template { vmid: 9000 });
     assert_eq!(s.power_state, PowerState::Running);
     assert_eq!(s.deletion_policy, DeletionPolicy::Delete);
-    assert!(s.tags.is_empty() && s.tenant.is_none() && s.user_data.is_none());
+    assert!(s.tags.is_empty() && s.tenant.is_none() && s.vm().unwrap().user_data.is_none());
 }
 
 #[test]
@@ -86,15 +86,18 @@ spec:
         ]
     );
     assert_eq!(s.tags, ["db", "tenant_customer-123", "web"]);
-    assert_eq!(s.cpu, 4);
-    assert_eq!(s.memory_mib, 8192);
-    assert_eq!(s.disk_bytes, 100 * GIB);
-    assert_eq!(s.vm_name, "web-02.example.com");
+    assert_eq!(s.cores(), 4);
+    assert_eq!(s.memory_mib(), 8192);
+    assert_eq!(s.root_disk_bytes(), 100 * GIB);
+    assert_eq!(s.guest_name(), "web-02.example.com");
     assert_eq!(s.power_state, PowerState::Stopped);
     assert_eq!(s.deletion_policy, DeletionPolicy::Orphan);
-    assert_eq!(s.user_data.as_deref(), Some("#cloud-config\n"));
+    assert_eq!(
+        s.vm().unwrap().user_data.as_deref(),
+        Some("#cloud-config\n")
+    );
     assert!(
-        matches!(&s.image, Image::Volume { kind: VolumeKind::Import, storage, .. } if storage == "local")
+        matches!(s.image(), Image::Volume { kind: VolumeKind::Import, storage, .. } if storage == "local")
     );
 }
 
@@ -302,12 +305,12 @@ fn disks_get_slots_in_order_and_the_boot_disk_sets_disk_and_storage() {
     ));
     assert!(diags.is_empty(), "{diags:?}");
     let s = &specs[0];
-    let disks = s.disks.as_ref().unwrap();
+    let disks = s.vm().unwrap().disks.as_ref().unwrap();
     let slots: Vec<&str> = disks.iter().map(|d| d.slot.as_str()).collect();
     assert_eq!(slots, ["scsi1", "scsi0", "virtio2", "scsi2"]);
     assert!(disks[1].boot && !disks[0].boot);
-    assert_eq!(s.disk_bytes, 40 * GIB);
-    assert_eq!(s.storage, "local-lvm");
+    assert_eq!(s.root_disk_bytes(), 40 * GIB);
+    assert_eq!(s.root_storage(), "local-lvm");
     assert_eq!(disks[0].storage, "data");
     assert_eq!(disks[0].cache.as_deref(), Some("writeback"));
     assert_eq!(disks[2].backup, Some(false));
@@ -318,13 +321,13 @@ fn disks_get_slots_in_order_and_the_boot_disk_sets_disk_and_storage() {
     ));
     assert!(diags.is_empty(), "{diags:?}");
     let s = &specs[0];
-    assert!(s.disks.as_ref().unwrap()[0].boot);
+    assert!(s.vm().unwrap().disks.as_ref().unwrap()[0].boot);
     assert_eq!(
-        (s.disk_bytes, s.storage.as_str()),
+        (s.root_disk_bytes(), s.root_storage()),
         (DEFAULT_DISK_BYTES, "fast")
     );
     // The short form has no disks.
-    assert!(parse(MINIMAL).0[0].disks.is_none());
+    assert!(parse(MINIMAL).0[0].vm().unwrap().disks.is_none());
 }
 
 /// The daemon holds every spec (10,000 and more) for its life: the rarely set sections are
@@ -382,7 +385,7 @@ spec:
 fn a_spec_consenting_to_adopt_needs_no_image() {
     let (specs, diags) = parse(ADOPTING);
     assert!(diags.is_empty(), "{diags:?}");
-    assert_eq!(specs[0].image, Image::Existing);
+    assert_eq!(*specs[0].image(), Image::Existing);
     assert_eq!(
         specs[0].adopt,
         Some(Box::new(AdoptConsent {
@@ -450,10 +453,7 @@ fn two_specs_consenting_to_one_vm_are_both_held() {
 /// Two container specs consenting to one VMID: the diagnostic names a container.
 #[test]
 fn two_container_specs_consenting_to_one_guest_name_a_container() {
-    let as_container = |mut s: Spec| {
-        s.kind = GuestKind::Lxc;
-        s
-    };
+    let as_container = super::as_test_container;
     let other = ADOPTING.replace("name: db", "name: db-copy");
     let specs: Vec<Spec> = [parse(ADOPTING).0, parse(&other).0]
         .into_iter()

@@ -15,7 +15,7 @@ use super::{
     MAX_MEMORY_BYTES, MAX_USER_DATA_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, PowerState, Spec,
     TENANT_LABELS,
 };
-use super::{CloudInit, Image};
+use super::{CloudInit, Guest, Image, VmSpec};
 
 /// The document's `metadata.name` when it is a plain string, read without validating (to
 /// attribute a SOPS refusal to its spec).
@@ -145,18 +145,13 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
 /// `spec.forProvider`, each part checked on its own (`None`: it had errors, reported).
 struct ForProvider {
     placement: Option<Placement>,
-    resources: Option<Resources>,
     hardware: Option<super::Hardware>,
-    networks: Option<Option<Vec<super::Nic>>>,
-    disks: Option<Option<Vec<super::Disk>>>,
-    destroy_disks: Option<Vec<String>>,
-    image: Option<(Image, Pos)>,
+    /// The kind's own fields.
     guest: Option<Guest>,
+    workload: Option<Workload>,
     reboot: Option<super::RebootPolicy>,
     allow_recreate_on_site_change: Option<bool>,
     ha: Option<Option<super::Ha>>,
-    /// A container's own fields (`None`: it had errors; `Some(None)`: a VM).
-    container: Option<Option<super::container::Container>>,
 }
 
 /// `spec.forProvider` of a container: its own fields, the hardware fields it shares with a
@@ -167,51 +162,29 @@ fn container_for_provider(
     name: Option<&str>,
     adopting: bool,
 ) -> ForProvider {
-    let placement = placement(ctx, fp, name);
+    let placement = placement(ctx, fp);
     let own = super::container::container(ctx, fp, name, adopting);
     let shared = super::container::shared_hardware(fp);
     let hardware = super::hardware::hardware(ctx, &shared, None, None);
-    let guest = guest(ctx, fp);
+    let workload = workload(ctx, fp);
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
-    let ha = ha_field(ctx, fp, guest.as_ref());
-    let (placement, resources, image, container) = match own {
-        Some((common, ct)) => (
-            placement.map(|mut p| {
-                p.vm_name = common.vm_name.clone();
-                p
-            }),
-            Some(Resources {
-                cpu: common.cpu,
-                memory_mib: common.memory_mib,
-                disk_bytes: common.disk_bytes,
-                storage: common.storage,
-                network: common.network,
-            }),
-            Some((common.image, common.image_pos)),
-            Some(Some(ct)),
-        ),
-        None => (placement, None, None, None),
-    };
+    let ha = ha_field(ctx, fp, workload.as_ref());
     ForProvider {
         placement,
-        resources,
         hardware,
-        networks: Some(None),
-        disks: Some(None),
-        destroy_disks: Some(Vec::new()),
-        image,
-        guest,
+        guest: own.map(|ct| Guest::Container(Box::new(ct))),
+        workload,
         reboot,
         allow_recreate_on_site_change,
         ha,
-        container,
     }
 }
 
 /// `adopting`: the spec consents to take over an existing VM, so `image` may be absent.
 fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> ForProvider {
-    let placement = placement(ctx, fp, name);
+    let placement = placement(ctx, fp);
+    let vm_name = vm_name(ctx, fp, name);
     let resources = resources(ctx, fp);
     let hardware = super::hardware::hardware(
         ctx,
@@ -226,31 +199,80 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
         None => None,
     };
     let image = image_field(ctx, fp, adopting);
-    let guest = guest(ctx, fp);
+    let first_boot = first_boot(ctx, fp);
+    let workload = workload(ctx, fp);
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
-    let ha = ha_field(ctx, fp, guest.as_ref());
-    ForProvider {
-        placement,
+    let ha = ha_field(ctx, fp, workload.as_ref());
+    let vm = VmParts {
+        vm_name,
         resources,
-        hardware,
         networks,
         disks,
         destroy_disks,
         image,
-        guest,
+        first_boot,
+    };
+    ForProvider {
+        placement,
+        hardware,
+        guest: vm.complete().map(Guest::Vm),
+        workload,
         reboot,
         allow_recreate_on_site_change,
         ha,
-        container: Some(None),
+    }
+}
+
+/// A VM's own fields, each checked on its own (`None`: it had errors, reported).
+struct VmParts {
+    vm_name: Option<String>,
+    resources: Option<Resources>,
+    networks: Option<Option<Vec<super::Nic>>>,
+    disks: Option<Option<Vec<super::Disk>>>,
+    destroy_disks: Option<Vec<String>>,
+    image: Option<(Image, Pos)>,
+    first_boot: Option<(Option<String>, Option<CloudInit>)>,
+}
+
+impl VmParts {
+    /// The VM's fields when every part was readable. With `networks`, `network` is the first
+    /// NIC's bridge; with `disks`, `disk` and `storage` are the boot disk's (the image's disk,
+    /// EFI and TPM).
+    fn complete(self) -> Option<VmSpec> {
+        let mut resources = self.resources?;
+        let (networks, disks) = (self.networks?, self.disks?);
+        let ((image, image_pos), (user_data, cloud_init)) = (self.image?, self.first_boot?);
+        if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
+            resources.network = first.bridge.clone();
+        }
+        if let Some(boot) = disks.as_ref().and_then(|d| d.iter().find(|d| d.boot)) {
+            resources.disk_bytes = boot.size_bytes;
+            resources.storage = boot.storage.clone();
+        }
+        Some(VmSpec {
+            vm_name: self.vm_name?,
+            cpu: resources.cpu,
+            memory_mib: resources.memory_mib,
+            disk_bytes: resources.disk_bytes,
+            storage: resources.storage,
+            network: resources.network,
+            image,
+            image_pos,
+            user_data,
+            cloud_init: cloud_init.map(Box::new),
+            networks,
+            disks,
+            destroy_disks: self.destroy_disks?,
+        })
     }
 }
 
 /// `ha`, read against the power state (`None` when it or the power state has an error).
-fn ha_field(ctx: &mut Ctx, fp: &Obj, guest: Option<&Guest>) -> Option<Option<super::Ha>> {
-    match (fp.get("ha"), guest) {
+fn ha_field(ctx: &mut Ctx, fp: &Obj, workload: Option<&Workload>) -> Option<Option<super::Ha>> {
+    match (fp.get("ha"), workload) {
         (None, _) => Some(None),
-        (Some(n), Some(g)) => super::ha::ha_field(ctx, n, g.power_state).map(Some),
+        (Some(n), Some(w)) => super::ha::ha_field(ctx, n, w.power_state).map(Some),
         (Some(_), None) => None,
     }
 }
@@ -258,34 +280,24 @@ fn ha_field(ctx: &mut Ctx, fp: &Obj, guest: Option<&Guest>) -> Option<Option<sup
 /// `spec.forProvider` with every part readable.
 struct Parts {
     placement: Placement,
-    resources: Resources,
     hardware: super::Hardware,
-    networks: Option<Vec<super::Nic>>,
-    disks: Option<Vec<super::Disk>>,
-    destroy_disks: Vec<String>,
-    image: (Image, Pos),
     guest: Guest,
+    workload: Workload,
     reboot: super::RebootPolicy,
     allow_recreate_on_site_change: bool,
     ha: Option<super::Ha>,
-    container: Option<super::container::Container>,
 }
 
 impl ForProvider {
     fn complete(self) -> Option<Parts> {
         Some(Parts {
             placement: self.placement?,
-            resources: self.resources?,
             hardware: self.hardware?,
-            networks: self.networks?,
-            disks: self.disks?,
-            destroy_disks: self.destroy_disks?,
-            image: self.image?,
             guest: self.guest?,
+            workload: self.workload?,
             reboot: self.reboot?,
             allow_recreate_on_site_change: self.allow_recreate_on_site_change?,
             ha: self.ha?,
-            container: self.container?,
         })
     }
 }
@@ -306,38 +318,20 @@ fn assemble(
     } = policies;
     let Parts {
         placement,
-        mut resources,
         hardware,
-        networks,
-        disks,
-        destroy_disks,
-        image: (image, image_pos),
-        mut guest,
+        guest,
+        mut workload,
         reboot,
         allow_recreate_on_site_change,
         ha,
-        container,
     } = parts;
     if let Some(t) = &meta.tenant {
-        guest.tags.push(format!("tenant_{t}"));
+        workload.tags.push(format!("tenant_{t}"));
     }
-    guest.tags.sort();
-    guest.tags.dedup();
-    if let Some(first) = networks.as_ref().and_then(|n| n.first()) {
-        resources.network = first.bridge.clone();
-    }
-    // With `disks`, `disk` and `storage` are the boot disk's (the image's disk, EFI and TPM).
-    if let Some(boot) = disks.as_ref().and_then(|d| d.iter().find(|d| d.boot)) {
-        resources.disk_bytes = boot.size_bytes;
-        resources.storage = boot.storage.clone();
-    }
+    workload.tags.sort();
+    workload.tags.dedup();
     Some(Spec {
         name: meta.name?,
-        kind: if container.is_some() {
-            GuestKind::Lxc
-        } else {
-            GuestKind::Qemu
-        },
         file: file.to_string(),
         pos: meta.name_pos,
         api_version,
@@ -347,19 +341,10 @@ fn assemble(
         site_pos: placement.site_pos,
         node: placement.node,
         node_pos: placement.node_pos,
-        vm_name: placement.vm_name,
-        cpu: resources.cpu,
-        memory_mib: resources.memory_mib,
-        disk_bytes: resources.disk_bytes,
-        storage: resources.storage,
-        network: resources.network,
-        image,
-        image_pos,
-        user_data: guest.user_data,
-        user_data_sealed: None,
-        cloud_init: guest.cloud_init.map(Box::new),
-        power_state: guest.power_state,
-        tags: guest.tags,
+        guest,
+        sealed: None,
+        power_state: workload.power_state,
+        tags: workload.tags,
         deletion_policy,
         management_policy,
         suspend,
@@ -370,11 +355,7 @@ fn assemble(
         renamed_from: meta.renamed_from,
         adopt: meta.adopt,
         hardware: hardware.shared(),
-        networks,
-        disks,
-        destroy_disks,
         defaults: None,
-        container: container.map(Box::new),
         set: None,
         hashes: Default::default(),
     })
@@ -650,17 +631,16 @@ fn spec_section<'n>(
     Some((policies, fp))
 }
 
-/// Where the VM goes and its name.
+/// Where the guest goes.
 struct Placement {
     site: String,
     site_pos: Pos,
     node: String,
     node_pos: Pos,
-    vm_name: String,
 }
 
-/// `forProvider.site`, `.node` and `.name` (the spec's `name` by default).
-fn placement(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> Option<Placement> {
+/// `forProvider.site` and `.node`.
+fn placement(ctx: &mut Ctx, fp: &Obj) -> Option<Placement> {
     let site = fp.required(
         ctx,
         "site",
@@ -681,19 +661,22 @@ fn placement(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> Option<Placement> {
         ctx.check(n.pos, check_node(s))
             .map(|()| (s.to_string(), n.pos))
     });
-    let vm_name = match fp.get("name") {
-        Some(n) => string(ctx, n, "spec.forProvider.name", "web-01")
-            .and_then(|s| ctx.check(n.pos, check_vm_name(s)).map(|()| s.to_string())),
-        None => name.map(str::to_string),
-    };
-    let ((site, site_pos), (node, node_pos), vm_name) = (site?, node?, vm_name?);
+    let ((site, site_pos), (node, node_pos)) = (site?, node?);
     Some(Placement {
         site,
         site_pos,
         node,
         node_pos,
-        vm_name,
     })
+}
+
+/// `forProvider.name`: the VM's name in PVE (the spec's `name` by default).
+fn vm_name(ctx: &mut Ctx, fp: &Obj, name: Option<&str>) -> Option<String> {
+    match fp.get("name") {
+        Some(n) => string(ctx, n, "spec.forProvider.name", "web-01")
+            .and_then(|s| ctx.check(n.pos, check_vm_name(s)).map(|()| s.to_string())),
+        None => name.map(str::to_string),
+    }
 }
 
 /// What the VM gets.
@@ -775,17 +758,15 @@ fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> 
         })
 }
 
-/// What runs in the VM and how it is labelled.
-struct Guest {
-    user_data: Option<String>,
-    cloud_init: Option<CloudInit>,
+/// Whether the guest runs and how it is labelled.
+struct Workload {
     power_state: PowerState,
-    /// The spec's own tags (the tenant's is added by `document`).
+    /// The spec's own tags (the tenant's is added by `assemble`).
     tags: Vec<String>,
 }
 
-/// `forProvider.userData`, `.cloudInit`, `.powerState` and `.tags`.
-fn guest(ctx: &mut Ctx, fp: &Obj) -> Option<Guest> {
+/// A VM's `forProvider.userData` and `.cloudInit`.
+fn first_boot(ctx: &mut Ctx, fp: &Obj) -> Option<(Option<String>, Option<CloudInit>)> {
     let user_data = match fp.get("userData") {
         None => Some(None),
         Some(n) => user_data_field(ctx, n).map(Some),
@@ -794,6 +775,11 @@ fn guest(ctx: &mut Ctx, fp: &Obj) -> Option<Guest> {
         None => Some(None),
         Some(n) => super::cloudinit::cloud_init_field(ctx, n).map(Some),
     };
+    Some((user_data?, cloud_init?))
+}
+
+/// `forProvider.powerState` and `.tags`.
+fn workload(ctx: &mut Ctx, fp: &Obj) -> Option<Workload> {
     let power_state = match fp.get("powerState") {
         None => Some(PowerState::Running),
         Some(n) => enum_field(
@@ -810,9 +796,7 @@ fn guest(ctx: &mut Ctx, fp: &Obj) -> Option<Guest> {
         None => Some(Vec::new()),
         Some(n) => tags_field(ctx, n),
     };
-    Some(Guest {
-        user_data: user_data?,
-        cloud_init: cloud_init?,
+    Some(Workload {
         power_state: power_state?,
         tags: tags?,
     })

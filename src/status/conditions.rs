@@ -83,13 +83,13 @@ pub(crate) fn spec_status(
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
         name: spec.name.clone(),
-        kind: spec.kind,
+        kind: spec.kind(),
         site: spec.site.clone(),
         node: vm
             .map(|v| v.node.clone())
             .unwrap_or_else(|| spec.node.clone()),
         vm_id: vmid,
-        vm_name: spec.vm_name.clone(),
+        vm_name: spec.guest_name().to_string(),
         tags: spec.tags.clone(),
         labels: spec.labels.clone(),
         state: match (rec.map(|r| &r.vm), vm) {
@@ -109,7 +109,7 @@ pub(crate) fn spec_status(
     // NodeHealthy: the VM's node, or the spec's node before there is a VM.
     let node = st.node.clone();
     c.push(node_healthy(view, &node));
-    let kind = spec.kind;
+    let kind = spec.kind();
     let mut prov = provisioned(kind, rec, vmid);
     if let (Reason::NotCreated, Some(id)) = (prov.reason, observed) {
         prov.message = format!(
@@ -237,7 +237,7 @@ fn suspended(
                 "suspended through spec {from}, which this spec is renamed from ({}): its {} is \
                  neither re-labelled nor changed; {resume}",
                 crate::plan::suspension_words(by),
-                spec.kind.noun()
+                spec.kind().noun()
             ),
         );
     }
@@ -256,7 +256,7 @@ fn suspended(
         format!(
             "suspended {}; no action is taken for its {}; {resume}",
             crate::plan::suspension_words(by),
-            spec.kind.noun()
+            spec.kind().noun()
         ),
     )
 }
@@ -310,7 +310,7 @@ fn ready_and_reconciling(
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let vmid = rec.and_then(|r| r.vm.made_vmid());
-    let (kind, noun) = (spec.kind, spec.kind.noun());
+    let (kind, noun) = (spec.kind(), spec.kind().noun());
     match verdict {
         Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
         Some(Verdict::BackingOff { until_ms }) => {
@@ -576,7 +576,7 @@ fn ready_and_reconciling(
 
 /// The verdicts that hold a spec until a person decides, with the reason and what to do.
 fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
-    let (kind, noun) = (spec.kind, spec.kind.noun());
+    let (kind, noun) = (spec.kind(), spec.kind().noun());
     match verdict {
         Verdict::RenameSuspected { from, vmid } => (
             Reason::RenameSuspected,
@@ -608,11 +608,11 @@ fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
                  replaces a guest by one of the other kind by itself (a delete and a create). \
                  Change kind back, or move what you need off {vmid} and delete it ({} destroy \
                  {vmid}): the {} is then created",
-                spec.kind.noun(),
-                spec.kind.spec_kind(),
+                spec.kind().noun(),
+                spec.kind().spec_kind(),
                 found.noun(),
                 found.cli(),
-                spec.kind.noun()
+                spec.kind().noun()
             ),
         ),
         Verdict::RenameUnproven { from, vmid, why } => (
@@ -796,21 +796,21 @@ fn reboot_pending(kind: GuestKind, rec: Option<&SpecRecord>) -> ConditionInput {
 
 /// `Ready` and `Reconciling` of a VM that matches its spec.
 fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
-    let mut message = format!("{} {vmid} matches the spec", spec.kind.noun());
+    let mut message = format!("{} {vmid} matches the spec", spec.kind().noun());
     if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
         message.push_str(&format!(
             "; the {} annotations did their work (the {} is this spec's): remove them",
             crate::spec::ADOPT,
-            spec.kind.noun()
+            spec.kind().noun()
         ));
     }
     if let Some(vm) = vm
-        && vm.disk_bytes.is_some_and(|d| d > spec.disk_bytes)
+        && vm.disk_bytes.is_some_and(|d| d > spec.root_disk_bytes())
     {
         message.push_str(&format!(
             "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
             vm.disk_bytes.unwrap_or(0),
-            spec.disk_bytes
+            spec.root_disk_bytes()
         ));
     }
     (
@@ -1358,8 +1358,10 @@ mod tests {
                        verdict: &Verdict,
                        action: Option<&Action>,
                        of: &str| {
-            let mut spec = crate::spec::test_spec("");
-            spec.kind = kind;
+            let spec = match kind {
+                GuestKind::Qemu => crate::spec::test_spec(""),
+                GuestKind::Lxc => crate::spec::as_test_container(crate::spec::test_spec("")),
+            };
             let plan = FromPlan {
                 verdict: Some(verdict),
                 duplicate: None,

@@ -114,7 +114,7 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
         .iter()
         .map(|(path, p)| Need::new(*path, &[*p], None))
         .collect();
-    if specs.iter().any(|s| s.user_data.is_some()) {
+    if (specs.iter()).any(|s| s.vm().is_some_and(|vm| vm.user_data.is_some())) {
         // Specs with userData upload and delete seed images (docs/cloud-init.md).
         let why = Some("userData".to_string());
         out.extend(
@@ -137,7 +137,7 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
     // a container's: pve-container checks VM.Config.Options for it like any other option.
     if let Some(s) = specs
         .iter()
-        .find(|s| s.kind == GuestKind::Qemu && s.hardware.startup.is_some())
+        .find(|s| s.kind() == GuestKind::Qemu && s.hardware.startup.is_some())
     {
         out.push(Need::new(
             "/",
@@ -179,7 +179,7 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
             ));
         }
     }
-    for s in specs.iter().filter(|s| s.kind == GuestKind::Lxc) {
+    for s in specs.iter().filter(|s| s.kind() == GuestKind::Lxc) {
         out.extend(container_needs(version, s));
     }
     let mut seen = BTreeSet::new();
@@ -199,14 +199,11 @@ fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
     // `STORAGE:SIZE` volume: Datastore.AllocateSpace on the storage of rootfs and of each mpN
     // (a clone checks it on its target storage, the rootfs's here).
     out.push(Need::new(
-        format!("/storage/{}", s.storage),
+        format!("/storage/{}", s.root_storage()),
         &["Datastore.AllocateSpace"],
-        why(format!("rootfs on {}", s.storage)),
+        why(format!("rootfs on {}", s.root_storage())),
     ));
-    let mounts = s
-        .container
-        .iter()
-        .flat_map(|c| c.mount_points.iter().flatten());
+    let mounts = (s.container().into_iter()).flat_map(|c| c.mount_points.iter().flatten());
     for mp in mounts {
         out.push(Need::new(
             format!("/storage/{}", mp.storage),
@@ -214,7 +211,7 @@ fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
             why(format!("mountPoints {} on {}", mp.slot, mp.storage)),
         ));
     }
-    match &s.image {
+    match s.image() {
         // pve-storage `PVE/Storage.pm` `check_volume_access` for the `ostemplate`: Datastore.
         // Allocate on the storage passes; else a vztmpl volume needs AllocateSpace or Audit.
         Image::Volume {
@@ -239,8 +236,8 @@ fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
         _ => {}
     }
     // A privileged container made from an archive (a clone is checked for nothing of the kind).
-    let privileged = s.container.as_ref().is_some_and(|c| !c.unprivileged);
-    let from_archive = matches!(s.image, Image::Volume { .. });
+    let privileged = s.container().is_some_and(|c| !c.unprivileged);
+    let from_archive = matches!(s.image(), Image::Volume { .. });
     if privileged && from_archive && version.triple() >= PRIVILEGED_CT_SYS_MODIFY_SINCE {
         out.push(Need::new(
             "/",

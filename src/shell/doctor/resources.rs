@@ -8,7 +8,7 @@ use crate::pve::types::{
     ClusterHealth, NetworkInterface, NodeStorage, VmResource, check_import_extension,
 };
 use crate::pve::{Client, Error};
-use crate::spec::{Image, Nic, Spec, VolumeKind};
+use crate::spec::{Guest, Image, Nic, Spec, VolumeKind};
 
 // Long because: each healthy node's storages and bridges are read once, then every spec is
 // checked against them, one `Check` per missing thing.
@@ -61,20 +61,24 @@ pub(super) async fn check_spec_needs(
         else {
             continue;
         };
-        let disk_storages = spec.disks.iter().flatten().map(|d| &d.storage);
-        // A container's root filesystem and mount points are `rootdir` content.
-        let mount_storages = spec
-            .container
-            .iter()
-            .flat_map(|c| c.mount_points.iter().flatten())
-            .map(|mp| &mp.storage);
-        let content = match spec.kind {
-            crate::guest::GuestKind::Qemu => "images",
-            crate::guest::GuestKind::Lxc => "rootdir",
+        // A VM's disks are `images` content, a container's root filesystem and mount points
+        // `rootdir`.
+        let (content, all): (&str, Vec<&str>) = match &spec.guest {
+            Guest::Vm(vm) => (
+                "images",
+                std::iter::once(&vm.storage)
+                    .chain(vm.disks.iter().flatten().map(|d| &d.storage))
+                    .map(String::as_str)
+                    .collect(),
+            ),
+            Guest::Container(ct) => (
+                "rootdir",
+                std::iter::once(&ct.storage)
+                    .chain(ct.mount_points.iter().flatten().map(|mp| &mp.storage))
+                    .map(String::as_str)
+                    .collect(),
+            ),
         };
-        let all = std::iter::once(&spec.storage)
-            .chain(disk_storages)
-            .chain(mount_storages);
         for storage in all {
             if seen.insert(("storage", node.to_string(), format!("{storage} {content}"))) {
                 out.push(storage_check(
@@ -87,10 +91,8 @@ pub(super) async fn check_spec_needs(
                 ));
             }
         }
-        for why in spec
-            .disks
-            .iter()
-            .flatten()
+        for why in (spec.vm().iter())
+            .flat_map(|vm| vm.disks.iter().flatten())
             .filter_map(|d| crate::render::disks::format_refusal(d, node_storages))
         {
             out.push(check(
@@ -106,7 +108,7 @@ pub(super) async fn check_spec_needs(
             }
         }
         out.extend(mtu_checks(site, node, node_bridges, spec));
-        let image_key = format!("{:?}", spec.image);
+        let image_key = format!("{:?}", spec.image());
         if seen.insert(("image", node.to_string(), image_key)) {
             out.push(image_check(client, site, node, node_storages, resources, spec).await);
         }
@@ -130,8 +132,8 @@ fn spec_bridges(spec: &Spec) -> Vec<String> {
 /// `check_bridge_access` checks its bridge and VLAN as qemu-server does a VM's), or the one NIC
 /// on `network` of either.
 fn spec_nics(spec: &Spec) -> Vec<Nic> {
-    let ct_nics = spec.container.as_ref().and_then(|c| c.networks.as_ref());
-    match (ct_nics, &spec.networks) {
+    let ct_nics = spec.container().and_then(|c| c.networks.as_ref());
+    match (ct_nics, spec.vm().and_then(|vm| vm.networks.as_ref())) {
         (Some(nics), _) => nics
             .iter()
             .map(|n| Nic {
@@ -140,7 +142,7 @@ fn spec_nics(spec: &Spec) -> Vec<Nic> {
             })
             .collect(),
         (None, Some(nics)) => nics.clone(),
-        (None, None) => vec![Nic::on_bridge(&spec.network)],
+        (None, None) => vec![Nic::on_bridge(spec.bridge())],
     }
 }
 
@@ -191,8 +193,8 @@ async fn pool_checks(
             continue;
         };
         if let Some(spec) = specs.iter().find(|s| {
-            s.kind == kind
-                && s.vm_name == name
+            s.kind() == kind
+                && s.guest_name() == name
                 && s.hardware.pool.as_deref().is_some_and(|to| to != from)
         }) {
             leaving.entry(from).or_default().push(format!(
@@ -442,7 +444,8 @@ fn mtu_checks(
             )
         })
         .collect();
-    for (i, nic) in spec.networks.iter().flatten().enumerate() {
+    let vm_nics = spec.vm().and_then(|vm| vm.networks.as_ref());
+    for (i, nic) in vm_nics.iter().flat_map(|n| n.iter()).enumerate() {
         let Some(mtu) = nic.mtu.filter(|m| *m != 1 && nic.model == "virtio") else {
             continue;
         };
@@ -572,9 +575,9 @@ async fn image_check(
     // A VM is cloned from a VM template, a container from a container template.
     let templates: Vec<&VmResource> = resources
         .iter()
-        .filter(|r| r.guest_kind() == Some(spec.kind) && r.template == Some(true))
+        .filter(|r| r.guest_kind() == Some(spec.kind()) && r.template == Some(true))
         .collect();
-    match &spec.image {
+    match spec.image() {
         Image::Existing => check(
             Level::Ok,
             subject,
@@ -582,7 +585,7 @@ async fn image_check(
             None,
         ),
         Image::Template { vmid } => {
-            template_check(subject, resources, &templates, *vmid, spec.kind)
+            template_check(subject, resources, &templates, *vmid, spec.kind())
         }
         Image::Volume {
             storage,

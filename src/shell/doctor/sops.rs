@@ -9,11 +9,7 @@ use crate::spec::SpecSet;
 
 pub fn check_sops(config: &Config, set: &SpecSet) -> Vec<Check> {
     let subject = "sops identity";
-    let encrypted = set
-        .specs
-        .iter()
-        .filter(|s| s.user_data_sealed.is_some())
-        .count();
+    let encrypted = set.specs.iter().filter(|s| s.sealed.is_some()).count();
     let undecryptable: Vec<&str> = set
         .diagnostics
         .iter()

@@ -13,7 +13,7 @@ pub(super) fn check_version(site: &SiteConfig, version: &Version, specs: &[&Spec
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     let uses_import = specs.iter().any(|s| {
         matches!(
-            s.image,
+            s.image(),
             Image::Volume {
                 kind: VolumeKind::Import,
                 ..
@@ -82,7 +82,7 @@ pub(super) fn archive_checks(site: &SiteConfig, version: &Version, specs: &[&Spe
         .iter()
         .filter_map(|s| {
             let why = crate::spec::container::archive_refusal(
-                &s.image,
+                s.image(),
                 version.triple(),
                 &version.version,
             )?;
