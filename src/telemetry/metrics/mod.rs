@@ -694,6 +694,7 @@ mod tests {
         crate::plan::Orphan {
             site: site.into(),
             vmid,
+            kind: Default::default(),
             node: "pve1".into(),
             name: Some(format!("vm-{vmid}")),
             power: "stopped".into(),
