@@ -172,6 +172,7 @@ impl Report {
 async fn change_of(
     view: &PlanView,
     by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
+    kinds: &crate::engine::GuestKinds,
     scope: &Scope<'_>,
     action: &Action,
     errors: &mut Vec<String>,
@@ -181,7 +182,7 @@ async fn change_of(
         fields: Vec::new(),
         also: Vec::new(),
         removal: None,
-        text: crate::engine::describe(action, by_name),
+        text: crate::engine::describe(action, by_name, kinds),
     };
     match action {
         Action::Converge {
@@ -257,9 +258,10 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
         (Some(names), Some(n)) => names.contains(n),
         (Some(_), None) => false,
     };
+    let kinds = crate::engine::removed_kinds(&view.plan.actions, &view.views, &view.records);
     let mut report = Report::default();
     for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
-        let change = change_of(view, &by_name, scope, action, &mut report.errors).await;
+        let change = change_of(view, &by_name, &kinds, scope, action, &mut report.errors).await;
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();

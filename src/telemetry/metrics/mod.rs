@@ -745,6 +745,7 @@ mod tests {
             source_refusal: None,
             unchanged: false,
             scope: None,
+            guest_kinds: Default::default(),
         }
     }
 
