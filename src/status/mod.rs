@@ -216,6 +216,8 @@ impl SpecStatus {
 pub struct LastStatus {
     /// [`SpecStatus::content_hash`].
     pub hash: u64,
+    /// What the spec's guest is ([`SpecStatus::kind`]).
+    pub kind: crate::guest::GuestKind,
     /// `Ready` is True.
     pub ready: bool,
     /// `Stalled`'s reason and message while it is True.
@@ -235,6 +237,7 @@ impl LastStatus {
         };
         LastStatus {
             hash,
+            kind: st.kind,
             ready: is_true(kinds::READY).is_some(),
             stalled: is_true(kinds::STALLED).map(|c| (c.reason, c.message.clone())),
             drifted: st
