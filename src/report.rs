@@ -8,7 +8,7 @@ use crate::execute::ActionResult;
 use crate::plan::Plan;
 
 /// What one cycle did.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CycleReport {
     /// The plan that was executed.
     pub plan: Plan,
@@ -38,7 +38,14 @@ pub struct CycleReport {
     /// The sites a cycle after a push looked at and acted on, when it looked at only those
     /// (the others as the last cycle saw them); `None`: every site was observed.
     pub scope: Option<BTreeSet<String>>,
+    /// The kind of each guest this cycle's actions named, by (site, VMID), as the views and
+    /// records the actions were planned from showed it: a guest deleted is gone from the look
+    /// after, and its spec's record with it. For the words about it (`container 101`).
+    pub guest_kinds: GuestKinds,
 }
+
+/// Guests' kinds by (site, VMID).
+pub type GuestKinds = BTreeMap<(String, u32), crate::guest::GuestKind>;
 
 /// A condition's type, status (`True`, `False`, `Unknown`) and reason: bounded by the
 /// constants of `status` and its [`Reason`](crate::status::Reason)s.

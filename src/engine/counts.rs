@@ -73,5 +73,6 @@ pub(super) fn cycle_report(
         source_refusal: None,
         unchanged: false,
         scope: None,
+        guest_kinds: Default::default(),
     }
 }

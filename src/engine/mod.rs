@@ -36,7 +36,7 @@ pub use self::adopt::{
 };
 use self::counts::*;
 use self::describe::log_planned;
-pub use self::describe::{describe, specs_by_name};
+pub use self::describe::{describe, removed_kinds, specs_by_name};
 use self::look::*;
 pub use self::plan_view::{PlanView, plan_view};
 pub use self::sites::{MeterFor, no_meter, site_clients, site_clients_metered};
@@ -58,7 +58,7 @@ pub enum EngineError {
     Refused(String),
 }
 
-pub use crate::report::{ConditionKey, CycleReport};
+pub use crate::report::{ConditionKey, CycleReport, GuestKinds};
 
 /// Checks that each spec's site is configured; a spec naming an unknown site is an invalid
 /// spec (an error tied to its name), taken out of the desired set, so its VM is left alone.
@@ -595,6 +595,7 @@ impl Engine {
         }
         // Where this install's seed images may be, for the sweep after the actions.
         let seed_sites = seed_sites(all_specs, &records, &first.actions);
+        let mut guest_kinds = removed_kinds(&first.actions, &views, &records);
 
         // After actions, look again, so status says what is true now. The first look's records
         // and views go to the actions and are dropped before the second look: held together
@@ -636,6 +637,7 @@ impl Engine {
                 for action in &next {
                     log_planned(action);
                 }
+                guest_kinds.extend(removed_kinds(&next, &views, &records));
                 let wave = self
                     .act_and_look_again(&acting, &next, views, records, FreshConfigs::new())
                     .await?;
@@ -672,6 +674,7 @@ impl Engine {
             results,
             after: after_plan,
             scope,
+            guest_kinds,
             ..report
         };
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {

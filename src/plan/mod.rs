@@ -365,6 +365,8 @@ pub enum Verdict {
 pub struct Orphan {
     pub site: String,
     pub vmid: u32,
+    /// What the guest is, as the listing shows it: `qemu` or `lxc` in `plan --json`.
+    pub kind: crate::guest::GuestKind,
     pub node: String,
     pub name: Option<String>,
     pub power: String,

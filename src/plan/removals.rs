@@ -277,6 +277,7 @@ fn orphan(
     Orphan {
         site: view.name.clone(),
         vmid: vm.vmid,
+        kind: vm.kind,
         node: vm.node.clone(),
         name: vm.name.clone(),
         power: vm.power.as_str().to_string(),

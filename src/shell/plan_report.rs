@@ -28,10 +28,16 @@ pub struct Scope<'a> {
     pub from_files: bool,
 }
 
+/// The version of `plan --json`'s shape (its `version`): 2 since each orphan names its
+/// `kind`; 1 had no `version` field. docs/output.md.
+pub const JSON_VERSION: u32 = 2;
+
 /// The plan as `proxsync plan` prints it (`--json`: as data).
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    /// [`JSON_VERSION`].
+    pub version: u32,
     pub changes: Vec<Change>,
     /// Specs that get no action this cycle, and why (up-to-date specs are left out).
     pub held: Vec<Held>,
@@ -103,6 +109,19 @@ pub struct Held {
     pub text: String,
 }
 
+impl Default for Report {
+    fn default() -> Report {
+        Report {
+            version: JSON_VERSION,
+            changes: Vec::new(),
+            held: Vec::new(),
+            orphans: Vec::new(),
+            refused: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+}
+
 impl Report {
     /// The exit code `plan` promises: 1 when anything kept the plan from being complete, else
     /// 2 when there are changes, 0 when there are none.
@@ -128,8 +147,12 @@ impl Report {
         }
         for o in &self.orphans {
             out.push_str(&format!(
-                "! orphan VM {} on {}/{} ({}): {}\n",
-                o.vmid, o.site, o.node, o.power, o.disposition
+                "! orphan {} on {}/{} ({}): {}\n",
+                o.kind.named(o.vmid),
+                o.site,
+                o.node,
+                o.power,
+                o.disposition
             ));
         }
         for r in &self.refused {
@@ -149,6 +172,7 @@ impl Report {
 async fn change_of(
     view: &PlanView,
     by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
+    kinds: &crate::engine::GuestKinds,
     scope: &Scope<'_>,
     action: &Action,
     errors: &mut Vec<String>,
@@ -158,7 +182,7 @@ async fn change_of(
         fields: Vec::new(),
         also: Vec::new(),
         removal: None,
-        text: crate::engine::describe(action, by_name),
+        text: crate::engine::describe(action, by_name, kinds),
     };
     match action {
         Action::Converge {
@@ -234,9 +258,10 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
         (Some(names), Some(n)) => names.contains(n),
         (Some(_), None) => false,
     };
+    let kinds = crate::engine::removed_kinds(&view.plan.actions, &view.views, &view.records);
     let mut report = Report::default();
     for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
-        let change = change_of(view, &by_name, scope, action, &mut report.errors).await;
+        let change = change_of(view, &by_name, &kinds, scope, action, &mut report.errors).await;
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();
@@ -902,6 +927,43 @@ mod tests {
             power_field("stopped", "running").to_string(),
             "power stopped -> running"
         );
+    }
+
+    /// Each orphan line names its guest's kind; the JSON says its version and each orphan's
+    /// `kind` (the words of a `KindChanged` verdict's `found`).
+    #[test]
+    fn orphans_are_named_by_kind_and_the_json_says_its_version() {
+        let orphan = |vmid, kind| crate::plan::Orphan {
+            site: "lab".into(),
+            vmid,
+            kind,
+            node: "pve1".into(),
+            name: None,
+            power: "stopped".into(),
+            first_seen_ms: 0,
+            disposition: crate::plan::OrphanDisposition::Reported,
+            duplicate_of: None,
+        };
+        let r = Report {
+            orphans: vec![orphan(105, GuestKind::Qemu), orphan(120, GuestKind::Lxc)],
+            ..Default::default()
+        };
+        assert_eq!(
+            r.render(),
+            "! orphan VM 105 on lab/pve1 (stopped): reported\n\
+             ! orphan container 120 on lab/pve1 (stopped): reported\n\
+             no changes\n"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["version"], 2);
+        assert_eq!(v["orphans"][0]["kind"], "qemu");
+        assert_eq!(v["orphans"][1]["kind"], "lxc");
+        let found = serde_json::to_value(Verdict::KindChanged {
+            vmid: 120,
+            found: GuestKind::Lxc,
+        })
+        .unwrap();
+        assert_eq!(found["found"], v["orphans"][1]["kind"]);
     }
 
     #[test]

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use super::transitions::{Carried, build_spec_file};
 use super::{
-    NotifyFailureRecord, ORPHANS_FILE, OrphanEntry, OrphanRecord, OrphansFile, RefusedCommitRecord,
-    RequestRecord, RewindRecord, SUMMARY_FILE, SiteRecord, SpecFile, SpecStatus, StatusError,
-    SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
+    NotifyFailureRecord, ORPHANS_FILE, ORPHANS_VERSION, OrphanEntry, OrphanRecord, OrphansFile,
+    RefusedCommitRecord, RequestRecord, RewindRecord, SUMMARY_FILE, SiteRecord, SpecFile,
+    SpecStatus, StatusError, SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
 };
 
 /// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
@@ -270,6 +270,7 @@ impl StatusDir {
             .map(|e| OrphanRecord {
                 site: clip(&e.site),
                 vm_id: e.vm_id,
+                kind: Some(e.kind.spec_kind().to_string()),
                 node: clip(&e.node),
                 name: e.name.as_deref().map(clip),
                 state: clip(&e.state),
@@ -279,11 +280,14 @@ impl StatusDir {
             })
             .collect();
         orphans.sort_by(|a, b| (&a.site, a.vm_id).cmp(&(&b.site, b.vm_id)));
-        let unchanged = matches!(&self.orphans, Some(Some(p)) if p.orphans == orphans);
+        // A file of an older version is rewritten in this one, even with nothing else new.
+        let unchanged = matches!(&self.orphans,
+            Some(Some(p)) if p.orphans == orphans && p.version == ORPHANS_VERSION);
         if unchanged && self.dir.join(ORPHANS_FILE).exists() {
             return Ok(false);
         }
         let next = OrphansFile {
+            version: ORPHANS_VERSION,
             orphans,
             updated_at: Some(rfc3339(now)),
         };

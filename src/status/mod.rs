@@ -39,6 +39,10 @@ pub const SUMMARY_FILE: &str = "_summary.yaml";
 /// The orphan report's name in the status directory.
 pub const ORPHANS_FILE: &str = "_orphans.yaml";
 
+/// The version of `_orphans.yaml`'s shape (its `version`): 2 names each entry's `kind`; 1 (no
+/// `version` field) did not. docs/output.md.
+pub const ORPHANS_VERSION: u32 = 2;
+
 mod commits;
 mod conditions;
 mod files;
@@ -212,6 +216,8 @@ impl SpecStatus {
 pub struct LastStatus {
     /// [`SpecStatus::content_hash`].
     pub hash: u64,
+    /// What the spec's guest is ([`SpecStatus::kind`]).
+    pub kind: crate::guest::GuestKind,
     /// `Ready` is True.
     pub ready: bool,
     /// `Stalled`'s reason and message while it is True.
@@ -231,6 +237,7 @@ impl LastStatus {
         };
         LastStatus {
             hash,
+            kind: st.kind,
             ready: is_true(kinds::READY).is_some(),
             stalled: is_true(kinds::STALLED).map(|c| (c.reason, c.message.clone())),
             drifted: st
@@ -330,11 +337,13 @@ pub struct SiteSummary {
     pub parallel: Vec<(String, u32)>,
 }
 
-/// A VM proxsync manages (by its marker) that no spec describes any more.
+/// A guest proxsync manages (by its marker) that no spec describes any more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrphanEntry {
     pub site: String,
     pub vm_id: u32,
+    /// A VM or a container.
+    pub kind: crate::guest::GuestKind,
     pub node: String,
     pub name: Option<String>,
     pub state: String,
@@ -560,6 +569,10 @@ pub struct RequestRecord {
 pub struct OrphanRecord {
     pub site: String,
     pub vm_id: u32,
+    /// `ProxmoxVM` or `ProxmoxLXC`, the words of a spec file's `kind`. Always written since
+    /// [`ORPHANS_VERSION`] 2; absent in a file of version 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub node: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -576,6 +589,9 @@ pub struct OrphanRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct OrphansFile {
+    /// The file's shape ([`ORPHANS_VERSION`] when written); 0 when read from a file of version
+    /// 1, which had no such field.
+    pub version: u32,
     pub orphans: Vec<OrphanRecord>,
     /// When the list last changed (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]

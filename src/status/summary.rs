@@ -38,6 +38,7 @@ pub(crate) fn orphan_entries(orphans: &[Orphan]) -> Vec<OrphanEntry> {
         .map(|o| OrphanEntry {
             site: o.site.clone(),
             vm_id: o.vmid,
+            kind: o.kind,
             node: o.node.clone(),
             name: o.name.clone(),
             state: o.power.clone(),

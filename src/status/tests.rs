@@ -1117,6 +1117,7 @@ fn hostile_strings_round_trip_through_the_summary_and_orphans() {
         let orphan = OrphanEntry {
             site: v.clone(),
             vm_id: 7,
+            kind: crate::guest::GuestKind::Lxc,
             node: v.clone(),
             name: Some(v.clone()),
             state: v.clone(),
@@ -1154,6 +1155,7 @@ fn orphan(vm_id: u32, age: u64) -> OrphanEntry {
     OrphanEntry {
         site: "lab".into(),
         vm_id,
+        kind: Default::default(),
         node: "pve1".into(),
         name: Some(format!("old-{vm_id}")),
         state: "stopped".into(),
@@ -1193,6 +1195,42 @@ fn orphans_are_sorted_and_written_only_on_change() {
     assert_eq!(f.updated_at.as_deref(), Some("2025-03-01T12:02:00Z"));
     let text = fs::read_to_string(sd.path().join(ORPHANS_FILE)).unwrap();
     assert!(text.contains("orphans: []"), "{text}");
+}
+
+/// Each entry names its guest's kind in the words of a spec file's `kind`, and the file its
+/// version; a file of version 1 (neither) is rewritten once, even with the same list.
+#[test]
+fn orphans_name_their_kind_and_a_version_1_file_is_rewritten() {
+    let (_d, sd) = tmpdir();
+    let path = sd.path().join(ORPHANS_FILE);
+    fs::write(&path, "orphans: []\nupdatedAt: \"2025-03-01T11:00:00Z\"\n").unwrap();
+    let mut sd = StatusDir::open(sd.path()).unwrap();
+    assert_eq!(sd.read_orphans().unwrap().unwrap().version, 0);
+    assert!(
+        sd.write_orphans(&[], t(T0)).unwrap(),
+        "rewritten in version 2"
+    );
+    assert!(
+        !sd.write_orphans(&[], t(T0 + 30)).unwrap(),
+        "then only on change"
+    );
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\nversion: 2\n"), "{text}");
+
+    let container = OrphanEntry {
+        kind: crate::guest::GuestKind::Lxc,
+        ..orphan(120, 60)
+    };
+    assert!(
+        sd.write_orphans(&[orphan(105, 0), container], t(T0))
+            .unwrap()
+    );
+    let f = sd.read_orphans().unwrap().unwrap();
+    assert_eq!(f.version, ORPHANS_VERSION);
+    let kinds: Vec<Option<&str>> = f.orphans.iter().map(|o| o.kind.as_deref()).collect();
+    assert_eq!(kinds, [Some("ProxmoxVM"), Some("ProxmoxLXC")]);
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.contains("  kind: ProxmoxLXC\n"), "{text}");
 }
 
 // ---- reasons and docs ----

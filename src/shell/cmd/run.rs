@@ -104,7 +104,7 @@ pub(crate) fn print_run_report(
         };
         println!(
             "{}  -> {outcome}",
-            crate::engine::describe(&r.action, &by_name)
+            crate::engine::describe(&r.action, &by_name, &report.guest_kinds)
         );
     }
     for refusal in &report.plan.refused {

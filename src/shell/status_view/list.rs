@@ -2,8 +2,14 @@
 
 use super::*;
 
+/// The version of the `--json` list's shape (its `version`): 2 since `orphans` entries name
+/// their `kind` (as `_orphans.yaml` of version 2 does); 1 had no `version` field.
+/// docs/output.md.
+pub const LIST_JSON_VERSION: u32 = 2;
+
 #[derive(Serialize)]
 pub(super) struct ListJson<'a> {
+    version: u32,
     summary: Option<&'a SummaryFile>,
     specs: &'a [SpecFile],
     orphans: &'a [OrphanRecord],
@@ -14,6 +20,7 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
     if opts.json {
         let listing = load_listing::<SpecFile>(dir)?;
         let out = serde_json::to_string_pretty(&ListJson {
+            version: LIST_JSON_VERSION,
             summary: listing.summary.as_ref(),
             specs: &listing.specs,
             orphans: &listing.orphans,

@@ -5,11 +5,11 @@
 //!   per spec file sorted by name, then the VMs of `_orphans.yaml`.
 //! - With a name: every field of `<status_dir>/<name>.yaml`: conditions, last task, backoff,
 //!   history.
-//! - `--json`: the parsed files as JSON. For the list,
-//!   `{"summary": {...} | null, "specs": [...], "orphans": [...], "skipped": [...]}` where
-//!   `specs` holds the spec files sorted by name, `orphans` the entries of `_orphans.yaml` and
-//!   `skipped` the files that could not be parsed (`{"file": path, "reason": text}`); for one
-//!   spec, the spec file itself. Field names are those of the YAML files (camelCase).
+//! - `--json`: the parsed files as JSON. For the list, `{"version": 2, "summary": {...} |
+//!   null, "specs": [...], "orphans": [...], "skipped": [...]}` where `specs` holds the spec
+//!   files sorted by name, `orphans` the entries of `_orphans.yaml` and `skipped` the files
+//!   that could not be parsed (`{"file": path, "reason": text}`); for one spec, the spec file
+//!   itself. Field names are those of the YAML files (camelCase).
 //!
 //! This module only reads: it never creates the status directory and never writes a file. A
 //! file that cannot be parsed is skipped with a note (the daemon rewrites it at its next
@@ -575,6 +575,7 @@ mod tests {
             &[OrphanEntry {
                 site: "us-sfvalley".into(),
                 vm_id: 105,
+                kind: Default::default(),
                 node: "pve2".into(),
                 name: Some("old-web".into()),
                 state: "stopped".into(),
@@ -843,7 +844,8 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         assert!(!text.contains('\x1b'));
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["orphans", "skipped", "specs", "summary"]);
+        assert_eq!(keys, ["orphans", "skipped", "specs", "summary", "version"]);
+        assert_eq!(v["version"], 2);
         assert_eq!(v["summary"]["commit"], COMMIT);
         assert_eq!(v["summary"]["backingOff"], 2);
         assert_eq!(v["summary"]["lastCycle"], "2025-03-01T12:04:48Z");
@@ -866,6 +868,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         assert_eq!(db["backoff"]["nextAttempt"], "2025-03-01T12:15:00Z");
         assert!(v["specs"][3].get("vmId").is_none());
         assert_eq!(v["orphans"][0]["vmId"], 105);
+        assert_eq!(v["orphans"][0]["kind"], "ProxmoxVM");
         assert_eq!(v["orphans"][0]["firstSeen"], "2025-03-01T11:00:00Z");
         assert!(
             v["skipped"][0]["file"]
@@ -1021,7 +1024,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         let json = render(d.path(), &opts(None, true, false)).unwrap();
         assert_eq!(
             json,
-            "{\n  \"summary\": null,\n  \"specs\": [],\n  \"orphans\": [],\n  \"skipped\": []\n}\n"
+            "{\n  \"version\": 2,\n  \"summary\": null,\n  \"specs\": [],\n  \"orphans\": [],\n  \"skipped\": []\n}\n"
         );
     }
 
@@ -1142,6 +1145,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             &[OrphanEntry {
                 site: nasty.into(),
                 vm_id: 1,
+                kind: Default::default(),
                 node: nasty.into(),
                 name: Some(nasty.into()),
                 state: nasty.into(),

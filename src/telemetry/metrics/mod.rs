@@ -694,6 +694,7 @@ mod tests {
         crate::plan::Orphan {
             site: site.into(),
             vmid,
+            kind: Default::default(),
             node: "pve1".into(),
             name: Some(format!("vm-{vmid}")),
             power: "stopped".into(),
@@ -744,6 +745,7 @@ mod tests {
             source_refusal: None,
             unchanged: false,
             scope: None,
+            guest_kinds: Default::default(),
         }
     }
 

@@ -10,9 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::guest::GuestKind;
 use crate::status::Reason;
 
 /// One transition. Serialised as the webhook's `events[]` entries (`"type": "spec_stalled"`).
+/// An event about one guest names its `kind` (`qemu` or `lxc`, as `plan --json` does).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
@@ -30,31 +32,38 @@ pub enum Event {
     /// A spec was suspended (`spec.suspend`, `proxsync suspend`): `message` says by whom,
     /// since when and why. No action is taken for its VM until it is resumed.
     SpecSuspended { spec: String, message: String },
-    /// A suspended spec was resumed: proxsync acts on its VM again.
-    SpecResumed { spec: String },
-    /// A removed spec's VM was deleted.
+    /// A suspended spec was resumed: proxsync acts on its guest, a `kind`, again.
+    SpecResumed { spec: String, kind: GuestKind },
+    /// A removed spec's guest was deleted.
     SpecDeleted {
         spec: String,
         site: String,
         vmid: u32,
+        kind: GuestKind,
     },
-    /// A removed spec's VM was released (`deletionPolicy: Orphan`): it stays, unmanaged.
+    /// A removed spec's guest was released (`deletionPolicy: Orphan`): it stays, unmanaged.
     SpecReleased {
         spec: String,
         site: String,
         vmid: u32,
+        kind: GuestKind,
     },
-    /// A VM carrying this install's tag and marker that no spec describes.
+    /// A guest carrying this install's tag and marker that no spec describes.
     OrphanFound {
         site: String,
         vmid: u32,
+        kind: GuestKind,
         #[serde(skip_serializing_if = "Option::is_none")]
         name: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         duplicate_of: Option<String>,
     },
     /// A stopped orphan past its grace period was deleted.
-    OrphanDeleted { site: String, vmid: u32 },
+    OrphanDeleted {
+        site: String,
+        vmid: u32,
+        kind: GuestKind,
+    },
     /// A safety valve refused every delete and release of the cycle.
     DeletesRefused { reasons: Vec<String> },
     /// A site could not be read.
@@ -117,6 +126,8 @@ pub struct StalledSpec {
 /// One spec as a cycle left it (borrowed from the status the engine gave it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecFacts<'a> {
+    /// What the spec's guest is (an invalid or removed spec's: what its record made).
+    pub kind: GuestKind,
     pub ready: bool,
     /// Stalled's reason and message when Stalled is True.
     pub stalled: Option<(Reason, &'a str)>,
@@ -139,8 +150,21 @@ pub struct SiteFacts {
 pub struct OrphanFacts {
     pub site: String,
     pub vmid: u32,
+    pub kind: GuestKind,
     pub name: Option<String>,
     pub duplicate_of: Option<String>,
+}
+
+/// A removed spec's guest deleted or released this cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovalFacts {
+    pub spec: String,
+    pub site: String,
+    pub vmid: u32,
+    /// What the guest was, as the cycle saw it before the removal.
+    pub kind: GuestKind,
+    /// Released (`deletionPolicy: Orphan`), not deleted.
+    pub released: bool,
 }
 
 /// What one cycle showed, as the tracker needs it.
@@ -155,10 +179,10 @@ pub struct CycleFacts<'a> {
     pub spec_hashes: Option<BTreeMap<String, String>>,
     /// Removed specs whose VM is not deleted or released yet (they still have a status).
     pub pending_removals: BTreeSet<&'a str>,
-    /// Deletes and releases done this cycle: (spec, site, vmid, released).
-    pub removed: Vec<(String, String, u32, bool)>,
-    /// Orphans deleted this cycle: (site, vmid).
-    pub orphans_deleted: Vec<(String, u32)>,
+    /// Deletes and releases done this cycle.
+    pub removed: Vec<RemovalFacts>,
+    /// Orphans deleted this cycle: (site, vmid, kind).
+    pub orphans_deleted: Vec<(String, u32, GuestKind)>,
     pub orphans: Vec<OrphanFacts>,
     /// The safety valves' refusals this cycle.
     pub refused: Vec<String>,
@@ -313,6 +337,7 @@ impl Tracker {
                 }),
                 (None, true) => events.push(Event::SpecResumed {
                     spec: name.to_string(),
+                    kind: now.kind,
                 }),
                 _ => {}
             }
@@ -351,6 +376,7 @@ impl Tracker {
                 events.push(Event::OrphanFound {
                     site: o.site.clone(),
                     vmid: o.vmid,
+                    kind: o.kind,
                     name: o.name.clone(),
                     duplicate_of: o.duplicate_of.clone(),
                 });
@@ -495,18 +521,29 @@ fn describe_commit(state: CommitState, m: &CommitMemory, stalled: &[StalledSpec]
 
 /// Deletes, releases and orphan deletes done this cycle.
 fn removal_events(facts: &CycleFacts<'_>, events: &mut Vec<Event>) {
-    for (spec, site, vmid, released) in &facts.removed {
-        let (spec, site, vmid) = (spec.clone(), site.clone(), *vmid);
-        events.push(if *released {
-            Event::SpecReleased { spec, site, vmid }
+    for r in &facts.removed {
+        let (spec, site, vmid, kind) = (r.spec.clone(), r.site.clone(), r.vmid, r.kind);
+        events.push(if r.released {
+            Event::SpecReleased {
+                spec,
+                site,
+                vmid,
+                kind,
+            }
         } else {
-            Event::SpecDeleted { spec, site, vmid }
+            Event::SpecDeleted {
+                spec,
+                site,
+                vmid,
+                kind,
+            }
         });
     }
-    for (site, vmid) in &facts.orphans_deleted {
+    for (site, vmid, kind) in &facts.orphans_deleted {
         events.push(Event::OrphanDeleted {
             site: site.clone(),
             vmid: *vmid,
+            kind: *kind,
         });
     }
 }
@@ -520,6 +557,7 @@ mod tests {
 
     fn ready() -> SpecFacts<'static> {
         SpecFacts {
+            kind: GuestKind::Qemu,
             ready: true,
             stalled: None,
             drifted: None,
@@ -528,6 +566,7 @@ mod tests {
     }
     fn converging() -> SpecFacts<'static> {
         SpecFacts {
+            kind: GuestKind::Qemu,
             ready: false,
             stalled: None,
             drifted: None,
@@ -536,6 +575,7 @@ mod tests {
     }
     fn stalled(reason: Reason) -> SpecFacts<'static> {
         SpecFacts {
+            kind: GuestKind::Qemu,
             ready: false,
             stalled: Some((reason, "what to do")),
             drifted: None,
@@ -590,6 +630,7 @@ mod tests {
     #[test]
     fn a_drift_is_told_once_and_settles_its_commit() {
         let drifted = |m: &'static str| SpecFacts {
+            kind: GuestKind::Qemu,
             ready: false,
             stalled: None,
             drifted: Some(m),
@@ -702,14 +743,51 @@ mod tests {
         assert_eq!(states(&e), vec![(CommitState::Failure, vec!["b".into()])]);
 
         let mut c = cycle(C2, &[("a", ready(), "h1")]);
-        c.removed = vec![("b".into(), "s1".into(), 101, false)];
+        c.removed = vec![RemovalFacts {
+            spec: "b".into(),
+            site: "s1".into(),
+            vmid: 101,
+            kind: GuestKind::Lxc,
+            released: false,
+        }];
         let e = t.observe(&c);
         assert!(e.contains(&Event::SpecDeleted {
             spec: "b".into(),
             site: "s1".into(),
-            vmid: 101
+            vmid: 101,
+            kind: GuestKind::Lxc,
         }));
         assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
+    }
+
+    /// A resumed spec's event names what proxsync acts on again: its guest's kind.
+    #[test]
+    fn a_resumed_spec_names_its_guests_kind() {
+        let suspended = |kind| SpecFacts {
+            kind,
+            suspended: Some("suspended by alice"),
+            ..ready()
+        };
+        let mut t = Tracker::default();
+        t.observe(&cycle(C1, &[("dns", suspended(GuestKind::Lxc), "h1")]));
+        let e = t.observe(&cycle(
+            C1,
+            &[(
+                "dns",
+                SpecFacts {
+                    kind: GuestKind::Lxc,
+                    ..ready()
+                },
+                "h1",
+            )],
+        ));
+        assert!(
+            e.contains(&Event::SpecResumed {
+                spec: "dns".into(),
+                kind: GuestKind::Lxc
+            }),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -722,6 +800,7 @@ mod tests {
         let orphan = OrphanFacts {
             site: "s1".into(),
             vmid: 120,
+            kind: GuestKind::Lxc,
             name: Some("old".into()),
             duplicate_of: None,
         };
@@ -737,20 +816,25 @@ mod tests {
             site: "s1".into(),
             error: "connection refused".into()
         }));
-        assert!(
-            e.iter()
-                .any(|e| matches!(e, Event::OrphanFound { vmid: 120, .. }))
-        );
+        assert!(e.iter().any(|e| matches!(
+            e,
+            Event::OrphanFound {
+                vmid: 120,
+                kind: GuestKind::Lxc,
+                ..
+            }
+        )));
         assert_eq!(t.observe(&c), vec![], "a steady state is not told again");
 
         c.sites = vec![site(None)];
         c.orphans = vec![];
-        c.orphans_deleted = vec![("s1".into(), 120)];
+        c.orphans_deleted = vec![("s1".into(), 120, GuestKind::Lxc)];
         let e = t.observe(&c);
         assert!(e.contains(&Event::SiteReachable { site: "s1".into() }));
         assert!(e.contains(&Event::OrphanDeleted {
             site: "s1".into(),
-            vmid: 120
+            vmid: 120,
+            kind: GuestKind::Lxc,
         }));
     }
 
@@ -793,6 +877,7 @@ mod tests {
         c.orphans = vec![OrphanFacts {
             site: "s1".into(),
             vmid: 120,
+            kind: GuestKind::Qemu,
             name: None,
             duplicate_of: None,
         }];

@@ -25,8 +25,8 @@ mod payload;
 mod sender;
 
 pub use events::{
-    Baseline, CommitState, CycleFacts, Event, OrphanFacts, SiteFacts, SpecFacts, SpecMemory,
-    StalledSpec, Tracker,
+    Baseline, CommitState, CycleFacts, Event, OrphanFacts, RemovalFacts, SiteFacts, SpecFacts,
+    SpecMemory, StalledSpec, Tracker,
 };
 pub use payload::{Message, SIGNATURE_HEADER, signature};
 pub use sender::{QUEUE_CAPACITY, Target, TargetHandle, TargetStats, coalesce};
@@ -190,6 +190,10 @@ fn cycle_facts<'a>(
         sites: site_facts(report),
         ..Default::default()
     };
+    // The guest is gone once removed: its kind is what the cycle saw before.
+    let kind = |site: &String, vmid: u32| {
+        (report.guest_kinds.get(&(site.clone(), vmid)).copied()).unwrap_or_default()
+    };
     for r in report
         .results
         .iter()
@@ -202,11 +206,16 @@ fn cycle_facts<'a>(
                 vmid,
                 release,
                 ..
-            } => facts
-                .removed
-                .push((spec.clone(), site.clone(), *vmid, *release)),
+            } => facts.removed.push(RemovalFacts {
+                spec: spec.clone(),
+                site: site.clone(),
+                vmid: *vmid,
+                kind: kind(site, *vmid),
+                released: *release,
+            }),
             Action::DeleteOrphan { site, vmid, .. } => {
-                facts.orphans_deleted.push((site.clone(), *vmid));
+                let kind = kind(site, *vmid);
+                facts.orphans_deleted.push((site.clone(), *vmid, kind));
             }
             _ => {}
         }
@@ -221,6 +230,7 @@ fn spec_facts<'a>(
     statuses: &'a HashMap<String, LastStatus>,
 ) -> BTreeMap<&'a str, SpecFacts<'a>> {
     let facts_of = |st: &'a LastStatus| SpecFacts {
+        kind: st.kind,
         ready: st.ready,
         stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
         drifted: st.drifted.as_deref(),
@@ -244,6 +254,7 @@ fn orphan_facts(report: &CycleReport) -> Vec<OrphanFacts> {
         .map(|o| OrphanFacts {
             site: o.site.clone(),
             vmid: o.vmid,
+            kind: o.kind,
             name: o.name.clone(),
             duplicate_of: o.duplicate_of.clone(),
         })
@@ -314,4 +325,80 @@ pub(crate) fn clip_chars(s: &str, max: usize) -> String {
     let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::execute::ActionResult;
+    use crate::guest::GuestKind;
+    use crate::plan::{Orphan, OrphanDisposition, Plan};
+
+    /// The facts of a cycle that deleted a removed spec's container and an orphan container,
+    /// and still lists another: each names the container, from what the cycle saw before the
+    /// guests were gone (`guest_kinds`) and from the plan's orphans.
+    #[test]
+    fn the_facts_name_each_guests_kind_from_the_cycle() {
+        let done = |action| ActionResult {
+            action,
+            outcome: Outcome::Done,
+        };
+        let orphan = Orphan {
+            site: "lab".into(),
+            vmid: 130,
+            kind: GuestKind::Lxc,
+            node: "pve1".into(),
+            name: None,
+            power: "running".into(),
+            first_seen_ms: 0,
+            disposition: OrphanDisposition::Reported,
+            duplicate_of: None,
+        };
+        let report = CycleReport {
+            plan: Plan {
+                orphans: vec![orphan],
+                ..Default::default()
+            },
+            results: vec![
+                done(Action::Remove {
+                    spec: "dns".into(),
+                    site: "lab".into(),
+                    node: "pve1".into(),
+                    vmid: 101,
+                    release: false,
+                }),
+                done(Action::Remove {
+                    spec: "web".into(),
+                    site: "lab".into(),
+                    node: "pve1".into(),
+                    vmid: 102,
+                    release: true,
+                }),
+                done(Action::DeleteOrphan {
+                    site: "lab".into(),
+                    node: "pve1".into(),
+                    vmid: 120,
+                }),
+            ],
+            guest_kinds: [
+                (("lab".to_string(), 101), GuestKind::Lxc),
+                (("lab".to_string(), 120), GuestKind::Lxc),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let (specs, statuses) = (SpecSet::default(), HashMap::new());
+        let facts = cycle_facts("c", &specs, &report, &statuses, false);
+        let removed: Vec<(&str, GuestKind)> = (facts.removed.iter())
+            .map(|r| (r.spec.as_str(), r.kind))
+            .collect();
+        // A guest the cycle did not see is taken for a VM, as the executor takes it.
+        assert_eq!(removed, [("dns", GuestKind::Lxc), ("web", GuestKind::Qemu)]);
+        assert_eq!(
+            facts.orphans_deleted,
+            [("lab".to_string(), 120, GuestKind::Lxc)]
+        );
+        assert_eq!(facts.orphans[0].kind, GuestKind::Lxc);
+    }
 }

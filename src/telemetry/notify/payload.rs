@@ -1,7 +1,7 @@
 //! The HTTP requests of each target type, built from a message (pure: no I/O, no clock).
 //!
-//! - webhook: `POST <url>` with a JSON body `{id, timestamp, install_id, dropped, truncated,
-//!   events}` and `X-Proxsync-Signature-256: sha256=<hex HMAC-SHA256 of the body>`;
+//! - webhook: `POST <url>` with a JSON body `{version, id, timestamp, install_id, dropped,
+//!   truncated, events}` and `X-Proxsync-Signature-256: sha256=<hex HMAC-SHA256 of the body>`;
 //! - slack: `POST <url>` with `{"text": ...}`, one line per event;
 //! - gitea/forgejo, github, gitlab: one commit status per commit, context
 //!   `proxsync/<install_id>`.
@@ -19,6 +19,10 @@ pub const MAX_SLACK_LINES: usize = 20;
 
 /// The signature header of a webhook.
 pub const SIGNATURE_HEADER: &str = "X-Proxsync-Signature-256";
+
+/// The version of the webhook body's shape (its `version`): 2 since the events about a guest
+/// name its `kind`; 1 had no `version` field. docs/output.md.
+pub const WEBHOOK_VERSION: u32 = 2;
 
 /// What one send carries: the events of the batches coalesced, and how many batches the
 /// queue dropped before them.
@@ -65,6 +69,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 #[derive(Serialize)]
 struct WebhookBody<'a> {
+    /// [`WEBHOOK_VERSION`].
+    version: u32,
     /// Unique per message (retries resend the same body): receivers drop repeats by it.
     id: &'a str,
     /// Unix seconds when the message was made: receivers drop old ones.
@@ -88,6 +94,7 @@ pub fn webhook(
 ) -> Request {
     let shown = msg.events.len().min(MAX_WEBHOOK_EVENTS);
     let body = serde_json::to_vec(&WebhookBody {
+        version: WEBHOOK_VERSION,
         id,
         timestamp,
         install_id,
@@ -153,30 +160,48 @@ fn slack_line(e: &Event) -> String {
         Event::SpecSuspended { spec, message } => {
             format!(":double_vertical_bar: `{spec}` {message}")
         }
-        Event::SpecResumed { spec } => {
-            format!(":arrow_forward: `{spec}` resumed: proxsync acts on its VM again")
-        }
-        Event::SpecDeleted { spec, site, vmid } => {
-            format!(":wastebasket: `{spec}` removed: VM {vmid} on {site} deleted")
-        }
-        Event::SpecReleased { spec, site, vmid } => {
-            format!(":link: `{spec}` removed: VM {vmid} on {site} released (it stays)")
-        }
+        Event::SpecResumed { spec, kind } => format!(
+            ":arrow_forward: `{spec}` resumed: proxsync acts on its {} again",
+            kind.noun()
+        ),
+        Event::SpecDeleted {
+            spec,
+            site,
+            vmid,
+            kind,
+        } => format!(
+            ":wastebasket: `{spec}` removed: {} on {site} deleted",
+            kind.named(*vmid)
+        ),
+        Event::SpecReleased {
+            spec,
+            site,
+            vmid,
+            kind,
+        } => format!(
+            ":link: `{spec}` removed: {} on {site} released (it stays)",
+            kind.named(*vmid)
+        ),
         Event::OrphanFound {
             site,
             vmid,
+            kind,
             name,
             duplicate_of,
         } => format!(
-            ":grey_question: orphan VM {vmid}{} on {site}{}",
+            ":grey_question: orphan {}{} on {site}{}",
+            kind.named(*vmid),
             name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
             duplicate_of
                 .as_ref()
-                .map(|s| format!(", a second VM of spec `{s}`"))
+                .map(|s| format!(", a second {} of spec `{s}`", kind.noun()))
                 .unwrap_or_default()
         ),
-        Event::OrphanDeleted { site, vmid } => {
-            format!(":wastebasket: orphan VM {vmid} on {site} deleted")
+        Event::OrphanDeleted { site, vmid, kind } => {
+            format!(
+                ":wastebasket: orphan {} on {site} deleted",
+                kind.named(*vmid)
+            )
         }
         Event::DeletesRefused { reasons } => {
             format!(":no_entry: deletes refused: {}", reasons.join("; "))
@@ -317,6 +342,7 @@ fn is_commit_id(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::GuestKind;
 
     const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -372,6 +398,126 @@ mod tests {
             v["events"][0],
             serde_json::json!({"type": "spec_ready", "spec": "s0"})
         );
+    }
+
+    /// The events about one guest of each kind, and the Slack line each makes.
+    fn guest_events(kind: GuestKind) -> Vec<(Event, &'static str)> {
+        let site = || "lab".to_string();
+        let pick = |vm: &'static str, ct: &'static str| match kind {
+            GuestKind::Qemu => vm,
+            GuestKind::Lxc => ct,
+        };
+        vec![
+            (
+                Event::SpecResumed {
+                    spec: "web".into(),
+                    kind,
+                },
+                pick(
+                    ":arrow_forward: `web` resumed: proxsync acts on its VM again",
+                    ":arrow_forward: `web` resumed: proxsync acts on its container again",
+                ),
+            ),
+            (
+                Event::SpecDeleted {
+                    spec: "web".into(),
+                    site: site(),
+                    vmid: 101,
+                    kind,
+                },
+                pick(
+                    ":wastebasket: `web` removed: VM 101 on lab deleted",
+                    ":wastebasket: `web` removed: container 101 on lab deleted",
+                ),
+            ),
+            (
+                Event::SpecReleased {
+                    spec: "web".into(),
+                    site: site(),
+                    vmid: 101,
+                    kind,
+                },
+                pick(
+                    ":link: `web` removed: VM 101 on lab released (it stays)",
+                    ":link: `web` removed: container 101 on lab released (it stays)",
+                ),
+            ),
+            (
+                Event::OrphanFound {
+                    site: site(),
+                    vmid: 120,
+                    kind,
+                    name: Some("old".into()),
+                    duplicate_of: Some("web".into()),
+                },
+                pick(
+                    ":grey_question: orphan VM 120 (old) on lab, a second VM of spec `web`",
+                    ":grey_question: orphan container 120 (old) on lab, a second container of \
+                     spec `web`",
+                ),
+            ),
+            (
+                Event::OrphanDeleted {
+                    site: site(),
+                    vmid: 120,
+                    kind,
+                },
+                pick(
+                    ":wastebasket: orphan VM 120 on lab deleted",
+                    ":wastebasket: orphan container 120 on lab deleted",
+                ),
+            ),
+        ]
+    }
+
+    #[test]
+    fn slack_names_each_guests_kind() {
+        for kind in [GuestKind::Qemu, GuestKind::Lxc] {
+            let (events, lines): (Vec<Event>, Vec<&str>) = guest_events(kind).into_iter().unzip();
+            let r = slack(
+                "https://hooks.example/T/B/X",
+                "main",
+                &Message { events, dropped: 0 },
+            );
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            let text = v["text"].as_str().unwrap();
+            assert_eq!(text.lines().skip(1).collect::<Vec<_>>(), lines, "{kind:?}");
+        }
+    }
+
+    /// The webhook's body says its version, and each event about a guest its kind, in the
+    /// words of `plan --json` (`qemu`, `lxc`).
+    #[test]
+    fn the_webhook_body_is_version_2_and_names_each_guests_kind() {
+        for (kind, word) in [(GuestKind::Qemu, "qemu"), (GuestKind::Lxc, "lxc")] {
+            let events: Vec<Event> = guest_events(kind).into_iter().map(|(e, _)| e).collect();
+            let n = events.len();
+            let msg = Message { events, dropped: 0 };
+            let r = webhook(
+                "https://h.example/x",
+                &Secret::new("k"),
+                "main",
+                &msg,
+                "id",
+                1,
+            );
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["version"], WEBHOOK_VERSION);
+            assert_eq!(WEBHOOK_VERSION, 2);
+            for i in 0..n {
+                assert_eq!(v["events"][i]["kind"], word, "{}", v["events"][i]);
+            }
+            assert_eq!(
+                v["events"][1],
+                serde_json::json!({"type": "spec_deleted", "spec": "web", "site": "lab",
+                                   "vmid": 101, "kind": word})
+            );
+            assert_eq!(
+                v["events"][4],
+                serde_json::json!({"type": "orphan_deleted", "site": "lab", "vmid": 120,
+                                   "kind": word})
+            );
+        }
     }
 
     #[test]
@@ -431,24 +577,34 @@ mod tests {
                 spec: s(),
                 message: s(),
             },
-            Event::SpecResumed { spec: s() },
+            Event::SpecResumed {
+                spec: s(),
+                kind: GuestKind::Lxc,
+            },
             Event::SpecDeleted {
                 spec: s(),
                 site: s(),
                 vmid: 1,
+                kind: GuestKind::Lxc,
             },
             Event::SpecReleased {
                 spec: s(),
                 site: s(),
                 vmid: 1,
+                kind: GuestKind::Qemu,
             },
             Event::OrphanFound {
                 site: s(),
                 vmid: 1,
+                kind: GuestKind::Lxc,
                 name: Some(s()),
                 duplicate_of: Some(s()),
             },
-            Event::OrphanDeleted { site: s(), vmid: 1 },
+            Event::OrphanDeleted {
+                site: s(),
+                vmid: 1,
+                kind: GuestKind::Lxc,
+            },
             Event::DeletesRefused {
                 reasons: vec![s(), s()],
             },

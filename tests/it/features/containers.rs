@@ -188,11 +188,16 @@ fn a_container_is_made_signed_converged_and_deleted_as_its_spec_says() {
     );
     assert!(config_str(&ct, "rootfs").contains("size=12G"), "{ct}");
 
-    // Removed from git: stopped and deleted, the container's own delete path.
+    // Removed from git: stopped and deleted, the container's own delete path, `plan` and the
+    // run naming the container (its spec, which said so, is gone).
     ws.commit_specs(&[keep]);
+    let delete = format!("- delete  dns-01: container {vmid} on lab/pve1 (spec removed)");
+    let plan = common::engine::text(&ws.proxsync(&["plan"]));
+    assert!(plan.contains(&delete), "{plan}");
     let since = next_seq(&mut pve);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
+    assert!(out.contains(&format!("{delete}  -> done")), "{out}");
     assert!(named(&mut pve, "dns-01").is_none(), "{out}");
     let writes = writes_since(&mut pve, since);
     assert!(
@@ -521,10 +526,36 @@ fn orphaned_containers_pass_the_valves_and_a_forged_marker_deletes_nothing() {
     assert_eq!(owned_cts(&mut pve).len(), 4, "nothing deleted: {out}");
 
     // Spec c removed (a and b kept): c's container is deleted as an orphan, the typed marker's
-    // container is kept.
+    // container is kept; the run, `plan` and `_orphans.yaml` name them containers.
+    let c = owned_cts(&mut pve)
+        .into_iter()
+        .find(|(v, ct)| *v != 777 && ct["name"] == "c")
+        .map(|(v, _)| v)
+        .expect("c's container");
     commit(&["a", "b"]);
     let since = next_seq(&mut pve);
     let out = run_past_grace(&ws);
+    assert!(
+        out.contains(&format!(
+            "- delete  orphan container {c} on lab/pve1 (stopped, past its grace period)  -> done"
+        )),
+        "{out}"
+    );
+    let plan = common::engine::text(&ws.proxsync(&["plan"]));
+    assert!(
+        plan.contains("! orphan container 777 on lab/pve1 ("),
+        "{plan}"
+    );
+    let json: Value =
+        serde_json::from_slice(&ws.proxsync(&["plan", "--json"]).stdout).expect("plan --json");
+    assert_eq!(json["version"], 2, "{json}");
+    assert_eq!(json["orphans"][0]["vmid"], 777, "{json}");
+    assert_eq!(json["orphans"][0]["kind"], "lxc", "{json}");
+    let text = std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap();
+    let orphans: Value = serde_saphyr::from_str(&text).expect("_orphans.yaml is YAML");
+    assert_eq!(orphans["version"], 2, "{text}");
+    assert_eq!(orphans["orphans"][0]["vmId"], 777, "{text}");
+    assert_eq!(orphans["orphans"][0]["kind"], "ProxmoxLXC", "{text}");
     let left: Vec<u32> = owned_cts(&mut pve).into_iter().map(|(v, _)| v).collect();
     assert_eq!(left.len(), 3, "{left:?}: {out}");
     assert!(

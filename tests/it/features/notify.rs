@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::engine::{Workspace, spec};
-use common::{FakePve, default_scenario};
+use common::{FakePve, Scenario, default_scenario};
 use proxsync::config::Config;
 use proxsync::telemetry::notify::{CommitState, Event, Notifier, SIGNATURE_HEADER};
 
@@ -488,9 +488,47 @@ fn has_forge_status(all: &[Received], sha: &str, state: &str) -> bool {
     })
 }
 
+/// A container spec on site `lab`, made from the archive of [`with_containers`].
+fn ct_spec(name: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    \
+         template: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n"
+    )
+}
+
+/// The default scenario with a container archive, and container 777: this install's tag and a
+/// typed marker that does not verify, an orphan from the first cycle (reported, never deleted).
+fn with_containers() -> Scenario {
+    Scenario::default()
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.zst",
+            126_000_000,
+            "vztmpl",
+        )
+        .ct(serde_json::json!({
+            "vmid": 777, "name": "typed", "node": "pve1",
+            "config": {"hostname": "typed", "tags": "proxsync.test",
+                       "rootfs": "local-lvm:vm-777-disk-0,size=1G",
+                       "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:07:77,type=veth",
+                       "description": "proxsync-id: install=test spec=gone uid=0000000000000000 \
+                                       mac=00000000000000000000000000000000"}
+        }))
+}
+
+/// The text of every Slack message received at `path`.
+fn slack_texts(all: &[Received], path: &str) -> String {
+    all.iter()
+        .filter(|r| r.path == path)
+        .map(|r| r.json()["text"].as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn the_daemon_tells_each_commits_state_and_reports_a_failing_target() {
-    let pve = FakePve::start(default_scenario());
+    let pve = with_containers().start();
     let rx = Receiver::start();
     let extra = format!(
         "[[notify]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{hook}\"\nsecret_file = \"hook.secret\"\n\
@@ -564,6 +602,55 @@ fn the_daemon_tells_each_commits_state_and_reports_a_failing_target() {
             .iter()
             .any(|e| e["type"] == "spec_ready" && e["spec"] == "web-02"),
         "{events:#?}"
+    );
+
+    // A container is made, then its spec removed: the webhook and Slack name the container
+    // deleted, and the orphan container listed since the first cycle; every body is version 2.
+    let with_ct = [
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9999", "")),
+        ("c.yaml", ct_spec("dns-01")),
+    ];
+    ws.commit_specs(&with_ct);
+    let third = head(&ws);
+    wait_for(&rx, &mut all, "the container made", |all| {
+        has_commit_state(all, &third, "success")
+    });
+    ws.commit_specs(&with_ct[..2]);
+    let deleted = |all: &[Received]| {
+        webhook_events(all)
+            .into_iter()
+            .find(|e| e["type"] == "spec_deleted" && e["spec"] == "dns-01")
+    };
+    wait_for(&rx, &mut all, "the container deleted", |all| {
+        deleted(all).is_some()
+            && slack_texts(all, "/fail/T0/B0/SECRET").contains(":wastebasket: `dns-01`")
+    });
+    let event = deleted(&all).unwrap();
+    assert_eq!(event["kind"], "lxc", "{event}");
+    let vmid = event["vmid"].as_u64().expect("a VMID");
+    let orphan = webhook_events(&all)
+        .into_iter()
+        .find(|e| e["type"] == "orphan_found")
+        .expect("the orphan told");
+    assert_eq!(
+        orphan,
+        serde_json::json!({"type": "orphan_found", "site": "lab", "vmid": 777, "kind": "lxc",
+                           "name": "typed"})
+    );
+    for r in all.iter().filter(|r| r.path == "/hook") {
+        assert_eq!(r.json()["version"], 2, "{r:?}");
+    }
+    let slack = slack_texts(&all, "/fail/T0/B0/SECRET");
+    assert!(
+        slack.contains(&format!(
+            ":wastebasket: `dns-01` removed: container {vmid} on lab deleted"
+        )),
+        "{slack}"
+    );
+    assert!(
+        slack.contains(":grey_question: orphan container 777 (typed) on lab"),
+        "{slack}"
     );
 
     // The Slack target answers 401: `_summary.yaml` says so at a later cycle (a reconcile
