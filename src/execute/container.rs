@@ -107,9 +107,8 @@ fn root_password(
     Ok(Some(password))
 }
 
-// Long because: the converge steps in their request order (config, pool, mount points, root
-// filesystem, HA, power, what waits for the next start), each of which may end the action early.
-/// Brings an existing container in line with its spec, after verifying it is the spec's.
+/// Brings an existing container in line with its spec, after verifying it is the spec's: its
+/// own steps (config, mount points, volumes, pool, root filesystem, HA), then [`super::converge::finish`]'s.
 pub(super) async fn converge(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
