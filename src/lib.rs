@@ -31,6 +31,7 @@ pub mod execute;
 pub mod gate;
 pub mod guest;
 pub mod import;
+pub mod model;
 pub mod observe;
 pub mod ownership;
 pub mod plan;

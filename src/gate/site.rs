@@ -31,7 +31,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::observe::SiteView;
+use crate::model::SiteView;
 
 pub use crate::pve::types::{ClusterShape, ShapeNode};
 

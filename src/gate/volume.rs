@@ -24,8 +24,8 @@ use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
 use super::site::SiteChecked;
 use crate::guest::GuestKind;
+use crate::model::{DestroyState, DiskDestroy, SeedUpload};
 use crate::pve::types::StorageVolume;
-use crate::store::{DestroyState, DiskDestroy, SeedUpload};
 
 // ---- seeds ----
 

@@ -19,9 +19,9 @@ use std::fmt;
 
 use super::{Action, PlanInput};
 use crate::config::OrphanPolicy;
-use crate::observe::{ObservedVm, Power, SiteView};
+use crate::model::{ObservedVm, Power, SiteView};
+use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
-use crate::store::{SpecRecord, VmState};
 
 use crate::gate::rename::{Evidence, Recorded, may_relabel};
 

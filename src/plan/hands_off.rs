@@ -24,9 +24,9 @@ use std::collections::BTreeMap;
 
 use super::{Action, OrphanDisposition, Plan, PlanInput, Verdict};
 use crate::config::{ManagementPolicy, ReconcileConfig};
-use crate::observe::SiteView;
+use crate::model::SiteView;
+use crate::model::{SUSPEND_ALL, SpecRecord, Suspension};
 use crate::spec::Spec;
-use crate::store::{SUSPEND_ALL, SpecRecord, Suspension};
 use crate::util::fnv::FnvHashMap;
 
 /// Why a guest (or a spec) is hands-off.

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::observe::{ObservedVm, Power};
+use crate::model::SpecRecord;
+use crate::model::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
 use crate::spec::{PowerState, RebootMode, Spec, spec_hash};
-use crate::store::SpecRecord;
 
 /// The inputs whose change resets a spec's backoff.
 pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {

@@ -6,7 +6,7 @@ use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 use super::PlanInput;
 use crate::guest::GuestKind;
-use crate::observe::{Making, ObservedVm, SiteView};
+use crate::model::{Making, ObservedVm, SiteView};
 
 /// What `plan_spec` looks up per spec, built once per site so a plan stays linear in the
 /// number of specs and VMs. Hash maps: only looked up, never walked in order, and string

@@ -24,11 +24,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::config::ReconcileConfig;
-use crate::observe::SiteView;
+use crate::model::SiteView;
+use crate::model::SpecRecord;
 use crate::ownership::ownership_tag;
 use crate::pve::Upid;
 use crate::spec::Specs;
-use crate::store::SpecRecord;
 
 mod dependencies;
 pub mod evidence;
@@ -40,7 +40,7 @@ mod rename;
 mod rollout;
 mod spec;
 
-use crate::source::chain::RewindBatch;
+use crate::model::RewindBatch;
 pub use crate::util::fnv::{
     FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, fnv, fnv_from, fnv_hex,
 };
@@ -80,8 +80,8 @@ pub struct PlanInput<'a> {
     /// The applied commit rewound the branch: its deletes are judged as one batch.
     pub rewind: Option<&'a RewindBatch>,
     /// The suspensions the state database holds (`proxsync suspend`, and `spec.suspend` once
-    /// recorded): by spec name, or [`crate::store::SUSPEND_ALL`].
-    pub suspensions: &'a BTreeMap<String, crate::store::Suspension>,
+    /// recorded): by spec name, or [`crate::model::SUSPEND_ALL`].
+    pub suspensions: &'a BTreeMap<String, crate::model::Suspension>,
 }
 
 /// What to do.
@@ -338,7 +338,7 @@ pub enum Verdict {
     Suspended {
         vmid: Option<u32>,
         drift: Vec<FieldDrift>,
-        by: Box<crate::store::Suspension>,
+        by: Box<crate::model::Suspension>,
         #[serde(skip_serializing_if = "Option::is_none")]
         renamed_from: Option<String>,
     },
@@ -597,7 +597,7 @@ fn incomplete_listings(
     removals: Vec<Action>,
     out: &mut Plan,
 ) -> Vec<Action> {
-    let incomplete: BTreeMap<&str, &crate::observe::SiteView> = (input.sites.iter())
+    let incomplete: BTreeMap<&str, &crate::model::SiteView> = (input.sites.iter())
         .filter(|(_, v)| v.incomplete())
         .map(|(name, v)| (name.as_str(), v))
         .collect();
@@ -646,11 +646,11 @@ pub(super) fn may_reboot(input: &PlanInput<'_>, spec: &crate::spec::Spec, action
     }
     (input.sites.get(site))
         .and_then(|v| v.vms.get(vmid))
-        .is_some_and(|vm| vm.power == crate::observe::Power::Running)
+        .is_some_and(|vm| vm.power == crate::model::Power::Running)
 }
 
 /// Who suspended, since when and why, in words.
-pub fn suspension_words(s: &crate::store::Suspension) -> String {
+pub fn suspension_words(s: &crate::model::Suspension) -> String {
     let when = match s.at_ms {
         0 => String::new(),
         ms => format!(

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::rename::{Fate, Renames};
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
 use crate::config::OrphanPolicy;
-use crate::observe::{ObservedVm, Power, SiteView};
-use crate::store::{SpecRecord, VmState};
+use crate::model::{ObservedVm, Power, SiteView};
+use crate::model::{SpecRecord, VmState};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
 /// The removals of specs that are gone (neither desired, invalid, nor renamed): delete or
@@ -424,10 +424,10 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Opti
 
 /// Why a rewind's deletes are refused, if they are: the whole batch (`batch` VMs, planned
 /// this cycle or not) against the managed VMs without those of the specs the rewind added,
-/// which it creates (see [`crate::source::chain::RewindBatch`]).
+/// which it creates (see [`crate::model::RewindBatch`]).
 fn rewind_refusal(
     input: &PlanInput<'_>,
-    rewind: &crate::source::chain::RewindBatch,
+    rewind: &crate::model::RewindBatch,
     batch: usize,
     handing: &str,
 ) -> Option<String> {

@@ -19,10 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::index::SiteIndex;
 use super::{Action, Duplicate, PlanInput, Verdict};
 use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
-use crate::observe::{ObservedVm, SiteView};
+use crate::model::{ObservedVm, SiteView};
+use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
 use crate::spec::content_hash;
-use crate::store::{SpecRecord, VmState};
 
 /// A removed spec whose VM a new spec takes over.
 pub(super) struct Rename<'a> {
@@ -543,11 +543,11 @@ mod tests {
 
     use super::super::{Action, OrphanDisposition, Plan, PlanInput, Verdict, plan};
     use crate::config::ReconcileConfig;
-    use crate::observe::{ObservedVm, Power, SiteView};
+    use crate::model::{ObservedVm, Power, SiteView};
+    use crate::model::{SpecRecord, VmState};
     use crate::ownership::Marker;
     use crate::pve::types::ClusterHealth;
     use crate::spec::{Spec, Specs, parse_file};
-    use crate::store::{SpecRecord, VmState};
 
     const NOW: u64 = 10_000_000;
 

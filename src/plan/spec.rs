@@ -2,9 +2,9 @@
 
 use super::index::SiteIndex;
 use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash};
-use crate::observe::{ObservedVm, SiteView};
+use crate::model::{ObservedVm, SiteView};
+use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
-use crate::store::{SpecRecord, VmState};
 
 /// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
 /// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.
@@ -497,7 +497,7 @@ fn converge(
     let rec_or_default = rec.unwrap_or(&default_rec);
     let mut why = drift(spec, rec_or_default, vm, input.install_id);
     // Changes waiting for a reboot that the spec's rebootPolicy allows now (its window opened).
-    if vm.power == crate::observe::Power::Running
+    if vm.power == crate::model::Power::Running
         && super::reboot_due(spec, rec_or_default, input.now_ms)
     {
         why.push("reboot".into());

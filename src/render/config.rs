@@ -5,12 +5,12 @@
 use std::fmt;
 
 use crate::gate::identity::VerifiedMarker;
+use crate::model::SpecRecord;
 use crate::ownership::{Marker, MarkerKey, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::{Guest, Spec, VmSpec};
-use crate::store::SpecRecord;
 
 use super::current::{boot_disk, effective_value};
 

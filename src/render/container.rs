@@ -6,13 +6,13 @@
 //! field is left as the container has it.
 
 use crate::gate::identity::VerifiedMarker;
+use crate::model::SpecRecord;
 use crate::ownership::MarkerKey;
 use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{CtNic, MountPoint};
 use crate::spec::{ContainerSpec, MIB, Spec};
-use crate::store::SpecRecord;
 
 use super::config::{ConfigError, description_change, tags_change};
 use super::current::effective_value;

@@ -1,0 +1,13 @@
+//! The values the pure layers decide on, apart from the code that fills them: what the state
+//! database records of each spec (`record`), what a cycle observed of each site (`view`), and
+//! a rewinding commit the source applies (`rewind`). `store` keeps the records, `observe`
+//! makes the views and `source` the rewind; the gate, the planner and render import them from
+//! here, never from those modules.
+
+pub mod record;
+pub mod rewind;
+pub mod view;
+
+pub use record::*;
+pub use rewind::RewindBatch;
+pub use view::*;

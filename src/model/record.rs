@@ -1,0 +1,596 @@
+//! What the state database records of each spec: the guest it maps to and where that guest is
+//! in its life ([`VmState`]), what was last applied, errors and backoff, volumes bound to a
+//! destroy, adoptions, and suspensions. Plain values: `store` keeps them durably, the gate, the
+//! planner and render decide on them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::category::Category;
+use crate::pve::Upid;
+
+/// The key of `proxsync suspend --all`: every spec, and every orphan, is left alone.
+pub const SUSPEND_ALL: &str = "*";
+
+/// A spec suspended: observed and reported, no action of any kind taken for it, and its
+/// removal from git waits. Set by `spec.suspend` in git or by `proxsync suspend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspension {
+    /// `git` for `spec.suspend`; else who ran `proxsync suspend`: through the daemon, the user
+    /// and uid of the socket's peer as the daemon saw them (never what the command said);
+    /// written directly, the command's user.
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Since when (unix ms): the daemon's clock for a suspension through its socket.
+    pub at_ms: u64,
+    /// From `spec.suspend`: lifted when the spec no longer says so. Kept when the spec is
+    /// removed from git, so its removal waits until `proxsync resume`.
+    #[serde(default)]
+    pub from_git: bool,
+}
+
+/// Where a spec's VM is in its life. The VMID and node live only here, so a record cannot
+/// say "creating VM 101" and "VM 102" at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum VmState {
+    /// No VM and nothing in flight (never made, or gone: see [`SpecRecord::provisioned`]).
+    #[default]
+    Absent,
+    /// A create or clone was decided with this VMID on this node, and the VMID is reserved.
+    /// Written before the request is sent; `task` is filled in right after PVE answers.
+    Creating {
+        vmid: u32,
+        node: String,
+        // Boxed: a parsed UPID is 144 bytes and a record holds one only while a create is
+        // in flight; inline it made every record of 10,000 larger by as much.
+        #[serde(default, with = "lenient_task")]
+        task: Option<Box<Upid>>,
+        /// When the intent was written (unix ms; 0 in records of older releases): a request
+        /// sent then may still turn into a VM until the request timeout has passed.
+        #[serde(default)]
+        started_ms: u64,
+        /// For a clone: the template it copies, whose node runs the `qmclone` task (its UPID
+        /// names the template, not the new VM).
+        #[serde(default)]
+        clone_of: Option<CloneSource>,
+    },
+    /// The VM exists (it may still need configuring).
+    Exists { vmid: u32, node: String },
+    /// A delete of the VM was sent; `task` is its task.
+    Deleting {
+        vmid: u32,
+        node: String,
+        #[serde(default, with = "lenient_task")]
+        task: Option<Box<Upid>>,
+    },
+}
+
+impl VmState {
+    /// The VMID the record holds: its VM's, or the one reserved by a create in flight.
+    pub fn vmid(&self) -> Option<u32> {
+        match self {
+            VmState::Absent => None,
+            VmState::Creating { vmid, .. }
+            | VmState::Exists { vmid, .. }
+            | VmState::Deleting { vmid, .. } => Some(*vmid),
+        }
+    }
+
+    /// The node the VM is on (or is being made on).
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            VmState::Absent => None,
+            VmState::Creating { node, .. }
+            | VmState::Exists { node, .. }
+            | VmState::Deleting { node, .. } => Some(node),
+        }
+    }
+
+    /// The VMID of a VM that was made (it exists, or is being deleted); `None` while a create
+    /// is in flight, whose VM may not exist yet.
+    pub fn made_vmid(&self) -> Option<u32> {
+        match self {
+            VmState::Exists { vmid, .. } | VmState::Deleting { vmid, .. } => Some(*vmid),
+            VmState::Absent | VmState::Creating { .. } => None,
+        }
+    }
+
+    /// The VMID this state reserves (a create in flight).
+    pub(crate) fn reserved(&self) -> Option<u32> {
+        match self {
+            VmState::Creating { vmid, .. } => Some(*vmid),
+            _ => None,
+        }
+    }
+}
+
+/// A UPID in the state: PVE's string. One that does not parse (a record edited by hand, a
+/// format PVE may change) reads as no task rather than losing the record, whose create intent
+/// must survive: without its task, a create in flight is resumed by reading what became of its
+/// VMID, and a delete is checked and sent again after its identity check.
+mod lenient_task {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::pve::Upid;
+
+    pub fn serialize<S: Serializer>(task: &Option<Box<Upid>>, s: S) -> Result<S::Ok, S::Error> {
+        match task {
+            Some(u) => s.serialize_some(u.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<Upid>>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.and_then(|s| parse(&s)))
+    }
+
+    pub(super) fn parse(s: &str) -> Option<Box<Upid>> {
+        s.parse()
+            .inspect_err(|e: &String| tracing::warn!(error = %e, "recorded task id unreadable; resuming without it"))
+            .ok()
+            .map(Box::new)
+    }
+}
+
+/// A record's [`VmState`], stored under `vm`; records of the previous release held a `phase`
+/// with `vmid` and `node` beside it, and are converted as they are read (never dropped: a
+/// create in flight must survive an upgrade, or a second create could follow).
+mod stored_state {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{CloneSource, VmState, lenient_task};
+
+    #[derive(Serialize)]
+    struct Out<'a> {
+        vm: &'a VmState,
+    }
+
+    pub fn serialize<S: Serializer>(vm: &VmState, s: S) -> Result<S::Ok, S::Error> {
+        Out { vm }.serialize(s)
+    }
+
+    #[derive(Deserialize)]
+    struct In {
+        #[serde(default)]
+        vm: Option<VmState>,
+        #[serde(default)]
+        phase: Option<Phase>,
+        #[serde(default)]
+        vmid: Option<u32>,
+        #[serde(default)]
+        node: String,
+    }
+
+    /// The previous release's `Phase` (`tag = "phase"`, camelCase variants).
+    #[derive(Deserialize)]
+    #[serde(tag = "phase", rename_all = "camelCase")]
+    enum Phase {
+        Pending,
+        Creating {
+            vmid: u32,
+            node: String,
+            #[serde(default)]
+            upid: Option<String>,
+            #[serde(default)]
+            started_ms: u64,
+            #[serde(default)]
+            clone_of: Option<CloneSource>,
+        },
+        Exists,
+        Deleting {
+            #[serde(default)]
+            upid: Option<String>,
+        },
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VmState, D::Error> {
+        let stored = In::deserialize(d)?;
+        if let Some(vm) = stored.vm {
+            return Ok(vm);
+        }
+        let (vmid, node) = (stored.vmid, stored.node);
+        // The previous release read `vmid` as the VM whatever the phase said, and took
+        // `Creating`'s own VMID over it; a phase without a VMID had no VM.
+        Ok(match (stored.phase.unwrap_or(Phase::Pending), vmid) {
+            (
+                Phase::Creating {
+                    vmid,
+                    node,
+                    upid,
+                    started_ms,
+                    clone_of,
+                },
+                _,
+            ) => VmState::Creating {
+                vmid,
+                node,
+                task: upid.as_deref().and_then(lenient_task::parse),
+                started_ms,
+                clone_of,
+            },
+            (Phase::Deleting { upid }, Some(vmid)) => VmState::Deleting {
+                vmid,
+                node,
+                task: upid.as_deref().and_then(lenient_task::parse),
+            },
+            (Phase::Pending | Phase::Exists, Some(vmid)) => VmState::Exists { vmid, node },
+            (_, None) => VmState::Absent,
+        })
+    }
+}
+
+/// The template a clone copies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneSource {
+    pub node: String,
+    pub vmid: u32,
+}
+
+/// What a failure is beyond its category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorKind {
+    /// Its category says everything.
+    #[default]
+    Plain,
+    /// A lock no running task can hold (an interrupted operation): only a human can tell it
+    /// is stale and clear it (`qm unlock`), so it needs one although lock errors in general
+    /// resolve by themselves. The spec is `Stalled` (`StaleLock`).
+    StaleLock,
+    /// The VM's `protection` flag stops a delete or a drive removal that its spec does not
+    /// let proxsync clear: a person clears it (or changes the spec). `Stalled` (`Protected`).
+    Protected,
+    /// The guest the record names carries no marker of its spec (a person edited its notes)
+    /// and nothing else shows it is the spec's: a person confirms it (`proxsync adopt`) or
+    /// removes it. Nothing is created meanwhile. `Stalled` (`MarkerMissing`).
+    MarkerMissing,
+}
+
+/// One failure, as kept for backoff and status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredError")]
+pub struct ErrorRecord {
+    #[serde(serialize_with = "category_name")]
+    pub category: Category,
+    pub message: String,
+    pub at_ms: u64,
+    /// Hash of the spec and config the failure happened with: a change resets the backoff.
+    pub inputs: String,
+    pub kind: ErrorKind,
+}
+
+impl ErrorRecord {
+    /// A human must act (the spec is `Stalled`); retried only at the backoff cap.
+    pub fn needs_human(&self) -> bool {
+        self.category.needs_human() || self.kind != ErrorKind::Plain
+    }
+}
+
+/// An [`ErrorRecord`] as stored by this release or earlier ones: those kept a `needs_human`
+/// flag instead of `kind` (true only for a stale lock beyond its category), and before it only
+/// the lock error's text, which told to `qm unlock`.
+#[derive(Deserialize)]
+struct StoredError {
+    category: String,
+    message: String,
+    at_ms: u64,
+    inputs: String,
+    #[serde(default)]
+    kind: Option<ErrorKind>,
+    #[serde(default)]
+    needs_human: bool,
+}
+
+impl From<StoredError> for ErrorRecord {
+    fn from(s: StoredError) -> Self {
+        // A name this release does not know (a newer one's, after a downgrade) is kept as
+        // PVE's generic error rather than losing the record.
+        let category = Category::from_name(&s.category).unwrap_or(Category::ProxmoxError);
+        let kind = s.kind.unwrap_or(
+            if category == Category::LockError && (s.needs_human || s.message.contains("qm unlock"))
+            {
+                ErrorKind::StaleLock
+            } else {
+                ErrorKind::Plain
+            },
+        );
+        ErrorRecord {
+            category,
+            message: s.message,
+            at_ms: s.at_ms,
+            inputs: s.inputs,
+            kind,
+        }
+    }
+}
+
+/// A [`Category`] as its name in the database (the name status files show).
+fn category_name<S: serde::Serializer>(c: &Category, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.as_str())
+}
+
+/// A task proxsync started, for status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub upid: String,
+    pub kind: String,
+    pub status: String,
+    pub at_ms: u64,
+}
+
+/// One attempt, for the status file's short history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub at_ms: u64,
+    pub action: String,
+    pub outcome: String,
+}
+
+fn is_qemu(kind: &crate::guest::GuestKind) -> bool {
+    *kind == crate::guest::GuestKind::Qemu
+}
+
+/// What proxsync remembers about one spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct SpecRecord {
+    /// Unique id of this spec's VM, written into the VM's description marker.
+    pub uid: String,
+    pub site: String,
+    /// The spec's VM: its VMID, node and where it is in its life. Changed only through
+    /// [`crate::store::Store::transition`] (or a fresh record's first write).
+    #[serde(flatten, with = "stored_state")]
+    pub vm: VmState,
+    /// The kind of guest `vm` is (set where the guest is made or taken: the create's intent,
+    /// an adoption, a re-label): a spec whose `kind` changed since is held, never answered by
+    /// a create or a call on the other kind's path. Absent (a VM) in records of a VM, as in
+    /// every record of an earlier release.
+    #[serde(skip_serializing_if = "is_qemu")]
+    pub kind: crate::guest::GuestKind,
+    /// Hash of the spec as last fully applied.
+    pub applied_hash: Option<String>,
+    /// The same without the names (`spec::content_hash`): a new spec with this content in the
+    /// commit that removes this one is a rename, not a delete plus a create.
+    pub applied_content: Option<String>,
+    /// The spec's own tags (user tags and tenant tag) as last applied, for the three-way merge
+    /// that keeps tags added by hand.
+    pub applied_tags: Vec<String>,
+    /// Disk size last requested, so a resize is not repeated while PVE reports the old size.
+    pub applied_disk_bytes: Option<u64>,
+    /// Config keys PVE keeps pending until a reboot, with the spec hash they belong to.
+    pub reboot_pending: Vec<String>,
+    /// When proxsync last rebooted the VM for `rebootPolicy` (unix ms): at most one reboot
+    /// per [`crate::plan::MIN_REBOOT_INTERVAL`], so a change PVE never applies cannot make
+    /// a reboot loop.
+    pub last_reboot_ms: Option<u64>,
+    /// proxsync made the VM an HA resource (the spec's `ha`): removing `ha` from the spec
+    /// removes the resource. An HA resource a person added is never removed.
+    pub ha_applied: bool,
+    /// The HA group (PVE 8) or node-affinity rule (PVE 9) proxsync made for the VM's
+    /// `ha.nodes`: only one named here (and still carrying proxsync's mark) is removed.
+    pub ha_rule: Option<String>,
+    pub attempts: u32,
+    pub next_attempt_ms: Option<u64>,
+    /// Boxed, as `last_task`: most records have none, and the map holds 10,000 records.
+    pub last_error: Option<Box<ErrorRecord>>,
+    /// Set once the VM was created (or adopted); never cleared while the spec exists. Not
+    /// derived from `vm`: a VM that vanished leaves the record `Absent` (and then `Creating`
+    /// again) while `Provisioned` stays True, as the status contract says (it never reverts).
+    pub provisioned: bool,
+    /// The VM was taken over (adopted by its marker, or by hand), not created by this install
+    /// (`Provisioned` says `Adopted`). Meaningful only with `provisioned`.
+    pub adopted: bool,
+    /// The spec's `deletionPolicy: Orphan`, remembered for when the spec is gone (kept in
+    /// line with the spec every cycle that plans).
+    pub orphan_on_delete: bool,
+    /// The spec was observe-only when last seen (its `managementPolicy`, or the config's for
+    /// its file: `observe_paths`, `management_policy`), remembered for when the spec is gone:
+    /// a removed spec keeps the policy, so its VM gets no action (`plan::hands_off`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub observe_only: bool,
+    /// The spec's `dependsOn`, remembered for when the spec is gone: removals go dependants
+    /// first.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub depends_on: Box<[String]>,
+    /// The guest's addresses as its agent last reported them (read when proxsync acts on a
+    /// running VM; empty without an agent).
+    pub ip_addresses: Vec<String>,
+    pub last_task: Option<Box<TaskRecord>>,
+    pub history: Vec<HistoryEntry>,
+    /// The spec's `protection` as last applied (`None`: not managed, the VM's flag is left
+    /// as it is): a removed spec's VM is unprotected for its delete only when the spec managed
+    /// the flag (`gate::volume::vm_delete`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_protection: Option<bool>,
+    /// The VM whose `destroyDisks` this record has followed since it made the VM, or since
+    /// its first converge (an adoption, a database rebuilt, a record of an older release):
+    /// only a slot added to `destroyDisks` while followed is bound to the volume it holds
+    /// and destroyed (`gate::volume::destroy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destroy_disks_vmid: Option<u32>,
+    /// Seeds uploaded and destroys bound (boxed: most records have neither).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Box<Volumes>>,
+    /// The own identity of the guest `vm` names (a VM's smbios1 uuid, a container's first
+    /// NIC's MAC), read from its config while its marker verified: it shows the guest is still
+    /// the spec's after a person removed the marker line from its notes
+    /// (`gate::identity::verify_by_identity`). Records of earlier releases have none until the
+    /// guest's next converge.
+    /// Boxed: a record of 10,000 holds one each, but the pointer keeps the map's entries small.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Box<RecordedIdentity>>,
+}
+
+/// A guest's own identity, as read at one VMID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedIdentity {
+    pub vmid: u32,
+    pub id: crate::guest::GuestId,
+}
+
+/// The volume evidence of one spec: what proxsync recorded when it wrote a volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Volumes {
+    /// The cloud-init seed images proxsync uploaded for the VM that may still be on their
+    /// storage, as the storage listed each right after its upload.
+    pub seeds: Vec<SeedUpload>,
+    /// Each `destroyDisks` slot as applied to the VM [`SpecRecord::destroy_disks_vmid`].
+    pub destroys: Vec<DiskDestroy>,
+}
+
+/// A seed image as its storage listed it right after proxsync uploaded it (PVE's content
+/// listing gives a file's `size` and `ctime`, the inode's change time, which only the kernel
+/// sets: pve-storage `PVE/Storage/Plugin.pm` `get_subdir_files`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedUpload {
+    /// `local:iso/proxsync.<install>.<spec>.<hash12>.iso`.
+    pub volid: String,
+    pub size: u64,
+    pub ctime: u64,
+}
+
+/// One `destroyDisks` slot: the volume its destroy is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskDestroy {
+    pub slot: String,
+    /// The volume the slot held when the destroy was first applied (or when the record began
+    /// following the VM, for [`DestroyState::Unbound`]); `None`: the slot was empty.
+    pub volume: Option<String>,
+    pub state: DestroyState,
+    /// When the state was last set (unix ms).
+    pub at_ms: u64,
+    /// The volume last reported as found in the slot and not destroyed, so it is noted once.
+    #[serde(default)]
+    pub reported: Option<String>,
+}
+
+/// Where a `destroyDisks` slot's destroy is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DestroyState {
+    /// Bound to `volume`, recorded before the destroy is sent; not known to be done (the
+    /// request may not have left, a crash may have come between it and its answer).
+    Bound,
+    /// Done: `volume` was destroyed (or the slot was empty, `volume` `None`). Never again.
+    Destroyed,
+    /// The slot was listed before the record followed the VM: nothing is known of what the
+    /// spec's author meant, so nothing in it is ever destroyed.
+    Unbound,
+}
+
+/// A person's confirmation that VM `vmid` is spec `spec`'s (`proxsync adopt`), after the
+/// checks `engine::adopt_by_hand` made: what [`crate::store::Store::record_adoption`] writes, directly or
+/// through the running daemon's control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adoption {
+    pub spec: String,
+    pub site: String,
+    pub node: String,
+    pub vmid: u32,
+    /// The uid of the VM's marker.
+    pub uid: String,
+    pub orphan_on_delete: bool,
+    /// The guest's own identity as the command read it (kept as the record's, see
+    /// [`SpecRecord::identity`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::guest::GuestId>,
+}
+
+impl SpecRecord {
+    /// The identity recorded for the guest at `vmid`, if any (one recorded at another VMID
+    /// says nothing of this one).
+    pub fn identity_at(&self, vmid: u32) -> Option<&crate::guest::GuestId> {
+        self.identity
+            .as_ref()
+            .filter(|r| r.vmid == vmid)
+            .map(|r| &r.id)
+    }
+
+    /// Keeps `id`, read from the config of the guest at `vmid` whose marker just verified, as
+    /// the guest's identity. `None` (none, or not a well-formed one) keeps what was recorded.
+    pub fn remember_identity(&mut self, vmid: u32, id: Option<crate::guest::GuestId>) {
+        if let Some(id) = id
+            && self.identity_at(vmid) != Some(&id)
+        {
+            self.identity = Some(Box::new(RecordedIdentity { vmid, id }));
+        }
+    }
+
+    /// Takes what the record keeps of its spec for when the spec is gone (`deletionPolicy`,
+    /// `dependsOn`; whether it is observe-only is left as it was); whether anything changed.
+    pub fn follow(&mut self, spec: &crate::spec::Spec) -> bool {
+        self.follow_with(spec, &spec.depends_on, self.observe_only)
+    }
+
+    /// [`SpecRecord::follow`], with `depends_on` the spec's dependencies as names of specs
+    /// (a set's name given as its members': the removal order matches them), and whether the
+    /// spec is observe-only now (`Spec::policy`, which needs the config).
+    pub fn follow_with(
+        &mut self,
+        spec: &crate::spec::Spec,
+        depends_on: &[String],
+        observe_only: bool,
+    ) -> bool {
+        let orphan = spec.deletion_policy == crate::spec::DeletionPolicy::Orphan;
+        if self.orphan_on_delete == orphan
+            && *self.depends_on == *depends_on
+            && self.observe_only == observe_only
+        {
+            return false;
+        }
+        self.orphan_on_delete = orphan;
+        self.depends_on = depends_on.into();
+        self.observe_only = observe_only;
+        true
+    }
+
+    /// Adds a history entry, most recent first, keeping 10.
+    pub fn note(&mut self, at_ms: u64, action: &str, outcome: &str) {
+        self.history.insert(
+            0,
+            HistoryEntry {
+                at_ms,
+                action: action.to_string(),
+                outcome: outcome.chars().take(300).collect(),
+            },
+        );
+        self.history.truncate(10);
+    }
+
+    /// The VMID the record holds: its VM's, or the one reserved by a create in flight.
+    pub fn vmid(&self) -> Option<u32> {
+        self.vm.vmid()
+    }
+
+    /// The record's volume evidence, made when first needed.
+    pub fn volumes_mut(&mut self) -> &mut Volumes {
+        self.volumes.get_or_insert_with(Default::default)
+    }
+
+    /// The upload recorded for the seed `volid`.
+    pub fn seed_upload(&self, volid: &str) -> Option<&SeedUpload> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.seeds.iter().find(|s| s.volid == volid))
+    }
+
+    /// The binding of `destroyDisks` slot `slot`.
+    pub fn disk_destroy(&self, slot: &str) -> Option<&DiskDestroy> {
+        self.volumes
+            .as_ref()
+            .and_then(|v| v.destroys.iter().find(|d| d.slot == slot))
+    }
+
+    /// Drops the volume evidence when it holds nothing.
+    pub fn tidy_volumes(&mut self) {
+        if self
+            .volumes
+            .as_ref()
+            .is_some_and(|v| v.seeds.is_empty() && v.destroys.is_empty())
+        {
+            self.volumes = None;
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! What a cycle observed of a site: its guests as listed ([`ObservedVm`]: kind, power, name,
+//! tags, the marker when read, health), any VMID in use, and the cluster's health
+//! ([`SiteView`]). `observe` makes it from the site's listings; the gate, the planner and
+//! render decide on it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::guest::GuestKind;
+use crate::ownership::Marker;
+use crate::pve::types::{ClusterHealth, ClusterShape, ListedStatus, VmResource};
+
+/// A VM's power state as listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Power {
+    Running,
+    Stopped,
+    /// Listed, but the state is not known (node offline, VM created seconds ago, paused...).
+    Unknown,
+}
+
+impl Power {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Power::Running => "running",
+            Power::Stopped => "stopped",
+            Power::Unknown => "unknown",
+        }
+    }
+}
+
+/// One VM of the listing, normalised. Only what a plan or a status may read, none of the
+/// listing's usage counters (CPU load, memory used, uptime...): an idle cluster observes the
+/// same from cycle to cycle ([`fingerprint`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObservedVm {
+    pub vmid: u32,
+    /// A QEMU VM or an LXC container (both share the VMID space and the same rules).
+    pub kind: GuestKind,
+    pub node: String,
+    pub name: Option<String>,
+    pub power: Power,
+    /// Lower-cased, sorted, deduplicated.
+    pub tags: Vec<String>,
+    pub cpus: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    pub lock: Option<String>,
+    /// The HA manager's state when the VM is HA-managed (the listing's `hastate`).
+    pub ha_state: Option<String>,
+    pub template: bool,
+    /// The description marker, once read (`None`: not read, or read and absent; see
+    /// `marker_read`). Shared with the marker cache: a cycle clones a pointer, not strings.
+    pub marker: Option<Arc<Marker>>,
+    pub marker_read: bool,
+    /// The marker's MAC verifies for this VMID with this install's key (or the state
+    /// database vouches for the VM). Only a verified marker makes a VM this install's.
+    pub marker_verified: bool,
+    /// Being made by a create or clone this install's token started, which no record explains
+    /// (see [`mark_in_making`]): it may be a spec's guest, judged by its marker once its task
+    /// ends; never a second one meanwhile.
+    pub making: Option<Making>,
+}
+
+/// How a listed guest is being made by this install's token ([`mark_in_making`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Making {
+    /// A create naming its VMID (`qmcreate`, `vzcreate`): the guest is made on its spec's node.
+    Create,
+    /// A clone (`qmclone`, `vzclone`, whose task names the template): listed on the template's
+    /// node until its task ends, so it may be the guest of a spec on any node.
+    Clone,
+    /// Its node's running tasks could not be read: it may be either.
+    Unread,
+}
+
+impl ObservedVm {
+    /// Taken by value: the strings move over, nothing is copied.
+    /// `kind`: the listing's (see [`VmResource::guest_kind`]).
+    pub fn from_resource(r: VmResource, kind: GuestKind) -> ObservedVm {
+        let power = match r.status {
+            Some(ListedStatus::Running) if r.name.is_some() => Power::Running,
+            Some(ListedStatus::Stopped) if r.name.is_some() => Power::Stopped,
+            _ => Power::Unknown,
+        };
+        let mut tags = r.tags;
+        tags.sort();
+        tags.dedup();
+        ObservedVm {
+            vmid: r.vmid,
+            kind,
+            node: r.node,
+            name: r.name,
+            power,
+            tags,
+            cpus: r.maxcpu,
+            memory_bytes: r.maxmem,
+            disk_bytes: r.maxdisk,
+            lock: r.lock.filter(|l| !l.is_empty()),
+            ha_state: r.hastate.filter(|s| !s.is_empty()),
+            template: r.template.unwrap_or(false),
+            marker: None,
+            marker_read: false,
+            marker_verified: false,
+            making: None,
+        }
+    }
+
+    /// Listed with status `unknown` or without a name: present, but not to be judged.
+    pub fn is_unknown(&self) -> bool {
+        self.power == Power::Unknown
+    }
+
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
+    /// Owned by this install: the ownership tag and a marker of this install.
+    pub fn owned_by(&self, install_id: &str) -> bool {
+        self.has_tag(&crate::ownership::ownership_tag(install_id))
+            && self.marker_verified
+            && self
+                .marker
+                .as_ref()
+                .is_some_and(|m| m.install == install_id)
+    }
+
+    /// A marker naming this install that does not verify: typed by hand, or copied with the
+    /// VM from another VMID. The spec it claims, for the report; never trusted.
+    pub fn unverified_claim(&self, install_id: &str) -> Option<&str> {
+        self.marker
+            .as_ref()
+            .filter(|m| !self.marker_verified && m.install == install_id)
+            .map(|m| m.spec.as_str())
+    }
+}
+
+/// One site this cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SiteView {
+    pub name: String,
+    /// Why the site could not be observed, if it could not.
+    pub error: Option<String>,
+    pub health: ClusterHealth,
+    /// QEMU VMs and LXC containers by VMID (each with its `kind`).
+    pub vms: BTreeMap<u32, ObservedVm>,
+    /// The VMIDs of the listing's guests of any other type, or whose entry could not be read:
+    /// taken for a new guest all the same.
+    pub other_vmids: BTreeSet<u32>,
+    /// The listing's entries that could not be read (a garbled answer): the view is
+    /// incomplete, so nothing is created or deleted on the site this cycle.
+    pub unreadable: Vec<String>,
+    /// Who the cluster says it is (`GET /cluster/status`): when it changes, the site's root CA
+    /// is read again to check it is still the recorded cluster (`gate::site`).
+    pub cluster: ClusterShape,
+    /// The site reaches another cluster than the one recorded for it (`gate::site`): `error`
+    /// says so, and nothing on the site is judged or touched until a person settles it.
+    pub identity_changed: bool,
+}
+
+impl SiteView {
+    /// A site that could not be read: nothing on it is judged or touched.
+    pub fn unreachable(name: &str, error: String) -> SiteView {
+        SiteView {
+            name: name.to_string(),
+            error: Some(error),
+            health: ClusterHealth {
+                quorate: false,
+                nodes: BTreeMap::new(),
+            },
+            vms: BTreeMap::new(),
+            other_vmids: BTreeSet::new(),
+            unreadable: Vec::new(),
+            cluster: ClusterShape::default(),
+            identity_changed: false,
+        }
+    }
+
+    /// A site whose endpoint reaches another cluster than the recorded one: unreachable as far
+    /// as planning goes (nothing listed, nothing judged), `message` saying why and what to do.
+    pub fn identity_refused(name: &str, message: String) -> SiteView {
+        SiteView {
+            identity_changed: true,
+            ..SiteView::unreachable(name, message)
+        }
+    }
+
+    pub fn reachable(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The listing had entries that could not be read: a guest may be missing from `vms`, so
+    /// nothing may be created or deleted on the strength of this view.
+    pub fn incomplete(&self) -> bool {
+        !self.unreadable.is_empty()
+    }
+
+    /// Why the view is incomplete, in a sentence for a status: which entries, and what holds.
+    pub fn incomplete_why(&self) -> String {
+        let shown: Vec<&str> = self.unreadable.iter().take(3).map(String::as_str).collect();
+        let more = self.unreadable.len().saturating_sub(shown.len());
+        format!(
+            "site {}'s listing (/cluster/resources) has {} entr{} proxsync cannot read ({}{}): \
+             nothing is created or deleted there until it reads whole",
+            self.name,
+            self.unreadable.len(),
+            if self.unreadable.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            },
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    /// True when the site is reachable, quorate and the node online.
+    pub fn node_healthy(&self, node: &str) -> bool {
+        self.reachable() && self.health.node_healthy(node)
+    }
+}
