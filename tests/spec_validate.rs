@@ -904,3 +904,25 @@ fn schema_names_every_field() {
         assert!(fp.get(field).is_some(), "{field}");
     }
 }
+
+/// The example specs' hashes are the ones the release before the guest kind became a type
+/// stored (its demo's status files at fbbe659, `observedGeneration`): a change here would
+/// converge every guest once after an upgrade. The container's pins `ContainerSpec`'s JSON.
+#[test]
+fn the_example_specs_keep_the_hashes_earlier_releases_stored() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs.example");
+    let set = spec::load_paths(&[dir]);
+    let hash_of = |name: &str| {
+        let s = set.specs.iter().find(|s| s.name == name).expect(name);
+        spec::spec_hash(s)
+    };
+    for (name, stored) in [
+        ("dns-fra-01", "4d929d9725aaa118"),
+        ("app-fra-01", "e4aca379b8f31e6a"),
+        ("db-01", "a94850ec8cfda0bc"),
+        ("vault-fra-01", "f9302b51c83784d7"),
+        ("web-01", "3c17b1e325e5b655"),
+    ] {
+        assert_eq!(hash_of(name), stored, "{name}");
+    }
+}
