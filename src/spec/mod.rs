@@ -929,41 +929,30 @@ pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
 }
 
 /// `spec` as a container with the VM's name, sizes and image and no options of its own: for
-/// tests of what only the kind changes (the words of a message).
+/// tests of what only the kind changes (the words of a message). Made by parsing, so a new
+/// field of `ContainerSpec` needs nothing here.
 #[cfg(test)]
 pub(crate) fn as_test_container(spec: Spec) -> Spec {
     let Guest::Vm(vm) = spec.guest else {
         return spec;
     };
-    let ct = ContainerSpec {
-        hostname: vm.vm_name,
-        cores: vm.cpu,
-        memory_mib: vm.memory_mib,
-        rootfs_bytes: vm.disk_bytes,
-        storage: vm.storage,
-        network: vm.network,
-        template: vm.image,
-        template_pos: vm.image_pos,
-        unprivileged: true,
-        features: None,
-        cpu_limit: None,
-        cpu_units: None,
-        swap_mib: None,
-        networks: None,
-        mount_points: None,
-        destroy_volumes: Vec::new(),
-        nameserver: None,
-        searchdomain: None,
-        timezone: None,
-        console: None,
-        tty: None,
-        arch: None,
-        os_type: None,
-        ssh_public_keys: Vec::new(),
-        password: None,
+    let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: t\nspec:\n  \
+                forProvider:\n    site: s\n    node: n\n    template: local:vztmpl/t.tar.zst\n";
+    let (specs, diags) = parse_file("t.yaml", yaml.as_bytes());
+    assert!(diags.is_empty(), "{diags:?}");
+    let Some(Guest::Container(mut ct)) = specs.into_iter().next().map(|s| s.guest) else {
+        unreachable!("a ProxmoxLXC document is a container")
     };
+    ct.hostname = vm.vm_name;
+    ct.cores = vm.cpu;
+    ct.memory_mib = vm.memory_mib;
+    ct.rootfs_bytes = vm.disk_bytes;
+    ct.storage = vm.storage;
+    ct.network = vm.network;
+    ct.template = vm.image;
+    ct.template_pos = vm.image_pos;
     Spec {
-        guest: Guest::Container(Box::new(ct)),
+        guest: Guest::Container(ct),
         ..spec
     }
 }
