@@ -215,8 +215,9 @@ pub(crate) async fn prove(
         ha: e.ha,
     };
     let marks = marks(setup, &prefix, &marker);
-    let line = exercise_proof(marks, made).map_err(Unproven::NotOurs)?;
-    let permit = exercise_delete(&setup.site, marks, made).map_err(Unproven::NotOurs)?;
+    let line = exercise_proof(marks, made).map_err(|r| Unproven::NotOurs(r.into()))?;
+    let permit =
+        exercise_delete(&setup.site, marks, made).map_err(|r| Unproven::NotOurs(r.into()))?;
     Ok(Proven {
         node: e.node,
         permit,

@@ -184,7 +184,7 @@ async fn remark_by_hand(
             spec.guest_name(),
         ),
     }
-    .map_err(EngineError::Refused)?;
+    .map_err(|r| EngineError::Refused(r.into()))?;
     if cfg.digest().is_none() {
         return Err(EngineError::Refused(format!(
             "{}'s config came without its digest; try again",
@@ -465,7 +465,7 @@ pub(super) async fn take_over_by_hand(
         cfg.description(),
         &cfg.tags(),
     )
-    .map_err(EngineError::Refused)?;
+    .map_err(|r| EngineError::Refused(r.into()))?;
     let key_path = config.marker_key_path();
     let key = MarkerKey::load_or_create_file(&key_path).map_err(|message| EngineError::Status {
         path: key_path.display().to_string(),

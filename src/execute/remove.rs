@@ -104,7 +104,7 @@ pub(super) async fn remove(
         }
         if release {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
-            let permit = permit::remove(&ours, spec_name, true).map_err(conflict)?;
+            let permit = permit::remove(&ours, spec_name, true).map_err(|r| conflict(r.into()))?;
             let params = release_params(ctx, &cfg, &permit)?;
             client
                 .set_config(node, kind, vmid, &params, cfg.digest())
@@ -149,7 +149,7 @@ pub(super) async fn remove(
         .await?;
         // Where its seed images are: they hold its user data, and go with it.
         let seeds = seed_storages(Some(&cfg), &ctx.install_id, spec_name, Some(rec));
-        let permit = permit::remove(&ours, spec_name, false).map_err(conflict)?;
+        let permit = permit::remove(&ours, spec_name, false).map_err(|r| conflict(r.into()))?;
         let upid = client
             .delete_vm(node, kind, vmid, true, true, &permit)
             .await?;
@@ -276,7 +276,7 @@ async fn mark_again(
             ),
         ));
     };
-    let permit = permit::sign(ours).map_err(conflict)?;
+    let permit = permit::sign(ours).map_err(|r| conflict(r.into()))?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &rec.uid, vmid);
     let params =
         VmParams::new().marker(&permit, signed.replace_in(cfg.description().unwrap_or("")))?;
@@ -383,7 +383,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
             .map_err(|why| why.0)
             .and_then(|ours| {
                 spec = ours.spec().to_string();
-                permit::delete_orphan(&ours, &cfg.tags())
+                permit::delete_orphan(&ours, &cfg.tags()).map_err(String::from)
             })
             .map_err(|why| {
                 fail(

@@ -23,6 +23,7 @@
 //! drive (`S:cloudinit`) and an ejected CD-ROM (`none,media=cdrom`) are not guarded.
 
 use super::identity::{Trust, VerifiedMarker};
+use super::refusal::{Refusal, Refused};
 use super::site::SiteChecked;
 use crate::guest::{GuestId, GuestKind};
 use crate::ownership::{ExerciseLine, Marker, MarkerKey, ownership_tag};
@@ -33,45 +34,43 @@ pub use crate::pve::permit::{
 
 // ---- the acts on a VM of this install, from its verified marker ----
 
+/// `vm`'s refusal for `why`.
+fn refused(vm: &VerifiedMarker, why: Refused) -> Refusal {
+    Refusal {
+        kind: vm.kind(),
+        vmid: vm.vmid(),
+        why,
+    }
+}
+
 /// `vm`'s marker names this install.
-pub(super) fn own(vm: &VerifiedMarker) -> Result<(), String> {
+pub(super) fn own(vm: &VerifiedMarker) -> Result<(), Refusal> {
     if vm.is_own() {
         return Ok(());
     }
-    Err(format!(
-        "{} carries the marker of install {}: not this install's to act on",
-        vm.named(),
-        vm.install()
-    ))
+    let install = vm.install().to_string();
+    Err(refused(vm, Refused::OtherInstall { install }))
 }
 
-fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), String> {
+fn of_spec(vm: &VerifiedMarker, spec: &str) -> Result<(), Refusal> {
     own(vm)?;
     if vm.spec() == spec {
         return Ok(());
     }
-    Err(format!(
-        "{} carries the marker of spec {}, not of {spec}",
-        vm.named(),
-        vm.spec()
-    ))
+    let (carries, wanted) = (vm.spec().to_string(), spec.to_string());
+    Err(refused(vm, Refused::OtherSpec { carries, wanted }))
 }
 
 /// The removal of spec `spec`'s VM: its delete, or with `release` (`deletionPolicy: Orphan`)
 /// its release (this install's tag and marker removed, the VM kept). The VM's marker must
 /// name `spec` (verified or vouched for by the spec's record): its identity alone is not
 /// enough.
-pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, String> {
+pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, Refusal> {
     of_spec(vm, spec)?;
     // A guest shown the spec's only by its identity (its notes lost the marker line) gets the
     // line back first; it is deleted or released only on the marker itself.
     if vm.trust() == Trust::Identity {
-        return Err(format!(
-            "{} carries no marker line: it is written back first, and the {} removed at the \
-             next cycle",
-            vm.named(),
-            vm.kind().noun()
-        ));
+        return Err(refused(vm, Refused::MarkerLineMissing));
     }
     let act = if release { Act::Release } else { Act::DeleteVm };
     Ok(Permit::new(vm.site(), vm.vmid(), act))
@@ -79,7 +78,7 @@ pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, 
 
 /// The hand-over of spec `spec`'s VM to the install whose selector now matches the spec: this
 /// install's tag removed, the marker kept (written signed for the VM when it was not).
-pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, String> {
+pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, Refusal> {
     of_spec(vm, spec)?;
     let marker = MarkerId::of(vm.marker());
     Ok(Permit::new(vm.site(), vm.vmid(), Act::HandOver { marker }))
@@ -88,28 +87,22 @@ pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, String> {
 /// The delete of an orphan (or of a second VM of a spec): this install's ownership tag among
 /// `tags` and a marker whose MAC verifies (no record vouches for an orphan). That it is
 /// stopped, unlocked, unprotected and past its grace period is the plan's and the caller's.
-pub fn delete_orphan(vm: &VerifiedMarker, tags: &[String]) -> Result<Permit, String> {
+pub fn delete_orphan(vm: &VerifiedMarker, tags: &[String]) -> Result<Permit, Refusal> {
     own(vm)?;
-    let (vmid, named) = (vm.vmid(), vm.named());
     if vm.trust() != Trust::Mac {
-        return Err(format!(
-            "{named}'s marker does not verify for {named}: an orphan is deleted only on a signed \
-             marker"
-        ));
+        return Err(refused(vm, Refused::UnsignedOrphan));
     }
     let tag = ownership_tag(vm.install());
     if !tags.contains(&tag) {
-        return Err(format!(
-            "{named} does not carry the ownership tag {tag}: not deleting it"
-        ));
+        return Err(refused(vm, Refused::NoOwnershipTag { tag }));
     }
-    Ok(Permit::new(vm.site(), vmid, Act::DeleteVm))
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteVm))
 }
 
 /// Writing the VM's own marker again, signed for its VMID (a marker from before signing, or
 /// with a lost key, vouched for by the record), or below a description the spec declares: the
 /// install, spec and uid it carries are the verified marker's.
-pub fn sign(vm: &VerifiedMarker) -> Result<Permit, String> {
+pub fn sign(vm: &VerifiedMarker) -> Result<Permit, Refusal> {
     own(vm)?;
     let marker = MarkerId::of(vm.marker());
     Ok(Permit::new(vm.site(), vm.vmid(), Act::Sign { marker }))
@@ -123,15 +116,13 @@ pub fn take_over(
     install_id: &str,
     spec: &str,
     tags: &[String],
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     let vmid = vm.vmid();
     if vm.is_own() || vm.spec() != spec || vm.trust() != Trust::Mac {
-        return Err(format!(
-            "{} does not carry a verifying marker of spec {spec} from another install",
-            vm.named()
-        ));
+        let spec = spec.to_string();
+        return Err(refused(vm, Refused::NotHandedOver { spec }));
     }
-    released(&vm.named(), vm.install(), tags)?;
+    released(vm.kind(), vmid, vm.install(), tags)?;
     let marker = MarkerId {
         install: install_id.to_string(),
         spec: spec.to_string(),
@@ -140,13 +131,17 @@ pub fn take_over(
     Ok(Permit::new(vm.site(), vmid, Act::TakeOver { marker }))
 }
 
-/// No `proxsync.*` tag is left among `tags` of the guest `named` (`VM 101`).
-fn released(named: &str, install: &str, tags: &[String]) -> Result<(), String> {
+/// No `proxsync.*` tag is left among `tags` of guest `vmid`.
+fn released(kind: GuestKind, vmid: u32, install: &str, tags: &[String]) -> Result<(), Refusal> {
     match tags.iter().find(|t| t.starts_with("proxsync.")) {
-        Some(tag) => Err(format!(
-            "{named} carries install {install}'s marker and the ownership tag {tag}: that \
-             install has not handed it over yet; wait until it has (its tag removed)"
-        )),
+        Some(tag) => Err(Refusal {
+            kind,
+            vmid,
+            why: Refused::NotReleased {
+                install: install.to_string(),
+                tag: tag.clone(),
+            },
+        }),
         None => Ok(()),
     }
 }
@@ -171,19 +166,18 @@ pub fn adopt_by_hand(
     install_id: &str,
     description: Option<&str>,
     tags: &[String],
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     let ByHand { spec, kind, vmid } = by_hand;
-    let named = kind.named(vmid);
+    let refused = |why| Refusal { kind, vmid, why };
     let m = description
         .and_then(Marker::parse)
         .filter(|m| m.spec == spec && m.install != install_id)
         .ok_or_else(|| {
-            format!(
-                "{named} does not carry the marker of spec {spec} of another install: nothing \
-                 to take over"
-            )
+            refused(Refused::NothingToTakeOver {
+                spec: spec.to_string(),
+            })
         })?;
-    released(&named, &m.install, tags)?;
+    released(kind, vmid, &m.install, tags)?;
     let marker = MarkerId {
         install: install_id.to_string(),
         spec: spec.to_string(),
@@ -204,21 +198,15 @@ pub fn remark_by_hand(
     recorded_vmid: Option<u32>,
     uid: &str,
     description: Option<&str>,
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     let ByHand { spec, kind, vmid } = by_hand;
-    let named = kind.named(vmid);
+    let refused = |why| Refusal { kind, vmid, why };
+    let spec_named = spec.to_string();
     if recorded_vmid != Some(vmid) || uid.is_empty() {
-        return Err(format!(
-            "{named} is not the {} spec {spec}'s record names: proxsync writes a missing marker \
-             line back only on the guest it made or adopted",
-            kind.noun()
-        ));
+        return Err(refused(Refused::NotRecorded { spec: spec_named }));
     }
     if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
-        return Err(format!(
-            "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
-             if the guest is the spec's"
-        ));
+        return Err(refused(Refused::ForeignMarkerLine { spec: spec_named }));
     }
     let marker = MarkerId {
         install: install_id.to_string(),
@@ -244,23 +232,20 @@ pub fn mark_unrecorded_by_hand(
     tags: &[String],
     name: Option<&str>,
     vm_name: &str,
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     let ByHand { spec, kind, vmid } = by_hand;
-    let named = kind.named(vmid);
+    let refused = |why| Refusal { kind, vmid, why };
     let tag = ownership_tag(install_id);
     if !tags.contains(&tag) || name != Some(vm_name) {
-        return Err(format!(
-            "{named} is neither the guest spec {spec}'s record names nor one with the tag {tag} \
-             and the spec's {} name {vm_name}: proxsync adopts it only with a proxsync-id line \
-             of the spec",
-            kind.noun()
-        ));
+        return Err(refused(Refused::NotRecognised {
+            spec: spec.to_string(),
+            tag,
+            name: vm_name.to_string(),
+        }));
     }
     if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) || uid.is_empty() {
-        return Err(format!(
-            "{named}'s notes hold a proxsync-id line that is not spec {spec}'s: remove it first \
-             if the guest is the spec's"
-        ));
+        let spec = spec.to_string();
+        return Err(refused(Refused::ForeignMarkerLine { spec }));
     }
     let marker = MarkerId {
         install: install_id.to_string(),
@@ -271,30 +256,24 @@ pub fn mark_unrecorded_by_hand(
 }
 
 /// Whether `vm` still has the value its consent pins (a reused VMID is another guest).
-fn proven(vm: &Bare<'_>, proof: &crate::guest::GuestId, spec: &str) -> Result<(), String> {
-    let vmid = vm.vmid;
-    let (found, want, what) = match proof {
-        crate::guest::GuestId::Uuid(want) => (
+fn proven(vm: &Bare<'_>, proof: &GuestId, spec: &str) -> Result<(), Refused> {
+    let (found, want) = match proof {
+        GuestId::Uuid(want) => (
             vm.smbios1
                 .and_then(|s| crate::pve::values::prop_value(s, "uuid", None))
                 .map(str::to_ascii_lowercase),
             want,
-            format!("VM {vmid} has smbios1 uuid"),
         ),
-        crate::guest::GuestId::Hwaddr(want) => (
-            vm.hwaddr.map(str::to_ascii_uppercase),
-            want,
-            format!("container {vmid}'s first NIC has MAC"),
-        ),
+        GuestId::Hwaddr(want) => (vm.hwaddr.map(str::to_ascii_uppercase), want),
     };
     if found.as_deref() == Some(want.as_str()) {
         return Ok(());
     }
-    Err(format!(
-        "{what} {}, not {want} as when spec {spec} was written: another guest holds the VMID \
-         now; import it again if it is the one to adopt",
-        found.as_deref().unwrap_or("(none)"),
-    ))
+    Err(Refused::IdentityChanged {
+        found,
+        want: proof.clone(),
+        spec: spec.to_string(),
+    })
 }
 
 /// What a guest's config shows of who it is, read right before an adoption by consent.
@@ -325,39 +304,36 @@ pub fn adopt_by_consent(
     spec: &str,
     vm_name: &str,
     uid: &str,
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     let vmid = vm.vmid;
     // The proof is the spec's kind's (a VM's uuid, a container's MAC), as is the guest.
     let kind = match consent.proof {
-        crate::guest::GuestId::Uuid(_) => GuestKind::Qemu,
-        crate::guest::GuestId::Hwaddr(_) => GuestKind::Lxc,
+        GuestId::Uuid(_) => GuestKind::Qemu,
+        GuestId::Hwaddr(_) => GuestKind::Lxc,
     };
-    let (named, noun) = (kind.named(vmid), kind.noun());
+    let refused = |why| Refusal { kind, vmid, why };
+    let spec_named = || spec.to_string();
     if consent.vmid != vmid {
-        return Err(format!(
-            "{named} is not the {noun} spec {spec} consents to take over ({})",
-            consent.vmid
-        ));
+        return Err(refused(Refused::NotConsented {
+            spec: spec_named(),
+            consented: consent.vmid,
+        }));
     }
-    proven(&vm, &consent.proof, spec)?;
+    proven(&vm, &consent.proof, spec).map_err(refused)?;
     if vm.name != Some(vm_name) {
-        return Err(format!(
-            "{named} is named {}, not {vm_name} as spec {spec} says",
-            vm.name.unwrap_or("(no name)")
-        ));
+        return Err(refused(Refused::NameDiffers {
+            found: vm.name.map(str::to_string),
+            want: vm_name.to_string(),
+            spec: spec_named(),
+        }));
     }
     if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
-        return Err(format!(
-            "{named} carries the ownership tag {tag}: an install of proxsync manages it"
-        ));
+        return Err(refused(Refused::Managed { tag: tag.clone() }));
     }
     if let Some(d) = vm.description
         && d.contains(crate::ownership::MARKER_PREFIX)
     {
-        return Err(format!(
-            "{named} carries a proxsync marker line: it is some install's, never taken by \
-             consent"
-        ));
+        return Err(refused(Refused::HasMarkerLine));
     }
     let marker = MarkerId {
         install: install_id.to_string(),
@@ -417,23 +393,29 @@ pub struct Made<'a> {
 /// a template, nor a guest any install manages (a `proxsync-id:` line, a `proxsync.*` tag),
 /// nor HA-managed. Anything less, and it is someone else's. Marks that would match any guest
 /// (an empty pool, prefix or marker) prove nothing. The line proven, whose run made it.
-pub fn exercise_proof(marks: ExerciseMarks<'_>, guest: Made<'_>) -> Result<ExerciseLine, String> {
-    let named = guest.kind.named(guest.vmid);
+pub fn exercise_proof(marks: ExerciseMarks<'_>, guest: Made<'_>) -> Result<ExerciseLine, Refusal> {
+    let refused = |why| Refusal {
+        kind: guest.kind,
+        vmid: guest.vmid,
+        why,
+    };
     if [marks.pool, marks.prefix, marks.marker]
         .iter()
         .any(|m| m.trim().is_empty())
     {
-        return Err(format!(
-            "an exercise's pool, name prefix and marker must each say something: pool {:?}, \
-             prefix {:?}, marker {:?} would take {named} without proof",
-            marks.pool, marks.prefix, marks.marker
-        ));
+        return Err(refused(Refused::EmptyExerciseMarks {
+            pool: marks.pool.to_string(),
+            prefix: marks.prefix.to_string(),
+            marker: marks.marker.to_string(),
+        }));
     }
-    exercise_shown(marks, guest, &named)?;
+    exercise_shown(marks, guest).map_err(refused)?;
     let description = guest.description.unwrap_or_default();
-    let not_ours = |what: &str| format!("{named} {what}: not the exercise's to delete");
-    let line = ExerciseLine::parse(description, marks.marker)
-        .ok_or_else(|| not_ours(&format!("lacks the exercise's line {:?}", marks.marker)))?;
+    let line = ExerciseLine::parse(description, marks.marker).ok_or_else(|| {
+        refused(Refused::NoExerciseLine {
+            marker: marks.marker.to_string(),
+        })
+    })?;
     let (pool, vmid) = (marks.pool, guest.vmid);
     let signed = guest
         .identity
@@ -441,58 +423,43 @@ pub fn exercise_proof(marks: ExerciseMarks<'_>, guest: Made<'_>) -> Result<Exerc
     let young = marks.now.saturating_sub(line.started) < EXERCISE_PENDING_SECS;
     let pending = young && line.verifies(marks.key, pool, vmid, None);
     if !signed && !pending {
-        return Err(not_ours(&format!(
-            "carries an exercise line whose signature does not verify for this VMID and \
-             guest ({})",
-            guest
-                .identity
-                .map_or("no identity".to_string(), ToString::to_string)
-        )));
+        return Err(refused(Refused::ExerciseUnsigned {
+            identity: guest.identity.cloned(),
+        }));
     }
     Ok(line)
 }
 
 /// The unsigned part of [`exercise_proof`]: the pool, the name, and what no exercise's guest
 /// has.
-fn exercise_shown(marks: ExerciseMarks<'_>, guest: Made<'_>, named: &str) -> Result<(), String> {
+fn exercise_shown(marks: ExerciseMarks<'_>, guest: Made<'_>) -> Result<(), Refused> {
     if guest.pool != Some(marks.pool) {
-        return Err(format!(
-            "{named} is in pool {}, not the exercise's pool {}: not the exercise's to delete",
-            guest.pool.unwrap_or("(none)"),
-            marks.pool
-        ));
+        return Err(Refused::NotInExercisePool {
+            found: guest.pool.map(str::to_string),
+            pool: marks.pool.to_string(),
+        });
     }
     let name = guest.name.unwrap_or_default();
     if name.len() <= marks.prefix.len() || !name.starts_with(marks.prefix) {
-        return Err(format!(
-            "{named} is named {:?}, not {}...: not the exercise's to delete",
-            name, marks.prefix
-        ));
+        return Err(Refused::NotExerciseNamed {
+            found: name.to_string(),
+            prefix: marks.prefix.to_string(),
+        });
     }
     if guest
         .description
         .is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX))
     {
-        return Err(format!(
-            "{named} carries a proxsync-id line: a guest an install manages, never an \
-             exercise's"
-        ));
+        return Err(Refused::ManagedByLine);
     }
     if let Some(tag) = guest.tags.iter().find(|t| t.starts_with("proxsync.")) {
-        return Err(format!(
-            "{named} carries the ownership tag {tag}: a guest an install manages, never an \
-             exercise's"
-        ));
+        return Err(Refused::ManagedByTag { tag: tag.clone() });
     }
     if guest.ha {
-        return Err(format!(
-            "{named} is HA-managed: an exercise makes no HA resource, and a delete would drop it"
-        ));
+        return Err(Refused::HaManaged);
     }
     if guest.template {
-        return Err(format!(
-            "{named} is a template: an exercise makes none, so it deletes none"
-        ));
+        return Err(Refused::Template);
     }
     Ok(())
 }
@@ -502,7 +469,7 @@ pub fn exercise_delete(
     site: &str,
     marks: ExerciseMarks<'_>,
     guest: Made<'_>,
-) -> Result<Permit, String> {
+) -> Result<Permit, Refusal> {
     exercise_proof(marks, guest)?;
     Ok(Permit::new(site, guest.vmid, Act::DeleteVm))
 }
@@ -639,7 +606,7 @@ pub(crate) mod tests {
             ),
         ];
         for (vm, why) in refused {
-            let e = adopt(vm).unwrap_err();
+            let e = adopt(vm).unwrap_err().to_string();
             assert!(e.contains(why), "{why}: {e}");
         }
     }
@@ -688,7 +655,7 @@ pub(crate) mod tests {
                 "MAC (none)",
             ),
         ] {
-            let e = adopt(vm).unwrap_err();
+            let e = adopt(vm).unwrap_err().to_string();
             assert!(e.contains(why), "{why}: {e}");
         }
     }
@@ -701,7 +668,9 @@ pub(crate) mod tests {
             remove(&vouched("web", 100), "web", true).unwrap().act(),
             &Act::Release
         );
-        let why = remove(&ours("db", 100), "web", false).unwrap_err();
+        let why = remove(&ours("db", 100), "web", false)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("spec db, not of web"), "{why}");
         assert!(remove(&theirs("web", 100), "web", false).is_err());
         assert!(hand_over(&theirs("web", 100), "web").is_err());
@@ -714,6 +683,40 @@ pub(crate) mod tests {
             panic!("not a hand-over");
         };
         assert_eq!((marker.spec.as_str(), marker.uid.as_str()), ("web", "u1"));
+    }
+
+    /// A refusal is a value: which guest, of which kind, and what the evidence said.
+    #[test]
+    fn a_refusal_names_the_guest_its_kind_and_the_evidence() {
+        let d = signed("main", "web", "u1", 105);
+        let ct = verify(
+            &checked("lab"),
+            &key(),
+            "main",
+            GuestKind::Lxc,
+            105,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            remove(&ct, "db", true).unwrap_err(),
+            Refusal {
+                kind: GuestKind::Lxc,
+                vmid: 105,
+                why: Refused::OtherSpec {
+                    carries: "web".into(),
+                    wanted: "db".into()
+                },
+            }
+        );
+        assert_eq!(
+            delete_orphan(&ct, &tags(&["web"])).unwrap_err().why,
+            Refused::NoOwnershipTag {
+                tag: "proxsync.main".into()
+            }
+        );
     }
 
     /// A container's refusals name it as one; the decisions are the VM's.
@@ -732,11 +735,11 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(
-            remove(&ct, "db", false).unwrap_err(),
+            remove(&ct, "db", false).unwrap_err().to_string(),
             "container 105 carries the marker of spec web, not of db"
         );
         assert_eq!(
-            delete_orphan(&ct, &tags(&["web"])).unwrap_err(),
+            delete_orphan(&ct, &tags(&["web"])).unwrap_err().to_string(),
             "container 105 does not carry the ownership tag proxsync.main: not deleting it"
         );
         let theirs = signed("other", "web", "u1", 105);
@@ -751,10 +754,12 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(
-            hand_over(&ct, "web").unwrap_err(),
+            hand_over(&ct, "web").unwrap_err().to_string(),
             "container 105 carries the marker of install other: not this install's to act on"
         );
-        let why = take_over(&ct, "main", "web", &tags(&["proxsync.other"])).unwrap_err();
+        let why = take_over(&ct, "main", "web", &tags(&["proxsync.other"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             why.starts_with("container 105 carries install other's marker"),
             "{why}"
@@ -765,7 +770,9 @@ pub(crate) mod tests {
             vmid: 105,
         };
         assert_eq!(
-            adopt_by_hand(&checked("lab"), by_hand, "main", None, &[]).unwrap_err(),
+            adopt_by_hand(&checked("lab"), by_hand, "main", None, &[])
+                .unwrap_err()
+                .to_string(),
             "container 105 does not carry the marker of spec web of another install: nothing to \
              take over"
         );
@@ -785,7 +792,7 @@ pub(crate) mod tests {
         let adopt =
             |vm| adopt_by_consent(&checked("lab"), &consent, vm, "main", "dns", "dns", "u7");
         assert_eq!(
-            adopt(bare).unwrap_err(),
+            adopt(bare).unwrap_err().to_string(),
             "container 106 is not the container spec dns consents to take over (105)"
         );
         let named = adopt(Bare {
@@ -794,7 +801,7 @@ pub(crate) mod tests {
             ..bare
         });
         assert_eq!(
-            named.unwrap_err(),
+            named.unwrap_err().to_string(),
             "container 105 is named ns, not dns as spec dns says"
         );
     }
@@ -831,7 +838,9 @@ pub(crate) mod tests {
             }
         );
         for release in [false, true] {
-            let e = remove(&by_identity, "web", release).unwrap_err();
+            let e = remove(&by_identity, "web", release)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("written back first"), "{e}");
         }
         assert!(remove(&ours("web", 100), "web", false).is_ok());
@@ -887,7 +896,9 @@ pub(crate) mod tests {
             delete_orphan(&ours("gone", 100), &tagged).unwrap().act(),
             &Act::DeleteVm
         );
-        let why = delete_orphan(&ours("gone", 100), &tags(&["web"])).unwrap_err();
+        let why = delete_orphan(&ours("gone", 100), &tags(&["web"]))
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("proxsync.main"), "{why}");
         // No record vouches for an orphan.
         assert!(delete_orphan(&vouched("gone", 100), &tagged).is_err());
@@ -907,7 +918,8 @@ pub(crate) mod tests {
             "web",
             &tags(&["proxsync.other"]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(why.contains("not handed it over yet"), "{why}");
         assert!(take_over(&theirs("web", 100), "main", "db", &[]).is_err());
         assert!(take_over(&ours("web", 100), "main", "web", &[]).is_err());
@@ -1015,7 +1027,7 @@ pub(crate) mod tests {
                 "attaching the image local:import/x.qcow2",
             ),
         ] {
-            let why = check(100, &values, &[]).unwrap_err();
+            let why = check(100, &values, &[]).unwrap_err().to_string();
             assert!(
                 why.contains(what) && why.contains("nothing was sent"),
                 "{values:?}: {why}"
@@ -1039,7 +1051,9 @@ pub(crate) mod tests {
         let cdrom = |v: &str| format!("{v},media=cdrom");
         assert_eq!(check(100, &[("ide3", &cdrom(seed))], &[&permit()]), Ok(()));
         for (slot, volume) in [("sata3", seed), ("ide3", "local:iso/other.iso")] {
-            let why = check(100, &[(slot, &cdrom(volume))], &[&permit()]).unwrap_err();
+            let why = check(100, &[(slot, &cdrom(volume))], &[&permit()])
+                .unwrap_err()
+                .to_string();
             assert!(
                 why.contains(&format!("attaching the image {volume}")),
                 "{why}"
@@ -1057,7 +1071,9 @@ pub(crate) mod tests {
         ];
         assert_eq!(check(100, &release_write, &[&release]), Ok(()));
         // The same permit on another VM, or another act's permit: refused.
-        let why = check(101, &release_write, &[&release]).unwrap_err();
+        let why = check(101, &release_write, &[&release])
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("cannot be used on VM 101"), "{why}");
         assert!(check(100, &release_write, &[&delete]).is_err());
         // A release allows removing the marker and the tag, nothing else.
@@ -1077,7 +1093,9 @@ pub(crate) mod tests {
             Ok(())
         );
         let other_uid = signed("main", "web", "u2", 100);
-        let why = check(100, &[("description", &other_uid)], &[&hand]).unwrap_err();
+        let why = check(100, &[("description", &other_uid)], &[&hand])
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("uid u2"), "{why}");
         assert!(check(100, &[("description", "no marker")], &[&hand]).is_err());
         // A re-signing permit writes the verified marker, never another spec's.
@@ -1094,6 +1112,7 @@ pub(crate) mod tests {
         assert!(
             check_delete_vm(101, &delete)
                 .unwrap_err()
+                .to_string()
                 .contains("nothing was sent")
         );
         let release = remove(&ours("web", 100), "web", true).unwrap();
@@ -1179,8 +1198,9 @@ pub(crate) mod tests {
         let pending = described(120, None, EXERCISE_PENDING_SECS - 1);
         assert!(exercise_delete("lab", marks(&key), made(GuestKind::Qemu, &pending, &id)).is_ok());
         let old = described(120, None, EXERCISE_PENDING_SECS);
-        let err =
-            exercise_delete("lab", marks(&key), made(GuestKind::Qemu, &old, &id)).unwrap_err();
+        let err = exercise_delete("lab", marks(&key), made(GuestKind::Qemu, &old, &id))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not verify"), "{err}");
     }
 
@@ -1314,7 +1334,9 @@ pub(crate) mod tests {
             ),
         ];
         for (why, guest) in refused {
-            let err = exercise_delete("lab", marks(&key), guest).expect_err(why);
+            let err = exercise_delete("lab", marks(&key), guest)
+                .expect_err(why)
+                .to_string();
             assert!(err.contains("container 120"), "{why}: {err}");
         }
         let stranger = MarkerKey::from_bytes([1; 32]);

@@ -195,7 +195,7 @@ pub fn relabel(
     to_site: &str,
     record: Option<Recorded<'_>>,
 ) -> Result<Relabeled, Refused> {
-    own(vm).map_err(Refused::NotShown)?;
+    own(vm).map_err(|r| Refused::NotShown(r.into()))?;
     let ev = Evidence {
         kind: vm.kind(),
         vmid: vm.vmid(),

@@ -60,7 +60,7 @@ pub fn config_changes(
     let mut delete = hw.delete;
     if let Some((description, what)) = description_change(key, install_id, spec, rec, ours, cfg) {
         // The VM's own marker, as verified: the gate's permit to write it again.
-        let permit = crate::gate::permit::sign(ours).map_err(ConfigError::Refused)?;
+        let permit = crate::gate::permit::sign(ours).map_err(|r| ConfigError::Refused(r.into()))?;
         params = params.marker(&permit, description)?;
         changed.push(what);
     }

@@ -149,7 +149,7 @@ pub fn container_changes(
         }
     }
     if let Some((description, what)) = description_change(key, install_id, spec, rec, ours, cfg) {
-        let permit = crate::gate::permit::sign(ours).map_err(ConfigError::Refused)?;
+        let permit = crate::gate::permit::sign(ours).map_err(|r| ConfigError::Refused(r.into()))?;
         params = params.marker(&permit, description)?;
         changed.push(what);
     }
