@@ -93,6 +93,7 @@ impl From<Refusal> for String {
 }
 
 impl std::fmt::Display for Refusal {
+    // Long because: one arm per refusal, the gate's words in one place.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (kind, vmid) = (self.kind, self.vmid);
         let named = kind.named(vmid);
