@@ -685,12 +685,12 @@ pub(crate) mod tests {
         assert_eq!((marker.spec.as_str(), marker.uid.as_str()), ("web", "u1"));
     }
 
-    /// A refusal is a value: which guest, of which kind, and what the evidence said.
-    #[test]
-    fn a_refusal_names_the_guest_its_kind_and_the_evidence() {
+    /// Container 105, verified as spec web's of this install.
+    fn container_105_of_web() -> VerifiedMarker {
         let d = signed("main", "web", "u1", 105);
-        let ct = verify(
-            &checked("lab"),
+        let checked = checked("lab");
+        verify(
+            &checked,
             &key(),
             "main",
             GuestKind::Lxc,
@@ -699,7 +699,13 @@ pub(crate) mod tests {
             None,
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A refusal is a value: which guest, of which kind, and what the evidence said.
+    #[test]
+    fn a_refusal_names_the_guest_its_kind_and_the_evidence() {
+        let ct = container_105_of_web();
         assert_eq!(
             remove(&ct, "db", true).unwrap_err(),
             Refusal {
@@ -722,18 +728,7 @@ pub(crate) mod tests {
     /// A container's refusals name it as one; the decisions are the VM's.
     #[test]
     fn a_containers_refusals_say_container() {
-        let d = signed("main", "web", "u1", 105);
-        let ct = verify(
-            &checked("lab"),
-            &key(),
-            "main",
-            GuestKind::Lxc,
-            105,
-            Some(&d),
-            None,
-            None,
-        )
-        .unwrap();
+        let ct = container_105_of_web();
         assert_eq!(
             remove(&ct, "db", false).unwrap_err().to_string(),
             "container 105 carries the marker of spec web, not of db"
