@@ -69,7 +69,7 @@ fn read(path: &Path) -> Result<Option<SiteIdentity>, String> {
     };
     let file: IdentityFile = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a site identity file: {e}", path.display()))?;
-    let root_ca = crate::pve::tls::normalize_fingerprint(&file.identity.root_ca)
+    let root_ca = crate::pve::values::normalize_fingerprint(&file.identity.root_ca)
         .ok_or_else(|| format!("{}: rootCa is not a SHA-256 fingerprint", path.display()))?;
     Ok(Some(SiteIdentity {
         root_ca,

@@ -49,7 +49,7 @@ impl World {
                 ("boot", "order=scsi0"),
             ],
         );
-        let clock = Clock::following_tokio(START_MS);
+        let clock = crate::util::clock_following_tokio(START_MS);
         fake.set_clock(clock.clone());
         World {
             _dir: dir,

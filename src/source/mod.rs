@@ -1467,7 +1467,7 @@ mod tests {
         // web.yaml did not change: the same spec, held once, its hashes worked out when parsed.
         let web = by_name(&second, "web-01");
         assert!(Arc::ptr_eq(&by_name(&first, "web-01"), &web));
-        assert!(web.hashes.0.is_some());
+        assert!(web.hashes.known());
         assert_eq!(by_name(&second, "db-01").cores(), 4);
         assert_eq!(cache.len(), 2, "the old db.yaml left the cache");
         // Each file's specs are held in a Vec of their own size, not in the parse's buffer.

@@ -13,7 +13,7 @@ use proxsync::config::Config;
 use proxsync::engine::{CycleReport, Engine, check_spec_sites};
 use proxsync::plan::{Action, Verdict};
 use proxsync::spec::SpecSet;
-use proxsync::util::clock::{Clock, now_ms};
+use proxsync::util::clock::now_ms;
 
 /// An engine on a workspace whose repository holds `files`, and the specs of its commit.
 struct Setup {
@@ -129,7 +129,8 @@ async fn a_vm_stopped_by_hand_between_idle_cycles_is_started() {
 async fn a_spec_in_backoff_is_retried_at_its_deadline_or_when_asked_with_nothing_else_changed() {
     // Template 9999 does not exist: the create fails, and the spec backs off.
     let mut s = setup(&[("a.yaml", spec("no-image", "pve1", "9999", ""))]);
-    s.engine.set_clock(Clock::following_tokio(now_ms()));
+    s.engine
+        .set_clock(proxsync::util::clock_following_tokio(now_ms()));
     let failed = s.cycle().await;
     assert!(
         matches!(

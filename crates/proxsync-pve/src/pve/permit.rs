@@ -15,7 +15,8 @@ pub struct MarkerId {
 }
 
 impl MarkerId {
-    pub(crate) fn of(m: &Marker) -> MarkerId {
+    /// The identity `m` carries.
+    pub fn of(m: &Marker) -> MarkerId {
         MarkerId {
             install: m.install.clone(),
             spec: m.spec.clone(),
@@ -99,9 +100,10 @@ pub struct Grant {
 }
 
 impl Permit {
-    /// Made by the gate's decision functions only (`src/gate/`; `tests/tidy.rs` checks that
-    /// no other module calls it).
-    pub(crate) fn new(site: &str, vmid: u32, act: Act) -> Permit {
+    /// Made by the gate's decision functions only (`proxsync-core`'s `gate`; `tests/tidy.rs`
+    /// checks that no other module calls it: a crate below the gate cannot hide it from the
+    /// crates above).
+    pub fn new(site: &str, vmid: u32, act: Act) -> Permit {
         Permit {
             grant: Grant {
                 site: site.to_string(),
@@ -124,7 +126,7 @@ impl Permit {
     }
 
     /// What a config write carrying this permit is allowed to do.
-    pub(crate) fn grant(&self) -> Grant {
+    pub fn grant(&self) -> Grant {
         self.grant.clone()
     }
 }

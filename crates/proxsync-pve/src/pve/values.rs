@@ -22,7 +22,7 @@ pub fn parse_pve_size(s: &str) -> Option<u64> {
 }
 
 /// A size in PVE's notation, exact: the largest binary unit that divides it.
-pub(crate) fn pve_size(bytes: u64) -> String {
+pub fn pve_size(bytes: u64) -> String {
     for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
         if bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
@@ -42,11 +42,11 @@ pub(crate) fn with_bridge(net: &str, bridge: &str) -> String {
     parts.join(",")
 }
 
-pub(crate) fn current_bridge(net: &str) -> Option<&str> {
+pub fn current_bridge(net: &str) -> Option<&str> {
     net.split(',').find_map(|p| p.strip_prefix("bridge="))
 }
 
-pub(crate) fn is_drive_key(k: &str) -> bool {
+pub fn is_drive_key(k: &str) -> bool {
     ["ide", "sata", "scsi", "virtio"].iter().any(|p| {
         k.strip_prefix(p)
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -54,14 +54,14 @@ pub(crate) fn is_drive_key(k: &str) -> bool {
 }
 
 /// Decodes `%XX` escapes (PVE's `sshkeys`); anything else, a stray `%` included, stays.
-pub(crate) fn percent_decode(s: &str) -> String {
+pub fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8_lossy()
         .into_owned()
 }
 
 /// The MAC address of `net0..` from their `virtio=BC:24:11:..,bridge=..` values.
-pub(crate) fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
+pub fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
     (0..count)
         .map(|i| {
             cfg.get(&format!("net{i}")).and_then(|v| {
@@ -188,6 +188,18 @@ pub(crate) fn with_default_part(current: Option<&str>, sub: &str, value: &str) -
 /// PVE's boolean spellings (`1`, `on`, `yes`, `true`).
 pub fn pve_bool(s: &str) -> bool {
     matches!(s.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")
+}
+
+/// A SHA-256 fingerprint as PVE writes it, upper-cased: 32 hex bytes joined by `:` (the API
+/// schema's pattern `([A-Fa-f0-9]{2}:){31}[A-Fa-f0-9]{2}`), else `None`.
+pub fn normalize_fingerprint(text: &str) -> Option<String> {
+    let text = text.trim();
+    let ok = text.len() == 95
+        && text.split(':').count() == 32
+        && text
+            .split(':')
+            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
+    ok.then(|| text.to_ascii_uppercase())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Wall-clock time for a cycle, passed in: the engine and `execute` read the time only through
 //! a [`Clock`], so unit tests set it. Waits (`sleep`, deadlines) use `tokio::time`, which
-//! `#[tokio::test(start_paused = true)]` tests control; [`Clock::following_tokio`] makes the
-//! wall clock move with it.
+//! `#[tokio::test(start_paused = true)]` tests control; `proxsync::util::clock_following_tokio`
+//! makes the wall clock move with it (this crate has no async runtime).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,13 +17,9 @@ impl Clock {
         Clock(Arc::new(now_ms))
     }
 
-    /// A clock at `start_ms` that moves with tokio's time: in a test with paused time it
-    /// advances exactly as `tokio::time::advance` or an auto-advanced sleep does.
-    pub fn following_tokio(start_ms: u64) -> Clock {
-        let base = tokio::time::Instant::now();
-        Clock(Arc::new(move || {
-            start_ms.saturating_add(base.elapsed().as_millis() as u64)
-        }))
+    /// A clock that reads `now_ms` (a test's, or one that follows tokio's paused time).
+    pub fn from_fn(now_ms: impl Fn() -> u64 + Send + Sync + 'static) -> Clock {
+        Clock(Arc::new(now_ms))
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -61,18 +57,4 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn follows_paused_tokio_time() {
-        let clock = Clock::following_tokio(1_000);
-        assert_eq!(clock.now_ms(), 1_000);
-        tokio::time::sleep(Duration::from_secs(90)).await;
-        assert_eq!(clock.now_ms(), 91_000);
-        assert_eq!(clock.system_time(), UNIX_EPOCH + Duration::from_secs(91));
-    }
 }

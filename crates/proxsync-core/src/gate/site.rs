@@ -159,8 +159,8 @@ fn same_fingerprint(a: &str, b: &str) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::pve::tls::normalize_fingerprint;
     use crate::pve::types::ClusterStatusEntry;
+    use crate::pve::values::normalize_fingerprint;
 
     /// A site the cycle checked: a reachable view of it.
     pub(crate) fn checked(site: &str) -> SiteChecked {

@@ -277,6 +277,13 @@ pub use container::ContainerSpec;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Hashes(pub(crate) Option<(u64, u64)>);
 
+impl Hashes {
+    /// Whether the hashes were worked out when the spec was parsed.
+    pub fn known(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 impl PartialEq for Hashes {
     /// Derived from the spec's other fields, which `==` compares.
     fn eq(&self, _: &Hashes) -> bool {
@@ -918,8 +925,8 @@ mod tests;
 /// For unit tests: `web.yaml` holding spec `web-01` (site `lab`, node `pve1`, image 9000) with
 /// `extra` lines appended to its `forProvider` (indented four spaces), parsed: the specs and
 /// each diagnostic as text. The document is laid out so `extra` starts on line 9.
-#[cfg(test)]
-pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
+#[cfg(any(test, feature = "testing"))]
+pub fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
     let yaml = format!(
         "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
          site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"
@@ -931,8 +938,8 @@ pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
 /// `spec` as a container with the VM's name, sizes and image and no options of its own: for
 /// tests of what only the kind changes (the words of a message). Made by parsing, so a new
 /// field of `ContainerSpec` needs nothing here.
-#[cfg(test)]
-pub(crate) fn as_test_container(spec: Spec) -> Spec {
+#[cfg(any(test, feature = "testing"))]
+pub fn as_test_container(spec: Spec) -> Spec {
     let Guest::Vm(vm) = spec.guest else {
         return spec;
     };
@@ -958,8 +965,8 @@ pub(crate) fn as_test_container(spec: Spec) -> Spec {
 }
 
 /// [`parse_test_spec`]'s spec, which must be valid.
-#[cfg(test)]
-pub(crate) fn test_spec(extra: &str) -> Spec {
+#[cfg(any(test, feature = "testing"))]
+pub fn test_spec(extra: &str) -> Spec {
     let (mut specs, diags) = parse_test_spec(extra);
     assert!(diags.is_empty(), "{diags:?}");
     specs.remove(0)

@@ -58,7 +58,9 @@
 //! each means, and where PVE says it, are one table: [`texts`].
 
 mod api;
+#[cfg(feature = "client")]
 mod calls;
+#[cfg(feature = "client")]
 mod client;
 mod error;
 pub mod ha;
@@ -67,18 +69,23 @@ pub mod migrate;
 pub mod pace;
 pub mod permit;
 pub mod task;
+#[cfg(feature = "client")]
 pub mod tasks;
 pub mod texts;
+#[cfg(feature = "client")]
 pub mod tls;
 pub mod types;
-pub(crate) mod values;
+pub mod values;
 
 pub use api::{CloneRequest, VmParams, percent_encode};
+#[cfg(feature = "client")]
 pub use calls::Pve;
+#[cfg(feature = "client")]
 pub use client::{Client, ClientOptions, Credentials};
 pub use error::{Error, Summary, TransportKind, is_lock_timeout};
 pub use meter::{Meter, NoMeter};
 pub use task::{LockHolder, TaskOutcome, Upid};
+#[cfg(feature = "client")]
 pub use tasks::TASK_POLLS_PER_SITE;
-#[cfg(test)]
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;

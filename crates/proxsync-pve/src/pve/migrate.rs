@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+#[cfg(feature = "client")]
+use super::Client;
 use super::api::{flag, seg};
 use super::types::opt_bool;
-use super::{Client, Error, Upid};
+use super::{Error, Upid};
 use crate::guest::GuestKind;
 
 /// `GET /nodes/{node}/qemu/{vmid}/migrate?target=T`: what would block a migration. PVE checks
@@ -103,6 +105,7 @@ fn compact(v: &serde_json::Value) -> String {
     }
 }
 
+#[cfg(feature = "client")]
 impl Client {
     /// `GET /nodes/{node}/qemu/{vmid}/migrate?target=T`: at once.
     pub async fn migrate_precondition(

@@ -97,7 +97,7 @@ impl VmState {
     }
 
     /// The VMID this state reserves (a create in flight).
-    pub(crate) fn reserved(&self) -> Option<u32> {
+    pub fn reserved(&self) -> Option<u32> {
         match self {
             VmState::Creating { vmid, .. } => Some(*vmid),
             _ => None,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+#[cfg(feature = "client")]
 use super::client::Client;
 use super::error::Error;
 use super::task::{TaskOutcome, Upid};
@@ -578,6 +579,7 @@ pub(super) fn upid_from(method: &str, path: &str, value: String) -> Result<Upid,
     })
 }
 
+#[cfg(feature = "client")]
 impl Client {
     /// The UPID of a task a call started, counted in the metrics by type.
     pub(super) fn task_started(
@@ -627,7 +629,7 @@ impl Client {
                 ))
             })?;
         let fingerprint = root.fingerprint.as_deref().unwrap_or("");
-        crate::pve::tls::normalize_fingerprint(fingerprint).ok_or_else(|| {
+        crate::pve::values::normalize_fingerprint(fingerprint).ok_or_else(|| {
             decode(format!(
                 "{ROOT_CA_FILE}'s fingerprint {fingerprint:?} is not a SHA-256 fingerprint"
             ))
@@ -1429,35 +1431,25 @@ mod tests {
         assert!(lenient_vmid("/cluster/nextid", serde_json::json!("x")).is_err());
     }
 
-    /// The VM 100 of spec `web`, its signed marker verified on site lab.
-    fn ours() -> crate::gate::identity::VerifiedMarker {
-        let key = crate::gate::identity::tests::key();
-        let d = Marker::signed(&key, "main", "web", "u1", 100).description();
-        let site = crate::gate::site::tests::checked("lab");
-        crate::gate::identity::verify(
-            &site,
-            &key,
-            "main",
-            crate::guest::GuestKind::Qemu,
-            100,
-            Some(&d),
-            None,
-            None,
-        )
-        .unwrap()
+    /// The key the test markers are signed with.
+    fn key() -> crate::ownership::MarkerKey {
+        crate::ownership::MarkerKey::from_bytes([7; 32])
     }
 
+    /// The permits the gate gives for VM 100 of spec `web` on site lab (the gate's own tests
+    /// check that it gives them; these check what a write built from them may carry).
     #[test]
     fn a_guarded_edit_is_built_only_from_its_permit_and_carries_it() {
-        let ours = ours();
-        let off = crate::gate::volume::Protection {
-            on: false,
-            managed: None,
-        };
+        let own_marker = Marker::signed(&key(), "main", "web", "u1", 100);
+        let permit = |act| Permit::new("lab", 100, act);
         let slots = ["scsi1".to_string(), "scsi2".to_string()];
-        let detach = crate::gate::volume::detach(&ours, off, &slots).unwrap();
-        let sign = crate::gate::permit::sign(&ours).unwrap();
-        let release = crate::gate::permit::remove(&ours, "web", true).unwrap();
+        let detach = permit(Act::Detach {
+            slots: slots.to_vec(),
+        });
+        let sign = permit(Act::Sign {
+            marker: crate::pve::permit::MarkerId::of(&own_marker),
+        });
+        let release = permit(Act::Release);
         // The delete list grows, whoever adds to it.
         let p = VmParams::new()
             .delete_keys(&["vga"])
@@ -1475,7 +1467,7 @@ mod tests {
         assert!(VmParams::new().destroy_drive(&detach).is_err());
         assert!(VmParams::new().attach_seed(&detach).is_err());
         assert!(VmParams::new().drop_ownership(&sign, &["web"]).is_err());
-        let key = crate::gate::identity::tests::key();
+        let key = key();
         let other = Marker::signed(&key, "main", "db", "u1", 100).description();
         assert!(VmParams::new().marker(&sign, other).is_err());
         assert!(VmParams::new().marker(&release, "x".into()).is_err());

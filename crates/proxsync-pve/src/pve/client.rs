@@ -202,7 +202,7 @@ impl Client {
     }
 
     /// A task of `kind` on `node`, begun at `began`, ended well after `took`.
-    pub(crate) fn task_took(&self, node: &str, kind: &str, began: Instant, took: Duration) {
+    pub fn task_took(&self, node: &str, kind: &str, began: Instant, took: Duration) {
         let limit = self
             .limits
             .task_ended(node, kind, began, took, Instant::now());

@@ -1666,7 +1666,7 @@ max_delete_fraction = 0.5
 
     #[test]
     fn the_packaged_example_config_is_valid() {
-        let text = include_str!("../packaging/proxsync.toml");
+        let text = include_str!("../../../packaging/proxsync.toml");
         let c = parse(text).unwrap();
         assert_eq!(c.sites.len(), 2);
         assert_eq!(c.sites[1].name, "eu-fra");

@@ -4,9 +4,11 @@
 
 use serde::Deserialize;
 
+#[cfg(feature = "client")]
+use super::Client;
+use super::Error;
 use super::texts::Meaning;
 use super::types::opt_u64;
-use super::{Client, Error};
 use crate::guest::GuestKind;
 
 /// One HA resource as `GET /cluster/ha/resources/{sid}` answers it.
@@ -61,6 +63,7 @@ impl HaParams {
     }
 }
 
+#[cfg(feature = "client")]
 impl Client {
     /// `GET /cluster/ha/resources/{vm|ct}:N`; `None` when the guest is not an HA resource (PVE
     /// answers 500 `no such resource 'vm:N'`).

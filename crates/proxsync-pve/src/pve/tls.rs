@@ -89,18 +89,6 @@ pub fn format_fingerprint(fp: &[u8; 32]) -> String {
         .join(":")
 }
 
-/// A SHA-256 fingerprint as PVE writes it, upper-cased: 32 hex bytes joined by `:` (the API
-/// schema's pattern `([A-Fa-f0-9]{2}:){31}[A-Fa-f0-9]{2}`), else `None`.
-pub fn normalize_fingerprint(text: &str) -> Option<String> {
-    let text = text.trim();
-    let ok = text.len() == 95
-        && text.split(':').count() == 32
-        && text
-            .split(':')
-            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
-    ok.then(|| text.to_ascii_uppercase())
-}
-
 /// Accepts exactly the certificate whose SHA-256 is pinned, as PVE's own clients do with
 /// `--fingerprint`. The chain and name are not checked (self-signed node certificates have
 /// neither), but the handshake signatures are, so only the key's holder can answer.
