@@ -416,7 +416,7 @@ fn field_rows(path: &str, schema: &Value, defs: &Value, required: bool, out: &mu
 fn spec_fields() -> String {
     let mut out = String::from("# Spec field reference\n\n");
     out.push_str(&generated_by(
-        "the JSON schemas of `proxsync schema --kind KIND` (`src/spec/schema.rs`)",
+        "the JSON schemas of `proxsync schema --kind KIND` (`crates/proxsync-spec/src/spec/schema.rs`)",
     ));
     out.push_str(
         "Every field of each kind, with its type and limits as the JSON Schema an editor uses \

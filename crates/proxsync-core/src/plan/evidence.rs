@@ -4,7 +4,7 @@
 //! [`planned`] states, for every [`Action`] kind (an exhaustive `match`: a new kind does not
 //! compile without its rule), what the cycle's inputs must show before the planner may emit it.
 //! The rules are the planner's promises written down once, apart from the code that keeps them,
-//! and checked against it by a property test over random worlds (`tests/plan_props.rs`): forged
+//! and checked against it by a property test over random worlds (`crates/proxsync-core/tests/plan_props.rs`): forged
 //! and copied markers, lost records, sites reaching another cluster, rewinds, renames, specs
 //! handed over. `execute` asks the gate again, from a fresh read, before anything is sent
 //! ([`crate::gate::permit`]).

@@ -1,6 +1,6 @@
 //! Property tests of the pure planner (`plan::plan`): determinism, convergence against an
 //! in-test model of what `execute` does to a cluster and to the state on success, and the
-//! safety rules of the planner's module documentation (`src/plan/mod.rs`).
+//! safety rules of the planner's module documentation (`crates/proxsync-core/src/plan/mod.rs`).
 //!
 //! Everything is generated small: at most 8 specs, 2 nodes, one site `lab`, a few extra VMs
 //! (orphans, VMs that are not ours, templates). No network and no clock: time is `now_ms`.
@@ -14,20 +14,20 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use proxsync::category::Category;
-use proxsync::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
-use proxsync::observe::{ObservedVm, Power, SiteView};
-use proxsync::ownership::{Marker, ownership_tag};
-use proxsync::plan::{
+use proxsync_pve::category::Category;
+use proxsync_spec::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
+use proxsync_core::model::{ObservedVm, Power, SiteView};
+use proxsync_spec::ownership::{Marker, ownership_tag};
+use proxsync_core::plan::{
     Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
 };
-use proxsync::pve::types::ClusterHealth;
-use proxsync::source::chain::RewindBatch;
-use proxsync::spec::{
+use proxsync_pve::pve::types::ClusterHealth;
+use proxsync_core::model::RewindBatch;
+use proxsync_spec::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Guest, Image, MIB, MaintenanceWindow,
     Pos, PowerState, RebootMode, RebootPolicy, Spec, Specs, VmSpec, spec_hash,
 };
-use proxsync::store::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
+use proxsync_core::model::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
 
 const INSTALL: &str = "main";
 const SITE: &str = "lab";
@@ -311,7 +311,7 @@ struct World {
     /// current round unless `ResumeCreate` waited for them.
     in_flight: BTreeMap<u32, ObservedVm>,
     /// `proxsync suspend`s (and recorded `spec.suspend`s).
-    suspensions: BTreeMap<String, proxsync::store::Suspension>,
+    suspensions: BTreeMap<String, proxsync_core::model::Suspension>,
 }
 
 impl World {
@@ -434,7 +434,7 @@ fn sorted_tags(tags: impl IntoIterator<Item = String>) -> Vec<String> {
 
 fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
     ObservedVm {
-        kind: proxsync::guest::GuestKind::Qemu,
+        kind: proxsync_spec::guest::GuestKind::Qemu,
         vmid,
         node: node.to_string(),
         name: Some(name.to_string()),
@@ -2043,11 +2043,11 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
 
 // ---- converged values are stable under PVE's spelling -------------------------------------
 
-use proxsync::pve::VmParams;
-use proxsync::render::disks::{create_drives, disk_changes};
-use proxsync::render::hardware::hardware_changes;
-use proxsync::render::network::network_changes;
-use proxsync::spec::{Bios, Hardware, Nic, Startup};
+use proxsync_pve::pve::VmParams;
+use proxsync_core::render::disks::{create_drives, disk_changes};
+use proxsync_core::render::hardware::hardware_changes;
+use proxsync_core::render::network::network_changes;
+use proxsync_spec::spec::{Bios, Hardware, Nic, Startup};
 
 prop_compose! {
     fn nic_gen()(
@@ -2983,9 +2983,9 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
             },
         );
         spec.vm_mut().unwrap().image = Image::Existing;
-        spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
+        spec.adopt = Some(Box::new(proxsync_spec::spec::AdoptConsent {
             vmid: 400,
-            proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync_spec::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
         match how {
@@ -3166,7 +3166,7 @@ fn every_planned_action_shows_the_evidence_its_kind_needs() {
         };
         let p = plan(&input);
         for a in &p.actions {
-            if let Err(missing) = proxsync::plan::evidence::planned(a, &input) {
+            if let Err(missing) = proxsync_core::plan::evidence::planned(a, &input) {
                 return Err(TestCaseError::fail(format!(
                     "{a:?} was planned without its evidence: {missing}\n{t:?}"
                 )));
@@ -3680,7 +3680,7 @@ fn a_forged_claim_is_only_reported() {
 /// needs a marker with the old spec's uid.
 #[test]
 fn the_gate_refuses_actions_without_their_evidence() {
-    use proxsync::plan::evidence::planned;
+    use proxsync_core::plan::evidence::planned;
     let adopt = Action::Adopt {
         spec: "web".into(),
         site: SITE.into(),
@@ -4672,9 +4672,9 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
             },
         );
         spec.vm_mut().unwrap().image = Image::Existing;
-        spec.adopt = Some(Box::new(proxsync::spec::AdoptConsent {
+        spec.adopt = Some(Box::new(proxsync_spec::spec::AdoptConsent {
             vmid: 400 + i,
-            proof: proxsync::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync_spec::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
         }));
         let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
         w.vms_mut().insert(observed.vmid, observed);
@@ -4753,7 +4753,7 @@ fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
         (
             "(or is not a VM)",
             Box::new(|mut vm| {
-                vm.kind = proxsync::guest::GuestKind::Lxc;
+                vm.kind = proxsync_spec::guest::GuestKind::Lxc;
                 vm
             }),
         ),
