@@ -15,9 +15,9 @@ use crate::spec::{CloudInit, Spec};
 /// Sector size of ISO 9660.
 const SECTOR: usize = 2048;
 /// The volume label cloud-init's NoCloud datasource looks for.
-pub const SEED_LABEL: &str = "cidata";
+pub(crate) const SEED_LABEL: &str = "cidata";
 /// Prefix of every seed volume file proxsync uploads.
-pub const SEED_PREFIX: &str = "proxsync.";
+pub(crate) const SEED_PREFIX: &str = "proxsync.";
 
 /// One file of the image.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ fn native_user_data(ci: &CloudInit) -> Option<String> {
 /// The `user-data` file: the spec's `userData` as written, or, when native fields are set too,
 /// a MIME multi-part with the native part first and the spec's part second (cloud-init merges
 /// cloud-config parts in order, so keys the spec's `userData` sets win).
-pub fn user_data(user_data: &str, ci: Option<&CloudInit>) -> String {
+pub(crate) fn user_data(user_data: &str, ci: Option<&CloudInit>) -> String {
     let Some(native) = ci.and_then(native_user_data) else {
         return user_data.to_string();
     };
@@ -106,7 +106,7 @@ pub fn user_data(user_data: &str, ci: Option<&CloudInit>) -> String {
 
 /// The `network-config` file (version 1), when the spec sets networking. `macs[i]` is the MAC
 /// address of `net<i>` (from the VM's config); NICs without a MAC are left out.
-pub fn network_config(ci: &CloudInit, macs: &[Option<String>]) -> Option<String> {
+pub(crate) fn network_config(ci: &CloudInit, macs: &[Option<String>]) -> Option<String> {
     if ci.ip_config.is_empty() && ci.nameservers.is_empty() && ci.search_domain.is_none() {
         return None;
     }
@@ -391,7 +391,7 @@ fn path_table(root_extent: u32, big_endian: bool) -> Vec<u8> {
 /// An ISO 9660 image holding `files` in its root directory, with Joliet names, labelled
 /// `label`. Enough for a cloud-init seed: a handful of small files (the root directory is one
 /// sector; names up to 30 characters). Files are sorted by name as ISO 9660 requires.
-pub fn iso9660(label: &str, files: &[IsoFile]) -> Vec<u8> {
+pub(crate) fn iso9660(label: &str, files: &[IsoFile]) -> Vec<u8> {
     // Layout (sectors): 0-15 system area, 16 primary, 17 Joliet, 18 terminator, 19/20 primary
     // path tables (L/M), 21/22 Joliet path tables, 23 primary root, 24 Joliet root, 25.. data.
     const PRIMARY_ROOT: u32 = 23;

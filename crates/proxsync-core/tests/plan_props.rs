@@ -14,20 +14,20 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use proxsync_pve::category::Category;
-use proxsync_spec::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
+use proxsync_core::model::RewindBatch;
+use proxsync_core::model::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
 use proxsync_core::model::{ObservedVm, Power, SiteView};
-use proxsync_spec::ownership::{Marker, ownership_tag};
 use proxsync_core::plan::{
     Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
 };
+use proxsync_pve::category::Category;
 use proxsync_pve::pve::types::ClusterHealth;
-use proxsync_core::model::RewindBatch;
+use proxsync_spec::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
+use proxsync_spec::ownership::{Marker, ownership_tag};
 use proxsync_spec::spec::{
     DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Guest, Image, MIB, MaintenanceWindow,
     Pos, PowerState, RebootMode, RebootPolicy, Spec, Specs, VmSpec, spec_hash,
 };
-use proxsync_core::model::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
 
 const INSTALL: &str = "main";
 const SITE: &str = "lab";
@@ -2043,10 +2043,10 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
 
 // ---- converged values are stable under PVE's spelling -------------------------------------
 
-use proxsync_pve::pve::VmParams;
 use proxsync_core::render::disks::{create_drives, disk_changes};
 use proxsync_core::render::hardware::hardware_changes;
 use proxsync_core::render::network::network_changes;
+use proxsync_pve::pve::VmParams;
 use proxsync_spec::spec::{Bios, Hardware, Nic, Startup};
 
 prop_compose! {
@@ -2985,7 +2985,9 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         spec.vm_mut().unwrap().image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync_spec::spec::AdoptConsent {
             vmid: 400,
-            proof: proxsync_spec::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync_spec::guest::GuestId::Uuid(
+                "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+            ),
         }));
         let mut vm = blank_vm(400, NODES[node], &name, Power::Running);
         match how {
@@ -4674,7 +4676,9 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
         spec.vm_mut().unwrap().image = Image::Existing;
         spec.adopt = Some(Box::new(proxsync_spec::spec::AdoptConsent {
             vmid: 400 + i,
-            proof: proxsync_spec::guest::GuestId::Uuid("3f2504e0-4f89-11d3-9a0c-0305e82c3301".into()),
+            proof: proxsync_spec::guest::GuestId::Uuid(
+                "3f2504e0-4f89-11d3-9a0c-0305e82c3301".into(),
+            ),
         }));
         let observed = vm(blank_vm(400 + i, NODES[0], &name, Power::Running));
         w.vms_mut().insert(observed.vmid, observed);

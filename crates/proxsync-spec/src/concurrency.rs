@@ -20,10 +20,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The limit a node starts with (proxsync's fixed default before it adapted).
-pub const START: u32 = 2;
+pub(crate) const START: u32 = 2;
 
 /// A cut keeps this share of the limit (per mille), at least 1.
-pub const CUT_PERMILLE: u32 = 700;
+pub(crate) const CUT_PERMILLE: u32 = 700;
 
 /// A task took "much longer than usual" past this share of its kind's baseline (per mille)...
 const CLIMB_PERMILLE: u32 = 1500;
@@ -39,7 +39,7 @@ const LOAD_TASKS: [&str; 8] = [
 
 /// One node's limit.
 #[derive(Debug, Clone)]
-pub struct Concurrency {
+pub(crate) struct Concurrency {
     /// The limit before rounding down: it grows by fractions in the steady state.
     window: f64,
     /// Below it the window grows by one per task (slow start), above by one per round.
@@ -54,7 +54,7 @@ pub struct Concurrency {
 
 impl Concurrency {
     /// A node's limit before anything was seen there: [`START`], at most `cap` (at least 1).
-    pub fn new(cap: u32) -> Concurrency {
+    pub(crate) fn new(cap: u32) -> Concurrency {
         let cap = cap.max(1);
         Concurrency {
             window: f64::from(START.min(cap)),
@@ -68,7 +68,7 @@ impl Concurrency {
     /// [`Concurrency::new`], each task type in `baselines` taken to last that long when the
     /// node is not busy (what `doctor --exercise` measured) until its own tasks say otherwise:
     /// the first task that takes much longer cuts the limit, as a later one would.
-    pub fn with_baselines(cap: u32, baselines: &HashMap<String, Duration>) -> Concurrency {
+    pub(crate) fn with_baselines(cap: u32, baselines: &HashMap<String, Duration>) -> Concurrency {
         let mut c = Concurrency::new(cap);
         c.baselines.extend(
             baselines
@@ -80,13 +80,13 @@ impl Concurrency {
     }
 
     /// How many actions may run at once now.
-    pub fn limit(&self) -> u32 {
+    pub(crate) fn limit(&self) -> u32 {
         (self.window.floor() as u32).clamp(1, self.cap)
     }
 
     /// A task of type `kind`, begun at `began`, ended well after `took`: raises the limit, or
     /// cuts it when the task took much longer than its kind usually does here.
-    pub fn task_ended(&mut self, kind: &str, began: Instant, took: Duration, now: Instant) {
+    pub(crate) fn task_ended(&mut self, kind: &str, began: Instant, took: Duration, now: Instant) {
         if !LOAD_TASKS.contains(&kind) {
             return;
         }
@@ -103,7 +103,7 @@ impl Concurrency {
 
     /// PVE said the node is overloaded, about work begun at `began`: cut the limit, unless
     /// the last cut came after that work began.
-    pub fn overloaded(&mut self, began: Instant, now: Instant) {
+    pub(crate) fn overloaded(&mut self, began: Instant, now: Instant) {
         if self.last_cut.is_some_and(|cut| began < cut) {
             return;
         }
@@ -123,7 +123,7 @@ impl Concurrency {
 }
 
 /// Whether a task that took `took` took much longer than its kind's `baseline`.
-pub fn climbing(baseline: Duration, took: Duration) -> bool {
+pub(crate) fn climbing(baseline: Duration, took: Duration) -> bool {
     took > baseline * CLIMB_PERMILLE / 1000 + CLIMB_SLACK
 }
 

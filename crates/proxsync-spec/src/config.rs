@@ -333,7 +333,7 @@ pub struct NotifyConfig {
 
 impl NotifyConfig {
     /// The credential name of the target's secret when no file is given.
-    pub fn secret_credential(&self) -> String {
+    pub(crate) fn secret_credential(&self) -> String {
         let ext = if self.kind.is_forge() {
             "token"
         } else {
@@ -394,7 +394,7 @@ impl NotifyConfig {
 }
 
 /// `https://`, or plain `http://` to this machine only (a local relay, tests).
-pub fn check_notify_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_notify_url(url: &str) -> Result<(), String> {
     // Before parsing: the parser would trim or encode whitespace rather than refuse it.
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("must not contain whitespace".into());
@@ -527,7 +527,7 @@ fn read_hint(path: &Path, e: &std::io::Error) -> String {
 }
 
 /// The systemd credential holding the age identities for SOPS-encrypted specs.
-pub const SOPS_CREDENTIAL: &str = "sops-age-identity";
+pub(crate) const SOPS_CREDENTIAL: &str = "sops-age-identity";
 
 /// Why an encrypted spec cannot be opened when no identity is configured.
 pub const NO_SOPS_IDENTITY: &str = "no age identity is configured: set sops_age_identity_file \

@@ -19,7 +19,7 @@ pub enum GuestKind {
 
 impl GuestKind {
     /// The API path segment under `/nodes/{node}/`: `qemu` or `lxc`.
-    pub fn api_path(self) -> &'static str {
+    pub(crate) fn api_path(self) -> &'static str {
         match self {
             GuestKind::Qemu => "qemu",
             GuestKind::Lxc => "lxc",

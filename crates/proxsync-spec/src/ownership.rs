@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub const MARKER_PREFIX: &str = "proxsync-id:";
 
 /// The file of the marker secret inside `state_dir`.
-pub const KEY_FILE: &str = "marker.key";
+pub(crate) const KEY_FILE: &str = "marker.key";
 
 /// The identity a VM's description carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -48,7 +48,7 @@ impl Marker {
     }
 
     /// The marker line.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut line = format!(
             "{MARKER_PREFIX} install={} spec={} uid={}",
             self.install, self.spec, self.uid
@@ -129,13 +129,8 @@ impl std::fmt::Debug for MarkerKey {
 }
 
 impl MarkerKey {
-    pub fn path(state_dir: &Path) -> PathBuf {
+    pub(crate) fn path(state_dir: &Path) -> PathBuf {
         state_dir.join(KEY_FILE)
-    }
-
-    /// Reads the key, or makes one (random, mode 0600) when the file does not exist.
-    pub fn load_or_create(state_dir: &Path) -> Result<MarkerKey, String> {
-        Self::load_or_create_file(&Self::path(state_dir))
     }
 
     /// Reads the key in `path`, or makes one there (random, mode 0600) when the file does not
@@ -230,7 +225,7 @@ impl MarkerKey {
     }
 
     /// HMAC-SHA256 over the fields, NUL-separated, first 16 bytes as hex.
-    pub fn mac(&self, install: &str, spec: &str, uid: &str, vmid: u32) -> String {
+    pub(crate) fn mac(&self, install: &str, spec: &str, uid: &str, vmid: u32) -> String {
         self.sign(&format!(
             "proxsync-marker-v1\0{install}\0{spec}\0{uid}\0{vmid}"
         ))
@@ -528,7 +523,7 @@ mod tests {
         std::fs::create_dir(MarkerKey::path(dir.path())).unwrap();
         let e = MarkerKey::load(dir.path()).unwrap_err();
         assert!(e.contains("cannot read the marker key"), "{e}");
-        assert!(MarkerKey::load_or_create(dir.path()).is_err());
+        assert!(MarkerKey::load_or_create_file(&MarkerKey::path(dir.path())).is_err());
     }
 
     /// The key file appearing between the read and the link (another install sharing the file
@@ -585,8 +580,8 @@ mod tests {
     #[test]
     fn the_key_is_made_once_with_mode_0600_and_never_shown() {
         let dir = tempfile::tempdir().unwrap();
-        let a = MarkerKey::load_or_create(dir.path()).unwrap();
-        let b = MarkerKey::load_or_create(dir.path()).unwrap();
+        let a = MarkerKey::load_or_create_file(&MarkerKey::path(dir.path())).unwrap();
+        let b = MarkerKey::load_or_create_file(&MarkerKey::path(dir.path())).unwrap();
         assert_eq!(a.mac("i", "s", "u", 1), b.mac("i", "s", "u", 1));
         assert_eq!(format!("{a:?}"), "MarkerKey(***)");
         #[cfg(unix)]

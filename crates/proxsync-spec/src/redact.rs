@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 /// What the userinfo of a URL is replaced with.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// `text` with the userinfo (`user:password@`, or a token as the user) of every URL in it
 /// replaced by [`MASK`]: `https://***@git.example/vms.git`. Whatever follows `://` up to `/`,
@@ -42,7 +42,7 @@ pub fn urls(text: &str) -> Cow<'_, str> {
 /// Whether the URL carries a credential: a password (`user:password@`), or any userinfo in an
 /// `http(s)://` URL (where the user part is often an access token). A login name alone in an
 /// `ssh://` URL (`ssh://git@host/...`) is not one.
-pub fn has_credentials(url: &str) -> bool {
+pub(crate) fn has_credentials(url: &str) -> bool {
     let Some((scheme, rest)) = url.split_once("://") else {
         return false;
     };

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// What a valid selector looks like, for error messages.
-pub const VALID: &str = "comma-separated requirements, all of which must hold: key=value, \
+pub(crate) const VALID: &str = "comma-separated requirements, all of which must hold: key=value, \
     key!=value, key in (a,b), key notin (a,b), key (exists) or !key (does not exist); for \
     example \"tenant-id in (a,b)\"";
 
@@ -45,7 +45,7 @@ enum Op {
 impl Selector {
     /// Parses a selector. The error says what is wrong, not where it was written (the caller
     /// names the key).
-    pub fn parse(text: &str) -> Result<Selector, String> {
+    pub(crate) fn parse(text: &str) -> Result<Selector, String> {
         if text.trim().is_empty() {
             return Err("empty selector; remove the key to manage every spec".into());
         }
@@ -60,7 +60,7 @@ impl Selector {
     }
 
     /// Whether a spec with these labels is selected: every requirement holds.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| {
             let value = labels.get(&r.key);
             match &r.op {

@@ -52,7 +52,7 @@ impl Keyring {
     }
 
     /// [`Keyring::load`] of text already read; `origin` names it in messages.
-    pub fn parse(text: &str, origin: &str) -> Result<Keyring, String> {
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Keyring, String> {
         let mut identities = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -98,7 +98,7 @@ impl Keyring {
     }
 
     /// Unwraps the data key from the file's age stanzas (recipient, armored age file).
-    pub fn data_key(&self, stanzas: &[(String, String)]) -> Result<[u8; 32], String> {
+    pub(crate) fn data_key(&self, stanzas: &[(String, String)]) -> Result<[u8; 32], String> {
         if let Some(problem) = &self.problem {
             return Err(problem.clone());
         }
@@ -148,7 +148,7 @@ impl Keyring {
 
 /// An encrypted value's parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Encrypted {
+pub(crate) struct Encrypted {
     data: Vec<u8>,
     iv: Vec<u8>,
     tag: Vec<u8>,
@@ -158,7 +158,7 @@ pub struct Encrypted {
 
 /// A decrypted value, typed as SOPS typed it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plain {
+pub(crate) enum Plain {
     Str(String),
     Int(i128),
     Float(f64),
@@ -167,7 +167,7 @@ pub enum Plain {
 
 impl Plain {
     /// The bytes SOPS's MAC hashes for this value (`ToBytes`: booleans as `True`/`False`).
-    pub fn mac_bytes(&self) -> Vec<u8> {
+    pub(crate) fn mac_bytes(&self) -> Vec<u8> {
         match self {
             Plain::Str(s) => s.as_bytes().to_vec(),
             Plain::Int(i) => i.to_string().into_bytes(),
@@ -179,12 +179,12 @@ impl Plain {
 }
 
 /// Whether `s` is a SOPS-encrypted value.
-pub fn is_encrypted(s: &str) -> bool {
+pub(crate) fn is_encrypted(s: &str) -> bool {
     s.starts_with("ENC[")
 }
 
 /// Parses `ENC[AES256_GCM,data:...,iv:...,tag:...,type:...]` (structure only, no key).
-pub fn parse_value(s: &str) -> Result<Encrypted, String> {
+pub(crate) fn parse_value(s: &str) -> Result<Encrypted, String> {
     let inner = s
         .strip_prefix("ENC[AES256_GCM,")
         .and_then(|r| r.strip_suffix(']'))
@@ -230,7 +230,7 @@ pub fn parse_value(s: &str) -> Result<Encrypted, String> {
 
 /// Opens an encrypted value with the data key; `aad` is its key path (`a:b:c:`) or, for the
 /// MAC, `lastmodified`.
-pub fn decrypt_value(key: &[u8; 32], value: &Encrypted, aad: &str) -> Result<Plain, String> {
+pub(crate) fn decrypt_value(key: &[u8; 32], value: &Encrypted, aad: &str) -> Result<Plain, String> {
     let cipher = SopsGcm::new(key.into());
     let mut msg = value.data.clone();
     msg.extend_from_slice(&value.tag);
@@ -264,7 +264,7 @@ pub fn decrypt_value(key: &[u8; 32], value: &Encrypted, aad: &str) -> Result<Pla
 }
 
 /// SOPS's MAC of the values in document order: SHA-512, upper-case hex.
-pub fn mac(values: &[Vec<u8>]) -> String {
+pub(crate) fn mac(values: &[Vec<u8>]) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
     for v in values {
         ctx.update(v);
@@ -278,7 +278,7 @@ pub fn mac(values: &[Vec<u8>]) -> String {
 
 /// For tests: encrypts as SOPS does (`aes/cipher.go` `Cipher.Encrypt`).
 #[doc(hidden)]
-pub fn encrypt_value(key: &[u8; 32], iv: &[u8; 32], plain: &Plain, aad: &str) -> String {
+pub(crate) fn encrypt_value(key: &[u8; 32], iv: &[u8; 32], plain: &Plain, aad: &str) -> String {
     let (kind, bytes) = match plain {
         Plain::Str(s) => ("str", s.as_bytes().to_vec()),
         Plain::Int(i) => ("int", i.to_string().into_bytes()),
@@ -306,7 +306,7 @@ pub fn encrypt_value(key: &[u8; 32], iv: &[u8; 32], plain: &Plain, aad: &str) ->
 
 /// For tests: wraps a data key for an age recipient, armored, as SOPS's age key source does.
 #[doc(hidden)]
-pub fn wrap_data_key(recipient: &str, key: &[u8; 32]) -> Result<String, String> {
+pub(crate) fn wrap_data_key(recipient: &str, key: &[u8; 32]) -> Result<String, String> {
     use std::io::Write;
     let r: age::x25519::Recipient = recipient.parse().map_err(|e: &str| e.to_string())?;
     let enc = age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient))

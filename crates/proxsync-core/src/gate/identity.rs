@@ -47,7 +47,7 @@ pub struct VerifiedMarker {
 
 impl VerifiedMarker {
     /// The site the VM is on.
-    pub fn site(&self) -> &str {
+    pub(crate) fn site(&self) -> &str {
         &self.site
     }
 
@@ -56,13 +56,8 @@ impl VerifiedMarker {
     }
 
     /// What the VMID holds (a VM or a container), for the messages that name it.
-    pub fn kind(&self) -> GuestKind {
+    pub(crate) fn kind(&self) -> GuestKind {
         self.kind
-    }
-
-    /// The guest in a message: `VM 101` or `container 101`.
-    pub fn named(&self) -> String {
-        self.kind.named(self.vmid)
     }
 
     pub fn install(&self) -> &str {
@@ -77,7 +72,7 @@ impl VerifiedMarker {
         &self.marker.uid
     }
 
-    pub fn marker(&self) -> &Marker {
+    pub(crate) fn marker(&self) -> &Marker {
         &self.marker
     }
 
@@ -86,7 +81,7 @@ impl VerifiedMarker {
     }
 
     /// The marker names this install (else another install handed the VM over).
-    pub fn is_own(&self) -> bool {
+    pub(crate) fn is_own(&self) -> bool {
         self.own
     }
 
@@ -455,7 +450,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(
-            (v.kind(), v.named()),
+            (v.kind(), v.kind().named(v.vmid())),
             (GuestKind::Lxc, "container 105".to_string())
         );
         let why = verify_handed(

@@ -30,7 +30,7 @@ pub mod commit;
 pub mod ha;
 pub mod identity;
 pub mod permit;
-pub mod refusal;
+pub(crate) mod refusal;
 pub mod rename;
 pub mod site;
 pub mod volume;

@@ -365,7 +365,7 @@ pub struct ExerciseMarks<'a> {
 
 /// How long a clone's line (signed before PVE picked the clone's identity) proves the clone
 /// an exercise's: a day after its run began.
-pub const EXERCISE_PENDING_SECS: u64 = 24 * 3600;
+pub(crate) const EXERCISE_PENDING_SECS: u64 = 24 * 3600;
 
 /// What a guest shows of who made it, read right before its delete: the pool and HA state
 /// from the cluster's listing and the HA resources, the rest from its config.

@@ -96,7 +96,7 @@ pub struct SiteChecked {
 }
 
 impl SiteChecked {
-    pub fn site(&self) -> &str {
+    pub(crate) fn site(&self) -> &str {
         &self.site
     }
 }

@@ -5,7 +5,7 @@
 //! here, never from those modules.
 
 pub mod record;
-pub mod rewind;
+pub(crate) mod rewind;
 pub mod view;
 
 pub use record::*;

@@ -114,14 +114,19 @@ mod lenient_task {
 
     use crate::pve::Upid;
 
-    pub fn serialize<S: Serializer>(task: &Option<Box<Upid>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        task: &Option<Box<Upid>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match task {
             Some(u) => s.serialize_some(u.as_str()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<Upid>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Box<Upid>>, D::Error> {
         Ok(Option::<String>::deserialize(d)?.and_then(|s| parse(&s)))
     }
 
@@ -146,7 +151,7 @@ mod stored_state {
         vm: &'a VmState,
     }
 
-    pub fn serialize<S: Serializer>(vm: &VmState, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(vm: &VmState, s: S) -> Result<S::Ok, S::Error> {
         Out { vm }.serialize(s)
     }
 
@@ -184,7 +189,7 @@ mod stored_state {
         },
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VmState, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VmState, D::Error> {
         let stored = In::deserialize(d)?;
         if let Some(vm) = stored.vm {
             return Ok(vm);

@@ -196,7 +196,7 @@ impl SiteView {
     }
 
     /// Why the view is incomplete, in a sentence for a status: which entries, and what holds.
-    pub fn incomplete_why(&self) -> String {
+    pub(crate) fn incomplete_why(&self) -> String {
         let shown: Vec<&str> = self.unreadable.iter().take(3).map(String::as_str).collect();
         let more = self.unreadable.len().saturating_sub(shown.len());
         format!(

@@ -197,7 +197,7 @@ pub fn reboot_due(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> bool {
 /// [`MIN_REBOOT_INTERVAL`] after the last reboot, or an edge of the `maintenanceWindow`. `None`
 /// when no passing of time changes it (nothing pending, a stopped spec, `Never`, `IfNeeded`
 /// past the interval).
-pub fn reboot_due_changes_at(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> Option<u64> {
+pub(crate) fn reboot_due_changes_at(spec: &Spec, rec: &SpecRecord, now_ms: u64) -> Option<u64> {
     if rec.reboot_pending.is_empty() || spec.power_state != PowerState::Running {
         return None;
     }

@@ -472,12 +472,7 @@ pub struct Duplicate {
     pub renamed_from: Option<String>,
 }
 
-impl Plan {
-    /// True when there is nothing to do.
-    pub fn is_empty(&self) -> bool {
-        self.actions.is_empty()
-    }
-}
+impl Plan {}
 
 /// Plans one cycle: each valid spec's decision (or its rename), the invalid ones, then the
 /// removals of gone specs and orphans, which the safety valves may refuse as a whole.

@@ -47,7 +47,7 @@ impl DiskChanges {
 }
 
 /// The options `disk` declares, as PVE spells them, sorted by key as PVE prints them.
-pub fn declared_options(disk: &Disk) -> Vec<(String, String)> {
+pub(crate) fn declared_options(disk: &Disk) -> Vec<(String, String)> {
     let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut out: Vec<(String, String)> = Vec::new();
     if let Some(v) = disk.backup {
@@ -83,7 +83,7 @@ fn new_disk_options(disk: &Disk) -> Vec<(String, String)> {
 /// Whether the drive `now` has every option `disk` declares, read the way PVE reads it (an
 /// absent option is PVE's default: `cache` none, `discard` ignore, `backup` and `replicate`
 /// on, `ssd` and `iothread` off).
-pub fn options_match(disk: &Disk, now: &DriveValue) -> bool {
+pub(crate) fn options_match(disk: &Disk, now: &DriveValue) -> bool {
     let on = |key: &str, default: bool| now.get(key).map_or(default, pve_bool);
     disk.cache
         .as_deref()

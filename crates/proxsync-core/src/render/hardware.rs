@@ -10,7 +10,7 @@ use crate::pve::{Error as PveError, VmParams};
 use crate::spec::{Bios, Spec, Startup};
 
 /// A VM's current value of a config key (a pending value counts as set), `None` when absent.
-pub type Current<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Current<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// What converge (or a create) sends for the hardware fields.
 #[derive(Debug, Default)]

@@ -328,21 +328,6 @@ impl VmParams {
         Ok(self.set(key, out.join(",")))
     }
 
-    /// A container's `features`: `nesting=1,keyctl=0,mount=nfs;cifs`, each mount type checked.
-    pub fn features(self, flags: &[(&str, bool)], mount: &[String]) -> Result<Self, Error> {
-        let mut out: Vec<String> = flags
-            .iter()
-            .map(|(k, v)| format!("{k}={}", u8::from(*v)))
-            .collect();
-        for t in mount {
-            check_part("mount type", t)?;
-        }
-        if !mount.is_empty() {
-            out.push(format!("mount={}", mount.join(";")));
-        }
-        Ok(self.set("features", out.join(",")))
-    }
-
     /// A secret value (a container's root `password`): sent as given, never shown by `Debug`.
     pub fn secret(self, key: &str, value: &str) -> Self {
         self.set(key, value)
@@ -497,7 +482,7 @@ impl VmParams {
 
     /// Whether this write may be sent to VM `vmid`: every guarded edit carries the gate's
     /// permit for it (`gate::permit::check_write`). The client asks before every config write.
-    pub fn permitted(&self, vmid: u32) -> Result<(), Error> {
+    pub(crate) fn permitted(&self, vmid: u32) -> Result<(), Error> {
         let values = self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         check_write(vmid, values, &self.grants).map_err(Error::NotPermitted)
     }
@@ -646,14 +631,9 @@ impl Client {
     /// `GET /cluster/resources?type=node`: at once; every node with its memory (`maxmem`,
     /// `mem`), the entries that decode. Read only when a set's member is to be placed by free
     /// memory (`engine::placement`).
-    pub async fn node_resources(&self) -> Result<NodeResources, Error> {
+    pub(crate) async fn node_resources(&self) -> Result<NodeResources, Error> {
         self.get("/cluster/resources", &[("type", "node".into())])
             .await
-    }
-
-    /// `GET /pools`: at once; the pools the token may see.
-    pub async fn pools(&self) -> Result<Vec<PoolEntry>, Error> {
-        self.get("/pools", &[]).await
     }
 
     /// `GET /pools?poolid=P`: at once; the VMIDs of the pool's guests, VMs and containers (a
@@ -670,7 +650,7 @@ impl Client {
 
     /// `PUT /pools` (`poolid`, `vms`, `allow-move=1`): at once; moves VM `vmid` into the pool
     /// (out of the one it was in).
-    pub async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
+    pub(crate) async fn move_to_pool(&self, poolid: &str, vmid: u32) -> Result<(), Error> {
         check_part("pool", poolid)?;
         let form = [
             ("poolid", poolid.to_string()),
@@ -684,7 +664,7 @@ impl Client {
     /// `POST /pools` (`poolid`, `comment`): at once; a new, empty pool (pve-manager
     /// `PVE/API2/Pool.pm` create_pool: `pool 'P' already exists` for one that does; the
     /// token needs `Pool.Allocate` on `/pool/P`).
-    pub async fn create_pool(&self, poolid: &str, comment: &str) -> Result<(), Error> {
+    pub(crate) async fn create_pool(&self, poolid: &str, comment: &str) -> Result<(), Error> {
         check_part("pool", poolid)?;
         let form = [
             ("poolid", poolid.to_string()),
@@ -768,7 +748,7 @@ impl Client {
     /// normalises names to `[A-Za-z0-9_.-]`; proxsync's seed names already are). With
     /// `checksum-algorithm=sha256`, PVE verifies the file before keeping it. Needs
     /// `Datastore.AllocateTemplate` on `/storage/{storage}`.
-    pub async fn upload_iso(
+    pub(crate) async fn upload_iso(
         &self,
         node: &str,
         storage: &str,
@@ -912,7 +892,12 @@ impl Client {
     /// `POST /nodes/{node}/lxc`: a `vzcreate` task (`lock: create` on the new config until
     /// pve-container has detected the template's OS: `API2/LXC.pm` `create_vm`). `vmid` is the
     /// caller's allocation; `already exists` (AlreadyExists) means take another id.
-    pub async fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Result<Upid, Error> {
+    pub(crate) async fn create_ct(
+        &self,
+        node: &str,
+        vmid: u32,
+        params: &VmParams,
+    ) -> Result<Upid, Error> {
         self.create_guest(node, GuestKind::Lxc, vmid, params).await
     }
 
@@ -1001,7 +986,12 @@ impl Client {
 
     /// `GET .../status/current`: at once; whether the VM runs now (`status`: `running` or
     /// `stopped`).
-    pub async fn vm_running(&self, node: &str, kind: GuestKind, vmid: u32) -> Result<bool, Error> {
+    pub(crate) async fn vm_running(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<bool, Error> {
         #[derive(serde::Deserialize)]
         struct Current {
             status: String,
@@ -1043,7 +1033,7 @@ impl Client {
     /// (never a hard stop: the task fails when the guest does not power off), after which PVE
     /// starts the VM again, applying what was pending (qemu-server `vm_reboot`). It is no HA
     /// request: PVE does not hand it to the HA manager.
-    pub async fn reboot_vm(
+    pub(crate) async fn reboot_vm(
         &self,
         node: &str,
         kind: GuestKind,
@@ -1127,7 +1117,7 @@ impl Client {
     }
 
     /// `GET /nodes/{node}/tasks?source=active`: at once; every running task of the node.
-    pub async fn active_tasks(&self, node: &str) -> Result<Vec<TaskListEntry>, Error> {
+    pub(crate) async fn active_tasks(&self, node: &str) -> Result<Vec<TaskListEntry>, Error> {
         self.active_tasks_where(node, None).await
     }
 
@@ -1165,7 +1155,7 @@ impl Client {
     /// (`.../agent/network-get-interfaces`, `{result: [...]}`), a container's from
     /// `.../lxc/{vmid}/interfaces` (the same `name` and `ip-addresses` per interface, a list;
     /// `null` for a stopped container).
-    pub async fn guest_interfaces(
+    pub(crate) async fn guest_interfaces(
         &self,
         node: &str,
         kind: GuestKind,
@@ -1203,7 +1193,7 @@ impl Client {
     }
 
     /// `GET /nodes/{node}/tasks/{upid}/status`: at once.
-    pub async fn task_status(&self, upid: &Upid) -> Result<TaskStatus, Error> {
+    pub(crate) async fn task_status(&self, upid: &Upid) -> Result<TaskStatus, Error> {
         let path = format!(
             "/nodes/{}/tasks/{}/status",
             seg(&upid.node)?,
@@ -1216,7 +1206,11 @@ impl Client {
     /// page of lines and the log's `total` (pve-manager `PVE/API2/Tasks.pm` `read_task_log`:
     /// `set_result_attrib('total', $count)`): a log longer than one page is read again from
     /// `total - lines`. Without a `total` (an old fake), up to 5000 lines from the start.
-    pub async fn task_log_tail(&self, upid: &Upid, lines: usize) -> Result<Vec<String>, Error> {
+    pub(crate) async fn task_log_tail(
+        &self,
+        upid: &Upid,
+        lines: usize,
+    ) -> Result<Vec<String>, Error> {
         let path = format!(
             "/nodes/{}/tasks/{}/log",
             seg(&upid.node)?,

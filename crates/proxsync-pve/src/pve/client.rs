@@ -64,8 +64,8 @@ impl ClientOptions {
 }
 
 /// Attempts and time budget of a read that fails in transport (see `retry_pause`).
-pub const READ_ATTEMPTS: u32 = 6;
-pub const READ_RETRY_BUDGET: Duration = Duration::from_secs(6);
+pub(crate) const READ_ATTEMPTS: u32 = 6;
+pub(crate) const READ_RETRY_BUDGET: Duration = Duration::from_secs(6);
 
 enum Auth {
     /// The prepared `Authorization` header (marked sensitive).
@@ -227,7 +227,7 @@ impl Client {
     }
 
     /// GET; retried on transport failures and gateway errors (a read is idempotent).
-    pub async fn get<T: DeserializeOwned>(
+    pub(crate) async fn get<T: DeserializeOwned>(
         &self,
         path: &str,
         query: &[(&str, String)],
@@ -237,7 +237,7 @@ impl Client {
 
     /// GET, as [`get`](Self::get), with the envelope's `total` beside `data` (task logs and
     /// task lists count their lines there). `None` when PVE sent no `total`.
-    pub async fn get_with_total<T: DeserializeOwned>(
+    pub(crate) async fn get_with_total<T: DeserializeOwned>(
         &self,
         path: &str,
         query: &[(&str, String)],
@@ -247,7 +247,7 @@ impl Client {
     }
 
     /// POST form parameters. Never retried: a create or clone must not be sent twice blindly.
-    pub async fn post<T: DeserializeOwned>(
+    pub(crate) async fn post<T: DeserializeOwned>(
         &self,
         path: &str,
         form: &[(&str, String)],
@@ -256,7 +256,7 @@ impl Client {
     }
 
     /// PUT form parameters. Never retried.
-    pub async fn put<T: DeserializeOwned>(
+    pub(crate) async fn put<T: DeserializeOwned>(
         &self,
         path: &str,
         form: &[(&str, String)],
@@ -265,7 +265,7 @@ impl Client {
     }
 
     /// DELETE with query parameters. Never retried.
-    pub async fn delete<T: DeserializeOwned>(
+    pub(crate) async fn delete<T: DeserializeOwned>(
         &self,
         path: &str,
         query: &[(&str, String)],
@@ -415,7 +415,7 @@ impl Client {
     /// POST a `multipart/form-data` upload: the `fields` first, then one file part (PVE reads
     /// the file last). Never retried; a 401 of an expired ticket is sent again once (the request
     /// was not executed).
-    pub async fn post_multipart<T: DeserializeOwned>(
+    pub(crate) async fn post_multipart<T: DeserializeOwned>(
         &self,
         path: &str,
         fields: &[(&str, String)],

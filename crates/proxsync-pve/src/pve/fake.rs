@@ -276,13 +276,6 @@ impl FakePve {
         self.changed.notify_waiters();
     }
 
-    /// Node `node`'s memory as pvestatd reports it: `maxmem` bytes, `mem` of them in use.
-    pub fn set_node_memory(&self, node: &str, maxmem: u64, mem: u64) {
-        self.lock()
-            .node_memory
-            .insert(node.to_string(), (maxmem, mem));
-    }
-
     /// A storage for disk images shared by every node (as Ceph RBD or NFS would be).
     pub fn add_shared_storage(&self, storage: &str) {
         self.lock().shared_storages.push(storage.to_string());

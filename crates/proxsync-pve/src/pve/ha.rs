@@ -95,7 +95,7 @@ impl Client {
 
     /// `PUT /cluster/ha/resources/{vm|ct}:N` (+`digest`: refused if someone changed it
     /// meanwhile).
-    pub async fn update_ha_resource(
+    pub(crate) async fn update_ha_resource(
         &self,
         kind: GuestKind,
         vmid: u32,
@@ -174,7 +174,7 @@ impl Client {
     }
 
     /// `PUT /cluster/ha/groups/{id}` or `PUT /cluster/ha/rules/{id}` (+`digest`).
-    pub async fn update_ha_affinity(
+    pub(crate) async fn update_ha_affinity(
         &self,
         kind: AffinityKind,
         id: &str,

@@ -45,12 +45,12 @@ pub struct LocalDisk {
 
 impl LocalDisk {
     /// PVE's generated cloud-init drive (`vm-N-cloudinit`): migrated by regenerating it.
-    pub fn is_cloudinit(&self) -> bool {
+    pub(crate) fn is_cloudinit(&self) -> bool {
         self.volid.contains("-cloudinit")
     }
 
     /// A CD-ROM image on local storage: `QemuMigrate` dies with `local cdrom image`.
-    pub fn blocks_migration(&self) -> bool {
+    pub(crate) fn blocks_migration(&self) -> bool {
         self.cdrom == Some(true) && !self.is_cloudinit()
     }
 }
@@ -108,7 +108,7 @@ fn compact(v: &serde_json::Value) -> String {
 #[cfg(feature = "client")]
 impl Client {
     /// `GET /nodes/{node}/qemu/{vmid}/migrate?target=T`: at once.
-    pub async fn migrate_precondition(
+    pub(crate) async fn migrate_precondition(
         &self,
         node: &str,
         kind: GuestKind,
@@ -124,7 +124,7 @@ impl Client {
     /// HA-managed VM (PVE hands the move to the HA manager, which migrates after the task ends).
     /// `online` for a running VM (PVE refuses a running VM without it, and ignores it for a
     /// stopped one); `with_local_disks` copies disks on storage the target does not share.
-    pub async fn migrate_vm(
+    pub(crate) async fn migrate_vm(
         &self,
         node: &str,
         vmid: u32,
@@ -151,7 +151,7 @@ impl Client {
     /// a failure after the shutdown starts it again where it was (pve-container `Migrate.pm`).
     /// Without `restart`, a running container is refused ("can't migrate running container
     /// without --online or --restart").
-    pub async fn migrate_ct(
+    pub(crate) async fn migrate_ct(
         &self,
         node: &str,
         vmid: u32,

@@ -65,10 +65,10 @@ mod client;
 mod error;
 pub mod ha;
 mod meter;
-pub mod migrate;
-pub mod pace;
+pub(crate) mod migrate;
+pub(crate) mod pace;
 pub mod permit;
-pub mod task;
+pub(crate) mod task;
 #[cfg(feature = "client")]
 pub mod tasks;
 pub mod texts;

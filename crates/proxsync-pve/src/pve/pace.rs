@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 /// The share (per mille) of tasks the first read at the estimate should find ended.
-pub const HIT_PERMILLE: u64 = 900;
+pub(crate) const HIT_PERMILLE: u64 = 900;
 
 /// How far a task still running at its first read moves the estimate up (per mille of the
 /// estimate it was read at); tasks found ended move it down by `STEP * (1000 - HIT) / HIT`
@@ -26,11 +26,11 @@ pub const HIT_PERMILLE: u64 = 900;
 const STEP_PERMILLE: u64 = 40;
 
 /// The most steps down one observation makes (after a run of tasks found ended).
-pub const MAX_DOWN_STEPS: u64 = 4;
+pub(crate) const MAX_DOWN_STEPS: u64 = 4;
 
 /// The reads after a first read at the estimate that found the task running, before the wait
 /// goes on at the pace of the overrun: at 1, 2 and 4 steps after the previous read.
-pub const FOLLOW_UPS: u32 = 3;
+pub(crate) const FOLLOW_UPS: u32 = 3;
 
 /// The shortest pause before a follow-up read.
 const MIN_FOLLOW_UP: Duration = Duration::from_millis(20);
@@ -41,7 +41,7 @@ const MIN_ESTIMATE: Duration = Duration::from_millis(5);
 
 /// The learnt duration of one node's tasks of one kind (none until a wait saw one end).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pace {
+pub(crate) struct Pace {
     estimate: Option<Duration>,
     /// Steps of the next move down (1, 2, 4, ... [`MAX_DOWN_STEPS`]); back to 1 after a rise.
     down_steps: u64,
@@ -51,7 +51,7 @@ pub struct Pace {
 
 /// What one wait saw of a task that ended well, as offsets from the wait's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The last read that found the task running; `None`: the first read found it ended.
     pub running: Option<Duration>,
     /// The read that found it ended.
@@ -61,13 +61,13 @@ pub struct Seen {
 impl Pace {
     /// When to read a task of this kind first, counted from the wait's start: at the estimate;
     /// `None` while nothing was learnt.
-    pub fn first_read(&self) -> Option<Duration> {
+    pub(crate) fn first_read(&self) -> Option<Duration> {
         self.estimate
     }
 
     /// Learns from one wait that saw its task end well; `planned`: the estimate its first read
     /// was made at (`None`: it was not read at an estimate).
-    pub fn learn(&mut self, seen: Seen, planned: Option<Duration>) {
+    pub(crate) fn learn(&mut self, seen: Seen, planned: Option<Duration>) {
         let lo = seen.running.unwrap_or_default();
         let middle = lo + seen.ended.saturating_sub(lo) / 2;
         let Some(est) = self.estimate else {
@@ -104,7 +104,7 @@ impl Pace {
 /// The pause before follow-up read `k` (1-based) of a task first read at `planned` and found
 /// running: 1, 2, then 4 steps of [`STEP_PERMILLE`] of the plan (at least [`MIN_FOLLOW_UP`]);
 /// `None` past [`FOLLOW_UPS`].
-pub fn follow_up(planned: Duration, k: u32) -> Option<Duration> {
+pub(crate) fn follow_up(planned: Duration, k: u32) -> Option<Duration> {
     if k == 0 || k > FOLLOW_UPS {
         return None;
     }

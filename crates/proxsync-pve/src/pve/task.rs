@@ -32,7 +32,7 @@ impl Upid {
     /// How long ago the task started by the clock `now`, at least: the UPID holds the start in
     /// whole seconds of the node's clock, so one second less than the difference, and zero when
     /// the node's clock is ahead of ours.
-    pub fn age_at_least(&self, now: SystemTime) -> Duration {
+    pub(crate) fn age_at_least(&self, now: SystemTime) -> Duration {
         UNIX_EPOCH
             .checked_add(Duration::from_secs(self.starttime.saturating_add(1)))
             .and_then(|started| now.duration_since(started).ok())
@@ -128,7 +128,7 @@ pub enum TaskOutcome {
 }
 
 /// Classifies a stopped task's exit status: `Ok(outcome)` for success, `Err(text)` otherwise.
-pub fn classify_exit(exitstatus: &str) -> Result<TaskOutcome, String> {
+pub(crate) fn classify_exit(exitstatus: &str) -> Result<TaskOutcome, String> {
     let s = exitstatus.trim();
     if s == "OK" {
         return Ok(TaskOutcome::Ok);

@@ -65,7 +65,7 @@ pub const TASK_POLLS_PER_SITE: usize = 4;
 
 /// A task that has just started is first read this old: most tasks proxsync starts (a config
 /// change, a start, a resize) have ended by then, and then cost one read.
-pub const FIRST_POLL: Duration = Duration::from_millis(100);
+pub(crate) const FIRST_POLL: Duration = Duration::from_millis(100);
 
 /// The shortest pause between two polls of one task, and the grid every interval is a
 /// power-of-two multiple of.
@@ -348,13 +348,13 @@ impl NodeWaits {
 
 /// How long after the wait begins its first poll comes: when the task is [`FIRST_POLL`] old,
 /// at once for an older one (a wait resumed after a restart).
-pub fn first_poll_delay(age: Duration) -> Duration {
+pub(crate) fn first_poll_delay(age: Duration) -> Duration {
     FIRST_POLL.saturating_sub(age)
 }
 
 /// The pause before the next poll of a task `age` old: the largest power-of-two multiple of
 /// [`MIN_INTERVAL`] not above its age (at least [`MIN_INTERVAL`]), at most `cap`.
-pub fn poll_interval(age: Duration, cap: Duration) -> Duration {
+pub(crate) fn poll_interval(age: Duration, cap: Duration) -> Duration {
     let cap = cap.max(Duration::from_millis(1));
     let mut interval = MIN_INTERVAL;
     while interval * 2 <= age && interval * 2 <= cap {
@@ -365,7 +365,7 @@ pub fn poll_interval(age: Duration, cap: Duration) -> Duration {
 
 /// The next multiple of `interval` since `epoch` after `now`: waits polling at one interval
 /// poll at the same instants (and a shorter power-of-two interval's grid holds the longer's).
-pub fn next_poll(epoch: Instant, now: Instant, interval: Duration) -> Instant {
+pub(crate) fn next_poll(epoch: Instant, now: Instant, interval: Duration) -> Instant {
     let step = interval.as_nanos().max(1);
     let ticks = now.saturating_duration_since(epoch).as_nanos() / step + 1;
     u64::try_from(ticks * step)

@@ -110,13 +110,13 @@ impl Meaning {
     /// Lock contention: PVE could not get (or keep) a lock in time. The only meaning that
     /// says the node is overloaded (`crate::concurrency` cuts its limit); every other text is
     /// an answer about the request or the guest.
-    pub fn is_contention(self) -> bool {
+    pub(crate) fn is_contention(self) -> bool {
         matches!(self, Meaning::LockTimeout | Meaning::LockedTooLong)
     }
 
     /// PVE refused before doing any of the work (its checks run before the change, the task
     /// or the allocation), so a create or clone that ends like this made nothing.
-    pub fn nothing_done(self) -> bool {
+    pub(crate) fn nothing_done(self) -> bool {
         match self {
             Meaning::LockHeld
             | Meaning::LockTimeout
@@ -158,7 +158,7 @@ pub struct Text {
 }
 
 /// How much of a message is read (bytes).
-pub const MAX_SCAN: usize = 4096;
+pub(crate) const MAX_SCAN: usize = 4096;
 
 /// Every PVE text proxsync recognises. Sources read at: qemu-server e6352be6 (9.2.6),
 /// pve-container 94f5585 (6.1.10), pve-guest-common 4a8f6cb (6.0.2), pve-common f665029 (9.2.1),

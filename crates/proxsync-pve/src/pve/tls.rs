@@ -14,7 +14,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use crate::config::Trust;
 
 /// The crypto provider proxsync uses everywhere (ring: pure Rust and assembly, quick to build).
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -47,13 +47,13 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, String> {
 }
 
 /// Reads the PEM certificates of a CA file into a root store.
-pub fn roots_from_file(path: &Path) -> Result<RootCertStore, String> {
+pub(crate) fn roots_from_file(path: &Path) -> Result<RootCertStore, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("ca_file {}: {e}", path.display()))?;
     roots_from_pem(&bytes).map_err(|e| format!("ca_file {}: {e}", path.display()))
 }
 
 /// Parses PEM certificates into a root store; at least one must be usable.
-pub fn roots_from_pem(pem: &[u8]) -> Result<RootCertStore, String> {
+pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     let mut seen = 0;
     for cert in CertificateDer::pem_slice_iter(pem) {

@@ -68,7 +68,7 @@ pub fn release_name(v: (u32, u32, u32)) -> String {
 
 /// The file extensions PVE's `import` content takes (pve-storage `PVE/Storage.pm`
 /// `$IMPORT_EXT_RE_1 = qr/\.(ova|ovf|qcow2|raw|vmdk)/`), case-sensitive: no `.img`.
-pub const IMPORT_EXTENSIONS: [&str; 5] = ["ova", "ovf", "qcow2", "raw", "vmdk"];
+pub(crate) const IMPORT_EXTENSIONS: [&str; 5] = ["ova", "ovf", "qcow2", "raw", "vmdk"];
 
 /// Whether `volid` (`storage:import/FILE`, or `FILE/member` inside an OVA) names a file
 /// PVE's `import` content takes; otherwise why not, saying what would be valid.
@@ -155,7 +155,7 @@ impl DatacenterOptions {
     }
 
     /// `user-allow-list` of `user-tag-access`.
-    pub fn user_allow_list(&self) -> Vec<String> {
+    pub(crate) fn user_allow_list(&self) -> Vec<String> {
         match &self.user_tag_access {
             Some(serde_json::Value::Object(m)) => {
                 m.get("user-allow-list").map(tag_list).unwrap_or_default()
@@ -236,7 +236,7 @@ impl ClusterStatusEntry {
 /// One certificate of `GET /nodes/{node}/certificates/info` (pve-common `PVE/Certificate.pm`
 /// `get_certificate_info`); only what is read.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct CertificateInfo {
+pub(crate) struct CertificateInfo {
     /// The file's base name: `pve-root-ca.pem`, `pve-ssl.pem`, `pveproxy-ssl.pem`.
     #[serde(default)]
     pub filename: Option<String>,
@@ -277,7 +277,7 @@ impl ClusterHealth {
 
 /// One pool of `GET /pools?poolid=P`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct PoolEntry {
+pub(crate) struct PoolEntry {
     pub poolid: String,
     #[serde(default)]
     pub members: Vec<PoolMember>,
@@ -285,7 +285,7 @@ pub struct PoolEntry {
 
 /// A guest or storage in a pool.
 #[derive(Debug, Clone, Deserialize)]
-pub struct PoolMember {
+pub(crate) struct PoolMember {
     /// `qemu`, `lxc` or `storage`.
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
@@ -701,7 +701,7 @@ impl PendingEntry {
 
 /// `GET /nodes/{node}/tasks/{upid}/status`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct TaskStatus {
+pub(crate) struct TaskStatus {
     /// `running` or `stopped`.
     pub status: String,
     /// Set once stopped: `OK`, `WARNINGS: 2`, or the error text.
@@ -717,7 +717,7 @@ pub struct TaskStatus {
 
 /// One line of `GET /nodes/{node}/tasks/{upid}/log`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct TaskLogLine {
+pub(crate) struct TaskLogLine {
     #[serde(deserialize_with = "u64_lenient")]
     pub n: u64,
     #[serde(default)]
@@ -815,7 +815,7 @@ pub struct AgentIpAddress {
 }
 
 /// `GET /access/permissions`: path -> privilege -> propagate.
-pub type Permissions = BTreeMap<String, BTreeMap<String, serde_json::Value>>;
+pub(crate) type Permissions = BTreeMap<String, BTreeMap<String, serde_json::Value>>;
 
 // ---- lenient scalar readers -----------------------------------------------------------------
 
@@ -846,14 +846,14 @@ fn value_to_bool(v: &serde_json::Value) -> Option<bool> {
 }
 
 /// A u64 written as a number or a string.
-pub fn u64_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn u64_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = serde_json::Value::deserialize(d)?;
     value_to_u64(&v)
         .ok_or_else(|| serde::de::Error::custom(format!("expected an integer, got {v}")))
 }
 
 /// A u32 written as a number or a string.
-pub fn u32_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+pub(crate) fn u32_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let n = u64_lenient(d)?;
     u32::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is out of range")))
 }

@@ -20,7 +20,7 @@ const IP_FIELDS: &[&str] = &["ip", "gateway", "ip6", "gateway6"];
 const PATH: &str = "spec.forProvider.cloudInit";
 
 /// The SSH public key types OpenSSH and cloud-init accept.
-pub const SSH_KEY_TYPES: &[&str] = &[
+pub(crate) const SSH_KEY_TYPES: &[&str] = &[
     "ssh-ed25519",
     "ssh-rsa",
     "ecdsa-sha2-nistp256",
@@ -31,7 +31,7 @@ pub const SSH_KEY_TYPES: &[&str] = &[
 ];
 
 /// `userData`: YAML starting with `#cloud-config`, or a script starting with `#!`.
-pub fn check_user_data(s: &str) -> Result<(), String> {
+pub(crate) fn check_user_data(s: &str) -> Result<(), String> {
     let path = "spec.forProvider.userData";
     if s.starts_with("#!") {
         return Ok(());
@@ -72,7 +72,7 @@ pub fn check_user_data(s: &str) -> Result<(), String> {
 }
 
 /// `cloudInit.user`: a Linux user name.
-pub fn check_user(user: &str) -> Result<(), String> {
+pub(crate) fn check_user(user: &str) -> Result<(), String> {
     let ok = !user.is_empty()
         && user.len() <= 32
         && user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
@@ -97,7 +97,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// One `sshKeys` entry: `<type> <base64 blob> [comment]` on one line, the blob naming the same
 /// type (what `ssh-keygen` writes in `id_ed25519.pub`). Options (`command="..."`) are refused.
-pub fn check_ssh_key(key: &str) -> Result<(), String> {
+pub(crate) fn check_ssh_key(key: &str) -> Result<(), String> {
     let shown: String = key.chars().take(24).collect();
     let rule = "an OpenSSH public key on one line: <type> <base64> [comment], e.g. \
                 \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA... me@laptop\"";
@@ -157,7 +157,7 @@ fn cidr(s: &str, v6: bool) -> Result<(), String> {
 
 /// One `ipConfig` entry's rules, as PVE's `pve-qm-ipconfig`: `ip` is `dhcp` or IPv4 CIDR, `ip6`
 /// is `dhcp`, `auto` or IPv6 CIDR; a gateway needs a static address of its family.
-pub fn check_ip_config(i: usize, c: &IpConfig) -> Result<(), String> {
+pub(crate) fn check_ip_config(i: usize, c: &IpConfig) -> Result<(), String> {
     let at = format!("{PATH}.ipConfig[{i}]");
     if let Some(ip) = &c.ip
         && ip != "dhcp"
@@ -201,14 +201,14 @@ pub fn check_ip_config(i: usize, c: &IpConfig) -> Result<(), String> {
 }
 
 /// `nameservers` entry: an IPv4 or IPv6 address.
-pub fn check_nameserver(s: &str) -> Result<(), String> {
+pub(crate) fn check_nameserver(s: &str) -> Result<(), String> {
     s.parse::<IpAddr>().map(|_| ()).map_err(|_| {
         format!("{PATH}.nameservers: {s:?} is not an IP address (e.g. 10.0.0.53 or 2001:db8::53)")
     })
 }
 
 /// `searchDomain`: a DNS name.
-pub fn check_search_domain(s: &str) -> Result<(), String> {
+pub(crate) fn check_search_domain(s: &str) -> Result<(), String> {
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
@@ -263,7 +263,7 @@ fn ip_config_entry(ctx: &mut Ctx, i: usize, n: &Node) -> Option<IpConfig> {
 }
 
 /// Reads and checks `forProvider.cloudInit`.
-pub fn cloud_init_field(ctx: &mut Ctx, n: &Node) -> Option<CloudInit> {
+pub(crate) fn cloud_init_field(ctx: &mut Ctx, n: &Node) -> Option<CloudInit> {
     let obj = object(ctx, n, PATH, Some(FIELDS))?;
     // Every field is checked even after an error, so all problems are reported at once.
     let user = checked_string(ctx, &obj, "user", "debian", check_user);

@@ -20,7 +20,7 @@ use super::{Image, VolumeKind};
 
 /// The `forProvider` fields of a container, besides the hardware fields it shares with a VM
 /// (`onBoot`, `startup`, `protection`, `pool`, `vmId`, `description`).
-pub const FIELDS: &[&str] = &[
+pub(crate) const FIELDS: &[&str] = &[
     "site",
     "node",
     "hostname",
@@ -56,7 +56,7 @@ pub const FIELDS: &[&str] = &[
 ];
 
 /// The hardware fields a container shares with a VM.
-pub const SHARED_HARDWARE: &[&str] = &[
+pub(crate) const SHARED_HARDWARE: &[&str] = &[
     "onBoot",
     "startup",
     "protection",
@@ -66,20 +66,20 @@ pub const SHARED_HARDWARE: &[&str] = &[
 ];
 
 /// Default `cores` of a container.
-pub const DEFAULT_CORES: u32 = 1;
+pub(crate) const DEFAULT_CORES: u32 = 1;
 /// Default `memory` of a container: 512 MiB (pve-container's default).
-pub const DEFAULT_MEMORY_MIB: u64 = 512;
+pub(crate) const DEFAULT_MEMORY_MIB: u64 = 512;
 /// Default root filesystem size: 8 GiB.
-pub const DEFAULT_ROOTFS_BYTES: u64 = 8 * GIB;
+pub(crate) const DEFAULT_ROOTFS_BYTES: u64 = 8 * GIB;
 /// Smallest `memory`: 16 MiB (pve-container's minimum).
 const MIN_MEMORY_BYTES: u64 = 16 * MIB;
 /// Largest `cores` (pve-container: 1..8192).
 const MAX_CORES: u64 = 8192;
 /// At most this many NICs (`net0`..`net31`) and mount points (`mp0`..`mp255`).
 pub const MAX_CT_NICS: usize = 32;
-pub const MAX_MOUNT_POINTS: usize = 256;
+pub(crate) const MAX_MOUNT_POINTS: usize = 256;
 /// pve-container's `arch` values.
-pub const ARCHES: [&str; 6] = ["amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"];
+pub(crate) const ARCHES: [&str; 6] = ["amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"];
 /// pve-container's `ostype` values.
 pub const OS_TYPES: [&str; 11] = [
     "debian",
@@ -162,14 +162,7 @@ pub struct Features {
     pub nesting: Option<bool>,
 }
 
-impl Features {
-    /// PVE's property string (`nesting=1`).
-    pub fn property_string(&self) -> String {
-        self.nesting
-            .map(|v| format!("nesting={}", u8::from(v)))
-            .unwrap_or_default()
-    }
-}
+impl Features {}
 
 /// One of `networks`: the container's `netN`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -411,7 +404,7 @@ fn parse_template(text: &str, forms: &str) -> Result<Image, String> {
 /// matched by `Plugin.pm` `parse_volname` as `vztmpl/([^/]+$VZTMPL_EXT_RE_1)$`), any case;
 /// `.tgz` never was one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VztmplFormat {
+pub(crate) enum VztmplFormat {
     Gz,
     Xz,
     Zst,
@@ -426,7 +419,7 @@ pub enum VztmplFormat {
 impl VztmplFormat {
     /// The format of an archive's file name (`debian-12.tar.zst`), if pve-storage takes it:
     /// something before its extension.
-    pub fn of(archive: &str) -> Option<VztmplFormat> {
+    pub(crate) fn of(archive: &str) -> Option<VztmplFormat> {
         let lower = archive.to_ascii_lowercase();
         [
             (".tar.gz", VztmplFormat::Gz),
@@ -441,14 +434,14 @@ impl VztmplFormat {
     }
 
     /// The format of a `vztmpl` volume (`local:vztmpl/debian-12.tar.zst`).
-    pub fn of_volume(volume: &str) -> Option<VztmplFormat> {
+    pub(crate) fn of_volume(volume: &str) -> Option<VztmplFormat> {
         let archive = volume.split_once(':')?.1.strip_prefix("vztmpl/")?;
         VztmplFormat::of(archive)
     }
 
     /// The first PVE release whose pve-storage takes the format (`None`: every 8.x and 9.x), and
     /// the extension's name.
-    pub fn since(self) -> Option<((u32, u32, u32), &'static str)> {
+    pub(crate) fn since(self) -> Option<((u32, u32, u32), &'static str)> {
         match self {
             VztmplFormat::Bz2 => Some(((8, 3, 0), ".tar.bz2")),
             VztmplFormat::Tar => Some(((9, 1, 0), "bare .tar")),
@@ -1121,7 +1114,7 @@ fn mount_point(ctx: &mut Ctx, n: &Node, path: &str) -> Option<MountPoint> {
 }
 
 /// `mp0`..`mp255`.
-pub fn check_mp_slot(s: &str) -> Result<(), String> {
+pub(crate) fn check_mp_slot(s: &str) -> Result<(), String> {
     let ok = s.strip_prefix("mp").is_some_and(|n| {
         !n.is_empty()
             && n.bytes().all(|b| b.is_ascii_digit())

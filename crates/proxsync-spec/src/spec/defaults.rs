@@ -27,13 +27,13 @@ use super::diag::{Diagnostic, Pos};
 use super::yaml::{Node, Value};
 
 /// The file name of a defaults file, in any directory of the spec tree.
-pub const DEFAULTS_FILE: &str = "_defaults.yaml";
+pub(crate) const DEFAULTS_FILE: &str = "_defaults.yaml";
 /// The `kind` of a defaults file.
-pub const DEFAULTS_KIND: &str = "ProxmoxDefaults";
+pub(crate) const DEFAULTS_KIND: &str = "ProxmoxDefaults";
 
 /// One parsed `_defaults.yaml`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Defaults {
+pub(crate) struct Defaults {
     /// The file, as shown in diagnostics.
     pub file: String,
     /// The directory it applies to, `/`-separated, no trailing `/` (`""`: the top).
@@ -58,13 +58,13 @@ pub fn is_meant_as_defaults(path: &str) -> bool {
 }
 
 /// The directory of `path`, `/`-separated (`""` for a file at the top).
-pub fn dir_of(path: &str) -> &str {
+pub(crate) fn dir_of(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(dir, _)| dir)
 }
 
 /// The defaults that apply to the spec file `path`, outermost first: those whose directory is
 /// the file's or one above it.
-pub fn chain_for(all: &[Arc<Defaults>], path: &str) -> Vec<Arc<Defaults>> {
+pub(crate) fn chain_for(all: &[Arc<Defaults>], path: &str) -> Vec<Arc<Defaults>> {
     let dir = dir_of(path);
     let mut chain: Vec<Arc<Defaults>> = (all.iter())
         .filter(|d| {
@@ -83,7 +83,7 @@ pub fn chain_for(all: &[Arc<Defaults>], path: &str) -> Vec<Arc<Defaults>> {
 /// Parses a defaults file's bytes: one document, `kind: ProxmoxDefaults`, a supported
 /// `apiVersion`, `spec` a mapping, `metadata` only `labels` and `annotations`. Its values are
 /// checked where they are used: in each spec they are merged into.
-pub fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnostic>> {
+pub(crate) fn parse_defaults(file: &str, bytes: &[u8]) -> Result<Defaults, Vec<Diagnostic>> {
     let error = |pos: Pos, message: String| vec![Diagnostic::error(file, pos, message)];
     if bytes.len() > super::MAX_FILE_BYTES {
         return Err(error(Pos::START, "file is larger than 1 MiB".into()));
@@ -212,7 +212,7 @@ fn key(n: &Node) -> Option<&str> {
 
 /// `doc` (a spec document) with `chain`'s values merged under it, each default's nodes at
 /// their position in its file (`Pos::source` N: `chain[N - 1]`).
-pub fn apply(chain: &[Arc<Defaults>], doc: &Node) -> Node {
+pub(crate) fn apply(chain: &[Arc<Defaults>], doc: &Node) -> Node {
     let mut base: Option<Node> = None;
     for (i, d) in chain.iter().enumerate() {
         let mut tree = d.tree.clone();
@@ -274,7 +274,7 @@ fn merge(base: &Node, over: &Node) -> Node {
 
 /// The YAML text of `n` (the effective spec `validate --effective` prints), each value the
 /// defaults gave followed by a comment naming the file and line it came from.
-pub fn to_yaml(n: &Node, chain: &[Arc<Defaults>]) -> String {
+pub(crate) fn to_yaml(n: &Node, chain: &[Arc<Defaults>]) -> String {
     let mut out = String::new();
     write_node(&mut out, n, 0, chain);
     out
@@ -420,7 +420,9 @@ impl DefaultsSet {
     /// Parses each `(file as shown, directory it applies to, bytes)`: the filesystem loader
     /// keys them by canonical directory, so a path named `.` or `../eu` finds the defaults
     /// above it, and only those.
-    pub fn parse_keyed(files: impl IntoIterator<Item = (String, String, Vec<u8>)>) -> DefaultsSet {
+    pub(crate) fn parse_keyed(
+        files: impl IntoIterator<Item = (String, String, Vec<u8>)>,
+    ) -> DefaultsSet {
         let mut set = DefaultsSet::default();
         for (file, dir, bytes) in files {
             match parse_defaults(&file, &bytes) {
@@ -440,7 +442,7 @@ impl DefaultsSet {
     }
 
     /// [`DefaultsSet::add_broken`], applying to directory `dir` (see `parse_keyed`).
-    pub fn add_broken_keyed(&mut self, file: &str, dir: &str, why: &str) {
+    pub(crate) fn add_broken_keyed(&mut self, file: &str, dir: &str, why: &str) {
         if self.broken.iter().any(|(f, _)| f == file) {
             return;
         }
@@ -462,7 +464,7 @@ impl DefaultsSet {
 
     /// The chain of spec file `path` (see [`chain_for`]), or the broken defaults file that
     /// holds it.
-    pub fn chain(&self, path: &str) -> Result<Vec<Arc<Defaults>>, &str> {
+    pub(crate) fn chain(&self, path: &str) -> Result<Vec<Arc<Defaults>>, &str> {
         let dir = dir_of(path);
         let under = |d: &str| {
             d.is_empty() || dir == d || dir.strip_prefix(d).is_some_and(|r| r.starts_with('/'))
@@ -502,7 +504,7 @@ impl DefaultsSet {
 
     /// [`DefaultsSet::parse_file`], the chain found by `key` (the file's canonical path for
     /// the filesystem loader; see `parse_keyed`).
-    pub fn parse_file_keyed(
+    pub(crate) fn parse_file_keyed(
         &self,
         file: &str,
         key: &str,

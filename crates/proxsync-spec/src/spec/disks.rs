@@ -75,7 +75,7 @@ pub struct Disk {
 
 impl Disk {
     /// The bus of the slot (`scsi`, `virtio`, `sata`).
-    pub fn bus(&self) -> &str {
+    pub(crate) fn bus(&self) -> &str {
         self.slot.trim_end_matches(|c: char| c.is_ascii_digit())
     }
 }

@@ -12,7 +12,7 @@ use super::yaml::{Node, Value};
 pub(super) const TOP: &str = "the document";
 
 /// Collects the diagnostics of one file.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     file: &'a str,
     /// The `_defaults.yaml` files the document's values may come from ([`Pos::source`] N is
     /// `defaults[N - 1]`).
@@ -26,7 +26,7 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// A context for `file`.
-    pub fn new(file: &'a str) -> Self {
+    pub(crate) fn new(file: &'a str) -> Self {
         Ctx {
             file,
             defaults: &[],

@@ -21,7 +21,7 @@ pub(super) const FIELDS: &[&str] = &[
     "maxRelocate",
 ];
 /// The highest node priority accepted (PVE takes any whole number; only their order counts).
-pub const MAX_HA_PRIORITY: u32 = 1000;
+pub(crate) const MAX_HA_PRIORITY: u32 = 1000;
 const PATH: &str = "spec.forProvider.ha";
 /// The largest `maxRestart` / `maxRelocate` accepted (PVE has no upper bound; more than this
 /// only delays an error state for a VM that cannot start).

@@ -54,11 +54,11 @@ pub const VGA_TYPES: [&str; 14] = [
 /// PVE's TPM versions (`tpmstate0` `version=`).
 pub const TPM_VERSIONS: [&str; 2] = ["v1.2", "v2.0"];
 /// The longest `description` (PVE's limit is 8192; the marker line needs the rest).
-pub const MAX_DESCRIPTION: usize = 7680;
+pub(crate) const MAX_DESCRIPTION: usize = 7680;
 /// Largest `sockets`.
-pub const MAX_SOCKETS: u32 = 64;
+pub(crate) const MAX_SOCKETS: u32 = 64;
 /// Largest `startup` order or delay (seconds).
-pub const MAX_STARTUP: u64 = 1_000_000;
+pub(crate) const MAX_STARTUP: u64 = 1_000_000;
 
 /// The CPU models qemu-server knows (`PVE/QemuServer/CPUConfig.pm`, x86_64 and aarch64, as
 /// of 9.x; 8.4 knows a subset), besides `host` and `custom-<name>` models.
@@ -284,13 +284,13 @@ pub struct Hardware {
 
 impl Hardware {
     /// True when no field is set: the spec is what it was before these fields existed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Hardware::default()
     }
 
     /// `self` as a spec holds it: an empty value is the one every spec without hardware
     /// fields shares.
-    pub fn shared(self) -> std::sync::Arc<Hardware> {
+    pub(crate) fn shared(self) -> std::sync::Arc<Hardware> {
         static EMPTY: std::sync::LazyLock<std::sync::Arc<Hardware>> =
             std::sync::LazyLock::new(Default::default);
         if self.is_empty() {
@@ -307,7 +307,7 @@ impl Hardware {
 }
 
 /// The `forProvider` fields this file reads.
-pub const FIELDS: &[&str] = &[
+pub(crate) const FIELDS: &[&str] = &[
     "cpuType",
     "sockets",
     "numa",

@@ -18,7 +18,7 @@ const FORMS: &str = "a template VMID (100..999999999, e.g. 9000), a volume ID \
                      or a template/image name (e.g. debian-12-template)";
 
 /// A template VMID written as a YAML integer.
-pub fn image_from_int(n: i128) -> Result<Image, String> {
+pub(crate) fn image_from_int(n: i128) -> Result<Image, String> {
     match u32::try_from(n) {
         Ok(vmid) if (MIN_VMID..=MAX_VMID).contains(&u64::from(vmid)) => {
             Ok(Image::Template { vmid })
@@ -30,7 +30,7 @@ pub fn image_from_int(n: i128) -> Result<Image, String> {
 }
 
 /// Parses the string form of `image`.
-pub fn parse_image(text: &str) -> Result<Image, String> {
+pub(crate) fn parse_image(text: &str) -> Result<Image, String> {
     if text.is_empty() {
         return Err(format!("image is empty; expected {FORMS}"));
     }

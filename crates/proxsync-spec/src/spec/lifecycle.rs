@@ -121,7 +121,7 @@ impl MaintenanceWindow {
 
     /// Whether the instant `now_ms` (unix milliseconds) falls inside the window, in its time
     /// zone (so a window keeps its local hours across daylight saving changes).
-    pub fn contains(&self, now_ms: u64) -> bool {
+    pub(crate) fn contains(&self, now_ms: u64) -> bool {
         let Ok(tz) = jiff::tz::TimeZone::get(&self.tz) else {
             return false;
         };

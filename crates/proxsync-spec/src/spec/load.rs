@@ -431,7 +431,7 @@ pub fn check_duplicates<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Di
 /// Reports every spec that consents to take over a VM (`proxsync.io/adopt`) another spec of the
 /// same site consents to as well: a VM is one spec's, so none of them takes it (each is held as
 /// invalid, its VM left alone) until one consent is left.
-pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diagnostic> {
+pub(crate) fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diagnostic> {
     let mut by_vm: HashMap<(&str, u32), Vec<&Spec>> = HashMap::new();
     for spec in specs {
         if let Some(c) = &spec.adopt {
@@ -468,7 +468,7 @@ pub fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> Vec<Diag
 /// Reports every spec whose `dependsOn` names a spec that does not exist (neither in `specs`
 /// nor `invalid`: a spec with errors whose name was read), and every spec on a dependency
 /// cycle, naming the cycle. Such specs are held as invalid: their VMs are left alone.
-pub fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
+pub(crate) fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
     let by_name: HashMap<&str, &Spec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
     let sets = set_members(specs);
     let mut diags = Vec::new();

@@ -89,40 +89,40 @@ pub use units::{GIB, KIB, MIB, TIB};
 /// The largest spec file read, in bytes (1 MiB). Larger files are refused before being read.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// The largest `userData`, in bytes (64 KiB: what fits comfortably in a cloud-init snippet).
-pub const MAX_USER_DATA_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_USER_DATA_BYTES: usize = 64 * 1024;
 
 /// At most this many diagnostics are reported per file; the rest are counted in one last line.
-pub const MAX_DIAGNOSTICS_PER_FILE: usize = 200;
+pub(crate) const MAX_DIAGNOSTICS_PER_FILE: usize = 200;
 
 /// The accepted `apiVersion`s: proxsync's own, and the seed Crossplane provider's.
-pub const API_VERSIONS: [&str; 2] = ["proxsync.io/v1", "proxmox.sankofa.nexus/v1alpha1"];
+pub(crate) const API_VERSIONS: [&str; 2] = ["proxsync.io/v1", "proxmox.sankofa.nexus/v1alpha1"];
 /// The `kind` of a VM spec.
-pub const KIND: &str = "ProxmoxVM";
+pub(crate) const KIND: &str = "ProxmoxVM";
 /// The `kind` of a container spec.
-pub const LXC_KIND: &str = "ProxmoxLXC";
+pub(crate) const LXC_KIND: &str = "ProxmoxLXC";
 /// Label keys that set the tenant (the seed accepted both).
-pub const TENANT_LABELS: [&str; 2] = ["tenant-id", "tenant.sankofa.nexus/id"];
+pub(crate) const TENANT_LABELS: [&str; 2] = ["tenant-id", "tenant.sankofa.nexus/id"];
 
 /// Default `cpu` when absent: 2 cores (the seed's documented default).
 pub const DEFAULT_CPU: u32 = 2;
 /// Largest `cpu`.
-pub const MAX_CPU: u32 = 1024;
+pub(crate) const MAX_CPU: u32 = 1024;
 /// Default `memory` when absent: 2 GiB.
-pub const DEFAULT_MEMORY_MIB: u64 = 2048;
+pub(crate) const DEFAULT_MEMORY_MIB: u64 = 2048;
 /// Smallest `memory`: 128 MiB.
-pub const MIN_MEMORY_BYTES: u64 = 128 * MIB;
+pub(crate) const MIN_MEMORY_BYTES: u64 = 128 * MIB;
 /// Largest `memory`: 2 TiB.
-pub const MAX_MEMORY_BYTES: u64 = 2 * TIB;
+pub(crate) const MAX_MEMORY_BYTES: u64 = 2 * TIB;
 /// Default `disk` when absent: 32 GiB.
-pub const DEFAULT_DISK_BYTES: u64 = 32 * GIB;
+pub(crate) const DEFAULT_DISK_BYTES: u64 = 32 * GIB;
 /// Smallest `disk`: 1 GiB.
-pub const MIN_DISK_BYTES: u64 = GIB;
+pub(crate) const MIN_DISK_BYTES: u64 = GIB;
 /// Largest `disk`: 100 TiB.
-pub const MAX_DISK_BYTES: u64 = 100 * TIB;
+pub(crate) const MAX_DISK_BYTES: u64 = 100 * TIB;
 /// Default `storage` for the VM's disk.
-pub const DEFAULT_STORAGE: &str = "local-lvm";
+pub(crate) const DEFAULT_STORAGE: &str = "local-lvm";
 /// Default `network` bridge.
-pub const DEFAULT_NETWORK: &str = "vmbr0";
+pub(crate) const DEFAULT_NETWORK: &str = "vmbr0";
 
 /// One validated spec: the desired state of one guest, a VM (`kind: ProxmoxVM`) or a container
 /// (`kind: ProxmoxLXC`). What every guest has (placement, power, policies, lifecycle) is here;
@@ -313,11 +313,11 @@ pub struct AdoptConsent {
 }
 
 /// Largest number of `cloudInit.sshKeys`.
-pub const MAX_SSH_KEYS: usize = 64;
+pub(crate) const MAX_SSH_KEYS: usize = 64;
 /// Largest number of `cloudInit.ipConfig` entries (PVE's `ipconfig0..31`).
-pub const MAX_IP_CONFIGS: usize = 32;
+pub(crate) const MAX_IP_CONFIGS: usize = 32;
 /// Largest number of `cloudInit.nameservers`.
-pub const MAX_NAMESERVERS: usize = 3;
+pub(crate) const MAX_NAMESERVERS: usize = 3;
 
 /// `forProvider.cloudInit`: first-boot settings, mapped to PVE's own cloud-init options
 /// (`ciuser`, `sshkeys`, `ipconfigN`, `nameserver`, `searchdomain`, `ciupgrade`). There is no
@@ -452,7 +452,7 @@ pub enum DeletionPolicy {
 pub struct Specs(Vec<Arc<Spec>>);
 
 /// The iterator over [`Specs`].
-pub type SpecsIter<'a> =
+pub(crate) type SpecsIter<'a> =
     std::iter::Map<std::slice::Iter<'a, Arc<Spec>>, fn(&'a Arc<Spec>) -> &'a Spec>;
 
 /// The valid members of set document `doc`, each validated by `validate_one`; the set's own
@@ -539,14 +539,6 @@ impl Spec {
         }
     }
 
-    /// Where [`Spec::image`] is written.
-    pub fn image_pos(&self) -> Pos {
-        match &self.guest {
-            Guest::Vm(vm) => vm.image_pos,
-            Guest::Container(ct) => ct.template_pos,
-        }
-    }
-
     /// The guest's CPU cores: a VM's `cpu`, a container's `cores`.
     pub fn cores(&self) -> u32 {
         match &self.guest {
@@ -599,7 +591,7 @@ impl Spec {
 
     /// The file `pos` (one of the spec's positions) is in: the spec's own, or the
     /// `_defaults.yaml` the value came from.
-    pub fn file_of(&self, pos: Pos) -> &str {
+    pub(crate) fn file_of(&self, pos: Pos) -> &str {
         let from = (pos.source as usize).checked_sub(1);
         match from.and_then(|i| self.defaults.as_ref()?.get(i)) {
             Some(f) => f,
@@ -624,10 +616,6 @@ impl Specs {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    pub fn get(&self, i: usize) -> Option<&Spec> {
-        self.0.get(i).map(|s| &**s)
     }
 
     pub fn push(&mut self, spec: impl Into<Arc<Spec>>) {
@@ -749,7 +737,11 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> (Vec<Spec>, Vec<Diagnostic>) {
 }
 
 /// [`parse_file`], opening SOPS-encrypted documents as `secrets` says.
-pub fn parse_file_with(file: &str, bytes: &[u8], secrets: Secrets) -> (Vec<Spec>, Vec<Diagnostic>) {
+pub(crate) fn parse_file_with(
+    file: &str,
+    bytes: &[u8],
+    secrets: Secrets,
+) -> (Vec<Spec>, Vec<Diagnostic>) {
     parse_file_defaulted(file, bytes, secrets, &[], &sets::SpecBudget::unlimited())
 }
 
@@ -793,7 +785,7 @@ fn spec_text<'a>(file: &str, bytes: &'a [u8]) -> Result<&'a str, Diagnostic> {
 /// nothing more is (the reader then refuses the whole read: [`sets::SpecBudget`]).
 // Long because: the file's checks, then one pass over its documents (counted, opened when
 // sealed, validated or expanded), then its diagnostics capped.
-pub fn parse_file_defaulted(
+pub(crate) fn parse_file_defaulted(
     file: &str,
     bytes: &[u8],
     secrets: Secrets,
@@ -926,7 +918,7 @@ mod tests;
 /// `extra` lines appended to its `forProvider` (indented four spaces), parsed: the specs and
 /// each diagnostic as text. The document is laid out so `extra` starts on line 9.
 #[cfg(any(test, feature = "testing"))]
-pub fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
+pub(crate) fn parse_test_spec(extra: &str) -> (Vec<Spec>, Vec<String>) {
     let yaml = format!(
         "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: web-01}}\nspec:\n  forProvider:\n    \
          site: lab\n    node: pve1\n    image: \"9000\"\n{extra}"

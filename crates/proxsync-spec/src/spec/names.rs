@@ -4,15 +4,15 @@
 //! wrong and what would be valid; the caller adds file, line and column.
 
 /// The longest `metadata.name`: a DNS label, as Kubernetes object names in the seed.
-pub const MAX_SPEC_NAME: usize = 63;
+pub(crate) const MAX_SPEC_NAME: usize = 63;
 /// The longest VM name we accept (a DNS name is at most 253 characters).
-pub const MAX_VM_NAME: usize = 253;
+pub(crate) const MAX_VM_NAME: usize = 253;
 /// The longest tenant id (a Kubernetes label value is at most 63 characters).
-pub const MAX_TENANT: usize = 63;
+pub(crate) const MAX_TENANT: usize = 63;
 /// The longest bridge name: Linux interface names are at most 15 bytes (IFNAMSIZ - 1).
-pub const MAX_BRIDGE: usize = 15;
+pub(crate) const MAX_BRIDGE: usize = 15;
 /// The longest image name (template name or file stem), as in the seed.
-pub const MAX_IMAGE_NAME: usize = 255;
+pub(crate) const MAX_IMAGE_NAME: usize = 255;
 
 /// Describes a character that must not appear inside a PVE property string value.
 fn forbidden_char(c: char) -> Option<String> {
@@ -33,7 +33,7 @@ fn forbidden_char(c: char) -> Option<String> {
 
 /// Refuses values that would smuggle extra `,key=value` options into a PVE property string
 /// such as `net0=virtio,bridge=X` or `scsi0=S:0,import-from=V`.
-pub fn check_property_chars(what: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_property_chars(what: &str, value: &str) -> Result<(), String> {
     for (i, c) in value.chars().enumerate() {
         if let Some(desc) = forbidden_char(c) {
             return Err(format!(
@@ -110,7 +110,7 @@ pub fn check_vm_name(name: &str) -> Result<(), String> {
 }
 
 /// PVE `pve-node`: `[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?`.
-pub fn check_node(node: &str) -> Result<(), String> {
+pub(crate) fn check_node(node: &str) -> Result<(), String> {
     check_property_chars("node", node)?;
     if is_label(node, true) {
         Ok(())
@@ -123,7 +123,7 @@ pub fn check_node(node: &str) -> Result<(), String> {
 }
 
 /// A site name, with the same rule as `[[site]] name` in the config.
-pub fn check_site(site: &str) -> Result<(), String> {
+pub(crate) fn check_site(site: &str) -> Result<(), String> {
     let ok = (1..=63).contains(&site.len())
         && site.starts_with(|c: char| c.is_ascii_lowercase())
         && site
@@ -160,7 +160,7 @@ pub fn check_storage(id: &str) -> Result<(), String> {
 
 /// PVE `pve-bridge-id` (`[-_.\w\d]+`) within Linux interface name rules (at most 15 bytes,
 /// not `.` or `..`).
-pub fn check_bridge(bridge: &str) -> Result<(), String> {
+pub(crate) fn check_bridge(bridge: &str) -> Result<(), String> {
     check_property_chars("network", bridge)?;
     let rule = "a bridge name is 1-15 characters of letters, digits, '-', '_' and '.' (e.g. vmbr0)";
     if bridge.is_empty() || bridge == "." || bridge == ".." {
@@ -216,7 +216,7 @@ pub fn check_tag(tag: &str) -> Result<(), String> {
 
 /// A tenant id from the `tenant-id` / `tenant.sankofa.nexus/id` label; it becomes the PVE tag
 /// `tenant_<id>`, so it must fit the tag grammar.
-pub fn check_tenant(id: &str) -> Result<(), String> {
+pub(crate) fn check_tenant(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_TENANT {
         return Err(format!(
             "tenant id {id:?} must be 1-63 characters of a-z, 0-9, '_', '-', '+' or '.' (e.g. customer-123)"

@@ -84,7 +84,7 @@ pub fn held<'a>(
 /// held name no file defines (a removed spec whose VM stays as it is), a note at the spec
 /// renamed from it. Returns them with the held names.
 // Long because: one diagnostic per kind of conflict, each with its own wording and position.
-pub fn check<'a>(
+pub(crate) fn check<'a>(
     specs: &[&'a Spec],
     exists: impl Fn(&str) -> bool,
 ) -> (Vec<Diagnostic>, BTreeSet<&'a str>) {

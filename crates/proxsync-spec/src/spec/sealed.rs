@@ -25,7 +25,7 @@ pub enum Secrets<'a> {
 const USER_DATA: [&str; 3] = ["spec", "forProvider", "userData"];
 
 /// What became of a document.
-pub enum Opened {
+pub(crate) enum Opened {
     /// Not encrypted: validated as it is.
     Plain,
     /// Decrypted in place; the `userData` node (its position) and its ciphertext, which
@@ -38,7 +38,7 @@ pub enum Opened {
 }
 
 /// Opens `doc` when it carries SOPS metadata (a top-level `sops` key), removing that key.
-pub fn open(file: &str, doc: &mut Node, secrets: Secrets) -> Opened {
+pub(crate) fn open(file: &str, doc: &mut Node, secrets: Secrets) -> Opened {
     let Value::Map(entries) = &mut doc.value else {
         return Opened::Plain;
     };

@@ -33,12 +33,12 @@ use super::diag::{Diagnostic, Pos};
 use super::yaml::{Node, Value};
 
 /// The kind of a set document.
-pub const SET_KIND: &str = "ProxmoxVMSet";
+pub(crate) const SET_KIND: &str = "ProxmoxVMSet";
 /// The most members of one set.
-pub const MAX_REPLICAS: u64 = 1000;
+pub(crate) const MAX_REPLICAS: u64 = 1000;
 /// The most YAML nodes a set's members may hold together (the template's times the members):
 /// a set cannot make one file's parse take gigabytes.
-pub const MAX_EXPANDED_NODES: usize = 2_000_000;
+pub(crate) const MAX_EXPANDED_NODES: usize = 2_000_000;
 
 /// The install-wide cap on specs (`[source] max_specs`), shared by every file of one read of
 /// the source (parsed side by side): each document takes one spec from it and each set its
@@ -64,7 +64,7 @@ impl SpecBudget {
     }
 
     /// No cap: for parsing one file on its own (tests, `validate --effective`).
-    pub fn unlimited() -> SpecBudget {
+    pub(crate) fn unlimited() -> SpecBudget {
         SpecBudget::new(u64::MAX)
     }
 
@@ -77,7 +77,7 @@ impl SpecBudget {
     }
 
     /// Whether the count already passed the cap (nothing more is expanded).
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         self.counted.load(std::sync::atomic::Ordering::Relaxed) > self.cap
     }
 
@@ -113,7 +113,7 @@ impl SpecBudget {
 /// How many members set document `doc` names, from its own `spec.replicas` or `spec.names`
 /// alone (nothing expanded): what a [`SpecBudget`] counts for it. A set whose count cannot be
 /// read counts as none (its expansion reports why).
-pub fn member_count(doc: &Node) -> u64 {
+pub(crate) fn member_count(doc: &Node) -> u64 {
     let Some(spec) = entry(doc, "spec") else {
         return 0;
     };
@@ -170,7 +170,7 @@ struct Placement {
 }
 
 /// Whether `doc` is a set document.
-pub fn is_set(doc: &Node) -> bool {
+pub(crate) fn is_set(doc: &Node) -> bool {
     entry(doc, "kind").is_some_and(|k| matches!(&k.value, Value::Str(s) if s == SET_KIND))
 }
 
@@ -195,7 +195,7 @@ fn str_node(s: &str, pos: Pos) -> Node {
 
 /// A set document as member documents, each with its membership; or the set's problems, each
 /// for the member names it could read.
-pub fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic>) {
+pub(crate) fn expand(file: &str, doc: &Node) -> (Vec<(Node, SetMember)>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut err = |pos: Pos, message: String| diags.push(Diagnostic::error(file, pos, message));
     let meta = entry(doc, "metadata");
@@ -715,7 +715,7 @@ fn substitute(n: &Node, index: u32, name: &str) -> Node {
 
 /// `{index}`, `{index:0W}`, `{index+N}`, `{index-N}` (with `:0W` too) and `{name}` in `s`.
 /// Anything else in braces is left as written (validation says what is wrong with it).
-pub fn fill(s: &str, index: u32, name: &str) -> String {
+pub(crate) fn fill(s: &str, index: u32, name: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find('{') {
@@ -768,7 +768,7 @@ fn placeholder(inner: &str, index: u32, name: &str) -> Option<String> {
 
 /// The addresses given to more than one member of a set (`cloudInit.ipConfig`'s `ip` and
 /// `ip6`, without the prefix length): each told at the later member.
-pub fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
+pub(crate) fn address_overlaps(members: &[super::Spec]) -> Vec<Diagnostic> {
     let mut seen: BTreeMap<String, &str> = BTreeMap::new();
     let mut out = Vec::new();
     for spec in members {

@@ -15,7 +15,7 @@ pub const GIB: u64 = 1024 * MIB;
 pub const TIB: u64 = 1024 * GIB;
 
 /// The suffixes accepted, for messages.
-pub const SUFFIX_HELP: &str = "Ki, Mi, Gi, Ti (binary) or K, M, G, T (decimal)";
+pub(crate) const SUFFIX_HELP: &str = "Ki, Mi, Gi, Ti (binary) or K, M, G, T (decimal)";
 
 /// Multiplier of a unit suffix, case-insensitive; `None` if the suffix is unknown.
 fn suffix_factor(suffix: &str) -> Option<u64> {
@@ -35,7 +35,7 @@ fn suffix_factor(suffix: &str) -> Option<u64> {
 
 /// Parses a size written as a string into bytes. `plain_unit` is the size of one unit when no
 /// suffix is given (e.g. [`MIB`] for memory) and `plain_name` its name for messages.
-pub fn parse_size(text: &str, plain_unit: u64, plain_name: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str, plain_unit: u64, plain_name: &str) -> Result<u64, String> {
     let digits_end = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -78,7 +78,7 @@ pub fn parse_size(text: &str, plain_unit: u64, plain_name: &str) -> Result<u64, 
 }
 
 /// Bytes from an integer written without a unit (YAML `memory: 4096`).
-pub fn plain_number(n: i128, plain_unit: u64, plain_name: &str) -> Result<u64, String> {
+pub(crate) fn plain_number(n: i128, plain_unit: u64, plain_name: &str) -> Result<u64, String> {
     let n = u64::try_from(n).map_err(|_| {
         if n < 0 {
             format!(
@@ -93,7 +93,7 @@ pub fn plain_number(n: i128, plain_unit: u64, plain_name: &str) -> Result<u64, S
 }
 
 /// Human-readable size in the largest binary unit that divides it exactly (`128Mi`, `2Ti`).
-pub fn format_bytes(bytes: u64) -> String {
+pub(crate) fn format_bytes(bytes: u64) -> String {
     for (unit, name) in [(TIB, "Ti"), (GIB, "Gi"), (MIB, "Mi"), (KIB, "Ki")] {
         if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{name}", bytes / unit);

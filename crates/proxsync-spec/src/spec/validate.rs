@@ -88,7 +88,7 @@ pub(super) const FOR_PROVIDER_FIELDS: &[&str] = &[
 
 /// Validates one document. Returns the spec if the document has no error; diagnostics go to
 /// `ctx` (attributed to the spec's name when it is known).
-pub fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
+pub(crate) fn validate_document(ctx: &mut Ctx, root: &Node) -> Option<Spec> {
     let first_diag = ctx.diags.len();
     let errors_before = ctx.error_count();
     let (spec, name) = document(ctx, root);
@@ -538,7 +538,7 @@ fn depends_on(ctx: &mut Ctx, n: &Node) -> Option<Vec<String>> {
 }
 
 /// The most specs one spec may depend on.
-pub const MAX_DEPENDS_ON: usize = 64;
+pub(crate) const MAX_DEPENDS_ON: usize = 64;
 
 /// `spec.deletionPolicy`, `spec.managementPolicy`, `spec.suspend` and `spec.dependsOn`.
 struct Policies {

@@ -17,17 +17,17 @@ use serde_saphyr::{DuplicateKeyPolicy, Spanned};
 use super::diag::{Diagnostic, Pos};
 
 /// Deepest nesting accepted; a spec needs five levels.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 /// Most YAML nodes per document after alias expansion.
-pub const MAX_NODES: usize = 100_000;
+pub(crate) const MAX_NODES: usize = 100_000;
 /// Most events replayed through aliases per document (bounds alias bombs).
-pub const MAX_ALIAS_REPLAY: usize = 10_000;
+pub(crate) const MAX_ALIAS_REPLAY: usize = 10_000;
 /// Most documents per file.
-pub const MAX_DOCUMENTS: usize = 1_000;
+pub(crate) const MAX_DOCUMENTS: usize = 1_000;
 
 /// A YAML node and where it starts (for an alias: where the alias is used).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Node {
+pub(crate) struct Node {
     /// Position of the node.
     pub pos: Pos,
     /// The value.
@@ -37,7 +37,7 @@ pub struct Node {
 /// A YAML value. Mappings keep every entry in order, duplicates included, so that validation
 /// can report duplicate keys with both positions.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// `~`, `null` or nothing.
     Null,
     /// `true` / `false` (YAML 1.2 core schema only: `yes`/`no` stay strings).
@@ -56,7 +56,7 @@ pub enum Value {
 
 impl Value {
     /// What kind of value this is, with the value for scalars, for "found ..." messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Value::Null => "nothing (null)".to_string(),
             Value::Bool(b) => format!("the boolean {b}"),
@@ -211,7 +211,7 @@ fn yaml_error(file: &str, err: &serde_saphyr::Error) -> Diagnostic {
 
 /// Parses all documents of a file. Returns the non-empty documents' root nodes and the
 /// diagnostics found (syntax errors, limits, empty documents).
-pub fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
+pub(crate) fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let prepass = scan_documents(text);
     if let Some(pos) = prepass.too_many {
