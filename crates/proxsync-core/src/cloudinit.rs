@@ -24,13 +24,16 @@ pub(crate) const SEED_PREFIX: &str = "proxsync.";
 pub struct IsoFile {
     /// The file name (lower case, `[a-z0-9._-]`), as Joliet shows it.
     pub name: String,
+    /// Its contents.
     pub data: Vec<u8>,
 }
 
 /// A NoCloud seed: its files and the ISO image holding them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seed {
+    /// `meta-data`, `user-data` and, when the spec sets networking, `network-config`.
     pub files: Vec<IsoFile>,
+    /// The ISO 9660 image (volume label `cidata`), as uploaded.
     pub image: Vec<u8>,
     /// `sha256` of the image, hex.
     pub sha256: String,

@@ -9,6 +9,8 @@
 //! Its dependencies hold no async runtime, HTTP client, git or database (`tests/tidy.rs`
 //! checks): every function here is tested without a network.
 
+#![deny(missing_docs)]
+
 pub mod cloudinit;
 pub mod gate;
 pub mod model;

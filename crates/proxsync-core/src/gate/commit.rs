@@ -40,12 +40,14 @@ pub struct Acceptance {
 pub struct Evidence<'a> {
     /// The branch tip's commit id.
     pub tip: &'a str,
+    /// What the signature check said of the tip.
     pub signature: Signature<'a>,
     /// The last commit applied from this source and branch, if one is recorded.
     pub last_applied: Option<&'a str>,
     /// The tip is `last_applied` or has it among its ancestors, by the commits' own parent
     /// lines (no grafts, no `shallow` file, no commit-graph).
     pub descends: bool,
+    /// The operator's acceptance on record (`proxsync accept commit`), if any.
     pub acceptance: Option<&'a Acceptance>,
 }
 
@@ -60,9 +62,15 @@ pub enum Permit {
     Descends,
     /// It does not descend from `from`, the last applied commit, and `[source] verify` is
     /// off: applied, and reported as a rewind.
-    Rewind { from: String },
+    Rewind {
+        /// The last applied commit.
+        from: String,
+    },
     /// It does not descend from `from`, and an operator accepted it over that commit.
-    Accepted { from: String },
+    Accepted {
+        /// The last applied commit, the one the acceptance holds over.
+        from: String,
+    },
 }
 
 impl Permit {
@@ -103,7 +111,9 @@ impl fmt::Display for RefusalKind {
 /// A refused tip: the kind, and the message that says what is wrong and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
+    /// Why, by the name `_summary.yaml` shows.
     pub kind: RefusalKind,
+    /// What is wrong and what to do, in words.
     pub message: String,
 }
 

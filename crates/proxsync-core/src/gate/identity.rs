@@ -51,6 +51,7 @@ impl VerifiedMarker {
         &self.site
     }
 
+    /// The VMID the marker verified for.
     pub fn vmid(&self) -> u32 {
         self.vmid
     }
@@ -60,14 +61,17 @@ impl VerifiedMarker {
         self.kind
     }
 
+    /// The install the marker names.
     pub fn install(&self) -> &str {
         &self.marker.install
     }
 
+    /// The spec the marker names.
     pub fn spec(&self) -> &str {
         &self.marker.spec
     }
 
+    /// The uid the marker carries: the unique id of the spec's guest.
     pub fn uid(&self) -> &str {
         &self.marker.uid
     }
@@ -76,6 +80,7 @@ impl VerifiedMarker {
         &self.marker
     }
 
+    /// Why the marker is trusted.
     pub fn trust(&self) -> Trust {
         self.trust
     }

@@ -149,9 +149,11 @@ fn released(kind: GuestKind, vmid: u32, install: &str, tags: &[String]) -> Resul
 /// A person's confirmation that guest `vmid` is spec `spec`'s: `proxsync adopt SPEC --vmid N`.
 #[derive(Debug, Clone, Copy)]
 pub struct ByHand<'a> {
+    /// The spec the person named.
     pub spec: &'a str,
     /// What the VMID holds, as listed: only the messages use it.
     pub kind: GuestKind,
+    /// The VMID the person named (`--vmid`).
     pub vmid: u32,
 }
 
@@ -279,6 +281,7 @@ fn proven(vm: &Bare<'_>, proof: &GuestId, spec: &str) -> Result<(), Refused> {
 /// What a guest's config shows of who it is, read right before an adoption by consent.
 #[derive(Debug, Clone, Copy)]
 pub struct Bare<'a> {
+    /// The guest's VMID.
     pub vmid: u32,
     /// A VM's `name`, a container's `hostname`.
     pub name: Option<&'a str>,
@@ -286,7 +289,9 @@ pub struct Bare<'a> {
     pub smbios1: Option<&'a str>,
     /// A container's first NIC's `hwaddr`.
     pub hwaddr: Option<&'a str>,
+    /// Its `description` (the notes), where any install's marker line would be.
     pub description: Option<&'a str>,
+    /// Its tags, where any install's `proxsync.*` tag would be.
     pub tags: &'a [String],
 }
 
@@ -371,12 +376,17 @@ pub(crate) const EXERCISE_PENDING_SECS: u64 = 24 * 3600;
 /// from the cluster's listing and the HA resources, the rest from its config.
 #[derive(Debug, Clone, Copy)]
 pub struct Made<'a> {
+    /// The guest's VMID.
     pub vmid: u32,
+    /// A VM or a container.
     pub kind: GuestKind,
+    /// The pool the cluster's listing shows it in.
     pub pool: Option<&'a str>,
     /// A VM's `name`, a container's `hostname`.
     pub name: Option<&'a str>,
+    /// Its `description`, where the exercise's line would be.
     pub description: Option<&'a str>,
+    /// It is a template.
     pub template: bool,
     /// Its identity (`VmConfig::guest_id`).
     pub identity: Option<&'a GuestId>,

@@ -24,6 +24,7 @@ use crate::ownership::Marker;
 pub struct Evidence<'a> {
     /// What the VMID holds (a VM or a container): only the messages use it.
     pub kind: GuestKind,
+    /// The VMID the VM is at.
     pub vmid: u32,
     /// The site the VM is listed on.
     pub site: &'a str,
@@ -39,8 +40,11 @@ pub struct Evidence<'a> {
 /// The old spec's record: where its VM is and the uid its marker carries.
 #[derive(Debug, Clone, Copy)]
 pub struct Recorded<'a> {
+    /// The site of the record's VM.
     pub site: &'a str,
+    /// The VMID of the record's VM.
     pub vmid: u32,
+    /// The uid the record holds.
     pub uid: &'a str,
 }
 
@@ -48,10 +52,16 @@ pub struct Recorded<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Relabel {
     /// The marker names the old spec: sign one for the new spec.
-    Resign { uid: String },
+    Resign {
+        /// The old spec's uid.
+        uid: String,
+    },
     /// The marker already names the new spec with the old spec's uid (the write was made, its
     /// answer lost): nothing to write, the record moves.
-    Done { uid: String },
+    Done {
+        /// The old spec's uid, which the marker carries.
+        uid: String,
+    },
 }
 
 /// Why a VM's marker may not be re-signed.
@@ -60,8 +70,11 @@ pub enum Refused {
     /// The VM is the old spec's, but on another site than the new spec names. (`kind`: what
     /// it is, for the message.)
     OtherSite {
+        /// A VM or a container.
         kind: GuestKind,
+        /// The site the VM is on.
         vm_site: String,
+        /// The site the new spec names.
         spec_site: String,
     },
     /// Nothing shows the VM is the old spec's: what was found and what to do.
@@ -170,10 +183,14 @@ pub enum Relabeled {
     /// Write the marker `Permit` allows: the new spec's, with the old spec's uid.
     Resign(Permit),
     /// The marker already names the new spec with that uid: only the record moves.
-    Done { uid: String },
+    Done {
+        /// The old spec's uid, which the marker carries.
+        uid: String,
+    },
 }
 
 impl Relabeled {
+    /// The uid the new spec's marker carries: the old spec's.
     pub fn uid(&self) -> &str {
         match self {
             Relabeled::Resign(p) => match p.act() {

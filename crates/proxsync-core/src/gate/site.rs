@@ -53,6 +53,7 @@ pub struct SiteIdentity {
     /// The corosync cluster name; `None` for a standalone node.
     #[serde(default)]
     pub cluster: Option<String>,
+    /// The cluster's node names when it was seen.
     #[serde(default)]
     pub nodes: Vec<String>,
 }
@@ -121,6 +122,7 @@ pub fn checked(view: &SiteView) -> Result<SiteChecked, String> {
 /// touched until a person fixes the endpoint or accepts the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteRefusal {
+    /// The cluster recorded, the one seen, and what to do, in words.
     pub message: String,
 }
 

@@ -36,7 +36,10 @@ pub enum SeedCheck {
     Attach,
     /// Upload it (again): PVE overwrites a file of that name. `found` says why a file of that
     /// name is not trusted (for the history and the log); `None`: there is none.
-    Upload { found: Option<String> },
+    Upload {
+        /// Why the file of that name is not trusted; `None`: there is none.
+        found: Option<String>,
+    },
 }
 
 /// Whether the seed `volid` may be attached as the storage lists it (`listed`, from a listing
@@ -123,6 +126,7 @@ pub fn seed_uploaded(
 /// gone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotHolds<'a> {
+    /// No drive.
     Nothing,
     /// A disk that is not the boot disk: its volume.
     Disk(&'a str),

@@ -19,6 +19,8 @@ pub struct Suspension {
     /// and uid of the socket's peer as the daemon saw them (never what the command said);
     /// written directly, the command's user.
     pub by: String,
+    /// Why, as `proxsync suspend --reason` gave it (one line); `None` for `spec.suspend` or
+    /// when none was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Since when (unix ms): the daemon's clock for a suspension through its socket.
@@ -40,8 +42,11 @@ pub enum VmState {
     /// A create or clone was decided with this VMID on this node, and the VMID is reserved.
     /// Written before the request is sent; `task` is filled in right after PVE answers.
     Creating {
+        /// The VMID reserved for the new VM.
         vmid: u32,
+        /// The node the new VM is made on.
         node: String,
+        /// The create's (or clone's) task, once PVE answered with its UPID.
         // Boxed: a parsed UPID is 144 bytes and a record holds one only while a create is
         // in flight; inline it made every record of 10,000 larger by as much.
         #[serde(default, with = "lenient_task")]
@@ -56,11 +61,19 @@ pub enum VmState {
         clone_of: Option<CloneSource>,
     },
     /// The VM exists (it may still need configuring).
-    Exists { vmid: u32, node: String },
+    Exists {
+        /// The VM's VMID.
+        vmid: u32,
+        /// The node the VM is on, as last recorded.
+        node: String,
+    },
     /// A delete of the VM was sent; `task` is its task.
     Deleting {
+        /// The VMID of the VM being deleted.
         vmid: u32,
+        /// The node the delete was sent to.
         node: String,
+        /// The delete's task; `None` when its UPID was not recorded or does not parse.
         #[serde(default, with = "lenient_task")]
         task: Option<Box<Upid>>,
     },
@@ -228,7 +241,9 @@ mod stored_state {
 /// The template a clone copies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CloneSource {
+    /// The template's node.
     pub node: String,
+    /// The template's VMID.
     pub vmid: u32,
 }
 
@@ -256,12 +271,16 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "StoredError")]
 pub struct ErrorRecord {
+    /// Its category (PRODUCT.md §4), stored by name.
     #[serde(serialize_with = "category_name")]
     pub category: Category,
+    /// What failed, in words, as status shows it.
     pub message: String,
+    /// When it failed (unix ms).
     pub at_ms: u64,
     /// Hash of the spec and config the failure happened with: a change resets the backoff.
     pub inputs: String,
+    /// What the failure is beyond its category (a stale lock, protection, a missing marker).
     pub kind: ErrorKind,
 }
 
@@ -318,17 +337,24 @@ fn category_name<S: serde::Serializer>(c: &Category, s: S) -> Result<S::Ok, S::E
 /// A task proxsync started, for status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
+    /// The task's UPID, as PVE wrote it.
     pub upid: String,
+    /// The task's type, from its UPID (`qmcreate`, `qmclone`, `qmigrate`, ...).
     pub kind: String,
+    /// `running`, `OK`, `WARNINGS: N`, or PVE's exit status of a task that failed.
     pub status: String,
+    /// When it was recorded (unix ms).
     pub at_ms: u64,
 }
 
 /// One attempt, for the status file's short history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
+    /// When (unix ms).
     pub at_ms: u64,
+    /// The action (`create`, `converge`, `delete`, ...), or the step of one it tells of.
     pub action: String,
+    /// `ok`, or what came of it (at most 300 characters).
     pub outcome: String,
 }
 
@@ -342,6 +368,7 @@ fn is_qemu(kind: &crate::guest::GuestKind) -> bool {
 pub struct SpecRecord {
     /// Unique id of this spec's VM, written into the VM's description marker.
     pub uid: String,
+    /// The site (a `[[sites]]` name) the spec's VM is on.
     pub site: String,
     /// The spec's VM: its VMID, node and where it is in its life. Changed only through
     /// [`crate::store::Store::transition`] (or a fresh record's first write).
@@ -375,7 +402,10 @@ pub struct SpecRecord {
     /// The HA group (PVE 8) or node-affinity rule (PVE 9) proxsync made for the VM's
     /// `ha.nodes`: only one named here (and still carrying proxsync's mark) is removed.
     pub ha_rule: Option<String>,
+    /// Failed attempts in a row, which set the backoff; 0 after a success.
     pub attempts: u32,
+    /// When the next attempt is due (unix ms): a failure's backoff, or a look again soon at a
+    /// task still running; `None`: at the next cycle.
     pub next_attempt_ms: Option<u64>,
     /// Boxed, as `last_task`: most records have none, and the map holds 10,000 records.
     pub last_error: Option<Box<ErrorRecord>>,
@@ -401,7 +431,9 @@ pub struct SpecRecord {
     /// The guest's addresses as its agent last reported them (read when proxsync acts on a
     /// running VM; empty without an agent).
     pub ip_addresses: Vec<String>,
+    /// The last task proxsync started or waited for, for status.
     pub last_task: Option<Box<TaskRecord>>,
+    /// The last attempts, most recent first, at most 10 ([`SpecRecord::note`]).
     pub history: Vec<HistoryEntry>,
     /// The spec's `protection` as last applied (`None`: not managed, the VM's flag is left
     /// as it is): a removed spec's VM is unprotected for its delete only when the spec managed
@@ -430,7 +462,9 @@ pub struct SpecRecord {
 /// A guest's own identity, as read at one VMID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedIdentity {
+    /// The VMID it was read at: it says nothing of another one.
     pub vmid: u32,
+    /// A VM's smbios1 uuid, or a container's first NIC's MAC.
     pub id: crate::guest::GuestId,
 }
 
@@ -452,17 +486,21 @@ pub struct Volumes {
 pub struct SeedUpload {
     /// `local:iso/proxsync.<install>.<spec>.<hash12>.iso`.
     pub volid: String,
+    /// Its size in bytes, as listed.
     pub size: u64,
+    /// Its ctime as listed (seconds since the epoch), set by the kernel, never by an uploader.
     pub ctime: u64,
 }
 
 /// One `destroyDisks` slot: the volume its destroy is bound to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskDestroy {
+    /// The drive key (`scsi1`), or a container's mount point (`mp0`).
     pub slot: String,
     /// The volume the slot held when the destroy was first applied (or when the record began
     /// following the VM, for [`DestroyState::Unbound`]); `None`: the slot was empty.
     pub volume: Option<String>,
+    /// Where the destroy is.
     pub state: DestroyState,
     /// When the state was last set (unix ms).
     pub at_ms: u64,
@@ -490,12 +528,17 @@ pub enum DestroyState {
 /// through the running daemon's control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Adoption {
+    /// The spec the person named.
     pub spec: String,
+    /// The site the VM is on.
     pub site: String,
+    /// The node the VM is on.
     pub node: String,
+    /// The VM the person named.
     pub vmid: u32,
     /// The uid of the VM's marker.
     pub uid: String,
+    /// The spec's `deletionPolicy: Orphan`, kept as [`SpecRecord::orphan_on_delete`].
     pub orphan_on_delete: bool,
     /// The guest's own identity as the command read it (kept as the record's, see
     /// [`SpecRecord::identity`]).

@@ -13,13 +13,16 @@ use crate::pve::types::{ClusterHealth, ClusterShape, ListedStatus, VmResource};
 /// A VM's power state as listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Power {
+    /// Listed as `running`.
     Running,
+    /// Listed as `stopped`.
     Stopped,
     /// Listed, but the state is not known (node offline, VM created seconds ago, paused...).
     Unknown,
 }
 
 impl Power {
+    /// The state as the listing spells it (`running`, `stopped`), or `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Power::Running => "running",
@@ -34,24 +37,36 @@ impl Power {
 /// same from cycle to cycle ([`fingerprint`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
+    /// The guest's VMID, unique in its cluster.
     pub vmid: u32,
     /// A QEMU VM or an LXC container (both share the VMID space and the same rules).
     pub kind: GuestKind,
+    /// The node it is listed on.
     pub node: String,
+    /// A VM's `name`, a container's hostname; `None` when the listing has none.
     pub name: Option<String>,
+    /// Its power state as listed.
     pub power: Power,
     /// Lower-cased, sorted, deduplicated.
     pub tags: Vec<String>,
+    /// Its CPUs as listed (`maxcpu`).
     pub cpus: Option<u64>,
+    /// Its memory in bytes as listed (`maxmem`).
     pub memory_bytes: Option<u64>,
+    /// Its boot disk's size in bytes as listed (`maxdisk`; for a running container, its root
+    /// file system's total as `df` sees it).
     pub disk_bytes: Option<u64>,
+    /// The lock PVE holds on its config (`backup`, `migrate`, `clone`, ...), if any.
     pub lock: Option<String>,
     /// The HA manager's state when the VM is HA-managed (the listing's `hastate`).
     pub ha_state: Option<String>,
+    /// It is a template.
     pub template: bool,
     /// The description marker, once read (`None`: not read, or read and absent; see
     /// `marker_read`). Shared with the marker cache: a cycle clones a pointer, not strings.
     pub marker: Option<Arc<Marker>>,
+    /// The marker was looked for (in its config, or the marker cache): with `marker` `None`,
+    /// the guest carries none.
     pub marker_read: bool,
     /// The marker's MAC verifies for this VMID with this install's key (or the state
     /// database vouches for the VM). Only a verified marker makes a VM this install's.
@@ -111,6 +126,7 @@ impl ObservedVm {
         self.power == Power::Unknown
     }
 
+    /// Whether `tag` is among its tags (which are lower-cased).
     pub fn has_tag(&self, tag: &str) -> bool {
         self.tags.iter().any(|t| t == tag)
     }
@@ -138,9 +154,11 @@ impl ObservedVm {
 /// One site this cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SiteView {
+    /// The site's name in the config (`[[sites]]`).
     pub name: String,
     /// Why the site could not be observed, if it could not.
     pub error: Option<String>,
+    /// Quorum and which nodes are online (`GET /cluster/status`).
     pub health: ClusterHealth,
     /// QEMU VMs and LXC containers by VMID (each with its `kind`).
     pub vms: BTreeMap<u32, ObservedVm>,
@@ -185,6 +203,7 @@ impl SiteView {
         }
     }
 
+    /// The site was read and reaches its recorded cluster: no `error`.
     pub fn reachable(&self) -> bool {
         self.error.is_none()
     }

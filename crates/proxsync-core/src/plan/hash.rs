@@ -111,8 +111,11 @@ fn listed_disk_is_the_volume(spec: &Spec, vm: &ObservedVm) -> bool {
 /// the spec's value and the VM's, as the cluster listing shows them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FieldDrift {
+    /// The field (`node`, `name`, `cpu`, `memory`, `disk`, `power`, `tags`, `ha`).
     pub field: &'static str,
+    /// The spec's value.
     pub spec: String,
+    /// The VM's value, as listed.
     pub vm: String,
 }
 

@@ -50,6 +50,7 @@ pub use hash::{
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
+    /// This install's id: its ownership tag and the install its markers name.
     pub install_id: &'a str,
     /// Valid specs.
     pub desired: &'a Specs,
@@ -65,13 +66,18 @@ pub struct PlanInput<'a> {
     /// False when some file could not be read or an error is tied to no spec name: then no
     /// spec is treated as removed.
     pub complete: bool,
+    /// What this cycle observed of each site, by site name.
     pub sites: &'a BTreeMap<String, SiteView>,
+    /// The state database's records, by spec name.
     pub records: &'a BTreeMap<String, SpecRecord>,
     /// Orphans first seen: `(site, vmid) -> unix ms`.
     pub orphans_seen: &'a BTreeMap<(String, u32), u64>,
+    /// The config's `[reconcile]`: the orphan policy, the valves' limits, the default
+    /// management policy.
     pub reconcile: &'a ReconcileConfig,
     /// A hash of the config parts that affect specs (sites, install id): a change resets backoff.
     pub config_hash: &'a str,
+    /// Now (unix ms): every comparison with time is made against it.
     pub now_ms: u64,
     /// An explicit `run --once` (a person or a CI job asking for a reconcile now): specs whose
     /// last failure was transient are attempted despite their backoff. The daemon keeps its
@@ -90,82 +96,127 @@ pub struct PlanInput<'a> {
 pub enum Action {
     /// Create or clone a new VM for the spec.
     Create {
+        /// The spec's name.
         spec: String,
+        /// The spec's site.
         site: String,
+        /// The node the spec names.
         node: String,
     },
     /// A create was in flight (intent recorded): finish it, never start another.
     ResumeCreate {
+        /// The spec's name.
         spec: String,
+        /// The spec's site.
         site: String,
+        /// The node the intent names.
         node: String,
+        /// The VMID the intent reserved.
         vmid: u32,
+        /// The create's task, when the intent recorded it.
         upid: Option<Box<Upid>>,
     },
     /// A VM carrying the spec's marker exists but the state did not know it.
     Adopt {
+        /// The spec the VM's marker names.
         spec: String,
+        /// The site the VM is on.
         site: String,
+        /// The VM's VMID.
         vmid: u32,
     },
     /// The spec consents to take over VM `vmid` (`proxsync.io/adopt`), which carries no marker
     /// and no install's tag: after its uuid and name are checked again, the signed marker and
     /// the ownership tag are written in one config update. The next cycle converges it.
     AdoptByConsent {
+        /// The spec that consents.
         spec: String,
+        /// The spec's site.
         site: String,
+        /// The node the VM is listed on.
         node: String,
+        /// The VMID the consent names.
         vmid: u32,
     },
     /// Bring an existing VM to the spec (declared fields only).
     Converge {
+        /// The spec's name.
         spec: String,
+        /// The spec's site.
         site: String,
+        /// The node the VM is listed on.
         node: String,
+        /// The VM's VMID.
         vmid: u32,
+        /// What differs, by name (`spec changed`, `tags`, `start`, `memory`, `reboot`, ...).
         why: Vec<String>,
     },
     /// The spec names another node of the VM's cluster: move the VM there (live when it runs),
     /// never recreate it.
     Migrate {
+        /// The spec's name.
         spec: String,
+        /// The spec's site.
         site: String,
+        /// The node the VM is on now.
         node: String,
+        /// The VM's VMID.
         vmid: u32,
+        /// The node the spec names.
         target: String,
     },
     /// The spec is gone: delete its VM, or release it (`deletionPolicy: Orphan`).
     Remove {
+        /// The removed spec's name.
         spec: String,
+        /// The site its record names.
         site: String,
+        /// The node the VM is on.
         node: String,
+        /// The VM's VMID.
         vmid: u32,
+        /// Release the VM rather than delete it.
         release: bool,
     },
     /// The spec is gone and so is its VM: forget the record.
-    Forget { spec: String },
+    Forget {
+        /// The removed spec's name.
+        spec: String,
+    },
     /// `metadata.name` was renamed (confirmed by the `proxsync.io/renamed-from` annotation):
     /// the VM of spec `from` becomes spec `spec`'s, its marker re-signed; nothing is deleted.
     Relabel {
+        /// The new name.
         spec: String,
+        /// The old name, whose record names the VM.
         from: String,
+        /// The site the VM is on.
         site: String,
+        /// The node the VM is on.
         node: String,
+        /// The VM's VMID.
         vmid: u32,
     },
     /// The spec is now outside this install's selector: remove this install's ownership tag
     /// from its VM, keep the signed marker (the next owner verifies it before adopting), and
     /// forget the record. Never a delete.
     HandOver {
+        /// The spec now another install's.
         spec: String,
+        /// The site the VM is on.
         site: String,
+        /// The node the VM is on.
         node: String,
+        /// The VM's VMID.
         vmid: u32,
     },
     /// A stopped orphan past its grace period.
     DeleteOrphan {
+        /// The site the orphan is on.
         site: String,
+        /// The node it is listed on.
         node: String,
+        /// Its VMID.
         vmid: u32,
     },
 }
@@ -248,86 +299,153 @@ impl Action {
 #[serde(tag = "verdict", rename_all = "camelCase")]
 pub enum Verdict {
     /// The VM matches the spec.
-    UpToDate { vmid: u32 },
+    UpToDate {
+        /// The spec's VM.
+        vmid: u32,
+    },
     /// An action was planned.
     Acting,
     /// The spec names node `to` and its VM `vmid` is on node `from` of the same cluster: it is
     /// being migrated (live when it runs). Other changes wait until it is there.
-    Migrating { from: String, to: String, vmid: u32 },
+    Migrating {
+        /// The node the VM is on.
+        from: String,
+        /// The node the spec names.
+        to: String,
+        /// The VM's VMID.
+        vmid: u32,
+    },
     /// A previous attempt failed; the next is not due yet.
-    BackingOff { until_ms: u64 },
+    BackingOff {
+        /// When the next attempt is due (unix ms).
+        until_ms: u64,
+    },
     /// The VM's node (or the spec's node, for a create) is offline, or the cluster lost quorum.
-    NodeUnhealthy { node: String, quorate: bool },
+    NodeUnhealthy {
+        /// The VM's node (the spec's, for a create).
+        node: String,
+        /// Whether the cluster has quorum.
+        quorate: bool,
+    },
     /// The site could not be read.
-    SiteUnreachable { error: String },
+    SiteUnreachable {
+        /// Why the site could not be read.
+        error: String,
+    },
     /// The site's endpoint reaches another cluster than the one recorded for it
     /// (`gate::site`): nothing there is judged or touched until a person fixes the endpoint or
     /// accepts the cluster (`proxsync accept site`). `message` says which and what to do.
-    SiteIdentityChanged { message: String },
+    SiteIdentityChanged {
+        /// The cluster recorded, the one seen, and what to do, in words.
+        message: String,
+    },
     /// The VM is listed but its state is unknown (node offline, just created): not judged.
-    Unknown { vmid: u32 },
+    Unknown {
+        /// The VM listed as `unknown` or without a name.
+        vmid: u32,
+    },
     /// No guest of the spec is known, and a create or clone this install's token started is
     /// making guest `vmid`, which no record explains (the state database was lost while it
     /// ran): it may be the spec's, so nothing is created until its task ends and its marker
     /// can be read (`observe::mark_in_making`).
-    BeingMade { vmid: u32 },
+    BeingMade {
+        /// The guest being made.
+        vmid: u32,
+    },
     /// No guest of the spec is listed, and the site's listing has entries that could not be
     /// read (`SiteView::incomplete`): the guest may be among them, so none is created this
     /// cycle. `why` names the entries.
-    ListingIncomplete { why: String },
+    ListingIncomplete {
+        /// The entries that could not be read, and what holds, in a sentence.
+        why: String,
+    },
     /// The spec failed validation: its VM is left as it is.
     Invalid,
     /// The commit removes spec `from` and adds this one with the same content: probably a
     /// rename of `metadata.name`. Neither the delete nor the create happens until the
     /// `proxsync.io/renamed-from: <from>` annotation confirms it (or the content differs).
-    RenameSuspected { from: String, vmid: u32 },
+    RenameSuspected {
+        /// The removed spec with the same content.
+        from: String,
+        /// The VM of the removed spec.
+        vmid: u32,
+    },
     /// The spec is renamed from `from` (`proxsync.io/renamed-from`), whose record names VM
     /// `vmid`, but that VM's marker does not show it is `from`'s (`why`, from `gate::rename`):
     /// neither is it re-labelled nor is `from` removed, and nothing is created for the spec,
     /// until a person settles it.
     RenameUnproven {
+        /// The removed spec it is renamed from.
         from: String,
+        /// The VM `from`'s record names.
         vmid: u32,
+        /// What the marker showed, from `gate::rename`.
         why: String,
     },
     /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
     /// never moves a VM between clusters by itself (a create here plus a delete there). It is
     /// reported until a person removes it there (then the spec is created on its new site) or
     /// moves the spec back.
-    SiteMoved { from: String, vmid: u32 },
+    SiteMoved {
+        /// The site the VM is still on.
+        from: String,
+        /// The VM's VMID.
+        vmid: u32,
+    },
     /// The spec's guest `vmid` (by its record or its marker) is a `found` (a VM where the spec
     /// now asks for a container, or the other way round). Neither converged, replaced nor
     /// deleted: a person removes the old guest or changes the kind back.
     KindChanged {
+        /// The spec's guest.
         vmid: u32,
+        /// The kind that guest is.
         found: crate::guest::GuestKind,
     },
     /// No guest of the spec is known, and guest `vmid`, which no record explains, carries this
     /// install's tag and the spec's guest's name but no marker line (a person replaced its notes,
     /// and the record was lost): nothing is created until a person confirms it (`proxsync
     /// adopt`) or removes the tag.
-    Unmarked { vmid: u32 },
+    Unmarked {
+        /// The guest with the tag and the name but no marker line.
+        vmid: u32,
+    },
     /// No VM of the spec is known, and VM `vmid` claims it with a marker that does not verify
     /// (a copy, a typed marker, or a lost marker key): nothing is created until a human
     /// confirms it (`proxsync adopt`) or removes it.
-    UnverifiedClaim { vmid: u32 },
+    UnverifiedClaim {
+        /// The VM whose marker claims the spec.
+        vmid: u32,
+    },
     /// VM `vmid` carries this spec's marker for another install, `install`, and still an
     /// ownership tag `proxsync.*`: the spec moved here from that install, which has not handed
     /// the VM over yet (or an unrelated install uses the same spec and VM name). Nothing is
     /// created or adopted until the tag is gone.
-    HeldByInstall { install: String, vmid: u32 },
+    HeldByInstall {
+        /// The install whose marker the VM carries.
+        install: String,
+        /// The VM's VMID.
+        vmid: u32,
+    },
     /// The spec consents to take over VM `vmid` (`proxsync.io/adopt`), and it is refused:
     /// `why` says what differs from the consent (the VM is gone, renamed, carries a marker or
     /// an install's tag) and what to do. Nothing is created or changed.
-    AdoptRefused { vmid: u32, why: String },
+    AdoptRefused {
+        /// The VMID the consent names.
+        vmid: u32,
+        /// What differs from the consent, and what to do.
+        why: String,
+    },
     /// The spec is observe-only (`managementPolicy: Observe`, `observe_paths`, the install's
     /// policy): nothing is done for it. `vmid`: its VM (by record, marker or consent), `None`
     /// when there is none; `drift`: how the VM differs from the spec in what the listing shows.
     /// `renamed_from`: the spec is renamed from that removed spec, which was observe-only when
     /// last seen: its VM (`vmid`) is not re-labelled, and nothing is done for this spec.
     Observed {
+        /// The spec's VM, if it has one.
         vmid: Option<u32>,
+        /// How the VM differs from the spec in what the listing shows.
         drift: Vec<FieldDrift>,
+        /// The removed, observe-only spec this one is renamed from.
         #[serde(skip_serializing_if = "Option::is_none")]
         renamed_from: Option<String>,
     },
@@ -336,15 +454,20 @@ pub enum Verdict {
     /// is that of the removed spec this one is renamed from: its VM (`vmid`) is not re-labelled,
     /// and nothing is done for this spec, until that name is resumed.
     Suspended {
+        /// The spec's VM, if it has one.
         vmid: Option<u32>,
+        /// How the VM differs from the spec in what the listing shows.
         drift: Vec<FieldDrift>,
+        /// The suspension: who, since when, why.
         by: Box<crate::model::Suspension>,
+        /// The removed spec this one is renamed from, whose suspension this is.
         #[serde(skip_serializing_if = "Option::is_none")]
         renamed_from: Option<String>,
     },
     /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
     /// started or rebooted until it is.
     WaitingForDependencies {
+        /// The spec it waits for.
         on: String,
         /// `on` is another install's spec (outside `[source] selector`): this install never
         /// sees it Ready, so the wait lasts until the spec stops naming it.
@@ -353,24 +476,41 @@ pub enum Verdict {
     },
     /// The spec is a member of set `set`, and rebooting it for a change now would make more
     /// than `max_unavailable` of its members unavailable: it waits for its turn.
-    RollingOut { set: String, max_unavailable: u32 },
+    RollingOut {
+        /// The set's name.
+        set: String,
+        /// How many of the set's members may be unavailable at once (`maxUnavailable`).
+        max_unavailable: u32,
+    },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs
     /// come in smaller commits.
-    AdoptionsHeld { count: usize, max: u32 },
+    AdoptionsHeld {
+        /// The adoptions by consent this cycle would make.
+        count: usize,
+        /// `[reconcile] max_adopt_per_cycle`.
+        max: u32,
+    },
 }
 
 /// An orphan: owned by this install, matching no spec and no record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Orphan {
+    /// The site it is on.
     pub site: String,
+    /// Its VMID.
     pub vmid: u32,
     /// What the guest is, as the listing shows it: `qemu` or `lxc` in `plan --json`.
     pub kind: crate::guest::GuestKind,
+    /// The node it is listed on.
     pub node: String,
+    /// Its name as listed.
     pub name: Option<String>,
+    /// Its power state as listed (`running`, `stopped`, `unknown`).
     pub power: String,
+    /// When it was first seen as an orphan (unix ms).
     pub first_seen_ms: u64,
+    /// What happens to it.
     pub disposition: OrphanDisposition,
     /// A second VM claiming this spec (its marker names it; another VM is the spec's).
     pub duplicate_of: Option<String>,
@@ -384,17 +524,28 @@ pub enum OrphanDisposition {
     Reported,
     /// Its marker names spec `spec` of this install but does not verify (typed by hand or
     /// copied from another VM): never adopted, changed or deleted.
-    ForeignClaim { spec: String },
+    ForeignClaim {
+        /// The spec its marker names.
+        spec: String,
+    },
     /// Deleted in this cycle (`DeleteOrphan`).
     Deleting,
     /// Stopped, under `orphans = "delete-stopped"`: deleted once its grace period ends at
     /// `at_ms` (unix ms).
-    DeleteAfter { at_ms: u64 },
+    DeleteAfter {
+        /// When its grace period ends (unix ms).
+        at_ms: u64,
+    },
     /// It was due for deletion, but a safety valve refused this cycle's deletes.
     Refused,
     /// The VM of spec `spec`, which now names site `to`: kept and listed until a person deletes
     /// it (a move between clusters is never a silent create plus delete).
-    SiteMoved { spec: String, to: String },
+    SiteMoved {
+        /// The spec whose VM it is.
+        spec: String,
+        /// The site the spec names now.
+        to: String,
+    },
 }
 
 impl std::fmt::Display for OrphanDisposition {
@@ -428,8 +579,11 @@ impl Serialize for OrphanDisposition {
 /// The plan of one cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Plan {
+    /// The actions to take, sorted.
     pub actions: Vec<Action>,
+    /// Each spec's verdict, valid or invalid, by name.
     pub verdicts: BTreeMap<String, Verdict>,
+    /// The orphans found, and what happens to each.
     pub orphans: Vec<Orphan>,
     /// Orphan sightings to remember (seen now; forgotten when gone).
     #[serde(skip)]
@@ -460,10 +614,12 @@ pub struct Plan {
 /// Two or more VMs carry the marker of one spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Duplicate {
+    /// The site the VMs are on.
     pub site: String,
     /// The VM the spec maps to: the record's, else the one with the recorded uid, else the
     /// lowest VMID.
     pub kept: u32,
+    /// The other VMs that carry the marker.
     pub extras: Vec<u32>,
     /// The removed spec this one is renamed from (`proxsync.io/renamed-from`), when its VM is
     /// among the extras: the spec had a VM of its own already. That VM is kept and listed,

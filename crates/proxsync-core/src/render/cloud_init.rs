@@ -40,6 +40,7 @@ pub fn seed_slots(cfg: &VmConfig, install: &str, spec: &str) -> Vec<(String, Str
         .collect()
 }
 
+/// The first of `slots` the config does not use.
 pub fn free_slot<'a>(cfg: &VmConfig, slots: &[&'a str]) -> Option<&'a str> {
     slots.iter().copied().find(|s| cfg.get(s).is_none())
 }

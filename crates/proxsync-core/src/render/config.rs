@@ -99,8 +99,12 @@ pub fn config_changes(
 /// (`None`: removed).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigChange {
+    /// The config key (`memory`, `net0`, ...; `description` or `marker` for the notes).
     pub key: String,
+    /// Its value now (a pending one counts); `None`: absent, or the notes, whose text is not
+    /// shown.
     pub old: Option<String>,
+    /// The value sent; `None`: the key is removed, or the notes, whose text is not shown.
     pub new: Option<String>,
 }
 

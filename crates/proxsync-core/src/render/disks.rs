@@ -41,6 +41,7 @@ pub struct DiskChanges {
 }
 
 impl DiskChanges {
+    /// Nothing changes.
     pub fn is_empty(&self) -> bool {
         self.changed.is_empty()
     }

@@ -15,6 +15,7 @@ pub(crate) type Current<'a> = &'a dyn Fn(&str) -> Option<String>;
 /// What converge (or a create) sends for the hardware fields.
 #[derive(Debug, Default)]
 pub struct Changes {
+    /// The values to set.
     pub params: VmParams,
     /// The keys to remove (`delete=`).
     pub delete: Vec<&'static str>,
