@@ -3,13 +3,14 @@
 //! A [`Permit`] allows one act on one VM of one site: a delete of the VM, a release or a
 //! hand-over (the ownership tag removed), a take-over, a re-label or a re-signing (a marker
 //! written), a detach or a destroy of a drive, the attach of a seed image, the delete of a seed
-//! image, the removal of an HA resource, group or rule. It has no public constructor and cannot be
-//! cloned: only the gate's decision functions make one, each from verified evidence (a
+//! image, the removal of an HA resource, group or rule. It cannot be cloned, and only the
+//! gate's decision functions make one (`Permit::new` is public because the client's crate is
+//! below the gate; `tests/tidy.rs` checks no other code calls it), each from verified evidence (a
 //! [`VerifiedMarker`], which needs a [`SiteChecked`]; the recorded volumes; the HA mark). The
 //! calls that act take one: `Pve::delete_vm`, `Pve::delete_volume` and
-//! `Pve::remove_ha_affinity` and `Pve::remove_ha_resource` a `&Permit`, and a config write carries the permits of its guarded
-//! edits inside its `VmParams` (its builders `detach`, `destroy_drive`, `marker`, `release`,
-//! `drop_ownership`, `attach_seed` take one). [`check_write`] is the backstop every config write
+//! `Pve::remove_ha_affinity` and `Pve::remove_ha_resource` a `&Permit`, and a config write
+//! carries the permits of its guarded edits inside its `VmParams` (its builders `detach`,
+//! `destroy_drive`, `marker`, `release`, `drop_ownership`, `attach_seed` take one). [`check_write`] is the backstop every config write
 //! passes in the client (and the unit tests' fake): a guarded edit without a matching permit is
 //! refused before anything is sent. The guarded edits of a config write:
 //! - `delete=` of a drive (`ide|sata|scsi|virtio|efidisk|tpmstate|unusedN`): a detach, or with

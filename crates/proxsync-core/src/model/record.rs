@@ -371,7 +371,7 @@ pub struct SpecRecord {
     /// The site (a `[[sites]]` name) the spec's VM is on.
     pub site: String,
     /// The spec's VM: its VMID, node and where it is in its life. Changed only through
-    /// [`crate::store::Store::transition`] (or a fresh record's first write).
+    /// `store::Store::transition` (in `proxsync`) (or a fresh record's first write).
     #[serde(flatten, with = "stored_state")]
     pub vm: VmState,
     /// The kind of guest `vm` is (set where the guest is made or taken: the create's intent,
@@ -524,8 +524,8 @@ pub enum DestroyState {
 }
 
 /// A person's confirmation that VM `vmid` is spec `spec`'s (`proxsync adopt`), after the
-/// checks `engine::adopt_by_hand` made: what [`crate::store::Store::record_adoption`] writes, directly or
-/// through the running daemon's control socket.
+/// checks `engine::adopt_by_hand` made: what `store::Store::record_adoption` (in `proxsync`)
+/// writes, directly or through the running daemon's control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Adoption {
     /// The spec the person named.

@@ -34,7 +34,7 @@ impl Power {
 
 /// One VM of the listing, normalised. Only what a plan or a status may read, none of the
 /// listing's usage counters (CPU load, memory used, uptime...): an idle cluster observes the
-/// same from cycle to cycle ([`fingerprint`]).
+/// same from cycle to cycle (`observe::fingerprint`, in `proxsync`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
     /// The guest's VMID, unique in its cluster.
@@ -72,12 +72,12 @@ pub struct ObservedVm {
     /// database vouches for the VM). Only a verified marker makes a VM this install's.
     pub marker_verified: bool,
     /// Being made by a create or clone this install's token started, which no record explains
-    /// (see [`mark_in_making`]): it may be a spec's guest, judged by its marker once its task
+    /// (see `observe::mark_in_making`): it may be a spec's guest, judged by its marker once its task
     /// ends; never a second one meanwhile.
     pub making: Option<Making>,
 }
 
-/// How a listed guest is being made by this install's token ([`mark_in_making`]).
+/// How a listed guest is being made by this install's token (`observe::mark_in_making`, in `proxsync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Making {
     /// A create naming its VMID (`qmcreate`, `vzcreate`): the guest is made on its spec's node.

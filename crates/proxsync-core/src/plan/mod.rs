@@ -234,7 +234,7 @@ impl Action {
         )
     }
 
-    /// The node the action runs on (for per-node limits), if any.
+    /// The site and node the action runs on (for per-node limits), if any.
     pub fn node(&self) -> Option<(&str, &str)> {
         match self {
             Action::Create { site, node, .. }
@@ -627,8 +627,6 @@ pub struct Duplicate {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renamed_from: Option<String>,
 }
-
-impl Plan {}
 
 /// Plans one cycle: each valid spec's decision (or its rename), the invalid ones, then the
 /// removals of gone specs and orphans, which the safety valves may refuse as a whole.

@@ -1,7 +1,6 @@
 //! What a spec's `disks` ask of a VM as PVE drives, pure: a create's drives, and what a converge
 //! changes (qemu-server `PVE/API2/Qemu.pm` `update_vm_api`, `PVE/QemuServer/Drive.pm`). How
 //! execute sends it, and the destroys of `destroyDisks`: `execute::disks`.
-
 //!
 //! - A disk missing from the VM is added as `<slot>=<storage>:<GiB>,<options>`: PVE allocates
 //!   it (`create_disks`), so the update goes through the asynchronous `POST .../config`.
