@@ -149,6 +149,8 @@ pub struct NodeLimits {
 }
 
 impl NodeLimits {
+    /// The limits of one site's nodes, at most `cap` each (a `cap` of 0 counts as 1): when
+    /// `adaptive`, each node's starts at 2 and is found from there; else it is always `cap`.
     pub fn new(adaptive: bool, cap: u32) -> NodeLimits {
         NodeLimits {
             adaptive,

@@ -22,6 +22,7 @@ const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value` (a token, key or URL read from a file) so that it is never shown.
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
@@ -46,18 +47,39 @@ impl fmt::Display for Secret {
 /// An error in the configuration: the file, and a message naming the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file could not be read (missing, not permitted, ...).
     #[error("{path}: cannot read the config: {source}{hint}", hint = read_hint(.path, .source))]
     Read {
+        /// The config file.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
+    /// The config file is too large, not UTF-8 or not TOML, or a value in it is wrong.
     #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong, naming the key and what would be valid.
+        message: String,
+    },
+    /// A site's API token secret cannot be read.
     #[error("site {site:?}: {message}")]
-    Secret { site: String, message: String },
+    Secret {
+        /// The `[[site]] name`.
+        site: String,
+        /// Why, naming the file or credential (never its content).
+        message: String,
+    },
+    /// A `[[notify]]` target's secret or URL cannot be read, or its URL is refused.
     #[error("[[notify]] {target:?}: {message}")]
-    NotifySecret { target: String, message: String },
+    NotifySecret {
+        /// The `[[notify]] name`.
+        target: String,
+        /// Why, naming the file or credential (never its content).
+        message: String,
+    },
 }
 
 /// The whole configuration, with defaults applied and validated.
@@ -65,7 +87,10 @@ pub enum ConfigError {
 pub struct Config {
     /// Which proxsync instance owns a VM: VMs carry the tag `proxsync.<install_id>`.
     pub install_id: String,
+    /// `state_dir`: the embedded database, git mirror, control socket and, by default, the marker
+    /// key (default `/var/lib/proxsync`).
     pub state_dir: PathBuf,
+    /// `status_dir`: where the status files are written (default `<state_dir>/status`).
     pub status_dir: PathBuf,
     /// `marker_key_file`: the marker key, when not `<state_dir>/marker.key` (see
     /// [`Config::marker_key_path`]). Installs that hand specs to each other share one.
@@ -76,8 +101,11 @@ pub struct Config {
     /// `container_password_dir`: the directory a container spec's `password: {file: ...}` must
     /// name a file in; `None`: no password file is read (see [`PasswordFiles`]).
     pub container_password_dir: Option<PathBuf>,
+    /// `[source]`: the git repository the specs are read from.
     pub source: SourceConfig,
+    /// `[[site]]`: the Proxmox VE clusters a spec may name in `site`.
     pub sites: Vec<SiteConfig>,
+    /// `[reconcile]`: when cycles run and what limits their actions.
     pub reconcile: ReconcileConfig,
     /// Where transitions are sent (`[[notify]]`); empty: no notifications.
     pub notify: Vec<NotifyConfig>,
@@ -90,7 +118,9 @@ pub struct Config {
 /// Where the specs come from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceConfig {
+    /// `path` or `url`: where the repository is.
     pub location: SourceLocation,
+    /// `branch`: the branch whose tip is applied (default `main`).
     pub branch: String,
     /// Directory of the repository holding the specs, relative to its root.
     pub dir: PathBuf,
@@ -112,17 +142,26 @@ pub struct SourceConfig {
 pub enum CommitVerification {
     /// `verify = "ssh"`: an ssh signature by a key of this `allowed_signers` file (the format
     /// of ssh-keygen(1) ALLOWED SIGNERS).
-    Ssh { allowed_signers: PathBuf },
+    Ssh {
+        /// `allowed_signers`: the trusted keys, one `PRINCIPAL KEYTYPE BASE64KEY` line each.
+        allowed_signers: PathBuf,
+    },
     /// `verify = "openpgp"`: an OpenPGP signature by a key of this keyring (binary or
     /// ASCII-armoured export).
-    OpenPgp { keyring: PathBuf },
+    OpenPgp {
+        /// `keyring`: the trusted public keys (`gpg --export KEYID > keyring.gpg`).
+        keyring: PathBuf,
+    },
 }
 
 /// A local repository (bare or not) or a remote URL fetched into a mirror.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceLocation {
+    /// `path`: a local repository, read in place.
     Path(PathBuf),
+    /// `url`: a remote, fetched every `interval` into a mirror in the state directory.
     Url {
+        /// The remote (`ssh://`, `https://`, `file://` or `user@host:path`).
         url: String,
         /// An ssh private key for `ssh://` remotes.
         ssh_key_file: Option<PathBuf>,
@@ -134,6 +173,7 @@ pub enum SourceLocation {
 /// One Proxmox VE cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SiteConfig {
+    /// `name`: what specs write in `site:`; also names the credential `<name>.token`.
     pub name: String,
     /// `https://host:8006`, without the `/api2/json` suffix.
     pub endpoint: String,
@@ -141,8 +181,13 @@ pub struct SiteConfig {
     pub token_id: String,
     /// Explicit secret file; when absent the secret is the systemd credential `<name>.token`.
     pub token_secret_file: Option<PathBuf>,
+    /// How the site's TLS certificate is checked: `ca_file`, `fingerprint`, else the system's
+    /// roots.
     pub trust: Trust,
+    /// `connect_timeout`: how long connecting to the endpoint may take (default 10 s).
     pub connect_timeout: Duration,
+    /// `request_timeout`: how long one API request may take (default 60 s); waiting for a task
+    /// is separate.
     pub request_timeout: Duration,
     /// An HTTP(S) proxy to use; the environment's proxy variables are never used.
     pub proxy: Option<String>,
@@ -210,14 +255,21 @@ pub enum ManagementPolicy {
     Observe,
 }
 
+/// `[reconcile]`: how often cycles run, how many actions they take at once, and the limits on
+/// deletes, reboots and adoptions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcileConfig {
+    /// How often every site is observed and reconciled in full, besides the cycles pushes start
+    /// (default 5 min, at least 10 s).
     pub resync_interval: Duration,
     /// The most actions at once per node: the cap of the adaptive limit, or the limit itself
     /// when `concurrency` is fixed.
     pub max_parallel_per_node: u32,
+    /// Whether each node's limit is found by itself up to the cap, or is the cap.
     pub concurrency: ConcurrencyMode,
+    /// What is done with an orphan: a VM with this install's tag that no spec names.
     pub orphans: OrphanPolicy,
+    /// How long an orphan must have been seen before a stopped one is deleted (default 10 min).
     pub orphan_grace: Duration,
     /// Refuse a commit that would delete more than this share of the managed VMs.
     pub max_delete_fraction: f64,
@@ -282,6 +334,7 @@ pub enum NotifyKind {
 }
 
 impl NotifyKind {
+    /// The `kind` as the config writes it (`forgejo` is read as `gitea`).
     pub fn as_str(self) -> &'static str {
         match self {
             NotifyKind::Webhook => "webhook",
@@ -305,6 +358,7 @@ impl NotifyKind {
 /// secret: whoever has it can post).
 #[derive(Debug, Clone, PartialEq)]
 pub enum NotifyUrl {
+    /// `url` in the config (GitHub's default `https://api.github.com` when none is given).
     Given(String),
     /// `url_file`, or the systemd credential `notify-<name>.url` when `None`.
     File(Option<PathBuf>),
@@ -313,8 +367,12 @@ pub enum NotifyUrl {
 /// One `[[notify]]` target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NotifyConfig {
+    /// `name`: names the target in messages and its credentials (`notify-<name>.*`).
     pub name: String,
+    /// `kind`: what the target is, and so what it is sent.
     pub kind: NotifyKind,
+    /// `url`, or `url_file`: the URL posted to (webhook, Slack) or the forge's server (GitHub
+    /// Enterprise: `https://ghe.example/api/v3`).
     pub url: NotifyUrl,
     /// The webhook's HMAC key, or a forge's API token: this file, else the systemd credential
     /// `notify-<name>.secret` (webhook) / `notify-<name>.token` (forges).

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum GuestKind {
+    /// A QEMU VM (`/nodes/{node}/qemu`, `kind: ProxmoxVM`); the default.
     #[default]
     Qemu,
+    /// An LXC container (`/nodes/{node}/lxc`, `kind: ProxmoxLXC`).
     Lxc,
 }
 

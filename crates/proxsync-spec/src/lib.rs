@@ -7,6 +7,8 @@
 //!
 //! No I/O runtime: the crates above (`proxsync-core`, `proxsync`) read with it.
 
+#![deny(missing_docs)]
+
 pub mod concurrency;
 pub mod config;
 pub mod guest;

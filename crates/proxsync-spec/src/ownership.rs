@@ -21,8 +21,12 @@ pub(crate) const KEY_FILE: &str = "marker.key";
 /// The identity a VM's description carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Marker {
+    /// The `install_id` of the install that owns the VM.
     pub install: String,
+    /// The `metadata.name` of the spec the VM is for.
     pub spec: String,
+    /// A random id (16 hex characters, [`new_uid`]) given the VM when proxsync made or adopted
+    /// it; the spec's record keeps it too.
     pub uid: String,
     /// The signature over (install, spec, uid, VMID); `None` in markers written by releases
     /// before signing (trusted only where the state database vouches for the VM).
@@ -266,6 +270,7 @@ pub struct ExerciseLine {
     pub run: String,
     /// When that run began, in seconds since the epoch.
     pub started: u64,
+    /// HMAC-SHA256 over the pool, run, start, VMID and identity (first 16 bytes, hex).
     pub mac: String,
 }
 

@@ -129,10 +129,13 @@ pub struct ContainerSpec {
     pub template_pos: super::Pos,
     /// `unprivileged` (default true): set at create only; PVE cannot change it afterwards.
     pub unprivileged: bool,
+    /// `features`: `nesting` only (an API token may set no other flag).
     pub features: Option<Features>,
     /// `cpulimit`, as PVE writes it (`1.5`; `0` is no limit).
     pub cpu_limit: Option<String>,
+    /// `cpuUnits`: the CPU weight (PVE's `cpuunits`), 0..=[`MAX_CPU_UNITS`].
     pub cpu_units: Option<u32>,
+    /// `swap` in MiB.
     pub swap_mib: Option<u64>,
     /// `None`: one NIC `eth0` on `network` with DHCP at create, not managed after.
     pub networks: Option<Vec<CtNic>>,
@@ -140,13 +143,19 @@ pub struct ContainerSpec {
     pub mount_points: Option<Vec<MountPoint>>,
     /// Mount point slots (`mp1`) whose volume is destroyed when it leaves `mountPoints`.
     pub destroy_volumes: Vec<String>,
+    /// `nameserver`: up to 3 DNS server addresses.
     pub nameserver: Option<Vec<String>>,
+    /// `searchdomain`: the DNS search domain.
     pub searchdomain: Option<String>,
+    /// `timezone`: `host`, or a zone name such as `Europe/Berlin`.
     pub timezone: Option<String>,
+    /// `console`: whether the container has a console device (`/dev/console`).
     pub console: Option<bool>,
+    /// `tty`: how many ttys the container has, 0..=6.
     pub tty: Option<u32>,
     /// Set at create only (from the template when absent).
     pub arch: Option<String>,
+    /// `osType`: one of [`OS_TYPES`] (PVE's `ostype`).
     pub os_type: Option<String>,
     /// Given to PVE at create only, as it takes them (`ssh-public-keys`).
     pub ssh_public_keys: Vec<String>,
@@ -159,6 +168,8 @@ pub struct ContainerSpec {
 /// itself (`check_ct_modify_config_perm`), so the spec refuses them with that reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Features {
+    /// `nesting`: whether the container may nest namespaces (containers of its own, systemd's
+    /// sandboxing).
     pub nesting: Option<bool>,
 }
 
@@ -169,15 +180,21 @@ impl Features {}
 pub struct CtNic {
     /// The interface's name inside the container (`eth0`).
     pub name: String,
+    /// The bridge the interface is on (`vmbr0`).
     pub bridge: String,
+    /// The VLAN tag, 1-4094 (PVE's `tag`).
     pub vlan: Option<u16>,
+    /// Whether PVE's firewall filters the interface.
     pub firewall: Option<bool>,
     /// `dhcp`, `manual` or an address with its prefix (`10.0.0.5/24`).
     pub ip: Option<String>,
+    /// The IPv4 gateway (PVE's `gw`); only with a static `ip`.
     pub gateway: Option<String>,
     /// `dhcp`, `auto`, `manual` or an address with its prefix.
     pub ip6: Option<String>,
+    /// The IPv6 gateway (PVE's `gw6`); only with a static `ip6`.
     pub gateway6: Option<String>,
+    /// The interface's MTU, 64-65535; at most its bridge's.
     pub mtu: Option<u32>,
     /// MB/s, as PVE writes it.
     pub rate: Option<String>,
@@ -193,11 +210,17 @@ pub struct MountPoint {
     pub slot: String,
     /// Where it is mounted in the container (`/srv/data`).
     pub path: String,
+    /// The storage the volume is allocated on.
     pub storage: String,
+    /// The volume's size in bytes, 1 GiB to 100 TiB.
     pub size_bytes: u64,
+    /// `backup`: whether backups (vzdump) include the volume.
     pub backup: Option<bool>,
+    /// `acl`: POSIX ACLs on the volume's file system.
     pub acl: Option<bool>,
+    /// `quota`: user quotas inside the container on the volume.
     pub quota: Option<bool>,
+    /// `readOnly`: mounted read-only (PVE's `ro`).
     pub read_only: Option<bool>,
 }
 
@@ -205,7 +228,9 @@ pub struct MountPoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PasswordSource {
+    /// `{file: PATH}`: an absolute path, in the config's `container_password_dir`.
     File(String),
+    /// `{credential: NAME}`: a systemd credential passed to proxsync (`LoadCredential=`).
     Credential(String),
 }
 

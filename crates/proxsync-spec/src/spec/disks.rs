@@ -53,20 +53,27 @@ pub struct Disk {
     pub slot: String,
     /// Bytes, a whole number of GiB. Disks only grow.
     pub size_bytes: u64,
+    /// The storage the disk is on; default `local-lvm`.
     pub storage: String,
     /// `raw`, `qcow2` or `vmdk`; applies when the disk is made (PVE keeps no format option).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
+    /// One of [`DISK_CACHES`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<String>,
+    /// Whether the guest's TRIM requests reach the storage and free space there (`discard=on`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discard: Option<bool>,
+    /// Whether the guest sees the disk as an SSD (scsi and sata only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ssd: Option<bool>,
+    /// Whether the disk has an I/O thread of its own (scsi and virtio only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iothread: Option<bool>,
+    /// Whether backups (vzdump) include the disk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup: Option<bool>,
+    /// Whether storage replication includes the disk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicate: Option<bool>,
     /// The boot disk: it receives the image.

@@ -31,6 +31,7 @@ pub const MAX_HA_TRIES: u32 = 10;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ha {
+    /// `state`; default the one `powerState` implies (`started` or `stopped`).
     pub state: HaState,
     /// A PVE 8 HA group (PVE 9 replaced groups by rules and refuses it, in its own words).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,7 +47,11 @@ pub struct Ha {
     /// `nodes` only.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub strict: bool,
+    /// `maxRestart`: how often the HA manager restarts the VM on its node after a failed start,
+    /// 0..=[`MAX_HA_TRIES`]; default 1 (PVE's).
     pub max_restart: u32,
+    /// `maxRelocate`: how often it moves the VM to another node after a failed start,
+    /// 0..=[`MAX_HA_TRIES`]; default 1 (PVE's).
     pub max_relocate: u32,
 }
 
@@ -75,6 +80,7 @@ impl Ha {
     }
 }
 
+/// `ha.state`: the state the HA manager keeps the VM in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HaState {

@@ -194,10 +194,14 @@ impl Bios {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Startup {
+    /// `order`: the guest's place in the node's start order (shut down in reverse).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<u64>,
+    /// `upDelay`: seconds PVE waits after starting the guest before it starts the next (`up`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_delay: Option<u64>,
+    /// `downDelay`: seconds PVE waits for the guest to shut down when the node stops its
+    /// guests in order (`down`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub down_delay: Option<u64>,
 }

@@ -18,6 +18,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u32 = 180;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RebootPolicy {
+    /// `rebootPolicy`; default `Never`.
     pub mode: RebootMode,
     /// Required with `Window`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -32,6 +33,7 @@ pub struct RebootPolicy {
     pub force_stop_after_secs: Option<u32>,
 }
 
+/// `rebootPolicy`: when a running guest with changes pending may be rebooted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub enum RebootMode {
     /// Report `RebootPending` only (the default): a person reboots.
@@ -88,6 +90,7 @@ const WINDOW_FORMAT: &str = "write <days> <HH:MM>-<HH:MM> <time zone>, e.g. \"Su
      \"Mon-Fri 22:00-02:00 UTC\" or \"* 03:00-04:00 UTC\" (days: Mon..Sun, ranges and lists such as Sat,Sun; * for every day)";
 
 impl MaintenanceWindow {
+    /// Reads a `maintenanceWindow` as written; the error says what is wrong and the form.
     pub fn parse(text: &str) -> Result<MaintenanceWindow, String> {
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [days, times, tz] = parts[..] else {

@@ -585,8 +585,6 @@ fn set_members(specs: &Specs) -> HashMap<&str, Vec<&str>> {
     sets
 }
 
-/// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
-/// at the `site` field, listing the valid names.
 /// The specs whose container root password file `check` refuses (the config's rules: `config::
 /// PasswordFiles`), each as an error at the spec; the check itself is the caller's (the spec
 /// reads no file).
@@ -614,6 +612,8 @@ pub fn check_password_files<'a>(
         .collect()
 }
 
+/// Reports every spec whose site is not one of `sites` (the `[[site]]` names of the config),
+/// at the `site` field, listing the valid names.
 pub fn check_sites<'a>(
     specs: impl IntoIterator<Item = &'a Spec>,
     sites: &[&str],

@@ -308,7 +308,10 @@ pub const ADOPT_HWADDR: &str = "proxsync.io/adopt-hwaddr";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptConsent {
+    /// The VMID `proxsync.io/adopt` names.
     pub vmid: u32,
+    /// The guest's id when the spec was written: `adopt-uuid` (a VM) or `adopt-hwaddr` (a
+    /// container).
     pub proof: GuestId,
 }
 
@@ -601,6 +604,7 @@ impl Spec {
 }
 
 impl Specs {
+    /// Each spec, in order.
     pub fn iter(&self) -> SpecsIter<'_> {
         self.0.iter().map(|s| &**s)
     }
@@ -610,22 +614,27 @@ impl Specs {
         &self.0
     }
 
+    /// How many specs there are.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether there are no specs.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Adds `spec` at the end: a `Spec`, or an `Arc` it shares with others.
     pub fn push(&mut self, spec: impl Into<Arc<Spec>>) {
         self.0.push(spec.into());
     }
 
+    /// Drops every spec.
     pub fn clear(&mut self) {
         self.0.clear();
     }
 
+    /// Keeps only the specs `keep` is true for, in order.
     pub fn retain(&mut self, mut keep: impl FnMut(&Spec) -> bool) {
         self.0.retain(|s| keep(s));
     }

@@ -37,21 +37,26 @@ const PATH: &str = "spec.forProvider.networks";
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Nic {
+    /// The bridge the NIC is on (`vmbr0`).
     pub bridge: String,
     /// Default `virtio`.
     pub model: String,
+    /// The VLAN tag, 1-4094 (PVE's `tag`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
     /// PVE's `trunks`: `10;20-30`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trunks: Option<String>,
+    /// 1-65520; `1` is the bridge's MTU. A virtio NIC's is 1 or at least 576.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
     /// MB/s, PVE's `rate` as written (`12.5`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
+    /// Whether PVE's firewall filters the NIC.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub firewall: Option<bool>,
+    /// Packet queues (multiqueue), 0-64.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queues: Option<u8>,
     /// Upper case. Absent: the MAC PVE generated is kept for good.

@@ -17,9 +17,19 @@ use super::{Diagnostic, Spec};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conflict<'a> {
     /// `spec` is renamed from `from`, which is still in the repository (or is `spec` itself).
-    Exists { spec: &'a Spec, from: &'a str },
+    Exists {
+        /// The annotated spec.
+        spec: &'a Spec,
+        /// The name it is renamed from.
+        from: &'a str,
+    },
     /// Several specs are renamed from the one removed name `from`.
-    Shared { specs: Vec<&'a Spec>, from: &'a str },
+    Shared {
+        /// The specs renamed from `from`, in the order given.
+        specs: Vec<&'a Spec>,
+        /// The removed name they are all renamed from.
+        from: &'a str,
+    },
 }
 
 /// The annotations of `specs` that cannot be applied; `exists` says whether a name is a spec

@@ -55,6 +55,7 @@ pub struct SpecBudget {
 }
 
 impl SpecBudget {
+    /// A budget of `cap` specs (`[source] max_specs`), none taken yet.
     pub fn new(cap: u64) -> SpecBudget {
         SpecBudget {
             cap,

@@ -22,6 +22,7 @@ impl Clock {
         Clock(Arc::new(now_ms))
     }
 
+    /// The time now, in milliseconds since the Unix epoch.
     pub fn now_ms(&self) -> u64 {
         (self.0)()
     }

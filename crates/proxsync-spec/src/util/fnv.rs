@@ -24,7 +24,9 @@ impl std::hash::Hasher for FnvHasher {
 /// Hash maps and sets keyed with [`FnvHasher`]: for the per-cycle indexes of our own spec
 /// names and VMIDs (tens of thousands of inserts a cycle, where SipHash showed in profiles).
 pub type FnvBuildHasher = std::hash::BuildHasherDefault<FnvHasher>;
+/// A `HashMap` hashed with [`FnvHasher`].
 pub type FnvHashMap<K, V> = std::collections::HashMap<K, V, FnvBuildHasher>;
+/// A `HashSet` hashed with [`FnvHasher`].
 pub type FnvHashSet<T> = std::collections::HashSet<T, FnvBuildHasher>;
 
 impl std::io::Write for FnvHasher {

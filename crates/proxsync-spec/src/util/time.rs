@@ -3,9 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z in Unix seconds: the range RFC 3339 can
-/// express; [`rfc3339`] clamps to it.
+/// 0000-01-01T00:00:00Z in Unix seconds: the start of the range RFC 3339 can express;
+/// [`rfc3339`] clamps to it.
 pub const MIN_UNIX: i64 = -62_167_219_200;
+/// 9999-12-31T23:59:59Z in Unix seconds: the end of the range RFC 3339 can express;
+/// [`rfc3339`] clamps to it.
 pub const MAX_UNIX: i64 = 253_402_300_799;
 
 /// RFC 3339 in UTC with whole seconds (`2025-03-01T12:00:00Z`), as Kubernetes writes
