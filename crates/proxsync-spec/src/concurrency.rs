@@ -3,11 +3,11 @@
 //!
 //! No fixed number suits every cluster: what a node's storage takes at once decides, and too
 //! many clones at once end in PVE's `can't lock file '/var/lock/pve-manager/pve-storage-ID' -
-//! got timeout` (see `pve::is_lock_timeout`). So each node's limit starts at [`START`] and
+//! got timeout` (see `pve::is_lock_timeout`). So each node's limit starts at `START` and
 //! grows while the node's tasks end in their usual time and nothing fails: by one per task
 //! until the first cut (a doubling per round of tasks), by one per round after it. It is cut
-//! to [`CUT_PERMILLE`] of itself when a task of the node takes much longer than usual
-//! ([`climbing`]), or PVE says it is overloaded: lock contention, a gateway's 5xx or one
+//! to `CUT_PERMILLE` of itself when a task of the node takes much longer than usual
+//! (`climbing`), or PVE says it is overloaded: lock contention, a gateway's 5xx or one
 //! whose text is no answer `pve::texts` knows (a plain `die` of a refusal is HTTP 500 too, and
 //! not load), a request that timed out (`pve::Error::is_overload`). One cut per burst: a
 //! signal from work begun before the last cut was caused by the limit already cut.

@@ -75,8 +75,9 @@ pub(crate) const DEFAULT_ROOTFS_BYTES: u64 = 8 * GIB;
 const MIN_MEMORY_BYTES: u64 = 16 * MIB;
 /// Largest `cores` (pve-container: 1..8192).
 const MAX_CORES: u64 = 8192;
-/// At most this many NICs (`net0`..`net31`) and mount points (`mp0`..`mp255`).
+/// At most this many NICs (`net0`..`net31`).
 pub const MAX_CT_NICS: usize = 32;
+/// At most this many mount points (`mp0`..`mp255`).
 pub(crate) const MAX_MOUNT_POINTS: usize = 256;
 /// pve-container's `arch` values.
 pub(crate) const ARCHES: [&str; 6] = ["amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"];
@@ -106,13 +107,13 @@ pub struct ContainerSpec {
     /// `hostname`, else `metadata.name`. A DNS name.
     #[serde(skip)]
     pub hostname: String,
-    /// `cores`; default [`DEFAULT_CORES`].
+    /// `cores`; default `DEFAULT_CORES`.
     #[serde(skip)]
     pub cores: u32,
-    /// `memory` in MiB; default [`DEFAULT_MEMORY_MIB`].
+    /// `memory` in MiB; default `DEFAULT_MEMORY_MIB`.
     #[serde(skip)]
     pub memory_mib: u64,
-    /// The size of `rootfs` in bytes; default [`DEFAULT_ROOTFS_BYTES`]. It only grows.
+    /// The size of `rootfs` in bytes; default `DEFAULT_ROOTFS_BYTES`. It only grows.
     #[serde(skip)]
     pub rootfs_bytes: u64,
     /// The storage of `rootfs`.
@@ -172,8 +173,6 @@ pub struct Features {
     /// sandboxing).
     pub nesting: Option<bool>,
 }
-
-impl Features {}
 
 /// One of `networks`: the container's `netN`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

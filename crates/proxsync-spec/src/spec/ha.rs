@@ -59,7 +59,9 @@ pub struct Ha {
 /// manager runs the VM on the online node of the highest priority.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct HaNode {
+    /// The PVE node's name.
     pub node: String,
+    /// Its priority: higher runs the VM first; 0 when not written.
     pub priority: u32,
 }
 

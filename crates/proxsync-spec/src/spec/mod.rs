@@ -65,7 +65,7 @@ pub use diag::{Diagnostic, Pos, Severity};
 pub use disks::{
     DISK_BUSES, DISK_CACHES, DISK_FORMATS, Disk, MAX_DISKS, RAW_ONLY_STORAGE_TYPES, check_slot,
 };
-pub use ha::{Ha, HaState, MAX_HA_TRIES};
+pub use ha::{Ha, HaNode, HaState, MAX_HA_TRIES};
 pub use hardware::{
     Bios, CPU_MODELS, DEFAULT_OS_TYPE, DEFAULT_SCSI_HARDWARE, Hardware, OS_TYPES, SCSI_HARDWARE,
     Startup, TPM_VERSIONS, VGA_TYPES, check_cpu_type, check_machine, check_pool,
@@ -138,7 +138,7 @@ pub struct Spec {
     pub file: String,
     /// Where `metadata.name` is (the document start if it was missing).
     pub pos: Pos,
-    /// The `apiVersion` as written (one of [`API_VERSIONS`]).
+    /// The `apiVersion` as written (one of `API_VERSIONS`).
     pub api_version: String,
     /// The tenant, from label `tenant-id` or `tenant.sankofa.nexus/id`.
     pub tenant: Option<String>,
@@ -238,10 +238,10 @@ pub struct VmSpec {
     /// CPU cores, 1..=1024; default [`DEFAULT_CPU`].
     pub cpu: u32,
     /// Memory in MiB (sizes not a whole MiB are rounded down), 128 MiB ..= 2 TiB; default
-    /// [`DEFAULT_MEMORY_MIB`].
+    /// `DEFAULT_MEMORY_MIB`.
     pub memory_mib: u64,
     /// Size of the main disk in bytes, exactly as written, 1 GiB ..= 100 TiB; default
-    /// [`DEFAULT_DISK_BYTES`]. Disks only grow.
+    /// `DEFAULT_DISK_BYTES`. Disks only grow.
     pub disk_bytes: u64,
     /// The storage for the VM's disk; default `local-lvm`.
     pub storage: String,
@@ -251,7 +251,7 @@ pub struct VmSpec {
     pub image: Image,
     /// Where `image` is written.
     pub image_pos: Pos,
-    /// cloud-init user-data, at most [`MAX_USER_DATA_BYTES`]: YAML starting with
+    /// cloud-init user-data, at most `MAX_USER_DATA_BYTES`: YAML starting with
     /// `#cloud-config`, or a script starting with `#!`. Delivered in a NoCloud seed ISO.
     pub user_data: Option<String>,
     /// The native first-boot fields (`forProvider.cloudInit`), mapped to PVE's cloud-init
