@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 /// The schedule, by number of consecutive failures.
-pub const SCHEDULE: [Duration; 5] = [
+pub(crate) const SCHEDULE: [Duration; 5] = [
     Duration::from_secs(30),
     Duration::from_secs(60),
     Duration::from_secs(120),
@@ -18,10 +18,10 @@ pub const SCHEDULE: [Duration; 5] = [
 ];
 
 /// The longest wait.
-pub const CAP: Duration = SCHEDULE[4];
+pub(crate) const CAP: Duration = SCHEDULE[4];
 
 /// The delay before the next attempt after `attempts` consecutive failures (1 = first).
-pub fn delay(spec: &str, attempts: u32, needs_human: bool) -> Duration {
+pub(crate) fn delay(spec: &str, attempts: u32, needs_human: bool) -> Duration {
     let base = if needs_human {
         CAP
     } else {

@@ -12,11 +12,11 @@ use crate::ownership::Marker;
 use crate::pve::types::{ClusterHealth, ClusterShape, ClusterStatusEntry, VmConfig};
 use crate::pve::{Error, Pve};
 
-pub use crate::model::view::*;
+pub(crate) use crate::model::view::*;
 
 /// A hash of everything observed (FNV-1a, quicker than std's SipHash on a whole cycle's views;
 /// stable within a process, which is all that comparing two cycles needs).
-pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
+pub(crate) fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = crate::util::fnv::FnvHasher::default();
     views.hash(&mut h);
@@ -26,7 +26,7 @@ pub fn fingerprint(views: &BTreeMap<String, SiteView>) -> u64 {
 /// Each node's free memory (`maxmem - mem`, bytes) as `/cluster/resources?type=node` lists it:
 /// one request, made only when a set's member is to be placed by free memory
 /// (`engine::placement`), never by an idle cycle. A node listed without both is left out.
-pub async fn node_free_memory(client: &impl Pve) -> Result<BTreeMap<String, u64>, Error> {
+pub(crate) async fn node_free_memory(client: &impl Pve) -> Result<BTreeMap<String, u64>, Error> {
     Ok(client
         .node_resources()
         .await?
@@ -43,7 +43,10 @@ pub async fn observe_site(name: &str, client: &impl Pve) -> SiteView {
 
 /// [`observe_site`], and the node that answered (`/cluster/status`'s `local`), kept out of the
 /// view: behind a load balancer it changes from cycle to cycle.
-pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, Option<String>) {
+pub(crate) async fn observe_site_answered(
+    name: &str,
+    client: &impl Pve,
+) -> (SiteView, Option<String>) {
     let (status, resources) = tokio::join!(client.cluster_status(), client.vm_resources());
     match (status, resources) {
         (Ok(status), Ok(resources)) => {
@@ -88,7 +91,7 @@ pub async fn observe_site_answered(name: &str, client: &impl Pve) -> (SiteView, 
 /// crashed before its tags were set, or a lost database). Templates are never candidates.
 /// `is_spec_vm_name` is asked only for untagged VMs no record explains (none in a steady
 /// fleet), so the caller may build its set of names lazily.
-pub fn needs_marker<S: BuildHasher>(
+pub(crate) fn needs_marker<S: BuildHasher>(
     view: &SiteView,
     install_id: &str,
     known_vmids: &HashSet<u32, S>,
@@ -127,7 +130,7 @@ fn made_since_listed(vm: &ObservedVm) -> bool {
 /// flight. One `GET /nodes/{node}/tasks?source=active` per node holding such a guest, none
 /// otherwise; a listing that cannot be read leaves its guests `Making::Unread` (held all
 /// the same).
-pub async fn mark_in_making<S: BuildHasher>(
+pub(crate) async fn mark_in_making<S: BuildHasher>(
     view: &mut SiteView,
     client: &impl Pve,
     known_vmids: &HashSet<u32, S>,
@@ -172,7 +175,7 @@ pub async fn mark_in_making<S: BuildHasher>(
 }
 
 /// Reads a VM's description marker. A VM that vanished reads as "no marker".
-pub async fn read_marker(
+pub(crate) async fn read_marker(
     client: &impl Pve,
     node: &str,
     kind: GuestKind,
@@ -195,7 +198,7 @@ pub async fn read_marker(
 
 /// What a marker read found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum MarkerRead {
+pub(crate) enum MarkerRead {
     /// The config's marker, or none, and the config it was read from (`None`: the VM is gone).
     Read {
         marker: Option<Marker>,
@@ -208,7 +211,7 @@ pub enum MarkerRead {
 /// Reads the markers of `vms` (VMID, node, kind) of one site side by side, at most the node's limit
 /// at once (the same limit actions keep: the client's, else `per_node`), answers in the order
 /// of `vms`.
-pub async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
+pub(crate) async fn read_markers<P: Pve, C: AsRef<P> + Send + Sync + 'static>(
     client: &Arc<C>,
     vms: Vec<(u32, String, GuestKind)>,
     per_node: u32,

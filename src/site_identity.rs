@@ -23,15 +23,15 @@ use crate::pve::Pve;
 use crate::pve::types::{ClusterHealth, ClusterStatusEntry};
 
 /// The directory of the identity files inside `state_dir`.
-pub const DIR: &str = "sites";
+pub(crate) const DIR: &str = "sites";
 
 /// The identity recorded for `site`.
-pub fn recorded_path(state_dir: &Path, site: &str) -> PathBuf {
+pub(crate) fn recorded_path(state_dir: &Path, site: &str) -> PathBuf {
     state_dir.join(DIR).join(format!("{site}.json"))
 }
 
 /// The identity last seen for `site` and refused.
-pub fn refused_path(state_dir: &Path, site: &str) -> PathBuf {
+pub(crate) fn refused_path(state_dir: &Path, site: &str) -> PathBuf {
     state_dir.join(DIR).join(format!("{site}.refused.json"))
 }
 
@@ -52,12 +52,12 @@ struct IdentityFile {
 
 /// The identity recorded for `site`, if any. An unreadable or broken file is an error (nothing
 /// on the site is done until it is fixed), never "nothing recorded".
-pub fn read_recorded(state_dir: &Path, site: &str) -> Result<Option<SiteIdentity>, String> {
+pub(crate) fn read_recorded(state_dir: &Path, site: &str) -> Result<Option<SiteIdentity>, String> {
     read(&recorded_path(state_dir, site))
 }
 
 /// The identity last refused for `site`, if any.
-pub fn read_refused(state_dir: &Path, site: &str) -> Result<Option<SiteIdentity>, String> {
+pub(crate) fn read_refused(state_dir: &Path, site: &str) -> Result<Option<SiteIdentity>, String> {
     read(&refused_path(state_dir, site))
 }
 
@@ -130,7 +130,7 @@ fn write(path: &Path, site: &str, identity: &SiteIdentity, how: &str) -> Result<
 }
 
 /// `proxsync accept site <site>`: the identity last refused becomes the recorded one.
-pub fn accept(state_dir: &Path, site: &str) -> Result<SiteIdentity, String> {
+pub(crate) fn accept(state_dir: &Path, site: &str) -> Result<SiteIdentity, String> {
     let refused = read_refused(state_dir, site)?.ok_or_else(|| {
         format!(
             "nothing to accept: no cluster was refused for site {site} ({} does not exist). A \
@@ -146,7 +146,7 @@ pub fn accept(state_dir: &Path, site: &str) -> Result<SiteIdentity, String> {
 
 /// What was seen of a site: its shape, and the identity read while it had that shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub shape: ClusterShape,
     pub identity: SiteIdentity,
 }
@@ -154,7 +154,7 @@ pub struct Seen {
 /// Reads what must be read to know who `view`'s cluster is: the root CA, unless `last` was
 /// read at the same shape. `None` for an unreachable view (nothing to check); `Some(Err)` when
 /// the root CA could not be read.
-pub async fn see(
+pub(crate) async fn see(
     client: &impl Pve,
     view: &SiteView,
     answering: Option<&str>,
@@ -206,7 +206,7 @@ struct SiteState {
 /// The site identity checks of one engine (or one `plan`, `doctor`, `adopt`): what was seen
 /// and read per site, so an idle cycle reads nothing again.
 #[derive(Debug)]
-pub struct SiteChecks {
+pub(crate) struct SiteChecks {
     state_dir: PathBuf,
     /// Records identities (first contact, refusals). `plan` and `doctor` only read.
     write: bool,
@@ -214,7 +214,7 @@ pub struct SiteChecks {
 }
 
 impl SiteChecks {
-    pub fn new(state_dir: &Path, write: bool) -> SiteChecks {
+    pub(crate) fn new(state_dir: &Path, write: bool) -> SiteChecks {
         SiteChecks {
             state_dir: state_dir.to_path_buf(),
             write,
@@ -223,14 +223,14 @@ impl SiteChecks {
     }
 
     /// What was last seen of `site` (to hand to [`see`]).
-    pub fn last_seen(&self, site: &str) -> Option<Seen> {
+    pub(crate) fn last_seen(&self, site: &str) -> Option<Seen> {
         self.sites.get(site).and_then(|s| s.seen.clone())
     }
 
     /// Judges `view` by what [`see`] found: a first contact is recorded, the recorded cluster
     /// passes, and another cluster (or a root CA that could not be read) leaves the view
     /// unreachable, with the reason, so nothing on the site is judged or touched.
-    pub fn judge(&mut self, view: &mut SiteView, seen: Option<Result<Seen, String>>) {
+    pub(crate) fn judge(&mut self, view: &mut SiteView, seen: Option<Result<Seen, String>>) {
         let name = view.name.clone();
         let state = self.sites.entry(name.clone()).or_default();
         let seen = match seen {
@@ -322,7 +322,7 @@ impl SiteChecks {
     /// One check of `site` outside a cycle (`proxsync adopt`): its status read, its root CA,
     /// the verdict (the gate's evidence that the site is its recorded cluster). `Err` says why
     /// nothing may be done there.
-    pub async fn check_now(
+    pub(crate) async fn check_now(
         &mut self,
         site: &str,
         client: &impl Pve,

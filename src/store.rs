@@ -28,7 +28,7 @@ const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
 const SUSPENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("suspensions");
 
 /// The file name of the database inside `state_dir`.
-pub const DB_FILE: &str = "proxsync.redb";
+pub(crate) const DB_FILE: &str = "proxsync.redb";
 
 /// redb's page cache (its default is 1 GiB). It kept every page read, the whole database
 /// (8 MiB at 10,000 specs), although the engine keeps the decoded records itself and reads
@@ -207,7 +207,7 @@ impl Store {
     }
 
     /// The names of the spec records written, renamed or removed since the last call.
-    pub fn take_written(&self) -> BTreeSet<String> {
+    pub(crate) fn take_written(&self) -> BTreeSet<String> {
         std::mem::take(&mut *self.written_names())
     }
 
@@ -220,7 +220,7 @@ impl Store {
 
     /// Records `a`: spec `a.spec`'s VM is `a.vmid`, adopted. Refused (nothing written) when the
     /// spec's record maps it to another VM, or a create or delete of it is in flight.
-    pub fn record_adoption(&self, a: &Adoption, now_ms: u64) -> Result<(), String> {
+    pub(crate) fn record_adoption(&self, a: &Adoption, now_ms: u64) -> Result<(), String> {
         let mut rec = self
             .record(&a.spec)
             .map_err(|e| e.to_string())?
@@ -269,7 +269,7 @@ impl Store {
     /// the states in the same transaction: entering [`VmState::Creating`] reserves its VMID on
     /// `rec.site` (the create intent: call this BEFORE sending the create request), leaving it
     /// releases the VMID.
-    pub fn transition(
+    pub(crate) fn transition(
         &self,
         name: &str,
         rec: &mut SpecRecord,
@@ -328,7 +328,7 @@ impl Store {
 
     /// Moves a spec's record to a new name (a rename of `metadata.name`), in one transaction.
     /// Its state goes with it unchanged.
-    pub fn rename(&self, from: &str, to: &str, rec: &SpecRecord) -> Result<(), StateError> {
+    pub(crate) fn rename(&self, from: &str, to: &str, rec: &SpecRecord) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
         let mut refused = None;
         self.write(|tx| {
@@ -357,7 +357,7 @@ impl Store {
 
     /// Forgets a spec (its VM was deleted or released, or never made), with the VMID its
     /// create intent reserved, in one transaction.
-    pub fn remove(&self, name: &str) -> Result<(), StateError> {
+    pub(crate) fn remove(&self, name: &str) -> Result<(), StateError> {
         self.write(|tx| {
             let mut specs = tx.open_table(SPECS)?;
             if let Some(rec) = stored_record(&specs, name)?
@@ -374,7 +374,7 @@ impl Store {
     }
 
     /// The VMIDs reserved on a site, with the spec each is for.
-    pub fn allocations(&self, site: &str) -> Result<BTreeMap<u32, String>, StateError> {
+    pub(crate) fn allocations(&self, site: &str) -> Result<BTreeMap<u32, String>, StateError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(ALLOCATIONS).map_err(|e| self.err(e))?;
         let prefix = format!("{site}/");
@@ -389,7 +389,7 @@ impl Store {
     }
 
     /// Orphans and when each was first seen: `(site, vmid) -> unix ms`.
-    pub fn orphans(&self) -> Result<BTreeMap<(String, u32), u64>, StateError> {
+    pub(crate) fn orphans(&self) -> Result<BTreeMap<(String, u32), u64>, StateError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(ORPHANS).map_err(|e| self.err(e))?;
         let mut out = BTreeMap::new();
@@ -407,7 +407,7 @@ impl Store {
     /// Every suspension: spec name (or [`SUSPEND_ALL`]) -> who, why and since when. An entry
     /// that cannot be read is kept as a suspension by an unknown hand: leaving a VM alone is
     /// the safe reading.
-    pub fn suspensions(&self) -> Result<BTreeMap<String, Suspension>, StateError> {
+    pub(crate) fn suspensions(&self) -> Result<BTreeMap<String, Suspension>, StateError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(SUSPENSIONS).map_err(|e| self.err(e))?;
         let mut out = BTreeMap::new();
@@ -425,7 +425,7 @@ impl Store {
     }
 
     /// Suspends `name` (or every spec: [`SUSPEND_ALL`]) with `s`, replacing its suspension.
-    pub fn suspend(&self, name: &str, s: &Suspension) -> Result<(), StateError> {
+    pub(crate) fn suspend(&self, name: &str, s: &Suspension) -> Result<(), StateError> {
         let json = serde_json::to_vec(s).map_err(|e| self.err(e))?;
         self.write(|tx| {
             tx.open_table(SUSPENSIONS)?.insert(name, json.as_slice())?;
@@ -437,7 +437,7 @@ impl Store {
 
     /// Lifts the suspension of `name` (every suspension when `name` is [`SUSPEND_ALL`]);
     /// returns those lifted.
-    pub fn resume(&self, name: &str) -> Result<Vec<(String, Suspension)>, StateError> {
+    pub(crate) fn resume(&self, name: &str) -> Result<Vec<(String, Suspension)>, StateError> {
         let mut lifted: Vec<(String, Suspension)> = Vec::new();
         self.write(|tx| {
             let mut table = tx.open_table(SUSPENSIONS)?;
@@ -470,7 +470,7 @@ impl Store {
     /// Brings the suspensions of `spec.suspend` in line, in one transaction: each of `lift` is
     /// removed only while it is still from git, each of `add` written only where there is no
     /// suspension of that name (one made by `proxsync suspend` stays as it is).
-    pub fn sync_git_suspensions(
+    pub(crate) fn sync_git_suspensions(
         &self,
         lift: &[String],
         add: &[(String, Suspension)],
@@ -500,7 +500,7 @@ impl Store {
 
     /// Whether a suspension was set or lifted since the last
     /// [`Store::take_suspensions_changed`], leaving the mark.
-    pub fn suspensions_changed(&self) -> bool {
+    pub(crate) fn suspensions_changed(&self) -> bool {
         (self.suspensions_changed).load(std::sync::atomic::Ordering::SeqCst)
     }
 
@@ -509,12 +509,15 @@ impl Store {
     }
 
     /// Whether a suspension was set or lifted since the last call.
-    pub fn take_suspensions_changed(&self) -> bool {
+    pub(crate) fn take_suspensions_changed(&self) -> bool {
         (self.suspensions_changed).swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Replaces the orphan sightings with `current` in one transaction.
-    pub fn set_orphans(&self, current: &BTreeMap<(String, u32), u64>) -> Result<(), StateError> {
+    pub(crate) fn set_orphans(
+        &self,
+        current: &BTreeMap<(String, u32), u64>,
+    ) -> Result<(), StateError> {
         self.write(|tx| {
             let mut table = tx.open_table(ORPHANS)?;
             let old: Vec<String> = table
@@ -534,13 +537,13 @@ impl Store {
 
 /// Reads the records of a database another process may hold open (for `proxsync plan`):
 /// `None` when there is no database or it is locked.
-pub fn read_specs_snapshot(state_dir: &Path) -> Option<BTreeMap<String, SpecRecord>> {
+pub(crate) fn read_specs_snapshot(state_dir: &Path) -> Option<BTreeMap<String, SpecRecord>> {
     read_snapshot(state_dir, SPECS, false)
 }
 
 /// The suspensions, read as [`read_specs_snapshot`] reads the records (a database of a release
 /// without suspensions has none).
-pub fn read_suspensions_snapshot(state_dir: &Path) -> Option<BTreeMap<String, Suspension>> {
+pub(crate) fn read_suspensions_snapshot(state_dir: &Path) -> Option<BTreeMap<String, Suspension>> {
     read_snapshot(state_dir, SUSPENSIONS, true)
 }
 

@@ -5,7 +5,7 @@
 
 /// How the suite meets one row of `pve::texts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cover {
+pub(crate) enum Cover {
     /// The step named provokes these words.
     Step(&'static str),
     /// The step named provokes these words on the PVE releases of this row, and the other row's
@@ -21,7 +21,7 @@ const SPACE: &str = "a full storage";
 const HA: &str = "HA resources, groups and rules: the suite makes none";
 
 /// Each row of `pve::texts::TEXTS` by its pattern.
-pub const COVERAGE: &[(&str, Cover)] = &[
+pub(crate) const COVERAGE: &[(&str, Cover)] = &[
     (
         "VM is locked (*)",
         Cover::Step("vm write while a clone holds its lock"),

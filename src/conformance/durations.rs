@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Report;
 
 /// The file the durations are written to.
-pub fn durations_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn durations_path(state_dir: &Path) -> PathBuf {
     state_dir.join("exercise-durations.json")
 }
 
@@ -71,7 +71,11 @@ fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Writes the run's durations for `site` into [`durations_path`], keeping other sites'.
-pub fn write_durations(state_dir: &Path, site: &str, report: &Report) -> std::io::Result<()> {
+pub(crate) fn write_durations(
+    state_dir: &Path,
+    site: &str,
+    report: &Report,
+) -> std::io::Result<()> {
     let path = durations_path(state_dir);
     let mut all: BTreeMap<String, BTreeMap<String, f64>> = read_capped(&path)
         .and_then(|b| serde_json::from_slice(&b).ok())

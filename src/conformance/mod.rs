@@ -37,7 +37,7 @@ pub mod durations;
 mod scenarios;
 mod sweep;
 
-pub use sweep::sweep;
+pub(crate) use sweep::sweep;
 
 /// Which scenarios run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl Run {
 
 /// How long a run may be live: a guest of another run younger than this, whose run is not
 /// known to have ended, is left to its own run by a sweep.
-pub const LIVE_RUN_SECS: u64 = 2 * 3600;
+pub(crate) const LIVE_RUN_SECS: u64 = 2 * 3600;
 
 /// Now, in seconds since the epoch.
 pub(crate) fn now_secs() -> u64 {
@@ -111,19 +111,19 @@ pub(crate) fn now_secs() -> u64 {
 }
 
 /// The pool `doctor --exercise` uses.
-pub const EXERCISE_POOL: &str = "proxsync-exercise";
+pub(crate) const EXERCISE_POOL: &str = "proxsync-exercise";
 /// The pool the conformance suite uses.
 pub const CONFORMANCE_POOL: &str = "proxsync-conformance";
 
 impl Setup {
     /// The name prefix of every guest made: the pool's name and a dash.
-    pub fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         format!("{}-", self.pool)
     }
 
     /// The sentence every guest made carries in its description, before its signed fields
     /// ([`Setup::marker_line`]).
-    pub fn marker(&self) -> String {
+    pub(crate) fn marker(&self) -> String {
         format!(
             "{}: a throwaway guest of proxsync's exercise; its next run deletes it",
             self.pool
@@ -132,7 +132,7 @@ impl Setup {
 
     /// The line guest `vmid` (identity `identity`; none: a clone's, before PVE picks it)
     /// carries in its description: the sentence, this run, and the install key's signature.
-    pub fn marker_line(&self, vmid: u32, identity: Option<&GuestId>) -> String {
+    pub(crate) fn marker_line(&self, vmid: u32, identity: Option<&GuestId>) -> String {
         let run = (self.run.id.as_str(), self.run.started);
         ExerciseLine::signed(&self.key, &self.pool, run, vmid, identity).line(&self.marker())
     }
@@ -239,12 +239,13 @@ impl Report {
     }
 
     /// The step named `name`, if it ran.
-    pub fn step(&self, name: &str) -> Option<&Step> {
+    #[cfg(test)]
+    pub(crate) fn step(&self, name: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)
     }
 
     /// Per task type, the shortest time a task of it took that ended as expected and `OK`.
-    pub fn durations(&self) -> BTreeMap<String, Duration> {
+    pub(crate) fn durations(&self) -> BTreeMap<String, Duration> {
         let mut out: BTreeMap<String, Duration> = BTreeMap::new();
         for step in &self.steps {
             let (Some(task), Expect::Done, Outcome::AsExpected) =
@@ -413,7 +414,7 @@ fn judge_error(e: &Error, expected: Expect) -> Judged {
 }
 
 /// Whether a text the suite provoked names the row `pattern` (for [`coverage`]).
-pub fn provoked(report: &Report, pattern: &str) -> bool {
+pub(crate) fn provoked(report: &Report, pattern: &str) -> bool {
     report
         .steps
         .iter()

@@ -15,7 +15,7 @@ const LOCK_WAIT_POLLS: u32 = 60;
 /// Makes the pool if it is missing, then deletes every guest in it that
 /// [`exercise_delete`] proves the suite's own, stopping it first if it runs. A guest it cannot
 /// prove its own is left alone, and said so.
-pub async fn sweep(pve: &impl Pve, setup: &Setup, report: &mut Report) {
+pub(crate) async fn sweep(pve: &impl Pve, setup: &Setup, report: &mut Report) {
     match pve.pool_vmids(&setup.pool).await {
         Ok(_) => {}
         Err(e) if e.meaning() == Some(Meaning::PoolMissing) => {

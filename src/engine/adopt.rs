@@ -12,7 +12,7 @@ use super::*;
 /// to this install at once. `records`: the state's records (the daemon's while it runs).
 // Long because: the refusals in the order a person meets them (spec, selector, VM, marker,
 // tags), then the one takeover; each check names what to do.
-pub async fn adopt_by_hand(
+pub(crate) async fn adopt_by_hand(
     config: &Config,
     specs: &SpecSet,
     name: &str,
@@ -207,7 +207,7 @@ async fn remark_by_hand(
 /// does not verify (a lost marker key, a marker from before signing, a copied or typed one)
 /// and that no record maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnverifiedClaim {
+pub(crate) struct UnverifiedClaim {
     pub spec: String,
     pub site: String,
     pub node: String,
@@ -222,7 +222,7 @@ pub struct UnverifiedClaim {
 
 /// How a guest claims a spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// Its marker does not verify, and no record maps it: only a person can confirm it.
     Unverified,
     /// Its marker verifies for its VMID with this install's key.
@@ -237,7 +237,7 @@ pub enum Standing {
 /// keeps its template's). A person typing a marker into another guest's notes can copy none
 /// of these.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct GuestTraits {
+pub(crate) struct GuestTraits {
     /// A VM's smbios1 uuid.
     pub uuid: Option<String>,
     /// Each NIC's MAC, `netN` order.
@@ -250,7 +250,10 @@ pub struct GuestTraits {
 
 impl GuestTraits {
     /// The traits `cfg` shows of a guest of `kind`.
-    pub fn of(cfg: &crate::pve::types::VmConfig, kind: crate::guest::GuestKind) -> GuestTraits {
+    pub(crate) fn of(
+        cfg: &crate::pve::types::VmConfig,
+        kind: crate::guest::GuestKind,
+    ) -> GuestTraits {
         use crate::pve::values::{DriveValue, NetValue, prop_value};
         let is_qemu = kind == crate::guest::GuestKind::Qemu;
         let uuid = is_qemu
@@ -302,7 +305,7 @@ impl GuestTraits {
 
     /// In words, for a person comparing two guests: `smbios1 uuid U; MACs M1, M2; disks D;
     /// config meta ctime T`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(u) = &self.uuid {
             parts.push(format!("smbios1 uuid {u}"));
@@ -330,13 +333,13 @@ impl GuestTraits {
 /// confirmed as `adopt NAME --vmid N` does); `contested`, the specs two or more guests claim
 /// (a guest can be given a spec's marker by anyone who may edit its notes), each with every
 /// claimant, which only a person's `adopt NAME --vmid N` settles.
-pub struct ClaimsBySpec {
+pub(crate) struct ClaimsBySpec {
     pub single: Vec<UnverifiedClaim>,
     pub contested: BTreeMap<String, Vec<UnverifiedClaim>>,
 }
 
 /// Splits `claims` (see [`ClaimsBySpec`]).
-pub fn claims_by_spec(claims: Vec<UnverifiedClaim>) -> ClaimsBySpec {
+pub(crate) fn claims_by_spec(claims: Vec<UnverifiedClaim>) -> ClaimsBySpec {
     let mut by_spec: BTreeMap<String, Vec<UnverifiedClaim>> = BTreeMap::new();
     for c in claims {
         by_spec.entry(c.spec.clone()).or_default().push(c);
@@ -365,7 +368,7 @@ pub fn claims_by_spec(claims: Vec<UnverifiedClaim>) -> ClaimsBySpec {
 /// record's guest) too, so that a spec two guests claim is never confirmed by `--yes`
 /// ([`claims_by_spec`]). One listing per site, then a config read for each guest carrying this
 /// install's tag or named as a spec's guest, one at a time. Reads only.
-pub async fn unverified_claims(
+pub(crate) async fn unverified_claims(
     config: &Config,
     specs: &SpecSet,
     records: &BTreeMap<String, SpecRecord>,

@@ -41,14 +41,14 @@ pub(super) fn log_planned(action: &Action) {
 
 /// The valid specs of `specs` by name, for [`describe`]: built once for a list of actions (a
 /// search per action was quadratic in `plan`'s output of 10,000 creates).
-pub fn specs_by_name(specs: &SpecSet) -> FnvHashMap<&str, &crate::spec::Spec> {
+pub(crate) fn specs_by_name(specs: &SpecSet) -> FnvHashMap<&str, &crate::spec::Spec> {
     specs.specs.iter().map(|s| (s.name.as_str(), s)).collect()
 }
 
 /// The kinds of the guests `actions` remove (deletes, releases, hand-overs, orphans' deletes),
 /// as `views` list them, else as their spec's record made or took them: what the words about a
 /// removal name once the guest and its record are gone.
-pub fn removed_kinds(
+pub(crate) fn removed_kinds(
     actions: &[Action],
     views: &BTreeMap<String, SiteView>,
     records: &BTreeMap<String, SpecRecord>,
@@ -68,7 +68,7 @@ pub fn removed_kinds(
 /// A short line per action, for `proxsync plan` and logs; `specs` from [`specs_by_name`],
 /// `kinds` from [`removed_kinds`] (the guests of removals, whose spec is gone).
 // Long because: one arm per action kind, each its one line of text.
-pub fn describe(
+pub(crate) fn describe(
     action: &Action,
     specs: &FnvHashMap<&str, &crate::spec::Spec>,
     kinds: &GuestKinds,

@@ -30,20 +30,19 @@ mod placement;
 mod plan_view;
 mod sites;
 
-pub use self::adopt::{
-    ClaimsBySpec, GuestTraits, Standing, UnverifiedClaim, adopt_by_hand, claims_by_spec,
-    unverified_claims,
+pub(crate) use self::adopt::{
+    ClaimsBySpec, Standing, UnverifiedClaim, adopt_by_hand, claims_by_spec, unverified_claims,
 };
 use self::counts::*;
 use self::describe::log_planned;
-pub use self::describe::{describe, removed_kinds, specs_by_name};
+pub(crate) use self::describe::{describe, removed_kinds, specs_by_name};
 use self::look::*;
-pub use self::plan_view::{PlanView, plan_view};
-pub use self::sites::{MeterFor, no_meter, site_clients, site_clients_metered};
+pub(crate) use self::plan_view::{PlanView, plan_view};
+pub(crate) use self::sites::{MeterFor, no_meter, site_clients, site_clients_metered};
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
 /// the next cycle waits again).
-pub const TASK_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const TASK_WAIT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -77,7 +76,7 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
 /// without one), and the valid specs it does not match. Those are another install's: neither
 /// desired nor removed here, their VMs are handed over. Invalid specs stay in the set (their
 /// labels may not be readable): each install reports them and leaves their VMs alone.
-pub fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Specs) {
+pub(crate) fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet>, Specs) {
     if config.source.selector.is_none() {
         return (Cow::Borrowed(specs), Specs::default());
     }
@@ -161,7 +160,7 @@ fn waiting_for_dependencies(plan: &Plan) -> BTreeSet<String> {
 }
 
 /// The suspensions of the state database, by spec name or [`crate::store::SUSPEND_ALL`].
-pub type Suspensions = BTreeMap<String, crate::store::Suspension>;
+pub(crate) type Suspensions = BTreeMap<String, crate::store::Suspension>;
 
 impl PlanBasis<'_> {
     fn plan(
@@ -217,7 +216,7 @@ fn names(specs: &Specs) -> BTreeSet<String> {
 }
 
 /// A hash of the config parts a spec's outcome depends on: a change resets backoff.
-pub fn config_hash(config: &Config) -> String {
+pub(crate) fn config_hash(config: &Config) -> String {
     let sites: Vec<String> = config
         .sites
         .iter()
@@ -360,7 +359,10 @@ impl Engine {
     }
 
     /// An engine whose site clients count their requests and tasks in `meter_for(site)`.
-    pub fn with_meters(config: Config, meter_for: MeterFor<'_>) -> Result<Engine, EngineError> {
+    pub(crate) fn with_meters(
+        config: Config,
+        meter_for: MeterFor<'_>,
+    ) -> Result<Engine, EngineError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
         let key_path = config.marker_key_path();
         let marker_key = Arc::new(MarkerKey::load_or_create_file(&key_path).map_err(
@@ -407,7 +409,7 @@ impl Engine {
     }
 
     /// Lets `shutdown` stop a cycle gracefully.
-    pub fn set_shutdown(&mut self, shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) fn set_shutdown(&mut self, shutdown: tokio::sync::watch::Receiver<bool>) {
         self.shutdown = shutdown;
     }
 
@@ -430,18 +432,18 @@ impl Engine {
         }
     }
 
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
     /// What is kept of the status each spec was last given, by name: the specs of the
     /// commit, and removed specs whose VM is not gone yet (for notifications).
-    pub fn statuses(&self) -> &HashMap<String, LastStatus> {
+    pub(crate) fn statuses(&self) -> &HashMap<String, LastStatus> {
         self.status.statuses()
     }
 
     /// The state database (the control socket serves its records to `proxsync plan`).
-    pub fn store(&self) -> Arc<Store> {
+    pub(crate) fn store(&self) -> Arc<Store> {
         self.store.clone()
     }
 
@@ -1230,7 +1232,7 @@ impl Engine {
     /// Writes `_summary.yaml` when no commit can be applied (the tip refused by
     /// `[source] verify` and no verified commit to fall back on): nothing was observed or
     /// planned, and the summary says why.
-    pub fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
+    pub(crate) fn write_unapplied_summary(&mut self) -> Result<(), EngineError> {
         let summary = self.summary(None, self.clock.system_time());
         self.status
             .write_summary(&summary)

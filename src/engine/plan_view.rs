@@ -4,7 +4,7 @@ use super::*;
 
 /// A plan with what it was made from: `proxsync plan` reads the converged VMs' configs with
 /// the sites' clients to show each change field by field, and names the sites it could not read.
-pub struct PlanView {
+pub(crate) struct PlanView {
     pub plan: Plan,
     pub views: BTreeMap<String, SiteView>,
     pub records: BTreeMap<String, SpecRecord>,
@@ -18,7 +18,7 @@ pub struct PlanView {
 /// nothing. `records` and `suspensions`: the state database's (`control::plan_records` and
 /// `control::plan_suspensions` read them, from the daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
 /// branch, whose deletes are judged as one batch, as a cycle would.
-pub async fn plan_view(
+pub(crate) async fn plan_view(
     config: &Config,
     specs: &SpecSet,
     records: BTreeMap<String, SpecRecord>,

@@ -4,20 +4,20 @@ use super::*;
 
 /// A site's meter, by site name: where its client counts requests and tasks (the daemon's
 /// metrics; [`no_meter`] elsewhere).
-pub type MeterFor<'a> = &'a dyn Fn(&str) -> Arc<dyn Meter>;
+pub(crate) type MeterFor<'a> = &'a dyn Fn(&str) -> Arc<dyn Meter>;
 
 /// Counts nothing.
-pub fn no_meter(_site: &str) -> Arc<dyn Meter> {
+pub(crate) fn no_meter(_site: &str) -> Arc<dyn Meter> {
     Arc::new(NoMeter)
 }
 
 /// Builds the per-site clients (reads the token secrets).
-pub fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
+pub(crate) fn site_clients(config: &Config) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {
     site_clients_metered(config, &no_meter)
 }
 
 /// As [`site_clients`], each client counting its requests and tasks in `meter_for(site)`.
-pub fn site_clients_metered(
+pub(crate) fn site_clients_metered(
     config: &Config,
     meter_for: MeterFor<'_>,
 ) -> Result<BTreeMap<String, Arc<SiteCtx>>, EngineError> {

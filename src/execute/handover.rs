@@ -249,7 +249,7 @@ pub(super) async fn take_over(
 /// PVE refuse it rather than overwrite it. Also used by `proxsync adopt` for a VM handed over
 /// without a shared key. `permit`: the gate's take-over (`gate::permit::take_over`,
 /// `adopt_by_hand`), which allows writing `signed` and nothing else.
-pub async fn sign_over(
+pub(crate) async fn sign_over(
     client: &impl Pve,
     node: &str,
     kind: GuestKind,

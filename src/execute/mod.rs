@@ -21,7 +21,7 @@ mod consent;
 mod container;
 mod converge;
 mod create;
-pub mod disks;
+pub(crate) mod disks;
 mod ha;
 mod handover;
 mod identity;
@@ -31,7 +31,7 @@ mod outcome;
 mod preflight;
 mod reboot;
 mod remove;
-pub mod seeds;
+pub(crate) mod seeds;
 #[cfg(test)]
 mod tests;
 mod vm;
@@ -43,14 +43,13 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, OnceCell};
 
-pub use self::reboot::RebootSlots;
-pub use self::vmid::CycleCursors as VmidCursors;
+pub(crate) use self::reboot::RebootSlots;
+pub(crate) use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
 use crate::guest::GuestKind;
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
-pub use crate::pve::values::parse_pve_size;
 use crate::pve::{Client, Error as PveError, Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::store::{ErrorKind, SpecRecord, Store, TaskRecord};
@@ -60,10 +59,10 @@ use crate::util::lanes::Next;
 use self::converge::converge;
 use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
-pub use self::handover::sign_over;
+pub(crate) use self::handover::sign_over;
 use self::migrate::migrate;
 use self::remove::{delete_orphan, forget, remove};
-pub use self::vm::find_vm;
+pub(crate) use self::vm::find_vm;
 
 /// A failure of one action, with its category.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +78,7 @@ pub struct ActionError {
 
 impl ActionError {
     /// A human must act: the spec is `Stalled` and retried only at the backoff cap.
-    pub fn needs_human(&self) -> bool {
+    pub(crate) fn needs_human(&self) -> bool {
         self.category.needs_human() || self.kind != ErrorKind::Plain
     }
 }
@@ -186,7 +185,7 @@ impl<P> AsRef<P> for SiteCtx<P> {
 
 /// One site's client and allocator, long-lived across cycles. `P` is [`Client`] but in unit
 /// tests (the in-memory fake).
-pub struct SiteCtx<P = Client> {
+pub(crate) struct SiteCtx<P = Client> {
     pub name: String,
     pub client: P,
     /// How long after a create or clone request was sent it may still turn into a VM: the
@@ -198,7 +197,7 @@ pub struct SiteCtx<P = Client> {
 }
 
 impl<P: Pve> SiteCtx<P> {
-    pub fn new(name: &str, client: P, request_timeout: Duration) -> SiteCtx<P> {
+    pub(crate) fn new(name: &str, client: P, request_timeout: Duration) -> SiteCtx<P> {
         SiteCtx {
             name: name.to_string(),
             client,
@@ -258,7 +257,7 @@ fn listed_kind(
 }
 
 /// What every action needs.
-pub struct ExecCtx<P = Client> {
+pub(crate) struct ExecCtx<P = Client> {
     pub store: Arc<Store>,
     pub install_id: String,
     pub sites: BTreeMap<String, Arc<SiteCtx<P>>>,
@@ -293,12 +292,12 @@ pub struct ExecCtx<P = Client> {
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
 /// adoption whose VM already matches its spec records it from this read and sends nothing
 /// (`create::adopt`); they are never used to decide a change, which reads the config again.
-pub type FreshConfigs = HashMap<(String, u32), crate::pve::types::VmConfig>;
+pub(crate) type FreshConfigs = HashMap<(String, u32), crate::pve::types::VmConfig>;
 
 /// See [`ExecCtx::node_facts`]: what pre-flight reads once per cycle however many creates
 /// need it.
 #[derive(Default)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// Per (site, node): the node's storages and bridges.
     nodes: Cache<(String, String), StoragesAndBridges>,
     /// Per (site, template VMID): the template's config (its volumes decide whether it can be
@@ -312,10 +311,10 @@ type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInter
 type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 
 /// The `reboot_pending` key of a cloud-init change (status: RebootPending).
-pub const CLOUDINIT_PENDING: &str = "cloudinit";
+pub(crate) const CLOUDINIT_PENDING: &str = "cloudinit";
 
 /// The system's wall clock, for callers outside a cycle; actions read [`ExecCtx::clock`].
-pub use crate::util::clock::now_ms;
+pub(crate) use crate::util::clock::now_ms;
 
 /// Runs the actions: in parallel, at most each node's limit at once (its site's client's
 /// [`Pve::parallel_limit`], asked again as actions end; `max_parallel_per_node` for a PVE that
@@ -324,7 +323,7 @@ pub use crate::util::clock::now_ms;
 /// every VM of a large adoption at once. A create whose clone or create died on a lock timeout
 /// and left nothing is tried again in the same cycle, after the node's other actions
 /// ([`create_again`]).
-pub async fn execute<P: Pve>(
+pub(crate) async fn execute<P: Pve>(
     ctx: Arc<ExecCtx<P>>,
     actions: Vec<Action>,
     records: &BTreeMap<String, SpecRecord>,
@@ -385,7 +384,7 @@ pub async fn execute<P: Pve>(
 
 /// How many times one cycle tries a create whose clone or create PVE gave up on a lock timeout,
 /// or whose clone waited for its template's lock.
-pub const CREATE_TRIES: u32 = 5;
+pub(crate) const CREATE_TRIES: u32 = 5;
 
 /// Whether `attempt` of `action`, which ended with `outcome` and left the spec's record as
 /// `rec`, is tried again in this cycle: a create whose clone or create died on lock contention

@@ -174,7 +174,7 @@ async fn ha_reboot(
 
 /// Reboots started per site this cycle.
 #[derive(Default)]
-pub struct RebootSlots(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+pub(crate) struct RebootSlots(std::sync::Mutex<std::collections::HashMap<String, u32>>);
 
 impl RebootSlots {
     /// A slot of `site` if fewer than `max` reboots were started there this cycle.

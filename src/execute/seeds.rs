@@ -184,7 +184,7 @@ pub(super) fn seed_storages(
 }
 
 /// What a sweep needs besides the sites: see [`sweep`].
-pub struct SweepInput<'a> {
+pub(crate) struct SweepInput<'a> {
     pub install_id: &'a str,
     /// This cycle's views (after its actions).
     pub views: &'a BTreeMap<String, SiteView>,
@@ -202,7 +202,7 @@ pub struct SweepInput<'a> {
 /// Seeds the sweep kept because a guest's config named them, by (site, volume): that guest.
 /// Kept across cycles, so that a seed a person attached to another guest costs no reads while
 /// that guest is listed.
-pub type SweepKept = HashMap<(String, String), u32>;
+pub(crate) type SweepKept = HashMap<(String, String), u32>;
 
 /// The sweep: on each site of `seed_sites` the cycle found reachable, its recorded cluster and
 /// read whole, lists each storage with `iso` content of its healthy nodes once (a shared one
@@ -212,7 +212,7 @@ pub type SweepKept = HashMap<(String, String), u32>;
 /// delete removes them) or a guest's config names the image. Only when a storage holds such an
 /// image are the configs of the site's guests read (one per guest, within the node's limit); a
 /// guest found naming one keeps it (`kept`). Returns how many were removed.
-pub async fn sweep<P: Pve + 'static>(
+pub(crate) async fn sweep<P: Pve + 'static>(
     sites: &BTreeMap<String, Arc<SiteCtx<P>>>,
     input: &SweepInput<'_>,
     kept: &mut SweepKept,

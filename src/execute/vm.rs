@@ -446,7 +446,7 @@ async fn judge_unmarked(
 
 /// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`
 /// when the site has no VM or container with that VMID.
-pub async fn find_vm(
+pub(crate) async fn find_vm(
     client: &impl Pve,
     vmid: u32,
 ) -> Result<Option<(String, GuestKind, VmConfig)>, crate::pve::Error> {

@@ -50,7 +50,7 @@ const RANGE_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// The ids `/cluster/nextid` hands out: `lower` inclusive, `upper` exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VmidRange {
+pub(crate) struct VmidRange {
     pub lower: u32,
     pub upper: u32,
 }
@@ -68,7 +68,7 @@ impl VmidRange {
     /// The range `GET /cluster/options` describes, or `None` when the answer cannot tell it:
     /// not all of datacenter.cfg (the token lacks Sys.Audit on `/`: an absent `next-id` would
     /// not mean the defaults), or a `next-id` that does not read as a range.
-    pub fn from_options(options: &DatacenterOptions) -> Option<VmidRange> {
+    pub(crate) fn from_options(options: &DatacenterOptions) -> Option<VmidRange> {
         match &options.next_id {
             Some(value) => VmidRange::parse(value),
             None if options.mac_prefix.is_some() => Some(VmidRange::default()),
@@ -116,21 +116,21 @@ impl VmidRange {
 }
 
 /// The lowest id of `range`, not below `from`, that `taken` does not hold.
-pub fn lowest_free(range: VmidRange, from: u32, taken: impl Fn(u32) -> bool) -> Option<u32> {
+pub(crate) fn lowest_free(range: VmidRange, from: u32, taken: impl Fn(u32) -> bool) -> Option<u32> {
     (from.max(range.lower)..range.upper).find(|id| !taken(*id))
 }
 
 /// A site's allocator state, long-lived across cycles (held under the site's allocation
 /// mutex): its `next-id` range and when it was read.
 #[derive(Default)]
-pub struct SiteAllocator {
+pub(crate) struct SiteAllocator {
     range: Option<(Instant, Option<VmidRange>)>,
 }
 
 impl SiteAllocator {
     /// The site's range, read with `GET /cluster/options` when not read in the last
     /// [`RANGE_MAX_AGE`]. `None`: unknown (the read failed or could not tell): ask nextid.
-    pub async fn range(&mut self, client: &impl Pve) -> Option<VmidRange> {
+    pub(crate) async fn range(&mut self, client: &impl Pve) -> Option<VmidRange> {
         if let Some((at, range)) = self.range
             && at.elapsed() < RANGE_MAX_AGE
         {
@@ -163,12 +163,17 @@ impl SiteAllocator {
 /// after `already exists`), so the lowest free id never goes down and each search starts
 /// after the last id handed out.
 #[derive(Default)]
-pub struct CycleCursors(Mutex<HashMap<String, u32>>);
+pub(crate) struct CycleCursors(Mutex<HashMap<String, u32>>);
 
 impl CycleCursors {
     /// The lowest id free in `range` at or past this cycle's cursor for `site`, which then
     /// moves past it.
-    pub fn take(&self, site: &str, range: VmidRange, taken: impl Fn(u32) -> bool) -> Option<u32> {
+    pub(crate) fn take(
+        &self,
+        site: &str,
+        range: VmidRange,
+        taken: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
         let mut cursors = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let from = cursors.get(site).copied().unwrap_or(range.lower);
         let id = lowest_free(range, from, taken)?;

@@ -21,7 +21,7 @@ use super::spec_text::{
 /// The spec of container `ct`, named after its hostname (made a valid spec name, unique among
 /// `taken`, which gets it). Refused (`Err`, saying what to do) for a container a spec cannot
 /// adopt: no valid hostname, no NIC with a MAC, or a claim of some proxsync install on it.
-pub fn container_text(
+pub(crate) fn container_text(
     ct: &VmFacts<'_>,
     taken: &mut BTreeSet<String>,
     observe: bool,

@@ -6,8 +6,8 @@
 //! specs carry the consent to adopt (`proxsync.io/adopt` with the VM's smbios1 uuid or the
 //! container's first NIC's MAC), which the daemon acts on once they are committed.
 
-pub mod container_text;
-pub mod spec_text;
+pub(crate) mod container_text;
+pub(crate) mod spec_text;
 
 use std::collections::BTreeSet;
 
@@ -15,11 +15,11 @@ use crate::guest::GuestKind;
 use crate::pve::Pve;
 use crate::pve::types::ListedStatus;
 
-pub use spec_text::{Imported, VmFacts};
+pub(crate) use spec_text::{Imported, VmFacts};
 
 /// Which VMs of the site to import: those matching every filter given.
 #[derive(Debug, Clone, Default)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub vmids: Vec<u32>,
     pub pool: Option<String>,
     pub tag: Option<String>,
@@ -31,7 +31,7 @@ pub struct Selection {
 impl Selection {
     /// True when no filter is given (an import of every VM must be asked for explicitly,
     /// with `unmanaged`).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.vmids.is_empty()
             && self.pool.is_none()
             && self.tag.is_none()
@@ -42,7 +42,7 @@ impl Selection {
 
 /// What an import found: a spec per VM it could write, and the VMs it could not, with why.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub specs: Vec<Imported>,
     pub skipped: Vec<(u32, String)>,
 }
@@ -50,7 +50,7 @@ pub struct Report {
 /// Writes a spec for each VM of `site` that `selection` selects. `taken`: spec names already
 /// in use (the repository's), which the new specs do not reuse; `observe`: the specs are
 /// observe-only (`managementPolicy: Observe`).
-pub async fn import(
+pub(crate) async fn import(
     client: &impl Pve,
     site: &str,
     selection: &Selection,

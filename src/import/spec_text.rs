@@ -21,7 +21,7 @@ use crate::spec::{
 
 /// What the import knows of one guest: its listing entry and its config.
 #[derive(Debug, Clone, Copy)]
-pub struct VmFacts<'a> {
+pub(crate) struct VmFacts<'a> {
     pub kind: crate::guest::GuestKind,
     pub site: &'a str,
     pub vmid: u32,
@@ -37,7 +37,7 @@ pub struct VmFacts<'a> {
 
 /// One spec written from a VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Imported {
+pub(crate) struct Imported {
     pub name: String,
     pub vmid: u32,
     /// The YAML document, with its header of comments.
@@ -56,7 +56,7 @@ const BOOKKEEPING: [&str; 8] = [
 /// no name, no smbios1 uuid, or a claim of some proxsync install on it.
 /// `observe`: the spec is observe-only (`managementPolicy: Observe`), to watch the VM before
 /// letting proxsync act on it.
-pub fn spec_text(
+pub(crate) fn spec_text(
     vm: &VmFacts<'_>,
     taken: &mut BTreeSet<String>,
     observe: bool,
@@ -314,7 +314,7 @@ pub(super) fn header(
 
 /// A valid, unique spec name from a VM name: lower-cased, other characters made `-`, at most
 /// 63 characters; `-<vmid>` appended when taken.
-pub fn spec_name(vm_name: &str, vmid: u32, taken: &mut BTreeSet<String>) -> String {
+pub(crate) fn spec_name(vm_name: &str, vmid: u32, taken: &mut BTreeSet<String>) -> String {
     let mut base = String::new();
     for c in vm_name.to_ascii_lowercase().chars() {
         let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {

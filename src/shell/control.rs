@@ -20,15 +20,15 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// The socket's file name inside `state_dir`.
-pub const SOCKET: &str = "control.sock";
+pub(crate) const SOCKET: &str = "control.sock";
 
 /// Control connections served at once. A request is one short line answered at once, so a
 /// few are plenty; a flood holds no more of the daemon's descriptors than this.
-pub const MAX_CONNECTIONS: usize = 8;
+pub(crate) const MAX_CONNECTIONS: usize = 8;
 
 /// How long a client has to send its request line: a silent connection gives its slot back
 /// this soon.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a client has to take its answer (`records` of a large fleet is megabytes).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -43,12 +43,12 @@ const BUSY: &[u8] = b"error the daemon is answering too many control connections
 
 /// A request the daemon received.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     /// The spec to reconcile now, or `None` for every spec.
     pub spec: Option<String>,
 }
 
-pub fn socket_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET)
 }
 
@@ -57,7 +57,7 @@ static SERVING_SINCE: std::sync::OnceLock<std::time::SystemTime> = std::sync::On
 
 /// The running daemon as the `state` request tells it: its process and since when it serves.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DaemonState {
+pub(crate) struct DaemonState {
     pub pid: u32,
     /// Unix ms.
     pub since_ms: u64,
@@ -65,7 +65,7 @@ pub struct DaemonState {
 
 /// Listens on the socket and forwards each valid reconcile request; answers `records` from
 /// `store`. Replaces a stale socket file.
-pub fn serve(
+pub(crate) fn serve(
     state_dir: &Path,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
@@ -266,7 +266,7 @@ fn adopt(json: &str, store: Option<&crate::store::Store>) -> String {
 /// name and why. Who and when are the daemon's to say (the socket's peer uid, its own clock):
 /// whatever else a client sends (an earlier release sent its own `by` and `at_ms`) is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SuspendRequest {
+pub(crate) struct SuspendRequest {
     /// A spec name, or [`crate::store::SUSPEND_ALL`].
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,7 +274,7 @@ pub struct SuspendRequest {
 }
 
 /// Whether `name` may be suspended or resumed: a spec name, or [`crate::store::SUSPEND_ALL`].
-pub fn suspendable(name: &str) -> bool {
+pub(crate) fn suspendable(name: &str) -> bool {
     name == crate::store::SUSPEND_ALL || crate::status::valid_name(name)
 }
 
@@ -364,7 +364,7 @@ fn resume(name: &str, store: Option<&crate::store::Store>) -> String {
 
 /// What a resume did, in words. A recorded `spec.suspend` comes back at the next cycle while
 /// the spec still says it: the words say so.
-pub fn resumed_words(name: &str, lifted: &[(String, crate::store::Suspension)]) -> String {
+pub(crate) fn resumed_words(name: &str, lifted: &[(String, crate::store::Suspension)]) -> String {
     let from_git = lifted.iter().any(|(_, s)| s.from_git);
     let git = match from_git {
         true => {
@@ -384,7 +384,7 @@ pub fn resumed_words(name: &str, lifted: &[(String, crate::store::Suspension)]) 
 }
 
 /// A spec name, or `every spec` for [`crate::store::SUSPEND_ALL`].
-pub fn shown(name: &str) -> &str {
+pub(crate) fn shown(name: &str) -> &str {
     match name {
         crate::store::SUSPEND_ALL => "every spec",
         other => other,
@@ -401,7 +401,7 @@ async fn changed(reply: String, requests: mpsc::Sender<Request>) -> String {
 
 /// Asks the running daemon to record a suspension (`proxsync suspend` while the daemon holds
 /// the state database).
-pub async fn suspend_through_daemon(
+pub(crate) async fn suspend_through_daemon(
     state_dir: &Path,
     req: &SuspendRequest,
 ) -> Result<String, String> {
@@ -415,7 +415,7 @@ pub async fn suspend_through_daemon(
 }
 
 /// Asks the running daemon to lift a suspension (`*`: all).
-pub async fn resume_through_daemon(state_dir: &Path, name: &str) -> Result<String, String> {
+pub(crate) async fn resume_through_daemon(state_dir: &Path, name: &str) -> Result<String, String> {
     ask(
         state_dir,
         &format!("resume {name}\n"),
@@ -425,7 +425,7 @@ pub async fn resume_through_daemon(state_dir: &Path, name: &str) -> Result<Strin
 }
 
 /// The suspensions for `proxsync plan`: read beside a running daemon, or asked of it.
-pub async fn plan_suspensions(
+pub(crate) async fn plan_suspensions(
     state_dir: &Path,
 ) -> Result<std::collections::BTreeMap<String, crate::store::Suspension>, String> {
     if let Some(held) = crate::store::read_suspensions_snapshot(state_dir) {
@@ -442,7 +442,7 @@ pub async fn plan_suspensions(
 
 /// Asks the running daemon to record `adoption` (`proxsync adopt` while the daemon holds the
 /// state database).
-pub async fn record_adoption(
+pub(crate) async fn record_adoption(
     state_dir: &Path,
     adoption: &crate::store::Adoption,
 ) -> Result<String, String> {
@@ -492,7 +492,7 @@ fn parse(line: &str) -> Result<Request, String> {
 }
 
 /// Sends a request to the running daemon and returns its answer.
-pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, String> {
+pub(crate) async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, String> {
     let path = socket_path(state_dir);
     let mut stream = UnixStream::connect(&path).await.map_err(|e| {
         format!(
@@ -525,7 +525,7 @@ pub async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, Str
 
 /// Whether a daemon serves `state_dir`'s socket, and since when (`proxsync status`). `Err`
 /// says why not (nothing listens: not running).
-pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
+pub(crate) async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
     let path = socket_path(state_dir);
     let mut stream = UnixStream::connect(&path)
         .await
@@ -552,7 +552,7 @@ pub async fn daemon_state(state_dir: &Path) -> Result<DaemonState, String> {
 
 /// The state records `proxsync plan` plans with: read from the database, or, while the
 /// daemon holds it, asked of the daemon (none before the first cycle made the database).
-pub async fn plan_records(
+pub(crate) async fn plan_records(
     state_dir: &Path,
 ) -> Result<std::collections::BTreeMap<String, crate::store::SpecRecord>, String> {
     if let Some(records) = crate::store::read_specs_snapshot(state_dir) {
@@ -568,7 +568,7 @@ pub async fn plan_records(
 
 /// The running daemon's state records (for `proxsync plan` while the daemon holds the
 /// database).
-pub async fn records(
+pub(crate) async fn records(
     state_dir: &Path,
 ) -> Result<std::collections::BTreeMap<String, crate::store::SpecRecord>, String> {
     let json = ask(state_dir, "records\n", Duration::from_secs(30)).await?;

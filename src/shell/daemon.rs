@@ -177,7 +177,7 @@ fn notify(states: &[NotifyState]) {
 
 /// A future that completes on SIGTERM or SIGINT, to hand to [`run`]. The handlers are
 /// installed here (call it inside the runtime), so a signal that comes early is not lost.
-pub fn shutdown_signals() -> std::io::Result<impl Future<Output = ()>> {
+pub(crate) fn shutdown_signals() -> std::io::Result<impl Future<Output = ()>> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     Ok(async move {

@@ -12,21 +12,21 @@ use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 /// The lock file's name inside `state_dir`.
-pub const LOCK_FILE: &str = "lock";
+pub(crate) const LOCK_FILE: &str = "lock";
 
 /// Held while this process may act for its state directory; dropping it releases the lock.
 #[derive(Debug)]
-pub struct InstanceLock {
+pub(crate) struct InstanceLock {
     _file: File,
 }
 
 /// The lock file of `doctor --exercise` inside `state_dir`: one exercise at a time, which the
 /// daemon's lock does not block.
-pub const EXERCISE_LOCK_FILE: &str = "exercise.lock";
+pub(crate) const EXERCISE_LOCK_FILE: &str = "exercise.lock";
 
 /// Held while this process runs an exercise; dropping it releases the lock.
 #[derive(Debug)]
-pub struct ExerciseLock {
+pub(crate) struct ExerciseLock {
     _file: File,
     /// The run the last holder of the lock wrote (it has ended: the lock was free).
     pub previous_run: Option<String>,
@@ -34,7 +34,7 @@ pub struct ExerciseLock {
 
 impl ExerciseLock {
     /// Takes the exercise's lock for run `run`, or says which process holds it.
-    pub fn acquire(state_dir: &Path, run: &str) -> Result<ExerciseLock, String> {
+    pub(crate) fn acquire(state_dir: &Path, run: &str) -> Result<ExerciseLock, String> {
         let path = state_dir.join(EXERCISE_LOCK_FILE);
         let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
         let (mut file, taken) = take(state_dir, &path)?;
@@ -102,7 +102,7 @@ fn take(state_dir: &Path, path: &Path) -> Result<(File, bool), String> {
 
 impl InstanceLock {
     /// Takes the lock, or says which process holds it and what to do.
-    pub fn acquire(state_dir: &Path) -> Result<InstanceLock, String> {
+    pub(crate) fn acquire(state_dir: &Path) -> Result<InstanceLock, String> {
         let path = state_dir.join(LOCK_FILE);
         let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
         let (mut file, taken) = take(state_dir, &path)?;

@@ -40,7 +40,7 @@ use crate::status::{ConditionStatus, SpecFile, kinds};
 
 /// What to print.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
+pub(crate) enum Output {
     /// `--list`: the dynamic-inventory JSON.
     List,
     /// `--host NAME`: one host's variables as JSON.
@@ -53,7 +53,7 @@ pub enum Output {
 /// [`Inventory::list_json`], [`Inventory::host_json`] and [`Inventory::yaml`] mark every string
 /// unsafe for Ansible.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     pub hosts: BTreeMap<String, Map<String, Value>>,
     pub groups: BTreeMap<String, BTreeSet<String>>,
     /// What was left out, and why (for stderr).
@@ -62,7 +62,7 @@ pub struct Inventory {
 
 /// Why the inventory could not be printed.
 #[derive(Debug, thiserror::Error)]
-pub enum InventoryError {
+pub(crate) enum InventoryError {
     /// The status directory or a file in it could not be read.
     #[error(transparent)]
     Status(#[from] ViewError),
@@ -73,7 +73,10 @@ pub enum InventoryError {
 
 /// Reads the spec status files of `status_dir` and renders the inventory as `output` asks
 /// (ending with a newline). Also returns the notes on files left out, for stderr.
-pub fn render(status_dir: &Path, output: &Output) -> Result<(String, Vec<String>), InventoryError> {
+pub(crate) fn render(
+    status_dir: &Path,
+    output: &Output,
+) -> Result<(String, Vec<String>), InventoryError> {
     let (specs, mut notes) = status_view::spec_files(status_dir)?;
     let inventory = build(&specs);
     notes.extend(inventory.notes.iter().cloned());
@@ -90,7 +93,7 @@ pub fn render(status_dir: &Path, output: &Output) -> Result<(String, Vec<String>
 }
 
 /// The inventory of these spec status files.
-pub fn build(specs: &[SpecFile]) -> Inventory {
+pub(crate) fn build(specs: &[SpecFile]) -> Inventory {
     let mut inv = Inventory::default();
     for f in specs {
         let mut groups = Vec::new();
@@ -134,7 +137,7 @@ const UNGROUPED: &str = "ungrouped";
 /// than an ASCII letter, digit or `_` replaced by `_` (`site`, `eu-fra` -> `site_eu_fra`;
 /// `label`, `tenant.sankofa.nexus/id`, `c-1` -> `label_tenant_sankofa_nexus_id_c_1`). Case is
 /// kept. Prefixed by `_` should it start with a digit (no prefix of ours does).
-pub fn group_name(prefix: &str, parts: &[&str]) -> String {
+pub(crate) fn group_name(prefix: &str, parts: &[&str]) -> String {
     let mut out =
         String::with_capacity(prefix.len() + parts.iter().map(|p| p.len() + 1).sum::<usize>());
     out.push_str(prefix);
@@ -164,7 +167,7 @@ pub fn group_name(prefix: &str, parts: &[&str]) -> String {
 /// list (private ones count), else its first usable IPv6 one. Loopback (127.0.0.0/8, ::1),
 /// link-local (169.254.0.0/16, fe80::/10), unspecified, broadcast and multicast addresses are
 /// skipped, as is text that is not an address. `None` when nothing is left: none is made up.
-pub fn ansible_host(addresses: &[String]) -> Option<String> {
+pub(crate) fn ansible_host(addresses: &[String]) -> Option<String> {
     let usable: Vec<IpAddr> = addresses
         .iter()
         .filter_map(|a| a.trim().parse::<IpAddr>().ok())
@@ -193,7 +196,7 @@ pub fn ansible_host(addresses: &[String]) -> Option<String> {
 
 /// A host's variables: `ansible_host` when there is a usable address, and what the status
 /// file says of the spec and its VM as `proxsync_*`.
-pub fn host_vars(f: &SpecFile) -> Map<String, Value> {
+pub(crate) fn host_vars(f: &SpecFile) -> Map<String, Value> {
     let mut vars = Map::new();
     if let Some(addr) = ansible_host(&f.ip_addresses) {
         vars.insert("ansible_host".into(), addr.into());
@@ -236,7 +239,7 @@ pub fn host_vars(f: &SpecFile) -> Map<String, Value> {
 impl Inventory {
     /// `--list`: the dynamic-inventory JSON, every host's variables under `_meta.hostvars`
     /// (so Ansible never calls `--host`), every string among them marked unsafe.
-    pub fn list_json(&self) -> Value {
+    pub(crate) fn list_json(&self) -> Value {
         let hostvars: Map<String, Value> = (self.hosts.iter())
             .map(|(host, vars)| (host.clone(), mark_unsafe(&Value::Object(vars.clone()))))
             .collect();
@@ -254,7 +257,7 @@ impl Inventory {
 
     /// `--host NAME`: the host's variables (strings marked unsafe), `{}` for a host the
     /// inventory does not hold.
-    pub fn host_json(&self, name: &str) -> Value {
+    pub(crate) fn host_json(&self, name: &str) -> Value {
         mark_unsafe(&Value::Object(
             self.hosts.get(name).cloned().unwrap_or_default(),
         ))
@@ -262,7 +265,7 @@ impl Inventory {
 
     /// `--yaml`: `all: {hosts: {HOST: vars}, children: {GROUP: {hosts: {HOST: {}}}}}`, every
     /// string value tagged `!unsafe`, every key and string double-quoted ([`yaml_quoted`]).
-    pub fn yaml(&self) -> Result<String, InventoryError> {
+    pub(crate) fn yaml(&self) -> Result<String, InventoryError> {
         let children: Map<String, Value> = self
             .groups
             .iter()
@@ -283,7 +286,7 @@ impl Inventory {
 
 /// `v` with every string in it (not the keys) marked unsafe for Ansible,
 /// `{"__ansible_unsafe": "..."}`: Ansible's JSON decoder makes it a string it never templates.
-pub fn mark_unsafe(v: &Value) -> Value {
+pub(crate) fn mark_unsafe(v: &Value) -> Value {
     match v {
         Value::String(s) => json!({ "__ansible_unsafe": s }),
         Value::Array(items) => Value::Array(items.iter().map(mark_unsafe).collect()),
@@ -355,7 +358,7 @@ fn yaml_scalar(v: &Value) -> String {
 /// as `s`, and that holds nothing a terminal acts on: `\` and `"` escaped, and every control
 /// character, line or paragraph separator, bidi control, BOM and non-character as `\xXX`,
 /// `\uXXXX` or `\UXXXXXXXX` (PyYAML refuses most of them raw, and folds line breaks).
-pub fn yaml_quoted(s: &str) -> String {
+pub(crate) fn yaml_quoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

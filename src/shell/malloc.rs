@@ -23,7 +23,7 @@ const MMAP_THRESHOLD: i32 = 128 * 1024;
 
 /// Limits glibc's arenas ([`ARENAS`]) and fixes its mmap threshold ([`MMAP_THRESHOLD`]). Call
 /// first thing, before any thread is started.
-pub fn tune_for_daemon() {
+pub(crate) fn tune_for_daemon() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter under the allocator's own lock.
     #[allow(unsafe_code)]
@@ -35,7 +35,7 @@ pub fn tune_for_daemon() {
 
 /// Gives the pages of freed memory back to the system (`malloc_trim(0)`: every arena, and
 /// whole free pages inside the heaps, not only the top). Called after each cycle.
-pub fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists; it is thread-safe.
     #[allow(unsafe_code)]

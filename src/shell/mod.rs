@@ -3,12 +3,12 @@
 //! `doctor`, `inventory`). It wires the layers below together and decides nothing they decide.
 
 pub mod cli;
-pub mod cmd;
-pub mod control;
+pub(crate) mod cmd;
+pub(crate) mod control;
 pub mod daemon;
-pub mod doctor;
-pub mod instance_lock;
-pub mod inventory;
-pub mod malloc;
-pub mod plan_report;
-pub mod status_view;
+pub(crate) mod doctor;
+pub(crate) mod instance_lock;
+pub(crate) mod inventory;
+pub(crate) mod malloc;
+pub(crate) mod plan_report;
+pub(crate) mod status_view;

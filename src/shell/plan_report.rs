@@ -20,7 +20,7 @@ use crate::spec::{PowerState, Spec, SpecSet};
 use crate::store::SpecRecord;
 
 /// Which specs the report is about.
-pub struct Scope<'a> {
+pub(crate) struct Scope<'a> {
     /// `plan NAME...`: only these specs' actions and verdicts, never a removal nor an orphan.
     pub names: Option<&'a BTreeSet<String>>,
     /// The specs come from `--specs` files, not the source: a removal may only mean a spec is
@@ -30,12 +30,12 @@ pub struct Scope<'a> {
 
 /// The version of `plan --json`'s shape (its `version`): 2 since each orphan names its
 /// `kind`; 1 had no `version` field. docs/output.md.
-pub const JSON_VERSION: u32 = 2;
+pub(crate) const JSON_VERSION: u32 = 2;
 
 /// The plan as `proxsync plan` prints it (`--json`: as data).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub(crate) struct Report {
     /// [`JSON_VERSION`].
     pub version: u32,
     pub changes: Vec<Change>,
@@ -51,7 +51,7 @@ pub struct Report {
 /// One action.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Change {
+pub(crate) struct Change {
     #[serde(flatten)]
     pub action: Action,
     /// For an update: each field it changes.
@@ -70,7 +70,7 @@ pub struct Change {
 
 /// A field an update changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Field {
+pub(crate) struct Field {
     pub field: String,
     /// `None`: not set now.
     pub old: Option<String>,
@@ -101,7 +101,7 @@ impl std::fmt::Display for Field {
 
 /// A spec that gets no action, and why.
 #[derive(Debug, Serialize)]
-pub struct Held {
+pub(crate) struct Held {
     pub spec: String,
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -125,7 +125,7 @@ impl Default for Report {
 impl Report {
     /// The exit code `plan` promises: 1 when anything kept the plan from being complete, else
     /// 2 when there are changes, 0 when there are none.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         if !self.errors.is_empty() {
             1
         } else if self.changes.is_empty() {
@@ -136,7 +136,7 @@ impl Report {
     }
 
     /// The text `plan` prints on stdout (the errors go to stderr).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for c in &self.changes {
             out.push_str(&c.text);
@@ -251,7 +251,7 @@ async fn change_of(
 
 /// Builds the report of `view` for `specs` (the set the plan was made of): reads the config of
 /// every VM an update or adoption would change (two GETs each), nothing else.
-pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Report {
+pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Report {
     let by_name = crate::engine::specs_by_name(specs);
     let in_scope = |name: Option<&str>| match (scope.names, name) {
         (None, _) => true,
@@ -316,7 +316,7 @@ pub async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -> Repor
 /// The errors of the inputs themselves, which make `plan` exit 1 whatever it finds: invalid
 /// specs (named, or all when no names), a spec set not read completely, a name that is no
 /// spec, a refused commit.
-pub fn input_errors(
+pub(crate) fn input_errors(
     specs: &SpecSet,
     names: Option<&BTreeSet<String>>,
     refused: Option<&crate::source::verify::Refusal>,
@@ -590,7 +590,7 @@ fn update_line(
 /// A verdict in words, with the record's attempts and last error where it has them. `kind`:
 /// what the spec's guest is (a VM or a container).
 // Long because: one arm per verdict, each its words.
-pub fn verdict_words(
+pub(crate) fn verdict_words(
     verdict: &Verdict,
     kind: GuestKind,
     rec: Option<&SpecRecord>,
@@ -801,7 +801,7 @@ fn ordinal(n: u32) -> String {
 }
 
 /// The specs of a report's scope that its names select, for `plan NAME...`.
-pub fn names(list: &[String]) -> Option<BTreeSet<String>> {
+pub(crate) fn names(list: &[String]) -> Option<BTreeSet<String>> {
     (!list.is_empty()).then(|| list.iter().cloned().collect())
 }
 

@@ -12,13 +12,13 @@ use std::time::SystemTime;
 use crate::gate::commit::Acceptance;
 
 /// The file naming the last commit applied.
-pub const APPLIED_FILE: &str = "applied-commit";
+pub(crate) const APPLIED_FILE: &str = "applied-commit";
 /// The file naming the commit an operator accepted.
-pub const ACCEPTED_FILE: &str = "accepted-commit";
+pub(crate) const ACCEPTED_FILE: &str = "accepted-commit";
 
 /// The last commit applied from a source's branch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub commit: String,
     /// The commit applied before it, when it does not descend from that one (a rewind), and
     /// when it was first applied (unix ms). Kept while this commit is the one applied.
@@ -26,7 +26,7 @@ pub struct Applied {
 }
 
 /// The last commit applied from `branch` of `location`, if one is recorded for them.
-pub fn applied(state_dir: &Path, location: &str, branch: &str) -> Option<Applied> {
+pub(crate) fn applied(state_dir: &Path, location: &str, branch: &str) -> Option<Applied> {
     let fields = read_fields(&state_dir.join(APPLIED_FILE), location, branch)?;
     let commit = commit_id(field(&fields, "commit")?)?;
     let rewound = field(&fields, "rewound-from")
@@ -42,7 +42,7 @@ pub fn applied(state_dir: &Path, location: &str, branch: &str) -> Option<Applied
 
 /// Records `applied` as the last commit applied from `branch` of `location` (only when it
 /// changed).
-pub fn record_applied(
+pub(crate) fn record_applied(
     state_dir: &Path,
     location: &str,
     branch: &str,
@@ -64,7 +64,7 @@ pub fn record_applied(
 }
 
 /// The commit an operator accepted for `branch` of `location`, if any.
-pub fn acceptance(state_dir: &Path, location: &str, branch: &str) -> Option<Acceptance> {
+pub(crate) fn acceptance(state_dir: &Path, location: &str, branch: &str) -> Option<Acceptance> {
     let fields = read_fields(&state_dir.join(ACCEPTED_FILE), location, branch)?;
     Some(Acceptance {
         commit: commit_id(field(&fields, "commit")?)?,
@@ -74,7 +74,7 @@ pub fn acceptance(state_dir: &Path, location: &str, branch: &str) -> Option<Acce
 
 /// Records an operator's acceptance (what, over which commit, when and by whom); returns the
 /// file written.
-pub fn record_acceptance(
+pub(crate) fn record_acceptance(
     state_dir: &Path,
     location: &str,
     branch: &str,
@@ -145,7 +145,7 @@ fn write_private(state_dir: &Path, name: &str, text: &str) -> Result<(), String>
         .map_err(fail)
 }
 
-pub use crate::model::RewindBatch;
+pub(crate) use crate::model::RewindBatch;
 
 #[cfg(test)]
 mod tests {

@@ -9,8 +9,8 @@
 //! it is a rewind, refused with `verify` until an operator accepts it, applied and reported
 //! without ([`crate::gate::commit`] decides).
 
-pub mod chain;
-pub mod verify;
+pub(crate) mod chain;
+pub(crate) mod verify;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ pub fn read_configured(config: &Config, purpose: Use) -> Result<ReadSpecs, Sourc
 }
 
 /// The daemon's view of its source: where to read, what to watch, and the parse cache.
-pub struct Source {
+pub(crate) struct Source {
     location: SourceLocation,
     branch: String,
     dir: PathBuf,
@@ -112,7 +112,7 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn new(config: &Config) -> Source {
+    pub(crate) fn new(config: &Config) -> Source {
         let repo = match &config.source.location {
             SourceLocation::Path(p) => p.clone(),
             SourceLocation::Url { .. } => config.state_dir.join("mirror.git"),
@@ -152,11 +152,11 @@ impl Source {
     }
 
     /// The branch tip refused at the last read, if it was.
-    pub fn refusal(&self) -> Option<&Refusal> {
+    pub(crate) fn refusal(&self) -> Option<&Refusal> {
         self.refusal.as_ref()
     }
 
-    pub fn is_remote(&self) -> bool {
+    pub(crate) fn is_remote(&self) -> bool {
         matches!(self.location, SourceLocation::Url { .. })
     }
 
@@ -165,7 +165,7 @@ impl Source {
     /// (or an operator accepted it), else those of the last verified commit (with the
     /// refusal), else an error. Without `verify` a rewind is read, and named in
     /// [`ReadSpecs::rewound`].
-    pub fn read(&mut self) -> Result<ReadSpecs, SourceError> {
+    pub(crate) fn read(&mut self) -> Result<ReadSpecs, SourceError> {
         let tip = self.tip()?;
         let location = self.location_label();
         let applied = chain::applied(&self.state_dir, &location, &self.branch);
@@ -393,7 +393,7 @@ impl Source {
     /// not descend from it. The commit must be in the repository (a remote's: in the mirror)
     /// and verify. Ok: what was done, and whether an acceptance was recorded (nothing is
     /// recorded for a commit that needs none).
-    pub fn accept(&mut self, commit: &str, by: &str) -> Result<(String, bool), SourceError> {
+    pub(crate) fn accept(&mut self, commit: &str, by: &str) -> Result<(String, bool), SourceError> {
         let Some(how) = self.verify.clone() else {
             return Err(self.error(
                 "[source] verify is off: a commit that does not descend from the last applied \
@@ -496,7 +496,7 @@ impl Source {
 
     /// The commit id at the tip of the branch: cheap, so the daemon walks the tree again only
     /// when the branch moved.
-    pub fn tip(&self) -> Result<String, SourceError> {
+    pub(crate) fn tip(&self) -> Result<String, SourceError> {
         allow_foreign_owner();
         let err = |message: String| SourceError {
             location: self.repo.display().to_string(),
@@ -513,7 +513,7 @@ impl Source {
 
     /// The paths whose change means "the branch may have moved": the refs directory and
     /// `packed-refs` of the repository (bare or not). The work tree is never watched.
-    pub fn watch_paths(&self) -> Vec<PathBuf> {
+    pub(crate) fn watch_paths(&self) -> Vec<PathBuf> {
         let git_dir = if self.repo.join(".git").is_dir() {
             self.repo.join(".git")
         } else {
@@ -527,7 +527,7 @@ impl Source {
     /// would make `git verify-commit` check another commit than the one read); replace refs a
     /// mirror made by an older release holds are removed. Blocking; run it off the async
     /// runtime's threads.
-    pub fn fetch_blocking(&self) -> Result<(), SourceError> {
+    pub(crate) fn fetch_blocking(&self) -> Result<(), SourceError> {
         let SourceLocation::Url {
             url,
             ssh_key_file,
@@ -666,7 +666,8 @@ pub(crate) fn allow_foreign_owner() {
 /// Keyed by the file, its blob and its defaults' fingerprint
 /// (`spec::defaults::DefaultsSet::fingerprint`): a changed `_defaults.yaml` parses the files
 /// below it again.
-pub type ParseCache = HashMap<(String, git2::Oid, u64), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
+pub(crate) type ParseCache =
+    HashMap<(String, git2::Oid, u64), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
 
 /// What an entry of the spec directory's tree is to the reader.
 #[derive(Debug, PartialEq, Eq)]
@@ -723,12 +724,18 @@ fn classify(kind: Option<git2::ObjectType>, mode: i32, name: &str) -> Entry {
 /// Reads every `*.yaml`/`*.yml` blob under `dir` at the tip of `branch`. Anything else in
 /// the directory but `*.md` files and names starting with `.` makes the set incomplete (see
 /// [`classify`]).
-pub fn read_commit(repo_path: &Path, branch: &str, dir: &Path) -> Result<ReadSpecs, SourceError> {
+#[cfg(test)]
+pub(crate) fn read_commit(
+    repo_path: &Path,
+    branch: &str,
+    dir: &Path,
+) -> Result<ReadSpecs, SourceError> {
     read_commit_cached(repo_path, branch, dir, &mut ParseCache::new())
 }
 
 /// [`read_commit`], reusing the parse of files whose blob did not change.
-pub fn read_commit_cached(
+#[cfg(test)]
+pub(crate) fn read_commit_cached(
     repo_path: &Path,
     branch: &str,
     dir: &Path,
@@ -742,6 +749,7 @@ pub fn read_commit_cached(
 /// Which commit to read: a branch's tip, or one commit by id (a verified one).
 #[derive(Clone, Copy)]
 enum Rev<'a> {
+    #[cfg(test)]
     Branch(&'a str),
     Commit(&'a str),
 }
@@ -752,6 +760,7 @@ fn find_commit<'r>(
     rev: Rev<'_>,
 ) -> Result<(git2::Commit<'r>, String), String> {
     match rev {
+        #[cfg(test)]
         Rev::Branch(branch) => {
             let reference = repo
                 .find_reference(&format!("refs/heads/{branch}"))
@@ -933,7 +942,7 @@ const MAX_COMMIT_BYTES: usize = 16 * 1024 * 1024;
 /// commit-graph file (`commit_list.c` `git_commit_list_parse`), any of which can make a
 /// rewind look like a fast-forward. A parent missing from the object database (a shallow or
 /// damaged repository) ends its line: descent not shown is no descent.
-pub fn descends_from(
+pub(crate) fn descends_from(
     repo: &git2::Repository,
     commit: &str,
     ancestor: &str,

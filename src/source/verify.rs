@@ -17,10 +17,10 @@ use crate::config::CommitVerification;
 
 /// How long one `git verify-commit` (or the keyring import) may take before it is killed and
 /// the commit refused.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The file in `state_dir` naming the last verified commit.
-pub const VERIFIED_FILE: &str = "verified-commit";
+pub(crate) const VERIFIED_FILE: &str = "verified-commit";
 
 /// A branch tip that was not applied: its commit id, the kind of refusal, and why (the
 /// message saying what to do).
@@ -69,7 +69,7 @@ impl Kind {
 /// Checks that `commit` in the repository at `repo` (bare or not) is signed by a key `how`
 /// trusts. Ok: who signed (the allowed signer's principal, or the OpenPGP key fingerprint).
 /// Err: why the commit is refused, for status and logs (never key material).
-pub fn verify_commit(
+pub(crate) fn verify_commit(
     repo: &Path,
     commit: &str,
     how: &CommitVerification,
@@ -117,7 +117,7 @@ pub fn verify_commit(
 }
 
 /// `"ssh"` or `"openpgp"`, as the config spells it.
-pub fn verify_word(how: &CommitVerification) -> &'static str {
+pub(crate) fn verify_word(how: &CommitVerification) -> &'static str {
     match how {
         CommitVerification::Ssh { .. } => "ssh",
         CommitVerification::OpenPgp { .. } => "openpgp",
@@ -383,7 +383,7 @@ fn readable_key_file(path: &Path) -> Result<(), String> {
 /// Checks an allowed signers file (for `doctor`): every line but blanks and `#` comments is
 /// `PRINCIPALS [OPTIONS] KEYTYPE BASE64KEY`, and ssh-keygen reads each key. Ok: the number
 /// of keys. Errors name the line, never its key.
-pub fn check_allowed_signers(path: &Path) -> Result<usize, String> {
+pub(crate) fn check_allowed_signers(path: &Path) -> Result<usize, String> {
     readable_key_file(path)?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let scratch = tempfile::Builder::new()
@@ -433,7 +433,7 @@ fn is_ssh_key_type(word: &str) -> bool {
 
 /// The keys of an OpenPGP keyring, as gpg reads them.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct KeyringKeys {
+pub(crate) struct KeyringKeys {
     /// Key ids of the usable primary keys.
     pub usable: Vec<String>,
     /// Key ids of expired or revoked primary keys: their signatures are refused.
@@ -442,7 +442,7 @@ pub struct KeyringKeys {
 
 /// Reads an OpenPGP keyring as verification will (imported into a throwaway home), for
 /// `doctor`.
-pub fn keyring_keys(keyring: &Path) -> Result<KeyringKeys, String> {
+pub(crate) fn keyring_keys(keyring: &Path) -> Result<KeyringKeys, String> {
     readable_key_file(keyring)?;
     let home = tempfile::Builder::new()
         .prefix("proxsync-verify.")
@@ -491,7 +491,7 @@ fn listed_keys(output: &str) -> KeyringKeys {
 
 /// Remembers `commit` as the last verified tip of `branch` of `location` (atomically; only
 /// when it changed).
-pub fn remember(
+pub(crate) fn remember(
     state_dir: &Path,
     location: &str,
     branch: &str,
@@ -517,7 +517,7 @@ pub fn remember(
 }
 
 /// The last verified commit of `branch` of `location`, if one was remembered for them.
-pub fn last_verified(state_dir: &Path, location: &str, branch: &str) -> Option<String> {
+pub(crate) fn last_verified(state_dir: &Path, location: &str, branch: &str) -> Option<String> {
     let text = std::fs::read_to_string(state_dir.join(VERIFIED_FILE)).ok()?;
     let field = |name: &str| {
         text.lines()

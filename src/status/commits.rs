@@ -42,7 +42,7 @@ impl Version<'_> {
 
 /// Each spec's version and the commit it was first applied at, by spec name.
 #[derive(Debug, Default)]
-pub struct SpecCommits {
+pub(crate) struct SpecCommits {
     by_name: HashMap<String, (u64, Arc<str>)>,
 }
 

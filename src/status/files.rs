@@ -103,7 +103,7 @@ fn content_hash(f: &SpecFile) -> u64 {
 
 /// The status directory and what was last written to it.
 #[derive(Debug)]
-pub struct StatusDir {
+pub(crate) struct StatusDir {
     dir: PathBuf,
     /// name -> what is kept of the last file written (or read back on the first visit);
     /// `None` when no valid file exists.
@@ -117,7 +117,7 @@ pub struct StatusDir {
 impl StatusDir {
     /// Opens (creating with mode 0755 if missing) the status directory and removes temp files
     /// a crashed run left behind.
-    pub fn open(dir: &Path) -> io::Result<StatusDir> {
+    pub(crate) fn open(dir: &Path) -> io::Result<StatusDir> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o755)
@@ -140,13 +140,18 @@ impl StatusDir {
     }
 
     /// The directory.
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// Writes `<name>.yaml` for one spec if its content changed. Returns true when the file
     /// was (re)written.
-    pub fn write_spec(&mut self, s: &SpecStatus, now: SystemTime) -> Result<bool, StatusError> {
+    pub(crate) fn write_spec(
+        &mut self,
+        s: &SpecStatus,
+        now: SystemTime,
+    ) -> Result<bool, StatusError> {
         check_name(&s.name)?;
         let file_name = format!("{}.yaml", s.name);
         if !self.specs.contains_key(&s.name) {
@@ -181,7 +186,7 @@ impl StatusDir {
     /// Writes `_summary.yaml` if its content changed (it carries `lastCycle`, so it normally
     /// changes every cycle: it doubles as a heartbeat). Written last in a cycle, so it ends the
     /// cycle's writes ([`Self::finish_writes`]).
-    pub fn write_summary(&mut self, s: &SummaryStatus) -> Result<bool, StatusError> {
+    pub(crate) fn write_summary(&mut self, s: &SummaryStatus) -> Result<bool, StatusError> {
         if self.summary.is_none() {
             self.summary = Some(self.load::<SummaryFile>(SUMMARY_FILE));
         }
@@ -257,7 +262,7 @@ impl StatusDir {
     }
 
     /// Writes `_orphans.yaml` (sorted by site, then VMID) if the list changed.
-    pub fn write_orphans(
+    pub(crate) fn write_orphans(
         &mut self,
         o: &[OrphanEntry],
         now: SystemTime,
@@ -299,7 +304,7 @@ impl StatusDir {
 
     /// Removes a spec's file (its spec was removed and its VM deleted or released). Removing
     /// a file that does not exist is not an error.
-    pub fn remove_spec(&mut self, name: &str) -> Result<(), StatusError> {
+    pub(crate) fn remove_spec(&mut self, name: &str) -> Result<(), StatusError> {
         check_name(name)?;
         let path = self.dir.join(format!("{name}.yaml"));
         match fs::remove_file(&path) {
@@ -312,7 +317,7 @@ impl StatusDir {
     }
 
     /// The names that have a status file (not `_summary` / `_orphans` / temp files), sorted.
-    pub fn spec_names(&self) -> Result<Vec<String>, StatusError> {
+    pub(crate) fn spec_names(&self) -> Result<Vec<String>, StatusError> {
         let mut names = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
             let entry = entry.map_err(io_err(&self.dir))?;
@@ -330,18 +335,18 @@ impl StatusDir {
 
     /// Parses a spec's file back. `Ok(None)` when there is no file; a corrupt file is an
     /// `Ok(None)` too (with a warning), as the writer treats it.
-    pub fn read_spec(&self, name: &str) -> Result<Option<SpecFile>, StatusError> {
+    pub(crate) fn read_spec(&self, name: &str) -> Result<Option<SpecFile>, StatusError> {
         check_name(name)?;
         self.read_file(&format!("{name}.yaml"))
     }
 
     /// Parses `_summary.yaml` back (`Ok(None)` when absent or corrupt).
-    pub fn read_summary(&self) -> Result<Option<SummaryFile>, StatusError> {
+    pub(crate) fn read_summary(&self) -> Result<Option<SummaryFile>, StatusError> {
         self.read_file(SUMMARY_FILE)
     }
 
     /// Parses `_orphans.yaml` back (`Ok(None)` when absent or corrupt).
-    pub fn read_orphans(&self) -> Result<Option<OrphansFile>, StatusError> {
+    pub(crate) fn read_orphans(&self) -> Result<Option<OrphansFile>, StatusError> {
         self.read_file(ORPHANS_FILE)
     }
 
@@ -427,7 +432,7 @@ impl StatusDir {
     /// (each names the commit), which two fsyncs per file made minutes long. A crash can leave
     /// a file at its previous content or unreadable; the writer then rewrites it (an unreadable
     /// file counts as none), and readers never see a half-written one (temp file + rename).
-    pub fn finish_writes(&mut self) {
+    pub(crate) fn finish_writes(&mut self) {
         if std::mem::take(&mut self.unsynced) {
             self.sync_dir();
         }
@@ -471,7 +476,7 @@ impl StatusDir {
 }
 
 /// True for a name that can be a status file stem (a lowercase DNS label).
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     check_name(name).is_ok()
 }
 

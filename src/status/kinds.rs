@@ -2,32 +2,32 @@
 
 /// The VM as a whole, over its whole life: True when it exists, matches its spec and has
 /// the requested power state; False (with the reason) otherwise.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 /// True while proxsync is working towards the spec (the reason names the current step).
-pub const RECONCILING: &str = "Reconciling";
+pub(crate) const RECONCILING: &str = "Reconciling";
 /// True when proxsync cannot make progress until a human acts (the reason names why).
-pub const STALLED: &str = "Stalled";
+pub(crate) const STALLED: &str = "Stalled";
 /// Whether the VM's node (and its cluster) is online and quorate.
-pub const NODE_HEALTHY: &str = "NodeHealthy";
+pub(crate) const NODE_HEALTHY: &str = "NodeHealthy";
 /// Whether the VM has been created (or adopted) once; never goes back to False.
-pub const PROVISIONED: &str = "Provisioned";
+pub(crate) const PROVISIONED: &str = "Provisioned";
 /// Whether PVE holds config changes that take effect only after a reboot. Present only
 /// while the engine reports it.
-pub const REBOOT_PENDING: &str = "RebootPending";
+pub(crate) const REBOOT_PENDING: &str = "RebootPending";
 
 /// Whether an observe-only spec's VM (`managementPolicy: Observe`) matches it. Present only
 /// for such specs.
-pub const SYNCED: &str = "Synced";
+pub(crate) const SYNCED: &str = "Synced";
 
 /// That the spec is suspended (`spec.suspend`, `proxsync suspend`): who, since when and why.
 /// Present only while it is.
-pub const SUSPENDED: &str = "Suspended";
+pub(crate) const SUSPENDED: &str = "Suspended";
 
 /// The condition types every spec file always carries, in file order.
-pub const STANDARD: [&str; 5] = [READY, RECONCILING, STALLED, NODE_HEALTHY, PROVISIONED];
+pub(crate) const STANDARD: [&str; 5] = [READY, RECONCILING, STALLED, NODE_HEALTHY, PROVISIONED];
 
 /// The order conditions are written in; types not listed here follow, sorted by name.
-pub const ORDER: [&str; 8] = [
+pub(crate) const ORDER: [&str; 8] = [
     READY,
     RECONCILING,
     STALLED,

@@ -28,39 +28,39 @@ use serde::{Deserialize, Serialize};
 
 /// Free-text fields (condition messages, task status, backoff message, errors) are cut to at
 /// most this many bytes, ending with `…`.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// At most this many attempts are kept in a spec file's `history`.
-pub const MAX_HISTORY: usize = 10;
+pub(crate) const MAX_HISTORY: usize = 10;
 
 /// The summary file's name in the status directory.
-pub const SUMMARY_FILE: &str = "_summary.yaml";
+pub(crate) const SUMMARY_FILE: &str = "_summary.yaml";
 
 /// The orphan report's name in the status directory.
-pub const ORPHANS_FILE: &str = "_orphans.yaml";
+pub(crate) const ORPHANS_FILE: &str = "_orphans.yaml";
 
 /// The version of `_orphans.yaml`'s shape (its `version`): 2 names each entry's `kind`; 1 (no
 /// `version` field) did not. docs/output.md.
-pub const ORPHANS_VERSION: u32 = 2;
+pub(crate) const ORPHANS_VERSION: u32 = 2;
 
 mod commits;
 mod conditions;
 mod files;
-pub mod kinds;
-pub mod reasons;
+pub(crate) mod kinds;
+pub(crate) mod reasons;
 mod summary;
 mod transitions;
 mod writer;
 
-pub use crate::util::time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
+pub(crate) use crate::util::time::{parse_rfc3339, rfc3339, rfc3339_secs, unix_secs};
 pub(crate) use commits::{SpecCommits, Version};
 pub(crate) use conditions::{
     FromPlan, decryption_failed_status, has_condition, invalid_status, removed_status, spec_status,
 };
-pub use files::{StatusDir, valid_name};
-pub use reasons::Reason;
+pub(crate) use files::{StatusDir, valid_name};
+pub(crate) use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
-pub use writer::Writer;
+pub(crate) use writer::Writer;
 
 // ------------------------------------------------------------------------------------------
 // Engine-facing input types
@@ -68,7 +68,7 @@ pub use writer::Writer;
 
 /// A condition's status, written `"True"`, `"False"` or `"Unknown"` (always quoted in YAML).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConditionStatus {
+pub(crate) enum ConditionStatus {
     True,
     False,
     Unknown,
@@ -76,7 +76,7 @@ pub enum ConditionStatus {
 
 impl ConditionStatus {
     /// The word written in the file.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConditionStatus::True => "True",
             ConditionStatus::False => "False",
@@ -112,7 +112,7 @@ impl<'de> Deserialize<'de> for ConditionStatus {
 
 /// One condition as the engine decides it this cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ConditionInput {
+pub(crate) struct ConditionInput {
     /// The condition type (one of [`kinds`], or another CamelCase word).
     pub kind: &'static str,
     pub status: ConditionStatus,
@@ -123,7 +123,7 @@ pub struct ConditionInput {
 }
 
 impl ConditionInput {
-    pub fn new(
+    pub(crate) fn new(
         kind: &'static str,
         status: ConditionStatus,
         reason: Reason,
@@ -140,7 +140,7 @@ impl ConditionInput {
 
 /// The last PVE task proxsync ran for a spec.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TaskSummary {
+pub(crate) struct TaskSummary {
     pub upid: String,
     /// The PVE task type: `qmclone`, `qmstart`, `qmconfig`...
     pub kind: String,
@@ -151,7 +151,7 @@ pub struct TaskSummary {
 
 /// The backoff state of a failing spec.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BackoffSummary {
+pub(crate) struct BackoffSummary {
     pub attempts: u32,
     pub next_attempt: SystemTime,
     /// The error category (`Category::as_str`).
@@ -161,7 +161,7 @@ pub struct BackoffSummary {
 
 /// One recent attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AttemptSummary {
+pub(crate) struct AttemptSummary {
     pub at: SystemTime,
     pub action: String,
     pub outcome: String,
@@ -169,7 +169,7 @@ pub struct AttemptSummary {
 
 /// What the engine knows about one spec this cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct SpecStatus {
+pub(crate) struct SpecStatus {
     /// `metadata.name`: the file stem; must be a lowercase DNS label.
     pub name: String,
     /// What the spec makes (a removed or invalid spec's: what its record made).
@@ -203,7 +203,7 @@ pub struct SpecStatus {
 impl SpecStatus {
     /// A hash of the whole status (64 bits, kept in memory only): the engine hands the writer
     /// a spec's status only when it differs from the last one given.
-    pub fn content_hash(&self) -> u64 {
+    pub(crate) fn content_hash(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.hash(&mut h);
         h.finish()
@@ -213,7 +213,7 @@ impl SpecStatus {
 /// What the engine keeps of the status it last gave a spec: its hash, and the two conditions
 /// notifications follow (instead of the whole status of every spec).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastStatus {
+pub(crate) struct LastStatus {
     /// [`SpecStatus::content_hash`].
     pub hash: u64,
     /// What the spec's guest is ([`SpecStatus::kind`]).
@@ -229,7 +229,7 @@ pub struct LastStatus {
 }
 
 impl LastStatus {
-    pub fn of(st: &SpecStatus, hash: u64) -> LastStatus {
+    pub(crate) fn of(st: &SpecStatus, hash: u64) -> LastStatus {
         let is_true = |kind: &str| {
             st.conditions
                 .iter()
@@ -252,7 +252,7 @@ impl LastStatus {
 
 /// What the engine knows about the whole daemon this cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SummaryStatus {
+pub(crate) struct SummaryStatus {
     pub commit: Option<String>,
     pub source_error: Option<String>,
     /// The branch tip `[source] verify` refused; `commit` is then the last verified one.
@@ -281,7 +281,7 @@ pub struct SummaryStatus {
 /// One `ProxmoxVMSet` in the summary, as a Deployment's status counts its replicas.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct SetSummary {
+pub(crate) struct SetSummary {
     pub name: String,
     /// Members the set asks for.
     pub desired: u64,
@@ -295,7 +295,7 @@ pub struct SetSummary {
 /// A rewind in effect: `commit`, applied since `since`, does not descend from `from`, the
 /// commit applied before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RewindSummary {
+pub(crate) struct RewindSummary {
     pub commit: String,
     pub from: String,
     pub since: SystemTime,
@@ -339,7 +339,7 @@ pub struct SiteSummary {
 
 /// A guest proxsync manages (by its marker) that no spec describes any more.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrphanEntry {
+pub(crate) struct OrphanEntry {
     pub site: String,
     pub vm_id: u32,
     /// A VM or a container.
@@ -361,7 +361,7 @@ pub struct OrphanEntry {
 /// A condition as written: `type`, `status`, `reason`, `message`, `lastTransitionTime`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Condition {
+pub(crate) struct Condition {
     #[serde(rename = "type")]
     pub kind: String,
     pub status: ConditionStatus,
@@ -378,7 +378,7 @@ pub struct Condition {
 /// `initialization` of a spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Initialization {
+pub(crate) struct Initialization {
     /// True once the VM has been created or adopted; never reverts.
     pub provisioned: bool,
 }
@@ -386,7 +386,7 @@ pub struct Initialization {
 /// `lastTask` of a spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TaskRecord {
+pub(crate) struct TaskRecord {
     pub upid: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -398,7 +398,7 @@ pub struct TaskRecord {
 /// `backoff` of a spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct BackoffRecord {
+pub(crate) struct BackoffRecord {
     pub attempts: u32,
     /// RFC 3339.
     pub next_attempt: String,
@@ -409,7 +409,7 @@ pub struct BackoffRecord {
 /// One `history` entry of a spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// RFC 3339.
     pub at: String,
     pub action: String,
@@ -419,7 +419,7 @@ pub struct AttemptRecord {
 /// A spec's status file, `<dir>/<name>.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct SpecFile {
+pub(crate) struct SpecFile {
     pub name: String,
     /// `ProxmoxLXC` for a container; absent for a VM (as in every file before containers).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -458,7 +458,7 @@ pub struct SpecFile {
 
 impl SpecFile {
     /// The condition of that type, if present.
-    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+    pub(crate) fn condition(&self, kind: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.kind == kind)
     }
 }
@@ -466,7 +466,7 @@ impl SpecFile {
 /// One site in `_summary.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct SiteRecord {
+pub(crate) struct SiteRecord {
     pub name: String,
     pub reachable: bool,
     pub quorate: bool,
@@ -482,7 +482,7 @@ pub struct SiteRecord {
 /// `_summary.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct SummaryFile {
+pub(crate) struct SummaryFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -517,7 +517,7 @@ pub struct SummaryFile {
 /// `rewind` of `_summary.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RewindRecord {
+pub(crate) struct RewindRecord {
     /// The commit applied.
     pub commit: String,
     /// The commit applied before it, which it does not descend from.
@@ -529,7 +529,7 @@ pub struct RewindRecord {
 /// One entry of `notifyFailures` in `_summary.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct NotifyFailureRecord {
+pub(crate) struct NotifyFailureRecord {
     pub target: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -542,7 +542,7 @@ pub struct NotifyFailureRecord {
 /// `refusedCommit` of `_summary.yaml`: the branch tip that was not applied, and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RefusedCommitRecord {
+pub(crate) struct RefusedCommitRecord {
     pub commit: String,
     /// `UnverifiedSignature` or `NotDescendant` (a release before them wrote the message
     /// here).
@@ -555,7 +555,7 @@ pub struct RefusedCommitRecord {
 /// `lastRequest` of `_summary.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct RequestRecord {
+pub(crate) struct RequestRecord {
     /// The spec asked for; absent for "everything".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
@@ -566,7 +566,7 @@ pub struct RequestRecord {
 /// One entry of `_orphans.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct OrphanRecord {
+pub(crate) struct OrphanRecord {
     pub site: String,
     pub vm_id: u32,
     /// `ProxmoxVM` or `ProxmoxLXC`, the words of a spec file's `kind`. Always written since
@@ -588,7 +588,7 @@ pub struct OrphanRecord {
 /// `_orphans.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct OrphansFile {
+pub(crate) struct OrphansFile {
     /// The file's shape ([`ORPHANS_VERSION`] when written); 0 when read from a file of version
     /// 1, which had no such field.
     pub version: u32,
@@ -604,7 +604,7 @@ pub struct OrphansFile {
 
 /// Why a status file could not be written or read.
 #[derive(Debug, thiserror::Error)]
-pub enum StatusError {
+pub(crate) enum StatusError {
     /// The spec name is not a lowercase DNS label; nothing was written.
     #[error(
         "refusing status file for name {0:?}: a name is 1-63 characters of a-z, 0-9 and '-', \
@@ -624,7 +624,7 @@ pub enum StatusError {
 }
 
 /// Cuts a free-text value to [`MAX_MESSAGE_BYTES`] (ending with `…` when cut).
-pub fn clip(s: &str) -> String {
+pub(crate) fn clip(s: &str) -> String {
     clip_to(s, MAX_MESSAGE_BYTES)
 }
 

@@ -188,7 +188,8 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 62] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Reason; 62] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -254,7 +255,7 @@ impl Reason {
     ];
 
     /// The word written in status files, metrics and notifications.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::NotYetObserved => "NotYetObserved",
             Reason::Creating => "Creating",
@@ -323,7 +324,7 @@ impl Reason {
 
     /// The reason named after an error category (its own name): `Stalled`'s reason for the
     /// categories that need a human.
-    pub fn for_category(category: Category) -> Reason {
+    pub(crate) fn for_category(category: Category) -> Reason {
         match category {
             Category::ApiNotSupported => Reason::ApiNotSupported,
             Category::ConfigurationError => Reason::ConfigurationError,
@@ -376,7 +377,8 @@ impl PartialOrd for Reason {
 }
 
 /// Reasons of `Ready`.
-pub const READY: &[Reason] = &[
+#[cfg(test)]
+pub(crate) const READY: &[Reason] = &[
     Reason::Available,
     Reason::NotReady,
     Reason::Creating,
@@ -407,7 +409,8 @@ pub const READY: &[Reason] = &[
     Reason::RollingOut,
 ];
 /// Reasons of `Reconciling`.
-pub const RECONCILING: &[Reason] = &[
+#[cfg(test)]
+pub(crate) const RECONCILING: &[Reason] = &[
     Reason::UpToDate,
     Reason::Creating,
     Reason::WaitingForTask,
@@ -442,7 +445,8 @@ pub const RECONCILING: &[Reason] = &[
 /// Reasons of `Stalled`: True only for the categories that need a human
 /// (`Category::needs_human`) and a stale lock; the other categories are retried with backoff
 /// and never stall (docs/status.md, "Other error categories").
-pub const STALLED: &[Reason] = &[
+#[cfg(test)]
+pub(crate) const STALLED: &[Reason] = &[
     Reason::NotStalled,
     Reason::ApiNotSupported,
     Reason::ConfigurationError,
@@ -459,7 +463,8 @@ pub const STALLED: &[Reason] = &[
     Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.
-pub const NODE_HEALTHY: &[Reason] = &[
+#[cfg(test)]
+pub(crate) const NODE_HEALTHY: &[Reason] = &[
     Reason::NodeOnline,
     Reason::NodeOffline,
     Reason::NoQuorum,
@@ -468,15 +473,19 @@ pub const NODE_HEALTHY: &[Reason] = &[
     Reason::NotYetObserved,
 ];
 /// Reasons of `Provisioned`.
-pub const PROVISIONED: &[Reason] = &[
+#[cfg(test)]
+pub(crate) const PROVISIONED: &[Reason] = &[
     Reason::Created,
     Reason::NotCreated,
     Reason::Adopted,
     Reason::NotYetObserved,
 ];
 /// Reasons of `Synced`.
-pub const SYNCED: &[Reason] = &[Reason::InSync, Reason::Drifted];
+#[cfg(test)]
+pub(crate) const SYNCED: &[Reason] = &[Reason::InSync, Reason::Drifted];
 /// Reasons of `Suspended`.
-pub const SUSPENDED: &[Reason] = &[Reason::Suspended];
+#[cfg(test)]
+pub(crate) const SUSPENDED: &[Reason] = &[Reason::Suspended];
 /// Reasons of `RebootPending`.
-pub const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];
+#[cfg(test)]
+pub(crate) const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];

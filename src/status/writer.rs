@@ -13,7 +13,7 @@ use super::{
 use crate::store::SpecRecord;
 
 /// The status directory and what this process last wrote to it.
-pub struct Writer {
+pub(crate) struct Writer {
     dir: StatusDir,
     /// What is kept of the status each spec was last given, by name.
     written: HashMap<String, LastStatus>,
@@ -25,7 +25,7 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn new(dir: StatusDir) -> Writer {
+    pub(crate) fn new(dir: StatusDir) -> Writer {
         Writer {
             dir,
             written: HashMap::new(),
@@ -36,7 +36,7 @@ impl Writer {
 
     /// What is kept of the status each spec was last given, by name: the specs of the commit,
     /// and removed specs whose VM is not gone yet (for notifications).
-    pub fn statuses(&self) -> &HashMap<String, LastStatus> {
+    pub(crate) fn statuses(&self) -> &HashMap<String, LastStatus> {
         &self.written
     }
 
@@ -58,7 +58,7 @@ impl Writer {
     }
 
     /// Writes a spec's status file unless the status is the one it was last given.
-    pub fn write_spec_if_changed(
+    pub(crate) fn write_spec_if_changed(
         &mut self,
         st: SpecStatus,
         now: SystemTime,
@@ -75,7 +75,7 @@ impl Writer {
     /// Removes the status files of specs that are gone with their VM, and of the old names of
     /// renamed specs (`renamed`), when the names hash (`names`) differs from the last cycle's.
     /// `current`: the names of the source's specs, valid and invalid.
-    pub fn remove_stale<'a>(
+    pub(crate) fn remove_stale<'a>(
         &mut self,
         current: impl IntoIterator<Item = &'a str>,
         records: &BTreeMap<String, SpecRecord>,
@@ -96,7 +96,7 @@ impl Writer {
         Ok(())
     }
 
-    pub fn write_orphans(
+    pub(crate) fn write_orphans(
         &mut self,
         orphans: &[OrphanEntry],
         now: SystemTime,
@@ -104,7 +104,7 @@ impl Writer {
         self.dir.write_orphans(orphans, now).map(|_| ())
     }
 
-    pub fn write_summary(&mut self, summary: &SummaryStatus) -> Result<(), StatusError> {
+    pub(crate) fn write_summary(&mut self, summary: &SummaryStatus) -> Result<(), StatusError> {
         self.dir.write_summary(summary).map(|_| ())
     }
 }

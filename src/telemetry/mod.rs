@@ -1,5 +1,5 @@
 //! What proxsync tells the world as it runs, beside the status files: Prometheus metrics and
 //! `[[notify]]` notifications. Components count into it; it decides nothing.
 
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod notify;

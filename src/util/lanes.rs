@@ -15,7 +15,7 @@ use std::hash::Hash;
 use tokio::task::{Id, JoinSet};
 
 /// What a job of [`run_again`] ends with: its result, or its item to run again later.
-pub enum Next<T, R> {
+pub(crate) enum Next<T, R> {
     Done(R),
     Again(T),
 }
@@ -23,7 +23,7 @@ pub enum Next<T, R> {
 /// Runs `start(item)` for every item, at most `limit(key)` at once per key, each key's items
 /// in their order. Returns the results in the order the jobs ended; a job that panicked is
 /// logged and has no result.
-pub async fn run<K, T, R, Fut>(
+pub(crate) async fn run<K, T, R, Fut>(
     items: impl IntoIterator<Item = (K, T)>,
     limit: impl Fn(&K) -> usize,
     mut start: impl FnMut(T) -> Fut,
@@ -43,7 +43,7 @@ where
 
 /// As [`run`], where a job may end with [`Next::Again`]: its item goes to the end of its key's
 /// queue and is started again when the key has room.
-pub async fn run_again<K, T, R, Fut>(
+pub(crate) async fn run_again<K, T, R, Fut>(
     items: impl IntoIterator<Item = (K, T)>,
     limit: impl Fn(&K) -> usize,
     mut start: impl FnMut(T) -> Fut,

@@ -3,7 +3,7 @@
 
 pub use proxsync_spec::util::{clock, duration, fnv, par, state_dir, time};
 
-pub mod lanes;
+pub(crate) mod lanes;
 
 use clock::Clock;
 

@@ -11,7 +11,7 @@ use crate::pve::{Client, ClientOptions};
 /// Imports the VMs of `site` that `selection` selects; `out`: a directory to write one
 /// `<name>.yaml` per VM into (never overwriting a file), else stdout as one YAML stream.
 /// `observe`: write observe-only specs.
-pub fn run(
+pub(crate) fn run(
     config: &Config,
     site: &str,
     selection: &Selection,

@@ -1,18 +1,18 @@
 //! The commands' bodies, one module each (`proxsync <command>`); what they share: loading
 //! the config and the specs, the runtime, the state directory's lock, the daemon's line.
 
-pub mod accept;
-pub mod adopt;
-pub mod doctor;
-pub mod import;
-pub mod inventory;
-pub mod plan;
-pub mod reconcile;
-pub mod run;
-pub mod schema;
-pub mod status;
-pub mod suspend;
-pub mod validate;
+pub(crate) mod accept;
+pub(crate) mod adopt;
+pub(crate) mod doctor;
+pub(crate) mod import;
+pub(crate) mod inventory;
+pub(crate) mod plan;
+pub(crate) mod reconcile;
+pub(crate) mod run;
+pub(crate) mod schema;
+pub(crate) mod status;
+pub(crate) mod suspend;
+pub(crate) mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -196,6 +196,6 @@ pub(crate) fn load_config(config_path: Option<PathBuf>) -> Result<Config, ExitCo
 }
 
 /// The default config path, used by subcommands that need a config.
-pub fn default_config_path() -> PathBuf {
+pub(crate) fn default_config_path() -> PathBuf {
     PathBuf::from(config::DEFAULT_PATH)
 }

@@ -10,13 +10,13 @@ use crate::store::{SUSPEND_ALL, Store, Suspension};
 
 /// The longest `--reason`: it goes into every status file of the spec, and through the socket
 /// in one short line.
-pub const MAX_REASON: usize = 200;
+pub(crate) const MAX_REASON: usize = 200;
 
 /// Whether a name is a spec of the configured source (the command line's check, handed in).
-pub type KnownSpec = fn(&Config, &str) -> Result<(), String>;
+pub(crate) type KnownSpec = fn(&Config, &str) -> Result<(), String>;
 
 /// `proxsync suspend NAME|--all [--reason TEXT]` (`name` `None`: every spec).
-pub fn suspend(
+pub(crate) fn suspend(
     config: &Config,
     name: Option<String>,
     reason: Option<String>,
@@ -70,7 +70,7 @@ pub fn suspend(
 }
 
 /// `proxsync resume NAME|--all`.
-pub fn resume(config: &Config, name: Option<String>) -> ExitCode {
+pub(crate) fn resume(config: &Config, name: Option<String>) -> ExitCode {
     let name = name.unwrap_or_else(|| SUSPEND_ALL.to_string());
     if !control::suspendable(&name) {
         eprintln!("error: {name:?} is not a spec name");

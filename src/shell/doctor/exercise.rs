@@ -21,7 +21,7 @@ use crate::shell::status_view::clean;
 
 /// What `doctor --exercise` was asked.
 #[derive(Debug, Clone)]
-pub struct ExerciseOptions {
+pub(crate) struct ExerciseOptions {
     /// The site (may be left out with one site configured).
     pub site: Option<String>,
     /// The node (default: the first online node).
@@ -37,7 +37,7 @@ pub struct ExerciseOptions {
 /// Runs the exercise as run `run`; the site's name and the report, or why it could not begin.
 /// The caller holds `<state_dir>/exercise.lock` (`shell::instance_lock::ExerciseLock`) while it
 /// runs: one exercise at a time per state directory.
-pub async fn exercise(
+pub(crate) async fn exercise(
     config: &Config,
     opts: &ExerciseOptions,
     run: Run,
@@ -73,7 +73,7 @@ pub async fn exercise(
 
 /// The report's lines as the terminal shows them: PVE's words, names and volume ids escaped
 /// (`status_view::clean`), so an answer cannot drive the terminal.
-pub fn report_lines(report: &Report) -> Vec<String> {
+pub(crate) fn report_lines(report: &Report) -> Vec<String> {
     report.steps.iter().map(|s| clean(&s.to_string())).collect()
 }
 

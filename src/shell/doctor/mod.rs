@@ -7,7 +7,7 @@ use crate::config::{Config, SiteConfig};
 use crate::spec::Spec;
 
 mod connection;
-pub mod exercise;
+pub(crate) mod exercise;
 mod health;
 mod identity;
 mod marker_key;
@@ -21,16 +21,15 @@ mod versions;
 
 use health::check_health;
 use privileges::check_privileges;
-pub use privileges::{HA_PRIVILEGES, REQUIRED_PRIVILEGES, SEED_PRIVILEGES};
 use resources::check_spec_needs;
-pub use signing::check_tip;
-pub use sops::check_sops;
-pub use source::check_rewind;
-pub use versions::version_diagnostics;
+pub(crate) use signing::check_tip;
+pub(crate) use sops::check_sops;
+pub(crate) use source::check_rewind;
+pub(crate) use versions::version_diagnostics;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     /// Not checked, and why (a check it depends on failed, or there was nothing to check).
     Skip,
@@ -52,7 +51,7 @@ impl fmt::Display for Level {
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     pub level: Level,
     /// What was checked: `config`, `us-sfvalley tls`, `us-sfvalley storage pve1/local-lvm`, ...
     pub subject: String,
@@ -86,7 +85,7 @@ fn check(
 }
 
 /// Runs every check. `specs` are the specs to check against the sites (may be empty).
-pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
+pub(crate) async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
     let mut out = vec![check(
         Level::Ok,
         "config",
@@ -134,7 +133,7 @@ pub async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
 }
 
 /// True when the report has a failure (exit code 1).
-pub fn failed(checks: &[Check]) -> bool {
+pub(crate) fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.level == Level::Fail)
 }
 

@@ -14,7 +14,7 @@ use crate::pve::types::Version;
 use crate::spec::{GuestKind, Image, Spec, VolumeKind};
 
 /// Privileges proxsync needs, and the ACL path each is checked on.
-pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
+pub(crate) const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
     ("/vms", "VM.Allocate"),
     ("/vms", "VM.Clone"),
     ("/vms", "VM.Audit"),
@@ -39,20 +39,20 @@ pub const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
 ];
 
 /// Privileges needed on top when specs carry `userData` (seed images are uploaded and removed).
-pub const SEED_PRIVILEGES: &[(&str, &str)] = &[
+pub(crate) const SEED_PRIVILEGES: &[(&str, &str)] = &[
     ("/storage", "Datastore.AllocateTemplate"),
     ("/storage", "Datastore.Allocate"),
 ];
 
 /// Privileges needed on top when specs carry `ha` (pve-ha-manager `API2/HA/Resources.pm`:
 /// create, update and delete check Sys.Console on `/`).
-pub const HA_PRIVILEGES: &[(&str, &str)] = &[("/", "Sys.Console")];
+pub(crate) const HA_PRIVILEGES: &[(&str, &str)] = &[("/", "Sys.Console")];
 
 /// What `GET .../agent/network-get-interfaces` needs on `/vms/{vmid}` (any one of them):
 /// `VM.Monitor` on 8.x (qemu-server 8 `PVE/API2/Qemu/Agent.pm`); 9.x checks
 /// `VM.GuestAgent.Audit` or `VM.GuestAgent.Unrestricted` (pve-access-control 9.0.2: "drop
 /// VM.Monitor in favor of more granular VM.GuestAgent.* privileges").
-pub fn agent_privileges(version: &Version) -> &'static [&'static str] {
+pub(crate) fn agent_privileges(version: &Version) -> &'static [&'static str] {
     if version.triple().0 >= 9 {
         &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"]
     } else {
@@ -63,7 +63,7 @@ pub fn agent_privileges(version: &Version) -> &'static [&'static str] {
 /// The PVE release from which a custom CPU model needs Mapping.Use on `/mapping/cpu/<name>`
 /// rather than Sys.Audit on `/nodes`: qemu-server 9.1.13 (commit "api: gate VM custom CPU
 /// model assignment with Mapping.Use"), which pve-manager 9.1.15 is the first to depend on.
-pub const CPU_MAPPING_SINCE: (u32, u32, u32) = (9, 1, 15);
+pub(crate) const CPU_MAPPING_SINCE: (u32, u32, u32) = (9, 1, 15);
 
 /// What pve-container checks on `/vms/{vmid}` (or `/pool/{pool}`, `check_vm_perm`) to create
 /// and configure a container (`PVE/LXC.pm` `check_ct_modify_config_perm`, `PVE/API2/LXC.pm`
@@ -73,7 +73,7 @@ pub const CPU_MAPPING_SINCE: (u32, u32, u32) = (9, 1, 15);
 /// `resize`); Options for everything else, `resize` too (it passes `disk` through the same
 /// check); PowerMgmt to start, stop and shut down. Each is in [`REQUIRED_PRIVILEGES`] already:
 /// listed so a container's needs stay complete if that list ever narrows.
-pub const CT_PRIVILEGES: &[(&str, &str)] = &[
+pub(crate) const CT_PRIVILEGES: &[(&str, &str)] = &[
     ("/vms", "VM.Allocate"),
     ("/vms", "VM.Config.CPU"),
     ("/vms", "VM.Config.Memory"),
@@ -87,7 +87,7 @@ pub const CT_PRIVILEGES: &[(&str, &str)] = &[
 /// without Sys.Modify on `/`: pve-container 6.0.6 (commit 4cc73b7 "create/restore: require
 /// Sys.Modify for privileged containers", `PVE/API2/LXC.pm` `create_vm`), which every PVE 9
 /// release has (9.0 came out with a later one). PVE 8's pve-container 5.x checks nothing.
-pub const PRIVILEGED_CT_SYS_MODIFY_SINCE: (u32, u32, u32) = (9, 0, 0);
+pub(crate) const PRIVILEGED_CT_SYS_MODIFY_SINCE: (u32, u32, u32) = (9, 0, 0);
 
 /// One requirement: any of `any` on `path`, and the spec option that needs it (for the
 /// message), if not every spec.

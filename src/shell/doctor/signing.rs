@@ -144,7 +144,7 @@ fn writable_by_others(path: &Path) -> Option<Check> {
 
 /// Whether the branch tip verified, from the source read of `doctor` (none when verify is
 /// off).
-pub fn check_tip(config: &Config, read: &ReadSpecs) -> Option<Check> {
+pub(crate) fn check_tip(config: &Config, read: &ReadSpecs) -> Option<Check> {
     config.source.verify.as_ref()?;
     let short = |c: &str| c[..c.len().min(12)].to_string();
     Some(match &read.refused {

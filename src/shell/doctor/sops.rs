@@ -7,7 +7,7 @@ use super::{Check, Level, check};
 use crate::config::Config;
 use crate::spec::SpecSet;
 
-pub fn check_sops(config: &Config, set: &SpecSet) -> Vec<Check> {
+pub(crate) fn check_sops(config: &Config, set: &SpecSet) -> Vec<Check> {
     let subject = "sops identity";
     let encrypted = set.specs.iter().filter(|s| s.sealed.is_some()).count();
     let undecryptable: Vec<&str> = set

@@ -23,7 +23,7 @@ pub(super) fn check_config_warnings(config: &Config) -> Vec<Check> {
 
 /// A warning when the commit read does not descend from the one applied before it (a rewind:
 /// applied without `[source] verify`, or accepted by an operator).
-pub fn check_rewind(read: &ReadSpecs) -> Option<Check> {
+pub(crate) fn check_rewind(read: &ReadSpecs) -> Option<Check> {
     let r = read.rewound.as_ref()?;
     let short = |c: &str| c.get(..12).unwrap_or(c).to_string();
     Some(check(

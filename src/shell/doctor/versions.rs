@@ -99,7 +99,7 @@ pub(super) fn archive_checks(site: &SiteConfig, version: &Version, specs: &[&Spe
 /// `validate --config`: what the sites' PVE releases refuse in the specs (`ha.group` on PVE
 /// 9), as `file:line:col` errors. Only sites whose specs hold such a field are asked for their
 /// version (`GET /version`); a site that cannot be asked gets a warning saying so.
-pub async fn version_diagnostics(
+pub(crate) async fn version_diagnostics(
     config: &crate::config::Config,
     specs: &crate::spec::Specs,
 ) -> Vec<crate::spec::Diagnostic> {

@@ -5,7 +5,7 @@ use super::*;
 /// The version of the `--json` list's shape (its `version`): 2 since `orphans` entries name
 /// their `kind` (as `_orphans.yaml` of version 2 does); 1 had no `version` field.
 /// docs/output.md.
-pub const LIST_JSON_VERSION: u32 = 2;
+pub(crate) const LIST_JSON_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 pub(super) struct ListJson<'a> {

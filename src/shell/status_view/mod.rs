@@ -32,7 +32,7 @@ mod text;
 
 use detail::*;
 use list::*;
-pub use text::human;
+pub(crate) use text::human;
 use text::*;
 pub(crate) use text::{clean, is_unsafe, json_for_terminal};
 
@@ -57,7 +57,7 @@ const HINT: &str = "is the daemon running? check status_dir in the config";
 
 /// What to show and how.
 #[derive(Debug, Clone)]
-pub struct ViewOptions {
+pub(crate) struct ViewOptions {
     /// One spec's details instead of the list.
     pub name: Option<String>,
     /// JSON instead of text.
@@ -70,7 +70,7 @@ pub struct ViewOptions {
 
 /// Why the status could not be shown.
 #[derive(Debug, thiserror::Error)]
-pub enum ViewError {
+pub(crate) enum ViewError {
     /// The status directory does not exist.
     #[error("status directory {} does not exist: {HINT}", path.display())]
     NoStatusDir { path: PathBuf },
@@ -122,7 +122,7 @@ fn io_hint(e: &io::Error) -> &'static str {
 }
 
 /// Renders the status files of `status_dir` as `opts` asks. The text ends with a newline.
-pub fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
+pub(crate) fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     check_dir(status_dir)?;
     match &opts.name {
         Some(name) => render_one(status_dir, name, opts),
@@ -133,7 +133,7 @@ pub fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, ViewError
 /// The spec status files of `status_dir`, parsed as the `--json` list reads them (sorted by
 /// name), and a note for each file left out or renamed (for stderr). What `proxsync inventory`
 /// is built from.
-pub fn spec_files(status_dir: &Path) -> Result<(Vec<SpecFile>, Vec<String>), ViewError> {
+pub(crate) fn spec_files(status_dir: &Path) -> Result<(Vec<SpecFile>, Vec<String>), ViewError> {
     check_dir(status_dir)?;
     let listing = load_listing::<SpecFile>(status_dir)?;
     Ok((listing.specs, listing.notes))

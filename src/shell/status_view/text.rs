@@ -194,7 +194,7 @@ pub(super) fn short_commit(c: &str) -> String {
 }
 
 /// `42s`, `5m`, `3h`, `2d`.
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),

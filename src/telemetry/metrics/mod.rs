@@ -27,7 +27,7 @@ use crate::plan::OrphanDisposition;
 use crate::report::CycleReport;
 use crate::status::Reason;
 
-pub use server::{CONTENT_TYPE, Server, serve};
+pub(crate) use server::{Server, serve};
 
 /// Seconds a reconcile cycle may take: an idle one is milliseconds, one waiting for tasks up
 /// to `engine::TASK_WAIT` (10 min) and beyond.
@@ -72,11 +72,11 @@ const TASK_TYPES: [&str; 24] = [
 
 /// The metrics of one daemon. Clone freely; `Metrics::default()` is off.
 #[derive(Clone, Default)]
-pub struct Metrics(Option<Arc<Registered>>);
+pub(crate) struct Metrics(Option<Arc<Registered>>);
 
 /// The metrics of one site's API client (see [`Metrics::for_site`]).
 #[derive(Clone, Default)]
-pub struct SiteMetrics(Option<(Arc<Registered>, Arc<str>)>);
+pub(crate) struct SiteMetrics(Option<(Arc<Registered>, Arc<str>)>);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConditionLabels {
@@ -185,21 +185,22 @@ struct Registered {
 
 impl Metrics {
     /// Metrics that record nothing (no `[metrics] listen`, `run --once`, `plan`).
-    pub fn off() -> Metrics {
+    pub(crate) fn off() -> Metrics {
         Metrics(None)
     }
 
     /// A registry of every proxsync metric, for install `install_id`.
-    pub fn new(install_id: &str) -> Metrics {
+    pub(crate) fn new(install_id: &str) -> Metrics {
         Metrics(Some(Arc::new(Registered::new(install_id))))
     }
 
-    pub fn is_on(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_on(&self) -> bool {
         self.0.is_some()
     }
 
     /// Records the `[[notify]]` targets' counts (`Notifier::stats`), replacing the last ones.
-    pub fn notify_targets(&self, stats: &[crate::report::TargetStats]) {
+    pub(crate) fn notify_targets(&self, stats: &[crate::report::TargetStats]) {
         let Some(r) = &self.0 else { return };
         let _scrape = r.cycle_lock.lock().unwrap_or_else(|e| e.into_inner());
         r.notify_messages.clear();
@@ -228,18 +229,18 @@ impl Metrics {
     }
 
     /// The handle a site's API client counts its requests and tasks with.
-    pub fn for_site(&self, site: &str) -> SiteMetrics {
+    pub(crate) fn for_site(&self, site: &str) -> SiteMetrics {
         SiteMetrics(self.0.as_ref().map(|r| (r.clone(), Arc::from(site))))
     }
 
     /// [`Metrics::for_site`] as the meter a site's client holds (the engine's `MeterFor`).
-    pub fn meter(&self, site: &str) -> Arc<dyn crate::pve::Meter> {
+    pub(crate) fn meter(&self, site: &str) -> Arc<dyn crate::pve::Meter> {
         Arc::new(self.for_site(site))
     }
 
     /// Records a finished reconcile cycle: `report` with the commit it applied, or `None` when
     /// the cycle failed. The gauges (specs, orphans, sites) are replaced as a whole.
-    pub fn cycle_finished(&self, report: Option<(&CycleReport, &str)>, took: Duration) {
+    pub(crate) fn cycle_finished(&self, report: Option<(&CycleReport, &str)>, took: Duration) {
         let Some(r) = &self.0 else { return };
         r.cycle_duration.observe(took.as_secs_f64());
         let outcome = if report.is_some() { "success" } else { "error" };
@@ -280,7 +281,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text of every metric (ends with `# EOF`).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         if let Some(r) = &self.0 {
             let _cycle = r.cycle_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -310,7 +311,7 @@ impl crate::pve::Meter for SiteMetrics {
 impl SiteMetrics {
     /// Counts one HTTP exchange with PVE: `status` is `None` when no answer came (connect,
     /// TLS, timeout).
-    pub fn request(&self, method: &str, path: &str, status: Option<u16>, took: Duration) {
+    pub(crate) fn request(&self, method: &str, path: &str, status: Option<u16>, took: Duration) {
         let Some((r, site)) = &self.0 else { return };
         let method = method_label(method);
         let labels = RequestLabels {
@@ -329,7 +330,7 @@ impl SiteMetrics {
     }
 
     /// Counts a PVE task started (its UPID came back), by type.
-    pub fn task_started(&self, kind: &str) {
+    pub(crate) fn task_started(&self, kind: &str) {
         if let Some((r, site)) = &self.0 {
             r.tasks_started
                 .get_or_create(&task_labels(site, kind))
@@ -338,14 +339,14 @@ impl SiteMetrics {
     }
 
     /// Counts a PVE task that stopped with an error, by type.
-    pub fn task_failed(&self, kind: &str) {
+    pub(crate) fn task_failed(&self, kind: &str) {
         if let Some((r, site)) = &self.0 {
             r.tasks_failed.get_or_create(&task_labels(site, kind)).inc();
         }
     }
 
     /// Sets how many actions may run at once on `node` (a cluster node of this site: bounded).
-    pub fn parallel_limit(&self, node: &str, limit: u32) {
+    pub(crate) fn parallel_limit(&self, node: &str, limit: u32) {
         if let Some((r, site)) = &self.0
             && !node.is_empty()
         {

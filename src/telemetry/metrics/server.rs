@@ -19,7 +19,7 @@ use super::Metrics;
 use crate::config::MetricsListen;
 
 /// What a scrape gets: OpenMetrics text (Prometheus asks for it and parses it).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 8;
@@ -29,13 +29,13 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// The running listener. [`Server::stop`] ends it (and removes a unix socket's file).
-pub struct Server {
+pub(crate) struct Server {
     task: tokio::task::JoinHandle<()>,
     socket: Option<PathBuf>,
 }
 
 impl Server {
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.task.abort();
         if let Some(path) = &self.socket {
             let _ = std::fs::remove_file(path);
@@ -45,7 +45,7 @@ impl Server {
 
 /// Binds `listen` and serves `metrics` there until [`Server::stop`]. Call inside the tokio
 /// runtime. The error names the key and the address.
-pub fn serve(listen: &MetricsListen, metrics: Metrics) -> Result<Server, String> {
+pub(crate) fn serve(listen: &MetricsListen, metrics: Metrics) -> Result<Server, String> {
     let fail = |e: std::io::Error| format!("[metrics] listen = \"{listen}\": cannot listen: {e}");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     match listen {

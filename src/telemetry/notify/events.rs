@@ -90,7 +90,7 @@ pub enum Event {
 impl Event {
     /// The commit a forge's status is about, with the state to post, for the events the
     /// forges take (commit states and refusals).
-    pub fn commit_status(&self) -> Option<(&str, CommitState, &str)> {
+    pub(crate) fn commit_status(&self) -> Option<(&str, CommitState, &str)> {
         match self {
             Event::CommitState {
                 commit,
@@ -241,7 +241,7 @@ pub struct Baseline {
 
 impl Tracker {
     /// A tracker that takes `baseline` as what was last told.
-    pub fn from_baseline(b: Baseline) -> Tracker {
+    pub(crate) fn from_baseline(b: Baseline) -> Tracker {
         Tracker {
             commit: b.commit.map(|sha| CommitMemory {
                 sha,
@@ -259,14 +259,14 @@ impl Tracker {
 
     /// True when the next cycle's facts must carry `spec_hashes` (the commit moved, or no
     /// hashes are known yet).
-    pub fn needs_hashes(&self, commit: &str) -> bool {
+    pub(crate) fn needs_hashes(&self, commit: &str) -> bool {
         self.commit
             .as_ref()
             .is_none_or(|c| c.sha != commit || c.hashes.is_empty())
     }
 
     /// The events of a cycle, in a stable order; remembers what it showed.
-    pub fn observe(&mut self, facts: &CycleFacts<'_>) -> Vec<Event> {
+    pub(crate) fn observe(&mut self, facts: &CycleFacts<'_>) -> Vec<Event> {
         let mut events = Vec::new();
         self.site_events(facts, &mut events);
         self.spec_events(facts, &mut events);

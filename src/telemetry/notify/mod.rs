@@ -45,7 +45,7 @@ pub struct Notifier {
 impl Notifier {
     /// Reads every target's secrets and builds its client, without starting anything (a
     /// reload checks the new config with it).
-    pub fn check(config: &Config) -> Result<Vec<Target>, NotifyError> {
+    pub(crate) fn check(config: &Config) -> Result<Vec<Target>, NotifyError> {
         config
             .notify
             .iter()
@@ -69,7 +69,10 @@ impl Notifier {
 
     /// After a reload: the targets of the new config, keeping what was last told. The old
     /// targets' queues are dropped with them.
-    pub fn reload(old: Option<Notifier>, config: &Config) -> Result<Option<Notifier>, NotifyError> {
+    pub(crate) fn reload(
+        old: Option<Notifier>,
+        config: &Config,
+    ) -> Result<Option<Notifier>, NotifyError> {
         let targets = Notifier::check(config)?;
         if targets.is_empty() {
             return Ok(None);
@@ -85,7 +88,7 @@ impl Notifier {
     }
 
     /// Hands a cycle's transitions to the targets; never waits for one.
-    pub fn after_cycle(
+    pub(crate) fn after_cycle(
         &mut self,
         commit: &str,
         specs: &SpecSet,
@@ -109,7 +112,7 @@ impl Notifier {
 
     /// The commit applied rewinds the branch (it does not descend from `from`): told once, when
     /// the daemon first applies it.
-    pub fn commit_rewound(&self, commit: &str, from: &str) {
+    pub(crate) fn commit_rewound(&self, commit: &str, from: &str) {
         self.send(&[Event::CommitRewound {
             commit: commit.to_string(),
             from: from.to_string(),

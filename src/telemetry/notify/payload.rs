@@ -12,17 +12,17 @@ use super::events::{CommitState, Event};
 use crate::config::{NotifyKind, Secret};
 
 /// At most this many events go in one webhook message; the rest are counted (`truncated`).
-pub const MAX_WEBHOOK_EVENTS: usize = 200;
+pub(crate) const MAX_WEBHOOK_EVENTS: usize = 200;
 
 /// At most this many lines of events go in one Slack message.
-pub const MAX_SLACK_LINES: usize = 20;
+pub(crate) const MAX_SLACK_LINES: usize = 20;
 
 /// The signature header of a webhook.
 pub const SIGNATURE_HEADER: &str = "X-Proxsync-Signature-256";
 
 /// The version of the webhook body's shape (its `version`): 2 since the events about a guest
 /// name its `kind`; 1 had no `version` field. docs/output.md.
-pub const WEBHOOK_VERSION: u32 = 2;
+pub(crate) const WEBHOOK_VERSION: u32 = 2;
 
 /// What one send carries: the events of the batches coalesced, and how many batches the
 /// queue dropped before them.
@@ -34,7 +34,7 @@ pub struct Message {
 
 /// One request to send.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub url: String,
     /// Header name and value; `sensitive` ones are marked so for reqwest (never logged).
     pub headers: Vec<Header>,
@@ -42,7 +42,7 @@ pub struct Request {
 }
 
 #[derive(Debug, Clone)]
-pub struct Header {
+pub(crate) struct Header {
     pub name: &'static str,
     pub value: String,
     pub sensitive: bool,
@@ -84,7 +84,7 @@ struct WebhookBody<'a> {
 }
 
 /// The generic webhook's request: the exact body bytes are what the signature covers.
-pub fn webhook(
+pub(crate) fn webhook(
     url: &str,
     key: &Secret,
     install_id: &str,
@@ -115,7 +115,7 @@ pub fn webhook(
 }
 
 /// A Slack-compatible incoming webhook's request: `{"text": ...}` in Slack's mrkdwn.
-pub fn slack(url: &str, install_id: &str, msg: &Message) -> Request {
+pub(crate) fn slack(url: &str, install_id: &str, msg: &Message) -> Request {
     let mut lines = vec![format!(
         "*proxsync* ({}): {} {}",
         escape(install_id),
@@ -270,7 +270,7 @@ fn forge_state(kind: NotifyKind, state: CommitState) -> &'static str {
 }
 
 /// The commit-status requests of a forge: one per commit, its latest state only.
-pub fn commit_statuses(
+pub(crate) fn commit_statuses(
     kind: NotifyKind,
     base: &str,
     repo: &str,

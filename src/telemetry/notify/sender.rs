@@ -45,7 +45,7 @@ pub struct Target {
 
 impl Target {
     /// Reads the target's secrets and builds its client; makes no request.
-    pub fn build(cfg: &NotifyConfig, install_id: &str) -> Result<Target, String> {
+    pub(crate) fn build(cfg: &NotifyConfig, install_id: &str) -> Result<Target, String> {
         let url = cfg.load_url().map_err(|e| e.to_string())?;
         let secret = cfg.load_secret().map_err(|e| e.to_string())?;
         let fail = |m: String| format!("[[notify]] {:?}: {m}", cfg.name);
@@ -140,7 +140,7 @@ pub struct TargetHandle {
 
 impl TargetHandle {
     /// Starts the target's task (inside a tokio runtime).
-    pub fn spawn(target: Target) -> TargetHandle {
+    pub(crate) fn spawn(target: Target) -> TargetHandle {
         let queue = Arc::new(Queue::default());
         {
             let mut stats = lock(&queue.stats);
@@ -154,7 +154,7 @@ impl TargetHandle {
 
     /// Queues the events this target takes (forges: commit states only); never waits. A full
     /// queue drops its oldest batch.
-    pub fn push(&self, events: &[Event]) {
+    pub(crate) fn push(&self, events: &[Event]) {
         let batch: Vec<Event> = events
             .iter()
             .filter(|e| !self.kind.is_forge() || e.commit_status().is_some())
@@ -175,7 +175,7 @@ impl TargetHandle {
         self.queue.wake.notify_one();
     }
 
-    pub fn stats(&self) -> TargetStats {
+    pub(crate) fn stats(&self) -> TargetStats {
         lock(&self.queue.stats).clone()
     }
 }
