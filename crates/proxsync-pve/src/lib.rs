@@ -5,6 +5,7 @@
 
 // Without the client, the request helpers and imports its calls use are idle.
 #![cfg_attr(not(feature = "client"), allow(unused_imports, dead_code))]
+#![deny(missing_docs)]
 
 pub mod category;
 pub mod pve;

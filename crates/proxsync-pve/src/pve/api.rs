@@ -75,6 +75,7 @@ fn check_part(what: &str, value: &str) -> Result<(), Error> {
 }
 
 impl VmParams {
+    /// No properties and no permits.
     pub fn new() -> Self {
         Self::default()
     }
@@ -487,6 +488,7 @@ impl VmParams {
         check_write(vmid, values, &self.grants).map_err(Error::NotPermitted)
     }
 
+    /// The value set for property `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str)
     }
@@ -526,8 +528,11 @@ pub fn percent_encode(text: &str) -> String {
 /// A clone of a template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CloneRequest {
+    /// The clone's VMID.
     pub newid: u32,
+    /// The clone's name (a container's `hostname`).
     pub name: String,
+    /// The clone's description, which carries proxsync's marker.
     pub description: String,
     /// A full copy (default) rather than a linked clone.
     pub full: bool,
@@ -535,6 +540,7 @@ pub struct CloneRequest {
     pub storage: Option<String>,
     /// Target node, when it differs from the template's (needs shared storage).
     pub target: Option<String>,
+    /// The resource pool the clone joins.
     pub pool: Option<String>,
 }
 

@@ -18,9 +18,19 @@ const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub enum Credentials {
     /// An API token: `user@realm!tokenid` and its secret (the primary way).
-    Token { id: String, secret: Secret },
+    Token {
+        /// `user@realm!tokenid`.
+        id: String,
+        /// The token's secret.
+        secret: Secret,
+    },
     /// A user and password, for a ticket and CSRF token (the fallback).
-    Password { user: String, password: Secret },
+    Password {
+        /// `user@realm`.
+        user: String,
+        /// The user's password.
+        password: Secret,
+    },
 }
 
 /// Everything needed to talk to one PVE cluster.
@@ -28,9 +38,14 @@ pub enum Credentials {
 pub struct ClientOptions {
     /// `https://host:8006`.
     pub endpoint: String,
+    /// Which certificates are trusted: the system's roots, a CA file or a pinned
+    /// fingerprint.
     pub trust: Trust,
+    /// How the client authenticates.
     pub credentials: Credentials,
+    /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// How long one request may take, from connecting to the end of the answer.
     pub request_timeout: Duration,
     /// Used only when configured; the environment's proxy variables are ignored.
     pub proxy: Option<String>,

@@ -23,8 +23,11 @@ pub enum Error {
     /// PVE (or its proxy) answered with an HTTP error status.
     #[error("{method} {path}: HTTP {status}: {message}{}", fmt_params(.errors))]
     Api {
+        /// The HTTP method (`GET`, `POST`, ...).
         method: String,
+        /// The API path below `/api2/json` (`/nodes/pve1/qemu/100/config`).
         path: String,
+        /// The HTTP status.
         status: u16,
         /// PVE's message: the body's `message`, else the status line's reason phrase.
         message: String,
@@ -34,21 +37,29 @@ pub enum Error {
     /// The request did not get an HTTP answer.
     #[error("{method} {path}: {message}")]
     Transport {
+        /// The HTTP method (`GET`, `POST`, ...).
         method: String,
+        /// The API path below `/api2/json` (`/nodes/pve1/qemu/100/config`).
         path: String,
+        /// What failed: connecting, TLS or the timeout.
         kind: TransportKind,
+        /// The HTTP client's error with its chain of causes.
         message: String,
     },
     /// An answer arrived but is not what the schema promises.
     #[error("{method} {path}: unexpected answer from Proxmox VE: {message}")]
     Decode {
+        /// The HTTP method (`GET`, `POST`, ...).
         method: String,
+        /// The API path below `/api2/json` (`/nodes/pve1/qemu/100/config`).
         path: String,
+        /// What is wrong with the answer.
         message: String,
     },
     /// A task ended with something other than `OK` or `WARNINGS: n`.
     #[error("task {upid} failed: {exitstatus}")]
     TaskFailed {
+        /// The task's UPID.
         upid: String,
         /// PVE's exit status, e.g. `unable to create VM 100 - VM 100 already exists on node 'pve1'`.
         exitstatus: String,

@@ -58,11 +58,13 @@ use crate::util::clock::Clock;
 /// A VM as the fake holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeVm {
+    /// The node the VM is on.
     pub node: String,
     /// A QEMU VM or an LXC container: a call on the other kind's path does not find it.
     pub kind: GuestKind,
     /// The config file's keys (no `digest`: the fake adds it when read).
     pub config: BTreeMap<String, String>,
+    /// The VM is running.
     pub running: bool,
 }
 
@@ -88,8 +90,11 @@ pub enum Fault {
     /// Carried out, then someone else sets `key` of VM `vmid` (`None`: removes it): a change
     /// between this answer and proxsync's next request.
     ThenSet {
+        /// The VM changed.
         vmid: u32,
+        /// The config key set.
         key: String,
+        /// Its new value; `None` removes it.
         value: Option<String>,
     },
 }
@@ -250,6 +255,7 @@ impl FakePve {
         *s.generation.entry(vmid).or_default() += 1;
     }
 
+    /// VM `vmid` as the fake holds it now, if it exists.
     pub fn vm(&self, vmid: u32) -> Option<FakeVm> {
         self.lock().vms.get(&vmid).cloned()
     }
@@ -317,6 +323,7 @@ impl FakePve {
         upid.to_string()
     }
 
+    /// How tasks started from now on end ([`TaskEnd::AtOnce`] until set).
     pub fn set_task_end(&self, end: TaskEnd) {
         self.lock().task_end = end;
     }

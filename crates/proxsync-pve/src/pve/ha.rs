@@ -14,17 +14,24 @@ use crate::guest::GuestKind;
 /// One HA resource as `GET /cluster/ha/resources/{sid}` answers it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct HaResource {
+    /// `vm:N` or `ct:N`.
     pub sid: String,
+    /// The requested state (`started`, `stopped`, `disabled`, `ignored`, ...); absent: `started`.
     #[serde(default)]
     pub state: Option<String>,
+    /// The HA group (PVE 8; PVE 9 has node-affinity rules instead).
     #[serde(default)]
     pub group: Option<String>,
+    /// Restarts on its node after a failed start, before it is relocated; absent: 1.
     #[serde(default, deserialize_with = "opt_u64")]
     pub max_restart: Option<u64>,
+    /// Relocations to another node after a failed start; absent: 1.
     #[serde(default, deserialize_with = "opt_u64")]
     pub max_relocate: Option<u64>,
+    /// The resource's comment.
     #[serde(default)]
     pub comment: Option<String>,
+    /// The HA resources config's digest, to pass back on a change.
     #[serde(default)]
     pub digest: Option<String>,
 }
@@ -32,10 +39,15 @@ pub struct HaResource {
 /// What proxsync sets on a guest's HA resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaParams {
+    /// The requested state (`started`, `stopped`, ...).
     pub state: String,
+    /// The HA group (PVE 8); `None` removes it on an update.
     pub group: Option<String>,
+    /// Restarts on its node after a failed start, before it is relocated.
     pub max_restart: u32,
+    /// Relocations to another node after a failed start.
     pub max_relocate: u32,
+    /// The resource's comment (proxsync writes `proxsync <install>: spec <name>`).
     pub comment: String,
 }
 
@@ -211,7 +223,9 @@ impl Client {
 /// (pve-ha-manager 5.x `API2/HA/Rules.pm`; the rule names its resources).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AffinityKind {
+    /// PVE 8's HA groups (`/cluster/ha/groups`).
     Group,
+    /// PVE 9's node-affinity rules (`/cluster/ha/rules`).
     Rule,
 }
 
@@ -251,6 +265,7 @@ impl AffinityKind {
 /// A group or node-affinity rule as PVE answers it (`nodes` as `node[:priority],...`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct HaAffinity {
+    /// The nodes and their priorities.
     #[serde(default)]
     pub nodes: Option<String>,
     /// A rule's `strict`.
@@ -262,8 +277,10 @@ pub struct HaAffinity {
     /// A rule's resources (`vm:100,vm:101`).
     #[serde(default)]
     pub resources: Option<String>,
+    /// The group's or rule's comment.
     #[serde(default)]
     pub comment: Option<String>,
+    /// The groups' or rules' config digest, to pass back on a change.
     #[serde(default)]
     pub digest: Option<String>,
 }
@@ -273,6 +290,7 @@ pub struct HaAffinity {
 pub struct AffinityParams {
     /// (node, priority), sorted by node.
     pub nodes: Vec<(String, u32)>,
+    /// Only these nodes may run the VM: a rule's `strict`, a group's `restricted`.
     pub strict: bool,
     /// The VM's resource (`vm:N`): a rule names it; a group is named by the resource instead.
     pub sid: String,

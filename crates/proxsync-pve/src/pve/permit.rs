@@ -9,8 +9,11 @@ use crate::ownership::Marker;
 /// The identity a marker write carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkerId {
+    /// The install that writes it (its ownership tag is `proxsync.<install>`).
     pub install: String,
+    /// The spec's name.
     pub spec: String,
+    /// The marker's uid (16 random hex characters, `ownership::new_uid`).
     pub uid: String,
 }
 
@@ -44,28 +47,66 @@ pub enum Act {
     /// Remove this install's ownership tag and marker (`deletionPolicy: Orphan`).
     Release,
     /// Remove this install's ownership tag, keeping the marker (written signed as `marker`).
-    HandOver { marker: MarkerId },
+    HandOver {
+        /// The marker the VM keeps, signed.
+        marker: MarkerId,
+    },
     /// Write this install's `marker` on a VM another install handed over.
-    TakeOver { marker: MarkerId },
+    TakeOver {
+        /// The marker to write.
+        marker: MarkerId,
+    },
     /// Write this install's first `marker` on a VM no install made, which a spec consents to
     /// take over (`proxsync.io/adopt`).
-    Adopt { marker: MarkerId },
+    Adopt {
+        /// The marker to write.
+        marker: MarkerId,
+    },
     /// Write `marker` for the spec a VM is renamed to.
-    Relabel { marker: MarkerId },
+    Relabel {
+        /// The marker naming the new spec.
+        marker: MarkerId,
+    },
     /// Write the VM's own `marker` again, signed (converge).
-    Sign { marker: MarkerId },
+    Sign {
+        /// The VM's marker, to be written signed.
+        marker: MarkerId,
+    },
     /// Detach the drives in `slots` (PVE keeps their volumes as `unusedN`).
-    Detach { slots: Vec<String> },
+    Detach {
+        /// The drive slots (`scsi1`, `ide2`, ...).
+        slots: Vec<String>,
+    },
     /// Destroy the drive in `slot`, bound to `volume`.
-    Destroy { slot: String, volume: String },
+    Destroy {
+        /// The drive slot, or an `unusedN` entry.
+        slot: String,
+        /// The volume the gate saw in the slot (the check before sending compares only the
+        /// slot).
+        volume: String,
+    },
     /// Attach the seed image `volume` as a CD-ROM in `slot`.
-    AttachSeed { slot: String, volume: String },
+    AttachSeed {
+        /// The CD-ROM's drive slot.
+        slot: String,
+        /// The seed image's volume ID.
+        volume: String,
+    },
     /// Delete the storage volume `volume` (a seed image the VM no longer uses).
-    DeleteVolume { volume: String },
+    DeleteVolume {
+        /// The volume ID (`storage:...`).
+        volume: String,
+    },
     /// Remove the HA group or rule `id` made for the VM.
-    RemoveAffinity { id: String },
+    RemoveAffinity {
+        /// The group's or rule's id.
+        id: String,
+    },
     /// Remove the VM's HA resource `sid` (`vm:N`, `ct:N`), which proxsync added for it.
-    RemoveHaResource { sid: String },
+    RemoveHaResource {
+        /// `vm:N` or `ct:N`.
+        sid: String,
+    },
 }
 
 impl Act {
@@ -113,14 +154,17 @@ impl Permit {
         }
     }
 
+    /// The site the permit is for.
     pub fn site(&self) -> &str {
         &self.grant.site
     }
 
+    /// The VMID of the VM the permit is for.
     pub fn vmid(&self) -> u32 {
         self.grant.vmid
     }
 
+    /// What the permit allows.
     pub fn act(&self) -> &Act {
         &self.grant.act
     }

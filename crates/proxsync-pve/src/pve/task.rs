@@ -12,14 +12,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Upid {
     raw: String,
+    /// The node the task runs on.
     pub node: String,
+    /// The worker's process id on that node.
     pub pid: u32,
+    /// The worker's start time in clock ticks since the node booted (`/proc/PID/stat`): a
+    /// reused pid has another.
     pub pstart: u64,
+    /// When the task started (unix seconds, the node's clock).
     pub starttime: u64,
     /// `qmcreate`, `qmclone`, `qmstart`, `qmshutdown`, `qmstop`, `qmdestroy`, `resize`, ...
     pub kind: String,
     /// Usually the VMID; may be empty.
     pub id: String,
+    /// Who started it: `user@realm`, or `user@realm!tokenid` for an API token.
     pub user: String,
 }
 
@@ -168,6 +174,7 @@ pub enum LockHolder {
 }
 
 impl LockHolder {
+    /// What can hold the lock `lock` (a guest config's `lock` value).
     pub fn of(lock: &str) -> LockHolder {
         match lock {
             "suspended" => LockHolder::NoTask,

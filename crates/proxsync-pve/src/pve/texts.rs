@@ -147,6 +147,7 @@ impl Meaning {
 pub struct Text {
     /// PVE's text, `*` for any text and `#` for a number (see the module's doc).
     pub pattern: &'static str,
+    /// What a message that matches `pattern` means.
     pub meaning: Meaning,
     /// Where PVE says it: repository, file, function (API method names as `register_method`'s
     /// `name`).

@@ -12,8 +12,10 @@ use serde::{Deserialize, Deserializer};
 pub struct Version {
     /// `9.1.2`, `8.4.1`, ...
     pub version: String,
+    /// The point release, `x.y` (`9.1`).
     #[serde(default)]
     pub release: Option<String>,
+    /// The short git revision pve-manager was built from.
     #[serde(default)]
     pub repoid: Option<String>,
 }
@@ -90,10 +92,13 @@ pub fn check_import_extension(volid: &str) -> Result<(), String> {
 /// Features implied by a PVE version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
+    /// The release has the `import-from` disk option (PVE 7.2 and later).
     pub import_from: bool,
+    /// `import-from` takes volumes of `import` content (PVE 8.3 and later).
     pub import_content: bool,
     /// qcow2/raw/vmdk can be uploaded into `import` content.
     pub import_upload: bool,
+    /// `PUT .../resize` answers with a task's UPID rather than at once (PVE 8.0 and later).
     pub resize_is_task: bool,
 }
 
@@ -102,8 +107,12 @@ pub struct Features {
 /// string is read too.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct DatacenterOptions {
+    /// `user-tag-access`: which tags users without Sys.Modify on `/` may set (see
+    /// [`DatacenterOptions::user_allow`]).
     #[serde(default, rename = "user-tag-access")]
     pub user_tag_access: Option<serde_json::Value>,
+    /// `registered-tags`: tags only users with Sys.Modify on `/` may set, a list or a
+    /// `;`-separated string.
     #[serde(default, rename = "registered-tags")]
     pub registered_tags: Option<serde_json::Value>,
     /// The tags the caller may set now (PVE computes it for every caller).
@@ -196,14 +205,19 @@ impl DatacenterOptions {
 /// One entry of `GET /cluster/status`: the cluster itself or a node.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ClusterStatusEntry {
+    /// `type`: `cluster` (only on a clustered node) or `node`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The cluster's name, or the node's.
     #[serde(default)]
     pub name: Option<String>,
+    /// `[cluster]` a majority of the nodes is online: the cluster may make decisions.
     #[serde(default, deserialize_with = "opt_bool")]
     pub quorate: Option<bool>,
+    /// `[node]` the node is online.
     #[serde(default, deserialize_with = "opt_bool")]
     pub online: Option<bool>,
+    /// `[cluster]` how many nodes it has, offline ones included.
     #[serde(default, deserialize_with = "opt_u64")]
     pub nodes: Option<u64>,
     /// `[node]` corosync's node id (0 for a standalone node).
@@ -255,6 +269,8 @@ pub struct ClusterHealth {
 }
 
 impl ClusterHealth {
+    /// The health `GET /cluster/status`'s entries show; a node without `online` counts as
+    /// offline.
     pub fn from_entries(entries: &[ClusterStatusEntry]) -> ClusterHealth {
         let quorate = entries
             .iter()
@@ -301,11 +317,15 @@ pub struct VmResource {
     /// `id` is `qemu/100` or `lxc/101`: true for the first.
     #[serde(rename = "id", deserialize_with = "id_is_qemu")]
     pub qemu_id: bool,
+    /// `type`: `qemu`, `lxc` or another; when absent, `id` tells ([`VmResource::is_qemu`]).
     #[serde(rename = "type", default)]
     pub kind: Option<GuestType>,
+    /// The VMID, sent as a number or a string.
     #[serde(deserialize_with = "u32_lenient")]
     pub vmid: u32,
+    /// The node the guest is on.
     pub node: String,
+    /// The guest's name; absent for a VM created seconds ago.
     #[serde(default)]
     pub name: Option<String>,
     /// `running`, `stopped`, or `unknown` (node offline, or the VM just appeared).
@@ -315,19 +335,25 @@ pub struct VmResource {
     /// `;`-separated (older releases also used `,` or spaces).
     #[serde(default, deserialize_with = "tag_string")]
     pub tags: Vec<String>,
+    /// The guest is a template.
     #[serde(default, deserialize_with = "opt_bool")]
     pub template: Option<bool>,
+    /// The guest's config lock (`clone`, `backup`, `migrate`, ...), if any.
     #[serde(default)]
     pub lock: Option<String>,
+    /// The resource pool the guest is in, if any.
     #[serde(default)]
     pub pool: Option<String>,
     /// The HA manager's state of an HA-managed VM (`started`, `stopped`, `error`, ...).
     #[serde(default)]
     pub hastate: Option<String>,
+    /// The guest's CPU count; `None` when absent or not a whole number.
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxcpu: Option<u64>,
+    /// The guest's memory (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxmem: Option<u64>,
+    /// The size of the guest's root image (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxdisk: Option<u64>,
 }
@@ -338,14 +364,18 @@ pub struct VmResource {
 /// is observed incomplete (nothing created or deleted there that cycle).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Listing {
+    /// The entries that decode, in the listing's order.
     pub guests: Vec<VmResource>,
+    /// The entries that do not, one each.
     pub unreadable: Vec<UnreadableEntry>,
 }
 
 /// A listing entry that could not be read: its VMID when that much could, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnreadableEntry {
+    /// The entry's VMID, when that much reads.
     pub vmid: Option<u32>,
+    /// Why the entry does not decode (serde's message, cut after 160 bytes).
     pub error: String,
 }
 
@@ -406,11 +436,15 @@ pub struct NodeResources(pub Vec<NodeResource>);
 /// One node of [`NodeResources`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct NodeResource {
+    /// The node's name.
     pub node: String,
+    /// The node's status as the cluster sees it (`online`, `offline`, ...).
     #[serde(default)]
     pub status: Option<String>,
+    /// The node's memory (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxmem: Option<u64>,
+    /// The node's memory in use (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub mem: Option<u64>,
 }
@@ -438,8 +472,11 @@ impl<'de> Deserialize<'de> for NodeResources {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GuestType {
+    /// A QEMU VM.
     Qemu,
+    /// An LXC container.
     Lxc,
+    /// Any other type.
     #[serde(other)]
     Other,
 }
@@ -448,10 +485,13 @@ pub enum GuestType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ListedStatus {
+    /// The guest is running.
     Running,
+    /// The guest is stopped.
     Stopped,
     /// The node is offline, or the VM appeared seconds ago.
     Unknown,
+    /// Any other status.
     #[serde(other)]
     Other,
 }
@@ -542,25 +582,33 @@ pub fn split_tags(tags: &str) -> Vec<String> {
 /// One storage of `GET /nodes/{node}/storage`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct NodeStorage {
+    /// The storage's id (`local`, `local-lvm`, ...).
     pub storage: String,
+    /// `type`: the storage plugin (`dir`, `lvmthin`, `zfspool`, `rbd`, `nfs`, ...).
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
     /// Comma-separated content types: `images,rootdir`, `iso,import,vztmpl`, ...
     #[serde(default)]
     pub content: Option<String>,
+    /// The storage is accessible from this node.
     #[serde(default, deserialize_with = "opt_bool")]
     pub active: Option<bool>,
+    /// The storage is enabled (not `disable`d in storage.cfg).
     #[serde(default, deserialize_with = "opt_bool")]
     pub enabled: Option<bool>,
+    /// storage.cfg marks the storage shared: every node sees the same volumes.
     #[serde(default, deserialize_with = "opt_bool")]
     pub shared: Option<bool>,
+    /// Free space (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub avail: Option<u64>,
+    /// Total space (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub total: Option<u64>,
 }
 
 impl NodeStorage {
+    /// Whether the storage takes content type `content` (`images`, `iso`, `import`, ...).
     pub fn has_content(&self, content: &str) -> bool {
         self.content
             .as_deref()
@@ -575,12 +623,16 @@ impl NodeStorage {
 pub struct StorageVolume {
     /// `local:iso/debian.iso`, `local-lvm:base-9000-disk-0`, ...
     pub volid: String,
+    /// The content type: `images`, `rootdir`, `iso`, `import`, `vztmpl`, `backup`, ...
     #[serde(default)]
     pub content: Option<String>,
+    /// The format: `raw`, `qcow2`, `subvol`, `iso`, `tgz`, ...
     #[serde(default)]
     pub format: Option<String>,
+    /// The volume's size (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub size: Option<u64>,
+    /// The VMID of the guest that owns the volume, if any.
     #[serde(default, deserialize_with = "opt_u32")]
     pub vmid: Option<u32>,
     /// Creation time (unix seconds); for a file, its inode's change time (pve-storage
@@ -601,9 +653,12 @@ pub fn volume_stem(volid: &str) -> Option<&str> {
 /// One interface of `GET /nodes/{node}/network`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct NetworkInterface {
+    /// The interface's name (`vmbr0`, `eno1`, `bond0`, ...).
     pub iface: String,
+    /// `type`: `bridge`, `OVSBridge`, `eth`, `bond`, `vlan`, ...
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
+    /// The interface is active.
     #[serde(default, deserialize_with = "opt_bool")]
     pub active: Option<bool>,
     /// The MTU `/etc/network/interfaces` sets; absent: the kernel's default, 1500.
@@ -615,10 +670,12 @@ pub struct NetworkInterface {
 /// string form; numbers and booleans are turned into strings so comparisons are uniform.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct VmConfig {
+    /// Property name -> value, `digest` included.
     pub values: BTreeMap<String, String>,
 }
 
 impl VmConfig {
+    /// The value of property `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str)
     }
@@ -630,9 +687,11 @@ impl VmConfig {
     pub fn lock(&self) -> Option<&str> {
         self.get("lock")
     }
+    /// The `description`, where proxsync keeps its marker line.
     pub fn description(&self) -> Option<&str> {
         self.get("description")
     }
+    /// The `tags`, split and lower-cased ([`split_tags`]).
     pub fn tags(&self) -> Vec<String> {
         split_tags(self.get("tags").unwrap_or(""))
     }
@@ -682,12 +741,15 @@ impl<'de> Deserialize<'de> for VmConfig {
 /// One key of `GET /nodes/{node}/qemu/{vmid}/pending`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PendingEntry {
+    /// The config property.
     pub key: String,
+    /// Its current value.
     #[serde(default)]
     pub value: Option<serde_json::Value>,
     /// The value that applies at the next start, when it differs.
     #[serde(default)]
     pub pending: Option<serde_json::Value>,
+    /// A delete of the key is pending (PVE's `1`, or `2` for a forced delete).
     #[serde(default, deserialize_with = "opt_bool")]
     pub delete: Option<bool>,
 }
@@ -727,23 +789,29 @@ pub(crate) struct TaskLogLine {
 /// One task of `GET /nodes/{node}/tasks`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TaskListEntry {
+    /// The task's UPID.
     pub upid: String,
+    /// `type`: `qmcreate`, `qmclone`, `vzdump`, ... ([`TaskListEntry::task_type`]).
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
+    /// The id the task names, usually a VMID ([`TaskListEntry::task_id`]).
     #[serde(default)]
     pub id: Option<String>,
     /// Who started it: `user@realm!tokenid` for a token's running task in PVE's active
     /// listing, `user@realm` with the token in `tokenid` in its archive.
     #[serde(default)]
     pub user: Option<String>,
+    /// The API token's name (after `!`) when a token started the task, in PVE's archive.
     #[serde(default)]
     pub tokenid: Option<String>,
     /// `RUNNING` in PVE's active listing (absent in some fakes and old releases); the exit
     /// status once stopped.
     #[serde(default)]
     pub status: Option<String>,
+    /// When the task started (unix seconds).
     #[serde(default, deserialize_with = "opt_u64")]
     pub starttime: Option<u64>,
+    /// When the task ended (unix seconds); absent while it runs.
     #[serde(default, deserialize_with = "opt_u64")]
     pub endtime: Option<u64>,
 }
@@ -797,19 +865,26 @@ impl TaskListEntry {
 /// A guest agent interface (`network-get-interfaces`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct AgentInterface {
+    /// The interface's name in the guest (`eth0`, `lo`, ...).
     pub name: String,
+    /// Its MAC address.
     #[serde(rename = "hardware-address", default)]
     pub hardware_address: Option<String>,
+    /// Its addresses.
     #[serde(rename = "ip-addresses", default)]
     pub ip_addresses: Vec<AgentIpAddress>,
 }
 
+/// One address of an [`AgentInterface`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct AgentIpAddress {
+    /// The address, without its prefix length.
     #[serde(rename = "ip-address")]
     pub ip_address: String,
+    /// `ipv4` or `ipv6`.
     #[serde(rename = "ip-address-type", default)]
     pub ip_address_type: Option<String>,
+    /// The prefix length (`24`, `64`, ...).
     #[serde(default, deserialize_with = "opt_u32")]
     pub prefix: Option<u32>,
 }
@@ -1133,6 +1208,7 @@ pub struct ClusterShape {
 /// One node entry of `GET /cluster/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ShapeNode {
+    /// The node's name.
     pub name: String,
     /// corosync's node id (0 for a standalone node).
     pub nodeid: Option<u64>,

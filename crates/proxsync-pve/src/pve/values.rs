@@ -42,10 +42,13 @@ pub(crate) fn with_bridge(net: &str, bridge: &str) -> String {
     parts.join(",")
 }
 
+/// The bridge a NIC value names (`bridge=vmbr0`), if any.
 pub fn current_bridge(net: &str) -> Option<&str> {
     net.split(',').find_map(|p| p.strip_prefix("bridge="))
 }
 
+/// Whether `k` is a VM's disk or CD-ROM slot: `ide`, `sata`, `scsi` or `virtio` and a
+/// number (not `efidisk0`, `tpmstate0` or `unusedN`).
 pub fn is_drive_key(k: &str) -> bool {
     ["ide", "sata", "scsi", "virtio"].iter().any(|p| {
         k.strip_prefix(p)
@@ -78,8 +81,11 @@ pub fn nic_macs(cfg: &VmConfig, count: usize) -> Vec<Option<String>> {
 /// model and MAC, and the other options in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetValue {
+    /// The NIC model (`virtio`, `e1000`, ...).
     pub model: Option<String>,
+    /// The MAC address as written, if any.
     pub mac: Option<String>,
+    /// The other options (`bridge`, `firewall`, `tag`, ...), in order.
     pub options: Vec<(String, String)>,
 }
 
@@ -117,11 +123,15 @@ impl NetValue {
 /// (the bare first part, or `file=`) and the other options in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriveValue {
+    /// The volume (`local-lvm:vm-100-disk-1`), or `none`/`cdrom` for an empty CD-ROM.
     pub volume: String,
+    /// The other options (`cache`, `media`, `size`, ...), in order.
     pub options: Vec<(String, String)>,
 }
 
 impl DriveValue {
+    /// Reads `VOLUME,key=value,...` or `file=VOLUME,...`; a later part without `=` is an
+    /// option with an empty value.
     pub fn parse(s: &str) -> DriveValue {
         let mut out = DriveValue::default();
         for (i, part) in s.split(',').enumerate().filter(|(_, p)| !p.is_empty()) {
