@@ -20,8 +20,8 @@
 //! [`Error::surely_not_executed`] proves nothing was done.
 //!
 //! **Seam.** [`Pve`] is the set of calls `execute` and `observe` make; [`Client`] implements
-//! it by calling its own methods, and unit tests use an in-memory fake (`fake`, test builds
-//! only).
+//! it by calling its own methods, and unit tests use an in-memory fake (`fake`: this crate's
+//! tests, and the crates above with the feature `fake`).
 //!
 //! **Logging.** Each request is logged at debug level with method, path, status and duration.
 //! The token travels only in a header marked sensitive; no secret is ever logged.

@@ -123,8 +123,8 @@ impl Act {
     }
 }
 
-/// One act on one VM, allowed by the gate. Not `Clone`, no public constructor: see
-/// `gate::permit`.
+/// One act on one VM, allowed by the gate. Not `Clone`; made only by the gate's decision
+/// functions (see [`Permit::new`] and `gate::permit`).
 #[derive(Debug)]
 pub struct Permit {
     grant: Grant,
