@@ -327,12 +327,13 @@ fn layers(krate: &str) -> (Layers, BTreeMap<&'static str, usize>) {
     (layers, out)
 }
 
-/// The modules declared in `file` (`pub mod m;`, `mod m;`).
+/// The modules declared in `file` (`pub mod m;`, `pub(crate) mod m;`, `mod m;`).
 fn declared(file: &str) -> Vec<String> {
     let text = std::fs::read_to_string(root().join(file)).unwrap();
     text.lines()
         .filter_map(|l| {
             l.trim()
+                .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub ")
                 .strip_prefix("mod ")
                 .filter(|m| m.ends_with(';'))
