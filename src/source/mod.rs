@@ -211,8 +211,8 @@ impl Source {
             Err(refused) => {
                 let refusal = Refusal {
                     commit: tip,
-                    kind: refused.kind,
-                    reason: refused.message,
+                    kind: refused.kind(),
+                    reason: refused.to_string(),
                 };
                 if self.refusal.as_ref() != Some(&refusal) {
                     tracing::warn!(commit = %refusal.commit, kind = %refusal.kind, reason = %refusal.reason, "the branch tip is refused: its specs are not applied");

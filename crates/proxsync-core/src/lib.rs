@@ -4,7 +4,8 @@
 //! - [`gate`]: every destructive or identity-changing decision, on evidence, as a permit or a
 //!   refusal;
 //! - [`plan`]: the planner, from specs and what was observed to actions;
-//! - [`render`]: a spec as PVE parameters; [`cloudinit`]: seed images.
+//! - [`render`]: a spec as PVE parameters; [`cloudinit`]: seed images;
+//! - [`words`]: the decisions of the gate, the planner and execute, in words.
 //!
 //! Its dependencies hold no async runtime, HTTP client, git or database (`tests/tidy.rs`
 //! checks): every function here is tested without a network.
@@ -16,6 +17,7 @@ pub mod gate;
 pub mod model;
 pub mod plan;
 pub mod render;
+pub mod words;
 
 // The layers this crate builds on, under the names its modules use.
 pub(crate) use proxsync_pve::{category, pve};

@@ -108,21 +108,38 @@ impl fmt::Display for RefusalKind {
     }
 }
 
-/// A refused tip: the kind, and the message that says what is wrong and what to do.
+/// A refused tip: why, with what its words need (`crate::words` says them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub enum Refused {
+    /// Its signature did not verify: the verifier's reason.
+    UnverifiedSignature {
+        /// What the verifier said (unsigned, unknown key, bad or expired signature).
+        why: String,
+    },
+    /// It does not descend from the last applied commit `last`, and no operator accepted `tip`.
+    NotDescendant {
+        /// The last applied commit.
+        last: String,
+        /// The refused tip.
+        tip: String,
+    },
+}
+
+impl Refused {
     /// Why, by the name `_summary.yaml` shows.
-    pub kind: RefusalKind,
-    /// What is wrong and what to do, in words.
-    pub message: String,
+    pub fn kind(&self) -> RefusalKind {
+        match self {
+            Refused::UnverifiedSignature { .. } => RefusalKind::UnverifiedSignature,
+            Refused::NotDescendant { .. } => RefusalKind::NotDescendant,
+        }
+    }
 }
 
 /// Whether the tip may be applied (see the module's doc).
 pub fn judge(e: &Evidence<'_>) -> Result<Permit, Refused> {
     if let Signature::Refused(why) = e.signature {
-        return Err(Refused {
-            kind: RefusalKind::UnverifiedSignature,
-            message: why.to_string(),
+        return Err(Refused::UnverifiedSignature {
+            why: why.to_string(),
         });
     }
     let Some(last) = e.last_applied else {
@@ -143,20 +160,10 @@ pub fn judge(e: &Evidence<'_>) -> Result<Permit, Refused> {
     {
         return Ok(Permit::Accepted { from });
     }
-    Err(Refused {
-        kind: RefusalKind::NotDescendant,
-        message: format!(
-            "it does not descend from the last applied commit {}: the branch was rewound (a \
-             force-push to an older commit, or another history); none of it is applied until \
-             an operator accepts it: `proxsync accept commit {}`",
-            short(last),
-            e.tip
-        ),
+    Err(Refused::NotDescendant {
+        last: last.to_string(),
+        tip: e.tip.to_string(),
     })
-}
-
-fn short(commit: &str) -> &str {
-    commit.get(..12).unwrap_or(commit)
 }
 
 #[cfg(test)]
@@ -186,9 +193,8 @@ mod tests {
             };
             assert_eq!(
                 judge(&e),
-                Err(Refused {
-                    kind: RefusalKind::UnverifiedSignature,
-                    message: "the commit is not signed".into()
+                Err(Refused::UnverifiedSignature {
+                    why: "the commit is not signed".into()
                 })
             );
         }
@@ -219,9 +225,9 @@ mod tests {
     fn with_verify_a_rewind_waits_for_an_acceptance_over_the_last_applied_commit() {
         let signed = Signature::Verified("ci@example.org");
         let refused = judge(&evidence(signed, Some(A))).unwrap_err();
-        assert_eq!(refused.kind, RefusalKind::NotDescendant);
+        assert_eq!(refused.kind(), RefusalKind::NotDescendant);
         assert_eq!(
-            refused.message,
+            refused.to_string(),
             format!(
                 "it does not descend from the last applied commit aaaaaaaaaaaa: the branch was \
                  rewound (a force-push to an older commit, or another history); none of it is \
@@ -245,7 +251,7 @@ mod tests {
                 acceptance: Some(&other),
                 ..evidence(signed, Some(A))
             };
-            assert_eq!(judge(&e).unwrap_err().kind, RefusalKind::NotDescendant);
+            assert_eq!(judge(&e).unwrap_err().kind(), RefusalKind::NotDescendant);
         }
     }
 

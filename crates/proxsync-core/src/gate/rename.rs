@@ -12,8 +12,6 @@
 //! carries the marker the record vouches for); `execute` asks again with a config it has just
 //! read, right before it writes the marker.
 
-use std::fmt;
-
 use super::identity::VerifiedMarker;
 use super::permit::{Act, MarkerId, Permit, own};
 use crate::guest::GuestKind;
@@ -79,25 +77,6 @@ pub enum Refused {
     },
     /// Nothing shows the VM is the old spec's: what was found and what to do.
     NotShown(String),
-}
-
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refused::OtherSite {
-                kind,
-                vm_site,
-                spec_site,
-            } => write!(
-                f,
-                "the {noun} is on site {vm_site} and the renamed spec names site {spec_site}: a \
-                 rename never moves a {noun} between clusters; the spec waits (SiteMoved) until \
-                 the {noun} is removed on {vm_site} or the spec names {vm_site} again",
-                noun = kind.noun()
-            ),
-            Refused::NotShown(why) => f.write_str(why),
-        }
-    }
 }
 
 /// May the marker of the VM in `ev` be re-signed from spec `from` to spec `to`, whose site is
