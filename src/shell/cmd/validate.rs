@@ -77,7 +77,8 @@ pub(crate) fn validate(config_path: Option<PathBuf>, paths: Vec<PathBuf>) -> Exi
     // `[source] max_specs` of the config, else its default: never expanded past it.
     let max_specs =
         (config.as_ref()).map_or(crate::config::DEFAULT_MAX_SPECS, |c| c.source.max_specs);
-    let mut set = spec::load_paths_capped(&paths, secrets, max_specs);
+    // Files named alone (a pre-commit hook's staged files) are judged within their repository.
+    let mut set = spec::load_paths_in_repository(&paths, secrets, max_specs);
     if let Some(config) = &config {
         check_against_config(config, &mut set);
     }

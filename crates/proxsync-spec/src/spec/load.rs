@@ -105,6 +105,90 @@ pub fn load_paths_capped(paths: &[PathBuf], secrets: super::Secrets, max_specs: 
     assemble(specs, diags)
 }
 
+/// [`load_paths_capped`] for files of a repository: the named paths are judged with the whole
+/// repository around them (the first directory above holding `.git`), so a `dependsOn`, a
+/// set's name, a duplicate name or a rename that involves a file not named is judged as the
+/// daemon judges the repository; what is reported, and the specs returned, are those of the
+/// named paths, of the `_defaults.yaml` files above them, and the problems elsewhere that name
+/// a spec the named paths define. A pre-commit hook names only
+/// the staged files. Paths in no repository, or in two, or the repository itself, are loaded
+/// as [`load_paths_capped`] loads them.
+pub fn load_paths_in_repository(
+    paths: &[PathBuf],
+    secrets: super::Secrets,
+    max_specs: u64,
+) -> SpecSet {
+    let named: Vec<(PathBuf, String)> = (paths.iter())
+        .map(|p| (canonical(p), p.display().to_string()))
+        .collect();
+    let roots: Option<HashSet<PathBuf>> = named.iter().map(|(c, _)| repository_of(c)).collect();
+    let root = match roots {
+        Some(roots) if roots.len() == 1 => roots.into_iter().next().unwrap_or_default(),
+        _ => return load_paths_capped(paths, secrets, max_specs),
+    };
+    if named.iter().any(|(c, _)| *c == root) {
+        return load_paths_capped(paths, secrets, max_specs);
+    }
+    // The names the named files define: a problem found elsewhere that names one (a duplicate
+    // reported at the other file) is theirs too.
+    let alone = load_paths_capped(paths, secrets, max_specs);
+    let defined: HashSet<&str> = (alone.specs.iter().map(|s| s.name.as_str()))
+        .chain(alone.diagnostics.iter().filter_map(|d| d.spec.as_deref()))
+        .collect();
+    let mut set = load_paths_capped(&[shown_root(&root)], secrets, max_specs);
+    // The named path a file is (`Some(Some(shown))`) or lies under (`Some(None)`).
+    let named_as = |file: &str| -> Option<Option<String>> {
+        let c = canonical(Path::new(file));
+        (named.iter())
+            .find(|(n, _)| c.starts_with(n))
+            .map(|(n, shown)| (c == *n).then(|| shown.clone()))
+    };
+    let above_named = |file: &str| {
+        let dir = canonical(Path::new(file).parent().unwrap_or(Path::new(".")));
+        named.iter().any(|(n, _)| n.starts_with(&dir))
+    };
+    set.specs.retain(|s| named_as(&s.file).is_some());
+    for spec in set.specs.iter_mut() {
+        if let Some(Some(shown)) = named_as(&spec.file) {
+            spec.file = shown;
+        }
+    }
+    set.diagnostics.retain_mut(|d| match named_as(&d.file) {
+        Some(shown) => {
+            if let Some(shown) = shown {
+                d.file = shown;
+            }
+            true
+        }
+        None => {
+            d.spec.as_deref().is_some_and(|n| defined.contains(n))
+                || canonical(Path::new(&d.file)) == root
+                || super::defaults::is_meant_as_defaults(&d.file) && above_named(&d.file)
+        }
+    });
+    set
+}
+
+/// The repository `path` is in: the first directory at or above it holding `.git`.
+fn repository_of(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+/// `root` as the walk should show it: relative to the working directory when that is inside
+/// it (`.`, `..`, ...), else as it is.
+fn shown_root(root: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().map(|c| canonical(&c));
+    match cwd.as_deref().map(|c| c.strip_prefix(root)) {
+        Ok(Ok(below)) => match below.components().count() {
+            0 => PathBuf::from("."),
+            n => (0..n).map(|_| "..").collect(),
+        },
+        _ => root.to_path_buf(),
+    }
+}
+
 /// The effective spec documents of spec file `path`: its `_defaults.yaml` chain merged in,
 /// as YAML, each value a defaults file gave followed by a comment naming that file and line.
 /// SOPS-encrypted values are shown as written (never decrypted here).

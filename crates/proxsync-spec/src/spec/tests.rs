@@ -614,3 +614,40 @@ spec:
     .collect();
     assert!(assemble(ok, Vec::new()).diagnostics.is_empty());
 }
+
+/// A pre-commit hook names the staged files alone: they are judged with the repository around
+/// them, so a `dependsOn` naming a spec of a file not named holds, a name another file already
+/// takes is caught, and what is wrong in files not named is not reported.
+#[test]
+fn named_files_are_judged_within_their_repository() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    std::fs::create_dir(root.join(".git")).unwrap();
+    std::fs::create_dir(root.join("app")).unwrap();
+    let web = root.join("app/web.yaml");
+    std::fs::write(&web, with_spec_lines("web-01", "  dependsOn: [db-01]\n")).unwrap();
+    std::fs::write(root.join("db.yaml"), MINIMAL.replace("web-01", "db-01")).unwrap();
+    std::fs::write(root.join("broken.yaml"), "apiVersion: nope\n").unwrap();
+    let load = |paths: &[std::path::PathBuf]| {
+        load_paths_in_repository(paths, Secrets::StructureOnly, crate::config::DEFAULT_MAX_SPECS)
+    };
+
+    let s = load(std::slice::from_ref(&web));
+    let all: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(all.is_empty(), "{all:?}");
+    let files: Vec<&str> = s.specs.iter().map(|s| s.file.as_str()).collect();
+    assert_eq!(files, [web.display().to_string()]);
+
+    // Another file taking the name: the named file's spec is a duplicate, said where the
+    // second one is.
+    std::fs::write(root.join("copy.yaml"), MINIMAL).unwrap();
+    let s = load(std::slice::from_ref(&web));
+    let all: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(
+        all.iter()
+            .any(|d| d.contains("copy.yaml") && d.contains("duplicate metadata.name \"web-01\"")),
+        "{all:?}"
+    );
+    assert!(all.iter().all(|d| !d.contains("broken.yaml")), "{all:?}");
+    assert!(s.specs.is_empty());
+}
