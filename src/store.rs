@@ -140,7 +140,20 @@ impl Store {
         };
         crate::util::state_dir::create_state_dir(state_dir)
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
-        if needs_new_database(&path).map_err(|e| fail(format!("cannot read the file: {e}")))? {
+        let hint =
+            |e: &std::io::Error| crate::util::state_dir::permission_hint(state_dir, &path, e);
+        let new = needs_new_database(&path)
+            .map_err(|e| fail(format!("cannot read the file: {e}{}", hint(&e))))?;
+        // redb opens it for writing: a file it may only read fails here, with the fix.
+        if !new
+            && let Err(e) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+        {
+            return Err(fail(format!("cannot open the file: {e}{}", hint(&e))));
+        }
+        if new {
             create_database(state_dir, &path).map_err(fail)?;
         }
         let db = redb::Database::builder()

@@ -217,7 +217,8 @@ impl Daemon {
     /// SIGHUP handler and the watchdog timer.
     fn start(config_path: PathBuf, stop: watch::Receiver<bool>) -> Result<Daemon, DaemonError> {
         let config = Config::load(&config_path)?;
-        let lock = InstanceLock::acquire(&config.state_dir).map_err(DaemonError::InUse)?;
+        let lock = InstanceLock::acquire(&config.state_dir)
+            .map_err(|e| DaemonError::InUse(e.to_string()))?;
         let (metrics, metrics_server) = match &config.metrics {
             Some(listen) => {
                 let metrics = Metrics::new(&config.install_id);

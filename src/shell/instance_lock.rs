@@ -77,7 +77,7 @@ fn take(state_dir: &Path, path: &Path) -> Result<(File, bool), String> {
     let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
     crate::util::state_dir::create_state_dir(state_dir).map_err(|e| {
         format!(
-            "{}: cannot create the state directory: {e}",
+            "{}: cannot use the state directory: {e}",
             state_dir.display()
         )
     })?;
@@ -91,7 +91,10 @@ fn take(state_dir: &Path, path: &Path) -> Result<(File, bool), String> {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|e| io_err("cannot open the lock file", e))?
+            .map_err(|e| {
+                let hint = crate::util::state_dir::permission_hint(state_dir, path, &e);
+                io_err("cannot open the lock file", e) + &hint
+            })?
     };
     match file.try_lock() {
         Ok(()) => Ok((file, true)),
@@ -100,20 +103,39 @@ fn take(state_dir: &Path, path: &Path) -> Result<(File, bool), String> {
     }
 }
 
+/// Why the instance lock was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NotLocked {
+    /// Another process holds it (a running daemon): which, and what to do.
+    Held(String),
+    /// The lock file could not be made, opened or written (a state directory another user
+    /// owns, a full disk): no process holds it, and nothing may be written.
+    Failed(String),
+}
+
+impl std::fmt::Display for NotLocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotLocked::Held(why) | NotLocked::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 impl InstanceLock {
-    /// Takes the lock, or says which process holds it and what to do.
-    pub(crate) fn acquire(state_dir: &Path) -> Result<InstanceLock, String> {
+    /// Takes the lock, or says which process holds it (or why it could not be taken) and what
+    /// to do.
+    pub(crate) fn acquire(state_dir: &Path) -> Result<InstanceLock, NotLocked> {
         let path = state_dir.join(LOCK_FILE);
         let io_err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
-        let (mut file, taken) = take(state_dir, &path)?;
+        let (mut file, taken) = take(state_dir, &path).map_err(NotLocked::Failed)?;
         if !taken {
-            return Err(held_message(&mut file, state_dir, &path));
+            return Err(NotLocked::Held(held_message(&mut file, state_dir, &path)));
         }
         // Ours now: say who holds it, for the next one who tries.
         file.set_len(0)
             .and_then(|()| file.rewind())
             .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .map_err(|e| io_err("cannot write the PID", e))?;
+            .map_err(|e| NotLocked::Failed(io_err("cannot write the PID", e)))?;
         Ok(InstanceLock { _file: file })
     }
 }
@@ -145,7 +167,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
         let first = InstanceLock::acquire(&state).unwrap();
-        let e = InstanceLock::acquire(&state).unwrap_err();
+        let NotLocked::Held(e) = InstanceLock::acquire(&state).unwrap_err() else {
+            panic!("a held lock is Held");
+        };
         assert!(
             e.contains(&format!("PID {}", std::process::id()))
                 && e.contains(&state.display().to_string())

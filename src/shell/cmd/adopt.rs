@@ -139,13 +139,15 @@ pub(crate) fn record_adoption(
     config: &Config,
     adoption: &crate::store::Adoption,
 ) -> Result<(), String> {
+    use crate::shell::instance_lock::NotLocked;
     match crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir) {
         Ok(_lock) => {
             let store = crate::store::Store::open(&config.state_dir).map_err(|e| e.to_string())?;
             store.record_adoption(adoption, crate::util::clock::now_ms())
         }
         // The daemon runs: it holds the database, and records it.
-        Err(_) => rt
+        Err(NotLocked::Failed(why)) => Err(why),
+        Err(NotLocked::Held(_)) => rt
             .block_on(crate::shell::control::record_adoption(
                 &config.state_dir,
                 adoption,

@@ -140,12 +140,14 @@ fn with_store(
     direct: impl FnOnce(&Store) -> Result<String, crate::store::StateError>,
     through_daemon: impl FnOnce(&tokio::runtime::Runtime) -> Result<String, String>,
 ) -> Result<String, String> {
+    use crate::shell::instance_lock::NotLocked;
     match crate::shell::instance_lock::InstanceLock::acquire(&config.state_dir) {
         Ok(_lock) => {
             let store = Store::open(&config.state_dir).map_err(|e| e.to_string())?;
             direct(&store).map_err(|e| e.to_string())
         }
-        Err(_) => {
+        Err(NotLocked::Failed(why)) => Err(why),
+        Err(NotLocked::Held(_)) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -629,7 +629,11 @@ fn named_files_are_judged_within_their_repository() {
     std::fs::write(root.join("db.yaml"), MINIMAL.replace("web-01", "db-01")).unwrap();
     std::fs::write(root.join("broken.yaml"), "apiVersion: nope\n").unwrap();
     let load = |paths: &[std::path::PathBuf]| {
-        load_paths_in_repository(paths, Secrets::StructureOnly, crate::config::DEFAULT_MAX_SPECS)
+        load_paths_in_repository(
+            paths,
+            Secrets::StructureOnly,
+            crate::config::DEFAULT_MAX_SPECS,
+        )
     };
 
     let s = load(std::slice::from_ref(&web));
