@@ -111,8 +111,8 @@ pub fn load_paths_capped(paths: &[PathBuf], secrets: super::Secrets, max_specs: 
 /// daemon judges the repository; what is reported, and the specs returned, are those of the
 /// named paths, of the `_defaults.yaml` files above them, and the problems elsewhere that name
 /// a spec the named paths define. A pre-commit hook names only
-/// the staged files. Paths in no repository, or in two, or the repository itself, are loaded
-/// as [`load_paths_capped`] loads them.
+/// the staged files. Paths in no repository or in two, and directories (a tree the caller
+/// chose), are loaded as [`load_paths_capped`] loads them.
 pub fn load_paths_in_repository(
     paths: &[PathBuf],
     secrets: super::Secrets,
@@ -126,7 +126,9 @@ pub fn load_paths_in_repository(
         Some(roots) if roots.len() == 1 => roots.into_iter().next().unwrap_or_default(),
         _ => return load_paths_capped(paths, secrets, max_specs),
     };
-    if named.iter().any(|(c, _)| *c == root) {
+    // A directory named is a tree the caller chose (`validate specs/`, a tree inside a bigger
+    // repository): judged alone, as before.
+    if named.iter().any(|(c, _)| c.is_dir()) {
         return load_paths_capped(paths, secrets, max_specs);
     }
     // The names the named files define: a problem found elsewhere that names one (a duplicate

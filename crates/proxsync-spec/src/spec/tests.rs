@@ -654,4 +654,12 @@ fn named_files_are_judged_within_their_repository() {
     );
     assert!(all.iter().all(|d| !d.contains("broken.yaml")), "{all:?}");
     assert!(s.specs.is_empty());
+
+    // A directory named is the tree chosen: judged alone, db-01 is not in it.
+    let s = load(&[root.join("app")]);
+    let all: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(
+        all.iter().any(|d| d.contains("names db-01, which is no spec")),
+        "{all:?}"
+    );
 }
