@@ -239,6 +239,15 @@ Examples:
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only the specs of this site.
+        #[arg(long, conflicts_with = "name")]
+        site: Option<String>,
+        /// Only the specs on this node.
+        #[arg(long, conflicts_with = "name")]
+        node: Option<String>,
+        /// Only the specs that are not Ready.
+        #[arg(long, conflicts_with = "name")]
+        not_ready: bool,
     },
     /// Print the VMs of the status files as an Ansible inventory: JSON in the dynamic-inventory
     /// format (`--list`, the default; `--host NAME`), or YAML. Hosts by spec name, groups by
@@ -422,7 +431,20 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(config) => cmd::suspend::resume(&config, name.filter(|_| !all)),
             Err(code) => code,
         },
-        Command::Status { name, json } => cmd::status::status_cmd(cli.config, name, json),
+        Command::Status {
+            name,
+            json,
+            site,
+            node,
+            not_ready,
+        } => {
+            let only = crate::shell::status_view::Only {
+                site,
+                node,
+                not_ready,
+            };
+            cmd::status::status_cmd(cli.config, name, json, only)
+        }
         // `--list` is what prints by default; Ansible's script protocol passes it.
         Command::Inventory {
             yaml,

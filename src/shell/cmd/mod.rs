@@ -105,9 +105,39 @@ pub(crate) fn hold_state_dir(
     })
 }
 
+/// The daemon's state as its control socket answers (or not).
+pub(crate) fn daemon_state(config: &Config) -> crate::shell::status_view::DaemonState {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let state = match rt {
+        Ok(rt) => rt.block_on(crate::shell::control::daemon_state(&config.state_dir)),
+        Err(e) => Err(e.to_string()),
+    };
+    match state {
+        Ok(d) => crate::shell::status_view::DaemonState {
+            running: true,
+            pid: Some(d.pid),
+            since: Some(crate::status::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(d.since_ms),
+            )),
+            reason: None,
+        },
+        Err(why) => crate::shell::status_view::DaemonState {
+            running: false,
+            pid: None,
+            since: None,
+            reason: Some(why),
+        },
+    }
+}
+
 /// `Daemon: running since ... (pid N); last cycle ...`, or `not running` and why, from the
 /// control socket and `_summary.yaml`.
-pub(crate) fn daemon_line(config: &Config) -> String {
+pub(crate) fn daemon_line_of(
+    config: &Config,
+    state: &crate::shell::status_view::DaemonState,
+) -> String {
     let now = crate::util::clock::system_now();
     let ago = |t: std::time::SystemTime| {
         crate::shell::status_view::human(now.duration_since(t).unwrap_or_default()) + " ago"
@@ -129,26 +159,20 @@ pub(crate) fn daemon_line(config: &Config) -> String {
         };
         format!("last cycle {when}: {outcome}")
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let state = match rt {
-        Ok(rt) => rt.block_on(crate::shell::control::daemon_state(&config.state_dir)),
-        Err(e) => Err(e.to_string()),
-    };
-    match state {
-        Ok(d) => {
-            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(d.since_ms);
-            format!(
-                "Daemon:      running since {} ({}, pid {}); {}",
-                crate::status::rfc3339(since),
-                ago(since),
-                d.pid,
-                last.unwrap_or_else(|| "no cycle finished yet".into())
-            )
-        }
-        Err(why) => format!(
-            "Daemon:      not running ({why}); {}",
+    let since = state
+        .since
+        .as_deref()
+        .and_then(crate::status::parse_rfc3339);
+    match (state.running, since, state.pid) {
+        (true, Some(since), Some(pid)) => format!(
+            "Daemon:      running since {} ({}, pid {pid}); {}",
+            crate::status::rfc3339(since),
+            ago(since),
+            last.unwrap_or_else(|| "no cycle finished yet".into())
+        ),
+        _ => format!(
+            "Daemon:      not running ({}); {}",
+            state.reason.as_deref().unwrap_or("it did not answer"),
             match last {
                 Some(last) => format!("what follows is from its {last}"),
                 None => "no cycle ever finished".into(),

@@ -58,6 +58,8 @@ pub(super) fn detail_fields(out: &mut String, f: &SpecFile, name: &str, now: Sys
     field("VMID", f.vm_id.map_or("-".to_string(), |v| v.to_string()));
     field("VM name", or_dash(&f.vm_name));
     field("State", or_dash(&f.state));
+    // The reason the list's row shows, named the same way (its condition is listed below).
+    field("Reason", headline(&f.conditions).0);
     let ips: Vec<String> = f.ip_addresses.iter().map(|a| clean(a)).collect();
     field(
         "IP addresses",

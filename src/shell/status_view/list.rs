@@ -2,14 +2,16 @@
 
 use super::*;
 
-/// The version of the `--json` list's shape (its `version`): 2 since `orphans` entries name
-/// their `kind` (as `_orphans.yaml` of version 2 does); 1 had no `version` field.
-/// docs/output.md.
-pub(crate) const LIST_JSON_VERSION: u32 = 2;
+/// The version of the `--json` list's shape (its `version`): 3 since it holds the daemon's
+/// state (`daemon`); 2 since `orphans` entries name their `kind` (as `_orphans.yaml` of
+/// version 2 does); 1 had no `version` field. docs/output.md.
+pub(crate) const LIST_JSON_VERSION: u32 = 3;
 
 #[derive(Serialize)]
 pub(super) struct ListJson<'a> {
     version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon: Option<&'a DaemonState>,
     summary: Option<&'a SummaryFile>,
     specs: &'a [SpecFile],
     orphans: &'a [OrphanRecord],
@@ -18,9 +20,10 @@ pub(super) struct ListJson<'a> {
 
 pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, ViewError> {
     if opts.json {
-        let listing = load_listing::<SpecFile>(dir)?;
+        let listing = load_listing::<SpecFile>(dir, &opts.only)?;
         let out = serde_json::to_string_pretty(&ListJson {
             version: LIST_JSON_VERSION,
+            daemon: opts.daemon.as_ref(),
             summary: listing.summary.as_ref(),
             specs: &listing.specs,
             orphans: &listing.orphans,
@@ -29,15 +32,25 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
         return Ok(json_for_terminal(out));
     }
 
-    let listing = load_listing::<SpecRow>(dir)?;
+    let listing = load_listing::<SpecRow>(dir, &opts.only)?;
     let p = Paint(opts.color);
     let mut out = String::new();
     if let Some(s) = &listing.summary {
-        summary_text(&mut out, s, opts.now, p);
+        let suspended = (listing.specs.iter())
+            .filter(|f| {
+                f.condition(kinds::SUSPENDED)
+                    .is_some_and(|c| c.status == ConditionStatus::True)
+            })
+            .count();
+        // Counted of the specs shown: a filtered list's count is of what it shows.
+        let suspended = opts.only.is_all().then_some(suspended);
+        summary_text(&mut out, s, suspended, opts, p);
         out.push('\n');
     }
 
-    if listing.specs.is_empty() {
+    if listing.specs.is_empty() && !opts.only.is_all() {
+        let _ = writeln!(out, "No spec matches the filter.");
+    } else if listing.specs.is_empty() {
         let _ = writeln!(
             out,
             "No spec status files in {}.",
@@ -62,7 +75,7 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
                 "MESSAGE",
             ],
             &rows,
-            Some(TARGET_WIDTH),
+            opts.width,
             p,
         ));
     }
@@ -117,7 +130,14 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
 
 // Long because: one line per summary field, in display order, each only when it says
 // something.
-pub(super) fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p: Paint) {
+pub(super) fn summary_text(
+    out: &mut String,
+    s: &SummaryFile,
+    suspended: Option<usize>,
+    opts: &ViewOptions,
+    p: Paint,
+) {
+    let now = opts.now;
     let commit = match s.commit.as_deref() {
         Some(c) if !c.is_empty() => clean(&short_commit(c)),
         _ => "none yet".to_string(),
@@ -164,9 +184,13 @@ pub(super) fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p
         let text = format!("{n} {label}");
         if n > 0 { p.paint(color, &text) } else { text }
     };
+    let suspended = match suspended {
+        Some(n) if n > 0 => format!(", {}", count(n as u64, "suspended", Color::Yellow)),
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "Specs:       {} ({}, {}, {}, {})",
+        "Specs:       {} ({}, {}, {}, {}{suspended})",
         s.specs,
         if s.ready == s.specs {
             p.paint(Color::Green, &format!("{} Ready", s.ready))
@@ -219,10 +243,10 @@ pub(super) fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p
             out,
             "Sites:       {} ({})",
             p.paint(Color::Red, &sites),
-            cut(&problems.join("; "), TARGET_WIDTH)
+            cut_to(&problems.join("; "), opts.width)
         );
     }
-    if let Some(line) = parallel_line(&s.sites) {
+    if let Some(line) = parallel_line(&s.sites, opts.width) {
         let _ = writeln!(out, "At once:     {line}");
     }
     let last = match parse_rfc3339(&s.last_cycle) {
@@ -261,7 +285,10 @@ pub(super) fn summary_text(out: &mut String, s: &SummaryFile, now: SystemTime, p
 }
 
 /// The actions proxsync may run at once per node, `site/node N, ...`; `None` before any.
-pub(super) fn parallel_line(sites: &[crate::status::SiteRecord]) -> Option<String> {
+pub(super) fn parallel_line(
+    sites: &[crate::status::SiteRecord],
+    width: Option<usize>,
+) -> Option<String> {
     let nodes: Vec<String> = sites
         .iter()
         .flat_map(|site| {
@@ -270,12 +297,7 @@ pub(super) fn parallel_line(sites: &[crate::status::SiteRecord]) -> Option<Strin
                 .map(move |(node, n)| format!("{}/{} {n}", clean(&site.name), clean(node)))
         })
         .collect();
-    (!nodes.is_empty()).then(|| {
-        cut(
-            &format!("{} (actions per node)", nodes.join(", ")),
-            TARGET_WIDTH,
-        )
-    })
+    (!nodes.is_empty()).then(|| cut_to(&format!("{} (actions per node)", nodes.join(", ")), width))
 }
 
 /// Why a site is not healthy, or `None` when it is.
@@ -296,17 +318,30 @@ pub(super) fn site_problem(site: &crate::status::SiteRecord) -> Option<String> {
     (!why.is_empty()).then(|| why.join(", "))
 }
 
+/// The reason and message a spec is summed up by, in the list's row and atop its detail: a
+/// Stalled one's (what a person must do), else a pending restart's while Ready (what is not
+/// applied yet), else Ready's.
+pub(super) fn headline(conditions: &[Condition]) -> (String, Option<Color>, &str) {
+    let find = |kind: &str| {
+        (conditions.iter()).find(|c| c.kind == kind && c.status == ConditionStatus::True)
+    };
+    let ready = conditions.iter().find(|c| c.kind == kinds::READY);
+    match (find(kinds::STALLED), ready, find(kinds::REBOOT_PENDING)) {
+        (Some(s), _, _) => (or_dash(&s.reason), Some(Color::Red), s.message.as_str()),
+        (None, Some(r), Some(pending)) if r.status == ConditionStatus::True => (
+            kinds::REBOOT_PENDING.to_string(),
+            Some(Color::Yellow),
+            pending.message.as_str(),
+        ),
+        (None, Some(r), _) => (or_dash(&r.reason), None, r.message.as_str()),
+        (None, None, _) => ("-".to_string(), None, ""),
+    }
+}
+
 pub(super) fn spec_row(f: &SpecRow, now: SystemTime) -> Vec<Cell> {
     let ready = f.condition(kinds::READY);
-    let stalled = f
-        .condition(kinds::STALLED)
-        .filter(|c| c.status == ConditionStatus::True);
     let ready_status = ready.map_or(ConditionStatus::Unknown, |c| c.status);
-    let (reason, reason_color, message) = match (stalled, ready) {
-        (Some(s), _) => (or_dash(&s.reason), Some(Color::Red), s.message.as_str()),
-        (None, Some(r)) => (or_dash(&r.reason), None, r.message.as_str()),
-        (None, None) => ("-".to_string(), None, ""),
-    };
+    let (reason, reason_color, message) = headline(&f.conditions);
     let mut message = clean(message);
     if let Some(b) = &f.backoff {
         let when = match parse_rfc3339(&b.next_attempt) {

@@ -41,8 +41,9 @@ use crate::status::{
     SUMMARY_FILE, SpecFile, StatusDir, SummaryFile, kinds, parse_rfc3339,
 };
 
-/// The list view aims to fit lines into this many columns (the message column is cut).
-const TARGET_WIDTH: usize = 120;
+/// The width the list view fits its lines into on a terminal whose width is not known (the
+/// message column is cut).
+pub(crate) const TARGET_WIDTH: usize = 120;
 
 /// The message column is never cut below this many characters.
 const MIN_MESSAGE_WIDTH: usize = 20;
@@ -66,6 +67,56 @@ pub(crate) struct ViewOptions {
     pub color: bool,
     /// The time ages are computed against.
     pub now: SystemTime,
+    /// Which specs the list shows (`--site`, `--node`, `--not-ready`).
+    pub only: Only,
+    /// The columns a line may take (a terminal's width); `None`: lines are never cut (not a
+    /// terminal: a file or a pipe keeps every word).
+    pub width: Option<usize>,
+    /// The daemon's state, for the `--json` list (the text view's caller prints its line).
+    pub daemon: Option<DaemonState>,
+}
+
+/// Which specs the list shows; every spec when all are unset.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Only {
+    /// Only the specs of this site.
+    pub site: Option<String>,
+    /// Only the specs on this node.
+    pub node: Option<String>,
+    /// Only the specs whose Ready is not True.
+    pub not_ready: bool,
+}
+
+impl Only {
+    fn keeps(&self, site: &str, node: &str, conditions: &[Condition]) -> bool {
+        let ready = (conditions.iter())
+            .any(|c| c.kind == kinds::READY && c.status == ConditionStatus::True);
+        self.site.as_deref().is_none_or(|s| s == site)
+            && self.node.as_deref().is_none_or(|n| n == node)
+            && !(self.not_ready && ready)
+    }
+
+    fn is_all(&self) -> bool {
+        self.site.is_none() && self.node.is_none() && !self.not_ready
+    }
+}
+
+/// The daemon as `status` finds it (its control socket): running since when with which PID,
+/// or not running and why. In the `--json` list as `daemon`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DaemonState {
+    /// Whether it answered on its control socket.
+    pub running: bool,
+    /// Its PID, when it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// When it started (RFC 3339), when it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Why it is taken as not running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why the status could not be shown.
@@ -135,7 +186,7 @@ pub(crate) fn render(status_dir: &Path, opts: &ViewOptions) -> Result<String, Vi
 /// is built from.
 pub(crate) fn spec_files(status_dir: &Path) -> Result<(Vec<SpecFile>, Vec<String>), ViewError> {
     check_dir(status_dir)?;
-    let listing = load_listing::<SpecFile>(status_dir)?;
+    let listing = load_listing::<SpecFile>(status_dir, &Only::default())?;
     Ok((listing.specs, listing.notes))
 }
 
@@ -254,17 +305,25 @@ impl SpecRow {
 /// A parsed spec status file as the list holds it: [`SpecRow`] or the whole [`SpecFile`].
 trait Named: DeserializeOwned + Send {
     fn name_mut(&mut self) -> &mut String;
+    /// Whether the list shows it (`--site`, `--node`, `--not-ready`).
+    fn shown(&self, only: &Only) -> bool;
 }
 
 impl Named for SpecRow {
     fn name_mut(&mut self) -> &mut String {
         &mut self.name
     }
+    fn shown(&self, only: &Only) -> bool {
+        only.keeps(&self.site, &self.node, &self.conditions)
+    }
 }
 
 impl Named for SpecFile {
     fn name_mut(&mut self) -> &mut String {
         &mut self.name
+    }
+    fn shown(&self, only: &Only) -> bool {
+        only.keeps(&self.site, &self.node, &self.conditions)
     }
 }
 
@@ -277,7 +336,7 @@ struct Listing<T> {
     notes: Vec<String>,
 }
 
-fn load_listing<T: Named>(dir: &Path) -> Result<Listing<T>, ViewError> {
+fn load_listing<T: Named>(dir: &Path, only: &Only) -> Result<Listing<T>, ViewError> {
     let sd = StatusDir::open(dir).map_err(|source| ViewError::Io {
         path: dir.to_path_buf(),
         source,
@@ -334,7 +393,9 @@ fn load_listing<T: Named>(dir: &Path) -> Result<Listing<T>, ViewError> {
                     ));
                     *named = name;
                 }
-                listing.specs.push(f);
+                if f.shown(only) {
+                    listing.specs.push(f);
+                }
             }
             // Removed between the listing and the read: the spec is gone.
             Loaded::Missing => {}
@@ -377,6 +438,9 @@ mod tests {
             json,
             color,
             now: now(),
+            only: Only::default(),
+            width: Some(TARGET_WIDTH),
+            daemon: None,
         }
     }
 
@@ -607,12 +671,15 @@ mod tests {
             parallel_per_node: parallel.iter().map(|(n, k)| (n.to_string(), *k)).collect(),
             ..Default::default()
         };
-        assert_eq!(parallel_line(&[site("lab", &[])]), None);
+        assert_eq!(parallel_line(&[site("lab", &[])], Some(TARGET_WIDTH)), None);
         assert_eq!(
-            parallel_line(&[
-                site("lab", &[("pve2", 2), ("pve1", 8)]),
-                site("edge", &[("e1", 1)])
-            ])
+            parallel_line(
+                &[
+                    site("lab", &[("pve2", 2), ("pve1", 8)]),
+                    site("edge", &[("e1", 1)])
+                ],
+                Some(TARGET_WIDTH)
+            )
             .as_deref(),
             Some("lab/pve1 8, lab/pve2 2, edge/e1 1 (actions per node)")
         );
@@ -837,6 +904,134 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         assert_eq!(stripped, plain);
     }
 
+    /// A Ready spec whose changes wait for a restart says so in its row, under the name its
+    /// detail gives it; a suspended one is counted; the filters keep what they select.
+    #[test]
+    fn rows_show_a_pending_restart_and_the_filters_select() {
+        let (_d, dir) = fixture();
+        let mut sd = StatusDir::open(&dir).unwrap();
+        let mut app = healthy("app-01", "eu-fra", "fra1", 202);
+        set(
+            &mut app,
+            c(
+                kinds::REBOOT_PENDING,
+                T,
+                Reason::PendingChanges,
+                "memory take effect at the next start of the VM (proxsync does not reboot it)",
+            ),
+        );
+        set(
+            &mut app,
+            c(kinds::SUSPENDED, T, Reason::Suspended, "by ops"),
+        );
+        sd.write_spec(&app, t(T0)).unwrap();
+
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        let r = row(&text, "app-01");
+        assert_eq!(cols(r)[4..6], ["True", "RebootPending"], "{text}");
+        assert!(r.contains("memory take effect at the next start"), "{r}");
+        assert!(
+            text.contains(
+                "Specs:       5 (1 Ready, 2 Stalled, 2 backing off, 1 invalid, 1 suspended)"
+            ),
+            "{text}"
+        );
+        let detail = render(&dir, &opts(Some("app-01"), false, false)).unwrap();
+        assert!(
+            detail.contains("\nReason:       RebootPending\n"),
+            "{detail}"
+        );
+
+        let only = |only: Only| {
+            let o = ViewOptions {
+                only,
+                ..opts(None, false, false)
+            };
+            let text = render(&dir, &o).unwrap();
+            let names: Vec<String> = (text.lines())
+                .skip_while(|l| !l.starts_with("NAME"))
+                .skip(1)
+                .take_while(|l| !l.is_empty())
+                .map(|l| cols(l)[0].to_string())
+                .collect();
+            names
+        };
+        let site = Only {
+            site: Some("eu-fra".into()),
+            ..Only::default()
+        };
+        assert_eq!(only(site), ["app-01", "cache-fra-01", "new-01"]);
+        let node = Only {
+            node: Some("pve2".into()),
+            ..Only::default()
+        };
+        assert_eq!(only(node), ["db-01"]);
+        let not_ready = Only {
+            not_ready: true,
+            ..Only::default()
+        };
+        assert_eq!(
+            only(not_ready),
+            ["bad-01", "cache-fra-01", "db-01", "new-01"]
+        );
+        let none = Only {
+            site: Some("nowhere".into()),
+            ..Only::default()
+        };
+        let o = ViewOptions {
+            only: none,
+            ..opts(None, false, false)
+        };
+        assert!(
+            render(&dir, &o)
+                .unwrap()
+                .contains("No spec matches the filter.")
+        );
+    }
+
+    /// An invalid spec's reason is named alike in its row and atop its detail.
+    #[test]
+    fn an_invalid_spec_has_one_reason_in_the_list_and_the_detail() {
+        let (_d, dir) = fixture();
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        let reason = cols(row(&text, "bad-01"))[5].to_string();
+        let detail = render(&dir, &opts(Some("bad-01"), false, false)).unwrap();
+        assert!(
+            detail.contains(&format!("\nReason:       {reason}\n")),
+            "{detail}"
+        );
+    }
+
+    /// Off a terminal nothing is cut; the JSON list carries the daemon's state.
+    #[test]
+    fn a_pipe_gets_every_word_and_the_json_the_daemon() {
+        let (_d, dir) = fixture();
+        let o = ViewOptions {
+            width: None,
+            ..opts(None, false, false)
+        };
+        let text = render(&dir, &o).unwrap();
+        assert!(!text.contains('…'), "{text}");
+        assert!(
+            text.lines().any(|l| l.chars().count() > TARGET_WIDTH),
+            "{text}"
+        );
+        let daemon = DaemonState {
+            running: true,
+            pid: Some(4242),
+            since: Some("2025-03-01T11:00:00Z".into()),
+            reason: None,
+        };
+        let o = ViewOptions {
+            daemon: Some(daemon),
+            ..opts(None, true, false)
+        };
+        let v: serde_json::Value = serde_json::from_str(&render(&dir, &o).unwrap()).unwrap();
+        assert_eq!(v["daemon"]["running"], true);
+        assert_eq!(v["daemon"]["pid"], 4242);
+        assert_eq!(v["daemon"]["since"], "2025-03-01T11:00:00Z");
+    }
+
     #[test]
     fn list_json_is_the_parsed_files() {
         let (_d, dir) = fixture();
@@ -845,7 +1040,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["orphans", "skipped", "specs", "summary", "version"]);
-        assert_eq!(v["version"], 2);
+        assert_eq!(v["version"], 3);
         assert_eq!(v["summary"]["commit"], COMMIT);
         assert_eq!(v["summary"]["backingOff"], 2);
         assert_eq!(v["summary"]["lastCycle"], "2025-03-01T12:04:48Z");
@@ -1024,7 +1219,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         let json = render(d.path(), &opts(None, true, false)).unwrap();
         assert_eq!(
             json,
-            "{\n  \"version\": 2,\n  \"summary\": null,\n  \"specs\": [],\n  \"orphans\": [],\n  \"skipped\": []\n}\n"
+            "{\n  \"version\": 3,\n  \"summary\": null,\n  \"specs\": [],\n  \"orphans\": [],\n  \"skipped\": []\n}\n"
         );
     }
 

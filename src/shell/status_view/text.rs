@@ -162,6 +162,14 @@ pub(crate) fn json_for_terminal(json: String) -> String {
 }
 
 /// Cuts to at most `max` characters, ending with `…` when cut.
+/// [`cut`] to a line's width, or whole when lines are not cut (`None`).
+pub(super) fn cut_to(s: &str, width: Option<usize>) -> String {
+    match width {
+        Some(max) => cut(s, max),
+        None => s.to_string(),
+    }
+}
+
 pub(super) fn cut(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();

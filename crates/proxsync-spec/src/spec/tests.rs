@@ -659,7 +659,8 @@ fn named_files_are_judged_within_their_repository() {
     let s = load(&[root.join("app")]);
     let all: Vec<String> = s.diagnostics.iter().map(ToString::to_string).collect();
     assert!(
-        all.iter().any(|d| d.contains("names db-01, which is no spec")),
+        all.iter()
+            .any(|d| d.contains("names db-01, which is no spec")),
         "{all:?}"
     );
 }
