@@ -324,8 +324,8 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
 /// What `proxsync accept` accepts.
 #[derive(Debug, Subcommand)]
 pub enum Accept {
-    /// The cluster SITE's endpoint now reaches, which a cycle refused because it is not the
-    /// cluster recorded for the site (reason SiteIdentityChanged): it becomes the site's.
+    /// Make the cluster SITE's endpoint now reaches the site's: a cycle refused it because it
+    /// is not the cluster recorded for the site (reason SiteIdentityChanged).
     #[command(after_help = "\
 Examples:
   proxsync accept site lab        the cluster site lab reaches now is lab's cluster
@@ -474,16 +474,18 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(_) => ExitCode::FAILURE,
             }
         }
-        Command::Manpages { dir } => match manpages(&dir) {
-            Ok(n) => {
-                println!("{n} man page(s) written to {}", dir.display());
-                ExitCode::SUCCESS
+        Command::Manpages { dir } => {
+            match crate::shell::manpages::write(&dir, <Cli as clap::CommandFactory>::command()) {
+                Ok(n) => {
+                    println!("{n} man page(s) written to {}", dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}: {e}", dir.display());
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("error: {}: {e}", dir.display());
-                ExitCode::FAILURE
-            }
-        },
+        }
     }
 }
 
@@ -556,30 +558,6 @@ fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'sta
         }
     })
     .delimited(" ")
-}
-
-/// `proxsync.1` and one page per subcommand (`proxsync-plan.1`, `proxsync-accept-site.1`),
-/// from the clap definitions; returns how many.
-fn manpages(dir: &std::path::Path) -> std::io::Result<usize> {
-    fn write(dir: &std::path::Path, cmd: &clap::Command) -> std::io::Result<usize> {
-        // `build` names each subcommand's page `proxsync-plan`, `proxsync-accept-site`.
-        let name = cmd.get_display_name().unwrap_or(cmd.get_name());
-        let mut page = Vec::new();
-        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
-        std::fs::write(dir.join(format!("{name}.1")), page)?;
-        let mut n = 1;
-        for sub in cmd
-            .get_subcommands()
-            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-        {
-            n += write(dir, sub)?;
-        }
-        Ok(n)
-    }
-    std::fs::create_dir_all(dir)?;
-    let mut cmd = <Cli as clap::CommandFactory>::command();
-    cmd.build();
-    write(dir, &cmd)
 }
 
 #[cfg(test)]

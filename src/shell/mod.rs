@@ -10,5 +10,6 @@ pub(crate) mod doctor;
 pub(crate) mod instance_lock;
 pub(crate) mod inventory;
 pub(crate) mod malloc;
+pub(crate) mod manpages;
 pub(crate) mod plan_report;
 pub(crate) mod status_view;

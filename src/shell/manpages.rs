@@ -1,0 +1,237 @@
+//! The man pages the package ships: `proxsync.1` and one page per subcommand
+//! (`proxsync-plan.1`, `proxsync-accept-site.1`), from the clap definitions, with what clap's
+//! pages lack: a NAME line of one clause (the whole text is the DESCRIPTION), the examples as
+//! written (no-fill), EXIT STATUS and FILES.
+
+use std::io::Write as _;
+use std::path::Path;
+
+/// What each page's command exits with, by page name: every visible command has a line (a
+/// test checks), as docs/cli.md's table gives them.
+const EXIT_STATUS: &[(&str, &str)] = &[
+    (
+        "proxsync",
+        "0 on success; each command's page says what else it exits with.",
+    ),
+    ("proxsync-validate", "0 valid, 1 invalid."),
+    (
+        "proxsync-doctor",
+        "0 no failure, 1 any failure (with --exercise: any answer differs, or the exercise could not begin).",
+    ),
+    (
+        "proxsync-run",
+        "0 stopped cleanly; with --once, 0 every spec Ready, 1 otherwise.",
+    ),
+    (
+        "proxsync-plan",
+        "0 no changes, 2 changes, 1 when the plan cannot be trusted: a site that cannot be read, an invalid spec, a refused commit, a spec set not read completely, a name that is no spec.",
+    ),
+    (
+        "proxsync-status",
+        "0; 1 when the status directory cannot be read.",
+    ),
+    ("proxsync-inventory", "0; 1 no status directory."),
+    (
+        "proxsync-adopt",
+        "0 recorded (or listed), 1 refused (the reason and what to do).",
+    ),
+    ("proxsync-import", "0 written, 1 nothing written."),
+    (
+        "proxsync-accept",
+        "0 accepted, 1 refused or nothing to accept.",
+    ),
+    (
+        "proxsync-accept-commit",
+        "0 accepted (or none needed), 1 refused.",
+    ),
+    (
+        "proxsync-accept-site",
+        "0 accepted, 1 nothing refused to accept.",
+    ),
+    (
+        "proxsync-reconcile",
+        "0 queued, 1 no daemon or no such spec.",
+    ),
+    ("proxsync-suspend", "0 recorded, 1 refused."),
+    ("proxsync-resume", "0."),
+    ("proxsync-schema", "0."),
+    ("proxsync-completions", "0."),
+];
+
+/// The files every page lists.
+const FILES: &[(&str, &str)] = &[
+    (
+        "/etc/proxsync/proxsync.toml",
+        "the configuration (--config names another)",
+    ),
+    (
+        "/var/lib/proxsync",
+        "the state directory (state_dir): the state database, the marker key, the lock, the control socket",
+    ),
+    (
+        "/var/lib/proxsync/status",
+        "the status files (status_dir): one YAML file per spec, _summary.yaml, _orphans.yaml",
+    ),
+    (
+        "/usr/share/doc/proxsync/docs",
+        "the book: the spec, the config, the status files, operations",
+    ),
+];
+
+/// Writes the pages into `dir`; returns how many.
+pub(crate) fn write(dir: &Path, mut cli: clap::Command) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    cli.build();
+    write_tree(dir, &cli)
+}
+
+fn write_tree(dir: &Path, cmd: &clap::Command) -> std::io::Result<usize> {
+    // `build` names each subcommand's page `proxsync-plan`, `proxsync-accept-site`.
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+    std::fs::write(dir.join(format!("{name}.1")), page(&name, cmd)?)?;
+    let mut n = 1;
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        n += write_tree(dir, sub)?;
+    }
+    Ok(n)
+}
+
+/// One command's page.
+fn page(name: &str, cmd: &clap::Command) -> std::io::Result<Vec<u8>> {
+    let full = cmd.get_about().map(ToString::to_string).unwrap_or_default();
+    let long = (cmd.get_long_about()).map_or_else(|| full.clone(), ToString::to_string);
+    let examples = (cmd.get_after_long_help().or(cmd.get_after_help())).map(ToString::to_string);
+    // clap's page without its EXTRA section: the examples follow as written.
+    let shown = (cmd.clone())
+        .about(first_clause(&full))
+        .long_about(long)
+        .after_help(None::<&str>)
+        .after_long_help(None::<&str>);
+    let mut page = Vec::new();
+    clap_mangen::Man::new(shown).render(&mut page)?;
+    if let Some(text) = examples {
+        writeln!(page, ".SH EXAMPLES\n.nf")?;
+        for line in text.lines() {
+            writeln!(page, "{}", roff_line(line))?;
+        }
+        writeln!(page, ".fi")?;
+    }
+    let status = (EXIT_STATUS.iter())
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s);
+    if let Some(status) = status {
+        writeln!(page, ".SH \"EXIT STATUS\"\n{}", roff_line(status))?;
+    }
+    writeln!(page, ".SH FILES")?;
+    for (file, what) in FILES {
+        writeln!(page, ".TP\n.I {}\n{}", roff_line(file), roff_line(what))?;
+    }
+    if name != "proxsync" {
+        writeln!(page, ".SH \"SEE ALSO\"\n.BR proxsync (1)")?;
+    }
+    Ok(page)
+}
+
+/// The NAME line's text: the description up to its first `;`, `:` or sentence end.
+fn first_clause(about: &str) -> String {
+    let end = [". ", "; ", ": "]
+        .iter()
+        .filter_map(|sep| about.find(sep))
+        .min()
+        .unwrap_or(about.len());
+    about[..end].trim_end_matches('.').trim().to_string()
+}
+
+/// `text` as one roff text line: backslashes escaped, a leading `.` or `'` (a request) kept
+/// as text.
+fn roff_line(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e");
+    match escaped.starts_with(['.', '\'']) {
+        true => format!("\\&{escaped}"),
+        false => escaped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pages() -> (tempfile::TempDir, Vec<(String, String)>) {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = <crate::shell::cli::Cli as clap::CommandFactory>::command();
+        write(dir.path(), cli).unwrap();
+        let mut pages: Vec<(String, String)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = e
+                    .file_name()
+                    .to_string_lossy()
+                    .trim_end_matches(".1")
+                    .to_string();
+                (name, std::fs::read_to_string(e.path()).unwrap())
+            })
+            .collect();
+        pages.sort();
+        (dir, pages)
+    }
+
+    /// Every page has a one-clause NAME line, its exit status and the files.
+    #[test]
+    fn every_page_names_its_command_in_a_clause_and_says_how_it_exits() {
+        let (_dir, pages) = pages();
+        assert!(pages.len() > 10, "{}", pages.len());
+        for (name, page) in &pages {
+            let name_line = (page.lines())
+                .skip_while(|l| *l != ".SH NAME")
+                .nth(1)
+                .unwrap_or_default();
+            assert!(
+                !name_line.contains(';') && name_line.len() < 160,
+                "{name}: NAME line {name_line:?}"
+            );
+            assert!(
+                page.contains(".SH \"EXIT STATUS\"\n"),
+                "{name} has no EXIT STATUS"
+            );
+            assert!(page.contains(".SH FILES\n"), "{name} has no FILES");
+        }
+    }
+
+    /// An example line keeps its spacing: no-fill, one roff line per line.
+    #[test]
+    fn examples_are_printed_as_written() {
+        let (_dir, pages) = pages();
+        let plan = &pages.iter().find(|(n, _)| n == "proxsync-plan").unwrap().1;
+        let examples = plan
+            .split(".SH EXAMPLES\n.nf\n")
+            .nth(1)
+            .expect("an EXAMPLES section");
+        let examples = examples.split("\n.fi").next().unwrap();
+        let cli = <crate::shell::cli::Cli as clap::CommandFactory>::command();
+        let after = cli
+            .find_subcommand("plan")
+            .unwrap()
+            .get_after_help()
+            .unwrap()
+            .to_string();
+        assert_eq!(examples, after.replace('\\', "\\e"));
+        assert!(!plan.contains(".SH EXTRA"), "{plan}");
+    }
+
+    #[test]
+    fn the_name_line_is_the_first_clause() {
+        assert_eq!(
+            first_clause("Show what a reconcile would do now, field by field; exit 0 no changes"),
+            "Show what a reconcile would do now, field by field"
+        );
+        assert_eq!(
+            first_clause("Print the JSON Schema."),
+            "Print the JSON Schema"
+        );
+        assert_eq!(roff_line(".hidden \\ text"), "\\&.hidden \\e text");
+    }
+}
