@@ -8,4 +8,7 @@
 
 mod commit;
 mod guest;
+mod ha;
 mod rename;
+mod site;
+mod volume;
