@@ -9,6 +9,7 @@
 mod commit;
 mod guest;
 mod ha;
+mod identity;
 mod rename;
 mod site;
 mod volume;
