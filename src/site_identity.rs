@@ -288,7 +288,7 @@ impl SiteChecks {
                     );
                     return;
                 }
-                tracing::info!(site = %name, identity = %seen.identity.describe(), "recorded the site's cluster identity at first contact");
+                tracing::info!(site = %name, identity = %seen.identity, "recorded the site's cluster identity at first contact");
                 state.recorded = Some(Some(seen.identity));
                 remove_refused(&self.state_dir, &name, self.write);
             }
@@ -305,7 +305,7 @@ impl SiteChecks {
             }
             Err(refusal) => {
                 if state.refused.as_ref() != Some(&seen.identity) {
-                    tracing::error!(site = %name, "{}", refusal.message);
+                    tracing::error!(site = %name, "{refusal}");
                     if self.write {
                         let path = refused_path(&self.state_dir, &name);
                         if let Err(e) = write(&path, &name, &seen.identity, "refused") {
@@ -314,7 +314,7 @@ impl SiteChecks {
                     }
                     state.refused = Some(seen.identity);
                 }
-                *view = SiteView::identity_refused(&name, refusal.message);
+                *view = SiteView::identity_refused(&name, refusal.to_string());
             }
         }
     }
@@ -337,7 +337,7 @@ impl SiteChecks {
         self.judge(&mut view, seen);
         match view.error {
             Some(e) => Err(e),
-            None => crate::gate::site::checked(&view),
+            None => crate::gate::site::checked(&view).map_err(String::from),
         }
     }
 }

@@ -140,7 +140,7 @@ pub(super) async fn converge_cloud_init(
             if let SeedCheck::Upload { found } = check {
                 if let Some(why) = found {
                     tracing::warn!(spec = %spec.name, vmid, volume = %volid, "{why}");
-                    rec.note(ctx.clock.now_ms(), "seed uploaded again", &why);
+                    rec.note(ctx.clock.now_ms(), "seed uploaded again", &why.to_string());
                 }
                 tracing::info!(spec = %spec.name, vmid, volume = %volid, bytes = seed.image.len(), "uploading the cloud-init seed image");
                 let upid = client

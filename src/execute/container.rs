@@ -367,11 +367,11 @@ fn bind_volume_destroys(
         .map_err(|why| {
             fail(
                 Category::ConfigurationError,
-                why.replace("destroyDisks", "destroyVolumes"),
+                why.to_string().replace("destroyDisks", "destroyVolumes"),
             )
         })?;
         if let Some(note) = &step.note {
-            let note = note.replace("destroyDisks", "destroyVolumes");
+            let note = note.to_string().replace("destroyDisks", "destroyVolumes");
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
             rec.note(now, "destroyVolumes", &note);
         }

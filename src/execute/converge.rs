@@ -194,7 +194,8 @@ async fn converge_vm(
 
     // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
     // converge tries again; `Stalled` says what to do).
-    let held = crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held);
+    let held = crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held)
+        .map_err(String::from);
     let tail = Tail {
         changed,
         pending,

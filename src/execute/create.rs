@@ -682,7 +682,7 @@ pub(super) async fn relabel(
         None,
         record.map(|r| r.uid),
     )
-    .map_err(|why| refused(why.0))?;
+    .map_err(|why| refused(why.to_string()))?;
     let permit = rename::relabel(&ours, from, &spec.name, &spec.site, record)
         .map_err(|why| refused(why.to_string()))?;
     let was_moved = moved.is_some();

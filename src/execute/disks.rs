@@ -186,7 +186,7 @@ pub(super) async fn destroy_disks(
         .map_err(|why| fail(Category::ConfigurationError, why))?;
         if let Some(note) = &step.note {
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
-            rec.note(now, "destroyDisks", note);
+            rec.note(now, "destroyDisks", &note.to_string());
         }
         let destroys = &mut rec.volumes_mut().destroys;
         destroys.retain(|d| &d.slot != slot);

@@ -144,7 +144,7 @@ async fn ensure_affinity(
             true
         }
         Some(current) => {
-            may_change(kind.word(), id, current.comment.as_deref(), &params.comment)
+            may_change(kind, id, current.comment.as_deref(), &params.comment)
                 .map_err(|why| fail(Category::ConfigurationError, why))?;
             if params.differs_from(kind, &current) {
                 tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "changing the HA node affinity");
@@ -176,14 +176,7 @@ async fn drop_affinity(
         return Ok(false);
     };
     if let Some(current) = client.ha_affinity(kind, &id).await? {
-        match may_remove(
-            ours,
-            kind.word(),
-            &id,
-            Some(&id),
-            current.comment.as_deref(),
-            mark,
-        ) {
+        match may_remove(ours, kind, &id, Some(&id), current.comment.as_deref(), mark) {
             Ok(permit) => {
                 tracing::info!(
                     spec,
@@ -195,7 +188,7 @@ async fn drop_affinity(
             }
             Err(why) => {
                 tracing::warn!(spec, id, "{why}");
-                rec.note(now_ms, "HA node affinity kept", &why);
+                rec.note(now_ms, "HA node affinity kept", &why.to_string());
             }
         }
     }

@@ -380,7 +380,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
         // for an orphan): the gate's permit, or nothing is deleted.
         let mut spec = String::new();
         let permit = verified(ctx, &checked, &cfg, kind, vmid, None, None)
-            .map_err(|why| why.0)
+            .map_err(|why| why.to_string())
             .and_then(|ours| {
                 spec = ours.spec().to_string();
                 permit::delete_orphan(&ours, &cfg.tags()).map_err(String::from)

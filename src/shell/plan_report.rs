@@ -456,7 +456,7 @@ fn compared(
         .views
         .get(site)
         .ok_or_else(|| format!("site {site} was not observed"))
-        .and_then(crate::gate::site::checked)?;
+        .and_then(|v| crate::gate::site::checked(v).map_err(String::from))?;
     let ours = crate::gate::identity::verify(
         &checked,
         key,

@@ -23,7 +23,7 @@ pub(crate) fn accept_site_cmd(config_path: Option<PathBuf>, site: String) -> Exi
         Ok(identity) => {
             println!(
                 "site {site} is now {}; the daemon acts on it from its next cycle                  (`proxsync reconcile` for one now)",
-                identity.describe()
+                identity
             );
             ExitCode::SUCCESS
         }

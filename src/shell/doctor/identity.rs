@@ -63,22 +63,14 @@ pub(super) async fn check_identity(
         Ok(SitePermit::FirstContact) => check(
             Level::Ok,
             subject,
-            format!(
-                "{}; not recorded yet (the first reconcile records it)",
-                seen.describe()
-            ),
+            format!("{seen}; not recorded yet (the first reconcile records it)"),
             None,
         ),
-        Ok(SitePermit::Recorded) => check(
-            Level::Ok,
-            subject,
-            format!("{}, as recorded", seen.describe()),
-            None,
-        ),
+        Ok(SitePermit::Recorded) => check(Level::Ok, subject, format!("{seen}, as recorded"), None),
         Err(refusal) => check(
             Level::Fail,
             subject,
-            refusal.message,
+            refusal.to_string(),
             Some(format!(
                 "fix the endpoint of site {name}; or, if this is now its cluster, `proxsync accept \
                  site {name}` once a reconcile has refused it"

@@ -248,7 +248,7 @@ async fn a_volume_an_ha_rule_or_resource_is_removed_with_its_permit_only() {
     c.delete_volume("pve1", "local", &seed, &delete_seed)
         .await
         .unwrap();
-    let what = "HA node-affinity rule";
+    let what = AffinityKind::Rule;
     let remove = gate::ha::may_remove(&ours, what, &rule, Some(&rule), Some(&mark), &mark).unwrap();
     c.remove_ha_affinity(AffinityKind::Rule, &rule, &remove)
         .await

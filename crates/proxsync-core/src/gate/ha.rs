@@ -6,6 +6,8 @@
 
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
+use super::refusal::Refusal;
+use crate::pve::ha::AffinityKind;
 
 /// The comment proxsync writes on the group or rule it makes: its mark.
 pub fn affinity_mark(install_id: &str, spec: &str) -> String {
@@ -19,18 +21,88 @@ pub fn affinity_id(vmid: u32) -> String {
     format!("proxsync-vm{vmid}")
 }
 
-/// Whether proxsync may change the existing group or rule `id` (`what`: its kind, for the
-/// message): only one carrying `mark`.
-pub fn may_change(what: &str, id: &str, comment: Option<&str>, mark: &str) -> Result<(), String> {
+/// What the gate refused of an HA group, rule or resource proxsync made: left to a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HaRefusal {
+    /// The guest is not this install's to act on (its verified marker said otherwise).
+    Guest(Refusal),
+    /// The group or rule `id` (a `what`).
+    Affinity {
+        /// A PVE 8 group or a PVE 9 node-affinity rule.
+        what: AffinityKind,
+        /// Its id.
+        id: String,
+        /// Why.
+        why: AffinityRefused,
+    },
+    /// The HA resource `sid` (`vm:N`, `ct:N`) is not recorded as added by proxsync for the
+    /// spec.
+    ResourceNotRecorded {
+        /// The resource.
+        sid: String,
+    },
+}
+
+impl From<Refusal> for HaRefusal {
+    fn from(r: Refusal) -> Self {
+        HaRefusal::Guest(r)
+    }
+}
+
+impl From<HaRefusal> for String {
+    fn from(r: HaRefusal) -> String {
+        r.to_string()
+    }
+}
+
+/// Why a group or rule is not proxsync's to change or remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AffinityRefused {
+    /// It exists without proxsync's mark: not changed.
+    NotMade {
+        /// Its comment.
+        comment: Option<String>,
+        /// The mark it would carry.
+        mark: String,
+    },
+    /// Not the id proxsync makes for the guest.
+    NotTheGuests {
+        /// The guest.
+        vmid: u32,
+    },
+    /// The spec's record does not name it as made by proxsync.
+    NotRecorded,
+    /// Its comment is no longer proxsync's mark.
+    MarkChanged {
+        /// The mark it carried.
+        mark: String,
+    },
+}
+
+/// Whether proxsync may change the existing group or rule `id` (`what`: its kind): only one
+/// carrying `mark`.
+pub fn may_change(
+    what: AffinityKind,
+    id: &str,
+    comment: Option<&str>,
+    mark: &str,
+) -> Result<(), HaRefusal> {
     if comment == Some(mark) {
         return Ok(());
     }
-    Err(format!(
-        "the {what} {id} exists and proxsync did not make it (its comment is {}, not {mark:?}): \
-         proxsync never changes a {what} it did not make; rename or remove it (ha-manager), or \
-         drop ha.nodes from the spec",
-        comment.map_or_else(|| "empty".to_string(), |c| format!("{c:?}"))
-    ))
+    let why = AffinityRefused::NotMade {
+        comment: comment.map(str::to_string),
+        mark: mark.to_string(),
+    };
+    Err(affinity(what, id, why))
+}
+
+fn affinity(what: AffinityKind, id: &str, why: AffinityRefused) -> HaRefusal {
+    HaRefusal::Affinity {
+        what,
+        id: id.to_string(),
+        why,
+    }
 }
 
 /// Whether proxsync may remove the group or rule `id` made for VM `vm`: it is the VM's id
@@ -38,29 +110,23 @@ pub fn may_change(what: &str, id: &str, comment: Option<&str>, mark: &str) -> Re
 /// carries `mark`. A refusal is no failure: the caller leaves it to a person and says so.
 pub fn may_remove(
     vm: &VerifiedMarker,
-    what: &str,
+    what: AffinityKind,
     id: &str,
     recorded: Option<&str>,
     comment: Option<&str>,
     mark: &str,
-) -> Result<Permit, String> {
+) -> Result<Permit, HaRefusal> {
     own(vm)?;
     if id != affinity_id(vm.vmid()) {
-        return Err(format!(
-            "the {what} {id} is not the one proxsync makes for VM {}: left to a person",
-            vm.vmid()
-        ));
+        let vmid = vm.vmid();
+        return Err(affinity(what, id, AffinityRefused::NotTheGuests { vmid }));
     }
     if recorded != Some(id) {
-        return Err(format!(
-            "the {what} {id} is not recorded as made by proxsync for this spec: left to a person"
-        ));
+        return Err(affinity(what, id, AffinityRefused::NotRecorded));
     }
     if comment != Some(mark) {
-        return Err(format!(
-            "the {what} {id} no longer carries proxsync's mark {mark:?} (someone changed it): left \
-             to a person"
-        ));
+        let mark = mark.to_string();
+        return Err(affinity(what, id, AffinityRefused::MarkChanged { mark }));
     }
     let act = Act::RemoveAffinity { id: id.to_string() };
     Ok(Permit::new(vm.site(), vm.vmid(), act))
@@ -73,14 +139,11 @@ pub fn may_remove_resource(
     vm: &VerifiedMarker,
     kind: crate::guest::GuestKind,
     applied: bool,
-) -> Result<Permit, String> {
+) -> Result<Permit, HaRefusal> {
     own(vm)?;
     let sid = kind.ha_sid(vm.vmid());
     if !applied {
-        return Err(format!(
-            "the HA resource {sid} is not recorded as added by proxsync for this spec: left to a \
-             person"
-        ));
+        return Err(HaRefusal::ResourceNotRecorded { sid });
     }
     Ok(Permit::new(
         vm.site(),
@@ -98,9 +161,11 @@ mod tests {
         let mark = affinity_mark("main", "web-01");
         assert_eq!(mark, "proxsync main: spec web-01");
         assert_eq!(affinity_id(100), "proxsync-vm100");
-        let rule = "HA node-affinity rule";
+        let rule = AffinityKind::Rule;
         assert!(may_change(rule, "proxsync-vm100", Some(&mark), &mark).is_ok());
-        let why = may_change(rule, "proxsync-vm100", Some("ops: keep on pve1"), &mark).unwrap_err();
+        let why = may_change(rule, "proxsync-vm100", Some("ops: keep on pve1"), &mark)
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("proxsync did not make it") && why.contains("ops: keep on pve1"),
             "{why}"
@@ -162,6 +227,7 @@ mod tests {
         assert!(
             may_remove_resource(&vm, qemu, false)
                 .unwrap_err()
+                .to_string()
                 .contains("left to a person")
         );
         assert!(
@@ -184,7 +250,7 @@ mod tests {
             Some(&mark),
             &mark,
         );
-        assert!(other.unwrap_err().contains("not the one"));
+        assert!(other.unwrap_err().to_string().contains("not the one"));
         let why = may_remove(
             &vm,
             rule,
@@ -193,7 +259,8 @@ mod tests {
             Some("edited"),
             &mark,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(why.contains("left to a person"), "{why}");
     }
 }

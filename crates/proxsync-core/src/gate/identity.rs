@@ -11,8 +11,6 @@
 //! It is made only here, from a config read on a site whose cluster was checked
 //! ([`super::site::SiteChecked`]).
 
-use std::fmt;
-
 use super::site::SiteChecked;
 use crate::guest::{GuestId, GuestKind};
 use crate::ownership::{Marker, MarkerKey};
@@ -97,14 +95,79 @@ impl VerifiedMarker {
     }
 }
 
-/// Why a VM is not shown to be this install's (or the spec's).
+/// A guest not shown to be this install's (or the spec's): which, of which kind, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotOurs(pub String);
+pub struct NotOurs {
+    /// What the VMID holds, for the words.
+    pub kind: GuestKind,
+    /// The guest.
+    pub vmid: u32,
+    /// Why.
+    pub why: NotShown,
+}
 
-impl fmt::Display for NotOurs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a guest's marker (or its identity) does not show it is this install's or the spec's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotShown {
+    /// Its description carries no marker.
+    NoMarker,
+    /// Its marker names another install.
+    OtherInstall {
+        /// The install the marker names.
+        install: String,
+        /// This install.
+        ours: String,
+    },
+    /// Its marker names another spec.
+    OtherSpec {
+        /// The spec the marker names.
+        carries: String,
+        /// The spec asked for.
+        wanted: String,
+    },
+    /// Its marker does not verify and no record vouches for it.
+    Unverified,
+    /// Not a marker of the spec from another install.
+    NotHanded {
+        /// The spec the marker names.
+        carries: String,
+        /// The install the marker names.
+        install: String,
+        /// The spec asked for.
+        wanted: String,
+    },
+    /// Another install's marker that does not verify with this install's key.
+    HandedUnverified {
+        /// The install the marker names.
+        install: String,
+    },
+    /// Its notes hold a marker line that is not the spec's.
+    ForeignLine {
+        /// The spec.
+        spec: String,
+    },
+    /// Neither a marker line nor the install's tag.
+    NoTag {
+        /// The install's ownership tag.
+        tag: String,
+    },
+    /// No marker line, and no identity recorded to recognise it by.
+    NoIdentityRecorded {
+        /// The spec.
+        spec: String,
+    },
+    /// No marker line, and its config shows no identity to compare.
+    NoIdentityShown {
+        /// The identity recorded.
+        want: GuestId,
+    },
+    /// No marker line, and its identity is not the recorded one.
+    IdentityDiffers {
+        /// The identity its config shows.
+        found: GuestId,
+        /// The identity recorded.
+        want: GuestId,
+    },
 }
 
 /// Whether `description`, the config of guest `vmid` (a `kind`) on `site`, carries this
@@ -126,29 +189,25 @@ pub fn verify(
     vouched_uid: Option<&str>,
 ) -> Result<VerifiedMarker, NotOurs> {
     let marker = parsed(kind, vmid, description)?;
-    let named = kind.named(vmid);
+    let not_ours = |why| NotOurs { kind, vmid, why };
     if marker.install != install_id {
-        return Err(NotOurs(format!(
-            "{named} carries the marker of install {}, not {install_id}'s",
-            marker.install
-        )));
+        return Err(not_ours(NotShown::OtherInstall {
+            install: marker.install,
+            ours: install_id.to_string(),
+        }));
     }
     if let Some(spec) = spec.filter(|s| *s != marker.spec) {
-        return Err(NotOurs(format!(
-            "{named} carries the marker of spec {}, not of {spec}",
-            marker.spec
-        )));
+        return Err(not_ours(NotShown::OtherSpec {
+            carries: marker.spec,
+            wanted: spec.to_string(),
+        }));
     }
     let trust = if marker.verifies(key, vmid) {
         Trust::Mac
     } else if vouched_uid.is_some_and(|uid| !uid.is_empty() && uid == marker.uid) {
         Trust::Record
     } else {
-        return Err(NotOurs(format!(
-            "{named}'s marker does not verify (copied from another {}, typed by hand, or \
-             signed with a lost marker key) and no record vouches for it",
-            kind.noun()
-        )));
+        return Err(not_ours(NotShown::Unverified));
     };
     Ok(VerifiedMarker {
         site: site.site().to_string(),
@@ -174,19 +233,17 @@ pub fn verify_handed(
     spec: &str,
 ) -> Result<VerifiedMarker, NotOurs> {
     let marker = parsed(kind, vmid, description)?;
-    let named = kind.named(vmid);
+    let not_ours = |why| NotOurs { kind, vmid, why };
     if marker.spec != spec || marker.install == install_id {
-        return Err(NotOurs(format!(
-            "{named} carries the marker of spec {} of install {}, not of spec {spec} from \
-             another install",
-            marker.spec, marker.install
-        )));
+        return Err(not_ours(NotShown::NotHanded {
+            carries: marker.spec,
+            install: marker.install,
+            wanted: spec.to_string(),
+        }));
     }
     if !marker.verifies(key, vmid) {
-        return Err(NotOurs(format!(
-            "{named}'s marker (install {}) does not verify with this install's marker key",
-            marker.install
-        )));
+        let install = marker.install;
+        return Err(not_ours(NotShown::HandedUnverified { install }));
     }
     Ok(VerifiedMarker {
         site: site.site().to_string(),
@@ -231,41 +288,28 @@ pub fn verify_by_identity(
     found: Option<&GuestId>,
     recorded: Recorded<'_>,
 ) -> Result<VerifiedMarker, NotOurs> {
-    let named = kind.named(vmid);
+    let not_ours = |why| NotOurs { kind, vmid, why };
+    let spec = recorded.spec.to_string();
     if description.is_some_and(|d| d.contains(crate::ownership::MARKER_PREFIX)) {
-        return Err(NotOurs(format!(
-            "{named}'s notes hold a proxsync-id line that is not spec {}'s",
-            recorded.spec
-        )));
+        return Err(not_ours(NotShown::ForeignLine { spec }));
     }
     let tag = crate::ownership::ownership_tag(install_id);
     if !tags.contains(&tag) {
-        return Err(NotOurs(format!(
-            "{named} carries neither a proxsync marker line nor the tag {tag}"
-        )));
+        return Err(not_ours(NotShown::NoTag { tag }));
     }
     let (want, found) = match (recorded.identity, found) {
         (Some(want), Some(found)) => (want, found),
-        (None, _) => {
-            return Err(NotOurs(format!(
-                "{named} carries no proxsync marker line, and proxsync has not recorded its \
-                 identity to show it is still spec {}'s",
-                recorded.spec
-            )));
-        }
+        (None, _) => return Err(not_ours(NotShown::NoIdentityRecorded { spec })),
         (Some(want), None) => {
-            return Err(NotOurs(format!(
-                "{named} carries no proxsync marker line, and its config shows no {} to compare \
-                 with the recorded {want}",
-                identity_word(kind)
-            )));
+            let want = want.clone();
+            return Err(not_ours(NotShown::NoIdentityShown { want }));
         }
     };
     if want.kind() != kind || want != found || recorded.uid.is_empty() {
-        return Err(NotOurs(format!(
-            "{named} carries no proxsync marker line, and its {found} is not the recorded {}",
-            want.value()
-        )));
+        return Err(not_ours(NotShown::IdentityDiffers {
+            found: found.clone(),
+            want: want.clone(),
+        }));
     }
     Ok(VerifiedMarker {
         site: site.site().to_string(),
@@ -282,20 +326,11 @@ pub fn verify_by_identity(
     })
 }
 
-/// What identifies a guest of `kind`, in words.
-fn identity_word(kind: GuestKind) -> &'static str {
-    match kind {
-        GuestKind::Qemu => "smbios1 uuid",
-        GuestKind::Lxc => "NIC MAC",
-    }
-}
-
 fn parsed(kind: GuestKind, vmid: u32, description: Option<&str>) -> Result<Marker, NotOurs> {
-    description.and_then(Marker::parse).ok_or_else(|| {
-        NotOurs(format!(
-            "{} carries no proxsync marker in its description",
-            kind.named(vmid)
-        ))
+    description.and_then(Marker::parse).ok_or(NotOurs {
+        kind,
+        vmid,
+        why: NotShown::NoMarker,
     })
 }
 
@@ -382,7 +417,7 @@ pub(crate) mod tests {
                 None
             )
             .unwrap_err()
-            .0
+            .to_string()
             .contains("no proxsync marker")
         );
         // Signed with another key (a lost key, another install's key).
@@ -469,7 +504,7 @@ pub(crate) mod tests {
         )
         .unwrap_err();
         assert!(
-            why.0
+            why.to_string()
                 .starts_with("container 105 carries the marker of spec dns of install other"),
             "{why}"
         );

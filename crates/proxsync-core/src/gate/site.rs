@@ -58,25 +58,6 @@ pub struct SiteIdentity {
     pub nodes: Vec<String>,
 }
 
-impl SiteIdentity {
-    /// `cluster "prod" (nodes pve1, pve2; root CA AB:CD:...)`.
-    pub fn describe(&self) -> String {
-        let which = match &self.cluster {
-            Some(name) => format!("cluster {name:?}"),
-            None => "a standalone node".to_string(),
-        };
-        format!(
-            "{which} (nodes {}; root CA {})",
-            if self.nodes.is_empty() {
-                "unknown".to_string()
-            } else {
-                self.nodes.join(", ")
-            },
-            self.root_ca
-        )
-    }
-}
-
 /// A site may be acted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SitePermit {
@@ -106,28 +87,54 @@ impl SiteChecked {
 /// the observation leaves a view unreachable when the site reaches another cluster, when its
 /// root CA could not be read, or when the site could not be read at all (`site_identity`), so
 /// only a reachable view passed the check. `Err` says why nothing may be done there.
-pub fn checked(view: &SiteView) -> Result<SiteChecked, String> {
+pub fn checked(view: &SiteView) -> Result<SiteChecked, SiteRefusal> {
     match &view.error {
         None => Ok(SiteChecked {
             site: view.name.clone(),
         }),
-        Some(why) => Err(format!(
-            "site {} is not shown to reach its recorded cluster this cycle: {why}",
-            view.name
-        )),
+        Some(why) => Err(SiteRefusal {
+            site: view.name.clone(),
+            why: SiteRefused::NotShown { why: why.clone() },
+        }),
     }
 }
 
-/// The site reaches another cluster than the recorded one: nothing on it is to be judged or
-/// touched until a person fixes the endpoint or accepts the cluster.
+/// Nothing on a site is to be judged or touched: it reaches another cluster than the recorded
+/// one (until a person fixes the endpoint or accepts the cluster), or this cycle's observation
+/// did not show it reaches its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteRefusal {
-    /// The cluster recorded, the one seen, and what to do, in words.
-    pub message: String,
+    /// The site.
+    pub site: String,
+    /// Why.
+    pub why: SiteRefused,
+}
+
+/// Why nothing may be done on a site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SiteRefused {
+    /// It reaches another cluster than the one recorded for it.
+    OtherCluster {
+        /// The cluster recorded.
+        recorded: Box<SiteIdentity>,
+        /// The cluster seen.
+        seen: Box<SiteIdentity>,
+    },
+    /// The cycle's observation left it unreachable.
+    NotShown {
+        /// The observation's reason.
+        why: String,
+    },
+}
+
+impl From<SiteRefusal> for String {
+    fn from(r: SiteRefusal) -> String {
+        r.to_string()
+    }
 }
 
 /// The decision: is `seen` the cluster recorded for `site`? Only the root CA decides (see the
-/// module's doc); the names are in the message.
+/// module's doc); the names are in the refusal's words.
 pub fn check(
     site: &str,
     recorded: Option<&SiteIdentity>,
@@ -140,15 +147,11 @@ pub fn check(
         return Ok(SitePermit::Recorded);
     }
     Err(SiteRefusal {
-        message: format!(
-            "site {site} reaches another cluster than the one recorded for it: recorded {}, seen \
-             {}. Nothing is created, changed or deleted on site {site} until this is settled. If \
-             the endpoint is wrong (a copied config, a DNS change), fix it in the config; if this \
-             is now the site's cluster (rebuilt, or its root CA made anew), run `proxsync accept \
-             site {site}`",
-            recorded.describe(),
-            seen.describe()
-        ),
+        site: site.to_string(),
+        why: SiteRefused::OtherCluster {
+            recorded: Box::new(recorded.clone()),
+            seen: Box::new(seen.clone()),
+        },
     })
 }
 
@@ -175,7 +178,7 @@ pub(crate) mod tests {
     fn only_a_reachable_view_is_a_checked_site() {
         assert_eq!(checked("lab").site(), "lab");
         let down = SiteView::unreachable("lab", "connection refused".into());
-        let why = super::checked(&down).unwrap_err();
+        let why = super::checked(&down).unwrap_err().to_string();
         assert!(
             why.contains("site lab") && why.contains("connection refused"),
             "{why}"
@@ -184,6 +187,7 @@ pub(crate) mod tests {
         assert!(
             super::checked(&other)
                 .unwrap_err()
+                .to_string()
                 .contains("another cluster")
         );
     }
@@ -230,7 +234,7 @@ pub(crate) mod tests {
         let recorded = identity(&fp("AA"), None, &["pve"]);
         let seen = identity(&fp("BB"), None, &["pve"]);
         let refusal = check("lab", Some(&recorded), &seen).unwrap_err();
-        let m = &refusal.message;
+        let m = &refusal.to_string();
         assert!(m.contains(&fp("AA")) && m.contains(&fp("BB")), "{m}");
         assert!(m.contains("proxsync accept site lab"), "{m}");
         assert!(m.contains("fix it in the config"), "{m}");
@@ -238,7 +242,9 @@ pub(crate) mod tests {
 
         let recorded = identity(&fp("AA"), Some("prod"), &["pve1", "pve2"]);
         let seen = identity(&fp("CC"), Some("prod"), &["pve1", "pve2"]);
-        let m = check("lab", Some(&recorded), &seen).unwrap_err().message;
+        let m = check("lab", Some(&recorded), &seen)
+            .unwrap_err()
+            .to_string();
         assert!(
             m.contains("recorded cluster \"prod\" (nodes pve1, pve2;"),
             "{m}"

@@ -1,7 +1,8 @@
 //! Volumes: attaching a cloud-init seed, destroying a `destroyDisks` disk, removing drives of a
 //! protected VM, and deleting a protected VM. Pure: callers hand in what the storage listing,
-//! the VM's config and the spec's record say; each answer is what to do, or a refusal saying
-//! what is wrong and what to do.
+//! the VM's config and the spec's record say; each answer is what to do, or a refusal
+//! ([`VolumeRefusal`]: what is wrong, as a value; its words, with what to do, are
+//! `crate::words`').
 //!
 //! - A seed is attached only when the storage lists the file proxsync uploaded: the volume,
 //!   its size and its ctime as listed right after the upload ([`seed_uploaded`]), the same at
@@ -22,10 +23,164 @@
 
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
+use super::refusal::Refusal;
 use super::site::SiteChecked;
 use crate::guest::GuestKind;
 use crate::model::{DestroyState, DiskDestroy, SeedUpload};
 use crate::pve::types::StorageVolume;
+
+// ---- refusals ----
+
+/// What the gate refused of a volume or a drive: the guest it concerns and why, or the seed
+/// image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeRefusal {
+    /// The guest is not this install's to act on (its verified marker said otherwise).
+    Guest(Refusal),
+    /// An act on guest `vmid`'s drives, volumes or protection.
+    Drive {
+        /// What the VMID holds, for the words.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// Why.
+        why: DriveRefused,
+    },
+    /// An act on the seed image `volid`.
+    Seed {
+        /// The seed volume.
+        volid: String,
+        /// Why.
+        why: SeedRefused,
+    },
+    /// The file under a seed's name is not the one proxsync uploaded: uploaded (again) first.
+    Untrusted(SeedDistrust),
+}
+
+impl From<Refusal> for VolumeRefusal {
+    fn from(r: Refusal) -> Self {
+        VolumeRefusal::Guest(r)
+    }
+}
+
+impl From<VolumeRefusal> for String {
+    fn from(r: VolumeRefusal) -> String {
+        r.to_string()
+    }
+}
+
+/// Why an act on a guest's drives, volumes or protection was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriveRefused {
+    /// `destroyDisks` names a slot never destroyed: the boot disk, a CD-ROM or the cloud-init
+    /// drive.
+    Kept {
+        /// The slot.
+        slot: String,
+        /// What it is.
+        what: &'static str,
+    },
+    /// The guest is protected: PVE removes none of its drives.
+    Protected {
+        /// The guest's flag and the spec's hold on it.
+        protection: Protection,
+        /// The slots leaving `disks`.
+        detach: Vec<String>,
+        /// The slots of `destroyDisks`.
+        destroy: Vec<String>,
+    },
+    /// The VM is protected: PVE's cloud-init drive cannot make way for the seed image.
+    CloudInitDrive {
+        /// The VM's flag and the spec's hold on it.
+        protection: Protection,
+        /// The cloud-init drive's slot.
+        slot: String,
+    },
+    /// The slot holds no disk proxsync may destroy.
+    NoDisk {
+        /// The slot.
+        slot: String,
+    },
+    /// The slot's destroy is not bound to the volume it holds.
+    NotBound {
+        /// The slot.
+        slot: String,
+        /// The volume it holds.
+        volume: String,
+    },
+    /// An `unused` entry holds a volume no recorded destroy of the mount point is bound to (or
+    /// the entry is no `unusedN`).
+    UnusedNotBound {
+        /// The mount point `destroyVolumes` names.
+        slot: String,
+        /// The entry.
+        unused: String,
+        /// The volume it holds.
+        volume: String,
+    },
+    /// Protected by someone else than a spec of this install: not deleted.
+    DeleteProtected,
+}
+
+/// Why an act on a seed image was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedRefused {
+    /// Not a seed image of the spec (of the install).
+    OtherSpec {
+        /// The spec.
+        spec: String,
+        /// The install, when the words name it.
+        install: Option<String>,
+        /// What was refused.
+        act: SeedAct,
+    },
+    /// The storage does not list it: uploaded first.
+    NotOnStorage,
+    /// The guest still names it.
+    StillNamed {
+        /// What the VMID holds.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// A guest of the site (of a kind not read) names it.
+    NamedBy {
+        /// The guest.
+        vmid: u32,
+    },
+    /// A guest that may use the spec's seeds could not be read.
+    Unread {
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The spec (or its record) still exists: a sweep leaves its seeds to its converge.
+    SpecExists {
+        /// The spec.
+        spec: String,
+    },
+    /// Not on its storage after its upload ended.
+    MissingAfterUpload,
+    /// Listed with another size than proxsync uploaded.
+    SizeAfterUpload {
+        /// The size listed.
+        listed: Option<u64>,
+        /// The size uploaded.
+        uploaded: u64,
+    },
+    /// Listed without a ctime to recognise it by.
+    NoCtime,
+}
+
+/// What was refused of a seed image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedAct {
+    /// Attaching it.
+    Attach,
+    /// Deleting it.
+    Delete,
+}
 
 // ---- seeds ----
 
@@ -38,7 +193,30 @@ pub enum SeedCheck {
     /// name is not trusted (for the history and the log); `None`: there is none.
     Upload {
         /// Why the file of that name is not trusted; `None`: there is none.
-        found: Option<String>,
+        found: Option<SeedDistrust>,
+    },
+}
+
+/// Why the file under a seed's name is not the one proxsync uploaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedDistrust {
+    /// proxsync has no record of uploading it.
+    Unrecorded {
+        /// The seed volume.
+        volid: String,
+    },
+    /// Listed otherwise than uploaded (or the record is of another volume): replaced since.
+    Replaced {
+        /// The seed volume.
+        volid: String,
+        /// Its size as listed.
+        listed_size: Option<u64>,
+        /// Its ctime as listed.
+        listed_ctime: Option<u64>,
+        /// The size proxsync uploaded.
+        size: u64,
+        /// The ctime listed right after the upload.
+        ctime: u64,
     },
 }
 
@@ -53,35 +231,23 @@ pub fn seed_on_storage(
     let Some(listed) = listed else {
         return SeedCheck::Upload { found: None };
     };
+    let volid = volid.to_string();
     let why = match recorded {
-        None => format!(
-            "{volid} is on the storage but is not the file proxsync uploaded (it has no record \
-             of uploading it: someone else's file, or one from before its state database was \
-             rebuilt)"
-        ),
+        None => SeedDistrust::Unrecorded { volid },
         Some(r)
             if listed.size == Some(r.size) && listed.ctime == Some(r.ctime) && r.volid == volid =>
         {
             return SeedCheck::Attach;
         }
-        Some(r) => format!(
-            "{volid} on the storage is not the file proxsync uploaded (listed: size {}, ctime \
-             {}; uploaded: size {}, ctime {}): replaced since",
-            shown(listed.size),
-            shown(listed.ctime),
-            r.size,
-            r.ctime
-        ),
+        Some(r) => SeedDistrust::Replaced {
+            volid,
+            listed_size: listed.size,
+            listed_ctime: listed.ctime,
+            size: r.size,
+            ctime: r.ctime,
+        },
     };
-    SeedCheck::Upload {
-        found: Some(format!(
-            "{why}; uploading the seed again, never attaching that file"
-        )),
-    }
-}
-
-fn shown(v: Option<u64>) -> String {
-    v.map_or_else(|| "none".to_string(), |v| v.to_string())
+    SeedCheck::Upload { found: Some(why) }
 }
 
 /// What to record of the seed `volid` just uploaded (`size` bytes), from the storage listing
@@ -91,27 +257,22 @@ pub fn seed_uploaded(
     volid: &str,
     size: u64,
     listed: Option<&StorageVolume>,
-) -> Result<SeedUpload, String> {
+) -> Result<SeedUpload, VolumeRefusal> {
+    let refused = |why| VolumeRefusal::Seed {
+        volid: volid.to_string(),
+        why,
+    };
     let Some(listed) = listed else {
-        return Err(format!(
-            "the seed image {volid} is not on its storage after its upload ended: not attaching \
-             it; the next attempt uploads it again"
-        ));
+        return Err(refused(SeedRefused::MissingAfterUpload));
     };
     if listed.size != Some(size) {
-        return Err(format!(
-            "the storage lists the seed image {volid} with {} bytes, not the {size} proxsync \
-             uploaded (replaced right after the upload?): not attaching it; the next attempt \
-             uploads it again",
-            shown(listed.size)
-        ));
+        return Err(refused(SeedRefused::SizeAfterUpload {
+            listed: listed.size,
+            uploaded: size,
+        }));
     }
     let Some(ctime) = listed.ctime else {
-        return Err(format!(
-            "the storage lists the seed image {volid} without a ctime, so proxsync cannot tell \
-             it from a file put there later: no seed is attached from it; set \
-             cloudInit.seedStorage to a directory storage (dir, nfs, cifs, cephfs)"
-        ));
+        return Err(refused(SeedRefused::NoCtime));
     };
     Ok(SeedUpload {
         volid: volid.to_string(),
@@ -142,8 +303,56 @@ pub struct DestroyStep {
     pub binding: DiskDestroy,
     /// Destroy this volume (the one `binding` is bound to).
     pub destroy: Option<String>,
-    /// A line for the spec's history (and a warning in the log), said once per fact.
-    pub note: Option<String>,
+    /// A fact for the spec's history (and a warning in the log), said once.
+    pub note: Option<DestroyNote>,
+}
+
+/// A fact about a `destroyDisks` slot worth a line in the spec's history: what is not
+/// destroyed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestroyNote {
+    /// What the VMID holds, for the words.
+    pub kind: GuestKind,
+    /// The guest.
+    pub vmid: u32,
+    /// The slot.
+    pub slot: String,
+    /// What happened to it.
+    pub noted: DestroyNoted,
+}
+
+/// What a [`DestroyNote`] says of its slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestroyNoted {
+    /// Listed before the record followed the guest: the volume in it is not destroyed.
+    Unfollowed {
+        /// The volume in the slot.
+        volume: String,
+    },
+    /// The bound volume is gone from the slot after the destroy was sent.
+    Detached {
+        /// The volume the destroy was bound to.
+        bound: String,
+    },
+    /// The slot holds another volume than the one its destroy was bound to: kept.
+    Replaced {
+        /// The volume the destroy was bound to.
+        bound: String,
+        /// The volume in the slot now.
+        now: String,
+    },
+    /// The destroy is done: a later volume in the slot is kept.
+    Done {
+        /// The volume it destroyed; `None`: the slot was empty when first applied.
+        destroyed: Option<String>,
+        /// The volume in the slot now.
+        now: String,
+    },
+    /// The destroy is bound to nothing: a later volume in the slot is not destroyed.
+    Unbound {
+        /// The volume in the slot now.
+        now: String,
+    },
 }
 
 /// The decision for `slot` of `destroyDisks` on guest `vmid` (a `kind`, which only words the
@@ -163,14 +372,12 @@ pub fn destroy(
     binding: Option<&DiskDestroy>,
     followed: bool,
     now_ms: u64,
-) -> Result<DestroyStep, String> {
-    let named = kind.named(vmid);
+) -> Result<DestroyStep, VolumeRefusal> {
     let current = match holds {
         SlotHolds::Kept(what) => {
-            return Err(format!(
-                "destroyDisks names {slot} of {named}, which is its {what}: refused; remove it \
-                 from destroyDisks"
-            ));
+            let slot = slot.to_string();
+            let why = DriveRefused::Kept { slot, what };
+            return Err(VolumeRefusal::Drive { kind, vmid, why });
         }
         SlotHolds::Nothing => None,
         SlotHolds::Disk(v) => Some(v.to_string()),
@@ -183,36 +390,24 @@ pub fn destroy(
             at_ms: now_ms,
             reported,
         };
-    let step = |binding: DiskDestroy, destroy: Option<String>, note: Option<String>| {
+    let noted = |noted| DestroyNote {
+        kind,
+        vmid,
+        slot: slot.to_string(),
+        noted,
+    };
+    let step = |binding: DiskDestroy, destroy: Option<String>, note: Option<DestroyNoted>| {
         Ok(DestroyStep {
             binding,
             destroy,
-            note,
+            note: note.map(noted),
         })
-    };
-    let how_to = |volume: &str| match kind {
-        GuestKind::Qemu => format!(
-            "to keep it, list {slot} in disks and remove it from destroyDisks; to destroy it: qm \
-             set {vmid} --delete {slot} --force 1 (VM {vmid}'s volume {volume})"
-        ),
-        // pve-container moves a detached volume to `unusedN`, and frees it when that goes.
-        GuestKind::Lxc => format!(
-            "to keep it, list {slot} in mountPoints and remove it from destroyDisks; to destroy \
-             it: pct set {vmid} --delete {slot}, then pct set {vmid} --delete the unusedN entry \
-             that holds it ({named}'s volume {volume})"
-        ),
     };
     let Some(b) = binding else {
         if !followed {
-            let note = current.as_ref().map(|v| {
-                format!(
-                    "destroyDisks names {slot}, but proxsync has no record of the volume that \
-                     destroy was written for (it began following {named} after: an adoption, \
-                     a rebuilt state database or an older release): {v} in {slot} is not \
-                     destroyed; {}",
-                    how_to(v)
-                )
-            });
+            let note = current
+                .clone()
+                .map(|volume| DestroyNoted::Unfollowed { volume });
             return step(
                 entry(current.clone(), DestroyState::Unbound, current),
                 None,
@@ -229,7 +424,7 @@ pub fn destroy(
             None => step(entry(None, DestroyState::Destroyed, None), None, None),
         };
     };
-    let unchanged = |note: Option<String>, reported: Option<String>| {
+    let unchanged = |note: Option<DestroyNoted>, reported: Option<String>| {
         step(
             DiskDestroy {
                 reported,
@@ -251,15 +446,11 @@ pub fn destroy(
         (DestroyState::Bound, current) => {
             let bound = b.volume.clone().unwrap_or_default();
             let note = match &current {
-                None => format!(
-                    "{slot} ({bound}) is no longer attached to {named} after the destroy sent \
-                     for destroyDisks"
-                ),
-                Some(w) => format!(
-                    "{slot} no longer holds {bound}, the volume its destroy was bound to; \
-                     destroyDisks no longer applies to {w}, now in {slot}, which is kept; {}",
-                    how_to(w)
-                ),
+                None => DestroyNoted::Detached { bound },
+                Some(w) => DestroyNoted::Replaced {
+                    bound,
+                    now: w.clone(),
+                },
             };
             step(
                 entry(b.volume.clone(), DestroyState::Destroyed, current),
@@ -271,24 +462,14 @@ pub fn destroy(
             unchanged(None, b.reported.clone())
         }
         (DestroyState::Destroyed, Some(w)) => {
-            let before = match &b.volume {
-                Some(v) => format!("it destroyed {v} once"),
-                None => format!("{slot} was empty when destroyDisks was first applied"),
+            let note = DestroyNoted::Done {
+                destroyed: b.volume.clone(),
+                now: w.clone(),
             };
-            let note = format!(
-                "destroyDisks no longer applies to {slot}: {before}; {w}, in {slot} now, is \
-                 kept; {}",
-                how_to(&w)
-            );
             unchanged(Some(note), Some(w))
         }
         (DestroyState::Unbound, Some(w)) => {
-            let note = format!(
-                "destroyDisks names {slot}, but proxsync has no record of the volume that \
-                 destroy was written for: {w} in {slot} is not destroyed; {}",
-                how_to(&w)
-            );
-            unchanged(Some(note), Some(w))
+            unchanged(Some(DestroyNoted::Unbound { now: w.clone() }), Some(w))
         }
     }
 }
@@ -314,33 +495,16 @@ pub fn drive_removal(
     protection: Protection,
     detach: &[String],
     destroy: &[String],
-) -> Result<(), String> {
+) -> Result<(), VolumeRefusal> {
     if !protection.on || (detach.is_empty() && destroy.is_empty()) {
         return Ok(());
     }
-    let slots: Vec<String> = detach
-        .iter()
-        .map(|s| format!("{s} (to detach)"))
-        .chain(destroy.iter().map(|s| format!("{s} (to destroy)")))
-        .collect();
-    let fix = match protection.managed {
-        Some(true) => "set protection: false in the spec (proxsync clears the flag first)".into(),
-        _ => format!(
-            "clear the flag ({} set {vmid} --protection 0, or protection: false in the spec)",
-            kind.cli()
-        ),
+    let why = DriveRefused::Protected {
+        protection,
+        detach: detach.to_vec(),
+        destroy: destroy.to_vec(),
     };
-    let (named, noun) = (kind.named(vmid), kind.noun());
-    let (drive, listed) = match kind {
-        GuestKind::Qemu => ("drive", "disks"),
-        GuestKind::Lxc => ("mount point", "mountPoints"),
-    };
-    Err(format!(
-        "{named} has protection set, and PVE refuses to remove any {drive} of a protected {noun}: \
-         {} stay attached while the rest of the spec is applied. To remove them, {fix}; to keep \
-         them, list them in {listed} again",
-        slots.join(", ")
-    ))
+    Err(VolumeRefusal::Drive { kind, vmid, why })
 }
 
 /// Whether PVE's cloud-init drive in `slot` may be removed from VM `vm` to make way for
@@ -351,22 +515,20 @@ pub fn cloudinit_drive_removal(
     vm: &VerifiedMarker,
     protection: Protection,
     slot: &str,
-) -> Result<Permit, String> {
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
     let vmid = vm.vmid();
+    let slot = slot.to_string();
     if !protection.on {
-        let slots = vec![slot.to_string()];
+        let slots = vec![slot];
         return Ok(Permit::new(vm.site(), vmid, Act::Detach { slots }));
     }
-    Err(format!(
-        "VM {vmid} has protection set, and PVE refuses to remove any drive of a protected VM: \
-         its cloud-init drive {slot} cannot make way for the userData seed image, so userData is \
-         not applied. Clear the flag ({}), or drop userData",
-        match protection.managed {
-            Some(true) => "protection: false in the spec".to_string(),
-            _ => format!("qm set {vmid} --protection 0"),
-        }
-    ))
+    let why = DriveRefused::CloudInitDrive { protection, slot };
+    Err(VolumeRefusal::Drive {
+        kind: vm.kind(),
+        vmid,
+        why,
+    })
 }
 
 /// The permit to detach `slots` (disks leaving `disks`) from VM `vm`: PVE keeps their volumes
@@ -375,7 +537,7 @@ pub fn detach(
     vm: &VerifiedMarker,
     protection: Protection,
     slots: &[String],
-) -> Result<Permit, String> {
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
     drive_removal(vm.kind(), vm.vmid(), protection, slots, &[])?;
     let slots = slots.to_vec();
@@ -392,24 +554,26 @@ pub fn destroy_drive(
     holds: SlotHolds<'_>,
     binding: Option<&DiskDestroy>,
     protection: Protection,
-) -> Result<Permit, String> {
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
-    let vmid = vm.vmid();
+    let (kind, vmid) = (vm.kind(), vm.vmid());
     let SlotHolds::Disk(volume) = holds else {
-        return Err(format!(
-            "{slot} of VM {vmid} holds no disk proxsync may destroy: nothing is destroyed"
-        ));
+        let why = DriveRefused::NoDisk {
+            slot: slot.to_string(),
+        };
+        return Err(VolumeRefusal::Drive { kind, vmid, why });
     };
     let bound = binding.is_some_and(|b| {
         b.slot == slot && b.state == DestroyState::Bound && b.volume.as_deref() == Some(volume)
     });
     if !bound {
-        return Err(format!(
-            "the destroy of {slot} of VM {vmid} is not bound to {volume}, the volume it holds \
-             (no destroy of it is recorded as pending): {volume} is kept"
-        ));
+        let why = DriveRefused::NotBound {
+            slot: slot.to_string(),
+            volume: volume.to_string(),
+        };
+        return Err(VolumeRefusal::Drive { kind, vmid, why });
     }
-    drive_removal(vm.kind(), vmid, protection, &[], &[slot.to_string()])?;
+    drive_removal(kind, vmid, protection, &[], &[slot.to_string()])?;
     let act = Act::Destroy {
         slot: slot.to_string(),
         volume: volume.to_string(),
@@ -429,19 +593,21 @@ pub fn destroy_unused(
     holds: &str,
     binding: Option<&DiskDestroy>,
     protection: Protection,
-) -> Result<Permit, String> {
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
-    let vmid = vm.vmid();
+    let (kind, vmid) = (vm.kind(), vm.vmid());
     let bound = binding.is_some_and(|b| {
         b.slot == slot && b.state == DestroyState::Bound && b.volume.as_deref() == Some(holds)
     });
     if !bound || !unused.starts_with("unused") {
-        return Err(format!(
-            "{unused} of container {vmid} holds {holds}, which no recorded destroy of {slot} is \
-             bound to: {holds} is kept"
-        ));
+        let why = DriveRefused::UnusedNotBound {
+            slot: slot.to_string(),
+            unused: unused.to_string(),
+            volume: holds.to_string(),
+        };
+        return Err(VolumeRefusal::Drive { kind, vmid, why });
     }
-    drive_removal(vm.kind(), vmid, protection, &[], &[slot.to_string()])?;
+    drive_removal(kind, vmid, protection, &[], &[slot.to_string()])?;
     let act = Act::Destroy {
         slot: unused.to_string(),
         volume: holds.to_string(),
@@ -458,14 +624,18 @@ pub fn seed_attach(
     volid: &str,
     listed: Option<&StorageVolume>,
     recorded: Option<&SeedUpload>,
-) -> Result<Permit, String> {
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
+    let refused = |why| VolumeRefusal::Seed {
+        volid: volid.to_string(),
+        why,
+    };
     if !crate::cloudinit::is_seed_of(volid, vm.install(), vm.spec()) {
-        return Err(format!(
-            "{volid} is not a seed image of spec {} of install {}: not attached",
-            vm.spec(),
-            vm.install()
-        ));
+        return Err(refused(SeedRefused::OtherSpec {
+            spec: vm.spec().to_string(),
+            install: Some(vm.install().to_string()),
+            act: SeedAct::Attach,
+        }));
     }
     match seed_on_storage(volid, listed, recorded) {
         SeedCheck::Attach => {
@@ -475,28 +645,36 @@ pub fn seed_attach(
             };
             Ok(Permit::new(vm.site(), vm.vmid(), act))
         }
-        SeedCheck::Upload { found } => Err(found.unwrap_or_else(|| {
-            format!("{volid} is not on its storage: not attached; it is uploaded first")
-        })),
+        SeedCheck::Upload { found: Some(why) } => Err(VolumeRefusal::Untrusted(why)),
+        SeedCheck::Upload { found: None } => Err(refused(SeedRefused::NotOnStorage)),
     }
 }
 
 /// The permit to delete the seed image `volid` of VM `vm`'s spec, which the VM no longer names
 /// (`in_use`: the seed images it names now or at its next start). Only the images of the VM's
 /// install and spec: no other VM uses them.
-pub fn seed_delete(vm: &VerifiedMarker, volid: &str, in_use: &[String]) -> Result<Permit, String> {
+pub fn seed_delete(
+    vm: &VerifiedMarker,
+    volid: &str,
+    in_use: &[String],
+) -> Result<Permit, VolumeRefusal> {
     own(vm)?;
+    let refused = |why| VolumeRefusal::Seed {
+        volid: volid.to_string(),
+        why,
+    };
     if !crate::cloudinit::is_seed_of(volid, vm.install(), vm.spec()) {
-        return Err(format!(
-            "{volid} is not a seed image of spec {}: not deleted",
-            vm.spec()
-        ));
+        return Err(refused(SeedRefused::OtherSpec {
+            spec: vm.spec().to_string(),
+            install: None,
+            act: SeedAct::Delete,
+        }));
     }
     if in_use.iter().any(|v| v == volid) {
-        return Err(format!(
-            "VM {} still names the seed image {volid}: not deleted",
-            vm.vmid()
-        ));
+        return Err(refused(SeedRefused::StillNamed {
+            kind: vm.kind(),
+            vmid: vm.vmid(),
+        }));
     }
     let act = Act::DeleteVolume {
         volume: volid.to_string(),
@@ -534,35 +712,31 @@ pub struct SeedUnused<'a> {
 /// spec's guest is gone (its delete ended: `gone`), or, for a sweep, the spec is gone too. The
 /// permit names no VM when it is a sweep's (VMID 0: PVE's VMIDs start at 100). The seed holds
 /// the guest's user data (with SOPS, the decrypted secret): it goes with the guest.
-pub fn seed_unused(site: &SiteChecked, s: SeedUnused<'_>) -> Result<Permit, String> {
+pub fn seed_unused(site: &SiteChecked, s: SeedUnused<'_>) -> Result<Permit, VolumeRefusal> {
+    let refused = |why| VolumeRefusal::Seed {
+        volid: s.volid.to_string(),
+        why,
+    };
     match crate::cloudinit::parse_seed_file_name(s.volid) {
         Some((install, spec, _)) if install == s.install && spec == s.spec => {}
         _ => {
-            return Err(format!(
-                "{} is not a seed image of spec {} of install {}: not deleted",
-                s.volid, s.spec, s.install
-            ));
+            return Err(refused(SeedRefused::OtherSpec {
+                spec: s.spec.to_string(),
+                install: Some(s.install.to_string()),
+                act: SeedAct::Delete,
+            }));
         }
     }
-    if let Some(vmid) = s.named_by.first() {
-        return Err(format!(
-            "guest {vmid} names the seed image {}: not deleted",
-            s.volid
-        ));
+    if let Some(&vmid) = s.named_by.first() {
+        return Err(refused(SeedRefused::NamedBy { vmid }));
     }
-    if let Some(vmid) = s.unread.first() {
-        return Err(format!(
-            "guest {vmid} may use spec {}'s seed images and its config could not be read: {} is \
-             not deleted",
-            s.spec, s.volid
-        ));
+    if let Some(&vmid) = s.unread.first() {
+        let spec = s.spec.to_string();
+        return Err(refused(SeedRefused::Unread { vmid, spec }));
     }
     if s.gone.is_none() && !s.spec_gone {
-        return Err(format!(
-            "spec {} still exists (or its record does): its own converge removes the seed \
-             images it no longer uses, not a sweep; {} is not deleted",
-            s.spec, s.volid
-        ));
+        let spec = s.spec.to_string();
+        return Err(refused(SeedRefused::SpecExists { spec }));
     }
     let act = Act::DeleteVolume {
         volume: s.volid.to_string(),
@@ -589,20 +763,17 @@ pub fn vm_delete(
     kind: GuestKind,
     vmid: u32,
     protection: Protection,
-) -> Result<DeleteProtection, String> {
+) -> Result<DeleteProtection, VolumeRefusal> {
     match protection {
         Protection { on: false, .. } => Ok(DeleteProtection::Unprotected),
         Protection {
             managed: Some(_), ..
         } => Ok(DeleteProtection::Clear),
-        Protection { managed: None, .. } => Err(format!(
-            "{} has protection set, and no spec of this install set it: PVE refuses to delete a \
-             protected {}, so proxsync neither powers it off nor deletes it. To delete it, clear \
-             the flag: {} set {vmid} --protection 0 (or Options > Protection in the web UI)",
-            kind.named(vmid),
-            kind.noun(),
-            kind.cli()
-        )),
+        Protection { managed: None, .. } => Err(VolumeRefusal::Drive {
+            kind,
+            vmid,
+            why: DriveRefused::DeleteProtected,
+        }),
     }
 }
 
@@ -651,6 +822,7 @@ mod tests {
         assert!(
             seed_unused(&site, swept)
                 .unwrap_err()
+                .to_string()
                 .contains("still exists")
         );
         let permit = seed_unused(
@@ -670,6 +842,7 @@ mod tests {
         assert!(
             seed_unused(&site, named)
                 .unwrap_err()
+                .to_string()
                 .contains("guest 201 names")
         );
         let unread = SeedUnused {
@@ -679,6 +852,7 @@ mod tests {
         assert!(
             seed_unused(&site, unread)
                 .unwrap_err()
+                .to_string()
                 .contains("could not be read")
         );
         // Only this install's seeds of that spec: another install's, another spec's, any file.
@@ -711,6 +885,7 @@ mod tests {
         else {
             panic!("not attached");
         };
+        let why = why.to_string();
         assert!(why.contains("not the file proxsync uploaded") && why.contains(SEED));
         // The same size, a later ctime (planted after the seed was deleted): uploaded again.
         let planted = listed(SEED, Some(51200), Some(1_700_003_600));
@@ -719,6 +894,7 @@ mod tests {
         else {
             panic!("not attached");
         };
+        let why = why.to_string();
         assert!(why.contains("1700003600") && why.contains("never attaching"));
         // Another size, or no ctime to compare: not the file either.
         for other in [
@@ -746,11 +922,15 @@ mod tests {
     fn an_upload_is_recorded_from_the_listing_only_as_uploaded() {
         let ours = listed(SEED, Some(51200), Some(1_700_000_000));
         assert_eq!(seed_uploaded(SEED, 51200, Some(&ours)), Ok(uploaded()));
-        let err = seed_uploaded(SEED, 51200, None).unwrap_err();
+        let err = seed_uploaded(SEED, 51200, None).unwrap_err().to_string();
         assert!(err.contains("not attaching"), "{err}");
-        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(9), Some(1)))).unwrap_err();
+        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(9), Some(1))))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("9 bytes") && err.contains("51200"), "{err}");
-        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(51200), None))).unwrap_err();
+        let err = seed_uploaded(SEED, 51200, Some(&listed(SEED, Some(51200), None)))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("ctime") && err.contains("seedStorage"),
             "{err}"
@@ -811,7 +991,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(later.destroy, None);
-        let note = later.note.unwrap();
+        let note = later.note.unwrap().to_string();
         assert!(note.contains("was empty") && note.contains(W), "{note}");
     }
 
@@ -844,7 +1024,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Destroyed);
-        assert!(s.note.unwrap().contains("no longer attached"));
+        assert!(s.note.unwrap().to_string().contains("no longer attached"));
         // Another volume there now: done, and that one is kept.
         let s = destroy(
             GuestKind::Qemu,
@@ -859,7 +1039,12 @@ mod tests {
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Destroyed);
         assert_eq!(s.binding.reported.as_deref(), Some(W));
-        assert!(s.note.unwrap().contains("destroyDisks no longer applies"));
+        assert!(
+            s.note
+                .unwrap()
+                .to_string()
+                .contains("destroyDisks no longer applies")
+        );
     }
 
     #[test]
@@ -878,7 +1063,7 @@ mod tests {
             )
             .unwrap();
             assert_eq!(s.destroy, None);
-            let note = s.note.unwrap();
+            let note = s.note.unwrap().to_string();
             assert!(
                 note.contains("destroyDisks no longer applies to scsi1")
                     && note.contains(now)
@@ -926,7 +1111,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.destroy, None);
         assert_eq!(s.binding.state, DestroyState::Unbound);
-        let note = s.note.unwrap();
+        let note = s.note.unwrap().to_string();
         assert!(note.contains("no record of the volume") && note.contains(V));
         // Said once; a disk put there later is not destroyed either.
         let again = destroy(
@@ -951,7 +1136,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(later.destroy, None);
-        assert!(later.note.unwrap().contains(W));
+        assert!(later.note.unwrap().to_string().contains(W));
         // Empty then: nothing to say.
         let s = destroy(
             GuestKind::Qemu,
@@ -979,7 +1164,8 @@ mod tests {
                 followed,
                 9,
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
             assert!(err.contains("boot disk: refused"), "{err}");
         }
     }
@@ -1013,7 +1199,8 @@ mod tests {
             &slots(&["scsi1"]),
             &slots(&["scsi2"]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("scsi1 (to detach)")
                 && err.contains("scsi2 (to destroy)")
@@ -1025,8 +1212,9 @@ mod tests {
             on: true,
             managed: None,
         };
-        let err =
-            drive_removal(GuestKind::Qemu, 100, by_hand, &slots(&["scsi1"]), &[]).unwrap_err();
+        let err = drive_removal(GuestKind::Qemu, 100, by_hand, &slots(&["scsi1"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("qm set 100 --protection 0"), "{err}");
     }
 
@@ -1041,12 +1229,16 @@ mod tests {
                 slots: vec!["ide0".into()]
             }
         );
-        let err = cloudinit_drive_removal(&vm, p(true, Some(true)), "ide0").unwrap_err();
+        let err = cloudinit_drive_removal(&vm, p(true, Some(true)), "ide0")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("ide0") && err.contains("protection: false"),
             "{err}"
         );
-        let err = cloudinit_drive_removal(&vm, p(true, None), "ide0").unwrap_err();
+        let err = cloudinit_drive_removal(&vm, p(true, None), "ide0")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("qm set 7 --protection 0"), "{err}");
     }
 
@@ -1082,15 +1274,18 @@ mod tests {
             }
         );
         // A file planted under the seed's name (no upload recorded, or a later ctime).
-        let why = seed_attach(&vm, "ide3", SEED, Some(&ours_listed), None).unwrap_err();
+        let why = seed_attach(&vm, "ide3", SEED, Some(&ours_listed), None)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("not the file proxsync uploaded"), "{why}");
         let planted = listed(SEED, Some(51200), Some(1_700_003_600));
         assert!(seed_attach(&vm, "ide3", SEED, Some(&planted), Some(&uploaded())).is_err());
         assert!(seed_attach(&vm, "ide3", SEED, None, Some(&uploaded())).is_err());
         // Another spec's seed, even as uploaded, is not this VM's to attach.
         let other = ours("db-01", 100);
-        let why =
-            seed_attach(&other, "ide3", SEED, Some(&ours_listed), Some(&uploaded())).unwrap_err();
+        let why = seed_attach(&other, "ide3", SEED, Some(&ours_listed), Some(&uploaded()))
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("not a seed image of spec db-01"), "{why}");
     }
 
@@ -1189,7 +1384,9 @@ mod tests {
             vm_delete(GuestKind::Qemu, 7, p(true, Some(false))),
             Ok(DeleteProtection::Clear)
         );
-        let err = vm_delete(GuestKind::Qemu, 7, p(true, None)).unwrap_err();
+        let err = vm_delete(GuestKind::Qemu, 7, p(true, None))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("protection") && err.contains("qm set 7 --protection 0"),
             "{err}"
@@ -1201,7 +1398,9 @@ mod tests {
     fn a_containers_messages_say_container() {
         let p = |on, managed| Protection { on, managed };
         assert_eq!(
-            vm_delete(GuestKind::Lxc, 7, p(true, None)).unwrap_err(),
+            vm_delete(GuestKind::Lxc, 7, p(true, None))
+                .unwrap_err()
+                .to_string(),
             "container 7 has protection set, and no spec of this install set it: PVE refuses to \
              delete a protected container, so proxsync neither powers it off nor deletes it. To \
              delete it, clear the flag: pct set 7 --protection 0 (or Options > Protection in the \
@@ -1211,7 +1410,9 @@ mod tests {
         let mut b = bound(DestroyState::Bound, Some(V), None);
         b.slot = "mp1".into();
         assert_eq!(
-            destroy_unused(&ct, "mp1", "unused0", V, Some(&b), p(true, None)).unwrap_err(),
+            destroy_unused(&ct, "mp1", "unused0", V, Some(&b), p(true, None))
+                .unwrap_err()
+                .to_string(),
             "container 101 has protection set, and PVE refuses to remove any mount point of \
              a protected container: mp1 (to destroy) stay attached while the rest of the \
              spec is applied. To remove them, clear the flag (pct set 101 --protection 0, or \
@@ -1227,7 +1428,7 @@ mod tests {
             9,
         );
         assert_eq!(
-            kept.unwrap_err(),
+            kept.unwrap_err().to_string(),
             "destroyDisks names rootfs of container 101, which is its root disk: refused; remove \
              it from destroyDisks"
         );
@@ -1240,7 +1441,7 @@ mod tests {
             false,
             9,
         );
-        let note = unbound.unwrap().note.unwrap();
+        let note = unbound.unwrap().note.unwrap().to_string();
         assert!(
             note.contains("it began following container 101 after")
                 && note.ends_with(&format!(

@@ -8,4 +8,8 @@
 
 mod commit;
 mod guest;
+mod ha;
+mod identity;
 mod rename;
+mod site;
+mod volume;
