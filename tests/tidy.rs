@@ -66,6 +66,7 @@ const CRATES: &[(&str, Layers)] = &[
             ("the gate: decisions on evidence", &["gate"]),
             ("the pure planner", &["plan"]),
             ("a spec as PVE parameters, pure", &["render"]),
+            ("the decisions of the layers below, in words", &["words"]),
         ],
     ),
     (
@@ -124,6 +125,7 @@ const PURE: &[&str] = &[
     "crates/proxsync-core/src/model/",
     "crates/proxsync-core/src/plan/",
     "crates/proxsync-core/src/render/",
+    "crates/proxsync-core/src/words/",
 ];
 const IMPURE_WORDS: &[&str] = &[
     "async fn",
