@@ -432,17 +432,11 @@ pub(super) async fn resume_create(
     // The intent makes the other kind of guest than the spec now asks for (the planner holds
     // such a spec; this is the last line): neither finished as the new kind nor made again.
     if vm.kind != spec.kind() {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "the create in flight of {} {} was sent for a {}, and the spec is now a {}: \
-                 nothing is created or converged until a person decides",
-                vm.kind.noun(),
-                vm.vmid,
-                vm.kind.spec_kind(),
-                spec.kind().spec_kind()
-            ),
-        ));
+        return Err(blocked(Blocked::KindChanged {
+            kind: vm.kind,
+            vmid: vm.vmid,
+            now: spec.kind(),
+        }));
     }
     if let Some(upid) = upid {
         tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");

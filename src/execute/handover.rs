@@ -203,15 +203,12 @@ pub(super) async fn take_over(
         &spec.name,
     )
     .map_err(|why| {
-        fail(
-            Category::Conflict,
-            format!(
-                "{} no longer carries a verifying marker of spec {} from another install \
-                 ({why}); not adopting it",
-                kind.named(vmid),
-                spec.name
-            ),
-        )
+        blocked(Blocked::NotHandedOver {
+            kind,
+            vmid,
+            spec: spec.name.clone(),
+            why: why.to_string(),
+        })
     })?;
     if let Some(held) = cfg.tags().iter().find(|t| t.starts_with("proxsync.")) {
         return Ok(TakeOver::Not(Outcome::Waiting(Wait::NotReleased {

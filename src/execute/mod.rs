@@ -134,14 +134,23 @@ fn fail(category: Category, message: impl Into<String>) -> ActionError {
 /// What blocks an action ([`Blocked`]), as the spec's error: a lock no running task can hold
 /// (`StaleLock`: only a human can tell it is stale and clear it); a guest a record names that
 /// does not show it is the spec's (`MarkerMissing`: a person confirms it with `proxsync adopt`
-/// or removes it); another guest at the record's VMID (a conflict).
+/// or removes it); a guest not on its node (not found); anything else a read of the guest
+/// showed (a conflict).
 fn blocked(why: Blocked) -> ActionError {
     let (category, kind) = match why {
         Blocked::StaleLock { .. }
         | Blocked::StaleTemplateLock { .. }
         | Blocked::InterruptedCreate { .. } => (Category::LockError, ErrorKind::StaleLock),
         Blocked::MarkerMissing { .. } => (Category::Conflict, ErrorKind::MarkerMissing),
-        Blocked::Gone(_) | Blocked::ChangedIdentity(_) => (Category::Conflict, ErrorKind::Plain),
+        Blocked::NotOnNode { .. } => (Category::NotFound, ErrorKind::Plain),
+        Blocked::Gone(_)
+        | Blocked::ChangedIdentity(_)
+        | Blocked::ReadsDisagree { .. }
+        | Blocked::NoDigest { .. }
+        | Blocked::OrphanNotOurs { .. }
+        | Blocked::NotHandedOver { .. }
+        | Blocked::KindChanged { .. }
+        | Blocked::StillTaken { .. } => (Category::Conflict, ErrorKind::Plain),
     };
     ActionError {
         kind,

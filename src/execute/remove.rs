@@ -264,13 +264,7 @@ async fn mark_again(
         node, kind, vmid, ..
     } = vm;
     let Some(digest) = cfg.digest() else {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "{}'s config came without its digest; read again",
-                kind.named(vmid)
-            ),
-        ));
+        return Err(blocked(Blocked::NoDigest { kind, vmid }));
     };
     let permit = permit::sign(ours).map_err(|r| conflict(r.into()))?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &rec.uid, vmid);
@@ -334,15 +328,12 @@ pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecR
                 }
             }
             Ok(true) => {
-                return Outcome::Failed(fail(
-                    Category::Conflict,
-                    format!(
-                        "{} is not in this cycle's listing of site {}, but PVE says VMID {vmid} \
-                         is taken: the record of spec {spec_name} is kept",
-                        rec.kind.named(vmid),
-                        rec.site
-                    ),
-                ));
+                return Outcome::Failed(blocked(Blocked::StillTaken {
+                    kind: rec.kind,
+                    vmid,
+                    site: rec.site.clone(),
+                    spec: spec_name.to_string(),
+                }));
             }
             Err(e) => return Outcome::Failed(e.into()),
         }
@@ -375,15 +366,7 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
                 spec = ours.spec().to_string();
                 permit::delete_orphan(&ours, &cfg.tags()).map_err(String::from)
             })
-            .map_err(|why| {
-                fail(
-                    Category::Conflict,
-                    format!(
-                        "{} is not ours any more ({why}); not deleting",
-                        kind.named(vmid)
-                    ),
-                )
-            })?;
+            .map_err(|why| blocked(Blocked::OrphanNotOurs { kind, vmid, why }))?;
         if cfg.lock().is_some() {
             return Ok(Outcome::Waiting(Wait::OrphanLocked { vmid }));
         }

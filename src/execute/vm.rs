@@ -3,8 +3,7 @@
 //! the HA stack settle.
 
 use super::identity::{checked_site, verified};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, wait};
-use crate::category::Category;
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, wait};
 use crate::gate::identity::{NotOurs, Recorded, VerifiedMarker, verify_by_identity};
 use crate::gate::volume::Protection;
 use crate::guest::GuestKind;
@@ -171,14 +170,11 @@ pub(super) async fn own_config(
         let cfg = match client.vm_config(node, kind, vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
-                return Err(fail(
-                    Category::NotFound,
-                    format!(
-                        "{} is not on node {node} any more; it is looked for again at the next \
-                         cycle, and made again only once PVE says VMID {vmid} is free",
-                        kind.named(vmid)
-                    ),
-                ));
+                return Err(blocked(Blocked::NotOnNode {
+                    kind,
+                    vmid,
+                    node: node.to_string(),
+                }));
             }
             Err(e) => return Err(e.into()),
         };
@@ -263,13 +259,11 @@ pub(super) async fn own_config(
             }
         }
     }
-    Err(fail(
-        Category::Conflict,
-        format!(
-            "{} answered reads of its config differently; nothing is judged on it this cycle",
-            kind.named(vmid)
-        ),
-    ))
+    Err(blocked(Blocked::ReadsDisagree {
+        kind,
+        vmid,
+        two: false,
+    }))
 }
 
 /// How many reads in a row must show a guest without its marker line, with this install's tag
@@ -315,7 +309,6 @@ async fn judge_unmarked(
         node, kind, vmid, ..
     } = vm;
     let tag = ownership_tag(&ctx.install_id);
-    let named = kind.named(vmid);
     let stranger = |shows| Unmarked::Stranger(Stranger { kind, vmid, shows });
     let judge = |cfg: &VmConfig| -> Unmarked {
         let marker = cfg.description().and_then(Marker::parse);
@@ -365,13 +358,11 @@ async fn judge_unmarked(
         return match client.vm_config(node, kind, vmid).await {
             Ok(again) => match judge(&again) {
                 Unmarked::Stranger(why) => Ok(Own::Stranger(why)),
-                Unmarked::Missing => Err(fail(
-                    Category::Conflict,
-                    format!(
-                        "{named} answered two reads of its config differently; nothing is \
-                         judged on it this cycle"
-                    ),
-                )),
+                Unmarked::Missing => Err(blocked(Blocked::ReadsDisagree {
+                    kind,
+                    vmid,
+                    two: true,
+                })),
             },
             Err(e) => Err(e.into()),
         };

@@ -67,6 +67,73 @@ pub enum Blocked {
     Gone(Stranger),
     /// Another guest held the VMID on the read just before a delete: nothing is deleted.
     ChangedIdentity(Stranger),
+    /// The guest is not on its node any more: it is looked for again, and made again only
+    /// once PVE says its VMID is free.
+    NotOnNode {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The node it was looked for on.
+        node: String,
+    },
+    /// Reads of the guest's config answered differently: nothing is judged on it this cycle.
+    ReadsDisagree {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// Two reads (a stranger read again), not the streak of the identity's reads.
+        two: bool,
+    },
+    /// The guest's config came without its digest, which guards the write that follows.
+    NoDigest {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+    },
+    /// An orphan to delete is not this install's any more: nothing is deleted.
+    OrphanNotOurs {
+        /// The orphan's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The gate's refusal, in its words.
+        why: String,
+    },
+    /// A handed-over guest no longer carries a verifying marker of the spec from another
+    /// install: it is not taken over.
+    NotHandedOver {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The spec that would take it over.
+        spec: String,
+        /// The gate's refusal, in its words.
+        why: String,
+    },
+    /// A create in flight was sent for one kind of guest and the spec now asks for the other.
+    KindChanged {
+        /// The kind the create was sent for.
+        kind: GuestKind,
+        /// The intent's VMID.
+        vmid: u32,
+        /// The kind the spec asks for now.
+        now: GuestKind,
+    },
+    /// A guest the listing lost whose VMID PVE says is taken: the record is kept.
+    StillTaken {
+        /// The guest's kind, as recorded.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The site whose listing lost it.
+        site: String,
+        /// The spec whose record is kept.
+        spec: String,
+    },
 }
 
 /// Which create an interrupted create at an intent's VMID may be.

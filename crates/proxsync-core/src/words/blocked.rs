@@ -10,6 +10,7 @@ use crate::model::{Blocked, Interrupted, Shows, Stranger};
 impl fmt::Display for Blocked {
     // Long because: one arm per block, each with what a person does about it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unjudged = "nothing is judged on it this cycle";
         match self {
             Blocked::StaleLock {
                 kind,
@@ -126,6 +127,58 @@ impl fmt::Display for Blocked {
                 f,
                 "{stranger}: it changed identity during the delete; not deleting"
             ),
+            Blocked::NotOnNode { kind, vmid, node } => write!(
+                f,
+                "{} is not on node {node} any more; it is looked for again at the next cycle, and \
+                 made again only once PVE says VMID {vmid} is free",
+                kind.named(*vmid)
+            ),
+            Blocked::ReadsDisagree { kind, vmid, two } => write!(
+                f,
+                "{} answered {}reads of its config differently; {unjudged}",
+                kind.named(*vmid),
+                if *two { "two " } else { "" }
+            ),
+            Blocked::NoDigest { kind, vmid } => write!(
+                f,
+                "{}'s config came without its digest; read again",
+                kind.named(*vmid)
+            ),
+            Blocked::OrphanNotOurs { kind, vmid, why } => write!(
+                f,
+                "{} is not ours any more ({why}); not deleting",
+                kind.named(*vmid)
+            ),
+            Blocked::NotHandedOver {
+                kind,
+                vmid,
+                spec,
+                why,
+            } => write!(
+                f,
+                "{} no longer carries a verifying marker of spec {spec} from another install \
+                 ({why}); not adopting it",
+                kind.named(*vmid)
+            ),
+            Blocked::KindChanged { kind, vmid, now } => write!(
+                f,
+                "the create in flight of {} {vmid} was sent for a {}, and the spec is now a {}: \
+                 nothing is created or converged until a person decides",
+                kind.noun(),
+                kind.spec_kind(),
+                now.spec_kind()
+            ),
+            Blocked::StillTaken {
+                kind,
+                vmid,
+                site,
+                spec,
+            } => write!(
+                f,
+                "{} is not in this cycle's listing of site {site}, but PVE says VMID {vmid} is \
+                 taken: the record of spec {spec} is kept",
+                kind.named(*vmid)
+            ),
         }
     }
 }
@@ -187,5 +240,56 @@ fn unheld_lock_advice(
             "a crashed or interrupted operation. After checking that nothing is running on it, \
              clear it on the node with: {cli} unlock {vmid}"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words of blocks no test of execute reaches, as execute said them before they were
+    /// values.
+    #[test]
+    fn reads_of_a_guest_are_said_as_before() {
+        let ct = GuestKind::Lxc;
+        let said = |b: Blocked| b.to_string();
+        assert_eq!(
+            said(Blocked::ReadsDisagree {
+                kind: ct,
+                vmid: 7,
+                two: true
+            }),
+            "container 7 answered two reads of its config differently; nothing is judged on \
+             it this cycle"
+        );
+        assert_eq!(
+            said(Blocked::NotOnNode {
+                kind: GuestKind::Qemu,
+                vmid: 7,
+                node: "pve1".into()
+            }),
+            "VM 7 is not on node pve1 any more; it is looked for again at the next cycle, and \
+             made again only once PVE says VMID 7 is free"
+        );
+        assert_eq!(
+            said(Blocked::KindChanged {
+                kind: ct,
+                vmid: 7,
+                now: GuestKind::Qemu
+            }),
+            "the create in flight of container 7 was sent for a ProxmoxLXC, and the spec is now \
+             a ProxmoxVM: nothing is created or converged until a person decides"
+        );
+        let stranger = Stranger {
+            kind: ct,
+            vmid: 7,
+            shows: Shows::LetGo { tag: "t".into() },
+        };
+        assert_eq!(
+            said(Blocked::Gone(stranger)),
+            "container 7 carries neither the tag t nor a marker of this install: a person let \
+             it go (read twice): the spec's container is gone; a new one is made at the next \
+             cycle"
+        );
     }
 }
