@@ -126,6 +126,7 @@ const PURE: &[&str] = &[
     "crates/proxsync-core/src/model/",
     "crates/proxsync-core/src/plan/",
     "crates/proxsync-core/src/render/",
+    "crates/proxsync-core/src/words/",
 ];
 const IMPURE_WORDS: &[&str] = &[
     "async fn",

@@ -2,6 +2,7 @@
 //! state, and what waits for the next start.
 
 use crate::gate::identity::VerifiedMarker;
+use crate::model::Wait;
 use crate::pve::types::{PendingEntry, VmConfig};
 use crate::pve::values::pve_size;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -71,9 +72,7 @@ async fn converge_vm(
                 upid: upid.to_string(),
             });
         }
-        return Ok(Outcome::Waiting {
-            reason: format!("VM {vmid} was resumed from hibernation; converging it next"),
-        });
+        return Ok(Outcome::Waiting(Wait::Resumed { vmid }));
     }
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);

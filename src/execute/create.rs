@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::category::Category;
 use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
+use crate::model::{Blocked, Interrupted, Wait};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::texts;
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
@@ -18,7 +19,7 @@ use super::intent::{Found, Known, inspect, inspect_known, record_created};
 use super::preflight::{Source, preflight};
 use super::vmid::SiteAllocator;
 use super::{
-    ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock, task_record, wait,
+    ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, site, task_record, wait,
 };
 
 /// Preflight, then the allocation loop (intent, request, answer), whose every arm keeps the
@@ -140,19 +141,16 @@ async fn refused(
     let (Some(template), Some(lock)) = (clone_of, texts::held_lock(e.pve_message())) else {
         return Err(e.into());
     };
-    let (noun, cli, id, node) = (
-        spec.kind().noun(),
-        spec.kind().cli(),
-        template.vmid,
-        &template.node,
-    );
+    let (kind, id, node) = (spec.kind(), template.vmid, &template.node);
     let holder = LockHolder::of(lock);
     if holder == LockHolder::Command {
         // Tried again at the next cycle: no task to wait for.
-        let reason = super::vm::command_lock_reason(spec.kind(), id, node, lock);
-        return Ok(Outcome::Waiting {
-            reason: format!("template: {reason}"),
-        });
+        return Ok(Outcome::Waiting(Wait::TemplateCommandLock {
+            kind,
+            vmid: id,
+            node: node.clone(),
+            lock: lock.to_string(),
+        }));
     }
     let tasks = site.client.active_tasks(node).await?;
     let Some(upid) = tasks
@@ -160,26 +158,21 @@ async fn refused(
         .filter(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), id))
         .find_map(|t| t.upid.parse::<Upid>().ok())
     else {
-        let advice = match lock {
-            "mounted" | "destroyed" => super::vm::unheld_lock_advice(spec.kind(), id, lock),
-            _ => format!(
-                "an interrupted clone, backup or volume move. After checking that nothing is \
-                 running on it, clear it on the node with: {cli} unlock {id}"
-            ),
-        };
-        return Err(stale_lock(format!(
-            "{noun} template {id} on node {node} is locked ({lock}) and no task holds the lock, \
-             so nothing can be cloned from it: {advice}"
-        )));
+        return Err(blocked(Blocked::StaleTemplateLock {
+            kind,
+            vmid: id,
+            node: node.clone(),
+            lock: lock.to_string(),
+        }));
     };
     tracing::info!(spec = %spec.name, template = id, lock, upid = %upid, "the template is locked by a running task; waiting for it before cloning");
     match super::wait_until_stop(ctx, &site.client, &upid).await {
-        Ok(TaskOutcome::StillRunning) => Ok(Outcome::Waiting {
-            reason: format!(
-                "{noun} template {id} is locked ({lock}) by task {upid}; the clone is sent once \
-                 it ends"
-            ),
-        }),
+        Ok(TaskOutcome::StillRunning) => Ok(Outcome::Waiting(Wait::TemplateLocked {
+            kind,
+            vmid: id,
+            lock: lock.to_string(),
+            task: upid.to_string(),
+        })),
         Ok(_) | Err(PveError::TaskFailed { .. }) => Err(ActionError {
             again: true,
             ..e.into()
@@ -439,17 +432,11 @@ pub(super) async fn resume_create(
     // The intent makes the other kind of guest than the spec now asks for (the planner holds
     // such a spec; this is the last line): neither finished as the new kind nor made again.
     if vm.kind != spec.kind() {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "the create in flight of {} {} was sent for a {}, and the spec is now a {}: \
-                 nothing is created or converged until a person decides",
-                vm.kind.noun(),
-                vm.vmid,
-                vm.kind.spec_kind(),
-                spec.kind().spec_kind()
-            ),
-        ));
+        return Err(blocked(Blocked::KindChanged {
+            kind: vm.kind,
+            vmid: vm.vmid,
+            now: spec.kind(),
+        }));
     }
     if let Some(upid) = upid {
         tracing::info!(spec = %spec.name, vmid = vm.vmid, upid = %upid, "resuming the wait for a create task");
@@ -474,22 +461,21 @@ pub(super) async fn resume_create(
                 record_task(ctx, &spec.name, rec, &upid)?;
                 return finish_create(ctx, site, spec, rec, vm, &upid, JustSent::No).await;
             }
-            Found::Busy { reason, upid: None } => {
+            Found::Busy { wait, upid: None } => {
                 if tokio::time::Instant::now() + pause > deadline || *ctx.shutdown.borrow() {
-                    return Ok(Outcome::Waiting { reason });
+                    return Ok(Outcome::Waiting(wait));
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
             Found::Stale { lock, node } => {
-                let (noun, cli, id) = (vm.kind.noun(), vm.kind.cli(), vm.vmid);
-                return Err(stale_lock(format!(
-                    "{noun} {id} on node {node} is locked ({lock}) and no task holds the lock: an \
-                     interrupted create or clone, perhaps this spec's. proxsync keeps VMID {id} \
-                     reserved and creates nothing until it is resolved. Look at it ({cli} config \
-                     {id}); if it is an empty leftover, remove it with: {cli} unlock {id} && \
-                     {cli} destroy {id}"
-                )));
+                return Err(blocked(Blocked::InterruptedCreate {
+                    kind: vm.kind,
+                    vmid: vm.vmid,
+                    node,
+                    lock,
+                    of: Interrupted::Resumed,
+                }));
             }
             found @ (Found::Foreign | Found::Free) => {
                 let found = if matches!(found, Found::Foreign) {

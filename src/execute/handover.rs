@@ -11,6 +11,7 @@ use crate::category::Category;
 use crate::gate::identity::{VerifiedMarker, verify_handed};
 use crate::gate::permit::{self, Permit};
 use crate::guest::GuestKind;
+use crate::model::{After, Blocked, Interrupted, Wait};
 use crate::ownership::{Marker, ownership_tag};
 use crate::plan::merge_tags;
 use crate::pve::types::VmConfig;
@@ -21,7 +22,7 @@ use crate::store::{SpecRecord, VmState};
 use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
 use super::vm::check_lock;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, stale_lock};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, site};
 
 /// The old owner's side: drops this install's tag from the spec's VM (re-verified first, as
 /// a release is) and forgets the spec. The marker stays, signed for this VMID, so the next
@@ -116,17 +117,16 @@ async fn settle_create(
             record_created(ctx, spec_name, rec, vmid, &at)?;
             Ok(Ok(at))
         }
-        Found::Busy { reason, .. } => Ok(Err(Outcome::Waiting {
-            reason: format!("{reason}; handing it over after (its spec left the selector)"),
+        Found::Busy { wait, .. } => Ok(Err(Outcome::Waiting(wait.then(After::HandOver)))),
+        Found::Stale { lock, node } => Err(blocked(Blocked::InterruptedCreate {
+            kind,
+            vmid,
+            node,
+            lock,
+            of: Interrupted::LeftSelector {
+                spec: spec_name.to_string(),
+            },
         })),
-        Found::Stale { lock, node } => Err(stale_lock(format!(
-            "{} {vmid} on node {node} is locked ({lock}) and no task holds the lock: an \
-             interrupted create of spec {spec_name}, which left this install's selector. \
-             Look at it ({cli} config {vmid}); if it is an empty leftover: {cli} unlock {vmid} \
-             && {cli} destroy {vmid}",
-            kind.noun(),
-            cli = kind.cli()
-        ))),
         Found::Foreign | Found::Free => {
             // Forgetting the record releases the VMID its intent reserved.
             ctx.store.remove(spec_name)?;
@@ -203,23 +203,19 @@ pub(super) async fn take_over(
         &spec.name,
     )
     .map_err(|why| {
-        fail(
-            Category::Conflict,
-            format!(
-                "{} no longer carries a verifying marker of spec {} from another install \
-                 ({why}); not adopting it",
-                kind.named(vmid),
-                spec.name
-            ),
-        )
+        blocked(Blocked::NotHandedOver {
+            kind,
+            vmid,
+            spec: spec.name.clone(),
+            why: why.to_string(),
+        })
     })?;
     if let Some(held) = cfg.tags().iter().find(|t| t.starts_with("proxsync.")) {
-        return Ok(TakeOver::Not(Outcome::Waiting {
-            reason: format!(
-                "{} carries the ownership tag {held}: not released yet",
-                kind.named(vmid)
-            ),
-        }));
+        return Ok(TakeOver::Not(Outcome::Waiting(Wait::NotReleased {
+            kind,
+            vmid,
+            tag: held.clone(),
+        })));
     }
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(TakeOver::Not(waiting));

@@ -3,6 +3,7 @@
 //! hand-over and remove all judge an intent by it.
 
 use crate::guest::GuestKind;
+use crate::model::Wait;
 use crate::pve::{LockHolder, Pve, Upid};
 use crate::store::{CloneSource, SpecRecord, VmState};
 
@@ -36,9 +37,9 @@ pub(super) enum Found {
     /// node.
     Ours(String),
     /// Something that may still become our VM: a config locked by a create or clone, a
-    /// running task that could be ours, or a request that may still arrive. `upid`: the one
-    /// task that can be making it, when there is exactly one.
-    Busy { reason: String, upid: Option<Upid> },
+    /// running task that could be ours, or a request that may still arrive (`wait`). `upid`:
+    /// the one task that can be making it, when there is exactly one.
+    Busy { wait: Wait, upid: Option<Upid> },
     /// A config locked by a create or clone that no running task can hold: an interrupted
     /// create. Never judged foreign: a human decides.
     Stale { lock: String, node: String },
@@ -121,10 +122,11 @@ pub(super) async fn inspect_known(
                 if !settled && within_request_window(ctx, site, *started_ms) {
                     // The task listing may lag behind the config it wrote.
                     return Ok(Found::Busy {
-                        reason: format!(
-                            "{} is locked ({lock}) by a create or clone that started moments ago",
-                            kind.named(vmid)
-                        ),
+                        wait: Wait::JustLocked {
+                            kind,
+                            vmid,
+                            lock: lock.to_string(),
+                        },
                         upid: None,
                     });
                 }
@@ -166,13 +168,13 @@ pub(super) async fn inspect_known(
                 return Ok(busy(kind, vmid, "create", tasks));
             }
             if !settled && within_request_window(ctx, site, *started_ms) {
-                let ago = ctx.clock.now_ms().saturating_sub(*started_ms) / 1000;
+                let ago_secs = ctx.clock.now_ms().saturating_sub(*started_ms) / 1000;
                 return Ok(Found::Busy {
-                    reason: format!(
-                        "{} does not exist yet; the create request sent {ago}s ago may still \
-                         arrive, so it is not sent again before its request timeout has passed",
-                        kind.named(vmid)
-                    ),
+                    wait: Wait::RequestInFlight {
+                        kind,
+                        vmid,
+                        ago_secs,
+                    },
                     upid: None,
                 });
             }
@@ -227,10 +229,7 @@ async fn corroborated(
             Ok(cfg) if unmarked(&cfg) => {}
             Ok(_) => {
                 return Ok(Found::Busy {
-                    reason: format!(
-                        "{} answered reads of its config differently; read again",
-                        kind.named(vmid)
-                    ),
+                    wait: Wait::ReadsDiffer { kind, vmid },
                     upid: None,
                 });
             }
@@ -285,13 +284,14 @@ async fn first_config(
 }
 
 fn busy(kind: GuestKind, vmid: u32, lock: &str, tasks: Vec<Upid>) -> Found {
-    let reason = format!(
-        "{} is being made ({lock}) by task {}; waiting for it",
-        kind.named(vmid),
-        tasks[0]
-    );
+    let wait = Wait::BeingMade {
+        kind,
+        vmid,
+        lock: lock.to_string(),
+        task: tasks[0].to_string(),
+    };
     let upid = (tasks.len() == 1).then(|| tasks[0].clone());
-    Found::Busy { reason, upid }
+    Found::Busy { wait, upid }
 }
 
 /// Whether a request sent when the intent was written may still be on its way: its answer

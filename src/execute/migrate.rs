@@ -5,6 +5,7 @@
 
 use crate::category::Category;
 use crate::guest::GuestKind;
+use crate::model::Wait;
 use crate::pve::{Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::store::{SpecRecord, VmState};
@@ -12,11 +13,6 @@ use crate::store::{SpecRecord, VmState};
 use super::converge::converge;
 use super::vm::{check_lock, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
-
-/// The HA manager's shutdown timeout of a container it relocates: pve-ha-manager
-/// `src/PVE/HA/Resources/PVECT.pm` `migrate` calls `shutdown` without one, which takes
-/// `$timeout // 60`.
-const HA_CT_SHUTDOWN_SECS: u32 = 60;
 
 pub(super) async fn migrate(
     ctx: &ExecCtx<impl Pve>,
@@ -118,20 +114,11 @@ async fn finish_migration(
     }
     if upid.kind == "hamigrate" {
         // The HA manager moves the guest after this task ends; the listing shows when.
-        let how = match vm.kind {
-            GuestKind::Qemu => String::new(),
-            GuestKind::Lxc => format!(
-                " (it shuts the container down within its own {HA_CT_SHUTDOWN_SECS} s, not \
-                 shutdownTimeout; one still up then stays on its node)"
-            ),
-        };
-        return Ok(Outcome::Waiting {
-            reason: format!(
-                "the HA manager was asked to migrate {} {vmid} to node {target}{how}; waiting \
-                 for it",
-                vm.kind.noun()
-            ),
-        });
+        return Ok(Outcome::Waiting(Wait::HaMigrating {
+            kind: vm.kind,
+            vmid,
+            target: target.to_string(),
+        }));
     }
     ctx.store.transition(
         &spec.name,

@@ -47,6 +47,7 @@ pub(crate) use self::reboot::RebootSlots;
 pub(crate) use self::vmid::CycleCursors as VmidCursors;
 use crate::category::Category;
 use crate::guest::GuestKind;
+use crate::model::{Blocked, Wait};
 use crate::observe::SiteView;
 use crate::plan::Action;
 use crate::pve::types::{NodeStorage, Version};
@@ -130,11 +131,30 @@ fn fail(category: Category, message: impl Into<String>) -> ActionError {
     }
 }
 
-/// A lock no running task can hold: only a human can tell it is stale and clear it.
-fn stale_lock(message: impl Into<String>) -> ActionError {
+/// What blocks an action ([`Blocked`]), as the spec's error: a lock no running task can hold
+/// (`StaleLock`: only a human can tell it is stale and clear it); a guest a record names that
+/// does not show it is the spec's (`MarkerMissing`: a person confirms it with `proxsync adopt`
+/// or removes it); a guest not on its node (not found); anything else a read of the guest
+/// showed (a conflict).
+fn blocked(why: Blocked) -> ActionError {
+    let (category, kind) = match why {
+        Blocked::StaleLock { .. }
+        | Blocked::StaleTemplateLock { .. }
+        | Blocked::InterruptedCreate { .. } => (Category::LockError, ErrorKind::StaleLock),
+        Blocked::MarkerMissing { .. } => (Category::Conflict, ErrorKind::MarkerMissing),
+        Blocked::NotOnNode { .. } => (Category::NotFound, ErrorKind::Plain),
+        Blocked::Gone(_)
+        | Blocked::ChangedIdentity(_)
+        | Blocked::ReadsDisagree { .. }
+        | Blocked::NoDigest { .. }
+        | Blocked::OrphanNotOurs { .. }
+        | Blocked::NotHandedOver { .. }
+        | Blocked::KindChanged { .. }
+        | Blocked::StillTaken { .. } => (Category::Conflict, ErrorKind::Plain),
+    };
     ActionError {
-        kind: ErrorKind::StaleLock,
-        ..fail(Category::LockError, message)
+        kind,
+        ..fail(category, why.to_string())
     }
 }
 
@@ -147,15 +167,6 @@ fn protected(message: impl Into<String>) -> ActionError {
     }
 }
 
-/// The guest a record names does not show it is the spec's (its marker line removed or
-/// changed by a person): a person confirms it (`proxsync adopt`) or removes it.
-fn marker_missing(message: impl Into<String>) -> ActionError {
-    ActionError {
-        kind: ErrorKind::MarkerMissing,
-        ..fail(Category::Conflict, message)
-    }
-}
-
 /// How an action ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -164,10 +175,9 @@ pub enum Outcome {
     StillRunning {
         upid: String,
     },
-    /// Blocked by something that resolves by itself (a lock held by a running task).
-    Waiting {
-        reason: String,
-    },
+    /// Blocked by something that resolves by itself (a lock held by a running task): what,
+    /// said in `words`.
+    Waiting(Wait),
     Failed(ActionError),
 }
 
@@ -356,9 +366,7 @@ pub(crate) async fn execute<P: Pve>(
                 if *ctx.shutdown.borrow() {
                     return Next::Done(ActionResult {
                         action,
-                        outcome: Outcome::Waiting {
-                            reason: "proxsync is stopping; not started".into(),
-                        },
+                        outcome: Outcome::Waiting(Wait::Stopping),
                     });
                 }
                 let rec = match (attempt, action.spec()) {

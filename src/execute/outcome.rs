@@ -73,13 +73,13 @@ pub(super) fn record(
                 &format!("task {upid} still running"),
             );
         }
-        Outcome::Waiting { reason } => {
+        Outcome::Waiting(wait) => {
             // Blocked by something that resolves by itself: whatever failed before no longer
             // applies, and nothing is to be held back; the daemon looks again soon.
             rec.attempts = 0;
             rec.next_attempt_ms = Some(now + LOOK_AGAIN.as_millis() as u64);
             rec.last_error = None;
-            rec.note(now, action_name(action), reason);
+            rec.note(now, action_name(action), &wait.to_string());
         }
     }
     if let Err(e) = ctx.store.put(spec_name, &rec) {

@@ -4,6 +4,7 @@ use crate::category::Category;
 use crate::gate::identity::{Trust, VerifiedMarker};
 use crate::gate::permit::{self, Permit};
 use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
+use crate::model::{After, Blocked, Interrupted, Wait};
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
@@ -14,7 +15,7 @@ use super::identity::{checked_site, verified};
 use super::intent::{Found, inspect, record_created};
 use super::seeds::{after_delete, seed_storages};
 use super::vm::{Own, Whose, check_lock, own_config, power_off};
-use super::{ActionError, ExecCtx, Outcome, VmRef, fail, protected, site, stale_lock, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, blocked, fail, protected, site, wait};
 
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.
@@ -50,19 +51,19 @@ pub(super) async fn remove(
                     record_created(ctx, spec_name, rec, vmid, &at)?;
                     node = at;
                 }
-                Found::Busy { reason, .. } => {
-                    return Ok(Outcome::Waiting {
-                        reason: format!("{reason}; deleting it after (its spec was removed)"),
-                    });
+                Found::Busy { wait, .. } => {
+                    return Ok(Outcome::Waiting(wait.then(After::Delete)));
                 }
                 Found::Stale { lock, node } => {
-                    let (noun, cli) = (kind.noun(), kind.cli());
-                    return Err(stale_lock(format!(
-                        "{noun} {vmid} on node {node} is locked ({lock}) and no task holds the \
-                         lock: an interrupted create of removed spec {spec_name}. Look at it \
-                         ({cli} config {vmid}); if it is an empty leftover: {cli} unlock {vmid} \
-                         && {cli} destroy {vmid}"
-                    )));
+                    return Err(blocked(Blocked::InterruptedCreate {
+                        kind,
+                        vmid,
+                        node,
+                        lock,
+                        of: Interrupted::Removed {
+                            spec: spec_name.to_string(),
+                        },
+                    }));
                 }
                 Found::Foreign | Found::Free => {
                     // Forgetting the record releases the VMID its intent reserved.
@@ -130,12 +131,7 @@ pub(super) async fn remove(
         // Identity once more, just before the delete.
         let (cfg, ours) = match own_config(ctx, client, vm, whose, rec).await? {
             Own::Ours(cfg, ours) => (cfg, ours),
-            Own::Stranger(why) => {
-                return Err(fail(
-                    Category::Conflict,
-                    format!("{why}: it changed identity during the delete; not deleting"),
-                ));
-            }
+            Own::Stranger(why) => return Err(blocked(Blocked::ChangedIdentity(why))),
         };
         // Protected during the shutdown: the VM stays stopped, as its spec's removal asks.
         unprotect(
@@ -268,13 +264,7 @@ async fn mark_again(
         node, kind, vmid, ..
     } = vm;
     let Some(digest) = cfg.digest() else {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "{}'s config came without its digest; read again",
-                kind.named(vmid)
-            ),
-        ));
+        return Err(blocked(Blocked::NoDigest { kind, vmid }));
     };
     let permit = permit::sign(ours).map_err(|r| conflict(r.into()))?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, spec_name, &rec.uid, vmid);
@@ -283,13 +273,7 @@ async fn mark_again(
     client
         .set_config(node, kind, vmid, &params, Some(digest))
         .await?;
-    Ok(Outcome::Waiting {
-        reason: format!(
-            "{} carried no marker line (its notes were edited): written back below the notes; \
-             removed at the next cycle",
-            kind.named(vmid)
-        ),
-    })
+    Ok(Outcome::Waiting(Wait::MarkerWrittenBack { kind, vmid }))
 }
 
 pub(super) async fn delete_in_flight(
@@ -344,15 +328,12 @@ pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecR
                 }
             }
             Ok(true) => {
-                return Outcome::Failed(fail(
-                    Category::Conflict,
-                    format!(
-                        "{} is not in this cycle's listing of site {}, but PVE says VMID {vmid} \
-                         is taken: the record of spec {spec_name} is kept",
-                        rec.kind.named(vmid),
-                        rec.site
-                    ),
-                ));
+                return Outcome::Failed(blocked(Blocked::StillTaken {
+                    kind: rec.kind,
+                    vmid,
+                    site: rec.site.clone(),
+                    spec: spec_name.to_string(),
+                }));
             }
             Err(e) => return Outcome::Failed(e.into()),
         }
@@ -385,19 +366,9 @@ pub(super) async fn delete_orphan(ctx: &ExecCtx<impl Pve>, vm: VmRef<'_>) -> Out
                 spec = ours.spec().to_string();
                 permit::delete_orphan(&ours, &cfg.tags()).map_err(String::from)
             })
-            .map_err(|why| {
-                fail(
-                    Category::Conflict,
-                    format!(
-                        "{} is not ours any more ({why}); not deleting",
-                        kind.named(vmid)
-                    ),
-                )
-            })?;
+            .map_err(|why| blocked(Blocked::OrphanNotOurs { kind, vmid, why }))?;
         if cfg.lock().is_some() {
-            return Ok(Outcome::Waiting {
-                reason: format!("orphan {vmid} is locked"),
-            });
+            return Ok(Outcome::Waiting(Wait::OrphanLocked { vmid }));
         }
         // No spec manages an orphan's protection: PVE would refuse the delete.
         let protection = Protection {

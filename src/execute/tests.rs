@@ -279,7 +279,7 @@ async fn no_upid_and_no_vm_is_created_again_only_after_the_request_window() {
     w.pve().clear_calls();
     // Within the window the request may still arrive: wait, send nothing.
     let outcome = w.run(w.resume()).await;
-    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::Waiting(_)), "{outcome:?}");
     assert_eq!(w.pve().count("clone_vm"), 0, "{:?}", w.pve().calls());
     assert_eq!(w.intent().0, vmid, "the intent stays");
     // Past it, nothing can still make the VM: the create is sent again.
@@ -897,9 +897,10 @@ async fn a_clone_lock_no_task_holds_is_waited_for_within_the_window_then_needs_a
     w.pve().add_vm(vmid, "pve1", CLONE_LEFTOVER);
     w.pve().clear_calls();
     let outcome = w.run(w.resume()).await;
-    let Outcome::Waiting { reason } = outcome else {
+    let Outcome::Waiting(wait) = outcome else {
         panic!("{outcome:?}");
     };
+    let reason = wait.to_string();
     assert!(reason.contains("started moments ago"), "{reason}");
     tokio::time::advance(w.site.request_window).await;
     let e = stale_lock_error(w.run(w.resume()).await);
@@ -926,9 +927,10 @@ async fn a_vm_of_ours_locked_by_a_backup_is_recorded_not_taken_for_a_create() {
     });
     tokio::time::advance(w.site.request_window).await;
     let outcome = w.run(w.resume()).await;
-    let Outcome::Waiting { reason } = outcome else {
+    let Outcome::Waiting(wait) = outcome else {
         panic!("{outcome:?}");
     };
+    let reason = wait.to_string();
     assert!(reason.contains(&backup), "{reason}");
     w.assert_exists(vmid);
     assert_eq!(w.pve().count("clone_vm"), 1, "{:?}", w.pve().calls());
@@ -942,9 +944,10 @@ async fn a_request_that_may_still_arrive_is_reported_with_its_age() {
     w.task_wait = Duration::ZERO;
     tokio::time::advance(Duration::from_millis(12_500)).await;
     let outcome = w.run(w.resume()).await;
-    let Outcome::Waiting { reason } = outcome else {
+    let Outcome::Waiting(wait) = outcome else {
         panic!("{outcome:?}");
     };
+    let reason = wait.to_string();
     assert!(reason.contains("sent 12s ago"), "{reason}");
 }
 
@@ -959,7 +962,7 @@ async fn the_request_window_ends_exactly_at_its_length() {
     w.pve().clear_calls();
     tokio::time::advance(w.site.request_window - Duration::from_millis(1)).await;
     let outcome = w.run(w.resume()).await;
-    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::Waiting(_)), "{outcome:?}");
     assert_eq!(w.pve().count("clone_vm"), 0);
     tokio::time::advance(Duration::from_millis(1)).await;
     assert_eq!(w.run(w.resume()).await, Outcome::Done);
@@ -2173,9 +2176,10 @@ async fn a_containers_messages_name_it_a_container() {
     let (vmid, _) = w.intent();
     w.task_wait = Duration::ZERO;
     let outcome = w.run(w.resume()).await;
-    let Outcome::Waiting { reason } = outcome else {
+    let Outcome::Waiting(wait) = outcome else {
         panic!("{outcome:?}");
     };
+    let reason = wait.to_string();
     assert!(
         reason.starts_with(&format!("container {vmid} does not exist yet;")),
         "{reason}"
@@ -2333,9 +2337,10 @@ async fn a_clone_whose_ct_template_stays_locked_by_a_running_clone_waits() {
     let w = ct_clone_world();
     let other = ct_template_cloning(&w);
     let results = w.execute(vec![w.create()]).await;
-    let Outcome::Waiting { reason } = &results[0].outcome else {
+    let Outcome::Waiting(wait) = &results[0].outcome else {
         panic!("{results:?}");
     };
+    let reason = wait.to_string();
     assert!(
         reason.contains("container template 9100 is locked (disk) by task ")
             && reason.contains(&other),
@@ -2582,9 +2587,10 @@ async fn a_containers_own_locks_get_pve_containers_advice() {
     }
     w.pve().set_config_value(vmid, "lock", Some("fstrim"));
     let outcome = w.run(converge_action(&w, vmid)).await;
-    let Outcome::Waiting { reason } = &outcome else {
+    let Outcome::Waiting(wait) = &outcome else {
         panic!("{outcome:?}");
     };
+    let reason = wait.to_string();
     assert!(
         reason.contains("`pct fstrim`") && reason.contains("runs no task"),
         "{reason}"

@@ -3,13 +3,11 @@
 //! the HA stack settle.
 
 use super::identity::{checked_site, verified};
-use super::{
-    ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, marker_missing, stale_lock, wait,
-};
-use crate::category::Category;
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, wait};
 use crate::gate::identity::{NotOurs, Recorded, VerifiedMarker, verify_by_identity};
 use crate::gate::volume::Protection;
 use crate::guest::GuestKind;
+use crate::model::{Blocked, Shows, Stranger, Wait};
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::texts::Meaning;
 use crate::pve::types::VmConfig;
@@ -25,7 +23,7 @@ const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
 /// that can hold this kind of lock runs (a backup job names no VM, a clone names its source
 /// and runs on the source's node), or while a container's `fstrim` runs (a command, not a
 /// task); a hibernated VM (`suspended`) is waiting for a start, never stale; a lock that no
-/// running task can hold is reported with how to clear it ([`unheld_lock_advice`]).
+/// running task can hold is reported with how to clear it ([`Blocked::StaleLock`]).
 pub(super) async fn check_lock(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
@@ -39,17 +37,18 @@ pub(super) async fn check_lock(
     };
     let holder = LockHolder::of(lock);
     if holder == LockHolder::NoTask {
-        return Ok(Some(Outcome::Waiting {
-            reason: format!(
-                "VM {vmid} is hibernated (lock: {lock}); proxsync changes nothing on it until it is \
-                 resumed (qm start {vmid}, or powerState: running in the spec)"
-            ),
-        }));
+        return Ok(Some(Outcome::Waiting(Wait::Hibernated {
+            vmid,
+            lock: lock.to_string(),
+        })));
     }
     if holder == LockHolder::Command {
-        return Ok(Some(Outcome::Waiting {
-            reason: command_lock_reason(kind, vmid, node, lock),
-        }));
+        return Ok(Some(Outcome::Waiting(Wait::CommandLock {
+            kind,
+            vmid,
+            node: node.to_string(),
+            lock: lock.to_string(),
+        })));
     }
     // The VM's node first; a clone's task runs on its source's node, which may be any other.
     let mut nodes = if holder == LockHolder::Person {
@@ -72,57 +71,21 @@ pub(super) async fn check_lock(
             .iter()
             .find(|t| holder.may_be(&t.task_type().unwrap_or_default(), &t.task_id(), vmid))
         {
-            return Ok(Some(Outcome::Waiting {
-                reason: format!(
-                    "{} is locked ({lock}) by task {}; waiting for it",
-                    kind.named(vmid),
-                    t.upid
-                ),
-            }));
+            return Ok(Some(Outcome::Waiting(Wait::TaskLock {
+                kind,
+                vmid,
+                lock: lock.to_string(),
+                task: t.upid.clone(),
+            })));
         }
     }
     // Only a human can tell whether the lock is really stale.
-    Err(stale_lock(format!(
-        "{} on node {node} is locked ({lock}) but no task holds the lock: {}",
-        kind.named(vmid),
-        unheld_lock_advice(kind, vmid, lock)
-    )))
-}
-
-/// What a guest's lock that no running task holds says, and how a person clears it as PVE's
-/// own tools do: `mounted` by `pct unmount` (`pct mount` left it; an unlock would leave the
-/// file systems mounted), `destroyed` by destroying it again (pve-container and qemu-server
-/// lock a guest `destroyed` while their destroy frees its volumes, so the guest is partly gone),
-/// any other with `unlock` once nothing runs on it.
-pub(super) fn unheld_lock_advice(kind: GuestKind, vmid: u32, lock: &str) -> String {
-    let cli = kind.cli();
-    match lock {
-        "mounted" => format!(
-            "its file systems are mounted on the host (`{cli} mount` sets the lock and leaves it \
-             until `{cli} unmount`). When done with them, unmount them on the node with: {cli} \
-             unmount {vmid}"
-        ),
-        "destroyed" => format!(
-            "a destroy of it was interrupted (PVE locks a guest `destroyed` while it frees its \
-             volumes), so it is partly gone. Finish the destroy on the node with: {cli} destroy \
-             {vmid}"
-        ),
-        _ => format!(
-            "a crashed or interrupted operation. After checking that nothing is running on it, \
-             clear it on the node with: {cli} unlock {vmid}"
-        ),
-    }
-}
-
-/// A lock a command holds while it runs, not a task (`fstrim`): waited for; if no such command
-/// runs, a person clears it.
-pub(super) fn command_lock_reason(kind: GuestKind, vmid: u32, node: &str, lock: &str) -> String {
-    let cli = kind.cli();
-    format!(
-        "{} is locked ({lock}) by `{cli} {lock}`, a command on node {node} that runs no task; \
-         waiting for it to end (if none runs there, clear the lock with: {cli} unlock {vmid})",
-        kind.named(vmid)
-    )
+    Err(blocked(Blocked::StaleLock {
+        kind,
+        vmid,
+        node: node.to_string(),
+        lock: lock.to_string(),
+    }))
 }
 
 /// The VM's `protection` as it is after this converge's config update (a declared one is
@@ -152,7 +115,7 @@ pub(super) enum Own {
     /// guarded edits are made.
     Ours(VmConfig, VerifiedMarker),
     /// Another guest holds the VMID (read twice, see [`judge_unmarked`]): the spec's is gone.
-    Stranger(String),
+    Stranger(Stranger),
 }
 
 /// A fresh read of the guest's config, verified to carry the spec's marker, for a converge:
@@ -173,13 +136,7 @@ pub(super) async fn read_own_config(
         Own::Ours(cfg, ours) => Ok((cfg, ours)),
         Own::Stranger(why) => {
             ctx.store.transition(&spec.name, rec, VmState::Absent)?;
-            Err(fail(
-                Category::Conflict,
-                format!(
-                    "{why}: the spec's {} is gone; a new one is made at the next cycle",
-                    vm.kind.noun()
-                ),
-            ))
+            Err(blocked(Blocked::Gone(why)))
         }
     }
 }
@@ -213,14 +170,11 @@ pub(super) async fn own_config(
         let cfg = match client.vm_config(node, kind, vmid).await {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
-                return Err(fail(
-                    Category::NotFound,
-                    format!(
-                        "{} is not on node {node} any more; it is looked for again at the next \
-                         cycle, and made again only once PVE says VMID {vmid} is free",
-                        kind.named(vmid)
-                    ),
-                ));
+                return Err(blocked(Blocked::NotOnNode {
+                    kind,
+                    vmid,
+                    node: node.to_string(),
+                }));
             }
             Err(e) => return Err(e.into()),
         };
@@ -305,13 +259,11 @@ pub(super) async fn own_config(
             }
         }
     }
-    Err(fail(
-        Category::Conflict,
-        format!(
-            "{} answered reads of its config differently; nothing is judged on it this cycle",
-            kind.named(vmid)
-        ),
-    ))
+    Err(blocked(Blocked::ReadsDisagree {
+        kind,
+        vmid,
+        two: false,
+    }))
 }
 
 /// How many reads in a row must show a guest without its marker line, with this install's tag
@@ -321,8 +273,8 @@ const IDENTITY_READS: usize = 3;
 
 /// What the config of a guest without the spec's marker shows of whose it is.
 enum Unmarked {
-    /// Another guest holds the VMID, or a person let it go: the reason.
-    Stranger(String),
+    /// Another guest holds the VMID, or a person let it go: what shows it.
+    Stranger(Stranger),
     /// It may be the spec's guest: a person decides (what to tell them).
     Missing,
 }
@@ -357,7 +309,7 @@ async fn judge_unmarked(
         node, kind, vmid, ..
     } = vm;
     let tag = ownership_tag(&ctx.install_id);
-    let named = kind.named(vmid);
+    let stranger = |shows| Unmarked::Stranger(Stranger { kind, vmid, shows });
     let judge = |cfg: &VmConfig| -> Unmarked {
         let marker = cfg.description().and_then(Marker::parse);
         let tagged = cfg.tags().contains(&tag);
@@ -371,10 +323,10 @@ async fn judge_unmarked(
             if tagged && same {
                 return Unmarked::Missing;
             }
-            return Unmarked::Stranger(format!(
-                "{named} carries the marker of spec {} of install {}, signed for it",
-                m.spec, m.install
-            ));
+            return stranger(Shows::OtherMarker {
+                spec: m.spec.clone(),
+                install: m.install.clone(),
+            });
         }
         if tagged || marker.is_some_and(|m| m.install == ctx.install_id) {
             return Unmarked::Missing;
@@ -392,56 +344,39 @@ async fn judge_unmarked(
         if maybe_new {
             return Unmarked::Missing;
         }
-        Unmarked::Stranger(match (same, recorded) {
-            (true, _) => format!(
-                "{named} carries neither the tag {tag} nor a marker of this install: a person \
-                 let it go"
-            ),
-            (false, Some(want)) => format!(
-                "{named} carries neither the tag {tag} nor a marker of this install, and not \
-                 the recorded {want}: another guest holds the VMID"
-            ),
-            (false, None) => {
-                format!("{named} carries neither the tag {tag} nor a marker of this install")
-            }
+        let tag = tag.clone();
+        stranger(match (same, recorded) {
+            (true, _) => Shows::LetGo { tag },
+            (false, Some(want)) => Shows::OtherIdentity {
+                tag,
+                recorded: want.clone(),
+            },
+            (false, None) => Shows::Untagged { tag },
         })
     };
     if let Unmarked::Stranger(_) = judge(cfg) {
         return match client.vm_config(node, kind, vmid).await {
             Ok(again) => match judge(&again) {
-                Unmarked::Stranger(why) => Ok(Own::Stranger(format!("{why} (read twice)"))),
-                Unmarked::Missing => Err(fail(
-                    Category::Conflict,
-                    format!(
-                        "{named} answered two reads of its config differently; nothing is \
-                         judged on it this cycle"
-                    ),
-                )),
+                Unmarked::Stranger(why) => Ok(Own::Stranger(why)),
+                Unmarked::Missing => Err(blocked(Blocked::ReadsDisagree {
+                    kind,
+                    vmid,
+                    two: true,
+                })),
             },
             Err(e) => Err(e.into()),
         };
     }
-    let (noun, spec) = (kind.noun(), whose.spec);
-    let what_to_do = match whose.vm_name {
-        Some(_) => format!(
-            "nothing is made for the spec while it exists, and nothing is done to it. If it is \
-             the spec's {noun}: proxsync adopt {spec} --vmid {vmid} (the marker line is written \
-             back below its notes); if it is not: delete it, or remove the tag {tag} and any \
-             proxsync-id line from it (and rename it, if it has the spec's name), and the next \
-             cycle makes the spec a new {noun}"
-        ),
-        // The spec is removed: there is nothing to adopt it for.
-        None => format!(
-            "it is not deleted on a marker it does not carry. Delete it by hand ({} destroy \
-             {vmid}) if it is the removed spec's, or remove the tag {tag} and any proxsync-id \
-             line from it to keep it: the record then lets it go",
-            kind.cli()
-        ),
-    };
-    Err(marker_missing(format!(
-        "{named} does not carry the marker of spec {spec} ({why}; {not}). It is still the {noun} \
-         the spec's record names, so {what_to_do}"
-    )))
+    Err(blocked(Blocked::MarkerMissing {
+        kind,
+        vmid,
+        spec: whose.spec.to_string(),
+        why: why.to_string(),
+        not: not.to_string(),
+        tag,
+        // A removed spec's guest's name is not known.
+        removed: whose.vm_name.is_none(),
+    }))
 }
 
 /// VM `vmid`'s node and config, for `proxsync adopt`: one listing, one config read. `None`
@@ -648,14 +583,12 @@ pub(super) async fn settle_ha(
         }
         let now = tokio::time::Instant::now();
         if now >= deadline || *ctx.shutdown.borrow() {
-            let what = if want_running { "start" } else { "stop" };
-            return Ok(Some(Outcome::Waiting {
-                reason: format!(
-                    "{} is HA-managed: the HA manager has the request to {what} it (task \
-                     {upid}) but has not done it yet; checking again",
-                    kind.named(vmid)
-                ),
-            }));
+            return Ok(Some(Outcome::Waiting(Wait::HaSettling {
+                kind,
+                vmid,
+                start: want_running,
+                task: upid.to_string(),
+            })));
         }
         tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(std::time::Duration::from_secs(2));

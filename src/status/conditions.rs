@@ -833,7 +833,7 @@ fn acting(
         (Some(Outcome::StillRunning { upid }), _) => {
             (Reason::WaitingForTask, format!("task {upid} still running"))
         }
-        (Some(Outcome::Waiting { reason }), _) => (Reason::WaitingForLock, reason.clone()),
+        (Some(Outcome::Waiting(wait)), _) => (Reason::WaitingForLock, wait.to_string()),
         (Some(Outcome::Failed(e)), _) => (Reason::Failed, format!("{}: {}", e.category, e.message)),
         (_, Some(VmState::Creating { .. })) => (Reason::Creating, format!("creating the {noun}")),
         (_, Some(VmState::Deleting { .. })) => (Reason::Deleting, format!("deleting the {noun}")),
@@ -1165,9 +1165,7 @@ mod tests {
             Some(Outcome::StillRunning {
                 upid: "UPID".into(),
             }),
-            Some(Outcome::Waiting {
-                reason: "locked".into(),
-            }),
+            Some(Outcome::Waiting(crate::model::Wait::Stopping)),
             Some(Outcome::Failed(ActionError {
                 category: crate::category::Category::PermissionDenied,
                 message: "403".into(),

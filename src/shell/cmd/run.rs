@@ -97,7 +97,7 @@ pub(crate) fn print_run_report(
             crate::execute::Outcome::StillRunning { upid } => {
                 format!("task {upid} still running")
             }
-            crate::execute::Outcome::Waiting { reason } => format!("waiting: {reason}"),
+            crate::execute::Outcome::Waiting(wait) => format!("waiting: {wait}"),
             crate::execute::Outcome::Failed(e) => {
                 format!("FAILED {}: {}", e.category, e.message)
             }

@@ -2,12 +2,17 @@
 //! database records of each spec (`record`), what a cycle observed of each site (`view`), and
 //! a rewinding commit the source applies (`rewind`). `store` keeps the records, `observe`
 //! makes the views and `source` the rewind; the gate, the planner and render import them from
-//! here, never from those modules.
+//! here, never from those modules. Execute's verdicts are here too, for `words` to say: what
+//! an action waits for (`wait`) and what blocks it until a person acts (`blocked`).
 
+pub mod blocked;
 pub mod record;
 pub(crate) mod rewind;
 pub mod view;
+pub mod wait;
 
+pub use blocked::{Blocked, Interrupted, Shows, Stranger};
 pub use record::*;
 pub use rewind::RewindBatch;
 pub use view::*;
+pub use wait::{After, Wait};

@@ -6,6 +6,7 @@
 //! and the journal say the same thing in the same words, and a guest is named by its kind in
 //! all of them. The deciding code builds no prose (`tests/tidy.rs` checks the gate).
 
+mod blocked;
 mod commit;
 mod guest;
 mod ha;
@@ -13,3 +14,4 @@ mod identity;
 mod rename;
 mod site;
 mod volume;
+mod wait;
