@@ -106,6 +106,7 @@ const CRATES: &[(&str, Layers)] = &[
                     "shell::plan_report",
                     "shell::instance_lock",
                     "shell::inventory",
+                    "shell::manpages",
                 ],
             ),
             ("the daemon", &["shell::daemon"]),

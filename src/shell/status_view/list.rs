@@ -81,42 +81,7 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
     }
 
     if !listing.orphans.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nOrphans ({}): VMs carrying this install's tag that no spec describes (or a second VM of a spec)",
-            listing.orphans.len()
-        );
-        let rows: Vec<Vec<Cell>> = listing
-            .orphans
-            .iter()
-            .map(|o| {
-                vec![
-                    Cell::plain(site_node(&o.site, &o.node)),
-                    Cell::plain(o.vm_id.to_string()),
-                    Cell::plain(match &o.duplicate_of {
-                        Some(spec) => format!(
-                            "{} (duplicate of {spec})",
-                            or_dash(o.name.as_deref().unwrap_or(""))
-                        ),
-                        None => or_dash(o.name.as_deref().unwrap_or("")),
-                    }),
-                    Cell::plain(or_dash(&o.state)),
-                    Cell::plain(age(opts.now, &o.first_seen)),
-                    Cell {
-                        text: or_dash(&o.action),
-                        color: (o.action.starts_with("will delete") || o.action == "deleted")
-                            .then_some(Color::Yellow),
-                    },
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            "",
-            &["SITE/NODE", "VMID", "NAME", "STATE", "AGE", "ACTION"],
-            &rows,
-            None,
-            p,
-        ));
+        out.push_str(&orphans_text(&listing.orphans, opts.now, p));
     }
 
     if !listing.notes.is_empty() {
@@ -126,6 +91,47 @@ pub(super) fn render_list(dir: &Path, opts: &ViewOptions) -> Result<String, View
         }
     }
     Ok(out)
+}
+
+/// The orphans' table, under its heading.
+fn orphans_text(orphans: &[OrphanRecord], now: SystemTime, p: Paint) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nOrphans ({}): VMs carrying this install's tag that no spec describes (or a second VM of a spec)",
+        orphans.len()
+    );
+    let rows: Vec<Vec<Cell>> = orphans
+        .iter()
+        .map(|o| {
+            vec![
+                Cell::plain(site_node(&o.site, &o.node)),
+                Cell::plain(o.vm_id.to_string()),
+                Cell::plain(match &o.duplicate_of {
+                    Some(spec) => format!(
+                        "{} (duplicate of {spec})",
+                        or_dash(o.name.as_deref().unwrap_or(""))
+                    ),
+                    None => or_dash(o.name.as_deref().unwrap_or("")),
+                }),
+                Cell::plain(or_dash(&o.state)),
+                Cell::plain(age(now, &o.first_seen)),
+                Cell {
+                    text: or_dash(&o.action),
+                    color: (o.action.starts_with("will delete") || o.action == "deleted")
+                        .then_some(Color::Yellow),
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        "",
+        &["SITE/NODE", "VMID", "NAME", "STATE", "AGE", "ACTION"],
+        &rows,
+        None,
+        p,
+    ));
+    out
 }
 
 // Long because: one line per summary field, in display order, each only when it says
