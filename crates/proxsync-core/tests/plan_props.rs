@@ -3702,7 +3702,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
     view.error = Some("reaches another cluster".into());
     view.identity_changed = true;
     let why = planned(&adopt, &other.input()).unwrap_err();
-    assert!(why.0.contains("another cluster"), "{why}");
+    assert!(why.to_string().contains("another cluster"), "{why}");
 
     // A copy of the marker on a clone (another VMID, so it does not verify), stopped past its
     // grace: not an orphan to delete; the genuine one, once its spec is gone, is.
@@ -3784,7 +3784,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
     assert_eq!(plan(&w.input()).actions, vec![relabel.clone()]);
     w.records.get_mut("web").expect("record").uid = "another-uid".into();
     let why = planned(&relabel, &w.input()).unwrap_err();
-    assert!(why.0.contains("uid"), "{why}");
+    assert!(why.to_string().contains("uid"), "{why}");
     let p = plan(&w.input());
     assert!(!p.actions.contains(&relabel), "{:?}", p.actions);
 }

@@ -7,5 +7,6 @@
 //! all of them. The deciding code builds no prose (`tests/tidy.rs` checks the gate).
 
 mod commit;
+mod evidence;
 mod guest;
 mod rename;
