@@ -236,7 +236,7 @@ fn suspended(
             format!(
                 "suspended through spec {from}, which this spec is renamed from ({}): its {} is \
                  neither re-labelled nor changed; {resume}",
-                crate::plan::suspension_words(by),
+                by,
                 spec.kind().noun()
             ),
         );
@@ -255,7 +255,7 @@ fn suspended(
         Reason::Suspended,
         format!(
             "suspended {}; no action is taken for its {}; {resume}",
-            crate::plan::suspension_words(by),
+            by,
             spec.kind().noun()
         ),
     )
@@ -539,7 +539,7 @@ fn ready_and_reconciling(
                     ..synced(kind, *vmid, drift, "suspended")
                 },
             };
-            let words = crate::plan::suspension_words(by);
+            let words = by.to_string();
             (
                 ready,
                 ConditionInput::new(

@@ -9,4 +9,6 @@
 mod commit;
 mod evidence;
 mod guest;
+mod hands_off;
+mod plan;
 mod rename;

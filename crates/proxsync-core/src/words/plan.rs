@@ -1,0 +1,94 @@
+//! What the planner held back as a whole ([`Refused`]): the safety valves' refusals of a
+//! cycle's deletes ([`Valve`]), the adoptions by consent over the limit, the removals of a site
+//! whose listing is incomplete, and hands-off actions (`words::hands_off`). `_summary.yaml`,
+//! `proxsync plan`, notifications and the journal say them in these words.
+
+use std::fmt;
+
+use crate::plan::{Refused, Valve};
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::ListingIncomplete {
+                removals,
+                site,
+                why,
+            } => write!(f, "{removals} removal(s) on site {site} not done: {why}"),
+            Refused::Deletes { valve, hand_overs } => {
+                write!(f, "refused to delete or release {valve}")?;
+                if *hand_overs > 0 {
+                    write!(
+                        f,
+                        " ({hand_overs} of them hand-overs to another install: specs now outside \
+                         [source] selector)"
+                    )?;
+                }
+                Ok(())
+            }
+            Refused::AdoptionsHeld { count, max } => write!(
+                f,
+                "{count} VMs would be taken over by consent (proxsync.io/adopt), more than \
+                 [reconcile] max_adopt_per_cycle = {max}: none is taken; raise the limit or \
+                 commit the imported specs in smaller parts"
+            ),
+            Refused::HandsOff(held) => held.fmt(f),
+        }
+    }
+}
+
+/// After "refused to delete or release ": how many, and why.
+impl fmt::Display for Valve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Valve::SpecSetIncomplete { removing } => write!(
+                f,
+                "{removing} VM(s): the spec set could not be read completely (see the errors \
+                 above); nothing is removed until it can"
+            ),
+            Valve::DesiredSetEmpty { removing } => write!(
+                f,
+                "{removing} VM(s): the desired set is empty (an empty commit or a wrong `dir` or \
+                 `selector` in [source]?); restore the specs, or delete the VMs by hand"
+            ),
+            Valve::TooMany {
+                removing,
+                managed,
+                max,
+            } => write!(
+                f,
+                "{removing} of {managed} managed VM(s): more than max_delete_fraction = {} in \
+                 one commit; if intended, raise max_delete_fraction in [reconcile] for this \
+                 change",
+                max.0
+            ),
+            Valve::RewindUnreadable { batch, to, from } => write!(
+                f,
+                "{batch} VM(s): commit {} rewinds the branch from {}, which can no longer be \
+                 read, so its deletes cannot be judged as one batch; push a new commit (its \
+                 deletes are judged as usual), or delete the VMs by hand",
+                short(to),
+                short(from)
+            ),
+            Valve::RewindTooMany {
+                batch,
+                managed,
+                to,
+                from,
+                max,
+            } => write!(
+                f,
+                "{batch} of {managed} managed VM(s): commit {} rewinds the branch from {}, and \
+                 a rewind's deletes count as one batch, more than max_delete_fraction = {}; if \
+                 intended, raise max_delete_fraction in [reconcile] for this change",
+                short(to),
+                short(from),
+                max.0
+            ),
+        }
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
