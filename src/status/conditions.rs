@@ -356,7 +356,12 @@ fn ready_and_reconciling(
             ),
         ),
         Some(Verdict::SiteUnreachable { error }) => (
-            ConditionInput::new(kinds::READY, S::Unknown, Reason::NotReady, error.clone()),
+            ConditionInput::new(
+                kinds::READY,
+                S::Unknown,
+                Reason::NotReady,
+                error.to_string(),
+            ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
@@ -1119,7 +1124,7 @@ mod tests {
                 quorate: false,
             },
             Verdict::SiteUnreachable {
-                error: "down".into(),
+                error: crate::plan::Unreadable::Observed("down".into()),
             },
             Verdict::Unknown { vmid: 100 },
             Verdict::BeingMade { vmid: 100 },

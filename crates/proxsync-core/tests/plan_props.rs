@@ -4791,7 +4791,7 @@ fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
         else {
             panic!("{why}: {v:?}");
         };
-        assert!(said.contains(why), "{why}: {said}");
+        assert!(said.to_string().contains(why), "{why}: {said}");
     }
 }
 

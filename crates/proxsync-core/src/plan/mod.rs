@@ -42,6 +42,7 @@ mod spec;
 
 pub use hands_off::{Cause, Held, Observing};
 pub use removals::{Fraction, Valve};
+pub use spec::{AdoptRefusal, Unreadable};
 
 use crate::model::RewindBatch;
 pub use crate::util::fnv::{
@@ -332,8 +333,8 @@ pub enum Verdict {
     },
     /// The site could not be read.
     SiteUnreachable {
-        /// Why the site could not be read.
-        error: String,
+        /// Why the site could not be read (serialised as its words).
+        error: Unreadable,
     },
     /// The site's endpoint reaches another cluster than the one recorded for it
     /// (`gate::site`): nothing there is judged or touched until a person fixes the endpoint or
@@ -435,8 +436,8 @@ pub enum Verdict {
     AdoptRefused {
         /// The VMID the consent names.
         vmid: u32,
-        /// What differs from the consent, and what to do.
-        why: String,
+        /// What differs from the consent, and what to do (serialised as its words).
+        why: AdoptRefusal,
     },
     /// The spec is observe-only (`managementPolicy: Observe`, `observe_paths`, the install's
     /// policy): nothing is done for it. `vmid`: its VM (by record, marker or consent), `None`

@@ -1,11 +1,14 @@
 //! What the planner held back as a whole ([`Refused`]): the safety valves' refusals of a
 //! cycle's deletes ([`Valve`]), the adoptions by consent over the limit, the removals of a site
 //! whose listing is incomplete, and hands-off actions (`words::hands_off`). `_summary.yaml`,
-//! `proxsync plan`, notifications and the journal say them in these words.
+//! `proxsync plan`, notifications and the journal say them in these words. And the verdicts'
+//! reasons the planner decides: a site not read ([`Unreadable`]), a consent to adopt refused
+//! ([`AdoptRefusal`]).
 
 use std::fmt;
 
-use crate::plan::{Refused, Valve};
+use crate::guest::GuestKind;
+use crate::plan::{AdoptRefusal, Refused, Unreadable, Valve};
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -84,6 +87,82 @@ impl fmt::Display for Valve {
                 short(to),
                 short(from),
                 max.0
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unreadable::Observed(error) => f.write_str(error),
+            Unreadable::NotInConfig { site } => write!(f, "site {site:?} is not in the config"),
+            Unreadable::RenameUndecided { from, vmid } => write!(
+                f,
+                "the spec set could not be read completely, so whether spec {from}, which this \
+                 spec is renamed from, is gone cannot be told: its VM {vmid} is kept and nothing \
+                 is created for this spec until the set reads completely"
+            ),
+            Unreadable::RenamedMayBeThere { site, from } => write!(
+                f,
+                "site {site} cannot be read, and the VM of spec {from}, which this spec is \
+                 renamed from, may be there: nothing is created until it can be read"
+            ),
+            Unreadable::RenameSite { site } => write!(f, "site {site} cannot be read"),
+        }
+    }
+}
+
+impl fmt::Display for AdoptRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdoptRefusal::Gone { kind, vmid, site } => {
+                let (made_from, field) = match kind {
+                    GuestKind::Qemu => ("an image", "image"),
+                    GuestKind::Lxc => ("a template", "template"),
+                };
+                write!(
+                    f,
+                    "{} does not exist on site {site} (or is not a {noun}); remove the \
+                     proxsync.io/adopt annotations and name {made_from} ({field}) to create a new \
+                     {noun}",
+                    kind.named(*vmid),
+                    noun = kind.noun()
+                )
+            }
+            AdoptRefusal::Template { kind, vmid } => write!(
+                f,
+                "{} is a template; proxsync adopts only guests that run",
+                kind.named(*vmid)
+            ),
+            AdoptRefusal::Renamed {
+                kind,
+                vmid,
+                found,
+                want,
+            } => write!(
+                f,
+                "{} is named {}, not {want} as when the spec was written: it may be another \
+                 guest at a reused VMID; import it again to adopt it",
+                kind.named(*vmid),
+                found.as_deref().unwrap_or("(no name)")
+            ),
+            AdoptRefusal::Managed { kind, vmid, tag } => write!(
+                f,
+                "{} carries the ownership tag {tag}: an install of proxsync manages it; it is \
+                 never taken by consent",
+                kind.named(*vmid)
+            ),
+            AdoptRefusal::Marked {
+                kind,
+                vmid,
+                spec,
+                install,
+            } => write!(
+                f,
+                "{} carries the proxsync marker of spec {spec} of install {install}: it is never \
+                 taken by consent (proxsync adopt confirms a guest of this install's)",
+                kind.named(*vmid)
             ),
         }
     }
