@@ -552,28 +552,6 @@ pub enum OrphanDisposition {
     },
 }
 
-impl std::fmt::Display for OrphanDisposition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OrphanDisposition::Reported => f.write_str("reported"),
-            OrphanDisposition::ForeignClaim { spec } => write!(
-                f,
-                "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
-                 adopted or deleted"
-            ),
-            OrphanDisposition::Deleting => f.write_str("deleting"),
-            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
-            OrphanDisposition::Refused => {
-                f.write_str("reported (delete refused: see _summary.yaml)")
-            }
-            OrphanDisposition::SiteMoved { spec, to } => write!(
-                f,
-                "reported: spec {spec} now names site {to}; kept until you delete it"
-            ),
-        }
-    }
-}
-
 impl Serialize for OrphanDisposition {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)

@@ -3,12 +3,12 @@
 //! whose listing is incomplete, and hands-off actions (`words::hands_off`). `_summary.yaml`,
 //! `proxsync plan`, notifications and the journal say them in these words. And the verdicts'
 //! reasons the planner decides: a site not read ([`Unreadable`]), a consent to adopt refused
-//! ([`AdoptRefusal`]).
+//! ([`AdoptRefusal`]). And what happens to an orphan ([`OrphanDisposition`]).
 
 use std::fmt;
 
 use crate::guest::GuestKind;
-use crate::plan::{AdoptRefusal, Refused, Unreadable, Valve};
+use crate::plan::{AdoptRefusal, OrphanDisposition, Refused, Unreadable, Valve};
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -163,6 +163,30 @@ impl fmt::Display for AdoptRefusal {
                 "{} carries the proxsync marker of spec {spec} of install {install}: it is never \
                  taken by consent (proxsync adopt confirms a guest of this install's)",
                 kind.named(*vmid)
+            ),
+        }
+    }
+}
+
+/// The text `proxsync plan` shows (and the plan's JSON holds); the status files render it with
+/// a time (`status::orphan_entries`).
+impl fmt::Display for OrphanDisposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrphanDisposition::Reported => f.write_str("reported"),
+            OrphanDisposition::ForeignClaim { spec } => write!(
+                f,
+                "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
+                 adopted or deleted"
+            ),
+            OrphanDisposition::Deleting => f.write_str("deleting"),
+            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
+            OrphanDisposition::Refused => {
+                f.write_str("reported (delete refused: see _summary.yaml)")
+            }
+            OrphanDisposition::SiteMoved { spec, to } => write!(
+                f,
+                "reported: spec {spec} now names site {to}; kept until you delete it"
             ),
         }
     }
