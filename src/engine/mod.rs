@@ -1037,7 +1037,7 @@ impl Engine {
             invalid: last.specs.saturating_sub(specs.specs.len()),
             sites: self.site_summaries(views),
             cycle_ms,
-            refused: last.plan.refused.clone(),
+            refused: last.plan.refused.iter().map(ToString::to_string).collect(),
             sets: self.set_summaries(specs),
             ..self.summary(commit, self.clock.system_time())
         };
@@ -1063,7 +1063,7 @@ impl Engine {
         records: &BTreeMap<String, SpecRecord>,
         after: &Plan,
         results: &[ActionResult],
-        refused: &[String],
+        refused: &[crate::plan::Refused],
         started: Instant,
     ) -> Result<CycleReport, EngineError> {
         let now = self.clock.system_time();
@@ -1184,7 +1184,7 @@ impl Engine {
             invalid: counts.invalid,
             sites: self.site_summaries(views),
             cycle_ms,
-            refused: refused.to_vec(),
+            refused: refused.iter().map(ToString::to_string).collect(),
             sets: self.set_summaries(specs),
             ..self.summary(commit, now)
         };

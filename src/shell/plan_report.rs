@@ -285,7 +285,7 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
     }
     if scope.names.is_none() {
         report.orphans = view.plan.orphans.clone();
-        report.refused = view.plan.refused.clone();
+        report.refused = view.plan.refused.iter().map(ToString::to_string).collect();
     }
     // The sites this plan depends on: every configured one, or the named specs' sites.
     let wanted: Option<BTreeSet<&str>> = scope.names.map(|names| {
@@ -755,7 +755,7 @@ fn suspended_words(
             )
         }
     };
-    let words = crate::plan::suspension_words(by);
+    let words = by.to_string();
     match renamed_from {
         Some(from) => format!(
             "suspended through spec {from}, which this spec is renamed from ({words}): the \

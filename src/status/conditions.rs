@@ -236,7 +236,7 @@ fn suspended(
             format!(
                 "suspended through spec {from}, which this spec is renamed from ({}): its {} is \
                  neither re-labelled nor changed; {resume}",
-                crate::plan::suspension_words(by),
+                by,
                 spec.kind().noun()
             ),
         );
@@ -255,7 +255,7 @@ fn suspended(
         Reason::Suspended,
         format!(
             "suspended {}; no action is taken for its {}; {resume}",
-            crate::plan::suspension_words(by),
+            by,
             spec.kind().noun()
         ),
     )
@@ -356,7 +356,12 @@ fn ready_and_reconciling(
             ),
         ),
         Some(Verdict::SiteUnreachable { error }) => (
-            ConditionInput::new(kinds::READY, S::Unknown, Reason::NotReady, error.clone()),
+            ConditionInput::new(
+                kinds::READY,
+                S::Unknown,
+                Reason::NotReady,
+                error.to_string(),
+            ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
@@ -539,7 +544,7 @@ fn ready_and_reconciling(
                     ..synced(kind, *vmid, drift, "suspended")
                 },
             };
-            let words = crate::plan::suspension_words(by);
+            let words = by.to_string();
             (
                 ready,
                 ConditionInput::new(
@@ -1119,7 +1124,7 @@ mod tests {
                 quorate: false,
             },
             Verdict::SiteUnreachable {
-                error: "down".into(),
+                error: crate::plan::Unreadable::Observed("down".into()),
             },
             Verdict::Unknown { vmid: 100 },
             Verdict::BeingMade { vmid: 100 },

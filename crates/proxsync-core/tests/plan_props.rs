@@ -2468,7 +2468,7 @@ fn a_spec_leaving_the_selector_is_handed_over_within_the_valves() {
     assert!(
         p.refused
             .iter()
-            .any(|r| r.contains("hand-overs to another install")),
+            .any(|r| r.to_string().contains("hand-overs to another install")),
         "{:?}",
         p.refused
     );
@@ -2732,7 +2732,10 @@ fn a_rewinds_deletes_held_back_by_an_offline_node_still_count() {
     });
     assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
     assert_eq!(
-        p.refused,
+        p.refused
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         [
             "refused to delete or release 6 of 10 managed VM(s): commit 111111111111 rewinds \
              the branch from 222222222222, and a rewind's deletes count as one batch, more \
@@ -2761,7 +2764,11 @@ fn a_rewinds_creates_do_not_dilute_its_deletes() {
         ..w.input()
     });
     assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
-    assert!(p.refused[0].starts_with("refused to delete or release 6 of 10 managed VM(s)"));
+    assert!(
+        p.refused[0]
+            .to_string()
+            .starts_with("refused to delete or release 6 of 10 managed VM(s)")
+    );
 }
 
 /// Within `max_delete_fraction` a rewind's deletes happen; and what is left of an allowed
@@ -2821,7 +2828,10 @@ fn a_rewind_from_an_unreadable_commit_deletes_nothing() {
         ..w.input()
     });
     assert_eq!(removes(&p), Vec::<String>::new(), "{p:?}");
-    assert!(p.refused[0].contains("can no longer be read"), "{p:?}");
+    assert!(
+        p.refused[0].to_string().contains("can no longer be read"),
+        "{p:?}"
+    );
 }
 
 // ---- the gate: every action the planner emits shows its evidence (`plan::evidence::planned`) ---------
@@ -3702,7 +3712,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
     view.error = Some("reaches another cluster".into());
     view.identity_changed = true;
     let why = planned(&adopt, &other.input()).unwrap_err();
-    assert!(why.0.contains("another cluster"), "{why}");
+    assert!(why.to_string().contains("another cluster"), "{why}");
 
     // A copy of the marker on a clone (another VMID, so it does not verify), stopped past its
     // grace: not an orphan to delete; the genuine one, once its spec is gone, is.
@@ -3784,7 +3794,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
     assert_eq!(plan(&w.input()).actions, vec![relabel.clone()]);
     w.records.get_mut("web").expect("record").uid = "another-uid".into();
     let why = planned(&relabel, &w.input()).unwrap_err();
-    assert!(why.0.contains("uid"), "{why}");
+    assert!(why.to_string().contains("uid"), "{why}");
     let p = plan(&w.input());
     assert!(!p.actions.contains(&relabel), "{:?}", p.actions);
 }
@@ -3907,7 +3917,7 @@ fn the_fraction_valve_allows_exactly_its_share_of_managed_vms() {
     let p = world(3, 0.5);
     assert_eq!(removals_of(&p), Vec::<&Action>::new());
     assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
-    let why = &p.refused[0];
+    let why = &p.refused[0].to_string();
     assert!(why.contains("3 of 4 managed"), "{why}");
     assert!(!why.contains("hand-over"), "no hand-over to mention: {why}");
     let p = world(1, 0.25);
@@ -4374,7 +4384,10 @@ fn a_suspended_gone_specs_vm_waits() {
     );
     assert_eq!(disposition_of(&p, 300), Some(&OrphanDisposition::Deleting));
     assert_eq!(
-        p.refused,
+        p.refused
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         vec![
             "the removal of spec old's VM waits: the spec is suspended (by alice (uid 1000) at \
              1970-01-01T00:00:00Z: maintenance); `proxsync resume old` lets it proceed"
@@ -4434,7 +4447,10 @@ fn under_suspend_all_no_vm_is_removed() {
     let p = plan(&w.input());
     assert_eq!(acts(&p), vec![("Forget", Some("vanished"))]);
     assert_eq!(
-        p.refused,
+        p.refused
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         vec![
             "3 removal(s) wait: every spec is suspended (by alice (uid 1000) at \
              1970-01-01T00:00:00Z: maintenance); `proxsync resume --all` lets them proceed"
@@ -4519,6 +4535,7 @@ fn the_extra_vm_of_a_hands_off_spec_is_never_deleted() {
         assert!(
             p.refused
                 .iter()
+                .map(ToString::to_string)
                 .any(|r| r.contains("202") || r.contains("removal(s)")),
             "{how}: {:?}",
             p.refused
@@ -4624,7 +4641,9 @@ fn a_removed_spec_observe_only_when_last_seen_keeps_its_vm() {
         );
         assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
         assert!(
-            p.refused[0].contains("spec old's VM waits: the spec is observe-only"),
+            p.refused[0]
+                .to_string()
+                .contains("spec old's VM waits: the spec is observe-only"),
             "{:?}",
             p.refused
         );
@@ -4772,7 +4791,7 @@ fn a_consent_is_refused_when_the_vm_is_not_the_one_consented_to() {
         else {
             panic!("{why}: {v:?}");
         };
-        assert!(said.contains(why), "{why}: {said}");
+        assert!(said.to_string().contains(why), "{why}: {said}");
     }
 }
 
@@ -4817,7 +4836,10 @@ fn adoptions_beyond_the_valve_take_none() {
         p.verdicts["imp-1"],
         Verdict::AdoptionsHeld { count: 3, max: 2 }
     );
-    assert!(p.refused[0].contains("max_adopt_per_cycle = 2"), "{p:?}");
+    assert!(
+        p.refused[0].to_string().contains("max_adopt_per_cycle = 2"),
+        "{p:?}"
+    );
 }
 
 /// A spec under one of `[reconcile] observe_paths` is observe-only unless it says otherwise:

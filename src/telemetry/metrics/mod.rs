@@ -712,7 +712,10 @@ mod tests {
                 orphan("a", 102, OrphanDisposition::Reported),
                 orphan("b", 103, OrphanDisposition::DeleteAfter { at_ms: 1 }),
             ],
-            refused: vec!["refused to delete ...".into()],
+            refused: vec![crate::plan::Refused::Deletes {
+                valve: crate::plan::Valve::DesiredSetEmpty { removing: 1 },
+                hand_overs: 0,
+            }],
             ..Default::default()
         };
         let site = |name: &str, reachable, nodes_online: usize| crate::status::SiteSummary {
@@ -890,7 +893,11 @@ mod tests {
         r.site_health[0].name = odd.into();
         r.plan.orphans[0].name = Some(hostile.into());
         r.plan.orphans[0].site = odd.into();
-        r.plan.refused = vec![hostile.into()];
+        r.plan.refused = vec![crate::plan::Refused::ListingIncomplete {
+            removals: 1,
+            site: odd.into(),
+            why: hostile.into(),
+        }];
         m.cycle_finished(Some((&r, "0123abc\"}\n#")), Duration::from_millis(5));
         m.notify_targets(&[crate::report::TargetStats {
             name: odd.into(),

@@ -188,7 +188,12 @@ fn cycle_facts<'a>(
         specs: spec_facts,
         spec_hashes,
         pending_removals,
-        refused: report.plan.refused.clone(),
+        refused: report
+            .plan
+            .refused
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         orphans: orphan_facts(report),
         sites: site_facts(report),
         ..Default::default()

@@ -15,30 +15,391 @@
 //! and a rewind whose previous commit can be read. A commit that was refused is never planned at
 //! all (`gate::commit`: the last verified commit is read instead), so no removal comes from one.
 
-use std::fmt;
-
 use super::{Action, PlanInput};
 use crate::config::OrphanPolicy;
 use crate::model::{ObservedVm, Power, SiteView};
 use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
 
-use crate::gate::rename::{Evidence, Recorded, may_relabel};
+use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
+use crate::guest::GuestKind;
 
-/// What an action lacks: the evidence its kind needs that the inputs do not show.
+/// What an action lacks: the evidence its kind needs that the inputs do not show. A guest is
+/// named with its kind (`kind`) where the inputs show it; its words are in `words::evidence`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Missing(pub String);
-
-impl fmt::Display for Missing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+pub enum Missing {
+    /// The site was not observed.
+    SiteNotObserved {
+        /// The site.
+        site: String,
+    },
+    /// The site reaches another cluster than the recorded one.
+    OtherCluster {
+        /// The site.
+        site: String,
+    },
+    /// The site could not be read.
+    SiteUnreadable {
+        /// The site.
+        site: String,
+        /// Why, as the observation said.
+        error: String,
+    },
+    /// The node the action runs on is not healthy.
+    NodeUnhealthy {
+        /// The node.
+        node: String,
+        /// Its site.
+        site: String,
+    },
+    /// The spec is not desired.
+    NotDesired {
+        /// The spec.
+        spec: String,
+    },
+    /// The spec names another site than the action's.
+    OtherSite {
+        /// The spec.
+        spec: String,
+        /// The site the spec names.
+        names: String,
+        /// The action's site.
+        site: String,
+    },
+    /// The guest is not listed on the site.
+    NotListed {
+        /// The guest.
+        vmid: u32,
+        /// The site.
+        site: String,
+    },
+    /// The guest is a template.
+    Template {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The guest's state is unknown.
+    StateUnknown {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The guest is listed on another node than the action's.
+    NotOnNode {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The node it is listed on.
+        node: String,
+        /// The action's node.
+        want: String,
+    },
+    /// A migration's target is not another node its spec names.
+    NotTheTarget {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The migration's target.
+        target: String,
+        /// The spec.
+        spec: String,
+    },
+    /// No record of the spec names the guest on the site.
+    NotRecorded {
+        /// The spec.
+        spec: String,
+        /// What the spec's guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The site.
+        site: String,
+    },
+    /// A removal: the spec set was not read completely.
+    SpecSetIncomplete,
+    /// A removal: the desired set is empty.
+    DesiredSetEmpty,
+    /// A removal: the commit rewinds the branch from one that cannot be read.
+    RewindUnreadable,
+    /// A removal: neither a record nor a verified marker shows the guest is the spec's.
+    NotShownTheSpecs {
+        /// What the guest is (as listed, else as recorded).
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The site.
+        site: String,
+    },
+    /// The spec names another node than the create's.
+    OtherNode {
+        /// The spec.
+        spec: String,
+        /// The node the spec names.
+        names: String,
+        /// The action's node.
+        node: String,
+    },
+    /// A create of the spec is in flight.
+    CreateInFlight {
+        /// The spec.
+        spec: String,
+    },
+    /// The spec's record names a guest on another site: a site move.
+    RecordedOnOtherSite {
+        /// The spec.
+        spec: String,
+        /// What the recorded guest is.
+        kind: GuestKind,
+        /// The site the record names.
+        site: String,
+    },
+    /// The spec's record names a guest that is there (or may be).
+    RecordedThere {
+        /// The spec.
+        spec: String,
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The guest carries the spec's verified marker.
+    CarriesMarker {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The guest claims the spec with a marker that does not verify.
+    UnverifiedClaim {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The guest, named like the spec's, has a marker not read yet.
+    MarkerNotRead {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The guest carries the spec's marker for another install.
+    AnotherInstalls {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The spec is renamed from `from`, whose guest is on its site.
+    RenamedFromThere {
+        /// The spec.
+        spec: String,
+        /// The spec it is renamed from.
+        from: String,
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// No record of the spec holds a create of the guest on the node.
+    NoCreateInFlight {
+        /// The spec.
+        spec: String,
+        /// What the spec's guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The node.
+        node: String,
+    },
+    /// The guest carries no verified marker of the spec (or another install still holds it).
+    NotVerifiedFor {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The spec does not consent to take over the guest.
+    NotConsented {
+        /// The spec.
+        spec: String,
+        /// What the spec's guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The spec already has a guest in its record.
+    AlreadyRecorded {
+        /// The spec.
+        spec: String,
+        /// What the recorded guest is.
+        kind: GuestKind,
+    },
+    /// The guest is not a bare one of the spec's kind and guest name.
+    NotBare {
+        /// What the spec's guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec's guest name.
+        name: String,
+    },
+    /// A removal: the spec is still in the set.
+    StillInSet {
+        /// The spec.
+        spec: String,
+    },
+    /// A removal: the spec is another install's.
+    HandedOver {
+        /// The spec.
+        spec: String,
+    },
+    /// A removal: no record of the spec asks for it (deletionPolicy as recorded).
+    NotAsked {
+        /// The spec.
+        spec: String,
+    },
+    /// The spec has no record.
+    NoRecord {
+        /// The spec.
+        spec: String,
+    },
+    /// The spec's guest is still on its old site.
+    StillOnOldSite {
+        /// The spec.
+        spec: String,
+        /// What the recorded guest is.
+        kind: GuestKind,
+        /// The old site.
+        site: String,
+    },
+    /// The spec is desired on its record's site.
+    DesiredOnSite {
+        /// The spec.
+        spec: String,
+    },
+    /// The spec is invalid.
+    Invalid {
+        /// The spec.
+        spec: String,
+    },
+    /// Forgetting a record: the spec set was not read completely.
+    SpecSetUnread,
+    /// The spec's guest is still listed on its site.
+    StillListed {
+        /// The spec.
+        spec: String,
+        /// What the recorded guest is.
+        kind: GuestKind,
+        /// The site.
+        site: String,
+    },
+    /// The spec is not annotated as renamed from `from`.
+    NotRenamedFrom {
+        /// The spec.
+        spec: String,
+        /// The spec it would be renamed from.
+        from: String,
+    },
+    /// The spec renamed from is not shown to be gone.
+    NotGone {
+        /// The spec renamed from.
+        from: String,
+    },
+    /// The spec has a guest of its own.
+    HasOwnGuest {
+        /// The spec.
+        spec: String,
+        /// What the spec's guest is.
+        kind: GuestKind,
+    },
+    /// `gate::rename` does not allow re-signing the guest's marker.
+    Relabel(Refused),
+    /// A hand-over: the spec is not another install's.
+    NotElsewhere {
+        /// The spec.
+        spec: String,
+    },
+    /// Orphans are only reported (`orphans = "report"`).
+    OrphansReported,
+    /// The guest lacks this install's tag or a verified marker.
+    NotOwned {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The guest is not stopped and unlocked.
+    NotStopped {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// A record names the guest.
+    NamedByARecord {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
+    /// The guest is the spec's, which is in the set.
+    SpecInSet {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec its marker names.
+        spec: String,
+    },
+    /// The guest is a desired spec's only guest, not a second one.
+    OnlyGuest {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The guest is the spec's, which a desired spec is renamed from.
+    RenamedOriginal {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The spec its marker names.
+        spec: String,
+        /// The spec renamed from it.
+        renamed: String,
+    },
+    /// The guest's grace period has not passed.
+    InGrace {
+        /// What the guest is.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+    },
 }
 
 type Checked = Result<(), Missing>;
 
-fn missing(why: impl Into<String>) -> Checked {
-    Err(Missing(why.into()))
+fn missing(why: Missing) -> Checked {
+    Err(why)
 }
 
 /// Whether `input` shows the evidence `action`'s kind needs (see the module's doc).
@@ -80,10 +441,12 @@ pub fn planned(action: &Action, input: &PlanInput<'_>) -> Checked {
             let vm = recorded_vm(input, spec, site, *vmid)?;
             on_node(input, site, vm, node)?;
             if *target != s.node || *target == vm.node {
-                return missing(format!(
-                    "a migration of VM {vmid} to node {target}, which is not another node its \
-                     spec {spec} names"
-                ));
+                return missing(Missing::NotTheTarget {
+                    kind: vm.kind,
+                    vmid: *vmid,
+                    target: target.clone(),
+                    spec: spec.clone(),
+                });
             }
             healthy(input, site, target)
         }
@@ -117,15 +480,16 @@ pub fn planned(action: &Action, input: &PlanInput<'_>) -> Checked {
 /// The site was observed and reaches its recorded cluster.
 fn view<'a>(input: &'a PlanInput<'_>, site: &str) -> Result<&'a SiteView, Missing> {
     let Some(view) = input.sites.get(site) else {
-        return Err(Missing(format!("site {site} was not observed")));
+        return Err(Missing::SiteNotObserved { site: site.into() });
     };
     if view.identity_changed {
-        return Err(Missing(format!(
-            "site {site} reaches another cluster than the recorded one"
-        )));
+        return Err(Missing::OtherCluster { site: site.into() });
     }
     if let Some(e) = &view.error {
-        return Err(Missing(format!("site {site} could not be read: {e}")));
+        return Err(Missing::SiteUnreadable {
+            site: site.into(),
+            error: e.clone(),
+        });
     }
     Ok(view)
 }
@@ -134,7 +498,10 @@ fn healthy(input: &PlanInput<'_>, site: &str, node: &str) -> Checked {
     if view(input, site)?.node_healthy(node) {
         return Ok(());
     }
-    missing(format!("node {node} of site {site} is not healthy"))
+    missing(Missing::NodeUnhealthy {
+        node: node.into(),
+        site: site.into(),
+    })
 }
 
 fn desired<'a>(input: &'a PlanInput<'_>, name: &str) -> Option<&'a Spec> {
@@ -148,13 +515,14 @@ fn desired_on<'a>(
     site: &str,
 ) -> Result<(&'a Spec, &'a SiteView), Missing> {
     let Some(spec) = desired(input, name) else {
-        return Err(Missing(format!("spec {name} is not desired")));
+        return Err(Missing::NotDesired { spec: name.into() });
     };
     if spec.site != site {
-        return Err(Missing(format!(
-            "spec {name} names site {}, not {site}",
-            spec.site
-        )));
+        return Err(Missing::OtherSite {
+            spec: name.into(),
+            names: spec.site.clone(),
+            site: site.into(),
+        });
     }
     Ok((spec, view(input, site)?))
 }
@@ -162,16 +530,22 @@ fn desired_on<'a>(
 /// VM `vmid` as listed on `site`: judged (its state known), not a template.
 fn listed(view: &SiteView, vmid: u32) -> Result<&ObservedVm, Missing> {
     let Some(vm) = view.vms.get(&vmid) else {
-        return Err(Missing(format!(
-            "VM {vmid} is not listed on site {}",
-            view.name
-        )));
+        return Err(Missing::NotListed {
+            vmid,
+            site: view.name.clone(),
+        });
     };
     if vm.template {
-        return Err(Missing(format!("VM {vmid} is a template")));
+        return Err(Missing::Template {
+            kind: vm.kind,
+            vmid,
+        });
     }
     if vm.is_unknown() {
-        return Err(Missing(format!("VM {vmid}'s state is unknown")));
+        return Err(Missing::StateUnknown {
+            kind: vm.kind,
+            vmid,
+        });
     }
     Ok(vm)
 }
@@ -179,7 +553,12 @@ fn listed(view: &SiteView, vmid: u32) -> Result<&ObservedVm, Missing> {
 /// The action runs on the node the VM is listed on, and that node is healthy.
 fn on_node(input: &PlanInput<'_>, site: &str, vm: &ObservedVm, node: &str) -> Checked {
     if vm.node != node {
-        return missing(format!("VM {} is on node {}, not {node}", vm.vmid, vm.node));
+        return missing(Missing::NotOnNode {
+            kind: vm.kind,
+            vmid: vm.vmid,
+            node: vm.node.clone(),
+            want: node.into(),
+        });
     }
     healthy(input, site, node)
 }
@@ -211,14 +590,17 @@ fn recorded_vm<'a>(
     site: &str,
     vmid: u32,
 ) -> Result<&'a ObservedVm, Missing> {
-    let (_, view) = desired_on(input, spec, site)?;
+    let (s, view) = desired_on(input, spec, site)?;
     let rec = input.records.get(spec);
     let names = rec
         .is_some_and(|r| r.vm.made_vmid() == Some(vmid) && (r.site == site || r.site.is_empty()));
     if !names {
-        return Err(Missing(format!(
-            "no record of spec {spec} names VM {vmid} on site {site}"
-        )));
+        return Err(Missing::NotRecorded {
+            spec: spec.into(),
+            kind: s.kind(),
+            vmid,
+            site: site.into(),
+        });
     }
     listed(view, vmid)
 }
@@ -227,16 +609,13 @@ fn recorded_vm<'a>(
 /// desired set is not empty, and a rewind's previous commit can be read.
 fn removals_allowed(input: &PlanInput<'_>) -> Checked {
     if !input.complete {
-        return missing("the spec set was not read completely: nothing is removed");
+        return missing(Missing::SpecSetIncomplete);
     }
     if input.desired.is_empty() && input.invalid.is_empty() {
-        return missing("the desired set is empty: nothing is removed");
+        return missing(Missing::DesiredSetEmpty);
     }
     if input.rewind.is_some_and(|r| r.from_specs.is_none()) {
-        return missing(
-            "the commit rewinds the branch from one that cannot be read: its deletes cannot be \
-             judged as one batch",
-        );
+        return missing(Missing::RewindUnreadable);
     }
     Ok(())
 }
@@ -253,16 +632,19 @@ fn removal_target(
 ) -> Checked {
     let view = view(input, site)?;
     let recorded = rec.filter(|r| r.site == site && r.vmid() == Some(vmid));
+    let listed_kind = view.vms.get(&vmid).map(|vm| vm.kind);
+    let kind = listed_kind.or(rec.map(|r| r.kind)).unwrap_or_default();
     match (view.vms.get(&vmid), recorded) {
         (Some(_), Some(_)) => on_node(input, site, listed(view, vmid)?, node),
         (Some(vm), None) if owned(vm) => on_node(input, site, listed(view, vmid)?, node),
         (None, Some(r)) if matches!(&r.vm, VmState::Creating { node: n, .. } if n == node) => {
             healthy(input, site, node)
         }
-        _ => missing(format!(
-            "neither a record nor a verified marker shows VM {vmid} on site {site} to be the \
-             spec's"
-        )),
+        _ => missing(Missing::NotShownTheSpecs {
+            kind,
+            vmid,
+            site: site.into(),
+        }),
     }
 }
 
@@ -276,18 +658,23 @@ fn removal_target(
 fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked {
     let (s, view) = desired_on(input, spec, site)?;
     if s.node != node {
-        return missing(format!("spec {spec} names node {}, not {node}", s.node));
+        return missing(Missing::OtherNode {
+            spec: spec.into(),
+            names: s.node.clone(),
+            node: node.into(),
+        });
     }
     healthy(input, site, node)?;
     if let Some(r) = input.records.get(spec) {
         if matches!(r.vm, VmState::Creating { .. }) {
-            return missing(format!("a create of spec {spec} is in flight"));
+            return missing(Missing::CreateInFlight { spec: spec.into() });
         }
         if !r.site.is_empty() && r.site != site && r.vmid().is_some() {
-            return missing(format!(
-                "spec {spec}'s record names a VM on site {}: a site move",
-                r.site
-            ));
+            return missing(Missing::RecordedOnOtherSite {
+                spec: spec.into(),
+                kind: r.kind,
+                site: r.site.clone(),
+            });
         }
         if let Some(vm) = r.vm.made_vmid().and_then(|id| view.vms.get(&id)) {
             let tag = crate::ownership::ownership_tag(input.install_id);
@@ -299,45 +686,59 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
                     .as_ref()
                     .is_some_and(|m| m.install == input.install_id && m.spec == spec);
             if may_be {
-                return missing(format!(
-                    "spec {spec}'s record names VM {}, which is there",
-                    vm.vmid
-                ));
+                return missing(Missing::RecordedThere {
+                    spec: spec.into(),
+                    kind: vm.kind,
+                    vmid: vm.vmid,
+                });
             }
         }
     }
     let known = |vmid: u32| named_by_a_record(input, site, vmid);
     for vm in view.vms.values().filter(|vm| !vm.template) {
-        let vmid = vm.vmid;
+        let (kind, vmid) = (vm.kind, vm.vmid);
         if verified_for(input, vm, spec) {
-            return missing(format!("VM {vmid} carries spec {spec}'s verified marker"));
+            return missing(Missing::CarriesMarker {
+                kind,
+                vmid,
+                spec: spec.into(),
+            });
         }
         if vm.unverified_claim(input.install_id) == Some(spec) {
-            return missing(format!(
-                "VM {vmid} claims spec {spec} with a marker that does not verify"
-            ));
+            return missing(Missing::UnverifiedClaim {
+                kind,
+                vmid,
+                spec: spec.into(),
+            });
         }
         if !vm.marker_read && !known(vmid) && vm.name.as_deref() == Some(s.guest_name()) {
-            return missing(format!(
-                "VM {vmid}, named like spec {spec}'s VM, has a marker not read yet"
-            ));
+            return missing(Missing::MarkerNotRead {
+                kind,
+                vmid,
+                spec: spec.into(),
+            });
         }
         let theirs = vm
             .marker
             .as_ref()
             .is_some_and(|m| m.install != input.install_id && m.spec == spec);
         if input.sharded && theirs {
-            return missing(format!(
-                "VM {vmid} carries spec {spec}'s marker for another install"
-            ));
+            return missing(Missing::AnotherInstalls {
+                kind,
+                vmid,
+                spec: spec.into(),
+            });
         }
         if let Some(from) = &s.renamed_from
             && verified_for(input, vm, from)
             && !known(vmid)
         {
-            return missing(format!(
-                "spec {spec} is renamed from {from}, whose VM {vmid} is on its site"
-            ));
+            return missing(Missing::RenamedFromThere {
+                spec: spec.into(),
+                from: from.clone(),
+                kind,
+                vmid,
+            });
         }
     }
     Ok(())
@@ -345,14 +746,17 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
 
 /// Resuming a create: the spec's record holds the create in flight, at this VMID and node.
 fn resume_create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u32) -> Checked {
-    desired_on(input, spec, site)?;
+    let (s, _) = desired_on(input, spec, site)?;
     let in_flight = input.records.get(spec).is_some_and(
         |r| matches!(&r.vm, VmState::Creating { vmid: v, node: n, .. } if *v == vmid && n == node),
     );
     if !in_flight {
-        return missing(format!(
-            "no record of spec {spec} holds a create of VM {vmid} on node {node}"
-        ));
+        return missing(Missing::NoCreateInFlight {
+            spec: spec.into(),
+            kind: s.kind(),
+            vmid,
+            node: node.into(),
+        });
     }
     healthy(input, site, node)
 }
@@ -366,7 +770,7 @@ fn adopt(input: &PlanInput<'_>, spec: &str, site: &str, vmid: u32) -> Checked {
         .get(spec)
         .is_some_and(|r| matches!(r.vm, VmState::Creating { .. }))
     {
-        return missing(format!("a create of spec {spec} is in flight"));
+        return missing(Missing::CreateInFlight { spec: spec.into() });
     }
     let vm = listed(view, vmid)?;
     healthy(input, site, &vm.node)?;
@@ -380,9 +784,11 @@ fn adopt(input: &PlanInput<'_>, spec: &str, site: &str, vmid: u32) -> Checked {
     if handed {
         return Ok(());
     }
-    missing(format!(
-        "VM {vmid} carries no verified marker of spec {spec} (or another install still holds it)"
-    ))
+    missing(Missing::NotVerifiedFor {
+        kind: vm.kind,
+        vmid,
+        spec: spec.into(),
+    })
 }
 
 /// An adoption by consent: the spec names the VMID in its consent, has no record of a VM, and
@@ -397,16 +803,17 @@ fn adopt_by_consent(
 ) -> Checked {
     let (s, view) = desired_on(input, spec, site)?;
     if s.adopt.as_ref().map(|c| c.vmid) != Some(vmid) {
-        return missing(format!(
-            "spec {spec} does not consent to take over VM {vmid} (proxsync.io/adopt)"
-        ));
+        return missing(Missing::NotConsented {
+            spec: spec.into(),
+            kind: s.kind(),
+            vmid,
+        });
     }
-    if input
-        .records
-        .get(spec)
-        .is_some_and(|r| r.vm.vmid().is_some())
-    {
-        return missing(format!("spec {spec} already has a VM in its record"));
+    if let Some(r) = input.records.get(spec).filter(|r| r.vm.vmid().is_some()) {
+        return missing(Missing::AlreadyRecorded {
+            spec: spec.into(),
+            kind: r.kind,
+        });
     }
     let vm = listed(view, vmid)?;
     on_node(input, site, vm, node)?;
@@ -419,12 +826,11 @@ fn adopt_by_consent(
     if bare {
         return Ok(());
     }
-    missing(format!(
-        "{} {vmid} is not a bare {} named {} (read, without a marker or an install's tag)",
-        s.kind().noun(),
-        s.kind().noun(),
-        s.guest_name()
-    ))
+    missing(Missing::NotBare {
+        kind: s.kind(),
+        vmid,
+        name: s.guest_name().to_string(),
+    })
 }
 
 /// A removal of a gone spec's VM: the spec is neither desired, invalid nor outside the selector,
@@ -439,18 +845,14 @@ fn remove(
 ) -> Checked {
     removals_allowed(input)?;
     if desired(input, spec).is_some() || input.invalid.contains(spec) {
-        return missing(format!("spec {spec} is still in the set"));
+        return missing(Missing::StillInSet { spec: spec.into() });
     }
     if input.elsewhere.contains(spec) {
-        return missing(format!(
-            "spec {spec} is another install's: handed over, never removed"
-        ));
+        return missing(Missing::HandedOver { spec: spec.into() });
     }
     let rec = input.records.get(spec);
     if rec.is_none_or(|r| r.orphan_on_delete != release) {
-        return missing(format!(
-            "no record of spec {spec} asks for this (deletionPolicy as recorded)"
-        ));
+        return missing(Missing::NotAsked { spec: spec.into() });
     }
     removal_target(input, rec, site, node, vmid, |_| false)
 }
@@ -460,10 +862,10 @@ fn remove(
 /// flight.
 fn forget(input: &PlanInput<'_>, spec: &str) -> Checked {
     let Some(rec) = input.records.get(spec) else {
-        return missing(format!("spec {spec} has no record"));
+        return missing(Missing::NoRecord { spec: spec.into() });
     };
     if matches!(rec.vm, VmState::Creating { .. }) {
-        return missing(format!("a create of spec {spec} is in flight"));
+        return missing(Missing::CreateInFlight { spec: spec.into() });
     }
     let gone_from_site = || {
         view(input, &rec.site).is_ok_and(|v| rec.vmid().is_none_or(|id| !v.vms.contains_key(&id)))
@@ -473,20 +875,22 @@ fn forget(input: &PlanInput<'_>, spec: &str) -> Checked {
             if s.allow_recreate_on_site_change || gone_from_site() {
                 Ok(())
             } else {
-                missing(format!(
-                    "spec {spec}'s VM is still on site {}, its old site",
-                    rec.site
-                ))
+                missing(Missing::StillOnOldSite {
+                    spec: spec.into(),
+                    kind: rec.kind,
+                    site: rec.site.clone(),
+                })
             }
         }
-        Some(_) => missing(format!("spec {spec} is desired on its record's site")),
-        None if input.invalid.contains(spec) => missing(format!("spec {spec} is invalid")),
-        None if !input.complete => missing("the spec set was not read completely"),
+        Some(_) => missing(Missing::DesiredOnSite { spec: spec.into() }),
+        None if input.invalid.contains(spec) => missing(Missing::Invalid { spec: spec.into() }),
+        None if !input.complete => missing(Missing::SpecSetUnread),
         None if gone_from_site() => Ok(()),
-        None => missing(format!(
-            "spec {spec}'s VM is still listed on site {}",
-            rec.site
-        )),
+        None => missing(Missing::StillListed {
+            spec: spec.into(),
+            kind: rec.kind,
+            site: rec.site.clone(),
+        }),
     }
 }
 
@@ -504,16 +908,17 @@ fn relabel(
 ) -> Checked {
     let (s, view) = desired_on(input, spec, site)?;
     if s.renamed_from.as_deref() != Some(from) {
-        return missing(format!(
-            "spec {spec} is not annotated as renamed from {from}"
-        ));
+        return missing(Missing::NotRenamedFrom {
+            spec: spec.into(),
+            from: from.into(),
+        });
     }
     if !input.complete
         || desired(input, from).is_some()
         || input.invalid.contains(from)
         || input.elsewhere.contains(from)
     {
-        return missing(format!("spec {from} is not shown to be gone"));
+        return missing(Missing::NotGone { from: from.into() });
     }
     let vm = listed(view, vmid)?;
     on_node(input, site, vm, node)?;
@@ -526,7 +931,10 @@ fn relabel(
                 .is_some_and(|id| id != vmid && view.vms.contains_key(&id))
     });
     if recorded_own || view.vms.values().any(own) {
-        return missing(format!("spec {spec} has a VM of its own"));
+        return missing(Missing::HasOwnGuest {
+            spec: spec.into(),
+            kind: s.kind(),
+        });
     }
     let record = input.records.get(from).and_then(|r| match r.vm {
         VmState::Exists { vmid: v, .. } if v == vmid && r.site == site => Some(Recorded {
@@ -549,7 +957,7 @@ fn relabel(
     };
     may_relabel(input.install_id, from, spec, &s.site, &ev)
         .map(|_| ())
-        .map_err(|why| Missing(why.to_string()))
+        .map_err(Missing::Relabel)
 }
 
 /// A hand-over: the spec is outside this install's selector now, and its record names the VM on
@@ -557,7 +965,7 @@ fn relabel(
 fn hand_over(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u32) -> Checked {
     removals_allowed(input)?;
     if !input.elsewhere.contains(spec) {
-        return missing(format!("spec {spec} is not another install's"));
+        return missing(Missing::NotElsewhere { spec: spec.into() });
     }
     let rec = input.records.get(spec);
     removal_target(input, rec, site, node, vmid, |vm| {
@@ -572,25 +980,28 @@ fn hand_over(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u3
 fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Checked {
     removals_allowed(input)?;
     if input.reconcile.orphans != OrphanPolicy::DeleteStopped {
-        return missing("orphans are only reported (orphans = \"report\")");
+        return missing(Missing::OrphansReported);
     }
     let view = view(input, site)?;
     let vm = listed(view, vmid)?;
     on_node(input, site, vm, node)?;
+    let kind = vm.kind;
     if !vm.owned_by(input.install_id) {
-        return missing(format!(
-            "VM {vmid} lacks this install's tag or a verified marker"
-        ));
+        return missing(Missing::NotOwned { kind, vmid });
     }
     if vm.power != Power::Stopped || vm.lock.is_some() {
-        return missing(format!("VM {vmid} is not stopped and unlocked"));
+        return missing(Missing::NotStopped { kind, vmid });
     }
     if named_by_a_record(input, site, vmid) {
-        return missing(format!("a record names VM {vmid}"));
+        return missing(Missing::NamedByARecord { kind, vmid });
     }
     let spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
     if input.elsewhere.contains(spec) || input.invalid.contains(spec) {
-        return missing(format!("VM {vmid} is spec {spec}'s, which is in the set"));
+        return missing(Missing::SpecInSet {
+            kind,
+            vmid,
+            spec: spec.into(),
+        });
     }
     if desired(input, spec).is_some() {
         let kept_elsewhere = |other: &ObservedVm| {
@@ -601,9 +1012,11 @@ fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Ch
             .get(spec)
             .is_some_and(|r| r.site == site && r.vmid().is_some_and(|id| id != vmid));
         if !(recorded_other || view.vms.values().any(kept_elsewhere)) {
-            return missing(format!(
-                "VM {vmid} is desired spec {spec}'s only VM, not a second one"
-            ));
+            return missing(Missing::OnlyGuest {
+                kind,
+                vmid,
+                spec: spec.into(),
+            });
         }
     }
     if let Some(renamed) = input
@@ -611,10 +1024,12 @@ fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Ch
         .iter()
         .find(|s| s.renamed_from.as_deref() == Some(spec))
     {
-        return missing(format!(
-            "VM {vmid} is spec {spec}'s, which spec {} is renamed from",
-            renamed.name
-        ));
+        return missing(Missing::RenamedOriginal {
+            kind,
+            vmid,
+            spec: spec.into(),
+            renamed: renamed.name.clone(),
+        });
     }
     let first_seen = input
         .orphans_seen
@@ -623,7 +1038,7 @@ fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Ch
         .unwrap_or(input.now_ms);
     let grace = input.reconcile.orphan_grace.as_millis() as u64;
     if input.now_ms < first_seen.saturating_add(grace) {
-        return missing(format!("VM {vmid}'s grace period has not passed"));
+        return missing(Missing::InGrace { kind, vmid });
     }
     Ok(())
 }

@@ -22,8 +22,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Action, OrphanDisposition, Plan, PlanInput, Verdict};
+use super::{Action, OrphanDisposition, Plan, PlanInput, Refused, Verdict};
 use crate::config::{ManagementPolicy, ReconcileConfig};
+use crate::guest::GuestKind;
 use crate::model::SiteView;
 use crate::model::{SUSPEND_ALL, SpecRecord, Suspension};
 use crate::spec::Spec;
@@ -31,21 +32,28 @@ use crate::util::fnv::FnvHashMap;
 
 /// Why a guest (or a spec) is hands-off.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Cause {
+pub enum Cause {
     /// Spec `spec` is suspended: `proxsync suspend`, or its `spec.suspend` (`by` says which).
-    Suspended { spec: String, by: Suspension },
+    Suspended {
+        /// The spec suspended.
+        spec: String,
+        /// Who suspended it, since when and why.
+        by: Suspension,
+    },
     /// `proxsync suspend --all`.
     SuspendedAll(Suspension),
     /// Spec `spec` is observe-only, for `why`; `None`: an orphan under the install's policy.
     Observed {
+        /// The spec observe-only, if any.
         spec: Option<String>,
+        /// What makes it observe-only.
         why: Observing,
     },
 }
 
 /// What makes a spec observe-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Observing {
+pub enum Observing {
     /// Its `managementPolicy: Observe`.
     Policy,
     /// Its file under `[reconcile] observe_paths`.
@@ -57,15 +65,48 @@ pub(super) enum Observing {
     Recorded,
 }
 
-impl Observing {
-    fn words(self) -> &'static str {
-        match self {
-            Observing::Policy => "managementPolicy: Observe",
-            Observing::Path => "its file is under [reconcile] observe_paths",
-            Observing::Install => "[reconcile] management_policy = \"observe\"",
-            Observing::Recorded => "it was observe-only when last seen",
-        }
-    }
+/// An action [`hold`] held, reported in the plan's `refused` (its words in `words`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// The removal of suspended spec `spec`'s guest (a `kind`) waits.
+    RemovalSuspended {
+        /// The spec.
+        spec: String,
+        /// What its guest is.
+        kind: GuestKind,
+        /// Who suspended it, since when and why.
+        by: Suspension,
+    },
+    /// The removal of observe-only spec `spec`'s guest (a `kind`) waits.
+    RemovalObserved {
+        /// The spec.
+        spec: String,
+        /// What its guest is.
+        kind: GuestKind,
+        /// What makes it observe-only.
+        why: Observing,
+    },
+    /// `action` (on a `kind`, when it names a guest) is not done, for `cause`.
+    Action {
+        /// The action held.
+        action: Action,
+        /// What the guest it names is.
+        kind: GuestKind,
+        /// Why it is hands-off.
+        cause: Cause,
+    },
+    /// `removals` removals wait: every spec is suspended (`proxsync suspend --all`).
+    AllSuspended {
+        /// How many.
+        removals: usize,
+        /// Who suspended them, since when and why.
+        by: Suspension,
+    },
+    /// `removals` removals are not done: `[reconcile] management_policy = "observe"`.
+    InstallObserves {
+        /// How many.
+        removals: usize,
+    },
 }
 
 /// The one hands-off decision over a plan's inputs.
@@ -198,6 +239,16 @@ impl<'a> HandsOff<'a> {
             })
     }
 
+    /// What the guest `action` names is: as listed, else as its spec's record says.
+    fn kind(&self, action: &Action) -> GuestKind {
+        let listed = action.guest().and_then(|(site, vmid)| {
+            let vm = self.sites.get(site)?.vms.get(&vmid)?;
+            Some(vm.kind)
+        });
+        let recorded = || Some(self.records.get(action.spec()?)?.kind);
+        listed.or_else(recorded).unwrap_or_default()
+    }
+
     /// The suspension covering spec `name` (`spec`: its spec, when desired): one of its name
     /// (a recorded `spec.suspend` only while the spec still says it, or once it is gone),
     /// `--all`, or its `spec.suspend` not recorded yet.
@@ -318,90 +369,39 @@ pub(super) fn hold(
         }
         let removal = action.removes();
         let own = |of: &str| removal && action.spec() == Some(of);
-        match &cause {
+        let kind = hands_off.kind(&action);
+        match cause {
             Cause::SuspendedAll(by) if removal => {
-                let n = all.get_or_insert((by.clone(), 0));
+                let n = all.get_or_insert((by, 0));
                 n.1 += 1;
             }
             Cause::Observed {
                 why: Observing::Install,
                 ..
             } if removal => install += 1,
-            Cause::Suspended { spec, by } if own(spec) => out.refused.push(format!(
-                "the removal of spec {spec}'s VM waits: the spec is suspended ({}); `proxsync \
-                 resume {spec}` lets it proceed",
-                super::suspension_words(by)
-            )),
+            Cause::Suspended { spec, by } if own(&spec) => out
+                .refused
+                .push(Refused::HandsOff(Held::RemovalSuspended { spec, kind, by })),
             Cause::Observed {
                 spec: Some(spec),
                 why,
-            } if own(spec) => out.refused.push(format!(
-                "the removal of spec {spec}'s VM waits: the spec is observe-only ({}), so its VM \
-                 gets no action; put the spec back with managementPolicy: Full for one cycle to \
-                 let its removal proceed, or remove the VM by hand",
-                why.words()
-            )),
-            other => out.refused.push(format!(
-                "{} not done: {}",
-                action_words(&action),
-                cause_words(other)
-            )),
+            } if own(&spec) => {
+                out.refused
+                    .push(Refused::HandsOff(Held::RemovalObserved { spec, kind, why }))
+            }
+            cause => out.refused.push(Refused::HandsOff(Held::Action {
+                action,
+                kind,
+                cause,
+            })),
         }
     }
-    if let Some((by, n)) = all {
-        out.refused.push(format!(
-            "{n} removal(s) wait: every spec is suspended ({}); `proxsync resume --all` lets \
-             them proceed",
-            super::suspension_words(&by)
-        ));
+    if let Some((by, removals)) = all {
+        (out.refused).push(Refused::HandsOff(Held::AllSuspended { removals, by }));
     }
     if install > 0 {
-        out.refused.push(format!(
-            "{install} removal(s) not done: [reconcile] management_policy = \"observe\" takes no \
-             action"
-        ));
-    }
-}
-
-/// An action held, in words: its kind and what it names.
-fn action_words(action: &Action) -> String {
-    let kind = match action {
-        Action::Create { .. } => "the create",
-        Action::ResumeCreate { .. } => "the create in flight",
-        Action::Adopt { .. } => "the adoption",
-        Action::AdoptByConsent { .. } => "the adoption by consent",
-        Action::Converge { .. } => "the converge",
-        Action::Migrate { .. } => "the migration",
-        Action::Remove { release: true, .. } => "the release",
-        Action::Remove { .. } => "the delete",
-        Action::Forget { .. } => "forgetting the record",
-        Action::Relabel { .. } => "the re-label",
-        Action::HandOver { .. } => "the hand-over",
-        Action::DeleteOrphan { .. } => "the orphan delete",
-    };
-    match (action.spec(), action.guest()) {
-        (Some(spec), Some((site, vmid))) => format!("{kind} of VM {vmid} on {site} (spec {spec})"),
-        (Some(spec), None) => format!("{kind} of spec {spec}"),
-        (None, Some((site, vmid))) => format!("{kind} of VM {vmid} on {site}"),
-        (None, None) => kind.to_string(),
-    }
-}
-
-/// A cause, in words.
-fn cause_words(cause: &Cause) -> String {
-    match cause {
-        Cause::Suspended { spec, by } => format!(
-            "spec {spec} is suspended ({}); `proxsync resume {spec}` lets it proceed",
-            super::suspension_words(by)
-        ),
-        Cause::SuspendedAll(by) => format!(
-            "every spec is suspended ({}); `proxsync resume --all` lets it proceed",
-            super::suspension_words(by)
-        ),
-        Cause::Observed {
-            spec: Some(spec),
-            why,
-        } => format!("spec {spec} is observe-only ({})", why.words()),
-        Cause::Observed { spec: None, why } => format!("observe-only ({})", why.words()),
+        (out.refused).push(Refused::HandsOff(Held::InstallObserves {
+            removals: install,
+        }));
     }
 }

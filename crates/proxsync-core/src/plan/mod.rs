@@ -40,6 +40,10 @@ mod rename;
 mod rollout;
 mod spec;
 
+pub use hands_off::{Cause, Held, Observing};
+pub use removals::{Fraction, Valve};
+pub use spec::{AdoptRefusal, Unreadable};
+
 use crate::model::RewindBatch;
 pub use crate::util::fnv::{
     FnvBuildHasher, FnvHashMap, FnvHashSet, FnvHasher, fnv, fnv_from, fnv_hex,
@@ -329,8 +333,8 @@ pub enum Verdict {
     },
     /// The site could not be read.
     SiteUnreachable {
-        /// Why the site could not be read.
-        error: String,
+        /// Why the site could not be read (serialised as its words).
+        error: Unreadable,
     },
     /// The site's endpoint reaches another cluster than the one recorded for it
     /// (`gate::site`): nothing there is judged or touched until a person fixes the endpoint or
@@ -432,8 +436,8 @@ pub enum Verdict {
     AdoptRefused {
         /// The VMID the consent names.
         vmid: u32,
-        /// What differs from the consent, and what to do.
-        why: String,
+        /// What differs from the consent, and what to do (serialised as its words).
+        why: AdoptRefusal,
     },
     /// The spec is observe-only (`managementPolicy: Observe`, `observe_paths`, the install's
     /// policy): nothing is done for it. `vmid`: its VM (by record, marker or consent), `None`
@@ -548,29 +552,44 @@ pub enum OrphanDisposition {
     },
 }
 
-impl std::fmt::Display for OrphanDisposition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OrphanDisposition::Reported => f.write_str("reported"),
-            OrphanDisposition::ForeignClaim { spec } => write!(
-                f,
-                "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
-                 adopted or deleted"
-            ),
-            OrphanDisposition::Deleting => f.write_str("deleting"),
-            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
-            OrphanDisposition::Refused => {
-                f.write_str("reported (delete refused: see _summary.yaml)")
-            }
-            OrphanDisposition::SiteMoved { spec, to } => write!(
-                f,
-                "reported: spec {spec} now names site {to}; kept until you delete it"
-            ),
-        }
+impl Serialize for OrphanDisposition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
-impl Serialize for OrphanDisposition {
+/// What the planner held back from a cycle's plan as a whole, and why (its words in `words`;
+/// serialised as those words).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// `removals` removals on `site` wait: its listing had entries that could not be read.
+    ListingIncomplete {
+        /// How many.
+        removals: usize,
+        /// The site.
+        site: String,
+        /// Which entries, as the observation says (`SiteView::incomplete_why`).
+        why: String,
+    },
+    /// The safety valves refused every delete, release and hand-over of the cycle.
+    Deletes {
+        /// Which valve, and what it counted.
+        valve: Valve,
+        /// How many of them were hand-overs to another install.
+        hand_overs: usize,
+    },
+    /// `count` adoptions by consent, more than `max_adopt_per_cycle` = `max`: none is taken.
+    AdoptionsHeld {
+        /// The adoptions by consent this cycle would make.
+        count: usize,
+        /// `[reconcile] max_adopt_per_cycle`.
+        max: u32,
+    },
+    /// An action, or a count of removals, held because a guest is hands-off.
+    HandsOff(Held),
+}
+
+impl Serialize for Refused {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
@@ -588,8 +607,9 @@ pub struct Plan {
     /// Orphan sightings to remember (seen now; forgotten when gone).
     #[serde(skip)]
     pub orphans_seen: BTreeMap<(String, u32), u64>,
-    /// Safety valves that refused deletes, with the reason.
-    pub refused: Vec<String>,
+    /// What the planner held back as a whole, and why: the safety valves that refused deletes,
+    /// the adoptions by consent over the limit, hands-off actions.
+    pub refused: Vec<Refused>,
     /// Specs claimed by more than one VM (this install's marker naming the spec): the VM
     /// kept and the extras. The extras are never converged; they are reported, and handled
     /// by the orphan policy when they carry the ownership tag.
@@ -768,11 +788,13 @@ fn incomplete_listings(
             o.disposition = OrphanDisposition::Refused;
         }
     }
-    for (site, n) in by_site {
-        out.refused.push(format!(
-            "{n} removal(s) on site {site} not done: {}",
-            incomplete[site.as_str()].incomplete_why()
-        ));
+    for (site, removals) in by_site {
+        let why = incomplete[site.as_str()].incomplete_why();
+        (out.refused).push(Refused::ListingIncomplete {
+            removals,
+            site,
+            why,
+        });
     }
     kept
 }
@@ -798,26 +820,6 @@ pub(super) fn may_reboot(input: &PlanInput<'_>, spec: &crate::spec::Spec, action
         .is_some_and(|vm| vm.power == crate::model::Power::Running)
 }
 
-/// Who suspended, since when and why, in words.
-pub fn suspension_words(s: &crate::model::Suspension) -> String {
-    let when = match s.at_ms {
-        0 => String::new(),
-        ms => format!(
-            " at {}",
-            crate::util::time::rfc3339_secs((ms / 1000) as i64)
-        ),
-    };
-    let why = s
-        .reason
-        .as_deref()
-        .map(|r| format!(": {r}"))
-        .unwrap_or_default();
-    match s.from_git {
-        true => format!("spec.suspend in git{when}{why}"),
-        false => format!("by {}{when}{why}", s.by),
-    }
-}
-
 /// More adoptions by consent than `max_adopt_per_cycle`: none of them this cycle (a wrong
 /// directory of imported specs must not take over a cluster in one commit unnoticed).
 fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
@@ -834,11 +836,7 @@ fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
         }
     }
     out.actions.retain(|a| !is_consent(a));
-    out.refused.push(format!(
-        "{count} VMs would be taken over by consent (proxsync.io/adopt), more than [reconcile] \
-         max_adopt_per_cycle = {max}: none is taken; raise the limit or commit the imported \
-         specs in smaller parts"
-    ));
+    out.refused.push(Refused::AdoptionsHeld { count, max });
 }
 
 /// Until when `out` is the plan of its inputs at any instant from `input.now_ms` on, from what

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rename::{Fate, Renames};
-use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput};
+use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, Refused};
 use crate::config::OrphanPolicy;
 use crate::model::{ObservedVm, Power, SiteView};
 use crate::model::{SpecRecord, VmState};
@@ -377,9 +377,69 @@ pub(super) fn apply_valves(
     }
 }
 
+/// Why the valves refused this cycle's deletes, releases and hand-overs (its words in
+/// `words`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Valve {
+    /// The spec set could not be read completely.
+    SpecSetIncomplete {
+        /// The deletes refused.
+        removing: usize,
+    },
+    /// The desired set is empty.
+    DesiredSetEmpty {
+        /// The deletes refused.
+        removing: usize,
+    },
+    /// More than `max_delete_fraction` of the managed guests in one commit.
+    TooMany {
+        /// The deletes refused.
+        removing: usize,
+        /// The managed guests.
+        managed: usize,
+        /// `[reconcile] max_delete_fraction`.
+        max: Fraction,
+    },
+    /// Commit `to` rewinds the branch from `from`, which can no longer be read.
+    RewindUnreadable {
+        /// The rewind's deletes, planned this cycle or not.
+        batch: usize,
+        /// The commit rewound to.
+        to: String,
+        /// The commit rewound from.
+        from: String,
+    },
+    /// Commit `to` rewinds the branch from `from`, and its deletes, one batch, are more than
+    /// `max_delete_fraction` of the managed guests.
+    RewindTooMany {
+        /// The rewind's deletes, planned this cycle or not.
+        batch: usize,
+        /// The managed guests, without those of the specs the rewind added.
+        managed: usize,
+        /// The commit rewound to.
+        to: String,
+        /// The commit rewound from.
+        from: String,
+        /// `[reconcile] max_delete_fraction`.
+        max: Fraction,
+    },
+}
+
+/// A fraction from the configuration, compared by its bits (so a plan is `Eq`).
+#[derive(Debug, Clone, Copy)]
+pub struct Fraction(pub f64);
+
+impl PartialEq for Fraction {
+    fn eq(&self, other: &Fraction) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Fraction {}
+
 /// Why the deletes, releases and hand-overs among `removals` are refused, if they are.
 /// `held_back`: a rewind's removals not planned this cycle ([`held_back`]).
-fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Option<String> {
+fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Option<Refused> {
     let removing = removals.iter().filter(|a| is_delete(a)).count();
     if removing == 0 {
         return None;
@@ -388,37 +448,27 @@ fn refusal(input: &PlanInput<'_>, removals: &[Action], held_back: usize) -> Opti
         .iter()
         .filter(|a| matches!(a, Action::HandOver { .. }))
         .count();
-    let handing = if hand_overs > 0 {
-        format!(
-            " ({hand_overs} of them hand-overs to another install: specs now outside [source] \
-             selector)"
-        )
-    } else {
-        String::new()
-    };
+    let valve = valve(input, removing, held_back)?;
+    Some(Refused::Deletes { valve, hand_overs })
+}
+
+/// The valve that refuses `removing` deletes, if one does.
+fn valve(input: &PlanInput<'_>, removing: usize, held_back: usize) -> Option<Valve> {
     if !input.complete {
-        return Some(format!(
-            "refused to delete or release {removing} VM(s): the spec set could not be read completely \
-             (see the errors above); nothing is removed until it can{handing}"
-        ));
+        return Some(Valve::SpecSetIncomplete { removing });
     }
     if input.desired.is_empty() && input.invalid.is_empty() {
-        return Some(format!(
-            "refused to delete or release {removing} VM(s): the desired set is empty (an empty commit or \
-             a wrong `dir` or `selector` in [source]?); restore the specs, or delete the VMs by hand{handing}"
-        ));
+        return Some(Valve::DesiredSetEmpty { removing });
     }
     if let Some(rewind) = input.rewind {
-        return rewind_refusal(input, rewind, removing + held_back, &handing);
+        return rewind_refusal(input, rewind, removing + held_back);
     }
     let managed = managed(input, &BTreeSet::new());
-    (removing as f64 > input.reconcile.max_delete_fraction * managed as f64).then(|| {
-        format!(
-            "refused to delete or release {removing} of {managed} managed VM(s): more than \
-             max_delete_fraction = {} in one commit; if intended, raise max_delete_fraction in \
-             [reconcile] for this change{handing}",
-            input.reconcile.max_delete_fraction
-        )
+    let max = input.reconcile.max_delete_fraction;
+    (removing as f64 > max * managed as f64).then_some(Valve::TooMany {
+        removing,
+        managed,
+        max: Fraction(max),
     })
 }
 
@@ -429,17 +479,10 @@ fn rewind_refusal(
     input: &PlanInput<'_>,
     rewind: &crate::model::RewindBatch,
     batch: usize,
-    handing: &str,
-) -> Option<String> {
-    let short = |c: &str| c.get(..12).unwrap_or(c).to_string();
-    let (to, from) = (short(&rewind.commit), short(&rewind.from));
+) -> Option<Valve> {
+    let (to, from) = (rewind.commit.clone(), rewind.from.clone());
     let Some(from_specs) = &rewind.from_specs else {
-        return Some(format!(
-            "refused to delete or release {batch} VM(s): commit {to} rewinds the branch from \
-             {from}, which can no longer be read, so its deletes cannot be judged as one batch; \
-             push a new commit (its deletes are judged as usual), or delete the VMs by \
-             hand{handing}"
-        ));
+        return Some(Valve::RewindUnreadable { batch, to, from });
     };
     let added: BTreeSet<&str> = input
         .desired
@@ -448,14 +491,13 @@ fn rewind_refusal(
         .filter(|name| !from_specs.contains(*name))
         .collect();
     let managed = managed(input, &added);
-    (batch as f64 > input.reconcile.max_delete_fraction * managed as f64).then(|| {
-        format!(
-            "refused to delete or release {batch} of {managed} managed VM(s): commit {to} \
-             rewinds the branch from {from}, and a rewind's deletes count as one batch, more \
-             than max_delete_fraction = {}; if intended, raise max_delete_fraction in \
-             [reconcile] for this change{handing}",
-            input.reconcile.max_delete_fraction
-        )
+    let max = input.reconcile.max_delete_fraction;
+    (batch as f64 > max * managed as f64).then_some(Valve::RewindTooMany {
+        batch,
+        managed,
+        to,
+        from,
+        max: Fraction(max),
     })
 }
 

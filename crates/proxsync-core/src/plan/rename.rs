@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::index::SiteIndex;
-use super::{Action, Duplicate, PlanInput, Verdict};
+use super::{Action, Duplicate, PlanInput, Unreadable, Verdict};
 use crate::gate::rename::{Evidence, Recorded, Refused, may_relabel};
 use crate::model::{ObservedVm, SiteView};
 use crate::model::{SpecRecord, VmState};
@@ -258,11 +258,8 @@ fn held_while_incomplete<'a>(
                 .min()
         };
         if let Some(vmid) = recorded.or_else(marked) {
-            let error = format!(
-                "the spec set could not be read completely, so whether spec {from}, which this \
-                 spec is renamed from, is gone cannot be told: its VM {vmid} is kept and nothing \
-                 is created for this spec until the set reads completely"
-            );
+            let from = from.to_string();
+            let error = Unreadable::RenameUndecided { from, vmid };
             out.waiting
                 .insert(spec.name.as_str(), Verdict::SiteUnreachable { error });
         }
@@ -467,11 +464,10 @@ fn unresolved(
 ) -> Option<Verdict> {
     if let Some(site) = input.sites.values().find(|v| !v.reachable()) {
         return Some(Verdict::SiteUnreachable {
-            error: format!(
-                "site {} cannot be read, and the VM of spec {from}, which this spec is renamed \
-                 from, may be there: nothing is created until it can be read",
-                site.name
-            ),
+            error: Unreadable::RenamedMayBeThere {
+                site: site.name.clone(),
+                from: from.to_string(),
+            },
         });
     }
     indexes
@@ -503,7 +499,9 @@ fn plan_rename(
         return match input.sites.get(r.site) {
             Some(view) if view.identity_changed => super::spec::not_readable(view),
             _ => Verdict::SiteUnreachable {
-                error: format!("site {} cannot be read", r.site),
+                error: Unreadable::RenameSite {
+                    site: r.site.to_string(),
+                },
             },
         };
     };
@@ -692,6 +690,7 @@ mod tests {
             let Some(Verdict::SiteUnreachable { error }) = p.verdicts.get("new") else {
                 panic!("{p:?}");
             };
+            let error = error.to_string();
             assert!(
                 error.contains("could not be read completely") && error.contains("VM 100"),
                 "{error}"
@@ -847,7 +846,7 @@ mod tests {
         let p = w.plan();
         assert!(p.actions.is_empty(), "{p:?}");
         assert!(
-            matches!(&p.verdicts["new"], Verdict::SiteUnreachable { error } if error.contains("old")),
+            matches!(&p.verdicts["new"], Verdict::SiteUnreachable { error } if error.to_string().contains("old")),
             "{p:?}"
         );
         w.sites.get_mut("eu").unwrap().error = None;

@@ -1,10 +1,112 @@
 //! The decision for one valid spec: resume, adopt, create, converge, or why not.
 
+use serde::Serialize;
+
 use super::index::SiteIndex;
 use super::{Action, Duplicate, PlanInput, Verdict, drift, inputs_hash};
+use crate::guest::GuestKind;
 use crate::model::{ObservedVm, SiteView};
 use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
+
+/// Why a spec's site (or the guest it waits for) cannot be read, for `Verdict::SiteUnreachable`
+/// (its words in `words`; serialised as them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The observation's error, as it said it.
+    Observed(String),
+    /// The site is not in the config.
+    NotInConfig {
+        /// The site.
+        site: String,
+    },
+    /// The spec set could not be read completely, so whether spec `from`, which the spec is
+    /// renamed from, is gone cannot be told: its guest `vmid` is kept.
+    RenameUndecided {
+        /// The spec it is renamed from.
+        from: String,
+        /// That spec's guest.
+        vmid: u32,
+    },
+    /// Site `site` cannot be read, and spec `from`'s guest, which the spec is renamed from, may
+    /// be there.
+    RenamedMayBeThere {
+        /// The site.
+        site: String,
+        /// The spec it is renamed from.
+        from: String,
+    },
+    /// The site of a rename's guest cannot be read.
+    RenameSite {
+        /// The site.
+        site: String,
+    },
+}
+
+impl Serialize for Unreadable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// What differs from a spec's consent to take over guest `vmid` (`proxsync.io/adopt`), for
+/// `Verdict::AdoptRefused` (its words in `words`; serialised as them). `kind`: the spec's kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdoptRefusal {
+    /// No guest of the spec's kind is at `vmid` on `site`.
+    Gone {
+        /// The spec's kind.
+        kind: GuestKind,
+        /// The VMID consented to.
+        vmid: u32,
+        /// The spec's site.
+        site: String,
+    },
+    /// The guest is a template.
+    Template {
+        /// The spec's kind.
+        kind: GuestKind,
+        /// The VMID consented to.
+        vmid: u32,
+    },
+    /// The guest is named `found`, not `want` as when the spec was written.
+    Renamed {
+        /// The spec's kind.
+        kind: GuestKind,
+        /// The VMID consented to.
+        vmid: u32,
+        /// The guest's name, if any.
+        found: Option<String>,
+        /// The spec's guest name.
+        want: String,
+    },
+    /// The guest carries an install's ownership tag.
+    Managed {
+        /// The spec's kind.
+        kind: GuestKind,
+        /// The VMID consented to.
+        vmid: u32,
+        /// The tag.
+        tag: String,
+    },
+    /// The guest carries a proxsync marker.
+    Marked {
+        /// The spec's kind.
+        kind: GuestKind,
+        /// The VMID consented to.
+        vmid: u32,
+        /// The spec the marker names.
+        spec: String,
+        /// The install the marker names.
+        install: String,
+    },
+}
+
+impl Serialize for AdoptRefusal {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
 
 /// The VMs beyond the first that carry the marker of `spec`, if any. The kept one is the VM
 /// the plan acts on (record, recorded uid, lowest VMID); a create in flight keeps its VMID.
@@ -54,7 +156,9 @@ pub(super) fn plan_spec(
 ) -> Verdict {
     let Some(view) = input.sites.get(&spec.site) else {
         return Verdict::SiteUnreachable {
-            error: format!("site {:?} is not in the config", spec.site),
+            error: Unreadable::NotInConfig {
+                site: spec.site.clone(),
+            },
         };
     };
     if view.error.is_some() {
@@ -102,47 +206,43 @@ fn adopt_by_consent(
     actions: &mut Vec<Action>,
 ) -> Verdict {
     let vmid = consent.vmid;
-    let noun = spec.kind().noun();
-    let refused = |why: String| Verdict::AdoptRefused { vmid, why };
-    let Some(vm) = view.vms.get(&vmid).filter(|vm| vm.kind == spec.kind()) else {
-        let (made_from, field) = match spec.kind() {
-            crate::guest::GuestKind::Qemu => ("an image", "image"),
-            crate::guest::GuestKind::Lxc => ("a template", "template"),
-        };
-        return refused(format!(
-            "{noun} {vmid} does not exist on site {} (or is not a {noun}); remove the \
-             proxsync.io/adopt annotations and name {made_from} ({field}) to create a new {noun}",
-            spec.site
-        ));
+    let kind = spec.kind();
+    let refused = |why: AdoptRefusal| Verdict::AdoptRefused { vmid, why };
+    let Some(vm) = view.vms.get(&vmid).filter(|vm| vm.kind == kind) else {
+        return refused(AdoptRefusal::Gone {
+            kind,
+            vmid,
+            site: spec.site.clone(),
+        });
     };
     if vm.is_unknown() || !vm.marker_read {
         return Verdict::Unknown { vmid };
     }
     if vm.template {
-        return refused(format!(
-            "{noun} {vmid} is a template; proxsync adopts only guests that run"
-        ));
+        return refused(AdoptRefusal::Template { kind, vmid });
     }
     if vm.name.as_deref() != Some(spec.guest_name()) {
-        return refused(format!(
-            "{noun} {vmid} is named {}, not {} as when the spec was written: it may be another \
-             guest at a reused VMID; import it again to adopt it",
-            vm.name.as_deref().unwrap_or("(no name)"),
-            spec.guest_name()
-        ));
+        return refused(AdoptRefusal::Renamed {
+            kind,
+            vmid,
+            found: vm.name.clone(),
+            want: spec.guest_name().to_string(),
+        });
     }
     if let Some(tag) = vm.tags.iter().find(|t| t.starts_with("proxsync.")) {
-        return refused(format!(
-            "{noun} {vmid} carries the ownership tag {tag}: an install of proxsync manages it; \
-             it is never taken by consent"
-        ));
+        return refused(AdoptRefusal::Managed {
+            kind,
+            vmid,
+            tag: tag.clone(),
+        });
     }
     if let Some(m) = &vm.marker {
-        return refused(format!(
-            "{noun} {vmid} carries the proxsync marker of spec {} of install {}: it is never \
-             taken by consent (proxsync adopt confirms a guest of this install's)",
-            m.spec, m.install
-        ));
+        return refused(AdoptRefusal::Marked {
+            kind,
+            vmid,
+            spec: m.spec.clone(),
+            install: m.install.clone(),
+        });
     }
     if let Some(until_ms) = backoff {
         return Verdict::BackingOff { until_ms };
@@ -173,7 +273,7 @@ pub(super) fn look(
     let site = old.map_or(spec.site.as_str(), |(site, _)| site);
     let Some(view) = input.sites.get(site) else {
         return Verdict::SiteUnreachable {
-            error: format!("site {site:?} is not in the config"),
+            error: Unreadable::NotInConfig { site: site.into() },
         };
     };
     if view.error.is_some() {
@@ -232,7 +332,9 @@ pub(super) fn not_readable(view: &SiteView) -> Verdict {
     if view.identity_changed {
         Verdict::SiteIdentityChanged { message: error }
     } else {
-        Verdict::SiteUnreachable { error }
+        Verdict::SiteUnreachable {
+            error: Unreadable::Observed(error),
+        }
     }
 }
 

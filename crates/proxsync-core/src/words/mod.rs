@@ -8,9 +8,12 @@
 
 mod blocked;
 mod commit;
+mod evidence;
 mod guest;
 mod ha;
+mod hands_off;
 mod identity;
+mod plan;
 mod rename;
 mod site;
 mod volume;
