@@ -543,13 +543,6 @@ const GATE_FORMATS: &[(&str, &str, &str)] = &[
         "affinity_id",
         "the id of a group or rule (pve-configid), not words",
     ),
-    (
-        "crates/proxsync-core/src/gate/rename.rs",
-        "may_relabel",
-        "not converted yet: its `Refused::NotShown(String)` is the planner's `Fate::Unproven` \
-         reason (`plan::rename`), which is being made a value on its own branch; drop this \
-         entry when both are values",
-    ),
 ];
 
 /// The gate decides with values; their words are `crate::words`' (`impl Display`), so a

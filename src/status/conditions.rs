@@ -1140,7 +1140,15 @@ mod tests {
             Verdict::RenameUnproven {
                 from: "old".into(),
                 vmid: 100,
-                why: "its marker names uid u2".into(),
+                why: crate::gate::rename::Refused::NotShown {
+                    kind: GuestKind::Qemu,
+                    vmid: 100,
+                    why: crate::gate::rename::Unshown::OtherUid {
+                        carries: "u2".into(),
+                        from: "old".into(),
+                        recorded: "u1".into(),
+                    },
+                },
             },
             Verdict::UnverifiedClaim { vmid: 100 },
             Verdict::HeldByInstall {

@@ -75,8 +75,77 @@ pub enum Refused {
         /// The site the new spec names.
         spec_site: String,
     },
-    /// Nothing shows the VM is the old spec's: what was found and what to do.
-    NotShown(String),
+    /// Nothing shows guest `vmid` (of `kind`) is the old spec's: what was found.
+    NotShown {
+        /// A VM or a container.
+        kind: GuestKind,
+        /// The guest's VMID.
+        vmid: u32,
+        /// What was found instead.
+        why: Unshown,
+    },
+}
+
+/// What showed a guest is not the old spec's, for a rename.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unshown {
+    /// The spec names itself as the one it is renamed from.
+    SelfRename {
+        /// The spec.
+        to: String,
+    },
+    /// The old spec's record names another guest or site.
+    RecordElsewhere {
+        /// The old spec.
+        from: String,
+        /// The VMID the record names.
+        recorded_vmid: u32,
+        /// The site the record names.
+        recorded_site: String,
+        /// The site the guest is listed on.
+        site: String,
+    },
+    /// The guest carries no marker.
+    NoMarker {
+        /// The old spec.
+        from: String,
+    },
+    /// Its marker is another install's.
+    OtherInstall {
+        /// The install the marker names.
+        install: String,
+        /// This install.
+        ours: String,
+    },
+    /// Its marker names another spec than the old or the new one.
+    OtherSpec {
+        /// The spec the marker names.
+        carries: String,
+        /// The old spec.
+        from: String,
+    },
+    /// Its marker's uid is not the old spec's recorded one: another guest.
+    OtherUid {
+        /// The uid the marker carries.
+        carries: String,
+        /// The old spec.
+        from: String,
+        /// The uid the record holds.
+        recorded: String,
+    },
+    /// Its marker does not verify and no record vouches for it.
+    Unverified {
+        /// The old spec.
+        from: String,
+    },
+    /// The gate does not let this install act on it at all.
+    NotOurs(super::refusal::Refusal),
+}
+
+impl serde::Serialize for Refused {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// May the marker of the VM in `ev` be re-signed from spec `from` to spec `to`, whose site is
@@ -89,57 +158,46 @@ pub fn may_relabel(
     ev: &Evidence<'_>,
 ) -> Result<Relabel, Refused> {
     let (vmid, kind) = (ev.vmid, ev.kind);
-    let named = kind.named(vmid);
-    let not_shown = |why: String| Err(Refused::NotShown(why));
+    let not_shown = |why: Unshown| Err(Refused::NotShown { kind, vmid, why });
     if from == to {
-        return not_shown(format!("spec {to} cannot be renamed from itself"));
+        return not_shown(Unshown::SelfRename { to: to.into() });
     }
     if let Some(r) = ev.record
         && (r.site != ev.site || r.vmid != vmid)
     {
-        return not_shown(format!(
-            "the record of spec {from} names {} on site {}, not {named} on site {}",
-            kind.named(r.vmid),
-            r.site,
-            ev.site
-        ));
+        return not_shown(Unshown::RecordElsewhere {
+            from: from.into(),
+            recorded_vmid: r.vmid,
+            recorded_site: r.site.into(),
+            site: ev.site.into(),
+        });
     }
     let Some(m) = ev.marker else {
-        return not_shown(format!(
-            "{named} carries no proxsync marker: it is not shown to be spec {from}'s; nothing \
-             is re-labelled"
-        ));
+        return not_shown(Unshown::NoMarker { from: from.into() });
     };
     if m.install != install_id {
-        return not_shown(format!(
-            "{named} carries the marker of install {}, not {install_id}'s",
-            m.install
-        ));
+        return not_shown(Unshown::OtherInstall {
+            install: m.install.clone(),
+            ours: install_id.into(),
+        });
     }
     if m.spec != from && m.spec != to {
-        return not_shown(format!(
-            "{named} carries the marker of spec {}, not of {from}",
-            m.spec
-        ));
+        return not_shown(Unshown::OtherSpec {
+            carries: m.spec.clone(),
+            from: from.into(),
+        });
     }
     let uid = ev.record.map(|r| r.uid).unwrap_or(m.uid.as_str());
     if m.uid != uid {
-        return not_shown(format!(
-            "{named}'s marker carries uid {}, and the record of spec {from} uid {uid}: it is \
-             another {}",
-            m.uid,
-            kind.noun()
-        ));
+        return not_shown(Unshown::OtherUid {
+            carries: m.uid.clone(),
+            from: from.into(),
+            recorded: uid.into(),
+        });
     }
     let vouched = ev.record.is_some_and(|r| !r.uid.is_empty());
     if !ev.mac_verifies && !vouched {
-        return not_shown(format!(
-            "{named}'s marker does not verify (copied from another {noun}, typed by hand, or \
-             signed with a lost marker key) and no record vouches for it: it is not re-labelled; \
-             if it is spec {from}'s {noun}, remove the annotation and confirm it with proxsync \
-             adopt",
-            noun = kind.noun()
-        ));
+        return not_shown(Unshown::Unverified { from: from.into() });
     }
     if ev.site != to_site {
         return Err(Refused::OtherSite {
@@ -191,7 +249,11 @@ pub fn relabel(
     to_site: &str,
     record: Option<Recorded<'_>>,
 ) -> Result<Relabeled, Refused> {
-    own(vm).map_err(|r| Refused::NotShown(r.into()))?;
+    own(vm).map_err(|r| Refused::NotShown {
+        kind: vm.kind(),
+        vmid: vm.vmid(),
+        why: Unshown::NotOurs(r),
+    })?;
     let ev = Evidence {
         kind: vm.kind(),
         vmid: vm.vmid(),
@@ -253,7 +315,7 @@ mod tests {
 
     fn refused(r: Result<Relabel, Refused>) -> String {
         match r {
-            Err(Refused::NotShown(why)) => why,
+            Err(r @ Refused::NotShown { .. }) => r.to_string(),
             other => panic!("not refused: {other:?}"),
         }
     }
@@ -341,7 +403,7 @@ mod tests {
         // Identity first: a VM that is not the old spec's is NotShown, wherever it is.
         let other = marker("db", "u1");
         let r = may_relabel("main", "old", "new", "eu", &evidence(&other, true, None));
-        assert!(matches!(r, Err(Refused::NotShown(_))), "{r:?}");
+        assert!(matches!(r, Err(Refused::NotShown { .. })), "{r:?}");
     }
 
     /// A container's refusals name it as one; the decisions are a VM's.

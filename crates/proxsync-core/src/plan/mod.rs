@@ -383,8 +383,8 @@ pub enum Verdict {
         from: String,
         /// The VM `from`'s record names.
         vmid: u32,
-        /// What the marker showed, from `gate::rename`.
-        why: String,
+        /// What the marker showed, from `gate::rename` (serialised as its words).
+        why: crate::gate::rename::Refused,
     },
     /// The spec moved to another site, and its VM `vmid` is still on site `from`: proxsync
     /// never moves a VM between clusters by itself (a create here plus a delete there). It is

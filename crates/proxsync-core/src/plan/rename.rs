@@ -63,7 +63,7 @@ pub(super) enum Fate<'a> {
     /// The old spec's record names this VM, but its marker does not show it is the old spec's
     /// (`why`): the evidence disagrees, so both specs wait for a person (never a delete of the
     /// old spec's VM plus a create of the new spec's).
-    Unproven { why: String },
+    Unproven { why: Refused },
 }
 
 /// The renames of a cycle, by the new spec's name.
@@ -441,7 +441,7 @@ fn judged<'a>(
             },
             fate: Fate::Relabel,
         }),
-        Err(Refused::NotShown(why)) if hold => Some(Rename {
+        Err(why @ Refused::NotShown { .. }) if hold => Some(Rename {
             from,
             site: view.name.as_str(),
             node: vm.node.as_str(),
@@ -450,7 +450,7 @@ fn judged<'a>(
             seen: Seen::Listed,
             fate: Fate::Unproven { why },
         }),
-        Err(Refused::NotShown(_)) => None,
+        Err(Refused::NotShown { .. }) => None,
     }
 }
 
@@ -901,7 +901,7 @@ mod tests {
         match p.verdicts.get("new") {
             Some(Verdict::RenameUnproven { from, vmid, why }) => {
                 assert_eq!((from.as_str(), *vmid), ("old", 100));
-                assert!(why.contains("uid-recorded"), "{why}");
+                assert!(why.to_string().contains("uid-recorded"), "{why}");
             }
             other => panic!("{other:?}"),
         }
