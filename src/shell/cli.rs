@@ -106,7 +106,8 @@ Examples:
     },
     /// Show what a reconcile would do now against the live clusters, field by field, without
     /// doing it; exit 0 no changes, 2 changes, 1 error (an unreachable site, an invalid spec, a
-    /// refused commit, a spec set not read completely: the reason on stderr).
+    /// refused commit, a spec set not read completely, a safety valve's refusal: the reason on
+    /// stderr).
     #[command(after_help = "\
 Examples:
   proxsync plan --config /etc/proxsync/proxsync.toml

@@ -158,7 +158,14 @@ impl Report {
         for r in &self.refused {
             out.push_str(&format!("refused: {r}\n"));
         }
-        if self.changes.is_empty() {
+        if self.changes.is_empty() && !self.errors.is_empty() {
+            // Not "no changes": what could not be planned is on stderr.
+        } else if self.changes.is_empty() && !self.held.is_empty() {
+            out.push_str(&format!(
+                "no changes now; {} spec(s) held (above)\n",
+                self.held.len()
+            ));
+        } else if self.changes.is_empty() {
             out.push_str("no changes\n");
         } else {
             out.push_str(&format!("{} change(s)\n", self.changes.len()));
@@ -286,6 +293,10 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
     if scope.names.is_none() {
         report.orphans = view.plan.orphans.clone();
         report.refused = view.plan.refused.iter().map(ToString::to_string).collect();
+        // What the daemon would refuse is no plan to merge on: a valve's refusal fails it.
+        report
+            .errors
+            .extend(view.plan.refused.iter().filter_map(refusal_error));
     }
     // The sites this plan depends on: every configured one, or the named specs' sites.
     let wanted: Option<BTreeSet<&str>> = scope.names.map(|names| {
@@ -311,6 +322,30 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
         }
     }
     report
+}
+
+/// The error a refusal of the plan's makes, when the daemon would refuse what the plan shows:
+/// a safety valve holding the cycle's removals or adoptions back, or a site's listing that
+/// could not be read completely. What is held back by hand (suspended, observed) is none.
+fn refusal_error(refused: &crate::plan::Refused) -> Option<String> {
+    use crate::plan::Refused;
+    match refused {
+        Refused::Deletes { .. } => Some(
+            "a safety valve refuses this plan's removals (the `refused:` line above): the daemon \
+             applies none of them until a person settles it"
+                .to_string(),
+        ),
+        Refused::AdoptionsHeld { .. } => Some(
+            "more adoptions by consent than [reconcile] max_adopt_per_cycle (the `refused:` line \
+             above): the daemon takes none of them"
+                .to_string(),
+        ),
+        Refused::ListingIncomplete { site, .. } => Some(format!(
+            "site {site}'s listing could not be read completely (the `refused:` line above): \
+             its removals wait"
+        )),
+        Refused::HandsOff(_) => None,
+    }
 }
 
 /// The errors of the inputs themselves, which make `plan` exit 1 whatever it finds: invalid

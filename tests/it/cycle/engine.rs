@@ -266,8 +266,18 @@ fn safety_valves_refuse_mass_deletes() {
     let summary = std::fs::read_to_string(ws.path("status/_summary.yaml")).unwrap();
     assert!(summary.contains("refused to delete"), "{summary}");
 
-    // Three of four in one commit is more than half: refused.
+    // Three of four in one commit is more than half: refused. `plan` agrees with the daemon:
+    // the valve's refusal fails it (exit 1), never "no changes" (a CI gate must not pass it).
     ws.commit_specs(&refs[..1]);
+    let plan = ws.proxsync(&["plan"]);
+    let said = text(&plan);
+    assert_eq!(plan.status.code(), Some(1), "{said}");
+    assert!(said.contains("refused: "), "{said}");
+    assert!(
+        said.contains("a safety valve refuses this plan's removals"),
+        "{said}"
+    );
+    assert!(!said.contains("no changes"), "{said}");
     let (_, out) = ws.run_once();
     assert!(out.contains("more than max_delete_fraction"), "{out}");
     assert_eq!(owned_vms(&mut pve).len(), 4);

@@ -247,7 +247,9 @@ fn renamed_from_naming_a_spec_that_exists_applies_neither() {
             .any(|l| l.starts_with("+ ") || l.starts_with("~ ") || l.starts_with("- ")),
         "nothing planned for either: {said}"
     );
-    assert!(said.contains("no changes"), "{said}");
+    // Both invalid: an incomplete plan (exit 1), never "no changes" above its errors.
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(!said.contains("no changes"), "{said}");
 
     let (ok, out) = ws.run_once();
     assert!(!ok, "{out}");

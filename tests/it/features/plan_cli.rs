@@ -215,6 +215,8 @@ fn naming_specs_plans_them_alone_and_spec_files_label_removals() {
         "{}",
         text(&out)
     );
+    // Not "no changes" above the error: nothing was planned for a name that is no spec.
+    assert!(!stdout(&out).contains("no changes"), "{}", text(&out));
 
     // --specs: the specs not among the files count as removed, and say so.
     let dir = ws.path("branch");
