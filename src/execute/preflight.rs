@@ -13,6 +13,12 @@ use crate::pve::{Error as PveError, Pve};
 use crate::spec::{Guest, Image, Spec, VmSpec, VolumeKind};
 
 use super::{ActionError, ExecCtx, SiteCtx, fail};
+use crate::model::Unfit;
+
+/// The error of a create refused before anything exists.
+fn unfit(why: Unfit) -> ActionError {
+    fail(why.category(), why.to_string())
+}
 
 /// What a create starts from, once resolved and checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,19 +99,14 @@ pub(super) async fn preflight(
     spec: &Spec,
 ) -> Result<Source, ActionError> {
     let view = ctx.views.get(&site.name).ok_or_else(|| {
-        fail(
-            Category::NetworkError,
-            format!("site {} was not observed", site.name),
-        )
+        unfit(Unfit::SiteNotObserved {
+            site: site.name.clone(),
+        })
     })?;
     if !view.node_healthy(&spec.node) {
-        return Err(fail(
-            Category::NodeUnhealthy,
-            format!(
-                "node {} is offline, unknown, or the cluster has no quorum",
-                spec.node
-            ),
-        ));
+        return Err(unfit(Unfit::NodeUnhealthy {
+            node: spec.node.clone(),
+        }));
     }
     let client = &site.client;
     let facts = node_facts(ctx, site, &spec.node).await?;
@@ -155,31 +156,17 @@ pub(super) async fn preflight(
     };
     match spec.image() {
         // The planner never creates for a spec that adopts; this is the last line.
-        Image::Existing => {
-            let (noun, field) = (spec.kind().noun(), spec.kind().image_field());
-            Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "spec {} has no {field}: it adopts an existing {noun} ({}), so proxsync \
-                     cannot make one; name one in spec.forProvider.{field} to let it create a \
-                     {noun}",
-                    spec.name,
-                    crate::spec::ADOPT
-                ),
-            ))
-        }
+        Image::Existing => Err(unfit(Unfit::AdoptsOnly {
+            spec: spec.name.clone(),
+            kind: spec.kind(),
+        })),
         Image::Template { vmid } => match template_in_view(*vmid) {
             Some(t) => clone_source(ctx, site, spec, storages, *vmid, &t.node).await,
-            None => Err(fail(
-                Category::ImageNotFound,
-                format!(
-                    "template {vmid} does not exist on site {} (or is not a {} template); create it \
-                     or name an existing template in spec.forProvider.{}",
-                    site.name,
-                    spec.kind().noun(),
-                    spec.kind().image_field(),
-                ),
-            )),
+            None => Err(unfit(Unfit::NoTemplate {
+                vmid: *vmid,
+                site: site.name.clone(),
+                kind: spec.kind(),
+            })),
         },
         Image::Volume {
             storage,
@@ -205,27 +192,17 @@ pub(super) async fn preflight(
                 [t] => return clone_source(ctx, site, spec, storages, t.vmid, &t.node).await,
                 [] => {}
                 many => {
-                    return Err(fail(
-                        Category::ConfigurationError,
-                        format!(
-                            "image {name:?} is ambiguous: templates {} share that name; use the VMID",
-                            many.iter()
-                                .map(|t| t.vmid.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ));
+                    return Err(unfit(Unfit::AmbiguousTemplates {
+                        name: name.clone(),
+                        vmids: many.iter().map(|t| t.vmid).collect(),
+                    }));
                 }
             }
             if spec.kind() == GuestKind::Lxc {
-                return Err(fail(
-                    Category::ImageNotFound,
-                    format!(
-                        "template {name:?}: no container template of that name on site {}; name \
-                         a vztmpl volume (local:vztmpl/NAME.tar.zst) or a CT template's VMID",
-                        site.name
-                    ),
-                ));
+                return Err(unfit(Unfit::NoContainerTemplate {
+                    name: name.clone(),
+                    site: site.name.clone(),
+                }));
             }
             volume_by_name(site, storages, spec, name, version).await
         }
@@ -256,20 +233,12 @@ fn check_bridge(
         .into_iter()
         .find(|w| !bridges.iter().any(|b| b.iface == *w))
     {
-        return Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "bridge {missing} is not listed on node {} (it lists: {}): it does not exist, or the \
-                 token may not use it (PVE lists a bridge only to a token with SDN.Use or SDN.Audit on \
-                 /sdn/zones/localnetwork/{missing}); create it, grant that, or change {field}",
-                spec.node,
-                bridges
-                    .iter()
-                    .map(|b| b.iface.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
+        return Err(unfit(Unfit::NoBridge {
+            bridge: missing.to_string(),
+            node: spec.node.clone(),
+            lists: bridges.iter().map(|b| b.iface.clone()).collect(),
+            field: field.to_string(),
+        }));
     }
     Ok(())
 }
@@ -299,20 +268,10 @@ async fn clone_source(
             .get("unprivileged")
             .is_some_and(crate::pve::values::pve_bool);
         if privileged == ct.unprivileged {
-            let (spec_says, template_is) = if ct.unprivileged {
-                ("unprivileged", "privileged")
-            } else {
-                ("privileged", "unprivileged")
-            };
-            return Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "CT template {template} is {template_is}, and the spec asks for an \
-                     {spec_says} container: a clone takes its template's (pve-container copies \
-                     `unprivileged`). Clone an {spec_says} template, or make the container from \
-                     a vztmpl archive"
-                ),
-            ));
+            return Err(unfit(Unfit::OtherPrivilege {
+                template,
+                spec_unprivileged: ct.unprivileged,
+            }));
         }
     }
     if template_node != spec.node {
@@ -320,17 +279,12 @@ async fn clone_source(
             .iter()
             .any(|s| s.storage == spec.root_storage() && s.shared == Some(true))
         {
-            return Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "template {template} is on node {template_node}, and a clone to node {} needs shared \
-                     storage, but {} is local to each node; put a copy of the template on {} or use a \
-                     shared storage",
-                    spec.node,
-                    spec.root_storage(),
-                    spec.node
-                ),
-            ));
+            return Err(unfit(Unfit::NotShared {
+                template,
+                template_node: template_node.to_string(),
+                node: spec.node.clone(),
+                storage: spec.root_storage().to_string(),
+            }));
         }
         if spec.kind() == GuestKind::Lxc {
             // Copied onto the spec's (shared) storage, wherever the template's volumes are.
@@ -343,18 +297,12 @@ async fn clone_source(
         let source_storages = node_facts(ctx, site, template_node).await?;
         let local = local_volumes(&cfg, &source_storages.0);
         if !local.is_empty() {
-            return Err(fail(
-                Category::ConfigurationError,
-                format!(
-                    "template {template} is on node {template_node}, and PVE clones to another node \
-                     (node {}) only a VM whose volumes are all on shared storage; these are not: {}. \
-                     Move them to shared storage (or detach the ISO), or put a copy of the template on \
-                     node {}",
-                    spec.node,
-                    local.join(", "),
-                    spec.node
-                ),
-            ));
+            return Err(unfit(Unfit::LocalVolumes {
+                template,
+                template_node: template_node.to_string(),
+                node: spec.node.clone(),
+                volumes: local,
+            }));
         }
     }
     Ok(Source::Clone {
@@ -441,48 +389,35 @@ async fn volume_by_name(
             }
             if *kind == VolumeKind::Import {
                 check_import_extension(volume).map_err(|why| {
-                    fail(
-                        Category::ConfigurationError,
-                        format!("image {name:?}: {why}"),
-                    )
+                    unfit(Unfit::ImportName {
+                        name: Some(name.to_string()),
+                        why,
+                    })
                 })?;
             }
             Ok(Source::Import {
                 volume: volume.clone(),
             })
         }
-        [] => Err(fail(
-            Category::ImageNotFound,
-            format!(
-                "image {name:?}: no template of that name on site {} and no volume with that file \
-                 stem on node {}'s storages; upload it (e.g. to local:import/{name}.qcow2) or fix the spec",
-                site.name, spec.node
-            ),
-        )),
-        many => Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "image {name:?} is ambiguous: {}; use the full volume ID",
-                many.iter()
-                    .map(|(v, _)| v.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
+        [] => Err(unfit(Unfit::NoImage {
+            name: name.to_string(),
+            site: site.name.clone(),
+            node: spec.node.clone(),
+        })),
+        many => Err(unfit(Unfit::AmbiguousVolumes {
+            name: name.to_string(),
+            volumes: many.iter().map(|(v, _)| v.clone()).collect(),
+        })),
     }
 }
 
 /// The cluster's release lacks a feature: say which release brought it.
 fn too_old(version: &Version, what: &str, needed: (u32, u32, u32)) -> ActionError {
-    fail(
-        Category::ApiNotSupported,
-        format!(
-            "Proxmox VE {} lacks {what} (needs Proxmox VE {} or later); upgrade the cluster or use a \
-             template image (a VMID) instead",
-            version.version,
-            crate::pve::types::release_name(needed)
-        ),
-    )
+    unfit(Unfit::TooOld {
+        version: version.version.clone(),
+        what: what.to_string(),
+        needed: crate::pve::types::release_name(needed),
+    })
 }
 
 pub(super) fn check_storage(
@@ -491,30 +426,20 @@ pub(super) fn check_storage(
     content: &str,
     node: &str,
 ) -> Result<(), ActionError> {
+    let (storage, node) = (storage.to_string(), node.to_string());
     match storages.iter().find(|s| s.storage == storage) {
-        None => Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "storage {storage} does not exist on node {node} (it has: {})",
-                storages
-                    .iter()
-                    .map(|s| s.storage.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
-        Some(s) if !s.has_content(content) => Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "storage {storage} on node {node} does not hold {content} content (it holds {}); add \
-                 {content} to its content types or use another storage",
-                s.content.as_deref().unwrap_or("nothing")
-            ),
-        )),
-        Some(s) if s.active == Some(false) => Err(fail(
-            Category::ConfigurationError,
-            format!("storage {storage} on node {node} is not active; check it with `pvesm status`"),
-        )),
+        None => Err(unfit(Unfit::NoStorage {
+            storage,
+            node,
+            has: storages.iter().map(|s| s.storage.clone()).collect(),
+        })),
+        Some(s) if !s.has_content(content) => Err(unfit(Unfit::NoContent {
+            storage,
+            node,
+            content: content.to_string(),
+            holds: s.content.clone(),
+        })),
+        Some(s) if s.active == Some(false) => Err(unfit(Unfit::StorageInactive { storage, node })),
         Some(_) => Ok(()),
     }
 }
@@ -539,7 +464,7 @@ async fn check_volume(
                 ));
             }
             check_import_extension(volume)
-                .map_err(|why| fail(Category::ConfigurationError, why))?;
+                .map_err(|why| unfit(Unfit::ImportName { name: None, why }))?;
             "import"
         }
         VolumeKind::Images => "images",
@@ -569,12 +494,12 @@ async fn check_volume(
         .map_err(|e| fail(Category::ImageNotFound, e.message))?;
     let volumes = client.storage_content(node, storage, Some(content)).await?;
     if !volumes.iter().any(|v| v.volid == volume) {
-        return Err(fail(
-            Category::ImageNotFound,
-            format!(
-                "{volume} does not exist on node {node}; upload it to {storage} ({content} content) or fix the spec"
-            ),
-        ));
+        return Err(unfit(Unfit::NoVolume {
+            volume: volume.to_string(),
+            node: node.to_string(),
+            storage: storage.to_string(),
+            content: content.to_string(),
+        }));
     }
     Ok(match kind {
         VolumeKind::Iso => Source::Iso {
@@ -606,14 +531,8 @@ pub(super) fn pick_seed_storage(
         .map(|s| s.storage.clone())
         .min()
         .ok_or_else(|| {
-            fail(
-                Category::ConfigurationError,
-                format!(
-                    "userData needs a storage with iso content on node {} for its seed image, and \
-                     there is none; add iso to a storage's content types or set \
-                     spec.forProvider.cloudInit.seedStorage",
-                    node
-                ),
-            )
+            unfit(Unfit::NoSeedStorage {
+                node: node.to_string(),
+            })
         })
 }

@@ -14,6 +14,7 @@ mod ha;
 mod hands_off;
 mod identity;
 mod plan;
+mod preflight;
 mod rename;
 mod site;
 mod volume;
