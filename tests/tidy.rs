@@ -545,13 +545,64 @@ const GATE_FORMATS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Execute's functions that may `format!`: they build a value PVE takes, not words for a
+/// person (file, function, why).
+const EXECUTE_FORMATS: &[(&str, &str, &str)] = &[
+    (
+        "src/execute/cloud_init.rs",
+        "iso_volid",
+        "a volume id in a storage's iso content",
+    ),
+    (
+        "src/execute/ha.rs",
+        "resource_comment",
+        "the comment PVE stores on an HA resource",
+    ),
+    (
+        "src/execute/preflight.rs",
+        "local_volumes",
+        "config entries as PVE prints them (`scsi0=local-lvm:...`)",
+    ),
+    (
+        "src/execute/remove.rs",
+        "release_params",
+        "the notes PVE keeps after a release",
+    ),
+];
+
 /// The gate decides with values; their words are `crate::words`' (`impl Display`), so a
 /// condition, `plan`, a notification and the journal say the same thing.
 #[test]
 fn the_gate_builds_no_prose() {
+    let wrong = prose_built_in("crates/proxsync-core/src/gate/", GATE_FORMATS);
+    assert!(
+        wrong.is_empty(),
+        "the gate builds no prose: a refusal or a note is a value (its data), and its words are \
+         its `impl Display` in proxsync-core's `words`:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Execute's verdicts are values too (`model::Blocked`, `Unfit`, `Wait`, `Note`), said by
+/// `words`: a guest's kind is named in one place, not in each error built where it is decided.
+#[test]
+fn execute_builds_no_prose() {
+    let wrong = prose_built_in("src/execute/", EXECUTE_FORMATS);
+    assert!(
+        wrong.is_empty(),
+        "execute builds no prose: an error, a wait or a history note is a value of proxsync-core's \
+         `model` (`Blocked`, `Unfit`, `Wait`, `Note`), and its words are its `impl Display` in \
+         `words`:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The `format!` calls in non-test code under `prefix`, outside the functions `allowed`
+/// names, as `path:line: in function`.
+fn prose_built_in(prefix: &str, allowed: &[(&str, &str, &str)]) -> Vec<String> {
     let mut wrong = Vec::new();
     for src in sources() {
-        if !src.path.starts_with("crates/proxsync-core/src/gate/") {
+        if !src.path.starts_with(prefix) || src.path.ends_with("/tests.rs") {
             continue;
         }
         let fns = functions(&src);
@@ -564,20 +615,15 @@ fn the_gate_builds_no_prose() {
                 .filter(|(_, first, last)| (*first..=*last).contains(&n))
                 .map(|(name, _, _)| name.as_str())
                 .next_back();
-            let allowed = GATE_FORMATS
+            let ok = allowed
                 .iter()
                 .any(|(path, name, _)| *path == src.path && Some(*name) == within);
-            if !allowed {
+            if !ok {
                 wrong.push(format!("{}:{n}: in {}", src.path, within.unwrap_or("?")));
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "the gate builds no prose: a refusal or a note is a value (its data), and its words are \
-         its `impl Display` in proxsync-core's `words`:\n{}",
-        wrong.join("\n")
-    );
+    wrong
 }
 
 /// Functions (with a body) of `src`, as (name, first line, last line).

@@ -8,6 +8,7 @@ use crate::gate::volume::{
     SeedCheck, cloudinit_drive_removal, seed_attach, seed_delete, seed_on_storage, seed_uploaded,
 };
 use crate::guest::GuestKind;
+use crate::model::{Blocked, SlotFor};
 use crate::pve::types::VmConfig;
 use crate::pve::values::nic_macs;
 use crate::pve::{Pve, TaskOutcome, VmParams};
@@ -15,10 +16,10 @@ use crate::spec::{Spec, VmSpec};
 use crate::store::SpecRecord;
 
 use super::preflight::pick_seed_storage;
-use super::{ActionError, ExecCtx, SiteCtx, fail, protected, wait};
+use super::{ActionError, ExecCtx, SiteCtx, blocked, fail, protected, wait};
 use crate::render::cloud_init::{
-    CLOUDINIT_DRIVE_SLOTS, EJECTED, SEED_SLOTS, cloud_init_params, cloudinit_drive_slot,
-    free_seed_slot, free_slot, seed_slots, with_pending,
+    CLOUDINIT_DRIVE_SLOTS, EJECTED, cloud_init_params, cloudinit_drive_slot, free_seed_slot,
+    free_slot, seed_slots, with_pending,
 };
 
 pub(super) enum CloudInitStep {
@@ -131,7 +132,7 @@ pub(super) async fn converge_cloud_init(
                     Some(cloudinit_drive_removal(ours, protection, slot).map_err(protected)?);
             }
             let storage = seed_storage(client, spec, vm_spec).await?;
-            let volid = format!("{storage}:iso/{}", seed.file_name);
+            let volid = iso_volid(&storage, &seed.file_name);
             // Attached (or kept attached) only as the file proxsync uploaded; anything else
             // under the seed's name is overwritten by a new upload first.
             let mut listing = client.storage_content(node, &storage, Some("iso")).await?;
@@ -162,13 +163,10 @@ pub(super) async fn converge_cloud_init(
                 None => free_seed_slot(cfg),
             };
             let Some(slot) = slot else {
-                return Err(fail(
-                    Category::ConfigurationError,
-                    format!(
-                        "VM {vmid} has no free slot for the cloud-init seed CD-ROM (tried {})",
-                        SEED_SLOTS.join(", ")
-                    ),
-                ));
+                return Err(blocked(Blocked::NoFreeSlot {
+                    vmid,
+                    drive: SlotFor::SeedCdrom,
+                }));
             };
             if attached.first().map(|(_, v)| v.as_str()) != Some(volid.as_str()) {
                 // The gate's permit: the file the storage lists is the one proxsync uploaded.
@@ -209,13 +207,10 @@ pub(super) async fn converge_cloud_init(
             }
             if vm_spec.cloud_init.is_some() && cloudinit_drive_slot(cfg).is_none() {
                 let Some(slot) = free_slot(cfg, &CLOUDINIT_DRIVE_SLOTS) else {
-                    return Err(fail(
-                        Category::ConfigurationError,
-                        format!(
-                            "VM {vmid} has no free slot for a cloud-init drive (tried {})",
-                            CLOUDINIT_DRIVE_SLOTS.join(", ")
-                        ),
-                    ));
+                    return Err(blocked(Blocked::NoFreeSlot {
+                        vmid,
+                        drive: SlotFor::CloudInitDrive,
+                    }));
                 };
                 params = params.cloudinit_drive(slot, spec.root_storage())?;
                 changed.push("cloud-init drive".into());
@@ -287,4 +282,9 @@ async fn remove_unused_seeds(
         remove_old_seeds(ctx, client, node, storage, ours, &in_use).await;
     }
     Ok(())
+}
+
+/// The volume id of `file` in `storage`'s iso content, as PVE names it.
+fn iso_volid(storage: &str, file: &str) -> String {
+    format!("{storage}:iso/{file}")
 }

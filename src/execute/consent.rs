@@ -10,9 +10,9 @@
 //! marker and adopts it as any VM with its marker. Then the VM is converged at once: a spec
 //! that `import` wrote sends nothing more.
 
-use crate::category::Category;
 use crate::gate::permit::{self, Bare};
 use crate::guest::GuestKind;
+use crate::model::{Blocked, Note};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::Pve;
 use crate::pve::types::VmConfig;
@@ -22,7 +22,7 @@ use crate::store::{SpecRecord, VmState};
 use super::converge::converge;
 use super::identity::checked_site;
 use super::vm::check_lock;
-use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site};
+use super::{ActionError, ExecCtx, Outcome, VmRef, blocked, site};
 
 pub(super) async fn adopt_by_consent(
     ctx: &ExecCtx<impl Pve>,
@@ -33,10 +33,9 @@ pub(super) async fn adopt_by_consent(
     let site_ctx = site(ctx, vm.site)?;
     let checked = checked_site(ctx, vm.site)?;
     let Some(consent) = spec.adopt.as_ref() else {
-        return Err(fail(
-            Category::Conflict,
-            format!("spec {} does not consent to take over a guest", spec.name),
-        ));
+        return Err(blocked(Blocked::NoConsent {
+            spec: spec.name.clone(),
+        }));
     };
     let cfg = match read_consented(ctx, vm, spec).await? {
         Ok(cfg) => cfg,
@@ -72,7 +71,11 @@ pub(super) async fn adopt_by_consent(
         spec.guest_name(),
         &uid,
     )
-    .map_err(|why| fail(Category::Conflict, format!("{why}; nothing adopted")))?;
+    .map_err(|why| {
+        blocked(Blocked::NotAdopted {
+            why: why.to_string(),
+        })
+    })?;
     let signed = Marker::signed(&ctx.marker_key, &ctx.install_id, &spec.name, &uid, vm.vmid);
     super::handover::sign_over(
         &site_ctx.client,
@@ -92,15 +95,11 @@ pub(super) async fn adopt_by_consent(
     rec.follow(spec);
     rec.kind = vm.kind;
     rec.remember_identity(vm.vmid, cfg.guest_id(vm.kind));
-    rec.note(
-        ctx.clock.now_ms(),
-        "adopt",
-        &format!(
-            "{} {} taken over by the spec's consent",
-            vm.kind.noun(),
-            vm.vmid
-        ),
-    );
+    let note = Note::TakenByConsent {
+        kind: vm.kind,
+        vmid: vm.vmid,
+    };
+    rec.note(ctx.clock.now_ms(), "adopt", &note.to_string());
     let adopted = VmState::Exists {
         vmid: vm.vmid,
         node: vm.node.to_string(),
@@ -122,15 +121,11 @@ async fn read_consented(
     let cfg = match site_ctx.client.vm_config(vm.node, vm.kind, vm.vmid).await {
         Ok(cfg) => cfg,
         Err(e) if e.is_not_found() => {
-            return Err(fail(
-                Category::NotFound,
-                format!(
-                    "{} {} is gone from node {}; nothing adopted",
-                    vm.kind.noun(),
-                    vm.vmid,
-                    vm.node
-                ),
-            ));
+            return Err(blocked(Blocked::ConsentedGone {
+                kind: vm.kind,
+                vmid: vm.vmid,
+                node: vm.node.to_string(),
+            }));
         }
         Err(e) => return Err(e.into()),
     };
@@ -138,10 +133,9 @@ async fn read_consented(
         return Ok(Err(waiting));
     }
     if let Some(why) = crate::render::container::privilege_mismatch(spec, &cfg) {
-        return Err(fail(
-            Category::ConfigurationError,
-            format!("{why}; nothing adopted"),
-        ));
+        return Err(blocked(Blocked::ConsentUnfit {
+            why: why.to_string(),
+        }));
     }
     Ok(Ok(cfg))
 }

@@ -21,6 +21,8 @@ use super::identity::{desired_tags, marker};
 use super::preflight::Source;
 use super::vm::{check_lock, protection_of, read_own_config};
 use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+use crate::guest::GuestKind;
+use crate::model::{Blocked, Note, Unfit};
 
 /// The create or clone request of a new container; the intent is durable before it is sent
 /// (`create::create`). Its identity (hostname and marker; tags where PVE takes them) travels
@@ -60,10 +62,13 @@ pub(super) async fn send_create(
             }
             site.client.create_ct(&spec.node, vmid, &params).await
         }
-        Source::Import { .. } | Source::Iso { .. } => Err(PveError::Setup(format!(
-            "spec {}: a container is made from a vztmpl archive or a CT template, not a disk image",
-            spec.name
-        ))),
+        Source::Import { .. } | Source::Iso { .. } => Err(PveError::Setup(
+            Unfit::WrongSource {
+                spec: spec.name.clone(),
+                kind: GuestKind::Lxc,
+            }
+            .to_string(),
+        )),
     }
 }
 
@@ -83,26 +88,25 @@ fn root_password(
     let Some(source) = &ct.password else {
         return Ok(None);
     };
-    let (read, from) = match source {
-        PasswordSource::File(path) => (files.read(path), format!("file {path}")),
-        PasswordSource::Credential(name) => {
-            (files.read_credential(name), format!("credential {name}"))
-        }
+    let read = match source {
+        PasswordSource::File(path) => files.read(path),
+        PasswordSource::Credential(name) => files.read_credential(name),
     };
-    let setup = |why: String| {
-        PveError::Setup(format!(
-            "spec {}: spec.forProvider.password: {why}",
-            spec.name
-        ))
-    };
-    let password = read.map_err(setup)?;
+    let setup = |why: Unfit| PveError::Setup(why.to_string());
+    let password = read.map_err(|why| {
+        setup(Unfit::PasswordUnreadable {
+            spec: spec.name.clone(),
+            why,
+        })
+    })?;
     let chars = password.expose().chars().count();
     if chars < MIN_PASSWORD_CHARS {
-        return Err(setup(format!(
-            "the root password in {from} has {chars} characters, and PVE takes one of at least \
-             {MIN_PASSWORD_CHARS} (pve-container's create: `password` minLength 5); write a \
-             longer one there"
-        )));
+        return Err(setup(Unfit::PasswordShort {
+            spec: spec.name.clone(),
+            from: source.clone(),
+            chars,
+            min: MIN_PASSWORD_CHARS,
+        }));
     }
     Ok(Some(password))
 }
@@ -183,7 +187,12 @@ pub(super) async fn converge(
     }
     let held = match held.is_empty() {
         true => Ok(()),
-        false => Err(mount_points_held(vmid, protection, &held)),
+        false => Err(Blocked::MountPointsHeld {
+            vmid,
+            managed: protection.managed == Some(true),
+            held,
+        }
+        .to_string()),
     };
     let tail = super::converge::Tail {
         waits: (HOSTNAME_PENDING, changed.contains(&"hostname")),
@@ -193,26 +202,6 @@ pub(super) async fn converge(
         held,
     };
     super::converge::finish(ctx, site, vm, spec, rec, tail).await
-}
-
-/// Why a protected container's mount points stay as they are, and what to do.
-fn mount_points_held(
-    vmid: u32,
-    protection: crate::gate::volume::Protection,
-    held: &[String],
-) -> String {
-    let fix = match protection.managed {
-        Some(true) => "set protection: false in the spec (proxsync clears the flag first)".into(),
-        _ => format!(
-            "clear the flag (pct set {vmid} --protection 0, or protection: false in the spec)"
-        ),
-    };
-    format!(
-        "container {vmid} has protection set, and PVE refuses to add, change or remove a mount \
-         point of a protected container: {} stay as they are while the rest of the spec is \
-         applied. To change them, {fix}; to keep them, list them in mountPoints as they are",
-        held.join(", ")
-    )
 }
 
 /// The `reboot_pending` key of a hostname a running container has only at its next start
@@ -364,14 +353,9 @@ fn bind_volume_destroys(
             followed,
             now,
         )
-        .map_err(|why| {
-            fail(
-                Category::ConfigurationError,
-                why.to_string().replace("destroyDisks", "destroyVolumes"),
-            )
-        })?;
+        .map_err(|why| fail(Category::ConfigurationError, why.to_string()))?;
         if let Some(note) = &step.note {
-            let note = note.to_string().replace("destroyDisks", "destroyVolumes");
+            let note = note.to_string();
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
             rec.note(now, "destroyVolumes", &note);
         }
@@ -464,10 +448,12 @@ async fn destroy_detached(
         rec.note(
             now,
             "volume destroyed",
-            &format!(
-                "{slot} ({volume}) destroyed as destroyVolumes asks; its data is gone. \
-                 destroyVolumes never applies to {slot} again: a volume put there later is kept"
-            ),
+            &Note::VolumeDestroyed {
+                kind: GuestKind::Lxc,
+                slot: slot.clone(),
+                volume: volume.clone(),
+            }
+            .to_string(),
         );
     }
     Ok(true)

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::category::Category;
 use crate::gate::rename::{self, Evidence, Recorded, Relabeled, may_relabel};
-use crate::model::{Blocked, Interrupted, Wait};
+use crate::guest::GuestKind;
+use crate::model::{Blocked, Interrupted, Note, Unfit, Wait};
 use crate::ownership::{Marker, new_uid};
 use crate::pve::texts;
 use crate::pve::{CloneRequest, Error as PveError, LockHolder, Pve, TaskOutcome, Upid, VmParams};
@@ -195,25 +196,19 @@ async fn confirm_gone(
     let Some(vmid) = rec.vm.made_vmid().filter(|_| rec.site == site.name) else {
         return Ok(());
     };
-    let named = rec.kind.named(vmid);
     if !site.client.vmid_is_free(vmid).await? {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "{named}, which the spec's record names, is not in this cycle's listing of site \
-                 {}, but PVE says VMID {vmid} is taken: the listing is incomplete, or the token \
-                 cannot see the guest (VM.Audit on /vms/{vmid}). Nothing is created for the spec \
-                 while it may exist",
-                site.name
-            ),
-        ));
+        return Err(blocked(Blocked::HiddenFromListing {
+            kind: rec.kind,
+            vmid,
+            site: site.name.clone(),
+        }));
     }
     tracing::info!(spec = %spec.name, vmid, "the spec's guest is gone: PVE says its VMID is free");
-    rec.note(
-        ctx.clock.now_ms(),
-        "create",
-        &format!("{named} is gone (PVE says VMID {vmid} is free): making the spec a new one"),
-    );
+    let note = Note::MadeAnew {
+        kind: rec.kind,
+        vmid,
+    };
+    rec.note(ctx.clock.now_ms(), "create", &note.to_string());
     ctx.store.transition(&spec.name, rec, VmState::Absent)?;
     Ok(())
 }
@@ -248,13 +243,7 @@ fn record_task(
 /// The spec's pinned `vmId`, when PVE calls it free and no other intent of ours holds it.
 async fn pinned_vmid(client: &impl Pve, skip: &[u32], vmid: u32) -> Result<u32, ActionError> {
     if skip.contains(&vmid) || !client.vmid_is_free(vmid).await? {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "vmId {vmid} is held by another VM (or another spec's create); proxsync never \
-                 takes a pinned VMID from someone else: free it or change vmId"
-            ),
-        ));
+        return Err(blocked(Blocked::PinnedVmidHeld { vmid }));
     }
     Ok(vmid)
 }
@@ -330,10 +319,13 @@ async fn send_create(
             return site.client.clone_vm(template_node, *template, &req).await;
         }
         Source::OsTemplate { .. } => {
-            return Err(PveError::Setup(format!(
-                "spec {}: a VM is not made from a container template",
-                spec.name
-            )));
+            return Err(PveError::Setup(
+                Unfit::WrongSource {
+                    spec: spec.name.clone(),
+                    kind: GuestKind::Qemu,
+                }
+                .to_string(),
+            ));
         }
         Source::Import { volume } => Boot::Import(volume),
         Source::Iso { volume } => Boot::Installer(volume),
@@ -517,14 +509,11 @@ pub(super) async fn adopt(
         .filter(|m| m.spec == spec.name)
     else {
         let kind = vm.map_or(spec.kind(), |vm| vm.kind);
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "{} does not carry the marker of spec {}",
-                kind.named(vmid),
-                spec.name
-            ),
-        ));
+        return Err(blocked(Blocked::NoMarkerOfSpec {
+            kind,
+            vmid,
+            spec: spec.name.clone(),
+        }));
     };
     let uid = if m.install == ctx.install_id {
         m.uid.clone()
@@ -609,15 +598,13 @@ pub(super) async fn relabel(
     if let Some(r) = &old
         && matches!(r.vm, VmState::Creating { .. } | VmState::Deleting { .. })
     {
-        return Err(fail(
-            Category::Conflict,
-            format!(
-                "the record of spec {from} has a create or delete of {} in flight: not \
-                 re-labelling {} until it ends",
-                r.kind.named(r.vmid().unwrap_or_default()),
-                vm.kind.named(vm.vmid)
-            ),
-        ));
+        return Err(blocked(Blocked::RelabelInFlight {
+            from: from.to_string(),
+            kind: r.kind,
+            vmid: r.vmid().unwrap_or_default(),
+            guest: vm.kind,
+            guest_vmid: vm.vmid,
+        }));
     }
     // Only a record with a VM is evidence, and moves; an empty one is dropped after.
     let (moved, empty) = match old {
@@ -636,14 +623,13 @@ pub(super) async fn relabel(
         })
     });
     let refused = |why: String| {
-        fail(
-            Category::Conflict,
-            format!(
-                "not re-labelling {} from spec {from} to {}: {why}",
-                vm.kind.named(vm.vmid),
-                spec.name
-            ),
-        )
+        blocked(Blocked::NotRelabelled {
+            kind: vm.kind,
+            vmid: vm.vmid,
+            from: from.to_string(),
+            to: spec.name.clone(),
+            why,
+        })
     };
     // What the config shows, as the planner judged it: the refusal says why in its words.
     let evidence = Evidence {

@@ -11,7 +11,9 @@ use crate::pve::{Pve, TaskOutcome, VmParams};
 use crate::spec::{Spec, VmSpec};
 use crate::store::{DestroyState, SpecRecord};
 
-use super::{ActionError, ExecCtx, VmRef, fail, wait};
+use super::{ActionError, ExecCtx, VmRef, blocked, fail, wait};
+use crate::guest::GuestKind;
+use crate::model::{Blocked, Note};
 use crate::render::current::{boot_disk, effective_value};
 use crate::render::disks::disk_changes;
 
@@ -70,13 +72,7 @@ pub(super) async fn converge_disks(
     if !changes.detach.is_empty() {
         match gate::detach(ours, protection, &changes.detach) {
             Ok(permit) => detach = Some(permit),
-            Err(_) => {
-                let kept = std::mem::take(&mut changes.detach);
-                changes
-                    .changed
-                    .retain(|c| !kept.iter().any(|k| *c == format!("{k} detached")));
-                held.extend(kept);
-            }
+            Err(_) => held.extend(changes.keep_detached()),
         }
     }
     if changes.is_empty() {
@@ -105,10 +101,12 @@ pub(super) async fn converge_disks(
         rec.note(
             ctx.clock.now_ms(),
             "disk detached",
-            &format!(
-                "{slot} ({volume}) is no longer in the spec: detached, not destroyed; PVE keeps \
-                 the volume as an unusedN entry of VM {vmid} until a person deletes it"
-            ),
+            &Note::DriveDetached {
+                vmid,
+                slot: slot.clone(),
+                volume,
+            }
+            .to_string(),
         );
     }
     for (slot, bytes) in &changes.grow {
@@ -217,13 +215,11 @@ pub(super) async fn destroy_disks(
     for (slot, volume) in &bound {
         let holds = now_cfg.get(slot).map(DriveValue::parse);
         if holds.as_ref().map(|v| v.volume.as_str()) != Some(volume.as_str()) {
-            return Err(fail(
-                Category::Conflict,
-                format!(
-                    "{slot} of VM {vmid} changed while this converge ran (it held {volume}); \
-                     nothing destroyed, the next converge looks again"
-                ),
-            ));
+            return Err(blocked(Blocked::SlotChanged {
+                vmid,
+                slot: slot.clone(),
+                volume: volume.clone(),
+            }));
         }
         let permit = gate::destroy_drive(
             ours,
@@ -257,10 +253,12 @@ pub(super) async fn destroy_disks(
         rec.note(
             now,
             "disk destroyed",
-            &format!(
-                "{slot} ({volume}) destroyed as destroyDisks asks; its data is gone. destroyDisks \
-                 never applies to {slot} again: a disk put there later is kept"
-            ),
+            &Note::VolumeDestroyed {
+                kind: GuestKind::Qemu,
+                slot: slot.clone(),
+                volume,
+            }
+            .to_string(),
         );
     }
     Ok(DiskStep::Done(true))

@@ -8,6 +8,7 @@ use crate::category::Category;
 use crate::gate::ha::{affinity_id, affinity_mark, may_change, may_remove, may_remove_resource};
 use crate::gate::identity::VerifiedMarker;
 use crate::guest::GuestKind;
+use crate::model::Blocked;
 use crate::pve::Pve;
 use crate::pve::ha::{AffinityKind, AffinityParams, HaParams};
 use crate::spec::{Ha, Spec};
@@ -92,7 +93,7 @@ pub(super) async fn converge_ha(
         group,
         max_restart: ha.max_restart,
         max_relocate: ha.max_relocate,
-        comment: format!("proxsync {}: spec {}", ctx.install_id, spec.name),
+        comment: resource_comment(&ctx.install_id, &spec.name),
     };
     changed |= match client.ha_resource(guest, vmid).await? {
         None => {
@@ -139,7 +140,7 @@ async fn ensure_affinity(
 ) -> Result<bool, ActionError> {
     let changed = match client.ha_affinity(kind, id).await? {
         None => {
-            tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "making the HA node affinity");
+            tracing::info!(id, kind = kind.word(), nodes = %params.nodes_text(), "making the HA node affinity");
             client.add_ha_affinity(kind, id, params).await?;
             true
         }
@@ -147,7 +148,7 @@ async fn ensure_affinity(
             may_change(kind, id, current.comment.as_deref(), &params.comment)
                 .map_err(|why| fail(Category::ConfigurationError, why))?;
             if params.differs_from(kind, &current) {
-                tracing::info!(id, kind = kind.word(), nodes = %params.nodes.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","), "changing the HA node affinity");
+                tracing::info!(id, kind = kind.word(), nodes = %params.nodes_text(), "changing the HA node affinity");
                 client
                     .update_ha_affinity(kind, id, params, current.digest.as_deref())
                     .await?;
@@ -196,6 +197,11 @@ async fn drop_affinity(
     Ok(true)
 }
 
+/// The comment proxsync writes on a guest's HA resource: whose it is.
+fn resource_comment(install: &str, spec: &str) -> String {
+    format!("proxsync {install}: spec {spec}")
+}
+
 /// The HA manager puts a service it gave up on in `error` (the listing's `hastate`); PVE then
 /// refuses every change of it but disabling it (pve-ha-manager `API2/HA/Resources.pm`
 /// `check_service_state`), a start included (`ha-manager set --state started`).
@@ -204,16 +210,12 @@ fn error_state(listed: Option<&str>, guest: GuestKind, vmid: u32, ha: &Ha) -> Op
 }
 
 fn error_state_message(guest: GuestKind, vmid: u32, ha: &Ha) -> String {
-    let sid = guest.ha_sid(vmid);
-    format!(
-        "the HA resource {sid} is in the error state: the HA manager gave up on the {}, and PVE \
-         refuses every change of it but disabling it (\"service '{sid}' in error state, must \
-         be disabled and fixed first\"). Find the cause (ha-manager status, the node's journal), \
-         fix it, then run `ha-manager set {sid} --state disabled`; proxsync then sets it to \
-         {} again (at its next attempt, or at once after `proxsync reconcile <spec>`)",
-        guest.noun(),
-        ha.state.as_str()
-    )
+    Blocked::HaErrorState {
+        kind: guest,
+        vmid,
+        state: ha.state.as_str().to_string(),
+    }
+    .to_string()
 }
 
 /// PVE's refusal of a change of a service in `error` (the listing was older), as

@@ -6,13 +6,14 @@ use crate::category::Category;
 use crate::gate::identity::{NotOurs, VerifiedMarker, verify};
 use crate::gate::site::{SiteChecked, checked};
 use crate::guest::GuestKind;
+use crate::model::Blocked;
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::Pve;
 use crate::pve::types::VmConfig;
 use crate::spec::Spec;
 use crate::store::SpecRecord;
 
-use super::{ActionError, ExecCtx, fail};
+use super::{ActionError, ExecCtx, blocked, fail};
 
 /// The description marker of a spec's VM at `vmid`, signed.
 pub(super) fn marker(ctx: &ExecCtx<impl Pve>, spec: &Spec, rec: &SpecRecord, vmid: u32) -> Marker {
@@ -34,10 +35,9 @@ pub(super) fn checked_site(
     name: &str,
 ) -> Result<SiteChecked, ActionError> {
     let view = ctx.views.get(name).ok_or_else(|| {
-        fail(
-            Category::Conflict,
-            format!("site {name} was not observed this cycle: nothing is done there"),
-        )
+        blocked(Blocked::SiteNotObserved {
+            site: name.to_string(),
+        })
     })?;
     checked(view).map_err(|why| fail(Category::Conflict, why))
 }

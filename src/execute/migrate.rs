@@ -3,16 +3,15 @@
 //! pre-check says what would block it; a VM that cannot move is left where it is and reported
 //! with PVE's reason.
 
-use crate::category::Category;
 use crate::guest::GuestKind;
-use crate::model::Wait;
+use crate::model::{Blocked, Wait};
 use crate::pve::{Pve, TaskOutcome, Upid};
 use crate::spec::Spec;
 use crate::store::{SpecRecord, VmState};
 
 use super::converge::converge;
 use super::vm::{check_lock, read_own_config};
-use super::{ActionError, ExecCtx, Outcome, VmRef, fail, site, wait};
+use super::{ActionError, ExecCtx, Outcome, VmRef, blocked, site, wait};
 
 pub(super) async fn migrate(
     ctx: &ExecCtx<impl Pve>,
@@ -70,13 +69,13 @@ async fn start_vm_migration(
         .await?;
     if let Some(why) = pre.blocker(target) {
         // A configuration error: a human must act (the spec is `Stalled`).
-        return Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "VM {vmid} cannot be migrated from node {node} to node {target}: {why}. It stays on \
-                 {node}; remove what blocks the move, or set node: {node} in the spec"
-            ),
-        ));
+        return Err(blocked(Blocked::Unmovable {
+            kind,
+            vmid,
+            node: node.to_string(),
+            target: target.to_string(),
+            why,
+        }));
     }
     // Always `online`: PVE refuses a running VM without it and migrates a stopped one offline
     // with it (qemu-server `PVE/API2/Qemu.pm` `migrate_vm`: `warn "VM isn't running. Doing

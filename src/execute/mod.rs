@@ -150,7 +150,25 @@ fn blocked(why: Blocked) -> ActionError {
         | Blocked::OrphanNotOurs { .. }
         | Blocked::NotHandedOver { .. }
         | Blocked::KindChanged { .. }
-        | Blocked::StillTaken { .. } => (Category::Conflict, ErrorKind::Plain),
+        | Blocked::StillTaken { .. }
+        | Blocked::HiddenFromListing { .. }
+        | Blocked::PinnedVmidHeld { .. }
+        | Blocked::NoMarkerOfSpec { .. }
+        | Blocked::RelabelInFlight { .. }
+        | Blocked::NotRelabelled { .. }
+        | Blocked::NoConsent { .. }
+        | Blocked::NotAdopted { .. }
+        | Blocked::SiteNotObserved { .. }
+        | Blocked::SlotChanged { .. } => (Category::Conflict, ErrorKind::Plain),
+        Blocked::ConsentedGone { .. } => (Category::NotFound, ErrorKind::Plain),
+        Blocked::ConsentUnfit { .. }
+        | Blocked::NoFreeSlot { .. }
+        | Blocked::Unmovable { .. }
+        | Blocked::HaErrorState { .. }
+        | Blocked::SiteNotConfigured { .. } => (Category::ConfigurationError, ErrorKind::Plain),
+        Blocked::MountPointsHeld { .. } => (Category::ConfigurationError, ErrorKind::Protected),
+        Blocked::RebootGivenUp { .. } => (Category::TaskFailed, ErrorKind::Plain),
+        Blocked::SpecNotLoaded { .. } => (Category::ValidationFailed, ErrorKind::Plain),
     };
     ActionError {
         kind,
@@ -596,19 +614,17 @@ where
 {
     match ctx.specs.get(name) {
         Some(spec) => f(spec).await.unwrap_or_else(Outcome::Failed),
-        None => Outcome::Failed(fail(
-            Category::ValidationFailed,
-            format!("spec {name} is not loaded"),
-        )),
+        None => Outcome::Failed(blocked(Blocked::SpecNotLoaded {
+            spec: name.to_string(),
+        })),
     }
 }
 
 fn site<'a, P: Pve>(ctx: &'a ExecCtx<P>, name: &str) -> Result<&'a SiteCtx<P>, ActionError> {
     ctx.sites.get(name).map(|s| s.as_ref()).ok_or_else(|| {
-        fail(
-            Category::ConfigurationError,
-            format!("site {name:?} is not configured"),
-        )
+        blocked(Blocked::SiteNotConfigured {
+            site: name.to_string(),
+        })
     })
 }
 
@@ -651,12 +667,7 @@ async fn wait(
     let waited = wait_until_stop(ctx, client, upid).await;
     match waited {
         Ok(outcome) => {
-            let status = match &outcome {
-                TaskOutcome::Ok => "OK".to_string(),
-                TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
-                TaskOutcome::StillRunning => "running".to_string(),
-            };
-            rec.last_task = Some(Box::new(task_record(ctx, upid, &status)));
+            rec.last_task = Some(Box::new(task_record(ctx, upid, &outcome.status())));
             Ok(outcome)
         }
         Err(e) => {

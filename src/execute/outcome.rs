@@ -7,6 +7,7 @@ use crate::pve::Pve;
 use crate::store::{ErrorRecord, SpecRecord};
 
 use super::{ExecCtx, Outcome};
+use crate::model::Note;
 
 /// When a spec whose task still runs, or that waits for something that resolves by itself,
 /// is looked at again (a deadline the daemon wakes for; not a backoff: no error is recorded).
@@ -51,11 +52,11 @@ pub(super) fn record(
                 inputs,
                 kind: e.kind,
             }));
-            rec.note(
-                now,
-                action_name(action),
-                &format!("{}: {}", e.category, e.message),
-            );
+            let note = Note::Failed {
+                category: e.category,
+                message: e.message.clone(),
+            };
+            rec.note(now, action_name(action), &note.to_string());
             tracing::warn!(spec = spec_name, category = %e.category, error = %e.message, attempts = rec.attempts, "action failed");
         }
         Outcome::Done => {
@@ -67,11 +68,10 @@ pub(super) fn record(
         Outcome::StillRunning { upid } => {
             // Look again soon: the daemon wakes for this deadline instead of the resync.
             rec.next_attempt_ms = Some(now + LOOK_AGAIN.as_millis() as u64);
-            rec.note(
-                now,
-                action_name(action),
-                &format!("task {upid} still running"),
-            );
+            let note = Note::StillRunning {
+                upid: upid.to_string(),
+            };
+            rec.note(now, action_name(action), &note.to_string());
         }
         Outcome::Waiting(wait) => {
             // Blocked by something that resolves by itself: whatever failed before no longer
@@ -99,11 +99,11 @@ pub(super) fn retrying(
         return;
     };
     let now = ctx.clock.now_ms();
-    rec.note(
-        now,
-        action_name(action),
-        &format!("trying again after {}: {}", e.category, e.message),
-    );
+    let note = Note::Retrying {
+        category: e.category,
+        message: e.message.clone(),
+    };
+    rec.note(now, action_name(action), &note.to_string());
     tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock; trying again this cycle");
     if let Err(e) = ctx.store.put(spec_name, &rec) {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");

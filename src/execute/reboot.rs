@@ -12,8 +12,8 @@
 //! manager's, which is clean for a container (pve-ha-manager `PVECT.pm` `shutdown` passes no
 //! `forceStop`): one that does not stop in time is left running, its service in `error`.
 
-use crate::category::Category;
 use crate::guest::GuestKind;
+use crate::model::Blocked;
 use crate::plan::reboot_due;
 use crate::pve::types::PendingEntry;
 use crate::pve::{Pve, TaskOutcome};
@@ -21,7 +21,7 @@ use crate::spec::Spec;
 use crate::store::SpecRecord;
 
 use super::vm::settle_ha;
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, wait};
 
 /// The keys proxsync manages that wait for the VM's next start (what `RebootPending` shows).
 pub(super) fn pending_keys(pending: &[PendingEntry]) -> Vec<String> {
@@ -105,19 +105,12 @@ pub(super) async fn reboot_if_due(
 /// VM's shutdown is the guest's ACPI (or agent) shutdown; a container's is its init's.
 fn given_up(kind: GuestKind, vmid: u32, timeout: u32, e: super::WaitError) -> ActionError {
     let why = ActionError::from(e).message;
-    let message = match kind {
-        GuestKind::Qemu => format!(
-            "the reboot of VM {vmid} was given up: the guest did not shut down within {timeout} s \
-             ({why}). It keeps running with its changes pending; set forceStopAfter to stop it \
-             hard after a while, or fix its ACPI shutdown (qemu-guest-agent or acpid)"
-        ),
-        GuestKind::Lxc => format!(
-            "the reboot of container {vmid} was given up: the container did not shut down within \
-             {timeout} s ({why}). It keeps running with its changes pending; set forceStopAfter \
-             to stop it hard after a while, or check why its init does not shut it down"
-        ),
-    };
-    fail(Category::TaskFailed, message)
+    blocked(Blocked::RebootGivenUp {
+        kind,
+        vmid,
+        timeout,
+        why,
+    })
 }
 
 /// Whether the VM is HA-managed: the spec puts it under the HA manager, or the listing shows
@@ -192,6 +185,8 @@ impl RebootSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::category::Category;
+    use crate::execute::fail;
 
     fn failed() -> super::super::WaitError {
         super::super::WaitError {

@@ -4,7 +4,7 @@ use crate::category::Category;
 use crate::gate::identity::{Trust, VerifiedMarker};
 use crate::gate::permit::{self, Permit};
 use crate::gate::volume::{DeleteProtection, Protection, vm_delete};
-use crate::model::{After, Blocked, Interrupted, Wait};
+use crate::model::{After, Blocked, Interrupted, Note, Wait};
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
@@ -209,10 +209,7 @@ async fn unprotect(
             rec.note(
                 ctx.clock.now_ms(),
                 "protection cleared",
-                &format!(
-                    "{}: its removed spec managed protection; cleared to delete it",
-                    kind.named(vmid)
-                ),
+                &Note::ProtectionCleared { kind, vmid }.to_string(),
             );
             Ok(())
         }

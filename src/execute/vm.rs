@@ -7,7 +7,7 @@ use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, wait};
 use crate::gate::identity::{NotOurs, Recorded, VerifiedMarker, verify_by_identity};
 use crate::gate::volume::Protection;
 use crate::guest::GuestKind;
-use crate::model::{Blocked, Shows, Stranger, Wait};
+use crate::model::{Blocked, Note, Shows, Stranger, Wait};
 use crate::ownership::{Marker, ownership_tag};
 use crate::pve::texts::Meaning;
 use crate::pve::types::VmConfig;
@@ -241,12 +241,12 @@ pub(super) async fn own_config(
                 rec.note(
                     ctx.clock.now_ms(),
                     "identity",
-                    &format!(
-                        "{} carries no marker line (its notes were edited); its {} is the \
-                         recorded one: the marker line is written back below the notes",
-                        kind.named(vmid),
-                        found.map(|f| f.to_string()).unwrap_or_default()
-                    ),
+                    &Note::MarkerWrittenBack {
+                        kind,
+                        vmid,
+                        identity: found,
+                    }
+                    .to_string(),
                 );
                 return Ok(Own::Ours(cfg, ours));
             }

@@ -65,6 +65,23 @@ impl GuestKind {
         }
     }
 
+    /// The spec field listing the kind's drives: `disks` or `mountPoints`.
+    pub fn drives_field(self) -> &'static str {
+        match self {
+            GuestKind::Qemu => "disks",
+            GuestKind::Lxc => "mountPoints",
+        }
+    }
+
+    /// The spec field naming the drives whose volumes are destroyed when they leave the spec:
+    /// `destroyDisks` or `destroyVolumes`.
+    pub fn destroy_field(self) -> &'static str {
+        match self {
+            GuestKind::Qemu => "destroyDisks",
+            GuestKind::Lxc => "destroyVolumes",
+        }
+    }
+
     /// PVE's command line tool for the kind, named in advice (`qm unlock 100`).
     pub fn cli(self) -> &'static str {
         match self {

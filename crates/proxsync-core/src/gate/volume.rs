@@ -355,8 +355,8 @@ pub enum DestroyNoted {
     },
 }
 
-/// The decision for `slot` of `destroyDisks` on guest `vmid` (a `kind`, which only words the
-/// messages; a container's caller says `destroyVolumes`): destroy its volume only when the
+/// The decision for `slot` of `destroyDisks` (a container's `destroyVolumes`) on guest `vmid`
+/// (a `kind`, which only words the messages): destroy its volume only when the
 /// destroy is bound to it, that is when the slot held it as the destroy was first applied
 /// (`binding` `None` while `followed`: the record has followed the VM since before the slot was
 /// listed), and only until it is done. A slot listed before the record followed the VM (an
@@ -1429,8 +1429,8 @@ mod tests {
         );
         assert_eq!(
             kept.unwrap_err().to_string(),
-            "destroyDisks names rootfs of container 101, which is its root disk: refused; remove \
-             it from destroyDisks"
+            "destroyVolumes names rootfs of container 101, which is its root disk: refused; \
+             remove it from destroyVolumes"
         );
         let unbound = destroy(
             GuestKind::Lxc,
@@ -1445,7 +1445,7 @@ mod tests {
         assert!(
             note.contains("it began following container 101 after")
                 && note.ends_with(&format!(
-                    "to keep it, list mp1 in mountPoints and remove it from destroyDisks; to \
+                    "to keep it, list mp1 in mountPoints and remove it from destroyVolumes; to \
                      destroy it: pct set 101 --delete mp1, then pct set 101 --delete the unusedN \
                      entry that holds it (container 101's volume {V})"
                 )),

@@ -134,6 +134,163 @@ pub enum Blocked {
         /// The spec whose record is kept.
         spec: String,
     },
+    /// The guest the record names is not in the site's listing, but PVE says its VMID is
+    /// taken: nothing is created while it may exist.
+    HiddenFromListing {
+        /// The guest's kind, as recorded.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The site whose listing lacks it.
+        site: String,
+    },
+    /// The spec's pinned `vmId` is held by another guest or another spec's create.
+    PinnedVmidHeld {
+        /// The pinned VMID.
+        vmid: u32,
+    },
+    /// The guest to adopt does not carry the spec's verifying marker.
+    NoMarkerOfSpec {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The spec.
+        spec: String,
+    },
+    /// The record a re-label would move has a create or delete in flight.
+    RelabelInFlight {
+        /// The spec the guest is re-labelled from.
+        from: String,
+        /// The kind of the guest the record's action is for.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The kind of the guest to re-label.
+        guest: GuestKind,
+        /// Its VMID.
+        guest_vmid: u32,
+    },
+    /// The gate refused a re-label.
+    NotRelabelled {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The spec it is labelled for.
+        from: String,
+        /// The spec it would be labelled for.
+        to: String,
+        /// The gate's refusal, in its words.
+        why: String,
+    },
+    /// An adoption by consent was asked of a spec without `adopt`.
+    NoConsent {
+        /// The spec.
+        spec: String,
+    },
+    /// The gate refused an adoption by consent.
+    NotAdopted {
+        /// The gate's refusal, in its words.
+        why: String,
+    },
+    /// The consented guest cannot follow the spec as it is (a container's `unprivileged`).
+    ConsentUnfit {
+        /// What does not fit, in words.
+        why: String,
+    },
+    /// The consented guest left its node before it was adopted.
+    ConsentedGone {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The node it was on.
+        node: String,
+    },
+    /// A VM has no free slot for a drive cloud-init needs.
+    NoFreeSlot {
+        /// The VM's VMID.
+        vmid: u32,
+        /// The drive it needs.
+        drive: SlotFor,
+    },
+    /// An action on a site this cycle did not observe.
+    SiteNotObserved {
+        /// The site.
+        site: String,
+    },
+    /// The guest cannot move to the spec's node.
+    Unmovable {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The node it is on.
+        node: String,
+        /// The spec's node.
+        target: String,
+        /// What blocks the move, in PVE's terms.
+        why: String,
+    },
+    /// A `destroyDisks` slot changed while the converge ran: nothing is destroyed.
+    SlotChanged {
+        /// The VM's VMID.
+        vmid: u32,
+        /// The slot.
+        slot: String,
+        /// The volume it held.
+        volume: String,
+    },
+    /// The guest's HA resource is in the `error` state, where PVE refuses every change of it
+    /// but disabling it.
+    HaErrorState {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The state the spec asks for.
+        state: String,
+    },
+    /// The guest did not shut down for its reboot within the timeout.
+    RebootGivenUp {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The timeout, in seconds.
+        timeout: u32,
+        /// What the shutdown's wait said.
+        why: String,
+    },
+    /// A protected container's mount points that cannot be added, changed or removed.
+    MountPointsHeld {
+        /// The container's VMID.
+        vmid: u32,
+        /// The spec manages `protection` and asks for it set.
+        managed: bool,
+        /// The mount points held.
+        held: Vec<String>,
+    },
+    /// An action names a spec this cycle did not load.
+    SpecNotLoaded {
+        /// The spec.
+        spec: String,
+    },
+    /// An action names a site the config lacks.
+    SiteNotConfigured {
+        /// The site.
+        site: String,
+    },
+}
+
+/// The drive a VM has no free slot for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotFor {
+    /// The CD-ROM of proxsync's cloud-init seed image (`userData`).
+    SeedCdrom,
+    /// PVE's own cloud-init drive.
+    CloudInitDrive,
 }
 
 /// Which create an interrupted create at an intent's VMID may be.

@@ -4,6 +4,7 @@
 
 use crate::category::Category;
 use crate::guest::GuestKind;
+use crate::spec::container::PasswordSource;
 
 /// Why a create is refused before anything exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +164,31 @@ pub enum Unfit {
     NoSeedStorage {
         /// The node.
         node: String,
+    },
+    /// The spec's source cannot make a guest of its kind (a VM from a container template).
+    WrongSource {
+        /// The spec.
+        spec: String,
+        /// The kind the spec makes.
+        kind: GuestKind,
+    },
+    /// A container's root password cannot be read where the spec says.
+    PasswordUnreadable {
+        /// The spec.
+        spec: String,
+        /// Why, in the config's words.
+        why: String,
+    },
+    /// A container's root password is shorter than PVE takes.
+    PasswordShort {
+        /// The spec.
+        spec: String,
+        /// Where it was read from.
+        from: PasswordSource,
+        /// How many characters it has.
+        chars: usize,
+        /// How many PVE takes at least.
+        min: usize,
     },
 }
 

@@ -44,6 +44,20 @@ impl DiskChanges {
     pub fn is_empty(&self) -> bool {
         self.changed.is_empty()
     }
+
+    /// Takes the detaches out (a protected VM keeps its drives): the slots, no longer in
+    /// `detach` or `changed`.
+    pub fn keep_detached(&mut self) -> Vec<String> {
+        let kept = std::mem::take(&mut self.detach);
+        self.changed
+            .retain(|c| !kept.iter().any(|k| *c == detached(k)));
+        kept
+    }
+}
+
+/// What `changed` says of a detached slot.
+fn detached(slot: &str) -> String {
+    format!("{slot} detached")
 }
 
 /// The options `disk` declares, as PVE spells them, sorted by key as PVE prints them.
@@ -238,7 +252,7 @@ pub fn disk_changes(
         let Some(v) = current(key) else { continue };
         if !DriveValue::parse(&v).is_cdrom_or_cloudinit() {
             out.detach.push(key.clone());
-            out.changed.push(format!("{key} detached"));
+            out.changed.push(detached(key));
         }
     }
     Ok(out)

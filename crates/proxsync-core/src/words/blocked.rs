@@ -5,7 +5,8 @@
 use std::fmt;
 
 use crate::guest::GuestKind;
-use crate::model::{Blocked, Interrupted, Shows, Stranger};
+use crate::model::{Blocked, Interrupted, Shows, SlotFor, Stranger};
+use crate::render::cloud_init::{CLOUDINIT_DRIVE_SLOTS, SEED_SLOTS};
 
 impl fmt::Display for Blocked {
     // Long because: one arm per block, each with what a person does about it.
@@ -179,6 +180,151 @@ impl fmt::Display for Blocked {
                  taken: the record of spec {spec} is kept",
                 kind.named(*vmid)
             ),
+            Blocked::HiddenFromListing { kind, vmid, site } => write!(
+                f,
+                "{}, which the spec's record names, is not in this cycle's listing of site \
+                 {site}, but PVE says VMID {vmid} is taken: the listing is incomplete, or the \
+                 token cannot see the guest (VM.Audit on /vms/{vmid}). Nothing is created for \
+                 the spec while it may exist",
+                kind.named(*vmid)
+            ),
+            Blocked::PinnedVmidHeld { vmid } => write!(
+                f,
+                "vmId {vmid} is held by another VM (or another spec's create); proxsync never \
+                 takes a pinned VMID from someone else: free it or change vmId"
+            ),
+            Blocked::NoMarkerOfSpec { kind, vmid, spec } => write!(
+                f,
+                "{} does not carry the marker of spec {spec}",
+                kind.named(*vmid)
+            ),
+            Blocked::RelabelInFlight {
+                from,
+                kind,
+                vmid,
+                guest,
+                guest_vmid,
+            } => write!(
+                f,
+                "the record of spec {from} has a create or delete of {} in flight: not \
+                 re-labelling {} until it ends",
+                kind.named(*vmid),
+                guest.named(*guest_vmid)
+            ),
+            Blocked::NotRelabelled {
+                kind,
+                vmid,
+                from,
+                to,
+                why,
+            } => write!(
+                f,
+                "not re-labelling {} from spec {from} to {to}: {why}",
+                kind.named(*vmid)
+            ),
+            Blocked::NoConsent { spec } => {
+                write!(f, "spec {spec} does not consent to take over a guest")
+            }
+            Blocked::NotAdopted { why } | Blocked::ConsentUnfit { why } => {
+                write!(f, "{why}; nothing adopted")
+            }
+            Blocked::ConsentedGone { kind, vmid, node } => write!(
+                f,
+                "{} is gone from node {node}; nothing adopted",
+                kind.named(*vmid)
+            ),
+            Blocked::NoFreeSlot { vmid, drive } => {
+                let (what, tried) = match drive {
+                    SlotFor::SeedCdrom => ("the cloud-init seed CD-ROM", &SEED_SLOTS),
+                    SlotFor::CloudInitDrive => ("a cloud-init drive", &CLOUDINIT_DRIVE_SLOTS),
+                };
+                write!(
+                    f,
+                    "VM {vmid} has no free slot for {what} (tried {})",
+                    tried.join(", ")
+                )
+            }
+            Blocked::SiteNotObserved { site } => write!(
+                f,
+                "site {site} was not observed this cycle: nothing is done there"
+            ),
+            Blocked::Unmovable {
+                kind,
+                vmid,
+                node,
+                target,
+                why,
+            } => write!(
+                f,
+                "{} cannot be migrated from node {node} to node {target}: {why}. It stays on \
+                 {node}; remove what blocks the move, or set node: {node} in the spec",
+                kind.named(*vmid)
+            ),
+            Blocked::SlotChanged { vmid, slot, volume } => write!(
+                f,
+                "{slot} of VM {vmid} changed while this converge ran (it held {volume}); \
+                 nothing destroyed, the next converge looks again"
+            ),
+            Blocked::HaErrorState { kind, vmid, state } => {
+                let sid = kind.ha_sid(*vmid);
+                write!(
+                    f,
+                    "the HA resource {sid} is in the error state: the HA manager gave up on the \
+                     {}, and PVE refuses every change of it but disabling it (\"service '{sid}' \
+                     in error state, must be disabled and fixed first\"). Find the cause \
+                     (ha-manager status, the node's journal), fix it, then run `ha-manager set \
+                     {sid} --state disabled`; proxsync then sets it to {state} again (at its next \
+                     attempt, or at once after `proxsync reconcile <spec>`)",
+                    kind.noun()
+                )
+            }
+            Blocked::RebootGivenUp {
+                kind,
+                vmid,
+                timeout,
+                why,
+            } => {
+                let (noun, fix) = match kind {
+                    GuestKind::Qemu => {
+                        ("guest", "fix its ACPI shutdown (qemu-guest-agent or acpid)")
+                    }
+                    GuestKind::Lxc => ("container", "check why its init does not shut it down"),
+                };
+                write!(
+                    f,
+                    "the reboot of {} was given up: the {noun} did not shut down within \
+                     {timeout} s ({why}). It keeps running with its changes pending; set \
+                     forceStopAfter to stop it hard after a while, or {fix}",
+                    kind.named(*vmid)
+                )
+            }
+            Blocked::MountPointsHeld {
+                vmid,
+                managed,
+                held,
+            } => {
+                write!(
+                    f,
+                    "container {vmid} has protection set, and PVE refuses to add, change or \
+                     remove a mount point of a protected container: {} stay as they are while \
+                     the rest of the spec is applied. To change them, ",
+                    held.join(", ")
+                )?;
+                if *managed {
+                    f.write_str(
+                        "set protection: false in the spec (proxsync clears the flag first)",
+                    )?;
+                } else {
+                    write!(
+                        f,
+                        "clear the flag (pct set {vmid} --protection 0, or protection: false in \
+                         the spec)"
+                    )?;
+                }
+                f.write_str("; to keep them, list them in mountPoints as they are")
+            }
+            Blocked::SpecNotLoaded { spec } => write!(f, "spec {spec} is not loaded"),
+            Blocked::SiteNotConfigured { site } => write!(f, "site {site:?} is not configured"),
         }
     }
 }

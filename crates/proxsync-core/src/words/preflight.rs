@@ -2,7 +2,9 @@
 
 use std::fmt;
 
+use crate::guest::GuestKind;
 use crate::model::Unfit;
+use crate::spec::container::PasswordSource;
 
 impl fmt::Display for Unfit {
     // Long because: one arm per thing a create can lack, each with what to do.
@@ -156,6 +158,37 @@ impl fmt::Display for Unfit {
                  there is none; add iso to a storage's content types or set \
                  spec.forProvider.cloudInit.seedStorage"
             ),
+            Unfit::WrongSource { spec, kind } => match kind {
+                GuestKind::Qemu => {
+                    write!(f, "spec {spec}: a VM is not made from a container template")
+                }
+                GuestKind::Lxc => write!(
+                    f,
+                    "spec {spec}: a container is made from a vztmpl archive or a CT template, not \
+                     a disk image"
+                ),
+            },
+            Unfit::PasswordUnreadable { spec, why } => {
+                write!(f, "spec {spec}: spec.forProvider.password: {why}")
+            }
+            Unfit::PasswordShort {
+                spec,
+                from,
+                chars,
+                min,
+            } => {
+                let from = match from {
+                    PasswordSource::File(path) => ("file", path),
+                    PasswordSource::Credential(name) => ("credential", name),
+                };
+                write!(
+                    f,
+                    "spec {spec}: spec.forProvider.password: the root password in {} {} has \
+                     {chars} characters, and PVE takes one of at least {min} (pve-container's \
+                     create: `password` minLength {min}); write a longer one there",
+                    from.0, from.1
+                )
+            }
         }
     }
 }

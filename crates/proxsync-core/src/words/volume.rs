@@ -1,5 +1,5 @@
 //! The gate's refusals of a volume's or a drive's act ([`VolumeRefusal`]) and the facts of a
-//! `destroyDisks` slot ([`DestroyNote`]): the guest named by its kind, what was refused and
+//! `destroyDisks` or `destroyVolumes` slot ([`DestroyNote`]): the guest named by its kind, what was refused and
 //! what to do.
 
 use std::fmt;
@@ -27,11 +27,12 @@ fn drive(
     why: &DriveRefused,
 ) -> fmt::Result {
     let (named, noun, cli) = (kind.named(vmid), kind.noun(), kind.cli());
+    let destroy = kind.destroy_field();
     match why {
         DriveRefused::Kept { slot, what } => write!(
             f,
-            "destroyDisks names {slot} of {named}, which is its {what}: refused; remove it from \
-             destroyDisks"
+            "{destroy} names {slot} of {named}, which is its {what}: refused; remove it from \
+             {destroy}"
         ),
         DriveRefused::Protected {
             protection,
@@ -52,10 +53,11 @@ fn drive(
                      spec)"
                 ),
             };
-            let (drive, listed) = match kind {
-                GuestKind::Qemu => ("drive", "disks"),
-                GuestKind::Lxc => ("mount point", "mountPoints"),
+            let drive = match kind {
+                GuestKind::Qemu => "drive",
+                GuestKind::Lxc => "mount point",
             };
+            let listed = kind.drives_field();
             write!(
                 f,
                 "{named} has protection set, and PVE refuses to remove any {drive} of a protected \
@@ -197,10 +199,11 @@ impl fmt::Display for DestroyNote {
         let (kind, vmid, slot) = (self.kind, self.vmid, &self.slot);
         let named = kind.named(vmid);
         let how_to = |volume: &str| how_to(kind, vmid, slot, volume);
+        let destroy = kind.destroy_field();
         match &self.noted {
             DestroyNoted::Unfollowed { volume } => write!(
                 f,
-                "destroyDisks names {slot}, but proxsync has no record of the volume that \
+                "{destroy} names {slot}, but proxsync has no record of the volume that \
                  destroy was written for (it began following {named} after: an adoption, a \
                  rebuilt state database or an older release): {volume} in {slot} is not \
                  destroyed; {}",
@@ -209,29 +212,29 @@ impl fmt::Display for DestroyNote {
             DestroyNoted::Detached { bound } => write!(
                 f,
                 "{slot} ({bound}) is no longer attached to {named} after the destroy sent for \
-                 destroyDisks"
+                 {destroy}"
             ),
             DestroyNoted::Replaced { bound, now } => write!(
                 f,
                 "{slot} no longer holds {bound}, the volume its destroy was bound to; \
-                 destroyDisks no longer applies to {now}, now in {slot}, which is kept; {}",
+                 {destroy} no longer applies to {now}, now in {slot}, which is kept; {}",
                 how_to(now)
             ),
             DestroyNoted::Done { destroyed, now } => {
                 let before = match destroyed {
                     Some(v) => format!("it destroyed {v} once"),
-                    None => format!("{slot} was empty when destroyDisks was first applied"),
+                    None => format!("{slot} was empty when {destroy} was first applied"),
                 };
                 write!(
                     f,
-                    "destroyDisks no longer applies to {slot}: {before}; {now}, in {slot} now, is \
+                    "{destroy} no longer applies to {slot}: {before}; {now}, in {slot} now, is \
                      kept; {}",
                     how_to(now)
                 )
             }
             DestroyNoted::Unbound { now } => write!(
                 f,
-                "destroyDisks names {slot}, but proxsync has no record of the volume that \
+                "{destroy} names {slot}, but proxsync has no record of the volume that \
                  destroy was written for: {now} in {slot} is not destroyed; {}",
                 how_to(now)
             ),
@@ -239,7 +242,8 @@ impl fmt::Display for DestroyNote {
     }
 }
 
-/// How to keep or destroy by hand the volume in a `destroyDisks` slot proxsync keeps.
+/// How to keep or destroy by hand the volume in a `destroyDisks` (`destroyVolumes`) slot
+/// proxsync keeps.
 fn how_to(kind: GuestKind, vmid: u32, slot: &str, volume: &str) -> String {
     match kind {
         GuestKind::Qemu => format!(
@@ -248,7 +252,7 @@ fn how_to(kind: GuestKind, vmid: u32, slot: &str, volume: &str) -> String {
         ),
         // pve-container moves a detached volume to `unusedN`, and frees it when that goes.
         GuestKind::Lxc => format!(
-            "to keep it, list {slot} in mountPoints and remove it from destroyDisks; to destroy \
+            "to keep it, list {slot} in mountPoints and remove it from destroyVolumes; to destroy \
              it: pct set {vmid} --delete {slot}, then pct set {vmid} --delete the unusedN entry \
              that holds it ({}'s volume {volume})",
             kind.named(vmid)

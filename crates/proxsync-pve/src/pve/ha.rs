@@ -300,7 +300,7 @@ pub struct AffinityParams {
 
 impl AffinityParams {
     /// `node[:priority]` joined as PVE writes them (a priority of 0 left out).
-    fn nodes_text(&self) -> String {
+    pub fn nodes_text(&self) -> String {
         join_nodes(self.nodes.iter().map(|(n, p)| (n.as_str(), *p)))
     }
 

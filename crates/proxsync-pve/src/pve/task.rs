@@ -133,6 +133,17 @@ pub enum TaskOutcome {
     StillRunning,
 }
 
+impl TaskOutcome {
+    /// The task's status as PVE says it (`OK`, `WARNINGS: n`), or `running`.
+    pub fn status(&self) -> String {
+        match self {
+            TaskOutcome::Ok => "OK".to_string(),
+            TaskOutcome::Warnings(n) => format!("WARNINGS: {n}"),
+            TaskOutcome::StillRunning => "running".to_string(),
+        }
+    }
+}
+
 /// Classifies a stopped task's exit status: `Ok(outcome)` for success, `Err(text)` otherwise.
 pub(crate) fn classify_exit(exitstatus: &str) -> Result<TaskOutcome, String> {
     let s = exitstatus.trim();
