@@ -20,7 +20,7 @@ use super::create::clone_request;
 use super::identity::{desired_tags, marker};
 use super::preflight::Source;
 use super::vm::{check_lock, protection_of, read_own_config};
-use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, fail, site, wait};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, site, wait};
 use crate::guest::GuestKind;
 use crate::model::{Blocked, Note, Unfit};
 
@@ -187,12 +187,11 @@ pub(super) async fn converge(
     }
     let held = match held.is_empty() {
         true => Ok(()),
-        false => Err(Blocked::MountPointsHeld {
+        false => Err(blocked(Blocked::MountPointsHeld {
             vmid,
             managed: protection.managed == Some(true),
             held,
-        }
-        .to_string()),
+        })),
     };
     let tail = super::converge::Tail {
         waits: (HOSTNAME_PENDING, changed.contains(&"hostname")),

@@ -194,7 +194,7 @@ async fn converge_vm(
     // Drives a protected VM keeps: everything else is applied, and the spec is not (the next
     // converge tries again; `Stalled` says what to do).
     let held = crate::gate::volume::drive_removal(kind, vmid, protection, &held, &destroy_held)
-        .map_err(String::from);
+        .map_err(super::protected);
     let tail = Tail {
         changed,
         pending,
@@ -218,7 +218,7 @@ pub(super) struct Tail {
     /// changed it.
     pub waits: (&'static str, bool),
     /// What the guest's protection kept as it is: said after everything else is applied.
-    pub held: Result<(), String>,
+    pub held: Result<(), ActionError>,
 }
 
 /// The end of every converge, a VM's or a container's: the power state, what waits for the
@@ -290,7 +290,7 @@ pub(super) async fn finish(
     } else {
         Vec::new()
     };
-    held.map_err(super::protected)?;
+    held?;
     rec.applied_hash = Some(spec_hash(spec));
     rec.applied_content = Some(crate::spec::content_hash(spec));
     rec.provisioned = true;
