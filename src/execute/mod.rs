@@ -338,6 +338,20 @@ type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInter
 /// Values read at most once per cycle and key, however many actions ask together.
 type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 
+/// What the run's pre-flight would refuse of a create of `spec` on `site`, for `proxsync
+/// plan`: the same checks, reading what they read (the node's storages and bridges, the
+/// template's config, the storage's content, the PVE release), `facts` once per plan.
+/// `None`: the create would be sent.
+pub(crate) async fn create_refusal(
+    views: &BTreeMap<String, SiteView>,
+    facts: &NodeFacts,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+) -> Option<ActionError> {
+    let reads = preflight::Reads { views, facts };
+    preflight::preflight(&reads, site, spec).await.err()
+}
+
 /// The `reboot_pending` key of a cloud-init change (status: RebootPending).
 pub(crate) const CLOUDINIT_PENDING: &str = "cloudinit";
 

@@ -12,12 +12,20 @@ use crate::pve::values::is_drive_key;
 use crate::pve::{Error as PveError, Pve};
 use crate::spec::{Guest, Image, Spec, VmSpec, VolumeKind};
 
-use super::{ActionError, ExecCtx, SiteCtx, fail};
+use super::{ActionError, NodeFacts, SiteCtx, fail};
+use crate::model::SiteView;
 use crate::model::Unfit;
 
 /// The error of a create refused before anything exists.
 fn unfit(why: Unfit) -> ActionError {
     fail(why.category(), why.to_string())
+}
+
+/// What pre-flight reads from: the cycle's views of the sites, and what it read once per cycle
+/// of nodes and templates. A cycle's creates share it; `proxsync plan` makes its own.
+pub(crate) struct Reads<'a> {
+    pub views: &'a std::collections::BTreeMap<String, SiteView>,
+    pub facts: &'a NodeFacts,
 }
 
 /// What a create starts from, once resolved and checked.
@@ -42,13 +50,13 @@ pub(super) enum Source {
 /// A node's storages and bridges, read once per cycle and node however many creates need
 /// them.
 async fn node_facts(
-    ctx: &ExecCtx<impl Pve>,
+    reads: &Reads<'_>,
     site: &SiteCtx<impl Pve>,
     node: &str,
 ) -> Result<Arc<(Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>)>, ActionError> {
     let key = (site.name.clone(), node.to_string());
-    let cell = ctx
-        .node_facts
+    let cell = reads
+        .facts
         .nodes
         .lock()
         .await
@@ -67,15 +75,15 @@ async fn node_facts(
 
 /// A template's config, read once per cycle and template however many clones need it.
 async fn template_config(
-    ctx: &ExecCtx<impl Pve>,
+    reads: &Reads<'_>,
     site: &SiteCtx<impl Pve>,
     node: &str,
     kind: GuestKind,
     vmid: u32,
 ) -> Result<Arc<VmConfig>, ActionError> {
     let key = (site.name.clone(), vmid);
-    let cell = ctx
-        .node_facts
+    let cell = reads
+        .facts
         .templates
         .lock()
         .await
@@ -94,11 +102,11 @@ async fn template_config(
 // Long because: every check a create needs (site, node, disk formats, the seed's storage, the
 // template or image), each failing with its own category and message before anything exists.
 pub(super) async fn preflight(
-    ctx: &ExecCtx<impl Pve>,
+    reads: &Reads<'_>,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
 ) -> Result<Source, ActionError> {
-    let view = ctx.views.get(&site.name).ok_or_else(|| {
+    let view = reads.views.get(&site.name).ok_or_else(|| {
         unfit(Unfit::SiteNotObserved {
             site: site.name.clone(),
         })
@@ -109,7 +117,7 @@ pub(super) async fn preflight(
         }));
     }
     let client = &site.client;
-    let facts = node_facts(ctx, site, &spec.node).await?;
+    let facts = node_facts(reads, site, &spec.node).await?;
     let (storages, bridges) = (facts.0.as_slice(), facts.1.as_slice());
     // A container's volumes are `rootdir` content, a VM's `images`.
     match &spec.guest {
@@ -161,7 +169,7 @@ pub(super) async fn preflight(
             kind: spec.kind(),
         })),
         Image::Template { vmid } => match template_in_view(*vmid) {
-            Some(t) => clone_source(ctx, site, spec, storages, *vmid, &t.node).await,
+            Some(t) => clone_source(reads, site, spec, storages, *vmid, &t.node).await,
             None => Err(unfit(Unfit::NoTemplate {
                 vmid: *vmid,
                 site: site.name.clone(),
@@ -189,7 +197,7 @@ pub(super) async fn preflight(
                 })
                 .collect();
             match templates.as_slice() {
-                [t] => return clone_source(ctx, site, spec, storages, t.vmid, &t.node).await,
+                [t] => return clone_source(reads, site, spec, storages, t.vmid, &t.node).await,
                 [] => {}
                 many => {
                     return Err(unfit(Unfit::AmbiguousTemplates {
@@ -254,7 +262,7 @@ fn check_bridge(
 /// spec's `rootfs` one): a CT template on local storage clones to any node onto shared storage.
 /// The template's config is read once per cycle.
 async fn clone_source(
-    ctx: &ExecCtx<impl Pve>,
+    reads: &Reads<'_>,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
     storages: &[NodeStorage],
@@ -263,7 +271,7 @@ async fn clone_source(
 ) -> Result<Source, ActionError> {
     // A clone is as privileged as its template: pve-container copies `unprivileged`.
     if let Some(ct) = &spec.container() {
-        let cfg = template_config(ctx, site, template_node, spec.kind(), template).await?;
+        let cfg = template_config(reads, site, template_node, spec.kind(), template).await?;
         let privileged = !cfg
             .get("unprivileged")
             .is_some_and(crate::pve::values::pve_bool);
@@ -293,8 +301,8 @@ async fn clone_source(
                 template_node: template_node.to_string(),
             });
         }
-        let cfg = template_config(ctx, site, template_node, spec.kind(), template).await?;
-        let source_storages = node_facts(ctx, site, template_node).await?;
+        let cfg = template_config(reads, site, template_node, spec.kind(), template).await?;
+        let source_storages = node_facts(reads, site, template_node).await?;
         let local = local_volumes(&cfg, &source_storages.0);
         if !local.is_empty() {
             return Err(unfit(Unfit::LocalVolumes {

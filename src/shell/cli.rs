@@ -105,9 +105,9 @@ Examples:
         specs: Vec<PathBuf>,
     },
     /// Show what a reconcile would do now against the live clusters, field by field, without
-    /// doing it; exit 0 no changes, 2 changes, 1 error (an unreachable site, an invalid spec, a
-    /// refused commit, a spec set not read completely, a safety valve's refusal: the reason on
-    /// stderr).
+    /// doing it; exit 0 no changes, 2 changes or a spec not yet satisfied, 1 error (an
+    /// unreachable site, an invalid spec, a refused commit, a spec set not read completely, a
+    /// safety valve's refusal, a create the run's pre-flight refuses: the reason on stderr).
     #[command(after_help = "\
 Examples:
   proxsync plan --config /etc/proxsync/proxsync.toml

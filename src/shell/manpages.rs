@@ -24,7 +24,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "proxsync-plan",
-        "0 no changes, 2 changes, 1 when the plan cannot be trusted: a site that cannot be read, an invalid spec, a refused commit, a spec set not read completely, a name that is no spec.",
+        "0 no changes, 2 changes or a spec not satisfied (backing off, stalled, waiting), 1 when the plan cannot be trusted or the daemon would refuse it: a site that cannot be read, an invalid spec, a refused commit, a spec set not read completely, a name that is no spec, a safety valve's refusal, a create the run's pre-flight refuses.",
     ),
     (
         "proxsync-status",

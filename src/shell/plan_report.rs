@@ -124,15 +124,24 @@ impl Default for Report {
 
 impl Report {
     /// The exit code `plan` promises: 1 when anything kept the plan from being complete, else
-    /// 2 when there are changes, 0 when there are none.
+    /// 2 when there are changes or a spec is not satisfied (held: backing off, waiting, its
+    /// node offline), 0 when every spec is as it says or held by a person's choice.
     pub(crate) fn exit_code(&self) -> u8 {
         if !self.errors.is_empty() {
             1
-        } else if self.changes.is_empty() {
+        } else if self.changes.is_empty() && self.unsatisfied() == 0 {
             0
         } else {
             2
         }
+    }
+
+    /// How many held specs are not as they say, and not by a person's choice (observe-only,
+    /// suspended): the daemon is still at work on them, or stalled.
+    fn unsatisfied(&self) -> usize {
+        let by_choice =
+            |v: &Verdict| matches!(v, Verdict::Observed { .. } | Verdict::Suspended { .. });
+        self.held.iter().filter(|h| !by_choice(&h.verdict)).count()
     }
 
     /// The text `plan` prints on stdout (the errors go to stderr).
@@ -160,9 +169,15 @@ impl Report {
         }
         if self.changes.is_empty() && !self.errors.is_empty() {
             // Not "no changes": what could not be planned is on stderr.
+        } else if self.changes.is_empty() && self.unsatisfied() > 0 {
+            // Not "no changes": the daemon is not done with these specs.
+            out.push_str(&format!(
+                "nothing to send now; {} spec(s) not satisfied (above)\n",
+                self.unsatisfied()
+            ));
         } else if self.changes.is_empty() && !self.held.is_empty() {
             out.push_str(&format!(
-                "no changes now; {} spec(s) held (above)\n",
+                "no changes; {} spec(s) held by hand (above)\n",
                 self.held.len()
             ));
         } else if self.changes.is_empty() {
@@ -182,6 +197,7 @@ async fn change_of(
     kinds: &crate::engine::GuestKinds,
     scope: &Scope<'_>,
     action: &Action,
+    facts: &crate::execute::NodeFacts,
     errors: &mut Vec<String>,
 ) -> Change {
     let mut change = Change {
@@ -240,6 +256,23 @@ async fn change_of(
                 }
             }
         }
+        // The run checks a create before it sends anything: what it would refuse, so does
+        // the plan.
+        Action::Create { spec, site, .. } => {
+            let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) else {
+                return change;
+            };
+            if let Some(e) = crate::execute::create_refusal(&view.views, facts, ctx, s).await {
+                change.text.push_str(&format!(
+                    " [refused before anything is made: {}]",
+                    e.category
+                ));
+                errors.push(format!(
+                    "{spec}: the create would be refused before anything is made: {}: {}",
+                    e.category, e.message
+                ));
+            }
+        }
         Action::Remove { .. } | Action::Forget { .. } => {
             change.removal = Some(if scope.from_files {
                 change.text.push_str(
@@ -267,8 +300,10 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
     };
     let kinds = crate::engine::removed_kinds(&view.plan.actions, &view.views, &view.records);
     let mut report = Report::default();
+    let facts = crate::execute::NodeFacts::default();
     for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
-        let change = change_of(view, &by_name, &kinds, scope, action, &mut report.errors).await;
+        let errors = &mut report.errors;
+        let change = change_of(view, &by_name, &kinds, scope, action, &facts, errors).await;
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();
@@ -1015,5 +1050,35 @@ mod tests {
         assert_eq!(r.exit_code(), 2);
         r.errors.push("site lab could not be read".into());
         assert_eq!(r.exit_code(), 1);
+    }
+
+    /// A spec the daemon is not done with is never "no changes": held by a person's choice
+    /// it is (exit 0); backing off, it is not (exit 2).
+    #[test]
+    fn an_unsatisfied_spec_is_never_no_changes() {
+        let held = |verdict| Held {
+            spec: "web-01".into(),
+            verdict,
+            text: "why".into(),
+        };
+        let mut r = Report::default();
+        r.held.push(held(Verdict::Observed {
+            vmid: None,
+            drift: vec![],
+            renamed_from: None,
+        }));
+        assert_eq!(r.exit_code(), 0);
+        assert!(
+            r.render()
+                .ends_with("no changes; 1 spec(s) held by hand (above)\n")
+        );
+        r.held.push(held(Verdict::BackingOff { until_ms: 5 }));
+        assert_eq!(r.exit_code(), 2);
+        let text = r.render();
+        assert!(
+            text.ends_with("nothing to send now; 1 spec(s) not satisfied (above)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("no changes"), "{text}");
     }
 }

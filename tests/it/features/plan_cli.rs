@@ -265,3 +265,43 @@ fn a_backoff_is_said_in_words() {
     assert!(line.contains("storage is on fire"), "{line}");
     assert!(!line.contains('{'), "no JSON: {line}");
 }
+
+/// The run's pre-flight is the plan's: `ha.group` on a PVE 9 site is refused before anything
+/// is sent, so `plan` says so and exits 1 instead of promising a create; after the run, the
+/// spec has no VM and `plan` never says "no changes" (exit 2).
+#[test]
+fn a_create_the_run_would_refuse_fails_the_plan_and_an_unsatisfied_spec_is_never_no_changes() {
+    let mut pve = FakePve::start(default_scenario()); // fakepve's version: 9.0.10
+    let ws = Workspace::new(&pve);
+    let group = "    ha: {group: prod}\n";
+    ws.commit_specs(&[("a.yaml", spec("ha-01", "pve1", "9000", group))]);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("+ create  ha-01: new VM")
+            && stdout(&out).contains("[refused before anything is made: ConfigurationError]"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stderr(&out).contains(
+            "error: ha-01: the create would be refused before anything is made: \
+             ConfigurationError: spec.forProvider.ha.group \"prod\""
+        ) && stderr(&out).contains("ha groups have been migrated to rules"),
+        "{}",
+        text(&out)
+    );
+
+    assert!(!ws.run_once().0);
+    assert!(owned_vms(&mut pve).is_empty());
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let o = stdout(&out);
+    assert!(o.contains("! ha-01: backing off until "), "{}", text(&out));
+    assert!(
+        o.ends_with("nothing to send now; 1 spec(s) not satisfied (above)\n")
+            && !o.contains("no changes"),
+        "{}",
+        text(&out)
+    );
+}
