@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use crate::category::Category;
 use crate::engine::PlanView;
 use crate::guest::GuestKind;
 use crate::observe::Power;
@@ -262,7 +263,22 @@ async fn change_of(
             let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) else {
                 return change;
             };
-            if let Some(e) = crate::execute::create_refusal(&view.views, facts, ctx, s).await {
+            let Some(e) = crate::execute::create_refusal(&view.views, facts, ctx, s).await else {
+                return change;
+            };
+            // A read the plan's token may not make (a read-only token, a site gone quiet) is
+            // no refusal of the run's: the plan is incomplete all the same.
+            let unread = [
+                Category::AuthenticationError,
+                Category::PermissionDenied,
+                Category::NetworkError,
+            ];
+            if unread.contains(&e.category) {
+                errors.push(format!(
+                    "{spec}: cannot check the create before it is made: {}: {}",
+                    e.category, e.message
+                ));
+            } else {
                 change.text.push_str(&format!(
                     " [refused before anything is made: {}]",
                     e.category

@@ -305,3 +305,28 @@ fn a_create_the_run_would_refuse_fails_the_plan_and_an_unsatisfied_spec_is_never
         text(&out)
     );
 }
+
+/// A pre-flight read the plan's token cannot make (a read-only token without Sys.Audit) is no
+/// refusal of the run's: the create is not marked refused, and the plan is incomplete (exit 1).
+#[test]
+fn a_preflight_read_the_plan_cannot_make_is_said_as_such() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    pve.fail(
+        "GET",
+        "/nodes/{node}/network",
+        403,
+        "Permission check failed (/nodes/pve1, Sys.Audit)",
+    );
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(
+            "error: web-01: cannot check the create before it is made: PermissionDenied:"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert!(!stdout(&out).contains("[refused"), "{}", text(&out));
+}
