@@ -113,6 +113,7 @@ Examples:
   proxsync plan --config /etc/proxsync/proxsync.toml
   proxsync plan web-01 db-01                                  these specs only, never a removal
   proxsync plan --json | jq .changes                          the same as data
+  proxsync plan --specs ./specs --format markdown > plan.md   for a pull request's comment
   proxsync plan --config proxsync.toml --specs ./specs        what a branch's specs would do
                                                               (specs not in ./specs count as
                                                               removed, and are labelled so)")]
@@ -122,9 +123,13 @@ Examples:
         /// Read specs from these files or directories instead of the configured git source.
         #[arg(long, value_name = "PATH")]
         specs: Vec<PathBuf>,
-        /// JSON instead of text (the errors still on stderr).
-        #[arg(long)]
+        /// JSON instead of text (the errors still on stderr); the same as --format json.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// text, json, or markdown (for a pull request's comment: the plan as a diff block
+        /// under its summary, then the errors).
+        #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "markdown"])]
+        format: Option<String>,
     },
     /// Ask the running daemon to reconcile now (one spec: also retry it at once if it is
     /// backing off).
@@ -459,7 +464,15 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             cmd::inventory::inventory_cmd(cli.config, &output)
         }
-        Command::Plan { names, specs, json } => cmd::plan::plan_cmd(cli.config, names, specs, json),
+        Command::Plan {
+            names,
+            specs,
+            json,
+            format,
+        } => {
+            let format = if json { Some("json".into()) } else { format };
+            cmd::plan::plan_cmd(cli.config, names, specs, format.as_deref())
+        }
         Command::Accept { what } => match what {
             Accept::Commit { commit } => cmd::accept::accept_commit_cmd(cli.config, &commit),
             Accept::Site { site } => cmd::accept::accept_site_cmd(cli.config, site),

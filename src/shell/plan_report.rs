@@ -184,10 +184,98 @@ impl Report {
         } else if self.changes.is_empty() {
             out.push_str("no changes\n");
         } else {
-            out.push_str(&format!("{} change(s)\n", self.changes.len()));
+            out.push_str(&format!(
+                "{} change(s): {}\n",
+                self.changes.len(),
+                self.summary()
+            ));
         }
         out
     }
+
+    /// The changes counted by what they do: `3 to create, 1 to change, 1 to delete`.
+    pub(crate) fn summary(&self) -> String {
+        const ORDER: [&str; 7] = [
+            "create", "adopt", "change", "move", "delete", "release", "forget",
+        ];
+        let mut counts = [0usize; ORDER.len()];
+        for c in &self.changes {
+            let what = match &c.action {
+                Action::Create { .. } | Action::ResumeCreate { .. } => "create",
+                Action::Adopt { .. } | Action::AdoptByConsent { .. } | Action::HandOver { .. } => {
+                    "adopt"
+                }
+                Action::Converge { .. } | Action::Relabel { .. } => "change",
+                Action::Migrate { .. } => "move",
+                Action::Remove { release: true, .. } => "release",
+                Action::Remove { .. } | Action::DeleteOrphan { .. } => "delete",
+                Action::Forget { .. } => "forget",
+            };
+            if let Some(i) = ORDER.iter().position(|o| *o == what) {
+                counts[i] += 1;
+            }
+        }
+        let parts: Vec<String> = ORDER
+            .iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(what, n)| format!("{n} to {what}"))
+            .collect();
+        parts.join(", ")
+    }
+
+    /// The plan as Markdown for a pull request's comment: the summary as a heading, the lines
+    /// as a `diff` block, and the errors. Every line is a spec's or a guest's words, so they
+    /// stay inside a fence longer than any run of backticks they hold.
+    pub(crate) fn markdown(&self) -> String {
+        let text = self.render();
+        let mut lines: Vec<&str> = text.lines().collect();
+        let last = lines.pop().unwrap_or_default();
+        let fence = "`".repeat(3.max(longest_backtick_run(&text) + 1));
+        let mut out = format!("### proxsync plan: {}\n\n", markdown_text(last));
+        if !lines.is_empty() {
+            out.push_str(&format!("{fence}diff\n"));
+            for line in lines {
+                out.extend(line.chars().filter(|c| !c.is_control()));
+                out.push('\n');
+            }
+            out.push_str(&format!("{fence}\n"));
+        }
+        if !self.errors.is_empty() {
+            out.push_str("\n**This plan is incomplete (exit 1):**\n\n");
+            for e in &self.errors {
+                out.push_str(&format!("- {}\n", markdown_text(e)));
+            }
+        }
+        out
+    }
+}
+
+/// The longest run of backticks in `text`.
+fn longest_backtick_run(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
+/// `text` as plain Markdown text: every character Markdown or HTML could read as markup is
+/// escaped, and a line break is a space, so a spec's or a guest's words stay words.
+fn markdown_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '#' | '|' | '!' | '~' | '{' | '}'
+            | '+' | '-' | '.' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\n' | '\r' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// One planned action as `plan` shows it: an update's fields and an adoption's, read from the
@@ -1066,6 +1154,76 @@ mod tests {
         assert_eq!(r.exit_code(), 2);
         r.errors.push("site lab could not be read".into());
         assert_eq!(r.exit_code(), 1);
+    }
+
+    #[test]
+    fn the_summary_counts_changes_by_what_they_do() {
+        let change = |action| Change {
+            action,
+            fields: vec![],
+            also: vec![],
+            removal: None,
+            text: String::new(),
+        };
+        let remove = |release| Action::Remove {
+            spec: "a".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+            vmid: 100,
+            release,
+        };
+        let create = Action::Create {
+            spec: "b".into(),
+            site: "lab".into(),
+            node: "pve1".into(),
+        };
+        let r = Report {
+            changes: vec![
+                change(remove(false)),
+                change(create.clone()),
+                change(create),
+                change(remove(true)),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(r.summary(), "2 to create, 1 to delete, 1 to release");
+        assert!(
+            r.render()
+                .ends_with("4 change(s): 2 to create, 1 to delete, 1 to release\n")
+        );
+    }
+
+    /// What a spec or PVE says cannot leave the diff block or become markup in the comment:
+    /// the fence outgrows any run of backticks, and the heading and errors are escaped.
+    #[test]
+    fn markdown_keeps_hostile_words_as_text() {
+        let r = Report {
+            changes: vec![Change {
+                action: Action::Forget { spec: "a".into() },
+                fields: vec![],
+                also: vec![],
+                removal: None,
+                text: "~ update  a: ````\n# owned <script>alert(1)</script>\u{1b}[2J".into(),
+            }],
+            errors: vec![
+                "site lab: <img src=x onerror=alert(1)> [x](javascript:alert(1)) `".into(),
+            ],
+            ..Default::default()
+        };
+        let md = r.markdown();
+        assert!(
+            md.starts_with("### proxsync plan: 1 change\\(s\\): 1 to forget\n\n`````diff\n"),
+            "{md}"
+        );
+        assert!(md.contains("\n`````\n"), "{md}");
+        assert!(!md.contains('\u{1b}'), "{md}");
+        assert!(
+            md.contains(
+                "- site lab: &lt;img src=x onerror=alert\\(1\\)&gt; \\[x\\]\\(javascript:alert\\(1\\)\\) \\`"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("**This plan is incomplete (exit 1):**"), "{md}");
     }
 
     /// A spec the daemon is not done with is never "no changes": held by a person's choice

@@ -10,7 +10,7 @@ pub(crate) fn plan_cmd(
     config_path: Option<PathBuf>,
     names: Vec<String>,
     spec_paths: Vec<PathBuf>,
-    json: bool,
+    format: Option<&str>,
 ) -> ExitCode {
     let Inputs {
         config,
@@ -67,7 +67,11 @@ pub(crate) fn plan_cmd(
         0..0,
         crate::shell::plan_report::input_errors(&specs, names.as_ref(), refused.as_ref()),
     );
-    if json {
+    if format == Some("markdown") {
+        let _ = std::io::stdout()
+            .lock()
+            .write_all(report.markdown().as_bytes());
+    } else if format == Some("json") {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => {
                 let _ = writeln!(std::io::stdout().lock(), "{text}");

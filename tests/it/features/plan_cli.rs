@@ -330,3 +330,18 @@ fn a_preflight_read_the_plan_cannot_make_is_said_as_such() {
     );
     assert!(!stdout(&out).contains("[refused"), "{}", text(&out));
 }
+
+/// `--format markdown` is the plan for a pull request's comment, with the same exit status.
+#[test]
+fn the_markdown_plan_is_the_text_plan_in_a_diff_block() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    let out = plan(&ws, &["--format", "markdown"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(
+        stdout(&out),
+        "### proxsync plan: 1 change\\(s\\): 1 to create\n\n```diff\n+ create  web-01: new VM on \
+         lab/pve1 from template 9000\n```\n"
+    );
+}
