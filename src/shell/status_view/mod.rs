@@ -518,6 +518,7 @@ mod tests {
                 at: t(T0 - 2 * 86_400),
                 action: "start".into(),
                 outcome: "OK".into(),
+                tasks: Vec::new(),
             }],
             observed_generation: Some("sha256:9b1f".into()),
         }
@@ -585,11 +586,13 @@ mod tests {
                 at: t(T0 + 240),
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
+                tasks: Vec::new(),
             },
             crate::status::AttemptSummary {
                 at: t(T0 + 180),
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
+                tasks: Vec::new(),
             },
         ];
         sd.write_spec(&cache, t(T0 + 240)).unwrap();
