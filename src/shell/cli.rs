@@ -277,6 +277,31 @@ Progress lines are printed when something changes, then a summary.")]
         #[arg(long, value_name = "SHA")]
         commit: Option<String>,
     },
+    /// Print the daemon's actions (each with the PVE task it ran) and the specs' condition
+    /// changes, one line each, from the status files; with --follow, what happens next too.
+    #[command(after_help = "\
+Examples:
+  proxsync events                        every spec's recent attempts, tasks and conditions
+  proxsync events --follow --since 10m   the last 10 minutes, then as it happens (Ctrl-C ends)
+  proxsync events --spec web-01 --json   one spec, one JSON object per line
+
+A line: time, spec, kind (action, task, condition, removed), message, and the task's UPID.
+The status files keep each spec's last 10 attempts, its last task and each condition's last
+transition; --follow reads them every second and tells what changed.")]
+    Events {
+        /// Keep printing what happens until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only what happened this recently (`30s`, `10m`, `1h`).
+        #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+        since: Option<std::time::Duration>,
+        /// Only this spec (metadata.name; repeatable).
+        #[arg(long = "spec", value_name = "NAME")]
+        specs: Vec<String>,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the VMs of the status files as an Ansible inventory: JSON in the dynamic-inventory
     /// format (`--list`, the default; `--host NAME`), or YAML. Hosts by spec name, groups by
     /// site, node, tag and label, variables from the status; no Proxmox API call.
@@ -482,6 +507,20 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             cmd::status::status_cmd(cli.config, name, json, only)
         }
+        Command::Events {
+            follow,
+            since,
+            specs,
+            json,
+        } => cmd::events::events_cmd(
+            cli.config,
+            cmd::events::Args {
+                follow,
+                since,
+                specs,
+                json,
+            },
+        ),
         Command::Wait {
             names,
             until,
@@ -543,7 +582,7 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// A `--timeout` as the config writes durations (`30s`, `10m`, `1h30m`).
+/// A `--timeout` or `--since` as the config writes durations (`30s`, `10m`, `1h30m`).
 fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
     crate::util::duration::parse_duration(text)
 }

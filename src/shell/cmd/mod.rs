@@ -4,6 +4,7 @@
 pub(crate) mod accept;
 pub(crate) mod adopt;
 pub(crate) mod doctor;
+pub(crate) mod events;
 pub(crate) mod import;
 pub(crate) mod inventory;
 pub(crate) mod plan;

@@ -121,3 +121,134 @@ fn wait_times_out_with_its_own_status_and_refuses_an_unknown_name() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("is not a commit id"), "{}", text(&out));
 }
+
+/// Lines a child prints, collected as they come.
+fn collect_lines(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+#[test]
+fn events_show_each_action_with_its_task_and_follow_what_happens_next() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    let (code, out, err, _) = wait(&ws, &["--commit", &head(&ws), "--timeout", "60s"]);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", daemon.log());
+
+    // The create, with the PVE task it ran, and the Ready it led to.
+    let out = ws.proxsync(&["events", "--spec", "web-01"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let create = (stdout.lines())
+        .find(|l| l.contains("web-01  action     create: ok"))
+        .unwrap_or_else(|| panic!("no create in {stdout}"));
+    // Every task it ran, the clone first.
+    assert!(create.contains("(tasks UPID:pve1:"), "{create}");
+    assert!(create.contains(":qmclone:9000:"), "{create}");
+    assert!(
+        create.find(":qmclone:") < create.find(":qmstart:"),
+        "{create}"
+    );
+    assert!(stdout.contains("web-01  condition  Ready=True"), "{stdout}");
+    // As data: one object per line.
+    let out = ws.proxsync(&["events", "--spec", "web-01", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let objects: Vec<serde_json::Value> = (stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        objects.iter().any(|o| o["kind"] == "action"
+            && o["tasks"][0]
+                .as_str()
+                .is_some_and(|t| t.contains(":qmclone:"))),
+        "{stdout}"
+    );
+    // Nothing older than a minute but what just happened; nothing of another spec.
+    let out = ws.proxsync(&["events", "--since", "1m", "--spec", "nothing-01"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+
+    // --follow: what happens after it started.
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
+        .args(["events", "--follow", "--config"])
+        .arg(ws.config())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = collect_lines(&mut follow);
+    super::daemon::wait_until("the first read printed", Duration::from_secs(10), || {
+        lines.lock().unwrap().iter().any(|l| l.contains("web-01"))
+    });
+    assert!(!lines.lock().unwrap().iter().any(|l| l.contains("web-02")));
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", spec("web-02", "pve1", "9000", "")),
+    ]);
+    ws.push();
+    super::daemon::wait_until("web-02's create followed", Duration::from_secs(30), || {
+        let lines = lines.lock().unwrap();
+        lines
+            .iter()
+            .any(|l| l.contains("web-02  action     create: ok  (tasks UPID:"))
+            && lines
+                .iter()
+                .any(|l| l.contains("web-02  condition  Ready=True"))
+    });
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}
+
+/// What a guest or PVE says reaches the terminal as text, never as an escape sequence.
+#[test]
+fn events_keep_hostile_text_off_the_terminal() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    std::fs::create_dir_all(ws.path("status")).unwrap();
+    let hostile = "\\e]0;owned\\a\\e[2J\\r\\nforged\\u009b31m\\u202e";
+    std::fs::write(
+        ws.path("status/web-01.yaml"),
+        format!(
+            "name: web-01\nsite: lab\nnode: pve1\nvmName: web-01\nstate: running\n\
+             ipAddresses: []\ninitialization:\n  provisioned: true\nconditions:\n\
+             - type: Ready\n  status: \"False\"\n  reason: Failed\n  message: \"{hostile}\"\n  \
+             lastTransitionTime: \"2025-03-01T12:00:00Z\"\nhistory:\n\
+             - at: \"2025-03-01T12:00:00Z\"\n  action: converge\n  outcome: \"{hostile}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = ws.proxsync(&["events"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(stdout.contains("forged"), "{stdout}");
+    assert!(
+        !stdout
+            .chars()
+            .any(|c| c != '\n' && (c.is_control() || c == '\u{202e}')),
+        "{stdout:?}"
+    );
+    let out = ws.proxsync(&["events", "--json"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(stdout.contains("\\u001b]0;owned"), "{stdout}");
+    assert!(
+        !stdout
+            .chars()
+            .any(|c| c != '\n' && (c.is_control() || c == '\u{202e}')),
+        "{stdout:?}"
+    );
+}
