@@ -85,7 +85,7 @@ pub(super) async fn create(
             tracing::info!(spec = %spec.name, vmid, node = %spec.node, "creating");
             match send_create(ctx, site, spec, rec, vmid, &source).await {
                 Ok(upid) => {
-                    rec.last_task = Some(Box::new(task_record(ctx, &upid, "running")));
+                    rec.set_task(task_record(ctx, &upid, "running"));
                     record_task(ctx, &spec.name, rec, &upid)?;
                     tracing::info!(spec = %spec.name, vmid, upid = %upid, "create task started");
                     break Ok((vmid, upid));

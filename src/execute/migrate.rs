@@ -104,7 +104,7 @@ async fn finish_migration(
 ) -> Result<Outcome, ActionError> {
     let vmid = vm.vmid;
     let client = &site(ctx, vm.site)?.client;
-    rec.last_task = Some(Box::new(super::task_record(ctx, &upid, "running")));
+    rec.set_task(super::task_record(ctx, &upid, "running"));
     ctx.store.put(&spec.name, rec)?;
     if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
         return Ok(Outcome::StillRunning {

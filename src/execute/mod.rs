@@ -483,6 +483,7 @@ async fn run_action(
     attempt: u32,
 ) -> Option<Outcome> {
     let mut rec = rec.unwrap_or_default();
+    let started_ms = ctx.clock.now_ms();
     // A create in flight is resumed on the path of the kind its intent made.
     let rec_kind = rec.kind;
     let result = match action {
@@ -614,10 +615,10 @@ async fn run_action(
         return Some(result);
     }
     if create_again(ctx, action, &rec, &result, attempt) {
-        outcome::retrying(ctx, action, rec, &result);
+        outcome::retrying(ctx, action, rec, &result, started_ms);
         return None;
     }
-    outcome::record(ctx, action, rec, &result);
+    outcome::record(ctx, action, rec, &result, started_ms);
     Some(result)
 }
 
@@ -648,6 +649,7 @@ fn task_record(ctx: &ExecCtx<impl Pve>, upid: &Upid, status: &str) -> TaskRecord
         kind: upid.kind.clone(),
         status: status.to_string(),
         at_ms: ctx.clock.now_ms(),
+        earlier: Vec::new(),
     }
 }
 
@@ -681,13 +683,13 @@ async fn wait(
     let waited = wait_until_stop(ctx, client, upid).await;
     match waited {
         Ok(outcome) => {
-            rec.last_task = Some(Box::new(task_record(ctx, upid, &outcome.status())));
+            rec.set_task(task_record(ctx, upid, &outcome.status()));
             Ok(outcome)
         }
         Err(e) => {
             let task_failed = matches!(e, PveError::TaskFailed { .. });
             if task_failed {
-                rec.last_task = Some(Box::new(task_record(ctx, upid, e.pve_message())));
+                rec.set_task(task_record(ctx, upid, e.pve_message()));
             }
             Err(WaitError {
                 task_failed,

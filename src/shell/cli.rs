@@ -255,6 +255,58 @@ Examples:
         #[arg(long, conflicts_with = "name")]
         not_ready: bool,
     },
+    /// Wait until the given specs (or every spec of the commit the daemon applied) are Ready,
+    /// from the status files: exit 0 when they are, 3 as soon as one is Stalled, invalid or
+    /// suspended (its reason on stderr), 124 when the timeout runs out first, 1 on an error (an
+    /// unknown spec). No Proxmox VE call.
+    #[command(after_help = "\
+Examples:
+  proxsync wait web-01 db-01 --timeout 5m         until both are Ready
+  proxsync wait --commit \"$(git rev-parse HEAD)\"  after a push: until the daemon applied it
+                                                  (or a later commit) and all specs are Ready
+  proxsync wait web-02 --for deleted              until web-02's guest is gone, after its spec
+                                                  left git
+
+Progress lines are printed when something changes, then a summary.")]
+    Wait {
+        /// The specs (metadata.name); default: every spec of the commit the daemon applied.
+        names: Vec<String>,
+        /// What to wait for.
+        #[arg(long = "for", value_enum, default_value = "ready")]
+        until: WaitFor,
+        /// Give up after this long (`30s`, `10m`, `1h`): exit 124.
+        #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_timeout)]
+        timeout: std::time::Duration,
+        /// First wait until the daemon has applied this commit (7 to 40 hex digits) or one
+        /// descending from it.
+        #[arg(long, value_name = "SHA")]
+        commit: Option<String>,
+    },
+    /// Print the daemon's actions (each with the PVE task it ran) and the specs' condition
+    /// changes, one line each, from the status files; with --follow, what happens next too.
+    #[command(after_help = "\
+Examples:
+  proxsync events                        every spec's recent attempts, tasks and conditions
+  proxsync events --follow --since 10m   the last 10 minutes, then as it happens (Ctrl-C ends)
+  proxsync events --spec web-01 --json   one spec, one JSON object per line
+
+A line: time, spec, kind (action, task, condition, removed), message, and the task's UPID.
+The status files keep each spec's last 10 attempts, its last task and each condition's last
+transition; --follow reads them every second and tells what changed.")]
+    Events {
+        /// Keep printing what happens until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only what happened this recently (`30s`, `10m`, `1h`).
+        #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+        since: Option<std::time::Duration>,
+        /// Only this spec (metadata.name; repeatable).
+        #[arg(long = "spec", value_name = "NAME")]
+        specs: Vec<String>,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the VMs of the status files as an Ansible inventory: JSON in the dynamic-inventory
     /// format (`--list`, the default; `--host NAME`), or YAML. Hosts by spec name, groups by
     /// site, node, tag and label, variables from the status; no Proxmox API call.
@@ -325,6 +377,15 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
         #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxLXC", "ProxmoxVMSet", "ProxmoxDefaults"])]
         kind: String,
     },
+}
+
+/// What `proxsync wait` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WaitFor {
+    /// `Ready` is True.
+    Ready,
+    /// The spec's status file is gone: its guest deleted (or released) after its spec left git.
+    Deleted,
 }
 
 /// What `proxsync accept` accepts.
@@ -451,6 +512,37 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             cmd::status::status_cmd(cli.config, name, json, only)
         }
+        Command::Events {
+            follow,
+            since,
+            specs,
+            json,
+        } => cmd::events::events_cmd(
+            cli.config,
+            cmd::events::Args {
+                follow,
+                since,
+                specs,
+                json,
+            },
+        ),
+        Command::Wait {
+            names,
+            until,
+            timeout,
+            commit,
+        } => cmd::wait::wait_cmd(
+            cli.config,
+            cmd::wait::Args {
+                names,
+                until: match until {
+                    WaitFor::Ready => cmd::wait::For::Ready,
+                    WaitFor::Deleted => cmd::wait::For::Deleted,
+                },
+                timeout,
+                commit,
+            },
+        ),
         // `--list` is what prints by default; Ansible's script protocol passes it.
         Command::Inventory {
             yaml,
@@ -501,6 +593,11 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
     }
+}
+
+/// A `--timeout` or `--since` as the config writes durations (`30s`, `10m`, `1h30m`).
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    crate::util::duration::parse_duration(text)
 }
 
 /// Logs go to journald with structured fields (spec, vmid, upid) when stderr is the

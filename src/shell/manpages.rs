@@ -32,6 +32,14 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     ("proxsync-inventory", "0; 1 no status directory."),
     (
+        "proxsync-events",
+        "0 (with --follow: until interrupted); 1 when the status directory cannot be read.",
+    ),
+    (
+        "proxsync-wait",
+        "0 every spec waited for is Ready (or deleted, with --for deleted); 3 as soon as one is Stalled, invalid or suspended, its reason on stderr; 124 the timeout ran out first; 1 an error (a name that is no spec, a bad --commit); 2 bad arguments.",
+    ),
+    (
         "proxsync-adopt",
         "0 recorded (or listed), 1 refused (the reason and what to do).",
     ),

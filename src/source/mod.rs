@@ -936,6 +936,34 @@ fn tree_defaults(
 /// The size over which an object named as a parent is not read (a commit is a few KiB).
 const MAX_COMMIT_BYTES: usize = 16 * 1024 * 1024;
 
+/// Whether the commit `applied` (a full id) is the commit `wanted` (a full id or a prefix of 7
+/// or more hex digits) or descends from it, in the configured repository (a remote's mirror):
+/// what `proxsync wait --commit` asks of `_summary.yaml`'s commit. `Ok(None)` while `wanted`
+/// names no commit there yet (a remote's mirror is fetched by the daemon). Reads only.
+pub(crate) fn applied_includes(
+    config: &Config,
+    applied: &str,
+    wanted: &str,
+) -> Result<Option<bool>, String> {
+    if applied
+        .get(..wanted.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(wanted))
+    {
+        return Ok(Some(true));
+    }
+    let path = match &config.source.location {
+        SourceLocation::Path(p) => p.clone(),
+        SourceLocation::Url { .. } => config.state_dir.join("mirror.git"),
+    };
+    allow_foreign_owner();
+    let repo = git2::Repository::open(&path)
+        .map_err(|e| format!("{}: not a git repository ({})", path.display(), e.message()))?;
+    let Ok(found) = repo.find_commit_by_prefix(wanted) else {
+        return Ok(None);
+    };
+    descends_from(&repo, applied, &found.id().to_string()).map(Some)
+}
+
 /// Whether `commit` is `ancestor` or descends from it, by the `parent` lines of the commits'
 /// own bytes. libgit2's walks (`git_graph_descendant_of`) would take parents from
 /// `info/grafts` and a `shallow` file (libgit2 1.9, `commit.c` `git_commit__parse_ext`) or a

@@ -45,6 +45,7 @@ fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
             at: at(h.at_ms),
             action: h.action.clone(),
             outcome: h.outcome.clone(),
+            tasks: h.tasks.clone(),
         })
         .collect();
 }

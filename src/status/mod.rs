@@ -165,6 +165,8 @@ pub(crate) struct AttemptSummary {
     pub at: SystemTime,
     pub action: String,
     pub outcome: String,
+    /// The UPIDs of the PVE tasks the attempt ran, in order.
+    pub tasks: Vec<String>,
 }
 
 /// What the engine knows about one spec this cycle.
@@ -414,6 +416,9 @@ pub(crate) struct AttemptRecord {
     pub at: String,
     pub action: String,
     pub outcome: String,
+    /// The UPIDs of the PVE tasks the attempt ran, in order; absent when it ran none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<String>,
 }
 
 /// A spec's status file, `<dir>/<name>.yaml`.

@@ -567,6 +567,7 @@ fn history_is_capped_most_recent_first() {
             at: t(T0 + i * 60),
             action: format!("attempt {i}"),
             outcome: "TaskFailed".into(),
+            tasks: Vec::new(),
         })
         .collect();
     sd.write_spec(&s, t(T0)).unwrap();
@@ -751,6 +752,7 @@ fn hostile_strings_round_trip() {
             at: t(T0),
             action: v.to_string(),
             outcome: v.to_string(),
+            tasks: Vec::new(),
         }];
         sd.write_spec(&s, t(T0 + i as u64)).unwrap();
         let f = sd

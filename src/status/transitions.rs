@@ -233,6 +233,7 @@ fn history(s: &SpecStatus) -> Vec<AttemptRecord> {
             at: rfc3339(h.at),
             action: clip(&h.action),
             outcome: clip(&h.outcome),
+            tasks: h.tasks.iter().map(|t| clip(t)).collect(),
         })
         .collect()
 }

@@ -4,6 +4,7 @@
 pub(crate) mod accept;
 pub(crate) mod adopt;
 pub(crate) mod doctor;
+pub(crate) mod events;
 pub(crate) mod import;
 pub(crate) mod inventory;
 pub(crate) mod plan;
@@ -13,6 +14,7 @@ pub(crate) mod schema;
 pub(crate) mod status;
 pub(crate) mod suspend;
 pub(crate) mod validate;
+pub(crate) mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -188,6 +190,15 @@ pub(crate) fn known_spec(config: &Config, name: &str) -> Result<(), String> {
     let Ok(read) = crate::source::read_configured(config, crate::source::Use::Inspect) else {
         return Ok(());
     };
+    spec_of(config, &read, name)
+}
+
+/// [`known_spec`] in specs already read.
+pub(crate) fn spec_of(
+    config: &Config,
+    read: &crate::source::ReadSpecs,
+    name: &str,
+) -> Result<(), String> {
     let set = &read.specs;
     if let Some(spec) = set.specs.iter().find(|s| s.name == name) {
         if !config.selects(&spec.labels) {

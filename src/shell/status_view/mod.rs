@@ -190,6 +190,35 @@ pub(crate) fn spec_files(status_dir: &Path) -> Result<(Vec<SpecFile>, Vec<String
     Ok((listing.specs, listing.notes))
 }
 
+/// One spec's status file, `None` when there is none (yet, or no more); a damaged one is
+/// [`ViewError::Corrupt`]. What `proxsync wait NAME` polls: one file, not the directory.
+pub(crate) fn spec_file(status_dir: &Path, name: &str) -> Result<Option<SpecFile>, ViewError> {
+    check_dir(status_dir)?;
+    // No file of ours has another name (nor a path in it).
+    if !is_spec_name(name) {
+        return Ok(None);
+    }
+    let path = status_dir.join(format!("{name}.yaml"));
+    match load::<SpecFile>(&path)? {
+        Loaded::Parsed(f) => Ok(Some(f)),
+        Loaded::Missing => Ok(None),
+        Loaded::Corrupt(reason) => Err(ViewError::Corrupt {
+            name: name.to_string(),
+            path,
+            reason,
+        }),
+    }
+}
+
+/// `_summary.yaml`, `None` until the daemon finished a cycle (or while it cannot be parsed).
+pub(crate) fn summary_file(status_dir: &Path) -> Result<Option<SummaryFile>, ViewError> {
+    check_dir(status_dir)?;
+    match load::<SummaryFile>(&status_dir.join(SUMMARY_FILE))? {
+        Loaded::Parsed(s) => Ok(Some(s)),
+        Loaded::Missing | Loaded::Corrupt(_) => Ok(None),
+    }
+}
+
 /// The status directory exists and is a directory; it is never created (StatusDir::open would).
 fn check_dir(status_dir: &Path) -> Result<(), ViewError> {
     match std::fs::metadata(status_dir) {
@@ -489,6 +518,7 @@ mod tests {
                 at: t(T0 - 2 * 86_400),
                 action: "start".into(),
                 outcome: "OK".into(),
+                tasks: Vec::new(),
             }],
             observed_generation: Some("sha256:9b1f".into()),
         }
@@ -556,11 +586,13 @@ mod tests {
                 at: t(T0 + 240),
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
+                tasks: Vec::new(),
             },
             crate::status::AttemptSummary {
                 at: t(T0 + 180),
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
+                tasks: Vec::new(),
             },
         ];
         sd.write_spec(&cache, t(T0 + 240)).unwrap();

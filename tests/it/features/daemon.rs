@@ -16,7 +16,7 @@ use common::engine::{Workspace, owned_vms, spec, text};
 use common::{FakePve, default_scenario};
 
 /// A running `proxsync run` with a notify socket of our own.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     messages: Arc<Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
@@ -24,7 +24,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(ws: &Workspace, watchdog_usec: Option<u64>) -> Daemon {
+    pub(crate) fn start(ws: &Workspace, watchdog_usec: Option<u64>) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let sock_path = dir.path().join("notify.sock");
         let sock = UnixDatagram::bind(&sock_path).unwrap();
@@ -76,12 +76,12 @@ impl Daemon {
         self.messages.lock().unwrap().clone()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Waits until `pred` holds on the notify messages.
-    fn wait_message(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
+    pub(crate) fn wait_message(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
         let start = Instant::now();
         while start.elapsed() < timeout {
             if self.messages().iter().any(|m| pred(m)) {
@@ -110,7 +110,7 @@ impl Daemon {
     }
 
     /// SIGTERM and wait for the exit, returning whether it exited cleanly.
-    fn stop(mut self) -> bool {
+    pub(crate) fn stop(mut self) -> bool {
         self.signal("-TERM");
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
@@ -139,7 +139,11 @@ fn rand_u32() -> u32 {
 }
 
 /// Polls until `pred` holds (or panics after `timeout`), returning how long it took.
-fn wait_until(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) -> Duration {
+pub(crate) fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut pred: impl FnMut() -> bool,
+) -> Duration {
     let start = Instant::now();
     while start.elapsed() < timeout {
         if pred() {
@@ -641,7 +645,7 @@ fn a_shutdown_future_during_a_clone_returns_after_the_cycle_recorded_its_upid() 
 }
 
 /// The commit at the tip of the work repository.
-fn head(ws: &Workspace) -> String {
+pub(crate) fn head(ws: &Workspace) -> String {
     let out = Command::new("git")
         .args(["rev-parse", "HEAD"])
         .current_dir(ws.path("repo"))

@@ -17,3 +17,4 @@ mod plan_cli;
 mod sets;
 mod sops;
 mod suspend;
+mod wait_events;

@@ -345,6 +345,10 @@ pub struct TaskRecord {
     pub status: String,
     /// When it was recorded (unix ms).
     pub at_ms: u64,
+    /// The tasks recorded before this one (UPID, when), kept in memory only while an attempt
+    /// runs, so that its history line names every task it ran ([`SpecRecord::set_task`]).
+    #[serde(skip)]
+    pub earlier: Vec<(String, u64)>,
 }
 
 /// One attempt, for the status file's short history.
@@ -356,6 +360,10 @@ pub struct HistoryEntry {
     pub action: String,
     /// `ok`, or what came of it (at most 300 characters).
     pub outcome: String,
+    /// The UPIDs of the PVE tasks the action ran, in order (none for one that ran none, or
+    /// written by a release before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<String>,
 }
 
 fn is_qemu(kind: &crate::guest::GuestKind) -> bool {
@@ -594,6 +602,45 @@ impl SpecRecord {
         true
     }
 
+    /// Records `task` as the last task, the ones before it kept in memory
+    /// ([`TaskRecord::earlier`]) for [`SpecRecord::name_tasks`].
+    pub fn set_task(&mut self, mut task: TaskRecord) {
+        if let Some(prev) = self.last_task.take() {
+            let TaskRecord {
+                upid,
+                at_ms,
+                earlier,
+                ..
+            } = *prev;
+            task.earlier = earlier;
+            if upid != task.upid {
+                task.earlier.push((upid, at_ms));
+            }
+        }
+        self.last_task = Some(Box::new(task));
+    }
+
+    /// Names in the last history entry the tasks recorded since `since_ms` (unix ms), in the
+    /// order they ran, and forgets the earlier ones.
+    pub fn name_tasks(&mut self, since_ms: u64) {
+        let Some(last) = self.last_task.as_mut() else {
+            return;
+        };
+        let mut tasks: Vec<String> = Vec::new();
+        let earlier = std::mem::take(&mut last.earlier);
+        let ran = earlier
+            .into_iter()
+            .chain(std::iter::once((last.upid.clone(), last.at_ms)));
+        for (upid, at_ms) in ran {
+            if at_ms >= since_ms && !tasks.contains(&upid) {
+                tasks.push(upid);
+            }
+        }
+        if let Some(entry) = self.history.first_mut() {
+            entry.tasks = tasks;
+        }
+    }
+
     /// Adds a history entry, most recent first, keeping 10.
     pub fn note(&mut self, at_ms: u64, action: &str, outcome: &str) {
         self.history.insert(
@@ -602,6 +649,7 @@ impl SpecRecord {
                 at_ms,
                 action: action.to_string(),
                 outcome: outcome.chars().take(300).collect(),
+                tasks: Vec::new(),
             },
         );
         self.history.truncate(10);
@@ -640,5 +688,42 @@ impl SpecRecord {
         {
             self.volumes = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(upid: &str, at_ms: u64) -> TaskRecord {
+        TaskRecord {
+            upid: upid.into(),
+            kind: "qmclone".into(),
+            status: "OK".into(),
+            at_ms,
+            earlier: Vec::new(),
+        }
+    }
+
+    /// An attempt's history line names every task it ran, in order, once each, and none of
+    /// an earlier attempt's; what it keeps to do so is never stored.
+    #[test]
+    fn an_attempt_names_the_tasks_it_ran() {
+        let mut rec = SpecRecord::default();
+        rec.set_task(task("old", 5));
+        rec.set_task(task("clone", 10));
+        rec.set_task(task("clone", 12));
+        rec.set_task(task("start", 15));
+        rec.note(16, "create", "ok");
+        rec.name_tasks(10);
+        assert_eq!(rec.history[0].tasks, ["clone", "start"]);
+        assert!(rec.last_task.as_ref().unwrap().earlier.is_empty());
+        let json = serde_json::to_string(&rec).unwrap();
+        assert!(!json.contains("earlier") && !json.contains("old"), "{json}");
+        // The next attempt ran none.
+        rec.note(20, "converge", "ok");
+        rec.name_tasks(20);
+        assert!(rec.history[0].tasks.is_empty());
+        assert_eq!(rec.history[1].tasks, ["clone", "start"]);
     }
 }

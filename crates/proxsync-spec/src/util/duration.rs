@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Parses durations written like `30s`, `5m`, `1h`, `1h30m`, `2d`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     const VALID: &str = "write a number with a unit s, m, h or d, for example \"30s\", \"5m\", \
                          \"1h30m\" or \"1h 30m\"";
     let text = text.trim();
