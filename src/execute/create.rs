@@ -17,7 +17,7 @@ use crate::store::{CloneSource, SpecRecord, VmState};
 use super::converge::{adoption_is_current, converge, converge_new};
 use super::identity::{checked_site, desired_tags, marker, verified};
 use super::intent::{Found, Known, inspect, inspect_known, record_created};
-use super::preflight::{Reads, Source, preflight};
+use super::preflight::{Source, preflight};
 use super::vmid::SiteAllocator;
 use super::{
     ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, site, task_record, wait,
@@ -33,11 +33,7 @@ pub(super) async fn create(
 ) -> Result<Outcome, ActionError> {
     let site = site(ctx, site_name)?;
     confirm_gone(ctx, site, spec, rec).await?;
-    let reads = Reads {
-        views: &ctx.views,
-        facts: &ctx.node_facts,
-    };
-    let source = preflight(&reads, site, spec).await?;
+    let source = preflight(&ctx.reads(), site, spec).await?;
     if rec.uid.is_empty() {
         rec.uid = new_uid();
     }

@@ -28,6 +28,16 @@ pub(crate) struct Reads<'a> {
     pub facts: &'a NodeFacts,
 }
 
+impl<P: Pve> super::ExecCtx<P> {
+    /// What this cycle's pre-flights read from.
+    pub(super) fn reads(&self) -> Reads<'_> {
+        Reads {
+            views: &self.views,
+            facts: &self.node_facts,
+        }
+    }
+}
+
 /// What a create starts from, once resolved and checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Source {

@@ -348,33 +348,8 @@ async fn change_of(
         // The run checks a create before it sends anything: what it would refuse, so does
         // the plan.
         Action::Create { spec, site, .. } => {
-            let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) else {
-                return change;
-            };
-            let Some(e) = crate::execute::create_refusal(&view.views, facts, ctx, s).await else {
-                return change;
-            };
-            // A read the plan's token may not make (a read-only token, a site gone quiet) is
-            // no refusal of the run's: the plan is incomplete all the same.
-            let unread = [
-                Category::AuthenticationError,
-                Category::PermissionDenied,
-                Category::NetworkError,
-            ];
-            if unread.contains(&e.category) {
-                errors.push(format!(
-                    "{spec}: cannot check the create before it is made: {}: {}",
-                    e.category, e.message
-                ));
-            } else {
-                change.text.push_str(&format!(
-                    " [refused before anything is made: {}]",
-                    e.category
-                ));
-                errors.push(format!(
-                    "{spec}: the create would be refused before anything is made: {}: {}",
-                    e.category, e.message
-                ));
+            if let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) {
+                preflight(view, facts, ctx, s, &mut change, errors).await;
             }
         }
         Action::Remove { .. } | Action::Forget { .. } => {
@@ -391,6 +366,44 @@ async fn change_of(
         _ => {}
     }
     change
+}
+
+/// The run's pre-flight of a create of `spec`, for the plan: a refusal marks the create's line
+/// and is an error; a read the plan's token cannot make is an error only.
+async fn preflight(
+    view: &PlanView,
+    facts: &crate::execute::NodeFacts,
+    site: &crate::execute::SiteCtx,
+    spec: &Spec,
+    change: &mut Change,
+    errors: &mut Vec<String>,
+) {
+    let Some(e) = crate::execute::create_refusal(&view.views, facts, site, spec).await else {
+        return;
+    };
+    let name = &spec.name;
+    // A read the plan's token may not make (a read-only token, a site gone quiet) is no
+    // refusal of the run's: the plan is incomplete all the same.
+    let unread = [
+        Category::AuthenticationError,
+        Category::PermissionDenied,
+        Category::NetworkError,
+    ];
+    if unread.contains(&e.category) {
+        errors.push(format!(
+            "{name}: cannot check the create before it is made: {}: {}",
+            e.category, e.message
+        ));
+    } else {
+        change.text.push_str(&format!(
+            " [refused before anything is made: {}]",
+            e.category
+        ));
+        errors.push(format!(
+            "{name}: the create would be refused before anything is made: {}: {}",
+            e.category, e.message
+        ));
+    }
 }
 
 /// Builds the report of `view` for `specs` (the set the plan was made of): reads the config of
