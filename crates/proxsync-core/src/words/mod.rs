@@ -13,6 +13,7 @@ mod guest;
 mod ha;
 mod hands_off;
 mod identity;
+mod nodes;
 mod plan;
 mod preflight;
 mod rename;
