@@ -542,6 +542,8 @@ impl Engine {
             .as_ref()
             .filter(|_| after_push)
             .and_then(|look| push_scope(look, all_specs, &invalid, &records, &chash, &self.sites));
+        // The specs the last cycle held invalid: a node error is logged when it is new.
+        let invalid_before = last_look.as_ref().map(|l| l.invalid.clone());
         let (observed_sites, stale) = self.sites_to_observe(scope.as_ref(), last_look);
         let mut fresh = FreshConfigs::new();
         let mut views = observe_all(
@@ -557,9 +559,19 @@ impl Engine {
         .await;
         views.extend(stale);
         // A spec naming a node its site's cluster does not have is invalid, on this look.
+        let read = specs.diagnostics.len();
         let checked = check_spec_nodes(specs, &views);
         let specs = checked.as_ref();
         if let Cow::Owned(set) = &checked {
+            for d in &set.diagnostics[read..] {
+                let spec = d.spec.as_deref().unwrap_or_default();
+                if invalid_before.as_ref().is_none_or(|b| !b.contains(spec)) {
+                    tracing::warn!(
+                        spec,
+                        "{d}: the spec is held as invalid, its guest left as it is"
+                    );
+                }
+            }
             invalid.extend(set.invalid_names().into_iter().map(str::to_string));
         }
         let observe_ms = started.elapsed().as_millis() as u64;

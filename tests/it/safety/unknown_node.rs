@@ -55,6 +55,7 @@ fn a_typo_in_a_managed_vms_node_stalls_its_spec_and_leaves_the_vm_where_it_is() 
     std::thread::sleep(Duration::from_millis(1300));
     let (_, second) = ws.run_once();
     assert!(!ok, "an invalid spec fails the run: {first}");
+    assert!(first.contains(TYPO), "said by the run: {first}");
     assert_eq!(
         owned_vms(&mut pve).len(),
         4,
