@@ -72,6 +72,41 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     set.diagnostics.extend(diagnostics);
 }
 
+/// Each spec naming a node its site's cluster does not have (`plan::UnknownNode`: a typo, or
+/// a node since removed) made an invalid spec: an error at its `node` field, and taken out of
+/// the desired set, so its guest is left exactly as it is (neither changed, moved nor
+/// removed) and it is Stalled until the spec is fixed. Judged only on a site whose membership
+/// `views` read whole (`SiteView::members`): an unreachable site, one without quorum or a
+/// partial listing judges no node, and its specs wait as before. Borrowed when none is.
+pub(crate) fn check_spec_nodes<'a>(
+    specs: &'a SpecSet,
+    views: &BTreeMap<String, SiteView>,
+) -> Cow<'a, SpecSet> {
+    let unknown = crate::plan::specs_with_unknown_nodes(specs.specs.iter(), views);
+    if unknown.is_empty() {
+        return Cow::Borrowed(specs);
+    }
+    let diagnostics: Vec<crate::spec::Diagnostic> = (unknown.into_iter())
+        .flat_map(|(spec, nodes)| {
+            (nodes.into_iter()).map(move |u| crate::spec::node_error(spec, u.to_string()))
+        })
+        .collect();
+    let mut set = specs.clone();
+    hold_invalid(&mut set, diagnostics);
+    Cow::Owned(set)
+}
+
+/// `diagnostics` (errors, each tied to its spec's name) added to `set`, and their specs taken
+/// out of its valid ones: held as invalid, their guests left alone.
+pub(crate) fn hold_invalid(set: &mut SpecSet, diagnostics: Vec<crate::spec::Diagnostic>) {
+    let names: BTreeSet<&str> = (diagnostics.iter())
+        .filter(|d| d.is_error())
+        .filter_map(|d| d.spec.as_deref())
+        .collect();
+    set.specs.retain(|s| !names.contains(s.name.as_str()));
+    set.diagnostics.extend(diagnostics);
+}
+
 /// This install's share of the repository: the specs `[source] selector` matches (every spec
 /// without one), and the valid specs it does not match. Those are another install's: neither
 /// desired nor removed here, their VMs are handed over. Invalid specs stay in the set (their
@@ -498,7 +533,7 @@ impl Engine {
         };
         let orphans_seen = self.store.orphans()?;
         let chash = config_hash(&self.config);
-        let invalid: BTreeSet<String> = all_specs
+        let mut invalid: BTreeSet<String> = all_specs
             .invalid_names()
             .into_iter()
             .map(str::to_string)
@@ -507,6 +542,8 @@ impl Engine {
             .as_ref()
             .filter(|_| after_push)
             .and_then(|look| push_scope(look, all_specs, &invalid, &records, &chash, &self.sites));
+        // The specs the last cycle held invalid: a node error is logged when it is new.
+        let invalid_before = last_look.as_ref().map(|l| l.invalid.clone());
         let (observed_sites, stale) = self.sites_to_observe(scope.as_ref(), last_look);
         let mut fresh = FreshConfigs::new();
         let mut views = observe_all(
@@ -521,6 +558,22 @@ impl Engine {
         )
         .await;
         views.extend(stale);
+        // A spec naming a node its site's cluster does not have is invalid, on this look.
+        let read = specs.diagnostics.len();
+        let checked = check_spec_nodes(specs, &views);
+        let specs = checked.as_ref();
+        if let Cow::Owned(set) = &checked {
+            for d in &set.diagnostics[read..] {
+                let spec = d.spec.as_deref().unwrap_or_default();
+                if invalid_before.as_ref().is_none_or(|b| !b.contains(spec)) {
+                    tracing::warn!(
+                        spec,
+                        "{d}: the spec is held as invalid, its guest left as it is"
+                    );
+                }
+            }
+            invalid.extend(set.invalid_names().into_iter().map(str::to_string));
+        }
         let observe_ms = started.elapsed().as_millis() as u64;
         let now_ms = self.clock.now_ms();
         // A cycle that looked at some sites only is not kept as an idle one.

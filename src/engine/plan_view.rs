@@ -12,6 +12,9 @@ pub(crate) struct PlanView {
     /// The marker key, when it exists (a plan never makes one).
     pub marker_key: Option<MarkerKey>,
     pub install_id: String,
+    /// The errors of the specs that name a node their site's cluster does not have
+    /// ([`check_spec_nodes`]): those specs were planned as invalid ones.
+    pub node_errors: Vec<crate::spec::Diagnostic>,
 }
 
 /// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
@@ -47,6 +50,10 @@ pub(crate) async fn plan_view(
         None,
     )
     .await;
+    // A spec naming a node its site's cluster does not have is invalid, as in a cycle.
+    let checked = check_spec_nodes(specs, &views);
+    let node_errors = checked.diagnostics[specs.diagnostics.len()..].to_vec();
+    let specs = checked.as_ref();
     // A set's FreeMemory members placed as a cycle would place them.
     let free = super::placement::free_memory(specs, &records, &views, &sites).await;
     let placed = super::placement::place(specs, &views, &records, &free);
@@ -76,5 +83,6 @@ pub(crate) async fn plan_view(
         sites,
         marker_key: key,
         install_id: config.install_id.clone(),
+        node_errors,
     })
 }

@@ -40,7 +40,8 @@ Examples:
   proxsync validate --effective eu-fra/web-01.yaml
                                          web-01 with eu-fra's _defaults.yaml merged in
   proxsync validate --config proxsync.toml specs/
-                                         also check that each spec's site is configured
+                                         also check that each spec's site is configured,
+                                         and its node one of the site's cluster (read-only)
 
 In a git pre-commit hook:  proxsync validate $(git diff --cached --name-only -- '*.yaml' '*.yml')")]
     Validate {

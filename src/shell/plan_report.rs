@@ -821,7 +821,7 @@ pub(crate) fn verdict_words(
             kind.named(*vmid)
         ),
         Verdict::Invalid => {
-            format!("the spec is invalid (proxsync validate says why); its {noun} is left as it is")
+            format!("the spec is invalid (see its errors); its {noun} is left as it is")
         }
         Verdict::RenameSuspected { from, vmid } => format!(
             "looks like a rename of {from} ({}): add the annotation \

@@ -58,6 +58,12 @@ pub(crate) fn plan_cmd(
             return ExitCode::FAILURE;
         }
     };
+    // A spec naming a node its site's cluster does not have is invalid: said with the others.
+    let mut specs = specs;
+    for d in &view.node_errors {
+        eprintln!("{d}");
+    }
+    crate::engine::hold_invalid(&mut specs, view.node_errors.clone());
     let scope = crate::shell::plan_report::Scope {
         names: names.as_ref(),
         from_files: !spec_paths.is_empty(),

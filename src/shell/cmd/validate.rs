@@ -8,8 +8,9 @@ use crate::config::Config;
 use crate::spec;
 
 /// `validate --config`'s checks of the specs against the config: each spec's site is a
-/// configured one, a container's password file is where the config allows it, and what a
-/// site's PVE release refuses. A spec failing one is not counted as valid.
+/// configured one, a container's password file is where the config allows it, each spec's
+/// node is a node of its site's cluster (when the site can be read: [`node_diagnostics`]),
+/// and what a site's PVE release refuses. A spec failing one is not counted as valid.
 pub(crate) fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
     let unknown_site = spec::check_sites(&set.specs, &sites);
@@ -35,10 +36,81 @@ pub(crate) fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
         .enable_all()
         .build()
     {
+        let strangers = rt.block_on(node_diagnostics(config, &set.specs));
+        crate::engine::hold_invalid(set, strangers);
         set.diagnostics
             .extend(rt.block_on(crate::shell::doctor::version_diagnostics(
                 config, &set.specs,
             )));
+    }
+}
+
+/// Each spec naming a node its site's cluster does not have, as an error at its `node`
+/// field (`plan::UnknownNode`, with the nodes the cluster has). Read-only: one
+/// `GET /cluster/status` per configured site that has specs, all at once. A site that cannot
+/// be read, or whose membership is not read whole (no quorum, a partial answer), is a warning:
+/// its specs' nodes are not checked, as the daemon judges none on such an answer.
+async fn node_diagnostics(config: &Config, specs: &spec::Specs) -> Vec<spec::Diagnostic> {
+    let mut reads = tokio::task::JoinSet::new();
+    for site in &config.sites {
+        if !specs.iter().any(|s| s.site == site.name) {
+            continue;
+        }
+        let site = site.clone();
+        reads.spawn(async move {
+            let options = crate::pve::ClientOptions::for_site(&site);
+            let client = options.and_then(crate::pve::Client::new);
+            let entries = match client {
+                Ok(client) => client.cluster_status().await,
+                Err(e) => Err(e),
+            };
+            (site.name, entries.map_err(|e| e.to_string()))
+        });
+    }
+    let mut out = Vec::new();
+    let mut answers = Vec::new();
+    while let Some(joined) = reads.join_next().await {
+        answers.extend(joined.ok());
+    }
+    answers.sort_by(|a, b| a.0.cmp(&b.0));
+    for (site, entries) in answers {
+        let first = specs.iter().find(|s| s.site == site);
+        let Some(first) = first else { continue };
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.push(node_warning(
+                    first,
+                    format!("cannot read site {site}'s nodes to check spec.node: {e}"),
+                ));
+                continue;
+            }
+        };
+        let health = crate::pve::types::ClusterHealth::from_entries(&entries);
+        let shape = crate::pve::types::ClusterShape::from_entries(&entries);
+        let Some(members) = crate::model::cluster_members(&health, &shape) else {
+            out.push(node_warning(
+                first,
+                format!(
+                    "site {site}'s cluster has no quorum or did not list all its nodes:                      spec.node is not checked"
+                ),
+            ));
+            continue;
+        };
+        for spec in specs.iter().filter(|s| s.site == site) {
+            for unknown in crate::plan::unknown_nodes(spec, &members) {
+                out.push(spec::node_error(spec, unknown.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// A warning at `spec`'s `node` field (the spec stays valid).
+fn node_warning(spec: &spec::Spec, message: String) -> spec::Diagnostic {
+    spec::Diagnostic {
+        severity: spec::Severity::Warning,
+        ..spec::node_error(spec, message)
     }
 }
 

@@ -8,5 +8,6 @@ mod notes;
 mod repo_safety;
 mod signed_commits;
 mod site_identity;
+mod unknown_node;
 mod volume_gate;
 mod wrong_delete;

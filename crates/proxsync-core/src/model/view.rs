@@ -241,4 +241,23 @@ impl SiteView {
     pub fn node_healthy(&self, node: &str) -> bool {
         self.reachable() && self.health.node_healthy(node)
     }
+
+    /// The names of the nodes of the site's cluster (sorted), when this view holds them all:
+    /// the site was read and reaches its recorded cluster, the cluster is quorate, and
+    /// `/cluster/status` named every member it counts ([`ClusterShape::complete`]). `None`:
+    /// the membership is not known, and no node may be judged a stranger to the cluster.
+    pub fn members(&self) -> Option<Vec<&str>> {
+        cluster_members(&self.health, &self.cluster).filter(|_| self.reachable())
+    }
+}
+
+/// The members of a cluster whose `/cluster/status` gave `health` and `shape`, when it named
+/// them all and is quorate (a node out of quorum may hold an old list); `None` otherwise. What
+/// [`SiteView::members`] asks of a site that was read.
+pub fn cluster_members<'a>(
+    health: &ClusterHealth,
+    shape: &'a ClusterShape,
+) -> Option<Vec<&'a str>> {
+    (health.quorate && shape.complete)
+        .then(|| shape.nodes.iter().map(|n| n.name.as_str()).collect())
 }

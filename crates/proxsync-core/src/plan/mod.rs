@@ -35,12 +35,14 @@ pub mod evidence;
 mod hands_off;
 mod hash;
 mod index;
+mod nodes;
 mod removals;
 mod rename;
 mod rollout;
 mod spec;
 
 pub use hands_off::{Cause, Held, Observing};
+pub use nodes::{UnknownNode, specs_with_unknown_nodes, unknown_nodes};
 pub use removals::{Fraction, Valve};
 pub use spec::{AdoptRefusal, Unreadable};
 

@@ -14,6 +14,7 @@ mod guest;
 mod ha;
 mod hands_off;
 mod identity;
+mod nodes;
 mod note;
 mod plan;
 mod preflight;

@@ -1096,6 +1096,42 @@ mod tests {
     }
 
     #[test]
+    fn the_membership_is_complete_only_when_every_member_is_named_and_counted() {
+        let shape = |json: &str| {
+            ClusterShape::from_entries(
+                &serde_json::from_str::<Vec<ClusterStatusEntry>>(json).unwrap(),
+            )
+        };
+        // As get_status answers: the cluster entry counts every member, offline ones included.
+        let whole = shape(
+            r#"[{"type":"cluster","name":"c","nodes":2,"quorate":1},
+                {"type":"node","name":"pve1","online":1},{"type":"node","name":"pve2","online":0}]"#,
+        );
+        assert!(whole.complete);
+        assert_eq!(whole.node_names(), vec!["pve1", "pve2"]);
+        // A standalone node: no cluster entry, one node entry.
+        assert!(shape(r#"[{"type":"node","name":"pve","online":1}]"#).complete);
+        for partial in [
+            // A member fewer than counted.
+            r#"[{"type":"cluster","name":"c","nodes":3,"quorate":1},
+                {"type":"node","name":"pve1"},{"type":"node","name":"pve2"}]"#,
+            // No count to check against.
+            r#"[{"type":"cluster","name":"c","quorate":1},{"type":"node","name":"pve1"}]"#,
+            // A node entry without a name, or with an empty one.
+            r#"[{"type":"cluster","name":"c","nodes":2,"quorate":1},
+                {"type":"node","name":"pve1"},{"type":"node","online":1}]"#,
+            r#"[{"type":"cluster","name":"c","nodes":2,"quorate":1},
+                {"type":"node","name":"pve1"},{"type":"node","name":""}]"#,
+            // No node at all.
+            r#"[]"#,
+            r#"[{"type":"cluster","name":"c","nodes":0,"quorate":1}]"#,
+        ] {
+            assert!(!shape(partial).complete, "{partial}");
+        }
+        assert!(!ClusterShape::default().complete, "nothing read");
+    }
+
+    #[test]
     fn config_values_become_strings() {
         let cfg: VmConfig = serde_json::from_str(
             r#"{"cores":4,"memory":"8192","name":"web-01","agent":true,"balloon":null,
@@ -1203,6 +1239,10 @@ pub struct ClusterShape {
     pub cluster: Option<String>,
     /// Every node, sorted by name.
     pub nodes: Vec<ShapeNode>,
+    /// `nodes` is the whole membership: every node entry has a name, and there are as many as
+    /// the cluster entry counts (offline nodes included), or, on a standalone node, one. A
+    /// garbled or partial answer is not: no node is judged a stranger to the cluster on it.
+    pub complete: bool,
 }
 
 /// One node entry of `GET /cluster/status`.
@@ -1225,6 +1265,7 @@ impl ClusterShape {
             .iter()
             .find(|e| e.kind == "cluster")
             .map(|e| e.name.clone().unwrap_or_default());
+        let listed = entries.iter().filter(|e| e.kind == "node").count();
         let mut nodes: Vec<ShapeNode> = entries
             .iter()
             .filter(|e| e.kind == "node")
@@ -1237,7 +1278,19 @@ impl ClusterShape {
             })
             .collect();
         nodes.sort();
-        ClusterShape { cluster, nodes }
+        let counted = match entries.iter().find(|e| e.kind == "cluster") {
+            Some(c) => c.nodes.is_some_and(|n| n == listed as u64),
+            None => listed == 1,
+        };
+        let complete = counted
+            && listed > 0
+            && nodes.len() == listed
+            && nodes.iter().all(|n| !n.name.is_empty());
+        ClusterShape {
+            cluster,
+            nodes,
+            complete,
+        }
     }
 
     /// The node names, sorted.

@@ -726,6 +726,17 @@ pub fn check_sites<'a>(
         .collect()
 }
 
+/// An error of `spec` at its `node` field, tied to its name: what a check against its site
+/// finds there (a node its cluster does not have). The spec is invalid for it.
+pub fn node_error(spec: &Spec, message: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(
+        spec.file_of(spec.node_pos),
+        Pos::new(spec.node_pos.line, spec.node_pos.column),
+        message,
+    )
+    .for_spec(Some(&spec.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
