@@ -1,7 +1,9 @@
 //! The man pages the package ships: `proxsync.1` and one page per subcommand
 //! (`proxsync-plan.1`, `proxsync-accept-site.1`), from the clap definitions, with what clap's
 //! pages lack: a NAME line of one clause (the whole text is the DESCRIPTION), the examples as
-//! written (no-fill), EXIT STATUS and FILES.
+//! written (no-fill), EXIT STATUS and FILES. And the file formats' pages, `proxsync.toml.5` and
+//! `proxsync-spec.5`, from the book's reference pages (the spec's is generated from the JSON
+//! schema, and a test keeps it so).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -86,11 +88,164 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The file formats' pages (section 5): name, what the file is, the book's page.
+const FORMAT_PAGES: &[(&str, &str, &str)] = &[
+    (
+        "proxsync.toml",
+        "the configuration file of proxsync",
+        include_str!("../../docs/config.md"),
+    ),
+    (
+        "proxsync-spec",
+        "the fields of the spec files proxsync applies",
+        include_str!("../../docs/spec-fields.md"),
+    ),
+];
+
 /// Writes the pages into `dir`; returns how many.
 pub(crate) fn write(dir: &Path, mut cli: clap::Command) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir)?;
     cli.build();
-    write_tree(dir, &cli)
+    let mut n = write_tree(dir, &cli)?;
+    for (name, about, markdown) in FORMAT_PAGES {
+        std::fs::write(
+            dir.join(format!("{name}.5")),
+            format_page(name, about, markdown),
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// A file format's page from the book's Markdown: its headings as sections, its tables as
+/// tagged paragraphs (the first cell the tag, the others its text), code blocks no-fill.
+fn format_page(name: &str, about: &str, markdown: &str) -> String {
+    let mut out = format!(
+        ".TH {} 5\n.SH NAME\n{} \\- {}\n.SH DESCRIPTION\n",
+        name.to_uppercase(),
+        name.replace('-', "\\-"),
+        roff_line(about)
+    );
+    let mut header: Option<Vec<String>> = None;
+    let mut code = false;
+    for line in markdown.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            out.push_str(if code { ".fi\n" } else { ".nf\n" });
+            code = !code;
+            continue;
+        }
+        if code {
+            out.push_str(&roff_line(line));
+            out.push('\n');
+            continue;
+        }
+        if trimmed.starts_with('|') {
+            let cells = table_cells(trimmed);
+            if cells
+                .iter()
+                .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
+            {
+                continue;
+            }
+            match &header {
+                None => header = Some(cells),
+                Some(names) => out.push_str(&table_row(names, &cells)),
+            }
+            continue;
+        }
+        header = None;
+        if trimmed.is_empty() {
+            out.push_str(".PP\n");
+        } else if trimmed.starts_with("<!--") || trimmed.starts_with("# ") {
+            // The generated page's note and the page's title: the NAME line says it.
+        } else if let Some(title) = trimmed.strip_prefix("## ") {
+            out.push_str(&format!(".SH \"{}\"\n", inline(title).to_uppercase()));
+        } else if let Some(title) = trimmed.strip_prefix("### ") {
+            out.push_str(&format!(".SS \"{}\"\n", inline(title)));
+        } else {
+            out.push_str(&roff_line(&inline(trimmed)));
+            out.push('\n');
+        }
+    }
+    out.push_str(".SH \"SEE ALSO\"\n.BR proxsync (1)\n");
+    for (other, _, _) in FORMAT_PAGES.iter().filter(|(n, _, _)| *n != name) {
+        out.push_str(&format!(".BR {other} (5)\n"));
+    }
+    out
+}
+
+/// A table row's cells, split at unescaped `|`.
+fn table_cells(row: &str) -> Vec<String> {
+    let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+    let mut cells = Vec::new();
+    let mut cell = String::new();
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                cell.push('|');
+                chars.next();
+            }
+            '|' => cells.push(std::mem::take(&mut cell)),
+            c => cell.push(c),
+        }
+    }
+    cells.push(cell);
+    cells.iter().map(|c| c.trim().to_string()).collect()
+}
+
+/// A table row as a tagged paragraph: the first cell bold, the others with their column's name.
+fn table_row(names: &[String], cells: &[String]) -> String {
+    let tag = cells.first().map(|c| inline(c)).unwrap_or_default();
+    let rest: Vec<String> = (names.iter().zip(cells).skip(1))
+        .filter(|(_, cell)| !cell.is_empty())
+        .map(|(name, cell)| format!("{}: {}", inline(name), inline(cell)))
+        .collect();
+    format!(
+        ".TP\n\\fB{}\\fR\n{}\n",
+        roff_line(&tag),
+        roff_line(&rest.join(". "))
+    )
+}
+
+/// Markdown's inline marks as plain text: `code` and [links](target) keep their text, `\` and
+/// `*` escapes their character.
+fn inline(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    let mut in_link = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '`' => {}
+            '\\' => {
+                if let Some((_, next)) = chars.next() {
+                    out.push(next);
+                }
+            }
+            // A link's text is kept, its target dropped: a man page cannot follow it.
+            '[' if is_link(&text[i..]) => in_link = true,
+            ']' if in_link => {
+                in_link = false;
+                if chars.peek().is_some_and(|(_, c)| *c == '(') {
+                    for (_, t) in chars.by_ref() {
+                        if t == ')' {
+                            break;
+                        }
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` (from a `[`) is a Markdown link: `[text](target)`, the text holding no `[`.
+fn is_link(text: &str) -> bool {
+    let rest = &text[1..];
+    rest.find("](")
+        .is_some_and(|end| !rest[..end].contains('['))
 }
 
 fn write_tree(dir: &Path, cmd: &clap::Command) -> std::io::Result<usize> {
@@ -137,7 +292,12 @@ fn page(name: &str, cmd: &clap::Command) -> std::io::Result<Vec<u8>> {
     for (file, what) in FILES {
         writeln!(page, ".TP\n.I {}\n{}", roff_line(file), roff_line(what))?;
     }
-    if name != "proxsync" {
+    if name == "proxsync" {
+        writeln!(
+            page,
+            ".SH \"SEE ALSO\"\n.BR proxsync.toml (5),\n.BR proxsync-spec (5)"
+        )?;
+    } else {
         writeln!(page, ".SH \"SEE ALSO\"\n.BR proxsync (1)")?;
     }
     Ok(page)
@@ -187,12 +347,52 @@ mod tests {
         (dir, pages)
     }
 
-    /// Every page has a one-clause NAME line, its exit status and the files.
+    /// The file formats' pages read as man pages: the book's tables as tagged paragraphs, no
+    /// Markdown marks left, `[[site]]` kept and a link's text kept without its target.
+    #[test]
+    fn the_format_pages_are_the_books_reference_as_roff() {
+        let (_dir, pages) = pages();
+        let toml = &pages
+            .iter()
+            .find(|(n, _)| n == "proxsync.toml.5")
+            .unwrap()
+            .1;
+        assert!(
+            toml.starts_with(
+                ".TH PROXSYNC.TOML 5\n.SH NAME\nproxsync.toml \\- the configuration file"
+            ),
+            "{toml}"
+        );
+        assert!(
+            toml.contains(
+                ".TP\n\\fBinstall_id\\fR\ndefault: main. meaning: which proxsync instance"
+            ),
+            "{toml}"
+        );
+        assert!(toml.contains("\\fB[[site]] name\\fR"), "{toml}");
+        assert!(toml.contains("(Secrets in git)"), "{toml}");
+        assert!(!toml.contains("sops.md"), "{toml}");
+        let spec = &pages
+            .iter()
+            .find(|(n, _)| n == "proxsync-spec.5")
+            .unwrap()
+            .1;
+        assert!(spec.contains(".SH \"PROXMOXVM\"\n"), "{spec}");
+        assert!(
+            spec.contains(".TP\n\\fBspec.forProvider.node\\fR\ntype: string"),
+            "{spec}"
+        );
+        for page in [toml, spec] {
+            assert!(!page.contains('`') && !page.contains("| ---"), "{page}");
+        }
+    }
+
+    /// Every command's page has a one-clause NAME line, its exit status and the files.
     #[test]
     fn every_page_names_its_command_in_a_clause_and_says_how_it_exits() {
         let (_dir, pages) = pages();
         assert!(pages.len() > 10, "{}", pages.len());
-        for (name, page) in &pages {
+        for (name, page) in pages.iter().filter(|(n, _)| !n.ends_with(".5")) {
             let name_line = (page.lines())
                 .skip_while(|l| *l != ".SH NAME")
                 .nth(1)
