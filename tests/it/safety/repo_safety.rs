@@ -134,7 +134,7 @@ fn one_small_file_cannot_expand_to_a_million_specs() {
     }
     assert!(yaml.len() < 170_000, "{}", yaml.len());
     std::fs::write(dir.path().join("sets.yaml"), &yaml).unwrap();
-    let started = std::time::Instant::now();
+    // The guard is the address space, not a time: an expansion would pass 1 GiB.
     let out = Command::new("sh")
         .arg("-c")
         .arg("ulimit -v 1048576 && exec \"$0\" validate \"$1\"")
@@ -150,11 +150,6 @@ fn one_small_file_cannot_expand_to_a_million_specs() {
         "{said}"
     );
     assert!(said.contains("0 valid spec(s)"), "{said}");
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(60),
-        "{:?}",
-        started.elapsed()
-    );
 }
 
 /// A commit past `[source] max_specs` holds no spec and one error: nothing is created and,
