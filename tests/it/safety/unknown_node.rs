@@ -244,3 +244,23 @@ fn a_rename_with_a_typo_in_its_node_deletes_nothing() {
     assert_eq!(ws.status("d2")["vmId"].as_u64(), Some(vmid), "{out}");
     assert_eq!(owned_vms(&mut pve).len(), 4, "{out}");
 }
+
+/// Without quorum `validate --config` checks no node and says so in one readable line.
+#[test]
+fn validate_without_quorum_warns_in_words() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("e.yaml", spec("e", "pve9", "9000", ""))]);
+    pve.lose_quorum();
+    let repo = ws.path("repo");
+    let out = ws.proxsync(&["validate", repo.to_str().unwrap()]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(
+            "warning: site lab's cluster has no quorum or did not list all its nodes: spec.node \
+             is not checked"
+        ),
+        "{shown}"
+    );
+}
