@@ -371,6 +371,7 @@ fn a_free_memory_member_is_checked_on_the_node_it_is_placed_on() {
     let image = "local:import/debian-12-genericcloud-amd64.qcow2";
     ws.commit_specs(&[("web.yaml", set(image))]);
     pve.set_node_offline("pve1", true);
+    pve.clear_requests();
     let out = plan(&ws, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stdout(&out).contains(create), "{}", text(&out));
@@ -386,6 +387,11 @@ fn a_free_memory_member_is_checked_on_the_node_it_is_placed_on() {
         "{}",
         text(&out)
     );
+    let sent: Vec<String> = (pve.requests().into_iter())
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(sent.is_empty(), "the pre-flight only reads: {sent:?}");
     // What the run does with it: refused on pve2, nothing made.
     let (ok, run) = ws.run_once();
     assert!(!ok && run.contains("needs shared storage"), "{run}");
