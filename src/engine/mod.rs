@@ -67,9 +67,7 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let sites: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
     let mine = set.specs.iter().filter(|s| config.selects(&s.labels));
     let diagnostics = crate::spec::check_sites(mine, &sites);
-    let unknown: BTreeSet<String> = diagnostics.iter().filter_map(|d| d.spec.clone()).collect();
-    set.specs.retain(|s| !unknown.contains(&s.name));
-    set.diagnostics.extend(diagnostics);
+    hold_invalid(set, diagnostics);
 }
 
 /// Each spec naming a node its site's cluster does not have (`plan::UnknownNode`: a typo, or
@@ -97,13 +95,21 @@ pub(crate) fn check_spec_nodes<'a>(
 }
 
 /// `diagnostics` (errors, each tied to its spec's name) added to `set`, and their specs taken
-/// out of its valid ones: held as invalid, their guests left alone.
-pub(crate) fn hold_invalid(set: &mut SpecSet, diagnostics: Vec<crate::spec::Diagnostic>) {
-    let names: BTreeSet<&str> = (diagnostics.iter())
+/// out of its valid ones: held as invalid, their guests left alone. A held spec renamed from
+/// a removed one (`proxsync.io/renamed-from`) holds that one too (`spec::renames`'s rule): not
+/// taken for a removed spec, its VM is left as it is too.
+pub(crate) fn hold_invalid(set: &mut SpecSet, mut diagnostics: Vec<crate::spec::Diagnostic>) {
+    let names: BTreeSet<String> = (diagnostics.iter())
         .filter(|d| d.is_error())
-        .filter_map(|d| d.spec.as_deref())
+        .filter_map(|d| d.spec.clone())
         .collect();
-    set.specs.retain(|s| !names.contains(s.name.as_str()));
+    let sources: Vec<crate::spec::Diagnostic> = (set.specs.iter())
+        .filter(|s| names.contains(&s.name))
+        .filter(|s| (s.renamed_from.as_ref()).is_some_and(|from| !names.contains(from)))
+        .filter_map(crate::spec::renames::source_held)
+        .collect();
+    diagnostics.extend(sources);
+    set.specs.retain(|s| !names.contains(&s.name));
     set.diagnostics.extend(diagnostics);
 }
 

@@ -347,8 +347,15 @@ async fn change_of(
         }
         // The run checks a create before it sends anything: what it would refuse, so does
         // the plan.
-        Action::Create { spec, site, .. } => {
+        Action::Create { spec, site, node } => {
             if let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) {
+                // On the node the run makes it on: a FreeMemory member's placed one, not the
+                // stand-in its index gives the spec.
+                let placed = (s.node != *node).then(|| Spec {
+                    node: node.clone(),
+                    ..Spec::clone(s)
+                });
+                let s = placed.as_ref().unwrap_or(s);
                 preflight(view, facts, ctx, s, &mut change, errors).await;
             }
         }

@@ -92,7 +92,8 @@ async fn node_diagnostics(config: &Config, specs: &spec::Specs) -> Vec<spec::Dia
             out.push(node_warning(
                 first,
                 format!(
-                    "site {site}'s cluster has no quorum or did not list all its nodes:                      spec.node is not checked"
+                    "site {site}'s cluster has no quorum or did not list all its nodes: \
+                     spec.node is not checked"
                 ),
             ));
             continue;

@@ -330,3 +330,40 @@ fn a_lost_answer_to_the_relabel_is_completed_by_the_next_run() {
     assert_eq!(vmid_of(&ws, "web-02"), vmid);
     assert!(!ws.path("status/web-01.yaml").exists());
 }
+
+/// A rename whose new spec is invalid for its site (`site: nowhere`, no configured one) holds
+/// the spec it is renamed from as well: `app-old`'s VM is not taken for a removed spec's and
+/// deleted, and once the site is fixed the rename re-labels it.
+#[test]
+fn a_rename_into_a_spec_naming_an_unknown_site_deletes_nothing() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    // Three VMs more, so that one delete stays within max_delete_fraction.
+    let others = vec![
+        ("a.yaml", spec("a", "pve1", "9000", "")),
+        ("b.yaml", spec("b", "pve1", "9000", "")),
+        ("c.yaml", spec("c", "pve1", "9000", "")),
+    ];
+    let with = |app: String| {
+        let mut specs = others.clone();
+        specs.push(("app.yaml", app));
+        specs
+    };
+    ws.commit_specs(&with(spec("app-old", "pve1", "9000", "")));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = vmid_of(&ws, "app-old");
+
+    let lost = renamed("app-new", "app-old", "").replace("site: lab", "site: nowhere");
+    ws.commit_specs(&with(lost));
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 4, "nothing deleted: {out}");
+    assert_eq!(pve.vm(vmid as u32)["status"], "running", "{out}");
+
+    ws.commit_specs(&with(renamed("app-new", "app-old", "")));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(vmid_of(&ws, "app-new"), vmid, "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 4, "{out}");
+}

@@ -173,3 +173,21 @@ fn deleted_since(pve: &mut FakePve, since: u64) -> Vec<u64> {
         .filter_map(|r| r.path.rsplit('/').next()?.parse().ok())
         .collect()
 }
+
+/// A set member held invalid (its node is no node of the cluster: `pve9` for `pve1`) is a
+/// member all the same: a spec depending on the set waits for it, as it waited while such a
+/// node was taken for an offline one, instead of taking the set for Ready without it.
+#[test]
+fn a_spec_depending_on_a_set_waits_for_a_member_held_invalid() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    let set = db_set() + "  overrides:\n    db-02: {forProvider: {node: pve9}}\n";
+    ws.commit_specs(&[
+        ("db.yaml", set),
+        ("app.yaml", depending("app-01", "3Gi", &["db"])),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    assert!(out.contains("node pve9 is not a node"), "{out}");
+    assert_eq!(clone_order(&mut pve), vec!["db-01"], "{out}");
+}

@@ -345,3 +345,55 @@ fn the_markdown_plan_is_the_text_plan_in_a_diff_block() {
          lab/pve1 from template 9000\n```\n"
     );
 }
+
+/// A `FreeMemory` set member is checked on the node the placement gives it, as the run makes
+/// it there, not on the stand-in node its index gives it. Here web-01 stands in on pve1 and
+/// goes to pve2 (30 GiB free against 6): with pve1 offline, the create on pve2 is no refusal;
+/// cloned from template 9000, on pve1's local-lvm, the run refuses the create on pve2 (a clone
+/// to another node needs shared storage), and so must the plan.
+#[test]
+fn a_free_memory_member_is_checked_on_the_node_it_is_placed_on() {
+    let mut scenario = default_scenario();
+    scenario["node_memory"] = serde_json::json!({"pve2": {"maxmem": 32u64 << 30}});
+    let mut pve = FakePve::start(scenario);
+    let ws = Workspace::new(&pve);
+    let set = |image: &str| {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: web\nspec:\n  \
+             replicas: 1\n  namePattern: \"web-{{index:02}}\"\n  placement: {{nodes: [pve1, \
+             pve2], strategy: FreeMemory}}\n  template:\n    forProvider:\n      site: lab\n      \
+             image: \"{image}\"\n      cpu: 1\n      memory: 1Gi\n      disk: 8Gi\n"
+        )
+    };
+    let create = "+ create  web-01: new VM on lab/pve2";
+    let refused = "[refused before anything is made: ";
+
+    let image = "local:import/debian-12-genericcloud-amd64.qcow2";
+    ws.commit_specs(&[("web.yaml", set(image))]);
+    pve.set_node_offline("pve1", true);
+    pve.clear_requests();
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stdout(&out).contains(create), "{}", text(&out));
+    assert!(!stdout(&out).contains(refused), "{}", text(&out));
+
+    pve.set_node_offline("pve1", false);
+    ws.commit_specs(&[("web.yaml", set("9000"))]);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stdout(&out).contains(&format!("{create} from template 9000 {refused}"))
+            && stderr(&out).contains("needs shared storage"),
+        "{}",
+        text(&out)
+    );
+    let sent: Vec<String> = (pve.requests().into_iter())
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(sent.is_empty(), "the pre-flight only reads: {sent:?}");
+    // What the run does with it: refused on pve2, nothing made.
+    let (ok, run) = ws.run_once();
+    assert!(!ok && run.contains("needs shared storage"), "{run}");
+    assert!(owned_vms(&mut pve).is_empty(), "{run}");
+}

@@ -194,3 +194,73 @@ fn validate_with_the_config_checks_nodes_on_a_reachable_site_and_warns_on_anothe
         "{shown}"
     );
 }
+
+/// `d` renamed to `d2` (`proxsync.io/renamed-from: d`) in the commit that also puts a typo in
+/// its node: `d2` is invalid, and `d`, the spec it is renamed from, is not a removed one. Its
+/// VM is neither deleted nor written to, and once the node is fixed the rename re-labels it:
+/// no second VM.
+#[test]
+fn a_rename_with_a_typo_in_its_node_deletes_nothing() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&four("pve1"));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let vmid = ws.status("d")["vmId"].as_u64().unwrap();
+
+    let stopped = "    powerState: stopped\n";
+    let renamed = |node: &str| {
+        spec("d2", node, "9000", stopped).replace(
+            "  name: d2\n",
+            "  name: d2\n  annotations:\n    proxsync.io/renamed-from: d\n",
+        )
+    };
+    let mut specs = four("pve1");
+    specs[3] = ("d.yaml", renamed("pve9"));
+    ws.commit_specs(&specs);
+    let plan = text(&ws.proxsync(&["plan"]));
+    assert!(!plan.contains("- delete"), "{plan}");
+    let since = next_seq(&mut pve);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "an invalid spec fails the run: {out}");
+    assert!(out.contains(TYPO), "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 4, "nothing deleted: {out}");
+    assert_eq!(
+        writes_since(&mut pve, since),
+        Vec::<String>::new(),
+        "nothing written at all: {out}"
+    );
+    let (stalled, reason, _) = ws.condition("d2", "Stalled");
+    assert_eq!(
+        (stalled.as_str(), reason.as_str()),
+        ("True", "ValidationFailed")
+    );
+
+    // Fixed, the rename goes on: d's VM is d2's, and no other is made.
+    specs[3] = ("d.yaml", renamed("pve1"));
+    ws.commit_specs(&specs);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(ws.status("d2")["vmId"].as_u64(), Some(vmid), "{out}");
+    assert_eq!(owned_vms(&mut pve).len(), 4, "{out}");
+}
+
+/// Without quorum `validate --config` checks no node and says so in one readable line.
+#[test]
+fn validate_without_quorum_warns_in_words() {
+    let mut pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("e.yaml", spec("e", "pve9", "9000", ""))]);
+    pve.lose_quorum();
+    let repo = ws.path("repo");
+    let out = ws.proxsync(&["validate", repo.to_str().unwrap()]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(
+            "warning: site lab's cluster has no quorum or did not list all its nodes: spec.node \
+             is not checked"
+        ),
+        "{shown}"
+    );
+}

@@ -5,14 +5,15 @@
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
-/// The members of each `ProxmoxVMSet` among the desired specs, by set name.
-fn set_members<'a>(input: &PlanInput<'a>) -> FnvHashMap<&'a str, Vec<&'a str>> {
-    let mut sets: FnvHashMap<&str, Vec<&str>> = FnvHashMap::default();
+/// The members of each `ProxmoxVMSet` among the desired specs, by set name, with the set's
+/// `replicas`: fewer desired members than that, and some are held (invalid).
+fn set_members<'a>(input: &PlanInput<'a>) -> FnvHashMap<&'a str, (Vec<&'a str>, usize)> {
+    let mut sets: FnvHashMap<&str, (Vec<&str>, usize)> = FnvHashMap::default();
     for spec in input.desired.iter() {
         if let Some(m) = spec.set.as_deref() {
-            sets.entry(m.set.as_str())
-                .or_default()
-                .push(spec.name.as_str());
+            let set = sets.entry(m.set.as_str()).or_default();
+            set.0.push(spec.name.as_str());
+            set.1 = set.1.max(m.replicas as usize);
         }
     }
     sets
@@ -52,7 +53,7 @@ fn starts(input: &PlanInput<'_>, spec: &crate::spec::Spec, action: &Action) -> b
 
 fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
     let mut held: FnvHashMap<String, &crate::spec::Spec> = FnvHashMap::default();
-    let mut sets: Option<FnvHashMap<&str, Vec<&str>>> = None;
+    let mut sets: Option<FnvHashMap<&str, (Vec<&str>, usize)>> = None;
     for spec in input.desired.iter().filter(|s| !s.depends_on.is_empty()) {
         // A set's name stands for its members: Ready when every one is.
         let mut not_ready = None;
@@ -65,7 +66,9 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
                     .get(dep.as_str()),
             };
             let waiting = match members {
-                Some(m) => m.iter().find(|n| !ready(out, n)).map(|n| n.to_string()),
+                // A member held invalid is not Ready either: the set waits for it.
+                Some((m, replicas)) => (m.iter().find(|n| !ready(out, n)).map(|n| n.to_string()))
+                    .or_else(|| (m.len() < *replicas).then(|| dep.clone())),
                 None => (!ready(out, dep)).then(|| dep.clone()),
             };
             if waiting.is_some() {

@@ -194,20 +194,28 @@ pub(crate) fn check<'a>(
         else {
             continue;
         };
-        diags.push(
-            Diagnostic::error(
-                &into.file,
-                into.pos,
-                format!(
-                    "spec {name}, which spec {} is renamed from, is not removed while spec {} is \
-                     not applied: its VM is left as it is until the error above is fixed",
-                    into.name, into.name
-                ),
-            )
-            .for_spec(Some(name)),
-        );
+        diags.extend(source_held(into));
     }
     (diags, held)
+}
+
+/// The error that holds the removed spec `into` is renamed from while `into` is not applied
+/// (invalid): tied to that name, at `into`, so the old spec is not removed and its VM is left
+/// as it is until `into`'s error is fixed. `None` when `into` is renamed from none.
+pub fn source_held(into: &Spec) -> Option<Diagnostic> {
+    let name = into.renamed_from.as_deref()?;
+    Some(
+        Diagnostic::error(
+            &into.file,
+            into.pos,
+            format!(
+                "spec {name}, which spec {} is renamed from, is not removed while spec {} is \
+                 not applied: its VM is left as it is until the error above is fixed",
+                into.name, into.name
+            ),
+        )
+        .for_spec(Some(name)),
+    )
 }
 
 #[cfg(test)]
