@@ -253,11 +253,14 @@ impl SiteView {
 
 /// The members of a cluster whose `/cluster/status` gave `health` and `shape`, when it named
 /// them all and is quorate (a node out of quorum may hold an old list); `None` otherwise. What
-/// [`SiteView::members`] asks of a site that was read.
+/// [`SiteView::members`] asks of a site that was read. An answer without a cluster entry is
+/// never a membership: a standalone host answers so, and so does a cluster's node whose
+/// corosync is not running (pmxcfs then lists only itself: pve-cluster's
+/// `cfs_create_memberlist_msg`), which would make every other node a stranger.
 pub fn cluster_members<'a>(
     health: &ClusterHealth,
     shape: &'a ClusterShape,
 ) -> Option<Vec<&'a str>> {
-    (health.quorate && shape.complete)
+    (health.quorate && shape.complete && shape.cluster.is_some())
         .then(|| shape.nodes.iter().map(|n| n.name.as_str()).collect())
 }
