@@ -88,6 +88,10 @@ async fn node_diagnostics(config: &Config, specs: &spec::Specs) -> Vec<spec::Dia
         };
         let health = crate::pve::types::ClusterHealth::from_entries(&entries);
         let shape = crate::pve::types::ClusterShape::from_entries(&entries);
+        if shape.cluster.is_none() {
+            // A standalone host: its answer is no membership to judge by (`cluster_members`).
+            continue;
+        }
         let Some(members) = crate::model::cluster_members(&health, &shape) else {
             out.push(node_warning(
                 first,
