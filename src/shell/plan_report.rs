@@ -168,29 +168,38 @@ impl Report {
         for r in &self.refused {
             out.push_str(&format!("refused: {r}\n"));
         }
-        if self.changes.is_empty() && !self.errors.is_empty() {
-            // Not "no changes": what could not be planned is on stderr.
-        } else if self.changes.is_empty() && self.unsatisfied() > 0 {
-            // Not "no changes": the daemon is not done with these specs.
-            out.push_str(&format!(
-                "nothing to send now; {} spec(s) not satisfied (above)\n",
-                self.unsatisfied()
-            ));
-        } else if self.changes.is_empty() && !self.held.is_empty() {
-            out.push_str(&format!(
-                "no changes; {} spec(s) held by hand (above)\n",
-                self.held.len()
-            ));
-        } else if self.changes.is_empty() {
-            out.push_str("no changes\n");
-        } else {
-            out.push_str(&format!(
-                "{} change(s): {}\n",
-                self.changes.len(),
-                self.summary()
-            ));
+        if let Some(last) = self.last_line() {
+            out.push_str(&last);
+            out.push('\n');
         }
         out
+    }
+
+    /// The line that ends the plan; `None` when it has no change and errors (on stderr): then
+    /// it is not "no changes".
+    fn last_line(&self) -> Option<String> {
+        if self.changes.is_empty() && !self.errors.is_empty() {
+            None
+        } else if self.changes.is_empty() && self.unsatisfied() > 0 {
+            // Not "no changes": the daemon is not done with these specs.
+            Some(format!(
+                "nothing to send now; {} spec(s) not satisfied (above)",
+                self.unsatisfied()
+            ))
+        } else if self.changes.is_empty() && !self.held.is_empty() {
+            Some(format!(
+                "no changes; {} spec(s) held by hand (above)",
+                self.held.len()
+            ))
+        } else if self.changes.is_empty() {
+            Some("no changes".into())
+        } else {
+            Some(format!(
+                "{} change(s): {}",
+                self.changes.len(),
+                self.summary()
+            ))
+        }
     }
 
     /// The changes counted by what they do: `3 to create, 1 to change, 1 to delete`.
@@ -229,10 +238,14 @@ impl Report {
     /// stay inside a fence longer than any run of backticks they hold.
     pub(crate) fn markdown(&self) -> String {
         let text = self.render();
+        let last = self.last_line();
         let mut lines: Vec<&str> = text.lines().collect();
-        let last = lines.pop().unwrap_or_default();
+        if last.is_some() {
+            lines.pop();
+        }
+        let heading = last.unwrap_or_else(|| "incomplete".into());
         let fence = "`".repeat(3.max(longest_backtick_run(&text) + 1));
-        let mut out = format!("### proxsync plan: {}\n\n", markdown_text(last));
+        let mut out = format!("### proxsync plan: {}\n\n", markdown_text(&heading));
         if !lines.is_empty() {
             out.push_str(&format!("{fence}diff\n"));
             for line in lines {
@@ -1244,6 +1257,28 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**This plan is incomplete (exit 1):**"), "{md}");
+    }
+
+    /// With no change and errors the plan has no last line: the heading says it is
+    /// incomplete, and a held spec's line stays in the block.
+    #[test]
+    fn markdown_heading_of_an_incomplete_plan_without_changes() {
+        let r = Report {
+            held: vec![Held {
+                spec: "web-01".into(),
+                verdict: Verdict::BackingOff { until_ms: 5 },
+                text: "backing off".into(),
+            }],
+            errors: vec!["site lab could not be read".into()],
+            ..Default::default()
+        };
+        let md = r.markdown();
+        assert!(
+            md.starts_with(
+                "### proxsync plan: incomplete\n\n```diff\n! web-01: backing off\n```\n"
+            ),
+            "{md}"
+        );
     }
 
     /// A spec the daemon is not done with is never "no changes": held by a person's choice
