@@ -7,6 +7,7 @@
 use super::identity::VerifiedMarker;
 use super::permit::{Act, Permit, own};
 use super::refusal::Refusal;
+use crate::guest::GuestKind;
 use crate::pve::ha::AffinityKind;
 
 /// The comment proxsync writes on the group or rule it makes: its mark.
@@ -67,6 +68,8 @@ pub enum AffinityRefused {
     },
     /// Not the id proxsync makes for the guest.
     NotTheGuests {
+        /// The guest's kind.
+        kind: GuestKind,
         /// The guest.
         vmid: u32,
     },
@@ -118,8 +121,12 @@ pub fn may_remove(
 ) -> Result<Permit, HaRefusal> {
     own(vm)?;
     if id != affinity_id(vm.vmid()) {
-        let vmid = vm.vmid();
-        return Err(affinity(what, id, AffinityRefused::NotTheGuests { vmid }));
+        let (kind, vmid) = (vm.kind(), vm.vmid());
+        return Err(affinity(
+            what,
+            id,
+            AffinityRefused::NotTheGuests { kind, vmid },
+        ));
     }
     if recorded != Some(id) {
         return Err(affinity(what, id, AffinityRefused::NotRecorded));
@@ -250,7 +257,31 @@ mod tests {
             Some(&mark),
             &mark,
         );
-        assert!(other.unwrap_err().to_string().contains("not the one"));
+        let other = other.unwrap_err().to_string();
+        assert!(
+            other.contains("not the one proxsync makes for VM 100"),
+            "{other}"
+        );
+        // A container's rule names the container.
+        let d = crate::ownership::Marker::signed(&key, "main", "dns-01", "u2", 101).description();
+        let ct = crate::gate::identity::verify(
+            &site,
+            &key,
+            "main",
+            crate::guest::GuestKind::Lxc,
+            101,
+            Some(&d),
+            None,
+            None,
+        )
+        .unwrap();
+        let why = may_remove(&ct, rule, "proxsync-vm100", None, Some(&mark), &mark)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("not the one proxsync makes for container 101"),
+            "{why}"
+        );
         let why = may_remove(
             &vm,
             rule,

@@ -25,7 +25,8 @@ impl fmt::Display for Missing {
                 write!(f, "spec {spec} names site {names}, not {site}")
             }
             Missing::NotListed { vmid, site } => {
-                write!(f, "VM {vmid} is not listed on site {site}")
+                // Not listed, its kind is not known: a guest.
+                write!(f, "guest {vmid} is not listed on site {site}")
             }
             Missing::Template { kind, vmid } => write!(f, "{} is a template", kind.named(*vmid)),
             Missing::StateUnknown { kind, vmid } => {
@@ -219,5 +220,20 @@ impl fmt::Display for Missing {
                 write!(f, "{}'s grace period has not passed", kind.named(*vmid))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guest missing from the listing has no kind to name: it is a guest, not a VM.
+    #[test]
+    fn a_guest_not_listed_is_not_called_a_vm() {
+        let missing = Missing::NotListed {
+            vmid: 101,
+            site: "lab".into(),
+        };
+        assert_eq!(missing.to_string(), "guest 101 is not listed on site lab");
     }
 }

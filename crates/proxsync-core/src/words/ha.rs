@@ -21,10 +21,10 @@ impl fmt::Display for HaRefusal {
                             .as_ref()
                             .map_or_else(|| "empty".to_string(), |c| format!("{c:?}"))
                     ),
-                    AffinityRefused::NotTheGuests { vmid } => write!(
+                    AffinityRefused::NotTheGuests { kind, vmid } => write!(
                         f,
-                        "the {what} {id} is not the one proxsync makes for VM {vmid}: left to a \
-                         person"
+                        "the {what} {id} is not the one proxsync makes for {}: left to a person",
+                        kind.named(*vmid)
                     ),
                     AffinityRefused::NotRecorded => write!(
                         f,
