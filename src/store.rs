@@ -636,7 +636,7 @@ mod tests {
             );
             assert!(store.allocations("other").unwrap().is_empty());
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = crate::util::once_free(|| Store::open(dir.path()));
         let specs = store.specs().unwrap();
         assert_eq!(specs["web-01"].vm, creating(101));
         store.remove("web-01").unwrap();
@@ -964,7 +964,7 @@ mod tests {
         // While held, a snapshot read fails (`proxsync plan` then asks the daemon).
         assert_eq!(read_specs_snapshot(dir.path()), None);
         drop(store);
-        let snap = read_specs_snapshot(dir.path()).unwrap();
+        let snap = crate::util::once_free(|| read_specs_snapshot(dir.path()).ok_or("locked"));
         assert!(snap.contains_key("a"));
     }
 

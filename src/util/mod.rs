@@ -14,6 +14,22 @@ pub fn clock_following_tokio(start_ms: u64) -> Clock {
     Clock::from_fn(move || start_ms.saturating_add(base.elapsed().as_millis() as u64))
 }
 
+/// In a test, `take` once the lock it takes is free. A lock (`flock`) this process dropped can
+/// stay held for a moment: another test's thread that forks a child (git, gpg, ssh-keygen)
+/// copies every descriptor into it, and the copy holds the lock until the child's exec closes
+/// it. A lock that is never released still fails, after ten seconds.
+#[cfg(test)]
+pub(crate) fn once_free<T, E: std::fmt::Debug>(mut take: impl FnMut() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match take() {
+            Ok(held) => return held,
+            Err(e) if std::time::Instant::now() > deadline => panic!("never released: {e:?}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
