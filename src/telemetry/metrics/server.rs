@@ -80,9 +80,10 @@ pub(crate) fn serve(listen: &MetricsListen, metrics: Metrics) -> Result<Server, 
     }
 }
 
-/// Binds a unix socket at `path` (0660: the daemon's group may scrape), replacing a stale
+/// Binds a unix socket at `path` (0660: the daemon's group may scrape, or a reverse proxy in
+/// it may connect), replacing a stale
 /// socket but never another kind of file.
-fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = path.symlink_metadata() {
         if !meta.file_type().is_socket() {

@@ -1,0 +1,538 @@
+//! The daemon's web listener (`[web] listen`, TCP or a unix socket): the webhook receivers at
+//! `POST /hooks/<name>` (`hooks`), served by hyper in tasks of its own, so a hook never waits
+//! for the reconcile loop nor the loop for a hook. A verified push to the configured branch is
+//! a message on the daemon's ref channel, which makes the daemon fetch at once; a full
+//! channel means a fetch is already pending, so a flood of hooks costs at most one fetch per
+//! cycle. Bounded: a few connections at once, each closed after a short while, a body of at
+//! most [`MAX_BODY`] read within [`BODY_TIMEOUT`] (a larger one refused by its length before
+//! it is read). [`route`] maps a path to what serves it; a page is one more [`Route`].
+
+pub(crate) mod hooks;
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::config::{Config, MetricsListen, WebConfig};
+use crate::telemetry::metrics::Metrics;
+use hooks::{Receiver, Verdict};
+
+/// Connections served at once; more are closed at once.
+const MAX_CONNECTIONS: usize = 16;
+/// How long a client may take to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a hook's body.
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one connection may stay open (keep-alive included).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// The largest hook body read: a push's `ref` is all proxsync needs, and a push's payload
+/// is some KiB (GitHub caps its own at 25 MB).
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
+
+/// What the listener serves, replaced as a whole by a reload.
+pub(crate) struct Routes {
+    receivers: Vec<Receiver>,
+    /// `[source] branch`: the only branch whose push makes a fetch.
+    branch: String,
+}
+
+impl Routes {
+    /// The routes of `config`, every receiver's secret (and the web token) read: at start,
+    /// and to check a reload before it is applied. The error names the receiver and file.
+    pub(crate) fn load(config: &Config) -> Result<Routes, String> {
+        if let Some(web) = &config.web {
+            web.load_token().map_err(|e| e.to_string())?;
+        }
+        let receivers = config
+            .receivers
+            .iter()
+            .map(|r| {
+                Ok(Receiver {
+                    name: r.name.clone(),
+                    kind: r.kind,
+                    secret: r.load_secret().map_err(|e| e.to_string())?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Routes {
+            receivers,
+            branch: config.source.branch.clone(),
+        })
+    }
+}
+
+/// What every connection shares.
+struct Shared {
+    routes: RwLock<Arc<Routes>>,
+    refs: mpsc::Sender<()>,
+    metrics: Metrics,
+}
+
+/// The running listener. [`Web::stop`] ends it (and removes a unix socket's file).
+pub(crate) struct Web {
+    task: tokio::task::JoinHandle<()>,
+    socket: Option<PathBuf>,
+    /// The TCP address bound (port 0 in the config: the one the system chose).
+    #[cfg_attr(not(test), allow(dead_code))]
+    local: Option<std::net::SocketAddr>,
+    shared: Arc<Shared>,
+}
+
+impl Web {
+    /// Serves `routes` from now on (a reload: receivers' secrets, the branch).
+    pub(crate) fn update(&self, routes: Routes) {
+        *self
+            .shared
+            .routes
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(routes);
+    }
+
+    pub(crate) fn stop(self) {
+        self.task.abort();
+        if let Some(path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Binds `[web] listen` and serves `routes` there until [`Web::stop`]; a verified push sends
+/// on `refs`. Call inside the tokio runtime. The error names the key and the address.
+pub(crate) fn serve(
+    web: &WebConfig,
+    routes: Routes,
+    refs: mpsc::Sender<()>,
+    metrics: Metrics,
+) -> Result<Web, String> {
+    let listen = &web.listen;
+    let fail =
+        |e: std::io::Error| format!("[web] listen = \"{}\": cannot listen: {e}", shown(listen));
+    let shared = Arc::new(Shared {
+        routes: RwLock::new(Arc::new(routes)),
+        refs,
+        metrics,
+    });
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let (task, socket, local) = match listen {
+        MetricsListen::Tcp(addr) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(tokio::net::TcpListener::from_std)
+                .map_err(fail)?;
+            let local = listener.local_addr().ok();
+            let shared = shared.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        spawn_connection(stream, &shared, &slots);
+                    }
+                }
+            });
+            (task, None, local)
+        }
+        MetricsListen::Unix(path) => {
+            let listener = crate::telemetry::metrics::bind_unix(path).map_err(fail)?;
+            let shared = shared.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        spawn_connection(stream, &shared, &slots);
+                    }
+                }
+            });
+            (task, Some(path.clone()), None)
+        }
+    };
+    Ok(Web {
+        task,
+        socket,
+        local,
+        shared,
+    })
+}
+
+/// `listen` as the config writes it.
+fn shown(listen: &MetricsListen) -> String {
+    match listen {
+        MetricsListen::Tcp(addr) => addr.to_string(),
+        MetricsListen::Unix(path) => format!("unix:{}", path.display()),
+    }
+}
+
+/// Serves one connection in a task of its own, or drops it when all slots are taken.
+fn spawn_connection<S>(stream: S, shared: &Arc<Shared>, slots: &Arc<Semaphore>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(slot) = slots.clone().try_acquire_owned() else {
+        return;
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let service = hyper::service::service_fn(move |req| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(respond(req, &shared).await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+        drop(slot);
+    });
+}
+
+/// What serves a path.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    /// `/hooks/<name>`: a receiver (the name not yet looked up).
+    Hook(&'a str),
+    NotFound,
+}
+
+pub(crate) fn route(path: &str) -> Route<'_> {
+    match path.strip_prefix("/hooks/") {
+        Some(name) if !name.is_empty() && !name.contains('/') => Route::Hook(name),
+        _ => Route::NotFound,
+    }
+}
+
+async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+    match route(req.uri().path()) {
+        Route::Hook(name) => {
+            let name = name.to_string();
+            let routes = shared
+                .routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let Some(receiver) = routes.receivers.iter().find(|r| r.name == name) else {
+                // An unknown name is the sender's text: counted without it.
+                shared.metrics.webhook("", "not_found");
+                return plain(StatusCode::NOT_FOUND, "no such receiver\n");
+            };
+            let (outcome, response) = hook(req, receiver, &routes.branch, &shared.refs).await;
+            shared.metrics.webhook(&receiver.name, outcome);
+            response
+        }
+        Route::NotFound => plain(
+            StatusCode::NOT_FOUND,
+            "not found: webhooks are at /hooks/<receiver>\n",
+        ),
+    }
+}
+
+/// One hook to `receiver`: its outcome (the metric's label) and the answer.
+async fn hook(
+    req: Request<Incoming>,
+    receiver: &Receiver,
+    branch: &str,
+    refs: &mpsc::Sender<()>,
+) -> (&'static str, Response<Full<Bytes>>) {
+    if req.method() != Method::POST {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("POST"));
+        return ("method_not_allowed", response);
+    }
+    let (parts, body) = req.into_parts();
+    let too_large = || {
+        (
+            "too_large",
+            plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the body is larger than 1 MiB; send push events only\n",
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large();
+    }
+    let body =
+        match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+            Ok(Err(_)) => {
+                return (
+                    "bad_request",
+                    plain(StatusCode::BAD_REQUEST, "the body could not be read\n"),
+                );
+            }
+            Err(_) => {
+                return (
+                    "timeout",
+                    plain(StatusCode::REQUEST_TIMEOUT, "the body took too long\n"),
+                );
+            }
+        };
+    let verdict = hooks::judge(receiver, &parts.headers, &body, branch);
+    let (status, text) = match verdict {
+        Verdict::Push => match refs.try_send(()) {
+            Ok(()) => {
+                tracing::info!(receiver = %receiver.name, "webhook: a push to {branch}: fetching now");
+                (StatusCode::ACCEPTED, "accepted: fetching now\n")
+            }
+            Err(mpsc::error::TrySendError::Full(())) => {
+                return (
+                    "coalesced",
+                    plain(
+                        StatusCode::ACCEPTED,
+                        "accepted: a fetch is already pending\n",
+                    ),
+                );
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => {
+                return (
+                    "unavailable",
+                    plain(StatusCode::SERVICE_UNAVAILABLE, "the daemon is stopping\n"),
+                );
+            }
+        },
+        Verdict::Ping => (StatusCode::OK, "pong: the signature holds\n"),
+        Verdict::OtherEvent => (StatusCode::OK, "ignored: not a push event\n"),
+        Verdict::OtherBranch => (
+            StatusCode::OK,
+            "ignored: a push to another branch than [source] branch\n",
+        ),
+        Verdict::Unauthorized => {
+            tracing::info!(receiver = %receiver.name, "webhook refused: a missing or wrong signature");
+            (
+                StatusCode::UNAUTHORIZED,
+                "the signature is missing or wrong\n",
+            )
+        }
+        Verdict::BadBody => (
+            StatusCode::BAD_REQUEST,
+            "the body is not a JSON push event with a \"ref\" (send application/json)\n",
+        ),
+    };
+    (verdict.outcome(), plain(status, text))
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ReceiverKind;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const PUSH: &str = r#"{"ref":"refs/heads/main"}"#;
+
+    /// A listener on a free loopback port with one GitHub receiver `gh` (secret `s3cret`),
+    /// branch `main`, and the ref channel's receiving end (capacity 1).
+    fn start() -> (Web, mpsc::Receiver<()>, Metrics) {
+        let (tx, rx) = mpsc::channel(1);
+        let metrics = Metrics::new("main");
+        let routes = Routes {
+            receivers: vec![Receiver {
+                name: "gh".into(),
+                kind: ReceiverKind::Github,
+                secret: crate::config::Secret::new("s3cret"),
+            }],
+            branch: "main".into(),
+        };
+        let web = WebConfig {
+            listen: MetricsListen::Tcp("127.0.0.1:0".parse().unwrap()),
+            token_file: None,
+        };
+        (
+            serve(&web, routes, tx, metrics.clone()).unwrap(),
+            rx,
+            metrics,
+        )
+    }
+
+    /// Sends `head` (the request line and headers, without the blank line) and `body`; the
+    /// answer's status code and text.
+    async fn send(web: &Web, head: &str, body: &[u8]) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        s.write_all(format!("{head}\r\nconnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        // The server may answer and close before the body is all sent (413).
+        let _ = s.write_all(body).await;
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer).to_string();
+        let code = answer.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, answer)
+    }
+
+    fn signed_push(body: &str, event: &str, key: &[u8]) -> String {
+        format!(
+            "POST /hooks/gh HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nx-github-event: {event}\r\n\
+             x-hub-signature-256: sha256={}",
+            body.len(),
+            hooks::sign(key, body.as_bytes())
+        )
+    }
+
+    #[tokio::test]
+    async fn a_verified_push_sends_one_ref_notification_and_a_flood_coalesces() {
+        let (web, mut rx, metrics) = start();
+        let (code, text) = send(&web, &signed_push(PUSH, "push", b"s3cret"), PUSH.as_bytes()).await;
+        assert_eq!(code, 202, "{text}");
+        assert!(text.contains("fetching now"), "{text}");
+        // The channel holds one: the next ones find a fetch pending.
+        for _ in 0..3 {
+            let (code, text) =
+                send(&web, &signed_push(PUSH, "push", b"s3cret"), PUSH.as_bytes()).await;
+            assert_eq!(code, 202, "{text}");
+            assert!(text.contains("already pending"), "{text}");
+        }
+        assert_eq!(rx.try_recv(), Ok(()));
+        assert!(rx.try_recv().is_err(), "one notification for four hooks");
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"proxsync_webhook_requests_total{receiver="gh",outcome="accepted"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"proxsync_webhook_requests_total{receiver="gh",outcome="coalesced"} 3"#
+            ),
+            "{text}"
+        );
+        web.stop();
+    }
+
+    #[tokio::test]
+    async fn refusals_and_ignored_hooks_send_nothing() {
+        let (web, mut rx, metrics) = start();
+        let dev = r#"{"ref":"refs/heads/dev"}"#;
+        let cases: Vec<(String, &str, u16, &str)> = vec![
+            (
+                signed_push(PUSH, "push", b"wrong"),
+                PUSH,
+                401,
+                "unauthorized",
+            ),
+            (
+                signed_push(PUSH, "push", b"s3cret").replace("x-hub-signature-256", "x-other"),
+                PUSH,
+                401,
+                "unauthorized",
+            ),
+            (
+                signed_push(dev, "push", b"s3cret"),
+                dev,
+                200,
+                "ignored_branch",
+            ),
+            (
+                signed_push(PUSH, "issues", b"s3cret"),
+                PUSH,
+                200,
+                "ignored_event",
+            ),
+            (signed_push(PUSH, "ping", b"s3cret"), PUSH, 200, "ping"),
+            (
+                signed_push("{}", "push", b"s3cret"),
+                "{}",
+                400,
+                "bad_request",
+            ),
+            (
+                "POST /hooks/nobody HTTP/1.1\r\nhost: x\r\ncontent-length: 2".into(),
+                "{}",
+                404,
+                "not_found",
+            ),
+            (
+                "GET /hooks/gh HTTP/1.1\r\nhost: x".into(),
+                "",
+                405,
+                "method_not_allowed",
+            ),
+            ("GET / HTTP/1.1\r\nhost: x".into(), "", 404, ""),
+        ];
+        let mut seen: std::collections::BTreeMap<&str, u32> = Default::default();
+        for (head, body, code, outcome) in cases {
+            let (got, text) = send(&web, &head, body.as_bytes()).await;
+            assert_eq!(got, code, "{outcome}: {text}");
+            if code == 405 {
+                assert!(text.to_lowercase().contains("allow: post"), "{text}");
+            }
+            if !outcome.is_empty() {
+                let n = seen.entry(outcome).or_default();
+                *n += 1;
+                let receiver = if outcome == "not_found" { "" } else { "gh" };
+                let sample = format!(
+                    r#"proxsync_webhook_requests_total{{receiver="{receiver}",outcome="{outcome}"}} {n}"#
+                );
+                assert!(metrics.encode().contains(&sample), "{sample}");
+            }
+        }
+        assert!(rx.try_recv().is_err(), "no fetch");
+        web.stop();
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_refused_without_being_read() {
+        let (web, mut rx, metrics) = start();
+        // Declared too large: refused on the length alone (no body sent at all).
+        let head = format!(
+            "POST /hooks/gh HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nx-github-event: push",
+            MAX_BODY + 1
+        );
+        let (code, text) = send(&web, &head, b"").await;
+        assert_eq!(code, 413, "{text}");
+        // Chunked, no length: refused once past the limit.
+        let chunk = vec![b'a'; 64 * 1024];
+        let mut body = Vec::new();
+        for _ in 0..(MAX_BODY / chunk.len() + 2) {
+            body.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            body.extend_from_slice(&chunk);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(b"0\r\n\r\n");
+        let head = "POST /hooks/gh HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\
+                    x-github-event: push";
+        let (code, text) = send(&web, head, &body).await;
+        assert_eq!(code, 413, "{text}");
+        assert!(
+            metrics.encode().contains(
+                r#"proxsync_webhook_requests_total{receiver="gh",outcome="too_large"} 2"#
+            )
+        );
+        assert!(rx.try_recv().is_err(), "no fetch");
+        web.stop();
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(route("/hooks/github"), Route::Hook("github"));
+        assert_eq!(route("/hooks/"), Route::NotFound);
+        assert_eq!(route("/hooks/a/b"), Route::NotFound);
+        assert_eq!(route("/hooks"), Route::NotFound);
+        assert_eq!(route("/"), Route::NotFound);
+        assert_eq!(route("/metrics"), Route::NotFound);
+    }
+}
