@@ -131,9 +131,14 @@ pub(crate) fn serve(
             let local = listener.local_addr().ok();
             let shared = shared.clone();
             let task = tokio::spawn(async move {
+                let mut pause = Pause::default();
                 loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        spawn_connection(stream, &shared, &slots);
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            pause.reset();
+                            spawn_connection(stream, &shared, &slots);
+                        }
+                        Err(_) => pause.wait().await,
                     }
                 }
             });
@@ -143,9 +148,14 @@ pub(crate) fn serve(
             let listener = crate::telemetry::metrics::bind_unix(path).map_err(fail)?;
             let shared = shared.clone();
             let task = tokio::spawn(async move {
+                let mut pause = Pause::default();
                 loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        spawn_connection(stream, &shared, &slots);
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            pause.reset();
+                            spawn_connection(stream, &shared, &slots);
+                        }
+                        Err(_) => pause.wait().await,
                     }
                 }
             });
@@ -158,6 +168,25 @@ pub(crate) fn serve(
         local,
         shared,
     })
+}
+
+/// The growing pause while accept fails (out of descriptors: EMFILE), so the loop does not
+/// spin: 10 ms doubling to 1 s, back to 10 ms after an accepted connection.
+#[derive(Default)]
+struct Pause(Option<Duration>);
+
+impl Pause {
+    async fn wait(&mut self) {
+        let d = self.0.map_or(Duration::from_millis(10), |d| {
+            (d * 2).min(Duration::from_secs(1))
+        });
+        self.0 = Some(d);
+        tokio::time::sleep(d).await;
+    }
+
+    fn reset(&mut self) {
+        self.0 = None;
+    }
 }
 
 /// `listen` as the config writes it.
