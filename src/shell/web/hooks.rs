@@ -138,7 +138,7 @@ fn same_secret(secret: &[u8], given: &[u8]) -> bool {
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
@@ -216,17 +216,20 @@ mod tests {
         assert!(!hmac_matches(b"k", b"", "zz"));
     }
 
+    /// A kind, its signature headers from a hex signature, its event header and push event.
+    type Case = (
+        ReceiverKind,
+        fn(&str) -> Vec<(&'static str, String)>,
+        &'static str,
+        &'static str,
+    );
+
     /// Each kind: a good hook, a bad and a missing signature, another event, another branch,
     /// a body without `ref`.
     #[test]
     fn each_kind_verifies_its_own_scheme() {
         let good = |body: &[u8]| sign(b"s3cret", body);
-        let cases: [(
-            ReceiverKind,
-            fn(&str) -> Vec<(&'static str, String)>,
-            &str,
-            &str,
-        ); 5] = [
+        let cases: [Case; 5] = [
             (
                 ReceiverKind::Github,
                 |sig| vec![("x-hub-signature-256", format!("sha256={sig}"))],
