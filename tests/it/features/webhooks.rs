@@ -1,7 +1,7 @@
 //! Webhooks (`[web]`, `[[receiver]]`) end to end: the daemon fetches a remote source only
 //! every hour (`[source] interval = "1h"`), a push to the bare repository it fetches from is
 //! followed by a GitHub-signed hook, and the pushed spec's VM is made on fakepve at once; a
-//! badly signed hook is refused and fetches nothing. The benchmark of push -> first write
+//! badly signed hook is refused and fetches nothing; a reload takes a new secret. The benchmark of push -> first write
 //! (`webhook_push_to_first_write`, ignored) is in BENCHMARKS.md.
 
 use crate::common;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::engine::{Workspace, owned_vms, spec};
 use common::{FakePve, default_scenario};
 
-use super::daemon::{Daemon, wait_until};
+use super::daemon::{Daemon, daemon_ready_count, wait_until};
 
 const SECRET: &str = "hook-s3cret";
 
@@ -59,7 +59,7 @@ fn sign(key: &str, body: &str) -> String {
 
 /// POSTs a GitHub push hook of branch `main` signed with `key`; the status code and answer.
 fn github_push(addr: &str, key: &str) -> (u16, String) {
-    let body = r#"{"ref":"refs/heads/main","before":"0000","after":"1111","repository":{"full_name":"ops/vms"}}"#;
+    let body = r#"{"ref":"refs/heads/main","before":"0000","after":"1111","repository":{"full_name":"ops/hookbody-7f3a"}}"#;
     let request = format!(
         "POST /hooks/gh HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: GitHub-Hookshot/test\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nX-GitHub-Event: push\r\n\
@@ -117,8 +117,27 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
         Duration::from_secs(15),
         || has(&mut pve, "web-02"),
     );
+
+    // A reload takes a new secret: the old one is refused from then on.
+    std::fs::write(ws.path("gh.secret"), "a-new-s3cret\n").unwrap();
+    let ready = daemon_ready_count(&daemon);
+    daemon.signal("-HUP");
+    // READY=1 again once the reload is done (the receivers' secrets replaced).
+    wait_until("the reload", Duration::from_secs(20), || {
+        daemon_ready_count(&daemon) > ready
+    });
+    assert!(daemon.log().contains("config reloaded"), "{}", daemon.log());
+    let (code, answer) = github_push(&addr, SECRET);
+    assert_eq!(code, 401, "the old secret after the reload: {answer}");
+    let (code, answer) = github_push(&addr, "a-new-s3cret");
+    assert_eq!(code, 202, "the new secret after the reload: {answer}");
+
     let log = daemon.log();
-    assert!(!log.contains(SECRET), "the secret is never logged");
+    assert!(
+        !log.contains(SECRET) && !log.contains("a-new-s3cret"),
+        "a secret is never logged"
+    );
+    assert!(!log.contains("hookbody-7f3a"), "nor a hook's body");
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
 
