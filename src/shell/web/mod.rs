@@ -523,6 +523,35 @@ mod tests {
         web.stop();
     }
 
+    /// A body that does not come within `BODY_TIMEOUT` (tokio's paused clock runs ahead while
+    /// the server waits for it).
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_does_not_come_times_out() {
+        let (web, mut rx, metrics) = start();
+        let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        s.write_all(
+            b"POST /hooks/gh HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\
+              x-github-event: push\r\n\r\n{\"ref\"",
+        )
+        .await
+        .unwrap();
+        let started = tokio::time::Instant::now();
+        let mut answer = vec![0u8; 512];
+        let n = s.read(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(started.elapsed() >= BODY_TIMEOUT);
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"proxsync_webhook_requests_total{receiver="gh",outcome="timeout"} 1"#)
+        );
+        assert!(rx.try_recv().is_err(), "no fetch");
+        web.stop();
+    }
+
     #[tokio::test]
     async fn an_oversized_body_is_refused_without_being_read() {
         let (web, mut rx, metrics) = start();
