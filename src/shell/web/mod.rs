@@ -3,9 +3,9 @@
 //! for the reconcile loop nor the loop for a hook. A verified push to the configured branch is
 //! a message on the daemon's ref channel, which makes the daemon fetch at once; a full
 //! channel means a fetch is already pending, so a flood of hooks costs at most one fetch per
-//! cycle. Bounded: a few connections at once, each closed after a short while, a body of at
-//! most [`MAX_BODY`] read within [`BODY_TIMEOUT`] (a larger one refused by its length before
-//! it is read). [`route`] maps a path to what serves it; a page is one more [`Route`].
+//! cycle. Bounded: a few connections at once (a new one ending the oldest), each closed
+//! after a short while, a body of at most [`MAX_BODY`] read within [`BODY_TIMEOUT`] (a larger
+//! one refused by its length before it is read). [`route`] maps a path to what serves it; a page is one more [`Route`].
 
 pub(crate) mod hooks;
 
@@ -26,7 +26,7 @@ use crate::config::{Config, MetricsListen, WebConfig};
 use crate::telemetry::metrics::Metrics;
 use hooks::{Receiver, Verdict};
 
-/// Connections served at once; more are closed at once.
+/// Connections served at once; a new one beyond ends the oldest ([`Slots`]).
 const MAX_CONNECTIONS: usize = 16;
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,7 +121,7 @@ pub(crate) fn serve(
         refs,
         metrics,
     });
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Slots::new());
     let (task, socket, local) = match listen {
         MetricsListen::Tcp(addr) => {
             let listener = std::net::TcpListener::bind(addr)
@@ -197,27 +197,77 @@ fn shown(listen: &MetricsListen) -> String {
     }
 }
 
-/// Serves one connection in a task of its own, or drops it when all slots are taken.
-fn spawn_connection<S>(stream: S, shared: &Arc<Shared>, slots: &Arc<Semaphore>)
+/// The connections being served, oldest first, each with the handle that ends it. When all
+/// [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest rather than being
+/// refused: a forge sends a hook within milliseconds of connecting, so connections that
+/// never finish their request (slowloris) cannot keep hooks out; only a flood of new
+/// connections faster than a hook is answered could.
+struct Slots {
+    permits: Arc<Semaphore>,
+    live: std::sync::Mutex<Live>,
+}
+
+#[derive(Default)]
+struct Live {
+    next: u64,
+    conns: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
+}
+
+impl Slots {
+    fn new() -> Slots {
+        Slots {
+            permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            live: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection's task ended: its entry goes.
+    fn forget(&self, id: u64) {
+        self.lock().conns.retain(|(i, _)| *i != id);
+    }
+}
+
+/// How long a new connection waits for the slot of the one it ended.
+const SLOT_WAIT: Duration = Duration::from_secs(1);
+
+/// Serves one connection in a task of its own, ending the oldest one when all slots are
+/// taken ([`Slots`]).
+fn spawn_connection<S>(stream: S, shared: &Arc<Shared>, slots: &Arc<Slots>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        return;
-    };
     let shared = shared.clone();
-    tokio::spawn(async move {
-        let service = hyper::service::service_fn(move |req| {
-            let shared = shared.clone();
-            async move { Ok::<_, Infallible>(respond(req, &shared).await) }
-        });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
-        let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-        drop(slot);
+    let mine = slots.clone();
+    // Locked until the task is listed, so that it cannot end (and `forget`) before.
+    let mut live = slots.lock();
+    let id = live.next;
+    live.next += 1;
+    let task = tokio::spawn(async move {
+        // The permit of the connection ended for this one comes when its task is dropped.
+        let permit = tokio::time::timeout(SLOT_WAIT, mine.permits.clone().acquire_owned()).await;
+        if let Ok(Ok(_permit)) = permit {
+            let service = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(respond(req, &shared).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+        }
+        mine.forget(id);
     });
+    if live.conns.len() >= MAX_CONNECTIONS
+        && let Some((_, oldest)) = live.conns.pop_front()
+    {
+        oldest.abort();
+    }
+    live.conns.push_back((id, task.abort_handle()));
 }
 
 /// What serves a path.
@@ -581,6 +631,37 @@ mod tests {
             )
         );
         assert!(rx.try_recv().is_err(), "no fetch");
+        web.stop();
+    }
+
+    /// Slowloris: every slot held by a connection that never finishes its headers. A hook
+    /// that comes then is served at once, the oldest idle connection closed for it.
+    #[tokio::test]
+    async fn slow_connections_holding_every_slot_do_not_keep_a_hook_out() {
+        let (web, mut rx, _) = start();
+        let mut slow = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
+                .await
+                .unwrap();
+            s.write_all(b"POST /hooks/gh HTTP/1.1\r\nhost: x\r\n")
+                .await
+                .unwrap();
+            slow.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let (code, text) = send(&web, &signed_push(PUSH, "push", b"s3cret"), PUSH.as_bytes()).await;
+        assert_eq!(code, 202, "{text}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(rx.try_recv(), Ok(()));
+        // The oldest slow connection made room: it is closed.
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), slow[0].read(&mut buf))
+            .await
+            .expect("the oldest slow connection is closed")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
         web.stop();
     }
 
