@@ -808,8 +808,9 @@ impl Config {
             .is_none_or(|s| s.matches(labels))
     }
 
-    /// What is allowed but unwise in the config (`validate` and `doctor` show it): a
-    /// credential in `[source] url`.
+    /// What is allowed but unwise in the config (`validate` and `doctor` show it, the daemon
+    /// logs it at start): a credential in `[source] url`; `[web] listen` on an address other
+    /// than loopback (plain HTTP across the network).
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let SourceLocation::Url { url, .. } = &self.source.location
@@ -822,6 +823,30 @@ impl Config {
                  file named by [source] token_file, or set up git's credential helper for the \
                  daemon's user, and take it out of the URL",
                 crate::redact::urls(url)
+            ));
+        }
+        if let Some(WebConfig {
+            listen: MetricsListen::Tcp(addr),
+            ..
+        }) = &self.web
+            && !addr.ip().is_loopback()
+        {
+            let gitlab = self
+                .receivers
+                .iter()
+                .find(|r| r.kind == ReceiverKind::Gitlab)
+                .map(|r| {
+                    format!(
+                        "; [[receiver]] {:?} (gitlab) is sent its secret itself in every hook, \
+                         readable by whoever sees the traffic",
+                        r.name
+                    )
+                })
+                .unwrap_or_default();
+            out.push(format!(
+                "[web] listen = \"{addr}\" serves plain HTTP beyond this host: the hooks' \
+                 content crosses the network unencrypted{gitlab}; listen on loopback or \
+                 \"unix:/run/proxsync/web.sock\" behind a reverse proxy with TLS"
             ));
         }
         out
@@ -1827,6 +1852,30 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Adaptive);
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_web_listener_beyond_loopback_is_warned_about() {
+        let with = |listen: &str, kind: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[web]\nlisten = \"{listen}\"\n[[receiver]]\nname = \"r\"\ntype = \"{kind}\"\n"
+            ))
+            .unwrap()
+            .warnings()
+        };
+        let w = with("0.0.0.0:8787", "github");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("[web] listen = \"0.0.0.0:8787\" serves plain HTTP")
+                && w[0].contains("TLS"),
+            "{w:?}"
+        );
+        assert!(!w[0].contains("gitlab"), "{w:?}");
+        let w = with("[2001:db8::1]:8787", "gitlab");
+        assert!(w.len() == 1 && w[0].contains("\"r\" (gitlab)"), "{w:?}");
+        assert!(with("127.0.0.1:8787", "gitlab").is_empty());
+        assert!(with("[::1]:8787", "gitlab").is_empty());
+        assert!(with("unix:/run/proxsync/web.sock", "gitlab").is_empty());
     }
 
     #[test]
