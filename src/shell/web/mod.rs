@@ -1,9 +1,9 @@
 //! The daemon's web listener (`[web] listen`, TCP or a unix socket): the webhook receivers at
 //! `POST /hooks/<name>` (`hooks`), served by hyper in tasks of its own, so a hook never waits
 //! for the reconcile loop nor the loop for a hook. A verified push to the configured branch is
-//! a message on the daemon's ref channel, which makes the daemon fetch at once; a full
-//! channel means a fetch is already pending, so a flood of hooks costs at most one fetch per
-//! cycle. Bounded: a few connections at once (a new one ending the oldest), each closed
+//! a message on the daemon's ref channel, which makes the daemon fetch at once, or at most
+//! once per [`FETCH_SPACING`] ([`Fetches`]): a flood of hooks, even validly signed ones, costs
+//! one fetch per 5 s. Bounded: a few connections at once (a new one ending the oldest), each closed
 //! after a short while, a body of at most [`MAX_BODY`] read within [`BODY_TIMEOUT`] (a larger
 //! one refused by its length before it is read). [`route`] maps a path to what serves it; a page is one more [`Route`].
 
@@ -73,8 +73,87 @@ impl Routes {
 /// What every connection shares.
 struct Shared {
     routes: RwLock<Arc<Routes>>,
-    refs: mpsc::Sender<()>,
+    fetches: Arc<Fetches>,
     metrics: Metrics,
+}
+
+/// The least time between two fetches the hooks ask for. A forge's signature covers the body
+/// alone and holds forever, so one captured delivery replayed in a loop would otherwise make
+/// one fetch and cycle after the other (54 in 3 s against fakepve).
+const FETCH_SPACING: Duration = Duration::from_secs(5);
+
+/// The hooks' way to the daemon's ref channel, paced by [`FETCH_SPACING`]: a push within it
+/// of the last fetch asked is deferred to its end (one deferred fetch at most), never lost.
+struct Fetches {
+    refs: mpsc::Sender<()>,
+    pace: std::sync::Mutex<Pace>,
+}
+
+#[derive(Default)]
+struct Pace {
+    /// When a fetch was last asked for.
+    last: Option<tokio::time::Instant>,
+    /// A deferred fetch is waiting for the end of the spacing.
+    deferred: bool,
+}
+
+/// What asking for a fetch did.
+#[derive(Debug, PartialEq, Eq)]
+enum Asked {
+    Now,
+    /// Within [`FETCH_SPACING`] of the last: asked for at its end.
+    Deferred,
+    /// One was pending already (deferred, or in the channel).
+    Pending,
+    /// The daemon is stopping.
+    Closed,
+}
+
+impl Fetches {
+    fn new(refs: mpsc::Sender<()>) -> Fetches {
+        Fetches {
+            refs,
+            pace: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ask(self: &Arc<Self>) -> Asked {
+        if self.refs.is_closed() {
+            return Asked::Closed;
+        }
+        let mut pace = self.lock();
+        if pace.deferred {
+            return Asked::Pending;
+        }
+        let now = tokio::time::Instant::now();
+        match pace.last.map(|last| last + FETCH_SPACING) {
+            Some(at) if at > now => {
+                pace.deferred = true;
+                let fetches = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    let mut pace = fetches.lock();
+                    pace.deferred = false;
+                    pace.last = Some(tokio::time::Instant::now());
+                    drop(pace);
+                    let _ = fetches.refs.try_send(());
+                });
+                Asked::Deferred
+            }
+            _ => {
+                pace.last = Some(now);
+                match self.refs.try_send(()) {
+                    Ok(()) => Asked::Now,
+                    Err(mpsc::error::TrySendError::Full(())) => Asked::Pending,
+                    Err(mpsc::error::TrySendError::Closed(())) => Asked::Closed,
+                }
+            }
+        }
+    }
 }
 
 /// The running listener. [`Web::stop`] ends it (and removes a unix socket's file).
@@ -118,7 +197,7 @@ pub(crate) fn serve(
         |e: std::io::Error| format!("[web] listen = \"{}\": cannot listen: {e}", shown(listen));
     let shared = Arc::new(Shared {
         routes: RwLock::new(Arc::new(routes)),
-        refs,
+        fetches: Arc::new(Fetches::new(refs)),
         metrics,
     });
     let slots = Arc::new(Slots::new());
@@ -299,7 +378,7 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
                 shared.metrics.webhook("", "not_found");
                 return plain(StatusCode::NOT_FOUND, "no such receiver\n");
             };
-            let (outcome, response) = hook(req, receiver, &routes.branch, &shared.refs).await;
+            let (outcome, response) = hook(req, receiver, &routes.branch, &shared.fetches).await;
             shared.metrics.webhook(&receiver.name, outcome);
             response
         }
@@ -315,7 +394,7 @@ async fn hook(
     req: Request<Incoming>,
     receiver: &Receiver,
     branch: &str,
-    refs: &mpsc::Sender<()>,
+    fetches: &Arc<Fetches>,
 ) -> (&'static str, Response<Full<Bytes>>) {
     if req.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
@@ -361,12 +440,21 @@ async fn hook(
         };
     let verdict = hooks::judge(receiver, &parts.headers, &body, branch);
     let (status, text) = match verdict {
-        Verdict::Push => match refs.try_send(()) {
-            Ok(()) => {
+        Verdict::Push => match fetches.ask() {
+            Asked::Now => {
                 tracing::info!(receiver = %receiver.name, "webhook: a push to {branch}: fetching now");
                 (StatusCode::ACCEPTED, "accepted: fetching now\n")
             }
-            Err(mpsc::error::TrySendError::Full(())) => {
+            Asked::Deferred => {
+                return (
+                    "coalesced",
+                    plain(
+                        StatusCode::ACCEPTED,
+                        "accepted: fetching within 5 s (hooks are paced)\n",
+                    ),
+                );
+            }
+            Asked::Pending => {
                 return (
                     "coalesced",
                     plain(
@@ -375,7 +463,7 @@ async fn hook(
                     ),
                 );
             }
-            Err(mpsc::error::TrySendError::Closed(())) => {
+            Asked::Closed => {
                 return (
                     "unavailable",
                     plain(StatusCode::SERVICE_UNAVAILABLE, "the daemon is stopping\n"),
@@ -479,15 +567,23 @@ mod tests {
         let (code, text) = send(&web, &signed_push(PUSH, "push", b"s3cret"), PUSH.as_bytes()).await;
         assert_eq!(code, 202, "{text}");
         assert!(text.contains("fetching now"), "{text}");
-        // The channel holds one: the next ones find a fetch pending.
-        for _ in 0..3 {
+        // Within FETCH_SPACING: the next one is deferred, the ones after find it pending.
+        for i in 0..3 {
             let (code, text) =
                 send(&web, &signed_push(PUSH, "push", b"s3cret"), PUSH.as_bytes()).await;
             assert_eq!(code, 202, "{text}");
-            assert!(text.contains("already pending"), "{text}");
+            let said = if i == 0 {
+                "within 5 s"
+            } else {
+                "already pending"
+            };
+            assert!(text.contains(said), "{text}");
         }
         assert_eq!(rx.try_recv(), Ok(()));
-        assert!(rx.try_recv().is_err(), "one notification for four hooks");
+        assert!(
+            rx.try_recv().is_err(),
+            "one notification now for four hooks"
+        );
         let text = metrics.encode();
         assert!(
             text.contains(r#"proxsync_webhook_requests_total{receiver="gh",outcome="accepted"} 1"#),
@@ -663,6 +759,37 @@ mod tests {
             .unwrap_or(0);
         assert_eq!(n, 0);
         web.stop();
+    }
+
+    /// Hooks come at most once per FETCH_SPACING to the daemon; one within it is deferred
+    /// to its end, never lost, and the ones after it coalesce into it.
+    #[tokio::test(start_paused = true)]
+    async fn fetches_are_paced_and_a_deferred_one_comes() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let fetches = Arc::new(Fetches::new(tx));
+        assert_eq!(fetches.ask(), Asked::Now);
+        assert_eq!(rx.try_recv(), Ok(()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(fetches.ask(), Asked::Deferred);
+        for _ in 0..100 {
+            assert_eq!(fetches.ask(), Asked::Pending);
+        }
+        assert!(rx.try_recv().is_err(), "nothing before the spacing ends");
+        tokio::time::sleep(FETCH_SPACING - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(rx.try_recv(), Ok(()), "the deferred fetch");
+        assert!(rx.try_recv().is_err(), "one for 101 hooks");
+        assert_eq!(
+            fetches.ask(),
+            Asked::Deferred,
+            "spaced from the deferred one"
+        );
+        tokio::time::sleep(FETCH_SPACING * 2).await;
+        assert_eq!(rx.try_recv(), Ok(()));
+        assert_eq!(fetches.ask(), Asked::Now, "long after: at once again");
+        drop(rx);
+        tokio::time::sleep(FETCH_SPACING * 2).await;
+        assert_eq!(fetches.ask(), Asked::Closed);
     }
 
     #[test]

@@ -141,6 +141,40 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
 
+/// A flood of correctly signed hooks (one captured delivery replayed: a forge's signature
+/// covers the body only, so it stays valid forever) makes few fetches, not one per cycle
+/// back to back.
+#[test]
+fn a_replayed_hook_flood_makes_few_fetches() {
+    let mut pve = FakePve::start(default_scenario());
+    let (ws, addr) = workspace(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    assert!(has(&mut pve, "web-01"), "{}", daemon.log());
+    let started = Instant::now();
+    let mut hooks = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let (code, answer) = github_push(&addr, SECRET);
+        assert_eq!(code, 202, "{answer}");
+        hooks += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Whatever was deferred has come by now.
+    std::thread::sleep(Duration::from_secs(4));
+    let fetches = daemon.log().matches("source changed").count();
+    eprintln!("{hooks} hooks in 3 s: {fetches} fetches");
+    assert!(
+        (1..=2).contains(&fetches),
+        "{hooks} hooks in 3 s made {fetches} fetches\n{}",
+        daemon.log()
+    );
+    assert!(daemon.stop());
+}
+
 /// Push -> first write through a hook: the time from the start of `git push` to the first
 /// request that is not a read (the clone) reaching fakepve. Not a test of timing: it prints
 /// the figures. `cargo test --release --test it -- --ignored webhook_push_to_first_write
@@ -168,8 +202,9 @@ fn webhook_push_to_first_write() {
     });
     let mut figures = Vec::new();
     for i in 1..=reps {
-        // Let the last cycle end (its VM made and read back) before the next push.
-        std::thread::sleep(Duration::from_millis(1500));
+        // Let the last cycle end (its VM made and read back) before the next push, and the
+        // 5 s by which the hooks' fetches are spaced pass.
+        std::thread::sleep(Duration::from_millis(5500));
         files.push((
             format!("{i}.yaml"),
             spec(&format!("web-{i}"), "pve1", "9000", ""),
