@@ -139,6 +139,18 @@ impl StatusDir {
         Ok(sd)
     }
 
+    /// A reader of `dir` that never creates it nor removes anything in it (the web pages,
+    /// which only read what the daemon writes). Its `write_*` must not be called.
+    pub(crate) fn reader(dir: &Path) -> StatusDir {
+        StatusDir {
+            dir: dir.to_path_buf(),
+            specs: HashMap::new(),
+            summary: None,
+            orphans: None,
+            unsynced: false,
+        }
+    }
+
     /// The directory.
     #[cfg(test)]
     pub(crate) fn path(&self) -> &Path {

@@ -8,6 +8,7 @@
 //! one refused by its length before it is read). [`route`] maps a path to what serves it; a page is one more [`Route`].
 
 pub(crate) mod hooks;
+pub(crate) mod ui;
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -43,6 +44,8 @@ pub(crate) struct Routes {
     receivers: Vec<Receiver>,
     /// `[source] branch`: the only branch whose push makes a fetch.
     branch: String,
+    /// The read-only pages (`ui`).
+    pages: ui::Pages,
 }
 
 impl Routes {
@@ -66,6 +69,7 @@ impl Routes {
         Ok(Routes {
             receivers,
             branch: config.source.branch.clone(),
+            pages: ui::Pages::load(config)?,
         })
     }
 }
@@ -354,13 +358,15 @@ where
 pub(crate) enum Route<'a> {
     /// `/hooks/<name>`: a receiver (the name not yet looked up).
     Hook(&'a str),
+    /// A read-only page (`ui`).
+    Page(ui::Page<'a>),
     NotFound,
 }
 
 pub(crate) fn route(path: &str) -> Route<'_> {
     match path.strip_prefix("/hooks/") {
         Some(name) if !name.is_empty() && !name.contains('/') => Route::Hook(name),
-        _ => Route::NotFound,
+        _ => ui::route(path).map_or(Route::NotFound, Route::Page),
     }
 }
 
@@ -381,6 +387,14 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
             let (outcome, response) = hook(req, receiver, &routes.branch, &shared.fetches).await;
             shared.metrics.webhook(&receiver.name, outcome);
             response
+        }
+        Route::Page(page) => {
+            let routes = shared
+                .routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            ui::respond(req.method(), req.headers(), page, &routes.pages).await
         }
         Route::NotFound => plain(
             StatusCode::NOT_FOUND,
@@ -521,6 +535,7 @@ mod tests {
                 secret: crate::config::Secret::new("s3cret"),
             }],
             branch: "main".into(),
+            pages: ui::Pages::new("/nonexistent".into(), None),
         };
         let web = WebConfig {
             listen: MetricsListen::Tcp("127.0.0.1:0".parse().unwrap()),
@@ -646,7 +661,7 @@ mod tests {
                 405,
                 "method_not_allowed",
             ),
-            ("GET / HTTP/1.1\r\nhost: x".into(), "", 404, ""),
+            ("GET /nope HTTP/1.1\r\nhost: x".into(), "", 404, ""),
         ];
         let mut seen: std::collections::BTreeMap<&str, u32> = Default::default();
         for (head, body, code, outcome) in cases {
@@ -798,7 +813,8 @@ mod tests {
         assert_eq!(route("/hooks/"), Route::NotFound);
         assert_eq!(route("/hooks/a/b"), Route::NotFound);
         assert_eq!(route("/hooks"), Route::NotFound);
-        assert_eq!(route("/"), Route::NotFound);
+        assert_eq!(route("/"), Route::Page(ui::Page::Fleet));
+        assert_eq!(route("/spec/a"), Route::Page(ui::Page::Spec("a")));
         assert_eq!(route("/metrics"), Route::NotFound);
     }
 }

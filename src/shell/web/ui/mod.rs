@@ -1,0 +1,200 @@
+//! The read-only web pages on the `[web]` listener (issue #44): `GET /` (the fleet by site and
+//! node), `/spec/<name>` (one spec), `/orphans`, and `/style.css`. Server-rendered HTML from
+//! askama templates (`templates/web/`), every value HTML-escaped by the template engine; no
+//! JavaScript, no forms: nothing on a page changes anything. A page is built from the status
+//! files alone (`StatusDir`'s readers, in a blocking task), so it never touches the engine or
+//! PVE. With `[web] token_file`, every page asks for `Authorization: Bearer <token>`; the
+//! hooks keep their own signatures. docs/web-ui.md.
+
+mod view;
+
+use std::path::PathBuf;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{
+    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderMap,
+    HeaderValue, REFERRER_POLICY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
+use hyper::{Method, Response, StatusCode};
+use ring::hmac;
+
+use crate::config::Config;
+
+/// The stylesheet served at `/style.css` (the only resource the pages load).
+const STYLE: &str = include_str!("../../../../templates/web/style.css");
+
+/// The Content-Security-Policy of every answer: nothing but the stylesheet may load, no
+/// script, no frame, no form.
+pub(crate) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+                              frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// What the pages need: where the status files are, and the bearer token if one is set.
+pub(crate) struct Pages {
+    status_dir: PathBuf,
+    token: Option<Token>,
+}
+
+/// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
+/// `hmac::verify` (constant time, whatever the lengths), never byte by byte.
+struct Token(hmac::Tag);
+
+/// The key of [`Token`]'s HMAC. Not a secret: it only makes the comparison one of two
+/// fixed-length tags in constant time.
+const TOKEN_KEY: &[u8] = b"proxsync web token";
+
+impl Token {
+    fn new(token: &str) -> Token {
+        Token(hmac::sign(&Self::key(), token.as_bytes()))
+    }
+
+    fn key() -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, TOKEN_KEY)
+    }
+
+    fn matches(&self, presented: &[u8]) -> bool {
+        hmac::verify(&Self::key(), presented, self.0.as_ref()).is_ok()
+    }
+}
+
+impl Pages {
+    /// The pages of `config`: its status directory and `[web] token_file` (read now).
+    pub(crate) fn load(config: &Config) -> Result<Pages, String> {
+        let token = match &config.web {
+            Some(web) => web.load_token().map_err(|e| e.to_string())?,
+            None => None,
+        };
+        Ok(Pages::new(
+            config.status_dir.clone(),
+            token.as_ref().map(|t| t.expose()),
+        ))
+    }
+
+    /// Pages reading `status_dir`, asking for `token` when one is given.
+    pub(crate) fn new(status_dir: PathBuf, token: Option<&str>) -> Pages {
+        Pages {
+            status_dir,
+            token: token.map(Token::new),
+        }
+    }
+
+    /// Whether `headers` carry the token (always, when none is set).
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        headers
+            .get(AUTHORIZATION)
+            .and_then(|v| {
+                let v = v.as_bytes();
+                let (scheme, rest) = v.split_at(v.iter().position(|b| *b == b' ')?);
+                scheme
+                    .eq_ignore_ascii_case(b"bearer")
+                    .then(|| rest.trim_ascii())
+            })
+            .is_some_and(|presented| token.matches(presented))
+    }
+}
+
+/// A page of the UI.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Page<'a> {
+    /// `/`: the fleet.
+    Fleet,
+    /// `/spec/<name>`: one spec (the name not yet checked).
+    Spec(&'a str),
+    /// `/orphans`.
+    Orphans,
+    /// `/style.css`.
+    Style,
+}
+
+/// The page at `path`, if it is one.
+pub(crate) fn route(path: &str) -> Option<Page<'_>> {
+    match path {
+        "/" => Some(Page::Fleet),
+        "/orphans" => Some(Page::Orphans),
+        "/style.css" => Some(Page::Style),
+        _ => path.strip_prefix("/spec/").map(Page::Spec),
+    }
+}
+
+/// Answers a request for `page`: the token, then the method, then the page.
+pub(crate) async fn respond(
+    method: &Method,
+    headers: &HeaderMap,
+    page: Page<'_>,
+    pages: &Pages,
+) -> Response<Full<Bytes>> {
+    if !pages.authorized(headers) {
+        let mut response = text(
+            StatusCode::UNAUTHORIZED,
+            "text/plain; charset=utf-8",
+            "a bearer token is needed: Authorization: Bearer <[web] token_file>\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    if method != Method::GET && method != Method::HEAD {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "the pages are read-only: GET or HEAD\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    let dir = pages.status_dir.clone();
+    let job = match page {
+        Page::Style => {
+            return text(StatusCode::OK, "text/css; charset=utf-8", STYLE.into());
+        }
+        Page::Fleet => Job::Fleet,
+        Page::Orphans => Job::Orphans,
+        Page::Spec(name) => Job::Spec(name.to_string()),
+    };
+    // Reading the status files (10,000 at most a few MiB) is blocking work.
+    let rendered = tokio::task::spawn_blocking(move || job.render(&dir))
+        .await
+        .unwrap_or_else(|_| view::failed("the page could not be rendered"));
+    text(rendered.0, "text/html; charset=utf-8", rendered.1)
+}
+
+/// A page to render, owned so that it can go to a blocking task.
+enum Job {
+    Fleet,
+    Orphans,
+    Spec(String),
+}
+
+impl Job {
+    fn render(self, dir: &std::path::Path) -> (StatusCode, String) {
+        let now = crate::util::clock::system_now();
+        match self {
+            Job::Fleet => view::fleet(dir, now),
+            Job::Orphans => view::orphans(dir, now),
+            Job::Spec(name) => view::spec(dir, &name, now),
+        }
+    }
+}
+
+/// An answer of `status` with `body`, carrying every header the pages always send.
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,441 @@
+//! What each page shows, read from the status files and rendered by the askama templates in
+//! `templates/web/` (HTML auto-escaping on: every string from a spec, a guest or PVE is
+//! escaped where it is written; none is ever put in a URL but a spec's file name, a checked
+//! DNS label).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use askama::Template;
+use hyper::StatusCode;
+
+use crate::status::{
+    Condition, ConditionStatus, OrphanRecord, SpecFile, StatusDir, SummaryFile, kinds,
+    parse_rfc3339, valid_name,
+};
+
+/// `42s`, `5m`, `3h`, `2d` before `now`; `?` for a time that does not parse.
+fn age(now: SystemTime, ts: &str) -> String {
+    let Some(t) = parse_rfc3339(ts) else {
+        return "?".into();
+    };
+    let s = now.duration_since(t).unwrap_or_default().as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The first 12 characters of a commit id.
+fn short(commit: &str) -> String {
+    commit.chars().take(12).collect()
+}
+
+/// `VM` or `container`, from a status file's `kind`.
+fn kind_word(kind: Option<&str>) -> &'static str {
+    match kind {
+        Some("ProxmoxLXC") => "container",
+        _ => "VM",
+    }
+}
+
+/// The header facts of every page, from `_summary.yaml`.
+pub(super) struct Facts {
+    /// There is a summary (the daemon finished a cycle).
+    pub known: bool,
+    pub last_cycle: String,
+    pub last_cycle_age: String,
+    pub cycle_ms: u64,
+    pub commit: String,
+    pub specs: u64,
+    pub ready: u64,
+    pub stalled: u64,
+    pub backing_off: u64,
+    pub invalid: u64,
+    pub source_error: Option<String>,
+    pub orphans: usize,
+}
+
+impl Facts {
+    fn of(summary: Option<&SummaryFile>, orphans: usize, now: SystemTime) -> Facts {
+        let Some(s) = summary else {
+            return Facts {
+                known: false,
+                last_cycle: String::new(),
+                last_cycle_age: String::new(),
+                cycle_ms: 0,
+                commit: String::new(),
+                specs: 0,
+                ready: 0,
+                stalled: 0,
+                backing_off: 0,
+                invalid: 0,
+                source_error: None,
+                orphans,
+            };
+        };
+        Facts {
+            known: true,
+            last_cycle: s.last_cycle.clone(),
+            last_cycle_age: age(now, &s.last_cycle),
+            cycle_ms: s.cycle_ms,
+            commit: s.commit.as_deref().map(short).unwrap_or_else(|| "—".into()),
+            specs: s.specs,
+            ready: s.ready,
+            stalled: s.stalled,
+            backing_off: s.backing_off,
+            invalid: s.invalid,
+            source_error: s.source_error.clone(),
+            orphans,
+        }
+    }
+}
+
+/// One condition in a table cell: its status word, a class for its colour, and its reason
+/// and message as the cell's title.
+pub(super) struct Cell {
+    pub text: &'static str,
+    pub class: &'static str,
+    pub title: String,
+}
+
+impl Cell {
+    /// `file`'s condition `kind`; `good` is the status that is good news (True for Ready,
+    /// False for Stalled). An absent condition is an empty cell.
+    fn of(file: &SpecFile, kind: &str, good: ConditionStatus) -> Cell {
+        let Some(c) = file.condition(kind) else {
+            return Cell {
+                text: "",
+                class: "none",
+                title: String::new(),
+            };
+        };
+        let class = match c.status {
+            ConditionStatus::Unknown => "unknown",
+            s if s == good => "good",
+            _ => "bad",
+        };
+        Cell {
+            text: c.status.as_str(),
+            class,
+            title: title(c),
+        }
+    }
+}
+
+fn title(c: &Condition) -> String {
+    if c.message.is_empty() {
+        c.reason.clone()
+    } else {
+        format!("{}: {}", c.reason, c.message)
+    }
+}
+
+/// One spec in the fleet table.
+pub(super) struct Row {
+    /// The file's stem: a checked DNS label (the link's path).
+    pub name: String,
+    pub kind: &'static str,
+    pub vm_id: String,
+    pub state: String,
+    pub ready: Cell,
+    pub synced: Cell,
+    pub stalled: Cell,
+    pub suspended: Cell,
+    /// `observe-only` for a spec under `managementPolicy: Observe` (it has `Synced`).
+    pub observed: &'static str,
+    pub reboot: Cell,
+    /// Why it is not Ready (Ready's reason and message), empty when it is.
+    pub why: String,
+}
+
+impl Row {
+    fn of(name: String, f: &SpecFile) -> Row {
+        let why = match f.condition(kinds::READY) {
+            Some(c) if c.status != ConditionStatus::True => title(c),
+            _ => String::new(),
+        };
+        Row {
+            name,
+            kind: kind_word(f.kind.as_deref()),
+            vm_id: f.vm_id.map(|v| v.to_string()).unwrap_or_else(|| "—".into()),
+            state: f.state.clone(),
+            ready: Cell::of(f, kinds::READY, ConditionStatus::True),
+            synced: Cell::of(f, kinds::SYNCED, ConditionStatus::True),
+            stalled: Cell::of(f, kinds::STALLED, ConditionStatus::False),
+            suspended: Cell::of(f, kinds::SUSPENDED, ConditionStatus::False),
+            observed: if f.condition(kinds::SYNCED).is_some() {
+                "observe-only"
+            } else {
+                ""
+            },
+            reboot: Cell::of(f, kinds::REBOOT_PENDING, ConditionStatus::False),
+            why,
+        }
+    }
+}
+
+pub(super) struct NodeGroup {
+    pub node: String,
+    pub rows: Vec<Row>,
+}
+
+pub(super) struct SiteGroup {
+    pub site: String,
+    /// From the summary: `reachable, quorate`, or what is wrong.
+    pub health: String,
+    pub nodes: Vec<NodeGroup>,
+}
+
+#[derive(Template)]
+#[template(path = "web/fleet.html")]
+pub(super) struct FleetPage {
+    pub facts: Facts,
+    pub summary: SummaryFile,
+    pub sites: Vec<SiteGroup>,
+    /// Status files that could not be read, by name.
+    pub unreadable: Vec<String>,
+}
+
+#[derive(Template)]
+#[template(path = "web/spec.html")]
+pub(super) struct SpecPage {
+    pub facts: Facts,
+    pub name: String,
+    pub kind: &'static str,
+    pub file: SpecFile,
+    pub labels: Vec<(String, String)>,
+    pub next_attempt_in: String,
+    pub updated_age: String,
+}
+
+#[derive(Template)]
+#[template(path = "web/orphans.html")]
+pub(super) struct OrphansPage {
+    pub facts: Facts,
+    pub summary: SummaryFile,
+    pub orphans: Vec<OrphanView>,
+}
+
+pub(super) struct OrphanView {
+    pub o: OrphanRecord,
+    pub kind: &'static str,
+    pub first_seen_age: String,
+}
+
+#[derive(Template)]
+#[template(path = "web/message.html")]
+pub(super) struct MessagePage {
+    pub facts: Facts,
+    pub heading: String,
+    pub message: String,
+}
+
+/// What a page is built from, read once.
+struct Read {
+    sd: StatusDir,
+    summary: Option<SummaryFile>,
+    orphans: Vec<OrphanRecord>,
+}
+
+impl Read {
+    fn new(dir: &Path) -> Read {
+        let sd = StatusDir::reader(dir);
+        let summary = sd.read_summary().ok().flatten();
+        let orphans = sd
+            .read_orphans()
+            .ok()
+            .flatten()
+            .map(|o| o.orphans)
+            .unwrap_or_default();
+        Read {
+            sd,
+            summary,
+            orphans,
+        }
+    }
+
+    fn facts(&self, now: SystemTime) -> Facts {
+        Facts::of(self.summary.as_ref(), self.orphans.len(), now)
+    }
+}
+
+fn render(page: &impl Template, status: StatusCode) -> (StatusCode, String) {
+    match page.render() {
+        Ok(html) => (status, html),
+        Err(e) => failed(&format!("the page could not be rendered: {e}")),
+    }
+}
+
+/// A 500 page without facts (rendering itself failed).
+pub(super) fn failed(message: &str) -> (StatusCode, String) {
+    message_page(
+        Facts::of(None, 0, SystemTime::UNIX_EPOCH),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Error",
+        message,
+    )
+}
+
+fn message_page(
+    facts: Facts,
+    status: StatusCode,
+    heading: &str,
+    message: &str,
+) -> (StatusCode, String) {
+    let page = MessagePage {
+        facts,
+        heading: heading.into(),
+        message: message.into(),
+    };
+    match page.render() {
+        Ok(html) => (status, html),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+/// `/`: every spec by site and node.
+pub(super) fn fleet(dir: &Path, now: SystemTime) -> (StatusCode, String) {
+    let read = Read::new(dir);
+    let facts = read.facts(now);
+    let names = match read.sd.spec_names() {
+        Ok(names) => names,
+        Err(e) => {
+            return message_page(
+                facts,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "No status yet",
+                &format!("the status directory cannot be read: {e}"),
+            );
+        }
+    };
+    let mut unreadable = Vec::new();
+    let mut groups: BTreeMap<String, BTreeMap<String, Vec<Row>>> = BTreeMap::new();
+    for name in names {
+        match read.sd.read_spec(&name) {
+            Ok(Some(f)) => groups
+                .entry(f.site.clone())
+                .or_default()
+                .entry(f.node.clone())
+                .or_default()
+                .push(Row::of(name, &f)),
+            _ => unreadable.push(name),
+        }
+    }
+    let summary = read.summary.clone().unwrap_or_default();
+    let sites = groups
+        .into_iter()
+        .map(|(site, nodes)| SiteGroup {
+            health: site_health(&summary, &site),
+            site,
+            nodes: nodes
+                .into_iter()
+                .map(|(node, rows)| NodeGroup { node, rows })
+                .collect(),
+        })
+        .collect();
+    render(
+        &FleetPage {
+            facts,
+            summary,
+            sites,
+            unreadable,
+        },
+        StatusCode::OK,
+    )
+}
+
+fn site_health(summary: &SummaryFile, site: &str) -> String {
+    let Some(s) = summary.sites.iter().find(|s| s.name == site) else {
+        return String::new();
+    };
+    if let Some(e) = &s.error {
+        return format!("unhealthy: {e}");
+    }
+    let mut words = vec![if s.reachable {
+        "reachable"
+    } else {
+        "unreachable"
+    }];
+    words.push(if s.quorate { "quorate" } else { "not quorate" });
+    let mut text = words.join(", ");
+    if !s.nodes_offline.is_empty() {
+        text.push_str(&format!("; offline: {}", s.nodes_offline.join(", ")));
+    }
+    text
+}
+
+/// `/spec/<name>`: one spec; 404 for a name that is not a DNS label or has no status file.
+pub(super) fn spec(dir: &Path, name: &str, now: SystemTime) -> (StatusCode, String) {
+    let read = Read::new(dir);
+    let facts = read.facts(now);
+    let file = if valid_name(name) {
+        read.sd.read_spec(name).ok().flatten()
+    } else {
+        None
+    };
+    let Some(file) = file else {
+        return message_page(
+            facts,
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "no spec of that name has a status file",
+        );
+    };
+    let next_attempt_in = file
+        .backoff
+        .as_ref()
+        .and_then(|b| parse_rfc3339(&b.next_attempt))
+        .map(|t| match t.duration_since(now) {
+            Ok(d) if d.as_secs() > 0 => format!("in {}s", d.as_secs()),
+            _ => "due now".into(),
+        })
+        .unwrap_or_default();
+    let updated_age = file
+        .updated_at
+        .as_deref()
+        .map(|t| age(now, t))
+        .unwrap_or_default();
+    render(
+        &SpecPage {
+            facts,
+            name: name.to_string(),
+            kind: kind_word(file.kind.as_deref()),
+            labels: file
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            file,
+            next_attempt_in,
+            updated_age,
+        },
+        StatusCode::OK,
+    )
+}
+
+/// `/orphans`: the orphans and what will happen to them, and what the summary refused.
+pub(super) fn orphans(dir: &Path, now: SystemTime) -> (StatusCode, String) {
+    let read = Read::new(dir);
+    let facts = read.facts(now);
+    let orphans = read
+        .orphans
+        .iter()
+        .map(|o| OrphanView {
+            kind: kind_word(o.kind.as_deref()),
+            first_seen_age: age(now, &o.first_seen),
+            o: o.clone(),
+        })
+        .collect();
+    render(
+        &OrphansPage {
+            facts,
+            summary: read.summary.unwrap_or_default(),
+            orphans,
+        },
+        StatusCode::OK,
+    )
+}
