@@ -18,4 +18,5 @@ mod sets;
 mod sops;
 mod suspend;
 mod wait_events;
+mod web_ui;
 mod webhooks;
