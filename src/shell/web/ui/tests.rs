@@ -576,3 +576,42 @@ async fn through_the_listener_head_has_no_body_and_hooks_need_no_token() {
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     web.stop();
 }
+
+/// A benchmark, not a check: `cargo test --lib shell::web::ui::tests::fleet_page_bench --
+/// --ignored --nocapture`. The fleet page over N status files (`BENCH_WEB_SPECS`, 10,000 by
+/// default): how long a request takes and how large the page is.
+#[test]
+#[ignore]
+fn fleet_page_bench() {
+    let n: usize = std::env::var("BENCH_WEB_SPECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let d = tempfile::tempdir().unwrap();
+    for i in 0..n {
+        let name = format!("vm-{i:05}");
+        let node = format!("pve{}", i % 8);
+        write_yaml(
+            d.path(),
+            &format!("{name}.yaml"),
+            &spec_file(&name, "lab", &node, 100 + i as u32),
+        );
+    }
+    write_yaml(d.path(), "_summary.yaml", &summary());
+    let t = std::time::Instant::now();
+    let sd = crate::status::StatusDir::reader(d.path());
+    let names = sd.spec_names().unwrap();
+    let parsed = crate::util::par::map(names, |n| sd.read_spec(&n).unwrap().is_some());
+    assert!(parsed.iter().all(|p| *p));
+    println!("parsing alone: {} ms", t.elapsed().as_millis());
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        let (code, _, html) = get(d.path(), Page::Fleet);
+        assert_eq!(code, 200);
+        println!(
+            "round {round}: {n} specs: {} ms, {} KiB",
+            t.elapsed().as_millis(),
+            html.len() / 1024
+        );
+    }
+}

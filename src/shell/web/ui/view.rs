@@ -314,8 +314,14 @@ pub(super) fn fleet(dir: &Path, now: SystemTime) -> (StatusCode, String) {
     };
     let mut unreadable = Vec::new();
     let mut groups: BTreeMap<String, BTreeMap<String, Vec<Row>>> = BTreeMap::new();
-    for name in names {
-        match read.sd.read_spec(&name) {
+    // Parsing the spec files is nearly all of the page at 10,000 specs: side by side, as
+    // `proxsync status` does.
+    let files = crate::util::par::map(names, |name| {
+        let file = read.sd.read_spec(&name);
+        (name, file)
+    });
+    for (name, file) in files {
+        match file {
             Ok(Some(f)) => groups
                 .entry(f.site.clone())
                 .or_default()
