@@ -1,5 +1,5 @@
 //! The process shell: the command line, the daemon's event loop, the control socket, the
-//! instance lock and allocator tuning, the web listener (webhooks), and what the commands print (`status`, `plan`,
+//! instance lock and allocator tuning, the web listener (webhooks, read-only pages), and what the commands print (`status`, `plan`,
 //! `doctor`, `inventory`). It wires the layers below together and decides nothing they decide.
 
 pub mod cli;

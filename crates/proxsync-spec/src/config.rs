@@ -235,7 +235,7 @@ impl fmt::Display for MetricsListen {
     }
 }
 
-/// The daemon's web listener (`[web]`): the webhook receivers now, read-only pages later.
+/// The daemon's web listener (`[web]`): the webhook receivers and the read-only pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfig {
     /// `listen`: an IP address and port (default `127.0.0.1:8787`), or `unix:/path` for a
