@@ -535,7 +535,7 @@ mod tests {
                 secret: crate::config::Secret::new("s3cret"),
             }],
             branch: "main".into(),
-            pages: ui::Pages::new("/nonexistent".into(), None),
+            pages: ui::Pages::none(),
         };
         let web = WebConfig {
             listen: MetricsListen::Tcp("127.0.0.1:0".parse().unwrap()),
@@ -661,7 +661,7 @@ mod tests {
                 405,
                 "method_not_allowed",
             ),
-            ("GET /nope HTTP/1.1\r\nhost: x".into(), "", 404, ""),
+            ("GET / HTTP/1.1\r\nhost: x".into(), "", 404, ""),
         ];
         let mut seen: std::collections::BTreeMap<&str, u32> = Default::default();
         for (head, body, code, outcome) in cases {

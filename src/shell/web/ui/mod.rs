@@ -31,7 +31,8 @@ pub(crate) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'sel
 
 /// What the pages need: where the status files are, and the bearer token if one is set.
 pub(crate) struct Pages {
-    status_dir: PathBuf,
+    /// `None`: no pages, every page path a 404 ([`Pages::none`]).
+    status_dir: Option<PathBuf>,
     token: Option<Token>,
 }
 
@@ -73,8 +74,18 @@ impl Pages {
     /// Pages reading `status_dir`, asking for `token` when one is given.
     pub(crate) fn new(status_dir: PathBuf, token: Option<&str>) -> Pages {
         Pages {
-            status_dir,
+            status_dir: Some(status_dir),
             token: token.map(Token::new),
+        }
+    }
+
+    /// No pages: every page path is a 404, as before there were pages (the listener's own
+    /// tests, which are about the hooks).
+    #[cfg(test)]
+    pub(crate) fn none() -> Pages {
+        Pages {
+            status_dir: None,
+            token: None,
         }
     }
 
@@ -126,6 +137,13 @@ pub(crate) async fn respond(
     page: Page<'_>,
     pages: &Pages,
 ) -> Response<Full<Bytes>> {
+    let Some(dir) = pages.status_dir.clone() else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found\n".into(),
+        );
+    };
     if !pages.authorized(headers) {
         let mut response = text(
             StatusCode::UNAUTHORIZED,
@@ -148,7 +166,6 @@ pub(crate) async fn respond(
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
-    let dir = pages.status_dir.clone();
     let job = match page {
         Page::Style => {
             return text(StatusCode::OK, "text/css; charset=utf-8", STYLE.into());
