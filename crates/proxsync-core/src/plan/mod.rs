@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::config::ReconcileConfig;
+use crate::guest::GuestKind;
 use crate::model::SiteView;
 use crate::model::SpecRecord;
 use crate::ownership::ownership_tag;
@@ -298,6 +299,19 @@ impl Action {
             Action::DeleteOrphan { .. } => None,
         }
     }
+}
+
+/// A [`Verdict`] in one line, for `proxsync plan` (its words are in `words`).
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictLine<'a> {
+    /// The verdict.
+    pub verdict: &'a Verdict,
+    /// What the spec's guest is.
+    pub kind: GuestKind,
+    /// The spec's record: its attempts and last error, for a spec backing off.
+    pub rec: Option<&'a SpecRecord>,
+    /// Now, for the time a backoff ends (`14:20:23 UTC (in 5m)`).
+    pub now_ms: u64,
 }
 
 /// Why a spec gets no action, or that it gets one.

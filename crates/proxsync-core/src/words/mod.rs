@@ -20,5 +20,6 @@ mod plan;
 mod preflight;
 mod rename;
 mod site;
+mod verdict;
 mod volume;
 mod wait;
