@@ -597,6 +597,21 @@ fn execute_builds_no_prose() {
     );
 }
 
+/// A spec's status conditions say the planner's verdicts, the record and the site's view in
+/// `words` (`model::ConditionText`), as `plan` says the verdicts (`plan::VerdictLine`): what a
+/// condition means is written once for every kind.
+#[test]
+fn status_conditions_build_no_prose() {
+    let mut wrong = prose_built_in("src/status/conditions.rs", &[]);
+    wrong.extend(prose_built_in("src/status/summary.rs", &[]));
+    assert!(
+        wrong.is_empty(),
+        "a status condition's message is a `model::ConditionText` (or another value of \
+         proxsync-core's `model`), and its words are its `impl Display` in `words`:\n{}",
+        wrong.join("\n")
+    );
+}
+
 /// The `format!` calls in non-test code under `prefix`, outside the functions `allowed`
 /// names, as `path:line: in function`.
 fn prose_built_in(prefix: &str, allowed: &[(&str, &str, &str)]) -> Vec<String> {

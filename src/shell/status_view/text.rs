@@ -201,7 +201,7 @@ pub(super) fn short_commit(c: &str) -> String {
     }
 }
 
-pub(crate) use crate::util::duration::human;
+pub(crate) use crate::util::time::human;
 
 /// The age of an RFC 3339 time (`5m`); `0s` for a time in the future (clock skew), `?`
 /// when it cannot be parsed.

@@ -31,6 +31,7 @@ use crate::ownership::ownership_tag;
 use crate::pve::Upid;
 use crate::spec::Specs;
 
+pub mod condition;
 mod dependencies;
 pub mod evidence;
 mod hands_off;
@@ -42,6 +43,7 @@ mod rename;
 mod rollout;
 mod spec;
 
+pub use condition::{ConditionText, HandsOff};
 pub use hands_off::{Cause, Held, Observing};
 pub use nodes::{UnknownNode, specs_with_unknown_nodes, unknown_nodes};
 pub use removals::{Fraction, Valve};

@@ -9,6 +9,7 @@
 
 mod blocked;
 mod commit;
+mod condition;
 mod evidence;
 mod guest;
 mod ha;

@@ -9,7 +9,6 @@ use crate::model::SpecRecord;
 use crate::plan::{Verdict, VerdictLine};
 
 impl fmt::Display for VerdictLine<'_> {
-    // Long because: one arm per verdict, each its words.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let VerdictLine {
             verdict,

@@ -26,14 +26,3 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     Duration::try_from(d).map_err(|e| e.to_string())
 }
-
-/// `42s`, `5m`, `3h`, `2d`.
-pub fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
-}

@@ -130,6 +130,17 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     };
     base.checked_add(Duration::from_nanos(u64::from(nanos)))
 }
+/// `42s`, `5m`, `3h`, `2d`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 /// `14:20:23 UTC (in 5m)`, with the date when it is not today.
 pub fn clock_time(at_ms: u64, now_ms: u64) -> String {
     let ts = |ms: u64| jiff::Timestamp::from_millisecond(ms as i64).ok();
@@ -147,7 +158,7 @@ pub fn clock_time(at_ms: u64, now_ms: u64) -> String {
     };
     let until = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms));
     if at_ms > now_ms {
-        format!("{when} (in {})", crate::util::duration::human(until))
+        format!("{when} (in {})", human(until))
     } else {
         when
     }
