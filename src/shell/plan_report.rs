@@ -16,7 +16,7 @@ use crate::engine::PlanView;
 use crate::observe::Power;
 use crate::plan::{Action, Verdict, VerdictLine};
 use crate::render::ConfigChange;
-use crate::spec::{PowerState, Spec, SpecSet};
+use crate::spec::{PowerState, RebootMode, Spec, SpecSet};
 use crate::store::SpecRecord;
 
 /// Which specs the report is about.
@@ -78,6 +78,10 @@ pub(crate) struct Field {
     pub new: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unit: Option<&'static str>,
+    /// The change waits for the guest's next start: PVE keeps it pending on a running guest
+    /// (`render::current::reported_pending`).
+    #[serde(rename = "needsRestart", skip_serializing_if = "std::ops::Not::not")]
+    pub needs_restart: bool,
 }
 
 impl std::fmt::Display for Field {
@@ -94,6 +98,9 @@ impl std::fmt::Display for Field {
         write!(f, "{} {old} -> {new}", self.field)?;
         if let Some(unit) = self.unit {
             write!(f, " {unit}")?;
+        }
+        if self.needs_restart {
+            f.write_str(" (at the next start)")?;
         }
         Ok(())
     }
@@ -223,11 +230,20 @@ impl Report {
                 counts[i] += 1;
             }
         }
+        let restarts = self
+            .changes
+            .iter()
+            .filter(|c| c.fields.iter().any(|f| f.needs_restart))
+            .count();
         let parts: Vec<String> = ORDER
             .iter()
             .zip(counts)
             .filter(|(_, n)| *n > 0)
-            .map(|(what, n)| format!("{n} to {what}"))
+            .map(|(what, n)| match (*what, restarts) {
+                ("change", 1) => format!("{n} to change (1 needs a restart)"),
+                ("change", 2..) => format!("{n} to change ({restarts} need a restart)"),
+                _ => format!("{n} to {what}"),
+            })
             .collect();
         parts.join(", ")
     }
@@ -321,6 +337,9 @@ async fn change_of(
                     Ok((fields, also)) => {
                         let at = (s.kind().noun(), site.as_str(), node.as_str(), *vmid);
                         change.text = update_line(spec, at, &fields, &also);
+                        if fields.iter().any(|f| f.needs_restart) {
+                            change.text.push_str(&restart_clause(s));
+                        }
                         change.fields = fields;
                         change.also = also;
                     }
@@ -368,6 +387,22 @@ async fn change_of(
                     ..Spec::clone(s)
                 });
                 let s = placed.as_ref().unwrap_or(s);
+                match create_values(s) {
+                    Ok(fields) if !fields.is_empty() => {
+                        let sets: Vec<String> = fields
+                            .iter()
+                            .map(|f| {
+                                let unit = f.unit.map(|u| format!(" {u}")).unwrap_or_default();
+                                let value = f.new.as_deref().unwrap_or_default();
+                                format!("{}={}{unit}", f.field, quoted_if_needed(value))
+                            })
+                            .collect();
+                        change.text.push_str(&format!("; sets {}", sets.join(", ")));
+                        change.fields = fields;
+                    }
+                    Ok(_) => {}
+                    Err(e) => errors.push(format!("{spec}: {e}")),
+                }
                 preflight(view, facts, ctx, s, &mut change, errors).await;
             }
         }
@@ -683,12 +718,25 @@ fn compared(
     let mut changes =
         crate::render::preview_config(key, &view.install_id, spec, rec, &ours, cfg, pending)?;
     changes.extend(crate::render::preview_disk(spec, rec, cfg));
-    let mut fields: Vec<Field> = changes.into_iter().map(field).collect();
     let power = view
         .views
         .get(site)
         .and_then(|v| v.vms.get(&vmid))
         .map(|vm| vm.power);
+    // A stopped guest takes every change at once; a running one keeps some for its next start.
+    let running = power == Some(Power::Running);
+    let mut fields: Vec<Field> = changes
+        .into_iter()
+        .map(|c| {
+            let waits = running
+                && spec.power_state != PowerState::Stopped
+                && crate::render::current::reported_pending(&c.key);
+            let f = field(c);
+            // A disk's size grows live (`resize`); its other options wait.
+            let needs_restart = waits && f.unit != Some("GiB");
+            Field { needs_restart, ..f }
+        })
+        .collect();
     match (spec.power_state, power) {
         (PowerState::Running, Some(Power::Stopped)) => {
             fields.push(power_field("stopped", "running"))
@@ -707,6 +755,7 @@ fn power_field(old: &str, new: &str) -> Field {
         old: Some(old.into()),
         new: Some(new.into()),
         unit: None,
+        needs_restart: false,
     }
 }
 
@@ -724,6 +773,7 @@ fn field(c: ConfigChange) -> Field {
             old: gib(c.old),
             new: gib(c.new),
             unit: Some("GiB"),
+            needs_restart: false,
         };
     }
     let unit = (c.key == "memory").then_some("MiB");
@@ -740,6 +790,7 @@ fn field(c: ConfigChange) -> Field {
         c.old
     };
     Field {
+        needs_restart: false,
         field: c.key,
         old,
         new: c.new,
@@ -799,6 +850,98 @@ fn update_line(
     )
 }
 
+/// The values a create of `spec` sets, as the run renders them (`render::vm::create_params`,
+/// `render::container::create_params`), but its marker and tags. A clone takes its template's
+/// disks, then the spec's hardware; a name resolved at create time may be either, so only the
+/// hardware and the disk's size are shown for both.
+fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
+    use crate::render::vm::Boot;
+    use crate::spec::{Guest, Image, VolumeKind};
+    let params = match &spec.guest {
+        Guest::Container(ct) => {
+            crate::render::container::create_params(spec, ct, String::new(), &[])
+        }
+        Guest::Vm(vm) => {
+            let boot = match &vm.image {
+                Image::Volume {
+                    volume,
+                    kind: VolumeKind::Iso,
+                    ..
+                } => Boot::Installer(volume),
+                Image::Volume { volume, .. } => Boot::Import(volume),
+                // Its drives are left out below: any valid volume renders the rest.
+                Image::Template { .. } | Image::Name(_) | Image::Existing => {
+                    Boot::Import("template:clone")
+                }
+            };
+            crate::render::vm::create_params(spec, vm, String::new(), &[], boot)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let cloned = matches!(spec.image(), Image::Template { .. } | Image::Name(_));
+    let mut out = Vec::new();
+    for (key, value) in params.entries() {
+        let drive = crate::pve::values::is_drive_key(key) || key == "boot" || key == "serial0";
+        if matches!(key, "description" | "tags") || (cloned && drive) {
+            continue;
+        }
+        let value = match key {
+            // Public keys, but a line's worth each: counted.
+            "ssh-public-keys" => format!("{} key(s)", value.lines().count()),
+            _ => value.to_string(),
+        };
+        out.push(Field {
+            unit: (key == "memory").then_some("MiB"),
+            field: key.to_string(),
+            old: None,
+            new: Some(value),
+            needs_restart: false,
+        });
+    }
+    if cloned && let Some(vm) = spec.vm() {
+        out.push(Field {
+            field: "disk".into(),
+            old: None,
+            new: Some(format!("{}", vm.disk_bytes as f64 / (1u64 << 30) as f64)),
+            unit: Some("GiB"),
+            needs_restart: false,
+        });
+    }
+    Ok(out)
+}
+
+/// `value`, in double quotes when it holds a comma, a space or a quote (a NIC's
+/// `virtio,bridge=vmbr0`), so a create's `sets` list reads one value per comma.
+fn quoted_if_needed(value: &str) -> String {
+    if value.contains([',', ' ', '"']) {
+        format!("\"{}\"", value.replace('"', "\\\""))
+    } else {
+        value.to_string()
+    }
+}
+
+/// What follows an update that waits for the guest's next start, by the spec's
+/// `rebootPolicy`: who restarts it, and when.
+fn restart_clause(spec: &Spec) -> String {
+    let noun = spec.kind().noun();
+    match spec.reboot.mode {
+        RebootMode::Never => format!(
+            "; needs a restart: rebootPolicy Never leaves it to you (RebootPending until the \
+             {noun} is restarted)"
+        ),
+        RebootMode::IfNeeded => {
+            format!("; needs a restart: proxsync restarts the {noun} (rebootPolicy IfNeeded)")
+        }
+        RebootMode::Window => format!(
+            "; needs a restart: proxsync restarts the {noun} in its maintenance window ({})",
+            spec.reboot
+                .window
+                .as_ref()
+                .map_or("none set", |w| w.text.as_str())
+        ),
+    }
+}
+
 /// The specs of a report's scope that its names select, for `plan NAME...`.
 pub(crate) fn names(list: &[String]) -> Option<BTreeSet<String>> {
     (!list.is_empty()).then(|| list.iter().cloned().collect())
@@ -808,6 +951,50 @@ pub(crate) fn names(list: &[String]) -> Option<BTreeSet<String>> {
 mod tests {
     use super::*;
     use crate::guest::GuestKind;
+
+    /// A container's create lists what its create sends, its keys counted and never its
+    /// password (set from a file, outside the rendered values); a VM's clone, its hardware and
+    /// disk size but not the drives the template brings.
+    #[test]
+    fn a_create_lists_what_it_sets_and_no_secret() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\n\
+                    spec:\n  forProvider:\n    site: s\n    node: pve1\n    template: \
+                    local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n    password: {file: \
+                    /nonexistent/ct-root}\n    sshPublicKeys: [\"ssh-ed25519 AAAA a@b\", \
+                    \"ssh-ed25519 BBBB c@d\"]\n";
+        let (specs, diags) = crate::spec::parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        let fields = create_values(&specs[0]).unwrap();
+        let shown: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{}={}", f.field, f.new.as_deref().unwrap_or_default()))
+            .collect();
+        assert!(shown.contains(&"hostname=dns-01".to_string()), "{shown:?}");
+        assert!(
+            shown.contains(&"ssh-public-keys=2 key(s)".to_string()),
+            "{shown:?}"
+        );
+        assert!(
+            !shown
+                .iter()
+                .any(|s| s.starts_with("password") || s.starts_with("description")),
+            "{shown:?}"
+        );
+        let vm = crate::spec::test_spec("");
+        let fields = create_values(&vm).unwrap();
+        assert!(
+            fields
+                .iter()
+                .all(|f| !crate::pve::values::is_drive_key(&f.field) && f.field != "boot"),
+            "{fields:?}"
+        );
+        assert!(fields.iter().any(|f| f.field == "disk"), "{fields:?}");
+        assert_eq!(
+            quoted_if_needed("virtio,bridge=vmbr0"),
+            "\"virtio,bridge=vmbr0\""
+        );
+        assert_eq!(quoted_if_needed("a\"b c"), "\"a\\\"b c\"");
+    }
 
     #[test]
     fn an_update_without_differences_names_the_container() {
