@@ -107,6 +107,7 @@ const CRATES: &[(&str, Layers)] = &[
                     "shell::instance_lock",
                     "shell::inventory",
                     "shell::manpages",
+                    "shell::completions",
                 ],
             ),
             ("the daemon", &["shell::daemon"]),

@@ -379,32 +379,15 @@ async fn change_of(
         // The run checks a create before it sends anything: what it would refuse, so does
         // the plan.
         Action::Create { spec, site, node } => {
-            if let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) {
-                // On the node the run makes it on: a FreeMemory member's placed one, not the
-                // stand-in its index gives the spec.
-                let placed = (s.node != *node).then(|| Spec {
-                    node: node.clone(),
-                    ..Spec::clone(s)
-                });
-                let s = placed.as_ref().unwrap_or(s);
-                match create_values(s) {
-                    Ok(fields) if !fields.is_empty() => {
-                        let sets: Vec<String> = fields
-                            .iter()
-                            .map(|f| {
-                                let unit = f.unit.map(|u| format!(" {u}")).unwrap_or_default();
-                                let value = f.new.as_deref().unwrap_or_default();
-                                format!("{}={}{unit}", f.field, quoted_if_needed(value))
-                            })
-                            .collect();
-                        change.text.push_str(&format!("; sets {}", sets.join(", ")));
-                        change.fields = fields;
-                    }
-                    Ok(_) => {}
-                    Err(e) => errors.push(format!("{spec}: {e}")),
-                }
-                preflight(view, facts, ctx, s, &mut change, errors).await;
-            }
+            create_change(
+                view,
+                by_name,
+                facts,
+                (spec, site, node),
+                &mut change,
+                errors,
+            )
+            .await;
         }
         Action::Remove { .. } | Action::Forget { .. } => {
             change.removal = Some(if scope.from_files {
@@ -420,6 +403,43 @@ async fn change_of(
         _ => {}
     }
     change
+}
+
+/// A create's line: the values it sets, then the run's own pre-flight on the node the run
+/// makes it on (a FreeMemory member's placed one, not the stand-in its index gives the spec).
+async fn create_change(
+    view: &PlanView,
+    by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
+    facts: &crate::execute::NodeFacts,
+    (spec, site, node): (&String, &String, &String),
+    change: &mut Change,
+    errors: &mut Vec<String>,
+) {
+    let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) else {
+        return;
+    };
+    let placed = (s.node != *node).then(|| Spec {
+        node: node.clone(),
+        ..Spec::clone(s)
+    });
+    let s = placed.as_ref().unwrap_or(s);
+    match create_values(s) {
+        Ok(fields) if !fields.is_empty() => {
+            let sets: Vec<String> = fields
+                .iter()
+                .map(|f| {
+                    let unit = f.unit.map(|u| format!(" {u}")).unwrap_or_default();
+                    let value = f.new.as_deref().unwrap_or_default();
+                    format!("{}={}{unit}", f.field, quoted_if_needed(value))
+                })
+                .collect();
+            change.text.push_str(&format!("; sets {}", sets.join(", ")));
+            change.fields = fields;
+        }
+        Ok(_) => {}
+        Err(e) => errors.push(format!("{spec}: {e}")),
+    }
+    preflight(view, facts, ctx, s, change, errors).await;
 }
 
 /// The run's pre-flight of a create of `spec`, for the plan: a refusal marks the create's line
