@@ -75,6 +75,37 @@ struct Shared {
     routes: RwLock<Arc<Routes>>,
     fetches: Arc<Fetches>,
     metrics: Metrics,
+    refusals: std::sync::Mutex<Refusals>,
+}
+
+/// How often a refused hook is logged at most: anyone who reaches the listener can send
+/// them, and a line for each would flood the journal (whose rate limit then drops the
+/// daemon's own lines). The metric counts every one.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Refusals {
+    last_logged: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+impl Shared {
+    fn log_refusal(&self, receiver: &str) {
+        let mut r = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        let now = tokio::time::Instant::now();
+        if r.last_logged.is_some_and(|t| now < t + REFUSAL_LOG_EVERY) {
+            r.unlogged += 1;
+            return;
+        }
+        tracing::info!(
+            receiver,
+            unlogged_before = r.unlogged,
+            "webhook refused: a missing or wrong signature (more refused hooks are counted in \
+             proxsync_webhook_requests_total and logged once a minute at most)"
+        );
+        r.last_logged = Some(now);
+        r.unlogged = 0;
+    }
 }
 
 /// The least time between two fetches the hooks ask for. A forge's signature covers the body
@@ -199,6 +230,7 @@ pub(crate) fn serve(
         routes: RwLock::new(Arc::new(routes)),
         fetches: Arc::new(Fetches::new(refs)),
         metrics,
+        refusals: Default::default(),
     });
     let slots = Arc::new(Slots::new());
     let (task, socket, local) = match listen {
@@ -380,6 +412,9 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
             };
             let (outcome, response) = hook(req, receiver, &routes.branch, &shared.fetches).await;
             shared.metrics.webhook(&receiver.name, outcome);
+            if outcome == Verdict::Unauthorized.outcome() {
+                shared.log_refusal(&receiver.name);
+            }
             response
         }
         Route::NotFound => plain(
@@ -476,13 +511,10 @@ async fn hook(
             StatusCode::OK,
             "ignored: a push to another branch than [source] branch\n",
         ),
-        Verdict::Unauthorized => {
-            tracing::info!(receiver = %receiver.name, "webhook refused: a missing or wrong signature");
-            (
-                StatusCode::UNAUTHORIZED,
-                "the signature is missing or wrong\n",
-            )
-        }
+        Verdict::Unauthorized => (
+            StatusCode::UNAUTHORIZED,
+            "the signature is missing or wrong\n",
+        ),
         Verdict::BadBody => (
             StatusCode::BAD_REQUEST,
             "the body is not a JSON push event with a \"ref\" (send application/json)\n",

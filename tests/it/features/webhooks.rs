@@ -141,6 +141,30 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
 }
 
+/// Badly signed hooks, which anyone who reaches the listener can send, do not flood the log
+/// (nor journald's rate limit, which would then drop the daemon's own lines).
+#[test]
+fn refused_hooks_do_not_flood_the_log() {
+    let pve = FakePve::start(default_scenario());
+    let (ws, addr) = workspace(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    for _ in 0..50 {
+        let (code, answer) = github_push(&addr, "not-the-secret");
+        assert_eq!(code, 401, "{answer}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let log = daemon.log();
+    let lines = log.matches("webhook refused").count();
+    assert_eq!(lines, 1, "50 refused hooks logged {lines} times\n{log}");
+    assert!(log.contains("more refused hooks are counted"), "{log}");
+    assert!(daemon.stop());
+}
+
 /// A flood of correctly signed hooks (one captured delivery replayed: a forge's signature
 /// covers the body only, so it stays valid forever) makes few fetches, not one per cycle
 /// back to back.
