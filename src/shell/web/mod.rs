@@ -824,6 +824,56 @@ mod tests {
         assert_eq!(fetches.ask(), Asked::Closed);
     }
 
+    fn routes_gh() -> Routes {
+        Routes {
+            receivers: vec![Receiver {
+                name: "gh".into(),
+                kind: ReceiverKind::Github,
+                secret: crate::config::Secret::new("s3cret"),
+            }],
+            branch: "main".into(),
+        }
+    }
+
+    /// A unix socket: a stale file is replaced, a socket another listener serves is not
+    /// taken from it (a second daemon on the same path), nor is any other file.
+    #[tokio::test]
+    async fn a_unix_socket_replaces_a_stale_file_but_not_a_live_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists(), "a stale socket file");
+        let web = WebConfig {
+            listen: MetricsListen::Unix(path.clone()),
+            token_file: None,
+        };
+        let (tx, _rx) = mpsc::channel(1);
+        let first = serve(&web, routes_gh(), tx.clone(), Metrics::off()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o660);
+        let err = serve(&web, routes_gh(), tx.clone(), Metrics::off())
+            .err()
+            .expect("a live listener's socket is not taken");
+        assert!(
+            err.contains("[web] listen") && err.contains("in use"),
+            "{err}"
+        );
+        // The first still serves.
+        let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+        first.stop();
+        assert!(!path.exists(), "stop removes the socket");
+        std::fs::write(&path, "not a socket").unwrap();
+        assert!(serve(&web, routes_gh(), tx, Metrics::off()).is_err());
+        assert!(path.exists());
+    }
+
     #[test]
     fn routes() {
         assert_eq!(route("/hooks/github"), Route::Hook("github"));
