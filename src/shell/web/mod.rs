@@ -874,6 +874,23 @@ mod tests {
         assert!(path.exists());
     }
 
+    /// A TCP address another process holds: an error naming the key, not a panic nor a
+    /// listener quietly elsewhere.
+    #[tokio::test]
+    async fn a_taken_tcp_address_is_an_error_naming_the_key() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let web = WebConfig {
+            listen: MetricsListen::Tcp(holder.local_addr().unwrap()),
+            token_file: None,
+        };
+        let (tx, _rx) = mpsc::channel(1);
+        let err = serve(&web, routes_gh(), tx, Metrics::off())
+            .err()
+            .expect("the address is taken");
+        assert!(err.starts_with("[web] listen = \"127.0.0.1:"), "{err}");
+        assert!(err.contains("cannot listen"), "{err}");
+    }
+
     #[test]
     fn routes() {
         assert_eq!(route("/hooks/github"), Route::Hook("github"));
