@@ -293,6 +293,9 @@ impl ReceiverKind {
     }
 }
 
+/// The fewest characters a `[[receiver]]`'s secret may have.
+pub const MIN_RECEIVER_SECRET: usize = 16;
+
 /// One `[[receiver]]`: a webhook endpoint at `POST /hooks/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiverConfig {
@@ -306,7 +309,8 @@ pub struct ReceiverConfig {
 }
 
 impl ReceiverConfig {
-    /// Reads the receiver's secret (one line, at most 4 KiB, never shown).
+    /// Reads the receiver's secret (one line of [`MIN_RECEIVER_SECRET`] to 4096 bytes, never
+    /// shown).
     pub fn load_secret(&self) -> Result<Secret, ConfigError> {
         let credential = format!("receiver-{}.secret", self.name);
         secret_path(
@@ -315,7 +319,20 @@ impl ReceiverConfig {
             "secret_file",
             "this [[receiver]]",
         )
-        .and_then(|p| read_secret_file(&p, "webhook secret"))
+        .and_then(|p| {
+            let secret = read_secret_file(&p, "webhook secret")?;
+            let n = secret.expose().chars().count();
+            if n < MIN_RECEIVER_SECRET {
+                return Err(format!(
+                    "webhook secret file {} holds {n} characters; a secret this short is guessed \
+                     from one captured hook (GitLab's token, sent as is, by trying): make it \
+                     {MIN_RECEIVER_SECRET} or more random characters, such as `openssl rand -hex \
+                     32`, and give the forge the same",
+                    p.display()
+                ));
+            }
+            Ok(secret)
+        })
         .map_err(|message| ConfigError::WebSecret {
             what: format!("[[receiver]] {:?}", self.name),
             message,
@@ -2346,8 +2363,22 @@ repo = "group/sub/vms"
             err.contains("[[receiver]] \"gh\"") && err.contains("gh.secret"),
             "{err}"
         );
-        std::fs::write(dir.path().join("gh.secret"), "hook-key\n").unwrap();
-        assert_eq!(c.receivers[0].load_secret().unwrap().expose(), "hook-key");
+        std::fs::write(dir.path().join("gh.secret"), "hook-key-of-16-ch\n").unwrap();
+        assert_eq!(
+            c.receivers[0].load_secret().unwrap().expose(),
+            "hook-key-of-16-ch"
+        );
+        // Too short to hold: one captured hook and an HMAC key of a few characters is found
+        // offline; a GitLab token, which is compared as is, online.
+        std::fs::write(dir.path().join("gh.secret"), "hunter2\n").unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(
+            err.contains("[[receiver]] \"gh\"")
+                && err.contains("7 characters")
+                && err.contains("openssl rand"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "never echoed: {err}");
         std::fs::write(dir.path().join("gh.secret"), "two SECRETWORDS\n").unwrap();
         let err = c.receivers[0].load_secret().unwrap_err().to_string();
         assert!(!err.contains("SECRETWORDS"), "never echoed: {err}");

@@ -15,7 +15,7 @@ use common::{FakePve, default_scenario};
 
 use super::daemon::{Daemon, daemon_ready_count, wait_until};
 
-const SECRET: &str = "hook-s3cret";
+const SECRET: &str = "hook-s3cret-0123456789";
 
 /// A free loopback port (bound, then released for the daemon).
 fn free_port() -> u16 {
@@ -119,7 +119,7 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     );
 
     // A reload takes a new secret: the old one is refused from then on.
-    std::fs::write(ws.path("gh.secret"), "a-new-s3cret\n").unwrap();
+    std::fs::write(ws.path("gh.secret"), "a-new-s3cret-0123456789\n").unwrap();
     let ready = daemon_ready_count(&daemon);
     daemon.signal("-HUP");
     // READY=1 again once the reload is done (the receivers' secrets replaced).
@@ -129,12 +129,12 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     assert!(daemon.log().contains("config reloaded"), "{}", daemon.log());
     let (code, answer) = github_push(&addr, SECRET);
     assert_eq!(code, 401, "the old secret after the reload: {answer}");
-    let (code, answer) = github_push(&addr, "a-new-s3cret");
+    let (code, answer) = github_push(&addr, "a-new-s3cret-0123456789");
     assert_eq!(code, 202, "the new secret after the reload: {answer}");
 
     let log = daemon.log();
     assert!(
-        !log.contains(SECRET) && !log.contains("a-new-s3cret"),
+        !log.contains(SECRET) && !log.contains("a-new-s3cret-0123456789"),
         "a secret is never logged"
     );
     assert!(!log.contains("hookbody-7f3a"), "nor a hook's body");
