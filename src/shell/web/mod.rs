@@ -891,6 +891,47 @@ mod tests {
         assert!(err.contains("cannot listen"), "{err}");
     }
 
+    /// hyper's header timeout runs from the connection's start (a client that sends nothing)
+    /// and again while a kept-alive connection waits for its next request: neither holds a
+    /// slot beyond HEADER_TIMEOUT.
+    #[tokio::test(start_paused = true)]
+    async fn silent_and_idle_kept_alive_connections_are_closed_after_the_header_timeout() {
+        let (web, _rx, _) = start();
+        let closed_after = |mut s: tokio::net::TcpStream| async move {
+            let started = tokio::time::Instant::now();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            (
+                started.elapsed(),
+                String::from_utf8_lossy(&rest).to_string(),
+            )
+        };
+        let silent = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        let (after, _) = closed_after(silent).await;
+        assert!(
+            after >= HEADER_TIMEOUT && after < HEADER_TIMEOUT + Duration::from_secs(1),
+            "{after:?}"
+        );
+        let mut kept = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        kept.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        kept.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 404");
+        let (after, _) = closed_after(kept).await;
+        assert!(
+            after >= HEADER_TIMEOUT - Duration::from_millis(10)
+                && after < HEADER_TIMEOUT + Duration::from_secs(1),
+            "{after:?}"
+        );
+        web.stop();
+    }
+
     #[test]
     fn routes() {
         assert_eq!(route("/hooks/github"), Route::Hook("github"));
