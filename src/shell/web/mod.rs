@@ -245,9 +245,9 @@ pub(crate) fn serve(
                 let mut pause = Pause::default();
                 loop {
                     match listener.accept().await {
-                        Ok((stream, _)) => {
+                        Ok((stream, peer)) => {
                             pause.reset();
-                            spawn_connection(stream, &shared, &slots);
+                            spawn_connection(stream, Some(peer_key(peer.ip())), &shared, &slots);
                         }
                         Err(_) => pause.wait().await,
                     }
@@ -264,7 +264,7 @@ pub(crate) fn serve(
                     match listener.accept().await {
                         Ok((stream, _)) => {
                             pause.reset();
-                            spawn_connection(stream, &shared, &slots);
+                            spawn_connection(stream, None, &shared, &slots);
                         }
                         Err(_) => pause.wait().await,
                     }
@@ -308,11 +308,12 @@ fn shown(listen: &MetricsListen) -> String {
     }
 }
 
-/// The connections being served, oldest first, each with the handle that ends it. When all
-/// [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest rather than being
-/// refused: a forge sends a hook within milliseconds of connecting, so connections that
-/// never finish their request (slowloris) cannot keep hooks out; only a flood of new
-/// connections faster than a hook is answered could.
+/// The connections being served, oldest first, each with its peer and the handle that ends
+/// it. When all [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest of the peer
+/// that holds the most rather than being refused: a forge sends a hook within milliseconds of
+/// connecting, so connections that never finish their request (slowloris) cannot keep hooks
+/// out, and a flood of new connections from one address ends its own; only one from as many
+/// addresses as there are slots could end a hook's.
 struct Slots {
     permits: Arc<Semaphore>,
     live: std::sync::Mutex<Live>,
@@ -321,7 +322,7 @@ struct Slots {
 #[derive(Default)]
 struct Live {
     next: u64,
-    conns: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
+    conns: std::collections::VecDeque<(u64, Peer, tokio::task::AbortHandle)>,
 }
 
 impl Slots {
@@ -338,16 +339,48 @@ impl Slots {
 
     /// A connection's task ended: its entry goes.
     fn forget(&self, id: u64) {
-        self.lock().conns.retain(|(i, _)| *i != id);
+        self.lock().conns.retain(|(i, _, _)| *i != id);
+    }
+}
+
+/// Whose a connection is: its IP address (IPv6: its /64, what one host is usually given);
+/// `None` on a unix socket (all from the reverse proxy).
+type Peer = Option<std::net::IpAddr>;
+
+fn peer_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)).into(),
+        },
+        v4 => v4,
+    }
+}
+
+impl Live {
+    /// Ends the oldest connection of the peer holding the most.
+    fn evict(&mut self) {
+        let count = |p: &Peer| self.conns.iter().filter(|(_, q, _)| q == p).count();
+        let most = self.conns.iter().map(|(_, p, _)| count(p)).max();
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|(_, p, _)| Some(count(p)) == most)
+        else {
+            return;
+        };
+        if let Some((_, _, task)) = self.conns.remove(i) {
+            task.abort();
+        }
     }
 }
 
 /// How long a new connection waits for the slot of the one it ended.
 const SLOT_WAIT: Duration = Duration::from_secs(1);
 
-/// Serves one connection in a task of its own, ending the oldest one when all slots are
+/// Serves one connection from `peer` in a task of its own, ending another when all slots are
 /// taken ([`Slots`]).
-fn spawn_connection<S>(stream: S, shared: &Arc<Shared>, slots: &Arc<Slots>)
+fn spawn_connection<S>(stream: S, peer: Peer, shared: &Arc<Shared>, slots: &Arc<Slots>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -373,12 +406,10 @@ where
         }
         mine.forget(id);
     });
-    if live.conns.len() >= MAX_CONNECTIONS
-        && let Some((_, oldest)) = live.conns.pop_front()
-    {
-        oldest.abort();
+    if live.conns.len() >= MAX_CONNECTIONS {
+        live.evict();
     }
-    live.conns.push_back((id, task.abort_handle()));
+    live.conns.push_back((id, peer, task.abort_handle()));
 }
 
 /// What serves a path.
@@ -891,6 +922,38 @@ mod tests {
         assert!(err.contains("cannot listen"), "{err}");
     }
 
+    /// A connection flood from one address (a new connection every few milliseconds) ends
+    /// that address's own connections, not the one a hook from elsewhere came on while its
+    /// headers were still on their way.
+    #[tokio::test]
+    async fn a_flood_of_connections_from_one_peer_does_not_end_anothers() {
+        let (web, mut rx, _) = start();
+        let addr = web.local.unwrap();
+        let mut flood = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // The hook's connection, from another loopback address, its request not sent yet.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut hook = socket.connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..2 * MAX_CONNECTIONS {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let head = signed_push(PUSH, "push", b"s3cret");
+        let _ = hook
+            .write_all(format!("{head}\r\nconnection: close\r\n\r\n{PUSH}").as_bytes())
+            .await;
+        let mut answer = Vec::new();
+        let _ = hook.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer:?}");
+        assert_eq!(rx.try_recv(), Ok(()));
+        web.stop();
+    }
+
     /// hyper's header timeout runs from the connection's start (a client that sends nothing)
     /// and again while a kept-alive connection waits for its next request: neither holds a
     /// slot beyond HEADER_TIMEOUT.
@@ -930,6 +993,15 @@ mod tests {
             "{after:?}"
         );
         web.stop();
+    }
+
+    #[test]
+    fn peers_are_addresses_and_ipv6_64s() {
+        let key = |s: &str| peer_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2:bbbb::9"), "2001:db8:1:2::");
     }
 
     #[test]
