@@ -1221,6 +1221,13 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         ));
     }
 
+    let metrics = raw
+        .metrics
+        .and_then(|m| m.listen)
+        .map(|l| parse_metrics_listen(&l))
+        .transpose()?;
+    check_listeners(&state_dir, metrics.as_ref(), web.as_ref())?;
+
     Ok(Config {
         install_id,
         state_dir,
@@ -1232,11 +1239,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         sites,
         reconcile,
         notify,
-        metrics: raw
-            .metrics
-            .and_then(|m| m.listen)
-            .map(|l| parse_metrics_listen(&l))
-            .transpose()?,
+        metrics,
         web,
         receivers,
         path: path.to_path_buf(),
@@ -1481,6 +1484,46 @@ fn parse_metrics_listen(text: &str) -> Result<MetricsListen, String> {
              as \"/run/proxsync/metrics.sock\""
         )
     })
+}
+
+/// The control socket's file name in `state_dir` (`shell::control::SOCKET`).
+const CONTROL_SOCKET: &str = "control.sock";
+
+/// `[metrics] listen` and `[web] listen` apart from each other and from the control socket:
+/// the daemon binds them one after the other, and one bound over another (the control socket
+/// is renamed over its path) would leave that one silently unreachable.
+fn check_listeners(
+    state_dir: &Path,
+    metrics: Option<&MetricsListen>,
+    web: Option<&WebConfig>,
+) -> Result<(), String> {
+    let control = state_dir.join(CONTROL_SOCKET);
+    let unix = |l: Option<&MetricsListen>| match l {
+        Some(MetricsListen::Unix(p)) => Some(p.clone()),
+        _ => None,
+    };
+    for (key, path, prefix) in [
+        ("[metrics] listen", unix(metrics), ""),
+        ("[web] listen", unix(web.map(|w| &w.listen)), "unix:"),
+    ] {
+        if path.as_ref() == Some(&control) {
+            return Err(format!(
+                "{key} = \"{prefix}{}\" is the daemon's control socket (`state_dir`/\
+                 {CONTROL_SOCKET}); choose another path in /run/proxsync",
+                control.display()
+            ));
+        }
+    }
+    if let (Some(m), Some(w)) = (metrics, web)
+        && *m == w.listen
+    {
+        return Err(format!(
+            "[web] listen = \"{}\" is also [metrics] listen; the two listeners need their own \
+             address or socket",
+            w.listen
+        ));
+    }
+    Ok(())
 }
 
 /// `[web]`: `listen` an IP address and port or `unix:/absolute/path`; `token_file`.
@@ -1869,6 +1912,35 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Adaptive);
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    /// `[web] listen` on the socket or address another listener of the daemon has: the
+    /// control socket (bound after it, renamed over it: the hooks' socket silently gone) or
+    /// `[metrics] listen`.
+    #[test]
+    fn the_web_listener_shares_no_socket_or_address_with_another() {
+        let with = |web: &str, metrics: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[metrics]\nlisten = \"{metrics}\"\n[web]\nlisten = \"{web}\"\n"
+            ))
+        };
+        let control = "unix:/var/lib/proxsync/control.sock";
+        let err = with(control, "127.0.0.1:9184").unwrap_err();
+        assert!(
+            err.contains("[web] listen") && err.contains("control socket"),
+            "{err}"
+        );
+        let err = with("unix:/run/proxsync/a.sock", "/run/proxsync/a.sock").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:9184", "127.0.0.1:9184").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:8787", "/var/lib/proxsync/control.sock").unwrap_err();
+        assert!(
+            err.contains("[metrics] listen = \"/var/lib") && err.contains("control socket"),
+            "{err}"
+        );
+        assert!(with("unix:/run/proxsync/web.sock", "/run/proxsync/metrics.sock").is_ok());
+        assert!(with("127.0.0.1:8787", "127.0.0.1:9184").is_ok());
     }
 
     #[test]
