@@ -1622,6 +1622,16 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
             "[source] branch = {branch:?}: not a valid git branch name"
         ));
     }
+    if branch.starts_with("refs/") {
+        let hint = branch
+            .strip_prefix("refs/heads/")
+            .map(|b| format!(": branch = {b:?}"))
+            .unwrap_or_default();
+        return Err(format!(
+            "[source] branch = {branch:?} is a full ref; write the branch's name, as in \
+             refs/heads/<name>{hint}"
+        ));
+    }
     let dir = s.dir.unwrap_or_else(|| ".".into());
     if dir.is_absolute()
         || dir
@@ -1941,6 +1951,25 @@ token_id = "proxsync@pve!gitops"
         );
         assert!(with("unix:/run/proxsync/web.sock", "/run/proxsync/metrics.sock").is_ok());
         assert!(with("127.0.0.1:8787", "127.0.0.1:9184").is_ok());
+    }
+
+    /// `branch = "refs/heads/main"`: a full ref name where the branch's is meant. The source
+    /// would look for `refs/heads/refs/heads/main` and a hook's `ref` would never match.
+    #[test]
+    fn a_branch_given_as_a_full_ref_is_refused_naming_the_branch() {
+        let with = |branch: &str| {
+            parse(&MINIMAL.replace(
+                "path = \"/srv/git/vms.git\"",
+                &format!("path = \"/srv/git/vms.git\"\nbranch = \"{branch}\""),
+            ))
+        };
+        let err = with("refs/heads/main").unwrap_err();
+        assert!(
+            err.contains("[source] branch") && err.contains("branch = \"main\""),
+            "{err}"
+        );
+        assert!(with("refs/tags/v1").is_err());
+        assert_eq!(with("release/1.0").unwrap().source.branch, "release/1.0");
     }
 
     #[test]
