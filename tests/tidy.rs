@@ -99,9 +99,10 @@ const CRATES: &[(&str, Layers)] = &[
             ),
             ("the reconcile cycle", &["engine"]),
             (
-                "notifications, checks, plan reports, the instance lock",
+                "notifications, checks, plan reports, the instance lock, the web listener",
                 &[
                     "telemetry::notify",
+                    "shell::web",
                     "shell::doctor",
                     "shell::plan_report",
                     "shell::instance_lock",

@@ -2,7 +2,9 @@
 //!
 //! Triggers: a push that moves the branch (filesystem notifications on the repository's
 //! refs, no polling), a remote fetched every `interval` (with jitter), the resync interval, the
-//! earliest backoff deadline, `proxsync reconcile` requests on the control socket, and SIGHUP
+//! earliest backoff deadline, `proxsync reconcile` requests on the control socket, a verified
+//! webhook (`shell::web`: a push to a remote, fetched at once rather than at the next
+//! interval), and SIGHUP
 //! (reload the config; a broken one is refused and the old one kept). Cycles run one at a
 //! time, so no spec is ever reconciled twice at once. systemd hears `READY=1` after the first
 //! full observation, a one-line `STATUS=` after every cycle, `WATCHDOG=1` from the loop itself
@@ -41,6 +43,10 @@ pub enum DaemonError {
     /// The metrics listener could not bind (the message names `[metrics] listen`).
     #[error("{0}")]
     Metrics(String),
+    /// The web listener could not bind, or a receiver's secret cannot be read (the message
+    /// names the key).
+    #[error("{0}")]
+    Web(String),
     /// Another process holds the state directory (`instance_lock`).
     #[error("{0}")]
     InUse(String),
@@ -49,7 +55,8 @@ pub enum DaemonError {
 /// What the daemon reacts to; every event but `Watchdog` and `Shutdown` runs one cycle.
 #[derive(Debug)]
 enum Event {
-    /// A ref of the repository moved (a push; a burst of updates settled into one event).
+    /// A ref of the repository moved (a push; a burst of updates settled into one event), or a
+    /// verified webhook said a push came (a remote source is then fetched at once).
     RefChanged,
     /// A remote source is due to be fetched (`interval`, jittered).
     FetchDue,
@@ -149,7 +156,8 @@ struct Daemon {
     /// Raised once the shutdown future completed; the engine watches it too, so a running
     /// cycle starts no new action and its task waits end.
     stop: watch::Receiver<bool>,
-    /// Ref notifications from `watcher` (the sender is kept for the watcher of a reload).
+    /// Ref notifications from `watcher` and the webhooks (the sender is kept for the watcher
+    /// of a reload).
     refs_tx: mpsc::Sender<()>,
     refs: mpsc::Receiver<()>,
     watcher: Option<notify::RecommendedWatcher>,
@@ -166,6 +174,8 @@ struct Daemon {
     /// Counted across reloads; off without `[metrics] listen`.
     metrics: Metrics,
     metrics_server: Option<crate::telemetry::metrics::Server>,
+    /// The web listener (`[web]`): the webhook receivers.
+    web: Option<crate::shell::web::Web>,
 }
 
 fn notify(states: &[NotifyState]) {
@@ -234,6 +244,21 @@ impl Daemon {
         let source = Source::new(&config);
         let (refs_tx, refs) = mpsc::channel(64);
         let watcher = watch_source(&source, refs_tx.clone())?;
+        let web = match &config.web {
+            Some(web) => {
+                let routes = crate::shell::web::Routes::load(&config).map_err(DaemonError::Web)?;
+                let server =
+                    crate::shell::web::serve(web, routes, refs_tx.clone(), metrics.clone())
+                        .map_err(DaemonError::Web)?;
+                tracing::info!(
+                    listen = %web.listen,
+                    receivers = config.receivers.len(),
+                    "serving webhooks at /hooks/<receiver>"
+                );
+                Some(server)
+            }
+            None => None,
+        };
         let (request_tx, requests) = mpsc::channel(16);
         let control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
         let hangup = signal(SignalKind::hangup())?;
@@ -273,6 +298,7 @@ impl Daemon {
             refusal_notified: None,
             metrics,
             metrics_server,
+            web,
         })
     }
 
@@ -337,6 +363,11 @@ impl Daemon {
             }
             Event::RefChanged => {
                 tracing::info!("source changed");
+                // A remote's only ref notifications are webhooks: fetch now, not at the
+                // interval (a local source's refs are read anyway).
+                if self.source.is_remote() {
+                    self.next_fetch = Instant::now();
+                }
                 self.cycle(None, true).await
             }
             // A due fetch happens at the start of the cycle.
@@ -653,6 +684,14 @@ impl Daemon {
                     tracing::error!(error = %e, "notifications stopped");
                     None
                 });
+        // Checked by `reload_config`; on a failure now (a secret file removed since), the
+        // receivers keep their previous secrets.
+        if let Some(web) = &self.web {
+            match crate::shell::web::Routes::load(&self.config) {
+                Ok(routes) => web.update(routes),
+                Err(e) => tracing::error!(error = %e, "webhook receivers not reloaded"),
+            }
+        }
         self.next_fetch = Instant::now();
         self.force_read = true;
         Ok(())
@@ -668,6 +707,9 @@ impl Daemon {
         let _ = std::fs::remove_file(control::socket_path(&self.config.state_dir));
         if let Some(server) = self.metrics_server {
             server.stop();
+        }
+        if let Some(web) = self.web {
+            web.stop();
         }
         if stopped {
             tracing::info!("proxsync daemon stopped");
@@ -709,6 +751,12 @@ fn reload_config(path: &std::path::Path, old: &Config) -> Result<Config, String>
             "[metrics] changed: restart the service to move or switch the metrics listener".into(),
         );
     }
+    if new.web.as_ref().map(|w| &w.listen) != old.web.as_ref().map(|w| &w.listen) {
+        return Err(
+            "[web] listen changed: restart the service to move or switch the web listener".into(),
+        );
+    }
+    crate::shell::web::Routes::load(&new)?;
     Ok(new)
 }
 
@@ -872,6 +920,32 @@ mod tests {
         let err = reload_config(&path, &old).unwrap_err();
         assert!(
             err.contains("[metrics]") && err.contains("restart"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_reload_may_change_receivers_but_not_the_web_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lab.token"), "secret").unwrap();
+        std::fs::write(dir.path().join("gh.secret"), "hook-key-0123456789").unwrap();
+        let base = "[source]\npath = \"/srv/git/vms.git\"\n\n[[site]]\nname = \"lab\"\n\
+                    endpoint = \"https://pve.example:8006\"\ntoken_id = \"proxsync@pve!gitops\"\n\
+                    token_secret_file = \"lab.token\"\n[web]\nlisten = \"127.0.0.1:8787\"\n";
+        let path = dir.path().join("proxsync.toml");
+        std::fs::write(&path, base).unwrap();
+        let old = Config::load(&path).unwrap();
+        let receiver =
+            "[[receiver]]\nname = \"gh\"\ntype = \"github\"\nsecret_file = \"gh.secret\"\n";
+        std::fs::write(&path, format!("{base}{receiver}")).unwrap();
+        assert!(reload_config(&path, &old).is_ok(), "a receiver added");
+        std::fs::remove_file(dir.path().join("gh.secret")).unwrap();
+        let err = reload_config(&path, &old).unwrap_err();
+        assert!(err.contains("\"gh\"") && err.contains("gh.secret"), "{err}");
+        std::fs::write(&path, base.replace("8787", "8788")).unwrap();
+        let err = reload_config(&path, &old).unwrap_err();
+        assert!(
+            err.contains("[web] listen") && err.contains("restart"),
             "{err}"
         );
     }

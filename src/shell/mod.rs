@@ -1,5 +1,5 @@
 //! The process shell: the command line, the daemon's event loop, the control socket, the
-//! instance lock and allocator tuning, and what the commands print (`status`, `plan`,
+//! instance lock and allocator tuning, the web listener (webhooks), and what the commands print (`status`, `plan`,
 //! `doctor`, `inventory`). It wires the layers below together and decides nothing they decide.
 
 pub mod cli;
@@ -14,3 +14,4 @@ pub(crate) mod malloc;
 pub(crate) mod manpages;
 pub(crate) mod plan_report;
 pub(crate) mod status_view;
+pub(crate) mod web;

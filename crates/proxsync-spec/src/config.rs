@@ -72,6 +72,14 @@ pub enum ConfigError {
         /// Why, naming the file or credential (never its content).
         message: String,
     },
+    /// A `[[receiver]]`'s secret, or `[web] token_file`, cannot be read.
+    #[error("{what}: {message}")]
+    WebSecret {
+        /// `[[receiver]] "name"` or `[web] token_file`.
+        what: String,
+        /// Why, naming the file or credential (never its content).
+        message: String,
+    },
     /// A `[[notify]]` target's secret or URL cannot be read, or its URL is refused.
     #[error("[[notify]] {target:?}: {message}")]
     NotifySecret {
@@ -111,6 +119,11 @@ pub struct Config {
     pub notify: Vec<NotifyConfig>,
     /// Where Prometheus metrics are served (`[metrics] listen`); `None`: not served.
     pub metrics: Option<MetricsListen>,
+    /// The daemon's web listener (`[web]`); `None`: none.
+    pub web: Option<WebConfig>,
+    /// The webhook receivers served at `POST /hooks/<name>` on the web listener
+    /// (`[[receiver]]`); none without `[web]`.
+    pub receivers: Vec<ReceiverConfig>,
     /// The file this was read from, for messages and for resolving relative paths.
     pub path: PathBuf,
 }
@@ -219,6 +232,111 @@ impl fmt::Display for MetricsListen {
             MetricsListen::Tcp(addr) => write!(f, "{addr}"),
             MetricsListen::Unix(path) => write!(f, "{}", path.display()),
         }
+    }
+}
+
+/// The daemon's web listener (`[web]`): the webhook receivers now, read-only pages later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebConfig {
+    /// `listen`: an IP address and port (default `127.0.0.1:8787`), or `unix:/path` for a
+    /// unix socket behind a reverse proxy.
+    pub listen: MetricsListen,
+    /// `token_file`: the bearer token of the read-only pages (the hooks authenticate by their
+    /// own signatures, not by this token).
+    pub token_file: Option<PathBuf>,
+}
+
+impl WebConfig {
+    /// Reads `token_file`, if one is set.
+    pub fn load_token(&self) -> Result<Option<Secret>, ConfigError> {
+        let Some(path) = &self.token_file else {
+            return Ok(None);
+        };
+        read_secret_file(path, "web token")
+            .map(Some)
+            .map_err(|message| ConfigError::WebSecret {
+                what: "[web] token_file".into(),
+                message,
+            })
+    }
+}
+
+/// Where `[web] listen` binds when `[web]` names no address: loopback only.
+pub const DEFAULT_WEB_LISTEN: &str = "127.0.0.1:8787";
+
+/// Who sends a `[[receiver]]` its hooks, and so how they are signed and what they say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiverKind {
+    /// GitHub: `X-Hub-Signature-256`, `X-GitHub-Event`.
+    Github,
+    /// Gitea: `X-Gitea-Signature`, `X-Gitea-Event`.
+    Gitea,
+    /// Forgejo: `X-Forgejo-Signature` (or Gitea's), `X-Forgejo-Event` (or Gitea's).
+    Forgejo,
+    /// GitLab: `X-Gitlab-Token` (the secret itself), `X-Gitlab-Event`.
+    Gitlab,
+    /// Anything else: `X-Proxsync-Signature: sha256=<hex>`, a JSON body with `ref`.
+    Generic,
+}
+
+impl ReceiverKind {
+    /// The `type` as the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiverKind::Github => "github",
+            ReceiverKind::Gitea => "gitea",
+            ReceiverKind::Forgejo => "forgejo",
+            ReceiverKind::Gitlab => "gitlab",
+            ReceiverKind::Generic => "generic",
+        }
+    }
+}
+
+/// The fewest characters a `[[receiver]]`'s secret may have.
+pub const MIN_RECEIVER_SECRET: usize = 16;
+
+/// One `[[receiver]]`: a webhook endpoint at `POST /hooks/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiverConfig {
+    /// `name`: the last segment of its URL path; 1-63 of `a-z 0-9 -`, unique.
+    pub name: String,
+    /// `type`: who sends it hooks.
+    pub kind: ReceiverKind,
+    /// `secret_file`: the HMAC key (GitLab: the token), else the systemd credential
+    /// `receiver-<name>.secret`.
+    pub secret_file: Option<PathBuf>,
+}
+
+impl ReceiverConfig {
+    /// Reads the receiver's secret (one line of [`MIN_RECEIVER_SECRET`] to 4096 bytes, never
+    /// shown).
+    pub fn load_secret(&self) -> Result<Secret, ConfigError> {
+        let credential = format!("receiver-{}.secret", self.name);
+        secret_path(
+            self.secret_file.as_deref(),
+            &credential,
+            "secret_file",
+            "this [[receiver]]",
+        )
+        .and_then(|p| {
+            let secret = read_secret_file(&p, "webhook secret")?;
+            let n = secret.expose().chars().count();
+            if n < MIN_RECEIVER_SECRET {
+                return Err(format!(
+                    "webhook secret file {} holds {n} characters; a secret this short is guessed \
+                     from one captured hook (GitLab's token, sent as is, by trying): make it \
+                     {MIN_RECEIVER_SECRET} or more random characters, such as `openssl rand -hex \
+                     32`, and give the forge the same",
+                    p.display()
+                ));
+            }
+            Ok(secret)
+        })
+        .map_err(|message| ConfigError::WebSecret {
+            what: format!("[[receiver]] {:?}", self.name),
+            message,
+        })
     }
 }
 
@@ -496,6 +614,25 @@ struct RawConfig {
     #[serde(default)]
     notify: Vec<RawNotify>,
     metrics: Option<RawMetrics>,
+    web: Option<RawWeb>,
+    #[serde(default)]
+    receiver: Vec<RawReceiver>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeb {
+    listen: Option<String>,
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReceiver {
+    name: String,
+    #[serde(rename = "type")]
+    kind: ReceiverKind,
+    secret_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -688,8 +825,9 @@ impl Config {
             .is_none_or(|s| s.matches(labels))
     }
 
-    /// What is allowed but unwise in the config (`validate` and `doctor` show it): a
-    /// credential in `[source] url`.
+    /// What is allowed but unwise in the config (`validate` and `doctor` show it, the daemon
+    /// logs it at start): a credential in `[source] url`; `[web] listen` on an address other
+    /// than loopback (plain HTTP across the network).
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let SourceLocation::Url { url, .. } = &self.source.location
@@ -702,6 +840,30 @@ impl Config {
                  file named by [source] token_file, or set up git's credential helper for the \
                  daemon's user, and take it out of the URL",
                 crate::redact::urls(url)
+            ));
+        }
+        if let Some(WebConfig {
+            listen: MetricsListen::Tcp(addr),
+            ..
+        }) = &self.web
+            && !addr.ip().is_loopback()
+        {
+            let gitlab = self
+                .receivers
+                .iter()
+                .find(|r| r.kind == ReceiverKind::Gitlab)
+                .map(|r| {
+                    format!(
+                        "; [[receiver]] {:?} (gitlab) is sent its secret itself in every hook, \
+                         readable by whoever sees the traffic",
+                        r.name
+                    )
+                })
+                .unwrap_or_default();
+            out.push(format!(
+                "[web] listen = \"{addr}\" serves plain HTTP beyond this host: the hooks' \
+                 content crosses the network unencrypted{gitlab}; listen on loopback or \
+                 \"unix:/run/proxsync/web.sock\" behind a reverse proxy with TLS"
             ));
         }
         out
@@ -1049,6 +1211,22 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
     let sites = build_sites(raw.site, base)?;
     let reconcile = build_reconcile(raw.reconcile)?;
     let notify = build_notifies(raw.notify, base)?;
+    let web = raw.web.map(|w| build_web(w, base)).transpose()?;
+    let receivers = build_receivers(raw.receiver, base)?;
+    if !receivers.is_empty() && web.is_none() {
+        return Err(format!(
+            "[[receiver]] {:?} needs the web listener: add [web] with listen = \"{DEFAULT_WEB_LISTEN}\" \
+             (an IP address and port) or \"unix:/run/proxsync/web.sock\" (a unix socket)",
+            receivers[0].name
+        ));
+    }
+
+    let metrics = raw
+        .metrics
+        .and_then(|m| m.listen)
+        .map(|l| parse_metrics_listen(&l))
+        .transpose()?;
+    check_listeners(&state_dir, metrics.as_ref(), web.as_ref())?;
 
     Ok(Config {
         install_id,
@@ -1061,11 +1239,9 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         sites,
         reconcile,
         notify,
-        metrics: raw
-            .metrics
-            .and_then(|m| m.listen)
-            .map(|l| parse_metrics_listen(&l))
-            .transpose()?,
+        metrics,
+        web,
+        receivers,
         path: path.to_path_buf(),
     })
 }
@@ -1310,6 +1486,97 @@ fn parse_metrics_listen(text: &str) -> Result<MetricsListen, String> {
     })
 }
 
+/// The control socket's file name in `state_dir` (`shell::control::SOCKET`).
+const CONTROL_SOCKET: &str = "control.sock";
+
+/// `[metrics] listen` and `[web] listen` apart from each other and from the control socket:
+/// the daemon binds them one after the other, and one bound over another (the control socket
+/// is renamed over its path) would leave that one silently unreachable.
+fn check_listeners(
+    state_dir: &Path,
+    metrics: Option<&MetricsListen>,
+    web: Option<&WebConfig>,
+) -> Result<(), String> {
+    let control = state_dir.join(CONTROL_SOCKET);
+    let unix = |l: Option<&MetricsListen>| match l {
+        Some(MetricsListen::Unix(p)) => Some(p.clone()),
+        _ => None,
+    };
+    for (key, path, prefix) in [
+        ("[metrics] listen", unix(metrics), ""),
+        ("[web] listen", unix(web.map(|w| &w.listen)), "unix:"),
+    ] {
+        if path.as_ref() == Some(&control) {
+            return Err(format!(
+                "{key} = \"{prefix}{}\" is the daemon's control socket (`state_dir`/\
+                 {CONTROL_SOCKET}); choose another path in /run/proxsync",
+                control.display()
+            ));
+        }
+    }
+    if let (Some(m), Some(w)) = (metrics, web)
+        && *m == w.listen
+    {
+        return Err(format!(
+            "[web] listen = \"{}\" is also [metrics] listen; the two listeners need their own \
+             address or socket",
+            w.listen
+        ));
+    }
+    Ok(())
+}
+
+/// `[web]`: `listen` an IP address and port or `unix:/absolute/path`; `token_file`.
+fn build_web(w: RawWeb, base: &Path) -> Result<WebConfig, String> {
+    let text = w.listen.as_deref().unwrap_or(DEFAULT_WEB_LISTEN);
+    let listen = match text.strip_prefix("unix:") {
+        Some(path) if path.starts_with('/') => MetricsListen::Unix(PathBuf::from(path)),
+        _ => text.parse().map(MetricsListen::Tcp).map_err(|_| {
+            format!(
+                "[web] listen = {text:?}: expected an IP address and port such as \
+                 \"{DEFAULT_WEB_LISTEN}\" or \"[::1]:8787\", or \"unix:\" and the absolute path of a \
+                 unix socket such as \"unix:/run/proxsync/web.sock\""
+            )
+        })?,
+    };
+    Ok(WebConfig {
+        listen,
+        token_file: w.token_file.map(|p| resolve(base, p)),
+    })
+}
+
+fn build_receivers(raw: Vec<RawReceiver>, base: &Path) -> Result<Vec<ReceiverConfig>, String> {
+    let mut receivers: Vec<ReceiverConfig> = Vec::new();
+    for (i, r) in raw.into_iter().enumerate() {
+        let valid = (1..=63).contains(&r.name.len())
+            && r.name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            return Err(format!(
+                "[[receiver]] #{}: name = {:?}: must be 1-63 characters of a-z, 0-9 and '-' (it is \
+                 the last segment of the hook's URL, /hooks/<name>)",
+                i + 1,
+                r.name
+            ));
+        }
+        if receivers.iter().any(|other| other.name == r.name) {
+            return Err(format!(
+                "[[receiver]] #{}: name = {:?} is used by an earlier [[receiver]]; names must be \
+                 unique",
+                i + 1,
+                r.name
+            ));
+        }
+        receivers.push(ReceiverConfig {
+            name: r.name,
+            kind: r.kind,
+            secret_file: r.secret_file.map(|p| resolve(base, p)),
+        });
+    }
+    Ok(receivers)
+}
+
 fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
     let location = match (s.path, s.url) {
         (Some(_), Some(_)) => {
@@ -1353,6 +1620,16 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
     {
         return Err(format!(
             "[source] branch = {branch:?}: not a valid git branch name"
+        ));
+    }
+    if branch.starts_with("refs/") {
+        let hint = branch
+            .strip_prefix("refs/heads/")
+            .map(|b| format!(": branch = {b:?}"))
+            .unwrap_or_default();
+        return Err(format!(
+            "[source] branch = {branch:?} is a full ref; write the branch's name, as in \
+             refs/heads/<name>{hint}"
         ));
     }
     let dir = s.dir.unwrap_or_else(|| ".".into());
@@ -1645,6 +1922,78 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Adaptive);
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    /// `[web] listen` on the socket or address another listener of the daemon has: the
+    /// control socket (bound after it, renamed over it: the hooks' socket silently gone) or
+    /// `[metrics] listen`.
+    #[test]
+    fn the_web_listener_shares_no_socket_or_address_with_another() {
+        let with = |web: &str, metrics: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[metrics]\nlisten = \"{metrics}\"\n[web]\nlisten = \"{web}\"\n"
+            ))
+        };
+        let control = "unix:/var/lib/proxsync/control.sock";
+        let err = with(control, "127.0.0.1:9184").unwrap_err();
+        assert!(
+            err.contains("[web] listen") && err.contains("control socket"),
+            "{err}"
+        );
+        let err = with("unix:/run/proxsync/a.sock", "/run/proxsync/a.sock").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:9184", "127.0.0.1:9184").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:8787", "/var/lib/proxsync/control.sock").unwrap_err();
+        assert!(
+            err.contains("[metrics] listen = \"/var/lib") && err.contains("control socket"),
+            "{err}"
+        );
+        assert!(with("unix:/run/proxsync/web.sock", "/run/proxsync/metrics.sock").is_ok());
+        assert!(with("127.0.0.1:8787", "127.0.0.1:9184").is_ok());
+    }
+
+    /// `branch = "refs/heads/main"`: a full ref name where the branch's is meant. The source
+    /// would look for `refs/heads/refs/heads/main` and a hook's `ref` would never match.
+    #[test]
+    fn a_branch_given_as_a_full_ref_is_refused_naming_the_branch() {
+        let with = |branch: &str| {
+            parse(&MINIMAL.replace(
+                "path = \"/srv/git/vms.git\"",
+                &format!("path = \"/srv/git/vms.git\"\nbranch = \"{branch}\""),
+            ))
+        };
+        let err = with("refs/heads/main").unwrap_err();
+        assert!(
+            err.contains("[source] branch") && err.contains("branch = \"main\""),
+            "{err}"
+        );
+        assert!(with("refs/tags/v1").is_err());
+        assert_eq!(with("release/1.0").unwrap().source.branch, "release/1.0");
+    }
+
+    #[test]
+    fn a_web_listener_beyond_loopback_is_warned_about() {
+        let with = |listen: &str, kind: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[web]\nlisten = \"{listen}\"\n[[receiver]]\nname = \"r\"\ntype = \"{kind}\"\n"
+            ))
+            .unwrap()
+            .warnings()
+        };
+        let w = with("0.0.0.0:8787", "github");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("[web] listen = \"0.0.0.0:8787\" serves plain HTTP")
+                && w[0].contains("TLS"),
+            "{w:?}"
+        );
+        assert!(!w[0].contains("gitlab"), "{w:?}");
+        let w = with("[2001:db8::1]:8787", "gitlab");
+        assert!(w.len() == 1 && w[0].contains("\"r\" (gitlab)"), "{w:?}");
+        assert!(with("127.0.0.1:8787", "gitlab").is_empty());
+        assert!(with("[::1]:8787", "gitlab").is_empty());
+        assert!(with("unix:/run/proxsync/web.sock", "gitlab").is_empty());
     }
 
     #[test]
@@ -2022,6 +2371,130 @@ repo = "group/sub/vms"
         assert!(check_notify_url("https://").is_err());
         assert!(check_notify_url("https://hooks.example/x y").is_err());
         assert!(check_notify_url("https://hooks.example/services/T0/B0/x").is_ok());
+    }
+
+    #[test]
+    fn web_and_receivers_parse_with_their_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!((c.web, c.receivers.len()), (None, 0));
+        let c = parse(&format!("{MINIMAL}\n[web]\n")).unwrap();
+        assert_eq!(
+            c.web.unwrap().listen,
+            MetricsListen::Tcp("127.0.0.1:8787".parse().unwrap()),
+            "loopback by default"
+        );
+        let c = parse(&format!(
+            "{MINIMAL}\n[web]\nlisten = \"unix:/run/proxsync/web.sock\"\ntoken_file = \"web.token\"\n\
+             [[receiver]]\nname = \"gh-1\"\ntype = \"github\"\nsecret_file = \"gh.secret\"\n\
+             [[receiver]]\nname = \"lab\"\ntype = \"gitlab\"\n"
+        ))
+        .unwrap();
+        let web = c.web.unwrap();
+        assert_eq!(
+            web.listen,
+            MetricsListen::Unix("/run/proxsync/web.sock".into())
+        );
+        assert_eq!(web.token_file, Some("/etc/proxsync/web.token".into()));
+        assert_eq!(c.receivers.len(), 2);
+        assert_eq!(c.receivers[0].kind, ReceiverKind::Github);
+        assert_eq!(
+            c.receivers[0].secret_file,
+            Some("/etc/proxsync/gh.secret".into())
+        );
+        assert_eq!(c.receivers[1].kind, ReceiverKind::Gitlab);
+        assert_eq!(c.receivers[1].secret_file, None);
+    }
+
+    #[test]
+    fn web_and_receiver_errors_name_the_key_and_what_is_valid() {
+        let web = format!("{MINIMAL}\n[web]\n");
+        let receiver = |body: &str| format!("{web}[[receiver]]\n{body}\n");
+        let cases = [
+            (
+                format!("{MINIMAL}\n[web]\nlisten = \"localhost:8787\"\n"),
+                "[web] listen",
+            ),
+            (
+                format!("{MINIMAL}\n[web]\nlisten = \"/run/web.sock\"\n"),
+                "unix:",
+            ),
+            (
+                format!("{MINIMAL}\n[web]\nlisten = \"unix:web.sock\"\n"),
+                "absolute path",
+            ),
+            (format!("{MINIMAL}\n[web]\nport = 8787\n"), "port"),
+            (
+                format!("{MINIMAL}\n[[receiver]]\nname = \"gh\"\ntype = \"github\"\n"),
+                "needs the web listener",
+            ),
+            (
+                receiver("name = \"GH\"\ntype = \"github\""),
+                "a-z, 0-9 and '-'",
+            ),
+            (receiver("name = \"a/b\"\ntype = \"github\""), "name"),
+            (receiver("name = \"\"\ntype = \"github\""), "1-63"),
+            (receiver("name = \"gh\"\ntype = \"bitbucket\""), "generic"),
+            (
+                receiver("name = \"gh\"\ntype = \"github\"\nsecret = \"x\""),
+                "secret",
+            ),
+            (
+                format!(
+                    "{}[[receiver]]\nname = \"gh\"\ntype = \"gitea\"\n",
+                    receiver("name = \"gh\"\ntype = \"github\"")
+                ),
+                "unique",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(key), "error {err:?} should name {key:?}");
+        }
+    }
+
+    #[test]
+    fn receiver_secrets_come_from_files_and_never_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.to_string()
+            + "[web]\ntoken_file = \"web.token\"\n\
+               [[receiver]]\nname = \"gh\"\ntype = \"github\"\nsecret_file = \"gh.secret\"\n";
+        let c = Config::parse(&dir.path().join("proxsync.toml"), &text).unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(
+            err.contains("[[receiver]] \"gh\"") && err.contains("gh.secret"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("gh.secret"), "hook-key-of-16-ch\n").unwrap();
+        assert_eq!(
+            c.receivers[0].load_secret().unwrap().expose(),
+            "hook-key-of-16-ch"
+        );
+        // Too short to hold: one captured hook and an HMAC key of a few characters is found
+        // offline; a GitLab token, which is compared as is, online.
+        std::fs::write(dir.path().join("gh.secret"), "hunter2\n").unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(
+            err.contains("[[receiver]] \"gh\"")
+                && err.contains("7 characters")
+                && err.contains("openssl rand"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "never echoed: {err}");
+        std::fs::write(dir.path().join("gh.secret"), "two SECRETWORDS\n").unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(!err.contains("SECRETWORDS"), "never echoed: {err}");
+        std::fs::write(dir.path().join("gh.secret"), "x".repeat(5000)).unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(err.contains("4096"), "{err}");
+        let web = c.web.as_ref().unwrap();
+        assert!(
+            web.load_token()
+                .unwrap_err()
+                .to_string()
+                .contains("[web] token_file")
+        );
+        std::fs::write(dir.path().join("web.token"), "t0ken\n").unwrap();
+        assert_eq!(web.load_token().unwrap().unwrap().expose(), "t0ken");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::plan::OrphanDisposition;
 use crate::report::CycleReport;
 use crate::status::Reason;
 
-pub(crate) use server::{Server, serve};
+pub(crate) use server::{Server, bind_unix, serve};
 
 /// Seconds a reconcile cycle may take: an idle one is milliseconds, one waiting for tasks up
 /// to `engine::TASK_WAIT` (10 min) and beyond.
@@ -146,6 +146,12 @@ struct NotifyResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    receiver: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OrphanLabels {
     site: Arc<str>,
     disposition: &'static str,
@@ -181,6 +187,7 @@ struct Registered {
     site_nodes_online: Family<SiteLabels, Gauge>,
     notify_messages: Family<NotifyResultLabels, Gauge>,
     notify_failing: Family<NotifyLabels, Gauge>,
+    webhooks: Family<WebhookLabels, Counter>,
 }
 
 impl Metrics {
@@ -226,6 +233,18 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::from(t.failing_since.is_some()));
         }
+    }
+
+    /// Counts a request to a webhook receiver: `receiver` a `[[receiver]] name` (or empty),
+    /// `outcome` one of the fixed set in `shell::web`.
+    pub(crate) fn webhook(&self, receiver: &str, outcome: &'static str) {
+        let Some(r) = &self.0 else { return };
+        r.webhooks
+            .get_or_create(&WebhookLabels {
+                receiver: receiver.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// The handle a site's API client counts its requests and tasks with.
@@ -397,6 +416,7 @@ impl Registered {
             site_nodes_online: Family::default(),
             notify_messages: Family::default(),
             notify_failing: Family::default(),
+            webhooks: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -511,6 +531,14 @@ impl Registered {
             "notify_target_failing",
             "1 while a [[notify]] target's last message could not be delivered",
             m.notify_failing.clone(),
+        );
+        r.register(
+            "webhook_requests",
+            "Requests to the webhook receivers ([[receiver]]), by receiver (empty for a name no \
+             receiver has) and outcome: accepted (a fetch now), coalesced (a fetch was pending), \
+             ping, ignored_event, ignored_branch, unauthorized, bad_request, too_large, timeout, \
+             method_not_allowed, not_found, unavailable",
+            m.webhooks.clone(),
         );
         Registered { registry, ..m }
     }

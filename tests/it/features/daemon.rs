@@ -96,7 +96,7 @@ impl Daemon {
         );
     }
 
-    fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args([sig, &self.child.id().to_string()])
             .status()
@@ -338,7 +338,7 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
     assert!(daemon.stop());
 }
 
-fn daemon_ready_count(d: &Daemon) -> usize {
+pub(crate) fn daemon_ready_count(d: &Daemon) -> usize {
     d.messages()
         .iter()
         .filter(|m| m.contains("READY=1"))

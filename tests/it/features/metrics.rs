@@ -129,7 +129,7 @@ fn scrape(endpoint: &Endpoint) -> std::io::Result<(Answer, Exposition)> {
 }
 
 /// Every metric family proxsync exposes (docs/metrics.md lists the same).
-const FAMILIES: [&str; 22] = [
+const FAMILIES: [&str; 23] = [
     "proxsync_build",
     "proxsync_specs",
     "proxsync_specs_backing_off",
@@ -152,6 +152,7 @@ const FAMILIES: [&str; 22] = [
     "proxsync_site_nodes_online",
     "proxsync_notify_messages",
     "proxsync_notify_target_failing",
+    "proxsync_webhook_requests",
 ];
 
 /// The sum of a family's samples whose labels include `labels` (a counter's or gauge's value,

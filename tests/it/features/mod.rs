@@ -18,3 +18,4 @@ mod sets;
 mod sops;
 mod suspend;
 mod wait_events;
+mod webhooks;
