@@ -108,6 +108,7 @@ const CRATES: &[(&str, Layers)] = &[
                     "shell::instance_lock",
                     "shell::inventory",
                     "shell::manpages",
+                    "shell::completions",
                 ],
             ),
             ("the daemon", &["shell::daemon"]),
@@ -594,6 +595,21 @@ fn execute_builds_no_prose() {
         "execute builds no prose: an error, a wait or a history note is a value of proxsync-core's \
          `model` (`Blocked`, `Unfit`, `Wait`, `Note`), and its words are its `impl Display` in \
          `words`:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A spec's status conditions say the planner's verdicts, the record and the site's view in
+/// `words` (`model::ConditionText`), as `plan` says the verdicts (`plan::VerdictLine`): what a
+/// condition means is written once for every kind.
+#[test]
+fn status_conditions_build_no_prose() {
+    let mut wrong = prose_built_in("src/status/conditions.rs", &[]);
+    wrong.extend(prose_built_in("src/status/summary.rs", &[]));
+    assert!(
+        wrong.is_empty(),
+        "a status condition's message is a `model::ConditionText` (or another value of \
+         proxsync-core's `model`), and its words are its `impl Display` in `words`:\n{}",
         wrong.join("\n")
     );
 }

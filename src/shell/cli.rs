@@ -353,10 +353,19 @@ Examples:
   proxsync completions zsh > ~/.zfunc/_proxsync
   proxsync completions fish > ~/.config/fish/completions/proxsync.fish
 
-The Debian package installs them for every user.")]
+They complete spec names (those with a status file) and site names (the config's, the
+--config on the line being completed or PROXSYNC_CONFIG), read without a lock or a Proxmox VE
+call. The Debian package installs them for every user.")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Print the spec names (with a status file) or the site names, one per line: what the
+    /// completion scripts offer. Reads the config and the status directory only.
+    #[command(hide = true)]
+    CompleteNames {
+        /// Which names.
+        what: crate::shell::completions::Names,
     },
     /// Write a man page per subcommand (proxsync.1, proxsync-plan.1, ...) into DIR: what the
     /// package ships.
@@ -574,9 +583,24 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             // Into memory first: clap_complete panics when its writer fails (a closed pipe).
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "proxsync", &mut script);
+            let script = crate::shell::completions::script(shell, &mut cmd);
             match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        Command::CompleteNames { what } => {
+            // Quiet on any error: a tab press shows no noise.
+            let path = cli.config.unwrap_or_else(cmd::default_config_path);
+            let Ok(config) = crate::config::Config::load(&path) else {
+                return ExitCode::FAILURE;
+            };
+            let mut out = String::new();
+            for name in crate::shell::completions::names(what, &config) {
+                out.push_str(&name);
+                out.push('\n');
+            }
+            match std::io::stdout().write_all(out.as_bytes()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::FAILURE,
             }

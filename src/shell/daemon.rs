@@ -928,7 +928,7 @@ mod tests {
     fn a_reload_may_change_receivers_but_not_the_web_listener() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("lab.token"), "secret").unwrap();
-        std::fs::write(dir.path().join("gh.secret"), "hook-key").unwrap();
+        std::fs::write(dir.path().join("gh.secret"), "hook-key-0123456789").unwrap();
         let base = "[source]\npath = \"/srv/git/vms.git\"\n\n[[site]]\nname = \"lab\"\n\
                     endpoint = \"https://pve.example:8006\"\ntoken_id = \"proxsync@pve!gitops\"\n\
                     token_secret_file = \"lab.token\"\n[web]\nlisten = \"127.0.0.1:8787\"\n";

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub(crate) mod cmd;
+pub(crate) mod completions;
 pub(crate) mod control;
 pub mod daemon;
 pub(crate) mod doctor;

@@ -13,11 +13,10 @@ use serde::Serialize;
 
 use crate::category::Category;
 use crate::engine::PlanView;
-use crate::guest::GuestKind;
 use crate::observe::Power;
-use crate::plan::{Action, Verdict};
+use crate::plan::{Action, Verdict, VerdictLine};
 use crate::render::ConfigChange;
-use crate::spec::{PowerState, Spec, SpecSet};
+use crate::spec::{PowerState, RebootMode, Spec, SpecSet};
 use crate::store::SpecRecord;
 
 /// Which specs the report is about.
@@ -79,6 +78,10 @@ pub(crate) struct Field {
     pub new: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unit: Option<&'static str>,
+    /// The change waits for the guest's next start: PVE keeps it pending on a running guest
+    /// (`render::current::reported_pending`).
+    #[serde(rename = "needsRestart", skip_serializing_if = "std::ops::Not::not")]
+    pub needs_restart: bool,
 }
 
 impl std::fmt::Display for Field {
@@ -95,6 +98,9 @@ impl std::fmt::Display for Field {
         write!(f, "{} {old} -> {new}", self.field)?;
         if let Some(unit) = self.unit {
             write!(f, " {unit}")?;
+        }
+        if self.needs_restart {
+            f.write_str(" (at the next start)")?;
         }
         Ok(())
     }
@@ -224,11 +230,20 @@ impl Report {
                 counts[i] += 1;
             }
         }
+        let restarts = self
+            .changes
+            .iter()
+            .filter(|c| c.fields.iter().any(|f| f.needs_restart))
+            .count();
         let parts: Vec<String> = ORDER
             .iter()
             .zip(counts)
             .filter(|(_, n)| *n > 0)
-            .map(|(what, n)| format!("{n} to {what}"))
+            .map(|(what, n)| match (*what, restarts) {
+                ("change", 1) => format!("{n} to change (1 needs a restart)"),
+                ("change", 2..) => format!("{n} to change ({restarts} need a restart)"),
+                _ => format!("{n} to {what}"),
+            })
             .collect();
         parts.join(", ")
     }
@@ -322,6 +337,9 @@ async fn change_of(
                     Ok((fields, also)) => {
                         let at = (s.kind().noun(), site.as_str(), node.as_str(), *vmid);
                         change.text = update_line(spec, at, &fields, &also);
+                        if fields.iter().any(|f| f.needs_restart) {
+                            change.text.push_str(&restart_clause(s));
+                        }
                         change.fields = fields;
                         change.also = also;
                     }
@@ -361,16 +379,15 @@ async fn change_of(
         // The run checks a create before it sends anything: what it would refuse, so does
         // the plan.
         Action::Create { spec, site, node } => {
-            if let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) {
-                // On the node the run makes it on: a FreeMemory member's placed one, not the
-                // stand-in its index gives the spec.
-                let placed = (s.node != *node).then(|| Spec {
-                    node: node.clone(),
-                    ..Spec::clone(s)
-                });
-                let s = placed.as_ref().unwrap_or(s);
-                preflight(view, facts, ctx, s, &mut change, errors).await;
-            }
+            create_change(
+                view,
+                by_name,
+                facts,
+                (spec, site, node),
+                &mut change,
+                errors,
+            )
+            .await;
         }
         Action::Remove { .. } | Action::Forget { .. } => {
             change.removal = Some(if scope.from_files {
@@ -386,6 +403,43 @@ async fn change_of(
         _ => {}
     }
     change
+}
+
+/// A create's line: the values it sets, then the run's own pre-flight on the node the run
+/// makes it on (a FreeMemory member's placed one, not the stand-in its index gives the spec).
+async fn create_change(
+    view: &PlanView,
+    by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
+    facts: &crate::execute::NodeFacts,
+    (spec, site, node): (&String, &String, &String),
+    change: &mut Change,
+    errors: &mut Vec<String>,
+) {
+    let (Some(s), Some(ctx)) = (by_name.get(spec.as_str()), view.sites.get(site)) else {
+        return;
+    };
+    let placed = (s.node != *node).then(|| Spec {
+        node: node.clone(),
+        ..Spec::clone(s)
+    });
+    let s = placed.as_ref().unwrap_or(s);
+    match create_values(s) {
+        Ok(fields) if !fields.is_empty() => {
+            let sets: Vec<String> = fields
+                .iter()
+                .map(|f| {
+                    let unit = f.unit.map(|u| format!(" {u}")).unwrap_or_default();
+                    let value = f.new.as_deref().unwrap_or_default();
+                    format!("{}={}{unit}", f.field, quoted_if_needed(value))
+                })
+                .collect();
+            change.text.push_str(&format!("; sets {}", sets.join(", ")));
+            change.fields = fields;
+        }
+        Ok(_) => {}
+        Err(e) => errors.push(format!("{spec}: {e}")),
+    }
+    preflight(view, facts, ctx, s, change, errors).await;
 }
 
 /// The run's pre-flight of a create of `spec`, for the plan: a refusal marks the create's line
@@ -459,7 +513,13 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
         report.held.push(Held {
             spec: name.clone(),
             verdict: verdict.clone(),
-            text: verdict_words(verdict, kind_of(name), view.records.get(name), now),
+            text: VerdictLine {
+                verdict,
+                kind: kind_of(name),
+                rec: view.records.get(name),
+                now_ms: now,
+            }
+            .to_string(),
         });
     }
     if scope.names.is_none() {
@@ -678,12 +738,25 @@ fn compared(
     let mut changes =
         crate::render::preview_config(key, &view.install_id, spec, rec, &ours, cfg, pending)?;
     changes.extend(crate::render::preview_disk(spec, rec, cfg));
-    let mut fields: Vec<Field> = changes.into_iter().map(field).collect();
     let power = view
         .views
         .get(site)
         .and_then(|v| v.vms.get(&vmid))
         .map(|vm| vm.power);
+    // A stopped guest takes every change at once; a running one keeps some for its next start.
+    let running = power == Some(Power::Running);
+    let mut fields: Vec<Field> = changes
+        .into_iter()
+        .map(|c| {
+            let waits = running
+                && spec.power_state != PowerState::Stopped
+                && crate::render::current::reported_pending(&c.key);
+            let f = field(c);
+            // A disk's size grows live (`resize`); its other options wait.
+            let needs_restart = waits && f.unit != Some("GiB");
+            Field { needs_restart, ..f }
+        })
+        .collect();
     match (spec.power_state, power) {
         (PowerState::Running, Some(Power::Stopped)) => {
             fields.push(power_field("stopped", "running"))
@@ -702,6 +775,7 @@ fn power_field(old: &str, new: &str) -> Field {
         old: Some(old.into()),
         new: Some(new.into()),
         unit: None,
+        needs_restart: false,
     }
 }
 
@@ -719,6 +793,7 @@ fn field(c: ConfigChange) -> Field {
             old: gib(c.old),
             new: gib(c.new),
             unit: Some("GiB"),
+            needs_restart: false,
         };
     }
     let unit = (c.key == "memory").then_some("MiB");
@@ -735,6 +810,7 @@ fn field(c: ConfigChange) -> Field {
         c.old
     };
     Field {
+        needs_restart: false,
         field: c.key,
         old,
         new: c.new,
@@ -794,217 +870,96 @@ fn update_line(
     )
 }
 
-/// A verdict in words, with the record's attempts and last error where it has them. `kind`:
-/// what the spec's guest is (a VM or a container).
-// Long because: one arm per verdict, each its words.
-pub(crate) fn verdict_words(
-    verdict: &Verdict,
-    kind: GuestKind,
-    rec: Option<&SpecRecord>,
-    now_ms: u64,
-) -> String {
-    let noun = kind.noun();
-    match verdict {
-        Verdict::UpToDate { vmid } => format!("{} matches the spec", kind.named(*vmid)),
-        Verdict::Acting => "changes planned".into(),
-        Verdict::Migrating { from, to, vmid } => format!(
-            "{} is moving from node {from} to node {to}; other changes wait until it is there",
-            kind.named(*vmid)
-        ),
-        Verdict::BackingOff { until_ms } => {
-            let mut text = format!("backing off until {}", clock_time(*until_ms, now_ms));
-            if let Some(rec) = rec.filter(|r| r.attempts > 0) {
-                text.push_str(&format!(", {} attempt", ordinal(rec.attempts)));
-            }
-            if let Some(e) = rec.and_then(|r| r.last_error.as_ref()) {
-                text.push_str(&format!(": {}: {}", e.category, e.message));
-            }
-            text
+/// The values a create of `spec` sets, as the run renders them (`render::vm::create_params`,
+/// `render::container::create_params`), but its marker and tags. A clone takes its template's
+/// disks, then the spec's hardware; a name resolved at create time may be either, so only the
+/// hardware and the disk's size are shown for both.
+fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
+    use crate::render::vm::Boot;
+    use crate::spec::{Guest, Image, VolumeKind};
+    let params = match &spec.guest {
+        Guest::Container(ct) => {
+            crate::render::container::create_params(spec, ct, String::new(), &[])
         }
-        Verdict::NodeUnhealthy { node, quorate } => {
-            if *quorate {
-                format!("node {node} is offline; waiting for it")
-            } else {
-                "the cluster has lost quorum; waiting for it".into()
-            }
+        Guest::Vm(vm) => {
+            let boot = match &vm.image {
+                Image::Volume {
+                    volume,
+                    kind: VolumeKind::Iso,
+                    ..
+                } => Boot::Installer(volume),
+                Image::Volume { volume, .. } => Boot::Import(volume),
+                // Its drives are left out below: any valid volume renders the rest.
+                Image::Template { .. } | Image::Name(_) | Image::Existing => {
+                    Boot::Import("template:clone")
+                }
+            };
+            crate::render::vm::create_params(spec, vm, String::new(), &[], boot)
         }
-        Verdict::SiteUnreachable { error } => format!("its site could not be read: {error}"),
-        Verdict::ListingIncomplete { why } => format!("no create: {why}"),
-        Verdict::SiteIdentityChanged { message } => message.clone(),
-        Verdict::Unknown { vmid } => format!(
-            "{} is listed with an unknown state (its node may be offline); not judged",
-            kind.named(*vmid)
-        ),
-        Verdict::BeingMade { vmid } => format!(
-            "{} is being made by a create or clone of this install's token that no record \
-             names; nothing is created until its task ends and its marker can be read",
-            kind.named(*vmid)
-        ),
-        Verdict::Invalid => {
-            format!("the spec is invalid (see its errors); its {noun} is left as it is")
-        }
-        Verdict::RenameSuspected { from, vmid } => format!(
-            "looks like a rename of {from} ({}): add the annotation \
-             proxsync.io/renamed-from: {from} to confirm it; nothing is created or deleted \
-             until then",
-            kind.named(*vmid)
-        ),
-        Verdict::SiteMoved { from, vmid } => format!(
-            "moved to another site, and its {} is still on site {from}: delete it there \
-             to have it created here, or move the spec back",
-            kind.named(*vmid)
-        ),
-        Verdict::KindChanged { vmid, found } => format!(
-            "its guest {vmid} is a {}, and the spec asks for the other kind: delete {vmid} to \
-             have it made anew, or change kind back; nothing is created or deleted until then",
-            found.noun()
-        ),
-        Verdict::RenameUnproven { from, vmid, why } => format!(
-            "the rename from {from} is held: the record names {}, and its marker does \
-             not show it is {from}'s ({why}); nothing is created or deleted until a person \
-             decides",
-            kind.named(*vmid)
-        ),
-        Verdict::Unmarked { vmid } => format!(
-            "{} has this install's tag and the spec's {noun} name but no marker line: if it is \
-             this spec's {noun}, proxsync adopt NAME --vmid {vmid}; else remove its tag",
-            kind.named(*vmid)
-        ),
-        Verdict::UnverifiedClaim { vmid } => format!(
-            "{} claims this spec with a marker that does not verify: if it is this \
-             spec's {noun}, proxsync adopt NAME --vmid {vmid}; else remove its marker",
-            kind.named(*vmid)
-        ),
-        Verdict::HeldByInstall { install, vmid } => format!(
-            "{} is still held by install {install} (its proxsync.{install} tag); it is \
-             taken over once that install has handed it over",
-            kind.named(*vmid)
-        ),
-        Verdict::AdoptRefused { vmid, why } => {
-            format!("adopting {} is refused: {why}", kind.named(*vmid))
-        }
-        Verdict::Observed {
-            renamed_from: Some(from),
-            vmid,
-            ..
-        } => format!(
-            "held: spec {from}, which this spec is renamed from, was observe-only when last \
-             seen, so its {noun}{} is not re-labelled and nothing is done for this spec; put \
-             spec {from} back with managementPolicy: Full for one cycle to let the rename \
-             proceed",
-            vmid.map(|id| format!(" {id}")).unwrap_or_default()
-        ),
-        Verdict::Observed { vmid: None, .. } => {
-            format!("observe-only: no {noun} of the spec found; nothing is created")
-        }
-        Verdict::Observed {
-            vmid: Some(vmid),
-            drift,
-            ..
-        } if drift.is_empty() => format!("observe-only: {} matches the spec", kind.named(*vmid)),
-        Verdict::Observed {
-            vmid: Some(vmid),
-            drift,
-            ..
-        } => {
-            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
-            format!(
-                "observe-only: {} differs (not applied): {}",
-                kind.named(*vmid),
-                fields.join("; ")
-            )
-        }
-        Verdict::AdoptionsHeld { count, max } => format!(
-            "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
-        ),
-        Verdict::RollingOut {
-            set,
-            max_unavailable,
-        } => format!(
-            "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
-        ),
-        Verdict::WaitingForDependencies { on, elsewhere } => format!(
-            "waits for {on} to be Ready (dependsOn) before its {noun} is created, started or \
-             rebooted{}",
-            match elsewhere {
-                true => "; it is another install's spec, never seen Ready here",
-                false => "",
-            }
-        ),
-        Verdict::Suspended {
-            vmid,
-            drift,
-            by,
-            renamed_from,
-        } => suspended_words(kind, *vmid, drift, by, renamed_from.as_deref()),
     }
+    .map_err(|e| e.to_string())?;
+    let cloned = matches!(spec.image(), Image::Template { .. } | Image::Name(_));
+    let mut out = Vec::new();
+    for (key, value) in params.entries() {
+        let drive = crate::pve::values::is_drive_key(key) || key == "boot" || key == "serial0";
+        if matches!(key, "description" | "tags") || (cloned && drive) {
+            continue;
+        }
+        let value = match key {
+            // Public keys, but a line's worth each: counted.
+            "ssh-public-keys" => format!("{} key(s)", value.lines().count()),
+            _ => value.to_string(),
+        };
+        out.push(Field {
+            unit: (key == "memory").then_some("MiB"),
+            field: key.to_string(),
+            old: None,
+            new: Some(value),
+            needs_restart: false,
+        });
+    }
+    if cloned && let Some(vm) = spec.vm() {
+        out.push(Field {
+            field: "disk".into(),
+            old: None,
+            new: Some(format!("{}", vm.disk_bytes as f64 / (1u64 << 30) as f64)),
+            unit: Some("GiB"),
+            needs_restart: false,
+        });
+    }
+    Ok(out)
 }
 
-/// A suspended spec's verdict in words: who suspended it (through `renamed_from`, the spec
-/// it is renamed from, when that one's suspension holds it), and how its guest (a `kind`)
-/// compares.
-fn suspended_words(
-    kind: GuestKind,
-    vmid: Option<u32>,
-    drift: &[crate::plan::FieldDrift],
-    by: &crate::store::Suspension,
-    renamed_from: Option<&str>,
-) -> String {
-    let vm = match (vmid, drift.is_empty()) {
-        (None, _) => format!("no {} of the spec found; nothing is created", kind.noun()),
-        (Some(id), true) => format!("{} matches the spec", kind.named(id)),
-        (Some(id), false) => {
-            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
-            format!(
-                "{} differs (not applied): {}",
-                kind.named(id),
-                fields.join("; ")
-            )
-        }
-    };
-    let words = by.to_string();
-    match renamed_from {
-        Some(from) => format!(
-            "suspended through spec {from}, which this spec is renamed from ({words}): the \
-             rename waits for `proxsync resume {from}`; {vm}"
-        ),
-        None => format!("suspended ({words}): {vm}"),
-    }
-}
-
-/// `14:20:23 UTC (in 5m)`, with the date when it is not today.
-fn clock_time(at_ms: u64, now_ms: u64) -> String {
-    let ts = |ms: u64| jiff::Timestamp::from_millisecond(ms as i64).ok();
-    let (Some(at), Some(now)) = (ts(at_ms), ts(now_ms)) else {
-        return format!("{at_ms} ms after the epoch");
-    };
-    let (at, now) = (
-        at.to_zoned(jiff::tz::TimeZone::UTC),
-        now.to_zoned(jiff::tz::TimeZone::UTC),
-    );
-    let when = if at.date() == now.date() {
-        at.strftime("%H:%M:%S UTC").to_string()
+/// `value`, in double quotes when it holds a comma, a space or a quote (a NIC's
+/// `virtio,bridge=vmbr0`), so a create's `sets` list reads one value per comma.
+fn quoted_if_needed(value: &str) -> String {
+    if value.contains([',', ' ', '"']) {
+        format!("\"{}\"", value.replace('"', "\\\""))
     } else {
-        at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
-    };
-    let until = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms));
-    if at_ms > now_ms {
-        format!("{when} (in {})", crate::shell::status_view::human(until))
-    } else {
-        when
+        value.to_string()
     }
 }
 
-/// 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st.
-fn ordinal(n: u32) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
+/// What follows an update that waits for the guest's next start, by the spec's
+/// `rebootPolicy`: who restarts it, and when.
+fn restart_clause(spec: &Spec) -> String {
+    let noun = spec.kind().noun();
+    match spec.reboot.mode {
+        RebootMode::Never => format!(
+            "; needs a restart: rebootPolicy Never leaves it to you (RebootPending until the \
+             {noun} is restarted)"
+        ),
+        RebootMode::IfNeeded => {
+            format!("; needs a restart: proxsync restarts the {noun} (rebootPolicy IfNeeded)")
+        }
+        RebootMode::Window => format!(
+            "; needs a restart: proxsync restarts the {noun} in its maintenance window ({})",
+            spec.reboot
+                .window
+                .as_ref()
+                .map_or("none set", |w| w.text.as_str())
+        ),
+    }
 }
 
 /// The specs of a report's scope that its names select, for `plan NAME...`.
@@ -1015,85 +970,54 @@ pub(crate) fn names(list: &[String]) -> Option<BTreeSet<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::GuestKind;
 
+    /// A container's create lists what its create sends, its keys counted and never its
+    /// password (set from a file, outside the rendered values); a VM's clone, its hardware and
+    /// disk size but not the drives the template brings.
     #[test]
-    fn ordinals() {
-        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111]
-            .into_iter()
-            .map(ordinal)
+    fn a_create_lists_what_it_sets_and_no_secret() {
+        let yaml = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns-01\n\
+                    spec:\n  forProvider:\n    site: s\n    node: pve1\n    template: \
+                    local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n    password: {file: \
+                    /nonexistent/ct-root}\n    sshPublicKeys: [\"ssh-ed25519 AAAA a@b\", \
+                    \"ssh-ed25519 BBBB c@d\"]\n";
+        let (specs, diags) = crate::spec::parse_file("t.yaml", yaml.as_bytes());
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        let fields = create_values(&specs[0]).unwrap();
+        let shown: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{}={}", f.field, f.new.as_deref().unwrap_or_default()))
             .collect();
-        assert_eq!(
-            got,
-            [
-                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
-                "111th"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_backoff_is_said_in_words_with_attempt_and_error() {
-        // 2026-11-25 14:20:23 UTC.
-        let until = 1_795_616_423_000;
-        let rec = SpecRecord {
-            attempts: 3,
-            last_error: Some(Box::new(crate::store::ErrorRecord {
-                category: crate::category::Category::NetworkError,
-                message: "connection reset".into(),
-                at_ms: 0,
-                inputs: String::new(),
-                kind: Default::default(),
-            })),
-            ..Default::default()
-        };
-        let text = verdict_words(
-            &Verdict::BackingOff { until_ms: until },
-            GuestKind::Qemu,
-            Some(&rec),
-            until - 300_000,
-        );
-        assert_eq!(
-            text,
-            "backing off until 14:20:23 UTC (in 5m), 3rd attempt: NetworkError: connection reset"
-        );
-        assert!(!text.contains('{'), "no JSON: {text}");
-    }
-
-    #[test]
-    fn a_containers_verdicts_name_the_container() {
-        let words = |v: Verdict, kind| verdict_words(&v, kind, None, 0);
-        assert_eq!(
-            words(Verdict::UpToDate { vmid: 105 }, GuestKind::Qemu),
-            "VM 105 matches the spec"
-        );
-        assert_eq!(
-            words(Verdict::UpToDate { vmid: 105 }, GuestKind::Lxc),
-            "container 105 matches the spec"
-        );
-        let moved = Verdict::SiteMoved {
-            from: "lab".into(),
-            vmid: 105,
-        };
-        assert_eq!(
-            words(moved, GuestKind::Lxc),
-            "moved to another site, and its container 105 is still on site lab: delete it there \
-             to have it created here, or move the spec back"
-        );
-        let claim = words(Verdict::UnverifiedClaim { vmid: 105 }, GuestKind::Lxc);
+        assert!(shown.contains(&"hostname=dns-01".to_string()), "{shown:?}");
         assert!(
-            claim.starts_with("container 105 claims this spec")
-                && claim.contains("if it is this spec's container, proxsync adopt"),
-            "{claim}"
+            shown.contains(&"ssh-public-keys=2 key(s)".to_string()),
+            "{shown:?}"
         );
-        let none = Verdict::Observed {
-            vmid: None,
-            drift: Vec::new(),
-            renamed_from: None,
-        };
+        assert!(
+            !shown
+                .iter()
+                .any(|s| s.starts_with("password") || s.starts_with("description")),
+            "{shown:?}"
+        );
+        let vm = crate::spec::test_spec("");
+        let fields = create_values(&vm).unwrap();
+        assert!(
+            fields
+                .iter()
+                .all(|f| !crate::pve::values::is_drive_key(&f.field) && f.field != "boot"),
+            "{fields:?}"
+        );
+        assert!(fields.iter().any(|f| f.field == "disk"), "{fields:?}");
         assert_eq!(
-            words(none, GuestKind::Lxc),
-            "observe-only: no container of the spec found; nothing is created"
+            quoted_if_needed("virtio,bridge=vmbr0"),
+            "\"virtio,bridge=vmbr0\""
         );
+        assert_eq!(quoted_if_needed("a\"b c"), "\"a\\\"b c\"");
+    }
+
+    #[test]
+    fn an_update_without_differences_names_the_container() {
         assert_eq!(
             update_line("dns", ("container", "lab", "pve1", 105), &[], &[]),
             "~ update  dns: container 105 on lab/pve1: records the new spec (nothing on the \

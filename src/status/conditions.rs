@@ -11,7 +11,7 @@ use super::{
 use crate::execute::Outcome;
 use crate::guest::GuestKind;
 use crate::observe::{ObservedVm, SiteView};
-use crate::plan::{Action, Duplicate, Verdict};
+use crate::plan::{Action, ConditionText, Duplicate, HandsOff, Verdict};
 use crate::spec::Spec;
 use crate::store::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
@@ -113,10 +113,7 @@ pub(crate) fn spec_status(
     let kind = spec.kind();
     let mut prov = provisioned(kind, rec, vmid);
     if let (Reason::NotCreated, Some(id)) = (prov.reason, observed) {
-        prov.message = format!(
-            "{} exists and is observed only: neither made nor adopted",
-            kind.named(id)
-        );
+        prov.message = ConditionText::ObservedOnly { kind, vmid: id }.to_string();
     }
     c.push(prov);
     c.push(reboot_pending(kind, rec));
@@ -131,7 +128,7 @@ pub(crate) fn spec_status(
     c.push(reconciling);
     match verdict {
         Some(Verdict::Observed { vmid, drift, .. }) => {
-            c.push(synced(kind, *vmid, drift, "observe-only"));
+            c.push(synced(kind, *vmid, drift, HandsOff::ObserveOnly));
         }
         Some(Verdict::Suspended {
             vmid,
@@ -139,7 +136,7 @@ pub(crate) fn spec_status(
             by,
             renamed_from,
         }) => {
-            c.push(synced(kind, *vmid, drift, "suspended"));
+            c.push(synced(kind, *vmid, drift, HandsOff::Suspended));
             c.push(suspended(spec, by, renamed_from.as_deref()));
         }
         _ => {}
@@ -158,62 +155,33 @@ pub(crate) fn spec_status(
     st
 }
 
-/// `Synced` of an observe-only spec: whether its VM matches it, each differing field with the
-/// spec's value and the VM's.
-/// `while`: why nothing is done (`observe-only`, `suspended`).
+/// `Synced` of a hands-off spec: whether its guest matches it, each differing field with the
+/// spec's value and the guest's.
 fn synced(
     kind: GuestKind,
     vmid: Option<u32>,
     drift: &[crate::plan::FieldDrift],
-    while_: &str,
+    held: HandsOff,
 ) -> ConditionInput {
     match vmid {
         None => ConditionInput::new(
             kinds::SYNCED,
             S::False,
             Reason::Drifted,
-            format!(
-                "no {} of the spec was found; nothing is created while it is {while_}",
-                kind.noun()
-            ),
+            ConditionText::NoGuestWhile { kind, held }.to_string(),
         ),
-        Some(id) if drift.is_empty() => ConditionInput::new(
+        Some(vmid) if drift.is_empty() => ConditionInput::new(
             kinds::SYNCED,
             S::True,
             Reason::InSync,
-            matches_listing(kind, id),
+            ConditionText::MatchesListing { kind, vmid }.to_string(),
         ),
-        Some(id) => {
-            let fields: Vec<String> = drift.iter().map(ToString::to_string).collect();
-            ConditionInput::new(
-                kinds::SYNCED,
-                S::False,
-                Reason::Drifted,
-                format!(
-                    "{} differs from the spec: {}",
-                    kind.named(id),
-                    fields.join("; ")
-                ),
-            )
-        }
-    }
-}
-
-/// The guest matches its spec as far as the cluster listing shows (an observe-only or
-/// suspended spec's guest).
-fn matches_listing(kind: GuestKind, vmid: u32) -> String {
-    format!(
-        "{} matches the spec in what the cluster listing shows",
-        kind.named(vmid)
-    )
-}
-
-/// Several guests named in one message: `VMs` for a VM's spec; `guests` for a container's, as
-/// the others that claim it may be of either kind.
-fn several(kind: GuestKind) -> &'static str {
-    match kind {
-        GuestKind::Qemu => "VMs",
-        GuestKind::Lxc => "guests",
+        Some(vmid) => ConditionInput::new(
+            kinds::SYNCED,
+            S::False,
+            Reason::Drifted,
+            ConditionText::Differs { kind, vmid, drift }.to_string(),
+        ),
     }
 }
 
@@ -223,78 +191,43 @@ fn suspended(
     by: &crate::store::Suspension,
     renamed_from: Option<&str>,
 ) -> ConditionInput {
-    if let Some(from) = renamed_from {
-        let resume = match by.from_git {
-            true => format!(
-                "`proxsync resume {from}` resumes it (spec.suspend in git, kept since spec {from} was removed)"
-            ),
-            false => format!("`proxsync resume {from}` resumes it"),
-        };
-        return ConditionInput::new(
-            kinds::SUSPENDED,
-            S::True,
-            Reason::Suspended,
-            format!(
-                "suspended through spec {from}, which this spec is renamed from ({}): its {} is \
-                 neither re-labelled nor changed; {resume}",
-                by,
-                spec.kind().noun()
-            ),
-        );
-    }
-    let resume = match (by.from_git, spec.suspend) {
-        (true, _) => "remove spec.suspend to resume it".to_string(),
-        (false, true) => format!(
-            "`proxsync resume {}` and removing spec.suspend resume it",
-            spec.name
-        ),
-        (false, false) => format!("`proxsync resume {}` resumes it", spec.name),
+    let text = match renamed_from {
+        Some(from) => ConditionText::SuspendedThrough {
+            kind: spec.kind(),
+            from,
+            by,
+        },
+        None => ConditionText::Suspended { spec, by },
     };
     ConditionInput::new(
         kinds::SUSPENDED,
         S::True,
         Reason::Suspended,
-        format!(
-            "suspended {}; no action is taken for its {}; {resume}",
-            by,
-            spec.kind().noun()
-        ),
+        text.to_string(),
     )
 }
 
-/// `Ready` False while other VMs claim the spec: a second VM is never silently ignored.
-fn duplicate_vm(kind: GuestKind, d: &Duplicate) -> ConditionInput {
-    let extras: Vec<String> = d.extras.iter().map(u32::to_string).collect();
-    let (kept, noun, many) = (kind.named(d.kept), kind.noun(), several(kind));
-    if let Some(from) = &d.renamed_from {
-        return ConditionInput::new(
-            kinds::READY,
-            S::False,
-            Reason::DuplicateVm,
-            format!(
-                "{kept} is this spec's, and {many} {} on site {} claim it too, among them the \
-                 {noun} of spec {from}, which this spec is renamed from ({}): the spec had a \
-                 {noun} of its own already. proxsync never deletes spec {from}'s {noun} while the \
-                 annotation names it: check them and delete what you do not need by hand, or \
-                 remove the annotation (spec {from}'s {noun} is then an orphan of this install)",
-                extras.join(", "),
-                d.site,
-                crate::spec::RENAMED_FROM,
-            ),
-        );
-    }
+/// `Ready` False while other guests claim the spec: a second guest is never silently ignored.
+fn duplicate_vm(kind: GuestKind, duplicate: &Duplicate) -> ConditionInput {
     ConditionInput::new(
         kinds::READY,
         S::False,
         Reason::DuplicateVm,
-        format!(
-            "{many} {} and {} on site {} all carry this spec's marker; {kept} is the spec's, the \
-             others are listed in _orphans.yaml (deleted when tagged, stopped and past the orphan \
-             grace period; otherwise delete them by hand after checking them)",
-            d.kept,
-            extras.join(", "),
-            d.site,
-        ),
+        ConditionText::Duplicate { kind, duplicate }.to_string(),
+    )
+}
+
+/// `Ready` and `Reconciling` with one reason and message: `Ready` False, and `Reconciling`
+/// `reconciling` (True while proxsync works at it, False while it waits for a person).
+fn both(
+    reconciling: S,
+    reason: Reason,
+    text: ConditionText<'_>,
+) -> (ConditionInput, ConditionInput) {
+    let message = text.to_string();
+    (
+        ConditionInput::new(kinds::READY, S::False, reason, message.clone()),
+        ConditionInput::new(kinds::RECONCILING, reconciling, reason, message),
     )
 }
 
@@ -311,36 +244,40 @@ fn ready_and_reconciling(
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
     let vmid = rec.and_then(|r| r.vm.made_vmid());
-    let (kind, noun) = (spec.kind(), spec.kind().noun());
+    let kind = spec.kind();
+    let text = |t: ConditionText<'_>| t.to_string();
     match verdict {
-        Some(Verdict::UpToDate { vmid }) => up_to_date(spec, vm, *vmid),
-        Some(Verdict::BackingOff { until_ms }) => {
-            let msg = error
-                .map(|e| format!("{}: {}", e.category, e.message))
-                .unwrap_or_default();
-            (
-                ConditionInput::new(kinds::READY, S::False, Reason::Failed, msg.clone()),
-                ConditionInput::new(
-                    kinds::RECONCILING,
-                    S::True,
-                    Reason::BackingOff,
-                    format!("next attempt at {}", crate::status::rfc3339(at(*until_ms))),
-                ),
-            )
-        }
-        Some(Verdict::NodeUnhealthy { node, .. }) => (
+        Some(Verdict::UpToDate { vmid }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::True,
+                Reason::Available,
+                text(ConditionText::UpToDate {
+                    spec,
+                    vm,
+                    vmid: *vmid,
+                }),
+            ),
+            ConditionInput::new(kinds::RECONCILING, S::False, Reason::UpToDate, ""),
+        ),
+        Some(Verdict::BackingOff { until_ms }) => (
             ConditionInput::new(
                 kinds::READY,
                 S::False,
-                Reason::NodeUnhealthy,
-                format!("waiting for node {node}"),
+                Reason::Failed,
+                error.map(failure).unwrap_or_default(),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
-                Reason::NodeUnhealthy,
-                format!("waiting for node {node}"),
+                Reason::BackingOff,
+                text(ConditionText::NextAttempt { at_ms: *until_ms }),
             ),
+        ),
+        Some(Verdict::NodeUnhealthy { node, .. }) => both(
+            S::True,
+            Reason::NodeUnhealthy,
+            ConditionText::WaitingForNode { node },
         ),
         Some(Verdict::SiteIdentityChanged { message }) => (
             ConditionInput::new(
@@ -353,7 +290,7 @@ fn ready_and_reconciling(
                 kinds::RECONCILING,
                 S::False,
                 Reason::SiteIdentityChanged,
-                "nothing is done on the site until a person settles its cluster",
+                text(ConditionText::SiteUnsettled),
             ),
         ),
         Some(Verdict::SiteUnreachable { error }) => (
@@ -367,7 +304,7 @@ fn ready_and_reconciling(
                 kinds::RECONCILING,
                 S::True,
                 Reason::NotReady,
-                "waiting for the site",
+                text(ConditionText::WaitingForSite),
             ),
         ),
         Some(Verdict::ListingIncomplete { why }) => (
@@ -376,7 +313,7 @@ fn ready_and_reconciling(
                 kinds::RECONCILING,
                 S::True,
                 Reason::NotReady,
-                "waiting for a listing of the site that reads whole",
+                text(ConditionText::WaitingForWholeListing),
             ),
         ),
         Some(Verdict::Unknown { vmid }) => (
@@ -384,13 +321,13 @@ fn ready_and_reconciling(
                 kinds::READY,
                 S::Unknown,
                 Reason::NotReady,
-                format!("{} is listed with an unknown state", kind.named(*vmid)),
+                text(ConditionText::UnknownState { kind, vmid: *vmid }),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
                 Reason::NotReady,
-                format!("waiting for the {noun}'s state"),
+                text(ConditionText::WaitingForState { kind }),
             ),
         ),
         Some(Verdict::BeingMade { vmid }) => (
@@ -398,45 +335,39 @@ fn ready_and_reconciling(
                 kinds::READY,
                 S::Unknown,
                 Reason::NotReady,
-                format!(
-                    "{} is being made by a create or clone of this install's token that no \
-                     record names (the state database was lost while it ran): it may be this \
-                     spec's {noun}, judged by its marker once the task ends; nothing is created \
-                     meanwhile",
-                    kind.named(*vmid)
-                ),
+                text(ConditionText::BeingMade { kind, vmid: *vmid }),
             ),
             ConditionInput::new(
                 kinds::RECONCILING,
                 S::True,
                 Reason::NotReady,
-                format!("waiting for the task making {}", kind.named(*vmid)),
+                text(ConditionText::WaitingForTaskMaking { kind, vmid: *vmid }),
             ),
         ),
-        Some(Verdict::HeldByInstall { install, vmid }) => {
-            let msg = format!(
-                "{} carries this spec's marker for install {install} and that install's \
-                 ownership tag: the spec moved here from install {install} ([source] selector), \
-                 which hands the {noun} over at its next cycle (its tag removed); this install \
-                 then adopts it. Nothing is created meanwhile. If install {install} is unrelated \
-                 and only uses the same spec and {noun} name, rename one of them",
-                kind.named(*vmid)
-            );
-            (
-                ConditionInput::new(kinds::READY, S::False, Reason::HeldByInstall, msg),
-                ConditionInput::new(
-                    kinds::RECONCILING,
-                    S::True,
-                    Reason::HeldByInstall,
-                    format!(
-                        "waiting for install {install} to hand {} over",
-                        kind.named(*vmid)
-                    ),
-                ),
-            )
-        }
+        Some(Verdict::HeldByInstall { install, vmid }) => (
+            ConditionInput::new(
+                kinds::READY,
+                S::False,
+                Reason::HeldByInstall,
+                text(ConditionText::HeldByInstall {
+                    kind,
+                    vmid: *vmid,
+                    install,
+                }),
+            ),
+            ConditionInput::new(
+                kinds::RECONCILING,
+                S::True,
+                Reason::HeldByInstall,
+                text(ConditionText::WaitingForHandOver {
+                    kind,
+                    vmid: *vmid,
+                    install,
+                }),
+            ),
+        ),
         Some(
-            v @ (Verdict::RenameSuspected { .. }
+            verdict @ (Verdict::RenameSuspected { .. }
             | Verdict::RenameUnproven { .. }
             | Verdict::SiteMoved { .. }
             | Verdict::KindChanged { .. }
@@ -444,42 +375,35 @@ fn ready_and_reconciling(
             | Verdict::Unmarked { .. }
             | Verdict::AdoptRefused { .. }
             | Verdict::AdoptionsHeld { .. }),
-        ) => {
-            let (reason, msg) = for_a_person(spec, v);
-            (
-                ConditionInput::new(kinds::READY, S::False, reason, msg.clone()),
-                ConditionInput::new(kinds::RECONCILING, S::False, reason, msg),
-            )
-        }
+        ) => both(
+            S::False,
+            for_a_person(verdict),
+            ConditionText::ForAPerson { spec, verdict },
+        ),
         Some(Verdict::Observed {
             vmid,
             renamed_from: Some(from),
             ..
-        }) => {
-            let vm = vmid
-                .map(|id| kind.named(id))
-                .unwrap_or_else(|| format!("its {noun}"));
-            let msg = format!(
-                "spec {from}, which this spec is renamed from, was observe-only when last seen: \
-                 {vm} is not re-labelled, and nothing is done for this spec; put spec {from} \
-                 back with managementPolicy: Full for one cycle to let the rename proceed"
-            );
-            (
-                ConditionInput::new(kinds::READY, S::False, Reason::Observing, &msg),
-                ConditionInput::new(kinds::RECONCILING, S::False, Reason::Observing, msg),
-            )
-        }
+        }) => both(
+            S::False,
+            Reason::Observing,
+            ConditionText::ObservedRename {
+                kind,
+                vmid: *vmid,
+                from,
+            },
+        ),
         Some(Verdict::Observed { vmid, drift, .. }) => {
             let ready = match (vmid, drift.is_empty()) {
-                (Some(id), true) => ConditionInput::new(
+                (Some(vmid), true) => ConditionInput::new(
                     kinds::READY,
                     S::True,
                     Reason::Observed,
-                    matches_listing(kind, *id),
+                    text(ConditionText::MatchesListing { kind, vmid: *vmid }),
                 ),
                 _ => ConditionInput {
                     kind: kinds::READY,
-                    ..synced(kind, *vmid, drift, "observe-only")
+                    ..synced(kind, *vmid, drift, HandsOff::ObserveOnly)
                 },
             };
             (
@@ -488,91 +412,71 @@ fn ready_and_reconciling(
                     kinds::RECONCILING,
                     S::False,
                     Reason::Observing,
-                    format!(
-                        "managementPolicy: Observe: proxsync never creates, changes, powers or \
-                         deletes this {noun}; set Full to apply the spec"
-                    ),
+                    text(ConditionText::ObserveOnly { kind }),
                 ),
             )
         }
         Some(Verdict::RollingOut {
             set,
             max_unavailable,
-        }) => {
-            let msg = format!(
-                "a change needs a reboot, and set {set} reboots at most {max_unavailable} \
-                 member(s) at a time (maxUnavailable): this one waits its turn"
-            );
-            (
-                ConditionInput::new(kinds::READY, S::False, Reason::RollingOut, &msg),
-                ConditionInput::new(kinds::RECONCILING, S::True, Reason::RollingOut, msg),
-            )
-        }
-        Some(Verdict::WaitingForDependencies { on, elsewhere }) => {
-            let mut msg = format!(
-                "waiting for {on} to be Ready (dependsOn): the {noun} is not created, started or \
-                 rebooted until then"
-            );
-            if *elsewhere {
-                msg.push_str(&format!(
-                    "; {on} is another install's spec (outside [source] selector), which this \
-                     install never sees Ready: depend only on this install's specs"
-                ));
-            }
-            (
-                ConditionInput::new(kinds::READY, S::False, Reason::WaitingForDependencies, &msg),
-                ConditionInput::new(
-                    kinds::RECONCILING,
-                    S::True,
-                    Reason::WaitingForDependencies,
-                    msg,
-                ),
-            )
-        }
+        }) => both(
+            S::True,
+            Reason::RollingOut,
+            ConditionText::RollingOut {
+                set,
+                max_unavailable: *max_unavailable,
+            },
+        ),
+        Some(Verdict::WaitingForDependencies { on, elsewhere }) => both(
+            S::True,
+            Reason::WaitingForDependencies,
+            ConditionText::WaitingForDependencies {
+                kind,
+                on,
+                elsewhere: *elsewhere,
+            },
+        ),
         Some(Verdict::Suspended {
             vmid, drift, by, ..
         }) => {
             let ready = match (vmid, drift.is_empty()) {
-                (Some(id), true) => ConditionInput::new(
+                (Some(vmid), true) => ConditionInput::new(
                     kinds::READY,
                     S::True,
                     Reason::Suspended,
-                    matches_listing(kind, *id),
+                    text(ConditionText::MatchesListing { kind, vmid: *vmid }),
                 ),
                 _ => ConditionInput {
                     kind: kinds::READY,
                     reason: Reason::Suspended,
-                    ..synced(kind, *vmid, drift, "suspended")
+                    ..synced(kind, *vmid, drift, HandsOff::Suspended)
                 },
             };
-            let words = by.to_string();
             (
                 ready,
                 ConditionInput::new(
                     kinds::RECONCILING,
                     S::False,
                     Reason::Suspended,
-                    format!("suspended {words}: proxsync takes no action for this {noun}"),
+                    text(ConditionText::SuspendedNoAction { kind, by }),
                 ),
             )
         }
         Some(Verdict::Migrating { from, to, vmid }) => {
-            let (mut ready, mut reconciling) = acting(kind, rec, Some(*vmid), outcome, None);
-            if ready.reason == Reason::Updating {
-                // A container cannot move live: PVE stops it, moves it and starts it again.
-                let message = match kind {
-                    GuestKind::Qemu => format!("migrating VM {vmid} from node {from} to node {to}"),
-                    GuestKind::Lxc => format!(
-                        "migrating container {vmid} from node {from} to node {to} with a restart \
-                         migration: it is shut down, moved and started again there"
-                    ),
-                };
-                ready =
-                    ConditionInput::new(kinds::READY, S::False, Reason::Migrating, message.clone());
-                reconciling =
-                    ConditionInput::new(kinds::RECONCILING, S::True, Reason::Migrating, message);
+            let (ready, reconciling) = acting(kind, rec, Some(*vmid), outcome, None);
+            if ready.reason != Reason::Updating {
+                return (ready, reconciling);
             }
-            (ready, reconciling)
+            both(
+                S::True,
+                Reason::Migrating,
+                ConditionText::Migrating {
+                    kind,
+                    vmid: *vmid,
+                    from,
+                    to,
+                },
+            )
         }
         Some(Verdict::Acting) | None | Some(Verdict::Invalid) => {
             acting(kind, rec, vmid, outcome, planned)
@@ -580,100 +484,27 @@ fn ready_and_reconciling(
     }
 }
 
-/// The verdicts that hold a spec until a person decides, with the reason and what to do.
-fn for_a_person(spec: &Spec, verdict: &Verdict) -> (Reason, String) {
-    let (kind, noun) = (spec.kind(), spec.kind().noun());
+/// A failed action's error in words: its category and message.
+fn failure(e: &ErrorRecord) -> String {
+    ConditionText::Failure {
+        category: e.category,
+        message: &e.message,
+    }
+    .to_string()
+}
+
+/// The reason of a verdict that holds a spec until a person decides (its words are
+/// [`ConditionText::ForAPerson`]).
+fn for_a_person(verdict: &Verdict) -> Reason {
     match verdict {
-        Verdict::RenameSuspected { from, vmid } => (
-            Reason::RenameSuspected,
-            format!(
-                "this commit removes spec {from} and adds this one with the same content: a rename of \
-                 metadata.name? Neither is {named} deleted nor a new {noun} created. To keep {named} \
-                 under this name, add the annotation {}: {from} to this spec's metadata; to replace \
-                 it, change the content or remove the specs in separate commits",
-                crate::spec::RENAMED_FROM,
-                named = kind.named(*vmid)
-            ),
-        ),
-        Verdict::SiteMoved { from, vmid } => (
-            Reason::SiteMoved,
-            format!(
-                "{named} of this spec is on site {from}, and the spec now names site {}. proxsync \
-                 never moves a {noun} between clusters by itself (a create here and a delete there). \
-                 Move the spec back to site {from}, or move what you need off {named}, delete it \
-                 on {from}, and the {noun} is then created on site {}",
-                spec.site,
-                spec.site,
-                named = kind.named(*vmid)
-            ),
-        ),
-        Verdict::KindChanged { vmid, found } => (
-            Reason::KindChanged,
-            format!(
-                "this spec asks for a {} ({}), and its guest {vmid} is a {}. proxsync never \
-                 replaces a guest by one of the other kind by itself (a delete and a create). \
-                 Change kind back, or move what you need off {vmid} and delete it ({} destroy \
-                 {vmid}): the {} is then created",
-                spec.kind().noun(),
-                spec.kind().spec_kind(),
-                found.noun(),
-                found.cli(),
-                spec.kind().noun()
-            ),
-        ),
-        Verdict::RenameUnproven { from, vmid, why } => (
-            Reason::RenameUnproven,
-            format!(
-                "this spec is renamed from {from} ({}), whose record names {named}, but {named} \
-                 is not shown to be {from}'s: {why}. Neither is it re-labelled nor deleted, and no \
-                 {noun} is created for this spec. If {named} is the one to keep, check its \
-                 proxsync-id line; otherwise remove the annotation (then {from} is removed as any \
-                 removed spec)",
-                crate::spec::RENAMED_FROM,
-                named = kind.named(*vmid)
-            ),
-        ),
-        Verdict::Unmarked { vmid } => (
-            Reason::MarkerMissing,
-            format!(
-                "{named} carries this install's tag and this spec's {noun} name but no \
-                 proxsync-id line (its notes were replaced?), and no record names it: nothing is \
-                 created while it may be this spec's {noun}. If it is: proxsync adopt {} --vmid \
-                 {vmid} (the line is written back below its notes); otherwise remove the tag \
-                 proxsync.<install_id> from it, or delete it",
-                spec.name,
-                named = kind.named(*vmid)
-            ),
-        ),
-        Verdict::UnverifiedClaim { vmid } => (
-            Reason::UnverifiedClaim,
-            format!(
-                "{} claims this spec but its marker does not verify (copied from another {noun}, \
-                 typed by hand, or signed with a lost marker key); nothing is created while it does. \
-                 If it is this spec's {noun}: proxsync adopt {} --vmid {vmid}; otherwise delete it or \
-                 remove the proxsync-id line from its description",
-                kind.named(*vmid),
-                spec.name
-            ),
-        ),
-        Verdict::AdoptRefused { vmid, why } => (
-            Reason::AdoptRefused,
-            format!(
-                "this spec consents to take over {} ({}), and it is not taken: {why}",
-                kind.named(*vmid),
-                crate::spec::ADOPT
-            ),
-        ),
-        Verdict::AdoptionsHeld { count, max } => (
-            Reason::AdoptRefused,
-            format!(
-                "{count} {} would be taken over by consent this cycle, more than [reconcile] \
-                 max_adopt_per_cycle = {max}: none is taken. Raise the limit, or commit the \
-                 imported specs in smaller parts",
-                several(kind)
-            ),
-        ),
-        _ => (Reason::NotReady, String::new()),
+        Verdict::RenameSuspected { .. } => Reason::RenameSuspected,
+        Verdict::SiteMoved { .. } => Reason::SiteMoved,
+        Verdict::KindChanged { .. } => Reason::KindChanged,
+        Verdict::RenameUnproven { .. } => Reason::RenameUnproven,
+        Verdict::Unmarked { .. } => Reason::MarkerMissing,
+        Verdict::UnverifiedClaim { .. } => Reason::UnverifiedClaim,
+        Verdict::AdoptRefused { .. } | Verdict::AdoptionsHeld { .. } => Reason::AdoptRefused,
+        _ => Reason::NotReady,
     }
 }
 
@@ -701,46 +532,41 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
             kinds::NODE_HEALTHY,
             S::Unknown,
             Reason::NotYetObserved,
-            "site not observed",
+            ConditionText::SiteNotObserved.to_string(),
         ),
         Some(v) if v.identity_changed => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::Unknown,
             Reason::SiteIdentityChanged,
-            format!(
-                "site {} reaches another cluster than the recorded one: its nodes are not judged",
-                v.name
-            ),
+            ConditionText::OtherCluster { site: &v.name }.to_string(),
         ),
         Some(v) if !v.reachable() => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::Unknown,
             Reason::SiteUnreachable,
-            format!(
-                "site {} unreachable: {}",
-                v.name,
-                v.error.clone().unwrap_or_default()
-            ),
+            ConditionText::SiteUnreachable {
+                site: &v.name,
+                error: v.error.as_deref().unwrap_or_default(),
+            }
+            .to_string(),
         ),
         Some(v) if !v.health.quorate => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::False,
             Reason::NoQuorum,
-            "the cluster has no quorum: nothing is created, changed or deleted until it returns",
+            ConditionText::NoQuorum.to_string(),
         ),
         Some(v) if v.health.node_healthy(node) => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::True,
             Reason::NodeOnline,
-            format!("node {node} online"),
+            ConditionText::NodeOnline { node }.to_string(),
         ),
         Some(_) => ConditionInput::new(
             kinds::NODE_HEALTHY,
             S::False,
             Reason::NodeOffline,
-            format!(
-                "node {node} is offline or unknown: nothing is created, changed or deleted there"
-            ),
+            ConditionText::NodeOffline { node }.to_string(),
         ),
     }
 }
@@ -748,23 +574,22 @@ fn node_healthy(view: Option<&SiteView>, node: &str) -> ConditionInput {
 /// `Provisioned`, from the record.
 fn provisioned(kind: GuestKind, rec: Option<&SpecRecord>, vmid: Option<u32>) -> ConditionInput {
     if let Some(r) = rec.filter(|r| r.provisioned) {
-        let (reason, how) = if r.adopted {
-            (Reason::Adopted, "taken over")
-        } else {
-            (Reason::Created, "created")
+        let reason = match r.adopted {
+            true => Reason::Adopted,
+            false => Reason::Created,
         };
-        ConditionInput::new(
-            kinds::PROVISIONED,
-            S::True,
-            reason,
-            format!("{} ({how})", kind.named(vmid.unwrap_or(0))),
-        )
+        let text = ConditionText::Provisioned {
+            kind,
+            vmid: vmid.unwrap_or(0),
+            adopted: r.adopted,
+        };
+        ConditionInput::new(kinds::PROVISIONED, S::True, reason, text.to_string())
     } else {
         ConditionInput::new(
             kinds::PROVISIONED,
             S::False,
             Reason::NotCreated,
-            format!("no {} yet", kind.noun()),
+            ConditionText::NotProvisioned { kind }.to_string(),
         )
     }
 }
@@ -784,45 +609,13 @@ fn reboot_pending(kind: GuestKind, rec: Option<&SpecRecord>) -> ConditionInput {
             kinds::REBOOT_PENDING,
             S::True,
             Reason::PendingChanges,
-            format!(
-                "{} take effect at the next start of the {}{} (proxsync does not reboot it)",
-                pending.join(", "),
-                kind.noun(),
-                if pending.iter().any(|k| k == "cloudinit") {
-                    "; cloud-init reads its new settings then"
-                } else if pending.iter().any(|k| k == "hostname") {
-                    "; its guest gets the new hostname (and /etc/hosts) then"
-                } else {
-                    ""
-                }
-            ),
+            ConditionText::RebootPending {
+                kind,
+                fields: &pending,
+            }
+            .to_string(),
         )
     }
-}
-
-/// `Ready` and `Reconciling` of a VM that matches its spec.
-fn up_to_date(spec: &Spec, vm: Option<&ObservedVm>, vmid: u32) -> (ConditionInput, ConditionInput) {
-    let mut message = format!("{} {vmid} matches the spec", spec.kind().noun());
-    if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
-        message.push_str(&format!(
-            "; the {} annotations did their work (the {} is this spec's): remove them",
-            crate::spec::ADOPT,
-            spec.kind().noun()
-        ));
-    }
-    if let Some(vm) = vm
-        && vm.disk_bytes.is_some_and(|d| d > spec.root_disk_bytes())
-    {
-        message.push_str(&format!(
-            "; its disk ({} bytes) is larger than the spec's {} bytes: disks only grow, not applied",
-            vm.disk_bytes.unwrap_or(0),
-            spec.root_disk_bytes()
-        ));
-    }
-    (
-        ConditionInput::new(kinds::READY, S::True, Reason::Available, message),
-        ConditionInput::new(kinds::RECONCILING, S::False, Reason::UpToDate, ""),
-    )
 }
 
 /// `Ready` and `Reconciling` while proxsync acts (or is about to): the step, from this cycle's
@@ -834,17 +627,28 @@ fn acting(
     outcome: Option<&Outcome>,
     planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
-    let noun = kind.noun();
+    let said = |t: ConditionText<'_>| t.to_string();
     let (reason, message) = match (outcome, rec.map(|r| &r.vm)) {
-        (Some(Outcome::StillRunning { upid }), _) => {
-            (Reason::WaitingForTask, format!("task {upid} still running"))
-        }
+        (Some(Outcome::StillRunning { upid }), _) => (
+            Reason::WaitingForTask,
+            said(ConditionText::TaskRunning { upid }),
+        ),
         (Some(Outcome::Waiting(wait)), _) => (Reason::WaitingForLock, wait.to_string()),
-        (Some(Outcome::Failed(e)), _) => (Reason::Failed, format!("{}: {}", e.category, e.message)),
-        (_, Some(VmState::Creating { .. })) => (Reason::Creating, format!("creating the {noun}")),
-        (_, Some(VmState::Deleting { .. })) => (Reason::Deleting, format!("deleting the {noun}")),
-        _ if vmid.is_none() => (Reason::Creating, format!("the {noun} will be created")),
-        _ => (Reason::Updating, format!("the {noun} will be updated")),
+        (Some(Outcome::Failed(e)), _) => (
+            Reason::Failed,
+            said(ConditionText::Failure {
+                category: e.category,
+                message: &e.message,
+            }),
+        ),
+        (_, Some(VmState::Creating { .. })) => {
+            (Reason::Creating, said(ConditionText::Creating { kind }))
+        }
+        (_, Some(VmState::Deleting { .. })) => {
+            (Reason::Deleting, said(ConditionText::Deleting { kind }))
+        }
+        _ if vmid.is_none() => (Reason::Creating, said(ConditionText::WillCreate { kind })),
+        _ => (Reason::Updating, said(ConditionText::WillUpdate { kind })),
     };
     if reason == Reason::Updating
         && let Some((step, message)) = planned.and_then(|a| step_of(kind, a))
@@ -863,22 +667,23 @@ fn acting(
 /// `Reconciling`'s step for the action still planned for a spec whose VM exists: taking it
 /// over, starting or stopping it, growing its disk, or changing its config.
 fn step_of(kind: GuestKind, action: &Action) -> Option<(Reason, String)> {
-    match action {
-        Action::Adopt { vmid, .. } => Some((
+    let (step, text) = match action {
+        Action::Adopt { vmid, .. } => (
             Reason::Adopting,
-            format!(
-                "taking over {}, which carries this spec's marker",
-                kind.named(*vmid)
-            ),
-        )),
-        Action::AdoptByConsent { vmid, .. } => Some((
+            ConditionText::TakingOver {
+                kind,
+                vmid: *vmid,
+                by_consent: false,
+            },
+        ),
+        Action::AdoptByConsent { vmid, .. } => (
             Reason::Adopting,
-            format!(
-                "taking over {}, as the spec consents ({})",
-                kind.named(*vmid),
-                crate::spec::ADOPT
-            ),
-        )),
+            ConditionText::TakingOver {
+                kind,
+                vmid: *vmid,
+                by_consent: true,
+            },
+        ),
         Action::Converge { vmid, why, .. } => {
             let has = |w: &str| why.iter().any(|x| x == w);
             let step = if has("start") || has("shutdown") || has("reboot") {
@@ -888,13 +693,18 @@ fn step_of(kind: GuestKind, action: &Action) -> Option<(Reason, String)> {
             } else {
                 Reason::Configuring
             };
-            Some((
+            (
                 step,
-                format!("{} will be updated: {}", kind.named(*vmid), why.join(", ")),
-            ))
+                ConditionText::WillUpdateParts {
+                    kind,
+                    vmid: *vmid,
+                    why,
+                },
+            )
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some((step, text.to_string()))
 }
 
 /// The status of a spec that failed validation: its VM (if any) is left as it is.
@@ -907,12 +717,11 @@ pub(crate) fn decryption_failed_status(
     commit: Option<&str>,
 ) -> SpecStatus {
     let mut st = invalid_status(name, rec, messages, commit);
-    let message = format!(
-        "the spec's encrypted userData does not open; its {} (if any) is left exactly as it is \
-         until it does: {}",
-        recorded_noun(rec),
-        messages.join("; ")
-    );
+    let message = ConditionText::DecryptionFailed {
+        noun: recorded_noun(rec),
+        messages,
+    }
+    .to_string();
     for c in &mut st.conditions {
         if c.kind == kinds::READY {
             c.message = message.clone();
@@ -954,11 +763,11 @@ pub(crate) fn invalid_status(
         ..Default::default()
     };
     common(rec, &mut st);
-    let message = format!(
-        "the spec is invalid; its {} (if any) is left exactly as it is until the spec is fixed: {}",
-        recorded_noun(rec),
-        messages.join("; ")
-    );
+    let message = ConditionText::Invalid {
+        noun: recorded_noun(rec),
+        messages,
+    }
+    .to_string();
     st.conditions = vec![
         ConditionInput::new(kinds::READY, S::False, Reason::InvalidSpec, message.clone()),
         ConditionInput::new(kinds::RECONCILING, S::False, Reason::InvalidSpec, ""),
@@ -992,11 +801,11 @@ pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteVie
     };
     common(Some(rec), &mut st);
     let error = rec.last_error.as_deref();
-    let message = format!(
-        "the spec was removed; its {} is not deleted: {}",
-        rec.kind.noun(),
-        error.map(|e| e.message.as_str()).unwrap_or_default()
-    );
+    let message = ConditionText::RemovedKept {
+        kind: rec.kind,
+        error,
+    }
+    .to_string();
     st.conditions = vec![
         ConditionInput::new(kinds::READY, S::False, Reason::Deleting, message),
         ConditionInput::new(kinds::RECONCILING, S::True, Reason::BackingOff, ""),

@@ -330,19 +330,7 @@ impl StatusDir {
 
     /// The names that have a status file (not `_summary` / `_orphans` / temp files), sorted.
     pub(crate) fn spec_names(&self) -> Result<Vec<String>, StatusError> {
-        let mut names = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
-            let entry = entry.map_err(io_err(&self.dir))?;
-            let file_name = entry.file_name();
-            let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".yaml")) else {
-                continue;
-            };
-            if check_name(stem).is_ok() && entry.file_type().is_ok_and(|t| t.is_file()) {
-                names.push(stem.to_string());
-            }
-        }
-        names.sort();
-        Ok(names)
+        spec_names_of(&self.dir)
     }
 
     /// Parses a spec's file back. `Ok(None)` when there is no file; a corrupt file is an
@@ -490,6 +478,24 @@ impl StatusDir {
 /// True for a name that can be a status file stem (a lowercase DNS label).
 pub(crate) fn valid_name(name: &str) -> bool {
     check_name(name).is_ok()
+}
+
+/// The names that have a status file in `dir` (not `_summary` / `_orphans` / temp files),
+/// sorted; read without opening the directory for writing.
+pub(crate) fn spec_names_of(dir: &Path) -> Result<Vec<String>, StatusError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let file_name = entry.file_name();
+        let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".yaml")) else {
+            continue;
+        };
+        if check_name(stem).is_ok() && entry.file_type().is_ok_and(|t| t.is_file()) {
+            names.push(stem.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// A status file stem must be a lowercase DNS label of at most 63 characters.

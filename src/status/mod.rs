@@ -57,7 +57,7 @@ pub(crate) use commits::{SpecCommits, Version};
 pub(crate) use conditions::{
     FromPlan, decryption_failed_status, has_condition, invalid_status, removed_status, spec_status,
 };
-pub(crate) use files::{StatusDir, valid_name};
+pub(crate) use files::{StatusDir, spec_names_of, valid_name};
 pub(crate) use reasons::Reason;
 pub(crate) use summary::{orphan_entries, site_summary};
 pub(crate) use writer::Writer;

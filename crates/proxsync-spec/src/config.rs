@@ -293,6 +293,9 @@ impl ReceiverKind {
     }
 }
 
+/// The fewest characters a `[[receiver]]`'s secret may have.
+pub const MIN_RECEIVER_SECRET: usize = 16;
+
 /// One `[[receiver]]`: a webhook endpoint at `POST /hooks/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiverConfig {
@@ -306,7 +309,8 @@ pub struct ReceiverConfig {
 }
 
 impl ReceiverConfig {
-    /// Reads the receiver's secret (one line, at most 4 KiB, never shown).
+    /// Reads the receiver's secret (one line of [`MIN_RECEIVER_SECRET`] to 4096 bytes, never
+    /// shown).
     pub fn load_secret(&self) -> Result<Secret, ConfigError> {
         let credential = format!("receiver-{}.secret", self.name);
         secret_path(
@@ -315,7 +319,20 @@ impl ReceiverConfig {
             "secret_file",
             "this [[receiver]]",
         )
-        .and_then(|p| read_secret_file(&p, "webhook secret"))
+        .and_then(|p| {
+            let secret = read_secret_file(&p, "webhook secret")?;
+            let n = secret.expose().chars().count();
+            if n < MIN_RECEIVER_SECRET {
+                return Err(format!(
+                    "webhook secret file {} holds {n} characters; a secret this short is guessed \
+                     from one captured hook (GitLab's token, sent as is, by trying): make it \
+                     {MIN_RECEIVER_SECRET} or more random characters, such as `openssl rand -hex \
+                     32`, and give the forge the same",
+                    p.display()
+                ));
+            }
+            Ok(secret)
+        })
         .map_err(|message| ConfigError::WebSecret {
             what: format!("[[receiver]] {:?}", self.name),
             message,
@@ -1204,6 +1221,13 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         ));
     }
 
+    let metrics = raw
+        .metrics
+        .and_then(|m| m.listen)
+        .map(|l| parse_metrics_listen(&l))
+        .transpose()?;
+    check_listeners(&state_dir, metrics.as_ref(), web.as_ref())?;
+
     Ok(Config {
         install_id,
         state_dir,
@@ -1215,11 +1239,7 @@ fn build(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, String> {
         sites,
         reconcile,
         notify,
-        metrics: raw
-            .metrics
-            .and_then(|m| m.listen)
-            .map(|l| parse_metrics_listen(&l))
-            .transpose()?,
+        metrics,
         web,
         receivers,
         path: path.to_path_buf(),
@@ -1466,6 +1486,46 @@ fn parse_metrics_listen(text: &str) -> Result<MetricsListen, String> {
     })
 }
 
+/// The control socket's file name in `state_dir` (`shell::control::SOCKET`).
+const CONTROL_SOCKET: &str = "control.sock";
+
+/// `[metrics] listen` and `[web] listen` apart from each other and from the control socket:
+/// the daemon binds them one after the other, and one bound over another (the control socket
+/// is renamed over its path) would leave that one silently unreachable.
+fn check_listeners(
+    state_dir: &Path,
+    metrics: Option<&MetricsListen>,
+    web: Option<&WebConfig>,
+) -> Result<(), String> {
+    let control = state_dir.join(CONTROL_SOCKET);
+    let unix = |l: Option<&MetricsListen>| match l {
+        Some(MetricsListen::Unix(p)) => Some(p.clone()),
+        _ => None,
+    };
+    for (key, path, prefix) in [
+        ("[metrics] listen", unix(metrics), ""),
+        ("[web] listen", unix(web.map(|w| &w.listen)), "unix:"),
+    ] {
+        if path.as_ref() == Some(&control) {
+            return Err(format!(
+                "{key} = \"{prefix}{}\" is the daemon's control socket (`state_dir`/\
+                 {CONTROL_SOCKET}); choose another path in /run/proxsync",
+                control.display()
+            ));
+        }
+    }
+    if let (Some(m), Some(w)) = (metrics, web)
+        && *m == w.listen
+    {
+        return Err(format!(
+            "[web] listen = \"{}\" is also [metrics] listen; the two listeners need their own \
+             address or socket",
+            w.listen
+        ));
+    }
+    Ok(())
+}
+
 /// `[web]`: `listen` an IP address and port or `unix:/absolute/path`; `token_file`.
 fn build_web(w: RawWeb, base: &Path) -> Result<WebConfig, String> {
     let text = w.listen.as_deref().unwrap_or(DEFAULT_WEB_LISTEN);
@@ -1560,6 +1620,16 @@ fn build_source(s: RawSource, base: &Path) -> Result<SourceConfig, String> {
     {
         return Err(format!(
             "[source] branch = {branch:?}: not a valid git branch name"
+        ));
+    }
+    if branch.starts_with("refs/") {
+        let hint = branch
+            .strip_prefix("refs/heads/")
+            .map(|b| format!(": branch = {b:?}"))
+            .unwrap_or_default();
+        return Err(format!(
+            "[source] branch = {branch:?} is a full ref; write the branch's name, as in \
+             refs/heads/<name>{hint}"
         ));
     }
     let dir = s.dir.unwrap_or_else(|| ".".into());
@@ -1852,6 +1922,54 @@ token_id = "proxsync@pve!gitops"
         assert_eq!(c.reconcile.concurrency, ConcurrencyMode::Adaptive);
         assert_eq!(c.sites[0].trust, Trust::SystemRoots);
         assert_eq!(c.sites[0].request_timeout, Duration::from_secs(60));
+    }
+
+    /// `[web] listen` on the socket or address another listener of the daemon has: the
+    /// control socket (bound after it, renamed over it: the hooks' socket silently gone) or
+    /// `[metrics] listen`.
+    #[test]
+    fn the_web_listener_shares_no_socket_or_address_with_another() {
+        let with = |web: &str, metrics: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[metrics]\nlisten = \"{metrics}\"\n[web]\nlisten = \"{web}\"\n"
+            ))
+        };
+        let control = "unix:/var/lib/proxsync/control.sock";
+        let err = with(control, "127.0.0.1:9184").unwrap_err();
+        assert!(
+            err.contains("[web] listen") && err.contains("control socket"),
+            "{err}"
+        );
+        let err = with("unix:/run/proxsync/a.sock", "/run/proxsync/a.sock").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:9184", "127.0.0.1:9184").unwrap_err();
+        assert!(err.contains("[metrics] listen"), "{err}");
+        let err = with("127.0.0.1:8787", "/var/lib/proxsync/control.sock").unwrap_err();
+        assert!(
+            err.contains("[metrics] listen = \"/var/lib") && err.contains("control socket"),
+            "{err}"
+        );
+        assert!(with("unix:/run/proxsync/web.sock", "/run/proxsync/metrics.sock").is_ok());
+        assert!(with("127.0.0.1:8787", "127.0.0.1:9184").is_ok());
+    }
+
+    /// `branch = "refs/heads/main"`: a full ref name where the branch's is meant. The source
+    /// would look for `refs/heads/refs/heads/main` and a hook's `ref` would never match.
+    #[test]
+    fn a_branch_given_as_a_full_ref_is_refused_naming_the_branch() {
+        let with = |branch: &str| {
+            parse(&MINIMAL.replace(
+                "path = \"/srv/git/vms.git\"",
+                &format!("path = \"/srv/git/vms.git\"\nbranch = \"{branch}\""),
+            ))
+        };
+        let err = with("refs/heads/main").unwrap_err();
+        assert!(
+            err.contains("[source] branch") && err.contains("branch = \"main\""),
+            "{err}"
+        );
+        assert!(with("refs/tags/v1").is_err());
+        assert_eq!(with("release/1.0").unwrap().source.branch, "release/1.0");
     }
 
     #[test]
@@ -2346,8 +2464,22 @@ repo = "group/sub/vms"
             err.contains("[[receiver]] \"gh\"") && err.contains("gh.secret"),
             "{err}"
         );
-        std::fs::write(dir.path().join("gh.secret"), "hook-key\n").unwrap();
-        assert_eq!(c.receivers[0].load_secret().unwrap().expose(), "hook-key");
+        std::fs::write(dir.path().join("gh.secret"), "hook-key-of-16-ch\n").unwrap();
+        assert_eq!(
+            c.receivers[0].load_secret().unwrap().expose(),
+            "hook-key-of-16-ch"
+        );
+        // Too short to hold: one captured hook and an HMAC key of a few characters is found
+        // offline; a GitLab token, which is compared as is, online.
+        std::fs::write(dir.path().join("gh.secret"), "hunter2\n").unwrap();
+        let err = c.receivers[0].load_secret().unwrap_err().to_string();
+        assert!(
+            err.contains("[[receiver]] \"gh\"")
+                && err.contains("7 characters")
+                && err.contains("openssl rand"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "never echoed: {err}");
         std::fs::write(dir.path().join("gh.secret"), "two SECRETWORDS\n").unwrap();
         let err = c.receivers[0].load_secret().unwrap_err().to_string();
         assert!(!err.contains("SECRETWORDS"), "never echoed: {err}");

@@ -38,6 +38,17 @@ pub(crate) const REQUIRED_PRIVILEGES: &[(&str, &str)] = &[
     ("/nodes", "Sys.Audit"),
 ];
 
+/// What `proxsync plan` reads with, and the path each is checked on: the listing and VM
+/// configs (VM.Audit), storages and their content (Datastore.Audit), the cluster's status
+/// (Sys.Audit on `/`) and the nodes' networks and tasks (Sys.Audit on `/nodes`). The role
+/// PVEAuditor holds them all, and nothing that writes: a token for a CI job's plan.
+pub(crate) const PLAN_PRIVILEGES: &[(&str, &str)] = &[
+    ("/vms", "VM.Audit"),
+    ("/storage", "Datastore.Audit"),
+    ("/", "Sys.Audit"),
+    ("/nodes", "Sys.Audit"),
+];
+
 /// Privileges needed on top when specs carry `userData` (seed images are uploaded and removed).
 pub(crate) const SEED_PRIVILEGES: &[(&str, &str)] = &[
     ("/storage", "Datastore.AllocateTemplate"),
@@ -314,8 +325,44 @@ pub(super) async fn check_privileges(
             )),
         ));
     }
+    out.push(plan_check(site, &has));
     out.push(tag_check(client, site, has("/", "Sys.Modify"), tags).await);
     out
+}
+
+/// Whether the token may make `proxsync plan`'s reads ([`PLAN_PRIVILEGES`]): a read-only
+/// token for a CI job passes this one line and fails the others, which is as it should be.
+fn plan_check(site: &SiteConfig, has: &dyn Fn(&str, &str) -> bool) -> Check {
+    let subject = format!("{} plan privileges", site.name);
+    let lacks: Vec<String> = PLAN_PRIVILEGES
+        .iter()
+        .filter(|(path, p)| !has(path, p))
+        .map(|(path, p)| format!("{p} on {path}"))
+        .collect();
+    let needs = "proxsync plan reads with VM.Audit on /vms, Datastore.Audit on /storage and \
+                 Sys.Audit on / (the role PVEAuditor)";
+    if lacks.is_empty() {
+        return check(
+            Level::Ok,
+            subject,
+            format!("{needs}: token {} holds them", site.token_id),
+            None,
+        );
+    }
+    check(
+        Level::Fail,
+        subject,
+        format!(
+            "{needs}: token {} lacks {}",
+            site.token_id,
+            lacks.join(", ")
+        ),
+        Some(format!(
+            "pveum acl modify / --tokens '{}' --roles PVEAuditor (and the same for its user, \
+             unless the token has privsep=0)",
+            site.token_id
+        )),
+    )
 }
 
 /// Setting tags needs Sys.Modify on `/` unless the datacenter's `user-tag-access` lets users

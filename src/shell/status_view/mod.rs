@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -448,6 +448,7 @@ mod tests {
         BackoffSummary, ConditionInput, OrphanEntry, Reason, SiteSummary, SpecStatus,
         SummaryStatus, TaskSummary,
     };
+    use std::time::Duration;
     use std::time::UNIX_EPOCH;
 
     const T0: u64 = 1_740_830_400; // 2025-03-01T12:00:00Z

@@ -201,16 +201,7 @@ pub(super) fn short_commit(c: &str) -> String {
     }
 }
 
-/// `42s`, `5m`, `3h`, `2d`.
-pub(crate) fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
-}
+pub(crate) use crate::util::time::human;
 
 /// The age of an RFC 3339 time (`5m`); `0s` for a time in the future (clock skew), `?`
 /// when it cannot be parsed.

@@ -79,6 +79,37 @@ struct Shared {
     routes: RwLock<Arc<Routes>>,
     fetches: Arc<Fetches>,
     metrics: Metrics,
+    refusals: std::sync::Mutex<Refusals>,
+}
+
+/// How often a refused hook is logged at most: anyone who reaches the listener can send
+/// them, and a line for each would flood the journal (whose rate limit then drops the
+/// daemon's own lines). The metric counts every one.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Refusals {
+    last_logged: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+impl Shared {
+    fn log_refusal(&self, receiver: &str) {
+        let mut r = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        let now = tokio::time::Instant::now();
+        if r.last_logged.is_some_and(|t| now < t + REFUSAL_LOG_EVERY) {
+            r.unlogged += 1;
+            return;
+        }
+        tracing::info!(
+            receiver,
+            unlogged_before = r.unlogged,
+            "webhook refused: a missing or wrong signature (more refused hooks are counted in \
+             proxsync_webhook_requests_total and logged once a minute at most)"
+        );
+        r.last_logged = Some(now);
+        r.unlogged = 0;
+    }
 }
 
 /// The least time between two fetches the hooks ask for. A forge's signature covers the body
@@ -203,6 +234,7 @@ pub(crate) fn serve(
         routes: RwLock::new(Arc::new(routes)),
         fetches: Arc::new(Fetches::new(refs)),
         metrics,
+        refusals: Default::default(),
     });
     let slots = Arc::new(Slots::new());
     let (task, socket, local) = match listen {
@@ -217,9 +249,9 @@ pub(crate) fn serve(
                 let mut pause = Pause::default();
                 loop {
                     match listener.accept().await {
-                        Ok((stream, _)) => {
+                        Ok((stream, peer)) => {
                             pause.reset();
-                            spawn_connection(stream, &shared, &slots);
+                            spawn_connection(stream, Some(peer_key(peer.ip())), &shared, &slots);
                         }
                         Err(_) => pause.wait().await,
                     }
@@ -236,7 +268,7 @@ pub(crate) fn serve(
                     match listener.accept().await {
                         Ok((stream, _)) => {
                             pause.reset();
-                            spawn_connection(stream, &shared, &slots);
+                            spawn_connection(stream, None, &shared, &slots);
                         }
                         Err(_) => pause.wait().await,
                     }
@@ -280,11 +312,12 @@ fn shown(listen: &MetricsListen) -> String {
     }
 }
 
-/// The connections being served, oldest first, each with the handle that ends it. When all
-/// [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest rather than being
-/// refused: a forge sends a hook within milliseconds of connecting, so connections that
-/// never finish their request (slowloris) cannot keep hooks out; only a flood of new
-/// connections faster than a hook is answered could.
+/// The connections being served, oldest first, each with its peer and the handle that ends
+/// it. When all [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest of the peer
+/// that holds the most rather than being refused: a forge sends a hook within milliseconds of
+/// connecting, so connections that never finish their request (slowloris) cannot keep hooks
+/// out, and a flood of new connections from one address ends its own; only one from as many
+/// addresses as there are slots could end a hook's.
 struct Slots {
     permits: Arc<Semaphore>,
     live: std::sync::Mutex<Live>,
@@ -293,7 +326,7 @@ struct Slots {
 #[derive(Default)]
 struct Live {
     next: u64,
-    conns: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
+    conns: std::collections::VecDeque<(u64, Peer, tokio::task::AbortHandle)>,
 }
 
 impl Slots {
@@ -310,16 +343,48 @@ impl Slots {
 
     /// A connection's task ended: its entry goes.
     fn forget(&self, id: u64) {
-        self.lock().conns.retain(|(i, _)| *i != id);
+        self.lock().conns.retain(|(i, _, _)| *i != id);
+    }
+}
+
+/// Whose a connection is: its IP address (IPv6: its /64, what one host is usually given);
+/// `None` on a unix socket (all from the reverse proxy).
+type Peer = Option<std::net::IpAddr>;
+
+fn peer_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)).into(),
+        },
+        v4 => v4,
+    }
+}
+
+impl Live {
+    /// Ends the oldest connection of the peer holding the most.
+    fn evict(&mut self) {
+        let count = |p: &Peer| self.conns.iter().filter(|(_, q, _)| q == p).count();
+        let most = self.conns.iter().map(|(_, p, _)| count(p)).max();
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|(_, p, _)| Some(count(p)) == most)
+        else {
+            return;
+        };
+        if let Some((_, _, task)) = self.conns.remove(i) {
+            task.abort();
+        }
     }
 }
 
 /// How long a new connection waits for the slot of the one it ended.
 const SLOT_WAIT: Duration = Duration::from_secs(1);
 
-/// Serves one connection in a task of its own, ending the oldest one when all slots are
+/// Serves one connection from `peer` in a task of its own, ending another when all slots are
 /// taken ([`Slots`]).
-fn spawn_connection<S>(stream: S, shared: &Arc<Shared>, slots: &Arc<Slots>)
+fn spawn_connection<S>(stream: S, peer: Peer, shared: &Arc<Shared>, slots: &Arc<Slots>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -345,12 +410,10 @@ where
         }
         mine.forget(id);
     });
-    if live.conns.len() >= MAX_CONNECTIONS
-        && let Some((_, oldest)) = live.conns.pop_front()
-    {
-        oldest.abort();
+    if live.conns.len() >= MAX_CONNECTIONS {
+        live.evict();
     }
-    live.conns.push_back((id, task.abort_handle()));
+    live.conns.push_back((id, peer, task.abort_handle()));
 }
 
 /// What serves a path.
@@ -386,6 +449,9 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
             };
             let (outcome, response) = hook(req, receiver, &routes.branch, &shared.fetches).await;
             shared.metrics.webhook(&receiver.name, outcome);
+            if outcome == Verdict::Unauthorized.outcome() {
+                shared.log_refusal(&receiver.name);
+            }
             response
         }
         Route::Page(page) => {
@@ -490,13 +556,10 @@ async fn hook(
             StatusCode::OK,
             "ignored: a push to another branch than [source] branch\n",
         ),
-        Verdict::Unauthorized => {
-            tracing::info!(receiver = %receiver.name, "webhook refused: a missing or wrong signature");
-            (
-                StatusCode::UNAUTHORIZED,
-                "the signature is missing or wrong\n",
-            )
-        }
+        Verdict::Unauthorized => (
+            StatusCode::UNAUTHORIZED,
+            "the signature is missing or wrong\n",
+        ),
         Verdict::BadBody => (
             StatusCode::BAD_REQUEST,
             "the body is not a JSON push event with a \"ref\" (send application/json)\n",
@@ -805,6 +868,156 @@ mod tests {
         drop(rx);
         tokio::time::sleep(FETCH_SPACING * 2).await;
         assert_eq!(fetches.ask(), Asked::Closed);
+    }
+
+    fn routes_gh() -> Routes {
+        Routes {
+            receivers: vec![Receiver {
+                name: "gh".into(),
+                kind: ReceiverKind::Github,
+                secret: crate::config::Secret::new("s3cret"),
+            }],
+            branch: "main".into(),
+            pages: ui::Pages::none(),
+        }
+    }
+
+    /// A unix socket: a stale file is replaced, a socket another listener serves is not
+    /// taken from it (a second daemon on the same path), nor is any other file.
+    #[tokio::test]
+    async fn a_unix_socket_replaces_a_stale_file_but_not_a_live_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists(), "a stale socket file");
+        let web = WebConfig {
+            listen: MetricsListen::Unix(path.clone()),
+            token_file: None,
+        };
+        let (tx, _rx) = mpsc::channel(1);
+        let first = serve(&web, routes_gh(), tx.clone(), Metrics::off()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o660);
+        let err = serve(&web, routes_gh(), tx.clone(), Metrics::off())
+            .err()
+            .expect("a live listener's socket is not taken");
+        assert!(
+            err.contains("[web] listen") && err.contains("in use"),
+            "{err}"
+        );
+        // The first still serves.
+        let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+        first.stop();
+        assert!(!path.exists(), "stop removes the socket");
+        std::fs::write(&path, "not a socket").unwrap();
+        assert!(serve(&web, routes_gh(), tx, Metrics::off()).is_err());
+        assert!(path.exists());
+    }
+
+    /// A TCP address another process holds: an error naming the key, not a panic nor a
+    /// listener quietly elsewhere.
+    #[tokio::test]
+    async fn a_taken_tcp_address_is_an_error_naming_the_key() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let web = WebConfig {
+            listen: MetricsListen::Tcp(holder.local_addr().unwrap()),
+            token_file: None,
+        };
+        let (tx, _rx) = mpsc::channel(1);
+        let err = serve(&web, routes_gh(), tx, Metrics::off())
+            .err()
+            .expect("the address is taken");
+        assert!(err.starts_with("[web] listen = \"127.0.0.1:"), "{err}");
+        assert!(err.contains("cannot listen"), "{err}");
+    }
+
+    /// A connection flood from one address (a new connection every few milliseconds) ends
+    /// that address's own connections, not the one a hook from elsewhere came on while its
+    /// headers were still on their way.
+    #[tokio::test]
+    async fn a_flood_of_connections_from_one_peer_does_not_end_anothers() {
+        let (web, mut rx, _) = start();
+        let addr = web.local.unwrap();
+        let mut flood = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // The hook's connection, from another loopback address, its request not sent yet.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut hook = socket.connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..2 * MAX_CONNECTIONS {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let head = signed_push(PUSH, "push", b"s3cret");
+        let _ = hook
+            .write_all(format!("{head}\r\nconnection: close\r\n\r\n{PUSH}").as_bytes())
+            .await;
+        let mut answer = Vec::new();
+        let _ = hook.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer:?}");
+        assert_eq!(rx.try_recv(), Ok(()));
+        web.stop();
+    }
+
+    /// hyper's header timeout runs from the connection's start (a client that sends nothing)
+    /// and again while a kept-alive connection waits for its next request: neither holds a
+    /// slot beyond HEADER_TIMEOUT.
+    #[tokio::test(start_paused = true)]
+    async fn silent_and_idle_kept_alive_connections_are_closed_after_the_header_timeout() {
+        let (web, _rx, _) = start();
+        let closed_after = |mut s: tokio::net::TcpStream| async move {
+            let started = tokio::time::Instant::now();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            (
+                started.elapsed(),
+                String::from_utf8_lossy(&rest).to_string(),
+            )
+        };
+        let silent = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        let (after, _) = closed_after(silent).await;
+        assert!(
+            after >= HEADER_TIMEOUT && after < HEADER_TIMEOUT + Duration::from_secs(1),
+            "{after:?}"
+        );
+        let mut kept = tokio::net::TcpStream::connect(web.local.unwrap())
+            .await
+            .unwrap();
+        kept.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        kept.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 404");
+        let (after, _) = closed_after(kept).await;
+        assert!(
+            after >= HEADER_TIMEOUT - Duration::from_millis(10)
+                && after < HEADER_TIMEOUT + Duration::from_secs(1),
+            "{after:?}"
+        );
+        web.stop();
+    }
+
+    #[test]
+    fn peers_are_addresses_and_ipv6_64s() {
+        let key = |s: &str| peer_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2:bbbb::9"), "2001:db8:1:2::");
     }
 
     #[test]

@@ -81,8 +81,8 @@ pub(crate) fn serve(listen: &MetricsListen, metrics: Metrics) -> Result<Server, 
 }
 
 /// Binds a unix socket at `path` (0660: the daemon's group may scrape, or a reverse proxy in
-/// it may connect), replacing a stale
-/// socket but never another kind of file.
+/// it may connect), replacing a stale socket but never one a process listens on, nor another
+/// kind of file.
 pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = path.symlink_metadata() {
@@ -90,6 +90,14 @@ pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::U
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
                 "the path exists and is not a socket",
+            ));
+        }
+        // A socket some process still accepts on (another daemon given the same path) is
+        // not taken from it; one nobody listens on is stale.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "the socket is in use: another process listens on it",
             ));
         }
         std::fs::remove_file(path)?;

@@ -327,6 +327,31 @@ fn grants_but_root(scenario: Scenario, agent: &str) -> Scenario {
         .grant(TOKEN_ID, "/sdn/zones", &["SDN.Use"])
 }
 
+/// A read-only token, as a CI job's plan uses: doctor says it is enough for `proxsync plan`
+/// and not for the daemon.
+#[test]
+fn a_read_only_token_is_enough_for_plan_and_doctor_says_so() {
+    let pve = Scenario::default()
+        .grant(TOKEN_ID, "/vms", &["VM.Audit"])
+        .grant(TOKEN_ID, "/storage", &["Datastore.Audit"])
+        .grant(TOKEN_ID, "/", &["Sys.Audit"])
+        .start();
+    let (ok, out) = doctor_one(&pve, "9000");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(
+            "ok   lab plan privileges: proxsync plan reads with VM.Audit on /vms, \
+             Datastore.Audit on /storage and Sys.Audit on / (the role PVEAuditor): token \
+             proxsync@pve!gitops holds them"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL lab privileges: token proxsync@pve!gitops lacks VM.Allocate on /vms"),
+        "{out}"
+    );
+}
+
 #[test]
 fn cluster_status_needs_sys_audit_on_root_not_nodes() {
     // pve-manager get_status: `check => ['perm', '/', ['Sys.Audit']]`. A grant on /nodes
@@ -338,6 +363,14 @@ fn cluster_status_needs_sys_audit_on_root_not_nodes() {
     assert!(!ok, "{out}");
     assert!(
         out.contains("FAIL lab privileges: token proxsync@pve!gitops lacks Sys.Audit on /"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAIL lab plan privileges: proxsync plan reads with VM.Audit on /vms, \
+             Datastore.Audit on /storage and Sys.Audit on / (the role PVEAuditor): token \
+             proxsync@pve!gitops lacks Sys.Audit on /\n"
+        ),
         "{out}"
     );
 

@@ -216,3 +216,64 @@ fn purge_keeps_the_keys_and_says_where() {
         "{said}"
     );
 }
+
+/// The bash completion offers the specs that have a status file and the config's sites, read
+/// by `proxsync complete-names` through the `--config` on the command line being completed.
+#[test]
+fn bash_completes_spec_and_site_names() {
+    let pve = crate::common::FakePve::start(crate::common::default_scenario());
+    let ws = crate::common::engine::Workspace::new(&pve);
+    let status = ws.path("status");
+    std::fs::create_dir_all(&status).unwrap();
+    for file in ["web-01.yaml", "web-02.yaml", "db-01.yaml", "_summary.yaml"] {
+        std::fs::write(status.join(file), "name: x\n").unwrap();
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_proxsync"));
+    let complete = |words: &str| {
+        let script = format!(
+            "source <(proxsync completions bash)\nCOMP_WORDS=({words})\n\
+             COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))\n\
+             _proxsync_names proxsync \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+             printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        let path = format!(
+            "{}:{}",
+            bin.parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("bash")
+            .args(["-c", &script])
+            .env("PATH", path)
+            .env_remove("PROXSYNC_CONFIG")
+            .output()
+            .expect("bash");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let config = ws.config().display().to_string();
+    assert_eq!(
+        complete(&format!("proxsync --config {config} status web")),
+        "web-01\nweb-02\n"
+    );
+    assert_eq!(
+        complete(&format!("proxsync --config {config} suspend ''")),
+        "db-01\nweb-01\nweb-02\n"
+    );
+    assert_eq!(
+        complete(&format!("proxsync --config {config} events --spec d")),
+        "db-01\n"
+    );
+    assert_eq!(
+        complete(&format!("proxsync --config {config} status --site ''")),
+        "lab\n"
+    );
+    assert_eq!(
+        complete(&format!("proxsync --config {config} accept site ''")),
+        "lab\n"
+    );
+    // Elsewhere, clap's own completion: the subcommands.
+    assert!(
+        complete(&format!("proxsync --config {config} pla")).contains("plan"),
+        "subcommands"
+    );
+}

@@ -136,6 +136,11 @@ fn an_update_is_shown_field_by_field_as_the_run_applies_it() {
     ] {
         assert!(line.contains(part), "{part:?} missing from {line:?}");
     }
+    // A stopped VM takes every change at once.
+    assert!(
+        !line.contains("at the next start") && !line.contains("needs a restart"),
+        "{line}"
+    );
     assert!(
         pve.requests().iter().all(|r| r.method == "GET"),
         "plan only reads"
@@ -175,6 +180,63 @@ fn an_update_is_shown_field_by_field_as_the_run_applies_it() {
     );
     assert_eq!(vm["status"], "running");
     assert_eq!(plan(&ws, &[]).status.code(), Some(0));
+}
+
+/// A running guest keeps some changes for its next start: the plan marks each, says what the
+/// spec's `rebootPolicy` does about it, and counts the updates that need a restart.
+#[test]
+fn an_update_says_what_waits_for_a_restart_and_who_restarts() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    assert!(ws.run_once().0);
+    // Running, as made: more memory waits for the next start, a tag applies at once.
+    let bigger =
+        spec("web-01", "pve1", "9000", "    tags: [new]\n").replace("memory: 2Gi", "memory: 4Gi");
+    ws.commit_specs(&[("a.yaml", bigger.clone())]);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let o = stdout(&out);
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("~ update  web-01"))
+        .unwrap_or_else(|| panic!("no update line: {o}"));
+    assert!(
+        line.contains("memory 2048 -> 4096 MiB (at the next start)"),
+        "{line}"
+    );
+    let tags = line.split(", ").find(|p| p.starts_with("tags ")).unwrap();
+    assert!(!tags.contains("next start"), "{line}");
+    assert!(
+        line.ends_with(
+            "; needs a restart: rebootPolicy Never leaves it to you (RebootPending until the VM \
+             is restarted)"
+        ),
+        "{line}"
+    );
+    assert!(
+        o.trim_end()
+            .ends_with("1 change(s): 1 to change (1 needs a restart)"),
+        "{o}"
+    );
+    let json = plan(&ws, &["--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let fields = doc["changes"][0]["fields"].as_array().unwrap().clone();
+    let field = |name: &str| fields.iter().find(|f| f["field"] == name).unwrap().clone();
+    assert_eq!(field("memory")["needsRestart"], true, "{doc}");
+    assert_eq!(field("tags").get("needsRestart"), None, "{doc}");
+
+    // With rebootPolicy IfNeeded, proxsync restarts it.
+    ws.commit_specs(&[("a.yaml", bigger + "    rebootPolicy: IfNeeded\n")]);
+    let o = stdout(&plan(&ws, &[]));
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("~ update  web-01"))
+        .unwrap_or_else(|| panic!("no update line: {o}"));
+    assert!(
+        line.ends_with("; needs a restart: proxsync restarts the VM (rebootPolicy IfNeeded)"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -342,7 +404,9 @@ fn the_markdown_plan_is_the_text_plan_in_a_diff_block() {
     assert_eq!(
         stdout(&out),
         "### proxsync plan: 1 change\\(s\\): 1 to create\n\n```diff\n+ create  web-01: new VM on \
-         lab/pve1 from template 9000\n```\n"
+         lab/pve1 from template 9000; sets agent=1, cores=2, memory=2048 MiB, name=web-01, \
+         net0=\"virtio,bridge=vmbr0\", ostype=l26, scsihw=virtio-scsi-single, sockets=1, \
+         disk=8 GiB\n```\n"
     );
 }
 
@@ -382,7 +446,10 @@ fn a_free_memory_member_is_checked_on_the_node_it_is_placed_on() {
     let out = plan(&ws, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        stdout(&out).contains(&format!("{create} from template 9000 {refused}"))
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with(&format!("{create} from template 9000"))
+                && l.contains(&format!("disk=8 GiB {refused}")))
             && stderr(&out).contains("needs shared storage"),
         "{}",
         text(&out)

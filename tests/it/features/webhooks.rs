@@ -15,7 +15,7 @@ use common::{FakePve, default_scenario};
 
 use super::daemon::{Daemon, daemon_ready_count, wait_until};
 
-const SECRET: &str = "hook-s3cret";
+const SECRET: &str = "hook-s3cret-0123456789";
 
 /// A free loopback port (bound, then released for the daemon).
 fn free_port() -> u16 {
@@ -119,7 +119,7 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     );
 
     // A reload takes a new secret: the old one is refused from then on.
-    std::fs::write(ws.path("gh.secret"), "a-new-s3cret\n").unwrap();
+    std::fs::write(ws.path("gh.secret"), "a-new-s3cret-0123456789\n").unwrap();
     let ready = daemon_ready_count(&daemon);
     daemon.signal("-HUP");
     // READY=1 again once the reload is done (the receivers' secrets replaced).
@@ -129,16 +129,40 @@ fn a_signed_hook_applies_a_push_at_once_and_a_badly_signed_one_fetches_nothing()
     assert!(daemon.log().contains("config reloaded"), "{}", daemon.log());
     let (code, answer) = github_push(&addr, SECRET);
     assert_eq!(code, 401, "the old secret after the reload: {answer}");
-    let (code, answer) = github_push(&addr, "a-new-s3cret");
+    let (code, answer) = github_push(&addr, "a-new-s3cret-0123456789");
     assert_eq!(code, 202, "the new secret after the reload: {answer}");
 
     let log = daemon.log();
     assert!(
-        !log.contains(SECRET) && !log.contains("a-new-s3cret"),
+        !log.contains(SECRET) && !log.contains("a-new-s3cret-0123456789"),
         "a secret is never logged"
     );
     assert!(!log.contains("hookbody-7f3a"), "nor a hook's body");
     assert!(daemon.stop(), "SIGTERM ends the daemon cleanly");
+}
+
+/// Badly signed hooks, which anyone who reaches the listener can send, do not flood the log
+/// (nor journald's rate limit, which would then drop the daemon's own lines).
+#[test]
+fn refused_hooks_do_not_flood_the_log() {
+    let pve = FakePve::start(default_scenario());
+    let (ws, addr) = workspace(&pve);
+    ws.commit_specs(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    for _ in 0..50 {
+        let (code, answer) = github_push(&addr, "not-the-secret");
+        assert_eq!(code, 401, "{answer}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let log = daemon.log();
+    let lines = log.matches("webhook refused").count();
+    assert_eq!(lines, 1, "50 refused hooks logged {lines} times\n{log}");
+    assert!(log.contains("more refused hooks are counted"), "{log}");
+    assert!(daemon.stop());
 }
 
 /// A flood of correctly signed hooks (one captured delivery replayed: a forge's signature

@@ -24,12 +24,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::config::ReconcileConfig;
+use crate::guest::GuestKind;
 use crate::model::SiteView;
 use crate::model::SpecRecord;
 use crate::ownership::ownership_tag;
 use crate::pve::Upid;
 use crate::spec::Specs;
 
+pub mod condition;
 mod dependencies;
 pub mod evidence;
 mod hands_off;
@@ -41,6 +43,7 @@ mod rename;
 mod rollout;
 mod spec;
 
+pub use condition::{ConditionText, HandsOff};
 pub use hands_off::{Cause, Held, Observing};
 pub use nodes::{UnknownNode, specs_with_unknown_nodes, unknown_nodes};
 pub use removals::{Fraction, Valve};
@@ -298,6 +301,19 @@ impl Action {
             Action::DeleteOrphan { .. } => None,
         }
     }
+}
+
+/// A [`Verdict`] in one line, for `proxsync plan` (its words are in `words`).
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictLine<'a> {
+    /// The verdict.
+    pub verdict: &'a Verdict,
+    /// What the spec's guest is.
+    pub kind: GuestKind,
+    /// The spec's record: its attempts and last error, for a spec backing off.
+    pub rec: Option<&'a SpecRecord>,
+    /// Now, for the time a backoff ends (`14:20:23 UTC (in 5m)`).
+    pub now_ms: u64,
 }
 
 /// Why a spec gets no action, or that it gets one.

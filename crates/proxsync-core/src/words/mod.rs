@@ -9,6 +9,7 @@
 
 mod blocked;
 mod commit;
+mod condition;
 mod evidence;
 mod guest;
 mod ha;
@@ -20,5 +21,6 @@ mod plan;
 mod preflight;
 mod rename;
 mod site;
+mod verdict;
 mod volume;
 mod wait;

@@ -180,7 +180,13 @@ impl fmt::Display for OrphanDisposition {
                  adopted or deleted"
             ),
             OrphanDisposition::Deleting => f.write_str("deleting"),
-            OrphanDisposition::DeleteAfter { at_ms } => write!(f, "delete after {at_ms}"),
+            OrphanDisposition::DeleteAfter { at_ms } => write!(
+                f,
+                "will delete after {}",
+                crate::util::time::rfc3339(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at_ms)
+                )
+            ),
             OrphanDisposition::Refused => {
                 f.write_str("reported (delete refused: see _summary.yaml)")
             }
@@ -194,4 +200,35 @@ impl fmt::Display for OrphanDisposition {
 
 fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphan_dispositions_in_words() {
+        let cases = [
+            (OrphanDisposition::Reported, "reported"),
+            (OrphanDisposition::Deleting, "deleting"),
+            (
+                OrphanDisposition::DeleteAfter {
+                    at_ms: 1_740_827_400_000,
+                },
+                "will delete after 2025-03-01T11:10:00Z",
+            ),
+            (
+                OrphanDisposition::Refused,
+                "reported (delete refused: see _summary.yaml)",
+            ),
+            (
+                OrphanDisposition::ForeignClaim { spec: "web".into() },
+                "reported: foreign VM claiming spec web (its marker does not verify); never \
+                 adopted or deleted",
+            ),
+        ];
+        for (disposition, text) in cases {
+            assert_eq!(disposition.to_string(), text);
+        }
+    }
 }

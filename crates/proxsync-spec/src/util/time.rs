@@ -130,3 +130,36 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     };
     base.checked_add(Duration::from_nanos(u64::from(nanos)))
 }
+/// `42s`, `5m`, `3h`, `2d`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// `14:20:23 UTC (in 5m)`, with the date when it is not today.
+pub fn clock_time(at_ms: u64, now_ms: u64) -> String {
+    let ts = |ms: u64| jiff::Timestamp::from_millisecond(ms as i64).ok();
+    let (Some(at), Some(now)) = (ts(at_ms), ts(now_ms)) else {
+        return format!("{at_ms} ms after the epoch");
+    };
+    let (at, now) = (
+        at.to_zoned(jiff::tz::TimeZone::UTC),
+        now.to_zoned(jiff::tz::TimeZone::UTC),
+    );
+    let when = if at.date() == now.date() {
+        at.strftime("%H:%M:%S UTC").to_string()
+    } else {
+        at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+    };
+    let until = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms));
+    if at_ms > now_ms {
+        format!("{when} (in {})", human(until))
+    } else {
+        when
+    }
+}
