@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{
-    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, Reason, SpecStatus,
-    TaskSummary, kinds,
+    AttemptSummary, BackoffSummary, ConditionInput, ConditionStatus as S, DriftRecord, Reason,
+    SpecStatus, TaskSummary, kinds,
 };
 use crate::execute::Outcome;
 use crate::guest::GuestKind;
@@ -105,6 +105,7 @@ pub(crate) fn spec_status(
         ..Default::default()
     };
     common(rec, &mut st);
+    st.drift = vm.map_or_else(Vec::new, |vm| drift(spec, vm, rec));
     let mut c = Vec::new();
 
     // NodeHealthy: the VM's node, or the spec's node before there is a VM.
@@ -153,6 +154,21 @@ pub(crate) fn spec_status(
     });
     st.conditions = c;
     st
+}
+
+/// How `vm` differs from `spec` in the listing, each field marked when PVE holds the spec's
+/// value for the guest's next start.
+fn drift(spec: &Spec, vm: &ObservedVm, rec: Option<&SpecRecord>) -> Vec<DriftRecord> {
+    let pending = rec.map_or(&[][..], |r| &r.reboot_pending[..]);
+    crate::plan::observed_drift(spec, vm)
+        .into_iter()
+        .map(|d| DriftRecord {
+            at_next_start: d.waits_for_start(pending),
+            field: d.field.to_string(),
+            spec: d.spec,
+            guest: d.vm,
+        })
+        .collect()
 }
 
 /// `Synced` of a hands-off spec: whether its guest matches it, each differing field with the
@@ -893,6 +909,68 @@ mod stalled_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status names each field the listing shows differing from the spec, with both
+    /// values, and marks what PVE holds for the guest's next start; a guest that matches has
+    /// none.
+    #[test]
+    fn drift_is_written_field_by_field_with_what_waits_for_a_start() {
+        let spec = crate::spec::test_spec("    memory: 4Gi\n    tags: [web]\n");
+        let vm = ObservedVm {
+            kind: GuestKind::Qemu,
+            vmid: 100,
+            node: spec.node.clone(),
+            name: Some(spec.guest_name().to_string()),
+            power: crate::model::Power::Running,
+            tags: spec.tags.clone(),
+            cpus: Some(spec.hardware.vcpus(spec.cores())),
+            memory_bytes: Some(2048 << 20),
+            disk_bytes: Some(spec.root_disk_bytes()),
+            lock: None,
+            ha_state: None,
+            template: false,
+            marker: None,
+            marker_read: true,
+            marker_verified: true,
+            making: None,
+        };
+        let mut view = SiteView::unreachable(&spec.site, String::new());
+        view.error = None;
+        view.vms.insert(100, vm.clone());
+        let rec = SpecRecord {
+            vm: VmState::Exists {
+                vmid: 100,
+                node: spec.node.clone(),
+            },
+            provisioned: true,
+            reboot_pending: vec!["memory".into()],
+            ..Default::default()
+        };
+        let plan = FromPlan {
+            verdict: Some(&Verdict::UpToDate { vmid: 100 }),
+            duplicate: None,
+            action: None,
+        };
+        let st = spec_status(&spec, Some(&rec), Some(&view), plan, None, None);
+        assert_eq!(
+            st.drift,
+            vec![DriftRecord {
+                field: "memory".into(),
+                spec: "4096 MiB".into(),
+                guest: "2048 MiB".into(),
+                at_next_start: true,
+            }]
+        );
+        view.vms.insert(
+            100,
+            ObservedVm {
+                memory_bytes: Some(4096 << 20),
+                ..vm
+            },
+        );
+        let st = spec_status(&spec, Some(&rec), Some(&view), plan, None, None);
+        assert_eq!(st.drift, Vec::new());
+    }
 
     /// Every reason a condition is written with is one its list in `reasons` (and so
     /// docs/status.md) names for it, whatever the verdict, record and outcome.

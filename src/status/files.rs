@@ -77,6 +77,7 @@ fn content_hash(f: &SpecFile) -> u64 {
         last_task,
         backoff,
         history,
+        drift,
         updated_at: _,
     } = f;
     let mut h = DefaultHasher::new();
@@ -98,6 +99,7 @@ fn content_hash(f: &SpecFile) -> u64 {
     last_task.hash(&mut h);
     backoff.hash(&mut h);
     history.hash(&mut h);
+    drift.hash(&mut h);
     h.finish()
 }
 
@@ -563,6 +565,7 @@ mod write_bench {
             backoff: None,
             history: vec![],
             observed_generation: Some("sha256:abc".into()),
+            drift: vec![],
         }
     }
 

@@ -169,6 +169,21 @@ pub(crate) struct AttemptSummary {
     pub tasks: Vec<String>,
 }
 
+/// One field in which the guest, as the cluster listing shows it, differs from its spec.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct DriftRecord {
+    /// `node`, `name`, `cpu`, `memory`, `disk`, `power`, `tags` or `ha`.
+    pub field: String,
+    /// The spec's value.
+    pub spec: String,
+    /// The guest's value, as listed.
+    pub guest: String,
+    /// PVE holds the spec's value pending until the guest's next start (`RebootPending`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub at_next_start: bool,
+}
+
 /// What the engine knows about one spec this cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub(crate) struct SpecStatus {
@@ -200,6 +215,8 @@ pub(crate) struct SpecStatus {
     pub history: Vec<AttemptSummary>,
     /// The spec hash reconciled.
     pub observed_generation: Option<String>,
+    /// How the guest differs from the spec in what the listing shows, field by field.
+    pub drift: Vec<DriftRecord>,
 }
 
 impl SpecStatus {
@@ -455,6 +472,10 @@ pub(crate) struct SpecFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff: Option<BackoffRecord>,
     pub history: Vec<AttemptRecord>,
+    /// How the guest differs from the spec, field by field, as the cluster listing shows it;
+    /// absent when nothing differs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<DriftRecord>,
     /// When the file's content last changed (RFC 3339). Not part of the comparison that
     /// decides whether to write.
     #[serde(skip_serializing_if = "Option::is_none")]

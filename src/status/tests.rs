@@ -46,6 +46,7 @@ fn spec(name: &str) -> SpecStatus {
         backoff: None,
         history: vec![],
         observed_generation: Some("sha256:abc".into()),
+        drift: vec![],
     }
 }
 
@@ -1351,6 +1352,8 @@ fn docs_cover_every_kind_and_field() {
         "lastTask",
         "backoff",
         "history",
+        "drift",
+        "atNextStart",
         "updatedAt",
         "lastTransitionTime",
         "sourceError",

@@ -4,9 +4,9 @@
 use std::time::SystemTime;
 
 use super::{
-    AttemptRecord, AttemptSummary, BackoffRecord, Condition, ConditionStatus, Initialization,
-    MAX_HISTORY, Reason, SpecFile, SpecStatus, TaskRecord, clip, kinds, parse_rfc3339, rfc3339,
-    rfc3339_secs, unix_secs,
+    AttemptRecord, AttemptSummary, BackoffRecord, Condition, ConditionStatus, DriftRecord,
+    Initialization, MAX_HISTORY, Reason, SpecFile, SpecStatus, TaskRecord, clip, kinds,
+    parse_rfc3339, rfc3339, rfc3339_secs, unix_secs,
 };
 
 /// What a spec's next file takes from its previous one. The writer keeps this for every spec
@@ -128,6 +128,14 @@ pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: Syste
             message: clip(&b.message),
         }),
         history,
+        drift: (s.drift.iter())
+            .map(|d| DriftRecord {
+                field: clip(&d.field),
+                spec: clip(&d.spec),
+                guest: clip(&d.guest),
+                at_next_start: d.at_next_start,
+            })
+            .collect(),
         updated_at: None,
     }
 }

@@ -522,6 +522,7 @@ mod tests {
                 tasks: Vec::new(),
             }],
             observed_generation: Some("sha256:9b1f".into()),
+            drift: vec![],
         }
     }
 

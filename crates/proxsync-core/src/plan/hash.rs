@@ -119,6 +119,21 @@ pub struct FieldDrift {
     pub vm: String,
 }
 
+impl FieldDrift {
+    /// Whether PVE holds this difference pending until the guest's next start: `pending` (a
+    /// record's `reboot_pending`, PVE's keys) names a key of the field. Only a VM's CPUs and
+    /// memory can be: the listing's other fields are not held pending, and a container's
+    /// CPUs and memory apply at once.
+    pub fn waits_for_start(&self, pending: &[String]) -> bool {
+        let keys: &[&str] = match self.field {
+            "cpu" => &["cores", "sockets", "vcpus"],
+            "memory" => &["memory"],
+            _ => &[],
+        };
+        pending.iter().any(|p| keys.contains(&p.as_str()))
+    }
+}
+
 impl std::fmt::Display for FieldDrift {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: spec {}, VM {}", self.field, self.spec, self.vm)
@@ -309,6 +324,21 @@ mod tests {
 
     /// What an observe-only spec reports, field by field: the power state either way, a tag
     /// the spec has and the guest lacks, an HA resource it wants and the guest has not.
+    #[test]
+    fn a_vms_cpus_and_memory_wait_for_its_start_when_pve_holds_them_pending() {
+        let d = |field| FieldDrift {
+            field,
+            spec: "4".into(),
+            vm: "2".into(),
+        };
+        let pending = vec!["memory".to_string(), "sockets".to_string()];
+        assert!(d("memory").waits_for_start(&pending));
+        assert!(d("cpu").waits_for_start(&pending));
+        assert!(!d("tags").waits_for_start(&pending));
+        assert!(!d("memory").waits_for_start(&["cores".to_string()]));
+        assert!(!d("cpu").waits_for_start(&[]));
+    }
+
     #[test]
     fn observed_drift_names_power_tags_and_ha() {
         let fields = |spec: &Spec, vm: &ObservedVm| -> Vec<&'static str> {

@@ -131,6 +131,12 @@ fn hostile_dir() -> tempfile::TempDir {
         outcome: IMG.into(),
         tasks: vec![JS.into(), SCRIPT.into()],
     }];
+    f.drift = vec![crate::status::DriftRecord {
+        field: SCRIPT.into(),
+        spec: IMG.into(),
+        guest: JS.into(),
+        at_next_start: true,
+    }];
     write_yaml(d.path(), "evil.yaml", &f);
     let mut s = summary();
     s.commit = Some(SCRIPT.into());
@@ -294,6 +300,12 @@ fn the_spec_page_shows_conditions_history_and_backoff() {
         category: "Transient".into(),
         message: "PVE answered 500".into(),
     });
+    f.drift = vec![crate::status::DriftRecord {
+        field: "memory".into(),
+        spec: "4096 MiB".into(),
+        guest: "2048 MiB".into(),
+        at_next_start: true,
+    }];
     write_yaml(d.path(), "web-01.yaml", &f);
     let (code, _, html) = get(d.path(), Page::Spec("web-01"));
     assert_eq!(code, 200, "{html}");
@@ -311,6 +323,7 @@ fn the_spec_page_shows_conditions_history_and_backoff() {
         "<code>UPID:pve1:000A1A2B:0B3C4C5D:67C2F0A0:qmclone:9000:proxsync@pve!gitops:</code>",
         "2 attempt(s)",
         "Transient: PVE answered 500",
+        "<td>memory</td><td>4096 MiB</td><td>2048 MiB</td><td>at the guest's next start</td>",
     ] {
         assert!(html.contains(needle), "{needle} in {html}");
     }
