@@ -16,7 +16,7 @@ use crate::pve::{Client, ClientOptions, Meter, NoMeter};
 use crate::site_identity::{self, SiteChecks};
 use crate::spec::{SpecSet, Specs};
 use crate::status::{
-    ConditionStatus as S, FromPlan, LastStatus, RequestSummary, SpecStatus, StatusDir,
+    ConditionStatus as S, CycleMark, FromPlan, LastStatus, RequestSummary, SpecStatus, StatusDir,
     SummaryStatus, Version, has_condition, invalid_status, kinds, site_summary, spec_status,
 };
 use crate::store::{SpecRecord, Store};
@@ -1098,6 +1098,10 @@ impl Engine {
             cycle_ms,
             refused: last.plan.refused.iter().map(ToString::to_string).collect(),
             sets: self.set_summaries(specs),
+            cycle: CycleMark {
+                sites_down: sites_down(views),
+                ..CycleMark::default()
+            },
             ..self.summary(commit, self.clock.system_time())
         };
         self.status
@@ -1245,6 +1249,13 @@ impl Engine {
             cycle_ms,
             refused: refused.iter().map(ToString::to_string).collect(),
             sets: self.set_summaries(specs),
+            cycle: CycleMark {
+                actions: results.len() as u32,
+                failed: (results.iter())
+                    .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
+                    .count() as u32,
+                sites_down: sites_down(views),
+            },
             ..self.summary(commit, now)
         };
         self.status
@@ -1346,8 +1357,14 @@ impl Engine {
                     since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
                 }),
             sets: Vec::new(),
+            cycle: CycleMark::default(),
         }
     }
+}
+
+/// How many sites could not be read this cycle.
+fn sites_down(views: &BTreeMap<String, SiteView>) -> u32 {
+    views.values().filter(|v| !v.reachable()).count() as u32
 }
 
 /// A status directory error as an engine error.

@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::transitions::{Carried, build_spec_file};
 use super::{
-    NotifyFailureRecord, ORPHANS_FILE, ORPHANS_VERSION, OrphanEntry, OrphanRecord, OrphansFile,
-    RefusedCommitRecord, RequestRecord, RewindRecord, SUMMARY_FILE, SiteRecord, SpecFile,
-    SpecStatus, StatusError, SummaryFile, SummaryStatus, clip, clip_to, rfc3339,
+    CycleRecord, NotifyFailureRecord, ORPHANS_FILE, ORPHANS_VERSION, OrphanEntry, OrphanRecord,
+    OrphansFile, RECENT_CYCLES, RefusedCommitRecord, RequestRecord, RewindRecord, SUMMARY_FILE,
+    SiteRecord, SpecFile, SpecStatus, StatusError, SummaryFile, SummaryStatus, clip, clip_to,
+    rfc3339,
 };
 
 /// Status files we read back larger than this are treated as corrupt (ours are a few KiB).
@@ -197,6 +198,33 @@ impl StatusDir {
         Ok(true)
     }
 
+    /// The last summary's `recentCycles` (read back after a restart), with `s`'s cycle
+    /// added (or put in place of its own entry, written again) and the oldest dropped past
+    /// [`RECENT_CYCLES`].
+    fn recent_cycles(&self, s: &SummaryStatus) -> Vec<CycleRecord> {
+        let at = rfc3339(s.last_cycle);
+        let mut before = match &self.summary {
+            Some(Some(p)) => &p.recent_cycles[..],
+            _ => &[],
+        };
+        // The same cycle written again (its end is its identity) replaces its entry.
+        if let [rest @ .., last] = before
+            && last.at == at
+        {
+            before = rest;
+        }
+        let keep = before.len().min(RECENT_CYCLES - 1);
+        let mut cycles = before[before.len() - keep..].to_vec();
+        cycles.push(CycleRecord {
+            at,
+            ms: s.cycle_ms,
+            actions: s.cycle.actions,
+            failed: s.cycle.failed,
+            sites_down: s.cycle.sites_down,
+        });
+        cycles
+    }
+
     /// Writes `_summary.yaml` if its content changed (it carries `lastCycle`, so it normally
     /// changes every cycle: it doubles as a heartbeat). Written last in a cycle, so it ends the
     /// cycle's writes ([`Self::finish_writes`]).
@@ -204,7 +232,7 @@ impl StatusDir {
         if self.summary.is_none() {
             self.summary = Some(self.load::<SummaryFile>(SUMMARY_FILE));
         }
-        let next = SummaryFile {
+        let mut next = SummaryFile {
             commit: s.commit.as_deref().map(clip),
             // Masked again here: the source's errors may quote a URL with a password.
             source_error: s
@@ -262,7 +290,9 @@ impl StatusDir {
                 since: rfc3339(r.since),
             }),
             sets: s.sets.clone(),
+            recent_cycles: Vec::new(),
         };
+        next.recent_cycles = self.recent_cycles(s);
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {
             self.finish_writes();

@@ -295,6 +295,34 @@ pub(crate) struct SummaryStatus {
     pub rewind: Option<RewindSummary>,
     /// Each `ProxmoxVMSet`: its desired and Ready members.
     pub sets: Vec<SetSummary>,
+    /// What this cycle did, for the summary's `recentCycles`.
+    pub cycle: CycleMark,
+}
+
+/// What one cycle did, as `_summary.yaml`'s `recentCycles` keeps it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CycleMark {
+    /// Actions run (tasks started or steps taken), failed ones included.
+    pub actions: u32,
+    /// Actions that failed.
+    pub failed: u32,
+    /// Sites that could not be read.
+    pub sites_down: u32,
+}
+
+/// How many cycles `_summary.yaml`'s `recentCycles` keeps.
+pub(crate) const RECENT_CYCLES: usize = 30;
+
+/// One entry of `recentCycles` in `_summary.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct CycleRecord {
+    /// RFC 3339: when the cycle ended.
+    pub at: String,
+    pub ms: u64,
+    pub actions: u32,
+    pub failed: u32,
+    pub sites_down: u32,
 }
 
 /// One `ProxmoxVMSet` in the summary, as a Deployment's status counts its replicas.
@@ -538,6 +566,9 @@ pub(crate) struct SummaryFile {
     /// Each `ProxmoxVMSet`: desired and Ready members.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sets: Vec<SetSummary>,
+    /// The last [`RECENT_CYCLES`] cycles, oldest first, this one last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recent_cycles: Vec<CycleRecord>,
 }
 
 /// `rewind` of `_summary.yaml`.

@@ -971,7 +971,40 @@ fn summary() -> SummaryStatus {
         cycle_ms: 420,
         refused: vec!["refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)".into()],
         sets: Vec::new(),
+        cycle: Default::default(),
     }
+}
+
+#[test]
+fn recent_cycles_are_kept_oldest_first_across_a_restart_and_capped() {
+    let (d, mut sd) = tmpdir();
+    let cycle = |i: u64| SummaryStatus {
+        last_cycle: t(T0 + i * 60),
+        cycle_ms: i,
+        cycle: crate::status::CycleMark {
+            actions: i as u32,
+            failed: (i % 2) as u32,
+            sites_down: 1,
+        },
+        ..summary()
+    };
+    for i in 0..20 {
+        sd.write_summary(&cycle(i)).unwrap();
+    }
+    // A restarted writer reads them back and goes on.
+    let mut sd = StatusDir::open(&d.path().join("status")).unwrap();
+    for i in 20..40 {
+        sd.write_summary(&cycle(i)).unwrap();
+    }
+    // The same cycle written again keeps one entry.
+    assert!(!sd.write_summary(&cycle(39)).unwrap());
+    let f = sd.read_summary().unwrap().unwrap();
+    assert_eq!(f.recent_cycles.len(), crate::status::RECENT_CYCLES);
+    let ms: Vec<u64> = f.recent_cycles.iter().map(|c| c.ms).collect();
+    assert_eq!(ms, (10..40).collect::<Vec<u64>>());
+    let last = f.recent_cycles.last().unwrap();
+    assert_eq!((last.actions, last.failed, last.sites_down), (39, 1, 1));
+    assert_eq!(last.at, f.last_cycle);
 }
 
 #[test]
@@ -1360,6 +1393,8 @@ fn docs_cover_every_kind_and_field() {
         "backingOff",
         "lastCycle",
         "cycleMs",
+        "recentCycles",
+        "sitesDown",
         "refused",
         "nodesOnline",
         "nodesOffline",

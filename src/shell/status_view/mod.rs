@@ -667,6 +667,7 @@ mod tests {
             notify_failures: vec![],
             rewind: None,
             sets: Vec::new(),
+            cycle: Default::default(),
         })
         .unwrap();
         sd.write_orphans(
@@ -1304,6 +1305,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 since: t(T0 - 600),
             }),
             sets: Vec::new(),
+            cycle: Default::default(),
         })
         .unwrap();
         let text = render(d.path(), &opts(None, false, false)).unwrap();

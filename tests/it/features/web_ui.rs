@@ -182,7 +182,8 @@ fn plant_hostile_status(status: &std::path::Path) {
          - type: Synced\n  status: 'False'\n  reason: '{IMG}'\n  message: '{JS}'\n  lastTransitionTime: '{SCRIPT}'\n\
          lastTask:\n  upid: '{SCRIPT}'\n  type: '{IMG}'\n  status: '{JS}'\n  at: '{SCRIPT}'\n\
          backoff:\n  attempts: 3\n  nextAttempt: '{IMG}'\n  category: '{SCRIPT}'\n  message: '{JS}'\n\
-         history:\n- at: '{IMG}'\n  action: '{SCRIPT}'\n  outcome: '{IMG}'\n  tasks:\n  - '{JS}'\n  - '{SCRIPT}'\n"
+         history:\n- at: '{IMG}'\n  action: '{SCRIPT}'\n  outcome: '{IMG}'\n  tasks:\n  - '{JS}'\n  - '{SCRIPT}'\n\
+         drift:\n- field: '{SCRIPT}'\n  spec: '{IMG}'\n  guest: '{JS}'\n  atNextStart: true\n"
     );
     std::fs::write(status.join("evil.yaml"), evil).unwrap();
     let orphans = format!(
@@ -199,7 +200,7 @@ fn plant_hostile_status(status: &std::path::Path) {
 const ELEMENTS: &[&str] = &[
     "html", "head", "meta", "title", "link", "body", "header", "nav", "a", "dl", "dt", "dd",
     "time", "code", "span", "p", "main", "footer", "h1", "h2", "h3", "small", "table", "thead",
-    "tbody", "tr", "th", "td", "section", "br",
+    "tbody", "tr", "th", "td", "section", "br", "svg", "rect",
 ];
 
 /// The names of the elements in `dom`, its tags read past quoted attribute values (a `<`

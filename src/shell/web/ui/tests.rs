@@ -143,6 +143,13 @@ fn hostile_dir() -> tempfile::TempDir {
     s.source_error = Some(IMG.into());
     s.last_cycle = SCRIPT.into();
     s.refused = vec![SCRIPT.into(), JS.into()];
+    s.recent_cycles = vec![crate::status::CycleRecord {
+        at: SCRIPT.into(),
+        ms: 5,
+        actions: 1,
+        failed: 0,
+        sites_down: 0,
+    }];
     s.refused_commit = Some(RefusedCommitRecord {
         commit: IMG.into(),
         reason: SCRIPT.into(),
@@ -213,7 +220,7 @@ fn request(
 const ELEMENTS: &[&str] = &[
     "!DOCTYPE", "html", "head", "meta", "title", "link", "body", "header", "nav", "a", "dl", "dt",
     "dd", "time", "code", "span", "p", "main", "footer", "h1", "h2", "h3", "small", "table",
-    "thead", "tbody", "tr", "th", "td", "section", "br",
+    "thead", "tbody", "tr", "th", "td", "section", "br", "svg", "rect",
 ];
 
 /// `html` holds no element but the templates' own, every link is to a path of this server,
@@ -278,6 +285,47 @@ fn the_fleet_page_shows_every_spec_by_site_and_node() {
     }
     // Sites sorted: fra before lab.
     assert!(html.find("Site fra").unwrap() < html.find("Site lab").unwrap());
+}
+
+#[test]
+fn the_fleet_page_draws_the_last_cycles_as_an_svg_timeline() {
+    let d = fleet_dir();
+    let cycle = |at: &str, ms, actions, failed, sites_down| crate::status::CycleRecord {
+        at: at.into(),
+        ms,
+        actions,
+        failed,
+        sites_down,
+    };
+    let mut s = summary();
+    s.recent_cycles = vec![
+        cycle("2026-11-28T09:58:00Z", 12, 0, 0, 0),
+        cycle("2026-11-28T09:59:00Z", 3400, 4, 0, 0),
+        cycle("2026-11-28T10:00:00Z", 42, 1, 1, 0),
+        cycle("2026-11-28T10:00:30Z", 0, 0, 0, 1),
+    ];
+    write_yaml(d.path(), "_summary.yaml", &s);
+    let (code, _, html) = get(d.path(), Page::Fleet);
+    assert_eq!(code, 200, "{html}");
+    assert_inert(&html);
+    for needle in [
+        r#"<svg class="timeline" width="56" height="48" viewBox="0 0 56 48""#,
+        // The longest cycle is the whole height; an instant one still 3 px.
+        r#"<rect x="14" y="0" width="10" height="48" class="acted">"#,
+        r#"<rect x="42" y="45" width="10" height="3" class="failed">"#,
+        r#"class="idle"><title>2026-11-28T09:58:00Z"#,
+        "3400 ms, 4 action(s)</title>",
+        "42 ms, 1 action(s), 1 failed</title>",
+        "1 site(s) unreadable</title>",
+        "4 cycle(s) since",
+        "5 action(s), 1 failed; the longest took 3400 ms",
+    ] {
+        assert!(html.contains(needle), "{needle} in {html}");
+    }
+    // No cycle recorded (a summary from before recentCycles): no timeline.
+    write_yaml(d.path(), "_summary.yaml", &summary());
+    let (_, _, html) = get(d.path(), Page::Fleet);
+    assert!(!html.contains("<svg"), "{html}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use askama::Template;
 use hyper::StatusCode;
 
 use crate::status::{
-    Condition, ConditionStatus, OrphanRecord, SpecFile, StatusDir, SummaryFile, kinds,
+    Condition, ConditionStatus, CycleRecord, OrphanRecord, SpecFile, StatusDir, SummaryFile, kinds,
     parse_rfc3339, valid_name,
 };
 
@@ -190,10 +190,93 @@ pub(super) struct SiteGroup {
     pub nodes: Vec<NodeGroup>,
 }
 
+/// The last cycles (`_summary.yaml`'s `recentCycles`) as bars of an inline SVG: every
+/// attribute a number or one of three class names, every word in a `<title>` (escaped).
+pub(super) struct Timeline {
+    pub width: u32,
+    pub height: u32,
+    pub bar_width: u32,
+    pub bars: Vec<Bar>,
+    /// `30 cycles in 29m: 12 actions, 1 failed`.
+    pub caption: String,
+}
+
+/// One cycle's bar: its height is its duration on a log scale against the longest shown.
+pub(super) struct Bar {
+    pub x: u32,
+    pub y: u32,
+    pub height: u32,
+    /// `idle`, `acted` or `failed` (an action failed or a site could not be read).
+    pub class: &'static str,
+    pub title: String,
+}
+
+/// The SVG's drawing height and a bar's width and step, in pixels.
+const TIMELINE_HEIGHT: u32 = 48;
+const BAR_WIDTH: u32 = 10;
+const BAR_STEP: u32 = 14;
+
+impl Timeline {
+    fn of(cycles: &[CycleRecord], now: SystemTime) -> Timeline {
+        let longest = cycles.iter().map(|c| c.ms).max().unwrap_or(0);
+        let scale = |ms: u64| (ms as f64).ln_1p() / (longest.max(1) as f64).ln_1p();
+        let bars = (cycles.iter().enumerate())
+            .map(|(i, c)| {
+                // At least 3 px, so that an instant cycle is still seen.
+                let height = 3 + (scale(c.ms) * f64::from(TIMELINE_HEIGHT - 3)).round() as u32;
+                let class = match (c.failed > 0 || c.sites_down > 0, c.actions > 0) {
+                    (true, _) => "failed",
+                    (false, true) => "acted",
+                    (false, false) => "idle",
+                };
+                let mut title = format!(
+                    "{} ({} ago): {} ms, {} action(s)",
+                    c.at,
+                    age(now, &c.at),
+                    c.ms,
+                    c.actions
+                );
+                if c.failed > 0 {
+                    title.push_str(&format!(", {} failed", c.failed));
+                }
+                if c.sites_down > 0 {
+                    title.push_str(&format!(", {} site(s) unreadable", c.sites_down));
+                }
+                Bar {
+                    x: i as u32 * BAR_STEP,
+                    y: TIMELINE_HEIGHT.saturating_sub(height.min(TIMELINE_HEIGHT)),
+                    height: height.min(TIMELINE_HEIGHT),
+                    class,
+                    title,
+                }
+            })
+            .collect();
+        let actions: u64 = cycles.iter().map(|c| u64::from(c.actions)).sum();
+        let failed: u64 = cycles.iter().map(|c| u64::from(c.failed)).sum();
+        let span = match (cycles.first(), cycles.last()) {
+            (Some(first), Some(_)) if cycles.len() > 1 => {
+                format!(" since {} ago", age(now, &first.at))
+            }
+            _ => String::new(),
+        };
+        Timeline {
+            width: (cycles.len() as u32 * BAR_STEP).max(BAR_STEP),
+            height: TIMELINE_HEIGHT,
+            bar_width: BAR_WIDTH,
+            bars,
+            caption: format!(
+                "{} cycle(s){span}: {actions} action(s), {failed} failed; the longest took {longest} ms",
+                cycles.len()
+            ),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "web/fleet.html")]
 pub(super) struct FleetPage {
     pub facts: Facts,
+    pub timeline: Timeline,
     pub summary: SummaryFile,
     pub sites: Vec<SiteGroup>,
     /// Status files that could not be read, by name.
@@ -346,6 +429,7 @@ pub(super) fn fleet(dir: &Path, now: SystemTime) -> (StatusCode, String) {
     render(
         &FleetPage {
             facts,
+            timeline: Timeline::of(&summary.recent_cycles, now),
             summary,
             sites,
             unreadable,
