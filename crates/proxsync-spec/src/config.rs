@@ -244,6 +244,10 @@ pub struct WebConfig {
     /// `token_file`: the bearer token of the read-only pages (the hooks authenticate by their
     /// own signatures, not by this token).
     pub token_file: Option<PathBuf>,
+    /// `file_url`: where the forge shows a file at a commit, with `{commit}` and `{path}` in
+    /// it (`https://github.com/acme/fleet/blob/{commit}/{path}`): a spec's page links to its
+    /// file at the applied commit. Checked by [`check_file_url`].
+    pub file_url: Option<String>,
 }
 
 impl WebConfig {
@@ -624,6 +628,7 @@ struct RawConfig {
 struct RawWeb {
     listen: Option<String>,
     token_file: Option<PathBuf>,
+    file_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1539,10 +1544,54 @@ fn build_web(w: RawWeb, base: &Path) -> Result<WebConfig, String> {
             )
         })?,
     };
+    if let Some(url) = &w.file_url {
+        check_file_url(url).map_err(|why| format!("[web] file_url = {url:?}: {why}"))?;
+    }
     Ok(WebConfig {
         listen,
         token_file: w.token_file.map(|p| resolve(base, p)),
+        file_url: w.file_url,
     })
+}
+
+/// Whether `url` can be `[web] file_url`: an `http(s)://` URL without credentials, made of
+/// the characters a URL may hold unescaped, with `{path}` (and `{commit}`, if any) as its only
+/// placeholders: what is put in a page's link is then this text and the two values, escaped.
+pub fn check_file_url(url: &str) -> Result<(), String> {
+    const EXAMPLE: &str = "such as \"https://github.com/acme/fleet/blob/{commit}/{path}\"";
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return Err(format!("must be an https:// or http:// URL, {EXAMPLE}"));
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') || authority.contains('{') {
+        return Err(format!(
+            "must name the forge's host, without a user or password, {EXAMPLE}"
+        ));
+    }
+    if let Some(c) = url
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-._~:/?#[]@!$&()*+,;=%{}".contains(*c)))
+    {
+        return Err(format!(
+            "{c:?} cannot stand in a URL unescaped; write it %-encoded"
+        ));
+    }
+    if !url.contains("{path}") {
+        return Err(format!("must hold {{path}}, the spec file's path, {EXAMPLE}"));
+    }
+    let unknown = url
+        .replace("{path}", "")
+        .replace("{commit}", "")
+        .contains(['{', '}']);
+    if unknown {
+        return Err(format!(
+            "the only placeholders are {{commit}} and {{path}}, {EXAMPLE}"
+        ));
+    }
+    Ok(())
 }
 
 fn build_receivers(raw: Vec<RawReceiver>, base: &Path) -> Result<Vec<ReceiverConfig>, String> {
@@ -2449,6 +2498,37 @@ repo = "group/sub/vms"
         for (text, key) in cases {
             let err = parse(&text).unwrap_err();
             assert!(err.contains(key), "error {err:?} should name {key:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_url_is_a_plain_url_with_path_and_commit_as_its_only_placeholders() {
+        let with = |url: &str| parse(&format!("{MINIMAL}\n[web]\nfile_url = {url:?}\n"));
+        for good in [
+            "https://github.com/acme/fleet/blob/{commit}/{path}",
+            "https://git.example/acme/fleet/src/commit/{commit}/{path}",
+            "https://gitlab.example/acme/fleet/-/blob/{commit}/{path}?ref_type=heads",
+            "http://127.0.0.1:3000/a/b/src/branch/main/{path}",
+        ] {
+            let c = with(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+            assert_eq!(c.web.unwrap().file_url.as_deref(), Some(good));
+        }
+        for (bad, says) in [
+            ("github.com/acme/fleet/blob/{commit}/{path}", "https://"),
+            ("javascript:alert(1)//{path}", "https://"),
+            ("https://github.com/acme/fleet/blob/{commit}", "{path}"),
+            ("https://github.com/acme/fleet/{branch}/{path}", "only placeholders"),
+            ("https://alice:pw@git.example/{path}", "without a user or password"),
+            ("https://{path}/x", "host"),
+            ("https:///{path}", "host"),
+            ("https://git.example/a b/{path}", "%-encoded"),
+            ("https://git.example/\"><script>/{path}", "%-encoded"),
+        ] {
+            let err = with(bad).unwrap_err();
+            assert!(
+                err.contains("[web] file_url") && err.contains(says),
+                "{bad}: {err}"
+            );
         }
     }
 

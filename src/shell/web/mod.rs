@@ -603,6 +603,7 @@ mod tests {
         let web = WebConfig {
             listen: MetricsListen::Tcp("127.0.0.1:0".parse().unwrap()),
             token_file: None,
+            file_url: None,
         };
         (
             serve(&web, routes, tx, metrics.clone()).unwrap(),
@@ -893,6 +894,7 @@ mod tests {
         let web = WebConfig {
             listen: MetricsListen::Unix(path.clone()),
             token_file: None,
+            file_url: None,
         };
         let (tx, _rx) = mpsc::channel(1);
         let first = serve(&web, routes_gh(), tx.clone(), Metrics::off()).unwrap();
@@ -929,6 +931,7 @@ mod tests {
         let web = WebConfig {
             listen: MetricsListen::Tcp(holder.local_addr().unwrap()),
             token_file: None,
+            file_url: None,
         };
         let (tx, _rx) = mpsc::channel(1);
         let err = serve(&web, routes_gh(), tx, Metrics::off())

@@ -34,6 +34,8 @@ pub(crate) struct Pages {
     /// `None`: no pages, every page path a 404 ([`Pages::none`]).
     status_dir: Option<PathBuf>,
     token: Option<Token>,
+    /// `[web] file_url`: where a spec's page links its file at the applied commit.
+    file_url: Option<String>,
 }
 
 /// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
@@ -65,10 +67,12 @@ impl Pages {
             Some(web) => web.load_token().map_err(|e| e.to_string())?,
             None => None,
         };
-        Ok(Pages::new(
+        let mut pages = Pages::new(
             config.status_dir.clone(),
             token.as_ref().map(|t| t.expose()),
-        ))
+        );
+        pages.file_url = config.web.as_ref().and_then(|w| w.file_url.clone());
+        Ok(pages)
     }
 
     /// Pages reading `status_dir`, asking for `token` when one is given.
@@ -76,6 +80,16 @@ impl Pages {
         Pages {
             status_dir: Some(status_dir),
             token: token.map(Token::new),
+            file_url: None,
+        }
+    }
+
+    /// These pages, linking each spec's file with `file_url` (a checked `[web] file_url`).
+    #[cfg(test)]
+    pub(crate) fn with_file_url(self, file_url: &str) -> Pages {
+        Pages {
+            file_url: Some(file_url.to_string()),
+            ..self
         }
     }
 
@@ -86,6 +100,7 @@ impl Pages {
         Pages {
             status_dir: None,
             token: None,
+            file_url: None,
         }
     }
 
@@ -174,8 +189,9 @@ pub(crate) async fn respond(
         Page::Orphans => Job::Orphans,
         Page::Spec(name) => Job::Spec(name.to_string()),
     };
+    let file_url = pages.file_url.clone();
     // Reading the status files (10,000 at most a few MiB) is blocking work.
-    let rendered = tokio::task::spawn_blocking(move || job.render(&dir))
+    let rendered = tokio::task::spawn_blocking(move || job.render(&dir, file_url.as_deref()))
         .await
         .unwrap_or_else(|_| view::failed("the page could not be rendered"));
     text(rendered.0, "text/html; charset=utf-8", rendered.1)
@@ -189,12 +205,12 @@ enum Job {
 }
 
 impl Job {
-    fn render(self, dir: &std::path::Path) -> (StatusCode, String) {
+    fn render(self, dir: &std::path::Path, file_url: Option<&str>) -> (StatusCode, String) {
         let now = crate::util::clock::system_now();
         match self {
             Job::Fleet => view::fleet(dir, now),
             Job::Orphans => view::orphans(dir, now),
-            Job::Spec(name) => view::spec(dir, &name, now),
+            Job::Spec(name) => view::spec(dir, &name, now, file_url),
         }
     }
 }

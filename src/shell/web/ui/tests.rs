@@ -226,6 +226,11 @@ const ELEMENTS: &[&str] = &[
 /// `html` holds no element but the templates' own, every link is to a path of this server,
 /// and the hostile strings are there only escaped.
 fn assert_inert(html: &str) {
+    assert_inert_but_for(html, "/");
+}
+
+/// [`assert_inert`], links allowed to start with `/` or `forge`.
+fn assert_inert_but_for(html: &str, forge: &str) {
     for (i, _) in html.match_indices('<') {
         let rest = &html[i + 1..];
         let rest = rest.strip_prefix('/').unwrap_or(rest);
@@ -242,7 +247,7 @@ fn assert_inert(html: &str) {
     for (i, _) in html.match_indices("href=") {
         let value = &html[i + 5..];
         assert!(
-            value.starts_with("\"/"),
+            value.starts_with("\"/") || value.starts_with(&format!("\"{forge}")),
             "a link off the server: {value:.60}"
         );
     }
@@ -375,6 +380,50 @@ fn the_spec_page_shows_conditions_history_and_backoff() {
     ] {
         assert!(html.contains(needle), "{needle} in {html}");
     }
+}
+
+/// With `[web] file_url`, a spec's page links its file at the applied commit, the path
+/// %-encoded; a commit or path the daemon would not write gets no link.
+#[test]
+fn a_spec_links_its_file_at_the_applied_commit_on_the_forge() {
+    const FORGE: &str = "https://git.example/acme/fleet/src/commit/{commit}/{path}";
+    let d = fleet_dir();
+    let pages = Pages::new(d.path().to_path_buf(), None).with_file_url(FORGE);
+    let page = |f: &SpecFile| {
+        write_yaml(d.path(), "web-01.yaml", f);
+        let (code, _, html) = get_with(&pages, Page::Spec("web-01"), &HeaderMap::new());
+        assert_eq!(code, 200, "{html}");
+        html
+    };
+    let mut f = spec_file("web-01", "lab", "pve1", 101);
+    f.spec_file = Some("specs/eu fra/web-01.yaml".into());
+    let html = page(&f);
+    assert!(
+        html.contains(
+            "<a href=\"https://git.example/acme/fleet/src/commit/\
+             3f2c9a1e0b7d4c6a8e5f1a2b3c4d5e6f7a8b9c0d/specs/eu%20fra/web-01.yaml\" \
+             rel=\"noopener noreferrer\"><code>specs/eu fra/web-01.yaml</code></a>"
+        ),
+        "{html}"
+    );
+    for (commit, path) in [
+        (Some("not-a-commit"), "specs/web-01.yaml"),
+        (None, "specs/web-01.yaml"),
+        (Some(f.commit.clone().unwrap().as_str()), "specs/../../evil.yaml"),
+        (Some(f.commit.clone().unwrap().as_str()), "/etc/passwd"),
+    ] {
+        f.commit = commit.map(str::to_string);
+        f.spec_file = Some(path.into());
+        let html = page(&f);
+        assert!(!html.contains("git.example"), "{commit:?} {path}: {html}");
+        assert!(html.contains(&format!("<code>{path}</code>")), "{html}");
+    }
+    // Hostile strings in the path are %-encoded in the link and escaped in its text.
+    f.commit = Some("3f2c9a1e0b7d4c6a8e5f1a2b3c4d5e6f7a8b9c0d".into());
+    f.spec_file = Some(format!("a/{SCRIPT}{IMG}.yaml"));
+    let html = page(&f);
+    assert!(html.contains("/a/%3Cscript%3Ealert%281%29"), "{html}");
+    assert_inert_but_for(&html, "https://git.example/");
 }
 
 #[test]
@@ -605,6 +654,7 @@ async fn through_the_listener_head_has_no_body_and_hooks_need_no_token() {
     let config = crate::config::WebConfig {
         listen: crate::config::MetricsListen::Tcp("127.0.0.1:0".parse().unwrap()),
         token_file: None,
+        file_url: None,
     };
     let web = super::super::serve(
         &config,

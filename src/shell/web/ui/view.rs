@@ -287,6 +287,8 @@ pub(super) struct FleetPage {
 #[template(path = "web/spec.html")]
 pub(super) struct SpecPage {
     pub facts: Facts,
+    /// The spec's file at its commit on the forge (`[web] file_url`).
+    pub file_link: Option<String>,
     pub name: String,
     pub kind: &'static str,
     pub file: SpecFile,
@@ -458,8 +460,41 @@ fn site_health(summary: &SummaryFile, site: &str) -> String {
     text
 }
 
+/// `file_url` (a checked `[web] file_url`) with `{commit}` and `{path}` filled in: `None` when
+/// it names the commit and there is none, or when either is not what the daemon writes (a
+/// commit id of hex digits; a relative path of plain segments, each %-encoded but for the
+/// unreserved characters).
+fn file_link(file_url: &str, commit: Option<&str>, path: &str) -> Option<String> {
+    let plain = |seg: &str| !seg.is_empty() && seg != "." && seg != "..";
+    if !path.split('/').all(plain) {
+        return None;
+    }
+    let mut encoded = String::with_capacity(path.len());
+    for b in path.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                encoded.push(char::from(b))
+            }
+            _ => encoded.push_str(&format!("%{b:02X}")),
+        }
+    }
+    let mut link = file_url.replace("{path}", &encoded);
+    if link.contains("{commit}") {
+        let commit = commit.filter(|c| {
+            matches!(c.len(), 40 | 64) && c.bytes().all(|b| b.is_ascii_hexdigit())
+        })?;
+        link = link.replace("{commit}", commit);
+    }
+    Some(link)
+}
+
 /// `/spec/<name>`: one spec; 404 for a name that is not a DNS label or has no status file.
-pub(super) fn spec(dir: &Path, name: &str, now: SystemTime) -> (StatusCode, String) {
+pub(super) fn spec(
+    dir: &Path,
+    name: &str,
+    now: SystemTime,
+    file_url: Option<&str>,
+) -> (StatusCode, String) {
     let read = Read::new(dir);
     let facts = read.facts(now);
     let file = if valid_name(name) {
@@ -489,9 +524,13 @@ pub(super) fn spec(dir: &Path, name: &str, now: SystemTime) -> (StatusCode, Stri
         .as_deref()
         .map(|t| age(now, t))
         .unwrap_or_default();
+    let file_link = file_url.and_then(|url| {
+        file_link(url, file.commit.as_deref(), file.spec_file.as_deref()?)
+    });
     render(
         &SpecPage {
             facts,
+            file_link,
             name: name.to_string(),
             kind: kind_word(file.kind.as_deref()),
             labels: file
