@@ -803,9 +803,8 @@ fn read_at(
     let repo = git2::Repository::open(repo_path)
         .map_err(|e| err(format!("not a git repository: {}", e.message())))?;
     let (commit, branch) = find_commit(&repo, rev).map_err(err)?;
-    let rel = dir.to_string_lossy();
-    let rel = rel.trim_start_matches("./").trim_end_matches('/');
-    let rel = if rel == "." { "" } else { rel };
+    let rel = spec_dir(dir);
+    let rel = rel.as_str();
     let tree = spec_tree(&repo, &commit, &branch, rel).map_err(err)?;
     let (entries, mut diags) = spec_files(&tree, rel).map_err(err)?;
     let odb = repo
@@ -936,6 +935,104 @@ fn tree_defaults(
 /// The size over which an object named as a parent is not read (a commit is a few KiB).
 const MAX_COMMIT_BYTES: usize = 16 * 1024 * 1024;
 
+/// The spec directory `[source] dir` as a path in the repository's tree: `""` for its root.
+fn spec_dir(dir: &Path) -> String {
+    let rel = dir.to_string_lossy();
+    let rel = rel.trim_start_matches("./").trim_end_matches('/');
+    if rel == "." { "" } else { rel }.to_string()
+}
+
+/// The repository the daemon reads: `[source] path`, or the mirror of `[source] url`.
+fn repository(config: &Config) -> PathBuf {
+    match &config.source.location {
+        SourceLocation::Path(p) => p.clone(),
+        SourceLocation::Url { .. } => config.state_dir.join("mirror.git"),
+    }
+}
+
+/// Where a page finds a spec's effective text: the repository and its spec directory.
+#[derive(Debug, Clone)]
+pub(crate) struct SpecSource {
+    repository: PathBuf,
+    dir: String,
+}
+
+impl SpecSource {
+    pub(crate) fn of(config: &Config) -> SpecSource {
+        SpecSource {
+            repository: repository(config),
+            dir: spec_dir(&config.source.dir),
+        }
+    }
+
+    /// The effective text of spec `name`, from spec file `path` at `commit` (a full id, as a
+    /// status file names them), with the `_defaults.yaml` files above it in the spec
+    /// directory merged in ([`spec::effective_document`]: no user-data, no `sops` block).
+    /// `Ok(None)` when the file holds no such spec. Reads only.
+    pub(crate) fn effective(
+        &self,
+        commit: &str,
+        path: &str,
+        name: &str,
+    ) -> Result<Option<String>, String> {
+        allow_foreign_owner();
+        let repo = git2::Repository::open(&self.repository).map_err(|e| {
+            format!(
+                "{}: not a git repository ({})",
+                self.repository.display(),
+                e.message()
+            )
+        })?;
+        let commit = git2::Oid::from_str(commit)
+            .and_then(|oid| repo.find_commit(oid))
+            .map_err(|e| format!("commit {commit}: {}", e.message()))?;
+        let tree = commit.tree().map_err(|e| e.message().to_string())?;
+        let odb = repo.odb().map_err(|e| e.message().to_string())?;
+        let read = |at: &str| -> Result<Option<Vec<u8>>, String> {
+            let Ok(entry) = tree.get_path(Path::new(at)) else {
+                return Ok(None);
+            };
+            if entry.kind() != Some(git2::ObjectType::Blob) || entry.filemode() == 0o120000 {
+                return Err(format!("{at} is not a plain file"));
+            }
+            read_blob(&repo, &odb, entry.id()).map(|b| Some(b.content().to_vec()))
+        };
+        // The defaults files of the file's directory and each above it, up to the spec
+        // directory, as the reader takes them.
+        let under_root = |d: &str| {
+            self.dir.is_empty() || d == self.dir || d.starts_with(&format!("{}/", self.dir))
+        };
+        let parent = |d: &str| d.rsplit_once('/').map_or("", |(up, _)| up).to_string();
+        let mut dir = parent(path);
+        if !under_root(&dir) {
+            return Err(format!("{path} is not in the spec directory {}", self.dir));
+        }
+        let (mut defaults, mut broken) = (Vec::new(), Vec::new());
+        while under_root(&dir) {
+            let file = match dir.as_str() {
+                "" => spec::defaults::DEFAULTS_FILE.to_string(),
+                d => format!("{d}/{}", spec::defaults::DEFAULTS_FILE),
+            };
+            match read(&file) {
+                Ok(Some(bytes)) => defaults.push((file, bytes)),
+                Ok(None) => {}
+                Err(why) => broken.push((file, why)),
+            }
+            if dir.is_empty() {
+                break;
+            }
+            dir = parent(&dir);
+        }
+        let mut defaults = spec::defaults::DefaultsSet::parse(defaults);
+        for (file, why) in broken {
+            defaults.add_broken(&file, &why);
+        }
+        let bytes =
+            read(path)?.ok_or_else(|| format!("{path} is not in commit {}", commit.id()))?;
+        spec::effective_document(&defaults, path, &bytes, name)
+    }
+}
+
 /// Whether the commit `applied` (a full id) is the commit `wanted` (a full id or a prefix of 7
 /// or more hex digits) or descends from it, in the configured repository (a remote's mirror):
 /// what `proxsync wait --commit` asks of `_summary.yaml`'s commit. `Ok(None)` while `wanted`
@@ -951,10 +1048,7 @@ pub(crate) fn applied_includes(
     {
         return Ok(Some(true));
     }
-    let path = match &config.source.location {
-        SourceLocation::Path(p) => p.clone(),
-        SourceLocation::Url { .. } => config.state_dir.join("mirror.git"),
-    };
+    let path = repository(config);
     allow_foreign_owner();
     let repo = git2::Repository::open(&path)
         .map_err(|e| format!("{}: not a git repository ({})", path.display(), e.message()))?;
@@ -1625,6 +1719,81 @@ mod unseen_specs {
 
     fn errors(read: &ReadSpecs) -> Vec<String> {
         read.specs.errors().map(|d| d.to_string()).collect()
+    }
+
+    /// A page's effective spec: the file at the commit named, with the defaults of its
+    /// directory and those above it within the spec directory, and nothing else.
+    #[test]
+    fn a_specs_effective_text_is_read_at_its_commit_with_the_defaults_above_it() {
+        let defaults = |node: &str| {
+            format!(
+                "apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  forProvider:\n    node: {node}\n    pool: from-{node}\n"
+            )
+        };
+        let eu = "apiVersion: proxsync.io/v1\nkind: ProxmoxDefaults\nspec:\n  forProvider:\n    node: pve2\n";
+        let web = "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: web-02\nspec:\n  forProvider:\n    site: lab\n    image: \"9000\"\n    userData: \"#cloud-config\\n\"\n";
+        let dir = repo_with(&[
+            ("_defaults.yaml", defaults("above").as_bytes()),
+            ("specs/_defaults.yaml", defaults("pve1").as_bytes()),
+            ("specs/eu/_defaults.yaml", eu.as_bytes()),
+            ("specs/us/_defaults.yaml", defaults("beside").as_bytes()),
+            ("specs/eu/web.yaml", web.as_bytes()),
+        ]);
+        let d = dir.path();
+        let first = git(d, &["rev-parse", "HEAD"]);
+        std::fs::write(d.join("specs/eu/web.yaml"), web.replace("9000", "9001")).unwrap();
+        git(d, &["commit", "-q", "-am", "two"]);
+        let text = format!(
+            "state_dir = \"{}\"\n[source]\npath = \"{}\"\ndir = \"specs\"\n[[site]]\nname = \"lab\"\n\
+             endpoint = \"https://pve:8006\"\ntoken_id = \"a@pve!b\"\n",
+            d.join("state").display(),
+            d.display(),
+        );
+        let config = Config::parse(&d.join("proxsync.toml"), &text).unwrap();
+        let source = SpecSource::of(&config);
+        let shown = source
+            .effective(&first, "specs/eu/web.yaml", "web-02")
+            .unwrap()
+            .unwrap();
+        assert!(
+            shown.contains("image: \"9000\"\n"),
+            "at its commit: {shown}"
+        );
+        assert!(
+            shown.contains("node: pve2  # specs/eu/_defaults.yaml:5"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("pool: from-pve1  # specs/_defaults.yaml:6"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("above") && !shown.contains("beside"),
+            "{shown}"
+        );
+        assert!(!shown.contains("#cloud-config"), "{shown}");
+        let head = git(d, &["rev-parse", "HEAD"]);
+        let now = source
+            .effective(&head, "specs/eu/web.yaml", "web-02")
+            .unwrap()
+            .unwrap();
+        assert!(now.contains("image: \"9001\"\n"), "{now}");
+        assert_eq!(
+            source.effective(&head, "specs/eu/web.yaml", "db-01"),
+            Ok(None)
+        );
+        for (commit, path, says) in [
+            (head.as_str(), "web.yaml", "not in the spec directory specs"),
+            (head.as_str(), "specs/eu/gone.yaml", "not in commit"),
+            (
+                "0000000000000000000000000000000000000000",
+                "specs/eu/web.yaml",
+                "commit 0000",
+            ),
+        ] {
+            let err = source.effective(commit, path, "web-02").unwrap_err();
+            assert!(err.contains(says), "{path}: {err}");
+        }
     }
 
     #[test]

@@ -1580,7 +1580,9 @@ pub fn check_file_url(url: &str) -> Result<(), String> {
         ));
     }
     if !url.contains("{path}") {
-        return Err(format!("must hold {{path}}, the spec file's path, {EXAMPLE}"));
+        return Err(format!(
+            "must hold {{path}}, the spec file's path, {EXAMPLE}"
+        ));
     }
     let unknown = url
         .replace("{path}", "")
@@ -2517,8 +2519,14 @@ repo = "group/sub/vms"
             ("github.com/acme/fleet/blob/{commit}/{path}", "https://"),
             ("javascript:alert(1)//{path}", "https://"),
             ("https://github.com/acme/fleet/blob/{commit}", "{path}"),
-            ("https://github.com/acme/fleet/{branch}/{path}", "only placeholders"),
-            ("https://alice:pw@git.example/{path}", "without a user or password"),
+            (
+                "https://github.com/acme/fleet/{branch}/{path}",
+                "only placeholders",
+            ),
+            (
+                "https://alice:pw@git.example/{path}",
+                "without a user or password",
+            ),
             ("https://{path}/x", "host"),
             ("https:///{path}", "host"),
             ("https://git.example/a b/{path}", "%-encoded"),

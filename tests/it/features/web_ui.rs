@@ -66,6 +66,18 @@ fn the_pages_show_a_spec_ready_with_its_vmid() {
         page.contains(&format!("<dt>VMID</dt><dd>{vmid}</dd>")),
         "{page}"
     );
+    // Its effective spec, read from git at the commit it was applied from.
+    assert!(page.contains("<h2>Effective spec</h2>"), "{page}");
+    assert!(
+        page.contains(
+            "<pre><code>apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: web-01\n"
+        ),
+        "{page}"
+    );
+    // The last cycles, drawn.
+    let (_, fleet) = get(&addr, "/");
+    assert!(fleet.contains(r#"<svg class="timeline""#), "{fleet}");
+    assert!(fleet.contains("action(s)</title></rect>"), "{fleet}");
     let head = page.to_lowercase();
     for header in [
         "content-type: text/html; charset=utf-8",
@@ -200,7 +212,7 @@ fn plant_hostile_status(status: &std::path::Path) {
 const ELEMENTS: &[&str] = &[
     "html", "head", "meta", "title", "link", "body", "header", "nav", "a", "dl", "dt", "dd",
     "time", "code", "span", "p", "main", "footer", "h1", "h2", "h3", "small", "table", "thead",
-    "tbody", "tr", "th", "td", "section", "br", "svg", "rect",
+    "tbody", "tr", "th", "td", "section", "br", "svg", "rect", "pre",
 ];
 
 /// The names of the elements in `dom`, its tags read past quoted attribute values (a `<`

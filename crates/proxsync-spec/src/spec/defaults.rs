@@ -27,7 +27,7 @@ use super::diag::{Diagnostic, Pos};
 use super::yaml::{Node, Value};
 
 /// The file name of a defaults file, in any directory of the spec tree.
-pub(crate) const DEFAULTS_FILE: &str = "_defaults.yaml";
+pub const DEFAULTS_FILE: &str = "_defaults.yaml";
 /// The `kind` of a defaults file.
 pub(crate) const DEFAULTS_KIND: &str = "ProxmoxDefaults";
 
@@ -765,6 +765,62 @@ spec:
             super::super::spec_hash(&back[0]),
             "{text}"
         );
+    }
+
+    /// What a page shows of one spec read from git: its document (a set's member) with the
+    /// defaults above it merged in, no `sops` block, and user-data replaced by its size.
+    #[test]
+    fn the_effective_document_of_one_spec_withholds_user_data() {
+        let defaults = DefaultsSet::parse([
+            ("specs/_defaults.yaml".to_string(), TOP.as_bytes().to_vec()),
+            (
+                "specs/eu/_defaults.yaml".to_string(),
+                DEEPER.as_bytes().to_vec(),
+            ),
+        ]);
+        let file = format!(
+            "{SPEC}    userData: \"ENC[AES256_GCM,data:c2VjcmV0,type:str]\"\n\
+             sops: {{mac: \"ENC[AES256_GCM,data:abc]\", version: 3.9.0}}\n\
+             ---\napiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: api}}\n\
+             spec:\n  replicas: 2\n  template:\n    forProvider:\n      memory: 4Gi\n      \
+             userData: \"#cloud-config\\npassword: hunter2\\n\"\n"
+        );
+        let effective = |name| {
+            super::super::effective_document(&defaults, "specs/eu/web.yaml", file.as_bytes(), name)
+        };
+        let web = effective("web-01").unwrap().unwrap();
+        assert!(
+            web.contains("node: pve2  # specs/eu/_defaults.yaml:5"),
+            "{web}"
+        );
+        assert!(web.contains("name: web-01"), "{web}");
+        assert!(!web.contains("api-"), "one document only: {web}");
+        assert!(!web.contains("sops") && !web.contains("ENC["), "{web}");
+        assert!(web.contains("bytes of user-data, not shown"), "{web}");
+        let member = effective("api-02").unwrap().unwrap();
+        assert!(member.contains("name: api-02"), "{member}");
+        assert!(member.contains("memory: \"4Gi\""), "{member}");
+        assert!(
+            member.contains("site: eu-fra  # specs/_defaults.yaml:"),
+            "{member}"
+        );
+        assert!(!member.contains("hunter2"), "{member}");
+        assert!(member.contains("bytes of user-data, not shown"), "{member}");
+        assert!(
+            !member.contains("sops") && !member.contains("ENC["),
+            "{member}"
+        );
+        assert_eq!(effective("db-01"), Ok(None));
+        // Held by a broken defaults file: said, not shown without it.
+        let mut broken = DefaultsSet::parse([]);
+        broken.add_broken("specs/_defaults.yaml", "a symlink");
+        let held = super::super::effective_document(
+            &broken,
+            "specs/eu/web.yaml",
+            SPEC.as_bytes(),
+            "web-01",
+        );
+        assert!(held.unwrap_err().contains("specs/_defaults.yaml"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::yaml::{Node, Value};
 use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs};
 
 /// Loads spec files and directories. A directory is walked recursively in sorted order for
@@ -212,8 +213,22 @@ pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
             format!("cannot read {shown}: {e}"),
         )]
     })?;
-    let text = String::from_utf8_lossy(&bytes);
-    let (docs, parsed) = super::yaml::parse_documents(&shown, &text);
+    let members = effective_members(&chain, &shown, &bytes)?;
+    let texts: Vec<String> = (members.iter())
+        .map(|doc| super::defaults::to_yaml(doc, &chain))
+        .collect();
+    Ok(texts.join("---\n"))
+}
+
+/// The spec documents of file `shown` (its `bytes`), a set's as its members, with `chain`
+/// merged into each.
+fn effective_members(
+    chain: &[std::sync::Arc<super::defaults::Defaults>],
+    shown: &str,
+    bytes: &[u8],
+) -> Result<Vec<Node>, Vec<Diagnostic>> {
+    let text = String::from_utf8_lossy(bytes);
+    let (docs, parsed) = super::yaml::parse_documents(shown, &text);
     if parsed.iter().any(Diagnostic::is_error) {
         return Err(parsed);
     }
@@ -224,16 +239,90 @@ pub fn effective_yaml(path: &Path) -> Result<String, Vec<Diagnostic>> {
             members.push(doc);
             continue;
         }
-        let (expanded, problems) = super::sets::expand(&shown, &doc);
+        let (expanded, problems) = super::sets::expand(shown, &doc);
         if problems.iter().any(Diagnostic::is_error) {
             return Err(problems);
         }
         members.extend(expanded.into_iter().map(|(m, _)| m));
     }
-    let texts: Vec<String> = (members.iter())
-        .map(|doc| super::defaults::to_yaml(&super::defaults::apply(&chain, doc), &chain))
-        .collect();
-    Ok(texts.join("---\n"))
+    Ok((members.iter())
+        .map(|doc| super::defaults::apply(chain, doc))
+        .collect())
+}
+
+/// What stands for a `userData` value in [`effective_document`]: its size only.
+fn user_data_withheld(bytes: usize) -> String {
+    format!("({bytes} bytes of user-data, not shown)")
+}
+
+/// The effective document of spec `name` in spec file `shown` (its `bytes`, read from git by
+/// the caller, as `defaults` were): as [`effective_yaml`] shows it, but for what a page must
+/// not show: the `sops` metadata is left out and `userData` (encrypted or not, it may hold
+/// secrets) is replaced by its size. `Ok(None)` when no document of the file is that spec.
+pub fn effective_document(
+    defaults: &super::defaults::DefaultsSet,
+    shown: &str,
+    bytes: &[u8],
+    name: &str,
+) -> Result<Option<String>, String> {
+    let chain = defaults.chain(shown).map_err(|broken| {
+        format!("{broken} is not read as defaults, so the spec is held (see its status)")
+    })?;
+    let members = effective_members(&chain, shown, bytes).map_err(|diags| {
+        diags
+            .first()
+            .map_or_else(|| "the file does not parse".into(), |d| d.message.clone())
+    })?;
+    let Some(mut doc) = members
+        .into_iter()
+        .find(|doc| str_at(doc, &["metadata", "name"]) == Some(name))
+    else {
+        return Ok(None);
+    };
+    if let Value::Map(entries) = &mut doc.value {
+        entries.retain(|(k, _)| !matches!(&k.value, Value::Str(s) if s == "sops"));
+    }
+    if let Some(user_data) = node_at_mut(&mut doc, &["spec", "forProvider", "userData"]) {
+        let size = match &user_data.value {
+            Value::Str(s) => s.len(),
+            _ => 0,
+        };
+        user_data.value = Value::Str(user_data_withheld(size));
+    }
+    Ok(Some(super::defaults::to_yaml(&doc, &chain)))
+}
+
+/// The string at `path` of mappings in `n`.
+fn str_at<'n>(n: &'n Node, path: &[&str]) -> Option<&'n str> {
+    let mut n = n;
+    for key in path {
+        let Value::Map(entries) = &n.value else {
+            return None;
+        };
+        n = &entries
+            .iter()
+            .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == key))?
+            .1;
+    }
+    match &n.value {
+        Value::Str(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The node at `path` of mappings in `n`.
+fn node_at_mut<'n>(n: &'n mut Node, path: &[&str]) -> Option<&'n mut Node> {
+    let mut n = n;
+    for key in path {
+        let Value::Map(entries) = &mut n.value else {
+            return None;
+        };
+        n = &mut entries
+            .iter_mut()
+            .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == key))?
+            .1;
+    }
+    Some(n)
 }
 
 /// The `_defaults.yaml` files that apply to what `paths` name: `found` (in the directories

@@ -36,6 +36,8 @@ pub(crate) struct Pages {
     token: Option<Token>,
     /// `[web] file_url`: where a spec's page links its file at the applied commit.
     file_url: Option<String>,
+    /// Where a spec's page reads its effective text (`None`: not shown).
+    source: Option<crate::source::SpecSource>,
 }
 
 /// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
@@ -72,6 +74,7 @@ impl Pages {
             token.as_ref().map(|t| t.expose()),
         );
         pages.file_url = config.web.as_ref().and_then(|w| w.file_url.clone());
+        pages.source = Some(crate::source::SpecSource::of(config));
         Ok(pages)
     }
 
@@ -81,6 +84,7 @@ impl Pages {
             status_dir: Some(status_dir),
             token: token.map(Token::new),
             file_url: None,
+            source: None,
         }
     }
 
@@ -93,6 +97,15 @@ impl Pages {
         }
     }
 
+    /// These pages, showing each spec's effective text from the source `config` names.
+    #[cfg(test)]
+    pub(crate) fn with_source(self, config: &Config) -> Pages {
+        Pages {
+            source: Some(crate::source::SpecSource::of(config)),
+            ..self
+        }
+    }
+
     /// No pages: every page path is a 404, as before there were pages (the listener's own
     /// tests, which are about the hooks).
     #[cfg(test)]
@@ -101,6 +114,7 @@ impl Pages {
             status_dir: None,
             token: None,
             file_url: None,
+            source: None,
         }
     }
 
@@ -189,9 +203,12 @@ pub(crate) async fn respond(
         Page::Orphans => Job::Orphans,
         Page::Spec(name) => Job::Spec(name.to_string()),
     };
-    let file_url = pages.file_url.clone();
-    // Reading the status files (10,000 at most a few MiB) is blocking work.
-    let rendered = tokio::task::spawn_blocking(move || job.render(&dir, file_url.as_deref()))
+    let links = view::Links {
+        file_url: pages.file_url.clone(),
+        source: pages.source.clone(),
+    };
+    // Reading the status files (10,000 at most a few MiB) and git objects is blocking work.
+    let rendered = tokio::task::spawn_blocking(move || job.render(&dir, &links))
         .await
         .unwrap_or_else(|_| view::failed("the page could not be rendered"));
     text(rendered.0, "text/html; charset=utf-8", rendered.1)
@@ -205,12 +222,12 @@ enum Job {
 }
 
 impl Job {
-    fn render(self, dir: &std::path::Path, file_url: Option<&str>) -> (StatusCode, String) {
+    fn render(self, dir: &std::path::Path, links: &view::Links) -> (StatusCode, String) {
         let now = crate::util::clock::system_now();
         match self {
             Job::Fleet => view::fleet(dir, now),
             Job::Orphans => view::orphans(dir, now),
-            Job::Spec(name) => view::spec(dir, &name, now, file_url),
+            Job::Spec(name) => view::spec(dir, &name, now, links),
         }
     }
 }

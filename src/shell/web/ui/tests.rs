@@ -220,7 +220,7 @@ fn request(
 const ELEMENTS: &[&str] = &[
     "!DOCTYPE", "html", "head", "meta", "title", "link", "body", "header", "nav", "a", "dl", "dt",
     "dd", "time", "code", "span", "p", "main", "footer", "h1", "h2", "h3", "small", "table",
-    "thead", "tbody", "tr", "th", "td", "section", "br", "svg", "rect",
+    "thead", "tbody", "tr", "th", "td", "section", "br", "svg", "rect", "pre",
 ];
 
 /// `html` holds no element but the templates' own, every link is to a path of this server,
@@ -409,7 +409,10 @@ fn a_spec_links_its_file_at_the_applied_commit_on_the_forge() {
     for (commit, path) in [
         (Some("not-a-commit"), "specs/web-01.yaml"),
         (None, "specs/web-01.yaml"),
-        (Some(f.commit.clone().unwrap().as_str()), "specs/../../evil.yaml"),
+        (
+            Some(f.commit.clone().unwrap().as_str()),
+            "specs/../../evil.yaml",
+        ),
         (Some(f.commit.clone().unwrap().as_str()), "/etc/passwd"),
     ] {
         f.commit = commit.map(str::to_string);

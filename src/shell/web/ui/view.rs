@@ -289,6 +289,10 @@ pub(super) struct SpecPage {
     pub facts: Facts,
     /// The spec's file at its commit on the forge (`[web] file_url`).
     pub file_link: Option<String>,
+    /// The spec as applied: its document at its commit with the defaults merged in.
+    pub effective: Option<String>,
+    /// Why it is not shown, when it cannot be.
+    pub effective_note: String,
     pub name: String,
     pub kind: &'static str,
     pub file: SpecFile,
@@ -480,21 +484,23 @@ fn file_link(file_url: &str, commit: Option<&str>, path: &str) -> Option<String>
     }
     let mut link = file_url.replace("{path}", &encoded);
     if link.contains("{commit}") {
-        let commit = commit.filter(|c| {
-            matches!(c.len(), 40 | 64) && c.bytes().all(|b| b.is_ascii_hexdigit())
-        })?;
+        let commit = commit
+            .filter(|c| matches!(c.len(), 40 | 64) && c.bytes().all(|b| b.is_ascii_hexdigit()))?;
         link = link.replace("{commit}", commit);
     }
     Some(link)
 }
 
 /// `/spec/<name>`: one spec; 404 for a name that is not a DNS label or has no status file.
-pub(super) fn spec(
-    dir: &Path,
-    name: &str,
-    now: SystemTime,
-    file_url: Option<&str>,
-) -> (StatusCode, String) {
+/// What a spec's page reads beyond its status file: its file on the forge and in git.
+pub(super) struct Links {
+    /// `[web] file_url`.
+    pub file_url: Option<String>,
+    /// The repository the daemon reads.
+    pub source: Option<crate::source::SpecSource>,
+}
+
+pub(super) fn spec(dir: &Path, name: &str, now: SystemTime, links: &Links) -> (StatusCode, String) {
     let read = Read::new(dir);
     let facts = read.facts(now);
     let file = if valid_name(name) {
@@ -524,13 +530,24 @@ pub(super) fn spec(
         .as_deref()
         .map(|t| age(now, t))
         .unwrap_or_default();
-    let file_link = file_url.and_then(|url| {
-        file_link(url, file.commit.as_deref(), file.spec_file.as_deref()?)
-    });
+    let file_link = links
+        .file_url
+        .as_deref()
+        .and_then(|url| file_link(url, file.commit.as_deref(), file.spec_file.as_deref()?));
+    let (effective, effective_note) = match (&links.source, &file.commit, &file.spec_file) {
+        (Some(source), Some(commit), Some(path)) => match source.effective(commit, path, name) {
+            Ok(Some(text)) => (Some(text), String::new()),
+            Ok(None) => (None, format!("{path} holds no spec {name} at that commit")),
+            Err(e) => (None, format!("cannot be read from git: {e}")),
+        },
+        _ => (None, String::new()),
+    };
     render(
         &SpecPage {
             facts,
             file_link,
+            effective,
+            effective_note,
             name: name.to_string(),
             kind: kind_word(file.kind.as_deref()),
             labels: file
