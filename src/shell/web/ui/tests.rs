@@ -615,3 +615,85 @@ fn fleet_page_bench() {
         );
     }
 }
+
+/// Runs `f` on a thread of its own: its result, or `None` when it has not returned within
+/// `secs` (the thread is left behind).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).ok()
+}
+
+fn mkfifo(path: &Path) -> bool {
+    std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A status file that is a FIFO: the pages answer at once rather than wait for ever for a
+/// writer (each such request held a blocking thread until the daemon stopped).
+#[test]
+fn a_fifo_in_the_status_directory_does_not_hang_a_page() {
+    let d = fleet_dir();
+    if !mkfifo(&d.path().join("stuck.yaml")) {
+        eprintln!("mkfifo unavailable; skipping");
+        return;
+    }
+    let dir = d.path().to_path_buf();
+    let got = within(5, move || get(&dir, Page::Spec("stuck")).0);
+    assert_eq!(got, Some(404), "/spec/stuck answers, a 404");
+    // The summary, which every page reads.
+    std::fs::remove_file(d.path().join("_summary.yaml")).unwrap();
+    assert!(mkfifo(&d.path().join("_summary.yaml")));
+    for page in ["fleet", "orphans", "spec"] {
+        let dir = d.path().to_path_buf();
+        let got = within(5, move || {
+            let page = match page {
+                "fleet" => Page::Fleet,
+                "orphans" => Page::Orphans,
+                _ => Page::Spec("web-01"),
+            };
+            let (code, _, html) = get(&dir, page);
+            (code, html.contains("No <code>_summary.yaml</code> yet"))
+        });
+        assert_eq!(got, Some((200, true)), "{page}");
+    }
+}
+
+/// A status file that is a symlink to a file elsewhere (here a valid status file outside
+/// the directory): `/spec/<name>` does not show it, as the fleet page does not list it.
+#[test]
+fn a_symlinked_status_file_is_not_followed() {
+    let d = fleet_dir();
+    let outside = tempfile::tempdir().unwrap();
+    let mut f = spec_file("elsewhere", "lab", "pve1", 300);
+    f.vm_name = "read-from-outside".into();
+    write_yaml(outside.path(), "elsewhere.yaml", &f);
+    std::os::unix::fs::symlink(
+        outside.path().join("elsewhere.yaml"),
+        d.path().join("linked.yaml"),
+    )
+    .unwrap();
+    let (code, _, html) = get(d.path(), Page::Spec("linked"));
+    assert_eq!(code, 404, "{html}");
+    assert!(!html.contains("read-from-outside"), "{html}");
+    let (code, _, html) = get(d.path(), Page::Fleet);
+    assert_eq!(code, 200);
+    assert!(!html.contains("/spec/linked"), "{html}");
+    // A symlinked summary is not read either.
+    std::fs::rename(
+        d.path().join("_summary.yaml"),
+        outside.path().join("s.yaml"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("s.yaml"),
+        d.path().join("_summary.yaml"),
+    )
+    .unwrap();
+    let (_, _, html) = get(d.path(), Page::Fleet);
+    assert!(html.contains("No <code>_summary.yaml</code> yet"), "{html}");
+}
