@@ -9,15 +9,19 @@
 mod view;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{
     ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderMap,
-    HeaderValue, REFERRER_POLICY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    HeaderValue, REFERRER_POLICY, RETRY_AFTER, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
 };
 use hyper::{Method, Response, StatusCode};
 use ring::hmac;
+use tokio::sync::Semaphore;
 
 use crate::config::Config;
 
@@ -29,11 +33,23 @@ const STYLE: &str = include_str!("../../../../templates/web/style.css");
 pub(crate) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
                               frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
+/// Pages rendered at once. A render (the fleet page parses every status file, on every core)
+/// runs in a blocking task that nothing can stop: a client that goes away, or whose
+/// connection a newer one ends, leaves it running. Without a bound, a loop of requests each
+/// dropped at once piles up renders side by side, each holding a thread and the whole fleet
+/// in memory, beside the reconcile loop.
+const MAX_RENDERS: usize = 2;
+/// How long a request waits for a render slot before it is answered 503. While it waits it
+/// holds no thread: a dropped request gives its place up and renders nothing.
+const RENDER_WAIT: Duration = Duration::from_secs(5);
+
 /// What the pages need: where the status files are, and the bearer token if one is set.
 pub(crate) struct Pages {
     /// `None`: no pages, every page path a 404 ([`Pages::none`]).
     status_dir: Option<PathBuf>,
     token: Option<Token>,
+    /// [`MAX_RENDERS`] permits; a render's blocking task holds one until it ends.
+    renders: Arc<Semaphore>,
 }
 
 /// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
@@ -76,6 +92,7 @@ impl Pages {
         Pages {
             status_dir: Some(status_dir),
             token: token.map(Token::new),
+            renders: Arc::new(Semaphore::new(MAX_RENDERS)),
         }
     }
 
@@ -86,6 +103,7 @@ impl Pages {
         Pages {
             status_dir: None,
             token: None,
+            renders: Arc::new(Semaphore::new(MAX_RENDERS)),
         }
     }
 
@@ -174,10 +192,27 @@ pub(crate) async fn respond(
         Page::Orphans => Job::Orphans,
         Page::Spec(name) => Job::Spec(name.to_string()),
     };
-    // Reading the status files (10,000 at most a few MiB) is blocking work.
-    let rendered = tokio::task::spawn_blocking(move || job.render(&dir))
-        .await
-        .unwrap_or_else(|_| view::failed("the page could not be rendered"));
+    let Ok(Ok(permit)) =
+        tokio::time::timeout(RENDER_WAIT, pages.renders.clone().acquire_owned()).await
+    else {
+        let mut response = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            "busy: other pages are being rendered; retry in a few seconds\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+        return response;
+    };
+    // Reading the status files (10,000 at most a few MiB) is blocking work. The permit goes
+    // with it: the slot is free again when the render ends, not when the request does.
+    let rendered = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        job.render(&dir)
+    })
+    .await
+    .unwrap_or_else(|_| view::failed("the page could not be rendered"));
     text(rendered.0, "text/html; charset=utf-8", rendered.1)
 }
 

@@ -697,3 +697,43 @@ fn a_symlinked_status_file_is_not_followed() {
     let (_, _, html) = get(d.path(), Page::Fleet);
     assert!(html.contains("No <code>_summary.yaml</code> yet"), "{html}");
 }
+
+/// Renders are bounded: with every render slot taken (renders still running for requests
+/// that may be gone), a page request waits `RENDER_WAIT` at most, holding no thread, then
+/// is a 503 with `Retry-After`; the stylesheet, which renders nothing, is served. Once a
+/// slot is free, pages render again.
+#[test]
+fn renders_are_bounded_and_a_request_beyond_them_is_busy() {
+    let d = fleet_dir();
+    let pages = Pages::new(d.path().to_path_buf(), None);
+    let held = pages
+        .renders
+        .clone()
+        .try_acquire_many_owned(MAX_RENDERS as u32)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    for page in [Page::Fleet, Page::Orphans, Page::Spec("web-01")] {
+        let started = rt.block_on(async { tokio::time::Instant::now() });
+        let response = rt.block_on(respond(&Method::GET, &HeaderMap::new(), page, &pages));
+        let waited = rt.block_on(async { started.elapsed() });
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(waited >= RENDER_WAIT, "{waited:?}");
+        assert_eq!(response.headers()[RETRY_AFTER], "5");
+        assert_security_headers(response.headers());
+    }
+    let response = rt.block_on(respond(
+        &Method::GET,
+        &HeaderMap::new(),
+        Page::Style,
+        &pages,
+    ));
+    assert_eq!(response.status(), StatusCode::OK);
+    drop(held);
+    let (code, _, html) = get_with(&pages, Page::Fleet, &HeaderMap::new());
+    assert_eq!(code, 200, "{html}");
+    assert_eq!(pages.renders.available_permits(), MAX_RENDERS);
+}
