@@ -15,7 +15,7 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{
-    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderMap,
+    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, HeaderMap,
     HeaderValue, REFERRER_POLICY, RETRY_AFTER, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
     X_FRAME_OPTIONS,
 };
@@ -23,7 +23,7 @@ use hyper::{Method, Response, StatusCode};
 use ring::hmac;
 use tokio::sync::Semaphore;
 
-use crate::config::Config;
+use crate::config::{Config, MetricsListen};
 
 /// The stylesheet served at `/style.css` (the only resource the pages load).
 const STYLE: &str = include_str!("../../../../templates/web/style.css");
@@ -50,6 +50,9 @@ pub(crate) struct Pages {
     token: Option<Token>,
     /// [`MAX_RENDERS`] permits; a render's blocking task holds one until it ends.
     renders: Arc<Semaphore>,
+    /// Answer only a request whose `Host` is an IP address or `localhost`
+    /// ([`host_is_an_address`]): on TCP without a token, against DNS rebinding.
+    addresses_only: bool,
 }
 
 /// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
@@ -81,10 +84,22 @@ impl Pages {
             Some(web) => web.load_token().map_err(|e| e.to_string())?,
             None => None,
         };
-        Ok(Pages::new(
+        let mut pages = Pages::new(
             config.status_dir.clone(),
             token.as_ref().map(|t| t.expose()),
-        ))
+        );
+        // Without a token, a page on a TCP address answers whoever can reach it, a web page
+        // in the operator's browser too once its own host name resolves to this address (DNS
+        // rebinding: the browser then takes the answer for that site's own and lets its
+        // script read the fleet). Such a request names that host name; one by address or as
+        // `localhost` cannot come from another site. A unix socket is reached by a reverse
+        // proxy, which a browser cannot be pointed at by DNS alone.
+        pages.addresses_only = token.is_none()
+            && config
+                .web
+                .as_ref()
+                .is_some_and(|w| matches!(w.listen, MetricsListen::Tcp(_)));
+        Ok(pages)
     }
 
     /// Pages reading `status_dir`, asking for `token` when one is given.
@@ -93,6 +108,7 @@ impl Pages {
             status_dir: Some(status_dir),
             token: token.map(Token::new),
             renders: Arc::new(Semaphore::new(MAX_RENDERS)),
+            addresses_only: false,
         }
     }
 
@@ -104,6 +120,7 @@ impl Pages {
             status_dir: None,
             token: None,
             renders: Arc::new(Semaphore::new(MAX_RENDERS)),
+            addresses_only: false,
         }
     }
 
@@ -123,6 +140,27 @@ impl Pages {
             })
             .is_some_and(|presented| token.matches(presented))
     }
+}
+
+/// Whether `headers`' `Host` names the server by an IP address or as `localhost` (any port),
+/// or is absent (no browser sends a request without one): no other site's host name.
+fn host_is_an_address(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let port_ok = |port: &str| port.is_empty() || port.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(ip, port)| {
+            ip.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty() || port.strip_prefix(':').is_some_and(port_ok))
+        });
+    }
+    let (name, port) = host.split_once(':').unwrap_or((host, ""));
+    port_ok(port)
+        && (name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok())
 }
 
 /// A page of the UI.
@@ -172,6 +210,16 @@ pub(crate) async fn respond(
             .headers_mut()
             .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
+    }
+    if pages.addresses_only && !host_is_an_address(headers) {
+        return text(
+            StatusCode::MISDIRECTED_REQUEST,
+            "text/plain; charset=utf-8",
+            "without [web] token_file, the pages answer a request to an IP address or \
+             localhost only (not a host name: DNS rebinding); open http://127.0.0.1:<port>/ \
+             or set [web] token_file\n"
+                .into(),
+        );
     }
     if method != Method::GET && method != Method::HEAD {
         let mut response = text(

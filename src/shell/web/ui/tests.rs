@@ -737,3 +737,106 @@ fn renders_are_bounded_and_a_request_beyond_them_is_busy() {
     assert_eq!(code, 200, "{html}");
     assert_eq!(pages.renders.available_permits(), MAX_RENDERS);
 }
+
+#[test]
+fn a_host_by_address_or_localhost_is_an_address() {
+    let is = |host: Option<&str>| {
+        let mut headers = HeaderMap::new();
+        if let Some(h) = host {
+            headers.insert(HOST, HeaderValue::from_str(h).unwrap());
+        }
+        host_is_an_address(&headers)
+    };
+    for host in [
+        None,
+        Some("127.0.0.1"),
+        Some("127.0.0.1:8787"),
+        Some("192.0.2.7:80"),
+        Some("localhost"),
+        Some("LocalHost:8787"),
+        Some("[::1]"),
+        Some("[::1]:8787"),
+        Some("[2001:db8::1]:8787"),
+    ] {
+        assert!(is(host), "{host:?}");
+    }
+    for host in [
+        "rebind.example",
+        "rebind.example:8787",
+        "127.0.0.1.rebind.example:8787",
+        "localhost.rebind.example",
+        "localhost.",
+        "127.0.0.1:8787@rebind.example",
+        "127.0.0.1:x",
+        "[::1]x",
+        "[::1",
+        "[rebind.example]:8787",
+        "",
+    ] {
+        assert!(!is(Some(host)), "{host}");
+    }
+}
+
+/// DNS rebinding: a site the operator's browser visits makes its own host name resolve to
+/// the listener's address, then reads the pages as its own. Without a token, on TCP, a page
+/// answers only a request to an address or `localhost`; with a token (which such a site
+/// cannot send), or on a unix socket (a reverse proxy's), any host.
+#[test]
+fn without_a_token_a_tcp_listener_answers_no_other_sites_host_name() {
+    let d = fleet_dir();
+    let token = d.path().join("web.token");
+    std::fs::write(&token, "a-long-enough-web-token\n").unwrap();
+    let config = |web: &str| {
+        let text = format!(
+            "status_dir = \"{}\"\n[source]\npath = \"/srv/git/vms.git\"\n[[site]]\n\
+             name = \"lab\"\nendpoint = \"https://pve1.example:8006\"\n\
+             token_id = \"proxsync@pve!gitops\"\n[web]\n{web}\n",
+            d.path().display()
+        );
+        crate::config::Config::parse(&d.path().join("proxsync.toml"), &text).unwrap()
+    };
+    let headers = |host: &str, bearer: bool| {
+        let mut h = HeaderMap::new();
+        h.insert(HOST, HeaderValue::from_str(host).unwrap());
+        if bearer {
+            h.insert(
+                AUTHORIZATION,
+                HeaderValue::from_static("Bearer a-long-enough-web-token"),
+            );
+        }
+        h
+    };
+    let tcp = Pages::load(&config("listen = \"127.0.0.1:8787\"")).unwrap();
+    for page in [
+        Page::Fleet,
+        Page::Spec("web-01"),
+        Page::Orphans,
+        Page::Style,
+    ] {
+        let (code, h, body) = get_with(&tcp, page, &headers("rebind.example:8787", false));
+        assert_eq!(code, 421, "{body}");
+        assert_security_headers(&h);
+        assert!(!body.contains("web-01"), "{body}");
+    }
+    for host in ["127.0.0.1:8787", "localhost:8787"] {
+        let (code, _, html) = get_with(&tcp, Page::Fleet, &headers(host, false));
+        assert_eq!(code, 200, "{host}: {html}");
+        assert!(html.contains("web-01"));
+    }
+    let with_token = Pages::load(&config(&format!(
+        "listen = \"127.0.0.1:8787\"\ntoken_file = \"{}\"",
+        token.display()
+    )))
+    .unwrap();
+    let (code, _, _) = get_with(&with_token, Page::Fleet, &headers("proxsync.example", true));
+    assert_eq!(code, 200);
+    let (code, _, _) = get_with(&with_token, Page::Fleet, &headers("rebind.example", false));
+    assert_eq!(code, 401);
+    let unix = Pages::load(&config(&format!(
+        "listen = \"unix:{}\"",
+        d.path().join("web.sock").display()
+    )))
+    .unwrap();
+    let (code, _, _) = get_with(&unix, Page::Fleet, &headers("proxsync.example", false));
+    assert_eq!(code, 200);
+}
