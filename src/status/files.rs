@@ -385,16 +385,32 @@ impl StatusDir {
     // ---- internals ----
 
     /// Reads and parses a file: `Ok(None)` if absent or corrupt, `Err` on other I/O errors.
+    /// Only a regular file is read: the writer puts nothing else there, and a symlink or a FIFO
+    /// planted in the directory (the web pages read `/spec/<name>` by name) would otherwise
+    /// show a file from elsewhere, or block the reader for ever. Either is ignored like a
+    /// corrupt file, as [`spec_names_of`] skips it.
     fn read_file<T: for<'de> Deserialize<'de>>(
         &self,
         file_name: &str,
     ) -> Result<Option<T>, StatusError> {
         let path = self.dir.join(file_name);
-        let file = match File::open(&path) {
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                tracing::warn!(file = %path.display(), "status file is a symlink; ignoring it");
+                return Ok(None);
+            }
             Err(e) => return Err(io_err(&path)(e)),
         };
+        if !file.metadata().map_err(io_err(&path))?.is_file() {
+            tracing::warn!(file = %path.display(), "status file is not a regular file; ignoring it");
+            return Ok(None);
+        }
         let mut bytes = Vec::new();
         file.take(MAX_READ_BYTES + 1)
             .read_to_end(&mut bytes)

@@ -9,17 +9,21 @@
 mod view;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{
-    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderMap,
-    HeaderValue, REFERRER_POLICY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, HeaderMap,
+    HeaderValue, REFERRER_POLICY, RETRY_AFTER, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
 };
 use hyper::{Method, Response, StatusCode};
 use ring::hmac;
+use tokio::sync::Semaphore;
 
-use crate::config::Config;
+use crate::config::{Config, MetricsListen};
 
 /// The stylesheet served at `/style.css` (the only resource the pages load).
 const STYLE: &str = include_str!("../../../../templates/web/style.css");
@@ -28,6 +32,16 @@ const STYLE: &str = include_str!("../../../../templates/web/style.css");
 /// script, no frame, no form.
 pub(crate) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
                               frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// Pages rendered at once. A render (the fleet page parses every status file, on every core)
+/// runs in a blocking task that nothing can stop: a client that goes away, or whose
+/// connection a newer one ends, leaves it running. Without a bound, a loop of requests each
+/// dropped at once piles up renders side by side, each holding a thread and the whole fleet
+/// in memory, beside the reconcile loop.
+const MAX_RENDERS: usize = 2;
+/// How long a request waits for a render slot before it is answered 503. While it waits it
+/// holds no thread: a dropped request gives its place up and renders nothing.
+const RENDER_WAIT: Duration = Duration::from_secs(5);
 
 /// What the pages need: where the status files are, and the bearer token if one is set.
 pub(crate) struct Pages {
@@ -38,6 +52,11 @@ pub(crate) struct Pages {
     file_url: Option<String>,
     /// Where a spec's page reads its effective text (`None`: not shown).
     source: Option<crate::source::SpecSource>,
+    /// [`MAX_RENDERS`] permits; a render's blocking task holds one until it ends.
+    renders: Arc<Semaphore>,
+    /// Answer only a request whose `Host` is an IP address or `localhost`
+    /// ([`host_is_an_address`]): on TCP without a token, against DNS rebinding.
+    addresses_only: bool,
 }
 
 /// The bearer token, kept as its HMAC under a fixed key: a presented token is compared by
@@ -75,6 +94,17 @@ impl Pages {
         );
         pages.file_url = config.web.as_ref().and_then(|w| w.file_url.clone());
         pages.source = Some(crate::source::SpecSource::of(config));
+        // Without a token, a page on a TCP address answers whoever can reach it, a web page
+        // in the operator's browser too once its own host name resolves to this address (DNS
+        // rebinding: the browser then takes the answer for that site's own and lets its
+        // script read the fleet). Such a request names that host name; one by address or as
+        // `localhost` cannot come from another site. A unix socket is reached by a reverse
+        // proxy, which a browser cannot be pointed at by DNS alone.
+        pages.addresses_only = token.is_none()
+            && config
+                .web
+                .as_ref()
+                .is_some_and(|w| matches!(w.listen, MetricsListen::Tcp(_)));
         Ok(pages)
     }
 
@@ -85,6 +115,8 @@ impl Pages {
             token: token.map(Token::new),
             file_url: None,
             source: None,
+            renders: Arc::new(Semaphore::new(MAX_RENDERS)),
+            addresses_only: false,
         }
     }
 
@@ -93,15 +125,6 @@ impl Pages {
     pub(crate) fn with_file_url(self, file_url: &str) -> Pages {
         Pages {
             file_url: Some(file_url.to_string()),
-            ..self
-        }
-    }
-
-    /// These pages, showing each spec's effective text from the source `config` names.
-    #[cfg(test)]
-    pub(crate) fn with_source(self, config: &Config) -> Pages {
-        Pages {
-            source: Some(crate::source::SpecSource::of(config)),
             ..self
         }
     }
@@ -115,6 +138,8 @@ impl Pages {
             token: None,
             file_url: None,
             source: None,
+            renders: Arc::new(Semaphore::new(MAX_RENDERS)),
+            addresses_only: false,
         }
     }
 
@@ -134,6 +159,27 @@ impl Pages {
             })
             .is_some_and(|presented| token.matches(presented))
     }
+}
+
+/// Whether `headers`' `Host` names the server by an IP address or as `localhost` (any port),
+/// or is absent (no browser sends a request without one): no other site's host name.
+fn host_is_an_address(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let port_ok = |port: &str| port.is_empty() || port.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(ip, port)| {
+            ip.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty() || port.strip_prefix(':').is_some_and(port_ok))
+        });
+    }
+    let (name, port) = host.split_once(':').unwrap_or((host, ""));
+    port_ok(port)
+        && (name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok())
 }
 
 /// A page of the UI.
@@ -184,6 +230,16 @@ pub(crate) async fn respond(
             .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     }
+    if pages.addresses_only && !host_is_an_address(headers) {
+        return text(
+            StatusCode::MISDIRECTED_REQUEST,
+            "text/plain; charset=utf-8",
+            "without [web] token_file, the pages answer a request to an IP address or \
+             localhost only (not a host name: DNS rebinding); open http://127.0.0.1:<port>/ \
+             or set [web] token_file\n"
+                .into(),
+        );
+    }
     if method != Method::GET && method != Method::HEAD {
         let mut response = text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -203,14 +259,32 @@ pub(crate) async fn respond(
         Page::Orphans => Job::Orphans,
         Page::Spec(name) => Job::Spec(name.to_string()),
     };
+    let Ok(Ok(permit)) =
+        tokio::time::timeout(RENDER_WAIT, pages.renders.clone().acquire_owned()).await
+    else {
+        let mut response = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            "busy: other pages are being rendered; retry in a few seconds\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+        return response;
+    };
     let links = view::Links {
         file_url: pages.file_url.clone(),
         source: pages.source.clone(),
     };
     // Reading the status files (10,000 at most a few MiB) and git objects is blocking work.
-    let rendered = tokio::task::spawn_blocking(move || job.render(&dir, &links))
-        .await
-        .unwrap_or_else(|_| view::failed("the page could not be rendered"));
+    // The permit goes with it: the slot is free again when the render ends, not when the
+    // request does.
+    let rendered = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        job.render(&dir, &links)
+    })
+    .await
+    .unwrap_or_else(|_| view::failed("the page could not be rendered"));
     text(rendered.0, "text/html; charset=utf-8", rendered.1)
 }
 

@@ -729,3 +729,228 @@ fn fleet_page_bench() {
         );
     }
 }
+
+/// Runs `f` on a thread of its own: its result, or `None` when it has not returned within
+/// `secs` (the thread is left behind).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).ok()
+}
+
+fn mkfifo(path: &Path) -> bool {
+    std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A status file that is a FIFO: the pages answer at once rather than wait for ever for a
+/// writer (each such request held a blocking thread until the daemon stopped).
+#[test]
+fn a_fifo_in_the_status_directory_does_not_hang_a_page() {
+    let d = fleet_dir();
+    if !mkfifo(&d.path().join("stuck.yaml")) {
+        eprintln!("mkfifo unavailable; skipping");
+        return;
+    }
+    let dir = d.path().to_path_buf();
+    let got = within(5, move || get(&dir, Page::Spec("stuck")).0);
+    assert_eq!(got, Some(404), "/spec/stuck answers, a 404");
+    // The summary, which every page reads.
+    std::fs::remove_file(d.path().join("_summary.yaml")).unwrap();
+    assert!(mkfifo(&d.path().join("_summary.yaml")));
+    for page in ["fleet", "orphans", "spec"] {
+        let dir = d.path().to_path_buf();
+        let got = within(5, move || {
+            let page = match page {
+                "fleet" => Page::Fleet,
+                "orphans" => Page::Orphans,
+                _ => Page::Spec("web-01"),
+            };
+            let (code, _, html) = get(&dir, page);
+            (code, html.contains("No <code>_summary.yaml</code> yet"))
+        });
+        assert_eq!(got, Some((200, true)), "{page}");
+    }
+}
+
+/// A status file that is a symlink to a file elsewhere (here a valid status file outside
+/// the directory): `/spec/<name>` does not show it, as the fleet page does not list it.
+#[test]
+fn a_symlinked_status_file_is_not_followed() {
+    let d = fleet_dir();
+    let outside = tempfile::tempdir().unwrap();
+    let mut f = spec_file("elsewhere", "lab", "pve1", 300);
+    f.vm_name = "read-from-outside".into();
+    write_yaml(outside.path(), "elsewhere.yaml", &f);
+    std::os::unix::fs::symlink(
+        outside.path().join("elsewhere.yaml"),
+        d.path().join("linked.yaml"),
+    )
+    .unwrap();
+    let (code, _, html) = get(d.path(), Page::Spec("linked"));
+    assert_eq!(code, 404, "{html}");
+    assert!(!html.contains("read-from-outside"), "{html}");
+    let (code, _, html) = get(d.path(), Page::Fleet);
+    assert_eq!(code, 200);
+    assert!(!html.contains("/spec/linked"), "{html}");
+    // A symlinked summary is not read either.
+    std::fs::rename(
+        d.path().join("_summary.yaml"),
+        outside.path().join("s.yaml"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("s.yaml"),
+        d.path().join("_summary.yaml"),
+    )
+    .unwrap();
+    let (_, _, html) = get(d.path(), Page::Fleet);
+    assert!(html.contains("No <code>_summary.yaml</code> yet"), "{html}");
+}
+
+/// Renders are bounded: with every render slot taken (renders still running for requests
+/// that may be gone), a page request waits `RENDER_WAIT` at most, holding no thread, then
+/// is a 503 with `Retry-After`; the stylesheet, which renders nothing, is served. Once a
+/// slot is free, pages render again.
+#[test]
+fn renders_are_bounded_and_a_request_beyond_them_is_busy() {
+    let d = fleet_dir();
+    let pages = Pages::new(d.path().to_path_buf(), None);
+    let held = pages
+        .renders
+        .clone()
+        .try_acquire_many_owned(MAX_RENDERS as u32)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    for page in [Page::Fleet, Page::Orphans, Page::Spec("web-01")] {
+        let started = rt.block_on(async { tokio::time::Instant::now() });
+        let response = rt.block_on(respond(&Method::GET, &HeaderMap::new(), page, &pages));
+        let waited = rt.block_on(async { started.elapsed() });
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(waited >= RENDER_WAIT, "{waited:?}");
+        assert_eq!(response.headers()[RETRY_AFTER], "5");
+        assert_security_headers(response.headers());
+    }
+    let response = rt.block_on(respond(
+        &Method::GET,
+        &HeaderMap::new(),
+        Page::Style,
+        &pages,
+    ));
+    assert_eq!(response.status(), StatusCode::OK);
+    drop(held);
+    let (code, _, html) = get_with(&pages, Page::Fleet, &HeaderMap::new());
+    assert_eq!(code, 200, "{html}");
+    assert_eq!(pages.renders.available_permits(), MAX_RENDERS);
+}
+
+#[test]
+fn a_host_by_address_or_localhost_is_an_address() {
+    let is = |host: Option<&str>| {
+        let mut headers = HeaderMap::new();
+        if let Some(h) = host {
+            headers.insert(HOST, HeaderValue::from_str(h).unwrap());
+        }
+        host_is_an_address(&headers)
+    };
+    for host in [
+        None,
+        Some("127.0.0.1"),
+        Some("127.0.0.1:8787"),
+        Some("192.0.2.7:80"),
+        Some("localhost"),
+        Some("LocalHost:8787"),
+        Some("[::1]"),
+        Some("[::1]:8787"),
+        Some("[2001:db8::1]:8787"),
+    ] {
+        assert!(is(host), "{host:?}");
+    }
+    for host in [
+        "rebind.example",
+        "rebind.example:8787",
+        "127.0.0.1.rebind.example:8787",
+        "localhost.rebind.example",
+        "localhost.",
+        "127.0.0.1:8787@rebind.example",
+        "127.0.0.1:x",
+        "[::1]x",
+        "[::1",
+        "[rebind.example]:8787",
+        "",
+    ] {
+        assert!(!is(Some(host)), "{host}");
+    }
+}
+
+/// DNS rebinding: a site the operator's browser visits makes its own host name resolve to
+/// the listener's address, then reads the pages as its own. Without a token, on TCP, a page
+/// answers only a request to an address or `localhost`; with a token (which such a site
+/// cannot send), or on a unix socket (a reverse proxy's), any host.
+#[test]
+fn without_a_token_a_tcp_listener_answers_no_other_sites_host_name() {
+    let d = fleet_dir();
+    let token = d.path().join("web.token");
+    std::fs::write(&token, "a-long-enough-web-token\n").unwrap();
+    let config = |web: &str| {
+        let text = format!(
+            "status_dir = \"{}\"\n[source]\npath = \"/srv/git/vms.git\"\n[[site]]\n\
+             name = \"lab\"\nendpoint = \"https://pve1.example:8006\"\n\
+             token_id = \"proxsync@pve!gitops\"\n[web]\n{web}\n",
+            d.path().display()
+        );
+        crate::config::Config::parse(&d.path().join("proxsync.toml"), &text).unwrap()
+    };
+    let headers = |host: &str, bearer: bool| {
+        let mut h = HeaderMap::new();
+        h.insert(HOST, HeaderValue::from_str(host).unwrap());
+        if bearer {
+            h.insert(
+                AUTHORIZATION,
+                HeaderValue::from_static("Bearer a-long-enough-web-token"),
+            );
+        }
+        h
+    };
+    let tcp = Pages::load(&config("listen = \"127.0.0.1:8787\"")).unwrap();
+    for page in [
+        Page::Fleet,
+        Page::Spec("web-01"),
+        Page::Orphans,
+        Page::Style,
+    ] {
+        let (code, h, body) = get_with(&tcp, page, &headers("rebind.example:8787", false));
+        assert_eq!(code, 421, "{body}");
+        assert_security_headers(&h);
+        assert!(!body.contains("web-01"), "{body}");
+    }
+    for host in ["127.0.0.1:8787", "localhost:8787"] {
+        let (code, _, html) = get_with(&tcp, Page::Fleet, &headers(host, false));
+        assert_eq!(code, 200, "{host}: {html}");
+        assert!(html.contains("web-01"));
+    }
+    let with_token = Pages::load(&config(&format!(
+        "listen = \"127.0.0.1:8787\"\ntoken_file = \"{}\"",
+        token.display()
+    )))
+    .unwrap();
+    let (code, _, _) = get_with(&with_token, Page::Fleet, &headers("proxsync.example", true));
+    assert_eq!(code, 200);
+    let (code, _, _) = get_with(&with_token, Page::Fleet, &headers("rebind.example", false));
+    assert_eq!(code, 401);
+    let unix = Pages::load(&config(&format!(
+        "listen = \"unix:{}\"",
+        d.path().join("web.sock").display()
+    )))
+    .unwrap();
+    let (code, _, _) = get_with(&unix, Page::Fleet, &headers("proxsync.example", false));
+    assert_eq!(code, 200);
+}
