@@ -39,6 +39,7 @@ pub(super) fn spec_detail(f: &SpecFile, name: &str, now: SystemTime, p: Paint) -
     detail_last_task(&mut out, f, now, p);
     detail_backoff(&mut out, f, now, p);
     detail_history(&mut out, f, now, p);
+    detail_drift(&mut out, f, p);
     out
 }
 
@@ -197,4 +198,39 @@ pub(super) fn detail_history(out: &mut String, f: &SpecFile, now: SystemTime, p:
             p,
         ));
     }
+}
+
+/// The detail view's drift, when the guest differs from the spec in what the listing shows.
+pub(super) fn detail_drift(out: &mut String, f: &SpecFile, p: Paint) {
+    if f.drift.is_empty() {
+        return;
+    }
+    out.push_str("\nDrift (the spec against the guest as the cluster lists it):\n");
+    let rows: Vec<Vec<Cell>> = (f.drift.iter())
+        .map(|d| {
+            vec![
+                Cell::plain(or_dash(&d.field)),
+                Cell::plain(or_dash(&d.spec)),
+                Cell {
+                    text: or_dash(&d.guest),
+                    color: Some(Color::Yellow),
+                },
+                Cell::plain(
+                    if d.at_next_start {
+                        "at the next start"
+                    } else {
+                        "until converged or changed"
+                    }
+                    .to_string(),
+                ),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        "  ",
+        &["FIELD", "SPEC", "GUEST", "WHEN"],
+        &rows,
+        None,
+        p,
+    ));
 }

@@ -597,6 +597,20 @@ mod tests {
                 tasks: Vec::new(),
             },
         ];
+        cache.drift = vec![
+            crate::status::DriftRecord {
+                field: "memory".into(),
+                spec: "4096 MiB".into(),
+                guest: "2048 MiB".into(),
+                at_next_start: true,
+            },
+            crate::status::DriftRecord {
+                field: "tags".into(),
+                spec: "web".into(),
+                guest: "\x1b]0;owned\x07web-old".into(),
+                at_next_start: false,
+            },
+        ];
         sd.write_spec(&cache, t(T0 + 240)).unwrap();
 
         // Never observed: every condition Unknown.
@@ -1149,6 +1163,9 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
             "\nHistory (most recent first):\n  AT                    AGE  ACTION     OUTCOME\n",
             "  2025-03-01T12:04:00Z  1m   configure  NetworkError: connect timed out\n",
             "  2025-03-01T12:03:00Z  2m   configure  NetworkError: connect timed out\n",
+            "\nDrift (the spec against the guest as the cluster lists it):\n  FIELD   SPEC      GUEST",
+            "  memory  4096 MiB  2048 MiB",
+            "at the next start\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
@@ -1165,6 +1182,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
         ] {
             assert!(new.contains(want), "missing {want:?} in\n{new}");
         }
+        assert!(!new.contains("Drift"), "no drift, no section: {new}");
 
         let coloured = render(&dir, &opts(Some("db-01"), false, true)).unwrap();
         assert!(
