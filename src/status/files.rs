@@ -112,6 +112,9 @@ pub(crate) struct StatusDir {
     /// `None` when no valid file exists.
     specs: HashMap<String, Option<Written>>,
     summary: Option<Option<SummaryFile>>,
+    /// The end of the cycle the summary last written was of: written again, its entry in
+    /// `recentCycles` is replaced rather than added.
+    summary_cycle: Option<SystemTime>,
     orphans: Option<Option<OrphansFile>>,
     /// Files written or removed since the directory was last synced ([`Self::finish_writes`]).
     unsynced: bool,
@@ -135,6 +138,7 @@ impl StatusDir {
             dir: dir.to_path_buf(),
             specs: HashMap::new(),
             summary: None,
+            summary_cycle: None,
             orphans: None,
             unsynced: false,
         };
@@ -149,6 +153,7 @@ impl StatusDir {
             dir: dir.to_path_buf(),
             specs: HashMap::new(),
             summary: None,
+            summary_cycle: None,
             orphans: None,
             unsynced: false,
         }
@@ -202,16 +207,22 @@ impl StatusDir {
     /// added (or put in place of its own entry, written again) and the oldest dropped past
     /// [`RECENT_CYCLES`].
     fn recent_cycles(&self, s: &SummaryStatus) -> Vec<CycleRecord> {
-        let at = rfc3339(s.last_cycle);
         let mut before = match &self.summary {
             Some(Some(p)) => &p.recent_cycles[..],
             _ => &[],
         };
-        // The same cycle written again (its end is its identity) replaces its entry.
-        if let [rest @ .., last] = before
-            && last.at == at
-        {
-            before = rest;
+        // The same cycle written again replaces its entry. Its end, to the nanosecond, is its
+        // identity (the file's `at` is whole seconds, and several cycles may end in one);
+        // read back after a restart, the same second and duration.
+        let at = rfc3339(s.last_cycle);
+        if let [rest @ .., last] = before {
+            let same = match self.summary_cycle {
+                Some(written) => written == s.last_cycle,
+                None => last.at == at && last.ms == s.cycle_ms,
+            };
+            if same {
+                before = rest;
+            }
         }
         let keep = before.len().min(RECENT_CYCLES - 1);
         let mut cycles = before[before.len() - keep..].to_vec();
@@ -293,6 +304,7 @@ impl StatusDir {
             recent_cycles: Vec::new(),
         };
         next.recent_cycles = self.recent_cycles(s);
+        self.summary_cycle = Some(s.last_cycle);
         let unchanged = matches!(&self.summary, Some(Some(p)) if *p == next);
         if unchanged && self.dir.join(SUMMARY_FILE).exists() {
             self.finish_writes();

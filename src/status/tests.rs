@@ -996,13 +996,23 @@ fn recent_cycles_are_kept_oldest_first_across_a_restart_and_capped() {
     for i in 20..40 {
         sd.write_summary(&cycle(i)).unwrap();
     }
-    // The same cycle written again keeps one entry.
+    // The same cycle written again keeps one entry; cycles ending within one second each
+    // have theirs.
     assert!(!sd.write_summary(&cycle(39)).unwrap());
     let f = sd.read_summary().unwrap().unwrap();
     assert_eq!(f.recent_cycles.len(), crate::status::RECENT_CYCLES);
+    for ms in [1, 2] {
+        let mut again = cycle(39);
+        again.last_cycle += std::time::Duration::from_millis(ms);
+        again.cycle_ms = 40 + ms;
+        assert!(sd.write_summary(&again).unwrap());
+    }
+    let f = sd.read_summary().unwrap().unwrap();
+    assert_eq!(f.recent_cycles.len(), crate::status::RECENT_CYCLES);
+    let f = sd.read_summary().unwrap().unwrap();
     let ms: Vec<u64> = f.recent_cycles.iter().map(|c| c.ms).collect();
-    assert_eq!(ms, (10..40).collect::<Vec<u64>>());
-    let last = f.recent_cycles.last().unwrap();
+    assert_eq!(ms, (12..40).chain([41, 42]).collect::<Vec<u64>>());
+    let last = &f.recent_cycles[RECENT_CYCLES - 3];
     assert_eq!((last.actions, last.failed, last.sites_down), (39, 1, 1));
     assert_eq!(last.at, f.last_cycle);
 }

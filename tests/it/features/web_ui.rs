@@ -302,6 +302,19 @@ fn a_browser_shows_hostile_strings_as_text() {
     wait_until("three specs Ready", Duration::from_secs(30), || {
         get(&addr, "/").1.contains("3 Ready")
     });
+    // A few more cycles, asked for, so that the timeline has bars to show.
+    wait_until("six cycles drawn", Duration::from_secs(60), || {
+        let fleet = get(&addr, "/").1;
+        let drawn = fleet.matches("</title></rect>").count();
+        if drawn < 6 {
+            ws.proxsync(&["reconcile"]);
+        }
+        drawn >= 6
+    });
+    eprintln!(
+        "SUMMARY {}",
+        std::fs::read_to_string(ws.path("status").join("_summary.yaml")).unwrap()
+    );
 
     let shot = tempfile::tempdir().unwrap();
     let png = shot.path().join("web-ui.png");
