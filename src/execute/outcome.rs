@@ -83,7 +83,7 @@ pub(super) fn record(
             rec.note(now, action_name(action), &wait.to_string());
         }
     }
-    rec.name_tasks(started_ms);
+    rec.finish_attempt(started_ms);
     if let Err(e) = ctx.store.put(spec_name, &rec) {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
     }
@@ -107,7 +107,7 @@ pub(super) fn retrying(
         message: e.message.clone(),
     };
     rec.note(now, action_name(action), &note.to_string());
-    rec.name_tasks(started_ms);
+    rec.finish_attempt(started_ms);
     tracing::info!(spec = spec_name, category = %e.category, error = %e.message, "create failed on a lock; trying again this cycle");
     if let Err(e) = ctx.store.put(spec_name, &rec) {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");

@@ -46,6 +46,7 @@ fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
             action: h.action.clone(),
             outcome: h.outcome.clone(),
             tasks: h.tasks.clone(),
+            took_ms: h.took_ms,
         })
         .collect();
 }

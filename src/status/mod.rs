@@ -167,6 +167,8 @@ pub(crate) struct AttemptSummary {
     pub outcome: String,
     /// The UPIDs of the PVE tasks the attempt ran, in order.
     pub tasks: Vec<String>,
+    /// How long it took (ms), when known.
+    pub took_ms: Option<u64>,
 }
 
 /// One field in which the guest, as the cluster listing shows it, differs from its spec.
@@ -464,6 +466,9 @@ pub(crate) struct AttemptRecord {
     /// The UPIDs of the PVE tasks the attempt ran, in order; absent when it ran none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<String>,
+    /// How long the attempt took, in milliseconds; absent when not known.
+    #[serde(rename = "tookMs", skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
 }
 
 /// A spec's status file, `<dir>/<name>.yaml`.

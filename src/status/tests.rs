@@ -569,6 +569,7 @@ fn history_is_capped_most_recent_first() {
             action: format!("attempt {i}"),
             outcome: "TaskFailed".into(),
             tasks: Vec::new(),
+            took_ms: None,
         })
         .collect();
     sd.write_spec(&s, t(T0)).unwrap();
@@ -754,6 +755,7 @@ fn hostile_strings_round_trip() {
             action: v.to_string(),
             outcome: v.to_string(),
             tasks: Vec::new(),
+            took_ms: None,
         }];
         sd.write_spec(&s, t(T0 + i as u64)).unwrap();
         let f = sd

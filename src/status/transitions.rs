@@ -242,6 +242,7 @@ fn history(s: &SpecStatus) -> Vec<AttemptRecord> {
             action: clip(&h.action),
             outcome: clip(&h.outcome),
             tasks: h.tasks.iter().map(|t| clip(t)).collect(),
+            took_ms: h.took_ms,
         })
         .collect()
 }

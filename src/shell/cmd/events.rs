@@ -264,6 +264,7 @@ mod tests {
                 action: "create".into(),
                 outcome: message.into(),
                 tasks: vec!["UPID:pve1:1:2:3:qmclone:9000:x:".into()],
+                took_ms: None,
             }],
             ..SpecFile::default()
         }

@@ -520,6 +520,7 @@ mod tests {
                 action: "start".into(),
                 outcome: "OK".into(),
                 tasks: Vec::new(),
+                took_ms: None,
             }],
             observed_generation: Some("sha256:9b1f".into()),
             drift: vec![],
@@ -589,12 +590,14 @@ mod tests {
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
                 tasks: Vec::new(),
+                took_ms: None,
             },
             crate::status::AttemptSummary {
                 at: t(T0 + 180),
                 action: "configure".into(),
                 outcome: "NetworkError: connect timed out".into(),
                 tasks: Vec::new(),
+                took_ms: None,
             },
         ];
         cache.drift = vec![

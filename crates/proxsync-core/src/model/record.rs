@@ -364,6 +364,10 @@ pub struct HistoryEntry {
     /// written by a release before them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<String>,
+    /// How long the attempt took (ms), its tasks included ([`SpecRecord::finish_attempt`];
+    /// none for a step told of, or an entry written by a release before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
 }
 
 fn is_qemu(kind: &crate::guest::GuestKind) -> bool {
@@ -603,7 +607,7 @@ impl SpecRecord {
     }
 
     /// Records `task` as the last task, the ones before it kept in memory
-    /// ([`TaskRecord::earlier`]) for [`SpecRecord::name_tasks`].
+    /// ([`TaskRecord::earlier`]) for [`SpecRecord::finish_attempt`].
     pub fn set_task(&mut self, mut task: TaskRecord) {
         if let Some(prev) = self.last_task.take() {
             let TaskRecord {
@@ -620,9 +624,13 @@ impl SpecRecord {
         self.last_task = Some(Box::new(task));
     }
 
-    /// Names in the last history entry the tasks recorded since `since_ms` (unix ms), in the
-    /// order they ran, and forgets the earlier ones.
-    pub fn name_tasks(&mut self, since_ms: u64) {
+    /// Completes the last history entry, of an attempt started at `since_ms` (unix ms): how
+    /// long it took, and the tasks recorded since, in the order they ran (the earlier ones are
+    /// forgotten).
+    pub fn finish_attempt(&mut self, since_ms: u64) {
+        if let Some(entry) = self.history.first_mut() {
+            entry.took_ms = Some(entry.at_ms.saturating_sub(since_ms));
+        }
         let Some(last) = self.last_task.as_mut() else {
             return;
         };
@@ -650,6 +658,7 @@ impl SpecRecord {
                 action: action.to_string(),
                 outcome: outcome.chars().take(300).collect(),
                 tasks: Vec::new(),
+                took_ms: None,
             },
         );
         self.history.truncate(10);
@@ -706,7 +715,7 @@ mod tests {
     }
 
     /// An attempt's history line names every task it ran, in order, once each, and none of
-    /// an earlier attempt's; what it keeps to do so is never stored.
+    /// an earlier attempt's, and how long it took; what it keeps to do so is never stored.
     #[test]
     fn an_attempt_names_the_tasks_it_ran() {
         let mut rec = SpecRecord::default();
@@ -715,14 +724,15 @@ mod tests {
         rec.set_task(task("clone", 12));
         rec.set_task(task("start", 15));
         rec.note(16, "create", "ok");
-        rec.name_tasks(10);
+        rec.finish_attempt(10);
         assert_eq!(rec.history[0].tasks, ["clone", "start"]);
+        assert_eq!(rec.history[0].took_ms, Some(6));
         assert!(rec.last_task.as_ref().unwrap().earlier.is_empty());
         let json = serde_json::to_string(&rec).unwrap();
         assert!(!json.contains("earlier") && !json.contains("old"), "{json}");
         // The next attempt ran none.
         rec.note(20, "converge", "ok");
-        rec.name_tasks(20);
+        rec.finish_attempt(20);
         assert!(rec.history[0].tasks.is_empty());
         assert_eq!(rec.history[1].tasks, ["clone", "start"]);
     }

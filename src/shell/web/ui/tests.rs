@@ -130,6 +130,7 @@ fn hostile_dir() -> tempfile::TempDir {
         action: SCRIPT.into(),
         outcome: IMG.into(),
         tasks: vec![JS.into(), SCRIPT.into()],
+        took_ms: None,
     }];
     f.drift = vec![crate::status::DriftRecord {
         field: SCRIPT.into(),
@@ -346,6 +347,7 @@ fn the_spec_page_shows_conditions_history_and_backoff() {
         tasks: vec![
             "UPID:pve1:000A1A2B:0B3C4C5D:67C2F0A0:qmclone:9000:proxsync@pve!gitops:".into(),
         ],
+        took_ms: Some(12_340),
     }];
     f.backoff = Some(BackoffRecord {
         attempts: 2,
@@ -372,7 +374,7 @@ fn the_spec_page_shows_conditions_history_and_backoff() {
         "<code>3f2c9a1e0b7d4c6a8e5f1a2b3c4d5e6f7a8b9c0d</code>",
         r#"<td>Ready</td><td class="status-True">True</td><td>Available</td>"#,
         "2026-11-28T10:00:00Z",
-        "clone from template 9000",
+        "clone from template 9000</td><td class=\"num\">12.3 s</td>",
         "<code>UPID:pve1:000A1A2B:0B3C4C5D:67C2F0A0:qmclone:9000:proxsync@pve!gitops:</code>",
         "2 attempt(s)",
         "Transient: PVE answered 500",

@@ -283,9 +283,38 @@ pub(super) struct FleetPage {
     pub unreadable: Vec<String>,
 }
 
+/// One attempt in a spec's history, as the page shows it.
+pub(super) struct HistoryRow {
+    pub at: String,
+    pub action: String,
+    pub outcome: String,
+    pub tasks: Vec<String>,
+    /// `420 ms`, `12.3 s`, `4m`; empty when not known.
+    pub took: String,
+}
+
+impl HistoryRow {
+    fn of(h: &crate::status::AttemptRecord) -> HistoryRow {
+        let took = match h.took_ms {
+            None => String::new(),
+            Some(ms @ 0..1000) => format!("{ms} ms"),
+            Some(ms @ 1000..60_000) => format!("{:.1} s", ms as f64 / 1000.0),
+            Some(ms) => crate::util::time::human(std::time::Duration::from_millis(ms)),
+        };
+        HistoryRow {
+            at: h.at.clone(),
+            action: h.action.clone(),
+            outcome: h.outcome.clone(),
+            tasks: h.tasks.clone(),
+            took,
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "web/spec.html")]
 pub(super) struct SpecPage {
+    pub history: Vec<HistoryRow>,
     pub facts: Facts,
     /// The spec's file at its commit on the forge (`[web] file_url`).
     pub file_link: Option<String>,
@@ -544,6 +573,7 @@ pub(super) fn spec(dir: &Path, name: &str, now: SystemTime, links: &Links) -> (S
     };
     render(
         &SpecPage {
+            history: file.history.iter().map(HistoryRow::of).collect(),
             facts,
             file_link,
             effective,
