@@ -244,36 +244,12 @@ pub(crate) fn serve(
                 .and_then(tokio::net::TcpListener::from_std)
                 .map_err(fail)?;
             let local = listener.local_addr().ok();
-            let shared = shared.clone();
-            let task = tokio::spawn(async move {
-                let mut pause = Pause::default();
-                loop {
-                    match listener.accept().await {
-                        Ok((stream, peer)) => {
-                            pause.reset();
-                            spawn_connection(stream, Some(peer_key(peer.ip())), &shared, &slots);
-                        }
-                        Err(_) => pause.wait().await,
-                    }
-                }
-            });
+            let task = tokio::spawn(accept_loop(listener, shared.clone(), slots));
             (task, None, local)
         }
         MetricsListen::Unix(path) => {
             let listener = crate::telemetry::metrics::bind_unix(path).map_err(fail)?;
-            let shared = shared.clone();
-            let task = tokio::spawn(async move {
-                let mut pause = Pause::default();
-                loop {
-                    match listener.accept().await {
-                        Ok((stream, _)) => {
-                            pause.reset();
-                            spawn_connection(stream, None, &shared, &slots);
-                        }
-                        Err(_) => pause.wait().await,
-                    }
-                }
-            });
+            let task = tokio::spawn(accept_loop(listener, shared.clone(), slots));
             (task, Some(path.clone()), None)
         }
     };
@@ -283,6 +259,45 @@ pub(crate) fn serve(
         local,
         shared,
     })
+}
+
+/// A listener of the web listener: TCP, each connection keyed by its peer's address, or a
+/// unix socket (a reverse proxy), whose connections have no such key.
+trait Listener: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, Peer)>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_one(&self) -> std::io::Result<(Self::Stream, Peer)> {
+        let (stream, peer) = self.accept().await?;
+        Ok((stream, Some(peer_key(peer.ip()))))
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_one(&self) -> std::io::Result<(Self::Stream, Peer)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, None))
+    }
+}
+
+/// Serves each connection `listener` accepts, pausing while accepting fails.
+async fn accept_loop(listener: impl Listener, shared: Arc<Shared>, slots: Arc<Slots>) {
+    let mut pause = Pause::default();
+    loop {
+        match listener.accept_one().await {
+            Ok((stream, peer)) => {
+                pause.reset();
+                spawn_connection(stream, peer, &shared, &slots);
+            }
+            Err(_) => pause.wait().await,
+        }
+    }
 }
 
 /// The growing pause while accept fails (out of descriptors: EMFILE), so the loop does not

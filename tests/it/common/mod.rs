@@ -23,3 +23,12 @@ pub fn once_free<T, E: std::fmt::Debug>(mut open: impl FnMut() -> Result<T, E>) 
         }
     }
 }
+
+/// A free loopback port (bound, then released for a daemon's listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::engine::{Workspace, spec};
-use common::{FakePve, TOKEN_SECRET, default_scenario};
+use common::{FakePve, TOKEN_SECRET, default_scenario, free_port};
 use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
@@ -203,15 +203,6 @@ fn scrape_until(
         last.unwrap_or_default(),
         daemon.log()
     );
-}
-
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn head_commit(ws: &Workspace) -> String {

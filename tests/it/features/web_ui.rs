@@ -10,18 +10,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::engine::{Workspace, owned_vms, spec};
-use common::{FakePve, default_scenario};
+use common::{FakePve, default_scenario, free_port};
 
 use super::daemon::{Daemon, wait_until};
-
-/// A free loopback port (bound, then released for the daemon).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `GET path` on `addr`: the status code and the whole answer (headers and body).
 fn get(addr: &str, path: &str) -> (u16, String) {

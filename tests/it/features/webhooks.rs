@@ -11,20 +11,11 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::engine::{Workspace, owned_vms, spec};
-use common::{FakePve, default_scenario};
+use common::{FakePve, default_scenario, free_port};
 
 use super::daemon::{Daemon, daemon_ready_count, wait_until};
 
 const SECRET: &str = "hook-s3cret-0123456789";
-
-/// A free loopback port (bound, then released for the daemon).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A workspace whose source is `vms.git` as a `file://` remote fetched every hour, with a
 /// web listener on a free port and a GitHub receiver `gh`; the listener's address.
