@@ -14,6 +14,7 @@ mod marker_key;
 mod privileges;
 mod resources;
 mod same_install;
+mod secrets;
 mod signing;
 mod sops;
 mod source;
@@ -101,6 +102,7 @@ pub(crate) async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Chec
     out.push(marker_key::check_marker_key(&config.marker_key_path()));
     out.extend(source::check_config_warnings(config));
     out.extend(signing::check_signing(config));
+    out.extend(secrets::check_secrets(config));
     // Read-only: a missing or broken key is the line above; markers are then not checked.
     let key = crate::ownership::MarkerKey::load_file(&config.marker_key_path())
         .ok()
