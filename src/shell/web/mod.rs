@@ -916,6 +916,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o660);
+        let beside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(beside.len(), 1, "the socket alone: {beside:?}");
         let err = serve(&web, routes_gh(), tx.clone(), Metrics::off())
             .err()
             .expect("a live listener's socket is not taken");

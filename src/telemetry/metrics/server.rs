@@ -102,8 +102,22 @@ pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::U
         }
         std::fs::remove_file(path)?;
     }
-    let listener = tokio::net::UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    // Bound under a name of its own, given its mode, then renamed into place: at `path` the
+    // socket never has the umask's mode, not even for a moment.
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let unready = path.with_file_name(format!(
+        ".{}.{}.binding",
+        name.as_deref().unwrap_or("socket"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&unready);
+    let listener = tokio::net::UnixListener::bind(&unready)?;
+    let placed = std::fs::set_permissions(&unready, std::fs::Permissions::from_mode(0o660))
+        .and_then(|()| std::fs::rename(&unready, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&unready);
+        return Err(e);
+    }
     Ok(listener)
 }
 
