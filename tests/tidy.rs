@@ -75,7 +75,12 @@ const CRATES: &[(&str, Layers)] = &[
         &[
             (
                 "helpers and the foundation",
-                &["util::lanes", "backoff", "shell::malloc"],
+                &[
+                    "util::lanes",
+                    "backoff",
+                    "shell::malloc",
+                    "telemetry::listener",
+                ],
             ),
             (
                 "the state database (the store); what a cycle observed",

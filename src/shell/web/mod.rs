@@ -11,7 +11,6 @@ pub(crate) mod hooks;
 pub(crate) mod ui;
 
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -20,14 +19,14 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use crate::config::{Config, MetricsListen, WebConfig};
+use crate::telemetry::listener;
 use crate::telemetry::metrics::Metrics;
 use hooks::{Receiver, Verdict};
 
-/// Connections served at once; a new one beyond ends the oldest ([`Slots`]).
+/// Connections served at once; a new one beyond ends another (`telemetry::listener::Slots`).
 const MAX_CONNECTIONS: usize = 16;
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -193,11 +192,7 @@ impl Fetches {
 
 /// The running listener. [`Web::stop`] ends it (and removes a unix socket's file).
 pub(crate) struct Web {
-    task: tokio::task::JoinHandle<()>,
-    socket: Option<PathBuf>,
-    /// The TCP address bound (port 0 in the config: the one the system chose).
-    #[cfg_attr(not(test), allow(dead_code))]
-    local: Option<std::net::SocketAddr>,
+    running: listener::Running,
     shared: Arc<Shared>,
 }
 
@@ -212,10 +207,13 @@ impl Web {
     }
 
     pub(crate) fn stop(self) {
-        self.task.abort();
-        if let Some(path) = &self.socket {
-            let _ = std::fs::remove_file(path);
-        }
+        self.running.stop();
+    }
+
+    /// The TCP address bound (port 0 in the config: the one the system chose).
+    #[cfg(test)]
+    pub(crate) fn local(&self) -> std::net::SocketAddr {
+        self.running.local.expect("a TCP listener")
     }
 }
 
@@ -228,95 +226,20 @@ pub(crate) fn serve(
     metrics: Metrics,
 ) -> Result<Web, String> {
     let listen = &web.listen;
-    let fail =
-        |e: std::io::Error| format!("[web] listen = \"{}\": cannot listen: {e}", shown(listen));
     let shared = Arc::new(Shared {
         routes: RwLock::new(Arc::new(routes)),
         fetches: Arc::new(Fetches::new(refs)),
         metrics,
         refusals: Default::default(),
     });
-    let slots = Arc::new(Slots::new());
-    let (task, socket, local) = match listen {
-        MetricsListen::Tcp(addr) => {
-            let listener = std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(tokio::net::TcpListener::from_std)
-                .map_err(fail)?;
-            let local = listener.local_addr().ok();
-            let task = tokio::spawn(accept_loop(listener, shared.clone(), slots));
-            (task, None, local)
-        }
-        MetricsListen::Unix(path) => {
-            let listener = crate::telemetry::metrics::bind_unix(path).map_err(fail)?;
-            let task = tokio::spawn(accept_loop(listener, shared.clone(), slots));
-            (task, Some(path.clone()), None)
-        }
-    };
-    Ok(Web {
-        task,
-        socket,
-        local,
-        shared,
-    })
-}
-
-/// A listener of the web listener: TCP, each connection keyed by its peer's address, or a
-/// unix socket (a reverse proxy), whose connections have no such key.
-trait Listener: Send + 'static {
-    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
-    fn accept_one(
-        &self,
-    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, Peer)>> + Send;
-}
-
-impl Listener for tokio::net::TcpListener {
-    type Stream = tokio::net::TcpStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Stream, Peer)> {
-        let (stream, peer) = self.accept().await?;
-        Ok((stream, Some(peer_key(peer.ip()))))
-    }
-}
-
-impl Listener for tokio::net::UnixListener {
-    type Stream = tokio::net::UnixStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Stream, Peer)> {
-        let (stream, _) = self.accept().await?;
-        Ok((stream, None))
-    }
-}
-
-/// Serves each connection `listener` accepts, pausing while accepting fails.
-async fn accept_loop(listener: impl Listener, shared: Arc<Shared>, slots: Arc<Slots>) {
-    let mut pause = Pause::default();
-    loop {
-        match listener.accept_one().await {
-            Ok((stream, peer)) => {
-                pause.reset();
-                spawn_connection(stream, peer, &shared, &slots);
-            }
-            Err(_) => pause.wait().await,
-        }
-    }
-}
-
-/// The growing pause while accept fails (out of descriptors: EMFILE), so the loop does not
-/// spin: 10 ms doubling to 1 s, back to 10 ms after an accepted connection.
-#[derive(Default)]
-struct Pause(Option<Duration>);
-
-impl Pause {
-    async fn wait(&mut self) {
-        let d = self.0.map_or(Duration::from_millis(10), |d| {
-            (d * 2).min(Duration::from_secs(1))
-        });
-        self.0 = Some(d);
-        tokio::time::sleep(d).await;
-    }
-
-    fn reset(&mut self) {
-        self.0 = None;
-    }
+    let serving = shared.clone();
+    let running = listener::serve(
+        listen,
+        listener::Slots::new(MAX_CONNECTIONS),
+        move |stream| serve_connection(stream, serving.clone()),
+    )
+    .map_err(|e| format!("[web] listen = \"{}\": cannot listen: {e}", shown(listen)))?;
+    Ok(Web { running, shared })
 }
 
 /// `listen` as the config writes it.
@@ -327,108 +250,17 @@ fn shown(listen: &MetricsListen) -> String {
     }
 }
 
-/// The connections being served, oldest first, each with its peer and the handle that ends
-/// it. When all [`MAX_CONNECTIONS`] are taken, a new connection ends the oldest of the peer
-/// that holds the most rather than being refused: a forge sends a hook within milliseconds of
-/// connecting, so connections that never finish their request (slowloris) cannot keep hooks
-/// out, and a flood of new connections from one address ends its own; only one from as many
-/// addresses as there are slots could end a hook's.
-struct Slots {
-    permits: Arc<Semaphore>,
-    live: std::sync::Mutex<Live>,
-}
-
-#[derive(Default)]
-struct Live {
-    next: u64,
-    conns: std::collections::VecDeque<(u64, Peer, tokio::task::AbortHandle)>,
-}
-
-impl Slots {
-    fn new() -> Slots {
-        Slots {
-            permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            live: Default::default(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A connection's task ended: its entry goes.
-    fn forget(&self, id: u64) {
-        self.lock().conns.retain(|(i, _, _)| *i != id);
-    }
-}
-
-/// Whose a connection is: its IP address (IPv6: its /64, what one host is usually given);
-/// `None` on a unix socket (all from the reverse proxy).
-type Peer = Option<std::net::IpAddr>;
-
-fn peer_key(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip {
-        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.into(),
-            None => std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)).into(),
-        },
-        v4 => v4,
-    }
-}
-
-impl Live {
-    /// Ends the oldest connection of the peer holding the most.
-    fn evict(&mut self) {
-        let count = |p: &Peer| self.conns.iter().filter(|(_, q, _)| q == p).count();
-        let most = self.conns.iter().map(|(_, p, _)| count(p)).max();
-        let Some(i) = self
-            .conns
-            .iter()
-            .position(|(_, p, _)| Some(count(p)) == most)
-        else {
-            return;
-        };
-        if let Some((_, _, task)) = self.conns.remove(i) {
-            task.abort();
-        }
-    }
-}
-
-/// How long a new connection waits for the slot of the one it ended.
-const SLOT_WAIT: Duration = Duration::from_secs(1);
-
-/// Serves one connection from `peer` in a task of its own, ending another when all slots are
-/// taken ([`Slots`]).
-fn spawn_connection<S>(stream: S, peer: Peer, shared: &Arc<Shared>, slots: &Arc<Slots>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let shared = shared.clone();
-    let mine = slots.clone();
-    // Locked until the task is listed, so that it cannot end (and `forget`) before.
-    let mut live = slots.lock();
-    let id = live.next;
-    live.next += 1;
-    let task = tokio::spawn(async move {
-        // The permit of the connection ended for this one comes when its task is dropped.
-        let permit = tokio::time::timeout(SLOT_WAIT, mine.permits.clone().acquire_owned()).await;
-        if let Ok(Ok(_permit)) = permit {
-            let service = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(respond(req, &shared).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-        }
-        mine.forget(id);
+/// Serves one connection until it ends or [`CONNECTION_LIFETIME`] passes.
+async fn serve_connection(stream: listener::Stream, shared: Arc<Shared>) {
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(respond(req, &shared).await) }
     });
-    if live.conns.len() >= MAX_CONNECTIONS {
-        live.evict();
-    }
-    live.conns.push_back((id, peer, task.abort_handle()));
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
 /// What serves a path.
@@ -630,9 +462,7 @@ mod tests {
     /// Sends `head` (the request line and headers, without the blank line) and `body`; the
     /// answer's status code and text.
     async fn send(web: &Web, head: &str, body: &[u8]) -> (u16, String) {
-        let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
-            .await
-            .unwrap();
+        let mut s = tokio::net::TcpStream::connect(web.local()).await.unwrap();
         s.write_all(format!("{head}\r\nconnection: close\r\n\r\n").as_bytes())
             .await
             .unwrap();
@@ -768,9 +598,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_body_that_does_not_come_times_out() {
         let (web, mut rx, metrics) = start();
-        let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
-            .await
-            .unwrap();
+        let mut s = tokio::net::TcpStream::connect(web.local()).await.unwrap();
         s.write_all(
             b"POST /hooks/gh HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\
               x-github-event: push\r\n\r\n{\"ref\"",
@@ -831,9 +659,7 @@ mod tests {
         let (web, mut rx, _) = start();
         let mut slow = Vec::new();
         for _ in 0..MAX_CONNECTIONS {
-            let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
-                .await
-                .unwrap();
+            let mut s = tokio::net::TcpStream::connect(web.local()).await.unwrap();
             s.write_all(b"POST /hooks/gh HTTP/1.1\r\nhost: x\r\n")
                 .await
                 .unwrap();
@@ -964,7 +790,7 @@ mod tests {
     #[tokio::test]
     async fn a_flood_of_connections_from_one_peer_does_not_end_anothers() {
         let (web, mut rx, _) = start();
-        let addr = web.local.unwrap();
+        let addr = web.local();
         let mut flood = Vec::new();
         for _ in 0..MAX_CONNECTIONS {
             flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
@@ -1005,17 +831,13 @@ mod tests {
                 String::from_utf8_lossy(&rest).to_string(),
             )
         };
-        let silent = tokio::net::TcpStream::connect(web.local.unwrap())
-            .await
-            .unwrap();
+        let silent = tokio::net::TcpStream::connect(web.local()).await.unwrap();
         let (after, _) = closed_after(silent).await;
         assert!(
             after >= HEADER_TIMEOUT && after < HEADER_TIMEOUT + Duration::from_secs(1),
             "{after:?}"
         );
-        let mut kept = tokio::net::TcpStream::connect(web.local.unwrap())
-            .await
-            .unwrap();
+        let mut kept = tokio::net::TcpStream::connect(web.local()).await.unwrap();
         kept.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .unwrap();
@@ -1029,15 +851,6 @@ mod tests {
             "{after:?}"
         );
         web.stop();
-    }
-
-    #[test]
-    fn peers_are_addresses_and_ipv6_64s() {
-        let key = |s: &str| peer_key(s.parse().unwrap()).to_string();
-        assert_eq!(key("192.0.2.7"), "192.0.2.7");
-        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
-        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
-        assert_eq!(key("2001:db8:1:2:bbbb::9"), "2001:db8:1:2::");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::plan::OrphanDisposition;
 use crate::report::CycleReport;
 use crate::status::Reason;
 
-pub(crate) use server::{Server, bind_unix, serve};
+pub(crate) use server::{Server, serve};
 
 /// Seconds a reconcile cycle may take: an idle one is milliseconds, one waiting for tasks up
 /// to `engine::TASK_WAIT` (10 min) and beyond.

@@ -3,8 +3,6 @@
 //! for a scrape. Bounded: a few connections at once, each closed after a short while.
 
 use std::convert::Infallible;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -12,16 +10,15 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Semaphore;
 
 use super::Metrics;
 use crate::config::MetricsListen;
+use crate::telemetry::listener;
 
 /// What a scrape gets: OpenMetrics text (Prometheus asks for it and parses it).
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Connections served at once; more wait in the kernel's backlog.
+/// Connections served at once; a new one beyond ends another (`telemetry::listener::Slots`).
 const MAX_CONNECTIONS: usize = 8;
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,119 +26,37 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// The running listener. [`Server::stop`] ends it (and removes a unix socket's file).
-pub(crate) struct Server {
-    task: tokio::task::JoinHandle<()>,
-    socket: Option<PathBuf>,
-}
+pub(crate) struct Server(listener::Running);
 
 impl Server {
     pub(crate) fn stop(self) {
-        self.task.abort();
-        if let Some(path) = &self.socket {
-            let _ = std::fs::remove_file(path);
-        }
+        self.0.stop();
     }
 }
 
 /// Binds `listen` and serves `metrics` there until [`Server::stop`]. Call inside the tokio
 /// runtime. The error names the key and the address.
 pub(crate) fn serve(listen: &MetricsListen, metrics: Metrics) -> Result<Server, String> {
-    let fail = |e: std::io::Error| format!("[metrics] listen = \"{listen}\": cannot listen: {e}");
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    match listen {
-        MetricsListen::Tcp(addr) => {
-            let listener = std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(tokio::net::TcpListener::from_std)
-                .map_err(fail)?;
-            let task = tokio::spawn(async move {
-                loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        spawn_connection(stream, &metrics, &slots);
-                    }
-                }
-            });
-            Ok(Server { task, socket: None })
-        }
-        MetricsListen::Unix(path) => {
-            let listener = bind_unix(path).map_err(fail)?;
-            let task = tokio::spawn(async move {
-                loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        spawn_connection(stream, &metrics, &slots);
-                    }
-                }
-            });
-            Ok(Server {
-                task,
-                socket: Some(path.clone()),
-            })
-        }
-    }
+    listener::serve(
+        listen,
+        listener::Slots::new(MAX_CONNECTIONS),
+        move |stream| serve_connection(stream, metrics.clone()),
+    )
+    .map(Server)
+    .map_err(|e| format!("[metrics] listen = \"{listen}\": cannot listen: {e}"))
 }
 
-/// Binds a unix socket at `path` (0660: the daemon's group may scrape, or a reverse proxy in
-/// it may connect), replacing a stale socket but never one a process listens on, nor another
-/// kind of file.
-pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(meta) = path.symlink_metadata() {
-        if !meta.file_type().is_socket() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "the path exists and is not a socket",
-            ));
-        }
-        // A socket some process still accepts on (another daemon given the same path) is
-        // not taken from it; one nobody listens on is stale.
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                "the socket is in use: another process listens on it",
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    // Bound under a name of its own, given its mode, then renamed into place: at `path` the
-    // socket never has the umask's mode, not even for a moment.
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let unready = path.with_file_name(format!(
-        ".{}.{}.binding",
-        name.as_deref().unwrap_or("socket"),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&unready);
-    let listener = tokio::net::UnixListener::bind(&unready)?;
-    let placed = std::fs::set_permissions(&unready, std::fs::Permissions::from_mode(0o660))
-        .and_then(|()| std::fs::rename(&unready, path));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&unready);
-        return Err(e);
-    }
-    Ok(listener)
-}
-
-/// Serves one connection in a task of its own, or drops it when all slots are taken.
-fn spawn_connection<S>(stream: S, metrics: &Metrics, slots: &Arc<Semaphore>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        return;
-    };
-    let metrics = metrics.clone();
-    tokio::spawn(async move {
-        let service = hyper::service::service_fn(move |req| {
-            let metrics = metrics.clone();
-            async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
-        });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
-        let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-        drop(slot);
+/// Serves one scrape's connection until it ends or [`CONNECTION_LIFETIME`] passes.
+async fn serve_connection(stream: listener::Stream, metrics: Metrics) {
+    let service = hyper::service::service_fn(move |req| {
+        let metrics = metrics.clone();
+        async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
     });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
 /// `GET`/`HEAD /metrics`: the metrics; another method there: 405; any other path: 404.
@@ -174,4 +89,47 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Slow connections holding every slot do not keep a scrape out: it is served at once,
+    /// the oldest idle connection closed for it. (Before, a full listener dropped the new
+    /// connection.)
+    #[tokio::test]
+    async fn slow_connections_holding_every_slot_do_not_keep_a_scrape_out() {
+        let listen = MetricsListen::Tcp("127.0.0.1:0".parse().unwrap());
+        let server = serve(&listen, Metrics::off()).unwrap();
+        let addr = server.0.local.unwrap();
+        let mut slow = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n")
+                .await
+                .unwrap();
+            slow.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut scrape = tokio::net::TcpStream::connect(addr).await.unwrap();
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(3), scrape.read_to_string(&mut answer))
+            .await
+            .expect("the scrape is answered at once")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(2), slow[0].read(&mut buf))
+            .await
+            .expect("the oldest slow connection is closed")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        server.stop();
+    }
 }

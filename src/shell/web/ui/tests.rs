@@ -669,9 +669,7 @@ async fn through_the_listener_head_has_no_body_and_hooks_need_no_token() {
     )
     .unwrap();
     let send = async |head: &str| {
-        let mut s = tokio::net::TcpStream::connect(web.local.unwrap())
-            .await
-            .unwrap();
+        let mut s = tokio::net::TcpStream::connect(web.local()).await.unwrap();
         s.write_all(format!("{head}\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
             .await
             .unwrap();
