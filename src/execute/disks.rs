@@ -122,6 +122,50 @@ pub(super) async fn converge_disks(
     Ok(DiskStep::Done(true))
 }
 
+/// The decision for each `destroyDisks` slot of `vm_spec` (`gate::volume::destroy`), with the
+/// volume the slot holds in `cfg` (a pending delete: none), judged by the record's bindings
+/// (none when the record followed another VM). Pure: the converge applies it, `plan` shows it.
+pub(crate) fn destroy_steps(
+    kind: GuestKind,
+    vmid: u32,
+    vm_spec: &VmSpec,
+    rec: &SpecRecord,
+    cfg: &VmConfig,
+    pending: &[PendingEntry],
+    now_ms: u64,
+) -> Vec<(
+    String,
+    Option<String>,
+    Result<gate::DestroyStep, gate::VolumeRefusal>,
+)> {
+    let followed = rec.destroy_disks_vmid == Some(vmid);
+    let boot = boot_disk(cfg).map(|(k, _)| k);
+    let mut out = Vec::new();
+    for slot in &vm_spec.destroy_disks {
+        let pending_delete = pending
+            .iter()
+            .any(|p| &p.key == slot && p.delete == Some(true));
+        let value = cfg
+            .get(slot)
+            .filter(|_| !pending_delete)
+            .map(DriveValue::parse);
+        let holds = match &value {
+            None => SlotHolds::Nothing,
+            Some(v) if v.is_cdrom_or_cloudinit() => SlotHolds::Kept("CD-ROM or cloud-init drive"),
+            Some(_) if boot.as_deref() == Some(slot.as_str()) => SlotHolds::Kept("boot disk"),
+            Some(v) => SlotHolds::Disk(&v.volume),
+        };
+        let binding = rec.disk_destroy(slot).filter(|_| followed);
+        let step = gate::destroy(kind, vmid, slot, holds, binding, followed, now_ms);
+        let volume = match holds {
+            SlotHolds::Disk(v) => Some(v.to_string()),
+            _ => None,
+        };
+        out.push((slot.clone(), volume, step));
+    }
+    out
+}
+
 /// Destroys the disks of `destroyDisks` the VM still has, each only when its destroy is bound
 /// to the volume in its slot (`gate::volume::destroy`: the volume the slot held when the
 /// destroy was first applied, recorded before the request; once done, never again):
@@ -155,42 +199,19 @@ pub(super) async fn destroy_disks(
         v.destroys
             .retain(|d| followed && vm_spec.destroy_disks.contains(&d.slot));
     }
-    let boot = boot_disk(cfg).map(|(k, _)| k);
     // Each slot to destroy with the volume it holds, which its destroy is bound to.
     let mut bound: Vec<(String, String)> = Vec::new();
-    for slot in &vm_spec.destroy_disks {
-        let pending_delete = pending
-            .iter()
-            .any(|p| &p.key == slot && p.delete == Some(true));
-        let value = cfg
-            .get(slot)
-            .filter(|_| !pending_delete)
-            .map(DriveValue::parse);
-        let holds = match &value {
-            None => SlotHolds::Nothing,
-            Some(v) if v.is_cdrom_or_cloudinit() => SlotHolds::Kept("CD-ROM or cloud-init drive"),
-            Some(_) if boot.as_deref() == Some(slot.as_str()) => SlotHolds::Kept("boot disk"),
-            Some(v) => SlotHolds::Disk(&v.volume),
-        };
-        let step = gate::destroy(
-            kind,
-            vmid,
-            slot,
-            holds,
-            rec.disk_destroy(slot),
-            followed,
-            now,
-        )
-        .map_err(|why| fail(Category::ConfigurationError, why))?;
+    for (slot, volume, step) in destroy_steps(kind, vmid, vm_spec, rec, cfg, pending, now) {
+        let step = step.map_err(|why| fail(Category::ConfigurationError, why))?;
         if let Some(note) = &step.note {
             tracing::warn!(spec = %spec.name, vmid, slot = %slot, "{note}");
             rec.note(now, "destroyDisks", &note.to_string());
         }
         let destroys = &mut rec.volumes_mut().destroys;
-        destroys.retain(|d| &d.slot != slot);
+        destroys.retain(|d| d.slot != slot);
         destroys.push(step.binding);
-        if let (Some(_), SlotHolds::Disk(volume)) = (&step.destroy, holds) {
-            bound.push((slot.clone(), volume.to_string()));
+        if let (Some(_), Some(volume)) = (&step.destroy, volume) {
+            bound.push((slot, volume));
         }
     }
     rec.destroy_disks_vmid = Some(vmid);

@@ -63,7 +63,7 @@ use self::handover::hand_over;
 pub(crate) use self::handover::sign_over;
 use self::migrate::migrate;
 use self::remove::{delete_orphan, forget, remove};
-pub(crate) use self::vm::find_vm;
+pub(crate) use self::vm::{find_vm, protection_of};
 
 /// A failure of one action, with its category.
 #[derive(Debug, Clone, PartialEq, Eq)]

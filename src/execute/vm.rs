@@ -91,7 +91,7 @@ pub(super) async fn check_lock(
 /// The VM's `protection` as it is after this converge's config update (a declared one is
 /// applied at once: qemu-server's fast-plug options), for the steps that remove drives (PVE
 /// refuses removing any drive of a protected VM).
-pub(super) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
+pub(crate) fn protection_of(spec: &Spec, cfg: &VmConfig) -> Protection {
     Protection {
         on: spec
             .hardware

@@ -82,6 +82,9 @@ pub(crate) struct Field {
     /// (`render::current::reported_pending`).
     #[serde(rename = "needsRestart", skip_serializing_if = "std::ops::Not::not")]
     pub needs_restart: bool,
+    /// `destroyDisks`: the converge destroys `old`, the volume in the slot, with its data.
+    #[serde(rename = "destroysData", skip_serializing_if = "std::ops::Not::not")]
+    pub destroys_data: bool,
 }
 
 impl std::fmt::Display for Field {
@@ -94,6 +97,13 @@ impl std::fmt::Display for Field {
             _ => {}
         }
         let old = self.old.as_deref().unwrap_or("unset");
+        if self.destroys_data {
+            return write!(
+                f,
+                "{} {old} destroyed with its data (destroyDisks)",
+                self.field
+            );
+        }
         let new = self.new.as_deref().unwrap_or("removed");
         write!(f, "{} {old} -> {new}", self.field)?;
         if let Some(unit) = self.unit {
@@ -235,14 +245,34 @@ impl Report {
             .iter()
             .filter(|c| c.fields.iter().any(|f| f.needs_restart))
             .count();
+        let destroying = self
+            .changes
+            .iter()
+            .filter(|c| c.fields.iter().any(|f| f.destroys_data))
+            .count();
         let parts: Vec<String> = ORDER
             .iter()
             .zip(counts)
             .filter(|(_, n)| *n > 0)
-            .map(|(what, n)| match (*what, restarts) {
-                ("change", 1) => format!("{n} to change (1 needs a restart)"),
-                ("change", 2..) => format!("{n} to change ({restarts} need a restart)"),
-                _ => format!("{n} to {what}"),
+            .map(|(what, n)| {
+                if *what != "change" {
+                    return format!("{n} to {what}");
+                }
+                let mut notes = Vec::new();
+                match restarts {
+                    0 => {}
+                    1 => notes.push("1 needs a restart".to_string()),
+                    r => notes.push(format!("{r} need a restart")),
+                }
+                match destroying {
+                    0 => {}
+                    1 => notes.push("1 destroys disks".to_string()),
+                    d => notes.push(format!("{d} destroy disks")),
+                }
+                match notes.is_empty() {
+                    true => format!("{n} to change"),
+                    false => format!("{n} to change ({})", notes.join("; ")),
+                }
             })
             .collect();
         parts.join(", ")
@@ -757,6 +787,7 @@ fn compared(
             Field { needs_restart, ..f }
         })
         .collect();
+    fields.extend(destroyed(spec, vmid, rec, cfg, pending));
     match (spec.power_state, power) {
         (PowerState::Running, Some(Power::Stopped)) => {
             fields.push(power_field("stopped", "running"))
@@ -769,6 +800,41 @@ fn compared(
     Ok(fields)
 }
 
+/// The disks a converge destroys for `destroyDisks`, each with its volume, by the run's own
+/// decision (`execute::disks::destroy_steps`); none on a protected VM, which holds them.
+fn destroyed(
+    spec: &Spec,
+    vmid: u32,
+    rec: &SpecRecord,
+    cfg: &crate::pve::types::VmConfig,
+    pending: &[crate::pve::types::PendingEntry],
+) -> Vec<Field> {
+    let Some(vm_spec) = spec.vm() else {
+        return Vec::new();
+    };
+    let now = crate::util::clock::now_ms();
+    let steps =
+        crate::execute::disks::destroy_steps(spec.kind(), vmid, vm_spec, rec, cfg, pending, now);
+    let destroys: Vec<(String, String)> = (steps.into_iter())
+        .filter_map(|(slot, volume, step)| step.ok()?.destroy.and(Some((slot, volume?))))
+        .collect();
+    let slots: Vec<String> = destroys.iter().map(|(slot, _)| slot.clone()).collect();
+    let protection = crate::execute::protection_of(spec, cfg);
+    if crate::gate::volume::drive_removal(spec.kind(), vmid, protection, &[], &slots).is_err() {
+        return Vec::new();
+    }
+    (destroys.into_iter())
+        .map(|(slot, volume)| Field {
+            field: slot,
+            old: Some(volume),
+            new: None,
+            unit: None,
+            needs_restart: false,
+            destroys_data: true,
+        })
+        .collect()
+}
+
 fn power_field(old: &str, new: &str) -> Field {
     Field {
         field: "power".into(),
@@ -776,6 +842,7 @@ fn power_field(old: &str, new: &str) -> Field {
         new: Some(new.into()),
         unit: None,
         needs_restart: false,
+        destroys_data: false,
     }
 }
 
@@ -794,6 +861,7 @@ fn field(c: ConfigChange) -> Field {
             new: gib(c.new),
             unit: Some("GiB"),
             needs_restart: false,
+            destroys_data: false,
         };
     }
     let unit = (c.key == "memory").then_some("MiB");
@@ -811,6 +879,7 @@ fn field(c: ConfigChange) -> Field {
     };
     Field {
         needs_restart: false,
+        destroys_data: false,
         field: c.key,
         old,
         new: c.new,
@@ -916,6 +985,7 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
             old: None,
             new: Some(value),
             needs_restart: false,
+            destroys_data: false,
         });
     }
     if cloned && let Some(vm) = spec.vm() {
@@ -925,6 +995,7 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
             new: Some(format!("{}", vm.disk_bytes as f64 / (1u64 << 30) as f64)),
             unit: Some("GiB"),
             needs_restart: false,
+            destroys_data: false,
         });
     }
     Ok(out)

@@ -414,6 +414,15 @@ fn destroy_disks_destroys_only_the_slots_it_names_and_never_the_boot_disk() {
     // scsi1 is destroyed; scsi2 only leaves the spec (detached, kept).
     let second = "      - {size: 8Gi}\n    destroyDisks: [scsi1]\n";
     ws.commit_specs(&[("web.yaml", disks_spec("web-01", "9000", second))]);
+    // The plan says which disk goes with its data, by the run's own decision, and counts it.
+    let plan = ws.proxsync(&["plan"]);
+    let plan = String::from_utf8_lossy(&plan.stdout).to_string();
+    assert!(
+        plan.contains(&format!("scsi1 {scsi1} destroyed with its data (destroyDisks)")),
+        "{plan}"
+    );
+    assert!(!plan.contains(&format!("{scsi2} destroyed")), "{plan}");
+    assert!(plan.contains("1 to change (1 destroys disks)"), "{plan}");
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     let vm = pve.vm(vmid);
@@ -438,7 +447,10 @@ fn destroy_disks_destroys_only_the_slots_it_names_and_never_the_boot_disk() {
         "{history}"
     );
 
-    // Nothing left to destroy: the next run writes nothing.
+    // Nothing left to destroy: the next run writes nothing, and the plan shows none.
+    let plan = ws.proxsync(&["plan"]);
+    let plan = String::from_utf8_lossy(&plan.stdout).to_string();
+    assert!(!plan.contains("destroyed"), "{plan}");
     pve.clear_requests();
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
