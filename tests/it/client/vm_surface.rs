@@ -418,7 +418,9 @@ fn destroy_disks_destroys_only_the_slots_it_names_and_never_the_boot_disk() {
     let plan = ws.proxsync(&["plan"]);
     let plan = String::from_utf8_lossy(&plan.stdout).to_string();
     assert!(
-        plan.contains(&format!("scsi1 {scsi1} destroyed with its data (destroyDisks)")),
+        plan.contains(&format!(
+            "scsi1 {scsi1} destroyed with its data (destroyDisks)"
+        )),
         "{plan}"
     );
     assert!(!plan.contains(&format!("{scsi2} destroyed")), "{plan}");

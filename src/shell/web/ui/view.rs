@@ -20,13 +20,7 @@ fn age(now: SystemTime, ts: &str) -> String {
     let Some(t) = parse_rfc3339(ts) else {
         return "?".into();
     };
-    let s = now.duration_since(t).unwrap_or_default().as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
+    crate::util::time::human(now.duration_since(t).unwrap_or_default())
 }
 
 /// The first 12 characters of a commit id.
@@ -197,7 +191,7 @@ pub(super) struct Timeline {
     pub height: u32,
     pub bar_width: u32,
     pub bars: Vec<Bar>,
-    /// `30 cycles in 29m: 12 actions, 1 failed`.
+    /// `30 cycle(s) since 29m ago: 12 action(s), 1 failed; the longest took 840 ms`.
     pub caption: String,
 }
 
@@ -253,12 +247,10 @@ impl Timeline {
             .collect();
         let actions: u64 = cycles.iter().map(|c| u64::from(c.actions)).sum();
         let failed: u64 = cycles.iter().map(|c| u64::from(c.failed)).sum();
-        let span = match (cycles.first(), cycles.last()) {
-            (Some(first), Some(_)) if cycles.len() > 1 => {
-                format!(" since {} ago", age(now, &first.at))
-            }
-            _ => String::new(),
-        };
+        let span = (cycles.first())
+            .filter(|_| cycles.len() > 1)
+            .map(|first| format!(" since {} ago", age(now, &first.at)))
+            .unwrap_or_default();
         Timeline {
             width: (cycles.len() as u32 * BAR_STEP).max(BAR_STEP),
             height: TIMELINE_HEIGHT,
