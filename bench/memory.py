@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The daemon's memory at N specs (issue 47), with bench.py's fleet, workspace and daemon.
+
+    bench/memory.py --binary B --python P --n 50000 --dir DIR [--sites 10 --nodes 5]
+                    [--phases adopt,warm,warmheap,plan,emptyheap]
+
+Phases, in this order:
+- adopt: an empty-database start until every spec is Ready (VmRSS and VmHWM at READY);
+- warmheap: a warm start under heaptrack, 3 idle cycles, then SIGKILL at the idle point (what
+  heaptrack reports as leaked is what the daemon holds between cycles);
+- warm: a warm start, 3 idle cycles (VmRSS, VmHWM), then 2 more for the idle CPU;
+- plan: `proxsync plan` and `proxsync status` under /usr/bin/time, then `plan` under heaptrack;
+- emptyheap: an empty-database start under heaptrack.
+Writes DIR/result-N.json; heaptrack files go to DIR (read them with heaptrack_print).
+Tasks end at once on fakepve: the times measure overhead, not speed.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+BIN = None
+PY = None
+
+
+def log(*a):
+    print('[memory %s]' % time.strftime('%H:%M:%S', time.gmtime()), *a, file=sys.stderr, flush=True)
+
+
+def smaps(pid):
+    out = {}
+    try:
+        with open('/proc/%d/smaps_rollup' % pid) as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 3 and parts[-1] == 'kB':
+                    out[parts[0].rstrip(':')] = int(parts[1])
+    except OSError:
+        pass
+    st = {}
+    for k in ('VmHWM', 'VmRSS', 'RssAnon', 'RssFile'):
+        st[k] = bench.proc_status_kb(pid, k)
+    return {'status': st, 'rollup': {k: out.get(k) for k in ('Rss', 'Anonymous', 'Private_Dirty')}}
+
+
+def idle_cycles(d, k):
+    for _ in range(k):
+        t = time.monotonic()
+        d.reconcile()
+        d.wait_status_after(t, 3600)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--n', type=int, required=True)
+    p.add_argument('--dir', required=True)
+    p.add_argument('--sites', type=int, default=10)
+    p.add_argument('--nodes', type=int, default=5)
+    p.add_argument('--phases', default='adopt,warm')
+    p.add_argument('--binary', required=True, help='the proxsync binary (a release build)')
+    p.add_argument('--python', required=True, help="fakepve's Python")
+    args = p.parse_args()
+    global BIN, PY
+    BIN, PY = os.path.abspath(args.binary), args.python
+    phases = args.phases.split(',')
+    bench.FLEET.update(sites=args.sites, nodes=args.nodes)
+    os.makedirs(args.dir, exist_ok=True)
+    tmp = os.path.abspath(args.dir)
+    n = args.n
+    res = {'n': n, 'sites': args.sites, 'nodes': args.nodes}
+    base = os.path.join(tmp, 'n%d' % n)
+    os.makedirs(base)
+    t = time.monotonic()
+    fake = bench.Fleet(PY, n, os.path.join(base, 'fakepve.log'))
+    log('fleet up in %.1f s' % (time.monotonic() - t))
+    daemons = []
+    try:
+        fake.call('time_scale', value=0)
+        ws = bench.Workspace(base, fake, n)
+        ws.write_specs(n)
+        ws.push()
+        log('specs pushed')
+        if 'adopt' in phases:
+            d, fig = bench.start_daemon(BIN, ws, tmp, 'adopt', n, fake)
+            daemons.append(d)
+            fig['mem_at_ready'] = smaps(d.pid)
+            res['adopt'] = fig
+            log('adopt: ready %ss, %s' % (fig['ready_s'], fig['mem_at_ready']))
+            t = time.monotonic()
+            d.reconcile()
+            bench.wait_all_ready(d, n, t, 3600)
+            res['adopt_after_all_ready'] = smaps(d.pid)
+            d.stop()
+            daemons.remove(d)
+            shutil.copy(os.path.join(ws.state, 'proxsync.redb'), os.path.join(base, 'proxsync.redb.warm'))
+        if 'warmheap' in phases:
+            bench.DAEMON_PREFIX[:] = ['heaptrack', '-o', os.path.join(tmp, 'h-warm-%d' % n)]
+            d, fig = bench.start_daemon(BIN, ws, tmp, 'warmheap', n, fake)
+            daemons.append(d)
+            fig['mem_at_ready'] = smaps(d.pid)
+            idle_cycles(d, 3)
+            fig['mem_idle'] = smaps(d.pid)
+            res['warmheap'] = fig
+            log('warm (heaptrack): ready %ss, %s' % (fig['ready_s'], fig['mem_idle']))
+            # SIGKILL at the idle point: what it holds between cycles is heaptrack's "leaked".
+            os.kill(d.pid, signal.SIGKILL)
+            d.proc.wait(1800)
+            d.stop()
+            daemons.remove(d)
+            bench.DAEMON_PREFIX[:] = []
+            log('heaptrack warm written')
+        if 'warm' in phases:
+            d, fig = bench.start_daemon(BIN, ws, tmp, 'warm', n, fake)
+            daemons.append(d)
+            fig['mem_at_ready'] = smaps(d.pid)
+            idle_cycles(d, 3)
+            fig['mem_idle'] = smaps(d.pid)
+            cpu0 = d.cpu_s()
+            idle_cycles(d, 2)
+            fig['idle_cpu_ms'] = round(1000 * (d.cpu_s() - cpu0) / 2, 1)
+            res['warm'] = fig
+            log('warm: ready %ss, %s' % (fig['ready_s'], fig['mem_idle']))
+            d.stop()
+            daemons.remove(d)
+        if 'plan' in phases:
+            for cmd in ('plan', 'status'):
+                t = time.monotonic()
+                r = subprocess.run(['/usr/bin/time', '-f', '%M %e %U %S', BIN, cmd, '--config', ws.config],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                res['%s_time' % cmd] = r.stderr.strip().splitlines()[-1]
+                log('%s: %s (maxrss kB, wall, user, sys), exit %d' % (cmd, res['%s_time' % cmd], r.returncode))
+            r = subprocess.run(['heaptrack', '-o', os.path.join(tmp, 'h-plan-%d' % n), BIN, 'plan', '--config',
+                                ws.config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            log('heaptrack plan exit %d' % r.returncode)
+            with open(os.path.join(tmp, 'h-plan-%d.err' % n), 'w') as fh:
+                fh.write(r.stderr)
+        if 'emptyheap' in phases:
+            if os.path.exists(os.path.join(ws.state, 'proxsync.redb')):
+                os.remove(os.path.join(ws.state, 'proxsync.redb'))
+            bench.DAEMON_PREFIX[:] = ['heaptrack', '-o', os.path.join(tmp, 'h-empty-%d' % n)]
+            d, fig = bench.start_daemon(BIN, ws, tmp, 'emptyheap', n, fake)
+            daemons.append(d)
+            fig['mem_at_ready'] = smaps(d.pid)
+            res['emptyheap'] = fig
+            log('empty (heaptrack): ready %ss, %s' % (fig['ready_s'], fig['mem_at_ready']))
+            d.stop()
+            daemons.remove(d)
+            bench.DAEMON_PREFIX[:] = []
+    finally:
+        for d in daemons:
+            try:
+                d.stop()
+            except Exception as e:
+                log('stop: %s' % e)
+        fake.stop()
+        with open(os.path.join(tmp, 'result-%d.json' % n), 'w') as fh:
+            json.dump(res, fh, indent=1)
+        log('done')
+
+
+if __name__ == '__main__':
+    main()
