@@ -215,6 +215,7 @@ pub(super) fn image_text(image: &crate::spec::Image) -> String {
         crate::spec::Image::Template { vmid } => format!("template {vmid}"),
         crate::spec::Image::Volume { volume, .. } => volume.clone(),
         crate::spec::Image::Name(n) => n.clone(),
+        crate::spec::Image::Managed(n) => format!("image {n}"),
         crate::spec::Image::Existing => "nothing (adopts an existing guest)".to_string(),
     }
 }

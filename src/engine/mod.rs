@@ -126,6 +126,7 @@ pub(crate) fn shard<'a>(config: &Config, specs: &'a SpecSet) -> (Cow<'a, SpecSet
         (specs.specs.shared().iter().cloned()).partition(|s| config.selects(&s.labels));
     let set = SpecSet {
         specs: mine.into_iter().collect(),
+        images: specs.images.clone(),
         diagnostics: specs.diagnostics.clone(),
     };
     (Cow::Owned(set), theirs.into_iter().collect())

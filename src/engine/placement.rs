@@ -141,6 +141,7 @@ pub(super) fn place<'a>(
     out.sort_by_key(|s| order.get(s.name.as_str()).copied().unwrap_or(usize::MAX));
     Cow::Owned(SpecSet {
         specs: out.into_iter().collect(),
+        images: specs.images.clone(),
         diagnostics: specs.diagnostics.clone(),
     })
 }

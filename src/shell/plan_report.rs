@@ -959,7 +959,7 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
                 } => Boot::Installer(volume),
                 Image::Volume { volume, .. } => Boot::Import(volume),
                 // Its drives are left out below: any valid volume renders the rest.
-                Image::Template { .. } | Image::Name(_) | Image::Existing => {
+                Image::Template { .. } | Image::Name(_) | Image::Managed(_) | Image::Existing => {
                     Boot::Import("template:clone")
                 }
             };
@@ -967,7 +967,11 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
         }
     }
     .map_err(|e| e.to_string())?;
-    let cloned = matches!(spec.image(), Image::Template { .. } | Image::Name(_));
+    // A managed image's volume is resolved when the guest is made: its drives are left out too.
+    let cloned = matches!(
+        spec.image(),
+        Image::Template { .. } | Image::Name(_) | Image::Managed(_)
+    );
     let mut out = Vec::new();
     for (key, value) in params.entries() {
         let drive = crate::pve::values::is_drive_key(key) || key == "boot" || key == "serial0";

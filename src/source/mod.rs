@@ -666,8 +666,14 @@ pub(crate) fn allow_foreign_owner() {
 /// Keyed by the file, its blob and its defaults' fingerprint
 /// (`spec::defaults::DefaultsSet::fingerprint`): a changed `_defaults.yaml` parses the files
 /// below it again.
-pub(crate) type ParseCache =
-    HashMap<(String, git2::Oid, u64), (Vec<Arc<spec::Spec>>, Vec<Diagnostic>)>;
+pub(crate) type ParseCache = HashMap<(String, git2::Oid, u64), Parsed>;
+
+/// One file's parse as the cache keeps it: its guests' specs, its diagnostics, its images.
+pub(crate) type Parsed = (
+    Vec<Arc<spec::Spec>>,
+    Vec<Diagnostic>,
+    Vec<Arc<spec::images::ImageSpec>>,
+);
 
 /// What an entry of the spec directory's tree is to the reader.
 #[derive(Debug, PartialEq, Eq)]
@@ -849,7 +855,8 @@ fn read_at(
     let files = crate::util::par::map(files, |file| match file {
         File::Parse(key, bytes) => {
             let secrets = spec::Secrets::Decrypt(keyring);
-            let (file_specs, file_diags) = defaults.parse_file(&key.0, &bytes, secrets, &budget);
+            let parsed = defaults.parse_file(&key.0, &bytes, secrets, &budget);
+            let (file_specs, file_diags, images) = (parsed.specs, parsed.diagnostics, parsed.images);
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());
@@ -858,7 +865,7 @@ fn read_at(
                 Arc::new(s)
             }));
             let file_specs = shared;
-            File::Parsed(key, (file_specs, file_diags))
+            File::Parsed(key, (file_specs, file_diags, images))
         }
         other => other,
     });
@@ -869,8 +876,8 @@ fn read_at(
         let shown = if rel.is_empty() { "." } else { rel };
         return Ok(ReadSpecs {
             specs: spec::SpecSet {
-                specs: Specs::default(),
                 diagnostics: vec![Diagnostic::error(shown, Pos::START, why)],
+                ..spec::SpecSet::default()
             },
             commit: commit.id().to_string(),
             refused: None,
@@ -878,11 +885,13 @@ fn read_at(
         });
     }
     let mut specs = Specs::default();
+    let mut images = Vec::new();
     for file in files {
         match file {
             File::Parsed(key, parsed) => {
                 parsed.0.iter().for_each(|s| specs.push(s.clone()));
                 diags.extend(parsed.1.iter().cloned());
+                images.extend(parsed.2.iter().cloned());
                 cache.insert(key, parsed);
             }
             File::Refused(d) => diags.push(d),
@@ -890,7 +899,7 @@ fn read_at(
         }
     }
     Ok(ReadSpecs {
-        specs: spec::assemble(specs, diags),
+        specs: spec::assemble_with_images(specs, images, diags),
         commit: commit.id().to_string(),
         refused: None,
         rewound: None,
@@ -1129,9 +1138,6 @@ type SpecFile = (String, git2::Oid);
 
 /// A spec file's key in the [`ParseCache`].
 type CacheKey = (String, git2::Oid, u64);
-
-/// A spec file's specs and diagnostics.
-type Parsed = (Vec<Arc<spec::Spec>>, Vec<Diagnostic>);
 
 /// The spec files under `tree` (shown with `rel` in front, sorted), and an error for each
 /// entry that cannot be a spec file but looks like one.

@@ -584,6 +584,12 @@ async fn image_check(
             "none: the spec adopts an existing VM (proxsync.io/adopt)".to_string(),
             None,
         ),
+        Image::Managed(name) => check(
+            Level::Ok,
+            subject,
+            format!("the ProxmoxImage {name}, which proxsync has PVE download"),
+            None,
+        ),
         Image::Template { vmid } => {
             template_check(subject, resources, &templates, *vmid, spec.kind())
         }

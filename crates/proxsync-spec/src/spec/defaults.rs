@@ -498,7 +498,7 @@ impl DefaultsSet {
         bytes: &[u8],
         secrets: super::Secrets,
         budget: &super::sets::SpecBudget,
-    ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
+    ) -> super::FileParse {
         self.parse_file_keyed(file, file, bytes, secrets, budget)
     }
 
@@ -511,10 +511,13 @@ impl DefaultsSet {
         bytes: &[u8],
         secrets: super::Secrets,
         budget: &super::sets::SpecBudget,
-    ) -> (Vec<super::Spec>, Vec<Diagnostic>) {
+    ) -> super::FileParse {
         match self.chain(key) {
             Ok(chain) => super::parse_file_defaulted(file, bytes, secrets, &chain, budget),
-            Err(broken) => (Vec::new(), held(file, bytes, broken)),
+            Err(broken) => super::FileParse {
+                diagnostics: held(file, bytes, broken),
+                ..Default::default()
+            },
         }
     }
 }
@@ -587,13 +590,14 @@ spec:
         text: &str,
     ) -> (Vec<super::super::Spec>, Vec<String>) {
         let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
-        let (specs, diags) = super::super::parse_file_defaulted(
+        let parsed = super::super::parse_file_defaulted(
             file,
             text.as_bytes(),
             super::super::Secrets::Decrypt(&none),
             chain,
             &super::super::sets::SpecBudget::unlimited(),
         );
+        let (specs, diags) = (parsed.specs, parsed.diagnostics);
         (specs, diags.iter().map(ToString::to_string).collect())
     }
 
@@ -722,12 +726,13 @@ spec:
         ]);
         assert!(!set.diagnostics.is_empty());
         let none = crate::sops::Keyring::unavailable(crate::config::NO_SOPS_IDENTITY);
-        let (specs, diags) = set.parse_file(
+        let parsed = set.parse_file(
             "eu/web.yaml",
             SPEC.as_bytes(),
             super::super::Secrets::Decrypt(&none),
             &super::super::sets::SpecBudget::unlimited(),
         );
+        let (specs, diags) = (parsed.specs, parsed.diagnostics);
         assert!(specs.is_empty());
         assert_eq!(
             diags[0].spec.as_deref(),
@@ -735,12 +740,14 @@ spec:
             "held, not taken as removed"
         );
         assert!(diags[0].message.contains("eu/_defaults.yaml"), "{diags:?}");
-        let (specs, _) = set.parse_file(
-            "web.yaml",
-            SPEC.as_bytes(),
-            super::super::Secrets::Decrypt(&none),
-            &super::super::sets::SpecBudget::unlimited(),
-        );
+        let specs = set
+            .parse_file(
+                "web.yaml",
+                SPEC.as_bytes(),
+                super::super::Secrets::Decrypt(&none),
+                &super::super::sets::SpecBudget::unlimited(),
+            )
+            .specs;
         assert_eq!(
             specs.len(),
             1,

@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::yaml::{Node, Value};
 use super::{Diagnostic, MAX_FILE_BYTES, Pos, Spec, SpecSet, Specs};
@@ -86,9 +87,12 @@ pub fn load_paths_capped(paths: &[PathBuf], secrets: super::Secrets, max_specs: 
     }
     diags.extend(defaults.diagnostics.iter().cloned());
     let mut specs = Specs::default();
+    let mut images = Vec::new();
     let budget = super::sets::SpecBudget::new(max_specs);
     for file in &files {
-        let (file_specs, file_diags) = load_file(file, secrets, &defaults, &budget);
+        let parsed = load_file(file, secrets, &defaults, &budget);
+        let (file_specs, file_diags) = (parsed.specs, parsed.diagnostics);
+        images.extend(parsed.images);
         if budget.spent() {
             // Refused as a whole: what was read goes, nothing more is.
             let shown = paths
@@ -96,14 +100,14 @@ pub fn load_paths_capped(paths: &[PathBuf], secrets: super::Secrets, max_specs: 
                 .map_or_else(|| ".".into(), |p| p.display().to_string());
             let why = budget.refusal().unwrap_or_default();
             return SpecSet {
-                specs: Specs::default(),
                 diagnostics: vec![Diagnostic::error(&shown, Pos::START, why)],
+                ..SpecSet::default()
             };
         }
         file_specs.into_iter().for_each(|s| specs.push(s));
         diags.extend(file_diags);
     }
-    assemble(specs, diags)
+    assemble_with_images(specs, images, diags)
 }
 
 /// [`load_paths_capped`] for files of a repository: the named paths are judged with the whole
@@ -392,7 +396,18 @@ fn canonical(path: &Path) -> PathBuf {
 /// across files (duplicated specs are left out) and `proxsync.io/renamed-from` annotations that
 /// cannot be applied (`renames`: the specs they hold are left out), and sorts the diagnostics.
 /// Shared by the filesystem loader and the git source.
-pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
+pub fn assemble(specs: Specs, diags: Vec<Diagnostic>) -> SpecSet {
+    assemble_with_images(specs, Vec::new(), diags)
+}
+
+/// [`assemble`] with the files' `ProxmoxImage`s: their names checked unique (among images and
+/// guests) and every guest's reference to one checked ([`super::images::check_references`]).
+pub fn assemble_with_images(
+    mut specs: Specs,
+    mut images: Vec<Arc<super::images::ImageSpec>>,
+    mut diags: Vec<Diagnostic>,
+) -> SpecSet {
+    super::images::check_references(&mut specs, &mut images, &mut diags);
     let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !dup_names.contains(&s.name));
@@ -432,6 +447,7 @@ pub fn assemble(mut specs: Specs, mut diags: Vec<Diagnostic>) -> SpecSet {
     diags.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
     SpecSet {
         specs,
+        images,
         diagnostics: diags,
     }
 }
@@ -548,9 +564,9 @@ fn load_file(
     secrets: super::Secrets,
     defaults: &super::defaults::DefaultsSet,
     budget: &super::sets::SpecBudget,
-) -> (Vec<Spec>, Vec<Diagnostic>) {
+) -> super::FileParse {
     let shown = path.display().to_string();
-    let fail = |msg: String| (Vec::new(), vec![Diagnostic::error(&shown, Pos::START, msg)]);
+    let fail = |msg: String| super::FileParse::refused(Diagnostic::error(&shown, Pos::START, msg));
     let meta = match fs::metadata(path) {
         Ok(m) => m,
         Err(e) => return fail(format!("cannot read {shown}: {e}")),

@@ -40,6 +40,7 @@ mod ha;
 mod hardware;
 mod hash;
 mod image;
+pub mod images;
 mod lifecycle;
 mod load;
 mod names;
@@ -74,7 +75,7 @@ pub use hash::{content_hash, remember_hashes, spec_hash};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{
-    assemble, check_duplicates, check_password_files, check_sites, effective_document,
+    assemble, assemble_with_images, check_duplicates, check_password_files, check_sites, effective_document,
     effective_yaml, load_paths, load_paths_capped, load_paths_in_repository, load_paths_with,
     node_error,
 };
@@ -409,6 +410,10 @@ pub enum Image {
     },
     /// A template name, or else the file stem of a volume on the node's storages.
     Name(String),
+    /// `{image: NAME}`: the volume of the repository's `ProxmoxImage` of that name
+    /// ([`images::ImageSpec::volume_id`]), resolved where it is used, so a new version of
+    /// the image leaves the guest's spec (and hash) as it is.
+    Managed(String),
     /// None: the spec adopts an existing VM (`proxsync.io/adopt`) and cannot make one.
     Existing,
 }
@@ -704,6 +709,8 @@ pub struct SpecSet {
     /// Every valid spec. A name that is defined twice is in none of them (see
     /// [`check_duplicates`]).
     pub specs: Specs,
+    /// Every valid `ProxmoxImage` ([`images`]), in file order.
+    pub images: Vec<Arc<images::ImageSpec>>,
     /// Every error and warning, in file order then position order.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -752,7 +759,8 @@ pub(crate) fn parse_file_with(
     bytes: &[u8],
     secrets: Secrets,
 ) -> (Vec<Spec>, Vec<Diagnostic>) {
-    parse_file_defaulted(file, bytes, secrets, &[], &sets::SpecBudget::unlimited())
+    let parsed = parse_file_defaulted(file, bytes, secrets, &[], &sets::SpecBudget::unlimited());
+    (parsed.specs, parsed.diagnostics)
 }
 
 /// The warning that a SOPS-encrypted document in `file` takes no values from `chain`, when
@@ -801,14 +809,14 @@ pub(crate) fn parse_file_defaulted(
     secrets: Secrets,
     chain: &[Arc<defaults::Defaults>],
     budget: &sets::SpecBudget,
-) -> (Vec<Spec>, Vec<Diagnostic>) {
+) -> FileParse {
     // The read is refused already: not even parsed.
     if budget.spent() {
-        return (Vec::new(), Vec::new());
+        return FileParse::default();
     }
     let text = match spec_text(file, bytes) {
         Ok(text) => text,
-        Err(d) => return (Vec::new(), vec![d]),
+        Err(d) => return FileParse::refused(d),
     };
 
     let (mut docs, mut diags) = yaml::parse_documents(file, text);
@@ -847,9 +855,18 @@ pub(crate) fn parse_file_defaulted(
         }
     };
     let mut counted = 0u64;
+    let mut images = Vec::new();
     let specs: Vec<Spec> = docs
         .iter_mut()
         .flat_map(|doc| {
+            // An image is no guest: no defaults, no secrets, counted as one.
+            if images::is_image(doc) {
+                counted = counted.saturating_add(1);
+                if budget.take(1) {
+                    images.extend(images::validate_image(&mut ctx, doc).map(Arc::new));
+                }
+                return Vec::new();
+            }
             // Counted before anything is expanded: a set by its own replicas or names.
             let n = match sets::is_set(doc) {
                 true => sets::member_count(doc),
@@ -901,7 +918,32 @@ pub(crate) fn parse_file_defaulted(
             format!("{more} more problems in this file not shown"),
         ));
     }
-    (specs, diags)
+    FileParse {
+        specs,
+        images,
+        diagnostics: diags,
+    }
+}
+
+/// What one spec file holds: its guests' specs, its images and its problems.
+#[derive(Debug, Default)]
+pub struct FileParse {
+    /// The valid guest specs (a set's members each one).
+    pub specs: Vec<Spec>,
+    /// The valid `ProxmoxImage`s.
+    pub images: Vec<Arc<images::ImageSpec>>,
+    /// Every error and warning, by position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl FileParse {
+    /// A file refused as a whole.
+    pub(crate) fn refused(d: Diagnostic) -> FileParse {
+        FileParse {
+            diagnostics: vec![d],
+            ..FileParse::default()
+        }
+    }
 }
 
 /// The error for invalid UTF-8 at byte `offset`, positioned by line and column.

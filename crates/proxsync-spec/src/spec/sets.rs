@@ -865,13 +865,14 @@ spec:
             let set = SET.replace("name: web", &format!("name: {name}"));
             let set = set.replace("web-03", &format!("{name}-03"));
             let text = format!("{set}---\n{}", plain.replace("NAME", name));
-            let (specs, _) = crate::spec::parse_file_defaulted(
+            let specs = crate::spec::parse_file_defaulted(
                 file,
                 text.as_bytes(),
                 crate::spec::Secrets::StructureOnly,
                 &[],
                 &budget,
-            );
+            )
+            .specs;
             made += specs.len();
         }
         assert!(budget.spent());

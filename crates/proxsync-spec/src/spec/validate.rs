@@ -397,6 +397,7 @@ fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind)
                 LXC_KIND,
                 super::sets::SET_KIND,
                 super::defaults::DEFAULTS_KIND,
+                super::images::IMAGE_KIND,
             ];
             let hint = super::closest(s, kinds.iter().copied())
                 .map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
@@ -749,13 +750,40 @@ fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> 
             let image = match &n.value {
                 Value::Int(i) => image_from_int(*i),
                 Value::Str(s) => parse_image(s),
+                Value::Map(_) => managed_image(n),
                 other => Err(format!(
-                    "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID or a name; found {}",
+                    "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID, a \
+                     name or {{image: NAME}} (a ProxmoxImage); found {}",
                     other.describe()
                 )),
             };
             ctx.check(n.pos, image).map(|i| (i, n.pos))
         })
+}
+
+/// `image: {image: NAME}`: the repository's `ProxmoxImage` NAME (checked to exist once every
+/// file is read: `images::check_references`).
+fn managed_image(n: &Node) -> Result<Image, String> {
+    let Value::Map(entries) = &n.value else {
+        return Err("expected a mapping".into());
+    };
+    match entries.as_slice() {
+        [(k, v)] if matches!(&k.value, Value::Str(s) if s == "image") => match &v.value {
+            Value::Str(name) => check_spec_name(name)
+                .map(|()| Image::Managed(name.clone()))
+                .map_err(|e| format!("spec.forProvider.image.image: {e}")),
+            other => Err(format!(
+                "spec.forProvider.image.image must be the name of a ProxmoxImage (e.g. \
+                 noble-cloud); found {}",
+                other.describe()
+            )),
+        },
+        _ => Err(
+            "spec.forProvider.image as a mapping is {image: NAME}, NAME a ProxmoxImage of the \
+             repository (e.g. {image: noble-cloud})"
+                .into(),
+        ),
+    }
 }
 
 /// Whether the guest runs and how it is labelled.
