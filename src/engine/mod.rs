@@ -877,6 +877,7 @@ impl Engine {
             vmid_cursors: Default::default(),
             clock: self.clock.clone(),
             password_files: Arc::new(self.config.password_files()),
+            images: acting.specs.images_by_name(),
         });
         // What the actions write is read again after them, not every record.
         self.store.take_written();

@@ -15,6 +15,8 @@ pub(crate) struct PlanView {
     /// The errors of the specs that name a node their site's cluster does not have
     /// ([`check_spec_nodes`]): those specs were planned as invalid ones.
     pub node_errors: Vec<crate::spec::Diagnostic>,
+    /// The spec set's `ProxmoxImage`s.
+    pub images: crate::spec::images::ImagesByName,
 }
 
 /// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
@@ -84,5 +86,6 @@ pub(crate) async fn plan_view(
         marker_key: key,
         install_id: config.install_id.clone(),
         node_errors,
+        images: specs.images_by_name(),
     })
 }

@@ -315,6 +315,8 @@ pub(crate) struct ExecCtx<P = Client> {
     pub clock: Clock,
     /// Where a container's root password may be read from (`config::PasswordFiles`).
     pub password_files: Arc<crate::config::PasswordFiles>,
+    /// The spec set's `ProxmoxImage`s, for the creates of guests made from one.
+    pub images: crate::spec::images::ImagesByName,
 }
 
 /// VM configs read by this cycle's observation (to learn a marker), by (site, VMID). An
@@ -345,10 +347,15 @@ type Cache<K, V> = Mutex<HashMap<K, Arc<OnceCell<Arc<V>>>>>;
 pub(crate) async fn create_refusal(
     views: &BTreeMap<String, SiteView>,
     facts: &NodeFacts,
+    images: &crate::spec::images::ImagesByName,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
 ) -> Option<ActionError> {
-    let reads = preflight::Reads { views, facts };
+    let reads = preflight::Reads {
+        views,
+        facts,
+        images,
+    };
     preflight::preflight(&reads, site, spec).await.err()
 }
 

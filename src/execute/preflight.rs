@@ -26,6 +26,8 @@ fn unfit(why: Unfit) -> ActionError {
 pub(crate) struct Reads<'a> {
     pub views: &'a std::collections::BTreeMap<String, SiteView>,
     pub facts: &'a NodeFacts,
+    /// The spec set's `ProxmoxImage`s: what `image: {image: NAME}` names.
+    pub images: &'a crate::spec::images::ImagesByName,
 }
 
 impl<P: Pve> super::ExecCtx<P> {
@@ -34,6 +36,7 @@ impl<P: Pve> super::ExecCtx<P> {
         Reads {
             views: &self.views,
             facts: &self.node_facts,
+            images: &self.images,
         }
     }
 }
@@ -193,6 +196,32 @@ pub(super) async fn preflight(
         } => {
             check_volume(
                 client, storages, &spec.node, storage, volume, *kind, version,
+            )
+            .await
+        }
+        Image::Managed(name) => {
+            // Checked when the specs were read: the image exists, on this site, for a VM.
+            let Some(image) = reads.images.get(name) else {
+                return Err(unfit(Unfit::NoImage {
+                    name: name.clone(),
+                    site: site.name.clone(),
+                    node: spec.node.clone(),
+                }));
+            };
+            let kind = match image.content {
+                crate::spec::images::ImageContent::Iso => VolumeKind::Iso,
+                crate::spec::images::ImageContent::Import => VolumeKind::Import,
+                crate::spec::images::ImageContent::Vztmpl => VolumeKind::Vztmpl,
+            };
+            let volume = image.volume_id();
+            check_volume(
+                client,
+                storages,
+                &spec.node,
+                &image.storage,
+                &volume,
+                kind,
+                version,
             )
             .await
         }

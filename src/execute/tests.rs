@@ -143,6 +143,7 @@ impl World {
             clock: self.clock.clone(),
             vmid_cursors: Default::default(),
             password_files: Default::default(),
+            images: Default::default(),
         }
     }
 

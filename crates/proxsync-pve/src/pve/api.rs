@@ -59,6 +59,21 @@ impl std::fmt::Debug for VmParams {
     }
 }
 
+/// What `download-url` is asked to fetch ([`Client::download_url`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// `url`: where PVE downloads from.
+    pub url: String,
+    /// `content`: `import`, `iso` or `vztmpl`.
+    pub content: String,
+    /// `filename`: the file's name on the storage (PVE normalises it; ours already is).
+    pub filename: String,
+    /// `checksum-algorithm`: `sha256` or `sha512`.
+    pub checksum_algorithm: String,
+    /// `checksum`: lower-case hex.
+    pub checksum: String,
+}
+
 /// A part of a property string (`bridge=X`, `S:0,import-from=V`) may not hold these.
 fn check_part(what: &str, value: &str) -> Result<(), Error> {
     if value.is_empty()
@@ -777,6 +792,43 @@ impl Client {
         let upid: String = self
             .post_multipart(&path, &fields, "filename", file_name, bytes)
             .await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    /// `POST /nodes/{node}/storage/{storage}/download-url`: a `download` task whose id is the
+    /// file name (pve-storage `API2/Storage/Status.pm` `download_url`: `fork_worker('download',
+    /// encode_text($filename), ...)`). PVE downloads the URL itself and keeps the file only when
+    /// its checksum matches; a file already there with that checksum ends the task at once
+    /// ("OK, got correct file already", pve-common `download_file_from_url`). File-based
+    /// storages only. Needs `Datastore.AllocateTemplate` on the storage and `Sys.Audit` with
+    /// `Sys.Modify` on `/` or `Sys.AccessNetwork` on the node.
+    pub async fn download_url(
+        &self,
+        node: &str,
+        storage: &str,
+        download: &Download,
+    ) -> Result<Upid, Error> {
+        check_part("file name", &download.filename)?;
+        if download.filename.contains(['/', '\\', '"']) {
+            return Err(Error::Setup(format!(
+                "{:?} is not a plain file name",
+                download.filename
+            )));
+        }
+        if !(download.url.starts_with("https://") || download.url.starts_with("http://"))
+            || download.url.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::Setup(format!("{:?} is not an http(s) URL", download.url)));
+        }
+        let path = format!("/nodes/{}/storage/{}/download-url", seg(node)?, seg(storage)?);
+        let form = [
+            ("url", download.url.clone()),
+            ("content", download.content.clone()),
+            ("filename", download.filename.clone()),
+            ("checksum-algorithm", download.checksum_algorithm.clone()),
+            ("checksum", download.checksum.clone()),
+        ];
+        let upid: String = self.post(&path, &form).await?;
         self.task_started("POST", &path, upid)
     }
 

@@ -16,7 +16,7 @@ use super::types::{
     NetworkInterface, NodeResources, NodeStorage, PendingEntry, StorageVolume, TaskListEntry,
     Version, VmConfig,
 };
-use super::{Client, CloneRequest, Error, TaskOutcome, Upid, VmParams};
+use super::{Client, CloneRequest, Download, Error, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
 use crate::pve::permit::Permit;
 
@@ -99,6 +99,8 @@ pve_calls! {
         bytes: &[u8],
         sha256: &str,
     ) -> Upid;
+    /// `POST /nodes/{node}/storage/{storage}/download-url`: a `download` task.
+    fn download_url(&self, node: &str, storage: &str, download: &Download) -> Upid;
     /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`, with the gate's permit.
     fn delete_volume(
         &self,

@@ -37,6 +37,7 @@
 //! | [`Client::next_id`], [`Client::vmid_is_free`] | `GET /cluster/nextid[?vmid=N]` | at once | 400 `VM N already exists` (taken) |
 //! | [`Client::node_storages`] | `GET /nodes/{node}/storage` | at once | 595 NodeUnhealthy (node offline) |
 //! | [`Client::storage_content`] | `GET /nodes/{node}/storage/{storage}/content` | at once | 500 storage missing/inactive |
+//! | [`Client::download_url`] | `POST /nodes/{node}/storage/{storage}/download-url` | task `download` (id: the file name) | 400 bad file name; 500 storage not file based or without the content; task: `checksum mismatch: got 'X' != expect 'Y'`, `download failed: exit code 8` |
 //! | [`Client::node_bridges`] | `GET /nodes/{node}/network?type=any_bridge` | at once | 595 NodeUnhealthy |
 //! | [`Client::vm_config`] | `GET /nodes/{node}/qemu/{vmid}/config` | at once | 500 `Configuration file ... does not exist` (NotFound) |
 //! | [`Client::set_config`] | `PUT .../config` (+`digest`) | at once | Lock, Conflict (`digest` mismatch), 400 Configuration; NotPermitted (a guarded edit without the gate's permit, nothing sent) |
@@ -77,7 +78,7 @@ pub mod tls;
 pub mod types;
 pub mod values;
 
-pub use api::{CloneRequest, VmParams, percent_encode};
+pub use api::{CloneRequest, Download, VmParams, percent_encode};
 #[cfg(feature = "client")]
 pub use calls::Pve;
 #[cfg(feature = "client")]

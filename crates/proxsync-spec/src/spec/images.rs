@@ -59,6 +59,9 @@ const FOR_PROVIDER_FIELDS: &[&str] = &[
     "nodes",
 ];
 
+/// The images of a spec set by name ([`super::SpecSet::images_by_name`]).
+pub type ImagesByName = BTreeMap<String, Arc<ImageSpec>>;
+
 /// One validated `ProxmoxImage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

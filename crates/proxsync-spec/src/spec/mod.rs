@@ -716,6 +716,13 @@ pub struct SpecSet {
 }
 
 impl SpecSet {
+    /// The valid images by name (shared, not copied).
+    pub fn images_by_name(&self) -> images::ImagesByName {
+        (self.images.iter())
+            .map(|i| (i.name.clone(), i.clone()))
+            .collect()
+    }
+
     /// True if any diagnostic is an error.
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
