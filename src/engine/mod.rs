@@ -142,6 +142,7 @@ struct Acting<'a> {
     elsewhere: &'a BTreeSet<String>,
     config_hash: &'a str,
     suspensions: &'a Suspensions,
+    images_waiting: &'a BTreeMap<String, String>,
     /// The sites this cycle observed (all, or those a push touched): looked at again after.
     observed_sites: &'a BTreeMap<String, Arc<SiteCtx>>,
 }
@@ -165,6 +166,8 @@ struct PlanBasis<'a> {
     retry_transient_now: bool,
     rewind: Option<&'a crate::source::chain::RewindBatch>,
     suspensions: &'a Suspensions,
+    /// The images guests cannot be made from yet, each with why.
+    images_waiting: &'a BTreeMap<String, String>,
 }
 
 /// Each set's members, by set name.
@@ -228,6 +231,7 @@ impl PlanBasis<'_> {
             retry_transient_now: self.retry_transient_now,
             rewind: self.rewind,
             suspensions: self.suspensions,
+            images_waiting: self.images_waiting,
         })
     }
 }
@@ -297,6 +301,8 @@ struct CycleInputs {
     specs: (usize, usize),
     /// [`crate::observe::fingerprint`] of the views (markers read included).
     views: u64,
+    /// What each image is: one becoming Ready lets its guests be created.
+    images: BTreeMap<String, crate::image_sync::ImageState>,
     orphans_seen: BTreeMap<(String, u32), u64>,
     config_hash: String,
     retry_transient_now: bool,
@@ -393,6 +399,10 @@ pub struct Engine {
     /// Seed images of gone specs the sweep found a guest naming, kept while that guest is
     /// listed (`execute::seeds::sweep`).
     seeds_kept: crate::execute::seeds::SweepKept,
+    /// The `ProxmoxImage`s' downloads and what was seen of their volumes.
+    images: crate::image_sync::ImageSync,
+    /// What the last cycle found of each image, for the summary.
+    image_summaries: Vec<crate::status::ImageSummary>,
 }
 
 impl Engine {
@@ -442,6 +452,8 @@ impl Engine {
             last_look: None,
             suspensions: None,
             seeds_kept: Default::default(),
+            images: Default::default(),
+            image_summaries: Vec::new(),
         })
     }
 
@@ -581,8 +593,24 @@ impl Engine {
             }
             invalid.extend(set.invalid_names().into_iter().map(str::to_string));
         }
-        let observe_ms = started.elapsed().as_millis() as u64;
         let now_ms = self.clock.now_ms();
+        // The images first: a guest made from one waits until it is on its storage.
+        let image_states = self
+            .images
+            .sync(specs, &views, &observed_sites, now_ms, self.task_wait)
+            .await;
+        let images_waiting: BTreeMap<String, String> = (image_states.iter())
+            .filter_map(|(name, state)| Some((name.clone(), state.waiting_why()?)))
+            .collect();
+        self.image_summaries = (specs.images.iter())
+            .filter_map(|i| {
+                Some(crate::status::ImageSummary::of(
+                    i,
+                    image_states.get(&i.name)?,
+                ))
+            })
+            .collect();
+        let observe_ms = started.elapsed().as_millis() as u64;
         // A cycle that looked at some sites only is not kept as an idle one.
         let inputs = commit
             .filter(|_| scope.is_none())
@@ -590,6 +618,7 @@ impl Engine {
                 commit: commit.to_string(),
                 specs: (specs.specs.len(), specs.diagnostics.len()),
                 views: crate::observe::fingerprint(&views),
+                images: image_states.clone(),
                 orphans_seen: orphans_seen.clone(),
                 config_hash: chash.clone(),
                 retry_transient_now: self.retry_transient_now,
@@ -633,6 +662,7 @@ impl Engine {
             retry_transient_now: self.retry_transient_now,
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: &suspensions,
+            images_waiting: &images_waiting,
         };
         let mut first = basis.plan(&views, &records, &orphans_seen, now_ms);
         if let Some(scope) = &scope {
@@ -672,6 +702,7 @@ impl Engine {
                 elsewhere: &elsewhere,
                 config_hash: &chash,
                 suspensions: &suspensions,
+                images_waiting: &images_waiting,
                 observed_sites: &observed_sites,
             };
             let (mut results, mut after, mut views, mut records) = self
@@ -911,6 +942,7 @@ impl Engine {
             retry_transient_now: self.retry_transient_now,
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: acting.suspensions,
+            images_waiting: acting.images_waiting,
         };
         let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
         Ok((results, after, views, records))
@@ -1359,6 +1391,7 @@ impl Engine {
                     since: SystemTime::UNIX_EPOCH + Duration::from_millis(r.at_ms),
                 }),
             sets: Vec::new(),
+            images: self.image_summaries.clone(),
             cycle: CycleMark::default(),
         }
     }

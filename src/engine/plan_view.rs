@@ -76,6 +76,9 @@ pub(crate) async fn plan_view(
         retry_transient_now: false,
         rewind,
         suspensions: &suspensions,
+        // A plan downloads nothing: a guest whose image is not there is refused by its
+        // create's pre-flight, which names the volume.
+        images_waiting: &BTreeMap::new(),
     };
     let plan = basis.plan(&views, &records, &orphans_seen, now_ms());
     Ok(PlanView {

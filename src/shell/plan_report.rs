@@ -482,7 +482,9 @@ async fn preflight(
     change: &mut Change,
     errors: &mut Vec<String>,
 ) {
-    let Some(e) = crate::execute::create_refusal(&view.views, facts, &view.images, site, spec).await else {
+    let Some(e) =
+        crate::execute::create_refusal(&view.views, facts, &view.images, site, spec).await
+    else {
         return;
     };
     let name = &spec.name;

@@ -856,7 +856,8 @@ fn read_at(
         File::Parse(key, bytes) => {
             let secrets = spec::Secrets::Decrypt(keyring);
             let parsed = defaults.parse_file(&key.0, &bytes, secrets, &budget);
-            let (file_specs, file_diags, images) = (parsed.specs, parsed.diagnostics, parsed.images);
+            let (file_specs, file_diags, images) =
+                (parsed.specs, parsed.diagnostics, parsed.images);
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
             // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
             let mut shared = Vec::with_capacity(file_specs.len());

@@ -444,6 +444,11 @@ fn ready_and_reconciling(
                 max_unavailable: *max_unavailable,
             },
         ),
+        Some(Verdict::WaitingForImage { image, why }) => both(
+            S::True,
+            Reason::WaitingForImage,
+            ConditionText::WaitingForImage { kind, image, why },
+        ),
         Some(Verdict::WaitingForDependencies { on, elsewhere }) => both(
             S::True,
             Reason::WaitingForDependencies,

@@ -301,6 +301,7 @@ impl StatusDir {
                 since: rfc3339(r.since),
             }),
             sets: s.sets.clone(),
+            images: s.images.clone(),
             recent_cycles: Vec::new(),
         };
         next.recent_cycles = self.recent_cycles(s);

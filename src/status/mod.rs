@@ -297,6 +297,8 @@ pub(crate) struct SummaryStatus {
     pub rewind: Option<RewindSummary>,
     /// Each `ProxmoxVMSet`: its desired and Ready members.
     pub sets: Vec<SetSummary>,
+    /// Each `ProxmoxImage`: its version and whether its volumes are there.
+    pub images: Vec<ImageSummary>,
     /// What this cycle did, for the summary's `recentCycles`.
     pub cycle: CycleMark,
 }
@@ -325,6 +327,65 @@ pub(crate) struct CycleRecord {
     pub actions: u32,
     pub failed: u32,
     pub sites_down: u32,
+}
+
+/// One `ProxmoxImage` in the summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct ImageSummary {
+    pub name: String,
+    /// The first 12 hex digits of its checksum, which its volume's name carries.
+    pub version: String,
+    /// The volume ID guests are made from.
+    pub volume: String,
+    /// `Ready`, `Downloading`, `Failed` (Stalled: a person must look) or `Waiting`.
+    pub state: String,
+    /// What PVE said, or why it waits; with what to do when it failed.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// RFC 3339: when a failed download is tried again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+}
+
+impl ImageSummary {
+    /// The summary of `image` in `state`.
+    pub(crate) fn of(
+        image: &crate::spec::images::ImageSpec,
+        state: &crate::image_sync::ImageState,
+    ) -> ImageSummary {
+        use crate::image_sync::ImageState as S;
+        let (word, message, retry_at) = match state {
+            S::Ready { .. } => ("Ready", String::new(), None),
+            S::Downloading { .. } => ("Downloading", state.waiting_why().unwrap_or_default(), None),
+            S::Failed {
+                node,
+                message,
+                retry_at_ms,
+            } => (
+                "Failed",
+                format!(
+                    "PVE's download to {} on {node} failed: {message}. Check the url and checksum \
+                     in {} (a checksum mismatch means the file at the URL is not the one the \
+                     checksum names); it is tried again at the retry time, or at once when the \
+                     spec changes or the daemon restarts",
+                    image.storage, image.file
+                ),
+                Some(rfc3339(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(*retry_at_ms),
+                )),
+            ),
+            S::Waiting { why } => ("Waiting", why.clone(), None),
+        };
+        ImageSummary {
+            name: image.name.clone(),
+            version: image.version().to_string(),
+            volume: image.volume_id(),
+            state: word.to_string(),
+            message: clip(&message),
+            retry_at,
+        }
+    }
 }
 
 /// One `ProxmoxVMSet` in the summary, as a Deployment's status counts its replicas.
@@ -571,6 +632,9 @@ pub(crate) struct SummaryFile {
     /// Each `ProxmoxVMSet`: desired and Ready members.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sets: Vec<SetSummary>,
+    /// Each `ProxmoxImage`: its version and state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageSummary>,
     /// The last [`RECENT_CYCLES`] cycles, oldest first, this one last.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub recent_cycles: Vec<CycleRecord>,

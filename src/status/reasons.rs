@@ -115,6 +115,9 @@ pub enum Reason {
     /// `Reconciling` True: the spec waits for a spec it depends on (`dependsOn`) to be Ready
     /// before its VM is created, started or rebooted.
     WaitingForDependencies,
+    /// `Ready` False / `Reconciling` True: the guest is made from a `ProxmoxImage` that is not
+    /// on its node's storage yet (downloading, or its download failed).
+    WaitingForImage,
     /// `Ready` False / `Reconciling` True: a set member waits its turn to be rebooted for a
     /// change (`maxUnavailable`).
     RollingOut,
@@ -210,6 +213,7 @@ impl Reason {
         Reason::InSync,
         Reason::Suspended,
         Reason::WaitingForDependencies,
+        Reason::WaitingForImage,
         Reason::RollingOut,
         Reason::HeldByInstall,
         Reason::SiteMoved,
@@ -277,6 +281,7 @@ impl Reason {
             Reason::InSync => "InSync",
             Reason::Suspended => "Suspended",
             Reason::WaitingForDependencies => "WaitingForDependencies",
+            Reason::WaitingForImage => "WaitingForImage",
             Reason::RollingOut => "RollingOut",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
@@ -406,6 +411,7 @@ pub(crate) const READY: &[Reason] = &[
     Reason::SiteIdentityChanged,
     Reason::Suspended,
     Reason::WaitingForDependencies,
+    Reason::WaitingForImage,
     Reason::RollingOut,
 ];
 /// Reasons of `Reconciling`.
@@ -440,6 +446,7 @@ pub(crate) const RECONCILING: &[Reason] = &[
     Reason::SiteIdentityChanged,
     Reason::Suspended,
     Reason::WaitingForDependencies,
+    Reason::WaitingForImage,
     Reason::RollingOut,
 ];
 /// Reasons of `Stalled`: True only for the categories that need a human

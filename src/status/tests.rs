@@ -973,6 +973,7 @@ fn summary() -> SummaryStatus {
         cycle_ms: 420,
         refused: vec!["refused to delete 7 of 10 managed VMs (max_delete_fraction 0.5)".into()],
         sets: Vec::new(),
+        images: Vec::new(),
         cycle: Default::default(),
     }
 }

@@ -162,6 +162,15 @@ pub enum ConditionText<'a> {
         /// Its `maxUnavailable`.
         max_unavailable: u32,
     },
+    /// Waiting for the `ProxmoxImage` it is made from.
+    WaitingForImage {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// The image.
+        image: &'a str,
+        /// Why the image is not there yet.
+        why: &'a str,
+    },
     /// Waiting for the specs it depends on.
     WaitingForDependencies {
         /// The guest's kind.

@@ -36,6 +36,7 @@ mod dependencies;
 pub mod evidence;
 mod hands_off;
 mod hash;
+mod images;
 mod index;
 mod nodes;
 mod removals;
@@ -97,6 +98,9 @@ pub struct PlanInput<'a> {
     /// The suspensions the state database holds (`proxsync suspend`, and `spec.suspend` once
     /// recorded): by spec name, or [`crate::model::SUSPEND_ALL`].
     pub suspensions: &'a BTreeMap<String, crate::model::Suspension>,
+    /// The `ProxmoxImage`s guests cannot be made from yet, by name, each with why (an image
+    /// not named is Ready): a create of a guest made from one waits.
+    pub images_waiting: &'a BTreeMap<String, String>,
 }
 
 /// What to do.
@@ -486,6 +490,14 @@ pub enum Verdict {
         #[serde(skip_serializing_if = "Option::is_none")]
         renamed_from: Option<String>,
     },
+    /// The spec's guest is made from `ProxmoxImage` `image`, which is not on its node's
+    /// storage yet: it is not created until it is.
+    WaitingForImage {
+        /// The image's name.
+        image: String,
+        /// Why it is not there: downloading, failed (PVE's words), or not reachable.
+        why: String,
+    },
     /// The spec depends on spec `on` (`dependsOn`), which is not Ready: its VM is not created,
     /// started or rebooted until it is.
     WaitingForDependencies {
@@ -761,6 +773,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     // After the valves, which judge every removal due at once: an order spreading them over
     // cycles must not spread them under the valves' limits.
     dependencies::hold(input, &mut out);
+    images::hold(input, &mut out);
     rollout::hold(input, &mut out);
     // Last, over every action of every kind: the removals of hands-off specs among them
     // (after the valves, which judge every removal due at once: holding a suspended or

@@ -134,6 +134,12 @@ impl fmt::Display for ConditionText<'_> {
                 "a change needs a reboot, and set {set} reboots at most {max_unavailable} \
                  member(s) at a time (maxUnavailable): this one waits its turn"
             ),
+            ConditionText::WaitingForImage { kind, image, why } => write!(
+                f,
+                "waiting for image {image}: {why}; the {} is created once the image is on its \
+                 node's storage",
+                kind.noun()
+            ),
             ConditionText::WaitingForDependencies {
                 kind,
                 on,

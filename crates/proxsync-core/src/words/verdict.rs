@@ -146,6 +146,9 @@ fn line(verdict: &Verdict, kind: GuestKind, rec: Option<&SpecRecord>, now_ms: u6
         } => format!(
             "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
         ),
+        Verdict::WaitingForImage { image, why } => {
+            format!("waits for image {image} before its {noun} is created: {why}")
+        }
         Verdict::WaitingForDependencies { on, elsewhere } => format!(
             "waits for {on} to be Ready (dependsOn) before its {noun} is created, started or \
              rebooted{}",

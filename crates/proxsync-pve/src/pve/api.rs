@@ -816,11 +816,21 @@ impl Client {
             )));
         }
         if !(download.url.starts_with("https://") || download.url.starts_with("http://"))
-            || download.url.chars().any(|c| c.is_whitespace() || c.is_control())
+            || download
+                .url
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
         {
-            return Err(Error::Setup(format!("{:?} is not an http(s) URL", download.url)));
+            return Err(Error::Setup(format!(
+                "{:?} is not an http(s) URL",
+                download.url
+            )));
         }
-        let path = format!("/nodes/{}/storage/{}/download-url", seg(node)?, seg(storage)?);
+        let path = format!(
+            "/nodes/{}/storage/{}/download-url",
+            seg(node)?,
+            seg(storage)?
+        );
         let form = [
             ("url", download.url.clone()),
             ("content", download.content.clone()),

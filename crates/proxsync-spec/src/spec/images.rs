@@ -50,13 +50,7 @@ const MAX_NODES: usize = 64;
 
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
 const FOR_PROVIDER_FIELDS: &[&str] = &[
-    "site",
-    "url",
-    "checksum",
-    "content",
-    "format",
-    "storage",
-    "nodes",
+    "site", "url", "checksum", "content", "format", "storage", "nodes",
 ];
 
 /// The images of a spec set by name ([`super::SpecSet::images_by_name`]).
@@ -217,9 +211,7 @@ fn document(ctx: &mut Ctx, doc: &Node) -> (Option<ImageSpec>, Option<String>) {
     let fp = top
         .required(ctx, "spec", "a mapping with forProvider")
         .and_then(|n| object(ctx, n, "spec", Some(&["forProvider"])))
-        .and_then(|spec| {
-            spec.required(ctx, "forProvider", "the image's site, url and checksum")
-        })
+        .and_then(|spec| spec.required(ctx, "forProvider", "the image's site, url and checksum"))
         .and_then(|n| object(ctx, n, "spec.forProvider", Some(FOR_PROVIDER_FIELDS)));
     let Some(fp) = fp else {
         return (None, name);
@@ -229,7 +221,8 @@ fn document(ctx: &mut Ctx, doc: &Node) -> (Option<ImageSpec>, Option<String>) {
 }
 
 fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, pos: Pos) -> Option<ImageSpec> {
-    let site = text(ctx, fp, "site", "lab", true).and_then(|(s, p)| ctx.check(p, check_site(&s).map(|()| s)));
+    let site = text(ctx, fp, "site", "lab", true)
+        .and_then(|(s, p)| ctx.check(p, check_site(&s).map(|()| s)));
     let url = text(ctx, fp, "url", "https://example.org/disk.qcow2", true)
         .and_then(|(s, p)| ctx.check(p, check_url(&s).map(|()| s)));
     let checksum = text(ctx, fp, "checksum", "sha256:<64 hex digits>", true)
@@ -254,8 +247,8 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, pos: Pos) -> Option
     };
     let nodes = match fp.get("nodes") {
         None => Some(Vec::new()),
-        Some(n) => string_list(ctx, n, "spec.forProvider.nodes", "pve1", MAX_NODES).and_then(
-            |nodes| {
+        Some(n) => {
+            string_list(ctx, n, "spec.forProvider.nodes", "pve1", MAX_NODES).and_then(|nodes| {
                 let mut out = Vec::new();
                 let mut ok = true;
                 for (node, p) in nodes {
@@ -269,8 +262,8 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, pos: Pos) -> Option
                     }
                 }
                 ok.then_some(out)
-            },
-        ),
+            })
+        }
     };
     let format = text(ctx, fp, "format", "qcow2", false);
     let (url, content, checksum) = (url?, content?, checksum?);
@@ -289,10 +282,9 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, pos: Pos) -> Option
             None
         }
         (ImageContent::Iso, None) => Some("iso".to_string()),
-        (ImageContent::Vztmpl, None) => ctx.check(
-            fp.key_pos("url").unwrap_or(fp.pos),
-            vztmpl_extension(&url),
-        ),
+        (ImageContent::Vztmpl, None) => {
+            ctx.check(fp.key_pos("url").unwrap_or(fp.pos), vztmpl_extension(&url))
+        }
     };
     let name = name?.to_string();
     let filename = format!("{name}-{}.{}", &checksum.hex[..VERSION_DIGITS], ext?);
@@ -311,7 +303,13 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, pos: Pos) -> Option
 }
 
 /// A string field with where it is written; `required` reports it missing.
-fn text(ctx: &mut Ctx, fp: &Obj, key: &str, example: &str, required: bool) -> Option<(String, Pos)> {
+fn text(
+    ctx: &mut Ctx,
+    fp: &Obj,
+    key: &str,
+    example: &str,
+    required: bool,
+) -> Option<(String, Pos)> {
     let n = match required {
         true => fp.required(ctx, key, example)?,
         false => fp.get(key)?,
@@ -327,11 +325,19 @@ fn check_url(url: &str) -> Result<(), String> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| format!("url {url:?} must start with https:// or http:// (what PVE downloads from)"))?;
+        .ok_or_else(|| {
+            format!("url {url:?} must start with https:// or http:// (what PVE downloads from)")
+        })?;
     if url.len() > MAX_URL {
-        return Err(format!("url is {} bytes long; at most {MAX_URL}", url.len()));
+        return Err(format!(
+            "url is {} bytes long; at most {MAX_URL}",
+            url.len()
+        ));
     }
-    if let Some(c) = url.chars().find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii()) {
+    if let Some(c) = url
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+    {
         return Err(format!(
             "url holds {c:?}; write it %-encoded (only printable ASCII without spaces)"
         ));
@@ -358,7 +364,9 @@ fn parse_checksum(text: &str) -> Result<Checksum, String> {
         Some(("sha256", hex)) => (ChecksumAlgorithm::Sha256, hex),
         Some(("sha512", hex)) => (ChecksumAlgorithm::Sha512, hex),
         Some((other, _)) => {
-            return Err(format!("checksum algorithm {other:?} is not accepted; {valid}"));
+            return Err(format!(
+                "checksum algorithm {other:?} is not accepted; {valid}"
+            ));
         }
         None => return Err(format!("checksum {text:?} names no algorithm; {valid}")),
     };
@@ -479,8 +487,10 @@ pub(crate) fn check_references(
         .filter(|d| d.is_error())
         .filter_map(|d| d.spec.clone())
         .collect();
-    let by_name: BTreeMap<&str, &ImageSpec> =
-        images.iter().map(|i| (i.name.as_str(), i.as_ref())).collect();
+    let by_name: BTreeMap<&str, &ImageSpec> = images
+        .iter()
+        .map(|i| (i.name.as_str(), i.as_ref()))
+        .collect();
     let mut held = BTreeSet::new();
     for spec in specs.iter() {
         if twice.contains(&spec.name) {
@@ -502,7 +512,11 @@ pub(crate) fn check_references(
                     .map_or(String::new(), |n| format!(" (did you mean {n:?}?)"));
                 Some(format!(
                     "no {IMAGE_KIND} is named {name:?}{hint}; the repository's images: {}",
-                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
                 ))
             }
         };
@@ -571,7 +585,10 @@ mod tests {
         )));
         assert!(diags.is_empty(), "{diags:?}");
         let image = image.expect("valid");
-        assert_eq!(image.volume_id(), "local:import/noble-cloud-5f0c1a2b3c4d.qcow2");
+        assert_eq!(
+            image.volume_id(),
+            "local:import/noble-cloud-5f0c1a2b3c4d.qcow2"
+        );
         assert_eq!(image.version(), "5f0c1a2b3c4d");
         assert_eq!(image.checksum.hex, SUM);
     }
@@ -593,15 +610,25 @@ mod tests {
         ));
         assert!(image.is_none());
         let all: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
-        assert!(all.iter().any(|m| m.contains("https:// or http://")), "{all:?}");
+        assert!(
+            all.iter().any(|m| m.contains("https:// or http://")),
+            "{all:?}"
+        );
         assert!(all.iter().any(|m| m.contains("md5")), "{all:?}");
-        assert!(all.iter().any(|m| m.contains("import, iso, vztmpl")), "{all:?}");
+        assert!(
+            all.iter().any(|m| m.contains("import, iso, vztmpl")),
+            "{all:?}"
+        );
         assert!(all.iter().any(|m| m.contains("pve 1")), "{all:?}");
     }
 
     #[test]
     fn a_url_with_credentials_or_spaces_is_refused() {
-        for url in ["https://u:p@h/x.qcow2", "https://h/x y.qcow2", "https:///x.qcow2"] {
+        for url in [
+            "https://u:p@h/x.qcow2",
+            "https://h/x y.qcow2",
+            "https:///x.qcow2",
+        ] {
             assert!(check_url(url).is_err(), "{url}");
         }
         assert!(check_url("https://h:8443/a/x.qcow2?v=1").is_ok());

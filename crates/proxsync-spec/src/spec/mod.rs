@@ -75,9 +75,9 @@ pub use hash::{content_hash, remember_hashes, spec_hash};
 pub use image::{MAX_VMID, MIN_VMID};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT_SECS, MaintenanceWindow, RebootMode, RebootPolicy};
 pub use load::{
-    assemble, assemble_with_images, check_duplicates, check_password_files, check_sites, effective_document,
-    effective_yaml, load_paths, load_paths_capped, load_paths_in_repository, load_paths_with,
-    node_error,
+    assemble, assemble_with_images, check_duplicates, check_password_files, check_sites,
+    effective_document, effective_yaml, load_paths, load_paths_capped, load_paths_in_repository,
+    load_paths_with, node_error,
 };
 pub use names::{check_spec_name, check_storage, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};

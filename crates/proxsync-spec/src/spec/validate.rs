@@ -745,20 +745,24 @@ fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> 
     if adopting && fp.get("image").is_none() {
         return Some((Image::Existing, fp.pos));
     }
-    fp.required(ctx, "image", "a template VMID, a volume ID or an image name")
-        .and_then(|n| {
-            let image = match &n.value {
-                Value::Int(i) => image_from_int(*i),
-                Value::Str(s) => parse_image(s),
-                Value::Map(_) => managed_image(n),
-                other => Err(format!(
-                    "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID, a \
+    fp.required(
+        ctx,
+        "image",
+        "a template VMID, a volume ID or an image name",
+    )
+    .and_then(|n| {
+        let image = match &n.value {
+            Value::Int(i) => image_from_int(*i),
+            Value::Str(s) => parse_image(s),
+            Value::Map(_) => managed_image(n),
+            other => Err(format!(
+                "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID, a \
                      name or {{image: NAME}} (a ProxmoxImage); found {}",
-                    other.describe()
-                )),
-            };
-            ctx.check(n.pos, image).map(|i| (i, n.pos))
-        })
+                other.describe()
+            )),
+        };
+        ctx.check(n.pos, image).map(|i| (i, n.pos))
+    })
 }
 
 /// `image: {image: NAME}`: the repository's `ProxmoxImage` NAME (checked to exist once every
