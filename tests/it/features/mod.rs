@@ -6,6 +6,7 @@ mod daemon;
 mod defaults;
 mod doctor;
 mod exercise;
+mod images;
 mod import;
 mod inventory;
 mod metrics;
