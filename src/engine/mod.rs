@@ -68,6 +68,25 @@ pub fn check_spec_sites(config: &Config, set: &mut SpecSet) {
     let mine = set.specs.iter().filter(|s| config.selects(&s.labels));
     let diagnostics = crate::spec::check_sites(mine, &sites);
     hold_invalid(set, diagnostics);
+    let (images, unknown): (Vec<_>, Vec<_>) =
+        (set.images.drain(..)).partition(|i| sites.contains(&i.site.as_str()));
+    set.images = images;
+    for image in unknown {
+        set.diagnostics.push(
+            crate::spec::Diagnostic::error(
+                &image.file,
+                image.pos,
+                format!(
+                    "ProxmoxImage {} names site {:?}, which is not a [[site]] of the proxsync \
+                     config; valid sites are: {}",
+                    image.name,
+                    image.site,
+                    sites.join(", ")
+                ),
+            )
+            .for_spec(Some(&image.name)),
+        );
+    }
 }
 
 /// Each spec naming a node its site's cluster does not have (`plan::UnknownNode`: a typo, or

@@ -9,6 +9,7 @@ pub(crate) fn schema(kind: &str) -> ExitCode {
     let schema = match kind {
         "ProxmoxLXC" => spec::lxc_schema(),
         "ProxmoxVMSet" => spec::set_schema(),
+        "ProxmoxImage" => spec::image_schema(),
         "ProxmoxDefaults" => spec::defaults_schema(),
         _ => spec::json_schema(),
     };

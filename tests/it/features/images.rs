@@ -93,12 +93,22 @@ impl Setup {
 
 #[tokio::test]
 async fn an_image_is_downloaded_once_per_node_and_its_guests_made_from_it() {
-    let mut s = setup(None, &[("web-1", "pve1"), ("web-2", "pve1"), ("db-1", "pve2")]);
+    let mut s = setup(
+        None,
+        &[("web-1", "pve1"), ("web-2", "pve1"), ("db-1", "pve2")],
+    );
     s.cycle().await;
     let downloads = s.downloads();
-    let mut nodes: Vec<&str> = downloads.iter().filter_map(|d| d["node"].as_str()).collect();
+    let mut nodes: Vec<&str> = downloads
+        .iter()
+        .filter_map(|d| d["node"].as_str())
+        .collect();
     nodes.sort();
-    assert_eq!(nodes, ["pve1", "pve2"], "one download per node: {downloads:?}");
+    assert_eq!(
+        nodes,
+        ["pve1", "pve2"],
+        "one download per node: {downloads:?}"
+    );
     let version = &s.specs.images[0].version().to_string();
     let file = format!("noble-cloud-{version}.qcow2");
     for d in &downloads {
@@ -146,7 +156,11 @@ async fn a_wrong_checksum_stalls_the_image_its_guests_wait_and_it_is_not_sent_ea
     );
     assert!(image["retryAt"].is_string(), "{image}");
     let (status, reason, why) = s.ws.condition("web-1", "Ready");
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "WaitingForImage"), "{why}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "WaitingForImage"),
+        "{why}"
+    );
     assert!(why.contains("checksum mismatch"), "{why}");
     assert!(
         !(s.pve.requests().iter()).any(|r| r.method == "POST" && r.path.ends_with("/qemu")),
@@ -164,7 +178,10 @@ async fn a_guest_naming_an_image_the_repository_lacks_is_held_with_the_names_the
     let ws = Workspace::new(&pve);
     ws.commit_specs(&[
         ("images.yaml", image_doc(&"a".repeat(64))),
-        ("web.yaml", guest("web-1", "pve1").replace("noble-cloud}", "noble-clod}")),
+        (
+            "web.yaml",
+            guest("web-1", "pve1").replace("noble-cloud}", "noble-clod}"),
+        ),
     ]);
     let out = ws.proxsync(&["validate", &ws.path("repo").display().to_string()]);
     let text = common::engine::text(&out);

@@ -81,7 +81,7 @@ pub use load::{
 };
 pub use names::{check_spec_name, check_storage, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
-pub use schema::{defaults_schema, json_schema, lxc_schema, set_schema};
+pub use schema::{defaults_schema, image_schema, json_schema, lxc_schema, set_schema};
 pub use sealed::Secrets;
 #[doc(hidden)]
 pub use sealed::seal_for_tests;

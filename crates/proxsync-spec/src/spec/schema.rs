@@ -43,9 +43,10 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
             "storage": {"description": "Storage for the disk (default local-lvm).", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
             "network": {"description": "Bridge for net0 (default vmbr0).", "type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
             "image": {
-                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), or a template/image name. Required, unless metadata.annotations has proxsync.io/adopt (the spec takes over an existing VM).",
+                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), a template/image name, or {image: NAME}: the repository's ProxmoxImage NAME. Required, unless metadata.annotations has proxsync.io/adopt (the spec takes over an existing VM).",
                 "oneOf": [
                     {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
+                    {"type": "object", "additionalProperties": false, "required": ["image"], "properties": {"image": {"description": "The metadata.name of a ProxmoxImage of the repository, on the guest's site.", "type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}}},
                     {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:[a-zA-Z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
                 ]
             },
@@ -683,6 +684,52 @@ pub fn defaults_schema() -> Value {
             "spec": partial_vm_spec()
         },
         "$defs": vm["$defs"].clone()
+    })
+}
+
+/// The JSON Schema of a `ProxmoxImage` document.
+pub fn image_schema() -> Value {
+    let vm = json_schema();
+    let name = vm["properties"]["metadata"]["properties"]["name"].clone();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://proxsync.io/schemas/proxmoximage.json",
+        "title": "ProxmoxImage",
+        "description": "A cloud image, ISO or container template that PVE downloads by URL and verifies by its checksum; guests use it as image: {image: NAME}. Its volume's file name carries the checksum's first 12 hex digits, so a new version is a new volume.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": API_VERSIONS[0]},
+            "kind": {"const": super::images::IMAGE_KIND},
+            "metadata": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name"],
+                "properties": {"name": name}
+            },
+            "spec": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["forProvider"],
+                "properties": {
+                    "forProvider": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["site", "url", "checksum"],
+                        "properties": {
+                            "site": vm["properties"]["spec"]["properties"]["forProvider"]["properties"]["site"].clone(),
+                            "url": {"description": "Where PVE downloads it from: http:// or https://, no credentials.", "type": "string", "maxLength": 2048, "pattern": "^https?://[^\\s@/]+(/\\S*)?$"},
+                            "checksum": {"description": "sha256:<64 hex digits> or sha512:<128 hex digits>, as the publisher's SHA256SUMS says.", "type": "string", "pattern": "^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$"},
+                            "content": {"description": "import (a disk image a VM imports; the default), iso (an installer) or vztmpl (a container template).", "enum": ["import", "iso", "vztmpl"]},
+                            "format": {"description": "The disk format of an import image: qcow2, raw or vmdk; default the URL's extension (a cloud .img is usually qcow2).", "enum": ["qcow2", "raw", "vmdk"]},
+                            "storage": {"description": "A file-based storage with the content; default local.", "type": "string"},
+                            "nodes": {"description": "Nodes it is needed on besides those of the guests made from it (a storage that is not shared).", "type": "array", "maxItems": 64, "items": {"type": "string"}}
+                        }
+                    }
+                }
+            }
+        }
     })
 }
 
