@@ -312,6 +312,8 @@ struct World {
     in_flight: BTreeMap<u32, ObservedVm>,
     /// `proxsync suspend`s (and recorded `spec.suspend`s).
     suspensions: BTreeMap<String, proxsync_core::model::Suspension>,
+    /// The images guests cannot be made from yet, with why.
+    images_waiting: BTreeMap<String, String>,
 }
 
 impl World {
@@ -332,6 +334,7 @@ impl World {
             retry_transient_now: false,
             rewind: None,
             suspensions: &self.suspensions,
+            images_waiting: &self.images_waiting,
         }
     }
 
@@ -756,6 +759,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         now_ms: g.now_ms,
         in_flight,
         suspensions: BTreeMap::new(),
+        images_waiting: BTreeMap::new(),
         elsewhere: BTreeSet::new(),
         sharded: false,
     }
@@ -1834,6 +1838,36 @@ fn one_spec_world(vms: Vec<ObservedVm>, quorate: bool, pve1_online: bool) -> Wor
         w.vms_mut().insert(vm.vmid, vm);
     }
     w
+}
+
+/// A guest made from a `ProxmoxImage` that is not on its storage yet gets no create, and says
+/// which image it waits for and why; once the image is there, it is created. A VM it already
+/// has is left to the rest of the plan (a new image version touches no running guest).
+#[test]
+fn a_guest_whose_image_is_not_there_is_not_created() {
+    let mut w = one_spec_world(vec![], true, true);
+    let mut spec = w.desired.iter().next().unwrap().clone();
+    if let Guest::Vm(vm) = &mut spec.guest {
+        vm.image = Image::Managed("noble-cloud".into());
+    }
+    w.desired = vec![spec].into();
+    let creates = |p: &Plan| (p.actions.iter()).any(|a| matches!(a, Action::Create { .. }));
+    assert!(creates(&plan(&w.input())), "ready: created");
+    w.images_waiting
+        .insert("noble-cloud".into(), "PVE is downloading it".into());
+    let p = plan(&w.input());
+    assert!(!creates(&p), "{p:?}");
+    assert_eq!(
+        p.verdicts.get("web"),
+        Some(&Verdict::WaitingForImage {
+            image: "noble-cloud".into(),
+            why: "PVE is downloading it".into()
+        })
+    );
+    // Another image waiting holds nothing of this guest.
+    w.images_waiting.clear();
+    w.images_waiting.insert("other".into(), "failed".into());
+    assert!(creates(&plan(&w.input())));
 }
 
 /// A VM of spec `web` the state does not know (a lost database), tagged, on `pve1`.

@@ -651,6 +651,7 @@ mod tests {
                 retry_transient_now: false,
                 rewind: None,
                 suspensions: &BTreeMap::new(),
+                images_waiting: &BTreeMap::new(),
             })
         }
     }
