@@ -166,6 +166,34 @@ Scenario key `pools`: pool ids that exist.
     store_file(storage, name, size=0, content='iso', ctime=None)
         A file on a storage (someone's upload), listed with `size` and `ctime` (default: now).
 
+    remote_file(url, size=1048576, data=None, status=200)
+        A file the fake internet serves at url (there is no real one): `data` (a string, its UTF-8
+        bytes) or else `size` bytes of repeated sha256(url + counter); returns {url, size, sha256,
+        sha512} of those bytes, for a download's `checksum`. status other than 200: wget gets that
+        HTTP error (the task fails `download failed: exit code 8`); a URL never registered is a
+        network failure (`download failed: exit code 4`).
+    download_timing(secs=0)
+        A download task's wget takes secs PVE seconds (times time_scale).
+    downloads()
+        [{node, storage, filename, url, content, checksum, checksum_algorithm}]: the download-url
+        requests past the schema and permission checks, in order (filename as sent).
+
+POST /nodes/{node}/storage/{storage}/download-url as pve-storage src/PVE/API2/Storage/Status.pm
+download_url and pve-common src/PVE/Tools.pm download_file_from_url (PVE 9.1; fakepve 0.5.0 demands
+Sys.Audit and Sys.Modify on `/`, checks no name, names the task after the storage and always succeeds):
+Datastore.AllocateTemplate on /storage/{storage} and Sys.Audit+Sys.Modify on `/` or Sys.AccessNetwork on
+/nodes/{node}; `checksum` and `checksum-algorithm` each require the other; before the task
+`can't upload to storage type 'T', not a file based storage!`, `storage 'S' is not configured for
+content-type 'C'`, and the normalised name's extension, 400 {filename: `wrong file extension`} (iso;
+vztmpl, whose `.tar.bz2` and bare `.tar` follow the fake's `version` as container templates do) or {filename: `invalid filename or wrong extension`} (import: .ova .qcow2 .raw .vmdk). The
+`download` task, its id the normalised file name: `decompression not supported for C` (compression but
+not iso); an existing file: same checksum -> `OK, got correct file already, no need to download` (task
+OK), other -> `checksum mismatch: got 'X' != expect 'Y', aborting`, none -> `refusing to override
+existing file 'PATH'` (a file the harness has no bytes of counts as `size` NUL bytes); wget
+(`download failed: exit code 4|8|3`); a wrong checksum of the bytes `checksum mismatch: got 'X' !=
+expect 'Y'`; else the file is stored (listed as `STORAGE:C/NAME`). Storages are one model for all
+nodes, as in fakepve: a download to a local storage on one node shows on every node.
+
     set_datacenter(options)
         datacenter.cfg as GET /cluster/options answers it (scenario key `datacenter`), e.g.
         {"user-tag-access": {"user-allow": "list", "user-allow-list": ["web"]}, "registered-tags": [...]}
@@ -238,6 +266,7 @@ ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `err
 import argparse
 import asyncio
 import hashlib
+import http
 import inspect
 import json
 import os
@@ -254,9 +283,10 @@ import traceback
 from aiohttp import web
 
 from fakepve import FakePve, TaskError, __version__, settle, shapes
+from fakepve import schema as pve_schema
 from fakepve.certs import make_cert
 from fakepve.model import PveError
-from fakepve.routing import param_error
+from fakepve.routing import param_error, split_list
 from fakepve.lxc import SIZE_UNITS, format_size
 from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
 from fakepve.lxc import NEW_DISK as CT_NEW_DISK, mount_type, parse_mount, print_mount, split_props, volume_owner
@@ -296,6 +326,66 @@ LVM_EXTENT = 4 * 1024 ** 2
 CGROUP_V2_MAX_SHARES = 10000
 # pve-ha-manager src/PVE/HA/Resources/PVECT.pm shutdown: `my $shutdown_timeout = $timeout // 60`.
 HA_SHUTDOWN_TIMEOUT = 60
+# download-url (pve-storage src/PVE/API2/Storage/Status.pm download_url, PVE 9.1): the checksum algorithms
+# of `checksum-algorithm`, pve-storage Plugin.pm KNOWN_COMPRESSION_FORMATS (`compression`'s enum), and the
+# file name checks on the normalised name: `m![^/]+$ISO_EXT_RE_0$!` (ISO_EXT_RE_0 = qr/\.(?:iso|img)/i),
+# `m![^/]+$VZTMPL_EXT_RE_1$!` (the vztmpl names VZTMPL_NAME takes) and
+# `m!${SAFE_CHAR_CLASS_RE}+$UPLOAD_IMPORT_EXT_RE_1$!` (SAFE_CHAR_CLASS_RE = [a-zA-Z0-9\-\.\+\=\_],
+# UPLOAD_IMPORT_EXT_RE_1 = qr/\.(ova|qcow2|raw|vmdk)/, case-sensitive). None is anchored at the start.
+DOWNLOAD_ALGORITHMS = ('md5', 'sha1', 'sha224', 'sha256', 'sha384', 'sha512')
+KNOWN_COMPRESSION_FORMATS = ('gz', 'lzo', 'zst', 'bz2')
+DOWNLOAD_ISO_NAME = re.compile(r'[^/]+\.(?:iso|img)\Z', re.I)
+DOWNLOAD_VZTMPL_NAME = re.compile(r'[^/]+\.(?:(tar)|tar\.(gz|xz|zst|bz2))\Z', re.I)
+DOWNLOAD_IMPORT_NAME = re.compile(r'[a-zA-Z0-9\-.+=_]+\.(ova|qcow2|raw|vmdk)\Z')
+DOWNLOAD_TEMPLATE = '/nodes/{node}/storage/{storage}/download-url'
+# wget's exit statuses (wget(1) EXIT STATUS) as run_command reports them: 3 file I/O error, 4 network
+# failure, 8 server issued an error response.
+WGET_IO_ERROR, WGET_NETWORK_FAILURE, WGET_SERVER_ERROR = 3, 4, 8
+
+
+def normalize_content_filename(filename):
+    """pve-storage src/PVE/Storage.pm normalize_content_filename: `chomp`, everything up to the last
+    slash or backslash dropped, every character but [a-zA-Z0-9_.-] made `_`."""
+    if filename.endswith('\n'):
+        filename = filename[:-1]
+    filename = re.sub(r'^.*[/\\]', '', filename)
+    return re.sub(r'[^a-zA-Z0-9_.-]', '_', filename)
+
+
+def encode_text(text):
+    """pve-common src/PVE/Tools.pm encode_text (a task's worker id): uri_escape of the UTF-8 bytes with
+    the unsafe set `^\x20-\x39\x3b-\x7e`, i.e. control and high-bit bytes and `:` as %XX."""
+    return ''.join(chr(b) if 0x20 <= b <= 0x7e and b != 0x3a else '%{0:02X}'.format(b)
+                   for b in text.encode('utf-8'))
+
+
+def remote_bytes(url, size):
+    """remote_file's stand-in content: `size` bytes of repeated sha256(url + counter), the same for a url
+    every run."""
+    out = bytearray()
+    counter = 0
+    seed = url.encode('utf-8')
+    while len(out) < size:
+        out += hashlib.sha256(seed + counter.to_bytes(8, 'big')).digest()
+        counter += 1
+    return bytes(out[:size])
+
+
+def file_digests(data=None, zeros=0):
+    """{algorithm: lower-case hex digest} of data, or of `zeros` NUL bytes (hashed a MiB at a time)."""
+    hashes = dict((name, hashlib.new(name)) for name in DOWNLOAD_ALGORITHMS)
+    if data is not None:
+        for h in hashes.values():
+            h.update(data)
+    else:
+        chunk = bytes(min(zeros, 1024 ** 2))
+        left = zeros
+        while left > 0:
+            piece = chunk if left >= len(chunk) else chunk[:left]
+            for h in hashes.values():
+                h.update(piece)
+            left -= len(piece)
+    return dict((name, h.hexdigest()) for name, h in hashes.items())
 
 
 class BadArgs(Exception):
@@ -441,6 +531,19 @@ class HarnessPve(FakePve):
         self.node_memory = {}
         # destroy_timing: PVE seconds a VM's qmdestroy takes before it removes the VM.
         self.vm_destroy_secs = 0.0
+        # download-url: the fake internet (url -> {'data': bytes, 'status': HTTP status}, see remote_file),
+        # PVE seconds a download takes (download_timing), the requests received (downloads) and the
+        # digests of the bytes of each file a download stored ((storage, volname) -> (size, digests)).
+        self.remote_files = {}
+        self.download_secs = 0.0
+        self.download_requests = []
+        self.downloaded = {}
+        # fakepve 0.5.0's vendored schema has `compression` with `enum: null` (the API dump lost Status.pm's
+        # `enum => $PVE::Storage::Plugin::KNOWN_COMPRESSION_FORMATS`), on which its validator crashes
+        # (500 `internal error`): give it PVE's enum, so a bad value is the schema's 400.
+        compression = pve_schema.load().paths[DOWNLOAD_TEMPLATE]['POST']['parameters']['properties']['compression']
+        if compression.get('enum') is None:
+            compression['enum'] = list(KNOWN_COMPRESSION_FORMATS)
 
     def _maxdisk(self, ct):
         """A running container's `maxdisk` as pve-container's vmstatus lists it: its root file system's
@@ -1258,7 +1361,150 @@ class HarnessPve(FakePve):
                 ('POST', '/cluster/ha/rules', self._harness_ha_rule_create),
                 ('GET', '/cluster/ha/rules/{rule}', self._harness_ha_rule_read),
                 ('PUT', '/cluster/ha/rules/{rule}', self._harness_ha_rule_update),
-                ('DELETE', '/cluster/ha/rules/{rule}', self._harness_ha_rule_delete)]
+                ('DELETE', '/cluster/ha/rules/{rule}', self._harness_ha_rule_delete),
+                ('POST', DOWNLOAD_TEMPLATE, self._harness_download_url)]
+
+    # ------------------------------------------------------------ download-url
+
+    async def _download_url(self, request):
+        """fakepve's own hand-written download-url route is added before the `_routes_*` tables (its
+        _build_app), so the harness's table entry alone would never be reached: this override sends the
+        request through the same schema-checked handler (parameters, permissions, node) instead."""
+        return await self._stateful_handler(DOWNLOAD_TEMPLATE, self._harness_download_url)(request)
+
+    def _vztmpl_name_ok(self, match):
+        """VZTMPL_EXT_RE_1 by version, as _check_vztmpl_name: `.tar.bz2` from PVE 8.3, a bare `.tar` from 9.1."""
+        version = self._version_tuple(self.version)
+        return match is not None and not (
+            (match.group(2) or '').lower() == 'bz2' and version < (8, 3, 0)
+            or match.group(1) is not None and version < (9, 1, 0))
+
+    def _existing_digests(self, sid, volname, vol):
+        """The digests of a file on the storage: a download's bytes, else (someone's upload, store_file,
+        a scenario file: bytes the harness never saw) `size` NUL bytes."""
+        size = int(vol.get('size') or 0)
+        known = self.downloaded.get((sid, volname))
+        if known is not None and known[0] == size:
+            return known[1]
+        return file_digests(zeros=size)
+
+    async def _harness_download_url(self, values, user):
+        """POST /nodes/{node}/storage/{storage}/download-url as pve-storage src/PVE/API2/Storage/Status.pm
+        download_url (PVE 9.1) and pve-common src/PVE/Tools.pm download_file_from_url do it.
+
+        fakepve 0.5.0 differs: it demands Sys.Audit and Sys.Modify on `/` always (PVE: Datastore.AllocateTemplate
+        on /storage/{storage} and either Sys.Audit+Sys.Modify on `/` or Sys.AccessNetwork on /nodes/{node},
+        checked here from the schema), takes its own `size` parameter, stores the file as sent without a name
+        or extension check, names the task after the storage (PVE: `encode_text($filename)`), and never
+        fails: no checksum, no existing file, no wget error. Here the bytes come from remote_file's fake
+        internet.
+
+        Before the task (500 `die`s in this order, after the schema's 400s and the 403s):
+        storage_check_enabled (does not exist, disabled, not on the node); `can't upload to storage type
+        '$type', not a file based storage!`; `storage '$storage' is not configured for content-type
+        '$content'`; the normalised file name's extension (raise_param_exc, 400: `wrong file extension`
+        for iso and vztmpl, `invalid filename or wrong extension` for import); activate_storage.
+        `compression` outside KNOWN_COMPRESSION_FORMATS is the schema's enum 400 (HarnessPve.__init__
+        puts the enum fakepve 0.5.0's schema lacks back). A compressed ISO is stored as downloaded (not
+        decompressed; the checksum is checked on the downloaded bytes).
+
+        The `download` task (worker id: the normalised file name, encode_text'd): with `compression`
+        for other content than iso it dies `decompression not supported for $content`; then
+        download_file_from_url into `$path/$filename` (the storage's iso, vztmpl or import dir):
+        an existing file with a checksum: the same -> `OK, got correct file already, no need to
+        download`, task OK; else `checksum mismatch: got 'X' != expect 'Y', aborting`; an existing
+        file without one: `refusing to override existing file '$dest'`. Then wget (download_timing's
+        secs): a URL not registered fails `download failed: exit code 4` (network failure), one
+        registered with a status other than 200 `download failed: exit code 8` (server error); more
+        bytes than the storage's `avail` `download failed: exit code 3` (file I/O error). Then the
+        checksum of the bytes (`if ($checksum)`: Perl truth, so "" and "0" check nothing), compared
+        lower-cased: `checksum mismatch: got 'X' != expect 'Y'`. Then the file is stored (store_file)
+        and its bytes' digests remembered for a later download's existing-file check."""
+        node, sid, content, url = values['node'], values['storage'], values['content'], values['url']
+        compression = values.get('compression')
+        checksum, algorithm = values.get('checksum'), values.get('checksum-algorithm')
+        self.download_requests.append({'node': node, 'storage': sid, 'filename': values['filename'], 'url': url,
+                                       'content': content, 'checksum': checksum, 'checksum_algorithm': algorithm})
+        store = self._check_enabled(sid, node)
+        self._need_file_storage(store, "can't upload to storage type '{0}', not a file based storage!")
+        if content not in split_list(store.get('content')):
+            raise PveError(500, "storage '{0}' is not configured for content-type '{1}'".format(sid, content))
+        filename = normalize_content_filename(values['filename'])
+        if content == 'iso':
+            if not DOWNLOAD_ISO_NAME.search(filename):
+                raise param_error(filename='wrong file extension')
+        elif content == 'vztmpl':
+            if not self._vztmpl_name_ok(DOWNLOAD_VZTMPL_NAME.search(filename)):
+                raise param_error(filename='wrong file extension')
+        elif not DOWNLOAD_IMPORT_NAME.search(filename):
+            raise param_error(filename='invalid filename or wrong extension')
+        self._active_store(sid, node)
+        volname = '{0}/{1}'.format(content, filename)
+        dest = self._volume_path(sid, volname, content)
+        if checksum in (None, '', '0'):
+            checksum = algorithm = None
+        holder = {}
+
+        async def body():
+            # The task's record: the newest one when fakepve runs the body inline (time_scale 0), else
+            # the one the handler noted once task() returned (a task body runs only after that).
+            log = (holder.get('record') or self.tasklog[-1])['log']
+            if compression and content != 'iso':
+                raise TaskError('decompression not supported for {0}'.format(content))
+            log.append('downloading {0} to {1}'.format(url, dest))
+            vol = self._volumes(sid).get(volname)
+            if vol is not None:
+                if not algorithm:
+                    raise TaskError("refusing to override existing file '{0}'".format(dest))
+                got = self._existing_digests(sid, volname, vol)[algorithm]
+                if got == checksum.lower():
+                    log.append('calculating checksum of existing file...OK, got correct file already, '
+                               'no need to download')
+                    return None
+                log.append('calculating checksum of existing file...')
+                raise TaskError("checksum mismatch: got '{0}' != expect '{1}', aborting".format(got, checksum))
+            await self.pause(self.download_secs)
+            remote = self.remote_files.get(url)
+            # wget --progress=dot:giga's own lines, roughly.
+            stamp = time.strftime('%Y-%m-%d %H:%M:%S')
+            host = re.sub(r'^https?://([^/:?#]*).*$', r'\1', url, flags=re.S)
+            log.append('--{0}--  {1}'.format(stamp, url))
+            if remote is None:
+                log.append('Resolving {0} ({0})... failed: Name or service not known.'.format(host))
+                log.append("wget: unable to resolve host address '{0}'".format(host))
+                raise TaskError('download failed: exit code {0}'.format(WGET_NETWORK_FAILURE))
+            if remote['status'] != 200:
+                try:
+                    phrase = http.HTTPStatus(remote['status']).phrase
+                except ValueError:
+                    phrase = 'Error'
+                log.append('HTTP request sent, awaiting response... {0} {1}'.format(remote['status'], phrase))
+                log.append('{0} ERROR {1}: {2}.'.format(stamp, remote['status'], phrase))
+                raise TaskError('download failed: exit code {0}'.format(WGET_SERVER_ERROR))
+            data = remote['data']
+            log.append('HTTP request sent, awaiting response... 200 OK')
+            log.append('Length: {0}'.format(len(data)))
+            if len(data) > self.storages[sid].get('avail', float('inf')):
+                log.append('Cannot write to {0!r} (No space left on device).'.format(dest))
+                raise TaskError('download failed: exit code {0}'.format(WGET_IO_ERROR))
+            digests = file_digests(data)
+            if algorithm:
+                got = digests[algorithm]
+                if got != checksum.lower():
+                    log.append('calculating checksum...')
+                    raise TaskError("checksum mismatch: got '{0}' != expect '{1}'".format(got, checksum))
+                log.append('calculating checksum...OK, checksum verified')
+            # rename($tmpdest, $dest): a file that appeared meanwhile is replaced.
+            old = self.storages[sid].get('volumes', {}).pop(volname, None)
+            if old is not None and 'avail' in self.storages[sid]:
+                self.storages[sid]['avail'] += int(old.get('size') or 0)
+            self.store_file(sid, filename, len(data), content)
+            self.downloaded[(sid, volname)] = (len(data), digests)
+            return "download of '{0}' to '{1}' finished".format(url, dest)
+
+        upid = await self.task(node, 'download', encode_text(filename), user, body, lock=False)
+        holder['record'] = self.tasks[upid]
+        return upid
 
     # ------------------------------------------------------------ permissions
 
@@ -2993,6 +3239,33 @@ class Commands(object):
         self.pve.store_file(storage, name, int(size), content)
         if ctime is not None:
             self.pve.storages[storage]['volumes']['{0}/{1}'.format(content, name)]['ctime'] = int(ctime)
+
+    def remote_file(self, url, size=1048576, data=None, status=200):
+        """A file the fake internet serves at url for download-url: `data` (a string, as UTF-8) or else
+        `size` bytes derived from the url (remote_bytes); status other than 200 is an HTTP error (wget
+        exits 8). Returns {url, size, sha256, sha512} of the bytes."""
+        if not re.match(r'https?://', str(url)):
+            raise BadArgs('url must start with http:// or https://')
+        if data is not None:
+            body = str(data).encode('utf-8')
+        else:
+            if int(size) < 0:
+                raise BadArgs('size must not be negative')
+            body = remote_bytes(str(url), int(size))
+        self.pve.remote_files[str(url)] = {'data': body, 'status': int(status)}
+        return {'url': str(url), 'size': len(body), 'sha256': hashlib.sha256(body).hexdigest(),
+                'sha512': hashlib.sha512(body).hexdigest()}
+
+    def download_timing(self, secs=0):
+        """A download task's wget takes secs PVE seconds (times time_scale)."""
+        if float(secs) < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.download_secs = float(secs)
+
+    def downloads(self):
+        """The download-url requests that passed the schema and permission checks, in order:
+        [{node, storage, filename (as sent), url, content, checksum, checksum_algorithm}]."""
+        return [dict(r) for r in self.pve.download_requests]
 
     def add_token(self, id, secret):  # noqa: A002 - the protocol's name
         if '!' not in id or '@' not in id:

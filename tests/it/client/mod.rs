@@ -1,6 +1,7 @@
 //! The Proxmox VE client and the fake it runs against: requests, tasks, permits, fidelity to a real cluster.
 
 pub mod conformance;
+mod download_url;
 mod fake_fidelity;
 mod fakepve_wiring;
 mod fidelity;
