@@ -1453,6 +1453,8 @@ class HarnessPve(FakePve):
                 raise TaskError('decompression not supported for {0}'.format(content))
             log.append('downloading {0} to {1}'.format(url, dest))
             vol = self._volumes(sid).get(volname)
+            if vol is not None and not self._on_node(sid, vol, node):
+                vol = None
             if vol is not None:
                 if not algorithm:
                     raise TaskError("refusing to override existing file '{0}'".format(dest))
@@ -1498,13 +1500,32 @@ class HarnessPve(FakePve):
             old = self.storages[sid].get('volumes', {}).pop(volname, None)
             if old is not None and 'avail' in self.storages[sid]:
                 self.storages[sid]['avail'] += int(old.get('size') or 0)
+            nodes = set(old.get('nodes', ())) if old is not None else set()
             self.store_file(sid, filename, len(data), content)
+            if not self.storages[sid].get('shared'):
+                self.storages[sid]['volumes'][volname]['nodes'] = nodes | {node}
             self.downloaded[(sid, volname)] = (len(data), digests)
             return "download of '{0}' to '{1}' finished".format(url, dest)
 
         upid = await self.task(node, 'download', encode_text(filename), user, body, lock=False)
         holder['record'] = self.tasks[upid]
         return upid
+
+    def _on_node(self, sid, vol, node):
+        """Whether volume `vol` of storage `sid` is on `node`. fakepve 0.5.0 keeps one set of volumes per
+        storage for every node; a storage storage.cfg does not mark `shared` (a `dir` such as `local`) is
+        one directory per node in PVE. A file download-url put on a node that is not shared is kept with
+        the nodes it was downloaded to (`nodes`), and is on those alone; other volumes are on every node."""
+        nodes = vol.get('nodes')
+        return nodes is None or self.storages[sid].get('shared') or node in nodes
+
+    async def _content_list(self, v, user):
+        """GET /nodes/{node}/storage/{storage}/content, without the downloaded files of a storage that is
+        not shared which are on other nodes (see _on_node)."""
+        out = await super()._content_list(v, user)
+        vols = self._volumes(v['storage'])
+        return [item for item in out
+                if self._on_node(v['storage'], vols.get(item['volid'].split(':', 1)[1], {}), v['node'])]
 
     # ------------------------------------------------------------ permissions
 
