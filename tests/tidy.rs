@@ -93,6 +93,7 @@ const CRATES: &[(&str, Layers)] = &[
             ("the git source: commits -> specs", &["source"]),
             ("specs written from existing VMs", &["import"]),
             ("acting on Proxmox VE", &["execute"]),
+            ("images kept on the storages", &["image_sync"]),
             ("status files", &["status"]),
             (
                 "what a cycle did; reading status; the control socket",

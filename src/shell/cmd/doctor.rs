@@ -131,8 +131,7 @@ pub(crate) fn doctor(config_path: Option<PathBuf>, spec_paths: Vec<PathBuf>) -> 
         message: d.to_string(),
         fix: Some("correct the spec (`proxsync validate` lists every error)".into()),
     }));
-    let specs = set.specs;
-    let mut checks = runtime.block_on(crate::shell::doctor::run(&config, &specs));
+    let mut checks = runtime.block_on(crate::shell::doctor::run(&config, &set));
     checks.extend(spec_checks);
     let mut out = std::io::stdout().lock();
     for c in &checks {

@@ -5,6 +5,7 @@ use std::fmt;
 
 use crate::config::{Config, SiteConfig};
 use crate::spec::Spec;
+use crate::spec::images::ImageSpec;
 
 mod connection;
 pub(crate) mod exercise;
@@ -86,7 +87,8 @@ fn check(
 }
 
 /// Runs every check. `specs` are the specs to check against the sites (may be empty).
-pub(crate) async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Check> {
+pub(crate) async fn run(config: &Config, set: &crate::spec::SpecSet) -> Vec<Check> {
+    let specs = &set.specs;
     let mut out = vec![check(
         Level::Ok,
         "config",
@@ -129,7 +131,11 @@ pub(crate) async fn run(config: &Config, specs: &crate::spec::Specs) -> Vec<Chec
             .copied()
             .filter(|s| s.site == site.name)
             .collect();
-        out.extend(check_site(site, config, key.as_ref(), &site_specs).await);
+        let images: Vec<(&ImageSpec, Vec<&str>)> = (set.images.iter())
+            .filter(|i| i.site == site.name)
+            .map(|i| (i.as_ref(), image_nodes(i, &site_specs)))
+            .collect();
+        out.extend(check_site(site, config, key.as_ref(), &site_specs, &images).await);
     }
     out
 }
@@ -139,11 +145,25 @@ pub(crate) fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.level == Level::Fail)
 }
 
+/// The nodes image `image` is downloaded to: those it names and those of the guests made from
+/// it (the daemon's `image_sync` asks the same).
+fn image_nodes<'a>(image: &'a ImageSpec, specs: &[&'a Spec]) -> Vec<&'a str> {
+    let mut nodes: std::collections::BTreeSet<&str> =
+        image.nodes.iter().map(String::as_str).collect();
+    nodes.extend(
+        (specs.iter())
+            .filter(|s| matches!(s.image(), crate::spec::Image::Managed(n) if *n == image.name))
+            .map(|s| s.node.as_str()),
+    );
+    nodes.into_iter().collect()
+}
+
 async fn check_site(
     site: &SiteConfig,
     config: &Config,
     key: Option<&crate::ownership::MarkerKey>,
     specs: &[&Spec],
+    images: &[(&ImageSpec, Vec<&str>)],
 ) -> Vec<Check> {
     let ownership_tag = config.ownership_tag();
     let ownership_tag = ownership_tag.as_str();
@@ -178,7 +198,7 @@ async fn check_site(
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())
         .chain(specs.iter().flat_map(|s| s.tags.iter().cloned()))
         .collect();
-    out.extend(check_privileges(&client, site, &version, specs, &tags).await);
+    out.extend(check_privileges(&client, site, &version, specs, images, &tags).await);
 
     let status = match client.cluster_status().await {
         Ok(s) => s,

@@ -11,6 +11,7 @@ use super::{Check, Level, check};
 use crate::config::SiteConfig;
 use crate::pve::Client;
 use crate::pve::types::Version;
+use crate::spec::images::ImageSpec;
 use crate::spec::{GuestKind, Image, Spec, VolumeKind};
 
 /// Privileges proxsync needs, and the ACL path each is checked on.
@@ -263,20 +264,56 @@ fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
     out
 }
 
+/// What PVE checks for `download-url` on the storage (pve-storage `API2/Storage/Status.pm`
+/// `download_url`, the same in PVE 8.4 and 9.1): Datastore.AllocateTemplate on
+/// `/storage/{storage}`, and [`image_network_held`] on each node it downloads to.
+pub(super) fn image_needs(images: &[(&ImageSpec, Vec<&str>)]) -> Vec<Need> {
+    (images.iter())
+        .map(|(image, _)| {
+            Need::new(
+                format!("/storage/{}", image.storage),
+                &["Datastore.AllocateTemplate"],
+                Some(format!("ProxmoxImage {}: PVE downloads it", image.name)),
+            )
+        })
+        .collect()
+}
+
+/// The other half of `download-url`'s check: `['or', ['perm', '/', ['Sys.Audit',
+/// 'Sys.Modify']], ['perm', '/nodes/{node}', ['Sys.AccessNetwork']]]` (a list of privileges
+/// in one `perm` needs them all).
+fn image_network_held(has: &dyn Fn(&str, &str) -> bool, node: &str) -> bool {
+    has(&format!("/nodes/{node}"), "Sys.AccessNetwork")
+        || (has("/", "Sys.Audit") && has("/", "Sys.Modify"))
+}
+
 pub(super) async fn check_privileges(
     client: &Client,
     site: &SiteConfig,
     version: &Version,
     specs: &[&Spec],
+    images: &[(&ImageSpec, Vec<&str>)],
     tags: &BTreeSet<String>,
 ) -> Vec<Check> {
     let subject = format!("{} privileges", site.name);
-    let required = needs(version, specs);
+    let mut required = needs(version, specs);
+    required.extend(image_needs(images));
+    // The nodes images are downloaded to, each with the first image that needs it.
+    let mut image_nodes: BTreeMap<String, &str> = BTreeMap::new();
+    for (image, nodes) in images {
+        for node in nodes {
+            image_nodes
+                .entry(node.to_string())
+                .or_insert(image.name.as_str());
+        }
+    }
+    let node_paths: Vec<String> = image_nodes.keys().map(|n| format!("/nodes/{n}")).collect();
 
     // The effective privileges on each exact path, plus `/` for tags.
     let paths: BTreeSet<&str> = required
         .iter()
         .map(|n| n.path.as_str())
+        .chain(node_paths.iter().map(String::as_str))
         .chain(["/"])
         .collect();
     let mut held: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
@@ -292,7 +329,7 @@ pub(super) async fn check_privileges(
     }
     let has = |path: &str, p: &str| held.get(path).is_some_and(|s| s.contains(p));
 
-    let missing: Vec<String> = required
+    let mut missing: Vec<String> = required
         .iter()
         .filter(|n| !n.any.iter().any(|p| has(&n.path, p)))
         .map(|n| match &n.why {
@@ -300,6 +337,16 @@ pub(super) async fn check_privileges(
             None => format!("{} on {}", n.any.join(" or "), n.path),
         })
         .collect();
+    missing.extend(
+        (image_nodes.iter())
+            .filter(|(node, _)| !image_network_held(&has, node))
+            .map(|(node, image)| {
+                format!(
+                    "Sys.AccessNetwork on /nodes/{node}, or Sys.Audit and Sys.Modify on / \
+                     (ProxmoxImage {image}: PVE downloads it on {node})"
+                )
+            }),
+    );
     let mut out = Vec::new();
     if missing.is_empty() {
         out.push(check(
@@ -312,7 +359,9 @@ pub(super) async fn check_privileges(
             None,
         ));
     } else {
-        let names: BTreeSet<&str> = required.iter().map(|n| n.any[0]).collect();
+        let names: BTreeSet<&str> = (required.iter().map(|n| n.any[0]))
+            .chain((!image_nodes.is_empty()).then_some("Sys.AccessNetwork"))
+            .collect();
         out.push(check(
             Level::Fail,
             subject,

@@ -540,3 +540,61 @@ fn specs_with_ha_need_sys_console_on_root() {
     assert!(!ok, "{out}");
     assert!(out.contains("lacks Sys.Console on /"), "{out}");
 }
+
+/// A spec made from a `ProxmoxImage`: PVE's `download-url` wants Datastore.AllocateTemplate
+/// on the image's storage and Sys.AccessNetwork on each node it downloads to (or Sys.Audit
+/// and Sys.Modify on `/`), as its schema's `permissions` say in 8.4 and 9.1.
+#[test]
+fn an_image_needs_allocate_template_and_network_access() {
+    let image = format!(
+        "---\napiVersion: proxsync.io/v1\nkind: ProxmoxImage\nmetadata: {{name: noble-cloud}}\n\
+         spec:\n  forProvider:\n    site: lab\n    url: https://images.example/noble.qcow2\n    \
+         checksum: sha256:{}\n",
+        "ab".repeat(32)
+    );
+    let base = || {
+        grants_but_root(Scenario::default(), "VM.GuestAgent.Audit").grant(
+            TOKEN_ID,
+            "/",
+            &["Sys.Audit"],
+        )
+    };
+    let with_image = |pve: &FakePve| {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("lab.token");
+        std::fs::write(&secret, TOKEN_SECRET).unwrap();
+        let config = write_config(
+            dir.path(),
+            &site_block("lab", pve.url(), pve.ca_file(), &secret),
+        );
+        let specs = dir.path().join("specs");
+        std::fs::create_dir(&specs).unwrap();
+        let vm = spec("vm", "lab", "pve1", "IMAGE", "local-lvm", "vmbr0")
+            .replace("\"IMAGE\"", "{image: noble-cloud}");
+        std::fs::write(specs.join("vm.yaml"), vm + &image).unwrap();
+        doctor(&config, &specs)
+    };
+    let (ok, out) = with_image(&base().start());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(
+            "Datastore.AllocateTemplate on /storage/local (ProxmoxImage noble-cloud: PVE \
+             downloads it)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "Sys.AccessNetwork on /nodes/pve1, or Sys.Audit and Sys.Modify on / (ProxmoxImage \
+             noble-cloud: PVE downloads it on pve1)"
+        ),
+        "{out}"
+    );
+    // Granted on the node (or Sys.Modify on /), the image asks for nothing more.
+    let pve = base()
+        .grant(TOKEN_ID, "/storage/local", &["Datastore.AllocateTemplate"])
+        .grant(TOKEN_ID, "/nodes/pve1", &["Sys.AccessNetwork"])
+        .start();
+    let (_, out) = with_image(&pve);
+    assert!(out.contains("ok   lab privileges"), "{out}");
+}
