@@ -299,7 +299,7 @@ sys.stdout = sys.stderr
 
 SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages', 'vms', 'cts', 'files', 'tokens', 'users',
                  'grants', 'version', 'time_scale', 'quorate', 'bridges', 'bridge_mtus', 'cluster_name', 'datacenter',
-                 'standalone', 'node_memory')
+                 'standalone', 'node_memory', 'remote_files')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
             'qmpstatus', 'ha_state', 'stats')
@@ -357,6 +357,21 @@ def encode_text(text):
     the unsafe set `^\x20-\x39\x3b-\x7e`, i.e. control and high-bit bytes and `:` as %XX."""
     return ''.join(chr(b) if 0x20 <= b <= 0x7e and b != 0x3a else '%{0:02X}'.format(b)
                    for b in text.encode('utf-8'))
+
+
+def add_remote_file(pve, url, size=1048576, data=None, status=200):
+    """Commands.remote_file, and the scenario's `remote_files`."""
+    if not re.match(r'https?://', str(url)):
+        raise BadArgs('url must start with http:// or https://')
+    if data is not None:
+        body = str(data).encode('utf-8')
+    else:
+        if int(size) < 0:
+            raise BadArgs('size must not be negative')
+        body = remote_bytes(str(url), int(size))
+    pve.remote_files[str(url)] = {'data': body, 'status': int(status)}
+    return {'url': str(url), 'size': len(body), 'sha256': hashlib.sha256(body).hexdigest(),
+            'sha512': hashlib.sha512(body).hexdigest()}
 
 
 def remote_bytes(url, size):
@@ -2757,6 +2772,11 @@ def apply_scenario(pve, sc):
     for name in sc.get('pools') or []:
         pve.pools.setdefault(str(name), set())
         pve._pool_meta(str(name))
+    # [{url, size?, data?, status?}]: the fake internet download-url fetches from (remote_file).
+    for f in sc.get('remote_files') or []:
+        if not isinstance(f, dict) or 'url' not in f:
+            raise BadArgs('remote_files: each entry needs a url: {0!r}'.format(f))
+        add_remote_file(pve, **f)
 
 
 # ------------------------------------------------------------------ commands
@@ -3264,18 +3284,9 @@ class Commands(object):
     def remote_file(self, url, size=1048576, data=None, status=200):
         """A file the fake internet serves at url for download-url: `data` (a string, as UTF-8) or else
         `size` bytes derived from the url (remote_bytes); status other than 200 is an HTTP error (wget
-        exits 8). Returns {url, size, sha256, sha512} of the bytes."""
-        if not re.match(r'https?://', str(url)):
-            raise BadArgs('url must start with http:// or https://')
-        if data is not None:
-            body = str(data).encode('utf-8')
-        else:
-            if int(size) < 0:
-                raise BadArgs('size must not be negative')
-            body = remote_bytes(str(url), int(size))
-        self.pve.remote_files[str(url)] = {'data': body, 'status': int(status)}
-        return {'url': str(url), 'size': len(body), 'sha256': hashlib.sha256(body).hexdigest(),
-                'sha512': hashlib.sha512(body).hexdigest()}
+        exits 8). Returns {url, size, sha256, sha512} of the bytes. The scenario key `remote_files`
+        takes the same arguments, one object per file."""
+        return add_remote_file(self.pve, url, size, data, status)
 
     def download_timing(self, secs=0):
         """A download task's wget takes secs PVE seconds (times time_scale)."""
