@@ -128,15 +128,19 @@ fn retry_after(attempts: u32) -> Duration {
     FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
 }
 
-/// The nodes each image is needed on: those it names and those of the guests made from it.
-fn needed_on(specs: &SpecSet) -> BTreeMap<&str, BTreeSet<&str>> {
+/// The nodes each of `images` is needed on: those it names and those of `specs` made from it.
+/// What the daemon downloads to, `plan` shows and `doctor` checks the privileges of.
+pub(crate) fn needed_on<'a>(
+    images: &'a [Arc<ImageSpec>],
+    specs: impl IntoIterator<Item = &'a crate::spec::Spec>,
+) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
     let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for image in &specs.images {
+    for image in images {
         out.entry(image.name.as_str())
             .or_default()
             .extend(image.nodes.iter().map(String::as_str));
     }
-    for spec in specs.specs.iter() {
+    for spec in specs {
         if let Image::Managed(name) = spec.image()
             && let Some(nodes) = out.get_mut(name.as_str())
         {
@@ -158,7 +162,7 @@ impl ImageSync {
         now_ms: u64,
         task_wait: Duration,
     ) -> BTreeMap<String, ImageState> {
-        let needed = needed_on(specs);
+        let needed = needed_on(&specs.images, specs.specs.iter());
         let mut out = BTreeMap::new();
         let mut wanted: BTreeSet<Target> = BTreeSet::new();
         for image in &specs.images {

@@ -131,9 +131,13 @@ pub(crate) async fn run(config: &Config, set: &crate::spec::SpecSet) -> Vec<Chec
             .copied()
             .filter(|s| s.site == site.name)
             .collect();
+        let needed = crate::image_sync::needed_on(&set.images, site_specs.iter().copied());
         let images: Vec<(&ImageSpec, Vec<&str>)> = (set.images.iter())
             .filter(|i| i.site == site.name)
-            .map(|i| (i.as_ref(), image_nodes(i, &site_specs)))
+            .map(|i| {
+                let nodes = needed.get(i.name.as_str()).into_iter().flatten();
+                (i.as_ref(), nodes.copied().collect())
+            })
             .collect();
         out.extend(check_site(site, config, key.as_ref(), &site_specs, &images).await);
     }
@@ -143,19 +147,6 @@ pub(crate) async fn run(config: &Config, set: &crate::spec::SpecSet) -> Vec<Chec
 /// True when the report has a failure (exit code 1).
 pub(crate) fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.level == Level::Fail)
-}
-
-/// The nodes image `image` is downloaded to: those it names and those of the guests made from
-/// it (the daemon's `image_sync` asks the same).
-fn image_nodes<'a>(image: &'a ImageSpec, specs: &[&'a Spec]) -> Vec<&'a str> {
-    let mut nodes: std::collections::BTreeSet<&str> =
-        image.nodes.iter().map(String::as_str).collect();
-    nodes.extend(
-        (specs.iter())
-            .filter(|s| matches!(s.image(), crate::spec::Image::Managed(n) if *n == image.name))
-            .map(|s| s.node.as_str()),
-    );
-    nodes.into_iter().collect()
 }
 
 async fn check_site(

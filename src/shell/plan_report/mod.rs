@@ -9,6 +9,8 @@
 
 use std::collections::BTreeSet;
 
+mod images;
+
 use serde::Serialize;
 
 use crate::category::Category;
@@ -28,9 +30,10 @@ pub(crate) struct Scope<'a> {
     pub from_files: bool,
 }
 
-/// The version of `plan --json`'s shape (its `version`): 2 since each orphan names its
-/// `kind`; 1 had no `version` field. docs/output.md.
-pub(crate) const JSON_VERSION: u32 = 2;
+/// The version of `plan --json`'s shape (its `version`): 3 since it lists the `images` PVE
+/// would download; 2 since each orphan names its `kind`; 1 had no `version` field.
+/// docs/output.md.
+pub(crate) const JSON_VERSION: u32 = 3;
 
 /// The plan as `proxsync plan` prints it (`--json`: as data).
 #[derive(Debug, Serialize)]
@@ -38,6 +41,8 @@ pub(crate) const JSON_VERSION: u32 = 2;
 pub(crate) struct Report {
     /// [`JSON_VERSION`].
     pub version: u32,
+    /// The `ProxmoxImage`s PVE would download first.
+    pub images: Vec<images::ImageLine>,
     pub changes: Vec<Change>,
     /// Specs that get no action this cycle, and why (up-to-date specs are left out).
     pub held: Vec<Held>,
@@ -130,6 +135,7 @@ impl Default for Report {
     fn default() -> Report {
         Report {
             version: JSON_VERSION,
+            images: Vec::new(),
             changes: Vec::new(),
             held: Vec::new(),
             orphans: Vec::new(),
@@ -146,7 +152,7 @@ impl Report {
     pub(crate) fn exit_code(&self) -> u8 {
         if !self.errors.is_empty() {
             1
-        } else if self.changes.is_empty() && self.unsatisfied() == 0 {
+        } else if self.changes.is_empty() && self.images.is_empty() && self.unsatisfied() == 0 {
             0
         } else {
             2
@@ -164,6 +170,10 @@ impl Report {
     /// The text `plan` prints on stdout (the errors go to stderr).
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
+        for i in &self.images {
+            out.push_str(&i.text);
+            out.push('\n');
+        }
         for c in &self.changes {
             out.push_str(&c.text);
             out.push('\n');
@@ -194,6 +204,21 @@ impl Report {
     /// The line that ends the plan; `None` when it has no change and errors (on stderr): then
     /// it is not "no changes".
     fn last_line(&self) -> Option<String> {
+        let downloads = match self.images.len() {
+            0 => None,
+            1 => Some("1 image to download".to_string()),
+            n => Some(format!("{n} images to download")),
+        };
+        if let Some(downloads) = downloads {
+            return Some(match self.changes.is_empty() {
+                true => downloads,
+                false => format!(
+                    "{downloads}, then {} change(s): {}",
+                    self.changes.len(),
+                    self.summary()
+                ),
+            });
+        }
         if self.changes.is_empty() && !self.errors.is_empty() {
             None
         } else if self.changes.is_empty() && self.unsatisfied() > 0 {
@@ -338,13 +363,20 @@ fn markdown_text(text: &str) -> String {
 
 /// One planned action as `plan` shows it: an update's fields and an adoption's, read from the
 /// VM's config; a removal labelled. What cannot be read goes to `errors`.
+/// What a plan's create checks read once: the nodes' facts, and the images the run downloads
+/// before it creates (per image, the nodes).
+struct CreateReads {
+    facts: crate::execute::NodeFacts,
+    coming: BTreeSet<(String, String)>,
+}
+
 async fn change_of(
     view: &PlanView,
     by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
     kinds: &crate::engine::GuestKinds,
     scope: &Scope<'_>,
     action: &Action,
-    facts: &crate::execute::NodeFacts,
+    reads: &CreateReads,
     errors: &mut Vec<String>,
 ) -> Change {
     let mut change = Change {
@@ -412,7 +444,7 @@ async fn change_of(
             create_change(
                 view,
                 by_name,
-                facts,
+                reads,
                 (spec, site, node),
                 &mut change,
                 errors,
@@ -440,7 +472,7 @@ async fn change_of(
 async fn create_change(
     view: &PlanView,
     by_name: &crate::util::fnv::FnvHashMap<&str, &Spec>,
-    facts: &crate::execute::NodeFacts,
+    reads: &CreateReads,
     (spec, site, node): (&String, &String, &String),
     change: &mut Change,
     errors: &mut Vec<String>,
@@ -469,25 +501,36 @@ async fn create_change(
         Ok(_) => {}
         Err(e) => errors.push(format!("{spec}: {e}")),
     }
-    preflight(view, facts, ctx, s, change, errors).await;
+    preflight(view, reads, ctx, s, change, errors).await;
 }
 
 /// The run's pre-flight of a create of `spec`, for the plan: a refusal marks the create's line
 /// and is an error; a read the plan's token cannot make is an error only.
 async fn preflight(
     view: &PlanView,
-    facts: &crate::execute::NodeFacts,
+    reads: &CreateReads,
     site: &crate::execute::SiteCtx,
     spec: &Spec,
     change: &mut Change,
     errors: &mut Vec<String>,
 ) {
     let Some(e) =
-        crate::execute::create_refusal(&view.views, facts, &view.images, site, spec).await
+        crate::execute::create_refusal(&view.views, &reads.facts, &view.images, site, spec)
+            .await
     else {
         return;
     };
     let name = &spec.name;
+    // Its image is downloaded first (the `+ image` line): its volume's absence is no refusal.
+    if let crate::spec::Image::Managed(image) = spec.image()
+        && e.category == Category::ImageNotFound
+        && reads.coming.contains(&(image.clone(), spec.node.clone()))
+    {
+        change
+            .text
+            .push_str(&format!(" (once PVE has downloaded image {image})"));
+        return;
+    }
     // A read the plan's token may not make (a read-only token, a site gone quiet) is no
     // refusal of the run's: the plan is incomplete all the same.
     let unread = [
@@ -523,10 +566,22 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
     };
     let kinds = crate::engine::removed_kinds(&view.plan.actions, &view.views, &view.records);
     let mut report = Report::default();
-    let facts = crate::execute::NodeFacts::default();
+    let (images, coming) = match scope.names {
+        None => images::image_lines(view, specs, &mut report.errors).await,
+        // `plan NAME...` shows the named specs alone; their creates still know what comes.
+        Some(_) => {
+            let (_, coming) = images::image_lines(view, specs, &mut Vec::new()).await;
+            (Vec::new(), coming)
+        }
+    };
+    report.images = images;
+    let reads = CreateReads {
+        facts: crate::execute::NodeFacts::default(),
+        coming,
+    };
     for action in view.plan.actions.iter().filter(|a| in_scope(a.spec())) {
         let errors = &mut report.errors;
-        let change = change_of(view, &by_name, &kinds, scope, action, &facts, errors).await;
+        let change = change_of(view, &by_name, &kinds, scope, action, &reads, errors).await;
         report.changes.push(change);
     }
     let now = crate::util::clock::now_ms();
@@ -1163,7 +1218,7 @@ mod tests {
              no changes\n"
         );
         let v = serde_json::to_value(&r).unwrap();
-        assert_eq!(v["version"], 2);
+        assert_eq!(v["version"], 3);
         assert_eq!(v["orphans"][0]["kind"], "qemu");
         assert_eq!(v["orphans"][1]["kind"], "lxc");
         let found = serde_json::to_value(Verdict::KindChanged {
