@@ -42,8 +42,14 @@ fn other_versions(image: &ImageSpec, volids: &[String]) -> BTreeSet<String> {
     );
     (volids.iter())
         .filter_map(|v| v.strip_prefix(&prefix))
-        .filter_map(|rest| rest.get(..VERSION_DIGITS).filter(|_| rest.len() > VERSION_DIGITS))
-        .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+        .filter_map(|rest| {
+            rest.get(..VERSION_DIGITS)
+                .filter(|_| rest.len() > VERSION_DIGITS)
+        })
+        .filter(|hex| {
+            hex.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        })
         .filter(|hex| *hex != image.version())
         .map(str::to_string)
         .collect()
@@ -169,7 +175,9 @@ mod tests {
         .map(str::to_string)
         .into();
         assert_eq!(
-            other_versions(image, &listed).into_iter().collect::<Vec<_>>(),
+            other_versions(image, &listed)
+                .into_iter()
+                .collect::<Vec<_>>(),
             ["bbbbbbbbbbbb"]
         );
     }

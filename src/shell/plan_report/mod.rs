@@ -515,8 +515,7 @@ async fn preflight(
     errors: &mut Vec<String>,
 ) {
     let Some(e) =
-        crate::execute::create_refusal(&view.views, &reads.facts, &view.images, site, spec)
-            .await
+        crate::execute::create_refusal(&view.views, &reads.facts, &view.images, site, spec).await
     else {
         return;
     };

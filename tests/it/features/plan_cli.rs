@@ -464,3 +464,59 @@ fn a_free_memory_member_is_checked_on_the_node_it_is_placed_on() {
     assert!(!ok && run.contains("needs shared storage"), "{run}");
     assert!(owned_vms(&mut pve).is_empty(), "{run}");
 }
+
+/// A `ProxmoxImage` whose new version is not on the node yet: `plan` says PVE downloads it
+/// first (naming the version found there) and which guests are made from it, the guest's
+/// create is no refusal, and `plan` exits 2; after `run --once` the image is there and the
+/// plan is empty.
+#[test]
+fn plan_shows_an_image_download_and_its_version_change() {
+    let url = "https://images.example/noble/noble-server-cloudimg-amd64.qcow2";
+    let mut scenario = default_scenario();
+    scenario["files"].as_array_mut().unwrap().push(
+        serde_json::json!({"storage": "local", "name": "noble-cloud-111111111111.qcow2",
+                                 "size": 1024, "content": "import"}),
+    );
+    let mut pve = FakePve::start(scenario);
+    let served = pve
+        .call("remote_file", serde_json::json!({"url": url, "size": 2048}))
+        .unwrap();
+    let sum = served["sha256"].as_str().unwrap().to_string();
+    let version = &sum[..12];
+    let ws = Workspace::new(&pve);
+    let image = format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxImage\nmetadata: {{name: noble-cloud}}\nspec:\n  \
+         forProvider:\n    site: lab\n    url: {url}\n    checksum: sha256:{sum}\n"
+    );
+    let web = spec("web-01", "pve1", "IMAGE", "").replace("\"IMAGE\"", "{image: noble-cloud}");
+    ws.commit_specs(&[("image.yaml", image), ("web.yaml", web)]);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown = stdout(&out);
+    assert!(
+        shown.contains(&format!(
+            "~ image noble-cloud: 111111111111 -> {version}: PVE downloads \
+             local:import/noble-cloud-{version}.qcow2 on pve1 and checks its sha256; new guests \
+             made from it: web-01 (a guest that exists keeps its version)"
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("(once PVE has downloaded image noble-cloud)"),
+        "{shown}"
+    );
+    assert!(!shown.contains("refused"), "{shown}");
+    assert!(
+        shown.contains("1 image to download, then 1 change(s): 1 to create"),
+        "{shown}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&plan(&ws, &["--json"]).stdout).unwrap();
+    assert_eq!(json["images"][0]["from"], "111111111111", "{json}");
+    assert_eq!(json["images"][0]["guests"][0], "web-01", "{json}");
+
+    assert!(ws.run_once().0);
+    assert_eq!(owned_vms(&mut pve).len(), 1);
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!stdout(&out).contains("image"), "{}", text(&out));
+}
