@@ -208,7 +208,7 @@ mod tests {
         assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
         SpecSet {
             specs: specs.into_iter().collect(),
-            diagnostics: Vec::new(),
+            ..SpecSet::default()
         }
     }
 

@@ -1609,7 +1609,7 @@ mod tests {
         assert_eq!(by_name(&second, "db-01").cores(), 4);
         assert_eq!(cache.len(), 2, "the old db.yaml left the cache");
         // Each file's specs are held in a Vec of their own size, not in the parse's buffer.
-        for (specs, _) in cache.values() {
+        for (specs, _, _) in cache.values() {
             assert_eq!(specs.capacity(), specs.len());
         }
     }

@@ -192,7 +192,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 62] = [
+    pub(crate) const ALL: [Reason; 63] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,

@@ -231,6 +231,22 @@ pub(super) fn summary_text(
             .collect();
         let _ = writeln!(out, "Sets:        {}", sets.join("; "));
     }
+    if !s.images.is_empty() {
+        let images: Vec<String> = (s.images.iter())
+            .map(|i| {
+                let state = match i.state.as_str() {
+                    "Ready" => p.paint(Color::Green, "Ready"),
+                    "Failed" => p.paint(Color::Red, "Failed"),
+                    other => clean(other),
+                };
+                format!("{} {} {state}", clean(&i.name), clean(&i.version))
+            })
+            .collect();
+        let _ = writeln!(out, "Images:      {}", images.join("; "));
+        for i in s.images.iter().filter(|i| i.state == "Failed") {
+            let _ = writeln!(out, "  {}: {}", clean(&i.name), clean(&i.message));
+        }
+    }
     let healthy = s
         .sites
         .iter()

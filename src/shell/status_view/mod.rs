@@ -684,6 +684,7 @@ mod tests {
             notify_failures: vec![],
             rewind: None,
             sets: Vec::new(),
+            images: Vec::new(),
             cycle: Default::default(),
         })
         .unwrap();
@@ -735,6 +736,29 @@ mod tests {
             .as_deref(),
             Some("lab/pve1 8, lab/pve2 2, edge/e1 1 (actions per node)")
         );
+    }
+
+    /// The summary's images: each with its version and state, a failure's words below, every
+    /// value cleaned for the terminal (a name or PVE's message could hold escapes).
+    #[test]
+    fn list_shows_images_cleaned_for_the_terminal() {
+        let (_d, dir) = fixture();
+        let path = dir.join("_summary.yaml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(
+            "images:\n- name: noble-cloud\n  version: 5f0c1a2b3c4d\n  volume: local:import/x.qcow2\n  \
+             state: Ready\n- name: \"evil\\e[31m\"\n  version: \"aaaa\\e]8;;x\\a\"\n  volume: v\n  \
+             state: Failed\n  message: \"checksum mismatch: got '\\e[2J' != expect 'b'\"\n",
+        );
+        std::fs::write(&path, text).unwrap();
+        let out = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+        let line = out.lines().find(|l| l.starts_with("Images:")).expect(&out);
+        assert!(
+            line.starts_with("Images:      noble-cloud 5f0c1a2b3c4d Ready; evil"),
+            "{line}"
+        );
+        assert!(out.contains("checksum mismatch: got '"), "{out}");
     }
 
     #[test]
@@ -1326,6 +1350,7 @@ backoff: {attempts: 2, nextAttempt: "2025-03-01T12:10:00Z", message: waiting}
                 since: t(T0 - 600),
             }),
             sets: Vec::new(),
+            images: Vec::new(),
             cycle: Default::default(),
         })
         .unwrap();
