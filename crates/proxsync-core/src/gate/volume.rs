@@ -55,6 +55,98 @@ pub enum VolumeRefusal {
     },
     /// The file under a seed's name is not the one proxsync uploaded: uploaded (again) first.
     Untrusted(SeedDistrust),
+    /// The delete of an image version `volid` no `ProxmoxImage` names.
+    Image {
+        /// The volume.
+        volid: String,
+        /// Why it is kept.
+        why: ImageKept,
+    },
+}
+
+/// Why a version of a `ProxmoxImage` no image names any more is kept ([`image_unused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageKept {
+    /// This install did not record downloading it: another's, or a person's.
+    NotRecorded,
+    /// An image of the source names it (it is a current version).
+    Current,
+    /// Some spec file could not be read, or the source holds no spec and no image: nothing is
+    /// judged unused on its strength.
+    SourceIncomplete,
+    /// An ISO: a guest may hold it in its CD-ROM drive, which only each guest's config says.
+    Iso,
+    /// Guest `vmid` of the site is being created or cloned (`lock`): an import may read it.
+    Importing {
+        /// The guest.
+        vmid: u32,
+    },
+    /// Unused for less than the grace period: a revert of the push may want it back.
+    Grace {
+        /// When it may go (unix ms).
+        until_ms: u64,
+    },
+}
+
+/// What is known of an image version no `ProxmoxImage` may name: see [`image_unused`].
+#[derive(Debug, Clone, Copy)]
+pub struct ImageUnused<'a> {
+    /// The volume (`local:import/noble-cloud-5f0c1a2b3c4d.qcow2`).
+    pub volid: &'a str,
+    /// This install's database recorded the download of this volume on this storage, durably,
+    /// before it was asked for.
+    pub recorded: bool,
+    /// Some image of the source (valid, of any shard) names this volume.
+    pub current: bool,
+    /// Every spec file was read and the source holds a spec or an image.
+    pub source_complete: bool,
+    /// The guests of the site listed with a `create` or `clone` lock (an import-from may be
+    /// reading a volume of the storage).
+    pub importing: &'a [u32],
+    /// Since when no image names it (unix ms), and the grace: kept until the sum.
+    pub unused_since_ms: u64,
+    /// The grace period in ms.
+    pub grace_ms: u64,
+    /// Now (unix ms).
+    pub now_ms: u64,
+}
+
+/// The permit to delete an image version `volid` that no `ProxmoxImage` names any more, on a
+/// checked site: this install recorded downloading it; no image of a completely read source
+/// names it; not an ISO (a guest's CD-ROM may hold it); no guest of the site is being created
+/// or cloned (an import may read it); unused for the grace period. A VM made from an `import`
+/// volume holds a copy, so none refers to it once made. The permit names no VM (VMID 0).
+pub fn image_unused(site: &SiteChecked, s: ImageUnused<'_>) -> Result<Permit, VolumeRefusal> {
+    let kept = |why| {
+        Err(VolumeRefusal::Image {
+            volid: s.volid.to_string(),
+            why,
+        })
+    };
+    if !s.recorded {
+        return kept(ImageKept::NotRecorded);
+    }
+    if s.current {
+        return kept(ImageKept::Current);
+    }
+    if !s.source_complete {
+        return kept(ImageKept::SourceIncomplete);
+    }
+    let content = s.volid.split_once(':').map(|(_, v)| v.split('/').next());
+    if !matches!(content, Some(Some("import" | "vztmpl"))) {
+        return kept(ImageKept::Iso);
+    }
+    if let Some(&vmid) = s.importing.first() {
+        return kept(ImageKept::Importing { vmid });
+    }
+    let until_ms = s.unused_since_ms.saturating_add(s.grace_ms);
+    if s.now_ms < until_ms {
+        return kept(ImageKept::Grace { until_ms });
+    }
+    let act = Act::DeleteVolume {
+        volume: s.volid.to_string(),
+    };
+    Ok(Permit::new(site.site(), 0, act))
 }
 
 impl From<Refusal> for VolumeRefusal {
@@ -800,6 +892,67 @@ mod tests {
             size: 51200,
             ctime: 1_700_000_000,
         }
+    }
+
+    #[test]
+    fn an_image_version_goes_only_when_recorded_unused_complete_idle_and_past_grace() {
+        let site = crate::gate::site::tests::checked("lab");
+        let old = ImageUnused {
+            volid: "local:import/noble-cloud-111111111111.qcow2",
+            recorded: true,
+            current: false,
+            source_complete: true,
+            importing: &[],
+            unused_since_ms: 1_000,
+            grace_ms: 600_000,
+            now_ms: 601_000,
+        };
+        let permit = image_unused(&site, old).expect("unused past its grace");
+        assert_eq!((permit.site(), permit.vmid()), ("lab", 0));
+        assert!(matches!(permit.act(), Act::DeleteVolume { volume } if volume == old.volid));
+        let why = |s: ImageUnused<'_>| match image_unused(&site, s) {
+            Err(VolumeRefusal::Image { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            why(ImageUnused {
+                recorded: false,
+                ..old
+            }),
+            ImageKept::NotRecorded
+        );
+        assert_eq!(
+            why(ImageUnused {
+                current: true,
+                ..old
+            }),
+            ImageKept::Current
+        );
+        assert_eq!(
+            why(ImageUnused {
+                source_complete: false,
+                ..old
+            }),
+            ImageKept::SourceIncomplete
+        );
+        let iso = "local:iso/debian-111111111111.iso";
+        assert_eq!(why(ImageUnused { volid: iso, ..old }), ImageKept::Iso);
+        assert_eq!(
+            why(ImageUnused {
+                importing: &[104],
+                ..old
+            }),
+            ImageKept::Importing { vmid: 104 }
+        );
+        assert_eq!(
+            why(ImageUnused {
+                now_ms: 600_999,
+                ..old
+            }),
+            ImageKept::Grace { until_ms: 601_000 }
+        );
+        let ct = "local:vztmpl/debian-111111111111.tar.zst";
+        assert!(image_unused(&site, ImageUnused { volid: ct, ..old }).is_ok());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use std::fmt;
 
 use crate::gate::volume::{
-    DestroyNote, DestroyNoted, DriveRefused, SeedAct, SeedDistrust, SeedRefused, VolumeRefusal,
+    DestroyNote, DestroyNoted, DriveRefused, ImageKept, SeedAct, SeedDistrust, SeedRefused,
+    VolumeRefusal,
 };
 use crate::guest::GuestKind;
 
@@ -16,7 +17,39 @@ impl fmt::Display for VolumeRefusal {
             VolumeRefusal::Drive { kind, vmid, why } => drive(f, *kind, *vmid, why),
             VolumeRefusal::Seed { volid, why } => seed(f, volid, why),
             VolumeRefusal::Untrusted(why) => why.fmt(f),
+            VolumeRefusal::Image { volid, why } => image(f, volid, why),
         }
+    }
+}
+
+fn image(f: &mut fmt::Formatter<'_>, volid: &str, why: &ImageKept) -> fmt::Result {
+    match why {
+        ImageKept::NotRecorded => write!(
+            f,
+            "{volid} is kept: this install's database has no record of downloading it (another \
+             install's, or a person's file)"
+        ),
+        ImageKept::Current => write!(f, "{volid} is kept: an image of the repository names it"),
+        ImageKept::SourceIncomplete => write!(
+            f,
+            "{volid} is kept: some spec file could not be read (or the repository holds none), \
+             so no version is judged unused"
+        ),
+        ImageKept::Iso => write!(
+            f,
+            "{volid} is kept: an ISO may be in a guest's CD-ROM drive; delete it by hand when \
+             none holds it"
+        ),
+        ImageKept::Importing { vmid } => write!(
+            f,
+            "{volid} is kept this cycle: guest {vmid} is being created or cloned, and an import \
+             may be reading it"
+        ),
+        ImageKept::Grace { until_ms } => write!(
+            f,
+            "{volid} is unused and kept until {} (orphan_grace: a revert may want it back)",
+            crate::util::time::rfc3339_secs((*until_ms / 1000) as i64)
+        ),
     }
 }
 
