@@ -26,6 +26,26 @@ const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
 
 /// Spec name (or [`SUSPEND_ALL`]) -> JSON [`Suspension`]: what takes no action until resumed.
 const SUSPENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("suspensions");
+/// The image volumes this install asked PVE to download: `site/node/volid` -> JSON
+/// [`ImageVolume`]. Written before the download is asked for: the evidence that lets an
+/// unused version be deleted (`gate::volume::image_unused`).
+const IMAGE_VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("image_volumes");
+
+/// An image volume this install had PVE download ([`Store::image_volumes`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageVolume {
+    /// The `ProxmoxImage` it is a version of.
+    pub image: String,
+    /// When the download was recorded (unix ms).
+    pub recorded_ms: u64,
+    /// Since when no image names it (unix ms); `None` while one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused_since_ms: Option<u64>,
+}
+
+/// Where an image volume is: (site, node, volid).
+pub type ImageVolumeKey = (String, String, String);
 
 /// The file name of the database inside `state_dir`.
 pub(crate) const DB_FILE: &str = "proxsync.redb";
@@ -102,6 +122,7 @@ fn create_tables(tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
     tx.open_table(ALLOCATIONS)?;
     tx.open_table(ORPHANS)?;
     tx.open_table(SUSPENSIONS)?;
+    tx.open_table(IMAGE_VOLUMES)?;
     Ok(())
 }
 
@@ -524,6 +545,50 @@ impl Store {
     /// Whether a suspension was set or lifted since the last call.
     pub(crate) fn take_suspensions_changed(&self) -> bool {
         (self.suspensions_changed).swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The image volumes this install asked PVE to download. An entry that cannot be read is
+    /// left out: without its record a volume is never deleted, the safe reading.
+    pub(crate) fn image_volumes(&self) -> Result<BTreeMap<ImageVolumeKey, ImageVolume>, StateError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(IMAGE_VOLUMES).map_err(|e| self.err(e))?;
+        let mut out = BTreeMap::new();
+        for entry in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            let mut parts = k.value().splitn(3, '/');
+            let (Some(site), Some(node), Some(volid)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if let Ok(rec) = serde_json::from_slice(v.value()) {
+                let key = (site.to_string(), node.to_string(), volid.to_string());
+                out.insert(key, rec);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records (or updates) image volume `key`, durably.
+    pub(crate) fn put_image_volume(
+        &self,
+        key: &ImageVolumeKey,
+        rec: &ImageVolume,
+    ) -> Result<(), StateError> {
+        let json = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
+        let k = format!("{}/{}/{}", key.0, key.1, key.2);
+        self.write(|tx| {
+            tx.open_table(IMAGE_VOLUMES)?.insert(k.as_str(), json.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Forgets image volume `key` (deleted, or found gone).
+    pub(crate) fn remove_image_volume(&self, key: &ImageVolumeKey) -> Result<(), StateError> {
+        let k = format!("{}/{}/{}", key.0, key.1, key.2);
+        self.write(|tx| {
+            tx.open_table(IMAGE_VOLUMES)?.remove(k.as_str())?;
+            Ok(())
+        })
     }
 
     /// Replaces the orphan sightings with `current` in one transaction.
