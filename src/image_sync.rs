@@ -4,12 +4,15 @@
 //! Where an image is needed: on the nodes it names and on the node of every guest made from
 //! it; on a shared storage once. Each (node, storage, file) is a target; per cycle a target
 //! costs nothing while it was seen present within [`RECHECK`], else one storage listing, and
-//! a download only when the listing lacks the file. A download that fails is not sent again
-//! before its backoff ends ([`retry_after`]): a wrong checksum or a dead URL does not become
-//! one request per cycle. The file name carries the checksum, so a new version is a new target
-//! and nothing in use is overwritten; PVE ends a download at once when the file is there with
-//! that checksum, so sending one twice (after a restart, which forgets running tasks) costs a
-//! task, not a second copy.
+//! a download when the listing lacks the file or when this daemon has not yet seen PVE check
+//! the file's checksum (a file of that name put there by someone else, or after a restart):
+//! PVE then hashes the file there and ends the task at once ("OK, got correct file already")
+//! or fails it (checksum mismatch), so no guest is made from bytes never checked. A download
+//! that fails is not sent again before its backoff ends ([`retry_after`]): a wrong checksum or
+//! a dead URL does not become one request per cycle. The file name carries the checksum, so a
+//! new version is a new target and nothing in use is overwritten. A restart forgets running
+//! tasks: a download still running then is sent again and, the file not being there yet, PVE
+//! fetches it a second time (two temporary files, the last rename wins; same bytes).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -107,6 +110,8 @@ enum Known {
     },
     Downloading {
         upid: Upid,
+        /// The failures before it: its own failure is the next.
+        attempts: u32,
     },
     Failed {
         message: String,
@@ -115,11 +120,15 @@ enum Known {
     },
 }
 
-/// The daemon's memory of its images' targets (lost on restart: a target is then listed
-/// again, and a download running then is sent again, which PVE answers without a copy).
+/// The daemon's memory of its images' targets (lost on restart: a target is then listed and
+/// checked again, and a download running then is sent again). A target's memory is kept while
+/// an image of the spec set names its volume, whether or not its site was read this cycle.
 #[derive(Debug, Default)]
 pub(crate) struct ImageSync {
     known: HashMap<Target, Known>,
+    /// Whether a storage of a site is shared, as its last listing said: a shared storage's
+    /// volume seen on one node is not looked for on the others.
+    shared: HashMap<(String, String), bool>,
 }
 
 /// How long after its `attempts`-th failure a download is tried again.
@@ -164,7 +173,12 @@ impl ImageSync {
     ) -> BTreeMap<String, ImageState> {
         let needed = needed_on(&specs.images, specs.specs.iter());
         let mut out = BTreeMap::new();
-        let mut wanted: BTreeSet<Target> = BTreeSet::new();
+        // What is known of a volume some image still names is kept, whatever this cycle could
+        // look at: a site not read, or a node not reached, does not reset a backoff nor forget
+        // a running download.
+        let wanted: BTreeSet<(&str, &str, String)> = (specs.images.iter())
+            .map(|i| (i.site.as_str(), i.storage.as_str(), i.volume_id()))
+            .collect();
         for image in &specs.images {
             let (Some(site), Some(view)) = (sites.get(&image.site), views.get(&image.site)) else {
                 out.insert(
@@ -177,16 +191,17 @@ impl ImageSync {
             };
             let nodes = needed.get(image.name.as_str()).cloned().unwrap_or_default();
             let state = self
-                .image(image, &nodes, site, view, now_ms, task_wait, &mut wanted)
+                .image(image, &nodes, site, view, now_ms, task_wait)
                 .await;
             out.insert(image.name.clone(), state);
         }
         // A target no image needs any more is forgotten (its volume is left where it is).
-        self.known.retain(|t, _| wanted.contains(t));
+        self.known.retain(|t, _| {
+            wanted.contains(&(t.site.as_str(), t.storage.as_str(), t.volume.clone()))
+        });
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn image<P: Pve>(
         &mut self,
         image: &ImageSpec,
@@ -195,7 +210,6 @@ impl ImageSync {
         view: &SiteView,
         now_ms: u64,
         task_wait: Duration,
-        wanted: &mut BTreeSet<Target>,
     ) -> ImageState {
         if !view.reachable() {
             return ImageState::Waiting {
@@ -223,7 +237,9 @@ impl ImageSync {
             nodes.push(first.clone());
         }
         let mut found = Vec::new();
-        let mut shared = None;
+        let mut shared = (self.shared)
+            .get(&(image.site.clone(), image.storage.clone()))
+            .copied();
         for node in nodes {
             let target = Target {
                 site: image.site.clone(),
@@ -231,10 +247,9 @@ impl ImageSync {
                 storage: image.storage.clone(),
                 volume: volume.clone(),
             };
-            if shared == Some(true) {
+            if shared == Some(true) && !found.is_empty() {
                 break;
             }
-            wanted.insert(target.clone());
             if !view.node_healthy(&node) {
                 return ImageState::Waiting {
                     why: format!("node {node} is not healthy"),
@@ -287,9 +302,9 @@ impl ImageSync {
                     retry_at_ms: *retry_at_ms,
                 };
             }
-            Some(Known::Downloading { upid }) => {
-                let upid = upid.clone();
-                return self.watch(target, site, upid, now_ms, task_wait, 0).await;
+            Some(Known::Downloading { upid, attempts }) => {
+                let (upid, attempts) = (upid.clone(), *attempts);
+                return (self.watch(target, site, upid, now_ms, task_wait, attempts)).await;
             }
             Some(Known::Failed { attempts, .. }) => *attempts,
             _ => 0,
@@ -314,12 +329,20 @@ impl ImageSync {
             );
         };
         *shared = Some(storage.shared == Some(true));
+        self.shared.insert(
+            (target.site.clone(), target.storage.clone()),
+            storage.shared == Some(true),
+        );
+        // A file of the volume's name is used as it is only when this daemon saw PVE check its
+        // checksum (its download, or PVE's check of the file already there); else it is sent
+        // as a download, which PVE answers at once for the right bytes and fails for others.
+        let verified = matches!(self.known.get(target), Some(Known::Present { .. }));
         match site
             .client
             .storage_content(node, &image.storage, Some(content))
             .await
         {
-            Ok(volumes) if volumes.iter().any(|v| v.volid == target.volume) => {
+            Ok(volumes) if verified && volumes.iter().any(|v| v.volid == target.volume) => {
                 self.known
                     .insert(target.clone(), Known::Present { seen_ms: now_ms });
                 return ready();
@@ -371,7 +394,7 @@ impl ImageSync {
                     upid: upid.to_string(),
                 };
                 self.known
-                    .insert(target.clone(), Known::Downloading { upid });
+                    .insert(target.clone(), Known::Downloading { upid, attempts });
                 state
             }
             Ok(_) => {
