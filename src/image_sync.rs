@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::execute::SiteCtx;
 use crate::observe::SiteView;
+use crate::pve::types::NodeStorage;
 use crate::pve::{Download, Pve, Upid};
 use crate::spec::images::ImageSpec;
 use crate::spec::{Image, SpecSet};
@@ -129,6 +130,20 @@ pub(crate) struct ImageSync {
     /// Whether a storage of a site is shared, as its last listing said: a shared storage's
     /// volume seen on one node is not looked for on the others.
     shared: HashMap<(String, String), bool>,
+    /// This cycle's listings, read once per site, node and content (storages) or per site,
+    /// node, storage and content (volumes), whatever the number of images: emptied each cycle.
+    listings: Listings,
+}
+
+/// A listing as read: what PVE answered, or its error.
+type Listed<T> = Result<Vec<T>, crate::pve::Error>;
+
+/// A cycle's storage listings: site, node, (storage,) content.
+#[derive(Debug, Default)]
+struct Listings {
+    storages: HashMap<(String, String, String), Listed<NodeStorage>>,
+    /// The volume IDs.
+    volumes: HashMap<(String, String, String, String), Listed<String>>,
 }
 
 /// How long after its `attempts`-th failure a download is tried again.
@@ -172,6 +187,7 @@ impl ImageSync {
         task_wait: Duration,
     ) -> BTreeMap<String, ImageState> {
         let needed = needed_on(&specs.images, specs.specs.iter());
+        self.listings = Listings::default();
         let mut out = BTreeMap::new();
         // What is known of a volume some image still names is kept, whatever this cycle could
         // look at: a site not read, or a node not reached, does not reset a backoff nor forget
@@ -313,7 +329,12 @@ impl ImageSync {
         let fail = |this: &mut ImageSync, message: String| {
             this.failed(target, node, message, now_ms, attempts + 1)
         };
-        let storages = match site.client.node_storages(node, Some(content)).await {
+        let key = (target.site.clone(), node.to_string(), content.to_string());
+        if !self.listings.storages.contains_key(&key) {
+            let listed = site.client.node_storages(node, Some(content)).await;
+            self.listings.storages.insert(key.clone(), listed);
+        }
+        let storages = match self.listings.storages[&key].clone() {
             Ok(s) => s,
             Err(e) => return fail(self, format!("cannot list the storages of {node}: {e}")),
         };
@@ -337,12 +358,25 @@ impl ImageSync {
         // checksum (its download, or PVE's check of the file already there); else it is sent
         // as a download, which PVE answers at once for the right bytes and fails for others.
         let verified = matches!(self.known.get(target), Some(Known::Present { .. }));
-        match site
-            .client
-            .storage_content(node, &image.storage, Some(content))
-            .await
-        {
-            Ok(volumes) if verified && volumes.iter().any(|v| v.volid == target.volume) => {
+        let key = (
+            target.site.clone(),
+            node.to_string(),
+            image.storage.clone(),
+            content.to_string(),
+        );
+        if !self.listings.volumes.contains_key(&key) {
+            let listed = (site.client)
+                .storage_content(node, &image.storage, Some(content))
+                .await
+                .map(|v| v.into_iter().map(|v| v.volid).collect());
+            self.listings.volumes.insert(key.clone(), listed);
+        }
+        let listed = match &self.listings.volumes[&key] {
+            Ok(volumes) => Ok(volumes.contains(&target.volume)),
+            Err(e) => Err(e.to_string()),
+        };
+        match listed {
+            Ok(true) if verified => {
                 self.known
                     .insert(target.clone(), Known::Present { seen_ms: now_ms });
                 return ready();

@@ -328,7 +328,7 @@ async fn a_restart_while_the_image_downloads_makes_each_guest_once() {
 }
 
 #[tokio::test]
-async fn many_ready_images_cost_no_request_in_an_idle_cycle() {
+async fn many_images_cost_one_listing_per_node_and_none_once_ready() {
     let mut pve = FakePve::start(default_scenario());
     let ws = Workspace::new(&pve);
     let mut files = Vec::new();
@@ -363,6 +363,13 @@ async fn many_ready_images_cost_no_request_in_an_idle_cycle() {
         downloads.as_array().unwrap().len(),
         120,
         "one per image and node"
+    );
+    let listings = (pve.requests().iter())
+        .filter(|r| r.method == "GET" && r.path.contains("/storage"))
+        .count();
+    assert!(
+        listings <= 10,
+        "a node's storages are listed once a cycle, not once per image: {listings}"
     );
     let storage_reads = |pve: &mut FakePve| {
         (pve.requests().iter())
