@@ -635,6 +635,51 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_url_is_refused_before_it_reaches_pve() {
+        let long = format!("https://h/{}.qcow2", "a".repeat(MAX_URL));
+        for url in [
+            "https://h/x.qcow2\r\nX-Injected: 1",
+            "https://h/x.qcow2\n",
+            "https://h/x\u{0}.qcow2",
+            "https://h/x\u{7f}.qcow2",
+            "https://h/\u{e9}.qcow2",
+            "https://h\\@evil.example/x.qcow2",
+            "https://@evil.example/x.qcow2",
+            "https://u@h",
+            "HTTPS://h/x.qcow2",
+            "file:///etc/shadow",
+            long.as_str(),
+        ] {
+            assert!(check_url(url).is_err(), "{url:?}");
+        }
+        // An @ after the host is part of the path, not credentials.
+        assert!(check_url("https://h/a@b/x.qcow2").is_ok());
+    }
+
+    #[test]
+    fn hostile_names_storages_and_nodes_are_refused() {
+        for (field, value) in [
+            ("storage", "\"local,shared=1\""),
+            ("storage", "\"local;x\""),
+            ("nodes", "[\"pve1,pve2\"]"),
+            ("nodes", "[\"../pve1\"]"),
+        ] {
+            let (image, diags) = parse(&doc(&format!(
+                "    url: https://h/x.qcow2\n    checksum: sha256:{SUM}\n    {field}: {value}\n"
+            )));
+            assert!(image.is_none(), "{field}: {value}");
+            assert!(!diags.is_empty(), "{field}: {value}");
+        }
+        let (image, diags) = parse(
+            &doc(&format!(
+                "    url: https://h/x.qcow2\n    checksum: sha256:{SUM}\n"
+            ))
+            .replace("noble-cloud", "\"a,b=c\""),
+        );
+        assert!(image.is_none() && !diags.is_empty(), "{diags:?}");
+    }
+
+    #[test]
     fn a_container_template_keeps_its_archive_extension() {
         let (image, diags) = parse(&doc(&format!(
             "    url: https://h/debian-12-standard_12.7-1_amd64.tar.zst\n    checksum: \
