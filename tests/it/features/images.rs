@@ -415,3 +415,63 @@ async fn a_node_offline_does_not_hold_the_guests_of_another_node() {
         s.summary_image()
     );
 }
+
+#[tokio::test]
+async fn garbled_storage_answers_make_no_guest_before_its_image_is_checked() {
+    let mut s = setup(None, &[("web-1", "pve1")]);
+    s.pve
+        .call(
+            "garble",
+            json!({"rate": 0.8, "seed": 7, "paths": ["/storage"], "max_mutations": 3}),
+        )
+        .expect("garble");
+    for _ in 0..4 {
+        s.cycle().await;
+    }
+    let garbled = s.pve.call("garbled", json!({})).expect("garbled");
+    assert!(garbled["garbled"].as_u64() > Some(0), "{garbled}");
+    s.pve
+        .call("garble", json!({"rate": 0}))
+        .expect("garble off");
+    for _ in 0..3 {
+        s.cycle().await;
+    }
+    let creates = (s.pve.requests().iter())
+        .filter(|r| r.method == "POST" && r.path.ends_with("/qemu"))
+        .count();
+    assert!(creates <= 1, "never a second guest: {creates}");
+    assert!(s.downloads().len() <= 2, "{:?}", s.downloads());
+}
+
+#[tokio::test]
+async fn an_image_on_a_storage_without_import_content_fails_once_per_backoff() {
+    let mut s = setup(None, &[("web-1", "pve1")]);
+    // local-lvm: block storage, no import content.
+    let mut image = (*s.specs.images[0]).clone();
+    image.storage = "local-lvm".into();
+    s.specs.images[0] = std::sync::Arc::new(image);
+    s.cycle().await;
+    let summary = s.summary_image();
+    assert_eq!(summary["state"], "Failed", "{summary}");
+    assert!(
+        summary["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("does not hold `import` content"),
+        "{summary}"
+    );
+    let reads = |s: &mut Setup| {
+        (s.pve.requests().iter())
+            .filter(|r| r.path.contains("/storage"))
+            .count()
+    };
+    let before = reads(&mut s);
+    s.cycle().await;
+    s.cycle().await;
+    assert_eq!(
+        reads(&mut s),
+        before,
+        "not asked again before the backoff ends"
+    );
+    assert!(s.downloads().is_empty());
+}
