@@ -174,21 +174,62 @@ pub(crate) fn needed_on<'a>(
     out
 }
 
+/// What a cycle's image work is given besides the specs.
+pub(crate) struct SyncCtx<'a, P> {
+    pub views: &'a BTreeMap<String, SiteView>,
+    /// The sites observed this cycle: only these are acted on.
+    pub sites: &'a BTreeMap<String, Arc<SiteCtx<P>>>,
+    /// Where a download is recorded before it is asked for.
+    pub store: &'a crate::store::Store,
+    pub now_ms: u64,
+    pub task_wait: Duration,
+    /// False for an observe-only install or `suspend --all`: nothing is downloaded or deleted,
+    /// only listed.
+    pub may_act: bool,
+    /// Old versions may be deleted this cycle (a full cycle that may remove, see [`Prune`]).
+    pub prune: Option<Prune>,
+}
+
+/// What deleting old image versions is judged on (`gate::volume::image_unused`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prune {
+    /// Every spec file of the source was read, and it holds a spec or an image.
+    pub source_complete: bool,
+    /// `[reconcile] orphan_grace`: how long a version is unused before it goes.
+    pub grace_ms: u64,
+}
+
+/// What a cycle's image work found.
+#[derive(Debug, Default)]
+pub(crate) struct Synced {
+    /// Each image by name.
+    pub states: BTreeMap<String, ImageState>,
+    /// Per (image, node) that needs it and lacks it: why. A guest's create waits on its own
+    /// node's entry only.
+    pub waiting: BTreeMap<(String, String), String>,
+    /// Recorded versions no image names: each kept (why) or deleted this cycle.
+    pub unused: Vec<UnusedVersion>,
+}
+
+/// A version of an image no `ProxmoxImage` names any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnusedVersion {
+    pub image: String,
+    pub volume: String,
+    pub node: String,
+    /// `None`: deleted this cycle; else why it is kept, in words.
+    pub kept: Option<String>,
+}
+
 impl ImageSync {
     /// Brings every image of `specs` to the storages that need it, as far as one cycle can:
-    /// lists, downloads, waits for a download up to `task_wait`. Returns each image's state
-    /// by name. Sites not in `sites` (not observed this cycle) are left as they are.
-    pub(crate) async fn sync<P: Pve>(
-        &mut self,
-        specs: &SpecSet,
-        views: &BTreeMap<String, SiteView>,
-        sites: &BTreeMap<String, Arc<SiteCtx<P>>>,
-        now_ms: u64,
-        task_wait: Duration,
-    ) -> BTreeMap<String, ImageState> {
+    /// lists, downloads, waits for a download up to `task_wait`; then (with `prune`) deletes
+    /// the recorded versions no image names, through the gate. Sites not in `sites` (not
+    /// observed this cycle) are left as they are.
+    pub(crate) async fn sync<P: Pve>(&mut self, specs: &SpecSet, cx: &SyncCtx<'_, P>) -> Synced {
         let needed = needed_on(&specs.images, specs.specs.iter());
         self.listings = Listings::default();
-        let mut out = BTreeMap::new();
+        let mut out = Synced::default();
         // What is known of a volume some image still names is kept, whatever this cycle could
         // look at: a site not read, or a node not reached, does not reset a backoff nor forget
         // a running download.
@@ -196,41 +237,64 @@ impl ImageSync {
             .map(|i| (i.site.as_str(), i.storage.as_str(), i.volume_id()))
             .collect();
         for image in &specs.images {
-            let (Some(site), Some(view)) = (sites.get(&image.site), views.get(&image.site)) else {
-                out.insert(
-                    image.name.clone(),
-                    ImageState::Waiting {
-                        why: format!("site {} was not looked at this cycle", image.site),
-                    },
+            let nodes = needed.get(image.name.as_str()).cloned().unwrap_or_default();
+            let wait_all = |why: String, out: &mut Synced| {
+                for node in &nodes {
+                    let key = (image.name.clone(), node.to_string());
+                    out.waiting.insert(key, why.clone());
+                }
+                out.states
+                    .insert(image.name.clone(), ImageState::Waiting { why });
+            };
+            let (Some(site), Some(view)) = (cx.sites.get(&image.site), cx.views.get(&image.site))
+            else {
+                wait_all(
+                    format!("site {} was not looked at this cycle", image.site),
+                    &mut out,
                 );
                 continue;
             };
-            let nodes = needed.get(image.name.as_str()).cloned().unwrap_or_default();
-            let state = self
-                .image(image, &nodes, site, view, now_ms, task_wait)
-                .await;
-            out.insert(image.name.clone(), state);
+            if !cx.may_act {
+                wait_all(
+                    "proxsync takes no action (an observe-only install, or suspend --all)".into(),
+                    &mut out,
+                );
+                continue;
+            }
+            let (state, waiting) = self.image(image, &nodes, site, view, cx).await;
+            for (node, why) in waiting {
+                out.waiting.insert((image.name.clone(), node), why);
+            }
+            out.states.insert(image.name.clone(), state);
         }
         // A target no image needs any more is forgotten (its volume is left where it is).
         self.known.retain(|t, _| {
             wanted.contains(&(t.site.as_str(), t.storage.as_str(), t.volume.clone()))
         });
+        if cx.may_act
+            && let Some(prune) = cx.prune
+        {
+            out.unused = self.prune(specs, cx, prune).await;
+        }
         out
     }
 
+    /// One image on the nodes that need it: its state, and why each node lacking it lacks it.
     async fn image<P: Pve>(
         &mut self,
         image: &ImageSpec,
         nodes: &BTreeSet<&str>,
         site: &SiteCtx<P>,
         view: &SiteView,
-        now_ms: u64,
-        task_wait: Duration,
-    ) -> ImageState {
+        cx: &SyncCtx<'_, P>,
+    ) -> (ImageState, BTreeMap<String, String>) {
+        let (now_ms, task_wait) = (cx.now_ms, cx.task_wait);
         if !view.reachable() {
-            return ImageState::Waiting {
-                why: format!("site {} cannot be reached", image.site),
-            };
+            let why = format!("site {} cannot be reached", image.site);
+            let waiting = (nodes.iter())
+                .map(|n| (n.to_string(), why.clone()))
+                .collect();
+            return (ImageState::Waiting { why }, waiting);
         }
         let volume = image.volume_id();
         // A storage is shared or not as storage.cfg says: asked of the first node.
@@ -242,9 +306,8 @@ impl ImageSync {
             {
                 Some(n) => n.to_string(),
                 None => {
-                    return ImageState::Waiting {
-                        why: "no guest uses it and it names no nodes: no node needs it".into(),
-                    };
+                    let why = "no guest uses it and it names no nodes: no node needs it";
+                    return (ImageState::Waiting { why: why.into() }, BTreeMap::new());
                 }
             },
         };
@@ -253,9 +316,12 @@ impl ImageSync {
             nodes.push(first.clone());
         }
         let mut found = Vec::new();
+        let mut waiting = BTreeMap::new();
+        let mut problem = None;
         let mut shared = (self.shared)
             .get(&(image.site.clone(), image.storage.clone()))
             .copied();
+        // Each node on its own: one that cannot be served holds the guests of that node only.
         for node in nodes {
             let target = Target {
                 site: image.site.clone(),
@@ -267,26 +333,50 @@ impl ImageSync {
                 break;
             }
             if !view.node_healthy(&node) {
-                return ImageState::Waiting {
-                    why: format!("node {node} is not healthy"),
-                };
+                let why = format!("node {node} is not healthy");
+                problem.get_or_insert(ImageState::Waiting { why: why.clone() });
+                waiting.insert(node, why);
+                continue;
             }
             match self
-                .target(image, &target, site, now_ms, task_wait, &mut shared)
+                .target(
+                    image,
+                    &target,
+                    site,
+                    now_ms,
+                    task_wait,
+                    cx.store,
+                    &mut shared,
+                )
                 .await
             {
                 ImageState::Ready { .. } => found.push(node),
-                other => return other,
+                other => {
+                    waiting.insert(node, other.waiting_why().unwrap_or_default());
+                    problem.get_or_insert(other);
+                }
             }
         }
-        ImageState::Ready {
+        // One copy on a shared storage serves every node.
+        if shared == Some(true) && !found.is_empty() {
+            return (
+                ImageState::Ready {
+                    volume,
+                    nodes: found,
+                },
+                BTreeMap::new(),
+            );
+        }
+        let state = problem.unwrap_or(ImageState::Ready {
             volume,
             nodes: found,
-        }
+        });
+        (state, waiting)
     }
 
     /// One target: known present, listed, or downloaded. `shared` is set from the node's
     /// storage listing when it is read.
+    #[allow(clippy::too_many_arguments)]
     async fn target<P: Pve>(
         &mut self,
         image: &ImageSpec,
@@ -294,6 +384,7 @@ impl ImageSync {
         site: &SiteCtx<P>,
         now_ms: u64,
         task_wait: Duration,
+        store: &crate::store::Store,
         shared: &mut Option<bool>,
     ) -> ImageState {
         let ready = || ImageState::Ready {
@@ -375,14 +466,28 @@ impl ImageSync {
             Ok(volumes) => Ok(volumes.contains(&target.volume)),
             Err(e) => Err(e.to_string()),
         };
-        match listed {
+        let there = match listed {
             Ok(true) if verified => {
                 self.known
                     .insert(target.clone(), Known::Present { seen_ms: now_ms });
                 return ready();
             }
-            Ok(_) => {}
+            Ok(there) => there,
             Err(e) => return fail(self, format!("cannot list {}: {e}", image.storage)),
+        };
+        // A file this download makes is this install's: recorded, durably, before it is asked
+        // for, so a version no image names any more can be deleted however the daemon ends.
+        // A file already there (only checked) is recorded only if it was before.
+        if !there {
+            let key = (target.site.clone(), node.to_string(), target.volume.clone());
+            let rec = crate::store::ImageVolume {
+                image: image.name.clone(),
+                recorded_ms: now_ms,
+                unused_since_ms: None,
+            };
+            if let Err(e) = store.put_image_volume(&key, &rec) {
+                return fail(self, format!("cannot record the download: {e}"));
+            }
         }
         let download = Download {
             url: image.url.clone(),
@@ -409,6 +514,151 @@ impl ImageSync {
             }
             Err(e) => fail(self, e.to_string()),
         }
+    }
+
+    /// The recorded versions no image of the source names, on the sites observed this cycle:
+    /// each deleted through the gate (`gate::volume::image_unused`), or kept, with why.
+    async fn prune<P: Pve>(
+        &mut self,
+        specs: &SpecSet,
+        cx: &SyncCtx<'_, P>,
+        prune: Prune,
+    ) -> Vec<UnusedVersion> {
+        let recorded = match cx.store.image_volumes() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the recorded image volumes");
+                return Vec::new();
+            }
+        };
+        let current: BTreeSet<(String, String)> = (specs.images.iter())
+            .map(|i| (i.site.clone(), i.volume_id()))
+            .collect();
+        let mut out = Vec::new();
+        for (key, rec) in recorded {
+            let (site_name, node, volid) = (&key.0, &key.1, &key.2);
+            if current.contains(&(site_name.clone(), volid.clone())) {
+                if rec.unused_since_ms.is_some() {
+                    let rec = crate::store::ImageVolume {
+                        unused_since_ms: None,
+                        ..rec
+                    };
+                    let _ = cx.store.put_image_volume(&key, &rec);
+                }
+                continue;
+            }
+            let (Some(site), Some(view)) = (cx.sites.get(site_name), cx.views.get(site_name))
+            else {
+                continue;
+            };
+            let Ok(checked) = crate::gate::site::checked(view) else {
+                continue;
+            };
+            let since = match rec.unused_since_ms {
+                Some(since) => since,
+                None => {
+                    let rec = crate::store::ImageVolume {
+                        unused_since_ms: Some(cx.now_ms),
+                        ..rec.clone()
+                    };
+                    let _ = cx.store.put_image_volume(&key, &rec);
+                    cx.now_ms
+                }
+            };
+            let mut kept = |why: String| {
+                out.push(UnusedVersion {
+                    image: rec.image.clone(),
+                    volume: volid.clone(),
+                    node: node.clone(),
+                    kept: Some(why),
+                })
+            };
+            if view.incomplete() || !view.node_healthy(node) {
+                kept(format!(
+                    "{volid} is kept this cycle: the site's listing is incomplete or node {node} \
+                     is not healthy"
+                ));
+                continue;
+            }
+            // A guest being created or cloned may be importing from a volume of the storage.
+            let importing: Vec<u32> = (view.vms.values())
+                .filter(|vm| matches!(vm.lock.as_deref(), Some("create" | "clone")))
+                .map(|vm| vm.vmid)
+                .collect();
+            let unused = crate::gate::volume::ImageUnused {
+                volid,
+                recorded: true,
+                current: false,
+                source_complete: prune.source_complete,
+                importing: &importing,
+                unused_since_ms: since,
+                grace_ms: prune.grace_ms,
+                now_ms: cx.now_ms,
+            };
+            let permit = match crate::gate::volume::image_unused(&checked, unused) {
+                Ok(permit) => permit,
+                Err(why) => {
+                    kept(why.to_string());
+                    continue;
+                }
+            };
+            let Some((storage, rest)) = volid.split_once(':') else {
+                continue;
+            };
+            let content = rest.split('/').next().unwrap_or_default();
+            // Gone already (deleted by hand): only the record goes.
+            match site
+                .client
+                .storage_content(node, storage, Some(content))
+                .await
+            {
+                Ok(list) if !list.iter().any(|v| v.volid == *volid) => {
+                    let _ = cx.store.remove_image_volume(&key);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    kept(format!(
+                        "{volid} is kept this cycle: cannot list {storage}: {e}"
+                    ));
+                    continue;
+                }
+            }
+            let deleted = match site
+                .client
+                .delete_volume(node, storage, volid, &permit)
+                .await
+            {
+                Ok(Some(upid)) => match site.client.wait_task(&upid, cx.task_wait).await {
+                    Ok(crate::pve::TaskOutcome::StillRunning) => {
+                        Err("its delete task still runs".into())
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Ok(None) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            };
+            match deleted {
+                Ok(()) => {
+                    tracing::info!(
+                        image = %rec.image,
+                        volume = %volid,
+                        node = %node,
+                        "deleted an image version no ProxmoxImage names"
+                    );
+                    let _ = cx.store.remove_image_volume(&key);
+                    out.push(UnusedVersion {
+                        image: rec.image.clone(),
+                        volume: volid.clone(),
+                        node: node.clone(),
+                        kept: None,
+                    });
+                }
+                Err(e) => kept(format!("{volid} is kept: its delete failed: {e}")),
+            }
+        }
+        out
     }
 
     /// Waits up to `task_wait` for download task `upid`.

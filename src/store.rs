@@ -549,7 +549,9 @@ impl Store {
 
     /// The image volumes this install asked PVE to download. An entry that cannot be read is
     /// left out: without its record a volume is never deleted, the safe reading.
-    pub(crate) fn image_volumes(&self) -> Result<BTreeMap<ImageVolumeKey, ImageVolume>, StateError> {
+    pub(crate) fn image_volumes(
+        &self,
+    ) -> Result<BTreeMap<ImageVolumeKey, ImageVolume>, StateError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = tx.open_table(IMAGE_VOLUMES).map_err(|e| self.err(e))?;
         let mut out = BTreeMap::new();
@@ -577,7 +579,8 @@ impl Store {
         let json = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
         let k = format!("{}/{}/{}", key.0, key.1, key.2);
         self.write(|tx| {
-            tx.open_table(IMAGE_VOLUMES)?.insert(k.as_str(), json.as_slice())?;
+            tx.open_table(IMAGE_VOLUMES)?
+                .insert(k.as_str(), json.as_slice())?;
             Ok(())
         })
     }

@@ -161,7 +161,7 @@ struct Acting<'a> {
     elsewhere: &'a BTreeSet<String>,
     config_hash: &'a str,
     suspensions: &'a Suspensions,
-    images_waiting: &'a BTreeMap<String, String>,
+    images_waiting: &'a BTreeMap<(String, String), String>,
     /// The sites this cycle observed (all, or those a push touched): looked at again after.
     observed_sites: &'a BTreeMap<String, Arc<SiteCtx>>,
 }
@@ -185,8 +185,8 @@ struct PlanBasis<'a> {
     retry_transient_now: bool,
     rewind: Option<&'a crate::source::chain::RewindBatch>,
     suspensions: &'a Suspensions,
-    /// The images guests cannot be made from yet, each with why.
-    images_waiting: &'a BTreeMap<String, String>,
+    /// Per (image, node): why guests of that node cannot be made from the image yet.
+    images_waiting: &'a BTreeMap<(String, String), String>,
 }
 
 /// Each set's members, by set name.
@@ -613,14 +613,34 @@ impl Engine {
             invalid.extend(set.invalid_names().into_iter().map(str::to_string));
         }
         let now_ms = self.clock.now_ms();
-        // The images first: a guest made from one waits until it is on its storage.
-        let image_states = self
+        // The images first: a guest made from one waits until it is on its node's storage.
+        // Old versions go only in a full cycle that may remove (as the seed sweep).
+        let may_act = self.config.reconcile.management_policy
+            != crate::config::ManagementPolicy::Observe
+            && !suspensions.contains_key(crate::store::SUSPEND_ALL)
+            && !*self.shutdown.borrow();
+        let prune = scope.is_none().then(|| crate::image_sync::Prune {
+            source_complete: all_specs.is_complete()
+                && !(all_specs.specs.is_empty() && all_specs.images.is_empty()),
+            grace_ms: self.config.reconcile.orphan_grace.as_millis() as u64,
+        });
+        let synced = self
             .images
-            .sync(specs, &views, &observed_sites, now_ms, self.task_wait)
+            .sync(
+                specs,
+                &crate::image_sync::SyncCtx {
+                    views: &views,
+                    sites: &observed_sites,
+                    store: &self.store,
+                    now_ms,
+                    task_wait: self.task_wait,
+                    may_act,
+                    prune,
+                },
+            )
             .await;
-        let images_waiting: BTreeMap<String, String> = (image_states.iter())
-            .filter_map(|(name, state)| Some((name.clone(), state.waiting_why()?)))
-            .collect();
+        let images_waiting = synced.waiting;
+        let image_states = synced.states;
         self.image_summaries = (specs.images.iter())
             .filter_map(|i| {
                 Some(crate::status::ImageSummary::of(
@@ -628,6 +648,12 @@ impl Engine {
                     image_states.get(&i.name)?,
                 ))
             })
+            .chain(
+                synced
+                    .unused
+                    .iter()
+                    .map(crate::status::ImageSummary::unused),
+            )
             .collect();
         let observe_ms = started.elapsed().as_millis() as u64;
         // A cycle that looked at some sites only is not kept as an idle one.

@@ -349,6 +349,29 @@ pub(crate) struct ImageSummary {
 }
 
 impl ImageSummary {
+    /// A version no image names any more: kept (why) or deleted this cycle.
+    pub(crate) fn unused(u: &crate::image_sync::UnusedVersion) -> ImageSummary {
+        let version = (u.volume.rsplit('/').next())
+            .and_then(|file| file.strip_prefix(&format!("{}-", u.image)))
+            .and_then(|rest| rest.get(..crate::spec::images::VERSION_DIGITS))
+            .unwrap_or_default();
+        let (state, message) = match &u.kept {
+            Some(why) => ("Unused", why.clone()),
+            None => (
+                "Deleted",
+                format!("deleted from {}: no image names it", u.node),
+            ),
+        };
+        ImageSummary {
+            name: u.image.clone(),
+            version: version.to_string(),
+            volume: u.volume.clone(),
+            state: state.to_string(),
+            message: clip(&message),
+            retry_at: None,
+        }
+    }
+
     /// The summary of `image` in `state`.
     pub(crate) fn of(
         image: &crate::spec::images::ImageSpec,

@@ -312,8 +312,8 @@ struct World {
     in_flight: BTreeMap<u32, ObservedVm>,
     /// `proxsync suspend`s (and recorded `spec.suspend`s).
     suspensions: BTreeMap<String, proxsync_core::model::Suspension>,
-    /// The images guests cannot be made from yet, with why.
-    images_waiting: BTreeMap<String, String>,
+    /// Per (image, node): why guests cannot be made from it yet.
+    images_waiting: BTreeMap<(String, String), String>,
 }
 
 impl World {
@@ -1853,8 +1853,10 @@ fn a_guest_whose_image_is_not_there_is_not_created() {
     w.desired = vec![spec].into();
     let creates = |p: &Plan| (p.actions.iter()).any(|a| matches!(a, Action::Create { .. }));
     assert!(creates(&plan(&w.input())), "ready: created");
-    w.images_waiting
-        .insert("noble-cloud".into(), "PVE is downloading it".into());
+    w.images_waiting.insert(
+        ("noble-cloud".into(), "pve1".into()),
+        "PVE is downloading it".into(),
+    );
     let p = plan(&w.input());
     assert!(!creates(&p), "{p:?}");
     assert_eq!(
@@ -1864,9 +1866,14 @@ fn a_guest_whose_image_is_not_there_is_not_created() {
             why: "PVE is downloading it".into()
         })
     );
-    // Another image waiting holds nothing of this guest.
+    // Another image, or this image on another node, holds nothing of this guest.
     w.images_waiting.clear();
-    w.images_waiting.insert("other".into(), "failed".into());
+    w.images_waiting
+        .insert(("other".into(), "pve1".into()), "failed".into());
+    w.images_waiting.insert(
+        ("noble-cloud".into(), "pve2".into()),
+        "node pve2 is not healthy".into(),
+    );
     assert!(creates(&plan(&w.input())));
 }
 

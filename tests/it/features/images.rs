@@ -391,7 +391,6 @@ async fn many_images_cost_one_listing_per_node_and_none_once_ready() {
 }
 
 #[tokio::test]
-#[ignore = "finding: one node of an image that cannot be served holds every guest of the image"]
 async fn a_node_offline_does_not_hold_the_guests_of_another_node() {
     let pve_doc = image_doc("X").replace(
         "storage: local\n",

@@ -14,7 +14,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         let Image::Managed(image) = spec.image() else {
             continue;
         };
-        let Some(why) = input.images_waiting.get(image) else {
+        let Some(why) = (input.images_waiting).get(&(image.clone(), spec.node.clone())) else {
             continue;
         };
         let creating = |a: &Action| matches!(a, Action::Create { spec: s, .. } if *s == spec.name);

@@ -98,9 +98,9 @@ pub struct PlanInput<'a> {
     /// The suspensions the state database holds (`proxsync suspend`, and `spec.suspend` once
     /// recorded): by spec name, or [`crate::model::SUSPEND_ALL`].
     pub suspensions: &'a BTreeMap<String, crate::model::Suspension>,
-    /// The `ProxmoxImage`s guests cannot be made from yet, by name, each with why (an image
-    /// not named is Ready): a create of a guest made from one waits.
-    pub images_waiting: &'a BTreeMap<String, String>,
+    /// Per (image, node): why a guest of that node cannot be made from that `ProxmoxImage`
+    /// yet (a pair not named is Ready): its create waits.
+    pub images_waiting: &'a BTreeMap<(String, String), String>,
 }
 
 /// What to do.
