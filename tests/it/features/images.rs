@@ -474,3 +474,113 @@ async fn an_image_on_a_storage_without_import_content_fails_once_per_backoff() {
     );
     assert!(s.downloads().is_empty());
 }
+
+impl Setup {
+    /// Commits `files` and reads the specs of the new commit.
+    fn recommit(&mut self, files: &[(&str, String)]) {
+        self.ws.commit_specs(files);
+        let config = Config::load(&self.ws.config()).expect("config");
+        let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
+            .expect("the specs of the commit");
+        self.specs = read.specs;
+        self.commit = read.commit;
+        check_spec_sites(&config, &mut self.specs);
+    }
+
+    fn summary_images(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.ws.path("status/_summary.yaml")).unwrap();
+        let summary: Value = serde_saphyr::from_str(&text).unwrap();
+        summary["images"].as_array().cloned().unwrap_or_default()
+    }
+
+    async fn import_files(&self) -> Vec<String> {
+        let listed = (self.pve.client())
+            .storage_content("pve1", "local", Some("import"))
+            .await
+            .expect("the listing");
+        listed.into_iter().map(|v| v.volid).collect()
+    }
+}
+
+/// A new image version: the old one is kept through `orphan_grace` (reported `Unused`, with
+/// when it may go), then deleted through the gate, and only the version this install
+/// recorded downloading: a file of the same pattern someone else put there stays, and so
+/// does an old version while a guest of the site is being created (an import may read it).
+#[tokio::test]
+async fn an_old_version_goes_after_the_grace_and_only_what_this_install_downloaded() {
+    let mut s = setup(None, &[("web-1", "pve1")]);
+    let now = manual_clock(&mut s.engine);
+    s.cycle().await;
+    let old = s.specs.images[0].volume_id();
+    assert!(
+        s.import_files().await.contains(&old),
+        "{:?}",
+        s.import_files().await
+    );
+    // Someone's file of the image's naming pattern, never downloaded by this install.
+    s.pve
+        .call(
+            "store_file",
+            json!({"storage": "local", "name": "noble-cloud-222222222222.qcow2", "size": 10,
+                   "content": "import"}),
+        )
+        .expect("store_file");
+    let url2 = URL.replace("20261115", "20261201");
+    let served = s
+        .pve
+        .call("remote_file", json!({"url": url2, "size": 2048}))
+        .expect("remote_file");
+    let doc = image_doc(served["sha256"].as_str().unwrap()).replace(URL, &url2);
+    s.recommit(&[("images.yaml", doc), ("web-1.yaml", guest("web-1", "pve1"))]);
+    let new = s.specs.images[0].volume_id();
+    s.cycle().await;
+    let files = s.import_files().await;
+    assert!(files.contains(&new) && files.contains(&old), "{files:?}");
+    let unused = s.summary_images();
+    let kept = unused
+        .iter()
+        .find(|i| i["volume"] == old.as_str())
+        .unwrap_or_else(|| panic!("the old version is reported: {unused:?}"));
+    assert_eq!(kept["state"], "Unused", "{kept}");
+    assert!(
+        kept["message"]
+            .as_str()
+            .unwrap()
+            .contains("unused and kept until"),
+        "{kept}"
+    );
+
+    // A guest being created on the site: nothing is deleted while an import may read it.
+    advance(&now, std::time::Duration::from_secs(601));
+    s.pve.snapshot_lock(9000, "clone");
+    s.cycle().await;
+    let still = s.import_files().await;
+    assert!(
+        still.contains(&old),
+        "kept while a guest is being made: {still:?}"
+    );
+    s.pve.unlock(9000);
+
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let files = s.import_files().await;
+    assert!(!files.contains(&old), "deleted past the grace: {files:?}");
+    assert!(files.contains(&new), "{files:?}");
+    assert!(
+        files.contains(&"local:import/noble-cloud-222222222222.qcow2".to_string()),
+        "a file this install never downloaded stays: {files:?}"
+    );
+    let deletes = common::engine::writes_since(&mut s.pve, before);
+    assert_eq!(
+        deletes.iter().filter(|w| w.starts_with("DELETE")).count(),
+        1,
+        "{deletes:?}"
+    );
+    let images = s.summary_images();
+    assert!(
+        images
+            .iter()
+            .any(|i| i["volume"] == old.as_str() && i["state"] == "Deleted"),
+        "{images:?}"
+    );
+}
