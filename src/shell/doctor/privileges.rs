@@ -267,14 +267,27 @@ fn container_needs(version: &Version, s: &Spec) -> Vec<Need> {
 /// What PVE checks for `download-url` on the storage (pve-storage `API2/Storage/Status.pm`
 /// `download_url`, the same in PVE 8.4 and 9.1): Datastore.AllocateTemplate on
 /// `/storage/{storage}`, and [`image_network_held`] on each node it downloads to.
+/// Deleting an old version (`DELETE .../content/{volume}`, pve-storage `API2/Storage/Content.pm`
+/// `delete`) needs Datastore.Allocate on the storage.
 pub(super) fn image_needs(images: &[(&ImageSpec, Vec<&str>)]) -> Vec<Need> {
     (images.iter())
-        .map(|(image, _)| {
-            Need::new(
-                format!("/storage/{}", image.storage),
-                &["Datastore.AllocateTemplate"],
-                Some(format!("ProxmoxImage {}: PVE downloads it", image.name)),
-            )
+        .flat_map(|(image, _)| {
+            let path = format!("/storage/{}", image.storage);
+            [
+                Need::new(
+                    path.clone(),
+                    &["Datastore.AllocateTemplate"],
+                    Some(format!("ProxmoxImage {}: PVE downloads it", image.name)),
+                ),
+                Need::new(
+                    path,
+                    &["Datastore.Allocate"],
+                    Some(format!(
+                        "ProxmoxImage {}: its old versions are deleted",
+                        image.name
+                    )),
+                ),
+            ]
         })
         .collect()
 }

@@ -591,8 +591,16 @@ fn an_image_needs_allocate_template_and_network_access() {
         "{out}"
     );
     // Granted on the node (or Sys.Modify on /), the image asks for nothing more.
+    assert!(
+        out.contains("Datastore.Allocate on /storage/local (ProxmoxImage noble-cloud: its old versions are deleted)"),
+        "{out}"
+    );
     let pve = base()
-        .grant(TOKEN_ID, "/storage/local", &["Datastore.AllocateTemplate"])
+        .grant(
+            TOKEN_ID,
+            "/storage/local",
+            &["Datastore.AllocateTemplate", "Datastore.Allocate"],
+        )
         .grant(TOKEN_ID, "/nodes/pve1", &["Sys.AccessNetwork"])
         .start();
     let (_, out) = with_image(&pve);
