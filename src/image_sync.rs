@@ -420,60 +420,18 @@ impl ImageSync {
         let fail = |this: &mut ImageSync, message: String| {
             this.failed(target, node, message, now_ms, attempts + 1)
         };
-        let key = (target.site.clone(), node.to_string(), content.to_string());
-        if !self.listings.storages.contains_key(&key) {
-            let listed = site.client.node_storages(node, Some(content)).await;
-            self.listings.storages.insert(key.clone(), listed);
-        }
-        let storages = match self.listings.storages[&key].clone() {
-            Ok(s) => s,
-            Err(e) => return fail(self, format!("cannot list the storages of {node}: {e}")),
-        };
-        let Some(storage) = storages.iter().find(|s| s.storage == image.storage) else {
-            return fail(
-                self,
-                format!(
-                    "storage {} on node {node} does not hold `{content}` content (or is not \
-                     active); storages that do: {}",
-                    image.storage,
-                    names_or_none(storages.iter().map(|s| s.storage.as_str()))
-                ),
-            );
-        };
-        *shared = Some(storage.shared == Some(true));
-        self.shared.insert(
-            (target.site.clone(), target.storage.clone()),
-            storage.shared == Some(true),
-        );
         // A file of the volume's name is used as it is only when this daemon saw PVE check its
         // checksum (its download, or PVE's check of the file already there); else it is sent
         // as a download, which PVE answers at once for the right bytes and fails for others.
         let verified = matches!(self.known.get(target), Some(Known::Present { .. }));
-        let key = (
-            target.site.clone(),
-            node.to_string(),
-            image.storage.clone(),
-            content.to_string(),
-        );
-        if !self.listings.volumes.contains_key(&key) {
-            let listed = (site.client)
-                .storage_content(node, &image.storage, Some(content))
-                .await
-                .map(|v| v.into_iter().map(|v| v.volid).collect());
-            self.listings.volumes.insert(key.clone(), listed);
-        }
-        let listed = match &self.listings.volumes[&key] {
-            Ok(volumes) => Ok(volumes.contains(&target.volume)),
-            Err(e) => Err(e.to_string()),
-        };
-        let there = match listed {
+        let there = match self.look(image, target, site, shared).await {
             Ok(true) if verified => {
                 self.known
                     .insert(target.clone(), Known::Present { seen_ms: now_ms });
                 return ready();
             }
             Ok(there) => there,
-            Err(e) => return fail(self, format!("cannot list {}: {e}", image.storage)),
+            Err(why) => return fail(self, why),
         };
         // A file this download makes is this install's: recorded, durably, before it is asked
         // for, so a version no image names any more can be deleted however the daemon ends.
@@ -516,6 +474,56 @@ impl ImageSync {
         }
     }
 
+    /// Whether `target`'s node lists its volume, from this cycle's listings (read once per
+    /// node, storage and content); `shared` is set from the node's storage listing. `Err`:
+    /// why it cannot be known, or the storage does not hold the content.
+    async fn look<P: Pve>(
+        &mut self,
+        image: &ImageSpec,
+        target: &Target,
+        site: &SiteCtx<P>,
+        shared: &mut Option<bool>,
+    ) -> Result<bool, String> {
+        let (node, content) = (target.node.as_str(), image.content.as_str());
+        let key = (target.site.clone(), node.to_string(), content.to_string());
+        if !self.listings.storages.contains_key(&key) {
+            let listed = site.client.node_storages(node, Some(content)).await;
+            self.listings.storages.insert(key.clone(), listed);
+        }
+        let storages = match &self.listings.storages[&key] {
+            Ok(s) => s,
+            Err(e) => return Err(format!("cannot list the storages of {node}: {e}")),
+        };
+        let Some(storage) = storages.iter().find(|s| s.storage == image.storage) else {
+            return Err(format!(
+                "storage {} on node {node} does not hold `{content}` content (or is not \
+                 active); storages that do: {}",
+                image.storage,
+                names_or_none(storages.iter().map(|s| s.storage.as_str()))
+            ));
+        };
+        let is_shared = storage.shared == Some(true);
+        *shared = Some(is_shared);
+        (self.shared).insert((target.site.clone(), target.storage.clone()), is_shared);
+        let key = (
+            target.site.clone(),
+            node.to_string(),
+            image.storage.clone(),
+            content.to_string(),
+        );
+        if !self.listings.volumes.contains_key(&key) {
+            let listed = (site.client)
+                .storage_content(node, &image.storage, Some(content))
+                .await
+                .map(|v| v.into_iter().map(|v| v.volid).collect());
+            self.listings.volumes.insert(key.clone(), listed);
+        }
+        match &self.listings.volumes[&key] {
+            Ok(volumes) => Ok(volumes.contains(&target.volume)),
+            Err(e) => Err(format!("cannot list {}: {e}", image.storage)),
+        }
+    }
+
     /// The recorded versions no image of the source names, on the sites observed this cycle:
     /// each deleted through the gate (`gate::volume::image_unused`), or kept, with why.
     async fn prune<P: Pve>(
@@ -537,14 +545,9 @@ impl ImageSync {
         let mut out = Vec::new();
         for (key, rec) in recorded {
             let (site_name, node, volid) = (&key.0, &key.1, &key.2);
-            if current.contains(&(site_name.clone(), volid.clone())) {
-                if rec.unused_since_ms.is_some() {
-                    let rec = crate::store::ImageVolume {
-                        unused_since_ms: None,
-                        ..rec
-                    };
-                    let _ = cx.store.put_image_volume(&key, &rec);
-                }
+            let is_current = current.contains(&(site_name.clone(), volid.clone()));
+            let since = unused_since(cx.store, &key, &rec, is_current, cx.now_ms);
+            if is_current {
                 continue;
             }
             let (Some(site), Some(view)) = (cx.sites.get(site_name), cx.views.get(site_name))
@@ -553,17 +556,6 @@ impl ImageSync {
             };
             let Ok(checked) = crate::gate::site::checked(view) else {
                 continue;
-            };
-            let since = match rec.unused_since_ms {
-                Some(since) => since,
-                None => {
-                    let rec = crate::store::ImageVolume {
-                        unused_since_ms: Some(cx.now_ms),
-                        ..rec.clone()
-                    };
-                    let _ = cx.store.put_image_volume(&key, &rec);
-                    cx.now_ms
-                }
             };
             let mut kept = |why: String| {
                 out.push(UnusedVersion {
@@ -602,45 +594,12 @@ impl ImageSync {
                     continue;
                 }
             };
-            let Some((storage, rest)) = volid.split_once(':') else {
-                continue;
-            };
-            let content = rest.split('/').next().unwrap_or_default();
-            // Gone already (deleted by hand): only the record goes.
-            match site
-                .client
-                .storage_content(node, storage, Some(content))
-                .await
-            {
-                Ok(list) if !list.iter().any(|v| v.volid == *volid) => {
+            match delete_version(site, node, volid, &permit, cx.task_wait).await {
+                Ok(false) => {
+                    // Gone already (deleted by hand): only the record goes.
                     let _ = cx.store.remove_image_volume(&key);
-                    continue;
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    kept(format!(
-                        "{volid} is kept this cycle: cannot list {storage}: {e}"
-                    ));
-                    continue;
-                }
-            }
-            let deleted = match site
-                .client
-                .delete_volume(node, storage, volid, &permit)
-                .await
-            {
-                Ok(Some(upid)) => match site.client.wait_task(&upid, cx.task_wait).await {
-                    Ok(crate::pve::TaskOutcome::StillRunning) => {
-                        Err("its delete task still runs".into())
-                    }
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                },
-                Ok(None) => Ok(()),
-                Err(e) => Err(e.to_string()),
-            };
-            match deleted {
-                Ok(()) => {
+                Ok(true) => {
                     tracing::info!(
                         image = %rec.image,
                         volume = %volid,
@@ -655,7 +614,7 @@ impl ImageSync {
                         kept: None,
                     });
                 }
-                Err(e) => kept(format!("{volid} is kept: its delete failed: {e}")),
+                Err(e) => kept(format!("{volid} is kept: {e}")),
             }
         }
         out
@@ -729,6 +688,62 @@ impl ImageSync {
             message,
             retry_at_ms,
         }
+    }
+}
+
+/// Since when recorded volume `key` is unused (now, the first time it is seen so, which is
+/// recorded); a current one's mark is cleared (a revert).
+fn unused_since(
+    store: &crate::store::Store,
+    key: &crate::store::ImageVolumeKey,
+    rec: &crate::store::ImageVolume,
+    current: bool,
+    now_ms: u64,
+) -> u64 {
+    let want = (!current).then(|| rec.unused_since_ms.unwrap_or(now_ms));
+    if want != rec.unused_since_ms {
+        let rec = crate::store::ImageVolume {
+            unused_since_ms: want,
+            ..rec.clone()
+        };
+        if let Err(e) = store.put_image_volume(key, &rec) {
+            tracing::warn!(error = %e, volume = %key.2, "cannot record the image volume's use");
+        }
+    }
+    want.unwrap_or(now_ms)
+}
+
+/// Deletes image version `volid` from `node` with `permit`, when the node still lists it:
+/// `Ok(true)` deleted, `Ok(false)` not there, `Err` why not.
+async fn delete_version<P: Pve>(
+    site: &SiteCtx<P>,
+    node: &str,
+    volid: &str,
+    permit: &crate::gate::permit::Permit,
+    task_wait: Duration,
+) -> Result<bool, String> {
+    let (storage, rest) = volid.split_once(':').ok_or("not a volume ID")?;
+    let content = rest.split('/').next().unwrap_or_default();
+    let listed = (site
+        .client
+        .storage_content(node, storage, Some(content))
+        .await)
+        .map_err(|e| format!("cannot list {storage}: {e}"))?;
+    if !listed.iter().any(|v| v.volid == volid) {
+        return Ok(false);
+    }
+    match site
+        .client
+        .delete_volume(node, storage, volid, permit)
+        .await
+    {
+        Ok(Some(upid)) => match site.client.wait_task(&upid, task_wait).await {
+            Ok(crate::pve::TaskOutcome::StillRunning) => Err("its delete task still runs".into()),
+            Ok(_) => Ok(true),
+            Err(e) => Err(format!("its delete failed: {e}")),
+        },
+        Ok(None) => Ok(true),
+        Err(e) => Err(format!("its delete failed: {e}")),
     }
 }
 
