@@ -246,6 +246,14 @@ fn doctor_one(pve: &FakePve, image: &str) -> (bool, String) {
 
 /// As [`doctor_one`], with `extra` lines appended to the spec's `forProvider`.
 fn doctor_one_with(pve: &FakePve, image: &str, extra: &str) -> (bool, String) {
+    doctor_spec_file(
+        pve,
+        &(spec("vm", "lab", "pve1", image, "local-lvm", "vmbr0") + extra),
+    )
+}
+
+/// `doctor` on site `lab` (pve) with one spec file holding `text`.
+fn doctor_spec_file(pve: &FakePve, text: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("lab.token");
     std::fs::write(&secret, TOKEN_SECRET).unwrap();
@@ -255,7 +263,6 @@ fn doctor_one_with(pve: &FakePve, image: &str, extra: &str) -> (bool, String) {
     );
     let specs = dir.path().join("specs");
     std::fs::create_dir(&specs).unwrap();
-    let text = spec("vm", "lab", "pve1", image, "local-lvm", "vmbr0") + extra;
     std::fs::write(specs.join("vm.yaml"), text).unwrap();
     doctor(&config, &specs)
 }
@@ -560,19 +567,9 @@ fn an_image_needs_allocate_template_and_network_access() {
         )
     };
     let with_image = |pve: &FakePve| {
-        let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("lab.token");
-        std::fs::write(&secret, TOKEN_SECRET).unwrap();
-        let config = write_config(
-            dir.path(),
-            &site_block("lab", pve.url(), pve.ca_file(), &secret),
-        );
-        let specs = dir.path().join("specs");
-        std::fs::create_dir(&specs).unwrap();
         let vm = spec("vm", "lab", "pve1", "IMAGE", "local-lvm", "vmbr0")
             .replace("\"IMAGE\"", "{image: noble-cloud}");
-        std::fs::write(specs.join("vm.yaml"), vm + &image).unwrap();
-        doctor(&config, &specs)
+        doctor_spec_file(pve, &(vm + &image))
     };
     let (ok, out) = with_image(&base().start());
     assert!(!ok, "{out}");
