@@ -133,6 +133,9 @@ pub(crate) struct ImageSync {
     /// This cycle's listings, read once per site, node and content (storages) or per site,
     /// node, storage and content (volumes), whatever the number of images: emptied each cycle.
     listings: Listings,
+    /// What each image (by site and volume) was when its site was last looked at: a cycle
+    /// after a push to another site says it again instead of "not looked at".
+    last: HashMap<(String, String), (ImageState, BTreeMap<String, String>)>,
 }
 
 /// A listing as read: what PVE answered, or its error.
@@ -246,12 +249,22 @@ impl ImageSync {
                 out.states
                     .insert(image.name.clone(), ImageState::Waiting { why });
             };
+            let at = (image.site.clone(), image.volume_id());
             let (Some(site), Some(view)) = (cx.sites.get(&image.site), cx.views.get(&image.site))
             else {
-                wait_all(
-                    format!("site {} was not looked at this cycle", image.site),
-                    &mut out,
-                );
+                match self.last.get(&at) {
+                    Some((state, waiting)) => {
+                        for (node, why) in waiting {
+                            out.waiting
+                                .insert((image.name.clone(), node.clone()), why.clone());
+                        }
+                        out.states.insert(image.name.clone(), state.clone());
+                    }
+                    None => wait_all(
+                        format!("site {} was not looked at this cycle", image.site),
+                        &mut out,
+                    ),
+                }
                 continue;
             };
             if !cx.may_act {
@@ -262,15 +275,22 @@ impl ImageSync {
                 continue;
             }
             let (state, waiting) = self.image(image, &nodes, site, view, cx).await;
-            for (node, why) in waiting {
-                out.waiting.insert((image.name.clone(), node), why);
+            for (node, why) in &waiting {
+                out.waiting
+                    .insert((image.name.clone(), node.clone()), why.clone());
             }
-            out.states.insert(image.name.clone(), state);
+            out.states.insert(image.name.clone(), state.clone());
+            self.last.insert(at, (state, waiting));
         }
         // A target no image needs any more is forgotten (its volume is left where it is).
         self.known.retain(|t, _| {
             wanted.contains(&(t.site.as_str(), t.storage.as_str(), t.volume.clone()))
         });
+        let named: BTreeSet<(&str, String)> = (specs.images.iter())
+            .map(|i| (i.site.as_str(), i.volume_id()))
+            .collect();
+        self.last
+            .retain(|(site, volume), _| named.contains(&(site.as_str(), volume.clone())));
         if cx.may_act
             && let Some(prune) = cx.prune
         {

@@ -58,6 +58,24 @@ pub(super) fn push_scope(
     for (name, old) in before {
         touch(name, Some(&old.site));
     }
+    // An image added, changed or removed: its site (old and new) is looked at, where it is
+    // downloaded and its old version judged.
+    let images_before: FnvHashMap<&str, &crate::spec::images::ImageSpec> = (last.images.iter())
+        .map(|i| (i.name.as_str(), i.as_ref()))
+        .collect();
+    let images_now: FnvHashMap<&str, &crate::spec::images::ImageSpec> = (specs.images.iter())
+        .map(|i| (i.name.as_str(), i.as_ref()))
+        .collect();
+    for (name, image) in &images_now {
+        if images_before.get(name) != Some(image) {
+            touch(name, Some(&image.site));
+        }
+    }
+    for (name, image) in &images_before {
+        if images_now.get(name) != Some(image) {
+            touch(name, Some(&image.site));
+        }
+    }
     for name in invalid.symmetric_difference(&last.invalid) {
         touch(name, None);
     }

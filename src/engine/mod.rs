@@ -342,6 +342,8 @@ struct IdleCycle {
 struct LastLook {
     /// The valid specs that cycle was given (every shard's), shared with the source's cache.
     specs: Specs,
+    /// Its `ProxmoxImage`s: a push that changes one looks at the image's site.
+    images: Vec<Arc<crate::spec::images::ImageSpec>>,
     /// The names of its invalid specs.
     invalid: BTreeSet<String>,
     /// Whether every spec file could be read.
@@ -670,6 +672,7 @@ impl Engine {
             });
         let look = |views| LastLook {
             specs: all_specs.specs.clone(),
+            images: all_specs.images.clone(),
             invalid: invalid.clone(),
             complete: all_specs.is_complete(),
             config_hash: chash.clone(),

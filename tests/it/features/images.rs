@@ -584,3 +584,46 @@ async fn an_old_version_goes_after_the_grace_and_only_what_this_install_download
         "{images:?}"
     );
 }
+
+/// A push that changes only an image (a new version) looks at the image's site: the daemon's
+/// cycle after a push looks only at the sites the push touched, and an image touches its own.
+/// An image of a site the push did not touch keeps what it was, not "not looked at".
+#[tokio::test]
+async fn a_push_of_a_new_image_version_alone_downloads_it_at_once() {
+    let mut s = setup(None, &[("web-1", "pve1")]);
+    s.cycle().await;
+    assert_eq!(s.downloads().len(), 1);
+    let url2 = URL.replace("20261115", "20261201");
+    let served = s
+        .pve
+        .call("remote_file", json!({"url": url2, "size": 2048}))
+        .expect("remote_file");
+    let doc = image_doc(served["sha256"].as_str().unwrap()).replace(URL, &url2);
+    s.recommit(&[("images.yaml", doc), ("web-1.yaml", guest("web-1", "pve1"))]);
+    s.engine
+        .reconcile_after_push(&s.specs, Some(&s.commit))
+        .await
+        .expect("a cycle after the push");
+    let downloads = s.downloads();
+    assert!(
+        downloads.iter().any(|d| d["url"] == url2.as_str()),
+        "the new version is downloaded by the push's cycle: {downloads:?}"
+    );
+    assert_eq!(s.summary_image()["state"], "Ready", "{}", s.summary_image());
+    // A push touching nothing of the image's site keeps its state.
+    s.recommit(&[
+        (
+            "images.yaml",
+            std::fs::read_to_string(s.ws.path("repo/images.yaml")).unwrap(),
+        ),
+        (
+            "web-1.yaml",
+            guest("web-1", "pve1").replace("memory: 1Gi", "memory: 2Gi"),
+        ),
+    ]);
+    s.engine
+        .reconcile_after_push(&s.specs, Some(&s.commit))
+        .await
+        .expect("a cycle after the push");
+    assert_eq!(s.summary_image()["state"], "Ready", "{}", s.summary_image());
+}
