@@ -172,6 +172,10 @@ pub(crate) fn needed_on<'a>(
             && let Some(nodes) = out.get_mut(name.as_str())
         {
             nodes.insert(spec.node.as_str());
+            // A set member placed by free memory may go to any of its candidates: the image
+            // is kept on each, so the member's create never waits on where it lands.
+            let candidates = spec.set.as_ref().and_then(|m| m.candidates.as_deref());
+            nodes.extend(candidates.into_iter().flatten().map(String::as_str));
         }
     }
     out
@@ -778,6 +782,26 @@ fn names_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_is_kept_on_every_node_a_free_memory_member_may_land_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let sum = "a".repeat(64);
+        let text = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxImage\nmetadata: {{name: noble}}\nspec:\n  \
+             forProvider:\n    site: lab\n    url: https://h/x.qcow2\n    checksum: sha256:{sum}\n\
+             ---\napiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
+             replicas: 1\n  namePattern: \"web-{{index}}\"\n  placement: {{nodes: [pve1, pve2, pve3], \
+             strategy: FreeMemory}}\n  template:\n    forProvider:\n      site: lab\n      \
+             image: {{image: noble}}\n"
+        );
+        std::fs::write(dir.path().join("a.yaml"), text).unwrap();
+        let set = crate::spec::load_paths(&[dir.path().to_path_buf()]);
+        assert!(!set.has_errors(), "{:?}", set.diagnostics);
+        let needed = needed_on(&set.images, set.specs.iter());
+        let nodes: Vec<&str> = needed["noble"].iter().copied().collect();
+        assert_eq!(nodes, ["pve1", "pve2", "pve3"]);
+    }
 
     #[test]
     fn a_failed_download_waits_longer_each_time_up_to_six_hours() {
