@@ -236,13 +236,62 @@ impl ImageSync {
     pub(crate) async fn sync<P: Pve>(&mut self, specs: &SpecSet, cx: &SyncCtx<'_, P>) -> Synced {
         let needed = needed_on(&specs.images, specs.specs.iter());
         self.listings = Listings::default();
-        let mut out = Synced::default();
+        // Every download is asked for first, then all are waited for together (one task wait,
+        // not one per node and image), then each image is judged again.
+        let mut out = self.each_image(specs, &needed, cx).await;
+        let running = self.running(cx);
+        if !running.is_empty() && !cx.task_wait.is_zero() {
+            let mut waits = tokio::task::JoinSet::new();
+            for (site, upid) in running {
+                let wait = cx.task_wait;
+                waits.spawn(async move { site.client.wait_task(&upid, wait).await.ok() });
+            }
+            while waits.join_next().await.is_some() {}
+            out = self.each_image(specs, &needed, cx).await;
+        }
         // What is known of a volume some image still names is kept, whatever this cycle could
         // look at: a site not read, or a node not reached, does not reset a backoff nor forget
         // a running download.
         let wanted: BTreeSet<(&str, &str, String)> = (specs.images.iter())
             .map(|i| (i.site.as_str(), i.storage.as_str(), i.volume_id()))
             .collect();
+        // A target no image needs any more is forgotten (its volume is left where it is).
+        self.known.retain(|t, _| {
+            wanted.contains(&(t.site.as_str(), t.storage.as_str(), t.volume.clone()))
+        });
+        let named: BTreeSet<(&str, String)> = (specs.images.iter())
+            .map(|i| (i.site.as_str(), i.volume_id()))
+            .collect();
+        self.last
+            .retain(|(site, volume), _| named.contains(&(site.as_str(), volume.clone())));
+        if cx.may_act
+            && let Some(prune) = cx.prune
+        {
+            out.unused = self.prune(specs, cx, prune).await;
+        }
+        out
+    }
+
+    /// The downloads running on the sites observed this cycle, with their sites.
+    fn running<P: Pve>(&self, cx: &SyncCtx<'_, P>) -> Vec<(Arc<SiteCtx<P>>, Upid)> {
+        (self.known.iter())
+            .filter_map(|(t, known)| match known {
+                Known::Downloading { upid, .. } => {
+                    Some((cx.sites.get(&t.site)?.clone(), upid.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Each image judged once, asking for what it lacks without waiting for a task.
+    async fn each_image<P: Pve>(
+        &mut self,
+        specs: &SpecSet,
+        needed: &BTreeMap<&str, BTreeSet<&str>>,
+        cx: &SyncCtx<'_, P>,
+    ) -> Synced {
+        let mut out = Synced::default();
         for image in &specs.images {
             let nodes = needed.get(image.name.as_str()).cloned().unwrap_or_default();
             let wait_all = |why: String, out: &mut Synced| {
@@ -286,20 +335,6 @@ impl ImageSync {
             out.states.insert(image.name.clone(), state.clone());
             self.last.insert(at, (state, waiting));
         }
-        // A target no image needs any more is forgotten (its volume is left where it is).
-        self.known.retain(|t, _| {
-            wanted.contains(&(t.site.as_str(), t.storage.as_str(), t.volume.clone()))
-        });
-        let named: BTreeSet<(&str, String)> = (specs.images.iter())
-            .map(|i| (i.site.as_str(), i.volume_id()))
-            .collect();
-        self.last
-            .retain(|(site, volume), _| named.contains(&(site.as_str(), volume.clone())));
-        if cx.may_act
-            && let Some(prune) = cx.prune
-        {
-            out.unused = self.prune(specs, cx, prune).await;
-        }
         out
     }
 
@@ -312,7 +347,8 @@ impl ImageSync {
         view: &SiteView,
         cx: &SyncCtx<'_, P>,
     ) -> (ImageState, BTreeMap<String, String>) {
-        let (now_ms, task_wait) = (cx.now_ms, cx.task_wait);
+        // A task is not waited for here: `sync` waits for all of them together.
+        let (now_ms, task_wait) = (cx.now_ms, Duration::ZERO);
         if !view.reachable() {
             let why = format!("site {} cannot be reached", image.site);
             let waiting = (nodes.iter())
