@@ -627,3 +627,28 @@ async fn a_push_of_a_new_image_version_alone_downloads_it_at_once() {
         .expect("a cycle after the push");
     assert_eq!(s.summary_image()["state"], "Ready", "{}", s.summary_image());
 }
+
+/// The downloads of one cycle run side by side: every node's is asked for before any is
+/// waited for (the second download task starts before the first ends), not one node after the
+/// other.
+#[tokio::test]
+async fn the_downloads_to_several_nodes_run_side_by_side() {
+    let mut s = setup(None, &[("web-1", "pve1"), ("db-1", "pve2")]);
+    s.pve
+        .call("time_scale", json!({"value": 1.0}))
+        .expect("a time scale");
+    s.pve
+        .call("download_timing", json!({"secs": 3}))
+        .expect("download_timing");
+    s.cycle().await;
+    let tasks: Vec<Value> = (s.pve.tasks().into_iter())
+        .filter(|t| t["type"] == "download")
+        .collect();
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    let (first, second) = (&tasks[0], &tasks[1]);
+    assert!(
+        second["starttime"].as_u64() < first["endtime"].as_u64(),
+        "the second download started before the first ended: {tasks:?}"
+    );
+    assert_eq!(s.summary_image()["state"], "Ready", "{}", s.summary_image());
+}
