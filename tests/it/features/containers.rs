@@ -548,7 +548,7 @@ fn orphaned_containers_pass_the_valves_and_a_forged_marker_deletes_nothing() {
     );
     let json: Value =
         serde_json::from_slice(&ws.proxsync(&["plan", "--json"]).stdout).expect("plan --json");
-    assert_eq!(json["version"], 2, "{json}");
+    assert_eq!(json["version"], 3, "{json}");
     assert_eq!(json["orphans"][0]["vmid"], 777, "{json}");
     assert_eq!(json["orphans"][0]["kind"], "lxc", "{json}");
     let text = std::fs::read_to_string(ws.path("status/_orphans.yaml")).unwrap();
