@@ -12,6 +12,7 @@ pub(super) fn log_planned(action: &Action) {
         Action::AdoptByConsent { vmid, .. } => ("adopt-consent", Some(*vmid)),
         Action::Converge { vmid, .. } => ("update", Some(*vmid)),
         Action::Migrate { vmid, .. } => ("migrate", Some(*vmid)),
+        Action::Recreate { vmid, .. } => ("recreate", Some(*vmid)),
         Action::Remove {
             vmid,
             release: false,
@@ -127,6 +128,21 @@ pub(crate) fn describe(
             noun(spec),
             crate::spec::ADOPT
         ),
+        Action::Recreate {
+            spec: name,
+            site,
+            node,
+            vmid,
+        } => {
+            let from = spec(name)
+                .map(|s| format!(" from {}", image_text(s.image())))
+                .unwrap_or_default();
+            format!(
+                "~ recreate {name}: {} {vmid} on {site}/{node} is deleted and made anew{from} \
+                 (imagePolicy: Recreate)",
+                noun(name)
+            )
+        }
         Action::Relabel {
             spec,
             from,

@@ -234,6 +234,7 @@ impl PlanBasis<'_> {
         orphans_seen: &BTreeMap<(String, u32), u64>,
         now_ms: u64,
     ) -> Plan {
+        let images = self.specs.images_by_name();
         plan(&PlanInput {
             install_id: &self.config.install_id,
             desired: &self.specs.specs,
@@ -251,6 +252,7 @@ impl PlanBasis<'_> {
             rewind: self.rewind,
             suspensions: self.suspensions,
             images_waiting: self.images_waiting,
+            images: &images,
         })
     }
 }
@@ -1227,8 +1229,13 @@ impl Engine {
             .collect();
         // Each file names the commit its spec's version was first applied at (read from the
         // file once after a start): a push rewrites the files of the specs it changed.
+        let images = specs.images_by_name();
         for spec in &specs.specs {
             let hash = crate::spec::spec_hash(spec);
+            let image_now = match spec.image() {
+                crate::spec::Image::Managed(name) => images.get(name).map(|i| i.filename.as_str()),
+                _ => None,
+            };
             let spec_commit =
                 commit.map(|c| self.status.commit_of(&spec.name, Version::Valid(&hash), c));
             let st = spec_status(
@@ -1239,6 +1246,7 @@ impl Engine {
                     verdict: after.verdicts.get(&spec.name),
                     duplicate: after.duplicates.get(&spec.name),
                     action: planned.get(spec.name.as_str()).copied(),
+                    image_now,
                 },
                 outcomes.get(spec.name.as_str()).copied(),
                 spec_commit.as_deref(),

@@ -74,6 +74,8 @@ pub(super) async fn create(
             rec.destroy_disks_vmid = Some(vmid);
             // What the intent makes: a later change of the spec's kind is held, not answered.
             rec.kind = spec.kind();
+            // What it is made from: a later version of its image is another file.
+            rec.made_from = made_from(ctx, spec);
             if let Some(v) = rec.volumes.as_mut() {
                 v.destroys.clear();
             }
@@ -211,6 +213,14 @@ async fn confirm_gone(
     rec.note(ctx.clock.now_ms(), "create", &note.to_string());
     ctx.store.transition(&spec.name, rec, VmState::Absent)?;
     Ok(())
+}
+
+/// The file of the `ProxmoxImage` a spec's guest is made from, if it is made from one.
+fn made_from(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Option<Box<str>> {
+    let crate::spec::Image::Managed(name) = spec.image() else {
+        return None;
+    };
+    ctx.images.get(name).map(|i| i.filename.as_str().into())
 }
 
 /// Records the task of the create in flight (its answer, or the task found after a restart).

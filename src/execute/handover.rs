@@ -40,8 +40,13 @@ pub(super) async fn hand_over(
         // A delete already running (the spec was removed, then came back in another shard)
         // cannot be taken back: it ends, and the spec is forgotten.
         // (A failed delete leaves the VM there: it is handed over.)
-        if let Some(settled) = super::remove::delete_in_flight(ctx, client, spec_name, rec).await? {
-            return Ok(settled);
+        match super::remove::delete_in_flight(ctx, client, spec_name, rec).await? {
+            Some(Outcome::Done) => {
+                ctx.store.remove(spec_name)?;
+                return Ok(Outcome::Done);
+            }
+            Some(settled) => return Ok(settled),
+            None => {}
         }
         let mut node = vm.node.to_string();
         if let VmState::Creating { .. } = rec.vm {

@@ -62,7 +62,7 @@ use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
 pub(crate) use self::handover::sign_over;
 use self::migrate::migrate;
-use self::remove::{delete_orphan, forget, remove};
+use self::remove::{delete_orphan, forget, recreate, remove};
 pub(crate) use self::vm::{find_vm, protection_of};
 
 /// A failure of one action, with its category.
@@ -556,6 +556,17 @@ async fn run_action(
                     s,
                     &mut rec,
                 )
+            })
+            .await
+        }
+        Action::Recreate {
+            spec,
+            site,
+            node,
+            vmid,
+        } => {
+            with_spec(ctx, spec, |s| {
+                recreate(ctx, VmRef::new(site, node, rec_kind, *vmid), s, &mut rec)
             })
             .await
         }

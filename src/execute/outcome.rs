@@ -123,6 +123,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Relabel { .. } => "rename",
         Action::Converge { .. } => "converge",
         Action::Migrate { .. } => "migrate",
+        Action::Recreate { .. } => "recreate",
         Action::Remove { release: true, .. } => "release",
         Action::Remove { .. } => "delete",
         Action::Forget { .. } => "forget",

@@ -9,6 +9,7 @@ use crate::ownership::{Marker, ownership_tag};
 use crate::pve::types::VmConfig;
 use crate::pve::values::pve_bool;
 use crate::pve::{Pve, TaskOutcome, VmParams};
+use crate::spec::Spec;
 use crate::store::{SpecRecord, VmState};
 
 use super::identity::{checked_site, verified};
@@ -17,10 +18,31 @@ use super::seeds::{after_delete, seed_storages};
 use super::vm::{Own, Whose, check_lock, own_config, power_off};
 use super::{ActionError, ExecCtx, Outcome, VmRef, blocked, fail, protected, site, wait};
 
+/// What follows the delete of a spec's guest.
+#[derive(Clone, Copy)]
+enum Then<'a> {
+    /// The spec is gone: its record is forgotten.
+    Forget,
+    /// The spec is gone under `deletionPolicy: Orphan`: the guest is released, not deleted,
+    /// and the record forgotten.
+    Release,
+    /// The spec asks for its guest anew (`imagePolicy: Recreate`): the record stays, its delete
+    /// recorded, until `create` finds the VMID free and makes the guest again.
+    Recreate(&'a Spec),
+}
+
+impl Then<'_> {
+    /// The guest is gone: the record is forgotten, or kept for the create that follows.
+    fn gone(self, ctx: &ExecCtx<impl Pve>, spec_name: &str) -> Result<Outcome, ActionError> {
+        if !matches!(self, Then::Recreate(_)) {
+            ctx.store.remove(spec_name)?;
+        }
+        Ok(Outcome::Done)
+    }
+}
+
 /// Deletes (or, with `release`, releases) a spec's VM after verifying it is the spec's, and
 /// forgets the spec.
-// Long because: the delete's steps in their request order (resume a recorded delete, fresh
-// read, identity, lock, release or power off, identity again, delete, seed cleanup).
 pub(super) async fn remove(
     ctx: &ExecCtx<impl Pve>,
     vm: VmRef<'_>,
@@ -28,19 +50,66 @@ pub(super) async fn remove(
     rec: &mut SpecRecord,
     release: bool,
 ) -> Outcome {
+    let then = if release { Then::Release } else { Then::Forget };
+    delete(ctx, vm, spec_name, rec, then)
+        .await
+        .unwrap_or_else(Outcome::Failed)
+}
+
+/// Makes spec `spec`'s VM anew from the version of its image the spec set names now: deleted
+/// as a removed spec's is (the same checks, the record kept and its delete recorded), then
+/// created as a new spec's is (`create` confirms the VMID is free first). Interrupted, the next
+/// cycle plans it again from the record (`plan::images::resume_recreate`), or, once the delete
+/// has ended, creates the guest as one that is gone.
+pub(super) async fn recreate(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    // A create in flight is resumed first (the plan's order); none is started beside it.
+    if matches!(rec.vm, VmState::Creating { .. }) {
+        return Err(fail(
+            Category::Conflict,
+            "a create of this spec is in flight: it is finished before the guest is rebuilt",
+        ));
+    }
+    if rec.vm.made_vmid().is_some() {
+        match delete(ctx, vm, &spec.name, rec, Then::Recreate(spec)).await? {
+            Outcome::Done => {}
+            other => return Ok(other),
+        }
+    }
+    tracing::info!(spec = %spec.name, vmid = vm.vmid, "deleted for a new image version; creating it again");
+    super::create::create(ctx, vm.site, spec, rec).await
+}
+
+/// Deletes (or releases) a spec's guest after verifying it is the spec's; `then` says what
+/// becomes of the record.
+// Long because: the delete's steps in their request order (resume a recorded delete, fresh
+// read, identity, lock, release or power off, identity again, delete, seed cleanup).
+async fn delete(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec_name: &str,
+    rec: &mut SpecRecord,
+    then: Then<'_>,
+) -> Result<Outcome, ActionError> {
     let VmRef {
         site: site_name,
         node,
         kind,
         vmid,
     } = vm;
-    let result: Result<Outcome, ActionError> = async {
+    {
         let site = site(ctx, site_name)?;
         checked_site(ctx, site_name)?;
         let client = &site.client;
         // A failed delete task falls through: look again and retry the delete.
-        if let Some(settled) = delete_in_flight(ctx, client, spec_name, rec).await? {
-            return Ok(settled);
+        match delete_in_flight(ctx, client, spec_name, rec).await? {
+            Some(Outcome::Done) => return then.gone(ctx, spec_name),
+            Some(settled) => return Ok(settled),
+            None => {}
         }
         // A create in flight for a spec that is gone: what became of it decides, exactly as
         // for a resumed create (a VM that may still become ours is never forgotten).
@@ -67,8 +136,7 @@ pub(super) async fn remove(
                 }
                 Found::Foreign | Found::Free => {
                     // Forgetting the record releases the VMID its intent reserved.
-                    ctx.store.remove(spec_name)?;
-                    return Ok(Outcome::Done);
+                    return then.gone(ctx, spec_name);
                 }
             }
         }
@@ -87,10 +155,13 @@ pub(super) async fn remove(
                 if !client.vmid_is_free(vmid).await? {
                     return Err(e);
                 }
-                ctx.store.remove(spec_name)?;
-                return Ok(Outcome::Done);
+                return then.gone(ctx, spec_name);
             }
             Err(e) => return Err(e),
+            // The record's guest is no longer the spec's: nothing is deleted, nor made beside it.
+            Ok(Own::Stranger(why)) if matches!(then, Then::Recreate(_)) => {
+                return Err(blocked(Blocked::ChangedIdentity(why)));
+            }
             Ok(Own::Stranger(why)) => {
                 tracing::warn!(spec = spec_name, vmid, %why, "forgetting the removed spec's record, not touching the guest");
                 ctx.store.remove(spec_name)?;
@@ -103,7 +174,7 @@ pub(super) async fn remove(
         if ours.trust() == Trust::Identity {
             return mark_again(ctx, client, vm, spec_name, rec, &cfg, &ours).await;
         }
-        if release {
+        if let Then::Release = then {
             // Drop ownership: the tag and the marker go; the VM stays as it is.
             let permit = permit::remove(&ours, spec_name, true).map_err(|r| conflict(r.into()))?;
             let params = release_params(ctx, &cfg, &permit)?;
@@ -145,7 +216,11 @@ pub(super) async fn remove(
         .await?;
         // Where its seed images are: they hold its user data, and go with it.
         let seeds = seed_storages(Some(&cfg), &ctx.install_id, spec_name, Some(rec));
-        let permit = permit::remove(&ours, spec_name, false).map_err(|r| conflict(r.into()))?;
+        let permit = match then {
+            Then::Recreate(spec) => permit::recreate(&ours, spec),
+            Then::Forget | Then::Release => permit::remove(&ours, spec_name, false),
+        }
+        .map_err(|r| conflict(r.into()))?;
         let upid = client
             .delete_vm(node, kind, vmid, true, true, &permit)
             .await?;
@@ -167,13 +242,10 @@ pub(super) async fn remove(
                 // The VM's seed images go with it (best effort; before the record, so that a
                 // kill in between finds them again from the record).
                 after_delete(ctx, site_name, node, spec_name, vmid, &seeds).await;
-                ctx.store.remove(spec_name)?;
-                Ok(Outcome::Done)
+                then.gone(ctx, spec_name)
             }
         }
     }
-    .await;
-    result.unwrap_or_else(Outcome::Failed)
 }
 
 /// Clears the VM's `protection` flag for its delete when the removed spec managed it (an
@@ -242,9 +314,6 @@ fn release_params(
         .drop_ownership(permit, &tags)?)
 }
 
-/// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended and
-/// the spec is forgotten; `None`: no delete in flight, or its task failed (the VM is still
-/// there).
 /// A removed spec's guest shown the spec's by its identity, its notes without the marker line:
 /// the line is written back below the notes (the config's digest guarding the write), and the
 /// guest is removed at the next cycle on the marker itself (`gate::permit::remove`).
@@ -273,6 +342,9 @@ async fn mark_again(
     Ok(Outcome::Waiting(Wait::MarkerWrittenBack { kind, vmid }))
 }
 
+/// A delete whose task was recorded: waited for. `Some`: it is still running, or it ended
+/// (`Done`: the caller forgets the record, or keeps it for a rebuild); `None`: no delete in
+/// flight, or its task failed (the VM is still there).
 pub(super) async fn delete_in_flight(
     ctx: &ExecCtx<impl Pve>,
     client: &impl Pve,
@@ -298,7 +370,6 @@ pub(super) async fn delete_in_flight(
             let seeds = seed_storages(None, &ctx.install_id, spec_name, Some(rec));
             let site = rec.site.clone();
             after_delete(ctx, &site, &node, spec_name, vmid, &seeds).await;
-            ctx.store.remove(spec_name)?;
             Ok(Some(Outcome::Done))
         }
         Err(_) => Ok(None),

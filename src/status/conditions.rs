@@ -59,6 +59,9 @@ pub(crate) struct FromPlan<'a> {
     pub duplicate: Option<&'a Duplicate>,
     /// The action still planned for it (names `Reconciling`'s step).
     pub action: Option<&'a Action>,
+    /// The file its `ProxmoxImage` names now, for a guest made from one: `Ready` says which
+    /// version the guest was made from, and whether the image moved on since.
+    pub image_now: Option<&'a str>,
 }
 
 /// The status of a valid spec, from the plan made after this cycle's actions.
@@ -71,9 +74,7 @@ pub(crate) fn spec_status(
     commit: Option<&str>,
 ) -> SpecStatus {
     let FromPlan {
-        verdict,
-        duplicate,
-        action: planned,
+        verdict, duplicate, ..
     } = plan;
     // The VM once made: a create in flight shows no VMID yet. An observe-only spec's VM may be
     // one no record names (the VM its consent names).
@@ -121,8 +122,7 @@ pub(crate) fn spec_status(
     c.push(reboot_pending(kind, rec));
 
     let error = rec.and_then(|r| r.last_error.as_deref());
-    let (mut ready, reconciling) =
-        ready_and_reconciling(spec, rec, vm, verdict, outcome, error, planned);
+    let (mut ready, reconciling) = ready_and_reconciling(spec, rec, vm, plan, outcome, error);
     if let Some(d) = duplicate {
         ready = duplicate_vm(kind, d);
     }
@@ -255,11 +255,17 @@ fn ready_and_reconciling(
     spec: &Spec,
     rec: Option<&SpecRecord>,
     vm: Option<&ObservedVm>,
-    verdict: Option<&Verdict>,
+    plan: FromPlan<'_>,
     outcome: Option<&Outcome>,
     error: Option<&ErrorRecord>,
-    planned: Option<&Action>,
 ) -> (ConditionInput, ConditionInput) {
+    let FromPlan {
+        verdict,
+        action: planned,
+        image_now,
+        ..
+    } = plan;
+    let made = rec.and_then(|r| r.made_from.as_deref()).zip(image_now);
     let vmid = rec.and_then(|r| r.vm.made_vmid());
     let kind = spec.kind();
     let text = |t: ConditionText<'_>| t.to_string();
@@ -273,6 +279,7 @@ fn ready_and_reconciling(
                     spec,
                     vm,
                     vmid: *vmid,
+                    made,
                 }),
             ),
             ConditionInput::new(kinds::RECONCILING, S::False, Reason::UpToDate, ""),
@@ -956,6 +963,7 @@ mod tests {
             verdict: Some(&Verdict::UpToDate { vmid: 100 }),
             duplicate: None,
             action: None,
+            image_now: None,
         };
         let st = spec_status(&spec, Some(&rec), Some(&view), plan, None, None);
         assert_eq!(
@@ -1108,6 +1116,7 @@ mod tests {
                         verdict: Some(verdict),
                         duplicate: None,
                         action: None,
+                        image_now: None,
                     };
                     check(&spec_status(
                         &spec,
@@ -1162,6 +1171,7 @@ mod tests {
                 verdict: Some(&Verdict::Acting),
                 duplicate: None,
                 action: Some(&action),
+                image_now: None,
             };
             let st = spec_status(&spec, Some(&rec), None, plan, None, None);
             let reconciling = st
@@ -1201,6 +1211,7 @@ mod tests {
                 verdict: Some(verdict),
                 duplicate: None,
                 action: None,
+                image_now: None,
             };
             let st = spec_status(&spec, None, None, plan, None, None);
             let c = st.conditions.iter().find(|c| c.kind == of).unwrap();
@@ -1271,6 +1282,7 @@ mod tests {
                 verdict: Some(verdict),
                 duplicate: None,
                 action,
+                image_now: None,
             };
             let st = spec_status(&spec, rec, None, plan, None, None);
             let c = st.conditions.iter().find(|c| c.kind == of).unwrap();

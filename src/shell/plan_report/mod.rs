@@ -245,8 +245,8 @@ impl Report {
 
     /// The changes counted by what they do: `3 to create, 1 to change, 1 to delete`.
     pub(crate) fn summary(&self) -> String {
-        const ORDER: [&str; 7] = [
-            "create", "adopt", "change", "move", "delete", "release", "forget",
+        const ORDER: [&str; 8] = [
+            "create", "adopt", "change", "move", "recreate", "delete", "release", "forget",
         ];
         let mut counts = [0usize; ORDER.len()];
         for c in &self.changes {
@@ -257,6 +257,7 @@ impl Report {
                 }
                 Action::Converge { .. } | Action::Relabel { .. } => "change",
                 Action::Migrate { .. } => "move",
+                Action::Recreate { .. } => "recreate",
                 Action::Remove { release: true, .. } => "release",
                 Action::Remove { .. } | Action::DeleteOrphan { .. } => "delete",
                 Action::Forget { .. } => "forget",

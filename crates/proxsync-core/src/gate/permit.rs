@@ -77,6 +77,24 @@ pub fn remove(vm: &VerifiedMarker, spec: &str, release: bool) -> Result<Permit, 
     Ok(Permit::new(vm.site(), vm.vmid(), act))
 }
 
+/// The delete of spec `spec`'s VM to make it anew from a new version of its image: as a
+/// removal's delete (the marker names the spec, not only its identity), and only while the spec
+/// asks for it (`imagePolicy: Recreate` with `deletionPolicy: Delete`). Which version the guest
+/// was made from is the plan's and the record's.
+pub fn recreate(vm: &VerifiedMarker, spec: &crate::spec::Spec) -> Result<Permit, Refusal> {
+    of_spec(vm, &spec.name)?;
+    if vm.trust() == Trust::Identity {
+        return Err(refused(vm, Refused::MarkerLineMissing));
+    }
+    if spec.image_policy != crate::spec::ImagePolicy::Recreate
+        || spec.deletion_policy != crate::spec::DeletionPolicy::Delete
+    {
+        let spec = spec.name.clone();
+        return Err(refused(vm, Refused::NotRecreate { spec }));
+    }
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteVm))
+}
+
 /// The hand-over of spec `spec`'s VM to the install whose selector now matches the spec: this
 /// install's tag removed, the marker kept (written signed for the VM when it was not).
 pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, Refusal> {

@@ -58,6 +58,9 @@ pub enum Refused {
         want: String,
         spec: String,
     },
+    /// A rebuild from a new image its spec does not ask for (`imagePolicy: Recreate` with
+    /// `deletionPolicy: Delete`).
+    NotRecreate { spec: String },
     /// An install of proxsync manages it (its ownership tag).
     Managed { tag: String },
     /// Some install's marker line is on it: never taken by consent.

@@ -405,6 +405,12 @@ pub struct SpecRecord {
     /// every record of an earlier release.
     #[serde(skip_serializing_if = "is_qemu")]
     pub kind: crate::guest::GuestKind,
+    /// The `ProxmoxImage` file the guest was made from (`NAME-<12 hex digits>.EXT`), set by
+    /// the create's intent: a new version of the image (another file) is what
+    /// `imagePolicy: Recreate` rebuilds the guest for. `None`: not made from one, adopted, or
+    /// made by a release that did not record it (never rebuilt: its version is not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub made_from: Option<Box<str>>,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
     /// The same without the names (`spec::content_hash`): a new spec with this content in the

@@ -304,6 +304,8 @@ pub enum ConditionText<'a> {
         vm: Option<&'a ObservedVm>,
         /// The guest.
         vmid: u32,
+        /// The `ProxmoxImage` file the guest was made from and the one its image names now.
+        made: Option<(&'a str, &'a str)>,
     },
     /// The spec's encrypted value does not open.
     DecryptionFailed {

@@ -45,7 +45,7 @@ pub(super) fn ready(out: &Plan, name: &str) -> bool {
 /// running VM go on.
 fn starts(input: &PlanInput<'_>, spec: &crate::spec::Spec, action: &Action) -> bool {
     match action {
-        Action::Create { .. } => true,
+        Action::Create { .. } | Action::Recreate { .. } => true,
         Action::Converge { why, .. } if why.iter().any(|w| w == "start") => true,
         _ => super::may_reboot(input, spec, action),
     }

@@ -274,6 +274,13 @@ pub enum Missing {
         /// The spec.
         spec: String,
     },
+    /// A rebuild: the spec does not say `imagePolicy: Recreate`, or its guest was made from
+    /// the version its image names now (or no version is recorded), and no delete of it is
+    /// recorded.
+    NotOlderImage {
+        /// The spec.
+        spec: String,
+    },
     /// The spec has no record.
     NoRecord {
         /// The spec.
@@ -450,6 +457,12 @@ pub fn planned(action: &Action, input: &PlanInput<'_>) -> Checked {
             }
             healthy(input, site, target)
         }
+        Action::Recreate {
+            spec,
+            site,
+            node,
+            vmid,
+        } => recreate(input, spec, site, node, *vmid),
         Action::Remove {
             spec,
             site,
@@ -855,6 +868,38 @@ fn remove(
         return missing(Missing::NotAsked { spec: spec.into() });
     }
     removal_target(input, rec, site, node, vmid, |_| false)
+}
+
+/// A rebuild from a new image: the spec is desired with `imagePolicy: Recreate` and its record
+/// names the guest; either the record says the guest was made from another file than the image
+/// names now and the guest is listed on `node`, or the record says a delete of
+/// it is in flight (the guest may be gone from the listing).
+fn recreate(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u32) -> Checked {
+    let (s, _) = desired_on(input, spec, site)?;
+    let not_older = || missing(Missing::NotOlderImage { spec: spec.into() });
+    if s.image_policy != crate::spec::ImagePolicy::Recreate {
+        return not_older();
+    }
+    let rec = input.records.get(spec);
+    if let Some(VmState::Deleting {
+        vmid: v, node: n, ..
+    }) = rec.map(|r| &r.vm)
+        && *v == vmid
+        && n == node
+    {
+        return healthy(input, site, node);
+    }
+    let vm = recorded_vm(input, spec, site, vmid)?;
+    // Whether the guest is still the spec's, execute reads and judges (`gate::permit::recreate`).
+    on_node(input, site, vm, node)?;
+    let crate::spec::Image::Managed(image) = s.image() else {
+        return not_older();
+    };
+    let file = input.images.get(image).map(|i| i.filename.as_str());
+    match rec.and_then(|r| r.made_from.as_deref()) {
+        Some(made) if file.is_some_and(|f| f != made) => Ok(()),
+        _ => not_older(),
+    }
 }
 
 /// A record forgotten: a gone spec whose VM is gone from its reachable site, or a spec that moved

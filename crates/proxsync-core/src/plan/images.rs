@@ -1,8 +1,79 @@
 //! A guest made from a `ProxmoxImage` (`image: {image: NAME}`) is created only once the image
-//! is on its storage: until then its create waits ([`Verdict::WaitingForImage`]).
+//! is on its storage: until then its create waits ([`Verdict::WaitingForImage`]). Under
+//! `imagePolicy: Recreate`, a guest made from an older version of its image (its record's
+//! `made_from` is another file than the image names now) is deleted and made again, once the
+//! new version is on its node ([`recreate`]); a set's members at most `maxUnavailable` at a
+//! time (`rollout`).
 
 use super::{Action, Plan, PlanInput, Verdict};
-use crate::spec::Image;
+use crate::model::{ObservedVm, SiteView, SpecRecord, VmState};
+use crate::spec::{Image, ImagePolicy, Spec};
+
+/// The rebuild of spec `spec`'s guest `vm` (found by its record, on the spec's node), when the
+/// spec says `imagePolicy: Recreate`, its record says which file the guest was made from,
+/// the image now names another file, and that file is on the guest's node. A guest whose
+/// version is not recorded (adopted, or made by an older release) is never rebuilt.
+pub(super) fn recreate(
+    input: &PlanInput<'_>,
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    vm: &ObservedVm,
+) -> Option<Action> {
+    if spec.image_policy != ImagePolicy::Recreate {
+        return None;
+    }
+    let Image::Managed(name) = spec.image() else {
+        return None;
+    };
+    let made_from = rec?.made_from.as_deref()?;
+    let image = input.images.get(name)?;
+    if made_from == image.filename
+        || (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
+    {
+        return None;
+    }
+    Some(Action::Recreate {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: vm.node.clone(),
+        vmid: vm.vmid,
+    })
+}
+
+/// A rebuild whose delete is recorded (`Deleting`) goes on: the delete is waited for (or sent
+/// again when its task failed), then the guest is made anew. Only under `imagePolicy:
+/// Recreate`: a delete recorded for a removed spec that came back is not finished for it.
+pub(super) fn resume_recreate(
+    spec: &Spec,
+    rec: Option<&SpecRecord>,
+    view: &SiteView,
+    actions: &mut Vec<Action>,
+) -> Option<Verdict> {
+    let VmState::Deleting { vmid, node, .. } = &rec?.vm else {
+        return None;
+    };
+    if spec.image_policy != ImagePolicy::Recreate {
+        return None;
+    }
+    if !view.node_healthy(node) {
+        return Some(Verdict::NodeUnhealthy {
+            node: node.clone(),
+            quorate: view.health.quorate,
+        });
+    }
+    if let Some(vm) = view.vms.get(vmid)
+        && vm.is_unknown()
+    {
+        return Some(Verdict::Unknown { vmid: *vmid });
+    }
+    actions.push(Action::Recreate {
+        spec: spec.name.clone(),
+        site: spec.site.clone(),
+        node: node.clone(),
+        vmid: *vmid,
+    });
+    Some(Verdict::Acting)
+}
 
 /// Holds the create of each spec whose image waits.
 pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {

@@ -101,6 +101,9 @@ pub struct PlanInput<'a> {
     /// Per (image, node): why a guest of that node cannot be made from that `ProxmoxImage`
     /// yet (a pair not named is Ready): its create waits.
     pub images_waiting: &'a BTreeMap<(String, String), String>,
+    /// The spec set's `ProxmoxImage`s by name: the file each names now is the version a guest
+    /// under `imagePolicy: Recreate` is rebuilt from.
+    pub images: &'a crate::spec::images::ImagesByName,
 }
 
 /// What to do.
@@ -177,6 +180,19 @@ pub enum Action {
         vmid: u32,
         /// The node the spec names.
         target: String,
+    },
+    /// The spec's VM was made from an older version of its `ProxmoxImage` and the spec says
+    /// `imagePolicy: Recreate`: delete it (its record kept, `Deleting`) and create it again
+    /// from the version the spec set names now. Planned again while its delete is recorded.
+    Recreate {
+        /// The spec's name.
+        spec: String,
+        /// The spec's site.
+        site: String,
+        /// The node the VM is on.
+        node: String,
+        /// The VM's VMID.
+        vmid: u32,
     },
     /// The spec is gone: delete its VM, or release it (`deletionPolicy: Orphan`).
     Remove {
@@ -255,6 +271,7 @@ impl Action {
             | Action::AdoptByConsent { site, node, .. }
             | Action::Converge { site, node, .. }
             | Action::Migrate { site, node, .. }
+            | Action::Recreate { site, node, .. }
             | Action::Remove { site, node, .. }
             | Action::Relabel { site, node, .. }
             | Action::HandOver { site, node, .. }
@@ -281,6 +298,7 @@ impl Action {
             | Action::AdoptByConsent { site, vmid, .. }
             | Action::Converge { site, vmid, .. }
             | Action::Migrate { site, vmid, .. }
+            | Action::Recreate { site, vmid, .. }
             | Action::Remove { site, vmid, .. }
             | Action::Relabel { site, vmid, .. }
             | Action::HandOver { site, vmid, .. }
@@ -298,6 +316,7 @@ impl Action {
             | Action::AdoptByConsent { spec, .. }
             | Action::Converge { spec, .. }
             | Action::Migrate { spec, .. }
+            | Action::Recreate { spec, .. }
             | Action::Remove { spec, .. }
             | Action::Relabel { spec, .. }
             | Action::HandOver { spec, .. }

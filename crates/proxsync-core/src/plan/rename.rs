@@ -652,6 +652,7 @@ mod tests {
                 rewind: None,
                 suspensions: &BTreeMap::new(),
                 images_waiting: &BTreeMap::new(),
+                images: &BTreeMap::new(),
             })
         }
     }

@@ -2,7 +2,8 @@
 //! a template change that needs a reboot (under the members' `rebootPolicy`) rolls through the
 //! set instead of taking it down at once. A converge reboots in the same action when what it
 //! applies goes pending, so every converge of a running member whose policy reboots counts;
-//! members whose policy never reboots take a change all at once (nothing goes down).
+//! members whose policy never reboots take a change all at once (nothing goes down). A rebuild
+//! from a new image (`imagePolicy: Recreate`) takes a member down too, and rolls the same way.
 
 use std::collections::BTreeMap;
 
@@ -30,8 +31,10 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         .filter(|s| s.set.is_some())
         .map(|s| (s.name.as_str(), s))
         .collect();
+    // A rebuild from a new image takes the member down as a reboot does.
     let reboots = |a: &Action| {
-        (a.spec().and_then(|n| members.get(n))).is_some_and(|s| super::may_reboot(input, s, a))
+        (a.spec().and_then(|n| members.get(n)))
+            .is_some_and(|s| matches!(a, Action::Recreate { .. }) || super::may_reboot(input, s, a))
     };
     if !out.actions.iter().any(reboots) {
         return;

@@ -170,6 +170,9 @@ pub(super) fn plan_spec(
     if let Some(verdict) = resume_create(spec, rec, view, actions) {
         return verdict;
     }
+    if let Some(verdict) = super::images::resume_recreate(spec, rec, view, actions) {
+        return verdict;
+    }
     let backoff = backoff(input, spec, rec);
     if let Some(vm) = by_record(rec, view) {
         if let Some(held) = other_kind(spec, vm) {
@@ -594,6 +597,15 @@ fn converge(
     }
     if vm.node != spec.node {
         return migrate(spec, view, vm, backoff, actions);
+    }
+    // Made from an older version of its image under `imagePolicy: Recreate`: made anew from
+    // the spec, whatever else differs.
+    if let Some(recreate) = super::images::recreate(input, spec, rec, vm) {
+        if let Some(until_ms) = backoff {
+            return Verdict::BackingOff { until_ms };
+        }
+        actions.push(recreate);
+        return Verdict::Acting;
     }
     let default_rec = SpecRecord::default();
     let rec_or_default = rec.unwrap_or(&default_rec);

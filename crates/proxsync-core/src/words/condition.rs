@@ -256,9 +256,35 @@ impl fmt::Display for ConditionText<'_> {
                     ""
                 }
             ),
-            ConditionText::UpToDate { spec, vm, vmid } => {
+            ConditionText::UpToDate {
+                spec,
+                vm,
+                vmid,
+                made,
+            } => {
                 let noun = spec.kind().noun();
                 write!(f, "{noun} {vmid} matches the spec")?;
+                if let (Some((made, now)), crate::spec::Image::Managed(image)) =
+                    (made, spec.image())
+                {
+                    let version = |file| crate::spec::images::version_of_file(file).unwrap_or(file);
+                    write!(f, "; made from image {image} version {}", version(made))?;
+                    if made != now {
+                        write!(
+                            f,
+                            ", an older version: the image is now at {} (imagePolicy: {})",
+                            version(now),
+                            match spec.image_policy {
+                                crate::spec::ImagePolicy::Keep => {
+                                    "Keep leaves the guest as it was made; Recreate rebuilds it"
+                                }
+                                crate::spec::ImagePolicy::Recreate => {
+                                    "Recreate rebuilds it once the new version is on its node"
+                                }
+                            }
+                        )?;
+                    }
+                }
                 if spec.adopt.as_ref().is_some_and(|c| c.vmid == vmid) {
                     write!(
                         f,

@@ -156,6 +156,11 @@ impl fmt::Display for Missing {
                 f,
                 "no record of spec {spec} asks for this (deletionPolicy as recorded)"
             ),
+            Missing::NotOlderImage { spec } => write!(
+                f,
+                "spec {spec} does not ask for its guest to be rebuilt (imagePolicy: Recreate, \
+                 and a guest made from an older version of its image)"
+            ),
             Missing::NoRecord { spec } => write!(f, "spec {spec} has no record"),
             Missing::StillOnOldSite { spec, kind, site } => write!(
                 f,

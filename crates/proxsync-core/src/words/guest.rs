@@ -85,6 +85,11 @@ impl std::fmt::Display for Refusal {
                 "{named} is named {}, not {want} as spec {spec} says",
                 found.as_deref().unwrap_or("(no name)")
             ),
+            Refused::NotRecreate { spec } => write!(
+                f,
+                "{named} is not rebuilt: spec {spec} does not say imagePolicy: Recreate with \
+                 deletionPolicy: Delete"
+            ),
             Refused::Managed { tag } => write!(
                 f,
                 "{named} carries the ownership tag {tag}: an install of proxsync manages it"

@@ -64,6 +64,7 @@ fn held_action(action: &Action) -> &'static str {
         Action::AdoptByConsent { .. } => "the adoption by consent",
         Action::Converge { .. } => "the converge",
         Action::Migrate { .. } => "the migration",
+        Action::Recreate { .. } => "the rebuild from a new image",
         Action::Remove { release: true, .. } => "the release",
         Action::Remove { .. } => "the delete",
         Action::Forget { .. } => "forgetting the record",

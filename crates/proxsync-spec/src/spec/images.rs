@@ -99,6 +99,15 @@ impl ImageSpec {
     }
 }
 
+/// The version a file name made by [`ImageSpec`] carries: `noble-cloud-5f0c1a2b3c4d.qcow2`
+/// gives `5f0c1a2b3c4d`.
+pub fn version_of_file(file: &str) -> Option<&str> {
+    let stem = file.split_once('.').map_or(file, |(stem, _)| stem);
+    let (_, version) = stem.rsplit_once('-')?;
+    (version.len() == VERSION_DIGITS && version.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(version)
+}
+
 /// A checksum PVE verifies (`checksum-algorithm` and `checksum`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -168,6 +168,9 @@ pub struct Spec {
     pub tags: Vec<String>,
     /// What happens to the guest when the spec is removed; default delete.
     pub deletion_policy: DeletionPolicy,
+    /// `spec.imagePolicy`: whether a guest made from a `ProxmoxImage` is rebuilt from a new
+    /// version of it; default keep what it was made from.
+    pub image_policy: ImagePolicy,
     /// `spec.managementPolicy`: `Observe` takes no action on the guest, only reports how it
     /// differs; `None`: the config's `[reconcile] management_policy` (default `Full`).
     pub management_policy: Option<ManagementPolicy>,
@@ -452,6 +455,18 @@ pub enum DeletionPolicy {
     Delete,
     /// Leave the VM and drop ownership.
     Orphan,
+}
+
+/// What a new version of the `ProxmoxImage` a guest was made from does to it
+/// (`spec.imagePolicy`: `Keep` | `Recreate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum ImagePolicy {
+    /// The guest keeps what it was made from; its status says it runs an older version.
+    #[default]
+    Keep,
+    /// The guest is deleted and made again from the new version, a set's members at most
+    /// `maxUnavailable` at a time (needs `deletionPolicy: Delete`).
+    Recreate,
 }
 
 /// Valid specs, each shared (`Arc`) with the git source's parse cache: the specs are held

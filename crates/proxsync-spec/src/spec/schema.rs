@@ -331,6 +331,10 @@ pub fn json_schema() -> Value {
                         "description": "Delete (default): delete the VM when the spec is removed. Orphan: leave it.",
                         "enum": ["Delete", "Orphan"]
                     },
+                    "imagePolicy": {
+                        "description": "For a VM made from a ProxmoxImage (image: {image: NAME}). Keep (default): a new version of the image leaves the VM as it was made; its status says it runs an older version. Recreate: the VM is deleted and made again from the new version (a set's members at most maxUnavailable at a time); needs deletionPolicy: Delete.",
+                        "enum": ["Keep", "Recreate"]
+                    },
                     "managementPolicy": {
                         "description": "Full: proxsync acts on the VM. Observe: it never creates, changes, powers or deletes it, only reports how it differs. Default: the config's [reconcile] management_policy (full).",
                         "enum": ["Full", "Observe"]
@@ -605,6 +609,10 @@ pub fn lxc_schema() -> Value {
     let mut spec = vm["properties"]["spec"].clone();
     let policies = &mut spec["properties"];
     policies["forProvider"] = lxc_for_provider_schema();
+    // A container is not made from a ProxmoxImage yet: nothing to recreate from.
+    if let Some(p) = policies.as_object_mut() {
+        p.remove("imagePolicy");
+    }
     for (field, description) in [
         (
             "deletionPolicy",

@@ -56,6 +56,7 @@ const METADATA_FIELDS: &[&str] = &["name", "labels", "annotations"];
 const SPEC_FIELDS: &[&str] = &[
     "forProvider",
     "deletionPolicy",
+    "imagePolicy",
     "managementPolicy",
     "suspend",
     "dependsOn",
@@ -135,7 +136,9 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     };
     let spec = match (api_version, policies, parts.complete()) {
         (Some(api_version), Some(policies), Some(parts)) => {
+            let at = policies.image_at;
             assemble(ctx.file(), api_version, meta, policies, parts)
+                .filter(|spec| image_policy_fits(ctx, spec, at))
         }
         _ => None,
     };
@@ -312,6 +315,8 @@ fn assemble(
 ) -> Option<Spec> {
     let Policies {
         deletion: deletion_policy,
+        image: image_policy,
+        image_at: _,
         management: management_policy,
         suspend,
         depends_on,
@@ -346,6 +351,7 @@ fn assemble(
         power_state: workload.power_state,
         tags: workload.tags,
         deletion_policy,
+        image_policy,
         management_policy,
         suspend,
         depends_on: depends_on.into_boxed_slice(),
@@ -359,6 +365,34 @@ fn assemble(
         set: None,
         hashes: Default::default(),
     })
+}
+
+/// `imagePolicy: Recreate` rebuilds the guest from a new version of its `ProxmoxImage`: only a
+/// VM made from one (`image: {image: NAME}`) has a version to follow, and the rebuild deletes
+/// the guest, which only `deletionPolicy: Delete` allows. Reported at `at`; false: refused.
+fn image_policy_fits(ctx: &mut Ctx, spec: &Spec, at: Option<Pos>) -> bool {
+    if spec.image_policy != super::ImagePolicy::Recreate {
+        return true;
+    }
+    let at = at.unwrap_or(spec.pos);
+    if !matches!(spec.image(), super::Image::Managed(_)) {
+        ctx.error(
+            at,
+            "spec.imagePolicy: Recreate rebuilds a VM from a new version of its ProxmoxImage; \
+             this guest is not made from one: set forProvider.image to {image: NAME}, or remove \
+             imagePolicy (Keep, the default, never rebuilds)",
+        );
+        return false;
+    }
+    if spec.deletion_policy != DeletionPolicy::Delete {
+        ctx.error(
+            at,
+            "spec.imagePolicy: Recreate deletes the VM to rebuild it, which \
+             deletionPolicy: Orphan forbids; set deletionPolicy: Delete, or imagePolicy: Keep",
+        );
+        return false;
+    }
+    true
 }
 
 /// `apiVersion`, checked to be supported, and what `kind` makes (a VM when it is missing or
@@ -544,6 +578,10 @@ pub(crate) const MAX_DEPENDS_ON: usize = 64;
 /// `spec.deletionPolicy`, `spec.managementPolicy`, `spec.suspend` and `spec.dependsOn`.
 struct Policies {
     deletion: DeletionPolicy,
+    /// `spec.imagePolicy`, and where it is written (checked against the guest's image and
+    /// `deletionPolicy` once the spec is whole: [`image_policy_fits`]).
+    image: super::ImagePolicy,
+    image_at: Option<Pos>,
     /// `None`: the config's `[reconcile] management_policy`.
     management: Option<super::ManagementPolicy>,
     /// `spec.suspend`.
@@ -578,6 +616,18 @@ fn spec_section<'n>(
             ],
         ),
     };
+    let image_policy = match spec.get("imagePolicy") {
+        None => Some(super::ImagePolicy::Keep),
+        Some(n) => enum_field(
+            ctx,
+            n,
+            "spec.imagePolicy",
+            &[
+                ("Keep", super::ImagePolicy::Keep),
+                ("Recreate", super::ImagePolicy::Recreate),
+            ],
+        ),
+    };
     let management_policy = match spec.get("managementPolicy") {
         None => Some(None),
         Some(n) => enum_field(
@@ -599,13 +649,23 @@ fn spec_section<'n>(
         None => Some(Vec::new()),
         Some(n) => depends_on(ctx, n),
     };
-    let policies = match (deletion_policy, management_policy, suspend, depends_on) {
-        (Some(deletion), Some(management), Some(suspend), Some(depends_on)) => Some(Policies {
-            deletion,
-            management,
-            suspend,
-            depends_on,
-        }),
+    let policies = match (
+        deletion_policy,
+        image_policy,
+        management_policy,
+        suspend,
+        depends_on,
+    ) {
+        (Some(deletion), Some(image), Some(management), Some(suspend), Some(depends_on)) => {
+            Some(Policies {
+                deletion,
+                image,
+                image_at: spec.get("imagePolicy").map(|n| n.pos),
+                management,
+                suspend,
+                depends_on,
+            })
+        }
         _ => None,
     };
     let fp = spec.required(
