@@ -216,11 +216,12 @@ async fn confirm_gone(
 }
 
 /// The file of the `ProxmoxImage` a spec's guest is made from, if it is made from one.
-fn made_from(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Option<Box<str>> {
+fn made_from(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Option<Box<crate::store::MadeFrom>> {
     let crate::spec::Image::Managed(name) = spec.image() else {
         return None;
     };
-    ctx.images.get(name).map(|i| i.filename.as_str().into())
+    let file = ctx.images.get(name)?.filename.clone();
+    Some(Box::new(crate::store::MadeFrom { file }))
 }
 
 /// Records the task of the create in flight (its answer, or the task found after a restart).

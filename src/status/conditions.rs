@@ -265,7 +265,7 @@ fn ready_and_reconciling(
         image_now,
         ..
     } = plan;
-    let made = rec.and_then(|r| r.made_from.as_deref()).zip(image_now);
+    let made = rec.and_then(SpecRecord::made_from).zip(image_now);
     let vmid = rec.and_then(|r| r.vm.made_vmid());
     let kind = spec.kind();
     let text = |t: ConditionText<'_>| t.to_string();

@@ -409,8 +409,9 @@ pub struct SpecRecord {
     /// the create's intent: a new version of the image (another file) is what
     /// `imagePolicy: Recreate` rebuilds the guest for. `None`: not made from one, adopted, or
     /// made by a release that did not record it (never rebuilt: its version is not known).
+    /// Boxed once more (8 bytes): most records have none, and the map holds 50,000 records.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub made_from: Option<Box<str>>,
+    pub made_from: Option<Box<MadeFrom>>,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
     /// The same without the names (`spec::content_hash`): a new spec with this content in the
@@ -490,6 +491,22 @@ pub struct SpecRecord {
     /// Boxed: a record of 10,000 holds one each, but the pointer keeps the map's entries small.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<Box<RecordedIdentity>>,
+}
+
+/// The `ProxmoxImage` file a guest was made from ([`SpecRecord::made_from`]); stored as the
+/// file name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MadeFrom {
+    /// `NAME-<12 hex digits>.EXT`.
+    pub file: String,
+}
+
+impl SpecRecord {
+    /// The file the guest was made from, if recorded.
+    pub fn made_from(&self) -> Option<&str> {
+        self.made_from.as_ref().map(|m| m.file.as_str())
+    }
 }
 
 /// A guest's own identity, as read at one VMID.

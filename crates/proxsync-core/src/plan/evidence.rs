@@ -896,7 +896,7 @@ fn recreate(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u32
         return not_older();
     };
     let file = input.images.get(image).map(|i| i.filename.as_str());
-    match rec.and_then(|r| r.made_from.as_deref()) {
+    match rec.and_then(SpecRecord::made_from) {
         Some(made) if file.is_some_and(|f| f != made) => Ok(()),
         _ => not_older(),
     }

@@ -25,7 +25,7 @@ pub(super) fn recreate(
     let Image::Managed(name) = spec.image() else {
         return None;
     };
-    let made_from = rec?.made_from.as_deref()?;
+    let made_from = rec?.made_from()?;
     let image = input.images.get(name)?;
     if made_from == image.filename
         || (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
