@@ -15,7 +15,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use proxsync_core::model::RewindBatch;
-use proxsync_core::model::{ErrorKind, ErrorRecord, SUSPEND_ALL, SpecRecord, Suspension, VmState};
+use proxsync_core::model::{
+    ErrorKind, ErrorRecord, MadeFrom, SUSPEND_ALL, SpecRecord, Suspension, VmState,
+};
 use proxsync_core::model::{ObservedVm, Power, SiteView};
 use proxsync_core::plan::{
     Action, Duplicate, OrphanDisposition, Plan, PlanInput, Verdict, inputs_hash, merge_tags, plan,
@@ -24,9 +26,12 @@ use proxsync_pve::category::Category;
 use proxsync_pve::pve::types::ClusterHealth;
 use proxsync_spec::config::{ManagementPolicy, OrphanPolicy, ReconcileConfig};
 use proxsync_spec::ownership::{Marker, ownership_tag};
+use proxsync_spec::spec::images::{
+    Checksum, ChecksumAlgorithm, ImageContent, ImageSpec, ImagesByName,
+};
 use proxsync_spec::spec::{
-    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Guest, Image, MIB, MaintenanceWindow,
-    Pos, PowerState, RebootMode, RebootPolicy, Spec, Specs, VmSpec, spec_hash,
+    DISK_CACHES, DISK_FORMATS, DeletionPolicy, Disk, GIB, Guest, Image, ImagePolicy, MIB,
+    MaintenanceWindow, Pos, PowerState, RebootMode, RebootPolicy, Spec, Specs, VmSpec, spec_hash,
 };
 
 const INSTALL: &str = "main";
@@ -65,6 +70,8 @@ struct SpecGen {
     running: bool,
     tags: u8,
     orphan_policy: bool,
+    /// Made from `ProxmoxImage` [`IMAGE`] under `imagePolicy: Recreate` (Keep with `Orphan`).
+    recreate: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +95,8 @@ struct RecGen {
     in_flight: bool,
     /// `(next attempt relative to now, failure with the same inputs)`.
     backoff: Option<(i64, bool)>,
+    /// For a spec made from [`IMAGE`]: its guest was made from an older version.
+    made_old: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,8 +188,9 @@ prop_compose! {
         running in prop::bool::weighted(0.7),
         tags in 0u8..8,
         orphan_policy in prop::bool::weighted(0.25),
+        recreate in prop::bool::weighted(0.4),
     ) -> SpecGen {
-        SpecGen { node, cpu, mem_mib, disk_gib, running, tags, orphan_policy }
+        SpecGen { node, cpu, mem_mib, disk_gib, running, tags, orphan_policy, recreate }
     }
 }
 
@@ -198,10 +208,11 @@ prop_compose! {
         uid_matches in prop::bool::weighted(0.9),
         in_flight in any::<bool>(),
         backoff in prop::option::weighted(0.2, (-60_000i64..600_000, any::<bool>())),
+        made_old in any::<bool>(),
     ) -> RecGen {
         RecGen {
             kind, points_at_vm, hash_current, applied_tags, applied_disk, uid_matches, in_flight,
-            backoff,
+            backoff, made_old,
         }
     }
 }
@@ -314,6 +325,8 @@ struct World {
     suspensions: BTreeMap<String, proxsync_core::model::Suspension>,
     /// Per (image, node): why guests cannot be made from it yet.
     images_waiting: BTreeMap<(String, String), String>,
+    /// The spec set's images: [`IMAGE`], at file [`IMAGE_NOW`].
+    images: ImagesByName,
 }
 
 impl World {
@@ -335,6 +348,7 @@ impl World {
             rewind: None,
             suspensions: &self.suspensions,
             images_waiting: &self.images_waiting,
+            images: &self.images,
         }
     }
 
@@ -393,7 +407,11 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
             disk_bytes: g.disk_gib * GIB,
             storage: "local-lvm".to_string(),
             network: "vmbr0".to_string(),
-            image: Image::Template { vmid: 9000 },
+            image: if g.recreate {
+                Image::Managed(IMAGE.into())
+            } else {
+                Image::Template { vmid: 9000 }
+            },
             image_pos: Pos::START,
             user_data: None,
             cloud_init: None,
@@ -412,6 +430,11 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
             DeletionPolicy::Orphan
         } else {
             DeletionPolicy::Delete
+        },
+        image_policy: if g.recreate && !g.orphan_policy {
+            ImagePolicy::Recreate
+        } else {
+            ImagePolicy::Keep
         },
         management_policy: None,
         suspend: false,
@@ -578,6 +601,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 applied_tags: tags_of(r.applied_tags),
                 applied_disk_bytes: r.applied_disk.then_some(spec.root_disk_bytes()),
                 orphan_on_delete: spec.deletion_policy == DeletionPolicy::Orphan,
+                made_from: made_from(&spec, r.made_old),
                 ..SpecRecord::default()
             };
             match r.kind {
@@ -760,9 +784,44 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         in_flight,
         suspensions: BTreeMap::new(),
         images_waiting: BTreeMap::new(),
+        images: images(),
         elsewhere: BTreeSet::new(),
         sharded: false,
     }
+}
+
+/// The `ProxmoxImage` the generated specs may be made from, and its file now and before.
+const IMAGE: &str = "noble-cloud";
+const IMAGE_NOW: &str = "noble-cloud-bbbbbbbbbbbb.qcow2";
+const IMAGE_OLD: &str = "noble-cloud-aaaaaaaaaaaa.qcow2";
+
+fn images() -> ImagesByName {
+    let image = ImageSpec {
+        name: IMAGE.into(),
+        file: "specs/images.yaml".into(),
+        pos: Pos::START,
+        site: SITE.into(),
+        url: "https://images.example/noble.img".into(),
+        checksum: Checksum {
+            algorithm: ChecksumAlgorithm::Sha256,
+            hex: "b".repeat(64),
+        },
+        content: ImageContent::Import,
+        storage: "local".into(),
+        nodes: Vec::new(),
+        filename: IMAGE_NOW.into(),
+    };
+    [(IMAGE.to_string(), Arc::new(image))].into()
+}
+
+/// What a record of `spec`'s guest says it was made from: [`IMAGE`]'s file now, or
+/// (`old`) before, for a spec made from it.
+fn made_from(spec: &Spec, old: bool) -> Option<Box<MadeFrom>> {
+    matches!(spec.image(), Image::Managed(_)).then(|| {
+        Box::new(MadeFrom {
+            file: if old { IMAGE_OLD } else { IMAGE_NOW }.into(),
+        })
+    })
 }
 
 // ---- the simulator: what `execute` does on success ------------------------------------------
@@ -813,6 +872,7 @@ impl Sim {
         }
         rec.site = SITE.to_string();
         rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
+        rec.made_from = made_from(spec, false);
         let mut vm = blank_vm(vmid, node, spec.guest_name(), Power::Stopped);
         vm.tags = sorted_tags(
             spec.tags
@@ -1112,6 +1172,23 @@ impl Sim {
             Action::Forget { spec } => {
                 self.world.records.remove(spec);
             }
+            Action::Recreate { spec, vmid, .. } => {
+                // `execute::remove::recreate`: deleted as a removal's guest is (only its own,
+                // unlocked), the record kept; then made anew from the image's version now.
+                let spec = self.spec(spec);
+                let ours = (self.world.vms().get(vmid))
+                    .is_some_and(|vm| marker_is(vm, &spec.name) && vm.lock.is_none());
+                if !ours {
+                    self.conflicts
+                        .push(format!("recreate {}: VM {vmid} is not its own", spec.name));
+                    return;
+                }
+                self.world.vms_mut().remove(vmid);
+                let mut rec = self.world.records[&spec.name].clone();
+                rec.vm = VmState::Absent;
+                let fresh = self.fresh_vmid();
+                self.create_at(&spec, rec, fresh, &spec.node);
+            }
             Action::HandOver { spec, vmid, .. } => {
                 // This install's tag goes, the marker stays; the record is forgotten.
                 let tag = owner_tag();
@@ -1150,6 +1227,7 @@ fn action_vmid(a: &Action) -> Option<u32> {
         | Action::AdoptByConsent { vmid, .. }
         | Action::Converge { vmid, .. }
         | Action::Migrate { vmid, .. }
+        | Action::Recreate { vmid, .. }
         | Action::Remove { vmid, .. }
         | Action::Relabel { vmid, .. }
         | Action::HandOver { vmid, .. }
@@ -1830,6 +1908,7 @@ fn one_spec_world(vms: Vec<ObservedVm>, quorate: bool, pve1_online: bool) -> Wor
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     );
     w.roles.insert("web".into(), Role::Desired);
@@ -1875,6 +1954,204 @@ fn a_guest_whose_image_is_not_there_is_not_created() {
         "node pve2 is not healthy".into(),
     );
     assert!(creates(&plan(&w.input())));
+}
+
+/// `n` members `web-01`.. of set `web` (`maxUnavailable: 2`), made from [`IMAGE`] under
+/// `imagePolicy: Recreate`, each with its VM (on `pve1`, running, its marker) and a record
+/// saying it was made from `made` (`None`: not recorded).
+fn recreate_world(n: u32, made: Option<&str>) -> World {
+    let mut w = one_spec_world(vec![], true, true);
+    w.desired = Specs::default();
+    w.roles.clear();
+    for i in 1..=n {
+        let name = format!("web-{i:02}");
+        let g = SpecGen {
+            node: 0,
+            cpu: 2,
+            mem_mib: 1024,
+            disk_gib: 2,
+            running: true,
+            tags: 0,
+            orphan_policy: false,
+            recreate: true,
+        };
+        let mut spec = make_spec(&name, &g);
+        spec.set = Some(Box::new(proxsync_spec::spec::sets::SetMember {
+            set: "web".into(),
+            index: i,
+            max_unavailable: 2,
+            replicas: n,
+            candidates: None,
+            max_per_node: None,
+        }));
+        let vmid = 100 + i;
+        let mut vm = blank_vm(vmid, NODES[0], &name, Power::Running);
+        vm.tags = vec![owner_tag()];
+        vm.cpus = Some(2);
+        vm.memory_bytes = Some(1024 * MIB);
+        vm.disk_bytes = Some(spec.root_disk_bytes());
+        vm.marker_read = true;
+        vm.marker = Some(Arc::new(Marker {
+            install: INSTALL.into(),
+            spec: name.clone(),
+            uid: uid_of(&name),
+            mac: None,
+        }));
+        w.vms_mut().insert(vmid, vm);
+        let mut rec = record_at(&name, vmid, NODES[0]);
+        rec.applied_hash = Some(spec_hash(&spec));
+        rec.made_from = made.map(|file| Box::new(MadeFrom { file: file.into() }));
+        w.records.insert(name.clone(), rec);
+        w.roles.insert(name, Role::Desired);
+        w.desired.push(spec);
+    }
+    w
+}
+
+fn recreates(p: &Plan) -> Vec<&str> {
+    (p.actions.iter())
+        .filter(|a| matches!(a, Action::Recreate { .. }))
+        .filter_map(Action::spec)
+        .collect()
+}
+
+/// `imagePolicy: Recreate`: the members of a set made from an older version of their image are
+/// rebuilt at most `maxUnavailable` at a time, the lowest indexes first, the others held
+/// (`RollingOut`); none while the new version is not on their node; none whose version is the
+/// image's now or not recorded; none under `imagePolicy: Keep`.
+#[test]
+fn a_set_made_from_an_older_image_is_rebuilt_max_unavailable_at_a_time() {
+    let w = recreate_world(4, Some(IMAGE_OLD));
+    let p = plan(&w.input());
+    assert_eq!(recreates(&p), vec!["web-01", "web-02"], "{p:?}");
+    for held in ["web-03", "web-04"] {
+        assert!(
+            matches!(
+                p.verdicts.get(held),
+                Some(Verdict::RollingOut {
+                    max_unavailable: 2,
+                    ..
+                })
+            ),
+            "{held}: {:?}",
+            p.verdicts.get(held)
+        );
+    }
+    // A member not Ready counts against maxUnavailable: one left for the roll.
+    let mut busy = w.clone();
+    busy.records.get_mut("web-04").unwrap().made_from = Some(Box::new(MadeFrom {
+        file: IMAGE_NOW.into(),
+    }));
+    busy.vms_mut().get_mut(&104).unwrap().power = Power::Stopped;
+    assert_eq!(recreates(&plan(&busy.input())), vec!["web-01"]);
+    // The new version is not on pve1 yet: nothing is deleted.
+    let mut waiting = w.clone();
+    waiting.images_waiting.insert(
+        (IMAGE.into(), "pve1".into()),
+        "PVE is downloading it".into(),
+    );
+    assert_eq!(recreates(&plan(&waiting.input())), Vec::<&str>::new());
+    // Made from the image's version now, or a version not recorded: kept.
+    for made in [Some(IMAGE_NOW), None] {
+        let p = plan(&recreate_world(4, made).input());
+        assert_eq!(recreates(&p), Vec::<&str>::new(), "{made:?}");
+    }
+    // imagePolicy: Keep: kept, whatever version.
+    let mut keep = w.clone();
+    let specs: Vec<Spec> = (keep.desired.iter())
+        .map(|s| Spec {
+            image_policy: ImagePolicy::Keep,
+            ..s.clone()
+        })
+        .collect();
+    keep.desired = specs.into_iter().collect();
+    assert_eq!(recreates(&plan(&keep.input())), Vec::<&str>::new());
+}
+
+/// A rebuild whose delete is recorded goes on (the delete waited for, then the create), listed
+/// or not; a delete recorded for a spec under `imagePolicy: Keep` is not a rebuild.
+#[test]
+fn a_rebuild_whose_delete_is_recorded_is_planned_again() {
+    let mut w = recreate_world(1, Some(IMAGE_OLD));
+    w.records.get_mut("web-01").unwrap().vm = VmState::Deleting {
+        vmid: 101,
+        node: "pve1".into(),
+        task: None,
+    };
+    assert_eq!(recreates(&plan(&w.input())), vec!["web-01"]);
+    w.vms_mut().remove(&101);
+    let p = plan(&w.input());
+    assert_eq!(recreates(&p), vec!["web-01"], "{p:?}");
+    for a in &p.actions {
+        proxsync_core::plan::evidence::planned(a, &w.input()).expect("its evidence");
+    }
+    let specs: Vec<Spec> = (w.desired.iter())
+        .map(|s| Spec {
+            image_policy: ImagePolicy::Keep,
+            ..s.clone()
+        })
+        .collect();
+    w.desired = specs.into_iter().collect();
+    assert_eq!(recreates(&plan(&w.input())), Vec::<&str>::new());
+}
+
+/// A spec renamed from one whose record has a create in flight creates nothing while a guest
+/// carrying the old spec's marker, which no record names, is listed: it may become the
+/// renamed spec's (found by the property of the gate's evidence).
+#[test]
+fn a_rename_from_a_spec_with_a_create_in_flight_creates_nothing() {
+    let mut w = one_spec_world(vec![], true, true);
+    let mut spec = w.desired.iter().next().unwrap().clone();
+    spec.name = "re-web".into();
+    spec.renamed_from = Some("web".into());
+    w.desired = vec![spec].into();
+    let mut rec = record_at("web", 500, NODES[0]);
+    rec.vm = VmState::Creating {
+        vmid: 500,
+        node: NODES[0].into(),
+        task: None,
+        started_ms: 0,
+        clone_of: None,
+    };
+    w.records.insert("web".into(), rec);
+    w.vms_mut().insert(100, lost_web_vm(true));
+    let p = plan(&w.input());
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Create { .. })),
+        "{p:?}"
+    );
+    assert!(
+        matches!(
+            p.verdicts.get("re-web"),
+            Some(Verdict::SiteUnreachable { .. })
+        ),
+        "{p:?}"
+    );
+}
+
+/// A second guest of the spec a desired one is renamed from (a copy restored from a backup),
+/// stopped and owned, is never deleted as an orphan while the annotation stands (found by the
+/// property of the gate's evidence).
+#[test]
+fn a_second_guest_of_a_renamed_original_is_not_deleted_as_an_orphan() {
+    let mut w = one_spec_world(vec![], true, true);
+    w.reconcile.orphan_grace = Duration::ZERO;
+    let mut spec = w.desired.iter().next().unwrap().clone();
+    spec.name = "re-web".into();
+    spec.renamed_from = Some("web".into());
+    w.desired = vec![spec].into();
+    w.vms_mut().insert(100, lost_web_vm(true));
+    let mut twin = lost_web_vm(true);
+    twin.vmid = 310;
+    twin.power = Power::Stopped;
+    w.vms_mut().insert(310, twin);
+    let p = plan(&w.input());
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeleteOrphan { .. })),
+        "{p:?}"
+    );
 }
 
 /// A VM of spec `web` the state does not know (a lost database), tagged, on `pve1`.
@@ -2074,6 +2351,7 @@ fn an_old_style_spec_hashes_as_before_the_hardware_fields() {
         running: true,
         tags: 0,
         orphan_policy: false,
+        recreate: false,
     };
     let spec = make_spec("web-01", &g);
     assert_eq!(spec_hash(&spec), "bd4b169cdfac8c61");
@@ -2304,7 +2582,7 @@ proptest! {
         spelled in any::<bool>(),
     ) {
         let mut spec = make_spec("web-01", &SpecGen {
-            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
+            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false, recreate: false,
         });
         spec.hardware = hw.into();
         spec.vm_mut().unwrap().networks = nics;
@@ -2332,7 +2610,7 @@ proptest! {
         reverse in any::<bool>(),
     ) {
         let mut spec = make_spec("web-01", &SpecGen {
-            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false,
+            node: 0, cpu: 2, mem_mib: 4096, disk_gib: 8, running: true, tags: 0, orphan_policy: false, recreate: false,
         });
         let disks: Vec<Disk> = disks
             .into_iter()
@@ -2471,6 +2749,7 @@ fn a_spec_leaving_the_selector_is_handed_over_within_the_valves() {
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     );
     w.desired.push(stay.clone());
@@ -2732,6 +3011,7 @@ fn desire(w: &mut World, names: &[&str]) {
                 running: true,
                 tags: 0,
                 orphan_policy: false,
+                recreate: false,
             },
         );
         w.roles.insert((*name).into(), Role::Desired);
@@ -2887,6 +3167,7 @@ fn kind(a: &Action) -> &'static str {
         Action::AdoptByConsent { .. } => "AdoptByConsent",
         Action::Converge { .. } => "Converge",
         Action::Migrate { .. } => "Migrate",
+        Action::Recreate { .. } => "Recreate",
         Action::Remove { release: false, .. } => "Remove",
         Action::Remove { release: true, .. } => "Release",
         Action::Forget { .. } => "Forget",
@@ -2896,13 +3177,14 @@ fn kind(a: &Action) -> &'static str {
     }
 }
 
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "Create",
     "ResumeCreate",
     "Adopt",
     "AdoptByConsent",
     "Converge",
     "Migrate",
+    "Recreate",
     "Remove",
     "Release",
     "Forget",
@@ -3004,6 +3286,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
                 running: true,
                 tags: 0,
                 orphan_policy: false,
+                recreate: false,
             },
         );
         spec.renamed_from = Some(from.clone());
@@ -3031,6 +3314,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
                 running: true,
                 tags: 0,
                 orphan_policy: true,
+                recreate: false,
             },
         );
         spec.vm_mut().unwrap().image = Image::Existing;
@@ -3769,6 +4053,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     ));
     let mut genuine = lost_web_vm(true);
@@ -3819,6 +4104,7 @@ fn the_gate_refuses_actions_without_their_evidence() {
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     );
     renamed.renamed_from = Some("web".into());
@@ -4451,6 +4737,7 @@ fn a_suspended_gone_specs_vm_waits() {
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     ));
     w.reconcile.max_delete_fraction = 1.0;
@@ -4705,6 +4992,7 @@ fn a_removed_spec_observe_only_when_last_seen_keeps_its_vm() {
             running: true,
             tags: 0,
             orphan_policy: false,
+            recreate: false,
         },
     ));
     assert!(acts(&plan(&w.input())).contains(&("HandOver", Some("web"))));
@@ -4731,6 +5019,7 @@ fn consent_world(n: u32, vm: impl Fn(ObservedVm) -> ObservedVm) -> World {
                 running: true,
                 tags: 0,
                 orphan_policy: true,
+                recreate: false,
             },
         );
         spec.vm_mut().unwrap().image = Image::Existing;

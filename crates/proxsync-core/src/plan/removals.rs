@@ -161,6 +161,9 @@ pub(super) fn orphans(
         .flat_map(|d| d.extras.iter().map(|id| (d.site.as_str(), *id)))
         .collect();
     let (spec_site, moved_records) = site_moves(input);
+    let renamed_from: FnvHashSet<&str> = (input.desired.iter())
+        .filter_map(|s| s.renamed_from.as_deref())
+        .collect();
     for view in input.sites.values().filter(|v| v.reachable()) {
         let reserved = reserved.get(view.name.as_str()).unwrap_or(&no_vmids);
         for vm in view.vms.values() {
@@ -219,7 +222,10 @@ pub(super) fn orphans(
                 continue; // adopted above, or an invalid spec's VM left alone
             }
             let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
-            let disposition = disposition(input, view, vm, owned, forged, first_seen, removals);
+            // A guest of the spec a desired one is renamed from (`proxsync.io/renamed-from`) is
+            // never deleted as an orphan while the annotation stands: the rename may take it.
+            let deletable = owned && !renamed_from.contains(marker_spec);
+            let disposition = disposition(input, view, vm, deletable, forged, first_seen, removals);
             let duplicate_of = extra.then(|| marker_spec.to_string());
             out.orphans
                 .push(orphan(view, vm, first_seen, disposition, duplicate_of));
@@ -305,20 +311,21 @@ fn sighted(
 }
 
 /// What happens to an orphan first seen at `first_seen`: a foreign claim is only reported; a
-/// stopped, unlocked, owned VM on a healthy node is deleted after the grace period (under
+/// stopped, unlocked VM on a healthy node that this install owns and may delete (`deletable`:
+/// owned, and not the original of a rename) is deleted after the grace period (under
 /// `orphans = "delete-stopped"`; the `DeleteOrphan` goes to `removals`); others are reported.
 fn disposition(
     input: &PlanInput<'_>,
     view: &SiteView,
     vm: &ObservedVm,
-    owned: bool,
+    owned_deletable: bool,
     forged: Option<&str>,
     first_seen: u64,
     removals: &mut Vec<Action>,
 ) -> OrphanDisposition {
     let grace_end = first_seen + input.reconcile.orphan_grace.as_millis() as u64;
     let deletable = input.reconcile.orphans == OrphanPolicy::DeleteStopped
-        && owned
+        && owned_deletable
         && vm.power == Power::Stopped
         && vm.lock.is_none()
         && view.node_healthy(&vm.node);

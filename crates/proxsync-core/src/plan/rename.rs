@@ -208,7 +208,8 @@ pub(super) fn renames<'a>(
         let Some(mut r) = found else {
             if let Some(from) = confirmed
                 && own_vm.is_none()
-                && let Some(wait) = unresolved(input, indexes, from)
+                && let Some(wait) =
+                    in_flight(input, from).or_else(|| unresolved(input, indexes, from))
             {
                 out.waiting.insert(spec.name.as_str(), wait);
             }
@@ -457,6 +458,22 @@ fn judged<'a>(
 /// Why a spec renamed from `from`, whose VM was not found, waits: a site that cannot be read,
 /// or a VM of this install whose marker could not be read, may hold it. `None`: it was looked
 /// for everywhere.
+/// The wait of a spec renamed from `from` while `from`'s record has a create or a delete in
+/// flight (no rename is found then, [`find`]): a guest carrying `from`'s marker may be that
+/// create's, or one no record names; creating now could make a second one beside it.
+fn in_flight(input: &PlanInput<'_>, from: &str) -> Option<Verdict> {
+    let rec = input.records.get(from)?;
+    let (VmState::Creating { vmid, .. } | VmState::Deleting { vmid, .. }) = rec.vm else {
+        return None;
+    };
+    Some(Verdict::SiteUnreachable {
+        error: Unreadable::RenameInFlight {
+            from: from.to_string(),
+            vmid,
+        },
+    })
+}
+
 fn unresolved(
     input: &PlanInput<'_>,
     indexes: &BTreeMap<&str, SiteIndex<'_>>,

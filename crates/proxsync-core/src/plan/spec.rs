@@ -36,6 +36,14 @@ pub enum Unreadable {
         /// The spec it is renamed from.
         from: String,
     },
+    /// Spec `from`, which the spec is renamed from, has a create or a delete of guest `vmid`
+    /// in flight: its removal finishes it before the rename is judged.
+    RenameInFlight {
+        /// The spec it is renamed from.
+        from: String,
+        /// The guest of that spec's create or delete.
+        vmid: u32,
+    },
     /// The site of a rename's guest cannot be read.
     RenameSite {
         /// The site.

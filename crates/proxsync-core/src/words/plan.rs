@@ -103,6 +103,12 @@ impl fmt::Display for Unreadable {
                  spec is renamed from, is gone cannot be told: its VM {vmid} is kept and nothing \
                  is created for this spec until the set reads completely"
             ),
+            Unreadable::RenameInFlight { from, vmid } => write!(
+                f,
+                "spec {from}, which this spec is renamed from, has a create or a delete of \
+                 guest {vmid} in flight: nothing is created for this spec until it ends and the \
+                 rename can be judged"
+            ),
             Unreadable::RenamedMayBeThere { site, from } => write!(
                 f,
                 "site {site} cannot be read, and the VM of spec {from}, which this spec is \
