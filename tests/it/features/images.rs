@@ -652,3 +652,145 @@ async fn the_downloads_to_several_nodes_run_side_by_side() {
     );
     assert_eq!(s.summary_image()["state"], "Ready", "{}", s.summary_image());
 }
+
+/// Set `web` of `replicas` members made from `noble-cloud` on pve1, `maxUnavailable: 2`,
+/// under `imagePolicy` `policy`.
+fn image_set(replicas: u32, policy: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
+         replicas: {replicas}\n  placement: {{nodes: [pve1]}}\n  maxUnavailable: 2\n  \
+         template:\n    imagePolicy: {policy}\n    forProvider:\n      site: lab\n      \
+         image: {{image: noble-cloud}}\n      memory: 1Gi\n      disk: 8Gi\n"
+    )
+}
+
+impl Setup {
+    /// The set's members' VMIDs by name, from their status files.
+    fn member_vmids(&self, replicas: u32) -> Vec<u64> {
+        (1..=replicas)
+            .map(|i| {
+                let path = self.ws.path(&format!("status/web-{i:02}.yaml"));
+                let text = std::fs::read_to_string(&path).unwrap();
+                let status: Value = serde_saphyr::from_str(&text).unwrap();
+                status["vmId"].as_u64().unwrap_or_else(|| panic!("{text}"))
+            })
+            .collect()
+    }
+
+    fn ready_message(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.ws.path(&format!("status/{name}.yaml"))).unwrap();
+        let status: Value = serde_saphyr::from_str(&text).unwrap();
+        let conditions = status["conditions"].as_array().unwrap();
+        let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        format!("{} {}", text(&ready["status"]), text(&ready["message"]))
+    }
+
+    /// A new version of the image (another URL, another file): its document.
+    fn new_version(&mut self) -> String {
+        let url2 = URL.replace("20261115", "20261201");
+        let served = (self.pve)
+            .call("remote_file", json!({"url": url2, "size": 2048}))
+            .expect("remote_file");
+        image_doc(served["sha256"].as_str().unwrap()).replace(URL, &url2)
+    }
+}
+
+/// By default a new image version leaves the guests made from the old one alone, and each says
+/// which version it runs and that the image moved on; with `imagePolicy: Recreate` the set is
+/// rebuilt from the new version two members at a time (`maxUnavailable: 2`), a wave deleted
+/// only once the one before is made again, each new guest imported from the new volume.
+#[tokio::test]
+async fn a_new_image_version_is_kept_by_default_and_rolled_two_at_a_time_under_recreate() {
+    let mut s = setup(None, &[]);
+    let old = s.specs.images[0].version().to_string();
+    let first_doc = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first_doc),
+        ("web.yaml", image_set(4, "Keep")),
+    ]);
+    s.cycle().await;
+    let first = s.member_vmids(4);
+    assert!(
+        s.ready_message("web-01")
+            .contains(&format!("made from image noble-cloud version {old}")),
+        "{}",
+        s.ready_message("web-01")
+    );
+
+    let doc = s.new_version();
+    s.recommit(&[
+        ("images.yaml", doc.clone()),
+        ("web.yaml", image_set(4, "Keep")),
+    ]);
+    let volume = s.specs.images[0].volume_id();
+    let new = s.specs.images[0].version().to_string();
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, before);
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "Keep deletes nothing: {writes:?}"
+    );
+    assert_eq!(s.member_vmids(4), first);
+    let message = s.ready_message("web-01");
+    assert!(
+        message.starts_with("True")
+            && message.contains(&format!("version {old}, an older version"))
+            && message.contains(&format!("now at {new}"))
+            && message.contains("imagePolicy: Keep"),
+        "{message}"
+    );
+
+    s.recommit(&[("images.yaml", doc), ("web.yaml", image_set(4, "Recreate"))]);
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let requests = s.pve.requests_since(before);
+    let deletes: Vec<u64> = (requests.iter())
+        .filter(|r| r.method == "DELETE" && r.path.contains("/qemu/"))
+        .map(|r| r.seq)
+        .collect();
+    let creates: Vec<&common::fakepve::RecordedRequest> = (requests.iter())
+        .filter(|r| r.method == "POST" && r.path.ends_with("/qemu"))
+        .collect();
+    assert_eq!(deletes.len(), 4, "every member deleted once: {requests:?}");
+    assert_eq!(creates.len(), 4, "and made again once");
+    // Two at a time: the third delete comes after the first two members were made again.
+    assert!(
+        deletes[2] > creates[1].seq && deletes[3] > creates[1].seq,
+        "the second wave waits for the first: deletes {deletes:?}, creates {:?}",
+        creates.iter().map(|c| c.seq).collect::<Vec<_>>()
+    );
+    assert!(deletes[1] < creates[0].seq || deletes[1] < creates[1].seq);
+    let encoded = volume.replace(':', "%3A").replace('/', "%2F");
+    for c in &creates {
+        assert!(
+            c.body.contains(&volume) || c.body.contains(&encoded),
+            "made from the new version: {}",
+            c.body
+        );
+    }
+    let now = s.member_vmids(4);
+    // Each member is a new guest (a freed VMID may go to another member).
+    assert!(
+        now.iter().zip(&first).all(|(n, f)| n != f),
+        "{first:?} -> {now:?}"
+    );
+    for i in 1..=4 {
+        let message = s.ready_message(&format!("web-{i:02}"));
+        assert!(
+            message.starts_with("True")
+                && message.contains(&format!("version {new}"))
+                && !message.contains("older"),
+            "{message}"
+        );
+    }
+    // Rolled: the next cycle deletes nothing.
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, before);
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "{writes:?}"
+    );
+}
