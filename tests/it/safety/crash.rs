@@ -458,7 +458,16 @@ fn crash_set(seed: u64) {
     let names = |n: usize| (1..=n).map(|i| format!("crew-{i:02}")).collect::<Vec<_>>();
     let mut rng = Lcg(seed);
     commit(&ws, &[("crew.yaml".to_string(), set(10))]);
-    kill_rounds(&mut pve, &ws, &mut rng, seed, "set create", 0..=10, None, true);
+    kill_rounds(
+        &mut pve,
+        &ws,
+        &mut rng,
+        seed,
+        "set create",
+        0..=10,
+        None,
+        true,
+    );
     converge_and_check(&mut pve, &ws, &names(10), seed, "set create");
     commit(&ws, &[("crew.yaml".to_string(), set(7))]);
     kill_rounds(
@@ -481,7 +490,8 @@ fn sigkill_during_a_sets_creates_and_scale_down_never_duplicates_or_orphans() {
     }
 }
 
-const IMAGE_URL: &str = "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
+const IMAGE_URL: &str =
+    "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
 
 /// A `ProxmoxImage` of the file the harness serves at `url` (with its sha256).
 fn image_doc(url: &str, sha256: &str) -> String {

@@ -664,3 +664,44 @@ fn named_files_are_judged_within_their_repository() {
         "{all:?}"
     );
 }
+
+/// `imagePolicy`: Keep by default; Recreate only for a VM made from a `ProxmoxImage` and under
+/// `deletionPolicy: Delete`, each refusal at the field's line with what to write instead.
+#[test]
+fn image_policy_recreate_needs_an_image_by_name_and_deletion_policy_delete() {
+    let (specs, diags) = parse(MINIMAL);
+    assert!(diags.is_empty(), "{diags:?}");
+    assert_eq!(specs[0].image_policy, ImagePolicy::Keep);
+    let managed = MINIMAL.replace("image: 9000", "image: {image: noble-cloud}");
+    assert!(managed.contains("{image: noble-cloud}"), "{managed}");
+    let with =
+        |text: &str, policies: &str| text.replacen("spec:\n", &format!("spec:\n{policies}"), 1);
+
+    let (specs, diags) = parse(&with(&managed, "  imagePolicy: Recreate\n"));
+    assert!(diags.is_empty(), "{diags:?}");
+    assert_eq!(specs[0].image_policy, ImagePolicy::Recreate);
+
+    let (specs, diags) = parse(&with(MINIMAL, "  imagePolicy: Recreate\n"));
+    assert!(specs.is_empty());
+    assert!(
+        diags[0].starts_with("t.yaml:6:16: error: spec.imagePolicy: Recreate")
+            && diags[0].contains("set forProvider.image to {image: NAME}"),
+        "{diags:?}"
+    );
+    let orphan = with(
+        &managed,
+        "  deletionPolicy: Orphan\n  imagePolicy: Recreate\n",
+    );
+    let (specs, diags) = parse(&orphan);
+    assert!(specs.is_empty());
+    assert!(
+        diags[0].contains("deletionPolicy: Orphan forbids")
+            && diags[0].contains("set deletionPolicy: Delete"),
+        "{diags:?}"
+    );
+    let (_, diags) = parse(&with(&managed, "  imagePolicy: Rebuild\n"));
+    assert!(
+        diags[0].contains("Keep") && diags[0].contains("Recreate"),
+        "{diags:?}"
+    );
+}
