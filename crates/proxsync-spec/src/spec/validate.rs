@@ -590,20 +590,9 @@ struct Policies {
     depends_on: Vec<String>,
 }
 
-fn spec_section<'n>(
-    ctx: &mut Ctx,
-    top: &Obj<'n>,
-    kind: GuestKind,
-) -> Option<(Option<Policies>, Obj<'n>)> {
-    let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
-    let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
-    if let Some(at) = spec.key_pos("providerConfigRef") {
-        ctx.warning(
-            at,
-            "spec.providerConfigRef is ignored: proxsync takes the Proxmox endpoint and credentials \
-             from the [[site]] named by spec.forProvider.site in its own config; remove this field",
-        );
-    }
+/// `spec.deletionPolicy`, `imagePolicy`, `managementPolicy`, `suspend` and `dependsOn`, each
+/// checked (`None`: one had errors, reported).
+fn policies(ctx: &mut Ctx, spec: &Obj) -> Option<Policies> {
     let deletion_policy = match spec.get("deletionPolicy") {
         None => Some(DeletionPolicy::Delete),
         Some(n) => enum_field(
@@ -649,7 +638,7 @@ fn spec_section<'n>(
         None => Some(Vec::new()),
         Some(n) => depends_on(ctx, n),
     };
-    let policies = match (
+    match (
         deletion_policy,
         image_policy,
         management_policy,
@@ -667,7 +656,24 @@ fn spec_section<'n>(
             })
         }
         _ => None,
-    };
+    }
+}
+
+fn spec_section<'n>(
+    ctx: &mut Ctx,
+    top: &Obj<'n>,
+    kind: GuestKind,
+) -> Option<(Option<Policies>, Obj<'n>)> {
+    let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
+    let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
+    if let Some(at) = spec.key_pos("providerConfigRef") {
+        ctx.warning(
+            at,
+            "spec.providerConfigRef is ignored: proxsync takes the Proxmox endpoint and credentials \
+             from the [[site]] named by spec.forProvider.site in its own config; remove this field",
+        );
+    }
+    let policies = policies(ctx, &spec);
     let fp = spec.required(
         ctx,
         "forProvider",
