@@ -121,10 +121,26 @@ pub(crate) async fn image_lines(
         };
         let made = match (guests.is_empty(), &from) {
             (true, _) => String::new(),
-            (false, Some(_)) => format!(
-                "; new guests made from it: {} (a guest that exists keeps its version)",
-                guests.join(", ")
-            ),
+            (false, Some(_)) => {
+                let rebuilt: Vec<&str> = (specs.specs.iter())
+                    .filter(|s| guests.contains(&s.name))
+                    .filter(|s| s.image_policy == crate::spec::ImagePolicy::Recreate)
+                    .map(|s| s.name.as_str())
+                    .collect();
+                let mut text = format!(
+                    "; new guests made from it: {} (a guest that exists keeps its version",
+                    guests.join(", ")
+                );
+                if !rebuilt.is_empty() {
+                    text.push_str(&format!(
+                        ", but for those rebuilt once it is there under imagePolicy: \
+                         Recreate: {}",
+                        rebuilt.join(", ")
+                    ));
+                }
+                text.push(')');
+                text
+            }
             (false, None) => format!("; guests made from it: {}", guests.join(", ")),
         };
         let text = format!(

@@ -520,3 +520,58 @@ fn plan_shows_an_image_download_and_its_version_change() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!stdout(&out).contains("image"), "{}", text(&out));
 }
+
+/// `plan` after a new image version under `imagePolicy: Recreate`: the image line names the
+/// guests rebuilt once it is there, and each rebuild of the first wave is a `~ recreate` line
+/// (`maxUnavailable: 2`), counted as such; nothing is sent.
+#[test]
+fn plan_shows_the_rebuilds_of_a_new_image_version() {
+    let url = "https://images.example/noble/1/noble-server-cloudimg-amd64.qcow2";
+    let mut pve = FakePve::start(default_scenario());
+    let image = |pve: &mut FakePve, url: &str| {
+        let served = pve
+            .call("remote_file", serde_json::json!({"url": url, "size": 2048}))
+            .unwrap();
+        let sum = served["sha256"].as_str().unwrap().to_string();
+        let doc = format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxImage\nmetadata: {{name: noble-cloud}}\n\
+             spec:\n  forProvider:\n    site: lab\n    url: {url}\n    checksum: sha256:{sum}\n"
+        );
+        (doc, sum[..12].to_string())
+    };
+    let set = "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {name: web}\nspec:\n  \
+               replicas: 3\n  placement: {nodes: [pve1]}\n  maxUnavailable: 2\n  template:\n    \
+               imagePolicy: Recreate\n    forProvider:\n      site: lab\n      \
+               image: {image: noble-cloud}\n      memory: 1Gi\n      disk: 8Gi\n";
+    let ws = Workspace::new(&pve);
+    let (doc, old) = image(&mut pve, url);
+    ws.commit_specs(&[("image.yaml", doc), ("web.yaml", set.to_string())]);
+    assert!(ws.run_once().0);
+    let (doc, new) = image(&mut pve, &url.replace("/1/", "/2/"));
+    ws.commit_specs(&[("image.yaml", doc), ("web.yaml", set.to_string())]);
+    let before = pve.requests().len();
+    let out = plan(&ws, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown = stdout(&out);
+    assert!(
+        shown.contains(&format!("~ image noble-cloud: {old} -> {new}"))
+            && shown.contains(
+                "but for those rebuilt once it is there under imagePolicy: Recreate: web-01, \
+                 web-02, web-03"
+            ),
+        "{shown}"
+    );
+    for member in ["web-01", "web-02"] {
+        assert!(
+            shown.contains(&format!("~ recreate {member}: VM ")),
+            "{member}: {shown}"
+        );
+    }
+    assert!(!shown.contains("~ recreate web-03"), "{shown}");
+    assert!(shown.contains("2 to recreate"), "{shown}");
+    let sent = pve.requests()[before..]
+        .iter()
+        .filter(|r| r.method != "GET")
+        .count();
+    assert_eq!(sent, 0, "plan sends nothing");
+}
