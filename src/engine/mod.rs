@@ -742,6 +742,8 @@ impl Engine {
         // After actions, look again, so status says what is true now. The first look's records
         // and views go to the actions and are dropped before the second look: held together
         // they were a push's peak (two record maps and two views of thousands of VMs).
+        // Waves were left when the cycle's ran out: the next cycle follows at once.
+        let mut waves_left = false;
         let (results, after_plan, views, records) = if first.actions.is_empty() {
             (Vec::new(), None, views, records)
         } else {
@@ -787,6 +789,11 @@ impl Engine {
                 results.extend(wave.0);
                 (after, views, records) = (wave.1, wave.2, wave.3);
             }
+            // A set rolling through more waves than a cycle runs (a rebuild of 20 members two
+            // at a time) goes on at the next cycle, not at the resync minutes later.
+            waves_left = (after.actions.iter())
+                .any(|a| a.spec().is_some_and(|s| waiting.contains(s)))
+                && !*self.shutdown.borrow();
             (results, Some(after), views, records)
         };
         if scope.is_none() {
@@ -812,12 +819,17 @@ impl Engine {
         )?;
         self.records = Some(records);
         self.last_look = Some(look(views));
+        let next_attempt_ms = match waves_left {
+            true => Some(report.next_attempt_ms.unwrap_or(u64::MAX).min(now_ms + 1)),
+            false => report.next_attempt_ms,
+        };
         let report = CycleReport {
             plan: first,
             results,
             after: after_plan,
             scope,
             guest_kinds,
+            next_attempt_ms,
             ..report
         };
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {

@@ -794,3 +794,45 @@ async fn a_new_image_version_is_kept_by_default_and_rolled_two_at_a_time_under_r
         "{writes:?}"
     );
 }
+
+/// A roll longer than a cycle's waves (20 members two at a time: ten waves, a cycle runs nine)
+/// asks for the next cycle at once (the daemon wakes for `next_attempt_ms`), not at the resync
+/// minutes later; that cycle finishes it.
+#[tokio::test]
+async fn a_roll_longer_than_a_cycle_asks_for_the_next_cycle_at_once() {
+    let mut s = setup(None, &[]);
+    let first_doc = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first_doc),
+        ("web.yaml", image_set(20, "Recreate")),
+    ]);
+    s.cycle().await;
+    let first = s.member_vmids(20);
+    let doc = s.new_version();
+    s.recommit(&[
+        ("images.yaml", doc),
+        ("web.yaml", image_set(20, "Recreate")),
+    ]);
+    let before = common::engine::next_seq(&mut s.pve);
+    let started = proxsync::util::clock::now_ms();
+    let report = (s.engine)
+        .reconcile(&s.specs, Some(&s.commit))
+        .await
+        .expect("a cycle");
+    let deletes = |s: &mut Setup, since| {
+        (common::engine::writes_since(&mut s.pve, since).iter())
+            .filter(|w| w.starts_with("DELETE") && w.contains("/qemu/"))
+            .count()
+    };
+    assert_eq!(deletes(&mut s, before), 18, "nine waves of two");
+    let next = report.next_attempt_ms.expect("a next cycle is asked for");
+    assert!(next <= started + 1_000, "at once: {next} vs {started}");
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    assert_eq!(deletes(&mut s, before), 2, "the last wave");
+    let now = s.member_vmids(20);
+    assert!(
+        now.iter().zip(&first).all(|(n, f)| n != f),
+        "{first:?} -> {now:?}"
+    );
+}
