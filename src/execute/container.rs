@@ -62,13 +62,16 @@ pub(super) async fn send_create(
             }
             site.client.create_ct(&spec.node, vmid, &params).await
         }
-        Source::Import { .. } | Source::Iso { .. } => Err(PveError::Setup(
-            Unfit::WrongSource {
-                spec: spec.name.clone(),
-                kind: GuestKind::Lxc,
-            }
-            .to_string(),
-        )),
+        // `create` has the image pulled before the intent (`oci::pull`).
+        Source::Import { .. } | Source::Iso { .. } | Source::OciPull { .. } => {
+            Err(PveError::Setup(
+                Unfit::WrongSource {
+                    spec: spec.name.clone(),
+                    kind: GuestKind::Lxc,
+                }
+                .to_string(),
+            ))
+        }
     }
 }
 

@@ -34,6 +34,8 @@ pub(super) async fn create(
     let site = site(ctx, site_name)?;
     confirm_gone(ctx, site, spec, rec).await?;
     let source = preflight(&ctx.reads(), site, spec).await?;
+    // An OCI image not on the node yet is pulled before any VMID is reserved.
+    let source = super::oci::pulled(ctx, site, &spec.node, source).await?;
     if rec.uid.is_empty() {
         rec.uid = new_uid();
     }
@@ -329,7 +331,7 @@ async fn send_create(
             let req = clone_request(spec, vmid, signed.description(), template_node);
             return site.client.clone_vm(template_node, *template, &req).await;
         }
-        Source::OsTemplate { .. } => {
+        Source::OsTemplate { .. } | Source::OciPull { .. } => {
             return Err(PveError::Setup(
                 Unfit::WrongSource {
                     spec: spec.name.clone(),

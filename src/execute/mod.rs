@@ -27,6 +27,7 @@ mod handover;
 mod identity;
 mod intent;
 mod migrate;
+mod oci;
 mod outcome;
 mod preflight;
 mod reboot;
@@ -333,6 +334,8 @@ pub(crate) struct NodeFacts {
     /// Per (site, template VMID): the template's config (its volumes decide whether it can be
     /// cloned to another node).
     templates: Cache<(String, u32), crate::pve::types::VmConfig>,
+    /// Per (site, node, volume): an OCI image pulled this cycle (`oci::pulled`).
+    pulls: Cache<(String, String, String), ()>,
 }
 
 type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>);

@@ -58,6 +58,13 @@ pub(super) enum Source {
     OsTemplate {
         volume: String,
     },
+    /// A container made from an OCI image not yet on its node: PVE pulls it to `volume` first
+    /// (`execute::oci::pull`), then it is an [`Source::OsTemplate`].
+    OciPull {
+        reference: String,
+        storage: String,
+        volume: String,
+    },
 }
 
 /// A node's storages and bridges, read once per cycle and node however many creates need
@@ -225,6 +232,12 @@ pub(super) async fn preflight(
             )
             .await
         }
+        Image::Oci { reference, storage } => {
+            oci_source(
+                client, storages, &site.name, spec, reference, storage, &version,
+            )
+            .await
+        }
         Image::Name(name) => {
             let templates: Vec<_> = view
                 .vms
@@ -254,6 +267,45 @@ pub(super) async fn preflight(
             volume_by_name(site, storages, spec, name, version).await
         }
     }
+}
+
+/// A container from OCI image `reference`: only on PVE 9.1 (refused before anything is sent,
+/// naming the release), to a storage of the node with `vztmpl` content; the archive is used when
+/// the storage lists it, else pulled first ([`Source::OciPull`]).
+async fn oci_source(
+    client: &impl Pve,
+    storages: &[NodeStorage],
+    site: &str,
+    spec: &Spec,
+    reference: &str,
+    storage: &str,
+    version: &Version,
+) -> Result<Source, ActionError> {
+    let since = crate::spec::oci::OCI_SINCE;
+    if version.triple() < since {
+        return Err(fail(
+            Category::ConfigurationError,
+            format!(
+                "site {site} runs PVE {}; a container from an OCI image (template: {{oci: \
+                 {reference}}}) needs PVE {}.{}, whose oci-registry-pull fetches it: upgrade the \
+                 site, or name a vztmpl archive as template",
+                version.version, since.0, since.1
+            ),
+        ));
+    }
+    check_storage(storages, storage, "vztmpl", &spec.node)?;
+    let volume = crate::spec::oci::volume(storage, reference);
+    let listed = client
+        .storage_content(&spec.node, storage, Some("vztmpl"))
+        .await?;
+    if listed.iter().any(|v| v.volid == volume) {
+        return Ok(Source::OsTemplate { volume });
+    }
+    Ok(Source::OciPull {
+        reference: reference.to_string(),
+        storage: storage.to_string(),
+        volume,
+    })
 }
 
 /// Every bridge the spec's NICs name exists on its node. PVE does not check a bridge at

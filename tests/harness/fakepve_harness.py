@@ -177,6 +177,14 @@ Scenario key `pools`: pool ids that exist.
     downloads()
         [{node, storage, filename, url, content, checksum, checksum_algorithm}]: the download-url
         requests past the schema and permission checks, in order (filename as sent).
+    oci_image(reference, size=1048576)
+        The fake registry holds OCI image `reference`: oci-registry-pull (PVE 9.1) stores it as a
+        vztmpl .tar of `size` bytes; a reference it does not hold fails the task as skopeo does.
+    skopeo(installed=True)
+        Without skopeo, oci-registry-pull refuses at once (500 `Install 'skopeo' ...`).
+    oci_pulls()
+        [{node, storage, reference, filename}]: the oci-registry-pull requests past the schema and
+        permission checks, in order.
 
 POST /nodes/{node}/storage/{storage}/download-url as pve-storage src/PVE/API2/Storage/Status.pm
 download_url and pve-common src/PVE/Tools.pm download_file_from_url (PVE 9.1; fakepve 0.5.0 demands
@@ -341,6 +349,14 @@ DOWNLOAD_TEMPLATE = '/nodes/{node}/storage/{storage}/download-url'
 # wget's exit statuses (wget(1) EXIT STATUS) as run_command reports them: 3 file I/O error, 4 network
 # failure, 8 server issued an error response.
 WGET_IO_ERROR, WGET_NETWORK_FAILURE, WGET_SERVER_ERROR = 3, 4, 8
+
+
+OCI_TEMPLATE = '/nodes/{node}/storage/{storage}/oci-registry-pull'
+# pve-storage 9.1 src/PVE/API2/Storage/Status.pm oci_registry_pull's `reference` pattern, in Python.
+OCI_REFERENCE = re.compile(
+    r'(?:(?:[a-zA-Z\d]|[a-zA-Z\d][a-zA-Z\d-]*[a-zA-Z\d])(?:\.(?:[a-zA-Z\d]|[a-zA-Z\d][a-zA-Z\d-]*[a-zA-Z\d]))*'
+    r'(?::\d+)?/)?[a-z\d]+(?:(?:[._]|__|[-]*)[a-z\d]+)*(?:/[a-z\d]+(?:(?:[._]|__|[-]*)[a-z\d]+)*)*'
+    r':\w[\w.-]{0,127}', re.ASCII)
 
 
 def normalize_content_filename(filename):
@@ -552,6 +568,11 @@ class HarnessPve(FakePve):
         self.remote_files = {}
         self.download_secs = 0.0
         self.download_requests = []
+        # oci-registry-pull (PVE 9.1): the fake registry (reference -> size, see oci_image), whether
+        # skopeo is installed, and the requests received (oci_pulls). A pull takes download_timing's secs.
+        self.oci_images = {}
+        self.skopeo = True
+        self.oci_requests = []
         self.downloaded = {}
         # fakepve 0.5.0's vendored schema has `compression` with `enum: null` (the API dump lost Status.pm's
         # `enum => $PVE::Storage::Plugin::KNOWN_COMPRESSION_FORMATS`), on which its validator crashes
@@ -1378,6 +1399,76 @@ class HarnessPve(FakePve):
                 ('PUT', '/cluster/ha/rules/{rule}', self._harness_ha_rule_update),
                 ('DELETE', '/cluster/ha/rules/{rule}', self._harness_ha_rule_delete),
                 ('POST', DOWNLOAD_TEMPLATE, self._harness_download_url)]
+
+    # ------------------------------------------------------------ oci-registry-pull
+
+    def _lxc_routes(self, router, node):
+        """fakepve's container routes, and oci-registry-pull beside them (one call per API format)."""
+        super()._lxc_routes(router, node)
+        router.add_post(node + '/storage/{storage}/oci-registry-pull', self._oci_registry_pull)
+
+    async def _oci_registry_pull(self, request):
+        """POST /nodes/{node}/storage/{storage}/oci-registry-pull as pve-storage 9.1 src/PVE/API2/Storage/Status.pm
+        oci_registry_pull does it. fakepve 0.5.0 has no such route (its schema is older), nor does PVE before
+        9.1: 501 `Method ... not implemented` there.
+
+        The schema's 400s (`reference` required and matching its pattern, `filename` 1-255 characters, no
+        other parameter); the permission check (Datastore.AllocateTemplate on /storage/{storage} and
+        Sys.AccessNetwork on /nodes/{node}); then, before the task, 500 `die`s in this order: `Install
+        'skopeo' to pull OCI images from registries.` (skopeo(False)), storage_check_enabled, `can't upload
+        to storage type '$type', not a file based storage!`, `storage '$storage' is not configured for
+        content-type 'vztmpl'`, and over a file of the name on the node `refusing to override existing file
+        '$filename'` (the name normalize_content_filename(filename // reference) . '.tar'). The task
+        `ociregistrypull` (worker id: encode_text of the name) runs skopeo (download_timing's secs): a
+        reference the fake registry (oci_image) does not hold fails `command 'skopeo copy docker://REF
+        oci-archive:PATH' failed: exit code 1`; else the archive is stored, on this node alone when the
+        storage is not shared."""
+        user = request[USER]
+        node, sid = request.match_info['node'], request.match_info['storage']
+        if self._version_tuple(self.version) < (9, 1, 0):
+            raise PveError(501, "Method 'POST /nodes/{0}/storage/{1}/oci-registry-pull' not implemented"
+                           .format(node, sid))
+        form = await request.post()
+        errors = {k: 'property is not defined in schema and the schema does not allow additional properties'
+                  for k in form if k not in ('reference', 'filename')}
+        reference, filename = form.get('reference'), form.get('filename')
+        if reference is None:
+            errors['reference'] = 'property is missing and it is not optional'
+        elif not OCI_REFERENCE.fullmatch(reference):
+            errors['reference'] = "value does not match the regex pattern"
+        if filename is not None and not 1 <= len(filename) <= 255:
+            errors['filename'] = 'value must be at least 1 and at most 255 characters long'
+        if errors:
+            raise PveError(400, 'Parameter verification failed.', errors)
+        self.require(user, '/storage/' + sid, 'Datastore.AllocateTemplate')
+        self.require(user, '/nodes/' + node, 'Sys.AccessNetwork')
+        if not self.skopeo:
+            raise PveError(500, "Install 'skopeo' to pull OCI images from registries.")
+        store = self._check_enabled(sid, node)
+        self._need_file_storage(store, "can't upload to storage type '{0}', not a file based storage!")
+        if 'vztmpl' not in split_list(store.get('content')):
+            raise PveError(500, "storage '{0}' is not configured for content-type 'vztmpl'".format(sid))
+        name = normalize_content_filename(filename if filename is not None else reference) + '.tar'
+        self._active_store(sid, node)
+        volname = 'vztmpl/' + name
+        vol = self._volumes(sid).get(volname)
+        if vol is not None and self._on_node(sid, vol, node):
+            raise PveError(500, "refusing to override existing file '{0}'".format(name))
+        self.oci_requests.append({'node': node, 'storage': sid, 'reference': reference, 'filename': filename})
+        dest = self._volume_path(sid, volname, 'vztmpl')
+
+        async def body():
+            await self.pause(self.download_secs)
+            size = self.oci_images.get(reference)
+            if size is None:
+                raise TaskError("command 'skopeo copy docker://{0} oci-archive:{1}.tmp.{2}' failed: exit code 1"
+                                .format(reference, dest, os.getpid()))
+            self.store_file(sid, name, size, 'vztmpl')
+            if not self.storages[sid].get('shared'):
+                self.storages[sid]['volumes'][volname]['nodes'] = {node}
+            return None
+
+        return ok(await self.task(node, 'ociregistrypull', encode_text(name), user, body, lock=False))
 
     # ------------------------------------------------------------ download-url
 
@@ -3293,6 +3384,19 @@ class Commands(object):
         if float(secs) < 0:
             raise BadArgs('times must not be negative')
         self.pve.download_secs = float(secs)
+
+    def oci_image(self, reference, size=1048576):
+        """The fake registry holds OCI image `reference` (an archive of `size` bytes when pulled)."""
+        self.pve.oci_images[reference] = int(size)
+
+    def skopeo(self, installed=True):
+        """Whether the nodes have skopeo (without it oci-registry-pull refuses at once)."""
+        self.pve.skopeo = bool(installed)
+
+    def oci_pulls(self):
+        """The oci-registry-pull requests that passed the schema and permission checks, in order:
+        [{node, storage, reference, filename (as sent, or null)}]."""
+        return [dict(r) for r in self.pve.oci_requests]
 
     def downloads(self):
         """The download-url requests that passed the schema and permission checks, in order:

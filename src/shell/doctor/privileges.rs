@@ -177,6 +177,29 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
             }
         }
     }
+    // pve-storage `PVE/API2/Storage/Status.pm` `oci_registry_pull` (PVE 9.1): `['and', ['perm',
+    // '/storage/{storage}', ['Datastore.AllocateTemplate']], ['perm', '/nodes/{node}',
+    // ['Sys.AccessNetwork']]]`, for the storage and node of each container from an OCI image.
+    for s in specs {
+        if let crate::spec::Image::Oci { reference, storage } = s.image() {
+            let why = || {
+                Some(format!(
+                    "OCI image {reference} of spec {}: PVE pulls it",
+                    s.name
+                ))
+            };
+            out.push(Need::new(
+                format!("/storage/{storage}"),
+                &["Datastore.AllocateTemplate"],
+                why(),
+            ));
+            out.push(Need::new(
+                format!("/nodes/{}", s.node),
+                &["Sys.AccessNetwork"],
+                why(),
+            ));
+        }
+    }
     // pve-manager `PVE/API2/Pool.pm` `update_pool` (`PUT /pools`): Pool.Allocate on the pool a
     // VM joins after its create (a create or clone into the pool needs only that it exists).
     for s in specs {

@@ -590,6 +590,18 @@ async fn image_check(
             format!("the ProxmoxImage {name}, which proxsync has PVE download"),
             None,
         ),
+        Image::Oci { reference, storage } => {
+            let store = storage_check(site, node, storages, storage, "vztmpl", &spec.name);
+            if store.level != Level::Ok {
+                return Check { subject, ..store };
+            }
+            check(
+                Level::Ok,
+                subject,
+                format!("the OCI image {reference}, which PVE 9.1 pulls to {storage}"),
+                None,
+            )
+        }
         Image::Template { vmid } => {
             template_check(subject, resources, &templates, *vmid, spec.kind())
         }

@@ -1016,9 +1016,11 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
                 } => Boot::Installer(volume),
                 Image::Volume { volume, .. } => Boot::Import(volume),
                 // Its drives are left out below: any valid volume renders the rest.
-                Image::Template { .. } | Image::Name(_) | Image::Managed(_) | Image::Existing => {
-                    Boot::Import("template:clone")
-                }
+                Image::Template { .. }
+                | Image::Name(_)
+                | Image::Managed(_)
+                | Image::Oci { .. }
+                | Image::Existing => Boot::Import("template:clone"),
             };
             crate::render::vm::create_params(spec, vm, String::new(), &[], boot)
         }

@@ -12,6 +12,7 @@ mod inventory;
 mod metrics;
 mod notify;
 mod observe;
+mod oci;
 mod order;
 mod packaging;
 mod plan_cli;

@@ -842,6 +842,48 @@ impl Client {
         self.task_started("POST", &path, upid)
     }
 
+    /// `POST /nodes/{node}/storage/{storage}/oci-registry-pull` (PVE 9.1): an `ociregistrypull`
+    /// task whose id is the file name (pve-storage `API2/Storage/Status.pm` `oci_registry_pull`:
+    /// `skopeo copy docker://REFERENCE oci-archive:PATH`, the file `filename` normalised with
+    /// `.tar` added). Refused at once (500) on a storage that is not file based or holds no
+    /// `vztmpl` content, without `skopeo`, and over an existing file (`refusing to override
+    /// existing file`). Needs `Datastore.AllocateTemplate` on the storage and
+    /// `Sys.AccessNetwork` on the node.
+    pub async fn oci_registry_pull(
+        &self,
+        node: &str,
+        storage: &str,
+        reference: &str,
+        filename: &str,
+    ) -> Result<Upid, Error> {
+        check_part("OCI reference", reference)?;
+        check_part("file name", filename)?;
+        if filename.contains(['/', '\\', '"']) {
+            return Err(Error::Setup(format!(
+                "{filename:?} is not a plain file name"
+            )));
+        }
+        if reference
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::Setup(format!(
+                "{reference:?} is not an OCI reference"
+            )));
+        }
+        let path = format!(
+            "/nodes/{}/storage/{}/oci-registry-pull",
+            seg(node)?,
+            seg(storage)?
+        );
+        let form = [
+            ("reference", reference.to_string()),
+            ("filename", filename.to_string()),
+        ];
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
     /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`: an `imgdel` task (`Some`), or
     /// done at once on releases that answer without one (`None`). Needs `Datastore.Allocate`.
     /// PVE does not check whether a VM still uses an ISO: the gate's permit says it does not

@@ -101,6 +101,9 @@ pve_calls! {
     ) -> Upid;
     /// `POST /nodes/{node}/storage/{storage}/download-url`: a `download` task.
     fn download_url(&self, node: &str, storage: &str, download: &Download) -> Upid;
+    /// `POST /nodes/{node}/storage/{storage}/oci-registry-pull` (PVE 9.1): an `ociregistrypull`
+    /// task.
+    fn oci_registry_pull(&self, node: &str, storage: &str, reference: &str, filename: &str) -> Upid;
     /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`, with the gate's permit.
     fn delete_volume(
         &self,

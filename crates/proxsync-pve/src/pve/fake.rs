@@ -1274,6 +1274,45 @@ impl Pve for FakePve {
         })
     }
 
+    async fn oci_registry_pull(
+        &self,
+        node: &str,
+        storage: &str,
+        reference: &str,
+        filename: &str,
+    ) -> Result<Upid, Error> {
+        let what = format!("{node} {storage} {reference}");
+        self.call("oci_registry_pull", what, |s| {
+            let volid = format!("{storage}:vztmpl/{filename}.tar");
+            if s.volumes
+                .get(storage)
+                .is_some_and(|l| l.iter().any(|v| v.volid == volid))
+            {
+                let message = format!("refusing to override existing file '{filename}.tar'");
+                return Err(api(500, message));
+            }
+            let volume = StorageVolume {
+                volid,
+                content: Some("vztmpl".into()),
+                format: Some("tar".into()),
+                size: Some(1 << 20),
+                vmid: None,
+                ctime: Some(1_700_000_000 + u64::from(s.pid)),
+            };
+            let storage = storage.to_string();
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                s.volumes.entry(storage).or_default().push(volume);
+            });
+            Ok(s.task(
+                node,
+                "ociregistrypull",
+                &format!("{filename}.tar"),
+                Some(on_ok),
+                None,
+            ))
+        })
+    }
+
     async fn delete_volume(
         &self,
         node: &str,

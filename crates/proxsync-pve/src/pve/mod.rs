@@ -38,6 +38,7 @@
 //! | [`Client::node_storages`] | `GET /nodes/{node}/storage` | at once | 595 NodeUnhealthy (node offline) |
 //! | [`Client::storage_content`] | `GET /nodes/{node}/storage/{storage}/content` | at once | 500 storage missing/inactive |
 //! | [`Client::download_url`] | `POST /nodes/{node}/storage/{storage}/download-url` | task `download` (id: the file name) | 400 bad file name; 500 storage not file based or without the content; task: `checksum mismatch: got 'X' != expect 'Y'`, `download failed: exit code 8` |
+//! | [`Client::oci_registry_pull`] | `POST /nodes/{node}/storage/{storage}/oci-registry-pull` (PVE 9.1) | task `ociregistrypull` (id: the file name) | 400 bad reference; 500 storage not file based or without `vztmpl`, no `skopeo`, `refusing to override existing file`; task: skopeo's failure |
 //! | [`Client::node_bridges`] | `GET /nodes/{node}/network?type=any_bridge` | at once | 595 NodeUnhealthy |
 //! | [`Client::vm_config`] | `GET /nodes/{node}/qemu/{vmid}/config` | at once | 500 `Configuration file ... does not exist` (NotFound) |
 //! | [`Client::set_config`] | `PUT .../config` (+`digest`) | at once | Lock, Conflict (`digest` mismatch), 400 Configuration; NotPermitted (a guarded edit without the gate's permit, nothing sent) |

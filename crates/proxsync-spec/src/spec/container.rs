@@ -377,12 +377,46 @@ fn template(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, super::Po
             )),
         },
         Value::Str(s) => parse_template(s, forms),
+        Value::Map(_) => oci_template(n),
         other => Err(format!(
             "spec.forProvider.template must be {forms}; found {}",
             other.describe()
         )),
     };
     ctx.check(n.pos, parsed).map(|i| (i, n.pos))
+}
+
+/// `template: {oci: REFERENCE, storage: STORAGE}` (`storage` optional): an OCI image PVE 9.1
+/// pulls (`spec::oci`).
+fn oci_template(n: &super::yaml::Node) -> Result<Image, String> {
+    let form = "{oci: REFERENCE} (e.g. {oci: docker.io/library/nginx:1.27}), with an optional \
+                storage: the vztmpl storage it is pulled to (default local)";
+    let Value::Map(entries) = &n.value else {
+        return Err(format!("spec.forProvider.template as a mapping is {form}"));
+    };
+    let (mut reference, mut storage) = (None, None);
+    for (k, v) in entries {
+        let Value::Str(text) = &v.value else {
+            return Err(format!(
+                "spec.forProvider.template.{} must be a string; found {}",
+                k.value.describe(),
+                v.value.describe()
+            ));
+        };
+        match &k.value {
+            Value::Str(key) if key == "oci" => reference = Some(text.clone()),
+            Value::Str(key) if key == "storage" => storage = Some(text.clone()),
+            _ => return Err(format!("spec.forProvider.template as a mapping is {form}")),
+        }
+    }
+    let Some(reference) = reference else {
+        return Err(format!("spec.forProvider.template as a mapping is {form}"));
+    };
+    super::oci::check_reference(&reference)
+        .map_err(|e| format!("spec.forProvider.template.oci: {e}"))?;
+    let storage = storage.unwrap_or_else(|| super::oci::DEFAULT_OCI_STORAGE.to_string());
+    check_storage(&storage).map_err(|e| format!("spec.forProvider.template.storage: {e}"))?;
+    Ok(Image::Oci { reference, storage })
 }
 
 fn parse_template(text: &str, forms: &str) -> Result<Image, String> {

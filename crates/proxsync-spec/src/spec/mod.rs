@@ -45,6 +45,7 @@ mod lifecycle;
 mod load;
 mod names;
 mod networks;
+pub mod oci;
 pub mod renames;
 mod schema;
 mod sealed;
@@ -417,6 +418,14 @@ pub enum Image {
     /// ([`images::ImageSpec::volume_id`]), resolved where it is used, so a new version of
     /// the image leaves the guest's spec (and hash) as it is.
     Managed(String),
+    /// `{oci: REFERENCE}` (a container, PVE 9.1): the OCI image PVE pulls from its registry to
+    /// `storage` as a `vztmpl` archive ([`oci::volume`]) before the container is made from it.
+    Oci {
+        /// `registry/repository:tag`, checked as PVE's schema does ([`oci::check_reference`]).
+        reference: String,
+        /// The `vztmpl` storage it is pulled to; default [`oci::DEFAULT_OCI_STORAGE`].
+        storage: String,
+    },
     /// None: the spec adopts an existing VM (`proxsync.io/adopt`) and cannot make one.
     Existing,
 }
