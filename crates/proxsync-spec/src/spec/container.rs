@@ -1261,6 +1261,8 @@ pub(super) fn shared_hardware<'n>(fp: &Obj<'n>) -> Obj<'n> {
 
 #[cfg(test)]
 mod tests {
+    use crate::spec::Image;
+
     fn parse(extra: &str, template: &str) -> Vec<String> {
         let yaml = format!(
             "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: ct-01\nspec:\n  \
@@ -1271,6 +1273,51 @@ mod tests {
     }
 
     const ARCHIVE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+
+    /// `template: {oci: REFERENCE}`: the reference checked as PVE's pattern does, the storage
+    /// local unless named; a digest, an untagged reference, another key or a bad storage is
+    /// refused at the template's line with what would be valid.
+    #[test]
+    fn an_oci_template_is_a_tagged_reference_and_a_storage() {
+        let parse_raw = |template: &str| {
+            let yaml = format!(
+                "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: ct-01\nspec:\n  \
+                 forProvider:\n    site: lab\n    node: pve1\n    template: {template}\n"
+            );
+            let (specs, diags) = crate::spec::parse_file("ct.yaml", yaml.as_bytes());
+            let diags: Vec<String> = diags.into_iter().map(|d| d.to_string()).collect();
+            (specs, diags)
+        };
+        let (specs, diags) = parse_raw("{oci: docker.io/library/nginx:1.27}");
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(
+            *specs[0].image(),
+            Image::Oci {
+                reference: "docker.io/library/nginx:1.27".into(),
+                storage: "local".into()
+            }
+        );
+        let (specs, diags) = parse_raw("{oci: \"nginx:1.27\", storage: templates}");
+        assert!(diags.is_empty(), "{diags:?}");
+        assert!(matches!(specs[0].image(), Image::Oci { storage, .. } if storage == "templates"));
+        for (bad, says) in [
+            ("{oci: docker.io/library/nginx}", "has no tag"),
+            ("{oci: \"nginx@sha256:abc\"}", "digest"),
+            ("{oci: \"Nginx:1\"}", "lowercase"),
+            ("{oci: \"nginx:1\", storage: \"a b\"}", "template.storage"),
+            ("{image: noble}", "{oci: REFERENCE}"),
+            ("{oci: 5}", "must be a string"),
+        ] {
+            let (specs, diags) = parse_raw(bad);
+            assert!(specs.is_empty(), "{bad}");
+            assert!(
+                diags
+                    .iter()
+                    .any(|d| d.starts_with("ct.yaml:9:15: error:") && d.contains(says)),
+                "{bad}: {diags:?}"
+            );
+        }
+    }
 
     #[test]
     fn what_pve_refuses_a_token_or_a_clone_is_refused_with_the_reason() {

@@ -393,9 +393,18 @@ fn lxc_own_schema() -> Value {
             "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)*[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$"
         },
         "template": {
-            "description": "What the container is made from: a vztmpl archive as `pveam list <storage>` shows it (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst; .tar.zst, .tar.gz, .tar.xz, .tgz or .tar), the VMID of a CT template (cloned, e.g. 9100), or a CT template's name. Required unless the spec adopts an existing container (proxsync.io/adopt).",
+            "description": "What the container is made from: a vztmpl archive as `pveam list <storage>` shows it (local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst; .tar.zst, .tar.gz, .tar.xz, .tgz or .tar), the VMID of a CT template (cloned, e.g. 9100), a CT template's name, or {oci: REFERENCE} (PVE 9.1: an OCI image such as docker.io/library/nginx:1.27, which PVE pulls to the vztmpl storage `storage`, default local). Required unless the spec adopts an existing container (proxsync.io/adopt).",
             "oneOf": [
                 {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
+                {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["oci"],
+                    "properties": {
+                        "oci": {"description": "The image's reference with its tag (no digest), as PVE's oci-registry-pull takes it.", "type": "string", "maxLength": super::oci::MAX_REFERENCE, "pattern": "^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|-*)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-*)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"},
+                        "storage": {"description": "The vztmpl storage it is pulled to (default local).", "type": "string"}
+                    }
+                },
                 {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:vztmpl/[A-Za-z0-9_+-][A-Za-z0-9._+-]*\\.(tar\\.gz|tar\\.xz|tar\\.zst|tgz|tar)|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
             ]
         },
