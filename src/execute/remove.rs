@@ -75,6 +75,13 @@ pub(super) async fn recreate(
         ));
     }
     if rec.vm.made_vmid().is_some() {
+        // What the create will need is checked before the guest goes (storage, bridge, the
+        // image on its node, ...): a refusal leaves the guest as it is. A delete already recorded
+        // goes on whatever it says.
+        if !matches!(rec.vm, VmState::Deleting { .. }) {
+            let site = super::site(ctx, vm.site)?;
+            super::preflight::preflight(&ctx.reads(), site, spec).await?;
+        }
         match delete(ctx, vm, &spec.name, rec, Then::Recreate(spec)).await? {
             Outcome::Done => {}
             other => return Ok(other),

@@ -265,7 +265,7 @@ fn ready_and_reconciling(
         image_now,
         ..
     } = plan;
-    let made = rec.and_then(SpecRecord::made_from).zip(image_now);
+    let made = image_now.map(|now| (rec.and_then(SpecRecord::made_from), now));
     let vmid = rec.and_then(|r| r.vm.made_vmid());
     let kind = spec.kind();
     let text = |t: ConditionText<'_>| t.to_string();
@@ -447,7 +447,7 @@ fn ready_and_reconciling(
             S::True,
             Reason::RollingOut,
             ConditionText::RollingOut {
-                set,
+                set: set.as_deref(),
                 max_unavailable: *max_unavailable,
             },
         ),

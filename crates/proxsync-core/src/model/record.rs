@@ -109,10 +109,12 @@ impl VmState {
         }
     }
 
-    /// The VMID this state reserves (a create in flight).
+    /// The VMID this state reserves: a create in flight, or a delete recorded (until the record
+    /// moves on, no create of this install takes it: a rebuild's record, still naming it, would
+    /// find it taken and hold its spec for good).
     pub fn reserved(&self) -> Option<u32> {
         match self {
-            VmState::Creating { vmid, .. } => Some(*vmid),
+            VmState::Creating { vmid, .. } | VmState::Deleting { vmid, .. } => Some(*vmid),
             _ => None,
         }
     }

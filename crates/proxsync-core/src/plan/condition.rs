@@ -155,10 +155,10 @@ pub enum ConditionText<'a> {
         /// The guest's kind.
         kind: GuestKind,
     },
-    /// A set's reboot waits its turn.
+    /// A set's reboot or rebuild waits its turn (`None`: a spec of its own's rebuild).
     RollingOut {
         /// The set.
-        set: &'a str,
+        set: Option<&'a str>,
         /// Its `maxUnavailable`.
         max_unavailable: u32,
     },
@@ -304,8 +304,9 @@ pub enum ConditionText<'a> {
         vm: Option<&'a ObservedVm>,
         /// The guest.
         vmid: u32,
-        /// The `ProxmoxImage` file the guest was made from and the one its image names now.
-        made: Option<(&'a str, &'a str)>,
+        /// For a guest made from a `ProxmoxImage`: the file it was made from (`None`: not
+        /// recorded) and the one its image names now.
+        made: Option<(Option<&'a str>, &'a str)>,
     },
     /// The spec's encrypted value does not open.
     DecryptionFailed {

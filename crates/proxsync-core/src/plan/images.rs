@@ -27,7 +27,9 @@ pub(super) fn recreate(
     };
     let made_from = rec?.made_from()?;
     let image = input.images.get(name)?;
+    let node_ok = (input.sites.get(&spec.site)).is_some_and(|v| v.node_healthy(&spec.node));
     if made_from == image.filename
+        || !node_ok
         || (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
     {
         return None;

@@ -527,11 +527,14 @@ pub enum Verdict {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         elsewhere: bool,
     },
-    /// The spec is a member of set `set`, and rebooting it for a change now would make more
-    /// than `max_unavailable` of its members unavailable: it waits for its turn.
+    /// The spec is a member of set `set`, and rebooting or rebuilding it for a change now would
+    /// make more than `max_unavailable` of its members unavailable: it waits for its turn. Without
+    /// a set: a spec of its own whose rebuild from a new image waits for the one of its site
+    /// being rebuilt (one at a time per site).
     RollingOut {
-        /// The set's name.
-        set: String,
+        /// The set's name; `None`: the specs of their own of the spec's site.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        set: Option<String>,
         /// How many of the set's members may be unavailable at once (`maxUnavailable`).
         max_unavailable: u32,
     },

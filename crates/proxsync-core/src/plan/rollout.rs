@@ -1,79 +1,109 @@
-//! A `ProxmoxVMSet`'s members are rebooted for a change at most `maxUnavailable` at a time:
-//! a template change that needs a reboot (under the members' `rebootPolicy`) rolls through the
-//! set instead of taking it down at once. A converge reboots in the same action when what it
-//! applies goes pending, so every converge of a running member whose policy reboots counts;
-//! members whose policy never reboots take a change all at once (nothing goes down). A rebuild
-//! from a new image (`imagePolicy: Recreate`) takes a member down too, and rolls the same way.
+//! A `ProxmoxVMSet`'s members are taken down for a change at most `maxUnavailable` at a time:
+//! a template change that needs a reboot (under the members' `rebootPolicy`), or a rebuild from
+//! a new image (`imagePolicy: Recreate`), rolls through the set instead of taking it down at
+//! once. A converge reboots in the same action when what it applies goes pending, so every
+//! converge of a running member whose policy reboots counts; members whose policy never reboots
+//! take a change all at once (nothing goes down). The rebuilds of specs of their own (no set)
+//! roll too, one at a time per site.
 
 use std::collections::BTreeMap;
 
 use super::{Action, Plan, PlanInput, Verdict};
+use crate::model::VmState;
+use crate::spec::{ImagePolicy, Spec};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
-/// One set's rollout this cycle.
-struct Roll<'a> {
-    /// `maxUnavailable`.
-    max: u32,
-    /// Members not Ready for another reason.
-    busy: u32,
-    /// Members a converge may reboot, by index.
-    rebooting: Vec<(u32, &'a str)>,
+/// What rolls together: a set, or the specs of their own of one site (their rebuilds only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group<'a> {
+    Set(&'a str),
+    Lone(&'a str),
 }
 
-/// Holds the reboots of a set's members beyond what its `maxUnavailable` leaves: members not
-/// Ready for another reason (creating, failing, waiting) count as unavailable first; the
-/// lowest indexes reboot first. A held member's verdict is [`Verdict::RollingOut`].
-pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
-    if input.desired.iter().all(|s| s.set.is_none()) {
-        return;
+/// One group's roll this cycle.
+struct Roll<'a> {
+    /// How many may be down at once: `maxUnavailable`, 1 for specs of their own.
+    max: u32,
+    /// Down already: not Ready for another reason, or a rebuild whose delete is recorded (it
+    /// goes on, never held).
+    busy: u32,
+    /// Members an action would take down now, by (index, name).
+    taking_down: Vec<(u32, &'a str)>,
+}
+
+/// The group a spec rolls in, with its place in it, if it rolls at all.
+fn group(spec: &Spec) -> Option<(Group<'_>, u32, u32)> {
+    match spec.set.as_deref() {
+        Some(m) => Some((Group::Set(&m.set), m.max_unavailable, m.index)),
+        None if spec.image_policy == ImagePolicy::Recreate => Some((Group::Lone(&spec.site), 1, 0)),
+        None => None,
     }
-    let members: FnvHashMap<&str, &crate::spec::Spec> = (input.desired.iter())
-        .filter(|s| s.set.is_some())
+}
+
+/// Holds what would take down a group's members beyond what it leaves (`maxUnavailable`;
+/// one per site for specs of their own): members not Ready for another reason count as
+/// unavailable first, and so does a rebuild whose delete is recorded (its guest is down: it
+/// goes on); the lowest indexes go first. A held member's verdict is [`Verdict::RollingOut`].
+pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
+    let rolling: FnvHashMap<&str, &Spec> = (input.desired.iter())
+        .filter(|s| group(s).is_some())
         .map(|s| (s.name.as_str(), s))
         .collect();
-    // A rebuild from a new image takes the member down as a reboot does.
-    let reboots = |a: &Action| {
-        (a.spec().and_then(|n| members.get(n)))
-            .is_some_and(|s| matches!(a, Action::Recreate { .. }) || super::may_reboot(input, s, a))
-    };
-    if !out.actions.iter().any(reboots) {
+    if rolling.is_empty() {
         return;
     }
-    let rebooting: FnvHashSet<&str> = (out.actions.iter())
-        .filter(|a| reboots(a))
+    // A rebuild takes the member down as a reboot does; a spec of its own rolls its rebuilds.
+    let takes_down = |a: &Action| {
+        (a.spec().and_then(|n| rolling.get(n))).is_some_and(|s| {
+            matches!(a, Action::Recreate { .. })
+                || s.set.is_some() && super::may_reboot(input, s, a)
+        })
+    };
+    if !out.actions.iter().any(takes_down) {
+        return;
+    }
+    let acting: FnvHashSet<&str> = (out.actions.iter())
+        .filter(|a| takes_down(a))
         .filter_map(Action::spec)
         .collect();
-    let mut sets: BTreeMap<&str, Roll<'_>> = BTreeMap::new();
-    for spec in input.desired.iter() {
-        let Some(m) = spec.set.as_deref() else {
+    let mut groups: BTreeMap<Group<'_>, Roll<'_>> = BTreeMap::new();
+    for spec in rolling.values() {
+        let Some((key, max, index)) = group(spec) else {
             continue;
         };
-        let entry = sets.entry(m.set.as_str()).or_insert(Roll {
-            max: m.max_unavailable,
+        let entry = groups.entry(key).or_insert(Roll {
+            max,
             busy: 0,
-            rebooting: Vec::new(),
+            taking_down: Vec::new(),
         });
-        if rebooting.contains(spec.name.as_str()) {
-            entry.rebooting.push((m.index, spec.name.as_str()));
-        } else if !super::dependencies::ready(out, &spec.name) {
+        let deleting = (input.records.get(&spec.name))
+            .is_some_and(|r| matches!(r.vm, VmState::Deleting { .. }));
+        let name = spec.name.as_str();
+        if acting.contains(name) && !deleting {
+            entry.taking_down.push((index, name));
+        } else if deleting || !super::dependencies::ready(out, name) {
             entry.busy += 1;
         }
     }
     let mut held: FnvHashSet<String> = FnvHashSet::default();
-    for (set, roll) in sets {
+    for (key, roll) in groups {
         let Roll {
             max,
             busy,
-            rebooting: mut members,
+            taking_down: mut members,
         } = roll;
         members.sort_unstable();
         let room = max.saturating_sub(busy) as usize;
         for (_, name) in members.into_iter().skip(room) {
             held.insert(name.to_string());
+            let set = match key {
+                Group::Set(set) => Some(set.to_string()),
+                Group::Lone(_) => None,
+            };
             out.verdicts.insert(
                 name.to_string(),
                 Verdict::RollingOut {
-                    set: set.to_string(),
+                    set,
                     max_unavailable: max,
                 },
             );
@@ -81,6 +111,6 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
     }
     if !held.is_empty() {
         out.actions
-            .retain(|a| !(reboots(a) && a.spec().is_some_and(|s| held.contains(s))));
+            .retain(|a| !(takes_down(a) && a.spec().is_some_and(|s| held.contains(s))));
     }
 }

@@ -603,17 +603,17 @@ fn converge(
     if !view.node_healthy(&vm.node) {
         return unhealthy(view, &vm.node);
     }
-    if vm.node != spec.node {
-        return migrate(spec, view, vm, backoff, actions);
-    }
     // Made from an older version of its image under `imagePolicy: Recreate`: made anew from
-    // the spec, whatever else differs.
+    // the spec, whatever else differs (on the node the spec names now: never moved first).
     if let Some(recreate) = super::images::recreate(input, spec, rec, vm) {
         if let Some(until_ms) = backoff {
             return Verdict::BackingOff { until_ms };
         }
         actions.push(recreate);
         return Verdict::Acting;
+    }
+    if vm.node != spec.node {
+        return migrate(spec, view, vm, backoff, actions);
     }
     let default_rec = SpecRecord::default();
     let rec_or_default = rec.unwrap_or(&default_rec);

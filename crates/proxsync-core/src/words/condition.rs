@@ -127,12 +127,17 @@ impl fmt::Display for ConditionText<'_> {
                 kind.noun()
             ),
             ConditionText::RollingOut {
-                set,
+                set: Some(set),
                 max_unavailable,
             } => write!(
                 f,
-                "a change needs a reboot, and set {set} reboots at most {max_unavailable} \
-                 member(s) at a time (maxUnavailable): this one waits its turn"
+                "a change needs a reboot or a rebuild, and set {set} takes down at most \
+                 {max_unavailable} member(s) at a time (maxUnavailable): this one waits its turn"
+            ),
+            ConditionText::RollingOut { set: None, .. } => f.write_str(
+                "a new version of its image rebuilds it (imagePolicy: Recreate), and the specs \
+                 of their own of its site are rebuilt one at a time, each once the one before is \
+                 Ready: this one waits its turn",
             ),
             ConditionText::WaitingForImage { kind, image, why } => write!(
                 f,
@@ -264,7 +269,18 @@ impl fmt::Display for ConditionText<'_> {
             } => {
                 let noun = spec.kind().noun();
                 write!(f, "{noun} {vmid} matches the spec")?;
-                if let (Some((made, now)), crate::spec::Image::Managed(image)) =
+                if let (Some((None, now)), crate::spec::Image::Managed(image)) =
+                    (made, spec.image())
+                {
+                    let version = crate::spec::images::version_of_file(now).unwrap_or(now);
+                    write!(
+                        f,
+                        "; made from image {image}, its version not recorded (adopted, or made \
+                         before proxsync recorded versions): a new version never rebuilds it; \
+                         delete the {noun} to have it made from version {version}"
+                    )?;
+                }
+                if let (Some((Some(made), now)), crate::spec::Image::Managed(image)) =
                     (made, spec.image())
                 {
                     let version = |file| crate::spec::images::version_of_file(file).unwrap_or(file);

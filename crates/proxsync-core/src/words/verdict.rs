@@ -141,11 +141,15 @@ fn line(verdict: &Verdict, kind: GuestKind, rec: Option<&SpecRecord>, now_ms: u6
             "held: {count} adoptions by consent this cycle, more than max_adopt_per_cycle = {max}"
         ),
         Verdict::RollingOut {
-            set,
+            set: Some(set),
             max_unavailable,
         } => format!(
-            "waits its turn: set {set} reboots at most {max_unavailable} member(s) at a time"
+            "waits its turn: set {set} takes down at most {max_unavailable} member(s) at a time"
         ),
+        Verdict::RollingOut { set: None, .. } => {
+            "waits its turn: the specs of their own of its site are rebuilt one at a time"
+                .to_string()
+        }
         Verdict::WaitingForImage { image, why } => {
             format!("waits for image {image} before its {noun} is created: {why}")
         }
