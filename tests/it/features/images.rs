@@ -836,3 +836,452 @@ async fn a_roll_longer_than_a_cycle_asks_for_the_next_cycle_at_once() {
         "{first:?} -> {now:?}"
     );
 }
+// ---- rebuilds from a new image, attacked (imagePolicy: Recreate) ----------------------------
+
+/// A VM of its own made from `noble-cloud` on pve1 under `imagePolicy: Recreate`, `extra`
+/// lines in its forProvider.
+fn rebuilt_guest(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: {name}}}\nspec:\n  \
+         imagePolicy: Recreate\n  forProvider:\n    site: lab\n    node: pve1\n    \
+         image: {{image: noble-cloud}}\n    memory: 1Gi\n    disk: 8Gi\n{extra}"
+    )
+}
+
+impl Setup {
+    fn status_vmid(&self, name: &str) -> Option<u64> {
+        let text = std::fs::read_to_string(self.ws.path(&format!("status/{name}.yaml"))).ok()?;
+        let status: Value = serde_saphyr::from_str(&text).ok()?;
+        status["vmId"].as_u64()
+    }
+
+    /// Every guest whose notes carry install test's marker, by spec.
+    fn claims(&mut self) -> std::collections::BTreeMap<String, Vec<u64>> {
+        common::engine::marker_claims(&mut self.pve)
+    }
+
+    fn listed(&mut self) -> Vec<u64> {
+        self.pve
+            .vms()
+            .iter()
+            .filter_map(|v| v["vmid"].as_u64())
+            .collect()
+    }
+
+    /// PUTs `key=value` on VM `vmid`'s config as a person would.
+    fn put_config(&self, vmid: u64, key: &str, value: &str) -> bool {
+        let ca = self.pve.ca_pem();
+        let url = self.pve.api_url(&format!("/nodes/pve1/qemu/{vmid}/config"));
+        let (key, value) = (key.to_string(), value.to_string());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let client = common::fakepve::verified_client(&ca);
+            rt.block_on(async {
+                client
+                    .put(url)
+                    .header(
+                        "Authorization",
+                        common::fakepve::token_header(
+                            common::fakepve::TOKEN_ID,
+                            common::fakepve::TOKEN_SECRET,
+                        ),
+                    )
+                    .form(&[(key.as_str(), value.as_str())])
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            })
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+/// One lone guest `web-1` under Recreate with `extra`, made from the first version; then the
+/// new version committed (not yet cycled). Returns the setup and the first guest's VMID.
+async fn lone_rebuild(extra: &str) -> (Setup, u64, String) {
+    let mut s = setup(None, &[]);
+    let first = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first),
+        ("web-1.yaml", rebuilt_guest("web-1", extra)),
+    ]);
+    assert!(!s.specs.has_errors(), "{:?}", s.specs.diagnostics);
+    s.cycle().await;
+    let vmid = s.status_vmid("web-1").expect("made");
+    let doc = s.new_version();
+    s.recommit(&[
+        ("images.yaml", doc.clone()),
+        ("web-1.yaml", rebuilt_guest("web-1", extra)),
+    ]);
+    let new = s.specs.images[0].version().to_string();
+    (s, vmid, new)
+}
+
+/// `vmId` pinned, `protection: true`, `ha`: each rebuilt, one guest throughout, from the
+/// new version, and nothing deleted at the next cycle.
+#[tokio::test]
+async fn a_pinned_protected_ha_guest_is_rebuilt_once() {
+    for extra in [
+        "    vmId: 321\n",
+        "    protection: true\n",
+        "    ha: {}\n",
+        "    vmId: 321\n    protection: true\n    ha: {}\n",
+    ] {
+        let (mut s, first, new) = lone_rebuild(extra).await;
+        for _ in 0..3 {
+            s.cycle().await;
+            let claims = s.claims();
+            assert!(
+                claims.get("web-1").is_none_or(|v| v.len() <= 1),
+                "{extra}: two guests {claims:?}"
+            );
+        }
+        let msg = s.ready_message("web-1");
+        assert!(
+            msg.starts_with("True")
+                && msg.contains(&format!("version {new}"))
+                && !msg.contains("older"),
+            "{extra:?}: first {first}, now {:?}: {msg}",
+            s.status_vmid("web-1")
+        );
+        if extra.contains("vmId") {
+            assert_eq!(s.status_vmid("web-1"), Some(321), "{extra}");
+        }
+        let before = common::engine::next_seq(&mut s.pve);
+        s.cycle().await;
+        let writes = common::engine::writes_since(&mut s.pve, before);
+        assert!(
+            !writes.iter().any(|w| w.starts_with("DELETE")),
+            "{extra}: {writes:?}"
+        );
+    }
+}
+
+/// A backup holds the guest's lock when its rebuild is due: nothing deleted meanwhile; once
+/// it ends, rebuilt.
+#[tokio::test]
+async fn a_rebuild_waits_for_a_backup_lock() {
+    let (mut s, vmid, new) = lone_rebuild("").await;
+    let now = manual_clock(&mut s.engine);
+    s.pve.snapshot_lock(vmid as u32, "backup");
+    s.cycle().await;
+    assert!(s.listed().contains(&vmid), "deleted under a backup lock");
+    let msg = s.ready_message("web-1");
+    assert!(msg.contains("backup"), "the lock is named: {msg}");
+    s.pve.unlock(vmid as u32);
+    for _ in 0..4 {
+        advance(&now, std::time::Duration::from_secs(3600));
+        s.cycle().await;
+    }
+    let msg = s.ready_message("web-1");
+    assert!(
+        msg.contains(&format!("version {new}")) && !msg.contains("older"),
+        "{msg}"
+    );
+    assert_eq!(s.claims().get("web-1").map(Vec::len), Some(1));
+}
+
+/// A person replaced the guest's notes (the marker line gone) before its rebuild: it is not
+/// deleted on its identity alone; the marker line is written back first, then the rebuild
+/// follows; never two guests.
+#[tokio::test]
+async fn a_rebuild_after_the_notes_lost_the_marker_makes_no_second_guest() {
+    let (mut s, vmid, new) = lone_rebuild("").await;
+    assert!(s.put_config(vmid, "description", "my notes"));
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, before);
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "not deleted on its identity alone: {writes:?}"
+    );
+    for _ in 0..3 {
+        s.cycle().await;
+    }
+    assert_eq!(s.claims().get("web-1").map(Vec::len), Some(1));
+    let msg = s.ready_message("web-1");
+    assert!(msg.contains(&format!("version {new}")), "{msg}");
+}
+
+/// A second guest carrying the spec's marker (a restored copy) when the rebuild is due.
+#[tokio::test]
+async fn a_rebuild_deletes_only_the_recorded_guest_of_a_duplicate() {
+    let (mut s, vmid, _new) = lone_rebuild("").await;
+    let vm = s.pve.vm(vmid as u32);
+    let cfg = &vm["config"];
+    s.pve.add_vm(
+        json!({"vmid": 990, "name": vm["name"], "node": "pve1", "status": "stopped",
+        "config": {"description": cfg["description"], "tags": cfg["tags"], "name": vm["name"]}}),
+    );
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, before);
+    assert!(
+        !writes.iter().any(|w| w.contains("/qemu/990")),
+        "the copy is left alone: {writes:?}"
+    );
+    let claims = s.claims();
+    let guests = claims.get("web-1").cloned().unwrap_or_default();
+    assert!(
+        guests.len() == 2 && guests.contains(&990) && !guests.contains(&vmid),
+        "the recorded guest rebuilt, the copy kept: {claims:?}"
+    );
+}
+
+/// The create after the delete fails (PVE 500 on the create, then a refusal: storage
+/// missing): at most maxUnavailable (2) members down at any time; all back once it works.
+#[tokio::test]
+async fn a_roll_whose_creates_fail_keeps_max_unavailable_and_comes_back() {
+    for (status, message) in [
+        (500, "internal error"),
+        (400, "storage 'local-lvm' does not exist"),
+    ] {
+        let mut s = setup(None, &[]);
+        let now = manual_clock(&mut s.engine);
+        let first = image_doc(&s.specs.images[0].checksum.hex);
+        s.recommit(&[
+            ("images.yaml", first),
+            ("web.yaml", image_set(4, "Recreate")),
+        ]);
+        s.cycle().await;
+        let doc = s.new_version();
+        s.recommit(&[("images.yaml", doc), ("web.yaml", image_set(4, "Recreate"))]);
+        let new = s.specs.images[0].version().to_string();
+        s.pve.fail("POST", "/qemu", status, message);
+        for round in 0..6 {
+            s.cycle().await;
+            advance(&now, std::time::Duration::from_secs(600));
+            let claims = s.claims();
+            let up = (1..=4)
+                .filter(|i| {
+                    claims
+                        .get(&format!("web-{i:02}"))
+                        .is_some_and(|v| !v.is_empty())
+                })
+                .count();
+            assert!(
+                up >= 2,
+                "{status} round {round}: only {up} of 4 members have a guest: {claims:?}"
+            );
+        }
+        s.pve.clear_failures();
+        for _ in 0..8 {
+            s.cycle().await;
+            advance(&now, std::time::Duration::from_secs(600));
+        }
+        let claims = s.claims();
+        for i in 1..=4 {
+            let name = format!("web-{i:02}");
+            assert_eq!(
+                claims.get(&name).map(Vec::len),
+                Some(1),
+                "{status}: {claims:?}"
+            );
+            let msg = s.ready_message(&name);
+            assert!(
+                msg.contains(&format!("version {new}")) && !msg.contains("older"),
+                "{status}: {name}: {msg}"
+            );
+        }
+    }
+}
+
+/// The database lost mid-roll (the first wave deleted, its creates failing): never a second
+/// guest; the members without a guest are made again (from the new version), the others are
+/// adopted with their version unknown, which Ready says, and are not rebuilt.
+#[tokio::test]
+async fn a_database_lost_mid_roll_makes_no_second_guest() {
+    let mut s = setup(None, &[]);
+    let first = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first),
+        ("web.yaml", image_set(4, "Recreate")),
+    ]);
+    s.cycle().await;
+    let doc = s.new_version();
+    s.recommit(&[("images.yaml", doc), ("web.yaml", image_set(4, "Recreate"))]);
+    // The create fails after the first wave's deletes: the roll stops mid-way.
+    s.pve.fail("POST", "/qemu", 500, "internal error");
+    s.cycle().await;
+    let mid = s.claims();
+    assert_eq!(mid.len(), 2, "the first wave is deleted: {mid:?}");
+    s.ws.remove_state();
+    let config = Config::load(&s.ws.config()).expect("config");
+    s.engine = Engine::new(config).expect("engine");
+    s.pve.clear_failures();
+    let new = s.specs.images[0].version().to_string();
+    for _ in 0..6 {
+        s.cycle().await;
+        let claims = s.claims();
+        for (spec, v) in &claims {
+            assert!(v.len() <= 1, "two guests of {spec}: {claims:?}");
+        }
+    }
+    for i in 1..=4 {
+        let name = format!("web-{i:02}");
+        let msg = s.ready_message(&name);
+        let kept = mid.contains_key(&name);
+        assert!(
+            msg.starts_with("True")
+                && (!kept || msg.contains("version not recorded"))
+                && (kept || msg.contains(&format!("version {new}"))),
+            "{name}: {msg}"
+        );
+    }
+}
+
+/// The commit that brings the new version also names a storage the node lacks (a typo): the
+/// create's pre-flight refuses it before the delete, so no guest of the 12 is deleted.
+#[tokio::test]
+async fn a_rebuild_the_create_would_refuse_deletes_nothing() {
+    let names: Vec<String> = (1..=12).map(|i| format!("lone-{i:02}")).collect();
+    let mut s = setup(None, &[]);
+    let first = image_doc(&s.specs.images[0].checksum.hex);
+    let mut files = vec![("images.yaml".to_string(), first)];
+    for n in &names {
+        files.push((format!("{n}.yaml"), rebuilt_guest(n, "")));
+    }
+    let f: Vec<(&str, String)> = files.iter().map(|(a, b)| (a.as_str(), b.clone())).collect();
+    s.recommit(&f);
+    s.cycle().await;
+    assert_eq!(s.claims().len(), 12);
+    let doc = s.new_version();
+    let mut files = vec![("images.yaml".to_string(), doc)];
+    for n in &names {
+        files.push((
+            format!("{n}.yaml"),
+            rebuilt_guest(n, "    storage: local-typo\n"),
+        ));
+    }
+    let f: Vec<(&str, String)> = files.iter().map(|(a, b)| (a.as_str(), b.clone())).collect();
+    s.recommit(&f);
+    assert!(!s.specs.has_errors(), "{:?}", s.specs.diagnostics);
+    let seq = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, seq);
+    let deletes = writes.iter().filter(|w| w.starts_with("DELETE")).count();
+    let claims = s.claims();
+    assert_eq!(deletes, 0, "{writes:?}");
+    assert_eq!(claims.len(), 12, "{claims:?}");
+    let message = s.ready_message("lone-01");
+    assert!(message.contains("local-typo"), "{message}");
+}
+
+/// A flood: 30 specs of their own, a new version, the create failing (PVE 500) after each
+/// delete: they roll one at a time, and the first that does not come back holds the rest.
+#[tokio::test]
+async fn lone_rebuilds_whose_creates_fail_take_down_one_guest() {
+    let names: Vec<String> = (1..=30).map(|i| format!("lone-{i:02}")).collect();
+    let mut s = setup(None, &[]);
+    let first = image_doc(&s.specs.images[0].checksum.hex);
+    let mut files = vec![("images.yaml".to_string(), first)];
+    for n in &names {
+        files.push((format!("{n}.yaml"), rebuilt_guest(n, "")));
+    }
+    let f: Vec<(&str, String)> = files.iter().map(|(a, b)| (a.as_str(), b.clone())).collect();
+    s.recommit(&f);
+    s.cycle().await;
+    assert_eq!(s.claims().len(), 30);
+    let doc = s.new_version();
+    let mut files = vec![("images.yaml".to_string(), doc)];
+    for n in &names {
+        files.push((format!("{n}.yaml"), rebuilt_guest(n, "")));
+    }
+    let f: Vec<(&str, String)> = files.iter().map(|(a, b)| (a.as_str(), b.clone())).collect();
+    s.recommit(&f);
+    s.pve.fail("POST", "/qemu", 500, "internal error");
+    let seq = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, seq);
+    let deletes = writes.iter().filter(|w| w.starts_with("DELETE")).count();
+    let claims = s.claims();
+    assert_eq!(deletes, 1, "{writes:?}");
+    assert_eq!(claims.len(), 29);
+    let seq = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, seq);
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "held: {writes:?}"
+    );
+}
+
+/// A set over two nodes, `maxUnavailable: 1`: the new version reaches pve2 late (its download
+/// fails first), and deletes take a while (each waited for across cycles). A member whose delete
+/// is recorded goes on and counts as down, so a lower-indexed member whose version arrives
+/// meanwhile waits; and the freed VMID stays the member's, so every member comes back.
+#[tokio::test]
+async fn a_roll_over_two_nodes_keeps_max_unavailable_and_every_member_comes_back() {
+    let set = |policy: &str| {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
+             replicas: 4\n  placement: {{nodes: [pve1, pve2]}}\n  maxUnavailable: 1\n  \
+             template:\n    imagePolicy: {policy}\n    forProvider:\n      site: lab\n      \
+             image: {{image: noble-cloud}}\n      memory: 1Gi\n      disk: 8Gi\n"
+        )
+    };
+    let mut s = setup(None, &[]);
+    let now = manual_clock(&mut s.engine);
+    let first = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[("images.yaml", first), ("web.yaml", set("Recreate"))]);
+    s.cycle().await;
+    s.cycle().await;
+    let doc = s.new_version();
+    s.recommit(&[("images.yaml", doc), ("web.yaml", set("Recreate"))]);
+    s.pve
+        .fail("POST", "pve2/storage/local/download-url", 500, "pve2 busy");
+    s.pve.set_time_scale(1.0);
+    s.pve.destroy_timing(5.0);
+    s.engine.task_wait = std::time::Duration::from_millis(100);
+    let new = s.specs.images[0].version().to_string();
+    let rebuilt = |s: &Setup| {
+        (1..=4).all(|i| {
+            let message = s.ready_message(&format!("web-{i:02}"));
+            message.starts_with("True") && message.contains(&format!("version {new},"))
+                || message.starts_with("True") && message.ends_with(&format!("version {new}"))
+        })
+    };
+    let mut worst = 0;
+    // Rounds of a cycle a PVE second apart, until every member is back made from the new version
+    // (a delete takes 5 s, so the roll takes a while), at most 60.
+    for round in 0..60 {
+        if round == 6 {
+            s.pve.clear_failures();
+            advance(&now, std::time::Duration::from_secs(7200));
+        }
+        s.cycle().await;
+        let claims = s.claims();
+        let down = (1..=4)
+            .map(|i| format!("web-{i:02}"))
+            .filter(|name| {
+                let listed = s.ws.status(name)["vmId"]
+                    .as_u64()
+                    .is_some_and(|v| claims.get(name).is_some_and(|c| c.contains(&v)));
+                let msg = s.ready_message(name);
+                msg.contains("qmdestroy") || msg.contains("delet") || !listed
+            })
+            .count();
+        worst = worst.max(down);
+        if round > 6 && rebuilt(&s) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        advance(&now, std::time::Duration::from_secs(1));
+    }
+    assert!(
+        worst <= 1,
+        "maxUnavailable 1, yet {worst} members down at once"
+    );
+    for i in 1..=4 {
+        let message = s.ready_message(&format!("web-{i:02}"));
+        assert!(
+            message.starts_with("True") && message.contains(&format!("version {new}")),
+            "web-{i:02} is back, made from the new version: {message}"
+        );
+    }
+}
