@@ -23,8 +23,10 @@ use super::{
     ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, fail, site, task_record, wait,
 };
 
-/// Preflight, then the allocation loop (intent, request, answer), whose every arm keeps the
-/// invariant in place: the intent is durable before the request.
+/// Preflight (and an OCI image's pull), then the allocation loop (intent, request, answer),
+/// whose every arm keeps the invariant in place: the intent is durable before the request.
+// Long because: the create's steps in their order (the old guest shown gone, pre-flight, the
+// pull, then intent before request in each arm of the loop), one invariant across them.
 pub(super) async fn create(
     ctx: &ExecCtx<impl Pve>,
     site_name: &str,
@@ -35,7 +37,10 @@ pub(super) async fn create(
     confirm_gone(ctx, site, spec, rec).await?;
     let source = preflight(&ctx.reads(), site, spec).await?;
     // An OCI image not on the node yet is pulled before any VMID is reserved.
-    let source = super::oci::pulled(ctx, site, &spec.node, source).await?;
+    let source = match super::oci::pulled(ctx, site, &spec.node, source).await? {
+        super::oci::Pulled::Ready(source) => source,
+        super::oci::Pulled::Running(wait) => return Ok(Outcome::Waiting(wait)),
+    };
     if rec.uid.is_empty() {
         rec.uid = new_uid();
     }

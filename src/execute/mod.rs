@@ -334,8 +334,9 @@ pub(crate) struct NodeFacts {
     /// Per (site, template VMID): the template's config (its volumes decide whether it can be
     /// cloned to another node).
     templates: Cache<(String, u32), crate::pve::types::VmConfig>,
-    /// Per (site, node, volume): an OCI image pulled this cycle (`oci::pulled`).
-    pulls: Cache<(String, String, String), ()>,
+    /// Per (site, node, volume): an OCI image pulled this cycle (`oci::pulled`), or the task
+    /// of its pull still running.
+    pulls: Cache<(String, String, String), Option<String>>,
 }
 
 type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>);

@@ -4,29 +4,38 @@
 
 use std::sync::Arc;
 
-use crate::category::Category;
+use crate::model::{Unfit, Wait};
 use crate::pve::{Pve, TaskOutcome};
 
 use super::preflight::Source;
 use super::{ActionError, ExecCtx, SiteCtx, fail};
 
+/// What a pull came to: the archive is there, or PVE still pulls it.
+#[derive(Debug)]
+pub(super) enum Pulled {
+    /// Ready to create from.
+    Ready(Source),
+    /// The pull's task still runs when the wait ended: the create waits.
+    Running(Wait),
+}
+
 /// `source` ready to create from: an OCI image not yet on `node` ([`Source::OciPull`]) is pulled
 /// first (`POST .../oci-registry-pull`, its task waited for) and becomes its `vztmpl` archive;
 /// any other source is returned as it is. A failed pull fails the create with PVE's words (and
-/// its backoff); one still running when the wait ends is looked at again at the next attempt.
+/// its backoff); one still running when the wait ends is a wait, looked at again soon.
 pub(super) async fn pulled(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
     node: &str,
     source: Source,
-) -> Result<Source, ActionError> {
+) -> Result<Pulled, ActionError> {
     let Source::OciPull {
         reference,
         storage,
         volume,
     } = source
     else {
-        return Ok(source);
+        return Ok(Pulled::Ready(source));
     };
     let key = (site.name.clone(), node.to_string(), volume.clone());
     let cell = ctx
@@ -37,27 +46,50 @@ pub(super) async fn pulled(
         .entry(key)
         .or_default()
         .clone();
-    cell.get_or_try_init(|| async {
-        let file = crate::spec::oci::file_stem(&reference);
-        let client = &site.client;
-        let upid = client
-            .oci_registry_pull(node, &storage, &reference, &file)
-            .await?;
-        tracing::info!(%reference, node, %storage, %upid, "PVE pulls the OCI image");
-        let failed = |why: String| {
-            fail(
-                Category::ProxmoxError,
-                format!("PVE's pull of OCI image {reference} to {storage} on {node} {why}"),
-            )
+    let failed = |why: String| {
+        let unfit = Unfit::OciPullFailed {
+            reference: reference.clone(),
+            storage: storage.clone(),
+            node: node.to_string(),
+            why,
         };
-        match super::wait_until_stop(ctx, client, &upid).await {
-            Ok(TaskOutcome::StillRunning) => Err(failed(format!(
-                "still runs (task {upid}); the create goes on once it ends"
-            ))),
-            Ok(_) => Ok(Arc::new(())),
-            Err(e) => Err(failed(format!("failed: {}", e.pve_message()))),
-        }
+        fail(unfit.category(), unfit.to_string())
+    };
+    let outcome = cell
+        .get_or_try_init(|| async {
+            let file = crate::spec::oci::file_stem(&reference);
+            let client = &site.client;
+            // A pull started earlier (a cycle whose wait ended first) is waited for, not sent
+            // again: PVE would run a second skopeo beside it.
+            let task_id = crate::spec::oci::archive(&reference);
+            let running = (client.active_tasks(node).await.unwrap_or_default())
+                .into_iter()
+                .find(|t| {
+                    t.kind.as_deref() == Some("ociregistrypull")
+                        && t.id.as_deref() == Some(task_id.as_str())
+                })
+                .and_then(|t| t.upid.parse().ok());
+            let upid = match running {
+                Some(upid) => upid,
+                None => client
+                    .oci_registry_pull(node, &storage, &reference, &file)
+                    .await
+                    .map_err(|e| failed(e.pve_message().to_string()))?,
+            };
+            tracing::info!(%reference, node, %storage, %upid, "PVE pulls the OCI image");
+            match super::wait_until_stop(ctx, client, &upid).await {
+                Ok(TaskOutcome::StillRunning) => Ok(Arc::new(Some(upid.to_string()))),
+                Ok(_) => Ok(Arc::new(None)),
+                Err(e) => Err(failed(e.pve_message().to_string())),
+            }
+        })
+        .await?;
+    Ok(match outcome.as_ref() {
+        Some(upid) => Pulled::Running(Wait::OciPulling {
+            reference,
+            node: node.to_string(),
+            upid: upid.clone(),
+        }),
+        None => Pulled::Ready(Source::OsTemplate { volume }),
     })
-    .await?;
-    Ok(Source::OsTemplate { volume })
 }

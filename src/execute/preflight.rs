@@ -234,7 +234,7 @@ pub(super) async fn preflight(
         }
         Image::Oci { reference, storage } => {
             oci_source(
-                client, storages, &site.name, spec, reference, storage, &version,
+                client, storages, &site.name, spec, reference, storage, version,
             )
             .await
         }
@@ -281,17 +281,12 @@ async fn oci_source(
     storage: &str,
     version: &Version,
 ) -> Result<Source, ActionError> {
-    let since = crate::spec::oci::OCI_SINCE;
-    if version.triple() < since {
-        return Err(fail(
-            Category::ConfigurationError,
-            format!(
-                "site {site} runs PVE {}; a container from an OCI image (template: {{oci: \
-                 {reference}}}) needs PVE {}.{}, whose oci-registry-pull fetches it: upgrade the \
-                 site, or name a vztmpl archive as template",
-                version.version, since.0, since.1
-            ),
-        ));
+    if version.triple() < crate::spec::oci::OCI_SINCE {
+        return Err(unfit(Unfit::OciTooOld {
+            site: site.to_string(),
+            version: version.version.clone(),
+            reference: reference.to_string(),
+        }));
     }
     check_storage(storages, storage, "vztmpl", &spec.node)?;
     let volume = crate::spec::oci::volume(storage, reference);

@@ -58,6 +58,8 @@ fn other_versions(image: &ImageSpec, volids: &[String]) -> BTreeSet<String> {
 /// The images the run would download, and the (image, node) pairs it would download to (a
 /// create of a guest made from one is then no refusal: the volume comes first). A listing
 /// that cannot be read is an error.
+// Long because: per image, its nodes' listings read once, then the line with the nodes that
+// lack it, the guests made from it and those a new version rebuilds, in the order printed.
 pub(crate) async fn image_lines(
     view: &PlanView,
     specs: &SpecSet,

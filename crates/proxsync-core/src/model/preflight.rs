@@ -149,6 +149,26 @@ pub enum Unfit {
         /// The first release that has it.
         needed: String,
     },
+    /// A container from an OCI image on a site older than PVE 9.1 (no `oci-registry-pull`).
+    OciTooOld {
+        /// The site.
+        site: String,
+        /// The release it runs.
+        version: String,
+        /// The image's reference.
+        reference: String,
+    },
+    /// PVE's pull of the OCI image failed (refused, or its task failed): PVE's words.
+    OciPullFailed {
+        /// The image's reference.
+        reference: String,
+        /// The storage it was pulled to.
+        storage: String,
+        /// The node.
+        node: String,
+        /// PVE's message.
+        why: String,
+    },
     /// The volume is not on the storage.
     NoVolume {
         /// The volume.
@@ -202,7 +222,8 @@ impl Unfit {
             | Unfit::NoContainerTemplate { .. }
             | Unfit::NoImage { .. }
             | Unfit::NoVolume { .. } => Category::ImageNotFound,
-            Unfit::TooOld { .. } => Category::ApiNotSupported,
+            Unfit::TooOld { .. } | Unfit::OciTooOld { .. } => Category::ApiNotSupported,
+            Unfit::OciPullFailed { .. } => Category::ProxmoxError,
             _ => Category::ConfigurationError,
         }
     }

@@ -21,6 +21,16 @@ pub enum Wait {
         /// The VM's VMID.
         vmid: u32,
     },
+    /// PVE still pulls the OCI image a container is made from (its task `upid`): the create
+    /// goes on once it ends.
+    OciPulling {
+        /// The image's reference.
+        reference: String,
+        /// The node it is pulled to.
+        node: String,
+        /// The pull's task.
+        upid: String,
+    },
     /// The guest is locked by a command that runs no task (`fstrim`).
     CommandLock {
         /// The guest's kind.

@@ -142,6 +142,27 @@ impl fmt::Display for Unfit {
                 "Proxmox VE {version} lacks {what} (needs Proxmox VE {needed} or later); upgrade \
                  the cluster or use a template image (a VMID) instead"
             ),
+            Unfit::OciTooOld {
+                site,
+                version,
+                reference,
+            } => write!(
+                f,
+                "site {site} runs PVE {version}; a container from an OCI image (template: {{oci: \
+                 {reference}}}) needs PVE 9.1, whose oci-registry-pull fetches it: upgrade the \
+                 site, or name a vztmpl archive as template"
+            ),
+            Unfit::OciPullFailed {
+                reference,
+                storage,
+                node,
+                why,
+            } => write!(
+                f,
+                "PVE's pull of OCI image {reference} to {storage} on {node} failed: {why}; check \
+                 the reference (its registry, repository and tag) and that the node reaches the \
+                 registry and has skopeo"
+            ),
             Unfit::NoVolume {
                 volume,
                 node,

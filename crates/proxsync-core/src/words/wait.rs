@@ -19,6 +19,15 @@ impl fmt::Display for Wait {
                 "VM {vmid} is hibernated (lock: {lock}); proxsync changes nothing on it until it \
                  is resumed (qm start {vmid}, or powerState: running in the spec)"
             ),
+            Wait::OciPulling {
+                reference,
+                node,
+                upid,
+            } => write!(
+                f,
+                "PVE pulls OCI image {reference} on {node} (task {upid}); the container is made \
+                 once it ends"
+            ),
             Wait::Resumed { vmid } => write!(
                 f,
                 "VM {vmid} was resumed from hibernation; converging it next"

@@ -119,9 +119,15 @@ pub fn file_stem(reference: &str) -> String {
     format!("{normal}-{:08x}", h.finish() as u32)
 }
 
+/// The archive PVE stores `reference` as (the [`file_stem`] and `.tar`): also the id of its
+/// pull's task (`encode_text` leaves these characters as they are).
+pub fn archive(reference: &str) -> String {
+    format!("{}.tar", file_stem(reference))
+}
+
 /// The `vztmpl` volume `reference` is pulled to on `storage`.
 pub fn volume(storage: &str, reference: &str) -> String {
-    format!("{storage}:vztmpl/{}.tar", file_stem(reference))
+    format!("{storage}:vztmpl/{}", archive(reference))
 }
 
 #[cfg(test)]

@@ -376,6 +376,7 @@ fn described(mut schema: Value, description: &str) -> Value {
 
 /// The `forProvider` fields of a container that are only a container's: what it is made from,
 /// its resources, DNS, console and first-boot secrets.
+// Long because: one JSON Schema literal, a field per entry, as the spec reads.
 fn lxc_own_schema() -> Value {
     let size = |plain: &str, example: &str| size_schema(plain, example, 1);
     let count = |d: &str, min: u64, max: u64| {
