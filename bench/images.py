@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """A ProxmoxImage by URL and a set of N VMs made from it (issue 45): from the push of one commit
 to every member Ready (PVE downloads the image to each node, then the members are created from
-it), and a second commit with a new image version (downloaded; the members are left alone).
+it), a second commit with a new image version (downloaded; the members are left alone), and a
+third that says `imagePolicy: Recreate` (the members rebuilt from the new version,
+`--max-unavailable` at a time).
 
     bench/images.py BINARY [--members 20] [--nodes 2] [--download-secs 30] [--create-secs 4]
-                           [--time-scale 1]
+                           [--max-unavailable 2] [--time-scale 1]
 
 With --time-scale 1 the tasks take a real cluster's seconds (a download of --download-secs, a
 create that imports the disk of --create-secs); with 0 they end at once and the figures are
@@ -33,13 +35,31 @@ def image_text(url, sha256):
             '    storage: local\n' % (bench.SITE, url, sha256))
 
 
-def set_text(members, nodes):
+def set_text(members, nodes, recreate=None):
+    """The set; with `recreate` (its maxUnavailable) under imagePolicy: Recreate."""
     node_list = ', '.join('pve%d' % (k + 1) for k in range(nodes))
+    roll = '' if recreate is None else '  maxUnavailable: %d\n' % recreate
+    policy = '' if recreate is None else '    imagePolicy: Recreate\n'
     return ('apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: web\nspec:\n'
-            '  replicas: %d\n  namePattern: "web-{index:03}"\n  placement: {nodes: [%s]}\n'
-            '  template:\n    forProvider:\n      site: %s\n      image: {image: noble-cloud}\n'
+            '  replicas: %d\n  namePattern: "web-{index:03}"\n  placement: {nodes: [%s]}\n%s'
+            '  template:\n%s    forProvider:\n      site: %s\n      image: {image: noble-cloud}\n'
             '      cpu: 1\n      memory: 1Gi\n      disk: 8Gi\n      storage: local-lvm\n'
-            '      network: vmbr0\n' % (members, node_list, bench.SITE))
+            '      network: vmbr0\n' % (members, node_list, roll, policy, bench.SITE))
+
+
+def rebuilt(ws, members, version):
+    """How many members' Ready says they run `version` (their status files)."""
+    n = 0
+    for i in range(1, members + 1):
+        path = os.path.join(ws.status, 'web-%03d.yaml' % i)
+        try:
+            with open(path) as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if 'version %s' % version in text and 'older version' not in text:
+            n += 1
+    return n
 
 
 def commit(ws, files, message):
@@ -75,6 +95,7 @@ def main():
     p.add_argument('--nodes', type=int, default=2)
     p.add_argument('--download-secs', type=float, default=30)
     p.add_argument('--create-secs', type=float, default=4)
+    p.add_argument('--max-unavailable', type=int, default=2)
     p.add_argument('--time-scale', type=float, default=1)
     args = p.parse_args()
     python = os.environ.get('PROXSYNC_FAKEPVE_PYTHON', os.path.join(bench.ROOT, '.venv', 'bin', 'python'))
@@ -123,6 +144,21 @@ def main():
         reqs = by_kind(fake.requests())
         res['new_version'] = {'wall_s': round(t1 - t0, 2), 'requests': reqs}
         bench.log('new version: %s' % res['new_version'])
+
+        fake.call('clear_requests')
+        commit(ws, {'web.yaml': set_text(args.members, args.nodes, args.max_unavailable)},
+               'imagePolicy: Recreate, maxUnavailable %d' % args.max_unavailable)
+        t0 = time.monotonic()
+        ws.push()
+        deadline = t0 + 3600
+        while rebuilt(ws, args.members, sums[v2][:12]) < args.members:
+            if time.monotonic() > deadline:
+                raise RuntimeError('the roll did not end within an hour')
+            time.sleep(0.2)
+        t1 = time.monotonic()
+        reqs = by_kind(fake.requests())
+        res['roll'] = {'wall_s': round(t1 - t0, 2), 'requests': reqs}
+        bench.log('roll: %s' % res['roll'])
     finally:
         if d:
             d.stop()
@@ -132,13 +168,14 @@ def main():
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, 'w') as fh:
         json.dump(res, fh, indent=1)
-    f, n = res['first_commit'], res['new_version']
+    f, n, r = res['first_commit'], res['new_version'], res['roll']
     print('| commit | wall | requests (download-url, create, storage listings, other) |')
     print('| --- | --- | --- |')
-    for label, r in (('image + set of %d on %d nodes' % (args.members, args.nodes), f),
-                     ('new image version', n)):
-        q = r['requests']
-        print('| %s | %.2f s | %d (%d, %d, %d, %d) |' % (label, r['wall_s'], q['total'], q['download-url'],
+    for label, x in (('image + set of %d on %d nodes' % (args.members, args.nodes), f),
+                     ('new image version', n),
+                     ('imagePolicy: Recreate, %d at a time' % args.max_unavailable, r)):
+        q = x['requests']
+        print('| %s | %.2f s | %d (%d, %d, %d, %d) |' % (label, x['wall_s'], q['total'], q['download-url'],
                                                         q['create'], q['storage content'], q['other']))
     print('raw figures: %s' % os.path.relpath(out, bench.ROOT))
     shutil.rmtree(tmp, ignore_errors=True)
