@@ -56,6 +56,10 @@ pub(crate) const COVERAGE: &[(&str, Cover)] = &[
         Cover::Not("an upload damaged on its way"),
     ),
     (
+        "refusing to override existing file '*'",
+        Cover::Not("a pull or download of a file already there: the exercise pulls nothing"),
+    ),
+    (
         "VM # already exists on node '*'",
         Cover::Step("vm create onto a taken VMID"),
     ),

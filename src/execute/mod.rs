@@ -334,10 +334,13 @@ pub(crate) struct NodeFacts {
     /// Per (site, template VMID): the template's config (its volumes decide whether it can be
     /// cloned to another node).
     templates: Cache<(String, u32), crate::pve::types::VmConfig>,
-    /// Per (site, node, volume): an OCI image pulled this cycle (`oci::pulled`), or the task
-    /// of its pull still running.
-    pulls: Cache<(String, String, String), Option<String>>,
+    /// Per (site, node, volume): an OCI image pulled this cycle (`oci::pulled`), the task of
+    /// its pull still running, or its failure (`None` for the node: a shared storage's, once).
+    pulls: Cache<PullKey, Result<Option<String>, ActionError>>,
 }
+
+/// (site, node or `None` for a shared storage, volume): one OCI pull of a cycle.
+type PullKey = (String, Option<String>, String);
 
 type StoragesAndBridges = (Vec<NodeStorage>, Vec<crate::pve::types::NetworkInterface>);
 

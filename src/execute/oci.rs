@@ -30,6 +30,7 @@ pub(super) async fn pulled(
     source: Source,
 ) -> Result<Pulled, ActionError> {
     let Source::OciPull {
+        shared,
         reference,
         storage,
         volume,
@@ -37,7 +38,9 @@ pub(super) async fn pulled(
     else {
         return Ok(Pulled::Ready(source));
     };
-    let key = (site.name.clone(), node.to_string(), volume.clone());
+    // A shared storage holds one file for every node: one pull per storage, not per node.
+    let place = (!shared).then(|| node.to_string());
+    let key = (site.name.clone(), place, volume.clone());
     let cell = ctx
         .node_facts
         .pulls
@@ -55,8 +58,10 @@ pub(super) async fn pulled(
         };
         fail(unfit.category(), unfit.to_string())
     };
+    // A failed pull is remembered for the cycle too: every other create of the image on this
+    // node fails with it, and none sends the pull again.
     let outcome = cell
-        .get_or_try_init(|| async {
+        .get_or_init(|| async {
             let file = crate::spec::oci::file_stem(&reference);
             let client = &site.client;
             // A pull started earlier (a cycle whose wait ended first) is waited for, not sent
@@ -71,24 +76,38 @@ pub(super) async fn pulled(
                 .and_then(|t| t.upid.parse().ok());
             let upid = match running {
                 Some(upid) => upid,
-                None => client
+                None => match client
                     .oci_registry_pull(node, &storage, &reference, &file)
                     .await
-                    .map_err(|e| failed(e.pve_message().to_string()))?,
+                {
+                    Ok(upid) => upid,
+                    // The archive came after preflight's listing (a pull that just ended,
+                    // another install's, another node's on a shared storage): PVE renames
+                    // it into place only once skopeo is done, so it is whole.
+                    Err(e) if e.meaning() == Some(crate::pve::texts::Meaning::FileExists) => {
+                        return Arc::new(Ok(None));
+                    }
+                    Err(e) => return Arc::new(Err(failed(e.pve_message().to_string()))),
+                },
             };
             tracing::info!(%reference, node, %storage, %upid, "PVE pulls the OCI image");
-            match super::wait_until_stop(ctx, client, &upid).await {
-                Ok(TaskOutcome::StillRunning) => Ok(Arc::new(Some(upid.to_string()))),
-                Ok(_) => Ok(Arc::new(None)),
+            Arc::new(match super::wait_until_stop(ctx, client, &upid).await {
+                Ok(TaskOutcome::StillRunning) => Ok(Some(upid.to_string())),
+                Ok(_) => Ok(None),
                 Err(e) => Err(failed(e.pve_message().to_string())),
-            }
+            })
         })
-        .await?;
-    Ok(match outcome.as_ref() {
+        .await
+        .clone();
+    let outcome = match outcome.as_ref() {
+        Ok(o) => o.clone(),
+        Err(e) => return Err(e.clone()),
+    };
+    Ok(match outcome {
         Some(upid) => Pulled::Running(Wait::OciPulling {
             reference,
             node: node.to_string(),
-            upid: upid.clone(),
+            upid,
         }),
         None => Pulled::Ready(Source::OsTemplate { volume }),
     })

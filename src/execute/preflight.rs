@@ -61,6 +61,8 @@ pub(super) enum Source {
     /// A container made from an OCI image not yet on its node: PVE pulls it to `volume` first
     /// (`execute::oci::pull`), then it is an [`Source::OsTemplate`].
     OciPull {
+        /// The storage is shared (storage.cfg): one pull serves every node.
+        shared: bool,
         reference: String,
         storage: String,
         volume: String,
@@ -296,7 +298,10 @@ async fn oci_source(
     if listed.iter().any(|v| v.volid == volume) {
         return Ok(Source::OsTemplate { volume });
     }
+    let shared =
+        (storages.iter().find(|s| s.storage == storage)).is_some_and(|s| s.shared == Some(true));
     Ok(Source::OciPull {
+        shared,
         reference: reference.to_string(),
         storage: storage.to_string(),
         volume,

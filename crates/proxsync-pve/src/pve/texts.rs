@@ -78,6 +78,9 @@ pub enum Meaning {
     HaErrorState,
     /// A pool that does not exist.
     PoolMissing,
+    /// A download or a pull refused because a file of its name is on the storage already
+    /// (pve-storage never overwrites one, and puts a file in place only once it is whole).
+    FileExists,
 }
 
 impl Meaning {
@@ -103,7 +106,8 @@ impl Meaning {
             | Meaning::VmPaused
             | Meaning::NotRunning
             | Meaning::AlreadyRunning
-            | Meaning::AlreadyAtSize => None,
+            | Meaning::AlreadyAtSize
+            | Meaning::FileExists => None,
         }
     }
 
@@ -131,7 +135,8 @@ impl Meaning {
             | Meaning::Refused
             | Meaning::HaMissing
             | Meaning::HaErrorState
-            | Meaning::PoolMissing => true,
+            | Meaning::PoolMissing
+            | Meaning::FileExists => true,
             Meaning::LockedTooLong
             | Meaning::UploadDamaged
             | Meaning::NoSpace
@@ -395,6 +400,19 @@ pub const TEXTS: &[Text] = &[
                  size)",
         versions: "every PVE 8.x and 9.x",
         samples: &["volume local:import/debian.qcow2 does not exist"],
+    },
+    Text {
+        pattern: "refusing to override existing file '*'",
+        meaning: Meaning::FileExists,
+        source: "pve-storage src/PVE/API2/Storage/Status.pm oci_registry_pull (a `die` before the \
+                 task, over `$path/$filename`, which skopeo's temporary file is renamed to only \
+                 once whole), pve-common src/PVE/Tools.pm download_file_from_url (in the \
+                 download task, when no checksum was given)",
+        versions: "oci-registry-pull: PVE 9.1; download-url: every PVE 8.x and 9.x",
+        samples: &[
+            "refusing to override existing file 'docker.io_library_nginx_1.27-0123456789abcdef.tar'",
+            "refusing to override existing file '/var/lib/vz/template/iso/x.iso'",
+        ],
     },
     // Power.
     Text {

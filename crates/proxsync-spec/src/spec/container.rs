@@ -514,6 +514,17 @@ impl VztmplFormat {
 /// dies `unable to parse directory volume name 'vztmpl/...'`. The spec cannot know the site's
 /// release: the create's pre-flight and `doctor` ask this.
 pub fn archive_refusal(image: &Image, release: (u32, u32, u32), version: &str) -> Option<String> {
+    if let Image::Oci { reference, .. } = image {
+        let since = super::oci::OCI_SINCE;
+        return (release < since).then(|| {
+            format!(
+                "template {{oci: {reference}}} is an OCI image, which PVE pulls \
+                 (oci-registry-pull) from Proxmox VE {}.{} on; this site runs {version}: \
+                 upgrade the cluster, or name a vztmpl archive as template",
+                since.0, since.1
+            )
+        });
+    }
     let Image::Volume {
         volume,
         kind: VolumeKind::Vztmpl,

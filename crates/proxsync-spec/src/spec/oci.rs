@@ -8,7 +8,7 @@
 //! `/` dropped, every character but `A-Za-z0-9_.-` made `_`) with `.tar` added, and refuses to
 //! pull over a file of that name. proxsync names the file itself ([`file_stem`]), so two
 //! references never share one: `docker.io/library/nginx:1.27` is
-//! `local:vztmpl/docker.io_library_nginx_1.27-<8 hex digits>.tar`.
+//! `local:vztmpl/docker.io_library_nginx_1.27-<16 hex digits>.tar`.
 
 use crate::util::fnv::FnvHasher;
 
@@ -104,11 +104,13 @@ fn registry_ok(part: &str) -> bool {
 }
 
 /// The file name (without the `.tar` PVE adds) proxsync has PVE store `reference` as: the
-/// reference normalised as pve-storage does, and 8 hex digits of its FNV-1a hash.
+/// reference's first [`MAX_NORMAL`] characters normalised as pve-storage does, and 16 hex
+/// digits of the whole reference's 64-bit FNV-1a hash.
 pub fn file_stem(reference: &str) -> String {
     use std::hash::Hasher;
     let normal: String = reference
         .chars()
+        .take(MAX_NORMAL)
         .map(|c| match c {
             'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '.' | '-' => c,
             _ => '_',
@@ -116,8 +118,14 @@ pub fn file_stem(reference: &str) -> String {
         .collect();
     let mut h = FnvHasher::default();
     h.write(reference.as_bytes());
-    format!("{normal}-{:08x}", h.finish() as u32)
+    format!("{normal}-{:016x}", h.finish())
 }
+
+/// The most of the normalised reference a file name keeps (the hash keeps it unique): the
+/// file name is the id of the pull's task, and PVE names the task's log file after the whole
+/// UPID (`/var/log/pve/tasks/X/UPID:node:pid:pstart:start:ociregistrypull:ID:user:`, pve-common
+/// `PVE::UPID`), which must stay within NAME_MAX (255 bytes) with the node and user in it.
+pub const MAX_NORMAL: usize = 96;
 
 /// The archive PVE stores `reference` as (the [`file_stem`] and `.tar`): also the id of its
 /// pull's task (`encode_text` leaves these characters as they are).
