@@ -252,3 +252,36 @@ pub fn writes_since(pve: &mut FakePve, since: u64) -> Vec<String> {
 pub fn next_seq(pve: &mut FakePve) -> u64 {
     pve.requests().last().map_or(0, |r| r.seq + 1)
 }
+
+/// The engine driven in this process as the daemon drives it, over a workspace's committed
+/// specs (a test that needs the daemon's backoff, which `run --once` does not keep).
+pub struct InProcess {
+    pub engine: proxsync::engine::Engine,
+    pub specs: proxsync::spec::SpecSet,
+    pub commit: String,
+}
+
+/// [`InProcess`] over `ws`'s config and its last commit.
+pub fn in_process(ws: &Workspace) -> InProcess {
+    let config = proxsync::config::Config::load(&ws.config()).expect("config");
+    let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
+        .expect("the specs of the commit");
+    let mut specs = read.specs;
+    proxsync::engine::check_spec_sites(&config, &mut specs);
+    let engine = proxsync::engine::Engine::new(config).expect("engine");
+    InProcess {
+        engine,
+        specs,
+        commit: read.commit,
+    }
+}
+
+impl InProcess {
+    /// One cycle, as the daemon runs it.
+    pub async fn cycle(&mut self) {
+        self.engine
+            .reconcile(&self.specs, Some(&self.commit))
+            .await
+            .expect("a cycle");
+    }
+}

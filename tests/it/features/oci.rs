@@ -106,16 +106,8 @@ async fn a_failed_pull_says_pve_s_words_and_is_not_sent_each_cycle() {
     let ws = Workspace::new(&pve);
     let missing = "docker.io/library/nosuch:1";
     ws.commit_specs(&[("a.yaml", oci_spec("web-a", "pve1", missing))]);
-    let config = proxsync::config::Config::load(&ws.config()).expect("config");
-    let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
-        .expect("the specs of the commit");
-    let mut specs = read.specs;
-    proxsync::engine::check_spec_sites(&config, &mut specs);
-    let mut engine = proxsync::engine::Engine::new(config).expect("engine");
-    engine
-        .reconcile(&specs, Some(&read.commit))
-        .await
-        .expect("a cycle");
+    let mut daemon = common::engine::in_process(&ws);
+    daemon.cycle().await;
     assert_eq!(pulls(&mut pve).len(), 1);
     let (status, _, message) = ws.condition("web-a", "Ready");
     assert_eq!(status, "False", "{message}");
@@ -130,10 +122,7 @@ async fn a_failed_pull_says_pve_s_words_and_is_not_sent_each_cycle() {
         "no container: {:?}",
         pve.cts()
     );
-    engine
-        .reconcile(&specs, Some(&read.commit))
-        .await
-        .expect("a cycle");
+    daemon.cycle().await;
     assert_eq!(pulls(&mut pve).len(), 1, "backed off, not pulled again");
 }
 
@@ -148,32 +137,18 @@ async fn a_pull_that_outlasts_the_wait_is_waited_for_not_sent_again() {
     pve.set_time_scale(1.0);
     let ws = Workspace::new(&pve);
     ws.commit_specs(&[("a.yaml", oci_spec("web-a", "pve1", NGINX))]);
-    let config = proxsync::config::Config::load(&ws.config()).expect("config");
-    let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
-        .expect("the specs of the commit");
-    let mut specs = read.specs;
-    proxsync::engine::check_spec_sites(&config, &mut specs);
-    let mut engine = proxsync::engine::Engine::new(config).expect("engine");
-    engine.task_wait = std::time::Duration::from_millis(200);
-    engine
-        .reconcile(&specs, Some(&read.commit))
-        .await
-        .expect("a cycle");
+    let mut daemon = common::engine::in_process(&ws);
+    daemon.engine.task_wait = std::time::Duration::from_millis(200);
+    daemon.cycle().await;
     let (_, _, message) = ws.condition("web-a", "Ready");
     assert!(
         message.contains(&format!("PVE pulls OCI image {NGINX}")),
         "{message}"
     );
-    engine
-        .reconcile(&specs, Some(&read.commit))
-        .await
-        .expect("a cycle");
+    daemon.cycle().await;
     assert_eq!(pulls(&mut pve).len(), 1, "the running pull is waited for");
     std::thread::sleep(std::time::Duration::from_secs(4));
-    engine
-        .reconcile(&specs, Some(&read.commit))
-        .await
-        .expect("a cycle");
+    daemon.cycle().await;
     assert_eq!(pulls(&mut pve).len(), 1);
     let (status, _, message) = ws.condition("web-a", "Ready");
     assert_eq!(status, "True", "{message}");

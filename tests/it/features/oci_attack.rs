@@ -76,35 +76,6 @@ fn form(body: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-struct Daemon {
-    engine: proxsync::engine::Engine,
-    specs: proxsync::spec::SpecSet,
-    commit: String,
-}
-
-fn daemon(ws: &Workspace) -> Daemon {
-    let config = proxsync::config::Config::load(&ws.config()).expect("config");
-    let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
-        .expect("the specs of the commit");
-    let mut specs = read.specs;
-    proxsync::engine::check_spec_sites(&config, &mut specs);
-    let engine = proxsync::engine::Engine::new(config).expect("engine");
-    Daemon {
-        engine,
-        specs,
-        commit: read.commit,
-    }
-}
-
-impl Daemon {
-    async fn cycle(&mut self) {
-        self.engine
-            .reconcile(&self.specs, Some(&self.commit))
-            .await
-            .expect("a cycle");
-    }
-}
-
 // ---------------------------------------------------------------- 1. hostile references
 
 /// Every hostile reference or storage is refused when the specs are read: nothing reaches
@@ -357,7 +328,7 @@ fn pull_posts_after_two_cycles(pve: &mut FakePve, ws: &Workspace) -> (usize, Str
         .enable_all()
         .build()
         .unwrap();
-    let mut d = daemon(ws);
+    let mut d = common::engine::in_process(ws);
     rt.block_on(d.cycle());
     rt.block_on(d.cycle());
     let (_, _, message) = ws.condition("ct-a", "Ready");
@@ -439,7 +410,7 @@ fn a_kill_mid_pull_waits_for_the_running_task() {
             .enable_all()
             .build()
             .unwrap();
-        let mut d = daemon(&ws);
+        let mut d = common::engine::in_process(&ws);
         d.engine.task_wait = std::time::Duration::from_millis(200);
         // Killed mid-cycle: the cycle's future dropped while it waits for the pull.
         let _ = rt.block_on(async {
@@ -506,7 +477,7 @@ fn a_failed_pull_is_sent_once_per_cycle_not_once_per_spec() {
         .enable_all()
         .build()
         .unwrap();
-    let mut d = daemon(&ws);
+    let mut d = common::engine::in_process(&ws);
     rt.block_on(d.cycle());
     let done = pulls(&mut pve);
     assert_eq!(
