@@ -58,10 +58,7 @@ pub(super) fn resume_recreate(
         return None;
     }
     if !view.node_healthy(node) {
-        return Some(Verdict::NodeUnhealthy {
-            node: node.clone(),
-            quorate: view.health.quorate,
-        });
+        return Some(super::spec::unhealthy(view, node));
     }
     if let Some(vm) = view.vms.get(vmid)
         && vm.is_unknown()

@@ -349,7 +349,7 @@ pub(super) fn not_readable(view: &SiteView) -> Verdict {
     }
 }
 
-fn unhealthy(view: &SiteView, node: &str) -> Verdict {
+pub(super) fn unhealthy(view: &SiteView, node: &str) -> Verdict {
     Verdict::NodeUnhealthy {
         node: node.to_string(),
         quorate: view.health.quorate,
