@@ -88,7 +88,9 @@ pub(crate) async fn observe_site_answered(
 
 /// The VMs whose marker must be read before planning: those carrying this install's tag
 /// that no record explains, and those named like a spec that has no VM yet (a create that
-/// crashed before its tags were set, or a lost database). Templates are never candidates.
+/// crashed before its tags were set, or a lost database). A template is one too: a
+/// `ProxmoxTemplate`'s VM is found by its marker after a lost database (and only such a spec
+/// takes a template: `plan::spec::by_marker`).
 /// `is_spec_vm_name` is asked only for untagged VMs no record explains (none in a steady
 /// fleet), so the caller may build its set of names lazily.
 pub(crate) fn needs_marker<S: BuildHasher>(
@@ -100,7 +102,7 @@ pub(crate) fn needs_marker<S: BuildHasher>(
     let tag = crate::ownership::ownership_tag(install_id);
     view.vms
         .values()
-        .filter(|vm| !vm.template && !vm.marker_read && !known_vmids.contains(&vm.vmid))
+        .filter(|vm| !vm.marker_read && !known_vmids.contains(&vm.vmid))
         .filter(|vm| {
             vm.has_tag(&tag)
                 || vm.name.as_deref().is_some_and(&is_spec_vm_name)
@@ -315,7 +317,8 @@ mod tests {
             (101, "stray", "proxsync.main", false),  // tagged, unknown: read
             (102, "db-01", "", false),               // named like an unmapped spec: read
             (103, "other", "", false),               // not ours: no read
-            (9000, "db-01", "proxsync.main", true),  // a template: never
+            (9000, "db-01", "proxsync.main", true),  // a template of ours: read
+            (9001, "golden", "", true),              // a template of nobody's: no read
         ] {
             let r = res(&format!(
                 r#"{{"id":"qemu/{id}","vmid":{id},"node":"pve1","name":"{name}","status":"stopped","tags":"{tags}","template":{}}}"#,
@@ -352,7 +355,7 @@ mod tests {
         let unmapped: HashSet<&str> = ["db-01"].into();
         assert_eq!(
             needs_marker(&view, "main", &known, |n| unmapped.contains(n)),
-            vec![101, 102, 104]
+            vec![101, 102, 104, 9000]
         );
     }
 }

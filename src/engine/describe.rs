@@ -232,6 +232,7 @@ pub(super) fn image_text(image: &crate::spec::Image) -> String {
         crate::spec::Image::Volume { volume, .. } => volume.clone(),
         crate::spec::Image::Name(n) => n.clone(),
         crate::spec::Image::Managed(n) => format!("image {n}"),
+        crate::spec::Image::Built { name, vm_name } => format!("template {name} ({vm_name})"),
         crate::spec::Image::Oci { reference, .. } => format!("OCI image {reference}"),
         crate::spec::Image::Existing => "nothing (adopts an existing guest)".to_string(),
     }

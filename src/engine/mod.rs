@@ -1244,10 +1244,7 @@ impl Engine {
         let images = specs.images_by_name();
         for spec in &specs.specs {
             let hash = crate::spec::spec_hash(spec);
-            let image_now = match spec.image() {
-                crate::spec::Image::Managed(name) => images.get(name).map(|i| i.filename.as_str()),
-                _ => None,
-            };
+            let image_now = spec.made_from_now(&images);
             let spec_commit =
                 commit.map(|c| self.status.commit_of(&spec.name, Version::Valid(&hash), c));
             let st = spec_status(

@@ -202,6 +202,7 @@ pub(super) async fn converge(
         pending,
         just_created,
         held,
+        make_template: false,
     };
     super::converge::finish(ctx, site, vm, spec, rec, tail).await
 }

@@ -201,6 +201,7 @@ async fn converge_vm(
         just_created,
         waits: (CLOUDINIT_PENDING, cloudinit_changed),
         held,
+        make_template: spec.template.is_some() && !is_template(&cfg),
     };
     finish(ctx, site, vm, spec, rec, tail).await
 }
@@ -219,6 +220,15 @@ pub(super) struct Tail {
     pub waits: (&'static str, bool),
     /// What the guest's protection kept as it is: said after everything else is applied.
     pub held: Result<(), ActionError>,
+    /// A `ProxmoxTemplate`'s VM, not a template yet: turned into one once it is stopped.
+    pub make_template: bool,
+}
+
+/// Whether config `cfg` is a template's.
+fn is_template(cfg: &VmConfig) -> bool {
+    cfg.values
+        .get("template")
+        .is_some_and(|v| crate::pve::values::pve_bool(v))
 }
 
 /// The end of every converge, a VM's or a container's: the power state, what waits for the
@@ -242,6 +252,7 @@ pub(super) async fn finish(
         just_created,
         waits: (waits_key, waits_changed),
         held,
+        make_template,
     } = tail;
     // Power state last, read now: the cycle's listing may describe an earlier guest with this
     // VMID (deleted and reused within the cycle), or a state this action changed.
@@ -250,6 +261,21 @@ pub(super) async fn finish(
         PowerStep::Changed => changed.push("power"),
         PowerStep::Unchanged => {}
         PowerStep::Ended(o) => return Ok(o),
+    }
+    // The last step of a `ProxmoxTemplate`'s VM, stopped now: PVE refuses a running one. Its
+    // protection's hold is said first: nothing is made a template while its spec is not
+    // applied.
+    if make_template {
+        held?;
+        tracing::info!(spec = %spec.name, vmid, "turning the VM into a template");
+        let upid = client.template_vm(node, vmid).await?;
+        if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            });
+        }
+        return finish_template(ctx, spec, rec, vm);
     }
 
     // What waits for the guest's next start (PVE applies a running guest's CPU, memory and
@@ -299,6 +325,29 @@ pub(super) async fn finish(
     let here = VmState::Exists {
         vmid,
         node: node.to_string(),
+    };
+    if rec.vm != here {
+        ctx.store.transition(&spec.name, rec, here)?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// The record of a `ProxmoxTemplate`'s VM just turned into a template: applied, as
+/// [`finish`] records a converge (a template has no pending values, addresses or reboots).
+fn finish_template(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vm: VmRef<'_>,
+) -> Result<Outcome, ActionError> {
+    rec.reboot_pending.clear();
+    rec.ip_addresses.clear();
+    rec.applied_hash = Some(spec_hash(spec));
+    rec.applied_content = Some(crate::spec::content_hash(spec));
+    rec.provisioned = true;
+    let here = VmState::Exists {
+        vmid: vm.vmid,
+        node: vm.node.to_string(),
     };
     if rec.vm != here {
         ctx.store.transition(&spec.name, rec, here)?;

@@ -83,6 +83,8 @@ pub(super) async fn create(
             rec.kind = spec.kind();
             // What it is made from: a later version of its image is another file.
             rec.made_from = made_from(ctx, spec);
+            // A `ProxmoxTemplate`'s VM: turned into a template, it stays the spec's.
+            rec.built_template = spec.template.is_some();
             if let Some(v) = rec.volumes.as_mut() {
                 v.destroys.clear();
             }
@@ -222,12 +224,10 @@ async fn confirm_gone(
     Ok(())
 }
 
-/// The file of the `ProxmoxImage` a spec's guest is made from, if it is made from one.
+/// The version a spec's guest is made from, if the repository versions it: its
+/// `ProxmoxImage`'s file, or its `ProxmoxTemplate`'s VM ([`Spec::made_from_now`]).
 fn made_from(ctx: &ExecCtx<impl Pve>, spec: &Spec) -> Option<Box<crate::store::MadeFrom>> {
-    let crate::spec::Image::Managed(name) = spec.image() else {
-        return None;
-    };
-    let file = ctx.images.get(name)?.filename.clone();
+    let file = spec.made_from_now(&ctx.images)?.to_string();
     Some(Box::new(crate::store::MadeFrom { file }))
 }
 
@@ -552,6 +552,9 @@ pub(super) async fn adopt(
     rec.provisioned = true;
     rec.follow(spec);
     rec.kind = vm.map_or(spec.kind(), |vm| vm.kind);
+    // The marker names a `ProxmoxTemplate`'s version: the VM (a template or not yet) was
+    // made for it.
+    rec.built_template = spec.template.is_some();
     let adopted = VmState::Exists {
         vmid,
         node: node.clone(),

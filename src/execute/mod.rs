@@ -145,6 +145,7 @@ fn blocked(why: Blocked) -> ActionError {
         Blocked::MarkerMissing { .. } => (Category::Conflict, ErrorKind::MarkerMissing),
         Blocked::NotOnNode { .. } => (Category::NotFound, ErrorKind::Plain),
         Blocked::Gone(_)
+        | Blocked::LinkedClones { .. }
         | Blocked::ChangedIdentity(_)
         | Blocked::ReadsDisagree { .. }
         | Blocked::NoDigest { .. }
@@ -355,6 +356,7 @@ pub(crate) async fn create_refusal(
     views: &BTreeMap<String, SiteView>,
     facts: &NodeFacts,
     images: &crate::spec::images::ImagesByName,
+    install_id: &str,
     site: &SiteCtx<impl Pve>,
     spec: &Spec,
 ) -> Option<ActionError> {
@@ -362,6 +364,7 @@ pub(crate) async fn create_refusal(
         views,
         facts,
         images,
+        install_id,
     };
     preflight::preflight(&reads, site, spec).await.err()
 }

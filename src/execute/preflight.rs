@@ -28,6 +28,8 @@ pub(crate) struct Reads<'a> {
     pub facts: &'a NodeFacts,
     /// The spec set's `ProxmoxImage`s: what `image: {image: NAME}` names.
     pub images: &'a crate::spec::images::ImagesByName,
+    /// This install: a `ProxmoxTemplate`'s VM is its own.
+    pub install_id: &'a str,
 }
 
 impl<P: Pve> super::ExecCtx<P> {
@@ -37,6 +39,7 @@ impl<P: Pve> super::ExecCtx<P> {
             views: &self.views,
             facts: &self.node_facts,
             images: &self.images,
+            install_id: &self.install_id,
         }
     }
 }
@@ -240,6 +243,25 @@ pub(super) async fn preflight(
             )
             .await
         }
+        Image::Built { name, vm_name } => {
+            // One VM per version, made by this install: its record names it, and its marker.
+            let built = (view.vms.values())
+                .filter(|vm| {
+                    vm.template
+                        && vm.kind == spec.kind()
+                        && vm.name.as_deref() == Some(vm_name.as_str())
+                        && vm.owned_by(reads.install_id)
+                })
+                .min_by_key(|vm| (vm.node != spec.node, vm.vmid));
+            match built {
+                Some(t) => clone_source(reads, site, spec, storages, t.vmid, &t.node).await,
+                None => Err(unfit(Unfit::TemplateNotBuilt {
+                    name: name.clone(),
+                    vm_name: vm_name.clone(),
+                    site: site.name.clone(),
+                })),
+            }
+        }
         Image::Name(name) => {
             let templates: Vec<_> = view
                 .vms
@@ -434,7 +456,7 @@ fn local_volumes(cfg: &VmConfig, storages: &[NodeStorage]) -> Vec<String> {
 
 /// A key PVE's `foreach_volume` visits: the drives, `efidisk0` and `tpmstate0` (not
 /// `unused*`).
-fn is_volume_key(k: &str) -> bool {
+pub(super) fn is_volume_key(k: &str) -> bool {
     let mount_point = k
         .strip_prefix("mp")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));

@@ -221,6 +221,14 @@ async fn delete(
             &cfg,
         )
         .await?;
+        // A template (a `ProxmoxTemplate`'s old version) stays while linked clones use it.
+        if let Some(clones) = linked_clones(client, node, vmid, &cfg).await? {
+            return Err(blocked(Blocked::LinkedClones {
+                vmid,
+                node: node.to_string(),
+                clones,
+            }));
+        }
         // Where its seed images are: they hold its user data, and go with it.
         let seeds = seed_storages(Some(&cfg), &ctx.install_id, spec_name, Some(rec));
         let permit = match then {
@@ -253,6 +261,51 @@ async fn delete(
             }
         }
     }
+}
+
+/// The linked clones of template `cfg` (VMID `vmid`), when it is one and has any: the volumes
+/// its storages list as made from one of its base volumes. A linked clone's volume ID is its
+/// base's and more (`local-zfs:base-9000-disk-0/vm-101-disk-0`, pve-storage
+/// `ZFSPoolPlugin::clone_image`; `local:9000/base-9000-disk-0.qcow2/101/vm-101-disk-0.qcow2`,
+/// `Plugin::clone_image`): what PVE's own `volume_is_base_and_used` looks for before it
+/// refuses the template's destroy. LVM-thin keeps no such link, and its base may go without
+/// harm to the clones (`LvmThinPlugin.pm`). One listing per storage the template's base
+/// volumes are on; none for a VM that is not a template.
+async fn linked_clones(
+    client: &impl Pve,
+    node: &str,
+    vmid: u32,
+    cfg: &crate::pve::types::VmConfig,
+) -> Result<Option<Vec<String>>, ActionError> {
+    if !cfg
+        .values
+        .get("template")
+        .is_some_and(|v| crate::pve::values::pve_bool(v))
+    {
+        return Ok(None);
+    }
+    let bases: Vec<String> = (cfg.values.iter())
+        .filter(|(k, _)| super::preflight::is_volume_key(k))
+        .filter_map(|(_, v)| v.split(',').next())
+        .filter(|volid| volid.contains(&format!("base-{vmid}-")))
+        .map(str::to_string)
+        .collect();
+    let storages: std::collections::BTreeSet<&str> = bases
+        .iter()
+        .filter_map(|b| b.split_once(':').map(|(s, _)| s))
+        .collect();
+    let mut clones = Vec::new();
+    for storage in storages {
+        let listed = client
+            .storage_content(node, storage, Some("images"))
+            .await?;
+        clones.extend(
+            (listed.into_iter())
+                .map(|v| v.volid)
+                .filter(|volid| bases.iter().any(|b| volid.starts_with(&format!("{b}/")))),
+        );
+    }
+    Ok((!clones.is_empty()).then_some(clones))
 }
 
 /// Clears the VM's `protection` flag for its delete when the removed spec managed it (an

@@ -383,8 +383,9 @@ Example (VS Code / yaml-language-server): save it and put this first in a spec f
   proxsync schema --kind ProxmoxVMSet > .proxsync-set.schema.json      for set files
   proxsync schema --kind ProxmoxDefaults > .proxsync-defaults.schema.json   for _defaults.yaml")]
     Schema {
-        /// The kind: ProxmoxVM (default), ProxmoxLXC, ProxmoxVMSet, ProxmoxImage or ProxmoxDefaults.
-        #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxLXC", "ProxmoxVMSet", "ProxmoxImage", "ProxmoxDefaults"])]
+        /// The kind: ProxmoxVM (default), ProxmoxLXC, ProxmoxVMSet, ProxmoxImage, ProxmoxTemplate
+        /// or ProxmoxDefaults.
+        #[arg(long, default_value = "ProxmoxVM", value_parser = ["ProxmoxVM", "ProxmoxLXC", "ProxmoxVMSet", "ProxmoxImage", "ProxmoxTemplate", "ProxmoxDefaults"])]
         kind: String,
     },
 }

@@ -10,6 +10,7 @@ pub(crate) fn schema(kind: &str) -> ExitCode {
         "ProxmoxLXC" => spec::lxc_schema(),
         "ProxmoxVMSet" => spec::set_schema(),
         "ProxmoxImage" => spec::image_schema(),
+        "ProxmoxTemplate" => spec::template_schema(),
         "ProxmoxDefaults" => spec::defaults_schema(),
         _ => spec::json_schema(),
     };

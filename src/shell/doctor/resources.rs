@@ -590,6 +590,12 @@ async fn image_check(
             format!("the ProxmoxImage {name}, which proxsync has PVE download"),
             None,
         ),
+        Image::Built { name, vm_name } => check(
+            Level::Ok,
+            subject,
+            format!("the ProxmoxTemplate {name}, which proxsync builds ({vm_name})"),
+            None,
+        ),
         Image::Oci { reference, storage } => {
             let store = storage_check(site, node, storages, storage, "vztmpl", &spec.name);
             if store.level != Level::Ok {

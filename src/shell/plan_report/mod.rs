@@ -515,8 +515,15 @@ async fn preflight(
     change: &mut Change,
     errors: &mut Vec<String>,
 ) {
-    let Some(e) =
-        crate::execute::create_refusal(&view.views, &reads.facts, &view.images, site, spec).await
+    let Some(e) = crate::execute::create_refusal(
+        &view.views,
+        &reads.facts,
+        &view.images,
+        &view.install_id,
+        site,
+        spec,
+    )
+    .await
     else {
         return;
     };
@@ -1019,6 +1026,7 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
                 Image::Template { .. }
                 | Image::Name(_)
                 | Image::Managed(_)
+                | Image::Built { .. }
                 | Image::Oci { .. }
                 | Image::Existing => Boot::Import("template:clone"),
             };
@@ -1029,7 +1037,7 @@ fn create_values(spec: &Spec) -> Result<Vec<Field>, String> {
     // A managed image's volume is resolved when the guest is made: its drives are left out too.
     let cloned = matches!(
         spec.image(),
-        Image::Template { .. } | Image::Name(_) | Image::Managed(_)
+        Image::Template { .. } | Image::Name(_) | Image::Managed(_) | Image::Built { .. }
     );
     let mut out = Vec::new();
     for (key, value) in params.entries() {

@@ -19,6 +19,17 @@ pub enum Blocked {
         /// The lock.
         lock: String,
     },
+    /// A template to delete (an old version of a `ProxmoxTemplate`) is the base of linked
+    /// clones: it is kept until they are gone (PVE refuses the delete, and a clone on LVM-thin
+    /// would lose nothing, but its base is not ours to judge).
+    LinkedClones {
+        /// The template's VMID.
+        vmid: u32,
+        /// Its node.
+        node: String,
+        /// The clones' volumes, as the storage lists them.
+        clones: Vec<String>,
+    },
     /// The template to clone from is locked and no running task holds the lock.
     StaleTemplateLock {
         /// The template's kind.

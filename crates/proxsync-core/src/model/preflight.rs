@@ -80,6 +80,16 @@ pub enum Unfit {
         /// Their VMIDs.
         vmids: Vec<u32>,
     },
+    /// The repository's `ProxmoxTemplate` has no VM of its current version on the site yet
+    /// (it is being built; the guest waits for it through its implicit `dependsOn`).
+    TemplateNotBuilt {
+        /// The template's name.
+        name: String,
+        /// The name of its current version's VM.
+        vm_name: String,
+        /// The site.
+        site: String,
+    },
     /// No container template of that name (a container is never made from a VM image).
     NoContainerTemplate {
         /// The name.
@@ -220,6 +230,7 @@ impl Unfit {
             Unfit::NodeUnhealthy { .. } => Category::NodeUnhealthy,
             Unfit::NoTemplate { .. }
             | Unfit::NoContainerTemplate { .. }
+            | Unfit::TemplateNotBuilt { .. }
             | Unfit::NoImage { .. }
             | Unfit::NoVolume { .. } => Category::ImageNotFound,
             Unfit::TooOld { .. } | Unfit::OciTooOld { .. } => Category::ApiNotSupported,

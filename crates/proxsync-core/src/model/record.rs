@@ -414,6 +414,11 @@ pub struct SpecRecord {
     /// Boxed once more (8 bytes): most records have none, and the map holds 50,000 records.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub made_from: Option<Box<MadeFrom>>,
+    /// The guest was made for a `ProxmoxTemplate` (the create's intent says so): turned into a
+    /// template, it is still the spec's, converged and removed as such. A template the record
+    /// does not say was built (a VM a person turned into one) is never judged as a guest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub built_template: bool,
     /// Hash of the spec as last fully applied.
     pub applied_hash: Option<String>,
     /// The same without the names (`spec::content_hash`): a new spec with this content in the

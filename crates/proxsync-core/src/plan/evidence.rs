@@ -542,13 +542,19 @@ fn desired_on<'a>(
 
 /// VM `vmid` as listed on `site`: judged (its state known), not a template.
 fn listed(view: &SiteView, vmid: u32) -> Result<&ObservedVm, Missing> {
+    listed_as(view, vmid, false)
+}
+
+/// [`listed`], a template allowed when `built` (a `ProxmoxTemplate`'s: its spec or its record
+/// says it built one).
+fn listed_as(view: &SiteView, vmid: u32, built: bool) -> Result<&ObservedVm, Missing> {
     let Some(vm) = view.vms.get(&vmid) else {
         return Err(Missing::NotListed {
             vmid,
             site: view.name.clone(),
         });
     };
-    if vm.template {
+    if vm.template && !built {
         return Err(Missing::Template {
             kind: vm.kind,
             vmid,
@@ -615,7 +621,8 @@ fn recorded_vm<'a>(
             site: site.into(),
         });
     }
-    listed(view, vmid)
+    let built = s.template.is_some() && rec.is_some_and(|r| r.built_template);
+    listed_as(view, vmid, built)
 }
 
 /// A delete, release or hand-over may be planned at all: the spec set was read completely, the
@@ -647,8 +654,9 @@ fn removal_target(
     let recorded = rec.filter(|r| r.site == site && r.vmid() == Some(vmid));
     let listed_kind = view.vms.get(&vmid).map(|vm| vm.kind);
     let kind = listed_kind.or(rec.map(|r| r.kind)).unwrap_or_default();
+    let built = recorded.is_some_and(|r| r.built_template);
     match (view.vms.get(&vmid), recorded) {
-        (Some(_), Some(_)) => on_node(input, site, listed(view, vmid)?, node),
+        (Some(_), Some(_)) => on_node(input, site, listed_as(view, vmid, built)?, node),
         (Some(vm), None) if owned(vm) => on_node(input, site, listed(view, vmid)?, node),
         (None, Some(r)) if matches!(&r.vm, VmState::Creating { node: n, .. } if n == node) => {
             healthy(input, site, node)
@@ -777,7 +785,7 @@ fn resume_create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid
 /// An adoption: the VM carries the spec's marker and it verifies: this install's, or (a sharded
 /// install) another install's that no install's tag holds any more.
 fn adopt(input: &PlanInput<'_>, spec: &str, site: &str, vmid: u32) -> Checked {
-    let (_, view) = desired_on(input, spec, site)?;
+    let (s, view) = desired_on(input, spec, site)?;
     if input
         .records
         .get(spec)
@@ -785,7 +793,7 @@ fn adopt(input: &PlanInput<'_>, spec: &str, site: &str, vmid: u32) -> Checked {
     {
         return missing(Missing::CreateInFlight { spec: spec.into() });
     }
-    let vm = listed(view, vmid)?;
+    let vm = listed_as(view, vmid, s.template.is_some())?;
     healthy(input, site, &vm.node)?;
     if verified_for(input, vm, spec) {
         return Ok(());
@@ -857,7 +865,7 @@ fn remove(
     release: bool,
 ) -> Checked {
     removals_allowed(input)?;
-    if desired(input, spec).is_some() || input.invalid.contains(spec) {
+    if desired(input, spec).is_some() || input.is_invalid(spec) {
         return missing(Missing::StillInSet { spec: spec.into() });
     }
     if input.elsewhere.contains(spec) {
@@ -892,10 +900,7 @@ fn recreate(input: &PlanInput<'_>, spec: &str, site: &str, node: &str, vmid: u32
     let vm = recorded_vm(input, spec, site, vmid)?;
     // Whether the guest is still the spec's, execute reads and judges (`gate::permit::recreate`).
     on_node(input, site, vm, node)?;
-    let crate::spec::Image::Managed(image) = s.image() else {
-        return not_older();
-    };
-    let file = input.images.get(image).map(|i| i.filename.as_str());
+    let file = s.made_from_now(input.images);
     match rec.and_then(SpecRecord::made_from) {
         Some(made) if file.is_some_and(|f| f != made) => Ok(()),
         _ => not_older(),
@@ -928,7 +933,7 @@ fn forget(input: &PlanInput<'_>, spec: &str) -> Checked {
             }
         }
         Some(_) => missing(Missing::DesiredOnSite { spec: spec.into() }),
-        None if input.invalid.contains(spec) => missing(Missing::Invalid { spec: spec.into() }),
+        None if input.is_invalid(spec) => missing(Missing::Invalid { spec: spec.into() }),
         None if !input.complete => missing(Missing::SpecSetUnread),
         None if gone_from_site() => Ok(()),
         None => missing(Missing::StillListed {
@@ -960,7 +965,7 @@ fn relabel(
     }
     if !input.complete
         || desired(input, from).is_some()
-        || input.invalid.contains(from)
+        || input.is_invalid(from)
         || input.elsewhere.contains(from)
     {
         return missing(Missing::NotGone { from: from.into() });
@@ -1041,7 +1046,7 @@ fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Ch
         return missing(Missing::NamedByARecord { kind, vmid });
     }
     let spec = vm.marker.as_ref().map(|m| m.spec.as_str()).unwrap_or("");
-    if input.elsewhere.contains(spec) || input.invalid.contains(spec) {
+    if input.elsewhere.contains(spec) || input.is_invalid(spec) {
         return missing(Missing::SpecInSet {
             kind,
             vmid,

@@ -58,6 +58,10 @@ pub fn drift(spec: &Spec, rec: &SpecRecord, vm: &ObservedVm, install_id: &str) -
     if tags != vm.tags {
         why.push("tags".into());
     }
+    // A `ProxmoxTemplate`'s VM, made stopped, is turned into a template last.
+    if spec.template.is_some() && !vm.template {
+        why.push("template".into());
+    }
     match (spec.power_state, vm.power) {
         (PowerState::Running, Power::Stopped) => why.push("start".into()),
         (PowerState::Stopped, Power::Running) => why.push("shutdown".into()),

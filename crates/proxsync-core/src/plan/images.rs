@@ -22,16 +22,18 @@ pub(super) fn recreate(
     if spec.image_policy != ImagePolicy::Recreate {
         return None;
     }
-    let Image::Managed(name) = spec.image() else {
-        return None;
-    };
     let made_from = rec?.made_from()?;
-    let image = input.images.get(name)?;
+    let now = spec.made_from_now(input.images)?;
     let node_ok = (input.sites.get(&spec.site)).is_some_and(|v| v.node_healthy(&spec.node));
-    if made_from == image.filename
-        || !node_ok
-        || (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
-    {
+    // A new template version is waited for as a dependency (`dependencies::hold`); a new
+    // image version, until it is on the node.
+    let waiting = match spec.image() {
+        Image::Managed(name) => {
+            (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
+        }
+        _ => false,
+    };
+    if made_from == now || !node_ok || waiting {
         return None;
     }
     Some(Action::Recreate {

@@ -56,12 +56,17 @@ impl<'a> SiteIndex<'a> {
             unmarked_tagged_by_name: FnvHashMap::default(),
             other_install_by_spec: FnvHashMap::default(),
         };
-        for vm in view.vms.values().filter(|vm| !vm.template) {
-            // Only a marker that verifies (or that the state vouches for) claims a spec.
+        for vm in view.vms.values() {
+            // Only a marker that verifies (or that the state vouches for) claims a spec. A
+            // template's claims only a `ProxmoxTemplate` (`spec::by_marker`); nothing else of
+            // a template is a guest's.
             if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id)
                 && vm.marker_verified
             {
                 index.by_marker.entry(m.spec.as_str()).or_default().push(vm);
+            }
+            if vm.template {
+                continue;
             }
             if let Some(spec) = vm.unverified_claim(install_id) {
                 index.unverified_by_spec.entry(spec).or_insert(vm.vmid);

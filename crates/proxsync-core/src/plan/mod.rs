@@ -106,6 +106,17 @@ pub struct PlanInput<'a> {
     pub images: &'a crate::spec::images::ImagesByName,
 }
 
+impl PlanInput<'_> {
+    /// Whether spec `name` exists but failed validation: named by an error, or the version of a
+    /// `ProxmoxTemplate` named by one (`NAME-VERSION`: which version a broken document would
+    /// make is not known, so none of its records is taken as removed).
+    pub fn is_invalid(&self, name: &str) -> bool {
+        self.invalid.contains(name)
+            || crate::spec::templates::template_of_name(name)
+                .is_some_and(|t| self.invalid.contains(t))
+    }
+}
+
 /// What to do.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(tag = "action", rename_all = "camelCase")]
@@ -723,7 +734,7 @@ fn held_by_renames(input: &PlanInput<'_>) -> Option<(Specs, BTreeSet<String>)> {
     }
     let desired: FnvHashSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
     let exists = |name: &str| {
-        desired.contains(name) || input.invalid.contains(name) || input.elsewhere.contains(name)
+        desired.contains(name) || input.is_invalid(name) || input.elsewhere.contains(name)
     };
     let found = crate::spec::renames::conflicts(input.desired, exists);
     if found.is_empty() {

@@ -52,7 +52,7 @@ fn is_gone(
     renames: &Renames<'_>,
     name: &str,
 ) -> bool {
-    !(desired.contains(name) || input.invalid.contains(name) || renames.is_source(name))
+    !(desired.contains(name) || input.is_invalid(name) || renames.is_source(name))
 }
 
 /// While a rewind is applied, the removals of gone specs due but not planned this cycle (the
@@ -217,7 +217,7 @@ pub(super) fn orphans(
             }
             if !extra
                 && forged.is_none()
-                && (desired.contains(marker_spec) || input.invalid.contains(marker_spec))
+                && (desired.contains(marker_spec) || input.is_invalid(marker_spec))
             {
                 continue; // adopted above, or an invalid spec's VM left alone
             }

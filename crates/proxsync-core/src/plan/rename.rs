@@ -169,7 +169,7 @@ pub(super) fn renames<'a>(
     let mut out = Renames::default();
     let gone = |name: &str| {
         // A spec now outside the selector is still in the repository: not removed.
-        !desired.contains(name) && !input.invalid.contains(name) && !input.elsewhere.contains(name)
+        !desired.contains(name) && !input.is_invalid(name) && !input.elsewhere.contains(name)
     };
     if !input.complete {
         held_while_incomplete(input, indexes, gone, &mut out);

@@ -470,6 +470,9 @@ fn by_marker<'v>(
         .and_then(|i| i.by_marker.get(spec.name.as_str()))
         .cloned()
         .unwrap_or_default();
+    // A template is a guest only of a `ProxmoxTemplate`: a VM turned into one by hand is not
+    // adopted for the spec it was made for.
+    found.retain(|vm| !vm.template || spec.template.is_some());
     found.sort_by_key(|vm| {
         let uid_match = rec.is_some_and(|r| vm.marker.as_ref().is_some_and(|m| m.uid == r.uid));
         (!uid_match, vm.vmid)
@@ -602,6 +605,11 @@ fn converge(
     }
     if !view.node_healthy(&vm.node) {
         return unhealthy(view, &vm.node);
+    }
+    // A `ProxmoxTemplate`'s template is what the spec asks for: a change of the spec is a new
+    // version (another spec), so nothing of this one is changed any more.
+    if spec.template.is_some() && vm.template {
+        return Verdict::UpToDate { vmid: vm.vmid };
     }
     // Made from an older version of its image under `imagePolicy: Recreate`: made anew from
     // the spec, whatever else differs (on the node the spec names now: never moved first).

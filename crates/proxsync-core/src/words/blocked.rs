@@ -26,6 +26,13 @@ impl fmt::Display for Blocked {
                 )?;
                 unheld_lock_advice(f, *kind, *vmid, lock)
             }
+            Blocked::LinkedClones { vmid, node, clones } => write!(
+                f,
+                "template {vmid} on node {node} is kept: it is the base of linked clones ({}); \
+                 it is deleted once they are gone (make them full clones with `qm move-disk` or \
+                 delete them)",
+                clones.join(", ")
+            ),
             Blocked::StaleTemplateLock {
                 kind,
                 vmid,

@@ -9,6 +9,15 @@ use crate::model::Suspension;
 use crate::plan::{ConditionText, Duplicate, FieldDrift, HandsOff, Verdict};
 use crate::spec::Spec;
 
+/// The version a made-from value names: a template VM's suffix (`noble-0123abcd`), an image
+/// file's checksum digits.
+fn version_in<'f>(image: &crate::spec::Image, file: &'f str) -> &'f str {
+    match image {
+        crate::spec::Image::Built { .. } => file.rsplit_once('-').map_or(file, |(_, v)| v),
+        _ => crate::spec::images::version_of_file(file).unwrap_or(file),
+    }
+}
+
 impl fmt::Display for ConditionText<'_> {
     // Long because: one arm per condition message, each its words.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -269,30 +278,35 @@ impl fmt::Display for ConditionText<'_> {
             } => {
                 let noun = spec.kind().noun();
                 write!(f, "{noun} {vmid} matches the spec")?;
-                if let (Some((None, now)), crate::spec::Image::Managed(image)) =
-                    (made, spec.image())
-                {
-                    let version = crate::spec::images::version_of_file(now).unwrap_or(now);
+                // What the repository versions the guest from: an image or a template.
+                let source = match spec.image() {
+                    crate::spec::Image::Managed(image) => Some(("image", image.as_str())),
+                    crate::spec::Image::Built { name, .. } => Some(("template", name.as_str())),
+                    _ => None,
+                };
+                let version = |file| version_in(spec.image(), file);
+                if let (Some((None, now)), Some((what, name))) = (made, source) {
                     write!(
                         f,
-                        "; made from image {image}, its version not recorded (adopted, or made \
+                        "; made from {what} {name}, its version not recorded (adopted, or made \
                          before proxsync recorded versions): a new version never rebuilds it; \
-                         delete the {noun} to have it made from version {version}"
+                         delete the {noun} to have it made from version {}",
+                        version(now)
                     )?;
                 }
-                if let (Some((Some(made), now)), crate::spec::Image::Managed(image)) =
-                    (made, spec.image())
-                {
-                    let version = |file| crate::spec::images::version_of_file(file).unwrap_or(file);
-                    write!(f, "; made from image {image} version {}", version(made))?;
+                if let (Some((Some(made), now)), Some((what, name))) = (made, source) {
+                    write!(f, "; made from {what} {name} version {}", version(made))?;
                     if made != now {
                         write!(
                             f,
-                            ", an older version: the image is now at {} (imagePolicy: {})",
+                            ", an older version: the {what} is now at {} (imagePolicy: {})",
                             version(now),
                             match spec.image_policy {
                                 crate::spec::ImagePolicy::Keep => {
                                     "Keep leaves the guest as it was made; Recreate rebuilds it"
+                                }
+                                crate::spec::ImagePolicy::Recreate if what == "template" => {
+                                    "Recreate rebuilds it once the new version is built"
                                 }
                                 crate::spec::ImagePolicy::Recreate => {
                                     "Recreate rebuilds it once the new version is on its node"

@@ -72,6 +72,15 @@ impl fmt::Display for Unfit {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            Unfit::TemplateNotBuilt {
+                name,
+                vm_name,
+                site,
+            } => write!(
+                f,
+                "template {name}: its current version {vm_name} is not built on site {site} yet; \
+                 the guest is cloned once the ProxmoxTemplate is Ready (see its status)"
+            ),
             Unfit::NoContainerTemplate { name, site } => write!(
                 f,
                 "template {name:?}: no container template of that name on site {site}; name a \

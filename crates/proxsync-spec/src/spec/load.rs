@@ -408,6 +408,7 @@ pub fn assemble_with_images(
     mut diags: Vec<Diagnostic>,
 ) -> SpecSet {
     super::images::check_references(&mut specs, &mut images, &mut diags);
+    super::templates::version_all(&mut specs, &images, &mut diags);
     let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
     specs.retain(|s| !dup_names.contains(&s.name));

@@ -51,6 +51,7 @@ mod schema;
 mod sealed;
 pub mod sets;
 mod suggest;
+pub mod templates;
 mod units;
 mod validate;
 mod yaml;
@@ -82,7 +83,9 @@ pub use load::{
 };
 pub use names::{check_spec_name, check_storage, check_tag, check_vm_name};
 pub use networks::{MAX_NICS, NET_MODELS, Nic, check_mac};
-pub use schema::{defaults_schema, image_schema, json_schema, lxc_schema, set_schema};
+pub use schema::{
+    defaults_schema, image_schema, json_schema, lxc_schema, set_schema, template_schema,
+};
 pub use sealed::Secrets;
 #[doc(hidden)]
 pub use sealed::seal_for_tests;
@@ -214,6 +217,9 @@ pub struct Spec {
     /// The `ProxmoxVMSet` the spec is a member of (`None`: a spec of its own). Boxed: most
     /// specs are not.
     pub set: Option<Box<sets::SetMember>>,
+    /// `kind: ProxmoxTemplate`: the template (and version) the spec builds; its guest is made
+    /// stopped, then turned into a template. `None`: a guest. Boxed: most specs are guests.
+    pub template: Option<Box<templates::TemplateVersion>>,
     /// The spec's hashes, worked out once when the git source parses it
     /// ([`remember_hashes`]), so a cycle does not serialise every spec again.
     /// Not part of the spec's content: ignored by `==` and never serialised.
@@ -418,6 +424,17 @@ pub enum Image {
     /// ([`images::ImageSpec::volume_id`]), resolved where it is used, so a new version of
     /// the image leaves the guest's spec (and hash) as it is.
     Managed(String),
+    /// `{template: NAME}`: the repository's `ProxmoxTemplate` NAME, cloned from the VM of its
+    /// current version, `vm_name` (given when the documents are assembled:
+    /// [`templates::version_all`]; not part of the spec's hash, so a new version of the
+    /// template leaves the guest's spec as it is).
+    Built {
+        /// The template's `metadata.name`.
+        name: String,
+        /// The name of the VM of its current version (`NAME-VERSION`).
+        #[serde(skip)]
+        vm_name: String,
+    },
     /// `{oci: REFERENCE}` (a container, PVE 9.1): the OCI image PVE pulls from its registry to
     /// `storage` as a `vztmpl` archive ([`oci::volume`]) before the container is made from it.
     Oci {
@@ -556,6 +573,18 @@ impl Spec {
         }
     }
 
+    /// The version the guest would be made from now, as a record's `made_from` keeps it: the
+    /// file of its `ProxmoxImage` (`image: {image: NAME}`), or the VM name of
+    /// its `ProxmoxTemplate`'s current version (`image: {template: NAME}`). `None`: made from
+    /// nothing the repository versions.
+    pub fn made_from_now<'a>(&'a self, images: &'a images::ImagesByName) -> Option<&'a str> {
+        match self.image() {
+            Image::Managed(name) => images.get(name).map(|i| i.filename.as_str()),
+            Image::Built { vm_name, .. } => Some(vm_name.as_str()),
+            _ => None,
+        }
+    }
+
     /// The guest's name in PVE: a VM's `name`, a container's `hostname`.
     pub fn guest_name(&self) -> &str {
         match &self.guest {
@@ -667,6 +696,12 @@ impl Specs {
     /// Keeps only the specs `keep` is true for, in order.
     pub fn retain(&mut self, mut keep: impl FnMut(&Spec) -> bool) {
         self.0.retain(|s| keep(s));
+    }
+
+    /// Each spec's shared slot, to replace some specs without copying the others (their
+    /// hashes then given again: [`remember_hashes`]).
+    pub(crate) fn slots_mut(&mut self) -> std::slice::IterMut<'_, Arc<Spec>> {
+        self.0.iter_mut()
     }
 
     /// Each spec to change in place (copied first when shared). Kept hashes are dropped:

@@ -43,10 +43,11 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
             "storage": {"description": "Storage for the disk (default local-lvm).", "type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]$"},
             "network": {"description": "Bridge for net0 (default vmbr0).", "type": "string", "pattern": "^[a-zA-Z0-9._-]{1,15}$"},
             "image": {
-                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), a template/image name, or {image: NAME}: the repository's ProxmoxImage NAME. Required, unless metadata.annotations has proxsync.io/adopt (the spec takes over an existing VM).",
+                "description": "A template VMID (e.g. 9000), a volume ID (storage:import/disk.qcow2, storage:iso/installer.iso, storage:vm-9000-disk-0), a template/image name, {image: NAME}: the repository's ProxmoxImage NAME, or {template: NAME}: its ProxmoxTemplate NAME. Required, unless metadata.annotations has proxsync.io/adopt (the spec takes over an existing VM).",
                 "oneOf": [
                     {"type": "integer", "minimum": MIN_VMID, "maximum": MAX_VMID},
                     {"type": "object", "additionalProperties": false, "required": ["image"], "properties": {"image": {"description": "The metadata.name of a ProxmoxImage of the repository, on the guest's site.", "type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}}},
+                    {"type": "object", "additionalProperties": false, "required": ["template"], "properties": {"template": {"description": "The metadata.name of a ProxmoxTemplate of the repository, on the guest's site: the VM is cloned from its current version, once it is built.", "type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}}},
                     {"type": "string", "pattern": "^([0-9]{3,9}|[a-zA-Z][a-zA-Z0-9._-]*[a-zA-Z0-9]:[a-zA-Z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._-]{0,254})$"}
                 ]
             },
@@ -332,7 +333,7 @@ pub fn json_schema() -> Value {
                         "enum": ["Delete", "Orphan"]
                     },
                     "imagePolicy": {
-                        "description": "For a VM made from a ProxmoxImage (image: {image: NAME}). Keep (default): a new version of the image leaves the VM as it was made; its status says it runs an older version. Recreate: the VM is deleted and made again from the new version (a set's members at most maxUnavailable at a time); needs deletionPolicy: Delete.",
+                        "description": "For a VM made from a ProxmoxImage or ProxmoxTemplate (image: {image: NAME} or {template: NAME}). Keep (default): a new version of the image (or template) leaves the VM as it was made; its status says it runs an older version. Recreate: the VM is deleted and made again from the new version (a set's members at most maxUnavailable at a time); needs deletionPolicy: Delete.",
                         "enum": ["Keep", "Recreate"]
                     },
                     "managementPolicy": {
@@ -703,6 +704,48 @@ pub fn defaults_schema() -> Value {
         },
         "$defs": vm["$defs"].clone()
     })
+}
+
+/// The JSON Schema of a `ProxmoxTemplate` document: a `ProxmoxVM`'s, without what a template
+/// refuses (`templates::REFUSED`), made from `{image: NAME}` only.
+pub fn template_schema() -> Value {
+    let mut schema = json_schema();
+    schema["$id"] = json!("https://proxsync.io/schemas/proxmoxtemplate.json");
+    schema["title"] = json!(super::templates::TEMPLATE_KIND);
+    schema["description"] = json!(
+        "A VM template proxsync builds from a ProxmoxImage (imported, then made a template), \
+         named NAME-VERSION: a change of its definition or a new image version builds a new one \
+         beside the old, which is deleted once nothing needs it. Guests use it as \
+         image: {template: NAME}."
+    );
+    schema["properties"]["kind"] = json!({"const": super::templates::TEMPLATE_KIND});
+    schema["properties"]["metadata"]["properties"]["name"]["pattern"] =
+        json!("^[a-z0-9]([a-z0-9-]{0,52}[a-z0-9])?$");
+    // Never adopted nor renamed: its annotations are refused.
+    if let Some(meta) = schema["properties"]["metadata"]["properties"].as_object_mut() {
+        meta.remove("annotations");
+    }
+    let spec = &mut schema["properties"]["spec"]["properties"];
+    if let Some(spec) = spec.as_object_mut() {
+        for (field, _) in super::templates::REFUSED_POLICIES {
+            spec.remove(*field);
+        }
+    }
+    let fp = &mut schema["properties"]["spec"]["properties"]["forProvider"]["properties"];
+    if let Some(fp) = fp.as_object_mut() {
+        for (field, _) in super::templates::REFUSED {
+            fp.remove(*field);
+        }
+        fp.insert(
+            "image".into(),
+            json!({
+                "description": "{image: NAME}: the repository's ProxmoxImage NAME (content import), imported as the template's disk.",
+                "type": "object", "additionalProperties": false, "required": ["image"],
+                "properties": {"image": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}}
+            }),
+        );
+    }
+    schema
 }
 
 /// The JSON Schema of a `ProxmoxImage` document.

@@ -7,6 +7,7 @@ use super::names::{
     check_bridge, check_node, check_site, check_spec_name, check_storage, check_tag, check_tenant,
     check_vm_name,
 };
+use super::templates::TEMPLATE_KIND;
 use super::units::{GIB, MIB};
 use super::yaml::{Node, Value};
 use super::{
@@ -46,7 +47,9 @@ fn is_vm_kind(root: &Node) -> bool {
         .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == "kind"))
     {
         None => true,
-        Some((_, v)) => matches!(&v.value, Value::Str(s) if s == KIND || s == LXC_KIND),
+        Some((_, v)) => {
+            matches!(&v.value, Value::Str(s) if s == KIND || s == LXC_KIND || s == TEMPLATE_KIND)
+        }
     }
 }
 
@@ -124,7 +127,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let Some(top) = object(ctx, root, TOP, Some(TOP_FIELDS)) else {
         return (None, None);
     };
-    let (api_version, kind) = api_version_and_kind(ctx, &top);
+    let (api_version, kind, template) = api_version_and_kind(ctx, &top);
     let meta = metadata(ctx, &top, root.pos, kind);
     let name = meta.name.clone();
     let Some((policies, fp)) = spec_section(ctx, &top, kind) else {
@@ -139,6 +142,10 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
             let at = policies.image_at;
             assemble(ctx.file(), api_version, meta, policies, parts)
                 .filter(|spec| image_policy_fits(ctx, spec, at))
+                .and_then(|spec| match template {
+                    true => super::templates::restrict(ctx, &top, &fp, spec),
+                    false => Some(spec),
+                })
         }
         _ => None,
     };
@@ -363,6 +370,7 @@ fn assemble(
         hardware: hardware.shared(),
         defaults: None,
         set: None,
+        template: None,
         hashes: Default::default(),
     })
 }
@@ -375,12 +383,16 @@ fn image_policy_fits(ctx: &mut Ctx, spec: &Spec, at: Option<Pos>) -> bool {
         return true;
     }
     let at = at.unwrap_or(spec.pos);
-    if !matches!(spec.image(), super::Image::Managed(_)) {
+    if !matches!(
+        spec.image(),
+        super::Image::Managed(_) | super::Image::Built { .. }
+    ) {
         ctx.error(
             at,
-            "spec.imagePolicy: Recreate rebuilds a VM from a new version of its ProxmoxImage; \
-             this guest is not made from one: set forProvider.image to {image: NAME}, or remove \
-             imagePolicy (Keep, the default, never rebuilds)",
+            "spec.imagePolicy: Recreate rebuilds a VM from a new version of its ProxmoxImage or \
+             ProxmoxTemplate; this guest is not made from one: set forProvider.image to \
+             {image: NAME} or {template: NAME}, or remove imagePolicy (Keep, the default, \
+             never rebuilds)",
         );
         return false;
     }
@@ -395,9 +407,10 @@ fn image_policy_fits(ctx: &mut Ctx, spec: &Spec, at: Option<Pos>) -> bool {
     true
 }
 
-/// `apiVersion`, checked to be supported, and what `kind` makes (a VM when it is missing or
-/// wrong: the wrong kind is reported).
-fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind) {
+/// `apiVersion`, checked to be supported, what `kind` makes (a VM when it is missing or
+/// wrong: the wrong kind is reported), and whether it is a `ProxmoxTemplate` (a VM made into a
+/// template).
+fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind, bool) {
     let api_version = top
         .required(
             ctx,
@@ -420,11 +433,14 @@ fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind)
             }
         });
     let mut kind = GuestKind::Qemu;
+    let mut template = false;
     if let Some(n) = top.required(ctx, "kind", KIND)
         && let Some(s) = string(ctx, n, "kind", KIND)
     {
         if s == LXC_KIND {
             kind = GuestKind::Lxc;
+        } else if s == TEMPLATE_KIND {
+            template = true;
         } else if s != KIND {
             let kinds = [
                 KIND,
@@ -432,6 +448,7 @@ fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind)
                 super::sets::SET_KIND,
                 super::defaults::DEFAULTS_KIND,
                 super::images::IMAGE_KIND,
+                TEMPLATE_KIND,
             ];
             let hint = super::closest(s, kinds.iter().copied())
                 .map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
@@ -446,7 +463,7 @@ fn api_version_and_kind(ctx: &mut Ctx, top: &Obj) -> (Option<String>, GuestKind)
             );
         }
     }
-    (api_version, kind)
+    (api_version, kind, template)
 }
 
 /// What `metadata` says, each part `None` when absent or invalid.
@@ -823,7 +840,8 @@ fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> 
             Value::Map(_) => managed_image(n),
             other => Err(format!(
                 "spec.forProvider.image must be a template VMID (e.g. 9000), a volume ID, a \
-                     name or {{image: NAME}} (a ProxmoxImage); found {}",
+                     name, {{image: NAME}} (a ProxmoxImage) or {{template: NAME}} (a \
+                     ProxmoxTemplate); found {}",
                 other.describe()
             )),
         };
@@ -832,12 +850,26 @@ fn image_field(ctx: &mut Ctx, fp: &Obj, adopting: bool) -> Option<(Image, Pos)> 
 }
 
 /// `image: {image: NAME}`: the repository's `ProxmoxImage` NAME (checked to exist once every
-/// file is read: `images::check_references`).
+/// file is read: `images::check_references`); `{template: NAME}`: its `ProxmoxTemplate` NAME
+/// (`templates::version_all`).
 fn managed_image(n: &Node) -> Result<Image, String> {
     let Value::Map(entries) = &n.value else {
         return Err("expected a mapping".into());
     };
     match entries.as_slice() {
+        [(k, v)] if matches!(&k.value, Value::Str(s) if s == "template") => match &v.value {
+            Value::Str(name) => check_spec_name(name)
+                .map(|()| Image::Built {
+                    name: name.clone(),
+                    vm_name: String::new(),
+                })
+                .map_err(|e| format!("spec.forProvider.image.template: {e}")),
+            other => Err(format!(
+                "spec.forProvider.image.template must be the name of a ProxmoxTemplate (e.g. \
+                 noble); found {}",
+                other.describe()
+            )),
+        },
         [(k, v)] if matches!(&k.value, Value::Str(s) if s == "image") => match &v.value {
             Value::Str(name) => check_spec_name(name)
                 .map(|()| Image::Managed(name.clone()))
@@ -850,7 +882,8 @@ fn managed_image(n: &Node) -> Result<Image, String> {
         },
         _ => Err(
             "spec.forProvider.image as a mapping is {image: NAME}, NAME a ProxmoxImage of the \
-             repository (e.g. {image: noble-cloud})"
+             repository (e.g. {image: noble-cloud}), or {template: NAME}, NAME a \
+             ProxmoxTemplate of the repository (e.g. {template: noble})"
                 .into(),
         ),
     }
