@@ -131,6 +131,14 @@ pub(crate) const COVERAGE: &[(&str, Cover)] = &[
         Cover::Step("ct resize to the size it has"),
     ),
     ("unable to shrink disk size", Cover::Step("ct shrink")),
+    (
+        "you can't convert a template to a template",
+        Cover::Not("a VM converted to a template: the suite converts none"),
+    ),
+    (
+        "you can't convert a VM to template if VM is running",
+        Cover::Not("a VM converted to a template: the suite converts none"),
+    ),
     ("shrinking disks is not supported", Cover::Step("vm shrink")),
     (
         "MTU size '#' is bigger than bridge MTU '#'",

@@ -42,9 +42,10 @@ const REQUEST_BUCKETS: [f64; 12] = [
 /// The task types proxsync starts (PVE's UPID `type` field: a disk resize is `resize`, an
 /// upload `imgcopy`, a volume delete `imgdel`; an HA-managed VM's start, stop and migration
 /// `hastart`, `hastop`, `hamigrate`); any other is counted as `other`.
-const TASK_TYPES: [&str; 24] = [
+const TASK_TYPES: [&str; 25] = [
     "qmcreate",
     "qmclone",
+    "qmtemplate",
     "qmconfig",
     "resize",
     "qmstart",

@@ -999,6 +999,18 @@ impl Client {
         self.clone_guest(node, GuestKind::Qemu, template, req).await
     }
 
+    /// `POST /nodes/{node}/qemu/{vmid}/template`: a `qmtemplate` task that converts the VM to
+    /// a template (`template: 1`, its disks renamed to base volumes: qemu-server
+    /// `PVE/API2/Qemu.pm` `template`, `PVE/QemuServer.pm` `template_create`). Every disk; PVE's
+    /// optional `disk` is not sent. Needs `VM.Allocate` on `/vms/{vmid}`. PVE refuses before
+    /// the task (and again in it, under the config's lock) a locked VM, one with snapshots, a
+    /// template (`you can't convert a template to a template`) and a running VM.
+    pub async fn template_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/qemu/{vmid}/template", seg(node)?);
+        let upid: String = self.post(&path, &[]).await?;
+        self.task_started("POST", &path, upid)
+    }
+
     /// `POST /nodes/{node}/lxc`: a `vzcreate` task (`lock: create` on the new config until
     /// pve-container has detected the template's OS: `API2/LXC.pm` `create_vm`). `vmid` is the
     /// caller's allocation; `already exists` (AlreadyExists) means take another id.

@@ -141,6 +141,8 @@ pve_calls! {
     fn create_vm(&self, node: &str, vmid: u32, params: &VmParams) -> Upid;
     /// `POST .../qemu/{template}/clone`: a `qmclone` task.
     fn clone_vm(&self, node: &str, template: u32, req: &CloneRequest) -> Upid;
+    /// `POST .../qemu/{vmid}/template`: a `qmtemplate` task.
+    fn template_vm(&self, node: &str, vmid: u32) -> Upid;
     /// `POST /nodes/{node}/lxc`: a `vzcreate` task.
     fn create_ct(&self, node: &str, vmid: u32, params: &VmParams) -> Upid;
     /// `POST .../lxc/{template}/clone`: a `vzclone` task.

@@ -901,6 +901,30 @@ fn allocate_vm_volume(
     parts.join(",")
 }
 
+/// A VM's disk `key` (`value`: `STORAGE:VOLNAME[,options]`) as template_create turns it into
+/// a base volume (pve-storage `vdisk_create_base`: `vm-VMID-disk-N` becomes
+/// `base-VMID-disk-N`, a file's directory kept): `(old, new)` volume ids, `None` for a CD-ROM,
+/// a key that is no disk, or a volume already a base or not the VM's own.
+fn base_volume(vmid: u32, key: &str, value: &str) -> Option<(String, String)> {
+    let disk = super::values::is_drive_key(key) || key == "efidisk0" || key == "tpmstate0";
+    if !disk || value.split(',').any(|p| p == "media=cdrom") {
+        return None;
+    }
+    let volume = value.split(',').next()?;
+    let (storage, volname) = volume.split_once(':')?;
+    let (dir, name) = volname.rsplit_once('/').unwrap_or(("", volname));
+    let rest = name.strip_prefix(&format!("vm-{vmid}-"))?;
+    let dir = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    Some((
+        volume.to_string(),
+        format!("{storage}:{dir}base-{vmid}-{rest}"),
+    ))
+}
+
 /// pve-storage `Plugin.pm` parse_volname of a `vztmpl` archive (`$VZTMPL_EXT_RE_1` of
 /// `Storage.pm`, pve-storage 9.1: `.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2`, any
 /// case), from pve-container create_vm's check_volume_access, before anything is made.
@@ -1471,6 +1495,46 @@ impl Pve for FakePve {
                 None,
                 req.pool.clone(),
             ))
+        })
+    }
+
+    async fn template_vm(&self, node: &str, vmid: u32) -> Result<Upid, Error> {
+        self.call("template_vm", format!("{node} {vmid}"), |s| {
+            // qemu-server `API2/Qemu.pm` template's `$load_and_check`, before the `qmtemplate`
+            // task: check_lock, snapshots (the fake keeps none), a template already, a running
+            // VM, each a plain `die`.
+            s.unlocked(node, GuestKind::Qemu, vmid)?;
+            let vm = s.vm(node, GuestKind::Qemu, vmid)?;
+            if vm.config.get("template").is_some_and(|v| v == "1") {
+                return Err(api(500, "you can't convert a template to a template"));
+            }
+            if vm.running {
+                return Err(api(
+                    500,
+                    "you can't convert a VM to template if VM is running",
+                ));
+            }
+            // The task: `template: 1` written, then `QemuServer.pm` template_create renames each
+            // disk but a CD-ROM to its base volume (`vdisk_create_base`).
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                let mut renamed = Vec::new();
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    vm.config.insert("template".into(), "1".into());
+                    for (key, value) in vm.config.iter_mut() {
+                        if let Some((old, new)) = base_volume(vmid, key, value) {
+                            *value = value.replacen(&old, &new, 1);
+                            renamed.push((old, new));
+                        }
+                    }
+                }
+                for volume in s.volumes.values_mut().flatten() {
+                    if let Some((_, new)) = renamed.iter().find(|(old, _)| *old == volume.volid) {
+                        volume.volid = new.clone();
+                    }
+                }
+                *s.generation.entry(vmid).or_default() += 1;
+            });
+            Ok(s.task(node, "qmtemplate", &vmid.to_string(), Some(on_ok), None))
         })
     }
 
@@ -2204,6 +2268,86 @@ mod tests {
         assert_eq!(lock(&pve), None);
         assert!(pve.vm(202).is_none());
     }
+    /// qemu-server `API2/Qemu.pm` template: a `qmtemplate` task naming the VM sets its
+    /// `template: 1` and renames its disks (not a CD-ROM) to base volumes (`QemuServer.pm`
+    /// template_create); PVE's `$load_and_check` refuses a locked VM, a template and a running
+    /// VM before any task, in its words.
+    #[tokio::test]
+    async fn a_vm_converts_to_a_template_and_a_running_vm_or_a_template_is_refused() {
+        use crate::guest::GuestKind::Qemu;
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.add_vm(
+            100,
+            "pve1",
+            &[
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("efidisk0", "local:100/vm-100-disk-1.qcow2,size=4M"),
+                ("ide2", "local-lvm:vm-100-cloudinit,media=cdrom"),
+                ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+            ],
+        );
+        pve.add_volume("local-lvm", "local-lvm:vm-100-disk-0", "images");
+        let upid = pve.template_vm("pve1", 100).await.unwrap();
+        assert_eq!(
+            (upid.kind.as_str(), upid.id.as_str()),
+            ("qmtemplate", "100")
+        );
+        assert!(matches!(
+            pve.wait_task(&upid, Duration::from_secs(1)).await,
+            Ok(TaskOutcome::Ok)
+        ));
+        let config = pve.vm(100).unwrap().config;
+        assert_eq!(config.get("template").map(String::as_str), Some("1"));
+        assert_eq!(config["scsi0"], "local-lvm:base-100-disk-0,size=8G");
+        assert_eq!(
+            config["efidisk0"],
+            "local:100/base-100-disk-1.qcow2,size=4M"
+        );
+        assert_eq!(config["ide2"], "local-lvm:vm-100-cloudinit,media=cdrom");
+        let listed = pve
+            .storage_content("pve1", "local-lvm", None)
+            .await
+            .unwrap();
+        assert_eq!(listed[0].volid, "local-lvm:base-100-disk-0");
+
+        // A template again: refused before any task.
+        let refused = pve.template_vm("pve1", 100).await.unwrap_err();
+        assert_eq!(refused.status(), Some(500));
+        assert_eq!(
+            words(refused.clone()),
+            (
+                "you can't convert a template to a template".into(),
+                Some(Meaning::AlreadyTemplate)
+            )
+        );
+        assert!(refused.surely_not_executed());
+
+        // A running VM: refused, nothing changed.
+        pve.add_vm(101, "pve1", &[("scsi0", "local-lvm:vm-101-disk-0,size=8G")]);
+        let start = pve.start_vm("pve1", Qemu, 101).await.unwrap();
+        pve.wait_task(&start, Duration::from_secs(1)).await.unwrap();
+        let before = pve.vm(101);
+        let refused = pve.template_vm("pve1", 101).await.unwrap_err();
+        assert_eq!(
+            words(refused),
+            (
+                "you can't convert a VM to template if VM is running".into(),
+                Some(Meaning::Refused)
+            )
+        );
+        assert_eq!(pve.vm(101), before);
+
+        // A locked VM: check_lock's words.
+        pve.add_vm(102, "pve1", &[("lock", "backup")]);
+        assert_eq!(
+            words(pve.template_vm("pve1", 102).await.unwrap_err()),
+            ("VM is locked (backup)".into(), Some(Meaning::LockHeld))
+        );
+        assert_eq!(pve.vm(102).unwrap().config.get("template"), None);
+        assert_eq!(pve.running_tasks(), Vec::<String>::new());
+    }
+
     /// The power calls' answers, each kind in its words (pve-container `API2/LXC/Status.pm`
     /// vm_start, vm_stop, vm_shutdown, vm_reboot; qemu-server `API2/Qemu.pm` vm_reboot and
     /// `QemuServer.pm` vm_start, whose `already running` ends the `qmstart` task).

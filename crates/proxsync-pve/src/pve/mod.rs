@@ -45,6 +45,7 @@
 //! | [`Client::set_config_async`] | `POST .../config` (+`digest`) | a task when needed, else at once | as above; TaskFailed |
 //! | [`Client::create_vm`] | `POST /nodes/{node}/qemu` | task `qmcreate` | AlreadyExists (VMID taken), 400, Quota, ImageNotFound, TaskFailed |
 //! | [`Client::clone_vm`] | `POST .../qemu/{template}/clone` | task `qmclone` | Lock (template busy), AlreadyExists, Quota, TaskFailed |
+//! | [`Client::template_vm`] | `POST .../qemu/{vmid}/template` | task `qmtemplate` | Lock, 500 `you can't convert a template to a template` (AlreadyTemplate), `you can't convert a VM to template if VM is running`, snapshots; TaskFailed |
 //! | [`Client::resize_disk`] | `PUT .../resize` | task `resize` (PVE 8+), at once before | 500 shrinking refused, Lock |
 //! | [`Client::start_vm`], [`Client::shutdown_vm`], [`Client::stop_vm`] | `POST .../status/{start,shutdown,stop}` | task | Lock, NodeUnhealthy, TaskFailed |
 //! | [`Client::migrate_precondition`], [`Client::migrate_vm`] | `GET`/`POST .../migrate` | at once; task `qmigrate` (`hamigrate` when HA-managed) | Lock, 500 `can't migrate running VM without --online`, TaskFailed (`local cdrom image`, local devices) |

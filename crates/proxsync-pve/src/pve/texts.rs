@@ -68,6 +68,8 @@ pub enum Meaning {
     /// A container's resize to the size its volume has (pve-container refuses; qemu-server
     /// just returns).
     AlreadyAtSize,
+    /// A conversion to a template of a VM that is one already.
+    AlreadyTemplate,
     /// A deterministic refusal of the request as sent (a shrink, an MTU above the bridge's, a
     /// full clone of a running container, a clone to a node the volumes cannot reach): the
     /// same request fails the same way until a person changes the spec or the cluster.
@@ -107,6 +109,7 @@ impl Meaning {
             | Meaning::NotRunning
             | Meaning::AlreadyRunning
             | Meaning::AlreadyAtSize
+            | Meaning::AlreadyTemplate
             | Meaning::FileExists => None,
         }
     }
@@ -132,6 +135,7 @@ impl Meaning {
             | Meaning::NotRunning
             | Meaning::AlreadyRunning
             | Meaning::AlreadyAtSize
+            | Meaning::AlreadyTemplate
             | Meaning::Refused
             | Meaning::HaMissing
             | Meaning::HaErrorState
@@ -475,7 +479,25 @@ pub const TEXTS: &[Text] = &[
         versions: "every PVE 8.x and 9.x",
         samples: &["shrinking disks is not supported"],
     },
+    // Templates.
+    Text {
+        pattern: "you can't convert a template to a template",
+        meaning: Meaning::AlreadyTemplate,
+        source: "qemu-server src/PVE/API2/Qemu.pm template ($load_and_check, before the \
+                 qmtemplate task and again in it; pve-container src/PVE/API2/LXC.pm template \
+                 says the same of a container)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["you can't convert a template to a template"],
+    },
     // Refusals of the request as sent.
+    Text {
+        pattern: "you can't convert a VM to template if VM is running",
+        meaning: Meaning::Refused,
+        source: "qemu-server src/PVE/API2/Qemu.pm template ($load_and_check, before the \
+                 qmtemplate task and again in it)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["you can't convert a VM to template if VM is running"],
+    },
     Text {
         pattern: "MTU size '#' is bigger than bridge MTU '#'",
         meaning: Meaning::Refused,
