@@ -268,7 +268,17 @@ pub(super) async fn finish(
     if make_template {
         held?;
         tracing::info!(spec = %spec.name, vmid, "turning the VM into a template");
-        let upid = client.template_vm(node, vmid).await?;
+        let upid = match client.template_vm(node, vmid).await {
+            Ok(upid) => upid,
+            // Made one since the config was read (a task of an earlier cycle that ended).
+            Err(e)
+                if e.status() == Some(500)
+                    && e.meaning() == Some(crate::pve::texts::Meaning::AlreadyTemplate) =>
+            {
+                return finish_template(ctx, spec, rec, vm);
+            }
+            Err(e) => return Err(e.into()),
+        };
         if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
             ctx.store.put(&spec.name, rec)?;
             return Ok(Outcome::StillRunning {

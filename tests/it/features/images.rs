@@ -15,15 +15,15 @@ use serde_json::{Value, json};
 
 const URL: &str = "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
 
-struct Setup {
-    pve: FakePve,
-    ws: Workspace,
-    engine: Engine,
-    specs: SpecSet,
-    commit: String,
+pub(crate) struct Setup {
+    pub(crate) pve: FakePve,
+    pub(crate) ws: Workspace,
+    pub(crate) engine: Engine,
+    pub(crate) specs: SpecSet,
+    pub(crate) commit: String,
 }
 
-fn image_doc(checksum: &str) -> String {
+pub(crate) fn image_doc(checksum: &str) -> String {
     format!(
         "apiVersion: proxsync.io/v1\nkind: ProxmoxImage\nmetadata: {{name: noble-cloud}}\nspec:\n  \
          forProvider:\n    site: lab\n    url: {URL}\n    checksum: sha256:{checksum}\n    \
@@ -41,7 +41,7 @@ fn guest(name: &str, node: &str) -> String {
 
 /// A workspace whose repository holds the image (with `checksum`) and `guests` made from it;
 /// the harness serves the image's URL.
-fn setup(checksum: Option<&str>, guests: &[(&str, &str)]) -> Setup {
+pub(crate) fn setup(checksum: Option<&str>, guests: &[(&str, &str)]) -> Setup {
     let mut pve = FakePve::start(default_scenario());
     let served = pve
         .call("remote_file", json!({"url": URL, "size": 4096}))
@@ -72,14 +72,14 @@ fn setup(checksum: Option<&str>, guests: &[(&str, &str)]) -> Setup {
 }
 
 impl Setup {
-    async fn cycle(&mut self) {
+    pub(crate) async fn cycle(&mut self) {
         self.engine
             .reconcile(&self.specs, Some(&self.commit))
             .await
             .expect("a cycle");
     }
 
-    fn downloads(&mut self) -> Vec<Value> {
+    pub(crate) fn downloads(&mut self) -> Vec<Value> {
         let v = self.pve.call("downloads", json!({})).expect("downloads");
         v.as_array().cloned().unwrap_or_default()
     }
@@ -477,7 +477,7 @@ async fn an_image_on_a_storage_without_import_content_fails_once_per_backoff() {
 
 impl Setup {
     /// Commits `files` and reads the specs of the new commit.
-    fn recommit(&mut self, files: &[(&str, String)]) {
+    pub(crate) fn recommit(&mut self, files: &[(&str, String)]) {
         self.ws.commit_specs(files);
         let config = Config::load(&self.ws.config()).expect("config");
         let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
@@ -677,7 +677,7 @@ impl Setup {
             .collect()
     }
 
-    fn ready_message(&self, name: &str) -> String {
+    pub(crate) fn ready_message(&self, name: &str) -> String {
         let text = std::fs::read_to_string(self.ws.path(&format!("status/{name}.yaml"))).unwrap();
         let status: Value = serde_saphyr::from_str(&text).unwrap();
         let conditions = status["conditions"].as_array().unwrap();
@@ -687,7 +687,7 @@ impl Setup {
     }
 
     /// A new version of the image (another URL, another file): its document.
-    fn new_version(&mut self) -> String {
+    pub(crate) fn new_version(&mut self) -> String {
         let url2 = URL.replace("20261115", "20261201");
         let served = (self.pve)
             .call("remote_file", json!({"url": url2, "size": 2048}))

@@ -20,6 +20,7 @@ mod plan_cli;
 mod sets;
 mod sops;
 mod suspend;
+mod templates;
 mod wait_events;
 mod web_ui;
 mod webhooks;

@@ -83,6 +83,10 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         // Absent for a VM, so the hashes of VM specs stay as they were.
         #[serde(skip_serializing_if = "Option::is_none")]
         container: Option<&'a super::ContainerSpec>,
+        // A `ProxmoxTemplate`'s version: two versions are never one spec renamed (their content
+        // hashes differ). Absent for a guest.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        template: Option<&'a super::templates::TemplateVersion>,
         /// Bumped when what converge writes changes for every VM: 2 = signed markers, so a
         /// VM with a marker from before signing is converged (and its marker signed) once.
         identity: u32,
@@ -110,6 +114,7 @@ fn hash_named(spec: &Spec, vm_name: &str) -> u64 {
         disks: vm.and_then(|v| v.disks.as_ref()),
         destroy_disks: vm.map_or(&[], |v| &v.destroy_disks),
         container: spec.container(),
+        template: spec.template.as_deref(),
         identity: 2,
     };
     let mut out = FnvHasher::default();

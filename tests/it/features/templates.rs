@@ -1,0 +1,170 @@
+//! `kind: ProxmoxTemplate` against fakepve: from one commit holding an image, a template and a
+//! set of guests, PVE downloads the image, the template is built from it (`import-from`, then
+//! `POST .../template`) and the guests are cloned from it; a new image version builds a new
+//! template beside the old one, which goes once it is no longer the current one, and leaves
+//! the guests alone unless they say `imagePolicy: Recreate`.
+
+use crate::common;
+
+use super::images::{Setup, image_doc, setup};
+use common::fakepve::RecordedRequest;
+use serde_json::Value;
+
+fn template_doc(extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {{name: noble}}\nspec:\n  \
+         forProvider:\n    site: lab\n    node: pve1\n    image: {{image: noble-cloud}}\n    \
+         memory: 1Gi\n    disk: 8Gi\n    cloudInit: {{user: ops}}\n{extra}"
+    )
+}
+
+fn template_set(replicas: u32, policy: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
+         replicas: {replicas}\n  placement: {{nodes: [pve1]}}\n  maxUnavailable: 2\n  \
+         template:\n    imagePolicy: {policy}\n    forProvider:\n      site: lab\n      \
+         image: {{template: noble}}\n      memory: 1Gi\n      disk: 8Gi\n"
+    )
+}
+
+/// The template spec's name (`noble-VERSION`) in the current commit.
+fn version_name(s: &Setup) -> String {
+    let t = s.specs.specs.iter().find(|s| s.template.is_some());
+    t.expect("a template spec").name.clone()
+}
+
+/// The VM PVE lists under `name`, if any.
+fn vm_named(s: &mut Setup, name: &str) -> Option<Value> {
+    s.pve.vms().into_iter().find(|v| v["name"] == name)
+}
+
+fn posts<'a>(requests: &'a [RecordedRequest], suffix: &str) -> Vec<&'a RecordedRequest> {
+    (requests.iter())
+        .filter(|r| r.method == "POST" && r.path.ends_with(suffix))
+        .collect()
+}
+
+async fn cycles(s: &mut Setup, n: usize) {
+    for _ in 0..n {
+        s.cycle().await;
+    }
+}
+
+/// The issue's case: one commit, no file placed by hand. The image is downloaded, the
+/// template built from it and made a template, and the 20 guests cloned from it; a new image
+/// version builds a new template, deletes the old one, and leaves the guests alone (Keep);
+/// under Recreate they are rebuilt two at a time from the new template.
+#[tokio::test]
+async fn one_commit_builds_the_template_and_its_guests_and_a_new_image_rolls_them() {
+    let mut s = setup(None, &[]);
+    let first_image = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first_image),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(20, "Keep")),
+    ]);
+    let old = version_name(&s);
+    let before = common::engine::next_seq(&mut s.pve);
+    cycles(&mut s, 2).await;
+    let requests = s.pve.requests_since(before);
+    assert_eq!(s.downloads().len(), 1, "the image downloaded once");
+    let template = vm_named(&mut s, &old).expect("the template is built");
+    assert_eq!(template["template"], true, "{template}");
+    let tvmid = template["vmid"].as_u64().unwrap();
+    let creates = posts(&requests, "/qemu");
+    assert_eq!(creates.len(), 1, "one create: the template's");
+    assert!(
+        creates[0].body.contains("import-from"),
+        "{}",
+        creates[0].body
+    );
+    assert_eq!(posts(&requests, "/template").len(), 1);
+    let clones = posts(&requests, &format!("/qemu/{tvmid}/clone"));
+    assert_eq!(clones.len(), 20, "every guest cloned from it");
+    // The template is made a template before the first clone.
+    assert!(posts(&requests, "/template")[0].seq < clones[0].seq);
+    let version = old.rsplit_once('-').unwrap().1;
+    let message = s.ready_message("web-01");
+    assert!(
+        message.starts_with("True")
+            && message.contains(&format!("made from template noble version {version}")),
+        "{message}"
+    );
+    assert!(s.ready_message(&old).starts_with("True"));
+
+    // An idle cycle sends nothing.
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    let writes = common::engine::writes_since(&mut s.pve, before);
+    assert!(writes.is_empty(), "{writes:?}");
+
+    // A new image version: a new template beside the old, the guests kept as they are.
+    let doc = s.new_version();
+    s.recommit(&[
+        ("images.yaml", doc.clone()),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(20, "Keep")),
+    ]);
+    let new = version_name(&s);
+    assert_ne!(new, old);
+    let before = common::engine::next_seq(&mut s.pve);
+    cycles(&mut s, 2).await;
+    let requests = s.pve.requests_since(before);
+    let Some(new_template) = vm_named(&mut s, &new) else {
+        panic!(
+            "the new template is built: {} {:?}",
+            s.ready_message(&new),
+            requests
+                .iter()
+                .map(|r| format!("{} {}", r.method, r.path))
+                .collect::<Vec<_>>()
+        );
+    };
+    assert_eq!(new_template["template"], true);
+    let new_tvmid = new_template["vmid"].as_u64().unwrap();
+    assert!(
+        posts(&requests, "/clone").is_empty(),
+        "Keep clones nothing: {requests:?}"
+    );
+    let deletes: Vec<&RecordedRequest> = (requests.iter())
+        .filter(|r| r.method == "DELETE" && r.path.contains("/qemu/"))
+        .collect();
+    assert_eq!(deletes.len(), 1, "the old template only: {deletes:?}");
+    assert!(deletes[0].path.contains(&format!("/qemu/{tvmid}")));
+    assert!(vm_named(&mut s, &old).is_none());
+    let message = s.ready_message("web-01");
+    assert!(
+        message.starts_with("True")
+            && message.contains(&format!("version {version}, an older version"))
+            && message.contains("imagePolicy: Keep"),
+        "{message}"
+    );
+
+    // Recreate: rolled two at a time from the new template.
+    s.recommit(&[
+        ("images.yaml", doc),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(20, "Recreate")),
+    ]);
+    let before = common::engine::next_seq(&mut s.pve);
+    cycles(&mut s, 3).await;
+    let requests = s.pve.requests_since(before);
+    let deletes: Vec<u64> = (requests.iter())
+        .filter(|r| r.method == "DELETE" && r.path.contains("/qemu/"))
+        .map(|r| r.seq)
+        .collect();
+    let clones = posts(&requests, &format!("/qemu/{new_tvmid}/clone"));
+    assert_eq!(deletes.len(), 20, "every member rebuilt once");
+    assert_eq!(clones.len(), 20, "from the new template");
+    assert!(deletes[2] > clones[1].seq, "two at a time");
+    let new_version = new.rsplit_once('-').unwrap().1;
+    for i in [1, 20] {
+        let message = s.ready_message(&format!("web-{i:02}"));
+        assert!(
+            message.starts_with("True")
+                && message.contains(&format!("version {new_version}"))
+                && !message.contains("older"),
+            "{message}"
+        );
+    }
+}
