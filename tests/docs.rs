@@ -429,6 +429,7 @@ fn spec_fields() -> String {
         proxsync::spec::lxc_schema(),
         proxsync::spec::set_schema(),
         proxsync::spec::image_schema(),
+        proxsync::spec::template_schema(),
         proxsync::spec::defaults_schema(),
     ] {
         let title = schema["title"].as_str().unwrap_or_default();

@@ -447,6 +447,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         renamed_from: None,
         adopt: None,
         hardware: Default::default(),
+        template: None,
         hashes: Default::default(),
     }
 }

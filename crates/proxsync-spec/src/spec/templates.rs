@@ -374,7 +374,7 @@ mod tests {
                 vm_name: t.name.clone()
             }
         );
-        assert_eq!(&*guest.depends_on, [t.name.clone()]);
+        assert_eq!(&*guest.depends_on, std::slice::from_ref(&t.name));
         // The guest's hash does not follow the template's version.
         let (set2, _) = read(&file(&[&image('b'), &template(""), GUEST]));
         let guest2 = set2.specs.iter().find(|s| s.name == "web-1").unwrap();
