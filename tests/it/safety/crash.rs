@@ -569,3 +569,104 @@ fn sigkill_during_an_image_roll_never_duplicates_or_takes_down_more_than_it_may(
         crash_roll(seed);
     }
 }
+
+/// A `ProxmoxTemplate` built from the image, and a set of four cloned from it, rebuilt from a
+/// new template version two at a time (`imagePolicy: Recreate`).
+fn template_docs(url: &str, sha256: &str) -> Vec<(String, String)> {
+    let template = "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {name: noble}\n\
+         spec:\n  forProvider:\n    site: lab\n    node: pve1\n    image: {image: noble-cloud}\n    \
+         memory: 1Gi\n    disk: 8Gi\n";
+    let set = rolled_set(4)
+        .replace("name: roll", "name: tpl")
+        .replace("[pve1, pve2]", "[pve1]")
+        .replace("{image: noble-cloud}", "{template: noble}");
+    vec![
+        ("images.yaml".to_string(), image_doc(url, sha256)),
+        ("template.yaml".to_string(), template.to_string()),
+        ("tpl.yaml".to_string(), set),
+    ]
+}
+
+/// Exactly one template of this install's, for a version of `noble`, made a template, and no
+/// other VM claims a version: its spec name.
+fn one_template(pve: &mut FakePve, seed: u64, phase: &str) -> String {
+    let claims = marker_claims(pve);
+    let versions: Vec<(&String, &Vec<u64>)> = claims
+        .iter()
+        .filter(|(s, _)| s.starts_with("noble-"))
+        .collect();
+    assert_eq!(
+        versions.len(),
+        1,
+        "{phase}: one template version (seed {seed}): {claims:?}"
+    );
+    let (name, vmids) = versions[0];
+    assert_eq!(
+        vmids.len(),
+        1,
+        "{phase}: one template (seed {seed}): {claims:?}"
+    );
+    let vm = pve.vm(vmids[0] as u32);
+    assert_eq!(
+        vm["template"],
+        json!(true),
+        "{phase}: made a template (seed {seed}): {vm}"
+    );
+    name.clone()
+}
+
+/// Kills while the template is built and its guests cloned (the state database lost now and
+/// then), then while a new image version builds a new template and the set is rolled onto
+/// it: never a second template or guest, never more than two members down, and at the end one
+/// template, of the new version, and every member cloned from it.
+fn crash_template(seed: u64) {
+    let mut pve = real_timing_pve();
+    pve.call("download_timing", json!({"secs": 0.5}))
+        .expect("download_timing");
+    let ws = Workspace::new(&pve);
+    let names: Vec<String> = (1..=4).map(|i| format!("tpl-{i:02}")).collect();
+    let sum = serve(&mut pve, IMAGE_URL, 4096);
+    commit(&ws, &template_docs(IMAGE_URL, &sum));
+    let mut rng = Lcg(seed);
+    // Four members and the template's VM before it is made a template.
+    kill_rounds(&mut pve, &ws, &mut rng, seed, "template", 0..=5, None, true);
+    converge_and_check(&mut pve, &ws, &names, seed, "template create");
+    let first = one_template(&mut pve, seed, "template create");
+
+    let url2 = IMAGE_URL.replace("20261115", "20261201");
+    let sum2 = serve(&mut pve, &url2, 2048);
+    commit(&ws, &template_docs(&url2, &sum2));
+    // Two members may be down; the new template's VM counts until it is a template.
+    kill_rounds(
+        &mut pve,
+        &ws,
+        &mut rng,
+        seed,
+        "template roll",
+        2..=5,
+        None,
+        false,
+    );
+    converge_and_check(&mut pve, &ws, &names, seed, "template roll");
+    let second = one_template(&mut pve, seed, "template roll");
+    assert_ne!(first, second, "a new version (seed {seed})");
+    let version = second.rsplit_once('-').unwrap().1;
+    // A member adopted after the lost database has no version recorded (never rebuilt, and
+    // says so); every other one is cloned from the new version.
+    for n in &names {
+        let (_, _, message) = ws.condition(n, "Ready");
+        assert!(
+            !message.contains("older")
+                && (message.contains(&format!("template noble version {version}"))
+                    || message.contains("its version not recorded")),
+            "template roll: {n} is cloned from the new version (seed {seed}): {message}"
+        );
+    }
+}
+
+#[test]
+fn sigkill_while_a_template_is_built_and_its_guests_rolled_never_duplicates() {
+    for seed in seeds(0) {
+        crash_template(seed);
+    }
+}
