@@ -852,7 +852,10 @@ fn examples_are_valid_and_cover_every_form() {
         .is_some_and(|m| m.set == "worker" && m.replicas == 3)));
     assert!(has(&|s| s.defaults.is_some() && s.site == "eu-fra"));
     assert!(has(&|s| !s.depends_on.is_empty()));
-    assert!((11..=14).contains(&set.specs.len()), "{}", set.specs.len());
+    // A template built from an image, and a VM cloned from it.
+    assert!(has(&|s| s.template.is_some()));
+    assert!(has(&|s| matches!(s.image(), Image::Built { name, .. } if name == "debian-12")));
+    assert!((13..=16).contains(&set.specs.len()), "{}", set.specs.len());
 }
 
 /// The hardware fields of `forProvider`.
