@@ -854,7 +854,9 @@ fn examples_are_valid_and_cover_every_form() {
     assert!(has(&|s| !s.depends_on.is_empty()));
     // A template built from an image, and a VM cloned from it.
     assert!(has(&|s| s.template.is_some()));
-    assert!(has(&|s| matches!(s.image(), Image::Built { name, .. } if name == "debian-12")));
+    assert!(has(
+        &|s| matches!(s.image(), Image::Built { name, .. } if name == "debian-12")
+    ));
     assert!((13..=16).contains(&set.specs.len()), "{}", set.specs.len());
 }
 

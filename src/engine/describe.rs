@@ -93,10 +93,12 @@ pub(crate) fn describe(
             let from = spec(name)
                 .map(|s| format!(" from {}", image_text(s.image())))
                 .unwrap_or_default();
-            format!(
-                "+ create  {name}: new {} on {site}/{node}{from}",
-                noun(name)
-            )
+            // A `ProxmoxTemplate`'s version: made a template once it is created.
+            let what = match spec(name).and_then(|s| s.template.as_deref()) {
+                Some(t) => format!("template {} (version {})", t.name, t.version),
+                None => noun(name).to_string(),
+            };
+            format!("+ create  {name}: new {what} on {site}/{node}{from}")
         }
         Action::ResumeCreate {
             spec,

@@ -168,3 +168,38 @@ async fn one_commit_builds_the_template_and_its_guests_and_a_new_image_rolls_the
         );
     }
 }
+
+/// `plan` on the first commit: the template's create, the guests waiting for it.
+#[tokio::test]
+async fn plan_shows_the_template_built_and_its_guests_waiting_for_it() {
+    let mut s = setup(None, &[]);
+    let first_image = image_doc(&s.specs.images[0].checksum.hex);
+    s.recommit(&[
+        ("images.yaml", first_image),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(2, "Keep")),
+    ]);
+    let name = version_name(&s);
+    // The in-process engine holds the state database: `plan` reads it.
+    let Setup {
+        pve, ws, engine, ..
+    } = s;
+    drop(engine);
+    let out = ws.proxsync(&["plan"]);
+    drop(pve);
+    let text = common::engine::text(&out);
+    let version = name.rsplit_once('-').unwrap().1;
+    assert!(
+        text.contains(&format!(
+            "+ create  {name}: new template noble (version {version}) on lab/pve1 from image \
+             noble-cloud"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "! web-01: waits for {name} to be Ready (dependsOn)"
+        )),
+        "{text}"
+    );
+}
