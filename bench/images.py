@@ -6,7 +6,11 @@ third that says `imagePolicy: Recreate` (the members rebuilt from the new versio
 `--max-unavailable` at a time).
 
     bench/images.py BINARY [--members 20] [--nodes 2] [--download-secs 30] [--create-secs 4]
-                           [--max-unavailable 2] [--time-scale 1]
+                           [--max-unavailable 2] [--time-scale 1] [--template]
+
+With --template the commits hold a ProxmoxTemplate built from the image (on pve1, the set's
+only node: its storage is local) and the set is cloned from it (`image: {template: noble}`);
+the second commit's image version builds a new template, and the roll clones from it.
 
 With --time-scale 1 the tasks take a real cluster's seconds (a download of --download-secs, a
 create that imports the disk of --create-secs); with 0 they end at once and the figures are
@@ -35,16 +39,34 @@ def image_text(url, sha256):
             '    storage: local\n' % (bench.SITE, url, sha256))
 
 
-def set_text(members, nodes, recreate=None):
-    """The set; with `recreate` (its maxUnavailable) under imagePolicy: Recreate."""
+TEMPLATE = ('apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {name: noble}\nspec:\n'
+            '  forProvider:\n    site: %s\n    node: pve1\n    image: {image: noble-cloud}\n'
+            '    cpu: 1\n    memory: 1Gi\n    disk: 8Gi\n    storage: local-lvm\n    network: vmbr0\n')
+
+
+def set_text(members, nodes, recreate=None, template=False):
+    """The set; with `recreate` (its maxUnavailable) under imagePolicy: Recreate; with
+    `template`, cloned from the ProxmoxTemplate rather than made from the image."""
     node_list = ', '.join('pve%d' % (k + 1) for k in range(nodes))
     roll = '' if recreate is None else '  maxUnavailable: %d\n' % recreate
     policy = '' if recreate is None else '    imagePolicy: Recreate\n'
+    image = '{template: noble}' if template else '{image: noble-cloud}'
     return ('apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: web\nspec:\n'
             '  replicas: %d\n  namePattern: "web-{index:03}"\n  placement: {nodes: [%s]}\n%s'
-            '  template:\n%s    forProvider:\n      site: %s\n      image: {image: noble-cloud}\n'
+            '  template:\n%s    forProvider:\n      site: %s\n      image: %s\n'
             '      cpu: 1\n      memory: 1Gi\n      disk: 8Gi\n      storage: local-lvm\n'
-            '      network: vmbr0\n' % (members, node_list, roll, policy, bench.SITE))
+            '      network: vmbr0\n' % (members, node_list, roll, policy, bench.SITE, image))
+
+
+def template_built(ws, old=None):
+    """The name of a template version other than `old` whose status says it is Ready."""
+    for f in sorted(os.listdir(ws.status)):
+        if not (f.startswith('noble-') and f.endswith('.yaml')) or f == '%s.yaml' % old:
+            continue
+        with open(os.path.join(ws.status, f)) as fh:
+            if 'reason: Available' in fh.read():
+                return f[:-len('.yaml')]
+    return None
 
 
 def rebuilt(ws, members, version):
@@ -79,7 +101,7 @@ def by_kind(reqs):
         path = r['path']
         if path.endswith('/download-url'):
             out['download-url'] += 1
-        elif r['method'] == 'POST' and path.endswith('/qemu'):
+        elif r['method'] == 'POST' and (path.endswith('/qemu') or path.endswith('/clone')):
             out['create'] += 1
         elif path.endswith('/content'):
             out['storage content'] += 1
@@ -97,7 +119,10 @@ def main():
     p.add_argument('--create-secs', type=float, default=4)
     p.add_argument('--max-unavailable', type=int, default=2)
     p.add_argument('--time-scale', type=float, default=1)
+    p.add_argument('--template', action='store_true')
     args = p.parse_args()
+    if args.template:
+        args.nodes = 1
     python = os.environ.get('PROXSYNC_FAKEPVE_PYTHON', os.path.join(bench.ROOT, '.venv', 'bin', 'python'))
     bench.FLEET['nodes'] = args.nodes
     tmp = tempfile.mkdtemp(prefix='proxsync-images-bench-')
@@ -113,16 +138,20 @@ def main():
         sums = {u: fake.call('remote_file', url=u, size=SIZE)['sha256'] for u in (v1, v2)}
         if args.time_scale > 0:
             fake.call('download_timing', secs=args.download_secs)
-            fake.call('create_timing', create_secs=args.create_secs)
+            fake.call('create_timing', create_secs=args.create_secs, clone_secs=args.create_secs)
         ws = bench.Workspace(tmp, fake, args.members)
         d, _ = bench.start_daemon(args.binary, ws, tmp, 'images', 0, fake)
 
         fake.call('clear_requests')
-        commit(ws, {'image.yaml': image_text(v1, sums[v1]), 'web.yaml': set_text(args.members, args.nodes)},
-               'an image and a set of %d made from it' % args.members)
+        first = {'image.yaml': image_text(v1, sums[v1]),
+                 'web.yaml': set_text(args.members, args.nodes, template=args.template)}
+        if args.template:
+            first['template.yaml'] = TEMPLATE % bench.SITE
+        commit(ws, first, 'an image%s and a set of %d made from it'
+               % (' and a template' if args.template else '', args.members))
         t0 = time.monotonic()
         ws.push()
-        t1 = bench.wait_all_ready(d, args.members, t0, 3600)
+        t1 = bench.wait_all_ready(d, args.members + int(args.template), t0, 3600)
         reqs = by_kind(fake.requests())
         res['first_commit'] = {'wall_s': round(t1 - t0, 2), 'requests': reqs}
         bench.log('first commit: %s' % res['first_commit'])
@@ -132,7 +161,12 @@ def main():
         t0 = time.monotonic()
         ws.push()
         deadline = t0 + 3600
-        while time.monotonic() < deadline:
+        old = template_built(ws) if args.template else None
+        while args.template and time.monotonic() < deadline:
+            if template_built(ws, old):
+                break
+            time.sleep(0.2)
+        while not args.template and time.monotonic() < deadline:
             downloads = fake.call('downloads')
             done = [x for x in downloads if x['url'] == v2]
             tasks = [t for t in fake.call('tasks') if t.get('type') == 'download'
@@ -146,12 +180,13 @@ def main():
         bench.log('new version: %s' % res['new_version'])
 
         fake.call('clear_requests')
-        commit(ws, {'web.yaml': set_text(args.members, args.nodes, args.max_unavailable)},
+        commit(ws, {'web.yaml': set_text(args.members, args.nodes, args.max_unavailable, args.template)},
                'imagePolicy: Recreate, maxUnavailable %d' % args.max_unavailable)
         t0 = time.monotonic()
         ws.push()
         deadline = t0 + 3600
-        while rebuilt(ws, args.members, sums[v2][:12]) < args.members:
+        version = template_built(ws, old).rsplit('-', 1)[1] if args.template else sums[v2][:12]
+        while rebuilt(ws, args.members, version) < args.members:
             if time.monotonic() > deadline:
                 raise RuntimeError('the roll did not end within an hour')
             time.sleep(0.2)
@@ -164,15 +199,17 @@ def main():
             d.stop()
         if fake:
             fake.stop()
-    out = os.path.join(bench.ROOT, 'bench', 'results', time.strftime('%Y%m%d-%H%M%S') + '-images.json')
+    out = os.path.join(bench.ROOT, 'bench', 'results', time.strftime('%Y%m%d-%H%M%S') + '-images%s.json' % ('-template' if args.template else ''))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, 'w') as fh:
         json.dump(res, fh, indent=1)
     f, n, r = res['first_commit'], res['new_version'], res['roll']
-    print('| commit | wall | requests (download-url, create, storage listings, other) |')
+    print('| commit | wall | requests (download-url, create or clone, storage listings, other) |')
     print('| --- | --- | --- |')
-    for label, x in (('image + set of %d on %d nodes' % (args.members, args.nodes), f),
-                     ('new image version', n),
+    what = 'image + template + set of %d cloned from it' % args.members if args.template else \
+        'image + set of %d on %d nodes' % (args.members, args.nodes)
+    for label, x in ((what, f),
+                     ('new image version' + (' (a new template built)' if args.template else ''), n),
                      ('imagePolicy: Recreate, %d at a time' % args.max_unavailable, r)):
         q = x['requests']
         print('| %s | %.2f s | %d (%d, %d, %d, %d) |' % (label, x['wall_s'], q['total'], q['download-url'],

@@ -12,8 +12,12 @@ use crate::model::{Making, ObservedVm, SiteView};
 /// number of specs and VMs. Hash maps: only looked up, never walked in order, and string
 /// keys in B-trees cost a comparison per level.
 pub(super) struct SiteIndex<'a> {
-    /// VMs carrying this install's marker, by the spec the marker names.
+    /// VMs carrying this install's marker, by the spec the marker names; templates apart.
     pub(super) by_marker: FnvHashMap<&'a str, Vec<&'a ObservedVm>>,
+    /// Templates carrying this install's marker, by the spec the marker names: a
+    /// `ProxmoxTemplate`'s only (`spec::claimants`); no guest spec, rename or orphan judges
+    /// them.
+    pub(super) templates_by_marker: FnvHashMap<&'a str, Vec<&'a ObservedVm>>,
     /// VMs whose marker could not be read and that no record explains: by name; and tagged
     /// ones listed without a name, by node. The uncertainty stays with what such a VM can be:
     /// the spec of its name, or (nameless) the specs of its node; other specs of the site are
@@ -48,6 +52,7 @@ impl<'a> SiteIndex<'a> {
     ) -> SiteIndex<'a> {
         let mut index = SiteIndex {
             by_marker: FnvHashMap::default(),
+            templates_by_marker: FnvHashMap::default(),
             unread_by_name: FnvHashMap::default(),
             unread_tagged_nameless: FnvHashMap::default(),
             making_on_node: FnvHashMap::default(),
@@ -58,12 +63,16 @@ impl<'a> SiteIndex<'a> {
         };
         for vm in view.vms.values() {
             // Only a marker that verifies (or that the state vouches for) claims a spec. A
-            // template's claims only a `ProxmoxTemplate` (`spec::by_marker`); nothing else of
+            // template's claims only a `ProxmoxTemplate` (`spec::claimants`); nothing else of
             // a template is a guest's.
             if let Some(m) = vm.marker.as_ref().filter(|m| m.install == install_id)
                 && vm.marker_verified
             {
-                index.by_marker.entry(m.spec.as_str()).or_default().push(vm);
+                let map = match vm.template {
+                    true => &mut index.templates_by_marker,
+                    false => &mut index.by_marker,
+                };
+                map.entry(m.spec.as_str()).or_default().push(vm);
             }
             if vm.template {
                 continue;

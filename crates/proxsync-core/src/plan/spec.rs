@@ -124,7 +124,10 @@ pub(super) fn duplicate(
     index: Option<&SiteIndex<'_>>,
     verdict: &Verdict,
 ) -> Option<Duplicate> {
-    let claimants = index?.by_marker.get(spec.name.as_str())?;
+    let claimants = claimants(spec, index?);
+    if claimants.is_empty() {
+        return None;
+    }
     let mut ids: Vec<u32> = claimants.iter().map(|vm| vm.vmid).collect();
     ids.sort_unstable();
     let recorded = rec.and_then(SpecRecord::vmid);
@@ -466,18 +469,24 @@ fn by_marker<'v>(
     rec: Option<&SpecRecord>,
     index: Option<&SiteIndex<'v>>,
 ) -> Option<&'v ObservedVm> {
-    let mut found: Vec<&ObservedVm> = index
-        .and_then(|i| i.by_marker.get(spec.name.as_str()))
-        .cloned()
-        .unwrap_or_default();
-    // A template is a guest only of a `ProxmoxTemplate`: a VM turned into one by hand is not
-    // adopted for the spec it was made for.
-    found.retain(|vm| !vm.template || spec.template.is_some());
+    let mut found: Vec<&ObservedVm> = index.map(|i| claimants(spec, i)).unwrap_or_default();
     found.sort_by_key(|vm| {
         let uid_match = rec.is_some_and(|r| vm.marker.as_ref().is_some_and(|m| m.uid == r.uid));
         (!uid_match, vm.vmid)
     });
     found.first().copied()
+}
+
+/// The VMs carrying the spec's verified marker: a `ProxmoxTemplate`'s templates too (its VM
+/// before and after it is made one); a guest spec's never a template (a VM a person made a
+/// template is not adopted for the spec it was made for).
+fn claimants<'v>(spec: &Spec, index: &SiteIndex<'v>) -> Vec<&'v ObservedVm> {
+    let name = spec.name.as_str();
+    let mut out: Vec<&ObservedVm> = index.by_marker.get(name).cloned().unwrap_or_default();
+    if spec.template.is_some() {
+        out.extend(index.templates_by_marker.get(name).into_iter().flatten());
+    }
+    out
 }
 
 /// A VM carrying the spec's marker that the state did not know: adopt it.
