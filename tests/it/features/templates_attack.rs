@@ -1130,3 +1130,41 @@ async fn a_guest_named_like_a_version_of_a_broken_template_is_held_not_lost() {
         "the removed guest goes once the template is fixed"
     );
 }
+
+/// A new image version whose download fails (a wrong checksum: the commit's image can never
+/// be had): the new template version cannot be built. The old version, which the guests
+/// were cloned from and a revert would want back, is kept until the new one is Ready (make
+/// before break), not deleted at once leaving the site with no template at all.
+#[tokio::test]
+async fn the_old_version_stays_until_the_new_one_is_built() {
+    let mut s = setup(None, &[]);
+    s.recommit(&[
+        ("images.yaml", first_image(&s)),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(2, "Keep")),
+    ]);
+    cycles(&mut s, 2).await;
+    let old = version_name(&s);
+    let doc = s.new_version();
+    let wrong = {
+        let i = doc.find("sha256:").unwrap() + "sha256:".len();
+        format!("{}{}{}", &doc[..i], "0".repeat(64), &doc[i + 64..])
+    };
+    s.recommit(&[
+        ("images.yaml", wrong),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(2, "Keep")),
+    ]);
+    assert!(!s.specs.has_errors(), "{:?}", s.specs.diagnostics);
+    let new = version_name(&s);
+    cycles(&mut s, 3).await;
+    assert!(
+        vm_named(&mut s, &new).is_none(),
+        "the new version cannot be built"
+    );
+    assert!(
+        vm_named(&mut s, &old).is_some(),
+        "the old template {old} deleted while its replacement {new} cannot be built: {}",
+        s.ready_message(&new)
+    );
+}
