@@ -21,6 +21,7 @@ mod sets;
 mod sops;
 mod suspend;
 mod templates;
+mod templates_attack;
 mod wait_events;
 mod web_ui;
 mod webhooks;
