@@ -190,10 +190,13 @@ fn key_pos_in(node: &Node, key: &str) -> Option<Pos> {
 }
 
 /// The version of template spec `spec` made from `image`: its content hash (what it asks for,
-/// without names) and the image's file name (which carries the image's checksum).
+/// without names), its site (a template moved to another site is a new one, built there) and
+/// the image's file name (which carries the image's checksum).
 fn version_of(spec: &Spec, image: &ImageSpec) -> String {
     let mut h = FnvHasher::default();
     std::hash::Hasher::write(&mut h, super::content_hash(spec).as_bytes());
+    std::hash::Hasher::write(&mut h, b"\0");
+    std::hash::Hasher::write(&mut h, spec.site.as_bytes());
     std::hash::Hasher::write(&mut h, b"\0");
     std::hash::Hasher::write(&mut h, image.filename.as_bytes());
     let full = format!("{:016x}", std::hash::Hasher::finish(&h));
@@ -227,6 +230,25 @@ pub(crate) fn version_all(
             held.insert(slot.name.clone());
             continue;
         };
+        // A disk to import: an ISO would make an empty disk booting an installer.
+        if image.content != super::images::ImageContent::Import {
+            let at = slot.vm().map_or(slot.pos, |vm| vm.image_pos);
+            diags.push(
+                Diagnostic::error(
+                    &slot.file,
+                    at,
+                    format!(
+                        "a {TEMPLATE_KIND} imports its image's disk: image {} is content {}, \
+                         not import (a cloud image: qcow2, raw or vmdk)",
+                        image.name,
+                        image.content.as_str()
+                    ),
+                )
+                .for_spec(Some(&slot.name)),
+            );
+            held.insert(slot.name.clone());
+            continue;
+        }
         let version = version_of(slot, image);
         let name = t.name.clone();
         let mut spec = (**slot).clone();
@@ -247,6 +269,43 @@ pub(crate) fn version_all(
                 spec.guest_name().to_string(),
             ),
         );
+        *slot = Arc::new(spec);
+    }
+    // A spec of the name of a template's current version: said as such (the template's VM
+    // keeps the name; the other spec is held).
+    for spec in specs.iter().filter(|s| s.template.is_none()) {
+        if let Some((t, _)) = built.iter().find(|(_, (_, v, _))| *v == spec.name) {
+            diags.push(
+                Diagnostic::error(
+                    &spec.file,
+                    spec.pos,
+                    format!(
+                        "{} is the name of {TEMPLATE_KIND} {t}'s current version (its spec and \
+                         VM are named NAME-VERSION); rename this spec",
+                        spec.name
+                    ),
+                )
+                .for_spec(Some(&spec.name)),
+            );
+            held.insert(spec.name.clone());
+        }
+    }
+    // `dependsOn: [NAME]` of a template: its current version.
+    for slot in specs.slots_mut() {
+        let names_a_template = slot.depends_on.iter().any(|d| built.contains_key(d));
+        if !names_a_template || slot.template.is_some() {
+            continue;
+        }
+        let mut spec = (**slot).clone();
+        let mut deps: Vec<String> = Vec::new();
+        for d in spec.depends_on.iter() {
+            let d = built.get(d).map_or(d, |(_, version, _)| version);
+            if !deps.contains(d) {
+                deps.push(d.clone());
+            }
+        }
+        spec.depends_on = deps.into_boxed_slice();
+        super::remember_hashes(&mut spec);
         *slot = Arc::new(spec);
     }
     for slot in specs.slots_mut() {
