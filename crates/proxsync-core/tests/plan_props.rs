@@ -730,7 +730,14 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 vm.template = true;
                 vm.power = Power::Stopped;
                 vm.tags = vec![owner_tag()];
-                vm.marker = (marker(INSTALL, &borrowed)).map(Arc::new);
+                // A template carrying a desired spec's marker is that spec's guest made a
+                // template by a person: it holds the spec (never a second guest beside it), so
+                // a world that converges by itself has it name a spec no longer there.
+                let claimed = match conv {
+                    true => format!("gone-t{j}"),
+                    false => borrowed.clone(),
+                };
+                vm.marker = (marker(INSTALL, &claimed)).map(Arc::new);
             }
         }
         // With this install's tag, no marker and a spec's guest's name, it holds that spec's

@@ -716,14 +716,18 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
         }
     }
     let known = |vmid: u32| named_by_a_record(input, site, vmid);
-    for vm in view.vms.values().filter(|vm| !vm.template) {
+    for vm in view.vms.values() {
         let (kind, vmid) = (vm.kind, vm.vmid);
+        // A template too: the spec's guest, made a template by a person, is still its guest.
         if verified_for(input, vm, spec) {
             return missing(Missing::CarriesMarker {
                 kind,
                 vmid,
                 spec: spec.into(),
             });
+        }
+        if vm.template {
+            continue;
         }
         if vm.unverified_claim(input.install_id) == Some(spec) {
             return missing(Missing::UnverifiedClaim {

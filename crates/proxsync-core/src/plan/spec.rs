@@ -205,6 +205,17 @@ pub(super) fn plan_spec(
     if let Some(consent) = &spec.adopt {
         return adopt_by_consent(spec, consent, view, backoff, actions);
     }
+    // The guest's spec's own guest, made a template by a person (the database lost since): it
+    // is not adopted as a guest, and never replaced by a second one beside it.
+    if let Some(vm) = index.and_then(|i| made_a_template(spec, i)) {
+        return Verdict::AdoptRefused {
+            vmid: vm.vmid,
+            why: AdoptRefusal::Template {
+                kind: vm.kind,
+                vmid: vm.vmid,
+            },
+        };
+    }
     create(spec, view, index, backoff, actions)
 }
 
@@ -487,6 +498,15 @@ fn claimants<'v>(spec: &Spec, index: &SiteIndex<'v>) -> Vec<&'v ObservedVm> {
         out.extend(index.templates_by_marker.get(name).into_iter().flatten());
     }
     out
+}
+
+/// A template carrying a guest spec's verified marker (the lowest VMID).
+fn made_a_template<'v>(spec: &Spec, index: &SiteIndex<'v>) -> Option<&'v ObservedVm> {
+    if spec.template.is_some() {
+        return None;
+    }
+    let found = index.templates_by_marker.get(spec.name.as_str())?;
+    found.iter().min_by_key(|vm| vm.vmid).copied()
 }
 
 /// A VM carrying the spec's marker that the state did not know: adopt it.

@@ -138,7 +138,9 @@ impl fmt::Display for AdoptRefusal {
             }
             AdoptRefusal::Template { kind, vmid } => write!(
                 f,
-                "{} is a template; proxsync adopts only guests that run",
+                "{} is a template; proxsync adopts only guests that run, and makes no second \
+                 guest beside one carrying the spec's marker: delete the template, or remove the \
+                 proxsync-id line from its notes",
                 kind.named(*vmid)
             ),
             AdoptRefusal::Renamed {
