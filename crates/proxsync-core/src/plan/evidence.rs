@@ -274,6 +274,12 @@ pub enum Missing {
         /// The spec.
         spec: String,
     },
+    /// The removal of an old version of a `ProxmoxTemplate` while a guest is being cloned
+    /// from it, or before its current version is built.
+    TemplateNeeded {
+        /// The old version's spec.
+        spec: String,
+    },
     /// A rebuild: the spec does not say `imagePolicy: Recreate`, or its guest was made from
     /// the version its image names now (or no version is recorded), and no delete of it is
     /// recorded.
@@ -878,6 +884,11 @@ fn remove(
     let rec = input.records.get(spec);
     if rec.is_none_or(|r| r.orphan_on_delete != release) {
         return missing(Missing::NotAsked { spec: spec.into() });
+    }
+    if let (Some(r), Ok(view)) = (rec, view(input, site))
+        && super::removals::template_still_needed(input, spec, r, view)
+    {
+        return missing(Missing::TemplateNeeded { spec: spec.into() });
     }
     removal_target(input, rec, site, node, vmid, |_| false)
 }

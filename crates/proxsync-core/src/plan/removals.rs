@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::rename::{Fate, Renames};
 use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, Refused};
 use crate::config::OrphanPolicy;
-use crate::model::{ObservedVm, Power, SiteView};
+use crate::model::{Making, ObservedVm, Power, SiteView};
 use crate::model::{SpecRecord, VmState};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
@@ -35,6 +35,9 @@ pub(super) fn gone_specs(
         if !view.reachable() {
             continue;
         }
+        if template_still_needed(input, name, rec, view) {
+            continue;
+        }
         let removal = gone_spec(name, rec, view);
         if input.elsewhere.contains(name) {
             removals.extend(removal.map(hand_over));
@@ -43,6 +46,45 @@ pub(super) fn gone_specs(
         }
     }
     removals
+}
+
+/// Whether the gone spec `name` is an old version of a `ProxmoxTemplate` (its record says it
+/// built a template) that must wait: while a guest is being cloned from it (a create's intent
+/// names it, or a clone of this install's token that no record explains runs on its site), or
+/// while its template's current version is not built yet (the site keeps a template to clone
+/// from: make before break).
+pub(super) fn template_still_needed(
+    input: &PlanInput<'_>,
+    name: &str,
+    rec: &SpecRecord,
+    view: &SiteView,
+) -> bool {
+    let Some(vmid) = rec.vmid().filter(|_| rec.built_template) else {
+        return false;
+    };
+    let cloning = input.records.values().any(|r| {
+        r.site == rec.site
+            && matches!(&r.vm, VmState::Creating { clone_of: Some(c), .. } if c.vmid == vmid)
+    });
+    let unexplained =
+        (view.vms.values()).any(|vm| matches!(vm.making, Some(Making::Clone | Making::Unread)));
+    if cloning || unexplained {
+        return true;
+    }
+    let Some(template) = crate::spec::templates::template_of_name(name) else {
+        return false;
+    };
+    let current = input
+        .desired
+        .iter()
+        .find(|s| s.site == rec.site && s.template.as_ref().is_some_and(|t| t.name == template));
+    current.is_some_and(|c| {
+        let built = (input.records.get(&c.name))
+            .and_then(SpecRecord::vmid)
+            .and_then(|id| view.vms.get(&id))
+            .is_some_and(|vm| vm.template);
+        !built
+    })
 }
 
 /// Whether the spec of a record is gone: neither desired, invalid, nor renamed.

@@ -156,6 +156,11 @@ impl fmt::Display for Missing {
                 f,
                 "no record of spec {spec} asks for this (deletionPolicy as recorded)"
             ),
+            Missing::TemplateNeeded { spec } => write!(
+                f,
+                "template {spec} is still needed: a guest is being cloned from it, or its \
+                 template's current version is not built yet"
+            ),
             Missing::NotOlderImage { spec } => write!(
                 f,
                 "spec {spec} does not ask for its guest to be rebuilt (imagePolicy: Recreate, \
