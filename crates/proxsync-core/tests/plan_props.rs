@@ -3957,9 +3957,10 @@ fn an_orphan_is_deleted_only_when_every_condition_holds() {
     }
 }
 
-/// What is not an orphan: a template, a VM a record holds, a VM that is not this install's
-/// (no tag, or another install's marker), a VM of a desired or an invalid spec (adopted, or
-/// left alone). An owned VM of a gone spec is one.
+/// What is not an orphan: a VM a record holds, a VM that is not this install's (no tag, or
+/// another install's marker), a VM of a desired or an invalid spec (adopted, or left alone).
+/// An owned VM of a gone spec is one; an owned template of a gone spec is listed, never
+/// deleted (nothing shows proxsync built it once its record is lost).
 #[test]
 fn only_owned_vms_no_record_or_spec_explains_are_orphans() {
     let mut template = owned_vm(200, NODES[0], "gone");
@@ -3993,7 +3994,15 @@ fn only_owned_vms_no_record_or_spec_explains_are_orphans() {
     w.desired.push(db);
     let p = plan(&w.input());
     let listed: Vec<u32> = p.orphans.iter().map(|o| o.vmid).collect();
-    assert_eq!(listed, vec![206], "{:?}", p.orphans);
+    assert_eq!(listed, vec![200, 206], "{:?}", p.orphans);
+    assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Reported));
+    assert!(
+        !removals_of(&p)
+            .iter()
+            .any(|a| matches!(a, Action::DeleteOrphan { vmid: 200, .. })),
+        "{:?}",
+        p.actions
+    );
 }
 
 /// A marker of this install that does not verify (typed by hand, copied with a VM) is a

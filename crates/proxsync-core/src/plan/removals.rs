@@ -241,6 +241,19 @@ pub(super) fn orphans(
             let extra = extras.contains(&(view.name.as_str(), vm.vmid));
             let owned = vm.owned_by(input.install_id);
             let forged = vm.unverified_claim(input.install_id);
+            // A template of this install's no record explains and no spec claims (an old
+            // version of a `ProxmoxTemplate` whose record was lost, or a guest a person made a
+            // template): listed, never deleted as an orphan (nothing shows proxsync built it).
+            if vm.template && owned && !reserved.contains(&vm.vmid) {
+                let marker_spec = vm.marker.as_ref().map_or("", |m| m.spec.as_str());
+                if !(desired.contains(marker_spec) || input.is_invalid(marker_spec)) {
+                    let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
+                    let disposition = OrphanDisposition::Reported;
+                    out.orphans
+                        .push(orphan(view, vm, first_seen, disposition, None));
+                }
+                continue;
+            }
             if vm.template || !(owned || extra || forged.is_some()) || reserved.contains(&vm.vmid) {
                 continue;
             }
