@@ -145,7 +145,6 @@ fn blocked(why: Blocked) -> ActionError {
         Blocked::MarkerMissing { .. } => (Category::Conflict, ErrorKind::MarkerMissing),
         Blocked::NotOnNode { .. } => (Category::NotFound, ErrorKind::Plain),
         Blocked::Gone(_)
-        | Blocked::LinkedClones { .. }
         | Blocked::ChangedIdentity(_)
         | Blocked::ReadsDisagree { .. }
         | Blocked::NoDigest { .. }
@@ -169,6 +168,8 @@ fn blocked(why: Blocked) -> ActionError {
         | Blocked::HaErrorState { .. }
         | Blocked::SiteNotConfigured { .. } => (Category::ConfigurationError, ErrorKind::Plain),
         Blocked::MountPointsHeld { .. } => (Category::ConfigurationError, ErrorKind::Protected),
+        // Kept as a protection flag keeps a guest: the removed spec's file says why.
+        Blocked::LinkedClones { .. } => (Category::Conflict, ErrorKind::Protected),
         Blocked::RebootGivenUp { .. } => (Category::TaskFailed, ErrorKind::Plain),
         Blocked::SpecNotLoaded { .. } => (Category::ValidationFailed, ErrorKind::Plain),
     };
