@@ -201,7 +201,7 @@ async fn converge_vm(
         just_created,
         waits: (CLOUDINIT_PENDING, cloudinit_changed),
         held,
-        make_template: spec.template.is_some() && !is_template(&cfg),
+        make_template: spec.template.is_some() && !cfg.is_template(),
     };
     finish(ctx, site, vm, spec, rec, tail).await
 }
@@ -224,12 +224,6 @@ pub(super) struct Tail {
     pub make_template: bool,
 }
 
-/// Whether config `cfg` is a template's.
-fn is_template(cfg: &VmConfig) -> bool {
-    cfg.values
-        .get("template")
-        .is_some_and(|v| crate::pve::values::pve_bool(v))
-}
 
 /// The end of every converge, a VM's or a container's: the power state, what waits for the
 /// next start, a reboot the policy allows, the guest's addresses, and the record of what was

@@ -277,11 +277,7 @@ async fn linked_clones(
     vmid: u32,
     cfg: &crate::pve::types::VmConfig,
 ) -> Result<Option<Vec<String>>, ActionError> {
-    if !cfg
-        .values
-        .get("template")
-        .is_some_and(|v| crate::pve::values::pve_bool(v))
-    {
+    if !cfg.is_template() {
         return Ok(None);
     }
     let bases: Vec<String> = (cfg.values.iter())

@@ -687,6 +687,10 @@ impl VmConfig {
     pub fn lock(&self) -> Option<&str> {
         self.get("lock")
     }
+    /// Whether it is a template's (`template: 1`).
+    pub fn is_template(&self) -> bool {
+        self.get("template").is_some_and(super::values::pve_bool)
+    }
     /// The `description`, where proxsync keeps its marker line.
     pub fn description(&self) -> Option<&str> {
         self.get("description")
