@@ -224,7 +224,6 @@ pub(super) struct Tail {
     pub make_template: bool,
 }
 
-
 /// The end of every converge, a VM's or a container's: the power state, what waits for the
 /// next start, a reboot the policy allows, the guest's addresses, and the record of what was
 /// applied.

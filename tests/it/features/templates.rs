@@ -10,15 +10,23 @@ use super::images::{Setup, image_doc, setup};
 use common::fakepve::RecordedRequest;
 use serde_json::Value;
 
-fn template_doc(extra: &str) -> String {
+/// A `ProxmoxTemplate` `name` built from image `noble-cloud` on pve1, `extra` lines in
+/// forProvider.
+pub(crate) fn template_doc_named(name: &str, extra: &str) -> String {
     format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {{name: noble}}\nspec:\n  \
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {{name: {name}}}\nspec:\n  \
          forProvider:\n    site: lab\n    node: pve1\n    image: {{image: noble-cloud}}\n    \
          memory: 1Gi\n    disk: 8Gi\n    cloudInit: {{user: ops}}\n{extra}"
     )
 }
 
-fn template_set(replicas: u32, policy: &str) -> String {
+/// Template `noble`.
+pub(crate) fn template_doc(extra: &str) -> String {
+    template_doc_named("noble", extra)
+}
+
+/// A set `web` of `replicas` on pve1 cloned from template `noble` under `policy`.
+pub(crate) fn template_set(replicas: u32, policy: &str) -> String {
     format!(
         "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
          replicas: {replicas}\n  placement: {{nodes: [pve1]}}\n  maxUnavailable: 2\n  \
@@ -27,27 +35,50 @@ fn template_set(replicas: u32, policy: &str) -> String {
     )
 }
 
+/// A lone guest `name` on `node` cloned from template `noble`, `extra` lines in forProvider.
+pub(crate) fn template_guest(name: &str, node: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: {name}}}\nspec:\n  \
+         forProvider:\n    site: lab\n    node: {node}\n    image: {{template: noble}}\n    \
+         memory: 1Gi\n    disk: 8Gi\n{extra}"
+    )
+}
+
 /// The template spec's name (`noble-VERSION`) in the current commit.
-fn version_name(s: &Setup) -> String {
+pub(crate) fn version_name(s: &Setup) -> String {
     let t = s.specs.specs.iter().find(|s| s.template.is_some());
     t.expect("a template spec").name.clone()
 }
 
 /// The VM PVE lists under `name`, if any.
-fn vm_named(s: &mut Setup, name: &str) -> Option<Value> {
+pub(crate) fn vm_named(s: &mut Setup, name: &str) -> Option<Value> {
     s.pve.vms().into_iter().find(|v| v["name"] == name)
 }
 
-fn posts<'a>(requests: &'a [RecordedRequest], suffix: &str) -> Vec<&'a RecordedRequest> {
+/// The POSTs whose path ends in `suffix`.
+pub(crate) fn posts<'a>(requests: &'a [RecordedRequest], suffix: &str) -> Vec<&'a RecordedRequest> {
     (requests.iter())
         .filter(|r| r.method == "POST" && r.path.ends_with(suffix))
         .collect()
 }
 
-async fn cycles(s: &mut Setup, n: usize) {
+/// The paths of the VM deletes.
+pub(crate) fn qemu_deletes(requests: &[RecordedRequest]) -> Vec<String> {
+    (requests.iter())
+        .filter(|r| r.method == "DELETE" && r.path.contains("/qemu/"))
+        .map(|r| r.path.clone())
+        .collect()
+}
+
+pub(crate) async fn cycles(s: &mut Setup, n: usize) {
     for _ in 0..n {
         s.cycle().await;
     }
+}
+
+/// The first image's document (the checksum the harness serves).
+pub(crate) fn first_image(s: &Setup) -> String {
+    image_doc(&s.specs.images[0].checksum.hex)
 }
 
 /// The issue's case: one commit, no file placed by hand. The image is downloaded, the
@@ -57,9 +88,8 @@ async fn cycles(s: &mut Setup, n: usize) {
 #[tokio::test]
 async fn one_commit_builds_the_template_and_its_guests_and_a_new_image_rolls_them() {
     let mut s = setup(None, &[]);
-    let first_image = image_doc(&s.specs.images[0].checksum.hex);
     s.recommit(&[
-        ("images.yaml", first_image),
+        ("images.yaml", first_image(&s)),
         ("template.yaml", template_doc("")),
         ("web.yaml", template_set(20, "Keep")),
     ]);
@@ -173,9 +203,8 @@ async fn one_commit_builds_the_template_and_its_guests_and_a_new_image_rolls_the
 #[tokio::test]
 async fn plan_shows_the_template_built_and_its_guests_waiting_for_it() {
     let mut s = setup(None, &[]);
-    let first_image = image_doc(&s.specs.images[0].checksum.hex);
     s.recommit(&[
-        ("images.yaml", first_image),
+        ("images.yaml", first_image(&s)),
         ("template.yaml", template_doc("")),
         ("web.yaml", template_set(2, "Keep")),
     ]);

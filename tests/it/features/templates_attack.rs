@@ -6,78 +6,17 @@
 use crate::common;
 
 use super::images::{Setup, image_doc, setup};
+use super::templates::{
+    cycles, first_image, posts, qemu_deletes, template_doc, template_doc_named, template_guest,
+    template_set, version_name, vm_named,
+};
 use common::engine::Workspace;
-use common::fakepve::RecordedRequest;
 use common::{FakePve, default_scenario};
 use proxsync::config::Config;
 use proxsync::engine::{Engine, check_spec_sites};
 use serde_json::{Value, json};
 
 const URL: &str = "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
-
-fn template_doc_named(name: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {{name: {name}}}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: pve1\n    image: {{image: noble-cloud}}\n    \
-         memory: 1Gi\n    disk: 8Gi\n    cloudInit: {{user: ops}}\n{extra}"
-    )
-}
-
-fn template_doc(extra: &str) -> String {
-    template_doc_named("noble", extra)
-}
-
-fn template_set(replicas: u32, policy: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata: {{name: web}}\nspec:\n  \
-         replicas: {replicas}\n  placement: {{nodes: [pve1]}}\n  maxUnavailable: 2\n  \
-         template:\n    imagePolicy: {policy}\n    forProvider:\n      site: lab\n      \
-         image: {{template: noble}}\n      memory: 1Gi\n      disk: 8Gi\n"
-    )
-}
-
-/// A lone guest `name` on `node` cloned from template `noble`, `extra` lines in forProvider.
-fn template_guest(name: &str, node: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: {name}}}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: {node}\n    image: {{template: noble}}\n    \
-         memory: 1Gi\n    disk: 8Gi\n{extra}"
-    )
-}
-
-/// The template spec's name (`noble-VERSION`) in the current commit.
-fn version_name(s: &Setup) -> String {
-    let t = s.specs.specs.iter().find(|s| s.template.is_some());
-    t.expect("a template spec").name.clone()
-}
-
-fn vm_named(s: &mut Setup, name: &str) -> Option<Value> {
-    s.pve.vms().into_iter().find(|v| v["name"] == name)
-}
-
-fn posts<'a>(requests: &'a [RecordedRequest], suffix: &str) -> Vec<&'a RecordedRequest> {
-    (requests.iter())
-        .filter(|r| r.method == "POST" && r.path.ends_with(suffix))
-        .collect()
-}
-
-fn qemu_deletes(requests: &[RecordedRequest]) -> Vec<String> {
-    (requests.iter())
-        .filter(|r| r.method == "DELETE" && r.path.contains("/qemu/"))
-        .map(|r| r.path.clone())
-        .collect()
-}
-
-async fn cycles(s: &mut Setup, n: usize) {
-    for _ in 0..n {
-        s.cycle().await;
-    }
-}
-
-/// The first image's document (the checksum the harness serves).
-fn first_image(s: &Setup) -> String {
-    image_doc(&s.specs.images[0].checksum.hex)
-}
 
 /// A request to the fake as a person would send it (the test token): `method path` with a
 /// form body; the HTTP status and body.
