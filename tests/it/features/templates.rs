@@ -232,3 +232,43 @@ async fn plan_shows_the_template_built_and_its_guests_waiting_for_it() {
         "{text}"
     );
 }
+
+/// `nodes: [pve1, pve2]`: a template (and version) built on each node, from the image
+/// downloaded to each; every guest cloned from its own node's template (local storage).
+#[tokio::test]
+async fn a_template_on_two_nodes_is_built_on_each_and_guests_clone_their_node_s() {
+    let mut s = setup(None, &[]);
+    let set = template_set(4, "Keep").replace("[pve1]", "[pve1, pve2]");
+    s.recommit(&[
+        ("images.yaml", first_image(&s)),
+        (
+            "template.yaml",
+            template_doc("").replace("node: pve1", "nodes: [pve1, pve2]"),
+        ),
+        ("web.yaml", set),
+    ]);
+    let before = common::engine::next_seq(&mut s.pve);
+    cycles(&mut s, 2).await;
+    let requests = s.pve.requests_since(before);
+    let templates: Vec<Value> = (s.pve.vms().into_iter())
+        .filter(|v| {
+            v["template"] == true && v["name"].as_str().is_some_and(|n| n.starts_with("noble-"))
+        })
+        .collect();
+    let on = |node: &str| {
+        (templates.iter())
+            .find(|t| t["node"] == node)
+            .and_then(|t| t["vmid"].as_u64())
+            .unwrap_or_else(|| panic!("a template on {node}: {templates:?}"))
+    };
+    let (t1, t2) = (on("pve1"), on("pve2"));
+    assert_eq!(templates.len(), 2);
+    for (vmid, clones) in [(t1, 2), (t2, 2)] {
+        let made = posts(&requests, &format!("/qemu/{vmid}/clone"));
+        assert_eq!(made.len(), clones, "from template {vmid}: {made:?}");
+        assert!(made.iter().all(|r| !r.body.contains("target")), "{made:?}");
+    }
+    for i in 1..=4 {
+        assert!(s.ready_message(&format!("web-{i:02}")).starts_with("True"));
+    }
+}

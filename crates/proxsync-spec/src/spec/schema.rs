@@ -731,11 +731,21 @@ pub fn template_schema() -> Value {
             spec.remove(*field);
         }
     }
+    // `node` or `nodes`.
+    schema["properties"]["spec"]["properties"]["forProvider"]["required"] = json!(["site"]);
     let fp = &mut schema["properties"]["spec"]["properties"]["forProvider"]["properties"];
     if let Some(fp) = fp.as_object_mut() {
         for (field, _) in super::templates::REFUSED {
             fp.remove(*field);
         }
+        fp.insert(
+            "nodes".into(),
+            json!({
+                "description": "Instead of node: every node the template is built on, one template (and version) each, for guests on local storage; a guest is cloned from its node's, else from the first (which needs shared storage).",
+                "type": "array", "minItems": 1, "maxItems": 64, "uniqueItems": true,
+                "items": {"type": "string"}
+            }),
+        );
         fp.insert(
             "image".into(),
             json!({

@@ -47,10 +47,18 @@ pub const MAX_TEMPLATE_NAME: usize = 63 - 1 - VERSION_DIGITS;
 pub struct TemplateVersion {
     /// The template's `metadata.name`, as guests name it (`image: {template: NAME}`).
     pub name: String,
-    /// [`VERSION_DIGITS`] hex digits of the hash of its definition and its image's file;
-    /// empty until the documents are assembled ([`version_all`]).
+    /// [`VERSION_DIGITS`] hex digits of the hash of its definition (its node included) and its
+    /// image's file; empty until the documents are assembled ([`version_all`]).
     pub version: String,
+    /// `forProvider.nodes`: the nodes it is built on, one template each (local storage); empty:
+    /// the one `node`. Read once; each node's spec ([`version_all`]) has none. Not part of a
+    /// version: a node added leaves the others' templates as they are.
+    #[serde(skip)]
+    pub nodes: Vec<String>,
 }
+
+/// Most `nodes`.
+const MAX_NODES: usize = 64;
 
 /// The template name of spec name `name` when it reads as a template's version
 /// (`NAME-VERSION`, VERSION [`VERSION_DIGITS`] lowercase hex digits): a record of that name
@@ -168,6 +176,7 @@ pub(super) fn restrict(ctx: &mut Ctx, top: &Obj, fp: &Obj, mut spec: Spec) -> Op
         );
         ok = false;
     }
+    let nodes = nodes_field(ctx, fp, &mut ok);
     if !ok {
         return None;
     }
@@ -175,8 +184,66 @@ pub(super) fn restrict(ctx: &mut Ctx, top: &Obj, fp: &Obj, mut spec: Spec) -> Op
     spec.template = Some(Box::new(TemplateVersion {
         name: spec.name.clone(),
         version: String::new(),
+        nodes,
     }));
     Some(spec)
+}
+
+/// `forProvider.nodes`: every node the template is built on (instead of `node`), each a node
+/// name, none twice; empty when absent. Problems clear `ok`.
+fn nodes_field(ctx: &mut Ctx, fp: &Obj, ok: &mut bool) -> Vec<String> {
+    let Some(n) = fp.get("nodes") else {
+        return Vec::new();
+    };
+    let mut refuse = |ctx: &mut Ctx, at: Pos, why: String| {
+        ctx.error(at, why);
+        *ok = false;
+    };
+    if let Some(at) = fp.key_pos("node") {
+        refuse(
+            ctx,
+            at,
+            "write spec.forProvider.node (one template) or nodes (one on each), not both".into(),
+        );
+        return Vec::new();
+    }
+    let Value::Seq(items) = &n.value else {
+        refuse(
+            ctx,
+            n.pos,
+            format!(
+                "spec.forProvider.nodes is a list of node names (e.g. [pve1, pve2]); found {}",
+                n.value.describe()
+            ),
+        );
+        return Vec::new();
+    };
+    if items.is_empty() || items.len() > MAX_NODES {
+        refuse(
+            ctx,
+            n.pos,
+            format!("spec.forProvider.nodes lists 1 to {MAX_NODES} nodes"),
+        );
+        return Vec::new();
+    }
+    let mut nodes: Vec<String> = Vec::new();
+    for item in items {
+        let checked = match &item.value {
+            Value::Str(s) => super::names::check_node(s).map(|()| s.clone()),
+            other => Err(format!(
+                "a node name (e.g. pve1); found {}",
+                other.describe()
+            )),
+        };
+        match checked {
+            Ok(s) if nodes.contains(&s) => {
+                refuse(ctx, item.pos, format!("node {s} is listed twice"));
+            }
+            Ok(s) => nodes.push(s),
+            Err(e) => refuse(ctx, item.pos, format!("spec.forProvider.nodes: {e}")),
+        }
+    }
+    nodes
 }
 
 /// Where `key` is written in mapping `node`, if it is.
@@ -203,6 +270,25 @@ fn version_of(spec: &Spec, image: &ImageSpec) -> String {
     full[..VERSION_DIGITS].to_string()
 }
 
+/// One version of a template, as guests find it.
+struct Built {
+    site: String,
+    node: String,
+    /// The version's spec name (`NAME-VERSION`).
+    spec: String,
+    /// Its VM's name.
+    vm_name: String,
+}
+
+/// The version a guest on `node` is cloned from: the one built on its node, else the first
+/// (a clone to another node, which PVE makes from shared storage only: pre-flight says so).
+fn for_node<'b>(versions: &'b [Built], node: &str) -> Option<&'b Built> {
+    versions
+        .iter()
+        .find(|b| b.node == node)
+        .or_else(|| versions.first())
+}
+
 /// Names each template spec for its version (`NAME-VERSION`, its VM likewise), then checks
 /// each guest's `image: {template: NAME}`: a template of the repository, of the guest's site,
 /// for a VM. A good reference is given the template's current VM name and an implicit
@@ -217,9 +303,10 @@ pub(crate) fn version_all(
         .iter()
         .map(|i| (i.name.as_str(), i.as_ref()))
         .collect();
-    // Template name -> (site, versioned spec name, versioned VM name).
-    let mut built: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    // Template name -> each version's (site, node, versioned spec name, versioned VM name).
+    let mut built: BTreeMap<String, Vec<Built>> = BTreeMap::new();
     let mut held = BTreeSet::new();
+    let mut more: Vec<Spec> = Vec::new();
     for slot in specs.slots_mut() {
         let Some(t) = &slot.template else { continue };
         let Image::Managed(image) = slot.image() else {
@@ -249,32 +336,53 @@ pub(crate) fn version_all(
             held.insert(slot.name.clone());
             continue;
         }
-        let version = version_of(slot, image);
+        // One spec per node it is built on: each its own version (the node is in it).
+        let nodes = match t.nodes.is_empty() {
+            true => vec![slot.node.clone()],
+            false => t.nodes.clone(),
+        };
         let name = t.name.clone();
-        let mut spec = (**slot).clone();
-        spec.name = format!("{name}-{version}");
-        if let Some(vm) = spec.vm_mut() {
-            vm.vm_name = format!("{}-{version}", vm.vm_name);
+        let mut versions: Vec<Spec> = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let mut spec = (**slot).clone();
+            spec.node = node;
+            spec.template = Some(Box::new(TemplateVersion {
+                name: name.clone(),
+                version: String::new(),
+                nodes: Vec::new(),
+            }));
+            super::remember_hashes(&mut spec);
+            let version = version_of(&spec, image);
+            spec.name = format!("{name}-{version}");
+            if let Some(vm) = spec.vm_mut() {
+                vm.vm_name = format!("{}-{version}", vm.vm_name);
+            }
+            if let Some(t) = spec.template.as_mut() {
+                t.version = version;
+            }
+            super::remember_hashes(&mut spec);
+            built.entry(name.clone()).or_default().push(Built {
+                site: spec.site.clone(),
+                node: spec.node.clone(),
+                spec: spec.name.clone(),
+                vm_name: spec.guest_name().to_string(),
+            });
+            versions.push(spec);
         }
-        spec.template = Some(Box::new(TemplateVersion {
-            name: name.clone(),
-            version,
-        }));
-        super::remember_hashes(&mut spec);
-        built.insert(
-            name,
-            (
-                spec.site.clone(),
-                spec.name.clone(),
-                spec.guest_name().to_string(),
-            ),
-        );
-        *slot = Arc::new(spec);
+        let mut versions = versions.into_iter();
+        if let Some(first) = versions.next() {
+            *slot = Arc::new(first);
+        }
+        more.extend(versions);
+    }
+    for spec in more {
+        specs.push(spec);
     }
     // A spec of the name of a template's current version: said as such (the template's VM
     // keeps the name; the other spec is held).
     for spec in specs.iter().filter(|s| s.template.is_none()) {
-        if let Some((t, _)) = built.iter().find(|(_, (_, v, _))| *v == spec.name) {
+        if let Some((t, _)) = (built.iter()).find(|(_, vs)| vs.iter().any(|b| b.spec == spec.name))
+        {
             diags.push(
                 Diagnostic::error(
                     &spec.file,
@@ -299,7 +407,10 @@ pub(crate) fn version_all(
         let mut spec = (**slot).clone();
         let mut deps: Vec<String> = Vec::new();
         for d in spec.depends_on.iter() {
-            let d = built.get(d).map_or(d, |(_, version, _)| version);
+            let d = built
+                .get(d)
+                .and_then(|vs| for_node(vs, &spec.node))
+                .map_or(d, |b| &b.spec);
             if !deps.contains(d) {
                 deps.push(d.clone());
             }
@@ -312,8 +423,9 @@ pub(crate) fn version_all(
         let Image::Built { name, .. } = slot.image() else {
             continue;
         };
-        let problem = match built.get(name) {
-            Some((site, _, _)) if *site != slot.site => Some(format!(
+        let found = built.get(name).and_then(|vs| for_node(vs, &slot.node));
+        let problem = match found.map(|b| &b.site) {
+            Some(site) if *site != slot.site => Some(format!(
                 "template {name} is on site {site}, and this guest is on site {}: a template \
                  serves the guests of its own site",
                 slot.site
@@ -345,19 +457,19 @@ pub(crate) fn version_all(
             held.insert(slot.name.clone());
             continue;
         }
-        let Some((_, spec_name, vm_name)) = built.get(name) else {
+        let Some(b) = found else {
             continue;
         };
         let mut spec = (**slot).clone();
         if let Some(vm) = spec.vm_mut() {
             vm.image = Image::Built {
                 name: name.clone(),
-                vm_name: vm_name.clone(),
+                vm_name: b.vm_name.clone(),
             };
         }
-        if !spec.depends_on.contains(spec_name) {
+        if !spec.depends_on.contains(&b.spec) {
             let mut deps = spec.depends_on.to_vec();
-            deps.push(spec_name.clone());
+            deps.push(b.spec.clone());
             spec.depends_on = deps.into_boxed_slice();
         }
         super::remember_hashes(&mut spec);
@@ -505,6 +617,46 @@ mod tests {
             diags.contains("a template serves the guests of its own site"),
             "{diags}"
         );
+    }
+
+    #[test]
+    fn a_template_on_several_nodes_is_a_version_on_each_and_guests_take_their_node_s() {
+        let on_two = template("").replace("node: pve1", "nodes: [pve1, pve2]");
+        let guest2 = GUEST
+            .replace("web-1", "web-2")
+            .replace("node: pve1", "node: pve2");
+        let (set, diags) = read(&file(&[&image('a'), &on_two, GUEST, &guest2]));
+        assert_eq!(diags, "");
+        let versions: Vec<(&str, &str)> = (set.specs.iter())
+            .filter(|s| s.template.is_some())
+            .map(|s| (s.name.as_str(), s.node.as_str()))
+            .collect();
+        assert_eq!(versions.len(), 2, "{versions:?}");
+        assert_ne!(versions[0].0, versions[1].0);
+        for (guest, node) in [("web-1", "pve1"), ("web-2", "pve2")] {
+            let g = set.specs.iter().find(|s| s.name == guest).unwrap();
+            let (version, _) = versions.iter().find(|(_, n)| *n == node).unwrap();
+            assert_eq!(&*g.depends_on, [version.to_string()], "{guest}");
+        }
+        // A node added leaves the other's version as it is.
+        let on_three = template("").replace("node: pve1", "nodes: [pve1, pve2, pve3]");
+        let (set3, _) = read(&file(&[&image('a'), &on_three]));
+        assert!(set3.specs.iter().any(|s| s.name == versions[0].0));
+        assert_eq!(set3.specs.iter().count(), 3);
+        // node and nodes together, a node twice: refused.
+        let both = template("").replace("node: pve1", "node: pve1\n    nodes: [pve2]");
+        let (_, diags) = read(&file(&[&image('a'), &both]));
+        assert!(diags.contains("not both"), "{diags}");
+        let twice = template("").replace("node: pve1", "nodes: [pve1, pve1]");
+        let (_, diags) = read(&file(&[&image('a'), &twice]));
+        assert!(diags.contains("node pve1 is listed twice"), "{diags}");
+        // A guest spec cannot say nodes.
+        let (_, diags) = read(&file(&[
+            &image('a'),
+            &template(""),
+            &GUEST.replace("node: pve1", "nodes: [pve1]"),
+        ]));
+        assert!(diags.contains("nodes"), "{diags}");
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn document(ctx: &mut Ctx, root: &Node) -> (Option<Spec>, Option<String>) {
     let (api_version, kind, template) = api_version_and_kind(ctx, &top);
     let meta = metadata(ctx, &top, root.pos, kind);
     let name = meta.name.clone();
-    let Some((policies, fp)) = spec_section(ctx, &top, kind) else {
+    let Some((policies, fp)) = spec_section(ctx, &top, kind, template) else {
         return (None, name);
     };
     let parts = match kind {
@@ -680,6 +680,7 @@ fn spec_section<'n>(
     ctx: &mut Ctx,
     top: &Obj<'n>,
     kind: GuestKind,
+    template: bool,
 ) -> Option<(Option<Policies>, Obj<'n>)> {
     let spec_node = top.required(ctx, "spec", "a mapping with forProvider");
     let spec = spec_node.and_then(|n| object(ctx, n, "spec", Some(SPEC_FIELDS)))?;
@@ -703,6 +704,7 @@ fn spec_section<'n>(
         GuestKind::Qemu => FOR_PROVIDER_FIELDS
             .iter()
             .chain(super::hardware::FIELDS)
+            .chain(template.then_some(&"nodes"))
             .copied()
             .collect(),
         GuestKind::Lxc => super::container::FIELDS
@@ -735,11 +737,22 @@ fn placement(ctx: &mut Ctx, fp: &Obj) -> Option<Placement> {
         ctx.check(n.pos, check_site(s))
             .map(|()| (s.to_string(), n.pos))
     });
-    let node = fp.required(
-        ctx,
-        "node",
-        "the Proxmox node to place the VM on, e.g. pve1",
-    );
+    // A `ProxmoxTemplate` may name `nodes` instead (its first is the spec's node; the list is
+    // read by `templates::restrict`): only a template's forProvider admits the field.
+    let first_of_nodes = match (fp.get("node"), fp.get("nodes")) {
+        (None, Some(n)) => match &n.value {
+            Value::Seq(items) => items.first(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let node = first_of_nodes.or_else(|| {
+        fp.required(
+            ctx,
+            "node",
+            "the Proxmox node to place the VM on, e.g. pve1",
+        )
+    });
     let node = node.and_then(|n| {
         let s = string(ctx, n, "spec.forProvider.node", "pve1")?;
         ctx.check(n.pos, check_node(s))
