@@ -116,7 +116,10 @@ async fn the_harness_s_qmtemplate_takes_time_with_template_1_from_its_start() {
     assert_eq!(vm["template"], true, "{vm}");
     assert_eq!(vm["config"]["template"], 1, "{vm}");
     assert!(
-        vm["config"]["scsi0"].as_str().unwrap().contains("vm-950-disk-0"),
+        vm["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("vm-950-disk-0"),
         "{vm}"
     );
     assert_eq!(templating(&mut s), vec![950]);
@@ -132,7 +135,10 @@ async fn the_harness_s_qmtemplate_takes_time_with_template_1_from_its_start() {
     assert!(templating(&mut s).is_empty());
     let vm = s.pve.vm(950);
     assert!(
-        vm["config"]["scsi0"].as_str().unwrap().contains("base-950-disk-0"),
+        vm["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("base-950-disk-0"),
         "{vm}"
     );
     let (st, body) = api(
@@ -217,15 +223,28 @@ async fn removing_the_marker_from_a_hand_made_template_s_notes_clears_the_hold()
     let vmid = vm_named(&mut s, "web-1").expect("web-1 made")["vmid"]
         .as_u64()
         .unwrap();
-    api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/status/stop"), &[]);
-    let (st, body) = api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/template"), &[]);
+    api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/status/stop"),
+        &[],
+    );
+    let (st, body) = api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/template"),
+        &[],
+    );
     assert_eq!(st, 200, "{body}");
     s.ws.remove_state();
     new_engine(&mut s);
     s.cycle().await;
     s.cycle().await;
     let held = s.ready_message("web-1");
-    assert!(held.contains("proxsync-id"), "held, saying what to do: {held}");
+    assert!(
+        held.contains("proxsync-id"),
+        "held, saying what to do: {held}"
+    );
     // What the status says to do: remove the proxsync-id line from the template's notes.
     let (st, body) = api(
         &s,
@@ -259,8 +278,18 @@ async fn removing_the_marker_from_a_hand_made_template_s_notes_clears_after_a_re
     let vmid = vm_named(&mut s, "web-1").expect("web-1 made")["vmid"]
         .as_u64()
         .unwrap();
-    api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/status/stop"), &[]);
-    api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/template"), &[]);
+    api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/status/stop"),
+        &[],
+    );
+    api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/template"),
+        &[],
+    );
     s.ws.remove_state();
     new_engine(&mut s);
     s.cycle().await;
@@ -290,8 +319,18 @@ async fn a_hand_made_template_s_hold_does_not_claim_an_adopt_consent_never_writt
     let vmid = vm_named(&mut s, "web-1").expect("web-1 made")["vmid"]
         .as_u64()
         .unwrap();
-    api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/status/stop"), &[]);
-    api(&s, "POST", &format!("/nodes/pve1/qemu/{vmid}/template"), &[]);
+    api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/status/stop"),
+        &[],
+    );
+    api(
+        &s,
+        "POST",
+        &format!("/nodes/pve1/qemu/{vmid}/template"),
+        &[],
+    );
     s.ws.remove_state();
     new_engine(&mut s);
     s.cycle().await;
@@ -316,7 +355,14 @@ async fn a_lost_old_version_s_orphan_entry_says_what_it_is_and_what_to_do() {
     ]);
     s.cycle().await;
     s.cycle().await;
-    let old = s.specs.specs.iter().find(|t| t.template.is_some()).unwrap().name.clone();
+    let old = s
+        .specs
+        .specs
+        .iter()
+        .find(|t| t.template.is_some())
+        .unwrap()
+        .name
+        .clone();
     s.ws.remove_state();
     new_engine(&mut s);
     let doc = s.new_version();
@@ -344,8 +390,7 @@ mod cli {
     use common::engine::{Workspace, text};
     use common::{FakePve, default_scenario};
 
-    const URL: &str =
-        "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
+    const URL: &str = "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
 
     fn plan(ws: &Workspace) -> std::process::Output {
         assert_cmd::Command::cargo_bin("proxsync")
@@ -374,7 +419,9 @@ mod cli {
     /// image's document and the built version's name.
     pub(super) fn built() -> (FakePve, Workspace, String, String) {
         let mut pve = FakePve::start(default_scenario());
-        let served = pve.call("remote_file", json!({"url": URL, "size": 4096})).unwrap();
+        let served = pve
+            .call("remote_file", json!({"url": URL, "size": 4096}))
+            .unwrap();
         let img = image(URL, served["sha256"].as_str().unwrap());
         let ws = Workspace::new(&pve);
         ws.commit_specs(&[
@@ -388,7 +435,9 @@ mod cli {
         }
         let vms = pve.vms();
         let t = (vms.iter())
-            .find(|v| v["template"] == true && v["name"].as_str().unwrap_or("").starts_with("noble-"))
+            .find(|v| {
+                v["template"] == true && v["name"].as_str().unwrap_or("").starts_with("noble-")
+            })
             .unwrap_or_else(|| panic!("{vms:?}"));
         let name = t["name"].as_str().unwrap().to_string();
         (pve, ws, img, name)
@@ -401,7 +450,10 @@ mod cli {
         let (mut pve, ws, _img, old) = built();
         let url2 = URL.replace("20261115", "20261201");
         let served = pve
-            .call("remote_file", json!({"url": url2, "size": 2048, "status": 404}))
+            .call(
+                "remote_file",
+                json!({"url": url2, "size": 2048, "status": 404}),
+            )
             .unwrap();
         let img2 = image(&url2, served["sha256"].as_str().unwrap());
         ws.commit_specs(&[
@@ -418,8 +470,8 @@ mod cli {
         );
         let out = plan(&ws);
         let shown = text(&out);
-        let status = std::fs::read_to_string(ws.path(&format!("status/{old}.yaml")))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(ws.path(&format!("status/{old}.yaml"))).unwrap_or_default();
         eprintln!("PLAN:\n{shown}\nSTATUS {old}:\n{status}");
         assert!(
             shown.contains(&old),
@@ -440,8 +492,8 @@ mod cli {
             ws.run_once();
         }
         let left = pve.vms().iter().any(|v| v["name"] == old.as_str());
-        let status = std::fs::read_to_string(ws.path(&format!("status/{old}.yaml")))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(ws.path(&format!("status/{old}.yaml"))).unwrap_or_default();
         assert!(
             !left,
             "old version {old} left after its document was deleted; plan said:\n{shown}\n\
@@ -469,7 +521,9 @@ mod cli {
             ws.run_once();
         }
         let url2 = URL.replace("20261115", "20261201");
-        let served = pve.call("remote_file", json!({"url": url2, "size": 2048})).unwrap();
+        let served = pve
+            .call("remote_file", json!({"url": url2, "size": 2048}))
+            .unwrap();
         let img2 = image(&url2, served["sha256"].as_str().unwrap());
         ws.commit_specs(&[
             ("images.yaml", img2),
@@ -482,16 +536,21 @@ mod cli {
         }
         let vm = pve.vm(old_vmid as u32);
         let shown = text(&plan(&ws));
-        let status = std::fs::read_to_string(ws.path(&format!("status/{old}.yaml")))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(ws.path(&format!("status/{old}.yaml"))).unwrap_or_default();
         eprintln!("PLAN BEFORE:\n{shown_before}\nPLAN AFTER:\n{shown}\nSTATUS:\n{status}\nVM {vm}");
         let new_built = (pve.vms().iter()).any(|v| {
             v["template"] == true
-                && v["name"].as_str().is_some_and(|n| n.starts_with("noble-") && n != old)
+                && v["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("noble-") && n != old)
         });
         assert!(new_built, "the new version is built");
         assert_eq!(vm["template"], true, "released, never deleted: {vm}");
-        let released = !vm["config"]["tags"].as_str().unwrap_or("").contains("proxsync.");
+        let released = !vm["config"]["tags"]
+            .as_str()
+            .unwrap_or("")
+            .contains("proxsync.");
         assert!(
             released,
             "old version {old} (VMID {old_vmid}) not released: {vm}\nplan:\n{shown}"
@@ -503,7 +562,9 @@ mod cli {
     /// removed too when `lose_db`), then `run --once` again for 12 s.
     fn kill_mid_qmtemplate(guests: &[&str], lose_db: bool) -> (FakePve, Workspace, u64) {
         let mut pve = FakePve::start(default_scenario());
-        let served = pve.call("remote_file", json!({"url": URL, "size": 4096})).unwrap();
+        let served = pve
+            .call("remote_file", json!({"url": URL, "size": 4096}))
+            .unwrap();
         let img = image(URL, served["sha256"].as_str().unwrap());
         pve.set_time_scale(1.0);
         pve.call("template_timing", json!({"secs": 6})).unwrap();
@@ -515,7 +576,8 @@ mod cli {
         for g in guests {
             files.push((format!("{g}.yaml"), template_guest(g)));
         }
-        let files: Vec<(&str, String)> = files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
+        let files: Vec<(&str, String)> =
+            files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
         ws.commit_specs(&files);
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxsync"))
             .args(["run", "--once", "--config"])
@@ -527,10 +589,17 @@ mod cli {
         let start = Instant::now();
         let tvmid = loop {
             let running = pve.call("templating", json!({})).unwrap();
-            if let Some(v) = running.as_array().and_then(|a| a.first()).and_then(Value::as_u64) {
+            if let Some(v) = running
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(Value::as_u64)
+            {
                 break v;
             }
-            assert!(start.elapsed() < Duration::from_secs(15), "no qmtemplate task started");
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "no qmtemplate task started"
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         std::thread::sleep(Duration::from_millis(300));
@@ -548,12 +617,21 @@ mod cli {
     }
 
     fn ready(ws: &Workspace, name: &str) -> String {
-        let st = std::fs::read_to_string(ws.path(&format!("status/{name}.yaml"))).unwrap_or_default();
+        let st =
+            std::fs::read_to_string(ws.path(&format!("status/{name}.yaml"))).unwrap_or_default();
         let v: Value = serde_saphyr::from_str(&st).unwrap_or(Value::Null);
-        let c = (v["conditions"].as_array().cloned().unwrap_or_default().into_iter())
-            .find(|c| c["type"] == "Ready")
-            .unwrap_or(Value::Null);
-        format!("{} {}", c["status"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or(""))
+        let c = (v["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter())
+        .find(|c| c["type"] == "Ready")
+        .unwrap_or(Value::Null);
+        format!(
+            "{} {}",
+            c["status"].as_str().unwrap_or(""),
+            c["message"].as_str().unwrap_or("")
+        )
     }
 
     fn check_after_kill(pve: &mut FakePve, ws: &Workspace, tvmid: u64, guests: &[&str]) {
@@ -562,11 +640,21 @@ mod cli {
             assert!(v.len() <= 1, "two guests of {spec}: {claims:?}");
         }
         let requests = pve.requests();
-        assert_eq!(posts(&requests, "/qemu").len(), 1, "one template VM created");
-        assert_eq!(posts(&requests, "/template").len(), 1, "made a template once");
+        assert_eq!(
+            posts(&requests, "/qemu").len(),
+            1,
+            "one template VM created"
+        );
+        assert_eq!(
+            posts(&requests, "/template").len(),
+            1,
+            "made a template once"
+        );
         let vms = pve.vms();
         let templates: Vec<&Value> = (vms.iter())
-            .filter(|v| v["template"] == true && v["name"].as_str().unwrap_or("").starts_with("noble-"))
+            .filter(|v| {
+                v["template"] == true && v["name"].as_str().unwrap_or("").starts_with("noble-")
+            })
             .collect();
         assert_eq!(templates.len(), 1, "{templates:?}");
         let name = templates[0]["name"].as_str().unwrap().to_string();
