@@ -29,6 +29,16 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
         `target` stays on the source node. Name, description and tags appear when the task ends.
         answer_delay: the POST's answer (the UPID) comes that many PVE seconds after the locked
         VM exists. All zero (the default) turns it off.
+    template_timing(secs=0)
+        A VM's `qmtemplate` task takes secs PVE seconds (times time_scale), as qemu-server's
+        `template` runs it: under lock_config (a flock; no `lock:` in the config) the config gets
+        `template: 1` at the task's start, so GET config and /cluster/resources say template=1
+        while its disks are still `vm-N-disk-M`; they are renamed `base-N-disk-M`
+        (vdisk_create_base) at the task's end, when the flock goes. Meanwhile a config write or a
+        destroy waits for the flock and fails `can't lock file '/var/lock/qemu-server/lock-N.conf'
+        - got timeout`, and a clone of the VM (clone_vm's lock_config_shared, 1 s) fails so too.
+        templating() lists the VMIDs whose task still runs, clones_while_templating() the clone
+        requests ([{vmid, newid}]) that came meanwhile. 0 (the default) turns it off.
     new_vm_timing(start_secs=0)
         A VM made by a create or clone takes start_secs PVE seconds to start (fakepve's
         per-VM `start_secs`, which set_vm changes one VM at a time).
@@ -294,7 +304,7 @@ from fakepve import FakePve, TaskError, __version__, settle, shapes
 from fakepve import schema as pve_schema
 from fakepve.certs import make_cert
 from fakepve.model import PveError
-from fakepve.routing import param_error, split_list
+from fakepve.routing import die, param_error, split_list
 from fakepve.lxc import SIZE_UNITS, format_size
 from fakepve.qemu import DRIVE_KEY, NET_MODELS, NEW_DISK, drives_of, is_cdrom, join_drive, split_drive, volume_ref, with_mac
 from fakepve.lxc import NEW_DISK as CT_NEW_DISK, mount_type, parse_mount, print_mount, split_props, volume_owner
@@ -562,6 +572,11 @@ class HarnessPve(FakePve):
         self.node_memory = {}
         # destroy_timing: PVE seconds a VM's qmdestroy takes before it removes the VM.
         self.vm_destroy_secs = 0.0
+        # template_timing: PVE seconds a qmtemplate task takes (0: fakepve's, at once), and the
+        # VMs whose qmtemplate worker holds their config lock now (vmid -> holder).
+        self.template_secs = 0.0
+        self.templating = {}
+        self.clones_while_templating = []
         # download-url: the fake internet (url -> {'data': bytes, 'status': HTTP status}, see remote_file),
         # PVE seconds a download takes (download_timing), the requests received (downloads) and the
         # digests of the bytes of each file a download stored ((storage, volname) -> (size, digests)).
@@ -1143,6 +1158,15 @@ class HarnessPve(FakePve):
         (see _option_checks)."""
         node, target = v['node'], v.get('target')
         source = self.vm(int(v['vmid']))
+        if source is not None and source.vmid in self.templating:
+            self.clones_while_templating.append({'vmid': source.vmid, 'newid': v.get('newid')})
+            # clone_vm: `lock_config_shared($vmid, 1, ...)` on a stopped source waits 1 s for the
+            # flock the qmtemplate worker holds (template_timing).
+            try:
+                await self.acquire(source, 'clone-{0}'.format(v.get('newid')), wait=1)
+            except TaskError as e:
+                raise PveError(500, str(e)) from e
+            self.release(source, 'clone-{0}'.format(v.get('newid')))
         if source is not None:
             conf = (source.snapshots.get(v.get('snapname')) if v.get('snapname') else source.config) or {}
             self._option_checks(user, dict((k, x) for k, x in conf.items() if k == 'cpu' or re.fullmatch(r'net\d+', k)))
@@ -1159,6 +1183,56 @@ class HarnessPve(FakePve):
         if self.clone_limit is not None:
             self.clone_storage[int(v['newid'])] = v.get('storage') or self._clone_source_storage(source)
         return await super()._qm_clone(v, user)
+
+    async def _qm_template(self, v, user):
+        """template_timing: qemu-server src/PVE/API2/Qemu.pm `template` as it runs on a real node.
+        Under `PVE::QemuConfig->lock_config($vmid, $updatefn)` (a flock on
+        /var/lock/qemu-server/lock-N.conf, no `lock:` property) it loads the config, check_lock,
+        dies on snapshots, on `you can't convert a template to a template`, on a running VM, then
+        `$conf->{template} = 1; write_config` and forks the `qmtemplate` worker, which inherits
+        the flock and runs template_create: each disk `vdisk_create_base` (renamed
+        base-N-disk-M) with a write_config after each. So from the task's start the config (and
+        the listing) says template=1 while the disks are still `vm-N-disk-M`, and the config lock
+        is held until the task ends (a config write, a destroy, a clone's shared lock of the source
+        wait for it and fail `can't lock file ... - got timeout`). template_secs is how long the
+        conversion takes; at 0 fakepve's own (everything at once) answers."""
+        if not (self.template_secs and self.time_scale):
+            return await super()._qm_template(v, user)
+        vm = self.find(v['node'], v['vmid'])
+        disk = v.get('disk')
+        holder = 'qmtemplate-{0}'.format(vm.vmid)
+        try:
+            await self.acquire(vm, holder)
+        except TaskError as e:
+            raise PveError(500, str(e)) from e
+        try:
+            self._check_lock(vm)
+            if vm.snapshots:
+                raise die('unable to create template, because VM contains snapshots')
+            if vm.template and not disk:
+                raise die("you can't convert a template to a template")
+            if vm.status == 'running':
+                raise die("you can't convert a VM to template if VM is running")
+        except BaseException:
+            self.release(vm, holder)
+            raise
+        vm.template = True
+        vm.config['template'] = 1
+        self.templating[vm.vmid] = holder
+        secs = self.template_secs
+
+        async def body():
+            try:
+                await self.pause(secs)
+                if vm in self.vms:
+                    for key, volume, props in drives_of(vm.config, skip_cdrom=True):
+                        if disk and key != disk:
+                            continue
+                        vm.config[key] = join_drive(self._qm_rename_volume(volume), props)
+            finally:
+                self.templating.pop(vm.vmid, None)
+                self.release(vm, holder)
+        return await self.task(vm.node, 'qmtemplate', vm.vmid, user, body, vm=vm, lock=False)
 
     @staticmethod
     def _clone_source_storage(source):
@@ -3110,6 +3184,21 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.create_secs, self.pve.clone_secs, self.pve.answer_delay = values
         self.pve.window_listed_name = bool(listed_name)
+
+    def template_timing(self, secs=0):
+        """A VM's qmtemplate takes secs PVE seconds: template=1 at its start, disks renamed at its
+        end, the config lock held meanwhile (see COMMANDS). 0 turns it off."""
+        if float(secs) < 0:
+            raise BadArgs('times must not be negative')
+        self.pve.template_secs = float(secs)
+
+    def templating(self):
+        """The VMIDs whose qmtemplate task (template_timing) still runs."""
+        return sorted(self.pve.templating)
+
+    def clones_while_templating(self):
+        """[{vmid, newid}]: the clone requests of a VM whose qmtemplate task still ran."""
+        return list(self.pve.clones_while_templating)
 
     def destroy_timing(self, secs=0):
         """A VM's qmdestroy takes secs PVE seconds before it removes the VM (see COMMANDS)."""

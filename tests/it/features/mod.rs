@@ -22,6 +22,7 @@ mod sops;
 mod suspend;
 mod templates;
 mod templates_attack;
+mod templates_attack2;
 mod wait_events;
 mod web_ui;
 mod webhooks;
