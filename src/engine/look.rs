@@ -176,7 +176,10 @@ pub(super) async fn observe_all(
         cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
         let mut to_read = Vec::new();
         for vmid in needs_marker(view, &config.install_id, &known, is_spec_vm_name) {
-            match cache.read.get(&vmid) {
+            // A template no record explains is read each cycle: nothing converges it, and a
+            // person clearing its marker (as a spec it holds is told to) must be seen at once.
+            let template = view.vms.get(&vmid).is_some_and(|vm| vm.template);
+            match cache.read.get(&vmid).filter(|_| !template) {
                 Some(m) => set_marker(view, vmid, m.clone(), &verifies),
                 None => {
                     let (node, kind) = view

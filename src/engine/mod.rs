@@ -1304,7 +1304,17 @@ impl Engine {
         }) {
             if !specs.specs.iter().any(|s| &s.name == name) {
                 let view = views.get(&rec.site);
-                let st = crate::status::removed_status(name, rec, view);
+                let st = crate::status::removed_status(name, rec, view, None);
+                self.status
+                    .write_spec_if_changed(st, now)
+                    .map_err(status_err(&self.config.status_dir))?;
+            }
+        }
+        // An old template version kept (for its successor, or a clone from it) says why.
+        for (name, why) in &after.templates_kept {
+            if let Some(rec) = records.get(name) {
+                let view = views.get(&rec.site);
+                let st = crate::status::removed_status(name, rec, view, Some(why));
                 self.status
                     .write_spec_if_changed(st, now)
                     .map_err(status_err(&self.config.status_dir))?;

@@ -77,6 +77,10 @@ async fn converge_vm(
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);
     }
+    // A `ProxmoxTemplate`'s VM made a template (or being made one): nothing of it changes.
+    if spec.template.is_some() && cfg.is_template() {
+        return template_ended(ctx, site, spec, rec, vm).await;
+    }
     // Declared fields only, compared with PVE's normalised values. A value waiting for a
     // reboot counts as set: it is not sent again every cycle.
     let pending = if just_created {
@@ -260,25 +264,7 @@ pub(super) async fn finish(
     // applied.
     if make_template {
         held?;
-        tracing::info!(spec = %spec.name, vmid, "turning the VM into a template");
-        let upid = match client.template_vm(node, vmid).await {
-            Ok(upid) => upid,
-            // Made one since the config was read (a task of an earlier cycle that ended).
-            Err(e)
-                if e.status() == Some(500)
-                    && e.meaning() == Some(crate::pve::texts::Meaning::AlreadyTemplate) =>
-            {
-                return finish_template(ctx, spec, rec, vm);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
-            ctx.store.put(&spec.name, rec)?;
-            return Ok(Outcome::StillRunning {
-                upid: upid.to_string(),
-            });
-        }
-        return finish_template(ctx, spec, rec, vm);
+        return make_template_now(ctx, site, spec, rec, vm).await;
     }
 
     // What waits for the guest's next start (PVE applies a running guest's CPU, memory and
@@ -333,6 +319,64 @@ pub(super) async fn finish(
         ctx.store.transition(&spec.name, rec, here)?;
     }
     Ok(Outcome::Done)
+}
+
+/// Turns a `ProxmoxTemplate`'s stopped VM into a template (`POST .../template`, a `qmtemplate`
+/// task), and records it built once the task ended.
+async fn make_template_now(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vm: VmRef<'_>,
+) -> Result<Outcome, ActionError> {
+    let client = &site.client;
+    tracing::info!(spec = %spec.name, vmid = vm.vmid, "turning the VM into a template");
+    let upid = match client.template_vm(vm.node, vm.vmid).await {
+        Ok(upid) => upid,
+        // Made one since the config was read (a task of an earlier cycle that ended).
+        Err(e)
+            if e.status() == Some(500)
+                && e.meaning() == Some(crate::pve::texts::Meaning::AlreadyTemplate) =>
+        {
+            return finish_template(ctx, spec, rec, vm);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+        ctx.store.put(&spec.name, rec)?;
+        return Ok(Outcome::StillRunning {
+            upid: upid.to_string(),
+        });
+    }
+    finish_template(ctx, spec, rec, vm)
+}
+
+/// A `ProxmoxTemplate`'s VM whose config says `template: 1`: built once no `qmtemplate` task
+/// of it runs on its node (qemu-server writes `template: 1` when the task starts, then converts
+/// each disk to a base volume); a running one is waited for, as a converge's own task is.
+async fn template_ended(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vm: VmRef<'_>,
+) -> Result<Outcome, ActionError> {
+    let client = &site.client;
+    let id = vm.vmid.to_string();
+    let running = (client.active_tasks(vm.node).await?).into_iter().find(|t| {
+        t.is_running() && t.task_type().as_deref() == Some("qmtemplate") && t.task_id() == id
+    });
+    if let Some(task) = running
+        && let Ok(upid) = task.upid.parse::<crate::pve::Upid>()
+        && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
+    {
+        ctx.store.put(&spec.name, rec)?;
+        return Ok(Outcome::StillRunning {
+            upid: upid.to_string(),
+        });
+    }
+    finish_template(ctx, spec, rec, vm)
 }
 
 /// The record of a `ProxmoxTemplate`'s VM just turned into a template: applied, as

@@ -280,14 +280,15 @@ async fn linked_clones(
     if !cfg.is_template() {
         return Ok(None);
     }
+    // A base volume's name is `base-VMID-...`; a clone's volume ID is its base's, `/`, more.
+    let base = ["base-", &vmid.to_string(), "-"].concat();
     let bases: Vec<String> = (cfg.values.iter())
         .filter(|(k, _)| super::preflight::is_volume_key(k))
         .filter_map(|(_, v)| v.split(',').next())
-        .filter(|volid| volid.contains(&format!("base-{vmid}-")))
-        .map(str::to_string)
+        .filter(|volid| volid.contains(&base))
+        .map(|volid| [volid, "/"].concat())
         .collect();
-    let storages: std::collections::BTreeSet<&str> = bases
-        .iter()
+    let storages: std::collections::BTreeSet<&str> = (bases.iter())
         .filter_map(|b| b.split_once(':').map(|(s, _)| s))
         .collect();
     let mut clones = Vec::new();
@@ -298,7 +299,7 @@ async fn linked_clones(
         clones.extend(
             (listed.into_iter())
                 .map(|v| v.volid)
-                .filter(|volid| bases.iter().any(|b| volid.starts_with(&format!("{b}/")))),
+                .filter(|volid| bases.iter().any(|b| volid.starts_with(b.as_str()))),
         );
     }
     Ok((!clones.is_empty()).then_some(clones))

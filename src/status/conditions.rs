@@ -816,7 +816,12 @@ pub(crate) fn invalid_status(
 /// The status of a removed spec whose VM stays because its `protection` flag stops the delete
 /// (the record's last error is `Protected`): `Ready` False `Deleting` and `Stalled` with what
 /// to do, so the file a person looks at does not keep saying Ready.
-pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteView>) -> SpecStatus {
+pub(crate) fn removed_status(
+    name: &str,
+    rec: &SpecRecord,
+    view: Option<&SiteView>,
+    kept: Option<&crate::plan::TemplateKept>,
+) -> SpecStatus {
     let vmid = rec.vm.made_vmid();
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
@@ -830,11 +835,15 @@ pub(crate) fn removed_status(name: &str, rec: &SpecRecord, view: Option<&SiteVie
     };
     common(Some(rec), &mut st);
     let error = rec.last_error.as_deref();
-    let message = ConditionText::RemovedKept {
-        kind: rec.kind,
-        error,
-    }
-    .to_string();
+    let message = match kept {
+        // Kept by the plan, not by an error.
+        Some(why) => ConditionText::TemplateKept { why }.to_string(),
+        None => ConditionText::RemovedKept {
+            kind: rec.kind,
+            error,
+        }
+        .to_string(),
+    };
     st.conditions = vec![
         ConditionInput::new(kinds::READY, S::False, Reason::Deleting, message),
         ConditionInput::new(kinds::RECONCILING, S::True, Reason::BackingOff, ""),

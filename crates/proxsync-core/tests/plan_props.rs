@@ -3995,7 +3995,12 @@ fn only_owned_vms_no_record_or_spec_explains_are_orphans() {
     let p = plan(&w.input());
     let listed: Vec<u32> = p.orphans.iter().map(|o| o.vmid).collect();
     assert_eq!(listed, vec![200, 206], "{:?}", p.orphans);
-    assert_eq!(disposition_of(&p, 200), Some(&OrphanDisposition::Reported));
+    assert_eq!(
+        disposition_of(&p, 200),
+        Some(&OrphanDisposition::Template {
+            spec: "gone".into()
+        })
+    );
     assert!(
         !removals_of(&p)
             .iter()

@@ -46,6 +46,9 @@ pub(crate) struct Report {
     pub changes: Vec<Change>,
     /// Specs that get no action this cycle, and why (up-to-date specs are left out).
     pub held: Vec<Held>,
+    /// Removed specs whose guest is kept this cycle, and why (old template versions).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<Kept>,
     pub orphans: Vec<crate::plan::Orphan>,
     /// Safety valves that refused deletes.
     pub refused: Vec<String>,
@@ -121,6 +124,13 @@ impl std::fmt::Display for Field {
     }
 }
 
+/// A removed spec whose guest is kept this cycle, and why (an old template version).
+#[derive(Debug, Serialize)]
+pub(crate) struct Kept {
+    pub spec: String,
+    pub text: String,
+}
+
 /// A spec that gets no action, and why.
 #[derive(Debug, Serialize)]
 pub(crate) struct Held {
@@ -138,6 +148,7 @@ impl Default for Report {
             images: Vec::new(),
             changes: Vec::new(),
             held: Vec::new(),
+            kept: Vec::new(),
             orphans: Vec::new(),
             refused: Vec::new(),
             errors: Vec::new(),
@@ -180,6 +191,9 @@ impl Report {
         }
         for h in &self.held {
             out.push_str(&format!("! {}: {}\n", h.spec, h.text));
+        }
+        for k in &self.kept {
+            out.push_str(&format!("! {}: {}\n", k.spec, k.text));
         }
         for o in &self.orphans {
             out.push_str(&format!(
@@ -615,6 +629,15 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
             }
             .to_string(),
         });
+    }
+    // Old template versions kept (no verdict: their specs are gone).
+    for (name, why) in &view.plan.templates_kept {
+        if in_scope(Some(name)) {
+            report.kept.push(Kept {
+                spec: name.clone(),
+                text: why.to_string(),
+            });
+        }
     }
     if scope.names.is_none() {
         report.orphans = view.plan.orphans.clone();

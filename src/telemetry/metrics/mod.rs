@@ -634,6 +634,7 @@ fn disposition(d: &OrphanDisposition) -> &'static str {
     match d {
         OrphanDisposition::Reported => "reported",
         OrphanDisposition::ForeignClaim { .. } => "foreign_claim",
+        OrphanDisposition::Template { .. } => "template",
         OrphanDisposition::Deleting => "deleting",
         OrphanDisposition::DeleteAfter { .. } => "delete_after_grace",
         OrphanDisposition::Refused => "refused",

@@ -322,6 +322,11 @@ pub enum ConditionText<'a> {
         /// The validation errors.
         messages: &'a [String],
     },
+    /// A removed old version of a `ProxmoxTemplate` kept this cycle, and why.
+    TemplateKept {
+        /// Why.
+        why: &'a super::TemplateKept,
+    },
     /// A removed spec's guest that is not deleted, and why.
     RemovedKept {
         /// The guest's kind.

@@ -886,7 +886,7 @@ fn remove(
         return missing(Missing::NotAsked { spec: spec.into() });
     }
     if let (Some(r), Ok(view)) = (rec, view(input, site))
-        && super::removals::template_still_needed(input, spec, r, view)
+        && super::removals::template_still_needed(input, spec, r, view).is_some()
     {
         return missing(Missing::TemplateNeeded { spec: spec.into() });
     }

@@ -595,6 +595,13 @@ pub enum OrphanDisposition {
         /// The spec its marker names.
         spec: String,
     },
+    /// A template of this install's carrying the marker of spec `spec`, which no record
+    /// explains (a `ProxmoxTemplate`'s old version whose record was lost, or a guest a person
+    /// made a template): never deleted by proxsync.
+    Template {
+        /// The spec its marker names.
+        spec: String,
+    },
     /// Deleted in this cycle (`DeleteOrphan`).
     Deleting,
     /// Stopped, under `orphans = "delete-stopped"`: deleted once its grace period ends at
@@ -692,6 +699,29 @@ pub struct Plan {
     /// it (`dependsOn`: dependants go first).
     #[serde(skip)]
     pub removals_waiting: BTreeSet<String>,
+    /// Old versions of a `ProxmoxTemplate` kept this cycle, with why
+    /// (`removals::template_still_needed`): `plan` and their status files say it.
+    #[serde(skip)]
+    pub templates_kept: BTreeMap<String, TemplateKept>,
+}
+
+/// Why an old version of a `ProxmoxTemplate` is kept this cycle (its words in `words`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateKept {
+    /// Spec `guest`'s guest is being cloned from it (its create's intent names it).
+    Cloning {
+        /// The spec being cloned.
+        guest: String,
+    },
+    /// A clone of this install's token that no record explains runs on the site.
+    UnexplainedClone,
+    /// `current`, the current version of template `template`, is not built yet.
+    Successor {
+        /// The current version's spec.
+        current: String,
+        /// The template's name.
+        template: String,
+    },
 }
 
 /// Two or more VMs carry the marker of one spec.
@@ -794,7 +824,8 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     // As inserting them in this order would: for a name seen twice, the last verdict.
     out.verdicts = BTreeMap::from_iter(verdicts);
 
-    let mut removals = removals::gone_specs(input, &desired_names, &renames);
+    let mut removals =
+        removals::gone_specs(input, &desired_names, &renames, &mut out.templates_kept);
     let held_back = removals::held_back(input, &desired_names, &renames);
     removals::orphans(input, &desired_names, &renames, &mut out, &mut removals);
     out.renamed = (renames.by_spec.iter())

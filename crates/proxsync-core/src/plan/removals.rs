@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rename::{Fate, Renames};
-use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, Refused};
+use super::{Action, Orphan, OrphanDisposition, Plan, PlanInput, Refused, TemplateKept};
 use crate::config::OrphanPolicy;
 use crate::model::{Making, ObservedVm, Power, SiteView};
 use crate::model::{SpecRecord, VmState};
@@ -19,6 +19,7 @@ pub(super) fn gone_specs(
     input: &PlanInput<'_>,
     desired: &BTreeSet<&str>,
     renames: &Renames<'_>,
+    templates_kept: &mut BTreeMap<String, TemplateKept>,
 ) -> Vec<Action> {
     let mut removals = Vec::new();
     if !input.complete {
@@ -35,7 +36,8 @@ pub(super) fn gone_specs(
         if !view.reachable() {
             continue;
         }
-        if template_still_needed(input, name, rec, view) {
+        if let Some(why) = template_still_needed(input, name, rec, view) {
+            templates_kept.insert(name.clone(), why);
             continue;
         }
         let removal = gone_spec(name, rec, view);
@@ -52,38 +54,39 @@ pub(super) fn gone_specs(
 /// built a template) that must wait: while a guest is being cloned from it (a create's intent
 /// names it, or a clone of this install's token that no record explains runs on its site), or
 /// while its template's current version is not built yet (the site keeps a template to clone
-/// from: make before break).
+/// from: make before break). `Some`: why, in words.
 pub(super) fn template_still_needed(
     input: &PlanInput<'_>,
     name: &str,
     rec: &SpecRecord,
     view: &SiteView,
-) -> bool {
-    let Some(vmid) = rec.vmid().filter(|_| rec.built_template) else {
-        return false;
-    };
-    let cloning = input.records.values().any(|r| {
+) -> Option<TemplateKept> {
+    let vmid = rec.vmid().filter(|_| rec.built_template)?;
+    let cloning = input.records.iter().find(|(_, r)| {
         r.site == rec.site
             && matches!(&r.vm, VmState::Creating { clone_of: Some(c), .. } if c.vmid == vmid)
     });
-    let unexplained =
-        (view.vms.values()).any(|vm| matches!(vm.making, Some(Making::Clone | Making::Unread)));
-    if cloning || unexplained {
-        return true;
+    if let Some((guest, _)) = cloning {
+        return Some(TemplateKept::Cloning {
+            guest: guest.clone(),
+        });
     }
-    let Some(template) = crate::spec::templates::template_of_name(name) else {
-        return false;
-    };
+    if (view.vms.values()).any(|vm| matches!(vm.making, Some(Making::Clone | Making::Unread))) {
+        return Some(TemplateKept::UnexplainedClone);
+    }
+    let template = crate::spec::templates::template_of_name(name)?;
     let current = input
         .desired
         .iter()
-        .find(|s| s.site == rec.site && s.template.as_ref().is_some_and(|t| t.name == template));
-    current.is_some_and(|c| {
-        let built = (input.records.get(&c.name))
-            .and_then(SpecRecord::vmid)
-            .and_then(|id| view.vms.get(&id))
-            .is_some_and(|vm| vm.template);
-        !built
+        .find(|s| s.site == rec.site && s.template.as_ref().is_some_and(|t| t.name == template))?;
+    let rec = input.records.get(&current.name);
+    let vm = rec
+        .and_then(SpecRecord::vmid)
+        .and_then(|id| view.vms.get(&id));
+    let built = vm.is_some_and(|vm| super::spec::template_built(current, rec, vm));
+    (!built).then(|| TemplateKept::Successor {
+        current: current.name.clone(),
+        template: template.to_string(),
     })
 }
 
@@ -241,17 +244,9 @@ pub(super) fn orphans(
             let extra = extras.contains(&(view.name.as_str(), vm.vmid));
             let owned = vm.owned_by(input.install_id);
             let forged = vm.unverified_claim(input.install_id);
-            // A template of this install's no record explains and no spec claims (an old
-            // version of a `ProxmoxTemplate` whose record was lost, or a guest a person made a
-            // template): listed, never deleted as an orphan (nothing shows proxsync built it).
             if vm.template && owned && !reserved.contains(&vm.vmid) {
-                let marker_spec = vm.marker.as_ref().map_or("", |m| m.spec.as_str());
-                if !(desired.contains(marker_spec) || input.is_invalid(marker_spec)) {
-                    let first_seen = sighted(input, &mut out.orphans_seen, view, vm);
-                    let disposition = OrphanDisposition::Reported;
-                    out.orphans
-                        .push(orphan(view, vm, first_seen, disposition, None));
-                }
+                let (seen, orphans) = (&mut out.orphans_seen, &mut out.orphans);
+                orphans.extend(template_orphan(input, desired, view, vm, seen));
                 continue;
             }
             if vm.template || !(owned || extra || forged.is_some()) || reserved.contains(&vm.vmid) {
@@ -286,6 +281,27 @@ pub(super) fn orphans(
                 .push(orphan(view, vm, first_seen, disposition, duplicate_of));
         }
     }
+}
+
+/// A template of this install's that no record explains: listed when no spec claims it (an
+/// old version of a `ProxmoxTemplate` whose record was lost, or a guest a person made a
+/// template), never deleted as an orphan (nothing shows proxsync built it).
+fn template_orphan(
+    input: &PlanInput<'_>,
+    desired: &BTreeSet<&str>,
+    view: &SiteView,
+    vm: &ObservedVm,
+    seen: &mut BTreeMap<(String, u32), u64>,
+) -> Option<Orphan> {
+    let marker_spec = vm.marker.as_ref().map_or("", |m| m.spec.as_str());
+    if desired.contains(marker_spec) || input.is_invalid(marker_spec) {
+        return None;
+    }
+    let first_seen = sighted(input, seen, view, vm);
+    let disposition = OrphanDisposition::Template {
+        spec: marker_spec.to_string(),
+    };
+    Some(orphan(view, vm, first_seen, disposition, None))
 }
 
 /// How the old VM of a rename into `spec` is listed, if it is: left on another site, or kept

@@ -636,9 +636,22 @@ fn converge(
         return unhealthy(view, &vm.node);
     }
     // A `ProxmoxTemplate`'s template is what the spec asks for: a change of the spec is a new
-    // version (another spec), so nothing of this one is changed any more.
+    // version (another spec), so nothing of this one is changed any more. Built only once its
+    // `qmtemplate` task ended (PVE lists `template: 1` from the task's start, while it still
+    // converts the disks): until the record says so, execute looks for the task.
     if spec.template.is_some() && vm.template {
-        return Verdict::UpToDate { vmid: vm.vmid };
+        if template_built(spec, rec, vm) {
+            return Verdict::UpToDate { vmid: vm.vmid };
+        }
+        // Not held by a backoff: it only reads (the task, or that none runs) and records.
+        actions.push(Action::Converge {
+            spec: spec.name.clone(),
+            site: spec.site.clone(),
+            node: vm.node.clone(),
+            vmid: vm.vmid,
+            why: vec!["template".into()],
+        });
+        return Verdict::Acting;
     }
     // Made from an older version of its image under `imagePolicy: Recreate`: made anew from
     // the spec, whatever else differs (on the node the spec names now: never moved first).
@@ -677,6 +690,13 @@ fn converge(
         why,
     });
     Verdict::Acting
+}
+
+/// Whether a `ProxmoxTemplate`'s VM is built: a template, whose record says the spec is
+/// applied (set once its `qmtemplate` task ended: `execute::converge`).
+pub(super) fn template_built(spec: &Spec, rec: Option<&SpecRecord>, vm: &ObservedVm) -> bool {
+    let hash = crate::spec::spec_hash(spec);
+    vm.template && rec.is_some_and(|r| r.applied_hash.as_deref() == Some(hash.as_str()))
 }
 
 /// The spec names another node than the VM's: migrate it there, when both nodes are healthy.

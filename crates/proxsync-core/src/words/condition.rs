@@ -348,6 +348,7 @@ impl fmt::Display for ConditionText<'_> {
                  spec is fixed: {}",
                 messages.join("; ")
             ),
+            ConditionText::TemplateKept { why } => write!(f, "the spec was removed; {why}"),
             ConditionText::RemovedKept { kind, error } => write!(
                 f,
                 "the spec was removed; its {} is not deleted: {}",
@@ -480,6 +481,11 @@ fn for_a_person(f: &mut fmt::Formatter<'_>, spec: &Spec, verdict: &Verdict) -> f
              remove the proxsync-id line from its description",
             kind.named(*vmid),
             spec.name
+        ),
+        // Without a consent: its own guest, made a template by a person (`plan::spec`).
+        Verdict::AdoptRefused { why, .. } if spec.adopt.is_none() => write!(
+            f,
+            "this spec's {noun} carries its marker but is not taken: {why}"
         ),
         Verdict::AdoptRefused { vmid, why } => write!(
             f,

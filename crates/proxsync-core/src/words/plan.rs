@@ -176,6 +176,26 @@ impl fmt::Display for AdoptRefusal {
     }
 }
 
+impl fmt::Display for crate::plan::TemplateKept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            crate::plan::TemplateKept::Cloning { guest } => write!(
+                f,
+                "old template version kept: spec {guest}'s guest is being cloned from it"
+            ),
+            crate::plan::TemplateKept::UnexplainedClone => f.write_str(
+                "old template version kept: a clone no record explains runs on the site (it may \
+                 be from this template)",
+            ),
+            crate::plan::TemplateKept::Successor { current, template } => write!(
+                f,
+                "old template version kept until {current}, the current version of {template}, \
+                 is built (see its status)"
+            ),
+        }
+    }
+}
+
 /// The text `proxsync plan` shows (and the plan's JSON holds); the status files render it with
 /// a time (`status::orphan_entries`).
 impl fmt::Display for OrphanDisposition {
@@ -187,6 +207,24 @@ impl fmt::Display for OrphanDisposition {
                 "reported: foreign VM claiming spec {spec} (its marker does not verify); never \
                  adopted or deleted"
             ),
+            OrphanDisposition::Template { spec } => {
+                match crate::spec::templates::template_of_name(spec) {
+                    Some(t) => write!(
+                        f,
+                        "reported: {spec}, an old version of ProxmoxTemplate {t} whose record \
+                         was lost"
+                    )?,
+                    None => write!(
+                        f,
+                        "reported: a template carrying this install's marker of spec {spec}, \
+                         which no record explains (a guest made a template by hand?)"
+                    )?,
+                }
+                f.write_str(
+                    "; never deleted by proxsync: delete it by hand (qm destroy) once nothing \
+                     clones from it",
+                )
+            }
             OrphanDisposition::Deleting => f.write_str("deleting"),
             OrphanDisposition::DeleteAfter { at_ms } => write!(
                 f,

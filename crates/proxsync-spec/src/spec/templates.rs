@@ -299,13 +299,30 @@ pub(crate) fn version_all(
     images: &[Arc<ImageSpec>],
     diags: &mut Vec<Diagnostic>,
 ) {
+    let mut held = BTreeSet::new();
+    let built = version_templates(specs, images, diags, &mut held);
+    check_collisions(specs, &built, diags, &mut held);
+    resolve_depends_on(specs, &built);
+    resolve_references(specs, &built, diags, &mut held);
+    if !held.is_empty() {
+        specs.retain(|s| !held.contains(&s.name));
+    }
+}
+
+/// Each template spec made one spec per node it is built on, named for its version; the
+/// versions by template name. A template whose image is not one to import is held.
+fn version_templates(
+    specs: &mut Specs,
+    images: &[Arc<ImageSpec>],
+    diags: &mut Vec<Diagnostic>,
+    held: &mut BTreeSet<String>,
+) -> BTreeMap<String, Vec<Built>> {
     let by_image: BTreeMap<&str, &ImageSpec> = images
         .iter()
         .map(|i| (i.name.as_str(), i.as_ref()))
         .collect();
     // Template name -> each version's (site, node, versioned spec name, versioned VM name).
     let mut built: BTreeMap<String, Vec<Built>> = BTreeMap::new();
-    let mut held = BTreeSet::new();
     let mut more: Vec<Spec> = Vec::new();
     for slot in specs.slots_mut() {
         let Some(t) = &slot.template else { continue };
@@ -378,8 +395,17 @@ pub(crate) fn version_all(
     for spec in more {
         specs.push(spec);
     }
-    // A spec of the name of a template's current version: said as such (the template's VM
-    // keeps the name; the other spec is held).
+    built
+}
+
+/// A spec of the name of a template's current version: said as such (the template's VM keeps
+/// the name; the other spec is held).
+fn check_collisions(
+    specs: &Specs,
+    built: &BTreeMap<String, Vec<Built>>,
+    diags: &mut Vec<Diagnostic>,
+    held: &mut BTreeSet<String>,
+) {
     for spec in specs.iter().filter(|s| s.template.is_none()) {
         if let Some((t, _)) = (built.iter()).find(|(_, vs)| vs.iter().any(|b| b.spec == spec.name))
         {
@@ -398,7 +424,10 @@ pub(crate) fn version_all(
             held.insert(spec.name.clone());
         }
     }
-    // `dependsOn: [NAME]` of a template: its current version.
+}
+
+/// `dependsOn: [NAME]` of a template: its version on the spec's node (else the first).
+fn resolve_depends_on(specs: &mut Specs, built: &BTreeMap<String, Vec<Built>>) {
     for slot in specs.slots_mut() {
         let names_a_template = slot.depends_on.iter().any(|d| built.contains_key(d));
         if !names_a_template || slot.template.is_some() {
@@ -419,6 +448,16 @@ pub(crate) fn version_all(
         super::remember_hashes(&mut spec);
         *slot = Arc::new(spec);
     }
+}
+
+/// Each guest's `image: {template: NAME}`: a template of its site, for a VM, given the VM name
+/// of the version on its node and an implicit `dependsOn` on it; else held, with why.
+fn resolve_references(
+    specs: &mut Specs,
+    built: &BTreeMap<String, Vec<Built>>,
+    diags: &mut Vec<Diagnostic>,
+    held: &mut BTreeSet<String>,
+) {
     for slot in specs.slots_mut() {
         let Image::Built { name, .. } = slot.image() else {
             continue;
@@ -474,9 +513,6 @@ pub(crate) fn version_all(
         }
         super::remember_hashes(&mut spec);
         *slot = Arc::new(spec);
-    }
-    if !held.is_empty() {
-        specs.retain(|s| !held.contains(&s.name));
     }
 }
 
