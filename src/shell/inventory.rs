@@ -95,7 +95,11 @@ pub(crate) fn render(
 /// The inventory of these spec status files.
 pub(crate) fn build(specs: &[SpecFile]) -> Inventory {
     let mut inv = Inventory::default();
-    for f in specs {
+    // A template is no host: nothing runs in it to configure.
+    let guests = specs
+        .iter()
+        .filter(|f| f.kind.as_deref() != Some(crate::spec::templates::TEMPLATE_KIND));
+    for f in guests {
         let mut groups = Vec::new();
         if !f.site.is_empty() {
             groups.push(group_name("site", &[&f.site]));
@@ -544,6 +548,27 @@ mod tests {
         let vars = host_vars(&bare);
         assert_eq!(vars["proxsync_ready"], json!(false));
         assert!(!vars.contains_key("proxsync_ready_reason"));
+    }
+
+    /// A `ProxmoxTemplate`'s version has a status file but is no host: nothing runs in it.
+    #[test]
+    fn a_template_is_no_host() {
+        let mut specs = two();
+        let mut template = file("noble-0123abcd", "eu-fra", "pve1", &[]);
+        template.kind = Some("ProxmoxTemplate".into());
+        specs.push(template);
+        let inv = build(&specs);
+        assert!(
+            !inv.hosts.contains_key("noble-0123abcd"),
+            "{:?}",
+            inv.hosts.keys()
+        );
+        assert!(
+            !inv.groups.values().any(|h| h.contains("noble-0123abcd")),
+            "{:?}",
+            inv.groups
+        );
+        assert_eq!(inv.hosts.len(), 2);
     }
 
     #[test]

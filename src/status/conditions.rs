@@ -87,6 +87,7 @@ pub(crate) fn spec_status(
     let mut st = SpecStatus {
         name: spec.name.clone(),
         kind: spec.kind(),
+        template: spec.template.is_some(),
         site: spec.site.clone(),
         node: vm
             .map(|v| v.node.clone())
@@ -777,6 +778,7 @@ pub(crate) fn invalid_status(
     let mut st = SpecStatus {
         name: name.to_string(),
         kind: rec.map(|r| r.kind).unwrap_or_default(),
+        template: rec.is_some_and(|r| r.built_template),
         site: rec.map(|r| r.site.clone()).unwrap_or_default(),
         node: rec
             .and_then(|r| r.vm.node())
@@ -827,6 +829,7 @@ pub(crate) fn removed_status(
     let mut st = SpecStatus {
         name: name.to_string(),
         kind: rec.kind,
+        template: rec.built_template,
         site: rec.site.clone(),
         node: rec.vm.node().map(str::to_string).unwrap_or_default(),
         vm_id: vmid,

@@ -602,6 +602,7 @@ mod write_bench {
     fn status(name: String, commit: &str) -> SpecStatus {
         SpecStatus {
             kind: Default::default(),
+            template: false,
             name,
             site: "lab".into(),
             node: "pve1".into(),

@@ -193,6 +193,9 @@ pub(crate) struct SpecStatus {
     pub name: String,
     /// What the spec makes (a removed or invalid spec's: what its record made).
     pub kind: crate::guest::GuestKind,
+    /// A `ProxmoxTemplate`'s version (a removed one's: its record built a template): the file
+    /// says `kind: ProxmoxTemplate`, and `proxsync inventory` leaves it out (no host).
+    pub template: bool,
     pub site: String,
     pub node: String,
     pub vm_id: Option<u32>,
@@ -560,7 +563,8 @@ pub(crate) struct AttemptRecord {
 #[serde(default, rename_all = "camelCase")]
 pub(crate) struct SpecFile {
     pub name: String,
-    /// `ProxmoxLXC` for a container; absent for a VM (as in every file before containers).
+    /// `ProxmoxLXC` for a container, `ProxmoxTemplate` for a template's version; absent for a
+    /// VM (as in every file before containers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub site: String,

@@ -20,6 +20,7 @@ fn spec(name: &str) -> SpecStatus {
     SpecStatus {
         name: name.to_string(),
         kind: Default::default(),
+        template: false,
         site: "lab".into(),
         node: "pve1".into(),
         vm_id: Some(101),

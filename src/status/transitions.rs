@@ -96,7 +96,11 @@ pub(super) fn build_spec_file(s: &SpecStatus, prev: Option<&Carried>, now: Syste
 
     SpecFile {
         name: s.name.clone(),
-        kind: (s.kind == crate::guest::GuestKind::Lxc).then(|| s.kind.spec_kind().to_string()),
+        kind: match (s.template, s.kind) {
+            (true, _) => Some(crate::spec::templates::TEMPLATE_KIND.to_string()),
+            (false, crate::guest::GuestKind::Lxc) => Some(s.kind.spec_kind().to_string()),
+            (false, crate::guest::GuestKind::Qemu) => None,
+        },
         site: clip(&s.site),
         node: clip(&s.node),
         vm_id: s.vm_id,

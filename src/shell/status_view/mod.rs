@@ -489,6 +489,7 @@ mod tests {
         SpecStatus {
             name: name.to_string(),
             kind: Default::default(),
+            template: false,
             site: site.into(),
             node: node.into(),
             vm_id: Some(vm_id),

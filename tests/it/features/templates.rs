@@ -121,6 +121,9 @@ async fn one_commit_builds_the_template_and_its_guests_and_a_new_image_rolls_the
         "{message}"
     );
     assert!(s.ready_message(&old).starts_with("True"));
+    // Its status file says what it is (and `proxsync inventory` leaves it out).
+    let text = std::fs::read_to_string(s.ws.path(&format!("status/{old}.yaml"))).unwrap();
+    assert!(text.contains("kind: ProxmoxTemplate"), "{text}");
 
     // An idle cycle sends nothing.
     let before = common::engine::next_seq(&mut s.pve);

@@ -32,6 +32,7 @@ fn short(commit: &str) -> String {
 fn kind_word(kind: Option<&str>) -> &'static str {
     match kind {
         Some("ProxmoxLXC") => "container",
+        Some("ProxmoxTemplate") => "template",
         _ => "VM",
     }
 }
