@@ -193,7 +193,7 @@ async fn a_guest_naming_an_image_the_repository_lacks_is_held_with_the_names_the
 }
 
 /// The engine's clock, set by the test.
-fn manual_clock(engine: &mut Engine) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+pub(crate) fn manual_clock(engine: &mut Engine) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
     let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
         proxsync::util::clock::now_ms(),
     ));
@@ -204,7 +204,7 @@ fn manual_clock(engine: &mut Engine) -> std::sync::Arc<std::sync::atomic::Atomic
     now
 }
 
-fn advance(now: &std::sync::atomic::AtomicU64, by: std::time::Duration) {
+pub(crate) fn advance(now: &std::sync::atomic::AtomicU64, by: std::time::Duration) {
     now.fetch_add(by.as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
 }
 

@@ -275,3 +275,61 @@ async fn a_template_on_two_nodes_is_built_on_each_and_guests_clone_their_node_s(
         assert!(s.ready_message(&format!("web-{i:02}")).starts_with("True"));
     }
 }
+
+/// The image a template is built from is removed from the repository while the template (and
+/// a guest cloned from it) still name it: the template and the guest are held with the error,
+/// nothing is deleted, and the image's version is kept past the grace period (a spec with
+/// errors may name it), the summary saying why.
+#[tokio::test]
+async fn a_removed_image_a_template_still_names_is_kept_and_said() {
+    let mut s = setup(None, &[]);
+    let now = super::images::manual_clock(&mut s.engine);
+    s.recommit(&[
+        ("images.yaml", first_image(&s)),
+        ("template.yaml", template_doc("")),
+        ("web-1.yaml", template_guest("web-1", "pve1", "")),
+    ]);
+    let volume = s.specs.images[0].volume_id();
+    let name = version_name(&s);
+    cycles(&mut s, 2).await;
+    assert!(s.ready_message("web-1").starts_with("True"));
+    // Another spec stays valid: the set is not empty (an empty one prunes nothing anyway).
+    let other = common::engine::spec("other-1", "pve1", "debian-12-template", "");
+    s.recommit(&[
+        ("template.yaml", template_doc("")),
+        ("web-1.yaml", template_guest("web-1", "pve1", "")),
+        ("other-1.yaml", other),
+    ]);
+    let messages: Vec<String> = (s.specs.diagnostics.iter())
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("no ProxmoxImage is named \"noble-cloud\"")),
+        "{messages:?}"
+    );
+    let before = common::engine::next_seq(&mut s.pve);
+    s.cycle().await;
+    super::images::advance(&now, std::time::Duration::from_secs(3600));
+    s.cycle().await;
+    let requests = s.pve.requests_since(before);
+    assert!(
+        !requests.iter().any(|r| r.method == "DELETE"),
+        "nothing deleted: {requests:?}"
+    );
+    assert!(vm_named(&mut s, &name).is_some() && vm_named(&mut s, "web-1").is_some());
+    let listed = (s.pve.client())
+        .storage_content("pve1", "local", Some("import"))
+        .await
+        .expect("the listing");
+    assert!(
+        listed.iter().any(|v| v.volid == volume),
+        "the image's file is kept"
+    );
+    let text = std::fs::read_to_string(s.ws.path("status/_summary.yaml")).unwrap();
+    assert!(
+        text.contains("has errors (a spec with errors may name this image)"),
+        "{text}"
+    );
+}

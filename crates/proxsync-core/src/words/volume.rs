@@ -32,8 +32,9 @@ fn image(f: &mut fmt::Formatter<'_>, volid: &str, why: &ImageKept) -> fmt::Resul
         ImageKept::Current => write!(f, "{volid} is kept: an image of the repository names it"),
         ImageKept::SourceIncomplete => write!(
             f,
-            "{volid} is kept: some spec file could not be read (or the repository holds none), \
-             so no version is judged unused"
+            "{volid} is kept: some spec file could not be read or has errors (a spec with \
+             errors may name this image), or the repository holds none, so no version is \
+             judged unused"
         ),
         ImageKept::Iso => write!(
             f,
