@@ -626,8 +626,8 @@ impl Engine {
         // A spec with errors may name an image the set no longer has (a template or guest
         // whose ProxmoxImage was removed): no version is judged unused until it is fixed.
         let prune = scope.is_none().then(|| crate::image_sync::Prune {
-            source_complete: !all_specs.has_errors()
-                && !(all_specs.specs.is_empty() && all_specs.images.is_empty()),
+            source_complete: !(all_specs.has_errors()
+                || (all_specs.specs.is_empty() && all_specs.images.is_empty())),
             grace_ms: self.config.reconcile.orphan_grace.as_millis() as u64,
         });
         let synced = self
