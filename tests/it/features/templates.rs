@@ -333,3 +333,40 @@ async fn a_removed_image_a_template_still_names_is_kept_and_said() {
         "{text}"
     );
 }
+
+/// A request to the fake as a person would send it (the test token): `method path` with a
+/// form body; the HTTP status and body.
+pub(crate) fn api(s: &Setup, method: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let ca = s.pve.ca_pem();
+    let url = s.pve.api_url(path);
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let form: Vec<(String, String)> = (form.iter())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = common::fakepve::verified_client(&ca);
+        rt.block_on(async {
+            let r = client
+                .request(method, url)
+                .header(
+                    "Authorization",
+                    common::fakepve::token_header(
+                        common::fakepve::TOKEN_ID,
+                        common::fakepve::TOKEN_SECRET,
+                    ),
+                )
+                .form(&form)
+                .send()
+                .await
+                .expect("the fake answers");
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        })
+    })
+    .join()
+    .unwrap()
+}

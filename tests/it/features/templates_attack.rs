@@ -7,8 +7,8 @@ use crate::common;
 
 use super::images::{Setup, image_doc, setup};
 use super::templates::{
-    cycles, first_image, posts, qemu_deletes, template_doc, template_doc_named, template_guest,
-    template_set, version_name, vm_named,
+    api, cycles, first_image, posts, qemu_deletes, template_doc, template_doc_named,
+    template_guest, template_set, version_name, vm_named,
 };
 use common::engine::Workspace;
 use common::{FakePve, default_scenario};
@@ -17,43 +17,6 @@ use proxsync::engine::{Engine, check_spec_sites};
 use serde_json::{Value, json};
 
 const URL: &str = "https://cloud-images.example/noble/20261115/noble-server-cloudimg-amd64.img";
-
-/// A request to the fake as a person would send it (the test token): `method path` with a
-/// form body; the HTTP status and body.
-fn api(s: &Setup, method: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
-    let ca = s.pve.ca_pem();
-    let url = s.pve.api_url(path);
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let form: Vec<(String, String)> = (form.iter())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = common::fakepve::verified_client(&ca);
-        rt.block_on(async {
-            let r = client
-                .request(method, url)
-                .header(
-                    "Authorization",
-                    common::fakepve::token_header(
-                        common::fakepve::TOKEN_ID,
-                        common::fakepve::TOKEN_SECRET,
-                    ),
-                )
-                .form(&form)
-                .send()
-                .await
-                .expect("the fake answers");
-            let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
-        })
-    })
-    .join()
-    .unwrap()
-}
 
 /// A setup as [`setup`], over `scenario` instead of the default one.
 fn setup_on(scenario: Value) -> Setup {

@@ -6,41 +6,11 @@
 use crate::common;
 
 use super::images::{Setup, image_doc, setup};
-use common::fakepve::RecordedRequest;
+use super::templates::{api, first_image, posts, template_doc, template_guest, vm_named};
 use proxsync::config::Config;
 use proxsync::engine::Engine;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-fn template_doc(extra: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxTemplate\nmetadata: {{name: noble}}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: pve1\n    image: {{image: noble-cloud}}\n    \
-         memory: 1Gi\n    disk: 8Gi\n    cloudInit: {{user: ops}}\n{extra}"
-    )
-}
-
-pub(super) fn template_guest(name: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata: {{name: {name}}}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: pve1\n    image: {{template: noble}}\n    \
-         memory: 1Gi\n    disk: 8Gi\n"
-    )
-}
-
-fn vm_named(s: &mut Setup, name: &str) -> Option<Value> {
-    s.pve.vms().into_iter().find(|v| v["name"] == name)
-}
-
-pub(super) fn posts<'a>(requests: &'a [RecordedRequest], suffix: &str) -> Vec<&'a RecordedRequest> {
-    (requests.iter())
-        .filter(|r| r.method == "POST" && r.path.ends_with(suffix))
-        .collect()
-}
-
-fn first_image(s: &Setup) -> String {
-    image_doc(&s.specs.images[0].checksum.hex)
-}
 
 fn templating(s: &mut Setup) -> Vec<u64> {
     let v = s.pve.call("templating", json!({})).expect("templating");
@@ -58,42 +28,6 @@ fn new_engine(s: &mut Setup) {
     let config = Config::load(&s.ws.config()).expect("config");
     s.engine = Engine::new(config).expect("a second engine");
     s.engine.task_wait = Duration::from_millis(100);
-}
-
-/// A request to the fake as a person would send it (the test token).
-fn api(s: &Setup, method: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
-    let ca = s.pve.ca_pem();
-    let url = s.pve.api_url(path);
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let form: Vec<(String, String)> = (form.iter())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = common::fakepve::verified_client(&ca);
-        rt.block_on(async {
-            let r = client
-                .request(method, url)
-                .header(
-                    "Authorization",
-                    common::fakepve::token_header(
-                        common::fakepve::TOKEN_ID,
-                        common::fakepve::TOKEN_SECRET,
-                    ),
-                )
-                .form(&form)
-                .send()
-                .await
-                .expect("the fake answers");
-            let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
-        })
-    })
-    .join()
-    .unwrap()
 }
 
 // ---------------------------------------------------------------- the harness itself
@@ -165,7 +99,7 @@ fn slow_template_setup(secs: f64, guests: &[&str]) -> Setup {
         ("template.yaml".to_string(), template_doc("")),
     ];
     for g in guests {
-        files.push((format!("{g}.yaml"), template_guest(g)));
+        files.push((format!("{g}.yaml"), template_guest(g, "pve1", "")));
     }
     let files: Vec<(&str, String)> = files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
     s.recommit(&files);
@@ -574,7 +508,7 @@ mod cli {
             ("template.yaml".to_string(), template_doc("")),
         ];
         for g in guests {
-            files.push((format!("{g}.yaml"), template_guest(g)));
+            files.push((format!("{g}.yaml"), template_guest(g, "pve1", "")));
         }
         let files: Vec<(&str, String)> =
             files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
