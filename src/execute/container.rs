@@ -75,6 +75,25 @@ pub(super) async fn send_create(
     }
 }
 
+/// Refuses a spec that names PVE 9.1's container options (`entrypoint`, `env`, a NIC's
+/// `hostManaged`) on an older site, before any request that would carry them: its
+/// pve-container would refuse them as unknown parameters (`spec::ct_init::refusal`). The
+/// site's version is read once per run.
+pub(super) async fn check_init_options(
+    site: &SiteCtx<impl Pve>,
+    ct: &ContainerSpec,
+) -> Result<(), ActionError> {
+    let named = crate::spec::ct_init::named(ct);
+    if named.is_empty() {
+        return Ok(());
+    }
+    let version = site.version().await?;
+    match crate::spec::ct_init::refusal(&named, version.triple(), &version.version) {
+        Some(why) => Err(fail(Category::ApiNotSupported, why)),
+        None => Ok(()),
+    }
+}
+
 /// The shortest root password pve-container takes (its create's `password`: `minLength => 5`).
 const MIN_PASSWORD_CHARS: usize = 5;
 
@@ -133,6 +152,7 @@ pub(super) async fn converge(
     if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
         return Ok(waiting);
     }
+    check_init_options(site, ct).await?;
     let pending = if just_created {
         Vec::new()
     } else {

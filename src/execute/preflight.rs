@@ -181,6 +181,9 @@ pub(super) async fn preflight(
     {
         return Err(fail(Category::ConfigurationError, why));
     }
+    if let Some(ct) = spec.container() {
+        super::container::check_init_options(site, ct).await?;
+    }
     // A VM is cloned from a VM template, a container from a container template.
     let template_in_view = |vmid: u32| {
         view.vms

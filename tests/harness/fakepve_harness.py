@@ -187,9 +187,12 @@ Scenario key `pools`: pool ids that exist.
     downloads()
         [{node, storage, filename, url, content, checksum, checksum_algorithm}]: the download-url
         requests past the schema and permission checks, in order (filename as sent).
-    oci_image(reference, size=1048576)
+    oci_image(reference, size=1048576, entrypoint=None, cmd=None, env=None)
         The fake registry holds OCI image `reference`: oci-registry-pull (PVE 9.1) stores it as a
-        vztmpl .tar of `size` bytes; a reference it does not hold fails the task as skopeo does.
+        vztmpl .tar of `size` bytes; a reference it does not hold fails the task as skopeo does. Its
+        config's Entrypoint and Cmd (lists) and Env (["NAME=value", ...]) are what a container
+        created from the archive gets, over the create's parameters, as pve-container's
+        restore_oci_archive writes them.
     skopeo(installed=True)
         Without skopeo, oci-registry-pull refuses at once (500 `Install 'skopeo' ...`).
     oci_pulls()
@@ -290,6 +293,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -586,6 +590,11 @@ class HarnessPve(FakePve):
         # oci-registry-pull (PVE 9.1): the fake registry (reference -> size, see oci_image), whether
         # skopeo is installed, and the requests received (oci_pulls). A pull takes download_timing's secs.
         self.oci_images = {}
+        # reference -> its image config (oci_image), (storage, volname) -> the reference a pull
+        # stored there, and vmid -> the image config a running vzcreate applies at its end.
+        self.oci_configs = {}
+        self.oci_archives = {}
+        self.oci_creating = {}
         self.skopeo = True
         self.oci_requests = []
         self.downloaded = {}
@@ -655,6 +664,10 @@ class HarnessPve(FakePve):
         # after it wrote the unlocked config.
         if not v.get('restore'):
             self.ct_creating.add(int(v['vmid']))
+            sid, _, volname = str(v.get('ostemplate', '')).partition(':')
+            reference = self.oci_archives.get((sid, volname))
+            if reference is not None:
+                self.oci_creating[int(v['vmid'])] = self.oci_configs.get(reference, {})
         try:
             return await super()._lxc_create(user, v)
         except Exception:
@@ -1092,6 +1105,15 @@ class HarnessPve(FakePve):
             return await super().task(node, ttype, tid, user, slow_destroy, vm=vm, lock=lock, log=log)
         if ttype == 'vzcreate' and vm is not None:
             vm.start_secs = self.new_ct_start_secs
+            image = self.oci_creating.pop(vm.vmid, None)
+            if image is not None:
+                create = body
+
+                async def oci_create():
+                    out = await create()
+                    self._restore_oci_config(vm, image)
+                    return out
+                body = oci_create
         secs = {'qmcreate': self.create_secs, 'qmclone': self.clone_secs}.get(ttype)
         if secs is not None and vm is not None:
             vm.start_secs = self.new_vm_start_secs
@@ -1538,11 +1560,29 @@ class HarnessPve(FakePve):
                 raise TaskError("command 'skopeo copy docker://{0} oci-archive:{1}.tmp.{2}' failed: exit code 1"
                                 .format(reference, dest, os.getpid()))
             self.store_file(sid, name, size, 'vztmpl')
+            self.oci_archives[(sid, volname)] = reference
             if not self.storages[sid].get('shared'):
                 self.storages[sid]['volumes'][volname]['nodes'] = {node}
             return None
 
         return ok(await self.task(node, 'ociregistrypull', encode_text(name), user, body, lock=False))
+
+    @staticmethod
+    def _restore_oci_config(ct, image):
+        """What pve-container 6 src/PVE/LXC/Create.pm restore_oci_archive writes into a config from
+        the image's, over the create's parameters: `entrypoint` (Entrypoint then Cmd, as
+        PVE::Tools::cmd2string quotes them), `cmode: console` and `host-managed=1` on every NIC that
+        does not say otherwise, when that command is not /sbin/init; `env` from Env."""
+        init = image.get('Entrypoint', []) + image.get('Cmd', [])
+        if init and init[0] != '/sbin/init':
+            ct.config['entrypoint'] = ' '.join(shlex.quote(a) for a in init)
+            ct.config['cmode'] = 'console'
+            for key in [k for k in ct.config if re.fullmatch(r'net\d+', k)]:
+                _, props = split_props(ct.config[key])
+                if 'host-managed' not in props:
+                    ct.config[key] = ct.config[key] + ',host-managed=1'
+        if image.get('Env'):
+            ct.config['env'] = '\0'.join(image['Env'])
 
     # ------------------------------------------------------------ download-url
 
@@ -3474,9 +3514,12 @@ class Commands(object):
             raise BadArgs('times must not be negative')
         self.pve.download_secs = float(secs)
 
-    def oci_image(self, reference, size=1048576):
-        """The fake registry holds OCI image `reference` (an archive of `size` bytes when pulled)."""
+    def oci_image(self, reference, size=1048576, entrypoint=None, cmd=None, env=None):
+        """The fake registry holds OCI image `reference` (an archive of `size` bytes when pulled),
+        whose config says Entrypoint, Cmd and Env."""
         self.pve.oci_images[reference] = int(size)
+        self.pve.oci_configs[reference] = {'Entrypoint': list(entrypoint or []), 'Cmd': list(cmd or []),
+                                           'Env': list(env or [])}
 
     def skopeo(self, installed=True):
         """Whether the nodes have skopeo (without it oci-registry-pull refuses at once)."""

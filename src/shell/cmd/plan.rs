@@ -80,7 +80,9 @@ pub(crate) fn plan_cmd(
     } else if format == Some("json") {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => {
-                let _ = writeln!(std::io::stdout().lock(), "{text}");
+                // DEL, C1 and bidi controls a guest's config may hold, escaped as JSON allows.
+                let text = crate::shell::status_view::json_for_terminal(text);
+                let _ = std::io::stdout().lock().write_all(text.as_bytes());
             }
             Err(e) => {
                 eprintln!("error: {e}");

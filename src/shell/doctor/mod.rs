@@ -184,6 +184,7 @@ async fn check_site(
     out.push(versions::check_version(site, &version, specs));
     out.extend(versions::ha_checks(site, &version, specs));
     out.extend(versions::archive_checks(site, &version, specs));
+    out.extend(versions::init_checks(site, &version, specs));
 
     // The tags proxsync writes on this site's VMs.
     let tags: std::collections::BTreeSet<String> = std::iter::once(ownership_tag.to_string())

@@ -96,6 +96,25 @@ pub(super) fn archive_checks(site: &SiteConfig, version: &Version, specs: &[&Spe
         .collect()
 }
 
+/// A line per container spec that names PVE 9.1's options (`entrypoint`, `env`, a NIC's
+/// `hostManaged`) on an older site, which refuses them (`spec::ct_init::refusal`).
+pub(super) fn init_checks(site: &SiteConfig, version: &Version, specs: &[&Spec]) -> Vec<Check> {
+    specs
+        .iter()
+        .filter_map(|s| {
+            let named = crate::spec::ct_init::named(s.container()?);
+            let why =
+                crate::spec::ct_init::refusal(&named, version.triple(), &version.version)?;
+            Some(check(
+                Level::Fail,
+                format!("{} spec {} {}", site.name, s.name, named.join(", ")),
+                format!("{}: {why}", s.file),
+                None,
+            ))
+        })
+        .collect()
+}
+
 /// `validate --config`: what the sites' PVE releases refuse in the specs (`ha.group` on PVE
 /// 9), as `file:line:col` errors. Only sites whose specs hold such a field are asked for their
 /// version (`GET /version`); a site that cannot be asked gets a warning saying so.

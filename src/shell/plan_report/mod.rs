@@ -104,7 +104,10 @@ impl std::fmt::Display for Field {
             }
             _ => {}
         }
-        let old = self.old.as_deref().unwrap_or("unset");
+        let old = self
+            .old
+            .as_deref()
+            .map_or_else(|| "unset".to_string(), |v| value_text(&self.field, v));
         if self.destroys_data {
             return write!(
                 f,
@@ -112,7 +115,10 @@ impl std::fmt::Display for Field {
                 self.field
             );
         }
-        let new = self.new.as_deref().unwrap_or("removed");
+        let new = self
+            .new
+            .as_deref()
+            .map_or_else(|| "removed".to_string(), |v| value_text(&self.field, v));
         write!(f, "{} {old} -> {new}", self.field)?;
         if let Some(unit) = self.unit {
             write!(f, " {unit}")?;
@@ -122,6 +128,17 @@ impl std::fmt::Display for Field {
         }
         Ok(())
     }
+}
+
+/// A config value as a line of `plan` shows it: a container's `env` (PVE separates its
+/// variables with NULs) as `NAME=value, NAME=value`, and no control character, line break or
+/// bidi control, whatever the guest's config holds (`status_view::clean`).
+fn value_text(key: &str, value: &str) -> String {
+    if key == "env" {
+        let vars: Vec<&str> = value.split('\0').filter(|e| !e.is_empty()).collect();
+        return crate::shell::status_view::clean(&vars.join(", "));
+    }
+    crate::shell::status_view::clean(value)
 }
 
 /// A removed spec whose guest is kept this cycle, and why (an old template version).
@@ -506,8 +523,8 @@ async fn create_change(
                 .iter()
                 .map(|f| {
                     let unit = f.unit.map(|u| format!(" {u}")).unwrap_or_default();
-                    let value = f.new.as_deref().unwrap_or_default();
-                    format!("{}={}{unit}", f.field, quoted_if_needed(value))
+                    let value = value_text(&f.field, f.new.as_deref().unwrap_or_default());
+                    format!("{}={}{unit}", f.field, quoted_if_needed(&value))
                 })
                 .collect();
             change.text.push_str(&format!("; sets {}", sets.join(", ")));

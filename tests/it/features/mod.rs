@@ -13,6 +13,7 @@ mod metrics;
 mod notify;
 mod observe;
 mod oci;
+mod oci_app;
 mod oci_attack;
 mod order;
 mod packaging;

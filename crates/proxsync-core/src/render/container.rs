@@ -12,6 +12,7 @@ use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{CtNic, MountPoint};
+use crate::spec::ct_init::{DEFAULT_ENTRYPOINT, merged_env};
 use crate::spec::{ContainerSpec, MIB, Spec};
 
 use super::config::{ConfigError, description_change, tags_change};
@@ -250,6 +251,7 @@ fn own_changes(ct: &ContainerSpec, current: Current) -> Result<Changes, PveError
         networks(nics, current, &mut out)?;
     }
     dns_and_console(ct, current, &mut out)?;
+    init(ct, current, &mut out)?;
     // Only `nesting` is the spec's (the other flags are root@pam's): the others are kept as
     // they are, so PVE sees only nesting change.
     if let Some(nesting) = ct.features.as_ref().and_then(|f| f.nesting) {
@@ -312,6 +314,34 @@ fn dns_and_console(
     Ok(())
 }
 
+/// `entrypoint` and `env` (PVE 9.1), when the spec names them: an absent `entrypoint` is
+/// pve-container's `/sbin/init`; `env` is the container's with the spec's variables set
+/// ([`merged_env`]), sent only when that differs from what the container has. A container made
+/// from an OCI image has the image's at its create (`spec::ct_init`): the converge right after
+/// the create writes the spec's.
+fn init(ct: &ContainerSpec, current: Current, out: &mut Changes) -> Result<(), PveError> {
+    if let Some(want) = &ct.entrypoint
+        && current("entrypoint").as_deref().unwrap_or(DEFAULT_ENTRYPOINT) != want
+    {
+        // A command line, not a property string: spaces and `,` are its own. The spec refused
+        // every control character but a tab, so it stays one config line.
+        out.set("entrypoint", |p| Ok(p.set("entrypoint", want)))?;
+    }
+    if !ct.env.is_empty() {
+        let now = current("env");
+        let merged = merged_env(now.as_deref(), &ct.env);
+        let same = now.as_deref().is_some_and(|n| {
+            n.split('\0')
+                .filter(|e| !e.is_empty())
+                .eq(merged.iter().map(String::as_str))
+        });
+        if !same {
+            out.set("env", |p| Ok(p.set("env", merged.join("\0"))))?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether two property strings hold the same `key=value` parts, in any order.
 fn same_props(a: &str, b: &str) -> bool {
     let parts = |s: &str| {
@@ -357,7 +387,7 @@ fn nics_removed(ct: &ContainerSpec, current: Current) -> Vec<String> {
 }
 
 /// A NIC's options: the spec's (`name`, `bridge`, and `hwaddr`, `ip`, `gw`, `ip6`, `gw6`, `tag`,
-/// `firewall`, `mtu`, `rate` when declared), and the parts of the NIC as it is that the spec
+/// `firewall`, `mtu`, `rate`, `host-managed` when declared), and the parts of the NIC as it is that the spec
 /// does not declare, kept as PVE wrote them (the MAC PVE generated, `type`, `link_down`,
 /// `trunks`, an address the spec leaves alone). A new NIC gets `type=veth`.
 fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Vec<String>) {
@@ -373,6 +403,7 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
         ("firewall", nic.firewall.map(|f| u8::from(f).to_string())),
         ("mtu", nic.mtu.map(|m| m.to_string())),
         ("rate", nic.rate.clone()),
+        ("host-managed", nic.host_managed.map(|h| u8::from(h).to_string())),
     ] {
         if let Some(v) = v {
             declared.push((key, v));

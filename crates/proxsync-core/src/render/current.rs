@@ -67,8 +67,10 @@ pub fn reported_pending(key: &str) -> bool {
         "boot",
     ];
     // What pve-container keeps pending on a running container (`vmconfig_hotplug_pending`
-    // applies memory, swap, CPU limits and NICs at once).
-    const CONTAINER_KEYS: [&str; 8] = [
+    // applies memory, swap, CPU limits and NICs at once; `entrypoint` and `env` wait).
+    const CONTAINER_KEYS: [&str; 10] = [
+        "entrypoint",
+        "env",
         "rootfs",
         "nameserver",
         "searchdomain",

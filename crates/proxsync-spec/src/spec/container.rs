@@ -43,6 +43,8 @@ pub(crate) const FIELDS: &[&str] = &[
     "tty",
     "arch",
     "osType",
+    "entrypoint",
+    "env",
     "sshPublicKeys",
     "password",
     "powerState",
@@ -158,6 +160,14 @@ pub struct ContainerSpec {
     pub arch: Option<String>,
     /// `osType`: one of [`OS_TYPES`] (PVE's `ostype`).
     pub os_type: Option<String>,
+    /// `entrypoint`: the command run as the container's init (PVE 9.1, `spec::ct_init`).
+    /// Not serialised when absent, so the hashes of specs without it stay as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    /// `env`: variables of the container's runtime environment, in the order written (PVE
+    /// 9.1); each set, the container's others kept ([`super::ct_init::merged_env`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
     /// Given to PVE at create only, as it takes them (`ssh-public-keys`).
     pub ssh_public_keys: Vec<String>,
     /// Where the root password is read from at create (never the password itself).
@@ -199,6 +209,10 @@ pub struct CtNic {
     pub rate: Option<String>,
     /// Kept once PVE generated one (`hwaddr`); set only when the spec names it.
     pub mac: Option<String>,
+    /// `hostManaged` (PVE 9.1's `host-managed`): the host, not the container, configures the
+    /// interface's addresses. Not serialised when absent (the hashes of older specs stay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_managed: Option<bool>,
 }
 
 /// One of `mountPoints`: a volume the container mounts (`mpN`).
@@ -314,6 +328,13 @@ pub(super) fn container(
         os_type: fp
             .get("osType")
             .and_then(|n| one_of(ctx, n, "osType", &OS_TYPES)),
+        entrypoint: fp
+            .get("entrypoint")
+            .and_then(|n| super::ct_init::entrypoint(ctx, n)),
+        env: fp
+            .get("env")
+            .and_then(|n| super::ct_init::env(ctx, n))
+            .unwrap_or_default(),
         ssh_public_keys: fp
             .get("sshPublicKeys")
             .and_then(|n| ssh_keys(ctx, n))
@@ -735,7 +756,18 @@ fn networks(ctx: &mut Ctx, n: &Node) -> Option<Vec<CtNic>> {
 }
 
 pub(super) const NIC_FIELDS: &[&str] = &[
-    "name", "bridge", "vlan", "firewall", "ip", "gateway", "ip6", "gateway6", "mtu", "rate", "mac",
+    "name",
+    "bridge",
+    "vlan",
+    "firewall",
+    "ip",
+    "gateway",
+    "ip6",
+    "gateway6",
+    "mtu",
+    "rate",
+    "mac",
+    "hostManaged",
 ];
 
 fn nic(ctx: &mut Ctx, n: &Node, path: &str) -> Option<CtNic> {
@@ -808,7 +840,22 @@ fn nic(ctx: &mut Ctx, n: &Node, path: &str) -> Option<CtNic> {
             let s = string(ctx, v, &format!("{path}.mac"), "BC:24:11:00:00:01")?;
             ctx.check(v.pos, super::networks::check_mac(s))
         }),
+        host_managed: obj
+            .get("hostManaged")
+            .and_then(|v| bool_field(ctx, v, &format!("{path}.hostManaged"))),
     };
+    // pve-container refuses SLAAC on a host-managed NIC (`update_pct_config`: "SLAAC is not
+    // supported for host-managed network configuration").
+    if nic.host_managed == Some(true) && nic.ip6.as_deref() == Some("auto") {
+        ctx.error(
+            obj.get("ip6").map_or(obj.pos, |g| g.pos),
+            format!(
+                "{path}.ip6 auto (SLAAC) on a NIC with hostManaged: true is refused by PVE \
+                 (\"SLAAC is not supported for host-managed network configuration\"): write \
+                 ip6: dhcp or an address, or hostManaged: false"
+            ),
+        );
+    }
     if nic.gateway.is_some() && !nic.ip.as_deref().is_some_and(|ip| ip.contains('/')) {
         ctx.error(
             obj.get("gateway").map_or(obj.pos, |g| g.pos),

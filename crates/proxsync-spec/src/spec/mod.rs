@@ -32,6 +32,7 @@
 mod adopt;
 mod cloudinit;
 pub mod container;
+pub mod ct_init;
 pub mod defaults;
 mod diag;
 mod disks;

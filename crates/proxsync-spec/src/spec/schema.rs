@@ -467,6 +467,20 @@ fn lxc_own_schema() -> Value {
         "tty": count("Number of ttys (PVE's tty; default 2).", 0, 6),
         "arch": {"description": "OS architecture (PVE's arch). Set at create only; detected from the template when absent.", "enum": ARCHES},
         "osType": {"description": "OS type (PVE's ostype): how PVE sets up the container's network, hostname and users; detected from the template when absent. unmanaged: PVE sets up nothing.", "enum": CT_OS_TYPES},
+        "entrypoint": {
+            "description": "PVE 9.1: the command the container runs as its init, with its arguments (PVE's entrypoint; default /sbin/init, or what an OCI image says). Refused on an older site. A change waits for the container's next start (rebootPolicy).",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": super::ct_init::MAX_ENTRYPOINT,
+            "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]+$"
+        },
+        "env": {
+            "description": "PVE 9.1: variables of the container's runtime environment, NAME: value (PVE's env). Each is set; the container's other variables (an OCI image's PATH, say) are kept. Refused on an older site. A change waits for the container's next start (rebootPolicy).",
+            "type": "object",
+            "maxProperties": super::ct_init::MAX_ENV,
+            "propertyNames": {"pattern": "^[A-Za-z0-9_]+$"},
+            "additionalProperties": {"type": "string", "maxLength": super::ct_init::MAX_ENV_VALUE, "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$"}
+        },
         "sshPublicKeys": {
             "description": "OpenSSH public keys for root, one line each (PVE's ssh-public-keys). Given at create only.",
             "type": "array",
@@ -512,7 +526,8 @@ fn lxc_devices_schema() -> Value {
                     "gateway6": {"description": "IPv6 gateway (static ip6 only).", "type": "string", "pattern": "^[0-9a-fA-F:.]+$"},
                     "mtu": {"type": "integer", "minimum": 64, "maximum": 65535},
                     "rate": {"description": "MB/s.", "type": "number", "minimum": 0},
-                    "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"}
+                    "mac": {"description": "Unicast MAC (XX:XX:XX:XX:XX:XX).", "type": "string", "pattern": "^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$"},
+                    "hostManaged": {"description": "PVE 9.1: the host, not the container, configures the interface's addresses (PVE's host-managed), for an application container without a network stack. PVE turns it on for an OCI image's container with an entrypoint of its own unless the spec says false. Not with ip6: auto.", "type": "boolean"}
                 }
             }
         },
