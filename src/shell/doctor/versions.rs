@@ -103,8 +103,7 @@ pub(super) fn init_checks(site: &SiteConfig, version: &Version, specs: &[&Spec])
         .iter()
         .filter_map(|s| {
             let named = crate::spec::ct_init::named(s.container()?);
-            let why =
-                crate::spec::ct_init::refusal(&named, version.triple(), &version.version)?;
+            let why = crate::spec::ct_init::refusal(&named, version.triple(), &version.version)?;
             Some(check(
                 Level::Fail,
                 format!("{} spec {} {}", site.name, s.name, named.join(", ")),

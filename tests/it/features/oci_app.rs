@@ -65,14 +65,14 @@ fn the_spec_s_entrypoint_and_environment_are_the_container_s_from_its_first_star
     assert_eq!(cfg["entrypoint"], "/usr/sbin/nginx -g 'daemon off;'");
     assert_eq!(
         cfg["env"],
-        format!(
-            "{}\0NGINX_VERSION=1.27.1\0NGINX_PORT=8080",
-            IMAGE_ENV[0]
-        ),
+        format!("{}\0NGINX_VERSION=1.27.1\0NGINX_PORT=8080", IMAGE_ENV[0]),
         "the image's PATH kept, its NGINX_VERSION replaced, NGINX_PORT added"
     );
     let net0 = cfg["net0"].as_str().unwrap_or_default();
-    assert!(net0.contains("host-managed=1"), "PVE's default kept: {net0}");
+    assert!(
+        net0.contains("host-managed=1"),
+        "PVE's default kept: {net0}"
+    );
     assert_eq!(app["status"], "running");
     assert_eq!(app["pending"], json!({}), "applied before the first start");
     // The image's, untouched, where the spec names none.
@@ -129,10 +129,7 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
             && line.contains("NGINX_PORT=9090"),
         "{line}"
     );
-    assert!(
-        !text.contains('\u{1b}') && !text.contains('\0'),
-        "{text:?}"
-    );
+    assert!(!text.contains('\u{1b}') && !text.contains('\0'), "{text:?}");
     assert!(!text.lines().any(|l| l.starts_with("forged")), "{text}");
 
     let (ok, out) = ws.run_once();
@@ -140,7 +137,10 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
     let app = pve.ct(vmid);
     assert_eq!(
         app["config"]["env"],
-        format!("{}\0EVIL=\u{1b}[31mred\nforged line\0NGINX_PORT=9090", IMAGE_ENV[0]),
+        format!(
+            "{}\0EVIL=\u{1b}[31mred\nforged line\0NGINX_PORT=9090",
+            IMAGE_ENV[0]
+        ),
         "the spec's variable set, the others kept"
     );
     assert_eq!(app["pending"], json!({}), "restarted to apply it");
@@ -151,7 +151,15 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
 /// the converge of a container it already has.
 #[test]
 fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
-    let mut pve = Scenario::default().set("version", json!("9.0.10")).start();
+    let mut pve = Scenario::default()
+        .set("version", json!("9.0.10"))
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.zst",
+            126_000_000,
+            "vztmpl",
+        )
+        .start();
     let archive = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
     let ws = Workspace::new(&pve);
     let ct_spec = |extra: &str| {
@@ -163,7 +171,11 @@ fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
     ws.commit_specs(&[("a.yaml", ct_spec("    entrypoint: /sbin/init\n"))]);
     let before = next_seq(&mut pve);
     let (_, out) = ws.run_once();
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "{out}");
+    assert_eq!(
+        writes_since(&mut pve, before),
+        Vec::<String>::new(),
+        "{out}"
+    );
     let (status, _, message) = ws.condition("ct-01", "Ready");
     assert_eq!(status, "False", "{message}");
     assert!(
@@ -178,8 +190,12 @@ fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
     ws.commit_specs(&[("a.yaml", ct_spec("    env: {A: b}\n"))]);
     let before = next_seq(&mut pve);
     let (_, out) = ws.run_once();
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "{out}");
-    let (_, _, message) = ws.condition("ct-01", "Synced");
+    assert_eq!(
+        writes_since(&mut pve, before),
+        Vec::<String>::new(),
+        "{out}"
+    );
+    let (_, _, message) = ws.condition("ct-01", "Stalled");
     assert!(
         message.contains("env is an option of Proxmox VE 9.1"),
         "{message}"

@@ -321,7 +321,10 @@ fn dns_and_console(
 /// the create writes the spec's.
 fn init(ct: &ContainerSpec, current: Current, out: &mut Changes) -> Result<(), PveError> {
     if let Some(want) = &ct.entrypoint
-        && current("entrypoint").as_deref().unwrap_or(DEFAULT_ENTRYPOINT) != want
+        && current("entrypoint")
+            .as_deref()
+            .unwrap_or(DEFAULT_ENTRYPOINT)
+            != want
     {
         // A command line, not a property string: spaces and `,` are its own. The spec refused
         // every control character but a tab, so it stays one config line.
@@ -403,7 +406,10 @@ fn nic_parts(nic: &CtNic, now: Option<&str>) -> (Vec<(&'static str, String)>, Ve
         ("firewall", nic.firewall.map(|f| u8::from(f).to_string())),
         ("mtu", nic.mtu.map(|m| m.to_string())),
         ("rate", nic.rate.clone()),
-        ("host-managed", nic.host_managed.map(|h| u8::from(h).to_string())),
+        (
+            "host-managed",
+            nic.host_managed.map(|h| u8::from(h).to_string()),
+        ),
     ] {
         if let Some(v) = v {
             declared.push((key, v));

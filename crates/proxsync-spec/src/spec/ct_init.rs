@@ -214,9 +214,8 @@ mod tests {
     /// an upgrade takes no container for changed.
     #[test]
     fn a_spec_without_them_keeps_its_hash() {
-        let (specs, diags) = parse(
-            "    networks:\n      - {name: eth0, bridge: vmbr0, ip: dhcp, firewall: true}\n",
-        );
+        let (specs, diags) =
+            parse("    networks:\n      - {name: eth0, bridge: vmbr0, ip: dhcp, firewall: true}\n");
         assert_eq!(diags, Vec::<String>::new());
         assert_eq!(crate::spec::hash::spec_hash(&specs[0]), "21cec3c5867fe398");
     }
@@ -225,10 +224,16 @@ mod tests {
     #[test]
     fn bad_entrypoints_and_variables_are_refused_at_their_line() {
         for (extra, want) in [
-            ("    entrypoint: \"\"\n", "ct.yaml:10:17: error: spec.forProvider.entrypoint is empty"),
+            (
+                "    entrypoint: \"\"\n",
+                "ct.yaml:10:17: error: spec.forProvider.entrypoint is empty",
+            ),
             ("    entrypoint: \"a\\nb\"\n", "control character '\\n'"),
             ("    entrypoint: 5\n", "must be a string"),
-            ("    env: {A-B: x}\n", "ct.yaml:10:11: error: spec.forProvider.env: \"A-B\" is not a variable name"),
+            (
+                "    env: {A-B: x}\n",
+                "ct.yaml:10:11: error: spec.forProvider.env: \"A-B\" is not a variable name",
+            ),
             ("    env: {PORT: 8080}\n", "write it quoted"),
             ("    env: {A: \"x\\0y\"}\n", "control character '\\0'"),
             ("    env: [A]\n", "spec.forProvider.env must be a mapping"),
@@ -280,7 +285,10 @@ mod tests {
     fn the_options_are_refused_before_pve_9_1_naming_the_release() {
         let named = vec!["entrypoint".to_string(), "env".to_string()];
         let why = refusal(&named, (9, 0, 11), "9.0.11").expect("refused");
-        assert!(why.contains("entrypoint, env are options of Proxmox VE 9.1"), "{why}");
+        assert!(
+            why.contains("entrypoint, env are options of Proxmox VE 9.1"),
+            "{why}"
+        );
         assert!(why.contains("this site runs 9.0.11"), "{why}");
         assert_eq!(refusal(&named, (9, 1, 0), "9.1.0"), None);
         assert_eq!(refusal(&[], (8, 4, 1), "8.4.1"), None);
