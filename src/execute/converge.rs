@@ -343,13 +343,7 @@ async fn make_template_now(
         }
         Err(e) => return Err(e.into()),
     };
-    if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
-        ctx.store.put(&spec.name, rec)?;
-        return Ok(Outcome::StillRunning {
-            upid: upid.to_string(),
-        });
-    }
-    finish_template(ctx, spec, rec, vm)
+    template_task_ended(ctx, site, spec, rec, vm, &upid).await
 }
 
 /// A `ProxmoxTemplate`'s VM whose config says `template: 1`: built once no `qmtemplate` task
@@ -367,10 +361,23 @@ async fn template_ended(
     let running = (client.active_tasks(vm.node).await?).into_iter().find(|t| {
         t.is_running() && t.task_type().as_deref() == Some("qmtemplate") && t.task_id() == id
     });
-    if let Some(task) = running
-        && let Ok(upid) = task.upid.parse::<crate::pve::Upid>()
-        && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
-    {
+    match running.and_then(|t| t.upid.parse::<crate::pve::Upid>().ok()) {
+        Some(upid) => template_task_ended(ctx, site, spec, rec, vm, &upid).await,
+        None => finish_template(ctx, spec, rec, vm),
+    }
+}
+
+/// Waits for the `qmtemplate` task `upid`: the record is stored and the spec waits while it
+/// runs (the next cycle waits again), and is recorded built once it ended.
+async fn template_task_ended(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vm: VmRef<'_>,
+    upid: &crate::pve::Upid,
+) -> Result<Outcome, ActionError> {
+    if let TaskOutcome::StillRunning = wait(ctx, &site.client, upid, rec).await? {
         ctx.store.put(&spec.name, rec)?;
         return Ok(Outcome::StillRunning {
             upid: upid.to_string(),
