@@ -76,6 +76,19 @@ pub(crate) async fn cycles(s: &mut Setup, n: usize) {
     }
 }
 
+/// The image, the template and a set of `members` guests cloned from it under `policy`,
+/// committed at once and built over two cycles.
+pub(crate) async fn built_with_set(members: u32, policy: &str) -> Setup {
+    let mut s = setup(None, &[]);
+    s.recommit(&[
+        ("images.yaml", first_image(&s)),
+        ("template.yaml", template_doc("")),
+        ("web.yaml", template_set(members, policy)),
+    ]);
+    cycles(&mut s, 2).await;
+    s
+}
+
 /// The first image's document (the checksum the harness serves).
 pub(crate) fn first_image(s: &Setup) -> String {
     image_doc(&s.specs.images[0].checksum.hex)

@@ -7,8 +7,8 @@ use crate::common;
 
 use super::images::{Setup, image_doc, setup};
 use super::templates::{
-    api, cycles, first_image, posts, qemu_deletes, template_doc, template_doc_named,
-    template_guest, template_set, version_name, vm_named,
+    api, built_with_set, cycles, first_image, posts, qemu_deletes, template_doc,
+    template_doc_named, template_guest, template_set, version_name, vm_named,
 };
 use common::engine::Workspace;
 use common::{FakePve, default_scenario};
@@ -241,13 +241,7 @@ async fn a_guest_turned_into_a_template_by_hand_is_not_deleted_when_its_spec_goe
 /// template, no guest cloned twice, nothing deleted; everything Ready again.
 #[tokio::test]
 async fn a_lost_database_after_the_build_makes_no_second_template_nor_guest() {
-    let mut s = setup(None, &[]);
-    s.recommit(&[
-        ("images.yaml", first_image(&s)),
-        ("template.yaml", template_doc("")),
-        ("web.yaml", template_set(3, "Recreate")),
-    ]);
-    cycles(&mut s, 2).await;
+    let mut s = built_with_set(3, "Recreate").await;
     let old = version_name(&s);
     assert!(s.ready_message(&old).starts_with("True"));
     lose_database(&mut s);
@@ -567,13 +561,7 @@ async fn an_old_version_with_a_linked_clone_made_by_hand_is_kept_and_said() {
 /// lock is gone; the new version's guests are unaffected.
 #[tokio::test]
 async fn an_old_version_locked_is_deleted_once_unlocked() {
-    let mut s = setup(None, &[]);
-    s.recommit(&[
-        ("images.yaml", first_image(&s)),
-        ("template.yaml", template_doc("")),
-        ("web.yaml", template_set(2, "Keep")),
-    ]);
-    cycles(&mut s, 2).await;
+    let mut s = built_with_set(2, "Keep").await;
     let old = version_name(&s);
     let tvmid = vm_named(&mut s, &old).unwrap()["vmid"].as_u64().unwrap() as u32;
     s.pve.snapshot_lock(tvmid, "backup");
@@ -1039,13 +1027,7 @@ async fn a_guest_named_like_a_version_of_a_broken_template_is_held_not_lost() {
 /// before break), not deleted at once leaving the site with no template at all.
 #[tokio::test]
 async fn the_old_version_stays_until_the_new_one_is_built() {
-    let mut s = setup(None, &[]);
-    s.recommit(&[
-        ("images.yaml", first_image(&s)),
-        ("template.yaml", template_doc("")),
-        ("web.yaml", template_set(2, "Keep")),
-    ]);
-    cycles(&mut s, 2).await;
+    let mut s = built_with_set(2, "Keep").await;
     let old = version_name(&s);
     let doc = s.new_version();
     let wrong = {
