@@ -113,7 +113,10 @@ fn env_name_ok(name: &str) -> bool {
 /// The environment a container ends up with when the spec's `env` is written into `current`
 /// (PVE's `env`: `NAME=value` entries separated by NULs): a variable the spec names takes the
 /// spec's value where it stands, one it adds goes at the end, and one it does not name is kept
-/// as it is (an OCI image's `PATH`, say). pve-container splits on runs of NULs.
+/// as it is (an OCI image's `PATH`, say). pve-container splits on runs of NULs. A variable the
+/// spec names that the container has twice (an image's `Env` may) is kept once, where it first
+/// stands: LXC sets `lxc.environment.runtime` entries in order (`setenv`, overwriting), so a
+/// later duplicate would win over the spec's value.
 pub fn merged_env(current: Option<&str>, want: &[(String, String)]) -> Vec<String> {
     let mut out: Vec<String> = current
         .unwrap_or_default()
@@ -125,7 +128,15 @@ pub fn merged_env(current: Option<&str>, want: &[(String, String)]) -> Vec<Strin
         let entry = format!("{name}={value}");
         let named = |e: &String| e.split_once('=').map_or(e.as_str(), |(k, _)| k) == name;
         match out.iter().position(named) {
-            Some(i) => out[i] = entry,
+            Some(i) => {
+                out[i] = entry;
+                let mut seen = 0;
+                out.retain(|e| {
+                    let later = named(e) && seen > 0;
+                    seen += usize::from(named(e));
+                    !later
+                });
+            }
             None => out.push(entry),
         }
     }
@@ -274,6 +285,15 @@ mod tests {
             ]
         );
         assert_eq!(merged_env(None, &want), ["PORT=8080", "MODE=a=b"]);
+        // A name the container has twice is set once, where it first stands: LXC would
+        // take the later one.
+        assert_eq!(
+            merged_env(
+                Some("PORT=80\0PATH=/bin\0PORT=81\0PORT=82"),
+                &env_of(&[("PORT", "2")])
+            ),
+            ["PORT=2", "PATH=/bin"]
+        );
         // A name that is a prefix of another is not taken for it.
         assert_eq!(
             merged_env(Some("PORTS=1"), &env_of(&[("PORT", "2")])),
