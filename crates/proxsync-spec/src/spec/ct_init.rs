@@ -21,6 +21,11 @@ pub const MAX_ENTRYPOINT: usize = 4096;
 pub const MAX_ENV: usize = 256;
 /// The longest value of one `env` variable.
 pub const MAX_ENV_VALUE: usize = 4096;
+/// Why white space around `entrypoint` and after an `env` value is refused: PVE writes each as
+/// a config line (`entrypoint: ...`, one `lxc.environment.runtime: NAME=value` per variable)
+/// and pve-container's `parse_pct_config` reads a line back as `:\s*(.+?)\s*$`, so what the
+/// container has would never be what the spec says and every cycle would write it again.
+const TRIMMED: &str = "pve-container parse_pct_config";
 
 /// Whether `c` is a control character PVE refuses in `entrypoint` and an `env` value: its
 /// patterns take no `\x00`-`\x08`, `\x0a`-`\x1f` or `\x7f` (a tab is allowed). A newline would
@@ -48,6 +53,11 @@ pub(super) fn entrypoint(ctx: &mut Ctx, n: &Node) -> Option<String> {
     } else if let Some(c) = s.chars().find(|c| refused_control(*c)) {
         Err(format!(
             "{path} holds the control character {c:?}; PVE takes none but a tab"
+        ))
+    } else if s.trim() != s {
+        Err(format!(
+            "{path} starts or ends with white space, which PVE drops when it reads the \
+             container's config back ({TRIMMED}): remove it"
         ))
     } else {
         Ok(s.to_string())
@@ -94,6 +104,11 @@ pub(super) fn env(ctx: &mut Ctx, n: &Node) -> Option<Vec<(String, String)>> {
         } else if let Some(c) = v.chars().find(|c| refused_control(*c)) {
             Err(format!(
                 "{what} holds the control character {c:?}; PVE takes none but a tab"
+            ))
+        } else if v.trim_end() != v {
+            Err(format!(
+                "{what} ends with white space, which PVE drops when it reads the container's \
+                 config back ({TRIMMED}): remove it"
             ))
         } else {
             Ok(())
@@ -247,6 +262,17 @@ mod tests {
             ),
             ("    env: {PORT: 8080}\n", "write it quoted"),
             ("    env: {A: \"x\\0y\"}\n", "control character '\\0'"),
+            ("    entrypoint: \"nginx \"\n", "ends with white space"),
+            (
+                "    entrypoint: \"\\tnginx\"\n",
+                "starts or ends with white space",
+            ),
+            (
+                "    env: {A: \"x \"}\n",
+                "spec.forProvider.env.A ends with white space",
+            ),
+            ("    env: {A: \"x\\t\"}\n", "ends with white space"),
+            ("    env: {A: \"  \"}\n", "ends with white space"),
             ("    env: [A]\n", "spec.forProvider.env must be a mapping"),
             (
                 "    networks:\n      - {name: eth0, bridge: vmbr0, ip6: auto, hostManaged: true}\n",
