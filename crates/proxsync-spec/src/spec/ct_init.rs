@@ -279,6 +279,10 @@ mod tests {
                 "SLAAC is not supported",
             ),
             (
+                "    networks:\n      - {name: eth0, bridge: vmbr0, ip6: auto}\n",
+                "add hostManaged: false to the NIC",
+            ),
+            (
                 "    networks:\n      - {name: eth0, bridge: vmbr0, hostManaged: yes}\n",
                 "write true or false",
             ),
