@@ -21,6 +21,12 @@ pub const MAX_ENTRYPOINT: usize = 4096;
 pub const MAX_ENV: usize = 256;
 /// The longest value of one `env` variable.
 pub const MAX_ENV_VALUE: usize = 4096;
+/// The most bytes of `env` as PVE takes it (`NAME=value` entries and the NULs between them):
+/// pveproxy refuses a request body over 512 KiB before the API sees it (pve-http-server
+/// `src/PVE/APIServer/AnyEvent.pm` `$limit_max_post`), percent-encoding may triple a value's
+/// bytes, and the container's own variables (an image's) are sent with the spec's.
+/// [`MAX_ENV`] values of [`MAX_ENV_VALUE`] bytes would be over 1 MiB.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
 /// Why white space around `entrypoint` and after an `env` value is refused: PVE writes each as
 /// a config line (`entrypoint: ...`, one `lxc.environment.runtime: NAME=value` per variable)
 /// and pve-container's `parse_pct_config` reads a line back as `:\s*(.+?)\s*$`, so what the
@@ -116,6 +122,17 @@ pub(super) fn env(ctx: &mut Ctx, n: &Node) -> Option<Vec<(String, String)>> {
         if ctx.check(value.pos, checked).is_some() {
             out.push((name.to_string(), v.to_string()));
         }
+    }
+    let bytes: usize = out.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if bytes > MAX_ENV_BYTES {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} is {bytes} bytes as PVE takes it (NAME=value, NUL-separated); at most \
+                 {MAX_ENV_BYTES}: PVE's API refuses a request over 512 KiB"
+            ),
+        );
+        return None;
     }
     (ctx.error_count() == errors).then_some(out)
 }
@@ -342,6 +359,27 @@ mod tests {
         assert!(why.contains("this site runs 9.0.11"), "{why}");
         assert_eq!(refusal(&named, (9, 1, 0), "9.1.0"), None);
         assert_eq!(refusal(&[], (8, 4, 1), "8.4.1"), None);
+    }
+
+    /// What the spec's variables add up to is bounded: pveproxy refuses a request body over
+    /// 512 KiB, which 128 values of 4096 bytes (a spec file under 1 MiB) would be over.
+    #[test]
+    fn a_large_environment_is_refused() {
+        let vars = |n: usize, len: usize| {
+            let entries: Vec<String> = (0..n)
+                .map(|i| format!("V{i}: \"{}\"", "x".repeat(len)))
+                .collect();
+            format!("    env: {{{}}}\n", entries.join(", "))
+        };
+        let (specs, diags) = parse(&vars(128, MAX_ENV_VALUE));
+        assert!(specs.is_empty(), "{diags:?}");
+        assert!(
+            diags.iter().any(|d| d.contains("bytes as PVE takes it")),
+            "{diags:?}"
+        );
+        let (specs, diags) = parse(&vars(15, MAX_ENV_VALUE));
+        assert_eq!(diags, Vec::<String>::new());
+        assert_eq!(specs.len(), 1);
     }
 
     #[test]

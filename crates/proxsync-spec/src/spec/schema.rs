@@ -475,7 +475,7 @@ fn lxc_own_schema() -> Value {
             "pattern": "^[^\\s\\x00-\\x08\\x0a-\\x1f\\x7f]([^\\x00-\\x08\\x0a-\\x1f\\x7f]*[^\\s\\x00-\\x08\\x0a-\\x1f\\x7f])?$"
         },
         "env": {
-            "description": "PVE 9.1: variables of the container's runtime environment, NAME: value (PVE's env). Each is set; the container's other variables (an OCI image's PATH, say) are kept. Refused on an older site. A change waits for the container's next start (rebootPolicy).",
+            "description": "PVE 9.1: variables of the container's runtime environment, NAME: value (PVE's env). Each is set; the container's other variables (an OCI image's PATH, say) are kept. At most 64 KiB in all. Refused on an older site. A change waits for the container's next start (rebootPolicy).",
             "type": "object",
             "maxProperties": super::ct_init::MAX_ENV,
             "propertyNames": {"pattern": "^[A-Za-z0-9_]+$"},
