@@ -14,6 +14,7 @@ mod notify;
 mod observe;
 mod oci;
 mod oci_app;
+mod oci_app_attack;
 mod oci_attack;
 mod order;
 mod packaging;

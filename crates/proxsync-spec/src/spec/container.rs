@@ -360,6 +360,27 @@ pub(super) fn container(
             );
         }
     }
+    // pve-container's create from an OCI image whose command is not /sbin/init turns on
+    // `host-managed` on every NIC that does not say otherwise (`src/PVE/LXC/Create.pm`
+    // `restore_oci_archive`), and a host-managed NIC with SLAAC is refused at every start
+    // (`src/PVE/LXC.pm` `update_lxc_config`: "SLAAC is not supported for host-managed network
+    // configuration") and at every write of the NIC: the container would never start.
+    if matches!(image, Some((Image::Oci { .. }, _))) {
+        for (i, nic) in ct.networks.iter().flatten().enumerate() {
+            if nic.ip6.as_deref() == Some("auto") && nic.host_managed.is_none() {
+                ctx.error(
+                    fp.key_pos("networks").unwrap_or(fp.pos),
+                    format!(
+                        "spec.forProvider.networks[{i}] has ip6 auto (SLAAC) on a container \
+                         from an OCI image, whose NICs PVE makes host-managed when the image \
+                         runs its own command, and a host-managed NIC with SLAAC never starts \
+                         (\"SLAAC is not supported for host-managed network configuration\"): \
+                         add hostManaged: false to the NIC, or write ip6: dhcp or an address"
+                    ),
+                );
+            }
+        }
+    }
     if ctx.error_count() != errors {
         return None;
     }

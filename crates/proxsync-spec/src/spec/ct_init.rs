@@ -21,6 +21,17 @@ pub const MAX_ENTRYPOINT: usize = 4096;
 pub const MAX_ENV: usize = 256;
 /// The longest value of one `env` variable.
 pub const MAX_ENV_VALUE: usize = 4096;
+/// The most bytes of `env` as PVE takes it (`NAME=value` entries and the NULs between them):
+/// pveproxy refuses a request body over 512 KiB before the API sees it (pve-http-server
+/// `src/PVE/APIServer/AnyEvent.pm` `$limit_max_post`), percent-encoding may triple a value's
+/// bytes, and the container's own variables (an image's) are sent with the spec's.
+/// [`MAX_ENV`] values of [`MAX_ENV_VALUE`] bytes would be over 1 MiB.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
+/// Why white space around `entrypoint` and after an `env` value is refused: PVE writes each as
+/// a config line (`entrypoint: ...`, one `lxc.environment.runtime: NAME=value` per variable)
+/// and pve-container's `parse_pct_config` reads a line back as `:\s*(.+?)\s*$`, so what the
+/// container has would never be what the spec says and every cycle would write it again.
+const TRIMMED: &str = "pve-container parse_pct_config";
 
 /// Whether `c` is a control character PVE refuses in `entrypoint` and an `env` value: its
 /// patterns take no `\x00`-`\x08`, `\x0a`-`\x1f` or `\x7f` (a tab is allowed). A newline would
@@ -48,6 +59,11 @@ pub(super) fn entrypoint(ctx: &mut Ctx, n: &Node) -> Option<String> {
     } else if let Some(c) = s.chars().find(|c| refused_control(*c)) {
         Err(format!(
             "{path} holds the control character {c:?}; PVE takes none but a tab"
+        ))
+    } else if s.trim() != s {
+        Err(format!(
+            "{path} starts or ends with white space, which PVE drops when it reads the \
+             container's config back ({TRIMMED}): remove it"
         ))
     } else {
         Ok(s.to_string())
@@ -95,12 +111,28 @@ pub(super) fn env(ctx: &mut Ctx, n: &Node) -> Option<Vec<(String, String)>> {
             Err(format!(
                 "{what} holds the control character {c:?}; PVE takes none but a tab"
             ))
+        } else if v.trim_end() != v {
+            Err(format!(
+                "{what} ends with white space, which PVE drops when it reads the container's \
+                 config back ({TRIMMED}): remove it"
+            ))
         } else {
             Ok(())
         };
         if ctx.check(value.pos, checked).is_some() {
             out.push((name.to_string(), v.to_string()));
         }
+    }
+    let bytes: usize = out.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if bytes > MAX_ENV_BYTES {
+        ctx.error(
+            n.pos,
+            format!(
+                "{path} is {bytes} bytes as PVE takes it (NAME=value, NUL-separated); at most \
+                 {MAX_ENV_BYTES}: PVE's API refuses a request over 512 KiB"
+            ),
+        );
+        return None;
     }
     (ctx.error_count() == errors).then_some(out)
 }
@@ -113,7 +145,10 @@ fn env_name_ok(name: &str) -> bool {
 /// The environment a container ends up with when the spec's `env` is written into `current`
 /// (PVE's `env`: `NAME=value` entries separated by NULs): a variable the spec names takes the
 /// spec's value where it stands, one it adds goes at the end, and one it does not name is kept
-/// as it is (an OCI image's `PATH`, say). pve-container splits on runs of NULs.
+/// as it is (an OCI image's `PATH`, say). pve-container splits on runs of NULs. A variable the
+/// spec names that the container has twice (an image's `Env` may) is kept once, where it first
+/// stands: LXC sets `lxc.environment.runtime` entries in order (`setenv`, overwriting), so a
+/// later duplicate would win over the spec's value.
 pub fn merged_env(current: Option<&str>, want: &[(String, String)]) -> Vec<String> {
     let mut out: Vec<String> = current
         .unwrap_or_default()
@@ -125,7 +160,15 @@ pub fn merged_env(current: Option<&str>, want: &[(String, String)]) -> Vec<Strin
         let entry = format!("{name}={value}");
         let named = |e: &String| e.split_once('=').map_or(e.as_str(), |(k, _)| k) == name;
         match out.iter().position(named) {
-            Some(i) => out[i] = entry,
+            Some(i) => {
+                out[i] = entry;
+                let mut seen = 0;
+                out.retain(|e| {
+                    let later = named(e) && seen > 0;
+                    seen += usize::from(named(e));
+                    !later
+                });
+            }
             None => out.push(entry),
         }
     }
@@ -236,10 +279,25 @@ mod tests {
             ),
             ("    env: {PORT: 8080}\n", "write it quoted"),
             ("    env: {A: \"x\\0y\"}\n", "control character '\\0'"),
+            ("    entrypoint: \"nginx \"\n", "ends with white space"),
+            (
+                "    entrypoint: \"\\tnginx\"\n",
+                "starts or ends with white space",
+            ),
+            (
+                "    env: {A: \"x \"}\n",
+                "spec.forProvider.env.A ends with white space",
+            ),
+            ("    env: {A: \"x\\t\"}\n", "ends with white space"),
+            ("    env: {A: \"  \"}\n", "ends with white space"),
             ("    env: [A]\n", "spec.forProvider.env must be a mapping"),
             (
                 "    networks:\n      - {name: eth0, bridge: vmbr0, ip6: auto, hostManaged: true}\n",
                 "SLAAC is not supported",
+            ),
+            (
+                "    networks:\n      - {name: eth0, bridge: vmbr0, ip6: auto}\n",
+                "add hostManaged: false to the NIC",
             ),
             (
                 "    networks:\n      - {name: eth0, bridge: vmbr0, hostManaged: yes}\n",
@@ -274,6 +332,15 @@ mod tests {
             ]
         );
         assert_eq!(merged_env(None, &want), ["PORT=8080", "MODE=a=b"]);
+        // A name the container has twice is set once, where it first stands: LXC would
+        // take the later one.
+        assert_eq!(
+            merged_env(
+                Some("PORT=80\0PATH=/bin\0PORT=81\0PORT=82"),
+                &env_of(&[("PORT", "2")])
+            ),
+            ["PORT=2", "PATH=/bin"]
+        );
         // A name that is a prefix of another is not taken for it.
         assert_eq!(
             merged_env(Some("PORTS=1"), &env_of(&[("PORT", "2")])),
@@ -292,6 +359,27 @@ mod tests {
         assert!(why.contains("this site runs 9.0.11"), "{why}");
         assert_eq!(refusal(&named, (9, 1, 0), "9.1.0"), None);
         assert_eq!(refusal(&[], (8, 4, 1), "8.4.1"), None);
+    }
+
+    /// What the spec's variables add up to is bounded: pveproxy refuses a request body over
+    /// 512 KiB, which 128 values of 4096 bytes (a spec file under 1 MiB) would be over.
+    #[test]
+    fn a_large_environment_is_refused() {
+        let vars = |n: usize, len: usize| {
+            let entries: Vec<String> = (0..n)
+                .map(|i| format!("V{i}: \"{}\"", "x".repeat(len)))
+                .collect();
+            format!("    env: {{{}}}\n", entries.join(", "))
+        };
+        let (specs, diags) = parse(&vars(128, MAX_ENV_VALUE));
+        assert!(specs.is_empty(), "{diags:?}");
+        assert!(
+            diags.iter().any(|d| d.contains("bytes as PVE takes it")),
+            "{diags:?}"
+        );
+        let (specs, diags) = parse(&vars(15, MAX_ENV_VALUE));
+        assert_eq!(diags, Vec::<String>::new());
+        assert_eq!(specs.len(), 1);
     }
 
     #[test]

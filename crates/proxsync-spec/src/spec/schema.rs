@@ -472,14 +472,14 @@ fn lxc_own_schema() -> Value {
             "type": "string",
             "minLength": 1,
             "maxLength": super::ct_init::MAX_ENTRYPOINT,
-            "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]+$"
+            "pattern": "^[^\\s\\x00-\\x08\\x0a-\\x1f\\x7f]([^\\x00-\\x08\\x0a-\\x1f\\x7f]*[^\\s\\x00-\\x08\\x0a-\\x1f\\x7f])?$"
         },
         "env": {
-            "description": "PVE 9.1: variables of the container's runtime environment, NAME: value (PVE's env). Each is set; the container's other variables (an OCI image's PATH, say) are kept. Refused on an older site. A change waits for the container's next start (rebootPolicy).",
+            "description": "PVE 9.1: variables of the container's runtime environment, NAME: value (PVE's env). Each is set; the container's other variables (an OCI image's PATH, say) are kept. At most 64 KiB in all. Refused on an older site. A change waits for the container's next start (rebootPolicy).",
             "type": "object",
             "maxProperties": super::ct_init::MAX_ENV,
             "propertyNames": {"pattern": "^[A-Za-z0-9_]+$"},
-            "additionalProperties": {"type": "string", "maxLength": super::ct_init::MAX_ENV_VALUE, "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$"}
+            "additionalProperties": {"type": "string", "maxLength": super::ct_init::MAX_ENV_VALUE, "pattern": "^([^\\x00-\\x08\\x0a-\\x1f\\x7f]*[^\\s\\x00-\\x08\\x0a-\\x1f\\x7f])?$"}
         },
         "sshPublicKeys": {
             "description": "OpenSSH public keys for root, one line each (PVE's ssh-public-keys). Given at create only.",
