@@ -366,6 +366,10 @@ WGET_IO_ERROR, WGET_NETWORK_FAILURE, WGET_SERVER_ERROR = 3, 4, 8
 
 
 OCI_TEMPLATE = '/nodes/{node}/storage/{storage}/oci-registry-pull'
+# PVE 9.1's `env` and `entrypoint` patterns (pve-container src/PVE/LXC/Config.pm as 9.1 shipped it:
+# `\x10`, not `\x0a`, so \x09-\x0f pass), in Python (`\w` in ASCII, as proxsync's checks take it).
+CT_ENV = re.compile(r'(?:\w+=[^\x00-\x08\x10-\x1F\x7F]*)(?:\0\w+=[^\x00-\x08\x10-\x1F\x7F]*)*', re.ASCII)
+CT_ENTRYPOINT = re.compile(r'[^\x00-\x08\x10-\x1F\x7F]+')
 # pve-storage 9.1 src/PVE/API2/Storage/Status.pm oci_registry_pull's `reference` pattern, in Python.
 OCI_REFERENCE = re.compile(
     r'(?:(?:[a-zA-Z\d]|[a-zA-Z\d][a-zA-Z\d-]*[a-zA-Z\d])(?:\.(?:[a-zA-Z\d]|[a-zA-Z\d][a-zA-Z\d-]*[a-zA-Z\d]))*'
@@ -768,6 +772,11 @@ class HarnessPve(FakePve):
         MTU '$bridge_mtu'\n"`, the bridge's from read_bridge_mtu: here its set MTU, else 1500)."""
         if values.get('cpuunits') not in (None, ''):
             values['cpuunits'] = min(int(values['cpuunits']), CGROUP_V2_MAX_SHARES)
+        # PVE 9.1's schema patterns of `env` and `entrypoint` (fakepve skips Perl `(?^:...)`
+        # patterns): a 400 from the API before anything is written.
+        for key, pattern in (('env', CT_ENV), ('entrypoint', CT_ENTRYPOINT)):
+            if values.get(key) not in (None, '') and not pattern.fullmatch(str(values[key])):
+                raise param_error(**{key: 'value does not match the regex pattern'})
         for key in sorted(k for k in values if re.fullmatch(r'net\d+', k)):
             props = split_props(values[key])[1]
             if props.get('mtu'):

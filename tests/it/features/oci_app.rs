@@ -115,8 +115,9 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
     let net0 = app["config"]["net0"].as_str().unwrap_or_default();
     assert!(net0.contains("host-managed=0"), "{net0}");
 
-    // A hostile variable in the guest's config: `plan` shows it escaped, on one line.
-    let hostile = format!("{}\0EVIL=\u{1b}[31mred\nforged line", IMAGE_ENV[0]);
+    // A hostile variable PVE's API takes (a bidi override, a line separator) in the guest's
+    // config: `plan` shows it escaped, on one line.
+    let hostile = format!("{}\0EVIL=\u{202e}red\u{2028}forged line", IMAGE_ENV[0]);
     pve.set_ct(vmid, json!({"config": {"env": hostile}}));
     ws.commit_specs(&[("app.yaml", spec("9090"))]);
     let plan = ws.proxsync(&["plan"]);
@@ -125,11 +126,14 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
         .find(|l| l.contains("web-app") && l.contains("env"))
         .unwrap_or_else(|| panic!("no env change: {text}"));
     assert!(
-        line.contains(&format!("{}, EVIL=?[31mred forged line", IMAGE_ENV[0]))
+        line.contains(&format!("{}, EVIL=?red forged line", IMAGE_ENV[0]))
             && line.contains("NGINX_PORT=9090"),
         "{line}"
     );
-    assert!(!text.contains('\u{1b}') && !text.contains('\0'), "{text:?}");
+    assert!(
+        !text.contains('\u{202e}') && !text.contains('\u{2028}') && !text.contains('\0'),
+        "{text:?}"
+    );
     assert!(!text.lines().any(|l| l.starts_with("forged")), "{text}");
 
     let (ok, out) = ws.run_once();
@@ -137,14 +141,31 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
     let app = pve.ct(vmid);
     assert_eq!(
         app["config"]["env"],
-        format!(
-            "{}\0EVIL=\u{1b}[31mred\nforged line\0NGINX_PORT=9090",
-            IMAGE_ENV[0]
-        ),
+        format!("{hostile}\0NGINX_PORT=9090"),
         "the spec's variable set, the others kept"
     );
     assert_eq!(app["pending"], json!({}), "restarted to apply it");
     assert_eq!(app["status"], "running");
+
+    // A variable PVE's API refuses (an escape sequence, a line break: a hand-edited config):
+    // sending the env back would be a 400 every cycle. Nothing is sent; the status names the
+    // variable, not its value.
+    let refused = format!("{}\0EVIL=\u{1b}[31mred\nforged", IMAGE_ENV[0]);
+    pve.set_ct(vmid, json!({"config": {"env": refused}}));
+    ws.commit_specs(&[("app.yaml", spec("7070"))]);
+    let before = next_seq(&mut pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(
+        writes_since(&mut pve, before),
+        Vec::<String>::new(),
+        "{out}"
+    );
+    let (_, _, message) = ws.condition("web-app", "Stalled");
+    assert!(
+        message.contains("env holds variable \"EVIL\", which PVE's API refuses")
+            && !message.contains("[31m"),
+        "{message}"
+    );
 }
 
 /// On PVE 9.0 a spec naming the options is refused before anything is sent: its create, and

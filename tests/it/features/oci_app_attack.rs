@@ -132,14 +132,16 @@ fn every_cycle_after_the_create_is_idle() {
 
 /// What a hostile image puts in the container's environment and entrypoint (PVE's
 /// `restore_oci_archive` refuses `\x00`-`\x08` and `\x10`-`\x1f` only, so a CR passes; a bidi
-/// override is no control character) shows nowhere raw: not in the log, the status files,
-/// `proxsync status` or `plan`; and the cycles after the spec's variable is written are idle.
+/// override and a line separator are no control characters, and PVE's API takes them back in
+/// `env`) shows nowhere raw: not in the log, the status files, `proxsync status` or `plan`; and
+/// the cycles after the spec's variable is written are idle. (A variable with a control
+/// character is not sent back: `oci_app`'s `host_managed_false_and_a_changed_variable...`.)
 #[test]
 fn a_hostile_image_s_environment_shows_nowhere_raw() {
     let mut pve = pve_with(&[json!({
         "reference": NGINX,
         "entrypoint": ["/bin/sh", "-c", "echo 'a b' \"$X\"\r\u{202e}"],
-        "env": ["EVIL=a\rb\u{202e}c", "PATH=/usr/bin"],
+        "env": ["EVIL=a\u{2028}b\u{202e}c", "PATH=/usr/bin"],
     })]);
     let ws = Workspace::new(&pve);
     let spec = |port: &str| {
@@ -157,7 +159,7 @@ fn a_hostile_image_s_environment_shows_nowhere_raw() {
     let app = ct_named(&mut pve, "web-app");
     assert_eq!(
         app["config"]["env"],
-        "EVIL=a\rb\u{202e}c\0PATH=/usr/bin\0PORT=8080"
+        "EVIL=a\u{2028}b\u{202e}c\0PATH=/usr/bin\0PORT=8080"
     );
     let before = next_seq(&mut pve);
     let (ok, out) = ws.run_once();
@@ -186,7 +188,7 @@ fn a_hostile_image_s_environment_shows_nowhere_raw() {
     for entry in std::fs::read_dir(ws.path("status")).expect("status dir") {
         seen.push_str(&std::fs::read_to_string(entry.expect("entry").path()).unwrap_or_default());
     }
-    for c in ['\r', '\u{202e}', '\0'] {
+    for c in ['\r', '\u{202e}', '\u{2028}', '\0'] {
         assert!(!seen.contains(c), "{c:?} raw in {seen:?}");
     }
 }

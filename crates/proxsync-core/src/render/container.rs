@@ -12,7 +12,7 @@ use crate::pve::types::{NetworkInterface, PendingEntry, VmConfig};
 use crate::pve::values::{parse_pve_size, pve_bool};
 use crate::pve::{Error as PveError, VmParams};
 use crate::spec::container::{CtNic, MountPoint};
-use crate::spec::ct_init::{DEFAULT_ENTRYPOINT, merged_env};
+use crate::spec::ct_init::{DEFAULT_ENTRYPOINT, env_refusal, merged_env};
 use crate::spec::{ContainerSpec, MIB, Spec};
 
 use super::config::{ConfigError, description_change, tags_change};
@@ -339,6 +339,9 @@ fn init(ct: &ContainerSpec, current: Current, out: &mut Changes) -> Result<(), P
                 .eq(merged.iter().map(String::as_str))
         });
         if !same {
+            if let Some(why) = env_refusal(&merged) {
+                return Err(PveError::Setup(why));
+            }
             out.set("env", |p| Ok(p.set("env", merged.join("\0"))))?;
         }
     }

@@ -175,6 +175,33 @@ pub fn merged_env(current: Option<&str>, want: &[(String, String)]) -> Vec<Strin
     out
 }
 
+/// Why the environment `merged` cannot be sent, if it cannot: PVE's API takes `env` only as
+/// `NAME=value` entries, each name `\w+` and each value without control characters (its 9.1
+/// pattern lets `\x09`-`\x0f` through, pve-container's newer one only a tab; the stricter is
+/// asked), and a converge sends the container's own variables back with the spec's. A variable
+/// a hand-edited config or an image's `Env` gave the container that PVE would refuse is named
+/// (never its value, which may be a secret), with what to do, instead of a 400 every cycle.
+pub fn env_refusal(merged: &[String]) -> Option<String> {
+    let bad = merged.iter().find(|e| {
+        let (name, value) = e.split_once('=').unwrap_or((e.as_str(), ""));
+        !env_name_ok(name) || !e.contains('=') || value.chars().any(refused_control)
+    })?;
+    let name: String = bad
+        .split('=')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(64)
+        .collect();
+    Some(format!(
+        "the container's env holds variable {name:?}, which PVE's API refuses (a name of \
+         letters, digits and _, a value without control characters but a tab); setting the \
+         spec's env sends the container's variables back with it, so nothing is sent: fix or \
+         remove that variable on the container (pct set --env, or its config file), or remove \
+         env from the spec"
+    ))
+}
+
 /// The options of these a container spec names, as its fields are written: what a site older
 /// than PVE 9.1 refuses ([`refusal`]).
 pub fn named(ct: &super::ContainerSpec) -> Vec<String> {
@@ -345,6 +372,31 @@ mod tests {
         assert_eq!(
             merged_env(Some("PORTS=1"), &env_of(&[("PORT", "2")])),
             ["PORTS=1", "PORT=2"]
+        );
+    }
+
+    /// A variable PVE's API would refuse, which the container has from elsewhere, is named
+    /// (escaped, without its value) instead of sent back.
+    #[test]
+    fn a_variable_pve_refuses_is_named_not_sent() {
+        let ok = ["PATH=/usr/bin".to_string(), "A=tab\there".to_string()];
+        assert_eq!(env_refusal(&ok), None);
+        for bad in [
+            "EVIL=\u{1b}[31m",
+            "X=a\nb",
+            "A-B=1",
+            "NOEQUALS",
+            "\u{1b}]0;=x",
+        ] {
+            let merged = [ok[0].clone(), bad.to_string()];
+            let why = env_refusal(&merged).unwrap_or_else(|| panic!("{bad:?} refused"));
+            assert!(!why.contains('\u{1b}') && !why.contains('\n'), "{why}");
+            assert!(!why.contains("[31m"), "no value: {why}");
+        }
+        let why = env_refusal(&["SECRET=x\ny".to_string()]).unwrap();
+        assert!(
+            why.contains("\"SECRET\"") && !why.contains("x\\ny"),
+            "{why}"
         );
     }
 
