@@ -865,6 +865,18 @@ fn nic(ctx: &mut Ctx, n: &Node, path: &str) -> Option<CtNic> {
             .get("hostManaged")
             .and_then(|v| bool_field(ctx, v, &format!("{path}.hostManaged"))),
     };
+    check_nic_addresses(ctx, &obj, path, &nic);
+    if ctx.error_count() != errors {
+        return None;
+    }
+    nic.name = name?;
+    nic.bridge = bridge?;
+    Some(nic)
+}
+
+/// What a NIC's addresses must say together: a gateway only with a static address, and no
+/// SLAAC on a host-managed NIC.
+fn check_nic_addresses(ctx: &mut Ctx, obj: &Obj, path: &str, nic: &CtNic) {
     // pve-container refuses SLAAC on a host-managed NIC (`update_pct_config`: "SLAAC is not
     // supported for host-managed network configuration").
     if nic.host_managed == Some(true) && nic.ip6.as_deref() == Some("auto") {
@@ -891,12 +903,6 @@ fn nic(ctx: &mut Ctx, n: &Node, path: &str) -> Option<CtNic> {
             format!("{path}.gateway6 needs a static ip6 (an address with its prefix)"),
         );
     }
-    if ctx.error_count() != errors {
-        return None;
-    }
-    nic.name = name?;
-    nic.bridge = bridge?;
-    Some(nic)
 }
 
 /// A network interface name as pve-container takes it (`[a-zA-Z0-9_.-]`, at most 15).
