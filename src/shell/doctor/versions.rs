@@ -115,8 +115,10 @@ pub(super) fn init_checks(site: &SiteConfig, version: &Version, specs: &[&Spec])
 }
 
 /// `validate --config`: what the sites' PVE releases refuse in the specs (`ha.group` on PVE
-/// 9), as `file:line:col` errors. Only sites whose specs hold such a field are asked for their
-/// version (`GET /version`); a site that cannot be asked gets a warning saying so.
+/// 9; before 9.1 an OCI image and a container's `entrypoint`, `env` and `hostManaged`; an
+/// archive format an older pve-storage does not take), as `file:line:col` errors. Only sites
+/// whose specs hold such a field are asked for their version (`GET /version`); a site that
+/// cannot be asked gets a warning saying so.
 pub(crate) async fn version_diagnostics(
     config: &crate::config::Config,
     specs: &crate::spec::Specs,
@@ -124,28 +126,25 @@ pub(crate) async fn version_diagnostics(
     use crate::spec::Diagnostic;
     let mut out = Vec::new();
     for site in &config.sites {
-        let asking: Vec<&Spec> = specs
+        let asking: Vec<(&Spec, crate::spec::Pos)> = specs
             .iter()
-            .filter(|s| s.site == site.name && s.ha.as_ref().is_some_and(|h| h.group.is_some()))
+            .filter(|s| s.site == site.name)
+            .filter_map(|s| Some((s, release_dependent(s)?)))
             .collect();
-        let Some(first) = asking.first() else {
+        let Some((first, pos)) = asking.first() else {
             continue;
         };
         let version = match site_version(site).await {
             Ok(v) => v,
             Err(e) => {
-                let pos = first
-                    .ha
-                    .as_ref()
-                    .and_then(|h| h.group_pos)
-                    .unwrap_or_default();
                 out.push(
                     Diagnostic::warning(
                         &first.file,
-                        pos,
+                        *pos,
                         format!(
-                            "cannot read site {}'s Proxmox VE version to check ha.group (PVE 9 \
-                             refuses it): {e}; proxsync doctor checks it",
+                            "cannot read site {}'s Proxmox VE version to check the fields its \
+                             release may refuse (ha.group on PVE 9; OCI images, entrypoint, env \
+                             and hostManaged before 9.1): {e}; proxsync doctor checks them",
                             site.name
                         ),
                     )
@@ -154,14 +153,44 @@ pub(crate) async fn version_diagnostics(
                 continue;
             }
         };
-        for s in asking {
-            let Some(ha) = &s.ha else { continue };
-            if let Some(why) = ha.refusal_on(&site.name, &version.version, version.triple().0) {
-                out.push(
-                    Diagnostic::error(&s.file, ha.group_pos.unwrap_or_default(), why)
-                        .for_spec(Some(&s.name)),
-                );
+        for (s, _) in asking {
+            for (pos, why) in release_refusals(s, &site.name, &version) {
+                out.push(Diagnostic::error(&s.file, pos, why).for_spec(Some(&s.name)));
             }
+        }
+    }
+    out
+}
+
+/// Where spec `s` first holds a field that some PVE release refuses, if it does.
+fn release_dependent(s: &Spec) -> Option<crate::spec::Pos> {
+    if let Some(ha) = s.ha.as_ref().filter(|h| h.group.is_some()) {
+        return Some(ha.group_pos.unwrap_or_default());
+    }
+    let ct = s.container()?;
+    // Refused by the oldest release, so by some.
+    if crate::spec::container::archive_refusal(&ct.template, (0, 0, 0), "").is_some() {
+        return Some(ct.template_pos);
+    }
+    (!crate::spec::ct_init::named(ct).is_empty()).then_some(ct.init_pos)
+}
+
+/// What a site running `version` refuses in spec `s`: where each is written, and why.
+fn release_refusals(s: &Spec, site: &str, version: &Version) -> Vec<(crate::spec::Pos, String)> {
+    let (release, said) = (version.triple(), version.version.as_str());
+    let mut out = Vec::new();
+    if let Some(ha) = &s.ha
+        && let Some(why) = ha.refusal_on(site, said, release.0)
+    {
+        out.push((ha.group_pos.unwrap_or_default(), why));
+    }
+    if let Some(ct) = s.container() {
+        if let Some(why) = crate::spec::container::archive_refusal(&ct.template, release, said) {
+            out.push((ct.template_pos, why));
+        }
+        let named = crate::spec::ct_init::named(ct);
+        if let Some(why) = crate::spec::ct_init::refusal(&named, release, said) {
+            out.push((ct.init_pos, why));
         }
     }
     out

@@ -489,7 +489,7 @@ fn ha_group_is_refused_for_a_pve_9_site_before_anything_is_sent() {
     let text = common::engine::text(&out);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("warning: cannot read site lab's Proxmox VE version to check ha.group"),
+        text.contains("warning: cannot read site lab's Proxmox VE version to check the fields its release may refuse (ha.group on PVE 9"),
         "{text}"
     );
 }

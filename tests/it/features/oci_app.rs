@@ -222,3 +222,32 @@ fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
         "{message}"
     );
 }
+
+/// `validate` asks a 9.0 site's release and refuses, each at its line, an OCI image and the
+/// container options it does not have; a 9.1 site takes both.
+#[test]
+fn validate_says_where_a_9_0_site_refuses_them() {
+    let env_spec = "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: ct-env\n\
+                    spec:\n  forProvider:\n    site: lab\n    node: pve1\n    template: \
+                    \"local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\"\n    env: {A: b}\n";
+    for (version, refused) in [("9.0.10", true), ("9.1.2", false)] {
+        let pve = Scenario::default().set("version", json!(version)).start();
+        let ws = Workspace::new(&pve);
+        ws.commit_specs(&[
+            ("oci.yaml", app_spec("web-oci", "")),
+            ("env.yaml", env_spec.to_string()),
+        ]);
+        let out = ws.proxsync(&["validate", ws.path("repo").to_str().unwrap()]);
+        let text = common::engine::text(&out);
+        assert_eq!(out.status.success(), !refused, "{version}: {text}");
+        if refused {
+            assert!(
+                text.contains(
+                    "oci.yaml:9:15: error: template {oci: docker.io/library/nginx:1.27} is an \
+                     OCI image"
+                ) && text.contains("env.yaml:10:5: error: env is an option of Proxmox VE 9.1"),
+                "{text}"
+            );
+        }
+    }
+}

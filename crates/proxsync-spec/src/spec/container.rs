@@ -168,6 +168,10 @@ pub struct ContainerSpec {
     /// 9.1); each set, the container's others kept ([`super::ct_init::merged_env`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<(String, String)>,
+    /// Where the first of `entrypoint`, `env` and `networks` is written: what `validate
+    /// --config` points at when the site's release refuses them.
+    #[serde(skip)]
+    pub init_pos: super::Pos,
     /// Given to PVE at create only, as it takes them (`ssh-public-keys`).
     pub ssh_public_keys: Vec<String>,
     /// Where the root password is read from at create (never the password itself).
@@ -335,6 +339,10 @@ pub(super) fn container(
             .get("env")
             .and_then(|n| super::ct_init::env(ctx, n))
             .unwrap_or_default(),
+        init_pos: ["entrypoint", "env", "networks"]
+            .iter()
+            .find_map(|k| fp.key_pos(k))
+            .unwrap_or(fp.pos),
         ssh_public_keys: fp
             .get("sshPublicKeys")
             .and_then(|n| ssh_keys(ctx, n))
