@@ -18,27 +18,47 @@ const IMAGE_ENV: [&str; 2] = [
     "NGINX_VERSION=1.27.0",
 ];
 
-fn app_spec(name: &str, extra: &str) -> String {
+/// A container spec made from OCI image `image`, with `extra` under `forProvider`.
+pub(crate) fn app_spec_from(name: &str, image: &str, extra: &str) -> String {
     format!(
         "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: pve1\n    template: {{oci: \"{NGINX}\"}}\n{extra}"
+         forProvider:\n    site: lab\n    node: pve1\n    template: {{oci: \"{image}\"}}\n{extra}"
     )
 }
 
-fn pve_at(version: &str) -> FakePve {
+fn app_spec(name: &str, extra: &str) -> String {
+    app_spec_from(name, NGINX, extra)
+}
+
+/// A site of PVE `version` whose registry holds `images` (the harness's `oci_image`).
+pub(crate) fn pve_with(version: &str, images: &[Value]) -> FakePve {
     let mut pve = Scenario::default().set("version", json!(version)).start();
+    for image in images {
+        pve.call("oci_image", image.clone()).expect("oci_image");
+    }
+    pve
+}
+
+/// A cycle that must send nothing: the message of the spec's condition `kind` after it.
+pub(crate) fn nothing_sent(pve: &mut FakePve, ws: &Workspace, name: &str, kind: &str) -> String {
+    let before = next_seq(pve);
+    let (_, out) = ws.run_once();
+    assert_eq!(writes_since(pve, before), Vec::<String>::new(), "{out}");
+    ws.condition(name, kind).2
+}
+
+fn pve_at(version: &str) -> FakePve {
     let image = json!({
         "reference": NGINX,
         "entrypoint": ["/docker-entrypoint.sh"],
         "cmd": ["nginx", "-g", "daemon off;"],
         "env": IMAGE_ENV,
     });
-    pve.call("oci_image", image).expect("oci_image");
-    pve
+    pve_with(version, &[image])
 }
 
 /// The container whose hostname is `name`.
-fn ct_named(pve: &mut FakePve, name: &str) -> Value {
+pub(crate) fn ct_named(pve: &mut FakePve, name: &str) -> Value {
     (pve.cts().into_iter())
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no container {name}"))
@@ -153,14 +173,7 @@ fn host_managed_false_and_a_changed_variable_are_applied() {
     let refused = format!("{}\0EVIL=\u{1b}[31mred\nforged", IMAGE_ENV[0]);
     pve.set_ct(vmid, json!({"config": {"env": refused}}));
     ws.commit_specs(&[("app.yaml", spec("7070"))]);
-    let before = next_seq(&mut pve);
-    let (_, out) = ws.run_once();
-    assert_eq!(
-        writes_since(&mut pve, before),
-        Vec::<String>::new(),
-        "{out}"
-    );
-    let (_, _, message) = ws.condition("web-app", "Stalled");
+    let message = nothing_sent(&mut pve, &ws, "web-app", "Stalled");
     assert!(
         message.contains("env holds variable \"EVIL\", which PVE's API refuses")
             && !message.contains("[31m"),
@@ -190,15 +203,7 @@ fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
         )
     };
     ws.commit_specs(&[("a.yaml", ct_spec("    entrypoint: /sbin/init\n"))]);
-    let before = next_seq(&mut pve);
-    let (_, out) = ws.run_once();
-    assert_eq!(
-        writes_since(&mut pve, before),
-        Vec::<String>::new(),
-        "{out}"
-    );
-    let (status, _, message) = ws.condition("ct-01", "Ready");
-    assert_eq!(status, "False", "{message}");
+    let message = nothing_sent(&mut pve, &ws, "ct-01", "Stalled");
     assert!(
         message.contains("entrypoint is an option of Proxmox VE 9.1")
             && message.contains("this site runs 9.0.10"),
@@ -209,14 +214,7 @@ fn a_site_older_than_9_1_refuses_them_before_anything_is_sent() {
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     ws.commit_specs(&[("a.yaml", ct_spec("    env: {A: b}\n"))]);
-    let before = next_seq(&mut pve);
-    let (_, out) = ws.run_once();
-    assert_eq!(
-        writes_since(&mut pve, before),
-        Vec::<String>::new(),
-        "{out}"
-    );
-    let (_, _, message) = ws.condition("ct-01", "Stalled");
+    let message = nothing_sent(&mut pve, &ws, "ct-01", "Stalled");
     assert!(
         message.contains("env is an option of Proxmox VE 9.1"),
         "{message}"

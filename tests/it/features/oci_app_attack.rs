@@ -6,30 +6,14 @@ use serde_json::{Value, json};
 
 use crate::common;
 
+use super::oci_app::{app_spec_from, ct_named, nothing_sent};
 use common::engine::{Workspace, next_seq, writes_since};
 use common::{FakePve, Scenario};
 
 const NGINX: &str = "docker.io/library/nginx:1.27";
 
-fn app_spec(name: &str, image: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: {name}\nspec:\n  \
-         forProvider:\n    site: lab\n    node: pve1\n    template: {{oci: \"{image}\"}}\n{extra}"
-    )
-}
-
 fn pve_with(images: &[Value]) -> FakePve {
-    let mut pve = Scenario::default().set("version", json!("9.1.2")).start();
-    for image in images {
-        pve.call("oci_image", image.clone()).expect("oci_image");
-    }
-    pve
-}
-
-fn ct_named(pve: &mut FakePve, name: &str) -> Value {
-    (pve.cts().into_iter())
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no container {name}"))
+    super::oci_app::pve_with("9.1.2", images)
 }
 
 /// An image whose `Env` names a variable twice (PVE writes both; LXC sets them in order, so the
@@ -45,7 +29,7 @@ fn a_variable_the_image_names_twice_takes_the_spec_s_value() {
     let ws = Workspace::new(&pve);
     ws.commit_specs(&[(
         "app.yaml",
-        app_spec("web-app", NGINX, "    env: {PORT: \"8080\"}\n"),
+        app_spec_from("web-app", NGINX, "    env: {PORT: \"8080\"}\n"),
     )]);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
@@ -83,19 +67,19 @@ fn every_cycle_after_the_create_is_idle() {
             }
         };
         vec![
-            ("a.yaml", app_spec("init-plain", INIT, "")),
+            ("a.yaml", app_spec_from("init-plain", INIT, "")),
             (
                 "b.yaml",
-                app_spec(
+                app_spec_from(
                     "init-ep",
                     INIT,
                     &format!("{}{}", ep("/sbin/init"), nic(", hostManaged: true")),
                 ),
             ),
-            ("c.yaml", app_spec("cmd-plain", CMD, &nic(""))),
+            ("c.yaml", app_spec_from("cmd-plain", CMD, &nic(""))),
             (
                 "d.yaml",
-                app_spec(
+                app_spec_from(
                     "cmd-ep",
                     CMD,
                     &format!(
@@ -145,7 +129,7 @@ fn a_hostile_image_s_environment_shows_nowhere_raw() {
     })]);
     let ws = Workspace::new(&pve);
     let spec = |port: &str| {
-        app_spec(
+        app_spec_from(
             "web-app",
             NGINX,
             &format!("    rebootPolicy: IfNeeded\n    env: {{PORT: \"{port}\"}}\n"),
@@ -207,7 +191,7 @@ fn a_lost_converge_after_the_create_is_made_good() {
     let ws = Workspace::new(&pve);
     let extra = "    rebootPolicy: IfNeeded\n    entrypoint: \"/usr/sbin/nginx\"\n    env: \
                  {PORT: \"8080\"}\n";
-    ws.commit_specs(&[("app.yaml", app_spec("web-app", NGINX, extra))]);
+    ws.commit_specs(&[("app.yaml", app_spec_from("web-app", NGINX, extra))]);
     let (ok, out) = ws.run_once();
     assert!(ok, "{out}");
     let vmid = ct_named(&mut pve, "web-app")["vmid"]
@@ -262,14 +246,7 @@ fn host_managed_alone_is_refused_on_8_4() {
             && l.contains("networks[0].hostManaged")),
         "{doctor}"
     );
-    let before = next_seq(&mut pve);
-    let (_, out) = ws.run_once();
-    assert_eq!(
-        writes_since(&mut pve, before),
-        Vec::<String>::new(),
-        "{out}"
-    );
-    let (_, _, message) = ws.condition("ct-01", "Ready");
+    let message = nothing_sent(&mut pve, &ws, "ct-01", "Ready");
     assert!(
         message.contains("networks[0].hostManaged is an option of Proxmox VE 9.1")
             && message.contains("8.4.1"),
