@@ -39,6 +39,14 @@ pub(crate) fn pve_with(version: &str, images: &[Value]) -> FakePve {
     pve
 }
 
+/// A cycle that succeeds and writes nothing (`why` says what makes it so).
+pub(crate) fn idle_run(pve: &mut FakePve, ws: &Workspace, why: &str) {
+    let before = next_seq(pve);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(writes_since(pve, before), Vec::<String>::new(), "{why}");
+}
+
 /// A cycle that must send nothing: the message of the spec's condition `kind` after it.
 pub(crate) fn nothing_sent(pve: &mut FakePve, ws: &Workspace, name: &str, kind: &str) -> String {
     let before = next_seq(pve);
@@ -104,10 +112,7 @@ fn the_spec_s_entrypoint_and_environment_are_the_container_s_from_its_first_star
     assert_eq!(plain["config"]["env"], IMAGE_ENV.join("\0"));
     let (status, _, message) = ws.condition("web-app", "Ready");
     assert_eq!(status, "True", "{message}");
-    let before = next_seq(&mut pve);
-    let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "idle");
+    idle_run(&mut pve, &ws, "idle");
 }
 
 /// `hostManaged: false` is the container's though PVE turns it on for an application image; a

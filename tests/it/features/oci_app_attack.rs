@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::common;
 
-use super::oci_app::{app_spec_from, ct_named, nothing_sent};
+use super::oci_app::{app_spec_from, ct_named, idle_run, nothing_sent};
 use common::engine::{Workspace, next_seq, writes_since};
 use common::{FakePve, Scenario};
 
@@ -38,10 +38,7 @@ fn a_variable_the_image_names_twice_takes_the_spec_s_value() {
         app["config"]["env"], "PORT=8080\0PATH=/usr/bin",
         "the image's second PORT would win over the spec's"
     );
-    let before = next_seq(&mut pve);
-    let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "idle");
+    idle_run(&mut pve, &ws, "idle");
 }
 
 /// Every cycle after the create is write-free, whatever the image and the spec say: an image
@@ -97,17 +94,11 @@ fn every_cycle_after_the_create_is_idle() {
     let cmd_ep = ct_named(&mut pve, "cmd-ep");
     assert_eq!(cmd_ep["config"]["entrypoint"], "redis-server --port 7000");
     assert_eq!(cmd_ep["config"]["env"], "A=");
-    let before = next_seq(&mut pve);
-    let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "idle");
+    idle_run(&mut pve, &ws, "idle");
 
     // Dropping entrypoint from the spec leaves the container's as it is.
     ws.commit_specs(&specs(true));
-    let before = next_seq(&mut pve);
-    let (ok, out) = ws.run_once();
-    assert!(ok, "{out}");
-    assert_eq!(writes_since(&mut pve, before), Vec::<String>::new(), "kept");
+    idle_run(&mut pve, &ws, "kept");
     let cmd_ep = ct_named(&mut pve, "cmd-ep");
     assert_eq!(cmd_ep["config"]["entrypoint"], "redis-server --port 7000");
     let (status, _, message) = ws.condition("cmd-ep", "Ready");
