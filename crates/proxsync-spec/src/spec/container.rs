@@ -55,6 +55,7 @@ pub(crate) const FIELDS: &[&str] = &[
     "forceStopAfter",
     "allowRecreateOnSiteChange",
     "ha",
+    "health",
 ];
 
 /// The hardware fields a container shares with a VM.

@@ -40,6 +40,7 @@ mod fields;
 mod ha;
 mod hardware;
 mod hash;
+pub mod health;
 mod image;
 pub mod images;
 mod lifecycle;
@@ -192,6 +193,9 @@ pub struct Spec {
     /// `ha`: the guest as a resource of PVE's HA manager; `None`: proxsync leaves HA alone.
     /// Boxed: most specs have none.
     pub ha: Option<Box<Ha>>,
+    /// `health`: what "working" means for the guest, checked by the daemon; `None`: not
+    /// checked (Ready without it). Boxed: most specs have none.
+    pub health: Option<Box<health::Health>>,
     /// `allowRecreateOnSiteChange`: when the spec names another site than its guest's, create
     /// one on the new site at once; the old one stays, listed in `_orphans.yaml`, until a
     /// person deletes it. Default false: nothing is created while the old guest exists

@@ -78,6 +78,7 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                     "maxRelocate": {"type": "integer", "minimum": 0, "maximum": 10}
                 }
             },
+            "health": health_schema(),
             "rebootPolicy": {
                 "description": "Whether proxsync reboots a running VM to apply changes PVE keeps pending until its next start: Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
                 "enum": ["Never", "IfNeeded", "Window"]
@@ -556,6 +557,39 @@ fn lxc_devices_schema() -> Value {
             "type": "array",
             "maxItems": MAX_MOUNT_POINTS,
             "items": slot
+        }
+    })
+}
+
+/// `health`: the checks the daemon makes of a guest, and their limits.
+fn health_schema() -> Value {
+    let duration =
+        |d: &str| json!({"description": d, "type": "string", "pattern": "^([0-9]+[smhd])+$"});
+    let port = json!({"type": "integer", "minimum": 1, "maximum": 65535});
+    json!({
+        "description": "What \"working\" means for the guest, checked by the daemon after a create, after a restart and at each full cycle: Healthy is a condition, and Ready needs it. An unhealthy guest is reported (status, metrics, a spec_unhealthy notification), never restarted by proxsync. At least one check.",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "agent": {"type": "boolean", "description": "The guest agent answers a ping (a VM's only: a container has no agent)."},
+            "tcp": {
+                "description": "The port takes a TCP connection.",
+                "type": "object", "additionalProperties": false, "required": ["port"],
+                "properties": {"port": port.clone()}
+            },
+            "http": {
+                "description": "An HTTP GET of path answers with expect (default: any 2xx). Plain HTTP; for HTTPS check the port with tcp.",
+                "type": "object", "additionalProperties": false, "required": ["port"],
+                "properties": {
+                    "port": port,
+                    "path": {"type": "string", "maxLength": super::health::MAX_PATH, "pattern": "^/[!-~]*$", "description": "Visible ASCII, starting with / (default /)."},
+                    "expect": {"type": "integer", "minimum": 100, "maximum": 599}
+                }
+            },
+            "address": {"type": "string", "description": "The IP address tcp and http connect to; default the first usable address the guest reports (its agent's, a container's interfaces)."},
+            "timeout": duration("How long a guest just created, started or restarted has to pass before a failing check counts (default 5m; 10s to 1d)."),
+            "checkTimeout": duration("How long one check may take (default 5s; 1s to 1m)."),
+            "failures": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Failed checks in a row before a guest that passed counts as unhealthy (default 3)."}
         }
     })
 }

@@ -86,6 +86,10 @@ pub(super) const REFUSED: &[(&str, &str)] = &[
         "a template never runs, so HA has nothing to keep running",
     ),
     ("rebootPolicy", "a template never runs"),
+    (
+        "health",
+        "a template never runs: check the guests cloned from it",
+    ),
     ("startup", "a template never runs"),
     ("onboot", "a template never runs"),
     (

@@ -88,6 +88,7 @@ pub(super) const FOR_PROVIDER_FIELDS: &[&str] = &[
     "forceStopAfter",
     "allowRecreateOnSiteChange",
     "ha",
+    "health",
 ];
 
 /// Validates one document. Returns the spec if the document has no error; diagnostics go to
@@ -162,6 +163,7 @@ struct ForProvider {
     reboot: Option<super::RebootPolicy>,
     allow_recreate_on_site_change: Option<bool>,
     ha: Option<Option<super::Ha>>,
+    health: Option<Option<super::health::Health>>,
 }
 
 /// `spec.forProvider` of a container: its own fields, the hardware fields it shares with a
@@ -180,6 +182,7 @@ fn container_for_provider(
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
     let ha = ha_field(ctx, fp, workload.as_ref());
+    let health = super::health::health_field(ctx, fp, GuestKind::Lxc);
     ForProvider {
         placement,
         hardware,
@@ -188,6 +191,7 @@ fn container_for_provider(
         reboot,
         allow_recreate_on_site_change,
         ha,
+        health,
     }
 }
 
@@ -214,6 +218,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
     let reboot = super::lifecycle::reboot_policy(ctx, fp);
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
     let ha = ha_field(ctx, fp, workload.as_ref());
+    let health = super::health::health_field(ctx, fp, GuestKind::Qemu);
     let vm = VmParts {
         vm_name,
         resources,
@@ -231,6 +236,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
         reboot,
         allow_recreate_on_site_change,
         ha,
+        health,
     }
 }
 
@@ -296,6 +302,7 @@ struct Parts {
     reboot: super::RebootPolicy,
     allow_recreate_on_site_change: bool,
     ha: Option<super::Ha>,
+    health: Option<super::health::Health>,
 }
 
 impl ForProvider {
@@ -308,6 +315,7 @@ impl ForProvider {
             reboot: self.reboot?,
             allow_recreate_on_site_change: self.allow_recreate_on_site_change?,
             ha: self.ha?,
+            health: self.health?,
         })
     }
 }
@@ -336,6 +344,7 @@ fn assemble(
         reboot,
         allow_recreate_on_site_change,
         ha,
+        health,
     } = parts;
     if let Some(t) = &meta.tenant {
         workload.tags.push(format!("tenant_{t}"));
@@ -365,6 +374,7 @@ fn assemble(
         reboot,
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),
+        health: health.map(Box::new),
         renamed_from: meta.renamed_from,
         adopt: meta.adopt,
         hardware: hardware.shared(),
