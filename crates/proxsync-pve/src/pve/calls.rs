@@ -189,6 +189,8 @@ pve_calls! {
     fn active_vm_tasks(&self, node: &str, vmid: u32) -> Vec<TaskListEntry>;
     /// `GET /nodes/{node}/tasks?source=active`.
     fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
+    /// `POST .../agent/ping`.
+    fn agent_ping(&self, node: &str, vmid: u32) -> ();
     /// `GET .../agent/network-get-interfaces`.
     fn agent_interfaces(&self, node: &str, vmid: u32) -> Vec<AgentInterface>;
     /// A VM's agent interfaces, or `GET .../lxc/{vmid}/interfaces` for a container.

@@ -587,6 +587,11 @@ mod tests {
                 "detected modified configuration - file changed by other user? Try again.",
             ),
             api(500, "CT 101 not running"),
+            // A guest agent that does not answer (every converge asks a VM's for its
+            // addresses, a health check pings it): the guest's state, not the node's load.
+            api(500, "QEMU guest agent is not running"),
+            api(500, "No QEMU guest agent configured"),
+            api(500, "VM 100 qmp command 'guest-ping' failed - got timeout"),
             api(500, "VM is paused - cannot shutdown"),
             api(500, "cluster not ready - no quorum?"),
             api(500, "no such resource 'ct:101'"),

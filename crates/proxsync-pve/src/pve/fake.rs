@@ -1802,6 +1802,12 @@ impl Pve for FakePve {
         })
     }
 
+    async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), Error> {
+        self.call("agent_ping", format!("{node} {vmid}"), |_| {
+            Err(api(500, "QEMU guest agent is not running"))
+        })
+    }
+
     async fn agent_interfaces(&self, node: &str, vmid: u32) -> Result<Vec<AgentInterface>, Error> {
         self.call("agent_interfaces", format!("{node} {vmid}"), |_| {
             Err(api(500, "QEMU guest agent is not running"))

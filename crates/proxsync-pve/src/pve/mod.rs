@@ -52,6 +52,7 @@
 //! | [`Client::delete_vm`] | `DELETE .../qemu/{vmid}?purge=1&destroy-unreferenced-disks=1`, with the gate's permit | task `qmdestroy` | Lock, running VM refused, TaskFailed; NotPermitted (nothing sent) |
 //! | [`Client::active_vm_tasks`], [`Client::active_tasks`] | `GET /nodes/{node}/tasks?source=active[&vmid=N]` | at once | who holds a VM's lock ([`LockHolder`]); running tasks say `RUNNING` |
 //! | [`Client::agent_interfaces`] | `GET .../agent/network-get-interfaces` | at once | 500 `QEMU guest agent is not running` |
+//! | [`Client::agent_ping`] | `POST .../agent/ping` (a health check) | at once | 500 `No QEMU guest agent configured`, `QEMU guest agent is not running`, `qmp command 'guest-ping' failed - got timeout` |
 //! | [`Client::permissions`] | `GET /access/permissions` | at once | the token's effective privileges |
 //! | [`Client::task_status`], [`Client::task_log_tail`] | `GET /nodes/{node}/tasks/{upid}/{status,log}` | at once | Network |
 //! | [`Client::wait_task`] | polls the status, or the node's active listing when several waits share a node ([`tasks`]); at most [`TASK_POLLS_PER_SITE`] task reads per site at once | until stopped or our timeout | TaskFailed with the log's last lines; our timeout is `StillRunning`, never a failure |

@@ -83,6 +83,9 @@ pub enum Meaning {
     /// A download or a pull refused because a file of its name is on the storage already
     /// (pve-storage never overwrites one, and puts a file in place only once it is whole).
     FileExists,
+    /// A VM's guest agent does not answer: none is configured, it is not running, or a
+    /// command to it failed. An answer about the guest, not load: a health check fails.
+    AgentDown,
 }
 
 impl Meaning {
@@ -110,7 +113,8 @@ impl Meaning {
             | Meaning::AlreadyRunning
             | Meaning::AlreadyAtSize
             | Meaning::AlreadyTemplate
-            | Meaning::FileExists => None,
+            | Meaning::FileExists
+            | Meaning::AgentDown => None,
         }
     }
 
@@ -140,7 +144,8 @@ impl Meaning {
             | Meaning::HaMissing
             | Meaning::HaErrorState
             | Meaning::PoolMissing
-            | Meaning::FileExists => true,
+            | Meaning::FileExists
+            | Meaning::AgentDown => true,
             Meaning::LockedTooLong
             | Meaning::UploadDamaged
             | Meaning::NoSpace
@@ -404,6 +409,40 @@ pub const TEXTS: &[Text] = &[
                  size)",
         versions: "every PVE 8.x and 9.x",
         samples: &["volume local:import/debian.qcow2 does not exist"],
+    },
+    // A VM's guest agent (`.../agent/ping` and every agent call).
+    Text {
+        pattern: "No QEMU guest agent configured",
+        meaning: Meaning::AgentDown,
+        source: "qemu-server src/PVE/QemuServer/Agent.pm assert_agent_available (the config has \
+                 no `agent`)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["No QEMU guest agent configured"],
+    },
+    Text {
+        pattern: "QEMU guest agent is not running",
+        meaning: Meaning::AgentDown,
+        source: "qemu-server src/PVE/QemuServer/Agent.pm assert_agent_available (qga_check_running: \
+                 `guest-ping` did not answer within 3 s)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["QEMU guest agent is not running"],
+    },
+    Text {
+        pattern: "qmp command 'guest-*' failed - *",
+        meaning: Meaning::AgentDown,
+        source: "qemu-server src/PVE/QMPClient.pm (`VM $vmid qmp command '$cmd' failed - $err`, \
+                 `got timeout` when the agent does not answer), from src/PVE/API2/Qemu/Agent.pm's \
+                 `mon_cmd($vmid, \"guest-$cmd\")`",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["VM 100 qmp command 'guest-ping' failed - got timeout"],
+    },
+    Text {
+        pattern: "VM # is not running",
+        meaning: Meaning::NotRunning,
+        source: "qemu-server src/PVE/QemuServer/Agent.pm assert_agent_available (an agent call \
+                 to a stopped VM)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["VM 100 is not running"],
     },
     Text {
         pattern: "refusing to override existing file '*'",
@@ -740,9 +779,8 @@ mod tests {
             "disk image '/var/lib/vz/images/100/vm-100-disk-0.qcow2' already exists",
             "volume vm-100-disk-0 already exists",
             "target volume 'vm-100-disk-1' already exists",
-            // Not the HA resource, a type of it; not the agent's VM.
+            // Not the HA resource, a type of it.
             "no such resource type 'foo'",
-            "QEMU guest agent is not running",
             "unable to get PID for CT 101 (not running?)",
             // A feature, not a full disk.
             "btrfs quotas are currently not supported, use an unsized subvolume or a raw file",
