@@ -958,6 +958,7 @@ mod tests {
             marker_read: true,
             marker_verified: true,
             making: None,
+            uptime_secs: Default::default(),
         };
         let mut view = SiteView::unreachable(&spec.site, String::new());
         view.error = None;

@@ -444,6 +444,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         reboot: Default::default(),
         allow_recreate_on_site_change: false,
         ha: None,
+        health: None,
         renamed_from: None,
         adopt: None,
         hardware: Default::default(),
@@ -478,6 +479,7 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
         // The model's markers are genuine (signed by this install): verified.
         marker_verified: true,
         making: None,
+        uptime_secs: Default::default(),
     }
 }
 

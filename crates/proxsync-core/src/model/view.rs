@@ -33,8 +33,9 @@ impl Power {
 }
 
 /// One VM of the listing, normalised. Only what a plan or a status may read, none of the
-/// listing's usage counters (CPU load, memory used, uptime...): an idle cluster observes the
-/// same from cycle to cycle (`observe::fingerprint`, in `proxsync`).
+/// listing's usage counters (CPU load, memory used...) but its uptime, which a cycle does not
+/// compare ([`Uncompared`]): an idle cluster observes the same from cycle to cycle
+/// (`observe::fingerprint`, in `proxsync`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedVm {
     /// The guest's VMID, unique in its cluster.
@@ -75,6 +76,27 @@ pub struct ObservedVm {
     /// (see `observe::mark_in_making`): it may be a spec's guest, judged by its marker once its task
     /// ends; never a second one meanwhile.
     pub making: Option<Making>,
+    /// Seconds since it started as listed (0: not running, or not listed): when a health
+    /// check's `timeout` began. Changes every cycle, so left out of `==` and the hash.
+    pub uptime_secs: Uncompared<u32>,
+}
+
+/// A value of the listing that changes every cycle (a guest's uptime): carried for the health
+/// checks, left out of what a cycle compares (`==` and `Hash` ignore it), so an idle cluster
+/// still observes the same from cycle to cycle.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Uncompared<T>(pub T);
+
+impl<T> PartialEq for Uncompared<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for Uncompared<T> {}
+
+impl<T> std::hash::Hash for Uncompared<T> {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// How a listed guest is being made by this install's token (`observe::mark_in_making`, in `proxsync`).
@@ -118,6 +140,11 @@ impl ObservedVm {
             marker_read: false,
             marker_verified: false,
             making: None,
+            uptime_secs: Uncompared(
+                r.uptime
+                    .filter(|_| power == Power::Running)
+                    .map_or(0, |u| u.min(u64::from(u32::MAX)) as u32),
+            ),
         }
     }
 

@@ -258,6 +258,7 @@ mod tests {
             marker_read: true,
             marker_verified: true,
             making: None,
+            uptime_secs: Default::default(),
         };
         let rec = SpecRecord {
             applied_hash: Some(spec_hash(spec)),

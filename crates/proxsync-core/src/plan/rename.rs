@@ -626,6 +626,7 @@ mod tests {
                 marker_read: true,
                 marker_verified: verified,
                 making: None,
+                uptime_secs: Default::default(),
             };
             self.sites.get_mut(site).unwrap().vms.insert(vmid, vm);
             self.seen.insert((site.to_string(), vmid), 0);

@@ -1131,6 +1131,7 @@ impl Pve for FakePve {
                     maxcpu: None,
                     maxmem: None,
                     maxdisk: None,
+                    uptime: None,
                 })
                 .collect();
             Ok(Listing {

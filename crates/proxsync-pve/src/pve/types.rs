@@ -356,6 +356,9 @@ pub struct VmResource {
     /// The size of the guest's root image (bytes).
     #[serde(default, deserialize_with = "opt_u64")]
     pub maxdisk: Option<u64>,
+    /// Seconds since the guest started (0 or absent when it is not running).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub uptime: Option<u64>,
 }
 
 /// `GET /cluster/resources?type=vm` as read: the entries that decode, and what is known of
