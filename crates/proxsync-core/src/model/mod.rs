@@ -8,6 +8,7 @@
 //! (`note`).
 
 pub mod blocked;
+pub mod health;
 pub mod note;
 pub mod preflight;
 pub mod record;

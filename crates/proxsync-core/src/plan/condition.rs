@@ -21,6 +21,33 @@ pub enum HandsOff {
 /// The message of one status condition.
 #[derive(Debug, Clone, Copy)]
 pub enum ConditionText<'a> {
+    /// `Healthy` of a guest that was checked: the verdict, the checks and their last answers.
+    Health {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// What the checks found.
+        guest: &'a crate::model::health::GuestHealth,
+        /// Their judgement now.
+        verdict: crate::model::health::Verdict,
+        /// The spec's `health`.
+        health: &'a crate::spec::health::Health,
+    },
+    /// `Healthy` Unknown: the guest is not checked (not running, or not made yet).
+    HealthNotChecked {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// The guest is made but not running.
+        made: bool,
+    },
+    /// `Ready` False because the guest is not healthy (`Healthy`'s message says why).
+    NotHealthy {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// The guest.
+        vmid: u32,
+        /// The judgement.
+        verdict: crate::model::health::Verdict,
+    },
     /// No guest of a hands-off spec was found (`Synced` False).
     NoGuestWhile {
         /// The spec's kind.

@@ -22,6 +22,21 @@ impl fmt::Display for ConditionText<'_> {
     // Long because: one arm per condition message, each its words.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
+            ConditionText::Health {
+                kind,
+                guest,
+                verdict,
+                health,
+            } => super::health::say(f, kind, guest, verdict, health),
+            ConditionText::HealthNotChecked { kind, made } => match made {
+                true => write!(f, "not checked: the {} is not running", kind.noun()),
+                false => write!(f, "not checked: there is no {} yet", kind.noun()),
+            },
+            ConditionText::NotHealthy {
+                kind,
+                vmid,
+                verdict,
+            } => super::health::not_ready(f, kind, vmid, verdict),
             ConditionText::NoGuestWhile { kind, held } => write!(
                 f,
                 "no {} of the spec was found; nothing is created while it is {}",
