@@ -24,6 +24,7 @@ pub mod backoff;
 pub mod conformance;
 pub mod engine;
 pub mod execute;
+pub mod health;
 pub mod image_sync;
 pub mod import;
 pub mod observe;

@@ -327,6 +327,9 @@ struct CycleInputs {
     orphans_seen: BTreeMap<(String, u32), u64>,
     config_hash: String,
     retry_transient_now: bool,
+    /// What the guests' health checks found ([`crate::health::HealthChecks::fingerprint`]):
+    /// a changed verdict or answer is a changed status.
+    health: u64,
 }
 
 /// The last cycle, when it acted on nothing: what it read, what it reported, and until when
@@ -426,6 +429,8 @@ pub struct Engine {
     images: crate::image_sync::ImageSync,
     /// What the last cycle found of each image, for the summary.
     image_summaries: Vec<crate::status::ImageSummary>,
+    /// What the guests' health checks found (`spec.health`), checked by full cycles.
+    health: crate::health::HealthChecks,
 }
 
 impl Engine {
@@ -477,6 +482,7 @@ impl Engine {
             seeds_kept: Default::default(),
             images: Default::default(),
             image_summaries: Vec::new(),
+            health: Default::default(),
         })
     }
 
@@ -661,6 +667,12 @@ impl Engine {
                     .map(crate::status::ImageSummary::unused),
             )
             .collect();
+        // The guests' health checks, by full cycles: their answers are part of the statuses.
+        if scope.is_none() {
+            self.health
+                .round(specs, &views, &records, &observed_sites, now_ms)
+                .await;
+        }
         let observe_ms = started.elapsed().as_millis() as u64;
         // A cycle that looked at some sites only is not kept as an idle one.
         let inputs = commit
@@ -673,6 +685,7 @@ impl Engine {
                 orphans_seen: orphans_seen.clone(),
                 config_hash: chash.clone(),
                 retry_transient_now: self.retry_transient_now,
+                health: self.health.fingerprint(specs, now_ms),
             });
         let look = |views| LastLook {
             specs: all_specs.specs.clone(),
@@ -689,7 +702,9 @@ impl Engine {
                 until_ms = last.until_ms,
                 "nothing changed: the last cycle's plan and statuses hold"
             );
-            let report = self.keep_last_cycle(&last.report, specs, commit, &views, started);
+            let report = self
+                .keep_last_cycle(&last.report, specs, commit, &views, started)
+                .map(|r| self.wake_for_health(r, specs, now_ms));
             self.records = Some(records);
             self.idle = Some(last);
             if report.is_ok() {
@@ -837,7 +852,21 @@ impl Engine {
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {
             self.remember_idle(inputs, &report, now_ms);
         }
-        Ok(report)
+        Ok(self.wake_for_health(report, specs, now_ms))
+    }
+
+    /// The report with its next attempt no later than the next guest whose health check is
+    /// due (one starting, failing or unhealthy): the daemon runs a cycle for it. Not kept in
+    /// the idle cycle's deadline: a check that finds the same keeps the last plan.
+    fn wake_for_health(&self, report: CycleReport, specs: &SpecSet, now_ms: u64) -> CycleReport {
+        let next_attempt_ms = match self.health.next_due_ms(specs, now_ms) {
+            Some(due) => Some(report.next_attempt_ms.map_or(due, |at| at.min(due))),
+            None => report.next_attempt_ms,
+        };
+        CycleReport {
+            next_attempt_ms,
+            ..report
+        }
     }
 
     /// The seed sweep of a full cycle that planned (`execute::seeds::sweep`): this install's
@@ -1258,6 +1287,8 @@ impl Engine {
                     duplicate: after.duplicates.get(&spec.name),
                     action: planned.get(spec.name.as_str()).copied(),
                     image_now,
+                    health: self.health.get(&spec.name),
+                    now_ms: self.clock.now_ms(),
                 },
                 outcomes.get(spec.name.as_str()).copied(),
                 spec_commit.as_deref(),

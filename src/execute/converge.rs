@@ -557,7 +557,7 @@ async fn grow_disk(
 /// container's own network namespace) says what they are, so whoever is root in it can say
 /// anything: only text that parses as an IP address is kept, in its canonical form, and
 /// nothing else of the answer (interface names, the agent's OS fields) goes anywhere.
-pub(super) fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
+pub(crate) fn guest_addresses(ifaces: &[crate::pve::types::AgentInterface]) -> Vec<String> {
     let mut out: Vec<String> = ifaces
         .iter()
         .filter(|i| i.name != "lo")

@@ -59,6 +59,7 @@ use crate::util::clock::Clock;
 use crate::util::lanes::Next;
 
 use self::converge::converge;
+pub(crate) use self::converge::guest_addresses;
 use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
 pub(crate) use self::handover::sign_over;

@@ -10,9 +10,10 @@ use super::{
 };
 use crate::execute::Outcome;
 use crate::guest::GuestKind;
-use crate::observe::{ObservedVm, SiteView};
+use crate::model::health::{GuestHealth, Verdict as Health};
+use crate::observe::{ObservedVm, Power, SiteView};
 use crate::plan::{Action, ConditionText, Duplicate, HandsOff, Verdict};
-use crate::spec::Spec;
+use crate::spec::{PowerState, Spec};
 use crate::store::{ErrorKind, ErrorRecord, SpecRecord, VmState};
 
 fn at(ms: u64) -> SystemTime {
@@ -62,6 +63,10 @@ pub(crate) struct FromPlan<'a> {
     /// The file its `ProxmoxImage` names now, for a guest made from one: `Ready` says which
     /// version the guest was made from, and whether the image moved on since.
     pub image_now: Option<&'a str>,
+    /// What the health checks found of its guest (`spec.health`), if it is checked.
+    pub health: Option<&'a GuestHealth>,
+    /// Now (unix ms): a health check's verdict depends on it.
+    pub now_ms: u64,
 }
 
 /// The status of a valid spec, from the plan made after this cycle's actions.
@@ -127,6 +132,33 @@ pub(crate) fn spec_status(
     if let Some(d) = duplicate {
         ready = duplicate_vm(kind, d);
     }
+    if let Some(health) = spec.health.as_deref() {
+        let running = vm.filter(|v| v.power == Power::Running);
+        let checked = plan
+            .health
+            .filter(|g| running.is_some_and(|v| v.vmid == g.vmid));
+        let verdict = checked.map(|g| g.verdict(health, plan.now_ms));
+        c.push(healthy(
+            kind,
+            health,
+            checked,
+            verdict,
+            (vmid.is_some(), running.is_some()),
+        ));
+        // Ready needs Healthy: a guest that matches its spec and runs but has not passed its
+        // checks (or stopped passing them) is not Ready.
+        if let (S::True, Some(v), PowerState::Running) = (ready.status, running, spec.power_state) {
+            ready = match verdict {
+                Some(Health::Healthy | Health::Failing { .. }) => ready,
+                Some(Health::Unhealthy { .. }) => {
+                    not_healthy(kind, v.vmid, verdict, Reason::Unhealthy)
+                }
+                Some(Health::Starting { .. }) | None => {
+                    not_healthy(kind, v.vmid, verdict, Reason::HealthPending)
+                }
+            };
+        }
+    }
     c.push(ready);
     c.push(reconciling);
     match verdict {
@@ -156,6 +188,57 @@ pub(crate) fn spec_status(
     });
     st.conditions = c;
     st
+}
+
+/// `Healthy` of a spec with `health`: what the last checks of its running guest found.
+fn healthy(
+    kind: GuestKind,
+    health: &crate::spec::health::Health,
+    guest: Option<&GuestHealth>,
+    verdict: Option<Health>,
+    (made, running): (bool, bool),
+) -> ConditionInput {
+    let (Some(guest), Some(verdict)) = (guest, verdict) else {
+        let text = ConditionText::HealthNotChecked {
+            kind,
+            made,
+            running,
+        };
+        return ConditionInput::new(
+            kinds::HEALTHY,
+            S::Unknown,
+            Reason::NotChecked,
+            text.to_string(),
+        );
+    };
+    let (status, reason) = match verdict {
+        Health::Healthy => (S::True, Reason::Passing),
+        Health::Failing { .. } => (S::True, Reason::Failing),
+        Health::Starting { .. } => (S::Unknown, Reason::HealthPending),
+        Health::Unhealthy { .. } => (S::False, Reason::Unhealthy),
+    };
+    let text = ConditionText::Health {
+        kind,
+        guest,
+        verdict,
+        health,
+    };
+    ConditionInput::new(kinds::HEALTHY, status, reason, text.to_string())
+}
+
+/// `Ready` False while the guest is not healthy.
+fn not_healthy(
+    kind: GuestKind,
+    vmid: u32,
+    verdict: Option<Health>,
+    reason: Reason,
+) -> ConditionInput {
+    let text = ConditionText::NotHealthy {
+        kind,
+        vmid,
+        verdict,
+    };
+    ConditionInput::new(kinds::READY, S::False, reason, text.to_string())
 }
 
 /// How `vm` differs from `spec` in the listing, each field marked when PVE holds the spec's
@@ -1108,6 +1191,7 @@ mod tests {
             kinds::NODE_HEALTHY => reasons::NODE_HEALTHY,
             kinds::PROVISIONED => reasons::PROVISIONED,
             kinds::REBOOT_PENDING => reasons::REBOOT_PENDING,
+            kinds::HEALTHY => reasons::HEALTHY,
             kinds::SYNCED => reasons::SYNCED,
             kinds::SUSPENDED => reasons::SUSPENDED,
             other => panic!("condition {other} has no list of reasons"),

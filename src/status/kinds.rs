@@ -23,16 +23,21 @@ pub(crate) const SYNCED: &str = "Synced";
 /// Present only while it is.
 pub(crate) const SUSPENDED: &str = "Suspended";
 
+/// Whether the guest passes its health checks (`spec.health`). Present only for specs with
+/// `health`.
+pub(crate) const HEALTHY: &str = "Healthy";
+
 /// The condition types every spec file always carries, in file order.
 pub(crate) const STANDARD: [&str; 5] = [READY, RECONCILING, STALLED, NODE_HEALTHY, PROVISIONED];
 
 /// The order conditions are written in; types not listed here follow, sorted by name.
-pub(crate) const ORDER: [&str; 8] = [
+pub(crate) const ORDER: [&str; 9] = [
     READY,
     RECONCILING,
     STALLED,
     NODE_HEALTHY,
     PROVISIONED,
+    HEALTHY,
     REBOOT_PENDING,
     SYNCED,
     SUSPENDED,

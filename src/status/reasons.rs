@@ -182,6 +182,20 @@ pub enum Reason {
     NotCreated,
     /// `Provisioned` True: proxsync adopted an existing VM.
     Adopted,
+    // ---- Healthy ----
+    /// `Healthy` True: the guest's last round of health checks passed.
+    Passing,
+    /// `Healthy` True: the guest passed before and failed its last rounds, fewer than
+    /// `health.failures`.
+    Failing,
+    /// `Healthy` Unknown / `Ready` False: the guest started (was created, restarted) within
+    /// `health.timeout` and has not passed its checks yet, or is not checked yet.
+    HealthPending,
+    /// `Healthy` Unknown: the guest is not checked (it is not running, or not made yet).
+    NotChecked,
+    /// `Healthy` False / `Ready` False: the guest failed `health.failures` rounds in a row, or
+    /// did not pass within `health.timeout`; proxsync reports it and does not restart it.
+    Unhealthy,
     // ---- RebootPending ----
     /// `RebootPending` True: PVE holds config changes that apply at the next reboot.
     PendingChanges,
@@ -192,7 +206,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 63] = [
+    pub(crate) const ALL: [Reason; 68] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -254,6 +268,11 @@ impl Reason {
         Reason::Created,
         Reason::NotCreated,
         Reason::Adopted,
+        Reason::Passing,
+        Reason::Failing,
+        Reason::HealthPending,
+        Reason::NotChecked,
+        Reason::Unhealthy,
         Reason::PendingChanges,
         Reason::NoPendingChanges,
     ];
@@ -322,6 +341,11 @@ impl Reason {
             Reason::Created => "Created",
             Reason::NotCreated => "NotCreated",
             Reason::Adopted => "Adopted",
+            Reason::Passing => "Passing",
+            Reason::Failing => "Failing",
+            Reason::HealthPending => "HealthPending",
+            Reason::NotChecked => "NotChecked",
+            Reason::Unhealthy => "Unhealthy",
             Reason::PendingChanges => "PendingChanges",
             Reason::NoPendingChanges => "NoPendingChanges",
         }
@@ -413,6 +437,8 @@ pub(crate) const READY: &[Reason] = &[
     Reason::WaitingForDependencies,
     Reason::WaitingForImage,
     Reason::RollingOut,
+    Reason::HealthPending,
+    Reason::Unhealthy,
 ];
 /// Reasons of `Reconciling`.
 #[cfg(test)]
@@ -493,6 +519,15 @@ pub(crate) const SYNCED: &[Reason] = &[Reason::InSync, Reason::Drifted];
 /// Reasons of `Suspended`.
 #[cfg(test)]
 pub(crate) const SUSPENDED: &[Reason] = &[Reason::Suspended];
+/// Reasons of `Healthy`.
+#[cfg(test)]
+pub(crate) const HEALTHY: &[Reason] = &[
+    Reason::Passing,
+    Reason::Failing,
+    Reason::HealthPending,
+    Reason::NotChecked,
+    Reason::Unhealthy,
+];
 /// Reasons of `RebootPending`.
 #[cfg(test)]
 pub(crate) const REBOOT_PENDING: &[Reason] = &[Reason::PendingChanges, Reason::NoPendingChanges];

@@ -32,12 +32,14 @@ pub enum ConditionText<'a> {
         /// The spec's `health`.
         health: &'a crate::spec::health::Health,
     },
-    /// `Healthy` Unknown: the guest is not checked (not running, or not made yet).
+    /// `Healthy` Unknown: the guest is not checked (not made yet, not running, or not yet).
     HealthNotChecked {
         /// The guest's kind.
         kind: GuestKind,
-        /// The guest is made but not running.
+        /// The guest is made.
         made: bool,
+        /// It runs (and is checked at the next round).
+        running: bool,
     },
     /// `Ready` False because the guest is not healthy (`Healthy`'s message says why).
     NotHealthy {
@@ -45,8 +47,8 @@ pub enum ConditionText<'a> {
         kind: GuestKind,
         /// The guest.
         vmid: u32,
-        /// The judgement.
-        verdict: crate::model::health::Verdict,
+        /// The judgement; `None`: not checked yet.
+        verdict: Option<crate::model::health::Verdict>,
     },
     /// No guest of a hands-off spec was found (`Synced` False).
     NoGuestWhile {

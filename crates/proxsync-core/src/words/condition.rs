@@ -28,9 +28,14 @@ impl fmt::Display for ConditionText<'_> {
                 verdict,
                 health,
             } => super::health::say(f, kind, guest, verdict, health),
-            ConditionText::HealthNotChecked { kind, made } => match made {
-                true => write!(f, "not checked: the {} is not running", kind.noun()),
-                false => write!(f, "not checked: there is no {} yet", kind.noun()),
+            ConditionText::HealthNotChecked {
+                kind,
+                made,
+                running,
+            } => match (made, running) {
+                (true, true) => write!(f, "the {} runs; not checked yet", kind.noun()),
+                (true, false) => write!(f, "not checked: the {} is not running", kind.noun()),
+                (false, _) => write!(f, "not checked: there is no {} yet", kind.noun()),
             },
             ConditionText::NotHealthy {
                 kind,

@@ -91,10 +91,15 @@ pub(super) fn not_ready(
     f: &mut fmt::Formatter<'_>,
     kind: GuestKind,
     vmid: u32,
-    verdict: Verdict,
+    verdict: Option<Verdict>,
 ) -> fmt::Result {
     match verdict {
-        Verdict::Starting { until_ms } => write!(
+        None => write!(
+            f,
+            "{} matches the spec and waits for its first health check; see Healthy",
+            kind.named(vmid)
+        ),
+        Some(Verdict::Starting { until_ms }) => write!(
             f,
             "{} matches the spec and waits to pass its health checks (until {}); see Healthy",
             kind.named(vmid),

@@ -1276,7 +1276,7 @@ impl Client {
     /// `POST .../agent/ping`: at once; `Ok` when the VM's guest agent answers. Fails (500) with
     /// `No QEMU guest agent configured`, `VM N is not running`, `QEMU guest agent is not
     /// running` (PVE's own 3 s ping went unanswered) or `... qmp command 'guest-ping' failed -
-    /// got timeout` (`pve::texts`: `Meaning::AgentDown`).
+    /// got timeout` (`pve::texts`: `Meaning::NoAgent`, `AgentDown`, `NotRunning`).
     pub async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), Error> {
         let path = format!("/nodes/{}/qemu/{vmid}/agent/ping", seg(node)?);
         let _: serde_json::Value = self.post(&path, &[]).await?;

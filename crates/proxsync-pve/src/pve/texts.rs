@@ -83,9 +83,11 @@ pub enum Meaning {
     /// A download or a pull refused because a file of its name is on the storage already
     /// (pve-storage never overwrites one, and puts a file in place only once it is whole).
     FileExists,
-    /// A VM's guest agent does not answer: none is configured, it is not running, or a
-    /// command to it failed. An answer about the guest, not load: a health check fails.
+    /// A VM's guest agent does not answer: it is not running, or a command to it failed. An
+    /// answer about the guest, not load: a health check fails.
     AgentDown,
+    /// A VM has no guest agent configured (`agent` is off in its config): nothing to ask.
+    NoAgent,
 }
 
 impl Meaning {
@@ -114,7 +116,8 @@ impl Meaning {
             | Meaning::AlreadyAtSize
             | Meaning::AlreadyTemplate
             | Meaning::FileExists
-            | Meaning::AgentDown => None,
+            | Meaning::AgentDown
+            | Meaning::NoAgent => None,
         }
     }
 
@@ -145,7 +148,8 @@ impl Meaning {
             | Meaning::HaErrorState
             | Meaning::PoolMissing
             | Meaning::FileExists
-            | Meaning::AgentDown => true,
+            | Meaning::AgentDown
+            | Meaning::NoAgent => true,
             Meaning::LockedTooLong
             | Meaning::UploadDamaged
             | Meaning::NoSpace
@@ -413,7 +417,7 @@ pub const TEXTS: &[Text] = &[
     // A VM's guest agent (`.../agent/ping` and every agent call).
     Text {
         pattern: "No QEMU guest agent configured",
-        meaning: Meaning::AgentDown,
+        meaning: Meaning::NoAgent,
         source: "qemu-server src/PVE/QemuServer/Agent.pm assert_agent_available (the config has \
                  no `agent`)",
         versions: "every PVE 8.x and 9.x",

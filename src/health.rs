@@ -1,0 +1,487 @@
+//! The guests' health checks (`spec.forProvider.health`): each full cycle, the running guests
+//! of the specs that ask for it are checked (the agent pinged through PVE, a TCP connection, an
+//! HTTP `GET`), and what each found is kept (`model::health::GuestHealth`) for the `Healthy`
+//! condition and `Ready`. A guest is checked again when due: within a minute while it is
+//! healthy, every 15 s while it starts or fails. A round is bounded: at most
+//! [`AT_ONCE`] guests at once, each check within its `checkTimeout`, the round within
+//! [`ROUND_BUDGET`] (the guests left over are checked first next time). Nothing here acts on a
+//! guest: an unhealthy guest is reported, never restarted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::execute::SiteCtx;
+use crate::model::health::{Check, Failure, GuestHealth, Probe, Verdict};
+use crate::observe::{Power, SiteView};
+use crate::pve::Pve;
+use crate::pve::texts::Meaning;
+use crate::spec::health::Health;
+use crate::spec::{PowerState, Spec, SpecSet};
+use crate::store::SpecRecord;
+
+/// Guests checked at once: each holds at most one connection or one PVE request at a time.
+pub(crate) const AT_ONCE: usize = 32;
+/// The longest a round may take; what is not checked by then is checked first next time.
+pub(crate) const ROUND_BUDGET: Duration = Duration::from_secs(20);
+/// How often a healthy guest is checked at most: a full cycle checks it when this has passed,
+/// and no cycle is run for it alone (the resync, 5 min by default, checks it).
+const HEALTHY_EVERY_MS: u64 = 240_000;
+/// How often a guest that starts or fails is checked.
+const PENDING_EVERY_MS: u64 = 15_000;
+/// How often an unhealthy guest is checked, to see it recover.
+const UNHEALTHY_EVERY_MS: u64 = 60_000;
+/// Uptime is listed in whole seconds and read at another instant each cycle: a start within
+/// this of the last one is the same run.
+const SAME_RUN_MS: u64 = 5_000;
+/// The most of an HTTP answer read: its status line.
+const STATUS_LINE_MAX: usize = 1024;
+
+/// What the daemon keeps of the guests' checks between cycles: in memory only (a restart
+/// checks afresh, each guest's `timeout` counted from its listed start).
+#[derive(Debug, Default)]
+pub(crate) struct HealthChecks {
+    guests: HashMap<String, GuestHealth>,
+    /// The address each spec's guest is checked at (not the spec's own), read from the guest
+    /// once and again after a failure.
+    addresses: HashMap<String, IpAddr>,
+}
+
+/// One guest to check this round (owned: each is checked in a task of its own).
+struct Due {
+    spec: String,
+    kind: crate::guest::GuestKind,
+    health: Health,
+    node: String,
+    vmid: u32,
+    address: Option<IpAddr>,
+}
+
+impl HealthChecks {
+    /// What the last checks found of `spec`'s guest, if it is checked.
+    pub(crate) fn get(&self, spec: &str) -> Option<&GuestHealth> {
+        self.guests.get(spec)
+    }
+
+    /// The judgement of each checked guest now, for the cycle's fingerprint: a change of
+    /// verdict or of what a check found (not the time of a check) is a change of status.
+    pub(crate) fn fingerprint(&self, specs: &SpecSet, now_ms: u64) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = crate::util::fnv::FnvHasher::default();
+        for spec in &specs.specs {
+            let (Some(health), Some(g)) = (spec.health.as_deref(), self.guests.get(&spec.name))
+            else {
+                continue;
+            };
+            spec.name.hash(&mut h);
+            g.vmid.hash(&mut h);
+            g.verdict(health, now_ms).hash(&mut h);
+            for p in &g.probes {
+                p.hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+
+    /// When the next guest is due (unix ms): the daemon wakes for it.
+    pub(crate) fn next_due_ms(&self, specs: &SpecSet, now_ms: u64) -> Option<u64> {
+        specs
+            .specs
+            .iter()
+            .filter_map(|s| {
+                let g = self.guests.get(&s.name)?;
+                let h = s.health.as_deref()?;
+                let (at, wake) = due_at(g, h, now_ms);
+                wake.then_some(at)
+            })
+            .min()
+    }
+
+    /// Checks the guests that are due, on the sites observed this cycle. Forgets the guests no
+    /// longer checked (not running, gone, another VMID).
+    pub(crate) async fn round<P: Pve>(
+        &mut self,
+        specs: &SpecSet,
+        views: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        sites: &BTreeMap<String, Arc<SiteCtx<P>>>,
+        now_ms: u64,
+    ) {
+        let mut due: Vec<(u64, &str, Due)> = Vec::new();
+        let mut checked = std::collections::HashSet::new();
+        for spec in &specs.specs {
+            let Some(health) = spec.health.as_deref() else {
+                continue;
+            };
+            let Some((vmid, node, boot_ms)) = running_guest(spec, views, records, now_ms) else {
+                continue;
+            };
+            checked.insert(spec.name.as_str());
+            let g = self.guests.get(&spec.name);
+            let same_run =
+                g.is_some_and(|g| g.vmid == vmid && g.boot_ms.abs_diff(boot_ms) <= SAME_RUN_MS);
+            if !same_run {
+                self.guests
+                    .insert(spec.name.clone(), GuestHealth::new(vmid, boot_ms));
+                self.addresses.remove(&spec.name);
+            }
+            let g = &self.guests[&spec.name];
+            let (at, _) = due_at(g, health, now_ms);
+            if at <= now_ms && sites.contains_key(&spec.site) {
+                due.push((
+                    g.checked_ms,
+                    &spec.site,
+                    Due {
+                        spec: spec.name.clone(),
+                        kind: spec.kind(),
+                        health: health.clone(),
+                        node,
+                        vmid,
+                        address: health.address.or(self.addresses.get(&spec.name).copied()),
+                    },
+                ));
+            }
+        }
+        self.guests
+            .retain(|name, _| checked.contains(name.as_str()));
+        self.addresses
+            .retain(|name, _| checked.contains(name.as_str()));
+        if due.is_empty() {
+            return;
+        }
+        // The longest unchecked first: a round cut short by its budget is fair over cycles.
+        due.sort_by(|a, b| (a.0, &a.2.spec).cmp(&(b.0, &b.2.spec)));
+        let total = due.len();
+        let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (_, site, d) in due {
+            let (site, slots) = (sites[site].clone(), slots.clone());
+            tasks.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                let (probes, address) = check_guest(&site, &d).await;
+                (d, probes, address)
+            });
+        }
+        let deadline = tokio::time::sleep(ROUND_BUDGET);
+        tokio::pin!(deadline);
+        let mut done = 0;
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => {
+                    let Some(joined) = next else { break };
+                    let Ok((d, probes, address)) = joined else { continue };
+                    done += 1;
+                    self.keep(specs, d, probes, address, now_ms);
+                }
+                () = &mut deadline => {
+                    tracing::warn!(
+                        checked = done,
+                        left = total - done,
+                        "the health checks ran out of their round's time; the rest go first next cycle"
+                    );
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Keeps what a guest's round found, and the address it was checked at when all passed.
+    fn keep(
+        &mut self,
+        specs: &SpecSet,
+        d: Due,
+        probes: Vec<Probe>,
+        address: Option<IpAddr>,
+        now_ms: u64,
+    ) {
+        let failed = probes.iter().any(|p| p.failure.is_some());
+        match address {
+            Some(ip) if !failed && d.health.address.is_none() => {
+                self.addresses.insert(d.spec.clone(), ip);
+            }
+            _ => {
+                self.addresses.remove(&d.spec);
+            }
+        }
+        let Some(g) = self.guests.get_mut(&d.spec) else {
+            return;
+        };
+        let before = g.verdict(&d.health, now_ms);
+        g.record(&d.health, probes, now_ms);
+        if let Some(spec) = specs.specs.iter().find(|s| s.name == d.spec) {
+            log_change(spec, g, before, &d.health, now_ms);
+        }
+    }
+}
+
+/// When `g` is due next (unix ms), and whether a cycle should run for it (a healthy guest
+/// waits for a full cycle that runs anyway).
+fn due_at(g: &GuestHealth, health: &Health, now_ms: u64) -> (u64, bool) {
+    if g.probes.is_empty() {
+        return (0, true);
+    }
+    let (every, wake) = match g.verdict(health, now_ms) {
+        Verdict::Healthy => (HEALTHY_EVERY_MS, false),
+        Verdict::Failing { .. } | Verdict::Starting { .. } => (PENDING_EVERY_MS, true),
+        Verdict::Unhealthy { .. } => (UNHEALTHY_EVERY_MS, true),
+    };
+    (g.checked_ms.saturating_add(every), wake)
+}
+
+/// The spec's guest when it runs as the spec asks: its VMID, node and when its run began.
+fn running_guest(
+    spec: &Spec,
+    views: &BTreeMap<String, SiteView>,
+    records: &BTreeMap<String, SpecRecord>,
+    now_ms: u64,
+) -> Option<(u32, String, u64)> {
+    if spec.power_state != PowerState::Running || spec.template.is_some() {
+        return None;
+    }
+    let vmid = records.get(&spec.name)?.vm.made_vmid()?;
+    let view = views.get(&spec.site).filter(|v| v.error.is_none())?;
+    let vm = view
+        .vms
+        .get(&vmid)
+        .filter(|vm| vm.power == Power::Running)?;
+    if vm.template || vm.kind != spec.kind() {
+        return None;
+    }
+    let boot_ms = now_ms.saturating_sub(u64::from(vm.uptime_secs.0) * 1000);
+    Some((vmid, vm.node.clone(), boot_ms))
+}
+
+/// Logs a guest whose verdict changed: the journal says what the status file says.
+fn log_change(spec: &Spec, g: &GuestHealth, before: Verdict, health: &Health, now_ms: u64) {
+    let now = g.verdict(health, now_ms);
+    if std::mem::discriminant(&now) == std::mem::discriminant(&before) {
+        return;
+    }
+    let text = crate::plan::ConditionText::Health {
+        kind: spec.kind(),
+        guest: g,
+        verdict: now,
+        health,
+    };
+    match now {
+        Verdict::Unhealthy { .. } => tracing::warn!(spec = %spec.name, "{text}"),
+        _ => tracing::info!(spec = %spec.name, "{text}"),
+    }
+}
+
+/// One round of `d`'s checks, in the spec's order; the address `tcp` and `http` used.
+async fn check_guest<P: Pve>(site: &SiteCtx<P>, d: &Due) -> (Vec<Probe>, Option<IpAddr>) {
+    let limit = Duration::from_secs(u64::from(d.health.check_timeout_secs));
+    let mut probes = Vec::new();
+    if d.health.agent {
+        let failure =
+            match tokio::time::timeout(limit, site.client.agent_ping(&d.node, d.vmid)).await {
+                Err(_) => Some(Failure::NoAnswer(d.health.check_timeout_secs)),
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(match e.meaning() {
+                    Some(Meaning::NoAgent) => Failure::AgentNotConfigured,
+                    Some(Meaning::AgentDown | Meaning::NotRunning) => Failure::AgentNotRunning,
+                    _ => Failure::Pve(e.status().unwrap_or(0)),
+                }),
+            };
+        probes.push(Probe {
+            check: Check::Agent,
+            failure,
+        });
+    }
+    if !d.health.connects() {
+        return (probes, None);
+    }
+    let address = match d.address {
+        Some(ip) => Some(ip),
+        None => guest_address(site, d, limit).await,
+    };
+    let Some(ip) = address else {
+        probes.push(Probe {
+            check: match &d.health.http {
+                Some(http) if d.health.tcp.is_none() => Check::Http(
+                    SocketAddr::new([0, 0, 0, 0].into(), http.port),
+                    http.path.clone(),
+                ),
+                _ => Check::Tcp(SocketAddr::new(
+                    [0, 0, 0, 0].into(),
+                    d.health.tcp.unwrap_or_default(),
+                )),
+            },
+            failure: Some(Failure::NoAddress),
+        });
+        return (probes, None);
+    };
+    if let Some(port) = d.health.tcp {
+        let addr = SocketAddr::new(ip, port);
+        probes.push(Probe {
+            check: Check::Tcp(addr),
+            failure: tcp(addr, limit, d.health.check_timeout_secs).await.err(),
+        });
+    }
+    if let Some(http) = &d.health.http {
+        let addr = SocketAddr::new(ip, http.port);
+        let failure = match get_status(addr, &http.path, limit, d.health.check_timeout_secs).await {
+            Ok(code) if d.health.http_passes(code) => None,
+            Ok(code) => Some(Failure::Status(code)),
+            Err(f) => Some(f),
+        };
+        probes.push(Probe {
+            check: Check::Http(addr, http.path.clone()),
+            failure,
+        });
+    }
+    (probes, Some(ip))
+}
+
+/// The guest's first usable address, IPv4 first, as its agent (a container: its network
+/// namespace) reports it.
+async fn guest_address<P: Pve>(site: &SiteCtx<P>, d: &Due, limit: Duration) -> Option<IpAddr> {
+    let ifaces = tokio::time::timeout(limit, site.client.guest_interfaces(&d.node, d.kind, d.vmid))
+        .await
+        .ok()?
+        .ok()?;
+    let mut ips: Vec<IpAddr> = crate::execute::guest_addresses(&ifaces)
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .filter(|ip: &IpAddr| !ip.is_unspecified() && !ip.is_multicast() && !link_local_v4(ip))
+        .collect();
+    ips.sort_by_key(|ip| ip.is_ipv6());
+    ips.first().copied()
+}
+
+fn link_local_v4(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V4(v4) if v4.is_link_local())
+}
+
+/// A TCP connection to `addr`, closed at once.
+async fn tcp(addr: SocketAddr, limit: Duration, limit_secs: u32) -> Result<(), Failure> {
+    match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+        Err(_) => Err(Failure::NoAnswer(limit_secs)),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(connect_failure(&e)),
+    }
+}
+
+fn connect_failure(e: &std::io::Error) -> Failure {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => Failure::Refused,
+        K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => Failure::Unreachable,
+        K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof | K::BrokenPipe => {
+            Failure::Reset
+        }
+        K::TimedOut => Failure::NoAnswer(0),
+        _ => Failure::Connection,
+    }
+}
+
+/// The status of `GET path` at `addr` (HTTP/1.1, `Connection: close`), read from the status
+/// line alone; the whole exchange within `limit`.
+async fn get_status(
+    addr: SocketAddr,
+    path: &str,
+    limit: Duration,
+    limit_secs: u32,
+) -> Result<u16, Failure> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| connect_failure(&e))?;
+        // The path is visible ASCII only (`spec::health`): it cannot end the request line.
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: proxsync/{}\r\nAccept: */*\r\n\
+             Connection: close\r\n\r\n",
+            host_header(addr),
+            env!("CARGO_PKG_VERSION")
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| connect_failure(&e))?;
+        let mut line = Vec::with_capacity(64);
+        let mut buf = [0u8; 256];
+        while !line.contains(&b'\n') && line.len() < STATUS_LINE_MAX {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|e| connect_failure(&e))?;
+            if n == 0 {
+                break;
+            }
+            line.extend_from_slice(&buf[..n]);
+        }
+        status_of(&line)
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Err(_) => Err(Failure::NoAnswer(limit_secs)),
+        Ok(result) => result,
+    }
+}
+
+/// `Host:` for an address: an IPv6 one in brackets.
+fn host_header(addr: SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V4(ip) => format!("{ip}:{}", addr.port()),
+        IpAddr::V6(ip) => format!("[{ip}]:{}", addr.port()),
+    }
+}
+
+/// The status code of an HTTP status line (`HTTP/1.1 200 OK`); nothing else of it is read.
+fn status_of(answer: &[u8]) -> Result<u16, Failure> {
+    if answer.is_empty() {
+        return Err(Failure::Reset);
+    }
+    let line = answer.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let version = parts.next().unwrap_or_default();
+    let code = parts.next().unwrap_or_default();
+    if !version.starts_with(b"HTTP/1.") || code.len() != 3 || !code.iter().all(u8::is_ascii_digit) {
+        return Err(Failure::NotHttp);
+    }
+    let code = code.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
+    if (100..=599).contains(&code) {
+        Ok(code)
+    } else {
+        Err(Failure::NotHttp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_http_status_line_gives_a_status() {
+        assert_eq!(status_of(b"HTTP/1.1 204 No Content\r\n"), Ok(204));
+        assert_eq!(status_of(b"HTTP/1.0 503 \xff\xfe\r\nX: y"), Ok(503));
+        assert_eq!(status_of(b"HTTP/1.1 200"), Ok(200));
+        for bad in [
+            &b"SSH-2.0-OpenSSH_9.6\r\n"[..],
+            b"HTTP/1.1 20 OK\r\n",
+            b"HTTP/1.1 2000 OK\r\n",
+            b"HTTP/1.1 099 OK\r\n",
+            b"HTTP/2 200\r\n",
+            b"\x16\x03\x01",
+        ] {
+            assert_eq!(status_of(bad), Err(Failure::NotHttp), "{bad:?}");
+        }
+        assert_eq!(status_of(b""), Err(Failure::Reset));
+    }
+
+    #[test]
+    fn an_ipv6_host_is_bracketed() {
+        assert_eq!(
+            host_header("[2001:db8::1]:80".parse().unwrap()),
+            "[2001:db8::1]:80"
+        );
+        assert_eq!(
+            host_header("192.0.2.1:8080".parse().unwrap()),
+            "192.0.2.1:8080"
+        );
+    }
+}
