@@ -204,12 +204,11 @@ fn healthy(
             made,
             running,
         };
-        return ConditionInput::new(
-            kinds::HEALTHY,
-            S::Unknown,
-            Reason::NotChecked,
-            text.to_string(),
-        );
+        let reason = match made && running {
+            true => Reason::HealthPending,
+            false => Reason::NotChecked,
+        };
+        return ConditionInput::new(kinds::HEALTHY, S::Unknown, reason, text.to_string());
     };
     let (status, reason) = match verdict {
         Health::Healthy => (S::True, Reason::Passing),
