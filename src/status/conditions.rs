@@ -1059,6 +1059,7 @@ mod tests {
             duplicate: None,
             action: None,
             image_now: None,
+            ..Default::default()
         };
         let st = spec_status(&spec, Some(&rec), Some(&view), plan, None, None);
         assert_eq!(
@@ -1213,6 +1214,7 @@ mod tests {
                         duplicate: None,
                         action: None,
                         image_now: None,
+                        ..Default::default()
                     };
                     check(&spec_status(
                         &spec,
@@ -1268,6 +1270,7 @@ mod tests {
                 duplicate: None,
                 action: Some(&action),
                 image_now: None,
+                ..Default::default()
             };
             let st = spec_status(&spec, Some(&rec), None, plan, None, None);
             let reconciling = st
@@ -1308,6 +1311,7 @@ mod tests {
                 duplicate: None,
                 action: None,
                 image_now: None,
+                ..Default::default()
             };
             let st = spec_status(&spec, None, None, plan, None, None);
             let c = st.conditions.iter().find(|c| c.kind == of).unwrap();
@@ -1379,6 +1383,7 @@ mod tests {
                 duplicate: None,
                 action,
                 image_now: None,
+                ..Default::default()
             };
             let st = spec_status(&spec, rec, None, plan, None, None);
             let c = st.conditions.iter().find(|c| c.kind == of).unwrap();

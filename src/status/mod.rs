@@ -250,6 +250,8 @@ pub(crate) struct LastStatus {
     pub drifted: Option<String>,
     /// `Suspended`'s message while the spec is suspended.
     pub suspended: Option<String>,
+    /// `Healthy`'s message while it is False: the guest fails its health checks.
+    pub unhealthy: Option<String>,
 }
 
 impl LastStatus {
@@ -270,6 +272,11 @@ impl LastStatus {
                 .find(|c| c.kind == kinds::SYNCED && c.status == ConditionStatus::False)
                 .map(|c| c.message.clone()),
             suspended: is_true(kinds::SUSPENDED).map(|c| c.message.clone()),
+            unhealthy: st
+                .conditions
+                .iter()
+                .find(|c| c.kind == kinds::HEALTHY && c.status == ConditionStatus::False)
+                .map(|c| c.message.clone()),
         }
     }
 }

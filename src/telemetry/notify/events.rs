@@ -34,6 +34,14 @@ pub enum Event {
     SpecSuspended { spec: String, message: String },
     /// A suspended spec was resumed: proxsync acts on its guest, a `kind`, again.
     SpecResumed { spec: String, kind: GuestKind },
+    /// A spec's guest (`spec.health`) became unhealthy: it failed its checks `failures`
+    /// times in a row, or did not pass within `timeout` of its start. `message` is `Healthy`'s.
+    /// proxsync does not restart it; `spec_ready` tells when it is healthy again.
+    SpecUnhealthy {
+        spec: String,
+        kind: GuestKind,
+        message: String,
+    },
     /// A removed spec's guest was deleted.
     SpecDeleted {
         spec: String,
@@ -135,6 +143,8 @@ pub struct SpecFacts<'a> {
     pub drifted: Option<&'a str>,
     /// Suspended's message while the spec is suspended.
     pub suspended: Option<&'a str>,
+    /// Healthy's message while it is False.
+    pub unhealthy: Option<&'a str>,
 }
 
 /// A site as a cycle saw it.
@@ -200,6 +210,8 @@ pub struct SpecMemory {
     pub drifted: Option<String>,
     /// Whether the spec was suspended.
     pub suspended: bool,
+    /// Whether its guest was unhealthy (`Healthy` False).
+    pub unhealthy: bool,
 }
 
 /// The state of the commit being applied.
@@ -312,6 +324,7 @@ impl Tracker {
                     && b.stalled_reason.as_deref() == stalled_reason.map(Reason::as_str)
                     && b.drifted.as_deref() == now.drifted
                     && b.suspended == now.suspended.is_some()
+                    && b.unhealthy == now.unhealthy.is_some()
             }) {
                 continue;
             }
@@ -341,6 +354,15 @@ impl Tracker {
                 }),
                 _ => {}
             }
+            if let Some(message) = now.unhealthy
+                && !before.unhealthy
+            {
+                events.push(Event::SpecUnhealthy {
+                    spec: name.to_string(),
+                    kind: now.kind,
+                    message: message.to_string(),
+                });
+            }
             if let Some(message) = now.drifted
                 && before.drifted.as_deref() != Some(message)
             {
@@ -356,6 +378,7 @@ impl Tracker {
                     stalled_reason: stalled_reason.map(|r| r.to_string()),
                     drifted: now.drifted.map(str::to_string),
                     suspended: now.suspended.is_some(),
+                    unhealthy: now.unhealthy.is_some(),
                 },
             );
         }
@@ -562,6 +585,7 @@ mod tests {
             stalled: None,
             drifted: None,
             suspended: None,
+            unhealthy: None,
         }
     }
     fn converging() -> SpecFacts<'static> {
@@ -571,6 +595,7 @@ mod tests {
             stalled: None,
             drifted: None,
             suspended: None,
+            unhealthy: None,
         }
     }
     fn stalled(reason: Reason) -> SpecFacts<'static> {
@@ -580,6 +605,7 @@ mod tests {
             stalled: Some((reason, "what to do")),
             drifted: None,
             suspended: None,
+            unhealthy: None,
         }
     }
 
@@ -635,6 +661,7 @@ mod tests {
             stalled: None,
             drifted: Some(m),
             suspended: None,
+            unhealthy: None,
         };
         let mut t = Tracker::default();
         let e = t.observe(&cycle(
@@ -848,6 +875,7 @@ mod tests {
                 stalled_reason: Some("ImageNotFound".into()),
                 drifted: None,
                 suspended: false,
+                unhealthy: false,
             },
         );
         b.specs.insert(
@@ -857,6 +885,7 @@ mod tests {
                 stalled_reason: None,
                 drifted: None,
                 suspended: false,
+                unhealthy: false,
             },
         );
         b.sites.insert("s1".into(), false);

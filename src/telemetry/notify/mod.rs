@@ -243,6 +243,7 @@ fn spec_facts<'a>(
         stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
         drifted: st.drifted.as_deref(),
         suspended: st.suspended.as_deref(),
+        unhealthy: st.unhealthy.as_deref(),
     };
     specs
         .specs
@@ -302,6 +303,9 @@ fn baseline(config: &Config) -> Baseline {
                         .filter(|c| c.status == ConditionStatus::False)
                         .map(|c| c.message.clone()),
                     suspended: is_true(kinds::SUSPENDED).is_some(),
+                    unhealthy: f
+                        .condition(kinds::HEALTHY)
+                        .is_some_and(|c| c.status == ConditionStatus::False),
                 },
             );
         }

@@ -164,6 +164,9 @@ fn slack_line(e: &Event) -> String {
             ":arrow_forward: `{spec}` resumed: proxsync acts on its {} again",
             kind.noun()
         ),
+        Event::SpecUnhealthy { spec, message, .. } => {
+            format!(":ambulance: `{spec}` unhealthy: {message}")
+        }
         Event::SpecDeleted {
             spec,
             site,
