@@ -19,7 +19,8 @@ const LOAD: &str = "load: a lock's timeout, said only when a node or its storage
 const QUORUM: &str = "a cluster without quorum";
 const SPACE: &str = "a full storage";
 const HA: &str = "HA resources, groups and rules: the suite makes none";
-const AGENT: &str = "a guest agent's answers: the suite's guests run no agent and it makes no agent call";
+const AGENT: &str =
+    "a guest agent's answers: the suite's guests run no agent and it makes no agent call";
 
 /// Each row of `pve::texts::TEXTS` by its pattern.
 pub(crate) const COVERAGE: &[(&str, Cover)] = &[
@@ -56,10 +57,7 @@ pub(crate) const COVERAGE: &[(&str, Cover)] = &[
         "checksum mismatch: got '*' != expect '*'",
         Cover::Not("an upload damaged on its way"),
     ),
-    (
-        "No QEMU guest agent configured",
-        Cover::Not(AGENT),
-    ),
+    ("No QEMU guest agent configured", Cover::Not(AGENT)),
     ("QEMU guest agent is not running", Cover::Not(AGENT)),
     ("qmp command 'guest-*' failed - *", Cover::Not(AGENT)),
     (

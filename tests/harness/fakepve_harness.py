@@ -324,7 +324,7 @@ SCENARIO_KEYS = ('pools', 'host', 'port', 'user', 'password', 'nodes', 'storages
                  'standalone', 'node_memory', 'remote_files')
 # FakeVm attributes set_vm (and add_vm) may change.
 VM_ATTRS = ('shutdown_secs', 'start_secs', 'stop_secs', 'start_error', 'agent', 'agent_hangs', 'acpi', 'status',
-            'qmpstatus', 'ha_state', 'stats')
+            'qmpstatus', 'ha_state', 'stats', 'uptime')
 # Model settings set_model may change.
 MODEL_ATTRS = ('time_scale', 'lock_wait', 'ticket_ttl', 'shutdown_default_timeout', 'ha_delay', 'tfa', 'version',
                'release_version', 'quorate', 'max_requests', 'body_timeout', 'cluster_name')
@@ -500,6 +500,22 @@ def jsonable(value):
 
 class HarnessPve(FakePve):
     """FakePve plus what the harness needs: configurable bridges and a request log with query strings."""
+
+    async def _agent_call(self, match, values):
+        """An agent call, after qemu-server's assert_agent_available (src/PVE/QemuServer/Agent.pm):
+        no `agent` in the config, a VM not running, an agent that does not answer its 3 s guest-ping
+        (qga_check_running), each in PVE's words, before fakepve's answer."""
+        vm = self.find(values['node'], values['vmid'])
+        if vm.config.get('agent') is None:
+            raise PveError(500, 'No QEMU guest agent configured')
+        if vm.status != 'running':
+            raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
+        if vm.agent is None:
+            raise PveError(500, 'QEMU guest agent is not running')
+        if vm.agent_hangs:
+            await self.pause(3)
+            raise PveError(500, 'QEMU guest agent is not running')
+        return await super()._agent_call(match, values)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -2911,6 +2927,15 @@ def set_vm_attrs(vm, attrs):
             vm.started_at = time.time() if val == 'running' else None
         elif key == 'stats':
             vm.stats = dict(val or {})
+        elif key == 'uptime':
+            # Seconds since a running VM started, as the listing says (a start in the past).
+            vm.started_at = time.time() - float(val) if vm.status == 'running' else None
+        elif key == 'agent':
+            # An agent that answers runs in a VM whose config enables it (qemu-server asks the
+            # config first: assert_agent_available).
+            vm.agent = val
+            if val is not None and vm.config.get('agent') is None:
+                vm.config['agent'] = '1'
         else:
             setattr(vm, key, val)
 
@@ -3061,7 +3086,7 @@ def dump_vm(vm):
         'template': bool(vm.template), 'lock': vm.lock, 'pool': vm.pool, 'config': vm.config,
         'pending': vm.pending, 'snapshots': sorted(vm.snapshots), 'ha_state': vm.ha_state,
         'config_lock_held': vm.lock_holder is not None,
-        'attrs': dict((k, getattr(vm, k)) for k in VM_ATTRS if k not in ('status', 'qmpstatus', 'ha_state')),
+        'attrs': dict((k, getattr(vm, k)) for k in VM_ATTRS if k not in ('status', 'qmpstatus', 'ha_state', 'uptime')),
     })
 
 

@@ -6,6 +6,7 @@ mod daemon;
 mod defaults;
 mod doctor;
 mod exercise;
+mod health;
 mod images;
 mod import;
 mod inventory;

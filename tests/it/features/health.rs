@@ -1,0 +1,272 @@
+//! Health checks (`spec.forProvider.health`) against fakepve, whose harness answers an agent
+//! ping in qemu-server's words (`assert_agent_available`: no agent configured, a VM not running,
+//! an agent that does not answer), and real TCP and HTTP servers on 127.0.0.1 standing in for
+//! the guest's services: `Ready` waits for the checks, an unhealthy guest is reported and never
+//! restarted, a healthy one counts its failures before it is unhealthy, and recovers.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::json;
+
+use crate::common;
+use common::Scenario;
+use common::engine::{Workspace, next_seq, spec, writes_since};
+
+/// The VMID of the only VM the workspace's specs made.
+fn made_vmid(pve: &mut common::FakePve) -> u32 {
+    let owned = common::engine::owned_vms(pve);
+    assert_eq!(owned.len(), 1, "{owned:?}");
+    owned[0].0 as u32
+}
+
+/// A TCP server on 127.0.0.1 that answers each request with the status line `line` holds (one
+/// connection at a time, as a guest's service would).
+struct Http {
+    port: u16,
+    line: Arc<std::sync::Mutex<String>>,
+}
+
+impl Http {
+    fn start(line: &str) -> Http {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let line = Arc::new(std::sync::Mutex::new(line.to_string()));
+        let answer = line.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let head = answer.lock().unwrap().clone();
+                let _ = stream.write_all(format!("{head}\r\nContent-Length: 0\r\n\r\n").as_bytes());
+            }
+        });
+        Http { port, line }
+    }
+
+    fn answer(&self, line: &str) {
+        *self.line.lock().unwrap() = line.to_string();
+    }
+}
+
+/// A guest is Ready only once it passes its checks: not before its first check, not while its
+/// agent is not configured (said in PVE's words); once it passes, Ready. A guest that never
+/// passed within its timeout is Unhealthy, the refused connection named, and nothing is sent to
+/// PVE for it: proxsync never restarts it.
+#[test]
+fn a_guest_is_ready_once_it_passes_and_an_unhealthy_one_is_only_reported() {
+    let mut pve = Scenario::default().start();
+    let ws = Workspace::new(&pve);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let health = format!(
+        "    health:\n      agent: true\n      tcp: {{port: {port}}}\n      address: 127.0.0.1\n      \
+         timeout: 10m\n"
+    );
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", &health))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "not all Ready while the guest is not checked: {out}");
+    let vmid = made_vmid(&mut pve);
+    assert_eq!(pve.vm(vmid)["status"], "running");
+    let (status, reason, message) = ws.condition("web-01", "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "HealthPending"),
+        "{message}"
+    );
+    let (status, reason, _) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("Unknown", "HealthPending")
+    );
+
+    // The VM has no agent in its config: qemu-server says so, and the guest has until its
+    // timeout.
+    let (ok, _) = ws.run_once();
+    assert!(!ok);
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("Unknown", "HealthPending"),
+        "{message}"
+    );
+    assert!(
+        message.contains("agent ping: the VM has no guest agent configured")
+            && message.contains(&format!("tcp 127.0.0.1:{port} ok")),
+        "{message}"
+    );
+
+    pve.set_vm(vmid, json!({"agent": {}}));
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Passing"),
+        "{message}"
+    );
+    assert_eq!(ws.condition("web-01", "Ready").0, "True");
+
+    // The service stops; the guest started an hour ago (past its timeout) and this process
+    // never saw it pass.
+    drop(listener);
+    pve.set_vm(vmid, json!({"uptime": 3600}));
+    let before = next_seq(&mut pve);
+    let (ok, _) = ws.run_once();
+    assert!(!ok);
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unhealthy"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("tcp 127.0.0.1:{port}: connection refused"))
+            && message.contains("proxsync does not restart it"),
+        "{message}"
+    );
+    let (status, reason, _) = ws.condition("web-01", "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Unhealthy"));
+    assert_eq!(
+        writes_since(&mut pve, before),
+        Vec::<String>::new(),
+        "only reported"
+    );
+    assert_eq!(pve.vm(vmid)["status"], "running");
+}
+
+/// Without `address`, tcp and http go to the first address the guest's agent reports (its
+/// loopback and link-local ones skipped); a VM whose agent reports none fails with that said.
+#[test]
+fn the_address_is_the_guest_agent_s() {
+    let mut pve = Scenario::default().start();
+    let ws = Workspace::new(&pve);
+    let health = "    health:\n      tcp: {port: 22}\n      checkTimeout: 1s\n";
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", health))]);
+    ws.run_once();
+    let vmid = made_vmid(&mut pve);
+    pve.set_vm(vmid, json!({"agent": {"interfaces": []}}));
+    ws.run_once();
+    let (_, _, message) = ws.condition("web-01", "Healthy");
+    assert!(
+        message.contains("the guest reports no address to connect to; name one in health.address"),
+        "{message}"
+    );
+    let interfaces = json!([
+        {"name": "lo", "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4"}]},
+        {"name": "eth0", "ip-addresses": [
+            {"ip-address": "fe80::1", "ip-address-type": "ipv6"},
+            {"ip-address": "<b>x</b>", "ip-address-type": "ipv4"},
+            {"ip-address": "2001:db8::7", "ip-address-type": "ipv6"},
+            {"ip-address": "192.0.2.77", "ip-address-type": "ipv4"}
+        ]}
+    ]);
+    pve.set_vm(vmid, json!({"agent": {"interfaces": interfaces}}));
+    ws.run_once();
+    let (_, _, message) = ws.condition("web-01", "Healthy");
+    assert!(message.contains("tcp 192.0.2.77:22: "), "{message}");
+    assert!(!message.contains("<b>"), "{message}");
+}
+
+/// The daemon's view over cycles: an HTTP check that passes, then fails fewer times than
+/// `failures` (still Healthy, Failing, Ready; the daemon told to come back in 15 s), then enough
+/// to be Unhealthy (Ready False), then passes again. What the guest's server says in its status
+/// line is never kept: only the code. A cycle with nothing due and nothing changed keeps the last
+/// plan.
+#[test]
+fn the_daemon_counts_failures_before_unhealthy_and_sees_a_recovery() {
+    let mut pve = Scenario::default().start();
+    let ws = Workspace::new(&pve);
+    let http = Http::start("HTTP/1.1 204 No Content");
+    let health = format!(
+        "    health:\n      http: {{port: {}, path: /healthz, expect: 204}}\n      address: 127.0.0.1\n      \
+         failures: 2\n",
+        http.port
+    );
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", &health))]);
+    ws.run_once();
+    let vmid = made_vmid(&mut pve);
+    pve.set_vm(vmid, json!({"uptime": 600}));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut d = common::engine::in_process(&ws);
+    let offset = Arc::new(AtomicU64::new(0));
+    let clock_offset = offset.clone();
+    d.engine
+        .set_clock(proxsync::util::clock::Clock::from_fn(move || {
+            proxsync::util::clock::now_ms() + clock_offset.load(Ordering::SeqCst)
+        }));
+    // Moves the engine's clock and the guest's uptime on together, as they move on a cluster.
+    let mut later = |pve: &mut common::FakePve, secs: u64| {
+        let now = offset.fetch_add(secs * 1000, Ordering::SeqCst) / 1000 + secs;
+        pve.set_vm(vmid, json!({"uptime": 600 + now}));
+    };
+    let mut cycle = |d: &mut common::engine::InProcess| {
+        rt.block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
+            .expect("a cycle")
+    };
+    cycle(&mut d);
+    assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
+    assert_eq!(ws.condition("web-01", "Ready").0, "True");
+
+    http.answer("HTTP/1.1 500 <script>alert(1)</script>\u{1b}[31m");
+    later(&mut pve, 240);
+    let report = cycle(&mut d);
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Failing"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!(
+            "http GET 127.0.0.1:{}/healthz: answered HTTP 500, expected 204",
+            http.port
+        )),
+        "{message}"
+    );
+    assert!(
+        !message.contains("script") && !message.contains('\u{1b}'),
+        "{message}"
+    );
+    assert_eq!(
+        ws.condition("web-01", "Ready").0,
+        "True",
+        "under its failures"
+    );
+    let next = report.next_attempt_ms.expect("a cycle for the next check");
+    let now = proxsync::util::clock::now_ms() + offset.load(Ordering::SeqCst);
+    assert!(next <= now + 15_000 && next > now, "{next} vs {now}");
+
+    // Not due yet: nothing checked, nothing changed, the last plan kept.
+    let report = cycle(&mut d);
+    assert!(report.unchanged, "nothing due, nothing changed");
+
+    later(&mut pve, 16);
+    cycle(&mut d);
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unhealthy"),
+        "{message}"
+    );
+    assert!(
+        message.contains("after 2 failed round(s) of checks in a row"),
+        "{message}"
+    );
+    let (status, reason, _) = ws.condition("web-01", "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Unhealthy"));
+
+    http.answer("HTTP/1.1 204 No Content");
+    later(&mut pve, 61);
+    cycle(&mut d);
+    assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
+    assert_eq!(ws.condition("web-01", "Ready").0, "True");
+    assert_eq!(pve.vm(vmid)["status"], "running");
+}
