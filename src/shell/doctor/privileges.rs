@@ -60,7 +60,8 @@ pub(crate) const SEED_PRIVILEGES: &[(&str, &str)] = &[
 /// create, update and delete check Sys.Console on `/`).
 pub(crate) const HA_PRIVILEGES: &[(&str, &str)] = &[("/", "Sys.Console")];
 
-/// What `GET .../agent/network-get-interfaces` needs on `/vms/{vmid}` (any one of them):
+/// What `GET .../agent/network-get-interfaces` (a guest's addresses) and `POST
+/// .../agent/ping` (a health check's `agent: true`) need on `/vms/{vmid}` (any one of them):
 /// `VM.Monitor` on 8.x (qemu-server 8 `PVE/API2/Qemu/Agent.pm`); 9.x checks
 /// `VM.GuestAgent.Audit` or `VM.GuestAgent.Unrestricted` (pve-access-control 9.0.2: "drop
 /// VM.Monitor in favor of more granular VM.GuestAgent.* privileges").
