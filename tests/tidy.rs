@@ -93,7 +93,10 @@ const CRATES: &[(&str, Layers)] = &[
             ("the git source: commits -> specs", &["source"]),
             ("specs written from existing VMs", &["import"]),
             ("acting on Proxmox VE", &["execute"]),
-            ("images kept on the storages", &["image_sync"]),
+            (
+                "images kept on the storages; the guests' health checks",
+                &["image_sync", "health"],
+            ),
             ("status files", &["status"]),
             (
                 "what a cycle did; reading status; the control socket",

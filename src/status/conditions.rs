@@ -70,6 +70,8 @@ pub(crate) struct FromPlan<'a> {
 }
 
 /// The status of a valid spec, from the plan made after this cycle's actions.
+// Long because: each condition of the status in its file order, the later ones (Ready's health,
+// Stalled) refining what the earlier ones decided; each is already a call.
 pub(crate) fn spec_status(
     spec: &Spec,
     rec: Option<&SpecRecord>,

@@ -203,11 +203,11 @@ fn the_daemon_counts_failures_before_unhealthy_and_sees_a_recovery() {
             proxsync::util::clock::now_ms() + clock_offset.load(Ordering::SeqCst)
         }));
     // Moves the engine's clock and the guest's uptime on together, as they move on a cluster.
-    let mut later = |pve: &mut common::FakePve, secs: u64| {
+    let later = |pve: &mut common::FakePve, secs: u64| {
         let now = offset.fetch_add(secs * 1000, Ordering::SeqCst) / 1000 + secs;
         pve.set_vm(vmid, json!({"uptime": 600 + now}));
     };
-    let mut cycle = |d: &mut common::engine::InProcess| {
+    let cycle = |d: &mut common::engine::InProcess| {
         rt.block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
             .expect("a cycle")
     };

@@ -3,7 +3,8 @@
 //! Plain values: nothing a guest says is kept as text (an agent's error, an HTTP reason
 //! phrase), only what proxsync names itself, so no guest can write into a status file.
 
-use std::net::SocketAddr;
+// `core::net`: the address is a value here; nothing connects.
+use core::net::SocketAddr;
 
 use crate::spec::health::Health;
 

@@ -226,10 +226,10 @@ mod tests {
         let not_ready = ConditionText::NotHealthy {
             kind: GuestKind::Lxc,
             vmid: 101,
-            verdict: Verdict::Unhealthy {
+            verdict: Some(Verdict::Unhealthy {
                 since_ms: 0,
                 never_passed: false,
-            },
+            }),
         };
         assert_eq!(
             not_ready.to_string(),
