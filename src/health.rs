@@ -33,6 +33,8 @@ pub(crate) const ROUND_BUDGET: Duration = Duration::from_secs(20);
 const HEALTHY_EVERY_MS: u64 = 240_000;
 /// How often a guest that starts or fails is checked.
 const PENDING_EVERY_MS: u64 = 15_000;
+/// How soon a guest first seen running (just created, started or restarted) is checked.
+const FIRST_CHECK_MS: u64 = 5_000;
 /// How often an unhealthy guest is checked, to see it recover.
 const UNHEALTHY_EVERY_MS: u64 = 60_000;
 /// Uptime is listed in whole seconds and read at another instant each cycle: a start within
@@ -87,16 +89,31 @@ impl HealthChecks {
         h.finish()
     }
 
-    /// When the next guest is due (unix ms): the daemon wakes for it.
-    pub(crate) fn next_due_ms(&self, specs: &SpecSet, now_ms: u64) -> Option<u64> {
+    /// When the next guest is due (unix ms) on `views` (the look after a cycle's actions): the
+    /// daemon wakes for it. A running guest not checked in its current run (just created,
+    /// started or restarted) is due in [`FIRST_CHECK_MS`]; a healthy one wakes nothing.
+    pub(crate) fn next_due_ms(
+        &self,
+        specs: &SpecSet,
+        views: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        now_ms: u64,
+    ) -> Option<u64> {
         specs
             .specs
             .iter()
             .filter_map(|s| {
-                let g = self.guests.get(&s.name)?;
                 let h = s.health.as_deref()?;
+                let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
+                let g = self
+                    .guests
+                    .get(&s.name)
+                    .filter(|g| same_run(g, vmid, boot_ms));
+                let Some(g) = g else {
+                    return Some(now_ms + FIRST_CHECK_MS);
+                };
                 let (at, wake) = due_at(g, h, now_ms);
-                wake.then_some(at)
+                wake.then_some(at.max(now_ms))
             })
             .min()
     }
@@ -122,9 +139,7 @@ impl HealthChecks {
             };
             checked.insert(spec.name.as_str());
             let g = self.guests.get(&spec.name);
-            let same_run =
-                g.is_some_and(|g| g.vmid == vmid && g.boot_ms.abs_diff(boot_ms) <= SAME_RUN_MS);
-            if !same_run {
+            if !g.is_some_and(|g| same_run(g, vmid, boot_ms)) {
                 self.guests
                     .insert(spec.name.clone(), GuestHealth::new(vmid, boot_ms));
                 self.addresses.remove(&spec.name);
@@ -216,6 +231,11 @@ impl HealthChecks {
             log_change(spec, g, before, &d.health, now_ms);
         }
     }
+}
+
+/// Whether `g` is of the guest `vmid` in its run that began at `boot_ms`.
+fn same_run(g: &GuestHealth, vmid: u32, boot_ms: u64) -> bool {
+    g.vmid == vmid && g.boot_ms.abs_diff(boot_ms) <= SAME_RUN_MS
 }
 
 /// When `g` is due next (unix ms), and whether a cycle should run for it (a healthy guest

@@ -702,9 +702,10 @@ impl Engine {
                 until_ms = last.until_ms,
                 "nothing changed: the last cycle's plan and statuses hold"
             );
+            let due = self.health.next_due_ms(specs, &views, &records, now_ms);
             let report = self
                 .keep_last_cycle(&last.report, specs, commit, &views, started)
-                .map(|r| self.wake_for_health(r, specs, now_ms));
+                .map(|r| wake_for_health(r, due));
             self.records = Some(records);
             self.idle = Some(last);
             if report.is_ok() {
@@ -834,6 +835,8 @@ impl Engine {
             &first.refused,
             started,
         )?;
+        // On the look after the actions: a guest this cycle created or restarted is checked soon.
+        let health_due = self.health.next_due_ms(specs, &views, &records, now_ms);
         self.records = Some(records);
         self.last_look = Some(look(views));
         let next_attempt_ms = match waves_left {
@@ -852,21 +855,7 @@ impl Engine {
         if let Some(inputs) = inputs.filter(|_| report.plan.actions.is_empty()) {
             self.remember_idle(inputs, &report, now_ms);
         }
-        Ok(self.wake_for_health(report, specs, now_ms))
-    }
-
-    /// The report with its next attempt no later than the next guest whose health check is
-    /// due (one starting, failing or unhealthy): the daemon runs a cycle for it. Not kept in
-    /// the idle cycle's deadline: a check that finds the same keeps the last plan.
-    fn wake_for_health(&self, report: CycleReport, specs: &SpecSet, now_ms: u64) -> CycleReport {
-        let next_attempt_ms = match self.health.next_due_ms(specs, now_ms) {
-            Some(due) => Some(report.next_attempt_ms.map_or(due, |at| at.min(due))),
-            None => report.next_attempt_ms,
-        };
-        CycleReport {
-            next_attempt_ms,
-            ..report
-        }
+        Ok(wake_for_health(report, health_due))
     }
 
     /// The seed sweep of a full cycle that planned (`execute::seeds::sweep`): this install's
@@ -1506,6 +1495,20 @@ impl Engine {
 }
 
 /// How many sites could not be read this cycle.
+/// The report with its next attempt no later than `due`, when the next guest's health check is
+/// due (one just started, starting, failing or unhealthy): the daemon runs a cycle for it. Not
+/// kept in the idle cycle's deadline: a check that finds the same keeps the last plan.
+fn wake_for_health(report: CycleReport, due: Option<u64>) -> CycleReport {
+    let next_attempt_ms = match due {
+        Some(due) => Some(report.next_attempt_ms.map_or(due, |at| at.min(due))),
+        None => report.next_attempt_ms,
+    };
+    CycleReport {
+        next_attempt_ms,
+        ..report
+    }
+}
+
 fn sites_down(views: &BTreeMap<String, SiteView>) -> u32 {
     views.values().filter(|v| !v.reachable()).count() as u32
 }

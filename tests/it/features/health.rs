@@ -270,3 +270,39 @@ fn the_daemon_counts_failures_before_unhealthy_and_sees_a_recovery() {
     assert_eq!(ws.condition("web-01", "Ready").0, "True");
     assert_eq!(pve.vm(vmid)["status"], "running");
 }
+
+/// A guest the daemon's cycle creates is checked within seconds, not at the next resync: the
+/// cycle asks to be woken for its first check, which passes, and the guest is Ready.
+#[test]
+fn a_guest_the_daemon_creates_is_checked_within_seconds() {
+    let mut pve = Scenario::default().start();
+    let ws = Workspace::new(&pve);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let health = format!("    health:\n      tcp: {{port: {port}}}\n      address: 127.0.0.1\n");
+    ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", &health))]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut d = common::engine::in_process(&ws);
+    let before = proxsync::util::clock::now_ms();
+    let report = rt
+        .block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
+        .expect("a cycle");
+    made_vmid(&mut pve);
+    let next = report.next_attempt_ms.expect("woken for the first check");
+    assert!(
+        next > before && next <= proxsync::util::clock::now_ms() + 5_000,
+        "{next}"
+    );
+    let (status, reason, message) = ws.condition("web-01", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str(), message.as_str()),
+        ("Unknown", "HealthPending", "the VM runs; not checked yet")
+    );
+    rt.block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
+        .expect("a cycle");
+    assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
+    assert_eq!(ws.condition("web-01", "Ready").0, "True");
+}
