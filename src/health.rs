@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::execute::SiteCtx;
-use crate::model::health::{Check, Failure, GuestHealth, Probe, Verdict};
+use crate::model::health::{Check, Failure, GuestHealth, Probe, Unwell, Verdict};
 use crate::observe::{Power, SiteView};
 use crate::pve::Pve;
 use crate::pve::texts::Meaning;
@@ -87,6 +87,34 @@ impl HealthChecks {
             }
         }
         h.finish()
+    }
+
+    /// The specs with `health` whose guest runs on `views` and has not passed its checks in
+    /// its current run (not checked in it yet: just created, started or restarted), or is
+    /// unhealthy: what the planner counts as not Ready.
+    pub(crate) fn unwell(
+        &self,
+        specs: &SpecSet,
+        views: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        now_ms: u64,
+    ) -> BTreeMap<String, Unwell> {
+        specs
+            .specs
+            .iter()
+            .filter_map(|s| {
+                let h = s.health.as_deref()?;
+                let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
+                let verdict = (self.guests.get(&s.name))
+                    .filter(|g| same_run(g, vmid, boot_ms))
+                    .map(|g| g.verdict(h, now_ms));
+                let unwell = match verdict {
+                    Some(v) => v.unwell()?,
+                    None => Unwell::Pending,
+                };
+                Some((s.name.clone(), unwell))
+            })
+            .collect()
     }
 
     /// When the next guest is due (unix ms) on `views` (the look after a cycle's actions): the

@@ -187,6 +187,9 @@ struct PlanBasis<'a> {
     suspensions: &'a Suspensions,
     /// Per (image, node): why guests of that node cannot be made from the image yet.
     images_waiting: &'a BTreeMap<(String, String), String>,
+    /// The guests' health checks: a running guest that has not passed its checks on the views
+    /// planned from is not Ready (`None`: every guest counts as healthy).
+    health: Option<&'a crate::health::HealthChecks>,
 }
 
 /// Each set's members, by set name.
@@ -235,6 +238,9 @@ impl PlanBasis<'_> {
         now_ms: u64,
     ) -> Plan {
         let images = self.specs.images_by_name();
+        let unwell = (self.health)
+            .map(|h| h.unwell(self.specs, sites, records, now_ms))
+            .unwrap_or_default();
         plan(&PlanInput {
             install_id: &self.config.install_id,
             desired: &self.specs.specs,
@@ -253,6 +259,7 @@ impl PlanBasis<'_> {
             suspensions: self.suspensions,
             images_waiting: self.images_waiting,
             images: &images,
+            unwell: &unwell,
         })
     }
 }
@@ -731,6 +738,7 @@ impl Engine {
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: &suspensions,
             images_waiting: &images_waiting,
+            health: Some(&self.health),
         };
         let mut first = basis.plan(&views, &records, &orphans_seen, now_ms);
         if let Some(scope) = &scope {
@@ -1025,6 +1033,7 @@ impl Engine {
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: acting.suspensions,
             images_waiting: acting.images_waiting,
+            health: Some(&self.health),
         };
         let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
         Ok((results, after, views, records))

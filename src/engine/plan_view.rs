@@ -79,6 +79,8 @@ pub(crate) async fn plan_view(
         // A plan downloads nothing: a guest whose image is not there is refused by its
         // create's pre-flight, which names the volume.
         images_waiting: &BTreeMap::new(),
+        // A plan checks no guest's health: every guest counts as healthy.
+        health: None,
     };
     let plan = basis.plan(&views, &records, &orphans_seen, now_ms());
     Ok(PlanView {

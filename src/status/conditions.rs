@@ -528,12 +528,14 @@ fn ready_and_reconciling(
         Some(Verdict::RollingOut {
             set,
             max_unavailable,
+            stopped_by,
         }) => both(
             S::True,
             Reason::RollingOut,
             ConditionText::RollingOut {
                 set: set.as_deref(),
                 max_unavailable: *max_unavailable,
+                stopped_by: stopped_by.as_deref(),
             },
         ),
         Some(Verdict::WaitingForImage { image, why }) => both(

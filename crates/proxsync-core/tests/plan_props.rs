@@ -327,6 +327,8 @@ struct World {
     images_waiting: BTreeMap<(String, String), String>,
     /// The spec set's images: [`IMAGE`], at file [`IMAGE_NOW`].
     images: ImagesByName,
+    /// The specs whose running guest has not passed its health checks.
+    unwell: BTreeMap<String, proxsync_core::model::health::Unwell>,
 }
 
 impl World {
@@ -349,6 +351,7 @@ impl World {
             suspensions: &self.suspensions,
             images_waiting: &self.images_waiting,
             images: &self.images,
+            unwell: &self.unwell,
         }
     }
 
@@ -794,6 +797,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         in_flight,
         suspensions: BTreeMap::new(),
         images_waiting: BTreeMap::new(),
+        unwell: BTreeMap::new(),
         images: images(),
         elsewhere: BTreeSet::new(),
         sharded: false,
@@ -2021,6 +2025,42 @@ fn recreate_world(n: u32, made: Option<&str>) -> World {
         w.desired.push(spec);
     }
     w
+}
+
+/// A set's roll waits for health (`spec.health`): a member whose guest has not passed its checks
+/// since its change counts as unavailable, so the next members wait for it; an unhealthy member
+/// stops the roll whatever `maxUnavailable` leaves, and the held members name it.
+#[test]
+fn a_roll_waits_for_health_and_stops_at_an_unhealthy_member() {
+    use proxsync_core::model::health::Unwell;
+    let mut w = recreate_world(10, Some(IMAGE_OLD));
+    assert_eq!(recreates(&plan(&w.input())), vec!["web-01", "web-02"]);
+    // web-01 and web-02 were rebuilt and run, not passed yet: nothing more goes down.
+    for done in ["web-01", "web-02"] {
+        w.records.get_mut(done).unwrap().made_from = Some(Box::new(MadeFrom {
+            file: IMAGE_NOW.into(),
+        }));
+        w.unwell.insert(done.into(), Unwell::Pending);
+    }
+    assert_eq!(recreates(&plan(&w.input())), Vec::<&str>::new());
+    // web-01 passes: one more goes.
+    w.unwell.remove("web-01");
+    assert_eq!(recreates(&plan(&w.input())), vec!["web-03"]);
+    // web-02 did not pass within its timeout: the roll stops at it, though web-01 is healthy.
+    w.unwell.insert("web-02".into(), Unwell::Unhealthy);
+    let p = plan(&w.input());
+    assert_eq!(recreates(&p), Vec::<&str>::new());
+    assert_eq!(
+        p.verdicts.get("web-03"),
+        Some(&Verdict::RollingOut {
+            set: Some("web".into()),
+            max_unavailable: 2,
+            stopped_by: Some("web-02".into()),
+        })
+    );
+    // It passes: the roll goes on, two at a time.
+    w.unwell.clear();
+    assert_eq!(recreates(&plan(&w.input())), vec!["web-03", "web-04"]);
 }
 
 fn recreates(p: &Plan) -> Vec<&str> {
@@ -5319,7 +5359,8 @@ fn a_flood_of_lone_rebuilds_rolls_one_at_a_time() {
         p.verdicts.get("web-200"),
         Some(&Verdict::RollingOut {
             set: None,
-            max_unavailable: 1
+            max_unavailable: 1,
+            stopped_by: None,
         })
     );
     w.records.get_mut("web-150").unwrap().vm = VmState::Deleting {

@@ -74,6 +74,28 @@ pub struct GuestHealth {
     pub unhealthy_since_ms: Option<u64>,
 }
 
+/// A spec's running guest that has not passed its health checks, as the planner counts it:
+/// not Ready (its dependants wait, a set's roll counts it unavailable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unwell {
+    /// Started within its `timeout` (created, restarted) and not passed yet, or not checked yet.
+    Pending,
+    /// Failed `failures` rounds in a row, or did not pass within its `timeout`: a set's roll
+    /// stops at it.
+    Unhealthy,
+}
+
+impl Verdict {
+    /// What the planner makes of this verdict: `None` when the guest counts as healthy.
+    pub fn unwell(self) -> Option<Unwell> {
+        match self {
+            Verdict::Healthy | Verdict::Failing { .. } => None,
+            Verdict::Starting { .. } => Some(Unwell::Pending),
+            Verdict::Unhealthy { .. } => Some(Unwell::Unhealthy),
+        }
+    }
+}
+
 /// The judgement of a guest's checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {

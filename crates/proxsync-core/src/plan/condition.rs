@@ -190,6 +190,8 @@ pub enum ConditionText<'a> {
         set: Option<&'a str>,
         /// Its `maxUnavailable`.
         max_unavailable: u32,
+        /// The unhealthy member the roll stopped at.
+        stopped_by: Option<&'a str>,
     },
     /// Waiting for the `ProxmoxImage` it is made from.
     WaitingForImage {

@@ -30,7 +30,10 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
 
 /// Whether spec `name` is Ready as far as this cycle's plan knows: its VM matches it (or, for
 /// an observe-only or suspended spec, is listed matching it).
-pub(super) fn ready(out: &Plan, name: &str) -> bool {
+pub(super) fn ready(input: &PlanInput<'_>, out: &Plan, name: &str) -> bool {
+    if input.unwell.contains_key(name) {
+        return false;
+    }
     match out.verdicts.get(name) {
         Some(Verdict::UpToDate { .. }) => true,
         Some(Verdict::Observed { vmid, drift, .. } | Verdict::Suspended { vmid, drift, .. }) => {
@@ -67,9 +70,12 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
             };
             let waiting = match members {
                 // A member held invalid is not Ready either: the set waits for it.
-                Some((m, replicas)) => (m.iter().find(|n| !ready(out, n)).map(|n| n.to_string()))
-                    .or_else(|| (m.len() < *replicas).then(|| dep.clone())),
-                None => (!ready(out, dep)).then(|| dep.clone()),
+                Some((m, replicas)) => (m
+                    .iter()
+                    .find(|n| !ready(input, out, n))
+                    .map(|n| n.to_string()))
+                .or_else(|| (m.len() < *replicas).then(|| dep.clone())),
+                None => (!ready(input, out, dep)).then(|| dep.clone()),
             };
             if waiting.is_some() {
                 not_ready = waiting;

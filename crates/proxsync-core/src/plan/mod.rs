@@ -104,6 +104,10 @@ pub struct PlanInput<'a> {
     /// The spec set's `ProxmoxImage`s by name: the file each names now is the version a guest
     /// under `imagePolicy: Recreate` is rebuilt from.
     pub images: &'a crate::spec::images::ImagesByName,
+    /// The specs with `health` whose running guest has not passed its checks (the daemon's
+    /// health checks on these views): not Ready for `dependsOn` and a set's roll, which stops
+    /// at an unhealthy member. Empty for `proxsync plan`, which checks nothing.
+    pub unwell: &'a BTreeMap<String, crate::model::health::Unwell>,
 }
 
 impl PlanInput<'_> {
@@ -548,6 +552,10 @@ pub enum Verdict {
         set: Option<String>,
         /// How many of the set's members may be unavailable at once (`maxUnavailable`).
         max_unavailable: u32,
+        /// The member whose guest did not pass its health checks after a change (`Unhealthy`):
+        /// the roll stops there until it passes or a person acts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stopped_by: Option<String>,
     },
     /// This cycle would take over `count` VMs by consent, more than `[reconcile]
     /// max_adopt_per_cycle` = `max`: none is taken until the limit is raised or the specs

@@ -671,6 +671,7 @@ mod tests {
                 suspensions: &BTreeMap::new(),
                 images_waiting: &BTreeMap::new(),
                 images: &BTreeMap::new(),
+                unwell: &BTreeMap::new(),
             })
         }
     }

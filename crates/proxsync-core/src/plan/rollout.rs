@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::model::VmState;
+use crate::model::health::Unwell;
 use crate::spec::{ImagePolicy, Spec};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
@@ -29,6 +30,8 @@ struct Roll<'a> {
     busy: u32,
     /// Members an action would take down now, by (index, name).
     taking_down: Vec<(u32, &'a str)>,
+    /// The first member (by index) whose guest is unhealthy: the roll stops at it.
+    stopped_by: Option<(u32, &'a str)>,
 }
 
 /// The group a spec rolls in, with its place in it, if it rolls at all.
@@ -75,13 +78,19 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
             max,
             busy: 0,
             taking_down: Vec::new(),
+            stopped_by: None,
         });
         let deleting = (input.records.get(&spec.name))
             .is_some_and(|r| matches!(r.vm, VmState::Deleting { .. }));
         let name = spec.name.as_str();
+        if input.unwell.get(name) == Some(&Unwell::Unhealthy)
+            && entry.stopped_by.is_none_or(|(i, _)| index < i)
+        {
+            entry.stopped_by = Some((index, name));
+        }
         if acting.contains(name) && !deleting {
             entry.taking_down.push((index, name));
-        } else if deleting || !super::dependencies::ready(out, name) {
+        } else if deleting || !super::dependencies::ready(input, out, name) {
             entry.busy += 1;
         }
     }
@@ -91,9 +100,14 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
             max,
             busy,
             taking_down: mut members,
+            stopped_by,
         } = roll;
         members.sort_unstable();
-        let room = max.saturating_sub(busy) as usize;
+        // An unhealthy member stops the roll: no other member goes down until it passes.
+        let room = match stopped_by {
+            Some(_) => 0,
+            None => max.saturating_sub(busy) as usize,
+        };
         for (_, name) in members.into_iter().skip(room) {
             held.insert(name.to_string());
             let set = match key {
@@ -105,6 +119,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
                 Verdict::RollingOut {
                     set,
                     max_unavailable: max,
+                    stopped_by: stopped_by.map(|(_, n)| n.to_string()),
                 },
             );
         }

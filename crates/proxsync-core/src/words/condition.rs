@@ -157,7 +157,16 @@ impl fmt::Display for ConditionText<'_> {
             ),
             ConditionText::RollingOut {
                 set: Some(set),
+                stopped_by: Some(member),
+                ..
+            } => write!(
+                f,
+                "a change needs a reboot or a rebuild, and set {set}'s roll stopped at member                  {member}, whose guest did not pass its health checks after its change (see its                  Healthy): no other member goes down until it passes or a person acts"
+            ),
+            ConditionText::RollingOut {
+                set: Some(set),
                 max_unavailable,
+                ..
             } => write!(
                 f,
                 "a change needs a reboot or a rebuild, and set {set} takes down at most \

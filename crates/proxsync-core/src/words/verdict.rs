@@ -142,7 +142,13 @@ fn line(verdict: &Verdict, kind: GuestKind, rec: Option<&SpecRecord>, now_ms: u6
         ),
         Verdict::RollingOut {
             set: Some(set),
+            stopped_by: Some(member),
+            ..
+        } => format!("waits: set {set}'s roll stopped at {member}, which is not healthy"),
+        Verdict::RollingOut {
+            set: Some(set),
             max_unavailable,
+            ..
         } => format!(
             "waits its turn: set {set} takes down at most {max_unavailable} member(s) at a time"
         ),
