@@ -7,6 +7,7 @@ mod defaults;
 mod doctor;
 mod exercise;
 mod health;
+mod health_attack;
 mod images;
 mod import;
 mod inventory;
