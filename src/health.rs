@@ -395,15 +395,34 @@ async fn guest_address<P: Pve>(site: &SiteCtx<P>, d: &Due, limit: Duration) -> O
         .ok()?;
     let mut ips: Vec<IpAddr> = crate::execute::guest_addresses(&ifaces)
         .iter()
-        .filter_map(|a| a.parse().ok())
-        .filter(|ip: &IpAddr| !ip.is_unspecified() && !ip.is_multicast() && !link_local_v4(ip))
+        .filter_map(|a| a.parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
+        .filter(usable)
         .collect();
     ips.sort_by_key(|ip| ip.is_ipv6());
     ips.first().copied()
 }
 
-fn link_local_v4(ip: &IpAddr) -> bool {
-    matches!(ip, IpAddr::V4(v4) if v4.is_link_local())
+/// Whether a guest's reported address is one to connect to: not loopback, link-local,
+/// unspecified, multicast or broadcast, an IPv4-mapped IPv6 address judged as its IPv4 one
+/// (`::ffff:127.0.0.1` is the daemon's own machine).
+fn usable(ip: &IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.octets()[0] == 0)
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_loopback()
+                || v6.is_unicast_link_local()
+                || v6.is_unspecified()
+                || v6.is_multicast())
+        }
+    }
 }
 
 /// A TCP connection to `addr`, closed at once.
@@ -519,6 +538,32 @@ mod tests {
             assert_eq!(status_of(bad), Err(Failure::NotHttp), "{bad:?}");
         }
         assert_eq!(status_of(b""), Err(Failure::Reset));
+    }
+
+    #[test]
+    fn only_an_address_of_the_guest_s_network_is_usable() {
+        for ok in ["192.0.2.10", "2001:db8::7", "::ffff:192.0.2.10", "10.0.0.1"] {
+            assert!(usable(&ok.parse().unwrap()), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:127.1.2.3",
+            "::ffff:0.0.0.0",
+            "::ffff:169.254.169.254",
+            "::ffff:224.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "255.255.255.255",
+            "224.0.0.1",
+            "ff02::1",
+            "fe80::1",
+            "::",
+        ] {
+            assert!(!usable(&bad.parse().unwrap()), "{bad}");
+        }
     }
 
     #[test]
