@@ -504,6 +504,8 @@ fn status_of(answer: &[u8]) -> Result<u16, Failure> {
         return Err(Failure::Reset);
     }
     let line = answer.split(|&b| b == b'\n').next().unwrap_or_default();
+    // `HTTP/1.1 200` CRLF, without a reason phrase or the space before it, is a status line.
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|&b| b == b' ');
     let version = parts.next().unwrap_or_default();
     let code = parts.next().unwrap_or_default();
@@ -527,6 +529,8 @@ mod tests {
         assert_eq!(status_of(b"HTTP/1.1 204 No Content\r\n"), Ok(204));
         assert_eq!(status_of(b"HTTP/1.0 503 \xff\xfe\r\nX: y"), Ok(503));
         assert_eq!(status_of(b"HTTP/1.1 200"), Ok(200));
+        assert_eq!(status_of(b"HTTP/1.1 200\r\n"), Ok(200));
+        assert_eq!(status_of(b"HTTP/1.1 404 \r\n"), Ok(404));
         for bad in [
             &b"SSH-2.0-OpenSSH_9.6\r\n"[..],
             b"HTTP/1.1 20 OK\r\n",
