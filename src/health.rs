@@ -37,9 +37,10 @@ const PENDING_EVERY_MS: u64 = 15_000;
 const FIRST_CHECK_MS: u64 = 5_000;
 /// How often an unhealthy guest is checked, to see it recover.
 const UNHEALTHY_EVERY_MS: u64 = 60_000;
-/// Uptime is listed in whole seconds and read at another instant each cycle: a start within
-/// this of the last one is the same run.
-const SAME_RUN_MS: u64 = 5_000;
+/// Uptime is listed in whole seconds, from pvestatd's last update (every 10 s, later on a busy
+/// node), and read at another instant each cycle: a start within this of the last one is the
+/// same run.
+const SAME_RUN_MS: u64 = 30_000;
 /// The most of an HTTP answer read: its status line.
 const STATUS_LINE_MAX: usize = 1024;
 
