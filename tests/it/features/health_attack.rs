@@ -398,3 +398,54 @@ fn a_guest_whose_checks_outlast_the_round_does_not_spin_the_daemon() {
         next.saturating_sub(d.now_ms())
     );
 }
+
+/// The spec's checks change (another port) while its guest is healthy: the guest is judged on
+/// the new checks at the next cycle, not shown Passing, and Ready, on a port the spec no
+/// longer names until the healthy guest's next check minutes later.
+#[test]
+fn changed_checks_are_checked_at_the_next_cycle() {
+    let mut pve = Scenario::default().start();
+    let ws = Workspace::new(&pve);
+    let old = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let old_port = old.local_addr().unwrap().port();
+    // Nothing listens on the new port.
+    let new_port = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().unwrap().port()
+    };
+    let health = |port: u16| {
+        format!(
+            "    health:\n      tcp: {{port: {port}}}\n      address: 127.0.0.1\n      \
+             failures: 1\n"
+        )
+    };
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web-01", "pve1", "9000", &health(old_port)),
+    )]);
+    ws.run_once();
+    let vmid = made_vmid(&mut pve);
+    pve.set_vm(vmid, json!({"uptime": 3600}));
+    let mut d = Daemon::new(&ws, vmid, 3600);
+    d.cycle();
+    assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
+
+    ws.commit_specs(&[(
+        "web.yaml",
+        spec("web-01", "pve1", "9000", &health(new_port)),
+    )]);
+    let config = proxsync::config::Config::load(&ws.config()).expect("config");
+    let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
+        .expect("the specs of the commit");
+    let mut specs = read.specs;
+    proxsync::engine::check_spec_sites(&config, &mut specs);
+    (d.d.specs, d.d.commit) = (specs, read.commit);
+    d.later(&mut pve, 20, 0);
+    d.cycle();
+    let (_, reason, message) = ws.condition("web-01", "Healthy");
+    assert!(
+        !message.contains(&format!(":{old_port}")),
+        "judged on a check the spec no longer asks ({reason}): {message}"
+    );
+    assert_ne!(reason, "Passing", "{message}");
+}
