@@ -175,7 +175,7 @@ impl HealthChecks {
             }
             let g = &self.guests[&spec.name];
             let (at, _) = due_at(g, health, now_ms);
-            if at <= now_ms && sites.contains_key(&spec.site) {
+            if (at <= now_ms || checked_other(g, health)) && sites.contains_key(&spec.site) {
                 due.push((
                     g.checked_ms,
                     &spec.site,
@@ -279,6 +279,41 @@ fn due_at(g: &GuestHealth, health: &Health, now_ms: u64) -> (u64, bool) {
         Verdict::Unhealthy { .. } => (UNHEALTHY_EVERY_MS, true),
     };
     (g.checked_ms.saturating_add(every), wake)
+}
+
+/// Whether `g`'s last round checked other than `health` asks (another port, path or address:
+/// the spec changed since): it is due at once, not judged on checks the spec no longer names.
+fn checked_other(g: &GuestHealth, health: &Health) -> bool {
+    if g.probes.is_empty()
+        || g.probes
+            .iter()
+            .any(|p| p.failure == Some(Failure::NoAddress))
+    {
+        return false;
+    }
+    let mut asked = Vec::new();
+    if health.agent {
+        asked.push((0u8, 0u16, ""));
+    }
+    if let Some(port) = health.tcp {
+        asked.push((1, port, ""));
+    }
+    if let Some(http) = &health.http {
+        asked.push((2, http.port, http.path.as_str()));
+    }
+    let probed: Vec<(u8, u16, &str)> = (g.probes.iter())
+        .map(|p| match &p.check {
+            Check::Agent => (0, 0, ""),
+            Check::Tcp(addr) => (1, addr.port(), ""),
+            Check::Http(addr, path) => (2, addr.port(), path.as_str()),
+        })
+        .collect();
+    let moved = health.address.is_some_and(|ip| {
+        g.probes
+            .iter()
+            .any(|p| matches!(&p.check, Check::Tcp(a) | Check::Http(a, _) if a.ip() != ip))
+    });
+    asked != probed || moved
 }
 
 /// The spec's guest when it runs as the spec asks: its VMID, node and when its run began.
