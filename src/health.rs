@@ -1,15 +1,17 @@
 //! The guests' health checks (`spec.forProvider.health`): each full cycle, the running guests
 //! of the specs that ask for it are checked (the agent pinged through PVE, a TCP connection, an
 //! HTTP `GET`), and what each found is kept (`model::health::GuestHealth`) for the `Healthy`
-//! condition and `Ready`. A guest is checked again when due: within a minute while it is
-//! healthy, every 15 s while it starts or fails. A round is bounded: at most
-//! [`AT_ONCE`] guests at once, each check within its `checkTimeout`, the round within
-//! [`ROUND_BUDGET`] (the guests left over are checked first next time). Nothing here acts on a
+//! condition and `Ready`. A guest is checked again when due: at a full cycle at most every 4
+//! minutes while it is healthy, every 15 s while it starts or fails, every minute while it is
+//! unhealthy. A round is bounded: at most [`AT_ONCE`] guests at once, each check within its
+//! `checkTimeout`, no guest started after [`ROUND_BUDGET`] (a guest started finishes, so what
+//! it found is kept; the guests left over are checked first next time). Nothing here acts on a
 //! guest: an unhealthy guest is reported, never restarted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -138,7 +140,8 @@ impl HealthChecks {
                     .guests
                     .get(&s.name)
                     .filter(|g| same_run(g, vmid, boot_ms));
-                let Some(g) = g else {
+                // Not checked in this run (just started, or left over by a round out of time).
+                let Some(g) = g.filter(|g| !g.probes.is_empty()) else {
                     return Some(now_ms + FIRST_CHECK_MS);
                 };
                 let (at, wake) = due_at(g, h, now_ms);
@@ -200,16 +203,23 @@ impl HealthChecks {
         // The longest unchecked first: a round cut short by its budget is fair over cycles.
         due.sort_by(|a, b| (a.0, &a.2.spec).cmp(&(b.0, &b.2.spec)));
         let total = due.len();
+        // The budget closes the round to guests not started yet; a guest started goes to the
+        // end of its checks (each within its checkTimeout), so what it found is always kept.
         let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+        let closed = Arc::new(AtomicBool::new(false));
         let mut tasks = tokio::task::JoinSet::new();
         for (_, site, d) in due {
-            let (site, slots) = (sites[site].clone(), slots.clone());
+            let (site, slots, closed) = (sites[site].clone(), slots.clone(), closed.clone());
             tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await;
+                if closed.load(Ordering::SeqCst) {
+                    return None;
+                }
                 let (probes, address) = check_guest(&site, &d).await;
-                (d, probes, address)
+                Some((d, probes, address))
             });
         }
+        let started = std::time::Instant::now();
         let deadline = tokio::time::sleep(ROUND_BUDGET);
         tokio::pin!(deadline);
         let mut done = 0;
@@ -217,19 +227,24 @@ impl HealthChecks {
             tokio::select! {
                 next = tasks.join_next() => {
                     let Some(joined) = next else { break };
-                    let Ok((d, probes, address)) = joined else { continue };
-                    done += 1;
-                    self.keep(specs, d, probes, address, now_ms);
+                    if let Ok(Some((d, probes, address))) = joined {
+                        done += 1;
+                        // Checked when its round ended: a long one is not due again at once.
+                        let at_ms = now_ms + started.elapsed().as_millis() as u64;
+                        self.keep(specs, d, probes, address, at_ms);
+                    }
                 }
-                () = &mut deadline => {
-                    tracing::warn!(
-                        checked = done,
-                        left = total - done,
-                        "the health checks ran out of their round's time; the rest go first next cycle"
-                    );
-                    break;
+                () = &mut deadline, if !closed.load(Ordering::SeqCst) => {
+                    closed.store(true, Ordering::SeqCst);
                 }
             }
+        }
+        if done < total {
+            tracing::warn!(
+                checked = done,
+                left = total - done,
+                "the health checks ran out of their round's time; the rest go first next cycle"
+            );
         }
     }
 

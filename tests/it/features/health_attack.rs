@@ -225,7 +225,7 @@ fn a_check_longer_than_the_round_budget_still_counts() {
     let http = Guest::start(Mode::Bytes(b"HTTP/1.1 200 OK\r\n\r\n".to_vec()));
     let health = format!(
         "    health:\n      http: {{port: {}, path: /}}\n      address: 127.0.0.1\n      \
-         checkTimeout: 30s\n      failures: 1\n",
+         checkTimeout: 21s\n      failures: 1\n",
         http.port
     );
     ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", &health))]);
@@ -381,7 +381,7 @@ fn a_guest_whose_checks_outlast_the_round_does_not_spin_the_daemon() {
     let http = Guest::start(Mode::Hang);
     let health = format!(
         "    health:\n      http: {{port: {}, path: /}}\n      address: 127.0.0.1\n      \
-         checkTimeout: 30s\n",
+         checkTimeout: 21s\n",
         http.port
     );
     ws.commit_specs(&[("web.yaml", spec("web-01", "pve1", "9000", &health))]);

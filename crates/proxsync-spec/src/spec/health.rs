@@ -34,7 +34,7 @@ pub const DEFAULT_TIMEOUT_SECS: u32 = 300;
 /// Default `checkTimeout`: how long one check may take.
 pub const DEFAULT_CHECK_TIMEOUT_SECS: u32 = 5;
 /// The longest `checkTimeout`: a cycle waits for its checks.
-pub const MAX_CHECK_TIMEOUT_SECS: u32 = 60;
+pub const MAX_CHECK_TIMEOUT_SECS: u32 = 30;
 /// Default `failures`: failed checks in a row before a guest that passed counts as unhealthy.
 pub const DEFAULT_FAILURES: u32 = 3;
 /// The longest HTTP path: it goes in one request line.
@@ -382,7 +382,7 @@ mod tests {
             ),
             (
                 "    health: {tcp: {port: 22}, checkTimeout: 2m}\n",
-                "is outside 1s .. 1m",
+                "is outside 1s .. 30s",
             ),
             (
                 "    health: {tcp: {port: 22}, failures: 0}\n",

@@ -588,7 +588,7 @@ fn health_schema() -> Value {
             },
             "address": {"type": "string", "description": "The IP address tcp and http connect to; default the first usable address the guest reports (its agent's, a container's interfaces)."},
             "timeout": duration("How long a guest just created, started or restarted has to pass before a failing check counts (default 5m; 10s to 1d)."),
-            "checkTimeout": duration("How long one check may take (default 5s; 1s to 1m)."),
+            "checkTimeout": duration("How long one check may take (default 5s; 1s to 30s)."),
             "failures": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Failed checks in a row before a guest that passed counts as unhealthy (default 3)."}
         }
     })
