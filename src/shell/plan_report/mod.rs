@@ -1126,7 +1126,7 @@ fn quoted_if_needed(value: &str) -> String {
 /// `rebootPolicy`: who restarts it, and when.
 fn restart_clause(spec: &Spec) -> String {
     let noun = spec.kind().noun();
-    match spec.reboot.mode {
+    let restart = match spec.reboot.mode {
         RebootMode::Never => format!(
             "; needs a restart: rebootPolicy Never leaves it to you (RebootPending until the \
              {noun} is restarted)"
@@ -1141,7 +1141,30 @@ fn restart_clause(spec: &Spec) -> String {
                 .as_ref()
                 .map_or("none set", |w| w.text.as_str())
         ),
+    };
+    restart + &health_clause(spec)
+}
+
+/// What guards a restart of a guest with `health`: the checks that must pass after it.
+fn health_clause(spec: &Spec) -> String {
+    let Some(h) = spec.health.as_deref() else {
+        return String::new();
+    };
+    let mut checks = Vec::new();
+    if h.agent {
+        checks.push("agent ping".to_string());
     }
+    if let Some(port) = h.tcp {
+        checks.push(format!("tcp {port}"));
+    }
+    if let Some(http) = &h.http {
+        checks.push(format!("http GET :{}{}", http.port, http.path));
+    }
+    format!(
+        "; then its health checks ({}) must pass within {}s of its start, or it is Unhealthy",
+        checks.join(", "),
+        h.timeout_secs
+    )
 }
 
 /// The specs of a report's scope that its names select, for `plan NAME...`.

@@ -227,7 +227,7 @@ fn an_update_says_what_waits_for_a_restart_and_who_restarts() {
     assert_eq!(field("tags").get("needsRestart"), None, "{doc}");
 
     // With rebootPolicy IfNeeded, proxsync restarts it.
-    ws.commit_specs(&[("a.yaml", bigger + "    rebootPolicy: IfNeeded\n")]);
+    ws.commit_specs(&[("a.yaml", bigger.clone() + "    rebootPolicy: IfNeeded\n")]);
     let o = stdout(&plan(&ws, &[]));
     let line = o
         .lines()
@@ -235,6 +235,26 @@ fn an_update_says_what_waits_for_a_restart_and_who_restarts() {
         .unwrap_or_else(|| panic!("no update line: {o}"));
     assert!(
         line.ends_with("; needs a restart: proxsync restarts the VM (rebootPolicy IfNeeded)"),
+        "{line}"
+    );
+
+    // With health checks, the plan says what guards the restart.
+    ws.commit_specs(&[(
+        "a.yaml",
+        bigger
+            + "    rebootPolicy: IfNeeded\n    health: {agent: true, tcp: {port: 22}, http: {port: \
+               8080, path: /healthz}, timeout: 2m}\n",
+    )]);
+    let o = stdout(&plan(&ws, &[]));
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("~ update  web-01"))
+        .unwrap_or_else(|| panic!("no update line: {o}"));
+    assert!(
+        line.ends_with(
+            "(rebootPolicy IfNeeded); then its health checks (agent ping, tcp 22, http GET \
+             :8080/healthz) must pass within 120s of its start, or it is Unhealthy"
+        ),
         "{line}"
     );
 }
