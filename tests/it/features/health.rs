@@ -306,3 +306,48 @@ fn a_guest_the_daemon_creates_is_checked_within_seconds() {
     assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
     assert_eq!(ws.condition("web-01", "Ready").0, "True");
 }
+
+/// A container is checked at the address of its network namespace (pve-container's
+/// `.../lxc/{vmid}/interfaces`), its loopback skipped; a check it passes makes it Ready.
+#[test]
+fn a_container_is_checked_at_its_own_address() {
+    let mut pve = Scenario::default()
+        .file(
+            "local",
+            "debian-12-standard_12.7-1_amd64.tar.zst",
+            126_000_000,
+            "vztmpl",
+        )
+        .start();
+    let ws = Workspace::new(&pve);
+    let ct = |health: &str| {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxLXC\nmetadata:\n  name: dns\nspec:\n  \
+             forProvider:\n    site: lab\n    node: pve1\n    template: \
+             local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n    networks:\n      - {{name: \
+             eth0, bridge: vmbr0, ip: 192.0.2.55/24, gateway: 192.0.2.1}}\n    health:\n{health}"
+        )
+    };
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct("      tcp: {port: 53}\n      checkTimeout: 1s\n"),
+    )]);
+    ws.run_once();
+    assert_eq!(pve.cts().len(), 1, "the container is made");
+    ws.run_once();
+    let (_, _, message) = ws.condition("dns", "Healthy");
+    assert!(message.starts_with("container "), "{message}");
+    assert!(message.contains("tcp 192.0.2.55:53: "), "{message}");
+    // A service the daemon reaches, at the address the spec names.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    ws.commit_specs(&[(
+        "dns.yaml",
+        ct(&format!(
+            "      tcp: {{port: {port}}}\n      address: 127.0.0.1\n"
+        )),
+    )]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    assert_eq!(ws.condition("dns", "Healthy").1, "Passing");
+}
