@@ -92,6 +92,29 @@ impl HealthChecks {
         h.finish()
     }
 
+    /// Forgets what the checks found of the guests the actions `results` started (a create's
+    /// start, a start, a restart for a change: a `qmstart`/`vzstart` task in the attempt its
+    /// record noted since `since_ms`): each is checked afresh with its whole `timeout`, and is
+    /// not healthy until it passes. The listed uptime alone cannot tell a restart within
+    /// [`SAME_RUN_MS`] of the last start from a stale listing.
+    pub(crate) fn forget_started(
+        &mut self,
+        results: &[crate::execute::ActionResult],
+        records: &BTreeMap<String, SpecRecord>,
+        since_ms: u64,
+    ) {
+        for name in results.iter().filter_map(|r| r.action.spec()) {
+            let started = (records.get(name))
+                .and_then(|rec| rec.history.first())
+                .filter(|h| h.at_ms >= since_ms)
+                .is_some_and(|h| h.tasks.iter().any(|t| started_task(t)));
+            if started {
+                self.guests.remove(name);
+                self.addresses.remove(name);
+            }
+        }
+    }
+
     /// The specs with `health` whose guest runs on `views` and has not passed its checks in
     /// its current run (not checked in it yet: just created, started or restarted), or is
     /// unhealthy: what the planner counts as not Ready.
@@ -275,6 +298,16 @@ impl HealthChecks {
             log_change(spec, g, before, &d.health, now_ms);
         }
     }
+}
+
+/// Whether a task (its UPID) started a guest.
+fn started_task(upid: &str) -> bool {
+    upid.parse::<crate::pve::Upid>().is_ok_and(|u| {
+        matches!(
+            u.kind.as_str(),
+            "qmstart" | "vzstart" | "qmreboot" | "vzreboot"
+        )
+    })
 }
 
 /// Whether `g` is of the guest `vmid` in its run that began at `boot_ms`.

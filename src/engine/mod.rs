@@ -1002,8 +1002,11 @@ impl Engine {
         });
         // What the actions write is read again after them, not every record.
         self.store.take_written();
+        let acted_at_ms = self.clock.now_ms();
         let results = execute(ctx, actions.to_vec(), &records).await;
         let mut records = self.records_after_acting(records)?;
+        // A guest these actions started is checked afresh, not Ready until it passes.
+        self.health.forget_started(&results, &records, acted_at_ms);
         // The records the actions made keep what they need of their specs from now on.
         self.records_follow_specs(acting.specs, &mut records)?;
         // VMIDs may have been freed and reused by this cycle's deletes and creates: the

@@ -351,3 +351,118 @@ fn a_container_is_checked_at_its_own_address() {
     assert!(ok, "{out}");
     assert_eq!(ws.condition("dns", "Healthy").1, "Passing");
 }
+
+/// A set of ten whose change needs a restart rolls two at a time and waits for health: the next
+/// two go only once the two before pass their checks; a member that does not come back (its
+/// agent never answers within `timeout`) stops the roll, and the members left say which.
+#[test]
+fn a_set_rolls_two_at_a_time_on_health_and_stops_at_a_member_that_does_not_come_back() {
+    let mut pve = Scenario::default().start();
+    // Two reboots a cycle (the default is one per site): maxUnavailable is what holds the roll.
+    let ws = Workspace::with_extra(&pve, "[reconcile]\nmax_parallel_reboots = 2\n");
+    let set = |memory: &str| {
+        format!(
+            "apiVersion: proxsync.io/v1\nkind: ProxmoxVMSet\nmetadata:\n  name: web\nspec:\n  \
+             replicas: 10\n  maxUnavailable: 2\n  namePattern: \"web-{{index:02}}\"\n  \
+             template:\n    forProvider:\n      site: lab\n      node: pve1\n      image: \
+             \"9000\"\n      cpu: 1\n      memory: {memory}\n      disk: 8Gi\n      \
+             rebootPolicy: IfNeeded\n      health: {{agent: true, timeout: 10s, checkTimeout: \
+             1s}}\n"
+        )
+    };
+    ws.commit_specs(&[("web.yaml", set("1Gi"))]);
+    ws.run_once();
+    let vmids: std::collections::BTreeMap<String, u32> = common::engine::owned_vms(&mut pve)
+        .into_iter()
+        .map(|(vmid, name)| (name, vmid as u32))
+        .collect();
+    assert_eq!(vmids.len(), 10, "{vmids:?}");
+    for vmid in vmids.values() {
+        pve.set_vm(*vmid, json!({"agent": {}}));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut d = common::engine::in_process(&ws);
+    let offset = Arc::new(AtomicU64::new(0));
+    let clock_offset = offset.clone();
+    d.engine
+        .set_clock(proxsync::util::clock::Clock::from_fn(move || {
+            proxsync::util::clock::now_ms() + clock_offset.load(Ordering::SeqCst)
+        }));
+    let cycle = |d: &mut common::engine::InProcess| {
+        rt.block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
+            .expect("a cycle");
+    };
+    cycle(&mut d);
+    assert_eq!(ws.condition("web-10", "Ready").0, "True");
+
+    // The change: each member's memory goes pending, and rebootPolicy restarts it.
+    ws.commit_specs(&[("web.yaml", set("2Gi"))]);
+    drop(d);
+    let mut d = common::engine::in_process(&ws);
+    d.engine.set_clock(proxsync::util::clock::Clock::from_fn({
+        let offset = offset.clone();
+        move || proxsync::util::clock::now_ms() + offset.load(Ordering::SeqCst)
+    }));
+    let memory_of = |pve: &mut common::FakePve, name: &str| {
+        let vm = pve.vm(vmids[name]);
+        vm["config"]["memory"]
+            .to_string()
+            .trim_matches('"')
+            .to_string()
+    };
+    let rolled = |pve: &mut common::FakePve| -> Vec<String> {
+        (vmids.keys())
+            .filter(|n| memory_of(pve, n) == "2048")
+            .cloned()
+            .collect()
+    };
+    cycle(&mut d);
+    assert_eq!(
+        rolled(&mut pve),
+        ["web-01", "web-02"],
+        "two, then a wait for their health"
+    );
+    cycle(&mut d);
+    assert_eq!(
+        rolled(&mut pve),
+        ["web-01", "web-02", "web-03", "web-04"],
+        "the two before passed"
+    );
+    // web-03 does not come back: its agent never answers.
+    pve.set_vm(vmids["web-03"], json!({"agent": null}));
+    cycle(&mut d);
+    assert_eq!(
+        rolled(&mut pve),
+        ["web-01", "web-02", "web-03", "web-04", "web-05"],
+        "web-03 still within its timeout counts as down: one more"
+    );
+    offset.fetch_add(11_000, Ordering::SeqCst);
+    cycle(&mut d);
+    cycle(&mut d);
+    assert_eq!(
+        rolled(&mut pve),
+        ["web-01", "web-02", "web-03", "web-04", "web-05"],
+        "stopped at web-03"
+    );
+    let (status, reason, message) = ws.condition("web-03", "Healthy");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unhealthy"),
+        "{message}"
+    );
+    let (_, reason, message) = ws.condition("web-06", "Ready");
+    assert_eq!(reason, "RollingOut", "{message}");
+    assert!(
+        message.contains("roll stopped at member web-03"),
+        "{message}"
+    );
+    // web-03 comes back: the roll goes on, two at a time.
+    pve.set_vm(vmids["web-03"], json!({"agent": {}}));
+    offset.fetch_add(61_000, Ordering::SeqCst);
+    cycle(&mut d);
+    assert_eq!(ws.condition("web-03", "Healthy").1, "Passing");
+    assert_eq!(rolled(&mut pve).len(), 7, "{:?}", rolled(&mut pve));
+}

@@ -161,7 +161,9 @@ impl fmt::Display for ConditionText<'_> {
                 ..
             } => write!(
                 f,
-                "a change needs a reboot or a rebuild, and set {set}'s roll stopped at member                  {member}, whose guest did not pass its health checks after its change (see its                  Healthy): no other member goes down until it passes or a person acts"
+                "a change needs a reboot or a rebuild, and set {set}'s roll stopped at member \
+                 {member}, whose guest did not pass its health checks after its change (see its \
+                 Healthy): no other member goes down until it passes or a person acts"
             ),
             ConditionText::RollingOut {
                 set: Some(set),
