@@ -2473,3 +2473,41 @@ async fn a_nodes_memory_counts_its_running_guests() {
         .unwrap();
     assert_eq!(pve2["mem"].as_u64(), Some(1 << 30), "{pve2}");
 }
+
+// ------------------------------------------------------------------- guest agent
+
+/// An agent call is answered after qemu-server's `assert_agent_available`, in its words and
+/// order: no `agent` in the config first, then a VM not running, then an agent that does not
+/// answer; each text is the `pve::texts` row its meaning says (a guest's state, never load).
+#[tokio::test]
+async fn an_agent_ping_is_refused_as_qemu_server_refuses_it() {
+    use proxsync::pve::texts::{Meaning, recognise};
+    let mut pve = FakePve::start(with_vm(100));
+    let api = Api::new(&pve);
+    let ping = "/nodes/pve1/qemu/100/agent/ping";
+    let refused = |a: &Answer| {
+        assert_eq!(a.status, 500, "{}", a.text);
+        let message = a.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        (recognise(&message).map(|t| t.meaning), message)
+    };
+    let (meaning, message) = refused(&api.post(ping, json!({})).await);
+    assert_eq!(meaning, Some(Meaning::NoAgent), "{message}");
+    pve.set_vm(100, json!({"agent": {}}));
+    let (meaning, message) = refused(&api.post(ping, json!({})).await);
+    assert_eq!(
+        meaning,
+        Some(Meaning::NotRunning),
+        "a stopped VM: {message}"
+    );
+    assert_eq!(message, "VM 100 is not running");
+    pve.set_vm(100, json!({"status": "running", "agent": null}));
+    let (meaning, message) = refused(&api.post(ping, json!({})).await);
+    assert_eq!(meaning, Some(Meaning::AgentDown), "{message}");
+    pve.set_vm(100, json!({"agent": {}}));
+    let a = api.post(ping, json!({})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+}
