@@ -646,10 +646,16 @@ async fn guest_agent_interfaces() {
     let mut pve = FakePve::start(default_scenario());
     let c = client(&pve);
     clone_template(&c, 200, "agent").await;
+    // The clone's config enables no agent: qemu-server says so before anything else.
     let err = c.agent_interfaces("pve1", 200).await.unwrap_err();
-    assert!(
-        err.pve_message().contains("guest agent is not running"),
+    assert_eq!(
+        err.meaning(),
+        Some(proxsync::pve::texts::Meaning::NoAgent),
         "{err}"
+    );
+    assert!(
+        !err.is_overload(),
+        "a guest's state, not the node's load: {err}"
     );
     pve.set_vm(200, json!({"agent": {}, "status": "running"}));
     let ifaces = c.agent_interfaces("pve1", 200).await.unwrap();
