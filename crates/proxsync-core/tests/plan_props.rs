@@ -2063,6 +2063,57 @@ fn a_roll_waits_for_health_and_stops_at_an_unhealthy_member() {
     assert_eq!(recreates(&plan(&w.input())), vec!["web-03", "web-04"]);
 }
 
+/// A member that stopped the roll is down already: the change that may bring it back (a new
+/// image after a broken one) still reaches it. "No *other* member goes down" (docs/health.md);
+/// holding the unhealthy member itself leaves the set stuck until a person rebuilds it by hand.
+#[test]
+fn the_member_that_stopped_the_roll_still_takes_the_change_that_may_fix_it() {
+    use proxsync_core::model::health::Unwell;
+    let mut w = recreate_world(4, Some(IMAGE_OLD));
+    // web-01, made from the old (broken) image, does not pass its checks; the image is fixed.
+    w.unwell.insert("web-01".into(), Unwell::Unhealthy);
+    let p = plan(&w.input());
+    assert_eq!(
+        recreates(&p),
+        vec!["web-01"],
+        "{:?}",
+        p.verdicts.get("web-01")
+    );
+    assert_eq!(
+        p.verdicts.get("web-02"),
+        Some(&Verdict::RollingOut {
+            set: Some("web".into()),
+            max_unavailable: 2,
+            stopped_by: Some("web-01".into()),
+        })
+    );
+}
+
+/// The same for a spec of its own (`imagePolicy: Recreate`, no set): its rebuilds roll one at
+/// a time per site, and a guest that does not pass on the old image is still rebuilt from the
+/// new one, not held by itself (`RollingOut`, "stopped at" its own name).
+#[test]
+fn an_unhealthy_spec_of_its_own_is_still_rebuilt_from_a_new_image() {
+    use proxsync_core::model::health::Unwell;
+    let mut w = recreate_world(3, Some(IMAGE_OLD));
+    let specs: Vec<Spec> = (w.desired.iter())
+        .map(|s| Spec {
+            set: None,
+            ..s.clone()
+        })
+        .collect();
+    w.desired = specs.into_iter().collect();
+    assert_eq!(recreates(&plan(&w.input())), vec!["web-01"], "one per site");
+    w.unwell.insert("web-01".into(), Unwell::Unhealthy);
+    let p = plan(&w.input());
+    assert_eq!(
+        recreates(&p),
+        vec!["web-01"],
+        "{:?}",
+        p.verdicts.get("web-01")
+    );
+}
+
 fn recreates(p: &Plan) -> Vec<&str> {
     (p.actions.iter())
         .filter(|a| matches!(a, Action::Recreate { .. }))
