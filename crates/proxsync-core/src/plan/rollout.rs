@@ -103,6 +103,9 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
             stopped_by,
         } = roll;
         members.sort_unstable();
+        // An unhealthy member is down already: the change that may bring it back (a fixed
+        // template or image) still reaches it, and takes no room.
+        members.retain(|(_, name)| input.unwell.get(*name) != Some(&Unwell::Unhealthy));
         // An unhealthy member stops the roll: no other member goes down until it passes.
         let room = match stopped_by {
             Some(_) => 0,
