@@ -8,6 +8,7 @@ mod doctor;
 mod exercise;
 mod health;
 mod health_attack;
+mod health_attack2;
 mod images;
 mod import;
 mod inventory;
