@@ -654,6 +654,23 @@ mod tests {
         }
     }
 
+    /// An HA-managed guest is started through the HA manager: PVE answers a start (and the
+    /// start after a stop for a change, a container's reboot under HA) with a `hastart` task,
+    /// which starts the guest as `qmstart`/`vzstart` do; its earlier answers are not its new run's.
+    #[test]
+    fn an_ha_start_is_a_start() {
+        for kind in ["qmstart", "vzstart", "qmreboot", "vzreboot", "hastart"] {
+            let upid =
+                format!("UPID:pve1:000A1A2B:0B3C4C5D:67C2F0A0:{kind}:101:proxsync@pve!gitops:");
+            assert!(started_task(&upid), "{kind}");
+        }
+        for kind in ["qmshutdown", "hastop", "qmconfig", "qmigrate"] {
+            let upid =
+                format!("UPID:pve1:000A1A2B:0B3C4C5D:67C2F0A0:{kind}:101:proxsync@pve!gitops:");
+            assert!(!started_task(&upid), "{kind}");
+        }
+    }
+
     #[test]
     fn an_ipv6_host_is_bracketed() {
         assert_eq!(
