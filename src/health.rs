@@ -305,7 +305,7 @@ fn started_task(upid: &str) -> bool {
     upid.parse::<crate::pve::Upid>().is_ok_and(|u| {
         matches!(
             u.kind.as_str(),
-            "qmstart" | "vzstart" | "qmreboot" | "vzreboot"
+            "qmstart" | "vzstart" | "qmreboot" | "vzreboot" | "hastart"
         )
     })
 }
