@@ -54,6 +54,9 @@ pub(crate) struct HealthChecks {
     /// The address each spec's guest is checked at (not the spec's own), read from the guest
     /// once and again after a failure.
     addresses: HashMap<String, IpAddr>,
+    /// When this daemon's actions started each spec's guest (unix ms, [`forget_started`]):
+    /// the run began then at the earliest, whatever a listing not updated yet says.
+    started: HashMap<String, u64>,
 }
 
 /// One guest to check this round (owned: each is checked in a task of its own).
@@ -111,19 +114,41 @@ impl HealthChecks {
             if started {
                 self.guests.remove(name);
                 self.addresses.remove(name);
+                self.started.insert(name.to_string(), since_ms);
             }
         }
+    }
+
+    /// When the guest of spec `name` listed as started at `listed_ms` began its run: no
+    /// earlier than this daemon started it, while the listing (pvestatd's, updated every 10 s)
+    /// still shows the run before.
+    fn boot_of(&self, name: &str, listed_ms: u64) -> u64 {
+        match self.started.get(name) {
+            Some(&at) if listed_ms.saturating_add(SAME_RUN_MS) < at => at,
+            _ => listed_ms,
+        }
+    }
+
+    /// What the checks found of `spec`'s guest `vmid` in its current run, listed as started at
+    /// `listed_ms` on a view taken this cycle (`fresh`); on a view of an earlier cycle (a site a
+    /// push did not look at) its uptime is as old as the view, so the guest is matched by VMID
+    /// alone.
+    fn current(&self, name: &str, vmid: u32, listed_ms: u64, fresh: bool) -> Option<&GuestHealth> {
+        let g = self.guests.get(name).filter(|g| g.vmid == vmid)?;
+        (!fresh || same_run(g, vmid, self.boot_of(name, listed_ms))).then_some(g)
     }
 
     /// The specs with `health` whose guest runs on `views` and has not passed its checks in
     /// its current run (not checked in it yet: just created, started or restarted), or is
     /// unhealthy: what the planner counts as not Ready.
+    /// `fresh`: whether a site's view was taken this cycle.
     pub(crate) fn unwell(
         &self,
         specs: &SpecSet,
         views: &BTreeMap<String, SiteView>,
         records: &BTreeMap<String, SpecRecord>,
         now_ms: u64,
+        fresh: impl Fn(&str) -> bool,
     ) -> BTreeMap<String, Unwell> {
         specs
             .specs
@@ -131,8 +156,7 @@ impl HealthChecks {
             .filter_map(|s| {
                 let h = s.health.as_deref()?;
                 let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
-                let verdict = (self.guests.get(&s.name))
-                    .filter(|g| same_run(g, vmid, boot_ms))
+                let verdict = (self.current(&s.name, vmid, boot_ms, fresh(&s.site)))
                     .map(|g| g.verdict(h, now_ms));
                 let unwell = match verdict {
                     Some(v) => v.unwell()?,
@@ -152,6 +176,7 @@ impl HealthChecks {
         views: &BTreeMap<String, SiteView>,
         records: &BTreeMap<String, SpecRecord>,
         now_ms: u64,
+        fresh: impl Fn(&str) -> bool,
     ) -> Option<u64> {
         specs
             .specs
@@ -159,10 +184,7 @@ impl HealthChecks {
             .filter_map(|s| {
                 let h = s.health.as_deref()?;
                 let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
-                let g = self
-                    .guests
-                    .get(&s.name)
-                    .filter(|g| same_run(g, vmid, boot_ms));
+                let g = self.current(&s.name, vmid, boot_ms, fresh(&s.site));
                 // Not checked in this run (just started, or left over by a round out of time).
                 let Some(g) = g.filter(|g| !g.probes.is_empty()) else {
                     return Some(now_ms + FIRST_CHECK_MS);
@@ -189,10 +211,15 @@ impl HealthChecks {
             let Some(health) = spec.health.as_deref() else {
                 continue;
             };
-            let Some((vmid, node, boot_ms)) = running_guest(spec, views, records, now_ms) else {
+            let Some((vmid, node, listed_ms)) = running_guest(spec, views, records, now_ms) else {
                 continue;
             };
             checked.insert(spec.name.as_str());
+            let boot_ms = self.boot_of(&spec.name, listed_ms);
+            if boot_ms == listed_ms {
+                // The listing shows the run this daemon started (or none was): it is the truth.
+                self.started.remove(&spec.name);
+            }
             let g = self.guests.get(&spec.name);
             if !g.is_some_and(|g| same_run(g, vmid, boot_ms)) {
                 self.guests
@@ -219,6 +246,8 @@ impl HealthChecks {
         self.guests
             .retain(|name, _| checked.contains(name.as_str()));
         self.addresses
+            .retain(|name, _| checked.contains(name.as_str()));
+        self.started
             .retain(|name, _| checked.contains(name.as_str()));
         if due.is_empty() {
             return;

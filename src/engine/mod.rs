@@ -187,9 +187,13 @@ struct PlanBasis<'a> {
     suspensions: &'a Suspensions,
     /// Per (image, node): why guests of that node cannot be made from the image yet.
     images_waiting: &'a BTreeMap<(String, String), String>,
-    /// The guests' health checks: a running guest that has not passed its checks on the views
-    /// planned from is not Ready (`None`: every guest counts as healthy).
-    health: Option<&'a crate::health::HealthChecks>,
+    /// The guests' health checks, and the sites whose views this cycle took (another's are an
+    /// earlier cycle's): a running guest that has not passed its checks on the views planned
+    /// from is not Ready (`None`: every guest counts as healthy).
+    health: Option<(
+        &'a crate::health::HealthChecks,
+        &'a BTreeMap<String, Arc<SiteCtx>>,
+    )>,
 }
 
 /// Each set's members, by set name.
@@ -239,7 +243,11 @@ impl PlanBasis<'_> {
     ) -> Plan {
         let images = self.specs.images_by_name();
         let unwell = (self.health)
-            .map(|h| h.unwell(self.specs, sites, records, now_ms))
+            .map(|(h, fresh)| {
+                h.unwell(self.specs, sites, records, now_ms, |s| {
+                    fresh.contains_key(s)
+                })
+            })
             .unwrap_or_default();
         plan(&PlanInput {
             install_id: &self.config.install_id,
@@ -709,7 +717,9 @@ impl Engine {
                 until_ms = last.until_ms,
                 "nothing changed: the last cycle's plan and statuses hold"
             );
-            let due = self.health.next_due_ms(specs, &views, &records, now_ms);
+            let due = (self.health).next_due_ms(specs, &views, &records, now_ms, |s| {
+                observed_sites.contains_key(s)
+            });
             let report = self
                 .keep_last_cycle(&last.report, specs, commit, &views, started)
                 .map(|r| wake_for_health(r, due));
@@ -738,7 +748,7 @@ impl Engine {
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: &suspensions,
             images_waiting: &images_waiting,
-            health: Some(&self.health),
+            health: Some((&self.health, &observed_sites)),
         };
         let mut first = basis.plan(&views, &records, &orphans_seen, now_ms);
         if let Some(scope) = &scope {
@@ -844,7 +854,9 @@ impl Engine {
             started,
         )?;
         // On the look after the actions: a guest this cycle created or restarted is checked soon.
-        let health_due = self.health.next_due_ms(specs, &views, &records, now_ms);
+        let health_due = (self.health).next_due_ms(specs, &views, &records, now_ms, |s| {
+            observed_sites.contains_key(s)
+        });
         self.records = Some(records);
         self.last_look = Some(look(views));
         let next_attempt_ms = match waves_left {
@@ -1036,7 +1048,7 @@ impl Engine {
             rewind: self.source_rewind.as_ref().map(|r| &r.batch),
             suspensions: acting.suspensions,
             images_waiting: acting.images_waiting,
-            health: Some(&self.health),
+            health: Some((&self.health, observed_sites)),
         };
         let after = basis.plan(&views, &records, &orphans_seen, self.clock.now_ms());
         Ok((results, after, views, records))
