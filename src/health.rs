@@ -205,50 +205,9 @@ impl HealthChecks {
         sites: &BTreeMap<String, Arc<SiteCtx<P>>>,
         now_ms: u64,
     ) {
-        let mut due: Vec<(u64, &str, Due)> = Vec::new();
-        let mut checked = std::collections::HashSet::new();
-        for spec in &specs.specs {
-            let Some(health) = spec.health.as_deref() else {
-                continue;
-            };
-            let Some((vmid, node, listed_ms)) = running_guest(spec, views, records, now_ms) else {
-                continue;
-            };
-            checked.insert(spec.name.as_str());
-            let boot_ms = self.boot_of(&spec.name, listed_ms);
-            if boot_ms == listed_ms {
-                // The listing shows the run this daemon started (or none was): it is the truth.
-                self.started.remove(&spec.name);
-            }
-            let g = self.guests.get(&spec.name);
-            if !g.is_some_and(|g| same_run(g, vmid, boot_ms)) {
-                self.guests
-                    .insert(spec.name.clone(), GuestHealth::new(vmid, boot_ms));
-                self.addresses.remove(&spec.name);
-            }
-            let g = &self.guests[&spec.name];
-            let (at, _) = due_at(g, health, now_ms);
-            if (at <= now_ms || checked_other(g, health)) && sites.contains_key(&spec.site) {
-                due.push((
-                    g.checked_ms,
-                    &spec.site,
-                    Due {
-                        spec: spec.name.clone(),
-                        kind: spec.kind(),
-                        health: health.clone(),
-                        node,
-                        vmid,
-                        address: health.address.or(self.addresses.get(&spec.name).copied()),
-                    },
-                ));
-            }
-        }
-        self.guests
-            .retain(|name, _| checked.contains(name.as_str()));
-        self.addresses
-            .retain(|name, _| checked.contains(name.as_str()));
-        self.started
-            .retain(|name, _| checked.contains(name.as_str()));
+        let mut due = self.due(specs, views, records, now_ms, |site| {
+            sites.contains_key(site)
+        });
         if due.is_empty() {
             return;
         }
@@ -298,6 +257,64 @@ impl HealthChecks {
                 "the health checks ran out of their round's time; the rest go first next cycle"
             );
         }
+    }
+
+    /// The guests due this round, with when each was last checked, and its site (those of
+    /// `checkable` sites only); forgets the guests no longer checked (not running, gone,
+    /// another VMID) and starts afresh those in another run.
+    fn due<'s>(
+        &mut self,
+        specs: &'s SpecSet,
+        views: &BTreeMap<String, SiteView>,
+        records: &BTreeMap<String, SpecRecord>,
+        now_ms: u64,
+        checkable: impl Fn(&str) -> bool,
+    ) -> Vec<(u64, &'s str, Due)> {
+        let mut due: Vec<(u64, &str, Due)> = Vec::new();
+        let mut checked = std::collections::HashSet::new();
+        for spec in &specs.specs {
+            let Some(health) = spec.health.as_deref() else {
+                continue;
+            };
+            let Some((vmid, node, listed_ms)) = running_guest(spec, views, records, now_ms) else {
+                continue;
+            };
+            checked.insert(spec.name.as_str());
+            let boot_ms = self.boot_of(&spec.name, listed_ms);
+            if boot_ms == listed_ms {
+                // The listing shows the run this daemon started (or none was): it is the truth.
+                self.started.remove(&spec.name);
+            }
+            let g = self.guests.get(&spec.name);
+            if !g.is_some_and(|g| same_run(g, vmid, boot_ms)) {
+                self.guests
+                    .insert(spec.name.clone(), GuestHealth::new(vmid, boot_ms));
+                self.addresses.remove(&spec.name);
+            }
+            let g = &self.guests[&spec.name];
+            let (at, _) = due_at(g, health, now_ms);
+            if (at <= now_ms || checked_other(g, health)) && checkable(&spec.site) {
+                due.push((
+                    g.checked_ms,
+                    &spec.site,
+                    Due {
+                        spec: spec.name.clone(),
+                        kind: spec.kind(),
+                        health: health.clone(),
+                        node,
+                        vmid,
+                        address: health.address.or(self.addresses.get(&spec.name).copied()),
+                    },
+                ));
+            }
+        }
+        self.guests
+            .retain(|name, _| checked.contains(name.as_str()));
+        self.addresses
+            .retain(|name, _| checked.contains(name.as_str()));
+        self.started
+            .retain(|name, _| checked.contains(name.as_str()));
+        due
     }
 
     /// Keeps what a guest's round found, and the address it was checked at when all passed.
