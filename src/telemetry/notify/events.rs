@@ -787,6 +787,59 @@ mod tests {
         assert_eq!(states(&e), vec![(CommitState::Success, vec![])]);
     }
 
+    /// A guest that fails its health checks is told once, as it becomes unhealthy (with
+    /// `Healthy`'s message), not at every cycle it stays so; it is told again only after it
+    /// passed (its recovery is `spec_ready`). A restart repeats nothing the status files showed.
+    #[test]
+    fn an_unhealthy_guest_is_told_once_and_its_recovery_as_ready() {
+        let unhealthy = |m: &'static str| SpecFacts {
+            ready: false,
+            unhealthy: Some(m),
+            ..ready()
+        };
+        let mut t = Tracker::default();
+        t.observe(&cycle(C1, &[("web", ready(), "h1")]));
+        let e = t.observe(&cycle(C1, &[("web", unhealthy("tcp refused"), "h1")]));
+        assert!(
+            e.contains(&Event::SpecUnhealthy {
+                spec: "web".into(),
+                kind: GuestKind::Qemu,
+                message: "tcp refused".into(),
+            }),
+            "{e:?}"
+        );
+        let e = t.observe(&cycle(C1, &[("web", unhealthy("tcp timed out"), "h1")]));
+        assert!(
+            !e.iter().any(|e| matches!(e, Event::SpecUnhealthy { .. })),
+            "still unhealthy, another answer: {e:?}"
+        );
+        let e = t.observe(&cycle(C1, &[("web", ready(), "h1")]));
+        assert!(
+            e.contains(&Event::SpecReady { spec: "web".into() }),
+            "{e:?}"
+        );
+        let e = t.observe(&cycle(C1, &[("web", unhealthy("tcp refused"), "h1")]));
+        assert!(
+            e.iter().any(|e| matches!(e, Event::SpecUnhealthy { .. })),
+            "{e:?}"
+        );
+
+        let mut b = Baseline::default();
+        b.specs.insert(
+            "web".into(),
+            SpecMemory {
+                unhealthy: true,
+                ..SpecMemory::default()
+            },
+        );
+        let mut t = Tracker::from_baseline(b);
+        let e = t.observe(&cycle(C1, &[("web", unhealthy("tcp refused"), "h1")]));
+        assert!(
+            !e.iter().any(|e| matches!(e, Event::SpecUnhealthy { .. })),
+            "the status files showed it before the restart: {e:?}"
+        );
+    }
+
     /// A resumed spec's event names what proxsync acts on again: its guest's kind.
     #[test]
     fn a_resumed_spec_names_its_guests_kind() {
