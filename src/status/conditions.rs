@@ -543,13 +543,18 @@ fn ready_and_reconciling(
             Reason::WaitingForImage,
             ConditionText::WaitingForImage { kind, image, why },
         ),
-        Some(Verdict::WaitingForDependencies { on, elsewhere }) => both(
+        Some(Verdict::WaitingForDependencies {
+            on,
+            elsewhere,
+            not_healthy,
+        }) => both(
             S::True,
             Reason::WaitingForDependencies,
             ConditionText::WaitingForDependencies {
                 kind,
                 on,
                 elsewhere: *elsewhere,
+                not_healthy: *not_healthy,
             },
         ),
         Some(Verdict::Suspended {

@@ -4438,6 +4438,7 @@ fn waiting_on(on: &str) -> Verdict {
     Verdict::WaitingForDependencies {
         on: on.into(),
         elsewhere: false,
+        not_healthy: false,
     }
 }
 
@@ -4474,6 +4475,23 @@ fn a_create_waits_until_every_dependency_is_ready() {
         vec![("Create", Some("solo")), ("Converge", Some("dns"))]
     );
     assert!(p.removals_waiting.is_empty(), "{p:?}");
+    // Both match their specs, and db's guest has not passed its health checks: it is not
+    // Ready, and the wait says why.
+    w.vms_mut().get_mut(&102).unwrap().cpus = Some(2);
+    w.unwell
+        .insert("db".into(), proxsync_core::model::health::Unwell::Pending);
+    let p = plan(&w.input());
+    assert_eq!(
+        p.verdicts["web"],
+        Verdict::WaitingForDependencies {
+            on: "db".into(),
+            elsewhere: false,
+            not_healthy: true,
+        }
+    );
+    assert_eq!(acts(&p), vec![("Create", Some("solo"))]);
+    w.unwell.clear();
+    assert_eq!(plan(&w.input()).verdicts["web"], Verdict::Acting);
 }
 
 /// Of a spec whose dependency is not Ready, only what starts its VM waits: a start or a reboot;
@@ -4560,7 +4578,8 @@ fn a_dependency_on_another_installs_spec_says_it_is_never_seen_ready() {
         p.verdicts["web"],
         Verdict::WaitingForDependencies {
             on: "theirs".into(),
-            elsewhere: true
+            elsewhere: true,
+            not_healthy: false,
         }
     );
 }

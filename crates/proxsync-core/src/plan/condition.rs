@@ -210,6 +210,8 @@ pub enum ConditionText<'a> {
         on: &'a str,
         /// Whether one is another install's spec.
         elsewhere: bool,
+        /// Its guest runs but has not passed its health checks.
+        not_healthy: bool,
     },
     /// Suspended: proxsync takes no action.
     SuspendedNoAction {

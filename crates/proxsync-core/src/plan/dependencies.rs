@@ -93,6 +93,7 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
             spec.name.clone(),
             Verdict::WaitingForDependencies {
                 elsewhere: input.elsewhere.contains(&on),
+                not_healthy: input.unwell.contains_key(&on),
                 on,
             },
         );

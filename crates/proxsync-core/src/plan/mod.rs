@@ -541,6 +541,10 @@ pub enum Verdict {
         /// sees it Ready, so the wait lasts until the spec stops naming it.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         elsewhere: bool,
+        /// `on`'s guest runs and matches its spec but has not passed its health checks
+        /// (`spec.health`).
+        #[serde(rename = "notHealthy", skip_serializing_if = "std::ops::Not::not")]
+        not_healthy: bool,
     },
     /// The spec is a member of set `set`, and rebooting or rebuilding it for a change now would
     /// make more than `max_unavailable` of its members unavailable: it waits for its turn. Without

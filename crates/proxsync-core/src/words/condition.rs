@@ -189,11 +189,16 @@ impl fmt::Display for ConditionText<'_> {
                 kind,
                 on,
                 elsewhere,
+                not_healthy,
             } => {
+                let why = match not_healthy {
+                    true => ", and its guest has not passed its health checks yet",
+                    false => "",
+                };
                 write!(
                     f,
-                    "waiting for {on} to be Ready (dependsOn): the {} is not created, started or \
-                     rebooted until then",
+                    "waiting for {on} to be Ready (dependsOn){why}: the {} is not created, \
+                     started or rebooted until then",
                     kind.noun()
                 )?;
                 if elsewhere {

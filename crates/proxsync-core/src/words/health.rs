@@ -231,6 +231,17 @@ mod tests {
                 never_passed: false,
             }),
         };
+        let waiting = ConditionText::WaitingForDependencies {
+            kind: GuestKind::Qemu,
+            on: "db-01",
+            elsewhere: false,
+            not_healthy: true,
+        };
+        assert_eq!(
+            waiting.to_string(),
+            "waiting for db-01 to be Ready (dependsOn), and its guest has not passed its health \
+             checks yet: the VM is not created, started or rebooted until then"
+        );
         assert_eq!(
             not_ready.to_string(),
             "container 101 matches the spec but is not healthy; see Healthy"

@@ -159,9 +159,17 @@ fn line(verdict: &Verdict, kind: GuestKind, rec: Option<&SpecRecord>, now_ms: u6
         Verdict::WaitingForImage { image, why } => {
             format!("waits for image {image} before its {noun} is created: {why}")
         }
-        Verdict::WaitingForDependencies { on, elsewhere } => format!(
-            "waits for {on} to be Ready (dependsOn) before its {noun} is created, started or \
+        Verdict::WaitingForDependencies {
+            on,
+            elsewhere,
+            not_healthy,
+        } => format!(
+            "waits for {on} to be Ready (dependsOn{}) before its {noun} is created, started or \
              rebooted{}",
+            match not_healthy {
+                true => ": it has not passed its health checks",
+                false => "",
+            },
             match elsewhere {
                 true => "; it is another install's spec, never seen Ready here",
                 false => "",
