@@ -138,10 +138,28 @@ impl HealthChecks {
         (!fresh || same_run(g, vmid, self.boot_of(name, listed_ms))).then_some(g)
     }
 
+    /// Each spec with `health` whose guest runs on `views`, with what the checks found of it in
+    /// its current run (`None`: not checked in it yet). `fresh`: whether a site's view was
+    /// taken this cycle.
+    fn running<'a>(
+        &'a self,
+        specs: &'a SpecSet,
+        views: &'a BTreeMap<String, SiteView>,
+        records: &'a BTreeMap<String, SpecRecord>,
+        now_ms: u64,
+        fresh: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a Spec, &'a Health, Option<&'a GuestHealth>)> + 'a {
+        specs.specs.iter().filter_map(move |s| {
+            let h = s.health.as_deref()?;
+            let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
+            let g = self.current(&s.name, vmid, boot_ms, fresh(&s.site));
+            Some((s, h, g))
+        })
+    }
+
     /// The specs with `health` whose guest runs on `views` and has not passed its checks in
     /// its current run (not checked in it yet: just created, started or restarted), or is
     /// unhealthy: what the planner counts as not Ready.
-    /// `fresh`: whether a site's view was taken this cycle.
     pub(crate) fn unwell(
         &self,
         specs: &SpecSet,
@@ -150,16 +168,10 @@ impl HealthChecks {
         now_ms: u64,
         fresh: impl Fn(&str) -> bool,
     ) -> BTreeMap<String, Unwell> {
-        specs
-            .specs
-            .iter()
-            .filter_map(|s| {
-                let h = s.health.as_deref()?;
-                let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
-                let verdict = (self.current(&s.name, vmid, boot_ms, fresh(&s.site)))
-                    .map(|g| g.verdict(h, now_ms));
-                let unwell = match verdict {
-                    Some(v) => v.unwell()?,
+        self.running(specs, views, records, now_ms, fresh)
+            .filter_map(|(s, h, g)| {
+                let unwell = match g {
+                    Some(g) => g.verdict(h, now_ms).unwell()?,
                     None => Unwell::Pending,
                 };
                 Some((s.name.clone(), unwell))
@@ -169,7 +181,8 @@ impl HealthChecks {
 
     /// When the next guest is due (unix ms) on `views` (the look after a cycle's actions): the
     /// daemon wakes for it. A running guest not checked in its current run (just created,
-    /// started or restarted) is due in [`FIRST_CHECK_MS`]; a healthy one wakes nothing.
+    /// started or restarted, or left over by a round out of time) is due in
+    /// [`FIRST_CHECK_MS`]; a healthy one wakes nothing.
     pub(crate) fn next_due_ms(
         &self,
         specs: &SpecSet,
@@ -178,19 +191,13 @@ impl HealthChecks {
         now_ms: u64,
         fresh: impl Fn(&str) -> bool,
     ) -> Option<u64> {
-        specs
-            .specs
-            .iter()
-            .filter_map(|s| {
-                let h = s.health.as_deref()?;
-                let (vmid, _, boot_ms) = running_guest(s, views, records, now_ms)?;
-                let g = self.current(&s.name, vmid, boot_ms, fresh(&s.site));
-                // Not checked in this run (just started, or left over by a round out of time).
-                let Some(g) = g.filter(|g| !g.probes.is_empty()) else {
-                    return Some(now_ms + FIRST_CHECK_MS);
-                };
-                let (at, wake) = due_at(g, h, now_ms);
-                wake.then_some(at.max(now_ms))
+        self.running(specs, views, records, now_ms, fresh)
+            .filter_map(|(_, h, g)| match g.filter(|g| !g.probes.is_empty()) {
+                None => Some(now_ms + FIRST_CHECK_MS),
+                Some(g) => {
+                    let (at, wake) = due_at(g, h, now_ms);
+                    wake.then_some(at.max(now_ms))
+                }
             })
             .min()
     }
