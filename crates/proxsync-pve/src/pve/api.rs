@@ -573,6 +573,21 @@ pub(super) fn seg(s: &str) -> Result<&str, Error> {
     Ok(s)
 }
 
+/// `name` if PVE takes it as a snapshot name (`pve-configid`: a letter, then letters, digits,
+/// `-` and `_`; at most 40; not `current`, which names the guest's own state).
+pub fn snapshot_name(name: &str) -> Result<&str, Error> {
+    let mut bytes = name.bytes();
+    let first = bytes.next().is_some_and(|b| b.is_ascii_alphabetic());
+    let rest = bytes.all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if first && rest && (2..=40).contains(&name.len()) && name != "current" {
+        return Ok(name);
+    }
+    Err(Error::Setup(format!(
+        "{name:?} is no snapshot name PVE takes (a letter, then letters, digits, '-' or '_'; 2 \
+         to 40 characters)"
+    )))
+}
+
 pub(super) fn flag(b: bool) -> String {
     if b { "1" } else { "0" }.to_string()
 }
@@ -1271,6 +1286,83 @@ impl Client {
     ) -> Result<Vec<AgentInterface>, Error> {
         self.guest_interfaces(node, crate::guest::GuestKind::Qemu, vmid)
             .await
+    }
+
+    /// `GET .../{qemu,lxc}/{vmid}/snapshot`: at once; the guest's snapshots, without the entry
+    /// `current` (the guest's own state). Needs `VM.Audit`.
+    pub async fn snapshots(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<Snapshot>, Error> {
+        let path = format!("/nodes/{}/{kind}/{vmid}/snapshot", seg(node)?);
+        let listed: Vec<Snapshot> = self.get(&path, &[]).await?;
+        Ok(listed.into_iter().filter(|s| s.name != "current").collect())
+    }
+
+    /// `POST .../{qemu,lxc}/{vmid}/snapshot`: a `qmsnapshot`/`vzsnapshot` task, taken without
+    /// the RAM state (`vmstate` off: a rollback boots the guest afresh). Needs `VM.Snapshot`.
+    /// PVE refuses it on a storage that cannot snapshot (`snapshot feature is not available`,
+    /// `Meaning::SnapshotUnsupported`) and a name taken (`Meaning::SnapshotExists`).
+    pub async fn snapshot(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        description: &str,
+    ) -> Result<Upid, Error> {
+        let path = format!("/nodes/{}/{kind}/{vmid}/snapshot", seg(node)?);
+        let form = [
+            ("snapname", snapshot_name(name)?.to_string()),
+            ("description", description.to_string()),
+        ];
+        let upid: String = self.post(&path, &form).await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    /// `POST .../snapshot/{name}/rollback` with `start=1`: a `qmrollback`/`vzrollback` task
+    /// that stops the guest, puts back the snapshot's disks and config (PVE keeps the
+    /// description, so the marker stays) and starts it. Needs `VM.Snapshot` and
+    /// `VM.Snapshot.Rollback`; refused before sending without the gate's permit for it.
+    pub async fn rollback(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        permit: &Permit,
+    ) -> Result<Upid, Error> {
+        crate::pve::permit::check_rollback(vmid, name, permit).map_err(Error::NotPermitted)?;
+        let path = format!(
+            "/nodes/{}/{kind}/{vmid}/snapshot/{}/rollback",
+            seg(node)?,
+            snapshot_name(name)?
+        );
+        let upid: String = self.post(&path, &[("start", flag(true))]).await?;
+        self.task_started("POST", &path, upid)
+    }
+
+    /// `DELETE .../snapshot/{name}`: a `qmdelsnapshot`/`vzdelsnapshot` task. Needs
+    /// `VM.Snapshot`; refused before sending without the gate's permit for it.
+    pub async fn delete_snapshot(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        permit: &Permit,
+    ) -> Result<Upid, Error> {
+        crate::pve::permit::check_delete_snapshot(vmid, name, permit)
+            .map_err(Error::NotPermitted)?;
+        let path = format!(
+            "/nodes/{}/{kind}/{vmid}/snapshot/{}",
+            seg(node)?,
+            snapshot_name(name)?
+        );
+        let upid: String = self.delete(&path, &[]).await?;
+        self.task_started("DELETE", &path, upid)
     }
 
     /// `POST .../agent/ping`: at once; `Ok` when the VM's guest agent answers. Fails (500) with

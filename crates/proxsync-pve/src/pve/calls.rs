@@ -13,8 +13,8 @@ use super::ha::{AffinityKind, AffinityParams, HaAffinity, HaParams, HaResource};
 use super::migrate::MigratePrecondition;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, Listing,
-    NetworkInterface, NodeResources, NodeStorage, PendingEntry, StorageVolume, TaskListEntry,
-    Version, VmConfig,
+    NetworkInterface, NodeResources, NodeStorage, PendingEntry, Snapshot, StorageVolume,
+    TaskListEntry, Version, VmConfig,
 };
 use super::{Client, CloneRequest, Download, Error, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
@@ -189,6 +189,23 @@ pve_calls! {
     fn active_vm_tasks(&self, node: &str, vmid: u32) -> Vec<TaskListEntry>;
     /// `GET /nodes/{node}/tasks?source=active`.
     fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
+    /// `GET .../{qemu,lxc}/{vmid}/snapshot`, without `current`.
+    fn snapshots(&self, node: &str, kind: GuestKind, vmid: u32) -> Vec<Snapshot>;
+    /// `POST .../{qemu,lxc}/{vmid}/snapshot`: a `qmsnapshot`/`vzsnapshot` task (no RAM state).
+    fn snapshot(&self, node: &str, kind: GuestKind, vmid: u32, name: &str, description: &str) -> Upid;
+    /// `POST .../snapshot/{name}/rollback` with `start=1`, with the gate's permit: a
+    /// `qmrollback`/`vzrollback` task.
+    fn rollback(&self, node: &str, kind: GuestKind, vmid: u32, name: &str, permit: &Permit) -> Upid;
+    /// `DELETE .../snapshot/{name}`, with the gate's permit: a `qmdelsnapshot`/`vzdelsnapshot`
+    /// task.
+    fn delete_snapshot(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        permit: &Permit,
+    ) -> Upid;
     /// `POST .../agent/ping`.
     fn agent_ping(&self, node: &str, vmid: u32) -> ();
     /// `GET .../agent/network-get-interfaces`.

@@ -45,13 +45,14 @@ use super::migrate::MigratePrecondition;
 use super::task::classify_exit;
 use super::types::{
     AgentInterface, ClusterHealth, ClusterStatusEntry, DatacenterOptions, GuestType, ListedStatus,
-    Listing, NetworkInterface, NodeResource, NodeResources, NodeStorage, PendingEntry,
+    Listing, NetworkInterface, NodeResource, NodeResources, NodeStorage, PendingEntry, Snapshot,
     StorageVolume, TaskListEntry, Version, VmConfig, VmResource, split_tags,
 };
 use super::{CloneRequest, Error, Pve, TaskOutcome, Upid, VmParams};
 use crate::guest::GuestKind;
 use crate::pve::permit::{
-    Permit, check_delete_vm, check_delete_volume, check_remove_affinity, check_remove_ha_resource,
+    Permit, check_delete_snapshot, check_delete_vm, check_delete_volume, check_remove_affinity,
+    check_remove_ha_resource, check_rollback,
 };
 use crate::util::clock::Clock;
 
@@ -145,6 +146,9 @@ struct State {
     node_memory: BTreeMap<String, (u64, u64)>,
     /// How long tasks of a type run before they end `OK` by themselves (tokio's time).
     task_durations: HashMap<String, Duration>,
+    /// Each guest's snapshots, oldest first: name and the config then (no description: a
+    /// rollback keeps the guest's, as PVE's `__snapshot_apply_config` does).
+    snapshots: BTreeMap<u32, Vec<(String, BTreeMap<String, String>)>>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -210,6 +214,7 @@ impl FakePve {
                 ct_volumes: BTreeMap::new(),
                 node_memory: BTreeMap::new(),
                 task_durations: HashMap::new(),
+                snapshots: BTreeMap::new(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -838,6 +843,12 @@ impl State {
     }
 
     /// A task that fails at once with `exit`, changing nothing (a check in PVE's worker).
+    /// The config snapshot `name` of guest `vmid` holds.
+    fn snapshot_config(&self, vmid: u32, name: &str) -> Option<BTreeMap<String, String>> {
+        let list = self.snapshots.get(&vmid)?;
+        list.iter().find(|(n, _)| n == name).map(|(_, c)| c.clone())
+    }
+
     fn failed_task(&mut self, node: &str, kind: &str, id: &str, exit: &str) -> Upid {
         let end = std::mem::replace(&mut self.task_end, TaskEnd::Held);
         let upid = self.task(node, kind, id, None, None);
@@ -1803,6 +1814,126 @@ impl Pve for FakePve {
         })
     }
 
+    async fn snapshots(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+    ) -> Result<Vec<Snapshot>, Error> {
+        self.call("snapshots", at(node, kind, vmid), |s| {
+            s.vm(node, kind, vmid)?;
+            let listed = s
+                .snapshots
+                .get(&vmid)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            Ok(listed
+                .iter()
+                .map(|(name, _)| Snapshot {
+                    name: name.clone(),
+                    snaptime: Some(1),
+                    description: String::new(),
+                })
+                .collect())
+        })
+    }
+
+    async fn snapshot(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        _description: &str,
+    ) -> Result<Upid, Error> {
+        self.call(
+            "snapshot",
+            format!("{} {name}", at(node, kind, vmid)),
+            |s| {
+                s.unlocked(node, kind, vmid)?;
+                let task = snapshot_task(kind, "snapshot");
+                let taken = s
+                    .snapshots
+                    .get(&vmid)
+                    .is_some_and(|l| l.iter().any(|(n, _)| n == name));
+                if taken {
+                    let exit = format!("snapshot name '{name}' already used");
+                    return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+                }
+                let name = name.to_string();
+                let on_ok: Effect = Box::new(move |s: &mut State| {
+                    let Some(vm) = s.vms.get(&vmid) else { return };
+                    let mut config = vm.config.clone();
+                    config.remove("description");
+                    s.snapshots.entry(vmid).or_default().push((name, config));
+                });
+                Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+            },
+        )
+    }
+
+    async fn rollback(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        permit: &Permit,
+    ) -> Result<Upid, Error> {
+        let args = format!("{} {name}", at(node, kind, vmid));
+        let check = check_rollback(vmid, name, permit).map_err(Error::NotPermitted);
+        self.permitted("rollback", &args, check)?;
+        self.call("rollback", args, |s| {
+            s.unlocked(node, kind, vmid)?;
+            let task = snapshot_task(kind, "rollback");
+            let Some(config) = s.snapshot_config(vmid, name) else {
+                let exit = format!("snapshot '{name}' does not exist");
+                return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+            };
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                let Some(vm) = s.vms.get_mut(&vmid) else {
+                    return;
+                };
+                let description = vm.config.remove("description");
+                vm.config = config;
+                if let Some(d) = description {
+                    vm.config.insert("description".into(), d);
+                }
+                vm.running = true;
+                *s.generation.entry(vmid).or_default() += 1;
+            });
+            Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+        })
+    }
+
+    async fn delete_snapshot(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+        permit: &Permit,
+    ) -> Result<Upid, Error> {
+        let args = format!("{} {name}", at(node, kind, vmid));
+        let check = check_delete_snapshot(vmid, name, permit).map_err(Error::NotPermitted);
+        self.permitted("delete_snapshot", &args, check)?;
+        self.call("delete_snapshot", args, |s| {
+            s.unlocked(node, kind, vmid)?;
+            let task = snapshot_task(kind, "delsnapshot");
+            if s.snapshot_config(vmid, name).is_none() {
+                let exit = format!("snapshot '{name}' does not exist");
+                return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+            }
+            let name = name.to_string();
+            let on_ok: Effect = Box::new(move |s: &mut State| {
+                if let Some(list) = s.snapshots.get_mut(&vmid) {
+                    list.retain(|(n, _)| *n != name);
+                }
+            });
+            Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+        })
+    }
+
     async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), Error> {
         self.call("agent_ping", format!("{node} {vmid}"), |_| {
             Err(api(500, "QEMU guest agent is not running"))
@@ -2625,5 +2756,17 @@ mod tests {
         assert_eq!(done, TaskOutcome::Ok);
         assert_eq!(pve.vm(100).unwrap().config.get("lock"), None);
         assert_eq!(pve.vm(100).unwrap().config["name"], "c");
+    }
+}
+
+/// A snapshot task's type: `qm` + `op` for a VM, `vz` + `op` for a container.
+fn snapshot_task(kind: GuestKind, op: &str) -> &'static str {
+    match (kind, op) {
+        (GuestKind::Qemu, "snapshot") => "qmsnapshot",
+        (GuestKind::Qemu, "rollback") => "qmrollback",
+        (GuestKind::Qemu, _) => "qmdelsnapshot",
+        (GuestKind::Lxc, "snapshot") => "vzsnapshot",
+        (GuestKind::Lxc, "rollback") => "vzrollback",
+        (GuestKind::Lxc, _) => "vzdelsnapshot",
     }
 }

@@ -102,6 +102,16 @@ pub enum Act {
         /// The group's or rule's id.
         id: String,
     },
+    /// Roll the guest back to its snapshot `snapshot`, which proxsync took before a change.
+    Rollback {
+        /// The snapshot's name.
+        snapshot: String,
+    },
+    /// Delete the guest's snapshot `snapshot`, which proxsync took.
+    DeleteSnapshot {
+        /// The snapshot's name.
+        snapshot: String,
+    },
     /// Remove the VM's HA resource `sid` (`vm:N`, `ct:N`), which proxsync added for it.
     RemoveHaResource {
         /// `vm:N` or `ct:N`.
@@ -345,6 +355,36 @@ pub fn check_delete_volume(volume: &str, permit: &Permit) -> Result<(), String> 
         "deleting volume {volume} needs the gate's permit for that delete; the one given is \
          {:?}: nothing was sent",
         permit.act()
+    ))
+}
+
+/// Whether `permit` allows rolling guest `vmid` back to its snapshot `name`.
+pub fn check_rollback(vmid: u32, name: &str, permit: &Permit) -> Result<(), String> {
+    if permit.vmid() == vmid
+        && matches!(permit.act(), Act::Rollback { snapshot } if snapshot == name)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "rolling guest {vmid} back to snapshot {name} needs the gate's permit for it; the one \
+         given is {:?} for guest {}: nothing was sent",
+        permit.act(),
+        permit.vmid()
+    ))
+}
+
+/// Whether `permit` allows deleting guest `vmid`'s snapshot `name`.
+pub fn check_delete_snapshot(vmid: u32, name: &str, permit: &Permit) -> Result<(), String> {
+    if permit.vmid() == vmid
+        && matches!(permit.act(), Act::DeleteSnapshot { snapshot } if snapshot == name)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "deleting snapshot {name} of guest {vmid} needs the gate's permit for it; the one given \
+         is {:?} for guest {}: nothing was sent",
+        permit.act(),
+        permit.vmid()
     ))
 }
 

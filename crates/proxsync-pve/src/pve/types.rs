@@ -745,6 +745,20 @@ impl<'de> Deserialize<'de> for VmConfig {
     }
 }
 
+/// One snapshot of a guest, as `GET .../{qemu,lxc}/{vmid}/snapshot` lists it (the entry
+/// `current`, the guest's own state, is left out).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Snapshot {
+    /// The snapshot's name.
+    pub name: String,
+    /// When it was taken (unix seconds); absent while it is being taken.
+    #[serde(default)]
+    pub snaptime: Option<u64>,
+    /// Its description (the `Notes` a person wrote, or proxsync's line).
+    #[serde(default)]
+    pub description: String,
+}
+
 /// One key of `GET /nodes/{node}/qemu/{vmid}/pending`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PendingEntry {
