@@ -479,6 +479,7 @@ fn ready_and_reconciling(
             verdict @ (Verdict::RenameSuspected { .. }
             | Verdict::RenameUnproven { .. }
             | Verdict::SiteMoved { .. }
+            | Verdict::RolledBack { .. }
             | Verdict::KindChanged { .. }
             | Verdict::UnverifiedClaim { .. }
             | Verdict::Unmarked { .. }
@@ -620,6 +621,7 @@ fn for_a_person(verdict: &Verdict) -> Reason {
     match verdict {
         Verdict::RenameSuspected { .. } => Reason::RenameSuspected,
         Verdict::SiteMoved { .. } => Reason::SiteMoved,
+        Verdict::RolledBack { .. } => Reason::RolledBack,
         Verdict::KindChanged { .. } => Reason::KindChanged,
         Verdict::RenameUnproven { .. } => Reason::RenameUnproven,
         Verdict::Unmarked { .. } => Reason::MarkerMissing,

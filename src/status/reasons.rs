@@ -57,6 +57,10 @@ pub enum Reason {
     /// ownership tag (the spec moved here from that install by `[source] selector`); it is adopted
     /// once that install has handed it over.
     HeldByInstall,
+    /// `Ready` False / `Stalled` True: the spec's change was rolled back (`changePolicy`): the guest
+    /// was unhealthy after it; it is not tried again until the spec changes or `proxsync
+    /// reconcile NAME --retry`.
+    RolledBack,
     /// `Ready` False / `Reconciling` False: the spec names another site than the one its VM is on;
     /// proxsync does not move VMs between clusters (see the message for what to do).
     SiteMoved,
@@ -206,7 +210,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 68] = [
+    pub(crate) const ALL: [Reason; 69] = [
         Reason::NotYetObserved,
         Reason::Creating,
         Reason::Deleting,
@@ -231,6 +235,7 @@ impl Reason {
         Reason::RollingOut,
         Reason::HeldByInstall,
         Reason::SiteMoved,
+        Reason::RolledBack,
         Reason::KindChanged,
         Reason::RenameSuspected,
         Reason::RenameUnproven,
@@ -304,6 +309,7 @@ impl Reason {
             Reason::RollingOut => "RollingOut",
             Reason::HeldByInstall => "HeldByInstall",
             Reason::SiteMoved => "SiteMoved",
+            Reason::RolledBack => "RolledBack",
             Reason::KindChanged => "KindChanged",
             Reason::RenameSuspected => "RenameSuspected",
             Reason::RenameUnproven => "RenameUnproven",
@@ -428,6 +434,7 @@ pub(crate) const READY: &[Reason] = &[
     Reason::Drifted,
     Reason::Observing,
     Reason::SiteMoved,
+    Reason::RolledBack,
     Reason::KindChanged,
     Reason::RenameSuspected,
     Reason::RenameUnproven,
@@ -464,6 +471,7 @@ pub(crate) const RECONCILING: &[Reason] = &[
     Reason::RenameSuspected,
     Reason::RenameUnproven,
     Reason::SiteMoved,
+    Reason::RolledBack,
     Reason::KindChanged,
     Reason::UnverifiedClaim,
     Reason::MarkerMissing,

@@ -448,6 +448,7 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         allow_recreate_on_site_change: false,
         ha: None,
         health: None,
+        change_policy: None,
         renamed_from: None,
         adopt: None,
         hardware: Default::default(),

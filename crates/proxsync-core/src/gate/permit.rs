@@ -95,6 +95,51 @@ pub fn recreate(vm: &VerifiedMarker, spec: &crate::spec::Spec) -> Result<Permit,
     Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteVm))
 }
 
+/// Spec `spec`'s guest rolled back to `snapshot`, the one proxsync took before the change in
+/// flight (`changePolicy.rollback: OnUnhealthy`): the guest's marker names the spec, and its
+/// record names the snapshot as the guard of that change. A snapshot a person made is never
+/// rolled back to.
+pub fn rollback(
+    vm: &VerifiedMarker,
+    spec: &str,
+    rec: &crate::model::SpecRecord,
+    snapshot: &str,
+) -> Result<Permit, Refusal> {
+    of_spec(vm, spec)?;
+    let guarded = rec.changes_of(vm.vmid()).is_some_and(|c| {
+        c.snapshots.iter().any(|s| s == snapshot)
+            && c.guard.as_ref().is_some_and(|g| g.snapshot == snapshot)
+    });
+    if !guarded {
+        let snapshot = snapshot.to_string();
+        return Err(refused(vm, Refused::NotOwnSnapshot { snapshot }));
+    }
+    let snapshot = snapshot.to_string();
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::Rollback { snapshot }))
+}
+
+/// The delete of spec `spec`'s guest's snapshot `snapshot`, one proxsync took (its record names
+/// it for this guest) and no change in flight is guarded by. A snapshot a person made is never
+/// deleted.
+pub fn delete_snapshot(
+    vm: &VerifiedMarker,
+    spec: &str,
+    rec: &crate::model::SpecRecord,
+    snapshot: &str,
+) -> Result<Permit, Refusal> {
+    of_spec(vm, spec)?;
+    let own = rec.changes_of(vm.vmid()).is_some_and(|c| {
+        c.snapshots.iter().any(|s| s == snapshot)
+            && !c.guard.as_ref().is_some_and(|g| g.snapshot == snapshot)
+    });
+    if !own {
+        let snapshot = snapshot.to_string();
+        return Err(refused(vm, Refused::NotOwnSnapshot { snapshot }));
+    }
+    let snapshot = snapshot.to_string();
+    Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteSnapshot { snapshot }))
+}
+
 /// The hand-over of spec `spec`'s VM to the install whose selector now matches the spec: this
 /// install's tag removed, the marker kept (written signed for the VM when it was not).
 pub fn hand_over(vm: &VerifiedMarker, spec: &str) -> Result<Permit, Refusal> {

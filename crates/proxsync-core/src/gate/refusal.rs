@@ -61,6 +61,9 @@ pub enum Refused {
     /// A rebuild from a new image its spec does not ask for (`imagePolicy: Recreate` with
     /// `deletionPolicy: Delete`).
     NotRecreate { spec: String },
+    /// A snapshot the record does not name as proxsync's own for this guest: a person's, never
+    /// rolled back to or deleted.
+    NotOwnSnapshot { snapshot: String },
     /// An install of proxsync manages it (its ownership tag).
     Managed { tag: String },
     /// Some install's marker line is on it: never taken by consent.

@@ -498,6 +498,90 @@ pub struct SpecRecord {
     /// Boxed: a record of 10,000 holds one each, but the pointer keeps the map's entries small.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<Box<RecordedIdentity>>,
+    /// The changes `changePolicy` guards: the snapshot before the change in flight, proxsync's
+    /// own snapshots of the guest, and a change rolled back. Boxed: most records have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Box<Changes>>,
+}
+
+/// What a record keeps of the changes `changePolicy` guards, for one guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Changes {
+    /// The guest the snapshots are of: another VMID (the guest made anew) starts afresh.
+    pub vmid: u32,
+    /// The change in flight, from its snapshot to its end.
+    pub guard: Option<GuardedChange>,
+    /// The snapshots proxsync took of the guest, oldest first: the only ones it rolls back to
+    /// or deletes. A snapshot a person made is never named here.
+    pub snapshots: Vec<String>,
+    /// The change rolled back: not tried again while the spec's hash is this one, until
+    /// `proxsync reconcile NAME --retry`.
+    pub rolled_back: Option<RolledBack>,
+}
+
+/// A change guarded by a snapshot, from before the snapshot to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardedChange {
+    /// The snapshot taken before it (`proxsync-<unix seconds>`).
+    pub snapshot: String,
+    /// Where it is.
+    pub step: ChangeStep,
+    /// When the step began (unix ms): a guest's health is judged from then on.
+    pub since_ms: u64,
+}
+
+/// Where a guarded change is. Each step is written before the request it stands for: a kill
+/// at any instant leaves a record the next cycle finishes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeStep {
+    /// The snapshot was asked for: the guest's snapshot listing says whether it was taken.
+    Snapshotting,
+    /// The snapshot is taken and the change applied (or being applied): its end waits for the
+    /// guest to pass its health checks.
+    Applied,
+    /// A rollback to the snapshot was asked for: asked again until it ended (a rollback to the
+    /// same snapshot leaves the same guest).
+    RollingBack,
+}
+
+/// A change rolled back because the guest was unhealthy after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolledBack {
+    /// The spec hash of the change.
+    pub hash: String,
+    /// The snapshot the guest was rolled back to.
+    pub snapshot: String,
+    /// When (unix ms).
+    pub at_ms: u64,
+    /// What failed, in proxsync's words (a health check and its answer).
+    pub why: String,
+}
+
+impl SpecRecord {
+    /// The changes guarded on guest `vmid`: `None` when the record's are of another guest.
+    pub fn changes_of(&self, vmid: u32) -> Option<&Changes> {
+        self.changes.as_deref().filter(|c| c.vmid == vmid)
+    }
+
+    /// The changes guarded on guest `vmid`, made afresh when the record's are of another.
+    pub fn changes_mut(&mut self, vmid: u32) -> &mut Changes {
+        let c = self.changes.get_or_insert_with(Default::default);
+        if c.vmid != vmid {
+            **c = Changes {
+                vmid,
+                ..Changes::default()
+            };
+        }
+        c
+    }
+
+    /// When the guarded change in flight on guest `vmid` was applied: its health is judged
+    /// from then on.
+    pub fn change_applied_ms(&self, vmid: u32) -> Option<u64> {
+        let g = self.changes_of(vmid)?.guard.as_ref()?;
+        (g.step == ChangeStep::Applied).then_some(g.since_ms)
+    }
 }
 
 /// The `ProxmoxImage` file a guest was made from ([`SpecRecord::made_from`]); stored as the

@@ -375,6 +375,17 @@ pub enum Verdict {
         /// The VM's VMID.
         vmid: u32,
     },
+    /// The spec's change was rolled back (`changePolicy.rollback: OnUnhealthy`): guest `vmid`
+    /// was not healthy after it, so it was put back to `snapshot`. The change is not tried again
+    /// until the spec changes or `proxsync reconcile NAME --retry`.
+    RolledBack {
+        /// The spec's guest.
+        vmid: u32,
+        /// The snapshot it was rolled back to.
+        snapshot: String,
+        /// What failed, in proxsync's words.
+        why: String,
+    },
     /// A previous attempt failed; the next is not due yet.
     BackingOff {
         /// When the next attempt is due (unix ms).

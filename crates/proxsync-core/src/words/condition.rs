@@ -479,6 +479,19 @@ fn for_a_person(f: &mut fmt::Formatter<'_>, spec: &Spec, verdict: &Verdict) -> f
             spec.site,
             named = kind.named(*vmid)
         ),
+        Verdict::RolledBack {
+            vmid,
+            snapshot,
+            why,
+        } => write!(
+            f,
+            "the spec's change was rolled back: {named} was not healthy after it \
+             ({why}), so it was put back to snapshot {snapshot} and started. The change is not \
+             tried again until the spec changes; to try it once more as it is, run proxsync \
+             reconcile {} --retry",
+            spec.name,
+            named = kind.named(*vmid)
+        ),
         Verdict::KindChanged { vmid, found } => write!(
             f,
             "this spec asks for a {noun} ({}), and its guest {vmid} is a {}. proxsync never \

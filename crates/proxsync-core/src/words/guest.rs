@@ -90,6 +90,11 @@ impl std::fmt::Display for Refusal {
                 "{named} is not rebuilt: spec {spec} does not say imagePolicy: Recreate with \
                  deletionPolicy: Delete"
             ),
+            Refused::NotOwnSnapshot { snapshot } => write!(
+                f,
+                "snapshot {snapshot} of {named} is not one proxsync took before a change: it is \
+                 never rolled back to or deleted"
+            ),
             Refused::Managed { tag } => write!(
                 f,
                 "{named} carries the ownership tag {tag}: an install of proxsync manages it"

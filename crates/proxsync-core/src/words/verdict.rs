@@ -31,6 +31,11 @@ fn line(verdict: &Verdict, kind: GuestKind, rec: Option<&SpecRecord>, now_ms: u6
             "{} is moving from node {from} to node {to}; other changes wait until it is there",
             kind.named(*vmid)
         ),
+        Verdict::RolledBack { vmid, snapshot, .. } => format!(
+            "the change was rolled back: {} was put back to snapshot {snapshot}; held until the \
+             spec changes or reconcile --retry",
+            kind.named(*vmid)
+        ),
         Verdict::BackingOff { until_ms } => {
             let mut text = format!(
                 "backing off until {}",

@@ -56,6 +56,7 @@ pub(crate) const FIELDS: &[&str] = &[
     "allowRecreateOnSiteChange",
     "ha",
     "health",
+    "changePolicy",
 ];
 
 /// The hardware fields a container shares with a VM.

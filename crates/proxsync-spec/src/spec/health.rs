@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::diag::Pos;
-use super::fields::{Ctx, object, string};
+use super::fields::{Ctx, enum_field, object, string};
 use super::hardware::{bool_field, int_field};
 use super::yaml::{Node, Value};
 use crate::guest::GuestKind;
@@ -170,6 +170,133 @@ fn health(ctx: &mut Ctx, n: &Node, kind: GuestKind) -> Option<Health> {
         failures: failures?,
         pos: n.pos,
     })
+}
+
+/// The fields of `changePolicy`.
+pub(crate) const CHANGE_FIELDS: &[&str] = &["snapshot", "rollback", "keep"];
+/// Default `keep`: the snapshots of proxsync's own a guest keeps after a change that passed.
+pub const DEFAULT_KEEP: u32 = 1;
+/// The most snapshots `keep` may ask for: each holds the guest's disks as they were.
+pub const MAX_KEEP: u32 = 10;
+
+/// `changePolicy.snapshot`: before which changes proxsync snapshots the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SnapshotWhen {
+    /// Before a change that waits for the guest's next start (a running guest's change PVE
+    /// keeps pending); held where no snapshot can be taken.
+    BeforeRestart,
+    /// Before any change of the guest's config; held where no snapshot can be taken.
+    BeforeAnyChange,
+    /// As `BeforeRestart`, and applied unprotected where no snapshot can be taken.
+    IfPossible,
+    /// Never.
+    Never,
+}
+
+/// `changePolicy.rollback`: what follows a change after which the guest is unhealthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RollbackWhen {
+    /// Roll back to the snapshot taken before the change and start the guest.
+    OnUnhealthy,
+    /// Report it only.
+    Never,
+}
+
+/// `changePolicy`: what guards a change of the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangePolicy {
+    /// When a snapshot is taken.
+    pub snapshot: SnapshotWhen,
+    /// Whether an unhealthy guest is rolled back.
+    pub rollback: RollbackWhen,
+    /// How many of proxsync's own snapshots a guest keeps after a change that passed.
+    pub keep: u32,
+    /// Where `changePolicy` is written.
+    #[serde(skip)]
+    pub pos: Pos,
+}
+
+impl ChangePolicy {
+    /// Whether a change is snapshotted first: any change, or one that waits for a restart.
+    pub fn snapshots(&self, waits_for_restart: bool) -> bool {
+        match self.snapshot {
+            SnapshotWhen::BeforeAnyChange => true,
+            SnapshotWhen::BeforeRestart | SnapshotWhen::IfPossible => waits_for_restart,
+            SnapshotWhen::Never => false,
+        }
+    }
+}
+
+/// `changePolicy`, read against the spec's `health` (`Some(None)`: absent; `None`: an error,
+/// reported).
+pub(super) fn change_policy_field(
+    ctx: &mut Ctx,
+    fp: &super::fields::Obj,
+) -> Option<Option<ChangePolicy>> {
+    let Some(n) = fp.get("changePolicy") else {
+        return Some(None);
+    };
+    let path = "spec.forProvider.changePolicy";
+    let obj = object(ctx, n, path, Some(CHANGE_FIELDS))?;
+    let snapshot = match obj.get("snapshot") {
+        Some(s) => enum_field(
+            ctx,
+            s,
+            &format!("{path}.snapshot"),
+            &[
+                ("BeforeRestart", SnapshotWhen::BeforeRestart),
+                ("BeforeAnyChange", SnapshotWhen::BeforeAnyChange),
+                ("IfPossible", SnapshotWhen::IfPossible),
+                ("Never", SnapshotWhen::Never),
+            ],
+        ),
+        None => Some(SnapshotWhen::BeforeRestart),
+    };
+    let rollback = match obj.get("rollback") {
+        Some(r) => enum_field(
+            ctx,
+            r,
+            &format!("{path}.rollback"),
+            &[
+                ("OnUnhealthy", RollbackWhen::OnUnhealthy),
+                ("Never", RollbackWhen::Never),
+            ],
+        ),
+        None => Some(RollbackWhen::OnUnhealthy),
+    };
+    let keep = obj.get("keep").map_or(Some(DEFAULT_KEEP), |k| {
+        int_field(ctx, k, "changePolicy.keep", 0, u64::from(MAX_KEEP)).map(|k| k as u32)
+    });
+    let (snapshot, rollback, keep) = (snapshot?, rollback?, keep?);
+    let health = fp.get("health").is_some();
+    let at = |key: &str| obj.key_pos(key).unwrap_or(n.pos);
+    if rollback == RollbackWhen::OnUnhealthy && snapshot == SnapshotWhen::Never {
+        ctx.error(
+            at("rollback"),
+            format!(
+                "{path}.rollback: OnUnhealthy rolls back to the snapshot taken before a change, \
+                 and snapshot: Never takes none; write snapshot: BeforeRestart, or rollback: Never"
+            ),
+        );
+        return None;
+    }
+    if rollback == RollbackWhen::OnUnhealthy && !health {
+        ctx.error(
+            at("rollback"),
+            format!(
+                "{path}.rollback: OnUnhealthy (the default) needs health: to say when the guest \
+                 is unhealthy; add health: {{tcp: {{port: N}}}} (or agent: true, http: ...), or \
+                 write rollback: Never"
+            ),
+        );
+        return None;
+    }
+    Some(Some(ChangePolicy {
+        snapshot,
+        rollback,
+        keep,
+        pos: n.pos,
+    }))
 }
 
 fn port(ctx: &mut Ctx, n: &Node, field: &str) -> Option<u16> {

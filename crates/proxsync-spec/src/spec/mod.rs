@@ -196,6 +196,9 @@ pub struct Spec {
     /// `health`: what "working" means for the guest, checked by the daemon; `None`: not
     /// checked (Ready without it). Boxed: most specs have none.
     pub health: Option<Box<health::Health>>,
+    /// `changePolicy`: a snapshot before a change, and a rollback when the guest is unhealthy
+    /// after it; `None`: a change is applied as it is.
+    pub change_policy: Option<Box<health::ChangePolicy>>,
     /// `allowRecreateOnSiteChange`: when the spec names another site than its guest's, create
     /// one on the new site at once; the old one stays, listed in `_orphans.yaml`, until a
     /// person deletes it. Default false: nothing is created while the old guest exists

@@ -90,6 +90,10 @@ pub(super) const REFUSED: &[(&str, &str)] = &[
         "health",
         "a template never runs: check the guests cloned from it",
     ),
+    (
+        "changePolicy",
+        "a template never runs: guard the changes of the guests cloned from it",
+    ),
     ("startup", "a template never runs"),
     ("onboot", "a template never runs"),
     (

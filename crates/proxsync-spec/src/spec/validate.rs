@@ -89,6 +89,7 @@ pub(super) const FOR_PROVIDER_FIELDS: &[&str] = &[
     "allowRecreateOnSiteChange",
     "ha",
     "health",
+    "changePolicy",
 ];
 
 /// Validates one document. Returns the spec if the document has no error; diagnostics go to
@@ -164,6 +165,7 @@ struct ForProvider {
     allow_recreate_on_site_change: Option<bool>,
     ha: Option<Option<super::Ha>>,
     health: Option<Option<super::health::Health>>,
+    change_policy: Option<Option<super::health::ChangePolicy>>,
 }
 
 /// `spec.forProvider` of a container: its own fields, the hardware fields it shares with a
@@ -183,6 +185,7 @@ fn container_for_provider(
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
     let ha = ha_field(ctx, fp, workload.as_ref());
     let health = super::health::health_field(ctx, fp, GuestKind::Lxc);
+    let change_policy = super::health::change_policy_field(ctx, fp);
     ForProvider {
         placement,
         hardware,
@@ -192,6 +195,7 @@ fn container_for_provider(
         allow_recreate_on_site_change,
         ha,
         health,
+        change_policy,
     }
 }
 
@@ -219,6 +223,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
     let allow_recreate_on_site_change = super::lifecycle::allow_recreate_on_site_change(ctx, fp);
     let ha = ha_field(ctx, fp, workload.as_ref());
     let health = super::health::health_field(ctx, fp, GuestKind::Qemu);
+    let change_policy = super::health::change_policy_field(ctx, fp);
     let vm = VmParts {
         vm_name,
         resources,
@@ -237,6 +242,7 @@ fn for_provider(ctx: &mut Ctx, fp: &Obj, name: Option<&str>, adopting: bool) -> 
         allow_recreate_on_site_change,
         ha,
         health,
+        change_policy,
     }
 }
 
@@ -303,6 +309,7 @@ struct Parts {
     allow_recreate_on_site_change: bool,
     ha: Option<super::Ha>,
     health: Option<super::health::Health>,
+    change_policy: Option<super::health::ChangePolicy>,
 }
 
 impl ForProvider {
@@ -316,6 +323,7 @@ impl ForProvider {
             allow_recreate_on_site_change: self.allow_recreate_on_site_change?,
             ha: self.ha?,
             health: self.health?,
+            change_policy: self.change_policy?,
         })
     }
 }
@@ -345,6 +353,7 @@ fn assemble(
         allow_recreate_on_site_change,
         ha,
         health,
+        change_policy,
     } = parts;
     if let Some(t) = &meta.tenant {
         workload.tags.push(format!("tenant_{t}"));
@@ -375,6 +384,7 @@ fn assemble(
         allow_recreate_on_site_change,
         ha: ha.map(Box::new),
         health: health.map(Box::new),
+        change_policy: change_policy.map(Box::new),
         renamed_from: meta.renamed_from,
         adopt: meta.adopt,
         hardware: hardware.shared(),
