@@ -427,7 +427,8 @@ fn running_guest(
     if spec.power_state != PowerState::Running || spec.template.is_some() {
         return None;
     }
-    let vmid = records.get(&spec.name)?.vm.made_vmid()?;
+    let rec = records.get(&spec.name)?;
+    let vmid = rec.vm.made_vmid()?;
     let view = views.get(&spec.site).filter(|v| v.error.is_none())?;
     let vm = view
         .vms
@@ -437,6 +438,9 @@ fn running_guest(
         return None;
     }
     let boot_ms = now_ms.saturating_sub(u64::from(vm.uptime_secs.0) * 1000);
+    // A guarded change applied to the running guest (`changePolicy`) is judged from then on,
+    // as a start would be: checks from before it say nothing of it.
+    let boot_ms = boot_ms.max(rec.change_applied_ms(vmid).unwrap_or(0));
     Some((vmid, vm.node.clone(), boot_ms))
 }
 

@@ -268,6 +268,7 @@ impl PlanBasis<'_> {
             images_waiting: self.images_waiting,
             images: &images,
             unwell: &unwell,
+            health_checked: self.health.is_some(),
         })
     }
 }

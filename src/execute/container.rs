@@ -172,6 +172,12 @@ pub(super) async fn converge(
     // `destroyVolumes`: each slot's destroy bound, durably, to the volume it holds before the
     // detach below moves it to `unusedN`.
     bind_volume_destroys(ctx, vmid, spec, ct, rec, &cfg, &pending)?;
+    if !changed.is_empty()
+        && let Some(o) =
+            super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await?
+    {
+        return Ok(o);
+    }
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the container config");
         client

@@ -89,6 +89,12 @@ async fn converge_vm(
         client.vm_pending(node, kind, vmid).await?
     };
     let (params, mut changed) = config_diff(ctx, spec, vm_spec, rec, &ours, &cfg, &pending)?;
+    if !changed.is_empty()
+        && let Some(o) =
+            super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await?
+    {
+        return Ok(o);
+    }
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the VM config");
         if allocates_volume(&params) {

@@ -16,6 +16,7 @@
 //! - A task that outlives our wait is still running, not failed: its UPID stays recorded and
 //!   the next cycle waits for it again.
 
+mod change;
 mod cloud_init;
 mod consent;
 mod container;
@@ -58,7 +59,7 @@ use crate::store::{ErrorKind, SpecRecord, Store, TaskRecord};
 use crate::util::clock::Clock;
 use crate::util::lanes::Next;
 
-use self::converge::converge;
+use self::change::guarded_or_converge;
 pub(crate) use self::converge::guest_addresses;
 use self::create::{adopt, create, relabel, resume_create};
 use self::handover::hand_over;
@@ -172,6 +173,10 @@ fn blocked(why: Blocked) -> ActionError {
         // Kept as a protection flag keeps a guest: the removed spec's file says why.
         Blocked::LinkedClones { .. } => (Category::Conflict, ErrorKind::Protected),
         Blocked::RebootGivenUp { .. } => (Category::TaskFailed, ErrorKind::Plain),
+        Blocked::SnapshotFailed {
+            unsupported: true, ..
+        } => (Category::ConfigurationError, ErrorKind::Plain),
+        Blocked::SnapshotFailed { .. } => (Category::TaskFailed, ErrorKind::Plain),
         Blocked::SpecNotLoaded { .. } => (Category::ValidationFailed, ErrorKind::Plain),
     };
     ActionError {
@@ -546,10 +551,11 @@ async fn run_action(
             site,
             node,
             vmid,
-            ..
+            why,
         } => {
             with_spec(ctx, spec, |s| {
-                converge(ctx, VmRef::new(site, node, s.kind(), *vmid), s, &mut rec)
+                let vm = VmRef::new(site, node, s.kind(), *vmid);
+                guarded_or_converge(ctx, vm, s, why, &mut rec)
             })
             .await
         }

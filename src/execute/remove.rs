@@ -346,7 +346,7 @@ async fn unprotect(
 }
 
 /// A refusal of the gate: the VM is not shown to be what the action needs.
-fn conflict(why: String) -> super::ActionError {
+pub(super) fn conflict(why: String) -> super::ActionError {
     fail(Category::Conflict, why)
 }
 

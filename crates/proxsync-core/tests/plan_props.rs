@@ -352,6 +352,7 @@ impl World {
             images_waiting: &self.images_waiting,
             images: &self.images,
             unwell: &self.unwell,
+            health_checked: true,
         }
     }
 

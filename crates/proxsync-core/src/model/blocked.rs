@@ -274,6 +274,19 @@ pub enum Blocked {
         /// What the shutdown's wait said.
         why: String,
     },
+    /// The snapshot `changePolicy` takes before a change could not be taken: the change is held,
+    /// not applied unprotected (`snapshot: IfPossible` applies it where the storage cannot
+    /// snapshot).
+    SnapshotFailed {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The storage cannot snapshot (PVE's `snapshot feature is not available`).
+        unsupported: bool,
+        /// What PVE said.
+        why: String,
+    },
     /// A protected container's mount points that cannot be added, changed or removed.
     MountPointsHeld {
         /// The container's VMID.

@@ -31,6 +31,7 @@ use crate::ownership::ownership_tag;
 use crate::pve::Upid;
 use crate::spec::Specs;
 
+pub mod change;
 pub mod condition;
 mod dependencies;
 pub mod evidence;
@@ -108,6 +109,9 @@ pub struct PlanInput<'a> {
     /// health checks on these views): not Ready for `dependsOn` and a set's roll, which stops
     /// at an unhealthy member. Empty for `proxsync plan`, which checks nothing.
     pub unwell: &'a BTreeMap<String, crate::model::health::Unwell>,
+    /// The daemon checked the guests' health on these views (`unwell` is its word); false for
+    /// `proxsync plan`, which checks nothing: no guarded change ends or is rolled back on it.
+    pub health_checked: bool,
 }
 
 impl PlanInput<'_> {

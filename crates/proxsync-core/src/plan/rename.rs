@@ -672,6 +672,7 @@ mod tests {
                 images_waiting: &BTreeMap::new(),
                 images: &BTreeMap::new(),
                 unwell: &BTreeMap::new(),
+                health_checked: false,
             })
         }
     }

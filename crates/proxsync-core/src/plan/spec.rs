@@ -674,6 +674,9 @@ fn converge(
     {
         why.push("reboot".into());
     }
+    if let Some(held) = super::change::judge(input, spec, rec, vm, &mut why) {
+        return held;
+    }
     if why.is_empty() {
         return Verdict::UpToDate { vmid: vm.vmid };
     }

@@ -305,6 +305,27 @@ impl fmt::Display for Blocked {
                     kind.named(*vmid)
                 )
             }
+            Blocked::SnapshotFailed {
+                kind,
+                vmid,
+                unsupported,
+                why,
+            } => {
+                let fix = if *unsupported {
+                    "its disks are on a storage that cannot snapshot (LVM thick, a directory with \
+                     raw images, a passthrough device, a bind mount): move them to one that can \
+                     (LVM-thin, ZFS, Ceph RBD, qcow2), or write changePolicy.snapshot: \
+                     IfPossible to apply such changes unprotected"
+                } else {
+                    "see the task log; the next attempt takes it again"
+                };
+                write!(
+                    f,
+                    "the change was held: the snapshot changePolicy takes before it could not be \
+                     taken of {} ({why}); {fix}",
+                    kind.named(*vmid)
+                )
+            }
             Blocked::MountPointsHeld {
                 vmid,
                 managed,

@@ -1,0 +1,339 @@
+//! `changePolicy` in action: the snapshot taken before a guarded change, the rollback of a
+//! guest that was unhealthy after it, and the end of a change that passed (proxsync's older
+//! snapshots beyond `keep` deleted). Each step is written to the record before its request
+//! (`model::ChangeStep`), so a kill at any instant leaves a record the next cycle finishes
+//! from: a snapshot asked for is looked for in the guest's listing, a rollback asked for is
+//! asked again (to the same snapshot, it leaves the same guest). Only snapshots the record
+//! names as proxsync's own are rolled back to or deleted, each with the gate's permit.
+
+use crate::model::{Blocked, ChangeStep, GuardedChange, RolledBack};
+use crate::pve::{Pve, TaskOutcome};
+use crate::spec::Spec;
+use crate::spec::health::{ChangePolicy, SnapshotWhen};
+use crate::store::SpecRecord;
+
+use super::vm::{check_lock, read_own_config};
+use super::{ActionError, ExecCtx, Outcome, SiteCtx, VmRef, blocked, wait};
+
+/// A converge of a guarded change's guest: what the planner asked first (`plan::change`): its
+/// rollback, or its end; else the converge itself.
+pub(super) async fn guarded_or_converge(
+    ctx: &ExecCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    why: &[String],
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    use crate::plan::change::{END, ROLLBACK};
+    match why {
+        [w] if w == ROLLBACK => roll_back(ctx, super::site(ctx, vm.site)?, vm, spec, rec).await,
+        [w] if w == END => end_change(ctx, super::site(ctx, vm.site)?, vm, spec, rec).await,
+        _ => super::converge::converge(ctx, vm, spec, rec).await,
+    }
+}
+
+/// Before a converge sends `params` to a guest it did not just make: the snapshot its spec's
+/// `changePolicy` asks for. The marker and tags alone are no change of the guest. `Some` when
+/// the converge ends here.
+pub(super) async fn guard(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    params: &crate::pve::VmParams,
+    just_created: bool,
+) -> Result<Option<Outcome>, ActionError> {
+    if spec.change_policy.is_none() || just_created {
+        return Ok(None);
+    }
+    let mut keys: Vec<&str> = Vec::new();
+    for (key, value) in params.entries() {
+        match key {
+            "description" | "tags" | "digest" => {}
+            "delete" => keys.extend(value.split(',')),
+            _ => keys.push(key),
+        }
+    }
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let running = site.client.vm_running(vm.node, vm.kind, vm.vmid).await?;
+    snapshot_before(ctx, site, vm, spec, rec, &keys, running).await
+}
+
+/// Before a converge sends `changed` to a guest (`running`: it runs, so PVE keeps a change it
+/// cannot apply live pending until its next start): the snapshot the spec's `changePolicy`
+/// asks for, taken and recorded. `Some` when the converge ends here (the snapshot's task still
+/// runs).
+async fn snapshot_before(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    changed: &[&str],
+    running: bool,
+) -> Result<Option<Outcome>, ActionError> {
+    let Some(policy) = spec.change_policy.as_deref() else {
+        return Ok(None);
+    };
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    let guard = rec.changes_of(vmid).and_then(|c| c.guard.clone());
+    let name = match guard {
+        // Guarded already: this change, or one before it not ended yet, whose snapshot is the
+        // guest as it was last known good.
+        Some(g) if g.step != ChangeStep::Snapshotting => return Ok(None),
+        // Asked for before a kill (or its task outlived the wait): taken if listed.
+        Some(g) => {
+            let listed = client.snapshots(node, kind, vmid).await?;
+            if listed.iter().any(|s| s.name == g.snapshot) {
+                applied(ctx, spec, rec, vmid, &g.snapshot)?;
+                return Ok(None);
+            }
+            g.snapshot
+        }
+        None => {
+            let waits = running && changed.iter().any(|k| waits_for_restart(k));
+            if !policy.snapshots(waits) {
+                return Ok(None);
+            }
+            format!("proxsync-{}", ctx.clock.now_ms() / 1000)
+        }
+    };
+    take(ctx, site, vm, spec, rec, policy, &name).await
+}
+
+/// Whether a change of config key `key` on a running guest waits for its next start, as
+/// proxsync counts it (`RebootPending`): a change PVE may still hot-plug counts, so the
+/// snapshot errs on the side of being taken.
+fn waits_for_restart(key: &str) -> bool {
+    crate::render::current::reported_pending(key)
+}
+
+/// Takes snapshot `name` of the guest, its step written first.
+async fn take(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    policy: &ChangePolicy,
+    name: &str,
+) -> Result<Option<Outcome>, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    rec.changes_mut(vmid).guard = Some(GuardedChange {
+        snapshot: name.to_string(),
+        step: ChangeStep::Snapshotting,
+        since_ms: ctx.clock.now_ms(),
+    });
+    ctx.store.put(&spec.name, rec)?;
+    tracing::info!(spec = %spec.name, vmid, snapshot = name, "taking a snapshot before the change (changePolicy)");
+    let description = format!("taken by proxsync before a change of spec {}", spec.name);
+    let upid = client
+        .snapshot(node, kind, vmid, name, &description)
+        .await?;
+    match wait(ctx, client, &upid, rec).await {
+        Ok(TaskOutcome::StillRunning) => {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Some(Outcome::StillRunning {
+                upid: upid.to_string(),
+            }));
+        }
+        Ok(_) => {}
+        Err(e) if e.task_failed => {
+            let why = e.error.message.clone();
+            let unsupported = cannot_snapshot(&why);
+            rec.changes_mut(vmid).guard = None;
+            ctx.store.put(&spec.name, rec)?;
+            if unsupported && policy.snapshot == SnapshotWhen::IfPossible {
+                tracing::warn!(
+                    spec = %spec.name, vmid,
+                    "the guest's storage cannot snapshot; applying the change unprotected (changePolicy.snapshot: IfPossible)"
+                );
+                return Ok(None);
+            }
+            return Err(blocked(Blocked::SnapshotFailed {
+                kind,
+                vmid,
+                unsupported,
+                why,
+            }));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    applied(ctx, spec, rec, vmid, name)?;
+    Ok(None)
+}
+
+/// Records snapshot `name` taken: the change goes ahead, guarded by it.
+fn applied(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+    name: &str,
+) -> Result<(), ActionError> {
+    let now = ctx.clock.now_ms();
+    let changes = rec.changes_mut(vmid);
+    if !changes.snapshots.iter().any(|s| s == name) {
+        changes.snapshots.push(name.to_string());
+    }
+    changes.guard = Some(GuardedChange {
+        snapshot: name.to_string(),
+        step: ChangeStep::Applied,
+        since_ms: now,
+    });
+    ctx.store.put(&spec.name, rec)?;
+    Ok(())
+}
+
+/// Rolls the guest back to the snapshot taken before its change, which it did not pass, and
+/// starts it (one task: PVE's rollback with `start`). The change is recorded rolled back: not
+/// tried again while the spec's hash is the same.
+async fn roll_back(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    let (cfg, ours) = read_own_config(ctx, client, vm, spec, rec).await?;
+    if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let Some(guard) = rec.changes_of(vmid).and_then(|c| c.guard.clone()) else {
+        return Ok(Outcome::Done);
+    };
+    let permit = crate::gate::permit::rollback(&ours, &spec.name, rec, &guard.snapshot)
+        .map_err(|r| super::remove::conflict(r.into()))?;
+    rec.changes_mut(vmid).guard = Some(GuardedChange {
+        step: ChangeStep::RollingBack,
+        since_ms: ctx.clock.now_ms(),
+        ..guard.clone()
+    });
+    ctx.store.put(&spec.name, rec)?;
+    tracing::warn!(
+        spec = %spec.name, vmid, snapshot = %guard.snapshot,
+        "the guest is unhealthy after its change: rolling it back (changePolicy.rollback: OnUnhealthy)"
+    );
+    let upid = client
+        .rollback(node, kind, vmid, &guard.snapshot, &permit)
+        .await?;
+    if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+        ctx.store.put(&spec.name, rec)?;
+        return Ok(Outcome::StillRunning {
+            upid: upid.to_string(),
+        });
+    }
+    let why = unhealthy_words(spec);
+    let changes = rec.changes_mut(vmid);
+    changes.guard = None;
+    changes.rolled_back = Some(RolledBack {
+        hash: crate::spec::spec_hash(spec),
+        snapshot: guard.snapshot,
+        at_ms: ctx.clock.now_ms(),
+        why,
+    });
+    // The guest is the snapshot's again: the spec is not applied (a new commit converges it).
+    rec.applied_hash = None;
+    rec.reboot_pending.clear();
+    Ok(Outcome::Done)
+}
+
+/// What failed, in proxsync's words: the spec's checks (what each last answered is the
+/// `Healthy` condition's, from the daemon's memory).
+fn unhealthy_words(spec: &Spec) -> String {
+    let Some(h) = spec.health.as_deref() else {
+        return "it was unhealthy after the change".into();
+    };
+    let mut checks = Vec::new();
+    if h.agent {
+        checks.push("agent ping".to_string());
+    }
+    if let Some(port) = h.tcp {
+        checks.push(format!("tcp {port}"));
+    }
+    if let Some(http) = &h.http {
+        checks.push(format!("http GET :{}{}", http.port, http.path));
+    }
+    format!(
+        "its health checks ({}) did not pass within {} s of the change",
+        checks.join(", "),
+        h.timeout_secs
+    )
+}
+
+/// Ends a change that passed (or a snapshot asked for whose change is no longer needed): its
+/// snapshot is kept as proxsync's own, and the oldest of them beyond `keep` are deleted.
+async fn end_change(
+    ctx: &ExecCtx<impl Pve>,
+    site: &SiteCtx<impl Pve>,
+    vm: VmRef<'_>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+) -> Result<Outcome, ActionError> {
+    let VmRef {
+        node, kind, vmid, ..
+    } = vm;
+    let client = &site.client;
+    let (cfg, ours) = read_own_config(ctx, client, vm, spec, rec).await?;
+    if let Some(waiting) = check_lock(ctx, site, node, kind, vmid, &cfg).await? {
+        return Ok(waiting);
+    }
+    let listed = client.snapshots(node, kind, vmid).await?;
+    let changes = rec.changes_mut(vmid);
+    if let Some(g) = changes.guard.take()
+        && listed.iter().any(|s| s.name == g.snapshot)
+        && !changes.snapshots.contains(&g.snapshot)
+    {
+        // Taken before a kill that came before its record said so.
+        changes.snapshots.push(g.snapshot);
+    }
+    // A snapshot a person deleted is no longer proxsync's to delete.
+    rec.changes_mut(vmid)
+        .snapshots
+        .retain(|s| listed.iter().any(|l| l.name == *s));
+    ctx.store.put(&spec.name, rec)?;
+    let keep = spec.change_policy.as_deref().map_or(0, |c| c.keep) as usize;
+    loop {
+        let own = &rec.changes_mut(vmid).snapshots;
+        if own.len() <= keep {
+            break;
+        }
+        let oldest = own[0].clone();
+        let permit = crate::gate::permit::delete_snapshot(&ours, &spec.name, rec, &oldest)
+            .map_err(|r| super::remove::conflict(r.into()))?;
+        tracing::info!(spec = %spec.name, vmid, snapshot = %oldest, keep, "deleting proxsync's older snapshot (changePolicy.keep)");
+        let upid = client
+            .delete_snapshot(node, kind, vmid, &oldest, &permit)
+            .await?;
+        if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+            ctx.store.put(&spec.name, rec)?;
+            return Ok(Outcome::StillRunning {
+                upid: upid.to_string(),
+            });
+        }
+        rec.changes_mut(vmid).snapshots.remove(0);
+        ctx.store.put(&spec.name, rec)?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// Whether a snapshot's task failed because the guest's storage cannot snapshot.
+fn cannot_snapshot(message: &str) -> bool {
+    message.contains("snapshot feature is not available")
+}
