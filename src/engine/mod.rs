@@ -531,6 +531,29 @@ impl Engine {
         }
     }
 
+    /// Lets the spec's change that was rolled back (`changePolicy`) be tried again (a
+    /// `proxsync reconcile NAME --retry` request): the record forgets the rollback; the
+    /// snapshot stays proxsync's own.
+    pub fn retry_rolled_back(&mut self, name: &str) -> Result<bool, EngineError> {
+        let Some(mut rec) = self.store.record(name)? else {
+            return Ok(false);
+        };
+        let Some(changes) = rec
+            .changes
+            .as_deref_mut()
+            .filter(|c| c.rolled_back.is_some())
+        else {
+            return Ok(false);
+        };
+        changes.rolled_back = None;
+        self.store.put(name, &rec)?;
+        self.idle = None;
+        if let Some(cache) = self.records.as_mut() {
+            cache.insert(name.to_string(), rec);
+        }
+        Ok(true)
+    }
+
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }

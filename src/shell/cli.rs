@@ -137,10 +137,14 @@ Examples:
     #[command(after_help = "\
 Examples:
   proxsync reconcile                 everything, now
-  proxsync reconcile web-01          web-01 now, even while it backs off")]
+  proxsync reconcile web-01          web-01 now, even while it backs off
+  proxsync reconcile web-01 --retry  web-01's change that was rolled back, tried again")]
     Reconcile {
         /// The spec (metadata.name); all specs when omitted.
         name: Option<String>,
+        /// Try the spec's change again although it was rolled back (changePolicy: RolledBack).
+        #[arg(long, requires = "name")]
+        retry: bool,
     },
     /// Confirm by hand that a VM is a spec's although its marker does not verify (the marker
     /// key was lost, or the VM predates signed markers). Through the daemon when it runs.
@@ -467,7 +471,9 @@ pub fn run(cli: Cli) -> ExitCode {
             crate::shell::malloc::tune_for_daemon();
             cmd::run::run_cmd(cli.config, once, specs)
         }
-        Command::Reconcile { name } => cmd::reconcile::reconcile_cmd(cli.config, name),
+        Command::Reconcile { name, retry } => {
+            cmd::reconcile::reconcile_cmd(cli.config, name, retry)
+        }
         Command::Adopt {
             name,
             vmid,

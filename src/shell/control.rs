@@ -46,6 +46,8 @@ const BUSY: &[u8] = b"error the daemon is answering too many control connections
 pub(crate) struct Request {
     /// The spec to reconcile now, or `None` for every spec.
     pub spec: Option<String>,
+    /// `--retry`: the spec's change that was rolled back (`changePolicy`) is tried again.
+    pub retry: bool,
 }
 
 pub(crate) fn socket_path(state_dir: &Path) -> PathBuf {
@@ -394,7 +396,12 @@ pub(crate) fn shown(name: &str) -> &str {
 /// After a suspension changed, a cycle is queued so statuses say so at once.
 async fn changed(reply: String, requests: mpsc::Sender<Request>) -> String {
     if reply.starts_with("ok ") {
-        let _ = requests.send(Request { spec: None }).await;
+        let _ = requests
+            .send(Request {
+                spec: None,
+                retry: false,
+            })
+            .await;
     }
     reply
 }
@@ -482,17 +489,29 @@ use tokio::io::AsyncReadExt;
 fn parse(line: &str) -> Result<Request, String> {
     let mut words = line.split_whitespace();
     match (words.next(), words.next(), words.next()) {
-        (Some("reconcile"), None, None) => Ok(Request { spec: None }),
-        (Some("reconcile"), Some(name), None) if crate::status::valid_name(name) => Ok(Request {
-            spec: Some(name.to_string()),
+        (Some("reconcile"), None, None) => Ok(Request {
+            spec: None,
+            retry: false,
         }),
+        (Some("reconcile"), Some(name), retry @ (None | Some("--retry")))
+            if crate::status::valid_name(name) =>
+        {
+            Ok(Request {
+                spec: Some(name.to_string()),
+                retry: retry.is_some(),
+            })
+        }
         (Some("reconcile"), Some(name), None) => Err(format!("{name:?} is not a spec name")),
-        _ => Err("expected `reconcile` or `reconcile NAME`".into()),
+        _ => Err("expected `reconcile`, `reconcile NAME` or `reconcile NAME --retry`".into()),
     }
 }
 
 /// Sends a request to the running daemon and returns its answer.
-pub(crate) async fn request(state_dir: &Path, spec: Option<&str>) -> Result<String, String> {
+pub(crate) async fn request(
+    state_dir: &Path,
+    spec: Option<&str>,
+    retry: bool,
+) -> Result<String, String> {
     let path = socket_path(state_dir);
     let mut stream = UnixStream::connect(&path).await.map_err(|e| {
         format!(
@@ -502,6 +521,7 @@ pub(crate) async fn request(state_dir: &Path, spec: Option<&str>) -> Result<Stri
         )
     })?;
     let line = match spec {
+        Some(name) if retry => format!("reconcile {name} --retry\n"),
         Some(name) => format!("reconcile {name}\n"),
         None => "reconcile\n".to_string(),
     };
@@ -581,13 +601,28 @@ mod tests {
 
     #[test]
     fn requests_parse() {
-        assert_eq!(parse("reconcile\n"), Ok(Request { spec: None }));
+        assert_eq!(
+            parse("reconcile\n"),
+            Ok(Request {
+                spec: None,
+                retry: false
+            })
+        );
         assert_eq!(
             parse("reconcile web-01\n"),
             Ok(Request {
-                spec: Some("web-01".into())
+                spec: Some("web-01".into()),
+                retry: false,
             })
         );
+        assert_eq!(
+            parse("reconcile web-01 --retry\n"),
+            Ok(Request {
+                spec: Some("web-01".into()),
+                retry: true,
+            })
+        );
+        assert!(parse("reconcile web-01 --force\n").is_err());
         assert!(parse("reconcile ../etc\n").is_err());
         assert!(parse("delete everything\n").is_err());
         assert!(parse("").is_err());
@@ -669,7 +704,11 @@ mod tests {
         // The daemon's queue is full and it takes nothing until the end: each handler waits
         // to queue its request, holding its slot.
         let (tx, mut rx) = mpsc::channel(1);
-        tx.try_send(Request { spec: None }).unwrap();
+        tx.try_send(Request {
+            spec: None,
+            retry: false,
+        })
+        .unwrap();
         let server = serve(dir.path(), tx, None).unwrap();
         let path = socket_path(dir.path());
         let mut holders = Vec::new();
@@ -679,7 +718,9 @@ mod tests {
             holders.push(c);
         }
         // Accepted after every holder (in order of connection): no slot is left.
-        let busy = request(dir.path(), Some("web-01")).await.unwrap_err();
+        let busy = request(dir.path(), Some("web-01"), false)
+            .await
+            .unwrap_err();
         assert!(busy.contains("too many control connections"), "{busy}");
         // The daemon takes the requests: every holder is answered and its slot comes back.
         for _ in 0..=MAX_CONNECTIONS {
@@ -692,12 +733,13 @@ mod tests {
         }
         let next = tokio::spawn({
             let dir = dir.path().to_path_buf();
-            async move { request(&dir, Some("web-02")).await }
+            async move { request(&dir, Some("web-02"), false).await }
         });
         assert_eq!(
             rx.recv().await,
             Some(Request {
-                spec: Some("web-02".into())
+                spec: Some("web-02".into()),
+                retry: false,
             })
         );
         assert!(next.await.unwrap().is_ok());
@@ -763,19 +805,22 @@ mod tests {
         }
         let recs = records(dir.path()).await.unwrap();
         assert!(recs.contains_key("web-01"), "{recs:?}");
-        let answer = request(dir.path(), Some("web-01")).await.unwrap();
+        let answer = request(dir.path(), Some("web-01"), false).await.unwrap();
         assert!(answer.contains("web-01"), "{answer}");
         assert_eq!(
             rx.recv().await,
             Some(Request {
-                spec: Some("web-01".into())
+                spec: Some("web-01".into()),
+                retry: false,
             })
         );
-        let err = request(dir.path(), Some("Not/A/Name")).await.unwrap_err();
+        let err = request(dir.path(), Some("Not/A/Name"), false)
+            .await
+            .unwrap_err();
         assert!(err.contains("not a spec name"), "{err}");
         server.abort();
         let gone = tempfile::tempdir().unwrap();
-        let err = request(gone.path(), None).await.unwrap_err();
+        let err = request(gone.path(), None, false).await.unwrap_err();
         assert!(err.contains("is `proxsync run` running"), "{err}");
     }
 }

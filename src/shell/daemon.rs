@@ -414,6 +414,9 @@ impl Daemon {
             let engine = self.engine();
             if let Some(name) = &req.spec {
                 engine.clear_backoff(name)?;
+                if req.retry {
+                    engine.retry_rolled_back(name)?;
+                }
             }
             engine.last_request = Some(RequestSummary {
                 spec: req.spec,

@@ -64,7 +64,11 @@ pub(crate) fn accept_commit_cmd(config_path: Option<PathBuf>, commit: &str) -> E
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(crate::shell::control::request(&config.state_dir, None)) {
+    match rt.block_on(crate::shell::control::request(
+        &config.state_dir,
+        None,
+        false,
+    )) {
         Ok(answer) => println!("the daemon was asked to apply it: {answer}"),
         Err(_) => println!(
             "no daemon answers on {}: the next `proxsync run --once`, or the daemon when it \

@@ -5,7 +5,11 @@ use std::process::ExitCode;
 
 use super::*;
 
-pub(crate) fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) -> ExitCode {
+pub(crate) fn reconcile_cmd(
+    config_path: Option<PathBuf>,
+    name: Option<String>,
+    retry: bool,
+) -> ExitCode {
     let config = match load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -23,6 +27,7 @@ pub(crate) fn reconcile_cmd(config_path: Option<PathBuf>, name: Option<String>) 
     match rt.block_on(crate::shell::control::request(
         &config.state_dir,
         name.as_deref(),
+        retry,
     )) {
         Ok(answer) => {
             println!(

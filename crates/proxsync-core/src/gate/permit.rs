@@ -115,7 +115,11 @@ pub fn rollback(
         return Err(refused(vm, Refused::NotOwnSnapshot { snapshot }));
     }
     let snapshot = snapshot.to_string();
-    Ok(Permit::new(vm.site(), vm.vmid(), Act::Rollback { snapshot }))
+    Ok(Permit::new(
+        vm.site(),
+        vm.vmid(),
+        Act::Rollback { snapshot },
+    ))
 }
 
 /// The delete of spec `spec`'s guest's snapshot `snapshot`, one proxsync took (its record names
@@ -137,7 +141,11 @@ pub fn delete_snapshot(
         return Err(refused(vm, Refused::NotOwnSnapshot { snapshot }));
     }
     let snapshot = snapshot.to_string();
-    Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteSnapshot { snapshot }))
+    Ok(Permit::new(
+        vm.site(),
+        vm.vmid(),
+        Act::DeleteSnapshot { snapshot },
+    ))
 }
 
 /// The hand-over of spec `spec`'s VM to the install whose selector now matches the spec: this
