@@ -21,6 +21,7 @@ const SPACE: &str = "a full storage";
 const HA: &str = "HA resources, groups and rules: the suite makes none";
 const AGENT: &str =
     "a guest agent's answers: the suite's guests run no agent and it makes no agent call";
+const SNAPSHOT: &str = "snapshots: the suite takes, rolls back and deletes none";
 
 /// Each row of `pve::texts::TEXTS` by its pattern.
 pub(crate) const COVERAGE: &[(&str, Cover)] = &[
@@ -60,6 +61,9 @@ pub(crate) const COVERAGE: &[(&str, Cover)] = &[
     ("No QEMU guest agent configured", Cover::Not(AGENT)),
     ("QEMU guest agent is not running", Cover::Not(AGENT)),
     ("qmp command 'guest-*' failed - *", Cover::Not(AGENT)),
+    ("snapshot feature is not available", Cover::Not(SNAPSHOT)),
+    ("snapshot name '*' already used", Cover::Not(SNAPSHOT)),
+    ("snapshot '*' does not exist", Cover::Not(SNAPSHOT)),
     (
         "VM # is not running",
         Cover::Not("an agent call to a stopped VM: the suite makes no agent call"),

@@ -88,6 +88,17 @@ pub enum Meaning {
     AgentDown,
     /// A VM has no guest agent configured (`agent` is off in its config): nothing to ask.
     NoAgent,
+    /// A snapshot refused because a volume of the guest is on a storage (or in a format) that
+    /// cannot snapshot (`has_feature('snapshot')` is false): the same until a person moves the
+    /// disk or changes the spec. Said in the `qmsnapshot`/`vzsnapshot` task, before anything
+    /// is written.
+    SnapshotUnsupported,
+    /// A snapshot of a name the guest has already: nothing taken (the task's check, before
+    /// anything is written).
+    SnapshotExists,
+    /// A rollback to or a delete of a snapshot the guest does not have (any more): nothing
+    /// done. About the snapshot, never the guest (not `NotFound`).
+    SnapshotMissing,
 }
 
 impl Meaning {
@@ -106,9 +117,10 @@ impl Meaning {
             Meaning::PermissionDenied => Some(Category::PermissionDenied),
             Meaning::NotImplemented => Some(Category::ApiNotSupported),
             Meaning::ImageMissing => Some(Category::ImageNotFound),
-            Meaning::Refused | Meaning::HaErrorState | Meaning::PoolMissing => {
-                Some(Category::ConfigurationError)
-            }
+            Meaning::Refused
+            | Meaning::HaErrorState
+            | Meaning::PoolMissing
+            | Meaning::SnapshotUnsupported => Some(Category::ConfigurationError),
             Meaning::UploadDamaged
             | Meaning::VmPaused
             | Meaning::NotRunning
@@ -117,7 +129,9 @@ impl Meaning {
             | Meaning::AlreadyTemplate
             | Meaning::FileExists
             | Meaning::AgentDown
-            | Meaning::NoAgent => None,
+            | Meaning::NoAgent
+            | Meaning::SnapshotExists
+            | Meaning::SnapshotMissing => None,
         }
     }
 
@@ -149,7 +163,10 @@ impl Meaning {
             | Meaning::PoolMissing
             | Meaning::FileExists
             | Meaning::AgentDown
-            | Meaning::NoAgent => true,
+            | Meaning::NoAgent
+            | Meaning::SnapshotUnsupported
+            | Meaning::SnapshotExists
+            | Meaning::SnapshotMissing => true,
             Meaning::LockedTooLong
             | Meaning::UploadDamaged
             | Meaning::NoSpace
@@ -413,6 +430,36 @@ pub const TEXTS: &[Text] = &[
                  size)",
         versions: "every PVE 8.x and 9.x",
         samples: &["volume local:import/debian.qcow2 does not exist"],
+    },
+    // Snapshots (`POST .../snapshot`, `.../snapshot/{name}/rollback`, `DELETE
+    // .../snapshot/{name}`): each said in the worker, so as the task's exit status.
+    Text {
+        pattern: "snapshot feature is not available",
+        meaning: Meaning::SnapshotUnsupported,
+        source: "pve-guest-common src/PVE/AbstractConfig.pm __snapshot_prepare (`die \"snapshot \
+                 feature is not available\\n\" if !$class->has_feature('snapshot', ...)`, in \
+                 snapshot_create: qemu-server src/PVE/API2/Qemu.pm snapshot's qmsnapshot task, \
+                 pve-container src/PVE/API2/LXC/Snapshot.pm snapshot's vzsnapshot task)",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["snapshot feature is not available"],
+    },
+    Text {
+        pattern: "snapshot name '*' already used",
+        meaning: Meaning::SnapshotExists,
+        source: "pve-guest-common src/PVE/AbstractConfig.pm __snapshot_prepare (after check_lock, \
+                 before the config is written), in the qmsnapshot/vzsnapshot task",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["snapshot name 'proxsync-1' already used"],
+    },
+    Text {
+        pattern: "snapshot '*' does not exist",
+        meaning: Meaning::SnapshotMissing,
+        source: "pve-guest-common src/PVE/AbstractConfig.pm snapshot_rollback \
+                 ($get_snapshot_config, before check_lock) and snapshot_delete (before its \
+                 set_lock), in the qmrollback/vzrollback and qmdelsnapshot/vzdelsnapshot tasks; \
+                 load_snapshot_config",
+        versions: "every PVE 8.x and 9.x",
+        samples: &["snapshot 'before' does not exist"],
     },
     // A VM's guest agent (`.../agent/ping` and every agent call).
     Text {
@@ -788,8 +835,8 @@ mod tests {
             "unable to get PID for CT 101 (not running?)",
             // A feature, not a full disk.
             "btrfs quotas are currently not supported, use an unsized subvolume or a raw file",
-            // A snapshot, not a volume or a guest.
-            "snapshot 'before' does not exist",
+            // A snapshot's reserved name (the API handler's check), not a name taken.
+            "unable to use snapshot name 'current' (reserved name)",
             "got timeout",
             "something new",
             "",
@@ -808,6 +855,28 @@ mod tests {
         assert_eq!(Meaning::LockHeld.category(), Some(Category::LockError));
         assert_eq!(Meaning::DigestConflict.category(), Some(Category::Conflict));
         assert_eq!(Meaning::AlreadyAtSize.category(), None);
+        // A snapshot's words: about the snapshot, never the guest gone or a volume missing,
+        // never load, and refused before anything was written.
+        for (text, want) in [
+            (
+                "snapshot feature is not available",
+                Meaning::SnapshotUnsupported,
+            ),
+            (
+                "snapshot name 'proxsync-1' already used",
+                Meaning::SnapshotExists,
+            ),
+            ("snapshot 'before' does not exist", Meaning::SnapshotMissing),
+        ] {
+            assert_eq!(meaning(text), Some(want), "{text}");
+            assert!(!want.is_contention() && want.nothing_done(), "{text}");
+            assert_ne!(want.category(), Some(Category::NotFound), "{text}");
+            assert_ne!(want.category(), Some(Category::ImageNotFound), "{text}");
+        }
+        assert_eq!(
+            Meaning::SnapshotUnsupported.category(),
+            Some(Category::ConfigurationError)
+        );
     }
 
     #[test]
