@@ -26,6 +26,14 @@
 //!   does: `int($size_gb * 1024)` MiB written into its config, thin LVM's (`local-lvm`) volume
 //!   in whole 4 MiB extents; a container's resize compares the volume's real size (`unable to
 //!   shrink disk size`, `disk is already at specified size`);
+//! - a snapshot, a rollback and a snapshot's delete are tasks (`qmsnapshot`/`vzsnapshot`,
+//!   `qmrollback`/`vzrollback`, `qmdelsnapshot`/`vzdelsnapshot`) whose worker makes PVE's
+//!   checks, so a locked guest, a name taken or missing and a storage that cannot snapshot
+//!   ([`FakePve::storage_cannot_snapshot`]) fail the task, not the request (pve-guest-common
+//!   `AbstractConfig.pm`); while one runs the guest holds `lock: snapshot`, `rollback` or
+//!   `snapshot-delete`, so a write meanwhile meets `VM is locked (snapshot)` / `CT is locked
+//!   (snapshot)`. A snapshot that ends well sets the config's `parent`; one that fails leaves
+//!   nothing; a failed rollback or delete keeps its lock, as PVE's does;
 //! - [`Fault::LoseAnswer`]: the call is carried out and the answer lost (pveproxy's 596, as
 //!   when forwarding fails after the node received the request).
 //!
@@ -146,9 +154,27 @@ struct State {
     node_memory: BTreeMap<String, (u64, u64)>,
     /// How long tasks of a type run before they end `OK` by themselves (tokio's time).
     task_durations: HashMap<String, Duration>,
-    /// Each guest's snapshots, oldest first: name and the config then (no description: a
-    /// rollback keeps the guest's, as PVE's `__snapshot_apply_config` does).
-    snapshots: BTreeMap<u32, Vec<(String, BTreeMap<String, String>)>>,
+    /// Each guest's snapshots, oldest first.
+    snapshots: BTreeMap<u32, Vec<FakeSnapshot>>,
+    /// Storages whose volumes cannot be snapshotted ([`FakePve::storage_cannot_snapshot`]).
+    no_snapshot_storages: Vec<String>,
+}
+
+/// One snapshot of a guest, as the fake holds it.
+struct FakeSnapshot {
+    name: String,
+    /// The guest's config when it was taken, but its lock, description and `unusedN`
+    /// (pve-guest-common `__snapshot_copy_config`); a rollback keeps the guest's own
+    /// description and unused volumes (`__snapshot_apply_config`).
+    config: BTreeMap<String, String>,
+    /// The description it was taken with.
+    description: String,
+    /// When it was taken (unix seconds of the fake's clock), set at once
+    /// (`__snapshot_prepare`).
+    snaptime: u64,
+    /// `prepare` while its snapshot task runs, `delete` while a delete's does; `None` once
+    /// whole. A rollback to one with a state is refused.
+    snapstate: Option<&'static str>,
 }
 
 /// The fake cluster. Interior mutability: tests hold it inside a `SiteCtx` and still change
@@ -215,6 +241,7 @@ impl FakePve {
                 node_memory: BTreeMap::new(),
                 task_durations: HashMap::new(),
                 snapshots: BTreeMap::new(),
+                no_snapshot_storages: Vec::new(),
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -272,7 +299,10 @@ impl FakePve {
 
     /// Destroys VM `vmid` as a human would (`qm destroy`), outside proxsync.
     pub fn remove_vm(&self, vmid: u32) {
-        self.lock().vms.remove(&vmid);
+        let mut s = self.lock();
+        s.vms.remove(&vmid);
+        s.snapshots.remove(&vmid);
+        drop(s);
         self.changed.notify_waiters();
     }
 
@@ -290,6 +320,15 @@ impl FakePve {
     /// A storage for disk images shared by every node (as Ceph RBD or NFS would be).
     pub fn add_shared_storage(&self, storage: &str) {
         self.lock().shared_storages.push(storage.to_string());
+    }
+
+    /// Volumes on `storage` cannot be snapshotted (a `dir` storage's raw images, thick LVM): a
+    /// snapshot of a guest with any volume there (`scsiN`, `virtioN`, `sataN`, `ideN` but a
+    /// CD-ROM, `efidisk0`, `tpmstate0`, `rootfs`, `mpN` whose value starts `storage:`) fails
+    /// its task `snapshot feature is not available` (pve-guest-common `__snapshot_prepare`'s
+    /// `has_feature('snapshot', ...)`), taking nothing and leaving no lock.
+    pub fn storage_cannot_snapshot(&self, storage: &str) {
+        self.lock().no_snapshot_storages.push(storage.to_string());
     }
 
     /// A volume on `storage` (`content`: `iso`, `import`, `images`), as an upload leaves it.
@@ -746,6 +785,7 @@ impl State {
             },
         );
         *self.generation.entry(vmid).or_default() += 1;
+        self.snapshots.remove(&vmid);
         let on_ok: Effect = Box::new(move |s: &mut State| {
             if let Some(vm) = s.vms.get_mut(&vmid) {
                 vm.config = config;
@@ -800,6 +840,18 @@ impl State {
         }
     }
 
+    /// Removes guest `vmid`'s lock if it is `lock` (pve-guest-common's `delete $conf->{lock}`
+    /// at a snapshot task's end).
+    fn release(&mut self, vmid: u32, lock: &str) {
+        if self
+            .vms
+            .get(&vmid)
+            .is_some_and(|vm| vm.config.get("lock").is_some_and(|l| l == lock))
+        {
+            self.set_value(vmid, "lock", None);
+        }
+    }
+
     /// A power task: `qm<action>` for a VM, `vz<action>` for a container.
     fn power(
         &mut self,
@@ -842,13 +894,66 @@ impl State {
         Ok(self.task(node, kind, &vmid.to_string(), Some(on_ok), None))
     }
 
-    /// A task that fails at once with `exit`, changing nothing (a check in PVE's worker).
-    /// The config snapshot `name` of guest `vmid` holds.
-    fn snapshot_config(&self, vmid: u32, name: &str) -> Option<BTreeMap<String, String>> {
-        let list = self.snapshots.get(&vmid)?;
-        list.iter().find(|(n, _)| n == name).map(|(_, c)| c.clone())
+    /// Guest `vmid`'s snapshot `name`, if it has one.
+    fn snapshot_of(&self, vmid: u32, name: &str) -> Option<&FakeSnapshot> {
+        self.snapshots.get(&vmid)?.iter().find(|n| n.name == name)
     }
 
+    /// What a snapshot task's worker dies of before it changes anything, in PVE's order
+    /// (pve-guest-common `AbstractConfig.pm`): a snapshot (`__snapshot_prepare`) checks the
+    /// lock, then the name, then the storages; a rollback (`snapshot_rollback`) the name, the
+    /// snapshot's state, then the lock; a delete (`snapshot_delete`) the name, then the lock
+    /// (its `set_lock`'s `check_lock`). Each kind in its words (`VM`/`CT is locked`).
+    fn snapshot_refusal(&self, kind: GuestKind, vmid: u32, name: &str, op: &str) -> Option<String> {
+        let vm = self.vms.get(&vmid)?;
+        let locked = vm
+            .config
+            .get("lock")
+            .map(|lock| format!("{} is locked ({lock})", guest_type(kind)));
+        let snap = self.snapshot_of(vmid, name);
+        let missing = || format!("snapshot '{name}' does not exist");
+        match op {
+            "snapshot" => locked
+                .or_else(|| snap.map(|_| format!("snapshot name '{name}' already used")))
+                .or_else(|| {
+                    self.cannot_snapshot(vmid)
+                        .then(|| "snapshot feature is not available".to_string())
+                }),
+            "rollback" => match snap {
+                None => Some(missing()),
+                Some(FakeSnapshot {
+                    snapstate: Some(state),
+                    ..
+                }) => Some(format!(
+                    "unable to rollback to incomplete snapshot (snapstate = {state})"
+                )),
+                Some(_) => locked,
+            },
+            _ => match snap {
+                None => Some(missing()),
+                Some(_) => locked,
+            },
+        }
+    }
+
+    /// Guest `vmid` has a volume on a storage that cannot snapshot (qemu-server's and
+    /// pve-container's `has_feature`: every volume but a CD-ROM must).
+    fn cannot_snapshot(&self, vmid: u32) -> bool {
+        let Some(vm) = self.vms.get(&vmid) else {
+            return false;
+        };
+        vm.config.iter().any(|(key, value)| {
+            is_volume_key(key)
+                && !value.split(',').any(|p| p == "media=cdrom")
+                && self.no_snapshot_storages.iter().any(|st| {
+                    value
+                        .strip_prefix(st.as_str())
+                        .is_some_and(|r| r.starts_with(':'))
+                })
+        })
+    }
+
+    /// A task that fails at once with `exit`, changing nothing (a check in PVE's worker).
     fn failed_task(&mut self, node: &str, kind: &str, id: &str, exit: &str) -> Upid {
         let end = std::mem::replace(&mut self.task_end, TaskEnd::Held);
         let upid = self.task(node, kind, id, None, None);
@@ -1013,6 +1118,43 @@ fn guest_type(kind: GuestKind) -> &'static str {
     match kind {
         GuestKind::Qemu => "VM",
         GuestKind::Lxc => "CT",
+    }
+}
+
+/// A snapshot task's type: `qm` + `op` for a VM, `vz` + `op` for a container.
+fn snapshot_task(kind: GuestKind, op: &str) -> &'static str {
+    match (kind, op) {
+        (GuestKind::Qemu, "snapshot") => "qmsnapshot",
+        (GuestKind::Qemu, "rollback") => "qmrollback",
+        (GuestKind::Qemu, _) => "qmdelsnapshot",
+        (GuestKind::Lxc, "snapshot") => "vzsnapshot",
+        (GuestKind::Lxc, "rollback") => "vzrollback",
+        (GuestKind::Lxc, _) => "vzdelsnapshot",
+    }
+}
+
+/// A config key that names a volume of the guest: a VM's disk (`scsiN`, `virtioN`, `sataN`,
+/// `ideN`, `efidisk0`, `tpmstate0`) or a container's (`rootfs`, `mpN`).
+fn is_volume_key(key: &str) -> bool {
+    if matches!(key, "efidisk0" | "tpmstate0" | "rootfs") {
+        return true;
+    }
+    ["scsi", "virtio", "sata", "ide", "mp"]
+        .iter()
+        .any(|prefix| {
+            key.strip_prefix(prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// pve-guest-common snapshot_delete's `$unlink_parent`: a config whose `parent` is the deleted
+/// snapshot takes that snapshot's parent, or none.
+fn relink(config: &mut BTreeMap<String, String>, deleted: &str, parent: Option<&str>) {
+    if config.get("parent").is_some_and(|p| p == deleted) {
+        match parent {
+            Some(p) => config.insert("parent".into(), p.to_string()),
+            None => config.remove("parent"),
+        };
     }
 }
 
@@ -1782,6 +1924,7 @@ impl Pve for FakePve {
             }
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 s.vms.remove(&vmid);
+                s.snapshots.remove(&vmid);
                 s.leave_pools(vmid);
             });
             let on_fail: Effect = Box::new(move |s: &mut State| {
@@ -1829,49 +1972,74 @@ impl Pve for FakePve {
                 .unwrap_or_default();
             Ok(listed
                 .iter()
-                .map(|(name, _)| Snapshot {
-                    name: name.clone(),
-                    snaptime: Some(1),
-                    description: String::new(),
+                .map(|snap| Snapshot {
+                    name: snap.name.clone(),
+                    snaptime: Some(snap.snaptime),
+                    description: snap.description.clone(),
                 })
                 .collect())
         })
     }
 
+    // pve-guest-common snapshot_create: `__snapshot_prepare` writes `lock: snapshot` and the
+    // snapshot (`snapstate: prepare`) before the volumes are snapshotted; `__snapshot_commit`
+    // drops both and sets the config's `parent`; a failure deletes the snapshot and the lock.
     async fn snapshot(
         &self,
         node: &str,
         kind: GuestKind,
         vmid: u32,
         name: &str,
-        _description: &str,
+        description: &str,
     ) -> Result<Upid, Error> {
         self.call(
             "snapshot",
             format!("{} {name}", at(node, kind, vmid)),
             |s| {
-                s.unlocked(node, kind, vmid)?;
+                let mut config = s.vm(node, kind, vmid)?.config.clone();
                 let task = snapshot_task(kind, "snapshot");
-                let taken = s
-                    .snapshots
-                    .get(&vmid)
-                    .is_some_and(|l| l.iter().any(|(n, _)| n == name));
-                if taken {
-                    let exit = format!("snapshot name '{name}' already used");
-                    return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+                let id = vmid.to_string();
+                if let Some(exit) = s.snapshot_refusal(kind, vmid, name, "snapshot") {
+                    return Ok(s.failed_task(node, task, &id, &exit));
                 }
-                let name = name.to_string();
-                let on_ok: Effect = Box::new(move |s: &mut State| {
-                    let Some(vm) = s.vms.get(&vmid) else { return };
-                    let mut config = vm.config.clone();
-                    config.remove("description");
-                    s.snapshots.entry(vmid).or_default().push((name, config));
+                config.retain(|k, _| k != "lock" && k != "description" && !k.starts_with("unused"));
+                let snaptime = s.clock.now_ms() / 1000;
+                s.snapshots.entry(vmid).or_default().push(FakeSnapshot {
+                    name: name.to_string(),
+                    config,
+                    description: description.to_string(),
+                    snaptime,
+                    snapstate: Some("prepare"),
                 });
-                Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+                s.set_value(vmid, "lock", Some("snapshot"));
+                let done = name.to_string();
+                let on_ok: Effect = Box::new(move |s: &mut State| {
+                    if let Some(snap) = s
+                        .snapshots
+                        .get_mut(&vmid)
+                        .and_then(|l| l.iter_mut().find(|n| n.name == done))
+                    {
+                        snap.snapstate = None;
+                    }
+                    s.release(vmid, "snapshot");
+                    s.set_value(vmid, "parent", Some(&done));
+                });
+                let failed = name.to_string();
+                let on_fail: Effect = Box::new(move |s: &mut State| {
+                    if let Some(list) = s.snapshots.get_mut(&vmid) {
+                        list.retain(|n| n.name != failed);
+                    }
+                    s.release(vmid, "snapshot");
+                });
+                Ok(s.task(node, task, &id, Some(on_ok), Some(on_fail)))
             },
         )
     }
 
+    // pve-guest-common snapshot_rollback: the guest is stopped and locked `rollback` first;
+    // at the end the snapshot's config replaces the guest's, but its description and unused
+    // volumes (`__snapshot_apply_config`), with `parent` the snapshot, and `start=1` starts
+    // it. A task that fails keeps the lock (PVE removes it only in its last step).
     async fn rollback(
         &self,
         node: &str,
@@ -1884,28 +2052,43 @@ impl Pve for FakePve {
         let check = check_rollback(vmid, name, permit).map_err(Error::NotPermitted);
         self.permitted("rollback", &args, check)?;
         self.call("rollback", args, |s| {
-            s.unlocked(node, kind, vmid)?;
+            s.vm(node, kind, vmid)?;
             let task = snapshot_task(kind, "rollback");
-            let Some(config) = s.snapshot_config(vmid, name) else {
-                let exit = format!("snapshot '{name}' does not exist");
-                return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+            let id = vmid.to_string();
+            if let Some(exit) = s.snapshot_refusal(kind, vmid, name, "rollback") {
+                return Ok(s.failed_task(node, task, &id, &exit));
+            }
+            let Some(config) = s.snapshot_of(vmid, name).map(|n| n.config.clone()) else {
+                unreachable!("a rollback to a missing snapshot is refused above");
             };
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.running = false;
+            }
+            s.set_value(vmid, "lock", Some("rollback"));
+            let name = name.to_string();
             let on_ok: Effect = Box::new(move |s: &mut State| {
                 let Some(vm) = s.vms.get_mut(&vmid) else {
                     return;
                 };
-                let description = vm.config.remove("description");
+                let kept: Vec<(String, String)> = vm
+                    .config
+                    .iter()
+                    .filter(|(k, _)| *k == "description" || k.starts_with("unused"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 vm.config = config;
-                if let Some(d) = description {
-                    vm.config.insert("description".into(), d);
-                }
+                vm.config.extend(kept);
+                vm.config.insert("parent".into(), name);
                 vm.running = true;
                 *s.generation.entry(vmid).or_default() += 1;
             });
-            Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+            Ok(s.task(node, task, &id, Some(on_ok), None))
         })
     }
 
+    // pve-guest-common snapshot_delete: `set_lock($vmid, 'snapshot-delete')` and `snapstate:
+    // delete` first; at the end the snapshot goes, its children and the config take its
+    // parent, and the lock goes. A task that fails keeps both (without `force`).
     async fn delete_snapshot(
         &self,
         node: &str,
@@ -1918,19 +2101,37 @@ impl Pve for FakePve {
         let check = check_delete_snapshot(vmid, name, permit).map_err(Error::NotPermitted);
         self.permitted("delete_snapshot", &args, check)?;
         self.call("delete_snapshot", args, |s| {
-            s.unlocked(node, kind, vmid)?;
+            s.vm(node, kind, vmid)?;
             let task = snapshot_task(kind, "delsnapshot");
-            if s.snapshot_config(vmid, name).is_none() {
-                let exit = format!("snapshot '{name}' does not exist");
-                return Ok(s.failed_task(node, task, &vmid.to_string(), &exit));
+            let id = vmid.to_string();
+            if let Some(exit) = s.snapshot_refusal(kind, vmid, name, "delete") {
+                return Ok(s.failed_task(node, task, &id, &exit));
             }
+            if let Some(snap) = s
+                .snapshots
+                .get_mut(&vmid)
+                .and_then(|l| l.iter_mut().find(|n| n.name == name))
+            {
+                snap.snapstate = Some("delete");
+            }
+            s.set_value(vmid, "lock", Some("snapshot-delete"));
             let name = name.to_string();
             let on_ok: Effect = Box::new(move |s: &mut State| {
-                if let Some(list) = s.snapshots.get_mut(&vmid) {
-                    list.retain(|(n, _)| *n != name);
+                let list = s.snapshots.entry(vmid).or_default();
+                let parent = list
+                    .iter()
+                    .find(|n| n.name == name)
+                    .and_then(|n| n.config.get("parent").cloned());
+                list.retain(|n| n.name != name);
+                for other in list.iter_mut() {
+                    relink(&mut other.config, &name, parent.as_deref());
                 }
+                if let Some(vm) = s.vms.get_mut(&vmid) {
+                    relink(&mut vm.config, &name, parent.as_deref());
+                }
+                s.release(vmid, "snapshot-delete");
             });
-            Ok(s.task(node, task, &vmid.to_string(), Some(on_ok), None))
+            Ok(s.task(node, task, &id, Some(on_ok), None))
         })
     }
 
@@ -2757,16 +2958,302 @@ mod tests {
         assert_eq!(pve.vm(100).unwrap().config.get("lock"), None);
         assert_eq!(pve.vm(100).unwrap().config["name"], "c");
     }
-}
 
-/// A snapshot task's type: `qm` + `op` for a VM, `vz` + `op` for a container.
-fn snapshot_task(kind: GuestKind, op: &str) -> &'static str {
-    match (kind, op) {
-        (GuestKind::Qemu, "snapshot") => "qmsnapshot",
-        (GuestKind::Qemu, "rollback") => "qmrollback",
-        (GuestKind::Qemu, _) => "qmdelsnapshot",
-        (GuestKind::Lxc, "snapshot") => "vzsnapshot",
-        (GuestKind::Lxc, "rollback") => "vzrollback",
-        (GuestKind::Lxc, _) => "vzdelsnapshot",
+    /// A guest of `kind` with a disk on `local-lvm`, a description (the marker's place) and 1
+    /// GiB of memory.
+    fn snapshot_guest(kind: GuestKind, vmid: u32) -> FakePve {
+        let pve = FakePve::new(&["pve1"]);
+        let disk = match kind {
+            GuestKind::Qemu => ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            GuestKind::Lxc => ("rootfs", "local-lvm:vm-101-disk-0,size=8G"),
+        };
+        pve.add_guest(
+            kind,
+            vmid,
+            "pve1",
+            &[disk, ("memory", "1024"), ("description", "the marker")],
+        );
+        pve
+    }
+
+    /// The lock a guest's config holds now.
+    fn lock_of(pve: &FakePve, vmid: u32) -> Option<String> {
+        pve.vm(vmid).unwrap().config.get("lock").cloned()
+    }
+
+    /// A held snapshot, rollback and delete task each lock the guest (`snapshot`, `rollback`,
+    /// `snapshot-delete`, pve-guest-common AbstractConfig.pm) until it ends: a write meanwhile
+    /// meets `VM is locked (snapshot)` / `CT is locked (snapshot)`. The snapshot is listed at
+    /// once; a rollback puts back the config but the description and starts the guest; a
+    /// delete removes it.
+    #[tokio::test]
+    async fn held_snapshot_tasks_lock_the_guest_until_they_end() {
+        use crate::pve::texts::Meaning;
+        for (kind, vmid, who) in [(GuestKind::Qemu, 100, "VM"), (GuestKind::Lxc, 101, "CT")] {
+            let pve = snapshot_guest(kind, vmid);
+            pve.set_task_end(TaskEnd::Held);
+            let write = VmParams::new().set("memory", "2048");
+
+            let take = pve
+                .snapshot("pve1", kind, vmid, "before", "taken by proxsync")
+                .await
+                .unwrap();
+            assert_eq!(take.kind, snapshot_task(kind, "snapshot"));
+            assert_eq!(lock_of(&pve, vmid).as_deref(), Some("snapshot"));
+            let listed = pve.snapshots("pve1", kind, vmid).await.unwrap();
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            assert_eq!(listed[0].description, "taken by proxsync");
+            let err = pve
+                .set_config("pve1", kind, vmid, &write, None)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                words(err),
+                (
+                    format!("{who} is locked (snapshot)"),
+                    Some(Meaning::LockHeld)
+                )
+            );
+            pve.end_task(take.as_str(), "OK");
+            assert_eq!(lock_of(&pve, vmid), None);
+            assert_eq!(pve.vm(vmid).unwrap().config["parent"], "before");
+
+            pve.set_task_end(TaskEnd::AtOnce);
+            pve.set_config("pve1", kind, vmid, &write, None)
+                .await
+                .unwrap();
+            pve.set_config_value(vmid, "description", Some("the marker, edited"));
+            pve.set_task_end(TaskEnd::Held);
+
+            let permit = Permit::new(
+                "lab",
+                vmid,
+                Act::Rollback {
+                    snapshot: "before".into(),
+                },
+            );
+            let back = pve
+                .rollback("pve1", kind, vmid, "before", &permit)
+                .await
+                .unwrap();
+            assert_eq!(back.kind, snapshot_task(kind, "rollback"));
+            assert_eq!(lock_of(&pve, vmid).as_deref(), Some("rollback"));
+            assert!(!pve.vm(vmid).unwrap().running, "stopped first");
+            let err = pve
+                .set_config("pve1", kind, vmid, &write, None)
+                .await
+                .unwrap_err();
+            assert_eq!(words(err).0, format!("{who} is locked (rollback)"));
+            pve.end_task(back.as_str(), "OK");
+            let vm = pve.vm(vmid).unwrap();
+            assert_eq!(vm.config.get("lock"), None);
+            assert_eq!(vm.config["memory"], "1024", "the snapshot's value");
+            assert_eq!(vm.config["description"], "the marker, edited", "kept");
+            assert!(vm.running, "start=1");
+
+            let permit = Permit::new(
+                "lab",
+                vmid,
+                Act::DeleteSnapshot {
+                    snapshot: "before".into(),
+                },
+            );
+            let gone = pve
+                .delete_snapshot("pve1", kind, vmid, "before", &permit)
+                .await
+                .unwrap();
+            assert_eq!(gone.kind, snapshot_task(kind, "delsnapshot"));
+            assert_eq!(lock_of(&pve, vmid).as_deref(), Some("snapshot-delete"));
+            let err = pve
+                .set_config("pve1", kind, vmid, &write, None)
+                .await
+                .unwrap_err();
+            assert_eq!(words(err).0, format!("{who} is locked (snapshot-delete)"));
+            pve.end_task(gone.as_str(), "OK");
+            assert_eq!(lock_of(&pve, vmid), None);
+            assert!(pve.snapshots("pve1", kind, vmid).await.unwrap().is_empty());
+            assert_eq!(pve.vm(vmid).unwrap().config.get("parent"), None);
+        }
+    }
+
+    /// A snapshot task with a duration holds its lock for it, then ends by itself and releases
+    /// it; one that fails leaves no snapshot and no lock (snapshot_create's cleanup).
+    #[tokio::test(start_paused = true)]
+    async fn a_snapshot_task_with_a_duration_holds_its_lock_meanwhile() {
+        let pve = snapshot_guest(GuestKind::Lxc, 101);
+        pve.set_task_duration("vzsnapshot", Duration::from_secs(5));
+        let task = pve
+            .snapshot("pve1", GuestKind::Lxc, 101, "before", "")
+            .await
+            .unwrap();
+        assert_eq!(lock_of(&pve, 101).as_deref(), Some("snapshot"));
+        let short = pve.wait_task(&task, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(short, TaskOutcome::StillRunning);
+        assert_eq!(lock_of(&pve, 101).as_deref(), Some("snapshot"));
+        let done = pve.wait_task(&task, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(done, TaskOutcome::Ok);
+        assert_eq!(lock_of(&pve, 101), None);
+
+        pve.set_task_end(TaskEnd::Held);
+        let task = pve
+            .snapshot("pve1", GuestKind::Lxc, 101, "again", "")
+            .await
+            .unwrap();
+        pve.end_task(task.as_str(), "zfs error: out of space");
+        assert_eq!(lock_of(&pve, 101), None);
+        let names: Vec<String> = pve
+            .snapshots("pve1", GuestKind::Lxc, 101)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["before"]);
+    }
+
+    /// A guest with a volume on a storage that cannot snapshot: the snapshot task fails
+    /// `snapshot feature is not available` (pve-guest-common `__snapshot_prepare`), taking
+    /// nothing and leaving no lock. A CD-ROM there does not count (qemu-server has_feature
+    /// skips CD-ROMs), nor a guest whose volumes are all elsewhere.
+    #[tokio::test]
+    async fn a_snapshot_on_a_storage_that_cannot_snapshot_fails_its_task() {
+        use crate::pve::texts::Meaning;
+        let pve = FakePve::new(&["pve1"]);
+        pve.storage_cannot_snapshot("local");
+        pve.add_vm(100, "pve1", &[("scsi0", "local-lvm:vm-100-disk-0,size=8G")]);
+        pve.add_vm(
+            102,
+            "pve1",
+            &[
+                ("scsi0", "local-lvm:vm-102-disk-0,size=8G"),
+                ("virtio1", "local:102/vm-102-disk-1.raw,size=1G"),
+            ],
+        );
+        pve.add_guest(
+            GuestKind::Lxc,
+            103,
+            "pve1",
+            &[
+                ("rootfs", "local-lvm:vm-103-disk-0,size=8G"),
+                ("mp0", "local:103/vm-103-disk-1.raw,mp=/data,size=1G"),
+            ],
+        );
+        pve.add_vm(
+            104,
+            "pve1",
+            &[
+                ("scsi0", "local-lvm:vm-104-disk-0,size=8G"),
+                ("ide2", "local:iso/debian.iso,media=cdrom"),
+                ("unused0", "local:104/vm-104-disk-9.raw"),
+                ("net0", "virtio,bridge=local"),
+            ],
+        );
+        for (kind, vmid) in [(GuestKind::Qemu, 102), (GuestKind::Lxc, 103)] {
+            let task = pve
+                .snapshot("pve1", kind, vmid, "before", "")
+                .await
+                .unwrap();
+            let err = pve
+                .wait_task(&task, Duration::from_secs(1))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                words(err),
+                (
+                    "snapshot feature is not available".into(),
+                    Some(Meaning::SnapshotUnsupported)
+                )
+            );
+            assert_eq!(lock_of(&pve, vmid), None);
+            assert!(pve.snapshots("pve1", kind, vmid).await.unwrap().is_empty());
+        }
+        for vmid in [100, 104] {
+            let task = pve
+                .snapshot("pve1", GuestKind::Qemu, vmid, "before", "")
+                .await
+                .unwrap();
+            let done = pve.wait_task(&task, Duration::from_secs(1)).await;
+            assert_eq!(done.unwrap(), TaskOutcome::Ok, "{vmid}");
+        }
+    }
+
+    /// How a task a call started failed (the call itself must answer a task).
+    async fn failed(
+        pve: &FakePve,
+        task: Result<Upid, Error>,
+    ) -> (String, Option<crate::pve::texts::Meaning>) {
+        let task = task.expect("a task, not a refused request");
+        words(
+            pve.wait_task(&task, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+        )
+    }
+
+    /// PVE's checks run in the snapshot tasks' workers, so they fail the task, not the request:
+    /// a locked guest (each kind in its words), a name taken, a snapshot missing on a rollback
+    /// and a delete, a rollback to a snapshot still being taken.
+    #[tokio::test]
+    async fn snapshot_refusals_fail_the_task_in_pves_words() {
+        use crate::pve::texts::Meaning;
+        let rollback = |vmid| {
+            Permit::new(
+                "lab",
+                vmid,
+                Act::Rollback {
+                    snapshot: "nope".into(),
+                },
+            )
+        };
+        let delete = |vmid| {
+            Permit::new(
+                "lab",
+                vmid,
+                Act::DeleteSnapshot {
+                    snapshot: "nope".into(),
+                },
+            )
+        };
+        for (kind, vmid, who) in [(GuestKind::Qemu, 100, "VM"), (GuestKind::Lxc, 101, "CT")] {
+            let pve = snapshot_guest(kind, vmid);
+            pve.set_config_value(vmid, "lock", Some("backup"));
+            assert_eq!(
+                failed(&pve, pve.snapshot("pve1", kind, vmid, "a1", "").await).await,
+                (format!("{who} is locked (backup)"), Some(Meaning::LockHeld))
+            );
+            pve.set_config_value(vmid, "lock", None);
+            pve.snapshot("pve1", kind, vmid, "a1", "").await.unwrap();
+            assert_eq!(
+                failed(&pve, pve.snapshot("pve1", kind, vmid, "a1", "").await).await,
+                (
+                    "snapshot name 'a1' already used".into(),
+                    Some(Meaning::SnapshotExists)
+                )
+            );
+            let missing = (
+                "snapshot 'nope' does not exist".to_string(),
+                Some(Meaning::SnapshotMissing),
+            );
+            let r = pve
+                .rollback("pve1", kind, vmid, "nope", &rollback(vmid))
+                .await;
+            assert_eq!(failed(&pve, r).await, missing);
+            let d = pve
+                .delete_snapshot("pve1", kind, vmid, "nope", &delete(vmid))
+                .await;
+            assert_eq!(failed(&pve, d).await, missing);
+            assert_eq!(lock_of(&pve, vmid), None, "nothing changed");
+
+            pve.set_task_end(TaskEnd::Held);
+            let task = pve.snapshot("pve1", kind, vmid, "nope", "").await.unwrap();
+            let r = pve
+                .rollback("pve1", kind, vmid, "nope", &rollback(vmid))
+                .await;
+            assert_eq!(
+                failed(&pve, r).await.0,
+                "unable to rollback to incomplete snapshot (snapstate = prepare)"
+            );
+            pve.end_task(task.as_str(), "OK");
+        }
     }
 }
