@@ -232,6 +232,11 @@ nodes, as in fakepve: a download to a local storage on one node shows on every n
         per-container `start_secs`); a vzcreate writes the new container's whole config without its
         `create` lock create_tail_secs before it ends (pve-container writes it after the OS
         detection, then sets the container up).
+    snapshot_timing(secs=0)
+        A container's vzsnapshot, vzrollback and vzdelsnapshot take secs PVE seconds (fakepve's ct_secs
+        `snapshot`, `rollback`, `delsnapshot`), holding `lock: snapshot`, `rollback` or `snapshot-delete`
+        meanwhile (pve-guest-common src/PVE/AbstractConfig.pm __snapshot_prepare, snapshot_rollback,
+        snapshot_delete), so a config write meanwhile is refused `CT is locked (snapshot)`.
     ct(vmid), cts(), set_ct(vmid, config=None, status=None, lock=None, ha_state=None, shutdown_secs=None)
         A container's dump (config, pending, status, lock, ha_state); every container; a person's
         change (shutdown_secs: how long its init takes to shut it down).
@@ -274,6 +279,11 @@ GET /nodes/{node}/certificates/info as pve-manager PVE/API2/Certificates.pm `inf
 cluster's root CA, one per fake: the certificate it serves, which is the tests' ca_file) and `pve-ssl.pem`,
 with pve-common's SHA-256 `fingerprint` (upper-case colon hex); any user may read it.
 
+A container's rollback with `start=1` needs no VM.PowerMgmt (fakepve 0.5.0 demands it, as qemu-server's
+rollback does from 9.1.10, commit 7ba9640b): pve-container src/PVE/API2/LXC/Snapshot.pm rollback checks only
+VM.Snapshot or VM.Snapshot.Rollback and starts the container with `PVE::API2::LXC::Status->vm_start`, a
+direct call that runs no permission check.
+
 Permissions as PVE evaluates them: GET /cluster/status needs Sys.Audit on `/` itself; GET
 /access/permissions?path=P answers the effective privileges on exactly P (grants propagate down
 the tree), without `path` the same for `/`, the top-level paths and every path with a grant; GET
@@ -286,6 +296,7 @@ ones with status RUNNING; all), `typefilter`, `userfilter`, `statusfilter`, `err
 
 import argparse
 import asyncio
+import contextvars
 import hashlib
 import http
 import inspect
@@ -498,8 +509,29 @@ def jsonable(value):
     return str(value)
 
 
+# Privileges fakepve's require() lets pass in the request being handled (see HarnessPve.require).
+_UNCHECKED_PRIVS = contextvars.ContextVar('unchecked_privs', default=())
+
+
 class HarnessPve(FakePve):
     """FakePve plus what the harness needs: configurable bridges and a request log with query strings."""
+
+    def require(self, user, path, priv):
+        """fakepve's permission check, but for the privileges PVE does not check in this request."""
+        if priv in _UNCHECKED_PRIVS.get():
+            return
+        super().require(user, path, priv)
+
+    async def _lxc_rollback(self, user, v):
+        """A container's rollback as pve-container src/PVE/API2/LXC/Snapshot.pm rollback does it: only
+        the route's VM.Snapshot or VM.Snapshot.Rollback, even with start=1, whose
+        `PVE::API2::LXC::Status->vm_start` is a direct call that checks nothing (fakepve 0.5.0 demands
+        VM.PowerMgmt, as qemu-server's rollback does from 9.1.10)."""
+        token = _UNCHECKED_PRIVS.set(('VM.PowerMgmt',))
+        try:
+            return await super()._lxc_rollback(user, v)
+        finally:
+            _UNCHECKED_PRIVS.reset(token)
 
     async def _agent_call(self, match, values):
         """An agent call, after qemu-server's assert_agent_available (src/PVE/QemuServer/Agent.pm):
@@ -3293,6 +3325,15 @@ class Commands(object):
             self.pve.ct_secs[key] = value
         self.pve.new_ct_start_secs = values[4]
         self.pve.ct_create_tail_secs = values[5]
+
+    def snapshot_timing(self, secs=0):
+        """A container's vzsnapshot, vzrollback and vzdelsnapshot take secs PVE seconds, holding their
+        locks meanwhile (see COMMANDS)."""
+        value = float(secs)
+        if value < 0:
+            raise BadArgs('times must not be negative')
+        for key in ('snapshot', 'rollback', 'delsnapshot'):
+            self.pve.ct_secs[key] = value
 
     def new_vm_timing(self, start_secs=0):
         """A VM made by a create or clone takes start_secs PVE seconds to start."""
