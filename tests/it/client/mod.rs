@@ -10,6 +10,7 @@ mod migrate;
 mod permits;
 mod pve_client;
 mod requests;
+mod snapshots;
 mod surface_fidelity;
 mod task_polling;
 mod vm_surface;
