@@ -43,9 +43,9 @@ pub(super) async fn guard(
     rec: &mut SpecRecord,
     params: &crate::pve::VmParams,
     just_created: bool,
-) -> Result<Option<Outcome>, ActionError> {
+) -> Result<Guarded, ActionError> {
     if spec.change_policy.is_none() || just_created {
-        return Ok(None);
+        return Ok(Guarded::Unchanged);
     }
     let mut keys: Vec<&str> = Vec::new();
     for (key, value) in params.entries() {
@@ -56,10 +56,33 @@ pub(super) async fn guard(
         }
     }
     if keys.is_empty() {
-        return Ok(None);
+        return Ok(Guarded::Unchanged);
     }
-    let running = site.client.vm_running(vm.node, vm.kind, vm.vmid).await?;
-    snapshot_before(ctx, site, vm, spec, rec, &keys, running).await
+    let client = &site.client;
+    let running = client.vm_running(vm.node, vm.kind, vm.vmid).await?;
+    let before = rec.changes_of(vm.vmid).and_then(|c| c.guard.clone());
+    if let Some(o) = snapshot_before(ctx, site, vm, spec, rec, &keys, running).await? {
+        return Ok(Guarded::Ended(o));
+    }
+    let after = rec.changes_of(vm.vmid).and_then(|c| c.guard.clone());
+    if after == before {
+        return Ok(Guarded::Unchanged);
+    }
+    // A snapshot writes the config (its `parent`, a new digest): the update goes with the
+    // digest of the config as the snapshot left it.
+    Ok(Guarded::Snapshotted(
+        client.vm_config(vm.node, vm.kind, vm.vmid).await?,
+    ))
+}
+
+/// What [`guard`] did before a converge's update.
+pub(super) enum Guarded {
+    /// Nothing: the update goes as read.
+    Unchanged,
+    /// A snapshot was taken: the update goes with this config's digest.
+    Snapshotted(crate::pve::types::VmConfig),
+    /// The converge ends here (the snapshot's task still runs).
+    Ended(Outcome),
 }
 
 /// Before a converge sends `changed` to a guest (`running`: it runs, so PVE keeps a change it

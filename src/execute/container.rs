@@ -172,17 +172,18 @@ pub(super) async fn converge(
     // `destroyVolumes`: each slot's destroy bound, durably, to the volume it holds before the
     // detach below moves it to `unusedN`.
     bind_volume_destroys(ctx, vmid, spec, ct, rec, &cfg, &pending)?;
-    if !changed.is_empty()
-        && let Some(o) =
-            super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await?
-    {
-        return Ok(o);
+    let mut snapshotted = None;
+    if !changed.is_empty() {
+        match super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await? {
+            super::change::Guarded::Ended(o) => return Ok(o),
+            super::change::Guarded::Snapshotted(c) => snapshotted = Some(c),
+            super::change::Guarded::Unchanged => {}
+        }
     }
+    let digest = snapshotted.as_ref().unwrap_or(&cfg).digest();
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the container config");
-        client
-            .set_config(node, kind, vmid, &params, cfg.digest())
-            .await?;
+        client.set_config(node, kind, vmid, &params, digest).await?;
     }
     // Mount points added or detached in a request of their own, after the update above made
     // the spec's `protection` the container's: pve-container checks every added, changed or

@@ -89,12 +89,15 @@ async fn converge_vm(
         client.vm_pending(node, kind, vmid).await?
     };
     let (params, mut changed) = config_diff(ctx, spec, vm_spec, rec, &ours, &cfg, &pending)?;
-    if !changed.is_empty()
-        && let Some(o) =
-            super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await?
-    {
-        return Ok(o);
+    let mut snapshotted = None;
+    if !changed.is_empty() {
+        match super::change::guard(ctx, site, vm, spec, rec, &params, just_created).await? {
+            super::change::Guarded::Ended(o) => return Ok(o),
+            super::change::Guarded::Snapshotted(c) => snapshotted = Some(c),
+            super::change::Guarded::Unchanged => {}
+        }
     }
+    let digest = snapshotted.as_ref().unwrap_or(&cfg).digest();
     if !changed.is_empty() {
         tracing::info!(spec = %spec.name, vmid, changed = %changed.join(","), "updating the VM config");
         if allocates_volume(&params) {
@@ -102,9 +105,7 @@ async fn converge_vm(
             // outlasts pveproxy's 30 s forward (596, an unknown outcome); the asynchronous
             // `POST` does it in a task (tests/it/client/fake_fidelity.rs, "slow volume
             // allocation").
-            if let Some(upid) = client
-                .set_config_async(node, vmid, &params, cfg.digest())
-                .await?
+            if let Some(upid) = client.set_config_async(node, vmid, &params, digest).await?
                 && let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await?
             {
                 ctx.store.put(&spec.name, rec)?;
@@ -113,9 +114,7 @@ async fn converge_vm(
                 });
             }
         } else {
-            client
-                .set_config(node, kind, vmid, &params, cfg.digest())
-                .await?;
+            client.set_config(node, kind, vmid, &params, digest).await?;
         }
     }
     rec.applied_tags = spec.tags.clone();

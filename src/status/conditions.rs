@@ -186,6 +186,13 @@ pub(crate) fn spec_status(
             Reason::SiteIdentityChanged,
             message.clone(),
         ),
+        // A person decides whether the change is tried again (`reconcile NAME --retry`).
+        Some(verdict @ Verdict::RolledBack { .. }) => ConditionInput::new(
+            kinds::STALLED,
+            S::True,
+            Reason::RolledBack,
+            ConditionText::ForAPerson { spec, verdict }.to_string(),
+        ),
         _ => stalled(error),
     });
     st.conditions = c;

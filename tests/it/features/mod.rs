@@ -1,5 +1,6 @@
 //! What a person meets: the daemon, the CLI, doctor, plan, metrics, notifications, SOPS, the package.
 
+mod change_policy;
 mod cli_habits;
 mod containers;
 mod daemon;
