@@ -7,6 +7,7 @@
 //! names as proxsync's own are rolled back to or deleted, each with the gate's permit.
 
 use crate::model::{Blocked, ChangeStep, GuardedChange, RolledBack};
+use crate::pve::texts::{self, Meaning};
 use crate::pve::{Pve, TaskOutcome};
 use crate::spec::Spec;
 use crate::spec::health::{ChangePolicy, SnapshotWhen};
@@ -175,7 +176,9 @@ async fn take(
         Ok(_) => {}
         Err(e) if e.task_failed => {
             let why = e.error.message.clone();
-            let unsupported = cannot_snapshot(&why);
+            let unsupported = (rec.last_task.as_ref())
+                .and_then(|t| texts::meaning(&t.status))
+                .is_some_and(|m| m == Meaning::SnapshotUnsupported);
             rec.changes_mut(vmid).guard = None;
             ctx.store.put(&spec.name, rec)?;
             if unsupported && policy.snapshot == SnapshotWhen::IfPossible {
@@ -354,9 +357,4 @@ async fn end_change(
         ctx.store.put(&spec.name, rec)?;
     }
     Ok(Outcome::Done)
-}
-
-/// Whether a snapshot's task failed because the guest's storage cannot snapshot.
-fn cannot_snapshot(message: &str) -> bool {
-    message.contains("snapshot feature is not available")
 }

@@ -212,3 +212,50 @@ fn a_change_the_guest_fails_is_rolled_back_and_one_that_passes_keeps_one_snapsho
     assert_eq!(ws.condition("web-01", "Healthy").1, "Passing");
     assert_eq!(ws.condition("web-01", "Ready").0, "True");
 }
+
+/// Where no snapshot can be taken (the disks on thick LVM: PVE's `snapshot feature is not
+/// available`), a change that asks for one is held, not applied unprotected: the spec is
+/// Stalled saying why and what to do, and the guest keeps its memory. `snapshot: IfPossible`
+/// applies it unprotected.
+#[test]
+fn a_change_is_held_where_no_snapshot_can_be_taken_unless_if_possible() {
+    let mut pve = Scenario::default()
+        .storage(
+            "local-lvm",
+            json!({"type": "lvm", "vgname": "pve", "content": "images,rootdir"}),
+        )
+        .start();
+    let ws = Workspace::new(&pve);
+    let http = Http::start("HTTP/1.1 200 OK");
+    ws.commit_specs(&[("web.yaml", web("2Gi", http.port))]);
+    ws.run_once();
+    let owned = common::engine::owned_vms(&mut pve);
+    let vmid = owned[0].0 as u32;
+    pve.set_vm(vmid, json!({"uptime": 600}));
+
+    ws.commit_specs(&[("web.yaml", web("4Gi", http.port))]);
+    let (ok, out) = ws.run_once();
+    assert!(!ok, "{out}");
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["config"]["memory"], "2048", "held: {vm}");
+    assert!(
+        vm["pending"].as_object().is_none_or(|p| p.is_empty()),
+        "{vm}"
+    );
+    let (status, _, message) = ws.condition("web-01", "Stalled");
+    assert_eq!(status, "True", "{message}");
+    assert!(
+        message.contains("snapshot feature is not available") && message.contains("IfPossible"),
+        "{message}"
+    );
+
+    let if_possible = web("4Gi", http.port).replace("BeforeRestart", "IfPossible");
+    ws.commit_specs(&[("web.yaml", if_possible)]);
+    ws.run_once();
+    let vm = pve.vm(vmid);
+    assert_eq!(vm["config"]["memory"], "4096", "applied unprotected: {vm}");
+    assert!(
+        vm["snapshots"].as_array().is_none_or(|s| s.is_empty()),
+        "{vm}"
+    );
+}

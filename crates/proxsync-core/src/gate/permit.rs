@@ -134,7 +134,7 @@ pub fn delete_snapshot(
     of_spec(vm, spec)?;
     let own = rec.changes_of(vm.vmid()).is_some_and(|c| {
         c.snapshots.iter().any(|s| s == snapshot)
-            && !c.guard.as_ref().is_some_and(|g| g.snapshot == snapshot)
+            && c.guard.as_ref().is_none_or(|g| g.snapshot != snapshot)
     });
     if !own {
         let snapshot = snapshot.to_string();

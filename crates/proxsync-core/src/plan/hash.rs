@@ -8,9 +8,15 @@ use crate::model::{ObservedVm, Power};
 use crate::ownership::ownership_tag;
 use crate::spec::{PowerState, RebootMode, Spec, spec_hash};
 
-/// The inputs whose change resets a spec's backoff.
+/// The inputs whose change resets a spec's backoff: the spec's hash, the config's, and its
+/// `changePolicy` (not in the spec's hash, as it changes nothing of the guest; a change held
+/// for want of a snapshot goes ahead at once when it says `IfPossible`).
 pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {
-    format!("{}-{config_hash}", spec_hash(spec))
+    let mut inputs = format!("{}-{config_hash}", spec_hash(spec));
+    if let Some(c) = spec.change_policy.as_deref() {
+        inputs.push_str(&format!("-{:?}-{:?}-{}", c.snapshot, c.rollback, c.keep));
+    }
+    inputs
 }
 
 /// The three-way tag merge: keep tags added by hand (on the VM but never applied by us),
