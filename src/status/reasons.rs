@@ -501,6 +501,7 @@ pub(crate) const STALLED: &[Reason] = &[
     Reason::Protected,
     Reason::MarkerMissing,
     Reason::SiteIdentityChanged,
+    Reason::RolledBack,
     Reason::NotYetObserved,
 ];
 /// Reasons of `NodeHealthy`.

@@ -79,6 +79,7 @@ fn for_provider_schema(size: impl Fn(&str, &str) -> Value) -> Value {
                 }
             },
             "health": health_schema(),
+            "changePolicy": change_policy_schema(),
             "rebootPolicy": {
                 "description": "Whether proxsync reboots a running VM to apply changes PVE keeps pending until its next start: Never (report RebootPending only), IfNeeded, or Window (inside maintenanceWindow).",
                 "enum": ["Never", "IfNeeded", "Window"]
@@ -590,6 +591,26 @@ fn health_schema() -> Value {
             "timeout": duration("How long a guest just created, started or restarted has to pass before a failing check counts (default 5m; 10s to 1d)."),
             "checkTimeout": duration("How long one check may take (default 5s; 1s to 30s)."),
             "failures": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Failed checks in a row before a guest that passed counts as unhealthy (default 3)."}
+        }
+    })
+}
+
+/// `changePolicy`: the snapshot before a change, the rollback after one the guest fails.
+fn change_policy_schema() -> Value {
+    json!({
+        "description": "What guards a change of the guest: a snapshot taken before it, and a rollback to that snapshot (then a start) when the guest is not healthy within health.timeout after it. A change rolled back is Stalled (RolledBack) and not tried again until the spec changes or `proxsync reconcile NAME --retry`. Only snapshots proxsync took are rolled back to or deleted.",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "snapshot": {
+                "description": "BeforeRestart (default): before a change a running guest takes at its next start; BeforeAnyChange: before any config change; IfPossible: as BeforeRestart, and applied unprotected where the storage cannot snapshot (else the change is held); Never.",
+                "enum": ["BeforeRestart", "BeforeAnyChange", "IfPossible", "Never"]
+            },
+            "rollback": {
+                "description": "OnUnhealthy (default; needs health): roll back and start the guest when it does not pass its checks after the change; Never: report it only.",
+                "enum": ["OnUnhealthy", "Never"]
+            },
+            "keep": {"type": "integer", "minimum": 0, "maximum": super::health::MAX_KEEP, "description": "How many snapshots of proxsync's own a guest keeps after a change that passed (default 1); older ones are deleted."}
         }
     })
 }
