@@ -60,6 +60,13 @@ pub(crate) const SEED_PRIVILEGES: &[(&str, &str)] = &[
 /// create, update and delete check Sys.Console on `/`).
 pub(crate) const HA_PRIVILEGES: &[(&str, &str)] = &[("/", "Sys.Console")];
 
+/// Privileges needed on top when specs carry `changePolicy` with a snapshot: taking and
+/// deleting one checks VM.Snapshot, a rollback VM.Snapshot and VM.Snapshot.Rollback (qemu-server
+/// `PVE/API2/Qemu.pm` and pve-container `PVE/API2/LXC/Snapshot.pm`, the same in 8.4 and 9.x);
+/// its `start` is PVE's VM.PowerMgmt, required of every install already.
+pub(crate) const SNAPSHOT_PRIVILEGES: &[(&str, &str)] =
+    &[("/vms", "VM.Snapshot"), ("/vms", "VM.Snapshot.Rollback")];
+
 /// What `GET .../agent/network-get-interfaces` (a guest's addresses) and `POST
 /// .../agent/ping` (a health check's `agent: true`) need on `/vms/{vmid}` (any one of them):
 /// `VM.Monitor` on 8.x (qemu-server 8 `PVE/API2/Qemu/Agent.pm`); 9.x checks
@@ -140,6 +147,18 @@ pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
         let why = Some("ha".to_string());
         out.extend(
             HA_PRIVILEGES
+                .iter()
+                .map(|(path, p)| Need::new(*path, &[*p], why.clone())),
+        );
+    }
+    if let Some(s) = specs.iter().find(|s| {
+        s.change_policy
+            .as_deref()
+            .is_some_and(|c| c.snapshot != crate::spec::health::SnapshotWhen::Never)
+    }) {
+        let why = Some(format!("changePolicy, as spec {} sets it", s.name));
+        out.extend(
+            SNAPSHOT_PRIVILEGES
                 .iter()
                 .map(|(path, p)| Need::new(*path, &[*p], why.clone())),
         );
@@ -597,6 +616,36 @@ mod tests {
         assert!(
             why.contains("unprivileged: false") && why.contains("dns-01"),
             "{why}"
+        );
+    }
+
+    /// A spec with `changePolicy` needs the snapshot privileges, on 8.4 and 9.x alike; one
+    /// that says `snapshot: Never` or has no changePolicy does not.
+    #[test]
+    fn a_change_policy_needs_the_snapshot_privileges() {
+        let guarded = ct_spec(&format!(
+            "{ARCHIVE}    health: {{tcp: {{port: 22}}}}\n    changePolicy: {{snapshot: BeforeRestart}}\n"
+        ));
+        for release in ["8.4.1", "9.1.2"] {
+            let added = added(release, &guarded);
+            assert!(
+                added.contains(&"VM.Snapshot /vms".to_string())
+                    && added.contains(&"VM.Snapshot.Rollback /vms".to_string()),
+                "{release}: {added:?}"
+            );
+        }
+        let never = ct_spec(&format!(
+            "{ARCHIVE}    changePolicy: {{snapshot: Never, rollback: Never}}\n"
+        ));
+        assert!(
+            !added("9.1.2", &never)
+                .iter()
+                .any(|n| n.starts_with("VM.Snapshot"))
+        );
+        assert!(
+            !added("9.1.2", &ct_spec(ARCHIVE))
+                .iter()
+                .any(|n| n.starts_with("VM.Snapshot"))
         );
     }
 
