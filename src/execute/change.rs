@@ -128,7 +128,7 @@ async fn snapshot_before(
             if !policy.snapshots(waits) {
                 return Ok(None);
             }
-            format!("proxsync-{}", ctx.clock.now_ms() / 1000)
+            GuardedChange::snapshot_name(ctx.clock.now_ms())
         }
     };
     take(ctx, site, vm, spec, rec, policy, &name).await
@@ -162,7 +162,7 @@ async fn take(
     });
     ctx.store.put(&spec.name, rec)?;
     tracing::info!(spec = %spec.name, vmid, snapshot = name, "taking a snapshot before the change (changePolicy)");
-    let description = format!("taken by proxsync before a change of spec {}", spec.name);
+    let description = proxsync_core::words::health::snapshot_description(&spec.name);
     let upid = client
         .snapshot(node, kind, vmid, name, &description)
         .await?;
@@ -265,7 +265,7 @@ async fn roll_back(
             upid: upid.to_string(),
         });
     }
-    let why = unhealthy_words(spec);
+    let why = proxsync_core::words::health::rolled_back_why(spec.health.as_deref());
     let changes = rec.changes_mut(vmid);
     changes.guard = None;
     changes.rolled_back = Some(RolledBack {
@@ -278,29 +278,6 @@ async fn roll_back(
     rec.applied_hash = None;
     rec.reboot_pending.clear();
     Ok(Outcome::Done)
-}
-
-/// What failed, in proxsync's words: the spec's checks (what each last answered is the
-/// `Healthy` condition's, from the daemon's memory).
-fn unhealthy_words(spec: &Spec) -> String {
-    let Some(h) = spec.health.as_deref() else {
-        return "it was unhealthy after the change".into();
-    };
-    let mut checks = Vec::new();
-    if h.agent {
-        checks.push("agent ping".to_string());
-    }
-    if let Some(port) = h.tcp {
-        checks.push(format!("tcp {port}"));
-    }
-    if let Some(http) = &h.http {
-        checks.push(format!("http GET :{}{}", http.port, http.path));
-    }
-    format!(
-        "its health checks ({}) did not pass within {} s of the change",
-        checks.join(", "),
-        h.timeout_secs
-    )
 }
 
 /// Ends a change that passed (or a snapshot asked for whose change is no longer needed): its

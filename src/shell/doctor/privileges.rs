@@ -129,6 +129,8 @@ impl Need {
 }
 
 /// Everything the token needs on a site of this version for these specs (pure).
+// Long because: one rule per spec option that needs a privilege, in the order the doctor
+// lists them.
 pub(super) fn needs(version: &Version, specs: &[&Spec]) -> Vec<Need> {
     let mut out: Vec<Need> = REQUIRED_PRIVILEGES
         .iter()

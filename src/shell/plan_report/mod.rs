@@ -1150,19 +1150,9 @@ fn health_clause(spec: &Spec) -> String {
     let Some(h) = spec.health.as_deref() else {
         return String::new();
     };
-    let mut checks = Vec::new();
-    if h.agent {
-        checks.push("agent ping".to_string());
-    }
-    if let Some(port) = h.tcp {
-        checks.push(format!("tcp {port}"));
-    }
-    if let Some(http) = &h.http {
-        checks.push(format!("http GET :{}{}", http.port, http.path));
-    }
     format!(
         "; then its health checks ({}) must pass within {}s of its start, or it is Unhealthy",
-        checks.join(", "),
+        proxsync_core::words::health::check_list(h),
         h.timeout_secs
     )
 }

@@ -531,6 +531,14 @@ pub struct GuardedChange {
     pub since_ms: u64,
 }
 
+impl GuardedChange {
+    /// The name of the snapshot taken at `now_ms`: `proxsync-<unix seconds>` (PVE's
+    /// `pve-configid`; one change of a guest at a time, so one a second at most).
+    pub fn snapshot_name(now_ms: u64) -> String {
+        format!("proxsync-{}", now_ms / 1000)
+    }
+}
+
 /// Where a guarded change is. Each step is written before the request it stands for: a kill
 /// at any instant leaves a record the next cycle finishes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -166,6 +166,39 @@ fn say_failure(f: &mut fmt::Formatter<'_>, failure: Failure, health: &Health) ->
     }
 }
 
+/// The checks `health` names, for `plan` and a rolled-back change: `agent ping, tcp 22,
+/// http GET :80/healthz`.
+pub fn check_list(h: &Health) -> String {
+    let mut checks = Vec::new();
+    if h.agent {
+        checks.push("agent ping".to_string());
+    }
+    if let Some(port) = h.tcp {
+        checks.push(format!("tcp {port}"));
+    }
+    if let Some(http) = &h.http {
+        checks.push(format!("http GET :{}{}", http.port, http.path));
+    }
+    checks.join(", ")
+}
+
+/// Why a guarded change was rolled back, in proxsync's words.
+pub fn rolled_back_why(health: Option<&Health>) -> String {
+    match health {
+        Some(h) => format!(
+            "its health checks ({}) did not pass within {} s of the change",
+            check_list(h),
+            h.timeout_secs
+        ),
+        None => "it was unhealthy after the change".into(),
+    }
+}
+
+/// The description of the snapshot taken before a change of spec `spec`.
+pub fn snapshot_description(spec: &str) -> String {
+    format!("taken by proxsync before a change of spec {spec}")
+}
+
 #[cfg(test)]
 mod tests {
     use crate::guest::GuestKind;

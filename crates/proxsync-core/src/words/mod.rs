@@ -14,7 +14,7 @@ mod evidence;
 mod guest;
 mod ha;
 mod hands_off;
-mod health;
+pub mod health;
 mod identity;
 mod nodes;
 mod note;
