@@ -1147,11 +1147,29 @@ fn restart_clause(spec: &Spec) -> String {
 
 /// What guards a restart of a guest with `health`: the checks that must pass after it.
 fn health_clause(spec: &Spec) -> String {
+    use crate::spec::health::{RollbackWhen, SnapshotWhen};
+    let guard = spec
+        .change_policy
+        .as_deref()
+        .filter(|c| c.snapshot != SnapshotWhen::Never);
+    let snapshot = match guard {
+        Some(c) if c.snapshot == SnapshotWhen::IfPossible => {
+            "; a snapshot first (changePolicy; none where the storage cannot take one)"
+        }
+        Some(_) => "; a snapshot first (changePolicy; held where the storage cannot take one)",
+        None => "",
+    };
     let Some(h) = spec.health.as_deref() else {
-        return String::new();
+        return snapshot.to_string();
+    };
+    let after = match guard {
+        Some(c) if c.rollback == RollbackWhen::OnUnhealthy => {
+            ", or it is rolled back to the snapshot"
+        }
+        _ => ", or it is Unhealthy",
     };
     format!(
-        "; then its health checks ({}) must pass within {}s of its start, or it is Unhealthy",
+        "{snapshot}; then its health checks ({}) must pass within {}s of its start{after}",
         proxsync_core::words::health::check_list(h),
         h.timeout_secs
     )

@@ -257,6 +257,27 @@ fn an_update_says_what_waits_for_a_restart_and_who_restarts() {
         ),
         "{line}"
     );
+
+    // With a change policy, the snapshot that guards it and the rollback.
+    ws.commit_specs(&[(
+        "a.yaml",
+        spec("web-01", "pve1", "9000", "").replace("memory: 2Gi", "memory: 4Gi")
+            + "    rebootPolicy: IfNeeded\n    health: {tcp: {port: 22}, timeout: 2m}\n    \
+               changePolicy: {snapshot: BeforeRestart}\n",
+    )]);
+    let o = stdout(&plan(&ws, &[]));
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("~ update  web-01"))
+        .unwrap_or_else(|| panic!("no update line: {o}"));
+    assert!(
+        line.ends_with(
+            "(rebootPolicy IfNeeded); a snapshot first (changePolicy; held where the storage \
+             cannot take one); then its health checks (tcp 22) must pass within 120s of its \
+             start, or it is rolled back to the snapshot"
+        ),
+        "{line}"
+    );
 }
 
 #[test]
