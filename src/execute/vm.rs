@@ -79,6 +79,11 @@ pub(super) async fn check_lock(
             })));
         }
     }
+    // The task may have ended between the config's read and the task listing's (a snapshot's,
+    // a migration's): a lock gone or changed since is no stale one, and is looked at again.
+    if site.client.vm_config(node, kind, vmid).await?.lock() != Some(lock) {
+        return Ok(Some(Outcome::Waiting(Wait::ReadsDiffer { kind, vmid })));
+    }
     // Only a human can tell whether the lock is really stale.
     Err(blocked(Blocked::StaleLock {
         kind,

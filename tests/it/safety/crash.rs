@@ -690,3 +690,166 @@ fn sigkill_while_a_template_is_built_and_its_guests_rolled_never_duplicates() {
         crash_template(seed);
     }
 }
+
+/// A server on 127.0.0.1 that answers every HTTP request `503`: the guests' service after a
+/// change that broke them (`200` before it, while `ok` holds).
+fn service(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let line = if ok.load(std::sync::atomic::Ordering::SeqCst) {
+                "HTTP/1.1 200 OK"
+            } else {
+                "HTTP/1.1 503 Service Unavailable"
+            };
+            let _ = stream.write_all(format!("{line}\r\nContent-Length: 0\r\n\r\n").as_bytes());
+        }
+    });
+    port
+}
+
+/// The snapshots of every guest, by VMID, as PVE's API lists them.
+fn snapshots_by_guest(pve: &mut FakePve) -> std::collections::BTreeMap<u64, Vec<String>> {
+    use proxsync::guest::GuestKind;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = pve.client();
+    let mut all: Vec<(u64, GuestKind, String)> = Vec::new();
+    for (list, kind) in [(pve.vms(), GuestKind::Qemu), (pve.cts(), GuestKind::Lxc)] {
+        for g in list.iter().filter(|g| g["template"] != json!(true)) {
+            let node = g["node"].as_str().unwrap_or("pve1").to_string();
+            all.push((g["vmid"].as_u64().unwrap_or(0), kind, node));
+        }
+    }
+    all.into_iter()
+        .map(|(vmid, kind, node)| {
+            let listed = rt
+                .block_on(client.snapshots(&node, kind, vmid as u32))
+                .unwrap_or_else(|e| panic!("snapshots of {vmid}: {e}"));
+            (vmid, listed.into_iter().map(|s| s.name).collect())
+        })
+        .collect()
+}
+
+/// One seed of a guarded change (`changePolicy`) under kills: a VM and a container, each with
+/// a health check and a snapshot before any change, get a change after which their service
+/// fails. `run --once` is killed at random instants from the snapshot to the end of the
+/// rollback, against a fakepve whose container snapshots and rollbacks take a second and whose
+/// answers come late. At every kill: one guest per spec and at most two snapshots on it (the
+/// guard's, and one a kill's retake may not add: never more). At the end each guest is as it
+/// was (its memory back, running, unlocked), holds exactly one snapshot, proxsync's, and its
+/// spec is Stalled `RolledBack`.
+fn crash_change(seed: u64) {
+    let mut pve = real_timing_pve();
+    pve.call("snapshot_timing", json!({"secs": 1.0}))
+        .expect("snapshot_timing");
+    let ws = Workspace::new(&pve);
+    let ok = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let port = service(ok.clone());
+    let names = ["guard-vm".to_string(), "guard-ct".to_string()];
+    let guarded = |memory: &str| -> Vec<(String, String)> {
+        let extra = format!(
+            "    rebootPolicy: IfNeeded\n    health:\n      http: {{port: {port}}}\n      \
+             address: 127.0.0.1\n      timeout: 10s\n    changePolicy:\n      snapshot: \
+             BeforeAnyChange\n      keep: 1\n"
+        );
+        vec![
+            (
+                "guard-vm.yaml".to_string(),
+                spec(&names[0], "pve1", "9000", &extra).replace("memory: 2Gi", memory),
+            ),
+            (
+                "guard-ct.yaml".to_string(),
+                ct_spec(&names[1], "pve1", VZTMPL, &extra).replace("memory: 2Gi", memory),
+            ),
+        ]
+    };
+    commit(&ws, &guarded("memory: 2Gi"));
+    converge_and_check(&mut pve, &ws, &names, seed, "create");
+    let before: Vec<(u64, String)> = (guests(&mut pve).iter())
+        .map(|g| {
+            let memory = g["config"]["memory"].to_string().trim_matches('"').to_string();
+            (g["vmid"].as_u64().unwrap_or(0), memory)
+        })
+        .collect();
+
+    // The change, after which the service fails.
+    ok.store(false, std::sync::atomic::Ordering::SeqCst);
+    commit(&ws, &guarded("memory: 3Gi"));
+    let mut rng = Lcg(seed);
+    for round in 0..KILLS {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .args(["run", "--once", "--config"])
+            .arg(ws.config())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start proxsync");
+        let delay = 5 + rng.next(1500);
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        let where_ = format!("change round {round} (seed {seed}, kill after {delay} ms)");
+        let claims = marker_claims(&mut pve);
+        for (spec, vmids) in &claims {
+            assert!(vmids.len() <= 1, "{where_}: guests {vmids:?} claim {spec}");
+        }
+        assert_eq!(vm_count(&mut pve), 2, "{where_}");
+        for (vmid, snaps) in snapshots_by_guest(&mut pve) {
+            assert!(
+                snaps.len() <= 2 && snaps.iter().all(|s| s.starts_with("proxsync-")),
+                "{where_}: guest {vmid} holds {snaps:?}"
+            );
+        }
+    }
+    // Then without kills until each spec says its change was rolled back.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let rolled_back = |ws: &Workspace| {
+        names
+            .iter()
+            .all(|n| ws.condition(n, "Stalled").1 == "RolledBack")
+    };
+    while Instant::now() < deadline && !rolled_back(&ws) {
+        ws.run_once();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for n in &names {
+        let (status, reason, message) = ws.condition(n, "Stalled");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "RolledBack"),
+            "{n} (seed {seed}): {message}"
+        );
+    }
+    let after = guests(&mut pve);
+    for (vmid, memory) in &before {
+        let g = (after.iter())
+            .find(|g| g["vmid"].as_u64() == Some(*vmid))
+            .unwrap_or_else(|| panic!("guest {vmid} kept (seed {seed})"));
+        let now = g["config"]["memory"].to_string().trim_matches('"').to_string();
+        assert_eq!(&now, memory, "guest {vmid} as it was (seed {seed}): {g}");
+        assert_eq!(g["status"], "running", "guest {vmid} (seed {seed}): {g}");
+        assert!(g["lock"].is_null(), "guest {vmid} (seed {seed}): {g}");
+    }
+    for (vmid, snaps) in snapshots_by_guest(&mut pve) {
+        assert_eq!(
+            snaps.len(),
+            1,
+            "guest {vmid} holds the one snapshot it was rolled back to (seed {seed}): {snaps:?}"
+        );
+    }
+}
+
+#[test]
+fn sigkill_between_a_snapshot_and_the_end_of_its_rollback_leaves_the_guest_as_it_was() {
+    for seed in seeds(0) {
+        crash_change(seed);
+    }
+}
