@@ -79,7 +79,7 @@ pub(super) async fn check_spec_needs(
                     .collect(),
             ),
         };
-        for storage in all {
+        for &storage in &all {
             if seen.insert(("storage", node.to_string(), format!("{storage} {content}"))) {
                 out.push(storage_check(
                     site,
@@ -90,6 +90,9 @@ pub(super) async fn check_spec_needs(
                     &spec.name,
                 ));
             }
+        }
+        if let Some(c) = snapshot_check(site, node, node_storages, spec, &all) {
+            out.push(c);
         }
         for why in (spec.vm().iter())
             .flat_map(|vm| vm.disks.iter().flatten())
@@ -563,6 +566,72 @@ fn storage_check(
     }
 }
 
+/// Whether a storage of plugin type `kind` can take a guest's snapshot (PVE's
+/// `has_feature('snapshot')`): `Err` says why not, or on what it depends.
+fn snapshot_support(kind: Option<&str>) -> Result<(), &'static str> {
+    match kind.unwrap_or_default() {
+        "lvmthin" | "zfspool" | "zfs" | "rbd" | "btrfs" => Ok(()),
+        "dir" | "nfs" | "cifs" | "glusterfs" | "cephfs" => {
+            Err("a file storage snapshots qcow2 disks only (raw disks cannot)")
+        }
+        "lvm" => Err("LVM thick cannot snapshot (PVE 9 only with snapshot-as-volume-chain)"),
+        _ => Err("this storage type cannot snapshot"),
+    }
+}
+
+/// For a spec whose `changePolicy` takes snapshots: whether its disks' storages can (a change
+/// that needs one is held where they cannot, unless `IfPossible`). `None` for other specs.
+fn snapshot_check(
+    site: &SiteConfig,
+    node: &str,
+    storages: &[NodeStorage],
+    spec: &Spec,
+    used: &[&str],
+) -> Option<Check> {
+    use crate::spec::health::SnapshotWhen;
+    let policy = spec.change_policy.as_deref()?;
+    if policy.snapshot == SnapshotWhen::Never {
+        return None;
+    }
+    let subject = format!("{} spec {} snapshots", site.name, spec.name);
+    let cannot: Vec<String> = (used.iter())
+        .filter_map(|name| {
+            let s = storages.iter().find(|s| s.storage == *name)?;
+            let why = snapshot_support(s.kind.as_deref()).err()?;
+            Some(format!(
+                "{name} ({}): {why}",
+                s.kind.as_deref().unwrap_or("?")
+            ))
+        })
+        .collect();
+    if cannot.is_empty() {
+        return Some(check(
+            Level::Ok,
+            subject,
+            format!("its storages on {node} can snapshot (changePolicy)"),
+            None,
+        ));
+    }
+    let (level, then) = if policy.snapshot == SnapshotWhen::IfPossible {
+        (
+            Level::Ok,
+            "changes there are applied without one (IfPossible)",
+        )
+    } else {
+        (Level::Warn, "a change that needs a snapshot is held there")
+    };
+    Some(check(
+        level,
+        subject,
+        format!("on {node}, {}; {then}", cannot.join("; ")),
+        (level == Level::Warn).then(|| {
+            "move the disks to LVM-thin, ZFS, Ceph RBD or qcow2 on a file storage, or write \
+             changePolicy.snapshot: IfPossible"
+                .to_string()
+        }),
+    ))
+}
+
 async fn image_check(
     client: &Client,
     site: &SiteConfig,
@@ -817,6 +886,22 @@ async fn volumes_with_stem(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which storage types snapshot, as PVE's plugins say (`has_feature('snapshot')`).
+    #[test]
+    fn snapshots_are_known_by_storage_type() {
+        for kind in ["lvmthin", "zfspool", "rbd", "btrfs", "zfs"] {
+            assert!(snapshot_support(Some(kind)).is_ok(), "{kind}");
+        }
+        assert!(
+            snapshot_support(Some("lvm"))
+                .unwrap_err()
+                .contains("LVM thick")
+        );
+        assert!(snapshot_support(Some("dir")).unwrap_err().contains("qcow2"));
+        assert!(snapshot_support(Some("iscsi")).is_err());
+        assert!(snapshot_support(None).is_err());
+    }
 
     #[test]
     fn a_nic_s_vlans_are_its_tag_and_every_trunk_vlan() {

@@ -603,3 +603,68 @@ fn an_image_needs_allocate_template_and_network_access() {
     let (_, out) = with_image(&pve);
     assert!(out.contains("ok   lab privileges"), "{out}");
 }
+
+/// A spec whose `changePolicy` takes snapshots: doctor says whether its disks' storage can
+/// (LVM-thin: yes) and warns where it cannot (thick LVM: its changes would be held), naming
+/// `IfPossible`; with `IfPossible` it only says so.
+#[test]
+fn doctor_says_where_a_change_policy_s_snapshot_cannot_be_taken() {
+    let pve = FakePve::start(
+        Scenario::default()
+            .storage(
+                "thick",
+                serde_json::json!({"type": "lvm", "vgname": "pve", "content": "images,rootdir"}),
+            )
+            .into_value(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("lab.token");
+    std::fs::write(&secret, format!("{TOKEN_SECRET}\n")).unwrap();
+    let config = write_config(
+        dir.path(),
+        &site_block("lab", pve.url(), pve.ca_file(), &secret),
+    );
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let guarded = |name: &str, storage: &str, when: &str| {
+        spec(name, "lab", "pve1", "9000", storage, "vmbr0")
+            + &format!(
+                "    health: {{tcp: {{port: 22}}}}\n    changePolicy: {{snapshot: {when}}}\n"
+            )
+    };
+    std::fs::write(
+        specs.join("a.yaml"),
+        guarded("thin-01", "local-lvm", "BeforeRestart"),
+    )
+    .unwrap();
+    std::fs::write(
+        specs.join("b.yaml"),
+        guarded("thick-01", "thick", "BeforeRestart"),
+    )
+    .unwrap();
+    std::fs::write(
+        specs.join("c.yaml"),
+        guarded("thick-02", "thick", "IfPossible"),
+    )
+    .unwrap();
+    let (_, out) = doctor(&config, &specs);
+    assert!(
+        out.contains("ok   lab spec thin-01 snapshots: its storages on pve1 can snapshot"),
+        "{out}"
+    );
+    let thick = (out.lines())
+        .find(|l| l.contains("lab spec thick-01 snapshots"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        thick.starts_with("warn") && thick.contains("LVM thick cannot snapshot"),
+        "{thick}"
+    );
+    assert!(out.contains("changePolicy.snapshot: IfPossible"), "{out}");
+    let if_possible = (out.lines())
+        .find(|l| l.contains("lab spec thick-02 snapshots"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        if_possible.starts_with("ok") && if_possible.contains("without one (IfPossible)"),
+        "{if_possible}"
+    );
+}

@@ -775,7 +775,10 @@ fn crash_change(seed: u64) {
     converge_and_check(&mut pve, &ws, &names, seed, "create");
     let before: Vec<(u64, String)> = (guests(&mut pve).iter())
         .map(|g| {
-            let memory = g["config"]["memory"].to_string().trim_matches('"').to_string();
+            let memory = g["config"]["memory"]
+                .to_string()
+                .trim_matches('"')
+                .to_string();
             (g["vmid"].as_u64().unwrap_or(0), memory)
         })
         .collect();
@@ -833,7 +836,10 @@ fn crash_change(seed: u64) {
         let g = (after.iter())
             .find(|g| g["vmid"].as_u64() == Some(*vmid))
             .unwrap_or_else(|| panic!("guest {vmid} kept (seed {seed})"));
-        let now = g["config"]["memory"].to_string().trim_matches('"').to_string();
+        let now = g["config"]["memory"]
+            .to_string()
+            .trim_matches('"')
+            .to_string();
         assert_eq!(&now, memory, "guest {vmid} as it was (seed {seed}): {g}");
         assert_eq!(g["status"], "running", "guest {vmid} (seed {seed}): {g}");
         assert!(g["lock"].is_null(), "guest {vmid} (seed {seed}): {g}");
