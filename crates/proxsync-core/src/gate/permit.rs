@@ -742,6 +742,63 @@ pub(crate) mod tests {
         }
     }
 
+    /// A record whose guest 100 has proxsync's snapshots `old` and `new`, the change in
+    /// flight guarded by `new`.
+    fn guarded_record() -> crate::model::SpecRecord {
+        use crate::model::{ChangeStep, GuardedChange, SpecRecord};
+        let mut rec = SpecRecord::default();
+        let c = rec.changes_mut(100);
+        c.snapshots = vec!["proxsync-1".into(), "proxsync-2".into()];
+        c.guard = Some(GuardedChange {
+            snapshot: "proxsync-2".into(),
+            step: ChangeStep::Applied,
+            since_ms: 1,
+        });
+        rec
+    }
+
+    /// A rollback goes only to the snapshot guarding the change in flight, of the spec's own
+    /// guest; a delete only of proxsync's own snapshots but that one. A person's snapshot, one
+    /// named like proxsync's, another guest's records or another spec's guest: refused.
+    #[test]
+    fn snapshots_are_rolled_back_to_and_deleted_only_as_the_record_names_them() {
+        let rec = guarded_record();
+        let p = rollback(&ours("web", 100), "web", &rec, "proxsync-2").unwrap();
+        assert_eq!(
+            (p.vmid(), p.act()),
+            (
+                100,
+                &Act::Rollback {
+                    snapshot: "proxsync-2".into()
+                }
+            )
+        );
+        for other in ["proxsync-1", "proxsync-3", "before-upgrade"] {
+            let why = rollback(&ours("web", 100), "web", &rec, other).unwrap_err();
+            assert!(why.to_string().contains("not one proxsync took"), "{why}");
+        }
+        assert!(rollback(&ours("db", 100), "web", &rec, "proxsync-2").is_err());
+        assert!(rollback(&theirs("web", 100), "web", &rec, "proxsync-2").is_err());
+        // The record's snapshots are of guest 100, not of 101 at the same spec.
+        assert!(rollback(&ours("web", 101), "web", &rec, "proxsync-2").is_err());
+
+        let p = delete_snapshot(&ours("web", 100), "web", &rec, "proxsync-1").unwrap();
+        assert_eq!(
+            p.act(),
+            &Act::DeleteSnapshot {
+                snapshot: "proxsync-1".into()
+            }
+        );
+        for refused in ["proxsync-2", "proxsync-3", "before-upgrade"] {
+            assert!(
+                delete_snapshot(&ours("web", 100), "web", &rec, refused).is_err(),
+                "{refused}"
+            );
+        }
+        assert!(delete_snapshot(&ours("web", 101), "web", &rec, "proxsync-1").is_err());
+        assert!(delete_snapshot(&theirs("web", 100), "web", &rec, "proxsync-1").is_err());
+    }
+
     #[test]
     fn a_removal_needs_the_specs_marker() {
         let p = remove(&ours("web", 100), "web", false).unwrap();
