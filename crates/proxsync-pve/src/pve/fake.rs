@@ -1976,6 +1976,7 @@ impl Pve for FakePve {
                     name: snap.name.clone(),
                     snaptime: Some(snap.snaptime),
                     description: snap.description.clone(),
+                    snapstate: snap.snapstate.map(str::to_string),
                 })
                 .collect())
         })

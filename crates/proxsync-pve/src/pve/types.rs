@@ -757,6 +757,11 @@ pub struct Snapshot {
     /// Its description (the `Notes` a person wrote, or proxsync's line).
     #[serde(default)]
     pub description: String,
+    /// `prepare` while it is being taken, `delete` while it is being deleted (or what a task
+    /// that died left): such a snapshot is not whole, and PVE refuses a rollback to it
+    /// (pve-guest-common `snapshot_rollback`: `unable to rollback to incomplete snapshot`).
+    #[serde(default)]
+    pub snapstate: Option<String>,
 }
 
 /// One key of `GET /nodes/{node}/qemu/{vmid}/pending`.
@@ -970,6 +975,19 @@ pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, 
 
 #[cfg(test)]
 mod tests {
+    /// PVE lists a snapshot being taken or deleted with its `snapstate`; a whole one without.
+    #[test]
+    fn a_snapshot_listing_says_its_state() {
+        let listed: Vec<super::Snapshot> = serde_json::from_value(serde_json::json!([
+            {"name": "a", "snaptime": 1, "description": "", "snapstate": "prepare"},
+            {"name": "b", "snaptime": 2, "description": "x", "snapstate": "delete"},
+            {"name": "c", "snaptime": 3, "description": "y", "parent": "b", "vmstate": 0},
+        ]))
+        .unwrap();
+        let states: Vec<_> = listed.iter().map(|s| s.snapstate.as_deref()).collect();
+        assert_eq!(states, [Some("prepare"), Some("delete"), None]);
+    }
+
     #[test]
     fn a_task_is_a_tokens_in_either_of_pves_shapes() {
         let entry = |user: Option<&str>, tokenid: Option<&str>| TaskListEntry {
