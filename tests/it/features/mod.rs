@@ -1,6 +1,7 @@
 //! What a person meets: the daemon, the CLI, doctor, plan, metrics, notifications, SOPS, the package.
 
 mod change_policy;
+mod change_policy_attack;
 mod cli_habits;
 mod containers;
 mod daemon;

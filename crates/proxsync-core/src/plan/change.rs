@@ -38,7 +38,15 @@ pub(super) fn judge(
             why: rb.why.clone(),
         });
     }
-    let guard = changes.guard.as_ref()?;
+    let Some(guard) = changes.guard.as_ref() else {
+        // No change in flight, yet more of proxsync's snapshots than `keep`: a change's end
+        // whose deletes a kill or an error cut short. Finished now, not at the next change.
+        let keep = spec.change_policy.as_deref().map(|c| c.keep as usize);
+        if why.is_empty() && keep.is_some_and(|keep| changes.snapshots.len() > keep) {
+            why.push(END.to_string());
+        }
+        return None;
+    };
     match guard.step {
         // Asked for before a kill, or failed: asked again (the same snapshot, the same guest).
         ChangeStep::RollingBack => *why = vec![ROLLBACK.to_string()],

@@ -1,0 +1,320 @@
+//! `changePolicy` attacked against fakepve: a person's snapshots beside proxsync's (one named
+//! like proxsync's own), a snapshot of proxsync's a person deleted before its rollback, a
+//! delete of an older snapshot that failed half-way through a change's end, a state database
+//! lost while a change is guarded, and `rollback: Never` with a guest that fails its checks.
+//! An in-process daemon runs against a clock the test moves, as in `change_policy.rs`.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::json;
+
+use crate::common;
+use common::Scenario;
+use common::engine::{InProcess, Workspace, spec};
+
+/// A TCP server on 127.0.0.1 that answers each request with the status line `line` holds.
+struct Http {
+    port: u16,
+    line: Arc<std::sync::Mutex<String>>,
+}
+
+impl Http {
+    fn start(line: &str) -> Http {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let line = Arc::new(std::sync::Mutex::new(line.to_string()));
+        let answer = line.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let head = answer.lock().unwrap().clone();
+                let _ = stream.write_all(format!("{head}\r\nContent-Length: 0\r\n\r\n").as_bytes());
+            }
+        });
+        Http { port, line }
+    }
+
+    fn answer(&self, line: &str) {
+        *self.line.lock().unwrap() = line.to_string();
+    }
+}
+
+const OK: &str = "HTTP/1.1 200 OK";
+const FAILING: &str = "HTTP/1.1 503 Service Unavailable";
+
+/// The spec `web-01` with `memory`, a health check on `port`, a restart when a change needs
+/// one, and a snapshot before such a change (`rollback`, `keep`).
+fn web(memory: &str, port: u16, rollback: &str, keep: u32) -> String {
+    let extra = format!(
+        "    rebootPolicy: IfNeeded\n    health:\n      http: {{port: {port}, path: /healthz}}\n      \
+         address: 127.0.0.1\n      timeout: 1m\n    changePolicy:\n      snapshot: BeforeRestart\n      \
+         rollback: {rollback}\n      keep: {keep}\n"
+    );
+    spec("web-01", "pve1", "9000", &extra).replace("memory: 2Gi", &format!("memory: {memory}"))
+}
+
+/// A fakepve, a workspace whose `web-01` runs, an in-process daemon over it with a clock the
+/// test moves (the guest's uptime moving with it).
+struct Rig {
+    pve: common::FakePve,
+    ws: Workspace,
+    http: Http,
+    rt: tokio::runtime::Runtime,
+    d: Option<InProcess>,
+    vmid: u32,
+    offset: Arc<AtomicU64>,
+    boot: u64,
+}
+
+impl Rig {
+    fn new(rollback: &str, keep: u32) -> Rig {
+        let mut pve = Scenario::default().start();
+        let ws = Workspace::new(&pve);
+        let http = Http::start(OK);
+        ws.commit_specs(&[("web.yaml", web("2Gi", http.port, rollback, keep))]);
+        ws.run_once();
+        let owned = common::engine::owned_vms(&mut pve);
+        assert_eq!(owned.len(), 1, "{owned:?}");
+        let vmid = owned[0].0 as u32;
+        pve.set_vm(vmid, json!({"uptime": 600}));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let offset = Arc::new(AtomicU64::new(0));
+        let d = Self::daemon(&ws, &offset);
+        let mut rig = Rig {
+            pve,
+            ws,
+            http,
+            rt,
+            d: Some(d),
+            vmid,
+            offset,
+            boot: 0,
+        };
+        rig.cycle();
+        assert_eq!(rig.ws.condition("web-01", "Healthy").1, "Passing");
+        rig
+    }
+
+    fn daemon(ws: &Workspace, offset: &Arc<AtomicU64>) -> InProcess {
+        let mut d = common::engine::in_process(ws);
+        let clock_offset = offset.clone();
+        d.engine
+            .set_clock(proxsync::util::clock::Clock::from_fn(move || {
+                proxsync::util::clock::now_ms() + clock_offset.load(Ordering::SeqCst)
+            }));
+        d
+    }
+
+    /// A new commit of `web-01`, read into the daemon.
+    fn commit(&mut self, memory: &str, rollback: &str, keep: u32) {
+        let text = web(memory, self.http.port, rollback, keep);
+        self.ws.commit_specs(&[("web.yaml", text)]);
+        let config = proxsync::config::Config::load(&self.ws.config()).expect("config");
+        let read = proxsync::source::read_configured(&config, proxsync::source::Use::Apply)
+            .expect("the specs of the commit");
+        let d = self.d.as_mut().expect("a daemon");
+        d.specs = read.specs;
+        proxsync::engine::check_spec_sites(&config, &mut d.specs);
+        d.commit = read.commit;
+    }
+
+    /// The engine's clock and the guest's uptime move on `secs`.
+    fn later(&mut self, secs: u64) {
+        let now = self.offset.fetch_add(secs * 1000, Ordering::SeqCst) / 1000 + secs;
+        let up = 600 + now - self.boot.min(600 + now);
+        self.pve.set_vm(self.vmid, json!({"uptime": up}));
+    }
+
+    /// The guest started just now (a restart proxsync asked for, or a rollback's start).
+    fn restarted(&mut self) {
+        self.boot = 600 + self.offset.load(Ordering::SeqCst) / 1000;
+        self.pve.set_vm(self.vmid, json!({"uptime": 0}));
+    }
+
+    fn cycle(&mut self) {
+        let d = self.d.as_mut().expect("a daemon");
+        self.rt
+            .block_on(d.engine.reconcile(&d.specs, Some(&d.commit)))
+            .expect("a cycle");
+    }
+
+    /// The names of the VM's snapshots, as fakepve holds them, sorted.
+    fn snapshots(&mut self) -> Vec<String> {
+        let vm = self.pve.vm(self.vmid);
+        let mut names: Vec<String> = (vm["snapshots"].as_array().into_iter().flatten())
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A request to the fake as a person would send it: its HTTP status.
+    fn person(&self, method: &str, path: &str, form: &[(&str, &str)]) -> u16 {
+        let ca = self.pve.ca_pem();
+        let url = self.pve.api_url(path);
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let form: Vec<(String, String)> = (form.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let client = common::fakepve::verified_client(&ca);
+            rt.block_on(async {
+                let r = client
+                    .request(method, url)
+                    .header(
+                        "Authorization",
+                        common::fakepve::token_header(
+                            common::fakepve::TOKEN_ID,
+                            common::fakepve::TOKEN_SECRET,
+                        ),
+                    )
+                    .form(&form)
+                    .send()
+                    .await
+                    .expect("the fake answers");
+                r.status().as_u16()
+            })
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A person's snapshot `name` of the guest.
+    fn person_snapshot(&self, name: &str) {
+        let path = format!("/nodes/pve1/qemu/{}/snapshot", self.vmid);
+        let status = self.person("POST", &path, &[("snapname", name)]);
+        assert_eq!(status, 200, "a person's snapshot {name}");
+    }
+
+    /// The types of the tasks fakepve ran of type `kind`.
+    fn tasks(&mut self, kind: &str) -> usize {
+        (self.pve.tasks().into_iter())
+            .filter(|t| t["type"] == kind)
+            .count()
+    }
+
+    /// The change to `memory` committed, applied and the guest restarted to take it: the
+    /// snapshot proxsync took before it.
+    fn change(&mut self, memory: &str, rollback: &str, keep: u32) -> String {
+        let before = self.snapshots();
+        self.commit(memory, rollback, keep);
+        self.later(10);
+        self.cycle();
+        self.restarted();
+        let taken: Vec<String> = (self.snapshots().into_iter())
+            .filter(|s| !before.contains(s))
+            .collect();
+        assert_eq!(taken.len(), 1, "one snapshot taken: {taken:?}");
+        taken[0].clone()
+    }
+}
+
+/// A person's snapshots (one named `proxsync-123`, like proxsync's own) are never deleted,
+/// however many changes end. A delete of proxsync's older snapshot that failed (a kill or an
+/// error during a change's end) is finished by a later cycle, without a new change: the guest
+/// ends with exactly the snapshots the record names and the person's.
+#[test]
+fn a_persons_snapshots_are_kept_and_a_failed_delete_is_finished_later() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.person_snapshot("proxsync-123");
+    r.person_snapshot("before-upgrade");
+
+    let first = r.change("4Gi", "OnUnhealthy", 1);
+    r.later(6);
+    r.cycle();
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
+    let mut want = vec![
+        "before-upgrade".to_string(),
+        first.clone(),
+        "proxsync-123".to_string(),
+    ];
+    want.sort();
+    assert_eq!(r.snapshots(), want, "keep: 1 keeps proxsync's one");
+
+    // A new change; the delete of the older snapshot fails once as the change ends.
+    r.later(3600);
+    let second = r.change("3Gi", "OnUnhealthy", 1);
+    r.pve.fail_times(
+        "DELETE",
+        &format!("/snapshot/{first}"),
+        500,
+        "connection reset",
+        1,
+    );
+    r.later(6);
+    r.cycle();
+    assert!(r.snapshots().contains(&first), "the delete failed");
+    // Later cycles finish it, with no change in flight.
+    for _ in 0..3 {
+        r.later(600);
+        r.cycle();
+    }
+    let mut want = vec![
+        "before-upgrade".to_string(),
+        second,
+        "proxsync-123".to_string(),
+    ];
+    want.sort();
+    assert_eq!(r.snapshots(), want, "{}", r.ws.status("web-01"));
+    assert_eq!(r.tasks("qmrollback"), 0);
+}
+
+/// The state database is lost while a change is guarded and the guest fails its checks: the
+/// daemon that starts on an empty one rolls nothing back and deletes nothing.
+#[test]
+fn a_lost_state_database_rolls_nothing_back_and_deletes_nothing() {
+    let mut r = Rig::new("OnUnhealthy", 0);
+    r.http.answer(FAILING);
+    let taken = r.change("4Gi", "OnUnhealthy", 0);
+    r.later(20);
+    r.cycle();
+    // The daemon stops, its state is lost, a new one starts.
+    drop(r.d.take());
+    r.ws.remove_state();
+    r.d = Some(Rig::daemon(&r.ws, &r.offset));
+    for _ in 0..4 {
+        r.later(120);
+        r.cycle();
+    }
+    assert_eq!(r.tasks("qmrollback"), 0);
+    assert_eq!(r.tasks("qmdelsnapshot"), 0);
+    assert_eq!(r.snapshots(), vec![taken]);
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
+}
+
+/// `rollback: Never` with a guest that fails its checks: reported, never rolled back, the
+/// snapshot kept while it fails; once it passes the change ends (`keep: 0`: the snapshot
+/// deleted).
+#[test]
+fn rollback_never_keeps_the_guard_until_the_guest_passes() {
+    let mut r = Rig::new("Never", 0);
+    r.http.answer(FAILING);
+    let taken = r.change("4Gi", "Never", 0);
+    for _ in 0..4 {
+        r.later(60);
+        r.cycle();
+    }
+    assert_eq!(r.tasks("qmrollback"), 0);
+    assert_eq!(r.snapshots(), vec![taken]);
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Unhealthy");
+    r.http.answer(OK);
+    for _ in 0..3 {
+        r.later(60);
+        r.cycle();
+    }
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
+    assert!(r.snapshots().is_empty(), "keep: 0: {:?}", r.snapshots());
+    assert_eq!(r.tasks("qmrollback"), 0);
+}
