@@ -117,11 +117,36 @@ async fn snapshot_before(
         // Asked for before a kill (or its task outlived the wait): taken if listed.
         Some(g) => {
             let listed = client.snapshots(node, kind, vmid).await?;
-            if listed.iter().any(|s| s.name == g.snapshot) {
-                applied(ctx, spec, rec, vmid, &g.snapshot)?;
-                return Ok(None);
+            match listed.iter().find(|s| s.name == g.snapshot) {
+                Some(s) if whole(s) => {
+                    applied(ctx, spec, rec, vmid, &g.snapshot)?;
+                    return Ok(None);
+                }
+                // Left half-taken by a task that died (the lock it left cleared since): no
+                // guard for the change. Asked again under its name it fails (`already used`),
+                // and one under another name would be a second snapshot for the same change:
+                // held until it is deleted.
+                Some(s) => {
+                    return Err(blocked(Blocked::SnapshotFailed {
+                        kind,
+                        vmid,
+                        unsupported: false,
+                        why: format!(
+                            "snapshot {} was left incomplete (snapstate {}); delete it (`{} \
+                             delsnapshot {vmid} {} --force`) and the next attempt takes it again",
+                            g.snapshot,
+                            s.snapstate.as_deref().unwrap_or_default(),
+                            if kind == crate::guest::GuestKind::Lxc {
+                                "pct"
+                            } else {
+                                "qm"
+                            },
+                            g.snapshot,
+                        ),
+                    }));
+                }
+                None => g.snapshot,
             }
-            g.snapshot
         }
         None => {
             let waits = running && changed.iter().any(|k| waits_for_restart(k));
@@ -132,6 +157,12 @@ async fn snapshot_before(
         }
     };
     take(ctx, site, vm, spec, rec, policy, &name).await
+}
+
+/// Snapshot `s` is whole: taken, not being taken or deleted (PVE's `snapstate`), so a
+/// rollback to it can be asked for.
+fn whole(s: &crate::pve::types::Snapshot) -> bool {
+    s.snapstate.as_deref().is_none_or(str::is_empty)
 }
 
 /// Whether a change of config key `key` on a running guest waits for its next start, as
@@ -334,4 +365,25 @@ async fn end_change(
         ctx.store.put(&spec.name, rec)?;
     }
     Ok(Outcome::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole;
+    use crate::pve::types::Snapshot;
+
+    /// A snapshot listed `prepare` (being taken, or left so by a task that died) or `delete`
+    /// is not taken: no change is guarded by it, no rollback goes to it.
+    #[test]
+    fn a_snapshot_being_taken_or_deleted_is_not_whole() {
+        let snap = |state: Option<&str>| Snapshot {
+            name: "proxsync-1".into(),
+            snaptime: Some(1),
+            description: String::new(),
+            snapstate: state.map(str::to_string),
+        };
+        assert!(whole(&snap(None)));
+        assert!(!whole(&snap(Some("prepare"))));
+        assert!(!whole(&snap(Some("delete"))));
+    }
 }

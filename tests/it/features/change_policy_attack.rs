@@ -55,8 +55,13 @@ fn web(memory: &str, port: u16, rollback: &str, keep: u32) -> String {
          address: 127.0.0.1\n      timeout: 1m\n    changePolicy:\n      snapshot: BeforeRestart\n      \
          rollback: {rollback}\n      keep: {keep}\n"
     );
-    spec("web-01", "pve1", "9000", &extra).replace("memory: 2Gi", &format!("memory: {memory}"))
+    spec("web-01", "pve1", "9000", &extra)
+        .replace("memory: 2Gi", &format!("memory: {memory}"))
+        .replace("disk: 8Gi", &format!("disk: 8Gi\n    storage: {STORAGE}"))
 }
+
+/// The storage of the guest's disks: Ceph RBD, whose operations fakepve can slow down.
+const STORAGE: &str = "ceph-vm";
 
 /// A fakepve, a workspace whose `web-01` runs, an in-process daemon over it with a clock the
 /// test moves (the guest's uptime moving with it).
@@ -74,6 +79,12 @@ struct Rig {
 impl Rig {
     fn new(rollback: &str, keep: u32) -> Rig {
         let mut pve = Scenario::default().start();
+        pve.call("add_ceph_storage", json!({"name": STORAGE}))
+            .unwrap();
+        Self::with(pve, rollback, keep)
+    }
+
+    fn with(mut pve: common::FakePve, rollback: &str, keep: u32) -> Rig {
         let ws = Workspace::new(&pve);
         let http = Http::start(OK);
         ws.commit_specs(&[("web.yaml", web("2Gi", http.port, rollback, keep))]);
@@ -317,4 +328,41 @@ fn rollback_never_keeps_the_guard_until_the_guest_passes() {
     assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
     assert!(r.snapshots().is_empty(), "keep: 0: {:?}", r.snapshots());
     assert_eq!(r.tasks("qmrollback"), 0);
+}
+
+/// A snapshot task outlives the action's wait, and a person clears the guest's `lock:
+/// snapshot` meanwhile (as after a task that died): the snapshot listed `snapstate: prepare`
+/// is not taken, so the change is not applied guarded by it, and no second snapshot is asked
+/// for. Once the snapshot is whole, the change goes on, guarded by it.
+#[test]
+fn an_incomplete_snapshot_is_no_guard_and_is_not_taken_twice() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.d.as_mut().unwrap().engine.task_wait = std::time::Duration::from_millis(500);
+    r.pve.set_time_scale(1.0);
+    r.pve.call("ceph_slow", json!({"secs": 4})).unwrap();
+    r.commit("4Gi", "OnUnhealthy", 1);
+    r.later(10);
+    r.cycle();
+    assert_eq!(r.tasks("qmsnapshot"), 1);
+    let taken = r.snapshots();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    // A person's `qm unlock` while the snapshot is still being taken.
+    r.pve.unlock(r.vmid);
+    r.later(60);
+    r.cycle();
+    let vm = r.pve.vm(r.vmid);
+    assert!(
+        vm["config"]["memory"] == "2048" && vm["pending"].get("memory").is_none(),
+        "not applied, not even pending, unguarded: {vm}"
+    );
+    // The snapshot's task ends: the change goes on, guarded by it, with no second snapshot.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    r.pve.call("ceph_slow", json!({"secs": 0})).unwrap();
+    for _ in 0..3 {
+        r.later(600);
+        r.cycle();
+    }
+    assert_eq!(r.tasks("qmsnapshot"), 1, "{}", r.ws.status("web-01"));
+    assert_eq!(r.snapshots(), taken);
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
 }
