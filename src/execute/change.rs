@@ -275,6 +275,33 @@ async fn roll_back(
     let Some(guard) = rec.changes_of(vmid).and_then(|c| c.guard.clone()) else {
         return Ok(Outcome::Done);
     };
+    // A snapshot a person deleted (or is deleting, or one left incomplete) is no rollback's:
+    // PVE's task would fail each time asked. The change stays as it is, unguarded, said so.
+    let listed = client.snapshots(node, kind, vmid).await?;
+    let found = listed.iter().find(|s| s.name == guard.snapshot);
+    if !found.is_some_and(whole) {
+        let changes = rec.changes_mut(vmid);
+        changes.guard = None;
+        if found.is_none() {
+            changes.snapshots.retain(|s| *s != guard.snapshot);
+        }
+        ctx.store.put(&spec.name, rec)?;
+        let state = found.map_or("gone: deleted by someone else".to_string(), |s| {
+            format!(
+                "incomplete (snapstate {})",
+                s.snapstate.as_deref().unwrap_or_default()
+            )
+        });
+        tracing::warn!(spec = %spec.name, vmid, snapshot = %guard.snapshot, "the guest is unhealthy after its change, but the snapshot taken before it is {state}: not rolled back");
+        return Err(super::remove::conflict(format!(
+            "{} is unhealthy after its change ({}), but snapshot {} taken before the change is \
+             {state}: it was not rolled back, the change stays applied; fix the guest or change \
+             the spec",
+            kind.named(vmid),
+            unhealthy_words(spec),
+            guard.snapshot,
+        )));
+    }
     let permit = crate::gate::permit::rollback(&ours, &spec.name, rec, &guard.snapshot)
         .map_err(|r| super::remove::conflict(r.into()))?;
     rec.changes_mut(vmid).guard = Some(GuardedChange {

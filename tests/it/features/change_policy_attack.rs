@@ -209,6 +209,13 @@ impl Rig {
         assert_eq!(status, 200, "a person's snapshot {name}");
     }
 
+    /// A person deletes snapshot `name` of the guest.
+    fn person_deletes(&self, name: &str) {
+        let path = format!("/nodes/pve1/qemu/{}/snapshot/{name}", self.vmid);
+        let status = self.person("DELETE", &path, &[]);
+        assert_eq!(status, 200, "a person's delete of {name}");
+    }
+
     /// The types of the tasks fakepve ran of type `kind`.
     fn tasks(&mut self, kind: &str) -> usize {
         (self.pve.tasks().into_iter())
@@ -280,6 +287,37 @@ fn a_persons_snapshots_are_kept_and_a_failed_delete_is_finished_later() {
     want.sort();
     assert_eq!(r.snapshots(), want, "{}", r.ws.status("web-01"));
     assert_eq!(r.tasks("qmrollback"), 0);
+}
+
+/// A person deletes the snapshot proxsync took before a change; the guest then fails its
+/// checks. No rollback is asked (to a snapshot that is not there, or to any other), nothing is
+/// deleted, the status says why, and later cycles do not ask again.
+#[test]
+fn a_snapshot_a_person_deleted_is_not_rolled_back_to() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.person_snapshot("proxsync-123");
+    r.http.answer(FAILING);
+    let taken = r.change("4Gi", "OnUnhealthy", 1);
+    r.person_deletes(&taken);
+    r.later(20);
+    r.cycle();
+    let seq = common::engine::next_seq(&mut r.pve);
+    for _ in 0..4 {
+        r.later(120);
+        r.cycle();
+    }
+    let rollbacks: Vec<_> = (r.pve.requests_since(seq).into_iter())
+        .filter(|q| q.path.contains("rollback"))
+        .map(|q| format!("{} {}", q.method, q.path))
+        .collect();
+    assert!(rollbacks.is_empty(), "{rollbacks:?}");
+    assert_eq!(r.snapshots(), vec!["proxsync-123".to_string()]);
+    let status = r.ws.status("web-01").to_string();
+    assert!(
+        status.contains(&taken) && status.contains("not rolled back"),
+        "{status}"
+    );
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
 }
 
 /// The state database is lost while a change is guarded and the guest fails its checks: the
