@@ -26,6 +26,18 @@ pub(super) async fn guarded_or_converge(
     rec: &mut SpecRecord,
 ) -> Result<Outcome, ActionError> {
     use crate::plan::change::{END, ROLLBACK};
+    // A spec other than the one rolled back is converged (changed, or reverted): the hold is
+    // over. Kept, it would hold that same content committed again later, a new attempt.
+    let hash = crate::spec::spec_hash(spec);
+    if let Some(changes) = rec.changes.as_deref_mut().filter(|c| c.vmid == vm.vmid)
+        && changes
+            .rolled_back
+            .as_ref()
+            .is_some_and(|rb| rb.hash != hash)
+    {
+        changes.rolled_back = None;
+        ctx.store.put(&spec.name, rec)?;
+    }
     match why {
         [w] if w == ROLLBACK => roll_back(ctx, super::site(ctx, vm.site)?, vm, spec, rec).await,
         [w] if w == END => end_change(ctx, super::site(ctx, vm.site)?, vm, spec, rec).await,

@@ -404,3 +404,43 @@ fn an_incomplete_snapshot_is_no_guard_and_is_not_taken_twice() {
     assert_eq!(r.snapshots(), taken);
     assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
 }
+
+/// A change the guest failed is rolled back; the spec is then reverted to the content it had
+/// before (the guest already is so), and later the change is committed again, a person's new
+/// attempt: it is tried (a new snapshot, the change applied), not held as rolled back by a
+/// record of the commit before the revert.
+#[test]
+fn a_change_committed_again_after_a_revert_is_tried_again() {
+    let mut r = Rig::new("OnUnhealthy", 2);
+    r.http.answer(FAILING);
+    let first = r.change("4Gi", "OnUnhealthy", 2);
+    r.later(20);
+    r.cycle();
+    r.later(45);
+    r.cycle();
+    assert_eq!(r.tasks("qmrollback"), 1);
+    assert_eq!(r.ws.condition("web-01", "Stalled").1, "RolledBack");
+    r.restarted();
+    r.http.answer(OK);
+
+    // Reverted: the guest is as the spec says.
+    r.commit("2Gi", "OnUnhealthy", 2);
+    for _ in 0..2 {
+        r.later(60);
+        r.cycle();
+    }
+    assert_eq!(r.ws.condition("web-01", "Stalled").0, "False");
+    assert_eq!(r.ws.condition("web-01", "Ready").0, "True");
+
+    // The change again, an hour after the last restart.
+    r.later(3600);
+    let second = r.change("4Gi", "OnUnhealthy", 2);
+    assert_ne!(second, first);
+    r.later(6);
+    r.cycle();
+    let vm = r.pve.vm(r.vmid);
+    assert_eq!(vm["config"]["memory"], "4096", "{vm}");
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
+    assert_eq!(r.ws.condition("web-01", "Ready").0, "True");
+    assert_eq!(r.tasks("qmrollback"), 1);
+}
