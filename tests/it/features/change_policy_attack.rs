@@ -444,3 +444,40 @@ fn a_change_committed_again_after_a_revert_is_tried_again() {
     assert_eq!(r.ws.condition("web-01", "Ready").0, "True");
     assert_eq!(r.tasks("qmrollback"), 1);
 }
+
+/// `proxsync reconcile NAME --retry` after a rollback: the same change is tried again with a
+/// snapshot of its own; once it passes, `keep: 1` leaves only that one (the one the guest was
+/// rolled back to deleted), and no rollback is asked again.
+#[test]
+fn a_retry_after_a_rollback_takes_a_new_snapshot_and_ends_with_keep() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.http.answer(FAILING);
+    let first = r.change("4Gi", "OnUnhealthy", 1);
+    r.later(20);
+    r.cycle();
+    r.later(45);
+    r.cycle();
+    assert_eq!(r.ws.condition("web-01", "Stalled").1, "RolledBack");
+    r.restarted();
+    r.http.answer(OK);
+    r.later(3600);
+    let retried = (r.d.as_mut().unwrap().engine)
+        .retry_rolled_back("web-01")
+        .expect("retry");
+    assert!(retried);
+    r.cycle();
+    r.restarted();
+    let listed = r.snapshots();
+    assert_eq!(listed.len(), 2, "a new snapshot for the retry: {listed:?}");
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
+    for _ in 0..2 {
+        r.later(6);
+        r.cycle();
+    }
+    let kept = r.snapshots();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_ne!(kept[0], first);
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
+    assert_eq!(r.ws.condition("web-01", "Stalled").0, "False");
+    assert_eq!(r.tasks("qmrollback"), 1);
+}
