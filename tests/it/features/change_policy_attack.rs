@@ -481,3 +481,33 @@ fn a_retry_after_a_rollback_takes_a_new_snapshot_and_ends_with_keep() {
     assert_eq!(r.ws.condition("web-01", "Stalled").0, "False");
     assert_eq!(r.tasks("qmrollback"), 1);
 }
+
+/// The update after the snapshot fails (as a kill between the two would leave it: the
+/// snapshot recorded, the change not sent): the next attempt sends the change guarded by that
+/// snapshot, and takes no second one.
+#[test]
+fn an_update_that_failed_after_its_snapshot_takes_no_second_snapshot() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.pve
+        .fail_times("PUT", &format!("/qemu/{}/config", r.vmid), 500, "boom", 1);
+    r.pve
+        .fail_times("POST", &format!("/qemu/{}/config", r.vmid), 500, "boom", 1);
+    r.commit("4Gi", "OnUnhealthy", 1);
+    r.later(10);
+    r.cycle();
+    let taken = r.snapshots();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "2048");
+    r.pve.clear_failures();
+    for _ in 0..3 {
+        r.later(120);
+        r.cycle();
+        if r.pve.vm(r.vmid)["config"]["memory"] == "4096" {
+            r.restarted();
+        }
+    }
+    assert_eq!(r.pve.vm(r.vmid)["config"]["memory"], "4096");
+    assert_eq!(r.tasks("qmsnapshot"), 1);
+    assert_eq!(r.snapshots(), taken, "kept: 1, the change's");
+    assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
+}
