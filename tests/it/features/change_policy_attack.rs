@@ -511,3 +511,31 @@ fn an_update_that_failed_after_its_snapshot_takes_no_second_snapshot() {
     assert_eq!(r.snapshots(), taken, "kept: 1, the change's");
     assert_eq!(r.ws.condition("web-01", "Healthy").1, "Passing");
 }
+
+/// The answer to the rollback's request is lost (596: PVE ran it, proxsync does not know its
+/// UPID), as a kill between the request and its answer would leave it: the next cycle asks for
+/// the rollback again, a second stop and start of the guest. Found, not fixed: nothing proxsync
+/// reads tells a rollback that ended from one that never ran (the config's `parent` is the
+/// snapshot's already after the snapshot; only `source=active` task listings are read).
+#[test]
+#[ignore = "found, not fixed: a rollback whose answer was lost is asked for again"]
+fn a_rollback_whose_answer_was_lost_is_not_asked_twice() {
+    let mut r = Rig::new("OnUnhealthy", 1);
+    r.http.answer(FAILING);
+    let taken = r.change("4Gi", "OnUnhealthy", 1);
+    r.later(20);
+    r.cycle();
+    r.pve.lose_answer("POST", "/rollback", 1);
+    r.later(45);
+    r.cycle();
+    assert_eq!(r.tasks("qmrollback"), 1);
+    r.restarted();
+    for _ in 0..3 {
+        r.later(120);
+        r.cycle();
+    }
+    assert_eq!(r.tasks("qmrollback"), 1, "{}", r.ws.status("web-01"));
+    let (status, reason, message) = r.ws.condition("web-01", "Stalled");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "RolledBack"));
+    assert!(message.contains(&taken), "{message}");
+}
