@@ -139,22 +139,11 @@ async fn snapshot_before(
                 // and one under another name would be a second snapshot for the same change:
                 // held until it is deleted.
                 Some(s) => {
-                    return Err(blocked(Blocked::SnapshotFailed {
+                    return Err(blocked(Blocked::SnapshotIncomplete {
                         kind,
                         vmid,
-                        unsupported: false,
-                        why: format!(
-                            "snapshot {} was left incomplete (snapstate {}); delete it (`{} \
-                             delsnapshot {vmid} {} --force`) and the next attempt takes it again",
-                            g.snapshot,
-                            s.snapstate.as_deref().unwrap_or_default(),
-                            if kind == crate::guest::GuestKind::Lxc {
-                                "pct"
-                            } else {
-                                "qm"
-                            },
-                            g.snapshot,
-                        ),
+                        snapshot: g.snapshot.clone(),
+                        snapstate: s.snapstate.clone().unwrap_or_default(),
                     }));
                 }
                 None => g.snapshot,
@@ -298,21 +287,15 @@ async fn roll_back(
             changes.snapshots.retain(|s| *s != guard.snapshot);
         }
         ctx.store.put(&spec.name, rec)?;
-        let state = found.map_or("gone: deleted by someone else".to_string(), |s| {
-            format!(
-                "incomplete (snapstate {})",
-                s.snapstate.as_deref().unwrap_or_default()
-            )
-        });
-        tracing::warn!(spec = %spec.name, vmid, snapshot = %guard.snapshot, "the guest is unhealthy after its change, but the snapshot taken before it is {state}: not rolled back");
-        return Err(super::remove::conflict(format!(
-            "{} is unhealthy after its change ({}), but snapshot {} taken before the change is \
-             {state}: it was not rolled back, the change stays applied; fix the guest or change \
-             the spec",
-            kind.named(vmid),
-            unhealthy_words(spec),
-            guard.snapshot,
-        )));
+        let snapstate = found.map(|s| s.snapstate.clone().unwrap_or_default());
+        tracing::warn!(spec = %spec.name, vmid, snapshot = %guard.snapshot, ?snapstate, "the guest is unhealthy after its change, but the snapshot taken before it is gone or incomplete: not rolled back");
+        return Err(blocked(Blocked::RollbackImpossible {
+            kind,
+            vmid,
+            snapshot: guard.snapshot,
+            snapstate,
+            why: proxsync_core::words::health::rolled_back_why(spec.health.as_deref()),
+        }));
     }
     let permit = crate::gate::permit::rollback(&ours, &spec.name, rec, &guard.snapshot)
         .map_err(|r| super::remove::conflict(r.into()))?;

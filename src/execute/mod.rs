@@ -177,6 +177,9 @@ fn blocked(why: Blocked) -> ActionError {
             unsupported: true, ..
         } => (Category::ConfigurationError, ErrorKind::Plain),
         Blocked::SnapshotFailed { .. } => (Category::TaskFailed, ErrorKind::Plain),
+        Blocked::SnapshotIncomplete { .. } | Blocked::RollbackImpossible { .. } => {
+            (Category::Conflict, ErrorKind::Plain)
+        }
         Blocked::SpecNotLoaded { .. } => (Category::ValidationFailed, ErrorKind::Plain),
     };
     ActionError {

@@ -287,6 +287,33 @@ pub enum Blocked {
         /// What PVE said.
         why: String,
     },
+    /// The snapshot taken before a change was left incomplete (its task died): no guard for the
+    /// change, and asked again under its name PVE refuses it; held until it is deleted.
+    SnapshotIncomplete {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The snapshot.
+        snapshot: String,
+        /// Its `snapstate` (`prepare`, `delete`).
+        snapstate: String,
+    },
+    /// The guest is unhealthy after its change, but the snapshot taken before it cannot be
+    /// rolled back to: gone (`snapstate` `None`: deleted by someone else) or incomplete. Not
+    /// rolled back; the change stays applied.
+    RollbackImpossible {
+        /// The guest's kind.
+        kind: GuestKind,
+        /// Its VMID.
+        vmid: u32,
+        /// The snapshot.
+        snapshot: String,
+        /// Its `snapstate` when it is incomplete; `None` when it is gone.
+        snapstate: Option<String>,
+        /// What failed, in proxsync's words.
+        why: String,
+    },
     /// A protected container's mount points that cannot be added, changed or removed.
     MountPointsHeld {
         /// The container's VMID.

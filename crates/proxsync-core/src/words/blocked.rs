@@ -326,6 +326,43 @@ impl fmt::Display for Blocked {
                     kind.named(*vmid)
                 )
             }
+            Blocked::SnapshotIncomplete {
+                kind,
+                vmid,
+                snapshot,
+                snapstate,
+            } => {
+                let tool = match kind {
+                    GuestKind::Lxc => "pct",
+                    GuestKind::Qemu => "qm",
+                };
+                write!(
+                    f,
+                    "the change was held: snapshot {snapshot} of {}, taken before it, was left \
+                     incomplete (snapstate {snapstate}); delete it (`{tool} delsnapshot {vmid} \
+                     {snapshot} --force`) and the next attempt takes it again",
+                    kind.named(*vmid)
+                )
+            }
+            Blocked::RollbackImpossible {
+                kind,
+                vmid,
+                snapshot,
+                snapstate,
+                why,
+            } => {
+                let state = match snapstate {
+                    Some(s) => format!("incomplete (snapstate {s})"),
+                    None => "gone: deleted by someone else".to_string(),
+                };
+                write!(
+                    f,
+                    "{} is unhealthy after its change ({why}), but snapshot {snapshot} taken \
+                     before the change is {state}: it was not rolled back, the change stays \
+                     applied; fix the guest or change the spec",
+                    kind.named(*vmid)
+                )
+            }
             Blocked::MountPointsHeld {
                 vmid,
                 managed,
