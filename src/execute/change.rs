@@ -297,6 +297,29 @@ async fn roll_back(
             why: proxsync_core::words::health::rolled_back_why(spec.health.as_deref()),
         }));
     }
+    // Asked before (a kill, an answer lost): a rollback that ran leaves the guest's config
+    // the snapshot's, and is not asked twice (each stops and starts the guest).
+    if guard.step == ChangeStep::RollingBack
+        && is_as_snapshot(
+            &cfg,
+            &client
+                .snapshot_config(node, kind, vmid, &guard.snapshot)
+                .await?,
+        )
+    {
+        tracing::info!(spec = %spec.name, vmid, snapshot = %guard.snapshot, "the guest is as its snapshot: the rollback asked before ran");
+        if !client.vm_running(node, kind, vmid).await? {
+            let upid = client.start_vm(node, kind, vmid).await?;
+            if let TaskOutcome::StillRunning = wait(ctx, client, &upid, rec).await? {
+                ctx.store.put(&spec.name, rec)?;
+                return Ok(Outcome::StillRunning {
+                    upid: upid.to_string(),
+                });
+            }
+        }
+        rolled_back(ctx, spec, rec, vmid, guard.snapshot);
+        return Ok(Outcome::Done);
+    }
     let permit = crate::gate::permit::rollback(&ours, &spec.name, rec, &guard.snapshot)
         .map_err(|r| super::remove::conflict(r.into()))?;
     rec.changes_mut(vmid).guard = Some(GuardedChange {
@@ -318,19 +341,61 @@ async fn roll_back(
             upid: upid.to_string(),
         });
     }
+    rolled_back(ctx, spec, rec, vmid, guard.snapshot);
+    Ok(Outcome::Done)
+}
+
+/// Records the change rolled back to `snapshot`: held while the spec is the same.
+fn rolled_back(
+    ctx: &ExecCtx<impl Pve>,
+    spec: &Spec,
+    rec: &mut SpecRecord,
+    vmid: u32,
+    snapshot: String,
+) {
     let why = proxsync_core::words::health::rolled_back_why(spec.health.as_deref());
     let changes = rec.changes_mut(vmid);
     changes.guard = None;
     changes.rolled_back = Some(RolledBack {
         hash: crate::spec::spec_hash(spec),
-        snapshot: guard.snapshot,
+        snapshot,
         at_ms: ctx.clock.now_ms(),
         why,
     });
     // The guest is the snapshot's again: the spec is not applied (a new commit converges it).
     rec.applied_hash = None;
     rec.reboot_pending.clear();
-    Ok(Outcome::Done)
+}
+
+/// Whether the guest's config `now` is the one `snapshot` holds: each key but those PVE keeps
+/// or sets apart from a rollback (the notes, unused volumes, the snapshot's own fields, the
+/// lock and digest, a regenerated `vmgenid`, the running machine of a live snapshot).
+fn is_as_snapshot(
+    now: &crate::pve::types::VmConfig,
+    snapshot: &crate::pve::types::VmConfig,
+) -> bool {
+    let kept = |k: &str| {
+        matches!(
+            k,
+            "description"
+                | "digest"
+                | "lock"
+                | "parent"
+                | "snaptime"
+                | "snapstate"
+                | "vmstate"
+                | "vmgenid"
+                | "runningmachine"
+                | "runningcpu"
+        ) || k.starts_with("unused")
+    };
+    let of = |c: &crate::pve::types::VmConfig| -> Vec<(String, String)> {
+        (c.values.iter())
+            .filter(|(k, _)| !kept(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    of(now) == of(snapshot)
 }
 
 /// Ends a change that passed (or a snapshot asked for whose change is no longer needed): its

@@ -518,7 +518,6 @@ fn an_update_that_failed_after_its_snapshot_takes_no_second_snapshot() {
 /// reads tells a rollback that ended from one that never ran (the config's `parent` is the
 /// snapshot's already after the snapshot; only `source=active` task listings are read).
 #[test]
-#[ignore = "found, not fixed: a rollback whose answer was lost is asked for again"]
 fn a_rollback_whose_answer_was_lost_is_not_asked_twice() {
     let mut r = Rig::new("OnUnhealthy", 1);
     r.http.answer(FAILING);

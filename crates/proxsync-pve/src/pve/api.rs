@@ -1301,6 +1301,23 @@ impl Client {
         Ok(listed.into_iter().filter(|s| s.name != "current").collect())
     }
 
+    /// `GET .../snapshot/{name}/config`: at once; the config snapshot `name` holds. Needs
+    /// `VM.Audit` (or `VM.Snapshot`, `VM.Snapshot.Rollback`).
+    pub async fn snapshot_config(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+    ) -> Result<VmConfig, Error> {
+        let path = format!(
+            "/nodes/{}/{kind}/{vmid}/snapshot/{}/config",
+            seg(node)?,
+            snapshot_name(name)?
+        );
+        self.get(&path, &[]).await
+    }
+
     /// `POST .../{qemu,lxc}/{vmid}/snapshot`: a `qmsnapshot`/`vzsnapshot` task, taken without
     /// the RAM state (`vmstate` off: a rollback boots the guest afresh). Needs `VM.Snapshot`.
     /// PVE refuses it on a storage that cannot snapshot (`snapshot feature is not available`,

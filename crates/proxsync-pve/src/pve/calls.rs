@@ -191,6 +191,8 @@ pve_calls! {
     fn active_tasks(&self, node: &str) -> Vec<TaskListEntry>;
     /// `GET .../{qemu,lxc}/{vmid}/snapshot`, without `current`.
     fn snapshots(&self, node: &str, kind: GuestKind, vmid: u32) -> Vec<Snapshot>;
+    /// `GET .../snapshot/{name}/config`.
+    fn snapshot_config(&self, node: &str, kind: GuestKind, vmid: u32, name: &str) -> VmConfig;
     /// `POST .../{qemu,lxc}/{vmid}/snapshot`: a `qmsnapshot`/`vzsnapshot` task (no RAM state).
     fn snapshot(&self, node: &str, kind: GuestKind, vmid: u32, name: &str, description: &str) -> Upid;
     /// `POST .../snapshot/{name}/rollback` with `start=1`, with the gate's permit: a

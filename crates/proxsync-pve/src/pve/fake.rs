@@ -1985,6 +1985,26 @@ impl Pve for FakePve {
     // pve-guest-common snapshot_create: `__snapshot_prepare` writes `lock: snapshot` and the
     // snapshot (`snapstate: prepare`) before the volumes are snapshotted; `__snapshot_commit`
     // drops both and sets the config's `parent`; a failure deletes the snapshot and the lock.
+    async fn snapshot_config(
+        &self,
+        node: &str,
+        kind: GuestKind,
+        vmid: u32,
+        name: &str,
+    ) -> Result<VmConfig, Error> {
+        self.call(
+            "snapshot_config",
+            format!("{} {name}", at(node, kind, vmid)),
+            |s| {
+                s.vm(node, kind, vmid)?;
+                let values = (s.snapshot_of(vmid, name))
+                    .map(|snap| snap.config.clone())
+                    .ok_or_else(|| api(500, format!("snapshot '{name}' does not exist")))?;
+                Ok(VmConfig { values })
+            },
+        )
+    }
+
     async fn snapshot(
         &self,
         node: &str,
