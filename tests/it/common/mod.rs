@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod fakepve;
+pub mod http;
 
 pub use fakepve::{
     FakePve, RecordedRequest, Scenario, TEMPLATE_NAME, TEMPLATE_VMID, TOKEN_ID, TOKEN_SECRET,

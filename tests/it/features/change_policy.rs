@@ -5,8 +5,6 @@
 //! `RolledBack`, and not tried again until the spec changes; a change that passes keeps
 //! `keep` snapshots of proxsync's own and deletes the older ones.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,35 +13,7 @@ use serde_json::json;
 use crate::common;
 use common::Scenario;
 use common::engine::{InProcess, Workspace, spec};
-
-/// A TCP server on 127.0.0.1 that answers each request with the status line `line` holds.
-struct Http {
-    port: u16,
-    line: Arc<std::sync::Mutex<String>>,
-}
-
-impl Http {
-    fn start(line: &str) -> Http {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let line = Arc::new(std::sync::Mutex::new(line.to_string()));
-        let answer = line.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut buf = [0u8; 1024];
-                let _ = stream.read(&mut buf);
-                let head = answer.lock().unwrap().clone();
-                let _ = stream.write_all(format!("{head}\r\nContent-Length: 0\r\n\r\n").as_bytes());
-            }
-        });
-        Http { port, line }
-    }
-
-    fn answer(&self, line: &str) {
-        *self.line.lock().unwrap() = line.to_string();
-    }
-}
+use common::http::Http;
 
 /// The spec `web-01` with `memory`, a health check on `port`, a restart when a change needs
 /// one, and a snapshot before such a change, keeping one.

@@ -4,8 +4,6 @@
 //! lost while a change is guarded, and `rollback: Never` with a guest that fails its checks.
 //! An in-process daemon runs against a clock the test moves, as in `change_policy.rs`.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,35 +12,7 @@ use serde_json::json;
 use crate::common;
 use common::Scenario;
 use common::engine::{InProcess, Workspace, spec};
-
-/// A TCP server on 127.0.0.1 that answers each request with the status line `line` holds.
-struct Http {
-    port: u16,
-    line: Arc<std::sync::Mutex<String>>,
-}
-
-impl Http {
-    fn start(line: &str) -> Http {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let line = Arc::new(std::sync::Mutex::new(line.to_string()));
-        let answer = line.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut buf = [0u8; 1024];
-                let _ = stream.read(&mut buf);
-                let head = answer.lock().unwrap().clone();
-                let _ = stream.write_all(format!("{head}\r\nContent-Length: 0\r\n\r\n").as_bytes());
-            }
-        });
-        Http { port, line }
-    }
-
-    fn answer(&self, line: &str) {
-        *self.line.lock().unwrap() = line.to_string();
-    }
-}
+use common::http::Http;
 
 const OK: &str = "HTTP/1.1 200 OK";
 const FAILING: &str = "HTTP/1.1 503 Service Unavailable";

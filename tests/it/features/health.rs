@@ -4,7 +4,6 @@
 //! the guest's services: `Ready` waits for the checks, an unhealthy guest is reported and never
 //! restarted, a healthy one counts its failures before it is unhealthy, and recovers.
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,42 +13,13 @@ use serde_json::json;
 use crate::common;
 use common::Scenario;
 use common::engine::{Workspace, next_seq, spec, writes_since};
+use common::http::Http;
 
 /// The VMID of the only VM the workspace's specs made.
 fn made_vmid(pve: &mut common::FakePve) -> u32 {
     let owned = common::engine::owned_vms(pve);
     assert_eq!(owned.len(), 1, "{owned:?}");
     owned[0].0 as u32
-}
-
-/// A TCP server on 127.0.0.1 that answers each request with the status line `line` holds (one
-/// connection at a time, as a guest's service would).
-struct Http {
-    port: u16,
-    line: Arc<std::sync::Mutex<String>>,
-}
-
-impl Http {
-    fn start(line: &str) -> Http {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let line = Arc::new(std::sync::Mutex::new(line.to_string()));
-        let answer = line.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut buf = [0u8; 1024];
-                let _ = stream.read(&mut buf);
-                let head = answer.lock().unwrap().clone();
-                let _ = stream.write_all(format!("{head}\r\nContent-Length: 0\r\n\r\n").as_bytes());
-            }
-        });
-        Http { port, line }
-    }
-
-    fn answer(&self, line: &str) {
-        *self.line.lock().unwrap() = line.to_string();
-    }
 }
 
 /// A guest is Ready only once it passes its checks: not before its first check, not while its
