@@ -3,7 +3,8 @@
 //! snapshots beyond `keep` deleted). Each step is written to the record before its request
 //! (`model::ChangeStep`), so a kill at any instant leaves a record the next cycle finishes
 //! from: a snapshot asked for is looked for in the guest's listing, a rollback asked for is
-//! asked again (to the same snapshot, it leaves the same guest). Only snapshots the record
+//! taken as done when the guest's config is its snapshot's, and asked again otherwise (to the
+//! same snapshot, it leaves the same guest). Only snapshots the record
 //! names as proxsync's own are rolled back to or deleted, each with the gate's permit.
 
 use crate::model::{Blocked, ChangeStep, GuardedChange, RolledBack};
@@ -46,8 +47,8 @@ pub(super) async fn guarded_or_converge(
 }
 
 /// Before a converge sends `params` to a guest it did not just make: the snapshot its spec's
-/// `changePolicy` asks for. The marker and tags alone are no change of the guest. `Some` when
-/// the converge ends here.
+/// `changePolicy` asks for. The marker and tags alone are no change of the guest. What it did
+/// says how the converge goes on ([`Guarded`]).
 pub(super) async fn guard(
     ctx: &ExecCtx<impl Pve>,
     site: &SiteCtx<impl Pve>,
