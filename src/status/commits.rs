@@ -44,7 +44,13 @@ impl Version<'_> {
 #[derive(Debug, Default)]
 pub(crate) struct SpecCommits {
     by_name: HashMap<String, (u64, Arc<str>)>,
+    /// The commits `by_name` names, each held once: a fleet names a few commits, and 50,000
+    /// copies of one 40-hex id were 3 MiB.
+    interned: HashSet<Arc<str>>,
 }
+
+/// Past this many interned commits, those no spec names any more are dropped.
+const INTERNED_MAX: usize = 64;
 
 impl SpecCommits {
     /// The commit spec `name` at `version` names, this cycle's commit being `commit`. The same
@@ -62,14 +68,14 @@ impl SpecCommits {
         if let Some((seen, at)) = self.by_name.get_mut(name) {
             if *seen != fingerprint {
                 *seen = fingerprint;
-                *at = Arc::from(commit);
+                *at = intern(&mut self.interned, commit);
             }
             return at.to_string();
         }
-        let at: Arc<str> = previous()
+        let file_commit = previous()
             .filter(|file| version.described_by(file))
-            .and_then(|file| file.commit)
-            .map_or_else(|| Arc::from(commit), Arc::from);
+            .and_then(|file| file.commit);
+        let at = intern(&mut self.interned, file_commit.as_deref().unwrap_or(commit));
         let out = at.to_string();
         self.by_name.insert(name.to_string(), (fingerprint, at));
         out
@@ -88,6 +94,19 @@ impl SpecCommits {
             self.by_name.retain(|name, _| keep.contains(name.as_str()));
         }
     }
+}
+
+/// The one `Arc` of `commit` in `interned`, made on its first use.
+fn intern(interned: &mut HashSet<Arc<str>>, commit: &str) -> Arc<str> {
+    if let Some(at) = interned.get(commit) {
+        return at.clone();
+    }
+    if interned.len() >= INTERNED_MAX {
+        interned.retain(|at| Arc::strong_count(at) > 1);
+    }
+    let at: Arc<str> = Arc::from(commit);
+    interned.insert(at.clone());
+    at
 }
 
 #[cfg(test)]
@@ -148,6 +167,33 @@ mod tests {
         assert_eq!(c.commit_of("e", Version::Invalid(&long), "c9", h), "c1");
         let h = || Some(file("c1", None, "another error"));
         assert_eq!(c.commit_of("f", Version::Invalid(&long), "c9", h), "c9");
+    }
+
+    #[test]
+    fn specs_at_one_commit_share_its_string() {
+        let mut c = SpecCommits::default();
+        let f = || Some(file("c1", Some("h1"), ""));
+        c.commit_of("a", Version::Valid("h1"), "c9", f);
+        c.commit_of("b", Version::Valid("h1"), "c9", f);
+        c.commit_of("c", Version::Valid("h2"), "c9", || None);
+        c.commit_of("d", Version::Valid("h2"), "c9", || None);
+        let at = |n: &str| c.by_name[n].1.clone();
+        assert!(
+            Arc::ptr_eq(&at("a"), &at("b")),
+            "both name c1 from their files"
+        );
+        assert!(Arc::ptr_eq(&at("c"), &at("d")), "both name this cycle's c9");
+        // Commits no spec names any more are dropped once there are many.
+        for i in 0..2 * INTERNED_MAX {
+            c.commit_of(
+                "a",
+                Version::Valid(&format!("h{i}")),
+                &format!("x{i}"),
+                || None,
+            );
+        }
+        assert!(c.interned.len() <= INTERNED_MAX, "{}", c.interned.len());
+        assert!(c.interned.contains("c9"), "still named by c and d");
     }
 
     #[test]

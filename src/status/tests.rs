@@ -1510,7 +1510,11 @@ fn last_status_keeps_what_notifications_read_and_a_hash_of_the_rest() {
     let h = s.content_hash();
     assert_eq!(s.clone().content_hash(), h);
     let last = LastStatus::of(&s, h);
-    assert!(last.ready && last.stalled.is_none());
+    assert!(last.ready && last.stalled().is_none());
+    assert!(
+        last.notes.is_none(),
+        "a spec with nothing to say holds no texts"
+    );
 
     s.ip_addresses.push("10.0.0.6".into());
     assert_ne!(s.content_hash(), h, "any field changes the hash");
@@ -1524,10 +1528,7 @@ fn last_status_keeps_what_notifications_read_and_a_hash_of_the_rest() {
     let last = LastStatus::of(&s, s.content_hash());
     assert!(!last.ready);
     assert_eq!(
-        last.stalled,
-        Some((
-            Reason::PermissionDenied,
-            "Stalled is PermissionDenied".to_string()
-        ))
+        last.stalled(),
+        Some((Reason::PermissionDenied, "Stalled is PermissionDenied"))
     );
 }

@@ -9,8 +9,8 @@ use super::{
     parse_rfc3339, rfc3339, rfc3339_secs, unix_secs,
 };
 
-/// What a spec's next file takes from its previous one. The writer keeps this for every spec
-/// instead of the whole previous file (a few hundred bytes instead of a few KiB).
+/// What a spec's next file takes from its previous one, read back from that file when the next
+/// one is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Carried {
     /// `initialization.provisioned`, or a True `Provisioned` condition: it never reverts.
@@ -22,8 +22,7 @@ pub(super) struct Carried {
     conditions: Box<[CarriedCondition]>,
 }
 
-/// A condition as the next file carries it over: 32 bytes (a type's name, status and time
-/// were 48), as the writer keeps five or six per spec.
+/// A condition as the next file carries it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CarriedCondition {
     /// The type when it is not one of [`kinds::ORDER`] (a file of another version).

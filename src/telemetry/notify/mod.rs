@@ -240,10 +240,10 @@ fn spec_facts<'a>(
     let facts_of = |st: &'a LastStatus| SpecFacts {
         kind: st.kind,
         ready: st.ready,
-        stalled: st.stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
-        drifted: st.drifted.as_deref(),
-        suspended: st.suspended.as_deref(),
-        unhealthy: st.unhealthy.as_deref(),
+        stalled: st.stalled(),
+        drifted: st.drifted(),
+        suspended: st.suspended(),
+        unhealthy: st.unhealthy(),
     };
     specs
         .specs
