@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::index::IndexWriter;
 use super::transitions::{Carried, build_spec_file};
 use super::{
     CycleRecord, NotifyFailureRecord, ORPHANS_FILE, ORPHANS_VERSION, OrphanEntry, OrphanRecord,
@@ -96,6 +97,9 @@ pub(crate) struct StatusDir {
     orphans: Option<Option<OrphansFile>>,
     /// Files written or removed since the directory was last synced ([`Self::finish_writes`]).
     unsynced: bool,
+    /// `_index.jsonl`, from the first spec file this process writes or removes (a reader
+    /// never writes it).
+    index: Option<IndexWriter>,
 }
 
 impl StatusDir {
@@ -118,6 +122,7 @@ impl StatusDir {
             summary_cycle: None,
             orphans: None,
             unsynced: false,
+            index: None,
         };
         sd.remove_stale_temps();
         Ok(sd)
@@ -132,6 +137,7 @@ impl StatusDir {
             summary_cycle: None,
             orphans: None,
             unsynced: false,
+            index: None,
         }
     }
 
@@ -169,12 +175,15 @@ impl StatusDir {
         });
         let carried = prev.as_ref().map(Carried::of);
         let mut next = build_spec_file(s, carried.as_ref(), now);
-        if prev.is_some_and(|p| content_hash(&p) == content_hash(&next)) {
+        if let Some(prev) = prev.filter(|p| content_hash(p) == content_hash(&next)) {
+            self.index().row(&prev, false);
             return Ok(false);
         }
         next.updated_at = Some(rfc3339(now));
         let text = render(&next, &file_name)?;
+        self.index().will_write();
         self.write_atomic(&file_name, text.as_bytes())?;
+        self.index().row(&next, true);
         Ok(true)
     }
 
@@ -339,12 +348,20 @@ impl StatusDir {
     pub(crate) fn remove_spec(&mut self, name: &str) -> Result<(), StatusError> {
         check_name(name)?;
         let path = self.dir.join(format!("{name}.yaml"));
+        self.index().will_write();
         match fs::remove_file(&path) {
             Ok(()) => self.unsynced = true,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path)(e)),
         }
+        self.index().removed(name);
         Ok(())
+    }
+
+    /// The index this process writes, rebuilt from the first spec file written or removed.
+    fn index(&mut self) -> &mut IndexWriter {
+        let dir = &self.dir;
+        self.index.get_or_insert_with(|| IndexWriter::rebuild(dir))
     }
 
     /// The names that have a status file (not `_summary` / `_orphans` / temp files), sorted.
@@ -467,7 +484,14 @@ impl StatusDir {
     /// (each names the commit), which two fsyncs per file made minutes long. A crash can leave
     /// a file at its previous content or unreadable; the writer then rewrites it (an unreadable
     /// file counts as none), and readers never see a half-written one (temp file + rename).
+    ///
+    /// The status index ([`super::index`]) is finished first: its time must follow every
+    /// file's.
     pub(crate) fn finish_writes(&mut self) {
+        if let Some(mut index) = self.index.take() {
+            index.finish(|name| self.read_spec(name).ok().flatten());
+            self.index = Some(index);
+        }
         if std::mem::take(&mut self.unsynced) {
             self.sync_dir();
         }

@@ -46,6 +46,7 @@ pub(crate) const ORPHANS_VERSION: u32 = 2;
 mod commits;
 mod conditions;
 mod files;
+pub(crate) mod index;
 pub(crate) mod kinds;
 pub(crate) mod reasons;
 mod summary;

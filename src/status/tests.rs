@@ -870,7 +870,15 @@ fn files_are_0644_and_no_temp_files_remain() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["_orphans.yaml", "_summary.yaml", "web-01.yaml"]);
+    assert_eq!(
+        names,
+        [
+            "_index.jsonl",
+            "_orphans.yaml",
+            "_summary.yaml",
+            "web-01.yaml"
+        ]
+    );
 }
 
 #[test]
@@ -1530,5 +1538,156 @@ fn last_status_keeps_what_notifications_read_and_a_hash_of_the_rest() {
     assert_eq!(
         last.stalled(),
         Some((Reason::PermissionDenied, "Stalled is PermissionDenied"))
+    );
+}
+
+// ---- the status index ----
+
+/// What a test reads of an index row.
+#[derive(Debug, serde::Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct IndexRow {
+    name: String,
+    state: String,
+    vm_id: Option<u32>,
+}
+
+fn index_rows(sd: &StatusDir) -> Option<Vec<(String, String)>> {
+    let rows = super::index::read_rows::<IndexRow>(sd.path(), |r| &r.name)?;
+    Some(rows.into_values().map(|r| (r.name, r.state)).collect())
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, s)| (n.to_string(), s.to_string()))
+        .collect()
+}
+
+fn with_state(name: &str, state: &str) -> SpecStatus {
+    let mut s = spec(name);
+    s.state = state.into();
+    s
+}
+
+#[test]
+fn the_index_follows_every_write_and_removal() {
+    let (_d, mut sd) = tmpdir();
+    for name in ["a", "b", "c"] {
+        sd.write_spec(&with_state(name, "running"), t(T0)).unwrap();
+    }
+    assert_eq!(index_rows(&sd), None, "not in place before the cycle ends");
+    sd.finish_writes();
+    assert_eq!(
+        index_rows(&sd),
+        Some(pairs(&[
+            ("a", "running"),
+            ("b", "running"),
+            ("c", "running")
+        ]))
+    );
+
+    sd.write_spec(&with_state("b", "stopped"), t(T0 + 1))
+        .unwrap();
+    sd.remove_spec("c").unwrap();
+    assert_eq!(index_rows(&sd), None, "a cycle's writes under way");
+    sd.finish_writes();
+    assert_eq!(
+        index_rows(&sd),
+        Some(pairs(&[("a", "running"), ("b", "stopped")]))
+    );
+    let mode = fs::metadata(sd.path().join(super::index::INDEX_FILE))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+}
+
+#[test]
+fn a_new_process_rebuilds_the_index_from_every_file() {
+    let (d, mut sd) = tmpdir();
+    for name in ["a", "b", "c"] {
+        sd.write_spec(&with_state(name, "running"), t(T0)).unwrap();
+    }
+    sd.finish_writes();
+    drop(sd);
+    // Written by another process (an older release) since: the index is behind the directory.
+    let mut other = StatusDir::open(&d.path().join("status")).unwrap();
+    other
+        .write_spec(&with_state("c", "stopped"), t(T0))
+        .unwrap();
+    let mut sd = StatusDir::open(&d.path().join("status")).unwrap();
+    sd.write_spec(&with_state("a", "paused"), t(T0 + 1))
+        .unwrap();
+    assert_eq!(
+        index_rows(&sd),
+        None,
+        "the old index is gone at the first write"
+    );
+    sd.finish_writes();
+    assert_eq!(
+        index_rows(&sd),
+        Some(pairs(&[
+            ("a", "paused"),
+            ("b", "running"),
+            ("c", "stopped")
+        ])),
+        "the files this process did not write are read"
+    );
+}
+
+#[test]
+fn a_crash_in_a_cycle_or_a_later_write_makes_readers_read_the_files() {
+    let (_d, mut sd) = tmpdir();
+    sd.write_spec(&with_state("a", "running"), t(T0)).unwrap();
+    sd.finish_writes();
+    assert!(index_rows(&sd).is_some());
+    // Killed between a file and the end of its cycle: `writing` is the index's last word.
+    sd.write_spec(&with_state("a", "stopped"), t(T0 + 1))
+        .unwrap();
+    let path = sd.path().to_path_buf();
+    drop(sd);
+    assert!(
+        super::index::read_rows::<IndexRow>(&path, |r| &r.name).is_none(),
+        "{}",
+        fs::read_to_string(path.join(super::index::INDEX_FILE)).unwrap()
+    );
+
+    let (_d, mut sd) = tmpdir();
+    sd.write_spec(&with_state("a", "running"), t(T0)).unwrap();
+    sd.finish_writes();
+    assert!(super::index::is_current(sd.path()));
+    let index = fs::metadata(sd.path().join(super::index::INDEX_FILE))
+        .and_then(|m| m.modified())
+        .unwrap();
+    File::open(sd.path())
+        .unwrap()
+        .set_modified(index + Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(index_rows(&sd), None, "the directory is newer");
+}
+
+#[test]
+fn the_index_is_compacted_once_it_holds_more_old_lines_than_rows() {
+    let (_d, mut sd) = tmpdir();
+    sd.write_spec(&with_state("a", "running"), t(T0)).unwrap();
+    sd.write_spec(&with_state("b", "running"), t(T0)).unwrap();
+    sd.finish_writes();
+    for i in 0..1100 {
+        sd.write_spec(&with_state("a", &format!("s{i}")), t(T0))
+            .unwrap();
+    }
+    sd.finish_writes();
+    let text = fs::read_to_string(sd.path().join(super::index::INDEX_FILE)).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert_eq!(
+        index_rows(&sd),
+        Some(pairs(&[("a", "s1099"), ("b", "running")]))
+    );
+    // Appended to again after the compaction.
+    sd.write_spec(&with_state("b", "stopped"), t(T0)).unwrap();
+    sd.finish_writes();
+    assert_eq!(
+        index_rows(&sd),
+        Some(pairs(&[("a", "s1099"), ("b", "stopped")]))
     );
 }

@@ -333,12 +333,19 @@ impl SpecRow {
 
 /// A parsed spec status file as the list holds it: [`SpecRow`] or the whole [`SpecFile`].
 trait Named: DeserializeOwned + Send {
+    /// Whether `_index.jsonl` holds what the list needs of this (its rows, not whole files).
+    const IN_INDEX: bool;
+    fn name(&self) -> &str;
     fn name_mut(&mut self) -> &mut String;
     /// Whether the list shows it (`--site`, `--node`, `--not-ready`).
     fn shown(&self, only: &Only) -> bool;
 }
 
 impl Named for SpecRow {
+    const IN_INDEX: bool = true;
+    fn name(&self) -> &str {
+        &self.name
+    }
     fn name_mut(&mut self) -> &mut String {
         &mut self.name
     }
@@ -348,6 +355,10 @@ impl Named for SpecRow {
 }
 
 impl Named for SpecFile {
+    const IN_INDEX: bool = false;
+    fn name(&self) -> &str {
+        &self.name
+    }
     fn name_mut(&mut self) -> &mut String {
         &mut self.name
     }
@@ -404,6 +415,18 @@ fn load_listing<T: Named>(dir: &Path, only: &Only) -> Result<Listing<T>, ViewErr
         Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
     }
 
+    // The daemon's index, when it is as new as the directory: one file instead of one per spec.
+    let indexed = T::IN_INDEX
+        .then(|| crate::status::index::read_rows::<T>(dir, T::name))
+        .flatten();
+    if let Some(rows) = indexed {
+        listing
+            .specs
+            .extend(rows.into_values().filter(|r| r.shown(only)));
+        listing.orphans = load_orphans(dir, &mut listing, skip)?;
+        return Ok(listing);
+    }
+
     // Parsing 10,000 status files is nearly all of `proxsync status`: side by side.
     let loaded = crate::util::par::map(names, |name| {
         let path = dir.join(format!("{name}.yaml"));
@@ -432,13 +455,25 @@ fn load_listing<T: Named>(dir: &Path, only: &Only) -> Result<Listing<T>, ViewErr
         }
     }
 
-    let path = dir.join(ORPHANS_FILE);
-    match load::<OrphansFile>(&path)? {
-        Loaded::Parsed(o) => listing.orphans = o.orphans,
-        Loaded::Missing => {}
-        Loaded::Corrupt(reason) => skip(&mut listing, &path, reason),
-    }
+    listing.orphans = load_orphans(dir, &mut listing, skip)?;
     Ok(listing)
+}
+
+/// `_orphans.yaml`'s entries (none when it is missing; skipped when corrupt).
+fn load_orphans<T>(
+    dir: &Path,
+    listing: &mut Listing<T>,
+    skip: impl Fn(&mut Listing<T>, &Path, String),
+) -> Result<Vec<OrphanRecord>, ViewError> {
+    let path = dir.join(ORPHANS_FILE);
+    Ok(match load::<OrphansFile>(&path)? {
+        Loaded::Parsed(o) => o.orphans,
+        Loaded::Missing => Vec::new(),
+        Loaded::Corrupt(reason) => {
+            skip(listing, &path, reason);
+            Vec::new()
+        }
+    })
 }
 
 #[cfg(test)]
@@ -704,8 +739,68 @@ mod tests {
             t(T0),
         )
         .unwrap();
+        // The list as it reads the files; `the_list_reads_the_index_while_it_is_current`
+        // covers the daemon's index.
+        std::fs::remove_file(dir.join(crate::status::index::INDEX_FILE)).unwrap();
         std::fs::write(dir.join("zz-junk.yaml"), "{{{{ not yaml").unwrap();
         (d, dir)
+    }
+
+    /// Sets `dir`'s time `secs` seconds after its index's, as a later write by anything but
+    /// the daemon would.
+    fn touch_after_index(dir: &Path, secs: u64) {
+        let index = std::fs::metadata(dir.join(crate::status::index::INDEX_FILE))
+            .and_then(|m| m.modified())
+            .unwrap();
+        std::fs::File::open(dir)
+            .unwrap()
+            .set_modified(index + Duration::from_secs(secs))
+            .unwrap();
+    }
+
+    #[test]
+    fn the_list_reads_the_index_while_it_is_current() {
+        let (_d, dir) = fixture();
+        std::fs::remove_file(dir.join("zz-junk.yaml")).unwrap();
+        let from_files = render(&dir, &opts(None, false, false)).unwrap();
+        // The daemon's next cycle rebuilds the index (a new process: every file read once).
+        let mut sd = StatusDir::open(&dir).unwrap();
+        let web = healthy("web-01", "us-sfvalley", "pve1", 101);
+        sd.write_spec(&web, t(T0 - 2 * 86_400)).unwrap();
+        sd.finish_writes();
+        assert!(dir.join(crate::status::index::INDEX_FILE).exists());
+        assert_eq!(
+            render(&dir, &opts(None, false, false)).unwrap(),
+            from_files,
+            "the same list from the index"
+        );
+        let filtered = opts(None, false, false);
+        let filtered = ViewOptions {
+            only: Only {
+                not_ready: true,
+                ..filtered.only
+            },
+            ..filtered
+        };
+        let from_index = render(&dir, &filtered).unwrap();
+        assert!(!from_index.contains("web-01"), "{from_index}");
+        assert!(from_index.contains("db-01"), "{from_index}");
+
+        // A file changed in place (never by the daemon) is not seen while the index is current:
+        // the list did not open it.
+        std::fs::write(dir.join("db-01.yaml"), "{{{{ not yaml").unwrap();
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(
+            cols(row(&text, "db-01")).contains(&"PermissionDenied"),
+            "{text}"
+        );
+        // Anything written later makes the directory newer: the files are read again.
+        touch_after_index(&dir, 2);
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(
+            text.contains("db-01.yaml: not a valid status file"),
+            "{text}"
+        );
     }
 
     fn cols(line: &str) -> Vec<&str> {
