@@ -147,6 +147,16 @@ impl StatusDir {
         &self.dir
     }
 
+    /// [`Self::write_spec_read`], the previous file read here.
+    #[cfg(test)]
+    pub(crate) fn write_spec(
+        &mut self,
+        s: &SpecStatus,
+        now: SystemTime,
+    ) -> Result<bool, StatusError> {
+        self.write_spec_read(s, now, None)
+    }
+
     /// Writes `<name>.yaml` for one spec if its content changed. Returns true when the file
     /// was (re)written.
     ///
@@ -155,14 +165,19 @@ impl StatusDir {
     /// it is kept in memory: the engine calls this only for a status that changed, or once
     /// per spec after a start, and a read is cheaper than holding every spec's file (at
     /// 50,000 specs that was 13 MiB and more).
-    pub(crate) fn write_spec(
+    ///
+    /// `read`: the previous file when the caller has read it already (`Some(None)`: there was
+    /// none); `None` to read it here.
+    pub(crate) fn write_spec_read(
         &mut self,
         s: &SpecStatus,
         now: SystemTime,
+        read: Option<Option<SpecFile>>,
     ) -> Result<bool, StatusError> {
         check_name(&s.name)?;
         let file_name = format!("{}.yaml", s.name);
-        let prev = self.load::<SpecFile>(&file_name).filter(|f| {
+        let prev = read.unwrap_or_else(|| self.load::<SpecFile>(&file_name));
+        let prev = prev.filter(|f| {
             if f.name == s.name {
                 true
             } else {

@@ -1691,3 +1691,33 @@ fn the_index_is_compacted_once_it_holds_more_old_lines_than_rows() {
         Some(pairs(&[("a", "s1099"), ("b", "stopped")]))
     );
 }
+
+#[test]
+fn after_a_start_each_file_is_read_once_for_its_commit_and_its_next_version() {
+    let (d, mut sd) = tmpdir();
+    let mut s = spec("web-01");
+    sd.write_spec(&s, t(T0)).unwrap();
+    let path = d.path().join("status/web-01.yaml");
+    let first = fs::read_to_string(&path).unwrap();
+    assert!(first.contains("2025-03-01T12:00:00Z"), "{first}");
+    drop(sd);
+
+    let mut w = Writer::new(StatusDir::open(&d.path().join("status")).unwrap());
+    let hash = s.observed_generation.clone().unwrap();
+    let commit = w.commit_of("web-01", Version::Valid(&hash), "c2");
+    // Changed on disk after that read: the writer goes by what it read.
+    fs::write(
+        &path,
+        first.replace("2025-03-01T12:00:00Z", "2025-01-01T00:00:00Z"),
+    )
+    .unwrap();
+    s.state = "stopped".into();
+    s.commit = Some(commit);
+    w.write_spec_if_changed(s, t(T0 + 60)).unwrap();
+    let next = fs::read_to_string(&path).unwrap();
+    assert!(next.contains("state: stopped"), "{next}");
+    assert!(
+        next.contains("lastTransitionTime: \"2025-03-01T12:00:00Z\""),
+        "the transition times of the file read for the commit: {next}"
+    );
+}

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
 use super::{
-    LastStatus, OrphanEntry, SpecCommits, SpecStatus, StatusDir, StatusError, SummaryStatus,
-    Version,
+    LastStatus, OrphanEntry, SpecCommits, SpecFile, SpecStatus, StatusDir, StatusError,
+    SummaryStatus, Version,
 };
 use crate::store::SpecRecord;
 
@@ -22,6 +22,9 @@ pub(crate) struct Writer {
     written_names: Option<u64>,
     /// The commit each spec's status names.
     commits: SpecCommits,
+    /// The status file [`Self::commit_of`] last read back (after a start), by name: the
+    /// spec's status is written next, which reads the same file.
+    read_back: Option<(String, Option<SpecFile>)>,
 }
 
 impl Writer {
@@ -31,6 +34,7 @@ impl Writer {
             written: HashMap::new(),
             written_names: None,
             commits: SpecCommits::default(),
+            read_back: None,
         }
     }
 
@@ -44,8 +48,12 @@ impl Writer {
     /// status file read once after a start, for the commit it names).
     pub(crate) fn commit_of(&mut self, name: &str, version: Version<'_>, commit: &str) -> String {
         let dir = &self.dir;
-        self.commits
-            .commit_of(name, version, commit, || dir.read_spec(name).ok().flatten())
+        let read_back = &mut self.read_back;
+        self.commits.commit_of(name, version, commit, || {
+            let file = dir.read_spec(name).ok().flatten();
+            *read_back = Some((name.to_string(), file.clone()));
+            file
+        })
     }
 
     /// Forgets the commits of specs no longer in the source (see [`SpecCommits`]).
@@ -64,8 +72,11 @@ impl Writer {
         now: SystemTime,
     ) -> Result<(), StatusError> {
         let hash = st.content_hash();
+        let read_back = (self.read_back.take())
+            .filter(|(name, _)| *name == st.name)
+            .map(|(_, file)| file);
         if self.written.get(&st.name).map(|w| w.hash) != Some(hash) {
-            self.dir.write_spec(&st, now)?;
+            self.dir.write_spec_read(&st, now, read_back)?;
             self.written
                 .insert(st.name.clone(), LastStatus::of(&st, hash));
         }
