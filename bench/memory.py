@@ -2,7 +2,7 @@
 """The daemon's memory at N specs (issue 47), with bench.py's fleet, workspace and daemon.
 
     bench/memory.py --binary B --python P --n 50000 --dir DIR [--sites 10 --nodes 5]
-                    [--phases adopt,warm,warmheap,plan,emptyheap]
+                    [--phases adopt,warm,warmheap,plan,perfplan,emptyheap]
 
 Phases, in this order:
 - adopt: an empty-database start until every spec is Ready (VmRSS and VmHWM at READY);
@@ -10,6 +10,7 @@ Phases, in this order:
   heaptrack reports as leaked is what the daemon holds between cycles);
 - warm: a warm start, 3 idle cycles (VmRSS, VmHWM), then 2 more for the idle CPU;
 - plan: `proxsync plan` and `proxsync status` under /usr/bin/time, then `plan` under heaptrack;
+- perfplan: `proxsync plan` and `proxsync status` under `perf record -g` (read with perf report);
 - emptyheap: an empty-database start under heaptrack.
 Writes DIR/result-N.json; heaptrack files go to DIR (read them with heaptrack_print).
 Tasks end at once on fakepve: the times measure overhead, not speed.
@@ -141,6 +142,15 @@ def main():
             log('heaptrack plan exit %d' % r.returncode)
             with open(os.path.join(tmp, 'h-plan-%d.err' % n), 'w') as fh:
                 fh.write(r.stderr)
+        if 'perfplan' in phases:
+            data = os.path.join(tmp, 'perf-plan-%d.data' % n)
+            r = subprocess.run(['perf', 'record', '-F', '999', '-g', '-o', data, BIN, 'plan', '--config',
+                                ws.config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            log('perf plan exit %d: %s' % (r.returncode, data))
+            data = os.path.join(tmp, 'perf-status-%d.data' % n)
+            r = subprocess.run(['perf', 'record', '-F', '999', '-g', '-o', data, BIN, 'status', '--config',
+                                ws.config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            log('perf status exit %d: %s' % (r.returncode, data))
         if 'emptyheap' in phases:
             if os.path.exists(os.path.join(ws.state, 'proxsync.redb')):
                 os.remove(os.path.join(ws.state, 'proxsync.redb'))

@@ -4,7 +4,8 @@
 //! first sightings of orphans.
 //!
 //! Every write is one durable transaction (redb's default `Durability::Immediate`: fsync
-//! before `commit` returns). The engine relies on that for its central invariant: the intent
+//! before `commit` returns), but an adoption's (`put_lazily`, `transition_lazily`: durable at
+//! the next durable commit or [`Store::flush`]). The engine relies on that for its central invariant: the intent
 //! to create is on disk before the create request is sent, and the task's UPID right after
 //! the answer. A record's [`VmState`] changes only through [`Store::transition`], which
 //! writes the VMID reservation that goes with it in the same transaction. The database is a
@@ -135,6 +136,24 @@ pub struct Store {
     written: std::sync::Mutex<BTreeSet<String>>,
     /// A suspension was set or lifted since [`Store::take_suspensions_changed`].
     suspensions_changed: std::sync::atomic::AtomicBool,
+    /// A write without its fsync ([`Store::put_lazily`]) was made since the last durable one.
+    unsynced: std::sync::atomic::AtomicBool,
+}
+
+/// Whether a write waits for the disk (redb's `Durability::Immediate`) or not (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    Durable,
+    Lazy,
+}
+
+impl Drop for Store {
+    /// Lazy writes are made durable when the store is closed (a stop, the end of `run --once`).
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::warn!(error = %e, "cannot make the last records durable");
+        }
+    }
 }
 
 fn key(site: &str, vmid: u32) -> String {
@@ -186,6 +205,7 @@ impl Store {
             path,
             written: Default::default(),
             suspensions_changed: Default::default(),
+            unsynced: Default::default(),
         };
         // A database made by an earlier release may lack a table.
         store.write(create_tables)?;
@@ -203,9 +223,41 @@ impl Store {
         &self,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StateError> {
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        self.write_as(Sync::Durable, f)
+    }
+
+    fn write_as(
+        &self,
+        sync: Sync,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StateError> {
+        use std::sync::atomic::Ordering;
+        let mut tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        if sync == Sync::Lazy {
+            tx.set_durability(redb::Durability::None)
+                .map_err(|e| self.err(e))?;
+        }
         f(&tx).map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))
+        tx.commit().map_err(|e| self.err(e))?;
+        // Set after the commit: a flush that cleared it before has its own commit after ours.
+        if sync == Sync::Lazy {
+            self.unsynced.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Makes the writes of [`Store::put_lazily`] and [`Store::transition_lazily`] durable: one
+    /// empty durable commit, which makes every commit before it durable (redb); nothing when
+    /// there were none.
+    pub(crate) fn flush(&self) -> Result<(), StateError> {
+        use std::sync::atomic::Ordering;
+        if self.unsynced.swap(false, Ordering::AcqRel)
+            && let Err(e) = self.write(|_| Ok(()))
+        {
+            self.unsynced.store(true, Ordering::Release);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Every spec record.
@@ -294,7 +346,35 @@ impl Store {
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not
     /// the stored one is refused (states change only through [`Store::transition`]).
     pub fn put(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
-        self.write_record(name, &rec.vm, rec)
+        self.write_record(name, &rec.vm, rec, Sync::Durable)
+    }
+
+    /// [`Store::put`] without waiting for the disk: durable at the next durable write or
+    /// [`Store::flush`], lost with a crash before either. Only for a record that a lost
+    /// write leaves safe to rebuild: an adoption, which changed nothing on the guest, is
+    /// found again by its marker (one request), as with a lost database.
+    pub(crate) fn put_lazily(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
+        self.write_record(name, &rec.vm, rec, Sync::Lazy)
+    }
+
+    /// [`Store::transition`] without waiting for the disk, as [`Store::put_lazily`]: never
+    /// for a state that reserves a VMID (a create intent must be on disk before its request).
+    pub(crate) fn transition_lazily(
+        &self,
+        name: &str,
+        rec: &mut SpecRecord,
+        to: VmState,
+    ) -> Result<(), StateError> {
+        if to.reserved().is_some() {
+            return self.transition(name, rec, to);
+        }
+        let next = SpecRecord {
+            vm: to,
+            ..rec.clone()
+        };
+        self.write_record(name, &rec.vm, &next, Sync::Lazy)?;
+        *rec = next;
+        Ok(())
     }
 
     /// Moves spec `name`'s VM from `rec.vm` to `to`, writing the rest of `rec` with it, in one
@@ -316,7 +396,7 @@ impl Store {
             vm: to,
             ..rec.clone()
         };
-        self.write_record(name, &rec.vm, &next)?;
+        self.write_record(name, &rec.vm, &next, Sync::Durable)?;
         *rec = next;
         Ok(())
     }
@@ -329,10 +409,11 @@ impl Store {
         name: &str,
         expected: &VmState,
         rec: &SpecRecord,
+        sync: Sync,
     ) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(rec).map_err(|e| self.err(e))?;
         let mut refused = None;
-        self.write(|tx| {
+        self.write_as(sync, |tx| {
             let mut specs = tx.open_table(SPECS)?;
             let stored = stored_record(&specs, name)?;
             let (stored_site, stored_vm) = stored.map(|r| (r.site, r.vm)).unwrap_or_default();
@@ -713,6 +794,58 @@ mod tests {
             store.allocations("lab").unwrap().is_empty(),
             "forgetting a create intent releases its VMID"
         );
+    }
+
+    /// The database file as a crash would leave it now: a copy, opened on its own.
+    fn as_after_a_crash(dir: &Path) -> BTreeMap<String, SpecRecord> {
+        let copy = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.join(DB_FILE), copy.path().join(DB_FILE)).unwrap();
+        Store::open(copy.path()).unwrap().specs().unwrap()
+    }
+
+    #[test]
+    fn a_lazy_record_reaches_the_disk_with_the_flush_and_a_create_intent_never_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut rec = SpecRecord {
+            uid: "u1".into(),
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store
+            .transition_lazily("web-01", &mut rec, exists(101))
+            .unwrap();
+        assert_eq!(
+            store.specs().unwrap()["web-01"].vm,
+            exists(101),
+            "read at once"
+        );
+        assert!(
+            !as_after_a_crash(dir.path()).contains_key("web-01"),
+            "not on disk before the flush"
+        );
+        store.flush().unwrap();
+        assert_eq!(as_after_a_crash(dir.path())["web-01"].vm, exists(101));
+
+        // A create intent is durable when written, whatever it is asked.
+        let mut rec = SpecRecord {
+            uid: "u2".into(),
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store
+            .transition_lazily("db-01", &mut rec, creating(102))
+            .unwrap();
+        let after = as_after_a_crash(dir.path());
+        assert_eq!(after["db-01"].vm, creating(102));
+
+        // Closing the store flushes.
+        let mut rec = store.specs().unwrap().remove("web-01").unwrap();
+        rec.uid = "u3".into();
+        store.put_lazily("web-01", &rec).unwrap();
+        drop(store);
+        let reopened = crate::util::once_free(|| Store::open(dir.path()));
+        assert_eq!(reopened.specs().unwrap()["web-01"].uid, "u3");
     }
 
     #[test]

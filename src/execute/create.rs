@@ -559,7 +559,10 @@ pub(super) async fn adopt(
         vmid,
         node: node.clone(),
     };
-    ctx.store.transition(&spec.name, rec, adopted)?;
+    // Without waiting for the disk (the cycle's end makes it durable): a lost adoption is found
+    // again by the marker, as with a lost database, and 50,000 fsyncs were most of an
+    // empty-database start.
+    ctx.store.transition_lazily(&spec.name, rec, adopted)?;
     // A VM that already matches its spec is recorded as it is, from the config this cycle's
     // observation read (its marker verified for this VMID) and the listing: nothing is sent,
     // so no request re-verifies the identity. That is safe because recording changes nothing

@@ -445,6 +445,10 @@ pub(crate) async fn execute<P: Pve>(
             }
         })
         .await;
+    // The adoptions recorded lazily made durable together: one fsync, not one per adoption.
+    if let Err(e) = ctx.store.flush() {
+        tracing::error!(error = %e, "cannot make the records of this cycle's adoptions durable");
+    }
     results.sort_by(|a, b| a.action.cmp(&b.action));
     results
 }

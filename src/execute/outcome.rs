@@ -84,7 +84,12 @@ pub(super) fn record(
         }
     }
     rec.finish_attempt(started_ms);
-    if let Err(e) = ctx.store.put(spec_name, &rec) {
+    // An adoption done is recorded as its adoption was (`create::adopt`): lazily.
+    let written = match (action, result) {
+        (Action::Adopt { .. }, Outcome::Done) => ctx.store.put_lazily(spec_name, &rec),
+        _ => ctx.store.put(spec_name, &rec),
+    };
+    if let Err(e) = written {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
     }
 }

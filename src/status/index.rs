@@ -365,11 +365,12 @@ pub(crate) fn read_rows<T: DeserializeOwned>(
     if !meta.is_file() || meta.len() > MAX_INDEX_BYTES || meta.modified().ok()? < dir_time {
         return None;
     }
-    let mut text = String::new();
-    file.take(MAX_INDEX_BYTES).read_to_string(&mut text).ok()?;
+    // Line by line: at 50,000 specs the index is 40 MiB.
     let mut rows = BTreeMap::new();
     let mut writing = false;
-    for line in text.lines() {
+    for line in BufReader::new(file.take(MAX_INDEX_BYTES)).lines() {
+        let line = line.ok()?;
+        let line = line.as_str();
         if line == WRITING || line == WRITTEN {
             writing = line == WRITING;
         } else if line.starts_with(REMOVED_PREFIX) {
