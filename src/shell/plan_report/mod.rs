@@ -631,7 +631,7 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
             .or_else(|| view.records.get(name).map(|r| r.kind))
             .unwrap_or_default()
     };
-    for (name, verdict) in &view.plan.verdicts {
+    for (name, verdict) in view.plan.verdicts.iter() {
         if !in_scope(Some(name)) || matches!(verdict, Verdict::UpToDate { .. } | Verdict::Acting) {
             continue;
         }

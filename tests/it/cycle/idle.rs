@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::{Workspace, spec};
@@ -102,6 +103,29 @@ async fn an_idle_cycle_after_a_settled_one_keeps_its_plan_and_writes_no_status()
         "{reads:?}"
     );
     assert!(s.cycle().await.unchanged);
+}
+
+#[tokio::test]
+async fn idle_cycles_share_the_last_plans_verdicts_instead_of_copying_them() {
+    let mut s = setup(&[("a.yaml", spec("web-01", "pve1", "9000", ""))]);
+    s.cycle().await;
+    let settled = s.cycle().await;
+    assert!(!settled.unchanged, "the cycle after one that acted plans");
+    let idle = s.cycle().await;
+    let again = s.cycle().await;
+    assert!(idle.unchanged && again.unchanged);
+    // One map of one entry per spec, held by the kept cycle and each report it returns: an
+    // idle cycle copies none of it (issue 47: at 50,000 specs, 3.3M allocations a cycle).
+    assert!(Arc::ptr_eq(&settled.plan.verdicts, &idle.plan.verdicts));
+    assert!(Arc::ptr_eq(&idle.plan.verdicts, &again.plan.verdicts));
+    assert!(
+        matches!(
+            again.plan.verdicts.get("web-01"),
+            Some(Verdict::UpToDate { .. })
+        ),
+        "{:?}",
+        again.plan.verdicts
+    );
 }
 
 #[tokio::test]

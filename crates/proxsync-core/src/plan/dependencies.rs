@@ -2,6 +2,8 @@
 //! on is Ready; removals go dependants first. Applied to a plan after each spec's decision,
 //! from the verdicts of this cycle (a dependency acting this cycle is not Ready yet).
 
+use std::sync::Arc;
+
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::util::fnv::{FnvHashMap, FnvHashSet};
 
@@ -89,7 +91,7 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
         if !(out.actions.iter()).any(|a| a.spec() == Some(name) && starts(input, spec, a)) {
             continue;
         }
-        out.verdicts.insert(
+        Arc::make_mut(&mut out.verdicts).insert(
             spec.name.clone(),
             Verdict::WaitingForDependencies {
                 elsewhere: input.elsewhere.contains(&on),

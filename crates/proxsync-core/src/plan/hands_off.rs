@@ -21,6 +21,7 @@
 //! guest is gone (not listed) ties to no guest and is never held.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{Action, OrphanDisposition, Plan, PlanInput, Refused, Verdict};
 use crate::config::{ManagementPolicy, ReconcileConfig};
@@ -365,7 +366,7 @@ pub(super) fn hold(
             && let Some(v) = observed(spec)
         {
             let v = verdict(spec, v, cause.clone());
-            out.verdicts.insert(spec.to_string(), v);
+            Arc::make_mut(&mut out.verdicts).insert(spec.to_string(), v);
         }
         let removal = action.removes();
         let own = |of: &str| removal && action.spec() == Some(of);

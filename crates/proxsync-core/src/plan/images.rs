@@ -5,6 +5,8 @@
 //! new version is on its node ([`recreate`]); a set's members at most `maxUnavailable` at a
 //! time (`rollout`).
 
+use std::sync::Arc;
+
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::model::{ObservedVm, SiteView, SpecRecord, VmState};
 use crate::spec::{Image, ImagePolicy, Spec};
@@ -92,7 +94,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         let creating = |a: &Action| matches!(a, Action::Create { spec: s, .. } if *s == spec.name);
         if out.actions.iter().any(creating) {
             held.push(spec.name.clone());
-            out.verdicts.insert(
+            Arc::make_mut(&mut out.verdicts).insert(
                 spec.name.clone(),
                 Verdict::WaitingForImage {
                     image: image.clone(),

@@ -20,6 +20,7 @@
 //!   in an explicit `run --once`, its last failure was transient).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -697,8 +698,12 @@ impl Serialize for Refused {
 pub struct Plan {
     /// The actions to take, sorted.
     pub actions: Vec<Action>,
-    /// Each spec's verdict, valid or invalid, by name.
-    pub verdicts: BTreeMap<String, Verdict>,
+    /// Each spec's verdict, valid or invalid, by name. Shared, so that a clone of the plan
+    /// (an idle cycle's report, kept and returned again) holds no second copy of a map with
+    /// one entry per spec; the planner changes it with `Arc::make_mut`, which never copies
+    /// while the plan is being made.
+    #[serde(serialize_with = "shared_map")]
+    pub verdicts: Arc<BTreeMap<String, Verdict>>,
     /// The orphans found, and what happens to each.
     pub orphans: Vec<Orphan>,
     /// Orphan sightings to remember (seen now; forgotten when gone).
@@ -730,6 +735,11 @@ pub struct Plan {
     /// (`removals::template_still_needed`): `plan` and their status files say it.
     #[serde(skip)]
     pub templates_kept: BTreeMap<String, TemplateKept>,
+}
+
+/// A shared map serialized as the map itself (serde's `rc` feature is left off for one field).
+fn shared_map<S: serde::Serializer, T: Serialize>(map: &Arc<T>, s: S) -> Result<S::Ok, S::Error> {
+    map.as_ref().serialize(s)
 }
 
 /// Why an old version of a `ProxmoxTemplate` is kept this cycle (its words in `words`).
@@ -849,7 +859,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         verdicts.push((name.clone(), Verdict::Invalid));
     }
     // As inserting them in this order would: for a name seen twice, the last verdict.
-    out.verdicts = BTreeMap::from_iter(verdicts);
+    out.verdicts = Arc::new(BTreeMap::from_iter(verdicts));
 
     let mut removals =
         removals::gone_specs(input, &desired_names, &renames, &mut out.templates_kept);
@@ -953,7 +963,7 @@ fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
     }
     for action in out.actions.iter().filter(|a| is_consent(a)) {
         if let Some(spec) = action.spec() {
-            out.verdicts
+            Arc::make_mut(&mut out.verdicts)
                 .insert(spec.to_string(), Verdict::AdoptionsHeld { count, max });
         }
     }

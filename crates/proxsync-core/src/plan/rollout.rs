@@ -7,6 +7,7 @@
 //! roll too, one at a time per site.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{Action, Plan, PlanInput, Verdict};
 use crate::model::VmState;
@@ -117,7 +118,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
                 Group::Set(set) => Some(set.to_string()),
                 Group::Lone(_) => None,
             };
-            out.verdicts.insert(
+            Arc::make_mut(&mut out.verdicts).insert(
                 name.to_string(),
                 Verdict::RollingOut {
                     set,
