@@ -123,6 +123,8 @@ impl ObservedVm {
         let mut tags = r.tags;
         tags.sort();
         tags.dedup();
+        // Kept between cycles: a duplicate dropped leaves no spare room.
+        tags.shrink_to_fit();
         ObservedVm {
             vmid: r.vmid,
             kind,
@@ -290,4 +292,24 @@ pub fn cluster_members<'a>(
 ) -> Option<Vec<&'a str>> {
     (health.quorate && shape.complete && shape.cluster.is_some())
         .then(|| shape.nodes.iter().map(|n| n.name.as_str()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_guests_tags_are_held_at_their_exact_size() {
+        let listed = |tags: &str| {
+            let json = format!(r#"{{"id":"qemu/100","vmid":100,"node":"n","tags":"{tags}"}}"#);
+            let r: VmResource = serde_json::from_str(&json).unwrap();
+            ObservedVm::from_resource(r, GuestKind::Qemu).tags
+        };
+        let one = listed("proxsync.main");
+        assert_eq!((one.len(), one.capacity()), (1, 1));
+        // A tag listed twice is dropped, and so is its room.
+        let deduplicated = listed("web;proxsync.main;Web");
+        assert_eq!(deduplicated, ["proxsync.main", "web"]);
+        assert_eq!(deduplicated.capacity(), 2);
+    }
 }

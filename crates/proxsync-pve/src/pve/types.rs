@@ -574,12 +574,18 @@ fn tag_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> 
     d.deserialize_option(Visit)
 }
 
-/// Splits a PVE tag string (`;`, `,` or whitespace separated) into lower-cased tags.
+/// Splits a PVE tag string (`;`, `,` or whitespace separated) into lower-cased tags, held at
+/// their exact size.
 pub fn split_tags(tags: &str) -> Vec<String> {
-    tags.split([';', ',', ' '])
+    let mut out: Vec<String> = tags
+        .split([';', ',', ' '])
         .map(|t| t.trim().to_ascii_lowercase())
         .filter(|t| !t.is_empty())
-        .collect()
+        .collect();
+    // Collected from a filter, a vector grows by doubling from room for 4; each guest's tags
+    // are kept in its view between cycles (issue 47).
+    out.shrink_to_fit();
+    out
 }
 
 /// One storage of `GET /nodes/{node}/storage`.
@@ -1059,6 +1065,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("tag string"), "{err}");
+    }
+
+    #[test]
+    fn split_tags_are_exactly_their_size() {
+        for (text, n) in [
+            ("web", 1),
+            ("proxsync.main;web", 2),
+            ("a, b c;d;e", 5),
+            ("", 0),
+        ] {
+            let tags = split_tags(text);
+            assert_eq!((tags.len(), tags.capacity()), (n, n), "{text:?}");
+        }
+        let vms: Vec<VmResource> =
+            serde_json::from_str(r#"[{"id":"qemu/1","vmid":1,"node":"n","tags":"proxsync.main"}]"#)
+                .unwrap();
+        assert_eq!(vms[0].tags.capacity(), 1, "a listing's tags as split");
     }
 
     #[test]
