@@ -67,6 +67,8 @@ def main():
     p.add_argument('--phases', default='adopt,warm')
     p.add_argument('--binary', required=True, help='the proxsync binary (a release build)')
     p.add_argument('--python', required=True, help="fakepve's Python")
+    p.add_argument('--adopt-prefix', default='',
+                   help='a command the adopt phase\'s daemon runs under, e.g. "perf record -g -o F"')
     args = p.parse_args()
     global BIN, PY
     BIN, PY = os.path.abspath(args.binary), args.python
@@ -89,7 +91,9 @@ def main():
         ws.push()
         log('specs pushed')
         if 'adopt' in phases:
+            bench.DAEMON_PREFIX[:] = args.adopt_prefix.split()
             d, fig = bench.start_daemon(BIN, ws, tmp, 'adopt', n, fake)
+            bench.DAEMON_PREFIX[:] = []
             daemons.append(d)
             fig['mem_at_ready'] = smaps(d.pid)
             res['adopt'] = fig
