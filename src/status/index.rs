@@ -115,11 +115,15 @@ impl IndexWriter {
         self.dir.join(format!(".{INDEX_FILE}.tmp"))
     }
 
+    /// A new temp file (one left behind is removed first; never a file a link points to).
     fn create_temp(&self) -> io::Result<BufWriter<File>> {
+        match fs::remove_file(self.temp_path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o644)
             .open(self.temp_path())?;
         f.set_permissions(Permissions::from_mode(0o644))?;
@@ -249,9 +253,12 @@ impl IndexWriter {
 
     /// Writes the index again with only each name's last line; returns how many it holds.
     fn compact(&mut self) -> io::Result<usize> {
-        let path = self.dir.join(INDEX_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.dir.join(INDEX_FILE))?;
         let mut last: HashMap<String, Option<String>> = HashMap::new();
-        for line in BufReader::new(File::open(&path)?).lines() {
+        for line in BufReader::new(file).lines() {
             let line = line?;
             if line == WRITING || line == WRITTEN {
                 continue;
@@ -280,18 +287,18 @@ impl IndexWriter {
         self.touch()
     }
 
+    /// The index, to append to: never through a symbolic link.
     fn open_append(&self) -> io::Result<File> {
         OpenOptions::new()
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(self.dir.join(INDEX_FILE))
     }
 
     /// Sets the index's time to now: at least the directory's, whose time the kernel takes
     /// from a coarser clock.
     fn touch(&self) -> io::Result<()> {
-        OpenOptions::new()
-            .append(true)
-            .open(self.dir.join(INDEX_FILE))?
+        self.open_append()?
             .set_modified(crate::util::clock::system_now())
     }
 

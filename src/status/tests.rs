@@ -1721,3 +1721,23 @@ fn after_a_start_each_file_is_read_once_for_its_commit_and_its_next_version() {
         "the transition times of the file read for the commit: {next}"
     );
 }
+
+#[test]
+fn the_index_never_writes_through_a_link_planted_in_the_directory() {
+    let (d, mut sd) = tmpdir();
+    let outside = d.path().join("outside.txt");
+    fs::write(&outside, "keep me").unwrap();
+    std::os::unix::fs::symlink(&outside, sd.path().join("._index.jsonl.tmp")).unwrap();
+    sd.write_spec(&with_state("a", "running"), t(T0)).unwrap();
+    sd.finish_writes();
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "keep me");
+    assert_eq!(index_rows(&sd), Some(pairs(&[("a", "running")])));
+
+    // The index itself replaced by a link: not appended through, not read.
+    fs::remove_file(sd.path().join(super::index::INDEX_FILE)).unwrap();
+    std::os::unix::fs::symlink(&outside, sd.path().join(super::index::INDEX_FILE)).unwrap();
+    sd.write_spec(&with_state("a", "stopped"), t(T0 + 1)).unwrap();
+    sd.finish_writes();
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "keep me");
+    assert_eq!(index_rows(&sd), None);
+}
