@@ -1736,7 +1736,8 @@ fn the_index_never_writes_through_a_link_planted_in_the_directory() {
     // The index itself replaced by a link: not appended through, not read.
     fs::remove_file(sd.path().join(super::index::INDEX_FILE)).unwrap();
     std::os::unix::fs::symlink(&outside, sd.path().join(super::index::INDEX_FILE)).unwrap();
-    sd.write_spec(&with_state("a", "stopped"), t(T0 + 1)).unwrap();
+    sd.write_spec(&with_state("a", "stopped"), t(T0 + 1))
+        .unwrap();
     sd.finish_writes();
     assert_eq!(fs::read_to_string(&outside).unwrap(), "keep me");
     assert_eq!(index_rows(&sd), None);
