@@ -207,8 +207,10 @@ impl IndexWriter {
                 let mut held = seen.len();
                 for name in super::spec_names_of(&self.dir).map_err(io::Error::other)? {
                     if !seen.contains(&name)
-                        && let Some(f) = read_row(&name)
+                        && let Some(mut f) = read_row(&name)
                     {
+                        // Listed under its file's name, as `status` lists a file naming another.
+                        f.name = name;
                         write_row(&mut out, &f)?;
                         held += 1;
                     }
