@@ -365,16 +365,11 @@ impl Store {
         rec: &mut SpecRecord,
         to: VmState,
     ) -> Result<(), StateError> {
-        if to.reserved().is_some() {
-            return self.transition(name, rec, to);
-        }
-        let next = SpecRecord {
-            vm: to,
-            ..rec.clone()
+        let sync = match to.reserved() {
+            Some(_) => Sync::Durable,
+            None => Sync::Lazy,
         };
-        self.write_record(name, &rec.vm, &next, Sync::Lazy)?;
-        *rec = next;
-        Ok(())
+        self.transition_as(name, rec, to, sync)
     }
 
     /// Moves spec `name`'s VM from `rec.vm` to `to`, writing the rest of `rec` with it, in one
@@ -389,14 +384,24 @@ impl Store {
         rec: &mut SpecRecord,
         to: VmState,
     ) -> Result<(), StateError> {
+        self.transition_as(name, rec, to, Sync::Durable)
+    }
+
+    fn transition_as(
+        &self,
+        name: &str,
+        rec: &mut SpecRecord,
+        to: VmState,
+        sync: Sync,
+    ) -> Result<(), StateError> {
         if rec.vm == to {
-            return self.put(name, rec);
+            return self.write_record(name, &rec.vm, rec, sync);
         }
         let next = SpecRecord {
             vm: to,
             ..rec.clone()
         };
-        self.write_record(name, &rec.vm, &next, Sync::Durable)?;
+        self.write_record(name, &rec.vm, &next, sync)?;
         *rec = next;
         Ok(())
     }
