@@ -759,6 +759,42 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_message_read_from_the_index_stays_in_its_row_and_cannot_drive_the_terminal() {
+        let (_d, dir) = fixture();
+        std::fs::remove_file(dir.join("zz-junk.yaml")).unwrap();
+        let mut sd = StatusDir::open(&dir).unwrap();
+        let mut web = healthy("web-01", "us-sfvalley", "pve1", 101);
+        set(
+            &mut web,
+            c(
+                kinds::READY,
+                F,
+                Reason::Failed,
+                "boom\n{\"removed\":\"db-01\"}\n\u{1b}[2J\u{1b}]0;owned\u{7}",
+            ),
+        );
+        sd.write_spec(&web, t(T0)).unwrap();
+        sd.finish_writes();
+        let index = std::fs::read_to_string(dir.join(crate::status::index::INDEX_FILE)).unwrap();
+        assert!(
+            index
+                .lines()
+                .all(|l| l.starts_with('{') && l.ends_with('}')),
+            "one JSON value per line: {index}"
+        );
+        let text = render(&dir, &opts(None, false, false)).unwrap();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("db-01"),
+            "a message cannot remove a row: {text}"
+        );
+        assert!(row(&text, "web-01").contains("boom"), "{text}");
+    }
+
+    #[test]
     fn the_list_reads_the_index_while_it_is_current() {
         let (_d, dir) = fixture();
         std::fs::remove_file(dir.join("zz-junk.yaml")).unwrap();
