@@ -782,7 +782,10 @@ mod tests {
                 .all(|l| l.starts_with('{') && l.ends_with('}')),
             "one JSON value per line: {index}"
         );
-        assert!(crate::status::index::is_current(&dir), "the list reads the index");
+        assert!(
+            crate::status::index::is_current(&dir),
+            "the list reads the index"
+        );
         let text = render(&dir, &opts(None, false, false)).unwrap();
         assert!(
             !text.contains('\u{1b}') && !text.contains('\u{7}'),
