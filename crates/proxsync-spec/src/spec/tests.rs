@@ -706,3 +706,49 @@ fn image_policy_recreate_needs_an_image_by_name_and_deletion_policy_delete() {
         "{diags:?}"
     );
 }
+
+/// A benchmark, not a check: `cargo test --release -p proxsync-spec parse_bench -- --ignored
+/// --nocapture`. Parses N spec files like the bench's (`BENCH_PARSE_SPECS`, 20,000 by
+/// default) one after the other on one thread: the YAML alone, then the whole parse with its
+/// validation and hashes (what the git source does per new file).
+#[test]
+#[ignore]
+fn parse_bench() {
+    let n: usize = std::env::var("BENCH_PARSE_SPECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let texts: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "apiVersion: proxsync.io/v1\nkind: ProxmoxVM\nmetadata:\n  name: vm-{i:05}\nspec:\n  \
+                 forProvider:\n    site: site{:02}\n    node: pve{}\n    image: \"9000\"\n    cpu: 2\n    \
+                 memory: 2Gi\n    disk: 2Gi\n    storage: local-lvm\n    network: vmbr0\n",
+                i % 10,
+                1 + i % 5
+            )
+        })
+        .collect();
+    for round in 1..=2 {
+        let t = std::time::Instant::now();
+        let mut nodes = 0;
+        for text in &texts {
+            nodes += super::yaml::parse_documents("t.yaml", text).0.len();
+        }
+        let yaml = t.elapsed();
+        let t = std::time::Instant::now();
+        let mut specs = 0;
+        for text in &texts {
+            let mut parsed = parse_file("t.yaml", text.as_bytes()).0;
+            parsed.iter_mut().for_each(super::remember_hashes);
+            specs += parsed.len();
+        }
+        let all = t.elapsed();
+        assert_eq!((nodes, specs), (n, n));
+        eprintln!(
+            "round {round}, {n} files: YAML {:.1} us/file, whole parse {:.1} us/file",
+            yaml.as_secs_f64() * 1e6 / n as f64,
+            all.as_secs_f64() * 1e6 / n as f64
+        );
+    }
+}
