@@ -51,7 +51,15 @@ pub(crate) fn load_inputs(
     spec_paths: &[PathBuf],
     purpose: crate::source::Use,
 ) -> Result<Inputs, ExitCode> {
-    let config = load_config(config_path)?;
+    read_inputs(load_config(config_path)?, spec_paths, purpose)
+}
+
+/// [`load_inputs`] with the config loaded already.
+pub(crate) fn read_inputs(
+    config: Config,
+    spec_paths: &[PathBuf],
+    purpose: crate::source::Use,
+) -> Result<Inputs, ExitCode> {
     let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
         match crate::source::read_configured(&config, purpose) {
             Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),

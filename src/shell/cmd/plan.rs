@@ -12,13 +12,21 @@ pub(crate) fn plan_cmd(
     spec_paths: Vec<PathBuf>,
     format: Option<&str>,
 ) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // The records are read from the database while the specs are parsed (at 50,000 specs
+    // each took about half a second of one core).
+    let state_dir = config.state_dir.clone();
+    let snapshot = std::thread::spawn(move || crate::store::read_specs_snapshot(&state_dir));
     let Inputs {
         config,
         specs,
         refused,
         rewound,
         ..
-    } = match load_inputs(config_path, &spec_paths, crate::source::Use::Inspect) {
+    } = match read_inputs(config, &spec_paths, crate::source::Use::Inspect) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -35,7 +43,12 @@ pub(crate) fn plan_cmd(
         );
     }
     let rewind = rewound.as_ref().map(|r| &r.batch);
-    let records = match rt.block_on(crate::shell::control::plan_records(&config.state_dir)) {
+    let snapshot = snapshot.join().ok().flatten();
+    let records = snapshot.map_or_else(
+        || rt.block_on(crate::shell::control::plan_records(&config.state_dir)),
+        Ok,
+    );
+    let records = match records {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {}: {e}", config.state_dir.display());
@@ -103,5 +116,9 @@ pub(crate) fn plan_cmd(
             report.errors.len()
         );
     }
-    ExitCode::from(report.exit_code())
+    let code = ExitCode::from(report.exit_code());
+    // The process ends here: the system takes the memory back at once, where freeing 50,000
+    // specs, records and views one by one took a quarter of a second.
+    std::mem::forget((report, view, specs));
+    code
 }
