@@ -570,7 +570,7 @@ mod tests {
         let mut read = 0;
         for value in TRICKY {
             for style in [
-                format!("{value}"),
+                value.to_string(),
                 format!("'{value}'"),
                 format!("\"{value}\""),
             ] {
@@ -751,5 +751,710 @@ mod tests {
             diags.iter().any(|d| d.contains("nested too deeply")),
             "{diags:?}"
         );
+    }
+
+    // ---------------------------------------------------------------- attack (s63)
+    use proptest::strategy::Strategy as _;
+
+    /// The general way, as `parse_documents` did before the fast path.
+    fn general_parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
+        let mut diags = Vec::new();
+        let prepass = scan_documents(text);
+        if let Some(pos) = prepass.too_many {
+            let d = Diagnostic::error(
+                file,
+                pos,
+                format!("more than {MAX_DOCUMENTS} YAML documents in one file; split the file"),
+            );
+            return (Vec::new(), vec![d]);
+        }
+        for pos in &prepass.empty {
+            diags.push(Diagnostic::error(
+                file,
+                *pos,
+                "empty YAML document (a stray `---` or a document of only comments); every document \
+                 must be a ProxmoxVM spec: remove the extra `---`",
+            ));
+        }
+        if prepass.count == 0 && prepass.ok {
+            diags.push(Diagnostic::error(
+                file,
+                Pos::START,
+                "the file holds no YAML document (it is empty or only comments); a spec file holds \
+                 one or more ProxmoxVM documents separated by `---`",
+            ));
+            return (Vec::new(), diags);
+        }
+        let mut docs = Vec::new();
+        if prepass.count == 1 && prepass.ok {
+            match serde_saphyr::from_str_with_options::<Node>(text, options()) {
+                Ok(node) => docs.push(node),
+                Err(err) => diags.push(yaml_error(file, &err)),
+            }
+            return (docs, diags);
+        }
+        let mut cursor = std::io::Cursor::new(text.as_bytes());
+        for result in serde_saphyr::read_with_options::<_, Node>(&mut cursor, options()) {
+            match result {
+                Ok(node) => docs.push(node),
+                Err(err) => diags.push(yaml_error(file, &err)),
+            }
+        }
+        (docs, diags)
+    }
+
+    /// `None` when both ways agree (or the fast path declines), else a description.
+    fn disagreement(text: &str) -> Option<String> {
+        let fast = plain_document(text)?;
+        let general = general_parse_documents("t.yaml", text);
+        let tree = serde_saphyr_tree(text);
+        if tree.as_ref() != Ok(&fast) {
+            return Some(format!(
+                "{text:?}\n  fast:    {fast:?}\n  serde:   {tree:?}"
+            ));
+        }
+        let (docs, diags) = parse_documents("t.yaml", text);
+        if (docs.clone(), diags.clone()) != general {
+            return Some(format!(
+                "{text:?}\n  parse_documents: {:?}\n  general: {general:?}",
+                (docs, diags)
+            ));
+        }
+        None
+    }
+
+    fn report(failures: &[String]) {
+        if !failures.is_empty() {
+            let shown: Vec<&String> = failures.iter().take(40).collect();
+            panic!(
+                "{} disagreements:\n{}",
+                failures.len(),
+                shown
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+
+    const TEMPLATES: &[&str] = &[
+        "k: S\n",
+        "- S\n",
+        "S: v\n",
+        "[S]\n",
+        "{S: v}\n",
+        "{k: S}\n",
+        "S\n",
+        "--- S\n",
+        "k: [a, S]\n",
+        "- k: S\n  j: S\n",
+        "? S\n: S\n",
+    ];
+
+    #[test]
+    fn attack_short_scalars_exhaustive() {
+        let alphabet: Vec<char> =
+            "019.-+_eExXoObBaAfFiInNtTyYlLuUsS~:, \t#'\"!&*|>%@?[]{}`\u{a0}\u{660}\u{ff11}"
+                .chars()
+                .collect();
+        let mut failures = Vec::new();
+        let mut read = 0usize;
+        let mut scalars: Vec<String> = vec![String::new()];
+        let max_len = if std::env::var_os("YAML_ATTACK_LONG").is_some() {
+            3
+        } else {
+            2
+        };
+        for len in 1..=max_len {
+            let mut next = Vec::new();
+            for s in scalars.iter().filter(|s| s.chars().count() == len - 1) {
+                for c in &alphabet {
+                    next.push(format!("{s}{c}"));
+                }
+            }
+            scalars.extend(next);
+        }
+        for s in &scalars {
+            for t in TEMPLATES {
+                let text = t.replace('S', s);
+                if plain_document(&text).is_some() {
+                    read += 1;
+                }
+                if let Some(f) = disagreement(&text) {
+                    failures.push(f);
+                }
+            }
+        }
+        eprintln!(
+            "exhaustive: {} scalars, {read} docs read the plain way",
+            scalars.len()
+        );
+        report(&failures);
+    }
+
+    #[test]
+    fn attack_number_spellings() {
+        let mut vals: Vec<String> = Vec::new();
+        for base in [
+            "1",
+            "12",
+            "123456789012345678",
+            "999999999999999999",
+            "1000000000000000000",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "170141183460469231731687303715884105727",
+            "340282366920938463463374607431768211456",
+            "0",
+            "00",
+            "01",
+            "0.0",
+            "1.0",
+            "1e1",
+            "1E+1",
+            "1e-1",
+            ".1",
+            "1.",
+            "1_0",
+            "0x10",
+            "0o10",
+            "0b10",
+            "0X1",
+            "0O1",
+            "0B1",
+            "inf",
+            "Inf",
+            "INF",
+            "infinity",
+            "Infinity",
+            "INFINITY",
+            "nan",
+            "NaN",
+            "NAN",
+            ".inf",
+            ".nan",
+            ".Inf",
+            ".NaN",
+            ".NAN",
+            ".INF",
+            "iNf",
+            "nAn",
+            "InFiNiTy",
+            "1:2",
+            "1:2:3",
+            "1__0",
+            "_1",
+            "1_",
+            "0x",
+            "0o",
+            "0b",
+            "0x_1",
+            "e1",
+            "E1",
+            "1e",
+            "1e+",
+            "--1",
+            "+-1",
+            "-+1",
+            "1-",
+            "1+",
+            "1.2.3",
+            "1..2",
+            "..",
+            ".",
+            "1 2",
+            "1\t2",
+            "0001",
+            "1e400",
+            "1e-400",
+            "4.9e-324",
+            "1.7976931348623157e308",
+            "١",
+            "１",
+            "1\u{200b}",
+            "\u{feff}1",
+            "1\u{a0}",
+            "٣٤",
+            "true",
+            "True",
+            "TRUE",
+            "false",
+            "False",
+            "FALSE",
+            "null",
+            "Null",
+            "NULL",
+            "~",
+            "yes",
+            "no",
+            "on",
+            "off",
+            "y",
+            "n",
+            "Y",
+            "N",
+        ] {
+            for sign in ["", "-", "+"] {
+                vals.push(format!("{sign}{base}"));
+            }
+        }
+        for n in 1..=40 {
+            vals.push("9".repeat(n));
+            vals.push(format!("-{}", "9".repeat(n)));
+            vals.push(format!("1{}", "0".repeat(n)));
+            vals.push(format!("-1{}", "0".repeat(n)));
+        }
+        vals.push("1".repeat(5000));
+        vals.push(format!("-{}", "1".repeat(5000)));
+        let mut failures = Vec::new();
+        for v in &vals {
+            for t in TEMPLATES {
+                if let Some(f) = disagreement(&t.replace('S', v)) {
+                    failures.push(f);
+                }
+            }
+        }
+        report(&failures);
+    }
+
+    #[test]
+    fn attack_structures() {
+        let mut cases: Vec<String> = [
+            // empty values in every container kind
+            "k:\n",
+            "k:\nj:\n",
+            "- \n",
+            "-\n-\n",
+            "[a, ]\n",
+            "[a,]\n",
+            "{a, }\n",
+            "{a: }\n",
+            "{a:}\n",
+            "{a: , b: }\n",
+            "{a, b}\n",
+            "[a: b]\n",
+            "[a: ]\n",
+            "[: b]\n",
+            "[? a]\n",
+            "[? a : b]\n",
+            "{? a}\n",
+            "{? : b}\n",
+            "{: b}\n",
+            "? a\n",
+            "? a\n: \n",
+            "?\n: b\n",
+            ": b\n",
+            "? \n",
+            "k: \n  \n",
+            "- - - a\n",
+            "- - \n",
+            "- []\n- {}\n",
+            "[]\n",
+            "{}\n",
+            "[[]]\n",
+            "[{}]\n",
+            "k: []\nj: {}\n",
+            "- ? a\n  : b\n",
+            "- a: \n  b:\n",
+            "k: [\n  a,\n  b,\n]\n",
+            "k: {\n  a: 1,\n  b: 2,\n}\n",
+            "k: [a, b\n  , c]\n",
+            "[a\n, b]\n",
+            "{a\n: b}\n",
+            "k: [a,\n b]\n",
+            "[\"a\": b]\n",
+            "{\"a\":b}\n",
+            "{'a':b}\n",
+            "[a, [b, [c, [d]]]]\n",
+            // keys of every scalar type
+            "1: a\n2: b\n",
+            "true: a\n",
+            "null: a\n",
+            "~: a\n",
+            "'': a\n",
+            "\"\": a\n",
+            "? \n: a\n",
+            "1: a\n'1': b\n",
+            "-1: a\n",
+            "0: a\n",
+            "123456789012345678: a\n",
+            // multi-line plain and quoted scalars
+            "k: a\n  b\n",
+            "k: a\n\n  b\n",
+            "k: a\n  \n  b\n",
+            "k: 1\n  2\n",
+            "k: true\n  x\n",
+            "k: 'a\n  b'\n",
+            "k: \"a\\\n  b\"\n",
+            "k: \"a\n\n  b\"\n",
+            "- a\n  b\n",
+            "a\nb\n",
+            "a\n\nb\n",
+            "1\n2\n",
+            "k: - a\n",
+            "k: a - b\n",
+            "k: a: b\n",
+            "k: a #b\n",
+            "k: a# b\n",
+            "k: a\t#b\n",
+            "k: a\n  #b\n  c\n",
+            "k:\n  a\n  b\n",
+            // block scalars
+            "k: |\n  a\n",
+            "k: |-\n  a\n",
+            "k: |+\n  a\n\n",
+            "k: >\n  a\n  b\n",
+            "k: >-\n  a\n\n  b\n",
+            "k: |2\n   a\n",
+            "k: |1\n  a\n",
+            "k: >2-\n   a\n  \n",
+            "k: |\n\n  a\n",
+            "k: |\n  \n  a\n",
+            "k: |\n",
+            "k: >\n",
+            "k: |-\n",
+            "k: |+\n",
+            "- |\n  a\n- >\n  b\n",
+            "|\n  a\n",
+            ">\n a\n",
+            "k: |\n  true\n",
+            "k: |-\n  1\n",
+            "k: >-\n  null\n",
+            "k: | # c\n  a\n",
+            "k: |\n \ta\n",
+            "k: |\n  a\n # c\n",
+            "k: |\n\ta\n",
+            "k: >\n\n\n",
+            "k: |+\n\n",
+            "k: |-\n  a\n  \n",
+            // document markers and directives
+            "---\na: 1\n",
+            "--- \na: 1\n...\n",
+            "%YAML 1.2\n---\na: 1\n",
+            "%YAML 1.1\n---\na: yes\n",
+            "%YAML 1.1\n---\na: 010\n",
+            "%TAG ! tag:x,2000:\n---\na: 1\n",
+            "%FOO bar\n---\na: 1\n",
+            "a: 1\n...\n",
+            "a: 1\n...\n# c\n",
+            "a: 1\n...\n...\n",
+            "--- a\n",
+            "--- [a]\n",
+            "--- {a: 1}\n",
+            "--- |\n  a\n",
+            "--- >\n a\n",
+            "a: 1\n--- \n",
+            "a: 1\n---\n",
+            "...\na: 1\n",
+            "---\n...\n",
+            "a: ---\n",
+            "a: ...\n",
+            "- ---\n",
+            "k: v\n ...\n",
+            "k: v\n---x\n",
+            "---x: 1\n",
+            "%YAML 1.2\n--- a\n",
+            "%YAML 1.2\na: 1\n",
+            "a: 1\n%YAML 1.2\n",
+            "%YAML 1.3\n---\na: 1\n",
+            "%YAML 2.0\n---\na: 1\n",
+            // BOM, tabs, CRLF, CR
+            "\u{feff}a: 1\n",
+            "\u{feff}\u{feff}a: 1\n",
+            "a: 1\n\u{feff}",
+            "a: \u{feff}1\n",
+            "\u{feff}---\na: 1\n",
+            "\u{feff}\n\na: 1\n",
+            "\u{feff}# c\na: [1, 2]\n",
+            "a:\t1\n",
+            "a: \t1\n",
+            "a:\t\n",
+            "\ta: 1\n",
+            "a:\n\t- 1\n",
+            "a: [\t1\t,\t2\t]\n",
+            "- \t1\n",
+            "-\t1\n",
+            "a: 1\t\n",
+            "a: 1 \t # c\n",
+            "a\t: 1\n",
+            "{a\t:\t1}\n",
+            "a: 1\r\nb: 2\r\n",
+            "a: 1\rb: 2\r",
+            "a: |\r\n  x\r\n  y\r\n",
+            "a: x\r\n  y\r\n",
+            "a: 1\r\n",
+            "a: \"x\r\n y\"\r\n",
+            "- 1\r- 2\r",
+            "a: tru\re\n",
+            "a: 1\r",
+            "a: b\r\n\r\n",
+            "a: |\r  x\r",
+            "a: 1\u{85}b: 2\n",
+            "a: 1\u{2028}b: 2\n",
+            "a: x\u{85}y\n",
+            "a: x\u{2028}y\n",
+            "a: 1\u{85}",
+            "a: 1\u{2029}",
+            "a: true\u{85}",
+            "a: x\u{0}y\n",
+            "a: \u{1}\n",
+            "a: x\u{7f}\n",
+            "a: \u{fffe}\n",
+            "a: \"\\0\"\n",
+            "a: \"\\x41\\u00e9\\U0001F600\"\n",
+            "a: \"\\ud800\"\n",
+            "a: \"\\q\"\n",
+            // comments in odd places
+            "# c\n",
+            "a: 1 # c\n",
+            "a: # c\n  1\n",
+            "a: # c\n",
+            "- # c\n  1\n",
+            "[1, # c\n 2]\n",
+            "{a: 1, # c\n b: 2}\n",
+            "a: 1#c\n",
+            "a: '1'#c\n",
+            "a: '1' #c\n",
+            "? a # c\n: b # c\n",
+            "a:\n  # c\n  b: 1\n",
+            "a:\n# c\n  b: 1\n",
+            "#c\n---\n#c\na: 1\n#c\n...\n#c\n",
+            // duplicate keys
+            "a: 1\na: 2\n",
+            "a: 1\na: 1\n",
+            "{a: 1, a: 2}\n",
+            "1: a\n1: b\n",
+            "~: a\nnull: b\n",
+            "a: 1\n'a': 2\n",
+            "true: 1\nTrue: 2\n",
+            // positions of odd node kinds
+            "a:\n- 1\n- 2\n",
+            "a:\n  - 1\n",
+            "- a: 1\n  b: 2\n",
+            "- - 1\n  - 2\n",
+            "-   a\n",
+            "a:   \n  b\n",
+            "? a\n: b\n",
+            "?\n  a\n:\n  b\n",
+            "a: !!str\n",
+            "a: &x\n",
+            "   a: 1\n   b: 2\n",
+            "\n\n\na: 1\n",
+            "a :  1\n",
+            "'a' : 1\n",
+            "\"a\"   :   \"b\"\n",
+            "a: 'b'\n",
+            "a: \"b\"\n",
+            "a: 'it''s'\n",
+            "a: ''\n",
+            "a: \"\"\n",
+            "[a, 'b', \"c\", |]\n",
+            "k: \u{e9}\u{e9}: \u{e9}\n",
+            "\u{1f600}: \u{1f600}\n",
+            "- \u{65e5}\u{672c}\n- x\n",
+            // interpolation-looking text
+            "a: ${VAR}\n",
+            "a: ${VAR:-1}\n",
+            "a: $VAR\n",
+            "a: '${VAR}'\n",
+            "${VAR}: 1\n",
+            "a: ${VAR:?err}\n",
+            "a: $${VAR}\n",
+            "a: ${}\n",
+            "a: ${1}\n",
+            "a: x${VAR}y\n",
+            // merge-ish keys
+            "<<: 1\n",
+            "'<<': 1\n",
+            "\"<<\": 1\n",
+            "<< : 1\n",
+            "{<<: 1}\n",
+            "? <<\n: 1\n",
+            "<<<: 1\n",
+            "a: <<\n",
+            "- <<\n",
+            "<<\n",
+            "<< x: 1\n",
+            "x<<: 1\n",
+            // misc syntax
+            "a: b: c\n",
+            "a: 'b' c\n",
+            "- a\nb: c\n",
+            "a: 1\n b: 2\n",
+            "a:\n  b: 1\n c: 2\n",
+            "a: [1, 2\n",
+            "a: {b: 1\n",
+            "a: ]\n",
+            "a: }\n",
+            "a: ,\n",
+            "a: x,y\n",
+            "[a]b\n",
+            "{a: 1}b\n",
+            "a: @x\n",
+            "a: `x\n",
+            "a: %x\n",
+            "a: !x\n",
+            "a: |x\n",
+            "a: >x\n",
+            "a: -1-\n",
+            "a: \"x\"y\n",
+            "a: 'x\n",
+            "a: \"x\n",
+            "- [a, b]: c\n",
+            "[a, b]: c\n",
+            "{a: b}: c\n",
+            "a: b\n...\nc\n",
+            "- a\n-b\n",
+            "-a\n",
+            "--a\n",
+            "- -a\n",
+            "a:b\n",
+            "a:b: c\n",
+            "http://x: 1\n",
+            "a: http://x\n",
+            "a: ::\n",
+            "::: 1\n",
+            "a: -\n",
+            "a: - \n",
+            "- -\n",
+            "a: ?\n",
+            "a: ? b\n",
+            "?a: 1\n",
+            "a: :x\n",
+            ":x: 1\n",
+            "[:x]\n",
+            "[a:x]\n",
+            "{a:x}\n",
+            "[a :x]\n",
+            "{a :x}\n",
+            "['a':x]\n",
+            "{'a':x}\n",
+            "[x: ]\n",
+            "{x: , }\n",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // very deep / very wide near the limits
+        for d in [14, 15, 16, 17, 31, 32, 33] {
+            cases.push(format!("{}1{}\n", "[".repeat(d), "]".repeat(d)));
+            cases.push(format!("{}1{}\n", "{a: ".repeat(d), "}".repeat(d)));
+            let mut t = String::new();
+            for i in 0..d {
+                t.push_str(&"  ".repeat(i));
+                t.push_str("k:\n");
+            }
+            cases.push(t.clone());
+            t.push_str(&"  ".repeat(d));
+            t.push_str("v\n");
+            cases.push(t);
+            let mut t = String::new();
+            for i in 0..d {
+                t.push_str(&"  ".repeat(i));
+                t.push_str("-\n");
+            }
+            cases.push(t);
+        }
+        for n in [4_998, 4_999, 5_000, 9_998, 9_999, 10_000, 10_001] {
+            cases.push(format!("[{}]\n", vec!["1"; n].join(",")));
+            cases.push(format!("[{}]\n", vec!["[]"; n].join(",")));
+            let mut t = String::new();
+            for i in 0..n / 2 {
+                t.push_str(&format!("k{i}: v\n"));
+            }
+            cases.push(t);
+        }
+        // long scalars and keys
+        for n in [1000, 1023, 1024, 1025, 1030, 2000, 70_000] {
+            cases.push(format!("{}: v\n", "k".repeat(n)));
+            cases.push(format!("{{{}: v}}\n", "k".repeat(n)));
+            cases.push(format!("[{}: v]\n", "k".repeat(n)));
+            cases.push(format!("k: {}\n", "v".repeat(n)));
+            cases.push(format!("'{}': v\n", "k".repeat(n)));
+            cases.push(format!("? {}\n: v\n", "k".repeat(n)));
+        }
+        let mut failures = Vec::new();
+        let mut read = 0;
+        for c in &cases {
+            read += usize::from(plain_document(c).is_some());
+            if let Some(f) = disagreement(c) {
+                failures.push(f);
+            }
+            // The same text with CRLF line ends, with a BOM, and between `---` and `...`.
+            let crlf = c.replace('\n', "\r\n");
+            let bom = format!("\u{feff}{c}");
+            let doc = format!("---\n{c}...\n");
+            for v in [crlf, bom, doc] {
+                if let Some(f) = disagreement(&v) {
+                    failures.push(f);
+                }
+            }
+        }
+        eprintln!(
+            "structures: {} cases, {read} read the plain way",
+            cases.len()
+        );
+        report(&failures);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// Random token soup with the characters that matter to YAML.
+        #[test]
+        fn attack_random_tokens(
+            parts in proptest::collection::vec(proptest::prop_oneof![
+                proptest::string::string_regex("[a-z]{1,3}").unwrap(),
+                proptest::string::string_regex("[-+]?[0-9]{1,3}([._][0-9]{0,2})?([eE][-+]?[0-9])?").unwrap(),
+                proptest::sample::select(vec![
+                    "- ", ": ", ":", "? ", ",", "[", "]", "{", "}", "'", "\"", "#", " #c", "|", ">",
+                    "|-", ">+", "|2", "\n", "\n  ", "\n    ", "\r\n", "\r", "\t", " ", "  ", "---",
+                    "...", "\n---\n", "\n...\n", "%YAML 1.2\n", "\u{feff}", "~", "null", "true",
+                    "False", "<<", "${X}", "0x1", ".inf", "nan", "\u{e9}", "\u{85}", "\u{2028}",
+                    "\\", "\\n", "''", "\"\"", "-", "--", ".",
+                ]).prop_map(String::from),
+            ], 0..30)
+        ) {
+            let text: String = parts.concat();
+            if let Some(f) = disagreement(&text) {
+                panic!("{f}");
+            }
+        }
+
+        /// Number-like scalars longer than the exhaustive test's, in every position.
+        #[test]
+        fn attack_random_numberish_scalars(
+            s in proptest::prop_oneof![
+                "[-+0-9._eExXoObBaAfFiInNtTyY:~ ]{1,12}",
+                "[-+]?(0[xXoObB])?[0-9_]{0,4}[.]?[0-9a-fA-F_]{0,4}([eE][-+]?[0-9]{0,3})?",
+                "[-+]?[.]?([iI][nN][fF]|[nN][aA][nN]|[iI]nfinity)",
+            ],
+            t in 0usize..11,
+        ) {
+            let text = TEMPLATES[t].replace('S', &s);
+            if let Some(f) = disagreement(&text) {
+                panic!("{f}");
+            }
+        }
+
+        /// Random block mappings/sequences of random scalars.
+        #[test]
+        fn attack_random_block_docs(
+            lines in proptest::collection::vec((0usize..4, proptest::sample::select(vec!["k: ", "- ", "? ", ": ", "- k: ", "", "k:", "-", "- - "]),
+                proptest::string::string_regex("([a-z0-9 ._:+-]|'|\"|\\[|\\]|\\{|\\}|,|#|\\|){0,8}").unwrap()), 1..12)
+        ) {
+            let mut text = String::new();
+            for (indent, lead, val) in &lines {
+                text.push_str(&"  ".repeat(*indent));
+                text.push_str(lead);
+                text.push_str(val);
+                text.push('\n');
+            }
+            if let Some(f) = disagreement(&text) {
+                panic!("{f}");
+            }
+        }
     }
 }
