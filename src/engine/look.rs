@@ -105,12 +105,26 @@ pub(super) async fn observe_all(
     cache: &mut MarkerCache,
     identities: &mut SiteChecks,
     key: Option<&MarkerKey>,
-    mut fresh: Option<&mut FreshConfigs>,
+    fresh: Option<&mut FreshConfigs>,
 ) -> BTreeMap<String, SiteView> {
-    let verifies = |m: &Option<Arc<Marker>>, vmid: u32| {
-        m.as_ref()
-            .is_some_and(|m| key.is_some_and(|k| m.verifies(k, vmid)))
-    };
+    let listing = list_sites(sites, identities);
+    observe_listed(
+        listing, sites, config, specs, records, cache, identities, key, fresh,
+    )
+    .await
+}
+
+/// Each site's listing and who answered it, being read: what observing needs no spec for.
+pub(crate) type Listing =
+    tokio::task::JoinSet<(SiteView, Option<Result<site_identity::Seen, String>>)>;
+
+/// Starts listing `sites` in parallel (the guests, the cluster's status, who answers): the
+/// part of [`observe_all`] that needs no spec, so `proxsync plan` starts it before it parses.
+/// Call within the runtime.
+pub(crate) fn list_sites(
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+    identities: &SiteChecks,
+) -> Listing {
     let mut set = tokio::task::JoinSet::new();
     for (name, site) in sites {
         let (name, site) = (name.clone(), site.clone());
@@ -121,6 +135,27 @@ pub(super) async fn observe_all(
             (view, seen)
         });
     }
+    set
+}
+
+/// [`observe_all`] from a [`Listing`] of `sites` under way.
+// Many arguments because: observe_all's, and the listing it started.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn observe_listed(
+    mut set: Listing,
+    sites: &BTreeMap<String, Arc<SiteCtx>>,
+    config: &Config,
+    specs: &SpecSet,
+    records: &BTreeMap<String, SpecRecord>,
+    cache: &mut MarkerCache,
+    identities: &mut SiteChecks,
+    key: Option<&MarkerKey>,
+    mut fresh: Option<&mut FreshConfigs>,
+) -> BTreeMap<String, SiteView> {
+    let verifies = |m: &Option<Arc<Marker>>, vmid: u32| {
+        m.as_ref()
+            .is_some_and(|m| key.is_some_and(|k| m.verifies(k, vmid)))
+    };
     let mut views = BTreeMap::new();
     while let Some(joined) = set.join_next().await {
         if let Ok((mut view, seen)) = joined {

@@ -37,7 +37,7 @@ use self::counts::*;
 use self::describe::log_planned;
 pub(crate) use self::describe::{describe, removed_kinds, specs_by_name};
 use self::look::*;
-pub(crate) use self::plan_view::{PlanView, plan_view};
+pub(crate) use self::plan_view::{PlanView, plan_view, start_looking};
 pub(crate) use self::sites::{MeterFor, no_meter, site_clients, site_clients_metered};
 
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:

@@ -19,18 +19,45 @@ pub(crate) struct PlanView {
     pub images: crate::spec::images::ImagesByName,
 }
 
+/// A plan's look at its sites, started before the specs are read (it needs none of them):
+/// the sites' clients, their recorded identities, and their listings under way.
+pub(crate) struct Looking {
+    sites: BTreeMap<String, Arc<SiteCtx>>,
+    identities: SiteChecks,
+    listing: super::look::Listing,
+}
+
+/// Starts listing every site of `config` for a plan. Call within the runtime.
+pub(crate) fn start_looking(config: &Config) -> Result<Looking, EngineError> {
+    let sites = site_clients(config)?;
+    // Read-only: a first contact is recorded by a cycle, not by a plan.
+    let identities = SiteChecks::new(&config.state_dir, false);
+    let listing = super::look::list_sites(&sites, &identities);
+    Ok(Looking {
+        sites,
+        identities,
+        listing,
+    })
+}
+
 /// Plans without acting (for `proxsync plan`), keeping what the plan was made from; writes
 /// nothing. `records` and `suspensions`: the state database's (`control::plan_records` and
 /// `control::plan_suspensions` read them, from the daemon while it holds the database). `rewind`: the specs are of a commit that rewinds the
 /// branch, whose deletes are judged as one batch, as a cycle would.
+/// `looking`: the sites' listings, started by [`start_looking`] before the specs were read.
 pub(crate) async fn plan_view(
     config: &Config,
     specs: &SpecSet,
     records: BTreeMap<String, SpecRecord>,
     suspensions: Suspensions,
     rewind: Option<&crate::source::chain::RewindBatch>,
+    looking: Looking,
 ) -> Result<PlanView, EngineError> {
-    let sites = site_clients(config)?;
+    let Looking {
+        sites,
+        mut identities,
+        listing,
+    } = looking;
     let (specs, theirs) = shard(config, specs);
     let specs = specs.as_ref();
     let elsewhere = names(&theirs);
@@ -39,9 +66,8 @@ pub(crate) async fn plan_view(
     let key = MarkerKey::load_file(&config.marker_key_path())
         .ok()
         .flatten();
-    // Read-only: a first contact is recorded by a cycle, not by a plan.
-    let mut identities = SiteChecks::new(&config.state_dir, false);
-    let views = observe_all(
+    let views = super::look::observe_listed(
+        listing,
         &sites,
         config,
         specs,

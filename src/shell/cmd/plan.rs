@@ -16,8 +16,23 @@ pub(crate) fn plan_cmd(
         Ok(c) => c,
         Err(code) => return code,
     };
-    // The records are read from the database while the specs are parsed (at 50,000 specs
-    // each took about half a second of one core).
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    // The sites are listed and the records read from the database while the specs are parsed:
+    // none needs a spec (at 50,000 specs each took about as long as the parse).
+    let looking = {
+        let _runtime = rt.enter();
+        crate::engine::start_looking(&config)
+    };
+    let looking = match looking {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let state_dir = config.state_dir.clone();
     let snapshot = std::thread::spawn(move || crate::store::read_specs_snapshot(&state_dir));
     let Inputs {
@@ -28,10 +43,6 @@ pub(crate) fn plan_cmd(
         ..
     } = match read_inputs(config, &spec_paths, crate::source::Use::Inspect) {
         Ok(x) => x,
-        Err(code) => return code,
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
         Err(code) => return code,
     };
     let names = crate::shell::plan_report::names(&names);
@@ -63,7 +74,7 @@ pub(crate) fn plan_cmd(
             return ExitCode::FAILURE;
         }
     };
-    let planned = crate::engine::plan_view(&config, &specs, records, suspensions, rewind);
+    let planned = crate::engine::plan_view(&config, &specs, records, suspensions, rewind, looking);
     let view = match rt.block_on(planned) {
         Ok(p) => p,
         Err(e) => {
