@@ -94,8 +94,6 @@ pub(super) fn push_scope(
 /// recorded cluster, and reads the markers the planner needs.
 // Many arguments because: the engine's caches (markers, site identities) and what the cycle
 // reads, each borrowed for this call only.
-// Long because: the sites listed in parallel, then the markers read that the planner needs,
-// with the caches kept in step; one pass over the records.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn observe_all(
     sites: &BTreeMap<String, Arc<SiteCtx>>,
@@ -140,6 +138,8 @@ pub(crate) fn list_sites(
 
 /// [`observe_all`] from a [`Listing`] of `sites` under way.
 // Many arguments because: observe_all's, and the listing it started.
+// Long because: the sites' listings joined, then the markers read that the planner needs,
+// with the caches kept in step; one pass over the records.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn observe_listed(
     mut set: Listing,
