@@ -216,9 +216,14 @@ fn yaml_error(file: &str, err: &serde_saphyr::Error) -> Diagnostic {
 /// diagnostics found (syntax errors, limits, empty documents).
 pub(crate) fn parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
     // Nearly every spec file: one plain document, read in one pass (see `plain_document`).
-    if let Some(node) = plain_document(text) {
-        return (vec![node], Vec::new());
+    match plain_document(text) {
+        Some(node) => (vec![node], Vec::new()),
+        None => general_documents(file, text),
     }
+}
+
+/// [`parse_documents`] for any file: the event pre-pass, then serde-saphyr.
+fn general_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let prepass = scan_documents(text);
     if let Some(pos) = prepass.too_many {
@@ -753,60 +758,13 @@ mod tests {
         );
     }
 
-    // ---------------------------------------------------------------- attack (s63)
+    // The attack on `plain_document` (stop 63): whatever it reads, it reads as the general way.
     use proptest::strategy::Strategy as _;
-
-    /// The general way, as `parse_documents` did before the fast path.
-    fn general_parse_documents(file: &str, text: &str) -> (Vec<Node>, Vec<Diagnostic>) {
-        let mut diags = Vec::new();
-        let prepass = scan_documents(text);
-        if let Some(pos) = prepass.too_many {
-            let d = Diagnostic::error(
-                file,
-                pos,
-                format!("more than {MAX_DOCUMENTS} YAML documents in one file; split the file"),
-            );
-            return (Vec::new(), vec![d]);
-        }
-        for pos in &prepass.empty {
-            diags.push(Diagnostic::error(
-                file,
-                *pos,
-                "empty YAML document (a stray `---` or a document of only comments); every document \
-                 must be a ProxmoxVM spec: remove the extra `---`",
-            ));
-        }
-        if prepass.count == 0 && prepass.ok {
-            diags.push(Diagnostic::error(
-                file,
-                Pos::START,
-                "the file holds no YAML document (it is empty or only comments); a spec file holds \
-                 one or more ProxmoxVM documents separated by `---`",
-            ));
-            return (Vec::new(), diags);
-        }
-        let mut docs = Vec::new();
-        if prepass.count == 1 && prepass.ok {
-            match serde_saphyr::from_str_with_options::<Node>(text, options()) {
-                Ok(node) => docs.push(node),
-                Err(err) => diags.push(yaml_error(file, &err)),
-            }
-            return (docs, diags);
-        }
-        let mut cursor = std::io::Cursor::new(text.as_bytes());
-        for result in serde_saphyr::read_with_options::<_, Node>(&mut cursor, options()) {
-            match result {
-                Ok(node) => docs.push(node),
-                Err(err) => diags.push(yaml_error(file, &err)),
-            }
-        }
-        (docs, diags)
-    }
 
     /// `None` when both ways agree (or the fast path declines), else a description.
     fn disagreement(text: &str) -> Option<String> {
         let fast = plain_document(text)?;
-        let general = general_parse_documents("t.yaml", text);
+        let general = general_documents("t.yaml", text);
         let tree = serde_saphyr_tree(text);
         if tree.as_ref() != Ok(&fast) {
             return Some(format!(
