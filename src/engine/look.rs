@@ -138,8 +138,8 @@ pub(crate) fn list_sites(
 
 /// [`observe_all`] from a [`Listing`] of `sites` under way.
 // Many arguments because: observe_all's, and the listing it started.
-// Long because: the sites' listings joined, then the markers read that the planner needs,
-// with the caches kept in step; one pass over the records.
+// Long because: the sites' listings joined, then each site's markers to read worked out,
+// read side by side, and taken in, with the caches kept in step.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn observe_listed(
     mut set: Listing,
@@ -174,9 +174,14 @@ pub(crate) async fn observe_listed(
             .push((spec_name.as_str(), rec));
     }
     let no_records = Vec::new();
-    let tag = crate::ownership::ownership_tag(&config.install_id);
     // Forget the cached markers of sites no longer configured (`sites` may be some of them).
     cache.retain(|site_name, _| config.sites.iter().any(|s| s.name == *site_name));
+    let per_node = config.reconcile.max_parallel_per_node;
+    // Each site's markers are read side by side with the other sites' (each site within its
+    // nodes' limits): read site after site, an empty-database start at 10 sites took ten
+    // times one site's reads.
+    let mut reads = tokio::task::JoinSet::new();
+    let mut known_by_site = BTreeMap::new();
     for (name, view) in views.iter_mut() {
         let Some(site) = sites.get(name) else {
             continue;
@@ -190,98 +195,157 @@ pub(crate) async fn observe_listed(
         if let Some(token) = config.site(name).map(|s| s.token_id.as_str()) {
             crate::observe::mark_in_making(view, &site.client, &known, token).await;
         }
-        // A VM named like a spec that is not the spec's recorded VM is read too (once, then
-        // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
-        // ownership tag only when converged). The names are gathered only if such a VM shows.
-        let spec_names = std::cell::OnceCell::new();
-        let is_spec_vm_name = |vm_name: &str| {
-            spec_names
-                .get_or_init(|| {
-                    specs
-                        .specs
-                        .iter()
-                        .filter(|s| s.site == *name)
-                        .map(|s| s.guest_name())
-                        .collect::<FnvHashSet<&str>>()
-                })
-                .contains(vm_name)
+        let cache = cache.entry(name.clone()).or_default();
+        let to_read = markers_to_read(view, config, specs, &known, cache, &verifies);
+        if !to_read.is_empty() {
+            let (name, site) = (name.clone(), site.clone());
+            reads.spawn(async move { (name, read_markers(&site, to_read, per_node).await) });
+        }
+        known_by_site.insert(name.clone(), known);
+    }
+    let mut read_by_site = BTreeMap::new();
+    while let Some(joined) = reads.join_next().await {
+        match joined {
+            Ok((name, read)) => {
+                read_by_site.insert(name, read);
+            }
+            // A read that panicked fails the cycle, as it did when read in this task.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: only by dropping the set, which outlives this loop.
+            Err(_) => {}
+        }
+    }
+    let tag = crate::ownership::ownership_tag(&config.install_id);
+    for (name, view) in views.iter_mut() {
+        let Some(known) = known_by_site.remove(name) else {
+            continue;
         };
         let cache = cache.entry(name.clone()).or_default();
-        // Forget cached markers of VMs that are gone (a VMID may be reused).
-        cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
-        let mut to_read = Vec::new();
-        for vmid in needs_marker(view, &config.install_id, &known, is_spec_vm_name) {
-            // A template no record explains is read each cycle: nothing converges it, and a
-            // person clearing its marker (as a spec it holds is told to) must be seen at once.
-            let template = view.vms.get(&vmid).is_some_and(|vm| vm.template);
-            match cache.read.get(&vmid).filter(|_| !template) {
-                Some(m) => set_marker(view, vmid, m.clone(), &verifies),
-                None => {
-                    let (node, kind) = view
-                        .vms
-                        .get(&vmid)
-                        .map(|vm| (vm.node.clone(), vm.kind))
-                        .unwrap_or_default();
-                    to_read.push((vmid, node, kind));
-                }
-            }
-        }
-        let per_node = config.reconcile.max_parallel_per_node;
-        for (vmid, read) in read_markers(site, to_read, per_node).await {
-            match read {
-                Ok(MarkerRead::Read { marker, config }) => {
-                    let marker = marker.map(Arc::new);
-                    cache.read.insert(vmid, marker.clone());
-                    if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
-                        fresh.insert((name.clone(), vmid), cfg);
-                    }
-                    set_marker(view, vmid, marker, &verifies);
-                }
-                // Being made: unread, so nothing is judged on it this cycle.
-                Ok(MarkerRead::NotYet) => {}
-                // Unread: not known to be ours, so not touched this cycle.
-                Err(e) => {
-                    tracing::warn!(site = %name, vmid, error = %e, "cannot read a VM's marker");
-                }
-            }
-        }
-        // Known VMs: their marker was verified when created or adopted; the tag shows in the
-        // listing, and execute re-reads the config before any change.
-        for vmid in &known {
-            if let Some(vm) = view.vms.get_mut(vmid)
-                && let Some(Some(m)) = cache.read.get(vmid)
-            {
-                vm.marker = Some(m.clone());
-                vm.marker_read = true;
-                // Known by the record: it vouches for the VM even with a marker from before
-                // signing (converge rewrites that one signed).
-                vm.marker_verified = true;
-            }
-        }
-        // Known VMs whose marker was never read this process: mark from the record. Markers
-        // of VMs gone or read since stay until they outnumber the records.
-        if cache.vouched.len() > records.len() {
-            cache.vouched.clear();
-        }
-        for (spec_name, rec) in records {
-            if let Some(vmid) = rec.vm.made_vmid()
-                && let Some(vm) = view.vms.get_mut(&vmid)
-                && !vm.marker_read
-                && vm.has_tag(&tag)
-            {
-                // The record vouches for it: we made or adopted this VM at this VMID.
-                let slot = cache.vouched.entry(vmid).or_default();
-                vm.marker = Some(vouched_marker(
-                    slot,
-                    &config.install_id,
-                    spec_name,
-                    &rec.uid,
-                ));
-                vm.marker_verified = true;
+        let read = read_by_site.remove(name).unwrap_or_default();
+        take_marker_reads(view, cache, read, fresh.as_deref_mut(), &verifies);
+        let records = site_records.get(name.as_str()).unwrap_or(&no_records);
+        mark_known(view, cache, &known, records, &config.install_id, &tag);
+    }
+    views
+}
+
+/// The VMIDs of `view` whose marker must be read from their config; those the cache knows
+/// are marked from it. `known`: the VMIDs the site's records explain.
+fn markers_to_read(
+    view: &mut SiteView,
+    config: &Config,
+    specs: &SpecSet,
+    known: &FnvHashSet<u32>,
+    cache: &mut SiteMarkers,
+    verifies: &impl Fn(&Option<Arc<Marker>>, u32) -> bool,
+) -> Vec<(u32, String, crate::guest::GuestKind)> {
+    // A VM named like a spec that is not the spec's recorded VM is read too (once, then
+    // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
+    // ownership tag only when converged). The names are gathered only if such a VM shows.
+    let spec_names = std::cell::OnceCell::new();
+    let is_spec_vm_name = |vm_name: &str| {
+        spec_names
+            .get_or_init(|| {
+                specs
+                    .specs
+                    .iter()
+                    .filter(|s| s.site == view.name)
+                    .map(|s| s.guest_name())
+                    .collect::<FnvHashSet<&str>>()
+            })
+            .contains(vm_name)
+    };
+    // Forget cached markers of VMs that are gone (a VMID may be reused).
+    cache.read.retain(|vmid, _| view.vms.contains_key(vmid));
+    let mut to_read = Vec::new();
+    for vmid in needs_marker(view, &config.install_id, known, is_spec_vm_name) {
+        // A template no record explains is read each cycle: nothing converges it, and a
+        // person clearing its marker (as a spec it holds is told to) must be seen at once.
+        let template = view.vms.get(&vmid).is_some_and(|vm| vm.template);
+        match cache.read.get(&vmid).filter(|_| !template) {
+            Some(m) => set_marker(view, vmid, m.clone(), verifies),
+            None => {
+                let (node, kind) = view
+                    .vms
+                    .get(&vmid)
+                    .map(|vm| (vm.node.clone(), vm.kind))
+                    .unwrap_or_default();
+                to_read.push((vmid, node, kind));
             }
         }
     }
-    views
+    to_read
+}
+
+/// Marks `view`'s VMs with the markers read from their configs, caching them, and keeps the
+/// configs read for this cycle's actions (`fresh`).
+fn take_marker_reads(
+    view: &mut SiteView,
+    cache: &mut SiteMarkers,
+    read: Vec<(u32, Result<MarkerRead, crate::pve::Error>)>,
+    mut fresh: Option<&mut FreshConfigs>,
+    verifies: &impl Fn(&Option<Arc<Marker>>, u32) -> bool,
+) {
+    for (vmid, read) in read {
+        match read {
+            Ok(MarkerRead::Read { marker, config }) => {
+                let marker = marker.map(Arc::new);
+                cache.read.insert(vmid, marker.clone());
+                if let (Some(fresh), Some(cfg)) = (fresh.as_deref_mut(), config) {
+                    fresh.insert((view.name.clone(), vmid), cfg);
+                }
+                set_marker(view, vmid, marker, verifies);
+            }
+            // Being made: unread, so nothing is judged on it this cycle.
+            Ok(MarkerRead::NotYet) => {}
+            // Unread: not known to be ours, so not touched this cycle.
+            Err(e) => {
+                tracing::warn!(site = %view.name, vmid, error = %e, "cannot read a VM's marker");
+            }
+        }
+    }
+}
+
+/// Marks the VMs the site's records explain (`known`, `records`): from the marker read
+/// before, else vouched for by the record while the VM carries this install's `tag`.
+fn mark_known(
+    view: &mut SiteView,
+    cache: &mut SiteMarkers,
+    known: &FnvHashSet<u32>,
+    records: &[(&str, &SpecRecord)],
+    install_id: &str,
+    tag: &str,
+) {
+    // Known VMs: their marker was verified when created or adopted; the tag shows in the
+    // listing, and execute re-reads the config before any change.
+    for vmid in known {
+        if let Some(vm) = view.vms.get_mut(vmid)
+            && let Some(Some(m)) = cache.read.get(vmid)
+        {
+            vm.marker = Some(m.clone());
+            vm.marker_read = true;
+            // Known by the record: it vouches for the VM even with a marker from before
+            // signing (converge rewrites that one signed).
+            vm.marker_verified = true;
+        }
+    }
+    // Known VMs whose marker was never read this process: mark from the record. Markers
+    // of VMs gone or read since stay until they outnumber the records.
+    if cache.vouched.len() > records.len() {
+        cache.vouched.clear();
+    }
+    for (spec_name, rec) in records {
+        if let Some(vmid) = rec.vm.made_vmid()
+            && let Some(vm) = view.vms.get_mut(&vmid)
+            && !vm.marker_read
+            && vm.has_tag(tag)
+        {
+            // The record vouches for it: we made or adopted this VM at this VMID.
+            let slot = cache.vouched.entry(vmid).or_default();
+            vm.marker = Some(vouched_marker(slot, install_id, spec_name, &rec.uid));
+            vm.marker_verified = true;
+        }
+    }
 }
 
 /// The marker a record vouches for: the one `slot` holds from an earlier cycle while it

@@ -316,6 +316,64 @@ fn adopts_after_the_database_is_deleted() {
     assert_eq!(ws.condition("web-01", "Ready").0, "True");
 }
 
+/// After a lost database every VM's marker is read from its config, and each site's reads go
+/// side by side with the other sites': site `lab`, whose node answers slowly, does not hold
+/// back site `other`'s. Read site after site (as they were), `lab`'s read (first by name) was
+/// answered before `other`'s was sent; at 10 sites an empty-database start took ten times one
+/// site's reads.
+#[test]
+fn each_sites_markers_are_read_beside_the_others() {
+    let mut lab = FakePve::start(default_scenario());
+    let mut other = FakePve::start(default_scenario());
+    let ws = Workspace::two_sites(&lab, &other, "");
+    let at_other = spec("db-01", "pve1", "9000", "").replace("site: lab", "site: other");
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", at_other),
+    ]);
+    let (ok, out) = ws.run_once();
+    assert!(ok, "{out}");
+    ws.remove_state();
+    let vms = |pve: &mut FakePve| owned_vms(pve).into_iter().map(|(vmid, _)| vmid).collect();
+    let (at_lab, at_other): (Vec<u64>, Vec<u64>) = (vms(&mut lab), vms(&mut other));
+    assert_eq!((at_lab.len(), at_other.len()), (1, 1));
+    // fakepve logs a request when it answers it, after its latency (in PVE seconds: real ones
+    // at time scale 1).
+    lab.set_time_scale(1.0);
+    lab.slow_network(4.0, 0.0, Some("pve1"));
+    lab.clear_requests();
+    other.clear_requests();
+    let config_read = |pve: &mut FakePve, vmid: u64| {
+        let path = format!("/api2/json/nodes/pve1/qemu/{vmid}/config");
+        (pve.requests().iter()).any(|r| r.method == "GET" && r.path == path)
+    };
+    let run = std::thread::spawn(move || {
+        let result = ws.run_once();
+        (ws, result)
+    });
+    let waited = std::time::Instant::now();
+    while !config_read(&mut other, at_other[0]) {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60) && !run.is_finished(),
+            "site other's marker was never read"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !config_read(&mut lab, at_lab[0]),
+        "site other's marker was read only after site lab's was answered"
+    );
+    let (ws, (ok, out)) = run.join().unwrap();
+    assert!(ok, "{out}");
+    assert_eq!(
+        owned_vms(&mut lab).len() + owned_vms(&mut other).len(),
+        2,
+        "none made"
+    );
+    assert_eq!(ws.condition("web-01", "Ready").0, "True");
+    assert_eq!(ws.condition("db-01", "Ready").0, "True");
+}
+
 #[test]
 fn a_failed_configure_step_converges_the_same_vm() {
     let mut pve = FakePve::start(default_scenario());
