@@ -813,17 +813,17 @@ fn read_at(
     let rel = rel.as_str();
     let tree = spec_tree(&repo, &commit, &branch, rel).map_err(err)?;
     let (entries, mut diags) = spec_files(&tree, rel).map_err(err)?;
-    let odb = repo
-        .odb()
+    // One that cannot be opened fails the read as a whole, not file by file.
+    repo.odb()
         .map_err(|e| err(format!("cannot open the object database: {}", e.message())))?;
-    let (defaults, entries) = tree_defaults(&repo, &odb, entries, &diags);
+    let (defaults, entries) = tree_defaults(&repo, entries, &diags);
     diags.extend(defaults.diagnostics.iter().cloned());
-    // Each file, in order: parsed before (taken from the cache), refused unread, or its bytes
-    // to parse.
+    // Each file, in order: parsed before (taken from the cache), refused unread, or to read
+    // and parse.
     enum File {
         Parsed(CacheKey, Parsed),
         Refused(Diagnostic),
-        Parse(CacheKey, Vec<u8>),
+        Parse(CacheKey),
     }
     let budget = spec::sets::SpecBudget::new(max_specs);
     let mut files = Vec::with_capacity(entries.len());
@@ -841,21 +841,26 @@ fn read_at(
             files.push(File::Parsed(key, parsed));
             continue;
         }
-        match read_blob(&repo, &odb, oid) {
-            Ok(blob) => files.push(File::Parse(key, blob.content().to_vec())),
-            Err(message) => files.push(File::Refused(Diagnostic::error(
-                &key.0,
-                Pos::START,
-                message,
-            ))),
-        }
+        files.push(File::Parse(key));
     }
-    // The new files are parsed side by side (10,000 specs: most of `proxsync plan`'s time),
-    // each spec's hashes worked out once here.
-    let files = crate::util::par::map(files, |file| match file {
-        File::Parse(key, bytes) => {
+    // The new files are read and parsed side by side, each thread with a handle of its own on
+    // the repository (at 50,000 specs the reads alone were a second of `proxsync plan` on one
+    // thread), each spec's hashes worked out once here.
+    let open = || git2::Repository::open(repo_path).map_err(|e| e.message().to_string());
+    let files = crate::util::par::map_init(files, open, |repo, file| match file {
+        File::Parse(key) => {
+            let blob = (repo
+                .as_ref()
+                .map_err(|e| format!("cannot open the repository: {e}")))
+            .and_then(|repo| read_blob(repo, key.1));
+            let blob = match blob {
+                Ok(blob) => blob,
+                Err(message) => {
+                    return File::Refused(Diagnostic::error(&key.0, Pos::START, message));
+                }
+            };
             let secrets = spec::Secrets::Decrypt(keyring);
-            let parsed = defaults.parse_file(&key.0, &bytes, secrets, &budget);
+            let parsed = defaults.parse_file(&key.0, blob.content(), secrets, &budget);
             let (file_specs, file_diags, images) =
                 (parsed.specs, parsed.diagnostics, parsed.images);
             // Into a Vec of their own size: collected in place, the `Arc`s would keep the
@@ -911,7 +916,6 @@ fn read_at(
 /// otherwise, or was refused unread in `diags` held as broken), and the spec files left.
 fn tree_defaults(
     repo: &git2::Repository,
-    odb: &git2::Odb<'_>,
     entries: Vec<SpecFile>,
     diags: &[Diagnostic],
 ) -> (spec::defaults::DefaultsSet, Vec<SpecFile>) {
@@ -924,8 +928,7 @@ fn tree_defaults(
     // Small and few: read every time. One that cannot be read holds the specs below it.
     let mut defaults =
         spec::defaults::DefaultsSet::parse(defaults.into_iter().map(|(shown, oid)| {
-            let bytes =
-                read_blob(repo, odb, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
+            let bytes = read_blob(repo, oid).map_or_else(|_| Vec::new(), |b| b.content().to_vec());
             (shown, bytes)
         }));
     for (shown, _) in misnamed {
@@ -997,7 +1000,6 @@ impl SpecSource {
             .and_then(|oid| repo.find_commit(oid))
             .map_err(|e| format!("commit {commit}: {}", e.message()))?;
         let tree = commit.tree().map_err(|e| e.message().to_string())?;
-        let odb = repo.odb().map_err(|e| e.message().to_string())?;
         let read = |at: &str| -> Result<Option<Vec<u8>>, String> {
             let Ok(entry) = tree.get_path(Path::new(at)) else {
                 return Ok(None);
@@ -1005,7 +1007,7 @@ impl SpecSource {
             if entry.kind() != Some(git2::ObjectType::Blob) || entry.filemode() == 0o120000 {
                 return Err(format!("{at} is not a plain file"));
             }
-            read_blob(&repo, &odb, entry.id()).map(|b| Some(b.content().to_vec()))
+            read_blob(&repo, entry.id()).map(|b| Some(b.content().to_vec()))
         };
         // The defaults files of the file's directory and each above it, up to the spec
         // directory, as the reader takes them.
@@ -1182,11 +1184,10 @@ fn spec_files(
 }
 
 /// A spec file's content, or why it cannot be read.
-fn read_blob<'r>(
-    repo: &'r git2::Repository,
-    odb: &git2::Odb<'_>,
-    oid: git2::Oid,
-) -> Result<git2::Blob<'r>, String> {
+fn read_blob(repo: &git2::Repository, oid: git2::Oid) -> Result<git2::Blob<'_>, String> {
+    let odb = repo
+        .odb()
+        .map_err(|e| format!("cannot open the object database: {}", e.message()))?;
     // The size from the object's header, before anything is loaded: a committed 1.5 GiB
     // file must not be read into memory to be refused.
     match odb.read_header(oid) {

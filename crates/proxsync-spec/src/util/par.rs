@@ -15,13 +15,26 @@ where
     R: Send,
     F: Fn(T) -> R + Sync,
 {
+    map_init(items, || (), |_, item| f(item))
+}
+
+/// [`map`], each thread with a state of its own that `init` makes once on that thread (a
+/// handle that may not be shared between threads, such as a git repository's).
+pub fn map_init<T, R, S, I, F>(items: Vec<T>, init: I, f: F) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+    I: Fn() -> S + Sync,
+    F: Fn(&mut S, T) -> R + Sync,
+{
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(items.len() / MIN_PER_THREAD)
         .max(1);
     if threads == 1 {
-        return items.into_iter().map(f).collect();
+        let mut state = init();
+        return items.into_iter().map(|item| f(&mut state, item)).collect();
     }
     let per = items.len().div_ceil(threads);
     let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads);
@@ -33,11 +46,18 @@ where
         }
         chunks.push(chunk);
     }
-    let f = &f;
+    let (init, f) = (&init, &f);
     std::thread::scope(|scope| {
         let handles: Vec<_> = chunks
             .into_iter()
-            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<R>>()))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    let mut state = init();
+                    (chunk.into_iter())
+                        .map(|item| f(&mut state, item))
+                        .collect::<Vec<R>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -55,5 +75,28 @@ mod tests {
             let out = super::map(items, |i| i * 2);
             assert_eq!(out, (0..n).map(|i| i * 2).collect::<Vec<_>>(), "n = {n}");
         }
+    }
+
+    #[test]
+    fn each_thread_makes_its_state_once() {
+        let inits = std::sync::atomic::AtomicUsize::new(0);
+        let items: Vec<usize> = (0..1000).collect();
+        let out = super::map_init(
+            items,
+            || {
+                inits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::thread::current().id()
+            },
+            |made_on, i| (*made_on == std::thread::current().id(), i),
+        );
+        assert!(out.iter().all(|(same_thread, _)| *same_thread));
+        assert_eq!(
+            out.iter().map(|(_, i)| *i).collect::<Vec<_>>(),
+            (0..1000).collect::<Vec<_>>()
+        );
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(1000 / 64);
+        assert_eq!(inits.into_inner(), threads.max(1), "one state per thread");
     }
 }
