@@ -4,7 +4,7 @@
 //! first sightings of orphans.
 //!
 //! Every write is one durable transaction (redb's default `Durability::Immediate`: fsync
-//! before `commit` returns), but an adoption's (`put_lazily`, `transition_lazily`: durable at
+//! before `commit` returns), but an adoption's (`transition_lazily`, `put_adopted_lazily`: durable at
 //! the next durable commit or [`Store::flush`]). The engine relies on that for its central invariant: the intent
 //! to create is on disk before the create request is sent, and the task's UPID right after
 //! the answer. A record's [`VmState`] changes only through [`Store::transition`], which
@@ -136,7 +136,8 @@ pub struct Store {
     written: std::sync::Mutex<BTreeSet<String>>,
     /// A suspension was set or lifted since [`Store::take_suspensions_changed`].
     suspensions_changed: std::sync::atomic::AtomicBool,
-    /// A write without its fsync ([`Store::put_lazily`]) was made since the last durable one.
+    /// A write without its fsync ([`Store::transition_lazily`]) was made since the last durable
+    /// one.
     unsynced: std::sync::atomic::AtomicBool,
 }
 
@@ -246,7 +247,7 @@ impl Store {
         Ok(())
     }
 
-    /// Makes the writes of [`Store::put_lazily`] and [`Store::transition_lazily`] durable: one
+    /// Makes the writes of [`Store::transition_lazily`] and [`Store::put_adopted_lazily`] durable: one
     /// empty durable commit, which makes every commit before it durable (redb); nothing when
     /// there were none.
     pub(crate) fn flush(&self) -> Result<(), StateError> {
@@ -346,19 +347,14 @@ impl Store {
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not
     /// the stored one is refused (states change only through [`Store::transition`]).
     pub fn put(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
-        self.write_record(name, &rec.vm, rec, Sync::Durable)
+        self.write_record(name, &[&rec.vm], rec, Sync::Durable)
     }
 
-    /// [`Store::put`] without waiting for the disk: durable at the next durable write or
-    /// [`Store::flush`], lost with a crash before either. Only for a record that a lost
-    /// write leaves safe to rebuild: an adoption, which changed nothing on the guest, is
-    /// found again by its marker (one request), as with a lost database.
-    pub(crate) fn put_lazily(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
-        self.write_record(name, &rec.vm, rec, Sync::Lazy)
-    }
-
-    /// [`Store::transition`] without waiting for the disk, as [`Store::put_lazily`]: never
-    /// for a state that reserves a VMID (a create intent must be on disk before its request).
+    /// [`Store::transition`] without waiting for the disk: durable at the next durable write
+    /// or [`Store::flush`], lost with a crash before either. Only for a record that a lost
+    /// write leaves safe to rebuild: an adoption, which changed nothing on the guest, is found
+    /// again by its marker (one request), as with a lost database. Never for a state that
+    /// reserves a VMID (a create intent must be on disk before its request).
     pub(crate) fn transition_lazily(
         &self,
         name: &str,
@@ -370,6 +366,24 @@ impl Store {
             None => Sync::Lazy,
         };
         self.transition_as(name, rec, to, sync)
+    }
+
+    /// An adoption's record when the adoption is done, without waiting for the disk (as
+    /// [`Store::transition_lazily`]): written once, whether `adopt` wrote the adopted state before (to
+    /// converge the VM) or not (a VM already as its spec says, recorded as it is). The stored
+    /// state must be `found`, the one the adoption started from, or `rec.vm`; anything else is
+    /// a change made meanwhile, and refused.
+    pub(crate) fn put_adopted_lazily(
+        &self,
+        name: &str,
+        found: &VmState,
+        rec: &SpecRecord,
+    ) -> Result<(), StateError> {
+        let sync = match rec.vm.reserved() {
+            Some(_) => Sync::Durable,
+            None => Sync::Lazy,
+        };
+        self.write_record(name, &[found, &rec.vm], rec, sync)
     }
 
     /// Moves spec `name`'s VM from `rec.vm` to `to`, writing the rest of `rec` with it, in one
@@ -395,24 +409,24 @@ impl Store {
         sync: Sync,
     ) -> Result<(), StateError> {
         if rec.vm == to {
-            return self.write_record(name, &rec.vm, rec, sync);
+            return self.write_record(name, &[&rec.vm], rec, sync);
         }
         let next = SpecRecord {
             vm: to,
             ..rec.clone()
         };
-        self.write_record(name, &rec.vm, &next, sync)?;
+        self.write_record(name, &[&rec.vm], &next, sync)?;
         *rec = next;
         Ok(())
     }
 
-    /// Writes `rec` as spec `name`'s record if the stored state is `expected` (no record, or
-    /// one that cannot be read, is `Absent`, as [`Store::specs`] reads it), with the VMID
-    /// reservations of the change from `expected` to `rec.vm`.
+    /// Writes `rec` as spec `name`'s record if the stored state is one of `expected` (no
+    /// record, or one that cannot be read, is `Absent`, as [`Store::specs`] reads it), with the
+    /// VMID reservations of the change from the stored state to `rec.vm`.
     fn write_record(
         &self,
         name: &str,
-        expected: &VmState,
+        expected: &[&VmState],
         rec: &SpecRecord,
         sync: Sync,
     ) -> Result<(), StateError> {
@@ -422,15 +436,18 @@ impl Store {
             let mut specs = tx.open_table(SPECS)?;
             let stored = stored_record(&specs, name)?;
             let (stored_site, stored_vm) = stored.map(|r| (r.site, r.vm)).unwrap_or_default();
-            if stored_vm != *expected {
+            if !expected.contains(&&stored_vm) {
                 refused = Some(format!(
-                    "the record of spec {name} is {stored_vm:?}, not {expected:?}: not written"
+                    "the record of spec {name} is {stored_vm:?}, not {}: not written",
+                    (expected.iter().map(|e| format!("{e:?}")))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 ));
                 return Ok(());
             }
             specs.insert(name, bytes.as_slice())?;
             let mut allocations = tx.open_table(ALLOCATIONS)?;
-            let (was, now) = (expected.reserved(), rec.vm.reserved());
+            let (was, now) = (stored_vm.reserved(), rec.vm.reserved());
             if let Some(id) = was.filter(|id| now != Some(*id)) {
                 allocations.remove(key(&stored_site, id).as_str())?;
             }
@@ -847,10 +864,65 @@ mod tests {
         // Closing the store flushes.
         let mut rec = store.specs().unwrap().remove("web-01").unwrap();
         rec.uid = "u3".into();
-        store.put_lazily("web-01", &rec).unwrap();
+        store
+            .put_adopted_lazily("web-01", &VmState::Absent, &rec)
+            .unwrap();
         drop(store);
         let reopened = crate::util::once_free(|| Store::open(dir.path()));
         assert_eq!(reopened.specs().unwrap()["web-01"].uid, "u3");
+    }
+
+    #[test]
+    fn an_adoption_is_written_once_from_the_state_it_found_or_after_its_own_transition() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let adopted = SpecRecord {
+            uid: "u1".into(),
+            site: "lab".into(),
+            vm: exists(101),
+            ..Default::default()
+        };
+        // Nothing stored: the adoption found `Absent` and wrote nothing before.
+        (store.put_adopted_lazily("web-01", &VmState::Absent, &adopted)).unwrap();
+        assert_eq!(store.record("web-01").unwrap().unwrap().vm, exists(101));
+        assert!(
+            !as_after_a_crash(dir.path()).contains_key("web-01"),
+            "not waited for"
+        );
+        // Its own transition written first (a converge followed): the stored state is `rec.vm`.
+        let mut rec = SpecRecord {
+            uid: "u2".into(),
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store
+            .transition_lazily("db-01", &mut rec, exists(102))
+            .unwrap();
+        (store.put_adopted_lazily("db-01", &VmState::Absent, &rec)).unwrap();
+        // Changed meanwhile (another VM recorded, a create intent): refused, nothing written.
+        let mut other = SpecRecord {
+            uid: "u3".into(),
+            site: "lab".into(),
+            ..Default::default()
+        };
+        store
+            .transition("app-01", &mut other, creating(103))
+            .unwrap();
+        let late = SpecRecord {
+            vm: exists(104),
+            ..other.clone()
+        };
+        let refused = store.put_adopted_lazily("app-01", &VmState::Absent, &late);
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(store.record("app-01").unwrap().unwrap().vm, creating(103));
+        assert_eq!(
+            store
+                .allocations("lab")
+                .unwrap()
+                .get(&103)
+                .map(String::as_str),
+            Some("app-01")
+        );
     }
 
     #[test]

@@ -514,6 +514,7 @@ async fn run_action(
     attempt: u32,
 ) -> Option<Outcome> {
     let mut rec = rec.unwrap_or_default();
+    let found = rec.vm.clone();
     let started_ms = ctx.clock.now_ms();
     // A create in flight is resumed on the path of the kind its intent made.
     let rec_kind = rec.kind;
@@ -661,7 +662,7 @@ async fn run_action(
         outcome::retrying(ctx, action, rec, &result, started_ms);
         return None;
     }
-    outcome::record(ctx, action, rec, &result, started_ms);
+    outcome::record(ctx, action, rec, &found, &result, started_ms);
     Some(result)
 }
 

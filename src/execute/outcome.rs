@@ -4,7 +4,7 @@
 use crate::backoff;
 use crate::plan::{Action, inputs_hash};
 use crate::pve::Pve;
-use crate::store::{ErrorRecord, SpecRecord};
+use crate::store::{ErrorRecord, SpecRecord, VmState};
 
 use super::{ExecCtx, Outcome};
 use crate::model::Note;
@@ -15,10 +15,12 @@ const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
 /// `last_error`; success or a wait clears them; every outcome adds a history line.
+/// `found`: the spec's VM state when the action started.
 pub(super) fn record(
     ctx: &ExecCtx<impl Pve>,
     action: &Action,
     mut rec: SpecRecord,
+    found: &VmState,
     result: &Outcome,
     started_ms: u64,
 ) {
@@ -84,9 +86,11 @@ pub(super) fn record(
         }
     }
     rec.finish_attempt(started_ms);
-    // An adoption done is recorded as its adoption was (`create::adopt`): lazily.
+    // An adoption done is recorded lazily, in one write if `create::adopt` made none.
     let written = match (action, result) {
-        (Action::Adopt { .. }, Outcome::Done) => ctx.store.put_lazily(spec_name, &rec),
+        (Action::Adopt { .. }, Outcome::Done) => {
+            ctx.store.put_adopted_lazily(spec_name, found, &rec)
+        }
         _ => ctx.store.put(spec_name, &rec),
     };
     if let Err(e) = written {
