@@ -7,8 +7,9 @@
 //! before `commit` returns), but an adoption's (`transition_lazily`, `put_adopted_lazily`: durable at
 //! the next durable commit or [`Store::flush`]). The engine relies on that for its central invariant: the intent
 //! to create is on disk before the create request is sent, and the task's UPID right after
-//! the answer. A record's [`VmState`] changes only through [`Store::transition`], which
-//! writes the VMID reservation that goes with it in the same transaction. The database is a
+//! the answer. A record's [`VmState`] changes only through [`Store::transition`] (an
+//! adoption's outcome: [`Store::put_adopted_lazily`]), which writes the VMID reservation that
+//! goes with it in the same transaction. The database is a
 //! cache: deleting it is safe, because ownership is rebuilt from the tags and description
 //! markers in Proxmox. Records of the previous release (a `phase` beside `vmid` and `node`)
 //! are read into a [`VmState`] (`stored_state`), so an upgrade keeps every create in flight.
@@ -19,8 +20,9 @@ use std::path::{Path, PathBuf};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 const SPECS: TableDefinition<&str, &[u8]> = TableDefinition::new("specs");
-/// `site/vmid` -> spec name, for VMIDs reserved by a create in flight: exactly the records in
-/// [`VmState::Creating`] (kept so by [`Store::transition`] and [`Store::remove`]).
+/// `site/vmid` -> spec name, for VMIDs reserved by a create or delete in flight: exactly the
+/// records in [`VmState::Creating`] and [`VmState::Deleting`] (kept so by the writes of states
+/// and [`Store::remove`]).
 const ALLOCATIONS: TableDefinition<&str, &str> = TableDefinition::new("allocations");
 /// `site/vmid` -> unix ms when the orphan was first seen.
 const ORPHANS: TableDefinition<&str, u64> = TableDefinition::new("orphans");
@@ -347,7 +349,7 @@ impl Store {
     /// Writes one spec's record durably, its [`VmState`] unchanged: a record whose `vm` is not
     /// the stored one is refused (states change only through [`Store::transition`]).
     pub fn put(&self, name: &str, rec: &SpecRecord) -> Result<(), StateError> {
-        self.write_record(name, &[&rec.vm], rec, Sync::Durable)
+        self.write_record(name, &rec.vm, rec, Sync::Durable)
     }
 
     /// [`Store::transition`] without waiting for the disk: durable at the next durable write
@@ -368,22 +370,22 @@ impl Store {
         self.transition_as(name, rec, to, sync)
     }
 
-    /// An adoption's record when the adoption is done, without waiting for the disk (as
-    /// [`Store::transition_lazily`]): written once, whether `adopt` wrote the adopted state before (to
-    /// converge the VM) or not (a VM already as its spec says, recorded as it is). The stored
-    /// state must be `found`, the one the adoption started from, or `rec.vm`; anything else is
-    /// a change made meanwhile, and refused.
+    /// An adoption's record when the adoption is done, in one write without waiting for the
+    /// disk (as [`Store::transition_lazily`]), its state changed from `stored` to `rec.vm`
+    /// with the VMID reservations that go with it. `stored`: the state the store holds as the
+    /// adoption left it, the one it started from when it wrote nothing (a guest already as its
+    /// spec says), else `rec.vm`. A record that holds another was changed meanwhile: refused.
     pub(crate) fn put_adopted_lazily(
         &self,
         name: &str,
-        found: &VmState,
+        stored: &VmState,
         rec: &SpecRecord,
     ) -> Result<(), StateError> {
         let sync = match rec.vm.reserved() {
             Some(_) => Sync::Durable,
             None => Sync::Lazy,
         };
-        self.write_record(name, &[found, &rec.vm], rec, sync)
+        self.write_record(name, stored, rec, sync)
     }
 
     /// Moves spec `name`'s VM from `rec.vm` to `to`, writing the rest of `rec` with it, in one
@@ -409,24 +411,24 @@ impl Store {
         sync: Sync,
     ) -> Result<(), StateError> {
         if rec.vm == to {
-            return self.write_record(name, &[&rec.vm], rec, sync);
+            return self.write_record(name, &rec.vm, rec, sync);
         }
         let next = SpecRecord {
             vm: to,
             ..rec.clone()
         };
-        self.write_record(name, &[&rec.vm], &next, sync)?;
+        self.write_record(name, &rec.vm, &next, sync)?;
         *rec = next;
         Ok(())
     }
 
-    /// Writes `rec` as spec `name`'s record if the stored state is one of `expected` (no
-    /// record, or one that cannot be read, is `Absent`, as [`Store::specs`] reads it), with the
-    /// VMID reservations of the change from the stored state to `rec.vm`.
+    /// Writes `rec` as spec `name`'s record if the stored state is `expected` (no record, or
+    /// one that cannot be read, is `Absent`, as [`Store::specs`] reads it), with the VMID
+    /// reservations of the change from `expected` to `rec.vm`.
     fn write_record(
         &self,
         name: &str,
-        expected: &[&VmState],
+        expected: &VmState,
         rec: &SpecRecord,
         sync: Sync,
     ) -> Result<(), StateError> {
@@ -436,18 +438,15 @@ impl Store {
             let mut specs = tx.open_table(SPECS)?;
             let stored = stored_record(&specs, name)?;
             let (stored_site, stored_vm) = stored.map(|r| (r.site, r.vm)).unwrap_or_default();
-            if !expected.contains(&&stored_vm) {
+            if stored_vm != *expected {
                 refused = Some(format!(
-                    "the record of spec {name} is {stored_vm:?}, not {}: not written",
-                    (expected.iter().map(|e| format!("{e:?}")))
-                        .collect::<Vec<_>>()
-                        .join(" or ")
+                    "the record of spec {name} is {stored_vm:?}, not {expected:?}: not written"
                 ));
                 return Ok(());
             }
             specs.insert(name, bytes.as_slice())?;
             let mut allocations = tx.open_table(ALLOCATIONS)?;
-            let (was, now) = (stored_vm.reserved(), rec.vm.reserved());
+            let (was, now) = (expected.reserved(), rec.vm.reserved());
             if let Some(id) = was.filter(|id| now != Some(*id)) {
                 allocations.remove(key(&stored_site, id).as_str())?;
             }
@@ -865,7 +864,7 @@ mod tests {
         let mut rec = store.specs().unwrap().remove("web-01").unwrap();
         rec.uid = "u3".into();
         store
-            .put_adopted_lazily("web-01", &VmState::Absent, &rec)
+            .put_adopted_lazily("web-01", &rec.vm.clone(), &rec)
             .unwrap();
         drop(store);
         let reopened = crate::util::once_free(|| Store::open(dir.path()));
@@ -873,7 +872,7 @@ mod tests {
     }
 
     #[test]
-    fn an_adoption_is_written_once_from_the_state_it_found_or_after_its_own_transition() {
+    fn an_adoption_is_written_once_from_the_state_the_store_holds() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let adopted = SpecRecord {
@@ -882,14 +881,17 @@ mod tests {
             vm: exists(101),
             ..Default::default()
         };
-        // Nothing stored: the adoption found `Absent` and wrote nothing before.
+        // Nothing written before (a guest already as its spec says): from `Absent`.
         (store.put_adopted_lazily("web-01", &VmState::Absent, &adopted)).unwrap();
         assert_eq!(store.record("web-01").unwrap().unwrap().vm, exists(101));
         assert!(
             !as_after_a_crash(dir.path()).contains_key("web-01"),
             "not waited for"
         );
-        // Its own transition written first (a converge followed): the stored state is `rec.vm`.
+        // Written meanwhile, even to the very state the adoption meant: refused.
+        let refused = store.put_adopted_lazily("web-01", &VmState::Absent, &adopted);
+        assert!(refused.is_err(), "{refused:?}");
+        // Its own transition written first (a converge followed): from `rec.vm`.
         let mut rec = SpecRecord {
             uid: "u2".into(),
             site: "lab".into(),
@@ -898,8 +900,8 @@ mod tests {
         store
             .transition_lazily("db-01", &mut rec, exists(102))
             .unwrap();
-        (store.put_adopted_lazily("db-01", &VmState::Absent, &rec)).unwrap();
-        // Changed meanwhile (another VM recorded, a create intent): refused, nothing written.
+        (store.put_adopted_lazily("db-01", &rec.vm.clone(), &rec)).unwrap();
+        // A create intent found: its reservation goes with it.
         let mut other = SpecRecord {
             uid: "u3".into(),
             site: "lab".into(),
@@ -908,21 +910,13 @@ mod tests {
         store
             .transition("app-01", &mut other, creating(103))
             .unwrap();
-        let late = SpecRecord {
-            vm: exists(104),
+        let found = other.vm.clone();
+        let adopted = SpecRecord {
+            vm: exists(103),
             ..other.clone()
         };
-        let refused = store.put_adopted_lazily("app-01", &VmState::Absent, &late);
-        assert!(refused.is_err(), "{refused:?}");
-        assert_eq!(store.record("app-01").unwrap().unwrap().vm, creating(103));
-        assert_eq!(
-            store
-                .allocations("lab")
-                .unwrap()
-                .get(&103)
-                .map(String::as_str),
-            Some("app-01")
-        );
+        (store.put_adopted_lazily("app-01", &found, &adopted)).unwrap();
+        assert_eq!(store.allocations("lab").unwrap().get(&103), None);
     }
 
     #[test]

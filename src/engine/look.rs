@@ -138,8 +138,6 @@ pub(crate) fn list_sites(
 
 /// [`observe_all`] from a [`Listing`] of `sites` under way.
 // Many arguments because: observe_all's, and the listing it started.
-// Long because: the sites' listings joined, then each site's markers to read worked out,
-// read side by side, and taken in, with the caches kept in step.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn observe_listed(
     mut set: Listing,

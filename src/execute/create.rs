@@ -507,12 +507,15 @@ fn abandon(ctx: &ExecCtx<impl Pve>, spec: &Spec, rec: &mut SpecRecord) -> Result
     Ok(())
 }
 
+/// `unwritten`: set to the state the store still holds when the adoption is done with its
+/// state changed in `rec` only (a guest already as its spec says): the outcome writes it.
 pub(super) async fn adopt(
     ctx: &ExecCtx<impl Pve>,
     site_name: &str,
     spec: &Spec,
     rec: &mut SpecRecord,
     vmid: u32,
+    unwritten: &mut Option<VmState>,
 ) -> Result<Outcome, ActionError> {
     site(ctx, site_name)?;
     // The marker was read from the VM's config this cycle (that is why the plan adopts);
@@ -591,6 +594,7 @@ pub(super) async fn adopt(
         rec.tidy_volumes();
         rec.reboot_pending.clear();
         rec.ip_addresses.clear();
+        *unwritten = Some(found);
         return Ok(Outcome::Done);
     }
     rec.vm = found;

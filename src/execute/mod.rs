@@ -514,7 +514,8 @@ async fn run_action(
     attempt: u32,
 ) -> Option<Outcome> {
     let mut rec = rec.unwrap_or_default();
-    let found = rec.vm.clone();
+    // An adoption done with its state changed in `rec` only: the state still stored.
+    let mut unwritten = None;
     let started_ms = ctx.clock.now_ms();
     // A create in flight is resumed on the path of the kind its intent made.
     let rec_kind = rec.kind;
@@ -541,7 +542,10 @@ async fn run_action(
             .await
         }
         Action::Adopt { spec, site, vmid } => {
-            with_spec(ctx, spec, |s| adopt(ctx, site, s, &mut rec, *vmid)).await
+            with_spec(ctx, spec, |s| {
+                adopt(ctx, site, s, &mut rec, *vmid, &mut unwritten)
+            })
+            .await
         }
         Action::AdoptByConsent {
             spec,
@@ -662,8 +666,12 @@ async fn run_action(
         outcome::retrying(ctx, action, rec, &result, started_ms);
         return None;
     }
-    outcome::record(ctx, action, rec, &found, &result, started_ms);
-    Some(result)
+    let recorded = outcome::record(ctx, action, rec, unwritten.as_ref(), &result, started_ms);
+    match recorded {
+        // Nothing on the guest changed, and its record was changed meanwhile: not adopted.
+        Err(e) if unwritten.is_some() => Some(Outcome::Failed(e.into())),
+        _ => Some(result),
+    }
 }
 
 async fn with_spec<'a, P: Pve, F, Fut>(ctx: &'a ExecCtx<P>, name: &str, f: F) -> Outcome

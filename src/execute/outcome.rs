@@ -15,17 +15,19 @@ const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Records `result` on the spec's record: a failure counts an attempt and sets the backoff and
 /// `last_error`; success or a wait clears them; every outcome adds a history line.
-/// `found`: the spec's VM state when the action started.
+/// `unwritten`: the state the store still holds when the action changed `rec.vm` in memory
+/// only (an adoption of a guest already as its spec says). The write's result is returned
+/// (and a failure logged).
 pub(super) fn record(
     ctx: &ExecCtx<impl Pve>,
     action: &Action,
     mut rec: SpecRecord,
-    found: &VmState,
+    unwritten: Option<&VmState>,
     result: &Outcome,
     started_ms: u64,
-) {
+) -> Result<(), crate::store::StateError> {
     let Some(spec_name) = action.spec() else {
-        return;
+        return Ok(());
     };
     // Record the outcome for backoff and status. Removed and handed-over specs have no
     // record any more; a hand-over of a VM no record knew (an owned VM after a lost database)
@@ -35,7 +37,7 @@ pub(super) fn record(
         || matches!(action, Action::HandOver { .. })
             && (*result == Outcome::Done || rec.site.is_empty())
     {
-        return;
+        return Ok(());
     }
     let now = ctx.clock.now_ms();
     match result {
@@ -89,13 +91,15 @@ pub(super) fn record(
     // An adoption done is recorded lazily, in one write if `create::adopt` made none.
     let written = match (action, result) {
         (Action::Adopt { .. }, Outcome::Done) => {
-            ctx.store.put_adopted_lazily(spec_name, found, &rec)
+            let stored = unwritten.unwrap_or(&rec.vm);
+            ctx.store.put_adopted_lazily(spec_name, stored, &rec)
         }
         _ => ctx.store.put(spec_name, &rec),
     };
-    if let Err(e) = written {
+    if let Err(e) = &written {
         tracing::error!(spec = spec_name, error = %e, "cannot record the outcome");
     }
+    written
 }
 
 /// Notes a failed attempt that this cycle tries again (`execute::create_again`) in the spec's
