@@ -175,6 +175,7 @@ pub(crate) async fn observe_listed(
     // Forget the cached markers of sites no longer configured (`sites` may be some of them).
     cache.retain(|site_name, _| config.sites.iter().any(|s| s.name == *site_name));
     let per_node = config.reconcile.max_parallel_per_node;
+    let keep_configs = fresh.is_some();
     // Each site's markers are read side by side with the other sites' (each site within its
     // nodes' limits): read site after site, an empty-database start at 10 sites took ten
     // times one site's reads.
@@ -197,7 +198,18 @@ pub(crate) async fn observe_listed(
         let to_read = markers_to_read(view, config, specs, &known, cache, &verifies);
         if !to_read.is_empty() {
             let (name, site) = (name.clone(), site.clone());
-            reads.spawn(async move { (name, read_markers(&site, to_read, per_node).await) });
+            reads.spawn(async move {
+                let mut read = read_markers(&site, to_read, per_node).await;
+                // Held until every site has answered: the configs only when kept for actions.
+                if !keep_configs {
+                    for (_, r) in &mut read {
+                        if let Ok(MarkerRead::Read { config, .. }) = r {
+                            *config = None;
+                        }
+                    }
+                }
+                (name, read)
+            });
         }
         known_by_site.insert(name.clone(), known);
     }

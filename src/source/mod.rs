@@ -846,35 +846,40 @@ fn read_at(
     // The new files are read and parsed side by side, each thread with a handle of its own on
     // the repository (at 50,000 specs the reads alone were a second of `proxsync plan` on one
     // thread), each spec's hashes worked out once here.
-    let open = || git2::Repository::open(repo_path).map_err(|e| e.message().to_string());
-    let files = crate::util::par::map_init(files, open, |repo, file| match file {
-        File::Parse(key) => {
-            let blob = (repo
-                .as_ref()
-                .map_err(|e| format!("cannot open the repository: {e}")))
-            .and_then(|repo| read_blob(repo, key.1));
-            let blob = match blob {
-                Ok(blob) => blob,
-                Err(message) => {
-                    return File::Refused(Diagnostic::error(&key.0, Pos::START, message));
-                }
-            };
-            let secrets = spec::Secrets::Decrypt(keyring);
-            let parsed = defaults.parse_file(&key.0, blob.content(), secrets, &budget);
-            let (file_specs, file_diags, images) =
-                (parsed.specs, parsed.diagnostics, parsed.images);
-            // Into a Vec of their own size: collected in place, the `Arc`s would keep the
-            // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
-            let mut shared = Vec::with_capacity(file_specs.len());
-            shared.extend(file_specs.into_iter().map(|mut s| {
-                crate::spec::remember_hashes(&mut s);
-                Arc::new(s)
-            }));
-            let file_specs = shared;
-            File::Parsed(key, (file_specs, file_diags, images))
-        }
-        other => other,
-    });
+    // Opened at a thread's first file to read: most reads find every file in the cache.
+    let files = crate::util::par::map_init(
+        files,
+        || None,
+        |repo, file| match file {
+            File::Parse(key) => {
+                let repo = repo.get_or_insert_with(|| {
+                    git2::Repository::open(repo_path)
+                        .map_err(|e| format!("cannot open the repository: {}", e.message()))
+                });
+                let blob = (repo.as_ref().map_err(Clone::clone)).and_then(|r| read_blob(r, key.1));
+                let blob = match blob {
+                    Ok(blob) => blob,
+                    Err(message) => {
+                        return File::Refused(Diagnostic::error(&key.0, Pos::START, message));
+                    }
+                };
+                let secrets = spec::Secrets::Decrypt(keyring);
+                let parsed = defaults.parse_file(&key.0, blob.content(), secrets, &budget);
+                let (file_specs, file_diags, images) =
+                    (parsed.specs, parsed.diagnostics, parsed.images);
+                // Into a Vec of their own size: collected in place, the `Arc`s would keep the
+                // parse's buffer (room for 4 `Spec`s) for every file the cache holds.
+                let mut shared = Vec::with_capacity(file_specs.len());
+                shared.extend(file_specs.into_iter().map(|mut s| {
+                    crate::spec::remember_hashes(&mut s);
+                    Arc::new(s)
+                }));
+                let file_specs = shared;
+                File::Parsed(key, (file_specs, file_diags, images))
+            }
+            other => other,
+        },
+    );
     // The cache is rebuilt from this tree's files: those gone from it leave.
     cache.clear();
     if let Some(why) = budget.refusal() {
