@@ -2664,3 +2664,44 @@ async fn a_consent_over_a_privileged_container_compares_unprivileged_first() {
     );
     assert_eq!(w.record().vmid(), Some(300));
 }
+
+/// An adoption of a guest already as its spec says writes its record once, expecting the state
+/// the action found; a record written meanwhile (here `proxsync adopt` of the same VM, the very
+/// state the adoption meant) is not written over, and the adoption is not reported done.
+#[tokio::test(start_paused = true)]
+async fn an_adoption_whose_record_changed_meanwhile_is_failed_not_written_over() {
+    let w = World::new("");
+    assert_eq!(w.run(w.create()).await, Outcome::Done);
+    let made = w.record();
+    let vmid = made.vmid().expect("a VM");
+    // A lost database, and a cycle that read the guest's config (the adoption's evidence).
+    w.store.remove(&w.spec.name).unwrap();
+    let mut ctx = w.ctx().await;
+    let cfg = (w.pve().vm_config("pve1", GuestKind::Qemu, vmid).await).unwrap();
+    ctx.fresh_configs.insert(("lab".into(), vmid), cfg);
+    // Someone records the adoption by hand after the cycle read the records (none).
+    let mut by_hand = SpecRecord {
+        uid: "by-hand".into(),
+        site: "lab".into(),
+        ..made.clone()
+    };
+    by_hand.vm = VmState::Absent;
+    w.store
+        .transition(&w.spec.name, &mut by_hand, made.vm.clone())
+        .unwrap();
+    w.pve().clear_calls();
+    let outcome = run_action(&ctx, &w.adopt(vmid), None, CREATE_TRIES).await;
+    assert!(
+        matches!(outcome, Some(Outcome::Failed(_))),
+        "{outcome:?}; calls {:?}",
+        w.pve().calls()
+    );
+    assert_eq!(w.record().uid, "by-hand", "the hand's record stands");
+    // The guest already as its spec says: nothing was sent to change it.
+    assert_eq!(
+        w.pve().count("update_vm_config"),
+        0,
+        "{:?}",
+        w.pve().calls()
+    );
+}
