@@ -160,10 +160,14 @@ pub struct Store {
     /// one.
     unsynced: std::sync::atomic::AtomicBool,
     /// The lazy writes not yet committed, by spec name, the last one of each. Every write
-    /// takes this lock and commits them first, in its own transaction, so they reach the
-    /// database in their order; the reads of records see them ([`Store::record`]) or commit
-    /// them first.
+    /// commits them first, in its own transaction, so they reach the database in their
+    /// order; the reads of records see them ([`Store::record`]) or commit them first. Each
+    /// stays here until its commit has returned: a read finds it here or in the database.
     pending: std::sync::Mutex<BTreeMap<String, LazyRecord>>,
+    /// Held by each write from its judgement to its commit (before `pending`): while a name
+    /// waits in `pending`, the database under it does not change. A read of one record
+    /// never takes it, so it never waits for another write's fsync.
+    committing: std::sync::Mutex<()>,
     /// Transactions committed, for the tests of the batching.
     commits: std::sync::atomic::AtomicU64,
 }
@@ -259,6 +263,7 @@ impl Store {
             suspensions_changed: Default::default(),
             unsynced: Default::default(),
             pending: Default::default(),
+            committing: Default::default(),
             commits: Default::default(),
         };
         // A database made by an earlier release may lack a table.
@@ -285,7 +290,8 @@ impl Store {
         sync: Sync,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StateError> {
-        self.write_pending_and(&mut self.pending(), sync, f)
+        let _committing = self.committing();
+        self.commit_with_pending(sync, f)
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, LazyRecord>> {
@@ -295,11 +301,17 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// One transaction: the `pending` lazy writes first, then `f`'s. `pending` is emptied only
-    /// when it commits.
-    fn write_pending_and(
+    fn committing(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Guards no data of its own.
+        self.committing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One transaction: the lazy writes waiting first, then `f`'s; they leave `pending` only
+    /// once it is committed. Call with [`Store::committing`] held.
+    fn commit_with_pending(
         &self,
-        pending: &mut BTreeMap<String, LazyRecord>,
         sync: Sync,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StateError> {
@@ -309,11 +321,18 @@ impl Store {
             tx.set_durability(redb::Durability::None)
                 .map_err(|e| self.err(e))?;
         }
-        write_lazy_records(&tx, pending).map_err(|e| self.err(e))?;
+        let waited = {
+            let pending = self.pending();
+            write_lazy_records(&tx, &pending).map_err(|e| self.err(e))?;
+            !pending.is_empty()
+        };
         f(&tx).map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        pending.clear();
+        if waited {
+            // No lazy write came meanwhile: each takes `committing` first.
+            self.pending().clear();
+        }
         // Set after the commit: a flush that cleared it before has its own commit after ours.
         if sync == Sync::Lazy {
             self.unsynced.store(true, Ordering::Release);
@@ -324,11 +343,11 @@ impl Store {
     /// Commits the lazy writes waiting in memory (without waiting for the disk), so that a
     /// read of the database sees them.
     fn commit_pending(&self) -> Result<(), StateError> {
-        let mut pending = self.pending();
-        if pending.is_empty() {
+        let _committing = self.committing();
+        if self.pending().is_empty() {
             return Ok(());
         }
-        self.write_pending_and(&mut pending, Sync::Lazy, |_| Ok(()))
+        self.commit_with_pending(Sync::Lazy, |_| Ok(()))
     }
 
     /// Makes the writes of [`Store::transition_lazily`] and [`Store::put_adopted_lazily`]
@@ -336,9 +355,10 @@ impl Store {
     /// it durable too (redb); nothing when there were none.
     pub(crate) fn flush(&self) -> Result<(), StateError> {
         use std::sync::atomic::Ordering;
-        let mut pending = self.pending();
-        if (self.unsynced.swap(false, Ordering::AcqRel) || !pending.is_empty())
-            && let Err(e) = self.write_pending_and(&mut pending, Sync::Durable, |_| Ok(()))
+        let _committing = self.committing();
+        let waiting = !self.pending().is_empty();
+        if (self.unsynced.swap(false, Ordering::AcqRel) || waiting)
+            && let Err(e) = self.commit_with_pending(Sync::Durable, |_| Ok(()))
         {
             self.unsynced.store(true, Ordering::Release);
             return Err(e);
@@ -569,10 +589,11 @@ impl Store {
         rec: &SpecRecord,
         bytes: Vec<u8>,
     ) -> Result<(), StateError> {
-        let mut pending = self.pending();
-        if pending.len() >= LAZY_BATCH {
-            self.write_pending_and(&mut pending, Sync::Lazy, |_| Ok(()))?;
+        let _committing = self.committing();
+        if self.pending().len() >= LAZY_BATCH {
+            self.commit_with_pending(Sync::Lazy, |_| Ok(()))?;
         }
+        let mut pending = self.pending();
         let (stored_site, stored_vm, current) = match pending.get(name) {
             Some(p) => (p.stored_site.clone(), p.stored_vm.clone(), p.vm.clone()),
             None => {
@@ -1112,6 +1133,103 @@ mod tests {
         assert_eq!(store.specs().unwrap().len(), 11 + LAZY_BATCH);
         store.flush().unwrap();
         assert_eq!(as_after_a_crash(dir.path()).len(), 11 + LAZY_BATCH);
+    }
+
+    fn deleting(vmid: u32) -> VmState {
+        VmState::Deleting {
+            vmid,
+            node: "pve1".into(),
+            task: None,
+        }
+    }
+
+    /// The reservations are exactly the records' Creating and Deleting states.
+    fn assert_allocations_follow_records(store: &Store) {
+        let specs = store.specs().unwrap();
+        let want: BTreeMap<u32, String> = (specs.iter())
+            .filter_map(|(n, r)| r.vm.reserved().map(|id| (id, n.clone())))
+            .collect();
+        assert_eq!(store.allocations("lab").unwrap(), want, "{specs:?}");
+    }
+
+    #[test]
+    fn a_lazy_write_from_a_create_intent_moves_its_reservation_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let lab = || SpecRecord {
+            site: "lab".into(),
+            ..Default::default()
+        };
+        // Waiting, then a durable write of the same record: judged on the one waiting.
+        let mut a = lab();
+        store.transition("a", &mut a, creating(105)).unwrap();
+        store.transition_lazily("a", &mut a, exists(105)).unwrap();
+        store.transition("a", &mut a, deleting(105)).unwrap();
+        assert_allocations_follow_records(&store);
+        let mut stale = SpecRecord {
+            vm: creating(105),
+            ..lab()
+        };
+        assert!(store.transition("a", &mut stale, exists(105)).is_err());
+        // Waiting, then removed, or renamed.
+        let mut b = lab();
+        store.transition("b", &mut b, creating(106)).unwrap();
+        store.transition_lazily("b", &mut b, exists(106)).unwrap();
+        store.remove("b").unwrap();
+        assert_allocations_follow_records(&store);
+        let mut c = lab();
+        store.transition("c", &mut c, creating(107)).unwrap();
+        store.transition_lazily("c", &mut c, exists(107)).unwrap();
+        store.rename("c", "d", &c).unwrap();
+        assert_allocations_follow_records(&store);
+        assert!(store.record("c").unwrap().is_none());
+        // Waiting when the store is closed: made durable.
+        store.transition_lazily("e", &mut lab(), exists(9)).unwrap();
+        drop(store);
+        assert_eq!(as_after_a_crash(dir.path())["e"].vm, exists(9));
+    }
+
+    #[test]
+    fn lazy_durable_and_reads_side_by_side_keep_the_reservations_exact() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..400u32 {
+                        let k = (i * 7 + t) % 50;
+                        let (name, vmid) = (format!("s{k}"), 100 + k);
+                        let mut rec = store.record(&name).unwrap().unwrap_or(SpecRecord {
+                            site: "lab".into(),
+                            ..Default::default()
+                        });
+                        let to = match (&rec.vm, i % 3) {
+                            (VmState::Absent, _) => creating(vmid),
+                            (VmState::Creating { .. } | VmState::Exists { .. }, 0) => {
+                                deleting(vmid)
+                            }
+                            _ => exists(vmid),
+                        };
+                        // Refusals (another thread changed the record) are expected.
+                        let _ = match i {
+                            i if i % 5 == 0 => store.specs().map(drop),
+                            i if i % 11 == 0 => store.remove(&name),
+                            i if i % 13 == 0 => store.flush(),
+                            _ => store.transition_lazily(&name, &mut rec, to),
+                        };
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_allocations_follow_records(&store);
+        let live = store.specs().unwrap();
+        drop(store);
+        assert_eq!(as_after_a_crash(dir.path()), live);
     }
 
     #[test]
