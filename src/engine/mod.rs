@@ -40,9 +40,6 @@ use self::look::*;
 pub(crate) use self::plan_view::{PlanView, plan_view, start_looking};
 pub(crate) use self::sites::{MeterFor, no_meter, site_clients, site_clients_metered};
 
-/// How many spec statuses are written at once (`Engine::write_status`).
-const STATUS_CHUNK: usize = 512;
-
 /// How long one cycle waits for a task before leaving it running (a slow task is not failed:
 /// the next cycle waits again).
 pub(crate) const TASK_WAIT: Duration = Duration::from_secs(600);
@@ -1313,9 +1310,6 @@ impl Engine {
         // Each file names the commit its spec's version was first applied at (read from the
         // file once after a start): a push rewrites the files of the specs it changed.
         let images = specs.images_by_name();
-        // Written a chunk at a time, each chunk's files side by side (`write_specs_if_changed`);
-        // a chunk bounds the statuses held at once.
-        let mut chunk = Vec::with_capacity(STATUS_CHUNK.min(specs.specs.len()));
         for spec in &specs.specs {
             let hash = crate::spec::spec_hash(spec);
             let image_now = spec.made_from_now(&images);
@@ -1338,18 +1332,11 @@ impl Engine {
             );
             counts.add(&st);
             counts.tally(&st);
+            self.status
+                .write_spec_if_changed(st, now)
+                .map_err(status_err(&self.config.status_dir))?;
             names.add(&spec.name);
-            chunk.push(st);
-            if chunk.len() == STATUS_CHUNK {
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(STATUS_CHUNK));
-                self.status
-                    .write_specs_if_changed(full, now)
-                    .map_err(status_err(&self.config.status_dir))?;
-            }
         }
-        self.status
-            .write_specs_if_changed(chunk, now)
-            .map_err(status_err(&self.config.status_dir))?;
         for name in specs.invalid_names() {
             counts.invalid += 1;
             counts.stalled += 1;

@@ -174,50 +174,32 @@ impl StatusDir {
         now: SystemTime,
         read: Option<Option<SpecFile>>,
     ) -> Result<bool, StatusError> {
-        match make_spec_file(&self.dir, s, now, read)? {
-            SpecWrite::Kept(prev) => {
-                self.index().row(&prev, false);
-                Ok(false)
-            }
-            SpecWrite::Write(next, text) => {
-                self.index().will_write();
-                self.write_atomic(&format!("{}.yaml", next.name), text.as_bytes())?;
-                self.index().row(&next, true);
-                Ok(true)
-            }
-        }
-    }
-
-    /// [`Self::write_spec_read`] for many specs: their files read, made and written side by
-    /// side on the `par` threads (at 50,000 specs, one thread was 8 s of an empty-database
-    /// start, a fifth of it rendering YAML), the index told before the first write and given
-    /// their rows in order. Whether each file was written, or why it could not be.
-    pub(crate) fn write_specs_read(
-        &mut self,
-        batch: Vec<(&SpecStatus, Option<Option<SpecFile>>)>,
-        now: SystemTime,
-    ) -> Vec<Result<bool, StatusError>> {
-        let dir = self.dir.as_path();
-        let made = crate::util::par::map(batch, |(s, read)| make_spec_file(dir, s, now, read));
-        if made.iter().any(|m| matches!(m, Ok(SpecWrite::Write(..)))) {
-            self.index().will_write();
-        }
-        let dir = self.dir.as_path();
-        let done = crate::util::par::map(made, |made| match made? {
-            SpecWrite::Kept(prev) => Ok((prev, false)),
-            SpecWrite::Write(next, text) => {
-                write_file_in(dir, &format!("{}.yaml", next.name), text.as_bytes())?;
-                Ok((next, true))
+        check_name(&s.name)?;
+        let file_name = format!("{}.yaml", s.name);
+        let prev = read.unwrap_or_else(|| self.load::<SpecFile>(&file_name));
+        let prev = prev.filter(|f| {
+            if f.name == s.name {
+                true
+            } else {
+                tracing::warn!(
+                    file = %self.dir.join(&file_name).display(),
+                    "status file names another spec; overwriting it"
+                );
+                false
             }
         });
-        (done.into_iter())
-            .map(|done| {
-                let (file, written) = done?;
-                self.unsynced |= written;
-                self.index().row(&file, written);
-                Ok(written)
-            })
-            .collect()
+        let carried = prev.as_ref().map(Carried::of);
+        let mut next = build_spec_file(s, carried.as_ref(), now);
+        if let Some(prev) = prev.filter(|p| content_hash(p) == content_hash(&next)) {
+            self.index().row(&prev, false);
+            return Ok(false);
+        }
+        next.updated_at = Some(rfc3339(now));
+        let text = render(&next, &file_name)?;
+        self.index().will_write();
+        self.write_atomic(&file_name, text.as_bytes())?;
+        self.index().row(&next, true);
+        Ok(true)
     }
 
     /// The last summary's `recentCycles` (read back after a restart), with `s`'s cycle
@@ -430,16 +412,89 @@ impl StatusDir {
         &self,
         file_name: &str,
     ) -> Result<Option<T>, StatusError> {
-        read_file_in(&self.dir, file_name)
+        let path = self.dir.join(file_name);
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                tracing::warn!(file = %path.display(), "status file is a symlink; ignoring it");
+                return Ok(None);
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        if !file.metadata().map_err(io_err(&path))?.is_file() {
+            tracing::warn!(file = %path.display(), "status file is not a regular file; ignoring it");
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_READ_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_err(&path))?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            tracing::warn!(file = %path.display(), "status file too large; ignoring it");
+            return Ok(None);
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            tracing::warn!(file = %path.display(), "status file is not UTF-8; ignoring it");
+            return Ok(None);
+        };
+        match serde_saphyr::from_str::<T>(&text) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                let msg = clip(&e.to_string());
+                tracing::warn!(file = %path.display(), error = %msg, "corrupt status file; ignoring it");
+                Ok(None)
+            }
+        }
     }
 
     /// Like [`read_file`](Self::read_file) for the writer: any failure is "no previous file".
     fn load<T: for<'de> Deserialize<'de>>(&self, file_name: &str) -> Option<T> {
-        load_in(&self.dir, file_name)
+        match self.read_file(file_name) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read previous status file; rewriting it");
+                None
+            }
+        }
     }
 
     fn write_atomic(&mut self, file_name: &str, bytes: &[u8]) -> Result<(), StatusError> {
-        write_file_in(&self.dir, file_name, bytes)?;
+        let path = self.dir.join(file_name);
+        let tmp = self
+            .dir
+            .join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let result = (|| -> io::Result<()> {
+            let create = || {
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(&tmp)
+            };
+            // A temp file of this process is left only by a write that failed and could not
+            // remove it: removed then, not looked for before each write (at 50,000 files, a
+            // lookup in the directory each).
+            let mut f = match create() {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    fs::remove_file(&tmp)?;
+                    create()?
+                }
+                created => created?,
+            };
+            f.set_permissions(Permissions::from_mode(0o644))?;
+            f.write_all(bytes)?;
+            drop(f);
+            fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&path)(e));
+        }
         self.unsynced = true;
         Ok(())
     }
@@ -538,135 +593,6 @@ pub(super) fn check_name(name: &str) -> Result<(), StatusError> {
     } else {
         Err(StatusError::InvalidName(clip_to(name, 80)))
     }
-}
-
-/// One spec's file as [`make_spec_file`] found it: the previous one, still true, or the new
-/// one and its text.
-enum SpecWrite {
-    Kept(SpecFile),
-    Write(SpecFile, String),
-}
-
-/// Spec `s`'s file in `dir` as it is to be: the previous one (read here, or `read` when the
-/// caller has read it) when its content is unchanged, else the new one and its text.
-fn make_spec_file(
-    dir: &Path,
-    s: &SpecStatus,
-    now: SystemTime,
-    read: Option<Option<SpecFile>>,
-) -> Result<SpecWrite, StatusError> {
-    check_name(&s.name)?;
-    let file_name = format!("{}.yaml", s.name);
-    let prev = read.unwrap_or_else(|| load_in::<SpecFile>(dir, &file_name));
-    let prev = prev.filter(|f| {
-        if f.name == s.name {
-            true
-        } else {
-            tracing::warn!(
-                file = %dir.join(&file_name).display(),
-                "status file names another spec; overwriting it"
-            );
-            false
-        }
-    });
-    let carried = prev.as_ref().map(Carried::of);
-    let mut next = build_spec_file(s, carried.as_ref(), now);
-    if let Some(prev) = prev.filter(|p| content_hash(p) == content_hash(&next)) {
-        return Ok(SpecWrite::Kept(prev));
-    }
-    next.updated_at = Some(rfc3339(now));
-    let text = render(&next, &file_name)?;
-    Ok(SpecWrite::Write(next, text))
-}
-
-/// [`StatusDir::read_file`] of `file_name` in `dir`.
-fn read_file_in<T: for<'de> Deserialize<'de>>(
-    dir: &Path,
-    file_name: &str,
-) -> Result<Option<T>, StatusError> {
-    let path = dir.join(file_name);
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            tracing::warn!(file = %path.display(), "status file is a symlink; ignoring it");
-            return Ok(None);
-        }
-        Err(e) => return Err(io_err(&path)(e)),
-    };
-    if !file.metadata().map_err(io_err(&path))?.is_file() {
-        tracing::warn!(file = %path.display(), "status file is not a regular file; ignoring it");
-        return Ok(None);
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err(&path))?;
-    if bytes.len() as u64 > MAX_READ_BYTES {
-        tracing::warn!(file = %path.display(), "status file too large; ignoring it");
-        return Ok(None);
-    }
-    let Ok(text) = String::from_utf8(bytes) else {
-        tracing::warn!(file = %path.display(), "status file is not UTF-8; ignoring it");
-        return Ok(None);
-    };
-    match serde_saphyr::from_str::<T>(&text) {
-        Ok(v) => Ok(Some(v)),
-        Err(e) => {
-            let msg = clip(&e.to_string());
-            tracing::warn!(file = %path.display(), error = %msg, "corrupt status file; ignoring it");
-            Ok(None)
-        }
-    }
-}
-
-/// [`read_file_in`] for the writer: any failure is "no previous file".
-fn load_in<T: for<'de> Deserialize<'de>>(dir: &Path, file_name: &str) -> Option<T> {
-    match read_file_in(dir, file_name) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read previous status file; rewriting it");
-            None
-        }
-    }
-}
-
-/// Writes `file_name` in `dir` whole or not at all (a temp file, then renamed).
-fn write_file_in(dir: &Path, file_name: &str, bytes: &[u8]) -> Result<(), StatusError> {
-    let path = dir.join(file_name);
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| -> io::Result<()> {
-        let create = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&tmp)
-        };
-        // A temp file of this process is left only by a write that failed and could not
-        // remove it: removed then, not looked for before each write (at 50,000 files, a
-        // lookup in the directory each).
-        let mut f = match create() {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                fs::remove_file(&tmp)?;
-                create()?
-            }
-            created => created?,
-        };
-        f.set_permissions(Permissions::from_mode(0o644))?;
-        f.write_all(bytes)?;
-        drop(f);
-        fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err(&path)(e));
-    }
-    Ok(())
 }
 
 fn render<T: Serialize>(value: &T, file: &str) -> Result<String, StatusError> {

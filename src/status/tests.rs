@@ -292,60 +292,6 @@ fn status_is_quoted_so_yaml_readers_do_not_see_booleans() {
 }
 
 #[test]
-fn files_written_side_by_side_are_those_written_one_by_one() {
-    let (_a, mut one_by_one) = tmpdir();
-    let (_b, mut side_by_side) = tmpdir();
-    // More than two threads' worth (`par`), one name that is refused among them.
-    let mut statuses: Vec<SpecStatus> = (0..300).map(|i| spec(&format!("vm-{i:03}"))).collect();
-    statuses[150].name = "Not_A_Name".into();
-    for (round, now) in [t(T0), t(T0 + 60)].into_iter().enumerate() {
-        if round == 1 {
-            // Some change, the rest is kept as it is.
-            for st in statuses.iter_mut().step_by(3) {
-                set(st, kinds::READY, ConditionStatus::False, Reason::Creating);
-            }
-        }
-        let expected: Vec<Result<bool, String>> = (statuses.iter())
-            .map(|st| one_by_one.write_spec(st, now).map_err(|e| e.to_string()))
-            .collect();
-        let batch = statuses.iter().map(|st| (st, None)).collect();
-        let got: Vec<Result<bool, String>> = (side_by_side.write_specs_read(batch, now))
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
-        assert_eq!(
-            got.iter().map(|r| r.is_ok()).collect::<Vec<_>>(),
-            expected.iter().map(|r| r.is_ok()).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            got.iter().filter(|r| matches!(r, Ok(true))).count(),
-            if round == 0 { 299 } else { 99 }
-        );
-        assert_eq!(
-            got.iter().flatten().collect::<Vec<_>>(),
-            expected.iter().flatten().collect::<Vec<_>>()
-        );
-        one_by_one.finish_writes();
-        side_by_side.finish_writes();
-        let names = one_by_one.spec_names().unwrap();
-        assert_eq!(names.len(), 299);
-        assert_eq!(side_by_side.spec_names().unwrap(), names);
-        for file in names
-            .iter()
-            .map(|n| format!("{n}.yaml"))
-            .chain(["_index.jsonl".to_string()])
-        {
-            let read = |d: &StatusDir| fs::read_to_string(d.path().join(&file)).unwrap();
-            assert_eq!(
-                read(&side_by_side),
-                read(&one_by_one),
-                "{file}, round {round}"
-            );
-        }
-    }
-}
-
-#[test]
 fn unchanged_content_is_not_rewritten() {
     let (_d, mut sd) = tmpdir();
     let s = spec("web-01");

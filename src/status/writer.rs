@@ -22,9 +22,9 @@ pub(crate) struct Writer {
     written_names: Option<u64>,
     /// The commit each spec's status names.
     commits: SpecCommits,
-    /// The status files [`Self::commit_of`] read back (after a start), by name: each spec's
-    /// status is written next, which reads the same file. Emptied by each write.
-    read_back: HashMap<String, Option<SpecFile>>,
+    /// The status file [`Self::commit_of`] last read back (after a start), by name: the
+    /// spec's status is written next, which reads the same file.
+    read_back: Option<(String, Option<SpecFile>)>,
 }
 
 impl Writer {
@@ -34,7 +34,7 @@ impl Writer {
             written: HashMap::new(),
             written_names: None,
             commits: SpecCommits::default(),
-            read_back: HashMap::new(),
+            read_back: None,
         }
     }
 
@@ -51,7 +51,7 @@ impl Writer {
         let read_back = &mut self.read_back;
         self.commits.commit_of(name, version, commit, || {
             let file = dir.read_spec(name).ok().flatten();
-            read_back.insert(name.to_string(), file.clone());
+            *read_back = Some((name.to_string(), file.clone()));
             file
         })
     }
@@ -72,49 +72,15 @@ impl Writer {
         now: SystemTime,
     ) -> Result<(), StatusError> {
         let hash = st.content_hash();
-        let read_back = self.read_back.remove(&st.name);
-        self.read_back.clear();
+        let read_back = (self.read_back.take())
+            .filter(|(name, _)| *name == st.name)
+            .map(|(_, file)| file);
         if self.written.get(&st.name).map(|w| w.hash) != Some(hash) {
             self.dir.write_spec_read(&st, now, read_back)?;
             self.written
                 .insert(st.name.clone(), LastStatus::of(&st, hash));
         }
         Ok(())
-    }
-
-    /// [`Self::write_spec_if_changed`] for many specs, those whose status changed written side
-    /// by side ([`StatusDir::write_specs_read`]). The first error, once every other file of
-    /// them is written.
-    pub(crate) fn write_specs_if_changed(
-        &mut self,
-        statuses: Vec<SpecStatus>,
-        now: SystemTime,
-    ) -> Result<(), StatusError> {
-        let changed: Vec<(SpecStatus, u64)> = (statuses.into_iter())
-            .map(|st| {
-                let hash = st.content_hash();
-                (st, hash)
-            })
-            .filter(|(st, hash)| self.written.get(&st.name).map(|w| w.hash) != Some(*hash))
-            .collect();
-        let mut read_back = std::mem::take(&mut self.read_back);
-        let batch = (changed.iter())
-            .map(|(st, _)| (st, read_back.remove(&st.name)))
-            .collect();
-        let done = self.dir.write_specs_read(batch, now);
-        let mut first_error = None;
-        for ((st, hash), done) in changed.iter().zip(done) {
-            match done {
-                Ok(_) => {
-                    self.written
-                        .insert(st.name.clone(), LastStatus::of(st, *hash));
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
     }
 
     /// Removes the status files of specs that are gone with their VM, and of the old names of
