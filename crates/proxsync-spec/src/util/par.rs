@@ -1,9 +1,8 @@
-//! Running a function over many independent items on every core, results in the items' order.
+//! Running a pure function over many items on every core, results in the items' order.
 //!
 //! Parsing is what `proxsync status` (one YAML status file per spec) and reading the specs
-//! of a commit (one YAML file per spec) spend their time on at 10,000 specs, and making and
-//! writing them what a cycle's status does; the files are independent, so they are handled
-//! side by side on plain scoped threads.
+//! of a commit (one YAML file per spec) spend their time on at 10,000 specs; the files are
+//! independent, so they are parsed side by side on plain scoped threads.
 
 /// Below this many items a single thread is used: starting threads costs more.
 const MIN_PER_THREAD: usize = 64;
