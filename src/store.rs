@@ -4,17 +4,18 @@
 //! first sightings of orphans.
 //!
 //! Every write is one durable transaction (redb's default `Durability::Immediate`: fsync
-//! before `commit` returns), but an adoption's (`transition_lazily`, `put_adopted_lazily`: durable at
-//! the next durable commit or [`Store::flush`]). Those are held in memory and committed
-//! together ([`LAZY_BATCH`] at a time, or with the next other write or read of the records):
-//! at 50,000 adoptions, a commit each was most of their CPU. The engine relies on that for its central invariant: the intent
+//! before `commit` returns). The engine relies on that for its central invariant: the intent
 //! to create is on disk before the create request is sent, and the task's UPID right after
-//! the answer. A record's [`VmState`] changes only through [`Store::transition`] (an
-//! adoption's outcome: [`Store::put_adopted_lazily`]), which writes the VMID reservation that
-//! goes with it in the same transaction. The database is a
-//! cache: deleting it is safe, because ownership is rebuilt from the tags and description
-//! markers in Proxmox. Records of the previous release (a `phase` beside `vmid` and `node`)
-//! are read into a [`VmState`] (`stored_state`), so an upgrade keeps every create in flight.
+//! the answer. An adoption's writes are the exception (`transition_lazily`,
+//! `put_adopted_lazily`): they wait in memory, are committed together ([`LAZY_BATCH`] at a
+//! time, or first in the next other write's transaction, or before a read of every record;
+//! at 50,000 adoptions, a commit each was most of their CPU), and are durable at the next
+//! durable commit or [`Store::flush`]. A record's [`VmState`] changes only through
+//! [`Store::transition`] (an adoption's outcome: [`Store::put_adopted_lazily`]), which writes
+//! the VMID reservation that goes with it in the same transaction. The database is a cache:
+//! deleting it is safe, because ownership is rebuilt from the tags and description markers in
+//! Proxmox. Records of the previous release (a `phase` beside `vmid` and `node`) are read into
+//! a [`VmState`] (`stored_state`), so an upgrade keeps every create in flight.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
