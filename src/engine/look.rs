@@ -181,6 +181,7 @@ pub(crate) async fn observe_listed(
     // times one site's reads.
     let mut reads = tokio::task::JoinSet::new();
     let mut known_by_site = BTreeMap::new();
+    let spec_names = std::cell::OnceCell::new();
     for (name, view) in views.iter_mut() {
         let Some(site) = sites.get(name) else {
             continue;
@@ -195,7 +196,7 @@ pub(crate) async fn observe_listed(
             crate::observe::mark_in_making(view, &site.client, &known, token).await;
         }
         let cache = cache.entry(name.clone()).or_default();
-        let to_read = markers_to_read(view, config, specs, &known, cache, &verifies);
+        let to_read = markers_to_read(view, config, specs, &spec_names, &known, cache, &verifies);
         if !to_read.is_empty() {
             let (name, site) = (name.clone(), site.clone());
             reads.spawn(async move {
@@ -239,31 +240,34 @@ pub(crate) async fn observe_listed(
     views
 }
 
+/// The specs' guest names, by site.
+type SpecNames<'a> = FnvHashMap<&'a str, FnvHashSet<&'a str>>;
+
 /// The VMIDs of `view` whose marker must be read from their config; those the cache knows
-/// are marked from it. `known`: the VMIDs the site's records explain.
-fn markers_to_read(
+/// are marked from it. `known`: the VMIDs the site's records explain. `spec_names`: the
+/// specs' guest names by site, gathered at the first site that needs them, for every site.
+fn markers_to_read<'a>(
     view: &mut SiteView,
     config: &Config,
-    specs: &SpecSet,
+    specs: &'a SpecSet,
+    spec_names: &std::cell::OnceCell<SpecNames<'a>>,
     known: &FnvHashSet<u32>,
     cache: &mut SiteMarkers,
     verifies: &impl Fn(&Option<Arc<Marker>>, u32) -> bool,
 ) -> Vec<(u32, String, crate::guest::GuestKind)> {
     // A VM named like a spec that is not the spec's recorded VM is read too (once, then
     // cached): it may be the spec's lost VM, or a second one claiming it (a clone gets the
-    // ownership tag only when converged). The names are gathered only if such a VM shows.
-    let spec_names = std::cell::OnceCell::new();
+    // ownership tag only when converged). The names are gathered only if such a VM shows, in
+    // one pass for all sites (a pass per site was 30 ms of a `plan` at 50,000 specs).
     let is_spec_vm_name = |vm_name: &str| {
-        spec_names
-            .get_or_init(|| {
-                specs
-                    .specs
-                    .iter()
-                    .filter(|s| s.site == view.name)
-                    .map(|s| s.guest_name())
-                    .collect::<FnvHashSet<&str>>()
-            })
-            .contains(vm_name)
+        let by_site = spec_names.get_or_init(|| {
+            let mut by_site = SpecNames::default();
+            for s in specs.specs.iter() {
+                (by_site.entry(s.site.as_str()).or_default()).insert(s.guest_name());
+            }
+            by_site
+        });
+        (by_site.get(view.name.as_str())).is_some_and(|names| names.contains(vm_name))
     };
     // Forget cached markers of VMs that are gone (a VMID may be reused).
     cache.read.retain(|vmid, _| view.vms.contains_key(vmid));

@@ -363,9 +363,18 @@ fn write_private(path: &Path, bytes: &[u8; 32]) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// What an ownership tag starts with; the install's id follows.
+pub const OWNERSHIP_TAG_PREFIX: &str = "proxsync.";
+
 /// The ownership tag of an install.
 pub fn ownership_tag(install_id: &str) -> String {
-    format!("proxsync.{install_id}")
+    format!("{OWNERSHIP_TAG_PREFIX}{install_id}")
+}
+
+/// Whether `tag` is the ownership tag of `install_id` (as [`ownership_tag`] writes it), with
+/// no string made.
+pub fn is_ownership_tag_of(tag: &str, install_id: &str) -> bool {
+    tag.strip_prefix(OWNERSHIP_TAG_PREFIX) == Some(install_id)
 }
 
 /// A new random uid (16 hex characters) from the system's random source.
@@ -387,6 +396,21 @@ pub fn new_uid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ownership_tag_is_recognised_as_written_and_no_other() {
+        assert!(is_ownership_tag_of(&ownership_tag("site-a"), "site-a"));
+        for (tag, id) in [
+            ("proxsync.site-ab", "site-a"),
+            ("proxsync.site-a", "site-ab"),
+            ("proxsync.", "site-a"),
+            ("site-a", "site-a"),
+            ("xproxsync.site-a", "site-a"),
+            ("proxsync-site-a", "site-a"),
+        ] {
+            assert!(!is_ownership_tag_of(tag, id), "{tag} is not {id}'s tag");
+        }
+    }
 
     fn key() -> MarkerKey {
         MarkerKey::from_bytes([7; 32])

@@ -162,7 +162,8 @@ impl ObservedVm {
 
     /// Owned by this install: the ownership tag and a marker of this install.
     pub fn owned_by(&self, install_id: &str) -> bool {
-        self.has_tag(&crate::ownership::ownership_tag(install_id))
+        // Compared in place: asked of every guest listed, several times a plan.
+        (self.tags.iter()).any(|t| crate::ownership::is_ownership_tag_of(t, install_id))
             && self.marker_verified
             && self
                 .marker

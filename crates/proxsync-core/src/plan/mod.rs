@@ -818,7 +818,7 @@ fn held_by_renames(input: &PlanInput<'_>) -> Option<(Specs, BTreeSet<String>)> {
 fn plan_checked(input: &PlanInput<'_>) -> Plan {
     let mut out = Plan::default();
     let tag = ownership_tag(input.install_id);
-    let desired_names: BTreeSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
+    let desired_names: FnvHashSet<&str> = input.desired.iter().map(|s| s.name.as_str()).collect();
     let indexes = index::site_indexes(input, &tag);
     let renames = rename::renames(input, &desired_names, &indexes);
     let hands_off = hands_off::HandsOff::new(input);

@@ -17,7 +17,7 @@ use crate::util::fnv::{FnvHashMap, FnvHashSet};
 /// read completely.
 pub(super) fn gone_specs(
     input: &PlanInput<'_>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     renames: &Renames<'_>,
     templates_kept: &mut BTreeMap<String, TemplateKept>,
 ) -> Vec<Action> {
@@ -93,7 +93,7 @@ pub(super) fn template_still_needed(
 /// Whether the spec of a record is gone: neither desired, invalid, nor renamed.
 fn is_gone(
     input: &PlanInput<'_>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     renames: &Renames<'_>,
     name: &str,
 ) -> bool {
@@ -105,7 +105,7 @@ fn is_gone(
 /// the planned ones, as one batch. 0 otherwise.
 pub(super) fn held_back(
     input: &PlanInput<'_>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     renames: &Renames<'_>,
 ) -> usize {
     if input.rewind.is_none() || !input.complete {
@@ -187,7 +187,7 @@ fn hand_over(removal: Action) -> Action {
 /// `DeleteOrphan` to `removals`.
 pub(super) fn orphans(
     input: &PlanInput<'_>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     renames: &Renames<'_>,
     out: &mut Plan,
     removals: &mut Vec<Action>,
@@ -288,7 +288,7 @@ pub(super) fn orphans(
 /// template), never deleted as an orphan (nothing shows proxsync built it).
 fn template_orphan(
     input: &PlanInput<'_>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     view: &SiteView,
     vm: &ObservedVm,
     seen: &mut BTreeMap<(String, u32), u64>,

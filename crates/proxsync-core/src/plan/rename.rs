@@ -23,6 +23,7 @@ use crate::model::{ObservedVm, SiteView};
 use crate::model::{SpecRecord, VmState};
 use crate::spec::Spec;
 use crate::spec::content_hash;
+use crate::util::fnv::FnvHashSet;
 
 /// A removed spec whose VM a new spec takes over.
 pub(super) struct Rename<'a> {
@@ -163,7 +164,7 @@ impl<'a> Renames<'a> {
 /// read completely (nothing is treated as removed then).
 pub(super) fn renames<'a>(
     input: &'a PlanInput<'a>,
-    desired: &BTreeSet<&str>,
+    desired: &FnvHashSet<&str>,
     indexes: &BTreeMap<&'a str, SiteIndex<'a>>,
 ) -> Renames<'a> {
     let mut out = Renames::default();

@@ -661,7 +661,9 @@ pub(crate) fn check_consents<'a>(specs: impl IntoIterator<Item = &'a Spec>) -> V
 /// nor `invalid`: a spec with errors whose name was read), and every spec on a dependency
 /// cycle, naming the cycle. Such specs are held as invalid: their VMs are left alone.
 pub(crate) fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
-    let by_name: HashMap<&str, &Spec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    // FNV: 50,000 names hashed at every read of the specs.
+    let by_name: crate::util::fnv::FnvHashMap<&str, &Spec> =
+        specs.iter().map(|s| (s.name.as_str(), s)).collect();
     let sets = set_members(specs);
     let mut diags = Vec::new();
     for spec in specs.iter().filter(|s| !s.depends_on.is_empty()) {
@@ -707,9 +709,14 @@ pub(crate) fn check_dependencies(specs: &Specs, invalid: impl Fn(&str) -> bool) 
 /// in order (a spec that depends on itself is a cycle of one). Depth-first with an explicit stack: a chain of thousands of
 /// specs cannot overflow the thread's stack.
 fn dependency_cycles<'a>(
-    specs: &HashMap<&'a str, &'a Spec>,
+    specs: &crate::util::fnv::FnvHashMap<&'a str, &'a Spec>,
     sets: &HashMap<&'a str, Vec<&'a str>>,
 ) -> Vec<Vec<&'a str>> {
+    // No dependency, no cycle: most spec sets (at 50,000 specs the walk below took 30 ms of
+    // every read).
+    if specs.values().all(|s| s.depends_on.is_empty()) {
+        return Vec::new();
+    }
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
