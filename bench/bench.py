@@ -405,13 +405,15 @@ def spec_text(i, tags=None):
 
 
 class Workspace:
-    def __init__(self, base, fake, n, reconcile=''):
+    def __init__(self, base, fake, n, reconcile='', state_root=None):
+        """state_root: where the state and status directories go (default: under base), e.g. a
+        file system of its own to measure the status writes on."""
         self.dir = base
         self.n = n
         self.repo = os.path.join(base, 'checkout')
         self.bare = os.path.join(base, 'vms.git')
-        self.state = os.path.join(base, 'state')
-        self.status = os.path.join(base, 'status')
+        self.state = os.path.join(state_root or base, 'state')
+        self.status = os.path.join(state_root or base, 'status')
         self.config = os.path.join(base, 'proxsync.toml')
         os.makedirs(self.repo)
         os.makedirs(self.state, mode=0o700)

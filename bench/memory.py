@@ -2,10 +2,13 @@
 """The daemon's memory at N specs (issue 47), with bench.py's fleet, workspace and daemon.
 
     bench/memory.py --binary B --python P --n 50000 --dir DIR [--sites 10 --nodes 5]
-                    [--phases adopt,warm,warmheap,plan,perfplan,emptyheap]
+                    [--phases adopt,cold,warm,warmheap,plan,perfplan,emptyheap]
+                    [--state-root DIR2] [--cold-runs 5]
 
 Phases, in this order:
 - adopt: an empty-database start until every spec is Ready (VmRSS and VmHWM at READY);
+- cold: --cold-runs more empty-database starts, each after the state database and the status
+  directory were removed (the marker key kept): time to READY, the daemon's and fakepve's CPU;
 - warmheap: a warm start under heaptrack, 3 idle cycles, then SIGKILL at the idle point (what
   heaptrack reports as leaked is what the daemon holds between cycles);
 - warm: a warm start, 3 idle cycles (VmRSS, VmHWM), then 2 more for the idle CPU;
@@ -67,6 +70,10 @@ def main():
     p.add_argument('--phases', default='adopt,warm')
     p.add_argument('--binary', required=True, help='the proxsync binary (a release build)')
     p.add_argument('--python', required=True, help="fakepve's Python")
+    p.add_argument('--state-root', default=None,
+                   help='where the state and status directories go (default: under --dir), e.g. a '
+                        'journalled ext4 of its own: see BENCHMARKS.md on file systems without a journal')
+    p.add_argument('--cold-runs', type=int, default=5)
     p.add_argument('--adopt-prefix', default='',
                    help='a command the adopt phase\'s daemon runs under, e.g. "perf record -g -o F"')
     args = p.parse_args()
@@ -86,7 +93,8 @@ def main():
     daemons = []
     try:
         fake.call('time_scale', value=0)
-        ws = bench.Workspace(base, fake, n)
+        state_root = os.path.join(os.path.abspath(args.state_root), 'n%d' % n) if args.state_root else None
+        ws = bench.Workspace(base, fake, n, state_root=state_root)
         ws.write_specs(n)
         ws.push()
         log('specs pushed')
@@ -105,6 +113,21 @@ def main():
             d.stop()
             daemons.remove(d)
             shutil.copy(os.path.join(ws.state, 'proxsync.redb'), os.path.join(base, 'proxsync.redb.warm'))
+        if 'cold' in phases:
+            res['cold'] = []
+            for _ in range(args.cold_runs):
+                os.remove(os.path.join(ws.state, 'proxsync.redb'))
+                shutil.rmtree(ws.status, ignore_errors=True)
+                cpu0 = fake.cpu_s()
+                d, fig = bench.start_daemon(BIN, ws, tmp, 'cold', n, fake)
+                daemons.append(d)
+                fig['fake_cpu_s'] = round(fake.cpu_s() - cpu0, 2)
+                res['cold'].append({k: fig[k] for k in ('ready_s', 'requests', 'cpu_s', 'fake_cpu_s',
+                                                        'peak_rss_kb')})
+                log('cold: %s' % res['cold'][-1])
+                d.stop()
+                daemons.remove(d)
+            shutil.copy(os.path.join(base, 'proxsync.redb.warm'), os.path.join(ws.state, 'proxsync.redb'))
         if 'warmheap' in phases:
             bench.DAEMON_PREFIX[:] = ['heaptrack', '-o', os.path.join(tmp, 'h-warm-%d' % n)]
             d, fig = bench.start_daemon(BIN, ws, tmp, 'warmheap', n, fake)
