@@ -778,7 +778,7 @@ impl Config {
 
     /// The PVE tag that marks a VM as owned by this install.
     pub fn ownership_tag(&self) -> String {
-        format!("proxsync.{}", self.install_id)
+        crate::ownership::ownership_tag(&self.install_id)
     }
 
     /// The marker key file: `marker_key_file` if set, else the systemd credential
