@@ -30,6 +30,9 @@ pub(crate) const MAX_CONNECTIONS: usize = 8;
 /// this soon.
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The longest request line read.
+const REQUEST_MAX: usize = 1024;
+
 /// How long a client has to take its answer (`records` of a large fleet is megabytes).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -65,12 +68,23 @@ pub(crate) struct DaemonState {
     pub since_ms: u64,
 }
 
+/// What the daemon plans with when asked (`plan <json>`): its config as loaded, the file it
+/// was loaded from, and its source's parse cache.
+pub(crate) struct Planner {
+    pub config_path: PathBuf,
+    pub config: crate::config::Config,
+    pub cache: Arc<std::sync::Mutex<crate::source::ParseCache>>,
+    /// One plan at a time: each holds a fleet's specs, records and views while it runs.
+    pub one_at_a_time: tokio::sync::Mutex<()>,
+}
+
 /// Listens on the socket and forwards each valid reconcile request; answers `records` from
-/// `store`. Replaces a stale socket file.
+/// `store`, and `plan` with `planner`. Replaces a stale socket file.
 pub(crate) fn serve(
     state_dir: &Path,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
+    planner: Option<Arc<Planner>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     crate::util::state_dir::create_state_dir(state_dir)?;
@@ -83,8 +97,9 @@ pub(crate) fn serve(
     let handle_one = move |stream: UnixStream, slot: OwnedSemaphorePermit| {
         let requests = requests.clone();
         let store = store.clone();
+        let planner = planner.clone();
         tokio::spawn(async move {
-            let _ = handle(stream, requests, store).await;
+            let _ = handle(stream, requests, store, planner).await;
             drop(slot);
         });
     };
@@ -157,17 +172,22 @@ async fn handle(
     stream: UnixStream,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
+    planner: Option<Arc<Planner>>,
 ) -> std::io::Result<()> {
     // Who asks, as the kernel says: recorded with a suspension.
     let uid = stream.peer_cred().ok().map(|c| c.uid());
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     // A request is one short line; a client that sends nothing is dropped.
-    let mut reader = BufReader::new(read.take(1024));
+    let mut reader = BufReader::new(read.take(REQUEST_MAX as u64));
     let n = tokio::time::timeout(READ_TIMEOUT, reader.read_line(&mut line))
         .await
         .unwrap_or(Ok(0))?;
-    let reply = answer(&line[..n.min(line.len())], requests, store, uid).await;
+    let line = &line[..n.min(line.len())];
+    let reply = match line.trim().strip_prefix("plan ") {
+        Some(json) => plan(json, store, planner).await,
+        None => answer(line, requests, store, uid).await,
+    };
     // A client that does not read its answer gives its slot back too.
     tokio::time::timeout(WRITE_TIMEOUT, write.write_all(reply.as_bytes()))
         .await
@@ -240,6 +260,97 @@ async fn answer(
         }
         Err(e) => format!("error {e}\n"),
     }
+}
+
+/// `plan <json>` ([`crate::shell::cmd::plan::PlanRequest`]): the plan made here, with the
+/// specs parsed already, for the config this daemon runs with; `error ...` for any other
+/// config (or this one changed since it was loaded), which the asker then plans itself.
+async fn plan(
+    json: &str,
+    store: Option<Arc<crate::store::Store>>,
+    planner: Option<Arc<Planner>>,
+) -> String {
+    use crate::shell::cmd::plan::{Held, PlanRequest};
+    let (Some(store), Some(planner)) = (store, planner) else {
+        return "error this daemon does not plan\n".to_string();
+    };
+    let request: PlanRequest = match serde_json::from_str(json) {
+        Ok(r) => r,
+        Err(e) => {
+            return format!(
+                "error unreadable plan request: {}\n",
+                one_line(&e.to_string())
+            );
+        }
+    };
+    let _one = planner.one_at_a_time.lock().await;
+    // The config as the daemon loaded it, if the asker's is that file and it is unchanged.
+    let mine = planner.clone();
+    let same = tokio::task::spawn_blocking(move || {
+        let same_file = match (
+            std::fs::canonicalize(&request.config),
+            std::fs::canonicalize(&mine.config_path),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        let unchanged = same_file
+            && crate::config::Config::load(&mine.config_path).is_ok_and(|c| c == mine.config);
+        (unchanged, request)
+    })
+    .await;
+    let request = match same {
+        Ok((true, request)) => request,
+        Ok((false, _)) => {
+            return "error not the config this daemon runs with, as it loaded it\n".to_string();
+        }
+        Err(e) => return format!("error {}\n", one_line(&e.to_string())),
+    };
+    let started = std::time::Instant::now();
+    let held = Held::Daemon {
+        cache: planner.cache.clone(),
+        store,
+    };
+    let mut planned = crate::shell::cmd::plan::plan(
+        planner.config.clone(),
+        &request.names,
+        &[],
+        request.format.as_deref(),
+        held,
+    )
+    .await;
+    let reply = match serde_json::to_string(&planned) {
+        Ok(json) => format!("ok {json}\n"),
+        Err(e) => format!("error {}\n", one_line(&e.to_string())),
+    };
+    tracing::info!(
+        exit = planned.code,
+        ms = started.elapsed().as_millis() as u64,
+        "a plan made for the control socket"
+    );
+    // The plan's fleet-sized temporaries, freed off the async threads and given back.
+    let leftovers = planned.leftovers.take();
+    tokio::task::spawn_blocking(move || {
+        drop(leftovers);
+        crate::shell::malloc::release_free_memory();
+    });
+    reply
+}
+
+/// The plan made by the running daemon for the config `request` names; `Err` (why not) when
+/// no daemon answers, it runs with another config, or it does not plan.
+pub(crate) async fn plan_through_daemon(
+    state_dir: &Path,
+    request: &crate::shell::cmd::plan::PlanRequest,
+) -> Result<crate::shell::cmd::plan::Planned, String> {
+    let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    let line = format!("plan {json}\n");
+    if line.len() > REQUEST_MAX {
+        return Err(format!("the request is over {REQUEST_MAX} bytes"));
+    }
+    // A plan of a large fleet with a slow site takes as long as its listings.
+    let answer = ask(state_dir, &line, Duration::from_secs(300)).await?;
+    serde_json::from_str(&answer).map_err(|e| format!("unreadable plan from the daemon: {e}"))
 }
 
 /// `adopt <json>`: records a person's confirmation (`proxsync adopt`, whose checks the command
@@ -709,7 +820,7 @@ mod tests {
             retry: false,
         })
         .unwrap();
-        let server = serve(dir.path(), tx, None).unwrap();
+        let server = serve(dir.path(), tx, None, None).unwrap();
         let path = socket_path(dir.path());
         let mut holders = Vec::new();
         for _ in 0..MAX_CONNECTIONS {
@@ -755,7 +866,7 @@ mod tests {
         let (tx, _rx) = mpsc::channel(4);
         let store =
             std::sync::Arc::new(crate::store::Store::open(&dir.path().join("state")).unwrap());
-        let server = serve(dir.path(), tx, Some(store.clone())).unwrap();
+        let server = serve(dir.path(), tx, Some(store.clone()), None).unwrap();
         let forged = r#"suspend {"name":"web-01","reason":"restoring a backup","suspension":{"by":"mallory","reason":"restoring a backup","at_ms":1,"from_git":true}}"#;
         let before = crate::util::clock::now_ms();
         let answer = ask(dir.path(), &format!("{forged}\n"), Duration::from_secs(5))
@@ -786,7 +897,7 @@ mod tests {
             .unwrap();
         // A stale socket file from an earlier run is replaced.
         std::fs::write(socket_path(dir.path()), "stale").unwrap();
-        let server = serve(dir.path(), tx, Some(store)).unwrap();
+        let server = serve(dir.path(), tx, Some(store), None).unwrap();
         {
             use std::os::unix::fs::{FileTypeExt, PermissionsExt};
             let meta = std::fs::symlink_metadata(socket_path(dir.path())).unwrap();

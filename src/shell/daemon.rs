@@ -260,7 +260,13 @@ impl Daemon {
             None => None,
         };
         let (request_tx, requests) = mpsc::channel(16);
-        let control = control::serve(&config.state_dir, request_tx, Some(engine.store()))?;
+        let planner = planner(&config_path, &config, &source);
+        let control = control::serve(
+            &config.state_dir,
+            request_tx,
+            Some(engine.store()),
+            Some(planner),
+        )?;
         let hangup = signal(SignalKind::hangup())?;
         let notifier = crate::telemetry::notify::Notifier::start(&config)?;
         let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
@@ -677,7 +683,13 @@ impl Daemon {
         self.watcher = watch_source(&self.source, self.refs_tx.clone())?;
         let (request_tx, requests) = mpsc::channel(16);
         self.requests = requests;
-        self.control = control::serve(&self.config.state_dir, request_tx, Some(engine.store()))?;
+        let planner = planner(&self.config_path, &self.config, &self.source);
+        self.control = control::serve(
+            &self.config.state_dir,
+            request_tx,
+            Some(engine.store()),
+            Some(planner),
+        )?;
         self.engine = Some(engine);
         // Checked by `reload_config`; on a failure now (a secret file removed since), the
         // daemon goes on without notifications rather than stop.
@@ -722,6 +734,20 @@ impl Daemon {
 
 /// Opens the engine, waiting up to 10 s for the database: a control-socket connection still
 /// being answered may hold the old engine's handle for a moment.
+/// What the control socket plans with: this config, and the source's parse cache.
+fn planner(
+    config_path: &std::path::Path,
+    config: &Config,
+    source: &Source,
+) -> std::sync::Arc<control::Planner> {
+    std::sync::Arc::new(control::Planner {
+        config_path: config_path.to_path_buf(),
+        config: config.clone(),
+        cache: source.shared_cache(),
+        one_at_a_time: tokio::sync::Mutex::new(()),
+    })
+}
+
 async fn open_engine(config: &Config, metrics: &Metrics) -> Result<Engine, EngineError> {
     let mut tries = 0;
     loop {

@@ -14,7 +14,7 @@ pub(crate) mod verify;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use self::chain::{Applied, RewindBatch};
@@ -83,6 +83,19 @@ pub fn read_configured(config: &Config, purpose: Use) -> Result<ReadSpecs, Sourc
     source.read()
 }
 
+/// Reads the configured source as `proxsync plan` does ([`Use::Inspect`], nothing
+/// remembered), reusing `cache`: the running daemon's, when it answers a plan (a read of the
+/// tip it last read parses nothing). The caller fetched a remote already.
+pub(crate) fn inspect_with(
+    config: &Config,
+    cache: Arc<Mutex<ParseCache>>,
+) -> Result<ReadSpecs, SourceError> {
+    let mut source = Source::new(config);
+    source.remember = false;
+    source.cache = cache;
+    source.read()
+}
+
 /// The daemon's view of its source: where to read, what to watch, and the parse cache.
 pub(crate) struct Source {
     location: SourceLocation,
@@ -90,7 +103,8 @@ pub(crate) struct Source {
     dir: PathBuf,
     /// The repository read: the local path, or the mirror of a remote.
     repo: PathBuf,
-    cache: ParseCache,
+    /// Shared with the control socket, whose `plan` reads through it.
+    cache: Arc<Mutex<ParseCache>>,
     /// Opens SOPS-encrypted specs (the config's age identities).
     keyring: Arc<crate::sops::Keyring>,
     pub interval: Duration,
@@ -122,7 +136,7 @@ impl Source {
             branch: config.source.branch.clone(),
             dir: config.source.dir.clone(),
             repo,
-            cache: ParseCache::new(),
+            cache: Arc::default(),
             interval: config.source.interval,
             verify: config.source.verify.clone(),
             state_dir: config.state_dir.clone(),
@@ -133,6 +147,11 @@ impl Source {
             keyring: Arc::new(config.sops_keyring()),
             max_specs: config.source.max_specs,
         }
+    }
+
+    /// The parse cache, for the control socket's `plan` ([`inspect_with`]).
+    pub(crate) fn shared_cache(&self) -> Arc<Mutex<ParseCache>> {
+        self.cache.clone()
     }
 
     /// The repository as configured (path, or URL with its userinfo masked), naming the
@@ -268,7 +287,7 @@ impl Source {
             &self.repo,
             Rev::Commit(&tip),
             &self.dir,
-            &mut self.cache,
+            &mut lock_cache(&self.cache),
             &self.keyring,
             self.max_specs,
         )?;
@@ -371,7 +390,7 @@ impl Source {
             &self.repo,
             Rev::Commit(&last),
             &self.dir,
-            &mut self.cache,
+            &mut lock_cache(&self.cache),
             &self.keyring,
             self.max_specs,
         )?;
@@ -667,6 +686,14 @@ pub(crate) fn allow_foreign_owner() {
 /// (`spec::defaults::DefaultsSet::fingerprint`): a changed `_defaults.yaml` parses the files
 /// below it again.
 pub(crate) type ParseCache = HashMap<(String, git2::Oid, u64), Parsed>;
+
+/// The cache, for one read. A read that panicked left it as whole as any read leaves it: its
+/// entries are parses of files, each complete, so poisoning says nothing here.
+fn lock_cache(cache: &Mutex<ParseCache>) -> MutexGuard<'_, ParseCache> {
+    cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// One file's parse as the cache keeps it: its guests' specs, its diagnostics, its images.
 pub(crate) type Parsed = (

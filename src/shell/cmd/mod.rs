@@ -60,12 +60,33 @@ pub(crate) fn read_inputs(
     spec_paths: &[PathBuf],
     purpose: crate::source::Use,
 ) -> Result<Inputs, ExitCode> {
+    let mut said = String::new();
+    let read = read_inputs_saying(config, spec_paths, purpose, None, &mut said);
+    eprint!("{said}");
+    read.map_err(|()| ExitCode::FAILURE)
+}
+
+/// [`read_inputs`], its warnings and diagnostics (one per line) added to `said` rather than
+/// printed, the source read through `cache` when one is given (the daemon's, for a plan it
+/// answers). `Err` when the specs could not be read (`said` says why).
+pub(crate) fn read_inputs_saying(
+    config: Config,
+    spec_paths: &[PathBuf],
+    purpose: crate::source::Use,
+    cache: Option<std::sync::Arc<std::sync::Mutex<crate::source::ParseCache>>>,
+    said: &mut String,
+) -> Result<Inputs, ()> {
+    use std::fmt::Write;
     let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
-        match crate::source::read_configured(&config, purpose) {
+        let read = match cache {
+            Some(cache) => crate::source::inspect_with(&config, cache),
+            None => crate::source::read_configured(&config, purpose),
+        };
+        match read {
             Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),
             Err(e) => {
-                eprintln!("error: {e}");
-                return Err(ExitCode::FAILURE);
+                let _ = writeln!(said, "error: {e}");
+                return Err(());
             }
         }
     } else {
@@ -79,13 +100,15 @@ pub(crate) fn read_inputs(
         )
     };
     if let (Some(r), Some(commit)) = (&refused, &commit) {
-        eprintln!(
+        let _ = writeln!(
+            said,
             "warning: commit {} refused: {}; using the last verified commit {commit}",
             r.commit, r.reason
         );
     }
     if let Some(r) = &rewound {
-        eprintln!(
+        let _ = writeln!(
+            said,
             "warning: commit {} does not descend from {}, the commit applied before it: a \
              rewind; its deletes count as one batch against max_delete_fraction",
             r.batch.commit, r.batch.from
@@ -93,7 +116,7 @@ pub(crate) fn read_inputs(
     }
     crate::engine::check_spec_sites(&config, &mut specs);
     for d in &specs.diagnostics {
-        eprintln!("{d}");
+        let _ = writeln!(said, "{d}");
     }
     Ok(Inputs {
         config,

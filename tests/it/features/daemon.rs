@@ -338,6 +338,92 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
     assert!(daemon.stop());
 }
 
+/// Plans the daemon made for its control socket, as its log says.
+fn plans_made(d: &Daemon) -> usize {
+    d.log()
+        .matches("a plan made for the control socket")
+        .count()
+}
+
+/// `proxsync plan` beside the running daemon is asked of it (it holds the specs parsed), and
+/// says word for word what a plan made without it says, in every format and for a name.
+/// Another config file, or the daemon's own changed since it loaded it, is planned by the
+/// asker: the daemon plans only with the config it runs with.
+#[test]
+fn plan_is_asked_of_the_daemon_for_its_own_config_only() {
+    let pve = FakePve::start(default_scenario());
+    let ws = Workspace::new(&pve);
+    ws.use_bare_source();
+    let broken = spec("web-02", "pve1", "9000", "").replace("cpu: 2", "cpu: lots");
+    ws.commit_specs(&[
+        ("a.yaml", spec("web-01", "pve1", "9000", "")),
+        ("b.yaml", broken),
+    ]);
+    ws.push();
+    let daemon = Daemon::start(&ws, None);
+    daemon.wait_message("READY=1", Duration::from_secs(20), |m| {
+        m.contains("READY=1")
+    });
+    // The same config at another path: planned here (records asked of the daemon).
+    let copy = ws.path("copy.toml");
+    std::fs::copy(ws.config(), &copy).unwrap();
+    let plan_with = |config: &Path, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxsync"))
+            .arg("plan")
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .output()
+            .expect("run proxsync plan");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for args in [
+        &[][..],
+        &["--format", "json"],
+        &["--format", "markdown"],
+        &["web-01"],
+    ] {
+        let made = plans_made(&daemon);
+        let asked = plan_with(&ws.config(), args);
+        assert_eq!(
+            plans_made(&daemon),
+            made + 1,
+            "plan {args:?} was asked of the daemon"
+        );
+        let here = plan_with(&copy, args);
+        assert_eq!(
+            plans_made(&daemon),
+            made + 1,
+            "another config file is planned here"
+        );
+        assert_eq!(
+            asked, here,
+            "plan {args:?}: the daemon's and this process's"
+        );
+        assert!(asked.2.contains("cpu"), "the diagnostic: {}", asked.2);
+    }
+    // The daemon's config changed since it loaded it (a reload not yet asked for).
+    let good = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(
+        ws.config(),
+        good.replace("[source]", "[source]\ninterval = \"17s\""),
+    )
+    .unwrap();
+    let made = plans_made(&daemon);
+    let here = plan_with(&ws.config(), &[]);
+    assert_eq!(
+        plans_made(&daemon),
+        made,
+        "a changed config is planned here"
+    );
+    assert_eq!(here, plan_with(&copy, &[]));
+    assert!(daemon.stop());
+}
+
 pub(crate) fn daemon_ready_count(d: &Daemon) -> usize {
     d.messages()
         .iter()
