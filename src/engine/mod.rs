@@ -166,6 +166,10 @@ struct Acting<'a> {
     observed_sites: &'a BTreeMap<String, Arc<SiteCtx>>,
 }
 
+/// The records as the last cycle left them, shared by the engine with the control socket's
+/// plans; `None` while a cycle has them, or before the first.
+pub(crate) type HeldRecords = Arc<std::sync::Mutex<Option<Arc<BTreeMap<String, SpecRecord>>>>>;
+
 /// What acting left: the results, the plan after acting, and the views and records it saw.
 type AfterActing = (
     Vec<ActionResult>,
@@ -427,8 +431,8 @@ pub struct Engine {
     /// recorded), and the cycle returns.
     shutdown: tokio::sync::watch::Receiver<bool>,
     /// The records as the last cycle left them (the engine is the database's only writer):
-    /// an idle cycle decodes nothing.
-    records: Option<BTreeMap<String, SpecRecord>>,
+    /// an idle cycle decodes nothing, nor a plan the control socket makes between cycles.
+    records: HeldRecords,
     /// The wall clock of plans, actions and status files (the system's; tests set their own).
     clock: Clock,
     /// The last cycle if it acted on nothing, with its cached `records` untouched since (see
@@ -490,7 +494,7 @@ impl Engine {
             last_request: None,
             notify_failures: Vec::new(),
             shutdown: tokio::sync::watch::channel(false).1,
-            records: None,
+            records: HeldRecords::default(),
             clock: Clock::system(),
             idle: None,
             last_look: None,
@@ -521,9 +525,9 @@ impl Engine {
                 self.store.put(name, &rec)?;
                 // The records changed: the next cycle plans.
                 self.idle = None;
-                if let Some(cache) = self.records.as_mut() {
+                self.change_records(|cache| {
                     cache.insert(name.to_string(), rec);
-                }
+                });
                 Ok(true)
             }
             Some(_) => Ok(true),
@@ -548,9 +552,9 @@ impl Engine {
         changes.rolled_back = None;
         self.store.put(name, &rec)?;
         self.idle = None;
-        if let Some(cache) = self.records.as_mut() {
+        self.change_records(|cache| {
             cache.insert(name.to_string(), rec);
-        }
+        });
         Ok(true)
     }
 
@@ -567,6 +571,39 @@ impl Engine {
     /// The state database (the control socket serves its records to `proxsync plan`).
     pub(crate) fn store(&self) -> Arc<Store> {
         self.store.clone()
+    }
+
+    /// The records as the last cycle left them, for the control socket's plans (`None`
+    /// during a cycle: a plan then reads the database).
+    pub(crate) fn records_handle(&self) -> HeldRecords {
+        self.records.clone()
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Arc<BTreeMap<String, SpecRecord>>>> {
+        // An `Option` of an `Arc` is whole after any panic: poisoning says nothing here.
+        self.records
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn held_records(&self) -> Option<Arc<BTreeMap<String, SpecRecord>>> {
+        self.held().clone()
+    }
+
+    /// The records, taken for a cycle to change (copied only if a plan holds them now).
+    fn take_records(&mut self) -> Option<BTreeMap<String, SpecRecord>> {
+        self.held().take().map(Arc::unwrap_or_clone)
+    }
+
+    fn keep_records(&mut self, records: BTreeMap<String, SpecRecord>) {
+        *self.held() = Some(Arc::new(records));
+    }
+
+    /// Changes the records held, if any.
+    fn change_records(&mut self, change: impl FnOnce(&mut BTreeMap<String, SpecRecord>)) {
+        if let Some(records) = self.held().as_mut() {
+            change(Arc::make_mut(records));
+        }
     }
 
     /// One full cycle: observe, plan, act (waiting for the tasks it starts), observe again,
@@ -613,8 +650,9 @@ impl Engine {
         let (specs, theirs) = shard(&self.config, all_specs);
         let specs = specs.as_ref();
         // Records read again from the database are not known to be the last cycle's.
-        let last = last.filter(|_| self.records.is_some());
-        let records = match self.records.take() {
+        let records = self.take_records();
+        let last = last.filter(|_| records.is_some());
+        let records = match records {
             Some(r) => r,
             None => self.store.specs()?,
         };
@@ -747,7 +785,7 @@ impl Engine {
             let report = self
                 .keep_last_cycle(&last.report, specs, commit, &views, started)
                 .map(|r| wake_for_health(r, due));
-            self.records = Some(records);
+            self.keep_records(records);
             self.idle = Some(last);
             if report.is_ok() {
                 self.last_look = Some(look(views));
@@ -881,7 +919,7 @@ impl Engine {
         let health_due = (self.health).next_due_ms(specs, &views, &records, now_ms, |s| {
             observed_sites.contains_key(s)
         });
-        self.records = Some(records);
+        self.keep_records(records);
         self.last_look = Some(look(views));
         let next_attempt_ms = match waves_left {
             true => Some(report.next_attempt_ms.unwrap_or(u64::MAX).min(now_ms + 1)),
@@ -1097,7 +1135,8 @@ impl Engine {
                 Arc::new(self.store.suspensions()?)
             }
         };
-        let records = self.records.as_ref();
+        let records = self.held_records();
+        let records = records.as_deref();
         let mut lift = Vec::new();
         let from_git: Vec<&String> = (held.iter().filter(|(_, s)| s.from_git))
             .map(|(name, _)| name)
@@ -1206,13 +1245,16 @@ impl Engine {
             return Ok(());
         }
         self.idle = None;
-        if let Some(cache) = self.records.as_mut() {
+        // Taken while they change (a read that fails leaves none: the next cycle reads the
+        // database).
+        if let Some(mut cache) = self.take_records() {
             for name in written {
                 match self.store.record(&name)? {
                     Some(rec) => cache.insert(name, rec),
                     None => cache.remove(&name),
                 };
             }
+            self.keep_records(cache);
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use super::*;
 pub(crate) struct PlanView {
     pub plan: Plan,
     pub views: BTreeMap<String, SiteView>,
-    pub records: BTreeMap<String, SpecRecord>,
+    pub records: Arc<BTreeMap<String, SpecRecord>>,
     pub sites: BTreeMap<String, Arc<SiteCtx>>,
     /// The marker key, when it exists (a plan never makes one).
     pub marker_key: Option<MarkerKey>,
@@ -48,7 +48,7 @@ pub(crate) fn start_looking(config: &Config) -> Result<Looking, EngineError> {
 pub(crate) async fn plan_view(
     config: &Config,
     specs: &SpecSet,
-    records: BTreeMap<String, SpecRecord>,
+    records: Arc<BTreeMap<String, SpecRecord>>,
     suspensions: Suspensions,
     rewind: Option<&crate::source::chain::RewindBatch>,
     looking: Looking,

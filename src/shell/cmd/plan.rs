@@ -184,7 +184,7 @@ pub(crate) async fn plan(
         }
     };
     let planned =
-        crate::engine::plan_view(&config, &specs, records, suspensions, rewind, looking).await;
+        crate::engine::plan_view(&config, &specs, Arc::new(records), suspensions, rewind, looking).await;
     let view = match planned {
         Ok(p) => p,
         Err(e) => {
