@@ -74,6 +74,8 @@ pub(crate) struct Planner {
     pub config_path: PathBuf,
     pub config: crate::config::Config,
     pub cache: Arc<std::sync::Mutex<crate::source::ParseCache>>,
+    /// The records the engine holds between cycles (none during a cycle: read from `store`).
+    pub records: crate::engine::HeldRecords,
     /// One plan at a time: each holds a fleet's specs, records and views while it runs.
     pub one_at_a_time: tokio::sync::Mutex<()>,
 }
@@ -94,6 +96,12 @@ pub(crate) fn serve(
         let listener = listener.clone();
         async move { listener.accept().await.map(|(stream, _)| stream) }
     };
+    // The age identities as the daemon's source loaded them, just before it began serving:
+    // a plan reads through the source's parse cache only with these.
+    let planner = planner.map(|p| {
+        let keys = identities(&p.config);
+        (p, Arc::new(keys))
+    });
     let handle_one = move |stream: UnixStream, slot: OwnedSemaphorePermit| {
         let requests = requests.clone();
         let store = store.clone();
@@ -168,11 +176,26 @@ fn bind_private(state_dir: &Path, path: &Path) -> std::io::Result<UnixListener> 
     result
 }
 
+/// What the age identity file the config names holds (a digest, or why it cannot be read):
+/// the keyring read from it opens the same specs while this stays the same.
+fn identities(config: &crate::config::Config) -> Result<Vec<u8>, String> {
+    let Some(path) = config.sops_identity_path() else {
+        return Ok(Vec::new());
+    };
+    let text = std::fs::read(&path).map_err(|e| e.to_string())?;
+    Ok(ring::digest::digest(&ring::digest::SHA256, &text)
+        .as_ref()
+        .to_vec())
+}
+
+/// The planner and the age identities its source was made with ([`identities`]).
+type PlannerWithKeys = (Arc<Planner>, Arc<Result<Vec<u8>, String>>);
+
 async fn handle(
     stream: UnixStream,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
-    planner: Option<Arc<Planner>>,
+    planner: Option<PlannerWithKeys>,
 ) -> std::io::Result<()> {
     // Who asks, as the kernel says: recorded with a suspension.
     let uid = stream.peer_cred().ok().map(|c| c.uid());
@@ -268,10 +291,10 @@ async fn answer(
 async fn plan(
     json: &str,
     store: Option<Arc<crate::store::Store>>,
-    planner: Option<Arc<Planner>>,
+    planner: Option<PlannerWithKeys>,
 ) -> String {
     use crate::shell::cmd::plan::{Held, PlanRequest};
-    let (Some(store), Some(planner)) = (store, planner) else {
+    let (Some(store), Some((planner, keys))) = (store, planner) else {
         return "error this daemon does not plan\n".to_string();
     };
     let request: PlanRequest = match serde_json::from_str(json) {
@@ -283,7 +306,12 @@ async fn plan(
             );
         }
     };
-    let _one = planner.one_at_a_time.lock().await;
+    // One plan at a time, and none waits its turn: a waiting plan would hold a control
+    // connection (a flood of them, every one: `reconcile` and `state` refused) while the one
+    // under way lists slow sites. The asker plans itself meanwhile.
+    let Ok(_one) = planner.one_at_a_time.try_lock() else {
+        return "error the daemon is making another plan\n".to_string();
+    };
     // The config as the daemon loaded it, if the asker's is that file and it is unchanged.
     let mine = planner.clone();
     let same = tokio::task::spawn_blocking(move || {
@@ -296,38 +324,65 @@ async fn plan(
         };
         let unchanged = same_file
             && crate::config::Config::load(&mine.config_path).is_ok_and(|c| c == mine.config);
-        (unchanged, request)
+        // The identity file rewritten since (a new key, not reloaded yet): the plan would
+        // parse with other keys than the daemon, and leave what it parsed in its cache.
+        let same_keys = unchanged && identities(&mine.config) == *keys;
+        (unchanged, same_keys, request)
     })
     .await;
     let request = match same {
-        Ok((true, request)) => request,
-        Ok((false, _)) => {
+        Ok((true, true, request)) => request,
+        Ok((false, _, _)) => {
             return "error not the config this daemon runs with, as it loaded it\n".to_string();
+        }
+        Ok((true, false, _)) => {
+            return "error the age identity file changed since this daemon read it\n".to_string();
         }
         Err(e) => return format!("error {}\n", one_line(&e.to_string())),
     };
     let started = std::time::Instant::now();
+    let logged = crate::shell::cmd::plan::Logged::default();
     let held = Held::Daemon {
         cache: planner.cache.clone(),
+        records: planner.records.clone(),
         store,
+        logged: logged.clone(),
     };
-    let mut planned = crate::shell::cmd::plan::plan(
-        planner.config.clone(),
-        &request.names,
-        &[],
-        request.format.as_deref(),
-        held,
+    // What the plan logs is counted, not written to the daemon's log (see `Logged`).
+    let mut planned = tracing::instrument::WithSubscriber::with_subscriber(
+        crate::shell::cmd::plan::plan(
+            planner.config.clone(),
+            &request.names,
+            &[],
+            request.format.as_deref(),
+            held,
+        ),
+        logged.dispatch(),
     )
     .await;
-    let reply = match serde_json::to_string(&planned) {
-        Ok(json) => format!("ok {json}\n"),
-        Err(e) => format!("error {}\n", one_line(&e.to_string())),
+    let logged = planned.logged.max(logged.count());
+    let reply = if logged > 0 {
+        tracing::debug!(
+            lines = logged,
+            "a plan left to its asker: it logs what the asker's plan prints"
+        );
+        format!(
+            "error the plan logs {logged} line(s) a plan made by the asker prints: planned by \
+             the asker\n"
+        )
+    } else {
+        match serde_json::to_string(&planned) {
+            Ok(json) => format!("ok {json}\n"),
+            Err(e) => format!("error {}\n", one_line(&e.to_string())),
+        }
     };
-    tracing::info!(
-        exit = planned.code,
-        ms = started.elapsed().as_millis() as u64,
-        "a plan made for the control socket"
-    );
+    if logged == 0 {
+        tracing::info!(
+            exit = planned.code,
+            ms = started.elapsed().as_millis() as u64,
+            "a plan made for the control socket"
+        );
+    }
     // The plan's fleet-sized temporaries, freed off the async threads and given back.
     let leftovers = planned.leftovers.take();
     tokio::task::spawn_blocking(move || {

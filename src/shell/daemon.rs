@@ -260,7 +260,7 @@ impl Daemon {
             None => None,
         };
         let (request_tx, requests) = mpsc::channel(16);
-        let planner = planner(&config_path, &config, &source);
+        let planner = planner(&config_path, &config, &source, &engine);
         let control = control::serve(
             &config.state_dir,
             request_tx,
@@ -683,7 +683,7 @@ impl Daemon {
         self.watcher = watch_source(&self.source, self.refs_tx.clone())?;
         let (request_tx, requests) = mpsc::channel(16);
         self.requests = requests;
-        let planner = planner(&self.config_path, &self.config, &self.source);
+        let planner = planner(&self.config_path, &self.config, &self.source, &engine);
         self.control = control::serve(
             &self.config.state_dir,
             request_tx,
@@ -739,11 +739,13 @@ fn planner(
     config_path: &std::path::Path,
     config: &Config,
     source: &Source,
+    engine: &Engine,
 ) -> std::sync::Arc<control::Planner> {
     std::sync::Arc::new(control::Planner {
         config_path: config_path.to_path_buf(),
         config: config.clone(),
         cache: source.shared_cache(),
+        records: engine.records_handle(),
         one_at_a_time: tokio::sync::Mutex::new(()),
     })
 }

@@ -68,6 +68,11 @@ pub(crate) struct Planned {
     /// Printed on stderr after the plan: its errors.
     pub after: String,
     pub code: u8,
+    /// Log lines (INFO and above) the plan's work wrote while the daemon made it
+    /// ([`Held::Daemon`]): a plan made by the asker prints them on its stderr, so the daemon
+    /// does not answer with this plan (the asker plans itself).
+    #[serde(skip)]
+    pub logged: usize,
     /// What the plan was made from, kept so that its owner decides how it goes: the CLI lets
     /// the process end take it, the daemon frees it.
     #[serde(skip)]
@@ -97,11 +102,59 @@ pub(crate) enum Held {
     /// This process: the source parsed here, the records read from the database (or asked of
     /// the daemon that holds it).
     Here,
-    /// The daemon's: its parse cache and its store.
+    /// The daemon's: its parse cache (the caller checked that the plan parses as the daemon
+    /// does: its config and age identities), its store (read at once, and let go before the
+    /// specs are read), and what counts the plan's log lines ([`Logged`], also set on the
+    /// plan's future by the caller).
     Daemon {
         cache: Arc<Mutex<crate::source::ParseCache>>,
+        records: crate::engine::HeldRecords,
         store: Arc<crate::store::Store>,
+        logged: Logged,
     },
+}
+
+/// Counts the events at INFO and above (what `proxsync plan` shows on its stderr by default)
+/// of a plan the daemon makes, in place of the daemon's log: a plan made by the asker would
+/// have printed them, so such a plan is left to the asker (and a plan's warnings, such as a
+/// refused tip at each plan, do not fill the daemon's log).
+#[derive(Clone, Default)]
+pub(crate) struct Logged(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Logged {
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn dispatch(&self) -> tracing::Dispatch {
+        tracing::Dispatch::new(self.clone())
+    }
+}
+
+impl tracing::Subscriber for Logged {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.is_event() && *metadata.level() <= tracing::Level::INFO
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::INFO)
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, _: &tracing::Event<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// Makes the plan of `config`'s specs (or of `spec_paths`), scoped to `names`, rendered as
@@ -119,37 +172,76 @@ pub(crate) async fn plan(
         Ok(l) => l,
         Err(e) => return Planned::failed(format!("error: {e}\n")),
     };
-    let (records, cache) = match held {
+    let (records, cache, logged) = match held {
         Held::Here => {
             let state_dir = config.state_dir.clone();
             let snapshot =
                 tokio::task::spawn_blocking(move || crate::store::read_specs_snapshot(&state_dir));
-            (Records::Snapshot(snapshot), None)
+            (Records::Snapshot(snapshot), None, None)
         }
-        Held::Daemon { cache, store } => {
-            let held = store.clone();
-            let records = tokio::task::spawn_blocking(move || held.specs());
-            (Records::Daemon(records, store), Some(cache))
+        Held::Daemon {
+            cache,
+            records,
+            store,
+            logged,
+        } => {
+            // The records the engine holds between cycles (none during one: decoded from the
+            // store); the suspensions from the store (never asked of the daemon's socket,
+            // whose connections a flood of plans may all hold); the store let go at once: a
+            // reload waits for every handle on it to be gone.
+            let held = records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let records = match held {
+                    Some(records) => Ok(records),
+                    None => store.specs().map(Arc::new),
+                };
+                (records, store.suspensions())
+            });
+            (Records::Daemon(read), Some(cache), Some(logged))
         }
     };
     let reading = {
         let spec_paths = spec_paths.to_vec();
+        let logged = logged.clone();
         tokio::task::spawn_blocking(move || {
-            let mut said = String::new();
-            let read = read_inputs_saying(
-                config,
-                &spec_paths,
-                crate::source::Use::Inspect,
-                cache,
-                &mut said,
-            );
-            (read, said)
+            let read = || {
+                let mut said = String::new();
+                // A remote is fetched first, as a plan made without the daemon fetches it.
+                if cache.is_some()
+                    && let Err(e) = crate::source::Source::new(&config).fetch_blocking()
+                {
+                    said.push_str(&format!("error: {e}\n"));
+                    return (Err(()), said);
+                }
+                let read = read_inputs_saying(
+                    config,
+                    &spec_paths,
+                    crate::source::Use::Inspect,
+                    cache,
+                    &mut said,
+                );
+                (read, said)
+            };
+            match logged {
+                Some(logged) => tracing::dispatcher::with_default(&logged.dispatch(), read),
+                None => read(),
+            }
         })
     };
     let (read, mut before) = match reading.await {
         Ok(r) => r,
         Err(e) => return Planned::failed(format!("error: the specs' read failed: {e}\n")),
     };
+    if let Some(n) = logged.as_ref().map(Logged::count).filter(|n| *n > 0) {
+        // Left to the asker, which prints these lines too.
+        return Planned {
+            logged: n,
+            ..Planned::failed(before)
+        };
+    }
     let Ok(Inputs {
         config,
         specs,
@@ -169,22 +261,15 @@ pub(crate) async fn plan(
         ));
     }
     let rewind = rewound.as_ref().map(|r| &r.batch);
-    let records = match records.get(&config.state_dir).await {
+    let (records, suspensions) = match records.get(&config.state_dir).await {
         Ok(r) => r,
         Err(e) => {
             before.push_str(&format!("error: {}: {e}\n", config.state_dir.display()));
             return Planned::failed(before);
         }
     };
-    let suspensions = match crate::shell::control::plan_suspensions(&config.state_dir).await {
-        Ok(s) => s,
-        Err(e) => {
-            before.push_str(&format!("error: {}: {e}\n", config.state_dir.display()));
-            return Planned::failed(before);
-        }
-    };
     let planned =
-        crate::engine::plan_view(&config, &specs, Arc::new(records), suspensions, rewind, looking).await;
+        crate::engine::plan_view(&config, &specs, records, suspensions, rewind, looking).await;
     let view = match planned {
         Ok(p) => p,
         Err(e) => {
@@ -214,26 +299,34 @@ pub(crate) async fn plan(
 
 type RecordMap = std::collections::BTreeMap<String, crate::store::SpecRecord>;
 
-/// Where a plan's state records come from.
+type SuspensionMap = std::collections::BTreeMap<String, crate::store::Suspension>;
+
+type StoreRead<T> = Result<T, crate::store::StateError>;
+
+/// Where a plan's state records and suspensions come from.
 enum Records {
     /// Read beside this process (`None`: no database, or it is held: asked of the daemon).
     Snapshot(tokio::task::JoinHandle<Option<RecordMap>>),
     /// The daemon's own store.
-    Daemon(
-        tokio::task::JoinHandle<Result<RecordMap, crate::store::StateError>>,
-        Arc<crate::store::Store>,
-    ),
+    Daemon(tokio::task::JoinHandle<(StoreRead<Arc<RecordMap>>, StoreRead<SuspensionMap>)>),
 }
 
 impl Records {
-    async fn get(self, state_dir: &Path) -> Result<RecordMap, String> {
+    async fn get(self, state_dir: &Path) -> Result<(Arc<RecordMap>, SuspensionMap), String> {
         match self {
-            Records::Snapshot(read) => match read.await.ok().flatten() {
-                Some(records) => Ok(records),
-                None => crate::shell::control::plan_records(state_dir).await,
-            },
-            Records::Daemon(read, _store) => match read.await {
-                Ok(records) => records.map_err(|e| e.to_string()),
+            Records::Snapshot(read) => {
+                let records = match read.await.ok().flatten() {
+                    Some(records) => records,
+                    None => crate::shell::control::plan_records(state_dir).await?,
+                };
+                let suspensions = crate::shell::control::plan_suspensions(state_dir).await?;
+                Ok((Arc::new(records), suspensions))
+            }
+            Records::Daemon(read) => match read.await {
+                Ok((records, suspensions)) => Ok((
+                    records.map_err(|e| e.to_string())?,
+                    suspensions.map_err(|e| e.to_string())?,
+                )),
                 Err(e) => Err(e.to_string()),
             },
         }
@@ -270,6 +363,28 @@ fn render(
         stdout,
         after,
         code: report.exit_code(),
+        logged: 0,
         leftovers: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a plan made by the daemon logs at INFO and above is counted (and kept from the
+    /// daemon's log); DEBUG, which `proxsync plan` does not print by default, is not.
+    #[test]
+    fn a_plans_log_lines_are_counted() {
+        let logged = Logged::default();
+        tracing::dispatcher::with_default(&logged.dispatch(), || {
+            tracing::debug!("not shown by plan");
+            tracing::info!("shown");
+            tracing::warn!(commit = "abc", "the branch tip is refused");
+            tracing::error!("shown too");
+        });
+        assert_eq!(logged.count(), 3);
+        tracing::warn!("outside the plan");
+        assert_eq!(logged.count(), 3);
     }
 }

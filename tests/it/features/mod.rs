@@ -23,6 +23,7 @@ mod oci_app_attack;
 mod oci_attack;
 mod order;
 mod packaging;
+mod plan_attack;
 mod plan_cli;
 mod sets;
 mod sops;
