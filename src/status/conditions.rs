@@ -1156,7 +1156,7 @@ mod tests {
             Verdict::RenameUnproven {
                 from: "old".into(),
                 vmid: 100,
-                why: crate::gate::rename::Refused::NotShown {
+                why: Box::new(crate::gate::rename::Refused::NotShown {
                     kind: GuestKind::Qemu,
                     vmid: 100,
                     why: crate::gate::rename::Unshown::OtherUid {
@@ -1164,7 +1164,7 @@ mod tests {
                         from: "old".into(),
                         recorded: "u1".into(),
                     },
-                },
+                }),
             },
             Verdict::UnverifiedClaim { vmid: 100 },
             Verdict::HeldByInstall {

@@ -113,7 +113,7 @@ impl<'a> Renames<'a> {
             Fate::Unproven { why } => Some(Verdict::RenameUnproven {
                 from: r.from.to_string(),
                 vmid: r.vmid,
-                why: why.clone(),
+                why: Box::new(why.clone()),
             }),
         }
     }
