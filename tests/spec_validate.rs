@@ -11,7 +11,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// Every hostile case: (file, line, column, message fragment).
-const HOSTILE: &[(&str, usize, usize, &str)] = &[
+const HOSTILE: &[(&str, u32, u32, &str)] = &[
     (
         "disks.yaml",
         11,

@@ -10,10 +10,11 @@ use serde::Serialize;
 /// chain, outermost first).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Pos {
-    /// 1-based line.
-    pub line: usize,
+    /// 1-based line. 32 bits: a spec file is at most 1 MiB, and every spec holds four
+    /// positions (12 bytes each, not 24).
+    pub line: u32,
     /// 1-based column, in characters.
-    pub column: usize,
+    pub column: u32,
     /// Which file: 0 the spec's own; N the Nth `_defaults.yaml` applied to it.
     #[serde(skip)]
     pub source: u32,
@@ -23,14 +24,23 @@ impl Pos {
     /// A position from a 1-based line and column, in the file at hand.
     pub const fn new(line: usize, column: usize) -> Self {
         Pos {
-            line,
-            column,
+            line: saturating_u32(line),
+            column: saturating_u32(column),
             source: 0,
         }
     }
 
     /// The start of a file: used for problems that concern a whole file.
     pub const START: Pos = Pos::new(1, 1);
+}
+
+/// `n`, or `u32::MAX` past it (no spec file has that many lines).
+const fn saturating_u32(n: usize) -> u32 {
+    if n > u32::MAX as usize {
+        u32::MAX
+    } else {
+        n as u32
+    }
 }
 
 impl fmt::Display for Pos {

@@ -66,7 +66,7 @@ impl<'a> Ctx<'a> {
             .checked_sub(1)
             .and_then(|i| defaults.get(i))
         {
-            Some(d) => (d.file.as_str(), Pos::new(pos.line, pos.column)),
+            Some(d) => (d.file.as_str(), Pos { source: 0, ..pos }),
             None => (self.file, pos),
         }
     }

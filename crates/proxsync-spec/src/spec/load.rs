@@ -802,7 +802,7 @@ pub fn check_password_files<'a>(
             Some(
                 Diagnostic::error(
                     s.file.as_str(),
-                    Pos::new(s.pos.line, s.pos.column),
+                    Pos { source: 0, ..s.pos },
                     format!("spec.forProvider.password.file: {why}"),
                 )
                 .for_spec(Some(&s.name)),
@@ -828,7 +828,10 @@ pub fn check_sites<'a>(
         .map(|s| {
             Diagnostic::error(
                 s.file_of(s.site_pos),
-                Pos::new(s.site_pos.line, s.site_pos.column),
+                Pos {
+                    source: 0,
+                    ..s.site_pos
+                },
                 format!(
                     "site {:?} is not a [[site]] of the proxsync config; {valid}",
                     s.site
@@ -844,7 +847,10 @@ pub fn check_sites<'a>(
 pub fn node_error(spec: &Spec, message: impl Into<String>) -> Diagnostic {
     Diagnostic::error(
         spec.file_of(spec.node_pos),
-        Pos::new(spec.node_pos.line, spec.node_pos.column),
+        Pos {
+            source: 0,
+            ..spec.node_pos
+        },
         message,
     )
     .for_spec(Some(&spec.name))
