@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use common::engine::{Workspace, owned_vms, spec, text};
 use common::{FakePve, default_scenario};
 
+use super::plan_attack::{plan_with, plans_made};
+
 /// A running `proxsync run` with a notify socket of our own.
 pub(crate) struct Daemon {
     child: Child,
@@ -338,13 +340,6 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
     assert!(daemon.stop());
 }
 
-/// Plans the daemon made for its control socket, as its log says.
-fn plans_made(d: &Daemon) -> usize {
-    d.log()
-        .matches("a plan made for the control socket")
-        .count()
-}
-
 /// `proxsync plan` beside the running daemon is asked of it (it holds the specs parsed), and
 /// says word for word what a plan made without it says, in every format and for a name.
 /// Another config file, or the daemon's own changed since it loaded it, is planned by the
@@ -367,20 +362,6 @@ fn plan_is_asked_of_the_daemon_for_its_own_config_only() {
     // The same config at another path: planned here (records asked of the daemon).
     let copy = ws.path("copy.toml");
     std::fs::copy(ws.config(), &copy).unwrap();
-    let plan_with = |config: &Path, args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_proxsync"))
-            .arg("plan")
-            .args(args)
-            .arg("--config")
-            .arg(config)
-            .output()
-            .expect("run proxsync plan");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
     for args in [
         &[][..],
         &["--format", "json"],

@@ -38,7 +38,7 @@ fn plan_line(config: &Path, names: &[&str]) -> String {
 }
 
 /// `proxsync plan ARGS --config CONFIG`: (exit code, stdout, stderr).
-fn plan_with(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+pub(crate) fn plan_with(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_proxsync"))
         .arg("plan")
         .args(args)
@@ -68,7 +68,7 @@ fn untimed(stderr: &str) -> String {
 }
 
 /// Plans the daemon made for its control socket, as its log says.
-fn plans_made(d: &Daemon) -> usize {
+pub(crate) fn plans_made(d: &Daemon) -> usize {
     d.log()
         .matches("a plan made for the control socket")
         .count()
