@@ -153,6 +153,13 @@ def main():
             cpu0 = d.cpu_s()
             idle_cycles(d, 2)
             fig['idle_cpu_ms'] = round(1000 * (d.cpu_s() - cpu0) / 2, 1)
+            # `plan` beside the running daemon, which makes it (its own config file).
+            fig['plan_beside_daemon'] = []
+            for _ in range(3):
+                r = subprocess.run(['/usr/bin/time', '-f', '%M %e %U %S', BIN, 'plan', '--config', ws.config],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                fig['plan_beside_daemon'].append(r.stderr.strip().splitlines()[-1])
+            log('plan beside the daemon: %s (maxrss kB, wall, user, sys)' % fig['plan_beside_daemon'])
             res['warm'] = fig
             log('warm: ready %ss, %s' % (fig['ready_s'], fig['mem_idle']))
             d.stop()
