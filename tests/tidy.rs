@@ -120,6 +120,10 @@ const CRATES: &[(&str, Layers)] = &[
                     "shell::completions",
                 ],
             ),
+            (
+                "a plan made without acting (the command's and the control socket's)",
+                &["shell::planning"],
+            ),
             ("the daemon", &["shell::daemon"]),
             ("the commands' bodies", &["shell::cmd"]),
             ("the command line", &["shell::cli"]),

@@ -68,25 +68,13 @@ pub(crate) struct DaemonState {
     pub since_ms: u64,
 }
 
-/// What the daemon plans with when asked (`plan <json>`): its config as loaded, the file it
-/// was loaded from, and its source's parse cache.
-pub(crate) struct Planner {
-    pub config_path: PathBuf,
-    pub config: crate::config::Config,
-    pub cache: Arc<std::sync::Mutex<crate::source::ParseCache>>,
-    /// The records the engine holds between cycles (none during a cycle: read from `store`).
-    pub records: crate::engine::HeldRecords,
-    /// One plan at a time: each holds a fleet's specs, records and views while it runs.
-    pub one_at_a_time: tokio::sync::Mutex<()>,
-}
-
 /// Listens on the socket and forwards each valid reconcile request; answers `records` from
 /// `store`, and `plan` with `planner`. Replaces a stale socket file.
 pub(crate) fn serve(
     state_dir: &Path,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
-    planner: Option<Arc<Planner>>,
+    planner: Option<PlanFn>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let path = socket_path(state_dir);
     crate::util::state_dir::create_state_dir(state_dir)?;
@@ -96,12 +84,6 @@ pub(crate) fn serve(
         let listener = listener.clone();
         async move { listener.accept().await.map(|(stream, _)| stream) }
     };
-    // The age identities as the daemon's source loaded them, just before it began serving:
-    // a plan reads through the source's parse cache only with these.
-    let planner = planner.map(|p| {
-        let keys = identities(&p.config);
-        (p, Arc::new(keys))
-    });
     let handle_one = move |stream: UnixStream, slot: OwnedSemaphorePermit| {
         let requests = requests.clone();
         let store = store.clone();
@@ -176,26 +158,11 @@ fn bind_private(state_dir: &Path, path: &Path) -> std::io::Result<UnixListener> 
     result
 }
 
-/// What the age identity file the config names holds (a digest, or why it cannot be read):
-/// the keyring read from it opens the same specs while this stays the same.
-fn identities(config: &crate::config::Config) -> Result<Vec<u8>, String> {
-    let Some(path) = config.sops_identity_path() else {
-        return Ok(Vec::new());
-    };
-    let text = std::fs::read(&path).map_err(|e| e.to_string())?;
-    Ok(ring::digest::digest(&ring::digest::SHA256, &text)
-        .as_ref()
-        .to_vec())
-}
-
-/// The planner and the age identities its source was made with ([`identities`]).
-type PlannerWithKeys = (Arc<Planner>, Arc<Result<Vec<u8>, String>>);
-
 async fn handle(
     stream: UnixStream,
     requests: mpsc::Sender<Request>,
     store: Option<std::sync::Arc<crate::store::Store>>,
-    planner: Option<PlannerWithKeys>,
+    planner: Option<PlanFn>,
 ) -> std::io::Result<()> {
     // Who asks, as the kernel says: recorded with a suspension.
     let uid = stream.peer_cred().ok().map(|c| c.uid());
@@ -208,7 +175,10 @@ async fn handle(
         .unwrap_or(Ok(0))?;
     let line = &line[..n.min(line.len())];
     let reply = match line.trim().strip_prefix("plan ") {
-        Some(json) => plan(json, store, planner).await,
+        Some(json) => match (planner, store) {
+            (Some(plan), Some(store)) => plan(json.to_string(), store).await,
+            _ => "error this daemon does not plan\n".to_string(),
+        },
         None => answer(line, requests, store, uid).await,
     };
     // A client that does not read its answer gives its slot back too.
@@ -285,119 +255,73 @@ async fn answer(
     }
 }
 
-/// `plan <json>` ([`crate::shell::cmd::plan::PlanRequest`]): the plan made here, with the
-/// specs parsed already, for the config this daemon runs with; `error ...` for any other
-/// config (or this one changed since it was loaded), which the asker then plans itself.
-async fn plan(
-    json: &str,
-    store: Option<Arc<crate::store::Store>>,
-    planner: Option<PlannerWithKeys>,
-) -> String {
-    use crate::shell::cmd::plan::{Held, PlanRequest};
-    let (Some(store), Some((planner, keys))) = (store, planner) else {
-        return "error this daemon does not plan\n".to_string();
-    };
-    let request: PlanRequest = match serde_json::from_str(json) {
-        Ok(r) => r,
-        Err(e) => {
-            return format!(
-                "error unreadable plan request: {}\n",
-                one_line(&e.to_string())
-            );
-        }
-    };
-    // One plan at a time, and none waits its turn: a waiting plan would hold a control
-    // connection (a flood of them, every one: `reconcile` and `state` refused) while the one
-    // under way lists slow sites. The asker plans itself meanwhile.
-    let Ok(_one) = planner.one_at_a_time.try_lock() else {
-        return "error the daemon is making another plan\n".to_string();
-    };
-    // The config as the daemon loaded it, if the asker's is that file and it is unchanged.
-    let mine = planner.clone();
-    let same = tokio::task::spawn_blocking(move || {
-        let same_file = match (
-            std::fs::canonicalize(&request.config),
-            std::fs::canonicalize(&mine.config_path),
-        ) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => false,
-        };
-        let unchanged = same_file
-            && crate::config::Config::load(&mine.config_path).is_ok_and(|c| c == mine.config);
-        // The identity file rewritten since (a new key, not reloaded yet): the plan would
-        // parse with other keys than the daemon, and leave what it parsed in its cache.
-        let same_keys = unchanged && identities(&mine.config) == *keys;
-        (unchanged, same_keys, request)
-    })
-    .await;
-    let request = match same {
-        Ok((true, true, request)) => request,
-        Ok((false, _, _)) => {
-            return "error not the config this daemon runs with, as it loaded it\n".to_string();
-        }
-        Ok((true, false, _)) => {
-            return "error the age identity file changed since this daemon read it\n".to_string();
-        }
-        Err(e) => return format!("error {}\n", one_line(&e.to_string())),
-    };
-    let started = std::time::Instant::now();
-    let logged = crate::shell::cmd::plan::Logged::default();
-    let held = Held::Daemon {
-        cache: planner.cache.clone(),
-        records: planner.records.clone(),
-        store,
-        logged: logged.clone(),
-    };
-    // What the plan logs is counted, not written to the daemon's log (see `Logged`).
-    let mut planned = tracing::instrument::WithSubscriber::with_subscriber(
-        crate::shell::cmd::plan::plan(
-            planner.config.clone(),
-            &request.names,
-            &[],
-            request.format.as_deref(),
-            held,
-        ),
-        logged.dispatch(),
-    )
-    .await;
-    let logged = planned.logged.max(logged.count());
-    let reply = if logged > 0 {
-        tracing::debug!(
-            lines = logged,
-            "a plan left to its asker: it logs what the asker's plan prints"
-        );
-        format!(
-            "error the plan logs {logged} line(s) a plan made by the asker prints: planned by \
-             the asker\n"
-        )
-    } else {
-        match serde_json::to_string(&planned) {
-            Ok(json) => format!("ok {json}\n"),
-            Err(e) => format!("error {}\n", one_line(&e.to_string())),
-        }
-    };
-    if logged == 0 {
-        tracing::info!(
-            exit = planned.code,
-            ms = started.elapsed().as_millis() as u64,
-            "a plan made for the control socket"
-        );
-    }
-    // The plan's fleet-sized temporaries, freed off the async threads and given back.
-    let leftovers = planned.leftovers.take();
-    tokio::task::spawn_blocking(move || {
-        drop(leftovers);
-        crate::shell::malloc::release_free_memory();
-    });
-    reply
+/// A plan asked of the running daemon (`plan <json>` on its control socket).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PlanRequest {
+    /// The config the asker loaded (absolute): the daemon plans only for its own, unchanged
+    /// since it loaded it.
+    pub config: PathBuf,
+    /// `plan NAME...`.
+    pub names: Vec<String>,
+    /// `--format`.
+    pub format: Option<String>,
 }
+
+/// A plan made: what to print, and the exit code.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Planned {
+    /// Printed on stderr before the plan: warnings and the specs' diagnostics.
+    pub before: String,
+    pub stdout: String,
+    /// Printed on stderr after the plan: its errors.
+    pub after: String,
+    pub code: u8,
+    /// Log lines (INFO and above) the plan's work wrote while the daemon made it
+    /// ([`Held::Daemon`]): a plan made by the asker prints them on its stderr, so the daemon
+    /// does not answer with this plan (the asker plans itself).
+    #[serde(skip)]
+    pub logged: usize,
+    /// What the plan was made from, kept so that its owner decides how it goes: the CLI lets
+    /// the process end take it, the daemon frees it.
+    #[serde(skip)]
+    pub leftovers: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Planned {
+    pub(crate) fn failed(before: String) -> Planned {
+        Planned {
+            before,
+            code: 1,
+            ..Planned::default()
+        }
+    }
+
+    /// Prints it (stderr, stdout, stderr) and returns its exit code.
+    pub(crate) fn print(&self) -> std::process::ExitCode {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), self.before.as_bytes());
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), self.stdout.as_bytes());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), self.after.as_bytes());
+        std::process::ExitCode::from(self.code)
+    }
+}
+
+/// How the daemon answers `plan <json>` (made above this layer, by `shell::planning`): the
+/// request's JSON and the daemon's store in, the answer line out.
+pub(crate) type PlanFn = Arc<
+    dyn Fn(
+            String,
+            Arc<crate::store::Store>,
+        ) -> std::pin::Pin<Box<dyn Future<Output = String> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// The plan made by the running daemon for the config `request` names; `Err` (why not) when
 /// no daemon answers, it runs with another config, or it does not plan.
 pub(crate) async fn plan_through_daemon(
     state_dir: &Path,
-    request: &crate::shell::cmd::plan::PlanRequest,
-) -> Result<crate::shell::cmd::plan::Planned, String> {
+    request: &PlanRequest,
+) -> Result<Planned, String> {
     let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
     let line = format!("plan {json}\n");
     if line.len() > REQUEST_MAX {
@@ -508,7 +432,7 @@ fn user_name(uid: u32) -> Option<String> {
 }
 
 /// `t` without control characters, at most 200 characters: what a status line shows of it.
-fn one_line(t: &str) -> String {
+pub(crate) fn one_line(t: &str) -> String {
     t.chars().filter(|c| !c.is_control()).take(200).collect()
 }
 

@@ -734,19 +734,25 @@ impl Daemon {
 
 /// Opens the engine, waiting up to 10 s for the database: a control-socket connection still
 /// being answered may hold the old engine's handle for a moment.
-/// What the control socket plans with: this config, and the source's parse cache.
+/// What the control socket plans with: this config, the source's parse cache and the
+/// engine's records, handed down to the socket as the function that answers `plan <json>`.
 fn planner(
     config_path: &std::path::Path,
     config: &Config,
     source: &Source,
     engine: &Engine,
-) -> std::sync::Arc<control::Planner> {
-    std::sync::Arc::new(control::Planner {
+) -> control::PlanFn {
+    let planner = std::sync::Arc::new(crate::shell::planning::Planner {
         config_path: config_path.to_path_buf(),
         config: config.clone(),
         cache: source.shared_cache(),
         records: engine.records_handle(),
+        // As the source just loaded them.
+        identities: crate::shell::planning::identities(config),
         one_at_a_time: tokio::sync::Mutex::new(()),
+    });
+    std::sync::Arc::new(move |json, store| {
+        Box::pin(crate::shell::planning::answer(planner.clone(), json, store))
     })
 }
 

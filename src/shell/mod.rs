@@ -13,5 +13,6 @@ pub(crate) mod inventory;
 pub(crate) mod malloc;
 pub(crate) mod manpages;
 pub(crate) mod plan_report;
+pub(crate) mod planning;
 pub(crate) mod status_view;
 pub(crate) mod web;

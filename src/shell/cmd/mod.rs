@@ -20,7 +20,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::config::{self, Config};
-use crate::spec;
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
@@ -33,16 +32,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-/// What a command works on: the config, the specs, and the commit they come from.
-pub(crate) struct Inputs {
-    config: Config,
-    specs: spec::SpecSet,
-    commit: Option<String>,
-    /// The branch tip `[source] verify` refused (the specs are the last verified commit's).
-    refused: Option<crate::source::verify::Refusal>,
-    /// The commit does not descend from the commit applied before it.
-    rewound: Option<crate::source::Rewind>,
-}
+pub(crate) use crate::shell::planning::{Inputs, read_inputs_saying};
 
 /// Loads the config and the specs (from `--specs`, else the configured source, verified when
 /// `[source] verify` is set).
@@ -64,67 +54,6 @@ pub(crate) fn read_inputs(
     let read = read_inputs_saying(config, spec_paths, purpose, None, &mut said);
     eprint!("{said}");
     read.map_err(|()| ExitCode::FAILURE)
-}
-
-/// [`read_inputs`], its warnings and diagnostics (one per line) added to `said` rather than
-/// printed, the source read through `cache` when one is given (the daemon's, for a plan it
-/// answers). `Err` when the specs could not be read (`said` says why).
-pub(crate) fn read_inputs_saying(
-    config: Config,
-    spec_paths: &[PathBuf],
-    purpose: crate::source::Use,
-    cache: Option<std::sync::Arc<std::sync::Mutex<crate::source::ParseCache>>>,
-    said: &mut String,
-) -> Result<Inputs, ()> {
-    use std::fmt::Write;
-    let (mut specs, commit, refused, rewound) = if spec_paths.is_empty() {
-        let read = match cache {
-            Some(cache) => crate::source::inspect_with(&config, cache),
-            None => crate::source::read_configured(&config, purpose),
-        };
-        match read {
-            Ok(read) => (read.specs, Some(read.commit), read.refused, read.rewound),
-            Err(e) => {
-                let _ = writeln!(said, "error: {e}");
-                return Err(());
-            }
-        }
-    } else {
-        let keyring = config.sops_keyring();
-        let secrets = spec::Secrets::Decrypt(&keyring);
-        (
-            spec::load_paths_capped(spec_paths, secrets, config.source.max_specs),
-            None,
-            None,
-            None,
-        )
-    };
-    if let (Some(r), Some(commit)) = (&refused, &commit) {
-        let _ = writeln!(
-            said,
-            "warning: commit {} refused: {}; using the last verified commit {commit}",
-            r.commit, r.reason
-        );
-    }
-    if let Some(r) = &rewound {
-        let _ = writeln!(
-            said,
-            "warning: commit {} does not descend from {}, the commit applied before it: a \
-             rewind; its deletes count as one batch against max_delete_fraction",
-            r.batch.commit, r.batch.from
-        );
-    }
-    crate::engine::check_spec_sites(&config, &mut specs);
-    for d in &specs.diagnostics {
-        let _ = writeln!(said, "{d}");
-    }
-    Ok(Inputs {
-        config,
-        specs,
-        commit,
-        refused,
-        rewound,
-    })
 }
 
 /// Takes the state directory for this process (one proxsync per state directory), or says
