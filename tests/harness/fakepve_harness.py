@@ -89,6 +89,9 @@ faults and state commands, the harness models real PVE where fakepve 0.5.0 diffe
     task_with_log(node='pve1', type='qmstart', id='', lines=0, error=None, secs=0)
         A task with `lines` log lines, failing with `error` (or OK) after secs PVE seconds (times
         time_scale); returns its UPID.
+    connections()
+        How many client connections (address and port) requests came on. A connection kept alive
+        and idle for 5 s is closed, as pveproxy closes it (PVEPROXY_IDLE_SECS).
     task_polls(reset=False)
         {in_flight, max_in_flight, status, listings}: GET requests under /nodes/{node}/tasks (a
         task's status or log, a node's task listing) being answered now, the most at once, and how
@@ -343,6 +346,13 @@ DEFAULT_BRIDGES = ('vmbr0',)
 # pve-cluster src/PVE/DataCenterConfig.pm: the Proxmox OUI, datacenter.cfg's default mac_prefix.
 PROXMOX_OUI = 'BC:24:11'
 STOP_TIMEOUT = 3.0
+# pveproxy closes a kept-alive connection idle for this many real seconds: pve-http-server
+# src/PVE/APIServer/AnyEvent.pm makes each client's AnyEvent::Handle with `timeout =>
+# $self->{timeout}` (`$self->{timeout} = 5 if !$self->{timeout}`; pve-manager's pveproxy sets
+# none), set again after each response, and its on_error disconnects. aiohttp's own default is
+# 3630 s.
+PVEPROXY_IDLE_SECS = 5
+
 # pveproxy's forward timeout (PVE seconds), pve-http-server PVE/APIServer/AnyEvent.pm proxy_request.
 PROXY_TIMEOUT = 30.0
 # garble's replacement values: huge and negative numbers, odd strings.
@@ -646,6 +656,8 @@ class HarnessPve(FakePve):
         self.bridge_mtus = {}
         # task_polls: GETs under /nodes/{node}/tasks in flight now, the most at once, and counts.
         self.task_polls = {'in_flight': 0, 'max_in_flight': 0, 'status': 0, 'listings': 0}
+        # connections: the (address, port) of each client connection a request came on.
+        self.connections_seen = set()
         # standalone: a node that is not in a cluster (no corosync): /cluster/status as get_status answers it then.
         self.standalone = False
         # The cluster's root CA, /etc/pve/pve-root-ca.pem, as (PEM text, DER bytes): the certificate the fake serves.
@@ -916,10 +928,28 @@ class HarnessPve(FakePve):
 
     TASK_GET = re.compile(r'^/api2/(?:json|extjs)/nodes/[^/]+/tasks(/[^/]+/(status|log))?/?$')
 
+    async def start(self, certfile, keyfile):
+        """fakepve's start, with pveproxy's idle timeout on kept-alive connections
+        (PVEPROXY_IDLE_SECS)."""
+        import ssl
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(certfile, keyfile)
+        if self.network.get('seed') is not None:
+            self._random.seed(self.network['seed'])
+        self.runner = web.AppRunner(self._build_app(), keepalive_timeout=PVEPROXY_IDLE_SECS)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.host, self.port, ssl_context=ctx).start()
+        if not self.port:
+            self.port = self.runner.addresses[0][1]
+
     @web.middleware
     async def _middleware(self, request, handler):
         """fakepve's middleware, counting the task reads in flight (task_polls): what a client's
-        task polling asks of a site at once, latency included."""
+        task polling asks of a site at once, latency included; and the connections requests
+        came on (connections)."""
+        peer = request.transport.get_extra_info('peername') if request.transport else None
+        if peer:
+            self.connections_seen.add(tuple(peer[:2]))
         match = self.TASK_GET.match(request.path) if request.method == 'GET' else None
         if match is None:
             return await super()._middleware(request, handler)
@@ -3306,6 +3336,10 @@ class Commands(object):
             return None
         return await self.pve.task(node, type, id, 'root@pam', body, lock=False,
                                    log=['line {0}'.format(i) for i in range(1, int(lines) + 1)])
+
+    def connections(self):
+        """How many client connections requests came on (see COMMANDS)."""
+        return len(self.pve.connections_seen)
 
     def task_polls(self, reset=False):
         """{in_flight, max_in_flight, status, listings} of the task reads (see COMMANDS)."""

@@ -90,6 +90,26 @@ async fn clone_template(c: &Client, vmid: u32, name: &str) {
     wait_ok(c, &upid).await;
 }
 
+/// pveproxy closes a connection kept alive and idle for 5 s, and so does the harness. The
+/// client lets one go after 4 s idle: it never sends a request on a connection the server is
+/// closing, and an idle daemon holds no connection between cycles.
+#[tokio::test]
+async fn an_idle_connection_is_let_go_before_pveproxy_closes_it() {
+    let mut pve = FakePve::start(default_scenario());
+    let c = client(&pve);
+    c.version().await.unwrap();
+    c.version().await.unwrap();
+    let seen = |pve: &mut FakePve| pve.call("connections", json!({})).unwrap().as_u64();
+    assert_eq!(
+        seen(&mut pve),
+        Some(1),
+        "one connection kept alive for requests close together"
+    );
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    c.version().await.unwrap();
+    assert_eq!(seen(&mut pve), Some(2), "a new connection after 4.5 s idle");
+}
+
 #[tokio::test]
 async fn reads_version_health_resources_storage_and_bridges() {
     let mut pve = FakePve::start(default_scenario());

@@ -129,6 +129,14 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// How long a kept-alive connection may idle in the pool. pveproxy closes one idle for 5 s
+/// (pve-http-server src/PVE/APIServer/AnyEvent.pm: each client's handle has `timeout =>
+/// $self->{timeout}`, 5 by default, set again after each response; its `on_error`
+/// disconnects). Let go sooner, a connection is never given a request while the server closes
+/// it (a POST sent so would get no answer), and an idle daemon holds no connection's buffers
+/// (at 50,000 specs 9.7 MiB: a listing's read buffer per site) between cycles.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
 impl Client {
     /// Builds a client. Fails on an unusable CA file or endpoint; makes no request.
     pub fn new(opts: ClientOptions) -> Result<Client, Error> {
@@ -139,6 +147,7 @@ impl Client {
             .timeout(opts.request_timeout)
             // PVE never redirects; following one could carry the token elsewhere.
             .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(POOL_IDLE)
             .user_agent(concat!("proxsync/", env!("CARGO_PKG_VERSION")));
         builder = match &opts.proxy {
             Some(url) => builder.proxy(
