@@ -135,7 +135,7 @@ impl std::fmt::Debug for Client {
 /// disconnects). Let go sooner, a connection is never given a request while the server closes
 /// it (a POST sent so would get no answer), and an idle daemon holds no connection's buffers
 /// (at 50,000 specs 9.7 MiB: a listing's read buffer per site) between cycles.
-const POOL_IDLE: Duration = Duration::from_secs(4);
+pub const POOL_IDLE: Duration = Duration::from_secs(4);
 
 impl Client {
     /// Builds a client. Fails on an unusable CA file or endpoint; makes no request.

@@ -85,7 +85,7 @@ pub use api::{CloneRequest, Download, VmParams, percent_encode};
 #[cfg(feature = "client")]
 pub use calls::Pve;
 #[cfg(feature = "client")]
-pub use client::{Client, ClientOptions, Credentials};
+pub use client::{Client, ClientOptions, Credentials, POOL_IDLE};
 pub use error::{Error, Summary, TransportKind, is_lock_timeout};
 pub use meter::{Meter, NoMeter};
 pub use task::{LockHolder, TaskOutcome, Upid};
