@@ -1697,8 +1697,8 @@ mod tests {
         assert!(e.message.contains("does not exist"), "{e}");
     }
 
-    #[test]
-    fn an_unchanged_spec_is_shared_between_reads_with_its_hashes() {
+    /// A repository whose one commit holds web.yaml (web-01) and db.yaml (db-01).
+    fn two_specs_committed() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         git(d, &["init", "-q"]);
@@ -1706,6 +1706,13 @@ mod tests {
         std::fs::write(d.join("db.yaml"), SPEC.replace("web-01", "db-01")).unwrap();
         git(d, &["add", "."]);
         git(d, &["commit", "-q", "-m", "one"]);
+        dir
+    }
+
+    #[test]
+    fn an_unchanged_spec_is_shared_between_reads_with_its_hashes() {
+        let dir = two_specs_committed();
+        let d = dir.path();
         let mut cache = ParseCache::new();
         let first = read_commit_cached(d, "main", Path::new("."), &mut cache).unwrap();
         std::fs::write(
@@ -1752,13 +1759,8 @@ mod tests {
 
     #[test]
     fn a_commit_read_whole_is_read_again_without_its_tree_but_a_failed_file_is_read_again() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = two_specs_committed();
         let d = dir.path();
-        git(d, &["init", "-q"]);
-        std::fs::write(d.join("web.yaml"), SPEC).unwrap();
-        std::fs::write(d.join("db.yaml"), SPEC.replace("web-01", "db-01")).unwrap();
-        git(d, &["add", "."]);
-        git(d, &["commit", "-q", "-m", "one"]);
         // db.yaml's blob cannot be read: said, and not remembered.
         let blob = hide_object(d, &rev_parse(d, "HEAD:db.yaml"));
         let mut cache = ParseCache::new();
