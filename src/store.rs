@@ -144,7 +144,7 @@ struct LazyRecord {
     vm: VmState,
     /// The site and state the database holds under its name: a VMID reservation moves from
     /// these to the record's when it is committed (as [`Store::transition`] moves it).
-    stored_site: String,
+    stored_site: compact_str::CompactString,
     stored_vm: VmState,
 }
 
@@ -440,8 +440,8 @@ impl Store {
                 a.spec, a.vmid
             ));
         }
-        rec.uid = a.uid.clone();
-        rec.site = a.site.clone();
+        rec.uid = a.uid.as_str().into();
+        rec.site = a.site.as_str().into();
         rec.adopted = true;
         rec.provisioned = true;
         rec.orphan_on_delete = a.orphan_on_delete;
@@ -454,7 +454,7 @@ impl Store {
         rec.note(now_ms, "adopt", "confirmed by hand (proxsync adopt)");
         let adopted = VmState::Exists {
             vmid: a.vmid,
-            node: a.node.clone(),
+            node: a.node.as_str().into(),
         };
         self.transition(&a.spec, &mut rec, adopted)
             .map_err(|e| e.to_string())
@@ -612,7 +612,7 @@ impl Store {
         }
         let waiting = LazyRecord {
             bytes,
-            site: rec.site.clone(),
+            site: rec.site.to_string(),
             vm: rec.vm.clone(),
             stored_site,
             stored_vm,

@@ -86,7 +86,7 @@ pub(crate) async fn adopt_by_hand(
         // The record's guest, or the spec's by its tag and name, whose notes lost the marker
         // line (`MarkerMissing`).
         let uid = rec
-            .map(|r| r.uid.clone())
+            .map(|r| r.uid.to_string())
             .filter(|u| !u.is_empty())
             .unwrap_or_else(crate::ownership::new_uid);
         let guest = (node.as_str(), kind, vmid);

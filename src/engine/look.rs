@@ -36,7 +36,7 @@ pub(super) fn push_scope(
     let mut scope = BTreeSet::new();
     let mut touch = |name: &str, site: Option<&str>| {
         scope.extend(site.map(str::to_string));
-        scope.extend(records.get(name).map(|r| r.site.clone()));
+        scope.extend(records.get(name).map(|r| r.site.to_string()));
     };
     let mut before: FnvHashMap<&str, &Arc<crate::spec::Spec>> = last
         .specs

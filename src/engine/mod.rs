@@ -291,7 +291,7 @@ fn seed_sites(
         .map(|s| s.site.clone());
     let recorded = (records.values())
         .filter(|r| r.volumes.as_ref().is_some_and(|v| !v.seeds.is_empty()))
-        .map(|r| r.site.clone());
+        .map(|r| r.site.to_string());
     let removing = (actions.iter())
         .filter(|a| a.removes())
         .filter_map(|a| a.site(records).map(str::to_string));
@@ -1415,7 +1415,7 @@ impl Engine {
                 .is_some_and(|e| e.kind == crate::store::ErrorKind::Protected)
         }) {
             if !specs.specs.iter().any(|s| &s.name == name) {
-                let view = views.get(&rec.site);
+                let view = views.get(rec.site.as_str());
                 let st = crate::status::removed_status(name, rec, view, None);
                 self.status
                     .write_spec_if_changed(st, now)
@@ -1425,7 +1425,7 @@ impl Engine {
         // An old template version kept (for its successor, or a clone from it) says why.
         for (name, why) in &after.templates_kept {
             if let Some(rec) = records.get(name) {
-                let view = views.get(&rec.site);
+                let view = views.get(rec.site.as_str());
                 let st = crate::status::removed_status(name, rec, view, Some(why));
                 self.status
                     .write_spec_if_changed(st, now)

@@ -311,14 +311,14 @@ pub(super) async fn finish(
         Vec::new()
     };
     held?;
-    rec.applied_hash = Some(spec_hash(spec));
-    rec.applied_content = Some(crate::spec::content_hash(spec));
+    rec.applied_hash = Some(spec_hash(spec).into());
+    rec.applied_content = Some(crate::spec::content_hash(spec).into());
     rec.provisioned = true;
     // The record maps the spec to the guest where it is now (moved by the HA manager or by
     // hand, or a delete that failed on a spec that came back); the outcome writes the rest.
     let here = VmState::Exists {
         vmid,
-        node: node.to_string(),
+        node: node.into(),
     };
     if rec.vm != here {
         ctx.store.transition(&spec.name, rec, here)?;
@@ -401,12 +401,12 @@ fn finish_template(
 ) -> Result<Outcome, ActionError> {
     rec.reboot_pending.clear();
     rec.ip_addresses.clear();
-    rec.applied_hash = Some(spec_hash(spec));
-    rec.applied_content = Some(crate::spec::content_hash(spec));
+    rec.applied_hash = Some(spec_hash(spec).into());
+    rec.applied_content = Some(crate::spec::content_hash(spec).into());
     rec.provisioned = true;
     let here = VmState::Exists {
         vmid: vm.vmid,
-        node: vm.node.to_string(),
+        node: (&*vm.node).into(),
     };
     if rec.vm != here {
         ctx.store.transition(&spec.name, rec, here)?;
@@ -494,7 +494,7 @@ pub(super) fn adoption_is_current(
     // The listing shows running values: cores or memory that differ from the config's wait
     // for a reboot, and the planner's drift sees them.
     let as_recorded = SpecRecord {
-        applied_hash: Some(spec_hash(spec)),
+        applied_hash: Some(spec_hash(spec).into()),
         applied_tags: spec.tags.clone(),
         ..rec.clone()
     };

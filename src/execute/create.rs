@@ -42,9 +42,9 @@ pub(super) async fn create(
         super::oci::Pulled::Running(wait) => return Ok(Outcome::Waiting(wait)),
     };
     if rec.uid.is_empty() {
-        rec.uid = new_uid();
+        rec.uid = new_uid().into();
     }
-    rec.site = site_name.to_string();
+    rec.site = site_name.into();
     rec.follow(spec);
     let clone_of = match &source {
         Source::Clone {
@@ -71,7 +71,7 @@ pub(super) async fn create(
             // request leaves.
             let intent = VmState::Creating {
                 vmid,
-                node: spec.node.clone(),
+                node: spec.node.as_str().into(),
                 task: None,
                 started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
@@ -547,8 +547,8 @@ pub(super) async fn adopt(
         }
     };
     tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
-    rec.uid = uid;
-    rec.site = site_name.to_string();
+    rec.uid = uid.into();
+    rec.site = site_name.into();
     // `Provisioned` says Adopted for a VM this record did not see made (a lost database, a
     // hand-over); a record that already had it keeps what it said.
     rec.adopted = rec.adopted || !rec.provisioned;
@@ -560,7 +560,7 @@ pub(super) async fn adopt(
     rec.built_template = spec.template.is_some();
     let adopted = VmState::Exists {
         vmid,
-        node: node.clone(),
+        node: node.as_str().into(),
     };
     // Written without waiting for the disk (the cycle's end makes it durable): a lost adoption
     // is found again by the marker, as with a lost database, and 50,000 fsyncs were most of an
@@ -583,8 +583,8 @@ pub(super) async fn adopt(
         && adoption_is_current(ctx, site_name, spec, rec, vm, cfg)
     {
         rec.applied_tags = spec.tags.clone();
-        rec.applied_hash = Some(crate::spec::spec_hash(spec));
-        rec.applied_content = Some(crate::spec::content_hash(spec));
+        rec.applied_hash = Some(crate::spec::spec_hash(spec).into());
+        rec.applied_content = Some(crate::spec::content_hash(spec).into());
         rec.applied_protection = spec.hardware.protection;
         // No `destroyDisks` (`adoption_is_current`): one listed later is first applied then.
         rec.destroy_disks_vmid = Some(vmid);
@@ -693,7 +693,7 @@ pub(super) async fn relabel(
     if let Some(r) = moved {
         *rec = r;
     }
-    rec.uid = permit.uid().to_string();
+    rec.uid = permit.uid().into();
     match permit {
         Relabeled::Resign(permit) => {
             if let Some(waiting) =
@@ -713,7 +713,7 @@ pub(super) async fn relabel(
             tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM's marker already names the new spec; its record moves");
         }
     }
-    rec.site = vm.site.to_string();
+    rec.site = (&*vm.site).into();
     rec.follow(spec);
     rec.kind = vm.kind;
     // Converge (which also records the VM's node, should it have moved) brings the rest (the
@@ -727,7 +727,7 @@ pub(super) async fn relabel(
         rec.provisioned = true;
         let exists = VmState::Exists {
             vmid: vm.vmid,
-            node: vm.node.to_string(),
+            node: (&*vm.node).into(),
         };
         ctx.store.transition(&spec.name, rec, exists)?;
         if empty {

@@ -24,7 +24,7 @@ pub(super) fn record_created(
     rec.provisioned = true;
     let made = VmState::Exists {
         vmid,
-        node: node.to_string(),
+        node: node.into(),
     };
     ctx.store.transition(spec_name, rec, made)?;
     Ok(())

@@ -124,7 +124,7 @@ async fn finish_migration(
         rec,
         VmState::Exists {
             vmid,
-            node: target.to_string(),
+            node: target.into(),
         },
     )?;
     // The spec changed (its node at least): bring the VM in line where it is now.

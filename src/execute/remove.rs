@@ -244,7 +244,7 @@ async fn delete(
             rec,
             VmState::Deleting {
                 vmid,
-                node: node.to_string(),
+                node: node.into(),
                 task: Some(Box::new(upid.clone())),
             },
         )?;
@@ -439,9 +439,9 @@ pub(super) async fn delete_in_flight(
 /// /cluster/nextid?vmid=N`): a listing that lost the guest never makes it unmanaged (nor, for a
 /// moved spec, a second guest on the new site).
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
-    let listed = |vmid: u32| (ctx.views.get(&rec.site)).is_some_and(|v| v.vms.contains_key(&vmid));
+    let listed = |vmid: u32| (ctx.views.get(rec.site.as_str())).is_some_and(|v| v.vms.contains_key(&vmid));
     // A site that left the config: nothing there can be asked, or done (as before the check).
-    let site = ctx.sites.get(&rec.site);
+    let site = ctx.sites.get(rec.site.as_str());
     if let (Some(vmid), Some(site)) = (rec.vm.made_vmid().filter(|id| !listed(*id)), site) {
         let taken = site.client.vmid_is_free(vmid).await.map(|free| !free);
         match taken {
@@ -456,7 +456,7 @@ pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecR
                 return Outcome::Failed(blocked(Blocked::StillTaken {
                     kind: rec.kind,
                     vmid,
-                    site: rec.site.clone(),
+                    site: rec.site.to_string(),
                     spec: spec_name.to_string(),
                 }));
             }

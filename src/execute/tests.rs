@@ -212,7 +212,7 @@ impl World {
         Action::ResumeCreate {
             spec: self.spec.name.clone(),
             site: "lab".into(),
-            node,
+            node: node.to_string(),
             vmid,
             upid: task,
         }

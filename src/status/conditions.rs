@@ -44,8 +44,8 @@ fn common(rec: Option<&SpecRecord>, status: &mut SpecStatus) {
         .iter()
         .map(|h| AttemptSummary {
             at: at(h.at_ms),
-            action: h.action.clone(),
-            outcome: h.outcome.clone(),
+            action: h.action.to_string(),
+            outcome: h.outcome.to_string(),
             tasks: h.tasks.clone(),
             took_ms: h.took_ms,
         })
@@ -111,7 +111,7 @@ pub(crate) fn spec_status(
         },
         commit: commit.map(str::to_string),
         spec_file: Some(spec.file.clone()),
-        observed_generation: rec.and_then(|r| r.applied_hash.clone()),
+        observed_generation: rec.and_then(|r| r.applied_hash.as_ref().map(|h| h.to_string())),
         ..Default::default()
     };
     common(rec, &mut st);
@@ -879,7 +879,7 @@ pub(crate) fn invalid_status(
         name: name.to_string(),
         kind: rec.map(|r| r.kind).unwrap_or_default(),
         template: rec.is_some_and(|r| r.built_template),
-        site: rec.map(|r| r.site.clone()).unwrap_or_default(),
+        site: rec.map(|r| r.site.to_string()).unwrap_or_default(),
         node: rec
             .and_then(|r| r.vm.node())
             .map(str::to_string)
@@ -930,7 +930,7 @@ pub(crate) fn removed_status(
         name: name.to_string(),
         kind: rec.kind,
         template: rec.built_template,
-        site: rec.site.clone(),
+        site: rec.site.to_string(),
         node: rec.vm.node().map(str::to_string).unwrap_or_default(),
         vm_id: vmid,
         state: vm.map_or("unknown", |vm| vm.power.as_str()).into(),
@@ -1066,7 +1066,7 @@ mod tests {
         let rec = SpecRecord {
             vm: VmState::Exists {
                 vmid: 100,
-                node: spec.node.clone(),
+                node: spec.node.as_str().into(),
             },
             provisioned: true,
             reboot_pending: vec!["memory".into()],

@@ -596,15 +596,15 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
             let target = if rec_points_at_vm { vm_id } else { missing_id };
             let mut rec = SpecRecord {
                 uid: if r.uid_matches || conv {
-                    uid_of(&name)
+                    uid_of(&name).into()
                 } else {
-                    "uid-stale".to_string()
+                    "uid-stale".to_string().into()
                 },
-                site: SITE.to_string(),
+                site: SITE.to_string().into(),
                 applied_hash: Some(if r.hash_current {
-                    spec_hash(&spec)
+                    spec_hash(&spec).into()
                 } else {
-                    "0000stale0000".to_string()
+                    "0000stale0000".to_string().into()
                 }),
                 applied_tags: tags_of(r.applied_tags),
                 applied_disk_bytes: r.applied_disk.then_some(spec.root_disk_bytes()),
@@ -617,7 +617,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 RecKind::Exists => {
                     rec.vm = VmState::Exists {
                         vmid: target,
-                        node: spec.node.clone(),
+                        node: spec.node.clone().into(),
                     };
                     rec.provisioned = true;
                 }
@@ -630,7 +630,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     };
                     rec.vm = VmState::Creating {
                         vmid: target,
-                        node: node.clone(),
+                        node: node.clone().into(),
                         task: upid.then(|| {
                             format!(
                                 "UPID:{node}:0000AAAA:0000BBBB:00000000:qmclone:{target}:root@pam:"
@@ -688,7 +688,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.to_string(),
                     spec: name.clone(),
-                    uid: records[&name].uid.clone(),
+                    uid: records[&name].uid.to_string(),
                     mac: None,
                 }));
                 in_flight.insert(vmid, vm);
@@ -884,9 +884,9 @@ impl Sim {
     /// `converge`.
     fn create_at(&mut self, spec: &Spec, mut rec: SpecRecord, vmid: u32, node: &str) {
         if rec.uid.is_empty() {
-            rec.uid = format!("uid-{}-new{vmid}", spec.name);
+            rec.uid = format!("uid-{}-new{vmid}", spec.name).into();
         }
-        rec.site = SITE.to_string();
+        rec.site = SITE.to_string().into();
         rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
         rec.made_from = made_from(spec, false);
         let mut vm = blank_vm(vmid, node, spec.guest_name(), Power::Stopped);
@@ -902,14 +902,14 @@ impl Sim {
         vm.marker = Some(Arc::new(Marker {
             install: INSTALL.to_string(),
             spec: spec.name.clone(),
-            uid: rec.uid.clone(),
+            uid: rec.uid.to_string(),
             mac: None,
         }));
         let existing = self.world.vms_mut().insert(vmid, vm);
         assert!(existing.is_none(), "a create over existing VM {vmid}");
         rec.vm = VmState::Exists {
             vmid,
-            node: node.to_string(),
+            node: node.to_string().into(),
         };
         rec.provisioned = true;
         self.converge(spec, rec, vmid);
@@ -935,7 +935,7 @@ impl Sim {
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.to_string(),
                     spec: spec.name.clone(),
-                    uid: rec.uid.clone(),
+                    uid: rec.uid.to_string(),
                     mac: None,
                 }));
             } else if !tagged && !ours {
@@ -968,10 +968,10 @@ impl Sim {
             PowerState::Stopped => Power::Stopped,
         };
         rec.reboot_pending.clear();
-        rec.applied_hash = Some(spec_hash(spec));
+        rec.applied_hash = Some(spec_hash(spec).into());
         rec.vm = VmState::Exists {
             vmid,
-            node: vm.node.clone(),
+            node: vm.node.clone().into(),
         };
         rec.provisioned = true;
         rec.attempts = 0;
@@ -1069,11 +1069,11 @@ impl Sim {
                     .get(&spec.name)
                     .cloned()
                     .unwrap_or_default();
-                rec.uid = vm.marker.as_ref().expect("marker").uid.clone();
-                rec.site = SITE.to_string();
+                rec.uid = vm.marker.as_ref().expect("marker").uid.clone().into();
+                rec.site = SITE.to_string().into();
                 rec.vm = VmState::Exists {
                     vmid: *vmid,
-                    node: vm.node.clone(),
+                    node: vm.node.clone().into(),
                 };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
@@ -1102,9 +1102,9 @@ impl Sim {
                     .get(&spec.name)
                     .cloned()
                     .unwrap_or_default();
-                rec.uid = uid;
-                rec.site = SITE.to_string();
-                rec.vm = VmState::Exists { vmid: *vmid, node };
+                rec.uid = uid.into();
+                rec.site = SITE.to_string().into();
+                rec.vm = VmState::Exists { vmid: *vmid, node: node.into() };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
                 self.converge(&spec, rec, *vmid);
@@ -1119,7 +1119,7 @@ impl Sim {
                 if let Some(rec) = self.world.records.get_mut(spec) {
                     rec.vm = VmState::Exists {
                         vmid: *vmid,
-                        node: target.clone(),
+                        node: target.clone().into(),
                     };
                 }
             }
@@ -1162,7 +1162,7 @@ impl Sim {
                     vm.marker = Some(Arc::new(Marker {
                         install: INSTALL.into(),
                         spec: spec.clone(),
-                        uid,
+                        uid: uid.to_string(),
                         mac: None,
                     }));
                     self.world.vms_mut().insert(*vmid, vm);
@@ -1765,7 +1765,7 @@ proptest! {
         vm.marker = Some(Arc::new(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last"), mac: None }));
         w.vms_mut().insert(300, vm);
         w.records.insert("last".into(), SpecRecord {
-            uid: uid_of("last"),
+            uid: uid_of("last").into(),
             site: SITE.into(),
             vm: VmState::Exists { vmid: 300, node: NODES[0].into() },
             provisioned: true,
@@ -2020,7 +2020,7 @@ fn recreate_world(n: u32, made: Option<&str>) -> World {
         }));
         w.vms_mut().insert(vmid, vm);
         let mut rec = record_at(&name, vmid, NODES[0]);
-        rec.applied_hash = Some(spec_hash(&spec));
+        rec.applied_hash = Some(spec_hash(&spec).into());
         rec.made_from = made.map(|file| Box::new(MadeFrom { file: file.into() }));
         w.records.insert(name.clone(), rec);
         w.roles.insert(name, Role::Desired);
@@ -2322,7 +2322,7 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
     w.records.insert(
         "old".into(),
         SpecRecord {
-            uid: uid_of("old"),
+            uid: uid_of("old").into(),
             site: SITE.into(),
             vm: VmState::Creating {
                 vmid: 500,
@@ -2382,7 +2382,7 @@ fn duplicate_claims_are_surfaced_and_only_extras_are_handled() {
     w.records.insert(
         "web".into(),
         SpecRecord {
-            uid: uid_of("web"),
+            uid: uid_of("web").into(),
             site: SITE.into(),
             vm: VmState::Exists {
                 vmid: 100,
@@ -2827,7 +2827,7 @@ fn moved_web_world() -> World {
     w.records.insert(
         "web".into(),
         SpecRecord {
-            uid: uid_of("web"),
+            uid: uid_of("web").into(),
             site: SITE.into(),
             vm: VmState::Exists {
                 vmid: 100,
@@ -2978,9 +2978,9 @@ fn each_clock_threshold_bounds_valid_until() {
         let mut w = one_spec_world(vec![vm], true, true);
         let spec = w.desired[0].clone();
         let rec = SpecRecord {
-            uid: uid_of("web"),
+            uid: uid_of("web").into(),
             site: SITE.into(),
-            applied_hash: Some(spec_hash(&spec)),
+            applied_hash: Some(spec_hash(&spec).into()),
             vm: VmState::Exists {
                 vmid: 100,
                 node: NODES[0].into(),
@@ -3094,7 +3094,7 @@ fn add_managed(w: &mut World, name: &str, vmid: u32, node: &str) {
     w.records.insert(
         name.into(),
         SpecRecord {
-            uid: uid_of(name),
+            uid: uid_of(name).into(),
             site: SITE.into(),
             vm: VmState::Exists {
                 vmid,
@@ -3880,7 +3880,7 @@ fn owned_vm(vmid: u32, node: &str, spec: &str) -> ObservedVm {
 /// The record of spec `name`, whose VM `vmid` exists on `node` of site `lab`.
 fn record_at(name: &str, vmid: u32, node: &str) -> SpecRecord {
     SpecRecord {
-        uid: uid_of(name),
+        uid: uid_of(name).into(),
         site: SITE.into(),
         vm: VmState::Exists {
             vmid,
@@ -4408,7 +4408,7 @@ fn settle(w: &mut World, name: &str, vmid: u32) {
     add_managed(w, name, vmid, NODES[0]);
     let spec = w.desired.iter().find(|s| s.name == name).expect("desired");
     let hash = spec_hash(spec);
-    w.records.get_mut(name).expect("the record").applied_hash = Some(hash);
+    w.records.get_mut(name).expect("the record").applied_hash = Some(hash.into());
 }
 
 /// Spec `name` of `w` depends on `on`, in that order.

@@ -3,6 +3,7 @@
 //! destroy, adoptions, and suspensions. Plain values: `store` keeps them durably, the gate, the
 //! planner and render decide on them.
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::category::Category;
@@ -45,7 +46,7 @@ pub enum VmState {
         /// The VMID reserved for the new VM.
         vmid: u32,
         /// The node the new VM is made on.
-        node: String,
+        node: CompactString,
         /// The create's (or clone's) task, once PVE answered with its UPID.
         // Boxed: a parsed UPID is 144 bytes and a record holds one only while a create is
         // in flight; inline it made every record of 10,000 larger by as much.
@@ -65,14 +66,14 @@ pub enum VmState {
         /// The VM's VMID.
         vmid: u32,
         /// The node the VM is on, as last recorded.
-        node: String,
+        node: CompactString,
     },
     /// A delete of the VM was sent; `task` is its task.
     Deleting {
         /// The VMID of the VM being deleted.
         vmid: u32,
         /// The node the delete was sent to.
-        node: String,
+        node: CompactString,
         /// The delete's task; `None` when its UPID was not recorded or does not parse.
         #[serde(default, with = "lenient_task")]
         task: Option<Box<Upid>>,
@@ -179,7 +180,7 @@ mod stored_state {
         #[serde(default)]
         vmid: Option<u32>,
         #[serde(default)]
-        node: String,
+        node: compact_str::CompactString,
     }
 
     /// The previous release's `Phase` (`tag = "phase"`, camelCase variants).
@@ -189,7 +190,7 @@ mod stored_state {
         Pending,
         Creating {
             vmid: u32,
-            node: String,
+            node: compact_str::CompactString,
             #[serde(default)]
             upid: Option<String>,
             #[serde(default)]
@@ -359,9 +360,9 @@ pub struct HistoryEntry {
     /// When (unix ms).
     pub at_ms: u64,
     /// The action (`create`, `converge`, `delete`, ...), or the step of one it tells of.
-    pub action: String,
+    pub action: CompactString,
     /// `ok`, or what came of it (at most 300 characters).
-    pub outcome: String,
+    pub outcome: CompactString,
     /// The UPIDs of the PVE tasks the action ran, in order (none for one that ran none, or
     /// written by a release before them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -394,9 +395,9 @@ where
 #[serde(default)]
 pub struct SpecRecord {
     /// Unique id of this spec's VM, written into the VM's description marker.
-    pub uid: String,
+    pub uid: CompactString,
     /// The site (a `[[sites]]` name) the spec's VM is on.
-    pub site: String,
+    pub site: CompactString,
     /// The spec's VM: its VMID, node and where it is in its life. Changed only through
     /// `store::Store::transition` (in `proxsync`) (or a fresh record's first write).
     #[serde(flatten, with = "stored_state")]
@@ -420,10 +421,10 @@ pub struct SpecRecord {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub built_template: bool,
     /// Hash of the spec as last fully applied.
-    pub applied_hash: Option<String>,
+    pub applied_hash: Option<CompactString>,
     /// The same without the names (`spec::content_hash`): a new spec with this content in the
     /// commit that removes this one is a rename, not a delete plus a create.
-    pub applied_content: Option<String>,
+    pub applied_content: Option<CompactString>,
     /// The spec's own tags (user tags and tenant tag) as last applied, for the three-way merge
     /// that keeps tags added by hand.
     pub applied_tags: Vec<String>,
@@ -792,7 +793,7 @@ impl SpecRecord {
             0,
             HistoryEntry {
                 at_ms,
-                action: action.to_string(),
+                action: action.into(),
                 outcome: outcome.chars().take(300).collect(),
                 tasks: Vec::new(),
                 took_ms: None,

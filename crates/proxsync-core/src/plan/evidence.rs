@@ -700,7 +700,7 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
             return missing(Missing::RecordedOnOtherSite {
                 spec: spec.into(),
                 kind: r.kind,
-                site: r.site.clone(),
+                site: r.site.to_string(),
             });
         }
         if let Some(vm) = r.vm.made_vmid().and_then(|id| view.vms.get(&id)) {
@@ -943,7 +943,7 @@ fn forget(input: &PlanInput<'_>, spec: &str) -> Checked {
                 missing(Missing::StillOnOldSite {
                     spec: spec.into(),
                     kind: rec.kind,
-                    site: rec.site.clone(),
+                    site: rec.site.to_string(),
                 })
             }
         }
@@ -954,7 +954,7 @@ fn forget(input: &PlanInput<'_>, spec: &str) -> Checked {
         None => missing(Missing::StillListed {
             spec: spec.into(),
             kind: rec.kind,
-            site: rec.site.clone(),
+            site: rec.site.to_string(),
         }),
     }
 }

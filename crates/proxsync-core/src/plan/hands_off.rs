@@ -207,7 +207,7 @@ impl<'a> HandsOff<'a> {
             Action::Forget { spec } => {
                 let r = self.records.get(spec)?;
                 let vmid = r.vmid()?;
-                let listed = self.sites.get(&r.site)?.vms.contains_key(&vmid);
+                let listed = self.sites.get(r.site.as_str())?.vms.contains_key(&vmid);
                 listed.then_some((r.site.as_str(), vmid))?
             }
             other => match other.guest() {

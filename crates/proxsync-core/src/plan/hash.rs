@@ -267,7 +267,7 @@ mod tests {
             uptime_secs: Default::default(),
         };
         let rec = SpecRecord {
-            applied_hash: Some(spec_hash(spec)),
+            applied_hash: Some(spec_hash(spec).into()),
             ..Default::default()
         };
         (vm, rec)

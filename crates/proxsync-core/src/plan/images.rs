@@ -72,7 +72,7 @@ pub(super) fn resume_recreate(
     actions.push(Action::Recreate {
         spec: spec.name.clone(),
         site: spec.site.clone(),
-        node: node.clone(),
+        node: node.to_string(),
         vmid: *vmid,
     });
     Some(Verdict::Acting)

@@ -29,7 +29,7 @@ pub(super) fn gone_specs(
         if !is_gone(input, desired, renames, name) {
             continue;
         }
-        let Some(view) = input.sites.get(&rec.site) else {
+        let Some(view) = input.sites.get(rec.site.as_str()) else {
             // The site left the config: nothing can be done there; keep the record.
             continue;
         };
@@ -113,7 +113,7 @@ pub(super) fn held_back(
     }
     let held = |rec: &SpecRecord| {
         // A site that left the config: nothing will be removed there.
-        let Some(view) = input.sites.get(&rec.site) else {
+        let Some(view) = input.sites.get(rec.site.as_str()) else {
             return false;
         };
         if !view.reachable() || view.incomplete() {
@@ -141,8 +141,8 @@ fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
             VmState::Creating { vmid, node, .. } => {
                 view.node_healthy(node).then(|| Action::Remove {
                     spec: name.to_string(),
-                    site: rec.site.clone(),
-                    node: node.clone(),
+                    site: rec.site.to_string(),
+                    node: node.to_string(),
                     vmid: *vmid,
                     release: rec.orphan_on_delete,
                 })
@@ -154,7 +154,7 @@ fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
         Some(vm) if vm.is_unknown() || !view.node_healthy(&vm.node) => None,
         Some(vm) => Some(Action::Remove {
             spec: name.to_string(),
-            site: rec.site.clone(),
+            site: rec.site.to_string(),
             node: vm.node.clone(),
             vmid: vm.vmid,
             release: rec.orphan_on_delete,

@@ -278,7 +278,7 @@ fn own_vm(
 ) -> Option<u32> {
     let recorded = rec.and_then(|r| {
         let vmid = r.vmid()?;
-        let view = input.sites.get(&r.site)?;
+        let view = input.sites.get(r.site.as_str())?;
         (!view.reachable() || view.vms.contains_key(&vmid)).then_some(vmid)
     });
     recorded.or_else(|| {
@@ -367,7 +367,7 @@ fn by_record<'a>(
         seen,
         fate: Fate::Relabel,
     };
-    let Some(view) = input.sites.get(&r.site).filter(|v| v.reachable()) else {
+    let Some(view) = input.sites.get(r.site.as_str()).filter(|v| v.reachable()) else {
         return Some(unjudged(Seen::Unreachable));
     };
     let vm = view.vms.get(vmid)?;
@@ -636,7 +636,7 @@ mod tests {
         /// `spec`'s record of VM `vmid` on `site`.
         fn record(&mut self, spec: &str, site: &str, vmid: u32) {
             let rec = SpecRecord {
-                uid: format!("uid-{spec}"),
+                uid: format!("uid-{spec}").into(),
                 site: site.into(),
                 vm: VmState::Exists {
                     vmid,

@@ -381,7 +381,7 @@ fn site_move(
     let r = rec.filter(|r| !r.site.is_empty() && r.site != spec.site)?;
     let vmid = r.vmid()?;
     let creating = matches!(r.vm, VmState::Creating { .. });
-    let gone = input.sites.get(&r.site).is_some_and(|old| {
+    let gone = input.sites.get(r.site.as_str()).is_some_and(|old| {
         old.reachable() && !old.incomplete() && !old.vms.contains_key(&vmid) && !creating
     });
     if gone || (spec.allow_recreate_on_site_change && !creating) {
@@ -394,7 +394,7 @@ fn site_move(
         return Some(Verdict::Acting);
     }
     Some(Verdict::SiteMoved {
-        from: r.site.clone(),
+        from: r.site.to_string(),
         vmid,
     })
 }
@@ -433,7 +433,7 @@ fn resume_create(
     actions.push(Action::ResumeCreate {
         spec: spec.name.clone(),
         site: spec.site.clone(),
-        node: node.clone(),
+        node: node.to_string(),
         vmid: *vmid,
         upid: task.clone(),
     });
